@@ -1,0 +1,60 @@
+"""The root of teamstore's exception hierarchy, and the registry's own errors.
+
+The root lives here, in the lowest layer, so that ``teamstore.errors`` can re-export it and every error
+in the project, registry or runtime, is a ``TeamstoreError``.
+
+    from config_registry.errors import UnknownTeam
+
+    try:
+        registry.resolve("nope")
+    except UnknownTeam as exc:
+        print(exc.message, exc.hint)
+"""
+
+from __future__ import annotations
+
+
+class TeamstoreError(Exception):
+    """Base of every error teamstore raises on purpose.
+
+    Args:
+        message: What happened, in one sentence.
+        hint: How to fix it, when there is something the caller can do.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message} (fix: {hint})" if hint else message)
+
+
+class RegistryError(TeamstoreError):
+    """Base of config-registry errors."""
+
+
+class UnknownTeam(RegistryError):
+    """No team of that name is registered."""
+
+
+class UnknownVersion(RegistryError):
+    """The version or label does not name a registered version of that team."""
+
+
+class DefinitionInvalid(RegistryError):
+    """A team definition failed validation; ``field`` names the offending JSON path."""
+
+    def __init__(self, message: str, *, field: str | None = None, hint: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message, hint=hint)
+        self.field = field
+
+
+class RegistryCorrupt(RegistryError):
+    """The registry repository is not a git repository, has uncommitted edits, or holds malformed files."""
+
+
+class RegistryConflict(RegistryError):
+    """Another writer holds the registry lock and did not release it in time."""
+
+
+class SecretUnavailable(RegistryError):
+    """A secret reference could not be resolved when building a team (e.g. an unset environment variable)."""

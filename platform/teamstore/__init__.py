@@ -1,0 +1,15 @@
+"""teamstore: the data platform for AutoGen agent teams.
+
+    from teamstore import Platform
+
+    platform = Platform.from_settings()
+    async with platform.session("user-1", "session-1", team="support_triage") as s:
+        result = await s.run("My router keeps dropping")
+        print(s.resume.outcome, result.messages[-1])
+"""
+
+from __future__ import annotations
+
+from teamstore import context as _context  # noqa: F401  (registers the bounding context with the registry)
+
+__version__ = "0.1.0"

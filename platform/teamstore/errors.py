@@ -1,0 +1,137 @@
+"""One exception hierarchy for the whole of teamstore.
+
+Every backend raises these, never a bare ``ValueError``; every message says what
+happened and how to fix it.
+
+    from teamstore.errors import TeamstoreError, SessionBusy
+
+    try:
+        async with platform.session("u1", "s1", team="support_triage") as s:
+            await s.run("hello")
+    except SessionBusy as exc:
+        print(exc.hint)
+"""
+
+from __future__ import annotations
+
+
+# The root class lives in the registry package, the lowest layer, so the registry's errors and the
+# runtime's share one hierarchy while ``config_registry`` never imports ``teamstore``.
+from config_registry.errors import (  # noqa: E402
+    DefinitionInvalid,
+    RegistryConflict,
+    RegistryCorrupt,
+    RegistryError,
+    SecretUnavailable,
+    TeamstoreError,
+    UnknownTeam,
+    UnknownVersion,
+)
+
+__all__ = [
+    "DefinitionInvalid",
+    "RegistryConflict",
+    "RegistryCorrupt",
+    "RegistryError",
+    "SecretUnavailable",
+    "TeamstoreError",
+    "UnknownTeam",
+    "UnknownVersion",
+]
+
+
+# --- configuration -----------------------------------------------------------------------------------------
+class ConfigurationError(TeamstoreError):
+    """Settings or environment are missing or inconsistent."""
+
+
+class MissingExtra(ConfigurationError):
+    """An optional backend needs a package that is not installed."""
+
+    def __init__(self, feature: str, extra: str, package: str) -> None:
+        super().__init__(
+            f"{feature} needs the '{package}' package, which is not installed",
+            hint=f"pip install 'teamstore[{extra}]'",
+        )
+        self.extra = extra
+
+
+class InvalidIdentifier(TeamstoreError):
+    """A user id, session id or request id is empty, too long or contains forbidden characters."""
+
+
+# --- storage -----------------------------------------------------------------------------------------------
+class StorageError(TeamstoreError):
+    """A store could not be read or written (database down, bucket missing, access denied)."""
+
+
+class StoreUnavailable(StorageError):
+    """The backing service did not answer."""
+
+
+class SchemaNotReady(StorageError):
+    """The database has not been migrated to the version this code needs."""
+
+
+# --- resume state ------------------------------------------------------------------------------------------
+class StateError(TeamstoreError):
+    """Base of resume-state errors."""
+
+
+class SessionBusy(StateError):
+    """Another worker holds the session's lease and did not release it in time."""
+
+
+class StaleStateVersion(StateError):
+    """A save carried a row version older than the stored one: another writer saved first."""
+
+
+class StateTooLarge(StateError):
+    """The state to save is over the byte cap; the previous state is kept."""
+
+
+class StateNotSerializable(StateError):
+    """An agent's ``save_state()`` output holds a value that is not JSON (the message names agent and path)."""
+
+
+class StateRejected(StateError):
+    """A stored state failed validation; the session starts fresh and the row is quarantined."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class RunInProgress(StateError):
+    """State cannot be saved or loaded while ``run_stream`` is in flight."""
+
+
+class ErasureInProgress(StateError):
+    """An erasure request is open for this user: saves, uploads and ledger rows are refused."""
+
+
+# --- audit -------------------------------------------------------------------------------------------------
+class AuditError(TeamstoreError):
+    """Base of transcript, telemetry and ledger errors."""
+
+
+class TranscriptUnavailable(AuditError):
+    """The transcript backend could not be reached; the transcript goes to the outbox."""
+
+
+class UnknownPrice(AuditError):
+    """A model is missing from the price table."""
+
+
+# --- erasure -----------------------------------------------------------------------------------------------
+class ErasureError(TeamstoreError):
+    """Base of deletion-coordinator errors."""
+
+
+class ErasureVerificationFailed(ErasureError):
+    """Verification found data of the erased user after deletion."""
+
+
+class ErasureConflict(ErasureError):
+    """Another erasure of the same user is running."""

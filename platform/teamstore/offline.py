@@ -1,0 +1,187 @@
+"""A deterministic, offline chat-completion client that never runs out of replies.
+
+AutoGen's ``ReplayChatCompletionClient`` raises once its list of replies is used up, so it cannot serve a
+demo or a benchmark of many runs. This client answers every call from the conversation it is given: the
+same messages always give the same reply and the same token usage, with no network and no API key.
+
+    from autogen_agentchat.agents import AssistantAgent
+    from teamstore.offline import OfflineChatCompletionClient
+
+    agent = AssistantAgent("assistant", model_client=OfflineChatCompletionClient(model="offline-small"))
+    result = await agent.run(task="My router keeps dropping")
+
+Its replies quote the earliest and the latest user request it can see, so a resumed session visibly
+remembers what came before. Asked to pick the next speaker (SelectorGroupChat), it names a participant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any, Literal
+
+from autogen_core import CancellationToken, Component
+from autogen_core.models import (
+    ChatCompletionClient,
+    CreateResult,
+    LLMMessage,
+    ModelCapabilities,  # type: ignore[attr-defined]
+    ModelFamily,
+    ModelInfo,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
+from autogen_core.tools import Tool, ToolSchema
+from pydantic import BaseModel, Field
+from typing_extensions import Self
+
+PROVIDER = "teamstore.offline.OfflineChatCompletionClient"
+_SELECT = re.compile(r"select the next role from \[?([^\]\n]+?)\]? to play", re.IGNORECASE)
+
+
+class OfflineChatCompletionClientConfig(BaseModel):
+    """Configuration of :class:`OfflineChatCompletionClient`."""
+
+    model: str = Field(default="offline-small", description="The model name reported in usage and spans.")
+    quote_chars: int = Field(default=80, gt=0, description="How much of a user request a reply quotes.")
+
+
+def _text(message: LLMMessage) -> str:
+    content = getattr(message, "content", "")
+    if isinstance(content, str):
+        return content
+    return " ".join(str(part) for part in content if isinstance(part, str))
+
+
+def count_tokens(messages: Sequence[LLMMessage]) -> int:
+    """A stable token estimate: one token per four characters plus framing per message."""
+    return sum(4 + len(_text(m)) // 4 for m in messages)
+
+
+class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCompletionClientConfig]):
+    """Deterministic replies computed from the conversation; reports token usage like a real client.
+
+    Args:
+        model: The model name this client reports.
+        quote_chars: How many characters of a user request a reply quotes.
+    """
+
+    component_type = "model"
+    component_config_schema = OfflineChatCompletionClientConfig
+    component_provider_override = PROVIDER
+    component_version = 1
+
+    def __init__(self, model: str = "offline-small", quote_chars: int = 80) -> None:
+        self._config = OfflineChatCompletionClientConfig(model=model, quote_chars=quote_chars)
+        self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+    @property
+    def model(self) -> str:
+        """The model name this client reports."""
+        return self._config.model
+
+    def _reply(self, messages: Sequence[LLMMessage]) -> str:
+        last = _text(messages[-1]) if messages else ""
+        choice = _SELECT.search(last)
+        if choice:
+            names = [n.strip(" '\"") for n in choice.group(1).split(",") if n.strip(" '\"")]
+            digest = int(hashlib.sha256(str(len(messages)).encode()).hexdigest(), 16)
+            return names[digest % len(names)] if names else ""
+        asked = [m for m in messages if isinstance(m, UserMessage)]
+        # Other agents' turns also arrive as UserMessages; prefer what the human said.
+        human = [m for m in asked if m.source == "user"] or asked
+        users = [_text(m) for m in human]
+        persona = next((_text(m).split(".")[0] for m in messages if isinstance(m, SystemMessage)), "assistant")
+        n = self._config.quote_chars
+        first = users[0][:n] if users else ""
+        latest = users[-1][:n] if users else ""
+        return (
+            f"[{self.model}] ({persona[:40]}) I see {len(messages)} messages; "
+            f'earliest request: "{first}"; latest: "{latest}".'
+        )
+
+    def _result(self, messages: Sequence[LLMMessage]) -> CreateResult:
+        content = self._reply(messages)
+        usage = RequestUsage(prompt_tokens=count_tokens(messages), completion_tokens=4 + len(content) // 4)
+        self._last = usage
+        self._total = RequestUsage(
+            prompt_tokens=self._total.prompt_tokens + usage.prompt_tokens,
+            completion_tokens=self._total.completion_tokens + usage.completion_tokens,
+        )
+        return CreateResult(finish_reason="stop", content=content, usage=usage, cached=False)
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
+        json_output: bool | type[BaseModel] | None = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        cancellation_token: CancellationToken | None = None,
+    ) -> CreateResult:
+        """Answer deterministically from ``messages``."""
+        return self._result(messages)
+
+    async def create_stream(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
+        json_output: bool | type[BaseModel] | None = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        cancellation_token: CancellationToken | None = None,
+        include_usage: bool | None = None,
+    ) -> AsyncGenerator[str | CreateResult, None]:
+        """Stream the same reply as :meth:`create`, word by word, then the result."""
+        result = self._result(messages)
+        assert isinstance(result.content, str)
+        for word in result.content.split(" "):
+            yield word + " "
+        yield result
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    def actual_usage(self) -> RequestUsage:
+        """Usage of the last call."""
+        return self._last
+
+    def total_usage(self) -> RequestUsage:
+        """Usage since this client was built."""
+        return self._total
+
+    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = ()) -> int:
+        """The same estimate the reported usage uses."""
+        return count_tokens(messages)
+
+    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = ()) -> int:
+        """A nominal 128k window."""
+        return max(0, 128_000 - count_tokens(messages))
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        """Deprecated in AutoGen; kept for the interface."""
+        return ModelCapabilities(vision=False, function_calling=False, json_output=False)
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Plain text: no vision, no tools, no JSON mode."""
+        return ModelInfo(
+            vision=False,
+            function_calling=False,
+            json_output=False,
+            family=ModelFamily.UNKNOWN,
+            structured_output=False,
+        )
+
+    def _to_config(self) -> OfflineChatCompletionClientConfig:
+        return self._config.model_copy()
+
+    @classmethod
+    def _from_config(cls, config: OfflineChatCompletionClientConfig) -> Self:
+        return cls(model=config.model, quote_chars=config.quote_chars)

@@ -1,0 +1,104 @@
+"""Settings, read from the environment, with an embedded default that needs none.
+
+    from teamstore.settings import Settings
+
+    settings = Settings()                 # ./.teamstore: SQLite, a local transcript folder, no exporter
+    settings = Settings(home="/srv/ts")   # or TEAMSTORE_HOME=/srv/ts
+    print(settings.database_url, settings.transcripts_url)
+
+Names: ``TEAMSTORE_HOME``, ``TEAMSTORE_REGISTRY_PATH``, ``TEAMSTORE_DATABASE_URL``,
+``TEAMSTORE_TRANSCRIPTS_URL`` and the other ``TEAMSTORE_*`` fields below; S3 credentials and endpoints
+come from the standard ``AWS_*`` variables (read by boto3), span export from the standard ``OTEL_*``
+variables (read by the OpenTelemetry SDK).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_ASYNC_DRIVERS = {
+    "postgres": "postgresql+psycopg",
+    "postgresql": "postgresql+psycopg",
+    "postgresql+psycopg2": "postgresql+psycopg",
+    "sqlite": "sqlite+aiosqlite",
+}
+
+
+class Settings(BaseSettings):
+    """Everything teamstore reads from the environment.
+
+    Unset paths and URLs derive from ``home``, so ``TEAMSTORE_HOME`` alone moves the embedded default.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TEAMSTORE_", extra="ignore")
+
+    home: Path = Field(default=Path(".teamstore"), description="Root of the embedded default.")
+    registry_path: Path | None = Field(default=None, description="Git repository of team definitions.")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL of the state database.")
+    transcripts_url: str | None = Field(default=None, description="s3://bucket/prefix or file:///folder.")
+    state_ttl_days: float = Field(default=7.0, gt=0, description="Default resume-state TTL.")
+    state_max_bytes: int = Field(default=1_048_576, gt=0, description="Hard cap on one session's state.")
+    lease_timeout_seconds: float = Field(default=10.0, ge=0, description="How long to wait for a busy session.")
+    lease_ttl_seconds: float = Field(default=300.0, gt=0, description="A lease older than this is stale.")
+    transcript_retention_days: int = Field(default=90, gt=0)
+    ledger_retention_days: int = Field(default=400, gt=0)
+    prices_path: Path | None = Field(default=None, description="Override of the shipped price table.")
+    auto_migrate: bool | None = Field(
+        default=None, description="Create/upgrade tables on open; defaults to on for SQLite only."
+    )
+
+    @field_validator("home", "registry_path", "prices_path", mode="after")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    @property
+    def resolved_registry_path(self) -> Path:
+        """The registry repository, ``$TEAMSTORE_HOME/registry`` unless set."""
+        return self.registry_path or self.home / "registry"
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The async SQLAlchemy URL; plain ``postgresql://`` and ``sqlite://`` URLs get async drivers."""
+        url = self.database_url or f"sqlite:///{(self.home / 'teamstore.db').as_posix()}"
+        return to_async_url(url)
+
+    @property
+    def resolved_transcripts_url(self) -> str:
+        """Where transcripts go, ``file://$TEAMSTORE_HOME/transcripts`` unless set."""
+        return self.transcripts_url or (self.home / "transcripts").resolve().as_uri()
+
+    @property
+    def is_embedded_database(self) -> bool:
+        """True for SQLite, which may migrate itself."""
+        return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def should_auto_migrate(self) -> bool:
+        """Production databases are only migrated by ``teamstore db upgrade``."""
+        return self.is_embedded_database if self.auto_migrate is None else self.auto_migrate
+
+    @property
+    def otlp_configured(self) -> bool:
+        """True when a standard ``OTEL_*`` variable names a traces endpoint."""
+        keys = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        disabled = os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true"
+        return not disabled and any(os.environ.get(k) for k in keys)
+
+    @property
+    def capture_message_content(self) -> bool:
+        """Operator opt-in to message content in telemetry (the GenAI semantic-convention variable)."""
+        value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "false")
+        return value.strip().lower() in {"1", "true", "yes"}
+
+
+def to_async_url(url: str) -> str:
+    """Swap a sync driver for the async one SQLAlchemy needs (``postgresql://`` -> ``postgresql+psycopg://``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    return f"{_ASYNC_DRIVERS.get(scheme, scheme)}://{rest}"

@@ -1,0 +1,125 @@
+"""Shared fixtures: real services, throwaway databases, temporary registries and homes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.services import free_port, postgres_server_url, require_or_skip
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own TEAMSTORE_HOME and no stray exporter configuration."""
+    monkeypatch.setenv("TEAMSTORE_HOME", str(tmp_path / "home"))
+    for key in ("TEAMSTORE_DATABASE_URL", "TEAMSTORE_TRANSCRIPTS_URL", "TEAMSTORE_REGISTRY_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    for key in list(os.environ):
+        if key.startswith("OTEL_"):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "teamstore-tests")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "tests@teamstore.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "teamstore-tests")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "tests@teamstore.invalid")
+
+
+# --- PostgreSQL --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The URL of a running PostgreSQL server (sync driver form, ``postgresql://``)."""
+    url = postgres_server_url()
+    if url is None:
+        require_or_skip("no PostgreSQL: set TEAMSTORE_TEST_DATABASE_URL or apt-get install postgresql")
+    assert url is not None
+    return url
+
+
+def _create_database(server_url: str) -> str:
+    import psycopg
+
+    name = f"ts_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = server_url.rpartition("/")
+    return f"{base}/{name}"
+
+
+def _drop_database(server_url: str, url: str) -> None:
+    import psycopg
+
+    name = url.rpartition("/")[2]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A throwaway, empty database on the real server, dropped afterwards (``postgresql://`` form)."""
+    url = _create_database(postgres_server)
+    yield url
+    _drop_database(postgres_server, url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The conformance fixture: the same test runs against SQLite and a real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{(tmp_path / 'conformance.db').as_posix()}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+# --- S3 over HTTP ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server on a loopback port: boto3 talks real HTTP to it."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        require_or_skip("moto[server] is not installed: pip install -e '.[dev]'")
+        raise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Standard AWS_* variables pointing boto3 at the test endpoint; returns the endpoint."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    return s3_endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_env: str) -> str:
+    """A fresh, empty bucket on the test endpoint."""
+    import boto3
+
+    name = f"ts-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return name
+
+
+# --- registry ----------------------------------------------------------------------------------------------
+@pytest.fixture
+def registry_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A path for a fresh registry repository (created on first use), exported as TEAMSTORE_REGISTRY_PATH."""
+    path = tmp_path / "registry"
+    monkeypatch.setenv("TEAMSTORE_REGISTRY_PATH", str(path))
+    return path
+
+
+def git(path: Path, *args: str) -> str:
+    """Run git in ``path`` and return its stdout (for tests that inspect the repository)."""
+    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout

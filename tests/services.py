@@ -1,0 +1,49 @@
+"""Real services for the tests: a local PostgreSQL, moto's S3 server over HTTP, an OTLP/HTTP receiver.
+
+Each starts from local binaries or packages; when one cannot start, its tests are skipped with the reason,
+except under ``TEAMSTORE_REQUIRE_SERVICES=1`` (CI), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def require_or_skip(reason: str) -> None:
+    """Fail in CI, skip elsewhere: CI must never silently skip a service suite."""
+    if os.environ.get("TEAMSTORE_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"required service unavailable: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    """An unused TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def postgres_server_url() -> str | None:
+    """A server URL from the environment, or one started from local binaries; ``None`` if neither works."""
+    url = os.environ.get("TEAMSTORE_TEST_DATABASE_URL")
+    if url:
+        return url
+    try:
+        out = subprocess.run(
+            [str(ROOT / "infra" / "postgres.sh"), "start"], check=True, capture_output=True, text=True, timeout=120
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        if "TEAMSTORE_TEST_DATABASE_URL=" in line:
+            url = line.split("=", 1)[1].strip()
+            os.environ["TEAMSTORE_TEST_DATABASE_URL"] = url
+            return url
+    return None
