@@ -1,0 +1,9 @@
+"""``teamstore transcripts``, ``teamstore cost`` and ``teamstore retention``."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Mount this module's commands on the main app."""

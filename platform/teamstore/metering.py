@@ -1,0 +1,246 @@
+"""Meter every model call at the model-client boundary, including calls ``TaskResult`` never counts.
+
+``TaskResult`` usage omits SelectorGroupChat's speaker-selection calls; wrapping each model client in the
+team's component JSON before it is built catches every call:
+
+    from teamstore.metering import wrap_model_clients, metered_run
+
+    component = wrap_model_clients(definition_json)   # before load_component
+    with metered_run() as meter:
+        await team.run(task="...")
+    print(meter.calls)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from autogen_core import CancellationToken, Component, ComponentModel
+from autogen_core.models import (
+    ChatCompletionClient,
+    CreateResult,
+    LLMMessage,
+    ModelCapabilities,  # type: ignore[attr-defined]
+    ModelInfo,
+    RequestUsage,
+)
+from autogen_core.tools import Tool, ToolSchema
+from pydantic import BaseModel
+from typing_extensions import Self
+
+from teamstore.runtime.hooks import ModelCall
+
+PROVIDER = "teamstore.metering.MeteredChatCompletionClient"
+
+
+class Meter:
+    """Collects the model calls of one run. Listeners (spans) are told of each call as it ends."""
+
+    def __init__(self) -> None:
+        self.calls: list[ModelCall] = []
+        self.listeners: list[Any] = []
+
+    def record(self, call: ModelCall) -> None:
+        """Add a call and tell the listeners."""
+        self.calls.append(call)
+        for listener in self.listeners:
+            listener(call)
+
+
+_current: ContextVar[Meter | None] = ContextVar("teamstore_meter", default=None)
+
+
+@contextlib.contextmanager
+def metered_run() -> Iterator[Meter]:
+    """Make a fresh :class:`Meter` current for the calls made inside the block."""
+    meter = Meter()
+    token = _current.set(meter)
+    try:
+        yield meter
+    finally:
+        _current.reset(token)
+
+
+class MeteredChatCompletionClientConfig(BaseModel):
+    """The wrapped client and the participant it serves."""
+
+    inner: ComponentModel
+    agent: str
+    purpose: str = "agent"
+
+
+class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCompletionClientConfig]):
+    """Delegates to ``inner`` and records each call's usage on the current :class:`Meter`."""
+
+    component_type = "model"
+    component_config_schema = MeteredChatCompletionClientConfig
+    component_provider_override = PROVIDER
+    component_version = 1
+
+    def __init__(self, inner: ChatCompletionClient, agent: str, purpose: str = "agent") -> None:
+        self._inner = inner
+        self._agent = agent
+        self._purpose = purpose
+
+    @property
+    def inner(self) -> ChatCompletionClient:
+        """The wrapped client."""
+        return self._inner
+
+    def _model_name(self) -> str:
+        name = getattr(self._inner, "model", None) or getattr(self._inner, "_model", None)
+        if not name:
+            raw = getattr(self._inner, "_raw_config", None)
+            name = raw.get("model") if isinstance(raw, dict) else None
+        return str(name or type(self._inner).__name__)
+
+    def _record(self, started: datetime, t0: float, usage: RequestUsage | None, error: str | None) -> None:
+        meter = _current.get()
+        if meter is None:
+            return
+        meter.record(
+            ModelCall(
+                agent=self._agent,
+                model=self._model_name(),
+                input_tokens=usage.prompt_tokens if usage else 0,
+                output_tokens=usage.completion_tokens if usage else 0,
+                started_at=started,
+                duration_s=time.perf_counter() - t0,
+                purpose=self._purpose,
+                error=error,
+            )
+        )
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
+        json_output: bool | type[BaseModel] | None = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        cancellation_token: CancellationToken | None = None,
+    ) -> CreateResult:
+        """Delegate, then record usage (or the error type, with zero tokens)."""
+        started, t0 = datetime.now(UTC), time.perf_counter()
+        try:
+            result = await self._inner.create(
+                messages,
+                tools=tools,
+                tool_choice=tool_choice,
+                json_output=json_output,
+                extra_create_args=extra_create_args,
+                cancellation_token=cancellation_token,
+            )
+        except Exception as exc:
+            self._record(started, t0, None, type(exc).__name__)
+            raise
+        self._record(started, t0, result.usage, None)
+        return result
+
+    async def create_stream(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
+        json_output: bool | type[BaseModel] | None = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        cancellation_token: CancellationToken | None = None,
+    ) -> AsyncGenerator[str | CreateResult, None]:
+        """Delegate the stream; record usage from the final result."""
+        started, t0 = datetime.now(UTC), time.perf_counter()
+        usage: RequestUsage | None = None
+        try:
+            async for chunk in self._inner.create_stream(
+                messages,
+                tools=tools,
+                tool_choice=tool_choice,
+                json_output=json_output,
+                extra_create_args=extra_create_args,
+                cancellation_token=cancellation_token,
+            ):
+                if isinstance(chunk, CreateResult):
+                    usage = chunk.usage
+                yield chunk
+        except Exception as exc:
+            self._record(started, t0, usage, type(exc).__name__)
+            raise
+        self._record(started, t0, usage, None)
+
+    async def close(self) -> None:
+        """Close the wrapped client."""
+        await self._inner.close()
+
+    def actual_usage(self) -> RequestUsage:
+        """The wrapped client's last usage."""
+        return self._inner.actual_usage()
+
+    def total_usage(self) -> RequestUsage:
+        """The wrapped client's total usage."""
+        return self._inner.total_usage()
+
+    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = ()) -> int:
+        """Delegated."""
+        return self._inner.count_tokens(messages, tools=tools)
+
+    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = ()) -> int:
+        """Delegated."""
+        return self._inner.remaining_tokens(messages, tools=tools)
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        """Delegated."""
+        return self._inner.capabilities
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Delegated."""
+        return self._inner.model_info
+
+    def _to_config(self) -> MeteredChatCompletionClientConfig:
+        return MeteredChatCompletionClientConfig(
+            inner=self._inner.dump_component(), agent=self._agent, purpose=self._purpose
+        )
+
+    @classmethod
+    def _from_config(cls, config: MeteredChatCompletionClientConfig) -> Self:
+        inner = ChatCompletionClient.load_component(config.inner)
+        return cls(inner=inner, agent=config.agent, purpose=config.purpose)
+
+
+def _wrap(client: dict[str, Any], agent: str, purpose: str) -> dict[str, Any]:
+    if client.get("provider") == PROVIDER:
+        return client
+    return {
+        "provider": PROVIDER,
+        "component_type": "model",
+        "version": 1,
+        "component_version": 1,
+        "config": {"inner": client, "agent": agent, "purpose": purpose},
+    }
+
+
+def wrap_model_clients(component: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of a team or agent component JSON with every model client metered.
+
+    Agents' clients are labelled with the agent's name; a group chat's own client (speaker selection)
+    with the team's name and purpose ``speaker_selection``.
+    """
+    node = dict(component)
+    config = dict(node.get("config") or {})
+    name = str(config.get("name") or node.get("label") or "team")
+    if isinstance(config.get("model_client"), dict):
+        purpose = "speaker_selection" if node.get("component_type") == "team" else "agent"
+        config["model_client"] = _wrap(config["model_client"], name, purpose)
+    if isinstance(config.get("participants"), list):
+        config["participants"] = [
+            wrap_model_clients(p) if isinstance(p, dict) else p for p in config["participants"]
+        ]
+    node["config"] = config
+    return node
