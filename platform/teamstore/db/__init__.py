@@ -1,0 +1,1 @@
+"""Database plumbing shared by every SQL-backed store: engine, metadata, migrations."""

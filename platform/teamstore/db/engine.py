@@ -1,0 +1,74 @@
+"""Async engines for Postgres (psycopg 3) and SQLite (aiosqlite), set up for many workers.
+
+    from teamstore.db.engine import create_engine
+
+    engine = create_engine("postgresql://app@db/teamstore")   # -> postgresql+psycopg
+    engine = create_engine("sqlite:///.teamstore/teamstore.db")
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from teamstore.errors import ConfigurationError, MissingExtra
+from teamstore.settings import to_async_url
+
+_PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
+
+
+def redact_url(url: str) -> str:
+    """A database URL safe to print: the password is replaced by ``***``."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers run beside the single writer; busy_timeout makes writers from other
+    # processes wait instead of failing at once.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """Build an async engine for ``url``, swapping in the async driver when needed.
+
+    Args:
+        url: A SQLAlchemy URL; ``postgresql://`` and ``sqlite://`` are accepted as is.
+        **kwargs: Passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
+
+    Returns:
+        The engine. The caller owns it and disposes of it.
+
+    Raises:
+        MissingExtra: The Postgres driver is not installed.
+        ConfigurationError: The URL names a database teamstore does not support.
+    """
+    async_url = to_async_url(url)
+    parsed = make_url(async_url)
+    if parsed.get_backend_name() == "postgresql":
+        try:
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtra("A Postgres database", "postgres", "psycopg") from exc
+        kwargs.setdefault("pool_size", 20)
+        kwargs.setdefault("max_overflow", 20)
+        kwargs.setdefault("pool_pre_ping", False)
+        return create_async_engine(async_url, **kwargs)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(async_url, **kwargs)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    raise ConfigurationError(
+        f"unsupported database {redact_url(url)!r}",
+        hint="use a postgresql:// URL, or unset TEAMSTORE_DATABASE_URL for the embedded SQLite default",
+    )

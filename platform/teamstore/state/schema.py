@@ -1,0 +1,80 @@
+"""The resume-state tables (SQLAlchemy Core), shared by SQLite and Postgres.
+
+    from teamstore.state.schema import sessions, quarantine, user_holds
+
+One row per (user_id, session_id) in ``ts_sessions``; refused rows move to ``ts_quarantine`` with the
+reason; ``ts_user_holds`` fences a user (an open erasure request) so no save or new session slips in.
+The lease and the row version live in the session row itself, so taking the lease and loading the
+state is one statement, and saving and releasing is another.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+from teamstore.db.metadata import metadata
+
+ID_LENGTH = 256
+
+sessions = Table(
+    "ts_sessions",
+    metadata,
+    Column("user_id", String(ID_LENGTH), nullable=False),
+    Column("session_id", String(ID_LENGTH), nullable=False),
+    Column("team", String(128), nullable=False),
+    Column("team_version", String(64), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("agentchat_version", String(32), nullable=False),
+    Column("fingerprints", JSON, nullable=False),
+    # Raw text, not JSON: a corrupt or truncated blob must still be readable so it can be quarantined.
+    Column("state", Text, nullable=True),
+    Column("state_bytes", Integer, nullable=False, default=0),
+    Column("row_version", BigInteger, nullable=False, default=0),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("user_id", "session_id"),
+)
+Index("ix_ts_sessions_expires_at", sessions.c.expires_at)
+
+quarantine = Table(
+    "ts_quarantine",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("user_id", String(ID_LENGTH), nullable=False),
+    Column("session_id", String(ID_LENGTH), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("team", String(128), nullable=False),
+    Column("team_version", String(64), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("agentchat_version", String(32), nullable=False),
+    Column("fingerprints", JSON, nullable=False),
+    Column("state", Text, nullable=True),
+    Column("state_bytes", Integer, nullable=False),
+    Column("row_version", BigInteger, nullable=False),
+    Column("quarantined_at", DateTime(timezone=True), nullable=False),
+)
+Index("ix_ts_quarantine_user", quarantine.c.user_id, quarantine.c.session_id)
+
+user_holds = Table(
+    "ts_user_holds",
+    metadata,
+    Column("user_id", String(ID_LENGTH), primary_key=True),
+    Column("reason", String(64), nullable=False),
+    Column("request_id", String(128), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
