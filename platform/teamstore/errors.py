@@ -135,3 +135,7 @@ class ErasureVerificationFailed(ErasureError):
 
 class ErasureConflict(ErasureError):
     """Another erasure of the same user is running."""
+
+
+class TranscriptNotFound(AuditError):
+    """No transcript object exists for that user, session or run."""
