@@ -1,0 +1,134 @@
+"""The resume-state store interface and the records it exchanges.
+
+    from teamstore.state.base import SessionKey, StateStore
+
+    row = await store.acquire(SessionKey("u1", "s1"), claim, owner="w-1", lease_ttl=300, timeout=10)
+    ...
+    await store.save(SessionKey("u1", "s1"), owner="w-1", expected_version=row.row_version, record=rec)
+
+One implementation serves SQLite and Postgres through SQLAlchemy (``teamstore.state.sql``); the
+conformance suite in ``tests/state`` runs in full against both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    """A session's only address: the exact (user_id, session_id) pair."""
+
+    user_id: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker writes into a brand-new session row when it takes the lease."""
+
+    team: str
+    team_version: str
+    schema_version: int
+    agentchat_version: str
+    fingerprints: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A session row as read back."""
+
+    user_id: str
+    session_id: str
+    team: str
+    team_version: str
+    schema_version: int
+    agentchat_version: str
+    fingerprints: Mapping[str, str]
+    state: str | None
+    state_bytes: int
+    row_version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+
+    @property
+    def key(self) -> SessionKey:
+        """This row's address."""
+        return SessionKey(self.user_id, self.session_id)
+
+    @property
+    def is_new(self) -> bool:
+        """True for a row that has never held a saved state."""
+        return self.state is None
+
+
+@dataclass(frozen=True)
+class SaveRecord:
+    """A state to save: the encoded envelope and what it was saved under."""
+
+    team: str
+    team_version: str
+    schema_version: int
+    agentchat_version: str
+    fingerprints: Mapping[str, str]
+    state: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class QuarantinedRow:
+    """A refused state, set aside with the reason."""
+
+    id: int
+    user_id: str
+    session_id: str
+    reason: str
+    detail: str
+    team: str
+    team_version: str
+    state_bytes: int
+    quarantined_at: datetime
+
+
+class StateStore(Protocol):
+    """Where resume state lives. Every method is one statement or one transaction."""
+
+    async def acquire(
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, timeout: float
+    ) -> StoredSession:
+        """Take the session's lease and read its row in one statement (creating an empty row if new)."""
+        ...
+
+    async def save(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
+    ) -> int:
+        """Write the state if the row is still at ``expected_version`` and leased to ``owner``."""
+        ...
+
+    async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
+        """Give the lease back; ``discard_empty`` removes a row that never got a state."""
+        ...
+
+    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> None:
+        """Copy a refused row to quarantine and clear its state, in one transaction."""
+        ...
+
+    async def get(self, key: SessionKey) -> StoredSession | None:
+        """Read a row without taking the lease."""
+        ...
+
+    async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
+        """Rows, newest first, optionally for one user."""
+        ...
+
+    async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
+        """Quarantined rows, newest first."""
+        ...
+
+    async def sweep_expired(self, *, batch_size: int = 500) -> int:
+        """Delete expired rows not under lease, in batches; returns how many went."""
+        ...

@@ -1,0 +1,326 @@
+"""The SQL resume-state store: Postgres in production, SQLite embedded, one code path.
+
+    from teamstore.db.engine import create_engine
+    from teamstore.state.sql import SqlStateStore
+
+    store = SqlStateStore(create_engine("postgresql://app@db/teamstore"))
+    row = await store.acquire(key, claim, owner="worker-1", lease_ttl=300, timeout=10)
+
+The lease lives in the session row. Taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE
+lease free .. RETURNING`` that also reads the row; saving is a single ``UPDATE .. WHERE row_version = :v
+AND lease_owner = :me`` that also releases. A save whose row moved on (another writer, an expired lease
+taken over, an erasure) matches nothing and raises; no update is ever lost silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Row, delete, exists, insert, literal, or_, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
+from teamstore.state.base import Claim, QuarantinedRow, SaveRecord, SessionKey, StoredSession
+from teamstore.state.schema import quarantine, sessions, user_holds
+
+_POLL_START, _POLL_MAX = 0.02, 0.25
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; every time teamstore stores is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+def now_utc() -> datetime:
+    """The current time, UTC."""
+    return datetime.now(UTC)
+
+
+def _session(row: Row[Any]) -> StoredSession:
+    m = row._mapping
+    return StoredSession(
+        user_id=m["user_id"],
+        session_id=m["session_id"],
+        team=m["team"],
+        team_version=m["team_version"],
+        schema_version=m["schema_version"],
+        agentchat_version=m["agentchat_version"],
+        fingerprints=dict(m["fingerprints"] or {}),
+        state=m["state"],
+        state_bytes=m["state_bytes"],
+        row_version=m["row_version"],
+        created_at=utc(m["created_at"]) or now_utc(),
+        updated_at=utc(m["updated_at"]) or now_utc(),
+        expires_at=utc(m["expires_at"]),
+    )
+
+
+def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"could not {action}: the database failed with {type(exc).__name__}",
+        hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
+    )
+
+
+class SqlStateStore:
+    """Resume state in any SQLAlchemy async engine on Postgres or SQLite.
+
+    Args:
+        engine: An engine the caller owns (and disposes of).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        dialect = engine.dialect.name
+        self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+    def _held(self, user_id: str) -> Any:
+        return exists().where(user_holds.c.user_id == user_id)
+
+    def _acquire_statement(self, key: SessionKey, claim: Claim, owner: str, now: datetime, ttl: float) -> Any:
+        values: dict[str, Any] = {
+            "user_id": key.user_id,
+            "session_id": key.session_id,
+            "team": claim.team,
+            "team_version": claim.team_version,
+            "schema_version": claim.schema_version,
+            "agentchat_version": claim.agentchat_version,
+            "fingerprints": dict(claim.fingerprints),
+            "state": None,
+            "state_bytes": 0,
+            "row_version": 0,
+            "created_at": now,
+            "updated_at": now,
+            "expires_at": None,
+            "lease_owner": owner,
+            "lease_until": now + timedelta(seconds=ttl),
+        }
+        source = select(*[literal(v, sessions.c[k].type).label(k) for k, v in values.items()]).where(
+            ~self._held(key.user_id)
+        )
+        stmt = self._insert(sessions).from_select(list(values), source)
+        return stmt.on_conflict_do_update(
+            index_elements=[sessions.c.user_id, sessions.c.session_id],
+            set_={"lease_owner": stmt.excluded.lease_owner, "lease_until": stmt.excluded.lease_until},
+            where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now),
+        ).returning(*sessions.c)
+
+    async def _try_acquire(self, key: SessionKey, claim: Claim, owner: str, ttl: float) -> StoredSession | None:
+        stmt = self._acquire_statement(key, claim, owner, now_utc(), ttl)
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(stmt)).first()
+        return _session(row) if row is not None else None
+
+    async def _is_held(self, user_id: str) -> bool:
+        async with self.engine.connect() as conn:
+            return (await conn.execute(select(self._held(user_id)))).scalar_one() is True
+
+    async def acquire(
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, timeout: float
+    ) -> StoredSession:
+        """Take the lease and read the row in one statement, waiting up to ``timeout`` for a busy one.
+
+        Raises:
+            SessionBusy: Another worker kept the lease past ``timeout``.
+            ErasureInProgress: An erasure request holds this user.
+            StoreUnavailable: The database failed.
+        """
+        deadline, pause = time.monotonic() + timeout, _POLL_START
+        while True:
+            try:
+                row = await self._try_acquire(key, claim, owner, lease_ttl)
+                if row is not None:
+                    return row
+                if await self._is_held(key.user_id):
+                    raise ErasureInProgress(
+                        "an erasure request is open for this user; no session may start",
+                        hint="wait for the erasure to complete; the user can then start over",
+                    )
+            except SQLAlchemyError as exc:
+                raise _unavailable(exc, "take the session lease") from exc
+            if time.monotonic() >= deadline:
+                raise SessionBusy(
+                    f"session is in use by another worker (waited {timeout:.1f}s)",
+                    hint="retry later, or raise lease_timeout_seconds; a crashed worker's lease expires on its own",
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_MAX)
+
+    async def save(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
+    ) -> int:
+        """Write ``record`` in one transaction if nothing moved since the load.
+
+        Returns:
+            The new row version.
+
+        Raises:
+            StaleStateVersion: The row changed, vanished, or its lease was taken over.
+            ErasureInProgress: An erasure request holds this user.
+            StoreUnavailable: The database failed; the previous state is intact.
+        """
+        now = now_utc()
+        values: dict[str, Any] = {
+            "team": record.team,
+            "team_version": record.team_version,
+            "schema_version": record.schema_version,
+            "agentchat_version": record.agentchat_version,
+            "fingerprints": dict(record.fingerprints),
+            "state": record.state,
+            "state_bytes": len(record.state.encode()),
+            "row_version": sessions.c.row_version + 1,
+            "updated_at": now,
+            "expires_at": record.expires_at,
+        }
+        if release:
+            values.update(lease_owner=None, lease_until=None)
+        stmt = (
+            update(sessions)
+            .where(*self._where(key), sessions.c.row_version == expected_version)
+            .where(sessions.c.lease_owner == owner, ~self._held(key.user_id))
+            .values(values)
+            .returning(sessions.c.row_version)
+        )
+        try:
+            async with self.engine.begin() as conn:
+                new_version = (await conn.execute(stmt)).scalar_one_or_none()
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "save the session state") from exc
+        if new_version is None:
+            await self._explain_lost_save(key, expected_version)
+        return int(new_version or 0)
+
+    async def _explain_lost_save(self, key: SessionKey, expected_version: int) -> None:
+        if await self._is_held(key.user_id):
+            raise ErasureInProgress(
+                "an erasure request opened for this user while the run was in flight; the state was not saved",
+                hint="nothing to fix: the user is being erased",
+            )
+        current = await self.get(key)
+        found = "gone" if current is None else f"at version {current.row_version}"
+        raise StaleStateVersion(
+            f"session changed under this worker: loaded version {expected_version}, row is {found} "
+            "(another writer saved, or this worker's lease expired and was taken over)",
+            hint="reload the session and run again; raise lease_ttl_seconds if runs outlive the lease",
+        )
+
+    def _where(self, key: SessionKey) -> tuple[Any, Any]:
+        return sessions.c.user_id == key.user_id, sessions.c.session_id == key.session_id
+
+    async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
+        """Give the lease back in one statement; a never-saved row is removed instead."""
+        mine = (*self._where(key), sessions.c.lease_owner == owner)
+        if discard_empty:
+            stmt: Any = delete(sessions).where(*mine, sessions.c.state.is_(None), sessions.c.row_version == 0)
+        else:
+            stmt = update(sessions).where(*mine).values(lease_owner=None, lease_until=None)
+        try:
+            async with self.engine.begin() as conn:
+                result = await conn.execute(stmt)
+                if discard_empty and result.rowcount == 0:
+                    await conn.execute(update(sessions).where(*mine).values(lease_owner=None, lease_until=None))
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "release the session lease") from exc
+
+    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> None:
+        """Copy the refused row to ``ts_quarantine`` and clear its state, in one transaction."""
+        record = {
+            "user_id": row.user_id,
+            "session_id": row.session_id,
+            "reason": reason[:64],
+            "detail": detail,
+            "team": row.team,
+            "team_version": row.team_version,
+            "schema_version": row.schema_version,
+            "agentchat_version": row.agentchat_version,
+            "fingerprints": dict(row.fingerprints),
+            "state": row.state,
+            "state_bytes": row.state_bytes,
+            "row_version": row.row_version,
+            "quarantined_at": now_utc(),
+        }
+        clear = (
+            update(sessions)
+            .where(*self._where(row.key), sessions.c.lease_owner == owner)
+            .values(state=None, state_bytes=0)
+        )
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(insert(quarantine).values(record))
+                await conn.execute(clear)
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "quarantine a refused state") from exc
+
+    async def _fetch(self, stmt: Any) -> list[Row[Any]]:
+        try:
+            async with self.engine.connect() as conn:
+                return list((await conn.execute(stmt)).all())
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "read sessions") from exc
+
+    async def get(self, key: SessionKey) -> StoredSession | None:
+        """Read one row without the lease."""
+        rows = await self._fetch(select(sessions).where(*self._where(key)))
+        return _session(rows[0]) if rows else None
+
+    async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
+        """Saved rows, most recently updated first."""
+        stmt = select(sessions).where(sessions.c.state.is_not(None))
+        if user_id is not None:
+            stmt = stmt.where(sessions.c.user_id == user_id)
+        rows = await self._fetch(stmt.order_by(sessions.c.updated_at.desc()).limit(limit))
+        return [_session(r) for r in rows]
+
+    async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
+        """Quarantined rows, newest first."""
+        stmt = select(quarantine)
+        if user_id is not None:
+            stmt = stmt.where(quarantine.c.user_id == user_id)
+        rows = await self._fetch(stmt.order_by(quarantine.c.id.desc()).limit(limit))
+        return [_quarantined(r._mapping) for r in rows]
+
+    async def sweep_expired(self, *, batch_size: int = 500) -> int:
+        """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted."""
+        total = 0
+        while True:
+            count = await self._sweep_batch(batch_size)
+            total += count
+            if count < batch_size:
+                return total
+
+    async def _sweep_batch(self, batch_size: int) -> int:
+        now = now_utc()
+        victims = (
+            select(sessions.c.user_id, sessions.c.session_id)
+            .where(sessions.c.expires_at < now)
+            .where(or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
+            .limit(batch_size)
+        )
+        stmt = delete(sessions).where(tuple_(sessions.c.user_id, sessions.c.session_id).in_(victims))
+        try:
+            async with self.engine.begin() as conn:
+                return int((await conn.execute(stmt)).rowcount or 0)
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "sweep expired sessions") from exc
+
+
+def _quarantined(m: Mapping[str, Any]) -> QuarantinedRow:
+    return QuarantinedRow(
+        id=m["id"],
+        user_id=m["user_id"],
+        session_id=m["session_id"],
+        reason=m["reason"],
+        detail=m["detail"],
+        team=m["team"],
+        team_version=m["team_version"],
+        state_bytes=m["state_bytes"],
+        quarantined_at=utc(m["quarantined_at"]) or now_utc(),
+    )
