@@ -58,3 +58,7 @@ class RegistryConflict(RegistryError):
 
 class SecretUnavailable(RegistryError):
     """A secret reference could not be resolved when building a team (e.g. an unset environment variable)."""
+
+
+class FactoryInvalid(RegistryError):
+    """A ``module:function`` factory could not be imported, raised, or returned something that is not a team."""

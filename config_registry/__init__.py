@@ -1,0 +1,52 @@
+"""config_registry: AutoGen team definitions versioned in git, validated, diffed and built fresh.
+
+    from config_registry import Manifest, Registry
+
+    registry = Registry("./registry")
+    registry.add("support_triage", team.dump_component(),
+                 Manifest(name="support_triage", persist=["researcher"], context_bound=20),
+                 "first version", label="production")
+    built = registry.build("support_triage")          # label production, else the latest version
+    result = await built.team.run(task="hi")
+
+This package never imports ``teamstore``: the runtime registers its bounding contexts through
+:mod:`config_registry.bounds`.
+"""
+
+from __future__ import annotations
+
+from config_registry.diff import CompatibilityReport, SemanticDiff
+from config_registry.errors import (
+    DefinitionInvalid,
+    FactoryInvalid,
+    RegistryConflict,
+    RegistryCorrupt,
+    RegistryError,
+    SecretUnavailable,
+    TeamstoreError,
+    UnknownTeam,
+    UnknownVersion,
+)
+from config_registry.manifest import Manifest
+from config_registry.registry import Registry
+from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
+
+__all__ = [
+    "BuiltTeam",
+    "CompatibilityReport",
+    "DefinitionInvalid",
+    "FactoryInvalid",
+    "HistoryEntry",
+    "Manifest",
+    "Registry",
+    "RegistryConflict",
+    "RegistryCorrupt",
+    "RegistryError",
+    "SecretUnavailable",
+    "SemanticDiff",
+    "TeamDefinition",
+    "TeamSummary",
+    "TeamstoreError",
+    "UnknownTeam",
+    "UnknownVersion",
+]

@@ -1,0 +1,269 @@
+"""Semantic diffs between two versions, and whether state saved under one loads under the other.
+
+from config_registry.diff import semantic_diff, compatibility
+
+change = semantic_diff(old_definition, new_definition)
+print(change.lines())             # ["participant 'researcher' renamed to 'investigator'", ...]
+report = compatibility(old_definition, new_definition)
+assert not report.compatible, report.reasons
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from config_registry.fingerprint import fingerprint_inputs
+from config_registry.secrets import references
+from config_registry.types import TeamDefinition
+from config_registry.validate import participant_names, participants, source_code_tools
+
+
+@dataclass
+class SemanticDiff:
+    """What changed between two versions of a team, by meaning rather than by text.
+
+    Each ``dict`` maps a participant (or a setting) to ``[before, after]``.
+    """
+
+    name: str
+    a: str
+    b: str
+    team_type: list[str] | None = None
+    participants_added: list[str] = field(default_factory=list)
+    participants_removed: list[str] = field(default_factory=list)
+    participants_renamed: dict[str, str] = field(default_factory=dict)
+    agent_types: dict[str, list[str]] = field(default_factory=dict)
+    system_messages: dict[str, list[str]] = field(default_factory=dict)
+    models: dict[str, list[str]] = field(default_factory=dict)
+    tools: dict[str, list[list[str]]] = field(default_factory=dict)
+    model_contexts: dict[str, list[Any]] = field(default_factory=dict)
+    termination: list[Any] | None = None
+    persistence: dict[str, list[Any]] = field(default_factory=dict)
+    allowances: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        """True if anything differs."""
+        return bool(self.lines())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view, with the human-readable ``changes`` lines included."""
+        return {**asdict(self), "changes": self.lines()}
+
+    def lines(self) -> list[str]:
+        """One sentence per change, in a stable order."""
+        out: list[str] = []
+        if self.team_type:
+            out.append(f"team type {self.team_type[0]} -> {self.team_type[1]}")
+        out += [f"participant {old!r} renamed to {new!r}" for old, new in self.participants_renamed.items()]
+        out += [f"participant {n!r} added" for n in self.participants_added]
+        out += [f"participant {n!r} removed" for n in self.participants_removed]
+        out += [f"{n}: agent type {a} -> {b}" for n, (a, b) in self.agent_types.items()]
+        out += [f"{n}: system message changed" for n in self.system_messages]
+        out += [f"{n}: model {a} -> {b}" for n, (a, b) in self.models.items()]
+        for n, (added, removed) in self.tools.items():
+            out += [f"{n}: tool {t!r} added" for t in added] + [f"{n}: tool {t!r} removed" for t in removed]
+        out += [f"{n}: model context {a} -> {b}" for n, (a, b) in self.model_contexts.items()]
+        if self.termination:
+            out.append(f"termination {self.termination[0]} -> {self.termination[1]}")
+        out += [f"persistence: {k} {a} -> {b}" for k, (a, b) in self.persistence.items()]
+        out += [f"allowance: {k} {a} -> {b}" for k, (a, b) in self.allowances.items()]
+        return out
+
+
+@dataclass
+class CompatibilityReport:
+    """Whether resume state saved under version ``a`` can be loaded under version ``b``.
+
+    Attributes:
+        compatible: False if any persisted participant's stored state would not load.
+        reasons: One sentence per breaking change, naming the participant.
+        notes: Changes that do not break stored state but are worth knowing.
+        fingerprints: ``{"a": {...}, "b": {...}}``, the persisted participants' fingerprints.
+    """
+
+    name: str
+    a: str
+    b: str
+    compatible: bool
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fingerprints: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return asdict(self)
+
+
+def _by_name(definition: TeamDefinition) -> dict[str, dict[str, Any]]:
+    component = definition.component
+    return dict(zip(participant_names(component), participants(component), strict=True))
+
+
+def _summary(component: dict[str, Any] | None) -> str:
+    """A short text for a nested component: its class name and its non-default config, compactly."""
+    if not component:
+        return "none"
+    cls = str(component.get("provider", "?")).rsplit(".", 1)[-1]
+    config = component.get("config") or {}
+    if "conditions" in config:
+        inner = f" {config.get('operator', 'or')} ".join(_summary(c) for c in config["conditions"])
+        return f"({inner})"
+    simple = {k: v for k, v in sorted(config.items()) if isinstance(v, str | int | float | bool)}
+    return f"{cls}({', '.join(f'{k}={v}' for k, v in simple.items())})"
+
+
+def _model(agent: dict[str, Any]) -> str:
+    client = (agent.get("config") or {}).get("model_client") or {}
+    provider = str(client.get("provider", "none")).rsplit(".", 1)[-1]
+    model = (client.get("config") or {}).get("model") or (client.get("config") or {}).get("azure_deployment")
+    return f"{provider}:{model}" if model else provider
+
+
+def _tools(agent: dict[str, Any]) -> set[str]:
+    config = agent.get("config") or {}
+    found = {str((t.get("config") or {}).get("name")) for t in config.get("tools") or []}
+    for bench in config.get("workbench") or []:
+        found |= {
+            str((t.get("config") or {}).get("name")) for t in (bench.get("config") or {}).get("tools") or []
+        }
+    return found
+
+
+def _renames(old: list[str], new: list[str], a: dict[str, Any], b: dict[str, Any]) -> dict[str, str]:
+    """A removed and an added participant at the same position with the same agent type: a rename."""
+    removed, added = [n for n in old if n not in new], [n for n in new if n not in old]
+    renamed: dict[str, str] = {}
+    for name in removed:
+        index = old.index(name)
+        if (
+            index < len(new)
+            and new[index] in added
+            and a[name].get("provider") == b[new[index]].get("provider")
+        ):
+            renamed[name] = new[index]
+    return renamed
+
+
+def _compare_participant(diff: SemanticDiff, label: str, x: dict[str, Any], y: dict[str, Any]) -> None:
+    if x.get("provider") != y.get("provider"):
+        diff.agent_types[label] = [str(x.get("provider")), str(y.get("provider"))]
+    cx, cy = x.get("config") or {}, y.get("config") or {}
+    if cx.get("system_message") != cy.get("system_message"):
+        diff.system_messages[label] = [str(cx.get("system_message")), str(cy.get("system_message"))]
+    if _model(x) != _model(y):
+        diff.models[label] = [_model(x), _model(y)]
+    tx, ty = _tools(x), _tools(y)
+    if tx != ty:
+        diff.tools[label] = [sorted(ty - tx), sorted(tx - ty)]
+    if _summary(cx.get("model_context")) != _summary(cy.get("model_context")):
+        diff.model_contexts[label] = [_summary(cx.get("model_context")), _summary(cy.get("model_context"))]
+
+
+def _settings(definition: TeamDefinition) -> tuple[dict[str, Any], dict[str, Any]]:
+    m = definition.manifest
+    persistence = {
+        "persist": sorted(m.persist),
+        "context_bound": m.context_bound,
+        "state_ttl_days": m.state_ttl_days,
+    }
+    allowances = {
+        "allow_source_code_tools": m.allow_source_code_tools,
+        "source_code_tools": source_code_tools(definition.component),
+        "allowed_providers": sorted(m.allowed_providers),
+        "secrets": references(definition.component),
+    }
+    return persistence, allowances
+
+
+def semantic_diff(a: TeamDefinition, b: TeamDefinition) -> SemanticDiff:
+    """Compare two versions of a team by meaning.
+
+    Args:
+        a: The older (or "from") definition.
+        b: The newer (or "to") definition.
+
+    Returns:
+        The differences: participants, prompts, models, tools, contexts, termination, persistence, allowances.
+    """
+    diff = SemanticDiff(name=b.name, a=a.version, b=b.version)
+    if a.component.get("provider") != b.component.get("provider"):
+        diff.team_type = [str(a.component.get("provider")), str(b.component.get("provider"))]
+    pa, pb = _by_name(a), _by_name(b)
+    diff.participants_renamed = _renames(list(pa), list(pb), pa, pb)
+    diff.participants_added = [n for n in pb if n not in pa and n not in diff.participants_renamed.values()]
+    diff.participants_removed = [n for n in pa if n not in pb and n not in diff.participants_renamed]
+    pairs = [(n, n, n) for n in pa if n in pb] + [
+        (f"{o}->{n}", o, n) for o, n in diff.participants_renamed.items()
+    ]
+    for label, old, new in pairs:
+        _compare_participant(diff, label, pa[old], pb[new])
+    ta = _summary((a.component.get("config") or {}).get("termination_condition"))
+    tb = _summary((b.component.get("config") or {}).get("termination_condition"))
+    if ta != tb:
+        diff.termination = [ta, tb]
+    for (key, x), (_k, y) in zip(_flat(a), _flat(b), strict=True):
+        if x != y:
+            target = diff.persistence if key.startswith("persistence.") else diff.allowances
+            target[key.split(".", 1)[1]] = [x, y]
+    return diff
+
+
+def _flat(definition: TeamDefinition) -> list[tuple[str, Any]]:
+    persistence, allowances = _settings(definition)
+    return [(f"persistence.{k}", v) for k, v in persistence.items()] + [
+        (f"allowances.{k}", v) for k, v in allowances.items()
+    ]
+
+
+def _explain(name: str, x: dict[str, Any], y: dict[str, Any]) -> list[str]:
+    fa, fb = fingerprint_inputs(x), fingerprint_inputs(y)
+    reasons = []
+    if fa["provider"] != fb["provider"]:
+        reasons.append(f"{name}: agent type changed {fa['provider']} -> {fb['provider']}")
+    if fa["component_version"] != fb["component_version"]:
+        reasons.append(
+            f"{name}: agent component_version changed {fa['component_version']} -> {fb['component_version']}"
+        )
+    ba, bb = fa["bound"] or {}, fb["bound"] or {}
+    for key in sorted(set(ba) | set(bb)):
+        if ba.get(key) != bb.get(key):
+            what = "context provider" if key == "provider" else f"context bound changed {key}"
+            reasons.append(f"{name}: {what} {ba.get(key)} -> {bb.get(key)}")
+    return reasons or [f"{name}: fingerprint changed"]
+
+
+def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
+    """Whether resume state saved under ``a`` loads under ``b``, with a reason per persisted participant.
+
+    Args:
+        a: The definition the state was saved under.
+        b: The definition it would be loaded under.
+
+    Returns:
+        The report; ``compatible`` is False if any persisted participant of ``a`` was renamed, removed,
+        retyped, or had its context bound changed.
+    """
+    pa, pb = _by_name(a), _by_name(b)
+    report = CompatibilityReport(
+        name=b.name,
+        a=a.version,
+        b=b.version,
+        compatible=True,
+        fingerprints={"a": dict(a.fingerprints), "b": dict(b.fingerprints)},
+    )
+    for name, print_a in sorted(a.fingerprints.items()):
+        if name not in pb:
+            report.reasons.append(f"persisted participant {name!r} was renamed or removed")
+        elif name not in b.fingerprints:
+            report.notes.append(f"{name!r} is no longer persisted: its saved state will be dropped")
+        elif print_a != b.fingerprints[name]:
+            report.reasons.extend(_explain(name, pa[name], pb[name]))
+    for name in sorted(set(b.fingerprints) - set(a.fingerprints)):
+        report.notes.append(f"{name!r} is newly persisted: it starts with fresh state")
+    report.compatible = not report.reasons
+    return report
+
+
+__all__ = ["CompatibilityReport", "SemanticDiff", "compatibility", "semantic_diff"]

@@ -1,0 +1,239 @@
+"""The git repository under the registry: plain files, one commit per change, one writer at a time.
+
+    from config_registry.gitrepo import GitRepo
+
+    repo = GitRepo.open_or_init(path)
+    with repo.lock(timeout=10):
+        repo.ensure_clean(["teams", "labels"])
+        repo.write_json("teams/support_triage/manifest.json", {"name": "support_triage"})
+        sha = repo.commit(["teams/support_triage"], "register support_triage", author=None)
+
+Everything goes through the ``git`` command line, so the repository is an ordinary one that people can
+clone, review and push. No global git identity is needed: defaults are passed with ``-c``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from config_registry.errors import RegistryConflict, RegistryCorrupt, RegistryError
+
+DEFAULT_NAME = "teamstore"
+DEFAULT_EMAIL = "teamstore@localhost"
+LOCK_FILE = "teamstore-registry.lock"
+_README = """# teamstore registry
+
+Team definitions managed by `teamstore registry`. One folder per team under `teams/`
+(`component.json`, `manifest.json`); labels under `labels/` (`<team>.json` and an append-only
+`<team>.log.jsonl`). Every change is a commit; edit through the CLI, not by hand.
+"""
+
+
+def dump_json(data: Any) -> str:
+    """Stable, diff-friendly JSON: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+class GitRepo:
+    """A registry repository driven through the ``git`` CLI.
+
+    Args:
+        path: The repository's top-level folder.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def open_or_init(cls, path: Path) -> GitRepo:
+        """Open the repository at ``path``, creating it (with a first commit) if absent or empty.
+
+        Raises:
+            RegistryCorrupt: ``path`` is a file, or a non-empty folder that is not a git repository's top level.
+        """
+        path = Path(path).expanduser().absolute()
+        if path.exists() and not path.is_dir():
+            raise RegistryCorrupt(
+                f"registry path {path} is a file", hint="point TEAMSTORE_REGISTRY_PATH at a folder"
+            )
+        repo = cls(path)
+        if not path.exists() or not any(path.iterdir()):
+            repo._init()
+        elif not repo._is_toplevel():
+            raise RegistryCorrupt(
+                f"registry path {path} exists but is not a git repository",
+                hint="point TEAMSTORE_REGISTRY_PATH at an empty folder, a new path or an existing registry",
+            )
+        return repo
+
+    def _is_toplevel(self) -> bool:
+        result = subprocess.run(
+            ["git", "-C", str(self.path), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return result.returncode == 0 and Path(result.stdout.strip()).resolve() == self.path.resolve()
+
+    def _init(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.git("init", "-q")
+        self.git("symbolic-ref", "HEAD", "refs/heads/main")
+        (self.path / "README.md").write_text(_README, encoding="utf-8")
+        self.commit(["README.md"], "Create the teamstore registry")
+
+    def git(self, *args: str, check: bool = True) -> str:
+        """Run git in the repository and return stdout.
+
+        Raises:
+            RegistryError: git failed (its stderr is in the message).
+        """
+        command = [
+            "git",
+            "-c",
+            f"user.name={DEFAULT_NAME}",
+            "-c",
+            f"user.email={DEFAULT_EMAIL}",
+            "-c",
+            "core.quotepath=off",
+            "-C",
+            str(self.path),
+            *args,
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if check and result.returncode != 0:
+            raise RegistryError(
+                f"git {' '.join(args[:2])} failed in {self.path}: {result.stderr.strip()}",
+                hint="check the repository with 'git status' and 'git log'",
+            )
+        return result.stdout
+
+    def dirty(self, paths: Sequence[str]) -> list[str]:
+        """Uncommitted (staged, unstaged or untracked) files under ``paths``."""
+        out = self.git("status", "--porcelain", "--untracked-files=all", "--", *paths)
+        return [line[3:] for line in out.splitlines() if line.strip()]
+
+    def ensure_clean(self, paths: Sequence[str]) -> None:
+        """Refuse to work on a repository with uncommitted edits under ``paths``.
+
+        Raises:
+            RegistryCorrupt: Naming the edited files.
+        """
+        edited = self.dirty(paths)
+        if edited:
+            raise RegistryCorrupt(
+                f"registry {self.path} has uncommitted edits: {', '.join(edited[:5])}",
+                hint="commit or discard them (git -C <registry> status) before using the registry",
+            )
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float) -> Iterator[None]:
+        """Hold the registry's exclusive write lock (``flock`` on a file inside ``.git``).
+
+        Raises:
+            RegistryConflict: Another writer held it for longer than ``timeout`` seconds.
+        """
+        lock_path = Path(self.git("rev-parse", "--absolute-git-dir").strip()) / LOCK_FILE
+        with open(lock_path, "a+") as handle:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise RegistryConflict(
+                            f"another registration holds the registry lock {lock_path} (waited {timeout:g}s)",
+                            hint="retry when the other registration has finished",
+                        ) from None
+                    time.sleep(0.05)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def write_json(self, relative: str, data: Any) -> None:
+        """Write ``data`` as stable JSON at ``relative`` (folders created)."""
+        target = self.path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(dump_json(data), encoding="utf-8")
+
+    def append_line(self, relative: str, data: Any) -> None:
+        """Append one compact JSON line to ``relative`` (an append-only log)."""
+        target = self.path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, sort_keys=True, ensure_ascii=False) + "\n")
+
+    def commit(self, paths: Sequence[str], message: str, author: str | None = None) -> str | None:
+        """Commit ``paths``; return the new sha, or ``None`` if nothing changed.
+
+        Args:
+            paths: Files or folders to stage and commit.
+            message: The commit message.
+            author: ``"Name <email>"`` or a bare name; defaults to ``GIT_AUTHOR_*`` or ``teamstore``.
+        """
+        self.git("add", "-A", "--", *paths)
+        if not self.git("diff", "--cached", "--name-only", "--", *paths).strip():
+            return None
+        args = ["commit", "-q", "--no-verify", "-m", message]
+        if author:
+            args.append(f"--author={normalise_author(author)}")
+        self.git(*args, "--", *paths)
+        return self.git("rev-parse", "HEAD").strip()
+
+    def discard(self, paths: Sequence[str]) -> None:
+        """Throw away uncommitted changes under ``paths`` (after a failed write)."""
+        self.git("reset", "-q", "--", *paths, check=False)
+        self.git("checkout", "-q", "--", *paths, check=False)
+        self.git("clean", "-fdq", "--", *paths, check=False)
+
+    def show(self, version: str, relative: str) -> str | None:
+        """The text of ``relative`` at ``version``, or ``None`` if it does not exist there."""
+        result = subprocess.run(
+            ["git", "-C", str(self.path), "show", f"{version}:{relative}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return result.stdout if result.returncode == 0 else None
+
+    def log(self, *paths: str) -> list[dict[str, str]]:
+        """Commits touching ``paths``, newest first: sha, author, ISO time, subject."""
+        fmt = "%H%x1f%an <%ae>%x1f%aI%x1f%s%x1e"
+        out = self.git("log", f"--format={fmt}", "--", *paths)
+        rows = []
+        for record in out.split("\x1e"):
+            parts = record.strip("\n").split("\x1f")
+            if len(parts) == 4:
+                rows.append(dict(zip(("commit", "author", "time", "message"), parts, strict=True)))
+        return rows
+
+
+def normalise_author(author: str) -> str:
+    """``"Name <email>"`` as given, or ``"name <name@teamstore.invalid>"`` for a bare name."""
+    if re.search(r"<[^>]*>\s*$", author):
+        return author.strip()
+    return f"{author.strip()} <{re.sub(r'[^A-Za-z0-9._-]+', '.', author.strip()) or 'unknown'}@teamstore.invalid>"
+
+
+def default_actor() -> str:
+    """Who is acting, for label moves: ``GIT_AUTHOR_NAME``, else the login name."""
+    name = os.environ.get("GIT_AUTHOR_NAME")
+    if name:
+        return name
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return DEFAULT_NAME

@@ -1,0 +1,115 @@
+"""The manifest: what a platform team declares about a team definition besides its component JSON.
+
+from config_registry.manifest import Manifest
+
+manifest = Manifest(
+    name="support_triage",
+    persist=["researcher"],
+    context_bound=20,
+    secrets={"participants.0.config.model_client.config.api_key": "env:OPENAI_API_KEY"},
+)
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from config_registry.errors import DefinitionInvalid
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+SECRET_REFERENCE = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
+BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = (
+    "autogen_agentchat.",
+    "autogen_core.",
+    "autogen_ext.",
+    "teamstore.",
+)
+
+
+def validate_name(value: str, *, what: str = "team name", field: str = "name") -> str:
+    """Check a team or label name: lowercase letters, digits, ``_`` and ``-``; no ``/`` or ``..``.
+
+    Args:
+        value: The name.
+        what: What the name is, for the message.
+        field: The field to name in the error.
+
+    Returns:
+        The name, unchanged.
+
+    Raises:
+        DefinitionInvalid: The name has other characters, is empty or longer than 64 characters.
+    """
+    if not NAME_PATTERN.match(value):
+        raise DefinitionInvalid(
+            f"{what} {value!r} is not allowed",
+            field=field,
+            hint="use 1-64 lowercase letters, digits, '_' or '-', starting with a letter or digit",
+        )
+    return value
+
+
+class Manifest(BaseModel):
+    """What a team definition declares beyond its component JSON.
+
+    Attributes:
+        name: The team's registry name.
+        description: One line on what the team does.
+        owner: Who to ask about it.
+        persist: Participants opted in to resume state.
+        context_bound: The most messages a persisted participant's bounding context may keep.
+        allowed_providers: Provider prefixes allowed beyond AutoGen's own and teamstore's.
+        allow_source_code_tools: Allow tools that carry Python source (``FunctionTool``), which loading executes.
+        secrets: JSON path (under the root component's ``config``) -> reference such as ``env:OPENAI_API_KEY``.
+        state_ttl_days: How long resume state for this team lives; ``None`` leaves it to the runtime.
+        notes: Free text for reviewers.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    owner: str = ""
+    persist: list[str] = Field(default_factory=list)
+    context_bound: int | None = Field(default=None, gt=0)
+    allowed_providers: list[str] = Field(default_factory=list)
+    allow_source_code_tools: bool = False
+    secrets: dict[str, str] = Field(default_factory=dict)
+    state_ttl_days: float | None = Field(default=None, gt=0)
+    notes: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError("use 1-64 lowercase letters, digits, '_' or '-' (no '/' or '..')")
+        return value
+
+    @field_validator("persist")
+    @classmethod
+    def _persist_unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a participant more than once")
+        return value
+
+    @field_validator("allowed_providers")
+    @classmethod
+    def _prefixes(cls, value: list[str]) -> list[str]:
+        for prefix in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*$", prefix):
+                raise ValueError(f"{prefix!r} is not a module prefix such as 'mycompany.agents.'")
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _references(cls, value: dict[str, str]) -> dict[str, str]:
+        for path, reference in value.items():
+            if not SECRET_REFERENCE.match(reference):
+                raise ValueError(f"{path}: reference {reference!r} must look like 'env:VARIABLE_NAME'")
+        return value
+
+    def provider_prefixes(self) -> tuple[str, ...]:
+        """Every allowed provider prefix: AutoGen's, teamstore's and the manifest's own."""
+        return BUILTIN_PROVIDER_PREFIXES + tuple(self.allowed_providers)

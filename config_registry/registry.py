@@ -1,0 +1,442 @@
+"""The config registry: team definitions versioned in a git repository.
+
+    from config_registry import Manifest, Registry
+
+    registry = Registry("./registry")
+    version = registry.add("support_triage", team.dump_component(), Manifest(name="support_triage",
+                           persist=["researcher"], context_bound=20), "first version", label="production")
+    built = registry.build("support_triage@production")
+    report = registry.check("support_triage", "production", version)
+
+Layout: ``teams/<name>/component.json`` and ``manifest.json``; ``labels/<name>.json`` (label -> version)
+and ``labels/<name>.log.jsonl`` (every move: who, when, why). A version is the last commit that touched
+``teams/<name>/``, so moving a label never changes a version.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from autogen_core import ComponentModel
+from pydantic import ValidationError
+
+from config_registry.build import Transform, build_team
+from config_registry.diff import CompatibilityReport, SemanticDiff, compatibility, semantic_diff
+from config_registry.errors import (
+    DefinitionInvalid,
+    FactoryInvalid,
+    RegistryCorrupt,
+    UnknownTeam,
+    UnknownVersion,
+)
+from config_registry.fingerprint import fingerprints
+from config_registry.gitrepo import GitRepo, default_actor
+from config_registry.manifest import Manifest, validate_name
+from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
+from config_registry.validate import kind_of, validate_definition
+
+DEFAULT_LABEL = "production"
+_TRACKED = ("teams", "labels")
+
+
+class Registry:
+    """A git-backed registry of team definitions.
+
+    Args:
+        path: The repository folder; created with ``git init`` if absent or empty.
+        lock_timeout: Seconds a writer waits for another writer before :class:`RegistryConflict`.
+
+    Raises:
+        RegistryCorrupt: ``path`` exists and is not a git repository, or has uncommitted edits under
+            ``teams/`` or ``labels/``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> None:
+        self.repo = GitRepo.open_or_init(Path(path))
+        self.path = self.repo.path
+        self.lock_timeout = lock_timeout
+        self.repo.ensure_clean(_TRACKED)
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Registry:
+        """Same as ``Registry(path)``."""
+        return cls(path, lock_timeout=lock_timeout)
+
+    # --- writing -------------------------------------------------------------------------------------------
+    def add(
+        self,
+        name: str,
+        component: Mapping[str, Any] | ComponentModel,
+        manifest: Manifest,
+        message: str,
+        label: str | None = None,
+        author: str | None = None,
+    ) -> str:
+        """Validate and register a definition; one commit.
+
+        Args:
+            name: The team's registry name (must equal ``manifest.name``).
+            component: ``team.dump_component()`` or its JSON.
+            manifest: What the definition declares (persisted participants, allow-lists, secrets ...).
+            message: The commit message: why this version exists.
+            label: Also point this label at the new version.
+            author: ``"Name <email>"``; defaults to ``GIT_AUTHOR_*`` or ``teamstore``.
+
+        Returns:
+            The version (full commit sha). Registering an unchanged definition returns the current version.
+
+        Raises:
+            DefinitionInvalid: A check failed; nothing was written.
+            RegistryConflict: Another writer held the lock too long.
+            RegistryCorrupt: The repository has uncommitted edits.
+        """
+        validate_name(name)
+        if manifest.name != name:
+            raise DefinitionInvalid(
+                f"manifest name {manifest.name!r} differs from the team name {name!r}",
+                field="manifest.name",
+                hint=f"register it as {manifest.name!r} or set the manifest's name to {name!r}",
+            )
+        if label is not None:
+            validate_name(label, what="label", field="label")
+        if not message.strip():
+            raise DefinitionInvalid(
+                "the commit message is empty", field="message", hint="say why this version exists"
+            )
+        stored = validate_definition(_as_json(component), manifest)
+        with self.repo.lock(self.lock_timeout):
+            self.repo.ensure_clean(_TRACKED)
+            version = self._commit_definition(name, stored, manifest, message, author)
+            if label is not None:
+                self._move_label(name, version, label, f"registered with label {label}: {message}", author)
+        return version
+
+    def _commit_definition(
+        self, name: str, stored: dict[str, Any], manifest: Manifest, message: str, author: str | None
+    ) -> str:
+        folder = f"teams/{name}"
+        try:
+            self.repo.write_json(f"{folder}/component.json", stored)
+            self.repo.write_json(f"{folder}/manifest.json", manifest.model_dump(mode="json"))
+            sha = self.repo.commit([folder], message, author)
+        except BaseException:
+            self.repo.discard([folder])
+            raise
+        return sha or self._latest(name)
+
+    def add_from_factory(
+        self,
+        factory: str,
+        manifest: Manifest,
+        message: str,
+        label: str | None = None,
+        author: str | None = None,
+    ) -> str:
+        """Build a team with ``module:function`` and register its dump.
+
+        Args:
+            factory: ``"package.module:function"``; the function takes no arguments and returns a team or agent.
+            manifest: As for :meth:`add`; its ``name`` is the team's name.
+            message: The commit message.
+            label: Also point this label at the new version.
+            author: As for :meth:`add`.
+
+        Returns:
+            The version.
+
+        Raises:
+            FactoryInvalid: The factory cannot be imported, raises, or returns something that is not a team.
+            DefinitionInvalid: As for :meth:`add`.
+        """
+        built = _call_factory(factory)
+        try:
+            dumped = built.dump_component()
+        except Exception as exc:  # a team that cannot dump itself cannot be registered; say why
+            raise FactoryInvalid(
+                f"the team from {factory} cannot be dumped: {type(exc).__name__}: {exc}",
+                hint="every participant, model client and tool must be an AutoGen component",
+            ) from exc
+        return self.add(manifest.name, dumped, manifest, message, label=label, author=author)
+
+    def label(
+        self, name: str, version_or_label: str, label: str, reason: str, who: str | None = None
+    ) -> None:
+        """Point ``label`` at a version of ``name`` (rollback = move it back); the move is recorded.
+
+        Args:
+            name: The team.
+            version_or_label: A version (sha or unique prefix of at least 7) or another label.
+            label: The label to set or move, e.g. ``production``.
+            reason: Why; kept in the append-only move log.
+            who: Who moved it; defaults to ``GIT_AUTHOR_NAME`` or the login name.
+
+        Raises:
+            UnknownTeam, UnknownVersion: The team or version does not exist.
+            DefinitionInvalid: The label name is not allowed or the reason is empty.
+        """
+        validate_name(label, what="label", field="label")
+        if not reason.strip():
+            raise DefinitionInvalid(
+                "a label move needs a reason", field="reason", hint="say why, e.g. --reason 'rollback'"
+            )
+        with self.repo.lock(self.lock_timeout):
+            self.repo.ensure_clean(_TRACKED)
+            version = self._resolve_version(name, version_or_label)
+            self._move_label(name, version, label, reason, who)
+
+    def _move_label(self, name: str, version: str, label: str, reason: str, who: str | None) -> None:
+        labels = self._labels(name)
+        previous = labels.get(label)
+        if previous == version:
+            return
+        actor = who or default_actor()
+        labels[label] = version
+        record = {
+            "label": label,
+            "version": version,
+            "previous": previous,
+            "who": actor,
+            "when": datetime.now(UTC).isoformat(),
+            "why": reason,
+        }
+        paths = [f"labels/{name}.json", f"labels/{name}.log.jsonl"]
+        try:
+            self.repo.write_json(paths[0], labels)
+            self.repo.append_line(paths[1], record)
+            self.repo.commit(paths, f"label {name} {label} -> {version[:12]}: {reason}", who)
+        except BaseException:
+            self.repo.discard(paths)
+            raise
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every registered team name, sorted."""
+        teams = self.path / "teams"
+        return (
+            sorted(p.name for p in teams.iterdir() if (p / "manifest.json").exists())
+            if teams.exists()
+            else []
+        )
+
+    def list(self) -> list[TeamSummary]:
+        """A summary of every team: latest version, labels, owner, persisted participants."""
+        rows = []
+        for name in self.names():
+            definition = self.resolve(f"{name}@{self._latest(name)}")
+            rows.append(
+                TeamSummary(
+                    name=name,
+                    version=definition.version,
+                    kind=definition.kind,
+                    description=definition.manifest.description,
+                    owner=definition.manifest.owner,
+                    persisted=list(definition.manifest.persist),
+                    labels=self._labels(name),
+                    time=definition.time,
+                )
+            )
+        return rows
+
+    def resolve(self, ref: str) -> TeamDefinition:
+        """The definition ``ref`` names: ``name``, ``name@<version>`` or ``name@<label>``.
+
+        A bare name means label ``production`` if set, else the latest version.
+
+        Raises:
+            UnknownTeam, UnknownVersion: Nothing matches.
+            RegistryCorrupt: A stored file is missing or not valid JSON.
+        """
+        name, _, selector = ref.partition("@")
+        version = self._resolve_version(name, selector or None)
+        return self._read(name, version)
+
+    def history(self, name: str) -> list[HistoryEntry]:
+        """Every version of ``name`` and every label move, newest first.
+
+        Raises:
+            UnknownTeam: No such team.
+        """
+        entries = [
+            HistoryEntry(
+                kind="version",
+                commit=row["commit"],
+                author=row["author"],
+                version=row["commit"],
+                time=datetime.fromisoformat(row["time"]),
+                message=row["message"],
+            )
+            for row in self._versions(name)
+        ]
+        entries += self._label_moves(name)
+        return sorted(entries, key=lambda e: e.time, reverse=True)
+
+    def diff(self, name: str, a: str, b: str) -> SemanticDiff:
+        """The semantic difference between two versions or labels of ``name``."""
+        return semantic_diff(self.resolve(f"{name}@{a}"), self.resolve(f"{name}@{b}"))
+
+    def check(self, name: str, from_ref: str, to_ref: str) -> CompatibilityReport:
+        """Whether resume state saved under ``from_ref`` loads under ``to_ref``."""
+        return compatibility(self.resolve(f"{name}@{from_ref}"), self.resolve(f"{name}@{to_ref}"))
+
+    def build(
+        self, ref: str, transform: Transform | None = None, env: Mapping[str, str] | None = None
+    ) -> BuiltTeam:
+        """Build a new team object for ``ref`` with secrets resolved; see :func:`config_registry.build.build_team`."""
+        return build_team(self.resolve(ref), transform=transform, env=env)
+
+    # --- internals ----------------------------------------------------------------------------------------
+    def _versions(self, name: str) -> list[dict[str, str]]:
+        validate_name(name)
+        rows = self.repo.log(f"teams/{name}/")
+        if not rows:
+            raise UnknownTeam(
+                f"no team named {name!r} is registered",
+                hint=f"see 'teamstore registry list'; known: {', '.join(self.names()) or 'none'}",
+            )
+        return rows
+
+    def _latest(self, name: str) -> str:
+        return self._versions(name)[0]["commit"]
+
+    def _resolve_version(self, name: str, selector: str | None) -> str:
+        versions = [row["commit"] for row in self._versions(name)]
+        labels = self._labels(name)
+        if selector is None:
+            return labels.get(DEFAULT_LABEL, versions[0])
+        if selector in labels:
+            return labels[selector]
+        matches = [v for v in versions if len(selector) >= 7 and v.startswith(selector.lower())]
+        if len(matches) == 1:
+            return matches[0]
+        raise UnknownVersion(
+            f"{selector!r} is not a label or a unique version (7+ hex digits) of team {name!r}"
+            + (" (ambiguous prefix)" if matches else ""),
+            hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
+        )
+
+    def _read_json(self, version: str, relative: str) -> Any:
+        text = self.repo.show(version, relative)
+        if text is None:
+            raise RegistryCorrupt(
+                f"{relative} is missing at version {version[:12]}",
+                hint="restore it with git, or register the team again",
+            )
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RegistryCorrupt(
+                f"{relative} at version {version[:12]} is not valid JSON: {exc.msg} at line {exc.lineno}",
+                hint="fix or revert the file with git (git log -p -- " + relative + ")",
+            ) from exc
+
+    def _read(self, name: str, version: str) -> TeamDefinition:
+        component = self._read_json(version, f"teams/{name}/component.json")
+        raw_manifest = self._read_json(version, f"teams/{name}/manifest.json")
+        try:
+            manifest = Manifest.model_validate(raw_manifest)
+            kind = kind_of(component)
+            prints = fingerprints(component, manifest.persist)
+        except (ValidationError, DefinitionInvalid, TypeError, AttributeError) as exc:
+            raise RegistryCorrupt(
+                f"teams/{name}/ at version {version[:12]} is not a valid definition: {exc}",
+                hint="revert the hand edit with git, or register the team again",
+            ) from exc
+        row = next((r for r in self._versions(name) if r["commit"] == version), None)
+        return TeamDefinition(
+            name=name,
+            version=version,
+            component=component,
+            manifest=manifest,
+            fingerprints=prints,
+            labels=sorted(k for k, v in self._labels(name).items() if v == version),
+            kind=kind,
+            author=row["author"] if row else "",
+            time=datetime.fromisoformat(row["time"]) if row else None,
+            message=row["message"] if row else "",
+        )
+
+    def _labels(self, name: str) -> dict[str, str]:
+        path = self.path / "labels" / f"{name}.json"
+        if not path.exists():
+            return {}
+        labels = self._read_json("HEAD", f"labels/{name}.json")
+        if not isinstance(labels, dict):
+            raise RegistryCorrupt(f"labels/{name}.json is not an object", hint="revert it with git")
+        return {str(k): str(v) for k, v in labels.items()}
+
+    def _label_moves(self, name: str) -> list[HistoryEntry]:
+        text = self.repo.show("HEAD", f"labels/{name}.log.jsonl") or ""
+        moves = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            try:
+                r = json.loads(line)
+                moves.append(
+                    HistoryEntry(
+                        kind="label",
+                        commit="",
+                        author=r["who"],
+                        time=datetime.fromisoformat(r["when"]),
+                        message=r["why"],
+                        label=r["label"],
+                        version=r["version"],
+                        previous=r["previous"],
+                    )
+                )
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise RegistryCorrupt(
+                    f"labels/{name}.log.jsonl line {number} is malformed: {exc}", hint="revert it with git"
+                ) from exc
+        return moves
+
+
+def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
+    if isinstance(component, ComponentModel):
+        return component.model_dump(mode="json")
+    if hasattr(component, "dump_component"):
+        dumped: ComponentModel = component.dump_component()
+        return dumped.model_dump(mode="json")
+    if not isinstance(component, Mapping):
+        raise DefinitionInvalid(f"expected component JSON, got {type(component).__name__}", field="component")
+    try:
+        return ComponentModel.model_validate(dict(component)).model_dump(mode="json")
+    except ValidationError as exc:
+        raise DefinitionInvalid(
+            f"is not an AutoGen component: {exc.errors()[0]['msg']}",
+            field=".".join(map(str, exc.errors()[0]["loc"])) or "component",
+            hint="pass what team.dump_component() returns",
+        ) from exc
+
+
+def _call_factory(factory: str) -> Any:
+    from autogen_agentchat.base import ChatAgent, Team
+
+    module_name, _, function_name = factory.partition(":")
+    if not module_name or not function_name:
+        raise FactoryInvalid(
+            f"factory {factory!r} is not 'module:function'", hint="e.g. teamstore.examples:support_triage"
+        )
+    try:
+        function: Callable[[], Any] = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise FactoryInvalid(
+            f"cannot import factory {factory}: {exc}", hint="check the module path and function name"
+        ) from exc
+    try:
+        built = function()
+    except Exception as exc:  # the factory is the caller's code: report any failure as a typed error
+        raise FactoryInvalid(
+            f"factory {factory} raised {type(exc).__name__}: {exc}",
+            hint="fix the factory so that it builds the team without arguments",
+        ) from exc
+    if not isinstance(built, Team | ChatAgent):
+        raise FactoryInvalid(
+            f"factory {factory} returned a {type(built).__name__}, not a team or agent",
+            hint="return an AutoGen team (e.g. RoundRobinGroupChat) or an AssistantAgent",
+        )
+    return built

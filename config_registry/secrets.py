@@ -1,0 +1,184 @@
+"""Secrets as references: the registry stores ``{"$secret": "env:VAR"}``, never a key and never the mask.
+
+    from config_registry.secrets import apply_references, resolve_references
+
+    stored = apply_references(component, {"participants.0.config.model_client.config.api_key": "env:OPENAI_API_KEY"})
+    runnable = resolve_references(stored, {"OPENAI_API_KEY": "sk-..."})
+
+Paths are dotted, relative to the root component's ``config``; list items are addressed by index.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from config_registry.errors import DefinitionInvalid, SecretUnavailable
+
+MASK = "**********"
+REFERENCE_KEY = "$secret"
+_SECRET_FIELD = re.compile(
+    r"(^|_)(api_?key|password|passwd|secret|secret_key|token|access_token|credential|credentials|"
+    r"access_key|private_key|auth|bearer)$",
+    re.IGNORECASE,
+)
+
+
+def is_secret_field(key: str) -> bool:
+    """True for config keys that hold secrets (``api_key``, ``azure_ad_token``, ``password`` ...)."""
+    return bool(_SECRET_FIELD.search(key))
+
+
+def is_reference(value: Any) -> bool:
+    """True for a stored secret reference ``{"$secret": "env:VAR"}``."""
+    return isinstance(value, dict) and set(value) == {REFERENCE_KEY} and isinstance(value[REFERENCE_KEY], str)
+
+
+def walk(node: Any, path: str = "") -> Iterator[tuple[str, str, Any, Any]]:
+    """Yield ``(path, key, value, parent)`` for every dict entry and list item, depth first.
+
+    Args:
+        node: A JSON value.
+        path: The dotted path of ``node``.
+
+    Yields:
+        The dotted path of each child, its key (or index as a string), its value and its container.
+    """
+    items: list[tuple[str, Any]]
+    if isinstance(node, dict):
+        items = [(str(k), v) for k, v in node.items()]
+    elif isinstance(node, list):
+        items = [(str(i), v) for i, v in enumerate(node)]
+    else:
+        return
+    for key, value in items:
+        child = f"{path}.{key}" if path else key
+        yield child, key, value, node
+        if not is_reference(value):
+            yield from walk(value, child)
+
+
+def _set(parent: Any, key: str, value: Any) -> None:
+    if isinstance(parent, list):
+        parent[int(key)] = value
+    else:
+        parent[key] = value
+
+
+def _check_plaintext(path: str, key: str, value: Any) -> None:
+    if isinstance(value, str) and value and value != MASK and is_secret_field(key):
+        raise DefinitionInvalid(
+            "holds a plaintext secret; the registry never stores secrets",
+            field=f"config.{path}",
+            hint=f"remove the value from the definition and declare a reference: --secret {path}=env:VARIABLE",
+        )
+
+
+def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:
+    """Replace declared secret fields with references; refuse plaintext secrets and undeclared masks.
+
+    Args:
+        component: The component JSON (a dumped team or agent).
+        secrets: The manifest's ``secrets``: dotted path under ``config`` -> ``env:VAR``.
+
+    Returns:
+        A copy of ``component`` whose secret fields are ``{"$secret": reference}``.
+
+    Raises:
+        DefinitionInvalid: A plaintext secret, a masked field without a declared reference, or a declared
+            path that does not exist.
+    """
+    result = copy.deepcopy(dict(component))
+    config = result.get("config")
+    found: set[str] = set()
+    for path, key, value, parent in list(walk(config)):
+        if path in secrets:
+            found.add(path)
+            if not is_reference(value):
+                _check_plaintext(path, key, value)
+            _set(parent, key, {REFERENCE_KEY: secrets[path]})
+        elif is_reference(value):
+            raise DefinitionInvalid(
+                f"is a secret reference {value[REFERENCE_KEY]!r} the manifest does not declare",
+                field=f"config.{path}",
+                hint=f"declare it: --secret {path}={value[REFERENCE_KEY]}",
+            )
+        elif value == MASK:
+            raise DefinitionInvalid(
+                "holds the masked secret '**********' that dump_component() writes in place of a key; "
+                "stored as is, the team would build with the literal key '**********'",
+                field=f"config.{path}",
+                hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
+            )
+        else:
+            _check_plaintext(path, key, value)
+    missing = sorted(set(secrets) - found)
+    if missing:
+        raise DefinitionInvalid(
+            "the manifest declares a secret at a path the definition does not have",
+            field=f"secrets.{missing[0]}",
+            hint="give the dotted path under the component's 'config', as printed by 'teamstore registry show'",
+        )
+    return result
+
+
+def _replace_references(node: Any, replace: Any) -> Any:
+    if is_reference(node):
+        return replace(node[REFERENCE_KEY])
+    if isinstance(node, dict):
+        return {k: _replace_references(v, replace) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_replace_references(v, replace) for v in node]
+    return node
+
+
+def mask_references(component: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy with every reference replaced by the mask, for loading without the secret (validation).
+
+    Args:
+        component: Stored component JSON.
+
+    Returns:
+        The JSON ``dump_component()`` would have produced.
+    """
+    result: dict[str, Any] = _replace_references(dict(component), lambda _ref: MASK)
+    return result
+
+
+def resolve_references(component: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """A copy with every reference replaced by its value from ``env``.
+
+    Args:
+        component: Stored component JSON.
+        env: Where ``env:VAR`` references are looked up (usually ``os.environ``).
+
+    Returns:
+        Runnable component JSON; never write it anywhere.
+
+    Raises:
+        SecretUnavailable: A referenced variable is unset or empty.
+    """
+
+    def lookup(reference: str) -> str:
+        variable = reference.removeprefix("env:")
+        value = env.get(variable)
+        if not value:
+            raise SecretUnavailable(
+                f"the team needs the secret {reference!r} but environment variable {variable} is not set",
+                hint=f"export {variable}=... before building the team",
+            )
+        return value
+
+    result: dict[str, Any] = _replace_references(dict(component), lookup)
+    return result
+
+
+def references(component: Mapping[str, Any]) -> dict[str, str]:
+    """Every secret reference in stored component JSON: dotted path under ``config`` -> reference."""
+    return {
+        path: value[REFERENCE_KEY]
+        for path, _k, value, _p in walk(component.get("config"))
+        if is_reference(value)
+    }

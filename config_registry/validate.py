@@ -1,0 +1,295 @@
+"""Validation of a team definition before it is stored: nothing is imported until the JSON has passed.
+
+    from config_registry.validate import validate_definition
+
+    stored = validate_definition(team.dump_component().model_dump(mode="json"), manifest)
+
+Order matters: providers and source-code tools are checked on the raw JSON first, because
+``load_component()`` imports whatever module a ``provider`` names and executes ``FunctionTool`` source.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from autogen_core import ComponentModel
+from autogen_core._component_config import WELL_KNOWN_PROVIDERS
+
+from config_registry.bounds import bound_of, is_bounding_context
+from config_registry.errors import DefinitionInvalid
+from config_registry.manifest import Manifest
+from config_registry.secrets import apply_references, mask_references, walk
+
+SOURCE_CODE_TOOL = "autogen_core.tools.FunctionTool"
+
+
+def normalise(component: Any) -> Any:
+    """Canonical JSON form: round-tripped through ``json`` with sorted keys."""
+    return json.loads(json.dumps(component, sort_keys=True, default=str))
+
+
+def provider_allowed(provider: str, prefixes: tuple[str, ...]) -> bool:
+    """True if ``provider`` (after AutoGen's own aliases) starts with one of ``prefixes`` at a module boundary."""
+    provider = WELL_KNOWN_PROVIDERS.get(provider, provider)
+    for prefix in prefixes:
+        boundary = prefix if prefix.endswith(".") else prefix + "."
+        if provider.startswith(boundary):
+            return True
+    return False
+
+
+def check_providers(component: Mapping[str, Any], manifest: Manifest) -> None:
+    """Refuse any ``provider`` outside the allow-list, before anything is imported.
+
+    Raises:
+        DefinitionInvalid: Naming the JSON path of the first disallowed provider.
+    """
+    prefixes = manifest.provider_prefixes()
+    for path, key, value, _parent in walk(component):
+        if key != "provider" or not isinstance(value, str):
+            continue
+        if not provider_allowed(value, prefixes):
+            prefix = value.rsplit(".", 1)[0] + "."
+            raise DefinitionInvalid(
+                f"provider {value!r} is not on the allow-list; loading it would import that module",
+                field=path,
+                hint=f"if you trust it, allow its module in the manifest: --allow-provider {prefix}",
+            )
+
+
+def source_code_tools(component: Mapping[str, Any]) -> list[str]:
+    """JSON paths of every tool that carries Python source (loading it executes that source)."""
+    return [
+        path.removesuffix(".config.source_code")
+        for path, key, _value, _parent in walk(component)
+        if key == "source_code" and path.endswith(".config.source_code")
+    ]
+
+
+def check_source_code(component: Mapping[str, Any], manifest: Manifest) -> None:
+    """Refuse tools with source code unless the manifest allows them.
+
+    Raises:
+        DefinitionInvalid: Naming the first such tool's JSON path.
+    """
+    paths = source_code_tools(component)
+    if paths and not manifest.allow_source_code_tools:
+        raise DefinitionInvalid(
+            "is a tool with Python source code, which load_component() executes",
+            field=paths[0],
+            hint="review the code, then allow it explicitly: --allow-source-code-tools",
+        )
+
+
+def kind_of(component: Mapping[str, Any]) -> Literal["team", "agent"]:
+    """Whether the definition is a team or a single agent.
+
+    Raises:
+        DefinitionInvalid: It is neither (a model client, say).
+    """
+    kind = component.get("component_type")
+    if kind == "team" and isinstance((component.get("config") or {}).get("participants"), list):
+        return "team"
+    if kind == "agent":
+        return "agent"
+    raise DefinitionInvalid(
+        f"component_type {kind!r} is not a team or an agent",
+        field="component_type",
+        hint="register a team (RoundRobinGroupChat, SelectorGroupChat, Swarm, ...) or a single agent",
+    )
+
+
+def participants(component: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The top-level participants' component JSON; a single agent is its own only participant."""
+    if kind_of(component) == "agent":
+        return [dict(component)]
+    return [dict(p) for p in component["config"]["participants"]]
+
+
+def _participant_path(component: Mapping[str, Any], index: int) -> str:
+    return "config" if kind_of(component) == "agent" else f"config.participants.{index}.config"
+
+
+def participant_name(participant: Mapping[str, Any], index: int, component: Mapping[str, Any]) -> str:
+    """The ``config.name`` of a participant.
+
+    Raises:
+        DefinitionInvalid: It has no name.
+    """
+    name = (participant.get("config") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise DefinitionInvalid(
+            "has no name", field=_participant_path(component, index) + ".name", hint="give it one"
+        )
+    return name
+
+
+def participant_names(component: Mapping[str, Any]) -> list[str]:
+    """Every top-level participant's name, checked to be unique.
+
+    Raises:
+        DefinitionInvalid: A name is missing or used twice.
+    """
+    names: list[str] = []
+    for index, participant in enumerate(participants(component)):
+        name = participant_name(participant, index, component)
+        if name in names:
+            raise DefinitionInvalid(
+                f"participant name {name!r} is used twice; agent names key the saved team state",
+                field=_participant_path(component, index) + ".name",
+                hint="give every participant its own name",
+            )
+        names.append(name)
+    return names
+
+
+def _bound_error(name: str, field: str, message: str, hint: str) -> DefinitionInvalid:
+    return DefinitionInvalid(f"persisted participant {name!r} {message}", field=field, hint=hint)
+
+
+def check_persisted(component: Mapping[str, Any], manifest: Manifest) -> None:
+    """Persisted participants exist and keep their stored state bounded.
+
+    Raises:
+        DefinitionInvalid: A persisted name is not a participant, uses a context that does not bound what
+            it stores, or a bound above ``manifest.context_bound``.
+    """
+    names = participant_names(component)
+    by_name = dict(zip(names, participants(component), strict=True))
+    for name in manifest.persist:
+        if name not in by_name:
+            raise DefinitionInvalid(
+                f"names {name!r}, which is not a participant (participants: {', '.join(names)})",
+                field="persist",
+                hint="persist only participants of this team, by their agent name",
+            )
+        index = names.index(name)
+        context = (by_name[name].get("config") or {}).get("model_context") or {}
+        field = _participant_path(component, index) + ".model_context"
+        bound = bound_of(context)
+        if bound is None or not is_bounding_context(str(context.get("provider", ""))):
+            raise _bound_error(
+                name,
+                field,
+                f"uses {context.get('provider', 'no model_context')!r}, which does not bound what "
+                "save_state() keeps",
+                "use teamstore.context.BoundedChatCompletionContext(max_messages=N)",
+            )
+        limit = bound.get("max_messages")
+        if manifest.context_bound is not None and (
+            not isinstance(limit, int) or limit > manifest.context_bound
+        ):
+            raise _bound_error(
+                name,
+                f"{field}.config.max_messages",
+                f"keeps up to {limit} messages, above context_bound {manifest.context_bound}",
+                f"lower max_messages to {manifest.context_bound} or raise --context-bound",
+            )
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The dotted path of the first difference between two JSON values, or ``None`` if equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{path}.{index}" if path else str(index))
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (path or "(root)")
+
+
+def load(component: Mapping[str, Any]) -> Any:
+    """``ComponentLoader.load_component`` of JSON, with FunctionTool's load-time warning silenced.
+
+    Only call it on JSON that passed :func:`check_providers` and :func:`check_source_code`.
+    """
+    from autogen_core import ComponentLoader
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*FunctionTool.*", category=UserWarning)
+        return ComponentLoader.load_component(ComponentModel.model_validate(dict(component)))
+
+
+def _without_source_tools(component: Any) -> Any:
+    if isinstance(component, dict):
+        if component.get("provider") == SOURCE_CODE_TOOL:
+            return None
+        return {k: _without_source_tools(v) for k, v in component.items()}
+    if isinstance(component, list):
+        return [x for x in (_without_source_tools(v) for v in component) if x is not None]
+    return component
+
+
+def check_round_trip(component: Mapping[str, Any]) -> None:
+    """``load_component(dump)`` must rebuild a team whose ``dump_component()`` equals ``dump``.
+
+    A ``FunctionTool`` loaded from source cannot be dumped again (its function has no source file), so
+    such tools are loaded on their own and the rest of the team is compared without them.
+
+    Raises:
+        DefinitionInvalid: Loading fails, or the rebuilt team dumps differently (naming the first field).
+    """
+    masked = mask_references(component)
+    for path in source_code_tools(masked):
+        _load_or_explain(_at(masked, path), path)
+    expected = normalise(_without_source_tools(masked))
+    rebuilt = _load_or_explain(expected, "")
+    actual = normalise(rebuilt.dump_component().model_dump(mode="json"))
+    difference = first_difference(
+        normalise(ComponentModel.model_validate(expected).model_dump(mode="json")), actual
+    )
+    if difference is not None:
+        raise DefinitionInvalid(
+            "does not survive load_component() -> dump_component(): the rebuilt team dumps a different value",
+            field=difference,
+            hint="register what team.dump_component() returns, not hand-edited JSON",
+        )
+
+
+def _at(component: Any, path: str) -> Any:
+    node = component
+    for key in path.split("."):
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node
+
+
+def _load_or_explain(component: Any, path: str) -> Any:
+    try:
+        return load(component)
+    except Exception as exc:  # any loader failure is a definition error, reported with its cause
+        raise DefinitionInvalid(
+            f"load_component() fails: {type(exc).__name__}: {exc}",
+            field=path or "provider",
+            hint="check the JSON against the component's config schema; dump it with team.dump_component()",
+        ) from exc
+
+
+def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dict[str, Any]:
+    """Run every check and return the JSON to store (secrets as references).
+
+    Args:
+        component: The dumped team or agent (``dump_component().model_dump(mode="json")``).
+        manifest: The manifest it is registered with.
+
+    Returns:
+        Normalised component JSON with secret fields replaced by references.
+
+    Raises:
+        DefinitionInvalid: The first check that fails, naming the field and the fix.
+    """
+    check_providers(component, manifest)
+    check_source_code(component, manifest)
+    stored: dict[str, Any] = normalise(apply_references(component, manifest.secrets))
+    participant_names(stored)
+    check_persisted(stored, manifest)
+    check_round_trip(stored)
+    return stored

@@ -1,0 +1,182 @@
+"""Example teams that run offline, and the manifests they are registered with.
+
+    from teamstore.examples import support_triage, example_manifest
+
+    team = support_triage()
+    result = await team.run(task="My router keeps dropping")
+    manifest = example_manifest("support_triage")   # persists ["researcher"], context_bound=20
+
+Register one from the command line with ``teamstore registry add support_triage --factory
+teamstore.examples:support_triage --persist researcher --context-bound 20``.
+
+``support_triage_openai`` uses ``OpenAIChatCompletionClient``; its key comes from ``OPENAI_API_KEY`` and
+is registered as a reference, never stored::
+
+    teamstore registry add support_triage_openai --factory teamstore.examples:support_triage_openai \\
+        --persist researcher --context-bound 20 \\
+        --secret participants.1.config.model_client.config.api_key=env:OPENAI_API_KEY \\
+        --secret participants.0.config.model_client.config.api_key=env:OPENAI_API_KEY \\
+        --secret participants.2.config.model_client.config.api_key=env:OPENAI_API_KEY
+"""
+
+from __future__ import annotations
+
+import os
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core.models import ChatCompletionClient
+
+import teamstore  # noqa: F401  (registers BoundedChatCompletionContext as a bounding context)
+from config_registry import Manifest
+from teamstore.context import BoundedChatCompletionContext
+from teamstore.offline import OfflineChatCompletionClient
+
+_PROMPTS = {
+    "triage": "You are triage. Read the customer's request and say what kind of problem it is.",
+    "researcher": "You are researcher. Find the likely cause and the steps that fix it.",
+    "critic": "You are critic. Check the proposed fix for gaps and say what is missing.",
+}
+_RESEARCHER_V2 = "You are researcher. Find the likely cause, cite the runbook, and list the fix step by step."
+
+
+def _client() -> ChatCompletionClient:
+    return OfflineChatCompletionClient(model="offline-small")
+
+
+def _triage_team(
+    client: ChatCompletionClient | None = None,
+    researcher_name: str = "researcher",
+    researcher_prompt: str = _PROMPTS["researcher"],
+) -> RoundRobinGroupChat:
+    prompts = {"triage": _PROMPTS["triage"], researcher_name: researcher_prompt, "critic": _PROMPTS["critic"]}
+    agents = []
+    for name, prompt in prompts.items():
+        context = (
+            BoundedChatCompletionContext(max_messages=20, keep_first=1) if name == researcher_name else None
+        )
+        agents.append(
+            AssistantAgent(
+                name,
+                model_client=client or _client(),
+                system_message=prompt,
+                model_context=context,
+                description=f"The {name} of the support team.",
+            )
+        )
+    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(4))
+
+
+def support_triage() -> RoundRobinGroupChat:
+    """A support team: ``triage``, ``researcher`` (persisted, bounded context) and ``critic``, offline.
+
+    Returns:
+        A RoundRobinGroupChat that stops after the task and three replies.
+    """
+    return _triage_team()
+
+
+def support_triage_v2_renamed() -> RoundRobinGroupChat:
+    """Like :func:`support_triage` but ``researcher`` is renamed ``investigator``: breaks stored sessions.
+
+    Returns:
+        A RoundRobinGroupChat.
+    """
+    return _triage_team(
+        researcher_name="investigator",
+        researcher_prompt=_PROMPTS["researcher"].replace("researcher", "investigator"),
+    )
+
+
+def support_triage_v2_prompt() -> RoundRobinGroupChat:
+    """Like :func:`support_triage` with a new system message for ``researcher``: a compatible change.
+
+    Returns:
+        A RoundRobinGroupChat.
+    """
+    return _triage_team(researcher_prompt=_RESEARCHER_V2)
+
+
+def single_assistant() -> AssistantAgent:
+    """One offline ``assistant`` with a bounded context (20 messages).
+
+    Returns:
+        An AssistantAgent.
+    """
+    return AssistantAgent(
+        "assistant",
+        model_client=_client(),
+        system_message="You are assistant. Answer the customer's question briefly.",
+        model_context=BoundedChatCompletionContext(max_messages=20),
+    )
+
+
+def support_triage_openai() -> RoundRobinGroupChat:
+    """The support team on ``gpt-4o-mini`` through ``OpenAIChatCompletionClient``.
+
+    The key is read from ``OPENAI_API_KEY`` (a placeholder when unset, so it builds offline); register it
+    with ``--secret <path>.api_key=env:OPENAI_API_KEY`` for each participant's model client.
+
+    Returns:
+        A RoundRobinGroupChat; building it makes no network call.
+    """
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    client = OpenAIChatCompletionClient(
+        model="gpt-4o-mini", api_key=os.environ.get("OPENAI_API_KEY", "sk-placeholder")
+    )
+    return _triage_team(client=client)
+
+
+def _triage_manifest(
+    name: str, description: str, persist: str = "researcher", secrets: dict[str, str] | None = None
+) -> Manifest:
+    return Manifest(
+        name=name,
+        description=description,
+        owner="support-platform",
+        persist=[persist],
+        context_bound=20,
+        secrets=secrets or {},
+    )
+
+
+def _openai_secrets() -> dict[str, str]:
+    return {f"participants.{i}.config.model_client.config.api_key": "env:OPENAI_API_KEY" for i in range(3)}
+
+
+EXAMPLE_MANIFESTS: dict[str, Manifest] = {
+    "support_triage": _triage_manifest("support_triage", "Triage, research and critique support requests."),
+    "support_triage_v2_renamed": _triage_manifest(
+        "support_triage", "Support team with researcher renamed investigator.", persist="investigator"
+    ),
+    "support_triage_v2_prompt": _triage_manifest(
+        "support_triage", "Support team with a new researcher prompt."
+    ),
+    "single_assistant": Manifest(
+        name="single_assistant",
+        description="One assistant.",
+        owner="support-platform",
+        persist=["assistant"],
+        context_bound=20,
+    ),
+    "support_triage_openai": _triage_manifest(
+        "support_triage_openai", "The support team on gpt-4o-mini.", secrets=_openai_secrets()
+    ),
+}
+
+
+def example_manifest(name: str) -> Manifest:
+    """The manifest an example factory is registered with.
+
+    Args:
+        name: The factory's function name, e.g. ``"support_triage"``.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        KeyError: ``name`` is not an example.
+    """
+    return EXAMPLE_MANIFESTS[name]
