@@ -1,0 +1,136 @@
+"""The entry point for application services: build teams from the registry, open sessions on them.
+
+    from teamstore.runtime.platform import Platform
+
+    platform = Platform.from_settings()               # embedded default: SQLite + local folder
+    async with platform:
+        async with platform.session("user-1", "s-1", team="support_triage") as s:
+            result = await s.run("hello")
+
+Or with pieces the caller owns:
+
+    platform = Platform(engine=my_engine, registry=Registry(path), settings=Settings())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import require_current, upgrade
+from teamstore.metering import wrap_model_clients
+from teamstore.runtime.hooks import RunObserver
+from teamstore.runtime.session import Session
+from teamstore.settings import Settings
+from teamstore.state.sql import SqlStateStore
+
+
+class Platform:
+    """Sessions over one state database, one registry and a set of audit observers.
+
+    Args:
+        engine: The state database; the caller owns it unless built by :meth:`from_settings`.
+        registry: The config registry teams are built from.
+        settings: Limits and defaults (TTL, byte cap, lease timeouts).
+        observers: Audit observers every run streams into (transcripts, spans, ledger).
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        registry: Registry,
+        *,
+        settings: Settings | None = None,
+        observers: Sequence[RunObserver] = (),
+    ) -> None:
+        self.engine = engine
+        self.registry = registry
+        self.settings = settings or Settings()
+        self.store = SqlStateStore(engine)
+        self.observers: list[RunObserver] = list(observers)
+        self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
+        self._owns_engine = False
+        self._schema_checked = False
+        self._schema_lock = asyncio.Lock()
+        self._closers: list[Any] = []
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
+        """Build everything from settings (environment): database, registry, audit trail.
+
+        Args:
+            settings: Defaults to ``Settings()`` (the environment, else the embedded default).
+            audit: Attach the transcript, span and ledger observers.
+        """
+        settings = settings or Settings()
+        engine = create_engine(settings.resolved_database_url)
+        platform = cls(engine, Registry(settings.resolved_registry_path), settings=settings)
+        platform._owns_engine = True
+        if audit:
+            platform._attach_audit()
+        return platform
+
+    def _attach_audit(self) -> None:
+        from teamstore.audit.observer import build_audit_observers
+        from teamstore.audit.telemetry import setup_tracing
+
+        provider = setup_tracing(self.settings)
+        if provider is not None:
+            self._closers.append(provider.shutdown)
+        self.observers.extend(build_audit_observers(self.settings, self.engine, tracer_provider=provider))
+
+    async def ensure_schema(self) -> None:
+        """Migrate the embedded database, or check a production one is migrated (once per platform)."""
+        async with self._schema_lock:
+            if self._schema_checked:
+                return
+            if self.settings.should_auto_migrate:
+                await upgrade(self.engine)
+            else:
+                await require_current(self.engine)
+            self._schema_checked = True
+
+    async def build_team(self, ref: str) -> Any:
+        """A fresh team for ``ref`` (``name``, ``name@version``, ``name@label``), model clients metered."""
+        await self.ensure_schema()
+        return await asyncio.to_thread(self.registry.build, ref, transform=wrap_model_clients)
+
+    def session(self, user_id: str, session_id: str, team: str, *, lease_timeout: float | None = None) -> Session:
+        """Open a session (use with ``async with``).
+
+        Args:
+            user_id: The user, stored exactly as given.
+            session_id: The session, unique per user.
+            team: Registry reference of the team to build.
+            lease_timeout: How long to wait for a session another worker holds.
+
+        Raises:
+            InvalidIdentifier: ``user_id`` or ``session_id`` is empty, too long, or holds control characters.
+        """
+        timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
+        return Session(self, user_id, session_id, team, timeout)
+
+    async def aclose(self) -> None:
+        """Flush telemetry and dispose of what this platform created."""
+        for close in self._closers:
+            await asyncio.to_thread(close)
+        self._closers.clear()
+        if self._owns_engine:
+            await self.engine.dispose()
+
+    async def __aenter__(self) -> Platform:
+        await self.ensure_schema()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,190 @@
+"""Decide whether a stored session may be resumed, and move state in and out of a built team.
+
+    from teamstore.runtime.resume import judge, apply_states, capture_states
+
+    verdict = judge(row, built, now)              # ResumeOutcome, never raises on bad data
+    if verdict.applied:
+        await apply_states(built, states)
+    ...
+    states = await capture_states(built, message_buffer_cap=20)
+
+Nothing is loaded until every persisted participant's state has passed validation: a session is
+resumed whole or started fresh, never half-loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from teamstore.errors import StateRejected
+from teamstore.state.base import StoredSession
+from teamstore.state.envelope import check_json, decode
+from teamstore.state.validate import validate_participant
+
+SCHEMA_VERSION = 1
+"""Version of teamstore's own state layout; a row saved under another one is refused."""
+
+
+@dataclass(frozen=True)
+class ResumeOutcome:
+    """What happened to a session's stored state when it was opened.
+
+    ``outcome`` is one of ``resumed``, ``new``, ``expired``, ``schema_mismatch``, ``library_mismatch``,
+    ``definition_changed`` and ``corrupt``; ``detail`` says which participant and how.
+    """
+
+    outcome: str
+    team_version: str
+    detail: str | None = None
+    restored: tuple[str, ...] = ()
+    previous_team_version: str | None = None
+    quarantined: bool = False
+
+    @property
+    def applied(self) -> bool:
+        """True when prior state was loaded into the team."""
+        return self.outcome == "resumed"
+
+    def __str__(self) -> str:
+        return f"{self.outcome}: {self.detail}" if self.detail else self.outcome
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {
+            "outcome": self.outcome,
+            "applied": self.applied,
+            "detail": self.detail,
+            "restored": list(self.restored),
+            "team_version": self.team_version,
+            "previous_team_version": self.previous_team_version,
+            "quarantined": self.quarantined,
+        }
+
+
+@dataclass
+class Verdict:
+    """A judged row: the outcome and, when it may resume, the validated states."""
+
+    outcome: ResumeOutcome
+    states: dict[str, Any] = field(default_factory=dict)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _fingerprint_change(stored: Mapping[str, str], built: Mapping[str, str]) -> str | None:
+    changes = []
+    for name in sorted(set(stored) | set(built)):
+        if name not in built:
+            changes.append(f"persisted participant '{name}' was renamed, removed or is no longer persisted")
+        elif name not in stored:
+            changes.append(f"participant '{name}' is newly persisted")
+        elif stored[name] != built[name]:
+            changes.append(f"participant '{name}' changed type or context bound")
+    return "; ".join(changes) or None
+
+
+def _refusal(row: StoredSession, built: Any, agentchat_version: str) -> tuple[str, str] | None:
+    if row.schema_version != SCHEMA_VERSION:
+        return "schema_mismatch", f"saved under state schema {row.schema_version}, this code reads {SCHEMA_VERSION}"
+    if _minor(row.agentchat_version) != _minor(agentchat_version):
+        return "library_mismatch", f"saved by autogen-agentchat {row.agentchat_version}, running {agentchat_version}"
+    if row.team != built.name:
+        return "definition_changed", f"saved by team '{row.team}', opened with '{built.name}'"
+    change = _fingerprint_change(row.fingerprints, built.fingerprints)
+    return ("definition_changed", change) if change else None
+
+
+def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
+    assert row.state is not None
+    data = decode(row.state)
+    participants = data.get("participants")
+    if data.get("kind") != built.kind or not isinstance(participants, dict):
+        raise StateRejected("corrupt", f"stored payload is not a '{built.kind}' state")
+    if set(participants) != set(built.persisted):
+        raise StateRejected("corrupt", f"stored participants {sorted(participants)} != {sorted(built.persisted)}")
+    for name, state in participants.items():
+        validate_participant(name, built.agent_types[name], built.kind, state)
+    return participants
+
+
+def judge(row: StoredSession, built: Any, now: datetime, agentchat_version: str) -> Verdict:
+    """Judge a stored row against the team built for it. Never raises on bad stored data.
+
+    Args:
+        row: The session row just read.
+        built: The freshly built team (``config_registry.BuiltTeam``).
+        now: The current time (UTC).
+        agentchat_version: The running autogen-agentchat version.
+
+    Returns:
+        The verdict; ``outcome.quarantined`` tells the caller to set the row aside.
+    """
+    version = built.version
+    if row.is_new:
+        return Verdict(ResumeOutcome("new", version))
+    previous = row.team_version
+    if row.expires_at is not None and row.expires_at <= now:
+        return Verdict(ResumeOutcome("expired", version, f"expired at {row.expires_at.isoformat()}", (), previous))
+    refusal = _refusal(row, built, agentchat_version)
+    if refusal is None:
+        try:
+            states = _parse_states(row, built)
+        except StateRejected as exc:
+            refusal = (exc.reason, exc.detail)
+        else:
+            return Verdict(ResumeOutcome("resumed", version, None, tuple(sorted(states)), previous), states)
+    reason, detail = refusal
+    return Verdict(ResumeOutcome(reason, version, detail, (), previous, quarantined=True))
+
+
+async def apply_states(built: Any, states: Mapping[str, Any]) -> None:
+    """Load validated states into the persisted participants; the others start clean.
+
+    For a team, the fresh team's own state is taken first and only the persisted participants' entries
+    are replaced, so the group chat manager starts a new turn order (see docs/architecture.md).
+    """
+    if built.kind == "agent":
+        (name,) = built.persisted
+        await built.team.load_state(states[name])
+        return
+    fresh = dict(await built.team.save_state())
+    agent_states = dict(fresh["agent_states"])
+    agent_states.update(states)
+    fresh["agent_states"] = agent_states
+    await built.team.load_state(fresh)
+
+
+def _cap_buffer(state: Mapping[str, Any], cap: int) -> dict[str, Any]:
+    capped = dict(state)
+    buffer = capped.get("message_buffer")
+    if isinstance(buffer, list) and len(buffer) > cap:
+        capped["message_buffer"] = buffer[-cap:]
+    return capped
+
+
+async def capture_states(built: Any, message_buffer_cap: int) -> dict[str, Any]:
+    """Take the persisted participants' states after a run, checked to be plain JSON.
+
+    Args:
+        built: The team that just ran.
+        message_buffer_cap: Most undelivered messages kept per participant (AutoGen's container buffer
+            grows while a participant does not speak, so it is bounded like the context).
+
+    Raises:
+        StateNotSerializable: A value is not JSON; the message names the agent and the path.
+    """
+    if built.kind == "agent":
+        (name,) = built.persisted
+        states: dict[str, Any] = {name: dict(await built.team.save_state())}
+    else:
+        team_state = await built.team.save_state()
+        agent_states = team_state["agent_states"]
+        states = {n: _cap_buffer(agent_states[n], message_buffer_cap) for n in built.persisted}
+    for name, state in states.items():
+        check_json(state, name)
+    return states

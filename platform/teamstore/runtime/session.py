@@ -1,0 +1,217 @@
+"""One user's session: take the lease, resume, run, save, release.
+
+    async with platform.session("user-1", "session-1", team="support_triage") as s:
+        print(s.resume)                      # "resumed", "new", "definition_changed: ...", ...
+        result = await s.run("The technician came; still not working")
+    # leaving the block saves the persisted participants and releases the lease, in one statement
+
+``run()`` snapshots the opted-in participants' states right after the run returns (never while
+``run_stream`` is in flight) and checks them (plain JSON, under the byte cap). The snapshot is written
+when the block exits, together with the lease release, or earlier with ``await s.save()``. A run that
+raises leaves nothing to save, and the stored state stays as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from importlib.metadata import version as package_version
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from autogen_agentchat.base import TaskResult
+
+from teamstore.errors import RunInProgress, StateTooLarge, StorageError, TeamstoreError
+from teamstore.ids import check_id
+from teamstore.metering import metered_run
+from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.runtime.resume import SCHEMA_VERSION, ResumeOutcome, apply_states, capture_states, judge
+from teamstore.state.base import Claim, SaveRecord, SessionKey
+from teamstore.state.envelope import encode
+
+if TYPE_CHECKING:
+    from teamstore.runtime.platform import Platform
+
+log = logging.getLogger("teamstore.session")
+AGENTCHAT_VERSION = package_version("autogen-agentchat")
+_LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
+
+
+def ended_by_limit(stop_reason: str | None) -> bool:
+    """True when a run was stopped by a message, turn, token or time limit rather than by completing."""
+    text = (stop_reason or "").lower()
+    return any(marker in text for marker in _LIMIT_MARKERS)
+
+
+class Session:
+    """A leased, resumed session. Build it with :meth:`Platform.session`; use it as ``async with``."""
+
+    def __init__(self, platform: Platform, user_id: str, session_id: str, team: str, lease_timeout: float) -> None:
+        self._platform = platform
+        self.key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
+        self._team_ref = team
+        self._lease_timeout = lease_timeout
+        self._owner = f"{platform.worker_id}:{uuid.uuid4().hex[:12]}"
+        self._built: Any = None
+        self._row_version = 0
+        self._pending: str | None = None
+        self._running = False
+        self.resume: ResumeOutcome | None = None
+        self.last_run_id: str | None = None
+
+    @property
+    def team(self) -> Any:
+        """The team (or agent) built for this session alone."""
+        return self._built.team
+
+    @property
+    def team_version(self) -> str:
+        """The registry version the team was built from."""
+        return str(self._built.version)
+
+    @property
+    def row_version(self) -> int:
+        """The stored row's version as of the last load or save."""
+        return self._row_version
+
+    async def __aenter__(self) -> Session:
+        self._built = await self._platform.build_team(self._team_ref)
+        built, store = self._built, self._platform.store
+        claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
+        row = await store.acquire(
+            self.key, claim, owner=self._owner, lease_ttl=self._platform.settings.lease_ttl_seconds,
+            timeout=self._lease_timeout,
+        )
+        self._row_version = row.row_version
+        try:
+            verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION)
+            if verdict.outcome.quarantined:
+                assert verdict.outcome.detail is not None
+                await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
+            if verdict.outcome.applied:
+                await apply_states(built, verdict.states)
+        except BaseException:
+            await self._release()
+            raise
+        self.resume = verdict.outcome
+        log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._pending is None:
+            await self._release()
+            return
+        try:
+            await self._write(release=True)
+        except TeamstoreError:
+            await self._release_quietly()
+            raise
+
+    async def run(self, task: str) -> TaskResult:
+        """Run the team on ``task``, streaming every item to the audit observers.
+
+        Returns:
+            AutoGen's ``TaskResult``.
+
+        Raises:
+            RunInProgress: Another ``run`` of this session is in flight.
+            StateNotSerializable: A persisted participant's state holds a non-JSON value (names the path).
+            StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
+        """
+        if self._running:
+            raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
+        self._running = True
+        try:
+            result = await self._run_observed(task)
+        finally:
+            self._running = False
+        await self._snapshot()
+        return result
+
+    async def _run_observed(self, task: str) -> TaskResult:
+        observers = self._platform.observers
+        ctx = RunContext(
+            run_id=uuid.uuid4().hex, user_id=self.key.user_id, session_id=self.key.session_id,
+            team=self._built.name, team_version=self._built.version, started_at=datetime.now(UTC),
+            resumed=bool(self.resume and self.resume.applied),
+        )
+        self.last_run_id = ctx.run_id
+        await _notify(observers, "run_started", ctx)
+        result: TaskResult | None = None
+        with metered_run() as meter:
+            try:
+                async for item in self._built.team.run_stream(task=task):
+                    if isinstance(item, TaskResult):
+                        result = item
+                    else:
+                        await _notify(observers, "on_item", ctx, item)
+            except BaseException as exc:
+                outcome = RunOutcome(datetime.now(UTC), error=exc, model_calls=list(meter.calls))
+                await _notify(observers, "run_finished", ctx, outcome)
+                raise
+        assert result is not None
+        outcome = RunOutcome(
+            datetime.now(UTC), result=result, stop_reason=result.stop_reason,
+            ended_by_limit=ended_by_limit(result.stop_reason), model_calls=list(meter.calls),
+        )
+        await _notify(observers, "run_finished", ctx, outcome)
+        return result
+
+    async def _snapshot(self) -> None:
+        built = self._built
+        if not built.persisted:
+            return
+        cap = built.manifest.context_bound or 50
+        states = await capture_states(built, message_buffer_cap=cap)
+        text = encode({"kind": built.kind, "participants": states})
+        size, limit = len(text.encode()), self._platform.settings.state_max_bytes
+        if size > limit:
+            self._pending = None
+            raise StateTooLarge(
+                f"persisted state is {size} bytes, over the cap of {limit}; the previous state is kept",
+                hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
+            )
+        self._pending = text
+
+    async def save(self) -> int:
+        """Write the pending snapshot now, keeping the lease; returns the new row version."""
+        if self._pending is not None:
+            await self._write(release=False)
+        return self._row_version
+
+    async def _write(self, *, release: bool) -> None:
+        assert self._pending is not None
+        built = self._built
+        ttl_days = built.state_ttl_days or self._platform.settings.state_ttl_days
+        record = SaveRecord(
+            team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
+            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=self._pending,
+            expires_at=datetime.now(UTC) + timedelta(days=ttl_days),
+        )
+        self._row_version = await self._platform.store.save(
+            self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release
+        )
+        self._pending = None
+
+    async def _release(self) -> None:
+        await self._platform.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
+
+    async def _release_quietly(self) -> None:
+        try:
+            await self._release()
+        except StorageError:
+            # The save error being raised matters more; an unreleased lease expires on its own.
+            log.warning("could not release the session lease after a failed save", exc_info=True)
+
+
+async def _notify(observers: Sequence[RunObserver], hook: str, ctx: RunContext, *args: StreamItem | RunOutcome) -> None:
+    for observer in observers:
+        try:
+            await getattr(observer, hook)(ctx, *args)
+        except Exception:
+            # An audit observer must never fail a user's run; each one keeps its own outbox for retries.
+            log.exception("observer %s.%s failed", type(observer).__name__, hook)
