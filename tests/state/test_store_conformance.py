@@ -1,0 +1,206 @@
+"""The resume-state store's conformance suite, run in full against SQLite and a real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import insert, select, text
+
+from teamstore.db.engine import create_engine
+from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
+from teamstore.state.base import Claim, SaveRecord, SessionKey
+from teamstore.state.schema import quarantine, sessions, user_holds
+from teamstore.state.sql import SqlStateStore
+from tests.services import free_port
+
+CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
+
+
+def record(state: str = '{"x":1}', days: float = 1.0) -> SaveRecord:
+    return SaveRecord("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"}, state,
+                      datetime.now(UTC) + timedelta(days=days))
+
+
+async def acquire(store: SqlStateStore, key: SessionKey, owner: str = "w1", timeout: float = 0.2, ttl: float = 60):
+    return await store.acquire(key, CLAIM, owner=owner, lease_ttl=ttl, timeout=timeout)
+
+
+async def test_new_session_is_an_empty_leased_row(store: SqlStateStore) -> None:
+    row = await acquire(store, SessionKey("alice", "s1"))
+    assert row.is_new and row.row_version == 0 and row.state is None
+    assert row.team == "support_triage" and dict(row.fingerprints) == {"researcher": "fp-1"}
+
+
+async def test_save_then_load_round_trips_and_bumps_version(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    assert await store.save(key, owner="w1", expected_version=0, record=record('{"a":1}'), release=True) == 1
+    row = await acquire(store, key, owner="w2")
+    assert row.state == '{"a":1}' and row.row_version == 1 and row.state_bytes == 7
+    assert row.expires_at is not None and row.expires_at > datetime.now(UTC)
+
+
+async def test_second_worker_waits_then_gets_session_busy(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key, owner="w1")
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(SessionBusy) as info:
+        await acquire(store, key, owner="w2", timeout=0.3)
+    assert asyncio.get_running_loop().time() - started >= 0.3
+    assert info.value.hint
+
+
+async def test_waiting_worker_gets_the_lease_once_released(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key, owner="w1")
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.1)
+        await store.save(key, owner="w1", expected_version=0, record=record(), release=True)
+
+    task = asyncio.create_task(release_soon())
+    row = await acquire(store, key, owner="w2", timeout=3)
+    await task
+    assert row.row_version == 1
+
+
+async def test_save_with_old_version_is_a_typed_conflict_and_keeps_newer_state(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    await store.save(key, owner="w1", expected_version=0, record=record('{"v":1}'), release=False)
+    with pytest.raises(StaleStateVersion):
+        await store.save(key, owner="w1", expected_version=0, record=record('{"v":"lost?"}'), release=True)
+    row = await store.get(key)
+    assert row is not None and row.state == '{"v":1}'
+
+
+async def test_expired_lease_is_taken_over_and_the_old_holder_cannot_save(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key, owner="w1", ttl=0.05)
+    await asyncio.sleep(0.1)
+    await acquire(store, key, owner="w2")
+    with pytest.raises(StaleStateVersion):
+        await store.save(key, owner="w1", expected_version=0, record=record(), release=True)
+    await store.save(key, owner="w2", expected_version=0, record=record('{"w":2}'), release=True)
+    row = await store.get(key)
+    assert row is not None and row.state == '{"w":2}'
+
+
+async def test_release_of_a_never_saved_session_leaves_no_row(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    await store.release(key, owner="w1", discard_empty=True)
+    assert await store.get(key) is None
+
+
+async def test_release_keeps_a_saved_row_and_frees_the_lease(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    await store.save(key, owner="w1", expected_version=0, record=record(), release=False)
+    await store.release(key, owner="w1", discard_empty=False)
+    row = await acquire(store, key, owner="w2", timeout=0)
+    assert row.row_version == 1
+
+
+async def test_quarantine_moves_the_state_aside_with_reason(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    await store.save(key, owner="w1", expected_version=0, record=record('{"garbage": 1}'), release=True)
+    row = await acquire(store, key, owner="w2")
+    await store.quarantine(row, owner="w2", reason="corrupt", detail="researcher: not an agent state")
+    kept = await store.list_quarantined("alice")
+    assert [(q.reason, q.session_id, q.state_bytes) for q in kept] == [("corrupt", "s1", 14)]
+    async with store.engine.connect() as conn:
+        raw = (await conn.execute(select(quarantine.c.state))).scalar_one()
+    assert raw == '{"garbage": 1}'
+    current = await store.get(key)
+    assert current is not None and current.state is None and current.row_version == 1
+
+
+async def test_user_hold_refuses_new_sessions_and_in_flight_saves(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    async with store.engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC)))
+    with pytest.raises(ErasureInProgress):
+        await store.save(key, owner="w1", expected_version=0, record=record(), release=True)
+    with pytest.raises(ErasureInProgress):
+        await acquire(store, SessionKey("alice", "s2"), owner="w2")
+    other = await acquire(store, SessionKey("bob", "s1"), owner="w3")
+    assert other.is_new
+
+
+async def test_sweep_deletes_expired_unleased_rows_in_batches(store: SqlStateStore) -> None:
+    for i in range(7):
+        key = SessionKey("alice", f"s{i}")
+        await acquire(store, key)
+        days = -1.0 if i < 5 else 1.0
+        await store.save(key, owner="w1", expected_version=0, record=record(days=days), release=i != 0)
+    # s0 is expired but still leased: a live worker's row is never swept from under it.
+    assert await store.sweep_expired(batch_size=2) == 4
+    left = sorted(s.session_id for s in await store.list_sessions("alice"))
+    assert left == ["s0", "s5", "s6"]
+
+
+@pytest.mark.parametrize(
+    "user_id", ["a/b/../c", "..", "Ünïcødé 用户 🎉", "ALICE", "e\u0301", "\u00e9", "x" * 256]
+)
+async def test_ids_are_stored_exactly_and_never_alias(store: SqlStateStore, user_id: str) -> None:
+    key = SessionKey(user_id, "../../etc/passwd")
+    await acquire(store, key)
+    await store.save(key, owner="w1", expected_version=0, record=record('{"mine":1}'), release=True)
+    for other in {"alice", "a/b/c", "e\u0301" if user_id == "\u00e9" else "\u00e9", user_id.lower() + "?"} - {user_id}:
+        assert await store.get(SessionKey(other, "../../etc/passwd")) is None
+    row = await store.get(key)
+    assert row is not None and row.user_id == user_id and row.state == '{"mine":1}'
+
+
+async def test_sessions_of_one_user_are_not_reachable_by_another(store: SqlStateStore) -> None:
+    for user in ("alice", "bob"):
+        key = SessionKey(user, "shared-session-id")
+        await acquire(store, key)
+        await store.save(key, owner="w1", expected_version=0, record=record(f'{{"who":"{user}"}}'), release=True)
+    alice = await store.get(SessionKey("alice", "shared-session-id"))
+    assert alice is not None and alice.state == '{"who":"alice"}'
+    assert [s.user_id for s in await store.list_sessions("bob")] == ["bob"]
+
+
+async def test_rows_hold_what_the_schema_promises(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    await store.save(key, owner="w1", expected_version=0, record=record(), release=True)
+    async with store.engine.connect() as conn:
+        row = (await conn.execute(select(sessions))).one()._mapping
+    assert row["schema_version"] == 1 and row["agentchat_version"] == "0.7.5"
+    assert row["lease_owner"] is None and row["row_version"] == 1
+    assert row["created_at"] is not None and row["updated_at"] >= row["created_at"]
+
+
+async def test_database_down_is_a_typed_error() -> None:
+    engine = create_engine(f"postgresql://nobody@127.0.0.1:{free_port()}/none", connect_args={"connect_timeout": 2})
+    with pytest.raises(StoreUnavailable) as info:
+        await acquire(SqlStateStore(engine), SessionKey("alice", "s1"))
+    assert "TEAMSTORE_DATABASE_URL" in (info.value.hint or "")
+    await engine.dispose()
+
+
+async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> None:
+    from sqlalchemy import event
+
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        if not statement.lstrip().upper().startswith(("PRAGMA", "BEGIN", "COMMIT", "SELECT PG_", "SHOW")):
+            statements.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", count)
+    key = SessionKey("alice", "s1")
+    await acquire(store, key)
+    assert len(statements) == 1
+    await store.save(key, owner="w1", expected_version=0, record=record(), release=True)
+    assert len(statements) == 2
+    event.remove(store.engine.sync_engine, "before_cursor_execute", count)
+    async with store.engine.connect() as conn:
+        assert (await conn.execute(text("select count(*) from ts_sessions"))).scalar_one() == 1

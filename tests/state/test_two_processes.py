@@ -1,0 +1,57 @@
+"""Two OS processes hammering the same session: every increment lands, nothing crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+from datetime import UTC, datetime, timedelta
+
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.state.base import Claim, SaveRecord, SessionKey
+from teamstore.state.sql import SqlStateStore
+
+CYCLES = 25
+KEY = SessionKey("alice", "hot-session")
+CLAIM = Claim("t", "v1", 1, "0.7.5", {})
+
+
+async def _hammer(url: str, worker: str) -> int:
+    engine = create_engine(url)
+    store = SqlStateStore(engine)
+    done = 0
+    for _ in range(CYCLES):
+        row = await store.acquire(KEY, CLAIM, owner=worker, lease_ttl=30, timeout=30)
+        count = json.loads(row.state)["count"] if row.state else 0
+        rec = SaveRecord("t", "v1", 1, "0.7.5", {}, json.dumps({"count": count + 1}),
+                         datetime.now(UTC) + timedelta(days=1))
+        await store.save(KEY, owner=worker, expected_version=row.row_version, record=rec, release=True)
+        done += 1
+    await engine.dispose()
+    return done
+
+
+def _worker(url: str, worker: str, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    try:
+        results.put((worker, asyncio.run(_hammer(url, worker))))
+    except Exception as exc:  # report to the parent, which fails the test with it
+        results.put((worker, repr(exc)))
+
+
+async def test_two_processes_never_lose_an_update(database_url: str) -> None:
+    engine = create_engine(database_url)
+    await upgrade(engine)
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(database_url, f"p{i}", results)) for i in range(2)]
+    for p in procs:
+        p.start()
+    outcomes = dict(results.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    assert outcomes == {"p0": CYCLES, "p1": CYCLES}
+    row = await SqlStateStore(engine).get(KEY)
+    assert row is not None and json.loads(row.state or "{}") == {"count": 2 * CYCLES}
+    assert row.row_version == 2 * CYCLES
+    await engine.dispose()
