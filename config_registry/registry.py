@@ -15,6 +15,7 @@ and ``labels/<name>.log.jsonl`` (every move: who, when, why). A version is the l
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import json
 import os
@@ -215,7 +216,7 @@ class Registry:
             raise
 
     # --- reading -------------------------------------------------------------------------------------------
-    def names(self) -> list[str]:
+    def names(self) -> builtins.list[str]:
         """Every registered team name, sorted."""
         teams = self.path / "teams"
         return (
@@ -224,7 +225,7 @@ class Registry:
             else []
         )
 
-    def list(self) -> list[TeamSummary]:
+    def list(self) -> builtins.list[TeamSummary]:
         """A summary of every team: latest version, labels, owner, persisted participants."""
         rows = []
         for name in self.names():
@@ -256,7 +257,7 @@ class Registry:
         version = self._resolve_version(name, selector or None)
         return self._read(name, version)
 
-    def history(self, name: str) -> list[HistoryEntry]:
+    def history(self, name: str) -> builtins.list[HistoryEntry]:
         """Every version of ``name`` and every label move, newest first.
 
         Raises:
@@ -291,7 +292,7 @@ class Registry:
         return build_team(self.resolve(ref), transform=transform, env=env)
 
     # --- internals ----------------------------------------------------------------------------------------
-    def _versions(self, name: str) -> list[dict[str, str]]:
+    def _versions(self, name: str) -> builtins.list[dict[str, str]]:
         validate_name(name)
         rows = self.repo.log(f"teams/{name}/")
         if not rows:
@@ -370,7 +371,7 @@ class Registry:
             raise RegistryCorrupt(f"labels/{name}.json is not an object", hint="revert it with git")
         return {str(k): str(v) for k, v in labels.items()}
 
-    def _label_moves(self, name: str) -> list[HistoryEntry]:
+    def _label_moves(self, name: str) -> builtins.list[HistoryEntry]:
         text = self.repo.show("HEAD", f"labels/{name}.log.jsonl") or ""
         moves = []
         for number, line in enumerate(text.splitlines(), start=1):

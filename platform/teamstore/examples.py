@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.base import ChatAgent, Team
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.models import ChatCompletionClient
@@ -51,7 +52,7 @@ def _triage_team(
     researcher_prompt: str = _PROMPTS["researcher"],
 ) -> RoundRobinGroupChat:
     prompts = {"triage": _PROMPTS["triage"], researcher_name: researcher_prompt, "critic": _PROMPTS["critic"]}
-    agents = []
+    agents: list[ChatAgent | Team] = []
     for name, prompt in prompts.items():
         context = (
             BoundedChatCompletionContext(max_messages=20, keep_first=1) if name == researcher_name else None

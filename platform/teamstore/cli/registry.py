@@ -1,7 +1,365 @@
-"""``teamstore registry``: add, list, show, history, diff, label and check team definitions."""
+"""``teamstore registry``: add, list, show, history, diff, label and check team definitions.
+
+    teamstore registry add support_triage --factory teamstore.examples:support_triage \\
+        --persist researcher --context-bound 20 --label production --message "first version"
+    teamstore registry show support_triage@production --json
+    teamstore registry check support_triage --from production --to <version>
+
+The registry lives at ``TEAMSTORE_REGISTRY_PATH`` (default ``$TEAMSTORE_HOME/registry``).
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from config_registry import Manifest, Registry
+from config_registry.errors import DefinitionInvalid
+from teamstore.cli._output import JsonOption, console, emit, fail
+from teamstore.errors import TeamstoreError
+from teamstore.settings import Settings
 
 app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=True)
+
+
+def _registry() -> Registry:
+    return Registry(Settings().resolved_registry_path)
+
+
+def _short(version: str | None) -> str:
+    return version[:12] if version else "-"
+
+
+def _secrets(values: list[str]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values:
+        path, sep, reference = value.partition("=")
+        if not sep or not path or not reference:
+            raise DefinitionInvalid(
+                f"--secret {value!r} is not PATH=env:VAR",
+                field="secrets",
+                hint="e.g. --secret participants.0.config.model_client.config.api_key=env:OPENAI_API_KEY",
+            )
+        pairs[path.strip()] = reference.strip()
+    return pairs
+
+
+def _manifest(name: str, options: dict[str, Any]) -> Manifest:
+    try:
+        return Manifest(name=name, **options)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "manifest"
+        raise DefinitionInvalid(
+            error["msg"], field=field, hint="see 'teamstore registry add --help'"
+        ) from exc
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DefinitionInvalid(
+            f"cannot read {path}: {exc}",
+            field="file",
+            hint="pass the JSON that team.dump_component() returns",
+        ) from exc
+    if not isinstance(data, dict):
+        raise DefinitionInvalid(f"{path} does not hold a JSON object", field="file")
+    return data
+
+
+@app.command("add")
+def add(
+    name: str = typer.Argument(..., help="The team's registry name."),
+    factory: str | None = typer.Option(None, "--factory", help="module:function that builds the team."),
+    file: Annotated[
+        Path | None, typer.Option("--file", help="A JSON file from team.dump_component().")
+    ] = None,
+    persist: str = typer.Option(
+        "", "--persist", help="Participants opted in to resume state, comma separated."
+    ),
+    context_bound: int | None = typer.Option(
+        None, "--context-bound", help="Most messages a persisted context keeps."
+    ),
+    allow_provider: Annotated[
+        list[str] | None, typer.Option("--allow-provider", help="Extra provider prefix (repeatable).")
+    ] = None,
+    allow_source_code_tools: bool = typer.Option(
+        False, "--allow-source-code-tools", help="Allow FunctionTool code."
+    ),
+    secret: Annotated[
+        list[str] | None, typer.Option("--secret", help="PATH=env:VAR, a secret as a reference.")
+    ] = None,
+    description: str = typer.Option("", "--description"),
+    owner: str = typer.Option("", "--owner"),
+    notes: str = typer.Option("", "--notes"),
+    state_ttl_days: float | None = typer.Option(
+        None, "--state-ttl-days", help="Resume-state TTL for this team."
+    ),
+    message: str | None = typer.Option(
+        None, "--message", "-m", help="Why this version exists (commit message)."
+    ),
+    label: str | None = typer.Option(None, "--label", help="Also point this label at the new version."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Validate and register a team definition from a factory or a JSON file."""
+    try:
+        if (factory is None) == (file is None):
+            raise DefinitionInvalid(
+                "give exactly one of --factory or --file",
+                field="source",
+                hint="e.g. --factory teamstore.examples:support_triage",
+            )
+        manifest = _manifest(
+            name,
+            {
+                "persist": [p.strip() for p in persist.split(",") if p.strip()],
+                "context_bound": context_bound,
+                "allowed_providers": allow_provider or [],
+                "allow_source_code_tools": allow_source_code_tools,
+                "secrets": _secrets(secret or []),
+                "description": description,
+                "owner": owner,
+                "notes": notes,
+                "state_ttl_days": state_ttl_days,
+            },
+        )
+        registry = _registry()
+        text = message or f"register {name}"
+        if factory is not None:
+            version = registry.add_from_factory(factory, manifest, text, label=label)
+        else:
+            assert file is not None
+            version = registry.add(name, _read_file(file), manifest, text, label=label)
+        definition = registry.resolve(f"{name}@{version}")
+    except TeamstoreError as exc:
+        fail(exc)
+    data = {
+        "name": name,
+        "version": version,
+        "labels": definition.labels,
+        "fingerprints": definition.fingerprints,
+    }
+    emit(
+        data,
+        as_json=as_json,
+        render=lambda d: console.print(
+            f"registered [bold]{name}[/] version [cyan]{_short(d['version'])}[/]"
+            + (f" (labels: {', '.join(d['labels'])})" if d["labels"] else "")
+        ),
+    )
+
+
+def _render_list(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="Registered teams")
+    for column in ("name", "kind", "latest", "labels", "persisted", "owner", "description"):
+        table.add_column(column)
+    for row in rows:
+        labels = ", ".join(f"{k}={_short(v)}" for k, v in sorted(row["labels"].items()))
+        table.add_row(
+            row["name"],
+            row["kind"],
+            _short(row["version"]),
+            labels,
+            ", ".join(row["persisted"]),
+            row["owner"],
+            row["description"],
+        )
+    console.print(table)
+
+
+@app.command("list")
+def list_teams(as_json: bool = JsonOption) -> None:
+    """Every registered team with its latest version and labels."""
+    try:
+        summaries = _registry().list()
+    except TeamstoreError as exc:
+        fail(exc)
+    rows = [
+        {
+            "name": s.name,
+            "kind": s.kind,
+            "version": s.version,
+            "labels": s.labels,
+            "persisted": s.persisted,
+            "owner": s.owner,
+            "description": s.description,
+            "time": s.time,
+        }
+        for s in summaries
+    ]
+    emit(rows, as_json=as_json, render=_render_list)
+
+
+def _render_definition(data: dict[str, Any]) -> None:
+    manifest, allow = data["manifest"], data["allowances"]
+    console.print(f"[bold]{data['name']}[/] {data['kind']} version [cyan]{data['version']}[/]")
+    console.print(
+        f"labels: {', '.join(data['labels']) or '-'}   registered by {data['author']} at {data['time']}"
+    )
+    console.print(f"message: {data['message']}")
+    console.print(f"description: {manifest['description'] or '-'}   owner: {manifest['owner'] or '-'}")
+    console.print(
+        f"persist: {', '.join(manifest['persist']) or '-'}   context_bound: {manifest['context_bound']}"
+    )
+    console.print(
+        f"allow_source_code_tools: {allow['allow_source_code_tools']}  "
+        f"source-code tools: {', '.join(allow['source_code_tools']) or 'none'}"
+    )
+    console.print(f"allowed providers (extra): {', '.join(allow['allowed_providers']) or 'none'}")
+    for path, reference in sorted(allow["secrets"].items()):
+        console.print(f"secret: {path} <- {reference}")
+    table = Table(title="Participants")
+    for column in ("name", "type", "model", "context", "fingerprint"):
+        table.add_column(column)
+    for row in data["participants"]:
+        table.add_row(row["name"], row["type"], row["model"], row["context"], row["fingerprint"] or "-")
+    console.print(table)
+
+
+def _participant_rows(definition: Any) -> list[dict[str, Any]]:
+    from config_registry.validate import participant_names, participants
+
+    rows = []
+    component = definition.component
+    for name, part in zip(participant_names(component), participants(component), strict=True):
+        config = part.get("config") or {}
+        client = config.get("model_client") or {}
+        context = config.get("model_context") or {}
+        rows.append(
+            {
+                "name": name,
+                "type": str(part.get("provider", "")).rsplit(".", 1)[-1],
+                "model": str((client.get("config") or {}).get("model", "-")),
+                "context": f"{str(context.get('provider', '-')).rsplit('.', 1)[-1]}"
+                f"({(context.get('config') or {}).get('max_messages', '')})",
+                "fingerprint": definition.fingerprints.get(name),
+            }
+        )
+    return rows
+
+
+@app.command("show")
+def show(
+    ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@LABEL."), as_json: bool = JsonOption
+) -> None:
+    """One version of a team: manifest, allowances, participants, fingerprints and (with --json) its JSON."""
+    try:
+        definition = _registry().resolve(ref)
+        data = {**definition.to_dict(), "participants": _participant_rows(definition)}
+    except TeamstoreError as exc:
+        fail(exc)
+    emit(data, as_json=as_json, render=_render_definition)
+
+
+def _render_history(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="History (newest first)")
+    for column in ("time", "kind", "version", "label", "who", "message / reason"):
+        table.add_column(column)
+    for row in rows:
+        label = (
+            f"{row['label']} ({_short(row['previous'])} -> {_short(row['version'])})" if row["label"] else ""
+        )
+        table.add_row(
+            str(row["time"]), row["kind"], _short(row["version"]), label, row["author"], row["message"]
+        )
+    console.print(table)
+
+
+@app.command("history")
+def history(name: str = typer.Argument(...), as_json: bool = JsonOption) -> None:
+    """Every version of a team and every label move (who, when, why)."""
+    try:
+        entries = _registry().history(name)
+    except TeamstoreError as exc:
+        fail(exc)
+    rows = [
+        {
+            "kind": e.kind,
+            "commit": e.commit,
+            "version": e.version,
+            "author": e.author,
+            "time": e.time,
+            "message": e.message,
+            "label": e.label,
+            "previous": e.previous,
+        }
+        for e in entries
+    ]
+    emit(rows, as_json=as_json, render=_render_history)
+
+
+@app.command("diff")
+def diff(
+    name: str = typer.Argument(...),
+    a: str = typer.Argument(...),
+    b: str = typer.Argument(...),
+    as_json: bool = JsonOption,
+) -> None:
+    """What changed between two versions or labels, by meaning (participants, prompts, models, tools ...)."""
+    try:
+        change = _registry().diff(name, a, b)
+    except TeamstoreError as exc:
+        fail(exc)
+
+    def render(data: dict[str, Any]) -> None:
+        console.print(f"[bold]{name}[/] {_short(data['a'])} -> {_short(data['b'])}")
+        for line in data["changes"] or ["no semantic change"]:
+            console.print(f"  - {line}")
+
+    emit(change.to_dict(), as_json=as_json, render=render)
+
+
+@app.command("label")
+def label(
+    name: str = typer.Argument(...),
+    version: str = typer.Argument(..., help="A version or another label."),
+    label_name: str = typer.Argument(..., metavar="LABEL"),
+    reason: str = typer.Option("set from the command line", "--reason", help="Why (kept in the move log)."),
+    who: str | None = typer.Option(None, "--who", help="Who moves it (default: GIT_AUTHOR_NAME or login)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Point LABEL at a version (rollback = move it back); every move is recorded."""
+    try:
+        registry = _registry()
+        registry.label(name, version, label_name, reason, who=who)
+        target = registry.resolve(f"{name}@{label_name}").version
+    except TeamstoreError as exc:
+        fail(exc)
+    emit(
+        {"name": name, "label": label_name, "version": target, "reason": reason},
+        as_json=as_json,
+        render=lambda d: console.print(f"{name}: {label_name} -> [cyan]{_short(d['version'])}[/] ({reason})"),
+    )
+
+
+@app.command("check")
+def check(
+    name: str = typer.Argument(...),
+    from_ref: str = typer.Option(..., "--from", help="Version or label the state was saved under."),
+    to_ref: str = typer.Option(..., "--to", help="Version or label it would be loaded under."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Whether resume state saved under --from loads under --to; exits 2 when it does not."""
+    try:
+        report = _registry().check(name, from_ref, to_ref)
+    except TeamstoreError as exc:
+        fail(exc)
+
+    def render(data: dict[str, Any]) -> None:
+        verdict = "[green]compatible[/]" if data["compatible"] else "[red]INCOMPATIBLE[/]"
+        console.print(f"{name} {_short(data['a'])} -> {_short(data['b'])}: {verdict}")
+        for line in data["reasons"]:
+            console.print(f"  - {line}")
+        for line in data["notes"]:
+            console.print(f"  note: {line}")
+
+    emit(report.to_dict(), as_json=as_json, render=render)
+    if not report.compatible:
+        raise typer.Exit(2)
