@@ -1,0 +1,137 @@
+"""The usage ledger: token counts per run, agent, model and purpose, for cost queries.
+
+    from teamstore.audit.ledger import usage_rows, record_usage
+
+    rows = usage_rows(ctx, outcome, keys)    # pure: one row per (agent, model, purpose)
+    await record_usage(engine, rows)         # one INSERT; a repeated run id is ignored
+
+Token counts are the record; cost is derived at query time (``teamstore.audit.cost``). Every model call
+the metering wrapper saw is counted, SelectorGroupChat's speaker selection included.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.prices import PriceTable
+from teamstore.audit.schema import prices, usage
+from teamstore.audit.transcripts.record import RunKeys
+from teamstore.errors import StoreUnavailable
+from teamstore.runtime.hooks import RunContext, RunOutcome
+
+
+def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict[str, Any]]:
+    """Aggregate a run's model calls into ledger rows.
+
+    Args:
+        ctx: The run.
+        outcome: How it ended, with every metered call.
+        keys: Pseudonymous keys (the raw user and session ids are never stored here).
+
+    Returns:
+        One row per (agent, model, purpose); empty when the run made no model call.
+    """
+    totals: dict[tuple[str, str, str], list[int]] = {}
+    for call in outcome.model_calls:
+        entry = totals.setdefault((call.agent, call.model, call.purpose), [0, 0, 0, 0])
+        entry[0] += 1
+        entry[1] += 1 if call.error else 0
+        entry[2] += call.input_tokens
+        entry[3] += call.output_tokens
+    common = {
+        "run_id": ctx.run_id,
+        "team": ctx.team,
+        "team_version": ctx.team_version,
+        "session_key": keys.session_key,
+        "subject_key": keys.subject_key,
+        "stop_reason": outcome.stop_reason[:256] if outcome.stop_reason else None,
+        "ended_by_limit": outcome.ended_by_limit,
+        "run_failed": outcome.error is not None,
+        "started_at": ctx.started_at,
+        "finished_at": outcome.finished_at,
+        "day": ctx.started_at.date(),
+    }
+    return [
+        {
+            **common,
+            "agent": a,
+            "model": m,
+            "purpose": p,
+            "calls": c,
+            "failed_calls": f,
+            "input_tokens": i,
+            "output_tokens": o,
+        }
+        for (a, m, p), (c, f, i, o) in totals.items()
+    ]
+
+
+async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]]) -> None:
+    """Insert a run's rows in one transaction; a run already recorded is left as it is.
+
+    Raises:
+        StoreUnavailable: The database could not be written.
+    """
+    if not rows:
+        return
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(insert(usage), rows)
+    except IntegrityError:
+        return  # the same run id reported twice: the first record stands
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not write the usage ledger for run {rows[0]['run_id']}: {type(exc).__name__}",
+            hint="check the database; run `teamstore db upgrade` if ts_usage is missing",
+        ) from exc
+
+
+async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: int = 5000) -> int:
+    """Delete ledger rows of runs that finished before ``older_than``, in batches.
+
+    Returns:
+        How many rows were deleted.
+    """
+    removed = 0
+    while True:
+        async with engine.begin() as conn:
+            ids = select(usage.c.id).where(usage.c.finished_at < older_than).limit(batch_size)
+            result = await conn.execute(delete(usage).where(usage.c.id.in_(ids.scalar_subquery())))
+        removed += result.rowcount or 0
+        if (result.rowcount or 0) < batch_size:
+            return removed
+
+
+async def sync_prices(engine: AsyncEngine, table: PriceTable) -> int:
+    """Copy a price table into ``ts_prices`` so the ``session_costs`` view can price rows in SQL.
+
+    Replaces any rows of the same version; other versions stay (the view uses the greatest version).
+
+    Returns:
+        How many price rows were written.
+    """
+    rows = []
+    for model, history in table.prices.items():
+        for index, price in enumerate(history):
+            until = history[index + 1].effective_from if index + 1 < len(history) else None
+            rows.append(
+                {
+                    "version": table.version,
+                    "model": model,
+                    "effective_from": price.effective_from,
+                    "effective_to": until,
+                    "input_per_million": price.input_per_million,
+                    "output_per_million": price.output_per_million,
+                    "currency": table.currency,
+                }
+            )
+    async with engine.begin() as conn:
+        await conn.execute(delete(prices).where(prices.c.version == table.version))
+        if rows:
+            await conn.execute(insert(prices), rows)
+    return len(rows)

@@ -1,0 +1,248 @@
+"""The audit observers the session runtime streams every run into: transcript, ledger, spans.
+
+    from teamstore.audit.observer import build_audit_observers
+    from teamstore.audit.telemetry import setup_tracing
+
+    observers = build_audit_observers(settings, engine, tracer_provider=setup_tracing(settings))
+    # runtime: run_started(ctx); on_item(ctx, item) for each streamed item; run_finished(ctx, outcome)
+
+Items are buffered in memory per run and written once at ``run_finished``: one transcript object (one
+PUT), one ledger INSERT, one span per run plus one per model call. None of it can fail a run: an upload
+that fails or exceeds its deadline goes to the outbox (delivered by ``teamstore transcripts flush`` and
+opportunistically after later runs); spans are exported by a background processor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry.trace import TracerProvider
+from sqlalchemy import exists, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit import outbox
+from teamstore.audit.ledger import record_usage, usage_rows
+from teamstore.audit.schema import subjects
+from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.telemetry import TRACER, emit_run_spans
+from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
+from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
+from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
+from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.settings import Settings
+from teamstore.state.schema import user_holds
+
+log = logging.getLogger(__name__)
+
+
+class Pseudonyms:
+    """Resolves a run's subject and session keys once, shared by the observers of one platform.
+
+    Args:
+        engine: The state database (``ts_subjects``, ``ts_user_holds``).
+    """
+
+    def __init__(self, engine: AsyncEngine, cache_size: int = 1024) -> None:
+        self.engine = engine
+        self._runs: OrderedDict[str, RunKeys] = OrderedDict()
+        self._cache_size = cache_size
+
+    async def keys(self, ctx: RunContext) -> RunKeys:
+        """The run's keys, creating the subject on first use.
+
+        Raises:
+            ErasureInProgress: The user is fenced by an open erasure: nothing may be written for them.
+            StoreUnavailable: The database could not be reached.
+        """
+        cached = self._runs.get(ctx.run_id)
+        if cached is not None:
+            return cached
+        subject = await self._subject(ctx.user_id)
+        keys = RunKeys(subject, session_key(subject, ctx.session_id))
+        self._runs[ctx.run_id] = keys
+        while len(self._runs) > self._cache_size:
+            self._runs.popitem(last=False)
+        return keys
+
+    async def _subject(self, user_id: str) -> str:
+        # One round trip for the common case: the subject exists and no erasure fences the user.
+        found = select(subjects.c.subject_key).where(subjects.c.user_id == user_id).scalar_subquery()
+        held = exists().where(user_holds.c.user_id == user_id)
+        try:
+            async with self.engine.connect() as conn:
+                subject, fenced = (await conn.execute(select(found, held))).one()
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"could not resolve the audit subject: {type(exc).__name__}",
+                hint="check the database and run `teamstore db upgrade`",
+            ) from exc
+        if fenced:
+            raise ErasureInProgress(
+                "an erasure is open for this user: no transcript, ledger row or span is written",
+                hint="wait for `teamstore erase` to finish",
+            )
+        return str(subject) if subject is not None else await get_or_create_subject(self.engine, user_id)
+
+    def forget(self, run_id: str) -> None:
+        """Drop a finished run's cached keys."""
+        self._runs.pop(run_id, None)
+
+
+class TranscriptObserver:
+    """Buffers a run's stream and writes one transcript object at the end (outbox on failure).
+
+    Args:
+        store: Where transcripts go.
+        engine: The state database (outbox).
+        pseudonyms: The shared key resolver.
+        upload_deadline_s: Longest a run waits for its upload before the transcript goes to the outbox.
+        flush_every: Look for queued transcripts after this many runs (and after any failure).
+    """
+
+    def __init__(
+        self,
+        store: TranscriptStore,
+        engine: AsyncEngine,
+        pseudonyms: Pseudonyms,
+        upload_deadline_s: float = 2.0,
+        flush_every: int = 50,
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.pseudonyms = pseudonyms
+        self.upload_deadline_s = upload_deadline_s
+        self.flush_every = flush_every
+        self._items: dict[str, list[dict[str, Any]]] = {}
+        self._runs_since_check = (
+            flush_every  # check once soon after start: a previous process may have queued
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run_started(self, ctx: RunContext) -> None:
+        """Start the run's buffer."""
+        self._items[ctx.run_id] = []
+
+    async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
+        """Buffer one streamed message or event (made JSON-safe now, so later mutation cannot leak in)."""
+        buffer = self._items.setdefault(ctx.run_id, [])
+        buffer.append(item_record(len(buffer), item, datetime.now(UTC)))
+
+    async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
+        """Encode and upload the transcript; on failure queue it in the outbox.
+
+        Raises:
+            StoreUnavailable: Upload and outbox both failed (the runtime logs it; the run still succeeds).
+        """
+        items = self._items.pop(ctx.run_id, [])
+        keys = await self.pseudonyms.keys(ctx)
+        body = encode(run_record(ctx, outcome, keys, len(items)), items)
+        key = run_key(keys, ctx.run_id)
+        try:
+            await asyncio.wait_for(self.store.put(key, body), self.upload_deadline_s)
+        except (TeamstoreError, TimeoutError) as exc:
+            reason = (
+                exc.message
+                if isinstance(exc, TeamstoreError)
+                else f"upload took over {self.upload_deadline_s}s"
+            )
+            log.warning("transcript of run %s queued in the outbox: %s", ctx.run_id, reason)
+            await outbox.enqueue(self.engine, ctx.run_id, key, keys.subject_key, body, reason)
+            self._runs_since_check = 0
+            return
+        self._runs_since_check += 1
+        if self._runs_since_check >= self.flush_every:
+            self._runs_since_check = 0
+            self._spawn(self._flush_quietly())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush_quietly(self) -> None:
+        try:
+            report = await outbox.flush(self.engine, self.store, limit=100)
+        except (TeamstoreError, SQLAlchemyError) as exc:
+            log.warning("opportunistic outbox flush failed: %s", exc)
+            return
+        if report.delivered or report.failed:
+            log.info("outbox: delivered %d, %d still queued", report.delivered, report.remaining)
+        if report.remaining:
+            self._runs_since_check = self.flush_every  # the store answers again: keep draining next run
+
+    async def drain(self) -> None:
+        """Wait for background outbox deliveries (call before shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class LedgerObserver:
+    """Writes the run's token usage to the ledger at the end of the run."""
+
+    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms) -> None:
+        self.engine = engine
+        self.pseudonyms = pseudonyms
+
+    async def run_started(self, ctx: RunContext) -> None:
+        """Nothing to do before the run."""
+
+    async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
+        """Usage comes from the metered calls, not the stream."""
+
+    async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
+        """One INSERT of the run's rows (per agent, model and purpose)."""
+        keys = await self.pseudonyms.keys(ctx)
+        await record_usage(self.engine, usage_rows(ctx, outcome, keys))
+
+
+class SpanObserver:
+    """Emits the run span and one child span per model call when the run ends."""
+
+    def __init__(self, tracer_provider: TracerProvider, pseudonyms: Pseudonyms) -> None:
+        self.tracer = tracer_provider.get_tracer(TRACER)
+        self.pseudonyms = pseudonyms
+
+    async def run_started(self, ctx: RunContext) -> None:
+        """Nothing to do before the run."""
+
+    async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
+        """Spans carry no content: items are ignored."""
+
+    async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
+        """Record the spans (queued for export off the run's path), then forget the run's keys."""
+        try:
+            emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.keys(ctx))
+        finally:
+            self.pseudonyms.forget(ctx.run_id)
+
+
+def build_audit_observers(
+    settings: Settings, engine: AsyncEngine, tracer_provider: TracerProvider | None = None
+) -> list[RunObserver]:
+    """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up.
+
+    Args:
+        settings: Where transcripts go (``resolved_transcripts_url``).
+        engine: The state database (subjects, ledger, outbox).
+        tracer_provider: From :func:`teamstore.audit.telemetry.setup_tracing`; ``None`` for no spans.
+
+    Returns:
+        Observers in the order the runtime should call them.
+
+    Raises:
+        MissingExtra: The transcripts URL needs a package that is not installed.
+        ConfigurationError: The transcripts URL is not supported.
+    """
+    pseudonyms = Pseudonyms(engine)
+    observers: list[RunObserver] = [
+        LedgerObserver(engine, pseudonyms),
+        TranscriptObserver(transcript_store_from_settings(settings), engine, pseudonyms),
+    ]
+    if tracer_provider is not None:
+        observers.append(SpanObserver(tracer_provider, pseudonyms))
+    return observers

@@ -1,0 +1,123 @@
+"""The transcript outbox: what could not be uploaded waits in the database, once per run id.
+
+    from teamstore.audit.outbox import enqueue, flush
+
+    await enqueue(engine, run_id, key, subject_key, body, error="S3 unreachable")   # run still succeeds
+    report = await flush(engine, store)          # `teamstore transcripts flush`, and after later runs
+    print(report.delivered, report.remaining)
+
+The run id is the primary key, so a transcript is queued at most once; delivery PUTs to the same key the
+run would have used, so delivering twice (two flushers racing) still leaves exactly one object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.schema import outbox
+from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.errors import StoreUnavailable, TeamstoreError
+
+
+@dataclass(frozen=True)
+class FlushReport:
+    """What one flush did."""
+
+    delivered: int
+    failed: int
+    remaining: int
+    last_error: str | None = None
+
+
+async def enqueue(
+    engine: AsyncEngine, run_id: str, object_key: str, subject_key: str, body: bytes, error: str
+) -> bool:
+    """Queue a transcript for later delivery.
+
+    Args:
+        engine: The state database.
+        run_id: The run; a second enqueue of the same run id is ignored.
+        object_key: Where the transcript belongs in the store.
+        subject_key: Its subject (so erasure can remove queued transcripts too).
+        body: The gzip JSON-lines object.
+        error: Why the upload failed (no content, just the error).
+
+    Returns:
+        True if queued now, False if the run was already queued.
+
+    Raises:
+        StoreUnavailable: The database is down too; the caller logs it (the transcript is lost).
+    """
+    row = {
+        "run_id": run_id,
+        "object_key": object_key,
+        "subject_key": subject_key,
+        "body": body,
+        "created_at": datetime.now(UTC),
+        "attempts": 1,
+        "last_error": error[:512],
+    }
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(insert(outbox).values(**row))
+        return True
+    except IntegrityError:
+        return False
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not queue transcript of run {run_id} in the outbox: {type(exc).__name__}",
+            hint="check the database; run `teamstore db upgrade` if ts_transcript_outbox is missing",
+        ) from exc
+
+
+async def pending(engine: AsyncEngine) -> int:
+    """How many transcripts wait in the outbox."""
+    async with engine.connect() as conn:
+        return int(await conn.scalar(select(func.count()).select_from(outbox)) or 0)
+
+
+async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500) -> FlushReport:
+    """Deliver queued transcripts, oldest first; stop at the first failure (the store is likely down).
+
+    Args:
+        engine: The state database.
+        store: Where the transcripts go.
+        limit: At most this many per call.
+
+    Returns:
+        Counts of delivered, failed and still-queued transcripts.
+    """
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(outbox.c.run_id, outbox.c.object_key, outbox.c.body)
+                .order_by(outbox.c.created_at)
+                .limit(limit)
+            )
+        ).all()
+    delivered, error = 0, None
+    for run_id, key, body in rows:
+        try:
+            await store.put(key, body)
+        except TeamstoreError as exc:
+            error = exc.message
+            await _note_failure(engine, run_id, error)
+            break
+        async with engine.begin() as conn:
+            await conn.execute(delete(outbox).where(outbox.c.run_id == run_id))
+        delivered += 1
+    return FlushReport(delivered, 1 if error else 0, await pending(engine), error)
+
+
+async def _note_failure(engine: AsyncEngine, run_id: str, error: str) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(outbox)
+            .where(outbox.c.run_id == run_id)
+            .values(attempts=outbox.c.attempts + 1, last_error=error[:512])
+        )

@@ -1,0 +1,98 @@
+"""The audit tables on teamstore's shared metadata: subjects, usage ledger, transcript outbox, prices.
+
+    from teamstore.audit.schema import usage, subjects
+
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
+
+Created by migration ``0002_audit`` (``teamstore db upgrade``), never implicitly; the same migration
+creates the ``session_costs`` view for BI tools (documented in docs/analysts.md).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Date,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+from teamstore.db.metadata import metadata
+
+ID = 256
+KEY = 64
+
+subjects = Table(
+    "ts_subjects",
+    metadata,
+    # Exact string match: no case folding, no unicode normalisation; two ids that differ at all are two users.
+    Column("user_id", String(ID), primary_key=True),
+    Column("subject_key", String(KEY), nullable=False, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+usage = Table(
+    "ts_usage",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("run_id", String(128), nullable=False),
+    Column("agent", String(128), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("purpose", String(32), nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("failed_calls", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("team", String(128), nullable=False),
+    Column("team_version", String(64), nullable=False),
+    Column("session_key", String(KEY), nullable=False),
+    Column("subject_key", String(KEY), nullable=True),  # erasure sets NULL: the row stays, de-identified
+    Column("stop_reason", String(256), nullable=True),
+    Column("ended_by_limit", Boolean, nullable=False),
+    Column("run_failed", Boolean, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+    Column("day", Date, nullable=False),
+    UniqueConstraint("run_id", "agent", "model", "purpose", name="uq_ts_usage_run"),
+    Index("ix_ts_usage_session", "session_key"),
+    Index("ix_ts_usage_subject", "subject_key"),
+    Index("ix_ts_usage_team_day", "team", "team_version", "day"),
+    Index("ix_ts_usage_day", "day"),
+    Index("ix_ts_usage_finished_at", "finished_at"),
+)
+
+outbox = Table(
+    "ts_transcript_outbox",
+    metadata,
+    Column("run_id", String(128), primary_key=True),  # one transcript per run id, ever
+    Column("object_key", String(512), nullable=False),
+    Column("subject_key", String(KEY), nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("last_error", String(512), nullable=True),
+    Index("ix_ts_transcript_outbox_subject", "subject_key"),
+)
+
+prices = Table(
+    "ts_prices",
+    metadata,
+    Column("version", String(64), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("effective_from", Date, nullable=False),
+    Column("effective_to", Date, nullable=True),  # exclusive; NULL = still in effect
+    Column("input_per_million", Float, nullable=False),
+    Column("output_per_million", Float, nullable=False),
+    Column("currency", String(8), nullable=False),
+    PrimaryKeyConstraint("version", "model", "effective_from", name="pk_ts_prices"),
+)

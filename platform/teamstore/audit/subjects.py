@@ -1,0 +1,115 @@
+"""Pseudonymous keys: a random subject key per user, a keyed hash per session.
+
+    from teamstore.audit.subjects import get_or_create_subject, find_subject, session_key
+
+    subject = await get_or_create_subject(engine, "alice@example.com")   # random, stored in ts_subjects
+    key = session_key(subject, "session-42")                              # HMAC of the session id
+    prefix = subject_prefix(subject)          # every transcript object of the user, without a scan
+
+User ids are matched exactly: no case folding and no unicode normalisation, so ``"Alice"`` and ``"alice"``
+(or NFC and NFD forms of one name) are different users. The session key is an HMAC keyed by the subject
+key, so once erasure deletes the subject row nobody can link a session key back to a session id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import UTC, datetime
+
+from sqlalchemy import insert, select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.schema import ID, subjects
+from teamstore.errors import InvalidIdentifier, StoreUnavailable
+
+
+def check_user_id(user_id: str) -> str:
+    """Refuse ids that cannot be stored exactly (empty, too long, NUL).
+
+    Raises:
+        InvalidIdentifier: With the limit that was broken.
+    """
+    if not user_id or len(user_id) > ID or "\x00" in user_id:
+        raise InvalidIdentifier(
+            f"user id of length {len(user_id)} cannot be audited",
+            hint=f"user ids must be 1..{ID} characters without NUL",
+        )
+    return user_id
+
+
+def new_subject_key() -> str:
+    """A fresh random subject key (128 bits, hex)."""
+    return secrets.token_hex(16)
+
+
+def session_key(subject_key: str, session_id: str) -> str:
+    """The pseudonymous key of one session of one subject.
+
+    Args:
+        subject_key: From :func:`get_or_create_subject` or :func:`find_subject`.
+        session_id: The raw session id, matched exactly.
+
+    Returns:
+        32 hex characters: HMAC-SHA256 of the session id keyed by the subject key.
+    """
+    digest = hmac.new(subject_key.encode("utf-8"), session_id.encode("utf-8"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+async def find_subject(engine: AsyncEngine, user_id: str) -> str | None:
+    """The subject key of ``user_id``, or ``None`` if the user never ran (or was erased).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    try:
+        async with engine.connect() as conn:
+            found = await conn.scalar(select(subjects.c.subject_key).where(subjects.c.user_id == user_id))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+    return str(found) if found is not None else None
+
+
+async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
+    """The subject key of ``user_id``, created on first use; safe under concurrent workers.
+
+    Args:
+        engine: The state database.
+        user_id: The raw user id (exact string).
+
+    Returns:
+        The subject key.
+
+    Raises:
+        InvalidIdentifier: The id is empty or too long.
+        StoreUnavailable: The database could not be reached.
+    """
+    check_user_id(user_id)
+    existing = await find_subject(engine, user_id)
+    if existing is not None:
+        return existing
+    key = new_subject_key()
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                insert(subjects).values(user_id=user_id, subject_key=key, created_at=datetime.now(UTC))
+            )
+        return key
+    except IntegrityError:
+        # Another worker created it first: theirs wins, so every worker files the user under one prefix.
+        raced = await find_subject(engine, user_id)
+        if raced is None:
+            raise
+        return raced
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+
+
+def _unavailable(exc: Exception) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"could not read or write audit subjects: {type(exc).__name__}",
+        hint="check TEAMSTORE_DATABASE_URL and run `teamstore db upgrade`",
+    )

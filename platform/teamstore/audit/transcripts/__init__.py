@@ -1,0 +1,67 @@
+"""Transcript stores: one gzip JSON-lines object per run, in S3 or a local folder.
+
+from teamstore.audit.transcripts import transcript_store_from_settings
+
+store = transcript_store_from_settings(Settings())   # TEAMSTORE_TRANSCRIPTS_URL, s3:// or file://
+keys = await store.list_keys(session_prefix(run_keys))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from teamstore.audit.transcripts.base import (
+    Capability,
+    TranscriptStore,
+    run_key,
+    session_prefix,
+    subject_prefix,
+)
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.errors import ConfigurationError
+from teamstore.settings import Settings
+
+__all__ = [
+    "Capability",
+    "LocalTranscriptStore",
+    "TranscriptStore",
+    "run_key",
+    "session_prefix",
+    "subject_prefix",
+    "transcript_store_from_settings",
+    "transcript_store_from_url",
+]
+
+
+def transcript_store_from_url(url: str) -> TranscriptStore:
+    """The store a URL names: ``s3://bucket/prefix`` or ``file:///folder`` (a bare path is a folder).
+
+    Args:
+        url: The transcripts URL.
+
+    Returns:
+        A new store; the caller closes it.
+
+    Raises:
+        ConfigurationError: An unsupported scheme.
+        MissingExtra: ``s3://`` without boto3 installed.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme == "s3":
+        from teamstore.audit.transcripts.s3 import S3TranscriptStore
+
+        return S3TranscriptStore.from_url(url)
+    if parsed.scheme == "file":
+        return LocalTranscriptStore(Path(unquote(parsed.path)))
+    if parsed.scheme == "":
+        return LocalTranscriptStore(Path(url))
+    raise ConfigurationError(
+        f"unsupported transcripts URL scheme {parsed.scheme!r}",
+        hint="set TEAMSTORE_TRANSCRIPTS_URL to s3://bucket/prefix or file:///folder",
+    )
+
+
+def transcript_store_from_settings(settings: Settings) -> TranscriptStore:
+    """The store ``Settings.resolved_transcripts_url`` names (see :func:`transcript_store_from_url`)."""
+    return transcript_store_from_url(settings.resolved_transcripts_url)

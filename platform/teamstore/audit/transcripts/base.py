@@ -1,0 +1,106 @@
+"""The transcript store interface, its declared capabilities and the object key layout.
+
+    from teamstore.audit.transcripts.base import Capability, run_key
+
+    key = run_key(RunKeys(subject_key, session_key), run_id)
+    # -> subjects/<subject_key>/sessions/<session_key>/runs/<run_id>.jsonl.gz
+    await store.put(key, body)
+    if Capability.VERSIONED_DELETE in store.capabilities:
+        ...   # the deletion coordinator asks before relying on it
+
+Keys are relative to the store's own prefix and carry no personal data: the subject key is random and the
+session key a keyed hash, so one user's objects sit under one prefix and can be removed without a scan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from teamstore.audit.transcripts.record import RunKeys
+from teamstore.errors import InvalidIdentifier
+
+SUFFIX = ".jsonl.gz"
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+class Capability(StrEnum):
+    """What a backend can do beyond put/get/list/delete; callers ask instead of guessing."""
+
+    VERSIONED_DELETE = "versioned_delete"  # delete_prefix also removes old versions and delete markers
+    OBJECT_LOCK = "object_lock"  # objects may be under retention locks that block deletion
+    LIFECYCLE_RULES = "lifecycle_rules"  # expiry is enforced by the service (apply_retention)
+    LOCAL_SWEEP = "local_sweep"  # expiry is enforced by sweep()
+
+
+@runtime_checkable
+class TranscriptStore(Protocol):
+    """Where transcript objects live. Every method raises ``teamstore.errors`` types only."""
+
+    url: str
+    capabilities: frozenset[Capability]
+
+    async def put(self, key: str, body: bytes) -> None:
+        """Write one object (one request); overwriting the same key with the same body is harmless."""
+
+    async def get(self, key: str) -> bytes:
+        """Read one object; raises ``TranscriptNotFound`` if absent."""
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        """Keys under ``prefix`` (relative to the store), sorted."""
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix``; returns how many were removed."""
+
+    async def sweep(self, older_than: datetime) -> int:
+        """Remove objects last written before ``older_than`` (backends with ``LOCAL_SWEEP``)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+def safe_segment(value: str) -> str:
+    """``value`` if it is a plain key segment, else a stable hash of it (never a path)."""
+    if _SEGMENT.match(value):
+        return value
+    return "h-" + hashlib.sha256(value.encode("utf-8")).hexdigest()[:40]
+
+
+def subject_prefix(subject_key: str) -> str:
+    """The prefix holding every object of one subject (what erasure deletes)."""
+    return f"subjects/{_checked(subject_key)}/"
+
+
+def session_prefix(keys: RunKeys) -> str:
+    """The prefix holding every run of one session."""
+    return f"{subject_prefix(keys.subject_key)}sessions/{_checked(keys.session_key)}/runs/"
+
+
+def run_key(keys: RunKeys, run_id: str) -> str:
+    """The object key of one run."""
+    return f"{session_prefix(keys)}{safe_segment(run_id)}{SUFFIX}"
+
+
+def run_id_of(key: str) -> str:
+    """The run segment of a key made by :func:`run_key`."""
+    return key.rsplit("/", 1)[-1].removesuffix(SUFFIX)
+
+
+def _checked(segment: str) -> str:
+    if not _SEGMENT.match(segment):
+        raise InvalidIdentifier(
+            f"{segment!r} is not a pseudonymous key",
+            hint="build keys with teamstore.audit.subjects, never from raw user or session ids",
+        )
+    return segment
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape the store's root (``..``, absolute paths, empty segments)."""
+    parts = key.split("/")
+    if key.startswith("/") or "\\" in key or "" in parts[:-1] or any(p in (".", "..") for p in parts):
+        raise InvalidIdentifier(f"unsafe transcript key {key!r}", hint="use keys built by run_key()")
+    return key

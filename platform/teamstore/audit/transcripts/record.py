@@ -1,0 +1,173 @@
+"""Transcript records: one gzip-compressed JSON-lines object per run, built in memory.
+
+    from teamstore.audit.transcripts.record import item_record, run_record, encode, decode
+
+    items = [item_record(seq, message) for seq, message in enumerate(stream)]
+    body = encode(run_record(ctx, outcome, keys, len(items)), items)   # gzip bytes, one PUT
+    header, items = decode(body)
+
+The first line is the run record (``"kind": "run"``), then one line per streamed message or event
+(``"kind": "item"``) in stream order. A value that is not JSON (an image, bytes, an arbitrary object) is
+replaced by a marked placeholder ``{"$unserializable": <type>, ...}``; the rest of the message is kept.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from teamstore.errors import AuditError
+from teamstore.runtime.hooks import RunContext, RunOutcome, StreamItem
+
+FORMAT = 1
+PLACEHOLDER = "$unserializable"
+_MAX_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """The pseudonymous keys a run is filed under: never the raw user or session id."""
+
+    subject_key: str
+    session_key: str
+
+
+def _placeholder(value: object, why: str) -> dict[str, Any]:
+    mark: dict[str, Any] = {PLACEHOLDER: type(value).__name__, "reason": why}
+    if isinstance(value, bytes | bytearray | memoryview):
+        mark["bytes"] = len(value)
+    return mark
+
+
+def to_json_safe(value: Any, depth: int = 0) -> Any:
+    """Return ``value`` with every non-JSON leaf replaced by a marked placeholder.
+
+    Args:
+        value: Anything a message may hold (pydantic models, dicts, lists, images, bytes).
+        depth: Recursion depth, bounded so a cyclic structure degrades instead of looping.
+
+    Returns:
+        A structure ``json.dumps`` accepts.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if depth > _MAX_DEPTH:
+        return _placeholder(value, "nested too deep")
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, BaseModel):
+        try:
+            dumped = value.model_dump(mode="python")
+        except Exception as exc:  # a model whose serializer fails is content we cannot keep
+            return _placeholder(value, f"model_dump failed: {type(exc).__name__}")
+        return {**to_json_safe(dumped, depth + 1), "type": getattr(value, "type", type(value).__name__)}
+    if isinstance(value, Mapping):
+        return {str(k): to_json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json_safe(v, depth + 1) for v in value]
+    return _placeholder(value, "not JSON")
+
+
+def item_record(seq: int, item: StreamItem | Any, received_at: datetime) -> dict[str, Any]:
+    """One streamed message or event as a transcript line.
+
+    Args:
+        seq: Position in the run's stream, from 0.
+        item: The message or event as streamed by ``run_stream``.
+        received_at: When the observer saw it.
+
+    Returns:
+        ``kind``, ``seq``, ``type``, ``source``, ``received_at`` and the whole message under ``message``
+        (content, tool calls or results, ``models_usage``, ``created_at``, metadata).
+    """
+    safe = to_json_safe(item)
+    message = safe if isinstance(safe, dict) else {"value": safe}
+    return {
+        "kind": "item",
+        "seq": seq,
+        "type": type(item).__name__,
+        "source": message.get("source"),
+        "received_at": received_at.isoformat(),
+        "message": message,
+    }
+
+
+def run_record(ctx: RunContext, outcome: RunOutcome, keys: RunKeys, items: int) -> dict[str, Any]:
+    """The run's header line: identity (pseudonymous), how it ended, timing and totals."""
+    calls = outcome.model_calls
+    return {
+        "kind": "run",
+        "format": FORMAT,
+        "run_id": ctx.run_id,
+        "team": ctx.team,
+        "team_version": ctx.team_version,
+        "subject_key": keys.subject_key,
+        "session_key": keys.session_key,
+        "resumed": ctx.resumed,
+        "started_at": ctx.started_at.isoformat(),
+        "finished_at": outcome.finished_at.isoformat(),
+        "duration_s": (outcome.finished_at - ctx.started_at).total_seconds(),
+        "stop_reason": outcome.stop_reason,
+        "ended_by_limit": outcome.ended_by_limit,
+        "error": type(outcome.error).__name__ if outcome.error is not None else None,
+        "items": items,
+        "totals": {
+            "model_calls": len(calls),
+            "input_tokens": outcome.input_tokens,
+            "output_tokens": outcome.output_tokens,
+        },
+        "model_calls": [
+            {
+                "agent": c.agent,
+                "model": c.model,
+                "purpose": c.purpose,
+                "input_tokens": c.input_tokens,
+                "output_tokens": c.output_tokens,
+                "started_at": c.started_at.isoformat(),
+                "duration_s": c.duration_s,
+                "error": c.error,
+            }
+            for c in calls
+        ],
+    }
+
+
+def encode(header: dict[str, Any], items: Iterable[dict[str, Any]]) -> bytes:
+    """Serialise a run as gzip-compressed JSON lines (header first)."""
+    lines = [json.dumps(header, ensure_ascii=False, separators=(",", ":"))]
+    lines.extend(json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in items)
+    return gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), compresslevel=6, mtime=0)
+
+
+def decode(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Read an object written by :func:`encode`.
+
+    Args:
+        body: The gzip bytes.
+
+    Returns:
+        The run record and the item records, in stream order.
+
+    Raises:
+        AuditError: The bytes are not a transcript (corrupt, truncated or another format).
+    """
+    try:
+        lines = [json.loads(line) for line in gzip.decompress(body).decode("utf-8").splitlines() if line]
+    except (OSError, EOFError, ValueError) as exc:
+        raise AuditError(
+            f"the transcript object is not readable: {type(exc).__name__}: {exc}",
+            hint="the object may be truncated or written by another tool; fetch it again or check the key",
+        ) from exc
+    if not lines or lines[0].get("kind") != "run":
+        raise AuditError(
+            "the transcript object has no run record", hint="check that the key names a transcript"
+        )
+    return lines[0], lines[1:]

@@ -1,0 +1,248 @@
+"""Transcripts in S3 (or any S3-compatible endpoint) through boto3: one PUT per run.
+
+    from teamstore.audit.transcripts.s3 import S3TranscriptStore
+
+    store = S3TranscriptStore.from_url("s3://audit-bucket/teamstore")   # AWS_* variables as usual
+    await store.put(key, body)
+    rule = await store.apply_retention(days=90)
+
+Credentials, region and endpoint come from the standard ``AWS_*`` variables (``AWS_ENDPOINT_URL_S3`` for
+MinIO or moto). Timeouts are short and retries few, so an unreachable S3 fails fast and the transcript
+goes to the outbox instead of holding up a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlparse
+
+from teamstore.audit.transcripts.base import Capability, check_key
+from teamstore.errors import (
+    ConfigurationError,
+    MissingExtra,
+    StorageError,
+    TranscriptNotFound,
+    TranscriptUnavailable,
+)
+
+RULE_ID = "teamstore-transcripts-retention"
+_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+
+
+def _boto3() -> Any:
+    try:
+        import boto3  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise MissingExtra("S3 transcripts", "s3", "boto3") from exc
+    return boto3
+
+
+def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_attempts: int = 2) -> Any:
+    """A boto3 S3 client with short timeouts and few retries.
+
+    Args:
+        connect_timeout: Seconds to open a connection.
+        read_timeout: Seconds to wait for a response.
+        max_attempts: Total attempts per request, the first included.
+
+    Returns:
+        The client (``AWS_*`` variables decide credentials, region and endpoint).
+
+    Raises:
+        MissingExtra: boto3 is not installed.
+    """
+    boto3 = _boto3()
+    from botocore.config import Config  # type: ignore[import-untyped]
+
+    config = Config(
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+    )
+    return boto3.session.Session().client("s3", config=config)
+
+
+def lifecycle_rule(prefix: str, days: int) -> dict[str, Any]:
+    """The lifecycle rule teamstore puts on the transcript prefix (also shipped in ``infra/``)."""
+    return {
+        "ID": RULE_ID,
+        "Filter": {"Prefix": prefix},
+        "Status": "Enabled",
+        "Expiration": {"Days": days},
+        "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+    }
+
+
+class S3TranscriptStore:
+    """Objects in one bucket under one prefix.
+
+    Args:
+        client: A boto3 S3 client the caller owns (see :func:`make_client`).
+        bucket: The bucket; it must exist.
+        prefix: Key prefix inside the bucket, without a trailing slash ("" for the bucket root).
+    """
+
+    capabilities = frozenset({Capability.VERSIONED_DELETE, Capability.LIFECYCLE_RULES})
+
+    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+
+    @classmethod
+    def from_url(cls, url: str, **client_options: float) -> S3TranscriptStore:
+        """Build from ``s3://bucket/prefix`` with a client from :func:`make_client`.
+
+        Raises:
+            ConfigurationError: The URL has no bucket.
+            MissingExtra: boto3 is not installed.
+        """
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ConfigurationError(
+                f"{url!r} is not an s3://bucket/prefix URL", hint="e.g. s3://audit/teamstore"
+            )
+        return cls(make_client(**client_options), parsed.netloc, parsed.path)  # type: ignore[arg-type]
+
+    def _full(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _relative(self, full: str) -> str:
+        return full[len(self.prefix) + 1 :] if self.prefix else full
+
+    async def put(self, key: str, body: bytes) -> None:
+        """One ``PutObject``.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable, slow, the bucket missing or access denied.
+        """
+        full = self._full(key)
+        await self._call(
+            "write",
+            key,
+            self.client.put_object,
+            Bucket=self.bucket,
+            Key=full,
+            Body=body,
+            ContentType="application/gzip",
+        )
+
+    async def get(self, key: str) -> bytes:
+        """One ``GetObject``.
+
+        Raises:
+            TranscriptNotFound: No such object.
+            TranscriptUnavailable: S3 unreachable or refusing.
+        """
+        response = await self._call(
+            "read", key, self.client.get_object, Bucket=self.bucket, Key=self._full(key)
+        )
+        return await asyncio.to_thread(response["Body"].read)
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        """Keys under ``prefix`` (paginated ``ListObjectsV2``), sorted."""
+        full = self._full(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        return sorted(self._relative(k) for k in await self._call("list", prefix, self._list, full))
+
+    def _list(self, full_prefix: str) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full_prefix)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix``, including old versions and delete markers."""
+        return int(await self._call("delete", prefix, self._delete_versions, self._full(prefix)))
+
+    def _delete_versions(self, full_prefix: str) -> int:
+        pages = self.client.get_paginator("list_object_versions").paginate(
+            Bucket=self.bucket, Prefix=full_prefix
+        )
+        removed = 0
+        for page in pages:
+            doomed = [
+                {"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in page.get("Versions", []) + page.get("DeleteMarkers", [])
+            ]
+            for start in range(0, len(doomed), 1000):
+                self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": doomed[start : start + 1000]}
+                )
+            removed += len(page.get("Versions", []))
+        return removed
+
+    async def sweep(self, older_than: datetime) -> int:
+        """Nothing to do: S3 expires objects through the lifecycle rule (:meth:`apply_retention`)."""
+        return 0
+
+    async def apply_retention(self, days: int) -> dict[str, Any]:
+        """Put (or replace) teamstore's lifecycle rule on the prefix, keeping the bucket's other rules.
+
+        Args:
+            days: Expire current objects after this many days.
+
+        Returns:
+            The rule as put.
+
+        Raises:
+            TranscriptUnavailable: S3 refused or is unreachable.
+        """
+        rule = lifecycle_rule(f"{self.prefix}/" if self.prefix else "", days)
+        await self._call("configure", self.bucket, self._put_rule, rule)
+        return rule
+
+    def _put_rule(self, rule: dict[str, Any]) -> None:
+        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+        try:
+            rules = self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket).get("Rules", [])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration":
+                raise
+            rules = []
+        rules = [r for r in rules if r.get("ID") != RULE_ID] + [rule]
+        self.client.put_bucket_lifecycle_configuration(
+            Bucket=self.bucket, LifecycleConfiguration={"Rules": rules}
+        )
+
+    async def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:
+            raise _translate(exc, action, self.bucket, key) from exc
+
+    async def close(self) -> None:
+        """Close the client's connection pool."""
+        await asyncio.to_thread(self.client.close)
+
+
+def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
+    """Turn a botocore error into a teamstore error that says what to do."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in _NOT_FOUND:
+            return TranscriptNotFound(f"no transcript at {key}", hint="check the user, session and run id")
+        if code == "NoSuchBucket":
+            return TranscriptUnavailable(
+                f"could not {action} transcripts: bucket {bucket!r} does not exist",
+                hint="create the bucket or fix TEAMSTORE_TRANSCRIPTS_URL",
+            )
+        if code in {"AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
+            return TranscriptUnavailable(
+                f"could not {action} transcripts in bucket {bucket!r}: access denied ({code})",
+                hint="grant the worker's role s3:PutObject/GetObject/ListBucket on the transcript prefix",
+            )
+        return TranscriptUnavailable(f"could not {action} transcripts in {bucket!r}: S3 said {code}: {exc}")
+    if isinstance(exc, BotoCoreError):
+        return TranscriptUnavailable(
+            f"could not {action} transcripts: S3 unreachable or too slow ({type(exc).__name__})",
+            hint="check AWS_ENDPOINT_URL_S3 / network; transcripts wait in the outbox (teamstore transcripts flush)",
+        )
+    if isinstance(exc, StorageError | TranscriptUnavailable):
+        return exc
+    return TranscriptUnavailable(f"could not {action} transcripts: {type(exc).__name__}: {exc}")
