@@ -1,0 +1,62 @@
+"""Fixtures for the registry suite: a fresh registry, example teams dumped to JSON, and a 'nothing changed' probe."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from autogen_core.models import ModelInfo
+from autogen_ext.models.replay import ReplayChatCompletionClient
+
+import teamstore  # noqa: F401  (registers the bounding context)
+from config_registry import Manifest, Registry
+from teamstore import examples
+from tests.conftest import git
+
+
+@pytest.fixture
+def registry(registry_path: Path) -> Registry:
+    """A new, empty registry in a temporary git repository."""
+    return Registry(registry_path)
+
+
+def dump(obj: Any) -> dict[str, Any]:
+    """The JSON a team or agent dumps to."""
+    data: dict[str, Any] = obj.dump_component().model_dump(mode="json")
+    return data
+
+
+def triage_json() -> dict[str, Any]:
+    """support_triage as component JSON."""
+    return dump(examples.support_triage())
+
+
+def triage_manifest(**changes: Any) -> Manifest:
+    """support_triage's manifest with ``changes`` applied."""
+    data = examples.example_manifest("support_triage").model_dump()
+    data.update(changes)
+    return Manifest(**data)
+
+
+def snapshot(path: Path) -> tuple[str, str]:
+    """HEAD and the porcelain status: equal before and after means the repository is unchanged."""
+    return git(path, "rev-parse", "HEAD").strip(), git(path, "status", "--porcelain", "--untracked-files=all")
+
+
+@contextmanager
+def left_unchanged(path: Path) -> Iterator[None]:
+    """Assert that the block makes no commit and leaves a clean tree (wrap it around a failing call)."""
+    before = snapshot(path)
+    yield
+    after = snapshot(path)
+    assert after == before
+    assert after[1] == ""
+
+
+def calling_client() -> ReplayChatCompletionClient:
+    """An offline client that declares function calling (tools and handoffs need it)."""
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family="unknown", structured_output=False)
+    return ReplayChatCompletionClient(["one", "two", "three"], model_info=info)

@@ -1,0 +1,17 @@
+"""Factories that misbehave, for ``add_from_factory`` tests."""
+
+from __future__ import annotations
+
+
+def raises() -> None:
+    """A factory whose construction fails."""
+    raise RuntimeError("the model catalogue is unreachable")
+
+
+def not_a_team() -> dict[str, str]:
+    """A factory that returns something that is not a team."""
+    return {"provider": "autogen_agentchat.teams.RoundRobinGroupChat"}
+
+
+class NotAComponent:
+    """A class that an allow-listed provider may name but that is not an AutoGen component."""

@@ -1,0 +1,153 @@
+"""Registering definitions: supported team types, storage layout, versions, factories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import HandoffTermination, MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat, Swarm
+from pydantic import ValidationError
+
+from config_registry import FactoryInvalid, Manifest, Registry, UnknownTeam
+from config_registry.errors import DefinitionInvalid
+from teamstore.context import BoundedChatCompletionContext
+from teamstore.offline import OfflineChatCompletionClient
+from tests.conftest import git
+from tests.registry.conftest import calling_client, dump, left_unchanged, triage_json, triage_manifest
+
+
+def _agent(name: str, bounded: bool = False, **kwargs: Any) -> AssistantAgent:
+    context = BoundedChatCompletionContext(max_messages=10) if bounded else None
+    return AssistantAgent(
+        name, model_client=OfflineChatCompletionClient(), model_context=context, system_message=f"You are {name}.",
+        **kwargs,
+    )
+
+
+def _swarm_agent(name: str, handoff: str, bounded: bool = False) -> AssistantAgent:
+    client = calling_client()  # handoffs need a model that declares function calling
+    context = BoundedChatCompletionContext(max_messages=10) if bounded else None
+    return AssistantAgent(name, model_client=client, handoffs=[handoff], model_context=context)
+
+
+def _teams() -> dict[str, Any]:
+    stop = MaxMessageTermination(3)
+    return {
+        "round_robin": RoundRobinGroupChat([_agent("a", True), _agent("b")], termination_condition=stop),
+        "selector": SelectorGroupChat(
+            [_agent("a", True), _agent("b")], model_client=OfflineChatCompletionClient(), termination_condition=stop
+        ),
+        "swarm": Swarm(
+            [_swarm_agent("a", "b", bounded=True), _swarm_agent("b", "a")],
+            termination_condition=stop | HandoffTermination(target="user"),
+        ),
+        "single": _agent("a", True),
+    }
+
+
+@pytest.mark.parametrize("kind", ["round_robin", "selector", "swarm", "single"])
+async def test_supported_team_types_register_build_and_run(registry: Registry, kind: str) -> None:
+    component = dump(_teams()[kind])
+    version = registry.add(kind.replace("_", "-"), component, Manifest(name=kind.replace("_", "-"), persist=["a"],
+                           context_bound=10), "first")
+    built = registry.build(kind.replace("_", "-"))
+    assert built.version == version
+    assert built.kind == ("agent" if kind == "single" else "team")
+    assert set(built.participants) == ({"a"} if kind == "single" else {"a", "b"})
+    assert built.participants["a"].name == "a"
+    assert built.persisted == ("a",)
+    assert list(built.fingerprints) == ["a"]
+    assert dump(built.team) == registry.resolve(kind.replace("_", "-")).component
+    result = await built.team.run(task="hi")
+    assert result.messages[0].content == "hi"
+    assert len(result.messages) >= 2
+
+
+def test_storage_layout_is_plain_sorted_json_one_folder_per_team(registry: Registry) -> None:
+    version = registry.add("support_triage", triage_json(), triage_manifest(), "first version")
+    folder = registry.path / "teams" / "support_triage"
+    component_text = (folder / "component.json").read_text()
+    assert component_text.endswith("}\n")
+    assert component_text == json.dumps(json.loads(component_text), sort_keys=True, indent=2) + "\n"
+    assert json.loads((folder / "manifest.json").read_text())["persist"] == ["researcher"]
+    assert git(registry.path, "rev-parse", "HEAD").strip() == version
+    assert git(registry.path, "log", "-1", "--format=%s").strip() == "first version"
+    assert git(registry.path, "status", "--porcelain") == ""
+
+
+def test_version_is_the_commit_and_unchanged_add_returns_it(registry: Registry) -> None:
+    first = registry.add("support_triage", triage_json(), triage_manifest(), "first")
+    again = registry.add("support_triage", triage_json(), triage_manifest(), "same again")
+    assert again == first
+    assert len(registry.history("support_triage")) == 1
+
+
+def test_author_is_recorded(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "first", author="Ada <ada@example.org>")
+    assert git(registry.path, "log", "-1", "--format=%an <%ae>").strip() == "Ada <ada@example.org>"
+    assert registry.resolve("support_triage").author == "Ada <ada@example.org>"
+
+
+def test_works_without_any_git_identity(registry_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(registry_path.parent / "nohome"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    registry = Registry(registry_path)
+    version = registry.add("support_triage", triage_json(), triage_manifest(), "first")
+    assert registry.resolve("support_triage").version == version
+
+
+def test_add_from_factory(registry: Registry) -> None:
+    version = registry.add_from_factory("teamstore.examples:support_triage", triage_manifest(), "from code")
+    assert registry.resolve("support_triage").version == version
+    assert registry.resolve("support_triage").component == triage_json()
+
+
+@pytest.mark.parametrize(
+    ("factory", "fragment"),
+    [
+        ("tests.registry.factories:raises", "raised RuntimeError"),
+        ("tests.registry.factories:not_a_team", "returned a dict"),
+        ("tests.registry.factories:missing", "cannot import"),
+        ("no_such_module_xyz:build", "cannot import"),
+        ("teamstore.examples", "not 'module:function'"),
+    ],
+)
+def test_bad_factories_are_refused(registry: Registry, factory: str, fragment: str) -> None:
+    with left_unchanged(registry.path), pytest.raises(FactoryInvalid) as caught:
+        registry.add_from_factory(factory, triage_manifest(), "bad")
+    assert fragment in caught.value.message
+    assert caught.value.hint
+
+
+def test_manifest_name_must_match(registry: Registry) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("other", triage_json(), triage_manifest(), "first")
+    assert caught.value.field == "manifest.name"
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "Upper", "", "x" * 65, ".."])
+def test_team_names_are_validated(registry: Registry, name: str) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid):
+        registry.add(name, triage_json(), triage_manifest(), "first")
+    with pytest.raises(DefinitionInvalid):
+        registry.resolve(f"{name}@production")
+    with pytest.raises(ValidationError):
+        Manifest(name=name)
+
+
+def test_not_a_team_component_is_refused(registry: Registry) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(OfflineChatCompletionClient()), triage_manifest(persist=[]), "model")
+    assert caught.value.field == "component_type"
+
+
+def test_unknown_team(registry: Registry) -> None:
+    with pytest.raises(UnknownTeam) as caught:
+        registry.resolve("nobody")
+    assert "nobody" in caught.value.message

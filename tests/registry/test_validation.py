@@ -1,0 +1,139 @@
+"""Validation on register: allow-listed providers, source-code tools, persisted participants, round trip."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core.model_context import BufferedChatCompletionContext
+from autogen_core.tools import FunctionTool
+
+from config_registry import DefinitionInvalid, Registry
+from teamstore.context import BoundedChatCompletionContext
+from teamstore.offline import OfflineChatCompletionClient
+from tests.registry.conftest import calling_client, dump, left_unchanged, triage_json, triage_manifest
+
+
+def add_two(a: int, b: int) -> int:
+    """Add two numbers (a tool with source code)."""
+    return a + b
+
+
+def _with_tool() -> dict[str, Any]:
+    agent = AssistantAgent(
+        "researcher", model_client=calling_client(), tools=[FunctionTool(add_two, description="add")],
+        model_context=BoundedChatCompletionContext(max_messages=20),
+    )
+    return dump(RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(2)))
+
+
+def _trap_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    marker = tmp_path / "imported"
+    (tmp_path / "evil_components.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return marker
+
+
+def test_disallowed_provider_is_refused_before_anything_is_imported(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = _trap_module(tmp_path, monkeypatch)
+    component = triage_json()
+    component["config"]["termination_condition"]["provider"] = "evil_components.Stop"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "evil")
+    assert caught.value.field == "config.termination_condition.provider"
+    assert "--allow-provider evil_components." in (caught.value.hint or "")
+    assert not marker.exists()
+    assert "evil_components" not in sys.modules
+
+
+def test_lookalike_prefix_is_not_allowed(registry: Registry) -> None:
+    component = triage_json()
+    component["config"]["participants"][0]["config"]["model_client"]["provider"] = "teamstore_evil.Client"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "evil")
+    assert caught.value.field == "config.participants.0.config.model_client.provider"
+
+
+def test_manifest_prefix_allows_a_provider(registry: Registry) -> None:
+    # Allowed by the manifest, the provider passes the allow-list and fails later, at load time.
+    component = triage_json()
+    component["config"]["termination_condition"]["provider"] = "tests.registry.factories.NotAComponent"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(allowed_providers=["tests.registry"]), "x")
+    assert "load_component() fails" in caught.value.message
+
+
+def test_source_code_tools_need_an_explicit_allowance(registry: Registry) -> None:
+    manifest = triage_manifest(name="tooled", persist=["researcher"])
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("tooled", _with_tool(), manifest, "tools")
+    assert "--allow-source-code-tools" in (caught.value.hint or "")
+    assert "source_code" not in str(caught.value.field)
+    allowed = manifest.model_copy(update={"allow_source_code_tools": True})
+    registry.add("tooled", _with_tool(), allowed, "tools allowed")
+    shown = registry.resolve("tooled").to_dict()["allowances"]
+    assert shown["allow_source_code_tools"] is True
+    assert shown["source_code_tools"] == ["config.participants.0.config.workbench.0.config.tools.0"]
+
+
+def test_persisted_participant_must_exist(registry: Registry) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(persist=["ghost"]), "x")
+    assert caught.value.field == "persist"
+    assert "ghost" in caught.value.message
+
+
+def test_persisted_participant_needs_a_bounding_context(registry: Registry) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(persist=["critic"]), "x")
+    assert caught.value.field == "config.participants.2.config.model_context"
+    assert "BoundedChatCompletionContext" in (caught.value.hint or "")
+
+
+def test_buffered_context_does_not_count_as_bounding(registry: Registry) -> None:
+    agent = AssistantAgent(
+        "researcher", model_client=OfflineChatCompletionClient(),
+        model_context=BufferedChatCompletionContext(buffer_size=4),
+    )
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(agent), triage_manifest(), "buffered")
+    assert "BufferedChatCompletionContext" in caught.value.message
+
+
+def test_context_bound_caps_max_messages(registry: Registry) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(context_bound=10), "x")
+    assert caught.value.field == "config.participants.1.config.model_context.config.max_messages"
+    assert "20" in caught.value.message
+
+
+def test_participant_names_must_be_unique(registry: Registry) -> None:
+    component = triage_json()
+    component["config"]["participants"][2]["config"]["name"] = "triage"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "dupes")
+    assert caught.value.field == "config.participants.2.config.name"
+
+
+def test_definition_that_does_not_survive_round_trip_is_refused(registry: Registry) -> None:
+    component = triage_json()
+    component["config"]["participants"][0]["config"]["not_a_field"] = "dropped on load"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "hand edited")
+    assert caught.value.field == "config.participants.0.config.not_a_field"
+
+
+def test_truncated_component_is_refused(registry: Registry) -> None:
+    component = copy.deepcopy(triage_json())
+    del component["config"]["participants"][0]["config"]["model_client"]
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "broken")
+    assert "load_component() fails" in caught.value.message
