@@ -1,9 +1,216 @@
-"""``teamstore run``, ``teamstore sessions``, ``teamstore db`` and ``teamstore demo``."""
+"""``teamstore run``, ``teamstore sessions``, ``teamstore db`` and ``teamstore demo``.
+
+    teamstore db upgrade
+    teamstore run --team support_triage --user alice --session s1 "My router keeps dropping" --json
+    teamstore sessions list --user alice
+    teamstore sessions show --user alice --session s1
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
 import typer
+from rich.markup import escape
+from rich.table import Table
+
+from teamstore.cli._output import JsonOption, console, emit
+from teamstore.db.engine import create_engine, redact_url
+from teamstore.db.migrate import current_revision, head_revision, upgrade
+from teamstore.errors import TeamstoreError
+from teamstore.runtime.inspect import describe_session
+from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
+from teamstore.state.base import SessionKey
+
+T = TypeVar("T")
+
+sessions_app = typer.Typer(help="Stored resume state, one row per (user, session).", no_args_is_help=True)
+db_app = typer.Typer(help="The state database's schema.", no_args_is_help=True)
+
+
+def _with_platform(fn: Callable[[Platform], Awaitable[T]], *, audit: bool = True) -> T:
+    async def main() -> T:
+        platform = Platform.from_settings(audit=audit)
+        try:
+            await platform.ensure_schema()
+            return await fn(platform)
+        finally:
+            await platform.aclose()
+
+    return asyncio.run(main())
+
+
+def run(
+    text: str = typer.Argument(..., help="The user's message."),
+    team: str = typer.Option(..., "--team", help="Registry reference: NAME, NAME@VERSION or NAME@LABEL."),
+    user: str = typer.Option(..., "--user", help="The user id."),
+    session: str = typer.Option(..., "--session", help="The session id."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Resume the session, run the team on TEXT, save, and print the reply."""
+
+    async def go(platform: Platform) -> dict[str, Any]:
+        async with platform.session(user, session, team=team) as s:
+            result = await s.run(text)
+            assert s.resume is not None
+            resume = s.resume.as_dict()
+            run_id = s.last_run_id
+        usage = [m.models_usage for m in result.messages if m.models_usage]
+        last = result.messages[-1]
+        return {
+            "reply": getattr(last, "content", str(last)),
+            "speaker": last.source,
+            "messages": [
+                {"source": m.source, "type": m.type, "content": m.to_text()} for m in result.messages
+            ],
+            "resume": resume,
+            "run_id": run_id,
+            "row_version": s.row_version,
+            "stop_reason": result.stop_reason,
+            "usage": {
+                "input_tokens": sum(u.prompt_tokens for u in usage),
+                "output_tokens": sum(u.completion_tokens for u in usage),
+            },
+        }
+
+    data = _with_platform(go)
+    emit(data, as_json=as_json, render=lambda d: _render_run(d))
+
+
+def _render_run(data: dict[str, Any]) -> None:
+    resume = data["resume"]
+    note = f" ({resume['detail']})" if resume["detail"] else ""
+    console.print(f"[dim]resume: {resume['outcome']}{note}[/]")
+    console.print(f"[bold]{data['speaker']}[/]: {escape(str(data['reply']))}")
+
+
+@sessions_app.command("list")
+def list_sessions(
+    user: str | None = typer.Option(None, "--user", help="Only this user's sessions."),
+    limit: int = typer.Option(100, "--limit", min=1),
+    as_json: bool = JsonOption,
+) -> None:
+    """List saved sessions, most recently updated first."""
+
+    async def go(platform: Platform) -> list[dict[str, Any]]:
+        return [describe_session(r) for r in await platform.store.list_sessions(user, limit)]
+
+    rows = _with_platform(go, audit=False)
+    emit(rows, as_json=as_json, render=_render_sessions)
+
+
+def _render_sessions(rows: list[dict[str, Any]]) -> None:
+    table = Table("user", "session", "team", "version", "bytes", "row v", "expires")
+    for r in rows:
+        table.add_row(r["user_id"], r["session_id"], r["team"], r["team_version"][:12], str(r["state_bytes"]),
+                      str(r["row_version"]), str(r["expires_at"])[:19])
+    console.print(table)
+
+
+@sessions_app.command("show")
+def show_session(
+    user: str = typer.Option(..., "--user"),
+    session: str = typer.Option(..., "--session"),
+    as_json: bool = JsonOption,
+) -> None:
+    """Show one session: team, versions, and per persisted agent the stored messages and bytes."""
+
+    async def go(platform: Platform) -> dict[str, Any] | None:
+        row = await platform.store.get(SessionKey(user, session))
+        return describe_session(row) if row is not None else None
+
+    data = _with_platform(go, audit=False)
+    if data is None:
+        raise TeamstoreError("no stored session for that user and session id",
+                             hint="check the ids with `teamstore sessions list --user ...`")
+    emit(data, as_json=as_json, render=_render_session)
+
+
+def _render_session(d: dict[str, Any]) -> None:
+    for key in ("team", "team_version", "schema_version", "agentchat_version", "row_version", "state_bytes",
+                "updated_at", "expires_at"):
+        console.print(f"[bold]{key}[/]: {d[key]}")
+    agents = d["agents"]
+    if isinstance(agents, str):
+        console.print(f"[bold]agents[/]: {agents}")
+        return
+    table = Table("persisted agent", "stored messages", "bytes")
+    for name, info in agents.items():
+        table.add_row(name, str(info["messages"]), str(info["bytes"]))
+    console.print(table)
+
+
+@sessions_app.command("quarantine")
+def list_quarantine(
+    user: str | None = typer.Option(None, "--user"),
+    as_json: bool = JsonOption,
+) -> None:
+    """List refused states that were set aside, with the reason."""
+
+    async def go(platform: Platform) -> list[dict[str, Any]]:
+        return [vars(q) for q in await platform.store.list_quarantined(user)]
+
+    rows = _with_platform(go, audit=False)
+
+    def render(rows: list[dict[str, Any]]) -> None:
+        table = Table("id", "user", "session", "reason", "detail", "bytes", "when")
+        for q in rows:
+            table.add_row(str(q["id"]), q["user_id"], q["session_id"], q["reason"], q["detail"][:60],
+                          str(q["state_bytes"]), str(q["quarantined_at"])[:19])
+        console.print(table)
+
+    emit(rows, as_json=as_json, render=render)
+
+
+@db_app.command("upgrade")
+def db_upgrade(as_json: bool = JsonOption) -> None:
+    """Apply every pending migration to TEAMSTORE_DATABASE_URL (the only way production tables change)."""
+    settings = Settings()
+
+    async def go() -> dict[str, Any]:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            before = await current_revision(engine)
+            after = await upgrade(engine)
+        finally:
+            await engine.dispose()
+        return {"database": redact_url(settings.resolved_database_url), "from": before, "to": after}
+
+    data = asyncio.run(go())
+    emit(data, as_json=as_json,
+         render=lambda d: console.print(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}"))
+
+
+@db_app.command("current")
+def db_current(as_json: bool = JsonOption) -> None:
+    """Show the database's migration revision and the one this code needs."""
+    settings = Settings()
+
+    async def go() -> dict[str, Any]:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            return {"database": redact_url(settings.resolved_database_url),
+                    "current": await current_revision(engine), "head": head_revision()}
+        finally:
+            await engine.dispose()
+
+    data = asyncio.run(go())
+    emit(data, as_json=as_json, render=lambda d: console.print(f"{d['database']}: at {d['current']}, head {d['head']}"))
+
+
+def demo() -> None:
+    """The main job, offline: register, run two users, resume in new processes, fail closed, show it all."""
+    from teamstore.demo import run_demo
+
+    run_demo()
 
 
 def register(app: typer.Typer) -> None:
     """Mount this module's commands on the main app."""
+    app.command("run")(run)
+    app.command("demo")(demo)
+    app.add_typer(sessions_app, name="sessions")
+    app.add_typer(db_app, name="db")

@@ -2,7 +2,7 @@
 
     from teamstore.state.base import SessionKey, StateStore
 
-    row = await store.acquire(SessionKey("u1", "s1"), claim, owner="w-1", lease_ttl=300, timeout=10)
+    row = await store.acquire(SessionKey("u1", "s1"), claim, owner="w-1", lease_ttl=300, wait_seconds=10)
     ...
     await store.save(SessionKey("u1", "s1"), owner="w-1", expected_version=row.row_version, record=rec)
 
@@ -98,7 +98,7 @@ class StateStore(Protocol):
     """Where resume state lives. Every method is one statement or one transaction."""
 
     async def acquire(
-        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, timeout: float
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
     ) -> StoredSession:
         """Take the session's lease and read its row in one statement (creating an empty row if new)."""
         ...

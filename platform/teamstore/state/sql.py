@@ -4,7 +4,7 @@
     from teamstore.state.sql import SqlStateStore
 
     store = SqlStateStore(create_engine("postgresql://app@db/teamstore"))
-    row = await store.acquire(key, claim, owner="worker-1", lease_ttl=300, timeout=10)
+    row = await store.acquire(key, claim, owner="worker-1", lease_ttl=300, wait_seconds=10)
 
 The lease lives in the session row. Taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE
 lease free .. RETURNING`` that also reads the row; saving is a single ``UPDATE .. WHERE row_version = :v
@@ -124,16 +124,16 @@ class SqlStateStore:
             return (await conn.execute(select(self._held(user_id)))).scalar_one() is True
 
     async def acquire(
-        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, timeout: float
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
     ) -> StoredSession:
-        """Take the lease and read the row in one statement, waiting up to ``timeout`` for a busy one.
+        """Take the lease and read the row in one statement, waiting up to ``wait_seconds`` for a busy one.
 
         Raises:
-            SessionBusy: Another worker kept the lease past ``timeout``.
+            SessionBusy: Another worker kept the lease past ``wait_seconds``.
             ErasureInProgress: An erasure request holds this user.
             StoreUnavailable: The database failed.
         """
-        deadline, pause = time.monotonic() + timeout, _POLL_START
+        deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         while True:
             try:
                 row = await self._try_acquire(key, claim, owner, lease_ttl)
@@ -148,7 +148,7 @@ class SqlStateStore:
                 raise _unavailable(exc, "take the session lease") from exc
             if time.monotonic() >= deadline:
                 raise SessionBusy(
-                    f"session is in use by another worker (waited {timeout:.1f}s)",
+                    f"session is in use by another worker (waited {wait_seconds:.1f}s)",
                     hint="retry later, or raise lease_timeout_seconds; a crashed worker's lease expires on its own",
                 )
             await asyncio.sleep(pause)

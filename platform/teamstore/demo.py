@@ -1,0 +1,128 @@
+"""``teamstore demo``: the main job, end to end, on whatever settings are in force (offline by default).
+
+    teamstore demo          # or: make demo
+
+It registers the example support team, runs two users' sessions, ends that process and resumes both in
+new processes (the earlier context comes back), makes a breaking definition change and shows a session
+failing closed with the reason, rolls the change back by moving the label, and prints what is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from config_registry import Registry
+from teamstore.examples import example_manifest, support_triage, support_triage_v2_renamed
+from teamstore.settings import Settings
+
+console = Console(width=120)
+TEAM = "support_triage"
+
+
+def teamstore(*args: str, ok: tuple[int, ...] = (0,)) -> Any:
+    """Run a ``teamstore`` command in a NEW process and return its ``--json`` output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "teamstore", *args, "--json"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode not in ok:
+        console.print(f"[red]teamstore {' '.join(args[:2])} failed[/]\n{proc.stderr}")
+        raise SystemExit(proc.returncode)
+    return json.loads(proc.stdout)
+
+
+def _step(title: str) -> None:
+    console.rule(f"[bold cyan]{title}")
+
+
+def _show_run(user: str, text: str, data: dict[str, Any]) -> None:
+    resume = data["resume"]
+    detail = f" - {resume['detail']}" if resume["detail"] else ""
+    colour = "green" if resume["outcome"] == "resumed" else "yellow"
+    console.print(f"[bold]{user}[/] says: {text}")
+    console.print(f"  resume: [{colour}]{resume['outcome']}[/]{detail}")
+    if resume["restored"]:
+        console.print(f"  restored: {', '.join(resume['restored'])}")
+    for message in data["messages"][1:]:
+        console.print(f"  [bold]{message['source']}[/]: {escape(message['content'])}")
+    usage = data["usage"]
+    console.print(f"  [dim]run {data['run_id'][:12]}, {usage['input_tokens']}+{usage['output_tokens']} tokens, "
+                  f"stop: {data['stop_reason']}[/]")
+
+
+def _register(registry: Registry) -> tuple[str, str]:
+    v1 = registry.add(TEAM, support_triage().dump_component(), example_manifest(TEAM),
+                      "support triage: triage, researcher (persisted), critic", label="production")
+    manifest = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TEAM})
+    v2 = registry.add(TEAM, support_triage_v2_renamed().dump_component(), manifest,
+                      "rename researcher to investigator")
+    registry.label(TEAM, v1, "production", reason="demo: production runs v1")
+    return v1, v2
+
+
+def _run(user: str, session: str, text: str, team: str = TEAM) -> dict[str, Any]:
+    data: dict[str, Any] = teamstore("run", "--team", team, "--user", user, "--session", session, text)
+    _show_run(user, text, data)
+    return data
+
+
+def _stored(sessions: dict[str, str]) -> None:
+    table = Table("user", "session", "team version", "row v", "bytes", "persisted agent: messages", "expires")
+    for user, session in sessions.items():
+        d = teamstore("sessions", "show", "--user", user, "--session", session)
+        agents = d["agents"] if isinstance(d["agents"], dict) else {}
+        summary = ", ".join(f"{n}: {a['messages']}" for n, a in agents.items())
+        table.add_row(user, session, d["team_version"][:12], str(d["row_version"]), str(d["state_bytes"]),
+                      summary, str(d["expires_at"])[:19])
+    console.print(table)
+
+
+def run_demo() -> None:
+    """Run the whole demo; every step but registration happens in a fresh process."""
+    settings = Settings()
+    console.print(Panel.fit(
+        f"registry  {settings.resolved_registry_path}\ndatabase  {settings.resolved_database_url.split('@')[-1]}\n"
+        f"transcripts {settings.resolved_transcripts_url}", title="teamstore demo"))
+    stamp = time.strftime("%H%M%S")
+    sessions = {"alice": f"ticket-{stamp}-a", "bob": f"ticket-{stamp}-b"}
+
+    _step("1. Register the support team (a git commit) and label it production")
+    v1, v2 = _register(Registry(settings.resolved_registry_path))
+    console.print(f"v1 {v1[:12]} (production), v2 {v2[:12]} (researcher renamed; not labelled yet)")
+
+    _step("2. Two users open sessions (process per request)")
+    _run("alice", sessions["alice"], "My router ZX-81 drops the connection every evening.")
+    _run("bob", sessions["bob"], "I was billed twice for November.")
+
+    _step("3. New processes: both sessions resume where they stopped")
+    data = _run("alice", sessions["alice"], "The technician came and it is still not working.")
+    researcher = next(m["content"] for m in data["messages"] if m["source"] == "researcher")
+    if "ZX-81" in researcher:
+        console.print("  [green]the researcher still knows alice's first message: context came back[/]")
+    _run("bob", sessions["bob"], "Any news on the refund?")
+
+    _step("4. A breaking definition change fails closed")
+    report = teamstore("registry", "check", TEAM, "--from", v1, "--to", v2, ok=(0, 2))
+    console.print(f"registry check v1 -> v2: compatible={report.get('compatible')}")
+    for reason in report.get("reasons", []):
+        console.print(f"  - {reason}")
+    teamstore("registry", "label", TEAM, v2, "production", "--reason", "demo: ship the rename")
+    _run("alice", sessions["alice"], "Hello again?")
+    console.print("  [yellow]alice's refused state was set aside in quarantine, not overwritten[/]")
+    teamstore("registry", "label", TEAM, v1, "production", "--reason", "demo: roll back the rename")
+    console.print(f"  rolled back: production -> {v1[:12]} (moving a label is the rollback)")
+    _run("bob", sessions["bob"], "Thanks, that is all.")
+
+    _step("5. What is stored")
+    _stored(sessions)
+    quarantined = teamstore("sessions", "quarantine", "--user", "alice")
+    for q in quarantined:
+        console.print(f"quarantined: alice/{q['session_id']} reason={q['reason']}: {q['detail']}")

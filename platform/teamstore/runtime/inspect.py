@@ -1,0 +1,59 @@
+"""Read-only views of stored sessions for people and dashboards (no content, only shape and size).
+
+    from teamstore.runtime.inspect import describe_session
+
+    info = describe_session(row)   # team, versions, per persisted agent: messages, bytes
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from teamstore.errors import StateRejected
+from teamstore.state.base import StoredSession
+from teamstore.state.envelope import decode
+
+
+def _message_count(state: Mapping[str, Any]) -> int:
+    agent_state = state.get("agent_state", state)
+    context = agent_state.get("llm_context", {}) if isinstance(agent_state, Mapping) else {}
+    messages = context.get("messages", []) if isinstance(context, Mapping) else []
+    buffer = state.get("message_buffer", [])
+    return len(messages) + (len(buffer) if isinstance(buffer, list) else 0)
+
+
+def describe_agents(row: StoredSession) -> dict[str, dict[str, int]] | str:
+    """Per persisted agent, stored messages and state bytes; a reason string if the blob is unreadable."""
+    if row.state is None:
+        return {}
+    try:
+        participants = decode(row.state).get("participants", {})
+    except StateRejected as exc:
+        return f"unreadable ({exc.reason})"
+    if not isinstance(participants, dict):
+        return "unreadable (no participants)"
+    return {
+        name: {"messages": _message_count(state), "bytes": len(json.dumps(state).encode())}
+        for name, state in participants.items()
+        if isinstance(state, Mapping)
+    }
+
+
+def describe_session(row: StoredSession) -> dict[str, Any]:
+    """A JSON-ready description of a stored session."""
+    return {
+        "user_id": row.user_id,
+        "session_id": row.session_id,
+        "team": row.team,
+        "team_version": row.team_version,
+        "schema_version": row.schema_version,
+        "agentchat_version": row.agentchat_version,
+        "row_version": row.row_version,
+        "state_bytes": row.state_bytes,
+        "agents": describe_agents(row),
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "expires_at": row.expires_at,
+    }
