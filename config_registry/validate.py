@@ -215,7 +215,7 @@ def load(component: Mapping[str, Any]) -> Any:
     from autogen_core import ComponentLoader
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*FunctionTool.*", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r"(?s).*FunctionTool", category=UserWarning)
         return ComponentLoader.load_component(ComponentModel.model_validate(dict(component)))
 
 

@@ -1,0 +1,95 @@
+"""Secrets: never stored, never the mask; references resolved from the environment when a team is built."""
+
+from __future__ import annotations
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+from config_registry import DefinitionInvalid, Registry, SecretUnavailable
+from teamstore import examples
+from teamstore.context import BoundedChatCompletionContext
+from tests.conftest import git
+from tests.registry.conftest import dump, left_unchanged, triage_manifest
+
+KEY_PATH = "model_client.config.api_key"
+
+
+def _openai_agent(key: str = "sk-live-123") -> AssistantAgent:
+    client = OpenAIChatCompletionClient(model="gpt-4o-mini", api_key=key)
+    return AssistantAgent("researcher", model_client=client, model_context=BoundedChatCompletionContext(20))
+
+
+def _everything(registry: Registry) -> str:
+    return git(registry.path, "log", "-p", "--all") + "".join(
+        p.read_text() for p in registry.path.rglob("*.json")
+    )
+
+
+def test_dump_masks_the_key_and_undeclared_mask_is_refused(registry: Registry) -> None:
+    component = dump(_openai_agent())
+    assert component["config"]["model_client"]["config"]["api_key"] == "**********"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "undeclared")
+    assert caught.value.field == f"config.{KEY_PATH}"
+    assert f"--secret {KEY_PATH}=env:OPENAI_API_KEY" in (caught.value.hint or "")
+
+
+def test_declared_secret_is_stored_as_a_reference_and_resolved_at_build(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest = triage_manifest(secrets={KEY_PATH: "env:OPENAI_API_KEY"})
+    registry.add("support_triage", dump(_openai_agent()), manifest, "with reference")
+    stored = registry.resolve("support_triage").component
+    assert stored["config"]["model_client"]["config"]["api_key"] == {"$secret": "env:OPENAI_API_KEY"}
+    text = _everything(registry)
+    assert "sk-live-123" not in text
+    assert "**********" not in text
+    built = registry.build("support_triage", env={"OPENAI_API_KEY": "sk-from-env"})
+    assert built.participants["researcher"]._model_client._client.api_key == "sk-from-env"  # type: ignore[attr-defined]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-os-environ")
+    again = registry.build("support_triage")
+    assert again.participants["researcher"]._model_client._client.api_key == "sk-os-environ"  # type: ignore[attr-defined]
+
+
+def test_unset_secret_variable_fails_the_build_by_name(registry: Registry) -> None:
+    manifest = triage_manifest(secrets={KEY_PATH: "env:TS_TEST_UNSET_KEY"})
+    registry.add("support_triage", dump(_openai_agent()), manifest, "with reference")
+    with pytest.raises(SecretUnavailable) as caught:
+        registry.build("support_triage", env={})
+    assert "TS_TEST_UNSET_KEY" in caught.value.message
+
+
+def test_plaintext_secret_is_refused(registry: Registry) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"]["api_key"] = "sk-pasted-into-json"
+    for manifest in (triage_manifest(), triage_manifest(secrets={KEY_PATH: "env:OPENAI_API_KEY"})):
+        with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+            registry.add("support_triage", component, manifest, "plaintext")
+        assert caught.value.field == f"config.{KEY_PATH}"
+        assert "plaintext" in caught.value.message
+    assert "sk-pasted-into-json" not in _everything(registry)
+
+
+def test_other_secret_looking_fields_are_refused_in_plaintext(registry: Registry) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"]["azure_ad_token"] = "eyJ-token"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "token")
+    assert caught.value.field == "config.model_client.config.azure_ad_token"
+
+
+def test_declared_path_must_exist(registry: Registry) -> None:
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K", "model_client.config.nope": "env:X"})
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(_openai_agent()), manifest, "typo")
+    assert caught.value.field == "secrets.model_client.config.nope"
+
+
+def test_openai_example_registers_with_its_manifest(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-store")
+    manifest = examples.example_manifest("support_triage_openai")
+    registry.add_from_factory("teamstore.examples:support_triage_openai", manifest, "openai variant")
+    assert "sk-do-not-store" not in _everything(registry)
+    built = registry.build("support_triage_openai")
+    assert set(built.participants) == {"triage", "researcher", "critic"}

@@ -1,0 +1,165 @@
+"""Versions, labels, history, and a repository that is not what it should be."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from config_registry import DefinitionInvalid, Registry, RegistryCorrupt, UnknownTeam, UnknownVersion
+from teamstore import examples
+from tests.conftest import git
+from tests.registry.conftest import dump, left_unchanged, triage_json, triage_manifest
+
+
+def _two_versions(registry: Registry) -> tuple[str, str]:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    v2 = registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2 prompt")
+    return v1, v2
+
+
+def test_resolve_by_name_version_prefix_and_label(registry: Registry) -> None:
+    v1, v2 = _two_versions(registry)
+    assert registry.resolve("support_triage").version == v2  # no production label: the latest
+    assert registry.resolve(f"support_triage@{v1}").version == v1
+    assert registry.resolve(f"support_triage@{v1[:7]}").version == v1
+    registry.label("support_triage", v1, "production", reason="first release")
+    assert registry.resolve("support_triage").version == v1  # bare name: production
+    assert registry.resolve("support_triage@production").labels == ["production"]
+    assert registry.resolve(f"support_triage@{v2}").labels == []
+
+
+def test_unknown_and_short_versions(registry: Registry) -> None:
+    v1, _ = _two_versions(registry)
+    for selector in ("staging", v1[:6], "0000000", "deadbeefdeadbeef"):
+        with pytest.raises(UnknownVersion) as caught:
+            registry.resolve(f"support_triage@{selector}")
+        assert "history support_triage" in (caught.value.hint or "")
+    with pytest.raises(UnknownTeam):
+        registry.resolve("nobody@production")
+
+
+def test_version_of_another_team_is_not_a_version_of_this_one(registry: Registry) -> None:
+    _two_versions(registry)
+    other = registry.add_from_factory(
+        "teamstore.examples:single_assistant", examples.example_manifest("single_assistant"), "one"
+    )
+    with pytest.raises(UnknownVersion):
+        registry.resolve(f"support_triage@{other}")
+
+
+def test_label_move_records_who_when_why_and_keeps_versions(registry: Registry) -> None:
+    v1, v2 = _two_versions(registry)
+    registry.label("support_triage", v2, "production", reason="ship v2", who="alice")
+    registry.label("support_triage", v1, "production", reason="rollback: v2 confused users", who="bob")
+    assert registry.resolve("support_triage").version == v1
+    assert registry.resolve(f"support_triage@{v2}").version == v2  # a label move is not a version
+    history = registry.history("support_triage")
+    versions = [h for h in history if h.kind == "version"]
+    moves = [h for h in history if h.kind == "label"]
+    assert [v.version for v in versions] == [v2, v1]
+    assert [(m.author, m.version, m.previous, m.message) for m in moves] == [
+        ("bob", v1, v2, "rollback: v2 confused users"),
+        ("alice", v2, None, "ship v2"),
+    ]
+    assert all(m.time.tzinfo is not None for m in moves)
+    log = (registry.path / "labels" / "support_triage.log.jsonl").read_text().splitlines()
+    assert len(log) == 2
+    assert json.loads((registry.path / "labels" / "support_triage.json").read_text()) == {"production": v1}
+
+
+def test_label_by_label_and_add_with_label(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="staging")
+    registry.label("support_triage", "staging", "production", reason="promote")
+    assert registry.resolve("support_triage@production").version == v1
+    assert sorted(registry.resolve("support_triage").labels) == ["production", "staging"]
+
+
+def test_label_needs_a_reason_and_a_valid_name(registry: Registry) -> None:
+    v1, _ = _two_versions(registry)
+    with left_unchanged(registry.path):
+        with pytest.raises(DefinitionInvalid):
+            registry.label("support_triage", v1, "production", reason="  ")
+        with pytest.raises(DefinitionInvalid):
+            registry.label("support_triage", v1, "../prod", reason="x")
+        with pytest.raises(UnknownVersion):
+            registry.label("support_triage", "nope", "production", reason="x")
+
+
+def test_list_summarises_every_team(registry: Registry) -> None:
+    _, v2 = _two_versions(registry)
+    registry.label("support_triage", v2, "production", reason="x")
+    registry.add_from_factory("teamstore.examples:single_assistant", examples.example_manifest("single_assistant"), "1")
+    rows = {row.name: row for row in registry.list()}
+    assert set(rows) == {"support_triage", "single_assistant"}
+    assert rows["support_triage"].labels == {"production": v2}
+    assert rows["support_triage"].persisted == ["researcher"]
+    assert rows["single_assistant"].kind == "agent"
+
+
+def test_malformed_json_in_the_repository_is_reported_by_file(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    path.write_text(path.read_text()[:200])
+    git(registry.path, "commit", "-qam", "hand edit gone wrong")
+    with pytest.raises(RegistryCorrupt) as caught:
+        registry.resolve("support_triage")
+    assert "teams/support_triage/component.json" in caught.value.message
+    assert registry.resolve(f"support_triage@{v1}").version == v1  # older versions still read
+
+
+def test_invalid_manifest_in_the_repository_is_corrupt(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    path = registry.path / "teams" / "support_triage" / "manifest.json"
+    path.write_text(json.dumps({"name": "support_triage", "surprise": 1}))
+    git(registry.path, "commit", "-qam", "hand edit")
+    with pytest.raises(RegistryCorrupt) as caught:
+        registry.resolve("support_triage")
+    assert "support_triage" in caught.value.message
+
+
+def test_path_that_is_not_a_git_repository(tmp_path: Path) -> None:
+    folder = tmp_path / "not_a_repo"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("hello")
+    with pytest.raises(RegistryCorrupt) as caught:
+        Registry(folder)
+    assert "not a git repository" in caught.value.message
+    assert not (folder / ".git").exists()
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(RegistryCorrupt):
+        Registry(file)
+
+
+def test_folder_inside_another_repository_is_not_the_registry(tmp_path: Path) -> None:
+    outer = tmp_path / "outer"
+    Registry(outer)
+    inner = outer / "sub"
+    inner.mkdir()
+    (inner / "x.txt").write_text("x")
+    with pytest.raises(RegistryCorrupt):
+        Registry(inner)
+
+
+def test_uncommitted_edits_are_refused(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    path = registry.path / "teams" / "support_triage" / "manifest.json"
+    path.write_text(path.read_text().replace("support-platform", "someone"))
+    with pytest.raises(RegistryCorrupt) as caught:
+        Registry(registry.path)
+    assert "teams/support_triage/manifest.json" in caught.value.message
+    head = git(registry.path, "rev-parse", "HEAD")
+    with pytest.raises(RegistryCorrupt):
+        registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
+    with pytest.raises(RegistryCorrupt):
+        registry.label("support_triage", "HEAD", "production", reason="x")
+    assert git(registry.path, "rev-parse", "HEAD") == head
+    assert "someone" in path.read_text()  # the registry never discards someone's edit
+
+
+def test_new_registry_is_a_git_repository_with_one_commit(registry_path: Path) -> None:
+    Registry(registry_path)
+    assert git(registry_path, "log", "--format=%s").strip() == "Create the teamstore registry"
+    assert Registry(registry_path).list() == []
