@@ -1,9 +1,375 @@
-"""``teamstore transcripts``, ``teamstore cost`` and ``teamstore retention``."""
+"""``teamstore transcripts``, ``teamstore cost``, ``teamstore prices`` and ``teamstore retention``.
+
+teamstore transcripts show --user alice --session s1 [--run RUN_ID] [--json]
+teamstore transcripts flush
+teamstore cost --by session --team support_triage --since 2026-11-01 --format csv
+teamstore prices show
+teamstore prices sync          # copy the price table into ts_prices for the session_costs view
+teamstore retention apply --days 90 --json
+teamstore retention sweep
+"""
 
 from __future__ import annotations
 
+import asyncio
+import csv
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
 import typer
+from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit import outbox
+from teamstore.audit.cost import DIMENSIONS, CostFilter, CostReport, query_costs
+from teamstore.audit.ledger import sync_prices
+from teamstore.audit.prices import load_prices
+from teamstore.audit.retention import apply_transcript_retention, sweep_all
+from teamstore.audit.subjects import find_subject, session_key
+from teamstore.audit.transcripts import run_key, session_prefix, transcript_store_from_settings
+from teamstore.audit.transcripts.record import RunKeys, decode
+from teamstore.cli._output import JsonOption, console, dumps, emit
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import require_current, upgrade
+from teamstore.errors import ConfigurationError, TranscriptNotFound
+from teamstore.settings import Settings
+
+T = TypeVar("T")
+
+transcripts_app = typer.Typer(
+    help="Run transcripts (one object per run, S3 or a local folder).", no_args_is_help=True
+)
+retention_app = typer.Typer(
+    help="Retention of transcripts, the ledger and resume state.", no_args_is_help=True
+)
+prices_app = typer.Typer(help="The versioned price table cost is derived from.", no_args_is_help=True)
+
+
+def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]]) -> T:
+    async def main() -> T:
+        settings = Settings()
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
+            return await fn(settings, engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
+
+
+# --- transcripts -------------------------------------------------------------------------------------------
+async def load_transcripts(
+    settings: Settings, engine: AsyncEngine, user: str, session: str, run: str | None
+) -> list[dict[str, Any]]:
+    """Read one session's transcripts (or one run's), oldest run first.
+
+    Raises:
+        TranscriptNotFound: The user, session or run has no transcript.
+    """
+    subject = await find_subject(engine, user)
+    if subject is None:
+        raise TranscriptNotFound("no audit data for that user", hint="check the user id (matched exactly)")
+    keys = RunKeys(subject, session_key(subject, session))
+    store = transcript_store_from_settings(settings)
+    try:
+        names = [run_key(keys, run)] if run else await store.list_keys(session_prefix(keys))
+        if not names:
+            raise TranscriptNotFound(
+                "no transcript for that session", hint="check the session id (matched exactly)"
+            )
+        runs = []
+        for name in names:
+            header, items = decode(await store.get(name))
+            runs.append({"run": header, "items": items})
+    finally:
+        await store.close()
+    return sorted(runs, key=lambda r: str(r["run"]["started_at"]))
+
+
+def _content_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " | ".join(_part_text(p) for p in content)
+    return dumps(content) if content is not None else ""
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, dict) and "name" in part and "arguments" in part:
+        return f"call {part['name']}({part['arguments']})"
+    if isinstance(part, dict) and "content" in part:
+        return f"result {part.get('name', '')}: {part['content']}"
+    return part if isinstance(part, str) else dumps(part)
+
+
+def _render_transcripts(data: dict[str, Any]) -> None:
+    for entry in data["runs"]:
+        run = entry["run"]
+        totals = run["totals"]
+        console.rule(f"run {run['run_id']}  {run['team']}@{run['team_version']}  {run['started_at']}")
+        for item in entry["items"]:
+            usage = item["message"].get("models_usage") or {}
+            tokens = (
+                f" [dim]({usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens)[/]"
+                if usage
+                else ""
+            )
+            console.print(f"[bold]{item['source']}[/] [dim]{item['type']}[/]{tokens}")
+            console.print(_content_text(item["message"]), markup=False, highlight=False)
+        limit = " (ended by a limit)" if run["ended_by_limit"] else ""
+        console.print(
+            f"[dim]stop: {run['stop_reason']}{limit}; {totals['model_calls']} model calls, "
+            f"{totals['input_tokens']} in / {totals['output_tokens']} out tokens[/]"
+        )
+
+
+@transcripts_app.command("show")
+def transcripts_show(
+    user: str = typer.Option(..., "--user", help="The user id (exact)."),
+    session: str = typer.Option(..., "--session", help="The session id (exact)."),
+    run: str | None = typer.Option(None, "--run", help="One run id; all of the session's runs if omitted."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Print a session's transcripts, readable or as JSON."""
+    runs = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run))
+    emit({"runs": runs}, as_json=as_json, render=_render_transcripts)
+
+
+@transcripts_app.command("flush")
+def transcripts_flush(as_json: bool = JsonOption) -> None:
+    """Deliver transcripts waiting in the outbox (queued while the store was unreachable)."""
+
+    async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
+        store = transcript_store_from_settings(settings)
+        try:
+            report = await outbox.flush(engine, store)
+        finally:
+            await store.close()
+        return {**asdict(report), "store": store.url}
+
+    data = _with_engine(go)
+    emit(
+        data,
+        as_json=as_json,
+        render=lambda d: console.print(
+            f"delivered {d['delivered']}, still queued {d['remaining']}"
+            + (f" (last error: {d['last_error']})" if d["last_error"] else "")
+        ),
+    )
+    if data["failed"]:
+        raise typer.Exit(1)
+
+
+# --- cost --------------------------------------------------------------------------------------------------
+def _parse_when(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{option} {value!r} is not a date", hint="use YYYY-MM-DD or an ISO timestamp"
+        ) from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+async def build_filter(
+    engine: AsyncEngine,
+    user: str | None,
+    session: str | None,
+    team: str | None,
+    since: str | None,
+    until: str | None,
+) -> CostFilter | None:
+    """Turn CLI options into a :class:`CostFilter`; ``None`` when the user has no ledger rows at all.
+
+    Raises:
+        ConfigurationError: ``--session`` without ``--user``, or a malformed date.
+    """
+    if session is not None and user is None:
+        raise ConfigurationError("--session needs --user", hint="session ids are only unique per user")
+    subject = await find_subject(engine, user) if user is not None else None
+    if user is not None and subject is None:
+        return None
+    return CostFilter(
+        session_key=session_key(subject, session) if subject and session is not None else None,
+        subject_key=subject,
+        team=team,
+        since=_parse_when(since, "--since"),
+        until=_parse_when(until, "--until"),
+    )
+
+
+def _money(value: float | None, unpriced: int) -> str:
+    if value is None:
+        return "unknown"
+    return f"{value:.6f}" + (" + unknown" if unpriced else "")
+
+
+COLUMNS = [
+    "key",
+    "runs_completed",
+    "runs_limited",
+    "runs_failed",
+    "calls",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "limited_cost",
+    "unpriced_tokens",
+]
+
+
+def _render_cost_table(report: CostReport) -> None:
+    table = Table(title=f"cost by {report.by} ({report.currency}, prices {report.price_version})")
+    for name in ("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"):
+        table.add_column(name, justify="left" if name == "key" else "right")
+    for row in [*report.rows, report.total]:
+        table.add_row(
+            row.key,
+            str(row.runs_completed),
+            str(row.runs_limited),
+            str(row.runs_failed),
+            str(row.calls),
+            str(row.input_tokens),
+            str(row.output_tokens),
+            _money(row.cost, row.unpriced_tokens),
+            f"{row.limited_cost:.6f}",
+        )
+    console.print(table)
+    unknown = sorted(set(report.total.unpriced_models))
+    if unknown:
+        console.print(
+            f"[yellow]no price for {', '.join(unknown)}: their tokens are counted, their cost is unknown[/]"
+        )
+
+
+def _write_csv(report: CostReport) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow([report.by, *COLUMNS[1:], "unpriced_models", "currency", "price_version"])
+    for row in report.rows:
+        values = asdict(row)
+        cells = ["" if values[c] is None else values[c] for c in COLUMNS]
+        writer.writerow([*cells, ";".join(row.unpriced_models), report.currency, report.price_version])
+
+
+def cost(
+    by: str = typer.Option("session", "--by", help=f"Group by: {'|'.join(DIMENSIONS)}."),
+    session: str | None = typer.Option(None, "--session", help="One session (needs --user)."),
+    user: str | None = typer.Option(None, "--user", help="One user (exact id)."),
+    team: str | None = typer.Option(None, "--team", help="One team."),
+    since: str | None = typer.Option(None, "--since", help="Runs started at or after (YYYY-MM-DD or ISO)."),
+    until: str | None = typer.Option(None, "--until", help="Runs started before (YYYY-MM-DD or ISO)."),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json."),
+) -> None:
+    """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
+    if fmt not in {"table", "csv", "json"}:
+        raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
+
+    async def go(settings: Settings, engine: AsyncEngine) -> CostReport:
+        prices = load_prices(settings.prices_path)
+        where = await build_filter(engine, user, session, team, since, until)
+        if where is None:  # an unknown user: an empty report, not everyone's
+            where = CostFilter(subject_key="-")
+        return await query_costs(engine, prices, by=by, where=where)
+
+    report = _with_engine(go)
+    if fmt == "json":
+        sys.stdout.write(dumps(report.to_dict()) + "\n")
+    elif fmt == "csv":
+        _write_csv(report)
+    else:
+        _render_cost_table(report)
+
+
+# --- prices ------------------------------------------------------------------------------------------------
+@prices_app.command("show")
+def prices_show(as_json: bool = JsonOption) -> None:
+    """Print the price table in effect (shipped, or TEAMSTORE_PRICES_PATH)."""
+    table = load_prices(Settings().prices_path)
+    data = {
+        "version": table.version,
+        "currency": table.currency,
+        "prices": [{**asdict(p), "effective_from": p.effective_from.isoformat()} for p in table.rows()],
+    }
+
+    def render(d: dict[str, Any]) -> None:
+        out = Table(title=f"prices {d['version']} ({d['currency']} per million tokens)")
+        for name in ("model", "from", "input", "output"):
+            out.add_column(name)
+        for p in d["prices"]:
+            out.add_row(
+                p["model"], p["effective_from"], str(p["input_per_million"]), str(p["output_per_million"])
+            )
+        console.print(out)
+
+    emit(data, as_json=as_json, render=render)
+
+
+@prices_app.command("sync")
+def prices_sync(as_json: bool = JsonOption) -> None:
+    """Copy the price table into the database (ts_prices) for the session_costs SQL view."""
+
+    async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
+        table = load_prices(settings.prices_path)
+        return {"version": table.version, "rows": await sync_prices(engine, table)}
+
+    emit(
+        _with_engine(go),
+        as_json=as_json,
+        render=lambda d: console.print(f"synced {d['rows']} prices, version {d['version']}"),
+    )
+
+
+# --- retention ---------------------------------------------------------------------------------------------
+@retention_app.command("apply")
+def retention_apply(
+    days: int | None = typer.Option(
+        None, "--days", min=1, help="Transcript retention (default: settings, 90)."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Put the lifecycle rule on the transcript prefix (S3) and print it."""
+    settings = Settings()
+
+    async def go() -> dict[str, Any]:
+        store = transcript_store_from_settings(settings)
+        try:
+            return await apply_transcript_retention(store, days or settings.transcript_retention_days)
+        finally:
+            await store.close()
+
+    emit(asyncio.run(go()), as_json=as_json, render=lambda d: console.print_json(dumps(d)))
+
+
+@retention_app.command("sweep")
+def retention_sweep(as_json: bool = JsonOption) -> None:
+    """Remove local transcripts and ledger rows past retention, and expired resume-state sessions."""
+
+    async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
+        store = transcript_store_from_settings(settings)
+        try:
+            return asdict(await sweep_all(settings, engine, store))
+        finally:
+            await store.close()
+
+    emit(
+        _with_engine(go),
+        as_json=as_json,
+        render=lambda d: console.print(
+            f"removed {d['transcripts']} transcripts, {d['ledger_rows']} ledger rows, {d['sessions']} expired sessions"
+        ),
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Mount this module's commands on the main app."""
+    app.add_typer(transcripts_app, name="transcripts")
+    app.add_typer(retention_app, name="retention")
+    app.add_typer(prices_app, name="prices")
+    app.command("cost")(cost)

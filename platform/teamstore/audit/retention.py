@@ -1,0 +1,83 @@
+"""Retention of the audit trail (transcripts, ledger) and of resume state, each on its own clock.
+
+    from teamstore.audit.retention import apply_transcript_retention, sweep_all
+
+    rule = await apply_transcript_retention(store, days=90)   # S3: a lifecycle rule on the prefix
+    report = await sweep_all(settings, engine, store)         # local transcripts, ledger rows, sessions
+
+S3 expires transcripts itself once the lifecycle rule is in place; the local folder has no such service,
+so ``sweep`` removes its objects past retention. Ledger rows go after ``ledger_retention_days``; expired
+resume-state sessions through the state store's own sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.ledger import sweep_ledger
+from teamstore.audit.transcripts.base import Capability, TranscriptStore
+from teamstore.settings import Settings
+from teamstore.state.sweep import sweep_expired_sessions
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep removed."""
+
+    transcripts: int
+    ledger_rows: int
+    sessions: int
+    transcript_cutoff: datetime
+    ledger_cutoff: datetime
+
+
+async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[str, Any]:
+    """Enforce ``days`` of transcript retention on the store.
+
+    Args:
+        store: The transcript store.
+        days: Expire objects this many days after they were written.
+
+    Returns:
+        ``backend``, ``url`` and, for S3, the lifecycle ``rule`` put on the bucket; for a local folder
+        a note that ``teamstore retention sweep`` enforces it.
+
+    Raises:
+        TranscriptUnavailable: S3 refused the lifecycle configuration.
+    """
+    if Capability.LIFECYCLE_RULES in store.capabilities:
+        rule = await store.apply_retention(days)  # type: ignore[attr-defined]
+        return {"backend": "s3", "url": store.url, "days": days, "rule": rule}
+    return {
+        "backend": "local",
+        "url": store.url,
+        "days": days,
+        "note": "a local folder has no lifecycle service: schedule `teamstore retention sweep`",
+    }
+
+
+async def sweep_all(
+    settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None
+) -> SweepReport:
+    """Remove what is past retention: local transcripts, ledger rows and expired sessions.
+
+    Args:
+        settings: ``transcript_retention_days`` and ``ledger_retention_days``.
+        engine: The state database.
+        store: The transcript store (S3 ignores the sweep: its lifecycle rule expires objects).
+        now: The reference time (tests); defaults to now.
+
+    Returns:
+        Counts per store and the cutoffs used.
+    """
+    now = now or datetime.now(UTC)
+    transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)
+    ledger_cutoff = now - timedelta(days=settings.ledger_retention_days)
+    transcripts = await store.sweep(transcript_cutoff) if Capability.LOCAL_SWEEP in store.capabilities else 0
+    ledger_rows = await sweep_ledger(engine, ledger_cutoff)
+    sessions = await sweep_expired_sessions(engine)
+    return SweepReport(transcripts, ledger_rows, sessions, transcript_cutoff, ledger_cutoff)
