@@ -82,7 +82,7 @@ class Session:
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
         row = await store.acquire(
             self.key, claim, owner=self._owner, lease_ttl=self._platform.settings.lease_ttl_seconds,
-            timeout=self._lease_timeout,
+            wait_seconds=self._lease_timeout,
         )
         self._row_version = row.row_version
         try:
@@ -184,18 +184,19 @@ class Session:
         return self._row_version
 
     async def _write(self, *, release: bool) -> None:
-        assert self._pending is not None
+        # Taken before writing: a refused snapshot is reported once, never retried blindly at exit.
+        state, self._pending = self._pending, None
+        assert state is not None
         built = self._built
         ttl_days = built.state_ttl_days or self._platform.settings.state_ttl_days
         record = SaveRecord(
             team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
-            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=self._pending,
+            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=state,
             expires_at=datetime.now(UTC) + timedelta(days=ttl_days),
         )
         self._row_version = await self._platform.store.save(
             self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release
         )
-        self._pending = None
 
     async def _release(self) -> None:
         await self._platform.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)

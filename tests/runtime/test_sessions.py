@@ -1,0 +1,315 @@
+"""The session runtime end to end on SQLite and a real Postgres: resume, isolation, fail-closed, limits."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import insert, select, update
+
+from config_registry import Registry
+from teamstore import examples
+from teamstore.db.engine import create_engine
+from teamstore.errors import (
+    ErasureInProgress,
+    InvalidIdentifier,
+    SessionBusy,
+    StaleStateVersion,
+    StateNotSerializable,
+    StateTooLarge,
+    StoreUnavailable,
+)
+from teamstore.runtime.platform import Platform
+from teamstore.state.base import SessionKey
+from teamstore.state.envelope import decode
+from teamstore.state.schema import quarantine, sessions, user_holds
+from teamstore.state.sql import SqlStateStore
+from tests.runtime.conftest import renamed_manifest
+from tests.services import free_port
+
+
+def researcher_reply(result) -> str:  # type: ignore[no-untyped-def]
+    return next(m.content for m in result.messages if m.source == "researcher")
+
+
+async def talk(platform: Platform, user: str, session: str, text: str, team: str = "support_triage"):  # type: ignore[no-untyped-def]
+    async with platform.session(user, session, team=team) as s:
+        result = await s.run(text)
+        outcome = s.resume
+    return result, outcome
+
+
+async def stored_state(platform: Platform, user: str, session: str) -> str:
+    row = await platform.store.get(SessionKey(user, session))
+    assert row is not None and row.state is not None
+    return row.state
+
+
+async def test_second_request_resumes_the_persisted_participant(platform: Platform) -> None:
+    _, first = await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    result, second = await talk(platform, "alice", "s1", "The technician came; still broken")
+    assert first.outcome == "new" and second.outcome == "resumed"
+    assert second.restored == ("researcher",)
+    assert "ZX-81" in researcher_reply(result)  # the researcher's context came back
+    critic = next(m.content for m in result.messages if m.source == "critic")
+    assert "ZX-81" not in critic  # critic is not persisted: it starts clean each run
+
+
+async def test_a_new_platform_continues_the_conversation(platform: Platform, registry: Registry) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    # A second Platform with its own engine is what a restarted process or another machine has.
+    other = Platform(create_engine(str(platform.engine.url)), registry, settings=platform.settings)
+    result, outcome = await talk(other, "alice", "s1", "still broken")
+    await other.engine.dispose()
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
+async def test_user_a_history_never_reaches_user_b(platform: Platform) -> None:
+    await talk(platform, "alice", "same-id", "alice-secret-canary router")
+    result, outcome = await talk(platform, "bob", "same-id", "bob asks about billing")
+    assert outcome.outcome == "new"
+    assert all("alice-secret-canary" not in m.to_text() for m in result.messages)
+    assert "alice-secret-canary" not in await stored_state(platform, "bob", "same-id")
+    assert "alice-secret-canary" in await stored_state(platform, "alice", "same-id")
+
+
+async def test_only_opted_in_participants_are_stored_and_state_is_json(platform: Platform) -> None:
+    for i in range(3):
+        await talk(platform, "alice", "s1", f"message {i}")
+    payload = decode(await stored_state(platform, "alice", "s1"))
+    assert payload["kind"] == "team" and list(payload["participants"]) == ["researcher"]
+    json.dumps(payload)  # every stored state is plain JSON
+    assert "RoundRobinGroupChatManager" not in json.dumps(payload)
+
+
+async def test_stored_state_stays_bounded_over_many_runs(platform: Platform) -> None:
+    sizes = []
+    for i in range(30):
+        await talk(platform, "alice", "s1", f"message number {i:03d}")
+        sizes.append(len(await stored_state(platform, "alice", "s1")))
+    state = decode(await stored_state(platform, "alice", "s1"))["participants"]["researcher"]
+    assert len(state["agent_state"]["llm_context"]["messages"]) <= 20
+    assert state["agent_state"]["llm_context"]["messages"][0]["content"] == "message number 000"  # keep_first
+    assert max(sizes[15:]) < sizes[9] * 1.3  # flat, not linear
+
+
+async def test_single_agent_definition_resumes(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "remember the code word heron", team="single_assistant")
+    result, outcome = await talk(platform, "alice", "s1", "what was it?", team="single_assistant")
+    assert outcome.outcome == "resumed" and "heron" in result.messages[-1].to_text()
+
+
+async def test_renamed_persisted_agent_fails_closed_and_keeps_the_old_state(
+    platform: Platform, registry: Registry
+) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    before = await stored_state(platform, "alice", "s1")
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production")
+    result, outcome = await talk(platform, "alice", "s1", "hello again")
+    assert outcome.outcome == "definition_changed" and outcome.quarantined
+    assert "researcher" in (outcome.detail or "") and "renamed" in (outcome.detail or "")
+    assert all("ZX-81" not in m.to_text() for m in result.messages)  # nothing half-loaded
+    kept = await platform.store.list_quarantined("alice")
+    assert [q.reason for q in kept] == ["definition_changed"]
+    async with platform.engine.connect() as conn:
+        assert (await conn.execute(select(quarantine.c.state))).scalar_one() == before
+
+
+async def test_compatible_change_keeps_resuming(platform: Platform, registry: Registry) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    registry.add("support_triage", examples.support_triage_v2_prompt().dump_component(),
+                 examples.example_manifest("support_triage_v2_prompt").model_copy(update={"name": "support_triage"}),
+                 "new researcher prompt", label="production")
+    result, outcome = await talk(platform, "alice", "s1", "still broken")
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
+async def _corrupt(platform: Platform, state: str | None, **values: object) -> None:
+    async with platform.engine.begin() as conn:
+        await conn.execute(update(sessions).where(sessions.c.user_id == "alice").values(state=state, **values))
+
+
+@pytest.mark.parametrize(
+    ("blob", "reason"),
+    [
+        ('{"garbage": 1}', "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": {"garbage": 1}}}}',
+         "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": '
+         '{"type": "TeamState", "version": "1.0.0", "agent_states": {}}}}}', "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participa', "corrupt"),
+        ("not json at all \x01", "corrupt"),
+        ('{"envelope": 9, "codec": "fernet", "data": "..."}', "schema_mismatch"),
+        ("[1, 2, 3]", "corrupt"),
+    ],
+    ids=["foreign", "garbage-agent", "team-state-as-agent", "truncated", "binary", "other-envelope", "array"],
+)
+async def test_bad_stored_state_starts_fresh_and_is_quarantined(platform: Platform, blob: str, reason: str) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    await _corrupt(platform, blob)
+    result, outcome = await talk(platform, "alice", "s1", "still broken")
+    assert outcome.outcome == reason and outcome.quarantined and not outcome.applied
+    assert result.messages[-1].to_text()  # the run went on, fresh
+    async with platform.engine.connect() as conn:
+        assert (await conn.execute(select(quarantine.c.state))).scalar_one() == blob
+    payload = decode(await stored_state(platform, "alice", "s1"))
+    assert "ZX-81" not in json.dumps(payload)
+
+
+async def test_state_saved_by_another_schema_version_fails_closed(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "hello")
+    await _corrupt(platform, await stored_state(platform, "alice", "s1"), schema_version=99)
+    _, outcome = await talk(platform, "alice", "s1", "again")
+    assert outcome.outcome == "schema_mismatch" and "99" in (outcome.detail or "")
+
+
+async def test_state_saved_by_another_autogen_minor_fails_closed(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "hello")
+    await _corrupt(platform, await stored_state(platform, "alice", "s1"), agentchat_version="0.4.9")
+    _, outcome = await talk(platform, "alice", "s1", "again")
+    assert outcome.outcome == "library_mismatch"
+
+
+async def test_expired_session_starts_fresh(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81")
+    await _corrupt(platform, await stored_state(platform, "alice", "s1"),
+                   expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    result, outcome = await talk(platform, "alice", "s1", "again")
+    assert outcome.outcome == "expired" and "ZX-81" not in researcher_reply(result)
+
+
+async def test_state_over_the_byte_cap_is_refused_and_previous_state_stays(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "short")
+    before = await stored_state(platform, "alice", "s1")
+    platform.settings = platform.settings.model_copy(update={"state_max_bytes": 500})
+    with pytest.raises(StateTooLarge) as info:
+        await talk(platform, "alice", "s1", "x" * 2000)
+    assert "500" in info.value.message
+    assert await stored_state(platform, "alice", "s1") == before
+    platform.settings = platform.settings.model_copy(update={"state_max_bytes": 1_000_000})
+    _, outcome = await talk(platform, "alice", "s1", "after")  # lease was released
+    assert outcome.outcome == "resumed"
+
+
+async def test_non_json_state_names_the_agent_and_path(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        original = s.team.save_state
+
+        async def poisoned():  # type: ignore[no-untyped-def]
+            state = await original()
+            state["agent_states"]["researcher"]["agent_state"]["llm_context"]["messages"][0]["content"] = b"\x00"
+            return state
+
+        s.team.save_state = poisoned
+        with pytest.raises(StateNotSerializable) as info:
+            await s.run("hello")
+    assert "researcher" in info.value.message and "llm_context.messages[0].content" in info.value.message
+    assert await platform.store.get(SessionKey("alice", "s1")) is None
+
+
+async def test_a_run_that_raises_saves_nothing(platform: Platform, registry: Registry) -> None:
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from config_registry import Manifest
+    from teamstore.context import BoundedChatCompletionContext
+
+    agent = AssistantAgent("assistant", model_client=ReplayChatCompletionClient([]),
+                           model_context=BoundedChatCompletionContext(max_messages=10))
+    registry.add("broken", agent.dump_component(), Manifest(name="broken", persist=["assistant"], context_bound=10),
+                 "a model that always fails")
+    with pytest.raises(Exception, match="No more mock responses"):
+        await talk(platform, "alice", "s1", "hello", team="broken")
+    assert await platform.store.get(SessionKey("alice", "s1")) is None
+    async with platform.session("alice", "s1", team="broken") as s:  # lease was released
+        assert s.resume is not None and s.resume.outcome == "new"
+
+
+async def test_concurrent_session_gets_session_busy(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("hello")
+        with pytest.raises(SessionBusy):
+            async with platform.session("alice", "s1", team="support_triage"):
+                pass
+        async with platform.session("alice", "s2", team="support_triage") as other:
+            assert other.resume is not None and other.resume.outcome == "new"
+
+
+async def test_explicit_save_then_conflicting_writer_is_detected(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("hello")
+        assert await s.save() == 1
+        async with platform.engine.begin() as conn:  # another writer bumps the row behind our back
+            await conn.execute(update(sessions).values(row_version=sessions.c.row_version + 1))
+        await s.run("again")
+        with pytest.raises(StaleStateVersion):
+            await s.save()
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 257, "nul\x00byte", "tab\tid"])
+async def test_bad_ids_are_refused(platform: Platform, bad: str) -> None:
+    with pytest.raises(InvalidIdentifier):
+        platform.session(bad, "s1", team="support_triage")
+    with pytest.raises(InvalidIdentifier):
+        platform.session("alice", bad, team="support_triage")
+
+
+@pytest.mark.parametrize("odd", ["../../etc/passwd", "a/b", "ユーザー", "ALICE"])
+async def test_odd_but_valid_ids_are_their_own_sessions(platform: Platform, odd: str) -> None:
+    await talk(platform, "alice", "s1", "alice's ZX-81")
+    result, outcome = await talk(platform, odd, odd, "hello")
+    assert outcome.outcome == "new" and "ZX-81" not in researcher_reply(result)
+    assert await platform.store.get(SessionKey(odd, odd)) is not None
+
+
+async def test_erasure_hold_refuses_the_session(platform: Platform) -> None:
+    async with platform.engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC)))
+    with pytest.raises(ErasureInProgress):
+        await talk(platform, "alice", "s1", "hello")
+
+
+async def test_hold_placed_mid_run_refuses_the_save(platform: Platform) -> None:
+    with pytest.raises(ErasureInProgress):
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            await s.run("hello")
+            async with platform.engine.begin() as conn:
+                await conn.execute(
+                    insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC))
+                )
+    row = await platform.store.get(SessionKey("alice", "s1"))
+    assert row is None or row.state is None
+
+
+async def test_database_down_at_load_is_typed(platform: Platform) -> None:
+    down = create_engine(f"postgresql://x@127.0.0.1:{free_port()}/x", connect_args={"connect_timeout": 2})
+    platform.store = SqlStateStore(down)
+    with pytest.raises(StoreUnavailable):
+        await talk(platform, "alice", "s1", "hello")
+    await down.dispose()
+
+
+async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "first")
+    before = await stored_state(platform, "alice", "s1")
+    real = platform.store
+    down = create_engine(f"postgresql://x@127.0.0.1:{free_port()}/x", connect_args={"connect_timeout": 2})
+    with pytest.raises(StoreUnavailable):
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            await s.run("second")
+            platform.store = SqlStateStore(down)
+    platform.store = real
+    assert await stored_state(platform, "alice", "s1") == before
+    await down.dispose()
+
+
+async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Registry) -> None:
+    manifest = examples.example_manifest("support_triage").model_copy(update={"state_ttl_days": 1.0})
+    registry.add("support_triage", examples.support_triage().dump_component(), manifest, "1 day TTL",
+                 label="production")
+    await talk(platform, "alice", "s1", "hello")
+    row = await platform.store.get(SessionKey("alice", "s1"))
+    assert row is not None and row.expires_at is not None
+    assert timedelta(hours=23) < row.expires_at - datetime.now(UTC) <= timedelta(days=1)
