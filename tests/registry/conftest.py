@@ -58,5 +58,7 @@ def left_unchanged(path: Path) -> Iterator[None]:
 
 def calling_client() -> ReplayChatCompletionClient:
     """An offline client that declares function calling (tools and handoffs need it)."""
-    info = ModelInfo(vision=False, function_calling=True, json_output=False, family="unknown", structured_output=False)
+    info = ModelInfo(
+        vision=False, function_calling=True, json_output=False, family="unknown", structured_output=False
+    )
     return ReplayChatCompletionClient(["one", "two", "three"], model_info=info)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from autogen_agentchat.agents import AssistantAgent
+
 
 def raises() -> None:
     """A factory whose construction fails."""
@@ -15,3 +17,9 @@ def not_a_team() -> dict[str, str]:
 
 class NotAComponent:
     """A class that an allow-listed provider may name but that is not an AutoGen component."""
+
+
+class ResearchAgent(AssistantAgent):
+    """An AssistantAgent under another provider: registering it in place of one is a retype."""
+
+    component_provider_override = "tests.registry.factories.ResearchAgent"

@@ -23,7 +23,10 @@ from tests.registry.conftest import calling_client, dump, left_unchanged, triage
 def _agent(name: str, bounded: bool = False, **kwargs: Any) -> AssistantAgent:
     context = BoundedChatCompletionContext(max_messages=10) if bounded else None
     return AssistantAgent(
-        name, model_client=OfflineChatCompletionClient(), model_context=context, system_message=f"You are {name}.",
+        name,
+        model_client=OfflineChatCompletionClient(),
+        model_context=context,
+        system_message=f"You are {name}.",
         **kwargs,
     )
 
@@ -39,7 +42,9 @@ def _teams() -> dict[str, Any]:
     return {
         "round_robin": RoundRobinGroupChat([_agent("a", True), _agent("b")], termination_condition=stop),
         "selector": SelectorGroupChat(
-            [_agent("a", True), _agent("b")], model_client=OfflineChatCompletionClient(), termination_condition=stop
+            [_agent("a", True), _agent("b")],
+            model_client=OfflineChatCompletionClient(),
+            termination_condition=stop,
         ),
         "swarm": Swarm(
             [_swarm_agent("a", "b", bounded=True), _swarm_agent("b", "a")],
@@ -52,8 +57,12 @@ def _teams() -> dict[str, Any]:
 @pytest.mark.parametrize("kind", ["round_robin", "selector", "swarm", "single"])
 async def test_supported_team_types_register_build_and_run(registry: Registry, kind: str) -> None:
     component = dump(_teams()[kind])
-    version = registry.add(kind.replace("_", "-"), component, Manifest(name=kind.replace("_", "-"), persist=["a"],
-                           context_bound=10), "first")
+    version = registry.add(
+        kind.replace("_", "-"),
+        component,
+        Manifest(name=kind.replace("_", "-"), persist=["a"], context_bound=10),
+        "first",
+    )
     built = registry.build(kind.replace("_", "-"))
     assert built.version == version
     assert built.kind == ("agent" if kind == "single" else "team")
@@ -143,7 +152,9 @@ def test_team_names_are_validated(registry: Registry, name: str) -> None:
 
 def test_not_a_team_component_is_refused(registry: Registry) -> None:
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
-        registry.add("support_triage", dump(OfflineChatCompletionClient()), triage_manifest(persist=[]), "model")
+        registry.add(
+            "support_triage", dump(OfflineChatCompletionClient()), triage_manifest(persist=[]), "model"
+        )
     assert caught.value.field == "component_type"
 
 

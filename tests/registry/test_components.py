@@ -25,7 +25,9 @@ async def test_bounded_context_round_trips() -> None:
 async def test_offline_client_round_trips_and_answers() -> None:
     client = OfflineChatCompletionClient(model="offline-tiny", quote_chars=10)
     dumped = client.dump_component()
-    loaded = ChatCompletionClient.load_component(ComponentModel.model_validate(dumped.model_dump(mode="json")))
+    loaded = ChatCompletionClient.load_component(
+        ComponentModel.model_validate(dumped.model_dump(mode="json"))
+    )
     assert isinstance(loaded, OfflineChatCompletionClient)
     assert loaded.model == "offline-tiny"
     assert loaded.dump_component() == dumped

@@ -86,7 +86,9 @@ def test_declared_path_must_exist(registry: Registry) -> None:
     assert caught.value.field == "secrets.model_client.config.nope"
 
 
-def test_openai_example_registers_with_its_manifest(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_example_registers_with_its_manifest(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-store")
     manifest = examples.example_manifest("support_triage_openai")
     registry.add_from_factory("teamstore.examples:support_triage_openai", manifest, "openai variant")

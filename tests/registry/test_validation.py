@@ -27,7 +27,9 @@ def add_two(a: int, b: int) -> int:
 
 def _with_tool() -> dict[str, Any]:
     agent = AssistantAgent(
-        "researcher", model_client=calling_client(), tools=[FunctionTool(add_two, description="add")],
+        "researcher",
+        model_client=calling_client(),
+        tools=[FunctionTool(add_two, description="add")],
         model_context=BoundedChatCompletionContext(max_messages=20),
     )
     return dump(RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(2)))
@@ -100,7 +102,8 @@ def test_persisted_participant_needs_a_bounding_context(registry: Registry) -> N
 
 def test_buffered_context_does_not_count_as_bounding(registry: Registry) -> None:
     agent = AssistantAgent(
-        "researcher", model_client=OfflineChatCompletionClient(),
+        "researcher",
+        model_client=OfflineChatCompletionClient(),
         model_context=BufferedChatCompletionContext(buffer_size=4),
     )
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:

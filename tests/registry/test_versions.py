@@ -15,7 +15,9 @@ from tests.registry.conftest import dump, left_unchanged, triage_json, triage_ma
 
 def _two_versions(registry: Registry) -> tuple[str, str]:
     v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
-    v2 = registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2 prompt")
+    v2 = registry.add(
+        "support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2 prompt"
+    )
     return v1, v2
 
 
@@ -90,7 +92,9 @@ def test_label_needs_a_reason_and_a_valid_name(registry: Registry) -> None:
 def test_list_summarises_every_team(registry: Registry) -> None:
     _, v2 = _two_versions(registry)
     registry.label("support_triage", v2, "production", reason="x")
-    registry.add_from_factory("teamstore.examples:single_assistant", examples.example_manifest("single_assistant"), "1")
+    registry.add_from_factory(
+        "teamstore.examples:single_assistant", examples.example_manifest("single_assistant"), "1"
+    )
     rows = {row.name: row for row in registry.list()}
     assert set(rows) == {"support_triage", "single_assistant"}
     assert rows["support_triage"].labels == {"production": v2}

@@ -1,0 +1,97 @@
+"""Building: a fresh object every call, secrets resolved before the transform, and it runs offline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from autogen_agentchat.teams import RoundRobinGroupChat
+
+from config_registry import BuiltTeam, DefinitionInvalid, Registry
+from teamstore import examples
+from tests.conftest import git
+from tests.registry.conftest import triage_json, triage_manifest
+
+
+@pytest.fixture
+def registered(registry: Registry) -> str:
+    return registry.add("support_triage", triage_json(), triage_manifest(state_ttl_days=3.5), "v1")
+
+
+async def test_build_returns_a_new_team_each_call_and_it_runs_offline(
+    registry: Registry, registered: str
+) -> None:
+    first, second = registry.build("support_triage"), registry.build("support_triage")
+    assert isinstance(first, BuiltTeam)
+    assert isinstance(first.team, RoundRobinGroupChat)
+    assert first.team is not second.team
+    assert first.participants["researcher"] is not second.participants["researcher"]
+    assert first.version == registered
+    assert first.persisted == ("researcher",)
+    assert first.fingerprints == registry.resolve("support_triage").fingerprints
+    assert first.state_ttl_days == 3.5
+    assert first.agent_types == dict.fromkeys(
+        ("triage", "researcher", "critic"), "autogen_agentchat.agents.AssistantAgent"
+    )
+    result = await first.team.run(task="hi")
+    assert [m.source for m in result.messages] == ["user", "triage", "researcher", "critic"]
+    assert "offline-small" in str(result.messages[-1].content)
+    assert first.participants["researcher"] in first.team._participants
+
+
+async def test_single_assistant_builds_as_an_agent(registry: Registry) -> None:
+    registry.add_from_factory(
+        "teamstore.examples:single_assistant", examples.example_manifest("single_assistant"), "1"
+    )
+    built = registry.build("single_assistant")
+    assert built.kind == "agent"
+    assert built.participants == {"assistant": built.team}
+    result = await built.team.run(task="hi")
+    assert result.messages[-1].source == "assistant"
+
+
+def test_transform_runs_after_secret_resolution_and_before_load(registry: Registry, registered: str) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def transform(component: dict[str, Any]) -> dict[str, Any]:
+        seen.append(component)
+        changed = dict(component)
+        changed["config"] = {**component["config"], "name": "Transformed"}
+        return changed
+
+    built = registry.build("support_triage", transform=transform)
+    assert built.team.name == "Transformed"
+    assert seen and seen[0]["provider"] == "autogen_agentchat.teams.RoundRobinGroupChat"
+    assert (
+        registry.resolve("support_triage").component["config"]["name"] == "RoundRobinGroupChat"
+    )  # stored unchanged
+
+
+def test_transform_sees_resolved_secrets(registry: Registry) -> None:
+    registry.add_from_factory(
+        "teamstore.examples:support_triage_openai",
+        examples.example_manifest("support_triage_openai"),
+        "openai",
+    )
+    keys: list[str] = []
+
+    def transform(component: dict[str, Any]) -> dict[str, Any]:
+        keys.extend(
+            p["config"]["model_client"]["config"]["api_key"] for p in component["config"]["participants"]
+        )
+        return component
+
+    registry.build("support_triage_openai", transform=transform, env={"OPENAI_API_KEY": "sk-resolved"})
+    assert keys == ["sk-resolved"] * 3
+
+
+def test_hand_edited_disallowed_provider_is_refused_at_build(registry: Registry, registered: str) -> None:
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    path.write_text(
+        path.read_text().replace("autogen_agentchat.conditions.MaxMessageTermination", "os.system")
+    )
+    git(registry.path, "commit", "-qam", "sneaky")
+    with pytest.raises(DefinitionInvalid) as caught:
+        registry.build("support_triage")
+    assert caught.value.field == "config.termination_condition.provider"
+    assert registry.build(f"support_triage@{registered}").version == registered

@@ -1,0 +1,147 @@
+"""``teamstore registry`` through typer's CliRunner, in tables and ``--json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from teamstore.cli import app
+from tests.conftest import git
+from tests.registry.conftest import triage_json
+
+runner = CliRunner()
+ADD = ["registry", "add", "support_triage", "--persist", "researcher", "--context-bound", "20"]
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+def as_json(*args: str) -> Any:
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_add_show_list_history_in_json(registry_path: Path) -> None:
+    added = as_json(
+        *ADD, "--factory", "teamstore.examples:support_triage", "--label", "production", "-m", "first"
+    )
+    assert added["labels"] == ["production"]
+    assert git(registry_path, "rev-parse", "HEAD").strip() != added["version"]  # the label move came after
+    shown = as_json("registry", "show", "support_triage@production")
+    assert shown["version"] == added["version"]
+    assert shown["manifest"]["persist"] == ["researcher"]
+    assert shown["fingerprints"] == added["fingerprints"]
+    assert [p["name"] for p in shown["participants"]] == ["triage", "researcher", "critic"]
+    assert shown["allowances"]["allow_source_code_tools"] is False
+    listed = as_json("registry", "list")
+    assert [(row["name"], row["labels"]) for row in listed] == [
+        ("support_triage", {"production": added["version"]})
+    ]
+    history = as_json("registry", "history", "support_triage")
+    assert [row["kind"] for row in history] == ["label", "version"]
+
+
+def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> None:
+    team_file = tmp_path / "team.json"
+    team_file.write_text(json.dumps(triage_json()))
+    result = invoke(*ADD, "--file", str(team_file), "--description", "Support", "--owner", "ops")
+    assert result.exit_code == 0, result.output
+    assert "registered support_triage" in result.stdout
+    shown = invoke("registry", "show", "support_triage")
+    assert "researcher" in shown.stdout
+    assert "owner: ops" in shown.stdout
+
+
+def test_rename_diff_check_and_rollback(registry_path: Path) -> None:
+    v1 = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "production")["version"]
+    v2 = as_json(
+        "registry",
+        "add",
+        "support_triage",
+        "--factory",
+        "teamstore.examples:support_triage_v2_renamed",
+        "--persist",
+        "investigator",
+        "--context-bound",
+        "20",
+        "-m",
+        "rename",
+    )["version"]
+    check = invoke("registry", "check", "support_triage", "--from", "production", "--to", v2, "--json")
+    assert check.exit_code == 2
+    assert json.loads(check.stdout)["reasons"] == [
+        "persisted participant 'researcher' was renamed or removed"
+    ]
+    table = invoke("registry", "check", "support_triage", "--from", "production", "--to", v2)
+    assert "INCOMPATIBLE" in table.stdout
+    diff = as_json("registry", "diff", "support_triage", v1, v2)
+    assert "participant 'researcher' renamed to 'investigator'" in diff["changes"]
+    assert (
+        as_json("registry", "label", "support_triage", v2, "production", "--reason", "ship")["version"] == v2
+    )
+    assert (
+        as_json("registry", "label", "support_triage", v1, "production", "--reason", "rollback")["version"]
+        == v1
+    )
+    assert as_json("registry", "show", "support_triage")["version"] == v1
+    ok = invoke("registry", "check", "support_triage", "--from", v1, "--to", "production")
+    assert ok.exit_code == 0
+    assert "compatible" in ok.stdout
+
+
+def test_secret_option_stores_a_reference(registry_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-stored")
+    args = [
+        "registry",
+        "add",
+        "support_triage_openai",
+        "--factory",
+        "teamstore.examples:support_triage_openai",
+    ]
+    refused = invoke(*args)
+    assert refused.exit_code == 1
+    assert "--secret participants.0.config.model_client.config.api_key=env:OPENAI_API_KEY" in " ".join(
+        refused.output.split()
+    )
+    secrets = [
+        f"--secret=participants.{i}.config.model_client.config.api_key=env:OPENAI_API_KEY" for i in range(3)
+    ]
+    assert invoke(*args, *secrets).exit_code == 0
+    shown = as_json("registry", "show", "support_triage_openai")
+    assert set(shown["allowances"]["secrets"].values()) == {"env:OPENAI_API_KEY"}
+    assert "sk-never-stored" not in git(registry_path, "log", "-p")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("registry", "show", "nobody"), "no team named 'nobody'"),
+        (("registry", "add", "x"), "exactly one of --factory or --file"),
+        (("registry", "add", "x", "--factory", "teamstore.examples:nope"), "cannot import factory"),
+        (
+            (
+                "registry",
+                "add",
+                "x",
+                "--factory",
+                "teamstore.examples:single_assistant",
+                "--secret",
+                "nonsense",
+            ),
+            "is not PATH=env:VAR",
+        ),
+        (("registry", "add", "Bad/Name", "--factory", "teamstore.examples:single_assistant"), "name"),
+        (("registry", "history", "nobody"), "no team named"),
+    ],
+)
+def test_typed_errors_exit_one_with_a_fix(registry_path: Path, args: tuple[str, ...], fragment: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert fragment in " ".join(result.output.split())
+    assert "fix" in result.output

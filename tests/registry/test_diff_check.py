@@ -1,0 +1,119 @@
+"""Semantic diff and the compatibility check that guards stored sessions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config_registry import Registry
+from teamstore import examples
+from teamstore.offline import OfflineChatCompletionClient
+from tests.registry.conftest import dump, triage_json, triage_manifest
+from tests.registry.factories import ResearchAgent
+
+
+def _add(registry: Registry, component: dict[str, Any], message: str, **manifest: Any) -> str:
+    return registry.add("support_triage", component, triage_manifest(**manifest), message)
+
+
+def _researcher(component: dict[str, Any]) -> dict[str, Any]:
+    participant: dict[str, Any] = component["config"]["participants"][1]
+    return participant
+
+
+def test_changed_system_message_is_compatible(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    v2 = _add(registry, dump(examples.support_triage_v2_prompt()), "prompt")
+    report = registry.check("support_triage", v1, v2)
+    assert report.compatible
+    assert report.reasons == []
+    assert report.fingerprints["a"] == report.fingerprints["b"]
+    assert registry.diff("support_triage", v1, v2).lines() == ["researcher: system message changed"]
+
+
+def test_changed_model_is_compatible(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    component = triage_json()
+    _researcher(component)["config"]["model_client"]["config"]["model"] = "offline-large"
+    v2 = _add(registry, component, "bigger model")
+    assert registry.check("support_triage", v1, v2).compatible
+    diff = registry.diff("support_triage", v1, v2)
+    assert diff.models == {
+        "researcher": [
+            "OfflineChatCompletionClient:offline-small",
+            "OfflineChatCompletionClient:offline-large",
+        ]
+    }
+
+
+def test_renamed_persisted_participant_is_incompatible(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    v2 = _add(registry, dump(examples.support_triage_v2_renamed()), "rename", persist=["investigator"])
+    report = registry.check("support_triage", v1, v2)
+    assert not report.compatible
+    assert report.reasons == ["persisted participant 'researcher' was renamed or removed"]
+    diff = registry.diff("support_triage", v1, v2)
+    assert diff.participants_renamed == {"researcher": "investigator"}
+    assert diff.persistence == {"persist": [["researcher"], ["investigator"]]}
+
+
+def test_removed_persisted_participant_is_incompatible(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    component = triage_json()
+    del component["config"]["participants"][1]
+    v2 = _add(registry, component, "no researcher", persist=[])
+    report = registry.check("support_triage", v1, v2)
+    assert not report.compatible
+    assert "'researcher' was renamed or removed" in report.reasons[0]
+    assert registry.diff("support_triage", v1, v2).participants_removed == ["researcher"]
+
+
+def test_changed_context_bound_is_incompatible_and_explained(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    component = triage_json()
+    _researcher(component)["config"]["model_context"]["config"]["max_messages"] = 10
+    v2 = _add(registry, component, "smaller context")
+    report = registry.check("support_triage", v1, v2)
+    assert not report.compatible
+    assert report.reasons == ["researcher: context bound changed max_messages 20 -> 10"]
+    assert report.fingerprints["a"]["researcher"] != report.fingerprints["b"]["researcher"]
+
+
+def test_retyped_persisted_participant_is_incompatible(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    component = triage_json()
+    retyped = dump(ResearchAgent("researcher", model_client=OfflineChatCompletionClient()))
+    for key in ("provider", "description", "label"):
+        _researcher(component)[key] = retyped[key]
+    v2 = _add(registry, component, "retype", allowed_providers=["tests.registry.factories."])
+    report = registry.check("support_triage", v1, v2)
+    assert not report.compatible
+    assert report.reasons == [
+        "researcher: agent type changed autogen_agentchat.agents.AssistantAgent -> tests.registry.factories.ResearchAgent"
+    ]
+    built = registry.build(f"support_triage@{v2}")
+    assert type(built.participants["researcher"]).__name__ == "ResearchAgent"
+    assert built.agent_types["researcher"] == "tests.registry.factories.ResearchAgent"
+    assert registry.diff("support_triage", v1, v2).agent_types["researcher"][1].endswith("ResearchAgent")
+
+
+def test_diff_covers_tools_termination_and_allowances(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    component = triage_json()
+    component["config"]["termination_condition"]["config"]["max_messages"] = 6
+    v2 = _add(registry, component, "longer", notes="x", allowed_providers=["mycompany.agents."])
+    diff = registry.diff("support_triage", v1, v2)
+    assert diff.termination == [
+        "MaxMessageTermination(include_agent_event=False, max_messages=4)",
+        "MaxMessageTermination(include_agent_event=False, max_messages=6)",
+    ]
+    assert diff.allowances == {"allowed_providers": [[], ["mycompany.agents."]]}
+    assert "allowance: allowed_providers [] -> ['mycompany.agents.']" in diff.to_dict()["changes"]
+    assert registry.diff("support_triage", v1, v1).changed is False
+
+
+def test_newly_persisted_participant_is_compatible_with_a_note(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1", persist=[])
+    v2 = _add(registry, triage_json(), "persist researcher")
+    report = registry.check("support_triage", v1, v2)
+    assert report.compatible
+    assert report.notes == ["'researcher' is newly persisted: it starts with fresh state"]
