@@ -13,6 +13,7 @@ replaced by a marked placeholder ``{"$unserializable": <type>, ...}``; the rest 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections.abc import Iterable, Mapping
@@ -64,11 +65,11 @@ def to_json_safe(value: Any, depth: int = 0) -> Any:
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, BaseModel):
-        try:
-            dumped = value.model_dump(mode="python")
-        except Exception as exc:  # a model whose serializer fails is content we cannot keep
-            return _placeholder(value, f"model_dump failed: {type(exc).__name__}")
-        return {**to_json_safe(dumped, depth + 1), "type": getattr(value, "type", type(value).__name__)}
+        # Field by field rather than model_dump: a field's own serializer (an Image's base64) must not
+        # smuggle content past the placeholder rule.
+        return {name: to_json_safe(getattr(value, name, None), depth + 1) for name in type(value).model_fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json_safe(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
         return {str(k): to_json_safe(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -1,0 +1,76 @@
+"""Drive audit observers with real team runs (offline model client, metered), without the session runtime."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.base import TaskResult, Team
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat, SelectorGroupChat
+from autogen_core import AgentRuntime
+
+from teamstore.examples import support_triage
+from teamstore.metering import MeteredChatCompletionClient, metered_run, wrap_model_clients
+from teamstore.offline import OfflineChatCompletionClient
+from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome
+
+CANARY = "CANARY-7f3a9c-secret-user-text"
+
+
+def triage_team() -> Team:
+    """The example support team, model clients metered through its component JSON."""
+    component = wrap_model_clients(support_triage().dump_component().model_dump())
+    return BaseGroupChat.load_component(component)
+
+
+def metered_round_robin(runtime: AgentRuntime | None = None, model: str = "offline-small") -> Team:
+    """Two agents with metered offline clients, optionally on a caller-owned runtime."""
+    agents = [
+        AssistantAgent(name, model_client=MeteredChatCompletionClient(OfflineChatCompletionClient(model=model), name))
+        for name in ("triage", "researcher")
+    ]
+    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(3), runtime=runtime)
+
+
+def selector_team() -> Team:
+    """A SelectorGroupChat: its speaker-selection calls are metered with purpose speaker_selection."""
+    agents = [
+        AssistantAgent(n, model_client=OfflineChatCompletionClient(), description=f"the {n}")
+        for n in ("triage", "researcher")
+    ]
+    team = SelectorGroupChat(agents, model_client=OfflineChatCompletionClient(), termination_condition=MaxMessageTermination(3))
+    return BaseGroupChat.load_component(wrap_model_clients(team.dump_component().model_dump()))
+
+
+def context(user_id: str = "alice", session_id: str = "s1", run_id: str | None = None, team: str = "support_triage",
+            team_version: str = "v1") -> RunContext:
+    """A run context as the runtime would build it."""
+    return RunContext(run_id=run_id or uuid.uuid4().hex, user_id=user_id, session_id=session_id, team=team,
+                      team_version=team_version, started_at=datetime.now(UTC))
+
+
+async def observe_run(
+    observers: Sequence[RunObserver], team: Team, ctx: RunContext, task: Any = "My router keeps dropping",
+    ended_by_limit: bool = False,
+) -> RunOutcome:
+    """Run ``team`` on ``task`` under a meter, feeding every streamed item to the observers like the runtime does."""
+    for observer in observers:
+        await observer.run_started(ctx)
+    result: TaskResult | None = None
+    with metered_run() as meter:
+        async for item in team.run_stream(task=task):
+            if isinstance(item, TaskResult):
+                result = item
+                continue
+            for observer in observers:
+                await observer.on_item(ctx, item)
+    assert result is not None
+    outcome = RunOutcome(finished_at=datetime.now(UTC), result=result, stop_reason=result.stop_reason,
+                         ended_by_limit=ended_by_limit, model_calls=list(meter.calls))
+    for observer in observers:
+        await observer.run_finished(ctx, outcome)
+    return outcome

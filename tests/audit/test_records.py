@@ -1,0 +1,75 @@
+"""Transcript records: JSON-safe degradation, encoding, and keys that carry no raw ids."""
+
+from __future__ import annotations
+
+import gzip
+from datetime import UTC, datetime
+
+import pytest
+from autogen_agentchat.messages import MultiModalMessage, TextMessage, ToolCallRequestEvent
+from autogen_core import FunctionCall, Image
+from PIL import Image as PILImage
+
+from teamstore.audit.transcripts.base import check_key, run_key, safe_segment
+from teamstore.audit.transcripts.record import PLACEHOLDER, RunKeys, decode, encode, item_record, to_json_safe
+from teamstore.errors import AuditError, InvalidIdentifier
+
+KEYS = RunKeys("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210")
+NOW = datetime(2026, 1, 2, tzinfo=UTC)
+
+
+def test_bytes_and_objects_become_marked_placeholders_and_the_rest_is_kept() -> None:
+    safe = to_json_safe({"text": "kept", "blob": b"\x00\x01\x02", "obj": object(), "n": [1, 2.5, None]})
+    assert safe["text"] == "kept"
+    assert safe["n"] == [1, 2.5, None]
+    assert safe["blob"] == {PLACEHOLDER: "bytes", "reason": "not JSON", "bytes": 3}
+    assert safe["obj"][PLACEHOLDER] == "object"
+
+
+def test_an_image_in_a_multimodal_message_degrades_to_a_placeholder_and_the_text_survives() -> None:
+    image = Image(PILImage.new("RGB", (4, 4), "red"))
+    line = item_record(0, MultiModalMessage(source="user", content=["look at this", image]), NOW)
+    content = line["message"]["content"]
+    assert content[0] == "look at this"
+    assert content[1][PLACEHOLDER] == "Image"
+    assert line["source"] == "user"
+    assert line["type"] == "MultiModalMessage"
+
+
+def test_tool_calls_and_usage_are_recorded() -> None:
+    event = ToolCallRequestEvent(source="researcher", content=[FunctionCall(id="c1", name="lookup", arguments='{"q": 1}')])
+    line = item_record(3, event, NOW)
+    assert line["seq"] == 3
+    assert line["message"]["content"][0]["name"] == "lookup"
+    assert "models_usage" in line["message"]
+
+
+def test_encode_decode_round_trip_is_gzip_json_lines() -> None:
+    header = {"kind": "run", "run_id": "r1"}
+    items = [item_record(0, TextMessage(source="user", content="héllo ✓"), NOW)]
+    body = encode(header, items)
+    assert gzip.decompress(body).decode().count("\n") == 2
+    assert decode(body) == (header, [{**items[0]}])
+
+
+def test_a_corrupt_object_raises_a_typed_error() -> None:
+    with pytest.raises(AuditError):
+        decode(b"not gzip")
+    with pytest.raises(AuditError):
+        decode(gzip.compress(b'{"kind": "item"}\n'))
+
+
+@pytest.mark.parametrize("run_id", ["../../etc/passwd", "a/b", "ünï", "..", "x" * 300])
+def test_run_ids_that_are_not_plain_segments_are_hashed_never_used_as_paths(run_id: str) -> None:
+    key = run_key(KEYS, run_id)
+    assert run_id not in key
+    assert key.startswith(f"subjects/{KEYS.subject_key}/sessions/{KEYS.session_key}/runs/h-")
+    assert safe_segment(run_id) == safe_segment(run_id)
+
+
+def test_unsafe_keys_are_refused() -> None:
+    for key in ("../x.jsonl.gz", "/abs.jsonl.gz", "a//b.jsonl.gz", "a/./b"):
+        with pytest.raises(InvalidIdentifier):
+            check_key(key)
+    with pytest.raises(InvalidIdentifier):
+        run_key(RunKeys("../x", "y"), "r")
