@@ -24,7 +24,7 @@ def record(state: str = '{"x":1}', days: float = 1.0) -> SaveRecord:
 
 
 async def acquire(store: SqlStateStore, key: SessionKey, owner: str = "w1", timeout: float = 0.2, ttl: float = 60):
-    return await store.acquire(key, CLAIM, owner=owner, lease_ttl=ttl, timeout=timeout)
+    return await store.acquire(key, CLAIM, owner=owner, lease_ttl=ttl, wait_seconds=timeout)
 
 
 async def test_new_session_is_an_empty_leased_row(store: SqlStateStore) -> None:

@@ -22,7 +22,7 @@ async def _hammer(url: str, worker: str) -> int:
     store = SqlStateStore(engine)
     done = 0
     for _ in range(CYCLES):
-        row = await store.acquire(KEY, CLAIM, owner=worker, lease_ttl=30, timeout=30)
+        row = await store.acquire(KEY, CLAIM, owner=worker, lease_ttl=30, wait_seconds=30)
         count = json.loads(row.state)["count"] if row.state else 0
         rec = SaveRecord("t", "v1", 1, "0.7.5", {}, json.dumps({"count": count + 1}),
                          datetime.now(UTC) + timedelta(days=1))

@@ -1,0 +1,43 @@
+"""The offline model client: deterministic, never runs out, reports usage, round-trips as a component."""
+
+from __future__ import annotations
+
+from autogen_core.models import ChatCompletionClient, CreateResult, SystemMessage, UserMessage
+
+from teamstore.offline import PROVIDER, OfflineChatCompletionClient
+
+
+async def test_same_messages_same_reply_and_usage() -> None:
+    messages = [SystemMessage(content="You are triage."), UserMessage(content="router down", source="user")]
+    a, b = OfflineChatCompletionClient(), OfflineChatCompletionClient()
+    ra, rb = await a.create(messages), await b.create(messages)
+    assert ra.content == rb.content and ra.usage == rb.usage
+    assert "router down" in str(ra.content) and ra.usage.prompt_tokens > 0 and ra.usage.completion_tokens > 0
+
+
+async def test_never_runs_out_and_totals_add_up() -> None:
+    client = OfflineChatCompletionClient()
+    for i in range(500):
+        await client.create([UserMessage(content=f"q{i}", source="user")])
+    assert client.total_usage().prompt_tokens > 500
+
+
+async def test_picks_a_participant_when_asked_to_select_a_speaker() -> None:
+    prompt = "Read the above conversation. Then select the next role from ['triage', 'critic'] to play. Only return the role."
+    reply = await OfflineChatCompletionClient().create([UserMessage(content=prompt, source="user")])
+    assert reply.content in {"triage", "critic"}
+
+
+async def test_stream_ends_with_the_same_result() -> None:
+    client = OfflineChatCompletionClient()
+    chunks = [c async for c in client.create_stream([UserMessage(content="hi", source="user")])]
+    assert isinstance(chunks[-1], CreateResult)
+    assert "".join(c for c in chunks[:-1] if isinstance(c, str)).strip() == chunks[-1].content
+
+
+def test_round_trips_as_a_component() -> None:
+    dumped = OfflineChatCompletionClient(model="offline-large").dump_component()
+    assert dumped.provider == PROVIDER
+    loaded = ChatCompletionClient.load_component(dumped)
+    assert isinstance(loaded, OfflineChatCompletionClient) and loaded.model == "offline-large"
+    assert loaded.dump_component() == dumped
