@@ -35,7 +35,7 @@ async def test_build_returns_a_new_team_each_call_and_it_runs_offline(
     )
     result = await first.team.run(task="hi")
     assert [m.source for m in result.messages] == ["user", "triage", "researcher", "critic"]
-    assert "offline-small" in str(result.messages[-1].content)
+    assert "offline-small" in result.messages[-1].to_text()
     assert first.participants["researcher"] in first.team._participants
 
 

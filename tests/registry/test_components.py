@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from autogen_core import ComponentLoader, ComponentModel
-from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import ChatCompletionClient, UserMessage
 
 from teamstore.context import BoundedChatCompletionContext
@@ -14,7 +13,7 @@ async def test_bounded_context_round_trips() -> None:
     context = BoundedChatCompletionContext(max_messages=5, keep_first=2)
     dumped = context.dump_component()
     assert dumped.provider == "teamstore.context.BoundedChatCompletionContext"
-    loaded = ComponentLoader.load_component(dumped.model_dump(mode="json"), ChatCompletionContext)
+    loaded = ComponentLoader.load_component(dumped.model_dump(mode="json"), BoundedChatCompletionContext)
     assert isinstance(loaded, BoundedChatCompletionContext)
     assert loaded.dump_component() == dumped
     for i in range(9):
