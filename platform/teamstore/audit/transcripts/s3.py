@@ -59,7 +59,7 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     config = Config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"max_attempts": max_attempts, "mode": "standard"},
+        retries={"total_max_attempts": max_attempts, "mode": "standard"},
     )
     return boto3.session.Session().client("s3", config=config)
 

@@ -1,0 +1,160 @@
+"""S3 faults: unreachable, bucket missing, access denied, slow; the lifecycle rule; the outbox."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit import outbox
+from teamstore.audit.observer import Pseudonyms, TranscriptObserver
+from teamstore.audit.schema import outbox as outbox_table
+from teamstore.audit.transcripts import session_prefix
+from teamstore.audit.transcripts.base import run_key
+from teamstore.audit.transcripts.record import RunKeys, decode
+from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
+from teamstore.errors import TranscriptUnavailable
+from tests.audit.fault_server import FaultServer
+from tests.audit.teams import context, observe_run, triage_team
+from tests.services import free_port
+
+pytestmark = pytest.mark.s3
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = RunKeys("a" * 32, "b" * 32)
+
+
+@pytest.fixture
+def deny_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    server = FaultServer("deny")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def slow_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    server = FaultServer("slow", delay=2.0)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    yield server
+    server.stop()
+
+
+def test_the_client_has_short_timeouts_and_few_retries(s3_env: str) -> None:
+    config = make_client().meta.config
+    assert config.connect_timeout <= 5 and config.read_timeout <= 5
+    assert config.retries["total_max_attempts"] <= 3
+
+
+async def test_unreachable_s3_fails_fast_with_a_typed_error(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    store = S3TranscriptStore.from_url("s3://any/prefix")
+    started = time.monotonic()
+    with pytest.raises(TranscriptUnavailable, match="unreachable"):
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert time.monotonic() - started < 5
+
+
+async def test_a_missing_bucket_says_so(s3_env: str) -> None:
+    store = S3TranscriptStore.from_url("s3://no-such-bucket-here/prefix")
+    with pytest.raises(TranscriptUnavailable, match="does not exist") as caught:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert caught.value.hint and "create the bucket" in caught.value.hint
+
+
+async def test_access_denied_names_the_permission_to_grant(deny_server: FaultServer) -> None:
+    store = S3TranscriptStore.from_url("s3://locked/prefix")
+    with pytest.raises(TranscriptUnavailable, match="access denied") as caught:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert caught.value.hint and "s3:PutObject" in caught.value.hint
+
+
+async def test_slow_s3_times_out_within_the_configured_read_timeout(slow_server: FaultServer) -> None:
+    store = S3TranscriptStore(make_client(read_timeout=0.5, max_attempts=1), "slow-bucket", "p")
+    started = time.monotonic()
+    with pytest.raises(TranscriptUnavailable, match="too slow"):
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert time.monotonic() - started < 2.5
+
+
+async def test_retention_apply_puts_the_lifecycle_rule_and_keeps_other_rules(s3_bucket: str) -> None:
+    client = boto3.client("s3")
+    other = {"ID": "keep-me", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 7}}
+    client.put_bucket_lifecycle_configuration(Bucket=s3_bucket, LifecycleConfiguration={"Rules": [other]})
+    store = S3TranscriptStore.from_url(f"s3://{s3_bucket}/transcripts")
+    rule = await store.apply_retention(days=30)
+    await store.apply_retention(days=30)  # idempotent: replaced, not duplicated
+    rules = {r["ID"]: r for r in client.get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]}
+    assert set(rules) == {"keep-me", RULE_ID}
+    assert rules[RULE_ID]["Expiration"]["Days"] == 30
+    assert rules[RULE_ID]["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
+    assert rules[RULE_ID]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
+    assert rule["Filter"] == {"Prefix": "transcripts/"}
+
+
+def test_the_shipped_lifecycle_policy_matches_what_retention_apply_puts() -> None:
+    shipped = json.loads((ROOT / "infra" / "s3-lifecycle.json").read_text())
+    assert shipped["Rules"] == [lifecycle_rule("transcripts/", 90)]
+
+
+async def _outbox_rows(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        return list((await conn.scalars(select(outbox_table.c.run_id))).all())
+
+
+async def test_s3_down_the_run_succeeds_the_transcript_waits_in_the_outbox_then_is_delivered_once(
+    s3_bucket: str, sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good_endpoint = make_client().meta.endpoint_url
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    down = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
+    observer = TranscriptObserver(down, sqlite_engine, Pseudonyms(sqlite_engine))
+    ctx = context(user_id="bob")
+    started = time.monotonic()
+    outcome = await observe_run([observer], triage_team(), ctx)
+    assert outcome.result is not None and time.monotonic() - started < 5
+    assert await _outbox_rows(sqlite_engine) == [ctx.run_id]
+    body = (await outbox.flush(sqlite_engine, down)).last_error
+    assert body and "unreachable" in body  # still down: stays queued, the error is kept
+    assert await outbox.enqueue(sqlite_engine, ctx.run_id, "k", "s", b"x", "again") is False  # once per run id
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", good_endpoint)
+    up = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
+    report = await outbox.flush(sqlite_engine, up)
+    assert (report.delivered, report.remaining) == (1, 0)
+    assert await outbox.flush(sqlite_engine, up) == outbox.FlushReport(0, 0, 0)
+    keys = await Pseudonyms(sqlite_engine).keys(ctx)
+    stored = await up.list_keys(session_prefix(keys))
+    assert stored == [run_key(keys, ctx.run_id)]
+    header, items = decode(await up.get(stored[0]))
+    assert header["run_id"] == ctx.run_id and len(items) == header["items"] >= 4
+
+
+async def test_a_slow_store_costs_the_run_at_most_the_upload_deadline(
+    slow_server: FaultServer, sqlite_engine: AsyncEngine
+) -> None:
+    store = S3TranscriptStore.from_url("s3://slow-bucket/t")
+    observer = TranscriptObserver(store, sqlite_engine, Pseudonyms(sqlite_engine), upload_deadline_s=0.5)
+    ctx = context()
+    started = time.monotonic()
+    await observe_run([observer], triage_team(), ctx)
+    assert time.monotonic() - started < 2.0
+    assert await _outbox_rows(sqlite_engine) == [ctx.run_id]
+
+
+async def test_later_runs_flush_the_outbox_opportunistically(s3_bucket: str, sqlite_engine: AsyncEngine) -> None:
+    store = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
+    pseudonyms = Pseudonyms(sqlite_engine)
+    queued = context(user_id="carol")
+    keys = await pseudonyms.keys(queued)
+    await outbox.enqueue(sqlite_engine, queued.run_id, run_key(keys, queued.run_id), keys.subject_key, b"gz", "down")
+    observer = TranscriptObserver(store, sqlite_engine, pseudonyms, flush_every=1)
+    await observe_run([observer], triage_team(), context(user_id="carol"))
+    await observer.drain()
+    assert await _outbox_rows(sqlite_engine) == []
+    assert run_key(keys, queued.run_id) in await store.list_keys(session_prefix(keys))
