@@ -53,8 +53,22 @@ def build_team(
     check_providers(definition.component, definition.manifest)
     check_source_code(definition.component, definition.manifest)
     runnable = resolve_references(definition.component, os.environ if env is None else env)
-    if transform is not None:
-        runnable = transform(runnable)
+    team = _load(definition, transform(runnable) if transform is not None else runnable)
+    return BuiltTeam(
+        team=team,
+        name=definition.name,
+        version=definition.version,
+        manifest=definition.manifest,
+        fingerprints=dict(definition.fingerprints),
+        persisted=tuple(definition.manifest.persist),
+        participants=_agents_of(team, definition.kind),
+        kind=definition.kind,
+        agent_types=_agent_types(definition.component),
+        state_ttl_days=definition.manifest.state_ttl_days,
+    )
+
+
+def _load(definition: TeamDefinition, runnable: dict[str, Any]) -> Any:
     try:
         team = load(runnable)
     except Exception as exc:  # a loader failure is reported as a definition problem, with its cause
@@ -68,18 +82,7 @@ def build_team(
         raise DefinitionInvalid(
             f"built a {type(team).__name__}, not a {definition.kind}", field="component_type"
         )
-    return BuiltTeam(
-        team=team,
-        name=definition.name,
-        version=definition.version,
-        manifest=definition.manifest,
-        fingerprints=dict(definition.fingerprints),
-        persisted=tuple(definition.manifest.persist),
-        participants=_agents_of(team, definition.kind),
-        kind=definition.kind,
-        agent_types=_agent_types(definition.component),
-        state_ttl_days=definition.manifest.state_ttl_days,
-    )
+    return team
 
 
 def _agent_types(component: Mapping[str, Any]) -> dict[str, str]:

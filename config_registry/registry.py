@@ -414,9 +414,7 @@ def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
         ) from exc
 
 
-def _call_factory(factory: str) -> Any:
-    from autogen_agentchat.base import ChatAgent, Team
-
+def _import_factory(factory: str) -> Callable[[], Any]:
     module_name, _, function_name = factory.partition(":")
     if not module_name or not function_name:
         raise FactoryInvalid(
@@ -428,6 +426,13 @@ def _call_factory(factory: str) -> Any:
         raise FactoryInvalid(
             f"cannot import factory {factory}: {exc}", hint="check the module path and function name"
         ) from exc
+    return function
+
+
+def _call_factory(factory: str) -> Any:
+    from autogen_agentchat.base import ChatAgent, Team
+
+    function = _import_factory(factory)
     try:
         built = function()
     except Exception as exc:  # the factory is the caller's code: report any failure as a typed error

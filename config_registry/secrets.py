@@ -76,6 +76,23 @@ def _check_plaintext(path: str, key: str, value: Any) -> None:
         )
 
 
+def _check_undeclared(path: str, key: str, value: Any) -> None:
+    if is_reference(value):
+        raise DefinitionInvalid(
+            f"is a secret reference {value[REFERENCE_KEY]!r} the manifest does not declare",
+            field=f"config.{path}",
+            hint=f"declare it: --secret {path}={value[REFERENCE_KEY]}",
+        )
+    if value == MASK:
+        raise DefinitionInvalid(
+            "holds the masked secret '**********' that dump_component() writes in place of a key; "
+            "stored as is, the team would build with the literal key '**********'",
+            field=f"config.{path}",
+            hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
+        )
+    _check_plaintext(path, key, value)
+
+
 def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:
     """Replace declared secret fields with references; refuse plaintext secrets and undeclared masks.
 
@@ -91,29 +108,15 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
             path that does not exist.
     """
     result = copy.deepcopy(dict(component))
-    config = result.get("config")
     found: set[str] = set()
-    for path, key, value, parent in list(walk(config)):
+    for path, key, value, parent in list(walk(result.get("config"))):
         if path in secrets:
             found.add(path)
             if not is_reference(value):
                 _check_plaintext(path, key, value)
             _set(parent, key, {REFERENCE_KEY: secrets[path]})
-        elif is_reference(value):
-            raise DefinitionInvalid(
-                f"is a secret reference {value[REFERENCE_KEY]!r} the manifest does not declare",
-                field=f"config.{path}",
-                hint=f"declare it: --secret {path}={value[REFERENCE_KEY]}",
-            )
-        elif value == MASK:
-            raise DefinitionInvalid(
-                "holds the masked secret '**********' that dump_component() writes in place of a key; "
-                "stored as is, the team would build with the literal key '**********'",
-                field=f"config.{path}",
-                hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
-            )
         else:
-            _check_plaintext(path, key, value)
+            _check_undeclared(path, key, value)
     missing = sorted(set(secrets) - found)
     if missing:
         raise DefinitionInvalid(

@@ -166,28 +166,28 @@ def check_persisted(component: Mapping[str, Any], manifest: Manifest) -> None:
                 field="persist",
                 hint="persist only participants of this team, by their agent name",
             )
-        index = names.index(name)
-        context = (by_name[name].get("config") or {}).get("model_context") or {}
-        field = _participant_path(component, index) + ".model_context"
-        bound = bound_of(context)
-        if bound is None or not is_bounding_context(str(context.get("provider", ""))):
-            raise _bound_error(
-                name,
-                field,
-                f"uses {context.get('provider', 'no model_context')!r}, which does not bound what "
-                "save_state() keeps",
-                "use teamstore.context.BoundedChatCompletionContext(max_messages=N)",
-            )
-        limit = bound.get("max_messages")
-        if manifest.context_bound is not None and (
-            not isinstance(limit, int) or limit > manifest.context_bound
-        ):
-            raise _bound_error(
-                name,
-                f"{field}.config.max_messages",
-                f"keeps up to {limit} messages, above context_bound {manifest.context_bound}",
-                f"lower max_messages to {manifest.context_bound} or raise --context-bound",
-            )
+        _check_bound(name, by_name[name], _participant_path(component, names.index(name)), manifest)
+
+
+def _check_bound(name: str, participant: Mapping[str, Any], path: str, manifest: Manifest) -> None:
+    context = (participant.get("config") or {}).get("model_context") or {}
+    field = f"{path}.model_context"
+    bound = bound_of(context)
+    if bound is None or not is_bounding_context(str(context.get("provider", ""))):
+        raise _bound_error(
+            name,
+            field,
+            f"uses {context.get('provider', 'no model_context')!r}, which does not bound what save_state() keeps",
+            "use teamstore.context.BoundedChatCompletionContext(max_messages=N)",
+        )
+    limit = bound.get("max_messages")
+    if manifest.context_bound is not None and (not isinstance(limit, int) or limit > manifest.context_bound):
+        raise _bound_error(
+            name,
+            f"{field}.config.max_messages",
+            f"keeps up to {limit} messages, above context_bound {manifest.context_bound}",
+            f"lower max_messages to {manifest.context_bound} or raise --context-bound",
+        )
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:

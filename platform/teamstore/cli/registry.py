@@ -18,7 +18,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from config_registry import Manifest, Registry
+from config_registry import Manifest, Registry, TeamDefinition
 from config_registry.errors import DefinitionInvalid
 from teamstore.cli._output import JsonOption, console, emit, fail
 from teamstore.errors import TeamstoreError
@@ -109,51 +109,51 @@ def add(
     as_json: bool = JsonOption,
 ) -> None:
     """Validate and register a team definition from a factory or a JSON file."""
+    options = {
+        "persist": [p.strip() for p in persist.split(",") if p.strip()],
+        "context_bound": context_bound,
+        "allowed_providers": allow_provider or [],
+        "allow_source_code_tools": allow_source_code_tools,
+        "description": description,
+        "owner": owner,
+        "notes": notes,
+        "state_ttl_days": state_ttl_days,
+    }
     try:
-        if (factory is None) == (file is None):
-            raise DefinitionInvalid(
-                "give exactly one of --factory or --file",
-                field="source",
-                hint="e.g. --factory teamstore.examples:support_triage",
-            )
-        manifest = _manifest(
-            name,
-            {
-                "persist": [p.strip() for p in persist.split(",") if p.strip()],
-                "context_bound": context_bound,
-                "allowed_providers": allow_provider or [],
-                "allow_source_code_tools": allow_source_code_tools,
-                "secrets": _secrets(secret or []),
-                "description": description,
-                "owner": owner,
-                "notes": notes,
-                "state_ttl_days": state_ttl_days,
-            },
-        )
-        registry = _registry()
-        text = message or f"register {name}"
-        if factory is not None:
-            version = registry.add_from_factory(factory, manifest, text, label=label)
-        else:
-            assert file is not None
-            version = registry.add(name, _read_file(file), manifest, text, label=label)
-        definition = registry.resolve(f"{name}@{version}")
+        manifest = _manifest(name, {**options, "secrets": _secrets(secret or [])})
+        definition = _register(name, factory, file, manifest, message or f"register {name}", label)
     except TeamstoreError as exc:
         fail(exc)
     data = {
         "name": name,
-        "version": version,
+        "version": definition.version,
         "labels": definition.labels,
         "fingerprints": definition.fingerprints,
     }
-    emit(
-        data,
-        as_json=as_json,
-        render=lambda d: console.print(
-            f"registered [bold]{name}[/] version [cyan]{_short(d['version'])}[/]"
-            + (f" (labels: {', '.join(d['labels'])})" if d["labels"] else "")
-        ),
-    )
+    emit(data, as_json=as_json, render=_render_added)
+
+
+def _register(
+    name: str, factory: str | None, file: Path | None, manifest: Manifest, message: str, label: str | None
+) -> TeamDefinition:
+    if (factory is None) == (file is None):
+        raise DefinitionInvalid(
+            "give exactly one of --factory or --file",
+            field="source",
+            hint="e.g. --factory teamstore.examples:support_triage",
+        )
+    registry = _registry()
+    if factory is not None:
+        version = registry.add_from_factory(factory, manifest, message, label=label)
+    else:
+        assert file is not None
+        version = registry.add(name, _read_file(file), manifest, message, label=label)
+    return registry.resolve(f"{name}@{version}")
+
+
+def _render_added(data: dict[str, Any]) -> None:
+    labels = f" (labels: {', '.join(data['labels'])})" if data["labels"] else ""
+    console.print(f"registered [bold]{data['name']}[/] version [cyan]{_short(data['version'])}[/]{labels}")
 
 
 def _render_list(rows: list[dict[str, Any]]) -> None:
