@@ -117,3 +117,21 @@ def test_newly_persisted_participant_is_compatible_with_a_note(registry: Registr
     report = registry.check("support_triage", v1, v2)
     assert report.compatible
     assert report.notes == ["'researcher' is newly persisted: it starts with fresh state"]
+
+
+def test_diff_shows_tools_and_the_source_code_allowance(registry: Registry) -> None:
+    from tests.registry.test_validation import _with_tool
+
+    plain = _with_tool()
+    plain["config"]["participants"][0]["config"]["workbench"][0]["config"]["tools"] = []
+    manifest = {"name": "tooled", "persist": ["researcher"], "context_bound": 20}
+    v1 = registry.add("tooled", plain, triage_manifest(**manifest), "no tools")
+    v2 = registry.add(
+        "tooled", _with_tool(), triage_manifest(**manifest, allow_source_code_tools=True), "tool"
+    )
+    diff = registry.diff("tooled", v1, v2)
+    assert diff.tools == {"researcher": [["add_two"], []]}
+    assert diff.allowances["allow_source_code_tools"] == [False, True]
+    assert "researcher: tool 'add_two' added" in diff.lines()
+    assert registry.check("tooled", v1, v2).compatible
+    assert Registry.from_path(registry.path).resolve("tooled").version == v2
