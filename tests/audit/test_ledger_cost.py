@@ -1,0 +1,143 @@
+"""The usage ledger and cost queries, on SQLite and a real Postgres, fed by real (offline) team runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from sqlalchemy import select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.cost import CostFilter, query_costs
+from teamstore.audit.ledger import record_usage, sweep_ledger, sync_prices, usage_rows
+from teamstore.audit.observer import LedgerObserver, Pseudonyms
+from teamstore.audit.prices import load_prices, parse_prices
+from teamstore.audit.schema import usage
+from teamstore.audit.subjects import find_subject, session_key
+from teamstore.errors import ConfigurationError
+from tests.audit.teams import context, metered_round_robin, observe_run, selector_team, triage_team
+
+PRICES = parse_prices(
+    {
+        "version": "test-1",
+        "models": {
+            "offline-small": [
+                {"effective_from": "2020-01-01", "input": 1.0, "output": 2.0},
+                {"effective_from": "2030-01-01", "input": 100.0, "output": 200.0},
+            ]
+        },
+    }
+)
+
+
+async def _rows(engine: AsyncEngine) -> list[dict[str, object]]:
+    async with engine.connect() as conn:
+        return [dict(r._mapping) for r in (await conn.execute(select(usage))).all()]
+
+
+async def test_a_run_writes_one_row_per_agent_and_model_with_pseudonymous_keys(engine: AsyncEngine) -> None:
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    ctx = context(user_id="alice", session_id="s1")
+    outcome = await observe_run([observer], triage_team(), ctx)
+    rows = await _rows(engine)
+    assert {r["agent"] for r in rows} == {"triage", "researcher", "critic"}
+    assert sum(int(r["input_tokens"]) for r in rows) == outcome.input_tokens > 0  # type: ignore[call-overload]
+    subject = await find_subject(engine, "alice")
+    assert {r["subject_key"] for r in rows} == {subject}
+    assert {r["session_key"] for r in rows} == {session_key(str(subject), "s1")}
+    assert all("alice" not in str(v) and v != "s1" for r in rows for v in r.values())
+    await observer.run_finished(ctx, outcome)  # reported twice: the first record stands
+    assert len(await _rows(engine)) == 3
+
+
+async def test_speaker_selection_calls_are_in_the_ledger(engine: AsyncEngine) -> None:
+    await observe_run([LedgerObserver(engine, Pseudonyms(engine))], selector_team(), context(team="selector"))
+    purposes = {r["purpose"] for r in await _rows(engine)}
+    assert purposes == {"agent", "speaker_selection"}
+
+
+async def test_cost_groups_by_every_dimension_and_counts_limit_ended_runs_apart(engine: AsyncEngine) -> None:
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    await observe_run([observer], triage_team(), context(user_id="alice", session_id="s1"))
+    await observe_run([observer], triage_team(), context(user_id="alice", session_id="s2"), ended_by_limit=True)
+    await observe_run([observer], triage_team(), context(user_id="bob", session_id="s1", team_version="v2"))
+    for by, groups in (("session", 3), ("user", 2), ("team", 1), ("version", 2), ("model", 1), ("agent", 3), ("day", 1)):
+        report = await query_costs(engine, PRICES, by=by)
+        assert len(report.rows) == groups, by
+        assert (report.total.runs_completed, report.total.runs_limited) == (2, 1), by
+        assert report.price_version == "test-1"
+    by_user = await query_costs(engine, PRICES, by="user", where=CostFilter(subject_key=await find_subject(engine, "alice")))
+    (alice,) = by_user.rows
+    assert (alice.runs_completed, alice.runs_limited) == (1, 1)
+    expected = (alice.input_tokens * 1.0 + alice.output_tokens * 2.0) / 1e6
+    assert alice.cost == pytest.approx(expected)
+    assert 0 < alice.limited_cost < expected
+
+
+async def test_a_model_missing_from_the_price_table_has_unknown_cost_and_counted_tokens(engine: AsyncEngine) -> None:
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    await observe_run([observer], metered_round_robin(model="mystery-model"), context())
+    report = await query_costs(engine, PRICES, by="model")
+    (row,) = report.rows
+    assert row.key == "mystery-model" and row.cost is None
+    assert row.input_tokens > 0 and row.unpriced_tokens == row.input_tokens + row.output_tokens
+    assert row.unpriced_models == ["mystery-model"]
+
+
+async def test_prices_apply_by_effective_date_and_filters_narrow_by_time(engine: AsyncEngine) -> None:
+    ctx = context()
+    outcome = await observe_run([], triage_team(), ctx)
+    keys = await Pseudonyms(engine).keys(ctx)
+    await record_usage(engine, usage_rows(ctx, outcome, keys))
+    late = context(run_id="late")
+    late = type(late)(**{**late.__dict__, "started_at": datetime(2031, 1, 1, tzinfo=UTC)})
+    await record_usage(engine, usage_rows(late, outcome, keys))
+    now_only = await query_costs(engine, PRICES, by="day", where=CostFilter(until=datetime(2030, 1, 1, tzinfo=UTC)))
+    future = await query_costs(engine, PRICES, by="day", where=CostFilter(since=datetime(2030, 1, 1, tzinfo=UTC)))
+    assert now_only.total.cost and future.total.cost
+    assert future.total.cost == pytest.approx(now_only.total.cost * 100)
+    assert [r.key for r in future.rows] == ["2031-01-01"]
+
+
+async def test_ledger_sweep_removes_only_rows_past_retention(engine: AsyncEngine) -> None:
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    old, new = context(run_id="old"), context(run_id="new")
+    await observe_run([observer], triage_team(), old)
+    await observe_run([observer], triage_team(), new)
+    async with engine.begin() as conn:
+        await conn.execute(update(usage).where(usage.c.run_id == "old").values(finished_at=datetime.now(UTC) - timedelta(days=500)))
+    assert await sweep_ledger(engine, datetime.now(UTC) - timedelta(days=400), batch_size=2) == 3
+    assert {r["run_id"] for r in await _rows(engine)} == {"new"}
+
+
+async def test_the_session_costs_view_prices_sessions_in_sql(engine: AsyncEngine) -> None:
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    await observe_run([observer], triage_team(), context(user_id="alice", session_id="s1"))
+    await observe_run([observer], triage_team(), context(user_id="alice", session_id="s1"), ended_by_limit=True)
+    await observe_run([observer], metered_round_robin(model="mystery-model"), context(user_id="bob"))
+    assert await sync_prices(engine, load_prices()) > 0
+    async with engine.connect() as conn:
+        rows = {r.session_key: r for r in (await conn.execute(text("SELECT * FROM session_costs"))).all()}
+    subject = str(await find_subject(engine, "alice"))
+    alice = rows[session_key(subject, "s1")]
+    assert (alice.runs, alice.runs_ended_by_limit, alice.unpriced_tokens) == (2, 1, 0)
+    report = await query_costs(engine, load_prices(), by="session", where=CostFilter(session_key=alice.session_key))
+    assert float(alice.cost) == pytest.approx(report.total.cost)
+    assert alice.price_version == load_prices().version
+    bob = rows[session_key(str(await find_subject(engine, "bob")), "s1")]
+    assert bob.cost is None and bob.unpriced_tokens > 0
+
+
+def test_an_unknown_dimension_is_a_typed_error() -> None:
+    with pytest.raises(ConfigurationError):
+        import asyncio
+
+        asyncio.run(query_costs(None, PRICES, by="planet"))  # type: ignore[arg-type]
+
+
+def test_the_shipped_price_table_has_offline_small_and_real_models() -> None:
+    table = load_prices()
+    assert table.lookup("offline-small", date.today()) is not None
+    assert table.lookup("gpt-4o", date(2025, 1, 1)).input_per_million == 2.5  # type: ignore[union-attr]
+    assert table.lookup("gpt-4o", date(2024, 6, 1)).input_per_million == 5.0  # type: ignore[union-attr]
+    assert table.lookup("not-a-model", date.today()) is None

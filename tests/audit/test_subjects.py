@@ -1,0 +1,59 @@
+"""Pseudonymous subjects and session keys, on SQLite and a real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import unicodedata
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
+from teamstore.errors import InvalidIdentifier
+
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+async def test_a_user_gets_one_random_subject_key_that_is_found_again(engine: AsyncEngine) -> None:
+    assert await find_subject(engine, "alice") is None
+    key = await get_or_create_subject(engine, "alice")
+    assert HEX32.match(key) and "alice" not in key
+    assert await get_or_create_subject(engine, "alice") == key
+    assert await find_subject(engine, "alice") == key
+
+
+async def test_ids_differing_by_case_or_unicode_normalisation_are_different_users(engine: AsyncEngine) -> None:
+    nfc = unicodedata.normalize("NFC", "Zoë")
+    nfd = unicodedata.normalize("NFD", "Zoë")
+    assert nfc != nfd
+    keys = {await get_or_create_subject(engine, uid) for uid in ("alice", "Alice", "ALICE", nfc, nfd)}
+    assert len(keys) == 5
+    assert await find_subject(engine, nfd) != await find_subject(engine, nfc)
+
+
+async def test_concurrent_first_runs_of_one_user_agree_on_one_subject(engine: AsyncEngine) -> None:
+    keys = await asyncio.gather(*(get_or_create_subject(engine, "racer") for _ in range(8)))
+    assert len(set(keys)) == 1
+
+
+@pytest.mark.parametrize("user_id", ["a/b", "../../etc", "ü🙂 名前", "x" * 256])
+async def test_awkward_user_ids_are_stored_exactly_and_never_appear_in_keys(engine: AsyncEngine, user_id: str) -> None:
+    key = await get_or_create_subject(engine, user_id)
+    assert HEX32.match(key)
+    assert await find_subject(engine, user_id) == key
+    assert HEX32.match(session_key(key, "../s/ü"))
+
+
+async def test_empty_or_oversized_user_ids_are_refused(engine: AsyncEngine) -> None:
+    for bad in ("", "x" * 257, "a\x00b"):
+        with pytest.raises(InvalidIdentifier):
+            await get_or_create_subject(engine, bad)
+
+
+def test_session_keys_are_stable_per_subject_and_unlinkable_across_subjects() -> None:
+    a, b = "a" * 32, "b" * 32
+    assert session_key(a, "s1") == session_key(a, "s1")
+    assert session_key(a, "s1") != session_key(a, "s2")
+    assert session_key(a, "s1") != session_key(b, "s1")
+    assert session_key(a, "S1") != session_key(a, "s1")
