@@ -14,8 +14,8 @@ is registered as a reference, never stored::
 
     teamstore registry add support_triage_openai --factory teamstore.examples:support_triage_openai \\
         --persist researcher --context-bound 20 \\
-        --secret participants.1.config.model_client.config.api_key=env:OPENAI_API_KEY \\
         --secret participants.0.config.model_client.config.api_key=env:OPENAI_API_KEY \\
+        --secret participants.1.config.model_client.config.api_key=env:OPENAI_API_KEY \\
         --secret participants.2.config.model_client.config.api_key=env:OPENAI_API_KEY
 """
 
