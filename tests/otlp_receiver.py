@@ -1,11 +1,11 @@
 """A real OTLP/HTTP trace receiver for tests: decodes the protobuf the exporter sends.
 
-    receiver = OtlpReceiver().start()
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
-    ...
-    spans = receiver.wait_for(lambda spans: len(spans) >= 2)
-    assert b"CANARY" not in receiver.wire()
-    receiver.stop()
+receiver = OtlpReceiver().start()
+os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+...
+spans = receiver.wait_for(lambda spans: len(spans) >= 2)
+assert b"CANARY" not in receiver.wire()
+receiver.stop()
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ def _span(resource: dict[str, Any], scope: str, span: Any) -> dict[str, Any]:
         "start_ns": span.start_time_unix_nano,
         "end_ns": span.end_time_unix_nano,
         "attributes": {kv.key: _value(kv.value) for kv in span.attributes},
-        "events": [{"name": e.name, "attributes": {kv.key: _value(kv.value) for kv in e.attributes}} for e in span.events],
+        "events": [
+            {"name": e.name, "attributes": {kv.key: _value(kv.value) for kv in e.attributes}}
+            for e in span.events
+        ],
         "status_message": span.status.message,
     }
 
@@ -79,7 +82,9 @@ class OtlpReceiver:
         with self._lock:
             return b"".join(self.bodies)
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 10.0) -> list[dict[str, Any]]:
+    def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
         """Wait until ``predicate(spans)`` holds; return the spans (raises AssertionError on timeout)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -88,7 +93,9 @@ class OtlpReceiver:
             if predicate(spans):
                 return spans
             time.sleep(0.05)
-        raise AssertionError(f"OTLP receiver: condition not met within {timeout}s; got {len(self.spans)} spans")
+        raise AssertionError(
+            f"OTLP receiver: condition not met within {timeout}s; got {len(self.spans)} spans"
+        )
 
     def _record(self, body: bytes) -> None:
         request = ExportTraceServiceRequest()

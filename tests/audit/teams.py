@@ -11,7 +11,7 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult, Team
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat, SelectorGroupChat
-from autogen_core import AgentRuntime
+from autogen_core import AgentRuntime, SingleThreadedAgentRuntime
 
 from teamstore.examples import support_triage
 from teamstore.metering import MeteredChatCompletionClient, metered_run, wrap_model_clients
@@ -30,7 +30,9 @@ def triage_team() -> Team:
 def metered_round_robin(runtime: AgentRuntime | None = None, model: str = "offline-small") -> Team:
     """Two agents with metered offline clients, optionally on a caller-owned runtime."""
     agents = [
-        AssistantAgent(name, model_client=MeteredChatCompletionClient(OfflineChatCompletionClient(model=model), name))
+        AssistantAgent(
+            name, model_client=MeteredChatCompletionClient(OfflineChatCompletionClient(model=model), name)
+        )
         for name in ("triage", "researcher")
     ]
     return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(3), runtime=runtime)
@@ -42,35 +44,67 @@ def selector_team() -> Team:
         AssistantAgent(n, model_client=OfflineChatCompletionClient(), description=f"the {n}")
         for n in ("triage", "researcher")
     ]
-    team = SelectorGroupChat(agents, model_client=OfflineChatCompletionClient(), termination_condition=MaxMessageTermination(3))
+    team = SelectorGroupChat(
+        agents, model_client=OfflineChatCompletionClient(), termination_condition=MaxMessageTermination(3)
+    )
     return BaseGroupChat.load_component(wrap_model_clients(team.dump_component().model_dump()))
 
 
-def context(user_id: str = "alice", session_id: str = "s1", run_id: str | None = None, team: str = "support_triage",
-            team_version: str = "v1") -> RunContext:
+def context(
+    user_id: str = "alice",
+    session_id: str = "s1",
+    run_id: str | None = None,
+    team: str = "support_triage",
+    team_version: str = "v1",
+) -> RunContext:
     """A run context as the runtime would build it."""
-    return RunContext(run_id=run_id or uuid.uuid4().hex, user_id=user_id, session_id=session_id, team=team,
-                      team_version=team_version, started_at=datetime.now(UTC))
+    return RunContext(
+        run_id=run_id or uuid.uuid4().hex,
+        user_id=user_id,
+        session_id=session_id,
+        team=team,
+        team_version=team_version,
+        started_at=datetime.now(UTC),
+    )
 
 
 async def observe_run(
-    observers: Sequence[RunObserver], team: Team, ctx: RunContext, task: Any = "My router keeps dropping",
+    observers: Sequence[RunObserver],
+    team: Team,
+    ctx: RunContext,
+    task: Any = "My router keeps dropping",
     ended_by_limit: bool = False,
+    runtime: SingleThreadedAgentRuntime | None = None,
 ) -> RunOutcome:
-    """Run ``team`` on ``task`` under a meter, feeding every streamed item to the observers like the runtime does."""
+    """Run ``team`` on ``task`` under a meter, feeding every streamed item to the observers like the runtime does.
+
+    A caller-owned ``runtime`` is started inside the meter's context: its message loop is a task that copies
+    the context it starts in, so a runtime started outside the meter would make its model calls unmetered.
+    """
     for observer in observers:
         await observer.run_started(ctx)
     result: TaskResult | None = None
     with metered_run() as meter:
-        async for item in team.run_stream(task=task):
-            if isinstance(item, TaskResult):
-                result = item
-                continue
-            for observer in observers:
-                await observer.on_item(ctx, item)
+        if runtime is not None:
+            runtime.start()
+        try:
+            async for item in team.run_stream(task=task):
+                if isinstance(item, TaskResult):
+                    result = item
+                    continue
+                for observer in observers:
+                    await observer.on_item(ctx, item)
+        finally:
+            if runtime is not None:
+                await runtime.stop_when_idle()
     assert result is not None
-    outcome = RunOutcome(finished_at=datetime.now(UTC), result=result, stop_reason=result.stop_reason,
-                         ended_by_limit=ended_by_limit, model_calls=list(meter.calls))
+    outcome = RunOutcome(
+        finished_at=datetime.now(UTC),
+        result=result,
+        stop_reason=result.stop_reason,
+        ended_by_limit=ended_by_limit,
+        model_calls=list(meter.calls),
+    )
     for observer in observers:
         await observer.run_finished(ctx, outcome)
     return outcome

@@ -59,14 +59,26 @@ async def test_speaker_selection_calls_are_in_the_ledger(engine: AsyncEngine) ->
 async def test_cost_groups_by_every_dimension_and_counts_limit_ended_runs_apart(engine: AsyncEngine) -> None:
     observer = LedgerObserver(engine, Pseudonyms(engine))
     await observe_run([observer], triage_team(), context(user_id="alice", session_id="s1"))
-    await observe_run([observer], triage_team(), context(user_id="alice", session_id="s2"), ended_by_limit=True)
+    await observe_run(
+        [observer], triage_team(), context(user_id="alice", session_id="s2"), ended_by_limit=True
+    )
     await observe_run([observer], triage_team(), context(user_id="bob", session_id="s1", team_version="v2"))
-    for by, groups in (("session", 3), ("user", 2), ("team", 1), ("version", 2), ("model", 1), ("agent", 3), ("day", 1)):
+    for by, groups in (
+        ("session", 3),
+        ("user", 2),
+        ("team", 1),
+        ("version", 2),
+        ("model", 1),
+        ("agent", 3),
+        ("day", 1),
+    ):
         report = await query_costs(engine, PRICES, by=by)
         assert len(report.rows) == groups, by
         assert (report.total.runs_completed, report.total.runs_limited) == (2, 1), by
         assert report.price_version == "test-1"
-    by_user = await query_costs(engine, PRICES, by="user", where=CostFilter(subject_key=await find_subject(engine, "alice")))
+    by_user = await query_costs(
+        engine, PRICES, by="user", where=CostFilter(subject_key=await find_subject(engine, "alice"))
+    )
     (alice,) = by_user.rows
     assert (alice.runs_completed, alice.runs_limited) == (1, 1)
     expected = (alice.input_tokens * 1.0 + alice.output_tokens * 2.0) / 1e6
@@ -74,7 +86,9 @@ async def test_cost_groups_by_every_dimension_and_counts_limit_ended_runs_apart(
     assert 0 < alice.limited_cost < expected
 
 
-async def test_a_model_missing_from_the_price_table_has_unknown_cost_and_counted_tokens(engine: AsyncEngine) -> None:
+async def test_a_model_missing_from_the_price_table_has_unknown_cost_and_counted_tokens(
+    engine: AsyncEngine,
+) -> None:
     observer = LedgerObserver(engine, Pseudonyms(engine))
     await observe_run([observer], metered_round_robin(model="mystery-model"), context())
     report = await query_costs(engine, PRICES, by="model")
@@ -92,8 +106,12 @@ async def test_prices_apply_by_effective_date_and_filters_narrow_by_time(engine:
     late = context(run_id="late")
     late = type(late)(**{**late.__dict__, "started_at": datetime(2031, 1, 1, tzinfo=UTC)})
     await record_usage(engine, usage_rows(late, outcome, keys))
-    now_only = await query_costs(engine, PRICES, by="day", where=CostFilter(until=datetime(2030, 1, 1, tzinfo=UTC)))
-    future = await query_costs(engine, PRICES, by="day", where=CostFilter(since=datetime(2030, 1, 1, tzinfo=UTC)))
+    now_only = await query_costs(
+        engine, PRICES, by="day", where=CostFilter(until=datetime(2030, 1, 1, tzinfo=UTC))
+    )
+    future = await query_costs(
+        engine, PRICES, by="day", where=CostFilter(since=datetime(2030, 1, 1, tzinfo=UTC))
+    )
     assert now_only.total.cost and future.total.cost
     assert future.total.cost == pytest.approx(now_only.total.cost * 100)
     assert [r.key for r in future.rows] == ["2031-01-01"]
@@ -105,7 +123,11 @@ async def test_ledger_sweep_removes_only_rows_past_retention(engine: AsyncEngine
     await observe_run([observer], triage_team(), old)
     await observe_run([observer], triage_team(), new)
     async with engine.begin() as conn:
-        await conn.execute(update(usage).where(usage.c.run_id == "old").values(finished_at=datetime.now(UTC) - timedelta(days=500)))
+        await conn.execute(
+            update(usage)
+            .where(usage.c.run_id == "old")
+            .values(finished_at=datetime.now(UTC) - timedelta(days=500))
+        )
     assert await sweep_ledger(engine, datetime.now(UTC) - timedelta(days=400), batch_size=2) == 3
     assert {r["run_id"] for r in await _rows(engine)} == {"new"}
 
@@ -113,7 +135,9 @@ async def test_ledger_sweep_removes_only_rows_past_retention(engine: AsyncEngine
 async def test_the_session_costs_view_prices_sessions_in_sql(engine: AsyncEngine) -> None:
     observer = LedgerObserver(engine, Pseudonyms(engine))
     await observe_run([observer], triage_team(), context(user_id="alice", session_id="s1"))
-    await observe_run([observer], triage_team(), context(user_id="alice", session_id="s1"), ended_by_limit=True)
+    await observe_run(
+        [observer], triage_team(), context(user_id="alice", session_id="s1"), ended_by_limit=True
+    )
     await observe_run([observer], metered_round_robin(model="mystery-model"), context(user_id="bob"))
     assert await sync_prices(engine, load_prices()) > 0
     async with engine.connect() as conn:
@@ -121,7 +145,9 @@ async def test_the_session_costs_view_prices_sessions_in_sql(engine: AsyncEngine
     subject = str(await find_subject(engine, "alice"))
     alice = rows[session_key(subject, "s1")]
     assert (alice.runs, alice.runs_ended_by_limit, alice.unpriced_tokens) == (2, 1, 0)
-    report = await query_costs(engine, load_prices(), by="session", where=CostFilter(session_key=alice.session_key))
+    report = await query_costs(
+        engine, load_prices(), by="session", where=CostFilter(session_key=alice.session_key)
+    )
     assert float(alice.cost) == pytest.approx(report.total.cost)
     assert alice.price_version == load_prices().version
     bob = rows[session_key(str(await find_subject(engine, "bob")), "s1")]

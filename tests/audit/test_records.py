@@ -37,7 +37,9 @@ def test_an_image_in_a_multimodal_message_degrades_to_a_placeholder_and_the_text
 
 
 def test_tool_calls_and_usage_are_recorded() -> None:
-    event = ToolCallRequestEvent(source="researcher", content=[FunctionCall(id="c1", name="lookup", arguments='{"q": 1}')])
+    event = ToolCallRequestEvent(
+        source="researcher", content=[FunctionCall(id="c1", name="lookup", arguments='{"q": 1}')]
+    )
     line = item_record(3, event, NOW)
     assert line["seq"] == 3
     assert line["message"]["content"][0]["name"] == "lookup"

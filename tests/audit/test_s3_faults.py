@@ -51,7 +51,9 @@ def test_the_client_has_short_timeouts_and_few_retries(s3_env: str) -> None:
     assert config.retries["total_max_attempts"] <= 3
 
 
-async def test_unreachable_s3_fails_fast_with_a_typed_error(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_unreachable_s3_fails_fast_with_a_typed_error(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
     store = S3TranscriptStore.from_url("s3://any/prefix")
     started = time.monotonic()
@@ -121,7 +123,9 @@ async def test_s3_down_the_run_succeeds_the_transcript_waits_in_the_outbox_then_
     assert await _outbox_rows(sqlite_engine) == [ctx.run_id]
     body = (await outbox.flush(sqlite_engine, down)).last_error
     assert body and "unreachable" in body  # still down: stays queued, the error is kept
-    assert await outbox.enqueue(sqlite_engine, ctx.run_id, "k", "s", b"x", "again") is False  # once per run id
+    assert (
+        await outbox.enqueue(sqlite_engine, ctx.run_id, "k", "s", b"x", "again") is False
+    )  # once per run id
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", good_endpoint)
     up = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
@@ -147,12 +151,16 @@ async def test_a_slow_store_costs_the_run_at_most_the_upload_deadline(
     assert await _outbox_rows(sqlite_engine) == [ctx.run_id]
 
 
-async def test_later_runs_flush_the_outbox_opportunistically(s3_bucket: str, sqlite_engine: AsyncEngine) -> None:
+async def test_later_runs_flush_the_outbox_opportunistically(
+    s3_bucket: str, sqlite_engine: AsyncEngine
+) -> None:
     store = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
     pseudonyms = Pseudonyms(sqlite_engine)
     queued = context(user_id="carol")
     keys = await pseudonyms.keys(queued)
-    await outbox.enqueue(sqlite_engine, queued.run_id, run_key(keys, queued.run_id), keys.subject_key, b"gz", "down")
+    await outbox.enqueue(
+        sqlite_engine, queued.run_id, run_key(keys, queued.run_id), keys.subject_key, b"gz", "down"
+    )
     observer = TranscriptObserver(store, sqlite_engine, pseudonyms, flush_every=1)
     await observe_run([observer], triage_team(), context(user_id="carol"))
     await observer.drain()

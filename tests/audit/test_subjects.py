@@ -23,7 +23,9 @@ async def test_a_user_gets_one_random_subject_key_that_is_found_again(engine: As
     assert await find_subject(engine, "alice") == key
 
 
-async def test_ids_differing_by_case_or_unicode_normalisation_are_different_users(engine: AsyncEngine) -> None:
+async def test_ids_differing_by_case_or_unicode_normalisation_are_different_users(
+    engine: AsyncEngine,
+) -> None:
     nfc = unicodedata.normalize("NFC", "Zoë")
     nfd = unicodedata.normalize("NFD", "Zoë")
     assert nfc != nfd
@@ -38,7 +40,9 @@ async def test_concurrent_first_runs_of_one_user_agree_on_one_subject(engine: As
 
 
 @pytest.mark.parametrize("user_id", ["a/b", "../../etc", "ü🙂 名前", "x" * 256])
-async def test_awkward_user_ids_are_stored_exactly_and_never_appear_in_keys(engine: AsyncEngine, user_id: str) -> None:
+async def test_awkward_user_ids_are_stored_exactly_and_never_appear_in_keys(
+    engine: AsyncEngine, user_id: str
+) -> None:
     key = await get_or_create_subject(engine, user_id)
     assert HEX32.match(key)
     assert await find_subject(engine, user_id) == key

@@ -19,7 +19,9 @@ B = RunKeys("b" * 32, "1" * 32)
 
 
 def body(run_id: str) -> bytes:
-    return encode({"kind": "run", "run_id": run_id}, [{"kind": "item", "seq": 0, "message": {"content": "hi"}}])
+    return encode(
+        {"kind": "run", "run_id": run_id}, [{"kind": "item", "seq": 0, "message": {"content": "hi"}}]
+    )
 
 
 async def test_put_then_get_returns_the_same_transcript(store: TranscriptStore) -> None:
@@ -74,7 +76,9 @@ async def test_run_ids_with_slashes_dots_and_unicode_stay_inside_the_session(sto
     assert all(k.startswith(session_prefix(A)) and k.count("/") == 5 for k in keys)
 
 
-async def test_capabilities_are_declared_and_retention_follows_them(store: TranscriptStore, tmp_path: Path) -> None:
+async def test_capabilities_are_declared_and_retention_follows_them(
+    store: TranscriptStore, tmp_path: Path
+) -> None:
     await store.put(run_key(A, "old"), body("old"))
     await store.put(run_key(A, "new"), body("new"))
     assert isinstance(store.capabilities, frozenset)

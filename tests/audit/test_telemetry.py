@@ -1,0 +1,154 @@
+"""Spans over real OTLP/HTTP: GenAI attributes, one per run and model call, and no content on the wire."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from autogen_core import SingleThreadedAgentRuntime
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver
+from teamstore.audit.subjects import find_subject, session_key
+from teamstore.audit.telemetry import ScrubbingSpanExporter, setup_tracing
+from teamstore.runtime.hooks import RunOutcome
+from teamstore.settings import Settings
+from tests.audit.teams import CANARY, context, metered_round_robin, observe_run, selector_team
+from tests.otlp_receiver import OtlpReceiver
+from tests.services import free_port
+
+pytestmark = pytest.mark.otlp
+USER = "alice.raw-user-id@example.com"
+
+
+@pytest.fixture
+async def provider(otlp_env: OtlpReceiver) -> AsyncIterator[TracerProvider]:
+    tracer_provider = setup_tracing(Settings())
+    assert tracer_provider is not None
+    yield tracer_provider
+    tracer_provider.shutdown()
+
+
+async def _run_on_runtime(provider: TracerProvider, engine: AsyncEngine, task: str) -> RunOutcome:
+    """A team whose AutoGen runtime uses teamstore's provider, as the session runtime builds it."""
+    runtime = SingleThreadedAgentRuntime(tracer_provider=provider)
+    team = metered_round_robin(runtime=runtime)
+    pseudonyms = Pseudonyms(engine)
+    outcome = await observe_run(
+        [LedgerObserver(engine, pseudonyms), SpanObserver(provider, pseudonyms)],
+        team,
+        context(user_id=USER, session_id="sess-1", team="support_triage"),
+        task,
+        runtime=runtime,
+    )
+    provider.force_flush()
+    return outcome
+
+
+def _by_name(spans: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    return [s for s in spans if s["name"].startswith(prefix)]
+
+
+def test_without_otel_variables_nothing_is_set_up() -> None:
+    assert setup_tracing(Settings()) is None
+
+
+async def test_one_span_per_run_and_per_model_call_with_genai_attributes(
+    provider: TracerProvider, otlp_env: OtlpReceiver, sqlite_engine: AsyncEngine
+) -> None:
+    outcome = await _run_on_runtime(provider, sqlite_engine, "My router keeps dropping")
+    assert len(outcome.model_calls) == 2
+    spans = otlp_env.wait_for(
+        lambda s: len(_by_name(s, "chat ")) == 2 and bool(_by_name(s, "invoke_agent support"))
+    )
+    (run,) = _by_name(spans, "invoke_agent support_triage")
+    subject = str(await find_subject(sqlite_engine, USER))
+    attrs = run["attributes"]
+    assert attrs["gen_ai.operation.name"] == "invoke_agent"
+    assert attrs["gen_ai.conversation.id"] == session_key(subject, "sess-1")
+    assert attrs["teamstore.subject"] == subject
+    assert (attrs["teamstore.team"], attrs["teamstore.team_version"]) == ("support_triage", "v1")
+    assert attrs["teamstore.ended_by_limit"] is False and "teamstore.stop_reason" in attrs
+    assert attrs["gen_ai.usage.input_tokens"] == outcome.input_tokens
+    calls = _by_name(spans, "chat ")
+    assert {c["parent_span_id"] for c in calls} == {run["span_id"]}
+    assert {c["trace_id"] for c in calls} == {run["trace_id"]}
+    assert {c["attributes"]["gen_ai.request.model"] for c in calls} == {"offline-small"}
+    assert {c["attributes"]["gen_ai.agent.name"] for c in calls} == {"triage", "researcher"}
+    assert sum(c["attributes"]["gen_ai.usage.output_tokens"] for c in calls) == outcome.output_tokens
+
+
+async def test_the_canary_and_the_raw_user_id_never_reach_the_wire_not_even_via_autogen_spans(
+    provider: TracerProvider, otlp_env: OtlpReceiver, sqlite_engine: AsyncEngine
+) -> None:
+    await _run_on_runtime(provider, sqlite_engine, f"please fix my router {CANARY}")
+    spans = otlp_env.wait_for(lambda s: bool(_by_name(s, "invoke_agent support")))
+    autogen = [s for s in spans if s["scope"].startswith("autogen")]
+    assert autogen, "AutoGen's runtime spans should be exported (scrubbed), proving they pass the scrubber"
+    assert all("message" not in s["attributes"] for s in spans)
+    wire = otlp_env.wire()
+    assert CANARY.encode() not in wire
+    assert USER.encode() not in wire and b"sess-1" not in wire
+
+
+async def test_opting_in_to_content_capture_lets_autogen_message_attributes_through(
+    otlp_env: OtlpReceiver, sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    provider = setup_tracing(Settings())
+    assert provider is not None
+    try:
+        await _run_on_runtime(provider, sqlite_engine, f"please fix my router {CANARY}")
+        otlp_env.wait_for(lambda s: bool(_by_name(s, "invoke_agent support")))
+    finally:
+        provider.shutdown()
+    assert CANARY.encode() in otlp_env.wire()  # the operator's opt-in: see docs/operations.md on erasure
+
+
+async def test_a_down_otlp_endpoint_neither_blocks_nor_fails_a_run(
+    sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    provider = setup_tracing(Settings())
+    assert provider is not None
+    pseudonyms = Pseudonyms(sqlite_engine)
+    started = time.monotonic()
+    for _ in range(3):
+        outcome = await observe_run([SpanObserver(provider, pseudonyms)], selector_team(), context())
+        assert outcome.result is not None
+    assert time.monotonic() - started < 3.0
+    began = time.monotonic()
+    provider.shutdown()  # flushes into the void: bounded by the short export timeout
+    assert time.monotonic() - began < 10.0
+
+
+def test_the_scrubber_drops_content_identity_events_and_status_text() -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ScrubbingSpanExporter(memory)))
+    with provider.get_tracer("t").start_as_current_span("s") as span:
+        span.set_attributes(
+            {
+                "message": CANARY,
+                "gen_ai.input.messages": CANARY,
+                "user.id": "u",
+                "enduser.id": "u",
+                "gen_ai.prompt.0.content": CANARY,
+                "messaging.operation": "publish",
+            }
+        )
+        span.add_event("gen_ai.content.prompt", {"gen_ai.prompt": CANARY})
+        span.record_exception(ValueError(CANARY))
+        span.set_status(Status(StatusCode.ERROR, CANARY))
+    (exported,) = memory.get_finished_spans()
+    assert dict(exported.attributes or {}) == {"messaging.operation": "publish"}
+    assert [(e.name, dict(e.attributes or {})) for e in exported.events] == [
+        ("exception", {"exception.type": "ValueError", "exception.escaped": "False"})
+    ]
+    assert exported.status.status_code is StatusCode.ERROR and not exported.status.description
