@@ -163,7 +163,7 @@ def test_an_unknown_dimension_is_a_typed_error() -> None:
 
 def test_the_shipped_price_table_has_offline_small_and_real_models() -> None:
     table = load_prices()
-    assert table.lookup("offline-small", date.today()) is not None
+    assert table.lookup("offline-small", datetime.now(UTC).date()) is not None
     assert table.lookup("gpt-4o", date(2025, 1, 1)).input_per_million == 2.5  # type: ignore[union-attr]
     assert table.lookup("gpt-4o", date(2024, 6, 1)).input_per_million == 5.0  # type: ignore[union-attr]
-    assert table.lookup("not-a-model", date.today()) is None
+    assert table.lookup("not-a-model", datetime.now(UTC).date()) is None
