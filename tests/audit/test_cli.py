@@ -1,0 +1,115 @@
+"""The audit commands end to end: transcripts show/flush, cost, prices, retention."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from teamstore.audit.observer import TranscriptObserver, build_audit_observers
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.errors import ConfigurationError, TranscriptNotFound
+from teamstore.settings import Settings
+from tests.audit.teams import CANARY, context, observe_run, triage_team
+
+runner = CliRunner()
+USER, SESSION = "Zoë/../admin", "sess/1"
+
+
+def _populate(runs: int = 2) -> list[str]:
+    async def go() -> list[str]:
+        settings = Settings()
+        engine = create_engine(settings.resolved_database_url)
+        await upgrade(engine)
+        observers = build_audit_observers(settings, engine)
+        ids = []
+        for n in range(runs):
+            ctx = context(user_id=USER, session_id=SESSION)
+            await observe_run(observers, triage_team(), ctx, f"router down {CANARY}", ended_by_limit=n == 1)
+            ids.append(ctx.run_id)
+        for observer in observers:
+            if isinstance(observer, TranscriptObserver):
+                await observer.drain()
+        await engine.dispose()
+        return ids
+
+    return asyncio.run(go())
+
+
+def test_transcripts_show_prints_a_session_readably_and_as_json() -> None:
+    run_ids = _populate()
+    shown = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION, "--json"])
+    assert shown.exit_code == 0, shown.output
+    runs = json.loads(shown.stdout)["runs"]
+    assert [r["run"]["run_id"] for r in runs] == run_ids
+    assert runs[1]["run"]["ended_by_limit"] is True
+    assert CANARY in runs[0]["items"][0]["message"]["content"]
+    one = runner.invoke(
+        app, ["transcripts", "show", "--user", USER, "--session", SESSION, "--run", run_ids[0]]
+    )
+    assert one.exit_code == 0 and "researcher" in one.stdout and "out tokens" in one.stdout
+    assert run_ids[1] not in one.stdout
+
+
+def test_transcripts_show_for_an_unknown_user_or_session_is_a_typed_error() -> None:
+    _populate(1)
+    for args in (["--user", "nobody", "--session", SESSION], ["--user", USER, "--session", "other"]):
+        result = runner.invoke(app, ["transcripts", "show", *args])
+        assert result.exit_code != 0 and isinstance(result.exception, TranscriptNotFound)
+
+
+def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
+    _populate()
+    as_csv = runner.invoke(app, ["cost", "--by", "user", "--format", "csv"])
+    assert as_csv.exit_code == 0, as_csv.output
+    (row,) = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert (row["runs_completed"], row["runs_limited"]) == ("1", "1")
+    assert USER not in as_csv.stdout and float(row["cost"]) > 0 and row["price_version"]
+    as_json = runner.invoke(
+        app, ["cost", "--user", USER, "--session", SESSION, "--by", "agent", "--format", "json"]
+    )
+    report = json.loads(as_json.stdout)
+    assert {r["key"] for r in report["rows"]} == {"triage", "researcher", "critic"}
+    assert report["total"]["runs_limited"] == 1
+    empty = json.loads(runner.invoke(app, ["cost", "--user", "nobody", "--format", "json"]).stdout)
+    assert empty["rows"] == []
+    table = runner.invoke(app, ["cost", "--by", "day", "--since", "2000-01-01"])
+    assert table.exit_code == 0 and "total" in table.stdout
+
+
+def test_cost_refuses_a_session_without_its_user_and_bad_dates() -> None:
+    for args in (["--session", SESSION], ["--since", "yesterday"], ["--by", "planet"], ["--format", "xml"]):
+        result = runner.invoke(app, ["cost", *args])
+        assert result.exit_code != 0 and isinstance(result.exception, ConfigurationError), args
+
+
+def test_prices_show_and_sync() -> None:
+    shown = json.loads(runner.invoke(app, ["prices", "show", "--json"]).stdout)
+    assert any(p["model"] == "offline-small" for p in shown["prices"])
+    synced = json.loads(runner.invoke(app, ["prices", "sync", "--json"]).stdout)
+    assert synced == {"version": shown["version"], "rows": len(shown["prices"])}
+
+
+def test_retention_sweep_and_flush_on_the_embedded_default() -> None:
+    _populate(1)
+    swept = json.loads(runner.invoke(app, ["retention", "sweep", "--json"]).stdout)
+    assert (swept["transcripts"], swept["ledger_rows"], swept["sessions"]) == (0, 0, 0)
+    applied = json.loads(runner.invoke(app, ["retention", "apply", "--json"]).stdout)
+    assert applied["backend"] == "local" and applied["days"] == 90
+    flushed = json.loads(runner.invoke(app, ["transcripts", "flush", "--json"]).stdout)
+    assert (flushed["delivered"], flushed["remaining"]) == (0, 0)
+
+
+@pytest.mark.s3
+def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
+    result = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])
+    assert result.exit_code == 0, result.output
+    rule = json.loads(result.stdout)["rule"]
+    assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/"}
