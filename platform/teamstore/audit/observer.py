@@ -49,8 +49,16 @@ class Pseudonyms:
 
     def __init__(self, engine: AsyncEngine, cache_size: int = 1024) -> None:
         self.engine = engine
-        self._runs: OrderedDict[str, RunKeys] = OrderedDict()
+        self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()
         self._cache_size = cache_size
+
+    def prefetch(self, ctx: RunContext) -> None:
+        """Start resolving the run's keys now, so the lookup overlaps the run instead of following it."""
+        if ctx.run_id not in self._runs:
+            self._runs[ctx.run_id] = asyncio.get_running_loop().create_task(self._resolve(ctx))
+            while len(self._runs) > self._cache_size:
+                _, dropped = self._runs.popitem(last=False)
+                dropped.cancel()
 
     async def keys(self, ctx: RunContext) -> RunKeys:
         """The run's keys, creating the subject on first use.
@@ -59,15 +67,12 @@ class Pseudonyms:
             ErasureInProgress: The user is fenced by an open erasure: nothing may be written for them.
             StoreUnavailable: The database could not be reached.
         """
-        cached = self._runs.get(ctx.run_id)
-        if cached is not None:
-            return cached
+        self.prefetch(ctx)
+        return await asyncio.shield(self._runs[ctx.run_id])
+
+    async def _resolve(self, ctx: RunContext) -> RunKeys:
         subject = await self._subject(ctx.user_id)
-        keys = RunKeys(subject, session_key(subject, ctx.session_id))
-        self._runs[ctx.run_id] = keys
-        while len(self._runs) > self._cache_size:
-            self._runs.popitem(last=False)
-        return keys
+        return RunKeys(subject, session_key(subject, ctx.session_id))
 
     async def _subject(self, user_id: str) -> str:
         # One round trip for the common case: the subject exists and no erasure fences the user.
@@ -90,7 +95,9 @@ class Pseudonyms:
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
-        self._runs.pop(run_id, None)
+        task = self._runs.pop(run_id, None)
+        if task is not None and not task.done():
+            task.cancel()
 
 
 class TranscriptObserver:
@@ -124,8 +131,9 @@ class TranscriptObserver:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run_started(self, ctx: RunContext) -> None:
-        """Start the run's buffer."""
+        """Start the run's buffer and the key lookup."""
         self._items[ctx.run_id] = []
+        self.pseudonyms.prefetch(ctx)
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
         """Buffer one streamed message or event (made JSON-safe now, so later mutation cannot leak in)."""
@@ -189,7 +197,8 @@ class LedgerObserver:
         self.pseudonyms = pseudonyms
 
     async def run_started(self, ctx: RunContext) -> None:
-        """Nothing to do before the run."""
+        """Start the key lookup, to overlap the run."""
+        self.pseudonyms.prefetch(ctx)
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
         """Usage comes from the metered calls, not the stream."""

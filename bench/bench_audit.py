@@ -1,0 +1,226 @@
+"""The audit trail's costs: S3 requests per run, overhead on a team run, the cost query on 1M ledger rows.
+
+    python -m bench audit
+
+1. S3 requests per run (target 1): transcript observer against moto's S3 server over HTTP, every request
+   counted with a botocore ``before-send`` hook.
+2. Overhead of transcript + spans + ledger vs the bare run with the same offline client (target < 1.2x):
+   both variants side by side in one process, alternating, many runs; transcripts to a local folder, ledger
+   in SQLite (the embedded default), spans exported over OTLP/HTTP to a local receiver.
+3. The cost query over 1,000,000 ledger rows on Postgres, indexed vs a forced full scan, as a ratio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from autogen_agentchat.base import TaskResult
+from autogen_agentchat.teams import BaseGroupChat
+
+from bench.common import drop_database, postgres_database
+from teamstore.audit.cost import CostFilter, query_costs
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
+from teamstore.audit.prices import load_prices
+from teamstore.audit.telemetry import setup_tracing
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.examples import support_triage
+from teamstore.metering import metered_run, wrap_model_clients
+from teamstore.runtime.hooks import RunObserver, RunOutcome
+from teamstore.settings import Settings
+from tests.audit.teams import context
+from tests.otlp_receiver import OtlpReceiver
+from tests.services import free_port
+
+RUNS = 200
+
+
+def _team(metered: bool) -> Any:
+    component = support_triage().dump_component().model_dump()
+    return BaseGroupChat.load_component(wrap_model_clients(component) if metered else component)
+
+
+async def _observed_run(observers: list[RunObserver], team: Any) -> float:
+    ctx = context(user_id=f"user-{time.perf_counter_ns() % 97}", session_id="s1")
+    started = time.perf_counter()
+    for observer in observers:
+        await observer.run_started(ctx)
+    with metered_run() as meter:
+        async for item in team.run_stream(task="My router keeps dropping"):
+            if isinstance(item, TaskResult):
+                result = item
+                continue
+            for observer in observers:
+                await observer.on_item(ctx, item)
+    outcome = RunOutcome(
+        finished_at=ctx.started_at,
+        result=result,
+        stop_reason=result.stop_reason,
+        model_calls=list(meter.calls),
+    )
+    for observer in observers:
+        await observer.run_finished(ctx, outcome)
+    return time.perf_counter() - started
+
+
+async def _bare_run(team: Any) -> float:
+    started = time.perf_counter()
+    async for _ in team.run_stream(task="My router keeps dropping"):
+        pass
+    return time.perf_counter() - started
+
+
+async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
+    """Transcript uploads to moto over HTTP; every botocore request counted."""
+    import os
+
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}",
+    )
+    try:
+        client = make_client()
+        client.create_bucket(Bucket="bench")
+        sent: list[str] = []
+        client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
+        engine = create_engine(f"sqlite:///{(tmp / 's3.db').as_posix()}")
+        await upgrade(engine)
+        observer = TranscriptObserver(S3TranscriptStore(client, "bench", "t"), engine, Pseudonyms(engine))
+        for _ in range(runs):
+            await _observed_run([observer], _team(metered=True))
+        await observer.drain()
+        await engine.dispose()
+        return len(sent) / runs
+    finally:
+        server.stop()
+
+
+async def overhead(tmp: Path, runs: int = RUNS) -> dict[str, float]:
+    """Median and mean run time, audited vs bare, alternating in one process."""
+    import os
+
+    receiver = OtlpReceiver().start()
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+    provider = setup_tracing(Settings())
+    assert provider is not None
+    engine = create_engine(f"sqlite:///{(tmp / 'overhead.db').as_posix()}")
+    await upgrade(engine)
+    pseudonyms = Pseudonyms(engine)
+    observers: list[RunObserver] = [
+        LedgerObserver(engine, pseudonyms),
+        TranscriptObserver(LocalTranscriptStore(tmp / "transcripts"), engine, pseudonyms),
+        SpanObserver(provider, pseudonyms),
+    ]
+    bare: list[float] = []
+    audited: list[float] = []
+    for _ in range(10):  # warm up imports, caches and the database file
+        await _bare_run(_team(metered=False))
+        await _observed_run(observers, _team(metered=True))
+    for _ in range(runs):
+        bare.append(await _bare_run(_team(metered=False)))
+        audited.append(await _observed_run(observers, _team(metered=True)))
+    provider.shutdown()
+    receiver.stop()
+    del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    await engine.dispose()
+    return {
+        "bare_median_ms": statistics.median(bare) * 1000,
+        "audited_median_ms": statistics.median(audited) * 1000,
+        "ratio_median": statistics.median(audited) / statistics.median(bare),
+        "ratio_mean": statistics.fmean(audited) / statistics.fmean(bare),
+        "spans_received": float(len(receiver.spans)),
+    }
+
+
+FILL = """
+INSERT INTO ts_usage (run_id, agent, model, purpose, calls, failed_calls, input_tokens, output_tokens, team,
+    team_version, session_key, subject_key, stop_reason, ended_by_limit, run_failed, started_at, finished_at, day)
+SELECT 'run-' || (g / 3), (ARRAY['triage','researcher','critic'])[g % 3 + 1],
+    (ARRAY['offline-small','gpt-4o','gpt-4o-mini'])[(g / 3) % 3 + 1], 'agent', 1, 0, 100 + g % 500, 50 + g % 200,
+    'support_triage', 'v' || (g % 3), md5('s' || (g / 30)), md5('u' || (g / 300)), 'max messages',
+    (g % 10 = 0), false, ts, ts + interval '5 seconds', ts::date
+FROM (SELECT g, timestamptz '2026-01-01' + (g % 90) * interval '1 day' + (g % 86400) * interval '1 second' AS ts
+      FROM generate_series(0, 999999) AS g) AS s
+"""
+
+
+async def _time_query(engine: Any, where: CostFilter, by: str, repeat: int = 7) -> float:
+    prices = load_prices()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        await query_costs(engine, prices, by=by, where=where)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
+    """Per-session and per-user cost on 1M rows: indexes on vs index/bitmap scans off."""
+    import psycopg
+
+    server, url = postgres_database()
+    try:
+        engine = create_engine(url)
+        await upgrade(engine)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(FILL)
+            conn.execute("ANALYZE ts_usage")
+        scan = create_engine(
+            url, connect_args={"options": "-c enable_indexscan=off -c enable_bitmapscan=off"}
+        )
+        figures: dict[str, float] = {}
+        for name, where in (
+            ("session", CostFilter(session_key=_md5("s123"))),
+            ("user", CostFilter(subject_key=_md5("u123"))),
+        ):
+            figures[f"{name}_indexed_ms"] = await _time_query(engine, where, "session")
+            figures[f"{name}_full_scan_ms"] = await _time_query(scan, where, "session", repeat=3)
+            figures[f"{name}_ratio"] = figures[f"{name}_full_scan_ms"] / figures[f"{name}_indexed_ms"]
+        figures["whole_ledger_by_day_ms"] = await _time_query(engine, CostFilter(), "day", repeat=1)
+        await engine.dispose()
+        await scan.dispose()
+        return figures
+    finally:
+        drop_database(server, url)
+
+
+def _md5(text: str) -> str:
+    import hashlib
+
+    return hashlib.md5(text.encode()).hexdigest()
+
+
+def main() -> None:
+    """Print the three figures."""
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        per_run = asyncio.run(s3_requests_per_run(tmp))
+        print(f"S3 requests per run: {per_run:.2f} (target 1)", flush=True)
+        figures = asyncio.run(overhead(tmp))
+        print(
+            f"overhead, transcript+spans+ledger vs bare ({RUNS} runs each, alternating): "
+            f"median {figures['audited_median_ms']:.2f} ms vs {figures['bare_median_ms']:.2f} ms = "
+            f"{figures['ratio_median']:.3f}x (mean ratio {figures['ratio_mean']:.3f}x; target < 1.2x)",
+            flush=True,
+        )
+    costs = asyncio.run(cost_query())
+    for name in ("session", "user"):
+        print(
+            f"cost query by {name} over 1,000,000 ledger rows (Postgres): indexed {costs[f'{name}_indexed_ms']:.2f} ms, "
+            f"full scan {costs[f'{name}_full_scan_ms']:.1f} ms, ratio {costs[f'{name}_ratio']:.0f}x"
+        )
+    print(f"whole-ledger cost by day (full aggregate): {costs['whole_ledger_by_day_ms']:.0f} ms")
