@@ -8,7 +8,7 @@ import pytest
 
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.sql import SqlStateStore, store_for
 
 
 @pytest.fixture
@@ -16,5 +16,7 @@ async def store(database_url: str) -> AsyncIterator[SqlStateStore]:
     """A migrated SqlStateStore on SQLite or a real Postgres (the conformance parameter)."""
     engine = create_engine(database_url)
     await upgrade(engine)
-    yield SqlStateStore(engine)
+    store = store_for(engine)
+    yield store
+    await store.aclose()
     await engine.dispose()

@@ -30,7 +30,7 @@ from teamstore.metering import wrap_model_clients
 from teamstore.runtime.hooks import RunObserver
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.sql import SqlStateStore, store_for
 
 
 class Platform:
@@ -54,7 +54,7 @@ class Platform:
         self.engine = engine
         self.registry = registry
         self.settings = settings or Settings()
-        self.store = SqlStateStore(engine)
+        self.store: SqlStateStore = store_for(engine)
         self.observers: list[RunObserver] = list(observers)
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._owns_engine = False
@@ -123,6 +123,7 @@ class Platform:
         for close in self._closers:
             await asyncio.to_thread(close)
         self._closers.clear()
+        await self.store.aclose()
         if self._owns_engine:
             await self.engine.dispose()
 

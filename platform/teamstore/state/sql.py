@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, delete, exists, insert, literal, or_, select, tuple_, update
+from sqlalchemy import Row, bindparam, delete, exists, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -44,8 +44,8 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-def _session(row: Row[Any]) -> StoredSession:
-    m = row._mapping
+def _session(m: Mapping[str, Any]) -> StoredSession:
+    """Map a ``ts_sessions`` row to a :class:`StoredSession`."""
     return StoredSession(
         user_id=m["user_id"],
         session_id=m["session_id"],
@@ -77,47 +77,82 @@ class SqlStateStore:
         engine: An engine the caller owns (and disposes of).
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:  # noqa: D107
         self.engine = engine
+        # Each lease/load and save/release is ONE statement, atomic on its own: running it in autocommit
+        # spares the BEGIN and COMMIT round trips.
+        self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
         dialect = engine.dialect.name
         self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        self._acquire = self._build_acquire()
+        self._save_keep = self._build_save(release=False)
+        self._save_release = self._build_save(release=True)
 
-    def _held(self, user_id: str) -> Any:
+    def _held(self, user_id: Any) -> Any:
         return exists().where(user_holds.c.user_id == user_id)
 
-    def _acquire_statement(self, key: SessionKey, claim: Claim, owner: str, now: datetime, ttl: float) -> Any:
-        values: dict[str, Any] = {
-            "user_id": key.user_id,
-            "session_id": key.session_id,
-            "team": claim.team,
-            "team_version": claim.team_version,
-            "schema_version": claim.schema_version,
-            "agentchat_version": claim.agentchat_version,
-            "fingerprints": dict(claim.fingerprints),
-            "state": None,
-            "state_bytes": 0,
-            "row_version": 0,
-            "created_at": now,
-            "updated_at": now,
-            "expires_at": None,
-            "lease_owner": owner,
-            "lease_until": now + timedelta(seconds=ttl),
-        }
-        source = select(*[literal(v, sessions.c[k].type).label(k) for k, v in values.items()]).where(
-            ~self._held(key.user_id)
-        )
-        stmt = self._insert(sessions).from_select(list(values), source)
+    def _build_acquire(self) -> Any:
+        # Built once with bind parameters: constructing this statement costs more than running it.
+        source = select(
+            *[bindparam(f"p_{c.name}", type_=c.type).label(c.name) for c in sessions.c]
+        ).where(~self._held(bindparam("p_user_id")))
+        stmt = self._insert(sessions).from_select([c.name for c in sessions.c], source)
         return stmt.on_conflict_do_update(
             index_elements=[sessions.c.user_id, sessions.c.session_id],
             set_={"lease_owner": stmt.excluded.lease_owner, "lease_until": stmt.excluded.lease_until},
-            where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now),
+            where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < bindparam("p_now")),
         ).returning(*sessions.c)
 
+    def _build_save(self, release: bool) -> Any:
+        values: dict[str, Any] = {
+            name: bindparam(f"v_{name}", type_=sessions.c[name].type)
+            for name in ("team", "team_version", "schema_version", "agentchat_version", "fingerprints", "state",
+                         "state_bytes", "updated_at", "expires_at")
+        }
+        values["row_version"] = sessions.c.row_version + 1
+        if release:
+            values.update(lease_owner=None, lease_until=None)
+        return (
+            update(sessions)
+            .where(sessions.c.user_id == bindparam("k_user"), sessions.c.session_id == bindparam("k_session"))
+            .where(sessions.c.row_version == bindparam("k_version"), sessions.c.lease_owner == bindparam("k_owner"))
+            .where(~self._held(bindparam("k_user")))
+            .values(values)
+            .returning(sessions.c.row_version)
+        )
+
     async def _try_acquire(self, key: SessionKey, claim: Claim, owner: str, ttl: float) -> StoredSession | None:
-        stmt = self._acquire_statement(key, claim, owner, now_utc(), ttl)
-        async with self.engine.begin() as conn:
-            row = (await conn.execute(stmt)).first()
-        return _session(row) if row is not None else None
+        now = now_utc()
+        params: dict[str, Any] = {
+            "p_user_id": key.user_id,
+            "p_session_id": key.session_id,
+            "p_team": claim.team,
+            "p_team_version": claim.team_version,
+            "p_schema_version": claim.schema_version,
+            "p_agentchat_version": claim.agentchat_version,
+            "p_fingerprints": dict(claim.fingerprints),
+            "p_state": None,
+            "p_state_bytes": 0,
+            "p_row_version": 0,
+            "p_created_at": now,
+            "p_updated_at": now,
+            "p_expires_at": None,
+            "p_lease_owner": owner,
+            "p_lease_until": now + timedelta(seconds=ttl),
+            "p_now": now,
+        }
+        return await self._run_acquire(params)
+
+    async def _run_acquire(self, params: dict[str, Any]) -> StoredSession | None:
+        async with self._single.connect() as conn:
+            row = (await conn.execute(self._acquire, params)).first()
+        return _session(row._mapping) if row is not None else None
+
+    async def _run_save(self, release: bool, params: dict[str, Any]) -> int | None:
+        stmt = self._save_release if release else self._save_keep
+        async with self._single.connect() as conn:
+            value = (await conn.execute(stmt, params)).scalar_one_or_none()
+        return None if value is None else int(value)
 
     async def _is_held(self, user_id: str) -> bool:
         async with self.engine.connect() as conn:
@@ -167,31 +202,23 @@ class SqlStateStore:
             ErasureInProgress: An erasure request holds this user.
             StoreUnavailable: The database failed; the previous state is intact.
         """
-        now = now_utc()
-        values: dict[str, Any] = {
-            "team": record.team,
-            "team_version": record.team_version,
-            "schema_version": record.schema_version,
-            "agentchat_version": record.agentchat_version,
-            "fingerprints": dict(record.fingerprints),
-            "state": record.state,
-            "state_bytes": len(record.state.encode()),
-            "row_version": sessions.c.row_version + 1,
-            "updated_at": now,
-            "expires_at": record.expires_at,
+        params = {
+            "k_user": key.user_id,
+            "k_session": key.session_id,
+            "k_version": expected_version,
+            "k_owner": owner,
+            "v_team": record.team,
+            "v_team_version": record.team_version,
+            "v_schema_version": record.schema_version,
+            "v_agentchat_version": record.agentchat_version,
+            "v_fingerprints": dict(record.fingerprints),
+            "v_state": record.state,
+            "v_state_bytes": len(record.state.encode()),
+            "v_updated_at": now_utc(),
+            "v_expires_at": record.expires_at,
         }
-        if release:
-            values.update(lease_owner=None, lease_until=None)
-        stmt = (
-            update(sessions)
-            .where(*self._where(key), sessions.c.row_version == expected_version)
-            .where(sessions.c.lease_owner == owner, ~self._held(key.user_id))
-            .values(values)
-            .returning(sessions.c.row_version)
-        )
         try:
-            async with self.engine.begin() as conn:
-                new_version = (await conn.execute(stmt)).scalar_one_or_none()
+            new_version = await self._run_save(release, params)
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "save the session state") from exc
         if new_version is None:
@@ -259,6 +286,9 @@ class SqlStateStore:
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "quarantine a refused state") from exc
 
+    async def aclose(self) -> None:
+        """Release what the store opened itself (nothing here; the engine is the caller's)."""
+
     async def _fetch(self, stmt: Any) -> list[Row[Any]]:
         try:
             async with self.engine.connect() as conn:
@@ -269,7 +299,7 @@ class SqlStateStore:
     async def get(self, key: SessionKey) -> StoredSession | None:
         """Read one row without the lease."""
         rows = await self._fetch(select(sessions).where(*self._where(key)))
-        return _session(rows[0]) if rows else None
+        return _session(rows[0]._mapping) if rows else None
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
         """Saved rows, most recently updated first."""
@@ -277,7 +307,7 @@ class SqlStateStore:
         if user_id is not None:
             stmt = stmt.where(sessions.c.user_id == user_id)
         rows = await self._fetch(stmt.order_by(sessions.c.updated_at.desc()).limit(limit))
-        return [_session(r) for r in rows]
+        return [_session(r._mapping) for r in rows]
 
     async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
         """Quarantined rows, newest first."""
@@ -324,3 +354,16 @@ def _quarantined(m: Mapping[str, Any]) -> QuarantinedRow:
         state_bytes=m["state_bytes"],
         quarantined_at=utc(m["quarantined_at"]) or now_utc(),
     )
+
+
+def store_for(engine: AsyncEngine) -> SqlStateStore:
+    """The best store for ``engine``: the Postgres fast path when it can run, else the plain SQL store."""
+    if engine.dialect.name == "postgresql":
+        try:
+            import psycopg_pool  # noqa: F401
+        except ImportError:
+            return SqlStateStore(engine)
+        from teamstore.state.postgres import PostgresStateStore
+
+        return PostgresStateStore(engine)
+    return SqlStateStore(engine)

@@ -1,0 +1,204 @@
+"""Resume-state benchmarks: stored bytes over many runs, statements per load/save, cycle throughput vs floor.
+
+    python -m bench state
+
+(1) bytes stored per session after 10, 50 and 200 runs: teamstore (bounded context, opted-in participants)
+    vs plain ``team.save_state()`` of the same team with AutoGen's ``BufferedChatCompletionContext``;
+(2) SQL statements per load and per save;
+(3) one resume+save cycle on Postgres (lease+load, validate, encode, save+release) vs the floor, a bare
+    psycopg SELECT + versioned UPSERT of the same bytes, sequential and with 16 concurrent sessions,
+    measured side by side, alternating, in one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core.model_context import BufferedChatCompletionContext, ChatCompletionContext
+from sqlalchemy import event
+
+from bench.common import drop_database, postgres_database, rate
+from teamstore.context import BoundedChatCompletionContext
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.offline import OfflineChatCompletionClient
+from teamstore.runtime.resume import SCHEMA_VERSION, capture_states
+from teamstore.state.base import Claim, SaveRecord, SessionKey
+from teamstore.state.envelope import decode, encode
+from teamstore.state.sql import SqlStateStore, store_for
+from teamstore.state.validate import validate_participant
+
+CHECKPOINTS = (10, 50, 200)
+AGENT = "autogen_agentchat.agents.AssistantAgent"
+
+
+def _team(context: type[ChatCompletionContext]) -> RoundRobinGroupChat:
+    client = OfflineChatCompletionClient()
+
+    def ctx() -> ChatCompletionContext:
+        if context is BufferedChatCompletionContext:
+            return BufferedChatCompletionContext(buffer_size=20)
+        return BoundedChatCompletionContext(max_messages=20, keep_first=1)
+
+    agents = [AssistantAgent(n, model_client=client, model_context=ctx()) for n in ("triage", "researcher", "critic")]
+    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(4))
+
+
+class _Built:
+    """Enough of a BuiltTeam for capture_states."""
+
+    def __init__(self, team: Any, persisted: tuple[str, ...]) -> None:
+        self.team, self.kind, self.persisted = team, "team", persisted
+
+
+async def bytes_over_runs() -> None:
+    plain, ours = _team(BufferedChatCompletionContext), _team(BoundedChatCompletionContext)
+    print("(1) stored bytes per session (3-agent RoundRobin, context 20)")
+    print(f"{'runs':>6} {'plain save_state':>18} {'ours, all 3':>12} {'ours, researcher':>17} {'plain/ours':>11}")
+    for run in range(1, max(CHECKPOINTS) + 1):
+        task = f"customer message {run}: the router drops again"
+        await plain.run(task=task)
+        await ours.run(task=task)
+        if run in CHECKPOINTS:
+            plain_bytes = len(json.dumps(await plain.save_state()).encode())
+            all3 = len(encode({"kind": "team", "participants": await capture_states(
+                _Built(ours, ("triage", "researcher", "critic")), 20)}).encode())
+            one = len(encode({"kind": "team", "participants": await capture_states(
+                _Built(ours, ("researcher",)), 20)}).encode())
+            print(f"{run:>6} {plain_bytes:>18,} {all3:>12,} {one:>17,} {plain_bytes / one:>10.1f}x")
+
+
+def _record(state: str) -> SaveRecord:
+    return SaveRecord("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"}, state,
+                      datetime.now(UTC) + timedelta(days=7))
+
+
+async def _sample_state() -> str:
+    team = _team(BoundedChatCompletionContext)
+    for i in range(10):
+        await team.run(task=f"customer message {i}")
+    return encode({"kind": "team", "participants": await capture_states(_Built(team, ("researcher",)), 20)})
+
+
+async def statements(url: str, state: str) -> None:
+    engine = create_engine(url)
+    await upgrade(engine)
+    store, seen = SqlStateStore(engine), []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not statement.lstrip().upper().startswith(("PRAGMA", "BEGIN", "COMMIT")):
+            seen.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    key, claim = SessionKey("u", "s"), Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
+    for _ in range(2):
+        seen.clear()
+        row = await store.acquire(key, claim, owner="w", lease_ttl=60, wait_seconds=5)
+        loads = len(seen)
+        await store.save(key, owner="w", expected_version=row.row_version, record=_record(state), release=True)
+        saves = len(seen) - loads
+    print(f"    {engine.dialect.name:<10} statements per load: {loads}, per save: {saves}")
+    await engine.dispose()
+
+
+class Cycles:
+    """teamstore's cycle and the floor's, on one database."""
+
+    def __init__(self, url: str, state: str) -> None:
+        self.url, self.state = url, state
+        self.store = store_for(create_engine(url, pool_size=20, max_overflow=0))
+        self.claim = Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
+        self.conns: list[Any] = []
+
+    async def setup(self, workers: int) -> None:
+        import psycopg
+
+        await upgrade(self.store.engine)
+        self.conns = [await psycopg.AsyncConnection.connect(self.url, autocommit=True) for _ in range(workers)]
+        await self.conns[0].execute(
+            "CREATE TABLE IF NOT EXISTS floor (user_id text, session_id text, state text, version bigint,"
+            " PRIMARY KEY (user_id, session_id))"
+        )
+
+    async def ours(self, worker: int, n: int) -> int:
+        key = SessionKey(f"user-{worker}", "s")
+        for _ in range(n):
+            row = await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5)
+            if row.state is not None:
+                participants = decode(row.state)["participants"]
+                for name, st in participants.items():
+                    validate_participant(name, AGENT, "team", st)
+                text = encode({"kind": "team", "participants": participants})
+            else:
+                text = self.state
+            await self.store.save(key, owner=f"w{worker}", expected_version=row.row_version,
+                                  record=_record(text), release=True)
+        return n
+
+    async def floor(self, worker: int, n: int) -> int:
+        conn = self.conns[worker]
+        for _ in range(n):
+            cur = await conn.execute(
+                "SELECT state, version FROM floor WHERE user_id = %s AND session_id = %s", (f"user-{worker}", "s"))
+            row = await cur.fetchone()
+            version = row[1] if row else 0
+            await conn.execute(
+                "INSERT INTO floor VALUES (%s, %s, %s, 1) ON CONFLICT (user_id, session_id) DO UPDATE"
+                " SET state = excluded.state, version = floor.version + 1 WHERE floor.version = %s",
+                (f"user-{worker}", "s", self.state, version))
+        return n
+
+    async def close(self) -> None:
+        for conn in self.conns:
+            await conn.close()
+        await self.store.aclose()
+        await self.store.engine.dispose()
+
+
+async def throughput(url: str, state: str, seconds: float) -> None:
+    print(f"(3) resume+save cycles/s on Postgres, {len(state):,}-byte state, alternating rounds of {seconds}s")
+    for workers in (1, 16):
+        cycles = Cycles(url, state)
+        await cycles.setup(workers)
+        ours_rates, floor_rates = [], []
+        for _ in range(3):
+            floor_rates.append(await rate(lambda: _gather(cycles.floor, workers), seconds))
+            ours_rates.append(await rate(lambda: _gather(cycles.ours, workers), seconds))
+        await cycles.close()
+        o, f = max(ours_rates), max(floor_rates)
+        label = "sequential" if workers == 1 else f"{workers} concurrent"
+        print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {o / f:.2f}x (target >= 0.8x)")
+
+
+async def _gather(fn: Any, workers: int) -> int:
+    counts = await asyncio.gather(*(fn(w, 20) for w in range(workers)))
+    return int(sum(counts))
+
+
+async def run() -> None:
+    await bytes_over_runs()
+    state = await _sample_state()
+    server, url = postgres_database()
+    sqlite_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench-{os.getpid()}.db")
+    try:
+        print("(2) SQL statements")
+        await statements(f"sqlite:///{sqlite_path}", state)
+        await statements(url, state)
+        await throughput(url, state, float(os.environ.get("BENCH_SECONDS", "3")))
+    finally:
+        drop_database(server, url)
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(sqlite_path + suffix):
+                os.remove(sqlite_path + suffix)
+
+
+def main() -> None:
+    """Print the figures."""
+    asyncio.run(run())
