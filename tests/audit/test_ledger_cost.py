@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text, update
@@ -10,11 +11,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.ledger import record_usage, sweep_ledger, sync_prices, usage_rows
-from teamstore.audit.observer import LedgerObserver, Pseudonyms
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.prices import load_prices, parse_prices
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject, session_key
-from teamstore.errors import ConfigurationError
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.errors import ConfigurationError, ErasureInProgress
 from tests.audit.teams import context, metered_round_robin, observe_run, selector_team, triage_team
 
 PRICES = parse_prices(
@@ -167,3 +169,21 @@ def test_the_shipped_price_table_has_offline_small_and_real_models() -> None:
     assert table.lookup("gpt-4o", date(2025, 1, 1)).input_per_million == 2.5  # type: ignore[union-attr]
     assert table.lookup("gpt-4o", date(2024, 6, 1)).input_per_million == 5.0  # type: ignore[union-attr]
     assert table.lookup("not-a-model", datetime.now(UTC).date()) is None
+
+
+async def test_nothing_is_written_for_a_user_under_an_open_erasure(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    from teamstore.state.schema import user_holds
+
+    async with engine.begin() as conn:
+        await conn.execute(
+            user_holds.insert().values(user_id="leaving", reason="erasure", created_at=datetime.now(UTC))
+        )
+    pseudonyms = Pseudonyms(engine)
+    store = LocalTranscriptStore(tmp_path / "t")
+    observers = [LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)]
+    with pytest.raises(ErasureInProgress):
+        await observe_run(observers, triage_team(), context(user_id="leaving"))
+    assert await _rows(engine) == [] and await store.list_keys("") == []
+    assert await find_subject(engine, "leaving") is None
