@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     state_max_bytes: int = Field(default=1_048_576, gt=0, description="Hard cap on one session's state.")
     lease_timeout_seconds: float = Field(default=10.0, ge=0, description="How long to wait for a busy session.")
     lease_ttl_seconds: float = Field(default=300.0, gt=0, description="A lease older than this is stale.")
+    registry_refresh_seconds: float = Field(
+        default=5.0, ge=0, description="How long a worker trusts its cached NAME or NAME@LABEL resolution."
+    )
     transcript_retention_days: int = Field(default=90, gt=0)
     ledger_retention_days: int = Field(default=400, gt=0)
     prices_path: Path | None = Field(default=None, description="Override of the shipped price table.")

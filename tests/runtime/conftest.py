@@ -33,7 +33,9 @@ def renamed_manifest() -> Manifest:
 @pytest.fixture
 async def platform(database_url: str, registry: Registry, tmp_path: Path) -> AsyncIterator[Platform]:
     """A Platform over SQLite or a real Postgres (conformance parameter), no audit observers."""
-    settings = Settings(home=tmp_path / "home", lease_timeout_seconds=0.3, auto_migrate=True)
+    settings = Settings(
+        home=tmp_path / "home", lease_timeout_seconds=0.3, auto_migrate=True, registry_refresh_seconds=0
+    )
     engine = create_engine(database_url)
     p = Platform(engine, registry, settings=settings)
     await p.ensure_schema()

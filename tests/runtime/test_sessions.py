@@ -313,3 +313,19 @@ async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Re
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.expires_at is not None
     assert timedelta(hours=23) < row.expires_at - datetime.now(UTC) <= timedelta(days=1)
+
+
+async def test_moved_label_reaches_a_worker_after_the_refresh_interval(platform: Platform, registry: Registry) -> None:
+    import asyncio
+
+    platform.settings = platform.settings.model_copy(update={"registry_refresh_seconds": 0.3})
+    first = await platform.build_team("support_triage")
+    v2 = registry.add("support_triage", examples.support_triage_v2_prompt().dump_component(),
+                      examples.example_manifest("support_triage_v2_prompt").model_copy(update={"name": "support_triage"}),
+                      "new prompt", label="production")
+    assert (await platform.build_team("support_triage")).version == first.version  # cached
+    await asyncio.sleep(0.35)
+    again = await platform.build_team("support_triage")
+    assert again.version == v2 and again.team is not first.team
+    pinned = await platform.build_team(f"support_triage@{first.version[:12]}")
+    assert pinned.version == first.version

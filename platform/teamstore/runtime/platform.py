@@ -17,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from config_registry import Registry
+from config_registry import Registry, TeamDefinition
+from config_registry.build import build_team
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
 from teamstore.metering import wrap_model_clients
@@ -61,6 +63,7 @@ class Platform:
         self._schema_checked = False
         self._schema_lock = asyncio.Lock()
         self._closers: list[Any] = []
+        self._definitions: dict[str, tuple[TeamDefinition, float]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
@@ -99,9 +102,24 @@ class Platform:
             self._schema_checked = True
 
     async def build_team(self, ref: str) -> Any:
-        """A fresh team for ``ref`` (``name``, ``name@version``, ``name@label``), model clients metered."""
+        """A fresh team for ``ref`` (``name``, ``name@version``, ``name@label``), model clients metered.
+
+        Definitions are cached: a pinned version forever (it cannot change), a name or label for
+        ``registry_refresh_seconds`` so a moved label reaches every worker within that time.
+        """
         await self.ensure_schema()
-        return await asyncio.to_thread(self.registry.build, ref, transform=wrap_model_clients)
+        definition = await self._definition(ref)
+        return build_team(definition, transform=wrap_model_clients)
+
+    async def _definition(self, ref: str) -> TeamDefinition:
+        cached = self._definitions.get(ref)
+        now = time.monotonic()
+        if cached is not None and (cached[1] == float("inf") or now - cached[1] < self.settings.registry_refresh_seconds):
+            return cached[0]
+        definition = await asyncio.to_thread(self.registry.resolve, ref)
+        pinned = "@" in ref and definition.version.startswith(ref.rpartition("@")[2])
+        self._definitions[ref] = (definition, float("inf") if pinned else now)
+        return definition
 
     def session(self, user_id: str, session_id: str, team: str, *, lease_timeout: float | None = None) -> Session:
         """Open a session (use with ``async with``).
