@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from datetime import UTC, datetime, timedelta
@@ -169,8 +170,8 @@ async def throughput(url: str, state: str, seconds: float) -> None:
         await cycles.setup(workers)
         ours_rates, floor_rates = [], []
         for _ in range(3):
-            floor_rates.append(await rate(lambda: _gather(cycles.floor, workers), seconds))
-            ours_rates.append(await rate(lambda: _gather(cycles.ours, workers), seconds))
+            floor_rates.append(await rate(functools.partial(_gather, cycles.floor, workers), seconds))
+            ours_rates.append(await rate(functools.partial(_gather, cycles.ours, workers), seconds))
         await cycles.close()
         o, f = max(ours_rates), max(floor_rates)
         label = "sequential" if workers == 1 else f"{workers} concurrent"

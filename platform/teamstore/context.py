@@ -17,13 +17,12 @@ messages for real, so the saved state stays flat.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from autogen_core import Component
 from autogen_core.model_context import ChatCompletionContext, ChatCompletionContextState
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, LLMMessage
 from pydantic import BaseModel, Field, model_validator
-from typing_extensions import Self
 
 from config_registry.bounds import register_bounding_context
 

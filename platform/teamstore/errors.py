@@ -14,10 +14,9 @@ happened and how to fix it.
 
 from __future__ import annotations
 
-
 # The root class lives in the registry package, the lowest layer, so the registry's errors and the
 # runtime's share one hierarchy while ``config_registry`` never imports ``teamstore``.
-from config_registry.errors import (  # noqa: E402
+from config_registry.errors import (
     DefinitionInvalid,
     RegistryConflict,
     RegistryCorrupt,

@@ -18,20 +18,19 @@ import time
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from autogen_core import CancellationToken, Component, ComponentModel
 from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
     LLMMessage,
-    ModelCapabilities,  # type: ignore[attr-defined]
+    ModelCapabilities,
     ModelInfo,
     RequestUsage,
 )
 from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel
-from typing_extensions import Self
 
 from teamstore.runtime.hooks import ModelCall
 
@@ -123,7 +122,7 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         tools: Sequence[Tool | ToolSchema] = (),
         tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
         json_output: bool | type[BaseModel] | None = None,
-        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
         """Delegate, then record usage (or the error type, with zero tokens)."""
@@ -150,7 +149,7 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         tools: Sequence[Tool | ToolSchema] = (),
         tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
         json_output: bool | type[BaseModel] | None = None,
-        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
     ) -> AsyncGenerator[str | CreateResult, None]:
         """Delegate the stream; record usage from the final result."""

@@ -19,14 +19,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from autogen_core import CancellationToken, Component
 from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
     LLMMessage,
-    ModelCapabilities,  # type: ignore[attr-defined]
+    ModelCapabilities,
     ModelFamily,
     ModelInfo,
     RequestUsage,
@@ -35,7 +35,6 @@ from autogen_core.models import (
 )
 from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel, Field
-from typing_extensions import Self
 
 PROVIDER = "teamstore.offline.OfflineChatCompletionClient"
 _SELECT = re.compile(r"select the next role from \[?([^\]\n]+?)\]? to play", re.IGNORECASE)
@@ -120,7 +119,7 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         tools: Sequence[Tool | ToolSchema] = (),
         tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
         json_output: bool | type[BaseModel] | None = None,
-        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
         """Answer deterministically from ``messages``."""
@@ -133,7 +132,7 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         tools: Sequence[Tool | ToolSchema] = (),
         tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
         json_output: bool | type[BaseModel] | None = None,
-        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - the interface's own default
+        extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
         include_usage: bool | None = None,
     ) -> AsyncGenerator[str | CreateResult, None]:

@@ -64,7 +64,7 @@ def run(
             "reply": getattr(last, "content", str(last)),
             "speaker": last.source,
             "messages": [
-                {"source": m.source, "type": m.type, "content": m.to_text()} for m in result.messages
+                {"source": m.source, "type": type(m).__name__, "content": m.to_text()} for m in result.messages
             ],
             "resume": resume,
             "run_id": run_id,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, bindparam, delete, exists, insert, or_, select, tuple_, update
+from sqlalchemy import Row, RowMapping, bindparam, delete, exists, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -44,7 +44,7 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-def _session(m: Mapping[str, Any]) -> StoredSession:
+def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
     """Map a ``ts_sessions`` row to a :class:`StoredSession`."""
     return StoredSession(
         user_id=m["user_id"],
@@ -77,7 +77,7 @@ class SqlStateStore:
         engine: An engine the caller owns (and disposes of).
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:  # noqa: D107
+    def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         # Each lease/load and save/release is ONE statement, atomic on its own: running it in autocommit
         # spares the BEGIN and COMMIT round trips.
@@ -342,7 +342,7 @@ class SqlStateStore:
             raise _unavailable(exc, "sweep expired sessions") from exc
 
 
-def _quarantined(m: Mapping[str, Any]) -> QuarantinedRow:
+def _quarantined(m: Mapping[str, Any] | RowMapping) -> QuarantinedRow:
     return QuarantinedRow(
         id=m["id"],
         user_id=m["user_id"],
