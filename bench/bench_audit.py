@@ -110,7 +110,7 @@ async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
         server.stop()
 
 
-async def overhead(tmp: Path, runs: int = RUNS) -> dict[str, float]:
+async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, float]:
     """Median and mean run time, audited vs bare, alternating in one process."""
     import os
 
@@ -118,7 +118,7 @@ async def overhead(tmp: Path, runs: int = RUNS) -> dict[str, float]:
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
     provider = setup_tracing(Settings())
     assert provider is not None
-    engine = create_engine(f"sqlite:///{(tmp / 'overhead.db').as_posix()}")
+    engine = create_engine(database_url)
     await upgrade(engine)
     pseudonyms = Pseudonyms(engine)
     observers: list[RunObserver] = [
@@ -215,14 +215,22 @@ def main() -> None:
         tmp = Path(folder)
         per_run = asyncio.run(s3_requests_per_run(tmp))
         print(f"S3 requests per run: {per_run:.2f} (target 1)", flush=True)
-        figures = asyncio.run(overhead(tmp))
-        print(
-            f"overhead, transcript+spans+ledger vs bare ({RUNS} runs each, alternating): "
-            f"median {figures['audited_median_ms']:.2f} ms vs {figures['bare_median_ms']:.2f} ms = "
-            f"{figures['ratio_median']:.3f}x (mean ratio {figures['ratio_mean']:.3f}x; target < 1.2x); "
-            f"metering alone, no observers: {figures['metered_median_ms']:.2f} ms",
-            flush=True,
-        )
+        server, pg_url = postgres_database()
+        try:
+            for label, url in (
+                ("SQLite", f"sqlite:///{(tmp / 'overhead.db').as_posix()}"),
+                ("Postgres", pg_url),
+            ):
+                figures = asyncio.run(overhead(tmp, url))
+                print(
+                    f"overhead, transcript+spans+ledger ({label} ledger) vs bare ({RUNS} runs each, alternating): "
+                    f"median {figures['audited_median_ms']:.2f} ms vs {figures['bare_median_ms']:.2f} ms = "
+                    f"{figures['ratio_median']:.3f}x (mean ratio {figures['ratio_mean']:.3f}x; target < 1.2x); "
+                    f"metering alone, no observers: {figures['metered_median_ms']:.2f} ms",
+                    flush=True,
+                )
+        finally:
+            drop_database(server, pg_url)
     costs = asyncio.run(cost_query())
     for name in ("session", "user"):
         print(
