@@ -138,3 +138,15 @@ class ErasureConflict(ErasureError):
 
 class TranscriptNotFound(AuditError):
     """No transcript object exists for that user, session or run."""
+
+
+class ErasureRequestNotFound(ErasureError):
+    """No erasure request is stored under that id."""
+
+
+class ErasureIncomplete(ErasureError):
+    """An erasure finished with a store not erased (failed, or retained under a legal hold)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, receipt: object | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.receipt = receipt
