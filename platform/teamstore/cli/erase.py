@@ -1,9 +1,135 @@
-"""``teamstore erase``: the deletion coordinator's command."""
+"""``teamstore erase``: the deletion coordinator's command.
+
+    teamstore erase --user alice@example.com --request-id req-42 --reason "GDPR art. 17"
+    teamstore erase --user alice@example.com --dry-run
+    teamstore erase status req-42 --json
+
+Exit status is 0 only when every store is ``erased`` or ``no_match``; a ``failed`` or
+``retained_under_hold`` request exits 2, and rerunning the same ``--request-id`` resumes it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from teamstore.cli._output import JsonOption, console, emit, err_console, fail
+from teamstore.erasure import DeletionCoordinator, Receipt
+from teamstore.errors import TeamstoreError
+from teamstore.settings import Settings
+
+T = TypeVar("T")
+INCOMPLETE = 2
+
+app = typer.Typer(
+    help="Erase one user from every store and print a verified receipt.", invoke_without_command=True
+)
 
 
-def register(app: typer.Typer) -> None:
-    """Mount this module's commands on the main app."""
+def _with_coordinator(
+    fn: Callable[[DeletionCoordinator], Awaitable[T]], progress: Callable[[str, int, int | None], None] | None
+) -> T:
+    async def main() -> T:
+        from teamstore.audit.transcripts import transcript_store_from_settings
+        from teamstore.db.engine import create_engine
+        from teamstore.db.migrate import require_current, upgrade
+
+        settings = Settings()
+        engine = create_engine(settings.resolved_database_url)
+        store = transcript_store_from_settings(settings)
+        try:
+            await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
+            return await fn(DeletionCoordinator(engine, store, settings, progress=progress))
+        finally:
+            await store.close()
+            await engine.dispose()
+
+    try:
+        return asyncio.run(main())
+    except TeamstoreError as exc:
+        fail(exc)  # inside the command, so typer turns the exit into a status without a traceback
+
+
+class _Bars:
+    """A rich progress bar per step, shown only for large erasures (more than 1,000 items)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.tasks: dict[str, TaskID] = {}
+
+    def __call__(self, step: str, done: int, total: int | None) -> None:
+        if step not in self.tasks:
+            if not total or total <= 1000:
+                return
+            self.tasks[step] = self.bar.add_task(step, total=total)
+        self.bar.update(self.tasks[step], completed=done, total=total)
+
+
+def _render(receipt: Receipt) -> None:
+    table = Table(title=f"erasure {receipt.request_id}: {receipt.status}")
+    for column in ("store", "status", "rows", "objects", "versions", "markers", "bytes", "retained", "verified"):
+        table.add_column(column)
+    for name, s in receipt.stores.items():
+        c = s.counts
+        verified = s.verified_at.isoformat(timespec="seconds") if s.verified_at else "-"
+        table.add_row(name, str(s.status), *(str(v) for v in (
+            c.rows, c.objects, c.versions, c.delete_markers, c.bytes, c.retained)), verified)
+    console.print(table)
+    for name, s in receipt.stores.items():
+        if s.detail:
+            console.print(f"[yellow]{name}[/]: {s.detail}")
+    console.print(f"subject hash {receipt.subject_hash or '(user had no subject)'}; received "
+                  f"{receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
+    for remains in receipt.remains_elsewhere:
+        console.print(f"remains by design: {remains.what} until {remains.until:%Y-%m-%d}: {remains.detail}")
+
+
+def _finish(receipt: Receipt, as_json: bool) -> None:
+    emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
+    if not receipt.ok:
+        err_console.print(f"[bold red]erasure {receipt.request_id} is {receipt.status}[/]: rerun "
+                          f"`teamstore erase --user ... --request-id {receipt.request_id}` to resume")
+        raise typer.Exit(INCOMPLETE)
+
+
+@app.callback()
+def erase(
+    ctx: typer.Context,
+    user: str | None = typer.Option(None, "--user", help="The user id, exactly as the service stores it."),
+    request_id: str | None = typer.Option(None, "--request-id", help="Idempotency key; rerun it to resume."),
+    reason: str | None = typer.Option(None, "--reason", help="Why (stored with the request; no personal data)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be removed; change nothing."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Erase USER from resume state, quarantine, transcripts (every version), outbox, ledger and subjects."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if user is None:
+        raise typer.BadParameter("give --user (or use `teamstore erase status ID`)", param_hint="--user")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run), _Bars(bar))
+    _finish(receipt, as_json)
+
+
+@app.command("status")
+def status(
+    request_id: str = typer.Argument(..., help="The request id printed by `teamstore erase`."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Show a request's receipt, or its progress if it is still open."""
+    receipt = _with_coordinator(lambda c: c.status(request_id), None)
+    _finish(receipt, as_json) if receipt.status != "open" else emit(
+        receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
+
+
+def register(root: typer.Typer) -> None:
+    """Mount ``erase`` (a group whose callback erases, with ``status`` beneath it) on the main app."""
+    root.add_typer(app, name="erase")
+
+

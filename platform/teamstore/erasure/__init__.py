@@ -1,0 +1,77 @@
+"""The deletion coordinator: erase one user from every teamstore store and prove it.
+
+    from teamstore.erasure import erase_user
+
+    receipt = await erase_user("alice@example.com", request_id="req-42", reason="GDPR art. 17")
+    print(receipt.status, receipt.stores["transcripts"].counts.versions)
+
+See :class:`DeletionCoordinator` for the engine/store-owning form and docs/erasure.md for the runbook.
+"""
+
+from __future__ import annotations
+
+from teamstore.erasure.coordinator import DeletionCoordinator, new_request_id
+from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
+from teamstore.erasure.settings import ErasureSettings
+from teamstore.errors import ErasureIncomplete
+from teamstore.settings import Settings
+
+__all__ = [
+    "Counts",
+    "DeletionCoordinator",
+    "ErasureSettings",
+    "Receipt",
+    "RequestStatus",
+    "StepStatus",
+    "StoreResult",
+    "erase_user",
+    "new_request_id",
+]
+
+
+async def erase_user(
+    user_id: str,
+    *,
+    request_id: str | None = None,
+    reason: str | None = None,
+    dry_run: bool = False,
+    settings: Settings | None = None,
+    check: bool = True,
+) -> Receipt:
+    """Erase ``user_id`` using the database and transcript store the settings name.
+
+    Args:
+        user_id: The raw user id, matched exactly.
+        request_id: Idempotency key (rerun it to resume); fresh when omitted.
+        reason: Stored with the request.
+        dry_run: Enumerate only.
+        settings: Defaults to ``Settings()`` (the environment).
+        check: Raise unless every store is ``erased`` or ``no_match``.
+
+    Returns:
+        The receipt.
+
+    Raises:
+        ErasureIncomplete: ``check`` is on and a store failed or is retained under a hold (the
+            receipt is on the exception).
+        ErasureConflict: Another erasure of the user is open or running.
+        StoreUnavailable: The database is down.
+    """
+    from teamstore.audit.transcripts import transcript_store_from_settings
+    from teamstore.db.engine import create_engine
+
+    settings = settings or Settings()
+    engine = create_engine(settings.resolved_database_url)
+    store = transcript_store_from_settings(settings)
+    try:
+        receipt = await DeletionCoordinator(engine, store, settings).run(user_id, request_id, reason, dry_run)
+    finally:
+        await store.close()
+        await engine.dispose()
+    if check and not receipt.ok:
+        raise ErasureIncomplete(
+            f"erasure request {receipt.request_id} ended {receipt.status}",
+            hint=f"see `teamstore erase status {receipt.request_id}`; rerun the same request id to resume",
+            receipt=receipt,
+        )
+    return receipt

@@ -1,0 +1,269 @@
+"""The deletion coordinator: erase one user from every store, verify it, and write a receipt.
+
+    from teamstore.erasure import DeletionCoordinator
+
+    coordinator = DeletionCoordinator(engine, transcripts, settings)
+    receipt = await coordinator.run("alice@example.com", request_id="req-2026-0042", reason="art. 17")
+    print(receipt.model_dump_json(indent=2))     # the same receipt is stored with the request
+
+A run opens (or resumes) the durable request, which fences the user (``ts_user_holds``), then takes each
+store in turn: enumerate, delete, verify by re-querying. After the last step (the subject mapping) every
+store is re-queried once more; anything found fails the request. Running the same request id again
+resumes a failed or killed request and only reports a finished one: it never acts twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.subjects import check_user_id, find_subject
+from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.erasure import requests
+from teamstore.erasure.receipt import (
+    Counts,
+    Receipt,
+    RequestStatus,
+    StepStatus,
+    StoreResult,
+    remains_elsewhere,
+    subject_hash,
+)
+from teamstore.erasure.settings import ErasureSettings
+from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
+from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError
+from teamstore.settings import Settings
+
+log = logging.getLogger(__name__)
+FINAL = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
+
+
+def new_request_id() -> str:
+    """A fresh request id (``er-`` and 24 hex characters)."""
+    return f"er-{uuid.uuid4().hex[:24]}"
+
+
+class DeletionCoordinator:
+    """Runs erasure requests against one database and one transcript store.
+
+    Args:
+        engine: The state database (the caller owns it).
+        transcripts: The transcript store (the caller owns it).
+        settings: Shared settings (content capture, transcript retention).
+        knobs: Erasure settings; ``ErasureSettings()`` (the environment) by default.
+        progress: Called as steps advance (the CLI draws a progress bar with it).
+        after_step: Called with each step's name once its result is recorded (tests inject crashes here).
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        transcripts: TranscriptStore,
+        settings: Settings | None = None,
+        *,
+        knobs: ErasureSettings | None = None,
+        progress: Progress | None = None,
+        after_step: Callable[[str], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.transcripts = transcripts
+        self.settings = settings or Settings()
+        self.knobs = knobs or ErasureSettings()
+        self.progress = progress
+        self.after_step = after_step
+        self.steps: list[Step] = build_steps()
+
+    async def run(
+        self, user_id: str, request_id: str | None = None, reason: str | None = None, dry_run: bool = False
+    ) -> Receipt:
+        """Erase ``user_id`` (or resume/report the request ``request_id``).
+
+        Args:
+            user_id: The raw user id, matched exactly (no case folding, no unicode normalisation).
+            request_id: Idempotency key; a fresh one when omitted.
+            reason: Free text stored with the request (keep personal data out of it).
+            dry_run: Only enumerate: print what would be removed, change nothing, store nothing.
+
+        Returns:
+            The receipt (also stored); ``receipt.ok`` is False unless every store is erased or no_match.
+
+        Raises:
+            InvalidIdentifier: The user id or request id cannot be stored exactly.
+            ErasureConflict: Another request is open for the user, or another process runs this one.
+            StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
+        """
+        check_user_id(user_id)
+        rid = requests.check_request_id(request_id or new_request_id())
+        if dry_run:
+            return await self._dry_run(user_id, rid, reason)
+        row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)
+        if row.status is RequestStatus.COMPLETED and row.receipt is not None:
+            return Receipt.model_validate(row.receipt)  # already done: report, never act twice
+        owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        if not await requests.claim(self.engine, rid, owner, self.knobs.lease_seconds):
+            raise ErasureConflict(
+                f"erasure request {rid!r} is being run by another coordinator right now",
+                hint=f"wait for it (`teamstore erase status {rid}`); a killed run's lease expires "
+                f"after {self.knobs.lease_seconds:.0f}s, then rerun the same request id",
+            )
+        try:
+            return await self._resume(row, owner)
+        finally:
+            await requests.release(self.engine, rid, owner)
+
+    async def status(self, request_id: str) -> Receipt:
+        """The stored receipt of a request, or its progress so far if it is still open.
+
+        Raises:
+            ErasureRequestNotFound: No request has that id.
+            StoreUnavailable: The database could not be reached.
+        """
+        row = await requests.get_request(self.engine, request_id)
+        if row is None:
+            raise ErasureRequestNotFound(
+                f"no erasure request {request_id!r}", hint="check the id printed by `teamstore erase`"
+            )
+        if row.receipt is not None:
+            return Receipt.model_validate(row.receipt)
+        return self._receipt(row, await requests.load_steps(self.engine, request_id), RequestStatus.OPEN)
+
+    async def _resume(self, row: requests.RequestRow, owner: str) -> Receipt:
+        if row.created_now and self.knobs.fence_grace_seconds:
+            # Writes that checked the fence just before it went up land within their deadline.
+            await asyncio.sleep(self.knobs.fence_grace_seconds)
+        ctx = await self._context(row)
+        recorded = await requests.load_steps(self.engine, row.request_id)
+        results: dict[str, StoreResult] = {}
+        for step in self.steps:
+            prior = recorded.get(step.name)
+            done = prior is not None and prior.status in (StepStatus.ERASED, StepStatus.NO_MATCH)
+            results[step.name] = prior if done and prior else await self._run_step(step, ctx, prior)
+            await requests.claim(self.engine, row.request_id, owner, self.knobs.lease_seconds)
+            if self.after_step is not None and not done:
+                self.after_step(step.name)
+            if results[step.name].status is StepStatus.FAILED:
+                break
+        else:
+            await self._final_check(ctx, results)
+        receipt = self._receipt(row, results, _request_status(results))
+        await requests.finish(self.engine, row, receipt)
+        log.info("erasure %s finished: %s", row.request_id, receipt.status)
+        return receipt
+
+    async def _context(self, row: requests.RequestRow) -> StepContext:
+        subject = row.subject_key
+        if subject is None and row.user_id is not None:
+            subject = await find_subject(self.engine, row.user_id)
+            await requests.set_subject(self.engine, row.request_id, subject, subject_hash(subject, self.knobs))
+        kwargs: dict[str, Any] = {"progress": self.progress} if self.progress else {}
+        return StepContext(self.engine, self.transcripts, row.request_id, row.user_id, subject, **kwargs)
+
+    async def _run_step(self, step: Step, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
+        try:
+            deleted = await step.erase(ctx, prior)
+            left = await step.remaining(ctx)
+        except TeamstoreError as exc:
+            log.error("erasure %s: step %s failed: %s", ctx.request_id, step.name, exc)
+            recorded = (await requests.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
+            counts = recorded.counts if recorded is not None else Counts()
+            result = StoreResult(status=StepStatus.FAILED, counts=counts, detail=str(exc))
+        else:
+            result = verdict(deleted, left)
+        await requests.record_step(self.engine, ctx.request_id, step.name, result)
+        log.info("erasure %s: %s %s %s", ctx.request_id, step.name, result.status, result.counts.model_dump())
+        return result
+
+    async def _final_check(self, ctx: StepContext, results: dict[str, StoreResult]) -> None:
+        """Re-query every store once more, after the subject mapping is gone: nothing may have come back."""
+        for step in self.steps:
+            try:
+                left = await step.remaining(ctx)
+            except TeamstoreError as exc:
+                left, error = None, str(exc)
+            current = results[step.name]
+            if left is not None and left.total - left.retained <= 0:
+                continue
+            detail = error if left is None else (
+                f"verification found {left.total - left.retained} item(s) after deletion; rerun the same request id"
+            )
+            results[step.name] = current.model_copy(update={"status": StepStatus.FAILED, "detail": detail})
+            await requests.record_step(self.engine, ctx.request_id, step.name, results[step.name])
+            log.error("erasure %s: final verification of %s failed: %s", ctx.request_id, step.name, detail)
+
+    def _receipt(
+        self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus
+    ) -> Receipt:
+        stores = {s.name: results.get(s.name) or StoreResult(status=StepStatus.PENDING) for s in self.steps}
+        done = status in (RequestStatus.COMPLETED, RequestStatus.RETAINED_UNDER_HOLD)
+        return Receipt(
+            request_id=row.request_id, status=status, subject_hash=self._hash(row),
+            received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
+            completed_at=datetime.now(UTC) if done else None,
+            remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content),
+        )
+
+    def _hash(self, row: requests.RequestRow) -> str | None:
+        return row.subject_hash or subject_hash(row.subject_key, self.knobs)
+
+    async def _dry_run(self, user_id: str, request_id: str, reason: str | None) -> Receipt:
+        subject = await find_subject(self.engine, user_id)
+        ctx = StepContext(self.engine, self.transcripts, request_id, user_id, subject)
+        stores: dict[str, StoreResult] = {}
+        for step in self.steps:
+            counts = await step.enumerate(ctx)
+            status = StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH
+            stores[step.name] = StoreResult(status=status, counts=counts)
+        now = datetime.now(UTC)
+        row = requests.RequestRow(request_id, None, subject, None, reason, RequestStatus.DRY_RUN, now,
+                                  now, None, None)
+        receipt = self._receipt(row, stores, RequestStatus.DRY_RUN)
+        return receipt.model_copy(update={"due_at": now + _days(self.knobs.due_days)})
+
+
+def _days(n: int) -> Any:
+    from datetime import timedelta
+
+    return timedelta(days=n)
+
+
+def verdict(deleted: StoreResult, left: Counts) -> StoreResult:
+    """A step's status from what it deleted and what verification still found.
+
+    Args:
+        deleted: The step's result after deleting (counts of what it found).
+        left: What an independent re-query found afterwards.
+
+    Returns:
+        ``failed`` if anything not under a hold is left; ``retained_under_hold`` if only held objects
+        are; ``no_match`` if nothing was ever found; else ``erased``.
+    """
+    now = datetime.now(UTC)
+    unexpected = left.total - left.retained
+    counts = deleted.counts.model_copy(update={"retained": left.retained})
+    if unexpected > 0:
+        return StoreResult(status=StepStatus.FAILED, counts=counts, verified_at=now,
+                           detail=f"verification found {unexpected} item(s) left after deletion; "
+                           "rerun the same request id")
+    if left.retained:
+        return StoreResult(status=StepStatus.RETAINED_UNDER_HOLD, counts=counts, verified_at=now,
+                           detail=f"{left.retained} object version(s) under S3 Object Lock or a legal hold; "
+                           "rerun the same request id once the hold is lifted")
+    status = StepStatus.NO_MATCH if counts.total == 0 else StepStatus.ERASED
+    return StoreResult(status=status, counts=counts, verified_at=now)
+
+
+def _request_status(results: dict[str, StoreResult]) -> RequestStatus:
+    statuses = {r.status for r in results.values()}
+    if StepStatus.FAILED in statuses or not statuses <= FINAL:
+        return RequestStatus.FAILED
+    if StepStatus.RETAINED_UNDER_HOLD in statuses:
+        return RequestStatus.RETAINED_UNDER_HOLD
+    return RequestStatus.COMPLETED

@@ -1,0 +1,171 @@
+"""The erasure receipt: what was removed where, verified, and what remains elsewhere by design.
+
+    from teamstore.erasure.receipt import Receipt
+
+    receipt = await coordinator.run("alice")
+    print(receipt.model_dump_json(indent=2))
+    if not receipt.ok:
+        raise SystemExit(1)
+
+A receipt never holds the raw user id: only ``subject_hash``, a keyed hash of the pseudonymous subject
+key (see :func:`subject_hash`). Per store it says ``erased``, ``no_match``, ``retained_under_hold`` or
+``failed``, with counts and when verification re-queried the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from teamstore.erasure.settings import ErasureSettings
+
+
+class StepStatus(StrEnum):
+    """Where one store's step stands; the last four are what receipts show."""
+
+    PENDING = "pending"
+    ENUMERATED = "enumerated"  # counts recorded before deleting (non-transactional stores)
+    DELETED = "deleted"  # deleted, not yet verified
+    ERASED = "erased"
+    NO_MATCH = "no_match"
+    RETAINED_UNDER_HOLD = "retained_under_hold"
+    FAILED = "failed"
+    WOULD_ERASE = "would_erase"  # dry run only
+
+
+DONE = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH})
+
+
+class RequestStatus(StrEnum):
+    """Where a request stands."""
+
+    OPEN = "open"
+    COMPLETED = "completed"
+    RETAINED_UNDER_HOLD = "retained_under_hold"
+    FAILED = "failed"
+    DRY_RUN = "dry_run"
+
+
+class Counts(BaseModel):
+    """What a step found (and removed): rows, objects, versions, delete markers, bytes, retained."""
+
+    rows: int = 0
+    objects: int = 0
+    versions: int = 0
+    delete_markers: int = 0
+    bytes: int = 0
+    retained: int = 0
+
+    @property
+    def total(self) -> int:
+        """Everything found: rows plus object versions plus delete markers."""
+        return self.rows + self.versions + self.delete_markers
+
+    def plus(self, other: Counts) -> Counts:
+        """Field-wise sum (a resumed step adds what it found after a committed delete)."""
+        return Counts(**{k: getattr(self, k) + getattr(other, k) for k in Counts.model_fields})
+
+    def widest(self, other: Counts) -> Counts:
+        """Field-wise maximum (a resumed step re-enumerates a subset of what it recorded)."""
+        return Counts(**{k: max(getattr(self, k), getattr(other, k)) for k in Counts.model_fields})
+
+
+class StoreResult(BaseModel):
+    """One store's line in the receipt."""
+
+    status: StepStatus
+    counts: Counts = Field(default_factory=Counts)
+    verified_at: datetime | None = None
+    detail: str | None = None
+
+
+class Remains(BaseModel):
+    """Something teamstore does not delete, by design, and when it goes away on its own."""
+
+    what: str
+    until: datetime
+    linkable: bool
+    detail: str
+
+
+class Receipt(BaseModel):
+    """The stored and printed record of one erasure request."""
+
+    request_id: str
+    status: RequestStatus
+    subject_hash: str | None
+    received_at: datetime
+    due_at: datetime
+    completed_at: datetime | None = None
+    reason: str | None = None
+    stores: dict[str, StoreResult]
+    remains_elsewhere: list[Remains] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every store is ``erased`` or ``no_match`` (the CLI's exit status 0)."""
+        return self.status in (RequestStatus.COMPLETED, RequestStatus.DRY_RUN) and all(
+            s.status in DONE or s.status is StepStatus.WOULD_ERASE for s in self.stores.values()
+        )
+
+
+def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
+    """A keyed hash of the subject key for receipts (``None`` when the user had no subject).
+
+    The subject key is random and deleted by the erasure, so the hash links to nothing in teamstore;
+    it lets an operator holding a span or export with the subject key confirm it belongs to an erased
+    subject.
+
+    Args:
+        subject_key: The pseudonymous key, or ``None``.
+        knobs: ``hash_key`` keys the HMAC; unset, a fixed label does.
+
+    Returns:
+        64 hex characters, or ``None``.
+    """
+    if subject_key is None:
+        return None
+    key = knobs.hash_key.get_secret_value().encode() if knobs.hash_key else b"teamstore-erasure-receipt"
+    return hmac.new(key, subject_key.encode(), hashlib.sha256).hexdigest()
+
+
+def remains_elsewhere(
+    received_at: datetime, knobs: ErasureSettings, content_captured: bool
+) -> list[Remains]:
+    """What outlives the erasure by design: database backups and the tracing backend's spans.
+
+    Args:
+        received_at: When the request was received.
+        knobs: The retention periods.
+        content_captured: Whether the operator opted in to message content in spans.
+
+    Returns:
+        One entry per place, with the date it ages out.
+    """
+    spans = (
+        "spans carry only the pseudonymous subject key, now unlinkable (its mapping is deleted)"
+        + (
+            "; message content WAS captured (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT on): "
+            "teamstore cannot delete it from the backend, it ages out with the backend's retention"
+            if content_captured
+            else "; no message content is exported"
+        )
+    )
+    return [
+        Remains(
+            what="database backups",
+            until=received_at + timedelta(days=knobs.backup_retention_days),
+            linkable=True,
+            detail="backups taken before the erasure still hold the rows; they expire, never restored as-is",
+        ),
+        Remains(
+            what="tracing backend",
+            until=received_at + timedelta(days=knobs.tracing_retention_days),
+            linkable=False,
+            detail=spans,
+        ),
+    ]

@@ -1,0 +1,254 @@
+"""The durable erasure request: open or resume it, lease it, record each step, finish it.
+
+    from teamstore.erasure import requests
+
+    row = await requests.open_request(engine, "req-1", "alice", reason="GDPR art. 17", due_days=30)
+    if await requests.claim(engine, "req-1", owner="host:123", lease_seconds=120):
+        await requests.record_step(engine, "req-1", "resume_state", StoreResult(...))
+
+Opening inserts the request row and the user's ``ts_user_holds`` row in one transaction: from that
+commit on the runtime refuses new sessions, saves, transcript uploads and ledger rows for the user.
+Every function raises ``teamstore.errors`` types only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
+from teamstore.erasure.schema import REQUEST_ID, erasure_requests, erasure_steps
+from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
+from teamstore.state.schema import user_holds
+
+HOLD_REASON = "erasure"
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    """One request as stored."""
+
+    request_id: str
+    user_id: str | None
+    subject_key: str | None
+    subject_hash: str | None
+    reason: str | None
+    status: RequestStatus
+    received_at: datetime
+    due_at: datetime
+    completed_at: datetime | None
+    receipt: dict[str, Any] | None
+    created_now: bool = False
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+def check_request_id(request_id: str) -> str:
+    """Refuse request ids that cannot be stored exactly.
+
+    Raises:
+        InvalidIdentifier: Empty, longer than 128 characters, or holding control characters.
+    """
+    if not request_id or len(request_id) > REQUEST_ID or any(ord(c) < 32 for c in request_id):
+        raise InvalidIdentifier(
+            f"request id of length {len(request_id)} cannot be used",
+            hint=f"use 1..{REQUEST_ID} printable characters (omit --request-id to get a fresh one)",
+        )
+    return request_id
+
+
+@asynccontextmanager
+async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
+    try:
+        async with engine.begin() as conn:
+            yield conn
+    except SQLAlchemyError as exc:
+        if isinstance(exc, IntegrityError):
+            raise
+        raise StoreUnavailable(
+            f"could not {action}: {type(exc).__name__}",
+            hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
+        ) from exc
+
+
+def _row(mapping: Any, created_now: bool = False) -> RequestRow:
+    return RequestRow(
+        request_id=mapping["request_id"], user_id=mapping["user_id"], subject_key=mapping["subject_key"],
+        subject_hash=mapping["subject_hash"], reason=mapping["reason"],
+        status=RequestStatus(mapping["status"]), received_at=utc(mapping["received_at"]) or datetime.now(UTC),
+        due_at=utc(mapping["due_at"]) or datetime.now(UTC), completed_at=utc(mapping["completed_at"]),
+        receipt=mapping["receipt"], created_now=created_now,
+    )
+
+
+async def get_request(engine: AsyncEngine, request_id: str) -> RequestRow | None:
+    """The stored request, or ``None``.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    async with _db(engine, "read the erasure request") as conn:
+        found = (await conn.execute(select(erasure_requests).where(
+            erasure_requests.c.request_id == request_id))).first()
+    return _row(found._mapping) if found is not None else None
+
+
+async def open_request(
+    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int
+) -> RequestRow:
+    """Create the request and fence the user, or return the request already stored under this id.
+
+    Args:
+        engine: The state database.
+        request_id: The idempotency key.
+        user_id: The raw user id (exact string).
+        reason: Free text for the receipt (keep personal data out of it).
+        due_days: The deadline after receipt.
+
+    Returns:
+        The request; ``created_now`` says whether this call created it.
+
+    Raises:
+        ErasureConflict: The id belongs to another user's request, or another request is open for the user.
+        StoreUnavailable: The database could not be reached.
+    """
+    existing = await get_request(engine, check_request_id(request_id))
+    if existing is not None:
+        return _same_user(existing, user_id)
+    now = datetime.now(UTC)
+    values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
+              "received_at": now, "due_at": now + timedelta(days=due_days), "updated_at": now}
+    try:
+        async with _db(engine, "open the erasure request") as conn:
+            await conn.execute(insert(erasure_requests).values(**values))
+            await conn.execute(insert(user_holds).values(
+                user_id=user_id, reason=HOLD_REASON, request_id=request_id, created_at=now))
+    except IntegrityError as exc:
+        raise await _conflict(engine, request_id, user_id) from exc
+    created = await get_request(engine, request_id)
+    assert created is not None
+    return RequestRow(**{**created.__dict__, "created_now": True})
+
+
+def _same_user(row: RequestRow, user_id: str) -> RequestRow:
+    if row.user_id is not None and row.user_id != user_id:
+        raise ErasureConflict(
+            f"request {row.request_id!r} erases another user",
+            hint="use a new request id for this user (omit --request-id to get one)",
+        )
+    return row
+
+
+async def _conflict(engine: AsyncEngine, request_id: str, user_id: str) -> ErasureConflict:
+    raced = await get_request(engine, request_id)
+    if raced is not None and raced.user_id == user_id:
+        return ErasureConflict(
+            f"request {request_id!r} was opened by another process at the same moment",
+            hint="let that process finish; `teamstore erase status` shows it",
+        )
+    async with _db(engine, "read the user's hold") as conn:
+        other = await conn.scalar(select(user_holds.c.request_id).where(user_holds.c.user_id == user_id))
+    return ErasureConflict(
+        f"another erasure request ({other or 'unknown'}) is open for this user",
+        hint=f"rerun that request id to resume it: `teamstore erase --user ... --request-id {other}`",
+    )
+
+
+async def claim(engine: AsyncEngine, request_id: str, owner: str, lease_seconds: float) -> bool:
+    """Take (or renew) the request's lease; False if another live coordinator holds it.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    now = datetime.now(UTC)
+    r = erasure_requests.c
+    async with _db(engine, "lease the erasure request") as conn:
+        result = await conn.execute(
+            update(erasure_requests)
+            .where(r.request_id == request_id)
+            .where(or_(r.owner.is_(None), r.owner == owner, r.lease_until < now))
+            .values(owner=owner, lease_until=now + timedelta(seconds=lease_seconds), updated_at=now)
+        )
+    return bool(result.rowcount)
+
+
+async def release(engine: AsyncEngine, request_id: str, owner: str) -> None:
+    """Give the lease back (a killed coordinator's lease expires instead)."""
+    async with _db(engine, "release the erasure request") as conn:
+        await conn.execute(
+            update(erasure_requests)
+            .where(erasure_requests.c.request_id == request_id, erasure_requests.c.owner == owner)
+            .values(owner=None, lease_until=None)
+        )
+
+
+async def set_subject(engine: AsyncEngine, request_id: str, subject_key: str | None, hashed: str | None) -> None:
+    """Remember the subject key (needed to resume after the mapping is gone) and its receipt hash."""
+    async with _db(engine, "record the erasure subject") as conn:
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id)
+                           .values(subject_key=subject_key, subject_hash=hashed))
+
+
+async def load_steps(engine: AsyncEngine, request_id: str) -> dict[str, StoreResult]:
+    """Every recorded step of the request, by store name."""
+    async with _db(engine, "read the erasure steps") as conn:
+        rows = (await conn.execute(select(erasure_steps).where(erasure_steps.c.request_id == request_id))).all()
+    return {
+        r.store: StoreResult(status=StepStatus(r.status), counts=Counts(**r.counts), detail=r.detail,
+                             verified_at=utc(r.verified_at))
+        for r in rows
+    }
+
+
+async def write_step(conn: AsyncConnection, request_id: str, store: str, result: StoreResult) -> None:
+    """Record one step inside the caller's transaction (so a SQL delete and its record commit together)."""
+    await conn.execute(delete(erasure_steps).where(
+        erasure_steps.c.request_id == request_id, erasure_steps.c.store == store))
+    await conn.execute(insert(erasure_steps).values(
+        request_id=request_id, store=store, status=str(result.status), counts=result.counts.model_dump(),
+        detail=result.detail, updated_at=datetime.now(UTC), verified_at=result.verified_at))
+
+
+async def record_step(engine: AsyncEngine, request_id: str, store: str, result: StoreResult) -> None:
+    """Record one step in its own transaction.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    async with _db(engine, "record the erasure step") as conn:
+        await write_step(conn, request_id, store, result)
+
+
+async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt) -> None:
+    """Store the receipt; unless failed, lift the fence and forget the raw user id.
+
+    A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
+    the legal hold is lifted. A ``failed`` request keeps both and its fence: rerun it to resume.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    values: dict[str, Any] = {"status": receipt.status, "receipt": receipt.model_dump(mode="json"),
+                              "updated_at": datetime.now(UTC), "completed_at": receipt.completed_at}
+    if receipt.status is not RequestStatus.FAILED:
+        values["user_id"] = None
+        if receipt.status is RequestStatus.COMPLETED:
+            values["subject_key"] = None
+    async with _db(engine, "finish the erasure request") as conn:
+        if receipt.status is not RequestStatus.FAILED and row.user_id is not None:
+            await conn.execute(delete(user_holds).where(
+                user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
+        await conn.execute(update(erasure_requests)
+                           .where(erasure_requests.c.request_id == row.request_id).values(**values))

@@ -1,0 +1,41 @@
+"""What the deletion coordinator reads from the environment (``TEAMSTORE_ERASURE_*``).
+
+    from teamstore.erasure.settings import ErasureSettings
+
+    knobs = ErasureSettings()                        # defaults below
+    knobs = ErasureSettings(fence_grace_seconds=0)   # tests: no in-flight writes to wait for
+
+Kept apart from :class:`teamstore.settings.Settings` so the erasure knobs travel together; the shared
+settings still decide the database, the transcript store and transcript retention.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ErasureSettings(BaseSettings):
+    """Deadlines, retention of what teamstore cannot delete, and timing of the fence."""
+
+    model_config = SettingsConfigDict(env_prefix="TEAMSTORE_ERASURE_", extra="ignore")
+
+    due_days: int = Field(default=30, gt=0, description="Deadline: received + this many days.")
+    backup_retention_days: int = Field(
+        default=35, ge=0, description="How long database backups are kept (they age out, never edited)."
+    )
+    tracing_retention_days: int = Field(
+        default=30, ge=0, description="How long the tracing backend keeps spans."
+    )
+    fence_grace_seconds: float = Field(
+        default=2.5,
+        ge=0,
+        description="After fencing a user, wait this long for writes that passed their check before it "
+        "(a transcript upload's deadline is 2 s) before enumerating.",
+    )
+    lease_seconds: float = Field(
+        default=120.0, gt=0, description="A request's lease; a killed coordinator's lease expires after it."
+    )
+    hash_key: SecretStr | None = Field(
+        default=None, description="Key of the subject hash in receipts; unset uses a fixed label."
+    )

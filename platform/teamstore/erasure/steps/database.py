@@ -1,0 +1,154 @@
+"""The database steps: resume state, quarantine, outbox, ledger link, subject mapping.
+
+    from teamstore.erasure.steps.database import resume_step
+
+    step = resume_step()
+    result = await step.erase(ctx, prior=None)     # delete + step record: one transaction
+
+Each delete commits in the same transaction as the step's record, so a kill leaves either both or
+neither; a rerun adds what it finds to the committed counts. Rows are matched by the exact user id
+(``=`` on Postgres and SQLite compares code points: no case folding, no unicode normalisation) or by the
+subject key.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Table, delete, false, func, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from teamstore.audit.schema import outbox, subjects, usage
+from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
+from teamstore.erasure.requests import write_step
+from teamstore.erasure.steps import StepContext
+from teamstore.errors import StoreUnavailable
+from teamstore.state.schema import quarantine, sessions
+
+Where = Callable[[StepContext], ColumnElement[bool]]
+
+
+def _by_user(table: Table) -> Where:
+    return lambda ctx: table.c.user_id == ctx.user_id if ctx.user_id is not None else false()
+
+
+def _by_subject(table: Table) -> Where:
+    return lambda ctx: table.c.subject_key == ctx.subject_key if ctx.subject_key is not None else false()
+
+
+def _unavailable(name: str, exc: SQLAlchemyError) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"erasure step {name!r} could not reach the database: {type(exc).__name__}",
+        hint="fix the database, then rerun the same request id (it resumes where it stopped)",
+    )
+
+
+@dataclass(frozen=True)
+class SqlDeleteStep:
+    """Delete the matching rows of one table.
+
+    Args:
+        name: The store's name in the receipt.
+        table: The table.
+        where: The user's rows.
+        size: An expression giving each row's bytes, if meaningful.
+    """
+
+    name: str
+    table: Table
+    where: Where
+    size: Any = None
+
+    async def _count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        size = func.coalesce(func.sum(self.size), 0) if self.size is not None else func.count() * 0
+        rows, nbytes = (await conn.execute(
+            select(func.count(), size).select_from(self.table).where(self.where(ctx)))).one()
+        return Counts(rows=int(rows), bytes=int(nbytes or 0))
+
+    async def enumerate(self, ctx: StepContext) -> Counts:
+        """Count the user's rows."""
+        try:
+            async with ctx.engine.connect() as conn:
+                return await self._count(conn, ctx)
+        except SQLAlchemyError as exc:
+            raise _unavailable(self.name, exc) from exc
+
+    async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
+        """Count, delete and record in one transaction.
+
+        Raises:
+            StoreUnavailable: The database failed; nothing of this step was committed.
+        """
+        try:
+            async with ctx.engine.begin() as conn:
+                found = await self._count(conn, ctx)
+                await self._delete(conn, ctx)
+                result = _deleted(found, prior)
+                await write_step(conn, ctx.request_id, self.name, result)
+        except SQLAlchemyError as exc:
+            raise _unavailable(self.name, exc) from exc
+        ctx.progress(self.name, found.rows, found.rows)
+        return result
+
+    async def _delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        await conn.execute(delete(self.table).where(self.where(ctx)))
+
+    async def remaining(self, ctx: StepContext) -> Counts:
+        """Re-count on a fresh connection."""
+        return await self.enumerate(ctx)
+
+
+def _deleted(found: Counts, prior: StoreResult | None) -> StoreResult:
+    counts = found.plus(prior.counts) if prior is not None else found
+    return StoreResult(status=StepStatus.DELETED, counts=counts)
+
+
+@dataclass(frozen=True)
+class LedgerStep(SqlDeleteStep):
+    """Unlink the user's ledger rows: subject key cleared, each session key replaced by a fresh random one.
+
+    Token counts stay for finance; a row still groups with the other runs of its session (the new key
+    is shared per old session key) but nothing maps the new key to a user, a subject or a session id.
+    """
+
+    async def _delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        old_keys = (await conn.execute(
+            select(usage.c.session_key).where(self.where(ctx)).distinct())).scalars().all()
+        for old in old_keys:
+            await conn.execute(
+                update(usage).where(self.where(ctx), usage.c.session_key == old)
+                .values(subject_key=None, session_key=secrets.token_hex(16))
+            )
+
+
+def resume_step() -> SqlDeleteStep:
+    """Resume state: every ``ts_sessions`` row of the exact user id (several copies of the words inside)."""
+    return SqlDeleteStep("resume_state", sessions, _by_user(sessions), sessions.c.state_bytes)
+
+
+def quarantine_step() -> SqlDeleteStep:
+    """Quarantined rows of the exact user id."""
+    return SqlDeleteStep("quarantine", quarantine, _by_user(quarantine), quarantine.c.state_bytes)
+
+
+def outbox_step() -> SqlDeleteStep:
+    """Transcripts waiting in the outbox under the user's subject."""
+    return SqlDeleteStep("outbox", outbox, _by_subject(outbox), func.length(outbox.c.body))
+
+
+def ledger_step() -> LedgerStep:
+    """The ledger's link to the user (rows stay, de-identified)."""
+    return LedgerStep("ledger", usage, _by_subject(usage))
+
+
+def subject_step() -> SqlDeleteStep:
+    """The subject mapping, last: by user id and by subject key (a mapping created in a race included)."""
+
+    def where(ctx: StepContext) -> ColumnElement[bool]:
+        return or_(_by_user(subjects)(ctx), _by_subject(subjects)(ctx))
+
+    return SqlDeleteStep("subject", subjects, where)

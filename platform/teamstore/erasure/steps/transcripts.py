@@ -1,0 +1,205 @@
+"""The transcript step: every object version and delete marker under the user's subject prefix.
+
+    from teamstore.erasure.steps.transcripts import TranscriptStep
+
+    result = await TranscriptStep().erase(ctx, prior=None)
+
+The backend is chosen by its declared capability, never guessed: a store with
+``Capability.VERSIONED_DELETE`` (S3) is enumerated with ``ListObjectVersions`` (paginated, 1,000 per
+page) and emptied with ``DeleteObjects`` batches of up to 1,000 versions, every per-key error checked.
+A version S3 refuses to delete because of Object Lock (a legal hold or an unexpired retention) is
+reported as retained, with its count; any other refusal fails the step. Other stores (the local folder)
+have no versions: their objects are listed and removed.
+
+The counts are recorded (status ``enumerated``) before anything is deleted, so a rerun after a kill
+reports what the first attempt found, not just what was left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from teamstore.audit.transcripts.base import Capability, TranscriptStore, subject_prefix
+from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
+from teamstore.erasure.requests import record_step
+from teamstore.erasure.steps import StepContext
+from teamstore.errors import TranscriptUnavailable
+
+BATCH = 1000
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Version:
+    """One object version or delete marker."""
+
+    key: str
+    version_id: str
+    size: int
+    marker: bool
+
+
+def _counts(versions: list[Version], retained: int = 0) -> Counts:
+    real = [v for v in versions if not v.marker]
+    return Counts(objects=len({v.key for v in versions}), versions=len(real),
+                  delete_markers=len(versions) - len(real), bytes=sum(v.size for v in real), retained=retained)
+
+
+class S3Versions:
+    """Version-level listing and deletion on an ``S3TranscriptStore`` (its client, bucket and prefix).
+
+    Args:
+        store: A store declaring ``Capability.VERSIONED_DELETE``.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.client, self.bucket = store.client, store.bucket
+        self.root = f"{store.prefix}/" if store.prefix else ""
+
+    async def _call(self, action: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:
+            raise TranscriptUnavailable(
+                f"could not {action} in bucket {self.bucket!r}: {type(exc).__name__}: {exc}",
+                hint="fix S3 access (s3:ListBucketVersions, s3:DeleteObjectVersion), then rerun the same request id",
+            ) from exc
+
+    async def versions(self, prefix: str) -> list[Version]:
+        """Every version and delete marker under ``prefix`` (relative to the store)."""
+        return await self._call("list object versions", self._list, self.root + prefix)
+
+    def _list(self, full: str) -> list[Version]:
+        found: list[Version] = []
+        for page in self.client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=full):
+            found += [Version(v["Key"], v["VersionId"], int(v.get("Size", 0)), False) for v in page.get("Versions", [])]
+            found += [Version(m["Key"], m["VersionId"], 0, True) for m in page.get("DeleteMarkers", [])]
+        return found
+
+    async def delete(self, batch: list[Version]) -> list[Version]:
+        """One ``DeleteObjects``; returns the versions S3 did not confirm as deleted."""
+        objects = [{"Key": v.key, "VersionId": v.version_id} for v in batch]
+        response = await self._call("delete object versions", self.client.delete_objects,
+                                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+        errors = response.get("Errors", [])
+        # Real S3 names the version of each error; some implementations name only the key.
+        by_version = {(e["Key"], e.get("VersionId")) for e in errors}
+        return [v for v in batch if (v.key, v.version_id) in by_version or (v.key, None) in by_version]
+
+    async def held(self, version: Version) -> bool | None:
+        """True if Object Lock protects the version, None if it is gone, False if nothing protects it."""
+        return await self._call("read object lock", self._held, version)
+
+    def _held(self, version: Version) -> bool | None:
+        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+        args = {"Bucket": self.bucket, "Key": version.key, "VersionId": version.version_id}
+        try:
+            hold = self.client.get_object_legal_hold(**args).get("LegalHold", {}).get("Status")
+            if hold == "ON":
+                return True
+            until = self.client.get_object_retention(**args).get("Retention", {}).get("RetainUntilDate")
+            return bool(until and until > datetime.now(UTC))
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed"}:
+                return None  # deleted after all (the error named the key, not this version)
+            if code in {"NoSuchObjectLockConfiguration", "InvalidRequest", "ObjectLockConfigurationNotFoundError"}:
+                return False
+            raise
+
+
+class FolderObjects:
+    """The local folder: one version per object, no holds."""
+
+    def __init__(self, store: TranscriptStore) -> None:
+        self.store = store
+
+    async def versions(self, prefix: str) -> list[Version]:
+        """Every object under ``prefix`` with its size."""
+        keys = await self.store.list_keys(prefix)
+        sizes = [len(await self.store.get(k)) for k in keys]
+        return [Version(k, "null", s, False) for k, s in zip(keys, sizes, strict=True)]
+
+    async def delete(self, batch: list[Version]) -> list[Version]:
+        """Remove the batch's prefix folders; reports nothing refused (a folder error raises)."""
+        for prefix in sorted({v.key.split("/sessions/")[0] + "/" for v in batch}):
+            await self.store.delete_prefix(prefix)
+        return []
+
+    async def held(self, version: Version) -> bool | None:
+        """Local files are never under a hold."""
+        return False
+
+
+def backend(store: TranscriptStore) -> S3Versions | FolderObjects:
+    """The version-level view of ``store``, by its declared capabilities."""
+    if Capability.VERSIONED_DELETE in store.capabilities:
+        return S3Versions(store)
+    return FolderObjects(store)
+
+
+class TranscriptStep:
+    """Erase every transcript object version of the subject."""
+
+    name = "transcripts"
+
+    async def enumerate(self, ctx: StepContext) -> Counts:
+        """Count versions, markers and bytes under the subject prefix."""
+        if ctx.subject_key is None:
+            return Counts()
+        return _counts(await backend(ctx.transcripts).versions(subject_prefix(ctx.subject_key)))
+
+    async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
+        """Record the enumeration, delete in batches of 1,000, classify what S3 refused.
+
+        Raises:
+            TranscriptUnavailable: S3 could not be reached or refused for a reason other than a hold.
+        """
+        if ctx.subject_key is None:
+            return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
+        view = backend(ctx.transcripts)
+        versions = await view.versions(subject_prefix(ctx.subject_key))
+        counts = _carry(_counts(versions), prior)
+        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts))
+        refused: list[Version] = []
+        for start in range(0, len(versions), BATCH):
+            refused += await view.delete(versions[start : start + BATCH])
+            ctx.progress(self.name, min(start + BATCH, len(versions)), len(versions))
+        retained = await _classify(view, refused)
+        return StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(update={"retained": retained}))
+
+    async def remaining(self, ctx: StepContext) -> Counts:
+        """List again, counting versions still under a hold as retained."""
+        if ctx.subject_key is None:
+            return Counts()
+        view = backend(ctx.transcripts)
+        left = await view.versions(subject_prefix(ctx.subject_key))
+        held = [v for v in left if await view.held(v)]
+        return _counts(left, retained=len(held))
+
+
+def _carry(found: Counts, prior: StoreResult | None) -> Counts:
+    if prior is None:
+        return found
+    if prior.status is StepStatus.DELETED:
+        return found.plus(prior.counts.model_copy(update={"retained": 0}))
+    # enumerated or failed earlier: what is listed now is a subset of what was recorded then
+    return found.widest(prior.counts.model_copy(update={"retained": 0}))
+
+
+async def _classify(view: S3Versions | FolderObjects, refused: list[Version]) -> int:
+    retained = 0
+    for version in refused:
+        state = await view.held(version)
+        if state is False:
+            raise TranscriptUnavailable(
+                f"S3 refused to delete {version.key} (version {version.version_id}) and no hold explains it",
+                hint="grant s3:DeleteObjectVersion on the transcript prefix, then rerun the same request id",
+            )
+        retained += int(bool(state))
+    return retained
