@@ -50,6 +50,7 @@ class Pseudonyms:
     def __init__(self, engine: AsyncEngine, cache_size: int = 1024) -> None:
         self.engine = engine
         self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()
+        self._fences: dict[str, asyncio.Task[None]] = {}
         self._cache_size = cache_size
 
     def prefetch(self, ctx: RunContext) -> None:
@@ -57,8 +58,9 @@ class Pseudonyms:
         if ctx.run_id not in self._runs:
             self._runs[ctx.run_id] = asyncio.get_running_loop().create_task(self._resolve(ctx))
             while len(self._runs) > self._cache_size:
-                _, dropped = self._runs.popitem(last=False)
+                old, dropped = self._runs.popitem(last=False)
                 dropped.cancel()
+                self._fences.pop(old, None)
 
     async def keys(self, ctx: RunContext) -> RunKeys:
         """The run's keys, creating the subject on first use.
@@ -69,6 +71,34 @@ class Pseudonyms:
         """
         self.prefetch(ctx)
         return await asyncio.shield(self._runs[ctx.run_id])
+
+    async def writable(self, ctx: RunContext) -> RunKeys:
+        """The run's keys, once it is known no erasure opened while the run was in flight.
+
+        One ``EXISTS`` per run at its end, shared by the observers: the lookup at run start cannot see
+        an erasure that opens mid-run.
+
+        Raises:
+            ErasureInProgress: The user is fenced: nothing may be written for them.
+            StoreUnavailable: The database could not be reached.
+        """
+        keys = await self.keys(ctx)
+        if ctx.run_id not in self._fences:
+            self._fences[ctx.run_id] = asyncio.get_running_loop().create_task(self._check_fence(ctx.user_id))
+        await asyncio.shield(self._fences[ctx.run_id])
+        return keys
+
+    async def _check_fence(self, user_id: str) -> None:
+        try:
+            async with self.engine.connect() as conn:
+                fenced = await conn.scalar(select(exists().where(user_holds.c.user_id == user_id)))
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"could not check for an open erasure: {type(exc).__name__}",
+                hint="check the database and run `teamstore db upgrade`",
+            ) from exc
+        if fenced:
+            raise _fenced()
 
     async def _resolve(self, ctx: RunContext) -> RunKeys:
         subject = await self._subject(ctx.user_id)
@@ -87,15 +117,13 @@ class Pseudonyms:
                 hint="check the database and run `teamstore db upgrade`",
             ) from exc
         if fenced:
-            raise ErasureInProgress(
-                "an erasure is open for this user: no transcript, ledger row or span is written",
-                hint="wait for `teamstore erase` to finish",
-            )
+            raise _fenced()
         return str(subject) if subject is not None else await get_or_create_subject(self.engine, user_id)
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
         task = self._runs.pop(run_id, None)
+        self._fences.pop(run_id, None)
         if task is not None and not task.done():
             task.cancel()
 
@@ -147,7 +175,7 @@ class TranscriptObserver:
             StoreUnavailable: Upload and outbox both failed (the runtime logs it; the run still succeeds).
         """
         items = self._items.pop(ctx.run_id, [])
-        keys = await self.pseudonyms.keys(ctx)
+        keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
         body = encode(run_record(ctx, outcome, keys, len(items)), items)
         key = run_key(keys, ctx.run_id)
         try:
@@ -204,8 +232,8 @@ class LedgerObserver:
         """Usage comes from the metered calls, not the stream."""
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """One INSERT of the run's rows (per agent, model and purpose)."""
-        keys = await self.pseudonyms.keys(ctx)
+        """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user."""
+        keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
         await record_usage(self.engine, usage_rows(ctx, outcome, keys))
 
 
@@ -225,9 +253,16 @@ class SpanObserver:
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """Record the spans (queued for export off the run's path), then forget the run's keys."""
         try:
-            emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.keys(ctx))
+            emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
         finally:
             self.pseudonyms.forget(ctx.run_id)
+
+
+def _fenced() -> ErasureInProgress:
+    return ErasureInProgress(
+        "an erasure is open for this user: no transcript, ledger row or span is written",
+        hint="wait for `teamstore erase` to finish",
+    )
 
 
 def build_audit_observers(

@@ -14,14 +14,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import ColumnElement, delete, exists, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.schema import outbox
+from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.errors import StoreUnavailable, TeamstoreError
+from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
+from teamstore.state.schema import user_holds
+
+
+def _held(subject_key: Any) -> ColumnElement[bool]:
+    """True while an erasure fences the subject's user: nothing of theirs is queued or delivered."""
+    fence = user_holds.join(subjects, subjects.c.user_id == user_holds.c.user_id)
+    return exists(select(literal(1)).select_from(fence).where(subjects.c.subject_key == subject_key))
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ async def enqueue(
         True if queued now, False if the run was already queued.
 
     Raises:
+        ErasureInProgress: An erasure fences the subject's user; nothing was queued.
         StoreUnavailable: The database is down too; the caller logs it (the transcript is lost).
     """
     row = {
@@ -64,7 +73,16 @@ async def enqueue(
     }
     try:
         async with engine.begin() as conn:
-            await conn.execute(insert(outbox).values(**row))
+            # One statement: the row goes in only if no erasure fences the user at that instant.
+            source = select(*(literal(v, outbox.c[k].type).label(k) for k, v in row.items())).where(
+                ~_held(subject_key)
+            )
+            result = await conn.execute(insert(outbox).from_select(list(row), source))
+        if not result.rowcount:
+            raise ErasureInProgress(
+                f"transcript of run {run_id} not queued: an erasure is open for its user",
+                hint="nothing to fix: the user is being erased",
+            )
         return True
     except IntegrityError:
         return False
@@ -96,12 +114,15 @@ async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500) -
         rows = (
             await conn.execute(
                 select(outbox.c.run_id, outbox.c.object_key, outbox.c.body)
+                .where(~_held(outbox.c.subject_key))
                 .order_by(outbox.c.created_at)
                 .limit(limit)
             )
         ).all()
     delivered, error = 0, None
     for run_id, key, body in rows:
+        if not await _deliverable(engine, run_id):
+            continue  # erased or fenced since the batch was read: never bring it back
         try:
             await store.put(key, body)
         except TeamstoreError as exc:
@@ -112,6 +133,12 @@ async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500) -
             await conn.execute(delete(outbox).where(outbox.c.run_id == run_id))
         delivered += 1
     return FlushReport(delivered, 1 if error else 0, await pending(engine), error)
+
+
+async def _deliverable(engine: AsyncEngine, run_id: str) -> bool:
+    async with engine.connect() as conn:
+        queued = exists().where(outbox.c.run_id == run_id, ~_held(outbox.c.subject_key))
+        return bool(await conn.scalar(select(queued)))
 
 
 async def _note_failure(engine: AsyncEngine, run_id: str, error: str) -> None:
