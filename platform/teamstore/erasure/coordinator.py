@@ -153,7 +153,7 @@ class DeletionCoordinator:
                 break
         else:
             await self._final_check(ctx, results)
-        receipt = self._receipt(row, results, _request_status(results))
+        receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
         await requests.finish(self.engine, row, receipt)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
@@ -199,19 +199,18 @@ class DeletionCoordinator:
             log.error("erasure %s: final verification of %s failed: %s", ctx.request_id, step.name, detail)
 
     def _receipt(
-        self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus
+        self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,
+        subject_key: str | None = None,
     ) -> Receipt:
         stores = {s.name: results.get(s.name) or StoreResult(status=StepStatus.PENDING) for s in self.steps}
         done = status in (RequestStatus.COMPLETED, RequestStatus.RETAINED_UNDER_HOLD)
         return Receipt(
-            request_id=row.request_id, status=status, subject_hash=self._hash(row),
+            request_id=row.request_id, status=status,
+            subject_hash=row.subject_hash or subject_hash(subject_key or row.subject_key, self.knobs),
             received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
             completed_at=datetime.now(UTC) if done else None,
             remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content),
         )
-
-    def _hash(self, row: requests.RequestRow) -> str | None:
-        return row.subject_hash or subject_hash(row.subject_key, self.knobs)
 
     async def _dry_run(self, user_id: str, request_id: str, reason: str | None) -> Receipt:
         subject = await find_subject(self.engine, user_id)

@@ -1,0 +1,128 @@
+"""Seed users across every store through the real runtime, and scan every store for traces of them."""
+
+from __future__ import annotations
+
+import gzip
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry.trace import TracerProvider
+from sqlalchemy import func, insert, inspect, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.audit import outbox
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
+from teamstore.audit.schema import usage
+from teamstore.audit.subjects import find_subject
+from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
+from teamstore.runtime.hooks import RunObserver
+from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
+from teamstore.state.schema import quarantine, sessions
+
+
+@dataclass
+class Seeded:
+    """What was stored for one user."""
+
+    user_id: str
+    canary: str
+    subject_key: str
+    run_ids: list[str] = field(default_factory=list)
+
+
+def audited_platform(
+    engine: AsyncEngine, registry: Registry, store: TranscriptStore, tracer: TracerProvider | None = None,
+    **settings: Any,
+) -> Platform:
+    """A Platform whose runs write transcripts to ``store``, ledger rows, and spans when ``tracer`` is set."""
+    pseudonyms = Pseudonyms(engine)
+    observers: list[RunObserver] = [LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)]
+    if tracer is not None:
+        observers.append(SpanObserver(tracer, pseudonyms))
+    knobs = Settings(auto_migrate=True, registry_refresh_seconds=0, lease_timeout_seconds=0.5, **settings)
+    return Platform(engine, registry, settings=knobs, observers=observers)
+
+
+async def seed_user(
+    platform: Platform, store: TranscriptStore, user_id: str, canary: str, sessions_n: int = 2, runs: int = 2
+) -> Seeded:
+    """Runs through the real runtime, an overwritten transcript, a quarantined row and an outbox row."""
+    run_ids = []
+    for s in range(sessions_n):
+        async with platform.session(user_id, f"sess-{s}", team="support_triage") as session:
+            for r in range(runs):
+                await session.run(f"{canary} run {r}: my router keeps dropping")
+                assert session.last_run_id is not None
+                run_ids.append(session.last_run_id)
+    subject = await find_subject(platform.engine, user_id)
+    assert subject is not None
+    keys = await store.list_keys(subject_prefix(subject))
+    await store.put(keys[0], gzip.compress(f'{{"rewritten": "{canary}"}}'.encode()))  # an old version now exists
+    await _quarantine_and_outbox(platform.engine, user_id, subject, canary, keys[0])
+    return Seeded(user_id, canary, subject, run_ids)
+
+
+async def _quarantine_and_outbox(engine: AsyncEngine, user_id: str, subject: str, canary: str, key: str) -> None:
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await conn.execute(insert(quarantine).values(
+            user_id=user_id, session_id="sess-old", reason="corrupt", detail="truncated JSON", team="support_triage",
+            team_version="v1", schema_version=1, agentchat_version="0.7.5", fingerprints={},
+            state=f'{{"messages": ["{canary}"', state_bytes=30, row_version=3, quarantined_at=now))
+    queued_key = key.rsplit("/", 1)[0] + f"/{uuid.uuid4().hex}.jsonl.gz"
+    body = gzip.compress(f'{{"text": "{canary}"}}'.encode())
+    assert await outbox.enqueue(engine, uuid.uuid4().hex, queued_key, subject, body, "S3 unreachable")
+
+
+async def text_columns(engine: AsyncEngine) -> dict[str, list[str]]:
+    """Every table of the database (from the catalogue, not from teamstore's metadata) and its columns."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda c: {t: [col["name"] for col in inspect(c).get_columns(t)]
+                                              for t in inspect(c).get_table_names()})
+
+
+async def scan_database(engine: AsyncEngine, needles: list[str]) -> dict[str, list[str]]:
+    """Every (table.column) whose value holds a needle, read raw (bytes gunzipped), over every table."""
+    hits: dict[str, list[str]] = {n: [] for n in needles}
+    async with engine.connect() as conn:
+        for table, columns in (await text_columns(engine)).items():
+            for row in (await conn.execute(text(f'SELECT * FROM "{table}"'))).mappings():
+                for column in columns:
+                    value = _as_text(row[column])
+                    hits.update({n: [*hits[n], f"{table}.{column}"] for n in needles if n in value})
+    return hits
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bytes | memoryview):
+        raw = bytes(value)
+        try:
+            return gzip.decompress(raw).decode("utf-8", "replace") + raw.decode("latin-1")
+        except OSError:
+            return raw.decode("latin-1")
+    return "" if value is None else str(value)
+
+
+async def counts(engine: AsyncEngine, user_id: str, subject: str) -> dict[str, int]:
+    """Rows of one user in each table that holds them (for 'everything of the other user remains')."""
+    async with engine.connect() as conn:
+        async def n(table: Any, where: Any) -> int:
+            return int(await conn.scalar(select(func.count()).select_from(table).where(where)) or 0)
+
+        return {
+            "sessions": await n(sessions, sessions.c.user_id == user_id),
+            "quarantine": await n(quarantine, quarantine.c.user_id == user_id),
+            "ledger": await n(usage, usage.c.subject_key == subject),
+        }
+
+
+def all_versions(client: Any, bucket: str) -> list[dict[str, Any]]:
+    """Every version and delete marker in the whole bucket."""
+    found: list[dict[str, Any]] = []
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        found += page.get("Versions", []) + page.get("DeleteMarkers", [])
+    return found
