@@ -1,0 +1,177 @@
+"""Bad input and faults: unknown users, look-alike ids, S3 down, legal holds, concurrent erasures, live sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.audit.subjects import find_subject, get_or_create_subject
+from teamstore.audit.transcripts.base import subject_prefix
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.erasure import RequestStatus, StepStatus
+from teamstore.erasure.schema import erasure_requests
+from teamstore.erasure.steps import STEP_ORDER
+from teamstore.errors import ErasureConflict, ErasureInProgress, ErasureRequestNotFound, InvalidIdentifier
+from teamstore.state.schema import user_holds
+from tests.erasure.conftest import coordinator, versioned_bucket
+from tests.erasure.seed import audited_platform, counts, scan_database, seed_user
+from tests.services import free_port
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> LocalTranscriptStore:
+    return LocalTranscriptStore(tmp_path / "transcripts")
+
+
+async def test_an_unknown_user_gets_no_match_everywhere_and_still_a_stored_receipt(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    receipt = await coordinator(engine, folder).run("nobody", request_id="req-none")
+    assert receipt.ok and receipt.subject_hash is None
+    assert {s.status for s in receipt.stores.values()} == {StepStatus.NO_MATCH}
+    assert await coordinator(engine, folder).status("req-none") == receipt
+    with pytest.raises(ErasureRequestNotFound):
+        await coordinator(engine, folder).status("req-other")
+
+
+async def test_bad_ids_are_refused_before_anything_is_written(engine: AsyncEngine, folder: LocalTranscriptStore) -> None:
+    for user, request in (("", "r1"), ("u\x00", "r2"), ("u", "x" * 200), ("u", "a\nb")):
+        with pytest.raises(InvalidIdentifier):
+            await coordinator(engine, folder).run(user, request_id=request)
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(erasure_requests))).all() == []
+
+
+async def test_ids_differing_only_by_case_or_normalisation_are_other_users(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    nfc = unicodedata.normalize("NFC", "Zoë")
+    others = [unicodedata.normalize("NFD", "Zoë"), "zoë", "ZOË"]
+    platform = audited_platform(engine, registry, folder)
+    seeded = [await seed_user(platform, folder, u, f"CANARY-{i}", 1, 1) for i, u in enumerate([nfc, *others])]
+    before = [await counts(engine, s.user_id, s.subject_key) for s in seeded[1:]]
+
+    receipt = await coordinator(engine, folder).run(nfc)
+
+    assert receipt.ok and receipt.stores["resume_state"].counts.rows == 1
+    assert await find_subject(engine, nfc) is None
+    assert [await counts(engine, s.user_id, s.subject_key) for s in seeded[1:]] == before
+    for s in seeded[1:]:
+        assert await find_subject(engine, s.user_id) == s.subject_key
+        assert len(await folder.list_keys(subject_prefix(s.subject_key))) == 1
+
+
+@pytest.mark.s3
+async def test_s3_down_fails_the_transcript_step_keeps_the_fence_and_a_rerun_finishes(
+    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore
+) -> None:
+    seeded = await seed_user(audited_platform(engine, registry, s3_store), s3_store, "dave", "CANARY-dave", 1, 2)
+    dead_client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{free_port()}", config=Config(
+        connect_timeout=0.3, read_timeout=0.3, retries={"total_max_attempts": 1}))
+    down = S3TranscriptStore(dead_client, s3_store.bucket, "audit")
+
+    failed = await coordinator(engine, down).run("dave", request_id="req-down")
+
+    assert not failed.ok and failed.status is RequestStatus.FAILED
+    statuses = {n: s.status for n, s in failed.stores.items()}
+    assert statuses == {"resume_state": StepStatus.ERASED, "quarantine": StepStatus.ERASED,
+                        "transcripts": StepStatus.FAILED, "outbox": StepStatus.PENDING,
+                        "ledger": StepStatus.PENDING, "subject": StepStatus.PENDING}
+    assert "rerun the same request id" in (failed.stores["transcripts"].detail or "")
+    assert len(await s3_store.list_keys(subject_prefix(seeded.subject_key))) == 2  # nothing claimed, nothing gone
+    assert await find_subject(engine, "dave") == seeded.subject_key
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(user_holds.c.request_id).where(user_holds.c.user_id == "dave")) == "req-down"
+
+    done = await coordinator(engine, s3_store).run("dave", request_id="req-down")
+    assert done.ok and done.stores["transcripts"].counts.versions == 3
+    assert done.stores["resume_state"].counts.rows == 1  # counted once, not again on the rerun
+
+
+@pytest.mark.s3
+async def test_objects_under_a_legal_hold_are_reported_retained_never_erased(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    subject = await get_or_create_subject(engine, "erin")
+    keys = [f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz" for i in range(3)]
+    for key in keys:
+        await store.put(key, b"transcript")
+    held = {"Bucket": store.bucket, "Key": f"audit/{keys[0]}"}
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "ON"})
+
+    receipt = await coordinator(engine, store).run("erin", request_id="req-hold")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD and not receipt.ok
+    assert transcripts.status is StepStatus.RETAINED_UNDER_HOLD and transcripts.counts.retained == 1
+    assert await store.list_keys(subject_prefix(subject)) == [keys[0]]
+    assert receipt.stores["subject"].status is StepStatus.ERASED
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(user_holds))).all() == []  # the user may start over meanwhile
+
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, store).run("erin", request_id="req-hold")
+    assert after.ok and after.stores["transcripts"].status is StepStatus.ERASED
+    assert await store.list_keys(subject_prefix(subject)) == []
+    await store.close()
+
+
+async def test_two_erasures_of_one_user_at_once_one_wins_the_other_conflicts(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    await seed_user(audited_platform(engine, registry, folder), folder, "frank", "CANARY-frank", 1, 1)
+    runs = [coordinator(engine, folder, fence_grace_seconds=0.3).run("frank", request_id=rid)
+            for rid in ("req-a", "req-b", "req-a")]
+    outcomes = await asyncio.gather(*runs, return_exceptions=True)
+    receipts = [o for o in outcomes if not isinstance(o, BaseException)]
+    conflicts = [o for o in outcomes if isinstance(o, ErasureConflict)]
+    assert len(receipts) == 1 and len(conflicts) == 2, outcomes
+    assert receipts[0].ok and receipts[0].stores["resume_state"].counts.rows == 1
+    assert receipts[0].stores["subject"].counts.rows == 1  # acted once
+
+
+async def test_an_erasure_racing_a_live_session_refuses_its_save_and_leaves_nothing(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    platform = audited_platform(engine, registry, folder)
+    async with platform.session("gina", "s1", team="support_triage") as session:
+        await session.run("CANARY-gina-1 my router keeps dropping")
+        await session.save()
+        erasure = asyncio.create_task(coordinator(engine, folder, fence_grace_seconds=1.0).run("gina"))
+        await asyncio.sleep(0.3)  # the fence is up; the coordinator waits for writes already past it
+        await session.run("CANARY-gina-2 still dropping")  # the run answers; its audit writes are refused
+        with pytest.raises(ErasureInProgress):
+            await session.save()
+        with pytest.raises(ErasureInProgress):
+            async with platform.session("gina", "s2", team="support_triage"):
+                pass
+        receipt = await erasure
+    assert receipt.ok and receipt.stores["resume_state"].counts.rows == 1
+    assert receipt.stores["transcripts"].counts.versions == 1  # the first run's only
+    hits = await scan_database(engine, ["gina", "CANARY-gina-1", "CANARY-gina-2"])
+    assert all(v == [] for v in hits.values()), hits
+    assert await folder.list_keys("") == []
+
+
+async def test_dry_run_counts_and_changes_nothing(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    seeded = await seed_user(audited_platform(engine, registry, folder), folder, "hank", "CANARY-hank", 2, 1)
+    plan = await coordinator(engine, folder).run("hank", dry_run=True)
+    assert plan.status is RequestStatus.DRY_RUN and list(plan.stores) == list(STEP_ORDER)
+    assert plan.stores["resume_state"].status is StepStatus.WOULD_ERASE
+    assert plan.stores["resume_state"].counts.rows == 2 and plan.stores["transcripts"].counts.objects == 2
+    assert await find_subject(engine, "hank") == seeded.subject_key
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(erasure_requests))).all() == []
+        assert (await conn.execute(select(user_holds))).all() == []
