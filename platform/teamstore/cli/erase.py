@@ -72,11 +72,13 @@ class _Bars:
 
 def _render(receipt: Receipt) -> None:
     table = Table(title=f"erasure {receipt.request_id}: {receipt.status}")
-    for column in ("store", "status", "rows", "objects", "versions", "markers", "bytes", "retained", "verified"):
-        table.add_column(column)
+    table.add_column("store", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for column in ("rows", "objects", "versions", "markers", "bytes", "held", "verified"):
+        table.add_column(column, justify="right")
     for name, s in receipt.stores.items():
         c = s.counts
-        verified = s.verified_at.isoformat(timespec="seconds") if s.verified_at else "-"
+        verified = f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"
         table.add_row(name, str(s.status), *(str(v) for v in (
             c.rows, c.objects, c.versions, c.delete_markers, c.bytes, c.retained)), verified)
     console.print(table)

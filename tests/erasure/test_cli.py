@@ -1,0 +1,91 @@
+"""``teamstore erase`` and ``teamstore erase status`` on the embedded default, human and --json."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from teamstore.audit.observer import TranscriptObserver, build_audit_observers
+from teamstore.audit.subjects import get_or_create_subject
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.settings import Settings
+from tests.audit.teams import context, observe_run, triage_team
+from tests.services import free_port
+
+runner = CliRunner()
+USER = "Zoë/../admin"
+
+
+@pytest.fixture(autouse=True)
+def _no_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS", "0")
+
+
+def _populate(runs: int = 2) -> None:
+    async def go() -> None:
+        settings = Settings()
+        engine = create_engine(settings.resolved_database_url)
+        await upgrade(engine)
+        observers = build_audit_observers(settings, engine)
+        for n in range(runs):
+            await observe_run(observers, triage_team(), context(user_id=USER, session_id=f"s{n}"), "router down")
+        for observer in observers:
+            if isinstance(observer, TranscriptObserver):
+                await observer.drain()
+        await engine.dispose()
+
+    asyncio.run(go())
+
+
+def test_dry_run_then_erase_then_status() -> None:
+    _populate()
+    plan = runner.invoke(app, ["erase", "--user", USER, "--dry-run", "--json"])
+    assert plan.exit_code == 0, plan.output
+    planned = json.loads(plan.stdout)
+    assert planned["status"] == "dry_run" and planned["stores"]["transcripts"]["status"] == "would_erase"
+
+    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--reason", "art. 17", "--json"])
+    assert done.exit_code == 0, done.output
+    receipt = json.loads(done.stdout)
+    assert receipt["status"] == "completed" and USER not in done.stdout
+    assert receipt["stores"]["transcripts"] | {"verified_at": None} == {
+        "status": "erased", "detail": None, "verified_at": None,
+        "counts": planned["stores"]["transcripts"]["counts"]}
+    assert [r["what"] for r in receipt["remains_elsewhere"]] == ["database backups", "tracing backend"]
+
+    shown = runner.invoke(app, ["erase", "status", "cli-1"])
+    assert shown.exit_code == 0 and "completed" in shown.stdout and "transcripts" in shown.stdout
+    again = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--json"])
+    assert json.loads(again.stdout) == receipt
+
+
+def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", "s3://nowhere/audit")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    async def subject() -> None:
+        engine = create_engine(Settings().resolved_database_url)
+        await upgrade(engine)
+        await get_or_create_subject(engine, USER)
+        await engine.dispose()
+
+    asyncio.run(subject())
+    failed = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-2", "--json"])
+    assert failed.exit_code == 2
+    assert json.loads(failed.stdout)["stores"]["transcripts"]["status"] == "failed"
+    status = runner.invoke(app, ["erase", "status", "cli-2", "--json"])
+    assert status.exit_code == 2 and json.loads(status.stdout)["status"] == "failed"
+
+
+def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
+    assert runner.invoke(app, ["erase"]).exit_code == 2
+    missing = runner.invoke(app, ["erase", "status", "no-such"])
+    assert missing.exit_code == 1 and "no erasure request" in missing.output
