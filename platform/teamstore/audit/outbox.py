@@ -77,8 +77,9 @@ async def enqueue(
             source = select(*(literal(v, outbox.c[k].type).label(k) for k, v in row.items())).where(
                 ~_held(subject_key)
             )
-            result = await conn.execute(insert(outbox).from_select(list(row), source))
-        if not result.rowcount:
+            stmt = insert(outbox).from_select(list(row), source).returning(outbox.c.run_id)
+            queued = (await conn.execute(stmt)).first()
+        if queued is None:
             raise ErasureInProgress(
                 f"transcript of run {run_id} not queued: an erasure is open for its user",
                 hint="nothing to fix: the user is being erased",

@@ -56,14 +56,17 @@ async def erase_user(
             receipt is on the exception).
         ErasureConflict: Another erasure of the user is open or running.
         StoreUnavailable: The database is down.
+        SchemaNotReady: A production database is not migrated (`teamstore db upgrade`).
     """
     from teamstore.audit.transcripts import transcript_store_from_settings
     from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import require_current, upgrade
 
     settings = settings or Settings()
     engine = create_engine(settings.resolved_database_url)
     store = transcript_store_from_settings(settings)
     try:
+        await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
         receipt = await DeletionCoordinator(engine, store, settings).run(user_id, request_id, reason, dry_run)
     finally:
         await store.close()
