@@ -20,7 +20,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -187,14 +187,12 @@ class DeletionCoordinator:
             try:
                 left = await step.remaining(ctx)
             except TeamstoreError as exc:
-                left, error = None, str(exc)
-            current = results[step.name]
-            if left is not None and left.total - left.retained <= 0:
-                continue
-            detail = error if left is None else (
-                f"verification found {left.total - left.retained} item(s) after deletion; rerun the same request id"
-            )
-            results[step.name] = current.model_copy(update={"status": StepStatus.FAILED, "detail": detail})
+                detail = f"final verification could not query the store: {exc}"
+            else:
+                if left.total - left.retained <= 0:
+                    continue
+                detail = f"verification found {left.total - left.retained} item(s) after deletion; rerun the same request id"
+            results[step.name] = results[step.name].model_copy(update={"status": StepStatus.FAILED, "detail": detail})
             await requests.record_step(self.engine, ctx.request_id, step.name, results[step.name])
             log.error("erasure %s: final verification of %s failed: %s", ctx.request_id, step.name, detail)
 
@@ -224,13 +222,7 @@ class DeletionCoordinator:
         row = requests.RequestRow(request_id, None, subject, None, reason, RequestStatus.DRY_RUN, now,
                                   now, None, None)
         receipt = self._receipt(row, stores, RequestStatus.DRY_RUN)
-        return receipt.model_copy(update={"due_at": now + _days(self.knobs.due_days)})
-
-
-def _days(n: int) -> Any:
-    from datetime import timedelta
-
-    return timedelta(days=n)
+        return receipt.model_copy(update={"due_at": now + timedelta(days=self.knobs.due_days)})
 
 
 def verdict(deleted: StoreResult, left: Counts) -> StoreResult:
