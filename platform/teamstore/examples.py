@@ -25,7 +25,7 @@ import os
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import ChatAgent, Team
-from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.models import ChatCompletionClient
 
@@ -37,7 +37,8 @@ from teamstore.offline import OfflineChatCompletionClient
 _PROMPTS = {
     "triage": "You are triage. Read the customer's request and say what kind of problem it is.",
     "researcher": "You are researcher. Find the likely cause and the steps that fix it.",
-    "critic": "You are critic. Check the proposed fix for gaps and say what is missing.",
+    "critic": "You are critic. Check the proposed fix for gaps and say what is missing. "
+    "When the fix is complete, say TERMINATE.",
 }
 _RESEARCHER_V2 = "You are researcher. Find the likely cause, cite the runbook, and list the fix step by step."
 
@@ -66,14 +67,18 @@ def _triage_team(
                 description=f"The {name} of the support team.",
             )
         )
-    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(4))
+    # The critic closes a normal run; the message cap is only the safety net (a run it ends counts as
+    # ended by a limit in the ledger).
+    done = TextMentionTermination("TERMINATE", sources=["critic"]) | MaxMessageTermination(8)
+    return RoundRobinGroupChat(agents, termination_condition=done)
 
 
 def support_triage() -> RoundRobinGroupChat:
     """A support team: ``triage``, ``researcher`` (persisted, bounded context) and ``critic``, offline.
 
     Returns:
-        A RoundRobinGroupChat that stops after the task and three replies.
+        A RoundRobinGroupChat that stops when the critic says TERMINATE (after the task and three replies
+        with the offline client), or after 8 messages.
     """
     return _triage_team()
 

@@ -11,7 +11,8 @@ same messages always give the same reply and the same token usage, with no netwo
     result = await agent.run(task="My router keeps dropping")
 
 Its replies quote the earliest and the latest user request it can see, so a resumed session visibly
-remembers what came before. Asked to pick the next speaker (SelectorGroupChat), it names a participant.
+remembers what came before. Asked to pick the next speaker (SelectorGroupChat), it names a participant;
+told by its system message to "say TERMINATE" when done, it ends its reply with TERMINATE.
 """
 
 from __future__ import annotations
@@ -97,10 +98,14 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         n = self._config.quote_chars
         first = users[0][:n] if users else ""
         latest = users[-1][:n] if users else ""
-        return (
+        reply = (
             f"[{self.model}] ({persona[:40]}) I see {len(messages)} messages; "
             f'earliest request: "{first}"; latest: "{latest}".'
         )
+        # Follow a system message's instruction to close the conversation, as a real model would.
+        if any("say TERMINATE" in _text(m) for m in messages if isinstance(m, SystemMessage)):
+            reply += " TERMINATE"
+        return reply
 
     def _result(self, messages: Sequence[LLMMessage]) -> CreateResult:
         content = self._reply(messages)

@@ -93,5 +93,5 @@ def test_hand_edited_disallowed_provider_is_refused_at_build(registry: Registry,
     git(registry.path, "commit", "-qam", "sneaky")
     with pytest.raises(DefinitionInvalid) as caught:
         registry.build("support_triage")
-    assert caught.value.field == "config.termination_condition.provider"
+    assert caught.value.field == "config.termination_condition.config.conditions.1.provider"
     assert registry.build(f"support_triage@{registered}").version == registered
