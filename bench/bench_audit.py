@@ -35,6 +35,7 @@ from teamstore.db.migrate import upgrade
 from teamstore.examples import support_triage
 from teamstore.metering import metered_run, wrap_model_clients
 from teamstore.runtime.hooks import RunObserver, RunOutcome
+from teamstore.runtime.session import notify_observers
 from teamstore.settings import Settings
 from tests.audit.teams import context
 from tests.otlp_receiver import OtlpReceiver
@@ -52,22 +53,20 @@ async def _observed_run(observers: list[RunObserver], team: Any) -> float:
     ctx = context(user_id=f"user-{time.perf_counter_ns() % 97}", session_id="s1")
     started = time.perf_counter()
     for observer in observers:
-        await observer.run_started(ctx)
+        await notify_observers([observer], "run_started", ctx)
     with metered_run() as meter:
         async for item in team.run_stream(task="My router keeps dropping"):
             if isinstance(item, TaskResult):
                 result = item
                 continue
-            for observer in observers:
-                await observer.on_item(ctx, item)
+            await notify_observers(observers, "on_item", ctx, item)
     outcome = RunOutcome(
         finished_at=ctx.started_at,
         result=result,
         stop_reason=result.stop_reason,
         model_calls=list(meter.calls),
     )
-    for observer in observers:
-        await observer.run_finished(ctx, outcome)
+    await notify_observers(observers, "run_finished", ctx, outcome)
     return time.perf_counter() - started
 
 

@@ -251,11 +251,12 @@ class SpanObserver:
         """Spans carry no content: items are ignored."""
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """Record the spans (queued for export off the run's path), then forget the run's keys."""
-        try:
-            emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
-        finally:
-            self.pseudonyms.forget(ctx.run_id)
+        """Record the spans (queued for export off the run's path).
+
+        The run's cached keys are left to the resolver's LRU: observers finish concurrently, so none of
+        them may drop keys another is still waiting on.
+        """
+        emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
 
 
 def _fenced() -> ErasureInProgress:

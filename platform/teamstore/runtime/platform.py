@@ -138,6 +138,10 @@ class Platform:
 
     async def aclose(self) -> None:
         """Flush telemetry and dispose of what this platform created."""
+        for observer in self.observers:
+            drain = getattr(observer, "drain", None)
+            if drain is not None:
+                await drain()
         for close in self._closers:
             await asyncio.to_thread(close)
         self._closers.clear()

@@ -13,6 +13,7 @@ raises leaves nothing to save, and the stored state stays as it was.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from autogen_agentchat.base import TaskResult
 
-from teamstore.errors import RunInProgress, StateTooLarge, StorageError, TeamstoreError
+from teamstore.errors import ErasureInProgress, RunInProgress, StateTooLarge, StorageError, TeamstoreError
 from teamstore.ids import check_id
 from teamstore.metering import metered_run
 from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
@@ -140,7 +141,7 @@ class Session:
             resumed=bool(self.resume and self.resume.applied),
         )
         self.last_run_id = ctx.run_id
-        await _notify(observers, "run_started", ctx)
+        await notify_observers(observers, "run_started", ctx)
         result: TaskResult | None = None
         with metered_run() as meter:
             try:
@@ -148,17 +149,17 @@ class Session:
                     if isinstance(item, TaskResult):
                         result = item
                     else:
-                        await _notify(observers, "on_item", ctx, item)
+                        await notify_observers(observers, "on_item", ctx, item)
             except BaseException as exc:
                 outcome = RunOutcome(datetime.now(UTC), error=exc, model_calls=list(meter.calls))
-                await _notify(observers, "run_finished", ctx, outcome)
+                await notify_observers(observers, "run_finished", ctx, outcome)
                 raise
         assert result is not None
         outcome = RunOutcome(
             datetime.now(UTC), result=result, stop_reason=result.stop_reason,
             ended_by_limit=ended_by_limit(result.stop_reason), model_calls=list(meter.calls),
         )
-        await _notify(observers, "run_finished", ctx, outcome)
+        await notify_observers(observers, "run_finished", ctx, outcome)
         return result
 
     async def _snapshot(self) -> None:
@@ -209,10 +210,23 @@ class Session:
             log.warning("could not release the session lease after a failed save", exc_info=True)
 
 
-async def _notify(observers: Sequence[RunObserver], hook: str, ctx: RunContext, *args: StreamItem | RunOutcome) -> None:
+async def notify_observers(
+    observers: Sequence[RunObserver], hook: str, ctx: RunContext, *args: StreamItem | RunOutcome
+) -> None:
+    """Call ``hook`` on every observer; a failing observer is logged and never fails the run."""
+    if hook == "run_finished":
+        # The end-of-run writes (transcript, ledger, spans) are independent: overlap their round trips.
+        await asyncio.gather(*(_call(o, hook, ctx, *args) for o in observers))
+        return
     for observer in observers:
-        try:
-            await getattr(observer, hook)(ctx, *args)
-        except Exception:
-            # An audit observer must never fail a user's run; each one keeps its own outbox for retries.
-            log.exception("observer %s.%s failed", type(observer).__name__, hook)
+        await _call(observer, hook, ctx, *args)
+
+
+async def _call(observer: RunObserver, hook: str, ctx: RunContext, *args: StreamItem | RunOutcome) -> None:
+    try:
+        await getattr(observer, hook)(ctx, *args)
+    except ErasureInProgress:
+        log.info("observer %s wrote nothing: an erasure is open for this user", type(observer).__name__)
+    except Exception:
+        # An audit observer must never fail a user's run; each one keeps its own outbox for retries.
+        log.exception("observer %s.%s failed", type(observer).__name__, hook)
