@@ -4,7 +4,8 @@
 
 It registers the example support team, runs two users' sessions, ends that process and resumes both in
 new processes (the earlier context comes back), makes a breaking definition change and shows a session
-failing closed with the reason, rolls the change back by moving the label, and prints what is stored.
+failing closed with the reason, rolls the change back by moving the label, prints what is stored, shows
+a run's transcript and the cost per session, and erases one user with a verified receipt.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ console = Console(width=120)
 TEAM = "support_triage"
 
 
-def teamstore(*args: str, ok: tuple[int, ...] = (0,)) -> Any:
-    """Run a ``teamstore`` command in a NEW process and return its ``--json`` output."""
+def teamstore(*args: str, ok: tuple[int, ...] = (0,), json_flag: str = "--json") -> Any:
+    """Run a ``teamstore`` command in a NEW process and return its JSON output."""
+    flags = [json_flag] if json_flag else []
     proc = subprocess.run(
-        [sys.executable, "-m", "teamstore", *args, "--json"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "teamstore", *args, *flags], capture_output=True, text=True, check=False
     )
     if proc.returncode not in ok:
         console.print(f"[red]teamstore {' '.join(args[:2])} failed[/]\n{proc.stderr}")
@@ -125,4 +127,54 @@ def run_demo() -> None:
     _stored(sessions)
     quarantined = teamstore("sessions", "quarantine", "--user", "alice")
     for q in quarantined:
-        console.print(f"quarantined: alice/{q['session_id']} reason={q['reason']}: {q['detail']}")
+        console.print(f"quarantined: alice/{q['session_id']} reason={q['reason']}: {escape(q['detail'])}")
+
+    _step("6. The audit trail: alice's first run, as stored (one compressed object per run)")
+    _transcript("alice", sessions["alice"])
+
+    _step("7. Token cost per session, from the usage ledger")
+    _cost(sessions)
+
+    _step("8. Compliance erases bob from every store")
+    _erase("bob", sessions["bob"])
+
+
+def _transcript(user: str, session: str) -> None:
+    runs = teamstore("transcripts", "show", "--user", user, "--session", session)["runs"]
+    first = runs[0]
+    record = first.get("run", {})
+    console.print(f"{len(runs)} runs stored; run {str(record.get('run_id', ''))[:12]} of team "
+                  f"{record.get('team')}@{str(record.get('team_version', ''))[:12]}:")
+    for item in first["items"]:
+        message = item.get("message") or {}
+        usage = message.get("models_usage") or {}
+        tokens = f" [dim]({usage['prompt_tokens']}+{usage['completion_tokens']} tokens)[/]" if usage else ""
+        console.print(f"  {item['source']}{tokens}: {escape(str(message.get('content', ''))[:90])}")
+    console.print(f"  stop: {record.get('stop_reason')}; ended by a limit: {record.get('ended_by_limit')}")
+
+
+def _cost(sessions: dict[str, str]) -> None:
+    table = Table("user", "session", "runs completed", "ended by limit", "model calls", "tokens in", "tokens out",
+                  "cost (USD)")
+    for user, session in sessions.items():
+        report = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")
+        total = report["total"]
+        table.add_row(user, session, str(total["runs_completed"]), str(total["runs_limited"]), str(total["calls"]),
+                      str(total["input_tokens"]), str(total["output_tokens"]), f"{total['cost']:.6f}")
+    console.print(table)
+    console.print(f"[dim]prices: version {report['price_version']}; speaker-selection calls included[/]")
+
+
+def _erase(user: str, session: str) -> None:
+    receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", ok=(0, 2))
+    table = Table("store", "status", "rows", "objects", "versions", "bytes")
+    for store, step in receipt["stores"].items():
+        counts = step["counts"]
+        table.add_row(store, step["status"], str(counts["rows"]), str(counts["objects"]), str(counts["versions"]),
+                      str(counts["bytes"]))
+    console.print(f"receipt {receipt['request_id']}: {receipt['status']}, due {receipt['due_at'][:10]}")
+    console.print(table)
+    for item in receipt["remains_elsewhere"]:
+        console.print(f"  remains by design: {item['what']} until {item['until'][:10]} - {item['detail']}")
+    left = teamstore("sessions", "list", "--user", user)
+    console.print(f"  sessions left for {user}: {len(left)}")
