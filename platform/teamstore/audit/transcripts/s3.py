@@ -33,7 +33,7 @@ _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 
 def _boto3() -> Any:
     try:
-        import boto3  # type: ignore[import-untyped]
+        import boto3
     except ImportError as exc:
         raise MissingExtra("S3 transcripts", "s3", "boto3") from exc
     return boto3
@@ -54,7 +54,7 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         MissingExtra: boto3 is not installed.
     """
     boto3 = _boto3()
-    from botocore.config import Config  # type: ignore[import-untyped]
+    from botocore.config import Config
 
     config = Config(
         connect_timeout=connect_timeout,
@@ -195,7 +195,7 @@ class S3TranscriptStore:
         return rule
 
     def _put_rule(self, rule: dict[str, Any]) -> None:
-        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+        from botocore.exceptions import ClientError
 
         try:
             rules = self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket).get("Rules", [])

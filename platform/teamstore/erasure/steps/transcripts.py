@@ -95,7 +95,7 @@ class S3Versions:
         return await self._call("read object lock", self._held, version)
 
     def _held(self, version: Version) -> bool | None:
-        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+        from botocore.exceptions import ClientError
 
         args = {"Bucket": self.bucket, "Key": version.key, "VersionId": version.version_id}
         try:
