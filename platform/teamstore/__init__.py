@@ -13,3 +13,14 @@ from __future__ import annotations
 from teamstore import context as _context  # noqa: F401  (registers the bounding context with the registry)
 
 __version__ = "0.1.0"
+
+__all__ = ["Platform", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy, so `import teamstore` (done by the registry's examples) stays light.
+    if name == "Platform":
+        from teamstore.runtime.platform import Platform
+
+        return Platform
+    raise AttributeError(f"module 'teamstore' has no attribute {name!r}")
