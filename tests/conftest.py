@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.services import free_port, postgres_server_url, require_or_skip
 
@@ -72,6 +73,18 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{(tmp_path / 'conformance.db').as_posix()}"
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """A migrated database on SQLite and a real Postgres (the conformance parametrisation)."""
+    from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import upgrade
+
+    eng = create_engine(database_url)
+    await upgrade(eng)
+    yield eng
+    await eng.dispose()
 
 
 # --- S3 over HTTP ------------------------------------------------------------------------------------------

@@ -32,15 +32,6 @@ def otlp_env(otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> Ot
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    """A migrated database: SQLite and a real Postgres (the conformance parametrisation)."""
-    eng = create_engine(database_url)
-    await upgrade(eng)
-    yield eng
-    await eng.dispose()
-
-
-@pytest.fixture
 async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     """A migrated SQLite database, for tests whose subject is not the database."""
     eng = create_engine(f"sqlite:///{(tmp_path / 'audit.db').as_posix()}")

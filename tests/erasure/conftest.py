@@ -13,23 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore import examples
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
-from teamstore.db.engine import create_engine
-from teamstore.db.migrate import upgrade
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.erasure.steps import Progress
 from tests.otlp_receiver import OtlpReceiver
 
 # No in-flight writes to wait for in most tests; the race test sets its own grace.
 KNOBS = ErasureSettings(fence_grace_seconds=0, lease_seconds=30)
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    """A migrated database: SQLite and a real Postgres."""
-    eng = create_engine(database_url)
-    await upgrade(eng)
-    yield eng
-    await eng.dispose()
 
 
 @pytest.fixture
