@@ -62,7 +62,10 @@ class Registry:
         self.repo = GitRepo.open_or_init(Path(path))
         self.path = self.repo.path
         self.lock_timeout = lock_timeout
-        self.repo.ensure_clean(_TRACKED)
+        # Under the write lock: another process's registration writes files just before committing
+        # them, and must not read as a hand edit.
+        with self.repo.lock(lock_timeout):
+            self.repo.ensure_clean(_TRACKED)
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Registry:

@@ -96,6 +96,9 @@ def run_demo() -> None:
     stamp = time.strftime("%H%M%S")
     sessions = {"alice": f"ticket-{stamp}-a", "bob": f"ticket-{stamp}-b"}
 
+    migrated = teamstore("db", "upgrade")
+    console.print(f"database schema: {migrated['from'] or 'empty'} -> {migrated['to']} (teamstore db upgrade)")
+
     _step("1. Register the support team (a git commit) and label it production")
     v1, v2 = _register(Registry(settings.resolved_registry_path))
     console.print(f"v1 {v1[:12]} (production), v2 {v2[:12]} (researcher renamed; not labelled yet)")
