@@ -329,3 +329,24 @@ async def test_moved_label_reaches_a_worker_after_the_refresh_interval(platform:
     assert again.version == v2 and again.team is not first.team
     pinned = await platform.build_team(f"support_triage@{first.version[:12]}")
     assert pinned.version == first.version
+
+
+@pytest.mark.postgres
+async def test_production_database_is_never_migrated_implicitly(postgres_url: str, registry: Registry) -> None:
+    from teamstore.db.migrate import upgrade
+    from teamstore.errors import SchemaNotReady
+    from teamstore.settings import Settings
+
+    engine = create_engine(postgres_url)
+    platform = Platform(engine, registry, settings=Settings(database_url=postgres_url))
+    with pytest.raises(SchemaNotReady) as info:
+        await talk(platform, "alice", "s1", "hello")
+    assert "teamstore db upgrade" in (info.value.hint or "")
+    async with engine.connect() as conn:
+        tables = await conn.run_sync(lambda c: __import__("sqlalchemy").inspect(c).get_table_names())
+    assert "ts_sessions" not in tables
+    await upgrade(engine)
+    _, outcome = await talk(platform, "alice", "s1", "hello")
+    assert outcome.outcome == "new"
+    await platform.store.aclose()
+    await engine.dispose()
