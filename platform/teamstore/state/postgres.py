@@ -71,7 +71,11 @@ class PostgresStateStore(SqlStateStore):
                     raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool") from exc
                 url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
                 pool = AsyncConnectionPool(
-                    url, min_size=1, max_size=self._pool_size, kwargs={"autocommit": True}, open=False
+                    url,
+                    min_size=min(4, self._pool_size),
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True},
+                    open=False,
                 )
                 await pool.open(wait=False)
                 self._pool = pool
