@@ -60,6 +60,7 @@ class Session:
         self._pending: str | None = None
         self._running = False
         self.resume: ResumeOutcome | None = None
+        self._audit: asyncio.Task[None] | None = None
         self.last_run_id: str | None = None
 
     @property
@@ -103,6 +104,7 @@ class Session:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.flush_audit()
         if self._pending is None:
             await self._release()
             return
@@ -125,6 +127,7 @@ class Session:
         """
         if self._running:
             raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
+        await self.flush_audit()
         self._running = True
         try:
             result = await self._run_observed(task)
@@ -159,8 +162,17 @@ class Session:
             datetime.now(UTC), result=result, stop_reason=result.stop_reason,
             ended_by_limit=ended_by_limit(result.stop_reason), model_calls=list(meter.calls),
         )
-        await notify_observers(observers, "run_finished", ctx, outcome)
+        # The audit writes (transcript PUT, ledger row, spans) overlap what the caller does next with the
+        # result (answering its user) and the state save; the session awaits them before the next run
+        # and before it saves and releases the lease, so a request never finishes with its audit unwritten.
+        self._audit = asyncio.create_task(notify_observers(observers, "run_finished", ctx, outcome))
         return result
+
+    async def flush_audit(self) -> None:
+        """Wait until the last run's transcript, ledger rows and spans are written (or queued)."""
+        task, self._audit = self._audit, None
+        if task is not None:
+            await task
 
     async def _snapshot(self) -> None:
         built = self._built
