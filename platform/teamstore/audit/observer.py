@@ -159,9 +159,8 @@ class TranscriptObserver:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run_started(self, ctx: RunContext) -> None:
-        """Start the run's buffer and the key lookup."""
+        """Start the run's buffer; keys are resolved at its end, off the result's path."""
         self._items[ctx.run_id] = []
-        self.pseudonyms.prefetch(ctx)
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
         """Buffer one streamed message or event (made JSON-safe now, so later mutation cannot leak in)."""
@@ -225,8 +224,7 @@ class LedgerObserver:
         self.pseudonyms = pseudonyms
 
     async def run_started(self, ctx: RunContext) -> None:
-        """Start the key lookup, to overlap the run."""
-        self.pseudonyms.prefetch(ctx)
+        """Nothing before the run: keys are resolved at its end, off the result's path."""
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
         """Usage comes from the metered calls, not the stream."""

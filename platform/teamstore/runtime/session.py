@@ -191,7 +191,8 @@ class Session:
         self._pending = text
 
     async def save(self) -> int:
-        """Write the pending snapshot now, keeping the lease; returns the new row version."""
+        """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version."""
+        await self.flush_audit()
         if self._pending is not None:
             await self._write(release=False)
         return self._row_version
