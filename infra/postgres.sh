@@ -9,7 +9,7 @@
 set -euo pipefail
 
 PGPORT="${TEAMSTORE_PGPORT:-55432}"
-PGDATA="${TEAMSTORE_PGDATA:-/tmp/teamstore-pg-$PGPORT}"
+PGDATA="${TEAMSTORE_PGDATA:-${TMPDIR:-/tmp}/teamstore-pg-$PGPORT}"
 
 find_bin() {
   local name="$1"
