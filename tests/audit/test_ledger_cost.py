@@ -103,7 +103,7 @@ async def test_a_model_missing_from_the_price_table_has_unknown_cost_and_counted
 async def test_prices_apply_by_effective_date_and_filters_narrow_by_time(engine: AsyncEngine) -> None:
     ctx = context()
     outcome = await observe_run([], triage_team(), ctx)
-    keys = await Pseudonyms(engine).keys(ctx)
+    keys = await Pseudonyms(engine).writable(ctx)
     await record_usage(engine, usage_rows(ctx, outcome, keys))
     late = context(run_id="late")
     late = type(late)(**{**late.__dict__, "started_at": datetime(2031, 1, 1, tzinfo=UTC)})

@@ -132,7 +132,7 @@ async def test_s3_down_the_run_succeeds_the_transcript_waits_in_the_outbox_then_
     report = await outbox.flush(sqlite_engine, up)
     assert (report.delivered, report.remaining) == (1, 0)
     assert await outbox.flush(sqlite_engine, up) == outbox.FlushReport(0, 0, 0)
-    keys = await Pseudonyms(sqlite_engine).keys(ctx)
+    keys = await Pseudonyms(sqlite_engine).writable(ctx)
     stored = await up.list_keys(session_prefix(keys))
     assert stored == [run_key(keys, ctx.run_id)]
     header, items = decode(await up.get(stored[0]))
@@ -157,7 +157,7 @@ async def test_later_runs_flush_the_outbox_opportunistically(
     store = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
     pseudonyms = Pseudonyms(sqlite_engine)
     queued = context(user_id="carol")
-    keys = await pseudonyms.keys(queued)
+    keys = await pseudonyms.writable(queued)
     await outbox.enqueue(
         sqlite_engine, queued.run_id, run_key(keys, queued.run_id), keys.subject_key, b"gz", "down"
     )

@@ -50,55 +50,29 @@ class Pseudonyms:
     def __init__(self, engine: AsyncEngine, cache_size: int = 1024) -> None:
         self.engine = engine
         self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()
-        self._fences: dict[str, asyncio.Task[None]] = {}
         self._cache_size = cache_size
 
     def prefetch(self, ctx: RunContext) -> None:
-        """Start resolving the run's keys now, so the lookup overlaps the run instead of following it."""
+        """Start resolving the run's keys (once per run; every observer shares the lookup)."""
         if ctx.run_id not in self._runs:
             self._runs[ctx.run_id] = asyncio.get_running_loop().create_task(self._resolve(ctx))
             while len(self._runs) > self._cache_size:
-                old, dropped = self._runs.popitem(last=False)
+                _, dropped = self._runs.popitem(last=False)
                 dropped.cancel()
-                self._fences.pop(old, None)
-
-    async def keys(self, ctx: RunContext) -> RunKeys:
-        """The run's keys, creating the subject on first use.
-
-        Raises:
-            ErasureInProgress: The user is fenced by an open erasure: nothing may be written for them.
-            StoreUnavailable: The database could not be reached.
-        """
-        self.prefetch(ctx)
-        return await asyncio.shield(self._runs[ctx.run_id])
 
     async def writable(self, ctx: RunContext) -> RunKeys:
-        """The run's keys, once it is known no erasure opened while the run was in flight.
+        """The run's keys, once it is known no erasure holds the user; creates the subject on first use.
 
-        One ``EXISTS`` per run at its end, shared by the observers: the lookup at run start cannot see
-        an erasure that opens mid-run.
+        Observers call this when the run has ended, so the single lookup (subject and ``EXISTS`` on the
+        hold, one round trip, shared by the observers) is also the end-of-run fence: an erasure that
+        opened while the run was in flight is seen here.
 
         Raises:
             ErasureInProgress: The user is fenced: nothing may be written for them.
             StoreUnavailable: The database could not be reached.
         """
-        keys = await self.keys(ctx)
-        if ctx.run_id not in self._fences:
-            self._fences[ctx.run_id] = asyncio.get_running_loop().create_task(self._check_fence(ctx.user_id))
-        await asyncio.shield(self._fences[ctx.run_id])
-        return keys
-
-    async def _check_fence(self, user_id: str) -> None:
-        try:
-            async with self.engine.connect() as conn:
-                fenced = await conn.scalar(select(exists().where(user_holds.c.user_id == user_id)))
-        except SQLAlchemyError as exc:
-            raise StoreUnavailable(
-                f"could not check for an open erasure: {type(exc).__name__}",
-                hint="check the database and run `teamstore db upgrade`",
-            ) from exc
-        if fenced:
-            raise _fenced()
+        self.prefetch(ctx)
+        return await asyncio.shield(self._runs[ctx.run_id])
 
     async def _resolve(self, ctx: RunContext) -> RunKeys:
         subject = await self._subject(ctx.user_id)
@@ -123,7 +97,6 @@ class Pseudonyms:
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
         task = self._runs.pop(run_id, None)
-        self._fences.pop(run_id, None)
         if task is not None and not task.done():
             task.cancel()
 
