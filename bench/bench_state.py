@@ -25,7 +25,7 @@ from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.model_context import BufferedChatCompletionContext, ChatCompletionContext
 from sqlalchemy import event
 
-from bench.common import drop_database, postgres_database, rate
+from bench.common import drop_database, postgres_database, rate, server_settings
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
@@ -33,7 +33,8 @@ from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.resume import SCHEMA_VERSION, capture_states
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.envelope import decode, encode
-from teamstore.state.sql import SqlStateStore, store_for
+from teamstore.state.postgres import PostgresStateStore
+from teamstore.state.sql import store_for
 from teamstore.state.validate import validate_participant
 
 CHECKPOINTS = (10, 50, 200)
@@ -91,13 +92,21 @@ async def _sample_state() -> str:
 async def statements(url: str, state: str) -> None:
     engine = create_engine(url)
     await upgrade(engine)
-    store, seen = SqlStateStore(engine), []
+    store, seen = store_for(engine), []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if not statement.lstrip().upper().startswith(("PRAGMA", "BEGIN", "COMMIT")):
             seen.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", count)
+    if isinstance(store, PostgresStateStore):  # its lease statements go through psycopg directly
+        direct = store._execute
+
+        async def counted(conn: Any, sql: str, params: Any) -> Any:
+            seen.append(sql)
+            return await direct(conn, sql, params)
+
+        store._execute = counted  # type: ignore[method-assign]
     key, claim = SessionKey("u", "s"), Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
     for _ in range(2):
         seen.clear()
@@ -106,6 +115,7 @@ async def statements(url: str, state: str) -> None:
         await store.save(key, owner="w", expected_version=row.row_version, record=_record(state), release=True)
         saves = len(seen) - loads
     print(f"    {engine.dialect.name:<10} statements per load: {loads}, per save: {saves}")
+    await store.aclose()
     await engine.dispose()
 
 
@@ -164,7 +174,8 @@ class Cycles:
 
 
 async def throughput(url: str, state: str, seconds: float) -> None:
-    print(f"(3) resume+save cycles/s on Postgres, {len(state):,}-byte state, alternating rounds of {seconds}s")
+    print(f"(3) resume+save cycles/s on Postgres ({server_settings(url)}), {len(state):,}-byte state,"
+          f" alternating rounds of {seconds}s")
     for workers in (1, 16):
         cycles = Cycles(url, state)
         await cycles.setup(workers)

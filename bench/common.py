@@ -2,24 +2,53 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from tests.services import postgres_server_url
+from tests.services import ROOT
+
+
+def bench_server_url() -> str:
+    """A Postgres with production durability (fsync and synchronous_commit on) to measure against.
+
+    ``TEAMSTORE_BENCH_DATABASE_URL`` names one; otherwise one is started from local binaries on port
+    55433. The test server runs with fsync off, which would flatter every write.
+    """
+    url = os.environ.get("TEAMSTORE_BENCH_DATABASE_URL")
+    if url:
+        return url
+    try:
+        out = subprocess.run(
+            [str(ROOT / "infra" / "postgres.sh"), "start"], check=True, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "TEAMSTORE_PG_DURABLE": "1"},
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SystemExit(f"benchmarks need PostgreSQL (apt-get install postgresql): {exc}") from exc
+    return out.strip().rpartition("=")[2]
 
 
 def postgres_database() -> tuple[str, str]:
-    """Create a throwaway database on the local/test Postgres; returns (server_url, database_url)."""
+    """Create a throwaway database on the benchmark Postgres; returns (server_url, database_url)."""
     import psycopg
 
-    server = postgres_server_url()
-    if server is None:
-        raise SystemExit("benchmarks need PostgreSQL: set TEAMSTORE_TEST_DATABASE_URL or apt-get install postgresql")
+    server = bench_server_url()
     name = f"bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return server, f"{server.rpartition('/')[0]}/{name}"
+
+
+def server_settings(url: str) -> str:
+    """The durability settings of the server behind ``url``, for the printed figures."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = ("server_version", "fsync", "synchronous_commit")
+        values = [conn.execute(f"SHOW {n}").fetchone()[0] for n in names]  # type: ignore[index]
+    return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
 
 
 def drop_database(server: str, url: str) -> None:

@@ -4,11 +4,15 @@
 #   eval "$(infra/postgres.sh start)"   # exports TEAMSTORE_TEST_DATABASE_URL
 #   infra/postgres.sh stop
 #
+# Tests run it with fsync off (fast, nothing to keep). TEAMSTORE_PG_DURABLE=1 keeps the production
+# defaults (fsync, synchronous_commit on) on port 55433: the benchmarks measure against that one.
+#
 # Uses Debian's packaged server binaries (apt-get install postgresql). The server refuses to run as
 # root, so when started as root it runs as the 'postgres' system user. Data lives in a temporary folder.
 set -euo pipefail
 
-PGPORT="${TEAMSTORE_PGPORT:-55432}"
+DURABLE="${TEAMSTORE_PG_DURABLE:-0}"
+if [[ "$DURABLE" == "1" ]]; then PGPORT="${TEAMSTORE_PGPORT:-55433}"; FSYNC=""; else PGPORT="${TEAMSTORE_PGPORT:-55432}"; FSYNC="-c fsync=off"; fi
 PGDATA="${TEAMSTORE_PGDATA:-${TMPDIR:-/tmp}/teamstore-pg-$PGPORT}"
 
 find_bin() {
@@ -35,7 +39,7 @@ start() {
   fi
   if ! as_owner "$pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; then
     as_owner "$pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w \
-      -o "-p $PGPORT -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
+      -o "-p $PGPORT -k /tmp -c listen_addresses=127.0.0.1 $FSYNC -c max_connections=200" start >/dev/null
   fi
   echo "export TEAMSTORE_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:$PGPORT/postgres"
 }

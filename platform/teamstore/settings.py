@@ -43,7 +43,12 @@ class Settings(BaseSettings):
     state_ttl_days: float = Field(default=7.0, gt=0, description="Default resume-state TTL.")
     state_max_bytes: int = Field(default=1_048_576, gt=0, description="Hard cap on one session's state.")
     lease_timeout_seconds: float = Field(default=10.0, ge=0, description="How long to wait for a busy session.")
-    lease_ttl_seconds: float = Field(default=300.0, gt=0, description="A lease older than this is stale.")
+    lease_ttl_seconds: float = Field(
+        default=300.0, gt=0, description="A session held longer than this loses its lease (and cannot save)."
+    )
+    db_pool_size: int = Field(
+        default=20, gt=0, description="Postgres: most sessions one process holds open at once (a connection each)."
+    )
     registry_refresh_seconds: float = Field(
         default=5.0, ge=0, description="How long a worker trusts its cached NAME or NAME@LABEL resolution."
     )

@@ -40,4 +40,5 @@ async def platform(database_url: str, registry: Registry, tmp_path: Path) -> Asy
     p = Platform(engine, registry, settings=settings)
     await p.ensure_schema()
     yield p
+    await p.aclose()  # closes the store's lease pool; the engine is the test's
     await engine.dispose()

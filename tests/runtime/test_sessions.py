@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, text, update
 
 from config_registry import Registry
 from teamstore import examples
@@ -24,7 +26,7 @@ from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
 from teamstore.state.envelope import decode
 from teamstore.state.schema import quarantine, sessions, user_holds
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.sql import store_for
 from tests.runtime.conftest import renamed_manifest
 from tests.services import free_port
 
@@ -61,6 +63,7 @@ async def test_a_new_platform_continues_the_conversation(platform: Platform, reg
     # A second Platform with its own engine is what a restarted process or another machine has.
     other = Platform(create_engine(str(platform.engine.url)), registry, settings=platform.settings)
     result, outcome = await talk(other, "alice", "s1", "still broken")
+    await other.aclose()
     await other.engine.dispose()
     assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
 
@@ -285,24 +288,43 @@ async def test_hold_placed_mid_run_refuses_the_save(platform: Platform) -> None:
 
 async def test_database_down_at_load_is_typed(platform: Platform) -> None:
     down = create_engine(f"postgresql://x@127.0.0.1:{free_port()}/x", connect_args={"connect_timeout": 2})
-    platform.store = SqlStateStore(down)
+    real, platform.store = platform.store, store_for(down)
     with pytest.raises(StoreUnavailable):
         await talk(platform, "alice", "s1", "hello")
+    await platform.store.aclose()
+    platform.store = real
     await down.dispose()
 
 
-async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform: Platform) -> None:
+async def _lose_the_database(platform: Platform, tmp_path: Path) -> Any:
+    """Cut the session's database away under it: a dead file path on SQLite, a killed backend on Postgres."""
+    if platform.engine.dialect.name == "sqlite":
+        gone = create_engine(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}")
+        platform.store.engine = gone
+        platform.store._single = gone.execution_options(isolation_level="AUTOCOMMIT")
+        return gone
+    (lease,) = platform.store._leases.values()  # type: ignore[attr-defined]
+    async with platform.engine.connect() as conn:
+        await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": lease.conn.info.backend_pid})
+    return None
+
+
+async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform: Platform, tmp_path: Path) -> None:
     await talk(platform, "alice", "s1", "first")
     before = await stored_state(platform, "alice", "s1")
-    real = platform.store
-    down = create_engine(f"postgresql://x@127.0.0.1:{free_port()}/x", connect_args={"connect_timeout": 2})
+    real_engine = platform.store.engine
     with pytest.raises(StoreUnavailable):
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("second")
-            platform.store = SqlStateStore(down)
-    platform.store = real
+            gone = await _lose_the_database(platform, tmp_path)
+    if gone is not None:
+        platform.store.engine = real_engine
+        platform.store._single = real_engine.execution_options(isolation_level="AUTOCOMMIT")
+        await gone.dispose()
     assert await stored_state(platform, "alice", "s1") == before
-    await down.dispose()
+    if gone is None:  # Postgres: the lock went with the connection, so the session opens again at once
+        _, outcome = await talk(platform, "alice", "s1", "third")
+        assert outcome.applied
 
 
 async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Registry) -> None:

@@ -12,7 +12,7 @@ from teamstore.db.engine import create_engine
 from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.schema import quarantine, sessions, user_holds
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.sql import SqlStateStore, store_for
 from tests.services import free_port
 
 CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
@@ -181,7 +181,7 @@ async def test_rows_hold_what_the_schema_promises(store: SqlStateStore) -> None:
 async def test_database_down_is_a_typed_error() -> None:
     engine = create_engine(f"postgresql://nobody@127.0.0.1:{free_port()}/none", connect_args={"connect_timeout": 2})
     with pytest.raises(StoreUnavailable) as info:
-        await acquire(SqlStateStore(engine), SessionKey("alice", "s1"))
+        await acquire(store_for(engine), SessionKey("alice", "s1"))
     assert "TEAMSTORE_DATABASE_URL" in (info.value.hint or "")
     await engine.dispose()
 
@@ -197,11 +197,11 @@ async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> No
 
     event.listen(store.engine.sync_engine, "before_cursor_execute", count)
     fast = getattr(store, "_execute", None)
-    if fast is not None:  # the Postgres fast path sends its statements through psycopg directly
+    if fast is not None:  # the Postgres store sends its lease statements through psycopg directly
 
-        async def counted(compiled, params, action):  # type: ignore[no-untyped-def]
-            statements.append(compiled.sql)
-            return await fast(compiled, params, action)
+        async def counted(conn, sql, params):  # type: ignore[no-untyped-def]
+            statements.append(sql)
+            return await fast(conn, sql, params)
 
         store._execute = counted  # type: ignore[attr-defined]
     key = SessionKey("alice", "s1")
@@ -218,3 +218,13 @@ async def test_postgres_uses_the_fast_path(store: SqlStateStore) -> None:
     from teamstore.state.postgres import PostgresStateStore
 
     assert isinstance(store, PostgresStateStore) == (store.engine.dialect.name == "postgresql")
+
+
+async def test_a_save_that_keeps_the_lease_still_excludes_others(store: SqlStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await acquire(store, key, owner="w1")
+    await store.save(key, owner="w1", expected_version=0, record=record(), release=False)
+    with pytest.raises(SessionBusy):
+        await acquire(store, key, owner="w2", timeout=0.2)
+    assert await store.save(key, owner="w1", expected_version=1, record=record('{"b":2}'), release=True) == 2
+    assert (await acquire(store, key, owner="w2")).state == '{"b":2}'

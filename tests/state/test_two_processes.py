@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.state.base import Claim, SaveRecord, SessionKey
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.sql import store_for
 
 CYCLES = 25
 KEY = SessionKey("alice", "hot-session")
@@ -19,7 +19,7 @@ CLAIM = Claim("t", "v1", 1, "0.7.5", {})
 
 async def _hammer(url: str, worker: str) -> int:
     engine = create_engine(url)
-    store = SqlStateStore(engine)
+    store = store_for(engine)
     done = 0
     for _ in range(CYCLES):
         row = await store.acquire(KEY, CLAIM, owner=worker, lease_ttl=30, wait_seconds=30)
@@ -28,6 +28,7 @@ async def _hammer(url: str, worker: str) -> int:
                          datetime.now(UTC) + timedelta(days=1))
         await store.save(KEY, owner=worker, expected_version=row.row_version, record=rec, release=True)
         done += 1
+    await store.aclose()
     await engine.dispose()
     return done
 
@@ -51,7 +52,9 @@ async def test_two_processes_never_lose_an_update(database_url: str) -> None:
     for p in procs:
         p.join(timeout=30)
     assert outcomes == {"p0": CYCLES, "p1": CYCLES}
-    row = await SqlStateStore(engine).get(KEY)
+    store = store_for(engine)
+    row = await store.get(KEY)
+    await store.aclose()
     assert row is not None and json.loads(row.state or "{}") == {"count": 2 * CYCLES}
     assert row.row_version == 2 * CYCLES
     await engine.dispose()

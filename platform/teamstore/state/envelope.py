@@ -11,10 +11,11 @@ The envelope names its codec so an encrypting codec can wrap the payload later w
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from teamstore.errors import StateNotSerializable, StateRejected
 
@@ -51,9 +52,22 @@ def check_json(value: Any, path: str) -> None:
     )
 
 
+# orjson would turn dates, dataclasses and str/int subclasses into JSON silently (and read back as
+# something else); these options make it refuse them instead, like the check above.
+_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
 def encode(payload: Mapping[str, Any]) -> str:
-    """Wrap ``payload`` in the current envelope and serialise it."""
-    return json.dumps({"envelope": ENVELOPE_VERSION, "codec": CODEC, "data": payload}, separators=(",", ":"))
+    """Wrap ``payload`` in the current envelope and serialise it (compact JSON).
+
+    Raises:
+        StateNotSerializable: A value is not plain JSON (run :func:`check_json` first for its path).
+    """
+    try:
+        raw = orjson.dumps({"envelope": ENVELOPE_VERSION, "codec": CODEC, "data": payload}, option=_STRICT)
+    except TypeError as exc:
+        raise StateNotSerializable(f"state is not plain JSON ({exc})") from exc
+    return raw.decode()
 
 
 def decode(text: str) -> dict[str, Any]:
@@ -64,7 +78,7 @@ def decode(text: str) -> dict[str, Any]:
             ``schema_mismatch`` for an envelope or codec this code does not read.
     """
     try:
-        doc = json.loads(text)
+        doc = orjson.loads(text)
     except (ValueError, RecursionError) as exc:
         raise StateRejected("corrupt", f"stored state is not valid JSON ({exc})") from exc
     if not isinstance(doc, dict) or "envelope" not in doc or "data" not in doc:

@@ -1,55 +1,124 @@
-"""The Postgres backend: the same store, with its two hot statements sent straight through psycopg 3.
+"""The Postgres backend: the lease is an advisory lock, held on one connection from load to save.
 
     from teamstore.state.postgres import PostgresStateStore
 
-    store = PostgresStateStore(engine)      # engine: postgresql+psycopg
-    ...
+    store = PostgresStateStore(engine, pool_size=20)      # engine: postgresql+psycopg
+    row = await store.acquire(key, claim, owner="w-1", lease_ttl=300, wait_seconds=10)
+    ...                                                   # the run; the connection stays checked out
+    await store.save(key, owner="w-1", expected_version=row.row_version, record=rec, release=True)
     await store.aclose()
 
-Taking the lease (with the load) and saving (with the release) run once per request for every user,
-so they skip SQLAlchemy's per-statement overhead (pool checkout through greenlets, result processing),
-which on a loopback server costs more than the statements themselves. The SQL is still compiled from
-the Core statements in :mod:`teamstore.state.sql`, so the schema has one source of truth; everything
-else (quarantine, listing, sweeps) goes through the engine as usual. The psycopg pool opens lazily.
+Why not the lease row SQLite uses: taking a lease in a row is a write, and a write costs a commit
+(with its WAL flush) on every load. A session-level advisory lock lives in shared memory, so the load
+is one read-only statement::
+
+    lock (unless an erasure holds the user) + arm the lease timer + read the row
+
+and the save is one statement and one commit::
+
+    versioned UPDATE (or INSERT for a new session, unless held) + hand the lock over to the
+    transaction (pg_advisory_xact_lock, then pg_advisory_unlock) + disarm the lease timer
+
+Handing the lock over to the transaction means it is released by the commit itself: no other worker
+can take the session between the unlock and the moment the new state is visible.
+
+The lease's time limit is the server's ``idle_session_timeout``, set on the held connection to
+``lease_ttl``: a worker that stalls longer than that has its connection ended by the server, which
+frees the lock, and its late save fails (:class:`StaleStateVersion`). A crashed worker's lock goes
+with its connection at once. The row version is still checked on every save, so no update is lost
+even if the lock were.
+
+Costs and requirements: one pooled connection per session in flight (``pool_size`` bounds the sessions
+one process runs at once); PostgreSQL 14 or newer (``idle_session_timeout``); connections must be
+direct or through a session-mode pooler (a transaction-mode pooler cannot keep a session lock).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import orjson
+from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import MissingExtra, StoreUnavailable
-from teamstore.state.base import StoredSession
-from teamstore.state.schema import sessions
-from teamstore.state.sql import SqlStateStore, _session
+from teamstore.errors import ErasureInProgress, MissingExtra, SessionBusy, StaleStateVersion, StoreUnavailable
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.schema import sessions, user_holds
+from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore, now_utc
 
-_COLUMNS = [c.name for c in sessions.c]
+_S, _H = sessions.name, user_holds.name
+_OPEN_SECONDS = 2.0
+_LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
+_NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
+
+# The lock, the lease timer and the read, in one read-only statement. ``locked`` is NULL when an
+# erasure holds the user (no lock is taken), false when another worker has the session.
+_ACQUIRE = f"""
+SELECT l.locked, s.state, s.row_version, s.team, s.team_version, s.schema_version, s.agentchat_version,
+       s.fingerprints::text, s.state_bytes, s.created_at, s.updated_at, s.expires_at
+FROM (SELECT CASE WHEN {_NOT_HELD} THEN pg_try_advisory_lock({_LOCK_KEY}) END AS locked,
+             set_config('idle_session_timeout', %(ttl_ms)s::text, false) AS armed
+      OFFSET 0) AS l
+LEFT JOIN {_S} AS s ON l.locked AND s.user_id = %(u)s::text AND s.session_id = %(s)s::text
+"""
+
+_SET = """team = %(team)s::text, team_version = %(team_version)s::text, schema_version = %(schema)s::int,
+    agentchat_version = %(agentchat)s::text, fingerprints = %(fingerprints)s::json, state = %(state)s::text,
+    state_bytes = %(state_bytes)s::int, updated_at = now(), expires_at = %(expires_at)s::timestamptz"""
+
+_UPDATE = f"""UPDATE {_S} SET {_SET}, row_version = row_version + 1
+    WHERE user_id = %(u)s::text AND session_id = %(s)s::text AND row_version = %(version)s::bigint
+      AND {_NOT_HELD}
+    RETURNING row_version"""
+
+_INSERT = f"""INSERT INTO {_S} (user_id, session_id, team, team_version, schema_version, agentchat_version,
+        fingerprints, state, state_bytes, row_version, created_at, updated_at, expires_at)
+    SELECT %(u)s::text, %(s)s::text, %(team)s::text, %(team_version)s::text, %(schema)s::int,
+        %(agentchat)s::text, %(fingerprints)s::json, %(state)s::text, %(state_bytes)s::int, 1, now(), now(),
+        %(expires_at)s::timestamptz
+    WHERE {_NOT_HELD}
+    ON CONFLICT (user_id, session_id) DO NOTHING
+    RETURNING row_version"""
+
+# Keep the lock (``s.save()`` mid-session): the statement itself restarts the lease timer.
+_SAVE_KEEP = {True: f"WITH saved AS ({_UPDATE}) SELECT row_version FROM saved",
+              False: f"WITH saved AS ({_INSERT}) SELECT row_version FROM saved"}
+# Save and release: the transaction takes the lock too, the session lock is dropped, and the commit
+# releases the transaction's; the subquery (OFFSET 0 keeps it one) runs before the outer unlock.
+_SAVE_RELEASE = {
+    existing: f"""WITH saved AS ({stmt})
+SELECT (SELECT row_version FROM saved), pg_advisory_unlock({_LOCK_KEY}),
+       set_config('idle_session_timeout', '0', false)
+FROM (SELECT pg_advisory_xact_lock({_LOCK_KEY}) OFFSET 0) AS handover"""
+    for existing, stmt in ((True, _UPDATE), (False, _INSERT))
+}
+_RELEASE = f"SELECT pg_advisory_unlock({_LOCK_KEY}), set_config('idle_session_timeout', '0', false)"
 
 
-class _Compiled:
-    """A Core statement compiled once for psycopg: its SQL text and its default parameters."""
+@dataclass
+class _Lease:
+    conn: Any
+    taken: float
+    ttl: float
 
-    def __init__(self, statement: Any, engine: AsyncEngine) -> None:
-        compiled = statement.compile(dialect=engine.dialect)
-        self.sql: str = str(compiled)
-        self.defaults: dict[str, Any] = dict(compiled.params)
-
-    def params(self, given: dict[str, Any]) -> dict[str, Any]:
-        from psycopg.types.json import Json
-
-        merged = {**self.defaults, **given}
-        return {k: Json(v) if isinstance(v, dict) else v for k, v in merged.items()}
+    @property
+    def overdue(self) -> bool:
+        return time.monotonic() - self.taken > self.ttl
 
 
 class PostgresStateStore(SqlStateStore):
-    """:class:`SqlStateStore` on Postgres with a psycopg fast path for lease+load and save+release.
+    """:class:`SqlStateStore` on Postgres, with the lease as an advisory lock on a held connection.
 
     Args:
-        engine: A ``postgresql+psycopg`` engine the caller owns; the fast path opens its own small
-            psycopg pool to the same database (closed by :meth:`aclose`).
-        pool_size: Most connections the fast path holds.
+        engine: A ``postgresql+psycopg`` engine the caller owns; used for everything off the hot path
+            (quarantine, listing, sweeps). The leases use the store's own psycopg pool to the same
+            database, closed by :meth:`aclose`.
+        pool_size: Most connections the store holds, so the most sessions this process runs at once.
     """
 
     def __init__(self, engine: AsyncEngine, pool_size: int = 20) -> None:
@@ -57,56 +126,203 @@ class PostgresStateStore(SqlStateStore):
         self._pool_size = pool_size
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
-        self._acquire_sql = _Compiled(self._acquire, engine)
-        self._save_sql = {True: _Compiled(self._save_release, engine), False: _Compiled(self._save_keep, engine)}
+        self._leases: dict[tuple[SessionKey, str], _Lease] = {}
 
-    async def _connection_pool(self) -> Any:
+    async def _connection_pool(self, budget: float) -> Any:
         if self._pool is not None:
             return self._pool
         async with self._pool_lock:
             if self._pool is None:
                 try:
-                    from psycopg_pool import AsyncConnectionPool
+                    from psycopg_pool import AsyncConnectionPool, PoolTimeout
                 except ImportError as exc:
                     raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool") from exc
                 url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
                 pool = AsyncConnectionPool(
-                    url,
-                    min_size=min(4, self._pool_size),
-                    max_size=self._pool_size,
-                    kwargs={"autocommit": True},
-                    open=False,
+                    url, min_size=min(4, self._pool_size), max_size=self._pool_size,
+                    kwargs={"autocommit": True}, open=False,
                 )
-                await pool.open(wait=False)
+                # Opened fully before use: no connection attempt is left running in the background.
+                try:
+                    await pool.open(wait=True, timeout=max(budget, _OPEN_SECONDS))
+                except PoolTimeout as exc:
+                    await pool.close()
+                    raise StoreUnavailable(
+                        "could not connect to the state database",
+                        hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
+                    ) from exc
                 self._pool = pool
         return self._pool
 
-    async def _execute(self, compiled: _Compiled, params: dict[str, Any], action: str) -> tuple[Any, ...] | None:
-        import psycopg
+    async def _execute(self, conn: Any, sql: str, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """Run one statement on ``conn`` and return its single row (every hot statement goes here)."""
+        cursor = await conn.execute(sql, params)
+        row: tuple[Any, ...] | None = await cursor.fetchone()
+        return row
+
+    async def _checkout(self, seconds: float) -> Any:
         from psycopg_pool import PoolTimeout
 
-        pool = await self._connection_pool()
+        pool = await self._connection_pool(seconds)
         try:
-            async with pool.connection(timeout=10.0) as conn:
-                cursor = await conn.execute(compiled.sql, compiled.params(params))
-                row: tuple[Any, ...] | None = await cursor.fetchone()
-                return row
-        except (psycopg.Error, PoolTimeout) as exc:
+            return await pool.getconn(timeout=max(seconds, 0.05))
+        except PoolTimeout as exc:
             raise StoreUnavailable(
-                f"could not {action}: the database failed with {type(exc).__name__}",
-                hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
+                f"no database connection came free within {seconds:.1f}s: all {self._pool_size} are "
+                "held by sessions in flight in this process (or the database does not answer)",
+                hint="check TEAMSTORE_DATABASE_URL and the database server; if both are fine, raise "
+                "TEAMSTORE_DB_POOL_SIZE or run fewer sessions per process",
             ) from exc
 
-    async def _run_acquire(self, params: dict[str, Any]) -> StoredSession | None:
-        row = await self._execute(self._acquire_sql, params, "take the session lease")
-        return _session(dict(zip(_COLUMNS, row, strict=True))) if row is not None else None
+    async def _checkin(self, conn: Any, *, discard: bool = False) -> None:
+        if discard:
+            await conn.close()  # ends the server session, and with it any lock it held
+        if self._pool is not None:
+            await self._pool.putconn(conn)
 
-    async def _run_save(self, release: bool, params: dict[str, Any]) -> int | None:
-        row = await self._execute(self._save_sql[release], params, "save the session state")
-        return None if row is None else int(row[0])
+    async def acquire(
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
+    ) -> StoredSession:
+        """Take the session's advisory lock and read its row in one statement; see the module doc."""
+        import psycopg
+
+        deadline, pause = time.monotonic() + wait_seconds, _POLL_START
+        params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
+        while True:
+            conn = await self._checkout(deadline - time.monotonic())
+            try:
+                row = await self._execute(conn, _ACQUIRE, params)
+            except BaseException as exc:
+                # Whatever happened (database error, cancellation), the lock may be held: end the session.
+                await self._checkin(conn, discard=True)
+                if isinstance(exc, psycopg.Error):
+                    raise _unavailable(exc, "take the session lease") from exc
+                raise
+            assert row is not None
+            locked = row[0]
+            if locked:
+                self._leases[(key, owner)] = _Lease(conn, time.monotonic(), lease_ttl)
+                return _stored(key, claim, row)
+            await self._checkin(conn)
+            if locked is None:
+                raise ErasureInProgress(
+                    "an erasure request is open for this user; no session may start",
+                    hint="wait for the erasure to complete; the user can then start over",
+                )
+            if time.monotonic() >= deadline:
+                raise SessionBusy(
+                    f"session is in use by another worker (waited {wait_seconds:.1f}s)",
+                    hint="retry later, or raise lease_timeout_seconds; a crashed worker's lease ends with "
+                    "its connection",
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_MAX)
+
+    async def save(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
+    ) -> int:
+        """Write ``record`` in one statement if the row is still at ``expected_version`` (and release).
+
+        Raises:
+            StaleStateVersion: The row changed or vanished, or this worker's lease ended (it held the
+                session longer than ``lease_ttl``).
+            ErasureInProgress: An erasure request holds this user.
+            StoreUnavailable: The database failed; the previous state is intact.
+        """
+        import psycopg
+
+        lease = self._lease(key, owner)
+        params = {
+            "u": key.user_id, "s": key.session_id, "version": expected_version,
+            "team": record.team, "team_version": record.team_version, "schema": record.schema_version,
+            "agentchat": record.agentchat_version, "fingerprints": orjson.dumps(dict(record.fingerprints)).decode(),
+            "state": record.state, "state_bytes": len(record.state.encode()), "expires_at": record.expires_at,
+        }
+        statements = _SAVE_RELEASE if release else _SAVE_KEEP
+        try:
+            row = await self._execute(lease.conn, statements[expected_version > 0], params)
+        except BaseException as exc:
+            self._leases.pop((key, owner), None)
+            await self._checkin(lease.conn, discard=True)
+            if isinstance(exc, psycopg.Error):
+                raise self._lost(exc, lease) from exc
+            raise
+        if release:
+            self._leases.pop((key, owner), None)
+            await self._checkin(lease.conn)
+        if row is None or row[0] is None:
+            await self._explain_lost_save(key, expected_version)
+        return int(row[0])
+
+    def _lease(self, key: SessionKey, owner: str) -> _Lease:
+        lease = self._leases.get((key, owner))
+        if lease is None:
+            raise StaleStateVersion(
+                "this worker holds no lease on the session (it was released, or lost with its connection)",
+                hint="open the session again and rerun",
+            )
+        return lease
+
+    def _lost(self, exc: Exception, lease: _Lease) -> StaleStateVersion | StoreUnavailable:
+        if lease.overdue:
+            return StaleStateVersion(
+                f"the lease ended: the session was held longer than its {lease.ttl:g}s lease and the "
+                "database closed the connection; another worker may have it now. The state was not saved",
+                hint="raise lease_ttl_seconds if runs outlive it",
+            )
+        return _unavailable(exc, "save the session state")
+
+    async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
+        """Give the lock back (no row is ever written for a session that never saved)."""
+        import psycopg
+
+        lease = self._leases.pop((key, owner), None)
+        if lease is None:
+            return
+        try:
+            await self._execute(lease.conn, _RELEASE, {"u": key.user_id, "s": key.session_id})
+        except BaseException as exc:
+            await self._checkin(lease.conn, discard=True)
+            if isinstance(exc, psycopg.Error) and not lease.overdue:
+                raise _unavailable(exc, "release the session lease") from exc
+            if not isinstance(exc, psycopg.Error):
+                raise
+            return
+        await self._checkin(lease.conn)
+
+    def _owned(self, owner: str) -> list[Any]:
+        # The advisory lock is the ownership; the lease columns stay empty on Postgres.
+        return []
+
+    def _sweepable(self, now: datetime) -> Any:
+        # A row whose session is open is skipped: the transaction-level lock fails while a worker holds
+        # the session's lock, and while the sweep holds it a worker waits, then finds no row.
+        return and_(sessions.c.expires_at < now, func.pg_try_advisory_xact_lock(
+            func.hashtext(sessions.c.user_id), func.hashtext(sessions.c.session_id)))
 
     async def aclose(self) -> None:
-        """Close the fast path's pool (the engine stays the caller's)."""
+        """Release every lease still held and close the store's pool (the engine stays the caller's)."""
+        for lease in self._leases.values():
+            await lease.conn.close()
+        self._leases.clear()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+def _unavailable(exc: Exception, action: str) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"could not {action}: the database failed with {type(exc).__name__}",
+        hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
+    )
+
+
+def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSession:
+    (_, state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires) = row
+    if version is None:  # no row yet: a new session, written by its first save
+        now = now_utc()
+        return StoredSession(key.user_id, key.session_id, claim.team, claim.team_version, claim.schema_version,
+                             claim.agentchat_version, dict(claim.fingerprints), None, 0, 0, now, now, None)
+    return StoredSession(key.user_id, key.session_id, team, team_version, schema, agentchat,
+                         orjson.loads(fingerprints) if fingerprints else {}, state, size, version,
+                         created, updated, expires)

@@ -1,12 +1,13 @@
-"""The SQL resume-state store: Postgres in production, SQLite embedded, one code path.
+"""The SQL resume-state store: the tables, the queries, and the embedded (SQLite) leases.
 
     from teamstore.db.engine import create_engine
-    from teamstore.state.sql import SqlStateStore
+    from teamstore.state.sql import store_for
 
-    store = SqlStateStore(create_engine("postgresql://app@db/teamstore"))
+    store = store_for(create_engine("sqlite:///.teamstore/teamstore.db"))
     row = await store.acquire(key, claim, owner="worker-1", lease_ttl=300, wait_seconds=10)
 
-The lease lives in the session row. Taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE
+Postgres gets :class:`teamstore.state.postgres.PostgresStateStore`, which shares everything here but
+the lease (an advisory lock there). On SQLite the lease lives in the session row. Taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE
 lease free .. RETURNING`` that also reads the row; saving is a single ``UPDATE .. WHERE row_version = :v
 AND lease_owner = :me`` that also releases. A save whose row moved on (another writer, an expired lease
 taken over, an erasure) matches nothing and raises; no update is ever lost silently.
@@ -18,14 +19,20 @@ import asyncio
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from sqlalchemy import Row, RowMapping, bindparam, delete, exists, insert, or_, select, tuple_, update
+from sqlalchemy import Row, RowMapping, and_, bindparam, delete, exists, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
+from teamstore.errors import (
+    ConfigurationError,
+    ErasureInProgress,
+    SessionBusy,
+    StaleStateVersion,
+    StoreUnavailable,
+)
 from teamstore.state.base import Claim, QuarantinedRow, SaveRecord, SessionKey, StoredSession
 from teamstore.state.schema import quarantine, sessions, user_holds
 
@@ -78,6 +85,12 @@ class SqlStateStore:
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
+        if engine.dialect.name == "postgresql" and type(self) is SqlStateStore:
+            # Its row leases would not exclude workers holding the Postgres store's advisory locks.
+            raise ConfigurationError(
+                "SqlStateStore leases sessions in the row, which Postgres workers do not: build the store "
+                "with store_for(engine)", hint="teamstore.state.sql.store_for(engine) picks the right store",
+            )
         self.engine = engine
         # Each lease/load and save/release is ONE statement, atomic on its own: running it in autocommit
         # spares the BEGIN and COMMIT round trips.
@@ -225,7 +238,7 @@ class SqlStateStore:
             await self._explain_lost_save(key, expected_version)
         return int(new_version or 0)
 
-    async def _explain_lost_save(self, key: SessionKey, expected_version: int) -> None:
+    async def _explain_lost_save(self, key: SessionKey, expected_version: int) -> NoReturn:
         if await self._is_held(key.user_id):
             raise ErasureInProgress(
                 "an erasure request opened for this user while the run was in flight; the state was not saved",
@@ -274,17 +287,21 @@ class SqlStateStore:
             "row_version": row.row_version,
             "quarantined_at": now_utc(),
         }
-        clear = (
-            update(sessions)
-            .where(*self._where(row.key), sessions.c.lease_owner == owner)
-            .values(state=None, state_bytes=0)
-        )
+        clear = update(sessions).where(*self._where(row.key), *self._owned(owner)).values(state=None, state_bytes=0)
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(insert(quarantine).values(record))
                 await conn.execute(clear)
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "quarantine a refused state") from exc
+
+    def _owned(self, owner: str) -> list[Any]:
+        """Conditions that make a statement touch the row only while ``owner`` holds its lease."""
+        return [sessions.c.lease_owner == owner]
+
+    def _sweepable(self, now: datetime) -> Any:
+        """Which rows a sweep may delete: expired, and not leased to a live worker."""
+        return and_(sessions.c.expires_at < now, or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
 
     async def aclose(self) -> None:
         """Release what the store opened itself (nothing here; the engine is the caller's)."""
@@ -328,12 +345,7 @@ class SqlStateStore:
 
     async def _sweep_batch(self, batch_size: int) -> int:
         now = now_utc()
-        victims = (
-            select(sessions.c.user_id, sessions.c.session_id)
-            .where(sessions.c.expires_at < now)
-            .where(or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
-            .limit(batch_size)
-        )
+        victims = select(sessions.c.user_id, sessions.c.session_id).where(self._sweepable(now)).limit(batch_size)
         stmt = delete(sessions).where(tuple_(sessions.c.user_id, sessions.c.session_id).in_(victims))
         try:
             async with self.engine.begin() as conn:
@@ -356,14 +368,15 @@ def _quarantined(m: Mapping[str, Any] | RowMapping) -> QuarantinedRow:
     )
 
 
-def store_for(engine: AsyncEngine) -> SqlStateStore:
-    """The best store for ``engine``: the Postgres fast path when it can run, else the plain SQL store."""
+def store_for(engine: AsyncEngine, *, pool_size: int = 20) -> SqlStateStore:
+    """The store for ``engine``: advisory-lock leases on Postgres, row leases on SQLite.
+
+    Args:
+        engine: The state database (the caller owns it).
+        pool_size: On Postgres, the most sessions this process holds open at once (one connection each).
+    """
     if engine.dialect.name == "postgresql":
-        try:
-            import psycopg_pool  # noqa: F401
-        except ImportError:
-            return SqlStateStore(engine)
         from teamstore.state.postgres import PostgresStateStore
 
-        return PostgresStateStore(engine)
+        return PostgresStateStore(engine, pool_size=pool_size)
     return SqlStateStore(engine)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.sql import store_for
 
 
 async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> int:
@@ -19,4 +19,8 @@ async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> 
         engine: The state database.
         batch_size: Rows per delete statement, to keep transactions short on big tables.
     """
-    return await SqlStateStore(engine).sweep_expired(batch_size=batch_size)
+    store = store_for(engine, pool_size=1)
+    try:
+        return await store.sweep_expired(batch_size=batch_size)
+    finally:
+        await store.aclose()

@@ -1,0 +1,68 @@
+"""What only the Postgres store does: advisory-lock leases on held connections."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import text
+
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.errors import StaleStateVersion, StoreUnavailable
+from teamstore.state.base import Claim, SessionKey
+from teamstore.state.postgres import PostgresStateStore
+from tests.state.test_store_conformance import record
+
+pytestmark = pytest.mark.postgres
+CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
+
+
+@pytest.fixture
+async def pg_store(postgres_url: str) -> AsyncIterator[PostgresStateStore]:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    store = PostgresStateStore(engine, pool_size=2)
+    yield store
+    await store.aclose()
+    await engine.dispose()
+
+
+async def _locks(store: PostgresStateStore) -> int:
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))).scalar_one())
+
+
+async def test_load_writes_nothing_and_save_releases_at_commit(pg_store: PostgresStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    row = await pg_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
+    assert row.is_new and await pg_store.get(key) is None  # a new session has no row until its first save
+    assert await _locks(pg_store) == 1
+    await pg_store.save(key, owner="w1", expected_version=0, record=record(), release=True)
+    assert await _locks(pg_store) == 0
+    stored = await pg_store.get(key)
+    assert stored is not None and stored.row_version == 1 and stored.state == '{"x":1}'
+
+
+async def test_release_without_a_save_frees_the_lock(pg_store: PostgresStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await pg_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
+    await pg_store.release(key, owner="w1", discard_empty=True)
+    assert await _locks(pg_store) == 0 and await pg_store.get(key) is None
+
+
+async def test_every_connection_held_is_a_typed_error_naming_the_pool(pg_store: PostgresStateStore) -> None:
+    for i in range(2):
+        await pg_store.acquire(SessionKey("alice", f"s{i}"), CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
+    with pytest.raises(StoreUnavailable) as info:
+        await pg_store.acquire(SessionKey("alice", "s3"), CLAIM, owner="w1", lease_ttl=60, wait_seconds=0.3)
+    assert "TEAMSTORE_DB_POOL_SIZE" in (info.value.hint or "")
+    await pg_store.release(SessionKey("alice", "s0"), owner="w1", discard_empty=True)
+    await pg_store.acquire(SessionKey("alice", "s3"), CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
+
+
+async def test_a_save_by_a_worker_without_the_lease_is_refused(pg_store: PostgresStateStore) -> None:
+    key = SessionKey("alice", "s1")
+    with pytest.raises(StaleStateVersion):
+        await pg_store.save(key, owner="nobody", expected_version=0, record=record(), release=True)
+    assert await pg_store.get(key) is None
