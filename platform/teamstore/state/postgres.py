@@ -36,6 +36,7 @@ direct or through a session-mode pooler (a transaction-mode pooler cannot keep a
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,6 +101,31 @@ FROM (SELECT pg_advisory_xact_lock({_LOCK_KEY}) OFFSET 0) AS handover"""
 _RELEASE = f"SELECT pg_advisory_unlock({_LOCK_KEY}), set_config('idle_session_timeout', '0', false)"
 
 
+class _Statement:
+    """A statement written with named parameters, sent with positional ones (``$1``..): psycopg's raw
+    cursor skips re-parsing the query and re-ordering a dict on every call."""
+
+    def __init__(self, sql: str) -> None:
+        self.names: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            if match.group(1) not in self.names:
+                self.names.append(match.group(1))
+            return f"${self.names.index(match.group(1)) + 1}"
+
+        self.sql = re.sub(r"%\((\w+)\)s", number, sql)
+
+    def args(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(params[name] for name in self.names)
+
+
+_ACQUIRE_STMT, _RELEASE_STMT = _Statement(_ACQUIRE), _Statement(_RELEASE)
+_SAVE_STMTS = {
+    release: {existing: _Statement(sql) for existing, sql in table.items()}
+    for release, table in ((True, _SAVE_RELEASE), (False, _SAVE_KEEP))
+}
+
+
 @dataclass
 class _Lease:
     conn: Any
@@ -154,9 +180,12 @@ class PostgresStateStore(SqlStateStore):
                 self._pool = pool
         return self._pool
 
-    async def _execute(self, conn: Any, sql: str, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    async def _execute(self, conn: Any, stmt: _Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """Run one statement on ``conn`` and return its single row (every hot statement goes here)."""
-        cursor = await conn.execute(sql, params)
+        from psycopg import AsyncRawCursor
+
+        cursor = AsyncRawCursor(conn)
+        await cursor.execute(stmt.sql, stmt.args(params))
         row: tuple[Any, ...] | None = await cursor.fetchone()
         return row
 
@@ -191,7 +220,7 @@ class PostgresStateStore(SqlStateStore):
         while True:
             conn = await self._checkout(deadline - time.monotonic())
             try:
-                row = await self._execute(conn, _ACQUIRE, params)
+                row = await self._execute(conn, _ACQUIRE_STMT, params)
             except BaseException as exc:
                 # Whatever happened (database error, cancellation), the lock may be held: end the session.
                 await self._checkin(conn, discard=True)
@@ -238,9 +267,8 @@ class PostgresStateStore(SqlStateStore):
             "agentchat": record.agentchat_version, "fingerprints": orjson.dumps(dict(record.fingerprints)).decode(),
             "state": record.state, "state_bytes": len(record.state.encode()), "expires_at": record.expires_at,
         }
-        statements = _SAVE_RELEASE if release else _SAVE_KEEP
         try:
-            row = await self._execute(lease.conn, statements[expected_version > 0], params)
+            row = await self._execute(lease.conn, _SAVE_STMTS[release][expected_version > 0], params)
         except BaseException as exc:
             self._leases.pop((key, owner), None)
             await self._checkin(lease.conn, discard=True)
@@ -280,7 +308,7 @@ class PostgresStateStore(SqlStateStore):
         if lease is None:
             return
         try:
-            await self._execute(lease.conn, _RELEASE, {"u": key.user_id, "s": key.session_id})
+            await self._execute(lease.conn, _RELEASE_STMT, {"u": key.user_id, "s": key.session_id})
         except BaseException as exc:
             await self._checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error) and not lease.overdue:
