@@ -334,7 +334,8 @@ async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Re
     await talk(platform, "alice", "s1", "hello")
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.expires_at is not None
-    assert timedelta(hours=23) < row.expires_at - datetime.now(UTC) <= timedelta(days=1)
+    # One day, plus the 1% expiry window (the expiry index moves at most once per window).
+    assert timedelta(hours=23) < row.expires_at - datetime.now(UTC) <= timedelta(days=1.01)
 
 
 async def test_moved_label_reaches_a_worker_after_the_refresh_interval(platform: Platform, registry: Registry) -> None:

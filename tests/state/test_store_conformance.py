@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -228,3 +229,23 @@ async def test_a_save_that_keeps_the_lease_still_excludes_others(store: SqlState
         await acquire(store, key, owner="w2", timeout=0.2)
     assert await store.save(key, owner="w1", expected_version=1, record=record('{"b":2}'), release=True) == 2
     assert (await acquire(store, key, owner="w2")).state == '{"b":2}'
+
+
+async def test_expiry_moves_only_when_it_leaves_the_window_and_never_lands_short(store: SqlStateStore) -> None:
+    key, slack = SessionKey("alice", "s1"), timedelta(hours=1)
+
+    async def save(version: int, days: float) -> datetime:
+        await acquire(store, key)
+        rec = replace(record(days=days), expiry_slack=slack)
+        await store.save(key, owner="w1", expected_version=version, record=rec, release=True)
+        row = await store.get(key)
+        assert row is not None and row.expires_at is not None
+        assert rec.expires_at <= row.expires_at <= rec.expires_latest  # never before the TTL is up
+        return row.expires_at
+
+    first = await save(0, 7)
+    assert await save(1, 7) == first  # inside the window: the indexed column is left alone
+    longer = await save(2, 7.1)  # past the window: moved to the far end
+    assert longer > first
+    shorter = await save(3, 1)  # a shortened TTL takes effect at once
+    assert shorter < first

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("teamstore.session")
 AGENTCHAT_VERSION = package_version("autogen-agentchat")
+EXPIRY_SLACK = 0.01
+"""A saved session expires between TTL and TTL + 1% after its last save, so its expiry (an indexed
+column) moves about once per 1% of the TTL, not on every save."""
 _LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
 
 
@@ -207,6 +210,7 @@ class Session:
             team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
             agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=state,
             expires_at=datetime.now(UTC) + timedelta(days=ttl_days),
+            expiry_slack=timedelta(days=ttl_days) * EXPIRY_SLACK,
         )
         self._row_version = await self._platform.store.save(
             self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 
@@ -68,7 +68,11 @@ class StoredSession:
 
 @dataclass(frozen=True)
 class SaveRecord:
-    """A state to save: the encoded envelope and what it was saved under."""
+    """A state to save: the encoded envelope and what it was saved under.
+
+    The row expires no sooner than ``expires_at`` and no later than ``expires_at + expiry_slack``: a
+    stored expiry already in that window is kept, so most saves leave the expiry index alone.
+    """
 
     team: str
     team_version: str
@@ -77,6 +81,12 @@ class SaveRecord:
     fingerprints: Mapping[str, str]
     state: str
     expires_at: datetime
+    expiry_slack: timedelta = timedelta(0)
+
+    @property
+    def expires_latest(self) -> datetime:
+        """The far end of the expiry window, written when the stored expiry is outside it."""
+        return self.expires_at + self.expiry_slack
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,9 @@ LEFT JOIN {_S} AS s ON l.locked AND s.user_id = %(u)s::text AND s.session_id = %
 
 _SET = """team = %(team)s::text, team_version = %(team_version)s::text, schema_version = %(schema)s::int,
     agentchat_version = %(agentchat)s::text, fingerprints = %(fingerprints)s::json, state = %(state)s::text,
-    state_bytes = %(state_bytes)s::int, updated_at = now(), expires_at = %(expires_at)s::timestamptz"""
+    state_bytes = %(state_bytes)s::int, updated_at = now(),
+    expires_at = CASE WHEN expires_at BETWEEN %(expires_at)s::timestamptz AND %(expires_latest)s::timestamptz
+                      THEN expires_at ELSE %(expires_latest)s::timestamptz END"""
 
 _UPDATE = f"""UPDATE {_S} SET {_SET}, row_version = row_version + 1
     WHERE user_id = %(u)s::text AND session_id = %(s)s::text AND row_version = %(version)s::bigint
@@ -81,7 +83,7 @@ _INSERT = f"""INSERT INTO {_S} (user_id, session_id, team, team_version, schema_
         fingerprints, state, state_bytes, row_version, created_at, updated_at, expires_at)
     SELECT %(u)s::text, %(s)s::text, %(team)s::text, %(team_version)s::text, %(schema)s::int,
         %(agentchat)s::text, %(fingerprints)s::json, %(state)s::text, %(state_bytes)s::int, 1, now(), now(),
-        %(expires_at)s::timestamptz
+        %(expires_latest)s::timestamptz
     WHERE {_NOT_HELD}
     ON CONFLICT (user_id, session_id) DO NOTHING
     RETURNING row_version"""
@@ -266,6 +268,7 @@ class PostgresStateStore(SqlStateStore):
             "team": record.team, "team_version": record.team_version, "schema": record.schema_version,
             "agentchat": record.agentchat_version, "fingerprints": orjson.dumps(dict(record.fingerprints)).decode(),
             "state": record.state, "state_bytes": len(record.state.encode()), "expires_at": record.expires_at,
+            "expires_latest": record.expires_latest,
         }
         try:
             row = await self._execute(lease.conn, _SAVE_STMTS[release][expected_version > 0], params)

@@ -21,7 +21,20 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Row, RowMapping, and_, bindparam, delete, exists, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    Row,
+    RowMapping,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -120,9 +133,12 @@ class SqlStateStore:
         values: dict[str, Any] = {
             name: bindparam(f"v_{name}", type_=sessions.c[name].type)
             for name in ("team", "team_version", "schema_version", "agentchat_version", "fingerprints", "state",
-                         "state_bytes", "updated_at", "expires_at")
+                         "state_bytes", "updated_at")
         }
         values["row_version"] = sessions.c.row_version + 1
+        kept = sessions.c.expires_at.between(bindparam("v_expires_at", type_=sessions.c.expires_at.type),
+                                             bindparam("v_expires_latest", type_=sessions.c.expires_at.type))
+        values["expires_at"] = case((kept, sessions.c.expires_at), else_=bindparam("v_expires_latest"))
         if release:
             values.update(lease_owner=None, lease_until=None)
         return (
@@ -229,6 +245,7 @@ class SqlStateStore:
             "v_state_bytes": len(record.state.encode()),
             "v_updated_at": now_utc(),
             "v_expires_at": record.expires_at,
+            "v_expires_latest": record.expires_latest,
         }
         try:
             new_version = await self._run_save(release, params)
