@@ -47,13 +47,21 @@ import orjson
 from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import ErasureInProgress, MissingExtra, SessionBusy, StaleStateVersion, StoreUnavailable
+from teamstore.errors import (
+    ConfigurationError,
+    ErasureInProgress,
+    MissingExtra,
+    SessionBusy,
+    StaleStateVersion,
+    StoreUnavailable,
+)
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.schema import sessions, user_holds
 from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore, now_utc
 
 _S, _H = sessions.name, user_holds.name
 _OPEN_SECONDS = 2.0
+_MIN_SERVER_VERSION = 140000
 _LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
 _NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
 
@@ -179,6 +187,15 @@ class PostgresStateStore(SqlStateStore):
                         "could not connect to the state database",
                         hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
                     ) from exc
+                async with pool.connection() as conn:
+                    version = conn.info.server_version
+                if version < _MIN_SERVER_VERSION:
+                    await pool.close()
+                    raise ConfigurationError(
+                        f"the state database runs PostgreSQL {version // 10000}; session leases need 14 or newer "
+                        "(idle_session_timeout ends the lease of a stalled worker)",
+                        hint="upgrade the server, or run on a PostgreSQL 14+ instance",
+                    )
                 self._pool = pool
         return self._pool
 
