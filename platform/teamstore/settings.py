@@ -44,7 +44,9 @@ class Settings(BaseSettings):
     state_max_bytes: int = Field(default=1_048_576, gt=0, description="Hard cap on one session's state.")
     lease_timeout_seconds: float = Field(default=10.0, ge=0, description="How long to wait for a busy session.")
     lease_ttl_seconds: float = Field(
-        default=300.0, gt=0, description="A session held longer than this loses its lease (and cannot save)."
+        default=300.0, gt=0,
+        description="An open session renews its lease every third of this; a worker that stops renewing "
+        "(crashed, hung) loses the session after it, and its late save is refused.",
     )
     db_pool_size: int = Field(
         default=20, gt=0, description="Postgres: most sessions one process holds open at once (a connection each)."

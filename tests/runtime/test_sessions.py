@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -373,3 +374,15 @@ async def test_production_database_is_never_migrated_implicitly(postgres_url: st
     assert outcome.outcome == "new"
     await platform.store.aclose()
     await engine.dispose()
+
+
+async def test_a_live_session_keeps_its_lease_past_the_ttl(platform: Platform) -> None:
+    platform.settings = platform.settings.model_copy(update={"lease_ttl_seconds": 0.6})
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("My router ZX-81 drops every evening")
+        await asyncio.sleep(1.8)  # three TTLs: a slow run, or a slow caller
+        with pytest.raises(SessionBusy):  # still ours: another request for it waits, then gives up
+            async with platform.session("alice", "s1", team="support_triage", lease_timeout=0.2):
+                pass
+    row = await platform.store.get(SessionKey("alice", "s1"))
+    assert row is not None and row.row_version == 1  # the save after the long pause went through

@@ -64,6 +64,8 @@ class Session:
         self._running = False
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
         self.last_run_id: str | None = None
 
     @property
@@ -90,6 +92,7 @@ class Session:
             wait_seconds=self._lease_timeout,
         )
         self._row_version = row.row_version
+        self._keeper = asyncio.create_task(self._keep_lease(self._platform.settings.lease_ttl_seconds))
         try:
             verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION)
             if verdict.outcome.quarantined:
@@ -98,6 +101,7 @@ class Session:
             if verdict.outcome.applied:
                 await apply_states(built, verdict.states)
         except BaseException:
+            await self._stop_keeping()
             await self._release()
             raise
         self.resume = verdict.outcome
@@ -107,7 +111,10 @@ class Session:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.flush_audit()
+        try:
+            await self.flush_audit()
+        finally:
+            await self._stop_keeping()
         if self._pending is None:
             await self._release()
             return
@@ -116,6 +123,30 @@ class Session:
         except TeamstoreError:
             await self._release_quietly()
             raise
+
+    async def _keep_lease(self, ttl: float) -> None:
+        """Renew the lease every third of its TTL while the session is open: a live worker keeps its
+        session however long a run takes; a crashed or hung one stops renewing and loses it."""
+        while not self._closing.is_set():
+            try:
+                await asyncio.wait_for(self._closing.wait(), timeout=ttl / 3)
+                return
+            except TimeoutError:
+                pass
+            try:
+                held = await self._platform.store.renew(self.key, owner=self._owner, lease_ttl=ttl)
+            except StorageError:
+                log.warning("could not renew the session lease; retrying", exc_info=True)
+                continue
+            if not held:
+                log.warning("session lease lost (held past its TTL without renewal); the save will be refused")
+                return
+
+    async def _stop_keeping(self) -> None:
+        self._closing.set()
+        if self._keeper is not None:
+            await self._keeper
+            self._keeper = None
 
     async def run(self, task: str) -> TaskResult:
         """Run the team on ``task``, streaming every item to the audit observers.

@@ -119,6 +119,10 @@ class StateStore(Protocol):
         """Write the state if the row is still at ``expected_version`` and leased to ``owner``."""
         ...
 
+    async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
+        """Extend ``owner``'s lease by ``lease_ttl`` from now; False when it no longer holds it."""
+        ...
+
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """Give the lease back; ``discard_empty`` removes a row that never got a state."""
         ...

@@ -129,7 +129,7 @@ class _Statement:
         return tuple(params[name] for name in self.names)
 
 
-_ACQUIRE_STMT, _RELEASE_STMT = _Statement(_ACQUIRE), _Statement(_RELEASE)
+_ACQUIRE_STMT, _RELEASE_STMT, _RENEW_STMT = _Statement(_ACQUIRE), _Statement(_RELEASE), _Statement("SELECT 1")
 _SAVE_STMTS = {
     release: {existing: _Statement(sql) for existing, sql in table.items()}
     for release, table in ((True, _SAVE_RELEASE), (False, _SAVE_KEEP))
@@ -319,6 +319,20 @@ class PostgresStateStore(SqlStateStore):
                 hint="raise lease_ttl_seconds if runs outlive it",
             )
         return _unavailable(exc, "save the session state")
+
+    async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
+        """Any statement on the held connection restarts the server's lease timer: send a trivial one."""
+        import psycopg
+
+        lease = self._leases.get((key, owner))
+        if lease is None:
+            return False
+        try:
+            await self._execute(lease.conn, _RENEW_STMT, {})
+        except psycopg.Error:
+            return False  # the connection (and with it the lock) is gone; the save will say so
+        lease.taken = time.monotonic()
+        return True
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """Give the lock back (no row is ever written for a session that never saved)."""

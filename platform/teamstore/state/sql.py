@@ -272,6 +272,19 @@ class SqlStateStore:
     def _where(self, key: SessionKey) -> tuple[Any, Any]:
         return sessions.c.user_id == key.user_id, sessions.c.session_id == key.session_id
 
+    async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
+        """Move ``lease_until`` to ``lease_ttl`` from now, if ``owner`` still holds the lease."""
+        stmt = (
+            update(sessions)
+            .where(*self._where(key), sessions.c.lease_owner == owner)
+            .values(lease_until=now_utc() + timedelta(seconds=lease_ttl))
+        )
+        try:
+            async with self.engine.begin() as conn:
+                return bool((await conn.execute(stmt)).rowcount)
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "renew the session lease") from exc
+
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """Give the lease back in one statement; a never-saved row is removed instead."""
         mine = (*self._where(key), sessions.c.lease_owner == owner)
