@@ -105,9 +105,9 @@ async def statements(url: str, state: str) -> None:
     if isinstance(store, PostgresStateStore):  # its lease statements go through psycopg directly
         direct = store._execute
 
-        async def counted(conn: Any, sql: str, params: Any) -> Any:
-            seen.append(sql)
-            return await direct(conn, sql, params)
+        async def counted(cursor: Any, stmt: Any, params: Any) -> Any:
+            seen.append(stmt.sql)
+            return await direct(cursor, stmt, params)
 
         store._execute = counted  # type: ignore[method-assign]
     key, claim = SessionKey("u", "s"), Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})

@@ -200,9 +200,9 @@ async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> No
     fast = getattr(store, "_execute", None)
     if fast is not None:  # the Postgres store sends its lease statements through psycopg directly
 
-        async def counted(conn, sql, params):  # type: ignore[no-untyped-def]
-            statements.append(sql)
-            return await fast(conn, sql, params)
+        async def counted(cursor, stmt, params):  # type: ignore[no-untyped-def]
+            statements.append(stmt.sql)
+            return await fast(cursor, stmt, params)
 
         store._execute = counted  # type: ignore[attr-defined]
     key = SessionKey("alice", "s1")

@@ -139,6 +139,7 @@ _SAVE_STMTS = {
 @dataclass
 class _Lease:
     conn: Any
+    cursor: Any
     taken: float
     ttl: float
 
@@ -199,11 +200,8 @@ class PostgresStateStore(SqlStateStore):
                 self._pool = pool
         return self._pool
 
-    async def _execute(self, conn: Any, stmt: _Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
-        """Run one statement on ``conn`` and return its single row (every hot statement goes here)."""
-        from psycopg import AsyncRawCursor
-
-        cursor = AsyncRawCursor(conn)
+    async def _execute(self, cursor: Any, stmt: _Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """Run one statement on ``cursor`` (a raw cursor of a held connection) and return its single row."""
         await cursor.execute(stmt.sql, stmt.args(params))
         row: tuple[Any, ...] | None = await cursor.fetchone()
         return row
@@ -233,13 +231,15 @@ class PostgresStateStore(SqlStateStore):
     ) -> StoredSession:
         """Take the session's advisory lock and read its row in one statement; see the module doc."""
         import psycopg
+        from psycopg import AsyncRawCursor
 
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
         while True:
             conn = await self._checkout(deadline - time.monotonic())
+            cursor = AsyncRawCursor(conn)  # kept with the lease: one cursor serves the whole session
             try:
-                row = await self._execute(conn, _ACQUIRE_STMT, params)
+                row = await self._execute(cursor, _ACQUIRE_STMT, params)
             except BaseException as exc:
                 # Whatever happened (database error, cancellation), the lock may be held: end the session.
                 await self._checkin(conn, discard=True)
@@ -249,7 +249,7 @@ class PostgresStateStore(SqlStateStore):
             assert row is not None
             locked = row[0]
             if locked:
-                self._leases[(key, owner)] = _Lease(conn, time.monotonic(), lease_ttl)
+                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl)
                 return _stored(key, claim, row)
             await self._checkin(conn)
             if locked is None:
@@ -288,7 +288,7 @@ class PostgresStateStore(SqlStateStore):
             "expires_latest": record.expires_latest,
         }
         try:
-            row = await self._execute(lease.conn, _SAVE_STMTS[release][expected_version > 0], params)
+            row = await self._execute(lease.cursor, _SAVE_STMTS[release][expected_version > 0], params)
         except BaseException as exc:
             self._leases.pop((key, owner), None)
             await self._checkin(lease.conn, discard=True)
@@ -328,7 +328,7 @@ class PostgresStateStore(SqlStateStore):
         if lease is None:
             return False
         try:
-            await self._execute(lease.conn, _RENEW_STMT, {})
+            await self._execute(lease.cursor, _RENEW_STMT, {})
         except psycopg.Error:
             return False  # the connection (and with it the lock) is gone; the save will say so
         lease.taken = time.monotonic()
@@ -342,7 +342,7 @@ class PostgresStateStore(SqlStateStore):
         if lease is None:
             return
         try:
-            await self._execute(lease.conn, _RELEASE_STMT, {"u": key.user_id, "s": key.session_id})
+            await self._execute(lease.cursor, _RELEASE_STMT, {"u": key.user_id, "s": key.session_id})
         except BaseException as exc:
             await self._checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error) and not lease.overdue:
