@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -9,7 +10,7 @@ from sqlalchemy import text
 
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.errors import StaleStateVersion, StoreUnavailable
+from teamstore.errors import SessionBusy, StaleStateVersion, StoreUnavailable
 from teamstore.state.base import Claim, SessionKey
 from teamstore.state.postgres import PostgresStateStore
 from tests.state.test_store_conformance import record
@@ -66,3 +67,31 @@ async def test_a_save_by_a_worker_without_the_lease_is_refused(pg_store: Postgre
     with pytest.raises(StaleStateVersion):
         await pg_store.save(key, owner="nobody", expected_version=0, record=record(), release=True)
     assert await pg_store.get(key) is None
+
+
+async def test_connections_back_in_the_pool_carry_no_lease_timer(pg_store: PostgresStateStore) -> None:
+    # A refused attempt (busy, or held by an erasure) must not hand its connection back with the lease
+    # timer armed, or the server would end that idle pooled connection after the TTL.
+    key = SessionKey("alice", "s1")
+    await pg_store.acquire(key, CLAIM, owner="w1", lease_ttl=0.3, wait_seconds=1)
+    with pytest.raises(SessionBusy):
+        await pg_store.acquire(key, CLAIM, owner="w2", lease_ttl=0.3, wait_seconds=0.1)
+    await pg_store.release(key, owner="w1", discard_empty=True)
+    await asyncio.sleep(0.8)
+    for i in range(2):  # every connection of the pool, each idle for longer than the TTL
+        await pg_store.acquire(SessionKey("bob", f"s{i}"), CLAIM, owner="w3", lease_ttl=60, wait_seconds=1)
+
+
+async def test_a_dead_pooled_connection_is_replaced_not_reported(pg_store: PostgresStateStore) -> None:
+    # After a database restart every pooled connection is dead: the next load takes a fresh one.
+    key = SessionKey("alice", "s1")
+    await pg_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
+    await pg_store.release(key, owner="w1", discard_empty=True)
+    async with pg_store.engine.connect() as conn:
+        await conn.execute(text(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ))
+    await asyncio.sleep(0.2)
+    row = await pg_store.acquire(key, CLAIM, owner="w2", lease_ttl=60, wait_seconds=5)
+    assert row.is_new

@@ -23,10 +23,12 @@ Handing the lock over to the transaction means it is released by the commit itse
 can take the session between the unlock and the moment the new state is visible.
 
 The lease's time limit is the server's ``idle_session_timeout``, set on the held connection to
-``lease_ttl``: a worker that stalls longer than that has its connection ended by the server, which
-frees the lock, and its late save fails (:class:`StaleStateVersion`). A crashed worker's lock goes
-with its connection at once. The row version is still checked on every save, so no update is lost
-even if the lock were.
+``lease_ttl`` (and only when the lock was taken): any statement on the connection restarts it, which is
+how :meth:`renew` keeps a long run's session. A worker that stops renewing has its connection ended by
+the server, which frees the lock, and its late save fails (:class:`StaleStateVersion`). A crashed
+worker's lock goes with its connection at once. The row version is still checked on every save, so no
+update is lost even if the lock were. A load that meets a pooled connection the server has ended (a
+restart, a failover) retries on a fresh one.
 
 Costs and requirements: one pooled connection per session in flight (``pool_size`` bounds the sessions
 one process runs at once); PostgreSQL 14 or newer (``idle_session_timeout``); connections must be
@@ -66,13 +68,13 @@ _LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
 _NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
 
 # The lock, the lease timer and the read, in one read-only statement. ``locked`` is NULL when an
-# erasure holds the user (no lock is taken), false when another worker has the session.
+# erasure holds the user (no lock is taken), false when another worker has the session; the timer is
+# armed only with the lock, so a refused attempt's connection goes back to the pool as it came.
 _ACQUIRE = f"""
 SELECT l.locked, s.state, s.row_version, s.team, s.team_version, s.schema_version, s.agentchat_version,
-       s.fingerprints::text, s.state_bytes, s.created_at, s.updated_at, s.expires_at
-FROM (SELECT CASE WHEN {_NOT_HELD} THEN pg_try_advisory_lock({_LOCK_KEY}) END AS locked,
-             set_config('idle_session_timeout', %(ttl_ms)s::text, false) AS armed
-      OFFSET 0) AS l
+       s.fingerprints::text, s.state_bytes, s.created_at, s.updated_at, s.expires_at,
+       set_config('idle_session_timeout', CASE WHEN l.locked THEN %(ttl_ms)s::text ELSE '0' END, false)
+FROM (SELECT CASE WHEN {_NOT_HELD} THEN pg_try_advisory_lock({_LOCK_KEY}) END AS locked OFFSET 0) AS l
 LEFT JOIN {_S} AS s ON l.locked AND s.user_id = %(u)s::text AND s.session_id = %(s)s::text
 """
 
@@ -235,6 +237,7 @@ class PostgresStateStore(SqlStateStore):
 
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
+        stale_connections = 0
         while True:
             conn = await self._checkout(deadline - time.monotonic())
             cursor = AsyncRawCursor(conn)  # kept with the lease: one cursor serves the whole session
@@ -243,6 +246,11 @@ class PostgresStateStore(SqlStateStore):
             except BaseException as exc:
                 # Whatever happened (database error, cancellation), the lock may be held: end the session.
                 await self._checkin(conn, discard=True)
+                if isinstance(exc, psycopg.OperationalError) and conn.broken and stale_connections < self._pool_size:
+                    # A pooled connection the server ended (a restart, a failover): the load is read-only,
+                    # so try a fresh one.
+                    stale_connections += 1
+                    continue
                 if isinstance(exc, psycopg.Error):
                     raise _unavailable(exc, "take the session lease") from exc
                 raise
@@ -380,7 +388,7 @@ def _unavailable(exc: Exception, action: str) -> StoreUnavailable:
 
 
 def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSession:
-    (_, state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires) = row
+    (_, state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires, _) = row
     if version is None:  # no row yet: a new session, written by its first save
         now = now_utc()
         return StoredSession(key.user_id, key.session_id, claim.team, claim.team_version, claim.schema_version,
