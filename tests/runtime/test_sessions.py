@@ -386,3 +386,14 @@ async def test_a_live_session_keeps_its_lease_past_the_ttl(platform: Platform) -
                 pass
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.row_version == 1  # the save after the long pause went through
+
+
+async def test_mid_session_saves_beside_lease_renewals(platform: Platform) -> None:
+    platform.settings = platform.settings.model_copy(update={"lease_ttl_seconds": 0.3})
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        for i in range(3):
+            await s.run(f"message {i} about the ZX-81 router")
+            assert await s.save() == i + 1
+            await asyncio.sleep(0.25)  # renewals (every 0.1 s) land between and around the saves
+    row = await platform.store.get(SessionKey("alice", "s1"))
+    assert row is not None and row.row_version == 3

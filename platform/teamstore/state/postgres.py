@@ -331,12 +331,14 @@ class PostgresStateStore(SqlStateStore):
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """Any statement on the held connection restarts the server's lease timer: send a trivial one."""
         import psycopg
+        from psycopg import AsyncRawCursor
 
         lease = self._leases.get((key, owner))
         if lease is None:
             return False
         try:
-            await self._execute(lease.cursor, _RENEW_STMT, {})
+            # Its own cursor: a renewal may overlap a mid-session save (the connection serialises them).
+            await self._execute(AsyncRawCursor(lease.conn), _RENEW_STMT, {})
         except psycopg.Error:
             return False  # the connection (and with it the lock) is gone; the save will say so
         lease.taken = time.monotonic()
