@@ -46,6 +46,8 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+import psycopg
+from psycopg import AsyncRawCursor
 from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -59,7 +61,12 @@ from teamstore.errors import (
 )
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.schema import sessions, user_holds
-from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore, now_utc
+from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore, now_utc, unavailable
+
+try:  # the pool ships with the "postgres" extra; without it the store refuses to start
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ImportError:  # pragma: no cover - depends on the installed extras
+    AsyncConnectionPool = PoolTimeout = None  # type: ignore[assignment,misc]
 
 _S, _H = sessions.name, user_holds.name
 _OPEN_SECONDS = 2.0
@@ -99,8 +106,7 @@ _INSERT = f"""INSERT INTO {_S} (user_id, session_id, team, team_version, schema_
     RETURNING row_version"""
 
 # Keep the lock (``s.save()`` mid-session): the statement itself restarts the lease timer.
-_SAVE_KEEP = {True: f"WITH saved AS ({_UPDATE}) SELECT row_version FROM saved",
-              False: f"WITH saved AS ({_INSERT}) SELECT row_version FROM saved"}
+_SAVE_KEEP = {True: _UPDATE, False: _INSERT}
 # Save and release: the transaction takes the lock too, the session lock is dropped, and the commit
 # releases the transaction's; the subquery (OFFSET 0 keeps it one) runs before the outer unlock.
 _SAVE_RELEASE = {
@@ -161,6 +167,8 @@ class PostgresStateStore(SqlStateStore):
     """
 
     def __init__(self, engine: AsyncEngine, pool_size: int = 20) -> None:
+        if AsyncConnectionPool is None:
+            raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool")
         super().__init__(engine)
         self._pool_size = pool_size
         self._pool: Any = None
@@ -172,10 +180,6 @@ class PostgresStateStore(SqlStateStore):
             return self._pool
         async with self._pool_lock:
             if self._pool is None:
-                try:
-                    from psycopg_pool import AsyncConnectionPool, PoolTimeout
-                except ImportError as exc:
-                    raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool") from exc
                 url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
                 pool = AsyncConnectionPool(
                     url, min_size=min(4, self._pool_size), max_size=self._pool_size,
@@ -209,8 +213,6 @@ class PostgresStateStore(SqlStateStore):
         return row
 
     async def _checkout(self, seconds: float) -> Any:
-        from psycopg_pool import PoolTimeout
-
         pool = await self._connection_pool(seconds)
         try:
             return await pool.getconn(timeout=max(seconds, 0.05))
@@ -232,9 +234,6 @@ class PostgresStateStore(SqlStateStore):
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
     ) -> StoredSession:
         """Take the session's advisory lock and read its row in one statement; see the module doc."""
-        import psycopg
-        from psycopg import AsyncRawCursor
-
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
         stale_connections = 0
@@ -252,7 +251,7 @@ class PostgresStateStore(SqlStateStore):
                     stale_connections += 1
                     continue
                 if isinstance(exc, psycopg.Error):
-                    raise _unavailable(exc, "take the session lease") from exc
+                    raise unavailable(exc, "take the session lease") from exc
                 raise
             assert row is not None
             locked = row[0]
@@ -285,8 +284,6 @@ class PostgresStateStore(SqlStateStore):
             ErasureInProgress: An erasure request holds this user.
             StoreUnavailable: The database failed; the previous state is intact.
         """
-        import psycopg
-
         lease = self._lease(key, owner)
         params = {
             "u": key.user_id, "s": key.session_id, "version": expected_version,
@@ -326,13 +323,10 @@ class PostgresStateStore(SqlStateStore):
                 "database closed the connection; another worker may have it now. The state was not saved",
                 hint="raise lease_ttl_seconds if runs outlive it",
             )
-        return _unavailable(exc, "save the session state")
+        return unavailable(exc, "save the session state")
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """Any statement on the held connection restarts the server's lease timer: send a trivial one."""
-        import psycopg
-        from psycopg import AsyncRawCursor
-
         lease = self._leases.get((key, owner))
         if lease is None:
             return False
@@ -346,8 +340,6 @@ class PostgresStateStore(SqlStateStore):
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """Give the lock back (no row is ever written for a session that never saved)."""
-        import psycopg
-
         lease = self._leases.pop((key, owner), None)
         if lease is None:
             return
@@ -356,7 +348,7 @@ class PostgresStateStore(SqlStateStore):
         except BaseException as exc:
             await self._checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error) and not lease.overdue:
-                raise _unavailable(exc, "release the session lease") from exc
+                raise unavailable(exc, "release the session lease") from exc
             if not isinstance(exc, psycopg.Error):
                 raise
             return
@@ -380,13 +372,6 @@ class PostgresStateStore(SqlStateStore):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
-
-
-def _unavailable(exc: Exception, action: str) -> StoreUnavailable:
-    return StoreUnavailable(
-        f"could not {action}: the database failed with {type(exc).__name__}",
-        hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
-    )
 
 
 def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSession:

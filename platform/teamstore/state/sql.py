@@ -83,7 +83,8 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
     )
 
 
-def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
+def unavailable(exc: Exception, action: str) -> StoreUnavailable:
+    """The error for a database that failed under ``action``: nothing was changed."""
     return StoreUnavailable(
         f"could not {action}: the database failed with {type(exc).__name__}",
         hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
@@ -170,18 +171,9 @@ class SqlStateStore:
             "p_lease_until": now + timedelta(seconds=ttl),
             "p_now": now,
         }
-        return await self._run_acquire(params)
-
-    async def _run_acquire(self, params: dict[str, Any]) -> StoredSession | None:
         async with self._single.connect() as conn:
             row = (await conn.execute(self._acquire, params)).first()
         return _session(row._mapping) if row is not None else None
-
-    async def _run_save(self, release: bool, params: dict[str, Any]) -> int | None:
-        stmt = self._save_release if release else self._save_keep
-        async with self._single.connect() as conn:
-            value = (await conn.execute(stmt, params)).scalar_one_or_none()
-        return None if value is None else int(value)
 
     async def _is_held(self, user_id: str) -> bool:
         async with self.engine.connect() as conn:
@@ -209,7 +201,7 @@ class SqlStateStore:
                         hint="wait for the erasure to complete; the user can then start over",
                     )
             except SQLAlchemyError as exc:
-                raise _unavailable(exc, "take the session lease") from exc
+                raise unavailable(exc, "take the session lease") from exc
             if time.monotonic() >= deadline:
                 raise SessionBusy(
                     f"session is in use by another worker (waited {wait_seconds:.1f}s)",
@@ -247,13 +239,15 @@ class SqlStateStore:
             "v_expires_at": record.expires_at,
             "v_expires_latest": record.expires_latest,
         }
+        stmt = self._save_release if release else self._save_keep
         try:
-            new_version = await self._run_save(release, params)
+            async with self._single.connect() as conn:
+                new_version = (await conn.execute(stmt, params)).scalar_one_or_none()
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "save the session state") from exc
+            raise unavailable(exc, "save the session state") from exc
         if new_version is None:
             await self._explain_lost_save(key, expected_version)
-        return int(new_version or 0)
+        return int(new_version)
 
     async def _explain_lost_save(self, key: SessionKey, expected_version: int) -> NoReturn:
         if await self._is_held(key.user_id):
@@ -283,7 +277,7 @@ class SqlStateStore:
             async with self.engine.begin() as conn:
                 return bool((await conn.execute(stmt)).rowcount)
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "renew the session lease") from exc
+            raise unavailable(exc, "renew the session lease") from exc
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """Give the lease back in one statement; a never-saved row is removed instead."""
@@ -298,7 +292,7 @@ class SqlStateStore:
                 if discard_empty and result.rowcount == 0:
                     await conn.execute(update(sessions).where(*mine).values(lease_owner=None, lease_until=None))
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "release the session lease") from exc
+            raise unavailable(exc, "release the session lease") from exc
 
     async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> None:
         """Copy the refused row to ``ts_quarantine`` and clear its state, in one transaction."""
@@ -323,7 +317,7 @@ class SqlStateStore:
                 await conn.execute(insert(quarantine).values(record))
                 await conn.execute(clear)
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "quarantine a refused state") from exc
+            raise unavailable(exc, "quarantine a refused state") from exc
 
     def _owned(self, owner: str) -> list[Any]:
         """Conditions that make a statement touch the row only while ``owner`` holds its lease."""
@@ -341,7 +335,7 @@ class SqlStateStore:
             async with self.engine.connect() as conn:
                 return list((await conn.execute(stmt)).all())
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "read sessions") from exc
+            raise unavailable(exc, "read sessions") from exc
 
     async def get(self, key: SessionKey) -> StoredSession | None:
         """Read one row without the lease."""
@@ -381,7 +375,7 @@ class SqlStateStore:
             async with self.engine.begin() as conn:
                 return int((await conn.execute(stmt)).rowcount or 0)
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "sweep expired sessions") from exc
+            raise unavailable(exc, "sweep expired sessions") from exc
 
 
 def _quarantined(m: Mapping[str, Any] | RowMapping) -> QuarantinedRow:
