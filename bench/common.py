@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-from tests.services import ROOT
+from tests.services import start_local_postgres
 
 
 def bench_server_url() -> str:
@@ -17,17 +16,10 @@ def bench_server_url() -> str:
     ``TEAMSTORE_BENCH_DATABASE_URL`` names one; otherwise one is started from local binaries on port
     55433. The test server runs with fsync off, which would flatter every write.
     """
-    url = os.environ.get("TEAMSTORE_BENCH_DATABASE_URL")
-    if url:
-        return url
-    try:
-        out = subprocess.run(
-            [str(ROOT / "infra" / "postgres.sh"), "start"], check=True, capture_output=True, text=True, timeout=120,
-            env={**os.environ, "TEAMSTORE_PG_DURABLE": "1"},
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SystemExit(f"benchmarks need PostgreSQL (apt-get install postgresql): {exc}") from exc
-    return out.strip().rpartition("=")[2]
+    url = os.environ.get("TEAMSTORE_BENCH_DATABASE_URL") or start_local_postgres(durable=True)
+    if url is None:
+        raise SystemExit("benchmarks need PostgreSQL: apt-get install postgresql, or set TEAMSTORE_BENCH_DATABASE_URL")
+    return url
 
 
 def postgres_database() -> tuple[str, str]:

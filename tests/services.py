@@ -35,15 +35,23 @@ def postgres_server_url() -> str | None:
     url = os.environ.get("TEAMSTORE_TEST_DATABASE_URL")
     if url:
         return url
+    url = start_local_postgres()
+    if url:
+        os.environ["TEAMSTORE_TEST_DATABASE_URL"] = url
+    return url
+
+
+def start_local_postgres(*, durable: bool = False) -> str | None:
+    """Start (or reuse) ``infra/postgres.sh``'s server; ``durable`` keeps fsync on. Its URL, or ``None``."""
+    env = {**os.environ, "TEAMSTORE_PG_DURABLE": "1" if durable else "0"}
     try:
         out = subprocess.run(
-            [str(ROOT / "infra" / "postgres.sh"), "start"], check=True, capture_output=True, text=True, timeout=120
+            [str(ROOT / "infra" / "postgres.sh"), "start"], check=True, capture_output=True, text=True, timeout=120,
+            env=env,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     for line in out.splitlines():
         if "TEAMSTORE_TEST_DATABASE_URL=" in line:
-            url = line.split("=", 1)[1].strip()
-            os.environ["TEAMSTORE_TEST_DATABASE_URL"] = url
-            return url
+            return line.split("=", 1)[1].strip()
     return None
