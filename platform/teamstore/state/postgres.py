@@ -76,13 +76,16 @@ _NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
 
 # The lock, the lease timer and the read, in one read-only statement. ``locked`` is NULL when an
 # erasure holds the user (no lock is taken), false when another worker has the session; the timer is
-# armed only with the lock, so a refused attempt's connection goes back to the pool as it came.
+# armed only with the lock, so a refused attempt's connection goes back to the pool as it came. The row
+# is read through ts_locked_session (migration 0004), called after the lock: its snapshot is taken then,
+# so it sees the save the previous holder committed before letting go (the statement's own snapshot,
+# taken before the lock, might not).
 _ACQUIRE = f"""
 SELECT l.locked, s.state, s.row_version, s.team, s.team_version, s.schema_version, s.agentchat_version,
-       s.fingerprints::text, s.state_bytes, s.created_at, s.updated_at, s.expires_at,
+       s.fingerprints, s.state_bytes, s.created_at, s.updated_at, s.expires_at,
        set_config('idle_session_timeout', CASE WHEN l.locked THEN %(ttl_ms)s::text ELSE '0' END, false)
 FROM (SELECT CASE WHEN {_NOT_HELD} THEN pg_try_advisory_lock({_LOCK_KEY}) END AS locked OFFSET 0) AS l
-LEFT JOIN {_S} AS s ON l.locked AND s.user_id = %(u)s::text AND s.session_id = %(s)s::text
+LEFT JOIN LATERAL ts_locked_session(l.locked, %(u)s::text, %(s)s::text) AS s ON true
 """
 
 _SET = """team = %(team)s::text, team_version = %(team_version)s::text, schema_version = %(schema)s::int,
