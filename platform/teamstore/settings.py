@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,6 +51,12 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(
         default=20, gt=0, description="Postgres: most sessions one process holds open at once (a connection each)."
+    )
+    session_lease: Literal["lock", "row"] = Field(
+        default="lock",
+        description="Postgres: 'lock' leases a session with an advisory lock on a connection it holds until "
+        "it saves (the fastest); 'row' leases it in its row (a commit per load, no connection held during "
+        "the run). Must match the database ('teamstore db lease-mode'). SQLite always leases in the row.",
     )
     registry_refresh_seconds: float = Field(
         default=5.0, ge=0, description="How long a worker trusts its cached NAME or NAME@LABEL resolution."

@@ -13,7 +13,7 @@ from teamstore.db.engine import create_engine
 from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.schema import quarantine, sessions, user_holds
-from teamstore.state.sql import SqlStateStore, store_for
+from teamstore.state.sql import SqlStateStore, lease_mode, store_for
 from tests.services import free_port
 
 CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
@@ -190,6 +190,7 @@ async def test_database_down_is_a_typed_error() -> None:
 async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> None:
     from sqlalchemy import event
 
+    await store._check_lease_mode()  # once per store, not per load
     statements: list[str] = []
 
     def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
@@ -215,10 +216,11 @@ async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> No
         assert (await conn.execute(text("select count(*) from ts_sessions"))).scalar_one() == 1
 
 
-async def test_postgres_uses_the_fast_path(store: SqlStateStore) -> None:
+async def test_the_store_leases_as_its_database_records(store: SqlStateStore, lease: str) -> None:
     from teamstore.state.postgres import PostgresStateStore
 
-    assert isinstance(store, PostgresStateStore) == (store.engine.dialect.name == "postgresql")
+    assert store.lease == lease == await lease_mode(store.engine)
+    assert isinstance(store, PostgresStateStore) == (lease == "lock")
 
 
 async def test_a_save_that_keeps_the_lease_still_excludes_others(store: SqlStateStore) -> None:

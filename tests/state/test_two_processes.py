@@ -13,9 +13,9 @@ import multiprocessing
 from datetime import UTC, datetime, timedelta
 
 from teamstore.db.engine import create_engine
-from teamstore.db.migrate import upgrade
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.sql import store_for
+from tests.state.conftest import prepare
 
 CYCLES = 80
 WORKERS = 3
@@ -23,14 +23,14 @@ KEY = SessionKey("alice", "hot-session")
 CLAIM = Claim("t", "v1", 1, "0.7.5", {})
 
 
-async def _hammer(url: str, worker: str) -> int:
+async def _hammer(url: str, lease: str, worker: str) -> int:
     import teamstore.state.postgres as pg_store
     import teamstore.state.sql as sql_store
 
     for module in (pg_store, sql_store):  # contention, not politeness: poll every fraction of a millisecond
         module._POLL_START, module._POLL_MAX = 0.0002, 0.0005  # type: ignore[attr-defined]
     engine = create_engine(url)
-    store = store_for(engine)
+    store = store_for(engine, lease=lease)
     done = 0
     for _ in range(CYCLES):
         row = await store.acquire(KEY, CLAIM, owner=worker, lease_ttl=30, wait_seconds=30)
@@ -44,26 +44,26 @@ async def _hammer(url: str, worker: str) -> int:
     return done
 
 
-def _worker(url: str, worker: str, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _worker(url: str, lease: str, worker: str, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     try:
-        results.put((worker, asyncio.run(_hammer(url, worker))))
+        results.put((worker, asyncio.run(_hammer(url, lease, worker))))
     except Exception as exc:  # report to the parent, which fails the test with it
         results.put((worker, repr(exc)))
 
 
-async def test_processes_hammering_one_session_never_lose_an_update(database_url: str) -> None:
+async def test_processes_hammering_one_session_never_lose_an_update(database_url: str, lease: str) -> None:
+    await prepare(database_url, lease)
     engine = create_engine(database_url)
-    await upgrade(engine)
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(database_url, f"p{i}", results)) for i in range(WORKERS)]
+    procs = [ctx.Process(target=_worker, args=(database_url, lease, f"p{i}", results)) for i in range(WORKERS)]
     for p in procs:
         p.start()
     outcomes = dict(results.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(timeout=30)
     assert outcomes == {f"p{i}": CYCLES for i in range(WORKERS)}
-    store = store_for(engine)
+    store = store_for(engine, lease=lease)
     row = await store.get(KEY)
     await store.aclose()
     assert row is not None and json.loads(row.state or "{}") == {"count": WORKERS * CYCLES}

@@ -1,6 +1,7 @@
 """``teamstore run``, ``teamstore sessions``, ``teamstore db`` and ``teamstore demo``.
 
     teamstore db upgrade
+    teamstore db lease-mode row          # Postgres: switch session leases (while no session is open)
     teamstore run --team support_triage --user alice --session s1 "My router keeps dropping" --json
     teamstore sessions list --user alice
     teamstore sessions show --user alice --session s1
@@ -16,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from teamstore.cli._output import JsonOption, console, emit
+from teamstore.cli._output import JsonOption, console, emit, fail
 from teamstore.db.engine import create_engine, redact_url
 from teamstore.db.migrate import current_revision, head_revision, upgrade
 from teamstore.errors import TeamstoreError
@@ -24,6 +25,7 @@ from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
+from teamstore.state.sql import lease_mode, set_lease_mode
 
 T = TypeVar("T")
 
@@ -199,6 +201,39 @@ def db_current(as_json: bool = JsonOption) -> None:
 
     data = asyncio.run(go())
     emit(data, as_json=as_json, render=lambda d: console.print(f"{d['database']}: at {d['current']}, head {d['head']}"))
+
+
+@db_app.command("lease-mode")
+def db_lease_mode(
+    mode: str | None = typer.Argument(None, help="lock or row; omit to show the current mode."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Show or switch how the database's sessions are leased (Postgres: lock or row; SQLite: row).
+
+    A switch is refused while any session is open. Stop every worker first, switch, and start them
+    again with TEAMSTORE_SESSION_LEASE set to the new mode.
+    """
+    settings = Settings()
+
+    async def go() -> dict[str, Any]:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            before = await lease_mode(engine) if mode is None else await set_lease_mode(engine, mode)
+            return {"database": redact_url(settings.resolved_database_url), "from": before, "mode": mode or before,
+                    "this_process": settings.session_lease if engine.dialect.name == "postgresql" else "row"}
+        finally:
+            await engine.dispose()
+
+    try:
+        data = asyncio.run(go())
+    except TeamstoreError as exc:
+        fail(exc)  # inside the command, so the refusal is a message and a status, not a traceback
+
+    def render(d: dict[str, Any]) -> None:
+        change = f"{d['from']} -> {d['mode']}" if d["from"] != d["mode"] else d["mode"]
+        console.print(f"{d['database']}: session lease {change} (TEAMSTORE_SESSION_LEASE here: {d['this_process']})")
+
+    emit(data, as_json=as_json, render=render)
 
 
 def demo() -> None:

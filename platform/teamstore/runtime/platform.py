@@ -56,7 +56,9 @@ class Platform:
         self.engine = engine
         self.registry = registry
         self.settings = settings or Settings()
-        self.store: SqlStateStore = store_for(engine, pool_size=self.settings.db_pool_size)
+        self.store: SqlStateStore = store_for(
+            engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
+        )
         self.observers: list[RunObserver] = list(observers)
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._owns_engine = False

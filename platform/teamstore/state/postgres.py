@@ -169,6 +169,8 @@ class PostgresStateStore(SqlStateStore):
         pool_size: Most connections the store holds, so the most sessions this process runs at once.
     """
 
+    lease = "lock"
+
     def __init__(self, engine: AsyncEngine, pool_size: int = 20) -> None:
         if AsyncConnectionPool is None:
             raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool")
@@ -237,6 +239,7 @@ class PostgresStateStore(SqlStateStore):
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
     ) -> StoredSession:
         """Take the session's advisory lock and read its row in one statement; see the module doc."""
+        await self._check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
         stale_connections = 0

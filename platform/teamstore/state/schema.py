@@ -3,9 +3,10 @@
     from teamstore.state.schema import sessions, quarantine, user_holds
 
 One row per (user_id, session_id) in ``ts_sessions``; refused rows move to ``ts_quarantine`` with the
-reason; ``ts_user_holds`` fences a user (an open erasure request) so no save or new session slips in.
-The lease and the row version live in the session row itself, so taking the lease and loading the
-state is one statement, and saving and releasing is another.
+reason; ``ts_user_holds`` fences a user (an open erasure request) so no save or new session slips in;
+``ts_store_settings`` records how the database's sessions are leased (``lock`` or ``row``). The row
+version, and with row leases the lease too, live in the session row itself, so taking the lease and
+loading the state is one statement, and saving and releasing is another.
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ quarantine = Table(
     Column("quarantined_at", DateTime(timezone=True), nullable=False),
 )
 Index("ix_ts_quarantine_user", quarantine.c.user_id, quarantine.c.session_id)
+
+# Settings of the state store kept in the database itself, e.g. ``session_lease``: ``lock`` or ``row``.
+store_settings = Table(
+    "ts_store_settings",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(64), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
 
 user_holds = Table(
     "ts_user_holds",

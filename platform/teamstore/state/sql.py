@@ -1,4 +1,4 @@
-"""The SQL resume-state store: the tables, the queries, and the embedded (SQLite) leases.
+"""The SQL resume-state store: the tables, the queries, and the leases kept in the session row.
 
     from teamstore.db.engine import create_engine
     from teamstore.state.sql import store_for
@@ -6,11 +6,16 @@
     store = store_for(create_engine("sqlite:///.teamstore/teamstore.db"))
     row = await store.acquire(key, claim, owner="worker-1", lease_ttl=300, wait_seconds=10)
 
-Postgres gets :class:`teamstore.state.postgres.PostgresStateStore`, which shares everything here but
-the lease (an advisory lock there). On SQLite the lease lives in the session row. Taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE
-lease free .. RETURNING`` that also reads the row; saving is a single ``UPDATE .. WHERE row_version = :v
-AND lease_owner = :me`` that also releases. A save whose row moved on (another writer, an expired lease
-taken over, an erasure) matches nothing and raises; no update is ever lost silently.
+On Postgres, ``store_for`` gives :class:`teamstore.state.postgres.PostgresStateStore` (lease ``lock``, an
+advisory lock on a held connection), or this store with ``lease="row"``. Here the lease lives in the
+session row: taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE lease free .. RETURNING``
+that also reads the row; saving is a single ``UPDATE .. WHERE row_version = :v AND lease_owner = :me``
+that also releases. A save whose row moved on (another writer, an expired lease taken over, an erasure)
+matches nothing and raises; no update is ever lost silently. A row lease costs a commit on every load
+but holds no connection while the team runs.
+
+The two kinds of lease do not see each other, so the database records which one it serves
+(``ts_store_settings``, migration 0005) and a store of the other kind refuses to start.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ from sqlalchemy import (
     case,
     delete,
     exists,
+    func,
     insert,
     or_,
     select,
+    text,
     tuple_,
     update,
 )
@@ -47,9 +54,11 @@ from teamstore.errors import (
     StoreUnavailable,
 )
 from teamstore.state.base import Claim, QuarantinedRow, SaveRecord, SessionKey, StoredSession
-from teamstore.state.schema import quarantine, sessions, user_holds
+from teamstore.state.schema import quarantine, sessions, store_settings, user_holds
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
+LEASE_MODES = ("lock", "row")
+_LEASE_SETTING = "session_lease"
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -98,14 +107,11 @@ class SqlStateStore:
         engine: An engine the caller owns (and disposes of).
     """
 
+    lease = "row"
+
     def __init__(self, engine: AsyncEngine) -> None:
-        if engine.dialect.name == "postgresql" and type(self) is SqlStateStore:
-            # Its row leases would not exclude workers holding the Postgres store's advisory locks.
-            raise ConfigurationError(
-                "SqlStateStore leases sessions in the row, which Postgres workers do not: build the store "
-                "with store_for(engine)", hint="teamstore.state.sql.store_for(engine) picks the right store",
-            )
         self.engine = engine
+        self._lease_checked = False
         # Each lease/load and save/release is ONE statement, atomic on its own: running it in autocommit
         # spares the BEGIN and COMMIT round trips.
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -117,6 +123,20 @@ class SqlStateStore:
 
     def _held(self, user_id: Any) -> Any:
         return exists().where(user_holds.c.user_id == user_id)
+
+    async def _check_lease_mode(self) -> None:
+        """Refuse to lease sessions on a database that serves the other kind of lease (once per store)."""
+        if self._lease_checked:
+            return
+        recorded = await lease_mode(self.engine)
+        if recorded != self.lease:
+            raise ConfigurationError(
+                f"this database's sessions are leased by {recorded!r}, and this process is set to "
+                f"{self.lease!r}: the two kinds of worker would not see each other's leases",
+                hint=f"set TEAMSTORE_SESSION_LEASE={recorded}, or stop every worker and run "
+                f"'teamstore db lease-mode {self.lease}'",
+            )
+        self._lease_checked = True
 
     def _build_acquire(self) -> Any:
         # Built once with bind parameters: constructing this statement costs more than running it.
@@ -189,6 +209,7 @@ class SqlStateStore:
             ErasureInProgress: An erasure request holds this user.
             StoreUnavailable: The database failed.
         """
+        await self._check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         while True:
             try:
@@ -360,6 +381,7 @@ class SqlStateStore:
 
     async def sweep_expired(self, *, batch_size: int = 500) -> int:
         """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted."""
+        await self._check_lease_mode()
         total = 0
         while True:
             count = await self._sweep_batch(batch_size)
@@ -392,15 +414,87 @@ def _quarantined(m: Mapping[str, Any] | RowMapping) -> QuarantinedRow:
     )
 
 
-def store_for(engine: AsyncEngine, *, pool_size: int = 20) -> SqlStateStore:
-    """The store for ``engine``: advisory-lock leases on Postgres, row leases on SQLite.
+def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") -> SqlStateStore:
+    """The store for ``engine``: on Postgres, advisory-lock leases (``lock``) or row leases (``row``);
+    on SQLite always row leases.
 
     Args:
         engine: The state database (the caller owns it).
-        pool_size: On Postgres, the most sessions this process holds open at once (one connection each).
+        pool_size: Postgres ``lock``: the most sessions this process holds open at once (a connection each).
+        lease: Postgres only; it must match what the database records (see :func:`lease_mode`).
+
+    Raises:
+        ConfigurationError: ``lease`` is neither ``lock`` nor ``row``.
     """
-    if engine.dialect.name == "postgresql":
+    if lease not in LEASE_MODES:
+        raise ConfigurationError(f"session lease {lease!r} is not one of {', '.join(LEASE_MODES)}")
+    if engine.dialect.name == "postgresql" and lease == "lock":
         from teamstore.state.postgres import PostgresStateStore
 
         return PostgresStateStore(engine, pool_size=pool_size)
     return SqlStateStore(engine)
+
+
+async def lease_mode(engine: AsyncEngine) -> str:
+    """How the database's sessions are leased, as recorded by migration 0005 or :func:`set_lease_mode`.
+
+    Raises:
+        StoreUnavailable: The database failed.
+        ConfigurationError: Nothing is recorded (the schema is not at head: run ``teamstore db upgrade``).
+    """
+    try:
+        async with engine.connect() as conn:
+            value = (await conn.execute(
+                select(store_settings.c.value).where(store_settings.c.name == _LEASE_SETTING)
+            )).scalar_one_or_none()
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "read the session lease mode") from exc
+    if value is None:
+        raise ConfigurationError("the database records no session lease mode", hint="run 'teamstore db upgrade'")
+    return str(value)
+
+
+async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
+    """Switch how the database's sessions are leased; returns the mode it had.
+
+    Refused while any session is open under the current mode. Stop every worker first and start them
+    again with ``TEAMSTORE_SESSION_LEASE`` set to ``mode``: a worker still running keeps the mode it
+    started with (its saves still check the row version, so no update is lost, but two workers could
+    run one session at once).
+
+    Raises:
+        ConfigurationError: ``mode`` is unknown, or ``lock`` on SQLite (which has no advisory locks).
+        SessionBusy: Sessions are open under the current mode.
+        StoreUnavailable: The database failed.
+    """
+    if mode not in LEASE_MODES:
+        raise ConfigurationError(f"session lease {mode!r} is not one of {', '.join(LEASE_MODES)}")
+    postgres = engine.dialect.name == "postgresql"
+    if mode == "lock" and not postgres:
+        raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres")
+    previous = await lease_mode(engine)
+    if previous == mode:
+        return previous
+    try:
+        async with engine.begin() as conn:
+            if postgres:  # one switch at a time
+                await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(_LEASE_SETTING))))
+            if previous == "lock":
+                open_now = (await conn.execute(text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                ))).scalar_one()
+            else:
+                open_now = (await conn.execute(select(func.count()).select_from(sessions).where(
+                    sessions.c.lease_owner.is_not(None), sessions.c.lease_until > now_utc()))).scalar_one()
+            if open_now:
+                raise SessionBusy(
+                    f"{open_now} session(s) are open under {previous!r} leases; the mode was not changed",
+                    hint="stop every worker, then switch; start them again with TEAMSTORE_SESSION_LEASE="
+                    f"{mode}",
+                )
+            await conn.execute(update(store_settings).where(store_settings.c.name == _LEASE_SETTING)
+                               .values(value=mode, updated_at=now_utc()))
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "switch the session lease mode") from exc
+    return previous

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.state.sql import store_for
+from teamstore.state.sql import lease_mode, store_for
 
 
 async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> int:
@@ -19,7 +19,7 @@ async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> 
         engine: The state database.
         batch_size: Rows per delete statement, to keep transactions short on big tables.
     """
-    store = store_for(engine, pool_size=1)
+    store = store_for(engine, pool_size=1, lease=await lease_mode(engine))  # whichever leases the database serves
     try:
         return await store.sweep_expired(batch_size=batch_size)
     finally:

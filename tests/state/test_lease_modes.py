@@ -1,0 +1,117 @@
+"""The database records how its sessions are leased; a worker of the other kind never runs beside it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.errors import ConfigurationError, SessionBusy
+from teamstore.state.base import Claim, SessionKey
+from teamstore.state.postgres import PostgresStateStore
+from teamstore.state.schema import sessions
+from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode, store_for
+from teamstore.state.sweep import sweep_expired_sessions
+from tests.state.test_store_conformance import record
+
+CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
+KEY = SessionKey("alice", "s1")
+runner = CliRunner()
+
+
+async def _rows(engine) -> int:  # type: ignore[no-untyped-def]
+    async with engine.connect() as conn:
+        return len((await conn.execute(select(sessions))).all())
+
+
+@pytest.mark.postgres
+async def test_a_worker_of_the_other_kind_refuses_to_start_and_writes_nothing(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    assert await lease_mode(engine) == "lock"  # what every Postgres database was before row leases
+    rows = SqlStateStore(engine)
+    with pytest.raises(ConfigurationError) as info:
+        await rows.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    assert "TEAMSTORE_SESSION_LEASE=lock" in (info.value.hint or "")
+    assert await _rows(engine) == 0
+
+    assert await set_lease_mode(engine, "row") == "lock"
+    locks = PostgresStateStore(engine, pool_size=2)
+    with pytest.raises(ConfigurationError, match="leased by 'row'"):
+        await locks.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    with pytest.raises(ConfigurationError):  # the sweep is no way around it either
+        await locks.sweep_expired()
+    assert (await rows.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)).is_new
+    await locks.aclose()
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("start", ["lock", "row"])
+async def test_no_switch_while_a_session_is_open(postgres_url: str, start: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    await set_lease_mode(engine, start)
+    other = "row" if start == "lock" else "lock"
+    store = store_for(engine, pool_size=2, lease=start)
+    row = await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    with pytest.raises(SessionBusy, match="1 session"):
+        await set_lease_mode(engine, other)
+    assert await lease_mode(engine) == start
+    await store.save(KEY, owner="w1", expected_version=row.row_version, record=record(), release=True)
+    assert await set_lease_mode(engine, other) == start
+    assert await lease_mode(engine) == other
+    # The saved session carries over: a worker of the new kind resumes it.
+    switched = store_for(engine, pool_size=2, lease=other)
+    assert (await switched.acquire(KEY, CLAIM, owner="w2", lease_ttl=30, wait_seconds=1)).state == record().state
+    await store.aclose()
+    await switched.aclose()
+    await engine.dispose()
+
+
+async def test_sqlite_only_leases_in_the_row(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = create_engine(f"sqlite:///{(tmp_path / 'ts.db').as_posix()}")
+    await upgrade(engine)
+    assert await lease_mode(engine) == "row"
+    with pytest.raises(ConfigurationError, match="advisory locks need Postgres"):
+        await set_lease_mode(engine, "lock")
+    with pytest.raises(ConfigurationError, match="not one of"):
+        await set_lease_mode(engine, "table")
+    with pytest.raises(ConfigurationError, match="not one of"):
+        store_for(engine, lease="table")
+    # The setting's default names Postgres's advisory locks; on SQLite it means the row.
+    assert type(store_for(engine, lease="lock")) is SqlStateStore
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_sweep_follows_the_database(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    await set_lease_mode(engine, "row")
+    store = store_for(engine, lease="row")
+    for session, days in (("old", -1.0), ("new", 1.0)):
+        key = SessionKey("alice", session)
+        row = await store.acquire(key, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+        await store.save(key, owner="w1", expected_version=row.row_version, record=record(days=days), release=True)
+    assert await sweep_expired_sessions(engine) == 1
+    assert [s.session_id for s in await store.list_sessions("alice")] == ["new"]
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+def test_cli_shows_and_switches_the_mode(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", postgres_url)
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    shown = runner.invoke(app, ["db", "lease-mode", "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["mode"] == "lock"
+    switched = runner.invoke(app, ["db", "lease-mode", "row"])
+    assert switched.exit_code == 0 and "lock -> row" in switched.stdout
+    refused = runner.invoke(app, ["db", "lease-mode", "exclusive"])
+    assert refused.exit_code != 0 and "not one of" in refused.output
+    assert json.loads(runner.invoke(app, ["db", "lease-mode", "--json"]).stdout)["from"] == "row"
