@@ -8,7 +8,8 @@
 (3) one resume+save cycle on Postgres (lease+load, decode, validate, encode, save+release) vs the floor,
     a bare psycopg SELECT + versioned UPSERT of the same bytes, sequential and with 16 concurrent
     sessions, measured side by side, alternating, in one run, on a server with production durability
-    (fsync and synchronous_commit on). The store's two statements alone are printed beside it.
+    (fsync and synchronous_commit on). The store's two statements alone are printed beside it, and the
+    same cycle with row leases (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from teamstore.runtime.session import EXPIRY_SLACK
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.envelope import decode, encode
 from teamstore.state.postgres import PostgresStateStore
-from teamstore.state.sql import store_for
+from teamstore.state.sql import lease_mode, set_lease_mode, store_for
 from teamstore.state.validate import validate_participant
 
 CHECKPOINTS = (10, 50, 200)
@@ -92,10 +93,12 @@ async def _sample_state() -> str:
     return encode({"kind": "team", "participants": await capture_states(_Built(team, ("researcher",)), 20)})
 
 
-async def statements(url: str, state: str) -> None:
+async def statements(url: str, state: str, lease: str = "lock") -> None:
     engine = create_engine(url)
     await upgrade(engine)
-    store, seen = store_for(engine), []
+    if await lease_mode(engine) != lease:
+        await set_lease_mode(engine, lease)
+    store, seen = store_for(engine, lease=lease), []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if not statement.lstrip().upper().startswith(("PRAGMA", "BEGIN", "COMMIT")):
@@ -117,7 +120,8 @@ async def statements(url: str, state: str) -> None:
         loads = len(seen)
         await store.save(key, owner="w", expected_version=row.row_version, record=_record(state), release=True)
         saves = len(seen) - loads
-    print(f"    {engine.dialect.name:<10} statements per load: {loads}, per save: {saves}")
+    kind = engine.dialect.name + (f" ({store.lease} leases)" if engine.dialect.name == "postgresql" else "")
+    print(f"    {kind:<24} statements per load: {loads}, per save: {saves}")
     await store.aclose()
     await engine.dispose()
 
@@ -125,9 +129,9 @@ async def statements(url: str, state: str) -> None:
 class Cycles:
     """teamstore's cycle and the floor's, on one database."""
 
-    def __init__(self, url: str, state: str) -> None:
-        self.url, self.state = url, state
-        self.store = store_for(create_engine(url, pool_size=20, max_overflow=0))
+    def __init__(self, url: str, state: str, lease: str = "lock") -> None:
+        self.url, self.state, self.lease = url, state, lease
+        self.store = store_for(create_engine(url, pool_size=20, max_overflow=0), lease=lease)
         self.claim = Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
         self.conns: list[Any] = []
 
@@ -135,6 +139,8 @@ class Cycles:
         import psycopg
 
         await upgrade(self.store.engine)
+        if await lease_mode(self.store.engine) != self.lease:
+            await set_lease_mode(self.store.engine, self.lease)
         self.conns = [await psycopg.AsyncConnection.connect(self.url, autocommit=True) for _ in range(workers)]
         await self.conns[0].execute(
             "CREATE TABLE IF NOT EXISTS floor (user_id text, session_id text, state text, version bigint,"
@@ -185,21 +191,24 @@ class Cycles:
         await self.store.engine.dispose()
 
 
-async def throughput(url: str, state: str, seconds: float) -> None:
+async def throughput(url: str, row_url: str, state: str, seconds: float) -> None:
     print(f"(3) resume+save cycles/s on Postgres ({server_settings(url)}), {len(state):,}-byte state,"
           f" alternating rounds of {seconds}s")
     for workers in (1, 16):
-        cycles = Cycles(url, state)
+        cycles, rows = Cycles(url, state), Cycles(row_url, state, lease="row")
         await cycles.setup(workers)
-        rates: dict[str, list[float]] = {"floor": [], "ours": [], "store_only": []}
+        await rows.setup(1)
+        runs = {"floor": cycles.floor, "ours": cycles.ours, "store_only": cycles.store_only, "row": rows.ours}
+        rates: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(3):
-            for name in rates:
-                rates[name].append(await rate(functools.partial(_gather, getattr(cycles, name), workers), seconds))
+            for name, fn in runs.items():
+                rates[name].append(await rate(functools.partial(_gather, fn, workers), seconds))
         await cycles.close()
-        o, f, s = max(rates["ours"]), max(rates["floor"]), max(rates["store_only"])
+        await rows.close()
+        o, f, s, r = (max(rates[name]) for name in ("ours", "floor", "store_only", "row"))
         label = "sequential" if workers == 1 else f"{workers} concurrent"
         print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {o / f:.2f}x (target >= 0.8x)"
-              f"   [store statements alone {s:,.0f}/s, {s / f:.2f}x]")
+              f"   [store statements alone {s:,.0f}/s, {s / f:.2f}x; with row leases {r:,.0f}/s, {r / f:.2f}x]")
 
 
 async def _gather(fn: Any, workers: int) -> int:
@@ -211,14 +220,17 @@ async def run() -> None:
     await bytes_over_runs()
     state = await _sample_state()
     server, url = postgres_database()
+    row_url = postgres_database()[1]
     sqlite_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench-{os.getpid()}.db")
     try:
         print("(2) SQL statements")
         await statements(f"sqlite:///{sqlite_path}", state)
         await statements(url, state)
-        await throughput(url, state, float(os.environ.get("BENCH_SECONDS", "3")))
+        await statements(row_url, state, lease="row")
+        await throughput(url, row_url, state, float(os.environ.get("BENCH_SECONDS", "3")))
     finally:
         drop_database(server, url)
+        drop_database(server, row_url)
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(sqlite_path + suffix):
                 os.remove(sqlite_path + suffix)
