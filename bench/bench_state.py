@@ -96,7 +96,7 @@ async def _sample_state() -> str:
 async def statements(url: str, state: str, lease: str = "lock") -> None:
     engine = create_engine(url)
     await upgrade(engine)
-    if await lease_mode(engine) != lease:
+    if engine.dialect.name == "postgresql" and await lease_mode(engine) != lease:
         await set_lease_mode(engine, lease)
     store, seen = store_for(engine, lease=lease), []
 
