@@ -376,6 +376,22 @@ async def test_production_database_is_never_migrated_implicitly(postgres_url: st
     await engine.dispose()
 
 
+@pytest.mark.postgres
+async def test_a_worker_set_to_the_other_kind_of_lease_fails_at_start(postgres_url: str, registry: Registry) -> None:
+    from teamstore.db.migrate import upgrade
+    from teamstore.errors import ConfigurationError
+    from teamstore.settings import Settings
+
+    engine = create_engine(postgres_url)
+    await upgrade(engine)  # records 'lock'
+    platform = Platform(engine, registry, settings=Settings(database_url=postgres_url, session_lease="row"))
+    with pytest.raises(ConfigurationError) as info:
+        await platform.ensure_schema()
+    assert "TEAMSTORE_SESSION_LEASE=lock" in (info.value.hint or "")
+    await platform.store.aclose()
+    await engine.dispose()
+
+
 async def test_a_live_session_keeps_its_lease_past_the_ttl(platform: Platform) -> None:
     platform.settings = platform.settings.model_copy(update={"lease_ttl_seconds": 0.6})
     async with platform.session("alice", "s1", team="support_triage") as s:

@@ -190,7 +190,7 @@ async def test_database_down_is_a_typed_error() -> None:
 async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> None:
     from sqlalchemy import event
 
-    await store._check_lease_mode()  # once per store, not per load
+    await store.check_lease_mode()  # once per store, not per load
     statements: list[str] = []
 
     def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]

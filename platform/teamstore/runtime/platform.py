@@ -93,7 +93,8 @@ class Platform:
         self.observers.extend(build_audit_observers(self.settings, self.engine, tracer_provider=provider))
 
     async def ensure_schema(self) -> None:
-        """Migrate the embedded database, or check a production one is migrated (once per platform)."""
+        """Migrate the embedded database, or check a production one is migrated and leases sessions the way
+        this process is set to (once per platform)."""
         async with self._schema_lock:
             if self._schema_checked:
                 return
@@ -101,6 +102,7 @@ class Platform:
                 await upgrade(self.engine)
             else:
                 await require_current(self.engine)
+            await self.store.check_lease_mode()  # a worker of the other kind of lease fails here, at start
             self._schema_checked = True
 
     async def build_team(self, ref: str) -> Any:

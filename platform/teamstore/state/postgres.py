@@ -239,7 +239,7 @@ class PostgresStateStore(SqlStateStore):
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
     ) -> StoredSession:
         """Take the session's advisory lock and read its row in one statement; see the module doc."""
-        await self._check_lease_mode()
+        await self.check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
         stale_connections = 0

@@ -124,8 +124,12 @@ class SqlStateStore:
     def _held(self, user_id: Any) -> Any:
         return exists().where(user_holds.c.user_id == user_id)
 
-    async def _check_lease_mode(self) -> None:
-        """Refuse to lease sessions on a database that serves the other kind of lease (once per store)."""
+    async def check_lease_mode(self) -> None:
+        """Refuse to lease sessions on a database that serves the other kind of lease (once per store).
+
+        Raises:
+            ConfigurationError: The database records the other kind of lease.
+        """
         if self._lease_checked:
             return
         recorded = await lease_mode(self.engine)
@@ -209,7 +213,7 @@ class SqlStateStore:
             ErasureInProgress: An erasure request holds this user.
             StoreUnavailable: The database failed.
         """
-        await self._check_lease_mode()
+        await self.check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         while True:
             try:
@@ -381,7 +385,7 @@ class SqlStateStore:
 
     async def sweep_expired(self, *, batch_size: int = 500) -> int:
         """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted."""
-        await self._check_lease_mode()
+        await self.check_lease_mode()
         total = 0
         while True:
             count = await self._sweep_batch(batch_size)
@@ -426,13 +430,26 @@ def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") 
     Raises:
         ConfigurationError: ``lease`` is neither ``lock`` nor ``row``.
     """
-    if lease not in LEASE_MODES:
-        raise ConfigurationError(f"session lease {lease!r} is not one of {', '.join(LEASE_MODES)}")
-    if engine.dialect.name == "postgresql" and lease == "lock":
+    if _known(lease) == "lock" and engine.dialect.name == "postgresql":
         from teamstore.state.postgres import PostgresStateStore
 
         return PostgresStateStore(engine, pool_size=pool_size)
     return SqlStateStore(engine)
+
+
+def _known(mode: str) -> str:
+    if mode not in LEASE_MODES:
+        raise ConfigurationError(f"session lease {mode!r} is not one of {', '.join(LEASE_MODES)}")
+    return mode
+
+
+async def _recorded_mode(conn: Any) -> str:
+    value = (await conn.execute(
+        select(store_settings.c.value).where(store_settings.c.name == _LEASE_SETTING)
+    )).scalar_one_or_none()
+    if value is None:
+        raise ConfigurationError("the database records no session lease mode", hint="run 'teamstore db upgrade'")
+    return str(value)
 
 
 async def lease_mode(engine: AsyncEngine) -> str:
@@ -444,14 +461,9 @@ async def lease_mode(engine: AsyncEngine) -> str:
     """
     try:
         async with engine.connect() as conn:
-            value = (await conn.execute(
-                select(store_settings.c.value).where(store_settings.c.name == _LEASE_SETTING)
-            )).scalar_one_or_none()
+            return await _recorded_mode(conn)
     except SQLAlchemyError as exc:
         raise unavailable(exc, "read the session lease mode") from exc
-    if value is None:
-        raise ConfigurationError("the database records no session lease mode", hint="run 'teamstore db upgrade'")
-    return str(value)
 
 
 async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
@@ -467,18 +479,16 @@ async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
         SessionBusy: Sessions are open under the current mode.
         StoreUnavailable: The database failed.
     """
-    if mode not in LEASE_MODES:
-        raise ConfigurationError(f"session lease {mode!r} is not one of {', '.join(LEASE_MODES)}")
     postgres = engine.dialect.name == "postgresql"
-    if mode == "lock" and not postgres:
+    if _known(mode) == "lock" and not postgres:
         raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres")
-    previous = await lease_mode(engine)
-    if previous == mode:
-        return previous
     try:
         async with engine.begin() as conn:
-            if postgres:  # one switch at a time
+            if postgres:  # one switch at a time: the mode read next stays true until the commit
                 await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(_LEASE_SETTING))))
+            previous = await _recorded_mode(conn)
+            if previous == mode:
+                return previous
             if previous == "lock":
                 open_now = (await conn.execute(text(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
