@@ -37,6 +37,7 @@ from teamstore.runtime.session import EXPIRY_SLACK
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.envelope import decode, encode
 from teamstore.state.postgres import PostgresStateStore
+from teamstore.state.postgres_row import PostgresRowStateStore
 from teamstore.state.sql import lease_mode, set_lease_mode, store_for
 from teamstore.state.validate import validate_participant
 
@@ -105,7 +106,7 @@ async def statements(url: str, state: str, lease: str = "lock") -> None:
             seen.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", count)
-    if isinstance(store, PostgresStateStore):  # its lease statements go through psycopg directly
+    if isinstance(store, PostgresStateStore | PostgresRowStateStore):  # loads and saves go through psycopg
         direct = store._execute
 
         async def counted(cursor: Any, stmt: Any, params: Any) -> Any:

@@ -38,7 +38,6 @@ direct or through a session-mode pooler (a transaction-mode pooler cannot keep a
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,26 +50,13 @@ from psycopg import AsyncRawCursor
 from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import (
-    ConfigurationError,
-    ErasureInProgress,
-    MissingExtra,
-    SessionBusy,
-    StaleStateVersion,
-    StoreUnavailable,
-)
+from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.direct import DirectPool, Statement, execute
 from teamstore.state.schema import sessions, user_holds
 from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore, now_utc, unavailable
 
-try:  # the pool ships with the "postgres" extra; without it the store refuses to start
-    from psycopg_pool import AsyncConnectionPool, PoolTimeout
-except ImportError:  # pragma: no cover - depends on the installed extras
-    AsyncConnectionPool = PoolTimeout = None  # type: ignore[assignment,misc]
-
 _S, _H = sessions.name, user_holds.name
-_OPEN_SECONDS = 2.0
-_MIN_SERVER_VERSION = 140000
 _LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
 _NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
 
@@ -122,27 +108,9 @@ FROM (SELECT pg_advisory_xact_lock({_LOCK_KEY}) OFFSET 0) AS handover"""
 _RELEASE = f"SELECT pg_advisory_unlock({_LOCK_KEY}), set_config('idle_session_timeout', '0', false)"
 
 
-class _Statement:
-    """A statement written with named parameters, sent with positional ones (``$1``..): psycopg's raw
-    cursor skips re-parsing the query and re-ordering a dict on every call."""
-
-    def __init__(self, sql: str) -> None:
-        self.names: list[str] = []
-
-        def number(match: re.Match[str]) -> str:
-            if match.group(1) not in self.names:
-                self.names.append(match.group(1))
-            return f"${self.names.index(match.group(1)) + 1}"
-
-        self.sql = re.sub(r"%\((\w+)\)s", number, sql)
-
-    def args(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(params[name] for name in self.names)
-
-
-_ACQUIRE_STMT, _RELEASE_STMT, _RENEW_STMT = _Statement(_ACQUIRE), _Statement(_RELEASE), _Statement("SELECT 1")
+_ACQUIRE_STMT, _RELEASE_STMT, _RENEW_STMT = Statement(_ACQUIRE), Statement(_RELEASE), Statement("SELECT 1")
 _SAVE_STMTS = {
-    release: {existing: _Statement(sql) for existing, sql in table.items()}
+    release: {existing: Statement(sql) for existing, sql in table.items()}
     for release, table in ((True, _SAVE_RELEASE), (False, _SAVE_KEEP))
 }
 
@@ -172,68 +140,12 @@ class PostgresStateStore(SqlStateStore):
     lease = "lock"
 
     def __init__(self, engine: AsyncEngine, pool_size: int = 20) -> None:
-        if AsyncConnectionPool is None:
-            raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool")
         super().__init__(engine)
-        self._pool_size = pool_size
-        self._pool: Any = None
-        self._pool_lock = asyncio.Lock()
+        self._direct = DirectPool(engine, pool_size, holds="sessions")
         self._leases: dict[tuple[SessionKey, str], _Lease] = {}
 
-    async def _connection_pool(self, budget: float) -> Any:
-        if self._pool is not None:
-            return self._pool
-        async with self._pool_lock:
-            if self._pool is None:
-                url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-                pool = AsyncConnectionPool(
-                    url, min_size=min(4, self._pool_size), max_size=self._pool_size,
-                    kwargs={"autocommit": True}, open=False,
-                )
-                # Opened fully before use: no connection attempt is left running in the background.
-                try:
-                    await pool.open(wait=True, timeout=max(budget, _OPEN_SECONDS))
-                except PoolTimeout as exc:
-                    await pool.close()
-                    raise StoreUnavailable(
-                        "could not connect to the state database",
-                        hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
-                    ) from exc
-                async with pool.connection() as conn:
-                    version = conn.info.server_version
-                if version < _MIN_SERVER_VERSION:
-                    await pool.close()
-                    raise ConfigurationError(
-                        f"the state database runs PostgreSQL {version // 10000}; session leases need 14 or newer "
-                        "(idle_session_timeout ends the lease of a stalled worker)",
-                        hint="upgrade the server, or run on a PostgreSQL 14+ instance",
-                    )
-                self._pool = pool
-        return self._pool
-
-    async def _execute(self, cursor: Any, stmt: _Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
-        """Run one statement on ``cursor`` (a raw cursor of a held connection) and return its single row."""
-        await cursor.execute(stmt.sql, stmt.args(params))
-        row: tuple[Any, ...] | None = await cursor.fetchone()
-        return row
-
-    async def _checkout(self, seconds: float) -> Any:
-        pool = await self._connection_pool(seconds)
-        try:
-            return await pool.getconn(timeout=max(seconds, 0.05))
-        except PoolTimeout as exc:
-            raise StoreUnavailable(
-                f"no database connection came free within {seconds:.1f}s: all {self._pool_size} are "
-                "held by sessions in flight in this process (or the database does not answer)",
-                hint="check TEAMSTORE_DATABASE_URL and the database server; if both are fine, raise "
-                "TEAMSTORE_DB_POOL_SIZE or run fewer sessions per process",
-            ) from exc
-
-    async def _checkin(self, conn: Any, *, discard: bool = False) -> None:
-        if discard:
-            await conn.close()  # ends the server session, and with it any lock it held
-        if self._pool is not None:
-            await self._pool.putconn(conn)
+    async def _execute(self, cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        return await execute(cursor, stmt, params)
 
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
@@ -244,14 +156,14 @@ class PostgresStateStore(SqlStateStore):
         params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
         stale_connections = 0
         while True:
-            conn = await self._checkout(deadline - time.monotonic())
+            conn = await self._direct.checkout(deadline - time.monotonic())
             cursor = AsyncRawCursor(conn)  # kept with the lease: one cursor serves the whole session
             try:
                 row = await self._execute(cursor, _ACQUIRE_STMT, params)
             except BaseException as exc:
                 # Whatever happened (database error, cancellation), the lock may be held: end the session.
-                await self._checkin(conn, discard=True)
-                if isinstance(exc, psycopg.OperationalError) and conn.broken and stale_connections < self._pool_size:
+                await self._direct.checkin(conn, discard=True)
+                if isinstance(exc, psycopg.OperationalError) and conn.broken and stale_connections < self._direct.size:
                     # A pooled connection the server ended (a restart, a failover): the load is read-only,
                     # so try a fresh one.
                     stale_connections += 1
@@ -264,7 +176,7 @@ class PostgresStateStore(SqlStateStore):
             if locked:
                 self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl)
                 return _stored(key, claim, row)
-            await self._checkin(conn)
+            await self._direct.checkin(conn)
             if locked is None:
                 raise ErasureInProgress(
                     "an erasure request is open for this user; no session may start",
@@ -302,13 +214,13 @@ class PostgresStateStore(SqlStateStore):
             row = await self._execute(lease.cursor, _SAVE_STMTS[release][expected_version > 0], params)
         except BaseException as exc:
             self._leases.pop((key, owner), None)
-            await self._checkin(lease.conn, discard=True)
+            await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error):
                 raise self._lost(exc, lease) from exc
             raise
         if release:
             self._leases.pop((key, owner), None)
-            await self._checkin(lease.conn)
+            await self._direct.checkin(lease.conn)
         if row is None or row[0] is None:
             await self._explain_lost_save(key, expected_version)
         return int(row[0])
@@ -352,13 +264,13 @@ class PostgresStateStore(SqlStateStore):
         try:
             await self._execute(lease.cursor, _RELEASE_STMT, {"u": key.user_id, "s": key.session_id})
         except BaseException as exc:
-            await self._checkin(lease.conn, discard=True)
+            await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error) and not lease.overdue:
                 raise unavailable(exc, "release the session lease") from exc
             if not isinstance(exc, psycopg.Error):
                 raise
             return
-        await self._checkin(lease.conn)
+        await self._direct.checkin(lease.conn)
 
     def _owned(self, owner: str) -> list[Any]:
         # The advisory lock is the ownership; the lease columns stay empty on Postgres.
@@ -375,9 +287,7 @@ class PostgresStateStore(SqlStateStore):
         for lease in self._leases.values():
             await lease.conn.close()
         self._leases.clear()
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        await self._direct.close()
 
 
 def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSession:

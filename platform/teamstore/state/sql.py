@@ -7,8 +7,8 @@
     row = await store.acquire(key, claim, owner="worker-1", lease_ttl=300, wait_seconds=10)
 
 On Postgres, ``store_for`` gives :class:`teamstore.state.postgres.PostgresStateStore` (lease ``lock``, an
-advisory lock on a held connection), or this store with ``lease="row"``. Here the lease lives in the
-session row: taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE lease free .. RETURNING``
+advisory lock on a held connection) or :class:`teamstore.state.postgres_row.PostgresRowStateStore`
+(lease ``row``: these statements, sent through psycopg directly). Here the lease lives in the session row: taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE lease free .. RETURNING``
 that also reads the row; saving is a single ``UPDATE .. WHERE row_version = :v AND lease_owner = :me``
 that also releases. A save whose row moved on (another writer, an expired lease taken over, an erasure)
 matches nothing and raises; no update is ever lost silently. A row lease costs a commit on every load
@@ -424,17 +424,23 @@ def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") 
 
     Args:
         engine: The state database (the caller owns it).
-        pool_size: Postgres ``lock``: the most sessions this process holds open at once (a connection each).
+        pool_size: Postgres: the size of the store's own connection pool; with ``lock`` leases, the most
+            sessions this process holds open at once (a connection each).
         lease: Postgres only; it must match what the database records (see :func:`lease_mode`).
 
     Raises:
         ConfigurationError: ``lease`` is neither ``lock`` nor ``row``.
     """
-    if _known(lease) == "lock" and engine.dialect.name == "postgresql":
+    if engine.dialect.name != "postgresql":
+        _known(lease)
+        return SqlStateStore(engine)
+    if _known(lease) == "lock":
         from teamstore.state.postgres import PostgresStateStore
 
         return PostgresStateStore(engine, pool_size=pool_size)
-    return SqlStateStore(engine)
+    from teamstore.state.postgres_row import PostgresRowStateStore
+
+    return PostgresRowStateStore(engine, pool_size=pool_size)
 
 
 def _known(mode: str) -> str:
