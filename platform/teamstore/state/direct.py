@@ -65,13 +65,14 @@ class DirectPool:
         size: The most connections held at once.
         holds: What one connection is held for, for the error when none comes free
             (``"sessions"`` for the advisory-lock store, ``"statements"`` for the row-lease one).
+        needs: Why the store needs PostgreSQL 14 or newer, if it does; an older server is then refused.
     """
 
-    def __init__(self, engine: AsyncEngine, size: int, holds: str) -> None:
+    def __init__(self, engine: AsyncEngine, size: int, holds: str, needs: str | None = None) -> None:
         if AsyncConnectionPool is None:
             raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool")
         self._url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self.size, self._holds = size, holds
+        self.size, self._holds, self._needs = size, holds, needs
         self._pool: Any = None
         self._lock = asyncio.Lock()
 
@@ -95,12 +96,12 @@ class DirectPool:
                     ) from exc
                 async with pool.connection() as conn:
                     version = conn.info.server_version
-                if version < _MIN_SERVER_VERSION:
+                if self._needs and version < _MIN_SERVER_VERSION:
                     await pool.close()
                     raise ConfigurationError(
-                        f"the state database runs PostgreSQL {version // 10000}; the state store needs 14 or "
-                        "newer (idle_session_timeout ends the lease of a stalled worker)",
-                        hint="upgrade the server, or run on a PostgreSQL 14+ instance",
+                        f"the state database runs PostgreSQL {version // 10000}; {self._needs} needs 14 or newer",
+                        hint="upgrade the server, or lease sessions in their rows instead ('teamstore db "
+                        "lease-mode row' with every worker stopped, and TEAMSTORE_SESSION_LEASE=row)",
                     )
                 self._pool = pool
         return self._pool

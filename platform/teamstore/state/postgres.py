@@ -141,7 +141,10 @@ class PostgresStateStore(SqlStateStore):
 
     def __init__(self, engine: AsyncEngine, pool_size: int = 20) -> None:
         super().__init__(engine)
-        self._direct = DirectPool(engine, pool_size, holds="sessions")
+        self._direct = DirectPool(
+            engine, pool_size, holds="sessions",
+            needs="an advisory-lock lease (the server's idle_session_timeout ends a stalled worker's)",
+        )
         self._leases: dict[tuple[SessionKey, str], _Lease] = {}
 
     async def _execute(self, cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
