@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -71,6 +72,24 @@ async def test_no_switch_while_a_session_is_open(postgres_url: str, start: str) 
     assert (await switched.acquire(KEY, CLAIM, owner="w2", lease_ttl=30, wait_seconds=1)).state == record().state
     await store.aclose()
     await switched.aclose()
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_worker_left_running_across_a_switch_refuses_at_its_next_check(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    store = store_for(engine, pool_size=2, lease="lock")
+    row = await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    await store.save(KEY, owner="w1", expected_version=row.row_version, record=record(), release=True)
+    await set_lease_mode(engine, "row")  # with this worker still running
+    row = await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)  # its check is not due yet
+    await store.release(KEY, owner="w1", discard_empty=False)
+    store.lease_recheck_seconds = 0.05
+    await asyncio.sleep(0.1)
+    with pytest.raises(ConfigurationError, match="leased by 'row'"):
+        await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    await store.aclose()
     await engine.dispose()
 
 

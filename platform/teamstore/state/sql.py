@@ -108,10 +108,11 @@ class SqlStateStore:
     """
 
     lease = "row"
+    lease_recheck_seconds = 30.0
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._lease_checked = False
+        self._lease_checked_at: float | None = None
         # Each lease/load and save/release is ONE statement, atomic on its own: running it in autocommit
         # spares the BEGIN and COMMIT round trips.
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -125,12 +126,16 @@ class SqlStateStore:
         return exists().where(user_holds.c.user_id == user_id)
 
     async def check_lease_mode(self) -> None:
-        """Refuse to lease sessions on a database that serves the other kind of lease (once per store).
+        """Refuse to lease sessions on a database that serves the other kind of lease.
+
+        The database is asked at most once every :attr:`lease_recheck_seconds`: a worker left running
+        across ``teamstore db lease-mode`` starts refusing within that time.
 
         Raises:
             ConfigurationError: The database records the other kind of lease.
         """
-        if self._lease_checked:
+        now = time.monotonic()
+        if self._lease_checked_at is not None and now - self._lease_checked_at < self.lease_recheck_seconds:
             return
         recorded = await lease_mode(self.engine)
         if recorded != self.lease:
@@ -140,7 +145,7 @@ class SqlStateStore:
                 hint=f"set TEAMSTORE_SESSION_LEASE={recorded}, or stop every worker and run "
                 f"'teamstore db lease-mode {self.lease}'",
             )
-        self._lease_checked = True
+        self._lease_checked_at = now
 
     def _build_acquire(self) -> Any:
         # Built once with bind parameters: constructing this statement costs more than running it.
@@ -476,9 +481,10 @@ async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
     """Switch how the database's sessions are leased; returns the mode it had.
 
     Refused while any session is open under the current mode. Stop every worker first and start them
-    again with ``TEAMSTORE_SESSION_LEASE`` set to ``mode``: a worker still running keeps the mode it
-    started with (its saves still check the row version, so no update is lost, but two workers could
-    run one session at once).
+    again with ``TEAMSTORE_SESSION_LEASE`` set to ``mode``: a worker still running keeps leasing the old
+    way until its next check of the mode (:attr:`SqlStateStore.lease_recheck_seconds`, then it refuses).
+    Meanwhile its saves still check the row version, so no update is lost, but two workers could run one
+    session at once.
 
     Raises:
         ConfigurationError: ``mode`` is unknown, or ``lock`` on SQLite (which has no advisory locks).
