@@ -206,13 +206,7 @@ class PostgresStateStore(SqlStateStore):
             StoreUnavailable: The database failed; the previous state is intact.
         """
         lease = self._lease(key, owner)
-        params = {
-            "u": key.user_id, "s": key.session_id, "version": expected_version,
-            "team": record.team, "team_version": record.team_version, "schema": record.schema_version,
-            "agentchat": record.agentchat_version, "fingerprints": orjson.dumps(dict(record.fingerprints)).decode(),
-            "state": record.state, "state_bytes": len(record.state.encode()), "expires_at": record.expires_at,
-            "expires_latest": record.expires_latest,
-        }
+        params = save_params(key, expected_version, record)
         try:
             row = await self._execute(lease.cursor, _SAVE_STMTS[release][expected_version > 0], params)
         except BaseException as exc:
@@ -291,6 +285,17 @@ class PostgresStateStore(SqlStateStore):
             await lease.conn.close()
         self._leases.clear()
         await self._direct.close()
+
+
+def save_params(key: SessionKey, expected_version: int, record: SaveRecord, *, owner: str = "") -> dict[str, Any]:
+    """The parameters of a save statement (``_SET`` and the row's address; ``owner`` for row leases)."""
+    return {
+        "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner,
+        "team": record.team, "team_version": record.team_version, "schema": record.schema_version,
+        "agentchat": record.agentchat_version, "fingerprints": orjson.dumps(dict(record.fingerprints)).decode(),
+        "state": record.state, "state_bytes": len(record.state.encode()), "expires_at": record.expires_at,
+        "expires_latest": record.expires_latest,
+    }
 
 
 def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSession:

@@ -25,8 +25,6 @@ and their flush carries every earlier lease write with it.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -36,11 +34,10 @@ import psycopg
 from psycopg import AsyncRawCursor
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import ErasureInProgress, SessionBusy
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.direct import DirectPool, Statement, execute
-from teamstore.state.postgres import _NOT_HELD, _S, _SET
-from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore, now_utc, unavailable
+from teamstore.state.postgres import _NOT_HELD, _S, _SET, save_params
+from teamstore.state.sql import SqlStateStore, now_utc, unavailable
 
 _CONNECTION_WAIT = 10.0  # a save waits this long for a pooled connection (each is held for one statement)
 _COLUMNS = ("state", "row_version", "team", "team_version", "schema_version", "agentchat_version", "fingerprints",
@@ -101,44 +98,21 @@ class PostgresRowStateStore(SqlStateStore):
             await self._direct.checkin(conn)
             return row
 
-    async def acquire(
-        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
-    ) -> StoredSession:
-        """Take the lease and read the row in one statement, waiting up to ``wait_seconds`` for a busy one.
-
-        Raises:
-            SessionBusy: Another worker kept the lease past ``wait_seconds``.
-            ErasureInProgress: An erasure request holds this user.
-            StoreUnavailable: The database failed.
-        """
-        await self.check_lease_mode()
-        deadline, pause = time.monotonic() + wait_seconds, _POLL_START
-        params: dict[str, Any] = {
+    async def _try_acquire(
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float
+    ) -> StoredSession | None:
+        now = now_utc()
+        params = {
             "u": key.user_id, "s": key.session_id, "team": claim.team, "team_version": claim.team_version,
             "schema": claim.schema_version, "agentchat": claim.agentchat_version,
             "fingerprints": orjson.dumps(dict(claim.fingerprints)).decode(), "owner": owner,
+            "now": now, "until": now + timedelta(seconds=ttl),
         }
-        while True:
-            params["now"] = now = now_utc()
-            params["until"] = now + timedelta(seconds=lease_ttl)
-            try:
-                row = await self._one(_ACQUIRE, params, max(deadline - time.monotonic(), 0.0), retry=True)
-            except psycopg.Error as exc:
-                raise unavailable(exc, "take the session lease") from exc
-            if row is not None:
-                return _stored(key, row)
-            if await self._is_held(key.user_id):
-                raise ErasureInProgress(
-                    "an erasure request is open for this user; no session may start",
-                    hint="wait for the erasure to complete; the user can then start over",
-                )
-            if time.monotonic() >= deadline:
-                raise SessionBusy(
-                    f"session is in use by another worker (waited {wait_seconds:.1f}s)",
-                    hint="retry later, or raise lease_timeout_seconds; a crashed worker's lease expires on its own",
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _POLL_MAX)
+        try:
+            row = await self._one(_ACQUIRE, params, seconds, retry=True)
+        except psycopg.Error as exc:
+            raise unavailable(exc, "take the session lease") from exc
+        return _stored(key, row) if row is not None else None
 
     async def save(
         self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
@@ -150,13 +124,7 @@ class PostgresRowStateStore(SqlStateStore):
             ErasureInProgress: An erasure request holds this user.
             StoreUnavailable: The database failed; the previous state is intact.
         """
-        params = {
-            "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner,
-            "team": record.team, "team_version": record.team_version, "schema": record.schema_version,
-            "agentchat": record.agentchat_version, "fingerprints": orjson.dumps(dict(record.fingerprints)).decode(),
-            "state": record.state, "state_bytes": len(record.state.encode()), "expires_at": record.expires_at,
-            "expires_latest": record.expires_latest,
-        }
+        params = save_params(key, expected_version, record, owner=owner)
         try:
             row = await self._one(_SAVE[release], params, _CONNECTION_WAIT, retry=False)
         except psycopg.Error as exc:

@@ -180,7 +180,10 @@ class SqlStateStore:
             .returning(sessions.c.row_version)
         )
 
-    async def _try_acquire(self, key: SessionKey, claim: Claim, owner: str, ttl: float) -> StoredSession | None:
+    async def _try_acquire(
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float
+    ) -> StoredSession | None:
+        """One attempt at the lease (``seconds`` left to wait): the row, or None while another holds it."""
         now = now_utc()
         params: dict[str, Any] = {
             "p_user_id": key.user_id,
@@ -200,13 +203,19 @@ class SqlStateStore:
             "p_lease_until": now + timedelta(seconds=ttl),
             "p_now": now,
         }
-        async with self._single.connect() as conn:
-            row = (await conn.execute(self._acquire, params)).first()
+        try:
+            async with self._single.connect() as conn:
+                row = (await conn.execute(self._acquire, params)).first()
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "take the session lease") from exc
         return _session(row._mapping) if row is not None else None
 
     async def _is_held(self, user_id: str) -> bool:
-        async with self.engine.connect() as conn:
-            return (await conn.execute(select(self._held(user_id)))).scalar_one() is True
+        try:
+            async with self.engine.connect() as conn:
+                return (await conn.execute(select(self._held(user_id)))).scalar_one() is True
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "check the user for an erasure") from exc
 
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
@@ -221,17 +230,14 @@ class SqlStateStore:
         await self.check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         while True:
-            try:
-                row = await self._try_acquire(key, claim, owner, lease_ttl)
-                if row is not None:
-                    return row
-                if await self._is_held(key.user_id):
-                    raise ErasureInProgress(
-                        "an erasure request is open for this user; no session may start",
-                        hint="wait for the erasure to complete; the user can then start over",
-                    )
-            except SQLAlchemyError as exc:
-                raise unavailable(exc, "take the session lease") from exc
+            row = await self._try_acquire(key, claim, owner, lease_ttl, max(deadline - time.monotonic(), 0.0))
+            if row is not None:
+                return row
+            if await self._is_held(key.user_id):
+                raise ErasureInProgress(
+                    "an erasure request is open for this user; no session may start",
+                    hint="wait for the erasure to complete; the user can then start over",
+                )
             if time.monotonic() >= deadline:
                 raise SessionBusy(
                     f"session is in use by another worker (waited {wait_seconds:.1f}s)",
