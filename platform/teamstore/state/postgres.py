@@ -50,11 +50,19 @@ from psycopg import AsyncRawCursor
 from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
+from teamstore.errors import StaleStateVersion, StoreUnavailable
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.direct import DirectPool, Statement, execute
 from teamstore.state.schema import sessions, user_holds
-from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore, now_utc, unavailable
+from teamstore.state.sql import (
+    _POLL_MAX,
+    _POLL_START,
+    SqlStateStore,
+    busy,
+    erasure_open,
+    now_utc,
+    unavailable,
+)
 
 _S, _H = sessions.name, user_holds.name
 _LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
@@ -181,16 +189,9 @@ class PostgresStateStore(SqlStateStore):
                 return _stored(key, claim, row)
             await self._direct.checkin(conn)
             if locked is None:
-                raise ErasureInProgress(
-                    "an erasure request is open for this user; no session may start",
-                    hint="wait for the erasure to complete; the user can then start over",
-                )
+                raise erasure_open()
             if time.monotonic() >= deadline:
-                raise SessionBusy(
-                    f"session is in use by another worker (waited {wait_seconds:.1f}s)",
-                    hint="retry later, or raise lease_timeout_seconds; a crashed worker's lease ends with "
-                    "its connection",
-                )
+                raise busy(wait_seconds, "ends with its connection")
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_MAX)
 

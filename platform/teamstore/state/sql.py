@@ -100,6 +100,23 @@ def unavailable(exc: Exception, action: str) -> StoreUnavailable:
     )
 
 
+def erasure_open() -> ErasureInProgress:
+    """The error for a lease refused because an erasure request holds the user."""
+    return ErasureInProgress(
+        "an erasure request is open for this user; no session may start",
+        hint="wait for the erasure to complete; the user can then start over",
+    )
+
+
+def busy(wait_seconds: float, crashed: str) -> SessionBusy:
+    """The error for a lease still held by another worker after ``wait_seconds``; ``crashed`` says how a
+    crashed holder's lease ends."""
+    return SessionBusy(
+        f"session is in use by another worker (waited {wait_seconds:.1f}s)",
+        hint=f"retry later, or raise lease_timeout_seconds; a crashed worker's lease {crashed}",
+    )
+
+
 class SqlStateStore:
     """Resume state in any SQLAlchemy async engine on Postgres or SQLite.
 
@@ -234,15 +251,9 @@ class SqlStateStore:
             if row is not None:
                 return row
             if await self._is_held(key.user_id):
-                raise ErasureInProgress(
-                    "an erasure request is open for this user; no session may start",
-                    hint="wait for the erasure to complete; the user can then start over",
-                )
+                raise erasure_open()
             if time.monotonic() >= deadline:
-                raise SessionBusy(
-                    f"session is in use by another worker (waited {wait_seconds:.1f}s)",
-                    hint="retry later, or raise lease_timeout_seconds; a crashed worker's lease expires on its own",
-                )
+                raise busy(wait_seconds, "expires on its own")
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_MAX)
 
