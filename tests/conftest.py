@@ -66,6 +66,33 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
     _drop_database(postgres_server, url)
 
 
+@pytest.fixture(params=[
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres-row", marks=pytest.mark.postgres),
+])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(database URL, session lease) for each backend the state and runtime suites run on: SQLite (row
+    leases), Postgres with advisory-lock leases (``lock``) and Postgres with row leases (``row``)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{(tmp_path / 'conformance.db').as_posix()}", "row"
+    url: str = request.getfixturevalue("postgres_url")
+    return url, "row" if request.param == "postgres-row" else "lock"
+
+
+async def prepare(url: str, lease: str) -> None:
+    """Migrate ``url`` and record ``lease`` as the way its sessions are leased."""
+    from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import upgrade
+    from teamstore.state.sql import lease_mode, set_lease_mode
+
+    engine = create_engine(url)
+    await upgrade(engine)
+    if await lease_mode(engine) != lease:
+        await set_lease_mode(engine, lease)
+    await engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The conformance fixture: the same test runs against SQLite and a real PostgreSQL."""

@@ -12,6 +12,7 @@ from teamstore import examples
 from teamstore.db.engine import create_engine
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
+from tests.conftest import prepare
 
 
 @pytest.fixture
@@ -31,14 +32,23 @@ def renamed_manifest() -> Manifest:
 
 
 @pytest.fixture
-async def platform(database_url: str, registry: Registry, tmp_path: Path) -> AsyncIterator[Platform]:
-    """A Platform over SQLite or a real Postgres (conformance parameter), no audit observers."""
+def database_url(backend: tuple[str, str]) -> str:
+    """The backend's database."""
+    return backend[0]
+
+
+@pytest.fixture
+async def platform(backend: tuple[str, str], registry: Registry, tmp_path: Path) -> AsyncIterator[Platform]:
+    """A Platform over SQLite, or a real Postgres with either kind of lease; no audit observers."""
+    url, lease = backend
+    await prepare(url, lease)
     settings = Settings(
-        home=tmp_path / "home", lease_timeout_seconds=0.3, auto_migrate=True, registry_refresh_seconds=0
+        home=tmp_path / "home", lease_timeout_seconds=0.3, auto_migrate=True, registry_refresh_seconds=0,
+        session_lease=lease,
     )
-    engine = create_engine(database_url)
+    engine = create_engine(url)
     p = Platform(engine, registry, settings=settings)
     await p.ensure_schema()
     yield p
-    await p.aclose()  # closes the store's lease pool; the engine is the test's
+    await p.aclose()  # closes the store's connection pool; the engine is the test's
     await engine.dispose()

@@ -25,6 +25,7 @@ from teamstore.errors import (
 )
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
+from teamstore.state.direct import APPLICATION_NAME
 from teamstore.state.envelope import decode
 from teamstore.state.schema import quarantine, sessions, user_holds
 from teamstore.state.sql import store_for
@@ -298,15 +299,18 @@ async def test_database_down_at_load_is_typed(platform: Platform) -> None:
 
 
 async def _lose_the_database(platform: Platform, tmp_path: Path) -> Any:
-    """Cut the session's database away under it: a dead file path on SQLite, a killed backend on Postgres."""
+    """Cut the session's database away under it: a dead file path on SQLite, killed backends on Postgres."""
     if platform.engine.dialect.name == "sqlite":
         gone = create_engine(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}")
         platform.store.engine = gone
         platform.store._single = gone.execution_options(isolation_level="AUTOCOMMIT")
         return gone
-    (lease,) = platform.store._leases.values()  # type: ignore[attr-defined]
-    async with platform.engine.connect() as conn:
-        await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": lease.conn.info.backend_pid})
+    async with platform.engine.connect() as conn:  # the state store's own connections, the session's among them
+        ended = (await conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = :name"
+        ), {"name": APPLICATION_NAME})).scalar_one()
+    assert ended >= 1
     return None
 
 

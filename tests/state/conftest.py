@@ -7,26 +7,12 @@ and Postgres with row leases (``row``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from teamstore.db.engine import create_engine
-from teamstore.db.migrate import upgrade
-from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode, store_for
-
-
-@pytest.fixture(params=[
-    "sqlite",
-    pytest.param("postgres", marks=pytest.mark.postgres),
-    pytest.param("postgres-row", marks=pytest.mark.postgres),
-])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(database URL, session lease) for each backend the state suites run on."""
-    if request.param == "sqlite":
-        return f"sqlite:///{(tmp_path / 'conformance.db').as_posix()}", "row"
-    url: str = request.getfixturevalue("postgres_url")
-    return url, "row" if request.param == "postgres-row" else "lock"
+from teamstore.state.sql import SqlStateStore, store_for
+from tests.conftest import prepare
 
 
 @pytest.fixture
@@ -39,15 +25,6 @@ def database_url(backend: tuple[str, str]) -> str:
 def lease(backend: tuple[str, str]) -> str:
     """The backend's kind of session lease; :func:`prepare` sets its database to it."""
     return backend[1]
-
-
-async def prepare(url: str, lease: str) -> None:
-    """Migrate ``url`` and record ``lease`` as the way its sessions are leased."""
-    engine = create_engine(url)
-    await upgrade(engine)
-    if await lease_mode(engine) != lease:
-        await set_lease_mode(engine, lease)
-    await engine.dispose()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import time
 from teamstore.db.engine import create_engine
 from teamstore.state.base import Claim, SessionKey
 from teamstore.state.sql import store_for
-from tests.state.conftest import prepare
+from tests.conftest import prepare
 
 KEY = SessionKey("alice", "crash-session")
 CLAIM = Claim("t", "v1", 1, "0.7.5", {})

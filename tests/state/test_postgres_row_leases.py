@@ -14,7 +14,7 @@ from teamstore.errors import SessionBusy
 from teamstore.state.base import Claim, SessionKey
 from teamstore.state.postgres_row import PostgresRowStateStore
 from teamstore.state.sql import store_for
-from tests.state.conftest import prepare
+from tests.conftest import prepare
 from tests.state.test_store_conformance import record
 
 pytestmark = pytest.mark.postgres

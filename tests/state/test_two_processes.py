@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from teamstore.db.engine import create_engine
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.sql import store_for
-from tests.state.conftest import prepare
+from tests.conftest import prepare
 
 CYCLES = 80
 WORKERS = 3

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     AsyncConnectionPool = PoolTimeout = None  # type: ignore[assignment,misc]
 
 _OPEN_SECONDS = 2.0
+APPLICATION_NAME = "teamstore-state"  # the state store's own connections, unless the URL names another
 _MIN_SERVER_VERSION = 140000
 
 
@@ -73,6 +74,9 @@ class DirectPool:
             raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool")
         self._url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.size, self._holds, self._needs = size, holds, needs
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        if "application_name" not in engine.url.query:  # so operators can tell these apart in pg_stat_activity
+            self._kwargs["application_name"] = APPLICATION_NAME
         self._pool: Any = None
         self._lock = asyncio.Lock()
 
@@ -83,7 +87,7 @@ class DirectPool:
             if self._pool is None:
                 pool = AsyncConnectionPool(
                     self._url, min_size=min(4, self.size), max_size=self.size,
-                    kwargs={"autocommit": True}, open=False,
+                    kwargs=self._kwargs, open=False,
                 )
                 # Opened fully before use: no connection attempt is left running in the background.
                 try:
