@@ -1,4 +1,5 @@
-"""The Postgres backend: the lease is an advisory lock, held on one connection from load to save.
+"""The Postgres backend with ``lock`` leases (the default): an advisory lock, held on one connection
+from load to save. (``row`` leases: :mod:`teamstore.state.postgres_row`.)
 
     from teamstore.state.postgres import PostgresStateStore
 
@@ -8,9 +9,9 @@
     await store.save(key, owner="w-1", expected_version=row.row_version, record=rec, release=True)
     await store.aclose()
 
-Why not the lease row SQLite uses: taking a lease in a row is a write, and a write costs a commit
-(with its WAL flush) on every load. A session-level advisory lock lives in shared memory, so the load
-is one read-only statement::
+Why a lock rather than the lease row SQLite uses: taking a lease in a row is a write on every load,
+while a session-level advisory lock lives in shared memory, and a killed worker's lock goes with its
+connection at once. The load is one read-only statement::
 
     lock (unless an erasure holds the user) + arm the lease timer + read the row
 
