@@ -102,6 +102,10 @@ class StateRejected(StateError):
         self.detail = detail
 
 
+class QuarantineNotFound(StateError):
+    """No quarantined state has the given id (never, or it was restored or erased)."""
+
+
 class RunInProgress(StateError):
     """State cannot be saved or loaded while ``run_stream`` is in flight."""
 

@@ -122,6 +122,27 @@ async def test_renamed_persisted_agent_fails_closed_and_keeps_the_old_state(
         assert (await conn.execute(select(quarantine.c.state))).scalar_one() == before
 
 
+async def test_after_a_rollback_the_quarantined_state_is_restored_and_resumes(
+    platform: Platform, registry: Registry
+) -> None:
+    v1 = registry.resolve("support_triage@production").version
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production")
+    _, outcome = await talk(platform, "alice", "s1", "hello again")  # fails closed, goes on fresh, saves
+    assert outcome.quarantined
+    registry.label("support_triage", v1, "production", reason="roll back the rename")
+    (kept,) = await platform.store.list_quarantined("alice")
+    with pytest.raises(StaleStateVersion):  # the fresh state saved since is not overwritten unasked
+        await platform.restore_quarantined(kept.id)
+    restored = await platform.restore_quarantined(kept.id, replace=True)
+    assert restored.replaced_by is not None
+    result, outcome = await talk(platform, "alice", "s1", "the technician came")
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+    (aside,) = await platform.store.list_quarantined("alice")  # the fresh state, set aside in turn
+    assert aside.id == restored.replaced_by and aside.reason == "replaced"
+
+
 async def test_compatible_change_keeps_resuming(platform: Platform, registry: Registry) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     registry.add("support_triage", examples.support_triage_v2_prompt().dump_component(),

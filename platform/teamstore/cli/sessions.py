@@ -167,6 +167,36 @@ def list_quarantine(
     emit(rows, as_json=as_json, render=render)
 
 
+@sessions_app.command("restore")
+def restore_quarantined(
+    quarantine_id: int = typer.Argument(..., help="The id 'teamstore sessions quarantine' shows."),
+    replace: bool = typer.Option(False, "--replace", help="Quarantine the state the session saved since."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Put a quarantined state back as its session's state; the next run validates it again."""
+
+    async def go(platform: Platform) -> dict[str, Any]:
+        restored = await platform.restore_quarantined(quarantine_id, replace=replace)
+        row = restored.session
+        return {"restored": quarantine_id, "user_id": row.user_id, "session_id": row.session_id, "team": row.team,
+                "team_version": row.team_version, "row_version": row.row_version, "state_bytes": row.state_bytes,
+                "replaced_by": restored.replaced_by}
+
+    try:
+        data = _with_platform(go, audit=False)
+    except TeamstoreError as exc:
+        fail(exc)
+
+    def render(d: dict[str, Any]) -> None:
+        console.print(escape(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
+                             f"{d['session_id']!r} ({d['team']}@{d['team_version']}, {d['state_bytes']} bytes, "
+                             f"row version {d['row_version']})"))
+        if d["replaced_by"] is not None:
+            console.print(f"the state it replaced is quarantined as {d['replaced_by']}")
+
+    emit(data, as_json=as_json, render=render)
+
+
 @db_app.command("upgrade")
 def db_upgrade(as_json: bool = JsonOption) -> None:
     """Apply every pending migration to TEAMSTORE_DATABASE_URL (the only way production tables change)."""

@@ -19,6 +19,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +33,7 @@ from teamstore.metering import wrap_model_clients
 from teamstore.runtime.hooks import RunObserver
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
+from teamstore.state.base import Restored
 from teamstore.state.sql import SqlStateStore, store_for
 
 
@@ -139,6 +141,24 @@ class Platform:
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
         return Session(self, user_id, session_id, team, timeout)
+
+    async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:
+        """Put a quarantined state back as its session's state, e.g. after rolling back the change that
+        refused it. The next session validates it again against the team it builds, and refuses it
+        again (back to quarantine) if it still does not fit.
+
+        Args:
+            quarantine_id: The quarantined row (``store.list_quarantined()``).
+            replace: Quarantine the state the session saved since, instead of refusing.
+
+        Raises:
+            QuarantineNotFound, StaleStateVersion, SessionBusy, ErasureInProgress, StoreUnavailable: see
+                :meth:`teamstore.state.sql.SqlStateStore.restore_quarantined`.
+        """
+        return await self.store.restore_quarantined(
+            quarantine_id, ttl=timedelta(days=self.settings.state_ttl_days), replace=replace,
+            wait_seconds=self.settings.lease_timeout_seconds,
+        )
 
     async def aclose(self) -> None:
         """Flush telemetry and dispose of what this platform created."""

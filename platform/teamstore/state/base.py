@@ -104,6 +104,14 @@ class QuarantinedRow:
     quarantined_at: datetime
 
 
+@dataclass(frozen=True)
+class Restored:
+    """What :meth:`StateStore.restore_quarantined` did."""
+
+    session: StoredSession
+    replaced_by: int | None  # the quarantine id now holding the state the restore set aside, if any
+
+
 class StateStore(Protocol):
     """Where resume state lives. Every method is one statement or one transaction."""
 
@@ -127,8 +135,14 @@ class StateStore(Protocol):
         """Give the lease back; ``discard_empty`` removes a row that never got a state."""
         ...
 
-    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> None:
-        """Copy a refused row to quarantine and clear its state, in one transaction."""
+    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
+        """Copy a refused row to quarantine and clear its state, in one transaction; returns its id."""
+        ...
+
+    async def restore_quarantined(
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+    ) -> Restored:
+        """Put a quarantined state back as its session's state, under the session's lease."""
         ...
 
     async def get(self, key: SessionKey) -> StoredSession | None:

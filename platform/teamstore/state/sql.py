@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
@@ -49,14 +50,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.errors import (
     ConfigurationError,
     ErasureInProgress,
+    QuarantineNotFound,
     SessionBusy,
     StaleStateVersion,
     StoreUnavailable,
 )
-from teamstore.state.base import Claim, QuarantinedRow, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import Claim, QuarantinedRow, Restored, SaveRecord, SessionKey, StoredSession
 from teamstore.state.schema import quarantine, sessions, store_settings, user_holds
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
+_RESTORE_LEASE_SECONDS = 60.0  # a restore holds the session for a few statements
 LEASE_MODES = ("lock", "row")
 _LEASE_SETTING = "session_lease"
 
@@ -341,8 +344,8 @@ class SqlStateStore:
         except SQLAlchemyError as exc:
             raise unavailable(exc, "release the session lease") from exc
 
-    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> None:
-        """Copy the refused row to ``ts_quarantine`` and clear its state, in one transaction."""
+    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
+        """Copy the refused row to ``ts_quarantine`` and clear its state, in one transaction; returns its id."""
         record = {
             "user_id": row.user_id,
             "session_id": row.session_id,
@@ -361,10 +364,74 @@ class SqlStateStore:
         clear = update(sessions).where(*self._where(row.key), *self._owned(owner)).values(state=None, state_bytes=0)
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(insert(quarantine).values(record))
+                added = await conn.execute(insert(quarantine).values(record))
                 await conn.execute(clear)
         except SQLAlchemyError as exc:
             raise unavailable(exc, "quarantine a refused state") from exc
+        assert added.inserted_primary_key is not None
+        return int(added.inserted_primary_key[0])
+
+    async def restore_quarantined(
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+    ) -> Restored:
+        """Put a quarantined state back as its session's state; the next load validates it again.
+
+        The session's lease is taken as a run would take it, so a restore never overlaps a run, and
+        nothing is lost on the way: with ``replace``, the state the session holds now is quarantined in
+        turn (reason ``replaced``) before the old one goes back; the quarantine row is deleted only after
+        the save.
+
+        Args:
+            quarantine_id: The row to restore (``teamstore sessions quarantine`` lists them).
+            ttl: How long the restored state lives without a save.
+            replace: Set aside a state the session saved since; without it, such a session is refused.
+            wait_seconds: How long to wait for an open session.
+
+        Raises:
+            QuarantineNotFound: No quarantined state has this id.
+            StaleStateVersion: The session holds a state of its own and ``replace`` is off.
+            SessionBusy: The session stayed open past ``wait_seconds``.
+            ErasureInProgress: An erasure request holds the user.
+            StoreUnavailable: The database failed; nothing was changed.
+        """
+        rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id))
+        if not rows:
+            raise QuarantineNotFound(
+                f"no quarantined state has id {quarantine_id}",
+                hint="'teamstore sessions quarantine' lists them; a restored or erased one is gone",
+            )
+        q = rows[0]._mapping
+        key = SessionKey(q["user_id"], q["session_id"])
+        fingerprints = dict(q["fingerprints"] or {})
+        claim = Claim(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"], fingerprints)
+        owner = f"restore:{uuid.uuid4().hex[:12]}"
+        row = await self.acquire(key, claim, owner=owner, lease_ttl=_RESTORE_LEASE_SECONDS, wait_seconds=wait_seconds)
+        try:
+            replaced_by = None
+            if row.state is not None:
+                if not replace:
+                    raise StaleStateVersion(
+                        f"session holds a state saved at version {row.row_version}, after this one was set aside",
+                        hint="pass --replace (replace=True) to quarantine that state and restore this one",
+                    )
+                replaced_by = await self.quarantine(
+                    row, owner=owner, reason="replaced", detail=f"set aside to restore quarantined state {quarantine_id}"
+                )
+            now = now_utc()
+            record = SaveRecord(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"],
+                                fingerprints, q["state"], now + ttl)
+            await self.save(key, owner=owner, expected_version=row.row_version, record=record, release=True)
+        except BaseException:
+            await self.release(key, owner=owner, discard_empty=row.row_version == 0)
+            raise
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(delete(quarantine).where(quarantine.c.id == quarantine_id))
+        except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
+            raise unavailable(exc, "remove the restored row from quarantine") from exc
+        restored = await self.get(key)
+        assert restored is not None
+        return Restored(restored, replaced_by)
 
     def _owned(self, owner: str) -> list[Any]:
         """Conditions that make a statement touch the row only while ``owner`` holds its lease."""

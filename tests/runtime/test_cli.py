@@ -1,0 +1,45 @@
+"""The session commands end to end on the embedded default: run, the quarantine, and restoring from it."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from config_registry import Registry
+from teamstore import examples
+from teamstore.cli import app
+from tests.runtime.conftest import renamed_manifest
+
+runner = CliRunner()
+
+
+def _run(text: str) -> dict:  # type: ignore[type-arg]
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", text, "--json"])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_quarantined_state_is_restored_from_the_command_line(registry: Registry) -> None:
+    v1 = registry.resolve("support_triage@production").version
+    _run("My router ZX-81 drops every evening")
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production")
+    assert _run("hello again")["resume"]["outcome"] == "definition_changed"
+    registry.label("support_triage", v1, "production", reason="roll back the rename")
+    (kept,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
+
+    refused = runner.invoke(app, ["sessions", "restore", str(kept["id"])])
+    assert refused.exit_code == 1 and "--replace" in refused.output
+    done = runner.invoke(app, ["sessions", "restore", str(kept["id"]), "--replace", "--json"])
+    assert done.exit_code == 0, done.output
+    restored = json.loads(done.stdout)
+    assert (restored["user_id"], restored["session_id"], restored["restored"]) == ("alice", "s1", kept["id"])
+    assert restored["replaced_by"] is not None
+
+    resumed = _run("the technician came")
+    assert resumed["resume"]["outcome"] == "resumed"
+    assert any("ZX-81" in m["content"] for m in resumed["messages"] if m["source"] == "researcher")
+
+    missing = runner.invoke(app, ["sessions", "restore", "999999"])
+    assert missing.exit_code == 1 and "no quarantined state has id 999999" in missing.output

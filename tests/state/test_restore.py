@@ -1,0 +1,91 @@
+"""Restoring a quarantined state, on every backend and kind of lease: under the session's lease, never
+overwriting a newer state unless asked, and losing nothing either way."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import delete, insert
+
+from teamstore.errors import ErasureInProgress, QuarantineNotFound, SessionBusy, StaleStateVersion
+from teamstore.state.base import SessionKey
+from teamstore.state.schema import sessions, user_holds
+from teamstore.state.sql import SqlStateStore
+from tests.state.test_store_conformance import acquire, record
+
+KEY = SessionKey("alice", "s1")
+TTL = timedelta(days=3)
+
+
+async def _quarantined(store: SqlStateStore, state: str = '{"old":1}') -> int:
+    """A session that saved ``state``, then had it refused and set aside, as a failed resume does."""
+    await acquire(store, KEY, owner="w1")
+    await store.save(KEY, owner="w1", expected_version=0, record=record(state), release=True)
+    row = await acquire(store, KEY, owner="w2")
+    qid = await store.quarantine(row, owner="w2", reason="definition_changed", detail="researcher: removed")
+    await store.release(KEY, owner="w2", discard_empty=False)
+    return qid
+
+
+async def test_a_restored_state_is_back_and_leaves_quarantine(store: SqlStateStore) -> None:
+    qid = await _quarantined(store)
+    assert (await store.get(KEY)).state is None  # type: ignore[union-attr]
+    restored = await store.restore_quarantined(qid, ttl=TTL)
+    assert restored.replaced_by is None
+    assert restored.session.state == '{"old":1}' and restored.session.row_version == 2
+    assert restored.session.expires_at is not None
+    assert timedelta(days=2.9) < restored.session.expires_at - datetime.now(UTC) <= TTL
+    assert await store.list_quarantined() == []
+    row = await acquire(store, KEY, owner="w3")  # the next run loads it (and validates it again)
+    assert row.state == '{"old":1}' and row.row_version == 2
+
+
+async def test_a_newer_state_is_kept_unless_replaced_and_then_set_aside(store: SqlStateStore) -> None:
+    qid = await _quarantined(store)
+    row = await acquire(store, KEY, owner="w3")  # the session went on fresh and saved again
+    await store.save(KEY, owner="w3", expected_version=row.row_version, record=record('{"new":1}'), release=True)
+    with pytest.raises(StaleStateVersion, match="replace"):
+        await store.restore_quarantined(qid, ttl=TTL)
+    assert (await store.get(KEY)).state == '{"new":1}'  # type: ignore[union-attr]
+    assert [q.id for q in await store.list_quarantined()] == [qid]
+    await acquire(store, KEY, owner="w4", timeout=0)  # the refused restore let go of the session
+    await store.release(KEY, owner="w4", discard_empty=False)
+
+    restored = await store.restore_quarantined(qid, ttl=TTL, replace=True)
+    assert restored.session.state == '{"old":1}'
+    (aside,) = await store.list_quarantined()
+    assert aside.id == restored.replaced_by and aside.reason == "replaced" and str(qid) in aside.detail
+    assert aside.state_bytes == len('{"new":1}')
+    # Restoring the one set aside brings the newer state back: nothing was lost either way.
+    again = await store.restore_quarantined(aside.id, ttl=TTL, replace=True)
+    assert again.session.state == '{"new":1}'
+
+
+async def test_an_open_session_is_not_restored_into(store: SqlStateStore) -> None:
+    qid = await _quarantined(store)
+    await acquire(store, KEY, owner="running")
+    with pytest.raises(SessionBusy):
+        await store.restore_quarantined(qid, ttl=TTL, wait_seconds=0.2)
+    assert [q.id for q in await store.list_quarantined()] == [qid]
+    await store.release(KEY, owner="running", discard_empty=False)
+    assert (await store.restore_quarantined(qid, ttl=TTL)).session.state == '{"old":1}'
+
+
+async def test_a_restore_into_a_session_with_no_row_creates_it(store: SqlStateStore) -> None:
+    qid = await _quarantined(store)
+    async with store.engine.begin() as conn:  # the session row itself is gone (swept, say)
+        await conn.execute(delete(sessions))
+    restored = await store.restore_quarantined(qid, ttl=TTL)
+    assert restored.session.state == '{"old":1}' and restored.session.row_version == 1
+
+
+async def test_an_unknown_id_and_a_held_user_are_typed_refusals(store: SqlStateStore) -> None:
+    with pytest.raises(QuarantineNotFound):
+        await store.restore_quarantined(424242, ttl=TTL)
+    qid = await _quarantined(store)
+    async with store.engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC)))
+    with pytest.raises(ErasureInProgress):
+        await store.restore_quarantined(qid, ttl=TTL)
+    assert [q.id for q in await store.list_quarantined()] == [qid]
