@@ -18,6 +18,7 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert "context came back" in out
     assert "resume: resumed" in out and "resume: definition_changed" in out
     assert "quarantined: alice/" in out
+    assert "after the restore the researcher knows alice's first message again" in out
     assert "receipt er-" in out and ": completed" in out
     assert "sessions left for bob: 0" in out
     assert (tmp_path / "home" / "teamstore.db").exists()

@@ -4,8 +4,9 @@
 
 It registers the example support team, runs two users' sessions, ends that process and resumes both in
 new processes (the earlier context comes back), makes a breaking definition change and shows a session
-failing closed with the reason, rolls the change back by moving the label, prints what is stored, shows
-a run's transcript and the cost per session, and erases one user with a verified receipt.
+failing closed with the reason, rolls the change back by moving the label and restores the quarantined
+state, prints what is stored, shows a run's transcript and the cost per session, and erases one user with
+a verified receipt.
 """
 
 from __future__ import annotations
@@ -124,6 +125,14 @@ def run_demo() -> None:
     console.print("  [yellow]alice's refused state was set aside in quarantine, not overwritten[/]")
     teamstore("registry", "label", TEAM, v1, "production", "--reason", "demo: roll back the rename")
     console.print(f"  rolled back: production -> {v1[:12]} (moving a label is the rollback)")
+    (kept,) = teamstore("sessions", "quarantine", "--user", "alice")
+    restored = teamstore("sessions", "restore", str(kept["id"]), "--replace")
+    console.print(f"  restored alice's quarantined state {kept['id']} (teamstore sessions restore --replace); the "
+                  f"fresh state saved since is quarantined as {restored['replaced_by']}")
+    data = _run("alice", sessions["alice"], "Any update on my router?")
+    researcher = next(m["content"] for m in data["messages"] if m["source"] == "researcher")
+    if "ZX-81" in researcher:
+        console.print("  [green]after the restore the researcher knows alice's first message again[/]")
     _run("bob", sessions["bob"], "Thanks, that is all.")
 
     _step("5. What is stored")
