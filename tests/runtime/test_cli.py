@@ -43,3 +43,16 @@ def test_a_quarantined_state_is_restored_from_the_command_line(registry: Registr
 
     missing = runner.invoke(app, ["sessions", "restore", "999999"])
     assert missing.exit_code == 1 and "no quarantined state has id 999999" in missing.output
+
+
+def test_a_session_is_deleted_from_the_command_line(registry: Registry) -> None:
+    _run("My router ZX-81 drops every evening")
+    done = runner.invoke(app, ["sessions", "delete", "--user", "alice", "--session", "s1", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {"user_id": "alice", "session_id": "s1", "deleted": True}
+    assert json.loads(runner.invoke(app, ["sessions", "list", "--json"]).stdout) == []
+    assert _run("hello")["resume"]["outcome"] == "new"
+    again = runner.invoke(app, ["sessions", "delete", "--user", "bob", "--session", "s9"])
+    assert again.exit_code == 0 and "nothing stored" in again.output
+    bad = runner.invoke(app, ["sessions", "delete", "--user", "", "--session", "s1"])
+    assert bad.exit_code == 1 and "user_id" in bad.output

@@ -167,6 +167,25 @@ def list_quarantine(
     emit(rows, as_json=as_json, render=render)
 
 
+@sessions_app.command("delete")
+def delete_session(
+    user: str = typer.Option(..., "--user"),
+    session: str = typer.Option(..., "--session"),
+    as_json: bool = JsonOption,
+) -> None:
+    """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
+
+    async def go(platform: Platform) -> dict[str, Any]:
+        return {"user_id": user, "session_id": session, "deleted": await platform.delete_session(user, session)}
+
+    try:
+        data = _with_platform(go, audit=False)
+    except TeamstoreError as exc:
+        fail(exc)
+    emit(data, as_json=as_json, render=lambda d: console.print(escape(
+        f"session {d['user_id']!r}/{d['session_id']!r}: " + ("deleted" if d["deleted"] else "nothing stored"))))
+
+
 @sessions_app.command("restore")
 def restore_quarantined(
     quarantine_id: int = typer.Argument(..., help="The id 'teamstore sessions quarantine' shows."),

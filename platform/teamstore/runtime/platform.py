@@ -29,11 +29,12 @@ from config_registry import Registry, TeamDefinition
 from config_registry.build import build_team
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
+from teamstore.ids import check_id
 from teamstore.metering import wrap_model_clients
 from teamstore.runtime.hooks import RunObserver
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
-from teamstore.state.base import Restored
+from teamstore.state.base import Restored, SessionKey
 from teamstore.state.sql import SqlStateStore, store_for
 
 
@@ -159,6 +160,16 @@ class Platform:
             quarantine_id, ttl=timedelta(days=self.settings.state_ttl_days), replace=replace,
             wait_seconds=self.settings.lease_timeout_seconds,
         )
+
+    async def delete_session(self, user_id: str, session_id: str) -> bool:
+        """Delete one session's stored state and quarantined copies (a user's "delete this
+        conversation"); returns whether it had any. Waits for an open session like a request does.
+
+        Raises:
+            InvalidIdentifier, SessionBusy, ErasureInProgress, StoreUnavailable.
+        """
+        key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
+        return await self.store.delete_session(key, wait_seconds=self.settings.lease_timeout_seconds)
 
     async def aclose(self) -> None:
         """Flush telemetry and dispose of what this platform created."""

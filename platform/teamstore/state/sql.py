@@ -59,7 +59,7 @@ from teamstore.state.base import Claim, QuarantinedRow, Restored, SaveRecord, Se
 from teamstore.state.schema import quarantine, sessions, store_settings, user_holds
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
-_RESTORE_LEASE_SECONDS = 60.0  # a restore holds the session for a few statements
+_RESTORE_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements
 LEASE_MODES = ("lock", "row")
 _LEASE_SETTING = "session_lease"
 
@@ -432,6 +432,37 @@ class SqlStateStore:
         restored = await self.get(key)
         assert restored is not None
         return Restored(restored, replaced_by)
+
+    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
+        """Delete one session's stored state and its quarantined copies, under the session's lease.
+
+        What a user's "delete this conversation" needs; transcripts and the usage ledger are audit data
+        with their own retention (erasing a user removes those too: ``teamstore erase``).
+
+        Returns:
+            Whether the session had a row.
+
+        Raises:
+            SessionBusy: The session stayed open past ``wait_seconds``.
+            ErasureInProgress: An erasure request holds the user (it removes the session anyway).
+            StoreUnavailable: The database failed; nothing was deleted.
+        """
+        owner = f"delete:{uuid.uuid4().hex[:12]}"
+        claim = Claim("", "", 0, "")
+        row = await self.acquire(key, claim, owner=owner, lease_ttl=_RESTORE_LEASE_SECONDS, wait_seconds=wait_seconds)
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(delete(quarantine).where(quarantine.c.user_id == key.user_id,
+                                                            quarantine.c.session_id == key.session_id))
+                await conn.execute(delete(sessions).where(*self._where(key), *self._owned(owner)))
+        except SQLAlchemyError as exc:
+            await self.release(key, owner=owner, discard_empty=row.row_version == 0)
+            raise unavailable(exc, "delete the session") from exc
+        except BaseException:
+            await self.release(key, owner=owner, discard_empty=row.row_version == 0)
+            raise
+        await self.release(key, owner=owner, discard_empty=False)
+        return row.row_version > 0
 
     def _owned(self, owner: str) -> list[Any]:
         """Conditions that make a statement touch the row only while ``owner`` holds its lease."""
