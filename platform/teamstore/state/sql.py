@@ -451,13 +451,13 @@ class SqlStateStore:
         claim = Claim("", "", 0, "")
         row = await self.acquire(key, claim, owner=owner, lease_ttl=_RESTORE_LEASE_SECONDS, wait_seconds=wait_seconds)
         try:
-            async with self.engine.begin() as conn:
-                await conn.execute(delete(quarantine).where(quarantine.c.user_id == key.user_id,
-                                                            quarantine.c.session_id == key.session_id))
-                await conn.execute(delete(sessions).where(*self._where(key), *self._owned(owner)))
-        except SQLAlchemyError as exc:
-            await self.release(key, owner=owner, discard_empty=row.row_version == 0)
-            raise unavailable(exc, "delete the session") from exc
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.execute(delete(quarantine).where(quarantine.c.user_id == key.user_id,
+                                                                quarantine.c.session_id == key.session_id))
+                    await conn.execute(delete(sessions).where(*self._where(key), *self._owned(owner)))
+            except SQLAlchemyError as exc:
+                raise unavailable(exc, "delete the session") from exc
         except BaseException:
             await self.release(key, owner=owner, discard_empty=row.row_version == 0)
             raise
