@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     )
     transcript_retention_days: int = Field(default=90, gt=0)
     ledger_retention_days: int = Field(default=400, gt=0)
+    quarantine_retention_days: int = Field(
+        default=30, gt=0, description="How long a refused state waits in quarantine to be restored."
+    )
     prices_path: Path | None = Field(default=None, description="Override of the shipped price table.")
     auto_migrate: bool | None = Field(
         default=None, description="Create/upgrade tables on open; defaults to on for SQLite only."

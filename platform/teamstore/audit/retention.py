@@ -3,11 +3,12 @@
     from teamstore.audit.retention import apply_transcript_retention, sweep_all
 
     rule = await apply_transcript_retention(store, days=90)   # S3: a lifecycle rule on the prefix
-    report = await sweep_all(settings, engine, store)         # local transcripts, ledger rows, sessions
+    report = await sweep_all(settings, engine, store)         # local transcripts, ledger rows, sessions, quarantine
 
 S3 expires transcripts itself once the lifecycle rule is in place; the local folder has no such service,
 so ``sweep`` removes its objects past retention. Ledger rows go after ``ledger_retention_days``; expired
-resume-state sessions through the state store's own sweep.
+resume-state sessions through the state store's own sweep; quarantined states after
+``quarantine_retention_days``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.settings import Settings
-from teamstore.state.sweep import sweep_expired_sessions
+from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,10 @@ class SweepReport:
     transcripts: int
     ledger_rows: int
     sessions: int
+    quarantined: int
     transcript_cutoff: datetime
     ledger_cutoff: datetime
+    quarantine_cutoff: datetime
 
 
 async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[str, Any]:
@@ -63,10 +66,10 @@ async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[
 async def sweep_all(
     settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None
 ) -> SweepReport:
-    """Remove what is past retention: local transcripts, ledger rows and expired sessions.
+    """Remove what is past retention: local transcripts, ledger rows, expired sessions, quarantined states.
 
     Args:
-        settings: ``transcript_retention_days`` and ``ledger_retention_days``.
+        settings: ``transcript_retention_days``, ``ledger_retention_days``, ``quarantine_retention_days``.
         engine: The state database.
         store: The transcript store (S3 ignores the sweep: its lifecycle rule expires objects).
         now: The reference time (tests); defaults to now.
@@ -80,4 +83,7 @@ async def sweep_all(
     transcripts = await store.sweep(transcript_cutoff) if Capability.LOCAL_SWEEP in store.capabilities else 0
     ledger_rows = await sweep_ledger(engine, ledger_cutoff)
     sessions = await sweep_expired_sessions(engine)
-    return SweepReport(transcripts, ledger_rows, sessions, transcript_cutoff, ledger_cutoff)
+    quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
+    quarantined = await sweep_quarantine(engine, quarantine_cutoff)
+    return SweepReport(transcripts, ledger_rows, sessions, quarantined, transcript_cutoff, ledger_cutoff,
+                       quarantine_cutoff)

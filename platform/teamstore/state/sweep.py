@@ -1,15 +1,21 @@
-"""Retention for resume state: delete expired sessions in batches.
+"""Retention for resume state: delete expired sessions, and quarantined states past retention, in batches.
 
-    from teamstore.state.sweep import sweep_expired_sessions
+    from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
 
     deleted = await sweep_expired_sessions(engine, batch_size=500)
+    deleted = await sweep_quarantine(engine, cutoff, batch_size=500)
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.state.sql import lease_mode, store_for
+from teamstore.state.schema import quarantine
+from teamstore.state.sql import lease_mode, store_for, unavailable
 
 
 async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> int:
@@ -24,3 +30,22 @@ async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> 
         return await store.sweep_expired(batch_size=batch_size)
     finally:
         await store.aclose()
+
+
+async def sweep_quarantine(engine: AsyncEngine, cutoff: datetime, batch_size: int = 500) -> int:
+    """Delete quarantined states set aside before ``cutoff``; returns how many were deleted.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    total = 0
+    while True:
+        victims = select(quarantine.c.id).where(quarantine.c.quarantined_at < cutoff).limit(batch_size)
+        try:
+            async with engine.begin() as conn:
+                count = int((await conn.execute(delete(quarantine).where(quarantine.c.id.in_(victims)))).rowcount or 0)
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "sweep the quarantine") from exc
+        total += count
+        if count < batch_size:
+            return total
