@@ -3,6 +3,7 @@ overwriting a newer state unless asked, and losing nothing either way."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -89,3 +90,16 @@ async def test_an_unknown_id_and_a_held_user_are_typed_refusals(store: SqlStateS
     with pytest.raises(ErasureInProgress):
         await store.restore_quarantined(qid, ttl=TTL)
     assert [q.id for q in await store.list_quarantined()] == [qid]
+
+
+async def test_two_restores_of_one_state_restore_it_once(store: SqlStateStore) -> None:
+    qid = await _quarantined(store)
+    first, second = await asyncio.gather(
+        store.restore_quarantined(qid, ttl=TTL, replace=True, wait_seconds=5),
+        store.restore_quarantined(qid, ttl=TTL, replace=True, wait_seconds=5),
+        return_exceptions=True,
+    )
+    outcomes = sorted(type(r).__name__ for r in (first, second))
+    assert outcomes == ["QuarantineNotFound", "Restored"]
+    assert (await store.get(KEY)).state == '{"old":1}'  # type: ignore[union-attr]
+    assert await store.list_quarantined() == []  # no copy of the restored state set aside by the loser

@@ -392,7 +392,8 @@ class SqlStateStore:
             StaleStateVersion: The session holds a state of its own and ``replace`` is off.
             SessionBusy: The session stayed open past ``wait_seconds``.
             ErasureInProgress: An erasure request holds the user.
-            StoreUnavailable: The database failed; nothing was changed.
+            StoreUnavailable: The database failed. The session keeps what it held, or, if only the last
+                step failed, holds the restored state while the quarantined copy stays too.
         """
         rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id))
         if not rows:
@@ -407,6 +408,8 @@ class SqlStateStore:
         owner = f"restore:{uuid.uuid4().hex[:12]}"
         row = await self.acquire(key, claim, owner=owner, lease_ttl=_RESTORE_LEASE_SECONDS, wait_seconds=wait_seconds)
         try:
+            if not await self._fetch(select(quarantine.c.id).where(quarantine.c.id == quarantine_id)):
+                raise QuarantineNotFound(f"quarantined state {quarantine_id} was restored or erased meanwhile")
             replaced_by = None
             if row.state is not None:
                 if not replace:
