@@ -8,8 +8,9 @@
 
 On Postgres, ``store_for`` gives :class:`teamstore.state.postgres.PostgresStateStore` (lease ``lock``, an
 advisory lock on a held connection) or :class:`teamstore.state.postgres_row.PostgresRowStateStore`
-(lease ``row``: these statements, sent through psycopg directly). Here the lease lives in the session row: taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE lease free .. RETURNING``
-that also reads the row; saving is a single ``UPDATE .. WHERE row_version = :v AND lease_owner = :me``
+(lease ``row``: these statements, sent through psycopg directly). Here the lease lives in the session
+row: taking it is a single ``INSERT .. ON CONFLICT DO UPDATE .. WHERE lease free .. RETURNING`` that also
+reads the row; saving is a single ``UPDATE .. WHERE row_version = :v AND lease_owner = :me``
 that also releases. A save whose row moved on (another writer, an expired lease taken over, an erasure)
 matches nothing and raises; no update is ever lost silently. A row lease costs a commit on every load
 but holds no connection while the team runs.
@@ -23,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -59,7 +61,7 @@ from teamstore.state.base import Claim, QuarantinedRow, Restored, SaveRecord, Se
 from teamstore.state.schema import quarantine, sessions, store_settings, user_holds
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
-_RESTORE_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements
+_RESTORE_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements (_held_briefly)
 LEASE_MODES = ("lock", "row")
 _LEASE_SETTING = "session_lease"
 
@@ -405,9 +407,7 @@ class SqlStateStore:
         key = SessionKey(q["user_id"], q["session_id"])
         fingerprints = dict(q["fingerprints"] or {})
         claim = Claim(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"], fingerprints)
-        owner = f"restore:{uuid.uuid4().hex[:12]}"
-        row = await self.acquire(key, claim, owner=owner, lease_ttl=_RESTORE_LEASE_SECONDS, wait_seconds=wait_seconds)
-        try:
+        async with self._held_briefly(key, claim, "restore", wait_seconds) as (row, owner):
             if not await self._fetch(select(quarantine.c.id).where(quarantine.c.id == quarantine_id)):
                 raise QuarantineNotFound(f"quarantined state {quarantine_id} was restored or erased meanwhile")
             replaced_by = None
@@ -424,9 +424,6 @@ class SqlStateStore:
             record = SaveRecord(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"],
                                 fingerprints, q["state"], now + ttl)
             await self.save(key, owner=owner, expected_version=row.row_version, record=record, release=True)
-        except BaseException:
-            await self.release(key, owner=owner, discard_empty=row.row_version == 0)
-            raise
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(delete(quarantine).where(quarantine.c.id == quarantine_id))
@@ -450,10 +447,7 @@ class SqlStateStore:
             ErasureInProgress: An erasure request holds the user (it removes the session anyway).
             StoreUnavailable: The database failed; nothing was deleted.
         """
-        owner = f"delete:{uuid.uuid4().hex[:12]}"
-        claim = Claim("", "", 0, "")
-        row = await self.acquire(key, claim, owner=owner, lease_ttl=_RESTORE_LEASE_SECONDS, wait_seconds=wait_seconds)
-        try:
+        async with self._held_briefly(key, Claim("", "", 0, ""), "delete", wait_seconds) as (row, owner):
             try:
                 async with self.engine.begin() as conn:
                     await conn.execute(delete(quarantine).where(quarantine.c.user_id == key.user_id,
@@ -461,11 +455,22 @@ class SqlStateStore:
                     await conn.execute(delete(sessions).where(*self._where(key), *self._owned(owner)))
             except SQLAlchemyError as exc:
                 raise unavailable(exc, "delete the session") from exc
+            await self.release(key, owner=owner, discard_empty=False)
+        return row.row_version > 0
+
+    @asynccontextmanager
+    async def _held_briefly(
+        self, key: SessionKey, claim: Claim, purpose: str, wait_seconds: float
+    ) -> AsyncIterator[tuple[StoredSession, str]]:
+        """The session's lease for a few statements of maintenance, as a run takes it; given back if they fail
+        (on success the body releases it, by its save or explicitly)."""
+        owner = f"{purpose}:{uuid.uuid4().hex[:12]}"
+        row = await self.acquire(key, claim, owner=owner, lease_ttl=_RESTORE_LEASE_SECONDS, wait_seconds=wait_seconds)
+        try:
+            yield row, owner
         except BaseException:
             await self.release(key, owner=owner, discard_empty=row.row_version == 0)
             raise
-        await self.release(key, owner=owner, discard_empty=False)
-        return row.row_version > 0
 
     def _owned(self, owner: str) -> list[Any]:
         """Conditions that make a statement touch the row only while ``owner`` holds its lease."""
