@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import delete, insert
@@ -92,8 +93,16 @@ async def test_an_unknown_id_and_a_held_user_are_typed_refusals(store: SqlStateS
     assert [q.id for q in await store.list_quarantined()] == [qid]
 
 
-async def test_two_restores_of_one_state_restore_it_once(store: SqlStateStore) -> None:
+async def test_two_restores_of_one_state_restore_it_once(store: SqlStateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     qid = await _quarantined(store)
+    save = store.save
+
+    async def slow_save(*args: Any, **kwargs: Any) -> int:  # widen the gap between the save and what follows it
+        version = await save(*args, **kwargs)
+        await asyncio.sleep(0.3)
+        return version
+
+    monkeypatch.setattr(store, "save", slow_save)
     first, second = await asyncio.gather(
         store.restore_quarantined(qid, ttl=TTL, replace=True, wait_seconds=5),
         store.restore_quarantined(qid, ttl=TTL, replace=True, wait_seconds=5),

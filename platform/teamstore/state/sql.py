@@ -423,12 +423,14 @@ class SqlStateStore:
             now = now_utc()
             record = SaveRecord(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"],
                                 fingerprints, q["state"], now + ttl)
-            await self.save(key, owner=owner, expected_version=row.row_version, record=record, release=True)
-        try:
-            async with self.engine.begin() as conn:
-                await conn.execute(delete(quarantine).where(quarantine.c.id == quarantine_id))
-        except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
-            raise unavailable(exc, "remove the restored row from quarantine") from exc
+            await self.save(key, owner=owner, expected_version=row.row_version, record=record, release=False)
+            # Still under the lease, so a second restore waiting on it finds the row gone, not restores it again.
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.execute(delete(quarantine).where(quarantine.c.id == quarantine_id))
+            except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
+                raise unavailable(exc, "remove the restored row from quarantine") from exc
+            await self.release(key, owner=owner, discard_empty=False)
         restored = await self.get(key)
         assert restored is not None
         return Restored(restored, replaced_by)
