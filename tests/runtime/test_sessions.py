@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import types
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -364,16 +365,19 @@ async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Re
     assert timedelta(hours=23) < row.expires_at - datetime.now(UTC) <= timedelta(days=1.01)
 
 
-async def test_moved_label_reaches_a_worker_after_the_refresh_interval(platform: Platform, registry: Registry) -> None:
-    import asyncio
-
-    platform.settings = platform.settings.model_copy(update={"registry_refresh_seconds": 0.3})
+async def test_moved_label_reaches_a_worker_after_the_refresh_interval(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]  # the cache's clock, moved by hand: a slow commit below must not age the cache
+    monkeypatch.setattr("teamstore.runtime.platform.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    platform.settings = platform.settings.model_copy(update={"registry_refresh_seconds": 30})
     first = await platform.build_team("support_triage")
     v2 = registry.add("support_triage", examples.support_triage_v2_prompt().dump_component(),
                       examples.example_manifest("support_triage_v2_prompt").model_copy(update={"name": "support_triage"}),
                       "new prompt", label="production")
+    clock[0] += 29.9
     assert (await platform.build_team("support_triage")).version == first.version  # cached
-    await asyncio.sleep(0.35)
+    clock[0] += 0.2
     again = await platform.build_team("support_triage")
     assert again.version == v2 and again.team is not first.team
     pinned = await platform.build_team(f"support_triage@{first.version[:12]}")
@@ -430,11 +434,11 @@ async def test_a_live_session_keeps_its_lease_past_the_ttl(platform: Platform) -
 
 
 async def test_mid_session_saves_beside_lease_renewals(platform: Platform) -> None:
-    platform.settings = platform.settings.model_copy(update={"lease_ttl_seconds": 0.3})
+    platform.settings = platform.settings.model_copy(update={"lease_ttl_seconds": 0.6})
     async with platform.session("alice", "s1", team="support_triage") as s:
         for i in range(3):
             await s.run(f"message {i} about the ZX-81 router")
             assert await s.save() == i + 1
-            await asyncio.sleep(0.25)  # renewals (every 0.1 s) land between and around the saves
+            await asyncio.sleep(0.5)  # renewals (every 0.2 s) land between and around the saves
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.row_version == 3
