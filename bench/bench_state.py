@@ -9,7 +9,9 @@
     a bare psycopg SELECT + versioned UPSERT of the same bytes, sequential and with 16 concurrent
     sessions, measured side by side, alternating, in one run, on a server with production durability
     (fsync and synchronous_commit on). The store's two statements alone are printed beside it, and the
-    same cycle with row leases (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own).
+    same cycle with row leases (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own), and the
+    ceiling: the floor plus the decode, validation and encode the cycle must do (a store with no
+    overhead of its own).
 """
 
 from __future__ import annotations
@@ -172,17 +174,25 @@ class Cycles:
                                   record=_record(self.state), release=True)
         return n
 
-    async def floor(self, worker: int, n: int) -> int:
+    async def floor(self, worker: int, n: int, validate: bool = False) -> int:
+        """The floor; with ``validate``, plus the decode, validation and encode of teamstore's cycle: what a
+        store with no overhead of its own would reach."""
         conn = self.conns[worker]
         for _ in range(n):
             cur = await conn.execute(
                 "SELECT state, version FROM floor WHERE user_id = %s AND session_id = %s", (f"user-{worker}", "s"))
             row = await cur.fetchone()
             version = row[1] if row else 0
+            text = self.state
+            if validate and row is not None:
+                participants = decode(row[0])["participants"]
+                for name, st in participants.items():
+                    validate_participant(name, AGENT, "team", st)
+                text = encode({"kind": "team", "participants": participants})
             await conn.execute(
                 "INSERT INTO floor VALUES (%s, %s, %s, 1) ON CONFLICT (user_id, session_id) DO UPDATE"
                 " SET state = excluded.state, version = floor.version + 1 WHERE floor.version = %s",
-                (f"user-{worker}", "s", self.state, version))
+                (f"user-{worker}", "s", text, version))
         return n
 
     async def close(self) -> None:
@@ -199,17 +209,19 @@ async def throughput(url: str, row_url: str, state: str, seconds: float) -> None
         cycles, rows = Cycles(url, state), Cycles(row_url, state, lease="row")
         await cycles.setup(workers)
         await rows.setup(1)
-        runs = {"floor": cycles.floor, "ours": cycles.ours, "store_only": cycles.store_only, "row": rows.ours}
+        runs = {"floor": cycles.floor, "ours": cycles.ours, "store_only": cycles.store_only, "row": rows.ours,
+                "ceiling": functools.partial(cycles.floor, validate=True)}
         rates: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(3):
             for name, fn in runs.items():
                 rates[name].append(await rate(functools.partial(_gather, fn, workers), seconds))
         await cycles.close()
         await rows.close()
-        o, f, s, r = (max(rates[name]) for name in ("ours", "floor", "store_only", "row"))
+        o, f, s, r, c = (max(rates[name]) for name in ("ours", "floor", "store_only", "row", "ceiling"))
         label = "sequential" if workers == 1 else f"{workers} concurrent"
         print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {o / f:.2f}x (target >= 0.8x)"
-              f"   [store statements alone {s:,.0f}/s, {s / f:.2f}x; with row leases {r:,.0f}/s, {r / f:.2f}x]")
+              f"   [store statements alone {s:,.0f}/s, {s / f:.2f}x; with row leases {r:,.0f}/s, {r / f:.2f}x;"
+              f" floor + decode, validate, encode {c:,.0f}/s, {c / f:.2f}x]")
 
 
 async def _gather(fn: Any, workers: int) -> int:
