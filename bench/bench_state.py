@@ -11,7 +11,8 @@
     (fsync and synchronous_commit on). The store's two statements alone are printed beside it, and the
     same cycle with row leases (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own), and the
     ceiling: the floor plus the decode, validation and encode the cycle must do (a store with no
-    overhead of its own).
+    overhead of its own). teamstore compresses stored states with lz4 (migration 0006); the floor keeps
+    the server's default, and the same floor on an lz4 column is printed too.
 """
 
 from __future__ import annotations
@@ -145,10 +146,11 @@ class Cycles:
         if await lease_mode(self.store.engine) != self.lease:
             await set_lease_mode(self.store.engine, self.lease)
         self.conns = [await psycopg.AsyncConnection.connect(self.url, autocommit=True) for _ in range(workers)]
-        await self.conns[0].execute(
-            "CREATE TABLE IF NOT EXISTS floor (user_id text, session_id text, state text, version bigint,"
-            " PRIMARY KEY (user_id, session_id))"
-        )
+        for table, compression in (("floor", ""), ("floor_lz4", " COMPRESSION lz4")):  # the second: as teamstore's
+            await self.conns[0].execute(
+                f"CREATE TABLE IF NOT EXISTS {table} (user_id text, session_id text, state text{compression},"
+                " version bigint, PRIMARY KEY (user_id, session_id))"
+            )
 
     async def ours(self, worker: int, n: int) -> int:
         key = SessionKey(f"user-{worker}", "s")
@@ -174,13 +176,14 @@ class Cycles:
                                   record=_record(self.state), release=True)
         return n
 
-    async def floor(self, worker: int, n: int, validate: bool = False) -> int:
+    async def floor(self, worker: int, n: int, validate: bool = False, table: str = "floor") -> int:
         """The floor; with ``validate``, plus the decode, validation and encode of teamstore's cycle: what a
-        store with no overhead of its own would reach."""
+        store with no overhead of its own would reach. ``floor_lz4`` compresses its states as teamstore's
+        table does (migration 0006)."""
         conn = self.conns[worker]
         for _ in range(n):
             cur = await conn.execute(
-                "SELECT state, version FROM floor WHERE user_id = %s AND session_id = %s", (f"user-{worker}", "s"))
+                f"SELECT state, version FROM {table} WHERE user_id = %s AND session_id = %s", (f"user-{worker}", "s"))
             row = await cur.fetchone()
             version = row[1] if row else 0
             text = self.state
@@ -190,8 +193,8 @@ class Cycles:
                     validate_participant(name, AGENT, "team", st)
                 text = encode({"kind": "team", "participants": participants})
             await conn.execute(
-                "INSERT INTO floor VALUES (%s, %s, %s, 1) ON CONFLICT (user_id, session_id) DO UPDATE"
-                " SET state = excluded.state, version = floor.version + 1 WHERE floor.version = %s",
+                f"INSERT INTO {table} VALUES (%s, %s, %s, 1) ON CONFLICT (user_id, session_id) DO UPDATE"
+                f" SET state = excluded.state, version = {table}.version + 1 WHERE {table}.version = %s",
                 (f"user-{worker}", "s", text, version))
         return n
 
@@ -210,18 +213,19 @@ async def throughput(url: str, row_url: str, state: str, seconds: float) -> None
         await cycles.setup(workers)
         await rows.setup(1)
         runs = {"floor": cycles.floor, "ours": cycles.ours, "store_only": cycles.store_only, "row": rows.ours,
-                "ceiling": functools.partial(cycles.floor, validate=True)}
+                "ceiling": functools.partial(cycles.floor, validate=True),
+                "floor_lz4": functools.partial(cycles.floor, table="floor_lz4")}
         rates: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(3):
             for name, fn in runs.items():
                 rates[name].append(await rate(functools.partial(_gather, fn, workers), seconds))
         await cycles.close()
         await rows.close()
-        o, f, s, r, c = (max(rates[name]) for name in ("ours", "floor", "store_only", "row", "ceiling"))
+        o, f, s, r, c, z = (max(rates[name]) for name in ("ours", "floor", "store_only", "row", "ceiling", "floor_lz4"))
         label = "sequential" if workers == 1 else f"{workers} concurrent"
-        print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {o / f:.2f}x (target >= 0.8x)"
-              f"   [store statements alone {s:,.0f}/s, {s / f:.2f}x; with row leases {r:,.0f}/s, {r / f:.2f}x;"
-              f" floor + decode, validate, encode {c:,.0f}/s, {c / f:.2f}x]")
+        print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {o / f:.2f}x (target >= 0.8x)")
+        print(f"    {'':<14} store statements alone {s / f:.2f}x; row leases {r / f:.2f}x;"
+              f" ceiling (floor + decode, validate, encode) {c / f:.2f}x; floor on an lz4 column {z / f:.2f}x")
 
 
 async def _gather(fn: Any, workers: int) -> int:

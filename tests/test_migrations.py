@@ -1,0 +1,82 @@
+"""The migrations on SQLite and a real Postgres: they build exactly the declared schema, come down to
+nothing and go up again, and on Postgres store session states with lz4 (migration 0006)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
+
+import teamstore.audit.schema
+import teamstore.erasure.schema
+import teamstore.state.schema  # noqa: F401  (the three register their tables on the metadata)
+from teamstore.db.engine import create_engine
+from teamstore.db.metadata import metadata
+from teamstore.db.migrate import alembic_config, current_revision, head_revision, upgrade
+from teamstore.state.base import SessionKey
+from teamstore.state.sql import store_for
+from tests.state.test_store_conformance import acquire, record
+
+
+def _differences(conn: Connection) -> list[Any]:
+    return list(compare_metadata(MigrationContext.configure(conn), metadata))
+
+
+def _tables(conn: Connection) -> set[str]:
+    return {name for name in inspect(conn).get_table_names() if name != "alembic_version"}
+
+
+def _downgrade(conn: Connection, target: str) -> None:
+    command.downgrade(alembic_config(conn), target)
+
+
+async def test_the_migrations_build_the_declared_schema_and_come_down_again(database_url: str) -> None:
+    engine = create_engine(database_url)
+    assert await upgrade(engine) == head_revision()
+    async with engine.connect() as conn:
+        assert await conn.run_sync(_differences) == []
+        assert await conn.run_sync(_tables) == set(metadata.tables)
+    async with engine.begin() as conn:
+        await conn.run_sync(_downgrade, "base")
+    async with engine.connect() as conn:
+        assert await conn.run_sync(_tables) == set()
+        if engine.dialect.name == "postgresql":  # the read function of 0004 goes with its migration
+            assert (await conn.execute(text("SELECT to_regproc('ts_locked_session')"))).scalar() is None
+    assert await current_revision(engine) is None
+    assert await upgrade(engine) == head_revision()
+    async with engine.connect() as conn:
+        assert await conn.run_sync(_differences) == []
+    await engine.dispose()
+
+
+async def _stored_compression(engine: Any) -> str:
+    async with engine.connect() as conn:
+        found: str = (await conn.execute(text("SELECT pg_column_compression(state) FROM ts_sessions"))).scalar()
+    return found
+
+
+@pytest.mark.postgres
+async def test_postgres_stores_session_states_with_lz4(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    store = store_for(engine)
+    key, big = SessionKey("alice", "s1"), '{"messages": "%s"}' % ("the router drops every evening. " * 200)
+    row = await acquire(store, key, owner="w1")
+    await store.save(key, owner="w1", expected_version=row.row_version, record=record(big), release=True)
+    assert await _stored_compression(engine) == "lz4"
+    row = await acquire(store, key, owner="w2")
+    assert row.state == big  # reads back as written
+    await store.release(key, owner="w2", discard_empty=False)
+
+    async with engine.begin() as conn:  # back to 0005: the next save compresses with the server's default
+        await conn.run_sync(_downgrade, "0005")
+    row = await acquire(store, key, owner="w3")
+    await store.save(key, owner="w3", expected_version=row.row_version, record=record(big + " "), release=True)
+    assert await _stored_compression(engine) == "pglz"
+    await store.aclose()
+    await engine.dispose()
