@@ -21,16 +21,17 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-_HAS_LZ4 = "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+# Whether the server was built with lz4 (NULL before PostgreSQL 14, which has no such setting).
+HAS_LZ4 = "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
 
 
 def upgrade() -> None:
     bind = op.get_bind()
-    if bind.dialect.name == "postgresql" and bind.execute(sa.text(_HAS_LZ4)).scalar():
+    if bind.dialect.name == "postgresql" and bind.execute(sa.text(HAS_LZ4)).scalar():
         op.execute("ALTER TABLE ts_sessions ALTER COLUMN state SET COMPRESSION lz4")
 
 
 def downgrade() -> None:
     bind = op.get_bind()
-    if bind.dialect.name == "postgresql" and bind.execute(sa.text(_HAS_LZ4)).scalar():
+    if bind.dialect.name == "postgresql" and bind.execute(sa.text(HAS_LZ4)).scalar():
         op.execute("ALTER TABLE ts_sessions ALTER COLUMN state SET COMPRESSION DEFAULT")
