@@ -2,10 +2,10 @@
 
 Every save rewrites the state, and the server compresses a row over ~2 KB before writing it, so the
 compression runs on every save. lz4 compresses several times faster than Postgres's default pglz for
-about the same size (a 3.9 KB state: 710 bytes against 669): a bare load-and-save cycle ran 1.09x
-as fast on an lz4 column (bench 3, median). Needs PostgreSQL 14 built with lz4, as Debian's and most distributions' packages are;
-elsewhere the column keeps the server's default. Rows already stored keep pglz until their next save,
-and both read back the same. SQLite stores the text as it is.
+about the same size (a 3.9 KB state: 710 bytes against 669): a bare load-and-save cycle ran 1.09x as
+fast on an lz4 column (bench 3, median). Needs PostgreSQL 14 built with lz4, as Debian's and most
+distributions' packages are; elsewhere the column keeps the server's default. Rows already stored keep
+pglz until their next save, and both read back the same. SQLite stores the text as it is.
 
 Revision ID: 0006
 Revises: 0005
