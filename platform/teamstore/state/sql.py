@@ -381,7 +381,7 @@ class SqlStateStore:
         The session's lease is taken as a run would take it, so a restore never overlaps a run, and
         nothing is lost on the way: with ``replace``, the state the session holds now is quarantined in
         turn (reason ``replaced``) before the old one goes back; the quarantine row is deleted only after
-        the save.
+        the save, and before the lease is given back, so two restores of one state restore it once.
 
         Args:
             quarantine_id: The row to restore (``teamstore sessions quarantine`` lists them).
