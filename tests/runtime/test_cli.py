@@ -56,3 +56,10 @@ def test_a_session_is_deleted_from_the_command_line(registry: Registry) -> None:
     assert again.exit_code == 0 and "nothing stored" in again.output
     bad = runner.invoke(app, ["sessions", "delete", "--user", "", "--session", "s1"])
     assert bad.exit_code == 1 and "user_id" in bad.output
+
+
+def test_a_typed_error_from_a_command_is_reported_by_the_command_line(registry: Registry) -> None:
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "", "--session", "s1", "hi"])
+    assert out.exit_code == 1
+    assert "user_id is empty" in out.output and "fix:" in out.output
+    assert isinstance(out.exception, SystemExit)  # handled, not a TeamstoreError escaping the command

@@ -10,13 +10,29 @@ Each area lives in its own module and mounts its commands here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from teamstore.cli import audit, erase, registry, sessions
+from teamstore.cli._output import fail
 from teamstore.errors import TeamstoreError
+
+
+class _Commands(TyperGroup):
+    """Every command's typed errors become a message, a fix and exit status 1, never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TeamstoreError as exc:
+            fail(exc)  # inside the command line's own handling, so the exit is a status
+
 
 app = typer.Typer(
     name="teamstore",
+    cls=_Commands,
     help="The data platform for AutoGen agent teams.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -29,10 +45,5 @@ erase.register(app)
 
 
 def main() -> None:
-    """Console entry point: typed errors become a message, a fix and exit status 1."""
-    from teamstore.cli._output import fail
-
-    try:
-        app()
-    except TeamstoreError as exc:
-        fail(exc)
+    """Console entry point."""
+    app()

@@ -1,0 +1,28 @@
+"""The installed ``teamstore`` command: a typed error is a message, a fix and exit status 1, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--team", "support_triage", "--user", "", "--session", "s1", "hi"], "error: user_id is empty"),
+        (["sessions", "show", "--user", "alice", "--session", "s1"], "error: no stored session"),
+        (["transcripts", "show", "--user", "alice", "--session", "s1"], "error: no audit data"),
+    ],
+)
+def test_a_typed_error_is_a_message_and_a_status(tmp_path: Path, args: list[str], message: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert message in proc.stderr and "fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr
