@@ -256,7 +256,12 @@ class Registry:
             UnknownTeam, UnknownVersion: Nothing matches.
             RegistryCorrupt: A stored file is missing or not valid JSON.
         """
-        name, _, selector = ref.partition("@")
+        name, at, selector = ref.partition("@")
+        if at and not selector:
+            raise UnknownVersion(
+                f"{ref!r} names no version or label after '@'",
+                hint=f"use {name!r} (label production, else the latest version), {name}@<label> or {name}@<version>",
+            )
         version = self._resolve_version(name, selector or None)
         return self._read(name, version)
 

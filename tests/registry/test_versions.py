@@ -38,6 +38,9 @@ def test_unknown_and_short_versions(registry: Registry) -> None:
         with pytest.raises(UnknownVersion) as caught:
             registry.resolve(f"support_triage@{selector}")
         assert "history support_triage" in (caught.value.hint or "")
+    with pytest.raises(UnknownVersion) as caught:  # not the default label: an '@' must name something
+        registry.resolve("support_triage@")
+    assert "names no version or label" in caught.value.message
     with pytest.raises(UnknownTeam):
         registry.resolve("nobody@production")
 

@@ -384,6 +384,24 @@ async def test_moved_label_reaches_a_worker_after_the_refresh_interval(
     assert pinned.version == first.version
 
 
+async def test_a_label_that_looks_like_a_version_prefix_still_moves(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("teamstore.runtime.platform.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    platform.settings = platform.settings.model_copy(update={"registry_refresh_seconds": 30})
+    first = registry.resolve("support_triage")
+    label = first.version[:1]  # e.g. "a" for an A/B split: also the start of the version it points at
+    registry.label("support_triage", first.version, label, "split")
+    assert (await platform.build_team(f"support_triage@{label}")).version == first.version
+    v2 = registry.add("support_triage", examples.support_triage_v2_prompt().dump_component(),
+                      examples.example_manifest("support_triage_v2_prompt").model_copy(update={"name": "support_triage"}),
+                      "new prompt")
+    registry.label("support_triage", v2, label, "move the split")
+    clock[0] += 30.1
+    assert (await platform.build_team(f"support_triage@{label}")).version == v2
+
+
 @pytest.mark.postgres
 async def test_production_database_is_never_migrated_implicitly(postgres_url: str, registry: Registry) -> None:
     from teamstore.db.migrate import upgrade

@@ -124,7 +124,11 @@ class Platform:
         if cached is not None and (cached[1] == float("inf") or now - cached[1] < self.settings.registry_refresh_seconds):
             return cached[0]
         definition = await asyncio.to_thread(self.registry.resolve, ref)
-        pinned = "@" in ref and definition.version.startswith(ref.rpartition("@")[2])
+        # A version never moves, so it is cached for good; a label (it resolved through one if it is
+        # among the version's labels, since labels win over version prefixes) or a bare name is looked
+        # up again after the refresh interval.
+        selector = ref.partition("@")[2]
+        pinned = bool(selector) and selector not in definition.labels
         self._definitions[ref] = (definition, float("inf") if pinned else now)
         return definition
 
