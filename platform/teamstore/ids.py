@@ -28,8 +28,8 @@ def check_id(kind: str, value: object) -> str:
         The same string, unchanged.
 
     Raises:
-        InvalidIdentifier: Not a string, empty, longer than 256 characters, or holding NUL or another
-            control character.
+        InvalidIdentifier: Not a string, empty, longer than 256 characters, or holding NUL, another
+            control character or a lone surrogate.
     """
     if not isinstance(value, str):
         raise InvalidIdentifier(f"{kind} must be a string, got {type(value).__name__}")
@@ -45,5 +45,11 @@ def check_id(kind: str, value: object) -> str:
         raise InvalidIdentifier(
             f"{kind} contains the control character U+{ord(bad):04X}",
             hint="strip NUL and control characters from ids",
+        )
+    surrogate = next((c for c in value if 0xD800 <= ord(c) <= 0xDFFF), None)
+    if surrogate is not None:  # what a JSON body with a lone "\ud800" decodes to: not encodable text
+        raise InvalidIdentifier(
+            f"{kind} contains the lone surrogate U+{ord(surrogate):04X}, which is not text",
+            hint="pass ids as valid Unicode (check how the client encodes them)",
         )
     return value

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import enum
 import json
 import types
 from datetime import UTC, datetime, timedelta
@@ -24,10 +26,11 @@ from teamstore.errors import (
     StateTooLarge,
     StoreUnavailable,
 )
+from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
 from teamstore.state.direct import APPLICATION_NAME
-from teamstore.state.envelope import decode
+from teamstore.state.envelope import decode, encode
 from teamstore.state.schema import quarantine, sessions, user_holds
 from teamstore.state.sql import store_for
 from tests.runtime.conftest import renamed_manifest
@@ -170,8 +173,13 @@ async def _corrupt(platform: Platform, state: str | None, **values: object) -> N
         ("not json at all \x01", "corrupt"),
         ('{"envelope": 9, "codec": "fernet", "data": "..."}', "schema_mismatch"),
         ("[1, 2, 3]", "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": '
+         '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {}, "message_buffer": [1, null]}}}}',
+         "corrupt"),
+        ('{"envelope": true, "codec": "json", "data": {"kind": "team", "participants": {}}}', "schema_mismatch"),
     ],
-    ids=["foreign", "garbage-agent", "team-state-as-agent", "truncated", "binary", "other-envelope", "array"],
+    ids=["foreign", "garbage-agent", "team-state-as-agent", "truncated", "binary", "other-envelope", "array",
+         "buffer-of-numbers", "envelope-true"],
 )
 async def test_bad_stored_state_starts_fresh_and_is_quarantined(platform: Platform, blob: str, reason: str) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
@@ -183,6 +191,18 @@ async def test_bad_stored_state_starts_fresh_and_is_quarantined(platform: Platfo
         assert (await conn.execute(select(quarantine.c.state))).scalar_one() == blob
     payload = decode(await stored_state(platform, "alice", "s1"))
     assert "ZX-81" not in json.dumps(payload)
+
+
+@pytest.mark.parametrize("messages", [None, 5, "text"])
+async def test_a_damaged_row_is_still_described(platform: Platform, messages: object) -> None:
+    await talk(platform, "alice", "s1", "hello")
+    payload = decode(await stored_state(platform, "alice", "s1"))
+    payload["participants"]["researcher"]["agent_state"]["llm_context"]["messages"] = messages
+    await _corrupt(platform, encode(payload))
+    row = await platform.store.get(SessionKey("alice", "s1"))
+    assert row is not None
+    buffered = len(payload["participants"]["researcher"]["message_buffer"])
+    assert describe_session(row)["agents"]["researcher"]["messages"] == buffered  # what can be read of it
 
 
 async def test_state_saved_by_another_schema_version_fails_closed(platform: Platform) -> None:
@@ -220,19 +240,30 @@ async def test_state_over_the_byte_cap_is_refused_and_previous_state_stays(platf
     assert outcome.outcome == "resumed"
 
 
-async def test_non_json_state_names_the_agent_and_path(platform: Platform) -> None:
+class _Colour(enum.StrEnum):
+    RED = "red"
+
+
+@pytest.mark.parametrize(
+    ("poison", "what"),
+    [(b"\x00", "bytes"), (_Colour.RED, "_Colour, a str subclass"), (2**70, "integer beyond 64 bits"),
+     (collections.OrderedDict(a=1), "OrderedDict, a dict subclass"), ({1: "a"}, "non-string key")],
+    ids=["bytes", "str-enum", "huge-int", "ordered-dict", "int-key"],
+)
+async def test_non_json_state_names_the_agent_and_path(platform: Platform, poison: object, what: str) -> None:
     async with platform.session("alice", "s1", team="support_triage") as s:
         original = s.team.save_state
 
         async def poisoned():  # type: ignore[no-untyped-def]
             state = await original()
-            state["agent_states"]["researcher"]["agent_state"]["llm_context"]["messages"][0]["content"] = b"\x00"
+            state["agent_states"]["researcher"]["agent_state"]["llm_context"]["messages"][0]["content"] = poison
             return state
 
         s.team.save_state = poisoned
         with pytest.raises(StateNotSerializable) as info:
             await s.run("hello")
     assert "researcher" in info.value.message and "llm_context.messages[0].content" in info.value.message
+    assert what in info.value.message
     assert await platform.store.get(SessionKey("alice", "s1")) is None
 
 
@@ -275,7 +306,7 @@ async def test_explicit_save_then_conflicting_writer_is_detected(platform: Platf
             await s.save()
 
 
-@pytest.mark.parametrize("bad", ["", "x" * 257, "nul\x00byte", "tab\tid"])
+@pytest.mark.parametrize("bad", ["", "x" * 257, "nul\x00byte", "tab\tid", "lone\ud800surrogate"])
 async def test_bad_ids_are_refused(platform: Platform, bad: str) -> None:
     with pytest.raises(InvalidIdentifier):
         platform.session(bad, "s1", team="support_triage")

@@ -21,7 +21,8 @@ def _message_count(state: Mapping[str, Any]) -> int:
     context = agent_state.get("llm_context", {}) if isinstance(agent_state, Mapping) else {}
     messages = context.get("messages", []) if isinstance(context, Mapping) else []
     buffer = state.get("message_buffer", [])
-    return len(messages) + (len(buffer) if isinstance(buffer, list) else 0)
+    # A damaged row (messages null or a number) still counts as what can be read of it, never a crash.
+    return (len(messages) if isinstance(messages, list) else 0) + (len(buffer) if isinstance(buffer, list) else 0)
 
 
 def describe_agents(row: StoredSession) -> dict[str, dict[str, int]] | str:

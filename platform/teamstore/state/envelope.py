@@ -23,31 +23,52 @@ ENVELOPE_VERSION = 1
 CODEC = "json"
 
 
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads and writes
+_PLAIN = {str: "str", int: "int", float: "float", dict: "dict", list: "list", tuple: "list"}
+
+
 def check_json(value: Any, path: str) -> None:
     """Raise :class:`StateNotSerializable` naming the first path whose value is not plain JSON.
+
+    Plain means exactly what the codec writes and reads back as itself: ``None``, ``bool``, ``str``,
+    ``int`` within 64 bits, finite ``float``, ``list``/``tuple`` and ``dict`` with ``str`` keys. A
+    subclass (a ``StrEnum``, an ``OrderedDict``, a named tuple) is refused: it would read back as
+    something else.
 
     Args:
         value: The structure to check.
         path: Where it starts, e.g. ``researcher``.
     """
-    if value is None or isinstance(value, bool | int | str):
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
         return
-    if isinstance(value, float):
+    if kind is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise StateNotSerializable(f"{path} is an integer beyond 64 bits, which the state codec cannot hold",
+                                       hint="store it as a string")
+        return
+    if kind is float:
         if not math.isfinite(value):
             raise StateNotSerializable(f"{path} is {value}, which JSON cannot hold")
         return
-    if isinstance(value, list | tuple):
+    if kind is list or kind is tuple:
         for i, item in enumerate(value):
             check_json(item, f"{path}[{i}]")
         return
-    if isinstance(value, Mapping):
+    if kind is dict:
         for key, item in value.items():
-            if not isinstance(key, str):
+            if type(key) is not str:
                 raise StateNotSerializable(f"{path} has a non-string key {key!r}")
             check_json(item, f"{path}.{key}")
         return
+    base = next((name for plain, name in _PLAIN.items() if isinstance(value, plain)), None)
+    if base is not None:
+        raise StateNotSerializable(
+            f"{path} holds a {kind.__name__}, a {base} subclass, which would not read back as itself",
+            hint=f"store its plain value ({base}(x)) in the state",
+        )
     raise StateNotSerializable(
-        f"{path} holds a {type(value).__name__}, which is not JSON",
+        f"{path} holds a {kind.__name__}, which is not JSON",
         hint="keep custom message types and tool results to plain JSON values",
     )
 
@@ -83,7 +104,7 @@ def decode(text: str) -> dict[str, Any]:
         raise StateRejected("corrupt", f"stored state is not valid JSON ({exc})") from exc
     if not isinstance(doc, dict) or "envelope" not in doc or "data" not in doc:
         raise StateRejected("corrupt", "stored state is not a teamstore envelope")
-    if doc.get("envelope") != ENVELOPE_VERSION or doc.get("codec") != CODEC:
+    if type(doc.get("envelope")) is not int or doc.get("envelope") != ENVELOPE_VERSION or doc.get("codec") != CODEC:
         raise StateRejected(
             "schema_mismatch", f"envelope {doc.get('envelope')}/{doc.get('codec')} is not readable by this version"
         )

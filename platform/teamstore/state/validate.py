@@ -86,9 +86,11 @@ def validate_container_state(name: str, provider: str, state: Any) -> None:
     if not isinstance(buffer, list):
         raise _refuse(name, "message_buffer is not a list")
     for i, message in enumerate(buffer):
+        if not isinstance(message, Mapping):  # AutoGen's factory would fail on it with an AttributeError
+            raise _refuse(name, f"message_buffer[{i}] is a {type(message).__name__}, not an AgentChat message")
         try:
             _FACTORY.create(message)
-        except (ValidationError, ValueError, TypeError) as exc:
+        except (ValidationError, ValueError, TypeError, AttributeError, KeyError) as exc:
             raise _refuse(name, f"message_buffer[{i}] is not an AgentChat message") from exc
     validate_agent_state(name, provider, checked.get("agent_state"))
 
