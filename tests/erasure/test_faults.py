@@ -147,20 +147,41 @@ async def test_an_erasure_racing_a_live_session_refuses_its_save_and_leaves_noth
     async with platform.session("gina", "s1", team="support_triage") as session:
         await session.run("CANARY-gina-1 my router keeps dropping")
         await session.save()
-        erasure = asyncio.create_task(coordinator(engine, folder, fence_grace_seconds=1.0).run("gina"))
-        await asyncio.sleep(0.3)  # the fence is up; the coordinator waits for writes already past it
+        erasure = asyncio.create_task(coordinator(engine, folder, fence_grace_seconds=0.5).run("gina"))
+        await asyncio.sleep(1.5)  # past the grace: the coordinator waits for this session to end
+        assert not erasure.done()
         await session.run("CANARY-gina-2 still dropping")  # the run answers; its audit writes are refused
         with pytest.raises(ErasureInProgress):
             await session.save()
         with pytest.raises(ErasureInProgress):
             async with platform.session("gina", "s2", team="support_triage"):
                 pass
-        receipt = await erasure
+    receipt = await erasure
     assert receipt.ok and receipt.stores["resume_state"].counts.rows == 1
     assert receipt.stores["transcripts"].counts.versions == 1  # the first run's only
     hits = await scan_database(engine, ["gina", "CANARY-gina-1", "CANARY-gina-2"])
     assert all(v == [] for v in hits.values()), hits
     assert await folder.list_keys("") == []
+    assert await find_subject(engine, "gina") is None
+
+
+async def test_a_session_still_open_fails_the_erasure_and_keeps_the_fence_until_a_rerun(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    platform = audited_platform(engine, registry, folder)
+    with pytest.raises(ErasureInProgress):
+        async with platform.session("ivy", "s1", team="support_triage") as session:
+            await session.run("CANARY-ivy-1 hello")
+            receipt = await coordinator(engine, folder, session_wait_seconds=0.3).run("ivy", request_id="req-9")
+            assert receipt.status is RequestStatus.FAILED
+            assert "still open" in (receipt.stores["resume_state"].detail or "")
+            async with engine.connect() as conn:  # the fence stays: the run's writes at its end are refused
+                assert (await conn.execute(select(user_holds.c.request_id))).scalars().all() == ["req-9"]
+    again = await coordinator(engine, folder, session_wait_seconds=0.3).run("ivy", request_id="req-9")
+    assert again.ok
+    hits = await scan_database(engine, ["ivy", "CANARY-ivy-1"])
+    assert all(v == [] for v in hits.values()), hits
+    assert await folder.list_keys("") == [] and await find_subject(engine, "ivy") is None
 
 
 async def test_dry_run_counts_and_changes_nothing(

@@ -134,3 +134,39 @@ def test_cli_shows_and_switches_the_mode(postgres_url: str, monkeypatch: pytest.
     refused = runner.invoke(app, ["db", "lease-mode", "exclusive"])
     assert refused.exit_code != 0 and "not one of" in refused.output
     assert json.loads(runner.invoke(app, ["db", "lease-mode", "--json"]).stdout)["from"] == "row"
+
+
+async def _abandon_a_new_session(store: SqlStateStore, key: SessionKey, ttl: float) -> None:
+    """A worker takes a lease on a new session and dies before its first save: a row with no state."""
+    row = await store.acquire(key, CLAIM, owner="crashed", lease_ttl=ttl, wait_seconds=1)
+    assert row.is_new
+
+
+@pytest.mark.postgres
+async def test_a_switch_to_locks_clears_new_sessions_a_crashed_row_worker_left(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    await set_lease_mode(engine, "row")
+    await _abandon_a_new_session(store_for(engine, lease="row"), KEY, ttl=0.2)
+    await asyncio.sleep(0.3)
+    assert await _rows(engine) == 1
+    await set_lease_mode(engine, "lock")
+    assert await _rows(engine) == 0
+    locks = store_for(engine, lease="lock")  # the session's first save would have met the leftover row
+    row = await locks.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    assert await locks.save(KEY, owner="w1", expected_version=row.row_version, record=record(), release=True) == 1
+    await locks.aclose()
+    await engine.dispose()
+
+
+async def test_the_sweep_removes_a_new_session_whose_worker_died_once_its_lease_runs_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = create_engine(f"sqlite:///{(tmp_path / 'ts.db').as_posix()}")
+    await upgrade(engine)
+    store = store_for(engine, lease="row")
+    await _abandon_a_new_session(store, KEY, ttl=0.3)
+    await _abandon_a_new_session(store, SessionKey("alice", "s2"), ttl=60)  # still leased: kept
+    assert await sweep_expired_sessions(engine) == 0
+    await asyncio.sleep(0.4)
+    assert await sweep_expired_sessions(engine) == 1
+    assert await _rows(engine) == 1
+    await engine.dispose()

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -41,9 +42,11 @@ from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError
 from teamstore.settings import Settings
+from teamstore.state.sql import open_sessions
 
 log = logging.getLogger(__name__)
 FINAL = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
+_SESSION_POLL_SECONDS = 0.25
 
 
 def new_request_id() -> str:
@@ -141,6 +144,17 @@ class DeletionCoordinator:
             await asyncio.sleep(self.knobs.fence_grace_seconds)
         ctx = await self._context(row)
         recorded = await requests.load_steps(self.engine, row.request_id)
+        if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
+            # A run that began before the fence may still write when it ends: not while the fence stands.
+            detail = (f"{still_open} session(s) of the user were still open after {self.knobs.session_wait_seconds:g}s "
+                      "(runs that began before this request); their saves, transcripts and ledger rows are "
+                      "refused while it is open. Rerun the same request id once they end")
+            result = StoreResult(status=StepStatus.FAILED, counts=Counts(), detail=detail)
+            await requests.record_step(self.engine, row.request_id, "resume_state", result)
+            log.error("erasure %s: %s", row.request_id, detail)
+            receipt = self._receipt(row, {**recorded, "resume_state": result}, RequestStatus.FAILED, ctx.subject_key)
+            await requests.finish(self.engine, row, receipt)
+            return receipt
         results: dict[str, StoreResult] = {}
         for step in self.steps:
             prior = recorded.get(step.name)
@@ -157,6 +171,19 @@ class DeletionCoordinator:
         await requests.finish(self.engine, row, receipt)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
+
+    async def _wait_for_sessions(self, user_id: str) -> int:
+        """Wait up to ``session_wait_seconds`` for the user's open sessions to end; how many are still open.
+
+        None can open meanwhile (the fence refuses them), so once none is open none writes again.
+        """
+        deadline = time.monotonic() + self.knobs.session_wait_seconds
+        while True:  # other processes hold the sessions: poll the database
+            still_open = await open_sessions(self.engine, user_id)
+            left = deadline - time.monotonic()
+            if not still_open or left <= 0:
+                return still_open
+            await asyncio.sleep(min(_SESSION_POLL_SECONDS, left))
 
     async def _context(self, row: requests.RequestRow) -> StepContext:
         subject = row.subject_key

@@ -33,6 +33,13 @@ class ErasureSettings(BaseSettings):
         description="After fencing a user, wait this long for writes that passed their check before it "
         "(a transcript upload's deadline is 2 s) before enumerating.",
     )
+    session_wait_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="Before erasing, wait this long for the user's open sessions (runs that began before "
+        "the fence) to end; their writes are refused meanwhile. If one is still open the request fails, "
+        "keeping the fence: rerun it.",
+    )
     lease_seconds: float = Field(
         default=120.0, gt=0, description="A request's lease; a killed coordinator's lease expires after it."
     )

@@ -479,8 +479,11 @@ class SqlStateStore:
         return [sessions.c.lease_owner == owner]
 
     def _sweepable(self, now: datetime) -> Any:
-        """Which rows a sweep may delete: expired, and not leased to a live worker."""
-        return and_(sessions.c.expires_at < now, or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
+        """Which rows a sweep may delete: expired, or made for a new session by a worker that never saved
+        it (it crashed), and in both cases not leased to a live worker."""
+        abandoned = and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
+        return and_(or_(sessions.c.expires_at < now, abandoned),
+                    or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
 
     async def aclose(self) -> None:
         """Release what the store opened itself (nothing here; the engine is the caller's)."""
@@ -602,6 +605,36 @@ async def lease_mode(engine: AsyncEngine) -> str:
         raise unavailable(exc, "read the session lease mode") from exc
 
 
+async def _open_sessions(conn: Any, mode: str, user_id: str | None = None) -> int:
+    """Sessions open under ``mode`` leases (of ``user_id`` only, if given)."""
+    if mode == "lock":  # a session's lock is keyed (hashtext(user), hashtext(session)): classid is the user's
+        sql = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
+               "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+        if user_id is not None:  # a user whose hash collides counts too: a rare, safe overcount
+            sql += " AND classid::bigint = (hashtext(:u)::bigint & 4294967295)"
+        return int((await conn.execute(text(sql), {"u": user_id})).scalar_one())
+    query = select(func.count()).select_from(sessions).where(
+        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > now_utc())
+    if user_id is not None:
+        query = query.where(sessions.c.user_id == user_id)
+    return int((await conn.execute(query)).scalar_one())
+
+
+async def open_sessions(engine: AsyncEngine, user_id: str) -> int:
+    """How many of ``user_id``'s sessions are open right now (a worker holds their lease), whichever
+    kind of lease the database records. A crashed worker's session counts until its lease runs out.
+
+    Raises:
+        StoreUnavailable: The database failed.
+        ConfigurationError: No lease mode is recorded (run ``teamstore db upgrade``).
+    """
+    try:
+        async with engine.connect() as conn:
+            return await _open_sessions(conn, await _recorded_mode(conn), user_id)
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "count the user's open sessions") from exc
+
+
 async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
     """Switch how the database's sessions are leased; returns the mode it had.
 
@@ -626,20 +659,17 @@ async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
             previous = await _recorded_mode(conn)
             if previous == mode:
                 return previous
-            if previous == "lock":
-                open_now = (await conn.execute(text(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
-                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                ))).scalar_one()
-            else:
-                open_now = (await conn.execute(select(func.count()).select_from(sessions).where(
-                    sessions.c.lease_owner.is_not(None), sessions.c.lease_until > now_utc()))).scalar_one()
+            open_now = await _open_sessions(conn, previous)
             if open_now:
                 raise SessionBusy(
                     f"{open_now} session(s) are open under {previous!r} leases; the mode was not changed",
                     hint="stop every worker, then switch; start them again with TEAMSTORE_SESSION_LEASE="
                     f"{mode}",
                 )
+            if mode == "lock":
+                # Rows a row-lease worker made for a new session and never saved (it crashed): with locks,
+                # a session's first save inserts its row, and would find one of these in its way.
+                await conn.execute(delete(sessions).where(sessions.c.row_version == 0, sessions.c.state.is_(None)))
             await conn.execute(update(store_settings).where(store_settings.c.name == _LEASE_SETTING)
                                .values(value=mode, updated_at=now_utc()))
     except SQLAlchemyError as exc:
