@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -117,6 +117,22 @@ async def test_prices_apply_by_effective_date_and_filters_narrow_by_time(engine:
     assert now_only.total.cost and future.total.cost
     assert future.total.cost == pytest.approx(now_only.total.cost * 100)
     assert [r.key for r in future.rows] == ["2031-01-01"]
+
+
+async def test_time_filters_compare_instants_whatever_their_offset(engine: AsyncEngine) -> None:
+    ctx = context()
+    ctx = type(ctx)(**{**ctx.__dict__, "started_at": datetime(2026, 11, 30, 0, 4, 39, tzinfo=UTC)})
+    outcome = await observe_run([], triage_team(), ctx)
+    await record_usage(engine, usage_rows(ctx, outcome, await Pseudonyms(engine).writable(ctx)))
+    plus_two, minus_five = timezone(timedelta(hours=2)), timezone(timedelta(hours=-5))
+    for where, runs in (
+        (CostFilter(since=datetime(2026, 11, 30, 1, 0, tzinfo=plus_two)), 1),  # 23:00Z
+        (CostFilter(since=datetime(2026, 11, 30, 3, 0, tzinfo=plus_two)), 0),  # 01:00Z
+        (CostFilter(until=datetime(2026, 11, 29, 19, 30, tzinfo=minus_five)), 1),  # 00:30Z
+        (CostFilter(until=datetime(2026, 11, 29, 19, 0, tzinfo=minus_five)), 0),  # 00:00Z
+    ):
+        report = await query_costs(engine, PRICES, by="day", where=where)
+        assert report.total.runs_completed == runs, where
 
 
 async def test_ledger_sweep_removes_only_rows_past_retention(engine: AsyncEngine) -> None:

@@ -15,7 +15,7 @@ price version it used.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Select, and_, func, select
@@ -56,10 +56,16 @@ class CostFilter:
         ]
         found: list[ColumnElement[bool]] = [col == value for value, col in pairs if value is not None]
         if self.since is not None:
-            found.append(usage.c.started_at >= self.since)
+            found.append(usage.c.started_at >= _as_utc(self.since))
         if self.until is not None:
-            found.append(usage.c.started_at < self.until)
+            found.append(usage.c.started_at < _as_utc(self.until))
         return found
+
+
+def _as_utc(moment: datetime) -> datetime:
+    """The same instant in UTC (a naive time is taken as UTC): SQLite compares the wall-clock text it
+    stores, and every stored time is UTC, so an offset like +02:00 must be applied before comparing."""
+    return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 @dataclass
