@@ -128,3 +128,21 @@ async def test_a_killed_process_leaves_a_lease_that_expires_then_the_rerun_compl
     async with engine.connect() as conn:
         assert (await conn.execute(select(user_holds))).all() == []
     await engine.dispose()
+
+
+async def test_a_finished_request_id_reused_for_another_user_with_data_is_a_conflict(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    folder = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, folder)
+    await seed_user(platform, folder, "carol", "CANARY-carol", 1, 1)
+    first = await coordinator(engine, folder).run("carol", request_id="req-1")
+    assert first.ok
+    dave = await seed_user(platform, folder, "dave", "CANARY-dave", 1, 1)
+    with pytest.raises(ErasureConflict, match="finished") as info:
+        await coordinator(engine, folder).run("dave", request_id="req-1")
+    assert "new request id" in (info.value.hint or "")
+    assert await folder.list_keys(subject_prefix(dave.subject_key))  # nothing of dave's was touched
+    assert await coordinator(engine, folder).run("carol", request_id="req-1") == first  # reported, not rerun
+    assert await coordinator(engine, folder).run("nobody", request_id="req-1") == first  # nothing to miss
+    assert (await coordinator(engine, folder).run("dave", request_id="req-2")).ok

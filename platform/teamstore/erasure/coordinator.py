@@ -42,7 +42,7 @@ from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError
 from teamstore.settings import Settings
-from teamstore.state.sql import open_sessions
+from teamstore.state.sql import open_sessions, stored_sessions
 
 log = logging.getLogger(__name__)
 FINAL = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
@@ -108,6 +108,12 @@ class DeletionCoordinator:
         if dry_run:
             return await self._dry_run(user_id, rid, reason)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)
+        if row.user_id is None and await self._holds_data(user_id, row.subject_key):
+            # A finished request forgot whose it was; the id is being reused for a user with data now.
+            raise ErasureConflict(
+                f"request {rid!r} is finished and this user has data: a finished request is never run again",
+                hint="use a new request id for this user (omit --request-id to get one)",
+            )
         if row.status is RequestStatus.COMPLETED and row.receipt is not None:
             return Receipt.model_validate(row.receipt)  # already done: report, never act twice
         owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -171,6 +177,14 @@ class DeletionCoordinator:
         await requests.finish(self.engine, row, receipt)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
+
+    async def _holds_data(self, user_id: str, erasing: str | None) -> bool:
+        """Whether ``user_id`` has a subject (other than the one a held request still erases) or stored
+        sessions: what a finished request, which no longer knows its user, must not be mistaken for."""
+        subject = await find_subject(self.engine, user_id)
+        if subject is not None and subject != erasing:
+            return True
+        return await stored_sessions(self.engine, user_id) > 0
 
     async def _wait_for_sessions(self, user_id: str) -> int:
         """Wait up to ``session_wait_seconds`` for the user's open sessions to end; how many are still open.

@@ -620,6 +620,23 @@ async def _open_sessions(conn: Any, mode: str, user_id: str | None = None) -> in
     return int((await conn.execute(query)).scalar_one())
 
 
+async def stored_sessions(engine: AsyncEngine, user_id: str) -> int:
+    """How many sessions ``user_id`` has stored, and quarantined states.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    try:
+        async with engine.connect() as conn:
+            total = 0
+            for table in (sessions, quarantine):
+                total += int((await conn.execute(
+                    select(func.count()).select_from(table).where(table.c.user_id == user_id))).scalar_one())
+            return total
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "count the user's sessions") from exc
+
+
 async def open_sessions(engine: AsyncEngine, user_id: str) -> int:
     """How many of ``user_id``'s sessions are open right now (a worker holds their lease), whichever
     kind of lease the database records. A crashed worker's session counts until its lease runs out.
