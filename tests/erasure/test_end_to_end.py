@@ -19,6 +19,7 @@ from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.schema import erasure_requests
+from teamstore.errors import ErasureConflict
 from teamstore.settings import Settings
 from teamstore.state.schema import user_holds
 from tests.erasure.conftest import coordinator
@@ -91,7 +92,9 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
         await s.run("hello again")
     assert await find_subject(engine, ALICE) not in (None, a.subject_key)
 
-    # Running the same request again only reports: the same receipt, nothing done twice.
-    again = await coordinator(engine, s3_store).run(ALICE, request_id="req-e2e")
-    assert again == receipt
+    # The finished request is only ever reported; run again for a user with data (Alice's new session)
+    # it is refused rather than answered with a receipt that would not cover that data.
+    assert await coordinator(engine, s3_store).status("req-e2e") == receipt
+    with pytest.raises(ErasureConflict, match="finished"):
+        await coordinator(engine, s3_store).run(ALICE, request_id="req-e2e")
     tracer.shutdown()

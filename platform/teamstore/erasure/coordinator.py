@@ -109,10 +109,12 @@ class DeletionCoordinator:
             return await self._dry_run(user_id, rid, reason)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)
         if row.user_id is None and await self._holds_data(user_id, row.subject_key):
-            # A finished request forgot whose it was; the id is being reused for a user with data now.
+            # A finished request forgot whose it was. Its receipt would not cover this data (another
+            # user's, or this user's since the erasure), so it is not handed out as if it did.
             raise ErasureConflict(
-                f"request {rid!r} is finished and this user has data: a finished request is never run again",
-                hint="use a new request id for this user (omit --request-id to get one)",
+                f"request {rid!r} is finished and this user has data now: a finished request is never run again",
+                hint=f"use a new request id to erase it (omit --request-id to get one); "
+                f"`teamstore erase status {rid}` prints the old receipt",
             )
         if row.status is RequestStatus.COMPLETED and row.receipt is not None:
             return Receipt.model_validate(row.receipt)  # already done: report, never act twice
