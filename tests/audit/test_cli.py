@@ -113,3 +113,18 @@ def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pyte
     assert result.exit_code == 0, result.output
     rule = json.loads(result.stdout)["rule"]
     assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/"}
+
+
+def test_a_run_that_raised_says_so_in_the_readable_transcript() -> None:
+    from teamstore.cli._output import console
+    from teamstore.cli.audit import _render_transcripts
+
+    run = {"run_id": "r1", "team": "t", "team_version": "v", "started_at": "2026-11-30T00:00:00+00:00",
+           "stop_reason": None, "ended_by_limit": False, "error": "RuntimeError",
+           "totals": {"model_calls": 2, "input_tokens": 10, "output_tokens": 3}}
+    with console.capture() as captured:
+        _render_transcripts({"runs": [{"run": run, "items": []}]})
+    assert "raised RuntimeError; 2 model calls" in captured.get()
+    with console.capture() as captured:
+        _render_transcripts({"runs": [{"run": {**run, "error": None, "stop_reason": "done"}, "items": []}]})
+    assert "stop: done; 2 model calls" in captured.get()

@@ -54,6 +54,14 @@ def test_encode_decode_round_trip_is_gzip_json_lines() -> None:
     assert decode(body) == (header, [{**items[0]}])
 
 
+def test_a_lone_surrogate_is_replaced_and_the_rest_of_the_message_kept() -> None:
+    # What a JSON request body holding "\ud800" decodes to: UTF-8 cannot hold it, and it must not cost the transcript.
+    items = [item_record(0, TextMessage(source="user", content="hello \ud800 SURROGATE-CANARY é"), NOW)]
+    _, (line,) = decode(encode({"kind": "run", "run_id": "r1"}, items))
+    assert line["message"]["content"] == "hello \ufffd SURROGATE-CANARY é"
+    assert to_json_safe({"key\udc00": "ok"}) == {"key\ufffd": "ok"}
+
+
 def test_a_corrupt_object_raises_a_typed_error() -> None:
     with pytest.raises(AuditError):
         decode(b"not gzip")

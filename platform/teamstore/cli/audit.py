@@ -122,8 +122,9 @@ def _render_transcripts(data: dict[str, Any]) -> None:
             console.print(f"[bold]{item['source']}[/] [dim]{item['type']}[/]{tokens}")
             console.print(_content_text(item["message"]), markup=False, highlight=False)
         limit = " (ended by a limit)" if run["ended_by_limit"] else ""
+        ended = f"raised {run['error']}" if run.get("error") else f"stop: {run['stop_reason']}{limit}"
         console.print(
-            f"[dim]stop: {run['stop_reason']}{limit}; {totals['model_calls']} model calls, "
+            f"[dim]{ended}; {totals['model_calls']} model calls, "
             f"{totals['input_tokens']} in / {totals['output_tokens']} out tokens[/]"
         )
 

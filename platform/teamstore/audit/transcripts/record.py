@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -46,6 +47,15 @@ def _placeholder(value: object, why: str) -> dict[str, Any]:
     return mark
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(value: str) -> str:
+    """``value`` with any lone surrogate (what a JSON body's "\\ud800" decodes to, and UTF-8 cannot
+    hold) replaced by U+FFFD, so the rest of the message is kept."""
+    return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+
+
 def to_json_safe(value: Any, depth: int = 0) -> Any:
     """Return ``value`` with every non-JSON leaf replaced by a marked placeholder.
 
@@ -56,7 +66,9 @@ def to_json_safe(value: Any, depth: int = 0) -> Any:
     Returns:
         A structure ``json.dumps`` accepts.
     """
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        return _text(value)
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         return value if value == value and abs(value) != float("inf") else str(value)
@@ -71,7 +83,7 @@ def to_json_safe(value: Any, depth: int = 0) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_json_safe(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(k): to_json_safe(v, depth + 1) for k, v in value.items()}
+        return {_text(str(k)): to_json_safe(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_json_safe(v, depth + 1) for v in value]
     return _placeholder(value, "not JSON")
