@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from config_registry.errors import DefinitionInvalid
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+VERSION_LIKE = re.compile(r"[0-9a-f]{7,40}")
 SECRET_REFERENCE = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
 BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = (
     "autogen_agentchat.",
@@ -40,13 +41,20 @@ def validate_name(value: str, *, what: str = "team name", field: str = "name") -
         The name, unchanged.
 
     Raises:
-        DefinitionInvalid: The name has other characters, is empty or longer than 64 characters.
+        DefinitionInvalid: The name has other characters, is empty or longer than 64 characters, or (a
+            label) is 7-40 hex digits, which refs read as a version.
     """
-    if not NAME_PATTERN.match(value):
+    if not NAME_PATTERN.fullmatch(value):  # fullmatch: '$' alone would also let a trailing newline through
         raise DefinitionInvalid(
             f"{what} {value!r} is not allowed",
             field=field,
             hint="use 1-64 lowercase letters, digits, '_' or '-', starting with a letter or digit",
+        )
+    if what == "label" and VERSION_LIKE.fullmatch(value):
+        raise DefinitionInvalid(
+            f"label {value!r} looks like a version (7-40 hex digits); refs would resolve it instead of the version",
+            field=field,
+            hint="give the label a name with a non-hex letter in it, e.g. 'release-1'",
         )
     return value
 
@@ -83,7 +91,7 @@ class Manifest(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_PATTERN.match(value):
+        if not NAME_PATTERN.fullmatch(value):
             raise ValueError("use 1-64 lowercase letters, digits, '_' or '-' (no '/' or '..')")
         return value
 
@@ -98,7 +106,7 @@ class Manifest(BaseModel):
     @classmethod
     def _prefixes(cls, value: list[str]) -> list[str]:
         for prefix in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*$", prefix):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", prefix):
                 raise ValueError(f"{prefix!r} is not a module prefix such as 'mycompany.agents.'")
         return value
 
@@ -106,7 +114,7 @@ class Manifest(BaseModel):
     @classmethod
     def _references(cls, value: dict[str, str]) -> dict[str, str]:
         for path, reference in value.items():
-            if not SECRET_REFERENCE.match(reference):
+            if not SECRET_REFERENCE.fullmatch(reference):
                 raise ValueError(f"{path}: reference {reference!r} must look like 'env:VARIABLE_NAME'")
         return value
 

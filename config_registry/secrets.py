@@ -19,9 +19,11 @@ from config_registry.errors import DefinitionInvalid, SecretUnavailable
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
+# Config keys (``api_key``, ``azure_ad_token``) and HTTP header names (``Authorization``, ``x-api-key``,
+# Azure's ``api-key``, ``Ocp-Apim-Subscription-Key``) whose values are secrets.
 _SECRET_FIELD = re.compile(
-    r"(^|_)(api_?key|password|passwd|secret|secret_key|token|access_token|credential|credentials|"
-    r"access_key|private_key|auth|bearer)$",
+    r"(^|[_-])(api[_-]?key|password|passwd|secret|secret[_-]key|token|access[_-]token|credential|credentials|"
+    r"access[_-]key|private[_-]key|auth|authorization|bearer|subscription[_-]key|cookie)$",
     re.IGNORECASE,
 )
 

@@ -69,7 +69,7 @@ def test_a_corrupt_object_raises_a_typed_error() -> None:
         decode(gzip.compress(b'{"kind": "item"}\n'))
 
 
-@pytest.mark.parametrize("run_id", ["../../etc/passwd", "a/b", "ünï", "..", "x" * 300])
+@pytest.mark.parametrize("run_id", ["../../etc/passwd", "a/b", "ünï", "..", "x" * 300, "run\n", "lone\ud800"])
 def test_run_ids_that_are_not_plain_segments_are_hashed_never_used_as_paths(run_id: str) -> None:
     key = run_key(KEYS, run_id)
     assert run_id not in key

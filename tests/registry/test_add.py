@@ -140,7 +140,7 @@ def test_manifest_name_must_match(registry: Registry) -> None:
     assert caught.value.field == "manifest.name"
 
 
-@pytest.mark.parametrize("name", ["../evil", "a/b", "Upper", "", "x" * 65, ".."])
+@pytest.mark.parametrize("name", ["../evil", "a/b", "Upper", "", "x" * 65, "..", "t2\n"])
 def test_team_names_are_validated(registry: Registry, name: str) -> None:
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid):
         registry.add(name, triage_json(), triage_manifest(), "first")

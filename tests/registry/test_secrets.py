@@ -79,6 +79,16 @@ def test_other_secret_looking_fields_are_refused_in_plaintext(registry: Registry
     assert caught.value.field == "config.model_client.config.azure_ad_token"
 
 
+@pytest.mark.parametrize("header", ["Authorization", "x-api-key", "api-key", "Ocp-Apim-Subscription-Key", "Cookie"])
+def test_secrets_in_http_headers_are_refused_in_plaintext(registry: Registry, header: str) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"]["default_headers"] = {header: "Bearer sk-live-SECRET", "X-Team": "a"}
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "headers")
+    assert caught.value.field == f"config.model_client.config.default_headers.{header}"
+    assert "sk-live-SECRET" not in _everything(registry)
+
+
 def test_declared_path_must_exist(registry: Registry) -> None:
     manifest = triage_manifest(secrets={KEY_PATH: "env:K", "model_client.config.nope": "env:X"})
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:

@@ -86,8 +86,9 @@ def test_label_needs_a_reason_and_a_valid_name(registry: Registry) -> None:
     with left_unchanged(registry.path):
         with pytest.raises(DefinitionInvalid):
             registry.label("support_triage", v1, "production", reason="  ")
-        with pytest.raises(DefinitionInvalid):
-            registry.label("support_triage", v1, "../prod", reason="x")
+        for bad in ("../prod", "prod\n", "deadbee", v1, v1[:12]):  # a newline; names refs would read as versions
+            with pytest.raises(DefinitionInvalid):
+                registry.label("support_triage", v1, bad, reason="x")
         with pytest.raises(UnknownVersion):
             registry.label("support_triage", "nope", "production", reason="x")
 

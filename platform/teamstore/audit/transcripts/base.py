@@ -64,9 +64,9 @@ class TranscriptStore(Protocol):
 
 def safe_segment(value: str) -> str:
     """``value`` if it is a plain key segment, else a stable hash of it (never a path)."""
-    if _SEGMENT.match(value):
+    if _SEGMENT.fullmatch(value):
         return value
-    return "h-" + hashlib.sha256(value.encode("utf-8")).hexdigest()[:40]
+    return "h-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 def subject_prefix(subject_key: str) -> str:
@@ -90,7 +90,7 @@ def run_id_of(key: str) -> str:
 
 
 def _checked(segment: str) -> str:
-    if not _SEGMENT.match(segment):
+    if not _SEGMENT.fullmatch(segment):
         raise InvalidIdentifier(
             f"{segment!r} is not a pseudonymous key",
             hint="build keys with teamstore.audit.subjects, never from raw user or session ids",
