@@ -429,12 +429,23 @@ def _import_factory(factory: str) -> Callable[[], Any]:
             f"factory {factory!r} is not 'module:function'", hint="e.g. teamstore.examples:support_triage"
         )
     try:
-        function: Callable[[], Any] = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
         raise FactoryInvalid(
             f"cannot import factory {factory}: {exc}", hint="check the module path and function name"
         ) from exc
-    return function
+    except Exception as exc:  # the module is the caller's code: its import may fail in any way
+        raise FactoryInvalid(
+            f"importing the factory's module {module_name!r} raised {type(exc).__name__}: {exc}",
+            hint="fix the module so that it imports cleanly",
+        ) from exc
+    function = getattr(module, function_name, None)
+    if function is None:
+        raise FactoryInvalid(
+            f"cannot import factory {factory}: module {module_name!r} has no {function_name!r}",
+            hint="check the module path and function name",
+        )
+    return function  # type: ignore[no-any-return]
 
 
 def _call_factory(factory: str) -> Any:

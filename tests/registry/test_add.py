@@ -124,6 +124,7 @@ def test_add_from_factory(registry: Registry) -> None:
         ("tests.registry.factories:not_a_team", "returned a dict"),
         ("tests.registry.factories:missing", "cannot import"),
         ("no_such_module_xyz:build", "cannot import"),
+        ("tests.registry.factory_fails_on_import:build", "raised RuntimeError"),
         ("teamstore.examples", "not 'module:function'"),
     ],
 )
