@@ -209,14 +209,14 @@ class GitRepo:
 
     def log(self, *paths: str) -> list[dict[str, str]]:
         """Commits touching ``paths``, newest first: sha, author, ISO time, subject."""
-        fmt = "%H%x1f%an <%ae>%x1f%aI%x1f%s%x1e"
-        out = self.git("log", f"--format={fmt}", "--", *paths)
-        rows = []
-        for record in out.split("\x1e"):
-            parts = record.strip("\n").split("\x1f")
-            if len(parts) == 4:
-                rows.append(dict(zip(("commit", "author", "time", "message"), parts, strict=True)))
-        return rows
+        # Fields and commits end in NUL, the one character git keeps out of names and messages (any other
+        # separator could sit in a commit message, and that commit would drop out of the history).
+        out = self.git("log", "-z", "--format=%H%x00%an <%ae>%x00%aI%x00%s", "--", *paths)
+        fields = out.split("\x00")
+        return [
+            dict(zip(("commit", "author", "time", "message"), fields[i:i + 4], strict=True))
+            for i in range(0, len(fields) - 3, 4)
+        ]
 
 
 def normalise_author(author: str) -> str:

@@ -171,3 +171,11 @@ def test_new_registry_is_a_git_repository_with_one_commit(registry_path: Path) -
     Registry(registry_path)
     assert git(registry_path, "log", "--format=%s").strip() == "Create the teamstore registry"
     assert Registry(registry_path).list() == []
+
+
+def test_a_commit_message_holding_separator_characters_keeps_its_version(registry: Registry) -> None:
+    v1, v2 = _two_versions(registry)
+    v3 = registry.add("support_triage", triage_json(), triage_manifest(), "third\x1fversion\x1e!", label="production")
+    assert [h.version for h in registry.history("support_triage") if h.kind == "version"] == [v3, v2, v1]
+    assert registry.resolve("support_triage").version == v3
+    assert [t.name for t in registry.list()] == ["support_triage"]
