@@ -242,8 +242,9 @@ def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
         b: The definition it would be loaded under.
 
     Returns:
-        The report; ``compatible`` is False if any persisted participant of ``a`` was renamed, removed,
-        retyped, or had its context bound changed.
+        The report; ``compatible`` is False if the definition changed between a team and a single agent,
+        or any persisted participant of ``a`` was renamed, removed, retyped, or had its context bound
+        changed. A participant newly persisted, or no longer persisted, is a note: the others still load.
     """
     pa, pb = _by_name(a), _by_name(b)
     report = CompatibilityReport(
@@ -253,6 +254,10 @@ def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
         compatible=True,
         fingerprints={"a": dict(a.fingerprints), "b": dict(b.fingerprints)},
     )
+    if a.kind != b.kind:
+        shape = {"team": "a team", "agent": "a single agent"}
+        report.reasons.append(f"the definition changed from {shape[a.kind]} to {shape[b.kind]}: "
+                              f"stored states are shaped for {shape[a.kind]}")
     for name, print_a in sorted(a.fingerprints.items()):
         if name not in pb:
             report.reasons.append(f"persisted participant {name!r} was renamed or removed")

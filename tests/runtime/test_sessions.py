@@ -156,6 +156,62 @@ async def test_compatible_change_keeps_resuming(platform: Platform, registry: Re
     assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
 
 
+def _critic_persisted_too() -> tuple[dict[str, Any], Any]:
+    """The support team with the critic bounded and persisted beside the researcher."""
+    component = examples.support_triage().dump_component().model_dump()
+    participants = component["config"]["participants"]
+    participants[2]["config"]["model_context"] = participants[1]["config"]["model_context"]
+    manifest = examples.example_manifest("support_triage").model_copy(update={"persist": ["researcher", "critic"]})
+    return component, manifest
+
+
+async def test_a_newly_persisted_participant_starts_fresh_and_the_others_resume(
+    platform: Platform, registry: Registry
+) -> None:
+    v1 = registry.resolve("support_triage@production").version
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    component, manifest = _critic_persisted_too()
+    v2 = registry.add("support_triage", component, manifest, "persist the critic too", label="production")
+    assert registry.check("support_triage", v1, v2).compatible
+    result, outcome = await talk(platform, "alice", "s1", "still broken")
+    assert outcome.outcome == "resumed" and outcome.restored == ("researcher",) and not outcome.quarantined
+    assert "'critic' is newly persisted" in (outcome.detail or "")
+    assert "ZX-81" in researcher_reply(result)
+    _, outcome = await talk(platform, "alice", "s1", "and again")
+    assert outcome.restored == ("critic", "researcher") and outcome.detail is None
+
+
+async def test_a_participant_no_longer_persisted_starts_clean_and_the_others_resume(
+    platform: Platform, registry: Registry
+) -> None:
+    v1 = registry.resolve("support_triage@production").version
+    component, manifest = _critic_persisted_too()
+    v2 = registry.add("support_triage", component, manifest, "persist the critic too", label="production")
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    report = registry.check("support_triage", v2, v1)
+    assert report.compatible and report.notes == ["'critic' is no longer persisted: its saved state will be dropped"]
+    registry.label("support_triage", v1, "production", reason="stop persisting the critic")
+    result, outcome = await talk(platform, "alice", "s1", "still broken")
+    assert outcome.outcome == "resumed" and outcome.restored == ("researcher",)
+    assert "'critic' is no longer persisted" in (outcome.detail or "")
+    assert "ZX-81" in researcher_reply(result)
+
+
+async def test_a_team_turned_into_a_single_agent_fails_closed_as_a_definition_change(
+    platform: Platform, registry: Registry
+) -> None:
+    v1 = registry.resolve("support_triage@production").version
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    researcher = examples.support_triage().dump_component().model_dump()["config"]["participants"][1]
+    v2 = registry.add("support_triage", researcher, examples.example_manifest("support_triage"),
+                      "the researcher alone", label="production")
+    report = registry.check("support_triage", v1, v2)
+    assert not report.compatible and "from a team to a single agent" in report.reasons[0]
+    _, outcome = await talk(platform, "alice", "s1", "hello")
+    assert outcome.outcome == "definition_changed" and outcome.quarantined
+    assert "a single agent" in (outcome.detail or "")
+
+
 async def _corrupt(platform: Platform, state: str | None, **values: object) -> None:
     async with platform.engine.begin() as conn:
         await conn.execute(update(sessions).where(sessions.c.user_id == "alice").values(state=state, **values))

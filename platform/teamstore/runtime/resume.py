@@ -76,16 +76,27 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def _fingerprint_change(stored: Mapping[str, str], built: Mapping[str, str]) -> str | None:
+def _fingerprint_change(stored: Mapping[str, str], built: Any) -> str | None:
+    """Why the stored participants cannot be loaded into ``built``, or ``None``.
+
+    A participant the definition newly persists starts fresh, and one it no longer persists (but still
+    has) starts clean, as every participant that is not persisted does; neither stops the others from
+    loading. A persisted participant renamed, removed, retyped or rebounded does.
+    """
     changes = []
-    for name in sorted(set(stored) | set(built)):
-        if name not in built:
-            changes.append(f"persisted participant '{name}' was renamed, removed or is no longer persisted")
-        elif name not in stored:
-            changes.append(f"participant '{name}' is newly persisted")
-        elif stored[name] != built[name]:
+    for name in sorted(stored):
+        if name not in built.fingerprints:
+            if name not in built.participants:
+                changes.append(f"persisted participant '{name}' was renamed or removed")
+        elif stored[name] != built.fingerprints[name]:
             changes.append(f"participant '{name}' changed type or context bound")
     return "; ".join(changes) or None
+
+
+def _membership_notes(stored: Mapping[str, str], built: Any) -> str | None:
+    notes = [f"'{n}' is newly persisted and starts fresh" for n in sorted(set(built.fingerprints) - set(stored))]
+    notes += [f"'{n}' is no longer persisted: its saved state is dropped" for n in sorted(set(stored) - set(built.fingerprints))]
+    return "; ".join(notes) or None
 
 
 def _refusal(row: StoredSession, built: Any, agentchat_version: str) -> tuple[str, str] | None:
@@ -95,21 +106,27 @@ def _refusal(row: StoredSession, built: Any, agentchat_version: str) -> tuple[st
         return "library_mismatch", f"saved by autogen-agentchat {row.agentchat_version}, running {agentchat_version}"
     if row.team != built.name:
         return "definition_changed", f"saved by team '{row.team}', opened with '{built.name}'"
-    change = _fingerprint_change(row.fingerprints, built.fingerprints)
+    change = _fingerprint_change(row.fingerprints, built)
     return ("definition_changed", change) if change else None
 
 
 def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
+    """The stored states of the participants ``built`` persists, each validated; the row must hold
+    exactly the participants its fingerprints name."""
     assert row.state is not None
     data = decode(row.state)
-    participants = data.get("participants")
-    if data.get("kind") != built.kind or not isinstance(participants, dict):
+    participants, kind = data.get("participants"), data.get("kind")
+    if kind in ("team", "agent") and kind != built.kind:
+        shape = {"team": "a team", "agent": "a single agent"}
+        raise StateRejected("definition_changed", f"saved as {shape[kind]}'s state; the definition is now {shape[built.kind]}")
+    if kind != built.kind or not isinstance(participants, dict):
         raise StateRejected("corrupt", f"stored payload is not a '{built.kind}' state")
-    if set(participants) != set(built.persisted):
-        raise StateRejected("corrupt", f"stored participants {sorted(participants)} != {sorted(built.persisted)}")
-    for name, state in participants.items():
+    if set(participants) != set(row.fingerprints):
+        raise StateRejected("corrupt", f"stored participants {sorted(participants)} != {sorted(row.fingerprints)}")
+    loaded = {name: state for name, state in participants.items() if name in built.fingerprints}
+    for name, state in loaded.items():
         validate_participant(name, built.agent_types[name], built.kind, state)
-    return participants
+    return loaded
 
 
 def judge(row: StoredSession, built: Any, now: datetime, agentchat_version: str) -> Verdict:
@@ -137,7 +154,8 @@ def judge(row: StoredSession, built: Any, now: datetime, agentchat_version: str)
         except StateRejected as exc:
             refusal = (exc.reason, exc.detail)
         else:
-            return Verdict(ResumeOutcome("resumed", version, None, tuple(sorted(states)), previous), states)
+            notes = _membership_notes(row.fingerprints, built)
+            return Verdict(ResumeOutcome("resumed", version, notes, tuple(sorted(states)), previous), states)
     reason, detail = refusal
     return Verdict(ResumeOutcome(reason, version, detail, (), previous, quarantined=True))
 
