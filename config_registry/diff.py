@@ -10,6 +10,7 @@ assert not report.compatible, report.reasons
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -41,6 +42,8 @@ class SemanticDiff:
     termination: list[Any] | None = None
     persistence: dict[str, list[Any]] = field(default_factory=dict)
     allowances: dict[str, list[Any]] = field(default_factory=dict)
+    order: list[list[str]] | None = None
+    other: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -69,6 +72,9 @@ class SemanticDiff:
             out.append(f"termination {self.termination[0]} -> {self.termination[1]}")
         out += [f"persistence: {k} {a} -> {b}" for k, (a, b) in self.persistence.items()]
         out += [f"allowance: {k} {a} -> {b}" for k, (a, b) in self.allowances.items()]
+        if self.order:
+            out.append(f"participant order {', '.join(self.order[0])} -> {', '.join(self.order[1])}")
+        out += [f"{n}: {change}" for n, changes in self.other.items() for change in changes]
         return out
 
 
@@ -146,6 +152,43 @@ def _renames(old: list[str], new: list[str], a: dict[str, Any], b: dict[str, Any
     return renamed
 
 
+_ABSENT = object()
+_SHORT = 60
+
+
+def _leaves(node: Any, path: str = "") -> dict[str, Any]:
+    """Every leaf of a JSON value by its path (``config.tools[0].config.name``)."""
+    if isinstance(node, dict) and node and set(node) != {"$secret"}:
+        found: dict[str, Any] = {}
+        for key, value in node.items():
+            found.update(_leaves(value, f"{path}.{key}" if path else str(key)))
+        return found
+    if isinstance(node, list) and node:
+        found = {}
+        for i, value in enumerate(node):
+            found.update(_leaves(value, f"{path}[{i}]"))
+        return found
+    return {path: node}
+
+
+def _show(value: Any) -> str:
+    text = "absent" if value is _ABSENT else json.dumps(value, sort_keys=True)
+    return text if len(text) <= _SHORT else f"{text[:_SHORT - 3]}..."
+
+
+def _other_changes(x: Any, y: Any, skip: tuple[str, ...]) -> list[str]:
+    """Changed leaves outside ``skip`` (prefixes already reported by meaning): what a review must still see,
+    a model client's endpoint or temperature, a description, a tool's source code, a team's max_turns."""
+    lx, ly = _leaves(x), _leaves(y)
+    changes = []
+    for path in sorted(set(lx) | set(ly)):
+        before, after = lx.get(path, _ABSENT), ly.get(path, _ABSENT)
+        if before == after or any(path == p or path.startswith((p + ".", p + "[")) for p in skip):
+            continue
+        changes.append(f"{path} {_show(before)} -> {_show(after)}")
+    return changes
+
+
 def _compare_participant(diff: SemanticDiff, label: str, x: dict[str, Any], y: dict[str, Any]) -> None:
     if x.get("provider") != y.get("provider"):
         diff.agent_types[label] = [str(x.get("provider")), str(y.get("provider"))]
@@ -159,6 +202,15 @@ def _compare_participant(diff: SemanticDiff, label: str, x: dict[str, Any], y: d
         diff.tools[label] = [sorted(ty - tx), sorted(tx - ty)]
     if _summary(cx.get("model_context")) != _summary(cy.get("model_context")):
         diff.model_contexts[label] = [_summary(cx.get("model_context")), _summary(cy.get("model_context"))]
+    skip = ["provider", "config.name", "config.system_message", "config.model_client.provider",
+            "config.model_client.config.model", "config.model_client.config.azure_deployment"]
+    if label in diff.model_contexts:
+        skip.append("config.model_context")
+    if label in diff.tools:  # added or removed tools are reported by name; their other fields would be noise
+        skip += ["config.tools", "config.workbench"]
+    other = _other_changes(x, y, tuple(skip))
+    if other:
+        diff.other[label] = other
 
 
 def _settings(definition: TeamDefinition) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -185,7 +237,8 @@ def semantic_diff(a: TeamDefinition, b: TeamDefinition) -> SemanticDiff:
         b: The newer (or "to") definition.
 
     Returns:
-        The differences: participants, prompts, models, tools, contexts, termination, persistence, allowances.
+        The differences: participants, prompts, models, tools, contexts, termination, persistence and
+        allowances by meaning; participant order; and every other changed field by its path.
     """
     diff = SemanticDiff(name=b.name, a=a.version, b=b.version)
     if a.component.get("provider") != b.component.get("provider"):
@@ -199,6 +252,13 @@ def semantic_diff(a: TeamDefinition, b: TeamDefinition) -> SemanticDiff:
     ]
     for label, old, new in pairs:
         _compare_participant(diff, label, pa[old], pb[new])
+    common = [n for n in pa if n in pb]
+    if common != [n for n in pb if n in pa]:  # who speaks first in a round robin, for one
+        diff.order = [common, [n for n in pb if n in pa]]
+    team_other = _other_changes(a.component, b.component,
+                                ("provider", "config.participants", "config.termination_condition"))
+    if team_other:
+        diff.other["team"] = team_other
     ta = _summary((a.component.get("config") or {}).get("termination_condition"))
     tb = _summary((b.component.get("config") or {}).get("termination_condition"))
     if ta != tb:

@@ -134,3 +134,31 @@ def test_diff_shows_tools_and_the_source_code_allowance(registry: Registry) -> N
     assert "researcher: tool 'add_two' added" in diff.lines()
     assert registry.check("tooled", v1, v2).compatible
     assert Registry.from_path(registry.path).resolve("tooled").version == v2
+
+
+def test_diff_shows_every_other_change_by_path(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "v1")
+    component = triage_json()
+    participants = component["config"]["participants"]
+    participants[0]["config"]["description"] = "Routes requests."
+    participants[0], participants[2] = participants[2], participants[0]  # who speaks first
+    component["config"]["max_turns"] = 5
+    v2 = _add(registry, component, "reordered")
+    lines = registry.diff("support_triage", v1, v2).lines()
+    assert "participant order triage, researcher, critic -> critic, researcher, triage" in lines
+    assert 'triage: config.description "The triage of the support team." -> "Routes requests."' in lines
+    assert "team: config.max_turns absent -> 5" in lines
+
+
+def test_diff_shows_a_tool_whose_source_code_changed(registry: Registry) -> None:
+    from tests.registry.test_validation import _with_tool
+
+    manifest = {"name": "tooled", "persist": ["researcher"], "context_bound": 20, "allow_source_code_tools": True}
+    v1 = registry.add("tooled", _with_tool(), triage_manifest(**manifest), "tool")
+    changed = _with_tool()
+    tool = changed["config"]["participants"][0]["config"]["workbench"][0]["config"]["tools"][0]
+    tool["config"]["source_code"] = tool["config"]["source_code"].replace("return a + b", "return a - b")
+    assert "a - b" in tool["config"]["source_code"]
+    v2 = registry.add("tooled", changed, triage_manifest(**manifest), "tool body changed")
+    (line,) = registry.diff("tooled", v1, v2).lines()
+    assert line.startswith("researcher: config.workbench[0].config.tools[0].config.source_code ")
