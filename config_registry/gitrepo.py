@@ -207,6 +207,16 @@ class GitRepo:
         )
         return result.stdout if result.returncode == 0 else None
 
+    def files(self, version: str, prefix: str) -> list[str]:
+        """Paths of the files under ``prefix`` at ``version`` (none in a repository without commits)."""
+        result = subprocess.run(
+            ["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return [p for p in result.stdout.split("\x00") if p] if result.returncode == 0 else []
+
     def log(self, *paths: str) -> list[dict[str, str]]:
         """Commits touching ``paths``, newest first: sha, author, ISO time, subject."""
         # Fields and commits end in NUL, the one character git keeps out of names and messages (any other

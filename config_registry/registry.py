@@ -19,6 +19,7 @@ import builtins
 import importlib
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,8 @@ from config_registry.gitrepo import GitRepo, default_actor
 from config_registry.manifest import Manifest, validate_name
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 from config_registry.validate import kind_of, validate_definition
+
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
 
 DEFAULT_LABEL = "production"
 _TRACKED = ("teams", "labels")
@@ -220,12 +223,11 @@ class Registry:
 
     # --- reading -------------------------------------------------------------------------------------------
     def names(self) -> builtins.list[str]:
-        """Every registered team name, sorted."""
-        teams = self.path / "teams"
-        return (
-            sorted(p.name for p in teams.iterdir() if (p / "manifest.json").exists())
-            if teams.exists()
-            else []
+        """Every registered team name, sorted: as committed, so a reader never sees a team a writer has
+        put in the working tree but not yet committed."""
+        return sorted(
+            parts[1] for parts in (path.split("/") for path in self.repo.files("HEAD", "teams/"))
+            if len(parts) == 3 and parts[2] == "manifest.json"
         )
 
     def list(self) -> builtins.list[TeamSummary]:
@@ -371,12 +373,16 @@ class Registry:
         )
 
     def _labels(self, name: str) -> dict[str, str]:
-        path = self.path / "labels" / f"{name}.json"
-        if not path.exists():
+        # As committed (a writer may have the file in the working tree before its commit lands).
+        if self.repo.show("HEAD", f"labels/{name}.json") is None:
             return {}
         labels = self._read_json("HEAD", f"labels/{name}.json")
-        if not isinstance(labels, dict):
-            raise RegistryCorrupt(f"labels/{name}.json is not an object", hint="revert it with git")
+        if not isinstance(labels, dict) or not all(
+            isinstance(v, str) and _FULL_SHA.fullmatch(v) for v in labels.values()
+        ):
+            raise RegistryCorrupt(
+                f"labels/{name}.json is not an object of label -> full version sha", hint="revert it with git"
+            )
         return {str(k): str(v) for k, v in labels.items()}
 
     def _label_moves(self, name: str) -> builtins.list[HistoryEntry]:

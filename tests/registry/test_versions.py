@@ -179,3 +179,24 @@ def test_a_commit_message_holding_separator_characters_keeps_its_version(registr
     assert [h.version for h in registry.history("support_triage") if h.kind == "version"] == [v3, v2, v1]
     assert registry.resolve("support_triage").version == v3
     assert [t.name for t in registry.list()] == ["support_triage"]
+
+
+def test_readers_see_only_what_is_committed(registry: Registry) -> None:
+    # What a reader in another process sees while a writer has written its files but not yet committed.
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    (registry.path / "teams" / "incoming").mkdir()
+    (registry.path / "teams" / "incoming" / "manifest.json").write_text("{}")
+    (registry.path / "labels").mkdir(exist_ok=True)
+    (registry.path / "labels" / "support_triage.json").write_text(json.dumps({"production": v1}))
+    assert [t.name for t in registry.list()] == ["support_triage"]
+    assert registry.resolve("support_triage").labels == []  # the label is not committed yet
+
+
+def test_a_label_that_is_not_a_version_sha_is_corrupt(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    (registry.path / "labels" / "support_triage.json").write_text(json.dumps({"production": "HEAD~1"}))
+    git(registry.path, "commit", "-qam", "hand edit")
+    with pytest.raises(RegistryCorrupt, match="full version sha"):
+        registry.resolve("support_triage@production")
+    git(registry.path, "revert", "--no-edit", "HEAD")  # what the hint says: then it reads again
+    assert registry.resolve("support_triage@production").version == v1
