@@ -53,7 +53,9 @@ def build_team(
     check_providers(definition.component, definition.manifest)
     check_source_code(definition.component, definition.manifest)
     runnable = resolve_references(definition.component, os.environ if env is None else env)
-    team = _load(definition, transform(runnable) if transform is not None else runnable)
+    runnable = transform(runnable) if transform is not None else runnable
+    check_providers(runnable, definition.manifest)  # again, as loaded: a reference may not name a module
+    team = _load(definition, runnable)
     return BuiltTeam(
         team=team,
         name=definition.name,

@@ -207,6 +207,13 @@ class GitRepo:
         )
         return result.stdout if result.returncode == 0 else None
 
+    def has_commits(self) -> bool:
+        """False for a repository created but never committed to (it has no history yet)."""
+        result = subprocess.run(
+            ["git", "-C", str(self.path), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, check=False
+        )
+        return result.returncode == 0
+
     def files(self, version: str, prefix: str) -> list[str]:
         """Paths of the files under ``prefix`` at ``version`` (none in a repository without commits)."""
         result = subprocess.run(
@@ -221,6 +228,8 @@ class GitRepo:
         """Commits touching ``paths``, newest first: sha, author, ISO time, subject."""
         # Fields and commits end in NUL, the one character git keeps out of names and messages (any other
         # separator could sit in a commit message, and that commit would drop out of the history).
+        if not self.has_commits():
+            return []
         out = self.git("log", "-z", "--format=%H%x00%an <%ae>%x00%aI%x00%s", "--", *paths)
         fields = out.split("\x00")
         return [

@@ -391,19 +391,20 @@ class Registry:
         for number, line in enumerate(text.splitlines(), start=1):
             try:
                 r = json.loads(line)
+                when = datetime.fromisoformat(r["when"])
                 moves.append(
                     HistoryEntry(
                         kind="label",
                         commit="",
                         author=r["who"],
-                        time=datetime.fromisoformat(r["when"]),
+                        time=when if when.tzinfo is not None else when.replace(tzinfo=UTC),
                         message=r["why"],
                         label=r["label"],
                         version=r["version"],
                         previous=r["previous"],
                     )
                 )
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError) as exc:  # ValueError: bad JSON, or a time that is not ISO
                 raise RegistryCorrupt(
                     f"labels/{name}.log.jsonl line {number} is malformed: {exc}", hint="revert it with git"
                 ) from exc

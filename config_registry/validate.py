@@ -21,7 +21,7 @@ from autogen_core._component_config import WELL_KNOWN_PROVIDERS
 from config_registry.bounds import bound_of, is_bounding_context
 from config_registry.errors import DefinitionInvalid
 from config_registry.manifest import Manifest
-from config_registry.secrets import apply_references, mask_references, walk
+from config_registry.secrets import apply_references, is_reference, mask_references, walk
 
 SOURCE_CODE_TOOL = "autogen_core.tools.FunctionTool"
 
@@ -49,6 +49,13 @@ def check_providers(component: Mapping[str, Any], manifest: Manifest) -> None:
     """
     prefixes = manifest.provider_prefixes()
     for path, key, value, _parent in walk(component):
+        if key == "provider" and is_reference(value):
+            raise DefinitionInvalid(
+                "a provider may not come from a secret reference: the module it names would be imported "
+                "without the allow-list seeing it",
+                field=path,
+                hint="name the provider in the definition itself",
+            )
         if key != "provider" or not isinstance(value, str):
             continue
         if not provider_allowed(value, prefixes):

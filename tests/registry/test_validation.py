@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from autogen_core.tools import FunctionTool
 from config_registry import DefinitionInvalid, Registry
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.offline import OfflineChatCompletionClient
+from tests.conftest import git
 from tests.registry.conftest import calling_client, dump, left_unchanged, triage_json, triage_manifest
 
 
@@ -54,6 +56,24 @@ def test_disallowed_provider_is_refused_before_anything_is_imported(
     assert "--allow-provider evil_components." in (caught.value.hint or "")
     assert not marker.exists()
     assert "evil_components" not in sys.modules
+
+
+def test_a_provider_from_a_secret_reference_is_refused_at_registration_and_at_build(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = _trap_module(tmp_path, monkeypatch)
+    component = triage_json()
+    component["config"]["termination_condition"]["provider"] = {"$secret": "env:STOP_PROVIDER"}
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid, match="secret reference"):
+        registry.add("support_triage", component, triage_manifest(), "evil")
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    path = registry.path / "teams" / "support_triage" / "component.json"  # a hand edit, committed
+    path.write_text(json.dumps(component))
+    git(registry.path, "commit", "-qam", "hand edit")
+    with pytest.raises(DefinitionInvalid, match="secret reference"):
+        registry.build("support_triage", env={"STOP_PROVIDER": "evil_components.Stop"})
+    assert not marker.exists() and "evil_components" not in sys.modules
+    assert registry.build(f"support_triage@{v1}").version == v1
 
 
 def test_lookalike_prefix_is_not_allowed(registry: Registry) -> None:

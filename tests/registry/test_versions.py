@@ -200,3 +200,27 @@ def test_a_label_that_is_not_a_version_sha_is_corrupt(registry: Registry) -> Non
         registry.resolve("support_triage@production")
     git(registry.path, "revert", "--no-edit", "HEAD")  # what the hint says: then it reads again
     assert registry.resolve("support_triage@production").version == v1
+
+
+@pytest.mark.parametrize(("when", "readable"), [("yesterday", False), ("2026-11-01T10:00:00", True)])
+def test_a_hand_edited_label_log_time_is_corrupt_or_read_as_utc(registry: Registry, when: str, readable: bool) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    log = registry.path / "labels" / "support_triage.log.jsonl"
+    entry = json.loads(log.read_text().splitlines()[0])
+    log.write_text(log.read_text() + json.dumps({**entry, "when": when}) + "\n")
+    git(registry.path, "commit", "-qam", "hand edit")
+    if readable:
+        assert len([h for h in registry.history("support_triage") if h.kind == "label"]) == 2
+    else:
+        with pytest.raises(RegistryCorrupt, match="line 2 is malformed"):
+            registry.history("support_triage")
+
+
+def test_a_git_repository_without_commits_is_an_empty_registry(tmp_path: Path) -> None:
+    path = tmp_path / "reg"
+    path.mkdir()
+    git(path, "init", "-q")
+    registry = Registry(path)
+    assert registry.list() == []
+    with pytest.raises(UnknownTeam):
+        registry.resolve("support_triage")
