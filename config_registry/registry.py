@@ -441,7 +441,7 @@ def _import_factory(factory: str) -> Callable[[], Any]:
         raise FactoryInvalid(
             f"cannot import factory {factory}: {exc}", hint="check the module path and function name"
         ) from exc
-    except Exception as exc:  # the module is the caller's code: its import may fail in any way
+    except (Exception, SystemExit) as exc:  # the module is the caller's code: its import may fail in any way
         raise FactoryInvalid(
             f"importing the factory's module {module_name!r} raised {type(exc).__name__}: {exc}",
             hint="fix the module so that it imports cleanly",
@@ -461,7 +461,7 @@ def _call_factory(factory: str) -> Any:
     function = _import_factory(factory)
     try:
         built = function()
-    except Exception as exc:  # the factory is the caller's code: report any failure as a typed error
+    except (Exception, SystemExit) as exc:  # the factory is the caller's code: any failure is a typed error
         raise FactoryInvalid(
             f"factory {factory} raised {type(exc).__name__}: {exc}",
             hint="fix the factory so that it builds the team without arguments",

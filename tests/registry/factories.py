@@ -10,6 +10,11 @@ def raises() -> None:
     raise RuntimeError("the model catalogue is unreachable")
 
 
+def exits() -> None:
+    """A factory that calls sys.exit: the command line must not exit silently with its status."""
+    raise SystemExit(3)
+
+
 def not_a_team() -> dict[str, str]:
     """A factory that returns something that is not a team."""
     return {"provider": "autogen_agentchat.teams.RoundRobinGroupChat"}

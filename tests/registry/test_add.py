@@ -121,6 +121,7 @@ def test_add_from_factory(registry: Registry) -> None:
     ("factory", "fragment"),
     [
         ("tests.registry.factories:raises", "raised RuntimeError"),
+        ("tests.registry.factories:exits", "raised SystemExit"),
         ("tests.registry.factories:not_a_team", "returned a dict"),
         ("tests.registry.factories:missing", "cannot import"),
         ("no_such_module_xyz:build", "cannot import"),
