@@ -110,6 +110,10 @@ class RunInProgress(StateError):
     """State cannot be saved or loaded while ``run_stream`` is in flight."""
 
 
+class RunCancelled(StateError):
+    """The session's last run was cancelled; AutoGen may have left its team mid-turn, so it runs no more."""
+
+
 class ErasureInProgress(StateError):
     """An erasure request is open for this user: saves, uploads and ledger rows are refused."""
 

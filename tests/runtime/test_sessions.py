@@ -6,12 +6,15 @@ import asyncio
 import collections
 import enum
 import json
+import logging
+import time
 import types
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from autogen_core import CancellationToken
 from sqlalchemy import insert, select, text, update
 
 from config_registry import Registry
@@ -20,12 +23,14 @@ from teamstore.db.engine import create_engine
 from teamstore.errors import (
     ErasureInProgress,
     InvalidIdentifier,
+    RunCancelled,
     SessionBusy,
     StaleStateVersion,
     StateNotSerializable,
     StateTooLarge,
     StoreUnavailable,
 )
+from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
@@ -547,3 +552,56 @@ async def test_mid_session_saves_beside_lease_renewals(platform: Platform) -> No
             await asyncio.sleep(0.5)  # renewals (every 0.2 s) land between and around the saves
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.row_version == 3
+
+
+class _SlowClient(OfflineChatCompletionClient):
+    """Answers only after a long wait, which a cancellation token cuts short (as real clients do)."""
+
+    async def create(self, messages: Any, *, cancellation_token: CancellationToken | None = None,
+                     **kwargs: Any) -> Any:
+        wait = asyncio.ensure_future(asyncio.sleep(30))
+        if cancellation_token is not None:
+            cancellation_token.link_future(wait)
+        await wait
+        return await super().create(messages, cancellation_token=cancellation_token, **kwargs)
+
+
+async def test_a_cancelled_run_stops_the_team_at_once_and_the_session_runs_no_more(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        for agent in s.team._participants:
+            agent._model_client = _SlowClient()
+        running = asyncio.create_task(s.run("hello"))
+        await asyncio.sleep(0.5)  # the first model call is waiting
+        running.cancel()
+        started = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert time.monotonic() - started < 5  # not the 30 s the model call would have taken
+        with pytest.raises(RunCancelled):
+            await s.run("again")
+    assert await platform.store.get(SessionKey("alice", "s1")) is None  # nothing saved
+    _, outcome = await talk(platform, "alice", "s1", "hello again")  # a new session runs normally
+    assert outcome.outcome == "new"
+
+
+async def test_no_message_content_reaches_the_logs_at_info(
+    platform: Platform, registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name in ("autogen_core", "autogen_agentchat"):  # as in a fresh process
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    fresh = Platform(platform.engine, registry, settings=platform.settings)
+    with caplog.at_level(logging.INFO):
+        await talk(fresh, "alice", "s1", "CANARY-LOGGED-4711 my card number")
+    assert caplog.records  # teamstore itself logs at INFO
+    assert not [r.name for r in caplog.records if "CANARY-LOGGED-4711" in r.getMessage()]
+    await fresh.aclose()
+
+
+async def test_a_failing_database_error_in_a_log_carries_no_bound_values(platform: Platform) -> None:
+    from sqlalchemy import text as sql_text
+    from sqlalchemy.exc import DBAPIError
+
+    with pytest.raises(DBAPIError) as info:  # what any handler that logs it with its traceback prints
+        async with platform.engine.begin() as conn:
+            await conn.execute(sql_text("SELECT * FROM no_such_table WHERE user_id = :u"), {"u": "CANARY-USER-4711"})
+    assert "CANARY-USER-4711" not in str(info.value) and "hidden" in str(info.value)

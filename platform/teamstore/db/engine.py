@@ -53,6 +53,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """
     async_url = to_async_url(url)
     parsed = make_url(async_url)
+    # Bound values (user ids, session ids, whole states) stay out of error messages and SQL logs: an
+    # exception chained under a typed error, or logged with its traceback, carries only the SQL.
+    kwargs.setdefault("hide_parameters", True)
     if parsed.get_backend_name() == "postgresql":
         try:
             import psycopg  # noqa: F401

@@ -15,6 +15,7 @@ Or with pieces the caller owns:
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import time
@@ -36,6 +37,22 @@ from teamstore.runtime.session import Session
 from teamstore.settings import Settings
 from teamstore.state.base import Restored, SessionKey
 from teamstore.state.sql import SqlStateStore, store_for
+
+# AutoGen's own loggers record every message, content included, at INFO ("autogen_core.events" and
+# "autogen_agentchat.events" among them).
+_AUTOGEN_LOGGERS = ("autogen_core", "autogen_agentchat")
+
+
+def keep_content_out_of_logs() -> None:
+    """Raise AutoGen's loggers to WARNING, unless the application has set their level itself.
+
+    A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message
+    content in telemetry, so a service logging at INFO does not write its users' messages to its logs.
+    """
+    for name in _AUTOGEN_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
 
 
 class Platform:
@@ -69,6 +86,8 @@ class Platform:
         self._schema_lock = asyncio.Lock()
         self._closers: list[Any] = []
         self._definitions: dict[str, tuple[TeamDefinition, float]] = {}
+        if not self.settings.capture_message_content:
+            keep_content_out_of_logs()
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:

@@ -14,6 +14,7 @@ raises leaves nothing to save, and the stored state stays as it was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -23,8 +24,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from autogen_agentchat.base import TaskResult
+from autogen_core import CancellationToken
 
-from teamstore.errors import ErasureInProgress, RunInProgress, StateTooLarge, StorageError, TeamstoreError
+from teamstore.errors import (
+    ErasureInProgress,
+    RunCancelled,
+    RunInProgress,
+    StateTooLarge,
+    StorageError,
+    TeamstoreError,
+)
 from teamstore.ids import check_id
 from teamstore.metering import metered_run
 from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
@@ -62,6 +71,7 @@ class Session:
         self._row_version = 0
         self._pending: str | None = None
         self._running = False
+        self._cancelled = False
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -135,8 +145,8 @@ class Session:
                 pass
             try:
                 held = await self._platform.store.renew(self.key, owner=self._owner, lease_ttl=ttl)
-            except StorageError:
-                log.warning("could not renew the session lease; retrying", exc_info=True)
+            except StorageError as exc:
+                log.warning("could not renew the session lease; retrying: %s", exc)
                 continue
             if not held:
                 log.warning("session lease lost (held past its TTL without renewal); the save will be refused")
@@ -161,6 +171,11 @@ class Session:
         """
         if self._running:
             raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
+        if self._cancelled:
+            raise RunCancelled(
+                "this session's last run was cancelled, which may leave AutoGen's team mid-turn",
+                hint="open the session again: a new team is built, from the state last saved",
+            )
         await self.flush_audit()
         self._running = True
         try:
@@ -179,14 +194,30 @@ class Session:
         )
         self.last_run_id = ctx.run_id
         await notify_observers(observers, "run_started", ctx)
-        result: TaskResult | None = None
+        token = CancellationToken()
+
+        async def stream() -> TaskResult | None:
+            found: TaskResult | None = None
+            async for item in self._built.team.run_stream(task=task, cancellation_token=token):
+                if isinstance(item, TaskResult):
+                    found = item
+                else:
+                    await notify_observers(observers, "on_item", ctx, item)
+            return found
+
         with metered_run() as meter:
+            streaming = asyncio.ensure_future(stream())  # copies the meter's context
             try:
-                async for item in self._built.team.run_stream(task=task):
-                    if isinstance(item, TaskResult):
-                        result = item
-                    else:
-                        await notify_observers(observers, "on_item", ctx, item)
+                try:
+                    result = await asyncio.shield(streaming)
+                except asyncio.CancelledError:
+                    # Cancelled from outside (a request timeout, a client gone): AutoGen would let the team
+                    # finish its model calls before run_stream gives up. The token stops them now.
+                    token.cancel()
+                    self._cancelled = True
+                    with contextlib.suppress(BaseException):
+                        await streaming
+                    raise
             except BaseException as exc:
                 outcome = RunOutcome(datetime.now(UTC), error=exc, model_calls=list(meter.calls))
                 await notify_observers(observers, "run_finished", ctx, outcome)
@@ -253,9 +284,9 @@ class Session:
     async def _release_quietly(self) -> None:
         try:
             await self._release()
-        except StorageError:
+        except StorageError as exc:
             # The save error being raised matters more; an unreleased lease expires on its own.
-            log.warning("could not release the session lease after a failed save", exc_info=True)
+            log.warning("could not release the session lease after a failed save: %s", exc)
 
 
 async def notify_observers(
@@ -275,6 +306,9 @@ async def _call(observer: RunObserver, hook: str, ctx: RunContext, *args: Stream
         await getattr(observer, hook)(ctx, *args)
     except ErasureInProgress:
         log.info("observer %s wrote nothing: an erasure is open for this user", type(observer).__name__)
+    except TeamstoreError as exc:
+        # An audit observer must never fail a user's run; each one keeps its own outbox for retries. A
+        # typed error's message names no user and no content; its chained cause might, so no traceback.
+        log.error("observer %s.%s failed: %s", type(observer).__name__, hook, exc)
     except Exception:
-        # An audit observer must never fail a user's run; each one keeps its own outbox for retries.
         log.exception("observer %s.%s failed", type(observer).__name__, hook)
