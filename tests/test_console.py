@@ -26,3 +26,12 @@ def test_a_typed_error_is_a_message_and_a_status(tmp_path: Path, args: list[str]
     assert proc.returncode == 1, proc.stderr
     assert message in proc.stderr and "fix:" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["erase", "--usr", "alice"], ["registry", "check", "t", "--form", "a", "--to", "b"]])
+def test_a_usage_error_exits_1_not_the_2_that_erase_and_check_give_an_outcome(tmp_path: Path, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "No such option" in proc.stderr

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from teamstore.errors import ConfigurationError
 
 _ASYNC_DRIVERS = {
     "postgres": "postgresql+psycopg",
@@ -29,7 +31,33 @@ _ASYNC_DRIVERS = {
 }
 
 
-class Settings(BaseSettings):
+class TypedSettings(BaseSettings):
+    """Settings whose bad values (``TEAMSTORE_STATE_TTL_DAYS=-1``) raise :class:`ConfigurationError`
+    naming the variable, like every other teamstore error, instead of pydantic's ``ValidationError``."""
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            # ``from None``: the ValidationError would repeat every input, a database password included.
+            raise ConfigurationError(
+                "; ".join(_describe(err, str(self.model_config.get("env_prefix", ""))) for err in exc.errors()),
+                hint="fix or unset the variable (see the settings table in the README)",
+            ) from None
+
+
+_SENSITIVE = ("url", "key", "password", "secret", "token")
+
+
+def _describe(err: Any, prefix: str) -> str:
+    field = str(err["loc"][0]) if err.get("loc") else "?"
+    name = f"{prefix}{field}".upper()
+    if any(word in field for word in _SENSITIVE):
+        return f"{name}: {err['msg']}"
+    return f"{name}={err.get('input')!r}: {err['msg']}"
+
+
+class Settings(TypedSettings):
     """Everything teamstore reads from the environment.
 
     Unset paths and URLs derive from ``home``, so ``TEAMSTORE_HOME`` alone moves the embedded default.

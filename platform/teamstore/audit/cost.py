@@ -106,6 +106,9 @@ class CostReport:
         }
 
 
+_COST_DECIMALS = 9
+
+
 def _key(values: tuple[Any, ...]) -> str:
     return "@".join("(erased)" if v is None else str(v) for v in values)
 
@@ -195,6 +198,9 @@ async def query_costs(
     for limited, failed, runs in await _run_groups(engine, [], where):
         _add_runs(total, bool(limited), bool(failed), int(runs))
     ordered = [rows[k] for k in sorted(rows)]
+    for row in (*ordered, total):  # sums of per-group products: drop the binary noise past a nano-unit
+        row.cost = round(row.cost, _COST_DECIMALS) if row.cost is not None else None
+        row.limited_cost = round(row.limited_cost, _COST_DECIMALS)
     return CostReport(
         by=by, price_version=prices.version, currency=prices.currency, rows=ordered, total=total
     )

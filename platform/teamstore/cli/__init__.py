@@ -19,15 +19,29 @@ from teamstore.cli import audit, erase, registry, sessions
 from teamstore.cli._output import fail
 from teamstore.errors import TeamstoreError
 
+# Click's usage error, whether typer vendors click (0.17+) or uses it: BadParameter's base class.
+UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
 
 class _Commands(TyperGroup):
-    """Every command's typed errors become a message, a fix and exit status 1, never a traceback."""
+    """Every command's typed errors become a message, a fix and exit status 1, never a traceback; so do
+    usage errors (a mistyped option), since status 2 is an outcome of `erase` and `registry check`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:  # the top level's own options
+            exc.exit_code = 1  # type: ignore[attr-defined]
+            raise
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except TeamstoreError as exc:
             fail(exc)  # inside the command line's own handling, so the exit is a status
+        except UsageError as exc:
+            exc.exit_code = 1  # type: ignore[attr-defined]
+            raise
 
 
 app = typer.Typer(

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from teamstore.cli._output import JsonOption, console, emit, err_console, fail
-from teamstore.erasure import DeletionCoordinator, Receipt
+from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.errors import TeamstoreError
 from teamstore.settings import Settings
 
@@ -71,7 +71,9 @@ class _Bars:
 
 
 def _render(receipt: Receipt) -> None:
-    table = Table(title=f"erasure {receipt.request_id}: {receipt.status}")
+    dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
+    table = Table(title="erasure dry run (nothing changed or stored)" if dry else
+                  f"erasure {receipt.request_id}: {receipt.status}")
     table.add_column("store", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for column in ("rows", "objects", "versions", "markers", "bytes", "held", "verified"):

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from teamstore.errors import ConfigurationError, MissingExtra
@@ -51,8 +52,14 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         MissingExtra: The Postgres driver is not installed.
         ConfigurationError: The URL names a database teamstore does not support.
     """
-    async_url = to_async_url(url)
-    parsed = make_url(async_url)
+    try:
+        async_url = to_async_url(url)
+        parsed = make_url(async_url)
+    except ArgumentError:
+        raise ConfigurationError(  # the URL is not repeated: it may hold a password
+            "the database URL is not a URL (it does not parse as scheme://user:password@host/database)",
+            hint="set TEAMSTORE_DATABASE_URL to a postgresql:// URL, or unset it for the embedded SQLite default",
+        ) from None
     # Bound values (user ids, session ids, whole states) stay out of error messages and SQL logs: an
     # exception chained under a typed error, or logged with its traceback, carries only the SQL.
     kwargs.setdefault("hide_parameters", True)

@@ -122,8 +122,8 @@ class DeletionCoordinator:
         if not await requests.claim(self.engine, rid, owner, self.knobs.lease_seconds):
             raise ErasureConflict(
                 f"erasure request {rid!r} is being run by another coordinator right now",
-                hint=f"wait for it (`teamstore erase status {rid}`); a killed run's lease expires "
-                f"after {self.knobs.lease_seconds:.0f}s, then rerun the same request id",
+                hint=f"wait for it (`teamstore erase status {rid}`); a killed run's lease expires after "
+                "the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same request id",
             )
         try:
             return await self._resume(row, owner)

@@ -12,10 +12,12 @@ settings still decide the database, the transcript store and transcript retentio
 from __future__ import annotations
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from teamstore.settings import TypedSettings
 
 
-class ErasureSettings(BaseSettings):
+class ErasureSettings(TypedSettings):
     """Deadlines, retention of what teamstore cannot delete, and timing of the fence."""
 
     model_config = SettingsConfigDict(env_prefix="TEAMSTORE_ERASURE_", extra="ignore")

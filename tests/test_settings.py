@@ -1,0 +1,55 @@
+"""Bad settings are typed errors naming the variable, never pydantic's ValidationError or a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from teamstore.db.engine import create_engine
+from teamstore.erasure.settings import ErasureSettings
+from teamstore.errors import ConfigurationError
+from teamstore.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "names"),
+    [
+        ("TEAMSTORE_STATE_TTL_DAYS", "-1", "TEAMSTORE_STATE_TTL_DAYS='-1'"),
+        ("TEAMSTORE_SESSION_LEASE", "bogus", "TEAMSTORE_SESSION_LEASE='bogus'"),
+        ("TEAMSTORE_DB_POOL_SIZE", "x", "TEAMSTORE_DB_POOL_SIZE='x'"),
+    ],
+)
+def test_a_bad_setting_is_a_configuration_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, names: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as info:
+        Settings()
+    assert names in info.value.message and info.value.hint
+
+
+def test_a_bad_erasure_setting_is_a_configuration_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMSTORE_ERASURE_DUE_DAYS", "abc")
+    with pytest.raises(ConfigurationError, match="TEAMSTORE_ERASURE_DUE_DAYS='abc'"):
+        ErasureSettings()
+
+
+def test_a_database_url_that_does_not_parse_is_a_configuration_error_that_hides_it() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        create_engine("app:s3cret-pw@db.internal/teamstore")  # the scheme forgotten
+    assert "s3cret-pw" not in info.value.message and "TEAMSTORE_DATABASE_URL" in (info.value.hint or "")
+    with pytest.raises(ConfigurationError):
+        create_engine("garbage")
+
+
+def test_the_command_line_reports_a_bad_setting_without_a_traceback(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), TEAMSTORE_STATE_TTL_DAYS="-1")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", "sessions", "list"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "error: TEAMSTORE_STATE_TTL_DAYS" in proc.stderr
+    assert "Traceback" not in proc.stderr
