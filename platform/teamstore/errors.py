@@ -110,6 +110,10 @@ class RunInProgress(StateError):
     """State cannot be saved or loaded while ``run_stream`` is in flight."""
 
 
+class SessionNotOpen(StateError):
+    """A Session used outside its one ``async with`` block: before it, after it, or entered twice."""
+
+
 class RunCancelled(StateError):
     """The session's last run was cancelled; AutoGen may have left its team mid-turn, so it runs no more."""
 

@@ -24,7 +24,9 @@ from teamstore.errors import (
     ErasureInProgress,
     InvalidIdentifier,
     RunCancelled,
+    RunInProgress,
     SessionBusy,
+    SessionNotOpen,
     StaleStateVersion,
     StateNotSerializable,
     StateTooLarge,
@@ -605,3 +607,66 @@ async def test_a_failing_database_error_in_a_log_carries_no_bound_values(platfor
         async with platform.engine.begin() as conn:
             await conn.execute(sql_text("SELECT * FROM no_such_table WHERE user_id = :u"), {"u": "CANARY-USER-4711"})
     assert "CANARY-USER-4711" not in str(info.value) and "hidden" in str(info.value)
+
+
+class _SlowAudit:
+    """An observer whose end-of-run write takes a while, like a slow transcript PUT."""
+
+    async def run_started(self, ctx: Any) -> None:
+        pass
+
+    async def on_item(self, ctx: Any, item: Any) -> None:
+        pass
+
+    async def run_finished(self, ctx: Any, outcome: Any) -> None:
+        await asyncio.sleep(0.5)
+
+
+async def test_a_request_cancelled_while_the_session_closes_still_saves_and_gives_the_lease_back(
+    platform: Platform,
+) -> None:
+    platform.observers.append(_SlowAudit())
+
+    async def handler() -> None:
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            await s.run("My router ZX-81 drops every evening")
+
+    with pytest.raises(TimeoutError):  # the request's timeout lands while the block exits
+        await asyncio.wait_for(handler(), timeout=0.3)
+    platform.observers.pop()
+    started = time.monotonic()
+    result, outcome = await talk(platform, "alice", "s1", "still broken")  # not SessionBusy for the lease TTL
+    assert time.monotonic() - started < 5
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
+async def test_two_runs_at_once_on_one_session_one_is_refused(platform: Platform) -> None:
+    platform.observers.append(_SlowAudit())  # the first run's audit is still being written: run() awaits it
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("warm up")
+        outcomes = await asyncio.gather(s.run("one"), s.run("two"), return_exceptions=True)
+    platform.observers.pop()
+    assert sum(isinstance(o, RunInProgress) for o in outcomes) == 1
+    assert sum(not isinstance(o, BaseException) for o in outcomes) == 1
+
+
+async def test_a_session_is_used_inside_its_one_block_only(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    s = platform.session("alice", "s1", team="support_triage")
+    with pytest.raises(SessionNotOpen):
+        await s.run("before")
+    with pytest.raises(SessionNotOpen):
+        await s.save()
+    async with s:
+        with pytest.raises(SessionNotOpen, match="already open"):
+            async with s:
+                pass
+        result = await s.run("still broken")
+        assert "ZX-81" in researcher_reply(result)  # the resumed team, not one built by the failed entry
+    with pytest.raises(SessionNotOpen):
+        await s.run("after")
+    with pytest.raises(SessionNotOpen, match="closed"):
+        async with s:
+            pass
+    result, outcome = await talk(platform, "alice", "s1", "and again")
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)

@@ -30,6 +30,7 @@ from teamstore.errors import (
     ErasureInProgress,
     RunCancelled,
     RunInProgress,
+    SessionNotOpen,
     StateTooLarge,
     StorageError,
     TeamstoreError,
@@ -72,6 +73,7 @@ class Session:
         self._pending: str | None = None
         self._running = False
         self._cancelled = False
+        self._phase = "new"  # -> "open" inside the block -> "closed"; a Session is used once
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -93,7 +95,21 @@ class Session:
         """The stored row's version as of the last load or save."""
         return self._row_version
 
+    def _require_open(self) -> None:
+        if self._phase != "open":
+            raise SessionNotOpen(
+                f"this session is {'not open yet' if self._phase == 'new' else 'closed'}",
+                hint="use it inside `async with platform.session(...) as s:`; a closed one cannot be reopened",
+            )
+
     async def __aenter__(self) -> Session:
+        if self._phase != "new":
+            raise SessionNotOpen(
+                f"this session object is {'already open' if self._phase == 'open' else 'closed'}: "
+                "a Session is entered once",
+                hint="open another with platform.session(...); two at once for the same ids wait on the lease",
+            )
+        self._phase = "closed"  # until the lease is held: a failed entry is not retried on this object
         self._built = await self._platform.build_team(self._team_ref)
         built, store = self._built, self._platform.store
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
@@ -115,12 +131,26 @@ class Session:
             await self._release()
             raise
         self.resume = verdict.outcome
+        self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._phase = "closed"
+        closing = asyncio.ensure_future(self._close())
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            # Cancelled while closing (a request timeout): finish anyway, so the last run's audit is written
+            # and its state saved, and the lease never outlives the request. Then let the cancel through.
+            if not closing.done():
+                with contextlib.suppress(Exception):
+                    await closing
+            raise
+
+    async def _close(self) -> None:
         try:
             await self.flush_audit()
         finally:
@@ -130,7 +160,7 @@ class Session:
             return
         try:
             await self._write(release=True)
-        except TeamstoreError:
+        except BaseException:  # whatever failed, the lease is given back
             await self._release_quietly()
             raise
 
@@ -165,10 +195,13 @@ class Session:
             AutoGen's ``TaskResult``.
 
         Raises:
+            SessionNotOpen: Called outside the session's ``async with`` block.
             RunInProgress: Another ``run`` of this session is in flight.
+            RunCancelled: The session's last run was cancelled.
             StateNotSerializable: A persisted participant's state holds a non-JSON value (names the path).
             StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
         """
+        self._require_open()
         if self._running:
             raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
         if self._cancelled:
@@ -176,13 +209,13 @@ class Session:
                 "this session's last run was cancelled, which may leave AutoGen's team mid-turn",
                 hint="open the session again: a new team is built, from the state last saved",
             )
-        await self.flush_audit()
-        self._running = True
+        self._running = True  # before the first await: a second run() started meanwhile is refused
         try:
+            await self.flush_audit()
             result = await self._run_observed(task)
+            await self._snapshot()
         finally:
             self._running = False
-        await self._snapshot()
         return result
 
     async def _run_observed(self, task: str) -> TaskResult:
@@ -257,6 +290,7 @@ class Session:
 
     async def save(self) -> int:
         """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version."""
+        self._require_open()
         await self.flush_audit()
         if self._pending is not None:
             await self._write(release=False)
