@@ -196,3 +196,30 @@ async def test_dry_run_counts_and_changes_nothing(
     async with engine.connect() as conn:
         assert (await conn.execute(select(erasure_requests))).all() == []
         assert (await conn.execute(select(user_holds))).all() == []
+
+
+@pytest.mark.postgres
+async def test_the_first_run_after_the_database_ended_its_connections_keeps_its_audit(
+    postgres_url: str, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    from sqlalchemy import text
+
+    from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import upgrade
+
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    platform = audited_platform(engine, registry, folder)
+    async with platform.session("kim", "s1", team="support_triage") as s:
+        await s.run("first")
+    ended = create_engine(postgres_url)  # a restart or a failover ends every connection the pool holds
+    async with ended.connect() as conn:
+        await conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+    await ended.dispose()
+    async with platform.session("kim", "s1", team="support_triage") as s:
+        await s.run("second")
+    subject = await find_subject(engine, "kim")
+    assert subject is not None and len(await folder.list_keys(subject_prefix(subject))) == 2
+    await platform.aclose()
+    await engine.dispose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
@@ -169,4 +170,35 @@ async def test_the_sweep_removes_a_new_session_whose_worker_died_once_its_lease_
     await asyncio.sleep(0.4)
     assert await sweep_expired_sessions(engine) == 1
     assert await _rows(engine) == 1
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_sweep_never_deletes_a_row_saved_after_it_read_its_victims(postgres_url: str) -> None:
+    # With row leases a worker may lease and save an expired row while a sweep is deleting it. (With lock
+    # leases the sweep holds the session's lock from the moment it picks the row, so the worker waits.)
+    lease = "row"
+    from sqlalchemy import text, update
+
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    await set_lease_mode(engine, lease)
+    store = store_for(engine, lease=lease)
+    row = await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    await store.save(KEY, owner="w1", expected_version=row.row_version, record=record(), release=True)
+    async with engine.begin() as conn:  # expired an hour ago
+        await conn.execute(update(sessions).values(expires_at=sessions.c.expires_at - timedelta(days=30)))
+    async with engine.connect() as holder:
+        # Holds the sweep between reading its victims and deleting this one (a slow sweep, made certain).
+        await holder.execute(text("SELECT 1 FROM ts_sessions FOR KEY SHARE"))
+        sweep = asyncio.create_task(sweep_expired_sessions(engine))
+        await asyncio.sleep(0.5)
+        row = await store.acquire(KEY, CLAIM, owner="w2", lease_ttl=30, wait_seconds=5)
+        assert await store.save(KEY, owner="w2", expected_version=row.row_version, record=record(),
+                                release=True) == 2
+        await holder.rollback()
+    assert await sweep == 0
+    saved = await store.get(KEY)
+    assert saved is not None and saved.row_version == 2
+    await store.aclose()
     await engine.dispose()

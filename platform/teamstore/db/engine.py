@@ -70,7 +70,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
             raise MissingExtra("A Postgres database", "postgres", "psycopg") from exc
         kwargs.setdefault("pool_size", 20)
         kwargs.setdefault("max_overflow", 20)
-        kwargs.setdefault("pool_pre_ping", False)
+        # A pooled connection the server ended (a restart, a failover) is replaced before use, so the first
+        # audit write after a restart is not lost. The sessions' hot path has its own pool (state/direct.py).
+        kwargs.setdefault("pool_pre_ping", True)
         return create_async_engine(async_url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":

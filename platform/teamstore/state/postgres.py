@@ -281,6 +281,11 @@ class PostgresStateStore(SqlStateStore):
         return and_(sessions.c.expires_at < now, func.pg_try_advisory_xact_lock(
             func.hashtext(sessions.c.user_id), func.hashtext(sessions.c.session_id)))
 
+    def _sweep_recheck(self, now: datetime) -> Any:
+        # A save committed between the sweep's snapshot and its lock moved the expiry on: keep that row.
+        # (The lock itself is not repeated here: it could be taken on rows that are not swept.)
+        return sessions.c.expires_at < now
+
     async def aclose(self) -> None:
         """Release every lease still held and close the store's pool (the engine stays the caller's)."""
         for lease in self._leases.values():

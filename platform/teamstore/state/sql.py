@@ -485,6 +485,11 @@ class SqlStateStore:
         return and_(or_(sessions.c.expires_at < now, abandoned),
                     or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
 
+    def _sweep_recheck(self, now: datetime) -> Any:
+        """What a sweep checks again on each row it deletes: here, the whole condition (a lease lives in
+        the row, so a row leased after the sweep read it must be kept)."""
+        return self._sweepable(now)
+
     async def aclose(self) -> None:
         """Release what the store opened itself (nothing here; the engine is the caller's)."""
 
@@ -529,7 +534,10 @@ class SqlStateStore:
     async def _sweep_batch(self, batch_size: int) -> int:
         now = now_utc()
         victims = select(sessions.c.user_id, sessions.c.session_id).where(self._sweepable(now)).limit(batch_size)
-        stmt = delete(sessions).where(tuple_(sessions.c.user_id, sessions.c.session_id).in_(victims))
+        # Checked again on the row itself: under READ COMMITTED, Postgres re-evaluates only the DELETE's own
+        # conditions on a row a worker leased or saved since the subquery read it, never the subquery's.
+        stmt = delete(sessions).where(tuple_(sessions.c.user_id, sessions.c.session_id).in_(victims),
+                                      self._sweep_recheck(now))
         try:
             async with self.engine.begin() as conn:
                 return int((await conn.execute(stmt)).rowcount or 0)
