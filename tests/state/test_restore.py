@@ -83,8 +83,9 @@ async def test_a_restore_into_a_session_with_no_row_creates_it(store: SqlStateSt
 
 
 async def test_an_unknown_id_and_a_held_user_are_typed_refusals(store: SqlStateStore) -> None:
-    with pytest.raises(QuarantineNotFound):
-        await store.restore_quarantined(424242, ttl=TTL)
+    for unknown in (424242, 10**20, -1, 0):  # beyond 64 bits: not found, not the driver's OverflowError
+        with pytest.raises(QuarantineNotFound):
+            await store.restore_quarantined(unknown, ttl=TTL)
     qid = await _quarantined(store)
     async with store.engine.begin() as conn:
         await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC)))

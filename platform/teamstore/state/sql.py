@@ -397,7 +397,10 @@ class SqlStateStore:
             StoreUnavailable: The database failed. The session keeps what it held, or, if only the last
                 step failed, holds the restored state while the quarantined copy stays too.
         """
-        rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id))
+        # An id no row can have (beyond 64 bits, negative, not an int) is simply not found: the drivers
+        # would raise their own overflow errors on it.
+        valid = isinstance(quarantine_id, int) and not isinstance(quarantine_id, bool) and 0 < quarantine_id < 2**63
+        rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id)) if valid else []
         if not rows:
             raise QuarantineNotFound(
                 f"no quarantined state has id {quarantine_id}",
