@@ -303,6 +303,17 @@ async def test_state_over_the_byte_cap_is_refused_and_previous_state_stays(platf
     assert outcome.outcome == "resumed"
 
 
+async def test_a_run_over_the_byte_cap_keeps_the_snapshot_of_the_run_before_it(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("My router ZX-81 drops every evening")
+        platform.settings = platform.settings.model_copy(update={"state_max_bytes": 3000})
+        with pytest.raises(StateTooLarge):
+            await s.run("x" * 4000)
+    platform.settings = platform.settings.model_copy(update={"state_max_bytes": 1_000_000})
+    state = await stored_state(platform, "alice", "s1")
+    assert "ZX-81" in state and "x" * 4000 not in state
+
+
 class _Colour(enum.StrEnum):
     RED = "red"
 

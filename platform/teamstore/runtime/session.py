@@ -280,8 +280,7 @@ class Session:
         states = await capture_states(built, message_buffer_cap=cap)
         text = encode({"kind": built.kind, "participants": states})
         size, limit = len(text.encode()), self._platform.settings.state_max_bytes
-        if size > limit:
-            self._pending = None
+        if size > limit:  # the last snapshot that fit (an earlier run's in this block, if any) still saves
             raise StateTooLarge(
                 f"persisted state is {size} bytes, over the cap of {limit}; the previous state is kept",
                 hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
