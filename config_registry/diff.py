@@ -16,7 +16,7 @@ from typing import Any
 
 from config_registry.fingerprint import fingerprint_inputs
 from config_registry.secrets import references
-from config_registry.types import TeamDefinition
+from config_registry.types import KIND_NAMES, TeamDefinition
 from config_registry.validate import participant_names, participants, source_code_tools
 
 
@@ -315,9 +315,8 @@ def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
         fingerprints={"a": dict(a.fingerprints), "b": dict(b.fingerprints)},
     )
     if a.kind != b.kind:
-        shape = {"team": "a team", "agent": "a single agent"}
-        report.reasons.append(f"the definition changed from {shape[a.kind]} to {shape[b.kind]}: "
-                              f"stored states are shaped for {shape[a.kind]}")
+        report.reasons.append(f"the definition changed from {KIND_NAMES[a.kind]} to {KIND_NAMES[b.kind]}: "
+                              f"stored states are shaped for {KIND_NAMES[a.kind]}")
     for name, print_a in sorted(a.fingerprints.items()):
         if name not in pb:
             report.reasons.append(f"persisted participant {name!r} was renamed or removed")

@@ -331,9 +331,11 @@ class Registry:
             hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
         )
 
-    def _read_json(self, version: str, relative: str) -> Any:
+    def _read_json(self, version: str, relative: str, *, missing_ok: bool = False) -> Any:
         text = self.repo.show(version, relative)
         if text is None:
+            if missing_ok:
+                return None
             raise RegistryCorrupt(
                 f"{relative} is missing at version {version[:12]}",
                 hint="restore it with git, or register the team again",
@@ -374,9 +376,9 @@ class Registry:
 
     def _labels(self, name: str) -> dict[str, str]:
         # As committed (a writer may have the file in the working tree before its commit lands).
-        if self.repo.show("HEAD", f"labels/{name}.json") is None:
+        labels = self._read_json("HEAD", f"labels/{name}.json", missing_ok=True)
+        if labels is None:
             return {}
-        labels = self._read_json("HEAD", f"labels/{name}.json")
         if not isinstance(labels, dict) or not all(
             isinstance(v, str) and _FULL_SHA.fullmatch(v) for v in labels.values()
         ):

@@ -14,6 +14,9 @@ from autogen_agentchat.base import ChatAgent
 
 from config_registry.manifest import Manifest
 
+# How a definition's kind reads in a sentence ("changed from a team to a single agent").
+KIND_NAMES = {"team": "a team", "agent": "a single agent"}
+
 
 @dataclass(frozen=True)
 class TeamDefinition:

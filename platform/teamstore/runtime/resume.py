@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from config_registry.types import KIND_NAMES
 from teamstore.errors import StateRejected
 from teamstore.state.base import StoredSession
 from teamstore.state.envelope import check_json, decode
@@ -117,8 +118,8 @@ def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
     data = decode(row.state)
     participants, kind = data.get("participants"), data.get("kind")
     if kind in ("team", "agent") and kind != built.kind:
-        shape = {"team": "a team", "agent": "a single agent"}
-        raise StateRejected("definition_changed", f"saved as {shape[kind]}'s state; the definition is now {shape[built.kind]}")
+        raise StateRejected("definition_changed",
+                            f"saved as {KIND_NAMES[kind]}'s state; the definition is now {KIND_NAMES[built.kind]}")
     if kind != built.kind or not isinstance(participants, dict):
         raise StateRejected("corrupt", f"stored payload is not a '{built.kind}' state")
     if set(participants) != set(row.fingerprints):

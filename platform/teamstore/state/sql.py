@@ -78,6 +78,11 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+def _never_saved() -> Any:
+    """A row a row-lease worker made to hold a new session's lease, before the session's first save."""
+    return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
+
+
 def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
     """Map a ``ts_sessions`` row to a :class:`StoredSession`."""
     return StoredSession(
@@ -335,7 +340,7 @@ class SqlStateStore:
         """Give the lease back in one statement; a never-saved row is removed instead."""
         mine = (*self._where(key), sessions.c.lease_owner == owner)
         if discard_empty:
-            stmt: Any = delete(sessions).where(*mine, sessions.c.state.is_(None), sessions.c.row_version == 0)
+            stmt: Any = delete(sessions).where(*mine, _never_saved())
         else:
             stmt = update(sessions).where(*mine).values(lease_owner=None, lease_until=None)
         try:
@@ -484,8 +489,7 @@ class SqlStateStore:
     def _sweepable(self, now: datetime) -> Any:
         """Which rows a sweep may delete: expired, or made for a new session by a worker that never saved
         it (it crashed), and in both cases not leased to a live worker."""
-        abandoned = and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
-        return and_(or_(sessions.c.expires_at < now, abandoned),
+        return and_(or_(sessions.c.expires_at < now, _never_saved()),
                     or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
 
     def _sweep_recheck(self, now: datetime) -> Any:
@@ -697,7 +701,7 @@ async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
             if mode == "lock":
                 # Rows a row-lease worker made for a new session and never saved (it crashed): with locks,
                 # a session's first save inserts its row, and would find one of these in its way.
-                await conn.execute(delete(sessions).where(sessions.c.row_version == 0, sessions.c.state.is_(None)))
+                await conn.execute(delete(sessions).where(_never_saved()))
             await conn.execute(update(store_settings).where(store_settings.c.name == _LEASE_SETTING)
                                .values(value=mode, updated_at=now_utc()))
     except SQLAlchemyError as exc:
