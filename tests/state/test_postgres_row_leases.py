@@ -85,3 +85,17 @@ async def test_a_load_replaces_a_pooled_connection_the_server_ended(row_store: P
     assert ended >= 1
     row = await row_store.acquire(key, CLAIM, owner="w2", lease_ttl=60, wait_seconds=1)
     assert row.row_version == 1 and row.state == '{"x":1}'
+
+
+async def test_a_save_after_a_restart_goes_through_on_a_live_connection(row_store: PostgresRowStateStore) -> None:
+    # The lease survived in the row; the pooled connection did not. The save is not retried (it writes),
+    # so it must not be sent on a dead connection in the first place.
+    key = SessionKey("alice", "s1")
+    row = await row_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
+    async with row_store.engine.connect() as conn:
+        await conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ))
+    await asyncio.sleep(0.2)
+    assert await row_store.save(key, owner="w1", expected_version=row.row_version, record=record(), release=True) == 1

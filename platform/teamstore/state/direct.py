@@ -1,4 +1,4 @@
-"""The Postgres stores' hot path: their own psycopg pool, and statements sent without SQLAlchemy.
+"""The Postgres stores' hot path: their own connection pool, and statements sent without SQLAlchemy.
 
     from teamstore.state.direct import DirectPool, Statement
 
@@ -10,27 +10,30 @@
 Loading and saving a session are one statement each; through SQLAlchemy's async adapter, compiling
 the parameters and describing the result cost more client time than the database spends on the
 statement. Everything off the hot path (quarantine, listing, sweeps) stays on the engine.
+
+The pool is a stack of idle autocommit connections behind a semaphore, rather than psycopg_pool: on
+a cycle of two short statements, psycopg_pool's checkout and check-in (its locks, stats and
+background workers) cost about a tenth of the throughput (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import select
 from collections.abc import Mapping
 from typing import Any
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import ConfigurationError, MissingExtra, StoreUnavailable
-
-try:  # the pool ships with the "postgres" extra; without it the Postgres stores refuse to start
-    from psycopg_pool import AsyncConnectionPool, PoolTimeout
-except ImportError:  # pragma: no cover - depends on the installed extras
-    AsyncConnectionPool = PoolTimeout = None  # type: ignore[assignment,misc]
+from teamstore.errors import ConfigurationError, StoreUnavailable
 
 _OPEN_SECONDS = 2.0
 APPLICATION_NAME = "teamstore-state"  # the state store's own connections, unless the URL names another
 _MIN_SERVER_VERSION = 140000
+_IDLE = TransactionStatus.IDLE
 
 
 class Statement:
@@ -58,8 +61,26 @@ async def execute(cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tu
     return row
 
 
+def _ended(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection is known dead, without a round trip: closed, broken, or with something
+    to read. An idle connection has nothing to say unless the server ended it (a restart, a failover,
+    ``pg_terminate_backend``, an idle timeout): then its last words wait on the socket."""
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
 class DirectPool:
-    """An autocommit psycopg pool to ``engine``'s database, opened in full on first use.
+    """Autocommit psycopg connections to ``engine``'s database, opened on demand, at most ``size`` out.
+
+    A connection is checked on the way out (one the server ended while it sat idle, or a failed
+    statement broke, is replaced: a single non-blocking look at its socket, no round trip) and on the
+    way back (one left mid-transaction or mid-statement, as a cancelled call leaves it, is
+    closed rather than reused).
 
     Args:
         engine: A ``postgresql+psycopg`` engine; only its URL is used.
@@ -70,72 +91,95 @@ class DirectPool:
     """
 
     def __init__(self, engine: AsyncEngine, size: int, holds: str, needs: str | None = None) -> None:
-        if AsyncConnectionPool is None:
-            raise MissingExtra("The Postgres state store", "postgres", "psycopg-pool")
         self._url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.size, self._holds, self._needs = size, holds, needs
         self._kwargs: dict[str, Any] = {"autocommit": True}
         if "application_name" not in engine.url.query:  # so operators can tell these apart in pg_stat_activity
             self._kwargs["application_name"] = APPLICATION_NAME
-        self._pool: Any = None
-        self._lock = asyncio.Lock()
-
-    async def _open(self, budget: float) -> Any:
-        if self._pool is not None:
-            return self._pool
-        async with self._lock:
-            if self._pool is None:
-                pool = AsyncConnectionPool(
-                    self._url, min_size=min(4, self.size), max_size=self.size,
-                    kwargs=self._kwargs, open=False,
-                )
-                # Opened fully before use: no connection attempt is left running in the background.
-                try:
-                    await pool.open(wait=True, timeout=max(budget, _OPEN_SECONDS))
-                except PoolTimeout as exc:
-                    await pool.close()
-                    raise StoreUnavailable(
-                        "could not connect to the state database",
-                        hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
-                    ) from exc
-                async with pool.connection() as conn:
-                    version = conn.info.server_version
-                if self._needs and version < _MIN_SERVER_VERSION:
-                    await pool.close()
-                    raise ConfigurationError(
-                        f"the state database runs PostgreSQL {version // 10000}; {self._needs} needs 14 or newer",
-                        hint="upgrade the server, or lease sessions in their rows instead ('teamstore db "
-                        "lease-mode row' with every worker stopped, and TEAMSTORE_SESSION_LEASE=row)",
-                    )
-                self._pool = pool
-        return self._pool
+        self._idle: list[psycopg.AsyncConnection[Any]] = []  # a stack: the most recently used goes out first
+        self._out: set[psycopg.AsyncConnection[Any]] = set()
+        self._slots = asyncio.Semaphore(size)
+        self._server_checked = False
 
     async def checkout(self, seconds: float) -> Any:
         """A connection, waiting up to ``seconds`` for one to come free.
 
         Raises:
             StoreUnavailable: None came free in time, or the database cannot be reached.
+            ConfigurationError: The server is older than the store needs.
         """
-        pool = await self._open(seconds)
+        slots = self._slots
+        if slots.locked():
+            try:
+                async with asyncio.timeout(max(seconds, 0.05)):
+                    await slots.acquire()
+            except TimeoutError:
+                raise StoreUnavailable(
+                    f"no database connection came free within {seconds:.1f}s: all {self.size} are "
+                    f"held by {self._holds} in flight in this process",
+                    hint="if the database is fine, raise TEAMSTORE_DB_POOL_SIZE or run fewer sessions per process",
+                ) from None
+        else:
+            await slots.acquire()  # a free slot: returns at once
         try:
-            return await pool.getconn(timeout=max(seconds, 0.05))
-        except PoolTimeout as exc:
+            conn = None
+            while self._idle:
+                candidate = self._idle.pop()
+                if _ended(candidate):
+                    await candidate.close()
+                    continue
+                conn = candidate
+                break
+            if conn is None:
+                conn = await self._connect(seconds)
+        except BaseException:
+            slots.release()
+            raise
+        self._out.add(conn)
+        return conn
+
+    async def _connect(self, budget: float) -> psycopg.AsyncConnection[Any]:
+        try:
+            async with asyncio.timeout(max(budget, _OPEN_SECONDS)):
+                conn = await psycopg.AsyncConnection.connect(self._url, **self._kwargs)
+        except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(
-                f"no database connection came free within {seconds:.1f}s: all {self.size} are "
-                f"held by {self._holds} in flight in this process (or the database does not answer)",
-                hint="check TEAMSTORE_DATABASE_URL and the database server; if both are fine, raise "
-                "TEAMSTORE_DB_POOL_SIZE or run fewer sessions per process",
+                "could not connect to the state database",
+                hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
             ) from exc
+        if not self._server_checked:
+            version = conn.info.server_version
+            if self._needs and version < _MIN_SERVER_VERSION:
+                await conn.close()
+                raise ConfigurationError(
+                    f"the state database runs PostgreSQL {version // 10000}; {self._needs} needs 14 or newer",
+                    hint="upgrade the server, or lease sessions in their rows instead ('teamstore db "
+                    "lease-mode row' with every worker stopped, and TEAMSTORE_SESSION_LEASE=row)",
+                )
+            self._server_checked = True
+        return conn
 
     async def checkin(self, conn: Any, *, discard: bool = False) -> None:
-        """Give ``conn`` back; ``discard`` closes it first (ending its server session and its locks)."""
-        if discard:
-            await conn.close()
-        if self._pool is not None:
-            await self._pool.putconn(conn)
+        """Give ``conn`` back; ``discard`` closes it first (ending its server session and its locks).
+
+        A connection not idle (a statement or transaction left open) or broken is closed, not kept.
+        """
+        mine = conn in self._out
+        self._out.discard(conn)
+        try:
+            if discard or not mine or conn.broken or conn.pgconn.transaction_status != _IDLE:
+                await conn.close()
+            else:
+                self._idle.append(conn)
+        finally:
+            if mine:
+                self._slots.release()
 
     async def close(self) -> None:
-        """Close the pool (it opens again on next use)."""
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        """Close the idle connections; those still out are closed when they come back (the pool can
+        be used again afterwards)."""
+        idle, self._idle = self._idle, []
+        self._out.clear()
+        self._slots = asyncio.Semaphore(self.size)
+        for conn in idle:
+            await conn.close()

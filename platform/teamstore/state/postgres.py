@@ -141,7 +141,7 @@ class PostgresStateStore(SqlStateStore):
 
     Args:
         engine: A ``postgresql+psycopg`` engine the caller owns; used for everything off the hot path
-            (quarantine, listing, sweeps). The leases use the store's own psycopg pool to the same
+            (quarantine, listing, sweeps). The leases use the store's own connection pool to the same
             database, closed by :meth:`aclose`.
         pool_size: Most connections the store holds, so the most sessions this process runs at once.
     """

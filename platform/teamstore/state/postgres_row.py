@@ -8,7 +8,7 @@
     await store.save(key, owner="w-1", expected_version=row.row_version, record=rec, release=True)
 
 The same statements as :class:`teamstore.state.sql.SqlStateStore` on SQLite, sent through the store's
-own psycopg pool (:mod:`teamstore.state.direct`). Taking the lease is one write that also reads the row::
+own connection pool (:mod:`teamstore.state.direct`). Taking the lease is one write that also reads the row::
 
     INSERT the placeholder row (a new session) .. ON CONFLICT DO UPDATE the lease
         WHERE it is free, expired, or already this owner's .. RETURNING the row
