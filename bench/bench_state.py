@@ -14,7 +14,8 @@
     COMMIT ends it; on this kind of machine that floor matches the ~990 cycles/s the target was set
     against); the store's two statements alone; the same cycle with row leases
     (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own); the ceiling, the floor plus the decode,
-    validation and encode the cycle must do (a store with no overhead of its own); and the floor on an
+    validation and encode the cycle must do (a store with no overhead of its own), and teamstore's
+    ratio to it, which is what the store itself costs; and the floor on an
     lz4 column, as teamstore stores states (migration 0006), where the floor keeps the server's default.
 """
 
@@ -237,7 +238,8 @@ async def throughput(url: str, row_url: str, state: str, seconds: float, rounds:
         ratio = {name: statistics.median(x / f for x, f in zip(rates[name], rates["floor"], strict=True))
                  for name in runs}
         o, f, t = (statistics.median(rates[name]) for name in ("ours", "floor", "floor_tx"))
-        vs_tx = statistics.median(x / f for x, f in zip(rates["ours"], rates["floor_tx"], strict=True))
+        vs_tx, vs_ceiling = (statistics.median(x / f for x, f in zip(rates["ours"], rates[name], strict=True))
+                             for name in ("floor_tx", "ceiling"))
         label = "sequential" if workers == 1 else f"{workers} concurrent"
         print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {ratio['ours']:.2f}x (target >= 0.8x)")
         print(f"    {'':<14} floor in a transaction {t:,.0f}/s ({ratio['floor_tx']:.2f}x the floor);"
@@ -245,6 +247,7 @@ async def throughput(url: str, row_url: str, state: str, seconds: float, rounds:
         print(f"    {'':<14} store statements alone {ratio['store_only']:.2f}x; row leases {ratio['row']:.2f}x;"
               f" ceiling (floor + decode, validate, encode) {ratio['ceiling']:.2f}x;"
               f" floor on an lz4 column {ratio['floor_lz4']:.2f}x")
+        print(f"    {'':<14} teamstore against the ceiling {vs_ceiling:.2f}x (what the store itself costs)")
 
 
 async def _gather(fn: Any, workers: int) -> int:

@@ -426,19 +426,32 @@ async def test_database_down_at_load_is_typed(platform: Platform) -> None:
 
 
 async def _lose_the_database(platform: Platform, tmp_path: Path) -> Any:
-    """Cut the session's database away under it: a dead file path on SQLite, killed backends on Postgres."""
+    """Cut the session's database away under it: a dead file path on SQLite; on Postgres, a database that
+    takes no new connections, with the store's connections ended. Returns what the caller restores."""
     if platform.engine.dialect.name == "sqlite":
         gone = create_engine(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}")
         platform.store.engine = gone
         platform.store._single = gone.execution_options(isolation_level="AUTOCOMMIT")
         return gone
-    async with platform.engine.connect() as conn:  # the state store's own connections, the session's among them
+    # The database refuses new connections (a fresh one would find it up again), then the state store's
+    # own connections, the session's among them, are ended.
+    name = platform.engine.url.database
+    await _allow_connections(platform, name, False)
+    async with platform.engine.connect() as conn:
         ended = (await conn.execute(text(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND application_name = :name"
         ), {"name": APPLICATION_NAME})).scalar_one()
     assert ended >= 1
-    return None
+    return name
+
+
+async def _allow_connections(platform: Platform, database: str, allow: bool) -> None:
+    # From the server's own database: a database cannot refuse connections while connected to itself.
+    server = create_engine(platform.engine.url.set(database="postgres").render_as_string(hide_password=False))
+    async with server.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+        await conn.execute(text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS {str(allow).lower()}'))
+    await server.dispose()
 
 
 async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform: Platform, tmp_path: Path) -> None:
@@ -449,12 +462,14 @@ async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform:
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("second")
             gone = await _lose_the_database(platform, tmp_path)
-    if gone is not None:
+    if isinstance(gone, str):  # Postgres: the database comes back
+        await _allow_connections(platform, gone, True)
+    else:
         platform.store.engine = real_engine
         platform.store._single = real_engine.execution_options(isolation_level="AUTOCOMMIT")
         await gone.dispose()
     assert await stored_state(platform, "alice", "s1") == before
-    if gone is None:  # Postgres: the lock went with the connection, so the session opens again at once
+    if isinstance(gone, str):  # the lease went with the connection (or is the session's own), so it opens again
         _, outcome = await talk(platform, "alice", "s1", "third")
         assert outcome.applied
 
