@@ -8,8 +8,10 @@
 (3) one resume+save cycle on Postgres (lease+load, decode, validate, encode, save+release) vs the floor,
     a bare psycopg SELECT + versioned UPSERT of the same bytes, sequential and with 16 concurrent
     sessions, measured side by side in one run on a server with production durability (fsync and
-    synchronous_commit on): five rounds with the order rotating, each figure the median of its ratios to
-    the floor measured in the same round (this machine's noise moves single rounds by 20%). Printed
+    synchronous_commit on): 25 short rounds with the order rotating, each figure the median of its ratios
+    to the floor measured in the same round (this machine's speed drifts by 20% over seconds; short
+    rounds pair each figure with a floor measured moments apart). ``BENCH_ROUNDS`` and
+    ``BENCH_SECONDS`` change the rounds and their length. Printed
     beside it: the cycle against the floor in psycopg's default mode (the SELECT opens a transaction, a
     COMMIT ends it; on this kind of machine that floor matches the ~990 cycles/s the target was set
     against); the store's two statements alone; the same cycle with row leases
@@ -217,7 +219,7 @@ class Cycles:
         await self.store.engine.dispose()
 
 
-async def throughput(url: str, row_url: str, state: str, seconds: float, rounds: int = 5) -> None:
+async def throughput(url: str, row_url: str, state: str, seconds: float, rounds: int = 25) -> None:
     print(f"(3) resume+save cycles/s on Postgres ({server_settings(url)}), {len(state):,}-byte state,"
           f" {rounds} rounds of {seconds}s each, the order rotating; medians, ratios to the floor of the same round")
     for workers in (1, 16):
@@ -266,7 +268,8 @@ async def run() -> None:
         await statements(f"sqlite:///{sqlite_path}", state)
         await statements(url, state)
         await statements(row_url, state, lease="row")
-        await throughput(url, row_url, state, float(os.environ.get("BENCH_SECONDS", "2")))
+        await throughput(url, row_url, state, float(os.environ.get("BENCH_SECONDS", "0.4")),
+                         int(os.environ.get("BENCH_ROUNDS", "25")))
     finally:
         drop_database(server, url)
         drop_database(server, row_url)

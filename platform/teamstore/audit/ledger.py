@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import prices, usage
 from teamstore.audit.transcripts.record import RunKeys
+from teamstore.db.engine import describe_failure
 from teamstore.errors import StoreUnavailable
 from teamstore.runtime.hooks import RunContext, RunOutcome
 
@@ -86,7 +87,7 @@ async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]]) -> None:
         return  # the same run id reported twice: the first record stands
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
-            f"could not write the usage ledger for run {rows[0]['run_id']}: {type(exc).__name__}",
+            f"could not write the usage ledger for run {rows[0]['run_id']}: {describe_failure(exc)}",
             hint="check the database; run `teamstore db upgrade` if ts_usage is missing",
         ) from exc
 

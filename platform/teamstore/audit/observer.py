@@ -32,6 +32,7 @@ from teamstore.audit.subjects import get_or_create_subject, session_key
 from teamstore.audit.telemetry import TRACER, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
+from teamstore.db.engine import describe_failure
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
 from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.settings import Settings
@@ -87,7 +88,7 @@ class Pseudonyms:
                 subject, fenced = (await conn.execute(select(found, held))).one()
         except SQLAlchemyError as exc:
             raise StoreUnavailable(
-                f"could not resolve the audit subject: {type(exc).__name__}",
+                f"could not resolve the audit subject: {describe_failure(exc)}",
                 hint="check the database and run `teamstore db upgrade`",
             ) from exc
         if fenced:

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.db.engine import describe_failure
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
 from teamstore.state.schema import user_holds
 
@@ -89,7 +90,7 @@ async def enqueue(
         return False
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
-            f"could not queue transcript of run {run_id} in the outbox: {type(exc).__name__}",
+            f"could not queue transcript of run {run_id} in the outbox: {describe_failure(exc)}",
             hint="check the database; run `teamstore db upgrade` if ts_transcript_outbox is missing",
         ) from exc
 

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import ID, subjects
+from teamstore.db.engine import describe_failure
 from teamstore.errors import InvalidIdentifier, StoreUnavailable
 
 
@@ -110,6 +111,6 @@ async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
 
 def _unavailable(exc: Exception) -> StoreUnavailable:
     return StoreUnavailable(
-        f"could not read or write audit subjects: {type(exc).__name__}",
+        f"could not read or write audit subjects: {describe_failure(exc)}",
         hint="check TEAMSTORE_DATABASE_URL and run `teamstore db upgrade`",
     )

@@ -28,6 +28,37 @@ def redact_url(url: str) -> str:
     return _PASSWORD.sub(r"\1***@", url)
 
 
+# SQLSTATE classes of a connection that failed or was ended (08: connection exception; 57P: the server
+# shut down, crashed, or is not accepting connections yet).
+_UNREACHABLE = ("08", "57P")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a database error means the database could not be reached (or dropped the connection),
+    rather than that it refused one statement."""
+    orig = getattr(exc, "orig", None) or exc
+    state, sqlite = getattr(orig, "sqlstate", None), getattr(orig, "sqlite_errorname", None)
+    if getattr(exc, "connection_invalidated", False) or sqlite == "SQLITE_CANTOPEN":
+        return True
+    return state.startswith(_UNREACHABLE) if state else sqlite is None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A database error told without its statement, its values or the server's message (which can
+    quote them): whether the database was reachable, the driver's error class and its code.
+
+        could not reach the database (OperationalError)
+        the database refused the statement (QueryCanceled, SQLSTATE 57014)
+    """
+    orig = getattr(exc, "orig", None) or exc
+    name = type(orig).__name__
+    if unreachable(exc):
+        return f"could not reach the database ({name})"
+    state = getattr(orig, "sqlstate", None)
+    code = f"SQLSTATE {state}" if state else getattr(orig, "sqlite_errorname", "")
+    return f"the database refused the statement ({name}, {code})"
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets readers run beside the single writer; busy_timeout makes writers from other

@@ -23,6 +23,7 @@ from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests, erasure_steps
 from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
@@ -78,7 +79,7 @@ async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection
         if isinstance(exc, IntegrityError):
             raise
         raise StoreUnavailable(
-            f"could not {action}: {type(exc).__name__}",
+            f"could not {action}: {describe_failure(exc)}",
             hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
         ) from exc
 

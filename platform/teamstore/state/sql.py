@@ -49,6 +49,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.engine import describe_failure
 from teamstore.errors import (
     ConfigurationError,
     ErasureInProgress,
@@ -105,7 +106,7 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
 def unavailable(exc: Exception, action: str) -> StoreUnavailable:
     """The error for a database that failed under ``action``: nothing was changed."""
     return StoreUnavailable(
-        f"could not {action}: the database failed with {type(exc).__name__}",
+        f"could not {action}: {describe_failure(exc)}",
         hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
     )
 

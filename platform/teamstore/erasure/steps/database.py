@@ -23,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from teamstore.audit.schema import outbox, subjects, usage
+from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
 from teamstore.erasure.steps import StepContext
@@ -42,7 +43,7 @@ def _by_subject(table: Table) -> Where:
 
 def _unavailable(name: str, exc: SQLAlchemyError) -> StoreUnavailable:
     return StoreUnavailable(
-        f"erasure step {name!r} could not reach the database: {type(exc).__name__}",
+        f"erasure step {name!r} failed: {describe_failure(exc)}",
         hint="fix the database, then rerun the same request id (it resumes where it stopped)",
     )
 

@@ -1,0 +1,63 @@
+"""Database failures are told for what they are, without the statement, its values or the server's
+message: an unreachable database is not a refused statement, and the reverse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from teamstore.db.engine import create_engine, describe_failure, unreachable
+from teamstore.db.migrate import current_revision, upgrade
+from teamstore.errors import StoreUnavailable
+from tests.services import free_port
+
+
+async def test_an_unreachable_postgres_is_told_as_such() -> None:
+    engine = create_engine(f"postgresql://x@127.0.0.1:{free_port()}/x")
+    with pytest.raises(StoreUnavailable) as caught:
+        await current_revision(engine)
+    assert caught.value.message == "could not reach the database (OperationalError)"
+    assert "server is up" in (caught.value.hint or "")
+    await engine.dispose()
+
+
+async def test_an_unopenable_sqlite_file_is_told_as_unreachable(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    (tmp_path / "x.db").mkdir()  # where the file should be: sqlite cannot open it
+    with pytest.raises(StoreUnavailable) as caught:
+        await current_revision(engine)
+    assert caught.value.message == "could not reach the database (OperationalError)"
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_statement_the_database_refuses_is_not_called_unreachable(postgres_url: str) -> None:
+    # The schema check meets a lock it may not wait for (as with a low statement_timeout or
+    # lock_timeout set on the role): the database is up, and the message must say so.
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    blocked = create_engine(postgres_url, connect_args={"options": "-c lock_timeout=50"})
+    async with engine.connect() as holder:
+        await holder.execute(text("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE"))
+        with pytest.raises(StoreUnavailable) as caught:
+            await current_revision(blocked)
+        await holder.rollback()
+    assert caught.value.message == "the database refused the statement (LockNotAvailable, SQLSTATE 55P03)"
+    assert "lock_timeout" in (caught.value.hint or "")
+    await blocked.dispose()
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_description_never_quotes_the_servers_message(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    with pytest.raises(SQLAlchemyError) as caught:
+        async with engine.connect() as conn:  # the server's message quotes the value it could not read
+            await conn.execute(text("SELECT CAST('alice-private' AS integer)"))
+    assert "alice-private" in str(caught.value.orig)
+    assert describe_failure(caught.value) == "the database refused the statement (InvalidTextRepresentation, SQLSTATE 22P02)"
+    assert not unreachable(caught.value)
+    await engine.dispose()
