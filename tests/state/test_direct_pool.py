@@ -4,6 +4,7 @@ handing out one left mid-statement."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -89,3 +90,20 @@ async def test_an_unreachable_database_is_a_typed_error(postgres_url: str) -> No
     with pytest.raises(StoreUnavailable):  # the slot was given back: the next attempt fails the same way
         await pool.checkout(1)
     await engine.dispose()
+
+
+async def test_connections_past_descriptor_1024_are_reused(pool: DirectPool) -> None:
+    # A big service has many descriptors open; select() refuses those past 1024, and a liveness check
+    # built on it would call every such connection dead and reconnect on each checkout.
+    padding = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        conn = await pool.checkout(1)
+        assert conn.pgconn.socket > 1024
+        pid = await _pid(conn)
+        await pool.checkin(conn)
+        again = await pool.checkout(1)
+        assert await _pid(again) == pid
+        await pool.checkin(again)
+    finally:
+        for fd in padding:
+            os.close(fd)

@@ -68,10 +68,11 @@ def _ended(conn: psycopg.AsyncConnection[Any]) -> bool:
     if conn.closed or conn.broken:
         return True
     try:
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        poll = select.poll()  # not select.select(): it refuses descriptors past 1024, common in a big service
+        poll.register(conn.pgconn.socket, select.POLLIN)
+        return bool(poll.poll(0))
     except (OSError, ValueError, psycopg.Error):
         return True
-    return bool(readable)
 
 
 class DirectPool:
