@@ -64,7 +64,9 @@ async def execute(cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tu
 def _ended(conn: psycopg.AsyncConnection[Any]) -> bool:
     """Whether an idle connection is known dead, without a round trip: closed, broken, or with something
     to read. An idle connection has nothing to say unless the server ended it (a restart, a failover,
-    ``pg_terminate_backend``, an idle timeout): then its last words wait on the socket."""
+    ``pg_terminate_backend``, an idle timeout): then its last words wait on the socket. (A setting the
+    server reports, changed by a configuration reload, also arrives unasked: that connection is then
+    replaced needlessly, once.)"""
     if conn.closed or conn.broken:
         return True
     try:
