@@ -90,3 +90,30 @@ def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
     assert no_user.exit_code == 1 and "--user" in no_user.output
     missing = runner.invoke(app, ["erase", "status", "no-such"])
     assert missing.exit_code == 1 and "no erasure request" in missing.output
+
+
+def test_ids_that_look_like_markup_are_printed_as_given() -> None:
+    _populate(1)
+    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "REQ[/]7"])  # a ticket id, not markup
+    assert done.exit_code == 0, done.output
+    assert "REQ[/]7" in done.stdout and "completed" in done.stdout
+    shown = runner.invoke(app, ["erase", "status", "REQ[/]7"])
+    assert shown.exit_code == 0 and "REQ[/]7" in shown.stdout
+    missing = runner.invoke(app, ["erase", "status", "REQ[bold]8"])
+    assert missing.exit_code == 1 and "REQ[bold]8" in missing.output
+
+
+def test_status_of_a_request_that_is_still_open_is_not_success() -> None:
+    _populate(1)
+
+    async def open_only() -> None:  # a coordinator killed right after opening the request
+        from teamstore.erasure import requests
+
+        engine = create_engine(Settings().resolved_database_url)
+        await requests.open_request(engine, "cli-open", USER, None, 30)
+        await engine.dispose()
+
+    asyncio.run(open_only())
+    shown = runner.invoke(app, ["erase", "status", "cli-open", "--json"])
+    assert json.loads(shown.stdout)["status"] == "open"
+    assert shown.exit_code == 2  # 0 would tell a script the user is erased

@@ -223,3 +223,125 @@ async def test_the_first_run_after_the_database_ended_its_connections_keeps_its_
     assert subject is not None and len(await folder.list_keys(subject_prefix(subject))) == 2
     await platform.aclose()
     await engine.dispose()
+
+
+@pytest.mark.s3
+async def test_a_held_request_finishes_on_its_rerun_after_the_user_started_over(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    subject = await get_or_create_subject(engine, "erin")
+    keys = [f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz" for i in range(2)]
+    for key in keys:
+        await store.put(key, b"transcript")
+    held = {"Bucket": store.bucket, "Key": f"audit/{keys[0]}"}
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "ON"})
+    assert (await coordinator(engine, store).run("erin", request_id="req-held")).status is RequestStatus.RETAINED_UNDER_HOLD
+    again = await get_or_create_subject(engine, "erin")  # the fence is lifted: erin comes back, a new subject
+    await store.put(f"{subject_prefix(again)}sessions/s9/runs/r9.jsonl.gz", b"new transcript")
+
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, store).run("erin", request_id="req-held")  # as docs/erasure.md says
+
+    assert after.ok and after.stores["transcripts"].status is StepStatus.ERASED
+    assert after.stores["transcripts"].counts.versions == 2
+    assert await store.list_keys(subject_prefix(subject)) == []
+    assert len(await store.list_keys(subject_prefix(again))) == 1  # her data since is another request's
+    assert await find_subject(engine, "erin") == again
+    await store.close()
+
+
+@pytest.mark.postgres
+async def test_a_rerun_that_meets_an_open_session_keeps_the_counts_of_what_was_erased_before(
+    postgres_url: str, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    from sqlalchemy import text
+
+    from teamstore.db.engine import create_engine
+    from tests.conftest import prepare
+
+    await prepare(postgres_url, "lock")
+    engine = create_engine(postgres_url)
+    await seed_user(audited_platform(engine, registry, folder), folder, "lena", "CANARY-lena", 2, 1)
+
+    class Killed(BaseException):
+        pass
+
+    def die(step: str) -> None:
+        raise Killed(step)
+
+    first = coordinator(engine, folder)
+    first.after_step = die
+    with pytest.raises(Killed):
+        await first.run("lena", request_id="req-lena")  # killed once resume_state is erased (2 rows)
+    async with engine.connect() as lock:  # a session lease of the user's hash (a hung worker, a hash twin)
+        await lock.execute(text("SELECT pg_advisory_lock(hashtext('lena'), hashtext('other'))"))
+        blocked = await coordinator(engine, folder, session_wait_seconds=0).run("lena", request_id="req-lena")
+        await lock.execute(text("SELECT pg_advisory_unlock(hashtext('lena'), hashtext('other'))"))
+    assert blocked.status is RequestStatus.FAILED
+    assert blocked.stores["resume_state"].counts.rows == 2
+
+    done = await coordinator(engine, folder).run("lena", request_id="req-lena")
+    assert done.ok and done.stores["resume_state"].status is StepStatus.ERASED
+    assert done.stores["resume_state"].counts.rows == 2  # not 'no_match': the first attempt erased two
+    await engine.dispose()
+
+
+async def test_ids_that_cannot_be_encoded_are_refused_as_invalid(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    # A shell passes undecodable bytes through as lone surrogates: no database can store them exactly.
+    for user, request in (("\udcffbob", "r1"), ("bob", "r-\udcff")):
+        with pytest.raises(InvalidIdentifier):
+            await coordinator(engine, folder).run(user, request_id=request)
+        with pytest.raises(InvalidIdentifier):
+            await coordinator(engine, folder).run(user, request_id=request, dry_run=True)
+    with pytest.raises(InvalidIdentifier):
+        await coordinator(engine, folder).status("r-\udcff")
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(erasure_requests))).all() == []
+
+
+@pytest.mark.s3
+async def test_a_failed_receipt_names_no_subject_or_session_key(engine: AsyncEngine, s3_store: S3TranscriptStore) -> None:
+    subject = await get_or_create_subject(engine, "nina")
+    await s3_store.put(f"{subject_prefix(subject)}sessions/s1/runs/r1.jsonl.gz", b"x")
+    dead_client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{free_port()}", config=Config(
+        connect_timeout=0.3, read_timeout=0.3, retries={"total_max_attempts": 1}))
+
+    failed = await coordinator(engine, S3TranscriptStore(dead_client, s3_store.bucket, "audit")).run(
+        "nina", request_id="req-nina")
+
+    detail = failed.stores["transcripts"].detail or ""
+    assert failed.stores["transcripts"].status is StepStatus.FAILED and "EndpointConnectionError" in detail
+    assert "rerun the same request id" in detail
+    stored = (await coordinator(engine, s3_store).status("req-nina")).model_dump_json()
+    assert subject not in failed.model_dump_json() and subject not in stored
+
+
+class SweptMeanwhile(LocalTranscriptStore):
+    """A folder where a retention sweep removes an object right after the erasure listed it."""
+
+    swept = False
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        keys = await super().list_keys(prefix)
+        if keys and not self.swept:
+            self.swept = True
+            await self.delete_prefix(keys[0].rsplit("/", 1)[0] + "/")
+        return keys
+
+
+async def test_a_transcript_swept_by_retention_during_the_erasure_is_not_a_failure(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    store = SweptMeanwhile(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "olaf")
+    for i in range(2):
+        await store.put(f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz", b"old transcript")
+
+    receipt = await coordinator(engine, store).run("olaf", request_id="req-olaf")
+
+    assert receipt.ok and receipt.stores["transcripts"].status is StepStatus.ERASED, receipt.stores["transcripts"]
+    assert receipt.stores["transcripts"].counts.versions == 1  # the other one was gone before it was read
+    assert await store.list_keys("") == []

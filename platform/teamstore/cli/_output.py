@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from teamstore.errors import TeamstoreError
 
@@ -52,7 +53,8 @@ def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:
 
 def fail(exc: TeamstoreError, code: int = 1) -> NoReturn:
     """Print a typed error with its fix and exit non-zero."""
-    err_console.print(f"[bold red]error[/]: {exc.message}")
+    # The message quotes ids as the user gave them: printed as text, never read as rich markup.
+    err_console.print(f"[bold red]error[/]: {escape(exc.message)}")
     if exc.hint:
-        err_console.print(f"[yellow]fix[/]: {exc.hint}")
+        err_console.print(f"[yellow]fix[/]: {escape(exc.hint)}")
     raise typer.Exit(code)

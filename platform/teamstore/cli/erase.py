@@ -5,7 +5,8 @@
     teamstore erase status req-42 --json
 
 Exit status is 0 only when every store is ``erased`` or ``no_match``; a ``failed`` or
-``retained_under_hold`` request exits 2, and rerunning the same ``--request-id`` resumes it.
+``retained_under_hold`` request (and, for ``status``, one still ``open``) exits 2, and rerunning the
+same ``--request-id`` resumes it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -72,8 +74,9 @@ class _Bars:
 
 def _render(receipt: Receipt) -> None:
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
+    # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
     table = Table(title="erasure dry run (nothing changed or stored)" if dry else
-                  f"erasure {receipt.request_id}: {receipt.status}")
+                  f"erasure {escape(receipt.request_id)}: {receipt.status}")
     table.add_column("store", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for column in ("rows", "objects", "versions", "markers", "bytes", "held", "verified"):
@@ -86,18 +89,19 @@ def _render(receipt: Receipt) -> None:
     console.print(table)
     for name, s in receipt.stores.items():
         if s.detail:
-            console.print(f"[yellow]{name}[/]: {s.detail}")
+            console.print(f"[yellow]{name}[/]: {escape(s.detail)}")
     console.print(f"subject hash {receipt.subject_hash or '(user had no subject)'}; received "
                   f"{receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
     for remains in receipt.remains_elsewhere:
-        console.print(f"remains by design: {remains.what} until {remains.until:%Y-%m-%d}: {remains.detail}")
+        console.print(f"remains by design: {remains.what} until {remains.until:%Y-%m-%d}: {escape(remains.detail)}")
 
 
 def _finish(receipt: Receipt, as_json: bool) -> None:
     emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
     if not receipt.ok:
-        err_console.print(f"[bold red]erasure {receipt.request_id} is {receipt.status}[/]: rerun "
-                          f"`teamstore erase --user ... --request-id {receipt.request_id}` to resume")
+        rid = escape(receipt.request_id)
+        err_console.print(f"[bold red]erasure {rid} is {receipt.status}[/]: rerun "
+                          f"`teamstore erase --user ... --request-id {rid}` to resume")
         raise typer.Exit(INCOMPLETE)
 
 
@@ -126,10 +130,9 @@ def status(
     request_id: str = typer.Argument(..., help="The request id printed by `teamstore erase`."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Show a request's receipt, or its progress if it is still open."""
+    """Show a request's receipt, or its progress if it is still open (exit status 2 until it completes)."""
     receipt = _with_coordinator(lambda c: c.status(request_id), None)
-    _finish(receipt, as_json) if receipt.status != "open" else emit(
-        receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
+    _finish(receipt, as_json)  # an open request is not erased yet: never exit 0 for it
 
 
 def register(root: typer.Typer) -> None:

@@ -20,13 +20,15 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.subjects import check_user_id, find_subject
+from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import (
@@ -103,41 +105,80 @@ class DeletionCoordinator:
             ErasureConflict: Another request is open for the user, or another process runs this one.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
-        check_user_id(user_id)
+        requests.check_user_id(user_id)
         rid = requests.check_request_id(request_id or new_request_id())
         if dry_run:
             return await self._dry_run(user_id, rid, reason)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)
-        if row.user_id is None and await self._holds_data(user_id, row.subject_key):
+        if (finished := await self._finished(row, user_id)) is not None:
+            return finished
+        owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        if not await requests.claim(self.engine, rid, owner, self.knobs.lease_seconds):
+            raise _busy(rid)
+        try:
+            # Read again under the lease: another coordinator may have finished the request between
+            # our read and our claim, and a finished request is only ever reported.
+            fresh = await requests.get_request(self.engine, rid)
+            assert fresh is not None  # requests are never deleted
+            row = replace(fresh, created_now=row.created_now)
+            if (finished := await self._finished(row, user_id)) is not None:
+                return finished
+            async with self._keeping_lease(rid, owner):
+                return await self._resume(row, owner)
+        finally:
+            await requests.release(self.engine, rid, owner)
+
+    async def _finished(self, row: requests.RequestRow, user_id: str) -> Receipt | None:
+        """The stored receipt of a finished request; ``None`` if it still has work to do.
+
+        Raises:
+            ErasureConflict: The request is finished and ``user_id`` has data it does not cover.
+        """
+        held = row.status is RequestStatus.RETAINED_UNDER_HOLD  # its rerun only finishes its own subject
+        if row.user_id is None and not held and await self._holds_data(user_id, row.subject_key):
             # A finished request forgot whose it was. Its receipt would not cover this data (another
             # user's, or this user's since the erasure), so it is not handed out as if it did.
             raise ErasureConflict(
-                f"request {rid!r} is finished and this user has data now: a finished request is never run again",
+                f"request {row.request_id!r} is finished and this user has data now: a finished request is "
+                "never run again",
                 hint=f"use a new request id to erase it (omit --request-id to get one); "
-                f"`teamstore erase status {rid}` prints the old receipt",
+                f"`teamstore erase status {row.request_id}` prints the old receipt",
             )
         if row.status is RequestStatus.COMPLETED and row.receipt is not None:
             return Receipt.model_validate(row.receipt)  # already done: report, never act twice
-        owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        if not await requests.claim(self.engine, rid, owner, self.knobs.lease_seconds):
-            raise ErasureConflict(
-                f"erasure request {rid!r} is being run by another coordinator right now",
-                hint=f"wait for it (`teamstore erase status {rid}`); a killed run's lease expires after "
-                "the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same request id",
-            )
+        return None
+
+    @asynccontextmanager
+    async def _keeping_lease(self, request_id: str, owner: str) -> AsyncIterator[None]:
+        """Renew the request's lease every third of its length while the body runs, so a step longer
+        than the lease (millions of transcript versions) is never taken over by a second coordinator."""
+        keeper = asyncio.create_task(self._keep_lease(request_id, owner))
         try:
-            return await self._resume(row, owner)
+            yield
         finally:
-            await requests.release(self.engine, rid, owner)
+            keeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await keeper
+
+    async def _keep_lease(self, request_id: str, owner: str) -> None:
+        while True:
+            await asyncio.sleep(self.knobs.lease_seconds / 3)
+            try:
+                if not await requests.claim(self.engine, request_id, owner, self.knobs.lease_seconds):
+                    log.error("erasure %s: lost its lease to another coordinator", request_id)
+                    return  # the next step boundary notices and stops
+            except TeamstoreError as exc:  # the steps meet the same database and fail with their own error
+                log.warning("erasure %s: could not renew the lease; retrying: %s", request_id, exc)
 
     async def status(self, request_id: str) -> Receipt:
         """The stored receipt of a request, or its progress so far if it is still open.
 
         Raises:
+            InvalidIdentifier: The request id cannot be stored (so no request has it).
             ErasureRequestNotFound: No request has that id.
             StoreUnavailable: The database could not be reached.
         """
-        row = await requests.get_request(self.engine, request_id)
+        row = await requests.get_request(self.engine, requests.check_request_id(request_id))
         if row is None:
             raise ErasureRequestNotFound(
                 f"no erasure request {request_id!r}", hint="check the id printed by `teamstore erase`"
@@ -157,18 +198,22 @@ class DeletionCoordinator:
             detail = (f"{still_open} session(s) of the user were still open after {self.knobs.session_wait_seconds:g}s "
                       "(runs that began before this request); their saves, transcripts and ledger rows are "
                       "refused while it is open. Rerun the same request id once they end")
-            result = StoreResult(status=StepStatus.FAILED, counts=Counts(), detail=detail)
+            # What an earlier attempt erased stays counted: the rerun adds to it, never restarts from zero.
+            before = recorded.get("resume_state")
+            result = StoreResult(status=StepStatus.FAILED, counts=before.counts if before else Counts(), detail=detail)
             await requests.record_step(self.engine, row.request_id, "resume_state", result)
             log.error("erasure %s: %s", row.request_id, detail)
             receipt = self._receipt(row, {**recorded, "resume_state": result}, RequestStatus.FAILED, ctx.subject_key)
-            await requests.finish(self.engine, row, receipt)
+            if not await requests.finish(self.engine, row, receipt, owner):
+                raise _lost(row.request_id)
             return receipt
         results: dict[str, StoreResult] = {}
         for step in self.steps:
             prior = recorded.get(step.name)
             done = prior is not None and prior.status in (StepStatus.ERASED, StepStatus.NO_MATCH)
             results[step.name] = prior if done and prior else await self._run_step(step, ctx, prior)
-            await requests.claim(self.engine, row.request_id, owner, self.knobs.lease_seconds)
+            if not await requests.claim(self.engine, row.request_id, owner, self.knobs.lease_seconds):
+                raise _lost(row.request_id)
             if self.after_step is not None and not done:
                 self.after_step(step.name)
             if results[step.name].status is StepStatus.FAILED:
@@ -176,7 +221,8 @@ class DeletionCoordinator:
         else:
             await self._final_check(ctx, results)
         receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
-        await requests.finish(self.engine, row, receipt)
+        if not await requests.finish(self.engine, row, receipt, owner):
+            raise _lost(row.request_id)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
 
@@ -266,6 +312,23 @@ class DeletionCoordinator:
                                   now, None, None)
         receipt = self._receipt(row, stores, RequestStatus.DRY_RUN)
         return receipt.model_copy(update={"due_at": now + timedelta(days=self.knobs.due_days)})
+
+
+def _busy(request_id: str) -> ErasureConflict:
+    return ErasureConflict(
+        f"erasure request {request_id!r} is being run by another coordinator right now",
+        hint=f"wait for it (`teamstore erase status {request_id}`); a killed run's lease expires after "
+        "the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same request id",
+    )
+
+
+def _lost(request_id: str) -> ErasureConflict:
+    return ErasureConflict(
+        f"erasure request {request_id!r} was taken over by another coordinator (this one could not renew "
+        "its lease in time); this one stopped without writing a receipt",
+        hint=f"`teamstore erase status {request_id}` shows the other run; rerun the same request id if it "
+        "is no longer running",
+    )
 
 
 def verdict(deleted: StoreResult, left: Counts) -> StoreResult:

@@ -23,6 +23,7 @@ from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.audit.subjects import check_user_id as check_audit_user_id
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests, erasure_steps
@@ -56,18 +57,45 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
+def encodable(value: str) -> bool:
+    """Whether ``value`` is valid UTF-8 text: a shell hands undecodable bytes over as lone surrogates,
+    which no database driver can send (they would fail as a raw ``UnicodeEncodeError``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_request_id(request_id: str) -> str:
     """Refuse request ids that cannot be stored exactly.
 
     Raises:
-        InvalidIdentifier: Empty, longer than 128 characters, or holding control characters.
+        InvalidIdentifier: Empty, longer than 128 characters, holding control characters, or not UTF-8.
     """
-    if not request_id or len(request_id) > REQUEST_ID or any(ord(c) < 32 for c in request_id):
+    if (not request_id or len(request_id) > REQUEST_ID or any(ord(c) < 32 for c in request_id)
+            or not encodable(request_id)):
         raise InvalidIdentifier(
             f"request id of length {len(request_id)} cannot be used",
-            hint=f"use 1..{REQUEST_ID} printable characters (omit --request-id to get a fresh one)",
+            hint=f"use 1..{REQUEST_ID} printable UTF-8 characters (omit --request-id to get a fresh one)",
         )
     return request_id
+
+
+def check_user_id(user_id: str) -> str:
+    """Refuse user ids the stores cannot match exactly (what ``audit.subjects.check_user_id`` refuses,
+    and text that is not UTF-8).
+
+    Raises:
+        InvalidIdentifier: With the limit that was broken.
+    """
+    check_audit_user_id(user_id)
+    if not encodable(user_id):
+        raise InvalidIdentifier(
+            f"user id of length {len(user_id)} is not valid UTF-8 text (it holds undecodable bytes)",
+            hint="pass the id exactly as the service stores it, in a UTF-8 locale",
+        )
+    return user_id
 
 
 @asynccontextmanager
@@ -232,11 +260,20 @@ async def record_step(engine: AsyncEngine, request_id: str, store: str, result: 
         await write_step(conn, request_id, store, result)
 
 
-async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt) -> None:
+async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str) -> bool:
     """Store the receipt; unless failed, lift the fence and forget the raw user id.
 
     A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
     the legal hold is lifted. A ``failed`` request keeps both and its fence: rerun it to resume.
+
+    Args:
+        engine: The state database.
+        row: The request.
+        receipt: What to store.
+        owner: The coordinator's lease: nothing is written unless it still holds it.
+
+    Returns:
+        False (and nothing written) if another coordinator has taken the request over.
 
     Raises:
         StoreUnavailable: The database could not be reached.
@@ -247,9 +284,13 @@ async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt) -> None
         values["user_id"] = None
         if receipt.status is RequestStatus.COMPLETED:
             values["subject_key"] = None
+    r = erasure_requests.c
     async with _db(engine, "finish the erasure request") as conn:
+        stored = await conn.execute(update(erasure_requests)
+                                    .where(r.request_id == row.request_id, r.owner == owner).values(**values))
+        if not stored.rowcount:
+            return False  # nothing was written: no fence lifted on another coordinator's behalf
         if receipt.status is not RequestStatus.FAILED and row.user_id is not None:
             await conn.execute(delete(user_holds).where(
                 user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
-        await conn.execute(update(erasure_requests)
-                           .where(erasure_requests.c.request_id == row.request_id).values(**values))
+    return True

@@ -27,7 +27,7 @@ from teamstore.audit.transcripts.base import Capability, TranscriptStore, subjec
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import record_step
 from teamstore.erasure.steps import StepContext
-from teamstore.errors import TranscriptUnavailable
+from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 
 BATCH = 1000
 T = TypeVar("T")
@@ -65,7 +65,7 @@ class S3Versions:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except Exception as exc:
             raise TranscriptUnavailable(
-                f"could not {action} in bucket {self.bucket!r}: {type(exc).__name__}: {exc}",
+                f"could not {action} in bucket {self.bucket!r}: {_describe(exc)}",
                 hint="fix S3 access (s3:ListBucketVersions, s3:DeleteObjectVersion), then rerun the same request id",
             ) from exc
 
@@ -113,6 +113,17 @@ class S3Versions:
             raise
 
 
+def _describe(exc: Exception) -> str:
+    """The error's class and S3 error code, never its text: botocore quotes the request's URL or key,
+    which holds the subject key, and this text goes into the receipt (which carries only its hash)."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "unknown")
+        return f"{type(exc).__name__} {code} in {exc.operation_name}"
+    return type(exc).__name__
+
+
 class FolderObjects:
     """The local folder: one version per object, no holds."""
 
@@ -120,10 +131,24 @@ class FolderObjects:
         self.store = store
 
     async def versions(self, prefix: str) -> list[Version]:
-        """Every object under ``prefix`` with its size."""
-        keys = await self.store.list_keys(prefix)
-        sizes = [len(await self.store.get(k)) for k in keys]
-        return [Version(k, "null", s, False) for k, s in zip(keys, sizes, strict=True)]
+        """Every object under ``prefix`` with its size.
+
+        Raises:
+            TranscriptUnavailable: An object could not be read (named by count, never by key).
+        """
+        found: list[Version] = []
+        for key in await self.store.list_keys(prefix):
+            try:
+                size = len(await self.store.get(key))
+            except TranscriptNotFound:
+                continue  # removed since the listing (a retention sweep): nothing left of it to erase
+            except TeamstoreError as exc:
+                raise TranscriptUnavailable(
+                    f"could not read a transcript of the subject in {self.store.url}: {type(exc).__name__}",
+                    hint="check the transcript folder's permissions, then rerun the same request id",
+                ) from exc
+            found.append(Version(key, "null", size, False))
+        return found
 
     async def delete(self, batch: list[Version]) -> list[Version]:
         """Remove the batch's prefix folders; reports nothing refused (a folder error raises)."""
@@ -193,13 +218,11 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
 
 
 async def _classify(view: S3Versions | FolderObjects, refused: list[Version]) -> int:
-    retained = 0
-    for version in refused:
-        state = await view.held(version)
-        if state is False:
-            raise TranscriptUnavailable(
-                f"S3 refused to delete {version.key} (version {version.version_id}) and no hold explains it",
-                hint="grant s3:DeleteObjectVersion on the transcript prefix, then rerun the same request id",
-            )
-        retained += int(bool(state))
-    return retained
+    states = [await view.held(version) for version in refused]
+    if unexplained := states.count(False):
+        # Counted, never named: a key holds the subject and session keys, and this text is in the receipt.
+        raise TranscriptUnavailable(
+            f"S3 refused to delete {unexplained} object version(s) of the subject and no hold explains it",
+            hint="grant s3:DeleteObjectVersion on the transcript prefix, then rerun the same request id",
+        )
+    return sum(1 for state in states if state)

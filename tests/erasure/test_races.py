@@ -1,0 +1,86 @@
+"""Two coordinators on one request: a slow step keeps its lease, and a request finished meanwhile is only reported."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.erasure import RequestStatus, StepStatus, requests
+from teamstore.erasure.schema import erasure_requests
+from teamstore.errors import ErasureConflict
+from tests.erasure.conftest import coordinator
+from tests.erasure.seed import audited_platform, seed_user
+
+
+class SlowDelete(LocalTranscriptStore):
+    """A folder whose first delete waits until the test lets it go (a transcript step with many versions)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def delete_prefix(self, prefix: str) -> int:
+        if not self.entered.is_set():
+            self.entered.set()
+            await self.go.wait()
+        return await super().delete_prefix(prefix)
+
+
+async def test_a_step_longer_than_the_lease_keeps_it_and_a_second_coordinator_is_refused(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    store = SlowDelete(tmp_path / "transcripts")
+    await seed_user(audited_platform(engine, registry, store), store, "olga", "CANARY-olga", 1, 2)
+    first = asyncio.create_task(coordinator(engine, store, lease_seconds=0.4).run("olga", request_id="req-slow"))
+    await store.entered.wait()
+    await asyncio.sleep(1.0)  # well past the lease the first coordinator took: it is alive, so it renewed it
+
+    with pytest.raises(ErasureConflict, match="another coordinator"):
+        await coordinator(engine, store, lease_seconds=0.4).run("olga", request_id="req-slow")
+
+    store.go.set()
+    receipt = await first
+    assert receipt.ok and receipt.stores["ledger"].status is StepStatus.ERASED
+    assert receipt.stores["ledger"].counts.rows > 0 and receipt.stores["resume_state"].counts.rows == 1
+    assert await coordinator(engine, store).status("req-slow") == receipt
+
+
+async def test_a_request_finished_while_a_rerun_waited_for_its_lease_is_never_run_again(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, store)
+    await seed_user(platform, store, "pia", "CANARY-pia", 1, 1)
+    done: list[Any] = []
+    real_open = requests.open_request
+
+    async def open_then_let_the_other_finish(*args: Any, **kwargs: Any) -> requests.RequestRow:
+        row = await real_open(*args, **kwargs)
+        if not done:  # the second coordinator has read the request; the first one finishes it now
+            monkeypatch.setattr(requests, "open_request", real_open)
+            done.append(await coordinator(engine, store).run("pia", request_id="req-race"))
+            async with platform.session("pia", "back-again", team="support_triage") as s:
+                await s.run("CANARY-pia-new hello again")  # the fence is lifted: the user starts over
+        return row
+
+    await coordinator(engine, store).run("pia", request_id="req-race", dry_run=True)
+    first_open = await real_open(engine, "req-race", "pia", None, 30)  # opened by a process that then died
+    assert first_open.created_now
+    monkeypatch.setattr(requests, "open_request", open_then_let_the_other_finish)
+
+    with pytest.raises(ErasureConflict, match="finished"):  # as for any finished request and a user with data
+        await coordinator(engine, store).run("pia", request_id="req-race")
+
+    assert done and done[0].ok
+    async with engine.connect() as conn:  # the completed receipt was not rewritten (it was turned 'failed')
+        row = (await conn.execute(select(erasure_requests))).one()
+    assert row.status == RequestStatus.COMPLETED and row.user_id is None
+    assert await coordinator(engine, store).status("req-race") == done[0]
