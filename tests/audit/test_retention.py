@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import func, insert, select, update
+import pytest
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.schema import usage
+from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import RunKeys
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.errors import StorageError, StoreUnavailable
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine
 from tests.audit.teams import context, observe_run, triage_team
@@ -65,3 +73,60 @@ async def test_sweep_removes_quarantined_states_past_their_retention(engine: Asy
         assert (await conn.execute(select(quarantine.c.session_id))).scalars().all() == ["recent"]
     shorter = Settings(quarantine_retention_days=7)
     assert (await sweep_all(shorter, engine, LocalTranscriptStore(tmp_path / "transcripts"), now=now)).quarantined == 1
+
+
+async def test_local_sweeps_run_from_several_places_at_once_remove_each_object_once(tmp_path: Path) -> None:
+    # docs/operations.md: `retention sweep` "is safe to run from several places at once". Sweepers that
+    # meet objects and folders another one removed first must step over them, not die half-way.
+    root = tmp_path / "transcripts"
+    for i in range(300):
+        path = root.joinpath(*run_key(RunKeys(f"s{i:04d}", "k" * 32), "r1").split("/"))
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"gz")
+    stores = [LocalTranscriptStore(root) for _ in range(3)]
+    cutoff = datetime.now(UTC) + timedelta(days=1)
+    removed = await asyncio.gather(*(s.sweep(cutoff) for s in stores))
+    assert sum(removed) == 300
+    assert not list(root.rglob("*"))
+
+
+async def test_a_failed_local_write_leaves_no_partial_copy_behind(tmp_path: Path) -> None:
+    # A write that fails half-way (disk full; here: the object's path is taken by a folder) must not
+    # leave its temporary file: it holds the user's messages, and nothing would ever remove it.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    key = run_key(RunKeys("a" * 32, "b" * 32), "r1")
+    blocked = (tmp_path / "transcripts").joinpath(*key.split("/"))
+    blocked.mkdir(parents=True)
+    with pytest.raises(StorageError):
+        await store.put(key, b"CANARY transcript body")
+    assert [p.name for p in blocked.parent.iterdir()] == [blocked.name]
+
+
+async def test_the_sweep_removes_what_a_crashed_writer_left_past_retention(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    key = run_key(RunKeys("a" * 32, "b" * 32), "r1")
+    await store.put(key, b"kept")
+    runs = (tmp_path / "transcripts").joinpath(*key.split("/")).parent
+    crashed = runs / ".tmp-abc123"  # a worker killed between writing and renaming
+    crashed.write_bytes(b"CANARY half a transcript")
+    past = time.time() - 91 * 86400
+    os.utime(crashed, (past, past))
+    assert await store.sweep(datetime.now(UTC) - timedelta(days=90)) == 0  # temp files are not transcripts
+    assert sorted(p.name for p in runs.iterdir()) == ["r1.jsonl.gz"]
+
+
+@pytest.mark.postgres
+async def test_a_ledger_sweep_the_database_refuses_is_a_typed_error(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    blocked = create_engine(postgres_url, connect_args={"options": "-c lock_timeout=50"})
+    try:
+        async with engine.connect() as holder:
+            await holder.execute(text("LOCK TABLE ts_usage IN ACCESS EXCLUSIVE MODE"))
+            with pytest.raises(StoreUnavailable, match="ledger") as caught:
+                await sweep_ledger(blocked, datetime.now(UTC))
+            await holder.rollback()
+        assert "LockNotAvailable" in caught.value.message
+    finally:
+        await blocked.dispose()
+        await engine.dispose()

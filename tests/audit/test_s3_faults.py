@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config_registry import Registry
 from teamstore.audit import outbox
 from teamstore.audit.observer import Pseudonyms, TranscriptObserver
 from teamstore.audit.schema import outbox as outbox_table
@@ -166,3 +169,131 @@ async def test_later_runs_flush_the_outbox_opportunistically(
     await observer.drain()
     assert await _outbox_rows(sqlite_engine) == []
     assert run_key(keys, queued.run_id) in await store.list_keys(session_prefix(keys))
+
+
+@pytest.fixture
+def truncating_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    server = FaultServer("truncate")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    yield server
+    server.stop()
+
+
+async def test_a_connection_dropped_mid_download_is_a_typed_error(truncating_server: FaultServer) -> None:
+    # S3 answers 200 and starts sending the object, then the connection drops: `transcripts show` must
+    # say so with a typed error, never a botocore/urllib3 traceback.
+    store = S3TranscriptStore(make_client(max_attempts=1), "any-bucket", "p")
+    with pytest.raises(TranscriptUnavailable, match="read"):
+        await store.get(run_key(KEYS, "r1"))
+
+
+@pytest.fixture
+def hanging_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    server = FaultServer("hang")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    yield server
+    server.stop()
+
+
+async def test_a_hung_s3_never_holds_the_threads_the_rest_of_the_process_shares(
+    hanging_server: FaultServer, sqlite_engine: AsyncEngine
+) -> None:
+    # Every run's upload that S3 leaves hanging keeps its thread busy until the client's timeouts end,
+    # long after the run moved on. Those threads must not be the loop's default executor, which registry
+    # lookups, DNS resolution of database hosts and file I/O queue behind.
+    store = S3TranscriptStore.from_url("s3://hung-bucket/t")
+    observer = TranscriptObserver(store, sqlite_engine, Pseudonyms(sqlite_engine), upload_deadline_s=0.2)
+    try:
+        runs = [context(user_id="dora") for _ in range(12)]
+        for ctx in runs:
+            await observe_run([observer], triage_team(), ctx)
+        assert sorted(await _outbox_rows(sqlite_engine)) == sorted(c.run_id for c in runs)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "answered"), timeout=4.0) == "answered"
+    finally:
+        await store.close()
+
+
+async def test_the_first_upload_after_an_outage_drains_what_the_outage_queued(
+    s3_env: str, sqlite_engine: AsyncEngine
+) -> None:
+    # The bucket is missing (a deploy ran before Terraform): runs queue their transcripts. Once it exists,
+    # the next run that uploads proves the store answers again and must deliver the queue, however few
+    # runs this worker sees afterwards (flush_every is the default 50).
+    bucket = f"ts-late-{uuid.uuid4().hex[:8]}"
+    store = S3TranscriptStore.from_url(f"s3://{bucket}/t")
+    pseudonyms = Pseudonyms(sqlite_engine)
+    observer = TranscriptObserver(store, sqlite_engine, pseudonyms)
+    try:
+        first = context(user_id="erin")
+        await observe_run([observer], triage_team(), first)  # a check soon after start: nothing queued yet
+        await observer.drain()
+        outage = [context(user_id="erin") for _ in range(2)]
+        for ctx in outage:
+            await observe_run([observer], triage_team(), ctx)
+        assert sorted(await _outbox_rows(sqlite_engine)) == sorted(c.run_id for c in [first, *outage])
+
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        await observe_run([observer], triage_team(), context(user_id="erin"))
+        await observer.drain()
+        assert await _outbox_rows(sqlite_engine) == []
+        keys = await pseudonyms.writable(first)
+        stored = await store.list_keys(session_prefix(keys))
+        assert {run_key(keys, c.run_id) for c in [first, *outage]} <= set(stored)
+    finally:
+        await store.close()
+
+
+async def test_shutdown_does_not_wait_for_a_slow_store_to_take_the_whole_outbox(
+    s3_env: str, sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # S3 answers, but slowly: a background drain of a long outbox would hold Platform.aclose() (and a
+    # pod's shutdown) for minutes. Shutdown gives it a bounded time; what is left stays queued.
+    server = FaultServer("slow", delay=1.0)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    store = S3TranscriptStore.from_url("s3://slow-bucket/t")
+    pseudonyms = Pseudonyms(sqlite_engine)
+    try:
+        queued = [context(user_id="hal") for _ in range(40)]
+        for ctx in queued:
+            keys = await pseudonyms.writable(ctx)
+            await outbox.enqueue(sqlite_engine, ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key, b"gz", "down")
+        observer = TranscriptObserver(store, sqlite_engine, pseudonyms, upload_deadline_s=10.0, flush_every=1)
+        await observe_run([observer], triage_team(), context(user_id="hal"))  # uploads, then starts draining
+        await asyncio.wait_for(observer.drain(), timeout=20.0)
+        left = await _outbox_rows(sqlite_engine)
+        assert left and set(left) <= {c.run_id for c in queued}  # undelivered ones are still queued
+    finally:
+        await store.close()
+        server.stop()
+
+
+
+async def test_a_request_cancelled_while_the_last_runs_audit_is_written_loses_no_transcript(
+    hanging_server: FaultServer, sqlite_engine: AsyncEngine, registry_path: Path
+) -> None:
+    # A second run() (or save()) first waits for the previous run's audit writes. A request timeout that
+    # cancels it there must not cancel those writes half-way: the transcript is uploaded or queued, never
+    # silently dropped.
+    from teamstore import examples
+    from teamstore.runtime.platform import Platform
+    from teamstore.settings import Settings
+
+    registry = Registry(registry_path)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    store = S3TranscriptStore.from_url("s3://hung-bucket/t")
+    observer = TranscriptObserver(store, sqlite_engine, Pseudonyms(sqlite_engine), upload_deadline_s=1.0)
+    platform = Platform(sqlite_engine, registry, settings=Settings(auto_migrate=True), observers=[observer])
+    try:
+        async with platform.session("ivy", "s1", team="support_triage") as session:
+            await session.run("My router keeps dropping")  # its upload hangs in the background
+            first = session.last_run_id
+            second = asyncio.ensure_future(session.run("Still dropping"))
+            await asyncio.sleep(0)  # the second run now waits for the first run's audit
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+        assert await _outbox_rows(sqlite_engine) == [first]
+    finally:
+        await platform.store.aclose()
+        await store.close()

@@ -9,8 +9,11 @@ import unicodedata
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.observer import Pseudonyms
 from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
+from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import InvalidIdentifier
+from tests.audit.teams import context
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
@@ -61,3 +64,19 @@ def test_session_keys_are_stable_per_subject_and_unlinkable_across_subjects() ->
     assert session_key(a, "s1") != session_key(a, "s2")
     assert session_key(a, "s1") != session_key(b, "s1")
     assert session_key(a, "S1") != session_key(a, "s1")
+
+
+async def test_a_run_whose_key_lookup_leaves_the_cache_while_awaited_still_gets_its_keys(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    # Under load more runs end than the resolver caches while one run's lookup is still in flight. That
+    # run's observers must get its keys: a cancelled lookup would surface as CancelledError in the user's
+    # session, which would then neither save its state nor give its lease back.
+    pseudonyms = Pseudonyms(sqlite_engine, cache_size=1)
+    first = context(user_id="fay")
+    waiting = asyncio.ensure_future(pseudonyms.writable(first))
+    await asyncio.sleep(0)  # the first run's observers now await its lookup
+    pseudonyms.prefetch(context(user_id="gus"))  # another run ends meanwhile
+    keys = await waiting
+    subject = await find_subject(sqlite_engine, "fay")
+    assert keys == RunKeys(str(subject), session_key(str(subject), first.session_id))

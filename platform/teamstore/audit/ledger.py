@@ -97,12 +97,22 @@ async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: in
 
     Returns:
         How many rows were deleted.
+
+    Raises:
+        StoreUnavailable: The database failed; the batches deleted before it stay deleted.
     """
     removed = 0
     while True:
-        async with engine.begin() as conn:
-            ids = select(usage.c.id).where(usage.c.finished_at < older_than).limit(batch_size)
-            result = await conn.execute(delete(usage).where(usage.c.id.in_(ids.scalar_subquery())))
+        try:
+            async with engine.begin() as conn:
+                ids = select(usage.c.id).where(usage.c.finished_at < older_than).limit(batch_size)
+                result = await conn.execute(delete(usage).where(usage.c.id.in_(ids.scalar_subquery())))
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"could not sweep the usage ledger after removing {removed} rows: {describe_failure(exc)}",
+                hint="check the database (a lock_timeout or statement_timeout on the role can refuse the "
+                "delete) and run `teamstore retention sweep` again",
+            ) from exc
         removed += result.rowcount or 0
         if (result.rowcount or 0) < batch_size:
             return removed

@@ -39,6 +39,8 @@ from teamstore.settings import Settings
 from teamstore.state.schema import user_holds
 
 log = logging.getLogger(__name__)
+DRAIN_TIMEOUT_S = 5.0
+"""How long a shutdown waits for background outbox deliveries; what is left stays queued."""
 
 
 class Pseudonyms:
@@ -58,8 +60,9 @@ class Pseudonyms:
         if ctx.run_id not in self._runs:
             self._runs[ctx.run_id] = asyncio.get_running_loop().create_task(self._resolve(ctx))
             while len(self._runs) > self._cache_size:
-                _, dropped = self._runs.popitem(last=False)
-                dropped.cancel()
+                # Dropped, never cancelled: a lookup still in flight has observers awaiting it, and a
+                # cancel would reach the user's session as CancelledError. It ends on its own.
+                self._runs.popitem(last=False)
 
     async def writable(self, ctx: RunContext) -> RunKeys:
         """The run's keys, once it is known no erasure holds the user; creates the subject on first use.
@@ -111,6 +114,7 @@ class TranscriptObserver:
         pseudonyms: The shared key resolver.
         upload_deadline_s: Longest a run waits for its upload before the transcript goes to the outbox.
         flush_every: Look for queued transcripts after this many runs (and after any failure).
+        drain_timeout_s: Longest :meth:`drain` (shutdown) waits for background deliveries.
     """
 
     def __init__(
@@ -120,12 +124,14 @@ class TranscriptObserver:
         pseudonyms: Pseudonyms,
         upload_deadline_s: float = 2.0,
         flush_every: int = 50,
+        drain_timeout_s: float = DRAIN_TIMEOUT_S,
     ) -> None:
         self.store = store
         self.engine = engine
         self.pseudonyms = pseudonyms
         self.upload_deadline_s = upload_deadline_s
         self.flush_every = flush_every
+        self.drain_timeout_s = drain_timeout_s
         self._items: dict[str, list[dict[str, Any]]] = {}
         self._runs_since_check = (
             flush_every  # check once soon after start: a previous process may have queued
@@ -160,8 +166,10 @@ class TranscriptObserver:
                 else f"upload took over {self.upload_deadline_s}s"
             )
             log.warning("transcript of run %s queued in the outbox: %s", ctx.run_id, reason)
+            # The next upload that succeeds proves the store answers again: it drains the queue then,
+            # not flush_every runs later (a quiet worker might never see that many).
+            self._runs_since_check = self.flush_every
             await outbox.enqueue(self.engine, ctx.run_id, key, keys.subject_key, body, reason)
-            self._runs_since_check = 0
             return
         self._runs_since_check += 1
         if self._runs_since_check >= self.flush_every:
@@ -185,9 +193,24 @@ class TranscriptObserver:
             self._runs_since_check = self.flush_every  # the store answers again: keep draining next run
 
     async def drain(self) -> None:
-        """Wait for background outbox deliveries (call before shutdown)."""
+        """Wait for background outbox deliveries (call before shutdown), for at most ``drain_timeout_s``.
+
+        A slow store could otherwise hold the shutdown for as long as the whole outbox takes. Deliveries
+        still running then are cancelled; their transcripts stay queued for the next flush.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_timeout_s
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            running = list(self._tasks)
+            _, late = await asyncio.wait(running, timeout=max(0.0, deadline - loop.time()))
+            if late:
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*late, return_exceptions=True)
+                log.warning(
+                    "outbox delivery stopped for shutdown after %.0fs; the rest stays queued", self.drain_timeout_s
+                )
+                return
 
 
 class LedgerObserver:

@@ -111,7 +111,20 @@ async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500) -
 
     Returns:
         Counts of delivered, failed and still-queued transcripts.
+
+    Raises:
+        StoreUnavailable: The database failed; what was delivered before stays delivered, the rest queued.
     """
+    try:
+        return await _flush(engine, store, limit)
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not flush the transcript outbox: {describe_failure(exc)}",
+            hint="check the database, then run `teamstore transcripts flush` again; nothing queued was lost",
+        ) from exc
+
+
+async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int) -> FlushReport:
     async with engine.connect() as conn:
         rows = (
             await conn.execute(

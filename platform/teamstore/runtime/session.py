@@ -268,9 +268,15 @@ class Session:
 
     async def flush_audit(self) -> None:
         """Wait until the last run's transcript, ledger rows and spans are written (or queued)."""
-        task, self._audit = self._audit, None
+        task = self._audit
         if task is not None:
-            await task
+            # Shielded: a request cancelled while it waits here must not cancel the writes half-way (the
+            # transcript would be neither uploaded nor queued). They stay pending; the block's exit awaits them.
+            try:
+                await asyncio.shield(task)
+            finally:
+                if task.done():
+                    self._audit = None
 
     async def _snapshot(self) -> None:
         built = self._built

@@ -12,6 +12,8 @@ Writes go to a temporary file and are renamed into place, so a reader never sees
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -20,6 +22,8 @@ from pathlib import Path
 
 from teamstore.audit.transcripts.base import SUFFIX, Capability, check_key
 from teamstore.errors import StorageError, TranscriptNotFound
+
+TMP_PREFIX = ".tmp-"
 
 
 class LocalTranscriptStore:
@@ -48,13 +52,17 @@ class LocalTranscriptStore:
 
     @staticmethod
     def _put(path: Path, body: bytes) -> None:
+        tmp: str | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
             os.replace(tmp, path)
         except OSError as exc:
+            if tmp is not None:  # half a transcript (disk full, say) must not outlive the failed write
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             raise StorageError(
                 f"could not write transcript {path.name}: {exc.strerror or exc}",
                 hint="check that TEAMSTORE_TRANSCRIPTS_URL names a writable folder",
@@ -97,21 +105,56 @@ class LocalTranscriptStore:
         return len(keys)
 
     async def sweep(self, older_than: datetime) -> int:
-        """Remove objects whose modification time is before ``older_than``; prune empty folders."""
+        """Remove objects whose modification time is before ``older_than``; prune empty folders.
+
+        Temporary files a crashed writer left behind go too once they are as old, but are not counted.
+        Safe beside other sweeps, erasures and writers: what another one removed first is stepped over.
+
+        Raises:
+            StorageError: A file or folder could not be removed (permissions, read-only file system).
+        """
         return await asyncio.to_thread(self._sweep, older_than.astimezone(UTC).timestamp())
 
     def _sweep(self, cutoff: float) -> int:
         removed = 0
-        if not self.root.is_dir():
-            return 0
-        for path in self.root.rglob(f"*{SUFFIX}"):
-            if path.is_file() and path.stat().st_mtime < cutoff:
-                path.unlink(missing_ok=True)
-                removed += 1
-        for folder in sorted((p for p in self.root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            if not any(folder.iterdir()):
-                folder.rmdir()
+        top = os.fspath(self.root)
+        try:
+            # Bottom-up, so each folder is looked at after its contents; os.walk skips folders that vanish.
+            for folder, _dirs, files in os.walk(top, topdown=False):
+                for name in files:
+                    is_object = name.endswith(SUFFIX)
+                    if (is_object or name.startswith(TMP_PREFIX)) and _remove_older(
+                        os.path.join(folder, name), cutoff
+                    ):
+                        removed += is_object
+                if folder != top:
+                    _remove_if_empty(folder)
+        except OSError as exc:
+            raise StorageError(
+                f"the transcript sweep stopped after removing {removed} objects: {exc.strerror or exc}",
+                hint="check that the sweeping user may delete files under TEAMSTORE_TRANSCRIPTS_URL",
+            ) from exc
         return removed
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _remove_older(path: str, cutoff: float) -> bool:
+    """Unlink ``path`` if it was last written before ``cutoff``; False if it is newer or already gone."""
+    try:
+        if os.stat(path).st_mtime >= cutoff:
+            return False
+        os.unlink(path)
+    except FileNotFoundError:
+        return False  # another sweep or an erasure removed it first
+    return True
+
+
+def _remove_if_empty(folder: str) -> None:
+    try:
+        os.rmdir(folder)
+    except OSError as exc:
+        # Gone already (another sweep), or not empty (a writer just put an object there): both are fine.
+        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+            raise

@@ -8,12 +8,15 @@
 
 Credentials, region and endpoint come from the standard ``AWS_*`` variables (``AWS_ENDPOINT_URL_S3`` for
 MinIO or moto). Timeouts are short and retries few, so an unreachable S3 fails fast and the transcript
-goes to the outbox instead of holding up a run.
+goes to the outbox instead of holding up a run. Requests run on the store's own threads, so a hung S3 holds
+those and never the event loop's default executor, which the rest of the process shares.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
@@ -92,6 +95,12 @@ class S3TranscriptStore:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        # A request S3 leaves hanging holds its thread until the client's timeouts end, long after the run
+        # gave up on it (the upload deadline). Own threads, as many as the client has connections, keep a
+        # slow S3 from starving the loop's default executor (registry lookups, DNS, file I/O); requests
+        # past them queue here and a run's upload deadline still sends them to the outbox.
+        workers = int(client.meta.config.max_pool_connections or 10)
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="teamstore-s3")
 
     @classmethod
     def from_url(cls, url: str, **client_options: float) -> S3TranscriptStore:
@@ -139,10 +148,11 @@ class S3TranscriptStore:
             TranscriptNotFound: No such object.
             TranscriptUnavailable: S3 unreachable or refusing.
         """
-        response = await self._call(
-            "read", key, self.client.get_object, Bucket=self.bucket, Key=self._full(key)
-        )
-        return await asyncio.to_thread(response["Body"].read)
+        return bytes(await self._call("read", key, self._get, self._full(key)))
+
+    def _get(self, full_key: str) -> bytes:
+        # The body is read inside the translated call: a connection dropped mid-object is a typed error.
+        return bytes(self.client.get_object(Bucket=self.bucket, Key=full_key)["Body"].read())
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` (paginated ``ListObjectsV2``), sorted."""
@@ -209,13 +219,15 @@ class S3TranscriptStore:
         )
 
     async def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
         except Exception as exc:
             raise _translate(exc, action, self.bucket, key) from exc
 
     async def close(self) -> None:
-        """Close the client's connection pool."""
+        """Close the client's connection pool; requests not yet started are dropped, none is waited for."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.client.close)
 
 
