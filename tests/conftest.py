@@ -6,6 +6,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,37 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
         return f"sqlite:///{(tmp_path / 'conformance.db').as_posix()}", "row"
     url: str = request.getfixturevalue("postgres_url")
     return url, "row" if request.param == "postgres-row" else "lock"
+
+
+@asynccontextmanager
+async def refusing(url: str, table: str) -> AsyncIterator[AsyncEngine]:
+    """An engine to the migrated database ``url`` that is up but refuses every statement on ``table`` at
+    once: another connection holds the table locked, and this engine's ``lock_timeout`` is 50 ms (as a
+    low ``statement_timeout`` or ``lock_timeout`` on a role would)."""
+    from sqlalchemy import text
+
+    from teamstore.db.engine import create_engine
+
+    holder_engine = create_engine(url)
+    blocked = create_engine(url, connect_args={"options": "-c lock_timeout=50"})
+    try:
+        async with holder_engine.connect() as holder:
+            await holder.execute(text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+            yield blocked
+            await holder.rollback()
+    finally:
+        await blocked.dispose()
+        await holder_engine.dispose()
+
+
+async def upgrade_database(url: str) -> None:
+    """Migrate ``url`` to this code's schema."""
+    from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import upgrade
+
+    engine = create_engine(url)
+    await upgrade(engine)
+    await engine.dispose()
 
 
 async def prepare(url: str, lease: str) -> None:

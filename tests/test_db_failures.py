@@ -10,8 +10,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from teamstore.db.engine import create_engine, describe_failure, unreachable
-from teamstore.db.migrate import current_revision, upgrade
+from teamstore.db.migrate import current_revision
 from teamstore.errors import StoreUnavailable
+from tests.conftest import refusing, upgrade_database
 from tests.services import free_port
 
 
@@ -37,18 +38,12 @@ async def test_an_unopenable_sqlite_file_is_told_as_unreachable(tmp_path: Path) 
 async def test_a_statement_the_database_refuses_is_not_called_unreachable(postgres_url: str) -> None:
     # The schema check meets a lock it may not wait for (as with a low statement_timeout or
     # lock_timeout set on the role): the database is up, and the message must say so.
-    engine = create_engine(postgres_url)
-    await upgrade(engine)
-    blocked = create_engine(postgres_url, connect_args={"options": "-c lock_timeout=50"})
-    async with engine.connect() as holder:
-        await holder.execute(text("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE"))
+    await upgrade_database(postgres_url)
+    async with refusing(postgres_url, "alembic_version") as blocked:
         with pytest.raises(StoreUnavailable) as caught:
             await current_revision(blocked)
-        await holder.rollback()
     assert caught.value.message == "the database refused the statement (LockNotAvailable, SQLSTATE 55P03)"
     assert "lock_timeout" in (caught.value.hint or "")
-    await blocked.dispose()
-    await engine.dispose()
 
 
 @pytest.mark.postgres

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.ledger import sweep_ledger
@@ -19,12 +19,11 @@ from teamstore.audit.schema import usage
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
-from teamstore.db.engine import create_engine
-from teamstore.db.migrate import upgrade
 from teamstore.errors import StorageError, StoreUnavailable
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine
 from tests.audit.teams import context, observe_run, triage_team
+from tests.conftest import refusing, upgrade_database
 
 
 async def test_sweep_removes_old_local_transcripts_and_ledger_rows_and_keeps_recent_ones(
@@ -117,16 +116,8 @@ async def test_the_sweep_removes_what_a_crashed_writer_left_past_retention(tmp_p
 
 @pytest.mark.postgres
 async def test_a_ledger_sweep_the_database_refuses_is_a_typed_error(postgres_url: str) -> None:
-    engine = create_engine(postgres_url)
-    await upgrade(engine)
-    blocked = create_engine(postgres_url, connect_args={"options": "-c lock_timeout=50"})
-    try:
-        async with engine.connect() as holder:
-            await holder.execute(text("LOCK TABLE ts_usage IN ACCESS EXCLUSIVE MODE"))
-            with pytest.raises(StoreUnavailable, match="ledger") as caught:
-                await sweep_ledger(blocked, datetime.now(UTC))
-            await holder.rollback()
-        assert "LockNotAvailable" in caught.value.message
-    finally:
-        await blocked.dispose()
-        await engine.dispose()
+    await upgrade_database(postgres_url)
+    async with refusing(postgres_url, "ts_usage") as blocked:
+        with pytest.raises(StoreUnavailable, match="ledger") as caught:
+            await sweep_ledger(blocked, datetime.now(UTC))
+    assert "LockNotAvailable" in caught.value.message

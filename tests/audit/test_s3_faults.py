@@ -32,20 +32,22 @@ ROOT = Path(__file__).resolve().parents[2]
 KEYS = RunKeys("a" * 32, "b" * 32)
 
 
-@pytest.fixture
-def deny_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    server = FaultServer("deny")
+def _serve(monkeypatch: pytest.MonkeyPatch, mode: str, **options: float) -> Iterator[FaultServer]:
+    """A fault server in ``mode`` as the S3 endpoint, for the length of a test."""
+    server = FaultServer(mode, **options)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def deny_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
+    yield from _serve(monkeypatch, "deny")
 
 
 @pytest.fixture
 def slow_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    server = FaultServer("slow", delay=2.0)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
-    yield server
-    server.stop()
+    yield from _serve(monkeypatch, "slow", delay=2.0)
 
 
 def test_the_client_has_short_timeouts_and_few_retries(s3_env: str) -> None:
@@ -173,10 +175,7 @@ async def test_later_runs_flush_the_outbox_opportunistically(
 
 @pytest.fixture
 def truncating_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    server = FaultServer("truncate")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
-    yield server
-    server.stop()
+    yield from _serve(monkeypatch, "truncate")
 
 
 async def test_a_connection_dropped_mid_download_is_a_typed_error(truncating_server: FaultServer) -> None:
@@ -189,10 +188,7 @@ async def test_a_connection_dropped_mid_download_is_a_typed_error(truncating_ser
 
 @pytest.fixture
 def hanging_server(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
-    server = FaultServer("hang")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
-    yield server
-    server.stop()
+    yield from _serve(monkeypatch, "hang")
 
 
 async def test_a_hung_s3_never_holds_the_threads_the_rest_of_the_process_shares(

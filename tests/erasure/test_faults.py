@@ -97,17 +97,26 @@ async def test_s3_down_fails_the_transcript_step_keeps_the_fence_and_a_rerun_fin
     assert done.stores["resume_state"].counts.rows == 1  # counted once, not again on the rerun
 
 
-@pytest.mark.s3
-async def test_objects_under_a_legal_hold_are_reported_retained_never_erased(
-    engine: AsyncEngine, s3_env: str
-) -> None:
+async def _with_first_held(
+    engine: AsyncEngine, user_id: str, count: int
+) -> tuple[S3TranscriptStore, str, list[str], dict[str, str]]:
+    """``count`` transcripts of ``user_id`` in an Object Lock bucket, the first under a legal hold;
+    returns the store, the subject, the keys and the held object's address."""
     store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
-    subject = await get_or_create_subject(engine, "erin")
-    keys = [f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz" for i in range(3)]
+    subject = await get_or_create_subject(engine, user_id)
+    keys = [f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz" for i in range(count)]
     for key in keys:
         await store.put(key, b"transcript")
     held = {"Bucket": store.bucket, "Key": f"audit/{keys[0]}"}
     store.client.put_object_legal_hold(**held, LegalHold={"Status": "ON"})
+    return store, subject, keys, held
+
+
+@pytest.mark.s3
+async def test_objects_under_a_legal_hold_are_reported_retained_never_erased(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    store, subject, keys, held = await _with_first_held(engine, "erin", 3)
 
     receipt = await coordinator(engine, store).run("erin", request_id="req-hold")
 
@@ -229,13 +238,7 @@ async def test_the_first_run_after_the_database_ended_its_connections_keeps_its_
 async def test_a_held_request_finishes_on_its_rerun_after_the_user_started_over(
     engine: AsyncEngine, s3_env: str
 ) -> None:
-    store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
-    subject = await get_or_create_subject(engine, "erin")
-    keys = [f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz" for i in range(2)]
-    for key in keys:
-        await store.put(key, b"transcript")
-    held = {"Bucket": store.bucket, "Key": f"audit/{keys[0]}"}
-    store.client.put_object_legal_hold(**held, LegalHold={"Status": "ON"})
+    store, subject, _, held = await _with_first_held(engine, "erin", 2)
     assert (await coordinator(engine, store).run("erin", request_id="req-held")).status is RequestStatus.RETAINED_UNDER_HOLD
     again = await get_or_create_subject(engine, "erin")  # the fence is lifted: erin comes back, a new subject
     await store.put(f"{subject_prefix(again)}sessions/s9/runs/r9.jsonl.gz", b"new transcript")
