@@ -6,14 +6,19 @@ import asyncio
 import csv
 import io
 import json
+import threading
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from config_registry import Registry
+from teamstore import examples
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, observe_run, triage_team
 
@@ -128,3 +133,26 @@ def test_a_run_that_raised_says_so_in_the_readable_transcript() -> None:
     with console.capture() as captured:
         _render_transcripts({"runs": [{"run": {**run, "error": None, "stop_reason": "done"}, "items": []}]})
     assert "stop: done; 2 model calls" in captured.get()
+
+
+@pytest.mark.s3
+async def test_closing_a_platform_closes_the_transcript_store_it_made(
+    s3_bucket: str, registry_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The S3 store runs its requests on threads of its own; a platform that made the store ends them.
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
+    Registry(registry_path).add("support_triage", examples.support_triage().dump_component(),
+                                examples.example_manifest("support_triage"), "v1", label="production")
+    async with Platform.from_settings(Settings(home=tmp_path / "home", auto_migrate=True)) as platform:
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            await s.run("hello")
+        assert _s3_threads()  # the transcript went up through them
+    for _ in range(100):  # idle threads end soon after their pool is shut down
+        if not _s3_threads():
+            break
+        await asyncio.sleep(0.05)
+    assert _s3_threads() == []
+
+
+def _s3_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("teamstore-s3")]

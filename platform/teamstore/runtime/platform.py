@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry, TeamDefinition
 from config_registry.build import build_team
+from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
 from teamstore.ids import check_id
@@ -85,6 +86,7 @@ class Platform:
         self._schema_checked = False
         self._schema_lock = asyncio.Lock()
         self._closers: list[Any] = []
+        self._stores: list[TranscriptStore] = []  # transcript stores this platform made, closed with it
         self._definitions: dict[str, tuple[TeamDefinition, float]] = {}
         if not self.settings.capture_message_content:
             keep_content_out_of_logs()
@@ -106,13 +108,16 @@ class Platform:
         return platform
 
     def _attach_audit(self) -> None:
-        from teamstore.audit.observer import build_audit_observers
+        from teamstore.audit.observer import TranscriptObserver, build_audit_observers
         from teamstore.audit.telemetry import setup_tracing
 
         provider = setup_tracing(self.settings)
         if provider is not None:
             self._closers.append(provider.shutdown)
-        self.observers.extend(build_audit_observers(self.settings, self.engine, tracer_provider=provider))
+        observers = build_audit_observers(self.settings, self.engine, tracer_provider=provider)
+        self.observers.extend(observers)
+        # The transcript store was made here, so it is closed here (its connections and threads).
+        self._stores.extend(o.store for o in observers if isinstance(o, TranscriptObserver))
 
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
@@ -203,6 +208,8 @@ class Platform:
         for close in self._closers:
             await asyncio.to_thread(close)
         self._closers.clear()
+        for store in self._stores:
+            await store.close()
         await self.store.aclose()
         if self._owns_engine:
             await self.engine.dispose()

@@ -99,8 +99,8 @@ class S3TranscriptStore:
         # gave up on it (the upload deadline). Own threads, as many as the client has connections, keep a
         # slow S3 from starving the loop's default executor (registry lookups, DNS, file I/O); requests
         # past them queue here and a run's upload deadline still sends them to the outbox.
-        workers = int(client.meta.config.max_pool_connections or 10)
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="teamstore-s3")
+        self._workers = int(client.meta.config.max_pool_connections or 10)
+        self._executor: ThreadPoolExecutor | None = None  # started on first use, again after close()
 
     @classmethod
     def from_url(cls, url: str, **client_options: float) -> S3TranscriptStore:
@@ -221,13 +221,17 @@ class S3TranscriptStore:
     async def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         try:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="teamstore-s3")
             return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
         except Exception as exc:
             raise _translate(exc, action, self.bucket, key) from exc
 
     async def close(self) -> None:
         """Close the client's connection pool; requests not yet started are dropped, none is waited for."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.client.close)
 
 
