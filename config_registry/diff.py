@@ -171,9 +171,22 @@ def _leaves(node: Any, path: str = "") -> dict[str, Any]:
     return {path: node}
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, start: int = 0) -> str:
     text = "absent" if value is _ABSENT else json.dumps(value, sort_keys=True)
-    return text if len(text) <= _SHORT else f"{text[:_SHORT - 3]}..."
+    if len(text) <= _SHORT:
+        return text
+    head = "..." if start > 0 else ""
+    tail = "..." if start + _SHORT - len(head) - 3 < len(text) else ""
+    return head + text[start : start + _SHORT - len(head) - len(tail)] + tail
+
+
+def _show_pair(before: Any, after: Any) -> str:
+    """Both values, long ones cut to a window that starts just before their first difference (two long
+    prompts or tool bodies that differ past the cut would otherwise print alike)."""
+    a, b = (json.dumps(v, sort_keys=True) if v is not _ABSENT else "" for v in (before, after))
+    same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, same - 15)
+    return f"{_show(before, start if len(a) > _SHORT else 0)} -> {_show(after, start if len(b) > _SHORT else 0)}"
 
 
 def _other_changes(x: Any, y: Any, skip: tuple[str, ...]) -> list[str]:
@@ -185,7 +198,7 @@ def _other_changes(x: Any, y: Any, skip: tuple[str, ...]) -> list[str]:
         before, after = lx.get(path, _ABSENT), ly.get(path, _ABSENT)
         if before == after or any(path == p or path.startswith((p + ".", p + "[")) for p in skip):
             continue
-        changes.append(f"{path} {_show(before)} -> {_show(after)}")
+        changes.append(f"{path} {_show_pair(before, after)}")
     return changes
 
 

@@ -14,6 +14,7 @@ import copy
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.errors import DefinitionInvalid, SecretUnavailable
 
@@ -26,11 +27,35 @@ _SECRET_FIELD = re.compile(
     r"access[_-]key|private[_-]key|auth|authorization|bearer|subscription[_-]key|cookie)$",
     re.IGNORECASE,
 )
+# A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
 
 
 def is_secret_field(key: str) -> bool:
     """True for config keys that hold secrets (``api_key``, ``azure_ad_token``, ``password`` ...)."""
     return bool(_SECRET_FIELD.search(key))
+
+
+def url_credential(value: str) -> str | None:
+    """What makes a URL hold a credential: a password in its user part (``https://u:pw@host``) or a
+    query parameter with a secret-looking name (``?api_key=``, ``?key=``); ``None`` for any other string.
+
+    A ``base_url`` or ``endpoint`` is not a secret-looking field, but a proxy URL with a password in it is
+    a secret all the same.
+    """
+    if not _URL.match(value):
+        return None
+    try:
+        parts = urlsplit(value)
+        password = parts.password
+    except ValueError:  # not a URL after all (an invalid port, say)
+        return None
+    if password:
+        return "a password in its user part"
+    for name, _value in parse_qsl(parts.query, keep_blank_values=False):
+        if name.lower() in {"key", "sig", "signature"} or is_secret_field(name):
+            return f"the query parameter {name!r}"
+    return None
 
 
 def is_reference(value: Any) -> bool:
@@ -93,6 +118,13 @@ def _check_undeclared(path: str, key: str, value: Any) -> None:
             hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
         )
     _check_plaintext(path, key, value)
+    found = url_credential(value) if isinstance(value, str) else None
+    if found is not None:
+        raise DefinitionInvalid(
+            f"is a URL with a credential in it ({found}); the registry never stores secrets",
+            field=f"config.{path}",
+            hint=f"take the whole URL from the environment: --secret {path}=env:VARIABLE",
+        )
 
 
 def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:

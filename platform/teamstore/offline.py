@@ -12,7 +12,9 @@ same messages always give the same reply and the same token usage, with no netwo
 
 Its replies quote the earliest and the latest user request it can see, so a resumed session visibly
 remembers what came before. Asked to pick the next speaker (SelectorGroupChat), it names a participant;
-told by its system message to "say TERMINATE" when done, it ends its reply with TERMINATE.
+told by its system message to "say TERMINATE" when done, it ends its reply with TERMINATE. It declares
+function calling, so agents with tools or handoffs (``Swarm``) can be built on it, but it always answers
+in text and never calls a tool.
 """
 
 from __future__ import annotations
@@ -170,14 +172,15 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
     @property
     def capabilities(self) -> ModelCapabilities:
         """Deprecated in AutoGen; kept for the interface."""
-        return ModelCapabilities(vision=False, function_calling=False, json_output=False)
+        return ModelCapabilities(vision=False, function_calling=True, json_output=False)
 
     @property
     def model_info(self) -> ModelInfo:
-        """Plain text: no vision, no tools, no JSON mode."""
+        """Text only, no JSON mode; function calling is declared (AssistantAgent refuses tools and handoffs
+        without it) though the client never calls a tool."""
         return ModelInfo(
             vision=False,
-            function_calling=False,
+            function_calling=True,
             json_output=False,
             family=ModelFamily.UNKNOWN,
             structured_output=False,

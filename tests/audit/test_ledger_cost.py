@@ -172,6 +172,29 @@ async def test_the_session_costs_view_prices_sessions_in_sql(engine: AsyncEngine
     assert bob.cost is None and bob.unpriced_tokens > 0
 
 
+async def test_syncing_an_older_price_version_is_refused_so_the_view_and_the_cli_agree(
+    engine: AsyncEngine,
+) -> None:
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    await observe_run([observer], triage_team(), context(user_id="alice", session_id="s1"))
+    shipped = load_prices()
+    newer = parse_prices({"version": shipped.version + "-negotiated", "models": {
+        "offline-small": [{"effective_from": "2020-01-01", "input": 7.0, "output": 9.0}]}})
+    assert await sync_prices(engine, newer) == 1
+    # Back to the shipped table: the view would go on using the greater version, teamstore cost would not.
+    with pytest.raises(ConfigurationError) as caught:
+        await sync_prices(engine, shipped)
+    assert newer.version in caught.value.message and "sorts after" in caught.value.message
+    assert caught.value.hint and f"DELETE FROM ts_prices WHERE version = '{newer.version}'" in caught.value.hint
+    async with engine.connect() as conn:
+        versions = (await conn.execute(text("SELECT DISTINCT version FROM ts_prices"))).scalars().all()
+        view = (await conn.execute(text("SELECT cost, price_version FROM session_costs"))).one()
+    assert versions == [newer.version]
+    report = await query_costs(engine, newer, by="session")
+    assert (float(view.cost), view.price_version) == (pytest.approx(report.total.cost), newer.version)
+    assert await sync_prices(engine, newer) == 1  # the same version again replaces its own rows
+
+
 def test_an_unknown_dimension_is_a_typed_error() -> None:
     with pytest.raises(ConfigurationError):
         import asyncio

@@ -162,3 +162,7 @@ def test_diff_shows_a_tool_whose_source_code_changed(registry: Registry) -> None
     v2 = registry.add("tooled", changed, triage_manifest(**manifest), "tool body changed")
     (line,) = registry.diff("tooled", v1, v2).lines()
     assert line.startswith("researcher: config.workbench[0].config.tools[0].config.source_code ")
+    # Long values are shown around their first difference: two identical-looking prefixes would tell a
+    # reviewer nothing.
+    before, after = line.split(" -> ")
+    assert "a + b" in before and "a - b" in after

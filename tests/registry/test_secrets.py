@@ -105,3 +105,45 @@ def test_openai_example_registers_with_its_manifest(
     assert "sk-do-not-store" not in _everything(registry)
     built = registry.build("support_triage_openai")
     assert set(built.participants) == {"triage", "researcher", "critic"}
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("https://svc:hunter2-SECRET@proxy.example/v1", "password"),
+        ("https://proxy.example/v1?api-version=2024-06-01&key=hunter2-SECRET", "'key'"),
+        ("https://proxy.example/v1?access_token=hunter2-SECRET", "'access_token'"),
+    ],
+)
+def test_a_url_with_a_credential_in_it_is_refused(registry: Registry, url: str, what: str) -> None:
+    agent = AssistantAgent(
+        "researcher",
+        model_client=OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="sk-live-123", base_url=url),
+        model_context=BoundedChatCompletionContext(20),
+    )
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"})
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(agent), manifest, "proxy")
+    assert caught.value.field == "config.model_client.config.base_url"
+    assert what in caught.value.message
+    assert "--secret model_client.config.base_url=env:" in (caught.value.hint or "")
+    assert "hunter2-SECRET" not in _everything(registry)
+    # Declared as a reference, the URL is taken from the environment and never stored.
+    declared = triage_manifest(secrets={KEY_PATH: "env:K", "model_client.config.base_url": "env:PROXY_URL"})
+    registry.add("support_triage", dump(agent), declared, "proxy from the environment")
+    assert "hunter2-SECRET" not in _everything(registry)
+    built = registry.build("support_triage", env={"K": "sk-env", "PROXY_URL": url})
+    assert str(built.participants["researcher"]._model_client._client.base_url).startswith("https://")  # type: ignore[attr-defined]
+
+
+def test_a_plain_url_is_stored(registry: Registry) -> None:
+    agent = AssistantAgent(
+        "researcher",
+        model_client=OpenAIChatCompletionClient(
+            model="gpt-4o-mini", api_key="sk-live-123", base_url="https://proxy.example/v1?api-version=2024-06-01"
+        ),
+        model_context=BoundedChatCompletionContext(20),
+    )
+    registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "plain proxy")
+    stored = registry.resolve("support_triage").component
+    assert stored["config"]["model_client"]["config"]["base_url"] == "https://proxy.example/v1?api-version=2024-06-01"

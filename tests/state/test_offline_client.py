@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import Swarm
 from autogen_core.models import ChatCompletionClient, CreateResult, SystemMessage, UserMessage
+from autogen_core.tools import FunctionTool
 
 from teamstore.offline import PROVIDER, OfflineChatCompletionClient
 
@@ -41,3 +45,27 @@ def test_round_trips_as_a_component() -> None:
     loaded = ChatCompletionClient.load_component(dumped)
     assert isinstance(loaded, OfflineChatCompletionClient) and loaded.model == "offline-large"
     assert loaded.dump_component() == dumped
+
+
+def _look_up(order_id: str) -> str:
+    """Look an order up."""
+    return f"order {order_id}: shipped"
+
+
+async def test_agents_with_tools_and_handoffs_build_and_run_on_it() -> None:
+    # AssistantAgent refuses tools and handoffs on a client that does not declare function calling, so a
+    # team with a FunctionTool or a Swarm could not be tried offline at all.
+    clerk = AssistantAgent(
+        "clerk", model_client=OfflineChatCompletionClient(), tools=[FunctionTool(_look_up, description="look up")]
+    )
+    result = await clerk.run(task="Where is order 42?")
+    assert "Where is order 42?" in result.messages[-1].to_text()
+    swarm = Swarm(
+        [
+            AssistantAgent("front", model_client=OfflineChatCompletionClient(), handoffs=["back"]),
+            AssistantAgent("back", model_client=OfflineChatCompletionClient(), handoffs=["front"]),
+        ],
+        termination_condition=MaxMessageTermination(3),
+    )
+    ran = await swarm.run(task="hi")
+    assert [m.source for m in ran.messages] == ["user", "front", "front"]  # it answers in text, never hands off

@@ -14,15 +14,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import prices, usage
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
-from teamstore.errors import StoreUnavailable
+from teamstore.errors import ConfigurationError, StoreUnavailable
 from teamstore.runtime.hooks import RunContext, RunOutcome
 
 
@@ -118,6 +118,20 @@ async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: in
             return removed
 
 
+async def _refuse_older_version(conn: AsyncConnection, version: str) -> None:
+    # Compared in SQL, under the database's collation, as the view's MAX(version) compares.
+    newer = (
+        await conn.execute(select(func.max(prices.c.version)).where(prices.c.version > version))
+    ).scalar()
+    if newer is not None:
+        raise ConfigurationError(
+            f"the database already holds prices version {newer!r}, which sorts after {version!r}; the "
+            "session_costs view prices with the greatest version, so it would ignore this table",
+            hint=f"give the price table a version that sorts after {newer!r} (dates do), or delete the newer "
+            f"rows first: DELETE FROM ts_prices WHERE version = '{newer}'",
+        )
+
+
 async def sync_prices(engine: AsyncEngine, table: PriceTable) -> int:
     """Copy a price table into ``ts_prices`` so the ``session_costs`` view can price rows in SQL.
 
@@ -125,6 +139,10 @@ async def sync_prices(engine: AsyncEngine, table: PriceTable) -> int:
 
     Returns:
         How many price rows were written.
+
+    Raises:
+        ConfigurationError: ``ts_prices`` already holds a version that sorts after this table's: the view
+            would go on pricing with that one while ``teamstore cost`` used this one.
     """
     rows = []
     for model, history in table.prices.items():
@@ -142,6 +160,7 @@ async def sync_prices(engine: AsyncEngine, table: PriceTable) -> int:
                 }
             )
     async with engine.begin() as conn:
+        await _refuse_older_version(conn, table.version)
         await conn.execute(delete(prices).where(prices.c.version == table.version))
         if rows:
             await conn.execute(insert(prices), rows)
