@@ -3,6 +3,7 @@
 #
 #   eval "$(infra/postgres.sh start)"   # exports TEAMSTORE_TEST_DATABASE_URL
 #   infra/postgres.sh stop
+#   infra/postgres.sh status             # exit status 0 while it runs
 #
 # Tests run it with fsync off (fast, nothing to keep). TEAMSTORE_PG_DURABLE=1 keeps the production
 # defaults (fsync, synchronous_commit on) on port 55433: the benchmarks measure against that one.
@@ -50,8 +51,15 @@ stop() {
   as_owner "$pg_ctl" -D "$PGDATA" -m fast stop >/dev/null 2>&1 || true
 }
 
+status() {
+  local pg_ctl
+  pg_ctl="$(find_bin pg_ctl)"
+  as_owner "$pg_ctl" -D "$PGDATA" status >/dev/null 2>&1
+}
+
 case "${1:-start}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  status) status ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

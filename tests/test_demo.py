@@ -8,11 +8,15 @@ import sys
 from pathlib import Path
 
 
-def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
+def _demo(tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
     env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
-    proc = subprocess.run([sys.executable, "-m", "teamstore", "demo"], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-m", "teamstore", "demo"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
+    proc = _demo(tmp_path)
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr
     assert "context came back" in out
@@ -23,3 +27,15 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert "sessions left for bob: 0" in out
     assert (tmp_path / "home" / "teamstore.db").exists()
     assert any((tmp_path / "home" / "transcripts").rglob("*.jsonl.gz"))
+
+
+def test_demo_runs_again_in_the_same_home(tmp_path: Path) -> None:
+    first = _demo(tmp_path)
+    assert first.returncode == 0, first.stderr
+    # The first run left alice's earlier session and its quarantined copy behind; the second run restores and
+    # lists only its own session's copies.
+    second = _demo(tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "after the restore the researcher knows alice's first message again" in second.stdout
+    assert second.stdout.count("quarantined: alice/") == 1
+    assert "sessions left for bob: 0" in second.stdout

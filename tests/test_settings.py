@@ -1,15 +1,19 @@
-"""Bad settings are typed errors naming the variable, never pydantic's ValidationError or a traceback."""
+"""Bad settings are typed errors naming the variable, never pydantic's ValidationError or a traceback; a database
+URL is printed without its password."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from teamstore.db.engine import create_engine
+from teamstore.cli import app
+from teamstore.db.engine import create_engine, redact_url
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.errors import ConfigurationError
 from teamstore.settings import Settings
@@ -53,3 +57,31 @@ def test_the_command_line_reports_a_bad_setting_without_a_traceback(tmp_path: Pa
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1 and "error: TEAMSTORE_STATE_TTL_DAYS" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret-pw@db.internal/teamstore", "postgresql://app:***@db.internal/teamstore"),
+        ("postgresql://app@db.internal/teamstore?password=s3cret-pw&sslmode=require",
+         "postgresql://app@db.internal/teamstore?password=***&sslmode=require"),
+        ("postgresql://app@db.internal/teamstore?sslmode=require&sslpassword=s3cret-pw",
+         "postgresql://app@db.internal/teamstore?sslmode=require&sslpassword=***"),
+        ("sqlite:///.teamstore/teamstore.db", "sqlite:///.teamstore/teamstore.db"),
+    ],
+)
+def test_a_database_url_is_printed_without_its_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+@pytest.mark.postgres
+def test_the_db_commands_hide_a_password_given_in_the_query(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libpq reads ?password= as the password: the server's trust authentication ignores it here.
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", f"{postgres_url}?password=s3cret-pw")
+    for args in (["db", "upgrade"], ["db", "current"], ["db", "lease-mode"]):
+        out = CliRunner().invoke(app, [*args, "--json"])
+        assert out.exit_code == 0, out.output
+        assert "s3cret-pw" not in out.output
+        assert json.loads(out.stdout)["database"].endswith("?password=***")

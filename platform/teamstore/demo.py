@@ -23,6 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from config_registry import Registry
+from teamstore.db.engine import redact_url
 from teamstore.examples import example_manifest, support_triage, support_triage_v2_renamed
 from teamstore.settings import Settings
 
@@ -77,6 +78,12 @@ def _run(user: str, session: str, text: str, team: str = TEAM) -> dict[str, Any]
     return data
 
 
+def _quarantined(user: str, session: str) -> list[dict[str, Any]]:
+    # This run's session only: a home the demo ran in before keeps the user's earlier sessions' copies.
+    rows: list[dict[str, Any]] = teamstore("sessions", "quarantine", "--user", user)
+    return [q for q in rows if q["session_id"] == session]
+
+
 def _stored(sessions: dict[str, str]) -> None:
     table = Table("user", "session", "team version", "row v", "bytes", "persisted agent: messages", "expires")
     for user, session in sessions.items():
@@ -92,7 +99,7 @@ def run_demo() -> None:
     """Run the whole demo; every step but registration happens in a fresh process."""
     settings = Settings()
     console.print(Panel.fit(
-        f"registry  {settings.resolved_registry_path}\ndatabase  {settings.resolved_database_url.split('@')[-1]}\n"
+        f"registry  {settings.resolved_registry_path}\ndatabase  {redact_url(settings.resolved_database_url)}\n"
         f"transcripts {settings.resolved_transcripts_url}", title="teamstore demo"))
     stamp = time.strftime("%H%M%S")
     sessions = {"alice": f"ticket-{stamp}-a", "bob": f"ticket-{stamp}-b"}
@@ -125,7 +132,7 @@ def run_demo() -> None:
     console.print("  [yellow]alice's refused state was set aside in quarantine, not overwritten[/]")
     teamstore("registry", "label", TEAM, v1, "production", "--reason", "demo: roll back the rename")
     console.print(f"  rolled back: production -> {v1[:12]} (moving a label is the rollback)")
-    (kept,) = teamstore("sessions", "quarantine", "--user", "alice")
+    (kept,) = _quarantined("alice", sessions["alice"])
     restored = teamstore("sessions", "restore", str(kept["id"]), "--replace")
     console.print(f"  restored alice's quarantined state {kept['id']} (teamstore sessions restore --replace); the "
                   f"fresh state saved since is quarantined as {restored['replaced_by']}")
@@ -137,8 +144,7 @@ def run_demo() -> None:
 
     _step("5. What is stored")
     _stored(sessions)
-    quarantined = teamstore("sessions", "quarantine", "--user", "alice")
-    for q in quarantined:
+    for q in _quarantined("alice", sessions["alice"]):
         console.print(f"quarantined: alice/{q['session_id']} reason={q['reason']}: {escape(q['detail'])}")
 
     _step("6. The audit trail: alice's first run, as stored (one compressed object per run)")

@@ -21,11 +21,14 @@ from teamstore.errors import ConfigurationError, MissingExtra
 from teamstore.settings import to_async_url
 
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
+# libpq also takes the password (and the client key's passphrase) as a query parameter:
+# postgresql://app@db/teamstore?password=...
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
-    """A database URL safe to print: the password is replaced by ``***``."""
-    return _PASSWORD.sub(r"\1***@", url)
+    """A database URL safe to print: the password, in the userinfo or the query, is replaced by ``***``."""
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
 
 
 # SQLSTATE classes of a connection that failed or was ended (08: connection exception; 57P: the server
