@@ -13,6 +13,9 @@ in the project, registry or runtime, is a ``TeamstoreError``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class TeamstoreError(Exception):
     """Base of every error teamstore raises on purpose.
@@ -62,3 +65,10 @@ class SecretUnavailable(RegistryError):
 
 class FactoryInvalid(RegistryError):
     """A ``module:function`` factory could not be imported, raised, or returned something that is not a team."""
+
+
+def validation_message(error: Mapping[str, Any]) -> str:
+    """One pydantic error for a person: a validator's own ``ValueError`` text, without the "Value error, "
+    pydantic puts before it; any other error's message as pydantic words it."""
+    cause = error.get("ctx", {}).get("error") if error.get("type") == "value_error" else None
+    return str(cause) if cause is not None else str(error["msg"])

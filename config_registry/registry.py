@@ -36,6 +36,7 @@ from config_registry.errors import (
     RegistryCorrupt,
     UnknownTeam,
     UnknownVersion,
+    validation_message,
 )
 from config_registry.fingerprint import fingerprints
 from config_registry.gitrepo import GitRepo, default_actor
@@ -425,7 +426,7 @@ def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
         return ComponentModel.model_validate(dict(component)).model_dump(mode="json")
     except ValidationError as exc:
         raise DefinitionInvalid(
-            f"is not an AutoGen component: {exc.errors()[0]['msg']}",
+            f"is not an AutoGen component: {validation_message(exc.errors()[0])}",
             field=".".join(map(str, exc.errors()[0]["loc"])) or "component",
             hint="pass what team.dump_component() returns",
         ) from exc

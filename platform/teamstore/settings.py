@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from config_registry.errors import validation_message
 from teamstore.errors import ConfigurationError
 
 _ASYNC_DRIVERS = {
@@ -53,8 +54,8 @@ def _describe(err: Any, prefix: str) -> str:
     field = str(err["loc"][0]) if err.get("loc") else "?"
     name = f"{prefix}{field}".upper()
     if any(word in field for word in _SENSITIVE):
-        return f"{name}: {err['msg']}"
-    return f"{name}={err.get('input')!r}: {err['msg']}"
+        return f"{name}: {validation_message(err)}"
+    return f"{name}={err.get('input')!r}: {validation_message(err)}"
 
 
 class Settings(TypedSettings):

@@ -96,6 +96,7 @@ async def test_a_model_missing_from_the_price_table_has_unknown_cost_and_counted
     report = await query_costs(engine, PRICES, by="model")
     (row,) = report.rows
     assert row.key == "mystery-model" and row.cost is None
+    assert row.limited_cost is None  # unknown like the cost, never a 0 that reads as "nothing spent"
     assert row.input_tokens > 0 and row.unpriced_tokens == row.input_tokens + row.output_tokens
     assert row.unpriced_models == ["mystery-model"]
 

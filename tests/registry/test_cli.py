@@ -50,12 +50,14 @@ def test_add_show_list_history_in_json(registry_path: Path) -> None:
 def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> None:
     team_file = tmp_path / "team.json"
     team_file.write_text(json.dumps(triage_json()))
-    result = invoke(*ADD, "--file", str(team_file), "--description", "Support", "--owner", "ops")
+    result = invoke(*ADD, "--file", str(team_file), "--description", "Support", "--owner", "ops",
+                    "--state-ttl-days", "2")
     assert result.exit_code == 0, result.output
     assert "registered support_triage" in result.stdout
     shown = invoke("registry", "show", "support_triage")
     assert "researcher" in shown.stdout
     assert "owner: ops" in shown.stdout
+    assert "state_ttl_days: 2" in shown.stdout
 
 
 def test_rename_diff_check_and_rollback(registry_path: Path) -> None:
@@ -136,7 +138,8 @@ def test_secret_option_stores_a_reference(registry_path: Path, monkeypatch: pyte
             ),
             "is not PATH=env:VAR",
         ),
-        (("registry", "add", "Bad/Name", "--factory", "teamstore.examples:single_assistant"), "name"),
+        (("registry", "add", "Bad/Name", "--factory", "teamstore.examples:single_assistant"),
+         "name: use 1-64 lowercase letters"),  # the validator's own words, no "Value error, " before them
         (("registry", "history", "nobody"), "no team named"),
     ],
 )

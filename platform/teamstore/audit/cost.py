@@ -80,7 +80,7 @@ class CostRow:
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = None
-    limited_cost: float = 0.0
+    limited_cost: float | None = None
     unpriced_tokens: int = 0
     unpriced_models: list[str] = field(default_factory=list)
 
@@ -149,7 +149,7 @@ def _add_tokens(
     amount = price.cost(tokens_in, tokens_out)
     row.cost = (row.cost or 0.0) + amount
     if limited:
-        row.limited_cost += amount
+        row.limited_cost = (row.limited_cost or 0.0) + amount
 
 
 def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int) -> None:
@@ -200,7 +200,8 @@ async def query_costs(
     ordered = [rows[k] for k in sorted(rows)]
     for row in (*ordered, total):  # sums of per-group products: drop the binary noise past a nano-unit
         row.cost = round(row.cost, _COST_DECIMALS) if row.cost is not None else None
-        row.limited_cost = round(row.limited_cost, _COST_DECIMALS)
+        # Unknown when the cost is (no priced tokens at all), like the cost; else 0 when no limit spent any.
+        row.limited_cost = None if row.cost is None else round(row.limited_cost or 0.0, _COST_DECIMALS)
     return CostReport(
         by=by, price_version=prices.version, currency=prices.currency, rows=ordered, total=total
     )

@@ -240,7 +240,7 @@ def _render_cost_table(report: CostReport) -> None:
             str(row.input_tokens),
             str(row.output_tokens),
             _money(row.cost, row.unpriced_tokens),
-            f"{row.limited_cost:.6f}",
+            "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}",
         )
     console.print(table)
     unknown = sorted(set(report.total.unpriced_models))

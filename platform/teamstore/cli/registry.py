@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from config_registry import Manifest, Registry, TeamDefinition
-from config_registry.errors import DefinitionInvalid
+from config_registry.errors import DefinitionInvalid, validation_message
 from teamstore.cli._output import JsonOption, console, emit, fail
 from teamstore.errors import TeamstoreError
 from teamstore.settings import Settings
@@ -56,7 +56,7 @@ def _manifest(name: str, options: dict[str, Any]) -> Manifest:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"]) or "manifest"
         raise DefinitionInvalid(
-            error["msg"], field=field, hint="see 'teamstore registry add --help'"
+            validation_message(error), field=field, hint="see 'teamstore registry add --help'"
         ) from exc
 
 
@@ -206,7 +206,8 @@ def _render_definition(data: dict[str, Any]) -> None:
     console.print(f"message: {data['message']}")
     console.print(f"description: {manifest['description'] or '-'}   owner: {manifest['owner'] or '-'}")
     console.print(
-        f"persist: {', '.join(manifest['persist']) or '-'}   context_bound: {manifest['context_bound']}"
+        f"persist: {', '.join(manifest['persist']) or '-'}   context_bound: {manifest['context_bound']}   "
+        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}"
     )
     console.print(
         f"allow_source_code_tools: {allow['allow_source_code_tools']}  "
