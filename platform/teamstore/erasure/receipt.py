@@ -147,7 +147,8 @@ def remains_elsewhere(
         One entry per place, with the date it ages out.
     """
     spans = (
-        "spans carry only the pseudonymous subject key, now unlinkable (its mapping is deleted)"
+        "spans (wherever workers export them over OTLP) carry only the pseudonymous subject key, now "
+        "unlinkable (its mapping is deleted)"
         + (
             "; message content WAS captured (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT on): "
             "teamstore cannot delete it from the backend, it ages out with the backend's retention"
