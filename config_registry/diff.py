@@ -17,7 +17,7 @@ from typing import Any
 from config_registry.fingerprint import fingerprint_inputs
 from config_registry.secrets import references
 from config_registry.types import KIND_NAMES, TeamDefinition
-from config_registry.validate import participant_names, participants, source_code_tools
+from config_registry.validate import code_tools, participant_names, participants
 
 
 @dataclass
@@ -235,7 +235,7 @@ def _settings(definition: TeamDefinition) -> tuple[dict[str, Any], dict[str, Any
     }
     allowances = {
         "allow_source_code_tools": m.allow_source_code_tools,
-        "source_code_tools": source_code_tools(definition.component),
+        "source_code_tools": code_tools(definition.component),
         "allowed_providers": sorted(m.allowed_providers),
         "secrets": references(definition.component),
     }

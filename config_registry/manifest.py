@@ -69,7 +69,8 @@ class Manifest(BaseModel):
         persist: Participants opted in to resume state.
         context_bound: The most messages a persisted participant's bounding context may keep.
         allowed_providers: Provider prefixes allowed beyond AutoGen's own and teamstore's.
-        allow_source_code_tools: Allow tools that carry Python source (``FunctionTool``), which loading executes.
+        allow_source_code_tools: Allow tools that carry Python source (``FunctionTool``), which loading executes,
+            and components that run code or commands they are given (code executors, MCP stdio servers).
         secrets: JSON path (under the root component's ``config``) -> reference such as ``env:OPENAI_API_KEY``.
         state_ttl_days: How long resume state for this team lives; ``None`` leaves it to the runtime.
         notes: Free text for reviewers.

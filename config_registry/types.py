@@ -49,7 +49,7 @@ class TeamDefinition:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (what ``teamstore registry show --json`` prints)."""
         from config_registry.secrets import references
-        from config_registry.validate import source_code_tools
+        from config_registry.validate import code_tools
 
         return {
             "name": self.name,
@@ -63,7 +63,7 @@ class TeamDefinition:
             "fingerprints": dict(self.fingerprints),
             "allowances": {
                 "allow_source_code_tools": self.manifest.allow_source_code_tools,
-                "source_code_tools": source_code_tools(self.component),
+                "source_code_tools": code_tools(self.component),
                 "allowed_providers": list(self.manifest.allowed_providers),
                 "secrets": references(self.component),
             },

@@ -24,6 +24,9 @@ from config_registry.manifest import Manifest
 from config_registry.secrets import apply_references, is_reference, mask_references, walk
 
 SOURCE_CODE_TOOL = "autogen_core.tools.FunctionTool"
+# Allowed by the "autogen_ext." prefix, yet as able to run arbitrary code as a source-code tool.
+CODE_RUNNING_PROVIDERS = ("autogen_ext.code_executors.", "autogen_ext.tools.code_execution.")
+STDIO_SERVER = "StdioServerParams"  # McpWorkbench / StdioMcpToolAdapter: server_params.type
 
 
 def normalise(component: Any) -> Any:
@@ -76,8 +79,27 @@ def source_code_tools(component: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def code_running_components(component: Mapping[str, Any]) -> list[str]:
+    """JSON paths of every component that runs code or a command it is given, though it carries no source:
+    AutoGen's code executors (local, Jupyter, Docker ...: what a model writes, steered by users' messages,
+    runs on or beside the worker) and MCP stdio servers (a command line the definition names, started by
+    the worker)."""
+    found = []
+    for path, key, value, _parent in walk(component):
+        provider = WELL_KNOWN_PROVIDERS.get(value, value) if key == "provider" and isinstance(value, str) else ""
+        if provider.startswith(CODE_RUNNING_PROVIDERS) or (key == "type" and value == STDIO_SERVER):
+            found.append(path.rpartition(".")[0] or "(root)")
+    return found
+
+
+def code_tools(component: Mapping[str, Any]) -> list[str]:
+    """JSON paths of everything ``allow_source_code_tools`` must allow: source-code tools, code executors
+    and MCP stdio servers."""
+    return source_code_tools(component) + code_running_components(component)
+
+
 def check_source_code(component: Mapping[str, Any], manifest: Manifest) -> None:
-    """Refuse tools with source code unless the manifest allows them.
+    """Refuse tools with source code, code executors and MCP stdio servers unless the manifest allows them.
 
     Raises:
         DefinitionInvalid: Naming the first such tool's JSON path.
@@ -88,6 +110,14 @@ def check_source_code(component: Mapping[str, Any], manifest: Manifest) -> None:
             "is a tool with Python source code, which load_component() executes",
             field=paths[0],
             hint="review the code, then allow it explicitly: --allow-source-code-tools",
+        )
+    paths = code_running_components(component)
+    if paths and not manifest.allow_source_code_tools:
+        raise DefinitionInvalid(
+            "runs code or a command it is given (a code executor or an MCP stdio server) on or beside "
+            "the worker",
+            field=paths[0],
+            hint="review what it may run, then allow it explicitly: --allow-source-code-tools",
         )
 
 

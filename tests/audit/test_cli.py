@@ -120,6 +120,32 @@ def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pyte
     assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/"}
 
 
+def test_a_message_is_shown_as_text_that_the_terminal_never_acts_on() -> None:
+    # A user's message (or a model's reply) holding rich markup and terminal escape sequences: a title and
+    # clipboard write (OSC), an erase of the screen, a one-character CSI, a right-to-left override.
+    hostile = "hi [/] [link=https://evil.example]x[/link] \x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b8m\u202eok"
+
+    async def go() -> None:
+        settings = Settings()
+        engine = create_engine(settings.resolved_database_url)
+        await upgrade(engine)
+        observers = build_audit_observers(settings, engine)
+        await observe_run(observers, triage_team(), context(user_id=USER, session_id=SESSION), hostile)
+        for observer in observers:
+            if isinstance(observer, TranscriptObserver):
+                await observer.drain()
+        await engine.dispose()
+
+    asyncio.run(go())
+    shown = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.output
+    assert not any(c in shown.stdout for c in "\x1b\x07\x9b\u202e")
+    assert "hi [/] [link=https://evil.example]x[/link] \\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2J\\x9b8m\\u202eok" in shown.stdout
+    as_json = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION, "--json"])
+    assert json.loads(as_json.stdout)["runs"][0]["items"][0]["message"]["content"] == hostile  # exact, and
+    assert not any(c in as_json.stdout for c in "\x1b\x07\x9b\u202e")  # still inert in a terminal
+
+
 def test_a_run_that_raised_says_so_in_the_readable_transcript() -> None:
     from teamstore.cli._output import console
     from teamstore.cli.audit import _render_transcripts

@@ -60,6 +60,22 @@ def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> 
     assert "state_ttl_days: 2" in shown.stdout
 
 
+def test_a_definitions_texts_are_shown_as_text_that_the_terminal_never_acts_on(registry_path: Path) -> None:
+    # A hostile (or careless) definition: markup and escape sequences in its message, owner and description
+    # must neither break 'show', 'list' and 'history' nor hide or rewrite what a reviewer reads there.
+    result = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "-m", "fix [/] \x1b[8mhidden",
+                    "--owner", "[red]ops", "--description", "\x1b]0;title\x07desc")
+    assert result.exit_code == 0, result.output
+    for command in (("registry", "show", "support_triage"), ("registry", "list"),
+                    ("registry", "history", "support_triage")):
+        shown = runner.invoke(app, list(command), env={"COLUMNS": "300"})
+        assert shown.exit_code == 0, shown.output
+        assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    shown = runner.invoke(app, ["registry", "show", "support_triage"], env={"COLUMNS": "300"}).stdout
+    assert "message: fix [/] \\x1b[8mhidden" in shown and "owner: [red]ops" in shown
+    assert "description: \\x1b]0;title\\x07desc" in shown
+
+
 def test_rename_diff_check_and_rollback(registry_path: Path) -> None:
     v1 = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "production")["version"]
     v2 = as_json(

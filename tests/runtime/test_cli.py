@@ -63,3 +63,14 @@ def test_a_typed_error_from_a_command_is_reported_by_the_command_line(registry: 
     assert out.exit_code == 1
     assert "user_id is empty" in out.output and "fix:" in out.output
     assert isinstance(out.exception, SystemExit)  # handled, not a TeamstoreError escaping the command
+
+
+def test_ids_are_listed_as_text_that_the_terminal_never_acts_on(registry: Registry) -> None:
+    # Session ids come from the service's clients: rich markup or a one-character CSI (U+009B) in one must
+    # neither break the operator's listing of every session nor reach the terminal.
+    session = "t-[/][red]\x9b2J"
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", session, "hi"])
+    assert out.exit_code == 0, out.output
+    listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "300"})
+    assert listed.exit_code == 0, listed.output
+    assert "t-[/][red]\\x9b2J" in listed.stdout and "\x9b" not in listed.stdout

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from datetime import date, datetime
@@ -39,8 +40,25 @@ def _default(value: object) -> object:
 
 
 def dumps(data: Any) -> str:
-    """JSON with stable key order and ISO timestamps."""
-    return json.dumps(data, default=_default, indent=2, sort_keys=True, ensure_ascii=False)
+    """JSON with stable key order and ISO timestamps; characters a terminal would act on, which JSON may
+    hold raw (DEL, C1 controls, bidirectional overrides), are written as ``\\u`` escapes: the same JSON."""
+    text = json.dumps(data, default=_default, indent=2, sort_keys=True, ensure_ascii=False)
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+# What a terminal would act on rather than show: C0 controls but newline and tab (ESC starts escape sequences
+# that move the cursor, erase lines, set the title or the clipboard), DEL, C1 controls (U+009B is a one-
+# character CSI), and the bidirectional overrides that reorder what is shown.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(value: object) -> str:
+    """``value`` as inert text for a readable table or line: never read as rich markup, and every character
+    a terminal would act on shown escaped (``\\x1b``). Ids, names and messages come from users, models and
+    registry authors; printed as they are, ``[/]`` would crash the command and an escape sequence could
+    rewrite or hide what the operator reads. ``--json`` keeps values exact (:func:`dumps`)."""
+    text = _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+    return escape(text)
 
 
 def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:
@@ -54,7 +72,7 @@ def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:
 def fail(exc: TeamstoreError, code: int = 1) -> NoReturn:
     """Print a typed error with its fix and exit non-zero."""
     # The message quotes ids as the user gave them: printed as text, never read as rich markup.
-    err_console.print(f"[bold red]error[/]: {escape(exc.message)}")
+    err_console.print(f"[bold red]error[/]: {plain(exc.message)}")
     if exc.hint:
-        err_console.print(f"[yellow]fix[/]: {escape(exc.hint)}")
+        err_console.print(f"[yellow]fix[/]: {plain(exc.hint)}")
     raise typer.Exit(code)

@@ -31,7 +31,7 @@ from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import run_key, session_prefix, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, decode
-from teamstore.cli._output import JsonOption, console, dumps, emit
+from teamstore.cli._output import JsonOption, console, dumps, emit, plain
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
 from teamstore.errors import ConfigurationError, TranscriptNotFound
@@ -111,7 +111,7 @@ def _render_transcripts(data: dict[str, Any]) -> None:
     for entry in data["runs"]:
         run = entry["run"]
         totals = run["totals"]
-        console.rule(f"run {run['run_id']}  {run['team']}@{run['team_version']}  {run['started_at']}")
+        console.rule(plain(f"run {run['run_id']}  {run['team']}@{run['team_version']}  {run['started_at']}"))
         for item in entry["items"]:
             usage = item["message"].get("models_usage") or {}
             tokens = (
@@ -119,12 +119,13 @@ def _render_transcripts(data: dict[str, Any]) -> None:
                 if usage
                 else ""
             )
-            console.print(f"[bold]{item['source']}[/] [dim]{item['type']}[/]{tokens}")
-            console.print(_content_text(item["message"]), markup=False, highlight=False)
+            # Users' words and models' replies: shown, never acted on by the terminal (plain()).
+            console.print(f"[bold]{plain(item['source'])}[/] [dim]{plain(item['type'])}[/]{tokens}")
+            console.print(plain(_content_text(item["message"])), highlight=False)
         limit = " (ended by a limit)" if run["ended_by_limit"] else ""
         ended = f"raised {run['error']}" if run.get("error") else f"stop: {run['stop_reason']}{limit}"
         console.print(
-            f"[dim]{ended}; {totals['model_calls']} model calls, "
+            f"[dim]{plain(ended)}; {totals['model_calls']} model calls, "
             f"{totals['input_tokens']} in / {totals['output_tokens']} out tokens[/]"
         )
 
@@ -159,7 +160,7 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
         as_json=as_json,
         render=lambda d: console.print(
             f"delivered {d['delivered']}, still queued {d['remaining']}"
-            + (f" (last error: {d['last_error']})" if d["last_error"] else "")
+            + (f" (last error: {plain(d['last_error'])})" if d["last_error"] else "")
         ),
     )
     if data["failed"]:
@@ -232,7 +233,7 @@ def _render_cost_table(report: CostReport) -> None:
         table.add_column(name, justify="left" if name == "key" else "right")
     for row in [*report.rows, report.total]:
         table.add_row(
-            row.key,
+            plain(row.key),
             str(row.runs_completed),
             str(row.runs_limited),
             str(row.runs_failed),
@@ -246,7 +247,8 @@ def _render_cost_table(report: CostReport) -> None:
     unknown = sorted(set(report.total.unpriced_models))
     if unknown:
         console.print(
-            f"[yellow]no price for {', '.join(unknown)}: their tokens are counted, their cost is unknown[/]"
+            f"[yellow]no price for {plain(', '.join(unknown))}: their tokens are counted, their cost is "
+            "unknown[/]"
         )
 
 

@@ -16,11 +16,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, fail
+from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.errors import TeamstoreError
 from teamstore.settings import Settings
@@ -76,7 +75,7 @@ def _render(receipt: Receipt) -> None:
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
     # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
     table = Table(title="erasure dry run (nothing changed or stored)" if dry else
-                  f"erasure {escape(receipt.request_id)}: {receipt.status}")
+                  f"erasure {plain(receipt.request_id)}: {receipt.status}")
     table.add_column("store", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for column in ("rows", "objects", "versions", "markers", "bytes", "held", "verified"):
@@ -89,17 +88,17 @@ def _render(receipt: Receipt) -> None:
     console.print(table)
     for name, s in receipt.stores.items():
         if s.detail:
-            console.print(f"[yellow]{name}[/]: {escape(s.detail)}")
+            console.print(f"[yellow]{name}[/]: {plain(s.detail)}")
     console.print(f"subject hash {receipt.subject_hash or '(user had no subject)'}; received "
                   f"{receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
     for remains in receipt.remains_elsewhere:
-        console.print(f"remains by design: {remains.what} until {remains.until:%Y-%m-%d}: {escape(remains.detail)}")
+        console.print(f"remains by design: {remains.what} until {remains.until:%Y-%m-%d}: {plain(remains.detail)}")
 
 
 def _finish(receipt: Receipt, as_json: bool) -> None:
     emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
     if not receipt.ok:
-        rid = escape(receipt.request_id)
+        rid = plain(receipt.request_id)
         err_console.print(f"[bold red]erasure {rid} is {receipt.status}[/]: rerun "
                           f"`teamstore erase --user ... --request-id {rid}` to resume")
         raise typer.Exit(INCOMPLETE)

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from config_registry import Manifest, Registry, TeamDefinition
 from config_registry.errors import DefinitionInvalid, validation_message
-from teamstore.cli._output import JsonOption, console, emit, fail
+from teamstore.cli._output import JsonOption, console, emit, fail, plain
 from teamstore.errors import TeamstoreError
 from teamstore.settings import Settings
 
@@ -91,7 +91,7 @@ def add(
         list[str] | None, typer.Option("--allow-provider", help="Extra provider prefix (repeatable).")
     ] = None,
     allow_source_code_tools: bool = typer.Option(
-        False, "--allow-source-code-tools", help="Allow FunctionTool code."
+        False, "--allow-source-code-tools", help="Allow FunctionTool code, code executors and MCP stdio servers."
     ),
     secret: Annotated[
         list[str] | None, typer.Option("--secret", help="PATH=env:VAR, a secret as a reference.")
@@ -167,9 +167,9 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
             row["kind"],
             _short(row["version"]),
             labels,
-            ", ".join(row["persisted"]),
-            row["owner"],
-            row["description"],
+            plain(", ".join(row["persisted"])),
+            plain(row["owner"]),
+            plain(row["description"]),
         )
     console.print(table)
 
@@ -201,26 +201,31 @@ def _render_definition(data: dict[str, Any]) -> None:
     manifest, allow = data["manifest"], data["allowances"]
     console.print(f"[bold]{data['name']}[/] {data['kind']} version [cyan]{data['version']}[/]")
     console.print(
-        f"labels: {', '.join(data['labels']) or '-'}   registered by {data['author']} at {data['time']}"
+        f"labels: {', '.join(data['labels']) or '-'}   registered by {plain(data['author'])} at {data['time']}"
     )
-    console.print(f"message: {data['message']}")
-    console.print(f"description: {manifest['description'] or '-'}   owner: {manifest['owner'] or '-'}")
+    # A definition's texts are its author's: shown as text (plain()), never as markup or escape sequences.
+    console.print(f"message: {plain(data['message'])}")
     console.print(
-        f"persist: {', '.join(manifest['persist']) or '-'}   context_bound: {manifest['context_bound']}   "
+        f"description: {plain(manifest['description'] or '-')}   owner: {plain(manifest['owner'] or '-')}"
+    )
+    console.print(
+        f"persist: {plain(', '.join(manifest['persist']) or '-')}   "
+        f"context_bound: {manifest['context_bound']}   "
         f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}"
     )
     console.print(
         f"allow_source_code_tools: {allow['allow_source_code_tools']}  "
-        f"source-code tools: {', '.join(allow['source_code_tools']) or 'none'}"
+        f"source-code tools: {plain(', '.join(allow['source_code_tools']) or 'none')}"
     )
     console.print(f"allowed providers (extra): {', '.join(allow['allowed_providers']) or 'none'}")
     for path, reference in sorted(allow["secrets"].items()):
-        console.print(f"secret: {path} <- {reference}")
+        console.print(f"secret: {plain(path)} <- {reference}")
     table = Table(title="Participants")
     for column in ("name", "type", "model", "context", "fingerprint"):
         table.add_column(column)
     for row in data["participants"]:
-        table.add_row(row["name"], row["type"], row["model"], row["context"], row["fingerprint"] or "-")
+        cells = (plain(row[c]) for c in ("name", "type", "model", "context"))
+        table.add_row(*cells, row["fingerprint"] or "-")
     console.print(table)
 
 
@@ -268,7 +273,8 @@ def _render_history(rows: list[dict[str, Any]]) -> None:
             f"{row['label']} ({_short(row['previous'])} -> {_short(row['version'])})" if row["label"] else ""
         )
         table.add_row(
-            str(row["time"]), row["kind"], _short(row["version"]), label, row["author"], row["message"]
+            str(row["time"]), row["kind"], _short(row["version"]), plain(label), plain(row["author"]),
+            plain(row["message"]),
         )
     console.print(table)
 
@@ -312,7 +318,7 @@ def diff(
     def render(data: dict[str, Any]) -> None:
         console.print(f"[bold]{name}[/] {_short(data['a'])} -> {_short(data['b'])}")
         for line in data["changes"] or ["no semantic change"]:
-            console.print(f"  - {line}")
+            console.print(f"  - {plain(line)}")
 
     emit(change.to_dict(), as_json=as_json, render=render)
 
@@ -336,7 +342,9 @@ def label(
     emit(
         {"name": name, "label": label_name, "version": target, "reason": reason},
         as_json=as_json,
-        render=lambda d: console.print(f"{name}: {label_name} -> [cyan]{_short(d['version'])}[/] ({reason})"),
+        render=lambda d: console.print(
+            f"{name}: {label_name} -> [cyan]{_short(d['version'])}[/] ({plain(reason)})"
+        ),
     )
 
 
@@ -357,9 +365,9 @@ def check(
         verdict = "[green]compatible[/]" if data["compatible"] else "[red]INCOMPATIBLE[/]"
         console.print(f"{name} {_short(data['a'])} -> {_short(data['b'])}: {verdict}")
         for line in data["reasons"]:
-            console.print(f"  - {line}")
+            console.print(f"  - {plain(line)}")
         for line in data["notes"]:
-            console.print(f"  note: {line}")
+            console.print(f"  note: {plain(line)}")
 
     emit(report.to_dict(), as_json=as_json, render=render)
     if not report.compatible:

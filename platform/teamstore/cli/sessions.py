@@ -14,10 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from teamstore.cli._output import JsonOption, console, emit, fail
+from teamstore.cli._output import JsonOption, console, emit, fail, plain
 from teamstore.db.engine import create_engine, redact_url
 from teamstore.db.migrate import current_revision, head_revision, upgrade
 from teamstore.errors import TeamstoreError
@@ -85,8 +84,8 @@ def run(
 def _render_run(data: dict[str, Any]) -> None:
     resume = data["resume"]
     note = f" ({resume['detail']})" if resume["detail"] else ""
-    console.print(f"[dim]resume: {resume['outcome']}{note}[/]")
-    console.print(f"[bold]{data['speaker']}[/]: {escape(str(data['reply']))}")
+    console.print(f"[dim]resume: {plain(resume['outcome'] + note)}[/]")
+    console.print(f"[bold]{plain(data['speaker'])}[/]: {plain(data['reply'])}")
 
 
 @sessions_app.command("list")
@@ -107,7 +106,8 @@ def list_sessions(
 def _render_sessions(rows: list[dict[str, Any]]) -> None:
     table = Table("user", "session", "team", "version", "bytes", "row v", "expires")
     for r in rows:
-        table.add_row(r["user_id"], r["session_id"], r["team"], r["team_version"][:12], str(r["state_bytes"]),
+        table.add_row(plain(r["user_id"]), plain(r["session_id"]), plain(r["team"]), r["team_version"][:12],
+                      str(r["state_bytes"]),
                       str(r["row_version"]), str(r["expires_at"])[:19])
     console.print(table)
 
@@ -134,14 +134,14 @@ def show_session(
 def _render_session(d: dict[str, Any]) -> None:
     for key in ("team", "team_version", "schema_version", "agentchat_version", "row_version", "state_bytes",
                 "updated_at", "expires_at"):
-        console.print(f"[bold]{key}[/]: {d[key]}")
+        console.print(f"[bold]{key}[/]: {plain(d[key])}")
     agents = d["agents"]
     if isinstance(agents, str):
-        console.print(f"[bold]agents[/]: {agents}")
+        console.print(f"[bold]agents[/]: {plain(agents)}")
         return
     table = Table("persisted agent", "stored messages", "bytes")
     for name, info in agents.items():
-        table.add_row(name, str(info["messages"]), str(info["bytes"]))
+        table.add_row(plain(name), str(info["messages"]), str(info["bytes"]))
     console.print(table)
 
 
@@ -160,7 +160,8 @@ def list_quarantine(
     def render(rows: list[dict[str, Any]]) -> None:
         table = Table("id", "user", "session", "reason", "detail", "bytes", "when")
         for q in rows:
-            table.add_row(str(q["id"]), q["user_id"], q["session_id"], q["reason"], q["detail"][:60],
+            table.add_row(str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
+                          plain(q["detail"][:60]),
                           str(q["state_bytes"]), str(q["quarantined_at"])[:19])
         console.print(table)
 
@@ -182,7 +183,7 @@ def delete_session(
         data = _with_platform(go, audit=False)
     except TeamstoreError as exc:
         fail(exc)
-    emit(data, as_json=as_json, render=lambda d: console.print(escape(
+    emit(data, as_json=as_json, render=lambda d: console.print(plain(
         f"session {d['user_id']!r}/{d['session_id']!r}: " + ("deleted" if d["deleted"] else "nothing stored"))))
 
 
@@ -207,7 +208,7 @@ def restore_quarantined(
         fail(exc)
 
     def render(d: dict[str, Any]) -> None:
-        console.print(escape(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
+        console.print(plain(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
                              f"{d['session_id']!r} ({d['team']}@{d['team_version']}, {d['state_bytes']} bytes, "
                              f"row version {d['row_version']})"))
         if d["replaced_by"] is not None:

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,18 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _create_private(database: Path) -> None:
+    """Create the SQLite file, before sqlite does, readable and writable by its owner only.
+
+    The file holds user ids, session ids, saved agent states (users' words) and the map from user ids to
+    transcript subject keys: under the usual umask (022) sqlite would create it world-readable, and its
+    ``-wal``/``-shm`` files copy the database's mode. An existing file keeps the mode its operator gave
+    it; a file that cannot be made here is left to sqlite, which reports why it cannot open it.
+    """
+    with contextlib.suppress(OSError):
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """Build an async engine for ``url``, swapping in the async driver when needed.
 
@@ -109,9 +123,11 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         kwargs.setdefault("pool_pre_ping", True)
         return create_async_engine(async_url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(async_url, **kwargs)
+        if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
+            database = Path(parsed.database)
+            database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            event.listen(engine.sync_engine, "do_connect", lambda *_: _create_private(database))
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     raise ConfigurationError(

@@ -43,17 +43,20 @@ class LocalTranscriptStore:
         return self.root.joinpath(*check_key(key).split("/"))
 
     async def put(self, key: str, body: bytes) -> None:
-        """Write ``body`` atomically at ``key``.
+        """Write ``body`` atomically at ``key``; a new root folder is its owner's only (0700).
 
         Raises:
             StorageError: The folder is not writable.
         """
-        await asyncio.to_thread(self._put, self._path(key), body)
+        await asyncio.to_thread(self._put, self._path(key), body, self.root)
 
     @staticmethod
-    def _put(path: Path, body: bytes) -> None:
+    def _put(path: Path, body: bytes, root: Path) -> None:
         tmp: str | None = None
         try:
+            # Objects are 0600 (mkstemp); the folders' names are subject keys, and on a shared host other
+            # users need not list whose transcripts exist or how many runs each has.
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
             with os.fdopen(fd, "wb") as handle:

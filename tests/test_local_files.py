@@ -1,0 +1,61 @@
+"""The embedded default's files are its owner's only, whatever the umask: the SQLite database (user ids,
+saved states, the map to transcript subjects) and the transcript folder must not be readable by the
+other users of a shared host."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.db.engine import create_engine
+from tests.conftest import upgrade_database
+
+
+@pytest.fixture(autouse=True)
+def usual_umask() -> Iterator[None]:
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_a_new_sqlite_database_and_its_wal_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    database = tmp_path / "home" / "teamstore.db"
+    await upgrade_database(f"sqlite:///{database}")
+    engine = create_engine(f"sqlite:///{database}")
+    async with engine.begin() as conn:  # a write, so the -wal and -shm files exist while it is open
+        await conn.execute(text("INSERT INTO ts_subjects (user_id, subject_key, created_at) "
+                                "VALUES ('alice', 'k', CURRENT_TIMESTAMP)"))
+        assert mode(database) == 0o600
+        assert mode(database.parent) == 0o700
+        for extra in ("-wal", "-shm"):
+            side = database.with_name(database.name + extra)
+            assert not side.exists() or mode(side) == 0o600, extra
+    await engine.dispose()
+
+
+async def test_an_existing_database_keeps_the_mode_its_operator_gave_it(tmp_path: Path) -> None:
+    database = tmp_path / "teamstore.db"
+    await upgrade_database(f"sqlite:///{database}")
+    database.chmod(0o640)  # shared with a reporting group on purpose
+    await upgrade_database(f"sqlite:///{database}")
+    assert mode(database) == 0o640
+
+
+async def test_the_transcript_folder_and_its_objects_are_their_owners_only(tmp_path: Path) -> None:
+    root = tmp_path / "home" / "transcripts"
+    store = LocalTranscriptStore(root)
+    await store.put("subjects/abc/sessions/def/runs/r1.jsonl.gz", b"x")
+    assert mode(root) == 0o700
+    assert mode(root / "subjects/abc/sessions/def/runs/r1.jsonl.gz") == 0o600
