@@ -182,3 +182,15 @@ async def test_closing_a_platform_closes_the_transcript_store_it_made(
 
 def _s3_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("teamstore-s3")]
+
+
+def test_cost_csv_never_hands_a_spreadsheet_a_formula(capsys: pytest.CaptureFixture[str]) -> None:
+    # Team, agent and model names come from definitions; a spreadsheet would run '=...' as a formula.
+    from teamstore.audit.cost import CostReport, CostRow
+    from teamstore.cli.audit import _write_csv
+
+    row = CostRow(key='=HYPERLINK("http://x","y")', calls=1, cost=0.5, unpriced_models=["@sum(1)"])
+    _write_csv(CostReport(by="model", price_version="v", currency="USD", rows=[row], total=row))
+    (written,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert written["model"] == "'=HYPERLINK(\"http://x\",\"y\")" and written["unpriced_models"] == "'@sum(1)"
+    assert written["cost"] == "0.5" and written["calls"] == "1"

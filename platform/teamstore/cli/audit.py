@@ -252,13 +252,24 @@ def _render_cost_table(report: CostReport) -> None:
         )
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    """A CSV cell a spreadsheet shows as text: a string it would read as a formula (a team, agent or model
+    name starting with '=') gets a leading apostrophe."""
+    if value is None:
+        return ""
+    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
+
+
 def _write_csv(report: CostReport) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow([report.by, *COLUMNS[1:], "unpriced_models", "currency", "price_version"])
     for row in report.rows:
         values = asdict(row)
-        cells = ["" if values[c] is None else values[c] for c in COLUMNS]
-        writer.writerow([*cells, ";".join(row.unpriced_models), report.currency, report.price_version])
+        cells = [_cell(values[c]) for c in COLUMNS]
+        writer.writerow([*cells, _cell(";".join(row.unpriced_models)), report.currency, report.price_version])
 
 
 def cost(
