@@ -110,6 +110,29 @@ async def test_sqlite_only_leases_in_the_row(tmp_path) -> None:  # type: ignore[
 
 
 @pytest.mark.postgres
+async def test_a_sweep_caught_by_a_switch_reads_the_mode_again(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `db lease-mode` lands between the sweep reading the mode and sweeping: the sweep reads it again
+    # instead of failing with a message about a setting it does not read.
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    await set_lease_mode(engine, "row")
+    store = store_for(engine, lease="row")
+    row = await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
+    await store.save(KEY, owner="w1", expected_version=row.row_version, record=record(days=-1.0), release=True)
+    reads = iter(["lock", "row"])  # the first read is from just before the switch to row
+
+    async def mode_then_switched(_engine: object) -> str:
+        return next(reads)
+
+    monkeypatch.setattr("teamstore.state.sweep.lease_mode", mode_then_switched)
+    assert await sweep_expired_sessions(engine) == 1
+    await store.aclose()
+    await engine.dispose()
+
+
+@pytest.mark.postgres
 async def test_the_sweep_follows_the_database(postgres_url: str) -> None:
     engine = create_engine(postgres_url)
     await upgrade(engine)

@@ -14,6 +14,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.errors import ConfigurationError
 from teamstore.state.schema import quarantine
 from teamstore.state.sql import lease_mode, store_for, unavailable
 
@@ -25,11 +26,17 @@ async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> 
         engine: The state database.
         batch_size: Rows per delete statement, to keep transactions short on big tables.
     """
-    store = store_for(engine, pool_size=1, lease=await lease_mode(engine))  # whichever leases the database serves
-    try:
-        return await store.sweep_expired(batch_size=batch_size)
-    finally:
-        await store.aclose()
+    for attempt in (1, 2):
+        store = store_for(engine, pool_size=1, lease=await lease_mode(engine))  # whichever leases it serves
+        try:
+            return await store.sweep_expired(batch_size=batch_size)
+        except ConfigurationError:
+            if attempt == 2:
+                raise
+            # `teamstore db lease-mode` switched between reading the mode and sweeping: read it again.
+        finally:
+            await store.aclose()
+    raise AssertionError("unreachable")
 
 
 async def sweep_quarantine(engine: AsyncEngine, cutoff: datetime, batch_size: int = 500) -> int:
