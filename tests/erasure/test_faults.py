@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import unicodedata
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -17,7 +18,7 @@ from teamstore.audit.subjects import find_subject, get_or_create_subject
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
-from teamstore.erasure import RequestStatus, StepStatus
+from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import ErasureConflict, ErasureInProgress, ErasureRequestNotFound, InvalidIdentifier
@@ -348,3 +349,17 @@ async def test_a_transcript_swept_by_retention_during_the_erasure_is_not_a_failu
     assert receipt.ok and receipt.stores["transcripts"].status is StepStatus.ERASED, receipt.stores["transcripts"]
     assert receipt.stores["transcripts"].counts.versions == 1  # the other one was gone before it was read
     assert await store.list_keys("") == []
+
+
+async def test_a_rerun_straight_after_a_killed_first_attempt_still_waits_out_the_fence_grace(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    # The first coordinator opened the request (the fence went up) and died before it leased it. Writes
+    # that passed their fence check just before may still land within the grace: the rerun must not
+    # enumerate before it has passed, measured from when the fence went up.
+    opened = await requests.open_request(engine, "req-killed", "hank", None, due_days=30)
+    enumerated: list[datetime] = []
+    rerun = coordinator(engine, folder, fence_grace_seconds=0.6)
+    rerun.after_step = lambda _name: enumerated.append(datetime.now(UTC))
+    assert (await rerun.run("hank", request_id="req-killed")).ok
+    assert enumerated and enumerated[0] >= opened.received_at + timedelta(seconds=0.6)

@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -120,7 +119,7 @@ class DeletionCoordinator:
             # our read and our claim, and a finished request is only ever reported.
             fresh = await requests.get_request(self.engine, rid)
             assert fresh is not None  # requests are never deleted
-            row = replace(fresh, created_now=row.created_now)
+            row = fresh
             if (finished := await self._finished(row, user_id)) is not None:
                 return finished
             async with self._keeping_lease(rid, owner):
@@ -188,9 +187,11 @@ class DeletionCoordinator:
         return self._receipt(row, await requests.load_steps(self.engine, request_id), RequestStatus.OPEN)
 
     async def _resume(self, row: requests.RequestRow, owner: str) -> Receipt:
-        if row.created_now and self.knobs.fence_grace_seconds:
-            # Writes that checked the fence just before it went up land within their deadline.
-            await asyncio.sleep(self.knobs.fence_grace_seconds)
+        # Writes that checked the fence just before it went up (with the request) land within their
+        # deadline: wait out what is left of it, on a rerun straight after a killed first attempt too.
+        left = (row.received_at + timedelta(seconds=self.knobs.fence_grace_seconds) - datetime.now(UTC)).total_seconds()
+        if left > 0:
+            await asyncio.sleep(min(left, self.knobs.fence_grace_seconds))
         ctx = await self._context(row)
         recorded = await requests.load_steps(self.engine, row.request_id)
         if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
