@@ -14,6 +14,8 @@ from config_registry import Registry
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.schema import erasure_requests
+from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.database import resume_step
 from teamstore.errors import ErasureConflict
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import audited_platform, seed_user
@@ -84,3 +86,23 @@ async def test_a_request_finished_while_a_rerun_waited_for_its_lease_is_never_ru
         row = (await conn.execute(select(erasure_requests))).one()
     assert row.status == RequestStatus.COMPLETED and row.user_id is None
     assert await coordinator(engine, store).status("req-race") == done[0]
+
+
+async def test_a_coordinator_that_lost_its_lease_mid_step_commits_nothing_of_that_step(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    # A coordinator stopped longer than its lease (a paused process) resumes in the middle of a step after
+    # another one took the request over: its step must neither delete nor record anything.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await seed_user(audited_platform(engine, registry, store), store, "petra", "CANARY-petra", 1, 1)
+    await requests.open_request(engine, "req-paused", "petra", None, due_days=30)
+    assert await requests.claim(engine, "req-paused", "paused", lease_seconds=0.01)
+    await asyncio.sleep(0.05)
+    assert await requests.claim(engine, "req-paused", "other", lease_seconds=30)  # the lease ran out: taken over
+    ctx = StepContext(engine, store, "req-paused", "petra", None, owner="paused")
+
+    with pytest.raises(ErasureConflict, match="taken over"):
+        await resume_step().erase(ctx, prior=None)
+
+    assert (await resume_step().enumerate(ctx)).rows == 1  # the delete rolled back with the refused record
+    assert await requests.load_steps(engine, "req-paused") == {}

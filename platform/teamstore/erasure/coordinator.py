@@ -192,7 +192,7 @@ class DeletionCoordinator:
         left = (row.received_at + timedelta(seconds=self.knobs.fence_grace_seconds) - datetime.now(UTC)).total_seconds()
         if left > 0:
             await asyncio.sleep(min(left, self.knobs.fence_grace_seconds))
-        ctx = await self._context(row)
+        ctx = await self._context(row, owner)
         recorded = await requests.load_steps(self.engine, row.request_id)
         if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
             # A run that began before the fence may still write when it ends: not while the fence stands.
@@ -202,11 +202,11 @@ class DeletionCoordinator:
             # What an earlier attempt erased stays counted: the rerun adds to it, never restarts from zero.
             before = recorded.get("resume_state")
             result = StoreResult(status=StepStatus.FAILED, counts=before.counts if before else Counts(), detail=detail)
-            await requests.record_step(self.engine, row.request_id, "resume_state", result)
+            await requests.record_step(self.engine, row.request_id, "resume_state", result, owner)
             log.error("erasure %s: %s", row.request_id, detail)
             receipt = self._receipt(row, {**recorded, "resume_state": result}, RequestStatus.FAILED, ctx.subject_key)
             if not await requests.finish(self.engine, row, receipt, owner):
-                raise _lost(row.request_id)
+                raise requests.taken_over(row.request_id)
             return receipt
         results: dict[str, StoreResult] = {}
         for step in self.steps:
@@ -214,7 +214,7 @@ class DeletionCoordinator:
             done = prior is not None and prior.status in (StepStatus.ERASED, StepStatus.NO_MATCH)
             results[step.name] = prior if done and prior else await self._run_step(step, ctx, prior)
             if not await requests.claim(self.engine, row.request_id, owner, self.knobs.lease_seconds):
-                raise _lost(row.request_id)
+                raise requests.taken_over(row.request_id)
             if self.after_step is not None and not done:
                 self.after_step(step.name)
             if results[step.name].status is StepStatus.FAILED:
@@ -223,7 +223,7 @@ class DeletionCoordinator:
             await self._final_check(ctx, results)
         receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
         if not await requests.finish(self.engine, row, receipt, owner):
-            raise _lost(row.request_id)
+            raise requests.taken_over(row.request_id)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
 
@@ -248,18 +248,21 @@ class DeletionCoordinator:
                 return still_open
             await asyncio.sleep(min(_SESSION_POLL_SECONDS, left))
 
-    async def _context(self, row: requests.RequestRow) -> StepContext:
+    async def _context(self, row: requests.RequestRow, owner: str) -> StepContext:
         subject = row.subject_key
         if subject is None and row.user_id is not None:
             subject = await find_subject(self.engine, row.user_id)
             await requests.set_subject(self.engine, row.request_id, subject, subject_hash(subject, self.knobs))
         kwargs: dict[str, Any] = {"progress": self.progress} if self.progress else {}
-        return StepContext(self.engine, self.transcripts, row.request_id, row.user_id, subject, **kwargs)
+        return StepContext(self.engine, self.transcripts, row.request_id, row.user_id, subject, owner=owner,
+                           **kwargs)
 
     async def _run_step(self, step: Step, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
         try:
             deleted = await step.erase(ctx, prior)
             left = await step.remaining(ctx)
+        except ErasureConflict:
+            raise  # taken over: this coordinator records nothing more
         except TeamstoreError as exc:
             log.error("erasure %s: step %s failed: %s", ctx.request_id, step.name, exc)
             recorded = (await requests.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
@@ -267,7 +270,7 @@ class DeletionCoordinator:
             result = StoreResult(status=StepStatus.FAILED, counts=counts, detail=str(exc))
         else:
             result = verdict(deleted, left)
-        await requests.record_step(self.engine, ctx.request_id, step.name, result)
+        await requests.record_step(self.engine, ctx.request_id, step.name, result, ctx.owner)
         log.info("erasure %s: %s %s %s", ctx.request_id, step.name, result.status, result.counts.model_dump())
         return result
 
@@ -283,7 +286,7 @@ class DeletionCoordinator:
                     continue
                 detail = f"verification found {left.total - left.retained} item(s) after deletion; rerun the same request id"
             results[step.name] = results[step.name].model_copy(update={"status": StepStatus.FAILED, "detail": detail})
-            await requests.record_step(self.engine, ctx.request_id, step.name, results[step.name])
+            await requests.record_step(self.engine, ctx.request_id, step.name, results[step.name], ctx.owner)
             log.error("erasure %s: final verification of %s failed: %s", ctx.request_id, step.name, detail)
 
     def _receipt(
@@ -320,15 +323,6 @@ def _busy(request_id: str) -> ErasureConflict:
         f"erasure request {request_id!r} is being run by another coordinator right now",
         hint=f"wait for it (`teamstore erase status {request_id}`); a killed run's lease expires after "
         "the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same request id",
-    )
-
-
-def _lost(request_id: str) -> ErasureConflict:
-    return ErasureConflict(
-        f"erasure request {request_id!r} was taken over by another coordinator (this one could not renew "
-        "its lease in time); this one stopped without writing a receipt",
-        hint=f"`teamstore erase status {request_id}` shows the other run; rerun the same request id if it "
-        "is no longer running",
     )
 
 

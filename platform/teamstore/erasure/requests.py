@@ -241,8 +241,33 @@ async def load_steps(engine: AsyncEngine, request_id: str) -> dict[str, StoreRes
     }
 
 
-async def write_step(conn: AsyncConnection, request_id: str, store: str, result: StoreResult) -> None:
-    """Record one step inside the caller's transaction (so a SQL delete and its record commit together)."""
+def taken_over(request_id: str) -> ErasureConflict:
+    """The error for a coordinator that finds another one holds its request's lease now."""
+    return ErasureConflict(
+        f"erasure request {request_id!r} was taken over by another coordinator (this one could not renew "
+        "its lease in time); this one stopped without writing a receipt",
+        hint=f"`teamstore erase status {request_id}` shows the other run; rerun the same request id if it "
+        "is no longer running",
+    )
+
+
+async def write_step(
+    conn: AsyncConnection, request_id: str, store: str, result: StoreResult, owner: str | None = None
+) -> None:
+    """Record one step inside the caller's transaction (so a SQL delete and its record commit together).
+
+    With ``owner``, only while that coordinator still holds the request's lease: the check locks the
+    request row until the transaction ends, so a coordinator that lost its lease mid-step commits nothing.
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now (the caller's transaction rolls back).
+    """
+    if owner is not None:
+        r = erasure_requests.c
+        held = await conn.execute(update(erasure_requests).where(r.request_id == request_id, r.owner == owner)
+                                  .values(updated_at=datetime.now(UTC)))
+        if not held.rowcount:
+            raise taken_over(request_id)
     await conn.execute(delete(erasure_steps).where(
         erasure_steps.c.request_id == request_id, erasure_steps.c.store == store))
     await conn.execute(insert(erasure_steps).values(
@@ -250,14 +275,17 @@ async def write_step(conn: AsyncConnection, request_id: str, store: str, result:
         detail=result.detail, updated_at=datetime.now(UTC), verified_at=result.verified_at))
 
 
-async def record_step(engine: AsyncEngine, request_id: str, store: str, result: StoreResult) -> None:
-    """Record one step in its own transaction.
+async def record_step(
+    engine: AsyncEngine, request_id: str, store: str, result: StoreResult, owner: str | None = None
+) -> None:
+    """Record one step in its own transaction (with ``owner``, only while it holds the lease).
 
     Raises:
+        ErasureConflict: Another coordinator holds the lease now.
         StoreUnavailable: The database could not be reached.
     """
     async with _db(engine, "record the erasure step") as conn:
-        await write_step(conn, request_id, store, result)
+        await write_step(conn, request_id, store, result, owner)
 
 
 async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str) -> bool:

@@ -42,6 +42,7 @@ class StepContext:
     user_id: str | None
     subject_key: str | None
     progress: Progress = _no_progress
+    owner: str | None = None  # the coordinator's lease: step records are written only while it holds it
 
 
 class Step(Protocol):

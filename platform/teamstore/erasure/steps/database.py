@@ -89,7 +89,7 @@ class SqlDeleteStep:
                 found = await self._count(conn, ctx)
                 await self._delete(conn, ctx)
                 result = _deleted(found, prior)
-                await write_step(conn, ctx.request_id, self.name, result)
+                await write_step(conn, ctx.request_id, self.name, result, ctx.owner)
         except SQLAlchemyError as exc:
             raise _unavailable(self.name, exc) from exc
         ctx.progress(self.name, found.rows, found.rows)

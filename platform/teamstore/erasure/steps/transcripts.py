@@ -190,7 +190,8 @@ class TranscriptStep:
         view = backend(ctx.transcripts)
         versions = await view.versions(subject_prefix(ctx.subject_key))
         counts = _carry(_counts(versions), prior)
-        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts))
+        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
+                          ctx.owner)
         refused: list[Version] = []
         for start in range(0, len(versions), BATCH):
             refused += await view.delete(versions[start : start + BATCH])
