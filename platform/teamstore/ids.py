@@ -46,10 +46,16 @@ def check_id(kind: str, value: object) -> str:
             f"{kind} contains the control character U+{ord(bad):04X}",
             hint="strip NUL and control characters from ids",
         )
-    surrogate = next((c for c in value if 0xD800 <= ord(c) <= 0xDFFF), None)
-    if surrogate is not None:  # what a JSON body with a lone "\ud800" decodes to: not encodable text
+    surrogate = lone_surrogate(value)
+    if surrogate is not None:
         raise InvalidIdentifier(
             f"{kind} contains the lone surrogate U+{ord(surrogate):04X}, which is not text",
             hint="pass ids as valid Unicode (check how the client encodes them)",
         )
     return value
+
+
+def lone_surrogate(value: str) -> str | None:
+    """The first lone surrogate in ``value``, if any: what a JSON body's ``"\\ud800"`` or a shell's
+    undecodable bytes become. It is not text: no database driver can send it, no key can hold it."""
+    return next((c for c in value if 0xD800 <= ord(c) <= 0xDFFF), None)

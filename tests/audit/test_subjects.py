@@ -52,8 +52,8 @@ async def test_awkward_user_ids_are_stored_exactly_and_never_appear_in_keys(
     assert HEX32.match(session_key(key, "../s/ü"))
 
 
-async def test_empty_or_oversized_user_ids_are_refused(engine: AsyncEngine) -> None:
-    for bad in ("", "x" * 257, "a\x00b"):
+async def test_empty_oversized_or_undecodable_user_ids_are_refused(engine: AsyncEngine) -> None:
+    for bad in ("", "x" * 257, "a\x00b", "\udcffbob"):  # the last: a shell's undecodable byte
         with pytest.raises(InvalidIdentifier):
             await get_or_create_subject(engine, bad)
 

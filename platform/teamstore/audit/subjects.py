@@ -25,10 +25,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.schema import ID, subjects
 from teamstore.db.engine import describe_failure
 from teamstore.errors import InvalidIdentifier, StoreUnavailable
+from teamstore.ids import lone_surrogate
 
 
 def check_user_id(user_id: str) -> str:
-    """Refuse ids that cannot be stored exactly (empty, too long, NUL).
+    """Refuse ids that cannot be stored exactly (empty, too long, NUL, not text).
 
     Raises:
         InvalidIdentifier: With the limit that was broken.
@@ -37,6 +38,11 @@ def check_user_id(user_id: str) -> str:
         raise InvalidIdentifier(
             f"user id of length {len(user_id)} cannot be audited",
             hint=f"user ids must be 1..{ID} characters without NUL",
+        )
+    if lone_surrogate(user_id) is not None:
+        raise InvalidIdentifier(
+            f"user id of length {len(user_id)} is not valid UTF-8 text (it holds undecodable bytes)",
+            hint="pass the id exactly as the service stores it, in a UTF-8 locale",
         )
     return user_id
 

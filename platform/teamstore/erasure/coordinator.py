@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.subjects import find_subject
+from teamstore.audit.subjects import check_user_id, find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import (
@@ -104,7 +104,7 @@ class DeletionCoordinator:
             ErasureConflict: Another request is open for the user, or another process runs this one.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
-        requests.check_user_id(user_id)
+        check_user_id(user_id)
         rid = requests.check_request_id(request_id or new_request_id())
         if dry_run:
             return await self._dry_run(user_id, rid, reason)

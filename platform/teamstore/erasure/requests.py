@@ -23,11 +23,11 @@ from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from teamstore.audit.subjects import check_user_id as check_audit_user_id
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests, erasure_steps
 from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
+from teamstore.ids import lone_surrogate
 from teamstore.state.schema import user_holds
 
 HOLD_REASON = "erasure"
@@ -57,16 +57,6 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
-def encodable(value: str) -> bool:
-    """Whether ``value`` is valid UTF-8 text: a shell hands undecodable bytes over as lone surrogates,
-    which no database driver can send (they would fail as a raw ``UnicodeEncodeError``)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def check_request_id(request_id: str) -> str:
     """Refuse request ids that cannot be stored exactly.
 
@@ -74,28 +64,12 @@ def check_request_id(request_id: str) -> str:
         InvalidIdentifier: Empty, longer than 128 characters, holding control characters, or not UTF-8.
     """
     if (not request_id or len(request_id) > REQUEST_ID or any(ord(c) < 32 for c in request_id)
-            or not encodable(request_id)):
+            or lone_surrogate(request_id) is not None):
         raise InvalidIdentifier(
             f"request id of length {len(request_id)} cannot be used",
             hint=f"use 1..{REQUEST_ID} printable UTF-8 characters (omit --request-id to get a fresh one)",
         )
     return request_id
-
-
-def check_user_id(user_id: str) -> str:
-    """Refuse user ids the stores cannot match exactly (what ``audit.subjects.check_user_id`` refuses,
-    and text that is not UTF-8).
-
-    Raises:
-        InvalidIdentifier: With the limit that was broken.
-    """
-    check_audit_user_id(user_id)
-    if not encodable(user_id):
-        raise InvalidIdentifier(
-            f"user id of length {len(user_id)} is not valid UTF-8 text (it holds undecodable bytes)",
-            hint="pass the id exactly as the service stores it, in a UTF-8 locale",
-        )
-    return user_id
 
 
 @asynccontextmanager
