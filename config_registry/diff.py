@@ -185,8 +185,8 @@ def _show_pair(before: Any, after: Any) -> str:
     prompts or tool bodies that differ past the cut would otherwise print alike)."""
     a, b = (json.dumps(v, sort_keys=True) if v is not _ABSENT else "" for v in (before, after))
     same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    start = max(0, same - 15)
-    return f"{_show(before, start if len(a) > _SHORT else 0)} -> {_show(after, start if len(b) > _SHORT else 0)}"
+    start = max(0, same - 15)  # a short value is shown whole whatever the start
+    return f"{_show(before, start)} -> {_show(after, start)}"
 
 
 def _other_changes(x: Any, y: Any, skip: tuple[str, ...]) -> list[str]:
