@@ -114,6 +114,11 @@ class SessionNotOpen(StateError):
     """A Session used outside its one ``async with`` block: before it, after it, or entered twice."""
 
 
+class InvalidTask(StateError):
+    """A task ``run()`` cannot take: not text or AgentChat messages, not valid Unicode, or over the size cap.
+    Refused before the team runs; the session stays open and its state as it was."""
+
+
 class RunCancelled(StateError):
     """The session's last run was cancelled; AutoGen may have left its team mid-turn, so it runs no more."""
 

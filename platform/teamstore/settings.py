@@ -72,6 +72,10 @@ class Settings(TypedSettings):
     transcripts_url: str | None = Field(default=None, description="s3://bucket/prefix or file:///folder.")
     state_ttl_days: float = Field(default=7.0, gt=0, description="Default resume-state TTL.")
     state_max_bytes: int = Field(default=1_048_576, gt=0, description="Hard cap on one session's state.")
+    task_max_bytes: int = Field(
+        default=262_144, gt=0, description="Largest task one run() takes (UTF-8 bytes; messages as JSON); "
+        "a larger one is refused before the team runs.",
+    )
     lease_timeout_seconds: float = Field(default=10.0, ge=0, description="How long to wait for a busy session.")
     lease_ttl_seconds: float = Field(
         default=300.0, gt=0,

@@ -23,6 +23,7 @@ from teamstore.db.engine import create_engine
 from teamstore.errors import (
     ErasureInProgress,
     InvalidIdentifier,
+    InvalidTask,
     RunCancelled,
     RunInProgress,
     SessionBusy,
@@ -696,3 +697,17 @@ async def test_a_session_is_used_inside_its_one_block_only(platform: Platform) -
             pass
     result, outcome = await talk(platform, "alice", "s1", "and again")
     assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
+@pytest.mark.parametrize("task", ["x" * 300, "bad \udcff byte", b"bytes"])
+async def test_a_refused_task_runs_nothing_and_the_session_goes_on(platform: Platform, task: object) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    before = await stored_state(platform, "alice", "s1")
+    platform.settings = platform.settings.model_copy(update={"task_max_bytes": 200})
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        with pytest.raises(InvalidTask):
+            await s.run(task)  # type: ignore[arg-type]
+        assert s.last_run_id is None  # no run started: no model call, no transcript
+        assert await stored_state(platform, "alice", "s1") == before
+        result = await s.run("still broken")  # the same session goes on, from the state it had
+    assert "ZX-81" in researcher_reply(result)

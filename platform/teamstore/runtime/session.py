@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from autogen_agentchat.base import TaskResult
+from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken
 
 from teamstore.errors import (
@@ -39,6 +40,7 @@ from teamstore.ids import check_id
 from teamstore.metering import metered_run
 from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.runtime.resume import SCHEMA_VERSION, ResumeOutcome, apply_states, capture_states, judge
+from teamstore.runtime.tasks import check_task
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.envelope import encode
 
@@ -188,20 +190,28 @@ class Session:
             await self._keeper
             self._keeper = None
 
-    async def run(self, task: str) -> TaskResult:
+    async def run(self, task: str | BaseChatMessage | Sequence[BaseChatMessage] | None) -> TaskResult:
         """Run the team on ``task``, streaming every item to the audit observers.
+
+        Args:
+            task: The user's text; or, as AutoGen takes them, an AgentChat message, a list of them, or
+                ``None`` to continue without a new one. Checked before the team runs
+                (:mod:`teamstore.runtime.tasks`).
 
         Returns:
             AutoGen's ``TaskResult``.
 
         Raises:
             SessionNotOpen: Called outside the session's ``async with`` block.
+            InvalidTask: ``task`` is not one of the above, not valid Unicode, or over ``task_max_bytes``;
+                nothing ran and the session stays usable.
             RunInProgress: Another ``run`` of this session is in flight.
             RunCancelled: The session's last run was cancelled.
             StateNotSerializable: A persisted participant's state holds a non-JSON value (names the path).
             StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
         """
         self._require_open()
+        check_task(task, self._platform.settings.task_max_bytes)
         if self._running:
             raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
         if self._cancelled:
@@ -218,7 +228,7 @@ class Session:
             self._running = False
         return result
 
-    async def _run_observed(self, task: str) -> TaskResult:
+    async def _run_observed(self, task: str | BaseChatMessage | Sequence[BaseChatMessage] | None) -> TaskResult:
         observers = self._platform.observers
         ctx = RunContext(
             run_id=uuid.uuid4().hex, user_id=self.key.user_id, session_id=self.key.session_id,

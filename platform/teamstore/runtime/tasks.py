@@ -1,0 +1,71 @@
+"""What ``Session.run()`` accepts as a task, checked before the team runs (and before a token is spent).
+
+    from teamstore.runtime.tasks import check_task
+
+    check_task("My router keeps dropping", max_bytes=262_144)   # returns None
+    check_task(b"bytes", max_bytes=262_144)                      # raises InvalidTask
+
+A task is what AutoGen's ``run()`` takes: text, one AgentChat message, a list of them, or ``None`` to
+continue without a new one. Text must be valid Unicode (a lone surrogate, what a shell makes of
+undecodable bytes, cannot be saved, uploaded or sent to a model) and at most ``max_bytes`` in UTF-8;
+a message is measured as its JSON (images included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autogen_agentchat.messages import BaseChatMessage
+from pydantic_core import PydanticSerializationError
+
+from teamstore.errors import InvalidTask
+from teamstore.ids import lone_surrogate
+
+_TOO_LARGE_HINT = "send a shorter task (a summary, or a link to the document), or raise TEAMSTORE_TASK_MAX_BYTES"
+
+
+def check_task(task: Any, max_bytes: int) -> None:
+    """Refuse a task AutoGen would refuse or teamstore could not keep.
+
+    Raises:
+        InvalidTask: Not text, a message or a list of messages; text holding a lone surrogate; over
+            ``max_bytes``.
+    """
+    if task is None:
+        return
+    if isinstance(task, str):
+        surrogate = lone_surrogate(task)
+        if surrogate is not None:
+            raise InvalidTask(
+                f"the task contains the lone surrogate U+{ord(surrogate):04X}, which is not text",
+                hint="pass the task as valid Unicode (check how the client decodes it)",
+            )
+        size = len(task.encode())
+        if size > max_bytes:
+            raise InvalidTask(f"the task is {size:,} bytes; the limit is {max_bytes:,}", hint=_TOO_LARGE_HINT)
+        return
+    messages = [task] if isinstance(task, BaseChatMessage) else task
+    if (isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages
+            or not all(isinstance(m, BaseChatMessage) for m in messages)):
+        raise InvalidTask(
+            f"a task is text, an AgentChat message or a non-empty list of them; got {_describe(task)}",
+            hint="pass the user's text as a str",
+        )
+    size = 0
+    for i, message in enumerate(messages):
+        try:
+            size += len(message.model_dump_json().encode())
+        except PydanticSerializationError:
+            raise InvalidTask(f"task message {i} ({type(message).__name__}) holds a value that is not JSON "
+                              "text (a lone surrogate, say)", hint="pass message text as valid Unicode") from None
+    if size > max_bytes:
+        raise InvalidTask(f"the task's messages are {size:,} bytes as JSON; the limit is {max_bytes:,}",
+                          hint=_TOO_LARGE_HINT)
+
+
+def _describe(task: Any) -> str:
+    if isinstance(task, Sequence) and not isinstance(task, str | bytes):
+        kinds = sorted({type(m).__name__ for m in task})
+        return f"{type(task).__name__} of {', '.join(kinds)}" if kinds else f"an empty {type(task).__name__}"
+    return type(task).__name__

@@ -1,0 +1,41 @@
+"""What run() takes as a task: refused before the team runs, with the reason."""
+
+from __future__ import annotations
+
+import pytest
+from autogen_agentchat.messages import MultiModalMessage, TextMessage
+
+from teamstore.errors import InvalidTask
+from teamstore.runtime.tasks import check_task
+
+
+@pytest.mark.parametrize(
+    "task",
+    [None, "", "My router drops", "x" * 500, "ü" * 250, TextMessage(source="user", content="hi"),
+     [TextMessage(source="user", content="a"), MultiModalMessage(source="user", content=["b"])]],
+)
+def test_what_autogen_takes_passes(task: object) -> None:
+    check_task(task, max_bytes=500)
+
+
+@pytest.mark.parametrize(
+    ("task", "says"),
+    [
+        (b"bytes", "got bytes"),
+        (12, "got int"),
+        ({"content": "hi"}, "got dict"),
+        ([], "got an empty list"),
+        (["text", "in a list"], "got list of str"),
+        ([TextMessage(source="user", content="a"), "b"], "got list of TextMessage, str"),
+        ("broken \udcff byte", "lone surrogate U+DCFF"),
+        ("x" * 201, "201 bytes; the limit is 200"),
+        ("ü" * 101, "202 bytes"),  # measured in UTF-8, not in characters
+        (TextMessage(source="user", content="\ud800"), "message 0 (TextMessage)"),
+        ([TextMessage(source="user", content="x" * 150)] * 2, "messages are"),
+    ],
+)
+def test_what_cannot_run_is_refused_with_the_reason(task: object, says: str) -> None:
+    with pytest.raises(InvalidTask) as info:
+        check_task(task, max_bytes=200)
+    assert says in info.value.message
+    assert info.value.hint
