@@ -29,6 +29,11 @@ BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = (
 )
 
 
+def _shown(value: str) -> str:
+    """``value`` quoted for a message, cut short: a name can be anything a caller passed."""
+    return repr(value) if len(value) <= 80 else f"{value[:60]!r}... ({len(value):,} characters)"
+
+
 def validate_name(value: str, *, what: str = "team name", field: str = "name") -> str:
     """Check a team or label name: lowercase letters, digits, ``_`` and ``-``; no ``/`` or ``..``.
 
@@ -46,13 +51,13 @@ def validate_name(value: str, *, what: str = "team name", field: str = "name") -
     """
     if not NAME_PATTERN.fullmatch(value):  # fullmatch: '$' alone would also let a trailing newline through
         raise DefinitionInvalid(
-            f"{what} {value!r} is not allowed",
+            f"{what} {_shown(value)} is not allowed",
             field=field,
             hint="use 1-64 lowercase letters, digits, '_' or '-', starting with a letter or digit",
         )
     if what == "label" and VERSION_LIKE.fullmatch(value):
         raise DefinitionInvalid(
-            f"label {value!r} looks like a version (7-40 hex digits); refs would resolve it instead of the version",
+            f"label {_shown(value)} looks like a version (7-40 hex digits); refs would resolve it instead of the version",
             field=field,
             hint="give the label a name with a non-hex letter in it, e.g. 'release-1'",
         )
@@ -86,7 +91,7 @@ class Manifest(BaseModel):
     allowed_providers: list[str] = Field(default_factory=list)
     allow_source_code_tools: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)
-    state_ttl_days: float | None = Field(default=None, gt=0)
+    state_ttl_days: float | None = Field(default=None, gt=0, le=3650)  # ten years, as the runtime's own setting
     notes: str = ""
 
     @field_validator("name")

@@ -258,7 +258,11 @@ class Registry:
         Raises:
             UnknownTeam, UnknownVersion: Nothing matches.
             RegistryCorrupt: A stored file is missing or not valid JSON.
+            DefinitionInvalid: ``ref`` is not a string.
         """
+        if not isinstance(ref, str):
+            raise DefinitionInvalid(f"a team reference is a string (NAME, NAME@LABEL or NAME@VERSION), "
+                                    f"not {type(ref).__name__}", field="team")
         name, at, selector = ref.partition("@")
         if at and not selector:
             raise UnknownVersion(

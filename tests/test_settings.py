@@ -25,6 +25,15 @@ from teamstore.settings import Settings
         ("TEAMSTORE_STATE_TTL_DAYS", "-1", "TEAMSTORE_STATE_TTL_DAYS='-1'"),
         ("TEAMSTORE_SESSION_LEASE", "bogus", "TEAMSTORE_SESSION_LEASE='bogus'"),
         ("TEAMSTORE_DB_POOL_SIZE", "x", "TEAMSTORE_DB_POOL_SIZE='x'"),
+        # Numbers past what a date or a database column holds: refused here, not as an OverflowError
+        # traceback at the first save or sweep.
+        ("TEAMSTORE_STATE_TTL_DAYS", "inf", "TEAMSTORE_STATE_TTL_DAYS='inf'"),
+        ("TEAMSTORE_STATE_TTL_DAYS", "1e9", "TEAMSTORE_STATE_TTL_DAYS='1e9'"),
+        ("TEAMSTORE_LEASE_TTL_SECONDS", "1e12", "TEAMSTORE_LEASE_TTL_SECONDS='1e12'"),
+        ("TEAMSTORE_LEASE_TIMEOUT_SECONDS", "inf", "TEAMSTORE_LEASE_TIMEOUT_SECONDS='inf'"),
+        ("TEAMSTORE_LEDGER_RETENTION_DAYS", "999999999999", "TEAMSTORE_LEDGER_RETENTION_DAYS='999999999999'"),
+        ("TEAMSTORE_STATE_MAX_BYTES", str(2**31), "TEAMSTORE_STATE_MAX_BYTES"),
+        ("TEAMSTORE_TASK_MAX_BYTES", "0", "TEAMSTORE_TASK_MAX_BYTES='0'"),
     ],
 )
 def test_a_bad_setting_is_a_configuration_error_naming_it(
@@ -36,9 +45,12 @@ def test_a_bad_setting_is_a_configuration_error_naming_it(
     assert names in info.value.message and info.value.hint
 
 
-def test_a_bad_erasure_setting_is_a_configuration_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TEAMSTORE_ERASURE_DUE_DAYS", "abc")
-    with pytest.raises(ConfigurationError, match="TEAMSTORE_ERASURE_DUE_DAYS='abc'"):
+@pytest.mark.parametrize("value", ["abc", "1e12", "99999999999"])
+def test_a_bad_erasure_setting_is_a_configuration_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_ERASURE_DUE_DAYS", value)
+    with pytest.raises(ConfigurationError, match=f"TEAMSTORE_ERASURE_DUE_DAYS='{value}'"):
         ErasureSettings()
 
 

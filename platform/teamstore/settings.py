@@ -32,6 +32,13 @@ _ASYNC_DRIVERS = {
 }
 
 
+MAX_DAYS = 3650
+"""The longest TTL or retention a setting takes (ten years): dates past it stop being dates a database
+or a timestamp can hold long before they stop being numbers."""
+MAX_TEXT_BYTES = 1 << 30
+"""The largest state or task a setting allows: PostgreSQL holds no text value over 1 GB."""
+
+
 class TypedSettings(BaseSettings):
     """Settings whose bad values (``TEAMSTORE_STATE_TTL_DAYS=-1``) raise :class:`ConfigurationError`
     naming the variable, like every other teamstore error, instead of pydantic's ``ValidationError``."""
@@ -70,15 +77,19 @@ class Settings(TypedSettings):
     registry_path: Path | None = Field(default=None, description="Git repository of team definitions.")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL of the state database.")
     transcripts_url: str | None = Field(default=None, description="s3://bucket/prefix or file:///folder.")
-    state_ttl_days: float = Field(default=7.0, gt=0, description="Default resume-state TTL.")
-    state_max_bytes: int = Field(default=1_048_576, gt=0, description="Hard cap on one session's state.")
+    state_ttl_days: float = Field(default=7.0, gt=0, le=MAX_DAYS, description="Default resume-state TTL.")
+    state_max_bytes: int = Field(
+        default=1_048_576, gt=0, le=MAX_TEXT_BYTES, description="Hard cap on one session's state."
+    )
     task_max_bytes: int = Field(
-        default=262_144, gt=0, description="Largest task one run() takes (UTF-8 bytes; messages as JSON); "
+        default=262_144, gt=0, le=MAX_TEXT_BYTES, description="Largest task one run() takes (UTF-8 bytes; messages as JSON); "
         "a larger one is refused before the team runs.",
     )
-    lease_timeout_seconds: float = Field(default=10.0, ge=0, description="How long to wait for a busy session.")
+    lease_timeout_seconds: float = Field(
+        default=10.0, ge=0, le=3600, description="How long to wait for a busy session."
+    )
     lease_ttl_seconds: float = Field(
-        default=300.0, gt=0,
+        default=300.0, gt=0, le=86_400,
         description="An open session renews its lease every third of this; a worker that stops renewing "
         "(crashed, hung) loses the session after it, and its late save is refused.",
     )
@@ -93,12 +104,12 @@ class Settings(TypedSettings):
         "the run). Must match the database ('teamstore db lease-mode'). SQLite always leases in the row.",
     )
     registry_refresh_seconds: float = Field(
-        default=5.0, ge=0, description="How long a worker trusts its cached NAME or NAME@LABEL resolution."
+        default=5.0, ge=0, le=86_400, description="How long a worker trusts its cached NAME or NAME@LABEL resolution."
     )
-    transcript_retention_days: int = Field(default=90, gt=0)
-    ledger_retention_days: int = Field(default=400, gt=0)
+    transcript_retention_days: int = Field(default=90, gt=0, le=MAX_DAYS)
+    ledger_retention_days: int = Field(default=400, gt=0, le=MAX_DAYS)
     quarantine_retention_days: int = Field(
-        default=30, gt=0, description="How long a refused state waits in quarantine to be restored."
+        default=30, gt=0, le=MAX_DAYS, description="How long a refused state waits in quarantine to be restored."
     )
     prices_path: Path | None = Field(default=None, description="Override of the shipped price table.")
     auto_migrate: bool | None = Field(

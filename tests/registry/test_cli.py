@@ -164,3 +164,11 @@ def test_typed_errors_exit_one_with_a_fix(registry_path: Path, args: tuple[str, 
     assert result.exit_code == 1
     assert fragment in " ".join(result.output.split())
     assert "fix" in result.output
+
+
+@pytest.mark.parametrize("days", ["0", "-1", "3651", "inf", "nan"])
+def test_a_state_ttl_that_no_date_can_hold_is_refused_at_registration(registry_path: Path, days: str) -> None:
+    result = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "--state-ttl-days", days)
+    assert result.exit_code == 1
+    assert "state_ttl_days" in result.output and "Traceback" not in result.output
+    assert invoke("registry", "list", "--json").stdout.strip() == "[]"

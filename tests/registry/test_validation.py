@@ -205,3 +205,4 @@ def test_truncated_component_is_refused(registry: Registry) -> None:
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add("support_triage", component, triage_manifest(), "broken")
     assert "load_component() fails" in caught.value.message
+

@@ -21,6 +21,8 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.db.engine import create_engine
 from teamstore.errors import (
+    ConfigurationError,
+    DefinitionInvalid,
     ErasureInProgress,
     InvalidIdentifier,
     InvalidTask,
@@ -547,7 +549,6 @@ async def test_production_database_is_never_migrated_implicitly(postgres_url: st
 @pytest.mark.postgres
 async def test_a_worker_set_to_the_other_kind_of_lease_fails_at_start(postgres_url: str, registry: Registry) -> None:
     from teamstore.db.migrate import upgrade
-    from teamstore.errors import ConfigurationError
     from teamstore.settings import Settings
 
     engine = create_engine(postgres_url)
@@ -711,3 +712,17 @@ async def test_a_refused_task_runs_nothing_and_the_session_goes_on(platform: Pla
         assert await stored_state(platform, "alice", "s1") == before
         result = await s.run("still broken")  # the same session goes on, from the state it had
     assert "ZX-81" in researcher_reply(result)
+
+
+@pytest.mark.parametrize("wait", [-1, float("nan"), float("inf"), 10**9, "10"])
+async def test_a_lease_timeout_that_is_not_a_span_of_seconds_is_refused(platform: Platform, wait: object) -> None:
+    with pytest.raises(ConfigurationError, match="lease_timeout"):
+        platform.session("alice", "s1", team="support_triage", lease_timeout=wait)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("team", [None, 7, "x" * 5000])
+async def test_a_team_reference_that_is_no_name_is_a_typed_error_kept_short(platform: Platform, team: object) -> None:
+    with pytest.raises(DefinitionInvalid) as info:
+        async with platform.session("alice", "s1", team=team):  # type: ignore[arg-type]
+            pass
+    assert len(info.value.message) < 300

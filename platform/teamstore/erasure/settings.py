@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from teamstore.settings import TypedSettings
+from teamstore.settings import MAX_DAYS, TypedSettings
 
 
 class ErasureSettings(TypedSettings):
@@ -22,28 +22,30 @@ class ErasureSettings(TypedSettings):
 
     model_config = SettingsConfigDict(env_prefix="TEAMSTORE_ERASURE_", extra="ignore")
 
-    due_days: int = Field(default=30, gt=0, description="Deadline: received + this many days.")
+    due_days: int = Field(default=30, gt=0, le=MAX_DAYS, description="Deadline: received + this many days.")
     backup_retention_days: int = Field(
-        default=35, ge=0, description="How long database backups are kept (they age out, never edited)."
+        default=35, ge=0, le=MAX_DAYS, description="How long database backups are kept (they age out, never edited)."
     )
     tracing_retention_days: int = Field(
-        default=30, ge=0, description="How long the tracing backend keeps spans."
+        default=30, ge=0, le=MAX_DAYS, description="How long the tracing backend keeps spans."
     )
     fence_grace_seconds: float = Field(
         default=2.5,
         ge=0,
+        le=3600,
         description="After fencing a user, wait this long for writes that passed their check before it "
         "(a transcript upload's deadline is 2 s) before enumerating.",
     )
     session_wait_seconds: float = Field(
         default=60.0,
         ge=0,
+        le=86_400,
         description="Before erasing, wait this long for the user's open sessions (runs that began before "
         "the fence) to end; their writes are refused meanwhile. If one is still open the request fails, "
         "keeping the fence: rerun it.",
     )
     lease_seconds: float = Field(
-        default=120.0, gt=0, description="A request's lease; a killed coordinator's lease expires after it."
+        default=120.0, gt=0, le=86_400, description="A request's lease; a killed coordinator's lease expires after it."
     )
     hash_key: SecretStr | None = Field(
         default=None, description="Key of the subject hash in receipts; unset uses a fixed label."
