@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,27 @@ async def test_syncing_an_older_price_version_is_refused_so_the_view_and_the_cli
     report = await query_costs(engine, newer, by="session")
     assert (float(view.cost), view.price_version) == (pytest.approx(report.total.cost), newer.version)
     assert await sync_prices(engine, newer) == 1  # the same version again replaces its own rows
+
+
+async def test_the_view_sums_costs_in_exact_decimals_on_postgres(engine: AsyncEngine) -> None:
+    # Three runs at 0.1 each: floating point sums them to 0.30000000000000004.
+    prices = parse_prices({"version": "2026-11-30", "models": {
+        "tenth-model": [{"effective_from": "2020-01-01", "input": 0.1, "output": 0.0}]}})
+    await sync_prices(engine, prices)
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        for run in ("r1", "r2", "r3"):
+            await conn.execute(usage.insert().values(
+                run_id=run, agent="a", model="tenth-model", purpose="reply", calls=1, failed_calls=0,
+                input_tokens=1_000_000, output_tokens=0, team="t", team_version="v", session_key="k",
+                subject_key="s", stop_reason=None, ended_by_limit=False, run_failed=False, started_at=now,
+                finished_at=now, day=now.date()))
+    async with engine.connect() as conn:
+        cost = (await conn.execute(text("SELECT cost FROM session_costs WHERE session_key = 'k'"))).scalar()
+    if engine.dialect.name == "postgresql":
+        assert cost == Decimal("0.3")
+    else:  # SQLite has no exact type: the docs say to round
+        assert cost == pytest.approx(0.3)
 
 
 def test_an_unknown_dimension_is_a_typed_error() -> None:

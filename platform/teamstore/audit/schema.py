@@ -6,7 +6,8 @@
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
 Created by migration ``0002_audit`` (``teamstore db upgrade``), never implicitly; the same migration
-creates the ``session_costs`` view for BI tools (documented in docs/analysts.md).
+creates the ``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost
+exact on Postgres).
 """
 
 from __future__ import annotations
