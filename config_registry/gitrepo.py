@@ -85,7 +85,15 @@ class GitRepo:
         return result.returncode == 0 and Path(result.stdout.strip()).resolve() == self.path.resolve()
 
     def _init(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file on the way (TEAMSTORE_HOME itself, say), no permission, a read-only disk
+            raise RegistryError(
+                f"cannot make the registry folder {str(self.path)!r}: "
+                + ("a file is in the way" if isinstance(exc, FileExistsError | NotADirectoryError)
+                   else exc.strerror or type(exc).__name__),
+                hint="set TEAMSTORE_HOME (or TEAMSTORE_REGISTRY_PATH) to a folder this process may write",
+            ) from None
         self.git("init", "-q")
         self.git("symbolic-ref", "HEAD", "refs/heads/main")
         (self.path / "README.md").write_text(_README, encoding="utf-8")

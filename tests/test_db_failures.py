@@ -9,9 +9,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from config_registry import Registry, RegistryError
 from teamstore.db.engine import create_engine, describe_failure, unreachable
 from teamstore.db.migrate import current_revision
-from teamstore.errors import StoreUnavailable
+from teamstore.errors import ConfigurationError, StoreUnavailable
 from tests.conftest import refusing, upgrade_database
 from tests.services import free_port
 
@@ -25,13 +26,43 @@ async def test_an_unreachable_postgres_is_told_as_such() -> None:
     await engine.dispose()
 
 
-async def test_an_unopenable_sqlite_file_is_told_as_unreachable(tmp_path: Path) -> None:
+async def test_an_unopenable_sqlite_file_is_told_as_such(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
     (tmp_path / "x.db").mkdir()  # where the file should be: sqlite cannot open it
     with pytest.raises(StoreUnavailable) as caught:
         await current_revision(engine)
-    assert caught.value.message == "could not reach the database (OperationalError)"
+    assert caught.value.message == "the SQLite file cannot be opened (OperationalError, SQLITE_CANTOPEN)"
+    assert "may write there" in (caught.value.hint or "")
     await engine.dispose()
+
+
+@pytest.mark.parametrize(("content", "told"), [
+    (b"\x8f\x02 not a database" * 300, "the SQLite file is not a database (DatabaseError, SQLITE_NOTADB)"),
+    (b"SQLite format 3\x00" + b"\x00" * 84 + b"garbage" * 600, "the SQLite file"),
+])
+async def test_a_damaged_or_foreign_sqlite_file_is_told_with_what_to_do(
+    tmp_path: Path, content: bytes, told: str
+) -> None:
+    (tmp_path / "x.db").write_bytes(content)
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(StoreUnavailable) as caught:
+        await current_revision(engine)
+    assert caught.value.message.startswith(told)
+    assert "move" in (caught.value.hint or "") and "statement_timeout" not in (caught.value.hint or "")
+    assert (tmp_path / "x.db").read_bytes() == content  # nothing was overwritten
+    await engine.dispose()
+
+
+@pytest.mark.parametrize("home_is", ["a file", "under a file"])
+def test_a_home_that_cannot_be_a_folder_is_a_configuration_error(tmp_path: Path, home_is: str) -> None:
+    (tmp_path / "home").write_text("not a folder")
+    home = tmp_path / "home" if home_is == "a file" else tmp_path / "home" / "sub"
+    with pytest.raises(ConfigurationError) as caught:
+        create_engine(f"sqlite:///{home / 'teamstore.db'}")
+    assert "a file is in the way" in caught.value.message and "TEAMSTORE_HOME" in (caught.value.hint or "")
+    with pytest.raises(RegistryError) as refused:
+        Registry(home / "registry")
+    assert "a file is in the way" in refused.value.message
 
 
 @pytest.mark.postgres

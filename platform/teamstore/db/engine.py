@@ -48,6 +48,42 @@ def unreachable(exc: BaseException) -> bool:
     return state.startswith(_UNREACHABLE) if state else sqlite is None
 
 
+# What an SQLite error code means for the embedded database, and what to do about it.
+_SQLITE_FAILURES = {
+    "SQLITE_NOTADB": ("the SQLite file is not a database",
+                      "move the file aside (keep it if it matters) and teamstore creates a new one, or point "
+                      "TEAMSTORE_DATABASE_URL at the right file"),
+    "SQLITE_CORRUPT": ("the SQLite file is damaged",
+                       "restore it from a backup, or move it aside and teamstore creates a new one"),
+    "SQLITE_READONLY": ("the SQLite file cannot be written",
+                        "give this process write access to the file and its folder (SQLite writes -wal and "
+                        "-shm files beside it)"),
+    "SQLITE_FULL": ("the disk holding the SQLite file is full", "free space on its disk"),
+    "SQLITE_BUSY": ("another process held SQLite's write lock for too long",
+                    "SQLite serves one writer at a time: for many workers, use PostgreSQL"),
+    "SQLITE_CANTOPEN": ("the SQLite file cannot be opened",
+                        "check that its folder exists and this process may write there"),
+}
+
+
+def _sqlite_failure(exc: BaseException) -> tuple[str, str, str] | None:
+    """(what happened, what to do, the error's own code) for a known SQLite error."""
+    orig = getattr(exc, "orig", None) or exc
+    code = str(getattr(orig, "sqlite_errorname", ""))
+    told = next((told for prefix, told in _SQLITE_FAILURES.items() if code.startswith(prefix)), None)
+    return (*told, code) if told else None
+
+
+def failure_hint(exc: BaseException) -> str:
+    """What to check after a database error (as :func:`describe_failure` tells it)."""
+    sqlite = _sqlite_failure(exc)
+    if sqlite is not None:
+        return sqlite[1]
+    if unreachable(exc):
+        return "check TEAMSTORE_DATABASE_URL and that the server is up"
+    return "check what the database allows this role (its statement_timeout, lock_timeout, grants)"
+
+
 def describe_failure(exc: BaseException) -> str:
     """A database error told without its statement, its values or the server's message (which can
     quote them): whether the database was reachable, the driver's error class and its code.
@@ -57,11 +93,21 @@ def describe_failure(exc: BaseException) -> str:
     """
     orig = getattr(exc, "orig", None) or exc
     name = type(orig).__name__
+    sqlite = _sqlite_failure(exc)
+    if sqlite is not None:
+        return f"{sqlite[0]} ({name}, {sqlite[2]})"
     if unreachable(exc):
         return f"could not reach the database ({name})"
     state = getattr(orig, "sqlstate", None)
     code = f"SQLSTATE {state}" if state else getattr(orig, "sqlite_errorname", "")
     return f"the database refused the statement ({name}, {code})"
+
+
+def _why(exc: OSError) -> str:
+    """Why a folder could not be made, as a person would say it."""
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        return "a file is in the way"
+    return exc.strerror or type(exc).__name__
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -126,7 +172,14 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         engine = create_async_engine(async_url, **kwargs)
         if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
             database = Path(parsed.database)
-            database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:  # a file where the folder should be, no permission, a read-only disk
+                raise ConfigurationError(
+                    f"cannot make the folder of the SQLite database {str(database.parent)!r}: "
+                    f"{_why(exc)}",
+                    hint="set TEAMSTORE_HOME (or TEAMSTORE_DATABASE_URL) to a folder this process may write",
+                ) from None
             event.listen(engine.sync_engine, "do_connect", lambda *_: _create_private(database))
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.engine import describe_failure, unreachable
+from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.errors import SchemaNotReady, StoreUnavailable
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -58,11 +58,7 @@ async def _run(engine: AsyncEngine, fn: Any, *args: Any) -> Any:
         async with engine.begin() as conn:
             return await conn.run_sync(fn, *args)
     except SQLAlchemyError as exc:
-        raise StoreUnavailable(
-            describe_failure(exc),
-            hint="check TEAMSTORE_DATABASE_URL and that the server is up" if unreachable(exc) else
-            "check what the database allows this role (its statement_timeout, lock_timeout, grants)",
-        ) from exc
+        raise StoreUnavailable(describe_failure(exc), hint=failure_hint(exc)) from exc
 
 
 async def upgrade(engine: AsyncEngine, target: str = "head") -> str | None:

@@ -49,7 +49,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.engine import describe_failure
+from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.errors import (
     ConfigurationError,
     ErasureInProgress,
@@ -107,7 +107,7 @@ def unavailable(exc: Exception, action: str) -> StoreUnavailable:
     """The error for a database that failed under ``action``: nothing was changed."""
     return StoreUnavailable(
         f"could not {action}: {describe_failure(exc)}",
-        hint="check TEAMSTORE_DATABASE_URL and the database server; no state was changed",
+        hint=f"{failure_hint(exc)}; no state was changed",
     )
 
 
