@@ -726,3 +726,20 @@ async def test_a_team_reference_that_is_no_name_is_a_typed_error_kept_short(plat
         async with platform.session("alice", "s1", team=team):  # type: ignore[arg-type]
             pass
     assert len(info.value.message) < 300
+
+
+async def test_a_state_over_a_lowered_cap_starts_fresh_instead_of_never_saving_again(platform: Platform) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    stored = await stored_state(platform, "alice", "s1")
+    platform.settings = platform.settings.model_copy(update={"state_max_bytes": len(stored) - 1})
+    result, outcome = await talk(platform, "alice", "s1", "hello again")  # saves: the fresh state is small
+    assert outcome.outcome == "too_large" and outcome.quarantined
+    assert f"{len(stored):,} bytes" in (outcome.detail or "")
+    assert "ZX-81" not in researcher_reply(result)
+    assert await stored_state(platform, "alice", "s1") != stored
+    (refused,) = await platform.store.list_quarantined(user_id="alice")
+    assert (refused.reason, refused.state_bytes) == ("too_large", len(stored.encode()))  # set aside, not lost
+    platform.settings = platform.settings.model_copy(update={"state_max_bytes": 1_000_000})
+    await platform.restore_quarantined(refused.id, replace=True)  # once the cap is raised again, it comes back
+    result, outcome = await talk(platform, "alice", "s1", "still broken")
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)

@@ -34,7 +34,8 @@ class ResumeOutcome:
     """What happened to a session's stored state when it was opened.
 
     ``outcome`` is one of ``resumed``, ``new``, ``expired``, ``schema_mismatch``, ``library_mismatch``,
-    ``definition_changed`` and ``corrupt``; ``detail`` says which participant and how.
+    ``definition_changed``, ``too_large`` (saved under a higher byte cap than today's: it could never be
+    saved again) and ``corrupt``; ``detail`` says which participant and how.
     """
 
     outcome: str
@@ -100,7 +101,7 @@ def _membership_notes(stored: Mapping[str, str], built: Any) -> str | None:
     return "; ".join(notes) or None
 
 
-def _refusal(row: StoredSession, built: Any, agentchat_version: str) -> tuple[str, str] | None:
+def _refusal(row: StoredSession, built: Any, agentchat_version: str, max_bytes: int | None) -> tuple[str, str] | None:
     if row.schema_version != SCHEMA_VERSION:
         return "schema_mismatch", f"saved under state schema {row.schema_version}, this code reads {SCHEMA_VERSION}"
     if _minor(row.agentchat_version) != _minor(agentchat_version):
@@ -108,7 +109,12 @@ def _refusal(row: StoredSession, built: Any, agentchat_version: str) -> tuple[st
     if row.team != built.name:
         return "definition_changed", f"saved by team '{row.team}', opened with '{built.name}'"
     change = _fingerprint_change(row.fingerprints, built)
-    return ("definition_changed", change) if change else None
+    if change:
+        return "definition_changed", change
+    if max_bytes is not None and row.state_bytes > max_bytes:
+        # Resumed, every save of this session would be refused (StateTooLarge) and it would never move on.
+        return "too_large", f"stored state is {row.state_bytes:,} bytes, over today's cap of {max_bytes:,}"
+    return None
 
 
 def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
@@ -130,7 +136,9 @@ def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
     return loaded
 
 
-def judge(row: StoredSession, built: Any, now: datetime, agentchat_version: str) -> Verdict:
+def judge(
+    row: StoredSession, built: Any, now: datetime, agentchat_version: str, max_bytes: int | None = None
+) -> Verdict:
     """Judge a stored row against the team built for it. Never raises on bad stored data.
 
     Args:
@@ -138,6 +146,7 @@ def judge(row: StoredSession, built: Any, now: datetime, agentchat_version: str)
         built: The freshly built team (``config_registry.BuiltTeam``).
         now: The current time (UTC).
         agentchat_version: The running autogen-agentchat version.
+        max_bytes: The state byte cap in force (``state_max_bytes``); a bigger stored state is refused.
 
     Returns:
         The verdict; ``outcome.quarantined`` tells the caller to set the row aside.
@@ -148,7 +157,7 @@ def judge(row: StoredSession, built: Any, now: datetime, agentchat_version: str)
     previous = row.team_version
     if row.expires_at is not None and row.expires_at <= now:
         return Verdict(ResumeOutcome("expired", version, f"expired at {row.expires_at.isoformat()}", (), previous))
-    refusal = _refusal(row, built, agentchat_version)
+    refusal = _refusal(row, built, agentchat_version, max_bytes)
     if refusal is None:
         try:
             states = _parse_states(row, built)

@@ -128,7 +128,7 @@ class Session:
         self._row_version = row.row_version
         self._keeper = asyncio.create_task(self._keep_lease(self._platform.settings.lease_ttl_seconds))
         try:
-            verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION)
+            verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, self._platform.settings.state_max_bytes)
             if verdict.outcome.quarantined:
                 assert verdict.outcome.detail is not None
                 await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
