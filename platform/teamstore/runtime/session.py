@@ -58,10 +58,21 @@ MAX_LEASE_TIMEOUT = 3600
 _LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
 
 
+# What AutoGen's completing conditions say (a text mentioned, a handoff, a stop message, a function run,
+# an agent answering). Combined conditions join their reasons: a run that completed on the same message
+# that reached a limit did complete.
+_COMPLETION_MARKERS = (
+    "' mentioned", "handoff to ", "stop message received", "' was executed", "' answered",
+    "text message received from", "functional termination condition met",
+)
+
+
 def ended_by_limit(stop_reason: str | None) -> bool:
     """True when a run was stopped by a message, turn, token or time limit rather than by completing."""
     text = (stop_reason or "").lower()
-    return any(marker in text for marker in _LIMIT_MARKERS)
+    return any(marker in text for marker in _LIMIT_MARKERS) and not any(
+        marker in text for marker in _COMPLETION_MARKERS
+    )
 
 
 class Session:
