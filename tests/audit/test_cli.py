@@ -16,6 +16,7 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.cli import app
+from teamstore.cli.audit import _cell
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.runtime.platform import Platform
@@ -76,6 +77,9 @@ def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
     (row,) = list(csv.DictReader(io.StringIO(as_csv.stdout)))
     assert (row["runs_completed"], row["runs_limited"]) == ("1", "1")
     assert USER not in as_csv.stdout and float(row["cost"]) > 0 and row["price_version"]
+    assert "e-" not in row["cost"] and row["cost"].startswith("0.")  # plain decimals, as a spreadsheet expects
+    as_json_total = json.loads(runner.invoke(app, ["cost", "--by", "user", "--format", "json"]).stdout)["total"]
+    assert float(row["cost"]) == pytest.approx(as_json_total["cost"])
     as_json = runner.invoke(
         app, ["cost", "--user", USER, "--session", SESSION, "--by", "agent", "--format", "json"]
     )
@@ -194,3 +198,11 @@ def test_cost_csv_never_hands_a_spreadsheet_a_formula(capsys: pytest.CaptureFixt
     (written,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert written["model"] == "'=HYPERLINK(\"http://x\",\"y\")" and written["unpriced_models"] == "'@sum(1)"
     assert written["cost"] == "0.5" and written["calls"] == "1"
+
+
+@pytest.mark.parametrize(("value", "cell"), [
+    (6.74e-05, "0.0000674"), (0.0, "0"), (1.5, "1.5"), (12.0, "12"), (1.5e-07, "0.00000015"),
+    ("=HYPERLINK()", "'=HYPERLINK()"), (None, ""), (3, 3),
+])
+def test_a_csv_cell_is_what_a_spreadsheet_reads_as_meant(value: object, cell: object) -> None:
+    assert _cell(value) == cell

@@ -256,10 +256,12 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _cell(value: object) -> object:
-    """A CSV cell a spreadsheet shows as text: a string it would read as a formula (a team, agent or model
-    name starting with '=') gets a leading apostrophe."""
+    """A CSV cell a spreadsheet reads as meant: a string it would read as a formula (a team, agent or model
+    name starting with '=') gets a leading apostrophe; a cost is written in plain decimals."""
     if value is None:
         return ""
+    if isinstance(value, float):  # money in plain decimals: 0.0000674, never 6.74e-05
+        return f"{value:.12f}".rstrip("0").rstrip(".") or "0"
     return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
 
 
