@@ -74,3 +74,11 @@ def test_ids_are_listed_as_text_that_the_terminal_never_acts_on(registry: Regist
     listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "300"})
     assert listed.exit_code == 0, listed.output
     assert "t-[/][red]\\x9b2J" in listed.stdout and "\x9b" not in listed.stdout
+
+
+def test_numbers_no_database_column_holds_are_refused_as_usage_errors(registry: Registry) -> None:
+    for args in (["sessions", "list", "--limit", "99999999999999999999"],
+                 ["retention", "apply", "--days", "99999999999"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code != 0 and "less than or equal to" in result.output, (args, result.output)
+        assert not isinstance(result.exception, OverflowError)  # it used to reach the database driver

@@ -35,7 +35,7 @@ from teamstore.cli._output import JsonOption, console, dumps, emit, plain
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
 from teamstore.errors import ConfigurationError, TranscriptNotFound
-from teamstore.settings import Settings
+from teamstore.settings import MAX_DAYS, Settings
 
 T = TypeVar("T")
 
@@ -346,7 +346,7 @@ def prices_sync(as_json: bool = JsonOption) -> None:
 @retention_app.command("apply")
 def retention_apply(
     days: int | None = typer.Option(
-        None, "--days", min=1, help="Transcript retention (default: settings, 90)."
+        None, "--days", min=1, max=MAX_DAYS, help="Transcript retention (default: settings, 90)."
     ),
     as_json: bool = JsonOption,
 ) -> None:

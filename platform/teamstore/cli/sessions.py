@@ -91,7 +91,7 @@ def _render_run(data: dict[str, Any]) -> None:
 @sessions_app.command("list")
 def list_sessions(
     user: str | None = typer.Option(None, "--user", help="Only this user's sessions."),
-    limit: int = typer.Option(100, "--limit", min=1),
+    limit: int = typer.Option(100, "--limit", min=1, max=100_000, help="Most rows to show."),
     as_json: bool = JsonOption,
 ) -> None:
     """List saved sessions, most recently updated first."""
