@@ -296,10 +296,11 @@ async def test_expired_session_starts_fresh(platform: Platform) -> None:
 async def test_state_over_the_byte_cap_is_refused_and_previous_state_stays(platform: Platform) -> None:
     await talk(platform, "alice", "s1", "short")
     before = await stored_state(platform, "alice", "s1")
-    platform.settings = platform.settings.model_copy(update={"state_max_bytes": 500})
+    cap = len(before.encode()) + 200  # the stored state fits; the next one will not
+    platform.settings = platform.settings.model_copy(update={"state_max_bytes": cap})
     with pytest.raises(StateTooLarge) as info:
         await talk(platform, "alice", "s1", "x" * 2000)
-    assert "500" in info.value.message
+    assert str(cap) in info.value.message
     assert await stored_state(platform, "alice", "s1") == before
     platform.settings = platform.settings.model_copy(update={"state_max_bytes": 1_000_000})
     _, outcome = await talk(platform, "alice", "s1", "after")  # lease was released
