@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autogen_agentchat.messages import MessageFactory
+from autogen_agentchat.messages import BaseChatMessage, MessageFactory
 from autogen_agentchat.state import (
     AssistantAgentState,
     BaseState,
@@ -89,9 +89,11 @@ def validate_container_state(name: str, provider: str, state: Any) -> None:
         if not isinstance(message, Mapping):  # AutoGen's factory would fail on it with an AttributeError
             raise _refuse(name, f"message_buffer[{i}] is a {type(message).__name__}, not an AgentChat message")
         try:
-            _FACTORY.create(message)
+            created = _FACTORY.create(message)
         except (ValidationError, ValueError, TypeError, AttributeError, KeyError) as exc:
             raise _refuse(name, f"message_buffer[{i}] is not an AgentChat message") from exc
+        if not isinstance(created, BaseChatMessage):  # an event: AutoGen's load_state raises ValueError on it
+            raise _refuse(name, f"message_buffer[{i}] is a {type(created).__name__}, not a chat message")
     validate_agent_state(name, provider, checked.get("agent_state"))
 
 
