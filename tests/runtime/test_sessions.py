@@ -14,11 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from autogen_agentchat.agents import AssistantAgent, SocietyOfMindAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import CancellationToken
 from sqlalchemy import insert, select, text, update
 
-from config_registry import Registry
+from config_registry import Manifest, Registry
 from teamstore import examples
+from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
 from teamstore.errors import (
     ConfigurationError,
@@ -261,6 +265,32 @@ async def test_bad_stored_state_starts_fresh_and_is_quarantined(platform: Platfo
         assert (await conn.execute(select(quarantine.c.state))).scalar_one() == blob
     payload = decode(await stored_state(platform, "alice", "s1"))
     assert "ZX-81" not in json.dumps(payload)
+
+
+def _society() -> SocietyOfMindAgent:
+    inner = RoundRobinGroupChat([AssistantAgent("worker", model_client=OfflineChatCompletionClient())],
+                                termination_condition=MaxMessageTermination(2))
+    return SocietyOfMindAgent("society", team=inner, model_client=OfflineChatCompletionClient(),
+                              model_context=BoundedChatCompletionContext(max_messages=10))
+
+
+async def test_a_state_autogen_refuses_after_validation_still_starts_fresh(
+    platform: Platform, registry: Registry
+) -> None:
+    manifest = Manifest(name="society", description="A society of mind.", owner="o", persist=["society"],
+                        context_bound=20)
+    registry.add("society", _society().dump_component(), manifest, "v1", label="production")
+    await talk(platform, "alice", "s1", "hello", team="society")
+    payload = decode(await stored_state(platform, "alice", "s1"))
+    payload["participants"]["society"]["inner_team_state"] = {"type": "TeamState", "agent_states": {}}
+    await _corrupt(platform, encode(payload))  # a nested team's state: only AutoGen's load_state looks inside
+    result, outcome = await talk(platform, "alice", "s1", "again", team="society")
+    assert outcome.outcome == "corrupt" and outcome.quarantined and "ValueError" in (outcome.detail or "")
+    assert result.messages[-1].to_text()  # the run went on, on a fresh team
+    (kept,) = await platform.store.list_quarantined("alice")
+    assert kept.reason == "corrupt"
+    _, outcome = await talk(platform, "alice", "s1", "and again", team="society")
+    assert outcome.outcome == "resumed"
 
 
 @pytest.mark.parametrize("messages", [None, 5, "text"])
