@@ -58,7 +58,15 @@ from teamstore.errors import (
     StaleStateVersion,
     StoreUnavailable,
 )
-from teamstore.state.base import Claim, QuarantinedRow, Restored, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import (
+    Claim,
+    QuarantinedRow,
+    Restored,
+    SaveRecord,
+    SessionKey,
+    StoredSession,
+    read_fingerprints,
+)
 from teamstore.state.schema import quarantine, sessions, store_settings, user_holds
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
@@ -93,7 +101,7 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
         team_version=m["team_version"],
         schema_version=m["schema_version"],
         agentchat_version=m["agentchat_version"],
-        fingerprints=dict(m["fingerprints"] or {}),
+        fingerprints=read_fingerprints(m["fingerprints"]),
         state=m["state"],
         state_bytes=m["state_bytes"],
         row_version=m["row_version"],
@@ -363,7 +371,7 @@ class SqlStateStore:
             "team_version": row.team_version,
             "schema_version": row.schema_version,
             "agentchat_version": row.agentchat_version,
-            "fingerprints": dict(row.fingerprints),
+            "fingerprints": dict(row.fingerprints or {}),
             "state": row.state,
             "state_bytes": row.state_bytes,
             "row_version": row.row_version,
