@@ -22,6 +22,7 @@ The two kinds of lease do not see each other, so the database records which one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -253,6 +254,23 @@ class SqlStateStore:
         except SQLAlchemyError as exc:
             raise unavailable(exc, "check the user for an erasure") from exc
 
+    async def _attempt(
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float
+    ) -> StoredSession | None:
+        """:meth:`_try_acquire`, carried through a cancellation of the caller: the lease statement may
+        already have taken the lease (which would then keep the session from everyone for its TTL), and
+        a driver call cut short can leave SQLite's connection unreturned, holding the write lock. So the
+        attempt finishes, a lease it took is given back, and then the cancellation goes on."""
+        attempt = asyncio.ensure_future(self._try_acquire(key, claim, owner, ttl, seconds))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                taken = await attempt
+                if taken is not None:
+                    await self.release(key, owner=owner, discard_empty=taken.row_version == 0)
+            raise
+
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
     ) -> StoredSession:
@@ -266,7 +284,7 @@ class SqlStateStore:
         await self.check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         while True:
-            row = await self._try_acquire(key, claim, owner, lease_ttl, max(deadline - time.monotonic(), 0.0))
+            row = await self._attempt(key, claim, owner, lease_ttl, max(deadline - time.monotonic(), 0.0))
             if row is not None:
                 return row
             if await self._is_held(key.user_id):
