@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import enum
 import json
 import logging
@@ -636,6 +637,27 @@ async def test_mid_session_saves_beside_lease_renewals(platform: Platform) -> No
             await asyncio.sleep(0.5)  # renewals (every 0.2 s) land between and around the saves
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.row_version == 3
+
+
+async def test_a_cancelled_mid_session_save_still_lands_whole_and_the_session_goes_on(platform: Platform) -> None:
+    # Cancelled at every step of the event loop in turn: the save is written whole (or not yet begun),
+    # the session still holds its lease and saves at exit, and the next request resumes from it.
+    for steps in range(200):
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            await s.run(f"message {steps} about the ZX-81 router")
+            saving = asyncio.ensure_future(s.save())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            done = saving.done()
+            saving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await saving
+            await s.run("and one more thing")
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            assert s.resume is not None and s.resume.outcome == "resumed"
+        if done:
+            return
+    pytest.fail("the save never finished")
 
 
 class _SlowClient(OfflineChatCompletionClient):

@@ -343,11 +343,25 @@ class Session:
         self._pending = text
 
     async def save(self) -> int:
-        """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version."""
+        """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
+
+        Cancelled while it writes, it still finishes the write, and the session goes on from it.
+        """
         self._require_open()
         await self.flush_audit()
         if self._pending is not None:
-            await self._write(release=False)
+            writing = asyncio.ensure_future(self._write(release=False))
+            try:
+                await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                # Cancelled mid-write (a request timeout): the write finishes first. Cut short, it may have
+                # saved without the session learning the new row version (its exit save would then conflict
+                # with itself), lost the lock with its connection, or left SQLite's connection holding the
+                # write lock. Then the cancellation goes on.
+                if not writing.done():
+                    with contextlib.suppress(Exception):
+                        await writing
+                raise
         return self._row_version
 
     async def _write(self, *, release: bool) -> None:
