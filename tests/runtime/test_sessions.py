@@ -252,9 +252,18 @@ async def _corrupt(platform: Platform, state: str | None, **values: object) -> N
          '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {"type": "AssistantAgentState", '
          '"version": "1.0.0", "llm_context": {"messages": []}}, "message_buffer": [{"type": "ToolCallRequestEvent", '
          '"source": "critic", "content": [{"id": "1", "name": "lookup", "arguments": "{}"}]}]}}}}', "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": '
+         '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {"type": "AssistantAgentState", '
+         '"version": "1.0.0", "llm_context": {"messages": [{"type": "UserMessage", "source": "user", '
+         '"content": [{"data": "bm90IGFuIGltYWdl"}]}]}}, "message_buffer": []}}}}', "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": '
+         '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {"type": "AssistantAgentState", '
+         '"version": "1.0.0", "llm_context": {"messages": []}}, "message_buffer": [{"type": "MultiModalMessage", '
+         '"source": "user", "content": ["look", {"data": "bm90IGFuIGltYWdl"}]}]}}}}', "corrupt"),
     ],
     ids=["foreign", "garbage-agent", "team-state-as-agent", "truncated", "binary", "other-envelope", "array",
-         "buffer-of-numbers", "envelope-true", "event-in-buffer"],
+         "buffer-of-numbers", "envelope-true", "event-in-buffer", "context-image-not-an-image",
+         "buffer-image-not-an-image"],
 )
 async def test_bad_stored_state_starts_fresh_and_is_quarantined(platform: Platform, blob: str, reason: str) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
