@@ -552,6 +552,19 @@ async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Re
     assert timedelta(hours=23) < row.expires_at - datetime.now(UTC) <= timedelta(days=1.01)
 
 
+async def test_a_restored_state_lives_as_long_as_its_team_keeps_state(platform: Platform, registry: Registry) -> None:
+    manifest = examples.example_manifest("support_triage").model_copy(update={"state_ttl_days": 1.0})
+    registry.add("support_triage", examples.support_triage().dump_component(), manifest, "1 day TTL",
+                 label="production")
+    await talk(platform, "alice", "s1", "hello")
+    await _corrupt(platform, await stored_state(platform, "alice", "s1"), schema_version=99)
+    await talk(platform, "alice", "s1", "again")  # refused: set aside, and a fresh state saved
+    (kept,) = await platform.store.list_quarantined("alice")
+    restored = await platform.restore_quarantined(kept.id, replace=True)
+    assert restored.session.expires_at is not None
+    assert restored.session.expires_at - datetime.now(UTC) <= timedelta(days=1.01)  # the team's day, not 7
+
+
 async def test_moved_label_reaches_a_worker_after_the_refresh_interval(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

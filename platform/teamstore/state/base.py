@@ -173,6 +173,10 @@ class StateStore(Protocol):
         """Quarantined rows, newest first."""
         ...
 
+    async def get_quarantined(self, quarantine_id: int) -> QuarantinedRow | None:
+        """One quarantined row, or ``None``."""
+        ...
+
     async def sweep_expired(self, *, batch_size: int = 500) -> int:
         """Delete expired rows not under lease, in batches; returns how many went."""
         ...

@@ -555,6 +555,13 @@ class SqlStateStore:
         rows = await self._fetch(stmt.order_by(quarantine.c.id.desc()).limit(limit))
         return [_quarantined(r._mapping) for r in rows]
 
+    async def get_quarantined(self, quarantine_id: int) -> QuarantinedRow | None:
+        """One quarantined row, or ``None`` if no row has this id."""
+        if not (isinstance(quarantine_id, int) and not isinstance(quarantine_id, bool) and 0 < quarantine_id < 2**63):
+            return None  # no row can have it; the drivers would raise their own overflow errors on it
+        rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id))
+        return _quarantined(rows[0]._mapping) if rows else None
+
     async def sweep_expired(self, *, batch_size: int = 500) -> int:
         """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted."""
         await self.check_lease_mode()
