@@ -50,8 +50,9 @@ def _is_tool_call(message: LLMMessage) -> bool:
 def bound_messages(messages: Sequence[LLMMessage], max_messages: int, keep_first: int) -> list[LLMMessage]:
     """Keep at most ``max_messages``: the first ``keep_first`` and the most recent rest.
 
-    A tool call is never split from its results: a head that ends in a call keeps its results, and a
-    tail that would open with orphaned results drops them.
+    A tool call is never split from its results: a head that ends in a call keeps its results (or, when
+    they would leave no room for the newest message, leaves the call to the tail), and a tail that would
+    open with orphaned results drops them.
 
     Args:
         messages: The messages in order.
@@ -65,9 +66,11 @@ def bound_messages(messages: Sequence[LLMMessage], max_messages: int, keep_first
         return list(messages)
     head_end = keep_first
     if head_end and _is_tool_call(messages[head_end - 1]):
-        while head_end < len(messages) and isinstance(messages[head_end], FunctionExecutionResultMessage):
-            head_end += 1
-    head = list(messages[:head_end])[:max_messages]
+        end = head_end
+        while end < len(messages) and isinstance(messages[end], FunctionExecutionResultMessage):
+            end += 1
+        head_end = end if end < max_messages else head_end - 1
+    head = list(messages[:head_end])
     room = max_messages - len(head)
     tail = list(messages[head_end:])[-room:] if room > 0 else []
     while tail and isinstance(tail[0], FunctionExecutionResultMessage):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import enum
 import json
 import logging
@@ -14,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from autogen_agentchat.agents import AssistantAgent, SocietyOfMindAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import CancellationToken
 from sqlalchemy import insert, select, text, update
 
-from config_registry import Registry
+from config_registry import Manifest, Registry
 from teamstore import examples
+from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
 from teamstore.errors import (
     ConfigurationError,
@@ -243,9 +248,22 @@ async def _corrupt(platform: Platform, state: str | None, **values: object) -> N
          '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {}, "message_buffer": [1, null]}}}}',
          "corrupt"),
         ('{"envelope": true, "codec": "json", "data": {"kind": "team", "participants": {}}}', "schema_mismatch"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": '
+         '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {"type": "AssistantAgentState", '
+         '"version": "1.0.0", "llm_context": {"messages": []}}, "message_buffer": [{"type": "ToolCallRequestEvent", '
+         '"source": "critic", "content": [{"id": "1", "name": "lookup", "arguments": "{}"}]}]}}}}', "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": '
+         '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {"type": "AssistantAgentState", '
+         '"version": "1.0.0", "llm_context": {"messages": [{"type": "UserMessage", "source": "user", '
+         '"content": [{"data": "bm90IGFuIGltYWdl"}]}]}}, "message_buffer": []}}}}', "corrupt"),
+        ('{"envelope": 1, "codec": "json", "data": {"kind": "team", "participants": {"researcher": '
+         '{"type": "ChatAgentContainerState", "version": "1.0.0", "agent_state": {"type": "AssistantAgentState", '
+         '"version": "1.0.0", "llm_context": {"messages": []}}, "message_buffer": [{"type": "MultiModalMessage", '
+         '"source": "user", "content": ["look", {"data": "bm90IGFuIGltYWdl"}]}]}}}}', "corrupt"),
     ],
     ids=["foreign", "garbage-agent", "team-state-as-agent", "truncated", "binary", "other-envelope", "array",
-         "buffer-of-numbers", "envelope-true"],
+         "buffer-of-numbers", "envelope-true", "event-in-buffer", "context-image-not-an-image",
+         "buffer-image-not-an-image"],
 )
 async def test_bad_stored_state_starts_fresh_and_is_quarantined(platform: Platform, blob: str, reason: str) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
@@ -257,6 +275,51 @@ async def test_bad_stored_state_starts_fresh_and_is_quarantined(platform: Platfo
         assert (await conn.execute(select(quarantine.c.state))).scalar_one() == blob
     payload = decode(await stored_state(platform, "alice", "s1"))
     assert "ZX-81" not in json.dumps(payload)
+
+
+@pytest.mark.parametrize("damaged", [[1], "abc", {"researcher": 5}, "not JSON"], ids=["list", "string", "number", "text"])
+async def test_a_row_with_damaged_fingerprints_fails_closed_and_keeps_no_lease(platform: Platform, damaged: object) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    before = await stored_state(platform, "alice", "s1")
+    async with platform.engine.begin() as conn:
+        if damaged == "not JSON":  # only SQLite keeps JSON as text that may be anything
+            if platform.engine.dialect.name != "sqlite":
+                pytest.skip("a json column holds only JSON")
+            await conn.execute(text("UPDATE ts_sessions SET fingerprints = 'not JSON'"))
+        else:
+            await conn.execute(update(sessions).values(fingerprints=damaged))
+    _, outcome = await talk(platform, "alice", "s1", "still broken")
+    assert outcome.outcome == "corrupt" and outcome.quarantined and "fingerprints" in (outcome.detail or "")
+    async with platform.engine.connect() as conn:
+        assert (await conn.execute(select(quarantine.c.state))).scalar_one() == before
+    _, outcome = await talk(platform, "alice", "s1", "and again")  # the lease was given back
+    assert outcome.outcome == "resumed"
+
+
+def _society() -> SocietyOfMindAgent:
+    inner = RoundRobinGroupChat([AssistantAgent("worker", model_client=OfflineChatCompletionClient())],
+                                termination_condition=MaxMessageTermination(2))
+    return SocietyOfMindAgent("society", team=inner, model_client=OfflineChatCompletionClient(),
+                              model_context=BoundedChatCompletionContext(max_messages=10))
+
+
+async def test_a_state_autogen_refuses_after_validation_still_starts_fresh(
+    platform: Platform, registry: Registry
+) -> None:
+    manifest = Manifest(name="society", description="A society of mind.", owner="o", persist=["society"],
+                        context_bound=20)
+    registry.add("society", _society().dump_component(), manifest, "v1", label="production")
+    await talk(platform, "alice", "s1", "hello", team="society")
+    payload = decode(await stored_state(platform, "alice", "s1"))
+    payload["participants"]["society"]["inner_team_state"] = {"type": "TeamState", "agent_states": {}}
+    await _corrupt(platform, encode(payload))  # a nested team's state: only AutoGen's load_state looks inside
+    result, outcome = await talk(platform, "alice", "s1", "again", team="society")
+    assert outcome.outcome == "corrupt" and outcome.quarantined and "ValueError" in (outcome.detail or "")
+    assert result.messages[-1].to_text()  # the run went on, on a fresh team
+    (kept,) = await platform.store.list_quarantined("alice")
+    assert kept.reason == "corrupt"
+    _, outcome = await talk(platform, "alice", "s1", "and again", team="society")
+    assert outcome.outcome == "resumed"
 
 
 @pytest.mark.parametrize("messages", [None, 5, "text"])
@@ -489,6 +552,19 @@ async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Re
     assert timedelta(hours=23) < row.expires_at - datetime.now(UTC) <= timedelta(days=1.01)
 
 
+async def test_a_restored_state_lives_as_long_as_its_team_keeps_state(platform: Platform, registry: Registry) -> None:
+    manifest = examples.example_manifest("support_triage").model_copy(update={"state_ttl_days": 1.0})
+    registry.add("support_triage", examples.support_triage().dump_component(), manifest, "1 day TTL",
+                 label="production")
+    await talk(platform, "alice", "s1", "hello")
+    await _corrupt(platform, await stored_state(platform, "alice", "s1"), schema_version=99)
+    await talk(platform, "alice", "s1", "again")  # refused: set aside, and a fresh state saved
+    (kept,) = await platform.store.list_quarantined("alice")
+    restored = await platform.restore_quarantined(kept.id, replace=True)
+    assert restored.session.expires_at is not None
+    assert restored.session.expires_at - datetime.now(UTC) <= timedelta(days=1.01)  # the team's day, not 7
+
+
 async def test_moved_label_reaches_a_worker_after_the_refresh_interval(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -583,6 +659,27 @@ async def test_mid_session_saves_beside_lease_renewals(platform: Platform) -> No
             await asyncio.sleep(0.5)  # renewals (every 0.2 s) land between and around the saves
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.row_version == 3
+
+
+async def test_a_cancelled_mid_session_save_still_lands_whole_and_the_session_goes_on(platform: Platform) -> None:
+    # Cancelled at every step of the event loop in turn: the save is written whole (or not yet begun),
+    # the session still holds its lease and saves at exit, and the next request resumes from it.
+    for steps in range(200):
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            await s.run(f"message {steps} about the ZX-81 router")
+            saving = asyncio.ensure_future(s.save())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            done = saving.done()
+            saving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await saving
+            await s.run("and one more thing")
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            assert s.resume is not None and s.resume.outcome == "resumed"
+        if done:
+            return
+    pytest.fail("the save never finished")
 
 
 class _SlowClient(OfflineChatCompletionClient):

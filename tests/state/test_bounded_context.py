@@ -70,6 +70,18 @@ async def test_head_that_ends_in_a_call_keeps_its_result() -> None:
     assert len(kept) == 4
 
 
+async def test_a_head_call_with_no_room_left_never_crowds_out_the_newest_message() -> None:
+    ctx = BoundedChatCompletionContext(max_messages=3, keep_first=2)
+    await fill(ctx, [user(0), call(1), result(1), user(2), user(3)])
+    kept = await ctx.get_messages()
+    assert kept[-1] == user(3) and len(kept) <= 3  # the message just added is what the model must answer
+    for i, m in enumerate(kept):
+        if isinstance(m, FunctionExecutionResultMessage):
+            assert i > 0 and isinstance(kept[i - 1], AssistantMessage)
+        if i + 1 < len(kept) and isinstance(m, AssistantMessage) and isinstance(m.content, list):
+            assert isinstance(kept[i + 1], FunctionExecutionResultMessage)
+
+
 async def test_loading_a_larger_state_bounds_it() -> None:
     big = BoundedChatCompletionContext(max_messages=50)
     await fill(big, [user(i) for i in range(40)])

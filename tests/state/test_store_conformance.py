@@ -251,3 +251,22 @@ async def test_expiry_moves_only_when_it_leaves_the_window_and_never_lands_short
     assert longer > first
     shorter = await save(3, 1)  # a shortened TTL takes effect at once
     assert shorter < first
+
+
+async def test_a_cancelled_acquire_never_keeps_the_lease(store: SqlStateStore) -> None:
+    # Cancelled at every step of the event loop in turn, from before the statement is sent to after its
+    # answer came back: whatever the database did, the session is free for the next worker at once.
+    key = SessionKey("alice", "s1")
+    for steps in range(400):
+        task = asyncio.create_task(acquire(store, key, owner=f"c{steps}"))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if task.done():
+            break  # it got through before this many steps: every earlier point was tried
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        row = await acquire(store, key, owner="next", timeout=0)
+        await store.release(key, owner="next", discard_empty=row.row_version == 0)
+    else:
+        pytest.fail("the acquire never finished")

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry, TeamDefinition
 from config_registry.build import build_team
+from config_registry.errors import RegistryError
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
@@ -184,10 +185,20 @@ class Platform:
             QuarantineNotFound, StaleStateVersion, SessionBusy, ErasureInProgress, StoreUnavailable: see
                 :meth:`teamstore.state.sql.SqlStateStore.restore_quarantined`.
         """
+        found = await self.store.get_quarantined(quarantine_id)
+        ttl_days = self.settings.state_ttl_days if found is None else await self._ttl_days(found.team, found.team_version)
         return await self.store.restore_quarantined(
-            quarantine_id, ttl=timedelta(days=self.settings.state_ttl_days), replace=replace,
+            quarantine_id, ttl=timedelta(days=ttl_days), replace=replace,
             wait_seconds=self.settings.lease_timeout_seconds,
         )
+
+    async def _ttl_days(self, team: str, version: str) -> float:
+        """The state TTL of the team version a state was saved by (its manifest's, else the default)."""
+        try:
+            definition = await self._definition(f"{team}@{version}")
+        except RegistryError:  # a version no longer in the registry: the runtime's default
+            return self.settings.state_ttl_days
+        return definition.manifest.state_ttl_days or self.settings.state_ttl_days
 
     async def delete_session(self, user_id: str, session_id: str) -> bool:
         """Delete one session's stored state and quarantined copies (a user's "delete this

@@ -102,6 +102,8 @@ def _membership_notes(stored: Mapping[str, str], built: Any) -> str | None:
 
 
 def _refusal(row: StoredSession, built: Any, agentchat_version: str, max_bytes: int | None) -> tuple[str, str] | None:
+    if row.fingerprints is None:
+        return "corrupt", "the row's participant fingerprints are not a name -> fingerprint object"
     if row.schema_version != SCHEMA_VERSION:
         return "schema_mismatch", f"saved under state schema {row.schema_version}, this code reads {SCHEMA_VERSION}"
     if _minor(row.agentchat_version) != _minor(agentchat_version):
@@ -120,7 +122,7 @@ def _refusal(row: StoredSession, built: Any, agentchat_version: str, max_bytes: 
 def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
     """The stored states of the participants ``built`` persists, each validated; the row must hold
     exactly the participants its fingerprints name."""
-    assert row.state is not None
+    assert row.state is not None and row.fingerprints is not None  # _refusal passed the row
     data = decode(row.state)
     participants, kind = data.get("participants"), data.get("kind")
     if kind in ("team", "agent") and kind != built.kind:
@@ -164,7 +166,7 @@ def judge(
         except StateRejected as exc:
             refusal = (exc.reason, exc.detail)
         else:
-            notes = _membership_notes(row.fingerprints, built)
+            notes = _membership_notes(row.fingerprints or {}, built)
             return Verdict(ResumeOutcome("resumed", version, notes, tuple(sorted(states)), previous), states)
     reason, detail = refusal
     return Verdict(ResumeOutcome(reason, version, detail, (), previous, quarantined=True))

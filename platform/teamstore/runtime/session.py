@@ -40,9 +40,16 @@ from teamstore.errors import (
 from teamstore.ids import check_id
 from teamstore.metering import metered_run
 from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
-from teamstore.runtime.resume import SCHEMA_VERSION, ResumeOutcome, apply_states, capture_states, judge
+from teamstore.runtime.resume import (
+    SCHEMA_VERSION,
+    ResumeOutcome,
+    Verdict,
+    apply_states,
+    capture_states,
+    judge,
+)
 from teamstore.runtime.tasks import check_task
-from teamstore.state.base import Claim, SaveRecord, SessionKey
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.envelope import encode
 
 if TYPE_CHECKING:
@@ -144,7 +151,7 @@ class Session:
                 assert verdict.outcome.detail is not None
                 await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
             if verdict.outcome.applied:
-                await apply_states(built, verdict.states)
+                verdict = await self._apply(row, verdict)
         except BaseException:
             await self._stop_keeping()
             await self._release()
@@ -153,6 +160,21 @@ class Session:
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
         return self
+
+    async def _apply(self, row: StoredSession, verdict: Verdict) -> Verdict:
+        """Load the validated states; if AutoGen still refuses them, fail closed on a freshly built team."""
+        built = self._built
+        try:
+            await apply_states(built, verdict.states)
+        except Exception as exc:
+            # Validation passed but AutoGen's load_state raised (a shape teamstore does not check, such as
+            # a nested team's state): the state is refused like any other, and the team, maybe half-loaded,
+            # is built again from the same version. Only the type is kept: the message may quote content.
+            detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
+            await self._platform.store.quarantine(row, owner=self._owner, reason="corrupt", detail=detail)
+            self._built = await self._platform.build_team(f"{built.name}@{built.version}")
+            return Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version, quarantined=True))
+        return verdict
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -321,11 +343,25 @@ class Session:
         self._pending = text
 
     async def save(self) -> int:
-        """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version."""
+        """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
+
+        Cancelled while it writes, it still finishes the write, and the session goes on from it.
+        """
         self._require_open()
         await self.flush_audit()
         if self._pending is not None:
-            await self._write(release=False)
+            writing = asyncio.ensure_future(self._write(release=False))
+            try:
+                await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                # Cancelled mid-write (a request timeout): the write finishes first. Cut short, it may have
+                # saved without the session learning the new row version (its exit save would then conflict
+                # with itself), lost the lock with its connection, or left SQLite's connection holding the
+                # write lock. Then the cancellation goes on.
+                if not writing.done():
+                    with contextlib.suppress(Exception):
+                        await writing
+                raise
         return self._row_version
 
     async def _write(self, *, release: bool) -> None:

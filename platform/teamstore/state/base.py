@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+import orjson
+
 
 @dataclass(frozen=True)
 class SessionKey:
@@ -47,7 +49,8 @@ class StoredSession:
     team_version: str
     schema_version: int
     agentchat_version: str
-    fingerprints: Mapping[str, str]
+    fingerprints: Mapping[str, str] | None
+    """Persisted participant -> fingerprint; ``None`` when the stored value is not that (a damaged row)."""
     state: str | None
     state_bytes: int
     row_version: int
@@ -64,6 +67,19 @@ class StoredSession:
     def is_new(self) -> bool:
         """True for a row that has never held a saved state."""
         return self.state is None
+
+
+def read_fingerprints(value: object) -> dict[str, str] | None:
+    """A row's fingerprints as stored (a JSON object, or its text), or ``None`` if they are not a
+    name -> fingerprint object: a damaged row is then refused when judged, not a crash while it is read."""
+    if isinstance(value, str | bytes):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+    if isinstance(value, dict) and all(type(k) is str and type(v) is str for k, v in value.items()):
+        return dict(value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -155,6 +171,10 @@ class StateStore(Protocol):
 
     async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
         """Quarantined rows, newest first."""
+        ...
+
+    async def get_quarantined(self, quarantine_id: int) -> QuarantinedRow | None:
+        """One quarantined row, or ``None``."""
         ...
 
     async def sweep_expired(self, *, batch_size: int = 500) -> int:

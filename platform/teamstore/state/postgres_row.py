@@ -34,7 +34,7 @@ import psycopg
 from psycopg import AsyncRawCursor
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
 from teamstore.state.postgres import _NOT_HELD, _S, _SET, save_params
 from teamstore.state.sql import SqlStateStore, now_utc, unavailable
@@ -141,5 +141,5 @@ class PostgresRowStateStore(SqlStateStore):
 def _stored(key: SessionKey, row: tuple[Any, ...]) -> StoredSession:
     state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires = row
     return StoredSession(key.user_id, key.session_id, team, team_version, schema, agentchat,
-                         orjson.loads(fingerprints) if fingerprints else {}, state, size, version,
+                         read_fingerprints(fingerprints), state, size, version,
                          created, updated, expires)

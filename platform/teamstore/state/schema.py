@@ -11,6 +11,8 @@ loading the state is one statement, and saving and releasing is another.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -22,11 +24,28 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
 )
+from sqlalchemy.engine import Dialect
 
 from teamstore.db.metadata import metadata
+from teamstore.state.base import read_fingerprints
 
 ID_LENGTH = 256
+
+
+class Fingerprints(TypeDecorator[Any]):
+    """A session row's fingerprints: JSON, read back through :func:`teamstore.state.base.read_fingerprints`
+    alone. SQLite keeps JSON as text, and SQLAlchemy would parse it inside the very statement that takes
+    the lease: a damaged value (not even JSON) would fail that statement with the lease already taken.
+    """
+
+    impl = JSON
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        return read_fingerprints  # the driver's value: text on SQLite, already parsed on Postgres
+
 
 sessions = Table(
     "ts_sessions",
@@ -37,7 +56,7 @@ sessions = Table(
     Column("team_version", String(64), nullable=False),
     Column("schema_version", Integer, nullable=False),
     Column("agentchat_version", String(32), nullable=False),
-    Column("fingerprints", JSON, nullable=False),
+    Column("fingerprints", Fingerprints, nullable=False),
     # Raw text, not JSON: a corrupt or truncated blob must still be readable so it can be quarantined.
     Column("state", Text, nullable=True),
     Column("state_bytes", Integer, nullable=False, default=0),

@@ -22,6 +22,7 @@ The two kinds of lease do not see each other, so the database records which one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -58,7 +59,15 @@ from teamstore.errors import (
     StaleStateVersion,
     StoreUnavailable,
 )
-from teamstore.state.base import Claim, QuarantinedRow, Restored, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import (
+    Claim,
+    QuarantinedRow,
+    Restored,
+    SaveRecord,
+    SessionKey,
+    StoredSession,
+    read_fingerprints,
+)
 from teamstore.state.schema import quarantine, sessions, store_settings, user_holds
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
@@ -93,7 +102,7 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
         team_version=m["team_version"],
         schema_version=m["schema_version"],
         agentchat_version=m["agentchat_version"],
-        fingerprints=dict(m["fingerprints"] or {}),
+        fingerprints=read_fingerprints(m["fingerprints"]),
         state=m["state"],
         state_bytes=m["state_bytes"],
         row_version=m["row_version"],
@@ -245,6 +254,23 @@ class SqlStateStore:
         except SQLAlchemyError as exc:
             raise unavailable(exc, "check the user for an erasure") from exc
 
+    async def _attempt(
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float
+    ) -> StoredSession | None:
+        """:meth:`_try_acquire`, carried through a cancellation of the caller: the lease statement may
+        already have taken the lease (which would then keep the session from everyone for its TTL), and
+        a driver call cut short can leave SQLite's connection unreturned, holding the write lock. So the
+        attempt finishes, a lease it took is given back, and then the cancellation goes on."""
+        attempt = asyncio.ensure_future(self._try_acquire(key, claim, owner, ttl, seconds))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                taken = await attempt
+                if taken is not None:
+                    await self.release(key, owner=owner, discard_empty=taken.row_version == 0)
+            raise
+
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
     ) -> StoredSession:
@@ -258,7 +284,7 @@ class SqlStateStore:
         await self.check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         while True:
-            row = await self._try_acquire(key, claim, owner, lease_ttl, max(deadline - time.monotonic(), 0.0))
+            row = await self._attempt(key, claim, owner, lease_ttl, max(deadline - time.monotonic(), 0.0))
             if row is not None:
                 return row
             if await self._is_held(key.user_id):
@@ -363,7 +389,7 @@ class SqlStateStore:
             "team_version": row.team_version,
             "schema_version": row.schema_version,
             "agentchat_version": row.agentchat_version,
-            "fingerprints": dict(row.fingerprints),
+            "fingerprints": dict(row.fingerprints or {}),
             "state": row.state,
             "state_bytes": row.state_bytes,
             "row_version": row.row_version,
@@ -528,6 +554,13 @@ class SqlStateStore:
             stmt = stmt.where(quarantine.c.user_id == user_id)
         rows = await self._fetch(stmt.order_by(quarantine.c.id.desc()).limit(limit))
         return [_quarantined(r._mapping) for r in rows]
+
+    async def get_quarantined(self, quarantine_id: int) -> QuarantinedRow | None:
+        """One quarantined row, or ``None`` if no row has this id."""
+        if not (isinstance(quarantine_id, int) and not isinstance(quarantine_id, bool) and 0 < quarantine_id < 2**63):
+            return None  # no row can have it; the drivers would raise their own overflow errors on it
+        rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id))
+        return _quarantined(rows[0]._mapping) if rows else None
 
     async def sweep_expired(self, *, batch_size: int = 500) -> int:
         """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autogen_agentchat.messages import MessageFactory
+from autogen_agentchat.messages import BaseChatMessage, MessageFactory
 from autogen_agentchat.state import (
     AssistantAgentState,
     BaseState,
@@ -73,6 +73,10 @@ def validate_agent_state(name: str, provider: str, state: Any) -> None:
             ChatCompletionContextState.model_validate(context)
     except ValidationError as exc:
         raise _refuse(name, f"does not parse as {model.__name__}: {exc.errors()[0]['msg']}") from exc
+    except StateRejected:
+        raise
+    except Exception as exc:  # a field's own decoder failed (an image whose data is not an image: OSError)
+        raise _refuse(name, f"does not parse as {model.__name__} ({type(exc).__name__})") from exc
 
 
 def validate_container_state(name: str, provider: str, state: Any) -> None:
@@ -89,9 +93,11 @@ def validate_container_state(name: str, provider: str, state: Any) -> None:
         if not isinstance(message, Mapping):  # AutoGen's factory would fail on it with an AttributeError
             raise _refuse(name, f"message_buffer[{i}] is a {type(message).__name__}, not an AgentChat message")
         try:
-            _FACTORY.create(message)
-        except (ValidationError, ValueError, TypeError, AttributeError, KeyError) as exc:
-            raise _refuse(name, f"message_buffer[{i}] is not an AgentChat message") from exc
+            created = _FACTORY.create(message)
+        except Exception as exc:  # pydantic's errors, or a field's own decoder's (an image that is none: OSError)
+            raise _refuse(name, f"message_buffer[{i}] is not an AgentChat message ({type(exc).__name__})") from exc
+        if not isinstance(created, BaseChatMessage):  # an event: AutoGen's load_state raises ValueError on it
+            raise _refuse(name, f"message_buffer[{i}] is a {type(created).__name__}, not a chat message")
     validate_agent_state(name, provider, checked.get("agent_state"))
 
 
