@@ -35,3 +35,17 @@ def test_a_usage_error_exits_1_not_the_2_that_erase_and_check_give_an_outcome(tm
     proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1 and "No such option" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["sessions", "show", "--user", "\udcff", "--session", "s1"],
+                                  ["cost", "--team", "caf\udce9"],
+                                  ["transcripts", "show", "--user", "alice", "--session", "\udcff"]])
+def test_an_argument_that_is_not_utf8_is_refused_by_name(tmp_path: Path, args: list[str]) -> None:
+    # A shell passes the bytes as they are; Python decodes b'\xff' to a lone surrogate no database takes.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "is not valid UTF-8" in proc.stderr and "fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr

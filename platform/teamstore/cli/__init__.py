@@ -17,7 +17,8 @@ from typer.core import TyperGroup
 
 from teamstore.cli import audit, erase, registry, sessions
 from teamstore.cli._output import fail
-from teamstore.errors import TeamstoreError
+from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.ids import lone_surrogate
 
 # Click's usage error, whether typer vendors click (0.17+) or uses it: BadParameter's base class.
 UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -28,6 +29,7 @@ class _Commands(TyperGroup):
     usage errors (a mistyped option), since status 2 is an outcome of `erase` and `registry check`."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _check_text(args)
         try:
             return super().parse_args(ctx, args)
         except UsageError as exc:  # the top level's own options
@@ -42,6 +44,23 @@ class _Commands(TyperGroup):
         except UsageError as exc:
             exc.exit_code = 1  # type: ignore[attr-defined]
             raise
+
+
+def _check_text(args: list[str]) -> None:
+    """Refuse an argument that is not text: bytes the locale could not decode reach Python as lone
+    surrogates, which no database, key or terminal takes (they crashed the first query with a traceback)."""
+    for position, arg in enumerate(args, start=1):
+        if lone_surrogate(arg) is not None:
+            try:  # the bytes as given: b'\xff' reads better than its stand-in '\udcff'
+                raw = arg.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raw = arg.encode("utf-8", "backslashreplace")
+            shown = raw.decode("ascii", "backslashreplace")
+            shown = shown if len(shown) <= 40 else shown[:40] + "..."
+            fail(ConfigurationError(
+                f"argument {position} ({shown}) is not valid UTF-8",
+                hint="pass ids and text as UTF-8 (check the terminal's and the shell's locale, e.g. LANG=C.UTF-8)",
+            ))
 
 
 app = typer.Typer(
