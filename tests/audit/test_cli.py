@@ -93,9 +93,13 @@ def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
 
 
 def test_cost_refuses_a_session_without_its_user_and_bad_dates() -> None:
-    for args in (["--session", SESSION], ["--since", "yesterday"], ["--by", "planet"], ["--format", "xml"]):
+    for args in (["--session", SESSION], ["--since", "yesterday"], ["--by", "planet"], ["--format", "xml"],
+                 ["--since", "9999-12-31T23:00:00-05:00"], ["--until", "0001-01-01T01:00:00+05:00"],
+                 ["--since", "2026-12-01", "--until", "2026-11-01"],
+                 ["--user", "nobody", "--since", "2026-12-01", "--until", "2026-12-01"]):
         result = runner.invoke(app, ["cost", *args])
         assert result.exit_code == 1 and "error: " in result.output and "fix:" in result.output, args
+        assert not isinstance(result.exception, OverflowError), args  # past year 9999 in UTC: a traceback
 
 
 def test_prices_show_and_sync() -> None:

@@ -177,7 +177,12 @@ def _parse_when(value: str | None, option: str) -> datetime | None:
         raise ConfigurationError(
             f"{option} {value!r} is not a date", hint="use YYYY-MM-DD or an ISO timestamp"
         ) from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:  # the instant in UTC now: an offset that moves it past year 9999 or before year 1 has no instant
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except OverflowError as exc:
+        raise ConfigurationError(
+            f"{option} {value!r} is out of range", hint="use a date between years 1 and 9999 in UTC"
+        ) from exc
 
 
 async def build_filter(
@@ -191,10 +196,17 @@ async def build_filter(
     """Turn CLI options into a :class:`CostFilter`; ``None`` when the user has no ledger rows at all.
 
     Raises:
-        ConfigurationError: ``--session`` without ``--user``, or a malformed date.
+        ConfigurationError: ``--session`` without ``--user``, a malformed or out-of-range date, or
+            ``--since`` not before ``--until``.
     """
     if session is not None and user is None:
         raise ConfigurationError("--session needs --user", hint="session ids are only unique per user")
+    start, end = _parse_when(since, "--since"), _parse_when(until, "--until")
+    if start is not None and end is not None and start >= end:
+        raise ConfigurationError(
+            f"--since {since!r} is not before --until {until!r}: no run can be in that window",
+            hint="swap them (--until is the end, exclusive)",
+        )
     subject = await find_subject(engine, user) if user is not None else None
     if user is not None and subject is None:
         return None
@@ -202,8 +214,8 @@ async def build_filter(
         session_key=session_key(subject, session) if subject and session is not None else None,
         subject_key=subject,
         team=team,
-        since=_parse_when(since, "--since"),
-        until=_parse_when(until, "--until"),
+        since=start,
+        until=end,
     )
 
 
