@@ -70,6 +70,23 @@ def test_transcripts_show_for_an_unknown_user_or_session_is_a_typed_error() -> N
         assert result.exit_code == 1 and f"error: {message}" in result.output and "fix:" in result.output
 
 
+def test_one_run_is_found_by_a_unique_prefix_of_its_id_as_the_demo_prints_it() -> None:
+    run_ids = _populate(2)
+    show = ["transcripts", "show", "--user", USER, "--session", SESSION, "--json", "--run"]
+    one = runner.invoke(app, [*show, run_ids[1][:12]])
+    assert one.exit_code == 0, one.output
+    assert [r["run"]["run_id"] for r in json.loads(one.stdout)["runs"]] == [run_ids[1]]
+    for run, message in (("", "--run is empty"), ("nope", "no run 'nope' in that session"),
+                         (run_ids[0][:-1] + "x", "no run")):
+        result = runner.invoke(app, [*show, run])
+        assert result.exit_code == 1 and f"error: {message}" in result.output and "fix:" in result.output, run
+        assert "subjects/" not in result.output  # the store's key is no help to the reader
+    damaged = next((Path(Settings().home) / "transcripts").rglob(f"{run_ids[0]}.jsonl.gz"))
+    damaged.write_bytes(b"not gzip")
+    result = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION])
+    assert result.exit_code == 1 and f"error: run {run_ids[0]}: the transcript object is not readable" in result.output
+
+
 def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
     _populate()
     as_csv = runner.invoke(app, ["cost", "--by", "user", "--format", "csv"])

@@ -30,11 +30,12 @@ from teamstore.audit.prices import load_prices
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import run_key, session_prefix, transcript_store_from_settings
+from teamstore.audit.transcripts.base import run_id_of
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.cli._output import JsonOption, console, dumps, emit, plain
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
-from teamstore.errors import ConfigurationError, TranscriptNotFound
+from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
 from teamstore.settings import MAX_DAYS, Settings
 
 T = TypeVar("T")
@@ -65,29 +66,53 @@ def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]]) -> T:
 async def load_transcripts(
     settings: Settings, engine: AsyncEngine, user: str, session: str, run: str | None
 ) -> list[dict[str, Any]]:
-    """Read one session's transcripts (or one run's), oldest run first.
+    """Read one session's transcripts (or one run's, by its id or a unique prefix of it), oldest run first.
 
     Raises:
-        TranscriptNotFound: The user, session or run has no transcript.
+        TranscriptNotFound: The user, session or run has no transcript, or a prefix names several runs.
+        AuditError: A run's object is not readable (the message names the run).
     """
+    if run == "":
+        raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for every run")
     subject = await find_subject(engine, user)
     if subject is None:
         raise TranscriptNotFound("no audit data for that user", hint="check the user id (matched exactly)")
     keys = RunKeys(subject, session_key(subject, session))
     store = transcript_store_from_settings(settings)
     try:
-        names = [run_key(keys, run)] if run else await store.list_keys(session_prefix(keys))
+        names = await store.list_keys(session_prefix(keys))
         if not names:
             raise TranscriptNotFound(
                 "no transcript for that session", hint="check the session id (matched exactly)"
             )
         runs = []
-        for name in names:
-            header, items = decode(await store.get(name))
+        for name in _pick_run(names, keys, run) if run is not None else names:
+            try:
+                header, items = decode(await store.get(name))
+            except AuditError as exc:
+                raise type(exc)(f"run {run_id_of(name)}: {exc.message}", hint=exc.hint) from exc
             runs.append({"run": header, "items": items})
     finally:
         await store.close()
     return sorted(runs, key=lambda r: str(r["run"]["started_at"]))
+
+
+def _pick_run(names: list[str], keys: RunKeys, run: str) -> list[str]:
+    """The one key of ``run``: its exact id, else the one run whose id starts with it (as printed short)."""
+    exact = run_key(keys, run)
+    if exact in names:
+        return [exact]
+    found = [name for name in names if run_id_of(name).startswith(run)]
+    if len(found) > 1:
+        raise TranscriptNotFound(
+            f"{len(found)} runs of that session start with {run!r}", hint="give more of the run id"
+        )
+    if not found:
+        raise TranscriptNotFound(
+            f"no run {run!r} in that session",
+            hint="check the run id (run_id in `teamstore run --json`), or omit --run for every run",
+        )
+    return found
 
 
 def _content_text(message: dict[str, Any]) -> str:
@@ -134,7 +159,9 @@ def _render_transcripts(data: dict[str, Any]) -> None:
 def transcripts_show(
     user: str = typer.Option(..., "--user", help="The user id (exact)."),
     session: str = typer.Option(..., "--session", help="The session id (exact)."),
-    run: str | None = typer.Option(None, "--run", help="One run id; all of the session's runs if omitted."),
+    run: str | None = typer.Option(
+        None, "--run", help="One run id or a unique prefix of it; all of the session's runs if omitted."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Print a session's transcripts, readable or as JSON."""
