@@ -92,6 +92,15 @@ def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
     assert missing.exit_code == 1 and "no erasure request" in missing.output
 
 
+def test_an_empty_request_id_is_refused_not_replaced_by_a_fresh_one() -> None:
+    # `--request-id "$TICKET"` with the variable unset: erasing under an id nobody holds loses the idempotency key.
+    _populate(1)
+    result = runner.invoke(app, ["erase", "--user", USER, "--request-id", "", "--json"])
+    assert result.exit_code == 1 and "error: request id of length 0" in result.output and "fix:" in result.output
+    plan = runner.invoke(app, ["erase", "--user", USER, "--dry-run", "--json"])
+    assert json.loads(plan.stdout)["stores"]["transcripts"]["status"] == "would_erase"  # nothing was erased
+
+
 def test_ids_that_look_like_markup_are_printed_as_given() -> None:
     _populate(1)
     done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "REQ[/]7"])  # a ticket id, not markup

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
+from teamstore.erasure.requests import check_request_id
 from teamstore.errors import TeamstoreError
 from teamstore.settings import Settings
 
@@ -118,6 +119,8 @@ def erase(
         return
     if user is None:
         raise typer.BadParameter("give --user (or use `teamstore erase status ID`)", param_hint="--user")
+    if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
+        check_request_id(request_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run), _Bars(bar))
