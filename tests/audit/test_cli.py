@@ -83,7 +83,7 @@ def test_one_run_is_found_by_a_unique_prefix_of_its_id_as_the_demo_prints_it() -
         assert "subjects/" not in result.output  # the store's key is no help to the reader
     damaged = next((Path(Settings().home) / "transcripts").rglob(f"{run_ids[0]}.jsonl.gz"))
     damaged.write_bytes(b"not gzip")
-    result = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION])
+    result = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION], env={"COLUMNS": "300"})
     assert result.exit_code == 1 and f"error: run {run_ids[0]}: the transcript object is not readable" in result.output
 
 
