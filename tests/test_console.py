@@ -34,7 +34,21 @@ def test_a_usage_error_exits_1_not_the_2_that_erase_and_check_give_an_outcome(tm
     env.update(TEAMSTORE_HOME=str(tmp_path / "home"))
     proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 1 and "No such option" in proc.stderr
+    assert proc.returncode == 1 and "error: No such option" in proc.stderr
+    assert f"teamstore {args[0]}" in proc.stderr.splitlines()[-1]  # read like every other failure, not a box
+    assert proc.stderr.splitlines()[-1].startswith("fix: see `")
+
+
+def test_a_usage_error_names_the_command_to_ask_for_help(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="200")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", "sessions", "list", "--limit", "many"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1
+    usage, error, fix = proc.stderr.splitlines()
+    assert usage.startswith("Usage: ") and usage.endswith("teamstore sessions list [OPTIONS]")
+    assert error == "error: Invalid value for '--limit': Input should be a valid integer, unable to parse string as an integer"
+    assert fix.startswith("fix: see `") and fix.endswith("teamstore sessions list --help`")
 
 
 @pytest.mark.parametrize("args", [["sessions", "show", "--user", "\udcff", "--session", "s1"],

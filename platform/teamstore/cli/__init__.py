@@ -10,13 +10,13 @@ Each area lives in its own module and mounts its commands here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
 from teamstore.cli import audit, erase, registry, sessions
-from teamstore.cli._output import fail
+from teamstore.cli._output import err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
 
@@ -33,8 +33,7 @@ class _Commands(TyperGroup):
         try:
             return super().parse_args(ctx, args)
         except UsageError as exc:  # the top level's own options
-            exc.exit_code = 1  # type: ignore[attr-defined]
-            raise
+            _usage_failed(exc)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -42,8 +41,19 @@ class _Commands(TyperGroup):
         except TeamstoreError as exc:
             fail(exc)  # inside the command line's own handling, so the exit is a status
         except UsageError as exc:
-            exc.exit_code = 1  # type: ignore[attr-defined]
-            raise
+            _usage_failed(exc)
+
+
+def _usage_failed(exc: Exception) -> NoReturn:
+    """A usage error as every other failure reads: the usage line, ``error:`` and ``fix:``, status 1."""
+    exc.exit_code = 1  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" or ctx is None:
+        raise exc  # a bare group prints its help
+    err_console.print(plain(ctx.get_usage()), highlight=False)
+    err_console.print(f"[bold red]error[/]: {plain(exc.format_message())}")  # type: ignore[attr-defined]
+    err_console.print(f"[yellow]fix[/]: {plain(f'see `{ctx.command_path} --help`')}")
+    raise typer.Exit(1)
 
 
 def _check_text(args: list[str]) -> None:
