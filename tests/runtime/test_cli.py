@@ -82,3 +82,14 @@ def test_numbers_no_database_column_holds_are_refused_as_usage_errors(registry: 
         result = runner.invoke(app, args)
         assert result.exit_code != 0 and "less than or equal to" in result.output, (args, result.output)
         assert not isinstance(result.exception, OverflowError)  # it used to reach the database driver
+
+
+def test_db_commands_say_what_to_do() -> None:
+    fresh = runner.invoke(app, ["db", "current"], env={"COLUMNS": "300"})
+    assert fresh.exit_code == 0 and "at empty, this code needs" in fresh.stdout and "db upgrade" in fresh.stdout
+    assert "None" not in fresh.stdout
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    assert "up to date" in runner.invoke(app, ["db", "current"]).stdout
+    for mode in ("lock", "bogus"):  # SQLite has row leases only
+        refused = runner.invoke(app, ["db", "lease-mode", mode])
+        assert refused.exit_code == 1 and "error: " in refused.output and "fix: " in refused.output, mode

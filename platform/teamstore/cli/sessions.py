@@ -19,7 +19,7 @@ from rich.table import Table
 from teamstore.cli._output import JsonOption, console, emit, fail, plain
 from teamstore.db.engine import create_engine, redact_url
 from teamstore.db.migrate import current_revision, head_revision, upgrade
-from teamstore.errors import TeamstoreError
+from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -250,7 +250,15 @@ def db_current(as_json: bool = JsonOption) -> None:
             await engine.dispose()
 
     data = asyncio.run(go())
-    emit(data, as_json=as_json, render=lambda d: console.print(f"{d['database']}: at {d['current']}, head {d['head']}"))
+    emit(data, as_json=as_json, render=_render_current)
+
+
+def _render_current(d: dict[str, Any]) -> None:
+    if d["current"] == d["head"]:
+        console.print(f"{d['database']}: at {d['head']}, up to date")
+    else:  # an empty database has no revision (JSON null)
+        console.print(f"{d['database']}: at {d['current'] or 'empty'}, this code needs {d['head']}: "
+                      "run `teamstore db upgrade`")
 
 
 @db_app.command("lease-mode")
@@ -263,11 +271,18 @@ def db_lease_mode(
     A switch is refused while any session is open. Stop every worker first, switch, and start them
     again with TEAMSTORE_SESSION_LEASE set to the new mode.
     """
+    if mode is not None and mode not in ("lock", "row"):
+        raise ConfigurationError(f"session lease {mode!r} is not one of lock, row",
+                                 hint="give lock or row, or nothing to show the current mode")
     settings = Settings()
 
     async def go() -> dict[str, Any]:
         engine = create_engine(settings.resolved_database_url)
         try:
+            if mode == "lock" and engine.dialect.name != "postgresql":
+                raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
+                                         hint="keep row leases on SQLite, or point TEAMSTORE_DATABASE_URL at "
+                                         "Postgres for lock leases")
             before = await lease_mode(engine) if mode is None else await set_lease_mode(engine, mode)
             return {"database": redact_url(settings.resolved_database_url), "from": before, "mode": mode or before,
                     "this_process": settings.session_lease if engine.dialect.name == "postgresql" else "row"}
