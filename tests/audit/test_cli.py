@@ -227,3 +227,26 @@ def test_cost_csv_never_hands_a_spreadsheet_a_formula(capsys: pytest.CaptureFixt
 ])
 def test_a_csv_cell_is_what_a_spreadsheet_reads_as_meant(value: object, cell: object) -> None:
     assert _cell(value) == cell
+
+
+def test_the_cost_table_on_a_narrow_terminal_shows_every_figure_whole() -> None:
+    _populate()
+    as_json = json.loads(runner.invoke(app, ["cost", "--by", "version", "--format", "json"]).stdout)
+    table = runner.invoke(app, ["cost", "--by", "version"], env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    assert "…" not in table.stdout and max(len(line) for line in table.stdout.splitlines()) <= 80
+    assert f"{as_json['total']['cost']:.6f}" in table.stdout
+    assert str(as_json["total"]["input_tokens"]) in table.stdout
+    key = as_json["rows"][0]["key"]  # team@40-hex version: wrapped in its cell, never cut
+    cells = [line.split("│")[1].strip() for line in table.stdout.splitlines() if line.startswith("│")]
+    assert key in "".join(cells)
+
+
+def test_an_id_no_run_can_have_is_refused_by_name_not_answered_with_nothing() -> None:
+    for args, message in ((["cost", "--user", ""], "user_id is empty"),
+                          (["cost", "--user", "alice", "--session", ""], "session_id is empty"),
+                          (["transcripts", "show", "--user", "", "--session", "s1"], "user_id is empty"),
+                          (["sessions", "show", "--user", "alice", "--session", "a\tb"], "control character U+0009"),
+                          (["sessions", "list", "--user", ""], "user_id is empty")):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1 and message in result.output and "fix:" in result.output, args

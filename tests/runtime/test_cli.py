@@ -93,3 +93,19 @@ def test_db_commands_say_what_to_do() -> None:
     for mode in ("lock", "bogus"):  # SQLite has row leases only
         refused = runner.invoke(app, ["db", "lease-mode", mode])
         assert refused.exit_code == 1 and "error: " in refused.output and "fix: " in refused.output, mode
+
+
+def _column(table: str, index: int) -> str:
+    """The text of one column of a rich table, its wrapped pieces joined."""
+    return "".join(line.split("│")[index].strip() for line in table.splitlines() if line.startswith("│"))
+
+
+def test_a_narrow_terminal_wraps_ids_and_never_cuts_them_short(registry: Registry) -> None:
+    # 80 columns is also what rich assumes when the output goes to a file or a pipe.
+    session = "ticket-2026-11-30-a-long-session-id-0001"
+    assert runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice@example.com", "--session", session,
+                               "hi"]).exit_code == 0
+    listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    assert "…" not in listed.stdout and max(len(line) for line in listed.stdout.splitlines()) <= 80
+    assert _column(listed.stdout, 1) == "alice@example.com" and _column(listed.stdout, 2) == session

@@ -32,10 +32,11 @@ from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import run_key, session_prefix, transcript_store_from_settings
 from teamstore.audit.transcripts.base import run_id_of
 from teamstore.audit.transcripts.record import RunKeys, decode
-from teamstore.cli._output import JsonOption, console, dumps, emit, plain
+from teamstore.cli._output import JsonOption, console, dumps, emit, plain, print_table
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
 from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
+from teamstore.ids import check_id
 from teamstore.settings import MAX_DAYS, Settings
 
 T = TypeVar("T")
@@ -60,6 +61,15 @@ def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]]) -> T:
             await engine.dispose()
 
     return asyncio.run(main())
+
+
+def _check_ids(user: str | None, session: str | None) -> None:
+    """Refuse an id no run can have (empty, control characters, too long) by name, rather than answering
+    'no audit data' or an empty report for it."""
+    if user is not None:
+        check_id("user_id", user)
+    if session is not None:
+        check_id("session_id", session)
 
 
 # --- transcripts -------------------------------------------------------------------------------------------
@@ -165,6 +175,7 @@ def transcripts_show(
     as_json: bool = JsonOption,
 ) -> None:
     """Print a session's transcripts, readable or as JSON."""
+    _check_ids(user, session)
     runs = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run))
     emit({"runs": runs}, as_json=as_json, render=_render_transcripts)
 
@@ -267,22 +278,12 @@ COLUMNS = [
 
 
 def _render_cost_table(report: CostReport) -> None:
-    table = Table(title=f"cost by {report.by} ({report.currency}, prices {report.price_version})")
-    for name in ("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"):
-        table.add_column(name, justify="left" if name == "key" else "right")
-    for row in [*report.rows, report.total]:
-        table.add_row(
-            plain(row.key),
-            str(row.runs_completed),
-            str(row.runs_limited),
-            str(row.runs_failed),
-            str(row.calls),
-            str(row.input_tokens),
-            str(row.output_tokens),
-            _money(row.cost, row.unpriced_tokens),
-            "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}",
-        )
-    console.print(table)
+    rows = [[plain(row.key), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed), str(row.calls),
+             str(row.input_tokens), str(row.output_tokens), _money(row.cost, row.unpriced_tokens),
+             "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}"] for row in [*report.rows, report.total]]
+    print_table(("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"), rows,
+                fixed=range(1, 9), right=range(1, 9),
+                title=f"cost by {report.by} ({report.currency}, prices {report.price_version})")
     unknown = sorted(set(report.total.unpriced_models))
     if unknown:
         console.print(
@@ -325,6 +326,7 @@ def cost(
     """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
     if fmt not in {"table", "csv", "json"}:
         raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
+    _check_ids(user, session)
 
     async def go(settings: Settings, engine: AsyncEngine) -> CostReport:
         prices = load_prices(settings.prices_path)

@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import typer
-from rich.table import Table
 
-from teamstore.cli._output import JsonOption, console, emit, fail, plain
+from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.db.engine import create_engine, redact_url
 from teamstore.db.migrate import current_revision, head_revision, upgrade
 from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.ids import check_id
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -42,6 +42,15 @@ def _with_platform(fn: Callable[[Platform], Awaitable[T]], *, audit: bool = True
             await platform.aclose()
 
     return asyncio.run(main())
+
+
+def _check_ids(*, user: str | None = None, session: str | None = None) -> None:
+    """Refuse an id no session can have (empty, control characters, too long) by name, as a run would,
+    rather than answering 'nothing stored' for it."""
+    if user is not None:
+        check_id("user_id", user)
+    if session is not None:
+        check_id("session_id", session)
 
 
 def run(
@@ -95,6 +104,7 @@ def list_sessions(
     as_json: bool = JsonOption,
 ) -> None:
     """List saved sessions, most recently updated first."""
+    _check_ids(user=user)
 
     async def go(platform: Platform) -> list[dict[str, Any]]:
         return [describe_session(r) for r in await platform.store.list_sessions(user, limit)]
@@ -104,12 +114,10 @@ def list_sessions(
 
 
 def _render_sessions(rows: list[dict[str, Any]]) -> None:
-    table = Table("user", "session", "team", "version", "bytes", "row v", "expires")
-    for r in rows:
-        table.add_row(plain(r["user_id"]), plain(r["session_id"]), plain(r["team"]), r["team_version"][:12],
-                      str(r["state_bytes"]),
-                      str(r["row_version"]), str(r["expires_at"])[:19])
-    console.print(table)
+    print_table(("user", "session", "team", "version", "bytes", "row v", "expires"),
+                [[plain(r["user_id"]), plain(r["session_id"]), plain(r["team"]), r["team_version"][:12],
+                  str(r["state_bytes"]), str(r["row_version"]), str(r["expires_at"])[:16]] for r in rows],
+                fixed=(3, 4, 5, 6), right=(4, 5))
 
 
 @sessions_app.command("show")
@@ -119,6 +127,7 @@ def show_session(
     as_json: bool = JsonOption,
 ) -> None:
     """Show one session: team, versions, and per persisted agent the stored messages and bytes."""
+    _check_ids(user=user, session=session)
 
     async def go(platform: Platform) -> dict[str, Any] | None:
         row = await platform.store.get(SessionKey(user, session))
@@ -139,10 +148,9 @@ def _render_session(d: dict[str, Any]) -> None:
     if isinstance(agents, str):
         console.print(f"[bold]agents[/]: {plain(agents)}")
         return
-    table = Table("persisted agent", "stored messages", "bytes")
-    for name, info in agents.items():
-        table.add_row(plain(name), str(info["messages"]), str(info["bytes"]))
-    console.print(table)
+    print_table(("persisted agent", "stored messages", "bytes"),
+                [[plain(name), str(info["messages"]), str(info["bytes"])] for name, info in agents.items()],
+                fixed=(1, 2), right=(1, 2))
 
 
 @sessions_app.command("quarantine")
@@ -151,6 +159,7 @@ def list_quarantine(
     as_json: bool = JsonOption,
 ) -> None:
     """List refused states that were set aside, with the reason."""
+    _check_ids(user=user)
 
     async def go(platform: Platform) -> list[dict[str, Any]]:
         return [vars(q) for q in await platform.store.list_quarantined(user)]
@@ -158,12 +167,10 @@ def list_quarantine(
     rows = _with_platform(go, audit=False)
 
     def render(rows: list[dict[str, Any]]) -> None:
-        table = Table("id", "user", "session", "reason", "detail", "bytes", "when")
-        for q in rows:
-            table.add_row(str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
-                          plain(q["detail"][:60]),
-                          str(q["state_bytes"]), str(q["quarantined_at"])[:19])
-        console.print(table)
+        print_table(("id", "user", "session", "reason", "detail", "bytes", "when"),
+                    [[str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
+                      plain(q["detail"]), str(q["state_bytes"]), str(q["quarantined_at"])[:19]] for q in rows],
+                    fixed=(0, 5, 6), right=(0, 5))
 
     emit(rows, as_json=as_json, render=render)
 
