@@ -231,15 +231,16 @@ def test_a_csv_cell_is_what_a_spreadsheet_reads_as_meant(value: object, cell: ob
 
 def test_the_cost_table_on_a_narrow_terminal_shows_every_figure_whole() -> None:
     _populate()
-    as_json = json.loads(runner.invoke(app, ["cost", "--by", "version", "--format", "json"]).stdout)
-    table = runner.invoke(app, ["cost", "--by", "version"], env={"COLUMNS": "80"})
+    as_json = json.loads(runner.invoke(app, ["cost", "--by", "session", "--format", "json"]).stdout)
+    table = runner.invoke(app, ["cost", "--by", "session"], env={"COLUMNS": "80"})
     assert table.exit_code == 0, table.output
     assert "…" not in table.stdout and max(len(line) for line in table.stdout.splitlines()) <= 80
     assert f"{as_json['total']['cost']:.6f}" in table.stdout
     assert str(as_json["total"]["input_tokens"]) in table.stdout
-    key = as_json["rows"][0]["key"]  # team@40-hex version: wrapped in its cell, never cut
-    cells = [line.split("│")[1].strip() for line in table.stdout.splitlines() if line.startswith("│")]
-    assert key in "".join(cells)
+    lines = table.stdout.splitlines()
+    body = lines[next(i for i, line in enumerate(lines) if line.strip().startswith("─")) + 1:]
+    key = as_json["rows"][0]["key"]  # 32 hex digits: wrapped in its cell, never cut
+    assert len(key) == 32 and key in "".join(line.split()[0] for line in body if line.strip())
 
 
 def test_an_id_no_run_can_have_is_refused_by_name_not_answered_with_nothing() -> None:

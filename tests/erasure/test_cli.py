@@ -126,3 +126,14 @@ def test_status_of_a_request_that_is_still_open_is_not_success() -> None:
     shown = runner.invoke(app, ["erase", "status", "cli-open", "--json"])
     assert json.loads(shown.stdout)["status"] == "open"
     assert shown.exit_code == 2  # 0 would tell a script the user is erased
+
+
+def test_the_receipt_table_on_a_narrow_terminal_names_every_column_whole() -> None:
+    # 'ver…' stood for both versions and verified, 'obj…' and 'mar…' for the rest.
+    _populate(1)
+    plan = runner.invoke(app, ["erase", "--user", USER, "--dry-run"], env={"COLUMNS": "80"})
+    assert plan.exit_code == 0, plan.output
+    assert "…" not in plan.stdout
+    header = next(line for line in plan.stdout.splitlines() if "store" in line and "status" in line)
+    assert header.split() == ["store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"]
+    assert "resume_state" in plan.stdout and "would_erase" in plan.stdout

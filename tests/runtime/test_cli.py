@@ -95,9 +95,12 @@ def test_db_commands_say_what_to_do() -> None:
         assert refused.exit_code == 1 and "error: " in refused.output and "fix: " in refused.output, mode
 
 
-def _column(table: str, index: int) -> str:
-    """The text of one column of a rich table, its wrapped pieces joined."""
-    return "".join(line.split("│")[index].strip() for line in table.splitlines() if line.startswith("│"))
+def _column(table: str, header: str, next_header: str) -> str:
+    """The text of a left-aligned column of a rich table (between two headers), its wrapped pieces joined."""
+    lines = table.splitlines()
+    head = next(i for i, line in enumerate(lines) if f" {header} " in line and f" {next_header} " in line)
+    start, end = lines[head].index(f" {header} ") + 1, lines[head].index(f" {next_header} ") + 1
+    return "".join(line[start:end].strip() for line in lines[head + 2:])
 
 
 def test_a_narrow_terminal_wraps_ids_and_never_cuts_them_short(registry: Registry) -> None:
@@ -108,4 +111,5 @@ def test_a_narrow_terminal_wraps_ids_and_never_cuts_them_short(registry: Registr
     listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "80"})
     assert listed.exit_code == 0, listed.output
     assert "…" not in listed.stdout and max(len(line) for line in listed.stdout.splitlines()) <= 80
-    assert _column(listed.stdout, 1) == "alice@example.com" and _column(listed.stdout, 2) == session
+    assert _column(listed.stdout, "user", "session") == "alice@example.com"
+    assert _column(listed.stdout, "session", "team") == session

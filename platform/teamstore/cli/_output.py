@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import typer
+from rich.box import SIMPLE_HEAD
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -74,7 +75,7 @@ def print_table(
     than the 80 columns rich assumes when output goes to a file or a pipe): the ``fixed`` columns (numbers,
     times, short versions) keep their width, and other text wraps inside its cell, so an id can be copied
     whole and a cost is never ``0.0007...``."""
-    table = Table(title=title, collapse_padding=True)
+    table = Table(title=title, box=SIMPLE_HEAD, padding=0)
     for i, header in enumerate(headers):
         justify: Literal["left", "right"] = "right" if i in right else "left"
         if i in fixed:  # a set width is never shrunk, so rich narrows (and wraps) the text columns instead

@@ -17,9 +17,8 @@ from typing import TypeVar
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain
+from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain, print_table
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.erasure.requests import check_request_id
 from teamstore.errors import TeamstoreError
@@ -75,18 +74,13 @@ class _Bars:
 def _render(receipt: Receipt) -> None:
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
     # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
-    table = Table(title="erasure dry run (nothing changed or stored)" if dry else
-                  f"erasure {plain(receipt.request_id)}: {receipt.status}")
-    table.add_column("store", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    for column in ("rows", "objects", "versions", "markers", "bytes", "held", "verified"):
-        table.add_column(column, justify="right")
-    for name, s in receipt.stores.items():
-        c = s.counts
-        verified = f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"
-        table.add_row(name, str(s.status), *(str(v) for v in (
-            c.rows, c.objects, c.versions, c.delete_markers, c.bytes, c.retained)), verified)
-    console.print(table)
+    rows = [[name, str(s.status), *(str(v) for v in (s.counts.rows, s.counts.objects, s.counts.versions,
+             s.counts.delete_markers, s.counts.bytes, s.counts.retained)),
+             f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"] for name, s in receipt.stores.items()]
+    print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"), rows,
+                fixed=range(9), right=range(2, 9),
+                title="erasure dry run (nothing changed or stored)" if dry else
+                f"erasure {plain(receipt.request_id)}: {receipt.status}")
     for name, s in receipt.stores.items():
         if s.detail:
             console.print(f"[yellow]{name}[/]: {plain(s.detail)}")
