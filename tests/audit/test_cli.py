@@ -126,6 +126,19 @@ def test_prices_show_and_sync() -> None:
     assert synced == {"version": shown["version"], "rows": len(shown["prices"])}
 
 
+def test_a_price_table_is_shown_as_written_never_read_as_markup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A deployment name is whatever the operator's file says: '[/]' crashed the table, '[red]' vanished.
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"version": "2027-01-01", "currency": "USD", "models": {
+        "[red]gpt-x[/]\u001b": [{"effective_from": "2024-01-01", "input": 1, "output": 2}]}}))
+    monkeypatch.setenv("TEAMSTORE_PRICES_PATH", str(prices))
+    shown = runner.invoke(app, ["prices", "show"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    assert "[red]gpt-x[/]\\x1b" in shown.stdout and "\x1b" not in shown.stdout
+
+
 def test_retention_sweep_and_flush_on_the_embedded_default() -> None:
     _populate(1)
     swept = json.loads(runner.invoke(app, ["retention", "sweep", "--json"]).stdout)

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import typer
-from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import outbox
@@ -283,7 +282,7 @@ def _render_cost_table(report: CostReport) -> None:
              "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}"] for row in [*report.rows, report.total]]
     print_table(("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"), rows,
                 fixed=range(1, 9), right=range(1, 9),
-                title=f"cost by {report.by} ({report.currency}, prices {report.price_version})")
+                title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
     unknown = sorted(set(report.total.unpriced_models))
     if unknown:
         console.print(
@@ -355,15 +354,11 @@ def prices_show(as_json: bool = JsonOption) -> None:
         "prices": [{**asdict(p), "effective_from": p.effective_from.isoformat()} for p in table.rows()],
     }
 
-    def render(d: dict[str, Any]) -> None:
-        out = Table(title=f"prices {d['version']} ({d['currency']} per million tokens)")
-        for name in ("model", "from", "input", "output"):
-            out.add_column(name)
-        for p in d["prices"]:
-            out.add_row(
-                p["model"], p["effective_from"], str(p["input_per_million"]), str(p["output_per_million"])
-            )
-        console.print(out)
+    def render(d: dict[str, Any]) -> None:  # names and versions come from a file: shown, never read as markup
+        rows = [[plain(p["model"]), p["effective_from"], plain(p["input_per_million"]), plain(p["output_per_million"])]
+                for p in d["prices"]]
+        print_table(("model", "from", "input", "output"), rows, fixed=(1, 2, 3), right=(2, 3),
+                    title=plain(f"prices {d['version']} ({d['currency']} per million tokens)"))
 
     emit(data, as_json=as_json, render=render)
 
@@ -379,7 +374,7 @@ def prices_sync(as_json: bool = JsonOption) -> None:
     emit(
         _with_engine(go),
         as_json=as_json,
-        render=lambda d: console.print(f"synced {d['rows']} prices, version {d['version']}"),
+        render=lambda d: console.print(plain(f"synced {d['rows']} prices, version {d['version']}")),
     )
 
 
