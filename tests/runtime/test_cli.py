@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from config_registry import Registry
@@ -113,3 +115,12 @@ def test_a_narrow_terminal_wraps_ids_and_never_cuts_them_short(registry: Registr
     assert "…" not in listed.stdout and max(len(line) for line in listed.stdout.splitlines()) <= 80
     assert _column(listed.stdout, "user", "session") == "alice@example.com"
     assert _column(listed.stdout, "session", "team") == session
+
+
+def test_a_database_path_is_printed_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # '[/]' in a folder name crashed every db command's output with a MarkupError.
+    monkeypatch.setenv("TEAMSTORE_HOME", str(tmp_path / "odd[/]home[red]"))
+    for args in (["db", "upgrade"], ["db", "current"], ["db", "lease-mode"]):
+        result = runner.invoke(app, args, env={"COLUMNS": "300"})
+        assert result.exit_code == 0, (args, result.output)
+        assert "odd[/]home[red]" in result.stdout, args

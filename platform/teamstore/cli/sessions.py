@@ -240,7 +240,7 @@ def db_upgrade(as_json: bool = JsonOption) -> None:
 
     data = asyncio.run(go())
     emit(data, as_json=as_json,
-         render=lambda d: console.print(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}"))
+         render=lambda d: console.print(plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}")))
 
 
 @db_app.command("current")
@@ -262,10 +262,10 @@ def db_current(as_json: bool = JsonOption) -> None:
 
 def _render_current(d: dict[str, Any]) -> None:
     if d["current"] == d["head"]:
-        console.print(f"{d['database']}: at {d['head']}, up to date")
+        console.print(plain(f"{d['database']}: at {d['head']}, up to date"))
     else:  # an empty database has no revision (JSON null)
-        console.print(f"{d['database']}: at {d['current'] or 'empty'}, this code needs {d['head']}: "
-                      "run `teamstore db upgrade`")
+        console.print(plain(f"{d['database']}: at {d['current'] or 'empty'}, this code needs {d['head']}: "
+                            "run `teamstore db upgrade`"))
 
 
 @db_app.command("lease-mode")
@@ -303,7 +303,8 @@ def db_lease_mode(
 
     def render(d: dict[str, Any]) -> None:
         change = f"{d['from']} -> {d['mode']}" if d["from"] != d["mode"] else d["mode"]
-        console.print(f"{d['database']}: session lease {change} (TEAMSTORE_SESSION_LEASE here: {d['this_process']})")
+        console.print(plain(f"{d['database']}: session lease {change} "
+                            f"(TEAMSTORE_SESSION_LEASE here: {d['this_process']})"))
 
     emit(data, as_json=as_json, render=render)
 
