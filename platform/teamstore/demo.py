@@ -167,7 +167,9 @@ def _transcript(user: str, session: str) -> None:
         message = item.get("message") or {}
         usage = message.get("models_usage") or {}
         tokens = f" [dim]({usage['prompt_tokens']}+{usage['completion_tokens']} tokens)[/]" if usage else ""
-        console.print(f"  {item['source']}{tokens}: {escape(str(message.get('content', ''))[:90])}")
+        content = str(message.get("content", ""))
+        shown = content if len(content) <= 90 else content[:89] + "…"  # cut, and says so
+        console.print(f"  {item['source']}{tokens}: {escape(shown)}")
     console.print(f"  stop: {record.get('stop_reason')}; ended by a limit: {record.get('ended_by_limit')}")
 
 
@@ -178,7 +180,8 @@ def _cost(sessions: dict[str, str]) -> None:
         report = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")
         total = report["total"]
         table.add_row(user, session, str(total["runs_completed"]), str(total["runs_limited"]), str(total["calls"]),
-                      str(total["input_tokens"]), str(total["output_tokens"]), f"{total['cost']:.6f}")
+                      str(total["input_tokens"]), str(total["output_tokens"]),
+                      "unknown" if total["cost"] is None else f"{total['cost']:.6f}")  # a model without a price
     console.print(table)
     console.print(f"[dim]prices: version {report['price_version']}; speaker-selection calls included[/]")
 
