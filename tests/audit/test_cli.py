@@ -242,6 +242,18 @@ def test_a_csv_cell_is_what_a_spreadsheet_reads_as_meant(value: object, cell: ob
     assert _cell(value) == cell
 
 
+def test_a_run_heading_on_a_narrow_terminal_keeps_its_version_and_start() -> None:
+    _populate(1)
+    shown = json.loads(runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION,
+                                           "--json"]).stdout)["runs"][0]["run"]
+    readable = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION],
+                             env={"COLUMNS": "80"})
+    assert readable.exit_code == 0, readable.output
+    flat = " ".join(readable.stdout.split())
+    assert f"{shown['team']}@{shown['team_version']}" in flat and str(shown["started_at"]) in flat
+    assert "…" not in readable.stdout
+
+
 def test_the_cost_table_on_a_narrow_terminal_shows_every_figure_whole() -> None:
     _populate()
     as_json = json.loads(runner.invoke(app, ["cost", "--by", "session", "--format", "json"]).stdout)

@@ -145,7 +145,9 @@ def _render_transcripts(data: dict[str, Any]) -> None:
     for entry in data["runs"]:
         run = entry["run"]
         totals = run["totals"]
-        console.rule(plain(f"run {run['run_id']}  {run['team']}@{run['team_version']}  {run['started_at']}"))
+        console.rule()  # the heading on its own lines: in a rule's title a narrow terminal cut it short
+        console.print(plain(f"run {run['run_id']}  {run['team']}@{run['team_version']}  {run['started_at']}"),
+                      style="bold", highlight=False)
         for item in entry["items"]:
             usage = item["message"].get("models_usage") or {}
             tokens = (
