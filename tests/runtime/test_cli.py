@@ -124,3 +124,11 @@ def test_a_database_path_is_printed_as_text(tmp_path: Path, monkeypatch: pytest.
         result = runner.invoke(app, args, env={"COLUMNS": "300"})
         assert result.exit_code == 0, (args, result.output)
         assert "odd[/]home[red]" in result.stdout, args
+
+
+def test_every_option_says_what_it_takes() -> None:
+    for command in (["sessions", "show"], ["sessions", "delete"], ["sessions", "quarantine"], ["sessions", "list"]):
+        shown = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+        for line in shown.stdout.splitlines():
+            if "--user" in line or "--session" in line:
+                assert "id" in line.split("--", 1)[1], (command, line)  # e.g. "The user id (exact)."

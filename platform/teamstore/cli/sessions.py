@@ -99,7 +99,7 @@ def _render_run(data: dict[str, Any]) -> None:
 
 @sessions_app.command("list")
 def list_sessions(
-    user: str | None = typer.Option(None, "--user", help="Only this user's sessions."),
+    user: str | None = typer.Option(None, "--user", help="Only this user's sessions (exact id)."),
     limit: int = typer.Option(100, "--limit", min=1, max=100_000, help="Most rows to show."),
     as_json: bool = JsonOption,
 ) -> None:
@@ -122,8 +122,8 @@ def _render_sessions(rows: list[dict[str, Any]]) -> None:
 
 @sessions_app.command("show")
 def show_session(
-    user: str = typer.Option(..., "--user"),
-    session: str = typer.Option(..., "--session"),
+    user: str = typer.Option(..., "--user", help="The user id (exact)."),
+    session: str = typer.Option(..., "--session", help="The session id (exact)."),
     as_json: bool = JsonOption,
 ) -> None:
     """Show one session: team, versions, and per persisted agent the stored messages and bytes."""
@@ -155,7 +155,7 @@ def _render_session(d: dict[str, Any]) -> None:
 
 @sessions_app.command("quarantine")
 def list_quarantine(
-    user: str | None = typer.Option(None, "--user"),
+    user: str | None = typer.Option(None, "--user", help="Only this user's refused states (exact id)."),
     as_json: bool = JsonOption,
 ) -> None:
     """List refused states that were set aside, with the reason."""
@@ -177,8 +177,8 @@ def list_quarantine(
 
 @sessions_app.command("delete")
 def delete_session(
-    user: str = typer.Option(..., "--user"),
-    session: str = typer.Option(..., "--session"),
+    user: str = typer.Option(..., "--user", help="The user id (exact)."),
+    session: str = typer.Option(..., "--session", help="The session id (exact)."),
     as_json: bool = JsonOption,
 ) -> None:
     """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
