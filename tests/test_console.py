@@ -63,3 +63,21 @@ def test_an_argument_that_is_not_utf8_is_refused_by_name(tmp_path: Path, args: l
     assert proc.returncode == 1, proc.stderr
     assert "is not valid UTF-8" in proc.stderr and "fix:" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_run_whose_model_endpoint_is_down_is_an_error_line_not_tracebacks(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_", "OPENAI_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="sk-test",
+               OPENAI_BASE_URL="http://127.0.0.1:1/v1")  # nothing listens there
+    secrets = [f"--secret=participants.{i}.config.model_client.config.api_key=env:OPENAI_API_KEY" for i in range(3)]
+    added = subprocess.run([sys.executable, "-m", "teamstore", "registry", "add", "support_triage_openai",
+                            "--factory", "teamstore.examples:support_triage_openai", "--persist", "researcher",
+                            "--context-bound", "20", "-m", "v1", *secrets], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert added.returncode == 0, added.stderr
+    proc = subprocess.run([sys.executable, "-m", "teamstore", "run", "--team", "support_triage_openai",
+                           "--user", "alice", "--session", "s1", "hi"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 1
+    assert "error: the team's run raised" in proc.stderr and "Connection error" in proc.stderr
+    assert "fix:" in proc.stderr and "Traceback" not in proc.stderr

@@ -10,6 +10,7 @@ Each area lives in its own module and mounts its commands here.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NoReturn
 
 import typer
@@ -87,6 +88,20 @@ audit.register(app)
 erase.register(app)
 
 
+class _OneLine(logging.Handler):
+    """Log records as one line each on stderr. AutoGen logs a failed agent's whole traceback at ERROR
+    (three times over for a team), which the command's own ``error:`` line already reports."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            first = next(iter(record.getMessage().splitlines()), "")
+            err_console.print(plain(f"log {record.levelname.lower()} from {record.name}: {first}"), style="dim",
+                              highlight=False)
+        except Exception:
+            self.handleError(record)
+
+
 def main() -> None:
     """Console entry point."""
+    logging.getLogger().addHandler(_OneLine(logging.WARNING))
     app()

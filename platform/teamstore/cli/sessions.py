@@ -63,11 +63,22 @@ def run(
     """Resume the session, run the team on TEXT, save, and print the reply."""
 
     async def go(platform: Platform) -> dict[str, Any]:
-        async with platform.session(user, session, team=team) as s:
-            result = await s.run(text)
-            assert s.resume is not None
-            resume = s.resume.as_dict()
-            run_id = s.last_run_id
+        try:
+            async with platform.session(user, session, team=team) as s:
+                result = await s.run(text)
+                assert s.resume is not None
+                resume = s.resume.as_dict()
+                run_id = s.last_run_id
+        except TeamstoreError:
+            raise
+        except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
+            # AutoGen's RuntimeError carries the agent's whole traceback after its first line.
+            first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+            raise TeamstoreError(
+                f"the team's run raised {type(exc).__name__}: {first}",
+                hint="check the model client's endpoint, key and quota; `teamstore transcripts show --user ... "
+                "--session ...` shows the run up to the failure",
+            ) from exc
         usage = [m.models_usage for m in result.messages if m.models_usage]
         last = result.messages[-1]
         return {
