@@ -150,6 +150,17 @@ def test_retention_sweep_and_flush_on_the_embedded_default() -> None:
 
 
 @pytest.mark.s3
+def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
+    home = Path(Settings().home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "transcripts").write_text("a file where the transcript folder should be")
+    _populate(1)  # the upload fails, so the transcript waits in the outbox
+    flushed = runner.invoke(app, ["transcripts", "flush", "--json"])
+    assert flushed.exit_code == 1, flushed.output
+    assert json.loads(flushed.stdout)["remaining"] == 1
+    assert "error: 1 transcript(s) still queued" in flushed.output and "fix:" in flushed.output
+
+
 def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
     result = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])

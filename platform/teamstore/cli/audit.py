@@ -31,7 +31,7 @@ from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import run_key, session_prefix, transcript_store_from_settings
 from teamstore.audit.transcripts.base import run_id_of
 from teamstore.audit.transcripts.record import RunKeys, decode
-from teamstore.cli._output import JsonOption, console, dumps, emit, plain, print_table
+from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
 from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
@@ -203,7 +203,11 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
         ),
     )
     if data["failed"]:
-        raise typer.Exit(1)
+        fail(AuditError(
+            f"{data['remaining']} transcript(s) still queued: the store refused them",
+            hint="fix what the last error says (TEAMSTORE_TRANSCRIPTS_URL, credentials, permissions), then run "
+            "`teamstore transcripts flush` again",
+        ))
 
 
 # --- cost --------------------------------------------------------------------------------------------------
