@@ -81,8 +81,10 @@ def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypat
     failed = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-2", "--json"])
     assert failed.exit_code == 2
     assert json.loads(failed.stdout)["stores"]["transcripts"]["status"] == "failed"
-    status = runner.invoke(app, ["erase", "status", "cli-2", "--json"])
+    status = runner.invoke(app, ["erase", "status", "cli-2", "--json"], env={"COLUMNS": "300"})
     assert status.exit_code == 2 and json.loads(status.stdout)["status"] == "failed"
+    assert "error: erasure cli-2 is failed" in status.output  # read like every other failure
+    assert "fix: read the detail lines above, fix the cause, then rerun" in status.output
 
 
 def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:

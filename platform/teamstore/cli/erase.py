@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain, print_table
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.erasure.requests import check_request_id
-from teamstore.errors import TeamstoreError
+from teamstore.errors import ErasureIncomplete, TeamstoreError
 from teamstore.settings import Settings
 
 T = TypeVar("T")
@@ -93,10 +93,13 @@ def _render(receipt: Receipt) -> None:
 def _finish(receipt: Receipt, as_json: bool) -> None:
     emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
     if not receipt.ok:
-        rid = plain(receipt.request_id)
-        err_console.print(f"[bold red]erasure {rid} is {receipt.status}[/]: rerun "
-                          f"`teamstore erase --user ... --request-id {rid}` to resume")
-        raise typer.Exit(INCOMPLETE)
+        rerun = f"`teamstore erase --user ... --request-id {receipt.request_id}`"
+        hint = {
+            RequestStatus.RETAINED_UNDER_HOLD: f"a legal hold keeps some data (docs/erasure.md); rerun {rerun} once "
+            "it is lifted",
+            RequestStatus.OPEN: f"it is still running, or its coordinator stopped: rerun {rerun} to resume",
+        }.get(receipt.status, f"read the detail lines above, fix the cause, then rerun {rerun} to resume")
+        fail(ErasureIncomplete(f"erasure {receipt.request_id} is {receipt.status}", hint=hint), INCOMPLETE)
 
 
 @app.callback()
