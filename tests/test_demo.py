@@ -11,7 +11,8 @@ from pathlib import Path
 
 def _demo(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="", **settings)
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
+    env.update(settings)
     return subprocess.run([sys.executable, "-m", "teamstore", "demo"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240, check=False)
 
@@ -53,3 +54,13 @@ def test_demo_runs_again_in_the_same_home(tmp_path: Path) -> None:
     assert "after the restore the researcher knows alice's first message again" in second.stdout
     assert second.stdout.count("quarantined: alice/") == 1
     assert "sessions left for bob: 0" in second.stdout
+
+
+def test_a_failing_step_is_reported_as_text(tmp_path: Path) -> None:
+    # A '[/]' in TEAMSTORE_HOME crashed the demo's opening panel with a MarkupError; a failed step's error output
+    # is printed as it is.
+    proc = _demo(tmp_path, TEAMSTORE_HOME=str(tmp_path / "odd[/]home"), TEAMSTORE_TRANSCRIPTS_URL="ftp://nowhere/x")
+    assert proc.returncode == 1
+    assert "odd[/]home" in proc.stdout and "teamstore run failed" in proc.stdout
+    assert "error: unsupported transcripts URL scheme 'ftp'" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
