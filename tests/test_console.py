@@ -34,4 +34,50 @@ def test_a_usage_error_exits_1_not_the_2_that_erase_and_check_give_an_outcome(tm
     env.update(TEAMSTORE_HOME=str(tmp_path / "home"))
     proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 1 and "No such option" in proc.stderr
+    assert proc.returncode == 1 and "error: No such option" in proc.stderr
+    assert f"teamstore {args[0]}" in proc.stderr.splitlines()[-1]  # read like every other failure, not a box
+    assert proc.stderr.splitlines()[-1].startswith("fix: see `")
+
+
+def test_a_usage_error_names_the_command_to_ask_for_help(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="200")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", "sessions", "list", "--limit", "many"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1
+    usage, error, fix = proc.stderr.splitlines()
+    assert usage.startswith("Usage: ") and usage.endswith("teamstore sessions list [OPTIONS]")
+    assert error == "error: Invalid value for '--limit': Input should be a valid integer, unable to parse string as an integer"
+    assert fix.startswith("fix: see `") and fix.endswith("teamstore sessions list --help`")
+
+
+@pytest.mark.parametrize("args", [["sessions", "show", "--user", "\udcff", "--session", "s1"],
+                                  ["cost", "--team", "caf\udce9"],
+                                  ["transcripts", "show", "--user", "alice", "--session", "\udcff"]])
+def test_an_argument_that_is_not_utf8_is_refused_by_name(tmp_path: Path, args: list[str]) -> None:
+    # A shell passes the bytes as they are; Python decodes b'\xff' to a lone surrogate no database takes.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "is not valid UTF-8" in proc.stderr and "fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_run_whose_model_endpoint_is_down_is_an_error_line_not_tracebacks(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_", "OPENAI_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="sk-test",
+               OPENAI_BASE_URL="http://127.0.0.1:1/v1")  # nothing listens there
+    secrets = [f"--secret=participants.{i}.config.model_client.config.api_key=env:OPENAI_API_KEY" for i in range(3)]
+    added = subprocess.run([sys.executable, "-m", "teamstore", "registry", "add", "support_triage_openai",
+                            "--factory", "teamstore.examples:support_triage_openai", "--persist", "researcher",
+                            "--context-bound", "20", "-m", "v1", *secrets], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert added.returncode == 0, added.stderr
+    proc = subprocess.run([sys.executable, "-m", "teamstore", "run", "--team", "support_triage_openai",
+                           "--user", "alice", "--session", "s1", "hi"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 1
+    assert "error: the team's run raised" in proc.stderr and "Connection error" in proc.stderr
+    assert "fix:" in proc.stderr and "Traceback" not in proc.stderr

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 
-def _demo(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _demo(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
     env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
+    env.update(settings)
     return subprocess.run([sys.executable, "-m", "teamstore", "demo"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240, check=False)
 
@@ -27,6 +29,19 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert "sessions left for bob: 0" in out
     assert (tmp_path / "home" / "teamstore.db").exists()
     assert any((tmp_path / "home" / "transcripts").rglob("*.jsonl.gz"))
+    assert "…" in out.split("6. The audit trail")[1].split("7. Token cost")[0]  # a long message says it is cut
+
+
+def test_demo_runs_on_a_price_table_without_its_offline_model(tmp_path: Path) -> None:
+    # "on whatever settings are in force": an operator's own price file knows no offline-small.
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"version": "2026-11-01", "currency": "USD", "models": {
+        "gpt-4o": [{"effective_from": "2024-05-13", "input": 5.0, "output": 15.0}]}}))
+    proc = _demo(tmp_path, TEAMSTORE_PRICES_PATH=str(prices))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    cost = proc.stdout.split("7. Token cost")[1].split("8. Compliance")[0]
+    assert "unknown" in cost
 
 
 def test_demo_runs_again_in_the_same_home(tmp_path: Path) -> None:
@@ -39,3 +54,13 @@ def test_demo_runs_again_in_the_same_home(tmp_path: Path) -> None:
     assert "after the restore the researcher knows alice's first message again" in second.stdout
     assert second.stdout.count("quarantined: alice/") == 1
     assert "sessions left for bob: 0" in second.stdout
+
+
+def test_a_failing_step_is_reported_as_text(tmp_path: Path) -> None:
+    # A '[/]' in TEAMSTORE_HOME crashed the demo's opening panel with a MarkupError; a failed step's error output
+    # is printed as it is.
+    proc = _demo(tmp_path, TEAMSTORE_HOME=str(tmp_path / "odd[/]home"), TEAMSTORE_TRANSCRIPTS_URL="ftp://nowhere/x")
+    assert proc.returncode == 1
+    assert "odd[/]home" in proc.stdout and "teamstore run failed" in proc.stdout
+    assert "error: unsupported transcripts URL scheme 'ftp'" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -11,6 +11,7 @@ a verified receipt.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -38,7 +39,8 @@ def teamstore(*args: str, ok: tuple[int, ...] = (0,), json_flag: str = "--json")
         [sys.executable, "-m", "teamstore", *args, *flags], capture_output=True, text=True, check=False
     )
     if proc.returncode not in ok:
-        console.print(f"[red]teamstore {' '.join(args[:2])} failed[/]\n{proc.stderr}")
+        command = " ".join(itertools.takewhile(lambda a: not a.startswith("-"), args[:2]))
+        console.print(f"[red]teamstore {escape(command)} failed[/]\n{escape(proc.stderr)}", highlight=False)
         raise SystemExit(proc.returncode)
     return json.loads(proc.stdout)
 
@@ -98,9 +100,9 @@ def _stored(sessions: dict[str, str]) -> None:
 def run_demo() -> None:
     """Run the whole demo; every step but registration happens in a fresh process."""
     settings = Settings()
-    console.print(Panel.fit(
+    console.print(Panel.fit(escape(  # paths as given: a '[' in TEAMSTORE_HOME is not markup
         f"registry  {settings.resolved_registry_path}\ndatabase  {redact_url(settings.resolved_database_url)}\n"
-        f"transcripts {settings.resolved_transcripts_url}", title="teamstore demo"))
+        f"transcripts {settings.resolved_transcripts_url}"), title="teamstore demo"))
     stamp = time.strftime("%H%M%S")
     sessions = {"alice": f"ticket-{stamp}-a", "bob": f"ticket-{stamp}-b"}
 
@@ -167,7 +169,9 @@ def _transcript(user: str, session: str) -> None:
         message = item.get("message") or {}
         usage = message.get("models_usage") or {}
         tokens = f" [dim]({usage['prompt_tokens']}+{usage['completion_tokens']} tokens)[/]" if usage else ""
-        console.print(f"  {item['source']}{tokens}: {escape(str(message.get('content', ''))[:90])}")
+        content = str(message.get("content", ""))
+        shown = content if len(content) <= 90 else content[:89] + "…"  # cut, and says so
+        console.print(f"  {item['source']}{tokens}: {escape(shown)}")
     console.print(f"  stop: {record.get('stop_reason')}; ended by a limit: {record.get('ended_by_limit')}")
 
 
@@ -178,7 +182,8 @@ def _cost(sessions: dict[str, str]) -> None:
         report = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")
         total = report["total"]
         table.add_row(user, session, str(total["runs_completed"]), str(total["runs_limited"]), str(total["calls"]),
-                      str(total["input_tokens"]), str(total["output_tokens"]), f"{total['cost']:.6f}")
+                      str(total["input_tokens"]), str(total["output_tokens"]),
+                      "unknown" if total["cost"] is None else f"{total['cost']:.6f}")  # a model without a price
     console.print(table)
     console.print(f"[dim]prices: version {report['price_version']}; speaker-selection calls included[/]")
 

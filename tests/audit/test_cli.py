@@ -70,6 +70,23 @@ def test_transcripts_show_for_an_unknown_user_or_session_is_a_typed_error() -> N
         assert result.exit_code == 1 and f"error: {message}" in result.output and "fix:" in result.output
 
 
+def test_one_run_is_found_by_a_unique_prefix_of_its_id_as_the_demo_prints_it() -> None:
+    run_ids = _populate(2)
+    show = ["transcripts", "show", "--user", USER, "--session", SESSION, "--json", "--run"]
+    one = runner.invoke(app, [*show, run_ids[1][:12]])
+    assert one.exit_code == 0, one.output
+    assert [r["run"]["run_id"] for r in json.loads(one.stdout)["runs"]] == [run_ids[1]]
+    for run, message in (("", "--run is empty"), ("nope", "no run 'nope' in that session"),
+                         (run_ids[0][:-1] + "x", "no run")):
+        result = runner.invoke(app, [*show, run])
+        assert result.exit_code == 1 and f"error: {message}" in result.output and "fix:" in result.output, run
+        assert "subjects/" not in result.output  # the store's key is no help to the reader
+    damaged = next((Path(Settings().home) / "transcripts").rglob(f"{run_ids[0]}.jsonl.gz"))
+    damaged.write_bytes(b"not gzip")
+    result = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and f"error: run {run_ids[0]}: the transcript object is not readable" in result.output
+
+
 def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
     _populate()
     as_csv = runner.invoke(app, ["cost", "--by", "user", "--format", "csv"])
@@ -93,9 +110,13 @@ def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
 
 
 def test_cost_refuses_a_session_without_its_user_and_bad_dates() -> None:
-    for args in (["--session", SESSION], ["--since", "yesterday"], ["--by", "planet"], ["--format", "xml"]):
+    for args in (["--session", SESSION], ["--since", "yesterday"], ["--by", "planet"], ["--format", "xml"],
+                 ["--since", "9999-12-31T23:00:00-05:00"], ["--until", "0001-01-01T01:00:00+05:00"],
+                 ["--since", "2026-12-01", "--until", "2026-11-01"],
+                 ["--user", "nobody", "--since", "2026-12-01", "--until", "2026-12-01"]):
         result = runner.invoke(app, ["cost", *args])
         assert result.exit_code == 1 and "error: " in result.output and "fix:" in result.output, args
+        assert not isinstance(result.exception, OverflowError), args  # past year 9999 in UTC: a traceback
 
 
 def test_prices_show_and_sync() -> None:
@@ -103,6 +124,19 @@ def test_prices_show_and_sync() -> None:
     assert any(p["model"] == "offline-small" for p in shown["prices"])
     synced = json.loads(runner.invoke(app, ["prices", "sync", "--json"]).stdout)
     assert synced == {"version": shown["version"], "rows": len(shown["prices"])}
+
+
+def test_a_price_table_is_shown_as_written_never_read_as_markup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A deployment name is whatever the operator's file says: '[/]' crashed the table, '[red]' vanished.
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"version": "2027-01-01", "currency": "USD", "models": {
+        "[red]gpt-x[/]\u001b": [{"effective_from": "2024-01-01", "input": 1, "output": 2}]}}))
+    monkeypatch.setenv("TEAMSTORE_PRICES_PATH", str(prices))
+    shown = runner.invoke(app, ["prices", "show"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    assert "[red]gpt-x[/]\\x1b" in shown.stdout and "\x1b" not in shown.stdout
 
 
 def test_retention_sweep_and_flush_on_the_embedded_default() -> None:
@@ -116,6 +150,17 @@ def test_retention_sweep_and_flush_on_the_embedded_default() -> None:
 
 
 @pytest.mark.s3
+def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
+    home = Path(Settings().home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "transcripts").write_text("a file where the transcript folder should be")
+    _populate(1)  # the upload fails, so the transcript waits in the outbox
+    flushed = runner.invoke(app, ["transcripts", "flush", "--json"])
+    assert flushed.exit_code == 1, flushed.output
+    assert json.loads(flushed.stdout)["remaining"] == 1
+    assert "error: 1 transcript(s) still queued" in flushed.output and "fix:" in flushed.output
+
+
 def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
     result = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])
@@ -206,3 +251,39 @@ def test_cost_csv_never_hands_a_spreadsheet_a_formula(capsys: pytest.CaptureFixt
 ])
 def test_a_csv_cell_is_what_a_spreadsheet_reads_as_meant(value: object, cell: object) -> None:
     assert _cell(value) == cell
+
+
+def test_a_run_heading_on_a_narrow_terminal_keeps_its_version_and_start() -> None:
+    _populate(1)
+    shown = json.loads(runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION,
+                                           "--json"]).stdout)["runs"][0]["run"]
+    readable = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION],
+                             env={"COLUMNS": "80"})
+    assert readable.exit_code == 0, readable.output
+    flat = " ".join(readable.stdout.split())
+    assert f"{shown['team']}@{shown['team_version']}" in flat and str(shown["started_at"]) in flat
+    assert "…" not in readable.stdout
+
+
+def test_the_cost_table_on_a_narrow_terminal_shows_every_figure_whole() -> None:
+    _populate()
+    as_json = json.loads(runner.invoke(app, ["cost", "--by", "session", "--format", "json"]).stdout)
+    table = runner.invoke(app, ["cost", "--by", "session"], env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    assert "…" not in table.stdout and max(len(line) for line in table.stdout.splitlines()) <= 80
+    assert f"{as_json['total']['cost']:.6f}" in table.stdout
+    assert str(as_json["total"]["input_tokens"]) in table.stdout
+    lines = table.stdout.splitlines()
+    body = lines[next(i for i, line in enumerate(lines) if line.strip().startswith("─")) + 1:]
+    key = as_json["rows"][0]["key"]  # 32 hex digits: wrapped in its cell, never cut
+    assert len(key) == 32 and key in "".join(line.split()[0] for line in body if line.strip())
+
+
+def test_an_id_no_run_can_have_is_refused_by_name_not_answered_with_nothing() -> None:
+    for args, message in ((["cost", "--user", ""], "user_id is empty"),
+                          (["cost", "--user", "alice", "--session", ""], "session_id is empty"),
+                          (["transcripts", "show", "--user", "", "--session", "s1"], "user_id is empty"),
+                          (["sessions", "show", "--user", "alice", "--session", "a\tb"], "control character U+0009"),
+                          (["sessions", "list", "--user", ""], "user_id is empty")):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1 and message in result.output and "fix:" in result.output, args

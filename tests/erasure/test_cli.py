@@ -81,8 +81,10 @@ def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypat
     failed = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-2", "--json"])
     assert failed.exit_code == 2
     assert json.loads(failed.stdout)["stores"]["transcripts"]["status"] == "failed"
-    status = runner.invoke(app, ["erase", "status", "cli-2", "--json"])
+    status = runner.invoke(app, ["erase", "status", "cli-2", "--json"], env={"COLUMNS": "300"})
     assert status.exit_code == 2 and json.loads(status.stdout)["status"] == "failed"
+    assert "error: erasure cli-2 is failed" in status.output  # read like every other failure
+    assert "fix: read the detail lines above, fix the cause, then rerun" in status.output
 
 
 def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
@@ -90,6 +92,15 @@ def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
     assert no_user.exit_code == 1 and "--user" in no_user.output
     missing = runner.invoke(app, ["erase", "status", "no-such"])
     assert missing.exit_code == 1 and "no erasure request" in missing.output
+
+
+def test_an_empty_request_id_is_refused_not_replaced_by_a_fresh_one() -> None:
+    # `--request-id "$TICKET"` with the variable unset: erasing under an id nobody holds loses the idempotency key.
+    _populate(1)
+    result = runner.invoke(app, ["erase", "--user", USER, "--request-id", "", "--json"])
+    assert result.exit_code == 1 and "error: request id of length 0" in result.output and "fix:" in result.output
+    plan = runner.invoke(app, ["erase", "--user", USER, "--dry-run", "--json"])
+    assert json.loads(plan.stdout)["stores"]["transcripts"]["status"] == "would_erase"  # nothing was erased
 
 
 def test_ids_that_look_like_markup_are_printed_as_given() -> None:
@@ -117,3 +128,14 @@ def test_status_of_a_request_that_is_still_open_is_not_success() -> None:
     shown = runner.invoke(app, ["erase", "status", "cli-open", "--json"])
     assert json.loads(shown.stdout)["status"] == "open"
     assert shown.exit_code == 2  # 0 would tell a script the user is erased
+
+
+def test_the_receipt_table_on_a_narrow_terminal_names_every_column_whole() -> None:
+    # 'ver…' stood for both versions and verified, 'obj…' and 'mar…' for the rest.
+    _populate(1)
+    plan = runner.invoke(app, ["erase", "--user", USER, "--dry-run"], env={"COLUMNS": "80"})
+    assert plan.exit_code == 0, plan.output
+    assert "…" not in plan.stdout
+    header = next(line for line in plan.stdout.splitlines() if "store" in line and "status" in line)
+    assert header.split() == ["store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"]
+    assert "resume_state" in plan.stdout and "would_erase" in plan.stdout

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from config_registry import Registry
@@ -82,3 +84,51 @@ def test_numbers_no_database_column_holds_are_refused_as_usage_errors(registry: 
         result = runner.invoke(app, args)
         assert result.exit_code != 0 and "less than or equal to" in result.output, (args, result.output)
         assert not isinstance(result.exception, OverflowError)  # it used to reach the database driver
+
+
+def test_db_commands_say_what_to_do() -> None:
+    fresh = runner.invoke(app, ["db", "current"], env={"COLUMNS": "300"})
+    assert fresh.exit_code == 0 and "at empty, this code needs" in fresh.stdout and "db upgrade" in fresh.stdout
+    assert "None" not in fresh.stdout
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    assert "up to date" in runner.invoke(app, ["db", "current"]).stdout
+    for mode in ("lock", "bogus"):  # SQLite has row leases only
+        refused = runner.invoke(app, ["db", "lease-mode", mode])
+        assert refused.exit_code == 1 and "error: " in refused.output and "fix: " in refused.output, mode
+
+
+def _column(table: str, header: str, next_header: str) -> str:
+    """The text of a left-aligned column of a rich table (between two headers), its wrapped pieces joined."""
+    lines = table.splitlines()
+    head = next(i for i, line in enumerate(lines) if f" {header} " in line and f" {next_header} " in line)
+    start, end = lines[head].index(f" {header} ") + 1, lines[head].index(f" {next_header} ") + 1
+    return "".join(line[start:end].strip() for line in lines[head + 2:])
+
+
+def test_a_narrow_terminal_wraps_ids_and_never_cuts_them_short(registry: Registry) -> None:
+    # 80 columns is also what rich assumes when the output goes to a file or a pipe.
+    session = "ticket-2026-11-30-a-long-session-id-0001"
+    assert runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice@example.com", "--session", session,
+                               "hi"]).exit_code == 0
+    listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    assert "…" not in listed.stdout and max(len(line) for line in listed.stdout.splitlines()) <= 80
+    assert _column(listed.stdout, "user", "session") == "alice@example.com"
+    assert _column(listed.stdout, "session", "team") == session
+
+
+def test_a_database_path_is_printed_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # '[/]' in a folder name crashed every db command's output with a MarkupError.
+    monkeypatch.setenv("TEAMSTORE_HOME", str(tmp_path / "odd[/]home[red]"))
+    for args in (["db", "upgrade"], ["db", "current"], ["db", "lease-mode"]):
+        result = runner.invoke(app, args, env={"COLUMNS": "300"})
+        assert result.exit_code == 0, (args, result.output)
+        assert "odd[/]home[red]" in result.stdout, args
+
+
+def test_every_option_says_what_it_takes() -> None:
+    for command in (["sessions", "show"], ["sessions", "delete"], ["sessions", "quarantine"], ["sessions", "list"]):
+        shown = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+        for line in shown.stdout.splitlines():
+            if "--user" in line or "--session" in line:
+                assert "id" in line.split("--", 1)[1], (command, line)  # e.g. "The user id (exact)."

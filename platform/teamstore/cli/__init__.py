@@ -10,14 +10,16 @@ Each area lives in its own module and mounts its commands here.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
 from teamstore.cli import audit, erase, registry, sessions
-from teamstore.cli._output import fail
-from teamstore.errors import TeamstoreError
+from teamstore.cli._output import err_console, fail, plain
+from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.ids import lone_surrogate
 
 # Click's usage error, whether typer vendors click (0.17+) or uses it: BadParameter's base class.
 UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -28,11 +30,11 @@ class _Commands(TyperGroup):
     usage errors (a mistyped option), since status 2 is an outcome of `erase` and `registry check`."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _check_text(args)
         try:
             return super().parse_args(ctx, args)
         except UsageError as exc:  # the top level's own options
-            exc.exit_code = 1  # type: ignore[attr-defined]
-            raise
+            _usage_failed(exc)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -40,8 +42,36 @@ class _Commands(TyperGroup):
         except TeamstoreError as exc:
             fail(exc)  # inside the command line's own handling, so the exit is a status
         except UsageError as exc:
-            exc.exit_code = 1  # type: ignore[attr-defined]
-            raise
+            _usage_failed(exc)
+
+
+def _usage_failed(exc: Exception) -> NoReturn:
+    """A usage error as every other failure reads: the usage line, ``error:`` and ``fix:``, status 1."""
+    exc.exit_code = 1  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" or ctx is None:
+        raise exc  # a bare group prints its help
+    err_console.print(plain(ctx.get_usage()), highlight=False)
+    err_console.print(f"[bold red]error[/]: {plain(exc.format_message())}")  # type: ignore[attr-defined]
+    err_console.print(f"[yellow]fix[/]: {plain(f'see `{ctx.command_path} --help`')}")
+    raise typer.Exit(1)
+
+
+def _check_text(args: list[str]) -> None:
+    """Refuse an argument that is not text: bytes the locale could not decode reach Python as lone
+    surrogates, which no database, key or terminal takes (they crashed the first query with a traceback)."""
+    for position, arg in enumerate(args, start=1):
+        if lone_surrogate(arg) is not None:
+            try:  # the bytes as given: b'\xff' reads better than its stand-in '\udcff'
+                raw = arg.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raw = arg.encode("utf-8", "backslashreplace")
+            shown = raw.decode("ascii", "backslashreplace")
+            shown = shown if len(shown) <= 40 else shown[:40] + "..."
+            fail(ConfigurationError(
+                f"argument {position} ({shown}) is not valid UTF-8",
+                hint="pass ids and text as UTF-8 (check the terminal's and the shell's locale, e.g. LANG=C.UTF-8)",
+            ))
 
 
 app = typer.Typer(
@@ -58,6 +88,20 @@ audit.register(app)
 erase.register(app)
 
 
+class _OneLine(logging.Handler):
+    """Log records as one line each on stderr. AutoGen logs a failed agent's whole traceback at ERROR
+    (three times over for a team), which the command's own ``error:`` line already reports."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            first = next(iter(record.getMessage().splitlines()), "")
+            err_console.print(plain(f"log {record.levelname.lower()} from {record.name}: {first}"), style="dim",
+                              highlight=False)
+        except Exception:
+            self.handleError(record)
+
+
 def main() -> None:
     """Console entry point."""
+    logging.getLogger().addHandler(_OneLine(logging.WARNING))
     app()

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import typer
+from rich.box import SIMPLE_HEAD
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from teamstore.errors import TeamstoreError
 
@@ -59,6 +61,31 @@ def plain(value: object) -> str:
     rewrite or hide what the operator reads. ``--json`` keeps values exact (:func:`dumps`)."""
     text = _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
     return escape(text)
+
+
+def print_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    fixed: Collection[int] = (),
+    right: Collection[int] = (),
+    title: str | None = None,
+) -> None:
+    """Print a table whose cells are never cut short with '...' when it is wider than the terminal (or
+    than the 80 columns rich assumes when output goes to a file or a pipe): the ``fixed`` columns (numbers,
+    times, short versions) keep their width, and other text wraps inside its cell, so an id can be copied
+    whole and a cost is never ``0.0007...``."""
+    table = Table(title=title, box=SIMPLE_HEAD, padding=0)
+    for i, header in enumerate(headers):
+        justify: Literal["left", "right"] = "right" if i in right else "left"
+        if i in fixed:  # a set width is never shrunk, so rich narrows (and wraps) the text columns instead
+            width = max([len(row[i]) for row in rows] + [len(word) for word in header.split()])
+            table.add_column(header, justify=justify, width=width, overflow="fold")
+        else:
+            table.add_column(header, justify=justify, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:

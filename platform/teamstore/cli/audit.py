@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import typer
-from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import outbox
@@ -30,11 +29,13 @@ from teamstore.audit.prices import load_prices
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import run_key, session_prefix, transcript_store_from_settings
+from teamstore.audit.transcripts.base import run_id_of
 from teamstore.audit.transcripts.record import RunKeys, decode
-from teamstore.cli._output import JsonOption, console, dumps, emit, plain
+from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
-from teamstore.errors import ConfigurationError, TranscriptNotFound
+from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
+from teamstore.ids import check_id
 from teamstore.settings import MAX_DAYS, Settings
 
 T = TypeVar("T")
@@ -61,33 +62,66 @@ def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
+def _check_ids(user: str | None, session: str | None) -> None:
+    """Refuse an id no run can have (empty, control characters, too long) by name, rather than answering
+    'no audit data' or an empty report for it."""
+    if user is not None:
+        check_id("user_id", user)
+    if session is not None:
+        check_id("session_id", session)
+
+
 # --- transcripts -------------------------------------------------------------------------------------------
 async def load_transcripts(
     settings: Settings, engine: AsyncEngine, user: str, session: str, run: str | None
 ) -> list[dict[str, Any]]:
-    """Read one session's transcripts (or one run's), oldest run first.
+    """Read one session's transcripts (or one run's, by its id or a unique prefix of it), oldest run first.
 
     Raises:
-        TranscriptNotFound: The user, session or run has no transcript.
+        TranscriptNotFound: The user, session or run has no transcript, or a prefix names several runs.
+        AuditError: A run's object is not readable (the message names the run).
     """
+    if run == "":
+        raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for every run")
     subject = await find_subject(engine, user)
     if subject is None:
         raise TranscriptNotFound("no audit data for that user", hint="check the user id (matched exactly)")
     keys = RunKeys(subject, session_key(subject, session))
     store = transcript_store_from_settings(settings)
     try:
-        names = [run_key(keys, run)] if run else await store.list_keys(session_prefix(keys))
+        names = await store.list_keys(session_prefix(keys))
         if not names:
             raise TranscriptNotFound(
                 "no transcript for that session", hint="check the session id (matched exactly)"
             )
         runs = []
-        for name in names:
-            header, items = decode(await store.get(name))
+        for name in _pick_run(names, keys, run) if run is not None else names:
+            try:
+                header, items = decode(await store.get(name))
+            except AuditError as exc:
+                raise type(exc)(f"run {run_id_of(name)}: {exc.message}", hint=exc.hint) from exc
             runs.append({"run": header, "items": items})
     finally:
         await store.close()
     return sorted(runs, key=lambda r: str(r["run"]["started_at"]))
+
+
+def _pick_run(names: list[str], keys: RunKeys, run: str) -> list[str]:
+    """The one key of ``run``: its exact id, else the one run whose id starts with it (as printed short)."""
+    exact = run_key(keys, run)
+    if exact in names:
+        return [exact]
+    found = [name for name in names if run_id_of(name).startswith(run)]
+    if len(found) > 1:
+        raise TranscriptNotFound(
+            f"{len(found)} runs of that session start with {run!r}", hint="give more of the run id"
+        )
+    if not found:
+        raise TranscriptNotFound(
+            f"no run {run!r} in that session",
+            hint="check the run id (run_id in `teamstore run --json`), or omit --run for every run",
+        )
+    return found
 
 
 def _content_text(message: dict[str, Any]) -> str:
@@ -111,7 +145,9 @@ def _render_transcripts(data: dict[str, Any]) -> None:
     for entry in data["runs"]:
         run = entry["run"]
         totals = run["totals"]
-        console.rule(plain(f"run {run['run_id']}  {run['team']}@{run['team_version']}  {run['started_at']}"))
+        console.rule()  # the heading on its own lines: in a rule's title a narrow terminal cut it short
+        console.print(plain(f"run {run['run_id']}  {run['team']}@{run['team_version']}  {run['started_at']}"),
+                      style="bold", highlight=False)
         for item in entry["items"]:
             usage = item["message"].get("models_usage") or {}
             tokens = (
@@ -134,10 +170,13 @@ def _render_transcripts(data: dict[str, Any]) -> None:
 def transcripts_show(
     user: str = typer.Option(..., "--user", help="The user id (exact)."),
     session: str = typer.Option(..., "--session", help="The session id (exact)."),
-    run: str | None = typer.Option(None, "--run", help="One run id; all of the session's runs if omitted."),
+    run: str | None = typer.Option(
+        None, "--run", help="One run id or a unique prefix of it; all of the session's runs if omitted."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Print a session's transcripts, readable or as JSON."""
+    _check_ids(user, session)
     runs = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run))
     emit({"runs": runs}, as_json=as_json, render=_render_transcripts)
 
@@ -164,7 +203,11 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
         ),
     )
     if data["failed"]:
-        raise typer.Exit(1)
+        fail(AuditError(
+            f"{data['remaining']} transcript(s) still queued: the store refused them",
+            hint="fix what the last error says (TEAMSTORE_TRANSCRIPTS_URL, credentials, permissions), then run "
+            "`teamstore transcripts flush` again",
+        ))
 
 
 # --- cost --------------------------------------------------------------------------------------------------
@@ -177,7 +220,12 @@ def _parse_when(value: str | None, option: str) -> datetime | None:
         raise ConfigurationError(
             f"{option} {value!r} is not a date", hint="use YYYY-MM-DD or an ISO timestamp"
         ) from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:  # the instant in UTC now: an offset that moves it past year 9999 or before year 1 has no instant
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except OverflowError as exc:
+        raise ConfigurationError(
+            f"{option} {value!r} is out of range", hint="use a date between years 1 and 9999 in UTC"
+        ) from exc
 
 
 async def build_filter(
@@ -191,10 +239,17 @@ async def build_filter(
     """Turn CLI options into a :class:`CostFilter`; ``None`` when the user has no ledger rows at all.
 
     Raises:
-        ConfigurationError: ``--session`` without ``--user``, or a malformed date.
+        ConfigurationError: ``--session`` without ``--user``, a malformed or out-of-range date, or
+            ``--since`` not before ``--until``.
     """
     if session is not None and user is None:
         raise ConfigurationError("--session needs --user", hint="session ids are only unique per user")
+    start, end = _parse_when(since, "--since"), _parse_when(until, "--until")
+    if start is not None and end is not None and start >= end:
+        raise ConfigurationError(
+            f"--since {since!r} is not before --until {until!r}: no run can be in that window",
+            hint="swap them (--until is the end, exclusive)",
+        )
     subject = await find_subject(engine, user) if user is not None else None
     if user is not None and subject is None:
         return None
@@ -202,8 +257,8 @@ async def build_filter(
         session_key=session_key(subject, session) if subject and session is not None else None,
         subject_key=subject,
         team=team,
-        since=_parse_when(since, "--since"),
-        until=_parse_when(until, "--until"),
+        since=start,
+        until=end,
     )
 
 
@@ -228,22 +283,12 @@ COLUMNS = [
 
 
 def _render_cost_table(report: CostReport) -> None:
-    table = Table(title=f"cost by {report.by} ({report.currency}, prices {report.price_version})")
-    for name in ("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"):
-        table.add_column(name, justify="left" if name == "key" else "right")
-    for row in [*report.rows, report.total]:
-        table.add_row(
-            plain(row.key),
-            str(row.runs_completed),
-            str(row.runs_limited),
-            str(row.runs_failed),
-            str(row.calls),
-            str(row.input_tokens),
-            str(row.output_tokens),
-            _money(row.cost, row.unpriced_tokens),
-            "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}",
-        )
-    console.print(table)
+    rows = [[plain(row.key), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed), str(row.calls),
+             str(row.input_tokens), str(row.output_tokens), _money(row.cost, row.unpriced_tokens),
+             "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}"] for row in [*report.rows, report.total]]
+    print_table(("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"), rows,
+                fixed=range(1, 9), right=range(1, 9),
+                title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
     unknown = sorted(set(report.total.unpriced_models))
     if unknown:
         console.print(
@@ -286,6 +331,7 @@ def cost(
     """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
     if fmt not in {"table", "csv", "json"}:
         raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
+    _check_ids(user, session)
 
     async def go(settings: Settings, engine: AsyncEngine) -> CostReport:
         prices = load_prices(settings.prices_path)
@@ -314,15 +360,11 @@ def prices_show(as_json: bool = JsonOption) -> None:
         "prices": [{**asdict(p), "effective_from": p.effective_from.isoformat()} for p in table.rows()],
     }
 
-    def render(d: dict[str, Any]) -> None:
-        out = Table(title=f"prices {d['version']} ({d['currency']} per million tokens)")
-        for name in ("model", "from", "input", "output"):
-            out.add_column(name)
-        for p in d["prices"]:
-            out.add_row(
-                p["model"], p["effective_from"], str(p["input_per_million"]), str(p["output_per_million"])
-            )
-        console.print(out)
+    def render(d: dict[str, Any]) -> None:  # names and versions come from a file: shown, never read as markup
+        rows = [[plain(p["model"]), p["effective_from"], plain(p["input_per_million"]), plain(p["output_per_million"])]
+                for p in d["prices"]]
+        print_table(("model", "from", "input", "output"), rows, fixed=(1, 2, 3), right=(2, 3),
+                    title=plain(f"prices {d['version']} ({d['currency']} per million tokens)"))
 
     emit(data, as_json=as_json, render=render)
 
@@ -338,7 +380,7 @@ def prices_sync(as_json: bool = JsonOption) -> None:
     emit(
         _with_engine(go),
         as_json=as_json,
-        render=lambda d: console.print(f"synced {d['rows']} prices, version {d['version']}"),
+        render=lambda d: console.print(plain(f"synced {d['rows']} prices, version {d['version']}")),
     )
 
 

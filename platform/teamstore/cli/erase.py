@@ -17,11 +17,11 @@ from typing import TypeVar
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain
+from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain, print_table
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
-from teamstore.errors import TeamstoreError
+from teamstore.erasure.requests import check_request_id
+from teamstore.errors import ErasureIncomplete, TeamstoreError
 from teamstore.settings import Settings
 
 T = TypeVar("T")
@@ -74,18 +74,13 @@ class _Bars:
 def _render(receipt: Receipt) -> None:
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
     # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
-    table = Table(title="erasure dry run (nothing changed or stored)" if dry else
-                  f"erasure {plain(receipt.request_id)}: {receipt.status}")
-    table.add_column("store", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    for column in ("rows", "objects", "versions", "markers", "bytes", "held", "verified"):
-        table.add_column(column, justify="right")
-    for name, s in receipt.stores.items():
-        c = s.counts
-        verified = f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"
-        table.add_row(name, str(s.status), *(str(v) for v in (
-            c.rows, c.objects, c.versions, c.delete_markers, c.bytes, c.retained)), verified)
-    console.print(table)
+    rows = [[name, str(s.status), *(str(v) for v in (s.counts.rows, s.counts.objects, s.counts.versions,
+             s.counts.delete_markers, s.counts.bytes, s.counts.retained)),
+             f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"] for name, s in receipt.stores.items()]
+    print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"), rows,
+                fixed=range(9), right=range(2, 9),
+                title="erasure dry run (nothing changed or stored)" if dry else
+                f"erasure {plain(receipt.request_id)}: {receipt.status}")
     for name, s in receipt.stores.items():
         if s.detail:
             console.print(f"[yellow]{name}[/]: {plain(s.detail)}")
@@ -98,10 +93,13 @@ def _render(receipt: Receipt) -> None:
 def _finish(receipt: Receipt, as_json: bool) -> None:
     emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
     if not receipt.ok:
-        rid = plain(receipt.request_id)
-        err_console.print(f"[bold red]erasure {rid} is {receipt.status}[/]: rerun "
-                          f"`teamstore erase --user ... --request-id {rid}` to resume")
-        raise typer.Exit(INCOMPLETE)
+        rerun = f"`teamstore erase --user ... --request-id {receipt.request_id}`"
+        hint = {
+            RequestStatus.RETAINED_UNDER_HOLD: f"a legal hold keeps some data (docs/erasure.md); rerun {rerun} once "
+            "it is lifted",
+            RequestStatus.OPEN: f"it is still running, or its coordinator stopped: rerun {rerun} to resume",
+        }.get(receipt.status, f"read the detail lines above, fix the cause, then rerun {rerun} to resume")
+        fail(ErasureIncomplete(f"erasure {receipt.request_id} is {receipt.status}", hint=hint), INCOMPLETE)
 
 
 @app.callback()
@@ -118,6 +116,8 @@ def erase(
         return
     if user is None:
         raise typer.BadParameter("give --user (or use `teamstore erase status ID`)", param_hint="--user")
+    if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
+        check_request_id(request_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run), _Bars(bar))

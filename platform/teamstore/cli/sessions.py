@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import typer
-from rich.table import Table
 
-from teamstore.cli._output import JsonOption, console, emit, fail, plain
+from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.db.engine import create_engine, redact_url
 from teamstore.db.migrate import current_revision, head_revision, upgrade
-from teamstore.errors import TeamstoreError
+from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.ids import check_id
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -44,6 +44,15 @@ def _with_platform(fn: Callable[[Platform], Awaitable[T]], *, audit: bool = True
     return asyncio.run(main())
 
 
+def _check_ids(*, user: str | None = None, session: str | None = None) -> None:
+    """Refuse an id no session can have (empty, control characters, too long) by name, as a run would,
+    rather than answering 'nothing stored' for it."""
+    if user is not None:
+        check_id("user_id", user)
+    if session is not None:
+        check_id("session_id", session)
+
+
 def run(
     text: str = typer.Argument(..., help="The user's message."),
     team: str = typer.Option(..., "--team", help="Registry reference: NAME, NAME@VERSION or NAME@LABEL."),
@@ -54,11 +63,22 @@ def run(
     """Resume the session, run the team on TEXT, save, and print the reply."""
 
     async def go(platform: Platform) -> dict[str, Any]:
-        async with platform.session(user, session, team=team) as s:
-            result = await s.run(text)
-            assert s.resume is not None
-            resume = s.resume.as_dict()
-            run_id = s.last_run_id
+        try:
+            async with platform.session(user, session, team=team) as s:
+                result = await s.run(text)
+                assert s.resume is not None
+                resume = s.resume.as_dict()
+                run_id = s.last_run_id
+        except TeamstoreError:
+            raise
+        except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
+            # AutoGen's RuntimeError carries the agent's whole traceback after its first line.
+            first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+            raise TeamstoreError(
+                f"the team's run raised {type(exc).__name__}: {first}",
+                hint="check the model client's endpoint, key and quota; `teamstore transcripts show --user ... "
+                "--session ...` shows the run up to the failure",
+            ) from exc
         usage = [m.models_usage for m in result.messages if m.models_usage]
         last = result.messages[-1]
         return {
@@ -90,11 +110,12 @@ def _render_run(data: dict[str, Any]) -> None:
 
 @sessions_app.command("list")
 def list_sessions(
-    user: str | None = typer.Option(None, "--user", help="Only this user's sessions."),
+    user: str | None = typer.Option(None, "--user", help="Only this user's sessions (exact id)."),
     limit: int = typer.Option(100, "--limit", min=1, max=100_000, help="Most rows to show."),
     as_json: bool = JsonOption,
 ) -> None:
     """List saved sessions, most recently updated first."""
+    _check_ids(user=user)
 
     async def go(platform: Platform) -> list[dict[str, Any]]:
         return [describe_session(r) for r in await platform.store.list_sessions(user, limit)]
@@ -104,21 +125,20 @@ def list_sessions(
 
 
 def _render_sessions(rows: list[dict[str, Any]]) -> None:
-    table = Table("user", "session", "team", "version", "bytes", "row v", "expires")
-    for r in rows:
-        table.add_row(plain(r["user_id"]), plain(r["session_id"]), plain(r["team"]), r["team_version"][:12],
-                      str(r["state_bytes"]),
-                      str(r["row_version"]), str(r["expires_at"])[:19])
-    console.print(table)
+    print_table(("user", "session", "team", "version", "bytes", "row v", "expires"),
+                [[plain(r["user_id"]), plain(r["session_id"]), plain(r["team"]), r["team_version"][:12],
+                  str(r["state_bytes"]), str(r["row_version"]), str(r["expires_at"])[:16]] for r in rows],
+                fixed=(3, 4, 5, 6), right=(4, 5))
 
 
 @sessions_app.command("show")
 def show_session(
-    user: str = typer.Option(..., "--user"),
-    session: str = typer.Option(..., "--session"),
+    user: str = typer.Option(..., "--user", help="The user id (exact)."),
+    session: str = typer.Option(..., "--session", help="The session id (exact)."),
     as_json: bool = JsonOption,
 ) -> None:
     """Show one session: team, versions, and per persisted agent the stored messages and bytes."""
+    _check_ids(user=user, session=session)
 
     async def go(platform: Platform) -> dict[str, Any] | None:
         row = await platform.store.get(SessionKey(user, session))
@@ -139,18 +159,18 @@ def _render_session(d: dict[str, Any]) -> None:
     if isinstance(agents, str):
         console.print(f"[bold]agents[/]: {plain(agents)}")
         return
-    table = Table("persisted agent", "stored messages", "bytes")
-    for name, info in agents.items():
-        table.add_row(plain(name), str(info["messages"]), str(info["bytes"]))
-    console.print(table)
+    print_table(("persisted agent", "stored messages", "bytes"),
+                [[plain(name), str(info["messages"]), str(info["bytes"])] for name, info in agents.items()],
+                fixed=(1, 2), right=(1, 2))
 
 
 @sessions_app.command("quarantine")
 def list_quarantine(
-    user: str | None = typer.Option(None, "--user"),
+    user: str | None = typer.Option(None, "--user", help="Only this user's refused states (exact id)."),
     as_json: bool = JsonOption,
 ) -> None:
     """List refused states that were set aside, with the reason."""
+    _check_ids(user=user)
 
     async def go(platform: Platform) -> list[dict[str, Any]]:
         return [vars(q) for q in await platform.store.list_quarantined(user)]
@@ -158,20 +178,18 @@ def list_quarantine(
     rows = _with_platform(go, audit=False)
 
     def render(rows: list[dict[str, Any]]) -> None:
-        table = Table("id", "user", "session", "reason", "detail", "bytes", "when")
-        for q in rows:
-            table.add_row(str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
-                          plain(q["detail"][:60]),
-                          str(q["state_bytes"]), str(q["quarantined_at"])[:19])
-        console.print(table)
+        print_table(("id", "user", "session", "reason", "detail", "bytes", "when"),
+                    [[str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
+                      plain(q["detail"]), str(q["state_bytes"]), str(q["quarantined_at"])[:19]] for q in rows],
+                    fixed=(0, 5, 6), right=(0, 5))
 
     emit(rows, as_json=as_json, render=render)
 
 
 @sessions_app.command("delete")
 def delete_session(
-    user: str = typer.Option(..., "--user"),
-    session: str = typer.Option(..., "--session"),
+    user: str = typer.Option(..., "--user", help="The user id (exact)."),
+    session: str = typer.Option(..., "--session", help="The session id (exact)."),
     as_json: bool = JsonOption,
 ) -> None:
     """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
@@ -233,7 +251,7 @@ def db_upgrade(as_json: bool = JsonOption) -> None:
 
     data = asyncio.run(go())
     emit(data, as_json=as_json,
-         render=lambda d: console.print(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}"))
+         render=lambda d: console.print(plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}")))
 
 
 @db_app.command("current")
@@ -250,7 +268,15 @@ def db_current(as_json: bool = JsonOption) -> None:
             await engine.dispose()
 
     data = asyncio.run(go())
-    emit(data, as_json=as_json, render=lambda d: console.print(f"{d['database']}: at {d['current']}, head {d['head']}"))
+    emit(data, as_json=as_json, render=_render_current)
+
+
+def _render_current(d: dict[str, Any]) -> None:
+    if d["current"] == d["head"]:
+        console.print(plain(f"{d['database']}: at {d['head']}, up to date"))
+    else:  # an empty database has no revision (JSON null)
+        console.print(plain(f"{d['database']}: at {d['current'] or 'empty'}, this code needs {d['head']}: "
+                            "run `teamstore db upgrade`"))
 
 
 @db_app.command("lease-mode")
@@ -263,11 +289,18 @@ def db_lease_mode(
     A switch is refused while any session is open. Stop every worker first, switch, and start them
     again with TEAMSTORE_SESSION_LEASE set to the new mode.
     """
+    if mode is not None and mode not in ("lock", "row"):
+        raise ConfigurationError(f"session lease {mode!r} is not one of lock, row",
+                                 hint="give lock or row, or nothing to show the current mode")
     settings = Settings()
 
     async def go() -> dict[str, Any]:
         engine = create_engine(settings.resolved_database_url)
         try:
+            if mode == "lock" and engine.dialect.name != "postgresql":
+                raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
+                                         hint="keep row leases on SQLite, or point TEAMSTORE_DATABASE_URL at "
+                                         "Postgres for lock leases")
             before = await lease_mode(engine) if mode is None else await set_lease_mode(engine, mode)
             return {"database": redact_url(settings.resolved_database_url), "from": before, "mode": mode or before,
                     "this_process": settings.session_lease if engine.dialect.name == "postgresql" else "row"}
@@ -281,7 +314,8 @@ def db_lease_mode(
 
     def render(d: dict[str, Any]) -> None:
         change = f"{d['from']} -> {d['mode']}" if d["from"] != d["mode"] else d["mode"]
-        console.print(f"{d['database']}: session lease {change} (TEAMSTORE_SESSION_LEASE here: {d['this_process']})")
+        console.print(plain(f"{d['database']}: session lease {change} "
+                            f"(TEAMSTORE_SESSION_LEASE here: {d['this_process']})"))
 
     emit(data, as_json=as_json, render=render)
 
