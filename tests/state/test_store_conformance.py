@@ -10,7 +10,13 @@ import pytest
 from sqlalchemy import insert, select, text
 
 from teamstore.db.engine import create_engine
-from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
+from teamstore.errors import (
+    ErasureInProgress,
+    InvalidIdentifier,
+    SessionBusy,
+    StaleStateVersion,
+    StoreUnavailable,
+)
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.schema import quarantine, sessions, user_holds
 from teamstore.state.sql import SqlStateStore, lease_mode, store_for
@@ -270,3 +276,14 @@ async def test_a_cancelled_acquire_never_keeps_the_lease(store: SqlStateStore) -
         await store.release(key, owner="next", discard_empty=row.row_version == 0)
     else:
         pytest.fail("the acquire never finished")
+
+
+@pytest.mark.parametrize("bad", ["lone\udcffsurrogate", "", "nul\x00", "x" * 257])
+async def test_reading_or_deleting_by_an_id_no_session_can_have_is_a_typed_error(
+    store: SqlStateStore, bad: str
+) -> None:
+    # A lone surrogate reached the driver as a UnicodeEncodeError; the others read as "nothing stored".
+    for attempt in (store.get(SessionKey(bad, "s")), store.get(SessionKey("u", bad)), store.list_sessions(bad),
+                    store.list_quarantined(bad), store.delete_session(SessionKey(bad, "s"))):
+        with pytest.raises(InvalidIdentifier):
+            await attempt

@@ -59,6 +59,7 @@ from teamstore.errors import (
     StaleStateVersion,
     StoreUnavailable,
 )
+from teamstore.ids import check_id
 from teamstore.state.base import (
     Claim,
     QuarantinedRow,
@@ -110,6 +111,11 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
         updated_at=utc(m["updated_at"]) or now_utc(),
         expires_at=utc(m["expires_at"]),
     )
+
+
+def _check_key(key: SessionKey) -> None:
+    check_id("user_id", key.user_id)
+    check_id("session_id", key.session_id)
 
 
 def unavailable(exc: Exception, action: str) -> StoreUnavailable:
@@ -483,7 +489,9 @@ class SqlStateStore:
             SessionBusy: The session stayed open past ``wait_seconds``.
             ErasureInProgress: An erasure request holds the user (it removes the session anyway).
             StoreUnavailable: The database failed; nothing was deleted.
+            InvalidIdentifier: An id no session can have.
         """
+        _check_key(key)
         async with self._held_briefly(key, Claim("", "", 0, ""), "delete", wait_seconds) as (row, owner):
             try:
                 async with self.engine.begin() as conn:
@@ -535,22 +543,30 @@ class SqlStateStore:
             raise unavailable(exc, "read sessions") from exc
 
     async def get(self, key: SessionKey) -> StoredSession | None:
-        """Read one row without the lease."""
+        """Read one row without the lease.
+
+        Raises:
+            InvalidIdentifier: An id no session can have (empty, too long, a control character, a lone
+                surrogate, which no driver can send).
+        """
+        _check_key(key)
         rows = await self._fetch(select(sessions).where(*self._where(key)))
         return _session(rows[0]._mapping) if rows else None
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
-        """Saved rows, most recently updated first."""
+        """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it)."""
         stmt = select(sessions).where(sessions.c.state.is_not(None))
         if user_id is not None:
+            check_id("user_id", user_id)
             stmt = stmt.where(sessions.c.user_id == user_id)
         rows = await self._fetch(stmt.order_by(sessions.c.updated_at.desc()).limit(limit))
         return [_session(r._mapping) for r in rows]
 
     async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
-        """Quarantined rows, newest first."""
+        """Quarantined rows, newest first (``user_id`` is checked as :meth:`get` checks it)."""
         stmt = select(quarantine)
         if user_id is not None:
+            check_id("user_id", user_id)
             stmt = stmt.where(quarantine.c.user_id == user_id)
         rows = await self._fetch(stmt.order_by(quarantine.c.id.desc()).limit(limit))
         return [_quarantined(r._mapping) for r in rows]
