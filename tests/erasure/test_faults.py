@@ -45,7 +45,7 @@ async def test_an_unknown_user_gets_no_match_everywhere_and_still_a_stored_recei
 
 
 async def test_bad_ids_are_refused_before_anything_is_written(engine: AsyncEngine, folder: LocalTranscriptStore) -> None:
-    for user, request in (("", "r1"), ("u\x00", "r2"), ("u", "x" * 200), ("u", "a\nb")):
+    for user, request in (("", "r1"), ("u\x00", "r2"), ("u", "x" * 200), ("u", "a\nb"), ("u", "")):  # "" is no fresh id
         with pytest.raises(InvalidIdentifier):
             await coordinator(engine, folder).run(user, request_id=request)
     async with engine.connect() as conn:

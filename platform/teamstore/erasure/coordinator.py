@@ -105,7 +105,9 @@ class DeletionCoordinator:
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
         check_user_id(user_id)
-        rid = requests.check_request_id(request_id or new_request_id())
+        # An empty id is refused, not replaced: the caller meant one (an unset variable, say) and would never
+        # learn the fresh id to rerun or to ask about.
+        rid = requests.check_request_id(new_request_id() if request_id is None else request_id)
         if dry_run:
             return await self._dry_run(user_id, rid, reason)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)

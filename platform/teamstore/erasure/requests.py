@@ -67,7 +67,8 @@ def check_request_id(request_id: str) -> str:
             or lone_surrogate(request_id) is not None):
         raise InvalidIdentifier(
             f"request id of length {len(request_id)} cannot be used",
-            hint=f"use 1..{REQUEST_ID} printable UTF-8 characters (omit --request-id to get a fresh one)",
+            hint=f"a request id is 1..{REQUEST_ID} printable UTF-8 characters, as `teamstore erase` prints it "
+            "(a new request without --request-id gets a fresh one)",
         )
     return request_id
 

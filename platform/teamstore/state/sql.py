@@ -643,7 +643,8 @@ def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") 
 
 def _known(mode: str) -> str:
     if mode not in LEASE_MODES:
-        raise ConfigurationError(f"session lease {mode!r} is not one of {', '.join(LEASE_MODES)}")
+        raise ConfigurationError(f"session lease {mode!r} is not one of {', '.join(LEASE_MODES)}",
+                                 hint="use 'lock' (an advisory lock, Postgres) or 'row' (a lease in the row)")
     return mode
 
 
@@ -733,7 +734,8 @@ async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
     """
     postgres = engine.dialect.name == "postgresql"
     if _known(mode) == "lock" and not postgres:
-        raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres")
+        raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
+                                 hint="keep 'row' on SQLite, or point TEAMSTORE_DATABASE_URL at PostgreSQL")
     try:
         async with engine.begin() as conn:
             if postgres:  # one switch at a time: the mode read next stays true until the commit
