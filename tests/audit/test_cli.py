@@ -104,7 +104,7 @@ def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
     assert {r["key"] for r in report["rows"]} == {"triage", "researcher", "critic"}
     assert report["total"]["runs_limited"] == 1
     empty = json.loads(runner.invoke(app, ["cost", "--user", "nobody", "--format", "json"]).stdout)
-    assert empty["rows"] == []
+    assert empty["rows"] == [] and empty["total"]["cost"] == 0 and empty["total"]["limited_cost"] == 0  # not "unknown"
     table = runner.invoke(app, ["cost", "--by", "day", "--since", "2000-01-01"])
     assert table.exit_code == 0 and "total" in table.stdout
 

@@ -199,6 +199,8 @@ async def query_costs(
         _add_runs(total, bool(limited), bool(failed), int(runs))
     ordered = [rows[k] for k in sorted(rows)]
     for row in (*ordered, total):  # sums of per-group products: drop the binary noise past a nano-unit
+        if row.cost is None and row.unpriced_tokens == 0:
+            row.cost = 0.0  # no tokens at all (an empty report's total): nothing was spent, which is known
         row.cost = round(row.cost, _COST_DECIMALS) if row.cost is not None else None
         # Unknown when the cost is (no priced tokens at all), like the cost; else 0 when no limit spent any.
         row.limited_cost = None if row.cost is None else round(row.limited_cost or 0.0, _COST_DECIMALS)

@@ -14,6 +14,7 @@ its cost is shown as unknown while its tokens are still counted.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import date
 from importlib import resources
@@ -69,12 +70,20 @@ class PriceTable:
         return [p for model in sorted(self.prices) for p in self.prices[model]]
 
 
+def _per_million(model: str, entry: dict[str, Any], side: str) -> float:
+    value = entry[side]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        # A negative, infinite or textual price would price runs below zero or as NaN, silently.
+        raise ValueError(f"{model}: {side} must be a number of at least 0 per million tokens, not {value!r}")
+    return float(value)
+
+
 def _parse_entry(model: str, entry: dict[str, Any]) -> Price:
     return Price(
         model=model,
         effective_from=date.fromisoformat(str(entry["effective_from"])),
-        input_per_million=float(entry["input"]),
-        output_per_million=float(entry["output"]),
+        input_per_million=_per_million(model, entry, "input"),
+        output_per_million=_per_million(model, entry, "output"),
     )
 
 
