@@ -44,10 +44,16 @@ def transcript_store_from_url(url: str) -> TranscriptStore:
         A new store; the caller closes it.
 
     Raises:
-        ConfigurationError: An unsupported scheme.
+        ConfigurationError: A URL that does not parse, an unsupported scheme, or no valid bucket.
         MissingExtra: ``s3://`` without boto3 installed.
     """
-    parsed = urlparse(url)
+    try:
+        parsed = urlparse(url)
+    except ValueError:  # e.g. brackets that are no IPv6 address: s3://[bucket]
+        raise ConfigurationError(
+            "the transcripts URL does not parse as a URL",
+            hint="set TEAMSTORE_TRANSCRIPTS_URL to s3://bucket/prefix or file:///folder",
+        ) from None
     if parsed.scheme == "s3":
         from teamstore.audit.transcripts.s3 import S3TranscriptStore
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -79,6 +80,10 @@ def lifecycle_rule(prefix: str, days: int) -> dict[str, Any]:
     }
 
 
+# What botocore itself accepts as a bucket name (AWS's own rules are stricter; the service has the last word).
+_BUCKET = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
+
+
 class S3TranscriptStore:
     """Objects in one bucket under one prefix.
 
@@ -111,9 +116,12 @@ class S3TranscriptStore:
             MissingExtra: boto3 is not installed.
         """
         parsed = urlparse(url)
-        if parsed.scheme != "s3" or not parsed.netloc:
+        if parsed.scheme != "s3" or not _BUCKET.fullmatch(parsed.netloc):
+            # The URL is not repeated: what sits where the bucket should be may be credentials.
             raise ConfigurationError(
-                f"{url!r} is not an s3://bucket/prefix URL", hint="e.g. s3://audit/teamstore"
+                "the transcripts URL names no valid bucket: it must read s3://bucket/prefix, the bucket of "
+                "letters, digits, '.', '-' and '_' (credentials come from the AWS_* variables, never the URL)",
+                hint="e.g. s3://audit/teamstore",
             )
         return cls(make_client(**client_options), parsed.netloc, parsed.path)  # type: ignore[arg-type]
 

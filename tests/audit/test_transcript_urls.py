@@ -1,0 +1,29 @@
+"""TEAMSTORE_TRANSCRIPTS_URL as operators write it: each mistake a typed error that repeats no credentials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from teamstore.audit.transcripts import transcript_store_from_url
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.errors import ConfigurationError
+
+
+@pytest.mark.parametrize("url", [
+    "s3://[/]",                       # not a URL at all (urlparse raised ValueError)
+    "s3://",                          # no bucket
+    "s3://AKIAEXAMPLE:s3cret@bucket/p",  # credentials where the bucket goes
+    "s3://bucket name/p",
+    "ftp://host/x",
+])
+def test_a_transcripts_url_that_names_no_store_is_a_configuration_error(url: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        transcript_store_from_url(url)
+    assert "s3cret" not in caught.value.message and caught.value.hint
+
+
+def test_a_folder_url_or_a_bare_path_is_a_local_store(tmp_path: Path) -> None:
+    assert isinstance(transcript_store_from_url(tmp_path.as_uri()), LocalTranscriptStore)
+    assert isinstance(transcript_store_from_url(str(tmp_path)), LocalTranscriptStore)
