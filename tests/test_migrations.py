@@ -18,7 +18,8 @@ import teamstore.erasure.schema
 import teamstore.state.schema  # noqa: F401  (the three register their tables on the metadata)
 from teamstore.db.engine import create_engine
 from teamstore.db.metadata import metadata
-from teamstore.db.migrate import alembic_config, current_revision, head_revision, upgrade
+from teamstore.db.migrate import alembic_config, current_revision, head_revision, require_current, upgrade
+from teamstore.errors import SchemaNotReady
 from teamstore.state.base import SessionKey
 from teamstore.state.sql import store_for
 from tests.state.test_store_conformance import acquire, record
@@ -84,4 +85,18 @@ async def test_postgres_stores_session_states_with_lz4(postgres_url: str) -> Non
     await store.save(key, owner="w3", expected_version=row.row_version, record=record(big + " "), release=True)
     assert await _stored_compression(engine) == "pglz"
     await store.aclose()
+    await engine.dispose()
+
+
+async def test_a_database_migrated_by_a_newer_teamstore_is_refused_by_name_not_misread(database_url: str) -> None:
+    engine = create_engine(database_url)
+    await upgrade(engine)
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    for attempt in (upgrade, require_current):  # upgrade raised alembic's CommandError traceback
+        with pytest.raises(SchemaNotReady) as caught:
+            await attempt(engine)
+        assert "0099" in caught.value.message and "newer teamstore" in caught.value.message
+    async with engine.connect() as conn:  # nothing was touched
+        assert (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar() == "0099"
     await engine.dispose()

@@ -17,7 +17,7 @@ import typer
 
 from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.db.engine import create_engine, redact_url
-from teamstore.db.migrate import current_revision, head_revision, upgrade
+from teamstore.db.migrate import current_revision, head_revision, ships, upgrade
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import check_id
 from teamstore.runtime.inspect import describe_session
@@ -274,6 +274,9 @@ def db_current(as_json: bool = JsonOption) -> None:
 def _render_current(d: dict[str, Any]) -> None:
     if d["current"] == d["head"]:
         console.print(plain(f"{d['database']}: at {d['head']}, up to date"))
+    elif d["current"] is not None and not ships(d["current"]):
+        console.print(plain(f"{d['database']}: at {d['current']}, newer than this code ({d['head']}): run the "
+                            "teamstore version that migrated it"))
     else:  # an empty database has no revision (JSON null)
         console.print(plain(f"{d['database']}: at {d['current'] or 'empty'}, this code needs {d['head']}: "
                             "run `teamstore db upgrade`"))

@@ -38,6 +38,11 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+def ships(revision: str) -> bool:
+    """Whether this code ships migration ``revision`` (a newer teamstore may have applied one it does not)."""
+    return revision in {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
 def head_revision() -> str:
     """The newest migration this code ships."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
@@ -61,11 +66,28 @@ async def _run(engine: AsyncEngine, fn: Any, *args: Any) -> Any:
         raise StoreUnavailable(describe_failure(exc), hint=failure_hint(exc)) from exc
 
 
+def _newer(current: str) -> SchemaNotReady:
+    return SchemaNotReady(
+        f"the database is at migration {current}, which this code does not ship (its newest is "
+        f"{head_revision()}): a newer teamstore migrated it",
+        hint="run the teamstore version that migrated this database, or a newer one; this one would "
+        "misread its tables",
+    )
+
+
 async def upgrade(engine: AsyncEngine, target: str = "head") -> str | None:
-    """Apply every migration up to ``target``; returns the revision the database is then at."""
+    """Apply every migration up to ``target``; returns the revision the database is then at.
+
+    Raises:
+        SchemaNotReady: A newer teamstore migrated the database past what this code ships.
+        StoreUnavailable: The database failed.
+    """
+    before: str | None = await _run(engine, _current)
+    if before is not None and not ships(before):
+        raise _newer(before)
     await _run(engine, _upgrade, target)
-    current: str | None = await _run(engine, _current)
-    return current
+    after: str | None = await _run(engine, _current)
+    return after
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
@@ -77,8 +99,11 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 async def require_current(engine: AsyncEngine) -> None:
     """Raise :class:`SchemaNotReady` unless the database is at this code's head revision."""
     current = await current_revision(engine)
+    if current is not None and not ships(current):
+        raise _newer(current)
     if current != head_revision():
         raise SchemaNotReady(
-            f"the database is at migration {current or 'none'}, this code needs {head_revision()}",
+            (f"the database is at migration {current}" if current else "the database has no teamstore tables yet")
+            + f"; this code needs migration {head_revision()}",
             hint="run `teamstore db upgrade` (production databases are never migrated implicitly)",
         )
