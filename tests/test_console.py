@@ -81,3 +81,34 @@ def test_a_run_whose_model_endpoint_is_down_is_an_error_line_not_tracebacks(tmp_
     assert proc.returncode == 1
     assert "error: the team's run raised" in proc.stderr and "Connection error" in proc.stderr
     assert "fix:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_only_aiosqlites_late_report_of_a_failed_open_is_dropped(capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+    import threading
+
+    import aiosqlite.core
+
+    from teamstore.cli import _quiet_late_sqlite_threads
+
+    closed = asyncio.new_event_loop()
+    late = closed.create_future()
+    closed.close()
+    work: aiosqlite.core._TxQueue = aiosqlite.core.SimpleQueue()
+    work.put((late, lambda: None))  # its answer comes after the command's loop has closed
+    work.put((None, lambda: aiosqlite.core._STOP_RUNNING_SENTINEL))
+
+    def other() -> None:
+        raise RuntimeError("Event loop is closed")
+
+    before = threading.excepthook
+    threading.excepthook = _quiet_late_sqlite_threads
+    try:
+        for target, args in ((aiosqlite.core._connection_worker_thread, (work,)), (other, ())):
+            thread = threading.Thread(target=target, args=args)
+            thread.start()
+            thread.join()
+    finally:
+        threading.excepthook = before
+    shown = capsys.readouterr().err
+    assert "aiosqlite" not in shown and "in other" in shown  # anything else still reaches the terminal

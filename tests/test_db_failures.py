@@ -3,6 +3,7 @@ message: an unreachable database is not a refused statement, and the reverse."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,22 @@ async def test_an_unreachable_postgres_is_told_as_such() -> None:
 
 
 async def test_an_unopenable_sqlite_file_is_told_as_such(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
-    (tmp_path / "x.db").mkdir()  # where the file should be: sqlite cannot open it
+    # Read-only of a file that is not there: sqlite cannot open it.
+    engine = create_engine(f"sqlite:///file:{tmp_path / 'absent.db'}?mode=ro&uri=true")
     with pytest.raises(StoreUnavailable) as caught:
         await current_revision(engine)
     assert caught.value.message == "the SQLite file cannot be opened (OperationalError, SQLITE_CANTOPEN)"
     assert "may write there" in (caught.value.hint or "")
+    await engine.dispose()
+    await asyncio.sleep(0.2)  # aiosqlite's thread reports its failed open late: let it land before the loop closes
+
+
+async def test_a_folder_where_the_sqlite_file_should_be_is_a_configuration_error(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    (tmp_path / "x.db").mkdir()
+    with pytest.raises(ConfigurationError) as caught:
+        await current_revision(engine)
+    assert "is a folder, not a file" in caught.value.message and caught.value.hint
     await engine.dispose()
 
 

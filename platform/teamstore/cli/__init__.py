@@ -11,6 +11,8 @@ Each area lives in its own module and mounts its commands here.
 from __future__ import annotations
 
 import logging
+import threading
+import traceback
 from typing import Any, NoReturn
 
 import typer
@@ -101,7 +103,19 @@ class _OneLine(logging.Handler):
             self.handleError(record)
 
 
+def _quiet_late_sqlite_threads(args: threading.ExceptHookArgs) -> None:
+    """Drop one known stray traceback. When opening an SQLite file fails, aiosqlite's worker thread may
+    report that failure after the command has ended and closed its event loop. The error itself has
+    already been told as ``error:``/``fix:``, so only that thread's 'Event loop is closed' is dropped."""
+    frames = traceback.walk_tb(args.exc_traceback)
+    late = (args.exc_type is RuntimeError and str(args.exc_value) == "Event loop is closed"
+            and any(str(frame.f_globals.get("__name__", "")).startswith("aiosqlite") for frame, _ in frames))
+    if not late:
+        threading.__excepthook__(args)
+
+
 def main() -> None:
     """Console entry point."""
     logging.getLogger().addHandler(_OneLine(logging.WARNING))
+    threading.excepthook = _quiet_late_sqlite_threads
     app()

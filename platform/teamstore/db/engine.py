@@ -128,6 +128,13 @@ def _create_private(database: Path) -> None:
     ``-wal``/``-shm`` files copy the database's mode. An existing file keeps the mode its operator gave
     it; a file that cannot be made here is left to sqlite, which reports why it cannot open it.
     """
+    if database.is_dir():
+        # Said here, before aiosqlite starts its thread: its failed connect can outlive the event loop
+        # and print a stray traceback after the error.
+        raise ConfigurationError(
+            f"the SQLite database {str(database)!r} is a folder, not a file",
+            hint="move the folder away, or point TEAMSTORE_DATABASE_URL (or TEAMSTORE_HOME) elsewhere",
+        )
     with contextlib.suppress(OSError):
         os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
