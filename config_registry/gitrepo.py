@@ -66,14 +66,34 @@ class GitRepo:
                 f"registry path {path} is a file", hint="point TEAMSTORE_REGISTRY_PATH at a folder"
             )
         repo = cls(path)
-        if not path.exists() or not any(path.iterdir()):
-            repo._init()
-        elif not repo._is_toplevel():
-            raise RegistryCorrupt(
-                f"registry path {path} exists but is not a git repository",
-                hint="point TEAMSTORE_REGISTRY_PATH at an empty folder, a new path or an existing registry",
-            )
+        repo._make_folder()
+        # Several processes may open a new path at once: one creates the repository while the others wait
+        # (unlocked, a second 'git init' or first commit raced the first, or saw a half-made repository).
+        with repo._folder_lock():
+            if not any(path.iterdir()):
+                repo._init()
+            elif not repo._is_toplevel():
+                raise RegistryCorrupt(
+                    f"registry path {path} exists but is not a git repository",
+                    hint="point TEAMSTORE_REGISTRY_PATH at an empty folder, a new path or an existing registry",
+                )
         return repo
+
+    @contextlib.contextmanager
+    def _folder_lock(self) -> Iterator[None]:
+        """Hold an exclusive ``flock`` on the registry folder itself (there is no ``.git`` to lock yet)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:  # no permission to read the folder
+            raise RegistryError(
+                f"cannot open the registry folder {str(self.path)!r}: {exc.strerror or type(exc).__name__}",
+                hint="set TEAMSTORE_HOME (or TEAMSTORE_REGISTRY_PATH) to a folder this process may read and write",
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def _is_toplevel(self) -> bool:
         result = subprocess.run(
@@ -84,7 +104,7 @@ class GitRepo:
         )
         return result.returncode == 0 and Path(result.stdout.strip()).resolve() == self.path.resolve()
 
-    def _init(self) -> None:
+    def _make_folder(self) -> None:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file on the way (TEAMSTORE_HOME itself, say), no permission, a read-only disk
@@ -94,6 +114,8 @@ class GitRepo:
                    else exc.strerror or type(exc).__name__),
                 hint="set TEAMSTORE_HOME (or TEAMSTORE_REGISTRY_PATH) to a folder this process may write",
             ) from None
+
+    def _init(self) -> None:
         self.git("init", "-q")
         self.git("symbolic-ref", "HEAD", "refs/heads/main")
         (self.path / "README.md").write_text(_README, encoding="utf-8")
