@@ -20,40 +20,50 @@ from config_registry.errors import DefinitionInvalid, SecretUnavailable
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
-# Config keys (``api_key``, ``azure_ad_token``) and HTTP header names (``Authorization``, ``x-api-key``,
-# Azure's ``api-key``, ``Ocp-Apim-Subscription-Key``) whose values are secrets.
+# Config keys (``api_key``, ``azure_ad_token``), HTTP header names (``Authorization``, ``x-api-key``,
+# Azure's ``api-key``, ``Ocp-Apim-Subscription-Key``), environment variables (``DB_PWD``) and connection
+# string parts (``AccountKey``) whose values are secrets; camelCase names are split first.
 _SECRET_FIELD = re.compile(
-    r"(^|[_-])(api[_-]?key|password|passwd|secret|secret[_-]key|token|access[_-]token|credential|credentials|"
-    r"access[_-]key|private[_-]key|auth|authorization|bearer|subscription[_-]key|cookie)$",
+    r"(^|[_-])(api[_-]?key|password|passwd|pwd|passphrase|secret|secret[_-]key|token|access[_-]token|"
+    r"credential|credentials|access[_-]key|private[_-]key|account[_-]key|auth|authorization|bearer|"
+    r"subscription[_-]key|cookie)$",
     re.IGNORECASE,
 )
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
+# Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
+_SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
 # A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
 
 
 def is_secret_field(key: str) -> bool:
-    """True for config keys that hold secrets (``api_key``, ``azure_ad_token``, ``password`` ...)."""
-    return bool(_SECRET_FIELD.search(key))
+    """True for config keys that hold secrets (``api_key``, ``azure_ad_token``, ``password``, ``openaiApiKey`` ...)."""
+    return bool(_SECRET_FIELD.search(_CAMEL_BOUNDARY.sub("_", key)))
 
 
 def url_credential(value: str) -> str | None:
-    """What makes a URL hold a credential: a password in its user part (``https://u:pw@host``) or a
-    query parameter with a secret-looking name (``?api_key=``, ``?key=``); ``None`` for any other string.
+    """What makes a URL hold a credential: a user part (``https://u:pw@host``, or a token alone as in
+    ``https://ghp_...@github.com``) or a query or fragment parameter with a secret-looking name
+    (``?api_key=``, ``?sig=``, ``#access_token=``); ``None`` for any other string.
 
     A ``base_url`` or ``endpoint`` is not a secret-looking field, but a proxy URL with a password in it is
     a secret all the same.
     """
+    value = value.strip()
     if not _URL.match(value):
         return None
     try:
         parts = urlsplit(value)
-        password = parts.password
+        password, username = parts.password, parts.username
     except ValueError:  # not a URL after all (an invalid port, say)
         return None
     if password:
         return "a password in its user part"
-    for name, _value in parse_qsl(parts.query, keep_blank_values=False):
-        if name.lower() in {"key", "sig", "signature"} or is_secret_field(name):
+    if username:
+        return "a user part, where URLs carry tokens"
+    for name, _value in parse_qsl(parts.query, keep_blank_values=False) + parse_qsl(parts.fragment):
+        if _SECRET_QUERY.fullmatch(name) or is_secret_field(name):
             return f"the query parameter {name!r}"
     return None
 

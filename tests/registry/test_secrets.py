@@ -79,6 +79,26 @@ def test_other_secret_looking_fields_are_refused_in_plaintext(registry: Registry
     assert caught.value.field == "config.model_client.config.azure_ad_token"
 
 
+@pytest.mark.parametrize(
+    ("key", "path"),
+    [
+        ("openaiApiKey", "openaiApiKey"),
+        ("clientSecret", "clientSecret"),
+        ("passphrase", "passphrase"),
+        ("env", "env.DB_PWD"),
+        ("connection", "connection.AccountKey"),
+    ],
+)
+def test_secret_fields_under_other_spellings_are_refused_in_plaintext(registry: Registry, key: str, path: str) -> None:
+    component = dump(_openai_agent())
+    value = {path.split(".")[1]: "hunter2-SECRET"} if "." in path else "hunter2-SECRET"
+    component["config"]["model_client"]["config"][key] = value
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "spelling")
+    assert caught.value.field == f"config.model_client.config.{path}"
+    assert "plaintext" in caught.value.message
+
+
 @pytest.mark.parametrize("header", ["Authorization", "x-api-key", "api-key", "Ocp-Apim-Subscription-Key", "Cookie"])
 def test_secrets_in_http_headers_are_refused_in_plaintext(registry: Registry, header: str) -> None:
     component = dump(_openai_agent())
@@ -113,6 +133,10 @@ def test_openai_example_registers_with_its_manifest(
         ("https://svc:hunter2-SECRET@proxy.example/v1", "password"),
         ("https://proxy.example/v1?api-version=2024-06-01&key=hunter2-SECRET", "'key'"),
         ("https://proxy.example/v1?access_token=hunter2-SECRET", "'access_token'"),
+        ("https://ghp_hunter2-SECRET@proxy.example/v1", "user part"),
+        ("https://fn.example/api/v1?code=hunter2-SECRET", "'code'"),
+        ("https://bucket.example/v1?X-Amz-Date=20260101&X-Amz-Signature=hunter2-SECRET", "'X-Amz-Signature'"),
+        ("https://proxy.example/v1#access_token=hunter2-SECRET", "'access_token'"),
     ],
 )
 def test_a_url_with_a_credential_in_it_is_refused(registry: Registry, url: str, what: str) -> None:
