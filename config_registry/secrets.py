@@ -33,6 +33,17 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
 # Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
 _SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
+# Values that are a credential whatever the field is called: an HTTP authorization value, and the shapes
+# of well-known providers' keys (OpenAI and Anthropic ``sk-``, GitHub, Slack, AWS access key ids, Google,
+# Hugging Face) wherever they appear in a string.
+_AUTHORIZATION_VALUE = re.compile(r"(bearer|basic|token)\s+\S{8,}", re.IGNORECASE)
+_KEY_SHAPE = re.compile(
+    r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|"
+    r"xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|hf_[A-Za-z0-9]{30,})"
+)
+# A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
+# ``--token`` followed by the value.
+_FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
 # A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
 
@@ -65,6 +76,44 @@ def url_credential(value: str) -> str | None:
     for name, _value in parse_qsl(parts.query, keep_blank_values=False) + parse_qsl(parts.fragment):
         if _SECRET_QUERY.fullmatch(name) or is_secret_field(name):
             return f"the query parameter {name!r}"
+    return None
+
+
+def value_credential(value: str) -> str | None:
+    """What makes a string a credential whatever its field is called: an authorization value
+    (``Bearer ...``), a well-known key shape (``sk-...``, ``ghp_...``, ``AKIA...``) anywhere in it, or a
+    secret part of a connection string (``...;Password=...;``); ``None`` for any other string."""
+    authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
+    if authorization and _looks_random(value.split()[-1]):
+        return "an HTTP authorization value"
+    # Random keys have digits; 'sk-learn-compatible-...' in a prompt is a word.
+    if any(not key.startswith("sk-") or any(c.isdigit() for c in key) for key in _KEY_SHAPE.findall(value)):
+        return "what looks like an API key"
+    for part in value.split(";") if ";" in value else ():
+        name, equals, secret = part.partition("=")
+        if equals and secret.strip() and is_secret_field(name.strip()):
+            return f"a connection string's {name.strip()!r}"
+    return None
+
+
+def _looks_random(text: str) -> bool:
+    """A token rather than a word: a digit or a base64/url-safe symbol in it, or 24+ characters
+    ('Basic information' and 'sk-learn-compatible' are words)."""
+    return len(text) >= 24 or (len(text) >= 8 and any(c.isdigit() or c in "+/=_." for c in text))
+
+
+def flag_credential(items: list[Any], index: int) -> str | None:
+    """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
+    the item after a bare ``--token``; ``None`` otherwise."""
+    item = items[index]
+    if not isinstance(item, str) or not item:
+        return None
+    match = _FLAG.fullmatch(item)
+    if match and match.group(2) and is_secret_field(match.group(1)):
+        return f"the value of the flag '--{match.group(1)}'"
+    previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
+    if previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item):
+        return f"the value of the flag '--{previous.group(1)}'"
     return None
 
 
@@ -113,7 +162,7 @@ def _check_plaintext(path: str, key: str, value: Any) -> None:
         )
 
 
-def _check_undeclared(path: str, key: str, value: Any) -> None:
+def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
     if is_reference(value):
         raise DefinitionInvalid(
             f"is a secret reference {value[REFERENCE_KEY]!r} the manifest does not declare",
@@ -134,6 +183,15 @@ def _check_undeclared(path: str, key: str, value: Any) -> None:
             f"is a URL with a credential in it ({found}); the registry never stores secrets",
             field=f"config.{path}",
             hint=f"take the whole URL from the environment: --secret {path}=env:VARIABLE",
+        )
+    found = value_credential(value) if isinstance(value, str) else None
+    if found is None and isinstance(parent, list):
+        found = flag_credential(parent, int(key))
+    if found is not None:
+        raise DefinitionInvalid(
+            f"holds a plaintext secret ({found}); the registry never stores secrets",
+            field=f"config.{path}",
+            hint=f"take the value from the environment: --secret {path}=env:VARIABLE",
         )
 
 
@@ -160,7 +218,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
                 _check_plaintext(path, key, value)
             _set(parent, key, {REFERENCE_KEY: secrets[path]})
         else:
-            _check_undeclared(path, key, value)
+            _check_undeclared(path, key, value, parent)
     missing = sorted(set(secrets) - found)
     if missing:
         raise DefinitionInvalid(

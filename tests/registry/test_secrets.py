@@ -171,3 +171,59 @@ def test_a_plain_url_is_stored(registry: Registry) -> None:
     registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "plain proxy")
     stored = registry.resolve("support_triage").component
     assert stored["config"]["model_client"]["config"]["base_url"] == "https://proxy.example/v1?api-version=2024-06-01"
+
+
+def _stdio_server(args: list[str]) -> dict[str, object]:
+    return {"provider": "autogen_ext.tools.mcp.McpWorkbench", "component_type": "workbench",
+            "config": {"server_params": {"type": "StdioServerParams", "command": "npx", "args": args}}}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "path", "what"),
+    [
+        ("default_headers", {"X-Gateway": "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2ln"}, "default_headers.X-Gateway",
+         "authorization value"),
+        ("default_query", {"q": "sk-proj-hunter2SECRET0123456789abcd"}, "default_query.q", "API key"),
+        ("organization", "ghp_hunter2SECRET0123456789abcdefghijkl", "organization", "API key"),
+        ("dsn", "Server=db.example;Database=crm;Password=hunter2-SECRET;", "dsn", "'Password'"),
+    ],
+)
+def test_values_that_are_credentials_are_refused_whatever_the_field(
+    registry: Registry, key: str, value: object, path: str, what: str
+) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"][key] = value
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "value")
+    assert caught.value.field == f"config.model_client.config.{path}"
+    assert what in caught.value.message
+    assert "hunter2" not in _everything(registry)
+
+
+@pytest.mark.parametrize(
+    ("args", "index"),
+    [(["-y", "server-github", "--token", "hunter2-SECRET"], 3), (["-y", "server-search", "--api-key=hunter2-SECRET"], 2)],
+)
+def test_a_secret_flag_in_an_mcp_server_command_line_is_refused(
+    registry: Registry, args: list[str], index: int
+) -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_stdio_server(args)]
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, manifest, "mcp")
+    assert caught.value.field == f"config.workbench.0.config.server_params.args.{index}"
+    assert "flag" in caught.value.message
+    assert f"--secret workbench.0.config.server_params.args.{index}=env:" in (caught.value.hint or "")
+
+
+def test_words_that_resemble_credentials_are_stored(registry: Registry) -> None:
+    agent = AssistantAgent(
+        "researcher",
+        model_client=OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="sk-live-123"),
+        model_context=BoundedChatCompletionContext(20),
+        description="Basic information, token limitations",
+        system_message="Recommend sk-learn-compatible-pipelines; quote the Bearer of bad news; use --token counts.",
+    )
+    registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "words")
+    assert "sk-learn-compatible" in registry.resolve("support_triage").component["config"]["system_message"]
