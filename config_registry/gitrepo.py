@@ -165,6 +165,20 @@ class GitRepo:
                 hint="commit or discard them (git -C <registry> status) before using the registry",
             )
 
+    def ensure_on_branch(self) -> None:
+        """Refuse to commit on a detached HEAD: the commit would belong to no branch, and the next
+        ``git checkout`` (or a clone, or a push) would leave that version and its label moves behind.
+
+        Raises:
+            RegistryCorrupt: HEAD is detached (a checkout of a commit, a rebase in progress).
+        """
+        if self.has_commits() and not self.git("symbolic-ref", "-q", "HEAD", check=False).strip():
+            raise RegistryCorrupt(
+                f"registry {self.path} has a detached HEAD; a commit made now would be on no branch",
+                hint="check out the registry's branch (git -C <registry> checkout main), finishing or aborting "
+                "any rebase first",
+            )
+
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:
         """Hold the registry's exclusive write lock (``flock`` on a file inside ``.git``).

@@ -120,6 +120,7 @@ class Registry:
         stored = validate_definition(_as_json(component), manifest)
         with self.repo.lock(self.lock_timeout):
             self.repo.ensure_clean(_TRACKED)
+            self.repo.ensure_on_branch()
             version = self._commit_definition(name, stored, manifest, message, author)
             if label is not None:
                 self._move_label(name, version, label, f"registered with label {label}: {message}", author)
@@ -195,6 +196,7 @@ class Registry:
             )
         with self.repo.lock(self.lock_timeout):
             self.repo.ensure_clean(_TRACKED)
+            self.repo.ensure_on_branch()
             version = self._resolve_version(name, version_or_label)
             self._move_label(name, version, label, reason, who)
 
@@ -324,9 +326,9 @@ class Registry:
         versions = [row["commit"] for row in self._versions(name)]
         labels = self._labels(name)
         if selector is None:
-            return labels.get(DEFAULT_LABEL, versions[0])
+            return self._labelled(name, DEFAULT_LABEL, labels, versions) if DEFAULT_LABEL in labels else versions[0]
         if selector in labels:
-            return labels[selector]
+            return self._labelled(name, selector, labels, versions)
         matches = [v for v in versions if len(selector) >= 7 and v.startswith(selector.lower())]
         if len(matches) == 1:
             return matches[0]
@@ -335,6 +337,18 @@ class Registry:
             + (" (ambiguous prefix)" if matches else ""),
             hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
         )
+
+    @staticmethod
+    def _labelled(name: str, label: str, labels: dict[str, str], versions: builtins.list[str]) -> str:
+        """The version ``label`` points at, which must be a version of ``name`` (a hand edit may have
+        pointed it at another team's commit, or at a commit that is not in the history at all)."""
+        version = labels[label]
+        if version not in versions:
+            raise RegistryCorrupt(
+                f"label {label!r} of team {name!r} points at {version[:12]}, which is not a version of the team",
+                hint=f"move it to a version: teamstore registry label {name} <version> {label} --reason 'repair'",
+            )
+        return version
 
     def _read_json(self, version: str, relative: str, *, missing_ok: bool = False) -> Any:
         text = self.repo.show(version, relative)

@@ -224,3 +224,34 @@ def test_a_git_repository_without_commits_is_an_empty_registry(tmp_path: Path) -
     assert registry.list() == []
     with pytest.raises(UnknownTeam):
         registry.resolve("support_triage")
+
+
+def test_a_label_pointing_at_a_commit_that_is_not_a_version_is_corrupt(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    other = registry.add("other", triage_json(), triage_manifest(name="other"), "another team's version")
+    (registry.path / "labels" / "support_triage.json").write_text(json.dumps({"production": v1, "canary": other}))
+    git(registry.path, "commit", "-qam", "hand edit")
+    # Read at the other team's commit, the files are v1's: it would build and report a version that is none.
+    with pytest.raises(RegistryCorrupt, match="'canary' of team 'support_triage' points at") as caught:
+        registry.resolve("support_triage@canary")
+    assert "registry label support_triage <version> canary" in (caught.value.hint or "")
+    assert registry.resolve("support_triage@production").version == v1
+    registry.label("support_triage", v1, "canary", reason="repair")  # what the hint says
+    assert registry.resolve("support_triage@canary").version == v1
+
+
+def test_nothing_is_committed_on_a_detached_head(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    git(registry.path, "checkout", "-q", "--detach")
+    head = git(registry.path, "rev-parse", "HEAD")
+    with pytest.raises(RegistryCorrupt, match="detached HEAD") as caught:
+        registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
+    assert "checkout main" in (caught.value.hint or "")
+    with pytest.raises(RegistryCorrupt, match="detached HEAD"):
+        registry.label("support_triage", v1, "canary", reason="x")
+    assert git(registry.path, "rev-parse", "HEAD") == head
+    assert git(registry.path, "status", "--porcelain") == ""
+    assert registry.resolve("support_triage").version == v1  # reading a detached HEAD is fine
+    git(registry.path, "checkout", "-q", "main")
+    v2 = registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
+    assert [h.version for h in registry.history("support_triage") if h.kind == "version"] == [v2, v1]
