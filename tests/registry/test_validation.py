@@ -206,3 +206,16 @@ def test_truncated_component_is_refused(registry: Registry) -> None:
         registry.add("support_triage", component, triage_manifest(), "broken")
     assert "load_component() fails" in caught.value.message
 
+
+
+def test_a_hand_committed_unbounded_persisted_participant_is_refused_at_build(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    component = triage_json()
+    context = component["config"]["participants"][1]["config"]["model_context"]
+    context.update(provider="autogen_core.model_context.UnboundedChatCompletionContext", config={})
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    path.write_text(json.dumps(component))
+    git(registry.path, "commit", "-qam", "unbounded by hand")
+    with pytest.raises(DefinitionInvalid) as caught:
+        registry.build("support_triage")
+    assert caught.value.field == "config.participants.1.config.model_context"
