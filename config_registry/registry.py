@@ -40,7 +40,7 @@ from config_registry.errors import (
 )
 from config_registry.fingerprint import fingerprints
 from config_registry.gitrepo import GitRepo, default_actor
-from config_registry.manifest import Manifest, validate_name
+from config_registry.manifest import Manifest, _shown, validate_name
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 from config_registry.validate import kind_of, validate_definition
 
@@ -267,6 +267,7 @@ class Registry:
                                     f"not {type(ref).__name__}", field="team")
         name, at, selector = ref.partition("@")
         if at and not selector:
+            validate_name(name)
             raise UnknownVersion(
                 f"{ref!r} names no version or label after '@'",
                 hint=f"use {name!r} (label production, else the latest version), {name}@<label> or {name}@<version>",
@@ -333,7 +334,7 @@ class Registry:
         if len(matches) == 1:
             return matches[0]
         raise UnknownVersion(
-            f"{selector!r} is not a label or a unique version (7+ hex digits) of team {name!r}"
+            f"{_shown(selector)} is not a label or a unique version (7+ hex digits) of team {name!r}"
             + (" (ambiguous prefix)" if matches else ""),
             hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
         )

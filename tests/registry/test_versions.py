@@ -255,3 +255,12 @@ def test_nothing_is_committed_on_a_detached_head(registry: Registry) -> None:
     git(registry.path, "checkout", "-q", "main")
     v2 = registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
     assert [h.version for h in registry.history("support_triage") if h.kind == "version"] == [v2, v1]
+
+
+def test_a_long_ref_is_not_echoed_whole(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    for ref in (f"support_triage@{'a' * 10_000}", f"{'x' * 10_000}@"):
+        with pytest.raises((UnknownVersion, DefinitionInvalid)) as caught:
+            registry.resolve(ref)
+        assert "10,00" in caught.value.message
+        assert len(caught.value.message) < 300
