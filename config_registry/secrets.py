@@ -24,7 +24,7 @@ REFERENCE_KEY = "$secret"
 # Azure's ``api-key``, ``Ocp-Apim-Subscription-Key``), environment variables (``DB_PWD``) and connection
 # string parts (``AccountKey``) whose values are secrets; camelCase names are split first.
 _SECRET_FIELD = re.compile(
-    r"(^|[_-])(api[_-]?key|password|passwd|pwd|passphrase|secret|secret[_-]key|token|access[_-]token|"
+    r"(^|[_-])(api[_-]?keys?|passwords?|passwd|pwd|passphrase|secrets?|secret[_-]key|token|access[_-]token|"
     r"credential|credentials|access[_-]key|private[_-]key|account[_-]key|auth|authorization|bearer|"
     r"subscription[_-]key|cookie)$",
     re.IGNORECASE,
@@ -176,7 +176,9 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
             field=f"config.{path}",
             hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
         )
-    _check_plaintext(path, key, value)
+    # The items of a list under a secret name (``"api_keys": [...]``, an ``auth`` pair) are secrets too.
+    owner = path.rsplit(".", 2)[-2] if isinstance(parent, list) and path.count(".") else None
+    _check_plaintext(path, owner if owner is not None and is_secret_field(owner) else key, value)
     found = url_credential(value) if isinstance(value, str) else None
     if found is not None:
         raise DefinitionInvalid(

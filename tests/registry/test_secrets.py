@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import TokenUsageTermination
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from config_registry import DefinitionInvalid, Registry, SecretUnavailable
 from teamstore import examples
 from teamstore.context import BoundedChatCompletionContext
 from tests.conftest import git
-from tests.registry.conftest import dump, left_unchanged, triage_manifest
+from tests.registry.conftest import dump, left_unchanged, triage_json, triage_manifest
 
 KEY_PATH = "model_client.config.api_key"
 
@@ -227,3 +228,21 @@ def test_words_that_resemble_credentials_are_stored(registry: Registry) -> None:
     )
     registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "words")
     assert "sk-learn-compatible" in registry.resolve("support_triage").component["config"]["system_message"]
+
+
+@pytest.mark.parametrize(("key", "items"), [("auth", ["svc", "hunter2-SECRET"]), ("api_keys", ["hunter2-SECRET"])])
+def test_the_items_of_a_list_under_a_secret_name_are_refused(registry: Registry, key: str, items: list[str]) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"][key] = items
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "list")
+    assert caught.value.field == f"config.model_client.config.{key}.0"
+    assert "plaintext" in caught.value.message
+
+
+def test_token_limits_are_settings_not_secrets(registry: Registry) -> None:
+    team = triage_json()
+    team["config"]["termination_condition"] = TokenUsageTermination(max_total_token=500, max_prompt_token=400, max_completion_token=100).dump_component().model_dump(
+        mode="json"
+    )
+    registry.add("support_triage", team, triage_manifest(), "token limit")
