@@ -41,6 +41,7 @@ from config_registry.errors import (
 from config_registry.fingerprint import fingerprints
 from config_registry.gitrepo import GitRepo, default_actor
 from config_registry.manifest import Manifest, _shown, validate_name
+from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 from config_registry.validate import kind_of, validate_definition
 
@@ -117,7 +118,13 @@ class Registry:
             raise DefinitionInvalid(
                 "the commit message is empty", field="message", hint="say why this version exists"
             )
-        stored = validate_definition(_as_json(component), manifest)
+        check_free_text("message", message)
+        for field in ("description", "owner", "notes"):
+            check_free_text(f"manifest.{field}", getattr(manifest, field))
+        component = _as_json(component)
+        for field in ("description", "label"):
+            check_free_text(field, str(component.get(field) or ""))
+        stored = validate_definition(component, manifest)
         with self.repo.lock(self.lock_timeout):
             self.repo.ensure_clean(_TRACKED)
             self.repo.ensure_on_branch()
@@ -194,6 +201,7 @@ class Registry:
             raise DefinitionInvalid(
                 "a label move needs a reason", field="reason", hint="say why, e.g. --reason 'rollback'"
             )
+        check_free_text("reason", reason)
         with self.repo.lock(self.lock_timeout):
             self.repo.ensure_clean(_TRACKED)
             self.repo.ensure_on_branch()

@@ -197,6 +197,23 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
         )
 
 
+def check_free_text(field: str, value: str) -> None:
+    """Refuse a credential in text stored beside the definition (a commit message, a label move's
+    reason, the manifest's description, owner and notes), where no reference can stand in for it.
+
+    Raises:
+        DefinitionInvalid: Naming ``field``.
+    """
+    found = value_credential(value) or next(filter(None, map(url_credential, value.split())), None)
+    if found is not None:
+        raise DefinitionInvalid(
+            f"holds a plaintext secret ({found}); the registry never stores secrets, and this text goes "
+            "into the repository's history",
+            field=field,
+            hint="remove the secret from the text",
+        )
+
+
 def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:
     """Replace declared secret fields with references; refuse plaintext secrets and undeclared masks.
 

@@ -246,3 +246,18 @@ def test_token_limits_are_settings_not_secrets(registry: Registry) -> None:
         mode="json"
     )
     registry.add("support_triage", team, triage_manifest(), "token limit")
+
+
+def test_a_credential_in_text_stored_beside_the_definition_is_refused(registry: Registry) -> None:
+    key = "sk-proj-hunter2SECRET0123456789abcd"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(), f"rotate to {key}")
+    assert caught.value.field == "message"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(notes=f"proxy https://svc:{key}@proxy.example"), "v1")
+    assert caught.value.field == "manifest.notes"
+    version = registry.add("support_triage", triage_json(), triage_manifest(notes="ask #support-platform"), "v1")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.label("support_triage", version, "production", reason=f"works with Bearer {key}")
+    assert caught.value.field == "reason"
+    assert "hunter2" not in _everything(registry)
