@@ -286,7 +286,8 @@ def normalise_author(author: str) -> str:
     """``"Name <email>"`` as given, or ``"name <name@teamstore.invalid>"`` for a bare name."""
     if re.search(r"<[^>]*>\s*$", author):
         return author.strip()
-    return f"{author.strip()} <{re.sub(r'[^A-Za-z0-9._-]+', '.', author.strip()) or 'unknown'}@teamstore.invalid>"
+    local = re.sub(r"[^A-Za-z0-9._-]+", ".", author.strip()).strip(".") or "unknown"  # '名前' has none
+    return f"{author.strip()} <{local}@teamstore.invalid>"
 
 
 def default_actor() -> str:

@@ -119,6 +119,7 @@ class Registry:
                 "the commit message is empty", field="message", hint="say why this version exists"
             )
         check_free_text("message", message)
+        _check_actor("author", author)
         for field in ("description", "owner", "notes"):
             check_free_text(f"manifest.{field}", getattr(manifest, field))
         component = _as_json(component)
@@ -202,6 +203,7 @@ class Registry:
                 "a label move needs a reason", field="reason", hint="say why, e.g. --reason 'rollback'"
             )
         check_free_text("reason", reason)
+        _check_actor("who", who)
         with self.repo.lock(self.lock_timeout):
             self.repo.ensure_clean(_TRACKED)
             self.repo.ensure_on_branch()
@@ -439,6 +441,19 @@ class Registry:
                     f"labels/{name}.log.jsonl line {number} is malformed: {exc}", hint="revert it with git"
                 ) from exc
         return moves
+
+
+def _check_actor(field: str, actor: str | None) -> None:
+    """Refuse an author git cannot record ('<>', blanks) or would silently change (control characters)."""
+    if actor is None:
+        return
+    name = actor.partition("<")[0].strip()
+    if not name or any(ord(c) < 32 or ord(c) == 127 for c in actor):
+        raise DefinitionInvalid(
+            f"{field} {_shown(actor)} is not a name git can record as a commit's author",
+            field=field,
+            hint="give a name, optionally with an email: 'Ada Lovelace <ada@example.com>'",
+        )
 
 
 def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:

@@ -264,3 +264,20 @@ def test_a_long_ref_is_not_echoed_whole(registry: Registry) -> None:
             registry.resolve(ref)
         assert "10,00" in caught.value.message
         assert len(caught.value.message) < 300
+
+
+@pytest.mark.parametrize("who", ["<>", " ", "Ada\nLovelace", " <ada@example.com>"])
+def test_an_author_git_cannot_record_is_refused_before_anything_is_written(registry: Registry, who: str) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.label("support_triage", v1, "production", reason="release", who=who)
+    assert caught.value.field == "who"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2", author=who)
+    assert caught.value.field == "author"
+
+
+def test_a_name_without_ascii_letters_gets_a_readable_address(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    registry.label("support_triage", v1, "production", reason="release", who="名前")
+    assert git(registry.path, "log", "-1", "--format=%an <%ae>").strip() == "名前 <unknown@teamstore.invalid>"
