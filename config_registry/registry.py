@@ -472,6 +472,12 @@ def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
             field=".".join(map(str, exc.errors()[0]["loc"])) or "component",
             hint="pass what team.dump_component() returns",
         ) from exc
+    except (ValueError, RecursionError) as exc:  # pydantic's "Maximum serialization depth exceeded"
+        raise DefinitionInvalid(
+            f"is nested too deeply to be a component: {exc}",
+            field="component",
+            hint="pass what team.dump_component() returns",
+        ) from exc
 
 
 def _import_factory(factory: str) -> Callable[[], Any]:

@@ -219,3 +219,16 @@ def test_a_hand_committed_unbounded_persisted_participant_is_refused_at_build(re
     with pytest.raises(DefinitionInvalid) as caught:
         registry.build("support_triage")
     assert caught.value.field == "config.participants.1.config.model_context"
+
+
+def test_a_component_nested_too_deeply_is_a_definition_error(registry: Registry) -> None:
+    team = triage_json()
+    nested: dict[str, Any] = {}
+    node = nested
+    for _ in range(600):
+        node["x"] = {}
+        node = node["x"]
+    team["config"]["participants"][0]["config"]["extra"] = nested
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", team, triage_manifest(), "deep")
+    assert "nested too deeply" in caught.value.message
