@@ -102,6 +102,14 @@ class GitRepo:
             text=True,
             check=False,
         )
+        if "dubious ownership" in result.stderr:
+            # A registry checked out by another user (a sync job, a deploy user): git refuses to read it.
+            # Trusting it here would bypass git's guard against a stranger's repository config running commands.
+            raise RegistryError(
+                f"git refuses to read the registry {self.path}: it is owned by another user than this process",
+                hint=f"run as the registry's owner, or trust it for this user: "
+                f"git config --global --add safe.directory {self.path}",
+            )
         return result.returncode == 0 and Path(result.stdout.strip()).resolve() == self.path.resolve()
 
     def _make_folder(self) -> None:

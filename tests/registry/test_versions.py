@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from config_registry import DefinitionInvalid, Registry, RegistryCorrupt, UnknownTeam, UnknownVersion
+from config_registry import (
+    DefinitionInvalid,
+    Registry,
+    RegistryCorrupt,
+    RegistryError,
+    UnknownTeam,
+    UnknownVersion,
+)
 from teamstore import examples
 from tests.conftest import git
 from tests.registry.conftest import dump, left_unchanged, triage_json, triage_manifest
@@ -281,3 +289,17 @@ def test_a_name_without_ascii_letters_gets_a_readable_address(registry: Registry
     v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
     registry.label("support_triage", v1, "production", reason="release", who="名前")
     assert git(registry.path, "log", "-1", "--format=%an <%ae>").strip() == "名前 <unknown@teamstore.invalid>"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing the repository to another user needs root")
+def test_a_registry_owned_by_another_user_says_so(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)  # no safe.directory from this machine's config
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for folder, _dirs, files in os.walk(registry.path):
+        for entry in [folder, *(os.path.join(folder, f) for f in files)]:
+            os.chown(entry, 12345, 12345)
+    with pytest.raises(RegistryError) as caught:
+        Registry(registry.path)
+    assert "owned by another user" in caught.value.message
+    assert f"safe.directory {registry.path}" in (caught.value.hint or "")
