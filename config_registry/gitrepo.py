@@ -194,8 +194,15 @@ class GitRepo:
         Raises:
             RegistryConflict: Another writer held it for longer than ``timeout`` seconds.
         """
-        lock_path = Path(self.git("rev-parse", "--absolute-git-dir").strip()) / LOCK_FILE
-        with open(lock_path, "a+") as handle:
+        lock_path = self.git_dir() / LOCK_FILE
+        try:
+            handle = open(lock_path, "a+")  # noqa: SIM115  (closed by the with below)
+        except OSError as exc:  # a read-only mount, no permission
+            raise RegistryError(
+                f"cannot take the registry's write lock {lock_path}: {exc.strerror or type(exc).__name__}",
+                hint="register and move labels in a writable checkout of the registry (this one can only be read)",
+            ) from None
+        with handle:
             deadline = time.monotonic() + timeout
             while True:
                 try:
@@ -212,6 +219,14 @@ class GitRepo:
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def git_dir(self) -> Path:
+        """The repository's ``.git`` folder."""
+        return Path(self.git("rev-parse", "--absolute-git-dir").strip())
+
+    def writable(self) -> bool:
+        """False for a checkout this process cannot write (a read-only volume, say): it can still be read."""
+        return os.access(self.git_dir(), os.W_OK)
 
     def write_json(self, relative: str, data: Any) -> None:
         """Write ``data`` as stable JSON at ``relative`` (folders created)."""

@@ -68,7 +68,11 @@ class Registry:
         self.path = self.repo.path
         self.lock_timeout = lock_timeout
         # Under the write lock: another process's registration writes files just before committing
-        # them, and must not read as a hand edit.
+        # them, and must not read as a hand edit. A read-only checkout (a worker's volume) has no
+        # writer in it to wait for, and no lock file can be made there.
+        if not self.repo.writable():
+            self.repo.ensure_clean(_TRACKED)
+            return
         with self.repo.lock(lock_timeout):
             self.repo.ensure_clean(_TRACKED)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -303,3 +305,31 @@ def test_a_registry_owned_by_another_user_says_so(registry: Registry, monkeypatc
         Registry(registry.path)
     assert "owned by another user" in caught.value.message
     assert f"safe.directory {registry.path}" in (caught.value.hint or "")
+
+
+@pytest.fixture
+def read_only_view(registry: Registry, tmp_path: Path) -> Iterator[Path]:
+    """The registry mounted read-only elsewhere, as a worker's volume would be."""
+    view = tmp_path / "read-only"
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(registry.path), str(view)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True, capture_output=True)
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+def test_a_read_only_checkout_can_be_read_and_refuses_writes_clearly(
+    registry: Registry, read_only_view: Path
+) -> None:
+    version = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    reader = Registry(read_only_view)
+    assert reader.resolve("support_triage@production").version == version
+    assert reader.build("support_triage").version == version
+    with pytest.raises(RegistryError) as caught:
+        reader.label("support_triage", version, "canary", reason="try")
+    assert "Read-only file system" in caught.value.message
+    assert "writable checkout" in (caught.value.hint or "")
