@@ -20,7 +20,7 @@ from typing import Any
 from autogen_agentchat.base import ChatAgent, Team
 
 from config_registry.errors import DefinitionInvalid
-from config_registry.secrets import resolve_references
+from config_registry.secrets import references, resolve_references
 from config_registry.types import BuiltTeam, TeamDefinition
 from config_registry.validate import (
     check_persisted,
@@ -62,6 +62,7 @@ def build_team(
     check_providers(definition.component, definition.manifest)
     check_source_code(definition.component, definition.manifest)
     check_persisted(definition.component, definition.manifest)  # a hand edit may have unbounded one
+    _check_declared_references(definition)
     runnable = resolve_references(definition.component, os.environ if env is None else env)
     runnable = transform(runnable) if transform is not None else runnable
     check_providers(runnable, definition.manifest)  # again, as loaded: a reference may not name a module
@@ -78,6 +79,19 @@ def build_team(
         agent_types=_agent_types(definition.component),
         state_ttl_days=definition.manifest.state_ttl_days,
     )
+
+
+def _check_declared_references(definition: TeamDefinition) -> None:
+    """Resolve only the references the manifest declares: one added to the JSON by hand (in a system
+    message, say) would hand the worker's environment variable to the model."""
+    stored, declared = references(definition.component), dict(definition.manifest.secrets)
+    for path in sorted(set(stored) | set(declared)):
+        if stored.get(path) != declared.get(path):
+            raise DefinitionInvalid(
+                f"holds secret reference {stored.get(path)!r} where the manifest declares {declared.get(path)!r}",
+                field=f"config.{path}",
+                hint="register the definition again with its --secret declarations, or revert the hand edit",
+            )
 
 
 def _load(definition: TeamDefinition, runnable: dict[str, Any]) -> Any:

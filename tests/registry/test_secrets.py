@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import TokenUsageTermination
@@ -261,3 +263,15 @@ def test_a_credential_in_text_stored_beside_the_definition_is_refused(registry: 
         registry.label("support_triage", version, "production", reason=f"works with Bearer {key}")
     assert caught.value.field == "reason"
     assert "hunter2" not in _everything(registry)
+
+
+def test_a_reference_added_by_hand_is_not_resolved(registry: Registry) -> None:
+    registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:K"}), "v1")
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    component = json.loads(path.read_text())
+    component["config"]["system_message"] = {"$secret": "env:WORKER_DB_PASSWORD"}
+    path.write_text(json.dumps(component))
+    git(registry.path, "commit", "-qam", "a reference nobody declared")
+    with pytest.raises(DefinitionInvalid) as caught:
+        registry.build("support_triage", env={"K": "sk-env", "WORKER_DB_PASSWORD": "hunter2"})
+    assert caught.value.field == "config.system_message"
