@@ -38,6 +38,26 @@ Team definitions managed by `teamstore registry`. One folder per team under `tea
 """
 
 
+# What 'git rev-parse --local-env-vars' lists: set in the caller's environment (teamstore run from a git
+# hook, or a CI step inside another checkout), they point every git command at that other repository,
+# and the registry's commits would land there.
+_REPOSITORY_ENV = frozenset({
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+    "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
+    "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
+    "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
+})
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a git command line with the caller's repository-selecting variables removed."""
+    env = {
+        k: v for k, v in os.environ.items()
+        if k not in _REPOSITORY_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
+    return subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+
+
 def dump_json(data: Any) -> str:
     """Stable, diff-friendly JSON: sorted keys, two-space indent, trailing newline."""
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
@@ -96,12 +116,7 @@ class GitRepo:
             os.close(fd)  # closing releases the lock
 
     def _is_toplevel(self) -> bool:
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = _run(["git", "-C", str(self.path), "rev-parse", "--show-toplevel"])
         if "dubious ownership" in result.stderr:
             # A registry checked out by another user (a sync job, a deploy user): git refuses to read it.
             # Trusting it here would bypass git's guard against a stranger's repository config running commands.
@@ -147,7 +162,7 @@ class GitRepo:
             str(self.path),
             *args,
         ]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        result = _run(command)
         if check and result.returncode != 0:
             raise RegistryError(
                 f"git {' '.join(args[:2])} failed in {self.path}: {result.stderr.strip()}",
@@ -266,29 +281,17 @@ class GitRepo:
 
     def show(self, version: str, relative: str) -> str | None:
         """The text of ``relative`` at ``version``, or ``None`` if it does not exist there."""
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "show", f"{version}:{relative}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = _run(["git", "-C", str(self.path), "show", f"{version}:{relative}"])
         return result.stdout if result.returncode == 0 else None
 
     def has_commits(self) -> bool:
         """False for a repository created but never committed to (it has no history yet)."""
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, check=False
-        )
+        result = _run(["git", "-C", str(self.path), "rev-parse", "--verify", "-q", "HEAD"])
         return result.returncode == 0
 
     def files(self, version: str, prefix: str) -> list[str]:
         """Paths of the files under ``prefix`` at ``version`` (none in a repository without commits)."""
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = _run(["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix])
         return [p for p in result.stdout.split("\x00") if p] if result.returncode == 0 else []
 
     def log(self, *paths: str) -> list[dict[str, str]]:

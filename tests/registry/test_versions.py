@@ -333,3 +333,23 @@ def test_a_read_only_checkout_can_be_read_and_refuses_writes_clearly(
         reader.label("support_triage", version, "canary", reason="try")
     assert "Read-only file system" in caught.value.message
     assert "writable checkout" in (caught.value.hint or "")
+
+
+def test_git_variables_of_another_repository_do_not_redirect_the_registry(
+    registry_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a git hook or a CI step inside an application's checkout has in its environment.
+    app = tmp_path / "app"
+    app.mkdir()
+    git(app, "init", "-q")
+    git(app, "-c", "user.name=a", "-c", "user.email=a@a", "commit", "-q", "--allow-empty", "-m", "app")
+    monkeypatch.setenv("GIT_DIR", str(app / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(app))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(app / ".git" / "index"))
+    registry = Registry(registry_path)
+    version = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    assert registry.resolve("support_triage@production").version == version
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name)
+    assert git(app, "log", "--format=%s").split() == ["app"]
+    assert git(registry_path, "rev-list", "--count", "HEAD").strip() == "3"
