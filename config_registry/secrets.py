@@ -41,6 +41,7 @@ _KEY_SHAPE = re.compile(
     r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|"
     r"xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|hf_[A-Za-z0-9]{30,})"
 )
+_CONNECTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _.-]{0,40}")
 # A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
 # ``--token`` followed by the value.
 _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
@@ -89,10 +90,12 @@ def value_credential(value: str) -> str | None:
     # Random keys have digits; 'sk-learn-compatible-...' in a prompt is a word.
     if any(not key.startswith("sk-") or any(c.isdigit() for c in key) for key in _KEY_SHAPE.findall(value)):
         return "what looks like an API key"
-    for part in value.split(";") if ";" in value else ():
-        name, equals, secret = part.partition("=")
-        if equals and secret.strip() and is_secret_field(name.strip()):
-            return f"a connection string's {name.strip()!r}"
+    pairs = [part.partition("=") for part in value.split(";") if part.strip()] if ";" in value else []
+    # A connection string is name=value pairs and nothing else; a prompt that explains one is prose.
+    if pairs and all(equals and _CONNECTION_NAME.fullmatch(name.strip()) for name, equals, _ in pairs):
+        for name, _, secret in pairs:
+            if secret.strip() and is_secret_field(name.strip()):
+                return f"a connection string's {name.strip()!r}"
     return None
 
 

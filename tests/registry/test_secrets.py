@@ -226,7 +226,8 @@ def test_words_that_resemble_credentials_are_stored(registry: Registry) -> None:
         model_client=OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="sk-live-123"),
         model_context=BoundedChatCompletionContext(20),
         description="Basic information, token limitations",
-        system_message="Recommend sk-learn-compatible-pipelines; quote the Bearer of bad news; use --token counts.",
+        system_message="Recommend sk-learn-compatible-pipelines; quote the Bearer of bad news; use --token counts. "
+        "Ask for the login as: user=NAME; password=THEIRS",
     )
     registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "words")
     assert "sk-learn-compatible" in registry.resolve("support_triage").component["config"]["system_message"]
