@@ -72,7 +72,7 @@ def url_credential(value: str) -> str | None:
         return None
     if password:
         return "a password in its user part"
-    if username:
+    if username and parts.scheme.lower() in {"http", "https", "ws", "wss"}:  # ssh://git@host is no secret
         return "a user part, where URLs carry tokens"
     for name, _value in parse_qsl(parts.query, keep_blank_values=False) + parse_qsl(parts.fragment):
         if _SECRET_QUERY.fullmatch(name) or is_secret_field(name):

@@ -227,9 +227,9 @@ def test_words_that_resemble_credentials_are_stored(registry: Registry) -> None:
         model_context=BoundedChatCompletionContext(20),
         description="Basic information, token limitations",
         system_message="Recommend sk-learn-compatible-pipelines; quote the Bearer of bad news; use --token counts. "
-        "Ask for the login as: user=NAME; password=THEIRS",
+        "Ask for the login as: user=NAME; password=THEIRS. Clone ssh://git@git.example/org/repo.git",
     )
-    registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "words")
+    registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "from ssh://git@git.example/a")
     assert "sk-learn-compatible" in registry.resolve("support_triage").component["config"]["system_message"]
 
 
