@@ -67,5 +67,6 @@ def bound_of(context_component: Mapping[str, Any]) -> dict[str, Any] | None:
     fields = _fields_of(provider)
     if fields is None:
         return None
-    config = context_component.get("config", {}) or {}
+    config = context_component.get("config")
+    config = config if isinstance(config, Mapping) else {}
     return {"provider": provider, **{name: config.get(name) for name in fields}}

@@ -232,3 +232,28 @@ def test_a_component_nested_too_deeply_is_a_definition_error(registry: Registry)
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add("support_triage", team, triage_manifest(), "deep")
     assert "nested too deeply" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field"),
+    [
+        ("participant", 1, "config.participants.3"),
+        ("participant", "critic", "config.participants.3"),
+        ("model_context", "bounded", "config.participants.1.config.model_context"),
+        ("context config", [20], "config.participants.1.config.model_context.config.max_messages"),
+    ],
+)
+def test_malformed_json_is_a_definition_error_not_a_traceback(
+    registry: Registry, where: str, value: Any, field: str
+) -> None:
+    team = triage_json()
+    researcher = team["config"]["participants"][1]["config"]
+    if where == "participant":
+        team["config"]["participants"].append(value)
+    elif where == "model_context":
+        researcher["model_context"] = value
+    else:
+        researcher["model_context"]["config"] = value
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", team, triage_manifest(), "malformed")
+    assert caught.value.field == field
