@@ -427,6 +427,9 @@ class Registry:
         for number, line in enumerate(text.splitlines(), start=1):
             try:
                 r = json.loads(line)
+                wrong = [k for k in ("who", "why", "label", "version") if not isinstance(r[k], str)]
+                if wrong or not isinstance(r["previous"], str | None):
+                    raise TypeError(f"{(wrong or ['previous'])[0]!r} is not text")
                 when = datetime.fromisoformat(r["when"])
                 moves.append(
                     HistoryEntry(

@@ -7,6 +7,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -353,3 +354,14 @@ def test_git_variables_of_another_repository_do_not_redirect_the_registry(
         monkeypatch.delenv(name)
     assert git(app, "log", "--format=%s").split() == ["app"]
     assert git(registry_path, "rev-list", "--count", "HEAD").strip() == "3"
+
+
+@pytest.mark.parametrize(("key", "value"), [("version", 5), ("who", 7), ("why", ["x"]), ("previous", {})])
+def test_a_hand_edited_label_log_entry_of_the_wrong_type_is_corrupt(registry: Registry, key: str, value: Any) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    log = registry.path / "labels" / "support_triage.log.jsonl"
+    entry = json.loads(log.read_text().splitlines()[0])
+    log.write_text(log.read_text() + json.dumps({**entry, key: value}) + "\n")
+    git(registry.path, "commit", "-qam", "hand edit")
+    with pytest.raises(RegistryCorrupt, match=f"line 2 is malformed: '{key}' is not text"):
+        registry.history("support_triage")
