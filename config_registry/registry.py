@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from autogen_core import ComponentModel
 from pydantic import ValidationError
@@ -45,6 +45,7 @@ from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 from config_registry.validate import kind_of, validate_definition
 
+_T = TypeVar("_T")
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
 
 DEFAULT_LABEL = "production"
@@ -310,12 +311,22 @@ class Registry:
         return sorted(entries, key=lambda e: e.time, reverse=True)
 
     def diff(self, name: str, a: str, b: str) -> SemanticDiff:
-        """The semantic difference between two versions or labels of ``name``."""
-        return semantic_diff(self.resolve(f"{name}@{a}"), self.resolve(f"{name}@{b}"))
+        """The semantic difference between two versions or labels of ``name``.
+
+        Raises:
+            RegistryCorrupt: A version holds JSON no registration would have stored (a hand edit).
+        """
+        x, y = self.resolve(f"{name}@{a}"), self.resolve(f"{name}@{b}")
+        return _reading(x, y, lambda: semantic_diff(x, y))
 
     def check(self, name: str, from_ref: str, to_ref: str) -> CompatibilityReport:
-        """Whether resume state saved under ``from_ref`` loads under ``to_ref``."""
-        return compatibility(self.resolve(f"{name}@{from_ref}"), self.resolve(f"{name}@{to_ref}"))
+        """Whether resume state saved under ``from_ref`` loads under ``to_ref``.
+
+        Raises:
+            RegistryCorrupt: A version holds JSON no registration would have stored (a hand edit).
+        """
+        x, y = self.resolve(f"{name}@{from_ref}"), self.resolve(f"{name}@{to_ref}")
+        return _reading(x, y, lambda: compatibility(x, y))
 
     def build(
         self, ref: str, transform: Transform | None = None, env: Mapping[str, str] | None = None
@@ -448,6 +459,18 @@ class Registry:
                     f"labels/{name}.log.jsonl line {number} is malformed: {exc}", hint="revert it with git"
                 ) from exc
         return moves
+
+
+def _reading(a: TeamDefinition, b: TeamDefinition, compare: Callable[[], _T]) -> _T:
+    """``compare()``, with a shape that no registration stores (``"tools": [1]``) reported as corrupt."""
+    try:
+        return compare()
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        raise RegistryCorrupt(
+            f"{a.name} at {a.version[:12]} or {b.version[:12]} holds JSON that is not a registered definition: "
+            f"{type(exc).__name__}: {exc}",
+            hint="revert the hand edit with git, or register the team again",
+        ) from exc
 
 
 def _check_actor(field: str, actor: str | None) -> None:

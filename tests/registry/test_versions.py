@@ -365,3 +365,16 @@ def test_a_hand_edited_label_log_entry_of_the_wrong_type_is_corrupt(registry: Re
     git(registry.path, "commit", "-qam", "hand edit")
     with pytest.raises(RegistryCorrupt, match=f"line 2 is malformed: '{key}' is not text"):
         registry.history("support_triage")
+
+
+def test_diff_of_a_hand_edited_shape_is_corrupt_not_a_traceback(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    component = json.loads(path.read_text())
+    component["config"]["participants"][1]["config"]["tools"] = [1]
+    path.write_text(json.dumps(component))
+    git(registry.path, "commit", "-qam", "hand edit")
+    v2 = registry.history("support_triage")[0].version
+    with pytest.raises(RegistryCorrupt, match="not a registered definition") as caught:
+        registry.diff("support_triage", v1, v2)
+    assert "revert" in (caught.value.hint or "")
