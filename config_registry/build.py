@@ -7,7 +7,8 @@
 
 Order: secret references are resolved from ``env``, then the caller's ``transform`` rewrites the JSON
 (the runtime wraps model clients there), then ``load_component`` builds new objects. The stored JSON
-is checked against the allow-list again first, because the repository may have been edited by hand.
+is checked against the allow-list and the persisted participants' bounds again first, because the repository
+may have been edited by hand.
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from typing import Any
 from autogen_agentchat.base import ChatAgent, Team
 
 from config_registry.errors import DefinitionInvalid
-from config_registry.secrets import resolve_references
+from config_registry.secrets import references, resolve_references
 from config_registry.types import BuiltTeam, TeamDefinition
-from config_registry.validate import check_providers, check_source_code, load, participant_names, participants
+from config_registry.validate import (
+    check_persisted,
+    check_providers,
+    check_source_code,
+    load,
+    participant_names,
+    participants,
+)
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -48,10 +56,13 @@ def build_team(
 
     Raises:
         SecretUnavailable: A referenced environment variable is not set.
-        DefinitionInvalid: The stored JSON fails the allow-list, or does not load.
+        DefinitionInvalid: The stored JSON fails the allow-list or leaves a persisted participant's
+            context unbounded, or does not load.
     """
     check_providers(definition.component, definition.manifest)
     check_source_code(definition.component, definition.manifest)
+    check_persisted(definition.component, definition.manifest)  # a hand edit may have unbounded one
+    _check_declared_references(definition)
     runnable = resolve_references(definition.component, os.environ if env is None else env)
     runnable = transform(runnable) if transform is not None else runnable
     check_providers(runnable, definition.manifest)  # again, as loaded: a reference may not name a module
@@ -68,6 +79,19 @@ def build_team(
         agent_types=_agent_types(definition.component),
         state_ttl_days=definition.manifest.state_ttl_days,
     )
+
+
+def _check_declared_references(definition: TeamDefinition) -> None:
+    """Resolve only the references the manifest declares: one added to the JSON by hand (in a system
+    message, say) would hand the worker's environment variable to the model."""
+    stored, declared = references(definition.component), dict(definition.manifest.secrets)
+    for path in sorted(set(stored) | set(declared)):
+        if stored.get(path) != declared.get(path):
+            raise DefinitionInvalid(
+                f"holds secret reference {stored.get(path)!r} where the manifest declares {declared.get(path)!r}",
+                field=f"config.{path}",
+                hint="register the definition again with its --secret declarations, or revert the hand edit",
+            )
 
 
 def _load(definition: TeamDefinition, runnable: dict[str, Any]) -> Any:

@@ -32,12 +32,14 @@ def fingerprint_inputs(participant: Mapping[str, Any]) -> dict[str, Any]:
     Returns:
         ``name``, ``provider``, ``component_version`` and ``bound`` (``None`` when unbounded).
     """
-    config = participant.get("config") or {}
+    config = participant.get("config")
+    config = config if isinstance(config, Mapping) else {}
+    context = config.get("model_context")
     return {
         "name": config.get("name"),
         "provider": participant.get("provider"),
         "component_version": participant.get("component_version", participant.get("version")),
-        "bound": bound_of(config.get("model_context") or {}),
+        "bound": bound_of(context if isinstance(context, Mapping) else {}),
     }
 
 

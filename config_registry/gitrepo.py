@@ -38,6 +38,26 @@ Team definitions managed by `teamstore registry`. One folder per team under `tea
 """
 
 
+# What 'git rev-parse --local-env-vars' lists: set in the caller's environment (teamstore run from a git
+# hook, or a CI step inside another checkout), they point every git command at that other repository,
+# and the registry's commits would land there.
+_REPOSITORY_ENV = frozenset({
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+    "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
+    "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
+    "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
+})
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a git command line with the caller's repository-selecting variables removed."""
+    env = {
+        k: v for k, v in os.environ.items()
+        if k not in _REPOSITORY_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
+    return subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+
+
 def dump_json(data: Any) -> str:
     """Stable, diff-friendly JSON: sorted keys, two-space indent, trailing newline."""
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
@@ -66,25 +86,48 @@ class GitRepo:
                 f"registry path {path} is a file", hint="point TEAMSTORE_REGISTRY_PATH at a folder"
             )
         repo = cls(path)
-        if not path.exists() or not any(path.iterdir()):
-            repo._init()
-        elif not repo._is_toplevel():
-            raise RegistryCorrupt(
-                f"registry path {path} exists but is not a git repository",
-                hint="point TEAMSTORE_REGISTRY_PATH at an empty folder, a new path or an existing registry",
-            )
+        repo._make_folder()
+        # Several processes may open a new path at once: one creates the repository while the others wait
+        # (unlocked, a second 'git init' or first commit raced the first, or saw a half-made repository).
+        with repo._folder_lock():
+            if not any(path.iterdir()):
+                repo._init()
+            elif not repo._is_toplevel():
+                raise RegistryCorrupt(
+                    f"registry path {path} exists but is not a git repository",
+                    hint="point TEAMSTORE_REGISTRY_PATH at an empty folder, a new path or an existing registry",
+                )
         return repo
 
+    @contextlib.contextmanager
+    def _folder_lock(self) -> Iterator[None]:
+        """Hold an exclusive ``flock`` on the registry folder itself (there is no ``.git`` to lock yet)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:  # no permission to read the folder
+            raise RegistryError(
+                f"cannot open the registry folder {str(self.path)!r}: {exc.strerror or type(exc).__name__}",
+                hint="set TEAMSTORE_HOME (or TEAMSTORE_REGISTRY_PATH) to a folder this process may read and write",
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     def _is_toplevel(self) -> bool:
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = _run(["git", "-C", str(self.path), "rev-parse", "--show-toplevel"])
+        if "dubious ownership" in result.stderr:
+            # A registry checked out by another user (a sync job, a deploy user): git refuses to read it.
+            # Trusting it here would bypass git's guard against a stranger's repository config running commands.
+            raise RegistryError(
+                f"git refuses to read the registry {self.path}: it is owned by another user than this process",
+                hint=f"run as the registry's owner, or trust it for this user: "
+                f"git config --global --add safe.directory {self.path}",
+            )
         return result.returncode == 0 and Path(result.stdout.strip()).resolve() == self.path.resolve()
 
-    def _init(self) -> None:
+    def _make_folder(self) -> None:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file on the way (TEAMSTORE_HOME itself, say), no permission, a read-only disk
@@ -94,6 +137,8 @@ class GitRepo:
                    else exc.strerror or type(exc).__name__),
                 hint="set TEAMSTORE_HOME (or TEAMSTORE_REGISTRY_PATH) to a folder this process may write",
             ) from None
+
+    def _init(self) -> None:
         self.git("init", "-q")
         self.git("symbolic-ref", "HEAD", "refs/heads/main")
         (self.path / "README.md").write_text(_README, encoding="utf-8")
@@ -117,7 +162,7 @@ class GitRepo:
             str(self.path),
             *args,
         ]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        result = _run(command)
         if check and result.returncode != 0:
             raise RegistryError(
                 f"git {' '.join(args[:2])} failed in {self.path}: {result.stderr.strip()}",
@@ -143,6 +188,20 @@ class GitRepo:
                 hint="commit or discard them (git -C <registry> status) before using the registry",
             )
 
+    def ensure_on_branch(self) -> None:
+        """Refuse to commit on a detached HEAD: the commit would belong to no branch, and the next
+        ``git checkout`` (or a clone, or a push) would leave that version and its label moves behind.
+
+        Raises:
+            RegistryCorrupt: HEAD is detached (a checkout of a commit, a rebase in progress).
+        """
+        if self.has_commits() and not self.git("symbolic-ref", "-q", "HEAD", check=False).strip():
+            raise RegistryCorrupt(
+                f"registry {self.path} has a detached HEAD; a commit made now would be on no branch",
+                hint="check out the registry's branch (git -C <registry> checkout main), finishing or aborting "
+                "any rebase first",
+            )
+
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:
         """Hold the registry's exclusive write lock (``flock`` on a file inside ``.git``).
@@ -150,8 +209,15 @@ class GitRepo:
         Raises:
             RegistryConflict: Another writer held it for longer than ``timeout`` seconds.
         """
-        lock_path = Path(self.git("rev-parse", "--absolute-git-dir").strip()) / LOCK_FILE
-        with open(lock_path, "a+") as handle:
+        lock_path = self.git_dir() / LOCK_FILE
+        try:
+            handle = open(lock_path, "a+")  # noqa: SIM115  (closed by the with below)
+        except OSError as exc:  # a read-only mount, no permission
+            raise RegistryError(
+                f"cannot take the registry's write lock {lock_path}: {exc.strerror or type(exc).__name__}",
+                hint="register and move labels in a writable checkout of the registry (this one can only be read)",
+            ) from None
+        with handle:
             deadline = time.monotonic() + timeout
             while True:
                 try:
@@ -168,6 +234,14 @@ class GitRepo:
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def git_dir(self) -> Path:
+        """The repository's ``.git`` folder."""
+        return Path(self.git("rev-parse", "--absolute-git-dir").strip())
+
+    def writable(self) -> bool:
+        """False for a checkout this process cannot write (a read-only volume, say): it can still be read."""
+        return os.access(self.git_dir(), os.W_OK)
 
     def write_json(self, relative: str, data: Any) -> None:
         """Write ``data`` as stable JSON at ``relative`` (folders created)."""
@@ -207,29 +281,17 @@ class GitRepo:
 
     def show(self, version: str, relative: str) -> str | None:
         """The text of ``relative`` at ``version``, or ``None`` if it does not exist there."""
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "show", f"{version}:{relative}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = _run(["git", "-C", str(self.path), "show", f"{version}:{relative}"])
         return result.stdout if result.returncode == 0 else None
 
     def has_commits(self) -> bool:
         """False for a repository created but never committed to (it has no history yet)."""
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, check=False
-        )
+        result = _run(["git", "-C", str(self.path), "rev-parse", "--verify", "-q", "HEAD"])
         return result.returncode == 0
 
     def files(self, version: str, prefix: str) -> list[str]:
         """Paths of the files under ``prefix`` at ``version`` (none in a repository without commits)."""
-        result = subprocess.run(
-            ["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = _run(["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix])
         return [p for p in result.stdout.split("\x00") if p] if result.returncode == 0 else []
 
     def log(self, *paths: str) -> list[dict[str, str]]:
@@ -250,7 +312,8 @@ def normalise_author(author: str) -> str:
     """``"Name <email>"`` as given, or ``"name <name@teamstore.invalid>"`` for a bare name."""
     if re.search(r"<[^>]*>\s*$", author):
         return author.strip()
-    return f"{author.strip()} <{re.sub(r'[^A-Za-z0-9._-]+', '.', author.strip()) or 'unknown'}@teamstore.invalid>"
+    local = re.sub(r"[^A-Za-z0-9._-]+", ".", author.strip()).strip(".") or "unknown"  # '名前' has none
+    return f"{author.strip()} <{local}@teamstore.invalid>"
 
 
 def default_actor() -> str:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from autogen_core import ComponentModel
 from pydantic import ValidationError
@@ -40,10 +40,12 @@ from config_registry.errors import (
 )
 from config_registry.fingerprint import fingerprints
 from config_registry.gitrepo import GitRepo, default_actor
-from config_registry.manifest import Manifest, validate_name
+from config_registry.manifest import Manifest, _shown, validate_name
+from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 from config_registry.validate import kind_of, validate_definition
 
+_T = TypeVar("_T")
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
 
 DEFAULT_LABEL = "production"
@@ -67,7 +69,11 @@ class Registry:
         self.path = self.repo.path
         self.lock_timeout = lock_timeout
         # Under the write lock: another process's registration writes files just before committing
-        # them, and must not read as a hand edit.
+        # them, and must not read as a hand edit. A read-only checkout (a worker's volume) has no
+        # writer in it to wait for, and no lock file can be made there.
+        if not self.repo.writable():
+            self.repo.ensure_clean(_TRACKED)
+            return
         with self.repo.lock(lock_timeout):
             self.repo.ensure_clean(_TRACKED)
 
@@ -117,9 +123,17 @@ class Registry:
             raise DefinitionInvalid(
                 "the commit message is empty", field="message", hint="say why this version exists"
             )
-        stored = validate_definition(_as_json(component), manifest)
+        check_free_text("message", message)
+        _check_actor("author", author)
+        for field in ("description", "owner", "notes"):
+            check_free_text(f"manifest.{field}", getattr(manifest, field))
+        component = _as_json(component)
+        for field in ("description", "label"):
+            check_free_text(field, str(component.get(field) or ""))
+        stored = validate_definition(component, manifest)
         with self.repo.lock(self.lock_timeout):
             self.repo.ensure_clean(_TRACKED)
+            self.repo.ensure_on_branch()
             version = self._commit_definition(name, stored, manifest, message, author)
             if label is not None:
                 self._move_label(name, version, label, f"registered with label {label}: {message}", author)
@@ -193,8 +207,11 @@ class Registry:
             raise DefinitionInvalid(
                 "a label move needs a reason", field="reason", hint="say why, e.g. --reason 'rollback'"
             )
+        check_free_text("reason", reason)
+        _check_actor("who", who)
         with self.repo.lock(self.lock_timeout):
             self.repo.ensure_clean(_TRACKED)
+            self.repo.ensure_on_branch()
             version = self._resolve_version(name, version_or_label)
             self._move_label(name, version, label, reason, who)
 
@@ -265,6 +282,7 @@ class Registry:
                                     f"not {type(ref).__name__}", field="team")
         name, at, selector = ref.partition("@")
         if at and not selector:
+            validate_name(name)
             raise UnknownVersion(
                 f"{ref!r} names no version or label after '@'",
                 hint=f"use {name!r} (label production, else the latest version), {name}@<label> or {name}@<version>",
@@ -293,12 +311,22 @@ class Registry:
         return sorted(entries, key=lambda e: e.time, reverse=True)
 
     def diff(self, name: str, a: str, b: str) -> SemanticDiff:
-        """The semantic difference between two versions or labels of ``name``."""
-        return semantic_diff(self.resolve(f"{name}@{a}"), self.resolve(f"{name}@{b}"))
+        """The semantic difference between two versions or labels of ``name``.
+
+        Raises:
+            RegistryCorrupt: A version holds JSON no registration would have stored (a hand edit).
+        """
+        x, y = self.resolve(f"{name}@{a}"), self.resolve(f"{name}@{b}")
+        return _reading(x, y, lambda: semantic_diff(x, y))
 
     def check(self, name: str, from_ref: str, to_ref: str) -> CompatibilityReport:
-        """Whether resume state saved under ``from_ref`` loads under ``to_ref``."""
-        return compatibility(self.resolve(f"{name}@{from_ref}"), self.resolve(f"{name}@{to_ref}"))
+        """Whether resume state saved under ``from_ref`` loads under ``to_ref``.
+
+        Raises:
+            RegistryCorrupt: A version holds JSON no registration would have stored (a hand edit).
+        """
+        x, y = self.resolve(f"{name}@{from_ref}"), self.resolve(f"{name}@{to_ref}")
+        return _reading(x, y, lambda: compatibility(x, y))
 
     def build(
         self, ref: str, transform: Transform | None = None, env: Mapping[str, str] | None = None
@@ -324,17 +352,29 @@ class Registry:
         versions = [row["commit"] for row in self._versions(name)]
         labels = self._labels(name)
         if selector is None:
-            return labels.get(DEFAULT_LABEL, versions[0])
+            return self._labelled(name, DEFAULT_LABEL, labels, versions) if DEFAULT_LABEL in labels else versions[0]
         if selector in labels:
-            return labels[selector]
+            return self._labelled(name, selector, labels, versions)
         matches = [v for v in versions if len(selector) >= 7 and v.startswith(selector.lower())]
         if len(matches) == 1:
             return matches[0]
         raise UnknownVersion(
-            f"{selector!r} is not a label or a unique version (7+ hex digits) of team {name!r}"
+            f"{_shown(selector)} is not a label or a unique version (7+ hex digits) of team {name!r}"
             + (" (ambiguous prefix)" if matches else ""),
             hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
         )
+
+    @staticmethod
+    def _labelled(name: str, label: str, labels: dict[str, str], versions: builtins.list[str]) -> str:
+        """The version ``label`` points at, which must be a version of ``name`` (a hand edit may have
+        pointed it at another team's commit, or at a commit that is not in the history at all)."""
+        version = labels[label]
+        if version not in versions:
+            raise RegistryCorrupt(
+                f"label {label!r} of team {name!r} points at {version[:12]}, which is not a version of the team",
+                hint=f"move it to a version: teamstore registry label {name} <version> {label} --reason 'repair'",
+            )
+        return version
 
     def _read_json(self, version: str, relative: str, *, missing_ok: bool = False) -> Any:
         text = self.repo.show(version, relative)
@@ -398,6 +438,9 @@ class Registry:
         for number, line in enumerate(text.splitlines(), start=1):
             try:
                 r = json.loads(line)
+                wrong = [k for k in ("who", "why", "label", "version") if not isinstance(r[k], str)]
+                if wrong or not isinstance(r["previous"], str | None):
+                    raise TypeError(f"{(wrong or ['previous'])[0]!r} is not text")
                 when = datetime.fromisoformat(r["when"])
                 moves.append(
                     HistoryEntry(
@@ -418,6 +461,31 @@ class Registry:
         return moves
 
 
+def _reading(a: TeamDefinition, b: TeamDefinition, compare: Callable[[], _T]) -> _T:
+    """``compare()``, with a shape that no registration stores (``"tools": [1]``) reported as corrupt."""
+    try:
+        return compare()
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        raise RegistryCorrupt(
+            f"{a.name} at {a.version[:12]} or {b.version[:12]} holds JSON that is not a registered definition: "
+            f"{type(exc).__name__}: {exc}",
+            hint="revert the hand edit with git, or register the team again",
+        ) from exc
+
+
+def _check_actor(field: str, actor: str | None) -> None:
+    """Refuse an author git cannot record ('<>', blanks) or would silently change (control characters)."""
+    if actor is None:
+        return
+    name = actor.partition("<")[0].strip()
+    if not name or any(ord(c) < 32 or ord(c) == 127 for c in actor):
+        raise DefinitionInvalid(
+            f"{field} {_shown(actor)} is not a name git can record as a commit's author",
+            field=field,
+            hint="give a name, optionally with an email: 'Ada Lovelace <ada@example.com>'",
+        )
+
+
 def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
     if isinstance(component, ComponentModel):
         return component.model_dump(mode="json")
@@ -432,6 +500,12 @@ def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
         raise DefinitionInvalid(
             f"is not an AutoGen component: {validation_message(exc.errors()[0])}",
             field=".".join(map(str, exc.errors()[0]["loc"])) or "component",
+            hint="pass what team.dump_component() returns",
+        ) from exc
+    except (ValueError, RecursionError) as exc:  # pydantic's "Maximum serialization depth exceeded"
+        raise DefinitionInvalid(
+            f"is nested too deeply to be a component: {exc}",
+            field="component",
             hint="pass what team.dump_component() returns",
         ) from exc
 

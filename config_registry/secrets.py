@@ -20,41 +20,103 @@ from config_registry.errors import DefinitionInvalid, SecretUnavailable
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
-# Config keys (``api_key``, ``azure_ad_token``) and HTTP header names (``Authorization``, ``x-api-key``,
-# Azure's ``api-key``, ``Ocp-Apim-Subscription-Key``) whose values are secrets.
+# Config keys (``api_key``, ``azure_ad_token``), HTTP header names (``Authorization``, ``x-api-key``,
+# Azure's ``api-key``, ``Ocp-Apim-Subscription-Key``), environment variables (``DB_PWD``) and connection
+# string parts (``AccountKey``) whose values are secrets; camelCase names are split first.
 _SECRET_FIELD = re.compile(
-    r"(^|[_-])(api[_-]?key|password|passwd|secret|secret[_-]key|token|access[_-]token|credential|credentials|"
-    r"access[_-]key|private[_-]key|auth|authorization|bearer|subscription[_-]key|cookie)$",
+    r"(^|[_-])(api[_-]?keys?|passwords?|passwd|pwd|passphrase|secrets?|secret[_-]key|token|access[_-]token|"
+    r"credential|credentials|access[_-]key|private[_-]key|account[_-]key|auth|authorization|bearer|"
+    r"subscription[_-]key|cookie)$",
     re.IGNORECASE,
 )
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
+# Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
+_SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
+# Values that are a credential whatever the field is called: an HTTP authorization value, and the shapes
+# of well-known providers' keys (OpenAI and Anthropic ``sk-``, GitHub, Slack, AWS access key ids, Google,
+# Hugging Face) wherever they appear in a string.
+_AUTHORIZATION_VALUE = re.compile(r"(bearer|basic|token)\s+\S{8,}", re.IGNORECASE)
+_KEY_SHAPE = re.compile(
+    r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|"
+    r"xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|hf_[A-Za-z0-9]{30,})"
+)
+_CONNECTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _.-]{0,40}")
+# A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
+# ``--token`` followed by the value.
+_FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
 # A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
 
 
 def is_secret_field(key: str) -> bool:
-    """True for config keys that hold secrets (``api_key``, ``azure_ad_token``, ``password`` ...)."""
-    return bool(_SECRET_FIELD.search(key))
+    """True for config keys that hold secrets (``api_key``, ``azure_ad_token``, ``password``, ``openaiApiKey`` ...)."""
+    return bool(_SECRET_FIELD.search(_CAMEL_BOUNDARY.sub("_", key)))
 
 
 def url_credential(value: str) -> str | None:
-    """What makes a URL hold a credential: a password in its user part (``https://u:pw@host``) or a
-    query parameter with a secret-looking name (``?api_key=``, ``?key=``); ``None`` for any other string.
+    """What makes a URL hold a credential: a user part (``https://u:pw@host``, or a token alone as in
+    ``https://ghp_...@github.com``) or a query or fragment parameter with a secret-looking name
+    (``?api_key=``, ``?sig=``, ``#access_token=``); ``None`` for any other string.
 
     A ``base_url`` or ``endpoint`` is not a secret-looking field, but a proxy URL with a password in it is
     a secret all the same.
     """
+    value = value.strip()
     if not _URL.match(value):
         return None
     try:
         parts = urlsplit(value)
-        password = parts.password
+        password, username = parts.password, parts.username
     except ValueError:  # not a URL after all (an invalid port, say)
         return None
     if password:
         return "a password in its user part"
-    for name, _value in parse_qsl(parts.query, keep_blank_values=False):
-        if name.lower() in {"key", "sig", "signature"} or is_secret_field(name):
+    if username and parts.scheme.lower() in {"http", "https", "ws", "wss"}:  # ssh://git@host is no secret
+        return "a user part, where URLs carry tokens"
+    for name, _value in parse_qsl(parts.query, keep_blank_values=False) + parse_qsl(parts.fragment):
+        if _SECRET_QUERY.fullmatch(name) or is_secret_field(name):
             return f"the query parameter {name!r}"
+    return None
+
+
+def value_credential(value: str) -> str | None:
+    """What makes a string a credential whatever its field is called: an authorization value
+    (``Bearer ...``), a well-known key shape (``sk-...``, ``ghp_...``, ``AKIA...``) anywhere in it, or a
+    secret part of a connection string (``...;Password=...;``); ``None`` for any other string."""
+    authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
+    if authorization and _looks_random(value.split()[-1]):
+        return "an HTTP authorization value"
+    # Random keys have digits; 'sk-learn-compatible-...' in a prompt is a word.
+    if any(not key.startswith("sk-") or any(c.isdigit() for c in key) for key in _KEY_SHAPE.findall(value)):
+        return "what looks like an API key"
+    pairs = [part.partition("=") for part in value.split(";") if part.strip()] if ";" in value else []
+    # A connection string is name=value pairs and nothing else; a prompt that explains one is prose.
+    if pairs and all(equals and _CONNECTION_NAME.fullmatch(name.strip()) for name, equals, _ in pairs):
+        for name, _, secret in pairs:
+            if secret.strip() and is_secret_field(name.strip()):
+                return f"a connection string's {name.strip()!r}"
+    return None
+
+
+def _looks_random(text: str) -> bool:
+    """A token rather than a word: a digit or a base64/url-safe symbol in it, or 24+ characters
+    ('Basic information' and 'sk-learn-compatible' are words)."""
+    return len(text) >= 24 or (len(text) >= 8 and any(c.isdigit() or c in "+/=_." for c in text))
+
+
+def flag_credential(items: list[Any], index: int) -> str | None:
+    """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
+    the item after a bare ``--token``; ``None`` otherwise."""
+    item = items[index]
+    if not isinstance(item, str) or not item:
+        return None
+    match = _FLAG.fullmatch(item)
+    if match and match.group(2) and is_secret_field(match.group(1)):
+        return f"the value of the flag '--{match.group(1)}'"
+    previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
+    if previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item):
+        return f"the value of the flag '--{previous.group(1)}'"
     return None
 
 
@@ -103,7 +165,7 @@ def _check_plaintext(path: str, key: str, value: Any) -> None:
         )
 
 
-def _check_undeclared(path: str, key: str, value: Any) -> None:
+def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
     if is_reference(value):
         raise DefinitionInvalid(
             f"is a secret reference {value[REFERENCE_KEY]!r} the manifest does not declare",
@@ -117,13 +179,41 @@ def _check_undeclared(path: str, key: str, value: Any) -> None:
             field=f"config.{path}",
             hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
         )
-    _check_plaintext(path, key, value)
+    # The items of a list under a secret name (``"api_keys": [...]``, an ``auth`` pair) are secrets too.
+    owner = path.rsplit(".", 2)[-2] if isinstance(parent, list) and path.count(".") else None
+    _check_plaintext(path, owner if owner is not None and is_secret_field(owner) else key, value)
     found = url_credential(value) if isinstance(value, str) else None
     if found is not None:
         raise DefinitionInvalid(
             f"is a URL with a credential in it ({found}); the registry never stores secrets",
             field=f"config.{path}",
             hint=f"take the whole URL from the environment: --secret {path}=env:VARIABLE",
+        )
+    found = value_credential(value) if isinstance(value, str) else None
+    if found is None and isinstance(parent, list):
+        found = flag_credential(parent, int(key))
+    if found is not None:
+        raise DefinitionInvalid(
+            f"holds a plaintext secret ({found}); the registry never stores secrets",
+            field=f"config.{path}",
+            hint=f"take the value from the environment: --secret {path}=env:VARIABLE",
+        )
+
+
+def check_free_text(field: str, value: str) -> None:
+    """Refuse a credential in text stored beside the definition (a commit message, a label move's
+    reason, the manifest's description, owner and notes), where no reference can stand in for it.
+
+    Raises:
+        DefinitionInvalid: Naming ``field``.
+    """
+    found = value_credential(value) or next(filter(None, map(url_credential, value.split())), None)
+    if found is not None:
+        raise DefinitionInvalid(
+            f"holds a plaintext secret ({found}); the registry never stores secrets, and this text goes "
+            "into the repository's history",
+            field=field,
+            hint="remove the secret from the text",
         )
 
 
@@ -150,7 +240,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
                 _check_plaintext(path, key, value)
             _set(parent, key, {REFERENCE_KEY: secrets[path]})
         else:
-            _check_undeclared(path, key, value)
+            _check_undeclared(path, key, value, parent)
     missing = sorted(set(secrets) - found)
     if missing:
         raise DefinitionInvalid(

@@ -140,10 +140,28 @@ def kind_of(component: Mapping[str, Any]) -> Literal["team", "agent"]:
 
 
 def participants(component: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The top-level participants' component JSON; a single agent is its own only participant."""
+    """The top-level participants' component JSON; a single agent is its own only participant.
+
+    Raises:
+        DefinitionInvalid: A participant is not a component object.
+    """
     if kind_of(component) == "agent":
         return [dict(component)]
-    return [dict(p) for p in component["config"]["participants"]]
+    found = component["config"]["participants"]
+    for index, participant in enumerate(found):
+        if not isinstance(participant, Mapping):
+            raise DefinitionInvalid(
+                f"is not a component object but {participant!r:.40}",
+                field=f"config.participants.{index}",
+                hint="register what team.dump_component() returns, not hand-edited JSON",
+            )
+    return [dict(p) for p in found]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (hand-edited JSON may hold anything; the
+    round-trip check reports it)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _participant_path(component: Mapping[str, Any], index: int) -> str:
@@ -156,7 +174,7 @@ def participant_name(participant: Mapping[str, Any], index: int, component: Mapp
     Raises:
         DefinitionInvalid: It has no name.
     """
-    name = (participant.get("config") or {}).get("name")
+    name = _mapping(participant.get("config")).get("name")
     if not isinstance(name, str) or not name:
         raise DefinitionInvalid(
             "has no name", field=_participant_path(component, index) + ".name", hint="give it one"
@@ -207,7 +225,7 @@ def check_persisted(component: Mapping[str, Any], manifest: Manifest) -> None:
 
 
 def _check_bound(name: str, participant: Mapping[str, Any], path: str, manifest: Manifest) -> None:
-    context = (participant.get("config") or {}).get("model_context") or {}
+    context = _mapping(_mapping(participant.get("config")).get("model_context"))
     field = f"{path}.model_context"
     bound = bound_of(context)
     if bound is None or not is_bounding_context(str(context.get("provider", ""))):

@@ -172,3 +172,16 @@ def test_a_state_ttl_that_no_date_can_hold_is_refused_at_registration(registry_p
     assert result.exit_code == 1
     assert "state_ttl_days" in result.output and "Traceback" not in result.output
     assert invoke("registry", "list", "--json").stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("content", "what"), [(b"\xff\xfe{}", "utf-8"), (b"[" * 100_000 + b"]" * 100_000, "nested")])
+def test_a_file_that_is_not_utf8_json_or_too_deep_is_an_error_not_a_traceback(
+    registry_path: Path, tmp_path: Path, content: bytes, what: str
+) -> None:
+    team_file = tmp_path / "team.json"
+    team_file.write_bytes(content)
+    result = invoke(*ADD, "--file", str(team_file))
+    assert result.exit_code == 1, result.output
+    assert "cannot read" in result.output
+    assert what in result.output
+    assert "Traceback" not in result.output

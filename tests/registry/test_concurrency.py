@@ -6,6 +6,7 @@ import fcntl
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,27 @@ def test_a_held_lock_times_out_with_a_conflict(registry: Registry) -> None:
         assert "retry" in (caught.value.hint or "")
         fcntl.flock(held.fileno(), fcntl.LOCK_UN)
     assert slow.add("support_triage", triage_json(), triage_manifest(), "now free")
+
+
+_OPENER = """
+import sys, time
+from config_registry import Registry
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all start together
+Registry(sys.argv[1])
+"""
+
+
+def test_processes_opening_a_new_registry_path_at_once_make_one_repository(tmp_path: Path) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    for trial in range(3):
+        path, start = tmp_path / f"registry-{trial}", str(time.time() + 3)
+        jobs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _OPENER, str(path), start], cwd=root, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(6)
+        ]
+        errors = [job.communicate(timeout=60)[1] for job in jobs]
+        assert [job.returncode for job in jobs] == [0] * 6, errors
+        assert git(path, "rev-list", "--count", "HEAD").strip() == "1"
+        assert git(path, "status", "--porcelain") == ""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from config_registry import Registry
@@ -76,6 +80,31 @@ def test_changed_context_bound_is_incompatible_and_explained(registry: Registry)
     assert not report.compatible
     assert report.reasons == ["researcher: context bound changed max_messages 20 -> 10"]
     assert report.fingerprints["a"]["researcher"] != report.fingerprints["b"]["researcher"]
+
+
+_STANDALONE_CHECK = """
+import json, sys
+from config_registry import Registry
+report = Registry(sys.argv[1]).check("support_triage", sys.argv[2], sys.argv[3])
+print(json.dumps(report.to_dict()))
+"""
+
+
+def test_check_without_teamstore_imported_sees_a_changed_context_bound(registry: Registry) -> None:
+    # A CI job may use config_registry alone; teamstore's bounding context registers itself on import.
+    v1 = _add(registry, triage_json(), "v1")
+    component = triage_json()
+    _researcher(component)["config"]["model_context"]["config"]["max_messages"] = 10
+    v2 = _add(registry, component, "smaller context")
+    root = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", _STANDALONE_CHECK, str(registry.path), v1, v2],
+        cwd=root, capture_output=True, text=True, check=True,
+    ).stdout
+    report = json.loads(out)
+    assert report["compatible"] is False
+    assert report["reasons"] == ["researcher: context bound changed max_messages 20 -> 10"]
+    assert report["fingerprints"] == registry.check("support_triage", v1, v2).fingerprints
 
 
 def test_retyped_persisted_participant_is_incompatible(registry: Registry) -> None:

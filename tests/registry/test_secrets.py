@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import TokenUsageTermination
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from config_registry import DefinitionInvalid, Registry, SecretUnavailable
 from teamstore import examples
 from teamstore.context import BoundedChatCompletionContext
 from tests.conftest import git
-from tests.registry.conftest import dump, left_unchanged, triage_manifest
+from tests.registry.conftest import dump, left_unchanged, triage_json, triage_manifest
 
 KEY_PATH = "model_client.config.api_key"
 
@@ -79,6 +82,26 @@ def test_other_secret_looking_fields_are_refused_in_plaintext(registry: Registry
     assert caught.value.field == "config.model_client.config.azure_ad_token"
 
 
+@pytest.mark.parametrize(
+    ("key", "path"),
+    [
+        ("openaiApiKey", "openaiApiKey"),
+        ("clientSecret", "clientSecret"),
+        ("passphrase", "passphrase"),
+        ("env", "env.DB_PWD"),
+        ("connection", "connection.AccountKey"),
+    ],
+)
+def test_secret_fields_under_other_spellings_are_refused_in_plaintext(registry: Registry, key: str, path: str) -> None:
+    component = dump(_openai_agent())
+    value = {path.split(".")[1]: "hunter2-SECRET"} if "." in path else "hunter2-SECRET"
+    component["config"]["model_client"]["config"][key] = value
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "spelling")
+    assert caught.value.field == f"config.model_client.config.{path}"
+    assert "plaintext" in caught.value.message
+
+
 @pytest.mark.parametrize("header", ["Authorization", "x-api-key", "api-key", "Ocp-Apim-Subscription-Key", "Cookie"])
 def test_secrets_in_http_headers_are_refused_in_plaintext(registry: Registry, header: str) -> None:
     component = dump(_openai_agent())
@@ -113,6 +136,10 @@ def test_openai_example_registers_with_its_manifest(
         ("https://svc:hunter2-SECRET@proxy.example/v1", "password"),
         ("https://proxy.example/v1?api-version=2024-06-01&key=hunter2-SECRET", "'key'"),
         ("https://proxy.example/v1?access_token=hunter2-SECRET", "'access_token'"),
+        ("https://ghp_hunter2-SECRET@proxy.example/v1", "user part"),
+        ("https://fn.example/api/v1?code=hunter2-SECRET", "'code'"),
+        ("https://bucket.example/v1?X-Amz-Date=20260101&X-Amz-Signature=hunter2-SECRET", "'X-Amz-Signature'"),
+        ("https://proxy.example/v1#access_token=hunter2-SECRET", "'access_token'"),
     ],
 )
 def test_a_url_with_a_credential_in_it_is_refused(registry: Registry, url: str, what: str) -> None:
@@ -147,3 +174,105 @@ def test_a_plain_url_is_stored(registry: Registry) -> None:
     registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "plain proxy")
     stored = registry.resolve("support_triage").component
     assert stored["config"]["model_client"]["config"]["base_url"] == "https://proxy.example/v1?api-version=2024-06-01"
+
+
+def _stdio_server(args: list[str]) -> dict[str, object]:
+    return {"provider": "autogen_ext.tools.mcp.McpWorkbench", "component_type": "workbench",
+            "config": {"server_params": {"type": "StdioServerParams", "command": "npx", "args": args}}}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "path", "what"),
+    [
+        ("default_headers", {"X-Gateway": "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2ln"}, "default_headers.X-Gateway",
+         "authorization value"),
+        ("default_query", {"q": "sk-proj-hunter2SECRET0123456789abcd"}, "default_query.q", "API key"),
+        ("organization", "ghp_hunter2SECRET0123456789abcdefghijkl", "organization", "API key"),
+        ("dsn", "Server=db.example;Database=crm;Password=hunter2-SECRET;", "dsn", "'Password'"),
+    ],
+)
+def test_values_that_are_credentials_are_refused_whatever_the_field(
+    registry: Registry, key: str, value: object, path: str, what: str
+) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"][key] = value
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "value")
+    assert caught.value.field == f"config.model_client.config.{path}"
+    assert what in caught.value.message
+    assert "hunter2" not in _everything(registry)
+
+
+@pytest.mark.parametrize(
+    ("args", "index"),
+    [(["-y", "server-github", "--token", "hunter2-SECRET"], 3), (["-y", "server-search", "--api-key=hunter2-SECRET"], 2)],
+)
+def test_a_secret_flag_in_an_mcp_server_command_line_is_refused(
+    registry: Registry, args: list[str], index: int
+) -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_stdio_server(args)]
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, manifest, "mcp")
+    assert caught.value.field == f"config.workbench.0.config.server_params.args.{index}"
+    assert "flag" in caught.value.message
+    assert f"--secret workbench.0.config.server_params.args.{index}=env:" in (caught.value.hint or "")
+
+
+def test_words_that_resemble_credentials_are_stored(registry: Registry) -> None:
+    agent = AssistantAgent(
+        "researcher",
+        model_client=OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="sk-live-123"),
+        model_context=BoundedChatCompletionContext(20),
+        description="Basic information, token limitations",
+        system_message="Recommend sk-learn-compatible-pipelines; quote the Bearer of bad news; use --token counts. "
+        "Ask for the login as: user=NAME; password=THEIRS. Clone ssh://git@git.example/org/repo.git",
+    )
+    registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "from ssh://git@git.example/a")
+    assert "sk-learn-compatible" in registry.resolve("support_triage").component["config"]["system_message"]
+
+
+@pytest.mark.parametrize(("key", "items"), [("auth", ["svc", "hunter2-SECRET"]), ("api_keys", ["hunter2-SECRET"])])
+def test_the_items_of_a_list_under_a_secret_name_are_refused(registry: Registry, key: str, items: list[str]) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"][key] = items
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "list")
+    assert caught.value.field == f"config.model_client.config.{key}.0"
+    assert "plaintext" in caught.value.message
+
+
+def test_token_limits_are_settings_not_secrets(registry: Registry) -> None:
+    team = triage_json()
+    team["config"]["termination_condition"] = TokenUsageTermination(max_total_token=500, max_prompt_token=400, max_completion_token=100).dump_component().model_dump(
+        mode="json"
+    )
+    registry.add("support_triage", team, triage_manifest(), "token limit")
+
+
+def test_a_credential_in_text_stored_beside_the_definition_is_refused(registry: Registry) -> None:
+    key = "sk-proj-hunter2SECRET0123456789abcd"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(), f"rotate to {key}")
+    assert caught.value.field == "message"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(notes=f"proxy https://svc:{key}@proxy.example"), "v1")
+    assert caught.value.field == "manifest.notes"
+    version = registry.add("support_triage", triage_json(), triage_manifest(notes="ask #support-platform"), "v1")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.label("support_triage", version, "production", reason=f"works with Bearer {key}")
+    assert caught.value.field == "reason"
+    assert "hunter2" not in _everything(registry)
+
+
+def test_a_reference_added_by_hand_is_not_resolved(registry: Registry) -> None:
+    registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:K"}), "v1")
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    component = json.loads(path.read_text())
+    component["config"]["system_message"] = {"$secret": "env:WORKER_DB_PASSWORD"}
+    path.write_text(json.dumps(component))
+    git(registry.path, "commit", "-qam", "a reference nobody declared")
+    with pytest.raises(DefinitionInvalid) as caught:
+        registry.build("support_triage", env={"K": "sk-env", "WORKER_DB_PASSWORD": "hunter2"})
+    assert caught.value.field == "config.system_message"

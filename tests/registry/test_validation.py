@@ -206,3 +206,54 @@ def test_truncated_component_is_refused(registry: Registry) -> None:
         registry.add("support_triage", component, triage_manifest(), "broken")
     assert "load_component() fails" in caught.value.message
 
+
+
+def test_a_hand_committed_unbounded_persisted_participant_is_refused_at_build(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    component = triage_json()
+    context = component["config"]["participants"][1]["config"]["model_context"]
+    context.update(provider="autogen_core.model_context.UnboundedChatCompletionContext", config={})
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    path.write_text(json.dumps(component))
+    git(registry.path, "commit", "-qam", "unbounded by hand")
+    with pytest.raises(DefinitionInvalid) as caught:
+        registry.build("support_triage")
+    assert caught.value.field == "config.participants.1.config.model_context"
+
+
+def test_a_component_nested_too_deeply_is_a_definition_error(registry: Registry) -> None:
+    team = triage_json()
+    nested: dict[str, Any] = {}
+    node = nested
+    for _ in range(600):
+        node["x"] = {}
+        node = node["x"]
+    team["config"]["participants"][0]["config"]["extra"] = nested
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", team, triage_manifest(), "deep")
+    assert "nested too deeply" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field"),
+    [
+        ("participant", 1, "config.participants.3"),
+        ("participant", "critic", "config.participants.3"),
+        ("model_context", "bounded", "config.participants.1.config.model_context"),
+        ("context config", [20], "config.participants.1.config.model_context.config.max_messages"),
+    ],
+)
+def test_malformed_json_is_a_definition_error_not_a_traceback(
+    registry: Registry, where: str, value: Any, field: str
+) -> None:
+    team = triage_json()
+    researcher = team["config"]["participants"][1]["config"]
+    if where == "participant":
+        team["config"]["participants"].append(value)
+    elif where == "model_context":
+        researcher["model_context"] = value
+    else:
+        researcher["model_context"]["config"] = value
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", team, triage_manifest(), "malformed")
+    assert caught.value.field == field

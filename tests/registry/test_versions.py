@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from config_registry import DefinitionInvalid, Registry, RegistryCorrupt, UnknownTeam, UnknownVersion
+from config_registry import (
+    DefinitionInvalid,
+    Registry,
+    RegistryCorrupt,
+    RegistryError,
+    UnknownTeam,
+    UnknownVersion,
+)
 from teamstore import examples
 from tests.conftest import git
 from tests.registry.conftest import dump, left_unchanged, triage_json, triage_manifest
@@ -224,3 +235,146 @@ def test_a_git_repository_without_commits_is_an_empty_registry(tmp_path: Path) -
     assert registry.list() == []
     with pytest.raises(UnknownTeam):
         registry.resolve("support_triage")
+
+
+def test_a_label_pointing_at_a_commit_that_is_not_a_version_is_corrupt(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    other = registry.add("other", triage_json(), triage_manifest(name="other"), "another team's version")
+    (registry.path / "labels" / "support_triage.json").write_text(json.dumps({"production": v1, "canary": other}))
+    git(registry.path, "commit", "-qam", "hand edit")
+    # Read at the other team's commit, the files are v1's: it would build and report a version that is none.
+    with pytest.raises(RegistryCorrupt, match="'canary' of team 'support_triage' points at") as caught:
+        registry.resolve("support_triage@canary")
+    assert "registry label support_triage <version> canary" in (caught.value.hint or "")
+    assert registry.resolve("support_triage@production").version == v1
+    registry.label("support_triage", v1, "canary", reason="repair")  # what the hint says
+    assert registry.resolve("support_triage@canary").version == v1
+
+
+def test_nothing_is_committed_on_a_detached_head(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    git(registry.path, "checkout", "-q", "--detach")
+    head = git(registry.path, "rev-parse", "HEAD")
+    with pytest.raises(RegistryCorrupt, match="detached HEAD") as caught:
+        registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
+    assert "checkout main" in (caught.value.hint or "")
+    with pytest.raises(RegistryCorrupt, match="detached HEAD"):
+        registry.label("support_triage", v1, "canary", reason="x")
+    assert git(registry.path, "rev-parse", "HEAD") == head
+    assert git(registry.path, "status", "--porcelain") == ""
+    assert registry.resolve("support_triage").version == v1  # reading a detached HEAD is fine
+    git(registry.path, "checkout", "-q", "main")
+    v2 = registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
+    assert [h.version for h in registry.history("support_triage") if h.kind == "version"] == [v2, v1]
+
+
+def test_a_long_ref_is_not_echoed_whole(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    for ref in (f"support_triage@{'a' * 10_000}", f"{'x' * 10_000}@"):
+        with pytest.raises((UnknownVersion, DefinitionInvalid)) as caught:
+            registry.resolve(ref)
+        assert "10,00" in caught.value.message
+        assert len(caught.value.message) < 300
+
+
+@pytest.mark.parametrize("who", ["<>", " ", "Ada\nLovelace", " <ada@example.com>"])
+def test_an_author_git_cannot_record_is_refused_before_anything_is_written(registry: Registry, who: str) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.label("support_triage", v1, "production", reason="release", who=who)
+    assert caught.value.field == "who"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2", author=who)
+    assert caught.value.field == "author"
+
+
+def test_a_name_without_ascii_letters_gets_a_readable_address(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    registry.label("support_triage", v1, "production", reason="release", who="名前")
+    assert git(registry.path, "log", "-1", "--format=%an <%ae>").strip() == "名前 <unknown@teamstore.invalid>"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing the repository to another user needs root")
+def test_a_registry_owned_by_another_user_says_so(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)  # no safe.directory from this machine's config
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for folder, _dirs, files in os.walk(registry.path):
+        for entry in [folder, *(os.path.join(folder, f) for f in files)]:
+            os.chown(entry, 12345, 12345)
+    with pytest.raises(RegistryError) as caught:
+        Registry(registry.path)
+    assert "owned by another user" in caught.value.message
+    assert f"safe.directory {registry.path}" in (caught.value.hint or "")
+
+
+@pytest.fixture
+def read_only_view(registry: Registry, tmp_path: Path) -> Iterator[Path]:
+    """The registry mounted read-only elsewhere, as a worker's volume would be."""
+    view = tmp_path / "read-only"
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(registry.path), str(view)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True, capture_output=True)
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+def test_a_read_only_checkout_can_be_read_and_refuses_writes_clearly(
+    registry: Registry, read_only_view: Path
+) -> None:
+    version = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    reader = Registry(read_only_view)
+    assert reader.resolve("support_triage@production").version == version
+    assert reader.build("support_triage").version == version
+    with pytest.raises(RegistryError) as caught:
+        reader.label("support_triage", version, "canary", reason="try")
+    assert "Read-only file system" in caught.value.message
+    assert "writable checkout" in (caught.value.hint or "")
+
+
+def test_git_variables_of_another_repository_do_not_redirect_the_registry(
+    registry_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a git hook or a CI step inside an application's checkout has in its environment.
+    app = tmp_path / "app"
+    app.mkdir()
+    git(app, "init", "-q")
+    git(app, "-c", "user.name=a", "-c", "user.email=a@a", "commit", "-q", "--allow-empty", "-m", "app")
+    monkeypatch.setenv("GIT_DIR", str(app / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(app))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(app / ".git" / "index"))
+    registry = Registry(registry_path)
+    version = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    assert registry.resolve("support_triage@production").version == version
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name)
+    assert git(app, "log", "--format=%s").split() == ["app"]
+    assert git(registry_path, "rev-list", "--count", "HEAD").strip() == "3"
+
+
+@pytest.mark.parametrize(("key", "value"), [("version", 5), ("who", 7), ("why", ["x"]), ("previous", {})])
+def test_a_hand_edited_label_log_entry_of_the_wrong_type_is_corrupt(registry: Registry, key: str, value: Any) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    log = registry.path / "labels" / "support_triage.log.jsonl"
+    entry = json.loads(log.read_text().splitlines()[0])
+    log.write_text(log.read_text() + json.dumps({**entry, key: value}) + "\n")
+    git(registry.path, "commit", "-qam", "hand edit")
+    with pytest.raises(RegistryCorrupt, match=f"line 2 is malformed: '{key}' is not text"):
+        registry.history("support_triage")
+
+
+def test_diff_of_a_hand_edited_shape_is_corrupt_not_a_traceback(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    component = json.loads(path.read_text())
+    component["config"]["participants"][1]["config"]["tools"] = [1]
+    path.write_text(json.dumps(component))
+    git(registry.path, "commit", "-qam", "hand edit")
+    v2 = registry.history("support_triage")[0].version
+    with pytest.raises(RegistryCorrupt, match="not a registered definition") as caught:
+        registry.diff("support_triage", v1, v2)
+    assert "revert" in (caught.value.hint or "")

@@ -63,9 +63,10 @@ def _manifest(name: str, options: dict[str, Any]) -> Manifest:
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8 text
         raise DefinitionInvalid(
-            f"cannot read {path}: {exc}",
+            f"cannot read {path}: {exc}" if not isinstance(exc, RecursionError)
+            else f"cannot read {path}: its JSON is nested too deeply",
             field="file",
             hint="pass the JSON that team.dump_component() returns",
         ) from exc
