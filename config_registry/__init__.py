@@ -9,8 +9,8 @@
     built = registry.build("support_triage")          # label production, else the latest version
     result = await built.team.run(task="hi")
 
-This package never imports ``teamstore``: the runtime registers its bounding contexts through
-:mod:`config_registry.bounds`.
+This package has no import of ``teamstore``: the runtime registers its bounding contexts through
+:mod:`config_registry.bounds` (which imports a named AutoGen or teamstore context's module on first look).
 """
 
 from __future__ import annotations

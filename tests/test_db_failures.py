@@ -62,6 +62,7 @@ async def test_a_damaged_or_foreign_sqlite_file_is_told_with_what_to_do(
     assert "move" in (caught.value.hint or "") and "statement_timeout" not in (caught.value.hint or "")
     assert (tmp_path / "x.db").read_bytes() == content  # nothing was overwritten
     await engine.dispose()
+    await asyncio.sleep(0.2)  # as above: aiosqlite's thread may report the failed open late
 
 
 @pytest.mark.parametrize("home_is", ["a file", "under a file"])
