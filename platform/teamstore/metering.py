@@ -225,21 +225,32 @@ def _wrap(client: dict[str, Any], agent: str, purpose: str) -> dict[str, Any]:
     }
 
 
-def wrap_model_clients(component: dict[str, Any]) -> dict[str, Any]:
+def wrap_model_clients(component: dict[str, Any], owner: tuple[str, str] | None = None) -> dict[str, Any]:
     """Return a copy of a team or agent component JSON with every model client metered.
 
-    Agents' clients are labelled with the agent's name; a group chat's own client (speaker selection)
-    with the team's name and purpose ``speaker_selection``.
+    Every model client in the tree is wrapped, wherever it sits: an agent's own, a group chat's
+    (speaker selection), and those of agents nested in other components (a ``SocietyOfMindAgent``'s inner
+    team, an ``AgentTool``'s agent). Each is labelled with the nearest agent or team around it; a team's
+    own client has purpose ``speaker_selection``.
+
+    Args:
+        component: The component JSON (``dump_component().model_dump()``).
+        owner: The (name, component type) of the agent or team around ``component``, when nested.
     """
     node = dict(component)
     config = dict(node.get("config") or {})
-    name = str(config.get("name") or node.get("label") or "team")
-    if isinstance(config.get("model_client"), dict):
-        purpose = "speaker_selection" if node.get("component_type") == "team" else "agent"
-        config["model_client"] = _wrap(config["model_client"], name, purpose)
-    if isinstance(config.get("participants"), list):
-        config["participants"] = [
-            wrap_model_clients(p) if isinstance(p, dict) else p for p in config["participants"]
-        ]
-    node["config"] = config
+    if node.get("component_type") in ("agent", "team"):
+        owner = (str(config.get("name") or node.get("label") or "team"), str(node["component_type"]))
+    node["config"] = {key: _metered(value, owner or ("team", "team")) for key, value in config.items()}
     return node
+
+
+def _metered(value: Any, owner: tuple[str, str]) -> Any:
+    if isinstance(value, list):
+        return [_metered(item, owner) for item in value]
+    if not isinstance(value, dict) or "provider" not in value or "component_type" not in value:
+        return value  # plain configuration, never a component
+    if value.get("component_type") == "model":
+        name, kind = owner
+        return _wrap(value, name, "speaker_selection" if kind == "team" else "agent")
+    return wrap_model_clients(value, owner)

@@ -47,3 +47,20 @@ def test_wrapping_is_idempotent_and_round_trips() -> None:
     assert dumped.provider == PROVIDER
     loaded = ChatCompletionClient.load_component(dumped)
     assert isinstance(loaded, MeteredChatCompletionClient) and loaded.dump_component() == dumped
+
+
+async def test_agents_nested_in_other_components_are_metered_under_their_own_names() -> None:
+    from autogen_agentchat.agents import SocietyOfMindAgent
+    from autogen_agentchat.teams import RoundRobinGroupChat
+
+    client = OfflineChatCompletionClient()
+    inner = RoundRobinGroupChat([AssistantAgent("drafter", model_client=client)],
+                                termination_condition=MaxMessageTermination(2))
+    mind = SocietyOfMindAgent("mind", team=inner, model_client=client)
+    outer = RoundRobinGroupChat([mind], termination_condition=MaxMessageTermination(2))
+    team = RoundRobinGroupChat.load_component(wrap_model_clients(outer.dump_component().model_dump()))
+    with metered_run() as meter:
+        await team.run(task="router down")
+    # The inner team's agent used to run on an unwrapped client: its calls reached no ledger.
+    assert {c.agent for c in meter.calls} == {"drafter", "mind"}
+    assert all(c.purpose == "agent" for c in meter.calls)
