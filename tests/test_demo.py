@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _demo(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
@@ -64,3 +66,16 @@ def test_a_failing_step_is_reported_as_text(tmp_path: Path) -> None:
     assert "odd[/]home" in proc.stdout and "teamstore run failed" in proc.stdout
     assert "error: unsupported transcripts URL scheme 'ftp'" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_the_demo_fails_when_its_erasure_does_not_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    from teamstore import demo
+
+    receipt = {"request_id": "er-1", "status": "failed", "due_at": "2026-12-30T00:00:00+00:00",
+               "remains_elsewhere": [], "stores": {"transcripts": {"status": "failed", "counts": {
+                   "rows": 0, "objects": 0, "versions": 0, "bytes": 0}}}}
+    answers = iter([receipt, []])  # the erase command's receipt, then the sessions left
+    monkeypatch.setattr(demo, "teamstore", lambda *args, **kwargs: next(answers))
+    with pytest.raises(SystemExit) as ended:
+        demo._erase("bob", "s1")
+    assert ended.value.code == 2  # the receipt is shown, and the main job says it did not finish

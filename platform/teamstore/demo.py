@@ -201,3 +201,7 @@ def _erase(user: str, session: str) -> None:
         console.print(f"  remains by design: {item['what']} until {item['until'][:10]} - {item['detail']}")
     left = teamstore("sessions", "list", "--user", user)
     console.print(f"  sessions left for {user}: {len(left)}")
+    if receipt["status"] != "completed":  # shown above with its reasons; the main job did not do its job
+        console.print(f"[red]the erasure ended {escape(receipt['status'])}[/]: "
+                      f"see `teamstore erase status {escape(receipt['request_id'])}`")
+        raise SystemExit(2)
