@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from types import TracebackType
@@ -80,6 +80,18 @@ def ended_by_limit(stop_reason: str | None) -> bool:
     return any(marker in text for marker in _LIMIT_MARKERS) and not any(
         marker in text for marker in _COMPLETION_MARKERS
     )
+
+
+async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work`` to its end even if the caller is cancelled meanwhile; then let the cancellation through."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            with contextlib.suppress(Exception):
+                await task
+        raise
 
 
 class Session:
@@ -180,16 +192,9 @@ class Session:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._phase = "closed"
-        closing = asyncio.ensure_future(self._close())
-        try:
-            await asyncio.shield(closing)
-        except asyncio.CancelledError:
-            # Cancelled while closing (a request timeout): finish anyway, so the last run's audit is written
-            # and its state saved, and the lease never outlives the request. Then let the cancel through.
-            if not closing.done():
-                with contextlib.suppress(Exception):
-                    await closing
-            raise
+        # Cancelled while closing (a request timeout), it finishes anyway: the last run's audit is written
+        # and its state saved, and the lease never outlives the request.
+        await _to_the_end(self._close())
 
     async def _close(self) -> None:
         try:
@@ -350,18 +355,10 @@ class Session:
         self._require_open()
         await self.flush_audit()
         if self._pending is not None:
-            writing = asyncio.ensure_future(self._write(release=False))
-            try:
-                await asyncio.shield(writing)
-            except asyncio.CancelledError:
-                # Cancelled mid-write (a request timeout): the write finishes first. Cut short, it may have
-                # saved without the session learning the new row version (its exit save would then conflict
-                # with itself), lost the lock with its connection, or left SQLite's connection holding the
-                # write lock. Then the cancellation goes on.
-                if not writing.done():
-                    with contextlib.suppress(Exception):
-                        await writing
-                raise
+            # Cancelled mid-write (a request timeout), the write finishes first. Cut short, it may have saved
+            # without the session learning the new row version (its exit save would then conflict with
+            # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
+            await _to_the_end(self._write(release=False))
         return self._row_version
 
     async def _write(self, *, release: bool) -> None:
