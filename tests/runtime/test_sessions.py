@@ -841,3 +841,24 @@ async def test_a_state_over_a_lowered_cap_starts_fresh_instead_of_never_saving_a
     await platform.restore_quarantined(refused.id, replace=True)  # once the cap is raised again, it comes back
     result, outcome = await talk(platform, "alice", "s1", "still broken")
     assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
+@pytest.mark.parametrize("damage", ["created_at = 'garbage'", "expires_at = 'nope'", "row_version = 'z'",
+                                    "state_bytes = 'x'", "schema_version = 'q'"])
+async def test_a_row_damaged_by_hand_in_a_typed_column_fails_closed_and_is_repaired(
+    platform: Platform, damage: str
+) -> None:
+    if platform.store.engine.dialect.name != "sqlite":
+        pytest.skip("only SQLite keeps a value of another type in a typed column")
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    async with platform.store.engine.begin() as conn:
+        await conn.execute(text(f"UPDATE ts_sessions SET {damage}"))
+    assert [s.session_id for s in await platform.store.list_sessions("alice")] == ["s1"]  # listing still reads
+    # It used to raise ValueError from the lease statement with the lease taken: busy for the lease TTL.
+    result, outcome = await talk(platform, "alice", "s1", "hello again")
+    assert outcome.outcome == "corrupt" and outcome.quarantined and "wrong type" in (outcome.detail or "")
+    assert "ZX-81" not in researcher_reply(result)
+    (kept,) = await platform.store.list_quarantined("alice")  # the old state set aside, not lost
+    assert kept.reason == "corrupt" and kept.state_bytes >= 0
+    _, outcome = await talk(platform, "alice", "s1", "and again")  # the row is whole again
+    assert outcome.outcome == "resumed"

@@ -57,6 +57,9 @@ class StoredSession:
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None
+    damaged: tuple[str, ...] = ()
+    """Columns whose stored value had the wrong type (SQLite keeps whatever is written); each reads as a
+    stand-in here (0, or now) and the row is refused as ``corrupt`` when judged."""
 
     @property
     def key(self) -> SessionKey:

@@ -47,6 +47,52 @@ class Fingerprints(TypeDecorator[Any]):
         return read_fingerprints  # the driver's value: text on SQLite, already parsed on Postgres
 
 
+DAMAGED = object()
+"""What :class:`Timestamp` and :class:`Count` read from a value of the wrong type (SQLite keeps whatever
+is written into a column): the row is then refused as ``corrupt`` when judged, not a crash while read."""
+
+
+class Timestamp(TypeDecorator[Any]):
+    """A timezone-aware timestamp that reads a damaged value as :data:`DAMAGED` instead of raising. SQLite
+    keeps timestamps as text, which SQLAlchemy parses inside the statement that takes the lease."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def coerce_compared_value(self, op: Any, value: Any) -> Any:
+        # As a timestamp does (``expires_at - interval``): a decorator would otherwise cast the interval too.
+        return self.impl_instance.coerce_compared_value(op, value)
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        parse = self.impl_instance.result_processor(dialect, coltype)  # None where the driver parses
+
+        def read(value: Any) -> Any:
+            if value is None or parse is None:
+                return value
+            try:
+                return parse(value)
+            except (ValueError, TypeError):
+                return DAMAGED
+        return read
+
+
+class Count(TypeDecorator[Any]):
+    """An integer column that reads a value of another type (text, a float) as :data:`DAMAGED`."""
+
+    impl = Integer
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        return lambda value: value if value is None or type(value) is int else DAMAGED
+
+
+class BigCount(Count):
+    """:class:`Count` on a 64-bit column."""
+
+    impl = BigInteger
+    cache_ok = True
+
+
 sessions = Table(
     "ts_sessions",
     metadata,
@@ -54,16 +100,16 @@ sessions = Table(
     Column("session_id", String(ID_LENGTH), nullable=False),
     Column("team", String(128), nullable=False),
     Column("team_version", String(64), nullable=False),
-    Column("schema_version", Integer, nullable=False),
+    Column("schema_version", Count, nullable=False),
     Column("agentchat_version", String(32), nullable=False),
     Column("fingerprints", Fingerprints, nullable=False),
     # Raw text, not JSON: a corrupt or truncated blob must still be readable so it can be quarantined.
     Column("state", Text, nullable=True),
-    Column("state_bytes", Integer, nullable=False, default=0),
-    Column("row_version", BigInteger, nullable=False, default=0),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("state_bytes", Count, nullable=False, default=0),
+    Column("row_version", BigCount, nullable=False, default=0),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=True),
     Column("lease_owner", String(64), nullable=True),
     Column("lease_until", DateTime(timezone=True), nullable=True),
     PrimaryKeyConstraint("user_id", "session_id"),

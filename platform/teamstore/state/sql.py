@@ -69,7 +69,7 @@ from teamstore.state.base import (
     StoredSession,
     read_fingerprints,
 )
-from teamstore.state.schema import quarantine, sessions, store_settings, user_holds
+from teamstore.state.schema import DAMAGED, quarantine, sessions, store_settings, user_holds
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
 _RESTORE_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements (_held_briefly)
@@ -94,22 +94,31 @@ def _never_saved() -> Any:
     return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
 
 
+_STAND_INS: dict[str, Any] = {"schema_version": 0, "state_bytes": 0, "row_version": 0, "created_at": None,
+                              "updated_at": None, "expires_at": None}
+"""What a damaged column reads as (see :data:`teamstore.state.schema.DAMAGED`); a quarantine writes them
+back, so the row is whole again."""
+
+
 def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
     """Map a ``ts_sessions`` row to a :class:`StoredSession`."""
+    damaged = tuple(name for name in _STAND_INS if m[name] is DAMAGED)
+    value = {name: _STAND_INS[name] if name in damaged else m[name] for name in _STAND_INS}
     return StoredSession(
         user_id=m["user_id"],
         session_id=m["session_id"],
         team=m["team"],
         team_version=m["team_version"],
-        schema_version=m["schema_version"],
+        schema_version=value["schema_version"],
         agentchat_version=m["agentchat_version"],
         fingerprints=read_fingerprints(m["fingerprints"]),
         state=m["state"],
-        state_bytes=m["state_bytes"],
-        row_version=m["row_version"],
-        created_at=utc(m["created_at"]) or now_utc(),
-        updated_at=utc(m["updated_at"]) or now_utc(),
-        expires_at=utc(m["expires_at"]),
+        state_bytes=value["state_bytes"],
+        row_version=value["row_version"],
+        created_at=utc(value["created_at"]) or now_utc(),
+        updated_at=utc(value["updated_at"]) or now_utc(),
+        expires_at=utc(value["expires_at"]),
+        damaged=damaged,
     )
 
 
@@ -401,7 +410,10 @@ class SqlStateStore:
             "row_version": row.row_version,
             "quarantined_at": now_utc(),
         }
-        clear = update(sessions).where(*self._where(row.key), *self._owned(owner)).values(state=None, state_bytes=0)
+        # Cleared, and a damaged column written back with what it read as, so the row is whole again.
+        repair = {name: getattr(row, name) for name in row.damaged}
+        clear = update(sessions).where(*self._where(row.key), *self._owned(owner)).values(
+            {**repair, "state": None, "state_bytes": 0})
         try:
             async with self.engine.begin() as conn:
                 added = await conn.execute(insert(quarantine).values(record))
