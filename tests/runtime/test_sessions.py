@@ -43,6 +43,7 @@ from teamstore.errors import (
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
 from teamstore.state.direct import APPLICATION_NAME
 from teamstore.state.envelope import decode, encode
@@ -606,7 +607,6 @@ async def test_a_label_that_looks_like_a_version_prefix_still_moves(
 async def test_production_database_is_never_migrated_implicitly(postgres_url: str, registry: Registry) -> None:
     from teamstore.db.migrate import upgrade
     from teamstore.errors import SchemaNotReady
-    from teamstore.settings import Settings
 
     engine = create_engine(postgres_url)
     platform = Platform(engine, registry, settings=Settings(database_url=postgres_url))
@@ -626,7 +626,6 @@ async def test_production_database_is_never_migrated_implicitly(postgres_url: st
 @pytest.mark.postgres
 async def test_a_worker_set_to_the_other_kind_of_lease_fails_at_start(postgres_url: str, registry: Registry) -> None:
     from teamstore.db.migrate import upgrade
-    from teamstore.settings import Settings
 
     engine = create_engine(postgres_url)
     await upgrade(engine)  # records 'lock'
@@ -846,10 +845,13 @@ async def test_a_state_over_a_lowered_cap_starts_fresh_instead_of_never_saving_a
 @pytest.mark.parametrize("damage", ["created_at = 'garbage'", "expires_at = 'nope'", "row_version = 'z'",
                                     "state_bytes = 'x'", "schema_version = 'q'"])
 async def test_a_row_damaged_by_hand_in_a_typed_column_fails_closed_and_is_repaired(
-    platform: Platform, damage: str
+    registry: Registry, tmp_path: Path, damage: str
 ) -> None:
-    if platform.store.engine.dialect.name != "sqlite":
-        pytest.skip("only SQLite keeps a value of another type in a typed column")
+    # SQLite only: Postgres never keeps a value of another type in a typed column.
+    engine = create_engine(f"sqlite:///{tmp_path / 'damaged.db'}")
+    platform = Platform(engine, registry, settings=Settings(home=tmp_path / "home", auto_migrate=True,
+                                                           lease_timeout_seconds=0.3))
+    await platform.ensure_schema()
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     async with platform.store.engine.begin() as conn:
         await conn.execute(text(f"UPDATE ts_sessions SET {damage}"))
@@ -862,3 +864,5 @@ async def test_a_row_damaged_by_hand_in_a_typed_column_fails_closed_and_is_repai
     assert kept.reason == "corrupt" and kept.state_bytes >= 0
     _, outcome = await talk(platform, "alice", "s1", "and again")  # the row is whole again
     assert outcome.outcome == "resumed"
+    await platform.aclose()
+    await engine.dispose()
