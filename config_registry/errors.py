@@ -67,6 +67,13 @@ class FactoryInvalid(RegistryError):
     """A ``module:function`` factory could not be imported, raised, or returned something that is not a team."""
 
 
+def folder_failure(exc: OSError) -> str:
+    """Why a folder could not be made, as a person would say it (for the registry's and the database's)."""
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        return "a file is in the way"
+    return exc.strerror or type(exc).__name__
+
+
 def validation_message(error: Mapping[str, Any]) -> str:
     """One pydantic error for a person: a validator's own ``ValueError`` text, without the "Value error, "
     pydantic puts before it; any other error's message as pydantic words it."""

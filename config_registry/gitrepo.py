@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from config_registry.errors import RegistryConflict, RegistryCorrupt, RegistryError
+from config_registry.errors import RegistryConflict, RegistryCorrupt, RegistryError, folder_failure
 
 DEFAULT_NAME = "teamstore"
 DEFAULT_EMAIL = "teamstore@localhost"
@@ -132,9 +132,7 @@ class GitRepo:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file on the way (TEAMSTORE_HOME itself, say), no permission, a read-only disk
             raise RegistryError(
-                f"cannot make the registry folder {str(self.path)!r}: "
-                + ("a file is in the way" if isinstance(exc, FileExistsError | NotADirectoryError)
-                   else exc.strerror or type(exc).__name__),
+                f"cannot make the registry folder {str(self.path)!r}: {folder_failure(exc)}",
                 hint="set TEAMSTORE_HOME (or TEAMSTORE_REGISTRY_PATH) to a folder this process may write",
             ) from None
 

@@ -29,7 +29,7 @@ BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = (
 )
 
 
-def _shown(value: str) -> str:
+def shown(value: str) -> str:
     """``value`` quoted for a message, cut short: a name can be anything a caller passed."""
     return repr(value) if len(value) <= 80 else f"{value[:60]!r}... ({len(value):,} characters)"
 
@@ -51,13 +51,13 @@ def validate_name(value: str, *, what: str = "team name", field: str = "name") -
     """
     if not NAME_PATTERN.fullmatch(value):  # fullmatch: '$' alone would also let a trailing newline through
         raise DefinitionInvalid(
-            f"{what} {_shown(value)} is not allowed",
+            f"{what} {shown(value)} is not allowed",
             field=field,
             hint="use 1-64 lowercase letters, digits, '_' or '-', starting with a letter or digit",
         )
     if what == "label" and VERSION_LIKE.fullmatch(value):
         raise DefinitionInvalid(
-            f"label {_shown(value)} looks like a version (7-40 hex digits); refs would resolve it instead of the version",
+            f"label {shown(value)} looks like a version (7-40 hex digits); refs would resolve it instead of the version",
             field=field,
             hint="give the label a name with a non-hex letter in it, e.g. 'release-1'",
         )

@@ -40,7 +40,7 @@ from config_registry.errors import (
 )
 from config_registry.fingerprint import fingerprints
 from config_registry.gitrepo import GitRepo, default_actor
-from config_registry.manifest import Manifest, _shown, validate_name
+from config_registry.manifest import Manifest, shown, validate_name
 from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 from config_registry.validate import kind_of, validate_definition
@@ -359,7 +359,7 @@ class Registry:
         if len(matches) == 1:
             return matches[0]
         raise UnknownVersion(
-            f"{_shown(selector)} is not a label or a unique version (7+ hex digits) of team {name!r}"
+            f"{shown(selector)} is not a label or a unique version (7+ hex digits) of team {name!r}"
             + (" (ambiguous prefix)" if matches else ""),
             hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
         )
@@ -480,7 +480,7 @@ def _check_actor(field: str, actor: str | None) -> None:
     name = actor.partition("<")[0].strip()
     if not name or any(ord(c) < 32 or ord(c) == 127 for c in actor):
         raise DefinitionInvalid(
-            f"{field} {_shown(actor)} is not a name git can record as a commit's author",
+            f"{field} {shown(actor)} is not a name git can record as a commit's author",
             field=field,
             hint="give a name, optionally with an email: 'Ada Lovelace <ada@example.com>'",
         )

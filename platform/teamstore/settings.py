@@ -35,6 +35,8 @@ _ASYNC_DRIVERS = {
 MAX_DAYS = 3650
 """The longest TTL or retention a setting takes (ten years): dates past it stop being dates a database
 or a timestamp can hold long before they stop being numbers."""
+MAX_LEASE_WAIT = 3600
+"""The longest a session waits for another worker's lease (seconds), as a setting or an argument."""
 MAX_TEXT_BYTES = 1 << 30
 """The largest state or task a setting allows: PostgreSQL holds no text value over 1 GB."""
 
@@ -86,7 +88,7 @@ class Settings(TypedSettings):
         "a larger one is refused before the team runs.",
     )
     lease_timeout_seconds: float = Field(
-        default=10.0, ge=0, le=3600, description="How long to wait for a busy session."
+        default=10.0, ge=0, le=MAX_LEASE_WAIT, description="How long to wait for a busy session."
     )
     lease_ttl_seconds: float = Field(
         default=300.0, gt=0, le=86_400,

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from config_registry.errors import folder_failure
 from teamstore.errors import ConfigurationError, MissingExtra
 from teamstore.settings import to_async_url
 
@@ -103,13 +104,6 @@ def describe_failure(exc: BaseException) -> str:
     return f"the database refused the statement ({name}, {code})"
 
 
-def _why(exc: OSError) -> str:
-    """Why a folder could not be made, as a person would say it."""
-    if isinstance(exc, FileExistsError | NotADirectoryError):
-        return "a file is in the way"
-    return exc.strerror or type(exc).__name__
-
-
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets readers run beside the single writer; busy_timeout makes writers from other
@@ -184,7 +178,7 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
             except OSError as exc:  # a file where the folder should be, no permission, a read-only disk
                 raise ConfigurationError(
                     f"cannot make the folder of the SQLite database {str(database.parent)!r}: "
-                    f"{_why(exc)}",
+                    f"{folder_failure(exc)}",
                     hint="set TEAMSTORE_HOME (or TEAMSTORE_DATABASE_URL) to a folder this process may write",
                 ) from None
             event.listen(engine.sync_engine, "do_connect", lambda *_: _create_private(database))

@@ -49,6 +49,7 @@ from teamstore.runtime.resume import (
     judge,
 )
 from teamstore.runtime.tasks import check_task
+from teamstore.settings import MAX_LEASE_WAIT
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.envelope import encode
 
@@ -60,8 +61,6 @@ AGENTCHAT_VERSION = package_version("autogen-agentchat")
 EXPIRY_SLACK = 0.01
 """A saved session expires between TTL and TTL + 1% after its last save, so its expiry (an indexed
 column) moves about once per 1% of the TTL, not on every save."""
-MAX_LEASE_TIMEOUT = 3600
-"""The longest a session waits for another worker's lease (as ``TEAMSTORE_LEASE_TIMEOUT_SECONDS``)."""
 _LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
 
 
@@ -101,8 +100,8 @@ class Session:
         self._platform = platform
         self.key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
         self._team_ref = team
-        if not (isinstance(lease_timeout, int | float) and 0 <= lease_timeout <= MAX_LEASE_TIMEOUT):  # NaN fails too
-            raise ConfigurationError(f"lease_timeout must be 0 to {MAX_LEASE_TIMEOUT} seconds, got {lease_timeout!r}",
+        if not (isinstance(lease_timeout, int | float) and 0 <= lease_timeout <= MAX_LEASE_WAIT):  # NaN fails too
+            raise ConfigurationError(f"lease_timeout must be 0 to {MAX_LEASE_WAIT} seconds, got {lease_timeout!r}",
                                      hint="pass how long to wait for a session another worker holds")
         self._lease_timeout = float(lease_timeout)
         self._owner = f"{platform.worker_id}:{uuid.uuid4().hex[:12]}"
