@@ -15,9 +15,10 @@
     beside it: the cycle against the floor in psycopg's default mode (the SELECT opens a transaction, a
     COMMIT ends it; on this kind of machine that floor matches the ~990 cycles/s the target was set
     against); the store's two statements alone; the same cycle with row leases
-    (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own); the ceiling, the floor plus the decode,
-    validation and encode the cycle must do (a store with no overhead of its own), and teamstore's
-    ratio to it, which is what the store itself costs; and the floor on an
+    (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own); the floor plus the decode and encode
+    any resume needs; the ceiling, the floor plus the decode, validation and encode the cycle must do
+    (a store with no overhead of its own), and teamstore's ratio to it, which is what the store itself
+    costs; and the floor on an
     lz4 column, as teamstore stores states (migration 0006), where the floor keeps the server's default.
 """
 
@@ -186,12 +187,15 @@ class Cycles:
         return n
 
     async def floor(
-        self, worker: int, n: int, validate: bool = False, table: str = "floor", transaction: bool = False
+        self, worker: int, n: int, codec: bool = False, validate: bool = False, table: str = "floor",
+        transaction: bool = False,
     ) -> int:
         """The floor, two statements in autocommit; with ``transaction``, in psycopg's default mode instead
-        (the SELECT opens a transaction, a COMMIT ends it: four round trips); with ``validate``, plus the
-        decode, validation and encode of teamstore's cycle: what a store with no overhead of its own would
-        reach. ``floor_lz4`` compresses its states as teamstore's table does (migration 0006)."""
+        (the SELECT opens a transaction, a COMMIT ends it: four round trips); with ``codec``, plus the
+        decode and encode any resume needs (AutoGen's ``load_state`` takes dicts and ``save_state`` returns
+        them); with ``validate`` too, plus the validation teamstore's load must do: what a store with no
+        overhead of its own would reach. ``floor_lz4`` compresses its states as teamstore's table does
+        (migration 0006)."""
         conn = (self.tx_conns if transaction else self.conns)[worker]
         for _ in range(n):
             cur = await conn.execute(
@@ -199,10 +203,11 @@ class Cycles:
             row = await cur.fetchone()
             version = row[1] if row else 0
             text = self.state
-            if validate and row is not None:
+            if (codec or validate) and row is not None:
                 participants = decode(row[0])["participants"]
-                for name, st in participants.items():
-                    validate_participant(name, AGENT, "team", st)
+                if validate:
+                    for name, st in participants.items():
+                        validate_participant(name, AGENT, "team", st)
                 text = encode({"kind": "team", "participants": participants})
             await conn.execute(
                 f"INSERT INTO {table} VALUES (%s, %s, %s, 1) ON CONFLICT (user_id, session_id) DO UPDATE"
@@ -227,6 +232,7 @@ async def throughput(url: str, row_url: str, state: str, seconds: float, rounds:
         await cycles.setup(workers)
         await rows.setup(1)
         runs = {"floor": cycles.floor, "ours": cycles.ours, "store_only": cycles.store_only, "row": rows.ours,
+                "codec": functools.partial(cycles.floor, codec=True),
                 "ceiling": functools.partial(cycles.floor, validate=True),
                 "floor_lz4": functools.partial(cycles.floor, table="floor_lz4"),
                 "floor_tx": functools.partial(cycles.floor, transaction=True)}
@@ -247,8 +253,10 @@ async def throughput(url: str, row_url: str, state: str, seconds: float, rounds:
         print(f"    {'':<14} floor in a transaction {t:,.0f}/s ({ratio['floor_tx']:.2f}x the floor);"
               f" teamstore against it {vs_tx:.2f}x")
         print(f"    {'':<14} store statements alone {ratio['store_only']:.2f}x; row leases {ratio['row']:.2f}x;"
-              f" ceiling (floor + decode, validate, encode) {ratio['ceiling']:.2f}x;"
               f" floor on an lz4 column {ratio['floor_lz4']:.2f}x")
+        print(f"    {'':<14} floor + decode, encode {ratio['codec']:.2f}x;"
+              f" ceiling (floor + decode, validate, encode) {ratio['ceiling']:.2f}x"
+              f"{' (under the 0.8x target: no store that validates every load reaches it here)' if ratio['ceiling'] < 0.8 else ''}")
         print(f"    {'':<14} teamstore against the ceiling {vs_ceiling:.2f}x (what the store itself costs)")
 
 
