@@ -84,10 +84,15 @@ def _render(receipt: Receipt) -> None:
     for name, s in receipt.stores.items():
         if s.detail:
             console.print(f"[yellow]{name}[/]: {plain(s.detail)}")
-    console.print(f"subject hash {receipt.subject_hash or '(user had no subject)'}; received "
-                  f"{receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
+    subject = f"subject hash {receipt.subject_hash or '(user had no subject)'}"
+    if dry:
+        console.print(f"{subject}; no request was opened (no id to look up): one started now would be due "
+                      f"{receipt.due_at:%Y-%m-%d}")
+    else:
+        console.print(f"{subject}; received {receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
     for remains in receipt.remains_elsewhere:
-        console.print(f"remains by design: {remains.what} until {remains.until:%Y-%m-%d}: {plain(remains.detail)}")
+        console.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} until "
+                      f"{remains.until:%Y-%m-%d}: {plain(remains.detail)}")
 
 
 def _finish(receipt: Receipt, as_json: bool) -> None:

@@ -44,7 +44,7 @@ async def erase_user(
         user_id: The raw user id, matched exactly.
         request_id: Idempotency key (rerun it to resume); fresh when omitted.
         reason: Stored with the request.
-        dry_run: Enumerate only.
+        dry_run: Enumerate only; no request is stored, and the receipt's ``request_id`` is ``None``.
         settings: Defaults to ``Settings()`` (the environment).
         check: Raise unless every store is ``erased`` or ``no_match``.
 
