@@ -86,7 +86,10 @@ def test_numbers_no_database_column_holds_are_refused_as_usage_errors(registry: 
         assert not isinstance(result.exception, OverflowError)  # it used to reach the database driver
 
 
-def test_db_commands_say_what_to_do() -> None:
+def test_db_commands_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    database = tmp_path / "made-by-hand.db"
+    database.touch()  # a database without tables (as an earlier 'db current' left one)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", f"sqlite:///{database}")
     fresh = runner.invoke(app, ["db", "current"], env={"COLUMNS": "300"})
     assert fresh.exit_code == 0 and "at empty, this code needs" in fresh.stdout and "db upgrade" in fresh.stdout
     assert "None" not in fresh.stdout

@@ -41,7 +41,9 @@ def _with_coordinator(
         from teamstore.db.migrate import require_current, upgrade
 
         settings = Settings()
-        engine = create_engine(settings.resolved_database_url)
+        # Every request is about what is stored: on a database that does not exist yet (a mistyped
+        # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
+        engine = create_engine(settings.resolved_database_url, must_exist=True)
         store = transcript_store_from_settings(settings)
         try:
             await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
