@@ -338,6 +338,7 @@ def db_lease_mode(
                 raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
                                          hint="keep row leases on SQLite, or point TEAMSTORE_DATABASE_URL at "
                                          "Postgres for lock leases")
+            await require_current(engine)  # the migrations record the mode: without them, say to run them
             before = await lease_mode(engine) if mode is None else await set_lease_mode(engine, mode)
             return {"database": redact_url(settings.resolved_database_url), "from": before, "mode": mode or before,
                     "this_process": settings.session_lease if engine.dialect.name == "postgresql" else "row"}
