@@ -25,7 +25,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from config_registry.errors import RegistryConflict, RegistryCorrupt, RegistryError, folder_failure
+from config_registry.errors import (
+    RegistryConflict,
+    RegistryCorrupt,
+    RegistryError,
+    RegistryNotFound,
+    folder_failure,
+)
 
 DEFAULT_NAME = "teamstore"
 DEFAULT_EMAIL = "teamstore@localhost"
@@ -74,23 +80,33 @@ class GitRepo:
         self.path = path
 
     @classmethod
-    def open_or_init(cls, path: Path) -> GitRepo:
+    def open_or_init(cls, path: Path, *, create: bool = True) -> GitRepo:
         """Open the repository at ``path``, creating it (with a first commit) if absent or empty.
+
+        Args:
+            path: The repository's folder.
+            create: Off for a reader, which must not leave a repository (or a folder) behind on a path
+                nothing was ever registered at: a mistyped one, say.
 
         Raises:
             RegistryCorrupt: ``path`` is a file, or a non-empty folder that is not a git repository's top level.
+            RegistryNotFound: ``create`` is off and ``path`` is absent or an empty folder.
         """
         path = Path(path).expanduser().absolute()
         if path.exists() and not path.is_dir():
             raise RegistryCorrupt(
                 f"registry path {path} is a file", hint="point TEAMSTORE_REGISTRY_PATH at a folder"
             )
+        if not create and not path.exists():
+            raise _not_found(path)
         repo = cls(path)
         repo._make_folder()
         # Several processes may open a new path at once: one creates the repository while the others wait
         # (unlocked, a second 'git init' or first commit raced the first, or saw a half-made repository).
         with repo._folder_lock():
             if not any(path.iterdir()):
+                if not create:
+                    raise _not_found(path)
                 repo._init()
             elif not repo._is_toplevel():
                 raise RegistryCorrupt(
@@ -304,6 +320,14 @@ class GitRepo:
             dict(zip(("commit", "author", "time", "message"), fields[i:i + 4], strict=True))
             for i in range(0, len(fields) - 3, 4)
         ]
+
+
+def _not_found(path: Path) -> RegistryNotFound:
+    return RegistryNotFound(
+        f"no registry at {path}: it does not exist yet, so no team is registered there",
+        hint="`teamstore registry add` creates it with the first team; if it should exist, check "
+        "TEAMSTORE_HOME and TEAMSTORE_REGISTRY_PATH",
+    )
 
 
 def normalise_author(author: str) -> str:

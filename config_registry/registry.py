@@ -58,14 +58,16 @@ class Registry:
     Args:
         path: The repository folder; created with ``git init`` if absent or empty.
         lock_timeout: Seconds a writer waits for another writer before :class:`RegistryConflict`.
+        create: Off to open only a registry that exists (a reader that must not make one).
 
     Raises:
         RegistryCorrupt: ``path`` exists and is not a git repository, or has uncommitted edits under
             ``teams/`` or ``labels/``.
+        RegistryNotFound: ``create`` is off and nothing is at ``path`` yet.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> None:
-        self.repo = GitRepo.open_or_init(Path(path))
+    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0, create: bool = True) -> None:
+        self.repo = GitRepo.open_or_init(Path(path), create=create)
         self.path = self.repo.path
         self.lock_timeout = lock_timeout
         # Under the write lock: another process's registration writes files just before committing

@@ -39,3 +39,32 @@ def test_a_command_on_a_database_that_does_not_exist_yet_creates_nothing(args: l
     assert "error: the SQLite database" in result.output and "does not exist yet" in result.output
     assert "fix: `teamstore db upgrade` creates it" in result.output
     assert not home.exists()
+
+
+ON_THE_REGISTRY = [
+    ["registry", "list"],
+    ["registry", "list", "--json"],
+    ["registry", "show", "support_triage"],
+    ["registry", "history", "support_triage"],
+    ["registry", "diff", "support_triage", "production", "staging"],
+    ["registry", "check", "support_triage", "--from", "production", "--to", "staging"],
+    ["registry", "label", "support_triage", "production", "staging", "--reason", "ship"],
+]
+
+
+@pytest.mark.parametrize("args", ON_THE_REGISTRY, ids=" ".join)
+def test_a_command_on_a_registry_that_does_not_exist_yet_creates_nothing(args: list[str]) -> None:
+    home = Path(os.environ["TEAMSTORE_HOME"])
+    result = runner.invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 1, result.output
+    assert "error: no registry at" in result.output and "does not exist yet" in result.output
+    assert "fix: `teamstore registry add` creates it" in result.output
+    assert not home.exists()
+
+
+def test_an_empty_folder_is_no_registry_yet_and_is_left_empty(tmp_path: Path) -> None:
+    folder = tmp_path / "registry"
+    folder.mkdir()
+    result = runner.invoke(app, ["registry", "list"], env={"TEAMSTORE_REGISTRY_PATH": str(folder)})
+    assert result.exit_code == 1 and "error: no registry at" in result.output
+    assert list(folder.iterdir()) == []

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from config_registry import Registry
 from teamstore.cli import app
 from tests.conftest import git
 from tests.registry.conftest import triage_json
@@ -159,7 +160,7 @@ def test_secret_option_stores_a_reference(registry_path: Path, monkeypatch: pyte
         (("registry", "history", "nobody"), "no team named"),
     ],
 )
-def test_typed_errors_exit_one_with_a_fix(registry_path: Path, args: tuple[str, ...], fragment: str) -> None:
+def test_typed_errors_exit_one_with_a_fix(registry: Registry, args: tuple[str, ...], fragment: str) -> None:
     result = invoke(*args)
     assert result.exit_code == 1
     assert fragment in " ".join(result.output.split())
@@ -167,7 +168,7 @@ def test_typed_errors_exit_one_with_a_fix(registry_path: Path, args: tuple[str, 
 
 
 @pytest.mark.parametrize("days", ["0", "-1", "3651", "inf", "nan"])
-def test_a_state_ttl_that_no_date_can_hold_is_refused_at_registration(registry_path: Path, days: str) -> None:
+def test_a_state_ttl_that_no_date_can_hold_is_refused_at_registration(registry: Registry, days: str) -> None:
     result = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "--state-ttl-days", days)
     assert result.exit_code == 1
     assert "state_ttl_days" in result.output and "Traceback" not in result.output

@@ -27,8 +27,10 @@ from teamstore.settings import Settings
 app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=True)
 
 
-def _registry() -> Registry:
-    return Registry(Settings().resolved_registry_path)
+def _registry(*, create: bool = False) -> Registry:
+    """The registry; only ``add`` creates it: every other command reads, or moves a label of a version
+    that must already be registered."""
+    return Registry(Settings().resolved_registry_path, create=create)
 
 
 def _short(version: str | None) -> str:
@@ -143,7 +145,7 @@ def _register(
             field="source",
             hint="e.g. --factory teamstore.examples:support_triage",
         )
-    registry = _registry()
+    registry = _registry(create=True)
     if factory is not None:
         version = registry.add_from_factory(factory, manifest, message, label=label)
     else:
