@@ -49,6 +49,7 @@ ON_THE_REGISTRY = [
     ["registry", "diff", "support_triage", "production", "staging"],
     ["registry", "check", "support_triage", "--from", "production", "--to", "staging"],
     ["registry", "label", "support_triage", "production", "staging", "--reason", "ship"],
+    ["registry", "recover"],
 ]
 
 
