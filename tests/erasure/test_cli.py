@@ -103,7 +103,10 @@ def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypat
 
 def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
     no_user = runner.invoke(app, ["erase"])  # a usage error: 1, since 2 means a failed or held request
-    assert no_user.exit_code == 1 and "--user" in no_user.output
+    assert no_user.exit_code == 1 and "error: Missing option '--user'" in no_user.output  # not 'Invalid value'
+    empty = runner.invoke(app, ["erase", "--user", ""])  # refused as such, before the database is looked for
+    assert empty.exit_code == 1 and "error: user id of length 0" in empty.output
+    assert "does not exist yet" not in empty.output
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     missing = runner.invoke(app, ["erase", "status", "no-such"])
     assert missing.exit_code == 1 and "no erasure request" in missing.output

@@ -114,6 +114,18 @@ def test_rename_diff_check_and_rollback(registry_path: Path) -> None:
     assert "compatible" in ok.stdout
 
 
+def test_an_explicit_empty_message_or_a_label_move_without_a_reason_is_refused(registry: Registry) -> None:
+    # '-m ""' was replaced by "register NAME", and a label move without --reason was logged as
+    # "set from the command line": the history no longer said why.
+    refused = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "-m", "")
+    assert refused.exit_code == 1 and "message: the commit message is empty" in refused.output
+    version = as_json(*ADD, "--factory", "teamstore.examples:support_triage")["version"]  # omitted: a default
+    assert registry.resolve(f"support_triage@{version}").message == "register support_triage"
+    unexplained = invoke("registry", "label", "support_triage", version, "production")
+    assert unexplained.exit_code == 1 and "Missing option '--reason'" in unexplained.output
+    assert registry.history("support_triage")[0].kind == "version"  # no label move was made
+
+
 def test_secret_option_stores_a_reference(registry_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-stored")
     args = [

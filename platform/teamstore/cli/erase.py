@@ -18,7 +18,8 @@ from typing import TypeVar
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain, print_table
+from teamstore.audit.subjects import check_user_id
+from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.erasure.requests import check_request_id
 from teamstore.errors import ErasureIncomplete, TeamstoreError
@@ -122,7 +123,12 @@ def erase(
     if ctx.invoked_subcommand is not None:
         return
     if user is None:
-        raise typer.BadParameter("give --user (or use `teamstore erase status ID`)", param_hint="--user")
+        # Click's UsageError (typed as Exception here) takes the context that prints the usage line.
+        raise UsageError(  # type: ignore[call-arg]
+            "Missing option '--user': the user id to erase (or `teamstore erase status ID` for a request's receipt)",
+            ctx=ctx,
+        )
+    check_user_id(user)  # before the database is looked for: the id is what is wrong
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
         check_request_id(request_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -100,14 +100,14 @@ def add(
     secret: Annotated[
         list[str] | None, typer.Option("--secret", help="PATH=env:VAR, a secret as a reference.")
     ] = None,
-    description: str = typer.Option("", "--description"),
-    owner: str = typer.Option("", "--owner"),
-    notes: str = typer.Option("", "--notes"),
+    description: str = typer.Option("", "--description", help="What the team does (shown by list and show)."),
+    owner: str = typer.Option("", "--owner", help="Who answers for it (a team or a person)."),
+    notes: str = typer.Option("", "--notes", help="Anything a reviewer should know."),
     state_ttl_days: float | None = typer.Option(
         None, "--state-ttl-days", help="Resume-state TTL for this team."
     ),
     message: str | None = typer.Option(
-        None, "--message", "-m", help="Why this version exists (commit message)."
+        None, "--message", "-m", help="Why this version exists (commit message); omitted: 'register NAME'."
     ),
     label: str | None = typer.Option(None, "--label", help="Also point this label at the new version."),
     as_json: bool = JsonOption,
@@ -125,7 +125,8 @@ def add(
     }
     try:
         manifest = _manifest(name, {**options, "secrets": _secrets(secret or [])})
-        definition = _register(name, factory, file, manifest, message or f"register {name}", label)
+        definition = _register(name, factory, file, manifest, f"register {name}" if message is None else message,
+                               label)
     except TeamstoreError as exc:
         fail(exc)
     data = {
@@ -332,7 +333,7 @@ def label(
     name: str = typer.Argument(...),
     version: str = typer.Argument(..., help="A version or another label."),
     label_name: str = typer.Argument(..., metavar="LABEL"),
-    reason: str = typer.Option("set from the command line", "--reason", help="Why (kept in the move log)."),
+    reason: str = typer.Option(..., "--reason", help="Why (kept in the move log, shown by history)."),
     who: str | None = typer.Option(None, "--who", help="Who moves it (default: GIT_AUTHOR_NAME or login)."),
     as_json: bool = JsonOption,
 ) -> None:
