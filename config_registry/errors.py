@@ -55,6 +55,10 @@ class RegistryCorrupt(RegistryError):
     """The registry repository is not a git repository, has uncommitted edits, or holds malformed files."""
 
 
+class RegistryNotFound(RegistryError):
+    """No registry exists at the path yet (a reader never makes one; the first registration does)."""
+
+
 class RegistryConflict(RegistryError):
     """Another writer holds the registry lock and did not release it in time."""
 

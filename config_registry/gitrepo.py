@@ -25,11 +25,22 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from config_registry.errors import RegistryConflict, RegistryCorrupt, RegistryError, folder_failure
+from config_registry.errors import (
+    RegistryConflict,
+    RegistryCorrupt,
+    RegistryError,
+    RegistryNotFound,
+    folder_failure,
+)
 
 DEFAULT_NAME = "teamstore"
 DEFAULT_EMAIL = "teamstore@localhost"
 LOCK_FILE = "teamstore-registry.lock"
+RECOVER_HINT = (
+    "see what is left with `teamstore registry recover`; then `teamstore registry recover --discard` goes back "
+    "to the last commit, or `teamstore registry recover --commit -m WHY` commits the definitions left if each "
+    "passes every check a registration applies (docs/registry.md)"
+)
 _README = """# teamstore registry
 
 Team definitions managed by `teamstore registry`. One folder per team under `teams/`
@@ -74,23 +85,33 @@ class GitRepo:
         self.path = path
 
     @classmethod
-    def open_or_init(cls, path: Path) -> GitRepo:
+    def open_or_init(cls, path: Path, *, create: bool = True) -> GitRepo:
         """Open the repository at ``path``, creating it (with a first commit) if absent or empty.
+
+        Args:
+            path: The repository's folder.
+            create: Off for a reader, which must not leave a repository (or a folder) behind on a path
+                nothing was ever registered at: a mistyped one, say.
 
         Raises:
             RegistryCorrupt: ``path`` is a file, or a non-empty folder that is not a git repository's top level.
+            RegistryNotFound: ``create`` is off and ``path`` is absent or an empty folder.
         """
         path = Path(path).expanduser().absolute()
         if path.exists() and not path.is_dir():
             raise RegistryCorrupt(
                 f"registry path {path} is a file", hint="point TEAMSTORE_REGISTRY_PATH at a folder"
             )
+        if not create and not path.exists():
+            raise _not_found(path)
         repo = cls(path)
         repo._make_folder()
         # Several processes may open a new path at once: one creates the repository while the others wait
         # (unlocked, a second 'git init' or first commit raced the first, or saw a half-made repository).
         with repo._folder_lock():
             if not any(path.iterdir()):
+                if not create:
+                    raise _not_found(path)
                 repo._init()
             elif not repo._is_toplevel():
                 raise RegistryCorrupt(
@@ -168,10 +189,21 @@ class GitRepo:
             )
         return result.stdout
 
+    def changes(self, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """Uncommitted (staged, unstaged or untracked) files under ``paths``: (git's two-letter status, path)."""
+        # -z: paths as they are (no quoting of unusual names); a rename's entry is followed by its old path.
+        fields = iter(self.git("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths).split("\x00"))
+        found = []
+        for entry in fields:
+            if entry:
+                found.append((entry[:2], entry[3:]))
+                if entry[0] in "RC":
+                    next(fields, None)
+        return found
+
     def dirty(self, paths: Sequence[str]) -> list[str]:
         """Uncommitted (staged, unstaged or untracked) files under ``paths``."""
-        out = self.git("status", "--porcelain", "--untracked-files=all", "--", *paths)
-        return [line[3:] for line in out.splitlines() if line.strip()]
+        return [path for _status, path in self.changes(paths)]
 
     def ensure_clean(self, paths: Sequence[str]) -> None:
         """Refuse to work on a repository with uncommitted edits under ``paths``.
@@ -182,8 +214,35 @@ class GitRepo:
         edited = self.dirty(paths)
         if edited:
             raise RegistryCorrupt(
-                f"registry {self.path} has uncommitted edits: {', '.join(edited[:5])}",
-                hint="commit or discard them (git -C <registry> status) before using the registry",
+                f"registry {self.path} has uncommitted edits (a registration or label move stopped before its "
+                f"commit, or a hand edit): {', '.join(edited[:5])}",
+                hint=RECOVER_HINT,
+            )
+
+    def git_locks(self) -> list[str]:
+        """Lock files git left in ``.git`` (relative to it), other than the registry's own write lock.
+
+        Git makes one for each file it rewrites (the index, a branch) and renames it into place when done: one
+        that is left behind was left by a git command that was killed. Only meaningful under :meth:`lock`,
+        where no registry writer is running git.
+        """
+        git_dir = self.git_dir()
+        found = [p for p in git_dir.glob("*.lock") if p.name != LOCK_FILE]
+        found += (git_dir / "refs").rglob("*.lock")
+        return sorted(str(p.relative_to(git_dir)) for p in found)
+
+    def ensure_no_git_locks(self) -> None:
+        """Refuse to write while git's lock files from a killed git command are left (git would refuse it
+        halfway, with the registry's files written and not committed).
+
+        Raises:
+            RegistryCorrupt: Naming the lock files.
+        """
+        locks = self.git_locks()
+        if locks:
+            raise RegistryCorrupt(
+                f"registry {self.path} has lock files a killed git command left in .git: {', '.join(locks[:5])}",
+                hint=RECOVER_HINT,
             )
 
     def ensure_on_branch(self) -> None:
@@ -304,6 +363,14 @@ class GitRepo:
             dict(zip(("commit", "author", "time", "message"), fields[i:i + 4], strict=True))
             for i in range(0, len(fields) - 3, 4)
         ]
+
+
+def _not_found(path: Path) -> RegistryNotFound:
+    return RegistryNotFound(
+        f"no registry at {path}: it does not exist yet, so no team is registered there",
+        hint="`teamstore registry add` creates it with the first team; if it should exist, check "
+        "TEAMSTORE_HOME and TEAMSTORE_REGISTRY_PATH",
+    )
 
 
 def normalise_author(author: str) -> str:

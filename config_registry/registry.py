@@ -36,20 +36,25 @@ from config_registry.errors import (
     RegistryCorrupt,
     UnknownTeam,
     UnknownVersion,
-    validation_message,
 )
 from config_registry.fingerprint import fingerprints
 from config_registry.gitrepo import GitRepo, default_actor
 from config_registry.manifest import Manifest, shown, validate_name
+from config_registry.registration import (
+    TRACKED,
+    check_actor,
+    check_commit,
+    check_definition,
+    commit_definition,
+)
 from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
-from config_registry.validate import kind_of, validate_definition
+from config_registry.validate import kind_of
 
 _T = TypeVar("_T")
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
 
 DEFAULT_LABEL = "production"
-_TRACKED = ("teams", "labels")
 
 
 class Registry:
@@ -58,24 +63,26 @@ class Registry:
     Args:
         path: The repository folder; created with ``git init`` if absent or empty.
         lock_timeout: Seconds a writer waits for another writer before :class:`RegistryConflict`.
+        create: Off to open only a registry that exists (a reader that must not make one).
 
     Raises:
         RegistryCorrupt: ``path`` exists and is not a git repository, or has uncommitted edits under
             ``teams/`` or ``labels/``.
+        RegistryNotFound: ``create`` is off and nothing is at ``path`` yet.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> None:
-        self.repo = GitRepo.open_or_init(Path(path))
+    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0, create: bool = True) -> None:
+        self.repo = GitRepo.open_or_init(Path(path), create=create)
         self.path = self.repo.path
         self.lock_timeout = lock_timeout
         # Under the write lock: another process's registration writes files just before committing
         # them, and must not read as a hand edit. A read-only checkout (a worker's volume) has no
         # writer in it to wait for, and no lock file can be made there.
         if not self.repo.writable():
-            self.repo.ensure_clean(_TRACKED)
+            self.repo.ensure_clean(TRACKED)
             return
         with self.repo.lock(lock_timeout):
-            self.repo.ensure_clean(_TRACKED)
+            self.repo.ensure_clean(TRACKED)
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Registry:
@@ -108,47 +115,34 @@ class Registry:
         Raises:
             DefinitionInvalid: A check failed; nothing was written.
             RegistryConflict: Another writer held the lock too long.
-            RegistryCorrupt: The repository has uncommitted edits.
+            RegistryCorrupt: The repository has uncommitted edits or lock files a killed git left
+                (``teamstore registry recover``).
         """
-        validate_name(name)
-        if manifest.name != name:
-            raise DefinitionInvalid(
-                f"manifest name {manifest.name!r} differs from the team name {name!r}",
-                field="manifest.name",
-                hint=f"register it as {manifest.name!r} or set the manifest's name to {name!r}",
-            )
         if label is not None:
             validate_name(label, what="label", field="label")
-        if not message.strip():
-            raise DefinitionInvalid(
-                "the commit message is empty", field="message", hint="say why this version exists"
-            )
-        check_free_text("message", message)
-        _check_actor("author", author)
-        for field in ("description", "owner", "notes"):
-            check_free_text(f"manifest.{field}", getattr(manifest, field))
-        component = _as_json(component)
-        for field in ("description", "label"):
-            check_free_text(field, str(component.get(field) or ""))
-        stored = validate_definition(component, manifest)
+        check_commit(message, author)
+        stored = check_definition(name, component, manifest)
         with self.repo.lock(self.lock_timeout):
-            self.repo.ensure_clean(_TRACKED)
-            self.repo.ensure_on_branch()
+            self._ready_to_write()
             version = self._commit_definition(name, stored, manifest, message, author)
             if label is not None:
                 self._move_label(name, version, label, f"registered with label {label}: {message}", author)
         return version
 
+    def _ready_to_write(self) -> None:
+        """Under the write lock: what an interrupted write left (uncommitted files, git's lock files) or a
+        detached HEAD refuses the write, rather than being committed with it or failing halfway."""
+        self.repo.ensure_clean(TRACKED)
+        self.repo.ensure_no_git_locks()
+        self.repo.ensure_on_branch()
+
     def _commit_definition(
         self, name: str, stored: dict[str, Any], manifest: Manifest, message: str, author: str | None
     ) -> str:
-        folder = f"teams/{name}"
         try:
-            self.repo.write_json(f"{folder}/component.json", stored)
-            self.repo.write_json(f"{folder}/manifest.json", manifest.model_dump(mode="json"))
-            sha = self.repo.commit([folder], message, author)
+            sha = commit_definition(self.repo, name, stored, manifest, message, author)
         except BaseException:
-            self.repo.discard([folder])
+            self.repo.discard([f"teams/{name}"])
             raise
         return sha or self._latest(name)
 
@@ -208,10 +202,9 @@ class Registry:
                 "a label move needs a reason", field="reason", hint="say why, e.g. --reason 'rollback'"
             )
         check_free_text("reason", reason)
-        _check_actor("who", who)
+        check_actor("who", who)
         with self.repo.lock(self.lock_timeout):
-            self.repo.ensure_clean(_TRACKED)
-            self.repo.ensure_on_branch()
+            self._ready_to_write()
             version = self._resolve_version(name, version_or_label)
             self._move_label(name, version, label, reason, who)
 
@@ -470,43 +463,6 @@ def _reading(a: TeamDefinition, b: TeamDefinition, compare: Callable[[], _T]) ->
             f"{a.name} at {a.version[:12]} or {b.version[:12]} holds JSON that is not a registered definition: "
             f"{type(exc).__name__}: {exc}",
             hint="revert the hand edit with git, or register the team again",
-        ) from exc
-
-
-def _check_actor(field: str, actor: str | None) -> None:
-    """Refuse an author git cannot record ('<>', blanks) or would silently change (control characters)."""
-    if actor is None:
-        return
-    name = actor.partition("<")[0].strip()
-    if not name or any(ord(c) < 32 or ord(c) == 127 for c in actor):
-        raise DefinitionInvalid(
-            f"{field} {shown(actor)} is not a name git can record as a commit's author",
-            field=field,
-            hint="give a name, optionally with an email: 'Ada Lovelace <ada@example.com>'",
-        )
-
-
-def _as_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
-    if isinstance(component, ComponentModel):
-        return component.model_dump(mode="json")
-    if hasattr(component, "dump_component"):
-        dumped: ComponentModel = component.dump_component()
-        return dumped.model_dump(mode="json")
-    if not isinstance(component, Mapping):
-        raise DefinitionInvalid(f"expected component JSON, got {type(component).__name__}", field="component")
-    try:
-        return ComponentModel.model_validate(dict(component)).model_dump(mode="json")
-    except ValidationError as exc:
-        raise DefinitionInvalid(
-            f"is not an AutoGen component: {validation_message(exc.errors()[0])}",
-            field=".".join(map(str, exc.errors()[0]["loc"])) or "component",
-            hint="pass what team.dump_component() returns",
-        ) from exc
-    except (ValueError, RecursionError) as exc:  # pydantic's "Maximum serialization depth exceeded"
-        raise DefinitionInvalid(
-            f"is nested too deeply to be a component: {exc}",
-            field="component",
-            hint="pass what team.dump_component() returns",
         ) from exc
 
 

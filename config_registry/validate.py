@@ -10,13 +10,16 @@ Order matters: providers and source-code tools are checked on the raw JSON first
 
 from __future__ import annotations
 
+import importlib
 import json
+import typing
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from autogen_core import ComponentModel
 from autogen_core._component_config import WELL_KNOWN_PROVIDERS
+from pydantic import ValidationError
 
 from config_registry.bounds import bound_of, is_bounding_context
 from config_registry.errors import DefinitionInvalid
@@ -321,11 +324,94 @@ def _load_or_explain(component: Any, path: str) -> Any:
     try:
         return load(component)
     except Exception as exc:  # any loader failure is a definition error, reported with its cause
+        path, component, exc = _innermost_failure(component, path) or (path, component, exc)
+        dropped = _dropped_by_dump(component, exc)
+        if dropped:
+            raise _dump_load_mismatch(component, path, dropped) from exc
         raise DefinitionInvalid(
             f"load_component() fails: {type(exc).__name__}: {exc}",
             field=path or "provider",
             hint="check the JSON against the component's config schema; dump it with team.dump_component()",
         ) from exc
+
+
+def _innermost_failure(node: Any, path: str) -> tuple[str, Any, Exception] | None:
+    """The innermost component in ``node`` that does not load on its own (path, JSON, error), so that a
+    failure is told where it is rather than at the top of the team."""
+    for child_path, child in _components_under(node, path):
+        found = _innermost_failure(child, child_path)
+        if found is not None:
+            return found
+    try:
+        load(node)
+    except Exception as exc:  # as above: the loader runs the component's own code
+        return path, node, exc
+    return None
+
+
+def _components_under(node: Any, path: str) -> list[tuple[str, Any]]:
+    """The outermost components nested in ``node``'s config, with their dotted paths."""
+    found: list[tuple[str, Any]] = []
+    config = node.get("config") if isinstance(node, dict) else None
+    for child_path, _key, value, _parent in walk(config, f"{path}.config" if path else "config"):
+        if _is_component(value) and not any(child_path.startswith(f"{p}.") for p, _v in found):
+            found.append((child_path, value))
+    return found
+
+
+def _is_component(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("provider"), str) and isinstance(value.get("config"), dict)
+
+
+def _dropped_by_dump(component: Any, exc: Exception) -> list[str]:
+    """The config fields ``component`` lacks that its config model requires although it allows ``None``:
+    ``dump_component()`` leaves out every ``None`` value, so such a component cannot load its own dump."""
+    if not isinstance(exc, ValidationError) or not _is_component(component):
+        return []
+    errors = exc.errors()
+    schema = getattr(_component_class(component["provider"]), "component_config_schema", None)
+    fields = getattr(schema, "model_fields", {})
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1]
+    if len(missing) != len(errors) or not all(m in fields and _admits_none(fields[m].annotation) for m in missing):
+        return []
+    return missing
+
+
+def _component_class(provider: str) -> Any:
+    module, _, name = WELL_KNOWN_PROVIDERS.get(provider, provider).rpartition(".")
+    return getattr(importlib.import_module(module), name, None)  # loaded a moment ago, by load()
+
+
+def _admits_none(annotation: Any) -> bool:
+    return annotation is None or type(None) in typing.get_args(annotation)
+
+
+def _token_usage_workaround(config: Mapping[str, Any], dropped: list[str]) -> str:
+    total = config.get("max_total_token")
+    # Prompt and completion tokens are each part of the total: a limit of the total on either never ends
+    # a run before the total limit does.
+    value = f"{total}, the max_total_token" if total is not None else "a number no run reaches"
+    return f"give TokenUsageTermination every limit, setting {', '.join(dropped)} to {value}; or "
+
+
+# What to do instead, for the components known to dump what AutoGen itself cannot load back.
+_WORKAROUNDS: dict[str, Callable[[Mapping[str, Any], list[str]], str]] = {
+    "autogen_agentchat.conditions.TokenUsageTermination": _token_usage_workaround,
+}
+
+
+def _dump_load_mismatch(component: dict[str, Any], path: str, dropped: list[str]) -> DefinitionInvalid:
+    provider = WELL_KNOWN_PROVIDERS.get(component["provider"], component["provider"])
+    workaround = _WORKAROUNDS.get(provider)
+    return DefinitionInvalid(
+        f"{provider} cannot be loaded back from its own dump: AutoGen's dump_component() leaves out "
+        f"{', '.join(dropped)} when unset (None), and its load_component() requires them. This is AutoGen's "
+        "own dump/load mismatch, not an error in this definition",
+        field=path or "provider",
+        hint=(workaround(component["config"], dropped) if workaround else "")
+        + f"register the JSON with {', '.join(f'{f!r}: null' for f in dropped)} added to its config "
+        "(registry add --file), which AutoGen loads; see docs/registry.md",
+    )
 
 
 def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dict[str, Any]:

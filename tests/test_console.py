@@ -14,8 +14,8 @@ import pytest
     ("args", "message"),
     [
         (["run", "--team", "support_triage", "--user", "", "--session", "s1", "hi"], "error: user_id is empty"),
-        (["sessions", "show", "--user", "alice", "--session", "s1"], "error: no stored session"),
-        (["transcripts", "show", "--user", "alice", "--session", "s1"], "error: no audit data"),
+        (["sessions", "show", "--user", "alice", "--session", "s1"], "error: the SQLite database"),
+        (["transcripts", "show", "--user", "alice", "--session", "s1"], "error: the SQLite database"),
     ],
 )
 def test_a_typed_error_is_a_message_and_a_status(tmp_path: Path, args: list[str], message: str) -> None:

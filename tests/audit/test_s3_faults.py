@@ -67,6 +67,21 @@ async def test_unreachable_s3_fails_fast_with_a_typed_error(
     assert time.monotonic() - started < 5
 
 
+async def test_missing_credentials_are_not_called_unreachable(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It said 'S3 unreachable or too slow (NoCredentialsError)' and to check the endpoint and the network.
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    for key in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(key, str(ROOT / "no-such-file"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3TranscriptStore.from_url("s3://any/prefix")
+    with pytest.raises(TranscriptUnavailable) as caught:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert caught.value.message == "could not write transcripts: no AWS credentials were found (NoCredentialsError)"
+    assert "AWS_ACCESS_KEY_ID" in (caught.value.hint or "") and "network" not in (caught.value.hint or "")
+    await store.close()
+
+
 async def test_a_missing_bucket_says_so(s3_env: str) -> None:
     store = S3TranscriptStore.from_url("s3://no-such-bucket-here/prefix")
     with pytest.raises(TranscriptUnavailable, match="does not exist") as caught:

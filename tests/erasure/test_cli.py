@@ -64,6 +64,20 @@ def test_dry_run_then_erase_then_status() -> None:
     assert json.loads(again.stdout) == receipt
 
 
+def test_a_dry_run_presents_no_request_id_since_it_stores_no_request() -> None:
+    # A dry run printed a freshly minted id that was never stored: `erase status` with it found nothing.
+    _populate(1)
+    for extra in ([], ["--request-id", "REQ-dry"]):
+        plan = runner.invoke(app, ["erase", "--user", USER, "--dry-run", "--json", *extra])
+        assert plan.exit_code == 0, plan.output
+        assert json.loads(plan.stdout)["request_id"] is None
+        shown = runner.invoke(app, ["erase", "--user", USER, "--dry-run", *extra], env={"COLUMNS": "300"})
+        assert shown.exit_code == 0, shown.output
+        assert "er-" not in shown.stdout and "REQ-dry" not in shown.stdout
+        assert "no request was opened" in shown.stdout
+    assert runner.invoke(app, ["erase", "status", "REQ-dry"]).exit_code == 1  # it names no request
+
+
 def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", "s3://nowhere/audit")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
@@ -89,7 +103,11 @@ def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypat
 
 def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
     no_user = runner.invoke(app, ["erase"])  # a usage error: 1, since 2 means a failed or held request
-    assert no_user.exit_code == 1 and "--user" in no_user.output
+    assert no_user.exit_code == 1 and "error: Missing option '--user'" in no_user.output  # not 'Invalid value'
+    empty = runner.invoke(app, ["erase", "--user", ""])  # refused as such, before the database is looked for
+    assert empty.exit_code == 1 and "error: user id of length 0" in empty.output
+    assert "does not exist yet" not in empty.output
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     missing = runner.invoke(app, ["erase", "status", "no-such"])
     assert missing.exit_code == 1 and "no erasure request" in missing.output
 

@@ -200,6 +200,7 @@ async def test_dry_run_counts_and_changes_nothing(
     seeded = await seed_user(audited_platform(engine, registry, folder), folder, "hank", "CANARY-hank", 2, 1)
     plan = await coordinator(engine, folder).run("hank", dry_run=True)
     assert plan.status is RequestStatus.DRY_RUN and list(plan.stores) == list(STEP_ORDER)
+    assert plan.request_id is None  # nothing is stored under any id
     assert plan.stores["resume_state"].status is StepStatus.WOULD_ERASE
     assert plan.stores["resume_state"].counts.rows == 2 and plan.stores["transcripts"].counts.objects == 2
     assert await find_subject(engine, "hank") == seeded.subject_key

@@ -13,8 +13,9 @@ from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.erasure import Receipt, RequestStatus, StepStatus, erase_user
-from teamstore.errors import ErasureIncomplete, ErasureInProgress
+from teamstore.errors import ErasureIncomplete, ErasureInProgress, SchemaNotReady
 from teamstore.settings import Settings
+from tests.conftest import upgrade_database
 from tests.erasure.conftest import coordinator
 from tests.services import free_port
 
@@ -46,6 +47,10 @@ async def test_erase_user_raises_unless_every_store_is_erased(
 ) -> None:
     monkeypatch.setenv("TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS", "0")
     settings = Settings(home=tmp_path / "home", auto_migrate=True)
+    with pytest.raises(SchemaNotReady, match="does not exist yet"):  # no receipt for a database never made
+        await erase_user("nobody", settings=settings)
+    assert not (tmp_path / "home").exists()
+    await upgrade_database(settings.resolved_database_url)
     assert (await erase_user("nobody", settings=settings)).ok
     for key, value in {"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{free_port()}", "AWS_ACCESS_KEY_ID": "x",
                        "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}.items():

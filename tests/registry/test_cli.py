@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from config_registry import Registry
 from teamstore.cli import app
 from tests.conftest import git
 from tests.registry.conftest import triage_json
@@ -113,6 +114,18 @@ def test_rename_diff_check_and_rollback(registry_path: Path) -> None:
     assert "compatible" in ok.stdout
 
 
+def test_an_explicit_empty_message_or_a_label_move_without_a_reason_is_refused(registry: Registry) -> None:
+    # '-m ""' was replaced by "register NAME", and a label move without --reason was logged as
+    # "set from the command line": the history no longer said why.
+    refused = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "-m", "")
+    assert refused.exit_code == 1 and "message: the commit message is empty" in refused.output
+    version = as_json(*ADD, "--factory", "teamstore.examples:support_triage")["version"]  # omitted: a default
+    assert registry.resolve(f"support_triage@{version}").message == "register support_triage"
+    unexplained = invoke("registry", "label", "support_triage", version, "production")
+    assert unexplained.exit_code == 1 and "Missing option '--reason'" in unexplained.output
+    assert registry.history("support_triage")[0].kind == "version"  # no label move was made
+
+
 def test_secret_option_stores_a_reference(registry_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-stored")
     args = [
@@ -159,7 +172,7 @@ def test_secret_option_stores_a_reference(registry_path: Path, monkeypatch: pyte
         (("registry", "history", "nobody"), "no team named"),
     ],
 )
-def test_typed_errors_exit_one_with_a_fix(registry_path: Path, args: tuple[str, ...], fragment: str) -> None:
+def test_typed_errors_exit_one_with_a_fix(registry: Registry, args: tuple[str, ...], fragment: str) -> None:
     result = invoke(*args)
     assert result.exit_code == 1
     assert fragment in " ".join(result.output.split())
@@ -167,7 +180,7 @@ def test_typed_errors_exit_one_with_a_fix(registry_path: Path, args: tuple[str, 
 
 
 @pytest.mark.parametrize("days", ["0", "-1", "3651", "inf", "nan"])
-def test_a_state_ttl_that_no_date_can_hold_is_refused_at_registration(registry_path: Path, days: str) -> None:
+def test_a_state_ttl_that_no_date_can_hold_is_refused_at_registration(registry: Registry, days: str) -> None:
     result = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "--state-ttl-days", days)
     assert result.exit_code == 1
     assert "state_ttl_days" in result.output and "Traceback" not in result.output

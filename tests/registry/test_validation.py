@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.conditions import MaxMessageTermination, TokenUsageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.model_context import BufferedChatCompletionContext
 from autogen_core.tools import FunctionTool
@@ -197,6 +197,35 @@ def test_definition_that_does_not_survive_round_trip_is_refused(registry: Regist
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add("support_triage", component, triage_manifest(), "hand edited")
     assert caught.value.field == "config.participants.0.config.not_a_field"
+
+
+def _with_termination(condition: Any) -> dict[str, Any]:
+    component = triage_json()
+    component["config"]["termination_condition"] = dump(condition)
+    return component
+
+
+def test_a_token_limit_autogen_cannot_load_back_names_the_cause_and_the_workaround(registry: Registry) -> None:
+    # AutoGen 0.7's dump_component() drops the limits left unset (None), and its config model requires all
+    # three: load_component() of its own dump raises. It read 'provider: load_component() fails:
+    # ValidationError ...', with the hint to dump it with team.dump_component(), which is what was done.
+    component = _with_termination(TokenUsageTermination(max_total_token=500))
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "token limit")
+    assert caught.value.field == "config.termination_condition"
+    message, hint = caught.value.message, caught.value.hint or ""
+    assert "autogen_agentchat.conditions.TokenUsageTermination" in message
+    assert "max_prompt_token, max_completion_token" in message
+    assert "AutoGen's own dump/load mismatch" in message and "not an error in this definition" in message
+    assert "max_total_token" in hint and "null" in hint and "docs/registry.md" in hint
+
+    # Both workarounds the hint gives register, build, and keep the limit.
+    component["config"]["termination_condition"]["config"] |= {"max_prompt_token": None, "max_completion_token": None}
+    every = TokenUsageTermination(max_total_token=500, max_prompt_token=500, max_completion_token=500)
+    for fixed in (component, _with_termination(every)):
+        version = registry.add("support_triage", fixed, triage_manifest(), "token limit")
+        built = registry.build(f"support_triage@{version}").team.dump_component().model_dump(mode="json")
+        assert built["config"]["termination_condition"]["config"]["max_total_token"] == 500
 
 
 def test_truncated_component_is_refused(registry: Registry) -> None:

@@ -86,7 +86,10 @@ def test_numbers_no_database_column_holds_are_refused_as_usage_errors(registry: 
         assert not isinstance(result.exception, OverflowError)  # it used to reach the database driver
 
 
-def test_db_commands_say_what_to_do() -> None:
+def test_db_commands_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    database = tmp_path / "made-by-hand.db"
+    database.touch()  # a database without tables (as an earlier 'db current' left one)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", f"sqlite:///{database}")
     fresh = runner.invoke(app, ["db", "current"], env={"COLUMNS": "300"})
     assert fresh.exit_code == 0 and "at empty, this code needs" in fresh.stdout and "db upgrade" in fresh.stdout
     assert "None" not in fresh.stdout
@@ -95,6 +98,24 @@ def test_db_commands_say_what_to_do() -> None:
     for mode in ("lock", "bogus"):  # SQLite has row leases only
         refused = runner.invoke(app, ["db", "lease-mode", mode])
         assert refused.exit_code == 1 and "error: " in refused.output and "fix: " in refused.output, mode
+
+
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_lease_mode_on_a_database_without_tables_says_to_migrate(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # It said the database 'refused the statement' and to check the role's statement_timeout and grants.
+    if database == "sqlite":
+        (tmp_path / "empty.db").touch()
+        url = f"sqlite:///{tmp_path / 'empty.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
+    for args in (["db", "lease-mode"], ["db", "lease-mode", "row"]):
+        result = runner.invoke(app, args, env={"COLUMNS": "300"})
+        assert result.exit_code == 1, result.output
+        assert "error: the database has no teamstore tables yet" in result.output, result.output
+        assert "fix: run `teamstore db upgrade`" in result.output and "statement_timeout" not in result.output
 
 
 def _column(table: str, header: str, next_header: str) -> str:

@@ -19,12 +19,9 @@ import typer
 from typer.core import TyperGroup
 
 from teamstore.cli import audit, erase, registry, sessions
-from teamstore.cli._output import err_console, fail, plain
+from teamstore.cli._output import UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
-
-# Click's usage error, whether typer vendors click (0.17+) or uses it: BadParameter's base class.
-UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 class _Commands(TyperGroup):

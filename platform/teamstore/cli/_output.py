@@ -23,6 +23,9 @@ from rich.table import Table
 
 from teamstore.errors import TeamstoreError
 
+# Click's usage error, whether typer vendors click (0.17+) or uses it: BadParameter's base class.
+UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
 console = Console()
 err_console = Console(stderr=True)
 

@@ -49,10 +49,13 @@ retention_app = typer.Typer(
 prices_app = typer.Typer(help="The versioned price table cost is derived from.", no_args_is_help=True)
 
 
-def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]]) -> T:
+def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]], *, must_exist: bool = False) -> T:
+    """Run ``fn`` on the database, migrating the embedded one; ``must_exist`` for a command that only reads,
+    which on a database that does not exist yet says so rather than creating it."""
+
     async def main() -> T:
         settings = Settings()
-        engine = create_engine(settings.resolved_database_url)
+        engine = create_engine(settings.resolved_database_url, must_exist=must_exist)
         try:
             await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
             return await fn(settings, engine)
@@ -177,7 +180,7 @@ def transcripts_show(
 ) -> None:
     """Print a session's transcripts, readable or as JSON."""
     _check_ids(user, session)
-    runs = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run))
+    runs = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run), must_exist=True)
     emit({"runs": runs}, as_json=as_json, render=_render_transcripts)
 
 
@@ -340,7 +343,7 @@ def cost(
             where = CostFilter(subject_key="-")
         return await query_costs(engine, prices, by=by, where=where)
 
-    report = _with_engine(go)
+    report = _with_engine(go, must_exist=True)
     if fmt == "json":
         sys.stdout.write(dumps(report.to_dict()) + "\n")
     elif fmt == "csv":

@@ -18,7 +18,8 @@ from typing import TypeVar
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, fail, plain, print_table
+from teamstore.audit.subjects import check_user_id
+from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.erasure.requests import check_request_id
 from teamstore.errors import ErasureIncomplete, TeamstoreError
@@ -41,7 +42,9 @@ def _with_coordinator(
         from teamstore.db.migrate import require_current, upgrade
 
         settings = Settings()
-        engine = create_engine(settings.resolved_database_url)
+        # Every request is about what is stored: on a database that does not exist yet (a mistyped
+        # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
+        engine = create_engine(settings.resolved_database_url, must_exist=True)
         store = transcript_store_from_settings(settings)
         try:
             await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
@@ -84,10 +87,15 @@ def _render(receipt: Receipt) -> None:
     for name, s in receipt.stores.items():
         if s.detail:
             console.print(f"[yellow]{name}[/]: {plain(s.detail)}")
-    console.print(f"subject hash {receipt.subject_hash or '(user had no subject)'}; received "
-                  f"{receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
+    subject = f"subject hash {receipt.subject_hash or '(user had no subject)'}"
+    if dry:
+        console.print(f"{subject}; no request was opened (no id to look up): one started now would be due "
+                      f"{receipt.due_at:%Y-%m-%d}")
+    else:
+        console.print(f"{subject}; received {receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
     for remains in receipt.remains_elsewhere:
-        console.print(f"remains by design: {remains.what} until {remains.until:%Y-%m-%d}: {plain(remains.detail)}")
+        console.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} until "
+                      f"{remains.until:%Y-%m-%d}: {plain(remains.detail)}")
 
 
 def _finish(receipt: Receipt, as_json: bool) -> None:
@@ -115,7 +123,12 @@ def erase(
     if ctx.invoked_subcommand is not None:
         return
     if user is None:
-        raise typer.BadParameter("give --user (or use `teamstore erase status ID`)", param_hint="--user")
+        # Click's UsageError (typed as Exception here) takes the context that prints the usage line.
+        raise UsageError(  # type: ignore[call-arg]
+            "Missing option '--user': the user id to erase (or `teamstore erase status ID` for a request's receipt)",
+            ctx=ctx,
+        )
+    check_user_id(user)  # before the database is looked for: the id is what is wrong
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
         check_request_id(request_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -1,9 +1,10 @@
-"""``teamstore registry``: add, list, show, history, diff, label and check team definitions.
+"""``teamstore registry``: add, list, show, history, diff, label and check team definitions; recover.
 
     teamstore registry add support_triage --factory teamstore.examples:support_triage \\
         --persist researcher --context-bound 20 --label production --message "first version"
     teamstore registry show support_triage@production --json
     teamstore registry check support_triage --from production --to <version>
+    teamstore registry recover --discard      # after a registration was killed before its commit
 
 The registry lives at ``TEAMSTORE_REGISTRY_PATH`` (default ``$TEAMSTORE_HOME/registry``).
 """
@@ -27,8 +28,10 @@ from teamstore.settings import Settings
 app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=True)
 
 
-def _registry() -> Registry:
-    return Registry(Settings().resolved_registry_path)
+def _registry(*, create: bool = False) -> Registry:
+    """The registry; only ``add`` creates it: every other command reads, or moves a label of a version
+    that must already be registered."""
+    return Registry(Settings().resolved_registry_path, create=create)
 
 
 def _short(version: str | None) -> str:
@@ -97,14 +100,14 @@ def add(
     secret: Annotated[
         list[str] | None, typer.Option("--secret", help="PATH=env:VAR, a secret as a reference.")
     ] = None,
-    description: str = typer.Option("", "--description"),
-    owner: str = typer.Option("", "--owner"),
-    notes: str = typer.Option("", "--notes"),
+    description: str = typer.Option("", "--description", help="What the team does (shown by list and show)."),
+    owner: str = typer.Option("", "--owner", help="Who answers for it (a team or a person)."),
+    notes: str = typer.Option("", "--notes", help="Anything a reviewer should know."),
     state_ttl_days: float | None = typer.Option(
         None, "--state-ttl-days", help="Resume-state TTL for this team."
     ),
     message: str | None = typer.Option(
-        None, "--message", "-m", help="Why this version exists (commit message)."
+        None, "--message", "-m", help="Why this version exists (commit message); omitted: 'register NAME'."
     ),
     label: str | None = typer.Option(None, "--label", help="Also point this label at the new version."),
     as_json: bool = JsonOption,
@@ -122,7 +125,8 @@ def add(
     }
     try:
         manifest = _manifest(name, {**options, "secrets": _secrets(secret or [])})
-        definition = _register(name, factory, file, manifest, message or f"register {name}", label)
+        definition = _register(name, factory, file, manifest, f"register {name}" if message is None else message,
+                               label)
     except TeamstoreError as exc:
         fail(exc)
     data = {
@@ -143,7 +147,7 @@ def _register(
             field="source",
             hint="e.g. --factory teamstore.examples:support_triage",
         )
-    registry = _registry()
+    registry = _registry(create=True)
     if factory is not None:
         version = registry.add_from_factory(factory, manifest, message, label=label)
     else:
@@ -329,7 +333,7 @@ def label(
     name: str = typer.Argument(...),
     version: str = typer.Argument(..., help="A version or another label."),
     label_name: str = typer.Argument(..., metavar="LABEL"),
-    reason: str = typer.Option("set from the command line", "--reason", help="Why (kept in the move log)."),
+    reason: str = typer.Option(..., "--reason", help="Why (kept in the move log, shown by history)."),
     who: str | None = typer.Option(None, "--who", help="Who moves it (default: GIT_AUTHOR_NAME or login)."),
     as_json: bool = JsonOption,
 ) -> None:
@@ -372,4 +376,72 @@ def check(
 
     emit(report.to_dict(), as_json=as_json, render=render)
     if not report.compatible:
+        raise typer.Exit(2)
+
+
+def _render_left(data: dict[str, Any]) -> None:
+    if data["clean"] and data["action"] == "inspect":
+        console.print(plain(f"registry {data['registry']}: nothing to recover"))
+        return
+    done = {"discard": "discarded", "commit": "committed"}.get(data["action"])
+    if data["locks"]:
+        console.print(plain(f"git lock files a killed git command left in .git: {', '.join(data['locks'])}"))
+    for row in data["files"]:
+        console.print(plain(f"  {row['status']} {row['path']}"))
+    if done is None:
+        for row in data["definitions"]:
+            verdict = row["problem"] or "passes every check a registration applies"
+            console.print(plain(f"teams/{row['team']}/: {verdict}"))
+        for line in data["not_committable"]:
+            console.print(plain(line))
+        console.print(f"next: `{RECOVER} --discard` goes back to the last commit; `{RECOVER} --commit -m WHY` "
+                      "commits the definitions left, only if each passes")
+        return
+    console.print(plain(f"{done}; the registry is back to a clean checkout"))
+    for team, version in data["versions"].items():
+        console.print(plain(f"{team}: version {_short(version)}" if version else f"{team}: as committed already"))
+
+
+RECOVER = "teamstore registry recover"
+
+
+@app.command("recover")
+def recover(
+    discard: bool = typer.Option(False, "--discard", help="Go back to the last commit: remove git's lock files "
+                                 "and throw away every uncommitted file under teams/ and labels/."),
+    commit: bool = typer.Option(False, "--commit", help="Commit each definition left, only if every one passes "
+                                "every check a registration applies (needs --message)."),
+    message: str | None = typer.Option(None, "--message", "-m", help="Why (the commit message of --commit)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Show what an interrupted registration or label move left (exit 2 if anything), then discard or commit it."""
+    from config_registry.gitrepo import GitRepo
+    from config_registry.recovery import commit_left, discard_left, inspect
+
+    if discard and commit:
+        raise typer.BadParameter("give --discard or --commit, not both", param_hint="--discard/--commit")
+    if (message is not None) != commit:
+        raise typer.BadParameter("--commit needs --message (why), and --message goes with --commit",
+                                 param_hint="--message")
+    repo = GitRepo.open_or_init(Settings().resolved_registry_path, create=False)
+    versions: dict[str, str | None] = {}
+    if discard:
+        left = discard_left(repo, lock_timeout=10)
+    elif commit:
+        assert message is not None
+        left, versions = commit_left(repo, message, None, lock_timeout=10)
+    else:
+        left = inspect(repo, lock_timeout=10)
+    data = {
+        "registry": str(repo.path),
+        "action": "discard" if discard else "commit" if commit else "inspect",
+        "clean": left.clean,
+        "locks": left.locks,
+        "files": [{"status": status, "path": path} for status, path in left.files],
+        "definitions": [{"team": d.team, "passes": d.problem is None, "problem": d.problem} for d in left.definitions],
+        "not_committable": left.not_committable,
+        "versions": versions,
+    }
+    emit(data, as_json=as_json, render=_render_left)
+    if not discard and not commit and not left.clean:
         raise typer.Exit(2)

@@ -15,16 +15,17 @@ from typing import Any, TypeVar
 
 import typer
 
+from config_registry import Registry
 from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.db.engine import create_engine, redact_url
-from teamstore.db.migrate import current_revision, head_revision, ships, upgrade
+from teamstore.db.migrate import current_revision, head_revision, require_current, ships, upgrade
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import check_id
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
-from teamstore.state.sql import lease_mode, set_lease_mode
+from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode, store_for
 
 T = TypeVar("T")
 
@@ -32,14 +33,34 @@ sessions_app = typer.Typer(help="Stored resume state, one row per (user, session
 db_app = typer.Typer(help="The state database's schema.", no_args_is_help=True)
 
 
-def _with_platform(fn: Callable[[Platform], Awaitable[T]], *, audit: bool = True) -> T:
+def _with_platform(fn: Callable[[Platform], Awaitable[T]]) -> T:
     async def main() -> T:
-        platform = Platform.from_settings(audit=audit)
+        platform = Platform.from_settings()
         try:
             await platform.ensure_schema()
             return await fn(platform)
         finally:
             await platform.aclose()
+
+    return asyncio.run(main())
+
+
+def _with_store(fn: Callable[[SqlStateStore, Settings], Awaitable[T]]) -> T:
+    """Run ``fn`` on the state store of a database that exists. Creating one here would only answer
+    'nothing stored' (from a mistyped TEAMSTORE_HOME, say); nor is the registry opened, let alone created:
+    listing, showing and deleting stored state builds no team."""
+
+    async def main() -> T:
+        settings = Settings()
+        engine = create_engine(settings.resolved_database_url, must_exist=True)
+        store = store_for(engine, pool_size=settings.db_pool_size, lease=settings.session_lease)
+        try:
+            await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
+            await store.check_lease_mode()
+            return await fn(store, settings)
+        finally:
+            await store.aclose()
+            await engine.dispose()
 
     return asyncio.run(main())
 
@@ -117,10 +138,10 @@ def list_sessions(
     """List saved sessions, most recently updated first."""
     _check_ids(user=user)
 
-    async def go(platform: Platform) -> list[dict[str, Any]]:
-        return [describe_session(r) for r in await platform.store.list_sessions(user, limit)]
+    async def go(store: SqlStateStore, _settings: Settings) -> list[dict[str, Any]]:
+        return [describe_session(r) for r in await store.list_sessions(user, limit)]
 
-    rows = _with_platform(go, audit=False)
+    rows = _with_store(go)
     emit(rows, as_json=as_json, render=_render_sessions)
 
 
@@ -140,11 +161,11 @@ def show_session(
     """Show one session: team, versions, and per persisted agent the stored messages and bytes."""
     _check_ids(user=user, session=session)
 
-    async def go(platform: Platform) -> dict[str, Any] | None:
-        row = await platform.store.get(SessionKey(user, session))
+    async def go(store: SqlStateStore, _settings: Settings) -> dict[str, Any] | None:
+        row = await store.get(SessionKey(user, session))
         return describe_session(row) if row is not None else None
 
-    data = _with_platform(go, audit=False)
+    data = _with_store(go)
     if data is None:
         raise TeamstoreError("no stored session for that user and session id",
                              hint="check the ids with `teamstore sessions list --user ...`")
@@ -172,10 +193,10 @@ def list_quarantine(
     """List refused states that were set aside, with the reason."""
     _check_ids(user=user)
 
-    async def go(platform: Platform) -> list[dict[str, Any]]:
-        return [vars(q) for q in await platform.store.list_quarantined(user)]
+    async def go(store: SqlStateStore, _settings: Settings) -> list[dict[str, Any]]:
+        return [vars(q) for q in await store.list_quarantined(user)]
 
-    rows = _with_platform(go, audit=False)
+    rows = _with_store(go)
 
     def render(rows: list[dict[str, Any]]) -> None:
         print_table(("id", "user", "session", "reason", "detail", "bytes", "when"),
@@ -194,11 +215,15 @@ def delete_session(
 ) -> None:
     """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
 
-    async def go(platform: Platform) -> dict[str, Any]:
-        return {"user_id": user, "session_id": session, "deleted": await platform.delete_session(user, session)}
+    _check_ids(user=user, session=session)
+
+    async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any]:
+        # What Platform.delete_session does: it waits for an open session as a request would.
+        deleted = await store.delete_session(SessionKey(user, session), wait_seconds=settings.lease_timeout_seconds)
+        return {"user_id": user, "session_id": session, "deleted": deleted}
 
     try:
-        data = _with_platform(go, audit=False)
+        data = _with_store(go)
     except TeamstoreError as exc:
         fail(exc)
     emit(data, as_json=as_json, render=lambda d: console.print(plain(
@@ -213,15 +238,24 @@ def restore_quarantined(
 ) -> None:
     """Put a quarantined state back as its session's state; the next run validates it again."""
 
-    async def go(platform: Platform) -> dict[str, Any]:
-        restored = await platform.restore_quarantined(quarantine_id, replace=replace)
+    async def go() -> dict[str, Any]:
+        settings = Settings()
+        # Only a database that exists holds quarantined states; the registry gives the team's TTL.
+        engine = create_engine(settings.resolved_database_url, must_exist=True)
+        platform = Platform(engine, Registry(settings.resolved_registry_path), settings=settings)
+        try:
+            await platform.ensure_schema()
+            restored = await platform.restore_quarantined(quarantine_id, replace=replace)
+        finally:
+            await platform.aclose()
+            await engine.dispose()
         row = restored.session
         return {"restored": quarantine_id, "user_id": row.user_id, "session_id": row.session_id, "team": row.team,
                 "team_version": row.team_version, "row_version": row.row_version, "state_bytes": row.state_bytes,
                 "replaced_by": restored.replaced_by}
 
     try:
-        data = _with_platform(go, audit=False)
+        data = asyncio.run(go())
     except TeamstoreError as exc:
         fail(exc)
 
@@ -260,7 +294,7 @@ def db_current(as_json: bool = JsonOption) -> None:
     settings = Settings()
 
     async def go() -> dict[str, Any]:
-        engine = create_engine(settings.resolved_database_url)
+        engine = create_engine(settings.resolved_database_url, must_exist=True)
         try:
             return {"database": redact_url(settings.resolved_database_url),
                     "current": await current_revision(engine), "head": head_revision()}
@@ -298,12 +332,13 @@ def db_lease_mode(
     settings = Settings()
 
     async def go() -> dict[str, Any]:
-        engine = create_engine(settings.resolved_database_url)
+        engine = create_engine(settings.resolved_database_url, must_exist=True)
         try:
             if mode == "lock" and engine.dialect.name != "postgresql":
                 raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
                                          hint="keep row leases on SQLite, or point TEAMSTORE_DATABASE_URL at "
                                          "Postgres for lock leases")
+            await require_current(engine)  # the migrations record the mode: without them, say to run them
             before = await lease_mode(engine) if mode is None else await set_lease_mode(engine, mode)
             return {"database": redact_url(settings.resolved_database_url), "from": before, "mode": mode or before,
                     "this_process": settings.session_lease if engine.dialect.name == "postgresql" else "row"}

@@ -20,7 +20,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from config_registry.errors import folder_failure
-from teamstore.errors import ConfigurationError, MissingExtra
+from teamstore.errors import ConfigurationError, MissingExtra, SchemaNotReady
 from teamstore.settings import to_async_url
 
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
@@ -133,11 +133,22 @@ def _create_private(database: Path) -> None:
         os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
-def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+def _not_created(database: Path) -> SchemaNotReady:
+    return SchemaNotReady(
+        f"the SQLite database {str(database)!r} does not exist yet: nothing is stored there",
+        hint="`teamstore db upgrade` creates it (so does the first `teamstore run`); if it should exist, check "
+        "TEAMSTORE_HOME and TEAMSTORE_DATABASE_URL",
+    )
+
+
+def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> AsyncEngine:
     """Build an async engine for ``url``, swapping in the async driver when needed.
 
     Args:
         url: A SQLAlchemy URL; ``postgresql://`` and ``sqlite://`` are accepted as is.
+        must_exist: Refuse an SQLite file that does not exist yet instead of creating it (and its folder),
+            for commands that only read or that act on what is stored. (Postgres never creates a database
+            on connect.)
         **kwargs: Passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
     Returns:
@@ -146,6 +157,7 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     Raises:
         MissingExtra: The Postgres driver is not installed.
         ConfigurationError: The URL names a database teamstore does not support.
+        SchemaNotReady: ``must_exist`` and the SQLite file does not exist.
     """
     try:
         async_url = to_async_url(url)
@@ -173,6 +185,8 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         engine = create_async_engine(async_url, **kwargs)
         if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
             database = Path(parsed.database)
+            if must_exist and not database.exists():
+                raise _not_created(database)
             try:
                 database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as exc:  # a file where the folder should be, no permission, a read-only disk

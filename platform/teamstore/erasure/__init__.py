@@ -44,7 +44,7 @@ async def erase_user(
         user_id: The raw user id, matched exactly.
         request_id: Idempotency key (rerun it to resume); fresh when omitted.
         reason: Stored with the request.
-        dry_run: Enumerate only.
+        dry_run: Enumerate only; no request is stored, and the receipt's ``request_id`` is ``None``.
         settings: Defaults to ``Settings()`` (the environment).
         check: Raise unless every store is ``erased`` or ``no_match``.
 
@@ -56,14 +56,15 @@ async def erase_user(
             receipt is on the exception).
         ErasureConflict: Another erasure of the user is open or running.
         StoreUnavailable: The database is down.
-        SchemaNotReady: A production database is not migrated (`teamstore db upgrade`).
+        SchemaNotReady: A production database is not migrated (`teamstore db upgrade`), or the embedded
+            one does not exist yet (nothing is stored there: a receipt would only mislead).
     """
     from teamstore.audit.transcripts import transcript_store_from_settings
     from teamstore.db.engine import create_engine
     from teamstore.db.migrate import require_current, upgrade
 
     settings = settings or Settings()
-    engine = create_engine(settings.resolved_database_url)
+    engine = create_engine(settings.resolved_database_url, must_exist=True)
     store = transcript_store_from_settings(settings)
     try:
         await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))

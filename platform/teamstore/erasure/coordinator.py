@@ -94,7 +94,8 @@ class DeletionCoordinator:
             user_id: The raw user id, matched exactly (no case folding, no unicode normalisation).
             request_id: Idempotency key; a fresh one when omitted.
             reason: Free text stored with the request (keep personal data out of it).
-            dry_run: Only enumerate: print what would be removed, change nothing, store nothing.
+            dry_run: Only enumerate: print what would be removed, change nothing, store nothing. No request
+                exists afterwards, so the receipt's ``request_id`` is ``None`` (a given one is only checked).
 
         Returns:
             The receipt (also stored); ``receipt.ok`` is False unless every store is erased or no_match.
@@ -109,7 +110,7 @@ class DeletionCoordinator:
         # learn the fresh id to rerun or to ask about.
         rid = requests.check_request_id(new_request_id() if request_id is None else request_id)
         if dry_run:
-            return await self._dry_run(user_id, rid, reason)
+            return await self._dry_run(user_id, reason)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)
         if (finished := await self._finished(row, user_id)) is not None:
             return finished
@@ -305,19 +306,23 @@ class DeletionCoordinator:
             remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content),
         )
 
-    async def _dry_run(self, user_id: str, request_id: str, reason: str | None) -> Receipt:
+    async def _dry_run(self, user_id: str, reason: str | None) -> Receipt:
+        """What a request would find, with no request id: none is stored, so none could be looked up later.
+        Its times are those of a request received now."""
         subject = await find_subject(self.engine, user_id)
-        ctx = StepContext(self.engine, self.transcripts, request_id, user_id, subject)
+        # Enumerating records nothing, so the context names no request.
+        ctx = StepContext(self.engine, self.transcripts, "", user_id, subject)
         stores: dict[str, StoreResult] = {}
         for step in self.steps:
             counts = await step.enumerate(ctx)
             status = StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH
             stores[step.name] = StoreResult(status=status, counts=counts)
         now = datetime.now(UTC)
-        row = requests.RequestRow(request_id, None, subject, None, reason, RequestStatus.DRY_RUN, now,
-                                  now, None, None)
-        receipt = self._receipt(row, stores, RequestStatus.DRY_RUN)
-        return receipt.model_copy(update={"due_at": now + timedelta(days=self.knobs.due_days)})
+        return Receipt(
+            request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
+            received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
+            remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content),
+        )
 
 
 def _busy(request_id: str) -> ErasureConflict:

@@ -93,9 +93,10 @@ class Remains(BaseModel):
 
 
 class Receipt(BaseModel):
-    """The stored and printed record of one erasure request."""
+    """The stored and printed record of one erasure request; a dry run's has no ``request_id`` (``None``),
+    since it stores no request."""
 
-    request_id: str
+    request_id: str | None
     status: RequestStatus
     subject_hash: str | None
     received_at: datetime

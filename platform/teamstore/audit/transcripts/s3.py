@@ -245,7 +245,7 @@ class S3TranscriptStore:
 
 def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
     """Turn a botocore error into a teamstore error that says what to do."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -262,6 +262,12 @@ def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
                 hint="grant the worker's role s3:PutObject/GetObject/ListBucket on the transcript prefix",
             )
         return TranscriptUnavailable(f"could not {action} transcripts in {bucket!r}: S3 said {code}: {exc}")
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):  # said before any request is sent
+        return TranscriptUnavailable(
+            f"could not {action} transcripts: no AWS credentials were found ({type(exc).__name__})",
+            hint="give this process credentials the standard way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+            "AWS_PROFILE, or the role of the machine or container",
+        )
     if isinstance(exc, BotoCoreError):
         return TranscriptUnavailable(
             f"could not {action} transcripts: S3 unreachable or too slow ({type(exc).__name__})",

@@ -1,0 +1,116 @@
+"""What registering a definition checks, and the write it then makes: shared by ``Registry.add`` and by
+``registry recover``, which commits a definition an interrupted writer left only if it passes the same.
+
+    from config_registry.registration import check_commit, check_definition, commit_definition
+
+    check_commit("first version", author=None)
+    stored = check_definition("support_triage", team.dump_component(), manifest)   # nothing written yet
+    with repo.lock(timeout=10):
+        version = commit_definition(repo, "support_triage", stored, manifest, "first version", None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autogen_core import ComponentModel
+from pydantic import ValidationError
+
+from config_registry.errors import DefinitionInvalid, validation_message
+from config_registry.gitrepo import GitRepo
+from config_registry.manifest import Manifest, shown, validate_name
+from config_registry.secrets import check_free_text
+from config_registry.validate import validate_definition
+
+TRACKED = ("teams", "labels")
+"""The folders registrations and label moves write; nothing else in the repository is theirs."""
+DEFINITION_FILES = ("component.json", "manifest.json")
+
+
+def check_commit(message: str, author: str | None) -> None:
+    """The commit message says why and holds no credential; the author is one git can record.
+
+    Raises:
+        DefinitionInvalid: Naming ``message`` or ``author``.
+    """
+    if not message.strip():
+        raise DefinitionInvalid("the commit message is empty", field="message", hint="say why this version exists")
+    check_free_text("message", message)
+    check_actor("author", author)
+
+
+def check_definition(
+    name: str, component: Mapping[str, Any] | ComponentModel, manifest: Manifest
+) -> dict[str, Any]:
+    """Every check a definition passes before it is stored; returns the JSON to store (secrets as references).
+
+    Raises:
+        DefinitionInvalid: The first check that fails, naming the field and the fix.
+    """
+    validate_name(name)
+    if manifest.name != name:
+        raise DefinitionInvalid(
+            f"manifest name {manifest.name!r} differs from the team name {name!r}",
+            field="manifest.name",
+            hint=f"register it as {manifest.name!r} or set the manifest's name to {name!r}",
+        )
+    for field in ("description", "owner", "notes"):
+        check_free_text(f"manifest.{field}", getattr(manifest, field))
+    component = component_json(component)
+    for field in ("description", "label"):
+        check_free_text(field, str(component.get(field) or ""))
+    return validate_definition(component, manifest)
+
+
+def commit_definition(
+    repo: GitRepo, name: str, stored: dict[str, Any], manifest: Manifest, message: str, author: str | None
+) -> str | None:
+    """Write a checked definition's two files and commit them (under the write lock); the new version, or
+    ``None`` when the files are as committed already."""
+    folder = f"teams/{name}"
+    repo.write_json(f"{folder}/component.json", stored)
+    repo.write_json(f"{folder}/manifest.json", manifest.model_dump(mode="json"))
+    return repo.commit([folder], message, author)
+
+
+def check_actor(field: str, actor: str | None) -> None:
+    """Refuse an author git cannot record ('<>', blanks) or would silently change (control characters)."""
+    if actor is None:
+        return
+    name = actor.partition("<")[0].strip()
+    if not name or any(ord(c) < 32 or ord(c) == 127 for c in actor):
+        raise DefinitionInvalid(
+            f"{field} {shown(actor)} is not a name git can record as a commit's author",
+            field=field,
+            hint="give a name, optionally with an email: 'Ada Lovelace <ada@example.com>'",
+        )
+
+
+def component_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
+    """``component`` (a component, its model or its JSON) as AutoGen component JSON.
+
+    Raises:
+        DefinitionInvalid: It is not a component.
+    """
+    if isinstance(component, ComponentModel):
+        return component.model_dump(mode="json")
+    if hasattr(component, "dump_component"):
+        dumped: ComponentModel = component.dump_component()
+        return dumped.model_dump(mode="json")
+    if not isinstance(component, Mapping):
+        raise DefinitionInvalid(f"expected component JSON, got {type(component).__name__}", field="component")
+    try:
+        return ComponentModel.model_validate(dict(component)).model_dump(mode="json")
+    except ValidationError as exc:
+        raise DefinitionInvalid(
+            f"is not an AutoGen component: {validation_message(exc.errors()[0])}",
+            field=".".join(map(str, exc.errors()[0]["loc"])) or "component",
+            hint="pass what team.dump_component() returns",
+        ) from exc
+    except (ValueError, RecursionError) as exc:  # pydantic's "Maximum serialization depth exceeded"
+        raise DefinitionInvalid(
+            f"is nested too deeply to be a component: {exc}",
+            field="component",
+            hint="pass what team.dump_component() returns",
+        ) from exc
