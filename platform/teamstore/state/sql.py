@@ -312,7 +312,7 @@ class SqlStateStore:
             async with self.engine.connect() as conn:
                 held, *stored = (await conn.execute(query)).one()
         except SQLAlchemyError as exc:
-            raise unavailable(exc, "check the user for an erasure") from exc
+            raise unavailable(exc, "check why the session lease was refused") from exc
         if held:
             raise erasure_open()
         if max_sessions is not None and stored[0] is not None and stored[0] >= max_sessions:
