@@ -83,7 +83,7 @@ def test_transcripts_show_pages_the_newest_runs_and_says_how_many_there_are(tran
     assert readable.exit_code == 0 and "the newest 2 of the session's 4 run(s), oldest first" in readable.stdout
     assert run_ids[1] not in readable.stdout and run_ids[3] in readable.stdout
     one = runner.invoke(app, [*show, "--run", run_ids[0]], env={"COLUMNS": "300"})
-    assert one.exit_code == 0 and "one run of the session's 4" in one.stdout and run_ids[1] not in one.stdout
+    assert one.exit_code == 0 and "one of the session's 4 run(s)" in one.stdout and run_ids[1] not in one.stdout
     for args, message in ((["--last", "0"], "--last"), (["--last", "2", "--run", run_ids[0]], "--last and --run")):
         refused = runner.invoke(app, [*show, *args])
         assert refused.exit_code == 1 and message in refused.output and "fix:" in refused.output, args

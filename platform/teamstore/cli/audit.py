@@ -138,7 +138,7 @@ def _render_transcripts(data: dict[str, Any], one: bool) -> None:
     shown, total = len(data["runs"]), data["total"]
     console.rule()
     if one:
-        console.print(f"one run of the session's {total}")
+        console.print(f"one of the session's {total} run(s)")
     else:
         more = "; --last N shows more, --run RUN one" if shown < total else ""
         console.print(f"the newest {shown} of the session's {total} run(s), oldest first{more}")
