@@ -71,17 +71,13 @@ _LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
 _NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
 
 
-def _live_count(now: str) -> str:
-    """What the per-user bound counts (:func:`teamstore.state.sql.live`): the user's unexpired sessions."""
-    return f"(SELECT count(*) FROM {_S} WHERE user_id = %(u)s::text AND expires_at > {now})"
-
-
 # Row leases: whether the session may be opened under the per-user bound ``max`` (NULL: none), as
-# :func:`teamstore.state.sql._room` says it. The count is in the last branch, so a resume never runs it.
+# :func:`teamstore.state.sql._room` says it. The count is in the last branch, so a resume never runs it;
+# it is a function (ts_live_sessions, migration 0008), which, unlike a subquery, costs nothing unless called.
 _ROOM = f"""CASE WHEN %(max)s::bigint IS NULL THEN true
     WHEN EXISTS (SELECT 1 FROM {_S} WHERE user_id = %(u)s::text AND session_id = %(s)s::text
                  AND expires_at > %(now)s::timestamptz) THEN true
-    ELSE {_live_count("%(now)s::timestamptz")} < %(max)s::bigint END"""
+    ELSE ts_live_sessions(%(u)s::text, %(now)s::timestamptz) < %(max)s::bigint END"""
 
 # The lock, the lease timer and the read, in one read-only statement. ``locked`` is NULL when an
 # erasure holds the user (no lock is taken), false when another worker has the session; the timer is
@@ -89,12 +85,12 @@ _ROOM = f"""CASE WHEN %(max)s::bigint IS NULL THEN true
 # is read through ts_locked_session (migration 0004), called after the lock: its snapshot is taken then,
 # so it sees the save the previous holder committed before letting go (the statement's own snapshot,
 # taken before the lock, might not). Under a per-user bound (``max``), a session without a live row also
-# counts its user's live sessions; a resume never does (the CASE does not reach the count).
+# counts its user's live sessions (ts_live_sessions, migration 0008); a resume never calls it.
 _ACQUIRE = f"""
 SELECT l.locked, s.state, s.row_version, s.team, s.team_version, s.schema_version, s.agentchat_version,
        s.fingerprints, s.state_bytes, s.created_at, s.updated_at, s.expires_at,
        CASE WHEN l.locked AND %(max)s::bigint IS NOT NULL AND (s.expires_at > now()) IS NOT TRUE
-            THEN {_live_count("now()")} END,
+            THEN ts_live_sessions(%(u)s::text, now()) END,
        set_config('idle_session_timeout', CASE WHEN l.locked THEN %(ttl_ms)s::text ELSE '0' END, false)
 FROM (SELECT CASE WHEN {_NOT_HELD} THEN pg_try_advisory_lock({_LOCK_KEY}) END AS locked OFFSET 0) AS l
 LEFT JOIN LATERAL ts_locked_session(l.locked, %(u)s::text, %(s)s::text) AS s ON true

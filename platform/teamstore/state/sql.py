@@ -105,7 +105,8 @@ def _never_saved() -> Any:
 
 def live(now: Any) -> Any:
     """A stored session that has not expired: what the per-user bound counts. A row made to lease a new
-    session has no expiry until its first save, so it does not count."""
+    session has no expiry until its first save, so it does not count. (Postgres's load statements count
+    through ``ts_live_sessions``, migration 0008, which says the same.)"""
     return sessions.c.expires_at > now
 
 
