@@ -4,7 +4,7 @@
 
 (1) bytes stored per session after 10, 50 and 200 runs: teamstore (bounded context, opted-in participants)
     vs plain ``team.save_state()`` of the same team with AutoGen's ``BufferedChatCompletionContext``;
-(2) SQL statements per load and per save;
+(2) SQL statements per load and per save (a new session's and a resume's, under the per-user session bound);
 (3) one resume+save cycle on Postgres (lease+load, decode, validate, encode, save+release) vs the floor,
     a bare psycopg SELECT + versioned UPSERT of the same bytes, sequential and with 16 concurrent
     sessions, measured side by side in one run on a server with production durability (fsync and
@@ -45,6 +45,7 @@ from teamstore.db.migrate import upgrade
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.resume import SCHEMA_VERSION, capture_states
 from teamstore.runtime.session import EXPIRY_SLACK
+from teamstore.settings import Settings
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.envelope import decode, encode
 from teamstore.state.postgres import PostgresStateStore
@@ -53,6 +54,7 @@ from teamstore.state.sql import lease_mode, set_lease_mode, store_for
 from teamstore.state.validate import validate_participant
 
 CHECKPOINTS = (10, 50, 200)
+BOUND = Settings().max_sessions_per_user  # every load is under the per-user session bound, as the runtime's
 AGENT = "autogen_agentchat.agents.AssistantAgent"
 
 
@@ -126,14 +128,16 @@ async def statements(url: str, state: str, lease: str = "lock") -> None:
 
         store._execute = counted  # type: ignore[method-assign]
     key, claim = SessionKey("u", "s"), Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
-    for _ in range(2):
+    await store.check_lease_mode()  # once per store and every lease_recheck_seconds, not per load
+    counts = []
+    for _ in range(2):  # a new session, then its resume
         seen.clear()
-        row = await store.acquire(key, claim, owner="w", lease_ttl=60, wait_seconds=5)
+        row = await store.acquire(key, claim, owner="w", lease_ttl=60, wait_seconds=5, max_sessions=BOUND)
         loads = len(seen)
         await store.save(key, owner="w", expected_version=row.row_version, record=_record(state), release=True)
-        saves = len(seen) - loads
+        counts.append(f"{loads}, per save: {len(seen) - loads}")
     kind = engine.dialect.name + (f" ({store.lease} leases)" if engine.dialect.name == "postgresql" else "")
-    print(f"    {kind:<24} statements per load: {loads}, per save: {saves}")
+    print(f"    {kind:<24} statements per load: {counts[0]} (new session); {counts[1]} (resume)")
     await store.aclose()
     await engine.dispose()
 
@@ -165,7 +169,8 @@ class Cycles:
     async def ours(self, worker: int, n: int) -> int:
         key = SessionKey(f"user-{worker}", "s")
         for _ in range(n):
-            row = await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5)
+            row = await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5,
+                                           max_sessions=BOUND)
             if row.state is not None:
                 participants = decode(row.state)["participants"]
                 for name, st in participants.items():
@@ -181,7 +186,8 @@ class Cycles:
         """The store's two statements alone, saving the same bytes: no decode, validation or encode."""
         key = SessionKey(f"user-{worker}", "s")
         for _ in range(n):
-            row = await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5)
+            row = await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5,
+                                           max_sessions=BOUND)
             await self.store.save(key, owner=f"w{worker}", expected_version=row.row_version,
                                   record=_record(self.state), release=True)
         return n

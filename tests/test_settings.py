@@ -34,6 +34,11 @@ from teamstore.settings import Settings
         ("TEAMSTORE_LEDGER_RETENTION_DAYS", "999999999999", "TEAMSTORE_LEDGER_RETENTION_DAYS='999999999999'"),
         ("TEAMSTORE_STATE_MAX_BYTES", str(2**31), "TEAMSTORE_STATE_MAX_BYTES"),
         ("TEAMSTORE_TASK_MAX_BYTES", "0", "TEAMSTORE_TASK_MAX_BYTES='0'"),
+        # The per-user session bound: 0 is no "unbounded" (no other cap reads it so), and a count past
+        # the upper bound would make every new session of a large user slow.
+        ("TEAMSTORE_MAX_SESSIONS_PER_USER", "0", "TEAMSTORE_MAX_SESSIONS_PER_USER='0'"),
+        ("TEAMSTORE_MAX_SESSIONS_PER_USER", "100001", "TEAMSTORE_MAX_SESSIONS_PER_USER='100001'"),
+        ("TEAMSTORE_MAX_SESSIONS_PER_USER", "1.5", "TEAMSTORE_MAX_SESSIONS_PER_USER='1.5'"),
     ],
 )
 def test_a_bad_setting_is_a_configuration_error_naming_it(

@@ -160,10 +160,10 @@ def run_demo() -> None:
 
 
 def _transcript(user: str, session: str) -> None:
-    runs = teamstore("transcripts", "show", "--user", user, "--session", session)["runs"]
-    first = runs[0]
+    shown = teamstore("transcripts", "show", "--user", user, "--session", session)
+    first = shown["runs"][0]
     record = first.get("run", {})
-    console.print(f"{len(runs)} runs stored; run {str(record.get('run_id', ''))[:12]} of team "
+    console.print(f"{shown['total']} runs stored; run {str(record.get('run_id', ''))[:12]} of team "
                   f"{record.get('team')}@{str(record.get('team_version', ''))[:12]}:")
     for item in first["items"]:
         message = item.get("message") or {}

@@ -83,6 +83,22 @@ class SessionBusy(StateError):
     """Another worker holds the session's lease and did not release it in time."""
 
 
+class TooManySessions(StateError):
+    """A new session was refused: its user already keeps the most unexpired stored sessions the per-user
+    bound (``TEAMSTORE_MAX_SESSIONS_PER_USER``) allows. Refused before the team runs; no lease or row is left.
+    Resuming a session the user already has is never refused by the bound."""
+
+    def __init__(self, stored: int, limit: int) -> None:
+        super().__init__(
+            f"this user keeps {stored} unexpired stored sessions, and the bound is {limit}: no new session was "
+            "opened (resuming an existing one still works)",
+            hint="delete sessions the user no longer needs (platform.delete_session, `teamstore sessions "
+            "delete`) or let them expire, or raise TEAMSTORE_MAX_SESSIONS_PER_USER",
+        )
+        self.stored = stored
+        self.limit = limit
+
+
 class StaleStateVersion(StateError):
     """A save carried a row version older than the stored one: another writer saved first."""
 

@@ -39,6 +39,9 @@ MAX_LEASE_WAIT = 3600
 """The longest a session waits for another worker's lease (seconds), as a setting or an argument."""
 MAX_TEXT_BYTES = 1 << 30
 """The largest state or task a setting allows: PostgreSQL holds no text value over 1 GB."""
+MAX_SESSIONS_BOUND = 100_000
+"""The highest per-user session bound a setting takes: opening a new session counts its user's stored
+sessions, so a higher bound would let one user make every new session of theirs slow."""
 
 
 class TypedSettings(BaseSettings):
@@ -86,6 +89,11 @@ class Settings(TypedSettings):
     task_max_bytes: int = Field(
         default=262_144, gt=0, le=MAX_TEXT_BYTES, description="Largest task one run() takes (UTF-8 bytes; messages as JSON); "
         "a larger one is refused before the team runs.",
+    )
+    max_sessions_per_user: int = Field(
+        default=1000, gt=0, le=MAX_SESSIONS_BOUND,
+        description="Most unexpired stored sessions one user keeps: opening a new one past it is refused "
+        "(TooManySessions) before the team runs; resuming a session is never refused.",
     )
     lease_timeout_seconds: float = Field(
         default=10.0, ge=0, le=MAX_LEASE_WAIT, description="How long to wait for a busy session."

@@ -62,6 +62,33 @@ def test_transcripts_show_prints_a_session_readably_and_as_json() -> None:
     assert run_ids[1] not in one.stdout
 
 
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def transcripts_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the commands put and read transcripts: the local folder (the default), or S3 over HTTP."""
+    if request.param == "s3":
+        monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{request.getfixturevalue('s3_bucket')}/teamstore")
+    return Settings().resolved_transcripts_url
+
+
+def test_transcripts_show_pages_the_newest_runs_and_says_how_many_there_are(transcripts_url: str) -> None:
+    run_ids = _populate(4)
+    show = ["transcripts", "show", "--user", USER, "--session", SESSION]
+    every = json.loads(runner.invoke(app, [*show, "--json"]).stdout)
+    assert every["total"] == 4 and [r["run"]["run_id"] for r in every["runs"]] == run_ids  # under the default
+    newest = runner.invoke(app, [*show, "--last", "2", "--json"])
+    assert newest.exit_code == 0, newest.output
+    assert json.loads(newest.stdout)["total"] == 4
+    assert [r["run"]["run_id"] for r in json.loads(newest.stdout)["runs"]] == run_ids[2:]
+    readable = runner.invoke(app, [*show, "--last", "2"], env={"COLUMNS": "300"})
+    assert readable.exit_code == 0 and "the newest 2 of the session's 4 run(s), oldest first" in readable.stdout
+    assert run_ids[1] not in readable.stdout and run_ids[3] in readable.stdout
+    one = runner.invoke(app, [*show, "--run", run_ids[0]], env={"COLUMNS": "300"})
+    assert one.exit_code == 0 and "one of the session's 4 run(s)" in one.stdout and run_ids[1] not in one.stdout
+    for args, message in ((["--last", "0"], "--last"), (["--last", "2", "--run", run_ids[0]], "--last and --run")):
+        refused = runner.invoke(app, [*show, *args])
+        assert refused.exit_code == 1 and message in refused.output and "fix:" in refused.output, args
+
+
 def test_transcripts_show_for_an_unknown_user_or_session_is_a_typed_error() -> None:
     _populate(1)
     for args, message in ((["--user", "nobody", "--session", SESSION], "no audit data for that user"),
@@ -203,10 +230,11 @@ def test_a_run_that_raised_says_so_in_the_readable_transcript() -> None:
            "stop_reason": None, "ended_by_limit": False, "error": "RuntimeError",
            "totals": {"model_calls": 2, "input_tokens": 10, "output_tokens": 3}}
     with console.capture() as captured:
-        _render_transcripts({"runs": [{"run": run, "items": []}]})
+        _render_transcripts({"runs": [{"run": run, "items": []}], "total": 1}, one=False)
     assert "raised RuntimeError; 2 model calls" in captured.get()
     with console.capture() as captured:
-        _render_transcripts({"runs": [{"run": {**run, "error": None, "stop_reason": "done"}, "items": []}]})
+        _render_transcripts({"runs": [{"run": {**run, "error": None, "stop_reason": "done"}, "items": []}],
+                             "total": 1}, one=False)
     assert "stop: done; 2 model calls" in captured.get()
 
 

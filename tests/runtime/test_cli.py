@@ -153,3 +153,23 @@ def test_every_option_says_what_it_takes() -> None:
         for line in shown.stdout.splitlines():
             if "--user" in line or "--session" in line:
                 assert "id" in line.split("--", 1)[1], (command, line)  # e.g. "The user id (exact)."
+
+
+def test_a_new_session_past_the_per_user_bound_is_an_error_with_the_fix(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_MAX_SESSIONS_PER_USER", "1")
+    _run("My router ZX-81 drops every evening")
+    refused = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s2", "hello"])
+    assert refused.exit_code == 1
+    assert "error: this user keeps 1 unexpired stored sessions, and the bound is 1" in refused.output
+    assert "fix:" in refused.output and "TEAMSTORE_MAX_SESSIONS_PER_USER" in refused.output
+    assert "Traceback" not in refused.output
+    assert _run("still broken")["resume"]["outcome"] == "resumed"  # its existing session still runs
+
+    shown = json.loads(runner.invoke(app, ["sessions", "show", "--user", "alice", "--session", "s1", "--json"]).stdout)
+    assert (shown["user_live_sessions"], shown["max_sessions_per_user"]) == (1, 1)
+    readable = runner.invoke(app, ["sessions", "list", "--user", "alice"])
+    assert readable.exit_code == 0 and "1 unexpired stored session(s) for this user, of the 1" in readable.output
+    listed = json.loads(runner.invoke(app, ["sessions", "list", "--user", "alice", "--json"]).stdout)
+    assert [r["session_id"] for r in listed] == ["s1"]

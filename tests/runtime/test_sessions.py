@@ -39,6 +39,7 @@ from teamstore.errors import (
     StateNotSerializable,
     StateTooLarge,
     StoreUnavailable,
+    TooManySessions,
 )
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.inspect import describe_session
@@ -866,3 +867,43 @@ async def test_a_row_damaged_by_hand_in_a_typed_column_fails_closed_and_is_repai
     assert outcome.outcome == "resumed"
     await platform.aclose()
     await engine.dispose()
+
+
+class _Runs:
+    """Records every run an observer hears of."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    async def run_started(self, ctx: Any) -> None:
+        self.started.append(ctx.session_id)
+
+    async def on_item(self, ctx: Any, item: Any) -> None:
+        pass
+
+    async def run_finished(self, ctx: Any, outcome: Any) -> None:
+        pass
+
+
+async def test_a_new_session_past_the_per_user_bound_is_refused_before_the_team_runs(platform: Platform) -> None:
+    platform.settings = platform.settings.model_copy(update={"max_sessions_per_user": 2})
+    runs = _Runs()
+    platform.observers.append(runs)
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    await talk(platform, "alice", "s2", "and the printer")
+    entered = False
+    with pytest.raises(TooManySessions) as info:
+        async with platform.session("alice", "s3", team="support_triage") as s:
+            entered = True
+            await s.run("a third problem")
+    assert not entered and runs.started == ["s1", "s2"]  # the team never ran: no model was called
+    assert (info.value.stored, info.value.limit) == (2, 2) and "TEAMSTORE_MAX_SESSIONS_PER_USER" in str(info.value)
+    assert await platform.store.get(SessionKey("alice", "s3")) is None
+
+    result, outcome = await talk(platform, "alice", "s1", "still broken")  # a resume is never refused
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+    _, other = await talk(platform, "bob", "s3", "hello")  # another user is not
+    assert other.outcome == "new"
+    assert await platform.delete_session("alice", "s2")  # deleting one makes room at once
+    _, third = await talk(platform, "alice", "s3", "a third problem")
+    assert third.outcome == "new" and runs.started[-1] == "s3"

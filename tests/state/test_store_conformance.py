@@ -16,6 +16,7 @@ from teamstore.errors import (
     SessionBusy,
     StaleStateVersion,
     StoreUnavailable,
+    TooManySessions,
 )
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.schema import quarantine, sessions, user_holds
@@ -30,8 +31,12 @@ def record(state: str = '{"x":1}', days: float = 1.0) -> SaveRecord:
                       datetime.now(UTC) + timedelta(days=days))
 
 
-async def acquire(store: SqlStateStore, key: SessionKey, owner: str = "w1", timeout: float = 0.2, ttl: float = 60):
-    return await store.acquire(key, CLAIM, owner=owner, lease_ttl=ttl, wait_seconds=timeout)
+async def acquire(
+    store: SqlStateStore, key: SessionKey, owner: str = "w1", timeout: float = 0.2, ttl: float = 60,
+    max_sessions: int | None = None,
+):
+    return await store.acquire(key, CLAIM, owner=owner, lease_ttl=ttl, wait_seconds=timeout,
+                               max_sessions=max_sessions)
 
 
 async def test_new_session_is_an_empty_leased_row(store: SqlStateStore) -> None:
@@ -213,10 +218,14 @@ async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> No
 
         store._execute = counted  # type: ignore[attr-defined]
     key = SessionKey("alice", "s1")
-    await acquire(store, key)
+    await acquire(store, key, max_sessions=10)  # a new session: the bound's count is in the same statement
     assert len(statements) == 1
     await store.save(key, owner="w1", expected_version=0, record=record(), release=True)
     assert len(statements) == 2
+    await acquire(store, key, max_sessions=10)  # a resume
+    assert len(statements) == 3
+    await store.save(key, owner="w1", expected_version=1, record=record(), release=True)
+    assert len(statements) == 4
     event.remove(store.engine.sync_engine, "before_cursor_execute", count)
     async with store.engine.connect() as conn:
         assert (await conn.execute(text("select count(*) from ts_sessions"))).scalar_one() == 1
@@ -287,3 +296,91 @@ async def test_reading_or_deleting_by_an_id_no_session_can_have_is_a_typed_error
                     store.list_quarantined(bad), store.delete_session(SessionKey(bad, "s"))):
         with pytest.raises(InvalidIdentifier):
             await attempt
+
+
+# --- the per-user bound on stored sessions -----------------------------------------------------------------
+async def _keep(store: SqlStateStore, user: str, *sessions_: str, days: float = 1.0) -> None:
+    """Store a saved session for each id, expiring in ``days`` (negative: already expired)."""
+    for session_id in sessions_:
+        key = SessionKey(user, session_id)
+        row = await acquire(store, key, owner="keeper")
+        await store.save(key, owner="keeper", expected_version=row.row_version, record=record(days=days),
+                         release=True)
+
+
+async def _rows(store: SqlStateStore, user: str) -> list[tuple[str, str | None]]:
+    async with store.engine.connect() as conn:
+        found = await conn.execute(select(sessions.c.session_id, sessions.c.lease_owner)
+                                   .where(sessions.c.user_id == user).order_by(sessions.c.session_id))
+        return [(r[0], r[1]) for r in found]
+
+
+async def test_at_the_bound_a_new_session_is_refused_at_once_and_leaves_nothing_behind(store: SqlStateStore) -> None:
+    await _keep(store, "alice", "s1", "s2", "s3")
+    before = await _rows(store, "alice")
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TooManySessions) as info:
+        await acquire(store, SessionKey("alice", "s4"), owner="w1", timeout=5, max_sessions=3)
+    assert asyncio.get_running_loop().time() - started < 2  # refused, not waited on like a busy session
+    assert (info.value.stored, info.value.limit) == (3, 3)
+    assert "TEAMSTORE_MAX_SESSIONS_PER_USER" in (info.value.hint or "") and "alice" not in info.value.message
+    assert await _rows(store, "alice") == before  # no row for s4, no lease left in any row
+    # No lease is left either (an advisory lock, with lock leases): the session opens at once, unbounded.
+    row = await acquire(store, SessionKey("alice", "s4"), owner="w2", timeout=0)
+    assert row.is_new
+    await store.release(SessionKey("alice", "s4"), owner="w2", discard_empty=True)
+    assert await store.live_sessions("alice") == 3
+
+
+async def test_a_resume_at_or_past_the_bound_is_never_refused(store: SqlStateStore) -> None:
+    await _keep(store, "alice", "s1", "s2", "s3", "s4")  # past the bound (it is soft, see the next tests)
+    for session_id in ("s1", "s4"):
+        row = await acquire(store, SessionKey("alice", session_id), owner="w1", max_sessions=3)
+        assert row.row_version == 1 and row.state is not None
+        await store.save(row.key, owner="w1", expected_version=1, record=record(), release=True)
+
+
+async def test_a_busy_session_at_the_bound_is_busy_not_refused(store: SqlStateStore) -> None:
+    await _keep(store, "alice", "s1", "s2")
+    await acquire(store, SessionKey("alice", "s1"), owner="w1")
+    with pytest.raises(SessionBusy):
+        await acquire(store, SessionKey("alice", "s1"), owner="w2", timeout=0.2, max_sessions=2)
+
+
+async def test_expired_sessions_are_not_counted_and_reopening_one_is_a_new_session(store: SqlStateStore) -> None:
+    await _keep(store, "alice", "old1", "old2", days=-1)
+    await _keep(store, "alice", "s1", "s2")
+    assert await store.live_sessions("alice") == 2
+    row = await acquire(store, SessionKey("alice", "s3"), max_sessions=3)  # 2 live of 3: room for one more
+    await store.save(row.key, owner="w1", expected_version=0, record=record(), release=True)
+    with pytest.raises(TooManySessions):  # an expired row holds nothing a run resumes: opening it is new
+        await acquire(store, SessionKey("alice", "old1"), max_sessions=3)
+    assert await store.live_sessions("alice") == 3
+
+
+async def test_a_new_session_not_yet_saved_is_not_counted(store: SqlStateStore) -> None:
+    await _keep(store, "alice", "s1")
+    await acquire(store, SessionKey("alice", "opening"), owner="w1")  # leased, never saved (no state yet)
+    assert await store.live_sessions("alice") == 1
+    row = await acquire(store, SessionKey("alice", "s2"), owner="w2", max_sessions=2)
+    assert row.is_new
+
+
+async def test_the_bound_is_per_user(store: SqlStateStore) -> None:
+    await _keep(store, "alice", "s1", "s2")
+    with pytest.raises(TooManySessions):
+        await acquire(store, SessionKey("alice", "s3"), max_sessions=2)
+    row = await acquire(store, SessionKey("bob", "s3"), max_sessions=2)
+    assert row.is_new and await store.live_sessions("bob") == 0
+
+
+async def test_a_refused_open_costs_the_process_nothing(store: SqlStateStore) -> None:
+    # Refused opens, many more than the store's connection pool holds: each gives its connection back,
+    # and the sessions the user already has still open.
+    await _keep(store, "alice", "s1")
+    for i in range(30):
+        with pytest.raises(TooManySessions):
+            await acquire(store, SessionKey("alice", f"new-{i}"), owner=f"w{i}", max_sessions=1)
+    row = await acquire(store, SessionKey("alice", "s1"), owner="w", timeout=0, max_sessions=1)
+    assert row.row_version == 1
+    assert [session_id for session_id, _ in await _rows(store, "alice")] == ["s1"]

@@ -1,6 +1,6 @@
 """``teamstore transcripts``, ``teamstore cost``, ``teamstore prices`` and ``teamstore retention``.
 
-teamstore transcripts show --user alice --session s1 [--run RUN_ID] [--json]
+teamstore transcripts show --user alice --session s1 [--last N | --run RUN_ID] [--json]
 teamstore transcripts flush
 teamstore cost --by session --team support_triage --since 2026-11-01 --format csv
 teamstore prices show
@@ -28,9 +28,9 @@ from teamstore.audit.ledger import sync_prices
 from teamstore.audit.prices import load_prices
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.subjects import find_subject, session_key
-from teamstore.audit.transcripts import run_key, session_prefix, transcript_store_from_settings
-from teamstore.audit.transcripts.base import run_id_of
-from teamstore.audit.transcripts.record import RunKeys, decode
+from teamstore.audit.transcripts import transcript_store_from_settings
+from teamstore.audit.transcripts.pages import DEFAULT_RUNS, MAX_RUNS, RunPage, newest_runs, one_run
+from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
@@ -74,57 +74,28 @@ def _check_ids(user: str | None, session: str | None) -> None:
         check_id("session_id", session)
 
 
-# --- transcripts -------------------------------------------------------------------------------------------
+# --- transcripts ---------------------------------------------------------------------------------------------
 async def load_transcripts(
-    settings: Settings, engine: AsyncEngine, user: str, session: str, run: str | None
-) -> list[dict[str, Any]]:
-    """Read one session's transcripts (or one run's, by its id or a unique prefix of it), oldest run first.
+    settings: Settings, engine: AsyncEngine, user: str, session: str, run: str | None, last: int = DEFAULT_RUNS
+) -> RunPage:
+    """Read one session's ``last`` newest runs (or one run, by its id or a unique prefix of it), oldest
+    first, and how many runs it has in all; only the runs shown are held in memory.
 
     Raises:
         TranscriptNotFound: The user, session or run has no transcript, or a prefix names several runs.
         AuditError: A run's object is not readable (the message names the run).
     """
     if run == "":
-        raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for every run")
+        raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for the newest runs")
     subject = await find_subject(engine, user)
     if subject is None:
         raise TranscriptNotFound("no audit data for that user", hint="check the user id (matched exactly)")
     keys = RunKeys(subject, session_key(subject, session))
     store = transcript_store_from_settings(settings)
     try:
-        names = await store.list_keys(session_prefix(keys))
-        if not names:
-            raise TranscriptNotFound(
-                "no transcript for that session", hint="check the session id (matched exactly)"
-            )
-        runs = []
-        for name in _pick_run(names, keys, run) if run is not None else names:
-            try:
-                header, items = decode(await store.get(name))
-            except AuditError as exc:
-                raise type(exc)(f"run {run_id_of(name)}: {exc.message}", hint=exc.hint) from exc
-            runs.append({"run": header, "items": items})
+        return await (one_run(store, keys, run) if run is not None else newest_runs(store, keys, last))
     finally:
         await store.close()
-    return sorted(runs, key=lambda r: str(r["run"]["started_at"]))
-
-
-def _pick_run(names: list[str], keys: RunKeys, run: str) -> list[str]:
-    """The one key of ``run``: its exact id, else the one run whose id starts with it (as printed short)."""
-    exact = run_key(keys, run)
-    if exact in names:
-        return [exact]
-    found = [name for name in names if run_id_of(name).startswith(run)]
-    if len(found) > 1:
-        raise TranscriptNotFound(
-            f"{len(found)} runs of that session start with {run!r}", hint="give more of the run id"
-        )
-    if not found:
-        raise TranscriptNotFound(
-            f"no run {run!r} in that session",
-            hint="check the run id (run_id in `teamstore run --json`), or omit --run for every run",
-        )
-    return found
 
 
 def _content_text(message: dict[str, Any]) -> str:
@@ -144,7 +115,7 @@ def _part_text(part: Any) -> str:
     return part if isinstance(part, str) else dumps(part)
 
 
-def _render_transcripts(data: dict[str, Any]) -> None:
+def _render_transcripts(data: dict[str, Any], one: bool) -> None:
     for entry in data["runs"]:
         run = entry["run"]
         totals = run["totals"]
@@ -167,21 +138,33 @@ def _render_transcripts(data: dict[str, Any]) -> None:
             f"[dim]{plain(ended)}; {totals['model_calls']} model calls, "
             f"{totals['input_tokens']} in / {totals['output_tokens']} out tokens[/]"
         )
+    shown, total = len(data["runs"]), data["total"]
+    console.rule()
+    if one:
+        console.print(f"one of the session's {total} run(s)")
+    else:
+        more = "; --last N shows more, --run RUN one" if shown < total else ""
+        console.print(f"the newest {shown} of the session's {total} run(s), oldest first{more}")
 
 
 @transcripts_app.command("show")
 def transcripts_show(
     user: str = typer.Option(..., "--user", help="The user id (exact)."),
     session: str = typer.Option(..., "--session", help="The session id (exact)."),
-    run: str | None = typer.Option(
-        None, "--run", help="One run id or a unique prefix of it; all of the session's runs if omitted."
+    last: int | None = typer.Option(
+        None, "--last", min=1, max=MAX_RUNS, help=f"How many of the newest runs to show (default {DEFAULT_RUNS})."
     ),
+    run: str | None = typer.Option(None, "--run", help="One run id or a unique prefix of it, instead of the newest."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Print a session's transcripts, readable or as JSON."""
+    """Print a session's newest transcripts, or one run's, readable or as JSON; and how many runs it has."""
     _check_ids(user, session)
-    runs = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run), must_exist=True)
-    emit({"runs": runs}, as_json=as_json, render=_render_transcripts)
+    if run is not None and last is not None:
+        raise ConfigurationError("--last and --run each choose the runs to show", hint="give one of them")
+    page = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run, last or DEFAULT_RUNS),
+                        must_exist=True)
+    emit({"runs": page.runs, "total": page.total}, as_json=as_json,
+         render=lambda data: _render_transcripts(data, one=run is not None))
 
 
 @transcripts_app.command("flush")

@@ -135,14 +135,28 @@ def list_sessions(
     limit: int = typer.Option(100, "--limit", min=1, max=100_000, help="Most rows to show."),
     as_json: bool = JsonOption,
 ) -> None:
-    """List saved sessions, most recently updated first."""
+    """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
     _check_ids(user=user)
 
-    async def go(store: SqlStateStore, _settings: Settings) -> list[dict[str, Any]]:
-        return [describe_session(r) for r in await store.list_sessions(user, limit)]
+    async def go(store: SqlStateStore, settings: Settings) -> tuple[list[dict[str, Any]], str | None]:
+        rows = [describe_session(r) for r in await store.list_sessions(user, limit)]
+        return rows, await _bound_line(store, settings, user) if user is not None else None
 
-    rows = _with_store(go)
-    emit(rows, as_json=as_json, render=_render_sessions)
+    rows, bound = _with_store(go)
+
+    def render(rows: list[dict[str, Any]]) -> None:
+        _render_sessions(rows)
+        if bound is not None:
+            console.print(f"[dim]{plain(bound)}[/]")
+
+    emit(rows, as_json=as_json, render=render)
+
+
+async def _bound_line(store: SqlStateStore, settings: Settings, user: str) -> str:
+    """How many of the user's sessions count against TEAMSTORE_MAX_SESSIONS_PER_USER, in a sentence."""
+    live, bound = await store.live_sessions(user), settings.max_sessions_per_user
+    return (f"{live} unexpired stored session(s) for this user, of the {bound} TEAMSTORE_MAX_SESSIONS_PER_USER "
+            "allows (a new one past it is refused; a resume never is)")
 
 
 def _render_sessions(rows: list[dict[str, Any]]) -> None:
@@ -158,12 +172,16 @@ def show_session(
     session: str = typer.Option(..., "--session", help="The session id (exact)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Show one session: team, versions, and per persisted agent the stored messages and bytes."""
+    """Show one session: team, versions, per persisted agent the stored messages and bytes, and how many
+    sessions its user keeps against TEAMSTORE_MAX_SESSIONS_PER_USER."""
     _check_ids(user=user, session=session)
 
-    async def go(store: SqlStateStore, _settings: Settings) -> dict[str, Any] | None:
+    async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any] | None:
         row = await store.get(SessionKey(user, session))
-        return describe_session(row) if row is not None else None
+        if row is None:
+            return None
+        return {**describe_session(row), "user_live_sessions": await store.live_sessions(user),
+                "max_sessions_per_user": settings.max_sessions_per_user}
 
     data = _with_store(go)
     if data is None:
@@ -176,6 +194,8 @@ def _render_session(d: dict[str, Any]) -> None:
     for key in ("team", "team_version", "schema_version", "agentchat_version", "row_version", "state_bytes",
                 "updated_at", "expires_at"):
         console.print(f"[bold]{key}[/]: {plain(d[key])}")
+    console.print(f"[bold]user's live sessions[/]: {d['user_live_sessions']} of the {d['max_sessions_per_user']} "
+                  "TEAMSTORE_MAX_SESSIONS_PER_USER allows")
     agents = d["agents"]
     if isinstance(agents, str):
         console.print(f"[bold]agents[/]: {plain(agents)}")

@@ -168,6 +168,10 @@ class Platform:
 
         Raises:
             InvalidIdentifier: ``user_id`` or ``session_id`` is empty, too long, or holds control characters.
+
+        Entering the session (``async with``) raises, before the team runs: ``SessionBusy`` (another worker
+        kept it past the wait), ``ErasureInProgress``, ``TooManySessions`` (a new session for a user who
+        keeps ``max_sessions_per_user`` live ones; a resume is never refused) and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
         return Session(self, user_id, session_id, team, timeout)

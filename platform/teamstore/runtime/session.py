@@ -152,7 +152,7 @@ class Session:
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
         row = await store.acquire(
             self.key, claim, owner=self._owner, lease_ttl=self._platform.settings.lease_ttl_seconds,
-            wait_seconds=self._lease_timeout,
+            wait_seconds=self._lease_timeout, max_sessions=self._platform.settings.max_sessions_per_user,
         )
         self._row_version = row.row_version
         self._keeper = asyncio.create_task(self._keep_lease(self._platform.settings.lease_ttl_seconds))

@@ -135,9 +135,14 @@ class StateStore(Protocol):
     """Where resume state lives. Every method is one statement or one transaction."""
 
     async def acquire(
-        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
+        max_sessions: int | None = None,
     ) -> StoredSession:
-        """Take the session's lease and read its row in one statement (creating an empty row if new)."""
+        """Take the session's lease and read its row in one statement (creating an empty row if new).
+
+        With ``max_sessions``, a session without a live row is refused (``TooManySessions``) while its
+        user keeps that many live ones; the same statement counts them, only for such a session.
+        """
         ...
 
     async def save(
@@ -170,6 +175,10 @@ class StateStore(Protocol):
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
         """Rows, newest first, optionally for one user."""
+        ...
+
+    async def live_sessions(self, user_id: str) -> int:
+        """How many unexpired stored sessions ``user_id`` keeps: what ``max_sessions`` counts."""
         ...
 
     async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:

@@ -14,6 +14,7 @@ while a session-level advisory lock lives in shared memory, and a killed worker'
 connection at once. The load is one read-only statement::
 
     lock (unless an erasure holds the user) + arm the lease timer + read the row
+        (+ count the user's live sessions, only for a session with no live row under a per-user bound)
 
 and the save is one statement and one commit::
 
@@ -51,7 +52,7 @@ from psycopg import AsyncRawCursor
 from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.errors import StaleStateVersion, StoreUnavailable
+from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
 from teamstore.state.schema import sessions, user_holds
@@ -69,15 +70,27 @@ _S, _H = sessions.name, user_holds.name
 _LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
 _NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
 
+
+# Row leases: whether the session may be opened under the per-user bound ``max`` (NULL: none), as
+# :func:`teamstore.state.sql._room` says it. The count is in the last branch, so a resume never runs it;
+# it is a function (ts_live_sessions, migration 0008), which, unlike a subquery, costs nothing unless called.
+_ROOM = f"""CASE WHEN %(max)s::bigint IS NULL THEN true
+    WHEN EXISTS (SELECT 1 FROM {_S} WHERE user_id = %(u)s::text AND session_id = %(s)s::text
+                 AND expires_at > %(now)s::timestamptz) THEN true
+    ELSE ts_live_sessions(%(u)s::text, %(now)s::timestamptz) < %(max)s::bigint END"""
+
 # The lock, the lease timer and the read, in one read-only statement. ``locked`` is NULL when an
 # erasure holds the user (no lock is taken), false when another worker has the session; the timer is
 # armed only with the lock, so a refused attempt's connection goes back to the pool as it came. The row
 # is read through ts_locked_session (migration 0004), called after the lock: its snapshot is taken then,
 # so it sees the save the previous holder committed before letting go (the statement's own snapshot,
-# taken before the lock, might not).
+# taken before the lock, might not). Under a per-user bound (``max``), a session without a live row also
+# counts its user's live sessions (ts_live_sessions, migration 0008); a resume never calls it.
 _ACQUIRE = f"""
 SELECT l.locked, s.state, s.row_version, s.team, s.team_version, s.schema_version, s.agentchat_version,
        s.fingerprints, s.state_bytes, s.created_at, s.updated_at, s.expires_at,
+       CASE WHEN l.locked AND %(max)s::bigint IS NOT NULL AND (s.expires_at > now()) IS NOT TRUE
+            THEN ts_live_sessions(%(u)s::text, now()) END,
        set_config('idle_session_timeout', CASE WHEN l.locked THEN %(ttl_ms)s::text ELSE '0' END, false)
 FROM (SELECT CASE WHEN {_NOT_HELD} THEN pg_try_advisory_lock({_LOCK_KEY}) END AS locked OFFSET 0) AS l
 LEFT JOIN LATERAL ts_locked_session(l.locked, %(u)s::text, %(s)s::text) AS s ON true
@@ -160,12 +173,15 @@ class PostgresStateStore(SqlStateStore):
         return await execute(cursor, stmt, params)
 
     async def acquire(
-        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
+        max_sessions: int | None = None,
     ) -> StoredSession:
-        """Take the session's advisory lock and read its row in one statement; see the module doc."""
+        """Take the session's advisory lock and read its row in one statement; see the module doc and
+        :meth:`SqlStateStore.acquire`."""
         await self.check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
-        params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000)))}
+        params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000))),
+                  "max": max_sessions}
         stale_connections = 0
         while True:
             conn = await self._direct.checkout(deadline - time.monotonic())
@@ -184,7 +200,10 @@ class PostgresStateStore(SqlStateStore):
                     raise unavailable(exc, "take the session lease") from exc
                 raise
             assert row is not None
-            locked = row[0]
+            locked, stored = row[0], row[12]
+            if locked and max_sessions is not None and stored is not None and stored >= max_sessions:
+                await self._unlock(conn, cursor, params)
+                raise TooManySessions(stored, max_sessions)
             if locked:
                 self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl)
                 return _stored(key, claim, row)
@@ -195,6 +214,18 @@ class PostgresStateStore(SqlStateStore):
                 raise busy(wait_seconds, "ends with its connection")
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_MAX)
+
+    async def _unlock(self, conn: Any, cursor: Any, params: Mapping[str, Any]) -> None:
+        """Give back the lock of a load refused after taking it; a connection that cannot is closed,
+        which frees the lock as well."""
+        try:
+            await self._execute(cursor, _RELEASE_STMT, params)
+        except BaseException as exc:
+            await self._direct.checkin(conn, discard=True)
+            if not isinstance(exc, psycopg.Error):
+                raise
+            return
+        await self._direct.checkin(conn)
 
     async def save(
         self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
@@ -306,7 +337,7 @@ def save_params(key: SessionKey, expected_version: int, record: SaveRecord, *, o
 
 
 def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSession:
-    (_, state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires, _) = row
+    (_, state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires, *_) = row
     if version is None:  # no row yet: a new session, written by its first save
         now = now_utc()
         return StoredSession(key.user_id, key.session_id, claim.team, claim.team_version, claim.schema_version,

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
-from teamstore.state.postgres import _NOT_HELD, _S, _SET, save_params
+from teamstore.state.postgres import _NOT_HELD, _ROOM, _S, _SET, save_params
 from teamstore.state.sql import SqlStateStore, now_utc, unavailable
 
 _CONNECTION_WAIT = 10.0  # a save waits this long for a pooled connection (each is held for one statement)
@@ -44,14 +44,16 @@ _COLUMNS = ("state", "row_version", "team", "team_version", "schema_version", "a
             "state_bytes", "created_at", "updated_at", "expires_at")
 
 # ``lease_owner = excluded.lease_owner``: an owner names one opening of a session, so taking its own lease
-# again is safe, and a retry after a lost connection does not wait out its own lease.
+# again is safe, and a retry after a lost connection does not wait out its own lease. The per-user bound
+# (``max``, NULL for none) is checked as in :func:`teamstore.state.sql._room`: a session whose own row is
+# live is a resume and never counts the user's sessions.
 _ACQUIRE = Statement(f"""
 INSERT INTO {_S} AS s (user_id, session_id, team, team_version, schema_version, agentchat_version,
         fingerprints, state, state_bytes, row_version, created_at, updated_at, expires_at, lease_owner, lease_until)
     SELECT %(u)s::text, %(s)s::text, %(team)s::text, %(team_version)s::text, %(schema)s::int, %(agentchat)s::text,
         %(fingerprints)s::json, NULL, 0, 0, %(now)s::timestamptz, %(now)s::timestamptz, NULL, %(owner)s::text,
         %(until)s::timestamptz
-    WHERE {_NOT_HELD} AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+    WHERE {_NOT_HELD} AND set_config('synchronous_commit', 'off', true) IS NOT NULL AND {_ROOM}
 ON CONFLICT (user_id, session_id) DO UPDATE SET lease_owner = excluded.lease_owner, lease_until = excluded.lease_until
     WHERE s.lease_owner IS NULL OR s.lease_until < %(now)s::timestamptz OR s.lease_owner = excluded.lease_owner
 RETURNING {", ".join(f"s.{c}::text" if c == "fingerprints" else f"s.{c}" for c in _COLUMNS)}""")
@@ -99,14 +101,14 @@ class PostgresRowStateStore(SqlStateStore):
             return row
 
     async def _try_acquire(
-        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float, max_sessions: int | None
     ) -> StoredSession | None:
         now = now_utc()
         params = {
             "u": key.user_id, "s": key.session_id, "team": claim.team, "team_version": claim.team_version,
             "schema": claim.schema_version, "agentchat": claim.agentchat_version,
             "fingerprints": orjson.dumps(dict(claim.fingerprints)).decode(), "owner": owner,
-            "now": now, "until": now + timedelta(seconds=ttl),
+            "now": now, "until": now + timedelta(seconds=ttl), "max": max_sessions,
         }
         try:
             row = await self._one(_ACQUIRE, params, seconds, retry=True)

@@ -15,6 +15,12 @@ that also releases. A save whose row moved on (another writer, an expired lease 
 matches nothing and raises; no update is ever lost silently. A row lease costs a commit on every load
 but holds no connection while the team runs.
 
+The per-user bound (``max_sessions``) is checked by the same lease statement: a session without a live
+row is not inserted while its user keeps that many live (unexpired, saved) sessions. The count sits
+behind a check of the session's own row, so a resume never pays for it. Opens of different new
+sessions racing each other each see the others' rows missing (they have none until their first save),
+so the bound is soft: it can be passed by the number of new sessions opened at once.
+
 The two kinds of lease do not see each other, so the database records which one it serves
 (``ts_store_settings``, migration 0005) and a store of the other kind refuses to start.
 """
@@ -31,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from sqlalchemy import (
+    Integer,
     Row,
     RowMapping,
     and_,
@@ -43,6 +50,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    true,
     tuple_,
     update,
 )
@@ -58,6 +66,7 @@ from teamstore.errors import (
     SessionBusy,
     StaleStateVersion,
     StoreUnavailable,
+    TooManySessions,
 )
 from teamstore.ids import check_id
 from teamstore.state.base import (
@@ -92,6 +101,26 @@ def now_utc() -> datetime:
 def _never_saved() -> Any:
     """A row a row-lease worker made to hold a new session's lease, before the session's first save."""
     return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
+
+
+def live(now: Any) -> Any:
+    """A stored session that has not expired: what the per-user bound counts. A row made to lease a new
+    session has no expiry until its first save, so it does not count. (Postgres's load statements count
+    through ``ts_live_sessions``, migration 0008, which says the same.)"""
+    return sessions.c.expires_at > now
+
+
+def live_count(user_id: Any, now: Any) -> Any:
+    """How many live sessions ``user_id`` keeps, as a scalar subquery."""
+    return select(func.count()).select_from(sessions).where(sessions.c.user_id == user_id, live(now)).scalar_subquery()
+
+
+def _room(user_id: Any, session_id: Any, now: Any, limit: Any) -> Any:
+    """Whether the session may be opened under the per-user bound ``limit`` (NULL: no bound): its own row
+    is live (a resume, never refused), or its user keeps fewer live sessions than ``limit``. The count sits
+    in the CASE's last branch, which neither database evaluates for a resume."""
+    resumed = exists().where(sessions.c.user_id == user_id, sessions.c.session_id == session_id, live(now))
+    return case((limit.is_(None), true()), (resumed, true()), else_=live_count(user_id, now) < limit)
 
 
 _STAND_INS: dict[str, Any] = {"schema_version": 0, "state_bytes": 0, "row_version": 0, "created_at": None,
@@ -201,14 +230,18 @@ class SqlStateStore:
 
     def _build_acquire(self) -> Any:
         # Built once with bind parameters: constructing this statement costs more than running it.
+        user: Any = bindparam("p_user_id", type_=sessions.c.user_id.type)
+        now: Any = bindparam("p_now", type_=sessions.c.lease_until.type)
+        room = _room(user, bindparam("p_session_id", type_=sessions.c.session_id.type), now,
+                     bindparam("p_max", type_=Integer))
         source = select(
             *[bindparam(f"p_{c.name}", type_=c.type).label(c.name) for c in sessions.c]
-        ).where(~self._held(bindparam("p_user_id")))
+        ).where(~self._held(user), room)
         stmt = self._insert(sessions).from_select([c.name for c in sessions.c], source)
         return stmt.on_conflict_do_update(
             index_elements=[sessions.c.user_id, sessions.c.session_id],
             set_={"lease_owner": stmt.excluded.lease_owner, "lease_until": stmt.excluded.lease_until},
-            where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < bindparam("p_now")),
+            where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now),
         ).returning(*sessions.c)
 
     def _build_save(self, release: bool) -> Any:
@@ -233,9 +266,10 @@ class SqlStateStore:
         )
 
     async def _try_acquire(
-        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float, max_sessions: int | None
     ) -> StoredSession | None:
-        """One attempt at the lease (``seconds`` left to wait): the row, or None while another holds it."""
+        """One attempt at the lease (``seconds`` left to wait): the row, or None when refused (another
+        worker holds it, an erasure holds the user, or the per-user bound ``max_sessions``)."""
         now = now_utc()
         params: dict[str, Any] = {
             "p_user_id": key.user_id,
@@ -254,6 +288,7 @@ class SqlStateStore:
             "p_lease_owner": owner,
             "p_lease_until": now + timedelta(seconds=ttl),
             "p_now": now,
+            "p_max": max_sessions,
         }
         try:
             async with self._single.connect() as conn:
@@ -261,6 +296,28 @@ class SqlStateStore:
         except SQLAlchemyError as exc:
             raise unavailable(exc, "take the session lease") from exc
         return _session(row._mapping) if row is not None else None
+
+    async def _explain_refused_lease(self, key: SessionKey, max_sessions: int | None) -> None:
+        """Raise why a lease attempt was refused, if not because another worker holds the session.
+
+        Raises:
+            ErasureInProgress: An erasure request holds the user.
+            TooManySessions: The session has no live row and its user keeps ``max_sessions`` live ones.
+        """
+        now = now_utc()
+        query = select(self._held(key.user_id))
+        if max_sessions is not None:  # counted only for a session without a live row, as by the lease statement
+            mine = exists().where(*self._where(key), live(now))
+            query = query.add_columns(case((mine, None), else_=live_count(key.user_id, now)))
+        try:
+            async with self.engine.connect() as conn:
+                held, *stored = (await conn.execute(query)).one()
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "check why the session lease was refused") from exc
+        if held:
+            raise erasure_open()
+        if max_sessions is not None and stored[0] is not None and stored[0] >= max_sessions:
+            raise TooManySessions(stored[0], max_sessions)
 
     async def _is_held(self, user_id: str) -> bool:
         try:
@@ -270,13 +327,13 @@ class SqlStateStore:
             raise unavailable(exc, "check the user for an erasure") from exc
 
     async def _attempt(
-        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float, max_sessions: int | None
     ) -> StoredSession | None:
         """:meth:`_try_acquire`, carried through a cancellation of the caller: the lease statement may
         already have taken the lease (which would then keep the session from everyone for its TTL), and
         a driver call cut short can leave SQLite's connection unreturned, holding the write lock. So the
         attempt finishes, a lease it took is given back, and then the cancellation goes on."""
-        attempt = asyncio.ensure_future(self._try_acquire(key, claim, owner, ttl, seconds))
+        attempt = asyncio.ensure_future(self._try_acquire(key, claim, owner, ttl, seconds, max_sessions))
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -287,23 +344,33 @@ class SqlStateStore:
             raise
 
     async def acquire(
-        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
+        max_sessions: int | None = None,
     ) -> StoredSession:
         """Take the lease and read the row in one statement, waiting up to ``wait_seconds`` for a busy one.
+
+        Args:
+            key: The session.
+            claim: What a new session's row is made with.
+            owner: Names this opening of the session.
+            lease_ttl: Seconds the lease lasts without a renewal.
+            wait_seconds: How long to wait while another worker holds the session.
+            max_sessions: The per-user bound: a session without a live row (new, or expired) is refused
+                while its user keeps this many live ones. ``None``: no bound (maintenance).
 
         Raises:
             SessionBusy: Another worker kept the lease past ``wait_seconds``.
             ErasureInProgress: An erasure request holds this user.
+            TooManySessions: The per-user bound refused a new session; no lease or row is left.
             StoreUnavailable: The database failed.
         """
         await self.check_lease_mode()
         deadline, pause = time.monotonic() + wait_seconds, _POLL_START
         while True:
-            row = await self._attempt(key, claim, owner, lease_ttl, max(deadline - time.monotonic(), 0.0))
+            row = await self._attempt(key, claim, owner, lease_ttl, max(deadline - time.monotonic(), 0.0), max_sessions)
             if row is not None:
                 return row
-            if await self._is_held(key.user_id):
-                raise erasure_open()
+            await self._explain_refused_lease(key, max_sessions)
             if time.monotonic() >= deadline:
                 raise busy(wait_seconds, "expires on its own")
             await asyncio.sleep(pause)
@@ -573,6 +640,13 @@ class SqlStateStore:
             stmt = stmt.where(sessions.c.user_id == user_id)
         rows = await self._fetch(stmt.order_by(sessions.c.updated_at.desc()).limit(limit))
         return [_session(r._mapping) for r in rows]
+
+    async def live_sessions(self, user_id: str) -> int:
+        """How many unexpired stored sessions ``user_id`` keeps: what the per-user bound counts
+        (``user_id`` is checked as :meth:`get` checks it)."""
+        check_id("user_id", user_id)
+        rows = await self._fetch(select(live_count(user_id, now_utc())))
+        return int(rows[0][0])
 
     async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
         """Quarantined rows, newest first (``user_id`` is checked as :meth:`get` checks it)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -36,6 +38,14 @@ class Capability(StrEnum):
     LOCAL_SWEEP = "local_sweep"  # expiry is enforced by sweep()
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    """One object as a listing shows it: its key and when it was last written (UTC; to the second on S3)."""
+
+    key: str
+    modified: datetime
+
+
 @runtime_checkable
 class TranscriptStore(Protocol):
     """Where transcript objects live. Every method raises ``teamstore.errors`` types only."""
@@ -51,6 +61,10 @@ class TranscriptStore(Protocol):
 
     async def list_keys(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` (relative to the store), sorted."""
+
+    def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
+        """Objects under ``prefix`` with their write times, in no set order, a page at a time: a caller
+        that keeps only some of them holds only those (and one page) in memory."""
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many were removed."""

@@ -14,16 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from teamstore.audit.transcripts.base import SUFFIX, Capability, check_key
+from teamstore.audit.transcripts.base import SUFFIX, Capability, StoredObject, check_key
 from teamstore.errors import StorageError, TranscriptNotFound
 
 TMP_PREFIX = ".tmp-"
+_PAGE = 1000  # objects a scan reads from the folder per step, as an S3 listing page holds
 
 
 class LocalTranscriptStore:
@@ -99,6 +102,39 @@ class LocalTranscriptStore:
         if not base.is_dir():
             return []
         return sorted(p.relative_to(self.root).as_posix() for p in base.rglob(f"*{SUFFIX}") if p.is_file())
+
+    async def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
+        """Objects under ``prefix`` with their modification times, read from the folder a page at a time.
+
+        Raises:
+            StorageError: A folder could not be read.
+        """
+        found = self._walk(self._path(prefix.rstrip("/")) if prefix else self.root)
+        while page := await asyncio.to_thread(list, itertools.islice(found, _PAGE)):
+            for stored in page:
+                yield stored
+
+    def _walk(self, base: Path) -> Iterator[StoredObject]:
+        # os.scandir, not rglob or os.walk: those read a whole folder into a list first.
+        folders = [os.fspath(base)]
+        while folders:
+            try:
+                with os.scandir(folders.pop()) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            folders.append(entry.path)
+                        elif entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False):
+                            try:
+                                modified = entry.stat(follow_symlinks=False).st_mtime
+                            except FileNotFoundError:
+                                continue  # removed since the folder was read (a sweep, an erasure)
+                            key = Path(entry.path).relative_to(self.root).as_posix()
+                            yield StoredObject(key, datetime.fromtimestamp(modified, UTC))
+            except FileNotFoundError:
+                continue  # no such folder (nothing stored), or removed meanwhile
+            except OSError as exc:
+                raise StorageError(f"could not list transcripts: {exc.strerror or exc}",
+                                   hint="check folder permissions") from exc
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix`` and the folder itself."""

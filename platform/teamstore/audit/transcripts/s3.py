@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from teamstore.audit.transcripts.base import Capability, check_key
+from teamstore.audit.transcripts.base import Capability, StoredObject, check_key
 from teamstore.errors import (
     ConfigurationError,
     MissingExtra,
@@ -170,6 +171,27 @@ class S3TranscriptStore:
     def _list(self, full_prefix: str) -> list[str]:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full_prefix)
         return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+    async def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
+        """Objects under ``prefix`` with their ``LastModified`` (whole seconds), one ``ListObjectsV2``
+        page (1,000 keys) at a time.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable or refusing.
+        """
+        full, token = self._full(prefix), None
+        while True:
+            page = await self._call("list", prefix, self._list_page, full, token)
+            for obj in page.get("Contents", []):
+                yield StoredObject(self._relative(obj["Key"]), obj["LastModified"].astimezone(UTC))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or token is None:
+                return
+
+    def _list_page(self, full_prefix: str, token: str | None) -> dict[str, Any]:
+        more = {"ContinuationToken": token} if token is not None else {}
+        page: dict[str, Any] = self.client.list_objects_v2(Bucket=self.bucket, Prefix=full_prefix, **more)
+        return page
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``, including old versions and delete markers."""
