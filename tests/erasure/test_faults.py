@@ -52,6 +52,21 @@ async def test_bad_ids_are_refused_before_anything_is_written(engine: AsyncEngin
         assert (await conn.execute(select(erasure_requests))).all() == []
 
 
+async def test_a_reason_no_database_can_store_is_refused_before_anything_is_written(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    # Postgres holds no NUL in text (it said 'could not reach the database'); no driver sends a lone
+    # surrogate (a UnicodeEncodeError traceback). Refused alike on every backend, the fence never raised.
+    for reason in ("ticket\x00881", "ticket \udcff881"):
+        for dry_run in (False, True):
+            with pytest.raises(InvalidIdentifier, match="reason"):
+                await coordinator(engine, folder).run("rita", request_id="req-rita", reason=reason, dry_run=dry_run)
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(erasure_requests))).all() == []
+        assert (await conn.execute(select(user_holds))).all() == []
+    assert (await coordinator(engine, folder).run("rita", request_id="req-rita", reason="ticket 881")).ok
+
+
 async def test_ids_differing_only_by_case_or_normalisation_are_other_users(
     engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
 ) -> None:

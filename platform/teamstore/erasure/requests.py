@@ -73,6 +73,21 @@ def check_request_id(request_id: str) -> str:
     return request_id
 
 
+def check_reason(reason: str | None) -> str | None:
+    """Refuse a reason no database can store exactly (Postgres holds no NUL in text; no driver sends a
+    lone surrogate), before anything is written, on every backend alike.
+
+    Raises:
+        InvalidIdentifier: The reason holds NUL or undecodable bytes (a lone surrogate).
+    """
+    if reason is not None and ("\x00" in reason or lone_surrogate(reason) is not None):
+        raise InvalidIdentifier(
+            f"the reason of length {len(reason)} cannot be stored: it holds NUL or bytes that are not UTF-8 text",
+            hint="pass the reason as plain text (a ticket number, say), in a UTF-8 locale",
+        )
+    return reason
+
+
 @asynccontextmanager
 async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
     try:
