@@ -44,7 +44,8 @@ def transcript_store_from_url(url: str) -> TranscriptStore:
         A new store; the caller closes it.
 
     Raises:
-        ConfigurationError: A URL that does not parse, an unsupported scheme, or no valid bucket.
+        ConfigurationError: A URL that does not parse, an unsupported scheme, or no valid bucket; for
+            ``s3://``, ``AWS_*`` variables that cannot make a client (see ``make_client``).
         MissingExtra: ``s3://`` without boto3 installed.
     """
     try:

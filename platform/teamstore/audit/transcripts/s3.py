@@ -55,17 +55,32 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         The client (``AWS_*`` variables decide credentials, region and endpoint).
 
     Raises:
+        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no URL, a malformed region,
+            a profile that does not exist or a config file that does not parse.
         MissingExtra: boto3 is not installed.
     """
     boto3 = _boto3()
     from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
 
     config = Config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         retries={"total_max_attempts": max_attempts, "mode": "standard"},
     )
-    return boto3.session.Session().client("s3", config=config)
+    try:
+        return boto3.session.Session().client("s3", config=config)
+    except BotoCoreError as exc:  # names the region, profile or file, never a credential
+        raise ConfigurationError(
+            f"could not set up the S3 client: {exc}",
+            hint="fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE (or unset them)",
+        ) from None
+    except ValueError:
+        # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
+        raise ConfigurationError(
+            "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not a URL",
+            hint="set it to the S3-compatible endpoint, e.g. http://minio:9000, or unset it for AWS",
+        ) from None
 
 
 def lifecycle_rule(prefix: str, days: int) -> dict[str, Any]:
@@ -112,7 +127,7 @@ class S3TranscriptStore:
         """Build from ``s3://bucket/prefix`` with a client from :func:`make_client`.
 
         Raises:
-            ConfigurationError: The URL has no bucket.
+            ConfigurationError: The URL has no bucket, or the ``AWS_*`` variables cannot make a client.
             MissingExtra: boto3 is not installed.
         """
         parsed = urlparse(url)
