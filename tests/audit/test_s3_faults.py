@@ -74,6 +74,21 @@ async def test_a_missing_bucket_says_so(s3_env: str) -> None:
     assert caught.value.hint and "create the bucket" in caught.value.hint
 
 
+async def test_no_credentials_says_so_rather_than_unreachable(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3TranscriptStore.from_url("s3://any/prefix")
+    with pytest.raises(TranscriptUnavailable, match="no usable AWS credentials") as caught:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert caught.value.hint and "AWS_ACCESS_KEY_ID" in caught.value.hint
+    await store.close()
+
+
 async def test_access_denied_names_the_permission_to_grant(deny_server: FaultServer) -> None:
     store = S3TranscriptStore.from_url("s3://locked/prefix")
     with pytest.raises(TranscriptUnavailable, match="access denied") as caught:

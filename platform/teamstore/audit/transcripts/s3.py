@@ -260,7 +260,13 @@ class S3TranscriptStore:
 
 def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
     """Turn a botocore error into a teamstore error that says what to do."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        CredentialRetrievalError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
 
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -277,6 +283,12 @@ def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
                 hint="grant the worker's role s3:PutObject/GetObject/ListBucket on the transcript prefix",
             )
         return TranscriptUnavailable(f"could not {action} transcripts in {bucket!r}: S3 said {code}: {exc}")
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
+        return TranscriptUnavailable(
+            f"could not {action} transcripts: no usable AWS credentials ({type(exc).__name__})",
+            hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the worker a role; "
+            "transcripts wait in the outbox (teamstore transcripts flush)",
+        )
     if isinstance(exc, BotoCoreError):
         return TranscriptUnavailable(
             f"could not {action} transcripts: S3 unreachable or too slow ({type(exc).__name__})",
