@@ -17,6 +17,10 @@ from teamstore.errors import ConfigurationError
     "s3://AKIAEXAMPLE:s3cret@bucket/p",  # credentials where the bucket goes
     "s3://bucket name/p",
     "ftp://host/x",
+    "file://transcripts",             # a host named "transcripts": it was the working directory
+    "file://files.internal/srv/t",
+    "file://",
+    "",
 ])
 def test_a_transcripts_url_that_names_no_store_is_a_configuration_error(url: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
@@ -27,6 +31,7 @@ def test_a_transcripts_url_that_names_no_store_is_a_configuration_error(url: str
 def test_a_folder_url_or_a_bare_path_is_a_local_store(tmp_path: Path) -> None:
     assert isinstance(transcript_store_from_url(tmp_path.as_uri()), LocalTranscriptStore)
     assert isinstance(transcript_store_from_url(str(tmp_path)), LocalTranscriptStore)
+    assert transcript_store_from_url(f"file://localhost{tmp_path}").root == tmp_path
 
 
 @pytest.mark.parametrize(("variable", "value"), [
