@@ -89,6 +89,26 @@ async def test_local_sweeps_run_from_several_places_at_once_remove_each_object_o
     assert not list(root.rglob("*"))
 
 
+async def test_the_sweep_never_touches_files_outside_the_transcript_layout(tmp_path: Path) -> None:
+    # TEAMSTORE_TRANSCRIPTS_URL may name a folder that holds other things too (an export, a mount point):
+    # the sweep removes old transcripts, never another tool's files or folders, however old or empty.
+    root = tmp_path / "shared"
+    store = LocalTranscriptStore(root)
+    await store.put(run_key(RunKeys("a" * 32, "b" * 32), "r1"), b"transcript")
+    (root / "exports" / "empty").mkdir(parents=True)
+    others = [root / "exports" / "2024.jsonl.gz", root / "report.jsonl.gz", root / ".tmp-notes"]
+    for other in others:
+        other.write_bytes(b"someone else's")
+    past = time.time() - 91 * 86400
+    for path in [*others, *root.rglob("r1.jsonl.gz")]:
+        os.utime(path, (past, past))
+
+    assert await store.sweep(datetime.now(UTC) - timedelta(days=90)) == 1
+
+    assert all(other.exists() for other in others) and (root / "exports" / "empty").is_dir()
+    assert not (root / "subjects").exists()
+
+
 async def test_a_failed_local_write_leaves_no_partial_copy_behind(tmp_path: Path) -> None:
     # A write that fails half-way (disk full; here: the object's path is taken by a folder) must not
     # leave its temporary file: it holds the user's messages, and nothing would ever remove it.

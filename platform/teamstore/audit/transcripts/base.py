@@ -24,6 +24,8 @@ from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import InvalidIdentifier
 
 SUFFIX = ".jsonl.gz"
+SUBJECTS = "subjects"
+"""The top folder of every object key: ``subjects/<subject_key>/...``."""
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
@@ -71,7 +73,7 @@ def safe_segment(value: str) -> str:
 
 def subject_prefix(subject_key: str) -> str:
     """The prefix holding every object of one subject (what erasure deletes)."""
-    return f"subjects/{_checked(subject_key)}/"
+    return f"{SUBJECTS}/{_checked(subject_key)}/"
 
 
 def session_prefix(keys: RunKeys) -> str:

@@ -20,7 +20,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from teamstore.audit.transcripts.base import SUFFIX, Capability, check_key
+from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, check_key
 from teamstore.errors import StorageError, TranscriptNotFound
 
 TMP_PREFIX = ".tmp-"
@@ -111,6 +111,7 @@ class LocalTranscriptStore:
         """Remove objects whose modification time is before ``older_than``; prune empty folders.
 
         Temporary files a crashed writer left behind go too once they are as old, but are not counted.
+        Only teamstore's own layout (``subjects/``) is walked: other files in the folder are never touched.
         Safe beside other sweeps, erasures and writers: what another one removed first is stepped over.
 
         Raises:
@@ -120,18 +121,16 @@ class LocalTranscriptStore:
 
     def _sweep(self, cutoff: float) -> int:
         removed = 0
-        top = os.fspath(self.root)
         try:
             # Bottom-up, so each folder is looked at after its contents; os.walk skips folders that vanish.
-            for folder, _dirs, files in os.walk(top, topdown=False):
+            for folder, _dirs, files in os.walk(self.root / SUBJECTS, topdown=False):
                 for name in files:
                     is_object = name.endswith(SUFFIX)
                     if (is_object or name.startswith(TMP_PREFIX)) and _remove_older(
                         os.path.join(folder, name), cutoff
                     ):
                         removed += is_object
-                if folder != top:
-                    _remove_if_empty(folder)
+                _remove_if_empty(folder)
         except OSError as exc:
             raise StorageError(
                 f"the transcript sweep stopped after removing {removed} objects: {exc.strerror or exc}",
