@@ -256,3 +256,12 @@ def test_a_price_that_is_not_a_non_negative_number_is_refused(price: object) -> 
     with pytest.raises(ConfigurationError) as caught:
         parse_prices({"version": "v", "models": {"m": [{"effective_from": "2026-01-01", "input": price, "output": 1}]}})
     assert "input must be a number of at least 0" in caught.value.message
+
+
+def test_two_prices_for_one_model_on_one_day_are_refused() -> None:
+    # Which one priced the day depended on the order in the file; `prices sync` died on ts_prices' key.
+    entries = [{"effective_from": "2026-01-01", "input": 1, "output": 2},
+               {"effective_from": "2026-01-01", "input": 3, "output": 4}]
+    with pytest.raises(ConfigurationError) as caught:
+        parse_prices({"version": "v", "models": {"m": entries}})
+    assert "m: two entries take effect on 2026-01-01" in caught.value.message
