@@ -12,9 +12,11 @@ import pytest
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit import outbox
 from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
+from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import usage
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -50,6 +52,24 @@ async def test_sweep_removes_old_local_transcripts_and_ledger_rows_and_keeps_rec
     assert [p.name for p in (tmp_path / "transcripts").rglob("*.jsonl.gz")] == ["new.jsonl.gz"]
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).select_from(usage)) == 3
+
+
+async def test_sweep_drops_transcripts_queued_in_the_outbox_past_transcript_retention(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # A store that refused them for months (a missing permission nobody fixed) must not keep users'
+    # messages in the database past the retention they would have had once delivered.
+    for run in ("queued-long-ago", "queued-today"):
+        await outbox.enqueue(engine, run, run_key(RunKeys("a" * 32, "b" * 32), run), "a" * 32, b"gz", "denied")
+    async with engine.begin() as conn:
+        await conn.execute(update(outbox_table).where(outbox_table.c.run_id == "queued-long-ago")
+                           .values(created_at=datetime.now(UTC) - timedelta(days=91)))
+
+    report = await sweep_all(Settings(), engine, LocalTranscriptStore(tmp_path / "t"))
+
+    async with engine.connect() as conn:
+        assert (await conn.scalars(select(outbox_table.c.run_id))).all() == ["queued-today"]
+    assert report.outbox == 1
 
 
 async def test_retention_apply_on_a_local_folder_says_the_sweep_enforces_it(tmp_path: Path) -> None:

@@ -150,6 +150,27 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int) -> Flu
     return FlushReport(delivered, 1 if error else 0, await pending(engine), error)
 
 
+async def sweep_outbox(engine: AsyncEngine, older_than: datetime) -> int:
+    """Drop transcripts queued before ``older_than`` (the transcript retention's cutoff): delivered, they
+    would have expired by now, and undelivered they would keep users' messages past retention.
+
+    Returns:
+        How many were dropped.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    try:
+        async with engine.begin() as conn:
+            result = await conn.execute(delete(outbox).where(outbox.c.created_at < older_than))
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not sweep the transcript outbox: {describe_failure(exc)}",
+            hint="check the database and run `teamstore retention sweep` again",
+        ) from exc
+    return result.rowcount or 0
+
+
 async def _deliverable(engine: AsyncEngine, run_id: str) -> bool:
     async with engine.connect() as conn:
         queued = exists().where(outbox.c.run_id == run_id, ~_held(outbox.c.subject_key))
