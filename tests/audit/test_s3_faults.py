@@ -11,6 +11,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from botocore.config import Config
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,7 +24,7 @@ from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
 from teamstore.errors import TranscriptUnavailable
-from tests.audit.fault_server import FaultServer
+from tests.audit.fault_server import FaultServer, HoldingProxy
 from tests.audit.teams import context, observe_run, triage_team
 from tests.services import free_port
 
@@ -169,6 +170,30 @@ async def test_a_slow_store_costs_the_run_at_most_the_upload_deadline(
     await observe_run([observer], triage_team(), ctx)
     assert time.monotonic() - started < 2.0
     assert await _outbox_rows(sqlite_engine) == [ctx.run_id]
+
+
+async def test_an_upload_that_lands_after_the_run_stopped_waiting_is_kept_and_not_queued_twice(
+    s3_bucket: str, s3_endpoint: str, sqlite_engine: AsyncEngine
+) -> None:
+    proxy = HoldingProxy(s3_endpoint)
+    client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(read_timeout=30, retries={"total_max_attempts": 1}))
+    store = S3TranscriptStore(client, s3_bucket, "t")
+    pseudonyms = Pseudonyms(sqlite_engine)
+    observer = TranscriptObserver(store, sqlite_engine, pseudonyms, upload_deadline_s=0.2)
+    try:
+        ctx = context(user_id="lou")
+        await observe_run([observer], triage_team(), ctx)
+        assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the run moved on: queued meanwhile
+        proxy.release()
+        assert await asyncio.to_thread(proxy.landed.wait, 10)
+        await observer.drain()
+
+        keys = await pseudonyms.writable(ctx)
+        assert await store.list_keys(session_prefix(keys)) == [run_key(keys, ctx.run_id)]
+        assert await _outbox_rows(sqlite_engine) == []  # delivered: the queued copy is not sent again
+    finally:
+        await store.close()
+        proxy.stop()
 
 
 async def test_later_runs_flush_the_outbox_opportunistically(

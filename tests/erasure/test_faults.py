@@ -14,17 +14,23 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
-from teamstore.audit.subjects import find_subject, get_or_create_subject
-from teamstore.audit.transcripts.base import subject_prefix
+from teamstore.audit import outbox
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
+from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import RunKeys
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import ErasureConflict, ErasureInProgress, ErasureRequestNotFound, InvalidIdentifier
+from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
 from teamstore.state.schema import user_holds
+from tests.audit.fault_server import HoldingProxy
 from tests.erasure.conftest import coordinator, versioned_bucket
-from tests.erasure.seed import audited_platform, counts, scan_database, seed_user
+from tests.erasure.seed import all_versions, audited_platform, counts, scan_database, seed_user
 from tests.services import free_port
 
 
@@ -378,3 +384,73 @@ async def test_a_rerun_straight_after_a_killed_first_attempt_still_waits_out_the
     rerun.after_step = lambda _name: enumerated.append(datetime.now(UTC))
     assert (await rerun.run("hank", request_id="req-killed")).ok
     assert enumerated and enumerated[0] >= opened.received_at + timedelta(seconds=0.6)
+
+
+def _late_store(proxy: HoldingProxy, bucket: str) -> S3TranscriptStore:
+    """The bucket reached through ``proxy``, by a client that waits for an answer as long as S3 may take."""
+    client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(
+        read_timeout=30, retries={"total_max_attempts": 1}))
+    return S3TranscriptStore(client, bucket, "audit")
+
+
+def _subject_versions(store: S3TranscriptStore, subject: str) -> list[dict[str, object]]:
+    return [v for v in all_versions(store.client, store.bucket) if f"/subjects/{subject}/" in str(v["Key"])]
+
+
+@pytest.mark.s3
+async def test_an_upload_that_outlives_its_run_and_lands_after_the_erasure_is_removed(
+    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, s3_endpoint: str
+) -> None:
+    # The run waits 0.2 s for its upload, then answers its user (the transcript queued in the outbox);
+    # the PUT goes on in its thread and reaches S3 only after the user is erased.
+    proxy = HoldingProxy(s3_endpoint)
+    late = _late_store(proxy, s3_store.bucket)
+    pseudonyms = Pseudonyms(engine)
+    observer = TranscriptObserver(late, engine, pseudonyms, upload_deadline_s=0.2)
+    platform = Platform(engine, registry, settings=Settings(auto_migrate=True, registry_refresh_seconds=0),
+                        observers=[LedgerObserver(engine, pseudonyms), observer])
+    try:
+        async with platform.session("uma", "s1", team="support_triage") as session:
+            await session.run("CANARY-uma my router keeps dropping")
+        assert await asyncio.to_thread(proxy.arrived.wait, 10)
+        subject = await find_subject(engine, "uma")
+        assert subject is not None
+
+        receipt = await coordinator(engine, s3_store).run("uma", request_id="req-uma")
+        assert receipt.ok and receipt.stores["outbox"].counts.rows == 1
+        proxy.release()
+        assert await asyncio.to_thread(proxy.landed.wait, 10)
+        await observer.drain()
+
+        assert _subject_versions(s3_store, subject) == []
+    finally:
+        await platform.aclose()
+        await late.close()
+        proxy.stop()
+
+
+@pytest.mark.s3
+async def test_an_outbox_delivery_that_lands_after_the_erasure_is_removed(
+    engine: AsyncEngine, s3_store: S3TranscriptStore, s3_endpoint: str
+) -> None:
+    # `transcripts flush` checked the user was not fenced, then its PUT took long enough for a whole
+    # erasure to run: it must not leave the transcript behind under the erased subject.
+    subject = await get_or_create_subject(engine, "vic")
+    keys = RunKeys(subject, session_key(subject, "s1"))
+    await outbox.enqueue(engine, "run-vic", run_key(keys, "run-vic"), subject, b"CANARY-vic", "S3 down")
+    proxy = HoldingProxy(s3_endpoint)
+    late = _late_store(proxy, s3_store.bucket)
+    try:
+        flushing = asyncio.create_task(outbox.flush(engine, late))
+        assert await asyncio.to_thread(proxy.arrived.wait, 10)
+
+        receipt = await coordinator(engine, s3_store).run("vic", request_id="req-vic")
+        assert receipt.ok and receipt.stores["outbox"].counts.rows == 1
+        proxy.release()
+        report = await flushing
+
+        assert _subject_versions(s3_store, subject) == []
+        assert (report.delivered, report.remaining) == (0, 0)
+    finally:
+        await late.close()
+        proxy.stop()

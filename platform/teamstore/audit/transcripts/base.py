@@ -54,6 +54,9 @@ class TranscriptStore(Protocol):
     async def list_keys(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` (relative to the store), sorted."""
 
+    async def delete(self, key: str) -> int:
+        """Delete the object at ``key``, every version of it; returns how many versions were removed."""
+
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many were removed."""
 

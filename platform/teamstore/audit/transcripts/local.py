@@ -100,6 +100,31 @@ class LocalTranscriptStore:
             return []
         return sorted(p.relative_to(self.root).as_posix() for p in base.rglob(f"*{SUFFIX}") if p.is_file())
 
+    async def delete(self, key: str) -> int:
+        """Delete the object at ``key`` and the folders it leaves empty.
+
+        Raises:
+            StorageError: The file could not be removed.
+        """
+        return await asyncio.to_thread(self._delete, self._path(key))
+
+    def _delete(self, path: Path) -> int:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StorageError(
+                f"could not delete transcript {path.name}: {exc.strerror or exc}",
+                hint="check that this user may delete files under TEAMSTORE_TRANSCRIPTS_URL",
+            ) from exc
+        # The folders are named by subject and session keys: none is left empty to say the run was there.
+        for folder in path.parents:
+            if folder == self.root:
+                break
+            _remove_if_empty(os.fspath(folder))
+        return 1
+
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix`` and the folder itself."""
         keys = await self.list_keys(prefix)

@@ -186,6 +186,29 @@ class S3TranscriptStore:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full_prefix)
         return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
 
+    async def delete(self, key: str) -> int:
+        """Delete the object at ``key``: every version and delete marker of it.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable, or it refused to delete a version.
+        """
+        return int(await self._call("delete", key, self._delete_key, self._full(key)))
+
+    def _delete_key(self, full_key: str) -> int:
+        pages = self.client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=full_key)
+        doomed = [{"Key": v["Key"], "VersionId": v["VersionId"]} for page in pages
+                  for v in page.get("Versions", []) + page.get("DeleteMarkers", []) if v["Key"] == full_key]
+        if not doomed:
+            return 0
+        response = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": doomed, "Quiet": True})
+        if refused := response.get("Errors"):
+            codes = ", ".join(sorted({str(e.get("Code")) for e in refused}))
+            raise TranscriptUnavailable(
+                f"S3 refused to delete {len(refused)} version(s) of a transcript ({codes})",
+                hint="grant s3:DeleteObjectVersion on the transcript prefix",
+            )
+        return len(doomed)
+
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``, including old versions and delete markers."""
         return int(await self._call("delete", prefix, self._delete_versions, self._full(prefix)))
