@@ -157,6 +157,28 @@ async def test_objects_under_a_legal_hold_are_reported_retained_never_erased(
     await store.close()
 
 
+@pytest.mark.s3
+async def test_versions_under_a_retention_period_without_a_legal_hold_are_reported_retained(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    # The usual Object Lock set-up: a retention period and no legal hold. It was reported 'failed' with
+    # 'no hold explains it' (real S3 answers GetObjectLegalHold with NoSuchObjectLockConfiguration there).
+    store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    subject = await get_or_create_subject(engine, "ula")
+    kept, other = (f"{subject_prefix(subject)}sessions/s1/runs/{run}.jsonl.gz" for run in ("r1", "r2"))
+    store.client.put_object(Bucket=store.bucket, Key=f"audit/{kept}", Body=b"transcript", ObjectLockMode="GOVERNANCE",
+                            ObjectLockRetainUntilDate=datetime.now(UTC) + timedelta(days=1))
+    await store.put(other, b"transcript")
+
+    receipt = await coordinator(engine, store).run("ula", request_id="req-ula")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, transcripts
+    assert transcripts.status is StepStatus.RETAINED_UNDER_HOLD and transcripts.counts.retained == 1
+    assert await store.list_keys(subject_prefix(subject)) == [kept]
+    await store.close()
+
+
 async def test_two_erasures_of_one_user_at_once_one_wins_the_other_conflicts(
     engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
 ) -> None:
@@ -454,3 +476,4 @@ async def test_an_outbox_delivery_that_lands_after_the_erasure_is_removed(
     finally:
         await late.close()
         proxy.stop()
+

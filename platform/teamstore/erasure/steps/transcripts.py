@@ -97,20 +97,19 @@ class S3Versions:
     def _held(self, version: Version) -> bool | None:
         from botocore.exceptions import ClientError
 
-        args = {"Bucket": self.bucket, "Key": version.key, "VersionId": version.version_id}
+        # One HEAD gives the legal hold and the retention together. (GetObjectLegalHold answers
+        # NoSuchObjectLockConfiguration for a version under a retention period but no legal hold.)
         try:
-            hold = self.client.get_object_legal_hold(**args).get("LegalHold", {}).get("Status")
-            if hold == "ON":
-                return True
-            until = self.client.get_object_retention(**args).get("Retention", {}).get("RetainUntilDate")
-            return bool(until and until > datetime.now(UTC))
+            head = self.client.head_object(Bucket=self.bucket, Key=version.key, VersionId=version.version_id)
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed"}:
-                return None  # deleted after all (the error named the key, not this version)
-            if code in {"NoSuchObjectLockConfiguration", "InvalidRequest", "ObjectLockConfigurationNotFoundError"}:
-                return False
+            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
+                return None  # deleted after all (the error named the key, not this version), or a delete marker
             raise
+        if head.get("ObjectLockLegalHoldStatus") == "ON":
+            return True
+        until = head.get("ObjectLockRetainUntilDate")
+        return bool(until and until > datetime.now(UTC))
 
 
 def _describe(exc: Exception) -> str:
