@@ -9,6 +9,7 @@ talks real HTTP to it, so the client, its timeouts and its error parsing are wha
 from __future__ import annotations
 
 import http.client
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -92,10 +93,12 @@ class FaultServer:
 class HoldingProxy:
     """Forwards every request to a real S3 endpoint (moto's server), but holds each object PUT, its body
     received, until :meth:`release`: an upload that reaches S3 and lands long after its client gave up
-    waiting, when the test says so."""
+    waiting, when the test says so. With ``refuse_deletes`` set to an error code, it answers every
+    ``DeleteObjects`` itself, refusing each version with that code (S3's per-key errors)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, refuse_deletes: str | None = None) -> None:
         self.upstream = urlsplit(upstream)
+        self.refuse_deletes = refuse_deletes
         self.arrived = threading.Event()
         self.landed = threading.Event()
         self._released = threading.Event()
@@ -116,6 +119,8 @@ class HoldingProxy:
         self._server.server_close()
 
     def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[Any], bytes]:
+        if method == "POST" and self.refuse_deletes and "?delete" in path:
+            return 200, [("Content-Type", "application/xml")], self._refused(body)
         held = method == "PUT" and "/runs/" in path
         if held:
             self.arrived.set()
@@ -130,6 +135,15 @@ class HoldingProxy:
         if held:
             self.landed.set()
         return answer
+
+    def _refused(self, request: bytes) -> bytes:
+        objects = re.findall(rb"<Object><Key>(.*?)</Key>(?:<VersionId>(.*?)</VersionId>)?</Object>", request)
+        errors = b"".join(
+            b"<Error><Key>%s</Key><VersionId>%s</VersionId><Code>%s</Code><Message>refused</Message></Error>"
+            % (key, version, (self.refuse_deletes or "").encode())
+            for key, version in objects
+        )
+        return b'<?xml version="1.0" encoding="UTF-8"?><DeleteResult>%s</DeleteResult>' % errors
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self

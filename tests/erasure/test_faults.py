@@ -477,3 +477,24 @@ async def test_an_outbox_delivery_that_lands_after_the_erasure_is_removed(
         await late.close()
         proxy.stop()
 
+
+@pytest.mark.s3
+async def test_versions_s3_refuses_to_delete_are_named_by_error_code_and_a_rerun_finishes(
+    engine: AsyncEngine, s3_store: S3TranscriptStore, s3_endpoint: str
+) -> None:
+    subject = await get_or_create_subject(engine, "wes")
+    for run in ("r1", "r2"):
+        await s3_store.put(f"{subject_prefix(subject)}sessions/s1/runs/{run}.jsonl.gz", b"transcript")
+    proxy = HoldingProxy(s3_endpoint, refuse_deletes="InternalError")  # S3 failing on its side, per key
+    try:
+        failed = await coordinator(engine, _late_store(proxy, s3_store.bucket)).run("wes", request_id="req-wes")
+    finally:
+        proxy.stop()
+
+    transcripts = failed.stores["transcripts"]
+    assert failed.status is RequestStatus.FAILED and transcripts.status is StepStatus.FAILED
+    assert "2 object version(s)" in (transcripts.detail or "") and "InternalError" in (transcripts.detail or "")
+    assert "rerun the same request id" in (transcripts.detail or "") and subject not in (transcripts.detail or "")
+    done = await coordinator(engine, s3_store).run("wes", request_id="req-wes")
+    assert done.ok and done.stores["transcripts"].counts.versions == 2
+    assert _subject_versions(s3_store, subject) == []
