@@ -498,3 +498,25 @@ async def test_versions_s3_refuses_to_delete_are_named_by_error_code_and_a_rerun
     done = await coordinator(engine, s3_store).run("wes", request_id="req-wes")
     assert done.ok and done.stores["transcripts"].counts.versions == 2
     assert _subject_versions(s3_store, subject) == []
+
+
+async def test_on_sqlite_no_byte_of_an_erased_user_stays_in_the_database_files(
+    registry: Registry, folder: LocalTranscriptStore, tmp_path: Path
+) -> None:
+    # The deleted rows' old pages sat in the write-ahead log (and, on a SQLite built without
+    # SECURE_DELETE, in the database file's free pages) for as long as the service kept running.
+    from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import upgrade
+
+    database = tmp_path / "embedded.db"
+    engine = create_engine(f"sqlite:///{database.as_posix()}")
+    await upgrade(engine)
+    platform = audited_platform(engine, registry, folder)
+    await seed_user(platform, folder, "zed@example.com", "CANARY-zed-91c3", 2, 2)
+
+    assert (await coordinator(engine, folder).run("zed@example.com")).ok
+
+    files = sorted(tmp_path.glob("embedded.db*"))
+    assert files and not [f.name for f in files if b"CANARY-zed-91c3" in f.read_bytes() or b"zed@example" in f.read_bytes()]
+    await platform.aclose()
+    await engine.dispose()

@@ -227,6 +227,7 @@ class DeletionCoordinator:
         receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
         if not await requests.finish(self.engine, row, receipt, owner):
             raise requests.taken_over(row.request_id)
+        await requests.truncate_sqlite_log(self.engine)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
 
