@@ -95,6 +95,11 @@ async def test_access_denied_names_the_permission_to_grant(deny_server: FaultSer
     with pytest.raises(TranscriptUnavailable, match="access denied") as caught:
         await store.put(run_key(KEYS, "r1"), b"x")
     assert caught.value.hint and "s3:PutObject" in caught.value.hint
+    # `retention apply` needs other permissions than an upload, and says which.
+    with pytest.raises(TranscriptUnavailable, match="access denied") as caught:
+        await store.apply_retention(30)
+    assert caught.value.hint and "s3:PutLifecycleConfiguration" in caught.value.hint
+    assert "s3:PutObject" not in caught.value.hint
 
 
 async def test_slow_s3_times_out_within_the_configured_read_timeout(slow_server: FaultServer) -> None:

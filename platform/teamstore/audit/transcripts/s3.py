@@ -32,6 +32,14 @@ from teamstore.errors import (
 )
 
 RULE_ID = "teamstore-transcripts-retention"
+_NEEDS = {
+    "write": "s3:PutObject on the transcript prefix",
+    "read": "s3:GetObject on the transcript prefix",
+    "list": "s3:ListBucket on the bucket",
+    "delete": "s3:ListBucketVersions, s3:DeleteObject and s3:DeleteObjectVersion on the transcript prefix",
+    "configure": "s3:GetLifecycleConfiguration and s3:PutLifecycleConfiguration on the bucket",
+}
+"""What an access-denied request of each kind needs."""
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 
 
@@ -303,7 +311,7 @@ def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
         if code in {"AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
             return TranscriptUnavailable(
                 f"could not {action} transcripts in bucket {bucket!r}: access denied ({code})",
-                hint="grant the worker's role s3:PutObject/GetObject/ListBucket on the transcript prefix",
+                hint=f"grant the worker's role {_NEEDS[action]}",
             )
         return TranscriptUnavailable(f"could not {action} transcripts in {bucket!r}: S3 said {code}: {exc}")
     if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
