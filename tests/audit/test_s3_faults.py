@@ -122,12 +122,21 @@ async def test_retention_apply_puts_the_lifecycle_rule_and_keeps_other_rules(s3_
     assert rules[RULE_ID]["Expiration"]["Days"] == 30
     assert rules[RULE_ID]["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
     assert rules[RULE_ID]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
-    assert rule["Filter"] == {"Prefix": "transcripts/"}
+    assert rule["Filter"] == {"Prefix": "transcripts/subjects/"}
 
 
 def test_the_shipped_lifecycle_policy_matches_what_retention_apply_puts() -> None:
     shipped = json.loads((ROOT / "infra" / "s3-lifecycle.json").read_text())
-    assert shipped["Rules"] == [lifecycle_rule("transcripts/", 90)]
+    assert shipped["Rules"] == [lifecycle_rule("transcripts/subjects/", 90)]
+
+
+async def test_retention_apply_at_the_bucket_root_expires_only_transcripts(s3_bucket: str) -> None:
+    # TEAMSTORE_TRANSCRIPTS_URL=s3://bucket, no prefix: a rule on "" would expire everything in the bucket.
+    store = S3TranscriptStore.from_url(f"s3://{s3_bucket}")
+    rule = await store.apply_retention(days=30)
+    (put,) = boto3.client("s3").get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]
+    assert rule["Filter"] == put["Filter"] == {"Prefix": "subjects/"}
+    await store.close()
 
 
 async def _outbox_rows(engine: AsyncEngine) -> list[str]:

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from teamstore.audit.transcripts.base import Capability, check_key
+from teamstore.audit.transcripts.base import SUBJECTS, Capability, check_key
 from teamstore.errors import (
     ConfigurationError,
     MissingExtra,
@@ -243,7 +243,8 @@ class S3TranscriptStore:
         return 0
 
     async def apply_retention(self, days: int) -> dict[str, Any]:
-        """Put (or replace) teamstore's lifecycle rule on the prefix, keeping the bucket's other rules.
+        """Put (or replace) teamstore's lifecycle rule on the transcripts (``<prefix>/subjects/``), keeping the
+    bucket's other rules.
 
         Args:
             days: Expire current objects after this many days.
@@ -254,7 +255,9 @@ class S3TranscriptStore:
         Raises:
             TranscriptUnavailable: S3 refused or is unreachable.
         """
-        rule = lifecycle_rule(f"{self.prefix}/" if self.prefix else "", days)
+        # On the transcripts' own folder: with no prefix (the bucket's root) a rule on "" would expire
+        # every object in the bucket, and remove every noncurrent version after a day.
+        rule = lifecycle_rule(self._full(f"{SUBJECTS}/"), days)
         await self._call("configure", self.bucket, self._put_rule, rule)
         return rule
 
