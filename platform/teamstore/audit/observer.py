@@ -155,7 +155,9 @@ class TranscriptObserver:
         """
         items = self._items.pop(ctx.run_id, [])
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
-        body = encode(run_record(ctx, outcome, keys, len(items)), items)
+        # Tens of MB of messages take a second or more to encode: off the loop, so the worker's other
+        # sessions go on meanwhile.
+        body = await asyncio.to_thread(encode, run_record(ctx, outcome, keys, len(items)), items)
         key = run_key(keys, ctx.run_id)
         upload = asyncio.ensure_future(self.store.put(key, body))
         try:
