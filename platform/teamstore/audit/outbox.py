@@ -166,16 +166,18 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int) -> Flu
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
-                select(outbox.c.run_id, outbox.c.object_key, outbox.c.subject_key, outbox.c.body)
+                select(outbox.c.run_id, outbox.c.object_key, outbox.c.subject_key)
                 .where(~_held(outbox.c.subject_key))
                 .order_by(outbox.c.created_at)
                 .limit(limit)
             )
         ).all()
     delivered, error = 0, None
-    for run_id, key, subject_key, body in rows:
-        if not await _deliverable(engine, run_id):
-            continue  # erased or fenced since the batch was read: never bring it back
+    for run_id, key, subject_key in rows:
+        # Read one body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
+        body = await _queued_body(engine, run_id)
+        if body is None:
+            continue  # delivered, erased or fenced since the batch was read: never bring it back
         try:
             await store.put(key, body)
         except TeamstoreError as exc:
@@ -227,10 +229,10 @@ async def sweep_outbox(engine: AsyncEngine, older_than: datetime) -> int:
     return result.rowcount or 0
 
 
-async def _deliverable(engine: AsyncEngine, run_id: str) -> bool:
+async def _queued_body(engine: AsyncEngine, run_id: str) -> bytes | None:
     async with engine.connect() as conn:
-        queued = exists().where(outbox.c.run_id == run_id, ~_held(outbox.c.subject_key))
-        return bool(await conn.scalar(select(queued)))
+        body = await conn.scalar(select(outbox.c.body).where(outbox.c.run_id == run_id, ~_held(outbox.c.subject_key)))
+    return bytes(body) if body is not None else None
 
 
 async def _note_failure(engine: AsyncEngine, run_id: str, error: str) -> None:
