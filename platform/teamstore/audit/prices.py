@@ -22,6 +22,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from teamstore.audit.schema import ledger_name
 from teamstore.errors import ConfigurationError
 
 PER = 1_000_000
@@ -113,7 +114,8 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
         ConfigurationError: A field is missing or malformed, or a model has two entries for one day.
     """
     try:
-        prices = {model: _history(model, entries) for model, entries in dict(data["models"]).items()}
+        # Keyed as the ledger stores a model's name (a long one shortened), so its price applies to it.
+        prices = {ledger_name(model): _history(model, entries) for model, entries in dict(data["models"]).items()}
         return PriceTable(
             version=str(data["version"]), currency=str(data.get("currency", "USD")), prices=prices
         )
