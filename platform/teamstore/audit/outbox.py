@@ -48,8 +48,8 @@ async def confirm_landed(engine: AsyncEngine, store: TranscriptStore, key: str, 
         subject_key: Its subject.
 
     Returns:
-        True if it stays (or whether it may stay could not be read: a transcript is never deleted on a
-        guess); False if it was removed.
+        True if it stays, also when the database cannot say (a transcript is never deleted on a guess);
+        False if it was removed, or was to be and S3 refused (logged with the key to delete by hand).
     """
     mapped = select(literal(1)).where(
         subjects.c.subject_key == subject_key, ~exists().where(user_holds.c.user_id == subjects.c.user_id))
