@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -24,6 +25,7 @@ from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
 from teamstore.errors import TranscriptUnavailable
+from teamstore.state.schema import user_holds
 from tests.audit.fault_server import FaultServer, HoldingProxy
 from tests.audit.teams import context, observe_run, triage_team
 from tests.services import free_port
@@ -205,6 +207,31 @@ async def test_an_upload_that_lands_after_the_run_stopped_waiting_is_kept_and_no
         keys = await pseudonyms.writable(ctx)
         assert await store.list_keys(session_prefix(keys)) == [run_key(keys, ctx.run_id)]
         assert await _outbox_rows(sqlite_engine) == []  # delivered: the queued copy is not sent again
+    finally:
+        await store.close()
+        proxy.stop()
+
+
+async def test_an_upload_that_lands_once_an_erasure_fenced_its_user_is_deleted_again(
+    s3_bucket: str, s3_endpoint: str, sqlite_engine: AsyncEngine
+) -> None:
+    proxy = HoldingProxy(s3_endpoint)
+    client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(read_timeout=30, retries={"total_max_attempts": 1}))
+    store = S3TranscriptStore(client, s3_bucket, "t")
+    pseudonyms = Pseudonyms(sqlite_engine)
+    observer = TranscriptObserver(store, sqlite_engine, pseudonyms, upload_deadline_s=0.2)
+    try:
+        ctx = context(user_id="mae")
+        await observe_run([observer], triage_team(), ctx)
+        async with sqlite_engine.begin() as conn:  # an erasure opens while the PUT is still on its way
+            await conn.execute(user_holds.insert().values(user_id="mae", reason="erasure", created_at=datetime.now(UTC)))
+        proxy.release()
+        assert await asyncio.to_thread(proxy.landed.wait, 10)
+        await observer.drain()
+
+        versions = boto3.client("s3").list_object_versions(Bucket=s3_bucket, Prefix="t/subjects/")
+        assert versions.get("Versions", []) == [] and versions.get("DeleteMarkers", []) == []
+        assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the erasure's outbox step removes it
     finally:
         await store.close()
         proxy.stop()
