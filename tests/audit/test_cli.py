@@ -193,7 +193,7 @@ def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pyte
     result = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])
     assert result.exit_code == 0, result.output
     rule = json.loads(result.stdout)["rule"]
-    assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/"}
+    assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/subjects/"}
 
 
 def test_a_message_is_shown_as_text_that_the_terminal_never_acts_on() -> None:

@@ -256,3 +256,32 @@ def test_a_price_that_is_not_a_non_negative_number_is_refused(price: object) -> 
     with pytest.raises(ConfigurationError) as caught:
         parse_prices({"version": "v", "models": {"m": [{"effective_from": "2026-01-01", "input": price, "output": 1}]}})
     assert "input must be a number of at least 0" in caught.value.message
+
+
+def test_two_prices_for_one_model_on_one_day_are_refused() -> None:
+    # Which one priced the day depended on the order in the file; `prices sync` died on ts_prices' key.
+    entries = [{"effective_from": "2026-01-01", "input": 1, "output": 2},
+               {"effective_from": "2026-01-01", "input": 3, "output": 4}]
+    with pytest.raises(ConfigurationError) as caught:
+        parse_prices({"version": "v", "models": {"m": entries}})
+    assert "m: two entries take effect on 2026-01-01" in caught.value.message
+
+
+async def test_a_model_name_longer_than_the_ledger_column_keeps_its_usage(engine: AsyncEngine) -> None:
+    # A model path over 128 characters lost every run's usage on Postgres (value too long for the
+    # column, the whole INSERT refused) while SQLite kept it: it is stored shortened, alike on both,
+    # names that differ only past the cut still apart.
+    common = "projects/analytics-" + "x" * 140 + "/endpoints/"
+    models = [common + "1234", common + "5678"]
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    for model in models:
+        await observe_run([observer], metered_round_robin(model=model), context())
+    report = await query_costs(engine, PRICES, by="model")
+    assert len(report.rows) == 2 and all(row.input_tokens > 0 for row in report.rows)
+    assert all(len(row.key) == 128 and row.key.startswith(common[:100]) for row in report.rows)
+    # A price file names the model as its client does; that price applies, and syncs for the SQL view.
+    priced = parse_prices({"version": "long-1", "models": {
+        models[0]: [{"effective_from": "2020-01-01", "input": 1.0, "output": 1.0}]}})
+    assert await sync_prices(engine, priced) == 1
+    by_model = await query_costs(engine, priced, by="model")
+    assert sorted(row.cost is not None for row in by_model.rows) == [False, True]

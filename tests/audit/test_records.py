@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import random
+import string
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from autogen_agentchat.messages import MultiModalMessage, TextMessage, ToolCallRequestEvent
 from autogen_core import FunctionCall, Image
 from PIL import Image as PILImage
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.observer import Pseudonyms, TranscriptObserver
 from teamstore.audit.transcripts.base import check_key, run_key, safe_segment
+from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import PLACEHOLDER, RunKeys, decode, encode, item_record, to_json_safe
 from teamstore.errors import AuditError, InvalidIdentifier
+from teamstore.runtime.hooks import RunOutcome
+from tests.audit.teams import context
 
 KEYS = RunKeys("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210")
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
@@ -83,3 +93,36 @@ def test_unsafe_keys_are_refused() -> None:
             check_key(key)
     with pytest.raises(InvalidIdentifier):
         run_key(RunKeys("../x", "y"), "r")
+
+
+async def test_a_huge_transcript_is_encoded_without_stalling_the_workers_other_sessions(
+    sqlite_engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # Encoding (JSON, gzip) is a second or more of CPU for tens of MB: on the event loop, every other session
+    # of the worker (their streams, lease renewals) stood still for that long.
+    words = ["".join(random.choices(string.ascii_lowercase, k=random.randint(2, 9))) for _ in range(5000)]
+    text = " ".join(random.choices(words, k=15000))
+    observer = TranscriptObserver(LocalTranscriptStore(tmp_path / "t"), sqlite_engine, Pseudonyms(sqlite_engine),
+                                  upload_deadline_s=60)
+    ctx = context()
+    await observer.run_started(ctx)
+    for _ in range(300):  # about 27 MB of messages
+        await observer.on_item(ctx, TextMessage(source="user", content=text))
+    gaps: list[float] = []
+    finished = asyncio.Event()
+
+    async def other_session() -> None:
+        last = time.perf_counter()
+        while not finished.is_set():
+            await asyncio.sleep(0.01)
+            gaps.append(time.perf_counter() - last)
+            last = time.perf_counter()
+
+    ticking = asyncio.create_task(other_session())
+    started = time.perf_counter()
+    await observer.run_finished(ctx, RunOutcome(datetime.now(UTC)))
+    took = time.perf_counter() - started
+    finished.set()
+    await ticking
+    assert max(gaps) < took / 3, (max(gaps), took)
+    assert len(await observer.store.list_keys("")) == 1

@@ -12,9 +12,11 @@ import pytest
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit import outbox
 from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
+from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import usage
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -52,6 +54,24 @@ async def test_sweep_removes_old_local_transcripts_and_ledger_rows_and_keeps_rec
         assert await conn.scalar(select(func.count()).select_from(usage)) == 3
 
 
+async def test_sweep_drops_transcripts_queued_in_the_outbox_past_transcript_retention(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # A store that refused them for months (a missing permission nobody fixed) must not keep users'
+    # messages in the database past the retention they would have had once delivered.
+    for run in ("queued-long-ago", "queued-today"):
+        await outbox.enqueue(engine, run, run_key(RunKeys("a" * 32, "b" * 32), run), "a" * 32, b"gz", "denied")
+    async with engine.begin() as conn:
+        await conn.execute(update(outbox_table).where(outbox_table.c.run_id == "queued-long-ago")
+                           .values(created_at=datetime.now(UTC) - timedelta(days=91)))
+
+    report = await sweep_all(Settings(), engine, LocalTranscriptStore(tmp_path / "t"))
+
+    async with engine.connect() as conn:
+        assert (await conn.scalars(select(outbox_table.c.run_id))).all() == ["queued-today"]
+    assert report.outbox == 1
+
+
 async def test_retention_apply_on_a_local_folder_says_the_sweep_enforces_it(tmp_path: Path) -> None:
     result = await apply_transcript_retention(LocalTranscriptStore(tmp_path), days=30)
     assert result["backend"] == "local" and result["days"] == 30 and "sweep" in result["note"]
@@ -87,6 +107,26 @@ async def test_local_sweeps_run_from_several_places_at_once_remove_each_object_o
     removed = await asyncio.gather(*(s.sweep(cutoff) for s in stores))
     assert sum(removed) == 300
     assert not list(root.rglob("*"))
+
+
+async def test_the_sweep_never_touches_files_outside_the_transcript_layout(tmp_path: Path) -> None:
+    # TEAMSTORE_TRANSCRIPTS_URL may name a folder that holds other things too (an export, a mount point):
+    # the sweep removes old transcripts, never another tool's files or folders, however old or empty.
+    root = tmp_path / "shared"
+    store = LocalTranscriptStore(root)
+    await store.put(run_key(RunKeys("a" * 32, "b" * 32), "r1"), b"transcript")
+    (root / "exports" / "empty").mkdir(parents=True)
+    others = [root / "exports" / "2024.jsonl.gz", root / "report.jsonl.gz", root / ".tmp-notes"]
+    for other in others:
+        other.write_bytes(b"someone else's")
+    past = time.time() - 91 * 86400
+    for path in [*others, *root.rglob("r1.jsonl.gz")]:
+        os.utime(path, (past, past))
+
+    assert await store.sweep(datetime.now(UTC) - timedelta(days=90)) == 1
+
+    assert all(other.exists() for other in others) and (root / "exports" / "empty").is_dir()
+    assert not (root / "subjects").exists()
 
 
 async def test_a_failed_local_write_leaves_no_partial_copy_behind(tmp_path: Path) -> None:

@@ -7,10 +7,12 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
 import pytest
+from botocore.config import Config
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,7 +25,8 @@ from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
 from teamstore.errors import TranscriptUnavailable
-from tests.audit.fault_server import FaultServer
+from teamstore.state.schema import user_holds
+from tests.audit.fault_server import FaultServer, HoldingProxy
 from tests.audit.teams import context, observe_run, triage_team
 from tests.services import free_port
 
@@ -67,21 +70,6 @@ async def test_unreachable_s3_fails_fast_with_a_typed_error(
     assert time.monotonic() - started < 5
 
 
-async def test_missing_credentials_are_not_called_unreachable(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # It said 'S3 unreachable or too slow (NoCredentialsError)' and to check the endpoint and the network.
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    for key in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
-        monkeypatch.setenv(key, str(ROOT / "no-such-file"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    store = S3TranscriptStore.from_url("s3://any/prefix")
-    with pytest.raises(TranscriptUnavailable) as caught:
-        await store.put(run_key(KEYS, "r1"), b"x")
-    assert caught.value.message == "could not write transcripts: no AWS credentials were found (NoCredentialsError)"
-    assert "AWS_ACCESS_KEY_ID" in (caught.value.hint or "") and "network" not in (caught.value.hint or "")
-    await store.close()
-
-
 async def test_a_missing_bucket_says_so(s3_env: str) -> None:
     store = S3TranscriptStore.from_url("s3://no-such-bucket-here/prefix")
     with pytest.raises(TranscriptUnavailable, match="does not exist") as caught:
@@ -89,11 +77,32 @@ async def test_a_missing_bucket_says_so(s3_env: str) -> None:
     assert caught.value.hint and "create the bucket" in caught.value.hint
 
 
+async def test_no_credentials_says_so_rather_than_unreachable(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3TranscriptStore.from_url("s3://any/prefix")
+    with pytest.raises(TranscriptUnavailable, match="no usable AWS credentials") as caught:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    # It said 'S3 unreachable or too slow (NoCredentialsError)' and to check the endpoint and the network.
+    assert caught.value.hint and "AWS_ACCESS_KEY_ID" in caught.value.hint and "network" not in caught.value.hint
+    await store.close()
+
+
 async def test_access_denied_names_the_permission_to_grant(deny_server: FaultServer) -> None:
     store = S3TranscriptStore.from_url("s3://locked/prefix")
     with pytest.raises(TranscriptUnavailable, match="access denied") as caught:
         await store.put(run_key(KEYS, "r1"), b"x")
     assert caught.value.hint and "s3:PutObject" in caught.value.hint
+    # `retention apply` needs other permissions than an upload, and says which.
+    with pytest.raises(TranscriptUnavailable, match="access denied") as caught:
+        await store.apply_retention(30)
+    assert caught.value.hint and "s3:PutLifecycleConfiguration" in caught.value.hint
+    assert "s3:PutObject" not in caught.value.hint
 
 
 async def test_slow_s3_times_out_within_the_configured_read_timeout(slow_server: FaultServer) -> None:
@@ -116,12 +125,21 @@ async def test_retention_apply_puts_the_lifecycle_rule_and_keeps_other_rules(s3_
     assert rules[RULE_ID]["Expiration"]["Days"] == 30
     assert rules[RULE_ID]["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
     assert rules[RULE_ID]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
-    assert rule["Filter"] == {"Prefix": "transcripts/"}
+    assert rule["Filter"] == {"Prefix": "transcripts/subjects/"}
 
 
 def test_the_shipped_lifecycle_policy_matches_what_retention_apply_puts() -> None:
     shipped = json.loads((ROOT / "infra" / "s3-lifecycle.json").read_text())
-    assert shipped["Rules"] == [lifecycle_rule("transcripts/", 90)]
+    assert shipped["Rules"] == [lifecycle_rule("transcripts/subjects/", 90)]
+
+
+async def test_retention_apply_at_the_bucket_root_expires_only_transcripts(s3_bucket: str) -> None:
+    # TEAMSTORE_TRANSCRIPTS_URL=s3://bucket, no prefix: a rule on "" would expire everything in the bucket.
+    store = S3TranscriptStore.from_url(f"s3://{s3_bucket}")
+    rule = await store.apply_retention(days=30)
+    (put,) = boto3.client("s3").get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]
+    assert rule["Filter"] == put["Filter"] == {"Prefix": "subjects/"}
+    await store.close()
 
 
 async def _outbox_rows(engine: AsyncEngine) -> list[str]:
@@ -169,6 +187,55 @@ async def test_a_slow_store_costs_the_run_at_most_the_upload_deadline(
     await observe_run([observer], triage_team(), ctx)
     assert time.monotonic() - started < 2.0
     assert await _outbox_rows(sqlite_engine) == [ctx.run_id]
+
+
+async def test_an_upload_that_lands_after_the_run_stopped_waiting_is_kept_and_not_queued_twice(
+    s3_bucket: str, s3_endpoint: str, sqlite_engine: AsyncEngine
+) -> None:
+    proxy = HoldingProxy(s3_endpoint)
+    client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(read_timeout=30, retries={"total_max_attempts": 1}))
+    store = S3TranscriptStore(client, s3_bucket, "t")
+    pseudonyms = Pseudonyms(sqlite_engine)
+    observer = TranscriptObserver(store, sqlite_engine, pseudonyms, upload_deadline_s=0.2)
+    try:
+        ctx = context(user_id="lou")
+        await observe_run([observer], triage_team(), ctx)
+        assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the run moved on: queued meanwhile
+        proxy.release()
+        assert await asyncio.to_thread(proxy.landed.wait, 10)
+        await observer.drain()
+
+        keys = await pseudonyms.writable(ctx)
+        assert await store.list_keys(session_prefix(keys)) == [run_key(keys, ctx.run_id)]
+        assert await _outbox_rows(sqlite_engine) == []  # delivered: the queued copy is not sent again
+    finally:
+        await store.close()
+        proxy.stop()
+
+
+async def test_an_upload_that_lands_once_an_erasure_fenced_its_user_is_deleted_again(
+    s3_bucket: str, s3_endpoint: str, sqlite_engine: AsyncEngine
+) -> None:
+    proxy = HoldingProxy(s3_endpoint)
+    client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(read_timeout=30, retries={"total_max_attempts": 1}))
+    store = S3TranscriptStore(client, s3_bucket, "t")
+    pseudonyms = Pseudonyms(sqlite_engine)
+    observer = TranscriptObserver(store, sqlite_engine, pseudonyms, upload_deadline_s=0.2)
+    try:
+        ctx = context(user_id="mae")
+        await observe_run([observer], triage_team(), ctx)
+        async with sqlite_engine.begin() as conn:  # an erasure opens while the PUT is still on its way
+            await conn.execute(user_holds.insert().values(user_id="mae", reason="erasure", created_at=datetime.now(UTC)))
+        proxy.release()
+        assert await asyncio.to_thread(proxy.landed.wait, 10)
+        await observer.drain()
+
+        versions = boto3.client("s3").list_object_versions(Bucket=s3_bucket, Prefix="t/subjects/")
+        assert versions.get("Versions", []) == [] and versions.get("DeleteMarkers", []) == []
+        assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the erasure's outbox step removes it
+    finally:
+        await store.close()
+        proxy.stop()
 
 
 async def test_later_runs_flush_the_outbox_opportunistically(

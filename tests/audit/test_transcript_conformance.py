@@ -61,6 +61,20 @@ async def test_delete_prefix_removes_one_subject_and_keeps_the_others(store: Tra
     assert await store.list_keys(subject_prefix(B.subject_key)) == [run_key(B, "r3")]
 
 
+async def test_delete_removes_one_run_and_keeps_the_rest(store: TranscriptStore) -> None:
+    for run in ("r1", "r1-later", "r2"):
+        await store.put(run_key(A, run), body(run))
+    await store.put(run_key(A2, "r3"), body("r3"))
+    assert await store.delete(run_key(A, "r1")) >= 1
+    with pytest.raises(TranscriptNotFound):
+        await store.get(run_key(A, "r1"))
+    assert await store.list_keys(subject_prefix(A.subject_key)) == [
+        run_key(A, "r1-later"), run_key(A, "r2"), run_key(A2, "r3")]
+    assert await store.delete(run_key(A, "r1")) == 0  # already gone: nothing to do, no error
+    await store.delete(run_key(A2, "r3"))
+    assert await store.list_keys(subject_prefix(A.subject_key)) == [run_key(A, "r1-later"), run_key(A, "r2")]
+
+
 async def test_keys_that_could_escape_the_root_are_refused(store: TranscriptStore) -> None:
     with pytest.raises(InvalidIdentifier):
         await store.put("subjects/../../escape.jsonl.gz", b"x")

@@ -17,6 +17,10 @@ from teamstore.errors import ConfigurationError
     "s3://AKIAEXAMPLE:s3cret@bucket/p",  # credentials where the bucket goes
     "s3://bucket name/p",
     "ftp://host/x",
+    "file://transcripts",             # a host named "transcripts": it was the working directory
+    "file://files.internal/srv/t",
+    "file://",
+    "",
 ])
 def test_a_transcripts_url_that_names_no_store_is_a_configuration_error(url: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
@@ -27,3 +31,20 @@ def test_a_transcripts_url_that_names_no_store_is_a_configuration_error(url: str
 def test_a_folder_url_or_a_bare_path_is_a_local_store(tmp_path: Path) -> None:
     assert isinstance(transcript_store_from_url(tmp_path.as_uri()), LocalTranscriptStore)
     assert isinstance(transcript_store_from_url(str(tmp_path)), LocalTranscriptStore)
+    assert transcript_store_from_url(f"file://localhost{tmp_path}").root == tmp_path
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("AWS_ENDPOINT_URL_S3", "minio:9000 with s3cret"),  # not a URL (botocore raised ValueError repeating it)
+    ("AWS_ENDPOINT_URL_S3", "http://[key:s3cret@minio"),
+    ("AWS_DEFAULT_REGION", "eu west 1"),
+    ("AWS_PROFILE", "no-such-profile"),
+])
+def test_aws_variables_that_cannot_make_a_client_are_a_configuration_error(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as caught:
+        transcript_store_from_url("s3://audit/teamstore")
+    assert "s3cret" not in caught.value.message and caught.value.hint

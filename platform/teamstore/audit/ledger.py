@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.prices import PriceTable
-from teamstore.audit.schema import prices, usage
+from teamstore.audit.schema import ledger_name, prices, usage
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
 from teamstore.errors import ConfigurationError, StoreUnavailable
@@ -39,7 +39,7 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
     """
     totals: dict[tuple[str, str, str], list[int]] = {}
     for call in outcome.model_calls:
-        entry = totals.setdefault((call.agent, call.model, call.purpose), [0, 0, 0, 0])
+        entry = totals.setdefault((ledger_name(call.agent), ledger_name(call.model), call.purpose), [0, 0, 0, 0])
         entry[0] += 1
         entry[1] += 1 if call.error else 0
         entry[2] += call.input_tokens

@@ -155,10 +155,13 @@ class TranscriptObserver:
         """
         items = self._items.pop(ctx.run_id, [])
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
-        body = encode(run_record(ctx, outcome, keys, len(items)), items)
+        # Tens of MB of messages take a second or more to encode: off the loop, so the worker's other
+        # sessions go on meanwhile.
+        body = await asyncio.to_thread(encode, run_record(ctx, outcome, keys, len(items)), items)
         key = run_key(keys, ctx.run_id)
+        upload = asyncio.ensure_future(self.store.put(key, body))
         try:
-            await asyncio.wait_for(self.store.put(key, body), self.upload_deadline_s)
+            await asyncio.wait_for(asyncio.shield(upload), self.upload_deadline_s)
         except (TeamstoreError, TimeoutError) as exc:
             reason = (
                 exc.message
@@ -169,12 +172,33 @@ class TranscriptObserver:
             # The next upload that succeeds proves the store answers again: it drains the queue then,
             # not flush_every runs later (a quiet worker might never see that many).
             self._runs_since_check = self.flush_every
-            await outbox.enqueue(self.engine, ctx.run_id, key, keys.subject_key, body, reason)
+            try:
+                await outbox.enqueue(self.engine, ctx.run_id, key, keys.subject_key, body, reason)
+            finally:
+                if isinstance(exc, TimeoutError):  # still going in its thread: it may land much later
+                    self._spawn(self._settle_late(upload, key, keys.subject_key, ctx.run_id))
             return
         self._runs_since_check += 1
         if self._runs_since_check >= self.flush_every:
             self._runs_since_check = 0
             self._spawn(self._flush_quietly())
+
+    async def _settle_late(self, upload: asyncio.Future[None], key: str, subject_key: str, run_id: str) -> None:
+        """Follow an upload the run stopped waiting for. The session's lease (which an erasure waits for)
+        no longer covers it, so once it lands the user is checked again: a transcript that landed after an
+        erasure fenced the user is deleted, one still wanted makes its queued copy redundant."""
+        try:
+            await upload
+        except TeamstoreError:
+            return  # failed after all: the outbox holds the transcript (or the fence refused it)
+        if not await outbox.confirm_landed(self.engine, self.store, key, subject_key):
+            return
+        try:
+            await outbox.forget(self.engine, run_id)
+        except TeamstoreError as exc:
+            log.warning("transcript of run %s was delivered late; it stays queued too: %s", run_id, exc)
+            return
+        log.info("transcript of run %s was delivered late; dropped from the outbox", run_id)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -7,11 +7,13 @@
     print(report.delivered, report.remaining)
 
 The run id is the primary key, so a transcript is queued at most once; delivery PUTs to the same key the
-run would have used, so delivering twice (two flushers racing) still leaves exactly one object.
+run would have used, so delivering twice (two flushers racing) still leaves exactly one object. A delivery
+that lands after an erasure fenced its user (the PUT was slow) is deleted again (:func:`confirm_landed`).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,11 +28,47 @@ from teamstore.db.engine import describe_failure
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
 from teamstore.state.schema import user_holds
 
+log = logging.getLogger(__name__)
+
 
 def _held(subject_key: Any) -> ColumnElement[bool]:
     """True while an erasure fences the subject's user: nothing of theirs is queued or delivered."""
     fence = user_holds.join(subjects, subjects.c.user_id == user_holds.c.user_id)
     return exists(select(literal(1)).select_from(fence).where(subjects.c.subject_key == subject_key))
+
+
+async def confirm_landed(engine: AsyncEngine, store: TranscriptStore, key: str, subject_key: str) -> bool:
+    """Keep a transcript that landed after its fence check had long passed, unless its user has been fenced
+    or erased since: then delete it again, since the erasure may have looked at the store before it landed.
+
+    Args:
+        engine: The state database.
+        store: Where the transcript landed.
+        key: Its object key.
+        subject_key: Its subject.
+
+    Returns:
+        True if it stays, also when the database cannot say (a transcript is never deleted on a guess);
+        False if it was removed, or was to be and S3 refused (logged with the key to delete by hand).
+    """
+    mapped = select(literal(1)).where(
+        subjects.c.subject_key == subject_key, ~exists().where(user_holds.c.user_id == subjects.c.user_id))
+    try:
+        async with engine.connect() as conn:
+            if await conn.scalar(select(exists(mapped))):
+                return True
+    except SQLAlchemyError as exc:
+        log.error("could not check whether a late transcript's user was erased meanwhile (%s); it stays at %s",
+                  describe_failure(exc), key)
+        return True
+    try:
+        await store.delete(key)
+    except TeamstoreError as exc:
+        log.error("a transcript landed after its user was fenced for erasure and could not be removed (%s); "
+                  "delete %s by hand", exc.message, key)
+        return False
+    log.warning("a transcript landed after its user was fenced for erasure: removed it again")
+    return False
 
 
 @dataclass(frozen=True)
@@ -128,32 +166,73 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int) -> Flu
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
-                select(outbox.c.run_id, outbox.c.object_key, outbox.c.body)
+                select(outbox.c.run_id, outbox.c.object_key, outbox.c.subject_key)
                 .where(~_held(outbox.c.subject_key))
                 .order_by(outbox.c.created_at)
                 .limit(limit)
             )
         ).all()
     delivered, error = 0, None
-    for run_id, key, body in rows:
-        if not await _deliverable(engine, run_id):
-            continue  # erased or fenced since the batch was read: never bring it back
+    for run_id, key, subject_key in rows:
+        # Read one body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
+        body = await _queued_body(engine, run_id)
+        if body is None:
+            continue  # delivered, erased or fenced since the batch was read: never bring it back
         try:
             await store.put(key, body)
         except TeamstoreError as exc:
             error = exc.message
             await _note_failure(engine, run_id, error)
             break
+        if not await confirm_landed(engine, store, key, subject_key):
+            continue  # an erasure fenced the user while the PUT was on its way: the erasure removes the row
         async with engine.begin() as conn:
             await conn.execute(delete(outbox).where(outbox.c.run_id == run_id))
         delivered += 1
     return FlushReport(delivered, 1 if error else 0, await pending(engine), error)
 
 
-async def _deliverable(engine: AsyncEngine, run_id: str) -> bool:
+async def forget(engine: AsyncEngine, run_id: str) -> None:
+    """Drop a run's queued transcript once a late upload delivered it after all (no second PUT).
+
+    Raises:
+        StoreUnavailable: The database failed; the transcript stays queued (delivering it twice is harmless).
+    """
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(delete(outbox).where(outbox.c.run_id == run_id))
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not drop the delivered transcript of run {run_id} from the outbox: {describe_failure(exc)}",
+            hint="nothing to fix: the next flush delivers it again, to the same key",
+        ) from exc
+
+
+async def sweep_outbox(engine: AsyncEngine, older_than: datetime) -> int:
+    """Drop transcripts queued before ``older_than`` (the transcript retention's cutoff): delivered, they
+    would have expired by now, and undelivered they would keep users' messages past retention.
+
+    Returns:
+        How many were dropped.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    try:
+        async with engine.begin() as conn:
+            result = await conn.execute(delete(outbox).where(outbox.c.created_at < older_than))
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not sweep the transcript outbox: {describe_failure(exc)}",
+            hint="check the database and run `teamstore retention sweep` again",
+        ) from exc
+    return result.rowcount or 0
+
+
+async def _queued_body(engine: AsyncEngine, run_id: str) -> bytes | None:
     async with engine.connect() as conn:
-        queued = exists().where(outbox.c.run_id == run_id, ~_held(outbox.c.subject_key))
-        return bool(await conn.scalar(select(queued)))
+        body = await conn.scalar(select(outbox.c.body).where(outbox.c.run_id == run_id, ~_held(outbox.c.subject_key)))
+    return bytes(body) if body is not None else None
 
 
 async def _note_failure(engine: AsyncEngine, run_id: str, error: str) -> None:

@@ -18,9 +18,11 @@ import math
 from dataclasses import dataclass
 from datetime import date
 from importlib import resources
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from teamstore.audit.schema import ledger_name
 from teamstore.errors import ConfigurationError
 
 PER = 1_000_000
@@ -87,6 +89,16 @@ def _parse_entry(model: str, entry: dict[str, Any]) -> Price:
     )
 
 
+def _history(model: str, entries: Any) -> tuple[Price, ...]:
+    history = tuple(sorted((_parse_entry(model, e) for e in entries), key=lambda p: p.effective_from))
+    for earlier, later in pairwise(history):
+        if earlier.effective_from == later.effective_from:
+            # Which of the two priced that day would depend on their order in the file (and ts_prices,
+            # keyed by model and date, could not hold both).
+            raise ValueError(f"{model}: two entries take effect on {later.effective_from.isoformat()}")
+    return history
+
+
 def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
     """Build a :class:`PriceTable` from the JSON document.
 
@@ -99,20 +111,19 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
         The table, each model's entries sorted by date.
 
     Raises:
-        ConfigurationError: A field is missing or malformed.
+        ConfigurationError: A field is missing or malformed, or a model has two entries for one day.
     """
     try:
-        prices = {
-            model: tuple(sorted((_parse_entry(model, e) for e in entries), key=lambda p: p.effective_from))
-            for model, entries in dict(data["models"]).items()
-        }
+        # Keyed as the ledger stores a model's name (a long one shortened), so its price applies to it.
+        prices = {ledger_name(model): _history(model, entries) for model, entries in dict(data["models"]).items()}
         return PriceTable(
             version=str(data["version"]), currency=str(data.get("currency", "USD")), prices=prices
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"the price table {source} is malformed: {type(exc).__name__}: {exc}",
-            hint="each model needs entries with effective_from (YYYY-MM-DD), input and output; see docs/analysts.md",
+            hint="each model needs entries with distinct effective_from dates (YYYY-MM-DD), input and output; "
+            "see docs/analysts.md",
         ) from exc
 
 

@@ -3,10 +3,11 @@
     from teamstore.audit.retention import apply_transcript_retention, sweep_all
 
     rule = await apply_transcript_retention(store, days=90)   # S3: a lifecycle rule on the prefix
-    report = await sweep_all(settings, engine, store)         # local transcripts, ledger rows, sessions, quarantine
+    report = await sweep_all(settings, engine, store)         # local transcripts, outbox, ledger, sessions, quarantine
 
 S3 expires transcripts itself once the lifecycle rule is in place; the local folder has no such service,
-so ``sweep`` removes its objects past retention. Ledger rows go after ``ledger_retention_days``; expired
+so ``sweep`` removes its objects past retention. Transcripts still queued in the outbox go on the
+transcripts' clock too. Ledger rows go after ``ledger_retention_days``; expired
 resume-state sessions through the state store's own sweep; quarantined states after
 ``quarantine_retention_days``.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.ledger import sweep_ledger
+from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.settings import Settings
 from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
@@ -30,6 +32,7 @@ class SweepReport:
     """What one sweep removed."""
 
     transcripts: int
+    outbox: int
     ledger_rows: int
     sessions: int
     quarantined: int
@@ -66,7 +69,8 @@ async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[
 async def sweep_all(
     settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None
 ) -> SweepReport:
-    """Remove what is past retention: local transcripts, ledger rows, expired sessions, quarantined states.
+    """Remove what is past retention: local transcripts, queued transcripts, ledger rows, expired sessions,
+    quarantined states.
 
     Args:
         settings: ``transcript_retention_days``, ``ledger_retention_days``, ``quarantine_retention_days``.
@@ -81,9 +85,10 @@ async def sweep_all(
     transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)
     ledger_cutoff = now - timedelta(days=settings.ledger_retention_days)
     transcripts = await store.sweep(transcript_cutoff) if Capability.LOCAL_SWEEP in store.capabilities else 0
+    queued = await sweep_outbox(engine, transcript_cutoff)
     ledger_rows = await sweep_ledger(engine, ledger_cutoff)
     sessions = await sweep_expired_sessions(engine)
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
-    return SweepReport(transcripts, ledger_rows, sessions, quarantined, transcript_cutoff, ledger_cutoff,
+    return SweepReport(transcripts, queued, ledger_rows, sessions, quarantined, transcript_cutoff, ledger_cutoff,
                        quarantine_cutoff)

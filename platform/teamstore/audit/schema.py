@@ -12,6 +12,8 @@ exact on Postgres).
 
 from __future__ import annotations
 
+import hashlib
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -32,6 +34,7 @@ from teamstore.db.metadata import metadata
 
 ID = 256
 KEY = 64
+NAME = 128  # an agent's or model's name in the ledger (longer ones are shortened: audit.ledger.ledger_name)
 
 subjects = Table(
     "ts_subjects",
@@ -47,8 +50,8 @@ usage = Table(
     metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
     Column("run_id", String(128), nullable=False),
-    Column("agent", String(128), nullable=False),
-    Column("model", String(128), nullable=False),
+    Column("agent", String(NAME), nullable=False),
+    Column("model", String(NAME), nullable=False),
     Column("purpose", String(32), nullable=False),
     Column("calls", Integer, nullable=False),
     Column("failed_calls", Integer, nullable=False),
@@ -97,3 +100,13 @@ prices = Table(
     Column("currency", String(8), nullable=False),
     PrimaryKeyConstraint("version", "model", "effective_from", name="pk_ts_prices"),
 )
+
+
+def ledger_name(name: str) -> str:
+    """``name`` as the ledger stores it: whole up to 128 characters; a longer one (a model's resource
+    path, say) as its first 111 characters, ``~`` and 16 hex digits of its hash, so two long names stay
+    apart and a run's usage is never refused for the length of a name."""
+    if len(name) <= NAME:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{name[: NAME - 17]}~{digest}"

@@ -393,7 +393,7 @@ def retention_apply(
 
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
-    """Remove local transcripts, ledger rows and quarantined states past retention, and expired sessions."""
+    """Remove local and queued transcripts, ledger rows and quarantined states past retention, and expired sessions."""
 
     async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
         store = transcript_store_from_settings(settings)
@@ -406,8 +406,8 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
         _with_engine(go),
         as_json=as_json,
         render=lambda d: console.print(
-            f"removed {d['transcripts']} transcripts, {d['ledger_rows']} ledger rows, {d['sessions']} expired "
-            f"sessions, {d['quarantined']} quarantined states"
+            f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "
+            f"rows, {d['sessions']} expired sessions, {d['quarantined']} quarantined states"
         ),
     )
 

@@ -111,6 +111,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA synchronous=NORMAL")
+    # Deleted rows are overwritten, not left in free pages: an erased user's words must not stay in the
+    # file (many builds, not all, compile this in).
+    cursor.execute("PRAGMA secure_delete=ON")
     cursor.close()
 
 

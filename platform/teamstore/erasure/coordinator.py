@@ -101,7 +101,7 @@ class DeletionCoordinator:
             The receipt (also stored); ``receipt.ok`` is False unless every store is erased or no_match.
 
         Raises:
-            InvalidIdentifier: The user id or request id cannot be stored exactly.
+            InvalidIdentifier: The user id, request id or reason cannot be stored exactly.
             ErasureConflict: Another request is open for the user, or another process runs this one.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
@@ -109,6 +109,7 @@ class DeletionCoordinator:
         # An empty id is refused, not replaced: the caller meant one (an unset variable, say) and would never
         # learn the fresh id to rerun or to ask about.
         rid = requests.check_request_id(new_request_id() if request_id is None else request_id)
+        requests.check_reason(reason)
         if dry_run:
             return await self._dry_run(user_id, reason)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)
@@ -227,6 +228,7 @@ class DeletionCoordinator:
         receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
         if not await requests.finish(self.engine, row, receipt, owner):
             raise requests.taken_over(row.request_id)
+        await requests.truncate_sqlite_log(self.engine)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
 

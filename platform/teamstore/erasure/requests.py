@@ -13,13 +13,14 @@ Every function raises ``teamstore.errors`` types only.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import delete, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -31,6 +32,7 @@ from teamstore.ids import lone_surrogate
 from teamstore.state.schema import user_holds
 
 HOLD_REASON = "erasure"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,21 @@ def check_request_id(request_id: str) -> str:
             "(a new request without --request-id gets a fresh one)",
         )
     return request_id
+
+
+def check_reason(reason: str | None) -> str | None:
+    """Refuse a reason no database can store exactly (Postgres holds no NUL in text; no driver sends a
+    lone surrogate), before anything is written, on every backend alike.
+
+    Raises:
+        InvalidIdentifier: The reason holds NUL or undecodable bytes (a lone surrogate).
+    """
+    if reason is not None and ("\x00" in reason or lone_surrogate(reason) is not None):
+        raise InvalidIdentifier(
+            f"the reason of length {len(reason)} cannot be stored: it holds NUL or bytes that are not UTF-8 text",
+            hint="pass the reason as plain text (a ticket number, say), in a UTF-8 locale",
+        )
+    return reason
 
 
 @asynccontextmanager
@@ -261,6 +278,23 @@ async def record_step(
     """
     async with _db(engine, "record the erasure step") as conn:
         await write_step(conn, request_id, store, result, owner)
+
+
+async def truncate_sqlite_log(engine: AsyncEngine) -> None:
+    """On SQLite, checkpoint and empty the write-ahead log: its older frames still hold the pages of the
+    rows an erasure deleted, for as long as the service runs. Nothing to do on Postgres (its log is
+    recycled; dead rows go at the next vacuum)."""
+    if engine.dialect.name != "sqlite":
+        return
+    try:
+        async with engine.connect() as conn:
+            busy = (await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))).scalar()
+    except SQLAlchemyError as exc:
+        log.warning("could not truncate the SQLite write-ahead log after an erasure: %s", describe_failure(exc))
+        return
+    if busy:
+        log.warning("could not empty the SQLite write-ahead log after an erasure (another process was reading): "
+                    "run `sqlite3 teamstore.db 'PRAGMA wal_checkpoint(TRUNCATE)'` when it is idle")
 
 
 async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str) -> bool:

@@ -44,7 +44,9 @@ def transcript_store_from_url(url: str) -> TranscriptStore:
         A new store; the caller closes it.
 
     Raises:
-        ConfigurationError: A URL that does not parse, an unsupported scheme, or no valid bucket.
+        ConfigurationError: A URL that does not parse, an unsupported scheme, no valid bucket, or no
+            folder (``file://name``, where the name is taken for a host, or an empty path); for
+            ``s3://``, ``AWS_*`` variables that cannot make a client (see ``make_client``).
         MissingExtra: ``s3://`` without boto3 installed.
     """
     try:
@@ -58,14 +60,23 @@ def transcript_store_from_url(url: str) -> TranscriptStore:
         from teamstore.audit.transcripts.s3 import S3TranscriptStore
 
         return S3TranscriptStore.from_url(url)
-    if parsed.scheme == "file":
-        return LocalTranscriptStore(Path(unquote(parsed.path)))
-    if parsed.scheme == "":
-        return LocalTranscriptStore(Path(url))
+    if parsed.scheme in ("file", ""):
+        return LocalTranscriptStore(_folder(parsed.netloc, unquote(parsed.path) if parsed.scheme else url))
     raise ConfigurationError(
         f"unsupported transcripts URL scheme {parsed.scheme!r}",
         hint="set TEAMSTORE_TRANSCRIPTS_URL to s3://bucket/prefix or file:///folder",
     )
+
+
+def _folder(host: str, path: str) -> Path:
+    # file://transcripts reads as the host "transcripts" and no path: the folder would have been the
+    # working directory, which `retention sweep` then walks, deleting old files and empty folders.
+    if host not in ("", "localhost") or not path:
+        raise ConfigurationError(
+            "the transcripts URL names no folder: a file URL has three slashes before an absolute path",
+            hint="set TEAMSTORE_TRANSCRIPTS_URL to file:///srv/teamstore/transcripts, or a plain path",
+        )
+    return Path(path)
 
 
 def transcript_store_from_settings(settings: Settings) -> TranscriptStore:

@@ -26,6 +26,8 @@ from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import InvalidIdentifier
 
 SUFFIX = ".jsonl.gz"
+SUBJECTS = "subjects"
+"""The top folder of every object key: ``subjects/<subject_key>/...``."""
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
@@ -66,6 +68,9 @@ class TranscriptStore(Protocol):
         """Objects under ``prefix`` with their write times, in no set order, a page at a time: a caller
         that keeps only some of them holds only those (and one page) in memory."""
 
+    async def delete(self, key: str) -> int:
+        """Delete the object at ``key``, every version of it; returns how many versions were removed."""
+
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many were removed."""
 
@@ -85,7 +90,7 @@ def safe_segment(value: str) -> str:
 
 def subject_prefix(subject_key: str) -> str:
     """The prefix holding every object of one subject (what erasure deletes)."""
-    return f"subjects/{_checked(subject_key)}/"
+    return f"{SUBJECTS}/{_checked(subject_key)}/"
 
 
 def session_prefix(keys: RunKeys) -> str:

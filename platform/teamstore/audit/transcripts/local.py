@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from teamstore.audit.transcripts.base import SUFFIX, Capability, StoredObject, check_key
+from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
 from teamstore.errors import StorageError, TranscriptNotFound
 
 TMP_PREFIX = ".tmp-"
@@ -136,6 +136,31 @@ class LocalTranscriptStore:
                 raise StorageError(f"could not list transcripts: {exc.strerror or exc}",
                                    hint="check folder permissions") from exc
 
+    async def delete(self, key: str) -> int:
+        """Delete the object at ``key`` and the folders it leaves empty.
+
+        Raises:
+            StorageError: The file could not be removed.
+        """
+        return await asyncio.to_thread(self._delete, self._path(key))
+
+    def _delete(self, path: Path) -> int:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StorageError(
+                f"could not delete transcript {path.name}: {exc.strerror or exc}",
+                hint="check that this user may delete files under TEAMSTORE_TRANSCRIPTS_URL",
+            ) from exc
+        # The folders are named by subject and session keys: none is left empty to say the run was there.
+        for folder in path.parents:
+            if folder == self.root:
+                break
+            _remove_if_empty(os.fspath(folder))
+        return 1
+
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix`` and the folder itself."""
         keys = await self.list_keys(prefix)
@@ -147,6 +172,7 @@ class LocalTranscriptStore:
         """Remove objects whose modification time is before ``older_than``; prune empty folders.
 
         Temporary files a crashed writer left behind go too once they are as old, but are not counted.
+        Only teamstore's own layout (``subjects/``) is walked: other files in the folder are never touched.
         Safe beside other sweeps, erasures and writers: what another one removed first is stepped over.
 
         Raises:
@@ -156,18 +182,16 @@ class LocalTranscriptStore:
 
     def _sweep(self, cutoff: float) -> int:
         removed = 0
-        top = os.fspath(self.root)
         try:
             # Bottom-up, so each folder is looked at after its contents; os.walk skips folders that vanish.
-            for folder, _dirs, files in os.walk(top, topdown=False):
+            for folder, _dirs, files in os.walk(self.root / SUBJECTS, topdown=False):
                 for name in files:
                     is_object = name.endswith(SUFFIX)
                     if (is_object or name.startswith(TMP_PREFIX)) and _remove_older(
                         os.path.join(folder, name), cutoff
                     ):
                         removed += is_object
-                if folder != top:
-                    _remove_if_empty(folder)
+                _remove_if_empty(folder)
         except OSError as exc:
             raise StorageError(
                 f"the transcript sweep stopped after removing {removed} objects: {exc.strerror or exc}",

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from teamstore.audit.transcripts.base import Capability, StoredObject, check_key
+from teamstore.audit.transcripts.base import SUBJECTS, Capability, StoredObject, check_key
 from teamstore.errors import (
     ConfigurationError,
     MissingExtra,
@@ -33,6 +33,14 @@ from teamstore.errors import (
 )
 
 RULE_ID = "teamstore-transcripts-retention"
+_NEEDS = {
+    "write": "s3:PutObject on the transcript prefix",
+    "read": "s3:GetObject on the transcript prefix",
+    "list": "s3:ListBucket on the bucket",
+    "delete": "s3:ListBucketVersions, s3:DeleteObject and s3:DeleteObjectVersion on the transcript prefix",
+    "configure": "s3:GetLifecycleConfiguration and s3:PutLifecycleConfiguration on the bucket",
+}
+"""What an access-denied request of each kind needs."""
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 
 
@@ -56,17 +64,32 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         The client (``AWS_*`` variables decide credentials, region and endpoint).
 
     Raises:
+        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no URL, a malformed region,
+            a profile that does not exist or a config file that does not parse.
         MissingExtra: boto3 is not installed.
     """
     boto3 = _boto3()
     from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
 
     config = Config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         retries={"total_max_attempts": max_attempts, "mode": "standard"},
     )
-    return boto3.session.Session().client("s3", config=config)
+    try:
+        return boto3.session.Session().client("s3", config=config)
+    except BotoCoreError as exc:  # names the region, profile or file, never a credential
+        raise ConfigurationError(
+            f"could not set up the S3 client: {exc}",
+            hint="fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE (or unset them)",
+        ) from None
+    except ValueError:
+        # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
+        raise ConfigurationError(
+            "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not a URL",
+            hint="set it to the S3-compatible endpoint, e.g. http://minio:9000, or unset it for AWS",
+        ) from None
 
 
 def lifecycle_rule(prefix: str, days: int) -> dict[str, Any]:
@@ -113,7 +136,7 @@ class S3TranscriptStore:
         """Build from ``s3://bucket/prefix`` with a client from :func:`make_client`.
 
         Raises:
-            ConfigurationError: The URL has no bucket.
+            ConfigurationError: The URL has no bucket, or the ``AWS_*`` variables cannot make a client.
             MissingExtra: boto3 is not installed.
         """
         parsed = urlparse(url)
@@ -193,6 +216,29 @@ class S3TranscriptStore:
         page: dict[str, Any] = self.client.list_objects_v2(Bucket=self.bucket, Prefix=full_prefix, **more)
         return page
 
+    async def delete(self, key: str) -> int:
+        """Delete the object at ``key``: every version and delete marker of it.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable, or it refused to delete a version.
+        """
+        return int(await self._call("delete", key, self._delete_key, self._full(key)))
+
+    def _delete_key(self, full_key: str) -> int:
+        pages = self.client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=full_key)
+        doomed = [{"Key": v["Key"], "VersionId": v["VersionId"]} for page in pages
+                  for v in page.get("Versions", []) + page.get("DeleteMarkers", []) if v["Key"] == full_key]
+        if not doomed:
+            return 0
+        response = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": doomed, "Quiet": True})
+        if refused := response.get("Errors"):
+            codes = ", ".join(sorted({str(e.get("Code")) for e in refused}))
+            raise TranscriptUnavailable(
+                f"S3 refused to delete {len(refused)} version(s) of a transcript ({codes})",
+                hint="grant s3:DeleteObjectVersion on the transcript prefix",
+            )
+        return len(doomed)
+
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``, including old versions and delete markers."""
         return int(await self._call("delete", prefix, self._delete_versions, self._full(prefix)))
@@ -219,7 +265,8 @@ class S3TranscriptStore:
         return 0
 
     async def apply_retention(self, days: int) -> dict[str, Any]:
-        """Put (or replace) teamstore's lifecycle rule on the prefix, keeping the bucket's other rules.
+        """Put (or replace) teamstore's lifecycle rule on the transcripts (``<prefix>/subjects/``), keeping the
+    bucket's other rules.
 
         Args:
             days: Expire current objects after this many days.
@@ -230,7 +277,9 @@ class S3TranscriptStore:
         Raises:
             TranscriptUnavailable: S3 refused or is unreachable.
         """
-        rule = lifecycle_rule(f"{self.prefix}/" if self.prefix else "", days)
+        # On the transcripts' own folder: with no prefix (the bucket's root) a rule on "" would expire
+        # every object in the bucket, and remove every noncurrent version after a day.
+        rule = lifecycle_rule(self._full(f"{SUBJECTS}/"), days)
         await self._call("configure", self.bucket, self._put_rule, rule)
         return rule
 
@@ -267,7 +316,13 @@ class S3TranscriptStore:
 
 def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
     """Turn a botocore error into a teamstore error that says what to do."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        CredentialRetrievalError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
 
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -281,14 +336,14 @@ def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
         if code in {"AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
             return TranscriptUnavailable(
                 f"could not {action} transcripts in bucket {bucket!r}: access denied ({code})",
-                hint="grant the worker's role s3:PutObject/GetObject/ListBucket on the transcript prefix",
+                hint=f"grant the worker's role {_NEEDS[action]}",
             )
         return TranscriptUnavailable(f"could not {action} transcripts in {bucket!r}: S3 said {code}: {exc}")
-    if isinstance(exc, NoCredentialsError | PartialCredentialsError):  # said before any request is sent
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
         return TranscriptUnavailable(
-            f"could not {action} transcripts: no AWS credentials were found ({type(exc).__name__})",
-            hint="give this process credentials the standard way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-            "AWS_PROFILE, or the role of the machine or container",
+            f"could not {action} transcripts: no usable AWS credentials ({type(exc).__name__})",
+            hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the worker a role; "
+            "transcripts wait in the outbox (teamstore transcripts flush)",
         )
     if isinstance(exc, BotoCoreError):
         return TranscriptUnavailable(

@@ -66,7 +66,8 @@ class S3Versions:
         except Exception as exc:
             raise TranscriptUnavailable(
                 f"could not {action} in bucket {self.bucket!r}: {_describe(exc)}",
-                hint="fix S3 access (s3:ListBucketVersions, s3:DeleteObjectVersion), then rerun the same request id",
+                hint="fix S3 access (s3:ListBucketVersions, s3:DeleteObjectVersion, s3:GetObjectVersion), then rerun "
+                "the same request id",
             ) from exc
 
     async def versions(self, prefix: str) -> list[Version]:
@@ -80,15 +81,15 @@ class S3Versions:
             found += [Version(m["Key"], m["VersionId"], 0, True) for m in page.get("DeleteMarkers", [])]
         return found
 
-    async def delete(self, batch: list[Version]) -> list[Version]:
-        """One ``DeleteObjects``; returns the versions S3 did not confirm as deleted."""
+    async def delete(self, batch: list[Version]) -> dict[Version, str]:
+        """One ``DeleteObjects``; returns the versions S3 did not confirm as deleted, with its error code."""
         objects = [{"Key": v.key, "VersionId": v.version_id} for v in batch]
         response = await self._call("delete object versions", self.client.delete_objects,
                                     Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
-        errors = response.get("Errors", [])
         # Real S3 names the version of each error; some implementations name only the key.
-        by_version = {(e["Key"], e.get("VersionId")) for e in errors}
-        return [v for v in batch if (v.key, v.version_id) in by_version or (v.key, None) in by_version]
+        codes = {(e["Key"], e.get("VersionId")): str(e.get("Code", "unknown")) for e in response.get("Errors", [])}
+        refused = {v: codes.get((v.key, v.version_id)) or codes.get((v.key, None)) for v in batch}
+        return {v: code for v, code in refused.items() if code is not None}
 
     async def held(self, version: Version) -> bool | None:
         """True if Object Lock protects the version, None if it is gone, False if nothing protects it."""
@@ -97,20 +98,19 @@ class S3Versions:
     def _held(self, version: Version) -> bool | None:
         from botocore.exceptions import ClientError
 
-        args = {"Bucket": self.bucket, "Key": version.key, "VersionId": version.version_id}
+        # One HEAD gives the legal hold and the retention together. (GetObjectLegalHold answers
+        # NoSuchObjectLockConfiguration for a version under a retention period but no legal hold.)
         try:
-            hold = self.client.get_object_legal_hold(**args).get("LegalHold", {}).get("Status")
-            if hold == "ON":
-                return True
-            until = self.client.get_object_retention(**args).get("Retention", {}).get("RetainUntilDate")
-            return bool(until and until > datetime.now(UTC))
+            head = self.client.head_object(Bucket=self.bucket, Key=version.key, VersionId=version.version_id)
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed"}:
-                return None  # deleted after all (the error named the key, not this version)
-            if code in {"NoSuchObjectLockConfiguration", "InvalidRequest", "ObjectLockConfigurationNotFoundError"}:
-                return False
+            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
+                return None  # deleted after all (the error named the key, not this version), or a delete marker
             raise
+        if head.get("ObjectLockLegalHoldStatus") == "ON":
+            return True
+        until = head.get("ObjectLockRetainUntilDate")
+        return bool(until and until > datetime.now(UTC))
 
 
 def _describe(exc: Exception) -> str:
@@ -150,11 +150,11 @@ class FolderObjects:
             found.append(Version(key, "null", size, False))
         return found
 
-    async def delete(self, batch: list[Version]) -> list[Version]:
+    async def delete(self, batch: list[Version]) -> dict[Version, str]:
         """Remove the batch's prefix folders; reports nothing refused (a folder error raises)."""
         for prefix in sorted({v.key.split("/sessions/")[0] + "/" for v in batch}):
             await self.store.delete_prefix(prefix)
-        return []
+        return {}
 
     async def held(self, version: Version) -> bool | None:
         """Local files are never under a hold."""
@@ -192,9 +192,9 @@ class TranscriptStep:
         counts = _carry(_counts(versions), prior)
         await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
                           ctx.owner)
-        refused: list[Version] = []
+        refused: dict[Version, str] = {}
         for start in range(0, len(versions), BATCH):
-            refused += await view.delete(versions[start : start + BATCH])
+            refused |= await view.delete(versions[start : start + BATCH])
             ctx.progress(self.name, min(start + BATCH, len(versions)), len(versions))
         retained = await _classify(view, refused)
         return StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(update={"retained": retained}))
@@ -218,12 +218,16 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
     return found.widest(prior.counts.model_copy(update={"retained": 0}))
 
 
-async def _classify(view: S3Versions | FolderObjects, refused: list[Version]) -> int:
-    states = [await view.held(version) for version in refused]
-    if unexplained := states.count(False):
-        # Counted, never named: a key holds the subject and session keys, and this text is in the receipt.
+async def _classify(view: S3Versions | FolderObjects, refused: dict[Version, str]) -> int:
+    states = {version: await view.held(version) for version in refused}
+    if unexplained := sorted({refused[v] for v, state in states.items() if state is False}):
+        # Counted and named by S3's error codes, never by key: a key holds the subject and session keys, and
+        # this text is in the receipt.
+        count = sum(1 for state in states.values() if state is False)
         raise TranscriptUnavailable(
-            f"S3 refused to delete {unexplained} object version(s) of the subject and no hold explains it",
-            hint="grant s3:DeleteObjectVersion on the transcript prefix, then rerun the same request id",
+            f"S3 refused to delete {count} object version(s) of the subject ({', '.join(unexplained)}) and no "
+            "hold explains it",
+            hint="rerun the same request id; if S3 keeps refusing with AccessDenied, grant s3:DeleteObjectVersion "
+            "on the transcript prefix",
         )
-    return sum(1 for state in states if state)
+    return sum(1 for state in states.values() if state)
