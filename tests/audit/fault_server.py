@@ -22,14 +22,11 @@ DENIED = (
 )
 
 
-class FaultServer:
-    """``mode`` is ``"deny"`` (403 AccessDenied), ``"slow"`` (sleep ``delay`` seconds, then 200), ``"hang"``
-    (answer nothing until :meth:`stop`) or ``"truncate"`` (promise an object, send a few bytes, hang up)."""
+class _LocalServer:
+    """An HTTP server on a free local port, serving in a daemon thread; ``released`` lets held
+    requests go, and is set by :meth:`stop`."""
 
-    def __init__(self, mode: str, delay: float = 3.0) -> None:
-        self.mode = mode
-        self.delay = delay
-        self.requests = 0
+    def __init__(self) -> None:
         self.released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -43,6 +40,20 @@ class FaultServer:
         self.released.set()
         self._server.shutdown()
         self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+
+class FaultServer(_LocalServer):
+    """``mode`` is ``"deny"`` (403 AccessDenied), ``"slow"`` (sleep ``delay`` seconds, then 200), ``"hang"``
+    (answer nothing until :meth:`stop`) or ``"truncate"`` (promise an object, send a few bytes, hang up)."""
+
+    def __init__(self, mode: str, delay: float = 3.0) -> None:
+        self.mode = mode
+        self.delay = delay
+        self.requests = 0
+        super().__init__()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -90,7 +101,7 @@ class FaultServer:
         return Handler
 
 
-class HoldingProxy:
+class HoldingProxy(_LocalServer):
     """Forwards every request to a real S3 endpoint (moto's server), but holds each object PUT, its body
     received, until :meth:`release`: an upload that reaches S3 and lands long after its client gave up
     waiting, when the test says so. With ``refuse_deletes`` set to an error code, it answers every
@@ -101,22 +112,10 @@ class HoldingProxy:
         self.refuse_deletes = refuse_deletes
         self.arrived = threading.Event()
         self.landed = threading.Event()
-        self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        super().__init__()
 
     def release(self) -> None:
-        self._released.set()
-
-    def stop(self) -> None:
-        self.release()
-        self._server.shutdown()
-        self._server.server_close()
+        self.released.set()
 
     def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[Any], bytes]:
         if method == "POST" and self.refuse_deletes and "?delete" in path:
@@ -124,7 +123,7 @@ class HoldingProxy:
         held = method == "PUT" and "/runs/" in path
         if held:
             self.arrived.set()
-            self._released.wait(timeout=30)
+            self.released.wait(timeout=30)
         conn = http.client.HTTPConnection(self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=30)
         try:
             conn.request(method, path, body=body, headers=headers)

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -189,53 +189,56 @@ async def test_a_slow_store_costs_the_run_at_most_the_upload_deadline(
     assert await _outbox_rows(sqlite_engine) == [ctx.run_id]
 
 
-async def test_an_upload_that_lands_after_the_run_stopped_waiting_is_kept_and_not_queued_twice(
-    s3_bucket: str, s3_endpoint: str, sqlite_engine: AsyncEngine
-) -> None:
-    proxy = HoldingProxy(s3_endpoint)
-    client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(read_timeout=30, retries={"total_max_attempts": 1}))
-    store = S3TranscriptStore(client, s3_bucket, "t")
-    pseudonyms = Pseudonyms(sqlite_engine)
-    observer = TranscriptObserver(store, sqlite_engine, pseudonyms, upload_deadline_s=0.2)
-    try:
-        ctx = context(user_id="lou")
-        await observe_run([observer], triage_team(), ctx)
-        assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the run moved on: queued meanwhile
-        proxy.release()
-        assert await asyncio.to_thread(proxy.landed.wait, 10)
-        await observer.drain()
+class _Held:
+    """A transcript observer whose uploads wait at a :class:`HoldingProxy` in front of moto, with a
+    0.2 s upload deadline: each run moves on before its PUT lands, and the test says when it does."""
 
-        keys = await pseudonyms.writable(ctx)
-        assert await store.list_keys(session_prefix(keys)) == [run_key(keys, ctx.run_id)]
-        assert await _outbox_rows(sqlite_engine) == []  # delivered: the queued copy is not sent again
-    finally:
-        await store.close()
-        proxy.stop()
+    def __init__(self, s3_endpoint: str, s3_bucket: str, engine: AsyncEngine) -> None:
+        self.proxy = HoldingProxy(s3_endpoint)
+        client = boto3.client("s3", endpoint_url=self.proxy.endpoint,
+                              config=Config(read_timeout=30, retries={"total_max_attempts": 1}))
+        self.store = S3TranscriptStore(client, s3_bucket, "t")
+        self.pseudonyms = Pseudonyms(engine)
+        self.observer = TranscriptObserver(self.store, engine, self.pseudonyms, upload_deadline_s=0.2)
+
+
+@pytest.fixture
+async def held(s3_endpoint: str, s3_bucket: str, sqlite_engine: AsyncEngine) -> AsyncIterator[_Held]:
+    held = _Held(s3_endpoint, s3_bucket, sqlite_engine)
+    yield held
+    await held.store.close()
+    held.proxy.stop()
+
+
+async def test_an_upload_that_lands_after_the_run_stopped_waiting_is_kept_and_not_queued_twice(
+    held: _Held, sqlite_engine: AsyncEngine
+) -> None:
+    ctx = context(user_id="lou")
+    await observe_run([held.observer], triage_team(), ctx)
+    assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the run moved on: queued meanwhile
+    held.proxy.release()
+    assert await asyncio.to_thread(held.proxy.landed.wait, 10)
+    await held.observer.drain()
+
+    keys = await held.pseudonyms.writable(ctx)
+    assert await held.store.list_keys(session_prefix(keys)) == [run_key(keys, ctx.run_id)]
+    assert await _outbox_rows(sqlite_engine) == []  # delivered: the queued copy is not sent again
 
 
 async def test_an_upload_that_lands_once_an_erasure_fenced_its_user_is_deleted_again(
-    s3_bucket: str, s3_endpoint: str, sqlite_engine: AsyncEngine
+    held: _Held, s3_bucket: str, sqlite_engine: AsyncEngine
 ) -> None:
-    proxy = HoldingProxy(s3_endpoint)
-    client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(read_timeout=30, retries={"total_max_attempts": 1}))
-    store = S3TranscriptStore(client, s3_bucket, "t")
-    pseudonyms = Pseudonyms(sqlite_engine)
-    observer = TranscriptObserver(store, sqlite_engine, pseudonyms, upload_deadline_s=0.2)
-    try:
-        ctx = context(user_id="mae")
-        await observe_run([observer], triage_team(), ctx)
-        async with sqlite_engine.begin() as conn:  # an erasure opens while the PUT is still on its way
-            await conn.execute(user_holds.insert().values(user_id="mae", reason="erasure", created_at=datetime.now(UTC)))
-        proxy.release()
-        assert await asyncio.to_thread(proxy.landed.wait, 10)
-        await observer.drain()
+    ctx = context(user_id="mae")
+    await observe_run([held.observer], triage_team(), ctx)
+    async with sqlite_engine.begin() as conn:  # an erasure opens while the PUT is still on its way
+        await conn.execute(user_holds.insert().values(user_id="mae", reason="erasure", created_at=datetime.now(UTC)))
+    held.proxy.release()
+    assert await asyncio.to_thread(held.proxy.landed.wait, 10)
+    await held.observer.drain()
 
-        versions = boto3.client("s3").list_object_versions(Bucket=s3_bucket, Prefix="t/subjects/")
-        assert versions.get("Versions", []) == [] and versions.get("DeleteMarkers", []) == []
-        assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the erasure's outbox step removes it
-    finally:
-        await store.close()
-        proxy.stop()
+    versions = boto3.client("s3").list_object_versions(Bucket=s3_bucket, Prefix="t/subjects/")
+    assert versions.get("Versions", []) == [] and versions.get("DeleteMarkers", []) == []
+    assert await _outbox_rows(sqlite_engine) == [ctx.run_id]  # the erasure's outbox step removes it
 
 
 async def test_later_runs_flush_the_outbox_opportunistically(
