@@ -52,7 +52,8 @@ class DefinitionInvalid(RegistryError):
 
 
 class RegistryCorrupt(RegistryError):
-    """The registry repository is not a git repository, has uncommitted edits, or holds malformed files."""
+    """The registry repository is not a git repository, has uncommitted edits or lock files a killed git
+    command left, is on a detached HEAD, or holds malformed files."""
 
 
 class RegistryNotFound(RegistryError):

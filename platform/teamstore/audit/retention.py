@@ -2,7 +2,7 @@
 
     from teamstore.audit.retention import apply_transcript_retention, sweep_all
 
-    rule = await apply_transcript_retention(store, days=90)   # S3: a lifecycle rule on the prefix
+    rule = await apply_transcript_retention(store, days=90)   # S3: a lifecycle rule on <prefix>/subjects/
     report = await sweep_all(settings, engine, store)         # local transcripts, outbox, ledger, sessions, quarantine
 
 S3 expires transcripts itself once the lifecycle rule is in place; the local folder has no such service,

@@ -34,7 +34,7 @@ from teamstore.db.metadata import metadata
 
 ID = 256
 KEY = 64
-NAME = 128  # an agent's or model's name in the ledger (longer ones are shortened: audit.ledger.ledger_name)
+NAME = 128  # an agent's or model's name in the ledger (longer ones are shortened: ledger_name below)
 
 subjects = Table(
     "ts_subjects",

@@ -4,6 +4,7 @@
 
     engine = create_engine("postgresql://app@db/teamstore")   # -> postgresql+psycopg
     engine = create_engine("sqlite:///.teamstore/teamstore.db")
+    reader = create_engine("sqlite:///.teamstore/teamstore.db", must_exist=True)   # no file: SchemaNotReady
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@
     ...
     await store.save(SessionKey("u1", "s1"), owner="w-1", expected_version=row.row_version, record=rec)
 
-One implementation serves SQLite and Postgres through SQLAlchemy (``teamstore.state.sql``); the
-conformance suite in ``tests/state`` runs in full against both.
+``teamstore.state.sql`` implements it for SQLite; on Postgres a subclass per kind of lease does
+(``teamstore.state.postgres``, ``teamstore.state.postgres_row``), and ``store_for`` picks the one the
+database needs. The conformance suite in ``tests/state`` runs in full against all three.
 """
 
 from __future__ import annotations
