@@ -24,6 +24,8 @@ ON_THE_DATABASE = [
     ["sessions", "delete", "--user", "alice", "--session", "s1"],
     ["sessions", "restore", "1"],
     ["transcripts", "show", "--user", "alice", "--session", "s1"],
+    ["transcripts", "flush"],  # from a cron job, 'delivered 0' would hide a mistyped TEAMSTORE_HOME
+    ["retention", "sweep"],
     ["cost"],
     ["erase", "--user", "alice", "--dry-run"],
     ["erase", "--user", "alice", "--request-id", "REQ-1"],  # a receipt 'no_match' everywhere would mislead
@@ -69,3 +71,11 @@ def test_an_empty_folder_is_no_registry_yet_and_is_left_empty(tmp_path: Path) ->
     result = runner.invoke(app, ["registry", "list"], env={"TEAMSTORE_REGISTRY_PATH": str(folder)})
     assert result.exit_code == 1 and "error: no registry at" in result.output
     assert list(folder.iterdir()) == []
+
+
+def test_restoring_a_quarantined_state_reads_the_registry_and_never_creates_it() -> None:
+    home = Path(os.environ["TEAMSTORE_HOME"])
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    result = runner.invoke(app, ["sessions", "restore", "1"], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "error: no registry at" in result.output, result.output
+    assert not (home / "registry").exists()

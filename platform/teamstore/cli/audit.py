@@ -179,7 +179,7 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
             await store.close()
         return {**asdict(report), "store": store.url}
 
-    data = _with_engine(go)
+    data = _with_engine(go, must_exist=True)  # an outbox is only ever in a database that exists
     emit(
         data,
         as_json=as_json,
@@ -403,7 +403,7 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
             await store.close()
 
     emit(
-        _with_engine(go),
+        _with_engine(go, must_exist=True),  # from a cron job, 'removed 0' would hide a mistyped TEAMSTORE_HOME
         as_json=as_json,
         render=lambda d: console.print(
             f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "

@@ -260,9 +260,14 @@ def restore_quarantined(
 
     async def go() -> dict[str, Any]:
         settings = Settings()
-        # Only a database that exists holds quarantined states; the registry gives the team's TTL.
+        # Only a database that exists holds quarantined states; the registry, which gives the team's TTL,
+        # is only read (a missing one is said, not made).
         engine = create_engine(settings.resolved_database_url, must_exist=True)
-        platform = Platform(engine, Registry(settings.resolved_registry_path), settings=settings)
+        try:
+            platform = Platform(engine, Registry(settings.resolved_registry_path, create=False), settings=settings)
+        except BaseException:
+            await engine.dispose()
+            raise
         try:
             await platform.ensure_schema()
             restored = await platform.restore_quarantined(quarantine_id, replace=replace)
