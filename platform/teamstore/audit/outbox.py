@@ -186,8 +186,7 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int) -> Flu
             break
         if not await confirm_landed(engine, store, key, subject_key):
             continue  # an erasure fenced the user while the PUT was on its way: the erasure removes the row
-        async with engine.begin() as conn:
-            await conn.execute(delete(outbox).where(outbox.c.run_id == run_id))
+        await forget(engine, run_id)
         delivered += 1
     return FlushReport(delivered, 1 if error else 0, await pending(engine), error)
 
