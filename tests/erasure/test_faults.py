@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import unicodedata
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,9 +19,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
-from teamstore.audit.subjects import find_subject, get_or_create_subject
-from teamstore.audit.transcripts.base import subject_prefix
+from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
+from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import RunKeys
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.schema import erasure_requests
@@ -458,3 +464,43 @@ async def test_on_sqlite_no_byte_of_an_erased_user_stays_in_the_database_files(
     await platform.aclose()
     await engine.dispose()
 
+
+# A writer of the local folder killed between writing the transcript's temporary file and renaming it.
+_KILLED_WRITER = textwrap.dedent("""
+    import asyncio, os, sys, time
+    from pathlib import Path
+    from teamstore.audit.transcripts.local import LocalTranscriptStore
+
+    def stop_before_the_rename(src, dst):
+        print("written", flush=True)
+        time.sleep(60)   # killed here
+
+    os.replace = stop_before_the_rename
+    asyncio.run(LocalTranscriptStore(Path(sys.argv[1])).put(sys.argv[2], sys.argv[3].encode()))
+""")
+
+
+async def test_a_transcript_a_killed_writer_left_as_a_temporary_file_is_erased_and_counted(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    subject = await get_or_create_subject(engine, "kit")
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "r1")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(folder.root), key, "CANARY-kit words"],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=10)
+    (leftover,) = [p for p in folder.root.rglob("*") if p.is_file()]
+    assert leftover.name.startswith(".tmp-") and leftover.read_bytes() == b"CANARY-kit words"
+
+    dry = await coordinator(engine, folder).run("kit", dry_run=True)
+    assert dry.stores["transcripts"].status is StepStatus.WOULD_ERASE
+    receipt = await coordinator(engine, folder).run("kit", request_id="req-kit")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.ok and transcripts.status is StepStatus.ERASED
+    assert (transcripts.counts.objects, transcripts.counts.bytes) == (1, len(b"CANARY-kit words"))
+    assert not leftover.exists() and [p for p in folder.root.rglob("*") if p.is_file()] == []
