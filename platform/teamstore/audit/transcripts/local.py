@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
 from teamstore.errors import StorageError, TranscriptNotFound
 
@@ -65,7 +66,7 @@ class LocalTranscriptStore:
         try:
             # Objects are 0600 (mkstemp); the folders' names are subject keys, and on a shared host other
             # users need not list whose transcripts exist or how many runs each has.
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
