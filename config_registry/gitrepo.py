@@ -32,6 +32,7 @@ from config_registry.errors import (
     RegistryNotFound,
     folder_failure,
 )
+from config_registry.folders import make_folder
 
 DEFAULT_NAME = "teamstore"
 DEFAULT_EMAIL = "teamstore@localhost"
@@ -150,7 +151,7 @@ class GitRepo:
 
     def _make_folder(self) -> None:
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            make_folder(self.path)  # the registry keeps the usual mode; a home made on the way is private
         except OSError as exc:  # a file on the way (TEAMSTORE_HOME itself, say), no permission, a read-only disk
             raise RegistryError(
                 f"cannot make the registry folder {str(self.path)!r}: {folder_failure(exc)}",

@@ -1,6 +1,6 @@
 """The embedded default's files are its owner's only, whatever the umask: the SQLite database (user ids,
-saved states, the map to transcript subjects) and the transcript folder must not be readable by the
-other users of a shared host."""
+saved states, the map to transcript subjects), the transcript folder and the home they sit in must not be
+readable by the other users of a shared host."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from typer.testing import CliRunner
 
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from tests.conftest import upgrade_database
 
@@ -59,3 +61,36 @@ async def test_the_transcript_folder_and_its_objects_are_their_owners_only(tmp_p
     await store.put("subjects/abc/sessions/def/runs/r1.jsonl.gz", b"x")
     assert mode(root) == 0o700
     assert mode(root / "subjects/abc/sessions/def/runs/r1.jsonl.gz") == 0o600
+
+
+def _first_registry(home: Path) -> None:
+    result = CliRunner().invoke(app, ["registry", "add", "support_triage", "--factory",
+                                      "teamstore.examples:support_triage", "-m", "first"])
+    assert result.exit_code == 0, result.output
+    assert (home / "registry").is_dir()
+
+
+async def _first_database(home: Path) -> None:
+    await upgrade_database(f"sqlite:///{home / 'teamstore.db'}")
+
+
+async def _first_transcript(home: Path) -> None:
+    await LocalTranscriptStore(home / "transcripts").put("subjects/abc/sessions/def/runs/r1.jsonl.gz", b"x")
+
+
+@pytest.mark.parametrize("first", ["registry add", "database", "transcript folder"])
+async def test_whichever_store_is_made_first_the_home_is_its_owners_only(
+    first: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `registry add` as the very first command made TEAMSTORE_HOME 0755 (git's folder, then the home on the
+    # way to it); so did the first transcript, through the folders above the transcript root.
+    home = Path(os.environ["TEAMSTORE_HOME"]) / "nested"  # a folder above the home is missing too
+    monkeypatch.setenv("TEAMSTORE_HOME", str(home))
+    if first == "registry add":
+        _first_registry(home)
+    elif first == "database":
+        await _first_database(home)
+    else:
+        await _first_transcript(home)
+    assert mode(home) == 0o700
+    assert mode(home.parent) == 0o700  # made on the way as well

@@ -154,6 +154,12 @@ class TranscriptUnavailable(AuditError):
     """The transcript backend could not be reached; the transcript goes to the outbox."""
 
 
+class UploadInDoubt(TranscriptUnavailable):
+    """S3 left an upload unanswered (a read timeout, a dropped connection): it may have stored the transcript,
+    or may still store it. It is treated as one that may land (the outbox row keeps a claim until it can no
+    longer), never as one that failed."""
+
+
 class UnknownPrice(AuditError):
     """A model is missing from the price table."""
 

@@ -117,6 +117,11 @@ class Settings(TypedSettings):
         default=5.0, ge=0, le=86_400, description="How long a worker trusts its cached NAME or NAME@LABEL resolution."
     )
     transcript_retention_days: int = Field(default=90, gt=0, le=MAX_DAYS)
+    late_upload_seconds: float = Field(
+        default=60.0, ge=0, le=86_400,
+        description="How long after S3 left a transcript upload unanswered (a timeout, a dropped connection) it "
+        "may still store it: the queued copy is sent again, and an erasure of its user goes on, only after this.",
+    )
     ledger_retention_days: int = Field(default=400, gt=0, le=MAX_DAYS)
     quarantine_retention_days: int = Field(
         default=30, gt=0, le=MAX_DAYS, description="How long a refused state waits in quarantine to be restored."

@@ -1,20 +1,30 @@
-"""The transcript outbox when the database, not the store, is what fails, and when its transcripts are huge."""
+"""The transcript outbox when the database, not the store, is what fails, when its transcripts are huge, when
+two flushers run at once, and when an upload of a queued transcript may still land."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import subprocess
+import sys
 import tracemalloc
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import boto3
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit import outbox
+from teamstore.audit import claims, outbox
+from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.subjects import get_or_create_subject, session_key
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
-from teamstore.errors import StoreUnavailable
+from teamstore.errors import ErasureInProgress, StoreUnavailable
+from teamstore.state.schema import user_holds
 from tests.conftest import refusing, upgrade_database
 
 
@@ -47,3 +57,80 @@ async def test_a_flush_holds_one_queued_transcript_in_memory_at_a_time(engine: A
         tracemalloc.stop()
     assert (report.delivered, report.remaining) == (count, 0)
     assert peak < 5 * size, f"peak {peak >> 20} MiB for {count} transcripts of {size >> 20} MiB"
+
+
+async def _queue_many(engine: AsyncEngine, count: int) -> list[str]:
+    subject = await get_or_create_subject(engine, "many")
+    keys = RunKeys(subject, session_key(subject, "s1"))
+    runs = [f"run-{n:04d}" for n in range(count)]
+    for run in runs:
+        await outbox.enqueue(engine, run, run_key(keys, run), subject, os.urandom(256), "S3 unreachable")
+    return [run_key(keys, run) for run in runs]
+
+
+def _flush_process(database_url: str, bucket: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "TEAMSTORE_DATABASE_URL": database_url, "TEAMSTORE_TRANSCRIPTS_URL": f"s3://{bucket}/t"}
+    return subprocess.Popen([sys.executable, "-m", "teamstore", "transcripts", "flush", "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.s3
+async def test_two_flush_processes_at_once_deliver_each_queued_transcript_once(
+    engine: AsyncEngine, database_url: str, s3_bucket: str
+) -> None:
+    # Two `teamstore transcripts flush` runs at once (two cron jobs, an operator beside one) each read the
+    # same queued rows and PUT every one: 448 deliveries for 247 queued, 201 objects with two versions.
+    client = boto3.client("s3")
+    client.put_bucket_versioning(Bucket=s3_bucket, VersioningConfiguration={"Status": "Enabled"})
+    keys = await _queue_many(engine, 150)
+
+    flushers = [_flush_process(database_url, s3_bucket) for _ in range(2)]
+    reports = []
+    for proc in flushers:
+        out, err = await asyncio.to_thread(proc.communicate, timeout=120)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out))
+
+    assert sum(report["delivered"] for report in reports) == len(keys)
+    assert all(report["delivered"] for report in reports)  # both took part: the two ran at once
+    versions = [v["Key"] for page in client.get_paginator("list_object_versions").paginate(Bucket=s3_bucket)
+                for v in page.get("Versions", [])]
+    assert sorted(versions) == sorted(f"t/{key}" for key in keys)  # one version each
+    assert await outbox.pending(engine) == 0
+
+
+async def test_a_transcript_whose_upload_may_still_land_is_not_sent_again_before_it_no_longer_can(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    subject = await get_or_create_subject(engine, "ula")
+    keys = RunKeys(subject, session_key(subject, "s1"))
+    lands_by = datetime.now(UTC) + timedelta(seconds=1)
+    await outbox.enqueue(engine, "run-ula", run_key(keys, "run-ula"), subject, b"gz", "S3 left it unanswered",
+                         claim=outbox.Claim("worker-1", lands_by))
+    store = LocalTranscriptStore(tmp_path / "t")
+
+    assert await outbox.flush(engine, store) == outbox.FlushReport(0, 0, 1)  # it may still land: left alone
+    await asyncio.sleep((lands_by - datetime.now(UTC)).total_seconds() + 0.05)
+    assert await outbox.flush(engine, store) == outbox.FlushReport(1, 0, 0)
+    assert await store.list_keys("") == [run_key(keys, "run-ula")]
+
+
+async def test_an_upload_that_may_land_is_recorded_without_its_transcript_while_an_erasure_fences_the_user(
+    engine: AsyncEngine,
+) -> None:
+    # The run stopped waiting for its upload after the erasure fenced the user: nothing of the user is
+    # queued, but the erasure must know that an upload may still land under the subject.
+    subject = await get_or_create_subject(engine, "fen")
+    async with engine.begin() as conn:
+        await conn.execute(user_holds.insert().values(user_id="fen", reason="erasure", created_at=datetime.now(UTC)))
+    lands_by = datetime.now(UTC) + timedelta(seconds=60)
+    with pytest.raises(ErasureInProgress):
+        await outbox.enqueue(engine, "run-fen", "subjects/x/k", subject, b"CANARY-fen", "still on its way",
+                             claim=outbox.Claim("worker-1", lands_by))
+
+    async with engine.connect() as conn:
+        (body,) = (await conn.scalars(select(outbox_table.c.body))).all()
+    assert body is None
+    found = await claims.in_doubt_until(engine, subject)
+    assert found is not None and abs((found - lands_by).total_seconds()) < 1
+    assert await outbox.pending(engine) == 0

@@ -161,3 +161,22 @@ async def test_a_ledger_sweep_the_database_refuses_is_a_typed_error(postgres_url
         with pytest.raises(StoreUnavailable, match="ledger") as caught:
             await sweep_ledger(blocked, datetime.now(UTC))
     assert "LockNotAvailable" in caught.value.message
+
+
+async def test_sweep_removes_a_killed_writers_temporary_file_once_it_is_an_hour_old(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # Such a file holds a whole transcript no reader will ever see: it must not wait out the 90 days of
+    # retention. One written a moment ago may belong to a writer still at work: it stays.
+    runs = tmp_path / "transcripts" / "subjects" / "a" / "sessions" / "b" / "runs"
+    runs.mkdir(parents=True)
+    stale, fresh = runs / ".tmp-r1.jsonl.gz.x1", runs / ".tmp-r2.jsonl.gz.x2"
+    for leftover in (stale, fresh):
+        leftover.write_bytes(b"CANARY words")
+    past = time.time() - 2 * 3600
+    os.utime(stale, (past, past))
+
+    report = await sweep_all(Settings(), engine, LocalTranscriptStore(tmp_path / "transcripts"))
+
+    assert not stale.exists() and fresh.exists()
+    assert report.transcripts == 0  # temporary files are no transcripts anyone could read: not counted

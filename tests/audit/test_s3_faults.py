@@ -24,7 +24,7 @@ from teamstore.audit.transcripts import session_prefix
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
-from teamstore.errors import TranscriptUnavailable
+from teamstore.errors import TranscriptUnavailable, UploadInDoubt
 from teamstore.state.schema import user_holds
 from tests.audit.fault_server import FaultServer, HoldingProxy
 from tests.audit.teams import context, observe_run, triage_team
@@ -111,6 +111,29 @@ async def test_slow_s3_times_out_within_the_configured_read_timeout(slow_server:
     with pytest.raises(TranscriptUnavailable, match="too slow"):
         await store.put(run_key(KEYS, "r1"), b"x")
     assert time.monotonic() - started < 2.5
+
+
+async def test_an_upload_s3_leaves_unanswered_is_never_sent_twice_and_is_said_to_be_in_doubt(
+    slow_server: FaultServer,
+) -> None:
+    # S3 got the PUT but answered too late: it may store it. A second attempt would be a second upload that
+    # may land too (two versions; one more to chase after an erasure), so the client does not retry it.
+    store = S3TranscriptStore(make_client(read_timeout=0.5, max_attempts=3), "slow-bucket", "p")
+    with pytest.raises(UploadInDoubt, match="may land"):
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert slow_server.requests == 1
+    await store.close()
+
+
+async def test_an_upload_that_cannot_connect_is_retried_and_is_not_in_doubt(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    store = S3TranscriptStore.from_url("s3://any/prefix")
+    with pytest.raises(TranscriptUnavailable, match="unreachable") as caught:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    assert not isinstance(caught.value, UploadInDoubt)  # nothing reached S3: it cannot land
+    await store.close()
 
 
 async def test_retention_apply_puts_the_lifecycle_rule_and_keeps_other_rules(s3_bucket: str) -> None:

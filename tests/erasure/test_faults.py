@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import unicodedata
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,8 +19,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
-from teamstore.audit import outbox
-from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
 from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -25,8 +28,6 @@ from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import ErasureConflict, ErasureInProgress, ErasureRequestNotFound, InvalidIdentifier
-from teamstore.runtime.platform import Platform
-from teamstore.settings import Settings
 from teamstore.state.schema import user_holds
 from tests.audit.fault_server import HoldingProxy
 from tests.erasure.conftest import coordinator, versioned_bucket
@@ -421,65 +422,6 @@ def _subject_versions(store: S3TranscriptStore, subject: str) -> list[dict[str, 
 
 
 @pytest.mark.s3
-async def test_an_upload_that_outlives_its_run_and_lands_after_the_erasure_is_removed(
-    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, s3_endpoint: str
-) -> None:
-    # The run waits 0.2 s for its upload, then answers its user (the transcript queued in the outbox);
-    # the PUT goes on in its thread and reaches S3 only after the user is erased.
-    proxy = HoldingProxy(s3_endpoint)
-    late = _late_store(proxy, s3_store.bucket)
-    pseudonyms = Pseudonyms(engine)
-    observer = TranscriptObserver(late, engine, pseudonyms, upload_deadline_s=0.2)
-    platform = Platform(engine, registry, settings=Settings(auto_migrate=True, registry_refresh_seconds=0),
-                        observers=[LedgerObserver(engine, pseudonyms), observer])
-    try:
-        async with platform.session("uma", "s1", team="support_triage") as session:
-            await session.run("CANARY-uma my router keeps dropping")
-        assert await asyncio.to_thread(proxy.arrived.wait, 10)
-        subject = await find_subject(engine, "uma")
-        assert subject is not None
-
-        receipt = await coordinator(engine, s3_store).run("uma", request_id="req-uma")
-        assert receipt.ok and receipt.stores["outbox"].counts.rows == 1
-        proxy.release()
-        assert await asyncio.to_thread(proxy.landed.wait, 10)
-        await observer.drain()
-
-        assert _subject_versions(s3_store, subject) == []
-    finally:
-        await platform.aclose()
-        await late.close()
-        proxy.stop()
-
-
-@pytest.mark.s3
-async def test_an_outbox_delivery_that_lands_after_the_erasure_is_removed(
-    engine: AsyncEngine, s3_store: S3TranscriptStore, s3_endpoint: str
-) -> None:
-    # `transcripts flush` checked the user was not fenced, then its PUT took long enough for a whole
-    # erasure to run: it must not leave the transcript behind under the erased subject.
-    subject = await get_or_create_subject(engine, "vic")
-    keys = RunKeys(subject, session_key(subject, "s1"))
-    await outbox.enqueue(engine, "run-vic", run_key(keys, "run-vic"), subject, b"CANARY-vic", "S3 down")
-    proxy = HoldingProxy(s3_endpoint)
-    late = _late_store(proxy, s3_store.bucket)
-    try:
-        flushing = asyncio.create_task(outbox.flush(engine, late))
-        assert await asyncio.to_thread(proxy.arrived.wait, 10)
-
-        receipt = await coordinator(engine, s3_store).run("vic", request_id="req-vic")
-        assert receipt.ok and receipt.stores["outbox"].counts.rows == 1
-        proxy.release()
-        report = await flushing
-
-        assert _subject_versions(s3_store, subject) == []
-        assert (report.delivered, report.remaining) == (0, 0)
-    finally:
-        await late.close()
-        proxy.stop()
-
-
-@pytest.mark.s3
 async def test_versions_s3_refuses_to_delete_are_named_by_error_code_and_a_rerun_finishes(
     engine: AsyncEngine, s3_store: S3TranscriptStore, s3_endpoint: str
 ) -> None:
@@ -521,3 +463,44 @@ async def test_on_sqlite_no_byte_of_an_erased_user_stays_in_the_database_files(
     assert files and not [f.name for f in files if b"CANARY-zed-91c3" in f.read_bytes() or b"zed@example" in f.read_bytes()]
     await platform.aclose()
     await engine.dispose()
+
+
+# A writer of the local folder killed between writing the transcript's temporary file and renaming it.
+_KILLED_WRITER = textwrap.dedent("""
+    import asyncio, os, sys, time
+    from pathlib import Path
+    from teamstore.audit.transcripts.local import LocalTranscriptStore
+
+    def stop_before_the_rename(src, dst):
+        print("written", flush=True)
+        time.sleep(60)   # killed here
+
+    os.replace = stop_before_the_rename
+    asyncio.run(LocalTranscriptStore(Path(sys.argv[1])).put(sys.argv[2], sys.argv[3].encode()))
+""")
+
+
+async def test_a_transcript_a_killed_writer_left_as_a_temporary_file_is_erased_and_counted(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    subject = await get_or_create_subject(engine, "kit")
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "r1")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(folder.root), key, "CANARY-kit words"],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=10)
+    (leftover,) = [p for p in folder.root.rglob("*") if p.is_file()]
+    assert leftover.name.startswith(".tmp-") and leftover.read_bytes() == b"CANARY-kit words"
+
+    dry = await coordinator(engine, folder).run("kit", dry_run=True)
+    assert dry.stores["transcripts"].status is StepStatus.WOULD_ERASE
+    receipt = await coordinator(engine, folder).run("kit", request_id="req-kit")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.ok and transcripts.status is StepStatus.ERASED
+    assert (transcripts.counts.objects, transcripts.counts.bytes) == (1, len(b"CANARY-kit words"))
+    assert not leftover.exists() and [p for p in folder.root.rglob("*") if p.is_file()] == []

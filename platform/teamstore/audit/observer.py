@@ -9,7 +9,8 @@
 Items are buffered in memory per run and written once at ``run_finished``: one transcript object (one
 PUT), one ledger INSERT, one span per run plus one per model call. None of it can fail a run: an upload
 that fails or exceeds its deadline goes to the outbox (delivered by ``teamstore transcripts flush`` and
-opportunistically after later runs); spans are exported by a background processor.
+opportunistically after later runs); one that may still land keeps its outbox row claimed until it no longer
+can, so an erasure waits for it. Spans are exported by a background processor.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from sqlalchemy import exists, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit import outbox
+from teamstore.audit import claims, outbox
+from teamstore.audit.claims import Queued
 from teamstore.audit.ledger import record_usage, usage_rows
 from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import get_or_create_subject, session_key
@@ -33,7 +35,7 @@ from teamstore.audit.telemetry import TRACER, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
 from teamstore.db.engine import describe_failure
-from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
+from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
 from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.settings import Settings
 from teamstore.state.schema import user_holds
@@ -115,6 +117,7 @@ class TranscriptObserver:
         upload_deadline_s: Longest a run waits for its upload before the transcript goes to the outbox.
         flush_every: Look for queued transcripts after this many runs (and after any failure).
         drain_timeout_s: Longest :meth:`drain` (shutdown) waits for background deliveries.
+        late_upload_s: How long S3 may still store an upload it left unanswered (``late_upload_seconds``).
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class TranscriptObserver:
         upload_deadline_s: float = 2.0,
         flush_every: int = 50,
         drain_timeout_s: float = DRAIN_TIMEOUT_S,
+        late_upload_s: float = 60.0,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -132,6 +136,8 @@ class TranscriptObserver:
         self.upload_deadline_s = upload_deadline_s
         self.flush_every = flush_every
         self.drain_timeout_s = drain_timeout_s
+        self.late_upload_s = late_upload_s
+        self.owner = claims.new_owner()
         self._items: dict[str, list[dict[str, Any]]] = {}
         self._runs_since_check = (
             flush_every  # check once soon after start: a previous process may have queued
@@ -158,47 +164,51 @@ class TranscriptObserver:
         # Tens of MB of messages take a second or more to encode: off the loop, so the worker's other
         # sessions go on meanwhile.
         body = await asyncio.to_thread(encode, run_record(ctx, outcome, keys, len(items)), items)
-        key = run_key(keys, ctx.run_id)
-        upload = asyncio.ensure_future(self.store.put(key, body))
+        row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
+        upload = asyncio.ensure_future(self.store.put(row.object_key, body))
         try:
             await asyncio.wait_for(asyncio.shield(upload), self.upload_deadline_s)
         except (TeamstoreError, TimeoutError) as exc:
-            reason = (
-                exc.message
-                if isinstance(exc, TeamstoreError)
-                else f"upload took over {self.upload_deadline_s}s"
-            )
-            log.warning("transcript of run %s queued in the outbox: %s", ctx.run_id, reason)
-            # The next upload that succeeds proves the store answers again: it drains the queue then,
-            # not flush_every runs later (a quiet worker might never see that many).
-            self._runs_since_check = self.flush_every
-            try:
-                await outbox.enqueue(self.engine, ctx.run_id, key, keys.subject_key, body, reason)
-            finally:
-                if isinstance(exc, TimeoutError):  # still going in its thread: it may land much later
-                    self._spawn(self._settle_late(upload, key, keys.subject_key, ctx.run_id))
+            await self._queue(row, body, upload, exc)
             return
         self._runs_since_check += 1
         if self._runs_since_check >= self.flush_every:
             self._runs_since_check = 0
             self._spawn(self._flush_quietly())
 
-    async def _settle_late(self, upload: asyncio.Future[None], key: str, subject_key: str, run_id: str) -> None:
-        """Follow an upload the run stopped waiting for. The session's lease (which an erasure waits for)
-        no longer covers it, so once it lands the user is checked again: a transcript that landed after an
-        erasure fenced the user is deleted, one still wanted makes its queued copy redundant."""
+    async def _queue(self, row: Queued, body: bytes, upload: asyncio.Future[None], exc: Exception) -> None:
+        """Queue a transcript whose upload failed or is still on its way. An upload that may still land (on its
+        way, or left unanswered by S3) is recorded with the row, claimed until it can no longer land, even
+        while an erasure fences the user: the erasure waits for it."""
+        in_flight = isinstance(exc, TimeoutError)
+        reason = exc.message if isinstance(exc, TeamstoreError) else f"upload took over {self.upload_deadline_s}s"
+        log.warning("transcript of run %s queued in the outbox: %s", row.run_id, reason)
+        # The next upload that succeeds proves the store answers again: it drains the queue then,
+        # not flush_every runs later (a quiet worker might never see that many).
+        self._runs_since_check = self.flush_every
+        claim = None
+        if in_flight:
+            claim = outbox.Claim(self.owner, outbox.in_flight_until(self.late_upload_s))
+        elif isinstance(exc, UploadInDoubt):
+            claim = outbox.Claim(self.owner, outbox.may_land_until(self.late_upload_s))
         try:
-            await upload
-        except TeamstoreError:
-            return  # failed after all: the outbox holds the transcript (or the fence refused it)
-        if not await outbox.confirm_landed(self.engine, self.store, key, subject_key):
-            return
+            await outbox.enqueue(self.engine, row.run_id, row.object_key, row.subject_key, body, reason, claim)
+        finally:
+            if in_flight:  # still going in its thread: it may land much later
+                self._spawn(self._settle_late(upload, row))
+
+    async def _settle_late(self, upload: asyncio.Future[None], row: Queued) -> None:
+        """Follow an upload the run stopped waiting for, keeping its row claimed meanwhile. The session's lease
+        (which an erasure waits for) no longer covers it, so once it lands the user is checked again: a
+        transcript that landed after an erasure fenced the user is deleted, one still wanted makes its queued
+        copy redundant. One left unanswered keeps the row claimed until it can no longer land."""
         try:
-            await outbox.forget(self.engine, run_id)
+            outcome = await outbox.follow(self.engine, self.store, row, self.owner, upload, self.late_upload_s)
         except TeamstoreError as exc:
-            log.warning("transcript of run %s was delivered late; it stays queued too: %s", run_id, exc)
+            log.warning("transcript of run %s: could not record how its late upload ended: %s", row.run_id, exc)
             return
-        log.info("transcript of run %s was delivered late; dropped from the outbox", run_id)
+        if outcome.delivered:
+            log.info("transcript of run %s was delivered late; dropped from the outbox", row.run_id)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -207,7 +217,7 @@ class TranscriptObserver:
 
     async def _flush_quietly(self) -> None:
         try:
-            report = await outbox.flush(self.engine, self.store, limit=100)
+            report = await outbox.flush(self.engine, self.store, limit=100, late_upload_s=self.late_upload_s)
         except (TeamstoreError, SQLAlchemyError) as exc:
             log.warning("opportunistic outbox flush failed: %s", exc)
             return
@@ -305,7 +315,8 @@ def build_audit_observers(
     pseudonyms = Pseudonyms(engine)
     observers: list[RunObserver] = [
         LedgerObserver(engine, pseudonyms),
-        TranscriptObserver(transcript_store_from_settings(settings), engine, pseudonyms),
+        TranscriptObserver(transcript_store_from_settings(settings), engine, pseudonyms,
+                           late_upload_s=settings.late_upload_seconds),
     ]
     if tracer_provider is not None:
         observers.append(SpanObserver(tracer_provider, pseudonyms))

@@ -6,35 +6,47 @@
     report = await flush(engine, store)          # `teamstore transcripts flush`, and after later runs
     print(report.delivered, report.remaining)
 
-The run id is the primary key, so a transcript is queued at most once; delivery PUTs to the same key the
-run would have used, so delivering twice (two flushers racing) still leaves exactly one object. A delivery
-that lands after an erasure fenced its user (the PUT was slow) is deleted again (:func:`confirm_landed`).
+The run id is the primary key, so a transcript is queued at most once. A flusher claims one row at a time
+(:mod:`teamstore.audit.claims`), so two flushers never deliver the same transcript. An upload whose outcome is
+unknown (the run stopped waiting for it, or S3 left it unanswered) keeps its row claimed until it can no
+longer land: only then is the transcript sent again, and only then may an erasure of its user go on.
+A delivery that lands after an erasure fenced its user is deleted again (:func:`confirm_landed`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, delete, exists, func, insert, literal, select, update
+from sqlalchemy import case, delete, exists, func, insert, literal, null, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit import claims
+from teamstore.audit.claims import Queued, held
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.engine import describe_failure
-from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
+from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
 from teamstore.state.schema import user_holds
+from teamstore.state.sql import now_utc
 
 log = logging.getLogger(__name__)
+RENEW_SECONDS = 10.0
+"""An upload still on its way renews its row's claim this often."""
 
 
-def _held(subject_key: Any) -> ColumnElement[bool]:
-    """True while an erasure fences the subject's user: nothing of theirs is queued or delivered."""
-    fence = user_holds.join(subjects, subjects.c.user_id == user_holds.c.user_id)
-    return exists(select(literal(1)).select_from(fence).where(subjects.c.subject_key == subject_key))
+def in_flight_until(late_upload_s: float) -> datetime:
+    """The claim of an upload still on its way: past the next two renewals, plus the time S3 may take to store
+    it once its connection is gone (the process sending it may be killed just after renewing)."""
+    return now_utc() + timedelta(seconds=2 * RENEW_SECONDS + late_upload_s)
+
+
+def may_land_until(late_upload_s: float) -> datetime:
+    """The claim of an upload that ended unanswered: S3 may store it for ``late_upload_s`` more."""
+    return now_utc() + timedelta(seconds=late_upload_s)
 
 
 async def confirm_landed(engine: AsyncEngine, store: TranscriptStore, key: str, subject_key: str) -> bool:
@@ -81,8 +93,17 @@ class FlushReport:
     last_error: str | None = None
 
 
+@dataclass(frozen=True)
+class Claim:
+    """An upload of a queued transcript that may be on its way: who sends it, and until when it may land."""
+
+    owner: str
+    until: datetime
+
+
 async def enqueue(
-    engine: AsyncEngine, run_id: str, object_key: str, subject_key: str, body: bytes, error: str
+    engine: AsyncEngine, run_id: str, object_key: str, subject_key: str, body: bytes, error: str,
+    claim: Claim | None = None,
 ) -> bool:
     """Queue a transcript for later delivery.
 
@@ -93,37 +114,38 @@ async def enqueue(
         subject_key: Its subject (so erasure can remove queued transcripts too).
         body: The gzip JSON-lines object.
         error: Why the upload failed (no content, just the error).
+        claim: An upload of it that may still land: the row stays claimed until ``claim.until`` (no flusher
+            sends it, an erasure waits). It is recorded even while an erasure fences the user, without the
+            body: the erasure must know what may land.
 
     Returns:
         True if queued now, False if the run was already queued.
 
     Raises:
-        ErasureInProgress: An erasure fences the subject's user; nothing was queued.
+        ErasureInProgress: An erasure fences the subject's user; the body was not queued.
         StoreUnavailable: The database is down too; the caller logs it (the transcript is lost).
     """
+    fenced = held(subject_key)
     row = {
-        "run_id": run_id,
-        "object_key": object_key,
-        "subject_key": subject_key,
-        "body": body,
-        "created_at": datetime.now(UTC),
-        "attempts": 1,
-        "last_error": error[:512],
+        "run_id": literal(run_id, outbox.c.run_id.type),
+        "object_key": literal(object_key, outbox.c.object_key.type),
+        "subject_key": literal(subject_key, outbox.c.subject_key.type),
+        "body": literal(body, outbox.c.body.type) if claim is None else case((fenced, null()), else_=literal(
+            body, outbox.c.body.type)),
+        "created_at": literal(now_utc(), outbox.c.created_at.type),
+        "attempts": literal(1, outbox.c.attempts.type),
+        "last_error": literal(error[:512], outbox.c.last_error.type),
+        "claimed_by": literal(claim.owner if claim else None, outbox.c.claimed_by.type),
+        "claimed_until": literal(claim.until if claim else None, outbox.c.claimed_until.type),
     }
+    # One statement: without a claim the row goes in only if no erasure fences the user at that instant.
+    source = select(*(value.label(name) for name, value in row.items()))
+    stmt = insert(outbox).from_select(list(row), source if claim else source.where(~fenced))
     try:
         async with engine.begin() as conn:
-            # One statement: the row goes in only if no erasure fences the user at that instant.
-            source = select(*(literal(v, outbox.c[k].type).label(k) for k, v in row.items())).where(
-                ~_held(subject_key)
-            )
-            stmt = insert(outbox).from_select(list(row), source).returning(outbox.c.run_id)
-            queued = (await conn.execute(stmt)).first()
-        if queued is None:
-            raise ErasureInProgress(
-                f"transcript of run {run_id} not queued: an erasure is open for its user",
-                hint="nothing to fix: the user is being erased",
-            )
-        return True
+            # length(), not IS NOT NULL: SQLite (3.40) answers `body IS NOT NULL` with 1 in the RETURNING of
+            # this INSERT .. SELECT even when the CASE put NULL there.
+            queued = (await conn.execute(stmt.returning(func.length(outbox.c.body)))).first()
     except IntegrityError:
         return False
     except SQLAlchemyError as exc:
@@ -131,21 +153,29 @@ async def enqueue(
             f"could not queue transcript of run {run_id} in the outbox: {describe_failure(exc)}",
             hint="check the database; run `teamstore db upgrade` if ts_transcript_outbox is missing",
         ) from exc
+    if queued is None or queued[0] is None:
+        raise ErasureInProgress(
+            f"transcript of run {run_id} not queued: an erasure is open for its user",
+            hint="nothing to fix: the user is being erased",
+        )
+    return True
 
 
 async def pending(engine: AsyncEngine) -> int:
-    """How many transcripts wait in the outbox."""
+    """How many transcripts wait in the outbox (rows that only record an upload that may land excluded)."""
     async with engine.connect() as conn:
-        return int(await conn.scalar(select(func.count()).select_from(outbox)) or 0)
+        return int(await conn.scalar(select(func.count()).select_from(outbox).where(outbox.c.body.is_not(None))) or 0)
 
 
-async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500) -> FlushReport:
-    """Deliver queued transcripts, oldest first; stop at the first failure (the store is likely down).
+async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500, late_upload_s: float = 60.0) -> FlushReport:
+    """Deliver queued transcripts, oldest first, each claimed first so no other flusher sends it too; stop at
+    the first failure (the store is likely down).
 
     Args:
         engine: The state database.
         store: Where the transcripts go.
         limit: At most this many per call.
+        late_upload_s: How long S3 may still store an upload it left unanswered (``late_upload_seconds``).
 
     Returns:
         Counts of delivered, failed and still-queued transcripts.
@@ -154,7 +184,7 @@ async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500) -
         StoreUnavailable: The database failed; what was delivered before stays delivered, the rest queued.
     """
     try:
-        return await _flush(engine, store, limit)
+        return await _flush(engine, store, limit, late_upload_s)
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
             f"could not flush the transcript outbox: {describe_failure(exc)}",
@@ -162,33 +192,82 @@ async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500) -
         ) from exc
 
 
-async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int) -> FlushReport:
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(outbox.c.run_id, outbox.c.object_key, outbox.c.subject_key)
-                .where(~_held(outbox.c.subject_key))
-                .order_by(outbox.c.created_at)
-                .limit(limit)
-            )
-        ).all()
+async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_upload_s: float) -> FlushReport:
+    owner = claims.new_owner()
+    await claims.purge_settled(engine)
     delivered, error = 0, None
-    for run_id, key, subject_key in rows:
-        # Read one body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
-        body = await _queued_body(engine, run_id)
-        if body is None:
-            continue  # delivered, erased or fenced since the batch was read: never bring it back
-        try:
-            await store.put(key, body)
-        except TeamstoreError as exc:
-            error = exc.message
-            await _note_failure(engine, run_id, error)
+    for _ in range(limit):
+        row = await claims.claim_next(engine, owner, in_flight_until(late_upload_s))
+        if row is None:
             break
-        if not await confirm_landed(engine, store, key, subject_key):
-            continue  # an erasure fenced the user while the PUT was on its way: the erasure removes the row
-        await forget(engine, run_id)
-        delivered += 1
+        # One body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
+        assert row.body is not None  # a claimable row has one
+        upload = asyncio.ensure_future(store.put(row.object_key, row.body))
+        row = Queued(row.run_id, row.object_key, row.subject_key)
+        outcome = await follow(engine, store, row, owner, upload, late_upload_s)
+        delivered += outcome.delivered
+        if outcome.error is not None:
+            error = outcome.error
+            break
     return FlushReport(delivered, 1 if error else 0, await pending(engine), error)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an upload of a queued transcript ended: delivered (landed and kept), or why not."""
+
+    delivered: bool
+    error: str | None = None
+
+
+async def follow(
+    engine: AsyncEngine, store: TranscriptStore, row: Queued, owner: str, upload: asyncio.Future[None],
+    late_upload_s: float,
+) -> Outcome:
+    """Keep ``row`` claimed while ``upload`` is on its way, then settle it by how the upload ended.
+
+    Landed: the row is dropped (delivered), unless the user was fenced or erased meanwhile: then the object
+    is deleted again and the row left to the erasure. Failed and unanswered: the claim stays until the upload
+    can no longer land. Failed, nothing stored: the claim is released, for the next flush.
+
+    Raises:
+        StoreUnavailable: The database failed (a claim left behind passes by itself).
+    """
+    try:
+        await _keep_claimed(engine, row.run_id, owner, upload, late_upload_s)
+    except asyncio.CancelledError:
+        upload.cancel()  # its request goes on in its thread; the claim left on the row passes by itself
+        raise
+    try:
+        upload.result()
+    except UploadInDoubt as exc:
+        await claims.settle(engine, row.run_id, owner, may_land_until(late_upload_s), exc.message)
+        return Outcome(False, exc.message)
+    except TeamstoreError as exc:
+        await claims.settle(engine, row.run_id, owner, None, exc.message)
+        return Outcome(False, exc.message)
+    if not await confirm_landed(engine, store, row.object_key, row.subject_key):
+        await claims.settle(engine, row.run_id, owner, None)  # removed again: the erasure takes the row
+        return Outcome(False)
+    await forget(engine, row.run_id)
+    return Outcome(True)
+
+
+async def _keep_claimed(
+    engine: AsyncEngine, run_id: str, owner: str, upload: asyncio.Future[None], late_upload_s: float
+) -> None:
+    """Wait for ``upload``, renewing the row's claim every ``RENEW_SECONDS`` meanwhile."""
+    while not (await asyncio.wait({upload}, timeout=RENEW_SECONDS))[0]:
+        try:
+            renewed = await claims.renew(engine, run_id, owner, in_flight_until(late_upload_s))
+        except StoreUnavailable as exc:
+            log.warning("could not renew the claim on the transcript of run %s; retrying: %s", run_id, exc.message)
+            continue
+        if not renewed:
+            log.error("the claim on the transcript of run %s passed while its upload was still on its way: if it "
+                      "lands after an erasure of its user, it is deleted only when it lands", run_id)
+            await asyncio.wait({upload})
+            return
 
 
 async def forget(engine: AsyncEngine, run_id: str) -> None:
@@ -226,18 +305,3 @@ async def sweep_outbox(engine: AsyncEngine, older_than: datetime) -> int:
             hint="check the database and run `teamstore retention sweep` again",
         ) from exc
     return result.rowcount or 0
-
-
-async def _queued_body(engine: AsyncEngine, run_id: str) -> bytes | None:
-    async with engine.connect() as conn:
-        body = await conn.scalar(select(outbox.c.body).where(outbox.c.run_id == run_id, ~_held(outbox.c.subject_key)))
-    return bytes(body) if body is not None else None
-
-
-async def _note_failure(engine: AsyncEngine, run_id: str, error: str) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(
-            update(outbox)
-            .where(outbox.c.run_id == run_id)
-            .values(attempts=outbox.c.attempts + 1, last_error=error[:512])
-        )

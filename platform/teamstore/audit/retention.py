@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.claims import purge_settled
 from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
@@ -86,6 +87,7 @@ async def sweep_all(
     ledger_cutoff = now - timedelta(days=settings.ledger_retention_days)
     transcripts = await store.sweep(transcript_cutoff) if Capability.LOCAL_SWEEP in store.capabilities else 0
     queued = await sweep_outbox(engine, transcript_cutoff)
+    await purge_settled(engine)  # records of uploads that can no longer land: no transcript, not counted
     ledger_rows = await sweep_ledger(engine, ledger_cutoff)
     sessions = await sweep_expired_sessions(engine)
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)

@@ -5,7 +5,8 @@
     async with engine.connect() as conn:
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
-Created by migration ``0002_audit`` (``teamstore db upgrade``), never implicitly; the same migration
+Created by migration ``0002_audit`` (``teamstore db upgrade``), never implicitly (``0009`` adds the
+outbox's claims); the same migration
 creates the ``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost
 exact on Postgres).
 """
@@ -81,10 +82,16 @@ outbox = Table(
     Column("run_id", String(128), primary_key=True),  # one transcript per run id, ever
     Column("object_key", String(512), nullable=False),
     Column("subject_key", String(KEY), nullable=False),
-    Column("body", LargeBinary, nullable=False),
+    # NULL once delivered, or when an erasure fenced the user before it was queued: the row then only
+    # records that an upload of object_key may still land until claimed_until (migration 0009).
+    Column("body", LargeBinary, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("last_error", String(512), nullable=True),
+    # Who is uploading the transcript, and until when an upload of it may land: no other flusher
+    # delivers it meanwhile, and an erasure of its subject waits for it.
+    Column("claimed_by", String(64), nullable=True),
+    Column("claimed_until", DateTime(timezone=True), nullable=True),
     Index("ix_ts_transcript_outbox_subject", "subject_key"),
 )
 

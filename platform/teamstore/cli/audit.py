@@ -174,7 +174,7 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
     async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
         store = transcript_store_from_settings(settings)
         try:
-            report = await outbox.flush(engine, store)
+            report = await outbox.flush(engine, store, late_upload_s=settings.late_upload_seconds)
         finally:
             await store.close()
         return {**asdict(report), "store": store.url}

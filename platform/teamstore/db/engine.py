@@ -21,6 +21,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from config_registry.errors import folder_failure
+from config_registry.folders import PRIVATE, make_folder
 from teamstore.errors import ConfigurationError, MissingExtra, SchemaNotReady
 from teamstore.settings import to_async_url
 
@@ -192,7 +193,7 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
             if must_exist and not database.exists():
                 raise _not_created(database)
             try:
-                database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                make_folder(database.parent, PRIVATE)
             except OSError as exc:  # a file where the folder should be, no permission, a read-only disk
                 raise ConfigurationError(
                     f"cannot make the folder of the SQLite database {str(database.parent)!r}: "

@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit import claims
 from teamstore.audit.subjects import check_user_id, find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure import requests
@@ -48,6 +49,7 @@ from teamstore.state.sql import open_sessions, stored_sessions
 log = logging.getLogger(__name__)
 FINAL = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
 _SESSION_POLL_SECONDS = 0.25
+_UPLOAD_POLL_SECONDS = 1.0
 
 
 def new_request_id() -> str:
@@ -200,18 +202,16 @@ class DeletionCoordinator:
         recorded = await requests.load_steps(self.engine, row.request_id)
         if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
             # A run that began before the fence may still write when it ends: not while the fence stands.
-            detail = (f"{still_open} session(s) of the user were still open after {self.knobs.session_wait_seconds:g}s "
-                      "(runs that began before this request); their saves, transcripts and ledger rows are "
-                      "refused while it is open. Rerun the same request id once they end")
-            # What an earlier attempt erased stays counted: the rerun adds to it, never restarts from zero.
-            before = recorded.get("resume_state")
-            result = StoreResult(status=StepStatus.FAILED, counts=before.counts if before else Counts(), detail=detail)
-            await requests.record_step(self.engine, row.request_id, "resume_state", result, owner)
-            log.error("erasure %s: %s", row.request_id, detail)
-            receipt = self._receipt(row, {**recorded, "resume_state": result}, RequestStatus.FAILED, ctx.subject_key)
-            if not await requests.finish(self.engine, row, receipt, owner):
-                raise requests.taken_over(row.request_id)
-            return receipt
+            return await self._fail_early(row, ctx, recorded, owner, "resume_state", (
+                f"{still_open} session(s) of the user were still open after {self.knobs.session_wait_seconds:g}s "
+                "(runs that began before this request); their saves, transcripts and ledger rows are "
+                "refused while it is open. Rerun the same request id once they end"))
+        if ctx.subject_key is not None and (lands_by := await self._wait_for_uploads(ctx.subject_key)):
+            # Listed now, the transcripts could miss an upload that lands afterwards, with no one to delete it.
+            return await self._fail_early(row, ctx, recorded, owner, "transcripts", (
+                f"an upload of the user's transcripts may still land until {lands_by:%Y-%m-%dT%H:%M:%SZ} (S3 left "
+                f"it unanswered, or it was still on its way after {self.knobs.upload_wait_seconds:g}s). Rerun the "
+                "same request id after that time"))
         results: dict[str, StoreResult] = {}
         for step in self.steps:
             prior = recorded.get(step.name)
@@ -252,6 +252,37 @@ class DeletionCoordinator:
             if not still_open or left <= 0:
                 return still_open
             await asyncio.sleep(min(_SESSION_POLL_SECONDS, left))
+
+    async def _wait_for_uploads(self, subject_key: str) -> datetime | None:
+        """Wait up to ``upload_wait_seconds`` until no upload of the subject's transcripts can still land (an
+        outbox row claimed for it); the latest time one still may, if one still may after the wait.
+
+        None can start meanwhile (the fence refuses claims), so once none may land none will.
+        """
+        deadline = time.monotonic() + self.knobs.upload_wait_seconds
+        while (lands_by := await claims.in_doubt_until(self.engine, subject_key)) is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return lands_by
+            # Polled rather than slept out: an upload on its way moves its claim on, and one that ends
+            # settles it early.
+            await asyncio.sleep(min(_UPLOAD_POLL_SECONDS, left, (lands_by - datetime.now(UTC)).total_seconds()))
+        return None
+
+    async def _fail_early(
+        self, row: requests.RequestRow, ctx: StepContext, recorded: dict[str, StoreResult], owner: str, step: str,
+        detail: str,
+    ) -> Receipt:
+        """End the request ``failed`` before any store is touched, keeping the fence; ``step`` says why."""
+        # What an earlier attempt erased stays counted: the rerun adds to it, never restarts from zero.
+        before = recorded.get(step)
+        result = StoreResult(status=StepStatus.FAILED, counts=before.counts if before else Counts(), detail=detail)
+        await requests.record_step(self.engine, row.request_id, step, result, owner)
+        log.error("erasure %s: %s", row.request_id, detail)
+        receipt = self._receipt(row, {**recorded, step: result}, RequestStatus.FAILED, ctx.subject_key)
+        if not await requests.finish(self.engine, row, receipt, owner):
+            raise requests.taken_over(row.request_id)
+        return receipt
 
     async def _context(self, row: requests.RequestRow, owner: str) -> StepContext:
         subject = row.subject_key

@@ -44,6 +44,14 @@ class ErasureSettings(TypedSettings):
         "the fence) to end; their writes are refused meanwhile. If one is still open the request fails, "
         "keeping the fence: rerun it.",
     )
+    upload_wait_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        le=86_400,
+        description="Before erasing, wait this long for transcript uploads that may still land (S3 left them "
+        "unanswered, or they are still on its way; each settles TEAMSTORE_LATE_UPLOAD_SECONDS after it ended). "
+        "If one still may after the wait, the request fails, keeping the fence: rerun it.",
+    )
     lease_seconds: float = Field(
         default=120.0, gt=0, le=86_400, description="A request's lease; a killed coordinator's lease expires after it."
     )

@@ -38,6 +38,7 @@ class Capability(StrEnum):
     OBJECT_LOCK = "object_lock"  # objects may be under retention locks that block deletion
     LIFECYCLE_RULES = "lifecycle_rules"  # expiry is enforced by the service (apply_retention)
     LOCAL_SWEEP = "local_sweep"  # expiry is enforced by sweep()
+    PARTIAL_WRITES = "partial_writes"  # a writer killed mid-write leaves a temporary file: partial_writes() lists them
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,15 @@ class TranscriptStore(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class PartialWrites(Protocol):
+    """A store that declares ``Capability.PARTIAL_WRITES``: a writer killed between writing an object and
+    putting it in place leaves the whole object behind under another name, beside where it belonged."""
+
+    async def partial_writes(self, prefix: str) -> list[str]:
+        """Keys of the temporary files under ``prefix``: what erasure must remove besides the objects."""
 
 
 def safe_segment(value: str) -> str:

@@ -6,7 +6,10 @@
     await store.put("subjects/ab/sessions/cd/runs/r1.jsonl.gz", body)
     removed = await store.sweep(older_than=datetime.now(UTC) - timedelta(days=90))
 
-Writes go to a temporary file and are renamed into place, so a reader never sees half an object.
+Writes go to a temporary file and are renamed into place, so a reader never sees half an object. The
+temporary file sits beside its object, inside the subject's folder, and is named after it
+(``.tmp-<run>.jsonl.gz.<random>``): a writer killed before the rename leaves it there, where erasure finds it
+(:meth:`LocalTranscriptStore.partial_writes`) and the retention sweep removes it once it is an hour old.
 """
 
 from __future__ import annotations
@@ -18,14 +21,18 @@ import itertools
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
 from teamstore.errors import StorageError, TranscriptNotFound
 
 TMP_PREFIX = ".tmp-"
+STALE_TMP_SECONDS = 3600
+"""A temporary file this old belongs to a writer that died: a write takes seconds, never an hour."""
 _PAGE = 1000  # objects a scan reads from the folder per step, as an S3 listing page holds
 
 
@@ -36,7 +43,7 @@ class LocalTranscriptStore:
         root: The folder; created on first write.
     """
 
-    capabilities = frozenset({Capability.LOCAL_SWEEP})
+    capabilities = frozenset({Capability.LOCAL_SWEEP, Capability.PARTIAL_WRITES})
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -59,9 +66,9 @@ class LocalTranscriptStore:
         try:
             # Objects are 0600 (mkstemp); the folders' names are subject keys, and on a shared host other
             # users need not list whose transcripts exist or how many runs each has.
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
             os.replace(tmp, path)
@@ -102,6 +109,17 @@ class LocalTranscriptStore:
         if not base.is_dir():
             return []
         return sorted(p.relative_to(self.root).as_posix() for p in base.rglob(f"*{SUFFIX}") if p.is_file())
+
+    async def partial_writes(self, prefix: str) -> list[str]:
+        """Keys of the temporary files under ``prefix`` that writers left (killed before the rename), sorted."""
+        return await asyncio.to_thread(self._list_partial, prefix)
+
+    def _list_partial(self, prefix: str) -> list[str]:
+        base = self._path(prefix.rstrip("/")) if prefix else self.root
+        if not base.is_dir():
+            return []
+        found = (p for p in base.rglob(f"{TMP_PREFIX}*") if p.is_file())
+        return sorted(p.relative_to(self.root).as_posix() for p in found)
 
     async def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
         """Objects under ``prefix`` with their modification times, read from the folder a page at a time.
@@ -171,7 +189,8 @@ class LocalTranscriptStore:
     async def sweep(self, older_than: datetime) -> int:
         """Remove objects whose modification time is before ``older_than``; prune empty folders.
 
-        Temporary files a crashed writer left behind go too once they are as old, but are not counted.
+        Temporary files a crashed writer left behind go once they are an hour old (or past ``older_than``),
+        uncounted: no reader ever saw them, and they hold a whole transcript.
         Only teamstore's own layout (``subjects/``) is walked: other files in the folder are never touched.
         Safe beside other sweeps, erasures and writers: what another one removed first is stepped over.
 
@@ -181,15 +200,13 @@ class LocalTranscriptStore:
         return await asyncio.to_thread(self._sweep, older_than.astimezone(UTC).timestamp())
 
     def _sweep(self, cutoff: float) -> int:
-        removed = 0
+        removed, stale = 0, max(cutoff, time.time() - STALE_TMP_SECONDS)
         try:
             # Bottom-up, so each folder is looked at after its contents; os.walk skips folders that vanish.
             for folder, _dirs, files in os.walk(self.root / SUBJECTS, topdown=False):
                 for name in files:
-                    is_object = name.endswith(SUFFIX)
-                    if (is_object or name.startswith(TMP_PREFIX)) and _remove_older(
-                        os.path.join(folder, name), cutoff
-                    ):
+                    is_object, is_tmp = name.endswith(SUFFIX), name.startswith(TMP_PREFIX)
+                    if (is_object or is_tmp) and _remove_older(os.path.join(folder, name), stale if is_tmp else cutoff):
                         removed += is_object
                 _remove_if_empty(folder)
         except OSError as exc:

@@ -10,6 +10,10 @@ Credentials, region and endpoint come from the standard ``AWS_*`` variables (``A
 MinIO or moto). Timeouts are short and retries few, so an unreachable S3 fails fast and the transcript
 goes to the outbox instead of holding up a run. Requests run on the store's own threads, so a hung S3 holds
 those and never the event loop's default executor, which the rest of the process shares.
+
+An upload S3 leaves unanswered (a read timeout, a dropped connection) may have been stored, or may still be:
+it is never sent again by the client's retries (two copies in flight, either of which may land), and it
+fails with ``UploadInDoubt`` so the caller treats it as one that may land.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from teamstore.errors import (
     StorageError,
     TranscriptNotFound,
     TranscriptUnavailable,
+    UploadInDoubt,
 )
 
 RULE_ID = "teamstore-transcripts-retention"
@@ -42,6 +47,25 @@ _NEEDS = {
 }
 """What an access-denied request of each kind needs."""
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+_RETRY_GUARD = "teamstore-no-retry-after-unanswered-put"
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether a request that failed with ``exc`` may have reached S3 and be stored all the same: it failed
+    while being sent or answered (a read timeout, a dropped connection, a TLS failure). A failure to connect
+    sends nothing, one before sending (credentials) sends nothing, and S3's own error answers (``ClientError``)
+    store nothing."""
+    from botocore.exceptions import HTTPClientError, SSLError
+
+    return isinstance(exc, HTTPClientError | SSLError)
+
+
+def _no_retry_after_unanswered(caught_exception: BaseException | None = None, **_: Any) -> bool | None:
+    """botocore's ``needs-retry`` hook for ``PutObject``: after an attempt S3 may have received, do not send
+    another (False ends the retries); otherwise let the client's retry policy decide (None)."""
+    if caught_exception is not None and unanswered(caught_exception):
+        return False
+    return None
 
 
 def _boto3() -> Any:
@@ -130,6 +154,8 @@ class S3TranscriptStore:
         # past them queue here and a run's upload deadline still sends them to the outbox.
         self._workers = int(client.meta.config.max_pool_connections or 10)
         self._executor: ThreadPoolExecutor | None = None  # started on first use, again after close()
+        # The most specific handler answers first: it ends the retries of a PUT S3 may have received.
+        client.meta.events.register("needs-retry.s3.PutObject", _no_retry_after_unanswered, unique_id=_RETRY_GUARD)
 
     @classmethod
     def from_url(cls, url: str, **client_options: float) -> S3TranscriptStore:
@@ -157,10 +183,11 @@ class S3TranscriptStore:
         return full[len(self.prefix) + 1 :] if self.prefix else full
 
     async def put(self, key: str, body: bytes) -> None:
-        """One ``PutObject``.
+        """One ``PutObject`` (retried only after an attempt that cannot have reached S3).
 
         Raises:
-            TranscriptUnavailable: S3 unreachable, slow, the bucket missing or access denied.
+            UploadInDoubt: S3 left the request unanswered: the transcript may land all the same.
+            TranscriptUnavailable: S3 unreachable, the bucket missing or access denied: nothing was stored.
         """
         full = self._full(key)
         await self._call(
@@ -344,6 +371,13 @@ def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
             f"could not {action} transcripts: no usable AWS credentials ({type(exc).__name__})",
             hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the worker a role; "
             "transcripts wait in the outbox (teamstore transcripts flush)",
+        )
+    if action == "write" and unanswered(exc):
+        return UploadInDoubt(
+            f"S3 too slow or cut off while answering a transcript upload ({type(exc).__name__}): it may land all the "
+            "same",
+            hint="check AWS_ENDPOINT_URL_S3 / network; the transcript waits in the outbox and is sent again once "
+            "the first upload can no longer land (TEAMSTORE_LATE_UPLOAD_SECONDS)",
         )
     if isinstance(exc, BotoCoreError):
         return TranscriptUnavailable(

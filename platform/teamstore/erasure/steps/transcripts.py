@@ -9,7 +9,8 @@ The backend is chosen by its declared capability, never guessed: a store with
 page) and emptied with ``DeleteObjects`` batches of up to 1,000 versions, every per-key error checked.
 A version S3 refuses to delete because of Object Lock (a legal hold or an unexpired retention) is
 reported as retained, with its count; any other refusal fails the step. Other stores (the local folder)
-have no versions: their objects are listed and removed.
+have no versions: their objects are listed and removed, with the temporary files a killed writer left
+(``Capability.PARTIAL_WRITES``), which hold whole transcripts too.
 
 The counts are recorded (status ``enumerated``) before anything is deleted, so a rerun after a kill
 reports what the first attempt found, not just what was left.
@@ -21,9 +22,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from teamstore.audit.transcripts.base import Capability, TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.base import Capability, PartialWrites, TranscriptStore, subject_prefix
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import record_step
 from teamstore.erasure.steps import StepContext
@@ -125,19 +126,23 @@ def _describe(exc: Exception) -> str:
 
 
 class FolderObjects:
-    """The local folder: one version per object, no holds."""
+    """The local folder: one version per object, no holds; a killed writer's temporary file counts as an
+    object (it holds the whole transcript)."""
 
     def __init__(self, store: TranscriptStore) -> None:
         self.store = store
 
     async def versions(self, prefix: str) -> list[Version]:
-        """Every object under ``prefix`` with its size.
+        """Every object under ``prefix`` with its size, and every temporary file a killed writer left there.
 
         Raises:
             TranscriptUnavailable: An object could not be read (named by count, never by key).
         """
+        keys = await self.store.list_keys(prefix)
+        if Capability.PARTIAL_WRITES in self.store.capabilities:
+            keys += await cast(PartialWrites, self.store).partial_writes(prefix)
         found: list[Version] = []
-        for key in await self.store.list_keys(prefix):
+        for key in keys:
             try:
                 size = len(await self.store.get(key))
             except TranscriptNotFound:
