@@ -6,11 +6,19 @@
     runnable = resolve_references(stored, {"OPENAI_API_KEY": "sk-..."})
 
 Paths are dotted, relative to the root component's ``config``; list items are addressed by index.
+
+Anywhere else, a credential is refused: by its name (a field, header, variable or flag that means a
+credential, :func:`is_secret_field`), by its shape (:func:`known_shape`: detect-secrets' detectors and a few
+of our own), in a URL (:func:`url_credential`) or a command line (:func:`flag_credential`).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import importlib
+import inspect
+import pkgutil
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -20,38 +28,81 @@ from config_registry.errors import DefinitionInvalid, SecretUnavailable
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
-# Config keys (``api_key``, ``azure_ad_token``), HTTP header names (``Authorization``, ``x-api-key``,
-# Azure's ``api-key``, ``Ocp-Apim-Subscription-Key``), environment variables (``DB_PWD``) and connection
-# string parts (``AccountKey``) whose values are secrets; camelCase names are split first.
-_SECRET_FIELD = re.compile(
-    r"(^|[_-])(api[_-]?keys?|passwords?|passwd|pwd|passphrase|secrets?|secret[_-]key|token|access[_-]token|"
-    r"credential|credentials|access[_-]key|private[_-]key|account[_-]key|auth|authorization|bearer|"
-    r"subscription[_-]key|cookie)$",
-    re.IGNORECASE,
-)
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# A config key, HTTP header, environment variable or connection-string part names a credential when its
+# last word is one of these ("api_key", "x-functions-key", "X-Auth-Token", "clientSecret", "Cookie",
+# "X-Hub-Signature-256", "DB_PWD"), or when one of the unambiguous words is anywhere in it
+# ("webhook_secret_b64", "password_hash"). Names are split into words at '-', '_', '.', spaces and
+# camelCase boundaries ("XApiKey": x, api, key), case ignored; trailing numbers are dropped.
+_CREDENTIAL_LAST = frozenset({
+    "key", "keys", "apikey", "apikeys", "token", "tokens", "secret", "secrets", "password", "passwords",
+    "passwd", "pwd", "passphrase", "credential", "credentials", "auth", "authorization", "bearer", "cookie",
+    "cookies", "signature", "session",
+})
+_CREDENTIAL_ANYWHERE = frozenset({
+    "secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential", "credentials", "apikey",
+})
+# After these words "key" names an identifier ("cache_key", "public_key", "sort_key") ...
+_IDENTIFIER_KEY = frozenset({
+    "public", "cache", "sort", "primary", "partition", "foreign", "idempotency", "dedup", "routing", "lookup",
+    "index", "group", "row", "shard", "object", "state", "result", "message", "map", "dict", "field", "column",
+})
+# ... and "token" a count, a limit or a model's special token ("max_tokens", "token_limit" ends otherwise,
+# "max_total_token", "eos_token", "stop_tokens").
+_TOKEN_NOT_CREDENTIAL = frozenset({
+    "max", "min", "total", "num", "number", "count", "limit", "budget", "usage", "prompt", "completion",
+    "input", "output", "reasoning", "remaining", "cached", "stop", "eos", "bos", "pad", "unk", "sep", "cls",
+    "mask", "special", "start", "end",
+})
+_WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD_SEPARATOR = re.compile(r"[^A-Za-z0-9]+")
 # Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
 # Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
 _SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
-# Values that are a credential whatever the field is called: an HTTP authorization value, and the shapes
-# of well-known providers' keys (OpenAI and Anthropic ``sk-``, GitHub, Slack, AWS access key ids, Google,
-# Hugging Face) wherever they appear in a string.
+# Values that are a credential whatever the field is called: an HTTP authorization value, and the key
+# shapes detect-secrets does not know (its OpenAI detector knows only keys with the 'T3BlbkFJ' marker):
+# OpenAI and Anthropic ``sk-``, Google ``AIza``, Hugging Face ``hf_``, GitHub's fine-grained tokens.
 _AUTHORIZATION_VALUE = re.compile(r"(bearer|basic|token)\s+\S{8,}", re.IGNORECASE)
 _KEY_SHAPE = re.compile(
-    r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|"
-    r"xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|hf_[A-Za-z0-9]{30,})"
+    r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|github_pat_[A-Za-z0-9_]{30,}|AIza[0-9A-Za-z_-]{35}|"
+    r"hf_[A-Za-z0-9]{30,})"
 )
+# detect-secrets detectors left out: a public IP address in an endpoint is no secret.
+_NOT_CREDENTIAL_DETECTORS = frozenset({"IPPublicDetector"})
 _CONNECTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _.-]{0,40}")
 # A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
 # ``--token`` followed by the value.
 _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
 # A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
+# How a header or variable is written as a JSON object of its own: {"name": "X-Api-Key", "value": "..."}.
+_PAIR_NAMES = ("name", "key", "header")
+
+
+def _words(name: str) -> list[str]:
+    words = [w.lower() for w in _WORD_SEPARATOR.split(_WORD_BOUNDARY.sub("_", name)) if w]
+    while words and words[-1].isdigit():
+        words.pop()
+    return words
 
 
 def is_secret_field(key: str) -> bool:
-    """True for config keys that hold secrets (``api_key``, ``azure_ad_token``, ``password``, ``openaiApiKey`` ...)."""
-    return bool(_SECRET_FIELD.search(_CAMEL_BOUNDARY.sub("_", key)))
+    """True for names that mean a credential: config keys (``api_key``, ``azure_ad_token``, ``openaiApiKey``),
+    HTTP headers (``Authorization``, ``x-functions-key``, ``X-Auth-Key``, ``Cookie``), environment variables
+    (``DB_PWD``) and connection-string parts (``AccountKey``). Counts and limits (``max_tokens``,
+    ``token_limit``) and identifiers (``cache_key``, ``public_key``) are not."""
+    words = _words(key)
+    if not words:
+        return False
+    if _CREDENTIAL_ANYWHERE.intersection(words):
+        return True
+    last, before = words[-1], set(words[:-1])
+    if last not in _CREDENTIAL_LAST:
+        return False
+    if last in ("key", "keys"):
+        return not before & _IDENTIFIER_KEY
+    if last in ("token", "tokens"):
+        return not before & _TOKEN_NOT_CREDENTIAL
+    return True
 
 
 def url_credential(value: str) -> str | None:
@@ -82,14 +133,15 @@ def url_credential(value: str) -> str | None:
 
 def value_credential(value: str) -> str | None:
     """What makes a string a credential whatever its field is called: an authorization value
-    (``Bearer ...``), a well-known key shape (``sk-...``, ``ghp_...``, ``AKIA...``) anywhere in it, or a
+    (``Bearer ...``), a known credential shape anywhere in it (detect-secrets' detectors: AWS, GitHub,
+    GitLab, Slack, Stripe, JWTs, private-key blocks ...; and ``sk-...``, ``AIza...``, ``hf_...``), or a
     secret part of a connection string (``...;Password=...;``); ``None`` for any other string."""
     authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
     if authorization and _looks_random(value.split()[-1]):
         return "an HTTP authorization value"
-    # Random keys have digits; 'sk-learn-compatible-...' in a prompt is a word.
-    if any(not key.startswith("sk-") or any(c.isdigit() for c in key) for key in _KEY_SHAPE.findall(value)):
-        return "what looks like an API key"
+    shape = known_shape(value)
+    if shape is not None:
+        return f"what looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape}"
     pairs = [part.partition("=") for part in value.split(";") if part.strip()] if ";" in value else []
     # A connection string is name=value pairs and nothing else; a prompt that explains one is prose.
     if pairs and all(equals and _CONNECTION_NAME.fullmatch(name.strip()) for name, equals, _ in pairs):
@@ -97,6 +149,41 @@ def value_credential(value: str) -> str | None:
             if secret.strip() and is_secret_field(name.strip()):
                 return f"a connection string's {name.strip()!r}"
     return None
+
+
+def known_shape(value: str) -> str | None:
+    """The kind of credential ``value`` holds by its shape (``"GitHub Token"``, ``"JSON Web Token"``,
+    ``"Private Key"``, ``"API key"`` ...), or ``None``.
+
+    The shapes are detect-secrets' regex detectors (its entropy and keyword detectors are made for source
+    files: they flag ordinary prose and miss header names), plus the few key shapes it lacks.
+    """
+    for detector in _detectors():
+        if next(iter(detector.analyze_string(value)), None) is not None:
+            return str(detector.secret_type)
+    # Random keys have digits; 'sk-learn-compatible-...' in a prompt is a word.
+    if any(not key.startswith("sk-") or any(c.isdigit() for c in key) for key in _KEY_SHAPE.findall(value)):
+        return "API key"
+    return None
+
+
+@functools.cache
+def _detectors() -> tuple[Any, ...]:
+    """One instance of every regex detector detect-secrets ships (imported on first use: only
+    registration needs them). Its detectors keep no state and read no settings."""
+    import detect_secrets.plugins
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    for module in pkgutil.iter_modules(detect_secrets.plugins.__path__):
+        importlib.import_module(f"detect_secrets.plugins.{module.name}")
+    found: list[type[RegexBasedDetector]] = []
+    pending = list(RegexBasedDetector.__subclasses__())
+    while pending:
+        detector = pending.pop(0)
+        pending.extend(detector.__subclasses__())
+        if detector.__name__ not in _NOT_CREDENTIAL_DETECTORS and not inspect.isabstract(detector):
+            found.append(detector)
+    return tuple(detector() for detector in sorted(found, key=lambda d: d.__name__))
 
 
 def _looks_random(text: str) -> bool:
@@ -159,10 +246,26 @@ def _set(parent: Any, key: str, value: Any) -> None:
 def _check_plaintext(path: str, key: str, value: Any) -> None:
     if isinstance(value, str) and value and value != MASK and is_secret_field(key):
         raise DefinitionInvalid(
-            "holds a plaintext secret; the registry never stores secrets",
+            f"holds a plaintext secret (its name, {key!r}, means a credential); the registry never stores "
+            "secrets",
             field=f"config.{path}",
             hint=f"remove the value from the definition and declare a reference: --secret {path}=env:VARIABLE",
         )
+
+
+def _name_of(path: str, key: str, parent: Any) -> str | None:
+    """The name a value goes by, ``None`` when the value is itself a name: its key; for the items of a list
+    under a secret name (``"api_keys": [...]``, an ``auth`` pair), the list's; for the value of a
+    ``{"name": "X-Api-Key", "value": ...}`` pair, the pair's name."""
+    if isinstance(parent, list):
+        owner = path.rsplit(".", 2)[-2] if path.count(".") else None
+        return owner if owner is not None and is_secret_field(owner) else key
+    if "value" in parent and key in _PAIR_NAMES:
+        return None
+    if key == "value":
+        names = (parent.get(name) for name in _PAIR_NAMES)
+        return next((name for name in names if isinstance(name, str) and is_secret_field(name)), key)
+    return key
 
 
 def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
@@ -179,9 +282,9 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
             field=f"config.{path}",
             hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
         )
-    # The items of a list under a secret name (``"api_keys": [...]``, an ``auth`` pair) are secrets too.
-    owner = path.rsplit(".", 2)[-2] if isinstance(parent, list) and path.count(".") else None
-    _check_plaintext(path, owner if owner is not None and is_secret_field(owner) else key, value)
+    name = _name_of(path, key, parent)
+    if name is not None:
+        _check_plaintext(path, name, value)
     found = url_credential(value) if isinstance(value, str) else None
     if found is not None:
         raise DefinitionInvalid(
@@ -218,7 +321,7 @@ def check_free_text(field: str, value: str) -> None:
 
 
 def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:
-    """Replace declared secret fields with references; refuse plaintext secrets and undeclared masks.
+    """Replace declared secret fields with references; refuse credentials and masks anywhere else.
 
     Args:
         component: The component JSON (a dumped team or agent).
@@ -228,16 +331,16 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
         A copy of ``component`` whose secret fields are ``{"$secret": reference}``.
 
     Raises:
-        DefinitionInvalid: A plaintext secret, a masked field without a declared reference, or a declared
-            path that does not exist.
+        DefinitionInvalid: A plaintext secret (by its name or its shape) or a masked field at an undeclared
+            path, or a declared path that does not exist.
     """
     result = copy.deepcopy(dict(component))
     found: set[str] = set()
     for path, key, value, parent in list(walk(result.get("config"))):
         if path in secrets:
+            # Whatever the definition holds there (the mask, a reference, or the key itself, as in a header
+            # that dump_component() does not mask) is replaced, never written.
             found.add(path)
-            if not is_reference(value):
-                _check_plaintext(path, key, value)
             _set(parent, key, {REFERENCE_KEY: secrets[path]})
         else:
             _check_undeclared(path, key, value, parent)

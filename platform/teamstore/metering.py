@@ -14,6 +14,8 @@ team's component JSON before it is built catches every call:
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -21,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
 from autogen_core import CancellationToken, Component, ComponentModel
+from autogen_core._component_config import WELL_KNOWN_PROVIDERS
 from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
@@ -233,6 +236,12 @@ def wrap_model_clients(component: dict[str, Any], owner: tuple[str, str] | None 
     team, an ``AgentTool``'s agent). Each is labelled with the nearest agent or team around it; a team's
     own client has purpose ``speaker_selection``.
 
+    A model client is recognised by what it is, a ``ChatCompletionClient``, whatever ``component_type`` it
+    dumps (AutoGen's ``ReplayChatCompletionClient`` dumps its own). So each ``provider`` is imported, as
+    ``load_component()`` would: check the JSON against a provider allow-list first (the registry's build
+    does). A client that holds other clients (``ChatCompletionCache``) is not wrapped itself: the clients
+    it holds are, so a call is metered where it reaches a model, once, and a cache hit spends nothing.
+
     Args:
         component: The component JSON (``dump_component().model_dump()``).
         owner: The (name, component type) of the agent or team around ``component``, when nested.
@@ -248,9 +257,48 @@ def wrap_model_clients(component: dict[str, Any], owner: tuple[str, str] | None 
 def _metered(value: Any, owner: tuple[str, str]) -> Any:
     if isinstance(value, list):
         return [_metered(item, owner) for item in value]
-    if not isinstance(value, dict) or "provider" not in value or "component_type" not in value:
+    if not _is_component(value):
         return value  # plain configuration, never a component
-    if value.get("component_type") == "model":
+    if value.get("provider") == PROVIDER:
+        return value  # metered already
+    if is_model_client(value) and not _holds_model_client(value.get("config")):
         name, kind = owner
         return _wrap(value, name, "speaker_selection" if kind == "team" else "agent")
     return wrap_model_clients(value, owner)
+
+
+def _is_component(value: Any) -> bool:
+    return isinstance(value, dict) and "provider" in value and "component_type" in value
+
+
+def is_model_client(component: Mapping[str, Any]) -> bool:
+    """True when ``component`` (JSON) builds a ``ChatCompletionClient``, whatever its ``component_type``.
+
+    Imports the module its ``provider`` names (once per provider). A provider that does not import is
+    judged by ``component_type == "model"``; ``load_component()`` then reports why it does not load.
+    """
+    provider = component.get("provider")
+    found = _component_class(provider) if isinstance(provider, str) else None
+    if found is None:
+        return component.get("component_type") == "model"
+    return issubclass(found, ChatCompletionClient)
+
+
+def _holds_model_client(config: Any) -> bool:
+    if isinstance(config, list):
+        return any(_holds_model_client(item) for item in config)
+    if not isinstance(config, dict):
+        return False
+    if _is_component(config) and is_model_client(config):
+        return True
+    return any(_holds_model_client(item) for item in config.values())
+
+
+@functools.cache
+def _component_class(provider: str) -> type | None:
+    module_name, _, class_name = WELL_KNOWN_PROVIDERS.get(provider, provider).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name, None)
+    except Exception:  # whatever stops the import, load_component() meets it too and reports it with its cause
+        return None
+    return found if isinstance(found, type) else None

@@ -198,3 +198,26 @@ def test_a_file_that_is_not_utf8_json_or_too_deep_is_an_error_not_a_traceback(
     assert "cannot read" in result.output
     assert what in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("x-functions-key", "q1W2e3R4t5Y6u7I8o9P0aSdFgHjKlZxCvBnM1234567890abcdEFGH=="),
+     ("X-Auth-Key", "c2547eb745079dac9320b638f5e225cf483cc")],
+)
+def test_a_key_in_a_header_is_refused_by_the_command_line_which_names_the_secret_option_to_use(
+    registry_path: Path, tmp_path: Path, header: str, value: str
+) -> None:
+    from tests.registry.test_secrets import _headers_agent
+
+    definition = tmp_path / "agent.json"
+    definition.write_text(json.dumps(_headers_agent({header: value})))
+    args = ["registry", "add", "support_triage", "--file", str(definition), "--persist", "researcher",
+            "--context-bound", "20", "--secret", "model_client.config.api_key=env:OPENAI_API_KEY"]
+    refused = invoke(*args)
+    assert refused.exit_code == 1
+    said = " ".join(refused.output.split())
+    assert f"config.model_client.config.default_headers.{header}" in said
+    assert f"--secret model_client.config.default_headers.{header}=env:" in said
+    assert invoke(*args, "--secret", f"model_client.config.default_headers.{header}=env:GATEWAY_KEY").exit_code == 0
+    assert value not in git(registry_path, "log", "-p", "--all")

@@ -63,14 +63,17 @@ def test_unset_secret_variable_fails_the_build_by_name(registry: Registry) -> No
     assert "TS_TEST_UNSET_KEY" in caught.value.message
 
 
-def test_plaintext_secret_is_refused(registry: Registry) -> None:
+def test_plaintext_secret_is_refused_unless_declared_and_then_never_stored(registry: Registry) -> None:
     component = dump(_openai_agent())
     component["config"]["model_client"]["config"]["api_key"] = "sk-pasted-into-json"
-    for manifest in (triage_manifest(), triage_manifest(secrets={KEY_PATH: "env:OPENAI_API_KEY"})):
-        with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
-            registry.add("support_triage", component, manifest, "plaintext")
-        assert caught.value.field == f"config.{KEY_PATH}"
-        assert "plaintext" in caught.value.message
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "plaintext")
+    assert caught.value.field == f"config.{KEY_PATH}"
+    assert "plaintext" in caught.value.message
+    registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:OPENAI_API_KEY"}), "declared")
+    assert registry.resolve("support_triage").component["config"]["model_client"]["config"]["api_key"] == {
+        "$secret": "env:OPENAI_API_KEY"
+    }
     assert "sk-pasted-into-json" not in _everything(registry)
 
 
@@ -187,7 +190,7 @@ def _stdio_server(args: list[str]) -> dict[str, object]:
         ("default_headers", {"X-Gateway": "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2ln"}, "default_headers.X-Gateway",
          "authorization value"),
         ("default_query", {"q": "sk-proj-hunter2SECRET0123456789abcd"}, "default_query.q", "API key"),
-        ("organization", "ghp_hunter2SECRET0123456789abcdefghijkl", "organization", "API key"),
+        ("organization", "ghp_hunter2SECRET0123456789abcdefghijklm", "organization", "GitHub Token"),
         ("dsn", "Server=db.example;Database=crm;Password=hunter2-SECRET;", "dsn", "'Password'"),
     ],
 )
@@ -276,3 +279,120 @@ def test_a_reference_added_by_hand_is_not_resolved(registry: Registry) -> None:
     with pytest.raises(DefinitionInvalid) as caught:
         registry.build("support_triage", env={"K": "sk-env", "WORKER_DB_PASSWORD": "hunter2"})
     assert caught.value.field == "config.system_message"
+
+
+# --- credentials by name and by shape, wherever they sit ------------------------------------------------
+FUNCTIONS_KEY = "q1W2e3R4t5Y6u7I8o9P0aSdFgHjKlZxCvBnM1234567890abcdEFGH=="  # an Azure Functions key's shape
+CLOUDFLARE_KEY = "c2547eb745079dac9320b638f5e225cf483cc"  # a Cloudflare global API key's shape (37 hex)
+
+
+def _headers_agent(headers: dict[str, str]) -> dict[str, object]:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"]["default_headers"] = headers
+    return component
+
+
+@pytest.mark.parametrize(("header", "value"), [("x-functions-key", FUNCTIONS_KEY), ("X-Auth-Key", CLOUDFLARE_KEY)])
+def test_a_key_in_a_header_named_for_it_is_refused_and_taken_from_the_environment_instead(
+    registry: Registry, header: str, value: str
+) -> None:
+    component = _headers_agent({header: value, "X-Auth-Email": "ops@example.com"})
+    path = f"model_client.config.default_headers.{header}"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "gateway")
+    assert caught.value.field == f"config.{path}"
+    assert f"{header!r}" in caught.value.message and "credential" in caught.value.message
+    assert f"--secret {path}=env:" in (caught.value.hint or "")
+    assert value not in _everything(registry)
+    declared = triage_manifest(secrets={KEY_PATH: "env:K", path: "env:GATEWAY_KEY"})
+    registry.add("support_triage", component, declared, "gateway key from the environment")
+    assert value not in _everything(registry)
+    built = registry.build("support_triage", env={"K": "sk-env", "GATEWAY_KEY": value})
+    client = built.participants["researcher"]._model_client._client  # type: ignore[attr-defined]
+    assert client.default_headers[header] == value and client.default_headers["X-Auth-Email"] == "ops@example.com"
+
+
+def _sse_workbench(headers: object) -> dict[str, object]:
+    return {"provider": "autogen_ext.tools.mcp.McpWorkbench", "component_type": "workbench",
+            "config": {"server_params": {"type": "SseServerParams", "url": "https://mcp.example/sse",
+                                         "headers": headers}}}
+
+
+JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJzdXBwb3J0LWJvdCJ9.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "path", "what"),
+    [
+        ("default_headers", {"X-FUNCTIONS-KEY": FUNCTIONS_KEY}, "default_headers.X-FUNCTIONS-KEY", "credential"),
+        ("default_headers", {"x-Auth-KEY": CLOUDFLARE_KEY}, "default_headers.x-Auth-KEY", "credential"),
+        ("default_headers", {"XApiKey": "hunter2-SECRET"}, "default_headers.XApiKey", "credential"),
+        ("default_headers", {"X-Amz-Security-Token": "hunter2-SECRET"}, "default_headers.X-Amz-Security-Token",
+         "credential"),
+        ("default_headers", {"X-Hub-Signature-256": "sha256=hunter2"}, "default_headers.X-Hub-Signature-256",
+         "credential"),
+        ("default_headers", {"X-Session": "hunter2-SECRET"}, "default_headers.X-Session", "credential"),
+        ("default_headers", {"X-Upstream": "Bearer 9f8e7d6c5b4a3210fedcba98"}, "default_headers.X-Upstream",
+         "authorization value"),
+        ("default_headers", {"X-Forward": {"X-Functions-Key": FUNCTIONS_KEY}},
+         "default_headers.X-Forward.X-Functions-Key", "credential"),
+        ("headers", [{"name": "X-Functions-Key", "value": FUNCTIONS_KEY}], "headers.0.value", "'X-Functions-Key'"),
+        ("organization", "AKIA4J7XQ2VWZ5PLMN3B", "organization", "AWS Access Key"),
+        ("aws", {"aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"}, "aws.aws_secret_access_key",
+         "credential"),
+        ("organization", "gho_hunter2SECRET0123456789abcdefghijklm", "organization", "GitHub Token"),
+        ("organization", "glpat-hunter2SECRET0123456789", "organization", "GitLab Token"),
+        ("default_query", {"state": JWT}, "default_query.state", "JSON Web Token"),
+        ("tls_material", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n", "tls_material",
+         "Private Key"),
+        ("webhook_secret_b64", "aHVudGVyMi1TRUNSRVQtYmxvYg==", "webhook_secret_b64", "credential"),
+        ("default_query", {"k": "sk_live_hunter2SECRET0123456789ab"}, "default_query.k", "Stripe"),
+        ("default_query", {"k": "xoxb-123456789012-hunter2SECRET"}, "default_query.k", "Slack"),
+    ],
+)
+def test_credentials_are_refused_by_their_name_or_their_shape_wherever_they_sit(
+    registry: Registry, key: str, value: object, path: str, what: str
+) -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"][key] = value
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "credential")
+    assert caught.value.field == f"config.model_client.config.{path}"
+    assert what in caught.value.message and "plaintext" in caught.value.message
+    assert f"--secret model_client.config.{path}=env:" in (caught.value.hint or "")
+    assert "hunter2" not in _everything(registry) and FUNCTIONS_KEY not in _everything(registry)
+
+
+def test_a_key_in_the_headers_of_an_mcp_server_is_refused(registry: Registry) -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_sse_workbench({"Accept": "text/event-stream", "X-Functions-Key": FUNCTIONS_KEY})]
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "mcp over sse")
+    assert caught.value.field == "config.workbench.0.config.server_params.headers.X-Functions-Key"
+
+
+def test_settings_names_and_urls_that_hold_no_credential_are_stored(registry: Registry) -> None:
+    agent = AssistantAgent(
+        "researcher",
+        model_client=OpenAIChatCompletionClient(
+            model="gpt-4o-mini-2024-07-18", api_key="sk-live-123", max_tokens=1000, stop=["</s>", "<|im_end|>"],
+            base_url="https://my-resource.openai.azure.com/openai/deployments/gpt-4o?api-version=2024-06-01",
+            default_headers={"User-Agent": "teamstore/0.1", "X-Request-Source": "support-bot",
+                             "X-Auth-Email": "ops@example.com", "Accept": "application/json",
+                             "X-Model": "meta-llama/Llama-3.1-8B-Instruct"},
+        ),
+        model_context=BoundedChatCompletionContext(20),
+        description="Checks when the customer's API key or session token expires; knows token limits.",
+        system_message="Quote ticket ZX-81 and the model claude-3-5-sonnet-20241022; never ask for a password.",
+    )
+    component = dump(agent)
+    # Names that merely resemble credentials, where a definition keeps free-form settings.
+    component["config"]["model_client"]["config"]["default_headers"] |= {
+        "token_limit": "4096", "max_total_token": "8000", "eos_token": "</s>", "cache_key": "router-faq",
+        "public_key": "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n",
+        "session_id": "support-desk", "fallback_url": "http://203.0.113.7:8000/v1",
+    }
+    registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "no credentials")
+    stored = registry.resolve("support_triage").component["config"]["model_client"]["config"]
+    assert stored["default_headers"]["X-Auth-Email"] == "ops@example.com"
+    assert stored["default_headers"]["eos_token"] == "</s>" and stored["max_tokens"] == 1000

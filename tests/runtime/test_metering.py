@@ -1,14 +1,34 @@
-"""Metering at the model-client boundary counts calls TaskResult never reports (speaker selection)."""
+"""Metering at the model-client boundary counts calls TaskResult never reports (speaker selection), and
+every model client, whatever ``component_type`` it dumps."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
-from autogen_agentchat.teams import SelectorGroupChat
-from autogen_core.models import ChatCompletionClient
+from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat
+from autogen_core import InMemoryStore
+from autogen_core.models import ChatCompletionClient, UserMessage
+from autogen_ext.models.cache import ChatCompletionCache
+from autogen_ext.models.replay import ReplayChatCompletionClient
+from typer.testing import CliRunner
 
-from teamstore.metering import PROVIDER, MeteredChatCompletionClient, metered_run, wrap_model_clients
+from config_registry import Manifest, Registry
+from teamstore.cli import app
+from teamstore.metering import (
+    PROVIDER,
+    MeteredChatCompletionClient,
+    is_model_client,
+    metered_run,
+    wrap_model_clients,
+)
 from teamstore.offline import OfflineChatCompletionClient
+from tests.conftest import prepare
+from tests.otlp_receiver import OtlpReceiver
 
 
 def selector_team() -> SelectorGroupChat:
@@ -64,3 +84,78 @@ async def test_agents_nested_in_other_components_are_metered_under_their_own_nam
     # The inner team's agent used to run on an unwrapped client: its calls reached no ledger.
     assert {c.agent for c in meter.calls} == {"drafter", "mind"}
     assert all(c.purpose == "agent" for c in meter.calls)
+
+
+def replayed_team() -> RoundRobinGroupChat:
+    """Two agents on AutoGen's ReplayChatCompletionClient, which dumps component_type
+    'replay_chat_completion_client', not 'model'."""
+    agents = [
+        AssistantAgent(name, model_client=ReplayChatCompletionClient([f"{name} answers the router question"]))
+        for name in ("triage", "researcher")
+    ]
+    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(3))
+
+
+async def test_a_client_is_metered_by_what_it_is_not_by_the_component_type_it_dumps() -> None:
+    dumped = replayed_team().dump_component().model_dump()
+    assert {p["config"]["model_client"]["component_type"] for p in dumped["config"]["participants"]} == {
+        "replay_chat_completion_client"
+    }
+    team = RoundRobinGroupChat.load_component(wrap_model_clients(dumped))
+    with metered_run() as meter:
+        result = await team.run(task="router down")
+    reported = sum(m.models_usage.prompt_tokens for m in result.messages if m.models_usage)
+    assert [c.agent for c in meter.calls] == ["triage", "researcher"]
+    assert sum(c.input_tokens for c in meter.calls) == reported > 0
+
+
+async def test_a_cache_is_metered_at_the_client_it_holds_so_each_call_to_a_model_counts_once() -> None:
+    cached = ChatCompletionCache(OfflineChatCompletionClient(), store=InMemoryStore())
+    agent = AssistantAgent("triage", model_client=cached)
+    wrapped = wrap_model_clients(agent.dump_component().model_dump())
+    client = wrapped["config"]["model_client"]
+    assert client["provider"] != PROVIDER and client["config"]["client"]["provider"] == PROVIDER
+    built = ChatCompletionClient.load_component(client)
+    with metered_run() as meter:
+        for _ in range(2):
+            await built.create([UserMessage(content="router down", source="user")])
+    assert len(meter.calls) == 1  # the second answer came from the cache: no model was called
+
+
+def test_a_provider_that_does_not_import_is_judged_by_its_component_type() -> None:
+    assert is_model_client({"provider": "no_such_module.Client", "component_type": "model"})
+    assert not is_model_client({"provider": "no_such_module.Tool", "component_type": "tool"})
+    assert is_model_client({"provider": "autogen_ext.models.replay.ReplayChatCompletionClient",
+                            "component_type": "replay_chat_completion_client"})
+    assert not is_model_client({"provider": "autogen_agentchat.agents.AssistantAgent", "component_type": "model"})
+
+
+@pytest.mark.otlp
+def test_a_team_on_the_replay_client_has_ledger_rows_chat_spans_and_a_cost(
+    backend: tuple[str, str], registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, lease = backend
+    asyncio.run(prepare(url, lease))
+    receiver = OtlpReceiver().start()
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
+    monkeypatch.setenv("TEAMSTORE_SESSION_LEASE", lease)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    Registry(registry_path).add("replayed", replayed_team().dump_component(), Manifest(name="replayed"), "v1")
+    runner = CliRunner()
+    try:
+        ran = runner.invoke(app, ["run", "--team", "replayed", "--user", "alice", "--session", "s1", "hi", "--json"])
+        assert ran.exit_code == 0, ran.output
+        usage = json.loads(ran.stdout)["usage"]
+        spans = receiver.wait_for(lambda s: len([x for x in s if x["name"].startswith("chat ")]) == 2)
+    finally:
+        receiver.stop()
+    chats = [s["attributes"] for s in spans if s["name"].startswith("chat ")]
+    assert sorted(a["gen_ai.agent.name"] for a in chats) == ["researcher", "triage"]
+    assert sum(a["gen_ai.usage.input_tokens"] for a in chats) == usage["input_tokens"] > 0
+    cost = runner.invoke(app, ["cost", "--user", "alice", "--by", "agent", "--format", "json"])
+    assert cost.exit_code == 0, cost.output
+    report = json.loads(cost.stdout)
+    assert sorted(r["key"] for r in report["rows"]) == ["researcher", "triage"]
+    assert report["total"]["runs_completed"] + report["total"]["runs_limited"] == 1
+    assert (report["total"]["calls"], report["total"]["input_tokens"]) == (2, usage["input_tokens"])
+    assert report["total"]["output_tokens"] == usage["output_tokens"]

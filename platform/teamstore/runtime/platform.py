@@ -15,20 +15,23 @@ Or with pieces the caller owns:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
+from opentelemetry.trace import TracerProvider
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry, TeamDefinition
 from config_registry.build import build_team
 from config_registry.errors import RegistryError
+from teamstore.audit.autogen_spans import autogen_spans_to, install, provider_for_autogen
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
@@ -65,6 +68,13 @@ class Platform:
         registry: The config registry teams are built from.
         settings: Limits and defaults (TTL, byte cap, lease timeouts).
         observers: Audit observers every run streams into (transcripts, spans, ledger).
+        tracer_provider: teamstore's own provider (:func:`teamstore.audit.telemetry.setup_tracing`), if it
+            exports spans. AutoGen's spans of this platform's teams go to it, or nowhere when there is
+            none: never to a global provider the host installed (unless content capture is opted in).
+
+    Raises:
+        ConfigurationError: The installed autogen-core is not one whose spans teamstore can keep from the
+            host's tracer provider.
     """
 
     def __init__(
@@ -74,6 +84,7 @@ class Platform:
         *,
         settings: Settings | None = None,
         observers: Sequence[RunObserver] = (),
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.engine = engine
         self.registry = registry
@@ -89,8 +100,28 @@ class Platform:
         self._closers: list[Any] = []
         self._stores: list[TranscriptStore] = []  # transcript stores this platform made, closed with it
         self._definitions: dict[str, tuple[TeamDefinition, float]] = {}
+        self._autogen_tracing: TracerProvider | None = None
+        self._route_autogen_spans(tracer_provider)
         if not self.settings.capture_message_content:
             keep_content_out_of_logs()
+
+    def _route_autogen_spans(self, provider: TracerProvider | None) -> None:
+        self._autogen_tracing = provider_for_autogen(
+            provider, capture_content=self.settings.capture_message_content
+        )
+        if self._autogen_tracing is not None:
+            install()  # here, not at the first run: an autogen-core it cannot route fails at start
+
+    @contextlib.contextmanager
+    def autogen_spans(self) -> Iterator[None]:
+        """A block whose AutoGen spans go where this platform sends them (see ``tracer_provider``).
+
+        Teams built by :meth:`build_team` keep the route for their runtime's spans; a caller running such a
+        team itself (rather than through a session) runs it inside this block, so that the agent and tool
+        spans, which AutoGen starts from the global provider, follow it too.
+        """
+        with autogen_spans_to(self._autogen_tracing):
+            yield
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
@@ -115,6 +146,7 @@ class Platform:
         provider = setup_tracing(self.settings)
         if provider is not None:
             self._closers.append(provider.shutdown)
+            self._route_autogen_spans(provider)
         observers = build_audit_observers(self.settings, self.engine, tracer_provider=provider)
         self.observers.extend(observers)
         # The transcript store was made here, so it is closed here (its connections and threads).
@@ -141,7 +173,8 @@ class Platform:
         """
         await self.ensure_schema()
         definition = await self._definition(ref)
-        return build_team(definition, transform=wrap_model_clients)
+        with self.autogen_spans():  # the runtimes built here keep it; agent creation spans are started here
+            return build_team(definition, transform=wrap_model_clients)
 
     async def _definition(self, ref: str) -> TeamDefinition:
         cached = self._definitions.get(ref)

@@ -291,8 +291,8 @@ class Session:
                     await notify_observers(observers, "on_item", ctx, item)
             return found
 
-        with metered_run() as meter:
-            streaming = asyncio.ensure_future(stream())  # copies the meter's context
+        with metered_run() as meter, self._platform.autogen_spans():
+            streaming = asyncio.ensure_future(stream())  # copies the meter's context and the span route
             try:
                 try:
                     result = await asyncio.shield(streaming)
