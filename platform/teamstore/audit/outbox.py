@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, exists, func, insert, literal, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy import ColumnElement, delete, exists, func, literal, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.engine import describe_failure
+from teamstore.db.statements import insert_new
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError
 from teamstore.state.schema import user_holds
 
@@ -116,16 +117,16 @@ async def enqueue(
             source = select(*(literal(v, outbox.c[k].type).label(k) for k, v in row.items())).where(
                 ~_held(subject_key)
             )
-            stmt = insert(outbox).from_select(list(row), source).returning(outbox.c.run_id)
-            queued = (await conn.execute(stmt)).first()
-        if queued is None:
-            raise ErasureInProgress(
-                f"transcript of run {run_id} not queued: an erasure is open for its user",
-                hint="nothing to fix: the user is being erased",
-            )
-        return True
-    except IntegrityError:
-        return False
+            # A run already queued is skipped, never refused: a refusal is an error the server logs, key and all.
+            stmt = insert_new(engine.dialect.name, outbox).from_select(list(row), source).returning(outbox.c.run_id)
+            if (await conn.execute(stmt)).first() is not None:
+                return True
+            if await conn.scalar(select(exists().where(outbox.c.run_id == run_id))):
+                return False
+        raise ErasureInProgress(
+            f"transcript of run {run_id} not queued: an erasure is open for its user",
+            hint="nothing to fix: the user is being erased",
+        )
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
             f"could not queue transcript of run {run_id} in the outbox: {describe_failure(exc)}",

@@ -18,12 +18,13 @@ import hmac
 import secrets
 from datetime import UTC, datetime
 
-from sqlalchemy import insert, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import ID, subjects
 from teamstore.db.engine import describe_failure
+from teamstore.db.statements import insert_new
 from teamstore.errors import InvalidIdentifier, StoreUnavailable
 from teamstore.ids import lone_surrogate
 
@@ -98,21 +99,21 @@ async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
     existing = await find_subject(engine, user_id)
     if existing is not None:
         return existing
-    key = new_subject_key()
+    # Workers racing on a new user's first runs must not let the insert fail: Postgres would log the
+    # violated key, the raw id, where erasure never reaches. The first insert wins; the others read it.
+    stmt = insert_new(engine.dialect.name, subjects).values(
+        user_id=user_id, subject_key=new_subject_key(), created_at=datetime.now(UTC))
     try:
         async with engine.begin() as conn:
-            await conn.execute(
-                insert(subjects).values(user_id=user_id, subject_key=key, created_at=datetime.now(UTC))
-            )
-        return key
-    except IntegrityError:
-        # Another worker created it first: theirs wins, so every worker files the user under one prefix.
-        raced = await find_subject(engine, user_id)
-        if raced is None:
-            raise
-        return raced
+            await conn.execute(stmt)
+            # A statement of its own: under READ COMMITTED it sees the row the winner committed.
+            found = await conn.scalar(select(subjects.c.subject_key).where(subjects.c.user_id == user_id))
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
+    if found is None:  # a random key of 128 bits already taken: never seen, but never a silent None
+        raise StoreUnavailable("could not create an audit subject: its random key was taken",
+                               hint="run again: the next key is drawn afresh")
+    return str(found)
 
 
 def _unavailable(exc: Exception) -> StoreUnavailable:
