@@ -23,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, subjects
+from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.engine import describe_failure
 from teamstore.db.statements import insert_new
@@ -180,6 +181,7 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int) -> Flu
         if body is None:
             continue  # delivered, erased or fenced since the batch was read: never bring it back
         try:
+            await record_store(engine, subject_key, store.url)  # erasure must reach every store that holds some
             await store.put(key, body)
         except TeamstoreError as exc:
             error = exc.message

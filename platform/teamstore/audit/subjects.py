@@ -5,6 +5,7 @@
     subject = await get_or_create_subject(engine, "alice@example.com")   # random, stored in ts_subjects
     key = session_key(subject, "session-42")                              # HMAC of the session id
     prefix = subject_prefix(subject)          # every transcript object of the user, without a scan
+    await record_store(engine, subject, store.url)     # before the first upload there: erasure reaches it
 
 User ids are matched exactly: no case folding and no unicode normalisation, so ``"Alice"`` and ``"alice"``
 (or NFC and NFD forms of one name) are different users. The session key is an HMAC keyed by the subject
@@ -18,11 +19,11 @@ import hmac
 import secrets
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.schema import ID, subjects
+from teamstore.audit.schema import ID, subject_stores, subjects
 from teamstore.db.engine import describe_failure
 from teamstore.db.statements import insert_new
 from teamstore.errors import InvalidIdentifier, StoreUnavailable
@@ -114,6 +115,59 @@ async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
         raise StoreUnavailable("could not create an audit subject: its random key was taken",
                                hint="run again: the next key is drawn afresh")
     return str(found)
+
+
+async def record_store(engine: AsyncEngine, subject_key: str, store: str) -> None:
+    """Record that ``store`` receives transcripts of the subject, before the first of them is written there.
+
+    An erasure reads these records to know every store it must reach (:func:`recorded_stores`). Recording one
+    already recorded changes nothing.
+
+    Args:
+        engine: The state database.
+        subject_key: The subject.
+        store: The store's ``url`` (``s3://bucket/prefix``, or a folder's resolved ``file://`` URL).
+
+    Raises:
+        StoreUnavailable: The database could not be reached: write no transcript there.
+    """
+    stmt = insert_new(engine.dialect.name, subject_stores).values(
+        subject_key=subject_key, store=store, created_at=datetime.now(UTC))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(stmt)
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+
+
+async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bool]:
+    """Every store recorded for the subject, each with whether an erasure has emptied it already.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    c = subject_stores.c
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(c.store, c.erased_at).where(c.subject_key == subject_key))).all()
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+    return {str(store): erased is not None for store, erased in rows}
+
+
+async def mark_store_erased(engine: AsyncEngine, subject_key: str, store: str) -> None:
+    """Record that an erasure emptied ``store`` of the subject (while another store still holds some).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    c = subject_stores.c
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(update(subject_stores).where(c.subject_key == subject_key, c.store == store)
+                               .values(erased_at=datetime.now(UTC)))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
 
 
 def _unavailable(exc: Exception) -> StoreUnavailable:

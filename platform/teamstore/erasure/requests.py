@@ -24,6 +24,7 @@ from sqlalchemy import delete, or_, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.audit.schema import subject_stores
 from teamstore.db.engine import describe_failure
 from teamstore.db.statements import dialect_insert, insert_new
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
@@ -319,17 +320,22 @@ async def truncate_sqlite_log(engine: AsyncEngine) -> None:
                     "run `sqlite3 teamstore.db 'PRAGMA wal_checkpoint(TRUNCATE)'` when it is idle")
 
 
-async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str) -> bool:
+async def finish(
+    engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str, subject_key: str | None = None
+) -> bool:
     """Store the receipt; unless failed, lift the fence and forget the raw user id.
 
     A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
-    the legal hold is lifted. A ``failed`` request keeps both and its fence: rerun it to resume.
+    the legal hold is lifted, and the record of the subject's transcript stores, so the rerun talks to
+    them. A ``failed`` request keeps all of it and its fence: rerun it to resume. A completed one forgets
+    the subject's stores with its key.
 
     Args:
         engine: The state database.
         row: The request.
         receipt: What to store.
         owner: The coordinator's lease: nothing is written unless it still holds it.
+        subject_key: The subject the request erased, if it had one.
 
     Returns:
         False (and nothing written) if another coordinator has taken the request over.
@@ -352,4 +358,6 @@ async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: 
         if receipt.status is not RequestStatus.FAILED and row.user_id is not None:
             await conn.execute(delete(user_holds).where(
                 user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
+        if receipt.status is RequestStatus.COMPLETED and subject_key is not None:
+            await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == subject_key))
     return True
