@@ -71,5 +71,6 @@ async def test_racing_first_sessions_of_a_new_user_write_no_raw_id_to_the_server
             await worker.aclose()
             await worker.engine.dispose()
     assert len(set(keys)) == 1
-    leaked = [line for line in postgres_server_log(postgres_server, start).splitlines() if user in line or other in line]
+    log = postgres_server_log(postgres_server, start)
+    leaked = [line for line in log.splitlines() if user in line or other in line]
     assert not leaked

@@ -113,7 +113,8 @@ async def test_the_refusal_names_the_store_and_the_request_to_rerun(engine: Asyn
         await coordinator(engine, other).run(USER, request_id="REQ-881")
     assert info.value.message.startswith(f"this user's transcripts were written to {service.url}; this erasure "
                                          f"talks to {other.url}, which never received any")
-    assert info.value.hint == f"run erase with TEAMSTORE_TRANSCRIPTS_URL={service.url} and the same --request-id REQ-881"
+    assert info.value.hint == (f"run erase with TEAMSTORE_TRANSCRIPTS_URL={service.url} and the same "
+                               "--request-id REQ-881")
 
 
 async def test_a_user_who_never_ran_is_erased_whatever_the_store(engine: AsyncEngine, tmp_path: Path) -> None:

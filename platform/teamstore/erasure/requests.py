@@ -155,7 +155,9 @@ async def open_request(
     return RequestRow(**{**created.__dict__, "created_now": True})
 
 
-async def _insert_request(engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int) -> bool:
+async def _insert_request(
+    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int
+) -> bool:
     """Insert the request and the user's hold in one transaction; False (and nothing written) if either key
     is taken: the request id, or the user's open request or hold.
 

@@ -94,8 +94,8 @@ def checked(row: StoredSession) -> StoredSession:
       under advisory-lock leases would take the row for a new one): read as 1;
     * a state byte count that is not the state's (the size cap and erasure's counts read it): read as the
       state's own;
-    * text that is not text (SQLite keeps a blob in any column): read as its decoded text, and a state
-      that is not text is refused (its quarantined copy keeps it as it was).
+    * a text column holding something else (SQLite keeps a blob in any column): read as its decoded text;
+      a state that is not text is refused as it is (its quarantined copy keeps it as it was).
 
     Columns ``damaged`` already names (read as stand-ins for a value of the wrong type) are not judged again.
     """
@@ -103,7 +103,8 @@ def checked(row: StoredSession) -> StoredSession:
     fixes: dict[str, Any] = {}
     version = row.row_version
     if "row_version" not in row.damaged and not (0 <= version < ROW_VERSION_MAX and (version or row.is_new)):
-        why = "at the column's maximum" if version >= ROW_VERSION_MAX else "negative" if version < 0 else "0 beside a state"
+        why = ("at the column's maximum" if version >= ROW_VERSION_MAX
+               else "negative" if version < 0 else "0 beside a state")
         defects.append(f"row_version {version} is {why}: no save could follow it")
         fixes["row_version"] = 1
     for name in _TEXT:
@@ -113,12 +114,18 @@ def checked(row: StoredSession) -> StoredSession:
             fixes[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     if row.state is not None and not isinstance(row.state, str):
         defects.append(f"state holds a {type(row.state).__name__}, not text")
-    elif row.state is not None and "state_bytes" not in row.damaged and row.state_bytes != (size := len(row.state.encode("utf-8", "surrogatepass"))):
+    elif (row.state is not None and "state_bytes" not in row.damaged
+          and row.state_bytes != (size := _utf8_size(row.state))):
         defects.append(f"state_bytes {row.state_bytes} is not the state's {size} bytes")
         fixes["state_bytes"] = size
     if not defects:
         return row
     return replace(row, **fixes, damaged=(*row.damaged, *fixes), defects=(*row.defects, *defects))
+
+
+def _utf8_size(text: str) -> int:
+    # Every load asks: an ASCII string (most states) knows its size without being encoded.
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def read_fingerprints(value: object) -> dict[str, str] | None:
