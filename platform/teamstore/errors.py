@@ -181,6 +181,18 @@ class TranscriptNotFound(AuditError):
     """No transcript object exists for that user, session or run."""
 
 
+class TranscriptStoreMismatch(ErasureError):
+    """The transcript store an erasure talks to is not every store the user's transcripts were written to.
+
+    The request stays open (fenced, its subject mapping kept) and completes once rerun, under the same
+    request id, with ``TEAMSTORE_TRANSCRIPTS_URL`` set to the store the message names.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, stores: tuple[str, ...] = ()) -> None:
+        super().__init__(message, hint=hint)
+        self.stores = stores
+
+
 class ErasureRequestNotFound(ErasureError):
     """No erasure request is stored under that id."""
 

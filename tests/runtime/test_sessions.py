@@ -230,8 +230,11 @@ async def test_a_team_turned_into_a_single_agent_fails_closed_as_a_definition_ch
 
 
 async def _corrupt(platform: Platform, state: str | None, **values: object) -> None:
+    """Store ``state`` as a writer would have saved it (its byte count with it): what is wrong is inside."""
+    size = len(state.encode()) if state is not None else 0
     async with platform.engine.begin() as conn:
-        await conn.execute(update(sessions).where(sessions.c.user_id == "alice").values(state=state, **values))
+        await conn.execute(update(sessions).where(sessions.c.user_id == "alice")
+                           .values(state=state, **{"state_bytes": size, **values}))
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,14 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import ledger_name, prices, usage
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
+from teamstore.db.statements import insert_new
 from teamstore.errors import ConfigurationError, StoreUnavailable
 from teamstore.runtime.hooks import RunContext, RunOutcome
 
@@ -82,9 +83,9 @@ async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]]) -> None:
         return
     try:
         async with engine.begin() as conn:
-            await conn.execute(insert(usage), rows)
-    except IntegrityError:
-        return  # the same run id reported twice: the first record stands
+            # The same run reported twice: the first record stands, and the second is skipped rather than
+            # refused (a refusal is an error the server logs, with the key).
+            await conn.execute(insert_new(engine.dialect.name, usage), rows)
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
             f"could not write the usage ledger for run {rows[0]['run_id']}: {describe_failure(exc)}",

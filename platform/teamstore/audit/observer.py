@@ -30,7 +30,7 @@ from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
 from teamstore.audit.ledger import record_usage, usage_rows
 from teamstore.audit.schema import subjects
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
@@ -143,6 +143,8 @@ class TranscriptObserver:
             flush_every  # check once soon after start: a previous process may have queued
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self._noted: OrderedDict[str, None] = OrderedDict()  # subjects whose store is recorded already
+        self._noted_size = 4096
 
     async def run_started(self, ctx: RunContext) -> None:
         """Start the run's buffer; keys are resolved at its end, off the result's path."""
@@ -157,10 +159,12 @@ class TranscriptObserver:
         """Encode and upload the transcript; on failure queue it in the outbox.
 
         Raises:
-            StoreUnavailable: Upload and outbox both failed (the runtime logs it; the run still succeeds).
+            StoreUnavailable: Upload and outbox both failed, or the store could not be recorded for the subject
+                first (the runtime logs it; the run still succeeds).
         """
         items = self._items.pop(ctx.run_id, [])
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
+        await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
         # Tens of MB of messages take a second or more to encode: off the loop, so the worker's other
         # sessions go on meanwhile.
         body = await asyncio.to_thread(encode, run_record(ctx, outcome, keys, len(items)), items)
@@ -175,6 +179,17 @@ class TranscriptObserver:
         if self._runs_since_check >= self.flush_every:
             self._runs_since_check = 0
             self._spawn(self._flush_quietly())
+
+    async def _note_store(self, subject_key: str) -> None:
+        """Record this store for the subject before its first transcript goes there (an erasure must reach
+        every store that holds some); once per subject and process."""
+        if subject_key in self._noted:
+            self._noted.move_to_end(subject_key)
+            return
+        await record_store(self.engine, subject_key, self.store.url)
+        self._noted[subject_key] = None
+        while len(self._noted) > self._noted_size:
+            self._noted.popitem(last=False)
 
     async def _queue(self, row: Queued, body: bytes, upload: asyncio.Future[None], exc: Exception) -> None:
         """Queue a transcript whose upload failed or is still on its way. An upload that may still land (on its

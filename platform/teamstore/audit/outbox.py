@@ -20,15 +20,17 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, delete, exists, func, insert, literal, null, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy import case, delete, exists, func, literal, null, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
 from teamstore.audit.claims import Queued, held
 from teamstore.audit.schema import outbox, subjects
+from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.engine import describe_failure
+from teamstore.db.statements import insert_new
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
 from teamstore.state.schema import user_holds
 from teamstore.state.sql import now_utc
@@ -140,14 +142,15 @@ async def enqueue(
     }
     # One statement: without a claim the row goes in only if no erasure fences the user at that instant.
     source = select(*(value.label(name) for name, value in row.items()))
-    stmt = insert(outbox).from_select(list(row), source if claim else source.where(~fenced))
+    # A run already queued is skipped, never refused: a refusal is an error the server logs, key and all.
+    stmt = insert_new(engine.dialect.name, outbox).from_select(list(row), source if claim else source.where(~fenced))
     try:
         async with engine.begin() as conn:
             # length(), not IS NOT NULL: SQLite (3.40) answers `body IS NOT NULL` with 1 in the RETURNING of
             # this INSERT .. SELECT even when the CASE put NULL there.
             queued = (await conn.execute(stmt.returning(func.length(outbox.c.body)))).first()
-    except IntegrityError:
-        return False
+            if queued is None and await conn.scalar(select(exists().where(outbox.c.run_id == run_id))):
+                return False
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
             f"could not queue transcript of run {run_id} in the outbox: {describe_failure(exc)}",
@@ -202,6 +205,12 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
             break
         # One body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
         assert row.body is not None  # a claimable row has one
+        try:
+            await record_store(engine, row.subject_key, store.url)  # erasure must reach every store that holds some
+        except TeamstoreError as exc:
+            error = exc.message
+            await claims.settle(engine, row.run_id, owner, None, error)
+            break
         upload = asyncio.ensure_future(store.put(row.object_key, row.body))
         row = Queued(row.run_id, row.object_key, row.subject_key)
         outcome = await follow(engine, store, row, owner, upload, late_upload_s)

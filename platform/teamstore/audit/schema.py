@@ -5,9 +5,9 @@
     async with engine.connect() as conn:
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
-Created by migration ``0002_audit`` (``teamstore db upgrade``), never implicitly (``0009`` adds the
-outbox's claims); the same migration
-creates the ``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost
+Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims) and
+``0010_subject_stores`` (``teamstore db upgrade``), never implicitly; the first creates the ``session_costs``
+view for BI tools (documented in docs/analysts.md; 0007 makes its cost
 exact on Postgres).
 """
 
@@ -28,6 +28,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 
@@ -45,6 +46,21 @@ subjects = Table(
     Column("subject_key", String(KEY), nullable=False, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
+
+# Which transcript stores (``s3://bucket/prefix``, or a folder's ``file://`` URL) each subject's transcripts
+# were written to, recorded before the first upload to each: an erasure must reach every one of them.
+subject_stores = Table(
+    "ts_subject_stores",
+    metadata,
+    Column("subject_key", String(KEY), nullable=False),
+    Column("store", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    # Set by an erasure that emptied this store of the subject while another store still held some.
+    Column("erased_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("subject_key", "store"),
+)
+SUBJECT_STORES_SINCE = "subject_stores_since"
+"""The ``ts_store_settings`` row whose time is when stores began to be recorded (migration 0010)."""
 
 usage = Table(
     "ts_usage",

@@ -5,6 +5,7 @@
     subject = await get_or_create_subject(engine, "alice@example.com")   # random, stored in ts_subjects
     key = session_key(subject, "session-42")                              # HMAC of the session id
     prefix = subject_prefix(subject)          # every transcript object of the user, without a scan
+    await record_store(engine, subject, store.url)     # before the first upload there: erasure reaches it
 
 User ids are matched exactly: no case folding and no unicode normalisation, so ``"Alice"`` and ``"alice"``
 (or NFC and NFD forms of one name) are different users. The session key is an HMAC keyed by the subject
@@ -18,12 +19,13 @@ import hmac
 import secrets
 from datetime import UTC, datetime
 
-from sqlalchemy import insert, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy import select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.schema import ID, subjects
+from teamstore.audit.schema import ID, subject_stores, subjects
 from teamstore.db.engine import describe_failure
+from teamstore.db.statements import insert_new
 from teamstore.errors import InvalidIdentifier, StoreUnavailable
 from teamstore.ids import lone_surrogate
 
@@ -98,19 +100,72 @@ async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
     existing = await find_subject(engine, user_id)
     if existing is not None:
         return existing
-    key = new_subject_key()
+    # Workers racing on a new user's first runs must not let the insert fail: Postgres would log the
+    # violated key, the raw id, where erasure never reaches. The first insert wins; the others read it.
+    stmt = insert_new(engine.dialect.name, subjects).values(
+        user_id=user_id, subject_key=new_subject_key(), created_at=datetime.now(UTC))
     try:
         async with engine.begin() as conn:
-            await conn.execute(
-                insert(subjects).values(user_id=user_id, subject_key=key, created_at=datetime.now(UTC))
-            )
-        return key
-    except IntegrityError:
-        # Another worker created it first: theirs wins, so every worker files the user under one prefix.
-        raced = await find_subject(engine, user_id)
-        if raced is None:
-            raise
-        return raced
+            await conn.execute(stmt)
+            # A statement of its own: under READ COMMITTED it sees the row the winner committed.
+            found = await conn.scalar(select(subjects.c.subject_key).where(subjects.c.user_id == user_id))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+    if found is None:  # a random key of 128 bits already taken: never seen, but never a silent None
+        raise StoreUnavailable("could not create an audit subject: its random key was taken",
+                               hint="run again: the next key is drawn afresh")
+    return str(found)
+
+
+async def record_store(engine: AsyncEngine, subject_key: str, store: str) -> None:
+    """Record that ``store`` receives transcripts of the subject, before the first of them is written there.
+
+    An erasure reads these records to know every store it must reach (:func:`recorded_stores`). Recording one
+    already recorded changes nothing.
+
+    Args:
+        engine: The state database.
+        subject_key: The subject.
+        store: The store's ``url`` (``s3://bucket/prefix``, or a folder's resolved ``file://`` URL).
+
+    Raises:
+        StoreUnavailable: The database could not be reached: write no transcript there.
+    """
+    stmt = insert_new(engine.dialect.name, subject_stores).values(
+        subject_key=subject_key, store=store, created_at=datetime.now(UTC))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(stmt)
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+
+
+async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bool]:
+    """Every store recorded for the subject, each with whether an erasure has emptied it already.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    c = subject_stores.c
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(c.store, c.erased_at).where(c.subject_key == subject_key))).all()
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+    return {str(store): erased is not None for store, erased in rows}
+
+
+async def mark_store_erased(engine: AsyncEngine, subject_key: str, store: str) -> None:
+    """Record that an erasure emptied ``store`` of the subject (while another store still holds some).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    c = subject_stores.c
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(update(subject_stores).where(c.subject_key == subject_key, c.store == store)
+                               .values(erased_at=datetime.now(UTC)))
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
 

@@ -42,7 +42,8 @@ from teamstore.erasure.receipt import (
 )
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
-from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError
+from teamstore.erasure.stores import check_store
+from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError, TranscriptStoreMismatch
 from teamstore.settings import Settings
 from teamstore.state.sql import open_sessions, stored_sessions
 
@@ -212,6 +213,9 @@ class DeletionCoordinator:
                 f"an upload of the user's transcripts may still land until {lands_by:%Y-%m-%dT%H:%M:%SZ} (S3 left "
                 f"it unanswered, or it was still on its way after {self.knobs.upload_wait_seconds:g}s). Rerun the "
                 "same request id after that time"))
+        # Before anything is deleted: the store this coordinator talks to must be one that holds the subject's
+        # transcripts (TranscriptStoreMismatch leaves the request open, the mapping kept, to rerun).
+        await check_store(ctx, self.settings.transcript_retention_days)
         results: dict[str, StoreResult] = {}
         for step in self.steps:
             prior = recorded.get(step.name)
@@ -226,7 +230,7 @@ class DeletionCoordinator:
         else:
             await self._final_check(ctx, results)
         receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
-        if not await requests.finish(self.engine, row, receipt, owner):
+        if not await requests.finish(self.engine, row, receipt, owner, ctx.subject_key):
             raise requests.taken_over(row.request_id)
         await requests.truncate_sqlite_log(self.engine)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
@@ -297,8 +301,8 @@ class DeletionCoordinator:
         try:
             deleted = await step.erase(ctx, prior)
             left = await step.remaining(ctx)
-        except ErasureConflict:
-            raise  # taken over: this coordinator records nothing more
+        except (ErasureConflict, TranscriptStoreMismatch):
+            raise  # taken over, or another store to empty first: the request stays open, nothing more recorded
         except TeamstoreError as exc:
             log.error("erasure %s: step %s failed: %s", ctx.request_id, step.name, exc)
             recorded = (await requests.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
@@ -345,6 +349,7 @@ class DeletionCoordinator:
         subject = await find_subject(self.engine, user_id)
         # Enumerating records nothing, so the context names no request.
         ctx = StepContext(self.engine, self.transcripts, "", user_id, subject)
+        await check_store(ctx, self.settings.transcript_retention_days)  # a count from the wrong store misleads
         stores: dict[str, StoreResult] = {}
         for step in self.steps:
             counts = await step.enumerate(ctx)

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, or_, select, text, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy import delete, or_, select, text, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.audit.schema import subject_stores
 from teamstore.db.engine import describe_failure
+from teamstore.db.statements import dialect_insert, insert_new
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests, erasure_steps
 from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
@@ -96,8 +98,6 @@ async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection
         async with engine.begin() as conn:
             yield conn
     except SQLAlchemyError as exc:
-        if isinstance(exc, IntegrityError):
-            raise
         raise StoreUnavailable(
             f"could not {action}: {describe_failure(exc)}",
             hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
@@ -148,19 +148,43 @@ async def open_request(
     existing = await get_request(engine, check_request_id(request_id))
     if existing is not None:
         return _same_user(existing, user_id)
-    now = datetime.now(UTC)
-    values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
-              "received_at": now, "due_at": now + timedelta(days=due_days), "updated_at": now}
-    try:
-        async with _db(engine, "open the erasure request") as conn:
-            await conn.execute(insert(erasure_requests).values(**values))
-            await conn.execute(insert(user_holds).values(
-                user_id=user_id, reason=HOLD_REASON, request_id=request_id, created_at=now))
-    except IntegrityError as exc:
-        raise await _conflict(engine, request_id, user_id) from exc
+    if not await _insert_request(engine, request_id, user_id, reason, due_days):
+        raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)
     assert created is not None
     return RequestRow(**{**created.__dict__, "created_now": True})
+
+
+async def _insert_request(
+    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int
+) -> bool:
+    """Insert the request and the user's hold in one transaction; False (and nothing written) if either key
+    is taken: the request id, or the user's open request or hold.
+
+    Neither insert may fail on the key: Postgres would log the key, the raw user id, where erasure never
+    reaches it. So each skips a taken key, and a skipped one rolls the transaction back.
+    """
+    now = datetime.now(UTC)
+    values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
+              "received_at": now, "due_at": now + timedelta(days=due_days), "updated_at": now}
+    hold = {"user_id": user_id, "reason": HOLD_REASON, "request_id": request_id, "created_at": now}
+    dialect = engine.dialect.name
+    async with engine.connect() as conn:
+        try:
+            async with conn.begin() as transaction:
+                opened = await conn.execute(insert_new(dialect, erasure_requests).values(**values)
+                                            .returning(erasure_requests.c.request_id))
+                held = opened.first() is not None and (await conn.execute(
+                    insert_new(dialect, user_holds).values(**hold).returning(user_holds.c.user_id))).first()
+                if not held:
+                    await transaction.rollback()
+                    return False
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"could not open the erasure request: {describe_failure(exc)}",
+                hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
+            ) from exc
+    return True
 
 
 def _same_user(row: RequestRow, user_id: str) -> RequestRow:
@@ -260,11 +284,12 @@ async def write_step(
                                   .values(updated_at=datetime.now(UTC)))
         if not held.rowcount:
             raise taken_over(request_id)
-    await conn.execute(delete(erasure_steps).where(
-        erasure_steps.c.request_id == request_id, erasure_steps.c.store == store))
-    await conn.execute(insert(erasure_steps).values(
-        request_id=request_id, store=store, status=str(result.status), counts=result.counts.model_dump(),
-        detail=result.detail, updated_at=datetime.now(UTC), verified_at=result.verified_at))
+    values = {"status": str(result.status), "counts": result.counts.model_dump(), "detail": result.detail,
+              "updated_at": datetime.now(UTC), "verified_at": result.verified_at}
+    # An upsert: no insert that could meet a row of the same key and fail with the request id in the log.
+    stmt = dialect_insert(conn.dialect.name)(erasure_steps).values(request_id=request_id, store=store, **values)
+    await conn.execute(stmt.on_conflict_do_update(index_elements=[erasure_steps.c.request_id, erasure_steps.c.store],
+                                                  set_=values))
 
 
 async def record_step(
@@ -297,17 +322,22 @@ async def truncate_sqlite_log(engine: AsyncEngine) -> None:
                     "run `sqlite3 teamstore.db 'PRAGMA wal_checkpoint(TRUNCATE)'` when it is idle")
 
 
-async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str) -> bool:
+async def finish(
+    engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str, subject_key: str | None = None
+) -> bool:
     """Store the receipt; unless failed, lift the fence and forget the raw user id.
 
     A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
-    the legal hold is lifted. A ``failed`` request keeps both and its fence: rerun it to resume.
+    the legal hold is lifted, and the record of the subject's transcript stores, so the rerun talks to
+    them. A ``failed`` request keeps all of it and its fence: rerun it to resume. A completed one forgets
+    the subject's stores with its key.
 
     Args:
         engine: The state database.
         row: The request.
         receipt: What to store.
         owner: The coordinator's lease: nothing is written unless it still holds it.
+        subject_key: The subject the request erased, if it had one.
 
     Returns:
         False (and nothing written) if another coordinator has taken the request over.
@@ -330,4 +360,6 @@ async def finish(engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: 
         if receipt.status is not RequestStatus.FAILED and row.user_id is not None:
             await conn.execute(delete(user_holds).where(
                 user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
+        if receipt.status is RequestStatus.COMPLETED and subject_key is not None:
+            await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == subject_key))
     return True

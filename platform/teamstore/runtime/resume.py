@@ -102,8 +102,6 @@ def _membership_notes(stored: Mapping[str, str], built: Any) -> str | None:
 
 
 def _refusal(row: StoredSession, built: Any, agentchat_version: str, max_bytes: int | None) -> tuple[str, str] | None:
-    if row.damaged:
-        return "corrupt", f"the row's {', '.join(row.damaged)} hold values of the wrong type"
     if row.fingerprints is None:
         return "corrupt", "the row's participant fingerprints are not a name -> fingerprint object"
     if row.schema_version != SCHEMA_VERSION:
@@ -156,9 +154,13 @@ def judge(
         The verdict; ``outcome.quarantined`` tells the caller to set the row aside.
     """
     version = built.version
-    if row.is_new and not row.damaged:  # a damaged row is judged (and repaired) even without a state
-        return Verdict(ResumeOutcome("new", version))
     previous = row.team_version
+    if row.defects:
+        # First, expired or not, with a state or without: no save could follow the row as it is, and the
+        # quarantine writes its stand-ins back, so the fresh run's save finds it whole.
+        return Verdict(ResumeOutcome("corrupt", version, "; ".join(row.defects), (), previous, quarantined=True))
+    if row.is_new:
+        return Verdict(ResumeOutcome("new", version))
     if row.expires_at is not None and row.expires_at <= now:
         return Verdict(ResumeOutcome("expired", version, f"expired at {row.expires_at.isoformat()}", (), previous))
     refusal = _refusal(row, built, agentchat_version, max_bytes)

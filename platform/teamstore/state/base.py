@@ -14,11 +14,15 @@ database needs. The conformance suite in ``tests/state`` runs in full against al
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
+
+ROW_VERSION_MAX = 2**63 - 1
+"""The largest row version either database's column holds (a signed 64-bit integer): a row at it could never
+be saved again, since every save adds one."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,12 @@ class StoredSession:
     updated_at: datetime
     expires_at: datetime | None
     damaged: tuple[str, ...] = ()
-    """Columns whose stored value had the wrong type (SQLite keeps whatever is written); each reads as a
-    stand-in here (0, or now) and the row is refused as ``corrupt`` when judged."""
+    """Columns whose stored value no save could build on: of the wrong type (SQLite keeps whatever is
+    written), or out of range (see :func:`checked`). Each reads as a stand-in here, which a quarantine
+    writes back so the row is whole again."""
+    defects: tuple[str, ...] = ()
+    """Why the row cannot be trusted, one line per fault; a row with any is refused as ``corrupt`` when
+    judged, before anything runs."""
 
     @property
     def key(self) -> SessionKey:
@@ -71,6 +79,53 @@ class StoredSession:
     def is_new(self) -> bool:
         """True for a row that has never held a saved state."""
         return self.state is None
+
+
+_TEXT = ("team", "team_version", "agentchat_version")
+
+
+def checked(row: StoredSession) -> StoredSession:
+    """``row`` with each value no save could build on named in ``defects`` and read as a stand-in.
+
+    Every backend's load passes its row through here, so the runtime refuses such a row when it opens the
+    session, before any model call, instead of failing every save after the run (forever):
+
+    * a row version at the column's maximum (a save adds one), negative, or 0 beside a saved state (a save
+      under advisory-lock leases would take the row for a new one): read as 1;
+    * a state byte count that is not the state's (the size cap and erasure's counts read it): read as the
+      state's own;
+    * a text column holding something else (SQLite keeps a blob in any column): read as its decoded text;
+      a state that is not text is refused as it is (its quarantined copy keeps it as it was).
+
+    Columns ``damaged`` already names (read as stand-ins for a value of the wrong type) are not judged again.
+    """
+    defects: list[str] = []
+    fixes: dict[str, Any] = {}
+    version = row.row_version
+    if "row_version" not in row.damaged and not (0 <= version < ROW_VERSION_MAX and (version or row.is_new)):
+        why = ("at the column's maximum" if version >= ROW_VERSION_MAX
+               else "negative" if version < 0 else "0 beside a state")
+        defects.append(f"row_version {version} is {why}: no save could follow it")
+        fixes["row_version"] = 1
+    for name in _TEXT:
+        value = getattr(row, name)
+        if not isinstance(value, str):
+            defects.append(f"{name} holds a {type(value).__name__}, not text")
+            fixes[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    if row.state is not None and not isinstance(row.state, str):
+        defects.append(f"state holds a {type(row.state).__name__}, not text")
+    elif (row.state is not None and "state_bytes" not in row.damaged
+          and row.state_bytes != (size := _utf8_size(row.state))):
+        defects.append(f"state_bytes {row.state_bytes} is not the state's {size} bytes")
+        fixes["state_bytes"] = size
+    if not defects:
+        return row
+    return replace(row, **fixes, damaged=(*row.damaged, *fixes), defects=(*row.defects, *defects))
+
+
+def _utf8_size(text: str) -> int:
+    # Every load asks: an ASCII string (most states) knows its size without being encoded.
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def read_fingerprints(value: object) -> dict[str, str] | None:

@@ -53,7 +53,7 @@ from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, read_fingerprints
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, checked, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
 from teamstore.state.schema import sessions, user_holds
 from teamstore.state.sql import (
@@ -342,6 +342,5 @@ def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSessio
         now = now_utc()
         return StoredSession(key.user_id, key.session_id, claim.team, claim.team_version, claim.schema_version,
                              claim.agentchat_version, dict(claim.fingerprints), None, 0, 0, now, now, None)
-    return StoredSession(key.user_id, key.session_id, team, team_version, schema, agentchat,
-                         read_fingerprints(fingerprints), state, size, version,
-                         created, updated, expires)
+    return checked(StoredSession(key.user_id, key.session_id, team, team_version, schema, agentchat,
+                                 read_fingerprints(fingerprints), state, size, version, created, updated, expires))

@@ -34,7 +34,7 @@ import psycopg
 from psycopg import AsyncRawCursor
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, read_fingerprints
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, checked, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
 from teamstore.state.postgres import _NOT_HELD, _ROOM, _S, _SET, save_params
 from teamstore.state.sql import SqlStateStore, now_utc, unavailable
@@ -142,6 +142,5 @@ class PostgresRowStateStore(SqlStateStore):
 
 def _stored(key: SessionKey, row: tuple[Any, ...]) -> StoredSession:
     state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires = row
-    return StoredSession(key.user_id, key.session_id, team, team_version, schema, agentchat,
-                         read_fingerprints(fingerprints), state, size, version,
-                         created, updated, expires)
+    return checked(StoredSession(key.user_id, key.session_id, team, team_version, schema, agentchat,
+                                 read_fingerprints(fingerprints), state, size, version, created, updated, expires))

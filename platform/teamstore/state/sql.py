@@ -76,6 +76,7 @@ from teamstore.state.base import (
     SaveRecord,
     SessionKey,
     StoredSession,
+    checked,
     read_fingerprints,
 )
 from teamstore.state.schema import DAMAGED, quarantine, sessions, store_settings, user_holds
@@ -133,7 +134,7 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
     """Map a ``ts_sessions`` row to a :class:`StoredSession`."""
     damaged = tuple(name for name in _STAND_INS if m[name] is DAMAGED)
     value = {name: _STAND_INS[name] if name in damaged else m[name] for name in _STAND_INS}
-    return StoredSession(
+    return checked(StoredSession(
         user_id=m["user_id"],
         session_id=m["session_id"],
         team=m["team"],
@@ -148,7 +149,8 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
         updated_at=utc(value["updated_at"]) or now_utc(),
         expires_at=utc(value["expires_at"]),
         damaged=damaged,
-    )
+        defects=(f"the row's {', '.join(damaged)} hold values of the wrong type",) if damaged else (),
+    ))
 
 
 def _check_key(key: SessionKey) -> None:

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+from teamstore.audit.subjects import mark_store_erased, record_store
 from teamstore.audit.transcripts.base import Capability, PartialWrites, TranscriptStore, subject_prefix
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import record_step
 from teamstore.erasure.steps import StepContext
+from teamstore.erasure.stores import mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 
 BATCH = 1000
@@ -192,6 +194,9 @@ class TranscriptStep:
         """
         if ctx.subject_key is None:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
+        # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
+        # to this store again, even for transcripts written before stores were recorded.
+        await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url)
         view = backend(ctx.transcripts)
         versions = await view.versions(subject_prefix(ctx.subject_key))
         counts = _carry(_counts(versions), prior)
@@ -202,12 +207,40 @@ class TranscriptStep:
             refused |= await view.delete(versions[start : start + BATCH])
             ctx.progress(self.name, min(start + BATCH, len(versions)), len(versions))
         retained = await _classify(view, refused)
-        return StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(update={"retained": retained}))
+        result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(update={"retained": retained}))
+        await self._other_stores(ctx, view, result)
+        return result
+
+    async def _other_stores(self, ctx: StepContext, view: S3Versions | FolderObjects, result: StoreResult) -> None:
+        """Stop the request, open, while another store still holds some of the subject's transcripts.
+
+        This store is marked emptied once a listing finds nothing left in it, and the step is recorded as
+        deleted (not verified), so the rerun against the next store adds what it finds to these counts.
+
+        Raises:
+            TranscriptStoreMismatch: Another recorded store still holds some; it names them.
+        """
+        assert ctx.subject_key is not None  # erase() returned earlier without one
+        others = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
+        if not others:
+            return
+        if not await view.versions(subject_prefix(ctx.subject_key)):
+            await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
+        await record_step(ctx.engine, ctx.request_id, self.name, result, ctx.owner)
+        raise mismatch(ctx, others, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
+                       "store")
 
     async def remaining(self, ctx: StepContext) -> Counts:
-        """List again, counting versions still under a hold as retained."""
+        """List again, counting versions still under a hold as retained.
+
+        Raises:
+            TranscriptStoreMismatch: Another store recorded for the subject still holds some (recorded
+                after the erasure began): this one cannot vouch for them.
+        """
         if ctx.subject_key is None:
             return Counts()
+        if others := [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
+            raise mismatch(ctx, others, f"this erasure talks to {ctx.transcripts.url} alone")
         view = backend(ctx.transcripts)
         left = await view.versions(subject_prefix(ctx.subject_key))
         held = [v for v in left if await view.held(v)]

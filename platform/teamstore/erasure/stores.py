@@ -1,0 +1,114 @@
+"""Which transcript stores an erasure must reach, and the refusal when it talks to another one.
+
+    from teamstore.erasure.stores import check_store
+
+    await check_store(ctx, retention_days=90)     # TranscriptStoreMismatch: rerun with the store it names
+
+An erasure talks to one transcript store, the one its settings name. Every writer records a store for a
+subject before its first transcript goes there (``ts_subject_stores``, migration 0010), so the
+coordinator knows each store that holds some: it refuses to run while one of them is not its own, and
+never completes, or drops the subject mapping, while a store it has not emptied still holds some. For
+runs from before stores were recorded, the ledger says they happened: unless they are older than the
+transcript retention, the store talked to must hold some of the subject's transcripts.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
+from teamstore.audit.subjects import recorded_stores
+from teamstore.audit.transcripts.base import subject_prefix
+from teamstore.db.engine import describe_failure
+from teamstore.erasure.steps import StepContext
+from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
+from teamstore.state.schema import store_settings
+
+
+async def pending_stores(ctx: StepContext) -> list[str]:
+    """The recorded stores of the subject that no erasure has emptied yet, sorted."""
+    if ctx.subject_key is None:
+        return []
+    return sorted(store for store, erased in (await recorded_stores(ctx.engine, ctx.subject_key)).items() if not erased)
+
+
+async def check_store(ctx: StepContext, retention_days: int) -> None:
+    """Refuse an erasure whose transcript store is not one that still holds the subject's transcripts.
+
+    Args:
+        ctx: The erasure's context (its store, subject and request id).
+        retention_days: The transcript retention: runs older than that left no transcript anywhere.
+
+    Raises:
+        TranscriptStoreMismatch: Stores are recorded for the subject and this one is not among those still
+            to empty; or none is, the ledger holds runs from before stores were recorded, and this store
+            holds no transcript of the subject.
+        StoreUnavailable: The database could not be reached.
+        TranscriptUnavailable: The store could not be listed (only asked when no store is recorded).
+    """
+    if ctx.subject_key is None:
+        return  # the user never ran: no transcript anywhere
+    recorded = await recorded_stores(ctx.engine, ctx.subject_key)
+    pending = sorted(store for store, erased in recorded.items() if not erased)
+    ours = ctx.transcripts.url
+    if pending and ours not in pending:
+        raise mismatch(ctx, pending, f"this erasure talks to {ours}, which {_erased_or_not(recorded, ours)}")
+    if not recorded:
+        await _check_unrecorded(ctx, ctx.subject_key, retention_days)
+
+
+async def _check_unrecorded(ctx: StepContext, subject_key: str, retention_days: int) -> None:
+    """Runs from before stores were recorded left transcripts somewhere, unless retention removed them:
+    the store talked to must hold some of them."""
+    runs = await _unrecorded_runs(ctx, retention_days)
+    if runs and not await ctx.transcripts.list_keys(subject_prefix(subject_key)):
+        raise TranscriptStoreMismatch(
+            f"the ledger holds {runs} run(s) of this user from before teamstore recorded where transcripts go, "
+            f"and {ctx.transcripts.url} holds none of their transcripts: they were written to another store. "
+            f"{_what_stays(ctx)}",
+            hint="run erase with TEAMSTORE_TRANSCRIPTS_URL set as the service that ran them had it, and "
+            f"{_same_request(ctx)}",
+        )
+
+
+def _erased_or_not(recorded: dict[str, bool], ours: str) -> str:
+    return "this request emptied already" if recorded.get(ours) else "never received any"
+
+
+def mismatch(ctx: StepContext, stores: list[str], why: str) -> TranscriptStoreMismatch:
+    """The refusal naming the stores still to empty; the request stays open."""
+    names = " and ".join(stores)
+    return TranscriptStoreMismatch(
+        f"this user's transcripts were written to {names}; {why}. {_what_stays(ctx)}",
+        hint=f"run erase with TEAMSTORE_TRANSCRIPTS_URL={stores[0]} and {_same_request(ctx)}",
+        stores=tuple(stores),
+    )
+
+
+def _what_stays(ctx: StepContext) -> str:
+    if not ctx.request_id:
+        return "A dry run here would show no transcript to erase"
+    return "The request stays open (the user fenced, the subject mapping kept) until each store is emptied"
+
+
+def _same_request(ctx: StepContext) -> str:
+    return f"the same --request-id {ctx.request_id}" if ctx.request_id else "the same user"
+
+
+async def _unrecorded_runs(ctx: StepContext, retention_days: int) -> int:
+    """Runs of the subject the ledger holds from before stores were recorded, within the retention."""
+    since = select(store_settings.c.updated_at).where(store_settings.c.name == SUBJECT_STORES_SINCE).scalar_subquery()
+    oldest = datetime.now(UTC) - timedelta(days=retention_days)
+    query = select(func.count(func.distinct(usage.c.run_id))).where(
+        usage.c.subject_key == ctx.subject_key, usage.c.finished_at < since, usage.c.finished_at >= oldest)
+    try:
+        async with ctx.engine.connect() as conn:
+            return int(await conn.scalar(query) or 0)
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not count the user's runs in the ledger: {describe_failure(exc)}",
+            hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
+        ) from exc

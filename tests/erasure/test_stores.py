@@ -1,0 +1,249 @@
+"""An erasure reaches every transcript store the user's transcripts were written to, or stays open.
+
+Run with a missing or wrong TEAMSTORE_TRANSCRIPTS_URL, an erasure found nothing in the store it talked to,
+filed a completed receipt, and deleted the subject mapping: the transcripts stayed where the service wrote
+them, unlinkable. Now it refuses, names the store, and keeps the request open until it is rerun there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+from typer.testing import CliRunner
+
+from teamstore.audit import outbox
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.schema import SUBJECT_STORES_SINCE, subject_stores, usage
+from teamstore.audit.subjects import find_subject, get_or_create_subject, recorded_stores
+from teamstore.audit.transcripts import TranscriptStore, subject_prefix, transcript_store_from_settings
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
+from teamstore.erasure import RequestStatus, StepStatus, erase_user
+from teamstore.errors import TranscriptStoreMismatch
+from teamstore.settings import Settings
+from teamstore.state.schema import store_settings, user_holds
+from tests.audit.teams import context, observe_run, triage_team
+from tests.erasure.conftest import coordinator, versioned_bucket
+
+USER = "erin@example.com"
+Stores = Callable[[pytest.FixtureRequest, Path], Awaitable[tuple[TranscriptStore, TranscriptStore]]]
+
+
+async def _write_runs(engine: AsyncEngine, store: TranscriptStore, user: str = USER, runs: int = 2) -> str:
+    """Runs of ``user`` through the audit observers, their transcripts written to ``store``; the subject key."""
+    pseudonyms = Pseudonyms(engine)
+    observers = [LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)]
+    for n in range(runs):
+        await observe_run(observers, triage_team(), context(user_id=user, session_id=f"s{n}"), "my router drops")
+    subject = await find_subject(engine, user)
+    assert subject is not None and len(await store.list_keys(subject_prefix(subject))) == runs
+    return subject
+
+
+async def _s3_service(request: pytest.FixtureRequest) -> S3TranscriptStore:
+    request.getfixturevalue("s3_env")
+    return S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+
+
+async def _missing_setting(request: pytest.FixtureRequest, tmp: Path) -> tuple[TranscriptStore, TranscriptStore]:
+    return await _s3_service(request), transcript_store_from_settings(Settings())  # TEAMSTORE_TRANSCRIPTS_URL unset
+
+
+async def _another_bucket(request: pytest.FixtureRequest, tmp: Path) -> tuple[TranscriptStore, TranscriptStore]:
+    return await _s3_service(request), S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+
+
+async def _another_prefix(request: pytest.FixtureRequest, tmp: Path) -> tuple[TranscriptStore, TranscriptStore]:
+    service = await _s3_service(request)
+    return service, S3TranscriptStore(make_client(), service.bucket, "audit/other")
+
+
+async def _another_folder(request: pytest.FixtureRequest, tmp: Path) -> tuple[TranscriptStore, TranscriptStore]:
+    return LocalTranscriptStore(tmp / "service"), LocalTranscriptStore(tmp / "elsewhere")
+
+
+WRONG: dict[str, Stores] = {"missing setting": _missing_setting, "another bucket": _another_bucket,
+                            "another prefix": _another_prefix, "another local folder": _another_folder}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG))
+async def test_an_erasure_talking_to_another_store_stays_open_and_completes_when_rerun_with_the_right_one(
+    engine: AsyncEngine, request: pytest.FixtureRequest, tmp_path: Path, wrong: str
+) -> None:
+    service, other = await WRONG[wrong](request, tmp_path)
+    subject = await _write_runs(engine, service)
+
+    for attempt in ("run", "dry run"):
+        with pytest.raises(TranscriptStoreMismatch) as info:
+            await coordinator(engine, other).run(USER, request_id="req-1", dry_run=attempt == "dry run")
+        assert service.url in info.value.message and info.value.stores == (service.url,)
+        assert f"TEAMSTORE_TRANSCRIPTS_URL={service.url}" in (info.value.hint or "")
+
+    left_open = await coordinator(engine, other).status("req-1")
+    assert left_open.status is RequestStatus.OPEN and left_open.completed_at is None
+    assert {s.status for s in left_open.stores.values()} == {StepStatus.PENDING}  # nothing was erased
+    assert await find_subject(engine, USER) == subject  # the mapping is kept
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(user_holds)) == 1  # still fenced
+    assert len(await service.list_keys(subject_prefix(subject))) == 2
+
+    receipt = await coordinator(engine, service).run(USER, request_id="req-1")
+    assert receipt.status is RequestStatus.COMPLETED and receipt.stores["transcripts"].status is StepStatus.ERASED
+    assert receipt.stores["transcripts"].counts.objects == 2
+    assert await service.list_keys(subject_prefix(subject)) == []
+    assert await recorded_stores(engine, subject) == {}  # forgotten with the subject
+    await service.close()
+    await other.close()
+
+
+async def test_the_refusal_names_the_store_and_the_request_to_rerun(engine: AsyncEngine, tmp_path: Path) -> None:
+    service, other = LocalTranscriptStore(tmp_path / "service"), LocalTranscriptStore(tmp_path / "elsewhere")
+    await _write_runs(engine, service)
+    with pytest.raises(TranscriptStoreMismatch) as info:
+        await coordinator(engine, other).run(USER, request_id="REQ-881")
+    assert info.value.message.startswith(f"this user's transcripts were written to {service.url}; this erasure "
+                                         f"talks to {other.url}, which never received any")
+    assert info.value.hint == (f"run erase with TEAMSTORE_TRANSCRIPTS_URL={service.url} and the same "
+                               "--request-id REQ-881")
+
+
+async def test_a_user_who_never_ran_is_erased_whatever_the_store(engine: AsyncEngine, tmp_path: Path) -> None:
+    await get_or_create_subject(engine, USER)  # a subject, no run, no transcript anywhere
+    receipt = await coordinator(engine, LocalTranscriptStore(tmp_path / "anywhere")).run(USER, request_id="req-none")
+    assert receipt.status is RequestStatus.COMPLETED
+    nobody = await coordinator(engine, LocalTranscriptStore(tmp_path / "anywhere")).run("nobody", request_id="req-0")
+    assert nobody.status is RequestStatus.COMPLETED
+
+
+async def test_transcripts_written_to_two_stores_are_erased_from_each_before_the_request_completes(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    first, second, third = (LocalTranscriptStore(tmp_path / name) for name in ("first", "second", "third"))
+    subject = await _write_runs(engine, first, runs=2)
+    await _write_runs(engine, second, runs=1)  # the service moved its transcripts to another folder
+
+    with pytest.raises(TranscriptStoreMismatch) as info:
+        await coordinator(engine, first).run(USER, request_id="req-two")
+    assert info.value.stores == (second.url,) and await first.list_keys(subject_prefix(subject)) == []
+    assert await find_subject(engine, USER) == subject  # not completed: the mapping stays
+    with pytest.raises(TranscriptStoreMismatch, match="which this request emptied already"):
+        await coordinator(engine, first).run(USER, request_id="req-two")
+    with pytest.raises(TranscriptStoreMismatch, match="never received any"):
+        await coordinator(engine, third).run(USER, request_id="req-two")
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-two")
+    assert receipt.status is RequestStatus.COMPLETED
+    assert receipt.stores["transcripts"].counts.objects == 3  # both stores' transcripts are counted
+    assert await second.list_keys(subject_prefix(subject)) == []
+
+
+async def test_a_transcript_delivered_from_the_outbox_records_the_store_it_went_to(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    subject = await get_or_create_subject(engine, USER)
+    key = f"{subject_prefix(subject)}sessions/{'a' * 32}/runs/r1.jsonl.gz"
+    assert await outbox.enqueue(engine, "r1", key, subject, b"body", "S3 unreachable")
+    flusher = LocalTranscriptStore(tmp_path / "flusher")
+    assert (await outbox.flush(engine, flusher)).delivered == 1
+    assert await recorded_stores(engine, subject) == {flusher.url: False}
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, LocalTranscriptStore(tmp_path / "elsewhere")).run(USER, request_id="req-ob")
+
+
+async def _before_stores_were_recorded(engine: AsyncEngine, subject: str, finished_days_ago: float = 0) -> None:
+    """Make the subject's runs look as if they ran before migration 0010: no store recorded for them."""
+    async with engine.begin() as conn:
+        await conn.execute(delete(subject_stores))
+        await conn.execute(update(store_settings).where(store_settings.c.name == SUBJECT_STORES_SINCE)
+                           .values(updated_at=datetime.now(UTC) + timedelta(days=1)))
+        if finished_days_ago:
+            finished = datetime.now(UTC) - timedelta(days=finished_days_ago)
+            await conn.execute(update(usage).where(usage.c.subject_key == subject).values(finished_at=finished))
+
+
+async def test_runs_from_before_stores_were_recorded_need_a_store_that_holds_their_transcripts(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    service, other = LocalTranscriptStore(tmp_path / "service"), LocalTranscriptStore(tmp_path / "elsewhere")
+    subject = await _write_runs(engine, service)
+    await _before_stores_were_recorded(engine, subject)
+    with pytest.raises(TranscriptStoreMismatch, match=r"the ledger holds 2 run\(s\) of this user from before"):
+        await coordinator(engine, other).run(USER, request_id="req-old")
+    receipt = await coordinator(engine, service).run(USER, request_id="req-old")
+    assert receipt.status is RequestStatus.COMPLETED and receipt.stores["transcripts"].counts.objects == 2
+
+
+class Killed(BaseException):
+    """Stands in for the process dying after a step."""
+
+
+async def test_a_request_for_runs_from_before_stores_were_recorded_resumes_with_the_store_it_began_with(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    service, other = LocalTranscriptStore(tmp_path / "service"), LocalTranscriptStore(tmp_path / "elsewhere")
+    subject = await _write_runs(engine, service)
+    await _before_stores_were_recorded(engine, subject)
+
+    def die(step: str) -> None:
+        if step == "transcripts":
+            raise Killed(step)
+
+    first = coordinator(engine, service)
+    first.after_step = die
+    with pytest.raises(Killed):  # the transcripts are gone, the ledger still links the runs
+        await first.run(USER, request_id="req-resume")
+    with pytest.raises(TranscriptStoreMismatch, match="never received any"):
+        await coordinator(engine, other).run(USER, request_id="req-resume")
+    receipt = await coordinator(engine, service).run(USER, request_id="req-resume")
+    assert receipt.status is RequestStatus.COMPLETED and receipt.stores["transcripts"].counts.objects == 2
+
+
+async def test_runs_from_before_stores_were_recorded_and_past_retention_left_no_transcript_to_look_for(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    subject = await _write_runs(engine, LocalTranscriptStore(tmp_path / "service"))
+    await _before_stores_were_recorded(engine, subject, finished_days_ago=91)  # retention: 90 days
+    receipt = await coordinator(engine, LocalTranscriptStore(tmp_path / "elsewhere")).run(USER, request_id="req-aged")
+    assert receipt.status is RequestStatus.COMPLETED
+
+
+def test_erase_without_the_services_transcripts_setting_is_refused_by_the_command_line_and_the_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS", "0")
+    service = (tmp_path / "service-transcripts").resolve()
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", service.as_uri())
+
+    async def populate() -> str:
+        engine = create_engine(Settings().resolved_database_url)
+        await upgrade(engine)
+        subject = await _write_runs(engine, LocalTranscriptStore(service))
+        await engine.dispose()
+        return subject
+
+    subject = asyncio.run(populate())
+    monkeypatch.delenv("TEAMSTORE_TRANSCRIPTS_URL")  # the operator's shell lacks the service's setting
+    runner = CliRunner()
+    refused = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1"], env={"COLUMNS": "300"})
+    assert refused.exit_code == 1, refused.output
+    assert f"TEAMSTORE_TRANSCRIPTS_URL={service.as_uri()}" in refused.output and "completed" not in refused.output
+    with pytest.raises(TranscriptStoreMismatch):
+        asyncio.run(erase_user(USER, request_id="cli-1"))
+    shown = runner.invoke(app, ["erase", "status", "cli-1", "--json"])
+    assert shown.exit_code == 2 and json.loads(shown.stdout)["status"] == "open"
+
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", service.as_uri())
+    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["stores"]["transcripts"]["counts"]["objects"] == 2
+    assert not list(service.rglob("*.jsonl.gz")) and subject not in str(list(service.rglob("*")))
