@@ -191,12 +191,15 @@ async def throughput(server: str, state: str, big: bool = False) -> None:
     for workers in (1, 16):
         urls = {name: postgres_database()[1] for name in ("main", "row", "peers")}
         try:
+            before = _commit_time(urls["main"])
             rates = await _measure(urls, state, workers, big)
+            after = _commit_time(urls["main"])
         finally:
             for url in urls.values():
                 drop_database(server, url)
         label = "sequential" if workers == 1 else f"{workers} concurrent"
         (_print_big if big else _print_small)(rates, label)
+        print(f"    {'':<14} commit time before: {before}; after: {after}")
 
 
 def _print_sizes(state: str) -> None:
@@ -211,12 +214,17 @@ def _print_sizes(state: str) -> None:
 
 
 def _print_server(url: str) -> None:
-    on, off = commit_time(url)
-    print(f"    server: {server_settings(url)}; a one-row INSERT in autocommit takes {on * 1000:.3f} ms"
-          f" ({off * 1000:.3f} ms with synchronous_commit off: waiting for the WAL flush ~{(on - off) * 1000:.3f} ms)")
+    print(f"    server: {server_settings(url)}")
     missing = [m for m in (peer_langgraph.available(), peer_openai.available()) if m]
     if missing:
         print(f"    peers not installed, left out: {'; '.join(missing)}")
+
+
+def _commit_time(url: str) -> str:
+    """The server's commit time now: the disk's share of every save, which moves with other work on it."""
+    on, off = commit_time(url)
+    return (f"a one-row INSERT in autocommit {on * 1000:.3f} ms, {off * 1000:.3f} ms with synchronous_commit off"
+            f" (the WAL flush ~{(on - off) * 1000:.3f} ms)")
 
 
 async def cycles_section(server: str, url: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -30,6 +31,7 @@ class Phases:
         self.seconds: defaultdict[str, float] = defaultdict(float)
         self.names: list[str] = []  # in the order they were wrapped
         self._undo: list[tuple[Any, str, Any]] = []
+        self._lock = threading.Lock()
 
     def wrap(self, owner: Any, name: str, phase: str, when: Callable[..., bool] | None = None) -> None:
         """Time ``owner.name`` (a method, on a class or an object, or a module's function) as ``phase``;
@@ -60,7 +62,8 @@ class Phases:
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[phase] += time.perf_counter() - started
+                with self._lock:  # a function the program runs in a thread (asyncio.to_thread)
+                    self.seconds[phase] += time.perf_counter() - started
         return timed
 
     def restore(self) -> None:

@@ -201,12 +201,13 @@ class Teamstore(Bare):
     def _wrap(self) -> None:
         wrap, store = self.phases.wrap, self.platform.store
         wrap(self.platform, "build_team", "build from registry")
+        wrap(self.platform.registry, "resolve", "(of which the registry lookup, in a thread)")
         wrap(store, "acquire", "lease+load")
         wrap(session_module, "judge", "validate")
         wrap(session_module, "apply_states", "apply (load_state)")
         wrap(Session, "_run_observed", "run (transcript buffered, calls metered)")
         wrap(Session, "_snapshot", "snapshot")
-        wrap(session_module, "notify_observers", "audit writes (transcript, ledger; overlapping)",
+        wrap(session_module, "notify_observers", "audit writes (transcript, ledger; their own time, overlapping)",
              when=lambda observers, hook, *args: hook == "run_finished")
         wrap(Session, "flush_audit", "audit writes awaited")
         wrap(store, "save", "save+release")
@@ -225,7 +226,7 @@ class Teamstore(Bare):
         """Seconds per request in each phase, and what no phase covers (``other``)."""
         times = {phase: self.phases.seconds[phase] / max(self.done, 1) for phase in self.phases.names}
         total = self.seconds["total"] / max(self.done, 1)
-        awaited = sum(t for phase, t in times.items() if "overlapping" not in phase)
+        awaited = sum(t for phase, t in times.items() if "overlapping" not in phase and "of which" not in phase)
         return {**times, "other": total - awaited, "total": total}
 
     def reset(self) -> None:
