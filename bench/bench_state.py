@@ -189,7 +189,7 @@ def _print_big(rates: dict[str, list[float]], label: str) -> None:
 async def throughput(server: str, state: str, big: bool = False) -> None:
     """One section of cycle figures: sequential, then 16 concurrent sessions, each on fresh databases."""
     for workers in (1, 16):
-        urls = {name: postgres_database()[1] for name in ("main", "row", "peers")}
+        urls = {name: postgres_database()[1] for name in ("main", "peers") + (() if big else ("row",))}
         try:
             before = _commit_time(urls["main"])
             rates = await _measure(urls, state, workers, big)
