@@ -1,25 +1,21 @@
-"""Resume-state benchmarks: stored bytes over many runs, statements per load/save, cycle throughput vs floor.
+"""Resume-state benchmarks: stored bytes over many runs, statements per load/save, the cycle against the
+floor, the ceiling and two peers.
 
     python -m bench state
 
 (1) bytes stored per session after 10, 50 and 200 runs: teamstore (bounded context, opted-in participants)
     vs plain ``team.save_state()`` of the same team with AutoGen's ``BufferedChatCompletionContext``;
 (2) SQL statements per load and per save (a new session's and a resume's, under the per-user session bound);
-(3) one resume+save cycle on Postgres (lease+load, decode, validate, encode, save+release) vs the floor,
-    a bare psycopg SELECT + versioned UPSERT of the same bytes, sequential and with 16 concurrent
-    sessions, measured side by side in one run on a server with production durability (fsync and
-    synchronous_commit on): 25 short rounds with the order rotating, each figure the median of its ratios
-    to the floor measured in the same round (this machine's speed drifts by 20% over seconds; short
-    rounds pair each figure with a floor measured moments apart). ``BENCH_ROUNDS`` and
-    ``BENCH_SECONDS`` change the rounds and their length. Printed
-    beside it: the cycle against the floor in psycopg's default mode (the SELECT opens a transaction, a
-    COMMIT ends it; on this kind of machine that floor matches the ~990 cycles/s the target was set
-    against); the store's two statements alone; the same cycle with row leases
-    (``TEAMSTORE_SESSION_LEASE=row``, on a database of its own); the floor plus the decode and encode
-    any resume needs; the ceiling, the floor plus the decode, validation and encode the cycle must do
-    (a store with no overhead of its own), and teamstore's ratio to it, which is what the store itself
-    costs; and the floor on an
-    lz4 column, as teamstore stores states (migration 0006), where the floor keeps the server's default.
+(3) one resume+save cycle on Postgres with production durability, sequential and with 16 concurrent
+    sessions, beside the floor (a bare psycopg SELECT + versioned UPSERT of the same bytes), its
+    variants (:mod:`bench.cycles`), LangGraph's ``AsyncPostgresSaver`` (:mod:`bench.peer_langgraph`) and
+    the OpenAI Agents SDK's ``SQLAlchemySession`` (:mod:`bench.peer_openai`), in one run: short rounds
+    with the order rotating, each figure the median of its per-round ratios. Printed with the floor's
+    cycles/s and the server's commit time, so a reader can tell the store's cost from the disk's;
+(4) the same with a ~50 KB state, against the floor on an lz4 column (as teamstore stores states).
+
+``BENCH_ROUNDS`` (25) and ``BENCH_SECONDS`` (0.4) change the rounds and their length. bench/README.md
+says how to read the figures.
 """
 
 from __future__ import annotations
@@ -29,56 +25,38 @@ import functools
 import json
 import os
 import statistics
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.conditions import MaxMessageTermination
-from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_core.model_context import BufferedChatCompletionContext, ChatCompletionContext
+from autogen_core.model_context import BufferedChatCompletionContext
 from sqlalchemy import event
 
-from bench.common import drop_database, postgres_database, rate, server_settings
+from bench import peer_langgraph, peer_openai
+from bench.common import (
+    Cycle,
+    commit_time,
+    drop_database,
+    env_number,
+    interleave,
+    median_ratio,
+    postgres_database,
+    server_settings,
+)
+from bench.cycles import BOUND, LARGE, Built, Cycles, make_team, record, sample_state
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.resume import SCHEMA_VERSION, capture_states
-from teamstore.runtime.session import EXPIRY_SLACK
-from teamstore.settings import Settings
-from teamstore.state.base import Claim, SaveRecord, SessionKey
+from teamstore.state.base import Claim, SessionKey
 from teamstore.state.envelope import decode, encode
 from teamstore.state.postgres import PostgresStateStore
 from teamstore.state.postgres_row import PostgresRowStateStore
 from teamstore.state.sql import lease_mode, set_lease_mode, store_for
-from teamstore.state.validate import validate_participant
 
 CHECKPOINTS = (10, 50, 200)
-BOUND = Settings().max_sessions_per_user  # every load is under the per-user session bound, as the runtime's
-AGENT = "autogen_agentchat.agents.AssistantAgent"
-
-
-def _team(context: type[ChatCompletionContext]) -> RoundRobinGroupChat:
-    client = OfflineChatCompletionClient()
-
-    def ctx() -> ChatCompletionContext:
-        if context is BufferedChatCompletionContext:
-            return BufferedChatCompletionContext(buffer_size=20)
-        return BoundedChatCompletionContext(max_messages=20, keep_first=1)
-
-    agents = [AssistantAgent(n, model_client=client, model_context=ctx()) for n in ("triage", "researcher", "critic")]
-    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(4))
-
-
-class _Built:
-    """Enough of a BuiltTeam for capture_states."""
-
-    def __init__(self, team: Any, persisted: tuple[str, ...]) -> None:
-        self.team, self.kind, self.persisted = team, "team", persisted
 
 
 async def bytes_over_runs() -> None:
-    plain, ours = _team(BufferedChatCompletionContext), _team(BoundedChatCompletionContext)
+    plain, ours = make_team(BufferedChatCompletionContext), make_team(BoundedChatCompletionContext)
     print("(1) stored bytes per session (3-agent RoundRobin, context 20)")
     print(f"{'runs':>6} {'plain save_state':>18} {'ours, all 3':>12} {'ours, researcher':>17} {'plain/ours':>11}")
     for run in range(1, max(CHECKPOINTS) + 1):
@@ -88,23 +66,10 @@ async def bytes_over_runs() -> None:
         if run in CHECKPOINTS:
             plain_bytes = len(json.dumps(await plain.save_state()).encode())
             all3 = len(encode({"kind": "team", "participants": await capture_states(
-                _Built(ours, ("triage", "researcher", "critic")), 20)}).encode())
+                Built(ours, ("triage", "researcher", "critic")), 20)}).encode())
             one = len(encode({"kind": "team", "participants": await capture_states(
-                _Built(ours, ("researcher",)), 20)}).encode())
+                Built(ours, ("researcher",)), 20)}).encode())
             print(f"{run:>6} {plain_bytes:>18,} {all3:>12,} {one:>17,} {plain_bytes / one:>10.1f}x")
-
-
-def _record(state: str) -> SaveRecord:
-    ttl = timedelta(days=7)
-    return SaveRecord("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"}, state,
-                      datetime.now(UTC) + ttl, ttl * EXPIRY_SLACK)
-
-
-async def _sample_state() -> str:
-    team = _team(BoundedChatCompletionContext)
-    for i in range(10):
-        await team.run(task=f"customer message {i}")
-    return encode({"kind": "team", "participants": await capture_states(_Built(team, ("researcher",)), 20)})
 
 
 async def statements(url: str, state: str, lease: str = "lock") -> None:
@@ -134,7 +99,7 @@ async def statements(url: str, state: str, lease: str = "lock") -> None:
         seen.clear()
         row = await store.acquire(key, claim, owner="w", lease_ttl=60, wait_seconds=5, max_sessions=BOUND)
         loads = len(seen)
-        await store.save(key, owner="w", expected_version=row.row_version, record=_record(state), release=True)
+        await store.save(key, owner="w", expected_version=row.row_version, record=record(state), release=True)
         counts.append(f"{loads}, per save: {len(seen) - loads}")
     kind = engine.dialect.name + (f" ({store.lease} leases)" if engine.dialect.name == "postgresql" else "")
     print(f"    {kind:<24} statements per load: {counts[0]} (new session); {counts[1]} (resume)")
@@ -142,138 +107,142 @@ async def statements(url: str, state: str, lease: str = "lock") -> None:
     await engine.dispose()
 
 
-class Cycles:
-    """teamstore's cycle and the floor's, on one database."""
-
-    def __init__(self, url: str, state: str, lease: str = "lock") -> None:
-        self.url, self.state, self.lease = url, state, lease
-        self.store = store_for(create_engine(url, pool_size=20, max_overflow=0), lease=lease)
-        self.claim = Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
-        self.conns: list[Any] = []
-        self.tx_conns: list[Any] = []
-
-    async def setup(self, workers: int) -> None:
-        import psycopg
-
-        await upgrade(self.store.engine)
-        if await lease_mode(self.store.engine) != self.lease:
-            await set_lease_mode(self.store.engine, self.lease)
-        self.conns = [await psycopg.AsyncConnection.connect(self.url, autocommit=True) for _ in range(workers)]
-        self.tx_conns = [await psycopg.AsyncConnection.connect(self.url) for _ in range(workers)]
-        for table, compression in (("floor", ""), ("floor_lz4", " COMPRESSION lz4")):  # the second: as teamstore's
-            await self.conns[0].execute(
-                f"CREATE TABLE IF NOT EXISTS {table} (user_id text, session_id text, state text{compression},"
-                " version bigint, PRIMARY KEY (user_id, session_id))"
-            )
-
-    async def ours(self, worker: int, n: int) -> int:
-        key = SessionKey(f"user-{worker}", "s")
-        for _ in range(n):
-            row = await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5,
-                                           max_sessions=BOUND)
-            if row.state is not None:
-                participants = decode(row.state)["participants"]
-                for name, st in participants.items():
-                    validate_participant(name, AGENT, "team", st)
-                text = encode({"kind": "team", "participants": participants})
-            else:
-                text = self.state
-            await self.store.save(key, owner=f"w{worker}", expected_version=row.row_version,
-                                  record=_record(text), release=True)
-        return n
-
-    async def store_only(self, worker: int, n: int) -> int:
-        """The store's two statements alone, saving the same bytes: no decode, validation or encode."""
-        key = SessionKey(f"user-{worker}", "s")
-        for _ in range(n):
-            row = await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5,
-                                           max_sessions=BOUND)
-            await self.store.save(key, owner=f"w{worker}", expected_version=row.row_version,
-                                  record=_record(self.state), release=True)
-        return n
-
-    async def floor(
-        self, worker: int, n: int, codec: bool = False, validate: bool = False, table: str = "floor",
-        transaction: bool = False,
-    ) -> int:
-        """The floor, two statements in autocommit; with ``transaction``, in psycopg's default mode instead
-        (the SELECT opens a transaction, a COMMIT ends it: four round trips); with ``codec``, plus the
-        decode and encode any resume needs (AutoGen's ``load_state`` takes dicts and ``save_state`` returns
-        them); with ``validate`` too, plus the validation teamstore's load must do: what a store with no
-        overhead of its own would reach. ``floor_lz4`` compresses its states as teamstore's table does
-        (migration 0006)."""
-        conn = (self.tx_conns if transaction else self.conns)[worker]
-        for _ in range(n):
-            cur = await conn.execute(
-                f"SELECT state, version FROM {table} WHERE user_id = %s AND session_id = %s", (f"user-{worker}", "s"))
-            row = await cur.fetchone()
-            version = row[1] if row else 0
-            text = self.state
-            if (codec or validate) and row is not None:
-                participants = decode(row[0])["participants"]
-                if validate:
-                    for name, st in participants.items():
-                        validate_participant(name, AGENT, "team", st)
-                text = encode({"kind": "team", "participants": participants})
-            await conn.execute(
-                f"INSERT INTO {table} VALUES (%s, %s, %s, 1) ON CONFLICT (user_id, session_id) DO UPDATE"
-                f" SET state = excluded.state, version = {table}.version + 1 WHERE {table}.version = %s",
-                (f"user-{worker}", "s", text, version))
-            if transaction:
-                await conn.commit()
-        return n
-
-    async def close(self) -> None:
-        for conn in self.conns + self.tx_conns:
-            await conn.close()
-        await self.store.aclose()
-        await self.store.engine.dispose()
+def _peers(url: str, state: str, workers: int) -> dict[str, Any]:
+    """The peers that are installed, each to run beside teamstore on ``url``."""
+    participants = decode(state)["participants"]
+    peers: dict[str, Any] = {}
+    if peer_langgraph.available() is None:
+        peers["langgraph"] = peer_langgraph.LangGraphCycle(url, participants)
+        if workers > 1:
+            peers["langgraph_shared"] = peer_langgraph.LangGraphCycle(url, participants, shared=True)
+    if peer_openai.available() is None:
+        peers["openai"] = peer_openai.OpenAISessionCycle(url, participants)
+    return peers
 
 
-async def throughput(url: str, row_url: str, state: str, seconds: float, rounds: int = 25) -> None:
-    print(f"(3) resume+save cycles/s on Postgres ({server_settings(url)}), {len(state):,}-byte state,"
-          f" {rounds} rounds of {seconds}s each, the order rotating; medians, ratios to the floor of the same round")
+def _floors(cycles: Cycles, big: bool) -> dict[str, Cycle]:
+    """The floor and its variants; a 50 KB state gets the ones that matter beside an lz4 column."""
+    if big:
+        return {"floor_lz4": functools.partial(cycles.floor, table="floor_lz4"), "floor": cycles.floor,
+                "ceiling": functools.partial(cycles.floor, validate=True, table="floor_lz4")}
+    return {"floor": cycles.floor, "store_only": cycles.store_only,
+            "codec": functools.partial(cycles.floor, codec=True),
+            "ceiling": functools.partial(cycles.floor, validate=True),
+            "floor_lz4": functools.partial(cycles.floor, table="floor_lz4"),
+            "floor_tx": functools.partial(cycles.floor, transaction=True)}
+
+
+async def _measure(urls: dict[str, str], state: str, workers: int, big: bool) -> dict[str, list[float]]:
+    """Open every contender, run the interleaved rounds, close them; each one's rates."""
+    cycles, peers = Cycles(urls["main"], state), _peers(urls["peers"], state, workers)
+    rows = None if big else Cycles(urls["row"], state, lease="row")
+    opened = [c for c in (cycles, rows, *peers.values()) if c is not None]
+    for contender in opened:
+        await contender.setup(1 if contender is rows else workers)
+    runs = {"ours": cycles.ours, **_floors(cycles, big), **{name: p.cycle for name, p in peers.items()}}
+    if rows is not None:
+        runs["row"] = rows.ours
+    try:
+        return await interleave(runs, workers, int(env_number("BENCH_ROUNDS", 25)), env_number("BENCH_SECONDS", 0.4))
+    finally:
+        for contender in opened:
+            await contender.close()
+
+
+_PEERS = {"langgraph": "LangGraph AsyncPostgresSaver, a saver per task (target: teamstore >= 1.5x it)",
+          "langgraph_shared": "LangGraph AsyncPostgresSaver, one saver shared by every task",
+          "openai": "OpenAI Agents SDK SQLAlchemySession (reads the same, appends one run)"}
+
+
+def _print_peers(rates: dict[str, list[float]], floor: str) -> None:
+    for name, label in _PEERS.items():
+        if name in rates:
+            print(f"    {'':<14} {label}: {statistics.median(rates[name]):,.0f}/s,"
+                  f" {median_ratio(rates, name, floor):.2f}x the floor; teamstore {median_ratio(rates, 'ours', name):.2f}x it")
+
+
+def _print_small(rates: dict[str, list[float]], label: str) -> None:
+    ratio = functools.partial(median_ratio, rates)
+    o, f, t = (statistics.median(rates[name]) for name in ("ours", "floor", "floor_tx"))
+    print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {ratio('ours', 'floor'):.2f}x"
+          " (the earlier target: >= 0.8x)")
+    print(f"    {'':<14} teamstore against the ceiling {ratio('ours', 'ceiling'):.2f}x (what the store itself costs;"
+          " target >= 0.75x)")
+    print(f"    {'':<14} floor in a transaction {t:,.0f}/s ({ratio('floor_tx', 'floor'):.2f}x the floor);"
+          f" teamstore against it {ratio('ours', 'floor_tx'):.2f}x")
+    print(f"    {'':<14} store statements alone {ratio('store_only', 'floor'):.2f}x; row leases"
+          f" {ratio('row', 'floor'):.2f}x; floor on an lz4 column {ratio('floor_lz4', 'floor'):.2f}x")
+    print(f"    {'':<14} floor + decode, encode {ratio('codec', 'floor'):.2f}x;"
+          f" ceiling (floor + decode, validate, encode) {ratio('ceiling', 'floor'):.2f}x")
+    _print_peers(rates, "floor")
+
+
+def _print_big(rates: dict[str, list[float]], label: str) -> None:
+    ratio = functools.partial(median_ratio, rates)
+    o, f = (statistics.median(rates[name]) for name in ("ours", "floor_lz4"))
+    print(f"    {label:<14} teamstore {o:8,.0f}/s   floor (lz4 column) {f:8,.0f}/s   ratio {ratio('ours', 'floor_lz4'):.2f}x")
+    print(f"    {'':<14} teamstore against the ceiling (lz4) {ratio('ours', 'ceiling'):.2f}x; the ceiling"
+          f" {ratio('ceiling', 'floor_lz4'):.2f}x; the floor on the default (pglz) column {ratio('floor', 'floor_lz4'):.2f}x")
+    _print_peers(rates, "floor_lz4")
+
+
+async def throughput(server: str, state: str, big: bool = False) -> None:
+    """One section of cycle figures: sequential, then 16 concurrent sessions, each on fresh databases."""
     for workers in (1, 16):
-        cycles, rows = Cycles(url, state), Cycles(row_url, state, lease="row")
-        await cycles.setup(workers)
-        await rows.setup(1)
-        runs = {"floor": cycles.floor, "ours": cycles.ours, "store_only": cycles.store_only, "row": rows.ours,
-                "codec": functools.partial(cycles.floor, codec=True),
-                "ceiling": functools.partial(cycles.floor, validate=True),
-                "floor_lz4": functools.partial(cycles.floor, table="floor_lz4"),
-                "floor_tx": functools.partial(cycles.floor, transaction=True)}
-        rates: dict[str, list[float]] = {name: [] for name in runs}
-        names = list(runs)
-        for i in range(rounds):
-            for name in names[i % len(names):] + names[:i % len(names)]:
-                rates[name].append(await rate(functools.partial(_gather, runs[name], workers), seconds))
-        await cycles.close()
-        await rows.close()
-        ratio = {name: statistics.median(x / f for x, f in zip(rates[name], rates["floor"], strict=True))
-                 for name in runs}
-        o, f, t = (statistics.median(rates[name]) for name in ("ours", "floor", "floor_tx"))
-        vs_tx, vs_ceiling = (statistics.median(x / f for x, f in zip(rates["ours"], rates[name], strict=True))
-                             for name in ("floor_tx", "ceiling"))
+        urls = {name: postgres_database()[1] for name in ("main", "peers") + (() if big else ("row",))}
+        try:
+            before = _commit_time(urls["main"])
+            rates = await _measure(urls, state, workers, big)
+            after = _commit_time(urls["main"])
+        finally:
+            for url in urls.values():
+                drop_database(server, url)
         label = "sequential" if workers == 1 else f"{workers} concurrent"
-        print(f"    {label:<14} teamstore {o:8,.0f}/s   floor {f:8,.0f}/s   ratio {ratio['ours']:.2f}x (target >= 0.8x)")
-        print(f"    {'':<14} floor in a transaction {t:,.0f}/s ({ratio['floor_tx']:.2f}x the floor);"
-              f" teamstore against it {vs_tx:.2f}x")
-        print(f"    {'':<14} store statements alone {ratio['store_only']:.2f}x; row leases {ratio['row']:.2f}x;"
-              f" floor on an lz4 column {ratio['floor_lz4']:.2f}x")
-        print(f"    {'':<14} floor + decode, encode {ratio['codec']:.2f}x;"
-              f" ceiling (floor + decode, validate, encode) {ratio['ceiling']:.2f}x"
-              f"{' (under the 0.8x target: no store that validates every load reaches it here)' if ratio['ceiling'] < 0.8 else ''}")
-        print(f"    {'':<14} teamstore against the ceiling {vs_ceiling:.2f}x (what the store itself costs)")
+        (_print_big if big else _print_small)(rates, label)
+        print(f"    {'':<14} commit time before: {before}; after: {after}")
 
 
-async def _gather(fn: Any, workers: int) -> int:
-    counts = await asyncio.gather(*(fn(w, 20) for w in range(workers)))
-    return int(sum(counts))
+def _print_sizes(state: str) -> None:
+    participants = decode(state)["participants"]
+    sizes = [f"teamstore's envelope {len(state.encode()):,} bytes of JSON"]
+    if peer_langgraph.available() is None:
+        sizes.append(f"LangGraph's blob {peer_langgraph.stored_bytes(participants):,} bytes (msgpack)")
+    if peer_openai.available() is None:
+        rows, size = peer_openai.stored_bytes(participants)
+        sizes.append(f"the OpenAI session {size:,} bytes of JSON in {rows} rows")
+    print(f"    the same state stored: {'; '.join(sizes)}")
+
+
+def _print_server(url: str) -> None:
+    print(f"    server: {server_settings(url)}")
+    missing = [m for m in (peer_langgraph.available(), peer_openai.available()) if m]
+    if missing:
+        print(f"    peers not installed, left out: {'; '.join(missing)}")
+
+
+def _commit_time(url: str) -> str:
+    """The server's commit time now: the disk's share of every save, which moves with other work on it."""
+    on, off = commit_time(url)
+    return (f"a one-row INSERT in autocommit {on * 1000:.3f} ms, {off * 1000:.3f} ms with synchronous_commit off"
+            f" (the WAL flush ~{(on - off) * 1000:.3f} ms)")
+
+
+async def cycles_section(server: str, url: str) -> None:
+    rounds, seconds = int(env_number("BENCH_ROUNDS", 25)), env_number("BENCH_SECONDS", 0.4)
+    small, big = await sample_state(), await sample_state(LARGE)
+    print(f"(3) resume+save cycles/s on Postgres, {len(small):,}-byte state, {rounds} rounds of {seconds}s each,"
+          " the order rotating; medians, ratios to the floor of the same round")
+    _print_server(url)
+    _print_sizes(small)
+    await throughput(server, small)
+    print(f"(4) the same with a {len(big):,}-byte state, against the floor on an lz4 column (as teamstore stores states)")
+    _print_sizes(big)
+    await throughput(server, big, big=True)
 
 
 async def run() -> None:
     await bytes_over_runs()
-    state = await _sample_state()
+    state = await sample_state()
     server, url = postgres_database()
     row_url = postgres_database()[1]
     sqlite_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench-{os.getpid()}.db")
@@ -282,8 +251,7 @@ async def run() -> None:
         await statements(f"sqlite:///{sqlite_path}", state)
         await statements(url, state)
         await statements(row_url, state, lease="row")
-        await throughput(url, row_url, state, float(os.environ.get("BENCH_SECONDS", "0.4")),
-                         int(os.environ.get("BENCH_ROUNDS", "25")))
+        await cycles_section(server, url)
     finally:
         drop_database(server, url)
         drop_database(server, row_url)

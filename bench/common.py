@@ -1,13 +1,24 @@
-"""Helpers shared by the benchmarks: a Postgres to measure against, a throwaway database, timing."""
+"""Helpers shared by the benchmarks: a Postgres to measure against, a throwaway database, interleaved rounds.
+
+    from bench.common import interleave, median_ratio
+
+    rates = await interleave({"floor": floor.cycle, "ours": ours.cycle}, workers=16, rounds=25, seconds=0.4)
+    print(median_ratio(rates, "ours", "floor"))   # the median of the per-round ratios
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from tests.services import start_local_postgres
+
+Cycle = Callable[[int, int], Awaitable[int]]
+"""``cycle(worker, n)`` does ``n`` cycles as worker ``worker`` and returns how many it did."""
 
 
 def bench_server_url() -> str:
@@ -43,6 +54,28 @@ def server_settings(url: str) -> str:
     return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
 
 
+def commit_time(url: str, n: int = 300, repeats: int = 3) -> tuple[float, float]:
+    """The server's commit latency: median seconds of one tiny INSERT in autocommit, with
+    ``synchronous_commit`` on and off (the difference is the wait for the WAL flush, the disk's share).
+
+    The two settings alternate ``repeats`` times so both meet the same machine.
+    """
+    import psycopg
+
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS commit_probe (n int)")
+        for _ in range(repeats):
+            for setting, found in times.items():
+                conn.execute(f"SET synchronous_commit = {setting}")
+                for i in range(n):
+                    started = time.perf_counter()
+                    conn.execute("INSERT INTO commit_probe VALUES (%s)", (i,))
+                    found.append(time.perf_counter() - started)
+        conn.execute("DROP TABLE commit_probe")
+    return statistics.median(times["on"]), statistics.median(times["off"])
+
+
 def drop_database(server: str, url: str) -> None:
     """Drop a database made by :func:`postgres_database`."""
     import psycopg
@@ -51,9 +84,50 @@ def drop_database(server: str, url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{url.rpartition("/")[2]}" WITH (FORCE)')
 
 
-async def rate(fn: Callable[[], Awaitable[int]], seconds: float) -> float:
-    """Call ``fn`` (which returns how many cycles it did) until ``seconds`` pass; cycles per second."""
-    done, start = 0, time.perf_counter()
+async def rate(fn: Callable[[], Awaitable[int]], seconds: float) -> tuple[float, float]:
+    """Call ``fn`` (which returns how many cycles it did) until ``seconds`` pass; (cycles per second,
+    this process's CPU seconds per cycle)."""
+    done, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         done += await fn()
-    return done / (time.perf_counter() - start)
+    return done / (time.perf_counter() - start), (time.process_time() - cpu) / max(done, 1)
+
+
+async def gather_cycles(cycle: Cycle, workers: int, per_worker: int = 20) -> int:
+    """``per_worker`` cycles on each of ``workers`` concurrent tasks; how many were done."""
+    counts = await asyncio.gather(*(cycle(w, per_worker) for w in range(workers)))
+    return int(sum(counts))
+
+
+async def interleave(
+    runs: Mapping[str, Cycle], workers: int, rounds: int, seconds: float, per_worker: int = 20,
+    cpu: dict[str, list[float]] | None = None,
+) -> dict[str, list[float]]:
+    """Each run's rate (cycles/s) in each of ``rounds`` short rounds, the order rotating every round;
+    with ``cpu``, each run's client CPU seconds per cycle in each round too.
+
+    This machine's speed drifts by 20% over seconds: short rounds pair each figure with the others'
+    measured moments apart, and the ratios are taken round by round (:func:`median_ratio`).
+    """
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            async def once(cycle: Cycle = runs[name]) -> int:
+                return await gather_cycles(cycle, workers, per_worker)
+
+            per_second, cpu_per_cycle = await rate(once, seconds)
+            rates[name].append(per_second)
+            if cpu is not None:
+                cpu.setdefault(name, []).append(cpu_per_cycle)
+    return rates
+
+
+def median_ratio(rates: Mapping[str, list[float]], name: str, against: str) -> float:
+    """The median over rounds of ``name``'s rate divided by ``against``'s in the same round."""
+    return statistics.median(x / y for x, y in zip(rates[name], rates[against], strict=True))
+
+
+def env_number(name: str, default: float) -> float:
+    """A benchmark knob from the environment (``BENCH_ROUNDS``, ``BENCH_SECONDS``...)."""
+    return float(os.environ.get(name, default))
