@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import ComponentLoader, FunctionCall
-from autogen_core.model_context import BufferedChatCompletionContext, ChatCompletionContext
+from autogen_core.model_context import (
+    BufferedChatCompletionContext,
+    ChatCompletionContext,
+    HeadAndTailChatCompletionContext,
+)
 from autogen_core.models import (
     AssistantMessage,
     FunctionExecutionResult,
@@ -82,9 +86,13 @@ async def test_a_pinned_call_that_would_crowd_out_the_newest_exchange_is_refused
     with pytest.raises(ContextBoundInvalid) as caught:
         BoundedChatCompletionContext(max_messages=4, keep_first=2)
     assert caught.value.hint == "raise max_messages to 5, or lower keep_first to 1"
+    conversation = [user(0), call(1), result(1), user(2), user(3), call(4), result(4)]
     ctx = BoundedChatCompletionContext(max_messages=5, keep_first=2)
-    await fill(ctx, [user(0), call(1), result(1), user(2), user(3), call(4), result(4)])
+    await fill(ctx, conversation)
     assert await ctx.get_messages() == [user(0), call(1), result(1), call(4), result(4)]
+    theirs = HeadAndTailChatCompletionContext(head_size=2, tail_size=2)  # AutoGen keeps the newest exchange too
+    await fill(theirs, conversation)
+    assert (await theirs.get_messages())[-2:] == [call(4), result(4)]
 
 
 async def test_keep_first_pins_the_conversations_opening_messages_and_never_later_ones() -> None:
