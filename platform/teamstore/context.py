@@ -116,13 +116,19 @@ def whole_exchanges(messages: Sequence[LLMMessage]) -> list[LLMMessage]:
     """
     kept: list[LLMMessage] = []
     for message in messages:
-        follows_call = bool(kept) and (_is_call(kept[-1]) or _is_result(kept[-1]))
-        if _is_result(message) and not follows_call:
-            continue
-        if not _is_result(message) and kept and _is_call(kept[-1]):
-            kept.pop()
-        kept.append(message)
+        _append_whole(kept, message)
     return kept
+
+
+def _append_whole(kept: list[LLMMessage], message: LLMMessage) -> None:
+    """Append ``message`` to a list that passed :func:`whole_exchanges`, keeping it so."""
+    if _is_result(message):
+        if kept and (_is_call(kept[-1]) or _is_result(kept[-1])):
+            kept.append(message)
+        return
+    if kept and _is_call(kept[-1]):
+        kept.pop()
+    kept.append(message)
 
 
 def pinned_length(messages: Sequence[LLMMessage], keep_first: int) -> int:
@@ -147,13 +153,14 @@ def _exchange_start(messages: Sequence[LLMMessage], index: int, floor: int) -> i
 
 
 def _newest_that_fit(messages: Sequence[LLMMessage], start: int, room: int) -> int:
-    """Where the kept tail begins: the newest whole messages and exchanges after ``start`` that fit."""
-    begin = len(messages)
-    while begin > start:
-        unit = _exchange_start(messages, begin - 1, start)
-        if len(messages) - unit > room:
-            break
-        begin = unit
+    """Where the kept tail begins: the newest whole messages and exchanges after ``start`` that fit.
+
+    In a list that passed :func:`whole_exchanges` every message but a result opens a message or an
+    exchange, so the tail opens at the first such message among the newest ``room``.
+    """
+    begin = max(len(messages) - room, start)
+    while begin < len(messages) and _is_result(messages[begin]):
+        begin += 1  # its call did not fit: the exchange goes whole
     return begin
 
 
@@ -171,7 +178,11 @@ def bound_messages(messages: Sequence[LLMMessage], max_messages: int, keep_first
         A new list, never longer than ``max_messages``, with no result apart from its call and no call
         apart from its results (but the newest, whose results may still be coming).
     """
-    whole = whole_exchanges(messages)
+    return _bound_whole(whole_exchanges(messages), max_messages, keep_first)
+
+
+def _bound_whole(whole: list[LLMMessage], max_messages: int, keep_first: int) -> list[LLMMessage]:
+    """:func:`bound_messages` of a list that passed :func:`whole_exchanges`."""
     if len(whole) <= max_messages:
         return whole
     head = pinned_length(whole, keep_first)
@@ -217,7 +228,9 @@ class BoundedChatCompletionContext(ChatCompletionContext, Component[BoundedChatC
 
     async def add_message(self, message: LLMMessage) -> None:
         """Add a message and bound again: the oldest unpinned messages make room for it."""
-        self._messages = bound_messages([*self._messages, message], self._max_messages, self._keep_first)
+        _append_whole(self._messages, message)  # what it keeps is whole already: only the new end is checked
+        if len(self._messages) > self._max_messages:
+            self._messages = _bound_whole(self._messages, self._max_messages, self._keep_first)
 
     async def get_messages(self) -> list[LLMMessage]:
         """Every stored message: storage and the model's view are the same bounded list."""
