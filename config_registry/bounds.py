@@ -9,29 +9,51 @@ on first look (so a process using the registry alone sees the same bounds as the
 
     register_bounding_context("teamstore.context.BoundedChatCompletionContext", ("max_messages", "keep_first"))
     assert is_bounding_context("teamstore.context.BoundedChatCompletionContext")
+
+A context may also register a check of its sizes, so that ``registry add`` refuses a persisted participant
+whose context would refuse them at load time, with the context's own reason.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from config_registry.manifest import BUILTIN_PROVIDER_PREFIXES
 
+
+class BoundProblem(NamedTuple):
+    """Why a bounding context's sizes are refused."""
+
+    field: str
+    """The config field to change."""
+    message: str
+    """What is wrong, as a clause (``"max_messages=4 with keep_first=2 leaves no room ..."``)."""
+    hint: str
+    """How to fix it."""
+
+
+BoundCheck = Callable[[Mapping[str, Any]], BoundProblem | None]
+"""Takes a context's dumped ``config`` and returns why its sizes are refused, or ``None``."""
+
 _BOUNDING_CONTEXTS: dict[str, tuple[str, ...]] = {}
+_BOUND_CHECKS: dict[str, BoundCheck] = {}
 
 
-def register_bounding_context(provider: str, bound_fields: tuple[str, ...]) -> None:
+def register_bounding_context(provider: str, bound_fields: tuple[str, ...], check: BoundCheck | None = None) -> None:
     """Declare that contexts of ``provider`` bound their stored state.
 
     Args:
         provider: The component ``provider`` string as it appears in ``dump_component()`` output.
         bound_fields: The config fields that set the bound; they are part of a participant's fingerprint,
             because changing them changes what a stored state may hold.
+        check: The context's own rule for which sizes it refuses, if it has one.
     """
     _BOUNDING_CONTEXTS[provider] = tuple(bound_fields)
+    if check is not None:
+        _BOUND_CHECKS[provider] = check
 
 
 def _fields_of(provider: str) -> tuple[str, ...] | None:
@@ -70,3 +92,17 @@ def bound_of(context_component: Mapping[str, Any]) -> dict[str, Any] | None:
     config = context_component.get("config")
     config = config if isinstance(config, Mapping) else {}
     return {"provider": provider, **{name: config.get(name) for name in fields}}
+
+
+def bound_problem(context_component: Mapping[str, Any]) -> BoundProblem | None:
+    """Why a dumped bounding context's sizes are refused by its own registered check, or ``None``.
+
+    Args:
+        context_component: The ``model_context`` entry of an agent's component config.
+    """
+    provider = str(context_component.get("provider", ""))
+    if _fields_of(provider) is None:
+        return None
+    check = _BOUND_CHECKS.get(provider)
+    config = context_component.get("config")
+    return check(config if isinstance(config, Mapping) else {}) if check is not None else None

@@ -21,7 +21,7 @@ from autogen_core import ComponentModel
 from autogen_core._component_config import WELL_KNOWN_PROVIDERS
 from pydantic import ValidationError
 
-from config_registry.bounds import bound_of, is_bounding_context
+from config_registry.bounds import bound_of, bound_problem, is_bounding_context
 from config_registry.errors import DefinitionInvalid
 from config_registry.manifest import Manifest
 from config_registry.secrets import apply_references, is_reference, mask_references, walk
@@ -213,7 +213,7 @@ def check_persisted(component: Mapping[str, Any], manifest: Manifest) -> None:
 
     Raises:
         DefinitionInvalid: A persisted name is not a participant, uses a context that does not bound what
-            it stores, or a bound above ``manifest.context_bound``.
+            it stores, with sizes that context refuses, or a bound above ``manifest.context_bound``.
     """
     names = participant_names(component)
     by_name = dict(zip(names, participants(component), strict=True))
@@ -237,6 +237,14 @@ def _check_bound(name: str, participant: Mapping[str, Any], path: str, manifest:
             field,
             f"uses {context.get('provider', 'no model_context')!r}, which does not bound what save_state() keeps",
             "use teamstore.context.BoundedChatCompletionContext(max_messages=N)",
+        )
+    problem = bound_problem(context)
+    if problem is not None:
+        raise _bound_error(
+            name,
+            f"{field}.config.{problem.field}",
+            f"has a model context that would lose its newest tool exchange: {problem.message}",
+            problem.hint,
         )
     limit = bound.get("max_messages")
     if manifest.context_bound is not None and (not isinstance(limit, int) or limit > manifest.context_bound):

@@ -12,6 +12,10 @@ messages for real, so the saved state stays flat.
         model_client=client,
         model_context=BoundedChatCompletionContext(max_messages=20, keep_first=1),
     )
+
+The rule, in one line: it keeps the conversation's first ``keep_first`` messages (with the results of a tool
+call they end on) and after them as many of the newest messages as fit in ``max_messages``, a tool call and
+its results kept or dropped together.
 """
 
 from __future__ import annotations
@@ -24,9 +28,55 @@ from autogen_core.model_context import ChatCompletionContext, ChatCompletionCont
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, LLMMessage
 from pydantic import BaseModel, Field, model_validator
 
-from config_registry.bounds import register_bounding_context
+from config_registry.bounds import BoundProblem, register_bounding_context
+from teamstore.errors import ContextBoundInvalid
 
 PROVIDER = "teamstore.context.BoundedChatCompletionContext"
+# AutoGen writes a tool call's results as one message, so a whole exchange is two messages.
+EXCHANGE = 2
+
+
+def smallest_max_messages(keep_first: int) -> int:
+    """The least ``max_messages`` that keeps ``keep_first`` pinned messages and the newest exchange whole.
+
+    The pinned messages may end on a tool call, whose results are pinned with it (one more message), and
+    a whole tool exchange must fit after them.
+    """
+    return keep_first + 1 + EXCHANGE if keep_first else EXCHANGE
+
+
+def size_problem(max_messages: object, keep_first: object) -> BoundProblem | None:
+    """Why a context of these sizes could not hold its newest tool exchange, or ``None`` if it can.
+
+    Args:
+        max_messages: The bound, as declared (hand-edited JSON may hold anything).
+        keep_first: The pinned count, as declared.
+
+    Returns:
+        The config field to change, what is wrong, and how to fix it; ``None`` for sizes that work.
+    """
+    if not isinstance(keep_first, int) or isinstance(keep_first, bool) or keep_first < 0:
+        return BoundProblem("keep_first", f"keep_first={keep_first!r} is not a whole number >= 0", "set it to 0 or more")
+    if not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1:
+        return BoundProblem(
+            "max_messages", f"max_messages={max_messages!r} is not a whole number >= 1", "set it to 20, say"
+        )
+    return None if max_messages >= smallest_max_messages(keep_first) else _too_small(max_messages, keep_first)
+
+
+def _too_small(max_messages: int, keep_first: int) -> BoundProblem:
+    pinned = (
+        f"the {keep_first} pinned message(s) and the results of a tool call they may end on" if keep_first else "nothing"
+    )
+    hint = f"raise max_messages to {smallest_max_messages(keep_first)}"
+    if keep_first and max_messages >= EXCHANGE:
+        hint += f", or lower keep_first to {max(max_messages - 1 - EXCHANGE, 0)}"
+    return BoundProblem(
+        "max_messages",
+        f"max_messages={max_messages} with keep_first={keep_first} leaves no room for a whole tool exchange "
+        f"(a call and its results, {EXCHANGE} messages) after {pinned}: it would be dropped as its results arrive",
+        hint,
+    )
 
 
 class BoundedChatCompletionContextConfig(BaseModel):
@@ -37,54 +87,127 @@ class BoundedChatCompletionContextConfig(BaseModel):
     initial_messages: list[LLMMessage] | None = None
 
     @model_validator(mode="after")
-    def _first_fits(self) -> Self:
-        if self.keep_first >= self.max_messages:
-            raise ValueError("keep_first must be smaller than max_messages")
+    def _newest_exchange_fits(self) -> Self:
+        problem = size_problem(self.max_messages, self.keep_first)
+        if problem is not None:
+            raise ValueError(f"{problem.message} (fix: {problem.hint})")
         return self
 
 
-def _is_tool_call(message: LLMMessage) -> bool:
+def _is_call(message: LLMMessage) -> bool:
     return isinstance(message, AssistantMessage) and isinstance(message.content, list)
 
 
-def bound_messages(messages: Sequence[LLMMessage], max_messages: int, keep_first: int) -> list[LLMMessage]:
-    """Keep at most ``max_messages``: the first ``keep_first`` and the most recent rest.
+def _is_result(message: LLMMessage) -> bool:
+    return isinstance(message, FunctionExecutionResultMessage)
 
-    A tool call is never split from its results: a head that ends in a call keeps its results (or, when
-    they would leave no room for the newest message, leaves the call to the tail), and a tail that would
-    open with orphaned results drops them.
+
+def whole_exchanges(messages: Sequence[LLMMessage]) -> list[LLMMessage]:
+    """The messages without those no model API accepts.
+
+    A result whose call is not right before it is dropped, and so is a call that a later message cut
+    from its results (a cancelled tool run); the newest call stays, its results still to come.
+
+    Args:
+        messages: The messages in order.
+
+    Returns:
+        A new list.
+    """
+    kept: list[LLMMessage] = []
+    for message in messages:
+        _append_whole(kept, message)
+    return kept
+
+
+def _append_whole(kept: list[LLMMessage], message: LLMMessage) -> None:
+    """Append ``message`` to a list that passed :func:`whole_exchanges`, keeping it so."""
+    if _is_result(message):
+        if kept and (_is_call(kept[-1]) or _is_result(kept[-1])):
+            kept.append(message)
+        return
+    if kept and _is_call(kept[-1]):
+        kept.pop()
+    kept.append(message)
+
+
+def pinned_length(messages: Sequence[LLMMessage], keep_first: int) -> int:
+    """How many leading messages are pinned: the first ``keep_first``, and the results of a call they
+    end on (a pinned head never ends inside a tool exchange).
+
+    ``messages`` must have passed :func:`whole_exchanges`. The head of a list this context keeps is the
+    head of the conversation, so a kept list yields the same pinned messages again: they never drift.
+    """
+    end = min(keep_first, len(messages))
+    while 0 < end < len(messages) and _is_result(messages[end]):
+        end += 1
+    return end
+
+
+def _exchange_start(messages: Sequence[LLMMessage], index: int, floor: int) -> int:
+    """The index of the message that opens the exchange ``messages[index]`` belongs to (itself if it is not
+    a result)."""
+    while index > floor and _is_result(messages[index]):
+        index -= 1  # back to the call these results answer
+    return index
+
+
+def _newest_that_fit(messages: Sequence[LLMMessage], start: int, room: int) -> int:
+    """Where the kept tail begins: the newest whole messages and exchanges after ``start`` that fit.
+
+    In a list that passed :func:`whole_exchanges` every message but a result opens a message or an
+    exchange, so the tail opens at the first such message among the newest ``room``.
+    """
+    begin = max(len(messages) - room, start)
+    while begin < len(messages) and _is_result(messages[begin]):
+        begin += 1  # its call did not fit: the exchange goes whole
+    return begin
+
+
+def bound_messages(messages: Sequence[LLMMessage], max_messages: int, keep_first: int) -> list[LLMMessage]:
+    """Keep the first ``keep_first`` messages (with the results of a call they end on) and after them as
+    many of the newest messages as fit in ``max_messages``, a tool call and its results kept or dropped
+    together.
 
     Args:
         messages: The messages in order.
         max_messages: The bound.
-        keep_first: How many leading messages to keep.
+        keep_first: How many leading messages to pin.
 
     Returns:
-        A new list, never longer than ``max_messages``.
+        A new list, never longer than ``max_messages``, with no result apart from its call and no call
+        apart from its results (but the newest, whose results may still be coming).
     """
-    if len(messages) <= max_messages:
-        return list(messages)
-    head_end = keep_first
-    if head_end and _is_tool_call(messages[head_end - 1]):
-        end = head_end
-        while end < len(messages) and isinstance(messages[end], FunctionExecutionResultMessage):
-            end += 1
-        head_end = end if end < max_messages else head_end - 1
-    head = list(messages[:head_end])
-    room = max_messages - len(head)
-    tail = list(messages[head_end:])[-room:] if room > 0 else []
-    while tail and isinstance(tail[0], FunctionExecutionResultMessage):
-        tail.pop(0)
-    return head + tail
+    return _bound_whole(whole_exchanges(messages), max_messages, keep_first)
+
+
+def _bound_whole(whole: list[LLMMessage], max_messages: int, keep_first: int) -> list[LLMMessage]:
+    """:func:`bound_messages` of a list that passed :func:`whole_exchanges`."""
+    if len(whole) <= max_messages:
+        return whole
+    head = pinned_length(whole, keep_first)
+    if head > max_messages - EXCHANGE:
+        # Only a call answered by several result messages (AutoGen writes one) pins this much: leave
+        # that exchange to the tail rather than keep more than max_messages.
+        head = _exchange_start(whole, head - 1, 0)
+    return whole[:head] + whole[_newest_that_fit(whole, head, max_messages - head) :]
 
 
 class BoundedChatCompletionContext(ChatCompletionContext, Component[BoundedChatCompletionContextConfig]):
     """Keeps at most ``max_messages`` messages in what it stores and what it sends.
 
+    It keeps the conversation's first ``keep_first`` messages (with the results of a tool call they end
+    on) and after them as many of the newest messages as fit in ``max_messages``, a tool call and its
+    results kept or dropped together. Sizes that could not keep the newest tool exchange whole are
+    refused: ``max_messages`` must be at least ``keep_first + 3``, or 2 without ``keep_first``.
+
     Args:
         max_messages: The bound, in messages.
         keep_first: Keep this many of the first messages (the original task, say) forever.
         initial_messages: Messages to start with; bounded like the rest.
+
+    Raises:
+        ContextBoundInvalid: The sizes could not keep the newest tool exchange whole.
     """
 
     component_type = "chat_completion_context"
@@ -95,17 +218,19 @@ class BoundedChatCompletionContext(ChatCompletionContext, Component[BoundedChatC
     def __init__(
         self, max_messages: int, keep_first: int = 0, initial_messages: list[LLMMessage] | None = None
     ) -> None:
-        BoundedChatCompletionContextConfig(max_messages=max_messages, keep_first=keep_first)
+        problem = size_problem(max_messages, keep_first)
+        if problem is not None:
+            raise ContextBoundInvalid(f"BoundedChatCompletionContext: {problem.message}", hint=problem.hint)
         super().__init__(initial_messages)
         self._max_messages = max_messages
         self._keep_first = keep_first
         self._messages = bound_messages(self._messages, max_messages, keep_first)
 
     async def add_message(self, message: LLMMessage) -> None:
-        """Add a message, dropping the oldest (after the kept head) once over the bound."""
-        self._messages.append(message)
+        """Add a message and bound again: the oldest unpinned messages make room for it."""
+        _append_whole(self._messages, message)  # what it keeps is whole already: only the new end is checked
         if len(self._messages) > self._max_messages:
-            self._messages = bound_messages(self._messages, self._max_messages, self._keep_first)
+            self._messages = _bound_whole(self._messages, self._max_messages, self._keep_first)
 
     async def get_messages(self) -> list[LLMMessage]:
         """Every stored message: storage and the model's view are the same bounded list."""
@@ -128,4 +253,9 @@ class BoundedChatCompletionContext(ChatCompletionContext, Component[BoundedChatC
         )
 
 
-register_bounding_context(PROVIDER, ("max_messages", "keep_first"))
+def _registry_check(config: Mapping[str, Any]) -> BoundProblem | None:
+    """What ``registry add`` tells a persisted participant whose context has sizes this class refuses."""
+    return size_problem(config.get("max_messages"), config.get("keep_first", 0))
+
+
+register_bounding_context(PROVIDER, ("max_messages", "keep_first"), check=_registry_check)

@@ -57,6 +57,13 @@ class MissingExtra(ConfigurationError):
         self.extra = extra
 
 
+class ContextBoundInvalid(ConfigurationError, ValueError):
+    """A bounded model context was given sizes it could not honour (it would drop the newest tool exchange).
+
+    Also a ``ValueError``, as AutoGen's own contexts raise for sizes they refuse.
+    """
+
+
 class InvalidIdentifier(TeamstoreError):
     """A user id, session id or request id is empty, too long or contains forbidden characters."""
 

@@ -85,6 +85,18 @@ def test_transform_sees_resolved_secrets(registry: Registry) -> None:
     assert keys == ["sk-resolved"] * 3
 
 
+def test_a_stored_context_too_small_for_a_whole_tool_exchange_is_refused_at_build(
+    registry: Registry, registered: str
+) -> None:
+    path = registry.path / "teams" / "support_triage" / "component.json"
+    path.write_text(path.read_text().replace('"max_messages": 20', '"max_messages": 3'))
+    git(registry.path, "commit", "-qam", "registered before such sizes were refused")
+    with pytest.raises(DefinitionInvalid) as caught:
+        registry.build("support_triage")
+    assert caught.value.field == "config.participants.1.config.model_context.config.max_messages"
+    assert caught.value.hint == "raise max_messages to 4, or lower keep_first to 0"
+
+
 def test_hand_edited_disallowed_provider_is_refused_at_build(registry: Registry, registered: str) -> None:
     path = registry.path / "teams" / "support_triage" / "component.json"
     path.write_text(

@@ -183,6 +183,26 @@ def test_context_bound_caps_max_messages(registry: Registry) -> None:
     assert "20" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("n", "k", "hint"),
+    [(1, 0, "raise max_messages to 2"), (4, 2, "raise max_messages to 5, or lower keep_first to 1"),
+     (20, 19, "raise max_messages to 22, or lower keep_first to 17")],
+)
+def test_a_persisted_context_that_would_lose_its_newest_tool_exchange_is_refused_with_the_reason(
+    registry: Registry, n: int, k: int, hint: str
+) -> None:
+    component = triage_json()  # hand-edited: the context's own constructor refuses these sizes
+    component["config"]["participants"][1]["config"]["model_context"]["config"].update(max_messages=n, keep_first=k)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "too small")
+    assert caught.value.field == "config.participants.1.config.model_context.config.max_messages"
+    assert "persisted participant 'researcher' has a model context that would lose its newest tool exchange" in (
+        caught.value.message
+    )
+    assert f"max_messages={n} with keep_first={k} leaves no room" in caught.value.message
+    assert caught.value.hint == hint
+
+
 def test_participant_names_must_be_unique(registry: Registry) -> None:
     component = triage_json()
     component["config"]["participants"][2]["config"]["name"] = "triage"
