@@ -14,8 +14,9 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 import teamstore.audit.schema
+import teamstore.db.fence
 import teamstore.erasure.schema
-import teamstore.state.schema  # noqa: F401  (the three register their tables on the metadata)
+import teamstore.state.schema  # noqa: F401  (each registers its tables on the metadata)
 from teamstore.db.engine import create_engine
 from teamstore.db.metadata import metadata
 from teamstore.db.migrate import alembic_config, current_revision, head_revision, require_current, upgrade

@@ -27,11 +27,12 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
+from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import RequestStatus, StepStatus, erase_user
 from teamstore.errors import TranscriptStoreMismatch
 from teamstore.settings import Settings
-from teamstore.state.schema import store_settings, user_holds
+from teamstore.state.schema import store_settings
 from tests.audit.teams import context, observe_run, triage_team
 from tests.erasure.conftest import coordinator, versioned_bucket
 

@@ -25,6 +25,7 @@ from config_registry import Manifest, Registry
 from teamstore import examples
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
+from teamstore.db.fence import user_holds
 from teamstore.errors import (
     ConfigurationError,
     DefinitionInvalid,
@@ -48,7 +49,7 @@ from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
 from teamstore.state.direct import APPLICATION_NAME
 from teamstore.state.envelope import decode, encode
-from teamstore.state.schema import quarantine, sessions, user_holds
+from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sql import store_for
 from tests.runtime.conftest import renamed_manifest
 from tests.services import free_port

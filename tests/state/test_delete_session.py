@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import insert
 
+from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, SessionBusy
 from teamstore.state.base import SessionKey
-from teamstore.state.schema import user_holds
 from teamstore.state.sql import SqlStateStore
 from tests.state.test_store_conformance import acquire, record
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, insert
 
+from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, QuarantineNotFound, SessionBusy, StaleStateVersion
 from teamstore.state.base import SessionKey
-from teamstore.state.schema import sessions, user_holds
+from teamstore.state.schema import sessions
 from teamstore.state.sql import SqlStateStore
 from tests.state.test_store_conformance import acquire, record
 

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import insert, select, text
 
 from teamstore.db.engine import create_engine
+from teamstore.db.fence import user_holds
 from teamstore.errors import (
     ErasureInProgress,
     InvalidIdentifier,
@@ -19,7 +20,7 @@ from teamstore.errors import (
     TooManySessions,
 )
 from teamstore.state.base import Claim, SaveRecord, SessionKey
-from teamstore.state.schema import quarantine, sessions, user_holds
+from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sql import SqlStateStore, lease_mode, store_for
 from tests.services import free_port
 

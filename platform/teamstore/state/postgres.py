@@ -52,10 +52,11 @@ from psycopg import AsyncRawCursor
 from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.fence import user_holds
 from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, checked, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
-from teamstore.state.schema import sessions, user_holds
+from teamstore.state.schema import sessions
 from teamstore.state.sql import (
     _POLL_MAX,
     _POLL_START,

@@ -1,9 +1,9 @@
 """The resume-state tables (SQLAlchemy Core), shared by SQLite and Postgres.
 
-    from teamstore.state.schema import sessions, quarantine, user_holds
+    from teamstore.state.schema import sessions, quarantine
 
 One row per (user_id, session_id) in ``ts_sessions``; refused rows move to ``ts_quarantine`` with the
-reason; ``ts_user_holds`` fences a user (an open erasure request) so no save or new session slips in;
+reason (the erasure fence every lease and save checks, ``ts_user_holds``, is :mod:`teamstore.db.fence`);
 ``ts_store_settings`` records how the database's sessions are leased (``lock`` or ``row``). The row
 version, and with row leases the lease too, live in the session row itself, so taking the lease and
 loading the state is one statement, and saving and releasing is another.
@@ -29,9 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 
 from teamstore.db.metadata import metadata
+from teamstore.ids import MAX_ID_CHARS
 from teamstore.state.base import read_fingerprints
-
-ID_LENGTH = 256
 
 
 class Fingerprints(TypeDecorator[Any]):
@@ -96,8 +95,8 @@ class BigCount(Count):
 sessions = Table(
     "ts_sessions",
     metadata,
-    Column("user_id", String(ID_LENGTH), nullable=False),
-    Column("session_id", String(ID_LENGTH), nullable=False),
+    Column("user_id", String(MAX_ID_CHARS), nullable=False),
+    Column("session_id", String(MAX_ID_CHARS), nullable=False),
     Column("team", String(128), nullable=False),
     Column("team_version", String(64), nullable=False),
     Column("schema_version", Count, nullable=False),
@@ -120,8 +119,8 @@ quarantine = Table(
     "ts_quarantine",
     metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-    Column("user_id", String(ID_LENGTH), nullable=False),
-    Column("session_id", String(ID_LENGTH), nullable=False),
+    Column("user_id", String(MAX_ID_CHARS), nullable=False),
+    Column("session_id", String(MAX_ID_CHARS), nullable=False),
     Column("reason", String(64), nullable=False),
     Column("detail", Text, nullable=False),
     Column("team", String(128), nullable=False),
@@ -143,13 +142,4 @@ store_settings = Table(
     Column("name", String(64), primary_key=True),
     Column("value", String(64), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
-)
-
-user_holds = Table(
-    "ts_user_holds",
-    metadata,
-    Column("user_id", String(ID_LENGTH), primary_key=True),
-    Column("reason", String(64), nullable=False),
-    Column("request_id", String(128), nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
 )

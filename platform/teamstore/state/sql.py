@@ -59,6 +59,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import describe_failure, failure_hint
+from teamstore.db.fence import held
 from teamstore.errors import (
     ConfigurationError,
     ErasureInProgress,
@@ -79,7 +80,7 @@ from teamstore.state.base import (
     checked,
     read_fingerprints,
 )
-from teamstore.state.schema import DAMAGED, quarantine, sessions, store_settings, user_holds
+from teamstore.state.schema import DAMAGED, quarantine, sessions, store_settings
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
 _RESTORE_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements (_held_briefly)
@@ -205,9 +206,6 @@ class SqlStateStore:
         self._save_keep = self._build_save(release=False)
         self._save_release = self._build_save(release=True)
 
-    def _held(self, user_id: Any) -> Any:
-        return exists().where(user_holds.c.user_id == user_id)
-
     async def check_lease_mode(self) -> None:
         """Refuse to lease sessions on a database that serves the other kind of lease.
 
@@ -238,7 +236,7 @@ class SqlStateStore:
                      bindparam("p_max", type_=Integer))
         source = select(
             *[bindparam(f"p_{c.name}", type_=c.type).label(c.name) for c in sessions.c]
-        ).where(~self._held(user), room)
+        ).where(~held(user), room)
         stmt = self._insert(sessions).from_select([c.name for c in sessions.c], source)
         return stmt.on_conflict_do_update(
             index_elements=[sessions.c.user_id, sessions.c.session_id],
@@ -262,7 +260,7 @@ class SqlStateStore:
             update(sessions)
             .where(sessions.c.user_id == bindparam("k_user"), sessions.c.session_id == bindparam("k_session"))
             .where(sessions.c.row_version == bindparam("k_version"), sessions.c.lease_owner == bindparam("k_owner"))
-            .where(~self._held(bindparam("k_user")))
+            .where(~held(bindparam("k_user")))
             .values(values)
             .returning(sessions.c.row_version)
         )
@@ -307,16 +305,17 @@ class SqlStateStore:
             TooManySessions: The session has no live row and its user keeps ``max_sessions`` live ones.
         """
         now = now_utc()
-        query = select(self._held(key.user_id))
+        query = select(held(key.user_id))
         if max_sessions is not None:  # counted only for a session without a live row, as by the lease statement
             mine = exists().where(*self._where(key), live(now))
             query = query.add_columns(case((mine, None), else_=live_count(key.user_id, now)))
         try:
             async with self.engine.connect() as conn:
-                held, *stored = (await conn.execute(query)).one()
+                answer: Any = (await conn.execute(query)).one()
         except SQLAlchemyError as exc:
             raise unavailable(exc, "check why the session lease was refused") from exc
-        if held:
+        fenced, stored = answer[0], answer[1:]
+        if fenced:
             raise erasure_open()
         if max_sessions is not None and stored[0] is not None and stored[0] >= max_sessions:
             raise TooManySessions(stored[0], max_sessions)
@@ -324,7 +323,7 @@ class SqlStateStore:
     async def _is_held(self, user_id: str) -> bool:
         try:
             async with self.engine.connect() as conn:
-                return (await conn.execute(select(self._held(user_id)))).scalar_one() is True
+                return (await conn.execute(select(held(user_id)))).scalar_one() is True
         except SQLAlchemyError as exc:
             raise unavailable(exc, "check the user for an erasure") from exc
 
