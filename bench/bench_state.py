@@ -48,9 +48,10 @@ from teamstore.db.migrate import upgrade
 from teamstore.runtime.resume import SCHEMA_VERSION, capture_states
 from teamstore.state.base import Claim, SessionKey
 from teamstore.state.envelope import decode, encode
-from teamstore.state.postgres import PostgresStateStore
+from teamstore.state.factory import store_for
+from teamstore.state.lease_mode import lease_mode, set_lease_mode
+from teamstore.state.postgres_lock import PostgresStateStore
 from teamstore.state.postgres_row import PostgresRowStateStore
-from teamstore.state.sql import lease_mode, set_lease_mode, store_for
 
 CHECKPOINTS = (10, 50, 200)
 

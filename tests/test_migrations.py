@@ -22,7 +22,7 @@ from teamstore.db.metadata import metadata
 from teamstore.db.migrate import alembic_config, current_revision, head_revision, require_current, upgrade
 from teamstore.errors import SchemaNotReady
 from teamstore.state.base import SessionKey
-from teamstore.state.sql import store_for
+from teamstore.state.factory import store_for
 from tests.state.test_store_conformance import acquire, record
 
 HAS_LZ4 = importlib.import_module("teamstore.migrations.versions.0006_state_lz4").HAS_LZ4

@@ -49,8 +49,8 @@ from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
 from teamstore.state.direct import APPLICATION_NAME
 from teamstore.state.envelope import decode, encode
+from teamstore.state.factory import store_for
 from teamstore.state.schema import quarantine, sessions
-from teamstore.state.sql import store_for
 from tests.runtime.conftest import renamed_manifest
 from tests.services import free_port
 

@@ -12,7 +12,7 @@ from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.errors import SessionBusy, StaleStateVersion, StoreUnavailable
 from teamstore.state.base import Claim, SessionKey
-from teamstore.state.postgres import PostgresStateStore
+from teamstore.state.postgres_lock import PostgresStateStore
 from tests.state.test_store_conformance import record
 
 pytestmark = pytest.mark.postgres

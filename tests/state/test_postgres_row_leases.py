@@ -12,8 +12,8 @@ from sqlalchemy import text
 from teamstore.db.engine import create_engine
 from teamstore.errors import SessionBusy
 from teamstore.state.base import Claim, SessionKey
+from teamstore.state.factory import store_for
 from teamstore.state.postgres_row import PostgresRowStateStore
-from teamstore.state.sql import store_for
 from tests.conftest import prepare
 from tests.state.test_store_conformance import record
 

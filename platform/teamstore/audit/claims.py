@@ -36,9 +36,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, subjects
 from teamstore.db import fence
+from teamstore.db.clock import now_utc, utc
 from teamstore.db.engine import describe_failure
 from teamstore.errors import StoreUnavailable
-from teamstore.state.sql import now_utc, utc
 
 T = TypeVar("T")
 

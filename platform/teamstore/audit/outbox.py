@@ -29,11 +29,11 @@ from teamstore.audit.claims import Queued, held
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.db.clock import now_utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held as user_held
 from teamstore.db.statements import insert_new
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
-from teamstore.state.sql import now_utc
 
 log = logging.getLogger(__name__)
 RENEW_SECONDS = 10.0

@@ -24,8 +24,9 @@ from teamstore.ids import check_id
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
-from teamstore.state.base import SessionKey
-from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode, store_for
+from teamstore.state.base import SessionKey, StateStore
+from teamstore.state.factory import store_for
+from teamstore.state.lease_mode import lease_mode, set_lease_mode
 
 T = TypeVar("T")
 
@@ -45,7 +46,7 @@ def _with_platform(fn: Callable[[Platform], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
-def _with_store(fn: Callable[[SqlStateStore, Settings], Awaitable[T]]) -> T:
+def _with_store(fn: Callable[[StateStore, Settings], Awaitable[T]]) -> T:
     """Run ``fn`` on the state store of a database that exists. Creating one here would only answer
     'nothing stored' (from a mistyped TEAMSTORE_HOME, say); nor is the registry opened, let alone created:
     listing, showing and deleting stored state builds no team."""
@@ -138,7 +139,7 @@ def list_sessions(
     """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
     _check_ids(user=user)
 
-    async def go(store: SqlStateStore, settings: Settings) -> tuple[list[dict[str, Any]], str | None]:
+    async def go(store: StateStore, settings: Settings) -> tuple[list[dict[str, Any]], str | None]:
         rows = [describe_session(r) for r in await store.list_sessions(user, limit)]
         return rows, await _bound_line(store, settings, user) if user is not None else None
 
@@ -152,7 +153,7 @@ def list_sessions(
     emit(rows, as_json=as_json, render=render)
 
 
-async def _bound_line(store: SqlStateStore, settings: Settings, user: str) -> str:
+async def _bound_line(store: StateStore, settings: Settings, user: str) -> str:
     """How many of the user's sessions count against TEAMSTORE_MAX_SESSIONS_PER_USER, in a sentence."""
     live, bound = await store.live_sessions(user), settings.max_sessions_per_user
     return (f"{live} unexpired stored session(s) for this user, of the {bound} TEAMSTORE_MAX_SESSIONS_PER_USER "
@@ -176,7 +177,7 @@ def show_session(
     sessions its user keeps against TEAMSTORE_MAX_SESSIONS_PER_USER."""
     _check_ids(user=user, session=session)
 
-    async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any] | None:
+    async def go(store: StateStore, settings: Settings) -> dict[str, Any] | None:
         row = await store.get(SessionKey(user, session))
         if row is None:
             return None
@@ -213,7 +214,7 @@ def list_quarantine(
     """List refused states that were set aside, with the reason."""
     _check_ids(user=user)
 
-    async def go(store: SqlStateStore, _settings: Settings) -> list[dict[str, Any]]:
+    async def go(store: StateStore, _settings: Settings) -> list[dict[str, Any]]:
         return [vars(q) for q in await store.list_quarantined(user)]
 
     rows = _with_store(go)
@@ -237,7 +238,7 @@ def delete_session(
 
     _check_ids(user=user, session=session)
 
-    async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any]:
+    async def go(store: StateStore, settings: Settings) -> dict[str, Any]:
         # What Platform.delete_session does: it waits for an open session as a request would.
         deleted = await store.delete_session(SessionKey(user, session), wait_seconds=settings.lease_timeout_seconds)
         return {"user_id": user, "session_id": session, "deleted": deleted}

@@ -45,7 +45,7 @@ from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
 from teamstore.erasure.stores import check_store
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError, TranscriptStoreMismatch
 from teamstore.settings import Settings
-from teamstore.state.sql import open_sessions, stored_sessions
+from teamstore.state.erasure import open_sessions, stored_sessions
 
 log = logging.getLogger(__name__)
 FINAL = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})

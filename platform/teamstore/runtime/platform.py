@@ -40,8 +40,8 @@ from teamstore.metering import wrap_model_clients
 from teamstore.runtime.hooks import RunObserver
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
-from teamstore.state.base import Restored, SessionKey
-from teamstore.state.sql import SqlStateStore, store_for
+from teamstore.state.base import Restored, SessionKey, StateStore
+from teamstore.state.factory import store_for
 
 # AutoGen's own loggers record every message, content included, at INFO ("autogen_core.events" and
 # "autogen_agentchat.events" among them).
@@ -89,7 +89,7 @@ class Platform:
         self.engine = engine
         self.registry = registry
         self.settings = settings or Settings()
-        self.store: SqlStateStore = store_for(
+        self.store: StateStore = store_for(
             engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
         )
         self.observers: list[RunObserver] = list(observers)
@@ -220,7 +220,7 @@ class Platform:
 
         Raises:
             QuarantineNotFound, StaleStateVersion, SessionBusy, ErasureInProgress, StoreUnavailable: see
-                :meth:`teamstore.state.sql.SqlStateStore.restore_quarantined`.
+                :meth:`teamstore.state.base.StateStore.restore_quarantined`.
         """
         found = await self.store.get_quarantined(quarantine_id)
         ttl_days = self.settings.state_ttl_days if found is None else await self._ttl_days(found.team, found.team_version)

@@ -34,10 +34,12 @@ import psycopg
 from psycopg import AsyncRawCursor
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.clock import now_utc
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, checked, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
-from teamstore.state.postgres import _NOT_HELD, _ROOM, _S, _SET, save_params
-from teamstore.state.sql import SqlStateStore, now_utc, unavailable
+from teamstore.state.failures import unavailable
+from teamstore.state.postgres_lock import _NOT_HELD, _ROOM, _S, _SET, save_params
+from teamstore.state.sql import SqlStateStore
 
 _CONNECTION_WAIT = 10.0  # a save waits this long for a pooled connection (each is held for one statement)
 _COLUMNS = ("state", "row_version", "team", "team_version", "schema_version", "agentchat_version", "fingerprints",

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from sqlalchemy import (
@@ -45,12 +45,9 @@ from sqlalchemy import (
     case,
     delete,
     exists,
-    func,
     insert,
     or_,
     select,
-    text,
-    true,
     tuple_,
     update,
 )
@@ -58,18 +55,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.engine import describe_failure, failure_hint
+from teamstore.db.clock import now_utc, utc
 from teamstore.db.fence import held
-from teamstore.errors import (
-    ConfigurationError,
-    ErasureInProgress,
-    QuarantineNotFound,
-    SessionBusy,
-    StaleStateVersion,
-    StoreUnavailable,
-    TooManySessions,
-)
+from teamstore.errors import QuarantineNotFound, StaleStateVersion, TooManySessions
 from teamstore.ids import check_id
+from teamstore.state import statements
 from teamstore.state.base import (
     Claim,
     QuarantinedRow,
@@ -80,49 +70,13 @@ from teamstore.state.base import (
     checked,
     read_fingerprints,
 )
-from teamstore.state.schema import DAMAGED, quarantine, sessions, store_settings
+from teamstore.state.failures import busy, check_key, erased_in_flight, erasure_open, unavailable
+from teamstore.state.lease_mode import LeaseModeCheck
+from teamstore.state.schema import DAMAGED, quarantine, sessions
+from teamstore.state.statements import live, live_count, never_saved
 
 _POLL_START, _POLL_MAX = 0.02, 0.25
 _RESTORE_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements (_held_briefly)
-LEASE_MODES = ("lock", "row")
-_LEASE_SETTING = "session_lease"
-
-
-def utc(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; every time teamstore stores is UTC."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
-
-
-def now_utc() -> datetime:
-    """The current time, UTC."""
-    return datetime.now(UTC)
-
-
-def _never_saved() -> Any:
-    """A row a row-lease worker made to hold a new session's lease, before the session's first save."""
-    return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
-
-
-def live(now: Any) -> Any:
-    """A stored session that has not expired: what the per-user bound counts. A row made to lease a new
-    session has no expiry until its first save, so it does not count. (Postgres's load statements count
-    through ``ts_live_sessions``, migration 0008, which says the same.)"""
-    return sessions.c.expires_at > now
-
-
-def live_count(user_id: Any, now: Any) -> Any:
-    """How many live sessions ``user_id`` keeps, as a scalar subquery."""
-    return select(func.count()).select_from(sessions).where(sessions.c.user_id == user_id, live(now)).scalar_subquery()
-
-
-def _room(user_id: Any, session_id: Any, now: Any, limit: Any) -> Any:
-    """Whether the session may be opened under the per-user bound ``limit`` (NULL: no bound): its own row
-    is live (a resume, never refused), or its user keeps fewer live sessions than ``limit``. The count sits
-    in the CASE's last branch, which neither database evaluates for a resume."""
-    resumed = exists().where(sessions.c.user_id == user_id, sessions.c.session_id == session_id, live(now))
-    return case((limit.is_(None), true()), (resumed, true()), else_=live_count(user_id, now) < limit)
 
 
 _STAND_INS: dict[str, Any] = {"schema_version": 0, "state_bytes": 0, "row_version": 0, "created_at": None,
@@ -154,36 +108,6 @@ def _session(m: Mapping[str, Any] | RowMapping) -> StoredSession:
     ))
 
 
-def _check_key(key: SessionKey) -> None:
-    check_id("user_id", key.user_id)
-    check_id("session_id", key.session_id)
-
-
-def unavailable(exc: Exception, action: str) -> StoreUnavailable:
-    """The error for a database that failed under ``action``: nothing was changed."""
-    return StoreUnavailable(
-        f"could not {action}: {describe_failure(exc)}",
-        hint=f"{failure_hint(exc)}; no state was changed",
-    )
-
-
-def erasure_open() -> ErasureInProgress:
-    """The error for a lease refused because an erasure request holds the user."""
-    return ErasureInProgress(
-        "an erasure request is open for this user; no session may start",
-        hint="wait for the erasure to complete; the user can then start over",
-    )
-
-
-def busy(wait_seconds: float, crashed: str) -> SessionBusy:
-    """The error for a lease still held by another worker after ``wait_seconds``; ``crashed`` says how a
-    crashed holder's lease ends."""
-    return SessionBusy(
-        f"session is in use by another worker (waited {wait_seconds:.1f}s)",
-        hint=f"retry later, or raise lease_timeout_seconds; a crashed worker's lease {crashed}",
-    )
-
-
 class SqlStateStore:
     """Resume state in any SQLAlchemy async engine on Postgres or SQLite.
 
@@ -192,11 +116,10 @@ class SqlStateStore:
     """
 
     lease = "row"
-    lease_recheck_seconds = 30.0
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._lease_checked_at: float | None = None
+        self.lease_check = LeaseModeCheck(engine, self.lease)
         # Each lease/load and save/release is ONE statement, atomic on its own: running it in autocommit
         # spares the BEGIN and COMMIT round trips.
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -207,32 +130,19 @@ class SqlStateStore:
         self._save_release = self._build_save(release=True)
 
     async def check_lease_mode(self) -> None:
-        """Refuse to lease sessions on a database that serves the other kind of lease.
-
-        The database is asked at most once every :attr:`lease_recheck_seconds`: a worker left running
-        across ``teamstore db lease-mode`` starts refusing within that time.
+        """Refuse to lease sessions on a database that serves the other kind of lease (see
+        :class:`teamstore.state.lease_mode.LeaseModeCheck`).
 
         Raises:
             ConfigurationError: The database records the other kind of lease.
         """
-        now = time.monotonic()
-        if self._lease_checked_at is not None and now - self._lease_checked_at < self.lease_recheck_seconds:
-            return
-        recorded = await lease_mode(self.engine)
-        if recorded != self.lease:
-            raise ConfigurationError(
-                f"this database's sessions are leased by {recorded!r}, and this process is set to "
-                f"{self.lease!r}: the two kinds of worker would not see each other's leases",
-                hint=f"set TEAMSTORE_SESSION_LEASE={recorded}, or stop every worker and run "
-                f"'teamstore db lease-mode {self.lease}'",
-            )
-        self._lease_checked_at = now
+        await self.lease_check()
 
     def _build_acquire(self) -> Any:
         # Built once with bind parameters: constructing this statement costs more than running it.
         user: Any = bindparam("p_user_id", type_=sessions.c.user_id.type)
         now: Any = bindparam("p_now", type_=sessions.c.lease_until.type)
-        room = _room(user, bindparam("p_session_id", type_=sessions.c.session_id.type), now,
+        room = statements.room(user, bindparam("p_session_id", type_=sessions.c.session_id.type), now,
                      bindparam("p_max", type_=Integer))
         source = select(
             *[bindparam(f"p_{c.name}", type_=c.type).label(c.name) for c in sessions.c]
@@ -418,10 +328,7 @@ class SqlStateStore:
 
     async def _explain_lost_save(self, key: SessionKey, expected_version: int) -> NoReturn:
         if await self._is_held(key.user_id):
-            raise ErasureInProgress(
-                "an erasure request opened for this user while the run was in flight; the state was not saved",
-                hint="nothing to fix: the user is being erased",
-            )
+            raise erased_in_flight()
         current = await self.get(key)
         found = "gone" if current is None else f"at version {current.row_version}"
         raise StaleStateVersion(
@@ -450,7 +357,7 @@ class SqlStateStore:
         """Give the lease back in one statement; a never-saved row is removed instead."""
         mine = (*self._where(key), sessions.c.lease_owner == owner)
         if discard_empty:
-            stmt: Any = delete(sessions).where(*mine, _never_saved())
+            stmt: Any = delete(sessions).where(*mine, never_saved())
         else:
             stmt = update(sessions).where(*mine).values(lease_owner=None, lease_until=None)
         try:
@@ -571,7 +478,7 @@ class SqlStateStore:
             StoreUnavailable: The database failed; nothing was deleted.
             InvalidIdentifier: An id no session can have.
         """
-        _check_key(key)
+        check_key(key)
         async with self._held_briefly(key, Claim("", "", 0, ""), "delete", wait_seconds) as (row, owner):
             try:
                 async with self.engine.begin() as conn:
@@ -604,7 +511,7 @@ class SqlStateStore:
     def _sweepable(self, now: datetime) -> Any:
         """Which rows a sweep may delete: expired, or made for a new session by a worker that never saved
         it (it crashed), and in both cases not leased to a live worker."""
-        return and_(or_(sessions.c.expires_at < now, _never_saved()),
+        return and_(or_(sessions.c.expires_at < now, never_saved()),
                     or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
 
     def _sweep_recheck(self, now: datetime) -> Any:
@@ -629,7 +536,7 @@ class SqlStateStore:
             InvalidIdentifier: An id no session can have (empty, too long, a control character, a lone
                 surrogate, which no driver can send).
         """
-        _check_key(key)
+        check_key(key)
         rows = await self._fetch(select(sessions).where(*self._where(key)))
         return _session(rows[0]._mapping) if rows else None
 
@@ -701,148 +608,3 @@ def _quarantined(m: Mapping[str, Any] | RowMapping) -> QuarantinedRow:
         state_bytes=m["state_bytes"],
         quarantined_at=utc(m["quarantined_at"]) or now_utc(),
     )
-
-
-def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") -> SqlStateStore:
-    """The store for ``engine``: on Postgres, advisory-lock leases (``lock``) or row leases (``row``);
-    on SQLite always row leases.
-
-    Args:
-        engine: The state database (the caller owns it).
-        pool_size: Postgres: the size of the store's own connection pool; with ``lock`` leases, the most
-            sessions this process holds open at once (a connection each).
-        lease: Postgres only; it must match what the database records (see :func:`lease_mode`).
-
-    Raises:
-        ConfigurationError: ``lease`` is neither ``lock`` nor ``row``.
-    """
-    if engine.dialect.name != "postgresql":
-        _known(lease)
-        return SqlStateStore(engine)
-    if _known(lease) == "lock":
-        from teamstore.state.postgres import PostgresStateStore
-
-        return PostgresStateStore(engine, pool_size=pool_size)
-    from teamstore.state.postgres_row import PostgresRowStateStore
-
-    return PostgresRowStateStore(engine, pool_size=pool_size)
-
-
-def _known(mode: str) -> str:
-    if mode not in LEASE_MODES:
-        raise ConfigurationError(f"session lease {mode!r} is not one of {', '.join(LEASE_MODES)}",
-                                 hint="use 'lock' (an advisory lock, Postgres) or 'row' (a lease in the row)")
-    return mode
-
-
-async def _recorded_mode(conn: Any) -> str:
-    value = (await conn.execute(
-        select(store_settings.c.value).where(store_settings.c.name == _LEASE_SETTING)
-    )).scalar_one_or_none()
-    if value is None:
-        raise ConfigurationError("the database records no session lease mode", hint="run 'teamstore db upgrade'")
-    return str(value)
-
-
-async def lease_mode(engine: AsyncEngine) -> str:
-    """How the database's sessions are leased, as recorded by migration 0005 or :func:`set_lease_mode`.
-
-    Raises:
-        StoreUnavailable: The database failed.
-        ConfigurationError: Nothing is recorded (the schema is not at head: run ``teamstore db upgrade``).
-    """
-    try:
-        async with engine.connect() as conn:
-            return await _recorded_mode(conn)
-    except SQLAlchemyError as exc:
-        raise unavailable(exc, "read the session lease mode") from exc
-
-
-async def _open_sessions(conn: Any, mode: str, user_id: str | None = None) -> int:
-    """Sessions open under ``mode`` leases (of ``user_id`` only, if given)."""
-    if mode == "lock":  # a session's lock is keyed (hashtext(user), hashtext(session)): classid is the user's
-        sql = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
-               "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
-        if user_id is not None:  # a user whose hash collides counts too: a rare, safe overcount
-            sql += " AND classid::bigint = (hashtext(:u)::bigint & 4294967295)"
-        return int((await conn.execute(text(sql), {"u": user_id})).scalar_one())
-    query = select(func.count()).select_from(sessions).where(
-        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > now_utc())
-    if user_id is not None:
-        query = query.where(sessions.c.user_id == user_id)
-    return int((await conn.execute(query)).scalar_one())
-
-
-async def stored_sessions(engine: AsyncEngine, user_id: str) -> int:
-    """How many sessions ``user_id`` has stored, and quarantined states.
-
-    Raises:
-        StoreUnavailable: The database failed.
-    """
-    try:
-        async with engine.connect() as conn:
-            total = 0
-            for table in (sessions, quarantine):
-                total += int((await conn.execute(
-                    select(func.count()).select_from(table).where(table.c.user_id == user_id))).scalar_one())
-            return total
-    except SQLAlchemyError as exc:
-        raise unavailable(exc, "count the user's sessions") from exc
-
-
-async def open_sessions(engine: AsyncEngine, user_id: str) -> int:
-    """How many of ``user_id``'s sessions are open right now (a worker holds their lease), whichever
-    kind of lease the database records. A crashed worker's session counts until its lease runs out.
-
-    Raises:
-        StoreUnavailable: The database failed.
-        ConfigurationError: No lease mode is recorded (run ``teamstore db upgrade``).
-    """
-    try:
-        async with engine.connect() as conn:
-            return await _open_sessions(conn, await _recorded_mode(conn), user_id)
-    except SQLAlchemyError as exc:
-        raise unavailable(exc, "count the user's open sessions") from exc
-
-
-async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
-    """Switch how the database's sessions are leased; returns the mode it had.
-
-    Refused while any session is open under the current mode. Stop every worker first and start them
-    again with ``TEAMSTORE_SESSION_LEASE`` set to ``mode``: a worker still running keeps leasing the old
-    way until its next check of the mode (:attr:`SqlStateStore.lease_recheck_seconds`, then it refuses).
-    Meanwhile its saves still check the row version, so no update is lost, but two workers could run one
-    session at once.
-
-    Raises:
-        ConfigurationError: ``mode`` is unknown, or ``lock`` on SQLite (which has no advisory locks).
-        SessionBusy: Sessions are open under the current mode.
-        StoreUnavailable: The database failed.
-    """
-    postgres = engine.dialect.name == "postgresql"
-    if _known(mode) == "lock" and not postgres:
-        raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
-                                 hint="keep 'row' on SQLite, or point TEAMSTORE_DATABASE_URL at PostgreSQL")
-    try:
-        async with engine.begin() as conn:
-            if postgres:  # one switch at a time: the mode read next stays true until the commit
-                await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(_LEASE_SETTING))))
-            previous = await _recorded_mode(conn)
-            if previous == mode:
-                return previous
-            open_now = await _open_sessions(conn, previous)
-            if open_now:
-                raise SessionBusy(
-                    f"{open_now} session(s) are open under {previous!r} leases; the mode was not changed",
-                    hint="stop every worker, then switch; start them again with TEAMSTORE_SESSION_LEASE="
-                    f"{mode}",
-                )
-            if mode == "lock":
-                # Rows a row-lease worker made for a new session and never saved (it crashed): with locks,
-                # a session's first save inserts its row, and would find one of these in its way.
-                await conn.execute(delete(sessions).where(_never_saved()))
-            await conn.execute(update(store_settings).where(store_settings.c.name == _LEASE_SETTING)
-                               .values(value=mode, updated_at=now_utc()))
-    except SQLAlchemyError as exc:
-        raise unavailable(exc, "switch the session lease mode") from exc
-    return previous

@@ -1,7 +1,7 @@
 """The Postgres backend with ``lock`` leases (the default): an advisory lock, held on one connection
 from load to save. (``row`` leases: :mod:`teamstore.state.postgres_row`.)
 
-    from teamstore.state.postgres import PostgresStateStore
+    from teamstore.state.postgres_lock import PostgresStateStore
 
     store = PostgresStateStore(engine, pool_size=20)      # engine: postgresql+psycopg
     row = await store.acquire(key, claim, owner="w-1", lease_ttl=300, wait_seconds=10)
@@ -52,20 +52,14 @@ from psycopg import AsyncRawCursor
 from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.clock import now_utc
 from teamstore.db.fence import user_holds
 from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, checked, read_fingerprints
 from teamstore.state.direct import DirectPool, Statement, execute
+from teamstore.state.failures import busy, erasure_open, unavailable
 from teamstore.state.schema import sessions
-from teamstore.state.sql import (
-    _POLL_MAX,
-    _POLL_START,
-    SqlStateStore,
-    busy,
-    erasure_open,
-    now_utc,
-    unavailable,
-)
+from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore
 
 _S, _H = sessions.name, user_holds.name
 _LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
