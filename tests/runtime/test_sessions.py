@@ -503,8 +503,7 @@ async def _lose_the_database(platform: Platform, tmp_path: Path) -> Any:
     takes no new connections, with the store's connections ended. Returns what the caller restores."""
     if platform.engine.dialect.name == "sqlite":
         gone = create_engine(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}")
-        platform.store.engine = gone
-        platform.store._single = gone.execution_options(isolation_level="AUTOCOMMIT")
+        platform.store = store_for(gone)
         return gone
     # The database refuses new connections (a fresh one would find it up again), then the state store's
     # own connections, the session's among them, are ended.
@@ -530,7 +529,7 @@ async def _allow_connections(platform: Platform, database: str, allow: bool) -> 
 async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform: Platform, tmp_path: Path) -> None:
     await talk(platform, "alice", "s1", "first")
     before = await stored_state(platform, "alice", "s1")
-    real_engine = platform.store.engine
+    real_store = platform.store
     with pytest.raises(StoreUnavailable):
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("second")
@@ -538,8 +537,7 @@ async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform:
     if isinstance(gone, str):  # Postgres: the database comes back
         await _allow_connections(platform, gone, True)
     else:
-        platform.store.engine = real_engine
-        platform.store._single = real_engine.execution_options(isolation_level="AUTOCOMMIT")
+        platform.store = real_store
         await gone.dispose()
     assert await stored_state(platform, "alice", "s1") == before
     if isinstance(gone, str):  # the lease went with the connection (or is the session's own), so it opens again

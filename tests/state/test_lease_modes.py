@@ -17,7 +17,7 @@ from teamstore.errors import ConfigurationError, SessionBusy
 from teamstore.state.base import Claim, SessionKey, StateStore
 from teamstore.state.factory import store_for
 from teamstore.state.lease_mode import lease_mode, set_lease_mode
-from teamstore.state.postgres_lock import PostgresStateStore
+from teamstore.state.postgres_lock import LockLeaseStore
 from teamstore.state.schema import sessions
 from teamstore.state.sweep import sweep_expired_sessions
 from tests.state.test_store_conformance import record
@@ -44,7 +44,7 @@ async def test_a_worker_of_the_other_kind_refuses_to_start_and_writes_nothing(po
     assert await _rows(engine) == 0
 
     assert await set_lease_mode(engine, "row") == "lock"
-    locks = PostgresStateStore(engine, pool_size=2)
+    locks = LockLeaseStore(engine, pool_size=2)
     with pytest.raises(ConfigurationError, match="leased by 'row'"):
         await locks.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
     with pytest.raises(ConfigurationError):  # the sweep is no way around it either

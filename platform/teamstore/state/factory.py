@@ -33,13 +33,13 @@ def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") 
     """
     known(lease)
     if engine.dialect.name != "postgresql":
-        from teamstore.state.sql import SqlStateStore
+        from teamstore.state.sqlite import sqlite_store
 
-        return SqlStateStore(engine)
-    if lease == "lock":  # each backend is imported when chosen: psycopg is the `postgres` extra
-        from teamstore.state.postgres_lock import PostgresStateStore
+        return sqlite_store(engine)
+    if lease == "lock":  # each Postgres backend is imported when chosen: psycopg is the `postgres` extra
+        from teamstore.state.postgres_lock import LockLeaseStore
 
-        return PostgresStateStore(engine, pool_size=pool_size)
-    from teamstore.state.postgres_row import PostgresRowStateStore
+        return LockLeaseStore(engine, pool_size=pool_size)
+    from teamstore.state.postgres_row import postgres_row_store
 
-    return PostgresRowStateStore(engine, pool_size=pool_size)
+    return postgres_row_store(engine, pool_size=pool_size)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import BigInteger, Boolean, cast, column, delete, func, select, table, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -106,14 +106,29 @@ class LeaseModeCheck:
         self._checked_at = now
 
 
+_PG_LOCKS = table("pg_locks", column("locktype"), column("granted", Boolean), column("objsubid"),
+                  column("database"), column("classid"))
+_PG_DATABASE = table("pg_database", column("oid"), column("datname"))
+
+
+def _open_locks(user_id: str | None) -> Any:
+    """Sessions open under advisory-lock leases in this database, as the server's lock table shows them.
+    A session's lock is keyed (hashtext(user), hashtext(session)): ``classid`` is the user's hash, so a
+    user whose hash collides counts too (a rare, safe overcount)."""
+    here = select(_PG_DATABASE.c.oid).where(_PG_DATABASE.c.datname == func.current_database()).scalar_subquery()
+    query = select(func.count()).select_from(_PG_LOCKS).where(
+        _PG_LOCKS.c.locktype == "advisory", _PG_LOCKS.c.granted, _PG_LOCKS.c.objsubid == 2,
+        _PG_LOCKS.c.database == here)
+    if user_id is not None:
+        user_hash = cast(func.hashtext(user_id), BigInteger).op("&")(2**32 - 1)
+        query = query.where(cast(_PG_LOCKS.c.classid, BigInteger) == user_hash)
+    return query
+
+
 async def count_open(conn: Any, mode: str, user_id: str | None = None) -> int:
     """Sessions open under ``mode`` leases (of ``user_id`` only, if given), on ``conn``."""
-    if mode == "lock":  # a session's lock is keyed (hashtext(user), hashtext(session)): classid is the user's
-        sql = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
-               "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
-        if user_id is not None:  # a user whose hash collides counts too: a rare, safe overcount
-            sql += " AND classid::bigint = (hashtext(:u)::bigint & 4294967295)"
-        return int((await conn.execute(text(sql), {"u": user_id})).scalar_one())
+    if mode == "lock":
+        return int((await conn.execute(_open_locks(user_id))).scalar_one())
     query = select(func.count()).select_from(sessions).where(
         sessions.c.lease_owner.is_not(None), sessions.c.lease_until > now_utc())
     if user_id is not None:

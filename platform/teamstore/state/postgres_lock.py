@@ -11,12 +11,12 @@ from load to save. (``row`` leases: :mod:`teamstore.state.postgres_row`.)
 
 Why a lock rather than the lease row SQLite uses: taking a lease in a row is a write on every load,
 while a session-level advisory lock lives in shared memory, and a killed worker's lock goes with its
-connection at once. The load is one read-only statement::
+connection at once. The load is one read-only statement (:func:`teamstore.state.statements.acquire_lock`)::
 
     lock (unless an erasure holds the user) + arm the lease timer + read the row
         (+ count the user's live sessions, only for a session with no live row under a per-user bound)
 
-and the save is one statement and one commit::
+and the save is one statement and one commit (:func:`teamstore.state.statements.save_locked`)::
 
     versioned UPDATE (or INSERT for a new session, unless held) + hand the lock over to the
     transaction (pg_advisory_xact_lock, then pg_advisory_unlock) + disarm the lease timer
@@ -39,97 +39,30 @@ direct or through a session-mode pooler (a transaction-mode pooler cannot keep a
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-import orjson
 import psycopg
 from psycopg import AsyncRawCursor
-from sqlalchemy import and_, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import now_utc
-from teamstore.db.fence import user_holds
 from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession, checked, read_fingerprints
-from teamstore.state.direct import DirectPool, Statement, execute
-from teamstore.state.failures import busy, erasure_open, unavailable
-from teamstore.state.schema import sessions
-from teamstore.state.sql import _POLL_MAX, _POLL_START, SqlStateStore
+from teamstore.state import statements as sql
+from teamstore.state.admin import AdminMethods, SessionAdmin
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.direct import DirectPool, Statement, execute, for_psycopg
+from teamstore.state.failures import erasure_open, unavailable
+from teamstore.state.lease_mode import LeaseModeCheck
+from teamstore.state.rows import lock_params, new_session, save_params, stored
+from teamstore.state.waiting import Waiting
 
-_S, _H = sessions.name, user_holds.name
-_LOCK_KEY = "hashtext(%(u)s::text), hashtext(%(s)s::text)"
-_NOT_HELD = f"NOT EXISTS (SELECT 1 FROM {_H} WHERE user_id = %(u)s::text)"
-
-
-# Row leases: whether the session may be opened under the per-user bound ``max`` (NULL: none), as
-# :func:`teamstore.state.sql._room` says it. The count is in the last branch, so a resume never runs it;
-# it is a function (ts_live_sessions, migration 0008), which, unlike a subquery, costs nothing unless called.
-_ROOM = f"""CASE WHEN %(max)s::bigint IS NULL THEN true
-    WHEN EXISTS (SELECT 1 FROM {_S} WHERE user_id = %(u)s::text AND session_id = %(s)s::text
-                 AND expires_at > %(now)s::timestamptz) THEN true
-    ELSE ts_live_sessions(%(u)s::text, %(now)s::timestamptz) < %(max)s::bigint END"""
-
-# The lock, the lease timer and the read, in one read-only statement. ``locked`` is NULL when an
-# erasure holds the user (no lock is taken), false when another worker has the session; the timer is
-# armed only with the lock, so a refused attempt's connection goes back to the pool as it came. The row
-# is read through ts_locked_session (migration 0004), called after the lock: its snapshot is taken then,
-# so it sees the save the previous holder committed before letting go (the statement's own snapshot,
-# taken before the lock, might not). Under a per-user bound (``max``), a session without a live row also
-# counts its user's live sessions (ts_live_sessions, migration 0008); a resume never calls it.
-_ACQUIRE = f"""
-SELECT l.locked, s.state, s.row_version, s.team, s.team_version, s.schema_version, s.agentchat_version,
-       s.fingerprints, s.state_bytes, s.created_at, s.updated_at, s.expires_at,
-       CASE WHEN l.locked AND %(max)s::bigint IS NOT NULL AND (s.expires_at > now()) IS NOT TRUE
-            THEN ts_live_sessions(%(u)s::text, now()) END,
-       set_config('idle_session_timeout', CASE WHEN l.locked THEN %(ttl_ms)s::text ELSE '0' END, false)
-FROM (SELECT CASE WHEN {_NOT_HELD} THEN pg_try_advisory_lock({_LOCK_KEY}) END AS locked OFFSET 0) AS l
-LEFT JOIN LATERAL ts_locked_session(l.locked, %(u)s::text, %(s)s::text) AS s ON true
-"""
-
-_SET = """team = %(team)s::text, team_version = %(team_version)s::text, schema_version = %(schema)s::int,
-    agentchat_version = %(agentchat)s::text, fingerprints = %(fingerprints)s::json, state = %(state)s::text,
-    state_bytes = %(state_bytes)s::int, updated_at = now(),
-    expires_at = CASE WHEN expires_at BETWEEN %(expires_at)s::timestamptz AND %(expires_latest)s::timestamptz
-                      THEN expires_at ELSE %(expires_latest)s::timestamptz END"""
-
-_UPDATE = f"""UPDATE {_S} SET {_SET}, row_version = row_version + 1
-    WHERE user_id = %(u)s::text AND session_id = %(s)s::text AND row_version = %(version)s::bigint
-      AND {_NOT_HELD}
-    RETURNING row_version"""
-
-_INSERT = f"""INSERT INTO {_S} (user_id, session_id, team, team_version, schema_version, agentchat_version,
-        fingerprints, state, state_bytes, row_version, created_at, updated_at, expires_at)
-    SELECT %(u)s::text, %(s)s::text, %(team)s::text, %(team_version)s::text, %(schema)s::int,
-        %(agentchat)s::text, %(fingerprints)s::json, %(state)s::text, %(state_bytes)s::int, 1, now(), now(),
-        %(expires_latest)s::timestamptz
-    WHERE {_NOT_HELD}
-    ON CONFLICT (user_id, session_id) DO NOTHING
-    RETURNING row_version"""
-
-# Keep the lock (``s.save()`` mid-session): the statement itself restarts the lease timer.
-_SAVE_KEEP = {True: _UPDATE, False: _INSERT}
-# Save and release: the transaction takes the lock too, the session lock is dropped, and the commit
-# releases the transaction's; the subquery (OFFSET 0 keeps it one) runs before the outer unlock.
-_SAVE_RELEASE = {
-    existing: f"""WITH saved AS ({stmt})
-SELECT (SELECT row_version FROM saved), pg_advisory_unlock({_LOCK_KEY}),
-       set_config('idle_session_timeout', '0', false)
-FROM (SELECT pg_advisory_xact_lock({_LOCK_KEY}) OFFSET 0) AS handover"""
-    for existing, stmt in ((True, _UPDATE), (False, _INSERT))
-}
-_RELEASE = f"SELECT pg_advisory_unlock({_LOCK_KEY}), set_config('idle_session_timeout', '0', false)"
-
-
-_ACQUIRE_STMT, _RELEASE_STMT, _RENEW_STMT = Statement(_ACQUIRE), Statement(_RELEASE), Statement("SELECT 1")
-_SAVE_STMTS = {
-    release: {existing: Statement(sql) for existing, sql in table.items()}
-    for release, table in ((True, _SAVE_RELEASE), (False, _SAVE_KEEP))
-}
+_ACQUIRE, _RELEASE, _RENEW = for_psycopg(sql.acquire_lock()), for_psycopg(sql.release_lock()), for_psycopg(sql.touch())
+_SAVE = {(release, existing): for_psycopg(sql.save_locked(existing=existing, release=release))
+         for release in (True, False) for existing in (True, False)}
+_READ = slice(1, 1 + len(sql.SESSION_COLUMNS))  # where the row's columns sit in the load's result
+_COUNT = _READ.stop  # then the user's live sessions, if counted
 
 
 @dataclass
@@ -144,8 +77,9 @@ class _Lease:
         return time.monotonic() - self.taken > self.ttl
 
 
-class PostgresStateStore(SqlStateStore):
-    """:class:`SqlStateStore` on Postgres, with the lease as an advisory lock on a held connection.
+class LockLeaseStore(AdminMethods):
+    """:class:`teamstore.state.base.StateStore` on Postgres, with the lease as an advisory lock on a held
+    connection.
 
     Args:
         engine: A ``postgresql+psycopg`` engine the caller owns; used for everything off the hot path
@@ -157,7 +91,9 @@ class PostgresStateStore(SqlStateStore):
     lease = "lock"
 
     def __init__(self, engine: AsyncEngine, pool_size: int = 20) -> None:
-        super().__init__(engine)
+        self.engine = engine
+        self.lease_check = LeaseModeCheck(engine, self.lease)
+        self.admin = SessionAdmin(engine, sql.LOCK_LEASES, self, self.lease_check)
         self._direct = DirectPool(
             engine, pool_size, holds="sessions",
             needs="an advisory-lock lease (the server's idle_session_timeout ends a stalled worker's)",
@@ -172,17 +108,33 @@ class PostgresStateStore(SqlStateStore):
         max_sessions: int | None = None,
     ) -> StoredSession:
         """Take the session's advisory lock and read its row in one statement; see the module doc and
-        :meth:`SqlStateStore.acquire`."""
+        :meth:`teamstore.state.base.StateStore.acquire`."""
         await self.check_lease_mode()
-        deadline, pause = time.monotonic() + wait_seconds, _POLL_START
-        params = {"u": key.user_id, "s": key.session_id, "ttl_ms": str(max(1, round(lease_ttl * 1000))),
-                  "max": max_sessions}
+        waiting, params = Waiting(wait_seconds), lock_params(key, lease_ttl, max_sessions)
+        while True:
+            conn, cursor, row = await self._load(params, waiting.left)
+            locked, counted = row[0], row[_COUNT]
+            if locked and max_sessions is not None and counted is not None and counted >= max_sessions:
+                await self._unlock(conn, cursor, params)
+                raise TooManySessions(counted, max_sessions)
+            if locked:
+                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl)
+                values = row[_READ]
+                return new_session(key, claim) if values[1] is None else stored(key.user_id, key.session_id, values)
+            await self._direct.checkin(conn)
+            if locked is None:
+                raise erasure_open()
+            await waiting.pause_or_give_up(crashed="ends with its connection")
+
+    async def _load(self, params: Mapping[str, Any], seconds: float) -> tuple[Any, Any, tuple[Any, ...]]:
+        """One attempt at the lock, on a pooled connection: the connection, its cursor (kept with the
+        lease: one cursor serves the whole session) and the load's row."""
         stale_connections = 0
         while True:
-            conn = await self._direct.checkout(deadline - time.monotonic())
-            cursor = AsyncRawCursor(conn)  # kept with the lease: one cursor serves the whole session
+            conn = await self._direct.checkout(seconds)
+            cursor = AsyncRawCursor(conn)
             try:
-                row = await self._execute(cursor, _ACQUIRE_STMT, params)
+                row = await self._execute(cursor, _ACQUIRE, params)
             except BaseException as exc:
                 # Whatever happened (database error, cancellation), the lock may be held: end the session.
                 await self._direct.checkin(conn, discard=True)
@@ -195,26 +147,13 @@ class PostgresStateStore(SqlStateStore):
                     raise unavailable(exc, "take the session lease") from exc
                 raise
             assert row is not None
-            locked, stored = row[0], row[12]
-            if locked and max_sessions is not None and stored is not None and stored >= max_sessions:
-                await self._unlock(conn, cursor, params)
-                raise TooManySessions(stored, max_sessions)
-            if locked:
-                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl)
-                return _stored(key, claim, row)
-            await self._direct.checkin(conn)
-            if locked is None:
-                raise erasure_open()
-            if time.monotonic() >= deadline:
-                raise busy(wait_seconds, "ends with its connection")
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _POLL_MAX)
+            return conn, cursor, row
 
     async def _unlock(self, conn: Any, cursor: Any, params: Mapping[str, Any]) -> None:
         """Give back the lock of a load refused after taking it; a connection that cannot is closed,
         which frees the lock as well."""
         try:
-            await self._execute(cursor, _RELEASE_STMT, params)
+            await self._execute(cursor, _RELEASE, params)
         except BaseException as exc:
             await self._direct.checkin(conn, discard=True)
             if not isinstance(exc, psycopg.Error):
@@ -236,7 +175,7 @@ class PostgresStateStore(SqlStateStore):
         lease = self._lease(key, owner)
         params = save_params(key, expected_version, record)
         try:
-            row = await self._execute(lease.cursor, _SAVE_STMTS[release][expected_version > 0], params)
+            row = await self._execute(lease.cursor, _SAVE[release, expected_version > 0], params)
         except BaseException as exc:
             self._leases.pop((key, owner), None)
             await self._direct.checkin(lease.conn, discard=True)
@@ -247,7 +186,7 @@ class PostgresStateStore(SqlStateStore):
             self._leases.pop((key, owner), None)
             await self._direct.checkin(lease.conn)
         if row is None or row[0] is None:
-            await self._explain_lost_save(key, expected_version)
+            await self.admin.explain_lost_save(key, expected_version)
         return int(row[0])
 
     def _lease(self, key: SessionKey, owner: str) -> _Lease:
@@ -275,7 +214,7 @@ class PostgresStateStore(SqlStateStore):
             return False
         try:
             # Its own cursor: a renewal may overlap a mid-session save (the connection serialises them).
-            await self._execute(AsyncRawCursor(lease.conn), _RENEW_STMT, {})
+            await self._execute(AsyncRawCursor(lease.conn), _RENEW, {})
         except psycopg.Error:
             return False  # the connection (and with it the lock) is gone; the save will say so
         lease.taken = time.monotonic()
@@ -287,7 +226,7 @@ class PostgresStateStore(SqlStateStore):
         if lease is None:
             return
         try:
-            await self._execute(lease.cursor, _RELEASE_STMT, {"u": key.user_id, "s": key.session_id})
+            await self._execute(lease.cursor, _RELEASE, {"u": key.user_id, "s": key.session_id})
         except BaseException as exc:
             await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error) and not lease.overdue:
@@ -297,45 +236,9 @@ class PostgresStateStore(SqlStateStore):
             return
         await self._direct.checkin(lease.conn)
 
-    def _owned(self, owner: str) -> list[Any]:
-        # The advisory lock is the ownership; the lease columns stay empty on Postgres.
-        return []
-
-    def _sweepable(self, now: datetime) -> Any:
-        # A row whose session is open is skipped: the transaction-level lock fails while a worker holds
-        # the session's lock, and while the sweep holds it a worker waits, then finds no row.
-        return and_(sessions.c.expires_at < now, func.pg_try_advisory_xact_lock(
-            func.hashtext(sessions.c.user_id), func.hashtext(sessions.c.session_id)))
-
-    def _sweep_recheck(self, now: datetime) -> Any:
-        # A save committed between the sweep's snapshot and its lock moved the expiry on: keep that row.
-        # (The lock itself is not repeated here: it could be taken on rows that are not swept.)
-        return sessions.c.expires_at < now
-
     async def aclose(self) -> None:
         """Release every lease still held and close the store's pool (the engine stays the caller's)."""
         for lease in self._leases.values():
             await lease.conn.close()
         self._leases.clear()
         await self._direct.close()
-
-
-def save_params(key: SessionKey, expected_version: int, record: SaveRecord, *, owner: str = "") -> dict[str, Any]:
-    """The parameters of a save statement (``_SET`` and the row's address; ``owner`` for row leases)."""
-    return {
-        "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner,
-        "team": record.team, "team_version": record.team_version, "schema": record.schema_version,
-        "agentchat": record.agentchat_version, "fingerprints": orjson.dumps(dict(record.fingerprints)).decode(),
-        "state": record.state, "state_bytes": len(record.state.encode()), "expires_at": record.expires_at,
-        "expires_latest": record.expires_latest,
-    }
-
-
-def _stored(key: SessionKey, claim: Claim, row: tuple[Any, ...]) -> StoredSession:
-    (_, state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires, *_) = row
-    if version is None:  # no row yet: a new session, written by its first save
-        now = now_utc()
-        return StoredSession(key.user_id, key.session_id, claim.team, claim.team_version, claim.schema_version,
-                             claim.agentchat_version, dict(claim.fingerprints), None, 0, 0, now, now, None)
-    return checked(StoredSession(key.user_id, key.session_id, team, team_version, schema, agentchat,
-                                 read_fingerprints(fingerprints), state, size, version, created, updated, expires))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -33,17 +34,32 @@ from teamstore.ids import MAX_ID_CHARS
 from teamstore.state.base import read_fingerprints
 
 
+class JsonText(str):
+    """JSON already encoded (``teamstore.state.rows`` encodes fingerprints once, for every backend): the
+    fingerprints column writes it as it is, where any other value, a plain string too, is encoded."""
+
+    __slots__ = ()
+
+
 class Fingerprints(TypeDecorator[Any]):
-    """A session row's fingerprints: JSON, read back through :func:`teamstore.state.base.read_fingerprints`
-    alone. SQLite keeps JSON as text, and SQLAlchemy would parse it inside the very statement that takes
-    the lease: a damaged value (not even JSON) would fail that statement with the lease already taken.
+    """A session row's fingerprints: JSON (:class:`JsonText` written as it is), read back through
+    :func:`teamstore.state.base.read_fingerprints` alone. SQLite keeps JSON as text, and SQLAlchemy would
+    parse it inside the very statement that takes the lease: a damaged value (not even JSON) would fail
+    that statement with the lease already taken.
     """
 
     impl = JSON
     cache_ok = True
 
+    def bind_processor(self, dialect: Dialect) -> Any:
+        return _json_text
+
     def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
         return read_fingerprints  # the driver's value: text on SQLite, already parsed on Postgres
+
+
+def _json_text(value: Any) -> Any:
+    return value if value is None or isinstance(value, JsonText) else orjson.dumps(value).decode()
 
 
 DAMAGED = object()
