@@ -1,9 +1,9 @@
 """The Postgres backend with ``lock`` leases (the default): an advisory lock, held on one connection
 from load to save. (``row`` leases: :mod:`teamstore.state.postgres_row`.)
 
-    from teamstore.state.postgres_lock import PostgresStateStore
+    from teamstore.state.postgres_lock import LockLeaseStore
 
-    store = PostgresStateStore(engine, pool_size=20)      # engine: postgresql+psycopg
+    store = LockLeaseStore(engine, pool_size=20)          # engine: postgresql+psycopg; or store_for(engine)
     row = await store.acquire(key, claim, owner="w-1", lease_ttl=300, wait_seconds=10)
     ...                                                   # the run; the connection stays checked out
     await store.save(key, owner="w-1", expected_version=row.row_version, record=rec, release=True)
