@@ -13,9 +13,9 @@ the parameters and describing the result cost more client time than the database
 statement. So the statements of :mod:`teamstore.state.statements` are compiled once, to text, and sent
 through psycopg. Everything off the hot path (quarantine, listing, sweeps) stays on the engine.
 
-The pool is a stack of idle autocommit connections behind a semaphore, rather than psycopg_pool: on
-a cycle of two short statements, psycopg_pool's checkout and check-in (its locks, stats and
-background workers) cost about a tenth of the throughput (docs/architecture.md).
+The pool is a stack of idle autocommit connections behind a semaphore, rather than psycopg_pool: with
+row leases and many sessions at once (two checkouts per cycle) psycopg_pool cost 6-9% of the cycle's
+throughput; with advisory locks, nothing measurable (bench/README.md).
 """
 
 from __future__ import annotations
