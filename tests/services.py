@@ -55,3 +55,24 @@ def start_local_postgres(*, durable: bool = False) -> str | None:
         if "TEAMSTORE_TEST_DATABASE_URL=" in line:
             return line.split("=", 1)[1].strip()
     return None
+
+
+def postgres_server_log(server_url: str) -> str:
+    """The PostgreSQL server's own log, read by a superuser with ``pg_read_binary_file``.
+
+    ``infra/postgres.sh`` starts servers with ``pg_ctl -l "$PGDATA/server.log"``; a server with the logging
+    collector on names its current file itself (``pg_current_logfile()``). Where the log cannot be read
+    (not a superuser, logging elsewhere), the calling test is skipped, or fails under
+    ``TEAMSTORE_REQUIRE_SERVICES=1``: a log nobody reads would pass every check against it.
+    """
+    import psycopg
+
+    try:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_logfile()").fetchone()
+            path = (row[0] if row else None) or "server.log"
+            data = conn.execute("SELECT pg_read_binary_file(%s)", (path,)).fetchone()
+    except psycopg.Error as exc:
+        require_or_skip(f"cannot read the PostgreSQL server log: {type(exc).__name__}: {exc}")
+        raise
+    return bytes(data[0]).decode("utf-8", "replace") if data else ""
