@@ -1,9 +1,8 @@
-"""Fixtures of the canary suite: a deployment on each database and transcript store, its receivers, the
-canary book and a recorder of the process's own log records."""
+"""Fixtures of the canary suite: a deployment on each database and transcript store, its receivers and
+the canary book."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,10 +10,8 @@ import pytest
 
 from tests.canary.canaries import CanaryBook
 from tests.canary.deployment import Deployment
-from tests.canary.host import QUIET_AT_DEBUG
 from tests.canary.model_server import ModelServer
 from tests.canary.receiver import CanaryReceiver
-from tests.canary.sinks import RecordingHandler
 
 DEPLOYMENTS = [
     pytest.param("sqlite+local", id="sqlite+local"),
@@ -70,21 +67,3 @@ def make_deployment(request: pytest.FixtureRequest, tmp_path: Path, receiver: Ca
 def deployment(request: pytest.FixtureRequest, make_deployment: MakeDeployment) -> Deployment:
     """The same scenario on SQLite and Postgres, with the local folder and S3."""
     return make_deployment(request.param)
-
-
-@pytest.fixture
-def recorded_logging(deployment: Deployment) -> Iterator[None]:
-    """Every log record of this process at DEBUG into the deployment's ``python logging`` sink, the
-    database drivers held at INFO as the documentation asks (see ``tests.canary.host``)."""
-    root = logging.getLogger()
-    handler = RecordingHandler(deployment.logging)
-    before = root.level, {name: logging.getLogger(name).level for name in QUIET_AT_DEBUG}
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    for name in QUIET_AT_DEBUG:
-        logging.getLogger(name).setLevel(logging.INFO)
-    yield
-    root.removeHandler(handler)
-    root.setLevel(before[0])
-    for name, level in before[1].items():
-        logging.getLogger(name).setLevel(level)

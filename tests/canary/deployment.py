@@ -10,17 +10,20 @@ store (the local folder or versioned S3 over HTTP), a real OTLP receiver, and ev
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.canary.host import QUIET_AT_DEBUG
 from tests.canary.receiver import CanaryReceiver
 from tests.canary.sinks import (
     CLI_STDERR,
@@ -32,6 +35,7 @@ from tests.canary.sinks import (
     OtlpWire,
     PostgresServerLog,
     PostgresTables,
+    RecordingHandler,
     S3Buckets,
     Sink,
     SqliteTables,
@@ -151,6 +155,40 @@ class Deployment:
         """Run ``teamstore ARGS --json``; its JSON output."""
         done = self.cli(*args, "--json", ok=ok, **options)
         return json.loads(done.stdout) if done.stdout.strip() else None
+
+    def sql(self, statement: str, **params: Any) -> list[Any]:
+        """Run one statement on the deployment's database through a driver of the suite's own (a damaged
+        row, a look at the fence); the rows it returns."""
+        from sqlalchemy import create_engine, text
+
+        url = (self.database_url.replace("postgresql://", "postgresql+psycopg://", 1) if self.database_url
+               else f"sqlite:///{(self.home / 'teamstore.db').as_posix()}")
+        engine = create_engine(url)
+        try:
+            with engine.begin() as conn:
+                result = conn.execute(text(statement), params)
+                return list(result) if result.returns_rows else []
+        finally:
+            engine.dispose()
+
+    @contextmanager
+    def recording_logs(self) -> Iterator[None]:
+        """Every log record of this process at DEBUG into the ``python logging`` sink, the database
+        drivers held at INFO as the documentation asks (see ``tests.canary.host``)."""
+        root = logging.getLogger()
+        handler = RecordingHandler(self.logging)
+        before = root.level, {name: logging.getLogger(name).level for name in QUIET_AT_DEBUG}
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG)
+        for name in QUIET_AT_DEBUG:
+            logging.getLogger(name).setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(before[0])
+            for name, level in before[1].items():
+                logging.getLogger(name).setLevel(level)
 
     def sinks(self) -> list[Sink]:
         """Every sink of this deployment. Files come first: reading an SQLite file through sqlite3 could

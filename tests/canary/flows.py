@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.canary.canaries import CanaryBook, Kind
-from tests.canary.deployment import Deployment
 from config_registry import Manifest, Registry
 from teamstore.examples import example_manifest, support_triage
+from tests.canary.canaries import CanaryBook, Kind
+from tests.canary.deployment import Deployment
 from tests.canary.teams import gateway_desk, gateway_secrets, order_desk
 
 TRIAGE = "support_triage"

@@ -77,21 +77,35 @@ class Leak:
     canary: Canary
     form: str
     why: str
+    context: str = ""
 
     def __str__(self) -> str:
         owner = f" of {self.canary.owner}" if self.canary.owner else ""
         return (f"{self.canary.kind.value}{owner} ({self.canary.origin}) in {self.sink}: {self.location} "
-                f"[{self.form}] - {self.why}")
+                f"[{self.form}] - {self.why}\n      ...{self.context}...")
 
 
 @dataclass(frozen=True)
 class Hit:
-    """A canary found in a sink."""
+    """A canary found in a sink, with the text around it (what wrote it there is usually plain)."""
 
     sink: str
     location: str
     canary: Canary
     form: str
+    context: str = ""
+
+
+def _context(data: bytes, needle: bytes, width: int = 100, most: int = 3) -> str:
+    """Around the first few places ``needle`` is in ``data`` (a log line each, in a log), printable."""
+    places, at = [], data.find(needle)
+    while at >= 0 and len(places) < most:
+        start = max(0, at - width, data.rfind(b"\n", 0, at) + 1)
+        end = data.find(b"\n", at)
+        end = min(at + len(needle) + width, end if end >= 0 else len(data))
+        places.append(data[start:end].decode("utf-8", "replace").encode("unicode_escape").decode("ascii"))
+        at = data.find(needle, end)
+    return " | ".join(places)
 
 
 def layers(data: bytes, depth: int = 0) -> Iterator[tuple[str, bytes]]:
@@ -134,7 +148,8 @@ def _hits(sink: Sink, book: CanaryBook) -> Iterator[Hit]:
             for canary, form in book.find(unpacked):
                 if canary.token not in seen:
                     seen.add(canary.token)
-                    yield Hit(sink.name, location + suffix, canary, form)
+                    needle = dict(canary.forms())[form]
+                    yield Hit(sink.name, location + suffix, canary, form, _context(unpacked, needle))
 
 
 def judge(hits: Iterable[Hit], erased: Iterable[str] = ()) -> list[Leak]:
@@ -156,7 +171,7 @@ def judge(hits: Iterable[Hit], erased: Iterable[str] = ()) -> list[Leak]:
             continue
         else:
             why = f"no sink rule lets {hit.sink} hold a {canary.kind.value}"
-        leaks.append(Leak(hit.sink, hit.location, canary, hit.form, why))
+        leaks.append(Leak(hit.sink, hit.location, canary, hit.form, why, hit.context))
     return leaks
 
 

@@ -23,8 +23,7 @@ pytestmark = pytest.mark.otlp
     pytest.param("postgres+s3", marks=[pytest.mark.postgres, pytest.mark.s3], id="postgres+s3"),
 ], indirect=True)
 async def test_a_host_with_its_own_global_tracer_provider_exports_no_ids_words_or_tool_output(
-    deployment: Deployment, book: CanaryBook, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch,
-    recorded_logging: None,
+    deployment: Deployment, book: CanaryBook, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     alice = User.plant(book, "alice")
     register_teams(deployment.registry, model_server.base_url)
@@ -32,7 +31,7 @@ async def test_a_host_with_its_own_global_tracer_provider_exports_no_ids_words_o
     deployment.apply(monkeypatch, CANARY_ORDER_STATUS=status)
     if deployment.database_url:
         await upgrade_database(deployment.database_url)
-    with host_telemetry(deployment) as host_spans:
+    with deployment.recording_logs(), host_telemetry(deployment) as host_spans:
         async with Platform.from_settings() as platform:
             for session, text, team in [(alice.sessions[0], alice.tasks[0], TRIAGE),
                                         (alice.sessions[0], alice.tasks[1], TRIAGE),
