@@ -44,6 +44,7 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     for name in QUIET_AT_DEBUG:
         logging.getLogger(name).setLevel(max(level, logging.INFO))
+    os.umask(0o022)  # the usual umask: modes are checked as most hosts would make them
     if "--crash-before-rename" in options:
         _crash_before_rename()
     from teamstore.cli import main as teamstore_main

@@ -1,5 +1,6 @@
 """The main job, every step a CLI process, with canaries in every input: then every sink is searched, before
-and after one user's erasure, on SQLite and Postgres, with the local folder and S3 as transcript stores."""
+and after one user's erasure. On the embedded default (SQLite, the local folder) and in production's shape
+(Postgres, versioned S3): between them every sink there is; the fault scenarios take the other pairings."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServe
     return alice, bob
 
 
+@pytest.mark.parametrize("deployment", [
+    pytest.param("sqlite+local", id="sqlite+local"),
+    pytest.param("postgres+s3", marks=[pytest.mark.postgres, pytest.mark.s3], id="postgres+s3"),
+], indirect=True)
 def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_user(
     deployment: Deployment, book: CanaryBook, model_server: ModelServer
 ) -> None:

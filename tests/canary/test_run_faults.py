@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import stat
+import uuid
 from collections import Counter
 
 import pytest
@@ -49,30 +50,46 @@ def test_a_row_version_at_its_maximum_fails_closed_into_quarantine_and_erasure_l
     assert [q["session_id"] for q in quarantined] == [alice.sessions[0]] and quarantined[0]["reason"]
 
 
-@pytest.mark.parametrize("deployment", [
-    pytest.param("sqlite+s3", marks=pytest.mark.s3, id="sqlite+s3"),
-    pytest.param("postgres+s3", marks=[pytest.mark.postgres, pytest.mark.s3], id="postgres+s3"),
-], indirect=True)
-async def test_two_flushes_at_once_deliver_each_queued_transcript_once_and_erasure_leaves_nothing(
-    deployment: Deployment, book: CanaryBook, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    alice, bob = User.plant(book, "alice", sessions=15), User.plant(book, "bob", sessions=15)
-    register_teams(deployment.registry, model_server.base_url)
-    if deployment.database_url:
-        await upgrade_database(deployment.database_url)
-    refusing = FaultServer("deny")  # S3 refuses every upload: each transcript is queued in the outbox
+async def _queue_while_s3_refuses(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, *users: User) -> None:
+    """Run each user's sessions while S3 refuses every upload: each transcript waits in the outbox."""
+    refusing = FaultServer("deny")
     deployment.apply(monkeypatch, AWS_ENDPOINT_URL_S3=refusing.endpoint)
     try:
         with deployment.recording_logs():
             async with Platform.from_settings() as platform:
-                for user in (alice, bob):
+                for user in users:
                     for session in user.sessions:
                         async with platform.session(user.user_id, session, team=TRIAGE) as s:
                             await s.run(user.tasks[0])
     finally:
         refusing.stop()
-    queued = len(deployment.sql("SELECT run_id FROM ts_transcript_outbox"))
-    assert queued == 30
+
+
+def _backlog(deployment: Deployment, copies: int) -> None:
+    """Each queued transcript queued again under ``copies`` other run ids: a long outage's backlog, long
+    enough for two flushes to overlap however their processes start."""
+    rows = deployment.sql("SELECT run_id, object_key, subject_key, body, created_at, attempts FROM ts_transcript_outbox")
+    for run_id, key, subject_key, body, created_at, attempts in rows:
+        for _ in range(copies):
+            other = uuid.uuid4().hex
+            deployment.sql("INSERT INTO ts_transcript_outbox (run_id, object_key, subject_key, body, created_at, attempts) "
+                           "VALUES (:r, :k, :s, :b, :c, :a)", r=other, k=key.replace(run_id, other), s=subject_key,
+                           b=body, c=created_at, a=attempts)
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+async def test_two_flushes_at_once_deliver_each_queued_transcript_once_and_erasure_leaves_nothing(
+    make_deployment: MakeDeployment, book: CanaryBook, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment = make_deployment("postgres+s3")
+    alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
+    register_teams(deployment.registry, model_server.base_url)
+    assert deployment.database_url is not None
+    await upgrade_database(deployment.database_url)
+    await _queue_while_s3_refuses(deployment, monkeypatch, alice, bob)
+    _backlog(deployment, copies=14)
+    assert len(deployment.sql("SELECT run_id FROM ts_transcript_outbox")) == 90
 
     flushes = [deployment.start("transcripts", "flush", "--json") for _ in range(2)]
     for proc in flushes:
@@ -82,7 +99,7 @@ async def test_two_flushes_at_once_deliver_each_queued_transcript_once_and_erasu
     assert not leaks, report(leaks)
     versions = Counter(v["Key"] for page in deployment.s3_client().get_paginator("list_object_versions").paginate(
         Bucket=deployment.buckets[0]) for v in page.get("Versions", []))
-    assert len(versions) == 15, "alice's transcripts were delivered"
+    assert len(versions) == 45, "alice's transcripts were delivered"
     assert set(versions.values()) == {1}, f"delivered more than once: {sorted(versions.values())}"
 
 
