@@ -174,10 +174,14 @@ class Deployment:
     @contextmanager
     def recording_logs(self) -> Iterator[None]:
         """Every log record of this process at DEBUG into the ``python logging`` sink, the database
-        drivers held at INFO as the documentation asks (see ``tests.canary.host``)."""
+        drivers held at INFO as the documentation asks (see ``tests.canary.host``). pytest's own capture
+        is set aside meanwhile: it would print every DEBUG line of the block with a failure."""
         root = logging.getLogger()
-        handler = RecordingHandler(self.logging)
+        parked = [h for h in root.handlers if type(h).__module__ == "_pytest.logging"]
         before = root.level, {name: logging.getLogger(name).level for name in QUIET_AT_DEBUG}
+        handler = RecordingHandler(self.logging)
+        for pytest_handler in parked:
+            root.removeHandler(pytest_handler)
         root.addHandler(handler)
         root.setLevel(logging.DEBUG)
         for name in QUIET_AT_DEBUG:
@@ -186,6 +190,8 @@ class Deployment:
             yield
         finally:
             root.removeHandler(handler)
+            for pytest_handler in parked:
+                root.addHandler(pytest_handler)
             root.setLevel(before[0])
             for name, level in before[1].items():
                 logging.getLogger(name).setLevel(level)

@@ -8,9 +8,11 @@ import json
 
 import pytest
 
+from config_registry import Registry
+from teamstore.examples import example_manifest, support_triage_v2_renamed
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.deployment import Deployment
-from tests.canary.flows import User, erase, gateway_env, register_teams, runs_at_once
+from tests.canary.flows import TRIAGE, User, erase, gateway_env, register_teams, runs_at_once
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import judge, report, scan
 
@@ -18,21 +20,26 @@ pytestmark = pytest.mark.otlp
 
 
 def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServer) -> tuple[User, User]:
-    """Register, two users' sessions, resumes in new processes, a tool's output, secrets from the
-    environment, a transcript shown, cost: every step after registration a CLI process of its own."""
+    """Register, two users' sessions, resumes in new processes (one on a breaking version: quarantined), a
+    tool's output, secrets from the environment, a transcript shown, cost: every step after registration
+    a CLI process of its own."""
     alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
     register_teams(deployment.registry, model_server.base_url)
+    renamed = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TRIAGE})
+    breaking = Registry(deployment.registry).add(TRIAGE, support_triage_v2_renamed().dump_component(), renamed,
+                                                 "rename researcher to investigator")
     deployment.cli("db", "upgrade", level="INFO")
     runs_at_once(deployment, (alice, alice.sessions[0], alice.tasks[0]), (bob, bob.sessions[0], bob.tasks[0]))
     status = book.plant(Kind.TOOL_OUTPUT, "the order tool's answer for bob", owner="bob",
                         shape="order {} left the depot in Tromsø")
     secrets = gateway_env(book)
-    resumed = runs_at_once(
-        deployment, (alice, alice.sessions[0], alice.tasks[1]), (bob, bob.sessions[0], bob.tasks[1]),
+    resumed = runs_at_once(  # bob's on a breaking version: his state is set aside in quarantine
+        deployment, (alice, alice.sessions[0], alice.tasks[1]),
+        (bob, bob.sessions[0], bob.tasks[1], f"{TRIAGE}@{breaking}", {}),
         (bob, bob.sessions[1], "Where is my order?", "order_desk", {"CANARY_ORDER_STATUS": status}),
         (alice, alice.sessions[1], alice.tasks[2], "gateway_desk", secrets),
     )
-    assert [r["resume"]["outcome"] for r in resumed[:2]] == ["resumed", "resumed"]
+    assert [r["resume"]["outcome"] for r in resumed[:2]] == ["resumed", "definition_changed"]
     assert status in resumed[2]["reply"], "the tool ran and its output came back"
     unsent = [v for v in secrets.values() if not any(v in sent for h in model_server.headers for sent in h.values())]
     assert not unsent, "every secret went out to the model endpoint, through the run's whole path"
