@@ -1,8 +1,8 @@
 """One teamstore deployment under test: a home, a state database (SQLite or a real Postgres), a transcript
 store (the local folder or versioned S3 over HTTP), a real OTLP receiver, and every sink to scan.
 
-    deployment = Deployment(home, database_url=None, transcripts="local", receiver=receiver)
-    deployment.cli("registry", "add", ...)                    # a new CLI process; stderr kept as a sink
+    deployment = Deployment(home, receiver, database_url=url, server_url=server, s3_endpoint=endpoint)
+    deployment.cli("db", "upgrade")                           # a new CLI process; its stderr kept as a sink
     data = deployment.cli_json("run", "--team", ..., "hello")
     leaks = judge(scan(deployment.sinks(), book), erased={"bob"})
 """
@@ -65,17 +65,12 @@ class Deployment:
     buckets: list[str] = field(default_factory=list)
     extra_sinks: list[Sink] = field(default_factory=list)
     cli_stderr: CapturedText = field(default_factory=lambda: CapturedText(CLI_STDERR))
-    logging: CapturedText = field(default_factory=lambda: CapturedText(PY_LOGGING))
+    log_records: CapturedText = field(default_factory=lambda: CapturedText(PY_LOGGING))
 
     def __post_init__(self) -> None:
         self.transcripts_url: str | None = None
         if self.s3_endpoint is not None:
             self.transcripts_url = f"s3://{self.new_bucket()}/audit"
-
-    @property
-    def label(self) -> str:
-        """``sqlite+local``, ``postgres+s3`` ..."""
-        return f"{'postgres' if self.database_url else 'sqlite'}+{'s3' if self.s3_endpoint else 'local'}"
 
     @property
     def registry(self) -> Path:
@@ -179,7 +174,7 @@ class Deployment:
         root = logging.getLogger()
         parked = [h for h in root.handlers if type(h).__module__ == "_pytest.logging"]
         before = root.level, {name: logging.getLogger(name).level for name in QUIET_AT_DEBUG}
-        handler = RecordingHandler(self.logging)
+        handler = RecordingHandler(self.log_records)
         for pytest_handler in parked:
             root.removeHandler(pytest_handler)
         root.addHandler(handler)
@@ -208,5 +203,5 @@ class Deployment:
             found.append(SqliteTables(self.home / "teamstore.db"))
         if self.s3_endpoint:
             found.append(S3Buckets(self.s3_client(), self.buckets))
-        found += [OtlpWire(SPANS, self.receiver), self.cli_stderr, self.logging, *self.extra_sinks]
+        found += [OtlpWire(SPANS, self.receiver), self.cli_stderr, self.log_records, *self.extra_sinks]
         return found
