@@ -50,7 +50,19 @@ def head_revision() -> str:
     return head
 
 
+MIGRATION_LOCK = 7_460_617_270_001
+"""The advisory lock key (Postgres) that serialises migrations of one database."""
+
+
 def _upgrade(connection: Connection, target: str) -> None:
+    # Processes starting together on a fresh database (two `teamstore run` in a new home, workers rolling
+    # out) each found it empty and ran the same CREATE TABLE; all but one failed ("table already exists").
+    # The migration takes the database's write lock first, so a second one waits, then finds it done.
+    if connection.dialect.name == "sqlite":
+        # pysqlite opens no transaction before DDL by itself: without this, each statement commits alone.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
     command.upgrade(alembic_config(connection), target)
 
 
