@@ -759,13 +759,18 @@ async def test_a_request_cancelled_while_the_session_closes_still_saves_and_give
     platform: Platform,
 ) -> None:
     platform.observers.append(_SlowAudit())
+    exiting = asyncio.Event()
 
     async def handler() -> None:
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("My router ZX-81 drops every evening")
+            exiting.set()  # the block exits next, and waits there for the slow audit write
 
-    with pytest.raises(TimeoutError):  # the request's timeout lands while the block exits
-        await asyncio.wait_for(handler(), timeout=0.3)
+    request = asyncio.ensure_future(handler())
+    await exiting.wait()
+    request.cancel()  # the request's timeout lands while the block exits
+    with pytest.raises(asyncio.CancelledError):
+        await request
     platform.observers.pop()
     started = time.monotonic()
     result, outcome = await talk(platform, "alice", "s1", "still broken")  # not SessionBusy for the lease TTL
