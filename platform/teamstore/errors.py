@@ -14,22 +14,22 @@ happened and how to fix it.
 
 from __future__ import annotations
 
-# The root class lives in the registry package, the lowest layer, so the registry's errors and the
-# runtime's share one hierarchy while ``config_registry`` never imports ``teamstore``.
 from config_registry.errors import (
     DefinitionInvalid,
+    ExtensionInvalid,
+    HintedError,
     RegistryConflict,
     RegistryCorrupt,
     RegistryError,
     RegistryNotFound,
     SecretUnavailable,
-    TeamstoreError,
     UnknownTeam,
     UnknownVersion,
 )
 
 __all__ = [
     "DefinitionInvalid",
+    "ExtensionInvalid",
     "RegistryConflict",
     "RegistryCorrupt",
     "RegistryError",
@@ -39,6 +39,15 @@ __all__ = [
     "UnknownTeam",
     "UnknownVersion",
 ]
+
+TeamstoreError = HintedError
+"""Base of every error teamstore raises on purpose: a message saying what happened, a hint how to fix it.
+
+It is the registry's root (``config_registry.errors.HintedError``) under teamstore's name, so that the
+registry's errors (``UnknownTeam``, ``DefinitionInvalid``, ...) and the runtime's are one hierarchy: the
+registry knows nothing of teamstore, and Python's ``except`` follows only real base classes, so the root
+has to be the registry's own class rather than a subclass of it.
+"""
 
 
 # --- configuration -----------------------------------------------------------------------------------------
