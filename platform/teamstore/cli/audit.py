@@ -35,7 +35,7 @@ from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain,
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import require_current, upgrade
 from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
-from teamstore.ids import check_id
+from teamstore.ids import check_ids
 from teamstore.settings import MAX_DAYS, Settings
 
 T = TypeVar("T")
@@ -63,15 +63,6 @@ def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]], *, must_ex
             await engine.dispose()
 
     return asyncio.run(main())
-
-
-def _check_ids(user: str | None, session: str | None) -> None:
-    """Refuse an id no run can have (empty, control characters, too long) by name, rather than answering
-    'no audit data' or an empty report for it."""
-    if user is not None:
-        check_id("user_id", user)
-    if session is not None:
-        check_id("session_id", session)
 
 
 # --- transcripts ---------------------------------------------------------------------------------------------
@@ -158,7 +149,7 @@ def transcripts_show(
     as_json: bool = JsonOption,
 ) -> None:
     """Print a session's newest transcripts, or one run's, readable or as JSON; and how many runs it has."""
-    _check_ids(user, session)
+    check_ids(user_id=user, session_id=session)
     if run is not None and last is not None:
         raise ConfigurationError("--last and --run each choose the runs to show", hint="give one of them")
     page = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run, last or DEFAULT_RUNS),
@@ -317,7 +308,7 @@ def cost(
     """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
     if fmt not in {"table", "csv", "json"}:
         raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
-    _check_ids(user, session)
+    check_ids(user_id=user, session_id=session)
 
     async def go(settings: Settings, engine: AsyncEngine) -> CostReport:
         prices = load_prices(settings.prices_path)

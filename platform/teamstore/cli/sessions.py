@@ -20,7 +20,7 @@ from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_
 from teamstore.db.engine import create_engine, redact_url
 from teamstore.db.migrate import current_revision, head_revision, require_current, ships, upgrade
 from teamstore.errors import ConfigurationError, TeamstoreError
-from teamstore.ids import check_id
+from teamstore.ids import check_ids
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -63,15 +63,6 @@ def _with_store(fn: Callable[[SqlStateStore, Settings], Awaitable[T]]) -> T:
             await engine.dispose()
 
     return asyncio.run(main())
-
-
-def _check_ids(*, user: str | None = None, session: str | None = None) -> None:
-    """Refuse an id no session can have (empty, control characters, too long) by name, as a run would,
-    rather than answering 'nothing stored' for it."""
-    if user is not None:
-        check_id("user_id", user)
-    if session is not None:
-        check_id("session_id", session)
 
 
 def run(
@@ -136,7 +127,7 @@ def list_sessions(
     as_json: bool = JsonOption,
 ) -> None:
     """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
-    _check_ids(user=user)
+    check_ids(user_id=user)
 
     async def go(store: SqlStateStore, settings: Settings) -> tuple[list[dict[str, Any]], str | None]:
         rows = [describe_session(r) for r in await store.list_sessions(user, limit)]
@@ -174,7 +165,7 @@ def show_session(
 ) -> None:
     """Show one session: team, versions, per persisted agent the stored messages and bytes, and how many
     sessions its user keeps against TEAMSTORE_MAX_SESSIONS_PER_USER."""
-    _check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
 
     async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any] | None:
         row = await store.get(SessionKey(user, session))
@@ -211,7 +202,7 @@ def list_quarantine(
     as_json: bool = JsonOption,
 ) -> None:
     """List refused states that were set aside, with the reason."""
-    _check_ids(user=user)
+    check_ids(user_id=user)
 
     async def go(store: SqlStateStore, _settings: Settings) -> list[dict[str, Any]]:
         return [vars(q) for q in await store.list_quarantined(user)]
@@ -235,7 +226,7 @@ def delete_session(
 ) -> None:
     """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
 
-    _check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
 
     async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any]:
         # What Platform.delete_session does: it waits for an open session as a request would.
