@@ -14,6 +14,8 @@ happened and how to fix it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from config_registry.errors import (
     DefinitionInvalid,
     ExtensionInvalid,
@@ -127,10 +129,15 @@ class StateNotSerializable(StateError):
     """An agent's ``save_state()`` output holds a value that is not JSON (the message names agent and path)."""
 
 
+Refusal = Literal["corrupt", "schema_mismatch", "library_mismatch", "definition_changed", "too_large"]
+"""Why a stored state is refused (and quarantined): the resume outcomes that are not ``resumed``, ``new``
+or ``expired`` (``teamstore.runtime.resume.Outcome``)."""
+
+
 class StateRejected(StateError):
     """A stored state failed validation; the session starts fresh and the row is quarantined."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: Refusal, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail

@@ -28,7 +28,7 @@ from typing import Any
 from opentelemetry.trace import TracerProvider
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from config_registry import Registry, TeamDefinition
+from config_registry import BuiltTeam, Registry, TeamDefinition
 from config_registry.build import build_team
 from config_registry.errors import RegistryError
 from teamstore.audit.autogen_spans import autogen_spans_to, install, provider_for_autogen
@@ -165,7 +165,7 @@ class Platform:
             await self.store.check_lease_mode()  # a worker of the other kind of lease fails here, at start
             self._schema_checked = True
 
-    async def build_team(self, ref: str) -> Any:
+    async def build_team(self, ref: str) -> BuiltTeam:
         """A fresh team for ``ref`` (``name``, ``name@version``, ``name@label``), model clients metered.
 
         Definitions are cached: a pinned version forever (it cannot change), a name or label for
