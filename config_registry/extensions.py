@@ -10,7 +10,9 @@ still sees what every installed package declares:
     [project.entry-points."config_registry.bounding_contexts"]
     "mypackage.context.MyContext" = "mypackage.context:BOUNDING"   # a config_registry.bounds.BoundingContext
 
-Reading the declarations imports nothing: a provider prefix is the module its entry point names, and a
+A package may also declare its providers when it is imported (:func:`register_provider_prefix`), as it
+may register a bounding context (:mod:`config_registry.bounds`): a process that runs it from a source tree,
+without its installed metadata, then allows them too. Reading the declarations imports nothing: a provider prefix is the module its entry point names, and a
 bounding context's module is imported only when a persisted participant names that context's provider.
 An installed package is trusted as AutoGen is (it runs code when imported anyway); a stored definition
 never makes the registry import a module an installed package has not declared.
@@ -27,6 +29,19 @@ BOUNDING_CONTEXTS = "config_registry.bounding_contexts"
 """Entry point group: each entry is named after a context's provider and points at its ``BoundingContext``."""
 
 
+_REGISTERED_PREFIXES: set[str] = set()
+
+
+def register_provider_prefix(prefix: str) -> None:
+    """Allow every provider under ``prefix`` (``"mypackage."``) in every definition, as an entry point of
+    the :data:`PROVIDERS` group does.
+
+    Args:
+        prefix: A module prefix, ending in ``"."``.
+    """
+    _REGISTERED_PREFIXES.add(prefix)
+
+
 @functools.cache
 def declared(group: str) -> dict[str, EntryPoint]:
     """The entry points installed packages declare in ``group``, by name (read once per process).
@@ -41,8 +56,8 @@ def declared(group: str) -> dict[str, EntryPoint]:
 
 
 def provider_prefixes() -> tuple[str, ...]:
-    """The provider prefixes installed packages declare (``"mypackage."``), sorted."""
-    return tuple(sorted(f"{entry.module}." for entry in declared(PROVIDERS).values()))
+    """The provider prefixes installed packages declare (``"mypackage."``) or registered, sorted."""
+    return tuple(sorted({f"{entry.module}." for entry in declared(PROVIDERS).values()} | _REGISTERED_PREFIXES))
 
 
 def declaring_package(entry: EntryPoint) -> str:

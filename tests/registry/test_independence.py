@@ -19,7 +19,7 @@ from autogen_ext.models.replay import ReplayChatCompletionClient
 
 import config_registry
 import teamstore
-from config_registry import bounds, extensions
+from config_registry import Manifest, bounds, extensions
 from config_registry.bounds import BoundingContext
 from config_registry.errors import ExtensionInvalid, HintedError, RegistryError, UnknownTeam
 from teamstore.context import BoundedChatCompletionContext
@@ -159,3 +159,11 @@ def test_a_declared_bounding_context_that_does_not_load_is_refused_by_name_never
     with pytest.raises(ExtensionInvalid, match=why) as caught:
         bounds.bound_of({"provider": provider, "config": {}})
     assert provider in caught.value.message and caught.value.hint
+
+
+def test_a_provider_prefix_registered_on_import_is_allowed_like_a_declared_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extensions, "declared", lambda group: {})  # no installed metadata at all
+    monkeypatch.setattr(extensions, "_REGISTERED_PREFIXES", set())
+    assert "teamstore." not in Manifest(name="x").provider_prefixes()
+    extensions.register_provider_prefix("teamstore.")
+    assert "teamstore." in Manifest(name="x").provider_prefixes()
