@@ -1,8 +1,9 @@
 """The one way a command reaches the database and the stores: the composition root, opened and closed.
 
-    from teamstore.cli._runner import check_ids, with_app
+    from teamstore.cli._runner import with_app
+    from teamstore.ids import check_ids
 
-    check_ids(user=user)                                  # a bad id is said before anything is opened
+    check_ids(user_id=user)                               # a bad id is said before anything is opened
     rows = with_app(lambda app: app.state_store.list_sessions(user, 10), must_exist=True, lease=True)
 
 ``with_app`` builds an :class:`teamstore.app.App` from the environment, brings or checks the schema, runs the
@@ -19,7 +20,6 @@ from typing import TypeVar
 from teamstore.app import App
 from teamstore.cli._output import fail
 from teamstore.errors import TeamstoreError
-from teamstore.ids import check_id
 
 T = TypeVar("T")
 
@@ -55,16 +55,3 @@ def with_app(fn: Callable[[App], Awaitable[T]], *, must_exist: bool, migrate: bo
         return asyncio.run(main())
     except TeamstoreError as exc:
         fail(exc)  # inside the command, so the exit is a status without a traceback
-
-
-def check_ids(*, user: str | None = None, session: str | None = None) -> None:
-    """Refuse an id no session or run can have (empty, control characters, too long) by name, as a run
-    would, rather than answering 'nothing stored' or an empty report for it.
-
-    Raises:
-        InvalidIdentifier: Either id is not one a session can have.
-    """
-    if user is not None:
-        check_id("user_id", user)
-    if session is not None:
-        check_id("session_id", session)

@@ -31,8 +31,9 @@ from teamstore.audit.transcripts import TranscriptStore
 from teamstore.audit.transcripts.pages import DEFAULT_RUNS, MAX_RUNS, RunPage, newest_runs, one_run
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
-from teamstore.cli._runner import check_ids, with_app
+from teamstore.cli._runner import with_app
 from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
+from teamstore.ids import check_ids
 from teamstore.settings import MAX_DAYS, Settings
 
 transcripts_app = typer.Typer(
@@ -124,7 +125,7 @@ def transcripts_show(
     as_json: bool = JsonOption,
 ) -> None:
     """Print a session's newest transcripts, or one run's, readable or as JSON; and how many runs it has."""
-    check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
     if run is not None and last is not None:
         raise ConfigurationError("--last and --run each choose the runs to show", hint="give one of them")
     page = with_app(lambda app: load_transcripts(app.engine, app.transcript_store, user, session, run,
@@ -280,7 +281,7 @@ def cost(
     """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
     if fmt not in {"table", "csv", "json"}:
         raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
-    check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
 
     async def go(app: App) -> CostReport:
         prices = load_prices(app.settings.prices_path)

@@ -17,12 +17,12 @@ from typing import TypeVar
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from teamstore.audit.subjects import check_user_id
 from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
 from teamstore.cli._runner import with_app
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.erasure.requests import check_request_id
 from teamstore.errors import ErasureIncomplete
+from teamstore.ids import check_erasable_id, control_character
 
 T = TypeVar("T")
 INCOMPLETE = 2
@@ -109,13 +109,24 @@ def erase(
             "Missing option '--user': the user id to erase (or `teamstore erase status ID` for a request's receipt)",
             ctx=ctx,
         )
-    check_user_id(user)  # before the database is looked for: the id is what is wrong
+    check_erasable_id(user)  # before the database is looked for: the id is what is wrong
+    _note_control_character(user)
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
         check_request_id(request_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run), _Bars(bar))
     _finish(receipt, as_json)
+
+
+def _note_control_character(user: str) -> None:
+    """Say why an id no session can have is still erased: earlier releases' audit could store it."""
+    bad = control_character(user)
+    if bad is not None:
+        err_console.print(
+            f"[yellow]note[/]: the user id holds the control character U+{ord(bad):04X}: no session can have "
+            "such an id, but audit records an earlier release made may; erasing those"
+        )
 
 
 @app.command("status")

@@ -16,10 +16,11 @@ import typer
 
 from teamstore.app import App
 from teamstore.cli._output import JsonOption, console, emit, plain, print_table
-from teamstore.cli._runner import check_ids, with_app
+from teamstore.cli._runner import with_app
 from teamstore.db.engine import redact_url
 from teamstore.db.migrate import current_revision, head_revision, require_current, ships, upgrade
 from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.ids import check_ids
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
@@ -107,7 +108,7 @@ def list_sessions(
     as_json: bool = JsonOption,
 ) -> None:
     """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
-    check_ids(user=user)
+    check_ids(user_id=user)
 
     async def go(app: App) -> tuple[list[dict[str, Any]], str | None]:
         store = app.state_store
@@ -146,7 +147,7 @@ def show_session(
 ) -> None:
     """Show one session: team, versions, per persisted agent the stored messages and bytes, and how many
     sessions its user keeps against TEAMSTORE_MAX_SESSIONS_PER_USER."""
-    check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
 
     async def go(app: App) -> dict[str, Any] | None:
         row = await app.state_store.get(SessionKey(user, session))
@@ -183,7 +184,7 @@ def list_quarantine(
     as_json: bool = JsonOption,
 ) -> None:
     """List refused states that were set aside, with the reason."""
-    check_ids(user=user)
+    check_ids(user_id=user)
 
     async def go(app: App) -> list[dict[str, Any]]:
         return [vars(q) for q in await app.state_store.list_quarantined(user)]
@@ -207,7 +208,7 @@ def delete_session(
 ) -> None:
     """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
 
-    check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
 
     async def go(app: App) -> dict[str, Any]:
         # What Platform.delete_session does: it waits for an open session as a request would.

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.messages import BaseChatMessage
@@ -55,8 +55,13 @@ from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.envelope import encode
 from teamstore.state.sql import SqlStateStore
 
+if TYPE_CHECKING:
+    from config_registry.types import BuiltTeam, TeamOrAgent
+
 log = logging.getLogger("teamstore.session")
 AGENTCHAT_VERSION = package_version("autogen-agentchat")
+Phase = Literal["new", "open", "closed"]
+"""Where a session is: not entered yet, inside its ``async with`` block, or done (it is used once)."""
 EXPIRY_SLACK = 0.01
 """A saved session expires between TTL and TTL + 1% after its last save, so its expiry (an indexed
 column) moves about once per 1% of the TTL, not on every save."""
@@ -151,12 +156,12 @@ class Session:
                                      hint="pass how long to wait for a session another worker holds")
         self._lease_timeout = float(lease_timeout)
         self._owner = f"{deps.worker_id}:{uuid.uuid4().hex[:12]}"
-        self._built: Any = None
+        self._built: BuiltTeam  # set when the session is entered; used only while it is open
         self._row_version = 0
         self._pending: str | None = None
         self._running = False
         self._cancelled = False
-        self._phase = "new"  # -> "open" inside the block -> "closed"; a Session is used once
+        self._phase: Phase = "new"
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -164,7 +169,7 @@ class Session:
         self.last_run_id: str | None = None
 
     @property
-    def team(self) -> Any:
+    def team(self) -> TeamOrAgent:
         """The team (or agent) built for this session alone."""
         return self._built.team
 
