@@ -195,3 +195,14 @@ def registry_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def git(path: Path, *args: str) -> str:
     """Run git in ``path`` and return its stdout (for tests that inspect the repository)."""
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout
+
+
+# --- no silent skips in CI ---------------------------------------------------------------------------------
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``TEAMSTORE_REQUIRE_SERVICES=1`` (CI) a skipped test is a failed one: every suite runs in CI."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and os.environ.get("TEAMSTORE_REQUIRE_SERVICES") == "1" and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every test must run: {report.longrepr}"

@@ -102,3 +102,17 @@ async def test_a_database_migrated_by_a_newer_teamstore_is_refused_by_name_not_m
     async with engine.connect() as conn:  # nothing was touched
         assert (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar() == "0099"
     await engine.dispose()
+
+
+async def test_processes_migrating_one_fresh_database_at_once_all_succeed(database_url: str) -> None:
+    """Workers (or two `teamstore run`) starting together on a new database each find it empty: every one
+    of them must end with the schema at head, none with "table already exists"."""
+    import asyncio
+
+    engines = [create_engine(database_url) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(upgrade(engine) for engine in engines), return_exceptions=True)
+        assert results == [head_revision()] * len(engines)
+    finally:
+        for engine in engines:
+            await engine.dispose()

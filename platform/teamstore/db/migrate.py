@@ -4,7 +4,7 @@
     teamstore db current
 
     from teamstore.db.migrate import upgrade
-    await upgrade(engine)           # the embedded SQLite default does this on open
+    await upgrade(engine)           # the embedded SQLite default does this on open (ensure_current)
 
 The migration scripts ship inside the package (``teamstore/migrations``), so an installed wheel can
 migrate without a checkout.
@@ -50,7 +50,19 @@ def head_revision() -> str:
     return head
 
 
+MIGRATION_LOCK = 7_460_617_270_001
+"""The advisory lock key (Postgres) that serialises migrations of one database."""
+
+
 def _upgrade(connection: Connection, target: str) -> None:
+    # Processes starting together on a fresh database (two `teamstore run` in a new home, workers rolling
+    # out) each found it empty and ran the same CREATE TABLE; all but one failed ("table already exists").
+    # The migration takes the database's write lock first, so a second one waits, then finds it done.
+    if connection.dialect.name == "sqlite":
+        # pysqlite opens no transaction before DDL by itself: without this, each statement commits alone.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
     command.upgrade(alembic_config(connection), target)
 
 
@@ -107,3 +119,17 @@ async def require_current(engine: AsyncEngine) -> None:
             + f"; this code needs migration {head_revision()}",
             hint="run `teamstore db upgrade` (production databases are never migrated implicitly)",
         )
+
+
+async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> None:
+    """Bring the database to this code's head when ``migrate`` (``Settings.should_auto_migrate``: the
+    embedded default, or ``TEAMSTORE_AUTO_MIGRATE``), else check it is there.
+
+    Raises:
+        SchemaNotReady: Not ``migrate`` and the database is not at head, or a newer teamstore migrated it.
+        StoreUnavailable: The database failed.
+    """
+    if migrate:
+        await upgrade(engine)
+    else:
+        await require_current(engine)

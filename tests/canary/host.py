@@ -1,0 +1,57 @@
+"""The ``teamstore`` command as a service host runs it: logging configured at a level, and optionally a
+crash at one chosen point.
+
+    python -m tests.canary.host --log-level DEBUG -- run --team support_triage --user u --session s "hi"
+    python -m tests.canary.host --crash-before-rename -- run ...   # SIGKILL between temp file and rename
+
+The root logger gets a stderr handler at the level (the command line itself only prints warnings), so
+every record the CLI, the library and AutoGen let through is in the captured stderr. The database
+drivers' loggers stay at INFO: at DEBUG they print every bound parameter, and docs/operations.md tells
+operators to keep them above DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+QUIET_AT_DEBUG = ("aiosqlite", "psycopg")
+"""Loggers held at INFO whatever the level: the documented exception (docs/operations.md)."""
+
+
+def _crash_before_rename() -> None:
+    """Kill the process the moment a transcript's temporary file is complete, before it is renamed into
+    place: a writer killed between the two steps, as by the OOM killer or a deploy."""
+    replace = os.replace
+
+    def crashing(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kwargs: object) -> None:
+        if os.path.basename(os.fspath(src)).startswith(".tmp-") and os.fspath(dst).endswith(".jsonl.gz"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        replace(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    os.replace = crashing  # type: ignore[assignment]
+
+
+def main(argv: list[str]) -> None:
+    """Parse the host's own options (up to ``--``), then run the command line on the rest."""
+    split = argv.index("--")
+    options, command = argv[:split], argv[split + 1:]
+    level = logging.INFO
+    if "--log-level" in options:
+        level = logging.getLevelName(options[options.index("--log-level") + 1])
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    for name in QUIET_AT_DEBUG:
+        logging.getLogger(name).setLevel(max(level, logging.INFO))
+    os.umask(0o022)  # the usual umask: modes are checked as most hosts would make them
+    if "--crash-before-rename" in options:
+        _crash_before_rename()
+    from teamstore.cli import main as teamstore_main
+
+    sys.argv = ["teamstore", *command]
+    teamstore_main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

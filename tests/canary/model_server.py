@@ -1,0 +1,71 @@
+"""A local OpenAI-compatible chat endpoint: the gateway desk's model calls reach it over real HTTP, with
+the secrets the runtime resolved from the environment in their headers.
+
+    server = ModelServer()
+    env["GATEWAY_URL"] = server.base_url
+    ...
+    assert server.saw("x-functions-key", secret)     # the secret really went out
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+REPLY = "Your order is on its way. TERMINATE"
+
+
+class ModelServer:
+    """Answers every ``POST .../chat/completions`` with one short completion, and keeps the headers."""
+
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` an OpenAI client takes."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def saw(self, header: str, value: str) -> bool:
+        """Whether some request carried ``header`` with ``value`` in it."""
+        with self._lock:
+            return any(value in h.get(header.lower(), "") for h in self.headers)
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+                with server._lock:
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                body = json.dumps({
+                    "id": "chatcmpl-canary", "object": "chat.completion", "created": int(time.time()),
+                    "model": "gpt-4o-mini",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": REPLY}}],
+                    "usage": {"prompt_tokens": 21, "completion_tokens": 9, "total_tokens": 30},
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        return Handler

@@ -1,0 +1,76 @@
+"""Teams the canary suite registers beside the example support team.
+
+``order_desk``: one agent whose model (AutoGen's ``ReplayChatCompletionClient``) calls a tool; the tool
+reads the order system, here the ``CANARY_ORDER_STATUS`` variable of the process that runs the team, so
+the canary enters through the tool's output and appears nowhere in the definition.
+
+``gateway_desk``: one agent on ``OpenAIChatCompletionClient`` behind a gateway that wants its key in
+``api_key`` and in headers (``x-functions-key``, ``X-Auth-Key``, ``api-key``); every secret is left
+empty here and registered as a reference to the environment. Its model is the local model server
+(``tests.canary.model_server``).
+"""
+
+from __future__ import annotations
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_core import FunctionCall
+from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage
+from autogen_core.tools import FunctionTool
+
+from teamstore.context import BoundedChatCompletionContext
+
+GATEWAY_HEADERS = ("x-functions-key", "X-Auth-Key", "api-key")
+"""Headers the gateway reads a key from: Azure Functions', a common API gateway's, Azure OpenAI's."""
+CLIENT = "model_client.config"
+"""Where the agent's model client keeps its settings, as a registry path."""
+
+
+def gateway_secrets() -> dict[str, str]:
+    """``--secret`` declarations of the gateway desk: path -> environment variable."""
+    paths = {f"{CLIENT}.api_key": "GATEWAY_API_KEY"}
+    paths.update({f"{CLIENT}.default_headers.{h}": f"GATEWAY_{h.upper().replace('-', '_')}" for h in GATEWAY_HEADERS})
+    return paths
+
+
+def order_status() -> str:
+    """Look up the customer's order."""
+    import os
+
+    return os.environ.get("CANARY_ORDER_STATUS", "unknown")
+
+
+def order_desk() -> AssistantAgent:
+    """An agent whose one model call asks for the order tool; its reply is the tool's output."""
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    call = CreateResult(
+        finish_reason="function_calls",
+        content=[FunctionCall(id="call-1", name="order_status", arguments="{}")],
+        usage=RequestUsage(prompt_tokens=40, completion_tokens=8),
+        cached=False,
+    )
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
+                     structured_output=False)
+    return AssistantAgent(
+        "desk",
+        model_client=ReplayChatCompletionClient([call], model_info=info),
+        tools=[FunctionTool(order_status, description="Look up the customer's order.")],
+        model_context=BoundedChatCompletionContext(max_messages=20),
+        system_message="You are desk. Look the order up.",
+    )
+
+
+def gateway_desk(base_url: str = "http://127.0.0.1:9/v1", headers: dict[str, str] | None = None) -> AssistantAgent:
+    """An agent on an OpenAI-compatible gateway at ``base_url``; its header secrets are empty placeholders
+    unless given (a careless author pasting them), its key is masked by ``dump_component()``."""
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    client = OpenAIChatCompletionClient(
+        model="gpt-4o-mini",
+        api_key="placeholder",
+        base_url=base_url,
+        default_headers=headers if headers is not None else dict.fromkeys(GATEWAY_HEADERS, ""),
+        max_retries=0,
+    )
+    return AssistantAgent("desk", model_client=client, model_context=BoundedChatCompletionContext(max_messages=20),
+                          system_message="You are desk. Answer the customer.")

@@ -1,0 +1,71 @@
+"""The main job, every step a CLI process, with canaries in every input: then every sink is searched, before
+and after one user's erasure. On the embedded default (SQLite, the local folder) and in production's shape
+(Postgres, versioned S3): between them every sink there is; the fault scenarios take the other pairings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from config_registry import Registry
+from teamstore.examples import example_manifest, support_triage_v2_renamed
+from tests.canary.canaries import CanaryBook, Kind
+from tests.canary.deployment import Deployment
+from tests.canary.flows import TRIAGE, User, erase, gateway_env, register_teams, runs_at_once
+from tests.canary.model_server import ModelServer
+from tests.canary.policy import judge, report, scan
+
+pytestmark = pytest.mark.otlp
+
+
+def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServer) -> tuple[User, User]:
+    """Register, two users' sessions, resumes in new processes (one on a breaking version: quarantined), a
+    tool's output, secrets from the environment, a transcript shown, cost: every step after registration
+    a CLI process of its own."""
+    alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
+    register_teams(deployment.registry, model_server.base_url)
+    renamed = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TRIAGE})
+    breaking = Registry(deployment.registry).add(TRIAGE, support_triage_v2_renamed().dump_component(), renamed,
+                                                 "rename researcher to investigator")
+    deployment.cli("db", "upgrade", level="INFO")
+    runs_at_once(deployment, (alice, alice.sessions[0], alice.tasks[0]), (bob, bob.sessions[0], bob.tasks[0]))
+    status = book.plant(Kind.TOOL_OUTPUT, "the order tool's answer for bob", owner="bob",
+                        shape="order {} left the depot in Tromsø")
+    secrets = gateway_env(book)
+    resumed = runs_at_once(  # bob's on a breaking version: his state is set aside in quarantine
+        deployment, (alice, alice.sessions[0], alice.tasks[1]),
+        (bob, bob.sessions[0], bob.tasks[1], f"{TRIAGE}@{breaking}", {}),
+        (bob, bob.sessions[1], "Where is my order?", "order_desk", {"CANARY_ORDER_STATUS": status}),
+        (alice, alice.sessions[1], alice.tasks[2], "gateway_desk", secrets),
+    )
+    assert [r["resume"]["outcome"] for r in resumed[:2]] == ["resumed", "definition_changed"]
+    assert status in resumed[2]["reply"], "the tool ran and its output came back"
+    unsent = [v for v in secrets.values() if not any(v in sent for h in model_server.headers for sent in h.values())]
+    assert not unsent, "every secret went out to the model endpoint, through the run's whole path"
+
+    shown = deployment.start("transcripts", "show", "--user", alice.user_id, "--session", alice.sessions[0], "--json")
+    cost = deployment.start("cost", "--user", bob.user_id, "--format", "json")
+    assert json.loads(deployment.finish(shown).stdout)["total"] == 2
+    assert json.loads(deployment.finish(cost).stdout)["total"]["runs_completed"] >= 2
+    return alice, bob
+
+
+@pytest.mark.parametrize("deployment", [
+    pytest.param("sqlite+local", id="sqlite+local"),
+    pytest.param("postgres+s3", marks=[pytest.mark.postgres, pytest.mark.s3], id="postgres+s3"),
+], indirect=True)
+def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_user(
+    deployment: Deployment, book: CanaryBook, model_server: ModelServer
+) -> None:
+    alice, bob = _main_job(deployment, book, model_server)
+    before = scan(deployment.sinks(), book)
+    assert not judge(before), report(judge(before))
+    assert {h.canary.token for h in before} >= {alice.user_id, alice.tasks[0], bob.tasks[1]}, (
+        "the scan finds what the stores legitimately hold, so it can find a leak"
+    )
+
+    receipt = erase(deployment, book, bob)
+    assert receipt["status"] == "completed", receipt
+    after = judge(scan(deployment.sinks(), book), erased={"bob"})
+    assert not after, report(after)

@@ -1,0 +1,139 @@
+"""Runs and deliveries under faults: a damaged row version, two flushes at once, a model client that calls
+itself something else than "model", a home made by the first command. Each leaves canaries only where the
+policy lets them be, and does what the audit trail promises (one delivery, every run metered, a home no
+other user can read)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import uuid
+from collections import Counter
+
+import pytest
+
+from teamstore.runtime.platform import Platform
+from tests.audit.fault_server import FaultServer
+from tests.canary.canaries import CanaryBook, Kind
+from tests.canary.conftest import MakeDeployment
+from tests.canary.deployment import Deployment
+from tests.canary.flows import TRIAGE, User, erase, register_teams, run
+from tests.canary.model_server import ModelServer
+from tests.canary.policy import judge, report, scan
+from tests.conftest import upgrade_database
+
+pytestmark = pytest.mark.otlp
+MAX_ROW_VERSION = 2**63 - 1
+
+
+@pytest.mark.parametrize("deployment", [
+    pytest.param("sqlite+local", id="sqlite+local"),
+    pytest.param("postgres+local", marks=pytest.mark.postgres, id="postgres+local"),
+], indirect=True)
+def test_a_row_version_at_its_maximum_fails_closed_into_quarantine_and_erasure_leaves_nothing(
+    deployment: Deployment, book: CanaryBook, model_server: ModelServer
+) -> None:
+    alice = User.plant(book, "alice")
+    register_teams(deployment.registry, model_server.base_url)
+    deployment.cli("db", "upgrade", level="INFO")
+    run(deployment, alice, alice.sessions[0], alice.tasks[0])
+    deployment.sql("UPDATE ts_sessions SET row_version = :v", v=MAX_ROW_VERSION)  # a damaged row
+    damaged = deployment.cli("run", "--team", TRIAGE, "--user", alice.user_id, "--session", alice.sessions[0],
+                             alice.tasks[1], "--json", ok=(0, 1))
+    quarantined = deployment.cli_json("sessions", "quarantine", "--user", alice.user_id)
+
+    assert erase(deployment, book, alice)["status"] == "completed"
+    leaks = judge(scan(deployment.sinks(), book), erased={"alice"})
+    assert not leaks, report(leaks)
+    assert damaged.returncode == 0, f"the damaged row failed the run instead of being set aside:\n{damaged.stderr}"
+    assert json.loads(damaged.stdout)["resume"]["outcome"] != "resumed"
+    assert [q["session_id"] for q in quarantined] == [alice.sessions[0]] and quarantined[0]["reason"]
+
+
+async def _queue_while_s3_refuses(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, *users: User) -> None:
+    """Run each user's sessions while S3 refuses every upload: each transcript waits in the outbox."""
+    refusing = FaultServer("deny")
+    deployment.apply(monkeypatch, AWS_ENDPOINT_URL_S3=refusing.endpoint)
+    try:
+        with deployment.recording_logs():
+            async with Platform.from_settings() as platform:
+                for user in users:
+                    for session in user.sessions:
+                        async with platform.session(user.user_id, session, team=TRIAGE) as s:
+                            await s.run(user.tasks[0])
+    finally:
+        refusing.stop()
+
+
+def _backlog(deployment: Deployment, copies: int) -> None:
+    """Each queued transcript queued again under ``copies`` other run ids: a long outage's backlog, long
+    enough for two flushes to overlap however their processes start."""
+    rows = deployment.sql("SELECT run_id, object_key, subject_key, body, created_at, attempts FROM ts_transcript_outbox")
+    for run_id, key, subject_key, body, created_at, attempts in rows:
+        for _ in range(copies):
+            other = uuid.uuid4().hex
+            deployment.sql("INSERT INTO ts_transcript_outbox (run_id, object_key, subject_key, body, created_at, attempts) "
+                           "VALUES (:r, :k, :s, :b, :c, :a)", r=other, k=key.replace(run_id, other), s=subject_key,
+                           b=body, c=created_at, a=attempts)
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+async def test_two_flushes_at_once_deliver_each_queued_transcript_once_and_erasure_leaves_nothing(
+    make_deployment: MakeDeployment, book: CanaryBook, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment = make_deployment("postgres+s3")
+    alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
+    register_teams(deployment.registry, model_server.base_url)
+    assert deployment.database_url is not None
+    await upgrade_database(deployment.database_url)
+    await _queue_while_s3_refuses(deployment, monkeypatch, alice, bob)
+    _backlog(deployment, copies=14)
+    assert len(deployment.sql("SELECT run_id FROM ts_transcript_outbox")) == 90
+
+    flushes = [deployment.start("transcripts", "flush", "--json") for _ in range(2)]
+    for proc in flushes:
+        deployment.finish(proc)
+    assert erase(deployment, book, bob)["status"] == "completed"
+    leaks = judge(scan(deployment.sinks(), book), erased={"bob"})
+    assert not leaks, report(leaks)
+    versions = Counter(v["Key"] for page in deployment.s3_client().get_paginator("list_object_versions").paginate(
+        Bucket=deployment.buckets[0]) for v in page.get("Versions", []))
+    assert len(versions) == 45, "alice's transcripts were delivered"
+    assert set(versions.values()) == {1}, f"delivered more than once: {sorted(versions.values())}"
+
+
+def test_a_run_on_a_model_client_of_any_component_type_is_in_the_ledger_and_the_spans(
+    make_deployment: MakeDeployment, book: CanaryBook, model_server: ModelServer
+) -> None:
+    deployment = make_deployment("sqlite+local")
+    bob = User.plant(book, "bob")
+    register_teams(deployment.registry, model_server.base_url)
+    status = book.plant(Kind.TOOL_OUTPUT, "the order tool's answer for bob", owner="bob", shape="order {} in Tromsø")
+    reported = run(deployment, bob, bob.sessions[0], "Where is my order?", team="order_desk",
+                   env={"CANARY_ORDER_STATUS": status})
+    cost = json.loads(deployment.cli("cost", "--user", bob.user_id, "--session", bob.sessions[0],
+                                     "--format", "json").stdout)
+    leaks = judge(scan(deployment.sinks(), book))
+    assert not leaks, report(leaks)
+    assert reported["usage"]["input_tokens"] > 0, "the run reports its model's usage"
+    assert (cost["total"]["calls"], cost["total"]["input_tokens"]) == (1, reported["usage"]["input_tokens"]), (
+        "AutoGen's ReplayChatCompletionClient (component_type 'replay_chat_completion_client') is metered"
+    )
+    assert any(s["name"].startswith("chat ") for s in deployment.receiver.spans), "its call has a chat span"
+
+
+def test_the_home_the_first_command_creates_is_its_owners_only(
+    make_deployment: MakeDeployment, book: CanaryBook
+) -> None:
+    deployment = make_deployment("sqlite+local")
+    alice = User.plant(book, "alice")
+    deployment.cli("registry", "add", TRIAGE, "--factory", "teamstore.examples:support_triage", "--persist",
+                   "researcher", "--context-bound", "20", level="INFO")
+    modes = {"home": stat.S_IMODE(deployment.home.stat().st_mode)}
+    run(deployment, alice, alice.sessions[0], alice.tasks[0])
+    modes["teamstore.db"] = stat.S_IMODE((deployment.home / "teamstore.db").stat().st_mode)
+    modes["transcripts"] = stat.S_IMODE((deployment.home / "transcripts").stat().st_mode)
+    leaks = judge(scan(deployment.sinks(), book))
+    assert not leaks, report(leaks)
+    assert modes == {"home": 0o700, "teamstore.db": 0o600, "transcripts": 0o700}, {k: oct(v) for k, v in modes.items()}
