@@ -14,6 +14,7 @@ the decode and encode any resume needs (``codec``), the validation teamstore's l
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,10 +22,12 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.model_context import BufferedChatCompletionContext, ChatCompletionContext
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from teamstore.keys import KeyService
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.resume import SCHEMA_VERSION, capture_states
 from teamstore.runtime.session import EXPIRY_SLACK
@@ -87,20 +90,25 @@ async def sample_state(task_chars: int = SMALL) -> str:
 class Cycles:
     """teamstore's cycle and the floor's, on one database."""
 
-    def __init__(self, url: str, state: str, lease: str = "lock") -> None:
+    def __init__(self, url: str, state: str, lease: str = "lock", keys: Callable[[AsyncEngine], KeyService] | None = None
+                 ) -> None:
         self.url, self.state, self.lease = url, state, lease
-        self.store = store_for(create_engine(url, pool_size=20, max_overflow=0), lease=lease)
+        engine = create_engine(url, pool_size=20, max_overflow=0)
+        self.store = store_for(engine, lease=lease, keys=keys(engine) if keys is not None else None)
         self.claim = Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
         self.conns: list[Any] = []
         self.tx_conns: list[Any] = []
 
     async def setup(self, workers: int) -> None:
-        """Migrate, set the lease mode, open the floor's connections and make its tables."""
+        """Migrate, set the lease mode, open the floor's connections and make its tables (Postgres; on SQLite,
+        which leases in the row, only teamstore's cycle runs)."""
         import psycopg
 
-        await upgrade(self.store.engine)
-        if await lease_mode(self.store.engine) != self.lease:
-            await set_lease_mode(self.store.engine, self.lease)
+        await upgrade(self.engine)
+        if self.engine.dialect.name != "postgresql":
+            return
+        if await lease_mode(self.engine) != self.lease:
+            await set_lease_mode(self.engine, self.lease)
         self.conns = [await psycopg.AsyncConnection.connect(self.url, autocommit=True) for _ in range(workers)]
         self.tx_conns = [await psycopg.AsyncConnection.connect(self.url) for _ in range(workers)]
         for table, compression in (("floor", ""), ("floor_lz4", " COMPRESSION lz4")):  # the second: as teamstore's
@@ -132,6 +140,12 @@ class Cycles:
             await self.store.save(key, owner=f"w{worker}", expected_version=row.row_version,
                                   record=record(self.state), release=True)
         return n
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The store's engine (a sealed store's backend holds it)."""
+        engine: AsyncEngine = getattr(self.store, "inner", self.store).engine  # type: ignore[attr-defined]
+        return engine
 
     async def _acquire(self, key: SessionKey, worker: int) -> Any:
         return await self.store.acquire(key, self.claim, owner=f"w{worker}", lease_ttl=60, wait_seconds=5,
@@ -170,4 +184,4 @@ class Cycles:
         for conn in self.conns + self.tx_conns:
             await conn.close()
         await self.store.aclose()
-        await self.store.engine.dispose()
+        await self.engine.dispose()

@@ -14,13 +14,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.services import free_port, postgres_server_url, require_or_skip
 
+KEY_CACHE_SECONDS = "0.2"
+"""``TEAMSTORE_KEY_CACHE_SECONDS`` in tests, in this process and in every CLI process a test starts."""
+
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own TEAMSTORE_HOME and no stray exporter configuration."""
     monkeypatch.setenv("TEAMSTORE_HOME", str(tmp_path / "home"))
-    for key in ("TEAMSTORE_DATABASE_URL", "TEAMSTORE_TRANSCRIPTS_URL", "TEAMSTORE_REGISTRY_PATH"):
+    for key in ("TEAMSTORE_DATABASE_URL", "TEAMSTORE_TRANSCRIPTS_URL", "TEAMSTORE_REGISTRY_PATH",
+                "TEAMSTORE_KMS_KEY_ID", "TEAMSTORE_KEY_FILE"):
         monkeypatch.delenv(key, raising=False)
+    # Users' data keys stay in memory briefly, as in production, but an erasure outwaits that (tests erase often).
+    monkeypatch.setenv("TEAMSTORE_KEY_CACHE_SECONDS", KEY_CACHE_SECONDS)
     for key in list(os.environ):
         if key.startswith("OTEL_"):
             monkeypatch.delenv(key, raising=False)
@@ -181,6 +187,23 @@ def s3_bucket(s3_env: str) -> str:
     name = f"ts-{uuid.uuid4().hex[:12]}"
     boto3.client("s3").create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def kms_key(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A symmetric KMS key on the same moto server over HTTP (``AWS_ENDPOINT_URL`` points boto3's KMS client at
+    it too), named by ``TEAMSTORE_KMS_KEY_ID``; returns its ARN."""
+    import boto3
+
+    arn: str = boto3.client("kms").create_key(Description="teamstore tests")["KeyMetadata"]["Arn"]
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", arn)
+    return arn
+
+
+@pytest.fixture
+def kms_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KMS unreachable from here on: its endpoint is a loopback port nothing listens on (S3 is unaffected)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", f"http://127.0.0.1:{free_port()}")
 
 
 # --- registry ----------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ inside functions included):
 - ``config_registry`` imports nothing of ``teamstore``.
 - A teamstore module imports modules of its own package, or of packages in a lower layer; never one of
   its own layer's other packages, never one above. Bottom to top: ``errors``; ``ids``, ``settings``;
-  ``db``, ``events`` (the run's contract), ``context``, ``offline``; ``state``, ``migrations``,
+  ``db``, ``events`` (the run's contract), ``context``, ``offline``; ``keys`` (users' data keys, which every
+  store seals through); ``state``, ``migrations``,
   ``examples``; ``audit``, ``metering``; ``runtime``; ``erasure``; ``app`` (the composition root);
   ``demo``; ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
   ``audit`` and ``metering`` import no ``runtime`` and not each other; ``erasure`` imports no
@@ -34,6 +35,7 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"ids", "settings"},
     {"db", "events", "context", "offline"},
+    {"keys"},
     {"state", "migrations", "examples"},
     {"audit", "metering"},
     {"runtime"},

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 import teamstore.audit.schema
 import teamstore.db.fence
 import teamstore.erasure.schema
+import teamstore.keys.schema
 import teamstore.state.schema  # noqa: F401  (each registers its tables on the metadata)
 from teamstore.db.engine import create_engine
 from teamstore.db.metadata import metadata

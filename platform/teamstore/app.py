@@ -35,6 +35,7 @@ from teamstore.db.migrate import ensure_current
 from teamstore.erasure.coordinator import DeletionCoordinator
 from teamstore.erasure.steps import Progress
 from teamstore.events import RunObserver
+from teamstore.keys.service import KeyService
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.base import StateStore
@@ -56,6 +57,7 @@ class App:
         self.must_exist = must_exist
         self._engine: AsyncEngine | None = None
         self._state_store: StateStore | None = None
+        self._keys: KeyService | None = None
         self._transcript_store: TranscriptStore | None = None
         self._tracer_provider: TracerProvider | None = None
         self._tracing_set_up = False  # set up once, even when there is nothing to export to
@@ -73,11 +75,20 @@ class App:
         return self._engine
 
     @property
+    def keys(self) -> KeyService:
+        """Users' data keys on :attr:`engine`, wrapped by KMS (``TEAMSTORE_KMS_KEY_ID``) or the local key file;
+        every store below seals through this one service (one cache of unwrapped keys)."""
+        if self._keys is None:
+            self._keys = KeyService.from_settings(self.engine, self.settings)
+        return self._keys
+
+    @property
     def state_store(self) -> StateStore:
-        """The resume-state store on :attr:`engine`, leasing sessions as ``TEAMSTORE_SESSION_LEASE`` says."""
+        """The resume-state store on :attr:`engine`, leasing sessions as ``TEAMSTORE_SESSION_LEASE`` says, each
+        state sealed under its user's data key."""
         if self._state_store is None:
             self._state_store = store_for(
-                self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
+                self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease, keys=self.keys
             )
         return self._state_store
 
@@ -110,7 +121,7 @@ class App:
     def audit_observers(self) -> list[RunObserver]:
         """The audit trail: ledger and transcript observers, and spans when an OTLP endpoint is set."""
         return build_audit_observers(self.settings, self.engine, tracer_provider=self.tracer_provider,
-                                     transcripts=self.transcript_store)
+                                     transcripts=self.transcript_store, keys=self.keys)
 
     def platform(self, *, audit: bool = True, create_registry: bool = True) -> Platform:
         """A platform on these pieces; closing it closes this app.
@@ -126,8 +137,8 @@ class App:
         )
 
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
-        """The deletion coordinator over the database and the transcript store."""
-        return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress)
+        """The deletion coordinator over the database, the transcript store and the users' keys."""
+        return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress, keys=self.keys)
 
     async def ensure_schema(self, *, lease: bool = False) -> None:
         """Migrate the embedded database (or any, with ``TEAMSTORE_AUTO_MIGRATE``), else check it is current.
@@ -147,7 +158,7 @@ class App:
         """Close what was built, each piece once (calling it again does nothing)."""
         tracing, self._tracer_provider, self._tracing_set_up = self._tracer_provider, None, False
         transcripts, self._transcript_store = self._transcript_store, None
-        state, self._state_store = self._state_store, None
+        state, self._state_store, self._keys = self._state_store, None, None
         engine, self._engine = self._engine, None
         try:
             if tracing is not None:

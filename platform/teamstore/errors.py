@@ -92,6 +92,34 @@ class SchemaNotReady(StorageError):
     """The database has not been migrated to the version this code needs."""
 
 
+# --- encryption --------------------------------------------------------------------------------------------
+class EncryptionError(StorageError):
+    """A user's payload could not be sealed or opened under their data key (:mod:`teamstore.keys`). Nothing
+    is ever written unsealed instead."""
+
+
+class KeyUnavailable(EncryptionError):
+    """The key-encryption key could not be used right now: KMS unreachable or refusing, or the local key file
+    missing or unreadable. Nothing was written; the same call succeeds once the cause is fixed."""
+
+
+class DataKeyDamaged(EncryptionError):
+    """A user's wrapped data key (its ``ts_data_keys`` row) does not open under the key-encryption key it
+    names: the row was changed by hand or damaged. The user's sealed data stays unreadable until the row is
+    restored from a backup; no new key is made over it."""
+
+
+class KeyDestroyed(EncryptionError):
+    """What was asked for is sealed under a key that no longer exists: the user's data key was destroyed by
+    an erasure, or the key-encryption key that wrapped it was retired and destroyed. It is beyond use, for
+    good."""
+
+
+class PayloadUnreadable(EncryptionError):
+    """A sealed payload does not open: its bytes were damaged, or it was sealed for another user, place or
+    purpose than the one it was read as."""
+
+
 # --- resume state ------------------------------------------------------------------------------------------
 class StateError(TeamstoreError):
     """Base of resume-state errors."""

@@ -127,11 +127,36 @@ class Settings(TypedSettings):
         default=30, gt=0, le=MAX_DAYS, description="How long a refused state waits in quarantine to be restored."
     )
     prices_path: Path | None = Field(default=None, description="Override of the shipped price table.")
+    kms_key_id: str | None = Field(
+        default=None,
+        description="The AWS KMS key (id, ARN or alias) that wraps users' data keys when the database has none "
+        "yet; unset, a local key file does. After `teamstore keys rotate` the database records the current one.",
+    )
+    key_file: Path | None = Field(
+        default=None,
+        description="The local key-encryption key file, $TEAMSTORE_HOME/key-encryption-keys.json unless set; "
+        "kept out of the database's backups, and backed up apart (its loss makes every sealed payload unreadable).",
+    )
+    key_cache_seconds: float = Field(
+        default=30.0, ge=0, le=3600,
+        description="How long a worker keeps a user's unwrapped data key in memory; an erasure keeps its fence "
+        "up this long after destroying the key.",
+    )
+    key_rotation_days: int = Field(
+        default=21, gt=0, le=MAX_DAYS,
+        description="How often `teamstore keys rotate` runs (schedule it): with key_retire_days, the bound on "
+        "how long a backup taken before an erasure stays readable for the erased user.",
+    )
+    key_retire_days: int = Field(
+        default=7, ge=0, le=MAX_DAYS,
+        description="How long a key-encryption key replaced by a rotation stays usable (to restore a recent "
+        "backup) before `teamstore keys retire` destroys it.",
+    )
     auto_migrate: bool | None = Field(
         default=None, description="Create/upgrade tables on open; defaults to on for SQLite only."
     )
 
-    @field_validator("home", "registry_path", "prices_path", mode="after")
+    @field_validator("home", "registry_path", "prices_path", "key_file", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
@@ -140,6 +165,11 @@ class Settings(TypedSettings):
     def resolved_registry_path(self) -> Path:
         """The registry repository, ``$TEAMSTORE_HOME/registry`` unless set."""
         return self.registry_path or self.home / "registry"
+
+    @property
+    def resolved_key_file(self) -> Path:
+        """The local key-encryption key file, ``$TEAMSTORE_HOME/key-encryption-keys.json`` unless set."""
+        return self.key_file or self.home / "key-encryption-keys.json"
 
     @property
     def resolved_database_url(self) -> str:

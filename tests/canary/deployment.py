@@ -40,6 +40,7 @@ from tests.canary.sinks import (
     Sink,
     SqliteTables,
 )
+from tests.conftest import KEY_CACHE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120
@@ -97,7 +98,8 @@ class Deployment:
         """The variables of a process of this deployment; ``None`` in ``extra`` removes one."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TEAMSTORE_", "OTEL_", "AWS_", "GATEWAY_"))}
         env.update(TEAMSTORE_HOME=str(self.home), OTEL_EXPORTER_OTLP_ENDPOINT=self.receiver.endpoint,
-                   OTEL_SERVICE_NAME="canary", PYTHONPATH=str(ROOT), OPENAI_API_KEY="")
+                   OTEL_SERVICE_NAME="canary", PYTHONPATH=str(ROOT), OPENAI_API_KEY="",
+                   TEAMSTORE_KEY_CACHE_SECONDS=KEY_CACHE_SECONDS)
         if self.database_url:
             env["TEAMSTORE_DATABASE_URL"] = self.database_url
         if self.transcripts_url:

@@ -10,7 +10,8 @@ Three rules, in this order:
    operator's, not the user's: it stays with the receipt).
 3. Otherwise a canary may sit only where :data:`POLICY` names its sink, location and kind, with the
    reason it is there. Spans, metrics, logs and the server log are named nowhere: they may never hold a
-   raw id or a user's words.
+   raw id or a user's words. No sink at all may hold a user's words: every store seals them under the
+   user's data key, so a scan of any store sees ciphertext only (ids, which stores are keyed by, stay).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tests.canary.canaries import USER_DATA, Canary, CanaryBook, Kind
-from tests.canary.sinks import DATABASE, FILES, S3, CapturedText, Sink
+from tests.canary.sinks import DATABASE, FILES, CapturedText, Sink
 
-STATE = frozenset({Kind.USER_ID, Kind.SESSION_ID, Kind.MESSAGE, Kind.TOOL_OUTPUT})
+IDS = frozenset({Kind.USER_ID, Kind.SESSION_ID})
 WORDS = frozenset({Kind.MESSAGE, Kind.TOOL_OUTPUT})
 
 
@@ -46,25 +47,21 @@ POLICY: tuple[Allowance, ...] = (
     Allowance(DATABASE, r"\bts_subjects\b", frozenset({Kind.USER_ID}),
               "the subject mapping (user id -> subject key): erasure needs it to find the user's transcripts, "
               "and deletes it last"),
-    Allowance(DATABASE, r"\bts_sessions\b", STATE,
-              "the resume state row: keyed by the raw ids, its saved agent states hold the conversation"),
-    Allowance(DATABASE, r"\bts_quarantine\b", STATE,
-              "a refused state set aside with its keys, for an operator to restore"),
-    Allowance(DATABASE, r"\bts_transcript_outbox\b", WORDS,
-              "a transcript its store refused, queued (gzip) until delivered; filed under the subject key"),
+    Allowance(DATABASE, r"\bts_sessions\b", IDS,
+              "the resume state row is keyed by the raw ids; its saved agent states are sealed"),
+    Allowance(DATABASE, r"\bts_quarantine\b", IDS,
+              "a refused state set aside (sealed) with its keys, for an operator to restore"),
+    Allowance(DATABASE, r"\bts_data_keys\b, column user_id", frozenset({Kind.USER_ID}),
+              "the user's data key, stored wrapped, keyed by the raw id: erasure destroys it first"),
     Allowance(DATABASE, r"\bts_user_holds\b", frozenset({Kind.USER_ID}),
               "the erasure fence names the user while a request is open"),
     Allowance(DATABASE, r"\bts_erasure_requests\b, column user_id", frozenset({Kind.USER_ID}),
               "an open request keeps the raw id so a rerun can resume it; cleared when it completes"),
     Allowance(DATABASE, r"\bts_erasure_requests\b, column (reason|receipt)\b", frozenset({Kind.ERASE_REASON}),
               "the operator's reason is stored as given, in the request and its receipt (docs/erasure.md)"),
-    Allowance(FILES, r"(^|/)teamstore\.db(-wal|-shm|-journal)?$", STATE | {Kind.ERASE_REASON},
+    Allowance(FILES, r"(^|/)teamstore\.db(-wal|-shm|-journal)?$", IDS | {Kind.ERASE_REASON},
               "the embedded database's files hold what its tables hold (deleted rows are overwritten: "
               "secure_delete, and the write-ahead log is emptied when an erasure finishes)"),
-    Allowance(FILES, r"^transcripts/subjects/", WORDS,
-              "a transcript in the local folder holds the run's messages, filed under pseudonymous keys"),
-    Allowance(S3, r"^s3://\S+/\S+ version ", WORDS,
-              "a transcript object holds the run's messages; its key names only pseudonymous keys"),
 )
 
 

@@ -14,7 +14,7 @@ from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.deployment import Deployment
 from tests.canary.flows import TRIAGE, User, erase, gateway_env, register_teams, runs_at_once
 from tests.canary.model_server import ModelServer
-from tests.canary.policy import judge, report, scan
+from tests.canary.policy import WORDS, judge, report, scan
 
 pytestmark = pytest.mark.otlp
 
@@ -46,7 +46,9 @@ def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServe
 
     shown = deployment.start("transcripts", "show", "--user", alice.user_id, "--session", alice.sessions[0], "--json")
     cost = deployment.start("cost", "--user", bob.user_id, "--format", "json")
-    assert json.loads(deployment.finish(shown).stdout)["total"] == 2
+    shown_runs = json.loads(deployment.finish(shown).stdout)
+    assert shown_runs["total"] == 2 and alice.tasks[0] in json.dumps(shown_runs, ensure_ascii=False), (
+        "what is stored sealed opens again for teamstore")
     assert json.loads(deployment.finish(cost).stdout)["total"]["runs_completed"] >= 2
     return alice, bob
 
@@ -61,9 +63,10 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
     alice, bob = _main_job(deployment, book, model_server)
     before = scan(deployment.sinks(), book)
     assert not judge(before), report(judge(before))
-    assert {h.canary.token for h in before} >= {alice.user_id, alice.tasks[0], bob.tasks[1]}, (
+    assert {h.canary.token for h in before} >= {alice.user_id, bob.user_id, alice.sessions[0]}, (
         "the scan finds what the stores legitimately hold, so it can find a leak"
     )
+    assert not [h for h in before if h.canary.kind in WORDS], "every store holds the users' words sealed only"
 
     receipt = erase(deployment, book, bob)
     assert receipt["status"] == "completed", receipt

@@ -134,9 +134,9 @@ def _hit(sink: str, location: str, kind: Kind, owner: str | None = "alice") -> H
 
 def test_the_policy_allows_only_the_declared_sinks_and_nothing_of_an_erased_user_or_any_secret() -> None:
     allowed = [_hit(DATABASE, "table ts_subjects, column user_id, row 0", Kind.USER_ID),
-               _hit(DATABASE, "table public.ts_sessions, column state, row 3", Kind.MESSAGE),
+               _hit(DATABASE, "table public.ts_sessions, column session_id, row 3", Kind.SESSION_ID),
+               _hit(DATABASE, "table ts_data_keys, column user_id, row 0", Kind.USER_ID),
                _hit(FILES, "teamstore.db-wal", Kind.SESSION_ID),
-               _hit(S3, "s3://b/audit/subjects/k/runs/r.jsonl.gz version 1 (gunzipped)", Kind.TOOL_OUTPUT),
                _hit(DATABASE, "table ts_erasure_requests, column reason, row 0", Kind.ERASE_REASON, None)]
     assert judge(allowed) == []
     assert judge(allowed, erased={"alice"}) and len(judge(allowed, erased={"alice"})) == 4
@@ -144,3 +144,8 @@ def test_the_policy_allows_only_the_declared_sinks_and_nothing_of_an_erased_user
                _hit(S3, "s3://b keys", Kind.SESSION_ID), _hit(DATABASE, "table ts_usage, column stop_reason", Kind.MESSAGE),
                _hit(DATABASE, "table ts_subjects, column user_id", Kind.SECRET, None)]
     assert [leak.sink for leak in judge(refused)] == [SPANS, SERVER_LOG, S3, DATABASE, DATABASE]
+    words_at_rest = [_hit(DATABASE, "table public.ts_sessions, column state, row 3", Kind.MESSAGE),
+                     _hit(DATABASE, "table ts_transcript_outbox, column body, row 0 (gunzipped)", Kind.MESSAGE),
+                     _hit(FILES, "transcripts/subjects/k/sessions/s/runs/r.jsonl.gz", Kind.MESSAGE),
+                     _hit(S3, "s3://b/audit/subjects/k/runs/r.jsonl.gz version 1 (gunzipped)", Kind.TOOL_OUTPUT)]
+    assert len(judge(words_at_rest)) == 4, "a user's words in the clear, anywhere, is a leak: stores hold them sealed"

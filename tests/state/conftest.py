@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from teamstore.db.engine import create_engine
+from teamstore.keys import KeyService
+from teamstore.settings import Settings
 from teamstore.state.base import StateStore
 from teamstore.state.factory import store_for
 from tests.conftest import prepare
@@ -30,10 +32,11 @@ def lease(backend: tuple[str, str]) -> str:
 
 @pytest.fixture
 async def store(database_url: str, lease: str) -> AsyncIterator[StateStore]:
-    """A migrated store on the backend, with its kind of lease."""
+    """A migrated store on the backend, with its kind of lease, sealing states under users' data keys as the
+    composition root builds it (rows a test writes by hand read as states from before sealing)."""
     await prepare(database_url, lease)
     engine = create_engine(database_url)
-    store = store_for(engine, lease=lease)
+    store = store_for(engine, lease=lease, keys=KeyService.from_settings(engine, Settings()))
     yield store
     await store.aclose()
     await engine.dispose()

@@ -7,7 +7,8 @@
     # runtime: run_started(ctx); on_item(ctx, item) for each streamed item; run_finished(ctx, outcome)
 
 Items are buffered in memory per run and written once at ``run_finished``: one transcript object (one
-PUT), one ledger INSERT, one span per run plus one per model call. None of it can fail a run: an upload
+PUT), sealed under the user's data key before it leaves the process (the queued copy in the outbox is that
+same sealed object), one ledger INSERT, one span per run plus one per model call. None of it can fail a run: an upload
 that fails or exceeds its deadline goes to the outbox (delivered by ``teamstore transcripts flush`` and
 opportunistically after later runs); one that may still land keeps its outbox row claimed until it no longer
 can, so an erasure waits for it. Spans are exported by a background processor.
@@ -33,11 +34,12 @@ from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
-from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
+from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record, sealed_context
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
 from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.keys.service import DataKey, KeyService
 from teamstore.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,8 @@ class TranscriptObserver:
         flush_every: Look for queued transcripts after this many runs (and after any failure).
         drain_timeout_s: Longest :meth:`drain` (shutdown) waits for background deliveries.
         late_upload_s: How long S3 may still store an upload it left unanswered (``late_upload_seconds``).
+        keys: Users' data keys, which every transcript is sealed under; by default the service the
+            environment's settings describe.
     """
 
     def __init__(
@@ -128,8 +132,11 @@ class TranscriptObserver:
         flush_every: int = 50,
         drain_timeout_s: float = DRAIN_TIMEOUT_S,
         late_upload_s: float = 60.0,
+        keys: KeyService | None = None,
     ) -> None:
         self.store = store
+        self.keys = keys or KeyService.from_settings(engine)
+        self._data_keys: dict[str, asyncio.Future[DataKey]] = {}
         self.engine = engine
         self.pseudonyms = pseudonyms
         self.upload_deadline_s = upload_deadline_s
@@ -146,8 +153,12 @@ class TranscriptObserver:
         self._noted_size = 4096
 
     async def run_started(self, ctx: RunContext) -> None:
-        """Start the run's buffer; keys are resolved at its end, off the result's path."""
+        """Start the run's buffer, and fetch the user's data key meanwhile: the transcript is sealed under the
+        key had at the run's start, even if the key-encryption key cannot be reached at its end."""
         self._items[ctx.run_id] = []
+        fetch = asyncio.ensure_future(self.keys.data_key(ctx.user_id))
+        fetch.add_done_callback(_seen)  # a run ended by a fence never awaits it
+        self._data_keys[ctx.run_id] = fetch
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
         """Buffer one streamed message or event (made JSON-safe now, so later mutation cannot leak in)."""
@@ -162,12 +173,16 @@ class TranscriptObserver:
                 first (the runtime logs it; the run still succeeds).
         """
         items = self._items.pop(ctx.run_id, [])
+        fetch = self._data_keys.pop(ctx.run_id, None)
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
+        # KeyUnavailable, DataKeyDamaged: the runtime logs it; nothing is written, sealed or not.
+        data_key = await (fetch if fetch is not None else self.keys.data_key(ctx.user_id))
         await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
+        row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
         # Tens of MB of messages take a second or more to encode: off the loop, so the worker's other
         # sessions go on meanwhile.
-        body = await asyncio.to_thread(encode, run_record(ctx, outcome, keys, len(items)), items)
-        row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
+        body = await asyncio.to_thread(_sealed, data_key, row.object_key, run_record(ctx, outcome, keys, len(items)),
+                                       items)
         upload = asyncio.ensure_future(self.store.put(row.object_key, body))
         try:
             await asyncio.wait_for(asyncio.shield(upload), self.upload_deadline_s)
@@ -302,6 +317,17 @@ class SpanObserver:
         emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
 
 
+def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
+    """The run's transcript object: encoded (gzip JSON lines), then sealed for its place in the store."""
+    return data_key.seal(encode(header, items), sealed_context(object_key))
+
+
+def _seen(task: asyncio.Future[Any]) -> None:
+    """Retrieve a finished background task's outcome, so an unawaited failure is not reported as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _fenced() -> ErasureInProgress:
     return ErasureInProgress(
         "an erasure is open for this user: no transcript, ledger row or span is written",
@@ -315,6 +341,7 @@ def build_audit_observers(
     tracer_provider: TracerProvider | None = None,
     *,
     transcripts: TranscriptStore | None = None,
+    keys: KeyService | None = None,
 ) -> list[RunObserver]:
     """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up.
 
@@ -324,6 +351,7 @@ def build_audit_observers(
         tracer_provider: From :func:`teamstore.audit.telemetry.setup_tracing`; ``None`` for no spans.
         transcripts: The transcript store, if the caller built it (and closes it); by default a new one
             from ``settings``, which the caller closes through the transcript observer's ``store``.
+        keys: Users' data keys, which transcripts are sealed under; by default one from ``settings``.
 
     Returns:
         Observers in the order the runtime should call them.
@@ -336,7 +364,8 @@ def build_audit_observers(
     store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
         LedgerObserver(engine, pseudonyms),
-        TranscriptObserver(store, engine, pseudonyms, late_upload_s=settings.late_upload_seconds),
+        TranscriptObserver(store, engine, pseudonyms, late_upload_s=settings.late_upload_seconds,
+                           keys=keys or KeyService.from_settings(engine, settings)),
     ]
     if tracer_provider is not None:
         observers.append(SpanObserver(tracer_provider, pseudonyms))

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from teamstore.cli import audit, erase, registry, sessions
+from teamstore.cli import audit, erase, keys, registry, sessions
 from teamstore.cli._output import UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
@@ -85,6 +85,7 @@ app.add_typer(registry.app, name="registry")
 sessions.register(app)
 audit.register(app)
 erase.register(app)
+keys.register(app)
 
 
 class _OneLine(logging.Handler):

@@ -29,11 +29,12 @@ from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import TranscriptStore
 from teamstore.audit.transcripts.pages import DEFAULT_RUNS, MAX_RUNS, RunPage, newest_runs, one_run
-from teamstore.audit.transcripts.record import RunKeys
+from teamstore.audit.transcripts.record import RunKeys, sealed_context
 from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
 from teamstore.cli._runner import with_app
 from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
 from teamstore.ids import check_ids
+from teamstore.keys.service import KeyService
 from teamstore.settings import MAX_DAYS, Settings
 
 transcripts_app = typer.Typer(
@@ -47,22 +48,32 @@ prices_app = typer.Typer(help="The versioned price table cost is derived from.",
 
 # --- transcripts ---------------------------------------------------------------------------------------------
 async def load_transcripts(
-    engine: AsyncEngine, store: TranscriptStore, user: str, session: str, run: str | None, last: int = DEFAULT_RUNS
+    engine: AsyncEngine, store: TranscriptStore, user: str, session: str, run: str | None, last: int = DEFAULT_RUNS,
+    keys: KeyService | None = None,
 ) -> RunPage:
     """Read one session's ``last`` newest runs (or one run, by its id or a unique prefix of it), oldest
-    first, and how many runs it has in all; only the runs shown are held in memory.
+    first, and how many runs it has in all; only the runs shown are held in memory. Each sealed object is
+    opened under the user's data key (``keys``; by default the environment's).
 
     Raises:
         TranscriptNotFound: The user, session or run has no transcript, or a prefix names several runs.
         AuditError: A run's object is not readable (the message names the run).
+        KeyDestroyed, KeyUnavailable, PayloadUnreadable: A sealed object does not open.
     """
     if run == "":
         raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for the newest runs")
     subject = await find_subject(engine, user)
     if subject is None:
         raise TranscriptNotFound("no audit data for that user", hint="check the user id (matched exactly)")
-    keys = RunKeys(subject, session_key(subject, session))
-    return await (one_run(store, keys, run) if run is not None else newest_runs(store, keys, last))
+    keys = keys or KeyService.from_settings(engine)
+    run_keys = RunKeys(subject, session_key(subject, session))
+
+    async def opener(object_key: str, body: bytes) -> bytes:
+        return await keys.open(user, body, sealed_context(object_key))
+
+    if run is not None:
+        return await one_run(store, run_keys, run, opener=opener)
+    return await newest_runs(store, run_keys, last, opener=opener)
 
 
 def _content_text(message: dict[str, Any]) -> str:
@@ -129,7 +140,7 @@ def transcripts_show(
     if run is not None and last is not None:
         raise ConfigurationError("--last and --run each choose the runs to show", hint="give one of them")
     page = with_app(lambda app: load_transcripts(app.engine, app.transcript_store, user, session, run,
-                                                 last or DEFAULT_RUNS), must_exist=True)
+                                                 last or DEFAULT_RUNS, app.keys), must_exist=True)
     emit({"runs": page.runs, "total": page.total}, as_json=as_json,
          render=lambda data: _render_transcripts(data, one=run is not None))
 

@@ -4,7 +4,7 @@
     teamstore erase --user alice@example.com --dry-run
     teamstore erase status req-42 --json
 
-Exit status is 0 only when every store is ``erased`` or ``no_match``; a ``failed`` or
+Exit status is 0 only when every store is ``erased``, ``shredded`` or ``no_match``; a ``failed`` or
 ``retained_under_hold`` request (and, for ``status``, one still ``open``) exits 2, and rerunning the
 same ``--request-id`` resumes it.
 """
@@ -59,10 +59,10 @@ def _render(receipt: Receipt) -> None:
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
     # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
     rows = [[name, str(s.status), *(str(v) for v in (s.counts.rows, s.counts.objects, s.counts.versions,
-             s.counts.delete_markers, s.counts.bytes, s.counts.retained)),
+             s.counts.delete_markers, s.counts.bytes, s.counts.retained, s.counts.unreadable)),
              f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"] for name, s in receipt.stores.items()]
-    print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"), rows,
-                fixed=range(9), right=range(2, 9),
+    print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "unreadable",
+                 "verified"), rows, fixed=range(10), right=range(2, 10),
                 title="erasure dry run (nothing changed or stored)" if dry else
                 f"erasure {plain(receipt.request_id)}: {receipt.status}")
     for name, s in receipt.stores.items():
@@ -100,7 +100,8 @@ def erase(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be removed; change nothing."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Erase USER from resume state, quarantine, transcripts (every version), outbox, ledger and subjects."""
+    """Erase USER: destroy their data key, then delete resume state, quarantine, transcripts (every version),
+    outbox, ledger link and subject."""
     if ctx.invoked_subcommand is not None:
         return
     if user is None:

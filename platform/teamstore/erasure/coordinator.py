@@ -32,6 +32,7 @@ from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import (
+    DONE,
     Counts,
     Receipt,
     RequestStatus,
@@ -45,11 +46,13 @@ from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
 from teamstore.erasure.stores import check_store
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError, TranscriptStoreMismatch
 from teamstore.ids import check_erasable_id
+from teamstore.keys.rotation import backups_unreadable_by
+from teamstore.keys.service import KeyService
 from teamstore.settings import Settings
 from teamstore.state.erasure import open_sessions, stored_sessions
 
 log = logging.getLogger(__name__)
-FINAL = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
+FINAL = frozenset({StepStatus.ERASED, StepStatus.SHREDDED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
 _SESSION_POLL_SECONDS = 0.25
 _UPLOAD_POLL_SECONDS = 1.0
 
@@ -69,6 +72,7 @@ class DeletionCoordinator:
         knobs: Erasure settings; ``ErasureSettings()`` (the environment) by default.
         progress: Called as steps advance (the CLI draws a progress bar with it).
         after_step: Called with each step's name once its result is recorded (tests inject crashes here).
+        keys: Users' data keys (the key step destroys the user's); by default the service ``settings`` describe.
     """
 
     def __init__(
@@ -80,6 +84,7 @@ class DeletionCoordinator:
         knobs: ErasureSettings | None = None,
         progress: Progress | None = None,
         after_step: Callable[[str], None] | None = None,
+        keys: KeyService | None = None,
     ) -> None:
         self.engine = engine
         self.transcripts = transcripts
@@ -87,6 +92,7 @@ class DeletionCoordinator:
         self.knobs = knobs or ErasureSettings()
         self.progress = progress
         self.after_step = after_step
+        self.keys = keys or KeyService.from_settings(engine, self.settings)
         self.steps: list[Step] = build_steps()
 
     async def run(
@@ -222,7 +228,7 @@ class DeletionCoordinator:
         results: dict[str, StoreResult] = {}
         for step in self.steps:
             prior = recorded.get(step.name)
-            done = prior is not None and prior.status in (StepStatus.ERASED, StepStatus.NO_MATCH)
+            done = prior is not None and prior.status in DONE
             results[step.name] = prior if done and prior else await self._run_step(step, ctx, prior)
             if not await requests.claim(self.engine, row.request_id, owner, self.knobs.lease_seconds):
                 raise requests.taken_over(row.request_id)
@@ -232,7 +238,8 @@ class DeletionCoordinator:
                 break
         else:
             await self._final_check(ctx, results)
-        receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
+        bound = await backups_unreadable_by(self.engine, self.settings)
+        receipt = self._receipt(row, results, _request_status(results), ctx.subject_key, bound)
         if not await requests.finish(self.engine, row, receipt, owner, ctx.subject_key):
             raise requests.taken_over(row.request_id)
         await requests.truncate_sqlite_log(self.engine)
@@ -298,7 +305,7 @@ class DeletionCoordinator:
             await requests.set_subject(self.engine, row.request_id, subject, subject_hash(subject, self.knobs))
         kwargs: dict[str, Any] = {"progress": self.progress} if self.progress else {}
         return StepContext(self.engine, self.transcripts, row.request_id, row.user_id, subject, owner=owner,
-                           **kwargs)
+                           keys=self.keys, **kwargs)
 
     async def _run_step(self, step: Step, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
         try:
@@ -325,16 +332,16 @@ class DeletionCoordinator:
             except TeamstoreError as exc:
                 detail = f"final verification could not query the store: {exc}"
             else:
-                if left.total - left.retained <= 0:
+                if left.unexpected <= 0:
                     continue
-                detail = f"verification found {left.total - left.retained} item(s) after deletion; rerun the same request id"
+                detail = f"verification found {left.unexpected} item(s) after deletion; rerun the same request id"
             results[step.name] = results[step.name].model_copy(update={"status": StepStatus.FAILED, "detail": detail})
             await requests.record_step(self.engine, ctx.request_id, step.name, results[step.name], ctx.owner)
             log.error("erasure %s: final verification of %s failed: %s", ctx.request_id, step.name, detail)
 
     def _receipt(
         self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,
-        subject_key: str | None = None,
+        subject_key: str | None = None, backups_until: datetime | None = None,
     ) -> Receipt:
         stores = {s.name: results.get(s.name) or StoreResult(status=StepStatus.PENDING) for s in self.steps}
         done = status in (RequestStatus.COMPLETED, RequestStatus.RETAINED_UNDER_HOLD)
@@ -343,7 +350,8 @@ class DeletionCoordinator:
             subject_hash=row.subject_hash or subject_hash(subject_key or row.subject_key, self.knobs),
             received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
             completed_at=datetime.now(UTC) if done else None,
-            remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content),
+            remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content,
+                                                backups_until),
         )
 
     async def _dry_run(self, user_id: str, reason: str | None) -> Receipt:
@@ -351,7 +359,7 @@ class DeletionCoordinator:
         Its times are those of a request received now."""
         subject = await find_subject(self.engine, user_id)
         # Enumerating records nothing, so the context names no request.
-        ctx = StepContext(self.engine, self.transcripts, "", user_id, subject)
+        ctx = StepContext(self.engine, self.transcripts, "", user_id, subject, keys=self.keys)
         await check_store(ctx, self.settings.transcript_retention_days)  # a count from the wrong store misleads
         stores: dict[str, StoreResult] = {}
         for step in self.steps:
@@ -359,10 +367,11 @@ class DeletionCoordinator:
             status = StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH
             stores[step.name] = StoreResult(status=status, counts=counts)
         now = datetime.now(UTC)
+        bound = await backups_unreadable_by(self.engine, self.settings, now)
         return Receipt(
             request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
             received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
-            remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content),
+            remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content, bound),
         )
 
 
@@ -382,20 +391,25 @@ def verdict(deleted: StoreResult, left: Counts) -> StoreResult:
         left: What an independent re-query found afterwards.
 
     Returns:
-        ``failed`` if anything not under a hold is left; ``retained_under_hold`` if only held objects
-        are; ``no_match`` if nothing was ever found; else ``erased``.
+        ``failed`` if anything not under a hold is left; ``retained_under_hold`` if held objects that can
+        still be read are; ``shredded`` if only held objects sealed under the user's destroyed key are;
+        ``no_match`` if nothing was ever found; else ``erased``.
     """
     now = datetime.now(UTC)
-    unexpected = left.total - left.retained
-    counts = deleted.counts.model_copy(update={"retained": left.retained})
+    unexpected = left.unexpected
+    counts = deleted.counts.model_copy(update={"retained": left.retained, "unreadable": left.unreadable})
     if unexpected > 0:
         return StoreResult(status=StepStatus.FAILED, counts=counts, verified_at=now,
                            detail=f"verification found {unexpected} item(s) left after deletion; "
                            "rerun the same request id")
     if left.retained:
         return StoreResult(status=StepStatus.RETAINED_UNDER_HOLD, counts=counts, verified_at=now,
-                           detail=f"{left.retained} object version(s) under S3 Object Lock or a legal hold; "
-                           "rerun the same request id once the hold is lifted")
+                           detail=f"{left.retained} object version(s) under S3 Object Lock or a legal hold, written "
+                           "before sealing (readable); rerun the same request id once the hold is lifted")
+    if left.unreadable:
+        return StoreResult(status=StepStatus.SHREDDED, counts=counts, verified_at=now,
+                           detail=f"{left.unreadable} object version(s) remain under S3 Object Lock or a legal hold "
+                           "until it ends, sealed under the user's destroyed data key: unreadable by anyone")
     status = StepStatus.NO_MATCH if counts.total == 0 else StepStatus.ERASED
     return StoreResult(status=status, counts=counts, verified_at=now)
 

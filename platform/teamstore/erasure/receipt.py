@@ -8,8 +8,9 @@
         raise SystemExit(1)
 
 A receipt never holds the raw user id: only ``subject_hash``, a keyed hash of the pseudonymous subject
-key (see :func:`subject_hash`). Per store it says ``erased``, ``no_match``, ``retained_under_hold`` or
-``failed``, with counts and when verification re-queried the store.
+key (see :func:`subject_hash`). Per store it says ``erased``, ``shredded`` (what could be deleted is, and
+what remains is sealed under the user's destroyed data key: unreadable), ``no_match``, ``retained_under_hold``
+(what remains can still be read) or ``failed``, with counts and when verification re-queried the store.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ class StepStatus(StrEnum):
     ENUMERATED = "enumerated"  # counts recorded before deleting (non-transactional stores)
     DELETED = "deleted"  # deleted, not yet verified
     ERASED = "erased"
+    SHREDDED = "shredded"  # deleted what could be; the rest remains sealed under a destroyed key (unreadable)
     NO_MATCH = "no_match"
     RETAINED_UNDER_HOLD = "retained_under_hold"
     FAILED = "failed"
     WOULD_ERASE = "would_erase"  # dry run only
 
 
-DONE = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH})
+DONE = frozenset({StepStatus.ERASED, StepStatus.SHREDDED, StepStatus.NO_MATCH})
 
 
 class RequestStatus(StrEnum):
@@ -51,7 +53,9 @@ class RequestStatus(StrEnum):
 
 
 class Counts(BaseModel):
-    """What a step found (and removed): rows, objects, versions, delete markers, bytes, retained."""
+    """What a step found (and removed): rows, objects, versions, delete markers, bytes; and of what remains,
+    what can still be read (``retained``, under a hold) and what cannot (``unreadable``: under a hold too, but
+    sealed under the user's destroyed data key)."""
 
     rows: int = 0
     objects: int = 0
@@ -59,11 +63,17 @@ class Counts(BaseModel):
     delete_markers: int = 0
     bytes: int = 0
     retained: int = 0
+    unreadable: int = 0
 
     @property
     def total(self) -> int:
         """Everything found: rows plus object versions plus delete markers."""
         return self.rows + self.versions + self.delete_markers
+
+    @property
+    def unexpected(self) -> int:
+        """What verification found that neither a hold nor a destroyed key explains."""
+        return self.total - self.retained - self.unreadable
 
     def plus(self, other: Counts) -> Counts:
         """Field-wise sum (a resumed step adds what it found after a committed delete)."""
@@ -108,7 +118,7 @@ class Receipt(BaseModel):
 
     @property
     def ok(self) -> bool:
-        """True when every store is ``erased`` or ``no_match`` (the CLI's exit status 0)."""
+        """True when every store is ``erased``, ``shredded`` or ``no_match`` (the CLI's exit status 0)."""
         return self.status in (RequestStatus.COMPLETED, RequestStatus.DRY_RUN) and all(
             s.status in DONE or s.status is StepStatus.WOULD_ERASE for s in self.stores.values()
         )
@@ -135,7 +145,7 @@ def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
 
 
 def remains_elsewhere(
-    received_at: datetime, knobs: ErasureSettings, content_captured: bool
+    received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None
 ) -> list[Remains]:
     """What outlives the erasure by design: database backups and the tracing backend's spans.
 
@@ -143,9 +153,11 @@ def remains_elsewhere(
         received_at: When the request was received.
         knobs: The retention periods.
         content_captured: Whether the operator opted in to message content in spans.
+        backups_unreadable_by: When the key-encryption key that wraps the user's data key in backups taken
+            before now is destroyed, given rotations on schedule (:func:`teamstore.keys.rotation.backups_unreadable_by`).
 
     Returns:
-        One entry per place, with the date it ages out.
+        One entry per place, with the date it ages out or becomes unreadable.
     """
     spans = (
         "spans (wherever workers export them over OTLP) carry only the pseudonymous subject key, now "
@@ -157,13 +169,21 @@ def remains_elsewhere(
             else "; no message content is exported"
         )
     )
+    expire = received_at + timedelta(days=knobs.backup_retention_days)
+    backups = Remains(what="database backups", until=expire, linkable=True,
+                      detail="backups taken before the erasure still hold the rows; they expire, never restored as-is")
+    if backups_unreadable_by is not None:
+        backups = Remains(
+            what="database backups", until=min(expire, backups_unreadable_by), linkable=True,
+            detail="backups taken before the erasure still hold the user's rows (ids in the clear, their words "
+            "sealed under the user's data key, wrapped there by the key-encryption key of the day). The erasure "
+            "destroyed the data key; the key-encryption key is rotated out and destroyed by "
+            f"{backups_unreadable_by:%Y-%m-%d} (key rotation on schedule), from when the words in those backups are "
+            "unreadable; rows written before sealing stay readable until the backups expire "
+            f"({expire:%Y-%m-%d}). Never restore one as-is",
+        )
     return [
-        Remains(
-            what="database backups",
-            until=received_at + timedelta(days=knobs.backup_retention_days),
-            linkable=True,
-            detail="backups taken before the erasure still hold the rows; they expire, never restored as-is",
-        ),
+        backups,
         Remains(
             what="tracing backend",
             until=received_at + timedelta(days=knobs.tracing_retention_days),

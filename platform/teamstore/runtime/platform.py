@@ -35,6 +35,7 @@ from config_registry.types import BuiltTeam
 from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver
 from teamstore.ids import check_id
+from teamstore.keys.service import KeyService
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
 from teamstore.runtime.teams import TeamBuilder
@@ -71,7 +72,7 @@ class Platform:
             exports spans. AutoGen's spans of this platform's teams go to it, or nowhere when there is
             none: never to a global provider the host installed (unless content capture is opted in).
         store: The state store, if the caller built it (and closes it); by default one is built on
-            ``engine`` and closed with the platform.
+            ``engine``, sealing states under users' data keys as ``settings`` say, and closed with the platform.
         on_close: Awaited last by :meth:`aclose`: how the composition root closes what it built for this
             platform (engine, stores, tracer provider).
 
@@ -97,7 +98,8 @@ class Platform:
         self.limits = SessionLimits.from_settings(settings)
         self._owns_store = store is None
         self.store: StateStore = store if store is not None else store_for(
-            engine, pool_size=settings.db_pool_size, lease=settings.session_lease
+            engine, pool_size=settings.db_pool_size, lease=settings.session_lease,
+            keys=KeyService.from_settings(engine, settings),
         )
         self.observers: list[RunObserver] = list(observers)
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"

@@ -5,12 +5,16 @@
     text = encode({"kind": "team", "participants": {"researcher": {...}}})
     payload = decode(text)   # raises StateRejected("corrupt", ...) on garbage
 
-The envelope names its codec so an encrypting codec can wrap the payload later while old rows still read:
-``{"envelope": 1, "codec": "json", "data": {...}}``.
+The envelope names its codec, so a sealed state and one written before sealing both read:
+``{"envelope": 1, "codec": "json", "data": {...}}`` is what a session encodes, and what the store writes is
+that text sealed under the user's data key, in the same envelope with the codec ``aes256gcm`` and the sealed
+bytes in base64 (:func:`seal_text`, :mod:`teamstore.state.sealed`). Rows saved before sealing are ``json``
+rows, read as they are and sealed at their next save.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +25,9 @@ from teamstore.errors import StateNotSerializable, StateRejected
 
 ENVELOPE_VERSION = 1
 CODEC = "json"
+SEALED_CODEC = "aes256gcm"
+SEALED_PREFIX = f'{{"envelope":{ENVELOPE_VERSION},"codec":"{SEALED_CODEC}","data":"'
+"""How every sealed state begins: a store can tell sealed rows from older ones in SQL."""
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads and writes
@@ -112,3 +119,27 @@ def decode(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise StateRejected("corrupt", "envelope data is not an object")
     return data
+
+
+def seal_text(sealed: bytes) -> str:
+    """A sealed state (:mod:`teamstore.keys.sealed` bytes) in the envelope, as the state column holds it."""
+    return f'{SEALED_PREFIX}{base64.b64encode(sealed).decode("ascii")}"}}'
+
+
+def is_sealed_text(text: object) -> bool:
+    """Whether a stored state is a sealed envelope (by its first characters; its data is not checked)."""
+    return isinstance(text, str) and text.startswith(SEALED_PREFIX)
+
+
+def sealed_bytes(text: str) -> bytes | None:
+    """The sealed bytes a stored state holds, or ``None`` for a state written before sealing (or not text).
+
+    Raises:
+        StateRejected: ``corrupt`` for a sealed envelope whose data is not base64.
+    """
+    if not is_sealed_text(text):
+        return None
+    try:
+        return base64.b64decode(text[len(SEALED_PREFIX):].removesuffix('"}'), validate=True)
+    except ValueError as exc:
+        raise StateRejected("corrupt", "the sealed state is not base64") from exc

@@ -3,21 +3,28 @@
     from teamstore.db.engine import create_engine
     from teamstore.state.factory import store_for
 
-    store = store_for(create_engine("sqlite:///.teamstore/teamstore.db"))
+    store = store_for(engine, keys=KeyService.from_settings(engine))   # states sealed under users' keys
     row = await store.acquire(key, claim, owner="worker-1", lease_ttl=300, wait_seconds=10)
     ...
     await store.aclose()
+
+Without ``keys`` the backend itself comes back, writing states as given: what the backends' own suites and
+benchmarks measure. Everything that stores users' states (the composition root, a Platform's own store)
+passes one.
 """
 
 from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.keys.service import KeyService
 from teamstore.state.base import StateStore
 from teamstore.state.lease_mode import known
 
 
-def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") -> StateStore:
+def store_for(
+    engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock", keys: KeyService | None = None
+) -> StateStore:
     """The store for ``engine``: on Postgres, advisory-lock leases (``lock``) or row leases (``row``);
     on SQLite always row leases.
 
@@ -27,11 +34,21 @@ def store_for(engine: AsyncEngine, *, pool_size: int = 20, lease: str = "lock") 
             sessions this process holds open at once (a connection each).
         lease: Postgres only; it must match what the database records (see
             :func:`teamstore.state.lease_mode.lease_mode`).
+        keys: Seal every state under its user's data key (:class:`teamstore.state.sealed.SealedStateStore`).
 
     Raises:
         ConfigurationError: ``lease`` is neither ``lock`` nor ``row``.
     """
     known(lease)
+    backend = _backend(engine, pool_size, lease)
+    if keys is None:
+        return backend
+    from teamstore.state.sealed import SealedStateStore
+
+    return SealedStateStore(backend, keys)
+
+
+def _backend(engine: AsyncEngine, pool_size: int, lease: str) -> StateStore:
     if engine.dialect.name != "postgresql":
         from teamstore.state.sqlite import sqlite_store
 

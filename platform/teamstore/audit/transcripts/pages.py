@@ -5,6 +5,7 @@
     page = await newest_runs(store, RunKeys(subject_key, session_key), count=10)
     print(f"the newest {len(page.runs)} of {page.total} runs")
     page = await one_run(store, keys, "3f2a9c01b7e4")          # a run id or a unique prefix of it
+    page = await newest_runs(store, keys, opener=opener)       # sealed objects: opener(key, body) -> plain body
 
 A session may hold thousands of runs. The listing is read as it comes (:meth:`TranscriptStore.scan`)
 and only the keys of the newest ``count`` are kept, so memory holds ``count`` runs whatever the session's
@@ -17,6 +18,7 @@ the outbox counts from its delivery.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +31,8 @@ DEFAULT_RUNS = 10
 """How many of a session's newest runs are shown unless asked for another number."""
 MAX_RUNS = 1000
 """The most runs one page holds (each is read whole into memory)."""
+Opener = Callable[[str, bytes], Awaitable[bytes]]
+"""``opener(object_key, body)``: the plain body of a stored object (opened under its user's data key)."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +48,13 @@ def _no_transcript() -> TranscriptNotFound:
     return TranscriptNotFound("no transcript for that session", hint="check the session id (matched exactly)")
 
 
-async def _read(store: TranscriptStore, key: str) -> dict[str, Any]:
+async def _as_stored(key: str, body: bytes) -> bytes:
+    return body
+
+
+async def _read(store: TranscriptStore, key: str, opener: Opener) -> dict[str, Any]:
     try:
-        header, items = decode(await store.get(key))
+        header, items = decode(await opener(key, await store.get(key)))
     except AuditError as exc:
         raise type(exc)(f"run {run_id_of(key)}: {exc.message}", hint=exc.hint) from exc
     return {"run": header, "items": items}
@@ -74,8 +82,12 @@ async def _newest_keys(store: TranscriptStore, keys: RunKeys, count: int) -> tup
     return total, sorted(top) + [(top[0][0], key) for key in tied]
 
 
-async def newest_runs(store: TranscriptStore, keys: RunKeys, count: int = DEFAULT_RUNS) -> RunPage:
+async def newest_runs(
+    store: TranscriptStore, keys: RunKeys, count: int = DEFAULT_RUNS, *, opener: Opener = _as_stored
+) -> RunPage:
     """The session's ``count`` newest runs, oldest first, holding at most ``count + 1`` in memory.
+
+    ``opener`` turns each stored object into its plain body (by default objects are read as they are).
 
     Raises:
         TranscriptNotFound: The session has no transcript.
@@ -86,7 +98,7 @@ async def newest_runs(store: TranscriptStore, keys: RunKeys, count: int = DEFAUL
         raise _no_transcript()
     kept: list[tuple[datetime, str, int, dict[str, Any]]] = []  # a min-heap: the `count` newest read so far
     for n, (modified, key) in enumerate(candidates):
-        run = await _read(store, key)
+        run = await _read(store, key, opener)
         entry = (modified, _started(run), n, run)
         if len(kept) < count:
             heapq.heappush(kept, entry)
@@ -95,7 +107,7 @@ async def newest_runs(store: TranscriptStore, keys: RunKeys, count: int = DEFAUL
     return RunPage(total, sorted((entry[3] for entry in kept), key=_started))
 
 
-async def one_run(store: TranscriptStore, keys: RunKeys, run: str) -> RunPage:
+async def one_run(store: TranscriptStore, keys: RunKeys, run: str, *, opener: Opener = _as_stored) -> RunPage:
     """One run of the session, by its exact id or else the one run whose id starts with ``run`` (as the
     demo prints ids, shortened), and how many runs the session has.
 
@@ -119,4 +131,4 @@ async def one_run(store: TranscriptStore, keys: RunKeys, run: str) -> RunPage:
             f"no run {run!r} in that session",
             hint="check the run id (run_id in `teamstore run --json`), or omit --run for the newest runs",
         )
-    return RunPage(total, [await _read(store, found)])
+    return RunPage(total, [await _read(store, found, opener)])

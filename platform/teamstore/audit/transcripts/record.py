@@ -3,8 +3,11 @@
     from teamstore.audit.transcripts.record import item_record, run_record, encode, decode
 
     items = [item_record(seq, message) for seq, message in enumerate(stream)]
-    body = encode(run_record(ctx, outcome, keys, len(items)), items)   # gzip bytes, one PUT
+    body = encode(run_record(ctx, outcome, keys, len(items)), items)   # gzip bytes
     header, items = decode(body)
+
+What a store holds is that body sealed under the user's data key for :func:`sealed_context` (the transcript
+observer seals it before it leaves the process); objects written before sealing are plain gzip and still read.
 
 The first line is the run record (``"kind": "run"``), then one line per streamed message or event
 (``"kind": "item"``) in stream order. A value that is not JSON (an image, bytes, an arbitrary object) is
@@ -158,6 +161,12 @@ def encode(header: dict[str, Any], items: Iterable[dict[str, Any]]) -> bytes:
     lines = [json.dumps(header, ensure_ascii=False, separators=(",", ":"))]
     lines.extend(json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in items)
     return gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), compresslevel=6, mtime=0)
+
+
+def sealed_context(object_key: str) -> str:
+    """The sealed context of the transcript object at ``object_key`` (its store-relative key): a sealed body
+    opens only where it was written (or queued for), the outbox's copy included."""
+    return f"transcript/{object_key}"
 
 
 def decode(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:

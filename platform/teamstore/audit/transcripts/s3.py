@@ -80,7 +80,7 @@ class S3TranscriptStore:
 
     capabilities = frozenset({
         Capability.VERSIONED_DELETE, Capability.VERSIONS, Capability.BATCH_DELETE, Capability.HOLDS,
-        Capability.LIFECYCLE_RULES,
+        Capability.READ_VERSIONS, Capability.LIFECYCLE_RULES,
     })
 
     def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
@@ -319,6 +319,20 @@ class S3TranscriptStore:
         # copy of the key is this version, and without versioning nothing is under Object Lock.
         head = self.client.head_object(Bucket=self.bucket, Key=full)
         return head
+
+    async def read_version(self, version: ObjectVersion, size: int) -> bytes:
+        """The first ``size`` bytes of ``version`` (one ranged ``GetObject``; Object Lock never blocks a read).
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
+        """
+        check_key(version.key)
+        return await self._versioned("read an object version", self._read_version, version, size)
+
+    def _read_version(self, version: ObjectVersion, size: int) -> bytes:
+        answer = self.client.get_object(Bucket=self.bucket, Key=self._full(version.key), VersionId=version.version_id,
+                                        Range=f"bytes=0-{max(size, 1) - 1}")
+        return bytes(answer["Body"].read())[:size]
 
     # --- Capability.LIFECYCLE_RULES ----------------------------------------------------------------------------
     async def apply_retention(self, days: int) -> dict[str, Any]:

@@ -7,8 +7,9 @@
         result = await step.erase(ctx, prior=None)    # delete (recording what it found), status DELETED
         left = await step.remaining(ctx)              # verification: what is still there
 
-The order is fixed: resume state, quarantine, transcripts, outbox, ledger, and the subject mapping last,
-because every earlier step needs the subject key the mapping holds (the request keeps a copy too).
+The order is fixed: the user's data key first (from then on every copy of their sealed data is beyond use,
+whatever a later step manages), then resume state, quarantine, transcripts, outbox, ledger, and the subject
+mapping last, because every earlier step needs the subject key the mapping holds (the request keeps a copy).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure.receipt import Counts, StoreResult
+from teamstore.keys.service import KeyService
 
 Progress = Callable[[str, int, int | None], None]
 """``progress(step, done, total)``: called as a step advances (``total`` may be unknown)."""
 
-STEP_ORDER = ("resume_state", "quarantine", "transcripts", "outbox", "ledger", "subject")
+STEP_ORDER = ("keys", "resume_state", "quarantine", "transcripts", "outbox", "ledger", "subject")
 
 
 def _no_progress(step: str, done: int, total: int | None) -> None:
@@ -43,6 +45,7 @@ class StepContext:
     subject_key: str | None
     progress: Progress = _no_progress
     owner: str | None = None  # the coordinator's lease: step records are written only while it holds it
+    keys: KeyService | None = None  # users' data keys: the key step forgets and outwaits them
 
 
 class Step(Protocol):
@@ -74,6 +77,8 @@ def build_steps() -> list[Step]:
         resume_step,
         subject_step,
     )
+    from teamstore.erasure.steps.keys import KeyStep
     from teamstore.erasure.steps.transcripts import TranscriptStep
 
-    return [resume_step(), quarantine_step(), TranscriptStep(), outbox_step(), ledger_step(), subject_step()]
+    return [KeyStep(), resume_step(), quarantine_step(), TranscriptStep(), outbox_step(), ledger_step(),
+            subject_step()]

@@ -8,8 +8,10 @@ The step only orchestrates: it asks the store what it supports (``Capability``) 
 methods of :mod:`teamstore.audit.transcripts.capabilities`, never a backend's client. A store that lists
 versions and deletes them in batches (S3: ``Capability.VERSIONS`` and ``BATCH_DELETE``) has every version
 and delete marker under the subject's prefix listed and deleted, 1,000 at a time; a version it refuses to
-delete is reported as retained, with its count, when a hold explains it (``Capability.HOLDS``: a legal hold
-or an unexpired retention), and fails the step otherwise. Other stores (the local folder) have no versions:
+delete is reported, with its count, when a hold explains it (``Capability.HOLDS``: a legal hold or an
+unexpired retention), and fails the step otherwise. A held version sealed under a data key that no longer
+exists (the key step destroyed the user's first; ``Capability.READ_VERSIONS`` reads its header) is
+``unreadable``; one written before sealing can still be read, and is ``retained``. Other stores (the local folder) have no versions:
 their objects are listed and removed, with the temporary files a killed writer left
 (``Capability.PARTIAL_WRITES``), which hold whole transcripts too.
 
@@ -30,6 +32,7 @@ from teamstore.audit.transcripts.capabilities import (
     HoldStatus,
     ObjectVersion,
     PartialWrites,
+    ReadVersions,
     Versions,
     capability,
 )
@@ -38,16 +41,18 @@ from teamstore.erasure.requests import record_step
 from teamstore.erasure.steps import StepContext
 from teamstore.erasure.stores import mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
+from teamstore.keys.sealed import HEADER_BYTES, key_id_of
 
 BATCH = 1000
 """Versions deleted between two progress reports (S3 takes as many in one request)."""
 T = TypeVar("T")
 
 
-def _counts(versions: list[ObjectVersion], retained: int = 0) -> Counts:
+def _counts(versions: list[ObjectVersion], retained: int = 0, unreadable: int = 0) -> Counts:
     real = [v for v in versions if not v.delete_marker]
     return Counts(objects=len({v.key for v in versions}), versions=len(real),
-                  delete_markers=len(versions) - len(real), bytes=sum(v.size for v in real), retained=retained)
+                  delete_markers=len(versions) - len(real), bytes=sum(v.size for v in real), retained=retained,
+                  unreadable=unreadable)
 
 
 async def _rerunnable(call: Awaitable[T]) -> T:
@@ -66,10 +71,12 @@ class VersionedObjects:
         listing: The store's ``Capability.VERSIONS``.
         deleter: The store's ``Capability.BATCH_DELETE``.
         holds: The store's ``Capability.HOLDS``, or None (then nothing it refuses is explained by a hold).
+        reader: The store's ``Capability.READ_VERSIONS``, or None (then no held version is known to be sealed).
     """
 
-    def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None) -> None:
-        self.listing, self.deleter, self.holds = listing, deleter, holds
+    def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None,
+                 reader: ReadVersions | None = None) -> None:
+        self.listing, self.deleter, self.holds, self.reader = listing, deleter, holds, reader
 
     async def versions(self, prefix: str) -> list[ObjectVersion]:
         """Every version and delete marker under ``prefix``."""
@@ -84,6 +91,12 @@ class VersionedObjects:
         if self.holds is None:
             return HoldStatus.FREE
         return await _rerunnable(self.holds.hold(version))
+
+    async def sealed_under(self, version: ObjectVersion) -> str | None:
+        """The data key ``version`` is sealed under (hex), or ``None`` if it is not sealed (or cannot be told)."""
+        if self.reader is None:
+            return None
+        return key_id_of(await _rerunnable(self.reader.read_version(version, HEADER_BYTES)))
 
 
 class PlainObjects:
@@ -131,6 +144,10 @@ class PlainObjects:
         """Nothing holds a plain object."""
         return HoldStatus.FREE
 
+    async def sealed_under(self, version: ObjectVersion) -> str | None:
+        """Never asked: nothing here is held."""
+        return None
+
 
 View = VersionedObjects | PlainObjects
 
@@ -139,7 +156,8 @@ def view_of(store: TranscriptStore) -> View:
     """How the step reaches ``store``, by its declared capabilities."""
     listing, deleter = capability(store, Capability.VERSIONS), capability(store, Capability.BATCH_DELETE)
     if listing is not None and deleter is not None:
-        return VersionedObjects(listing, deleter, capability(store, Capability.HOLDS))
+        return VersionedObjects(listing, deleter, capability(store, Capability.HOLDS),
+                                capability(store, Capability.READ_VERSIONS))
     return PlainObjects(store, capability(store, Capability.PARTIAL_WRITES))
 
 
@@ -174,8 +192,9 @@ class TranscriptStep:
         for start in range(0, len(versions), BATCH):
             refused |= await view.delete(versions[start : start + BATCH])
             ctx.progress(self.name, min(start + BATCH, len(versions)), len(versions))
-        retained = await _classify(view, refused)
-        result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(update={"retained": retained}))
+        retained, unreadable = await _classify(ctx, view, refused)
+        result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(
+            update={"retained": retained, "unreadable": unreadable}))
         await self._other_stores(ctx, view, result)
         return result
 
@@ -212,20 +231,29 @@ class TranscriptStep:
         view = view_of(ctx.transcripts)
         left = await view.versions(subject_prefix(ctx.subject_key))
         held = [v for v in left if await view.held(v) is HoldStatus.HELD]
-        return _counts(left, retained=len(held))
+        beyond_use = [v for v in held if await _beyond_use(ctx, view, v)]
+        return _counts(left, retained=len(held) - len(beyond_use), unreadable=len(beyond_use))
 
 
 def _carry(found: Counts, prior: StoreResult | None) -> Counts:
     if prior is None:
         return found
+    left_over = {"retained": 0, "unreadable": 0}
     if prior.status is StepStatus.DELETED:
-        return found.plus(prior.counts.model_copy(update={"retained": 0}))
+        return found.plus(prior.counts.model_copy(update=left_over))
     # enumerated or failed earlier: what is listed now is a subset of what was recorded then
-    return found.widest(prior.counts.model_copy(update={"retained": 0}))
+    return found.widest(prior.counts.model_copy(update=left_over))
 
 
-async def _classify(view: View, refused: dict[ObjectVersion, str]) -> int:
-    """How many refused versions a hold explains; any other refusal fails the step."""
+async def _beyond_use(ctx: StepContext, view: View, version: ObjectVersion) -> bool:
+    """Whether a held version is sealed under a data key that no longer exists (the key step destroyed it)."""
+    key_id = await view.sealed_under(version)
+    return key_id is not None and ctx.keys is not None and not await ctx.keys.key_exists(key_id)
+
+
+async def _classify(ctx: StepContext, view: View, refused: dict[ObjectVersion, str]) -> tuple[int, int]:
+    """How many refused versions a hold explains, as (still readable, sealed under a destroyed key); any
+    other refusal fails the step."""
     states = {version: await view.held(version) for version in refused}
     unexplained = [version for version, state in states.items() if state is HoldStatus.FREE]
     if unexplained:
@@ -238,4 +266,6 @@ async def _classify(view: View, refused: dict[ObjectVersion, str]) -> int:
             hint="rerun the same request id; if S3 keeps refusing with AccessDenied, grant s3:DeleteObjectVersion "
             "on the transcript prefix",
         )
-    return sum(1 for state in states.values() if state is HoldStatus.HELD)
+    held = [version for version, state in states.items() if state is HoldStatus.HELD]
+    beyond_use = sum([await _beyond_use(ctx, view, version) for version in held])
+    return len(held) - beyond_use, beyond_use

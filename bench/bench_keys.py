@@ -1,0 +1,145 @@
+"""What sealing users' data under their own keys costs: the state cycle and the transcript write, sealed against
+unsealed, in one run.
+
+    python -m bench keys
+
+1. The resume+save cycle of :mod:`bench.cycles` (lease+load, open, decode, validate, encode, seal, save) on
+   Postgres with production durability, sequential and with 16 sessions at once, against the same cycle on a
+   store that does not seal, in short interleaved rounds; the ratio is the median of the per-round ratios
+   (the target: sealed >= 0.95x, i.e. no more than 5% of the cycle). The same on the embedded SQLite file.
+   The data key comes from memory (``key_cache_seconds``), as in a worker serving its users.
+2. The transcript write of one run (encode the gzip JSON lines, seal, write to a local folder) against the
+   same write unsealed, alternating, and the seal alone in microseconds.
+
+``BENCH_ROUNDS`` (25) and ``BENCH_SECONDS`` (0.4) change the rounds of (1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bench.common import drop_database, env_number, interleave, median_ratio, postgres_database
+from bench.cycles import Cycles, sample_state
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import encode, item_record, sealed_context
+from teamstore.keys import KeyService
+from teamstore.keys.kek import LocalKeyFile
+from teamstore.keys.ring import KeyRing
+
+RUNS = 400
+
+
+def _keys(folder: Path) -> Any:
+    def make(engine: AsyncEngine) -> KeyService:
+        return KeyService(engine, KeyRing(LocalKeyFile(folder / "kek.json")), cache_seconds=3600)
+
+    return make
+
+
+async def _cycle_ratio(urls: dict[str, str], state: str, workers: int, folder: Path) -> dict[str, list[float]]:
+    plain, sealed = Cycles(urls["plain"], state), Cycles(urls["sealed"], state, keys=_keys(folder))
+    for cycles in (plain, sealed):
+        await cycles.setup(workers)
+    try:
+        rounds, seconds = int(env_number("BENCH_ROUNDS", 25)), env_number("BENCH_SECONDS", 0.4)
+        return await interleave({"plain": plain.ours, "sealed": sealed.ours}, workers, rounds, seconds)
+    finally:
+        for cycles in (plain, sealed):
+            await cycles.close()
+
+
+async def state_cycle(folder: Path) -> None:
+    state = await sample_state()
+    print(f"(1) resume+save cycle, {len(state):,}-byte state, sealed against unsealed (median of per-round ratios)")
+    for workers in (1, 16):
+        server = ""
+        urls: dict[str, str] = {}
+        for name in ("plain", "sealed"):
+            server, urls[name] = postgres_database()
+        try:
+            rates = await _cycle_ratio(urls, state, workers, folder)
+        finally:
+            for url in urls.values():
+                drop_database(server, url)
+        _print(f"Postgres, {'sequential' if workers == 1 else f'{workers} at once'}", rates)
+    sqlite = {name: f"sqlite:///{(folder / f'{name}.db').as_posix()}" for name in ("plain", "sealed")}
+    _print("SQLite, sequential", await _sqlite_ratio(sqlite, state, folder))
+
+
+async def _sqlite_ratio(urls: dict[str, str], state: str, folder: Path) -> dict[str, list[float]]:
+    plain, sealed = Cycles(urls["plain"], state, "row"), Cycles(urls["sealed"], state, "row", keys=_keys(folder))
+    for cycles in (plain, sealed):
+        await cycles.setup(1)
+    rounds, seconds = int(env_number("BENCH_ROUNDS", 25)), env_number("BENCH_SECONDS", 0.4)
+    try:
+        return await interleave({"plain": plain.ours, "sealed": sealed.ours}, 1, rounds, seconds)
+    finally:
+        for cycles in (plain, sealed):
+            await cycles.close()
+
+
+def _print(label: str, rates: dict[str, list[float]]) -> None:
+    ratio = median_ratio(rates, "sealed", "plain")
+    print(f"    {label:<24} unsealed {statistics.median(rates['plain']):8,.0f}/s   sealed "
+          f"{statistics.median(rates['sealed']):8,.0f}/s   ratio {ratio:.3f}x (encryption costs {(1 - ratio) * 100:+.1f}%; "
+          "target <= 5%)")
+
+
+def _transcript(messages: int = 12) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from datetime import UTC, datetime
+
+    from autogen_agentchat.messages import TextMessage
+
+    words = "the router drops again every evening after the firmware update, says the customer " * 6
+    items = [item_record(n, TextMessage(source="researcher", content=f"{n}: {words}"), datetime.now(UTC))
+             for n in range(messages)]
+    return {"kind": "run", "run_id": "bench", "started_at": datetime.now(UTC).isoformat()}, items
+
+
+async def transcript_write(folder: Path) -> None:
+    from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import upgrade
+
+    engine = create_engine(f"sqlite:///{(folder / 'keys.db').as_posix()}")
+    await upgrade(engine)
+    data_key = await _keys(folder)(engine).data_key("bench-user")
+    header, items = _transcript()
+    store = LocalTranscriptStore(folder / "transcripts")
+    key = "subjects/bench/sessions/s/runs/r.jsonl.gz"
+    times: dict[str, list[float]] = {"plain": [], "sealed": [], "seal": []}
+    for n in range(RUNS):
+        for name in (("plain", "sealed") if n % 2 else ("sealed", "plain")):
+            started = time.perf_counter()
+            body = encode(header, items)
+            if name == "sealed":
+                sealing = time.perf_counter()
+                body = data_key.seal(body, sealed_context(key))
+                times["seal"].append(time.perf_counter() - sealing)
+            await store.put(key, body)
+            times[name].append(time.perf_counter() - started)
+    await engine.dispose()
+    plain, sealed = statistics.median(times["plain"]), statistics.median(times["sealed"])
+    print(f"(2) transcript write of one run ({len(encode(header, items)):,} bytes gzip'd), {RUNS} each, alternating:")
+    print(f"    unsealed {plain * 1e3:.3f} ms, sealed {sealed * 1e3:.3f} ms: ratio {sealed / plain:.3f}x "
+          f"(the seal alone {statistics.median(times['seal']) * 1e6:.1f} us)")
+
+
+async def run() -> None:
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        os.chmod(folder, 0o700)
+        await state_cycle(folder)
+        await transcript_write(folder)
+
+
+def main() -> None:
+    """Print the figures."""
+    asyncio.run(run())

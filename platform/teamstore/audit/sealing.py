@@ -1,0 +1,98 @@
+"""Sealing the audit trail written before sealing: queued transcripts and stored ones (``teamstore keys migrate``).
+
+    from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
+
+    queued = await seal_queued_transcripts(engine, keys)          # outbox bodies, in place
+    stored = await seal_stored_transcripts(engine, store, keys)   # each plain object written again, sealed
+
+Every transcript written since sealing began is sealed before it leaves the process; these seal the older
+ones. An object is found by its key (``subjects/<subject>/...``) and sealed under the data key of the user its
+subject maps to; one whose subject no longer maps to a user (erased) is left alone. On a versioned bucket the
+plain version stays as a noncurrent version until the lifecycle rule expires it (a day), or, under Object
+Lock, until its retention ends: ``teamstore keys migrate`` says how many it wrote again.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.schema import outbox, subjects
+from teamstore.audit.transcripts.base import SUBJECTS, TranscriptStore
+from teamstore.audit.transcripts.record import sealed_context
+from teamstore.db.engine import describe_failure
+from teamstore.db.fence import held
+from teamstore.errors import StoreUnavailable, TranscriptNotFound
+from teamstore.keys.sealed import is_sealed
+from teamstore.keys.service import KeyService
+
+
+def _failed(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
+    return StoreUnavailable(f"could not {action}: {describe_failure(exc)}",
+                            hint="check the database, then run `teamstore keys migrate` again (it goes on)")
+
+
+async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
+    """Seal the outbox bodies queued before sealing, each only while no flusher has it claimed; how many.
+
+    Raises:
+        KeyUnavailable, DataKeyDamaged: A user's key could not be had. StoreUnavailable: the database failed.
+    """
+    o, s = outbox.c, subjects.c
+    query = (select(o.run_id, o.object_key, o.body, s.user_id).join_from(outbox, subjects, s.subject_key == o.subject_key)
+             .where(o.body.is_not(None), o.claimed_by.is_(None), ~held(s.user_id)))
+    try:
+        async with engine.connect() as conn:
+            rows = [(str(r[0]), str(r[1]), bytes(r[2]), str(r[3])) for r in (await conn.execute(query)).all()]
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "read the outbox") from exc
+    done = 0
+    for run_id, object_key, body, user_id in rows:
+        if is_sealed(body):
+            continue
+        sealed = await keys.seal(user_id, body, sealed_context(object_key))
+        stmt = update(outbox).where(o.run_id == run_id, o.body == body, o.claimed_by.is_(None)).values(body=sealed)
+        try:
+            async with engine.begin() as conn:
+                done += int((await conn.execute(stmt)).rowcount or 0)
+        except SQLAlchemyError as exc:
+            raise _failed(exc, "seal a queued transcript") from exc
+    return done
+
+
+async def seal_stored_transcripts(engine: AsyncEngine, store: TranscriptStore, keys: KeyService) -> int:
+    """Write each plain transcript object again, sealed under its user's data key; how many.
+
+    Raises:
+        KeyUnavailable, DataKeyDamaged: A user's key could not be had. TranscriptUnavailable: the store failed.
+        StoreUnavailable: The database failed.
+    """
+    owners: dict[str, str | None] = {}
+    done = 0
+    async for stored in store.scan(f"{SUBJECTS}/"):
+        subject = stored.key.split("/")[1]
+        if subject not in owners:
+            owners[subject] = await _owner(engine, subject)
+        user_id = owners[subject]
+        if user_id is None:
+            continue
+        try:
+            body = await store.get(stored.key)
+        except TranscriptNotFound:
+            continue  # removed since the listing (a sweep, an erasure)
+        if not is_sealed(body):
+            await store.put(stored.key, await keys.seal(user_id, body, sealed_context(stored.key)))
+            done += 1
+    return done
+
+
+async def _owner(engine: AsyncEngine, subject_key: str) -> str | None:
+    """The user a subject maps to, unless an erasure fences them (or none does)."""
+    query = select(subjects.c.user_id).where(subjects.c.subject_key == subject_key, ~held(subjects.c.user_id))
+    try:
+        async with engine.connect() as conn:
+            found = await conn.scalar(query)
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "read the subject mapping") from exc
+    return str(found) if found is not None else None

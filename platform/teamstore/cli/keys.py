@@ -1,0 +1,105 @@
+"""``teamstore keys``: the key-encryption keys that wrap users' data keys.
+
+    teamstore keys status                 # every KEK, how many data keys each wraps, when to rotate next
+    teamstore keys rotate                 # every key_rotation_days (schedule it); --to KMS_KEY to move to KMS
+    teamstore keys retire                 # daily (schedule it): destroys the retired KEKs that are due
+    teamstore keys migrate                # seal what was written before sealing
+
+See docs/erasure.md for what the rotation bound means for backups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from teamstore.app import App
+from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
+from teamstore.cli._output import JsonOption, console, emit, plain, print_table
+from teamstore.cli._runner import with_app
+from teamstore.keys.rotation import retire, rotate, status
+from teamstore.state.sealed import seal_saved_states
+
+app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, sealing older data.",
+                  no_args_is_help=True)
+
+
+@app.command("status")
+def keys_status(as_json: bool = JsonOption) -> None:
+    """Every key-encryption key: current, retired (destroyed when) or destroyed, and the data keys it wraps."""
+    data = with_app(lambda a: status(a.keys, a.settings), must_exist=True)
+
+    def render(d: dict[str, Any]) -> None:
+        print_table(("key-encryption key", "state", "data keys", "made", "destroy after"),
+                    [[plain(k["kek_id"]), k["state"], str(k["data_keys"]), f"{k['created_at']:%Y-%m-%d}",
+                      f"{k['destroy_after']:%Y-%m-%d}" if k["destroy_after"] else "-"] for k in d["keks"]],
+                    fixed=(1, 2, 3, 4), right=(2,))
+        if d["rotation_due"] is not None:
+            late = " (OVERDUE: run `teamstore keys rotate`)" if d["overdue"] else ""
+            console.print(f"next rotation due {d['rotation_due']:%Y-%m-%d}{late}; a backup taken now is unreadable "
+                          f"for a user erased now by {d['backups_unreadable_by']:%Y-%m-%d}")
+
+    emit(data, as_json=as_json, render=render)
+
+
+@app.command("rotate")
+def keys_rotate(
+    to: str | None = typer.Option(None, "--to", help="A KMS key (id, ARN or alias) to rotate to; by default a new "
+                                  "key like the current one (key file entry, or a KMS key made now)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Make a new key-encryption key current and re-wrap every live data key under it; the old one is destroyed
+    TEAMSTORE_KEY_RETIRE_DAYS later (by `keys retire`). Rerun to resume one that stopped."""
+
+    async def go(a: App) -> dict[str, Any]:
+        return (await rotate(a.keys, to=to, retire_days=a.settings.key_retire_days)).as_dict()
+
+    data = with_app(go, must_exist=True)
+
+    def render(d: dict[str, Any]) -> None:
+        verb = "rotated to" if d["created"] else "finished the rotation to"
+        console.print(plain(f"{verb} {d['kek_id']}: {d['rewrapped']} data key(s) re-wrapped, {d['gone']} erased "
+                            f"meanwhile; destroyed {len(d['destroyed'])} retired key(s)"))
+        if d["damaged"]:
+            console.print(plain(f"{len(d['damaged'])} data key row(s) do not open under their key-encryption key "
+                                "and were left as they are (their KEK is kept): restore those ts_data_keys rows"))
+
+    emit(data, as_json=as_json, render=render)
+
+
+@app.command("retire")
+def keys_retire(as_json: bool = JsonOption) -> None:
+    """Destroy every retired key-encryption key whose retirement period has passed (run it daily)."""
+    data = with_app(lambda a: _retired(a), must_exist=True)
+    emit(data, as_json=as_json,
+         render=lambda d: console.print(plain(f"destroyed {len(d['destroyed'])} retired key-encryption key(s)")))
+
+
+async def _retired(a: App) -> dict[str, Any]:
+    return {"destroyed": await retire(a.keys)}
+
+
+@app.command("migrate")
+def keys_migrate(
+    transcripts: bool = typer.Option(True, "--transcripts/--no-transcripts",
+                                     help="Also write each plain transcript object again, sealed."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Seal what was written before sealing: stored and quarantined states, queued and stored transcripts."""
+
+    async def go(a: App) -> dict[str, Any]:
+        done: dict[str, Any] = dict(await seal_saved_states(a.engine, a.keys))
+        done["outbox"] = await seal_queued_transcripts(a.engine, a.keys)
+        done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys) if transcripts else 0
+        return done
+
+    data = with_app(go, must_exist=True)
+    emit(data, as_json=as_json, render=lambda d: console.print(plain(
+        f"sealed {d['sessions']} session state(s), {d['quarantine']} quarantined state(s), {d['outbox']} queued and "
+        f"{d['transcripts']} stored transcript(s)")))
+
+
+def register(root: typer.Typer) -> None:
+    """Mount ``keys`` on the main app."""
+    root.add_typer(app, name="keys")

@@ -1,0 +1,236 @@
+"""Key-encryption keys: what wraps users' data keys. The protocol, and the local key file of the embedded default.
+
+    from teamstore.keys.kek import LocalKeyFile
+
+    keys = LocalKeyFile(Path(".teamstore/key-encryption-keys.json"))
+    kek_id = keys.create()                      # a new key in the file (made owner-only, 0600)
+    wrapped = keys.get(kek_id).wrap(data_key, key_id)
+    keys.destroy(kek_id)                        # its material gone; the id kept, to say so later
+
+Every method here is blocking (file I/O, or a KMS request in :mod:`teamstore.keys.kms`): the key service
+calls them on a thread. A KEK's id says where it lives (``local:`` here, ``kms:`` in AWS KMS); the database
+records the ids and which one is current, never the material.
+
+The key file is JSON: ``{"format": 1, "keys": {"local:<hex>": "<base64 of 32 bytes>"}, "destroyed": [...]}``.
+It is written whole to a temporary file and moved into place, owner-only; a file that group or others may
+read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from config_registry.folders import PRIVATE, make_folder
+from teamstore.errors import ConfigurationError, DataKeyDamaged, KeyDestroyed, KeyUnavailable
+
+LOCAL, KMS = "local:", "kms:"
+FORMAT = 1
+_NONCE = 12
+
+
+class KeyEncryptionKey(Protocol):
+    """One key-encryption key: wraps and unwraps data keys (blocking calls)."""
+
+    kek_id: str
+
+    def wrap(self, data_key: bytes, key_id: str) -> bytes:
+        """``data_key`` encrypted under this KEK, bound to ``key_id`` (the data key's id).
+
+        Raises:
+            KeyUnavailable: The KEK cannot be used now (unreachable, refused).
+        """
+        ...
+
+    def unwrap(self, wrapped: bytes, key_id: str) -> bytes:
+        """The data key ``wrapped`` holds.
+
+        Raises:
+            DataKeyDamaged: ``wrapped`` does not open under this KEK (changed, or bound to another key id).
+            KeyDestroyed: This KEK was destroyed.
+            KeyUnavailable: The KEK cannot be used now.
+        """
+        ...
+
+
+def _bound(key_id: str) -> bytes:
+    # The associated data of a wrapped key: a wrapped key copied onto another key id's row does not open.
+    return b"teamstore data key " + key_id.encode("ascii")
+
+
+class LocalKek:
+    """A key-encryption key held in the local key file (AES-256-GCM)."""
+
+    def __init__(self, kek_id: str, material: bytes) -> None:
+        self.kek_id = kek_id
+        self._aead = AESGCM(material)
+
+    def wrap(self, data_key: bytes, key_id: str) -> bytes:
+        """``data_key`` sealed under this KEK: a random nonce, then the ciphertext and its tag."""
+        nonce = os.urandom(_NONCE)
+        return nonce + self._aead.encrypt(nonce, data_key, _bound(key_id))
+
+    def unwrap(self, wrapped: bytes, key_id: str) -> bytes:
+        """The data key ``wrapped`` holds.
+
+        Raises:
+            DataKeyDamaged: It does not open under this KEK.
+        """
+        try:
+            return self._aead.decrypt(wrapped[:_NONCE], wrapped[_NONCE:], _bound(key_id))
+        except (InvalidTag, ValueError):
+            raise damaged(self.kek_id) from None
+
+
+def damaged(kek_id: str) -> DataKeyDamaged:
+    """The error for a wrapped data key its KEK does not open."""
+    return DataKeyDamaged(
+        f"a user's wrapped data key does not open under the key-encryption key its row names ({kek_id}): the "
+        "row in ts_data_keys was changed or damaged. Nothing was written; no new key is made over it",
+        hint="restore that ts_data_keys row from a database backup; until then the user's sealed data stays "
+        "unreadable (erasing the user still works)",
+    )
+
+
+class LocalKeyFile:
+    """The local key file: every local key-encryption key, current and retired, by id.
+
+    Args:
+        path: The file (``TEAMSTORE_KEY_FILE``, else ``$TEAMSTORE_HOME/key-encryption-keys.json``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def exists(self) -> bool:
+        """Whether the file is there."""
+        return self.path.exists()
+
+    def get(self, kek_id: str) -> LocalKek:
+        """The KEK ``kek_id`` from the file.
+
+        Raises:
+            KeyDestroyed: The file records it as destroyed.
+            KeyUnavailable: The file is missing, unreadable, or holds no such key (another file?).
+            ConfigurationError: Group or others may read the file.
+        """
+        doc = self._read()
+        encoded = doc["keys"].get(kek_id)
+        if encoded is None:
+            if kek_id in doc.get("destroyed", []):
+                raise KeyDestroyed(
+                    f"the key-encryption key {kek_id} was retired and destroyed: the data keys it wrapped, and "
+                    "everything sealed under them, are beyond use",
+                    hint="this happens to a backup older than the rotation bound (docs/erasure.md); nothing to fix",
+                )
+            raise KeyUnavailable(
+                f"the key file {self.path} holds no key-encryption key {kek_id}, which the database names",
+                hint="point TEAMSTORE_KEY_FILE at the key file this database was used with (restore it from its "
+                "own backup); never make a new one: the data keys wrapped by the old one would be lost",
+            )
+        return LocalKek(kek_id, base64.b64decode(encoded))
+
+    def create(self) -> str:
+        """Add a new key to the file (making the file, owner-only, if there is none); its id."""
+        kek_id = f"{LOCAL}{secrets.token_hex(16)}"
+        material = base64.b64encode(os.urandom(32)).decode("ascii")
+        with self._locked():
+            doc: dict[str, Any] = (self._read() if self.path.exists()
+                                   else {"format": FORMAT, "keys": {}, "destroyed": []})
+            doc["keys"][kek_id] = material
+            self._write(doc)
+        return kek_id
+
+    def first(self) -> str:
+        """The id of the file's only key, making the file with one if there is none (a new home).
+
+        Raises:
+            KeyUnavailable: The file holds several keys (its database must name which is current).
+        """
+        with self._locked():
+            if not self.path.exists():
+                kek_id = f"{LOCAL}{secrets.token_hex(16)}"
+                self._write({"format": FORMAT, "keys": {kek_id: base64.b64encode(os.urandom(32)).decode("ascii")},
+                             "destroyed": []})
+                return kek_id
+            keys = list(self._read()["keys"])
+        if len(keys) != 1:
+            raise KeyUnavailable(
+                f"the key file {self.path} holds {len(keys)} key-encryption keys and the database records none",
+                hint="point TEAMSTORE_KEY_FILE (or TEAMSTORE_DATABASE_URL) at the pair that belongs together",
+            )
+        return str(keys[0])
+
+    def destroy(self, kek_id: str) -> None:
+        """Remove ``kek_id``'s material from the file, keeping its id among the destroyed."""
+        with self._locked():
+            doc = self._read()
+            if doc["keys"].pop(kek_id, None) is not None or kek_id not in doc["destroyed"]:
+                doc["destroyed"] = sorted({*doc["destroyed"], kek_id})
+                self._write(doc)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            mode = self.path.stat().st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise ConfigurationError(
+                    f"the key file {self.path} may be read by other users (mode {stat.S_IMODE(mode):o})",
+                    hint=f"chmod 600 {self.path}",
+                )
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise KeyUnavailable(
+                f"the key file {self.path} is missing, and the database's data keys are wrapped by a key in it: "
+                "every payload sealed under them is unreadable without it. Nothing was written",
+                hint="restore the key file from its own backup, or point TEAMSTORE_KEY_FILE at it",
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise KeyUnavailable(f"the key file {self.path} could not be read ({type(exc).__name__})",
+                                 hint="check its permissions, or restore it from its backup") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("keys"), dict):
+            raise KeyUnavailable(f"the key file {self.path} is not a teamstore key file (format {FORMAT})",
+                                 hint="restore it from its backup")
+        doc.setdefault("destroyed", [])
+        return doc
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        make_folder(self.path.parent, PRIVATE)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")  # 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(doc, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise changes to the file across processes (a lock file beside it)."""
+        try:
+            make_folder(self.path.parent, PRIVATE)
+            fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise KeyUnavailable(f"could not lock the key file {self.path} ({exc.strerror or exc})",
+                                 hint="check that its folder is writable by this user") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

@@ -1,0 +1,202 @@
+"""Key-encryption keys in AWS KMS, through boto3 (the ``kms`` extra): production's choice.
+
+    from teamstore.keys.kms import KmsKeys
+
+    kms = KmsKeys()                                    # AWS_* variables: credentials, region, endpoint
+    kek_id = kms.resolve("alias/teamstore")            # "kms:arn:aws:kms:...": the key an alias names today
+    wrapped = kms.get(kek_id).wrap(data_key, key_id)   # Encrypt, with the key id as encryption context
+
+A data key is made locally and wrapped with ``Encrypt``, unwrapped with ``Decrypt``; the encryption context
+names only the data key's id (CloudTrail logs it), never a user. A KEK is recorded by its key ARN, not an
+alias, since an alias can be pointed at another key. Retiring one schedules its deletion with the shortest
+window KMS allows (7 days): it cannot be used from that moment, and is gone when the window ends.
+Requests have short timeouts and few retries, so an unreachable KMS fails a session's opening fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable, MissingExtra
+from teamstore.keys.kek import KMS, damaged
+
+DELETION_WINDOW_DAYS = 7
+"""The shortest wait KMS allows between scheduling a key's deletion and deleting it."""
+_GONE = {"KMSInvalidStateException", "DisabledException", "NotFoundException"}
+
+
+def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_attempts: int = 2) -> Any:
+    """A boto3 KMS client with short timeouts and few retries (``AWS_*`` variables decide the rest;
+    ``AWS_ENDPOINT_URL_KMS`` or ``AWS_ENDPOINT_URL`` point it at another endpoint).
+
+    Raises:
+        MissingExtra: boto3 is not installed.
+        ConfigurationError: The ``AWS_*`` variables cannot make a client (no region, a bad endpoint).
+    """
+    try:
+        import boto3
+    except ImportError as exc:
+        raise MissingExtra("key-encryption keys in AWS KMS", "kms", "boto3") from exc
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
+
+    config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
+                    retries={"total_max_attempts": max_attempts, "mode": "standard"})
+    try:
+        return boto3.session.Session().client("kms", config=config)
+    except BotoCoreError as exc:
+        raise ConfigurationError(f"could not set up the KMS client: {exc}",
+                                 hint="set AWS_DEFAULT_REGION (and AWS_PROFILE, if any)") from None
+    except ValueError:
+        raise ConfigurationError("AWS_ENDPOINT_URL_KMS (or AWS_ENDPOINT_URL) is not a URL",
+                                 hint="set it to the KMS endpoint, or unset it for AWS") from None
+
+
+def _code(exc: BaseException) -> str:
+    from botocore.exceptions import ClientError
+
+    return str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
+
+
+def unavailable(exc: BaseException, action: str) -> KeyUnavailable:
+    """A failed KMS request as :class:`KeyUnavailable`, named by class and error code (never a key id)."""
+    code = _code(exc)
+    if code in {"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException"}:
+        return KeyUnavailable(f"KMS refused to {action} ({code})",
+                              hint="grant the worker's role kms:Encrypt, kms:Decrypt and kms:DescribeKey on the key")
+    return KeyUnavailable(
+        f"KMS could not {action}: {code or type(exc).__name__}. Nothing was written",
+        hint="check AWS_ENDPOINT_URL_KMS / AWS_DEFAULT_REGION, the network and KMS's health; retry once it answers",
+    )
+
+
+class KmsKek:
+    """One KMS key, by ARN, wrapping and unwrapping data keys."""
+
+    def __init__(self, client: Any, kek_id: str) -> None:
+        self.client, self.kek_id, self.arn = client, kek_id, kek_id.removeprefix(KMS)
+
+    @staticmethod
+    def _context(key_id: str) -> dict[str, str]:
+        return {"teamstore": "data-key", "key_id": key_id}
+
+    def wrap(self, data_key: bytes, key_id: str) -> bytes:
+        """``Encrypt`` the data key under this KMS key.
+
+        Raises:
+            KeyDestroyed: The KMS key is disabled or pending deletion. KeyUnavailable: KMS failed.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            answer = self.client.encrypt(KeyId=self.arn, Plaintext=data_key, EncryptionContext=self._context(key_id))
+        except (BotoCoreError, ClientError) as exc:
+            raise self._failed(exc, "wrap a data key") from None
+        return bytes(answer["CiphertextBlob"])
+
+    def unwrap(self, wrapped: bytes, key_id: str) -> bytes:
+        """``Decrypt`` the wrapped data key (KMS checks it names this key and the data key's id).
+
+        Raises:
+            DataKeyDamaged: KMS says the ciphertext is not valid (the row was changed).
+            KeyDestroyed: The KMS key is disabled, pending deletion or gone. KeyUnavailable: KMS failed.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            answer = self.client.decrypt(CiphertextBlob=wrapped, KeyId=self.arn,
+                                         EncryptionContext=self._context(key_id))
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in {"InvalidCiphertextException", "IncorrectKeyException"}:
+                raise damaged(self.kek_id) from None
+            raise self._failed(exc, "unwrap a data key") from None
+        return bytes(answer["Plaintext"])
+
+    def _failed(self, exc: BaseException, action: str) -> KeyDestroyed | KeyUnavailable:
+        if _code(exc) in _GONE:
+            return KeyDestroyed(
+                f"the KMS key-encryption key is disabled, scheduled for deletion or deleted ({_code(exc)}): what "
+                "it wrapped is beyond use",
+                hint="if it was retired by mistake and its deletion window is still open, `aws kms "
+                "cancel-key-deletion` and `aws kms enable-key` bring it back",
+            )
+        return unavailable(exc, action)
+
+
+class KmsKeys:
+    """The KMS keys this database's data keys are wrapped by.
+
+    Args:
+        client: A boto3 KMS client the caller owns; by default one from :func:`make_client`, made on first use.
+    """
+
+    def __init__(self, client: Any | None = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client (made on first use)."""
+        if self._client is None:
+            self._client = make_client()
+        return self._client
+
+    def get(self, kek_id: str) -> KmsKek:
+        """The KMS KEK recorded as ``kek_id`` (``kms:<ARN>``)."""
+        return KmsKek(self.client, kek_id)
+
+    def resolve(self, key: str) -> str:
+        """The KEK id of the KMS key ``key`` names (an id, ARN or alias), by its ARN.
+
+        Raises:
+            ConfigurationError: KMS knows no such key (or this role may not describe it).
+            KeyUnavailable: KMS failed.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            meta = self.client.describe_key(KeyId=key)["KeyMetadata"]
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in {"NotFoundException", "AccessDeniedException"}:
+                raise ConfigurationError(
+                    f"KMS has no key {key!r} this worker may use ({_code(exc)})",
+                    hint="set TEAMSTORE_KMS_KEY_ID to a symmetric KMS key's id, ARN or alias, and grant the worker "
+                    "kms:DescribeKey, kms:Encrypt and kms:Decrypt on it",
+                ) from None
+            raise unavailable(exc, "describe the key") from None
+        if meta.get("KeyState") != "Enabled":
+            raise ConfigurationError(f"the KMS key {key!r} is {meta.get('KeyState')}, not enabled",
+                                     hint="enable it, or name another key")
+        return f"{KMS}{meta['Arn']}"
+
+    def create(self) -> str:
+        """A new symmetric KMS key for a rotation (``kms:CreateKey``); its KEK id.
+
+        Raises:
+            KeyUnavailable: KMS failed or refused.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            meta = self.client.create_key(Description="teamstore key-encryption key", KeyUsage="ENCRYPT_DECRYPT",
+                                          Tags=[{"TagKey": "teamstore", "TagValue": "key-encryption-key"}])["KeyMetadata"]
+        except (BotoCoreError, ClientError) as exc:
+            raise unavailable(exc, "create a key-encryption key") from None
+        return f"{KMS}{meta['Arn']}"
+
+    def destroy(self, kek_id: str) -> None:
+        """Schedule the KMS key's deletion with the shortest window: unusable at once, deleted after it.
+
+        Raises:
+            KeyUnavailable: KMS failed or refused.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            # By key id: KMS takes the ARN too, but some KMS-compatible servers (moto's) take only the id here.
+            arn = kek_id.removeprefix(KMS)
+            key = arn.rsplit(":key/", 1)[-1]
+            self.client.schedule_key_deletion(KeyId=key, PendingWindowInDays=DELETION_WINDOW_DAYS)
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) == "KMSInvalidStateException":
+                return  # already pending deletion
+            raise unavailable(exc, "schedule the retired key's deletion") from None

@@ -1,0 +1,284 @@
+"""Rotating the key-encryption key, retiring the old ones, and the bound this puts on backups.
+
+    from teamstore.keys.rotation import rotate, retire, backups_unreadable_by
+
+    report = await rotate(keys, retire_days=7)         # `teamstore keys rotate`: every 21 days (schedule it)
+    gone = await retire(keys)                          # `teamstore keys retire`: daily; destroys what is due
+    when = await backups_unreadable_by(keys.engine, settings)
+
+A rotation makes a new key-encryption key current (a new entry in the key file, a new KMS key, or the KMS key
+``to`` names), marks the old one retired, to be destroyed ``retire_days`` later, and re-wraps every live data
+key under the new one. A data key an erasure destroyed is not among them: its wrapped copies in backups stay
+wrapped by the old KEK, and once that is destroyed nothing can open them. So a backup taken before an erasure
+is unreadable for the erased user at most ``key_rotation_days + key_retire_days`` (and a day, for the daily
+``retire``) after it, given rotations on schedule.
+
+A rotation stopped half-way (KMS unreachable, a killed process) is resumed by running it again: while some
+live data key is not under the current KEK, ``rotate`` finishes that one instead of making another. A KEK is
+destroyed only once no data key names it; a damaged row keeps its KEK alive, and is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.engine import describe_failure
+from teamstore.db.statements import insert_new
+from teamstore.errors import DataKeyDamaged, KeyDestroyed, KeyUnavailable, StoreUnavailable
+from teamstore.keys.schema import data_keys, key_encryption_keys
+from teamstore.keys.service import KeyService
+from teamstore.settings import Settings
+
+BATCH = 500
+RETIRE_SLACK = timedelta(days=1)
+"""``teamstore keys retire`` runs daily: a KEK due for destruction may wait that long for it."""
+OnBatch = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class RotationReport:
+    """What one rotation did."""
+
+    kek_id: str
+    created: bool
+    rewrapped: int = 0
+    gone: int = 0
+    """Data keys deleted (their users erased) between being read and being re-wrapped."""
+    damaged: list[str] = field(default_factory=list)
+    """Key ids of rows their KEK did not open: left as they are, their KEK kept."""
+    destroyed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {"kek_id": self.kek_id, "created": self.created, "rewrapped": self.rewrapped, "gone": self.gone,
+                "damaged": self.damaged, "destroyed": self.destroyed}
+
+
+def _failed(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
+    return StoreUnavailable(f"could not {action}: {describe_failure(exc)}",
+                            hint="check the database, then run `teamstore keys rotate` again: it resumes")
+
+
+async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 7, batch: int = BATCH,
+                 on_batch: OnBatch | None = None) -> RotationReport:
+    """Make a new key-encryption key current and re-wrap every live data key under it; then :func:`retire`.
+
+    Args:
+        keys: The key service (its engine and ring).
+        to: A KMS key (id, ARN or alias) to rotate to; by default a new key like the current one (a new key
+            file entry, or a KMS key made with ``kms:CreateKey``).
+        retire_days: The old KEK is destroyed this many days from now, by ``retire`` (a backup of the days
+            before can be restored until then).
+        batch: Data keys read and re-wrapped at a time.
+        on_batch: Awaited after each batch is read, before it is re-wrapped (tests race an erasure here).
+
+    Returns:
+        The report.
+
+    Raises:
+        KeyUnavailable: A KEK could not be used (KMS unreachable): rerun to resume; what was re-wrapped stays.
+        StoreUnavailable: The database failed; rerun to resume.
+    """
+    current = await keys.current_kek()
+    target = await asyncio.to_thread(keys.ring.kms.resolve, to) if to is not None else None
+    resuming = await _not_under(keys.engine, current) > 0 and target in (None, current)
+    created = False
+    if not resuming and target != current:
+        new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
+        await _make_current(keys.engine, new, retire_days)
+        current, created = new, True
+    report = RotationReport(current, created)
+    try:
+        await _rewrap_all(keys, current, report, batch, on_batch)
+    except KeyUnavailable as exc:
+        raise KeyUnavailable(
+            f"the rotation stopped after re-wrapping {report.rewrapped} data key(s): {exc.message}",
+            hint=f"{exc.hint or 'fix the cause'}; then run `teamstore keys rotate` again: it finishes this rotation",
+        ) from exc
+    report.destroyed = await retire(keys)
+    return report
+
+
+async def _not_under(engine: AsyncEngine, kek_id: str) -> int:
+    try:
+        async with engine.connect() as conn:
+            return int(await conn.scalar(select(func.count()).select_from(data_keys).where(
+                data_keys.c.kek_id != kek_id)) or 0)
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "count the data keys to re-wrap") from exc
+
+
+async def _make_current(engine: AsyncEngine, kek_id: str, retire_days: int) -> None:
+    """Retire the current KEK (destroyed ``retire_days`` from now) and record ``kek_id`` as current, at once."""
+    now, k = datetime.now(UTC), key_encryption_keys.c
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(update(key_encryption_keys).where(k.retired_at.is_(None), k.kek_id != kek_id).values(
+                retired_at=now, destroy_after=now + timedelta(days=retire_days)))
+            await conn.execute(insert_new(engine.dialect.name, key_encryption_keys).values(kek_id=kek_id, created_at=now))
+            await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(
+                retired_at=None, destroy_after=None, destroyed_at=None))
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "record the new key-encryption key") from exc
+
+
+async def _rewrap_all(keys: KeyService, current: str, report: RotationReport, batch: int,
+                      on_batch: OnBatch | None) -> None:
+    """Re-wrap every data key not under ``current``, a batch at a time (by user id, so each is read once)."""
+    after = ""
+    while rows := await _batch(keys.engine, current, after, batch):
+        if on_batch is not None:
+            await on_batch()
+        for user_id, key_id, kek_id, wrapped in rows:
+            await _rewrap(keys, current, report, user_id, key_id, kek_id, wrapped)
+        after = rows[-1][0]
+
+
+async def _batch(engine: AsyncEngine, current: str, after: str, size: int) -> list[tuple[str, str, str, bytes]]:
+    d = data_keys.c
+    query = (select(d.user_id, d.key_id, d.kek_id, d.wrapped).where(d.kek_id != current, d.user_id > after)
+             .order_by(d.user_id).limit(size))
+    try:
+        async with engine.connect() as conn:
+            return [(str(r[0]), str(r[1]), str(r[2]), bytes(r[3])) for r in (await conn.execute(query)).all()]
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "read the data keys to re-wrap") from exc
+
+
+async def _rewrap(keys: KeyService, current: str, report: RotationReport, user_id: str, key_id: str, kek_id: str,
+                  wrapped: bytes) -> None:
+    def move() -> bytes:
+        return keys.ring.get(current).wrap(keys.ring.get(kek_id).unwrap(wrapped, key_id), key_id)
+
+    try:
+        rewrapped = await asyncio.to_thread(move)
+    except (DataKeyDamaged, KeyDestroyed):
+        report.damaged.append(key_id)
+        return
+    d = data_keys.c
+    # Only the row as read: one an erasure deleted meanwhile stays deleted (no upsert can bring it back).
+    stmt = update(data_keys).where(d.user_id == user_id, d.key_id == key_id, d.kek_id == kek_id).values(
+        kek_id=current, wrapped=rewrapped, wrapped_at=datetime.now(UTC))
+    try:
+        async with keys.engine.begin() as conn:
+            moved = (await conn.execute(stmt)).rowcount
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "store a re-wrapped data key") from exc
+    if moved:
+        report.rewrapped += 1
+    else:
+        report.gone += 1
+
+
+async def retire(keys: KeyService, now: datetime | None = None) -> list[str]:
+    """Destroy every retired key-encryption key whose time has come, unless a data key still names it.
+
+    A data key still under it (written by a worker that read the old KEK as current just before a rotation)
+    is re-wrapped first; a damaged one keeps it alive.
+
+    Returns:
+        The KEK ids destroyed now.
+
+    Raises:
+        KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
+        StoreUnavailable: The database failed.
+    """
+    now = now or datetime.now(UTC)
+    k = key_encryption_keys.c
+    due_query = select(k.kek_id).where(k.retired_at.is_not(None), k.destroyed_at.is_(None), k.destroy_after <= now)
+    try:
+        async with keys.engine.connect() as conn:
+            due = [str(r[0]) for r in (await conn.execute(due_query)).all()]
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "read the retired key-encryption keys") from exc
+    destroyed = []
+    for kek_id in due:
+        if await _still_named(keys, kek_id):
+            continue
+        await asyncio.to_thread(keys.ring.destroy, kek_id)
+        try:
+            async with keys.engine.begin() as conn:
+                await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(destroyed_at=now))
+        except SQLAlchemyError as exc:
+            raise _failed(exc, "record a destroyed key-encryption key") from exc
+        destroyed.append(kek_id)
+    return destroyed
+
+
+async def _still_named(keys: KeyService, kek_id: str) -> bool:
+    """Re-wrap the data keys still under ``kek_id``; whether any is left under it (damaged)."""
+    current = await keys.current_kek()
+    report = RotationReport(current, False)
+    await _rewrap_all(keys, current, report, BATCH, None)
+    try:
+        async with keys.engine.connect() as conn:
+            left = await conn.scalar(select(func.count()).select_from(data_keys).where(data_keys.c.kek_id == kek_id))
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "count the data keys under a retired key-encryption key") from exc
+    return bool(left)
+
+
+async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: datetime | None = None) -> datetime:
+    """The latest time a backup taken now stays readable for a user erased now, given rotations on schedule.
+
+    The user's data key in such a backup is wrapped by the KEK current now (or an older one). That one is
+    replaced at the next rotation (due ``key_rotation_days`` after it was made, or now if overdue) and destroyed
+    ``key_retire_days`` after that, by the next daily ``teamstore keys retire``.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    now = now or datetime.now(UTC)
+    k = key_encryption_keys.c
+    try:
+        async with engine.connect() as conn:
+            made = await conn.scalar(select(k.created_at).where(k.retired_at.is_(None)).order_by(
+                k.created_at.desc()).limit(1))
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "read the current key-encryption key") from exc
+    made = _utc(made) or now
+    next_rotation = max(made + timedelta(days=settings.key_rotation_days), now)
+    return next_rotation + timedelta(days=settings.key_retire_days) + RETIRE_SLACK
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
+    """Every key-encryption key with its state and how many data keys it wraps; when the next rotation is due.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    k, d = key_encryption_keys.c, data_keys.c
+    counted = select(d.kek_id, func.count().label("n")).group_by(d.kek_id).subquery()
+    query = (select(k.kek_id, k.created_at, k.retired_at, k.destroy_after, k.destroyed_at, counted.c.n)
+             .outerjoin_from(key_encryption_keys, counted, counted.c.kek_id == k.kek_id).order_by(k.created_at))
+    try:
+        async with keys.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "read the key-encryption keys") from exc
+    keks = [{"kek_id": r[0], "state": _state(r), "created_at": _utc(r[1]), "retired_at": _utc(r[2]),
+             "destroy_after": _utc(r[3]), "destroyed_at": _utc(r[4]), "data_keys": int(r[5] or 0)} for r in rows]
+    current = next((x for x in keks if x["state"] == "current"), None)
+    due = current["created_at"] + timedelta(days=settings.key_rotation_days) if current else None
+    return {"keks": keks, "rotation_due": due, "overdue": bool(due and due < datetime.now(UTC)),
+            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings)}
+
+
+def _state(row: Any) -> str:
+    if row[4] is not None:
+        return "destroyed"
+    return "retired" if row[2] is not None else "current"

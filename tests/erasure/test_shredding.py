@@ -1,0 +1,118 @@
+"""Crypto-shredding: an erasure destroys the user's data key first, so what S3 may not delete stays, unreadable.
+
+A bucket with Object Lock in compliance mode refuses every delete of a version until its retention ends. The
+erasure deletes everything else, destroys the key, and reports those versions as remaining but unreadable
+(``shredded``); neither teamstore nor anything holding the bucket, the database and the key-encryption key can
+open them afterwards. The key-encryption key lives in the local key file or in KMS (moto over HTTP)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import boto3
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.audit.subjects import find_subject
+from teamstore.audit.transcripts.record import sealed_context
+from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.erasure import RequestStatus, StepStatus
+from teamstore.errors import KeyDestroyed, PayloadUnreadable
+from teamstore.keys import KeyService
+from teamstore.keys.schema import data_keys
+from teamstore.keys.sealed import is_sealed, key_id_of, open_sealed
+from teamstore.settings import Settings
+from tests.erasure.conftest import coordinator, versioned_bucket
+from tests.erasure.seed import audited_platform, seed_user
+
+CANARY = "CANARY-zoe-5e1f"
+
+
+def _compliance_bucket() -> str:
+    """A versioned bucket with Object Lock whose every new version is retained a day in compliance mode."""
+    client, name = boto3.client("s3"), f"ts-lock-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+    client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    client.put_object_lock_configuration(Bucket=name, ObjectLockConfiguration={
+        "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 1}}})
+    return name
+
+
+def _versions(bucket: str, prefix: str) -> list[dict[str, Any]]:
+    pages = boto3.client("s3").get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
+    return [v for page in pages for v in page.get("Versions", [])]
+
+
+async def _every_key_left(engine: AsyncEngine, keys: KeyService) -> list[Any]:
+    """Every data key the database still holds, unwrapped as anyone holding the key-encryption key could."""
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(data_keys.c.user_id))).scalars().all()
+    return [(await keys.data_key(user, create=False)).aead for user in rows]
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("kek", ["local", "kms"])
+async def test_versions_under_compliance_mode_remain_after_the_erasure_and_nothing_can_open_them(
+    engine: AsyncEngine, registry: Registry, s3_env: str, request: pytest.FixtureRequest, kek: str
+) -> None:
+    if kek == "kms":
+        request.getfixturevalue("kms_key")
+    bucket = _compliance_bucket()
+    store = S3TranscriptStore(make_client(), bucket, "audit")
+    platform = audited_platform(engine, registry, store)
+    for user in ("zoe", "bob"):
+        async with platform.session(user, "s1", team="support_triage") as s:
+            await s.run(f"{CANARY} my router drops every evening" if user == "zoe" else "bob's router")
+            await s.run(f"{CANARY} the technician came")
+    zoe_prefix = f"audit/subjects/{(await _subject(engine, 'zoe'))}/"
+
+    receipt = await coordinator(engine, store).run("zoe", request_id="req-zoe")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.ok and receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["keys"].status is StepStatus.ERASED and receipt.stores["keys"].counts.rows == 1
+    assert transcripts.status is StepStatus.SHREDDED and transcripts.counts.unreadable == 2
+    assert transcripts.counts.retained == 0 and "unreadable" in (transcripts.detail or "")
+    locked = _versions(bucket, zoe_prefix)
+    assert len(locked) == 2, "compliance mode kept every version S3 had"
+    keys = KeyService.from_settings(engine, Settings())
+    anyone = await _every_key_left(engine, keys)  # bob's key: the only one left, and it is no use here
+    assert len(anyone) == 1
+    for version in locked:
+        body = boto3.client("s3").get_object(Bucket=bucket, Key=version["Key"],
+                                             VersionId=version["VersionId"])["Body"].read()
+        assert is_sealed(body) and CANARY.encode() not in body
+        context = sealed_context(version["Key"].removeprefix("audit/"))
+        with pytest.raises(KeyDestroyed):
+            await keys.open("zoe", body, context)
+        for aead in anyone:
+            with pytest.raises(PayloadUnreadable):
+                open_sealed(aead, body, context)
+        assert key_id_of(body) is not None and not await keys.key_exists(key_id_of(body) or "")
+    await platform.aclose()
+    await store.close()
+
+
+async def _subject(engine: AsyncEngine, user: str) -> str:
+    subject = await find_subject(engine, user)
+    assert subject is not None
+    return subject
+
+
+@pytest.mark.s3
+async def test_an_erasure_needs_no_kms_and_completes_while_it_is_unreachable(
+    engine: AsyncEngine, registry: Registry, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+    platform = audited_platform(engine, registry, store)
+    await seed_user(platform, store, "zoe", CANARY, sessions_n=1, runs=1)
+    await platform.aclose()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", "http://127.0.0.1:9")  # nothing answers there
+    receipt = await coordinator(engine, store).run("zoe", request_id="req-down")
+    assert receipt.ok and receipt.stores["keys"].counts.rows == 1, receipt
+    backups = next(r for r in receipt.remains_elsewhere if r.what == "database backups")
+    assert "rotated out and destroyed by" in backups.detail
+    await store.close()

@@ -1,0 +1,24 @@
+"""Fixtures of the key suite: a key service on SQLite and a real Postgres, its key-encryption key in the local
+key file or in KMS (moto's server over HTTP, the endpoint S3 uses too)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.keys import KeyService
+from teamstore.settings import Settings
+
+
+@pytest.fixture(params=["local", pytest.param("kms", marks=pytest.mark.s3)])
+def kek(request: pytest.FixtureRequest) -> str:
+    """Where the key-encryption key lives: ``local`` (the key file in the test's home) or ``kms``."""
+    if request.param == "kms":
+        request.getfixturevalue("kms_key")
+    return str(request.param)
+
+
+@pytest.fixture
+def keys(engine: AsyncEngine, kek: str) -> KeyService:
+    """The key service on the migrated database, as the environment (and ``kek``) describe it."""
+    return KeyService.from_settings(engine, Settings())

@@ -1,0 +1,139 @@
+"""``teamstore keys rotate`` and ``retire`` on SQLite and a real Postgres, with the key file and with KMS: every
+live data key re-wrapped, a rotation cut short by KMS resumed by a rerun, a user erased meanwhile left erased,
+a damaged row reported and its old key-encryption key kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+from typer.testing import CliRunner
+
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.erasure import DeletionCoordinator, ErasureSettings
+from teamstore.errors import KeyDestroyed, KeyUnavailable
+from teamstore.keys import KeyService
+from teamstore.keys.rotation import rotate, status
+from teamstore.keys.schema import data_keys, key_encryption_keys
+from teamstore.settings import Settings
+from tests.keys.outage import Outage
+
+USERS = ("alice", "bob", "carol")
+
+
+async def _sealed_for_all(keys: KeyService) -> dict[str, bytes]:
+    return {user: await keys.seal(user, f"{user}'s words".encode(), "memory/facts") for user in USERS}
+
+
+async def _keks(engine: AsyncEngine) -> dict[str, str]:
+    async with engine.connect() as conn:
+        return {r.user_id: r.kek_id for r in (await conn.execute(select(data_keys))).all()}
+
+
+async def test_a_rotation_rewraps_every_live_key_and_retires_the_old_key_encryption_key(
+    keys: KeyService, engine: AsyncEngine, kek: str
+) -> None:
+    sealed = await _sealed_for_all(keys)
+    first = await keys.current_kek()
+    report = await rotate(keys, retire_days=7)
+    assert report.created and report.rewrapped == 3 and report.destroyed == [] and report.kek_id.startswith(f"{kek}:")
+    assert set((await _keks(engine)).values()) == {report.kek_id}
+    fresh = KeyService.from_settings(engine, Settings())
+    for user, blob in sealed.items():
+        assert await fresh.open(user, blob, "memory/facts") == f"{user}'s words".encode()
+    keks = {k["kek_id"]: k for k in (await status(keys, Settings()))["keks"]}
+    assert keks[first]["state"] == "retired" and keks[first]["data_keys"] == 0
+    assert keks[first]["destroy_after"] > datetime.now(UTC) + timedelta(days=6)
+    assert keks[report.kek_id]["state"] == "current" and keks[report.kek_id]["data_keys"] == 3
+
+
+@pytest.mark.s3
+async def test_a_rotation_kms_cut_short_is_finished_by_running_it_again(
+    engine: AsyncEngine, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = Outage(s3_env)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
+    keys = KeyService.from_settings(engine, Settings())
+    sealed = await _sealed_for_all(keys)
+    batches = 0
+
+    async def outage_after_the_first_batch() -> None:
+        nonlocal batches
+        batches += 1
+        proxy.down = batches > 1
+
+    try:
+        with pytest.raises(KeyUnavailable, match="stopped after re-wrapping 1") as info:
+            await rotate(keys, retire_days=0, batch=1, on_batch=outage_after_the_first_batch)
+        assert "run `teamstore keys rotate` again" in (info.value.hint or "")
+        proxy.down = False
+        resumed = await rotate(keys, retire_days=0, batch=1)
+        assert not resumed.created and resumed.rewrapped == 2 and len(resumed.destroyed) == 1
+        assert set((await _keks(engine)).values()) == {resumed.kek_id}
+        for user, blob in sealed.items():
+            assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
+    finally:
+        proxy.stop()
+
+
+async def test_a_user_erased_while_a_rotation_runs_stays_erased(
+    keys: KeyService, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    sealed = await _sealed_for_all(keys)
+    coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), Settings(),
+                                      knobs=ErasureSettings(fence_grace_seconds=0))
+
+    async def erase_bob_meanwhile() -> None:
+        if "bob" in await _keks(engine):
+            assert (await coordinator.run("bob", request_id="req-bob")).ok
+
+    report = await rotate(keys, retire_days=0, on_batch=erase_bob_meanwhile)
+    assert (report.rewrapped, report.gone) == (2, 1) and len(report.destroyed) == 1
+    assert set(await _keks(engine)) == {"alice", "carol"}, "no rotation brings an erased key back"
+    fresh = KeyService.from_settings(engine, Settings())
+    assert await fresh.open("alice", sealed["alice"], "memory/facts") == b"alice's words"
+    with pytest.raises(KeyDestroyed):
+        await fresh.open("bob", sealed["bob"], "memory/facts")
+
+
+async def test_a_damaged_key_row_is_reported_and_keeps_its_key_encryption_key_alive(
+    keys: KeyService, engine: AsyncEngine
+) -> None:
+    await _sealed_for_all(keys)
+    first = await keys.current_kek()
+    async with engine.begin() as conn:
+        await conn.execute(update(data_keys).where(data_keys.c.user_id == "bob").values(wrapped=b"\x02" * 60))
+        damaged = await conn.scalar(select(data_keys.c.key_id).where(data_keys.c.user_id == "bob"))
+    report = await rotate(keys, retire_days=0)
+    assert report.damaged == [damaged] and report.rewrapped == 2 and report.destroyed == []
+    async with engine.connect() as conn:
+        kept = (await conn.execute(select(key_encryption_keys).where(key_encryption_keys.c.kek_id == first))).one()
+    assert kept.retired_at is not None and kept.destroyed_at is None, "bob's key may still be restored"
+
+
+async def _seal_once() -> None:
+    engine = create_engine(Settings().resolved_database_url)
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "memory/facts")
+    await engine.dispose()
+
+
+def test_the_keys_commands_show_rotate_and_retire(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_seal_once())
+    shown = json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)
+    assert [k["state"] for k in shown["keks"]] == ["current"] and not shown["overdue"]
+    monkeypatch.setenv("TEAMSTORE_KEY_RETIRE_DAYS", "0")
+    rotated = runner.invoke(app, ["keys", "rotate", "--json"])
+    assert rotated.exit_code == 0, rotated.stdout
+    assert json.loads(rotated.stdout)["rewrapped"] == 1 and len(json.loads(rotated.stdout)["destroyed"]) == 1
+    assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {"destroyed": []}
+    states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
+    assert states == ["current", "destroyed"]

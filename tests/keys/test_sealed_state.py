@@ -1,0 +1,148 @@
+"""Resume state sealed at rest, on SQLite and Postgres with both kinds of lease: what the columns hold, what
+reads back, rows from before sealing, quarantined copies, and an unreachable key-encryption key."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.engine import create_engine
+from teamstore.errors import KeyUnavailable
+from teamstore.keys import KeyService
+from teamstore.settings import Settings
+from teamstore.state.base import SessionKey, StateStore
+from teamstore.state.envelope import SEALED_PREFIX
+from teamstore.state.factory import store_for
+from teamstore.state.schema import quarantine, sessions
+from teamstore.state.sealed import seal_saved_states
+from tests.conftest import prepare
+from tests.keys.outage import Outage
+from tests.state.test_store_conformance import acquire, record
+
+CANARY = '{"envelope":1,"codec":"json","data":{"said":"CANARY my router ZX-81 drops"}}'
+KEY = ("alice", "s1")
+
+
+@pytest.fixture
+async def engine(backend: tuple[str, str]) -> AsyncIterator[AsyncEngine]:
+    """The backend's migrated database, its lease mode set."""
+    await prepare(*backend)
+    eng = create_engine(backend[0])
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+async def stores(engine: AsyncEngine, backend: tuple[str, str]) -> AsyncIterator[tuple[StateStore, StateStore]]:
+    """(the sealed store, the bare backend under it), as the composition root and an older release build them."""
+    sealed = store_for(engine, lease=backend[1], keys=KeyService.from_settings(engine, Settings()))
+    plain = store_for(engine, lease=backend[1])
+    yield sealed, plain
+    await sealed.aclose()
+    await plain.aclose()
+
+
+async def _raw(engine: AsyncEngine, table: Any = sessions) -> list[str]:
+    async with engine.connect() as conn:
+        return [r[0] for r in (await conn.execute(select(table.c.state).where(table.c.state.is_not(None)))).all()]
+
+
+async def _save(store: StateStore, state: str, session: str = "s1") -> None:
+    key = SessionKey("alice", session)
+    row = await acquire(store, key)
+    await store.save(key, owner="w1", expected_version=row.row_version, record=record(state), release=True)
+
+
+async def test_a_saved_state_is_sealed_at_rest_and_reads_back_whole(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine
+) -> None:
+    sealed, _ = stores
+    await _save(sealed, CANARY)
+    (stored,) = await _raw(engine)
+    assert stored.startswith(SEALED_PREFIX) and "CANARY" not in stored and "ZX-81" not in stored
+    row = await acquire(sealed, SessionKey(*KEY), owner="w2")
+    assert row.state == CANARY and row.state_bytes == len(CANARY) and not row.defects
+    assert (await sealed.get(SessionKey(*KEY))).state == CANARY  # type: ignore[union-attr]
+
+
+async def test_a_state_saved_before_sealing_reads_as_it_was_and_is_sealed_at_its_next_save(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine
+) -> None:
+    sealed, plain = stores
+    await _save(plain, CANARY)  # an older release's save
+    assert await _raw(engine) == [CANARY]
+    row = await acquire(sealed, SessionKey(*KEY), owner="w2")
+    assert row.state == CANARY and not row.defects
+    await sealed.save(SessionKey(*KEY), owner="w2", expected_version=row.row_version, record=record(CANARY),
+                      release=True)
+    assert (await _raw(engine))[0].startswith(SEALED_PREFIX)
+
+
+async def test_a_refused_state_is_quarantined_sealed_and_restores_whole(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine
+) -> None:
+    sealed, plain = stores
+    await _save(plain, CANARY)  # from before sealing: sealed as it is set aside
+    row = await acquire(sealed, SessionKey(*KEY), owner="w2")
+    qid = await sealed.quarantine(row, owner="w2", reason="definition_changed", detail="renamed")
+    await sealed.release(SessionKey(*KEY), owner="w2", discard_empty=False)
+    (held,) = await _raw(engine, quarantine)
+    assert held.startswith(SEALED_PREFIX) and "CANARY" not in held
+    await sealed.restore_quarantined(qid, ttl=timedelta(days=1))
+    row = await acquire(sealed, SessionKey(*KEY), owner="w3")
+    assert row.state == CANARY and not row.defects
+
+
+async def test_a_sealed_state_moved_to_another_session_does_not_open_and_is_refused(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine
+) -> None:
+    sealed, _ = stores
+    await _save(sealed, CANARY, "s1")
+    await _save(sealed, CANARY.replace("CANARY", "OTHER"), "s2")
+    async with engine.begin() as conn:  # s1's sealed bytes copied onto s2's row, by hand
+        moved = await conn.scalar(select(sessions.c.state).where(sessions.c.session_id == "s1"))
+        await conn.execute(update(sessions).where(sessions.c.session_id == "s2").values(state=moved,
+                                                                                         state_bytes=len(moved)))
+    row = await acquire(sealed, SessionKey("alice", "s2"), owner="w2")
+    assert any("does not open" in d for d in row.defects)  # judged corrupt, quarantined as it is, never loaded
+
+
+@pytest.mark.s3
+async def test_kms_unreachable_at_a_session_open_takes_no_lease_and_writes_nothing(
+    engine: AsyncEngine, backend: tuple[str, str], kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = Outage(s3_env)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
+    proxy.down = True
+    store = store_for(engine, lease=backend[1], keys=KeyService.from_settings(engine, Settings()))
+    try:
+        with pytest.raises(KeyUnavailable):
+            await acquire(store, SessionKey(*KEY))
+        assert await _raw(engine) == []
+        proxy.down = False  # nothing was left leased: the session opens at once once KMS answers
+        row = await acquire(store, SessionKey(*KEY), timeout=0)
+        assert row.is_new
+    finally:
+        await store.aclose()
+        proxy.stop()
+
+
+async def test_keys_migrate_seals_the_states_and_quarantined_copies_saved_before_sealing(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine
+) -> None:
+    sealed, plain = stores
+    await _save(plain, CANARY, "s1")
+    await _save(plain, CANARY, "s2")
+    row = await acquire(plain, SessionKey("alice", "s2"), owner="w2")
+    await plain.quarantine(row, owner="w2", reason="corrupt", detail="by hand")
+    await plain.release(SessionKey("alice", "s2"), owner="w2", discard_empty=False)
+    keys = KeyService.from_settings(engine, Settings())
+    assert await seal_saved_states(engine, keys) == {"sessions": 1, "quarantine": 1}
+    assert all(s.startswith(SEALED_PREFIX) for s in await _raw(engine) + await _raw(engine, quarantine))
+    assert await seal_saved_states(engine, keys) == {"sessions": 0, "quarantine": 0}
+    assert (await acquire(sealed, SessionKey("alice", "s1"), owner="w3")).state == CANARY

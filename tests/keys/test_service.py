@@ -1,0 +1,193 @@
+"""The key service on SQLite and a real Postgres, its key-encryption key in the local key file or in KMS (moto
+over HTTP): one data key per user, stored only wrapped, served from memory, never made for a fenced user, and
+every fault a typed error with nothing written."""
+
+from __future__ import annotations
+
+import os
+import stat
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from sqlalchemy import event, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.fence import user_holds
+from teamstore.errors import (
+    ConfigurationError,
+    DataKeyDamaged,
+    ErasureInProgress,
+    KeyDestroyed,
+    KeyUnavailable,
+    PayloadUnreadable,
+)
+from teamstore.keys import KeyService
+from teamstore.keys.schema import data_keys, key_encryption_keys
+from teamstore.settings import Settings
+from tests.keys.outage import Outage
+
+
+async def _rows(engine: AsyncEngine, table: Any = data_keys) -> list[Any]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(table))).all())
+
+
+async def test_a_users_data_key_is_made_once_and_stored_only_wrapped(
+    keys: KeyService, engine: AsyncEngine, kek: str
+) -> None:
+    blob = await keys.seal("alice", b"my router drops every evening", "state/s1")
+    again = await keys.seal("alice", b"still dropping", "state/s1")
+    (row,) = await _rows(engine)
+    assert row.user_id == "alice" and row.kek_id.startswith(f"{kek}:")
+    material = keys.ring.get(row.kek_id).unwrap(bytes(row.wrapped), row.key_id)
+    assert len(material) == 32 and material not in bytes(row.wrapped)  # stored wrapped, never in the clear
+    assert b"router" not in blob + again
+    fresh = KeyService.from_settings(engine, Settings())  # another worker: nothing in memory
+    assert await fresh.open("alice", blob, "state/s1") == b"my router drops every evening"
+    (recorded,) = await _rows(engine, key_encryption_keys)
+    assert recorded.kek_id == row.kek_id and recorded.retired_at is None
+
+
+async def test_a_key_is_unwrapped_once_then_served_from_memory(keys: KeyService, engine: AsyncEngine) -> None:
+    await keys.seal("alice", b"first", "memory/facts")
+    seen: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *args: seen.append(args[2]))
+    for n in range(50):
+        blob = await keys.seal("alice", f"words {n}".encode(), "memory/facts")
+        assert await keys.open("alice", blob, "memory/facts") == f"words {n}".encode()
+    assert seen == []
+
+
+async def test_no_key_is_made_for_a_user_an_erasure_holds(keys: KeyService, engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="bob", reason="erasure", request_id="r",
+                                                     created_at=datetime.now(UTC)))
+    with pytest.raises(ErasureInProgress):
+        await keys.seal("bob", b"words", "state/s1")
+    assert await _rows(engine) == []
+
+
+async def test_what_was_sealed_under_a_destroyed_key_stays_beyond_use_when_the_user_comes_back(
+    keys: KeyService, engine: AsyncEngine
+) -> None:
+    old = await keys.seal("alice", b"before the erasure", "state/s1")
+    async with engine.begin() as conn:
+        await conn.execute(data_keys.delete())
+    keys.forget("alice")
+    new = await keys.seal("alice", b"after", "state/s1")  # the user returns: a new key
+    assert await keys.open("alice", new, "state/s1") == b"after"
+    with pytest.raises(KeyDestroyed):
+        await keys.open("alice", old, "state/s1")
+    other = KeyService.from_settings(engine, Settings())
+    with pytest.raises(KeyDestroyed):
+        await other.open("alice", old, "state/s1")
+
+
+async def test_a_payload_read_as_another_user_or_for_another_place_does_not_open(keys: KeyService) -> None:
+    blob = await keys.seal("alice", b"hers", "state/s1")
+    await keys.seal("bob", b"his", "state/s1")
+    with pytest.raises(PayloadUnreadable, match="another user"):
+        await keys.open("bob", blob, "state/s1")
+    with pytest.raises(PayloadUnreadable):
+        await keys.open("alice", blob, "state/s2")
+
+
+async def test_what_was_written_before_sealing_reads_as_it_is(keys: KeyService) -> None:
+    assert await keys.open("alice", b'{"envelope":1,"codec":"json"}', "state/s1") == b'{"envelope":1,"codec":"json"}'
+
+
+async def test_a_key_row_damaged_by_hand_is_a_typed_error_and_no_new_key_is_made_over_it(
+    keys: KeyService, engine: AsyncEngine
+) -> None:
+    blob = await keys.seal("alice", b"words", "state/s1")
+    async with engine.begin() as conn:
+        await conn.execute(update(data_keys).values(wrapped=b"\x01" * 60))
+    (before,) = await _rows(engine)
+    fresh = KeyService.from_settings(engine, Settings())
+    for call in (fresh.seal("alice", b"more", "state/s1"), fresh.open("alice", blob, "state/s1")):
+        with pytest.raises(DataKeyDamaged) as info:
+            await call
+        assert "restore" in (info.value.hint or "")
+    assert await _rows(engine) == [before]
+
+
+async def test_a_missing_key_file_is_a_clear_error_and_nothing_is_written(engine: AsyncEngine) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "state/s1")
+    Settings().resolved_key_file.unlink()
+    fresh = KeyService.from_settings(engine, Settings())
+    for user in ("alice", "bob"):  # an existing user's key cannot be unwrapped, a new user's cannot be wrapped
+        with pytest.raises(KeyUnavailable, match="missing") as info:
+            await fresh.seal(user, b"more", "state/s1")
+        assert "restore the key file" in (info.value.hint or "")
+    assert not Settings().resolved_key_file.exists(), "no new key file is made over a lost one"
+    assert [r.user_id for r in await _rows(engine)] == ["alice"]
+
+
+async def test_another_key_file_than_the_databases_is_refused(engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Any) -> None:
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "state/s1")
+    monkeypatch.setenv("TEAMSTORE_KEY_FILE", str(tmp_path / "other.json"))
+    KeyService.from_settings(engine, Settings()).ring.key_file.create()  # a file of its own, another key in it
+    with pytest.raises(KeyUnavailable, match="holds no key-encryption key"):
+        await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
+
+
+async def test_the_key_file_is_its_owners_alone_and_one_others_may_read_is_refused(engine: AsyncEngine) -> None:
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "state/s1")
+    path = Settings().resolved_key_file
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigurationError, match="may be read by other users") as info:
+        await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
+    assert "chmod 600" in (info.value.hint or "")
+
+
+@pytest.mark.s3
+async def test_a_kms_key_the_database_never_used_is_refused_with_the_way_to_move_to_it(
+    engine: AsyncEngine, kms_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "state/s1")
+    other = boto3.client("kms").create_key()["KeyMetadata"]["Arn"]
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", other)
+    with pytest.raises(ConfigurationError, match="never used") as info:
+        await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
+    assert "keys rotate --to" in (info.value.hint or "")
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", "alias/no-such-key")
+    with pytest.raises(ConfigurationError, match="no key"):
+        await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
+
+
+@pytest.mark.s3
+async def test_kms_unreachable_fails_with_a_typed_error_and_writes_nothing(
+    engine: AsyncEngine, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = Outage(s3_env)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
+    try:
+        keys = KeyService.from_settings(engine, Settings(key_cache_seconds=60))
+        blob = await keys.seal("alice", b"words", "state/s1")
+        proxy.down = True
+        assert await keys.open("alice", blob, "state/s1") == b"words"  # the key is in memory: no KMS request
+        fresh = KeyService.from_settings(engine, Settings())
+        for user in ("alice", "bob"):
+            with pytest.raises(KeyUnavailable, match="KMS could not") as info:
+                await fresh.seal(user, b"more", "state/s1")
+            assert "retry" in (info.value.hint or "")
+        assert [r.user_id for r in await _rows(engine)] == ["alice"]
+        proxy.down = False
+        assert await fresh.open("alice", blob, "state/s1") == b"words"
+    finally:
+        proxy.stop()
+
+
+async def test_two_workers_making_the_same_users_first_key_at_once_end_with_one(engine: AsyncEngine) -> None:
+    import asyncio
+
+    workers = [KeyService.from_settings(engine, Settings()) for _ in range(4)]
+    made = await asyncio.gather(*(w.data_key("alice") for w in workers))
+    assert len({key.key_id for key in made}) == 1
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(data_keys)) == 1
