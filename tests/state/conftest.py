@@ -36,7 +36,7 @@ async def store(database_url: str, lease: str) -> AsyncIterator[StateStore]:
     composition root builds it (rows a test writes by hand read as states from before sealing)."""
     await prepare(database_url, lease)
     engine = create_engine(database_url)
-    store = store_for(engine, lease=lease, keys=KeyService.from_settings(engine, Settings()))
+    store = store_for(engine, lease=lease, keys=KeyService.from_settings(engine, Settings(key_cache_seconds=60)))
     yield store
     await store.aclose()
     await engine.dispose()

@@ -66,6 +66,12 @@ class SealedStateStore:
         self.inner, self.keys = inner, keys
 
     @property
+    def engine(self) -> AsyncEngine:
+        """The database the backend writes to (the caller's engine)."""
+        engine: AsyncEngine = self.inner.engine  # type: ignore[attr-defined]  # every backend has one
+        return engine
+
+    @property
     def lease(self) -> str:
         """The backend's kind of lease."""
         return self.inner.lease
@@ -133,15 +139,21 @@ class SealedStateStore:
         that did not open goes as it was (see :meth:`StateStore.quarantine`)."""
         if isinstance(row.state, str) and not is_sealed_text(row.state):
             data_key = await self.keys.data_key(row.user_id)
-            text = seal_text(data_key.seal(row.state.encode("utf-8"), context(row.session_id), compress=True))
-            row = replace(row, state=text, state_bytes=len(text))
+            # The byte count stays the state's own (what listings show); a restore counts the sealed text anew.
+            row = replace(row, state=seal_text(data_key.seal(row.state.encode("utf-8"), context(row.session_id),
+                                                             compress=True)))
         return await self.inner.quarantine(row, owner=owner, reason=reason, detail=detail)
 
     async def restore_quarantined(
         self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
     ) -> Restored:
-        """See :meth:`StateStore.restore_quarantined` (the sealed copy goes back as it is)."""
-        return await self.inner.restore_quarantined(quarantine_id, ttl=ttl, replace=replace, wait_seconds=wait_seconds)
+        """See :meth:`StateStore.restore_quarantined` (the sealed copy goes back as it is; the session it
+        returns is opened, as :meth:`get` opens it)."""
+        restored = await self.inner.restore_quarantined(quarantine_id, ttl=ttl, replace=replace,
+                                                        wait_seconds=wait_seconds)
+        row = restored.session
+        opened = await self._opened(row, await self.keys.data_key(row.user_id, create=False))
+        return Restored(opened, restored.replaced_by)
 
     async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
         """See :meth:`StateStore.delete_session`."""
