@@ -58,11 +58,12 @@ class _Bars:
 def _render(receipt: Receipt) -> None:
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
     # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
+    # "held": versions a hold keeps, readable (retained_under_hold) or sealed under the destroyed key (shredded).
     rows = [[name, str(s.status), *(str(v) for v in (s.counts.rows, s.counts.objects, s.counts.versions,
-             s.counts.delete_markers, s.counts.bytes, s.counts.retained, s.counts.unreadable)),
+             s.counts.delete_markers, s.counts.bytes, s.counts.retained + s.counts.unreadable)),
              f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"] for name, s in receipt.stores.items()]
-    print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "unreadable",
-                 "verified"), rows, fixed=range(10), right=range(2, 10),
+    print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"), rows,
+                fixed=range(9), right=range(2, 9),
                 title="erasure dry run (nothing changed or stored)" if dry else
                 f"erasure {plain(receipt.request_id)}: {receipt.status}")
     for name, s in receipt.stores.items():
