@@ -22,10 +22,11 @@ from teamstore.audit.observer import Pseudonyms, TranscriptObserver
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.transcripts import session_prefix
 from teamstore.audit.transcripts.base import run_key
-from teamstore.audit.transcripts.record import RunKeys, decode
+from teamstore.audit.transcripts.record import RunKeys, decode, sealed_context
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
 from teamstore.db.fence import user_holds
 from teamstore.errors import TranscriptUnavailable, UploadInDoubt
+from teamstore.keys import KeyService
 from tests.audit.fault_server import FaultServer, HoldingProxy
 from tests.audit.teams import context, observe_run, triage_team
 from tests.services import free_port
@@ -196,7 +197,8 @@ async def test_s3_down_the_run_succeeds_the_transcript_waits_in_the_outbox_then_
     keys = await Pseudonyms(sqlite_engine).writable(ctx)
     stored = await up.list_keys(session_prefix(keys))
     assert stored == [run_key(keys, ctx.run_id)]
-    header, items = decode(await up.get(stored[0]))
+    body = await KeyService.from_settings(sqlite_engine).open("bob", await up.get(stored[0]), sealed_context(stored[0]))
+    header, items = decode(body)
     assert header["run_id"] == ctx.run_id and len(items) == header["items"] >= 4
 
 

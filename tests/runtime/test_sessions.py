@@ -73,6 +73,15 @@ async def stored_state(platform: Platform, user: str, session: str) -> str:
     return row.state
 
 
+async def raw_state(platform: Platform, user: str, session: str) -> str:
+    """The state column as stored (sealed under the user's key), read past the store."""
+    async with platform.engine.connect() as conn:
+        stored = await conn.scalar(select(sessions.c.state).where(sessions.c.user_id == user,
+                                                                   sessions.c.session_id == session))
+    assert stored is not None
+    return str(stored)
+
+
 async def test_second_request_resumes_the_persisted_participant(platform: Platform) -> None:
     _, first = await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     result, second = await talk(platform, "alice", "s1", "The technician came; still broken")
@@ -132,7 +141,7 @@ async def test_renamed_persisted_agent_fails_closed_and_keeps_the_old_state(
     platform: Platform, registry: Registry
 ) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
-    before = await stored_state(platform, "alice", "s1")
+    before = await raw_state(platform, "alice", "s1")
     registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
                  "rename researcher", label="production")
     result, outcome = await talk(platform, "alice", "s1", "hello again")
@@ -296,7 +305,7 @@ async def test_a_row_whose_fingerprints_are_not_json_fails_closed_and_keeps_no_l
 
 async def _fingerprints_fail_closed(platform: Platform, damage: Any) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
-    before = await stored_state(platform, "alice", "s1")
+    before = await raw_state(platform, "alice", "s1")
     async with platform.engine.begin() as conn:
         await conn.execute(damage)
     _, outcome = await talk(platform, "alice", "s1", "still broken")
@@ -503,13 +512,18 @@ async def test_database_down_at_load_is_typed(platform: Platform) -> None:
     await down.dispose()
 
 
+def _backend(platform: Platform) -> Any:
+    """The platform's state backend (under the store that seals states)."""
+    return getattr(platform.store, "inner", platform.store)
+
+
 async def _lose_the_database(platform: Platform, tmp_path: Path) -> Any:
     """Cut the session's database away under it: a dead file path on SQLite; on Postgres, a database that
     takes no new connections, with the store's connections ended. Returns what the caller restores."""
     if platform.engine.dialect.name == "sqlite":
         # The open session holds the store it was given, so its statements are the thing to cut away.
         gone = create_engine(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}")
-        platform.store.statements = SqliteStatements(gone)  # type: ignore[attr-defined]
+        _backend(platform).statements = SqliteStatements(gone)
         return gone
     # The database refuses new connections (a fresh one would find it up again), then the state store's
     # own connections, the session's among them, are ended.
@@ -535,7 +549,7 @@ async def _allow_connections(platform: Platform, database: str, allow: bool) -> 
 async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform: Platform, tmp_path: Path) -> None:
     await talk(platform, "alice", "s1", "first")
     before = await stored_state(platform, "alice", "s1")
-    real_statements = getattr(platform.store, "statements", None)
+    real_statements = getattr(_backend(platform), "statements", None)
     with pytest.raises(StoreUnavailable):
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("second")
@@ -543,7 +557,7 @@ async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform:
     if isinstance(gone, str):  # Postgres: the database comes back
         await _allow_connections(platform, gone, True)
     else:
-        platform.store.statements = real_statements  # type: ignore[attr-defined]
+        _backend(platform).statements = real_statements
         await gone.dispose()
     assert await stored_state(platform, "alice", "s1") == before
     if isinstance(gone, str):  # the lease went with the connection (or is the session's own), so it opens again

@@ -9,8 +9,9 @@ and opened on the way out.
 
 It wraps the :class:`~teamstore.state.base.StateStore` protocol rather than threading through the backends:
 each backend still writes and reads text, and only this layer knows keys. The sealed context is
-``state/<session id>``: a state moved to another session, or another user's row, does not open. A quarantined
-copy is the same sealed text (a restore moves it back as it is).
+``state/<session id>``: a state moved to another session, or another user's row, does not open. A refused state
+is quarantined exactly as the row held it (sealed, or as an older release or a damaged row left it), and a
+restore moves it back as it is.
 
 * Opening a session fetches the user's data key first (made now for a new user): an unreachable KMS or a
   missing key file fails the opening before the team runs, with nothing leased or written.
@@ -64,6 +65,8 @@ class SealedStateStore:
 
     def __init__(self, inner: StateStore, keys: KeyService) -> None:
         self.inner, self.keys = inner, keys
+        # What each open session's row held before it was opened, so a quarantine sets aside those very bytes.
+        self._stored: dict[tuple[SessionKey, str], str | None] = {}
 
     @property
     def engine(self) -> AsyncEngine:
@@ -94,10 +97,12 @@ class SealedStateStore:
         row = await self.inner.acquire(key, claim, owner=owner, lease_ttl=lease_ttl, wait_seconds=wait_seconds,
                                        max_sessions=max_sessions)
         try:
-            return await self._opened(row, data_key)
+            opened = await self._opened(row, data_key)
         except BaseException:
             await self.inner.release(key, owner=owner, discard_empty=row.row_version == 0)
             raise
+        self._stored[key, owner] = row.state
+        return opened
 
     async def _opened(self, row: StoredSession, data_key: DataKey | None) -> StoredSession:
         """``row`` with its state opened; a sealed state that does not open stays sealed, named in ``defects``."""
@@ -123,8 +128,12 @@ class SealedStateStore:
         """
         data_key = await self.keys.data_key(key.user_id)
         text = seal_text(data_key.seal(record.state.encode("utf-8"), context(key.session_id), compress=True))
-        return await self.inner.save(key, owner=owner, expected_version=expected_version,
-                                     record=replace(record, state=text), release=release)
+        saved = await self.inner.save(key, owner=owner, expected_version=expected_version,
+                                      record=replace(record, state=text), release=release)
+        self._stored[key, owner] = text
+        if release:
+            self._stored.pop((key, owner), None)
+        return saved
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """See :meth:`StateStore.renew`."""
@@ -132,17 +141,26 @@ class SealedStateStore:
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """See :meth:`StateStore.release`."""
+        self._stored.pop((key, owner), None)
         await self.inner.release(key, owner=owner, discard_empty=discard_empty)
 
     async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
-        """Set the refused state aside sealed: an opened one (or one saved before sealing) is sealed now, one
-        that did not open goes as it was (see :meth:`StateStore.quarantine`)."""
-        if isinstance(row.state, str) and not is_sealed_text(row.state):
-            data_key = await self.keys.data_key(row.user_id)
-            # The byte count stays the state's own (what listings show); a restore counts the sealed text anew.
-            row = replace(row, state=seal_text(data_key.seal(row.state.encode("utf-8"), context(row.session_id),
-                                                             compress=True)))
+        """Set the refused state aside exactly as the row held it: sealed, or as written before sealing (see
+        :meth:`StateStore.quarantine`). A state this store never read from the row is sealed first."""
+        if (row.key, owner) in self._stored:
+            stored = self._stored.pop((row.key, owner))
+            if isinstance(stored, str) and stored != row.state:  # the state's own size stays, as listings show it
+                row = replace(row, state=stored)
+        elif isinstance(row.state, str) and not is_sealed_text(row.state):
+            row = await self._sealed_copy(row)
         return await self.inner.quarantine(row, owner=owner, reason=reason, detail=detail)
+
+    async def _sealed_copy(self, row: StoredSession) -> StoredSession:
+        """``row`` with its (plain) state sealed, for a row handed to :meth:`quarantine` without being read."""
+        data_key = await self.keys.data_key(row.user_id)
+        assert row.state is not None
+        text = seal_text(data_key.seal(row.state.encode("utf-8"), context(row.session_id), compress=True))
+        return replace(row, state=text)
 
     async def restore_quarantined(
         self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
