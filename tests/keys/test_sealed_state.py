@@ -83,16 +83,17 @@ async def test_a_state_saved_before_sealing_reads_as_it_was_and_is_sealed_at_its
     assert (await _raw(engine))[0].startswith(SEALED_PREFIX)
 
 
-async def test_a_refused_state_is_quarantined_sealed_and_restores_whole(
+async def test_a_refused_state_is_quarantined_as_the_row_held_it_and_restores_whole(
     stores: tuple[StateStore, StateStore], engine: AsyncEngine
 ) -> None:
-    sealed, plain = stores
-    await _save(plain, CANARY)  # from before sealing: sealed as it is set aside
+    sealed, _ = stores
+    await _save(sealed, CANARY)
+    (at_rest,) = await _raw(engine)
     row = await acquire(sealed, SessionKey(*KEY), owner="w2")
     qid = await sealed.quarantine(row, owner="w2", reason="definition_changed", detail="renamed")
     await sealed.release(SessionKey(*KEY), owner="w2", discard_empty=False)
-    (held,) = await _raw(engine, quarantine)
-    assert held.startswith(SEALED_PREFIX) and "CANARY" not in held
+    assert await _raw(engine, quarantine) == [at_rest]  # the very sealed bytes, never opened on the way
+    assert (await sealed.get_quarantined(qid)).state_bytes == len(CANARY)  # type: ignore[union-attr]
     await sealed.restore_quarantined(qid, ttl=timedelta(days=1))
     row = await acquire(sealed, SessionKey(*KEY), owner="w3")
     assert row.state == CANARY and not row.defects
