@@ -24,7 +24,6 @@ import os
 import secrets
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, overload
 
@@ -52,17 +51,30 @@ _CACHE_SIZE = 10_000
 _ATTEMPTS = 3  # a new key's insert meets a rotation or another worker's insert at most this often in a row
 
 
-@dataclass(frozen=True)
 class DataKey:
-    """One user's unwrapped data key: seals and opens payloads without I/O."""
+    """One user's unwrapped data key: seals and opens payloads without I/O (its headers made once, since a
+    session's every save and load goes through it).
 
-    user_id: str
-    key_id: str
-    aead: AESGCM
+    Args:
+        user_id: Whose key it is.
+        key_id: Its id (32 hex characters), as ``ts_data_keys`` and every payload's header name it.
+        aead: The key.
+    """
+
+    __slots__ = ("_heads", "_raw", "aead", "key_id", "user_id")
+
+    def __init__(self, user_id: str, key_id: str, aead: AESGCM) -> None:
+        self.user_id, self.key_id, self.aead = user_id, key_id, aead
+        self._raw = bytes.fromhex(key_id)
+        self._heads = (sealed.header(key_id, 0), sealed.header(key_id, sealed.COMPRESSED))
 
     def seal(self, plaintext: bytes, context: str, *, compress: bool = False) -> bytes:
         """``plaintext`` sealed for ``context`` (see :mod:`teamstore.keys.sealed`)."""
-        return sealed.seal(self.aead, self.key_id, plaintext, context, compress=compress)
+        return sealed.seal_under(self.aead, self._heads[compress], plaintext, context)
+
+    def sealed_it(self, data: bytes) -> bool:
+        """Whether ``data`` names this key in its header."""
+        return sealed.key_of(data) == self._raw
 
     def open(self, data: bytes, context: str) -> bytes:
         """The plaintext of ``data``, sealed under this key for ``context``.
@@ -71,7 +83,7 @@ class DataKey:
             KeyDestroyed: ``data`` was sealed under another data key of this user's, destroyed since.
             PayloadUnreadable: It was damaged, or sealed for another context.
         """
-        if sealed.key_id_of(data) != self.key_id:
+        if sealed.is_sealed(data) and not self.sealed_it(data):
             raise destroyed_key()
         return sealed.open_sealed(self.aead, data, context)
 
@@ -182,6 +194,11 @@ class KeyService:
                 return self._remember(made)
         raise StoreUnavailable("could not make the user's data key: other writers kept changing it",
                                hint="retry; a key rotation may have been running")
+
+    def in_memory(self, user_id: str) -> DataKey | None:
+        """``user_id``'s data key if this process holds it unwrapped now (no I/O; a state's load and save ask
+        this first)."""
+        return self._cached(user_id)
 
     def forget(self, user_id: str) -> None:
         """Drop ``user_id``'s key from this process's memory (an erasure destroyed it)."""

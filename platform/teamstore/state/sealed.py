@@ -34,7 +34,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.fence import held
 from teamstore.errors import KeyDestroyed, PayloadUnreadable, StateRejected
-from teamstore.keys.sealed import key_id_of
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.state.base import (
     Claim,
@@ -93,7 +92,7 @@ class SealedStateStore:
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was leased.
             ErasureInProgress: An erasure holds the user. And whatever the backend's acquire raises.
         """
-        data_key = await self.keys.data_key(key.user_id)
+        data_key = self.keys.in_memory(key.user_id) or await self.keys.data_key(key.user_id)
         row = await self.inner.acquire(key, claim, owner=owner, lease_ttl=lease_ttl, wait_seconds=wait_seconds,
                                        max_sessions=max_sessions)
         try:
@@ -110,13 +109,14 @@ class SealedStateStore:
             blob = sealed_bytes(row.state) if row.state is not None else None
             if blob is None:
                 return row  # no state, or one saved before sealing
-            if data_key is None or data_key.key_id != key_id_of(blob):
+            if data_key is None or not data_key.sealed_it(blob):
                 data_key = await self.keys.key_for(row.user_id, blob)
-            text = data_key.open(blob, context(row.session_id)).decode("utf-8")
+            plain = data_key.open(blob, context(row.session_id))
+            text = plain.decode("utf-8")
         except (PayloadUnreadable, KeyDestroyed, StateRejected, UnicodeDecodeError) as exc:
             why = exc.message if isinstance(exc, PayloadUnreadable | KeyDestroyed) else str(exc)
             return replace(row, defects=(*row.defects, f"the stored state does not open: {why}"))
-        return replace(row, state=text, state_bytes=len(text.encode("utf-8")))
+        return _with_state(row, text, len(plain))
 
     async def save(
         self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
@@ -126,10 +126,12 @@ class SealedStateStore:
         Raises:
             KeyUnavailable, DataKeyDamaged: The state could not be sealed: nothing was written.
         """
-        data_key = await self.keys.data_key(key.user_id)
+        data_key = self.keys.in_memory(key.user_id) or await self.keys.data_key(key.user_id)
         text = seal_text(data_key.seal(record.state.encode("utf-8"), context(key.session_id), compress=True))
-        saved = await self.inner.save(key, owner=owner, expected_version=expected_version,
-                                      record=replace(record, state=text), release=release)
+        sealed_record = SaveRecord(record.team, record.team_version, record.schema_version, record.agentchat_version,
+                                   record.fingerprints, text, record.expires_at, record.expiry_slack)
+        saved = await self.inner.save(key, owner=owner, expected_version=expected_version, record=sealed_record,
+                                      release=release)
         self._stored[key, owner] = text
         if release:
             self._stored.pop((key, owner), None)
@@ -257,3 +259,10 @@ async def _reseal(engine: AsyncEngine, table: Table, ident: Any, user_id: str, k
             return int((await conn.execute(stmt)).rowcount or 0)
     except SQLAlchemyError as exc:
         raise unavailable(exc, "seal a state saved before sealing") from exc
+
+
+def _with_state(row: StoredSession, state: str, size: int) -> StoredSession:
+    """``row`` holding ``state`` (``dataclasses.replace`` walks every field: this is on every load)."""
+    return StoredSession(row.user_id, row.session_id, row.team, row.team_version, row.schema_version,
+                         row.agentchat_version, row.fingerprints, state, size, row.row_version, row.created_at,
+                         row.updated_at, row.expires_at, row.damaged, row.defects)
