@@ -1,8 +1,8 @@
 """The entry point for application services: build teams from the registry, open sessions on them.
 
-    from teamstore.runtime.platform import Platform
+    from teamstore import open_platform
 
-    platform = Platform.from_settings()               # embedded default: SQLite + local folder
+    platform = open_platform()                        # embedded default: SQLite + local folder
     async with platform:
         async with platform.session("user-1", "s-1", team="support_triage") as s:
             result = await s.run("hello")
@@ -11,7 +11,7 @@ Or with pieces the caller owns:
 
     platform = Platform(engine=my_engine, registry=Registry(path), settings=Settings())
 
-``from_settings`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
+``open_platform`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
 and transcript stores, the audit observers and the tracer provider, and hands them in here.
 """
 
@@ -63,7 +63,7 @@ class Platform:
     """Sessions over one state database, one registry and a set of audit observers.
 
     Args:
-        engine: The state database; the caller owns it (:meth:`from_settings` hands it to ``on_close``).
+        engine: The state database; the caller owns it (:func:`teamstore.open_platform` hands it to ``on_close``).
         registry: The config registry teams are built from.
         settings: Limits and defaults (TTL, byte cap, lease timeouts).
         observers: Audit observers every run streams into (transcripts, spans, ledger).
@@ -136,21 +136,6 @@ class Platform:
         """
         with autogen_spans_to(self._autogen_tracing):
             yield
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
-        """Build everything from settings (environment): database, registry, audit trail.
-
-        What is built, and how, is the composition root's (:meth:`teamstore.app.App.platform`); the platform
-        closes all of it when it closes.
-
-        Args:
-            settings: Defaults to ``Settings()`` (the environment, else the embedded default).
-            audit: Attach the transcript, span and ledger observers.
-        """
-        from teamstore.app import App  # the root sits above the runtime: it builds the audit trail too
-
-        return App(settings).platform(audit=audit)
 
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
