@@ -22,22 +22,23 @@ conveniences that defer to it (``Platform.from_settings`` and ``erase_user``).
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-from opentelemetry.sdk.trace import TracerProvider
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from config_registry import Registry
-from teamstore.audit.observer import build_audit_observers
-from teamstore.audit.telemetry import setup_tracing
-from teamstore.audit.transcripts import TranscriptStore, transcript_store_from_settings
-from teamstore.db.engine import create_engine
-from teamstore.db.migrate import ensure_current
-from teamstore.erasure.coordinator import DeletionCoordinator
-from teamstore.erasure.steps import Progress
-from teamstore.events import RunObserver
-from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
-from teamstore.state.sql import SqlStateStore, store_for
+
+# Each piece's modules are imported when the piece is first built: a command that reads the ledger does
+# not import AutoGen, boto3 or OpenTelemetry's exporters, and `teamstore --help` imports none of this.
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from config_registry import Registry
+    from teamstore.audit.transcripts import TranscriptStore
+    from teamstore.erasure.coordinator import DeletionCoordinator
+    from teamstore.erasure.steps import Progress
+    from teamstore.events import RunObserver
+    from teamstore.runtime.platform import Platform
+    from teamstore.state.sql import SqlStateStore
 
 
 class App:
@@ -68,6 +69,8 @@ class App:
             ConfigurationError: The URL is not one teamstore can use.
         """
         if self._engine is None:
+            from teamstore.db.engine import create_engine
+
             self._engine = create_engine(self.settings.resolved_database_url, must_exist=self.must_exist)
         return self._engine
 
@@ -75,6 +78,8 @@ class App:
     def state_store(self) -> SqlStateStore:
         """The resume-state store on :attr:`engine`, leasing sessions as ``TEAMSTORE_SESSION_LEASE`` says."""
         if self._state_store is None:
+            from teamstore.state.sql import store_for
+
             self._state_store = store_for(
                 self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
             )
@@ -88,6 +93,8 @@ class App:
             ConfigurationError: The URL is not supported. MissingExtra: it needs a package not installed.
         """
         if self._transcript_store is None:
+            from teamstore.audit.transcripts import transcript_store_from_settings
+
             self._transcript_store = transcript_store_from_settings(self.settings)
         return self._transcript_store
 
@@ -95,6 +102,8 @@ class App:
     def tracer_provider(self) -> TracerProvider | None:
         """teamstore's own (scrubbing) tracer provider, or ``None`` unless an OTLP endpoint is set."""
         if not self._tracing_set_up:
+            from teamstore.audit.telemetry import setup_tracing
+
             self._tracer_provider, self._tracing_set_up = setup_tracing(self.settings), True
         return self._tracer_provider
 
@@ -104,10 +113,14 @@ class App:
         Args:
             create: Make the repository if it does not exist; otherwise a missing one is an error.
         """
+        from config_registry import Registry
+
         return Registry(self.settings.resolved_registry_path, create=create)
 
     def audit_observers(self) -> list[RunObserver]:
         """The audit trail: ledger and transcript observers, and spans when an OTLP endpoint is set."""
+        from teamstore.audit.observer import build_audit_observers
+
         return build_audit_observers(self.settings, self.engine, tracer_provider=self.tracer_provider,
                                      transcripts=self.transcript_store)
 
@@ -118,6 +131,8 @@ class App:
             audit: Attach the transcript, span and ledger observers.
             create_registry: Make the registry if it does not exist (a command that only reads says so).
         """
+        from teamstore.runtime.platform import Platform
+
         observers = self.audit_observers() if audit else []
         return Platform(
             self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
@@ -126,6 +141,8 @@ class App:
 
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
         """The deletion coordinator over the database and the transcript store."""
+        from teamstore.erasure.coordinator import DeletionCoordinator
+
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress)
 
     async def ensure_schema(self, *, lease: bool = False) -> None:
@@ -138,6 +155,8 @@ class App:
             SchemaNotReady: A production database is not migrated, or ``must_exist`` and there is none.
             ConfigurationError: ``lease`` and the database records the other kind of lease.
         """
+        from teamstore.db.migrate import ensure_current
+
         await ensure_current(self.engine, migrate=self.settings.should_auto_migrate)
         if lease:
             await self.state_store.check_lease_mode()

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config_registry.errors import validation_message
 from teamstore.errors import ConfigurationError
+from teamstore.limits import MAX_DAYS, MAX_LEASE_WAIT, MAX_SESSIONS_BOUND, MAX_TEXT_BYTES
 
 _ASYNC_DRIVERS = {
     "postgres": "postgresql+psycopg",
@@ -30,18 +31,6 @@ _ASYNC_DRIVERS = {
     "postgresql+psycopg2": "postgresql+psycopg",
     "sqlite": "sqlite+aiosqlite",
 }
-
-
-MAX_DAYS = 3650
-"""The longest TTL or retention a setting takes (ten years): dates past it stop being dates a database
-or a timestamp can hold long before they stop being numbers."""
-MAX_LEASE_WAIT = 3600
-"""The longest a session waits for another worker's lease (seconds), as a setting or an argument."""
-MAX_TEXT_BYTES = 1 << 30
-"""The largest state or task a setting allows: PostgreSQL holds no text value over 1 GB."""
-MAX_SESSIONS_BOUND = 100_000
-"""The highest per-user session bound a setting takes: opening a new session counts its user's stored
-sessions, so a higher bound would let one user make every new session of theirs slow."""
 
 
 class TypedSettings(BaseSettings):

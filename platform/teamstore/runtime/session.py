@@ -39,6 +39,7 @@ from teamstore.errors import (
 )
 from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.ids import check_id
+from teamstore.limits import MAX_LEASE_WAIT
 from teamstore.metering import metered_run
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
@@ -50,7 +51,7 @@ from teamstore.runtime.resume import (
 )
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.teams import SpanRoute
-from teamstore.settings import MAX_LEASE_WAIT, Settings
+from teamstore.settings import Settings
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.envelope import encode
 from teamstore.state.sql import SqlStateStore
