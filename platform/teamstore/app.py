@@ -1,4 +1,4 @@
-"""The composition root: settings -> engine, stores, observers, registry, erasure coordinator.
+"""The composition root: settings -> engine, stores, tracer and meter providers, observers, registry, erasure.
 
 The library (:meth:`Platform.from_settings`), the command line (``teamstore.cli._run``) and
 :func:`teamstore.erasure.erase_user` build what they need here. Each piece is built once, only when first
@@ -29,7 +29,9 @@ from teamstore.settings import Settings
 # Each piece's modules are imported when the piece is first built: a command that reads the ledger does
 # not import AutoGen, boto3 or OpenTelemetry's exporters, and `teamstore --help` imports none of this.
 if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
+    from sqlalchemy.engine import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from config_registry import Registry
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
     from teamstore.events import RunObserver
     from teamstore.runtime.platform import Platform
     from teamstore.state.sql import SqlStateStore
+
+
+METRICS_SHUTDOWN_S = 5.0
+"""How long closing waits for the meter provider's last collection and export."""
 
 
 class App:
@@ -59,6 +65,9 @@ class App:
         self._transcript_store: TranscriptStore | None = None
         self._tracer_provider: TracerProvider | None = None
         self._tracing_set_up = False  # set up once, even when there is nothing to export to
+        self._meter_provider: MeterProvider | None = None
+        self._metrics_set_up = False
+        self._gauge_reader: Engine | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -107,6 +116,34 @@ class App:
             self._tracer_provider, self._tracing_set_up = setup_tracing(self.settings), True
         return self._tracer_provider
 
+    @property
+    def meter_provider(self) -> MeterProvider | None:
+        """teamstore's own meter provider, or ``None`` unless an OTLP endpoint is set for metrics.
+
+        Besides what runs and sessions record on it, it reports the outbox and the erasure requests as
+        gauges, read from the database (a connection of their own, none kept) each time it collects.
+
+        Raises:
+            ConfigurationError: OTLP is configured over a protocol teamstore cannot export over.
+        """
+        if not self._metrics_set_up:
+            from teamstore.audit.metrics import setup_metrics
+
+            self._meter_provider, self._metrics_set_up = setup_metrics(self.settings), True
+            if self._meter_provider is not None:
+                self._observe_database(self._meter_provider)
+        return self._meter_provider
+
+    def _observe_database(self, provider: MeterProvider) -> None:
+        from teamstore.audit.metrics import METER, observe_outbox
+        from teamstore.db.engine import create_reader
+        from teamstore.erasure.metrics import observe_erasures
+
+        self._gauge_reader = create_reader(self.engine)
+        meter = provider.get_meter(METER)
+        observe_outbox(meter, self._gauge_reader)
+        observe_erasures(meter, self._gauge_reader)
+
     def registry(self, *, create: bool = True) -> Registry:
         """The config registry (``TEAMSTORE_REGISTRY_PATH``, else ``$TEAMSTORE_HOME/registry``).
 
@@ -118,11 +155,11 @@ class App:
         return Registry(self.settings.resolved_registry_path, create=create)
 
     def audit_observers(self) -> list[RunObserver]:
-        """The audit trail: ledger and transcript observers, and spans when an OTLP endpoint is set."""
+        """The audit trail: ledger and transcript observers, and spans and metrics when an OTLP endpoint is set."""
         from teamstore.audit.observer import build_audit_observers
 
         return build_audit_observers(self.settings, self.engine, tracer_provider=self.tracer_provider,
-                                     transcripts=self.transcript_store)
+                                     transcripts=self.transcript_store, meter_provider=self.meter_provider)
 
     def platform(self, *, audit: bool = True, create_registry: bool = True) -> Platform:
         """A platform on these pieces; closing it closes this app.
@@ -136,7 +173,8 @@ class App:
         observers = self.audit_observers() if audit else []
         return Platform(
             self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
-            tracer_provider=self.tracer_provider if audit else None, store=self.state_store, on_close=self.aclose,
+            tracer_provider=self.tracer_provider if audit else None,
+            meter_provider=self.meter_provider if audit else None, store=self.state_store, on_close=self.aclose,
         )
 
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
@@ -164,10 +202,16 @@ class App:
     async def aclose(self) -> None:
         """Close what was built, each piece once (calling it again does nothing)."""
         tracing, self._tracer_provider, self._tracing_set_up = self._tracer_provider, None, False
+        metering, self._meter_provider, self._metrics_set_up = self._meter_provider, None, False
+        reader, self._gauge_reader = self._gauge_reader, None
         transcripts, self._transcript_store = self._transcript_store, None
         state, self._state_store = self._state_store, None
         engine, self._engine = self._engine, None
         try:
+            if metering is not None:  # a last collection and export, bounded: a down collector holds no exit
+                await asyncio.to_thread(metering.shutdown, timeout_millis=METRICS_SHUTDOWN_S * 1000)
+            if reader is not None:
+                reader.dispose()
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)  # flushes the spans still queued
             if transcripts is not None:

@@ -153,16 +153,33 @@ class Settings(TypedSettings):
 
     @property
     def otlp_configured(self) -> bool:
-        """True when a standard ``OTEL_*`` variable names a traces endpoint."""
-        keys = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        disabled = os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true"
-        return not disabled and any(os.environ.get(k) for k in keys)
+        """True when the standard ``OTEL_*`` variables have spans exported over OTLP (:func:`otlp_exports`)."""
+        return otlp_exports("traces")
+
+    @property
+    def otlp_metrics_configured(self) -> bool:
+        """True when the standard ``OTEL_*`` variables have metrics exported over OTLP (:func:`otlp_exports`)."""
+        return otlp_exports("metrics")
 
     @property
     def capture_message_content(self) -> bool:
         """Operator opt-in to message content in telemetry (the GenAI semantic-convention variable)."""
         value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "false")
         return value.strip().lower() in {"1", "true", "yes"}
+
+
+def otlp_exports(signal: Literal["traces", "metrics"]) -> bool:
+    """Whether ``signal`` is to be exported over OTLP: an endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT``
+    or ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``), ``OTEL_<SIGNAL>_EXPORTER`` is unset or lists ``otlp``
+    (``none``, or only exporters teamstore does not have, turn it off), and ``OTEL_SDK_DISABLED`` is not
+    ``true``."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = os.environ.get(f"OTEL_{signal.upper()}_EXPORTER", "").strip().lower()
+    if exporters and "otlp" not in {name.strip() for name in exporters.split(",")}:
+        return False
+    keys = ("OTEL_EXPORTER_OTLP_ENDPOINT", f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    return any(os.environ.get(k) for k in keys)
 
 
 def to_async_url(url: str) -> str:

@@ -61,6 +61,9 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
     alice, bob = _main_job(deployment, book, model_server)
     before = scan(deployment.sinks(), book)
     assert not judge(before), report(judge(before))
+    assert any(path == "/v1/metrics" for path, _ in deployment.receiver.all_bodies()), (
+        "teamstore's metrics were exported, and so searched"
+    )
     assert {h.canary.token for h in before} >= {alice.user_id, alice.tasks[0], bob.tasks[1]}, (
         "the scan finds what the stores legitimately hold, so it can find a leak"
     )
