@@ -7,7 +7,8 @@
     observers = build_audit_observers(settings, engine, tracer_provider=provider)
 
 Spans follow the GenAI semantic conventions: ``invoke_agent`` for a run, ``chat`` for each metered model
-call (speaker selection included), with token usage, the pseudonymous session key as
+call (speaker selection included), with the provider, the model asked and the model that answered, the
+finish reason, token usage, the pseudonymous session key as
 ``gen_ai.conversation.id`` and the subject key as ``teamstore.subject``. Every span the provider exports
 passes through :class:`ScrubbingSpanExporter`, which drops content attributes (AutoGen's ``message``,
 the GenAI prompt/completion attributes), user identifiers, event payloads and status descriptions, unless
@@ -95,7 +96,7 @@ class ScrubbingSpanExporter(SpanExporter):
     """Wraps an exporter so nothing it sends carries message content (unless capture is on).
 
     Args:
-        inner: The real exporter (OTLP/HTTP in production).
+        inner: The real exporter (OTLP over HTTP or gRPC in production).
         capture_content: The operator's opt-in; when true spans pass unchanged.
     """
 
