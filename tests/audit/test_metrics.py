@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from config_registry import Registry
 from teamstore import examples
@@ -16,10 +16,11 @@ from teamstore.audit.metrics import call_attributes
 from teamstore.audit.otlp import protocol
 from teamstore.audit.schema import outbox
 from teamstore.erasure.schema import erasure_requests
-from teamstore.errors import ConfigurationError
+from teamstore.errors import ConfigurationError, SessionBusy
 from teamstore.events import ModelCall
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
+from teamstore.state.schema import sessions
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Point
 
 pytestmark = pytest.mark.otlp
@@ -35,12 +36,13 @@ def registry(tmp_path: Path) -> Registry:
     return registry
 
 
-def _settings(tmp_path: Path, registry: Registry) -> Settings:
-    return Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)
+def _settings(tmp_path: Path, registry: Registry, database_url: str | None = None) -> Settings:
+    return Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True, database_url=database_url)
 
 
-async def _one_run(tmp_path: Path, registry: Registry, task: str = "My router keeps dropping") -> None:
-    platform = Platform.from_settings(_settings(tmp_path, registry))
+async def _one_run(tmp_path: Path, registry: Registry, task: str = "My router keeps dropping",
+                   database_url: str | None = None) -> None:
+    platform = Platform.from_settings(_settings(tmp_path, registry, database_url))
     async with platform, platform.session(USER, "sess-1", team="support_triage") as s:
         await s.run(task)
     # closing the platform flushes its spans and collects and exports its metrics once more
@@ -48,6 +50,15 @@ async def _one_run(tmp_path: Path, registry: Registry, task: str = "My router ke
 
 def _named(points: list[Point], name: str) -> list[Point]:
     return [p for p in points if p["name"] == name]
+
+
+def _totals(points: list[Point], name: str, attribute: str) -> dict[str | None, int]:
+    """A counter's values or a histogram's counts, summed over every provider that sent them, by ``attribute``."""
+    totals: dict[str | None, int] = {}
+    for point in _named(points, name):
+        key = point["attributes"].get(attribute)
+        totals[key] = totals.get(key, 0) + point.get("count", point.get("value", 0))
+    return totals
 
 
 def test_grpc_named_by_the_standard_variable_sends_spans_over_grpc(
@@ -91,24 +102,35 @@ async def test_each_model_call_gives_genai_client_metrics_with_the_required_attr
         s["attributes"]["gen_ai.usage.input_tokens"] for s in spans if s["name"].startswith("chat "))
 
 
-async def test_sessions_report_resume_outcomes_lease_waits_and_state_sizes(
-    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry
+async def test_sessions_report_resume_outcomes_quarantines_lease_waits_and_state_sizes(
+    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry, database_url: str
 ) -> None:
-    await _one_run(tmp_path, registry)
-    await _one_run(tmp_path, registry, "And again")
-    points = otlp_protocol_env.wait_for_metrics(lambda p: len(_named(p, "teamstore.session.resumes")) >= 2)
-    outcomes = {p["attributes"]["teamstore.resume.outcome"] for p in _named(points, "teamstore.session.resumes")}
-    assert outcomes == {"new", "resumed"}
-    waits = _named(points, "teamstore.session.lease.wait")
-    assert sum(p["count"] for p in waits) == 2 and all("error.type" not in p["attributes"] for p in waits)
+    await _one_run(tmp_path, registry, database_url=database_url)
+    await _one_run(tmp_path, registry, "And again", database_url=database_url)
+    async with Platform.from_settings(_settings(tmp_path, registry, database_url)) as platform:
+        async with platform.engine.begin() as conn:  # the stored state no longer reads: set aside at the next open
+            await conn.execute(update(sessions).values(state='{"envelope": 1, "codec": "json", "data": []}'))
+        async with platform.session(USER, "sess-1", team="support_triage") as held:
+            assert held.resume is not None and held.resume.quarantined
+            with pytest.raises(SessionBusy):  # another request for the held session gives up at once
+                async with platform.session(USER, "sess-1", team="support_triage", lease_timeout=0):
+                    pass
+    # each platform is a process of its own here: its provider exported its totals when it closed
+    points = otlp_protocol_env.wait_for_metrics(lambda p: bool(_named(p, "teamstore.session.quarantined")))
+    (quarantined,) = _named(points, "teamstore.session.quarantined")
+    reason = quarantined["attributes"]["teamstore.quarantine.reason"]
+    assert quarantined["value"] == 1 and quarantined["kind"] == "sum"
+    assert _totals(points, "teamstore.session.resumes", "teamstore.resume.outcome") == {"new": 1, "resumed": 1,
+                                                                                        reason: 1}
+    assert _totals(points, "teamstore.session.lease.wait", "error.type") == {None: 3, "SessionBusy": 1}
     sizes = _named(points, "teamstore.session.state.size")
     assert sum(p["count"] for p in sizes) == 2 and all(p["sum"] > 0 and p["unit"] == "By" for p in sizes)
 
 
 async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database(
-    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry
+    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry, database_url: str
 ) -> None:
-    async with Platform.from_settings(_settings(tmp_path, registry)) as platform:
+    async with Platform.from_settings(_settings(tmp_path, registry, database_url)) as platform:
         now = datetime.now(UTC)
         async with platform.engine.begin() as conn:
             await conn.execute(insert(outbox), [

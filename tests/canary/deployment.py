@@ -34,6 +34,7 @@ from tests.canary.sinks import (
     GitHistory,
     HomeFiles,
     OtlpWire,
+    ParquetFiles,
     PostgresServerLog,
     PostgresTables,
     RecordingHandler,
@@ -195,7 +196,7 @@ class Deployment:
     def sinks(self) -> list[Sink]:
         """Every sink of this deployment. Files come first: reading an SQLite file through sqlite3 could
         change its ``-wal`` and ``-shm`` files, which are searched as they were left."""
-        found: list[Sink] = [HomeFiles(self.home), GitHistory(self.registry)]
+        found: list[Sink] = [HomeFiles(self.home), ParquetFiles(self.home), GitHistory(self.registry)]
         if self.database_url:
             found.append(PostgresTables(self.database_url))
             assert self.server_url is not None
