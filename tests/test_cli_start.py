@@ -12,7 +12,7 @@ from teamstore.audit.cost import DIMENSIONS
 from teamstore.cli.audit import GROUPINGS
 from teamstore.db.migrate import head_revision, shipped_head
 
-HEAVY = ("sqlalchemy", "alembic", "autogen_core", "autogen_agentchat", "boto3", "opentelemetry", "pydantic",
+HEAVY = ("asyncio", "sqlalchemy", "alembic", "autogen_core", "autogen_agentchat", "boto3", "opentelemetry", "pydantic",
          "pyarrow", "psycopg", "git")
 
 

@@ -13,7 +13,6 @@ exit status 1.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -44,7 +43,10 @@ def with_app(fn: Callable[[App], Awaitable[T]], *, must_exist: bool, migrate: bo
         What ``fn`` returned.
     """
 
-    from teamstore.app import App  # the composition root: imported when a command runs, never for --help
+    # The composition root and the event loop are imported when a command runs, never for --help.
+    import asyncio
+
+    from teamstore.app import App
 
     async def main() -> T:
         app = App(must_exist=must_exist)
