@@ -5,7 +5,7 @@ inside functions included):
 
 - ``config_registry`` imports nothing of ``teamstore``.
 - A teamstore module imports modules of its own package, or of packages in a lower layer; never one of
-  its own layer's other packages, never one above. Bottom to top: ``errors``; ``ids``, ``settings``;
+  its own layer's other packages, never one above. Bottom to top: ``errors``, ``limits``; ``ids``, ``settings``;
   ``db``, ``events`` (the run's contract), ``context``, ``offline``; ``state``, ``migrations``,
   ``examples``; ``audit``, ``metering``; ``runtime``; ``erasure``; ``app`` (the composition root);
   ``demo``; ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
@@ -31,7 +31,7 @@ TEAMSTORE = ROOT / "platform" / "teamstore"
 CONFIG_REGISTRY = ROOT / "config_registry"
 
 LAYERS: list[set[str]] = [
-    {"errors"},
+    {"errors", "limits"},
     {"ids", "settings"},
     {"db", "events", "context", "offline"},
     {"state", "migrations", "examples"},
