@@ -18,13 +18,13 @@ from autogen_core.models import UserMessage
 from autogen_ext.models.openai import AzureOpenAIChatCompletionClient, OpenAIChatCompletionClient
 
 from config_registry import Manifest, Registry
+from teamstore.app import open_platform
 from teamstore.audit.telemetry import TRACER, call_attributes
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.events import ModelCall
 from teamstore.metering import MeteredChatCompletionClient, metered_run, provider_name
 from teamstore.offline import OfflineChatCompletionClient
-from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.canary.model_server import ModelServer
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver
@@ -134,7 +134,7 @@ async def test_a_teams_openai_calls_reach_the_receiver_with_provider_answering_m
     manifest = Manifest(name="desk", persist=["desk"], context_bound=20, secrets=key)
     registry.add("desk", team.dump_component(), manifest, "v1", label="production")
     settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)
-    async with Platform.from_settings(settings) as platform, platform.session("u", "s", team="desk") as session:
+    async with open_platform(settings) as platform, platform.session("u", "s", team="desk") as session:
         await session.run(WORDS)
     expected = {"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o",
                 "gen_ai.response.model": ANSWERING}

@@ -12,13 +12,13 @@ from sqlalchemy import insert, update
 
 from config_registry import Registry
 from teamstore import examples
+from teamstore.app import open_platform
 from teamstore.audit.metrics import call_attributes
 from teamstore.audit.otlp import protocol
 from teamstore.audit.schema import outbox
 from teamstore.erasure.schema import erasure_requests
 from teamstore.errors import ConfigurationError, SessionBusy
 from teamstore.events import ModelCall
-from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.schema import sessions
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Point
@@ -42,7 +42,7 @@ def _settings(tmp_path: Path, registry: Registry, database_url: str | None = Non
 
 async def _one_run(tmp_path: Path, registry: Registry, task: str = "My router keeps dropping",
                    database_url: str | None = None) -> None:
-    platform = Platform.from_settings(_settings(tmp_path, registry, database_url))
+    platform = open_platform(_settings(tmp_path, registry, database_url))
     async with platform, platform.session(USER, "sess-1", team="support_triage") as s:
         await s.run(task)
     # closing the platform flushes its spans and collects and exports its metrics once more
@@ -107,7 +107,7 @@ async def test_sessions_report_resume_outcomes_quarantines_lease_waits_and_state
 ) -> None:
     await _one_run(tmp_path, registry, database_url=database_url)
     await _one_run(tmp_path, registry, "And again", database_url=database_url)
-    async with Platform.from_settings(_settings(tmp_path, registry, database_url)) as platform:
+    async with open_platform(_settings(tmp_path, registry, database_url)) as platform:
         async with platform.engine.begin() as conn:  # the stored state no longer reads: set aside at the next open
             await conn.execute(update(sessions).values(state='{"envelope": 1, "codec": "json", "data": []}'))
         async with platform.session(USER, "sess-1", team="support_triage") as held:
@@ -130,7 +130,7 @@ async def test_sessions_report_resume_outcomes_quarantines_lease_waits_and_state
 async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database(
     otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry, database_url: str
 ) -> None:
-    async with Platform.from_settings(_settings(tmp_path, registry, database_url)) as platform:
+    async with open_platform(_settings(tmp_path, registry, database_url)) as platform:
         now = datetime.now(UTC)
         async with platform.engine.begin() as conn:
             await conn.execute(insert(outbox), [
@@ -174,7 +174,7 @@ def test_a_protocol_teamstore_cannot_export_over_stops_the_platform_at_start(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigurationError) as raised:
-        Platform.from_settings(_settings(tmp_path, registry))
+        open_platform(_settings(tmp_path, registry))
     assert variable in raised.value.message and value in raised.value.message
     assert "grpc" in (raised.value.hint or "") and "http/protobuf" in (raised.value.hint or "")
 
