@@ -46,6 +46,9 @@ POLICY: tuple[Allowance, ...] = (
     Allowance(DATABASE, r"\bts_subjects\b", frozenset({Kind.USER_ID}),
               "the subject mapping (user id -> subject key): erasure needs it to find the user's transcripts, "
               "and deletes it last"),
+    Allowance(DATABASE, r"\bts_subject_sessions\b", frozenset({Kind.SESSION_ID}),
+              "the session id beside its session key, so cost reports name sessions as the application does; "
+              "deleted with the subject, and swept once no ledger row names the session"),
     Allowance(DATABASE, r"\bts_sessions\b", STATE,
               "the resume state row: keyed by the raw ids, its saved agent states hold the conversation"),
     Allowance(DATABASE, r"\bts_quarantine\b", STATE,
