@@ -126,7 +126,7 @@ def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
     assert "e-" not in row["cost"] and row["cost"].startswith("0.")  # plain decimals, as a spreadsheet expects
     keys_only = runner.invoke(app, ["cost", "--by", "user", "--format", "csv", "--pseudonymous"])
     assert keys_only.exit_code == 0 and USER not in keys_only.stdout
-    assert list(csv.DictReader(io.StringIO(keys_only.stdout)))[0]["subject_key"] not in ("", USER)
+    assert next(csv.DictReader(io.StringIO(keys_only.stdout)))["subject_key"] not in ("", USER)
     as_json_total = json.loads(runner.invoke(app, ["cost", "--by", "user", "--format", "json"]).stdout)["total"]
     assert row["cost"] == as_json_total["cost"]  # the same exact text in both
     as_json = runner.invoke(

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.ledger import record_usage, sweep_ledger, usage_rows
-from teamstore.audit.price_sync import sync_prices
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.price_sync import sync_prices
 from teamstore.audit.prices import load_prices, parse_prices
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject, session_key

@@ -48,6 +48,9 @@ def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServe
     cost = deployment.start("cost", "--user", bob.user_id, "--format", "json")
     assert json.loads(deployment.finish(shown).stdout)["total"] == 2
     assert json.loads(deployment.finish(cost).stdout)["total"]["runs_completed"] >= 2
+    (deployment.home / "reports").mkdir()
+    deployment.cli("cost", "report", "--pseudonymous", "--output", str(deployment.home / "reports" /
+                                                                         "cost-pseudonymous.html"))
     return alice, bob
 
 
@@ -67,5 +70,9 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
 
     receipt = erase(deployment, book, bob)
     assert receipt["status"] == "completed", receipt
-    after = judge(scan(deployment.sinks(), book), erased={"bob"})
+    readable = deployment.home / "reports" / "cost.html"
+    deployment.cli("cost", "report", "--output", str(readable))  # after the erasure: bob reads as 'erased'
+    hits = scan(deployment.sinks(), book)
+    after = judge(hits, erased={"bob"})
     assert not after, report(after)
+    assert alice.user_id in readable.read_text(encoding="utf-8") and ">erased<" in readable.read_text(encoding="utf-8")

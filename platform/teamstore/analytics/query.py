@@ -177,7 +177,8 @@ async def _no_match(engine: AsyncEngine, query: CostQuery, where: CostFilter | N
             return NoMatchingUsage("the ledger holds no runs yet", report=report, hint=(
                 "runs are recorded when a team runs with the audit trail on (`teamstore run`, a Platform's "
                 "sessions); check TEAMSTORE_DATABASE_URL names the service's database"))
-        if where is None or not await _any(conn, [usage.c.subject_key == where.subject_key]):
+        if where is None or (where.subject_key is not None
+                             and not await _any(conn, [usage.c.subject_key == where.subject_key])):
             # Never the id itself, nor anyone else's: this line may reach a log.
             return NoMatchingUsage("the ledger holds no run of the user given with --user", report=report,
                                    hint="user ids are matched exactly (case, accents and spaces count)")
