@@ -71,12 +71,37 @@ def test_the_shipped_table_prices_the_current_models_of_the_default_providers(mo
     assert price is not None and price.source.startswith("https://"), model
 
 
+# Every name autogen-ext 0.7.5's model clients know (the model-info tables and aliases of its OpenAI and
+# Anthropic clients), but Meta's Llama API models, which have no published list price.
+AUTOGEN_KNOWN = [
+    "gpt-3.5-turbo", "gpt-3.5-turbo-0125", "gpt-3.5-turbo-0613", "gpt-3.5-turbo-1106", "gpt-3.5-turbo-16k",
+    "gpt-3.5-turbo-16k-0613", "gpt-3.5-turbo-instruct", "gpt-4", "gpt-4-0125-preview", "gpt-4-0613",
+    "gpt-4-1106-preview", "gpt-4-1106-vision-preview", "gpt-4-32k", "gpt-4-32k-0613", "gpt-4-turbo",
+    "gpt-4-turbo-2024-04-09", "gpt-4-turbo-preview", "gpt-4.5-preview", "gpt-4.5-preview-2025-02-27",
+    "gpt-4o-2024-05-13", "gpt-4o-2024-08-06", "gpt-4o-search-preview-2025-03-11",
+    "gpt-4o-mini-search-preview-2025-03-11", "gpt-4.1-mini-2025-04-14", "gpt-4.1-nano-2025-04-14",
+    "gpt-5-mini-2025-08-07", "gpt-5-nano-2025-08-07", "o1-preview", "o1-preview-2024-09-12",
+    "o1-mini-2024-09-12", "o3-mini-2025-01-31", "gemini-1.5-flash", "gemini-1.5-flash-8b",
+    "gemini-2.0-flash-lite-preview-02-05", "gemini-2.5-pro-preview-03-25", "claude-3-haiku", "claude-3-sonnet",
+    "claude-3-opus", "claude-3-5-haiku", "claude-3-5-sonnet", "claude-3-7-sonnet", "claude-4-sonnet",
+    "claude-4-opus", "claude-opus-4-0", "claude-sonnet-4-0", "claude-3-sonnet-20240229", "claude-3-opus-20240229",
+    "claude-3-5-sonnet-20240620",
+]
+
+
+@pytest.mark.parametrize("model", AUTOGEN_KNOWN)
+def test_the_shipped_table_prices_every_model_autogens_clients_know(model: str) -> None:
+    assert load_prices().lookup(model, date(2026, 11, 1)) is not None, model
+
+
 def test_the_shipped_table_prices_a_family_by_its_own_entry_not_a_shorter_one() -> None:
     table, day = load_prices(), date(2026, 11, 1)
     assert table.lookup("gpt-5-mini-2025-08-07", day).input_per_million == Decimal("0.25")  # type: ignore[union-attr]
     assert table.lookup("claude-opus-4-5-20251101", day).input_per_million == Decimal("5")  # type: ignore[union-attr]
     assert table.lookup("claude-opus-4-1-20250805", day).input_per_million == Decimal("15")  # type: ignore[union-attr]
     assert table.lookup("gpt-4o-2024-05-13", day).input_per_million == Decimal("5")  # type: ignore[union-attr]
+    assert table.lookup("gpt-4-1106-preview", day).input_per_million == Decimal("10")  # type: ignore[union-attr]
+    assert table.lookup("gpt-3.5-turbo", day).input_per_million == Decimal("0.5")  # type: ignore[union-attr]
 
 
 async def _view(engine: AsyncEngine) -> list[tuple[object, object]]:
