@@ -115,3 +115,10 @@ def test_an_empty_ledger_exits_3(engine: AsyncEngine, database_url: str, monkeyp
 def test_options_before_the_report_command_are_refused_not_ignored(ledger_env: AsyncEngine, tmp_path: object) -> None:
     result = runner.invoke(app, ["cost", "--team", "support", "report", "--output", "x.html"])
     assert result.exit_code == 1 and "options given before `report`" in result.output
+
+
+def test_the_groupings_help_lists_are_the_ones_a_query_takes() -> None:
+    from teamstore.audit.cost import DIMENSIONS
+    from teamstore.cli.audit import GROUPINGS as LISTED
+
+    assert tuple(DIMENSIONS) == LISTED

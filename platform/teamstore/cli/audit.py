@@ -24,9 +24,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.app import App
 from teamstore.audit import outbox
-from teamstore.audit.cost import DIMENSIONS, CostReport, CostRow, money
-from teamstore.audit.price_sync import sync_prices
-from teamstore.audit.prices import is_pattern, load_prices
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import TranscriptStore
@@ -38,8 +35,14 @@ from teamstore.errors import AuditError, ConfigurationError, NoMatchingUsage, Tr
 from teamstore.ids import check_ids
 from teamstore.settings import MAX_DAYS, Settings
 
+# The cost query, its report and the price table are imported by the commands that use them, not with the
+# command line: `teamstore --help` starts without them.
 if TYPE_CHECKING:
     from teamstore.analytics.query import CostQuery
+    from teamstore.audit.cost import CostReport, CostRow
+
+GROUPINGS = ("session", "user", "team", "version", "model", "agent", "day", "week", "month")
+"""``teamstore.audit.cost.DIMENSIONS``, named here for ``--help`` (a test keeps the two equal)."""
 
 transcripts_app = typer.Typer(
     help="Run transcripts (one object per run, S3 or a local folder).", no_args_is_help=True
@@ -215,6 +218,8 @@ def _cell(value: object) -> object:
     if isinstance(value, float):  # plain decimals: 0.0000674, never 6.74e-05
         return f"{value:.12f}".rstrip("0").rstrip(".") or "0"
     if isinstance(value, Decimal):
+        from teamstore.audit.cost import money
+
         return money(value)
     return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
 
@@ -242,6 +247,8 @@ def _print_report(report: CostReport, fmt: str) -> None:
 
 async def _report_or_empty(app: App, query: CostQuery) -> tuple[CostReport, NoMatchingUsage | None]:
     from teamstore.analytics.query import cost_report
+    from teamstore.audit.cost import CostReport
+    from teamstore.audit.prices import load_prices
 
     try:
         return await cost_report(app.engine, load_prices(app.settings.prices_path), query), None
@@ -251,7 +258,7 @@ async def _report_or_empty(app: App, query: CostQuery) -> tuple[CostReport, NoMa
         return exc.report, exc
 
 
-_BY = f"Group by one or two of {'|'.join(DIMENSIONS)}, e.g. team,model."
+_BY = f"Group by one or two of {'|'.join(GROUPINGS)}, e.g. team,model."
 _WHEN = "YYYY-MM-DD, an ISO timestamp (UTC unless it says), or back from now: 24h, 7d, 2w."
 _PSEUDONYMOUS = "Users and sessions as pseudonymous keys, not the application's ids (for reports that leave your hands)."
 cost_app = typer.Typer(help="Token usage and cost from the ledger, and an HTML report of it. Exit status: 0 "
@@ -306,6 +313,7 @@ def cost_report_page(
     """Write one self-contained HTML page (no server, nothing fetched): cost over time by team and by model,
     the costliest sessions, tokens per run, and runs ended by a limit."""
     from teamstore.analytics.page import report_page
+    from teamstore.audit.prices import load_prices
 
     filters = {"user": user, "session": session, "team": team, "model": model, "since": since, "until": until}
 
@@ -327,6 +335,9 @@ def cost_report_page(
 @prices_app.command("show")
 def prices_show(as_json: bool = JsonOption) -> None:
     """Print the price table in effect (shipped, or TEAMSTORE_PRICES_PATH)."""
+    from teamstore.audit.cost import money
+    from teamstore.audit.prices import is_pattern, load_prices
+
     table = load_prices(Settings().prices_path)
     data = {
         "version": table.version,
@@ -349,6 +360,8 @@ def prices_show(as_json: bool = JsonOption) -> None:
 def prices_sync(as_json: bool = JsonOption) -> None:
     """Write the price table into the database (ts_prices) for the session_costs SQL view now. Not needed to
     keep it current: `db upgrade` and the first run a process records do it."""
+    from teamstore.audit.price_sync import sync_prices
+    from teamstore.audit.prices import load_prices
 
     async def go(app: App) -> dict[str, Any]:
         table = load_prices(app.settings.prices_path)
