@@ -21,6 +21,8 @@ LEFT, RIGHT, TOP, BOTTOM = 70, 16, 14, 46
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 MOST_LABELS = 12
+MIN_HEIGHT = 120
+"""The least height of a chart of horizontal bars (one session's)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def _frame(chart_id: str, body: list[str], top: float, unit: str) -> str:
         f'<line class="axis" x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#888"/>',
         f'<text class="tick" x="{LEFT - 6}" y="{base}" text-anchor="end">0</text>',
         f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{escape(_number(top))}</text>',
-        f'<text class="unit" x="4" y="{TOP + 10}">{escape(unit)}</text>',
+        # On its own line above the top figure, which is right-aligned to the axis and may be long.
+        f'<text class="unit" x="4" y="{TOP - 3}">{escape(unit)}</text>',
     ]
     return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
             f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
@@ -109,9 +112,11 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
 
 
 def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str) -> str:
-    """One ``rect.bar`` per mark, top to bottom in the order given, its category written to its left."""
+    """One ``rect.bar`` per mark, top to bottom in the order given, its category written to its left; the
+    chart as tall as its bars need (a few sessions leave no empty box), at most :data:`HEIGHT`."""
     rows = max(1, len(bars))
     height = min(26.0, (HEIGHT - TOP - BOTTOM) / rows)
+    tall = max(MIN_HEIGHT, round(TOP + rows * height + TOP))
     left, top = 210, max((b.value for b in bars), default=0.0) or 1.0
     scale = (WIDTH - left - RIGHT) / top
     body = []
@@ -124,8 +129,8 @@ def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str) -> str:
             f'data-value="{_attr(bar.text)}" x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
             f'height="{height - 4:.1f}" fill="{PALETTE[0]}"><title>{escape(f"{bar.x}: {bar.text} {unit}")}</title>'
             "</rect>")
-    return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
-            f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
+    return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {tall}" '
+            f'width="{WIDTH}" height="{tall}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
 
 
 def points(chart_id: str, marks: Sequence[Bar], unit: str) -> str:
