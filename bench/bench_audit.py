@@ -23,7 +23,7 @@ from typing import Any
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.teams import BaseGroupChat
 
-from bench.common import drop_database, postgres_database
+from bench.common import drop_database, postgres_database, s3_endpoint
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
 from teamstore.audit.prices import load_prices
@@ -39,7 +39,6 @@ from teamstore.runtime.session import notify_observers
 from teamstore.settings import Settings
 from tests.audit.teams import context
 from tests.otlp_receiver import OtlpReceiver
-from tests.services import free_port
 
 RUNS = 200
 
@@ -88,32 +87,24 @@ async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
     """Transcript uploads to moto over HTTP; every botocore request counted."""
     import os
 
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench",
         AWS_SECRET_ACCESS_KEY="bench",
         AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}",
+        AWS_ENDPOINT_URL_S3=s3_endpoint(),
     )
-    try:
-        client = make_client()
-        client.create_bucket(Bucket="bench")
-        sent: list[str] = []
-        client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
-        engine = create_engine(f"sqlite:///{(tmp / 's3.db').as_posix()}")
-        await upgrade(engine)
-        observer = TranscriptObserver(S3TranscriptStore(client, "bench", "t"), engine, Pseudonyms(engine))
-        for _ in range(runs):
-            await _observed_run([observer], _team(metered=True))
-        await observer.drain()
-        await engine.dispose()
-        return len(sent) / runs
-    finally:
-        server.stop()
+    client = make_client()
+    client.create_bucket(Bucket="bench")
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
+    engine = create_engine(f"sqlite:///{(tmp / 's3.db').as_posix()}")
+    await upgrade(engine)
+    observer = TranscriptObserver(S3TranscriptStore(client, "bench", "t"), engine, Pseudonyms(engine))
+    for _ in range(runs):
+        await _observed_run([observer], _team(metered=True))
+    await observer.drain()
+    await engine.dispose()
+    return len(sent) / runs
 
 
 async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, float]:
