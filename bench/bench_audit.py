@@ -32,10 +32,9 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from teamstore.events import RunObserver, RunOutcome, notify_observers
 from teamstore.examples import support_triage
 from teamstore.metering import metered_run, wrap_model_clients
-from teamstore.runtime.hooks import RunObserver, RunOutcome
-from teamstore.runtime.session import notify_observers
 from teamstore.settings import Settings
 from tests.audit.teams import context
 from tests.otlp_receiver import OtlpReceiver

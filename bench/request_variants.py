@@ -199,9 +199,12 @@ class Teamstore(Bare):
         self._wrap()
 
     def _wrap(self) -> None:
+        # A session reaches the platform only through its SessionDeps, read from the platform as each session
+        # opens: the platform's build_team and store are wrapped on the objects themselves, and the session
+        # module's own names (judge, apply_states, notify_observers from teamstore.events) where it calls them.
         wrap, store = self.phases.wrap, self.platform.store
         wrap(self.platform, "build_team", "build from registry")
-        wrap(self.platform.registry, "resolve", "(of which the registry lookup, in a thread)")
+        wrap(self.platform.teams.registry, "resolve", "(of which the registry lookup, in a thread)")
         wrap(store, "acquire", "lease+load")
         wrap(session_module, "judge", "validate")
         wrap(session_module, "apply_states", "apply (load_state)")

@@ -9,8 +9,9 @@
     built = registry.build("support_triage")          # label production, else the latest version
     result = await built.team.run(task="hi")
 
-This package has no import of ``teamstore``: the runtime registers its bounding contexts through
-:mod:`config_registry.bounds` (which imports a named AutoGen or teamstore context's module on first look).
+The registry knows no package built on it: what such a package adds (providers allowed as AutoGen's
+own are, bounding contexts) it declares through entry points (:mod:`config_registry.extensions`) or
+registers with :mod:`config_registry.bounds`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from __future__ import annotations
 from config_registry.diff import CompatibilityReport, SemanticDiff
 from config_registry.errors import (
     DefinitionInvalid,
+    ExtensionInvalid,
     FactoryInvalid,
+    HintedError,
     RegistryConflict,
     RegistryCorrupt,
     RegistryError,
     RegistryNotFound,
     SecretUnavailable,
-    TeamstoreError,
     UnknownTeam,
     UnknownVersion,
 )
@@ -36,7 +38,9 @@ __all__ = [
     "BuiltTeam",
     "CompatibilityReport",
     "DefinitionInvalid",
+    "ExtensionInvalid",
     "FactoryInvalid",
+    "HintedError",
     "HistoryEntry",
     "Manifest",
     "Registry",
@@ -48,7 +52,6 @@ __all__ = [
     "SemanticDiff",
     "TeamDefinition",
     "TeamSummary",
-    "TeamstoreError",
     "UnknownTeam",
     "UnknownVersion",
 ]

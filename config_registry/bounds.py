@@ -1,14 +1,15 @@
 """Which chat-completion contexts really bound what an agent stores.
 
 AutoGen's ``BufferedChatCompletionContext`` bounds what is *sent* to the model, not what ``save_state()``
-keeps, so it does not count. The runtime package registers its own bounding contexts at import time, and a
-context provider from AutoGen's or teamstore's packages that is not registered yet has its module imported
-on first look (so a process using the registry alone sees the same bounds as the runtime):
+keeps, so it does not count. A package that ships a bounding context declares it through the
+``config_registry.bounding_contexts`` entry point group (:mod:`config_registry.extensions`), loaded
+when a persisted participant names its provider, so a process using the registry alone sees the same
+bounds as one that imported the package; it may also register it when imported:
 
-    from config_registry.bounds import register_bounding_context, is_bounding_context
+    from config_registry.bounds import BoundingContext, register_bounding_context, is_bounding_context
 
-    register_bounding_context("teamstore.context.BoundedChatCompletionContext", ("max_messages", "keep_first"))
-    assert is_bounding_context("teamstore.context.BoundedChatCompletionContext")
+    register_bounding_context("mypackage.context.MyContext", ("max_messages",))
+    assert is_bounding_context("mypackage.context.MyContext")
 
 A context may also register a check of its sizes, so that ``registry add`` refuses a persisted participant
 whose context would refuse them at load time, with the context's own reason.
@@ -16,12 +17,11 @@ whose context would refuse them at load time, with the context's own reason.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from config_registry.manifest import BUILTIN_PROVIDER_PREFIXES
+from config_registry import extensions
+from config_registry.errors import ExtensionInvalid
 
 
 class BoundProblem(NamedTuple):
@@ -37,6 +37,16 @@ class BoundProblem(NamedTuple):
 
 BoundCheck = Callable[[Mapping[str, Any]], BoundProblem | None]
 """Takes a context's dumped ``config`` and returns why its sizes are refused, or ``None``."""
+
+
+class BoundingContext(NamedTuple):
+    """What an entry point of the ``config_registry.bounding_contexts`` group points at."""
+
+    bound_fields: tuple[str, ...]
+    """The config fields that set the bound (``("max_messages", "keep_first")``)."""
+    check: BoundCheck | None = None
+    """The context's own rule for which sizes it refuses, if it has one."""
+
 
 _BOUNDING_CONTEXTS: dict[str, tuple[str, ...]] = {}
 _BOUND_CHECKS: dict[str, BoundCheck] = {}
@@ -57,26 +67,52 @@ def register_bounding_context(provider: str, bound_fields: tuple[str, ...], chec
 
 
 def _fields_of(provider: str) -> tuple[str, ...] | None:
-    """The bound fields of ``provider``, importing its module first if it is one of AutoGen's or
-    teamstore's and not yet registered: a process that uses the registry without importing teamstore
-    (a CI job running ``check``) would otherwise read every bound as none, and fingerprints would miss
-    a bound change that the runtime refuses stored sessions for. Other modules are never imported here:
-    stored JSON may have been edited by hand."""
-    if provider not in _BOUNDING_CONTEXTS and provider.startswith(BUILTIN_PROVIDER_PREFIXES):
-        # Not installed here: then it is not a bounding context here either.
-        with contextlib.suppress(ImportError):
-            importlib.import_module(provider.rpartition(".")[0])
+    """The bound fields of ``provider``, loading the entry point an installed package declares for it
+    first if it is not registered yet: a process that uses the registry without importing that package
+    (a CI job running ``check``) would otherwise read every bound as none, and fingerprints would miss a
+    bound change that the runtime refuses stored sessions for. A module a stored definition names is never
+    imported here: stored JSON may have been edited by hand."""
+    if provider not in _BOUNDING_CONTEXTS:
+        _load_declared(provider)
     return _BOUNDING_CONTEXTS.get(provider)
 
 
+def _load_declared(provider: str) -> None:
+    """Register the bounding context an installed package declares for ``provider``, if one does.
+
+    Raises:
+        ExtensionInvalid: The declaration does not load or is not a :class:`BoundingContext`: reading
+            the bound as none would change every fingerprint of that context, so it is not guessed.
+    """
+    entry = extensions.declared(extensions.BOUNDING_CONTEXTS).get(provider)
+    if entry is None:
+        return
+    package = extensions.declaring_package(entry)
+    try:
+        declared = entry.load()
+    except Exception as exc:  # the declaring package's own import fails: a broken install
+        raise ExtensionInvalid(
+            f"{package} declares the bounding context {provider!r} at {entry.value!r}, which does not load: "
+            f"{type(exc).__name__}: {exc}",
+            hint=f"reinstall {package}, or uninstall it if nothing uses it",
+        ) from exc
+    if not isinstance(declared, BoundingContext):
+        raise ExtensionInvalid(
+            f"{package} declares the bounding context {provider!r} at {entry.value!r}, which is a "
+            f"{type(declared).__name__}, not a config_registry.bounds.BoundingContext",
+            hint=f"upgrade {package} to a release built for this registry",
+        )
+    register_bounding_context(provider, declared.bound_fields, declared.check)
+
+
+def known_bounding_contexts() -> list[str]:
+    """Every bounding context's provider, registered or declared by an installed package, sorted."""
+    return sorted(set(_BOUNDING_CONTEXTS) | set(extensions.declared(extensions.BOUNDING_CONTEXTS)))
+
+
 def is_bounding_context(provider: str) -> bool:
-    """True if ``provider`` is registered as a bounding context (by its own module, imported if needed)."""
+    """True if ``provider`` is a bounding context, registered or declared by an installed package."""
     return _fields_of(provider) is not None
-
-
-def bounding_contexts() -> Mapping[str, tuple[str, ...]]:
-    """A read-only view of the registered providers and their bound fields."""
-    return dict(_BOUNDING_CONTEXTS)
 
 
 def bound_of(context_component: Mapping[str, Any]) -> dict[str, Any] | None:

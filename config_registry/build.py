@@ -21,7 +21,7 @@ from autogen_agentchat.base import ChatAgent, Team
 
 from config_registry.errors import DefinitionInvalid
 from config_registry.secrets import references, resolve_references
-from config_registry.types import BuiltTeam, TeamDefinition
+from config_registry.types import BuiltTeam, TeamDefinition, TeamOrAgent
 from config_registry.validate import (
     check_persisted,
     check_providers,
@@ -34,10 +34,11 @@ from config_registry.validate import (
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def _agents_of(team: Any, kind: str) -> dict[str, ChatAgent]:
+def _agents_of(team: TeamOrAgent, kind: str) -> dict[str, ChatAgent]:
     if kind == "agent":
+        assert isinstance(team, ChatAgent)  # _load checked it
         return {team.name: team}
-    members = getattr(team, "_participants", [])
+    members: list[ChatAgent] = getattr(team, "_participants", [])  # AutoGen's group chats keep them there
     return {member.name: member for member in members}
 
 
@@ -94,7 +95,7 @@ def _check_declared_references(definition: TeamDefinition) -> None:
             )
 
 
-def _load(definition: TeamDefinition, runnable: dict[str, Any]) -> Any:
+def _load(definition: TeamDefinition, runnable: dict[str, Any]) -> TeamOrAgent:
     try:
         team = load(runnable)
     except Exception as exc:  # a loader failure is reported as a definition problem, with its cause

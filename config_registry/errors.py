@@ -1,7 +1,7 @@
-"""The root of teamstore's exception hierarchy, and the registry's own errors.
+"""The registry's errors, under one root that says what happened and how to fix it.
 
-The root lives here, in the lowest layer, so that ``teamstore.errors`` can re-export it and every error
-in the project, registry or runtime, is a ``TeamstoreError``.
+``HintedError`` carries a message and a hint. A package built on the registry may take it as the root
+of its own hierarchy, so that one ``except`` catches the registry's errors and its own alike.
 
     from config_registry.errors import UnknownTeam
 
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 
-class TeamstoreError(Exception):
-    """Base of every error teamstore raises on purpose.
+class HintedError(Exception):
+    """Base of every error the registry raises on purpose: what happened, and how to fix it.
 
     Args:
         message: What happened, in one sentence.
@@ -31,7 +31,7 @@ class TeamstoreError(Exception):
         super().__init__(f"{message} (fix: {hint})" if hint else message)
 
 
-class RegistryError(TeamstoreError):
+class RegistryError(HintedError):
     """Base of config-registry errors."""
 
 
@@ -70,6 +70,11 @@ class SecretUnavailable(RegistryError):
 
 class FactoryInvalid(RegistryError):
     """A ``module:function`` factory could not be imported, raised, or returned something that is not a team."""
+
+
+class ExtensionInvalid(RegistryError):
+    """An installed package declares something to the registry through an entry point (a bounding context)
+    that does not load, or is not what its entry point group expects."""
 
 
 def folder_failure(exc: OSError) -> str:

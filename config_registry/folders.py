@@ -2,11 +2,11 @@
 
     from config_registry.folders import make_folder
 
-    make_folder(Path(".teamstore/registry"))               # the registry itself: the usual mode
-    make_folder(Path(".teamstore/transcripts"), 0o700)     # its owner's only
+    make_folder(Path("home/registry"))               # the registry itself: the usual mode
+    make_folder(Path("home/transcripts"), 0o700)     # its owner's only
 
-A folder made for one store often sits in a home that holds others: the registry, the database and the
-transcript folder all sit in ``TEAMSTORE_HOME`` by default. Whichever of them is made first makes the home,
+A folder made for one store often sits in a home that holds others: an application keeps the registry,
+its database and its transcript folder in one home folder. Whichever of them is made first makes the home,
 so every folder made on the way to the one asked for is its owner's only (0700): the home must not be
 readable by other users because the registry happened to be made before the database.
 """

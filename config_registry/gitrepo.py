@@ -50,7 +50,7 @@ Team definitions managed by `teamstore registry`. One folder per team under `tea
 """
 
 
-# What 'git rev-parse --local-env-vars' lists: set in the caller's environment (teamstore run from a git
+# What 'git rev-parse --local-env-vars' lists: set in the caller's environment (the registry used from a git
 # hook, or a CI step inside another checkout), they point every git command at that other repository,
 # and the registry's commits would land there.
 _REPOSITORY_ENV = frozenset({

@@ -16,17 +16,14 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from config_registry import extensions
 from config_registry.errors import DefinitionInvalid
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 VERSION_LIKE = re.compile(r"[0-9a-f]{7,40}")
 SECRET_REFERENCE = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
-BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = (
-    "autogen_agentchat.",
-    "autogen_core.",
-    "autogen_ext.",
-    "teamstore.",
-)
+# AutoGen's own; installed packages add theirs through entry points (config_registry.extensions).
+BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = ("autogen_agentchat.", "autogen_core.", "autogen_ext.")
 
 
 def shown(value: str) -> str:
@@ -73,7 +70,8 @@ class Manifest(BaseModel):
         owner: Who to ask about it.
         persist: Participants opted in to resume state.
         context_bound: The most messages a persisted participant's bounding context may keep.
-        allowed_providers: Provider prefixes allowed beyond AutoGen's own and teamstore's.
+        allowed_providers: Provider prefixes allowed beyond AutoGen's own and those installed packages
+            declare (:mod:`config_registry.extensions`).
         allow_source_code_tools: Allow tools that carry Python source (``FunctionTool``), which loading executes,
             and components that run code or commands they are given (code executors, MCP stdio servers).
         secrets: JSON path (under the root component's ``config``) -> reference such as ``env:OPENAI_API_KEY``.
@@ -125,5 +123,5 @@ class Manifest(BaseModel):
         return value
 
     def provider_prefixes(self) -> tuple[str, ...]:
-        """Every allowed provider prefix: AutoGen's, teamstore's and the manifest's own."""
-        return BUILTIN_PROVIDER_PREFIXES + tuple(self.allowed_providers)
+        """Every allowed provider prefix: AutoGen's, those installed packages declare, and the manifest's own."""
+        return BUILTIN_PROVIDER_PREFIXES + extensions.provider_prefixes() + tuple(self.allowed_providers)

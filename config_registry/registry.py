@@ -470,7 +470,7 @@ def _import_factory(factory: str) -> Callable[[], Any]:
     module_name, _, function_name = factory.partition(":")
     if not module_name or not function_name:
         raise FactoryInvalid(
-            f"factory {factory!r} is not 'module:function'", hint="e.g. teamstore.examples:support_triage"
+            f"factory {factory!r} is not 'module:function'", hint="e.g. mypackage.teams:support_triage"
         )
     try:
         module = importlib.import_module(module_name)

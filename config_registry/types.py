@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from autogen_agentchat.base import ChatAgent
+from autogen_agentchat.base import ChatAgent, Team
 
 from config_registry.manifest import Manifest
+
+TeamOrAgent = Team | ChatAgent
+"""What a definition builds: an AutoGen team, or a single agent (``kind`` says which)."""
 
 # How a definition's kind reads in a sentence ("changed from a team to a single agent").
 KIND_NAMES = {"team": "a team", "agent": "a single agent"}
@@ -127,7 +130,7 @@ class BuiltTeam:
         state_ttl_days: From the manifest.
     """
 
-    team: Any
+    team: TeamOrAgent
     name: str
     version: str
     manifest: Manifest

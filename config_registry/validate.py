@@ -21,7 +21,7 @@ from autogen_core import ComponentModel
 from autogen_core._component_config import WELL_KNOWN_PROVIDERS
 from pydantic import ValidationError
 
-from config_registry.bounds import bound_of, bound_problem, is_bounding_context
+from config_registry.bounds import bound_of, bound_problem, is_bounding_context, known_bounding_contexts
 from config_registry.errors import DefinitionInvalid
 from config_registry.manifest import Manifest
 from config_registry.secrets import apply_references, is_reference, mask_references, walk
@@ -227,6 +227,13 @@ def check_persisted(component: Mapping[str, Any], manifest: Manifest) -> None:
         _check_bound(name, by_name[name], _participant_path(component, names.index(name)), manifest)
 
 
+def _bounding_hint() -> str:
+    known = known_bounding_contexts()
+    if not known:
+        return "install a package that declares a bounding context (config_registry.bounds), or do not persist it"
+    return f"give it a bounding context with max_messages=N: {', '.join(known)}"
+
+
 def _check_bound(name: str, participant: Mapping[str, Any], path: str, manifest: Manifest) -> None:
     context = _mapping(_mapping(participant.get("config")).get("model_context"))
     field = f"{path}.model_context"
@@ -236,7 +243,7 @@ def _check_bound(name: str, participant: Mapping[str, Any], path: str, manifest:
             name,
             field,
             f"uses {context.get('provider', 'no model_context')!r}, which does not bound what save_state() keeps",
-            "use teamstore.context.BoundedChatCompletionContext(max_messages=N)",
+            _bounding_hint(),
         )
     problem = bound_problem(context)
     if problem is not None:

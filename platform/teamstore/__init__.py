@@ -10,7 +10,12 @@
 
 from __future__ import annotations
 
+from config_registry.extensions import register_provider_prefix
 from teamstore import context as _context  # noqa: F401  (registers the bounding context with the registry)
+
+# pyproject.toml declares both to the registry through entry points; registered here as well, for a process
+# that runs teamstore from a source tree (or an install older than those entry points).
+register_provider_prefix("teamstore.")
 
 __version__ = "0.1.0"
 

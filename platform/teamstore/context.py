@@ -28,7 +28,7 @@ from autogen_core.model_context import ChatCompletionContext, ChatCompletionCont
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, LLMMessage
 from pydantic import BaseModel, Field, model_validator
 
-from config_registry.bounds import BoundProblem, register_bounding_context
+from config_registry.bounds import BoundingContext, BoundProblem, register_bounding_context
 from teamstore.errors import ContextBoundInvalid
 
 PROVIDER = "teamstore.context.BoundedChatCompletionContext"
@@ -258,4 +258,10 @@ def _registry_check(config: Mapping[str, Any]) -> BoundProblem | None:
     return size_problem(config.get("max_messages"), config.get("keep_first", 0))
 
 
-register_bounding_context(PROVIDER, ("max_messages", "keep_first"), check=_registry_check)
+BOUNDING = BoundingContext(("max_messages", "keep_first"), check=_registry_check)
+"""What the registry knows of this context: the ``config_registry.bounding_contexts`` entry point in
+pyproject.toml points here, so a process using the registry alone loads it when a definition names it."""
+
+# Registered on import as well: a process that runs teamstore from a source tree, without the installed
+# package's entry points, still knows its own context.
+register_bounding_context(PROVIDER, BOUNDING.bound_fields, BOUNDING.check)

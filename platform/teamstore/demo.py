@@ -24,6 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from config_registry import Registry
+from teamstore.app import App
 from teamstore.db.engine import redact_url
 from teamstore.examples import example_manifest, support_triage, support_triage_v2_renamed
 from teamstore.settings import Settings
@@ -110,7 +111,7 @@ def run_demo() -> None:
     console.print(f"database schema: {migrated['from'] or 'empty'} -> {migrated['to']} (teamstore db upgrade)")
 
     _step("1. Register the support team (a git commit) and label it production")
-    v1, v2 = _register(Registry(settings.resolved_registry_path))
+    v1, v2 = _register(App(settings).registry())
     console.print(f"v1 {v1[:12]} (production), v2 {v2[:12]} (researcher renamed; not labelled yet)")
 
     _step("2. Two users open sessions (process per request)")

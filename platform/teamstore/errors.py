@@ -14,22 +14,24 @@ happened and how to fix it.
 
 from __future__ import annotations
 
-# The root class lives in the registry package, the lowest layer, so the registry's errors and the
-# runtime's share one hierarchy while ``config_registry`` never imports ``teamstore``.
+from typing import Literal
+
 from config_registry.errors import (
     DefinitionInvalid,
+    ExtensionInvalid,
+    HintedError,
     RegistryConflict,
     RegistryCorrupt,
     RegistryError,
     RegistryNotFound,
     SecretUnavailable,
-    TeamstoreError,
     UnknownTeam,
     UnknownVersion,
 )
 
 __all__ = [
     "DefinitionInvalid",
+    "ExtensionInvalid",
     "RegistryConflict",
     "RegistryCorrupt",
     "RegistryError",
@@ -39,6 +41,15 @@ __all__ = [
     "UnknownTeam",
     "UnknownVersion",
 ]
+
+TeamstoreError = HintedError
+"""Base of every error teamstore raises on purpose: a message saying what happened, a hint how to fix it.
+
+It is the registry's root (``config_registry.errors.HintedError``) under teamstore's name, so that the
+registry's errors (``UnknownTeam``, ``DefinitionInvalid``, ...) and the runtime's are one hierarchy: the
+registry knows nothing of teamstore, and Python's ``except`` follows only real base classes, so the root
+has to be the registry's own class rather than a subclass of it.
+"""
 
 
 # --- configuration -----------------------------------------------------------------------------------------
@@ -118,10 +129,15 @@ class StateNotSerializable(StateError):
     """An agent's ``save_state()`` output holds a value that is not JSON (the message names agent and path)."""
 
 
+Refusal = Literal["corrupt", "schema_mismatch", "library_mismatch", "definition_changed", "too_large"]
+"""Why a stored state is refused (and quarantined): the resume outcomes that are not ``resumed``, ``new``
+or ``expired`` (``teamstore.runtime.resume.Outcome``)."""
+
+
 class StateRejected(StateError):
     """A stored state failed validation; the session starts fresh and the row is quarantined."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: Refusal, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail

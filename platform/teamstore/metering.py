@@ -35,7 +35,7 @@ from autogen_core.models import (
 from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel
 
-from teamstore.runtime.hooks import ModelCall
+from teamstore.events import ModelCall
 
 PROVIDER = "teamstore.metering.MeteredChatCompletionClient"
 

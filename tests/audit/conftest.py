@@ -3,7 +3,6 @@ the services plugin's)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,9 +10,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.transcripts import TranscriptStore
-from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from tests.audit.transcript_backends import BACKENDS, Backend, LocalBackend, S3Backend
 
 
 @pytest.fixture
@@ -25,15 +24,21 @@ async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     await eng.dispose()
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TranscriptStore]:
-    """The transcript conformance fixture: a local folder and S3 over HTTP (moto's server)."""
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.s3) if name.startswith("s3") else name
+                        for name in BACKENDS])
+async def transcript_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """The transcript conformance fixture: a local folder, S3 over HTTP (moto's server) in a plain bucket,
+    and in a versioned bucket with Object Lock."""
     if request.param == "local":
-        backend: TranscriptStore = LocalTranscriptStore(tmp_path / "transcripts")
+        backend: Backend = LocalBackend(tmp_path / "transcripts")
     else:
-        from teamstore.audit.transcripts.s3 import S3TranscriptStore
-
-        bucket = request.getfixturevalue("s3_bucket")
-        backend = S3TranscriptStore.from_url(f"s3://{bucket}/audit/{uuid.uuid4().hex[:6]}")
+        request.getfixturevalue("s3_env")
+        backend = S3Backend(locked=request.param == "s3-locked")
     yield backend
-    await backend.close()
+    await backend.store.close()
+
+
+@pytest.fixture
+def store(transcript_backend: Backend) -> TranscriptStore:
+    """The store of each conformance backend."""
+    return transcript_backend.store

@@ -13,10 +13,10 @@ from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat, SelectorGroupChat
 from autogen_core import AgentRuntime, SingleThreadedAgentRuntime
 
+from teamstore.events import RunContext, RunObserver, RunOutcome
 from teamstore.examples import support_triage
 from teamstore.metering import MeteredChatCompletionClient, metered_run, wrap_model_clients
 from teamstore.offline import OfflineChatCompletionClient
-from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome
 
 CANARY = "CANARY-7f3a9c-secret-user-text"
 

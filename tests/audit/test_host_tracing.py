@@ -31,8 +31,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 from config_registry import Manifest, Registry
-from teamstore.audit import autogen_spans
 from teamstore.errors import ConfigurationError
+from teamstore.runtime import autogen_spans
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.otlp_receiver import OtlpReceiver

@@ -21,7 +21,7 @@ from teamstore.audit.transcripts.base import check_key, run_key, safe_segment
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import PLACEHOLDER, RunKeys, decode, encode, item_record, to_json_safe
 from teamstore.errors import AuditError, InvalidIdentifier
-from teamstore.runtime.hooks import RunOutcome
+from teamstore.events import RunOutcome
 from tests.audit.teams import context
 
 KEYS = RunKeys("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210")

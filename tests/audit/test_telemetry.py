@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.telemetry import ScrubbingSpanExporter, setup_tracing
-from teamstore.runtime.hooks import RunOutcome
+from teamstore.events import RunOutcome
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, metered_round_robin, observe_run, selector_team
 from tests.otlp_receiver import OtlpReceiver

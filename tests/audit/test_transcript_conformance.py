@@ -1,17 +1,23 @@
-"""One conformance suite for every transcript backend: a local folder and S3 over HTTP (moto's server)."""
+"""One conformance suite for every transcript backend: a local folder and S3 over HTTP (moto's server), in a
+plain bucket and in a versioned one with Object Lock.
+
+Each optional capability is tested twice over: a backend that declares it passes its tests, and one that
+declares it absent is shown to need it not (no hidden versions, nothing that refuses a delete, ...)."""
 
 from __future__ import annotations
 
-import os
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from teamstore.audit.transcripts import Capability, TranscriptStore, run_key, session_prefix, subject_prefix
+from teamstore.audit.transcripts.base import run_id_of
+from teamstore.audit.transcripts.capabilities import PROTOCOLS, HoldStatus, capability
+from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, decode, encode
-from teamstore.errors import InvalidIdentifier, TranscriptNotFound
+from teamstore.errors import ConfigurationError, InvalidIdentifier, TranscriptNotFound, TranscriptUnavailable
+from tests.audit.transcript_backends import Backend
 
 A = RunKeys("a" * 32, "1" * 32)
 A2 = RunKeys("a" * 32, "2" * 32)
@@ -91,18 +97,174 @@ async def test_run_ids_with_slashes_dots_and_unicode_stay_inside_the_session(sto
 
 
 async def test_capabilities_are_declared_and_retention_follows_them(
-    store: TranscriptStore, tmp_path: Path
+    transcript_backend: Backend, store: TranscriptStore
 ) -> None:
     await store.put(run_key(A, "old"), body("old"))
     await store.put(run_key(A, "new"), body("new"))
     assert isinstance(store.capabilities, frozenset)
     if Capability.LOCAL_SWEEP in store.capabilities:
-        old = tmp_path / "transcripts" / run_key(A, "old")
-        past = time.time() - 100 * 86400
-        os.utime(old, (past, past))
+        transcript_backend.age(run_key(A, "old"), days=100)
         assert await store.sweep(datetime.now(UTC) - timedelta(days=90)) == 1
         assert await store.list_keys(session_prefix(A)) == [run_key(A, "new")]
     else:
         assert Capability.LIFECYCLE_RULES in store.capabilities
         assert await store.sweep(datetime.now(UTC)) == 0  # the service's lifecycle rule expires objects
         assert len(await store.list_keys(session_prefix(A))) == 2
+
+
+# --- optional capabilities ---------------------------------------------------------------------------------
+def test_a_store_declares_exactly_the_capabilities_whose_protocol_it_implements(store: TranscriptStore) -> None:
+    for which, protocol in PROTOCOLS.items():
+        assert (which in store.capabilities) == isinstance(store, protocol), which
+        assert capability(store, which) is (store if which in store.capabilities else None)  # type: ignore[call-overload]
+
+
+def test_a_store_declaring_a_capability_it_lacks_is_refused_by_name(tmp_path: Path) -> None:
+    class Boasting(LocalTranscriptStore):
+        capabilities = LocalTranscriptStore.capabilities | {Capability.VERSIONS}
+
+    with pytest.raises(ConfigurationError, match="declares versions but lacks Versions") as caught:
+        capability(Boasting(tmp_path), Capability.VERSIONS)
+    assert caught.value.hint
+
+
+async def test_versions_lists_every_copy_under_a_prefix_and_nothing_beside_it(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    await store.put(run_key(A, "r1"), body("first"))
+    await store.put(run_key(A, "r1"), body("r1, written again"))
+    await store.put(run_key(A2, "r2"), body("r2"))
+    await store.put(run_key(B, "r3"), body("r3"))
+    prefix = subject_prefix(A.subject_key)
+    listing = capability(store, Capability.VERSIONS)
+    if listing is None:  # one copy per object: what list_keys shows is all there is
+        assert transcript_backend.stored(prefix) == await store.list_keys(prefix)
+        return
+    transcript_backend.mark_deleted(run_key(A2, "r2"))  # a versioned bucket keeps it, under a delete marker
+
+    found = await listing.versions(prefix)
+
+    assert sorted(f"{v.key}@{v.version_id}" for v in found) == transcript_backend.stored(prefix)
+    markers = [(v.key, v.size) for v in found if v.delete_marker]
+    assert markers == ([(run_key(A2, "r2"), 0)] if transcript_backend.locks else [])
+    assert {v.key for v in found} == {run_key(A, "r1")} | ({run_key(A2, "r2")} if transcript_backend.locks else set())
+    assert len(body("r1, written again")) in {v.size for v in found if v.key == run_key(A, "r1")}
+    assert await listing.versions(subject_prefix("c" * 32)) == []
+
+
+async def test_delete_versions_removes_what_it_is_given_and_nothing_else(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    for keys, run in ((A, "r1"), (A2, "r2"), (B, "r3")):
+        await store.put(run_key(keys, run), body(run))
+    prefix = subject_prefix(A.subject_key)
+    listing, deleter = capability(store, Capability.VERSIONS), capability(store, Capability.BATCH_DELETE)
+    assert (listing is None) == (deleter is None)  # what one lists the other removes
+    if listing is None or deleter is None:  # then delete_prefix leaves no copy behind
+        assert await store.delete_prefix(prefix) == 2
+        assert transcript_backend.stored(prefix) == []
+    else:
+        assert await deleter.delete_versions(await listing.versions(prefix)) == []
+        assert await listing.versions(prefix) == [] and transcript_backend.stored(prefix) == []
+        assert await deleter.delete_versions([]) == []
+    assert await store.list_keys(subject_prefix(B.subject_key)) == [run_key(B, "r3")]
+
+
+async def test_a_version_the_service_refuses_to_delete_is_reported_with_its_code_never_taken_as_gone(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    for run in ("held", "free"):
+        await store.put(run_key(A, run), body(run))
+    prefix = subject_prefix(A.subject_key)
+    locked = transcript_backend.hold(run_key(A, "held"))
+    listing, deleter = capability(store, Capability.VERSIONS), capability(store, Capability.BATCH_DELETE)
+    if listing is None or deleter is None:  # no versions: delete_prefix removes every copy, nothing locks one
+        assert not locked and await store.delete_prefix(prefix) == 2 and transcript_backend.stored(prefix) == []
+        return
+
+    refused = await deleter.delete_versions(await listing.versions(prefix))
+
+    left = await listing.versions(prefix)
+    if not locked:  # a bucket without Object Lock refuses nothing
+        assert refused == [] and left == []
+        return
+    (held,) = left
+    assert [(r.version, r.code) for r in refused] == [(held, "AccessDenied")] and held.key == run_key(A, "held")
+    assert await store.list_keys(prefix) == [run_key(A, "held")]
+
+
+async def test_delete_and_delete_prefix_raise_on_a_version_the_service_refuses_and_remove_the_rest(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    for run in ("held", "free"):
+        await store.put(run_key(A, run), body(run))
+    await store.put(run_key(A2, "free"), body("free"))
+    prefix = subject_prefix(A.subject_key)
+    if not transcript_backend.hold(run_key(A, "held")):  # nothing here can refuse a delete: both remove every copy
+        assert await store.delete(run_key(A, "held")) >= 1
+        assert await store.delete_prefix(prefix) == 2 and transcript_backend.stored(prefix) == []
+        return
+
+    with pytest.raises(TranscriptUnavailable, match=r"refused to delete 1 version\(s\) of a transcript \(AccessDenied\)"):
+        await store.delete(run_key(A, "held"))
+    with pytest.raises(TranscriptUnavailable, match=r"refused to delete 1 version\(s\) under the prefix \(AccessDenied\)"):
+        await store.delete_prefix(prefix)
+
+    assert await store.list_keys(prefix) == [run_key(A, "held")]  # the others went all the same
+    transcript_backend.hold(run_key(A, "held"), on=False)
+    assert await store.delete_prefix(prefix) == 1 and transcript_backend.stored(prefix) == []
+
+
+async def test_hold_says_whether_a_legal_hold_or_a_retention_protects_a_version(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    for run in ("free", "held"):
+        await store.put(run_key(A, run), body(run))
+    locked = transcript_backend.hold(run_key(A, "held"))
+    holds, listing = capability(store, Capability.HOLDS), capability(store, Capability.VERSIONS)
+    if holds is None or listing is None:  # nothing locks a copy: every one can be removed
+        assert not locked and await store.delete_prefix(subject_prefix(A.subject_key)) == 2
+        assert transcript_backend.stored(subject_prefix(A.subject_key)) == []
+        return
+    if locked:
+        transcript_backend.put_retained(run_key(A, "retained"), body("retained"), datetime.now(UTC) + timedelta(days=1))
+    found = {v.key: v for v in await listing.versions(session_prefix(A))}
+
+    states = {run_id_of(key): await holds.hold(version) for key, version in found.items()}
+
+    expected = {"free": HoldStatus.FREE, "held": HoldStatus.HELD if locked else HoldStatus.FREE}
+    assert states == expected | ({"retained": HoldStatus.HELD} if locked else {})
+    await store.delete(run_key(A, "free"))
+    assert await holds.hold(found[run_key(A, "free")]) is HoldStatus.GONE
+
+
+async def test_apply_retention_puts_one_rule_on_the_transcripts_folder_and_keeps_the_others(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    lifecycle = capability(store, Capability.LIFECYCLE_RULES)
+    if lifecycle is None:  # then the store expires objects itself
+        assert Capability.LOCAL_SWEEP in store.capabilities
+        return
+    rule = await lifecycle.apply_retention(30)
+    await lifecycle.apply_retention(30)  # replaced, not added twice
+
+    assert rule["Expiration"] == {"Days": 30} and rule["Filter"]["Prefix"].endswith("/subjects/")
+    assert transcript_backend.lifecycle_rules() == [rule]
+
+
+async def test_a_killed_writers_temporary_file_is_a_partial_write_and_goes_with_its_folder(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    await store.put(run_key(A, "r1"), body("r1"))
+    partial = capability(store, Capability.PARTIAL_WRITES)
+    if partial is None:  # a write is whole or absent: nothing is left beside the object
+        assert [copy.split("@")[0] for copy in transcript_backend.stored(session_prefix(A))] == [run_key(A, "r1")]
+        return
+    left = transcript_backend.leave_partial_write(run_key(A, "r2"), b"CANARY a whole transcript")
+
+    assert await partial.partial_writes(subject_prefix(A.subject_key)) == [left]
+    assert await partial.partial_writes(subject_prefix(B.subject_key)) == []
+    assert await store.list_keys(session_prefix(A)) == [run_key(A, "r1")]
+    assert await store.get(left) == b"CANARY a whole transcript"  # what erasure counts it by
+    await store.delete_prefix(subject_prefix(A.subject_key))
+    assert transcript_backend.stored(subject_prefix(A.subject_key)) == []

@@ -19,7 +19,7 @@ from config_registry import Registry
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.engine import create_engine
-from teamstore.runtime.hooks import RunObserver
+from teamstore.events import RunObserver
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.audit.fault_server import HoldingProxy

@@ -18,7 +18,7 @@ from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, T
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
-from teamstore.runtime.hooks import RunObserver
+from teamstore.events import RunObserver
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine, sessions

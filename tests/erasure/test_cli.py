@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import insert
 from typer.testing import CliRunner
 
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
-from teamstore.audit.subjects import get_or_create_subject
+from teamstore.audit.schema import subjects
+from teamstore.audit.subjects import get_or_create_subject, new_subject_key
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
@@ -105,7 +108,7 @@ def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
     no_user = runner.invoke(app, ["erase"])  # a usage error: 1, since 2 means a failed or held request
     assert no_user.exit_code == 1 and "error: Missing option '--user'" in no_user.output  # not 'Invalid value'
     empty = runner.invoke(app, ["erase", "--user", ""])  # refused as such, before the database is looked for
-    assert empty.exit_code == 1 and "error: user id of length 0" in empty.output
+    assert empty.exit_code == 1 and "error: user_id is empty" in empty.output
     assert "does not exist yet" not in empty.output
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     missing = runner.invoke(app, ["erase", "status", "no-such"])
@@ -157,3 +160,23 @@ def test_the_receipt_table_on_a_narrow_terminal_names_every_column_whole() -> No
     header = next(line for line in plan.stdout.splitlines() if "store" in line and "status" in line)
     assert header.split() == ["store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"]
     assert "resume_state" in plan.stdout and "would_erase" in plan.stdout
+
+
+def test_erasing_an_id_with_a_control_character_says_that_no_session_can_have_it() -> None:
+    user = "legacy\x01id"
+
+    async def stored_by_an_earlier_release() -> None:
+        engine = create_engine(Settings().resolved_database_url)
+        await upgrade(engine)
+        async with engine.begin() as conn:
+            await conn.execute(insert(subjects).values(user_id=user, subject_key=new_subject_key(),
+                                                       created_at=datetime.now(UTC)))
+        await engine.dispose()
+
+    asyncio.run(stored_by_an_earlier_release())
+    done = runner.invoke(app, ["erase", "--user", user, "--request-id", "req-ctl", "--json"], env={"COLUMNS": "300"})
+    assert done.exit_code == 0, done.output
+    assert "note: the user id holds the control character U+0001: no session can have such an id" in done.output
+    assert json.loads(done.stdout)["stores"]["subject"]["status"] == "erased"
+    refused = runner.invoke(app, ["erase", "--user", "legacy\x00id"])  # no release stored NUL anywhere
+    assert refused.exit_code == 1 and "error: user_id contains NUL" in refused.output

@@ -15,11 +15,12 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.config import Config
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
-from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
+from teamstore.audit.schema import subjects
+from teamstore.audit.subjects import find_subject, get_or_create_subject, new_subject_key, session_key
 from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
@@ -57,6 +58,21 @@ async def test_bad_ids_are_refused_before_anything_is_written(engine: AsyncEngin
             await coordinator(engine, folder).run(user, request_id=request)
     async with engine.connect() as conn:
         assert (await conn.execute(select(erasure_requests))).all() == []
+
+
+async def test_an_id_with_a_control_character_that_an_earlier_audit_stored_is_still_erased(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    user = "legacy\tid"
+    with pytest.raises(InvalidIdentifier, match="control character U\\+0009"):
+        await get_or_create_subject(engine, user)  # the one id rule: no new subject gets such an id
+    async with engine.begin() as conn:  # as an earlier release's audit stored it
+        await conn.execute(insert(subjects).values(user_id=user, subject_key=new_subject_key(),
+                                                   created_at=datetime.now(UTC)))
+    receipt = await coordinator(engine, folder).run(user, request_id="req-legacy")
+    assert receipt.ok and receipt.stores["subject"].status is StepStatus.ERASED
+    assert receipt.stores["resume_state"].status is StepStatus.NO_MATCH
+    assert await find_subject(engine, user) is None
 
 
 async def test_a_reason_no_database_can_store_is_refused_before_anything_is_written(

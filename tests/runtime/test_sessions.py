@@ -578,7 +578,7 @@ async def test_moved_label_reaches_a_worker_after_the_refresh_interval(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = [1000.0]  # the cache's clock, moved by hand: a slow commit below must not age the cache
-    monkeypatch.setattr("teamstore.runtime.platform.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr("teamstore.runtime.teams.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     platform.settings = platform.settings.model_copy(update={"registry_refresh_seconds": 30})
     first = await platform.build_team("support_triage")
     v2 = registry.add("support_triage", examples.support_triage_v2_prompt().dump_component(),
@@ -597,7 +597,7 @@ async def test_a_label_that_looks_like_a_version_prefix_still_moves(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("teamstore.runtime.platform.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr("teamstore.runtime.teams.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     platform.settings = platform.settings.model_copy(update={"registry_refresh_seconds": 30})
     first = registry.resolve("support_triage")
     label = first.version[:1]  # e.g. "a" for an A/B split: also the start of the version it points at
@@ -759,13 +759,18 @@ async def test_a_request_cancelled_while_the_session_closes_still_saves_and_give
     platform: Platform,
 ) -> None:
     platform.observers.append(_SlowAudit())
+    exiting = asyncio.Event()
 
     async def handler() -> None:
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("My router ZX-81 drops every evening")
+            exiting.set()  # the block exits next, and waits there for the slow audit write
 
-    with pytest.raises(TimeoutError):  # the request's timeout lands while the block exits
-        await asyncio.wait_for(handler(), timeout=0.3)
+    request = asyncio.ensure_future(handler())
+    await exiting.wait()
+    request.cancel()  # the request's timeout lands while the block exits
+    with pytest.raises(asyncio.CancelledError):
+        await request
     platform.observers.pop()
     started = time.monotonic()
     result, outcome = await talk(platform, "alice", "s1", "still broken")  # not SessionBusy for the lease TTL

@@ -28,7 +28,8 @@ async def test_a_session_saved_before_contexts_kept_whole_exchanges_resumes(plat
     before = json.loads(blob)["data"]["participants"]["researcher"]["agent_state"]["llm_context"]["messages"]
     assert await _run(platform, "hello") == "new"
     async with platform.engine.begin() as conn:
-        await conn.execute(update(sessions).where(sessions.c.user_id == "alice").values(state=blob))
+        stored = update(sessions).where(sessions.c.user_id == "alice")
+        await conn.execute(stored.values(state=blob, state_bytes=len(blob.encode())))
     assert await _run(platform, "still broken") == "resumed"
     row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.state is not None

@@ -24,7 +24,7 @@ from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
 from teamstore.db.statements import insert_new
 from teamstore.errors import ConfigurationError, StoreUnavailable
-from teamstore.runtime.hooks import RunContext, RunOutcome
+from teamstore.events import RunContext, RunOutcome
 
 
 def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_sto
 from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
 from teamstore.db.engine import describe_failure
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
-from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.settings import Settings
 from teamstore.state.schema import user_holds
 
@@ -311,14 +311,20 @@ def _fenced() -> ErasureInProgress:
 
 
 def build_audit_observers(
-    settings: Settings, engine: AsyncEngine, tracer_provider: TracerProvider | None = None
+    settings: Settings,
+    engine: AsyncEngine,
+    tracer_provider: TracerProvider | None = None,
+    *,
+    transcripts: TranscriptStore | None = None,
 ) -> list[RunObserver]:
     """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up.
 
     Args:
-        settings: Where transcripts go (``resolved_transcripts_url``).
+        settings: Where transcripts go (``resolved_transcripts_url``), how long an upload may still land.
         engine: The state database (subjects, ledger, outbox).
         tracer_provider: From :func:`teamstore.audit.telemetry.setup_tracing`; ``None`` for no spans.
+        transcripts: The transcript store, if the caller built it (and closes it); by default a new one
+            from ``settings``, which the caller closes through the transcript observer's ``store``.
 
     Returns:
         Observers in the order the runtime should call them.
@@ -328,10 +334,10 @@ def build_audit_observers(
         ConfigurationError: The transcripts URL is not supported.
     """
     pseudonyms = Pseudonyms(engine)
+    store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
         LedgerObserver(engine, pseudonyms),
-        TranscriptObserver(transcript_store_from_settings(settings), engine, pseudonyms,
-                           late_upload_s=settings.late_upload_seconds),
+        TranscriptObserver(store, engine, pseudonyms, late_upload_s=settings.late_upload_seconds),
     ]
     if tracer_provider is not None:
         observers.append(SpanObserver(tracer_provider, pseudonyms))

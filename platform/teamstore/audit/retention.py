@@ -24,6 +24,7 @@ from teamstore.audit.claims import purge_settled
 from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
+from teamstore.audit.transcripts.capabilities import capability
 from teamstore.settings import Settings
 from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
 
@@ -56,9 +57,9 @@ async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[
     Raises:
         TranscriptUnavailable: S3 refused the lifecycle configuration.
     """
-    if Capability.LIFECYCLE_RULES in store.capabilities:
-        rule = await store.apply_retention(days)  # type: ignore[attr-defined]
-        return {"backend": "s3", "url": store.url, "days": days, "rule": rule}
+    lifecycle = capability(store, Capability.LIFECYCLE_RULES)
+    if lifecycle is not None:
+        return {"backend": "s3", "url": store.url, "days": days, "rule": await lifecycle.apply_retention(days)}
     return {
         "backend": "local",
         "url": store.url,

@@ -33,8 +33,8 @@ from sqlalchemy import (
 )
 
 from teamstore.db.metadata import metadata
+from teamstore.ids import MAX_ID_CHARS
 
-ID = 256
 KEY = 64
 NAME = 128  # an agent's or model's name in the ledger (longer ones are shortened: ledger_name below)
 
@@ -42,7 +42,7 @@ subjects = Table(
     "ts_subjects",
     metadata,
     # Exact string match: no case folding, no unicode normalisation; two ids that differ at all are two users.
-    Column("user_id", String(ID), primary_key=True),
+    Column("user_id", String(MAX_ID_CHARS), primary_key=True),
     Column("subject_key", String(KEY), nullable=False, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )

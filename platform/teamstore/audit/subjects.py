@@ -23,30 +23,11 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.schema import ID, subject_stores, subjects
+from teamstore.audit.schema import subject_stores, subjects
 from teamstore.db.engine import describe_failure
 from teamstore.db.statements import insert_new
-from teamstore.errors import InvalidIdentifier, StoreUnavailable
-from teamstore.ids import lone_surrogate
-
-
-def check_user_id(user_id: str) -> str:
-    """Refuse ids that cannot be stored exactly (empty, too long, NUL, not text).
-
-    Raises:
-        InvalidIdentifier: With the limit that was broken.
-    """
-    if not user_id or len(user_id) > ID or "\x00" in user_id:
-        raise InvalidIdentifier(
-            f"user id of length {len(user_id)} cannot be audited",
-            hint=f"user ids must be 1..{ID} characters without NUL",
-        )
-    if lone_surrogate(user_id) is not None:
-        raise InvalidIdentifier(
-            f"user id of length {len(user_id)} is not valid UTF-8 text (it holds undecodable bytes)",
-            hint="pass the id exactly as the service stores it, in a UTF-8 locale",
-        )
-    return user_id
+from teamstore.errors import StoreUnavailable
+from teamstore.ids import check_id
 
 
 def new_subject_key() -> str:
@@ -93,10 +74,10 @@ async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
         The subject key.
 
     Raises:
-        InvalidIdentifier: The id is empty or too long.
+        InvalidIdentifier: The id breaks the id rule (:mod:`teamstore.ids`).
         StoreUnavailable: The database could not be reached.
     """
-    check_user_id(user_id)
+    check_id("user_id", user_id)
     existing = await find_subject(engine, user_id)
     if existing is not None:
         return existing

@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import MissingExtra
-from teamstore.runtime.hooks import ModelCall, RunContext, RunOutcome
+from teamstore.events import ModelCall, RunContext, RunOutcome
 from teamstore.settings import Settings
 
 TRACER = "teamstore.audit"

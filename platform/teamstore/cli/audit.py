@@ -11,34 +11,30 @@ teamstore retention sweep
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import sys
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.app import App
 from teamstore.audit import outbox
 from teamstore.audit.cost import DIMENSIONS, CostFilter, CostReport, query_costs
 from teamstore.audit.ledger import sync_prices
 from teamstore.audit.prices import load_prices
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.subjects import find_subject, session_key
-from teamstore.audit.transcripts import transcript_store_from_settings
+from teamstore.audit.transcripts import TranscriptStore
 from teamstore.audit.transcripts.pages import DEFAULT_RUNS, MAX_RUNS, RunPage, newest_runs, one_run
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
-from teamstore.db.engine import create_engine
-from teamstore.db.migrate import require_current, upgrade
+from teamstore.cli._runner import with_app
 from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
-from teamstore.ids import check_id
+from teamstore.ids import check_ids
 from teamstore.settings import MAX_DAYS, Settings
-
-T = TypeVar("T")
 
 transcripts_app = typer.Typer(
     help="Run transcripts (one object per run, S3 or a local folder).", no_args_is_help=True
@@ -49,34 +45,9 @@ retention_app = typer.Typer(
 prices_app = typer.Typer(help="The versioned price table cost is derived from.", no_args_is_help=True)
 
 
-def _with_engine(fn: Callable[[Settings, AsyncEngine], Awaitable[T]], *, must_exist: bool = False) -> T:
-    """Run ``fn`` on the database, migrating the embedded one; ``must_exist`` for a command that only reads,
-    which on a database that does not exist yet says so rather than creating it."""
-
-    async def main() -> T:
-        settings = Settings()
-        engine = create_engine(settings.resolved_database_url, must_exist=must_exist)
-        try:
-            await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
-            return await fn(settings, engine)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(main())
-
-
-def _check_ids(user: str | None, session: str | None) -> None:
-    """Refuse an id no run can have (empty, control characters, too long) by name, rather than answering
-    'no audit data' or an empty report for it."""
-    if user is not None:
-        check_id("user_id", user)
-    if session is not None:
-        check_id("session_id", session)
-
-
 # --- transcripts ---------------------------------------------------------------------------------------------
 async def load_transcripts(
-    settings: Settings, engine: AsyncEngine, user: str, session: str, run: str | None, last: int = DEFAULT_RUNS
+    engine: AsyncEngine, store: TranscriptStore, user: str, session: str, run: str | None, last: int = DEFAULT_RUNS
 ) -> RunPage:
     """Read one session's ``last`` newest runs (or one run, by its id or a unique prefix of it), oldest
     first, and how many runs it has in all; only the runs shown are held in memory.
@@ -91,11 +62,7 @@ async def load_transcripts(
     if subject is None:
         raise TranscriptNotFound("no audit data for that user", hint="check the user id (matched exactly)")
     keys = RunKeys(subject, session_key(subject, session))
-    store = transcript_store_from_settings(settings)
-    try:
-        return await (one_run(store, keys, run) if run is not None else newest_runs(store, keys, last))
-    finally:
-        await store.close()
+    return await (one_run(store, keys, run) if run is not None else newest_runs(store, keys, last))
 
 
 def _content_text(message: dict[str, Any]) -> str:
@@ -158,11 +125,11 @@ def transcripts_show(
     as_json: bool = JsonOption,
 ) -> None:
     """Print a session's newest transcripts, or one run's, readable or as JSON; and how many runs it has."""
-    _check_ids(user, session)
+    check_ids(user_id=user, session_id=session)
     if run is not None and last is not None:
         raise ConfigurationError("--last and --run each choose the runs to show", hint="give one of them")
-    page = _with_engine(lambda s, e: load_transcripts(s, e, user, session, run, last or DEFAULT_RUNS),
-                        must_exist=True)
+    page = with_app(lambda app: load_transcripts(app.engine, app.transcript_store, user, session, run,
+                                                 last or DEFAULT_RUNS), must_exist=True)
     emit({"runs": page.runs, "total": page.total}, as_json=as_json,
          render=lambda data: _render_transcripts(data, one=run is not None))
 
@@ -171,15 +138,12 @@ def transcripts_show(
 def transcripts_flush(as_json: bool = JsonOption) -> None:
     """Deliver transcripts waiting in the outbox (queued while the store was unreachable)."""
 
-    async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
-        store = transcript_store_from_settings(settings)
-        try:
-            report = await outbox.flush(engine, store, late_upload_s=settings.late_upload_seconds)
-        finally:
-            await store.close()
+    async def go(app: App) -> dict[str, Any]:
+        store = app.transcript_store
+        report = await outbox.flush(app.engine, store, late_upload_s=app.settings.late_upload_seconds)
         return {**asdict(report), "store": store.url}
 
-    data = _with_engine(go, must_exist=True)  # an outbox is only ever in a database that exists
+    data = with_app(go, must_exist=True)  # an outbox is only ever in a database that exists
     emit(
         data,
         as_json=as_json,
@@ -317,16 +281,16 @@ def cost(
     """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
     if fmt not in {"table", "csv", "json"}:
         raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
-    _check_ids(user, session)
+    check_ids(user_id=user, session_id=session)
 
-    async def go(settings: Settings, engine: AsyncEngine) -> CostReport:
-        prices = load_prices(settings.prices_path)
-        where = await build_filter(engine, user, session, team, since, until)
+    async def go(app: App) -> CostReport:
+        prices = load_prices(app.settings.prices_path)
+        where = await build_filter(app.engine, user, session, team, since, until)
         if where is None:  # an unknown user: an empty report, not everyone's
             where = CostFilter(subject_key="-")
-        return await query_costs(engine, prices, by=by, where=where)
+        return await query_costs(app.engine, prices, by=by, where=where)
 
-    report = _with_engine(go, must_exist=True)
+    report = with_app(go, must_exist=True)
     if fmt == "json":
         sys.stdout.write(dumps(report.to_dict()) + "\n")
     elif fmt == "csv":
@@ -359,12 +323,12 @@ def prices_show(as_json: bool = JsonOption) -> None:
 def prices_sync(as_json: bool = JsonOption) -> None:
     """Copy the price table into the database (ts_prices) for the session_costs SQL view."""
 
-    async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
-        table = load_prices(settings.prices_path)
-        return {"version": table.version, "rows": await sync_prices(engine, table)}
+    async def go(app: App) -> dict[str, Any]:
+        table = load_prices(app.settings.prices_path)
+        return {"version": table.version, "rows": await sync_prices(app.engine, table)}
 
     emit(
-        _with_engine(go),
+        with_app(go, must_exist=False),  # the price table is written: the embedded database is made if need be
         as_json=as_json,
         render=lambda d: console.print(plain(f"synced {d['rows']} prices, version {d['version']}")),
     )
@@ -379,31 +343,23 @@ def retention_apply(
     as_json: bool = JsonOption,
 ) -> None:
     """Put the lifecycle rule on the transcript prefix (S3) and print it."""
-    settings = Settings()
 
-    async def go() -> dict[str, Any]:
-        store = transcript_store_from_settings(settings)
-        try:
-            return await apply_transcript_retention(store, days or settings.transcript_retention_days)
-        finally:
-            await store.close()
+    async def go(app: App) -> dict[str, Any]:  # the transcript store alone: no database is opened
+        return await apply_transcript_retention(app.transcript_store, days or app.settings.transcript_retention_days)
 
-    emit(asyncio.run(go()), as_json=as_json, render=lambda d: console.print_json(dumps(d)))
+    emit(with_app(go, must_exist=True, migrate=False), as_json=as_json,
+         render=lambda d: console.print_json(dumps(d)))
 
 
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
     """Remove local and queued transcripts, ledger rows and quarantined states past retention, and expired sessions."""
 
-    async def go(settings: Settings, engine: AsyncEngine) -> dict[str, Any]:
-        store = transcript_store_from_settings(settings)
-        try:
-            return asdict(await sweep_all(settings, engine, store))
-        finally:
-            await store.close()
+    async def go(app: App) -> dict[str, Any]:
+        return asdict(await sweep_all(app.settings, app.engine, app.transcript_store))
 
     emit(
-        _with_engine(go, must_exist=True),  # from a cron job, 'removed 0' would hide a mistyped TEAMSTORE_HOME
+        with_app(go, must_exist=True),  # from a cron job, 'removed 0' would hide a mistyped TEAMSTORE_HOME
         as_json=as_json,
         render=lambda d: console.print(
             f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "

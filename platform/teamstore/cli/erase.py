@@ -11,19 +11,18 @@ same ``--request-id`` resumes it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from teamstore.audit.subjects import check_user_id
 from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
+from teamstore.cli._runner import with_app
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
 from teamstore.erasure.requests import check_request_id
-from teamstore.errors import ErasureIncomplete, TeamstoreError
-from teamstore.settings import Settings
+from teamstore.errors import ErasureIncomplete
+from teamstore.ids import check_erasable_id, control_character
 
 T = TypeVar("T")
 INCOMPLETE = 2
@@ -36,27 +35,9 @@ app = typer.Typer(
 def _with_coordinator(
     fn: Callable[[DeletionCoordinator], Awaitable[T]], progress: Callable[[str, int, int | None], None] | None
 ) -> T:
-    async def main() -> T:
-        from teamstore.audit.transcripts import transcript_store_from_settings
-        from teamstore.db.engine import create_engine
-        from teamstore.db.migrate import require_current, upgrade
-
-        settings = Settings()
-        # Every request is about what is stored: on a database that does not exist yet (a mistyped
-        # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
-        engine = create_engine(settings.resolved_database_url, must_exist=True)
-        store = transcript_store_from_settings(settings)
-        try:
-            await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
-            return await fn(DeletionCoordinator(engine, store, settings, progress=progress))
-        finally:
-            await store.close()
-            await engine.dispose()
-
-    try:
-        return asyncio.run(main())
-    except TeamstoreError as exc:
-        fail(exc)  # inside the command, so typer turns the exit into a status without a traceback
+    # Every request is about what is stored: on a database that does not exist yet (a mistyped
+    # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
+    return with_app(lambda app: fn(app.erasure(progress)), must_exist=True)
 
 
 class _Bars:
@@ -128,13 +109,24 @@ def erase(
             "Missing option '--user': the user id to erase (or `teamstore erase status ID` for a request's receipt)",
             ctx=ctx,
         )
-    check_user_id(user)  # before the database is looked for: the id is what is wrong
+    check_erasable_id(user)  # before the database is looked for: the id is what is wrong
+    _note_control_character(user)
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
         check_request_id(request_id)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run), _Bars(bar))
     _finish(receipt, as_json)
+
+
+def _note_control_character(user: str) -> None:
+    """Say why an id no session can have is still erased: earlier releases' audit could store it."""
+    bad = control_character(user)
+    if bad is not None:
+        err_console.print(
+            f"[yellow]note[/]: the user id holds the control character U+{ord(bad):04X}: no session can have "
+            "such an id, but audit records an earlier release made may; erasing those"
+        )
 
 
 @app.command("status")

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from config_registry import Manifest, Registry, TeamDefinition
 from config_registry.errors import DefinitionInvalid, validation_message
+from teamstore.app import App
 from teamstore.cli._output import JsonOption, console, emit, fail, plain
 from teamstore.errors import TeamstoreError
 from teamstore.settings import Settings
@@ -31,7 +32,7 @@ app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=Tr
 def _registry(*, create: bool = False) -> Registry:
     """The registry; only ``add`` creates it: every other command reads, or moves a label of a version
     that must already be registered."""
-    return Registry(Settings().resolved_registry_path, create=create)
+    return App().registry(create=create)
 
 
 def _short(version: str | None) -> str:

@@ -9,23 +9,22 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import typer
 
-from config_registry import Registry
-from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
-from teamstore.db.engine import create_engine, redact_url
+from teamstore.app import App
+from teamstore.cli._output import JsonOption, console, emit, plain, print_table
+from teamstore.cli._runner import with_app
+from teamstore.db.engine import redact_url
 from teamstore.db.migrate import current_revision, head_revision, require_current, ships, upgrade
 from teamstore.errors import ConfigurationError, TeamstoreError
-from teamstore.ids import check_id
+from teamstore.ids import check_ids
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
-from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
-from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode, store_for
+from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode
 
 T = TypeVar("T")
 
@@ -33,45 +32,11 @@ sessions_app = typer.Typer(help="Stored resume state, one row per (user, session
 db_app = typer.Typer(help="The state database's schema.", no_args_is_help=True)
 
 
-def _with_platform(fn: Callable[[Platform], Awaitable[T]]) -> T:
-    async def main() -> T:
-        platform = Platform.from_settings()
-        try:
-            await platform.ensure_schema()
-            return await fn(platform)
-        finally:
-            await platform.aclose()
-
-    return asyncio.run(main())
-
-
-def _with_store(fn: Callable[[SqlStateStore, Settings], Awaitable[T]]) -> T:
+def _stored(fn: Callable[[App], Awaitable[T]]) -> T:
     """Run ``fn`` on the state store of a database that exists. Creating one here would only answer
     'nothing stored' (from a mistyped TEAMSTORE_HOME, say); nor is the registry opened, let alone created:
     listing, showing and deleting stored state builds no team."""
-
-    async def main() -> T:
-        settings = Settings()
-        engine = create_engine(settings.resolved_database_url, must_exist=True)
-        store = store_for(engine, pool_size=settings.db_pool_size, lease=settings.session_lease)
-        try:
-            await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
-            await store.check_lease_mode()
-            return await fn(store, settings)
-        finally:
-            await store.aclose()
-            await engine.dispose()
-
-    return asyncio.run(main())
-
-
-def _check_ids(*, user: str | None = None, session: str | None = None) -> None:
-    """Refuse an id no session can have (empty, control characters, too long) by name, as a run would,
-    rather than answering 'nothing stored' for it."""
-    if user is not None:
-        check_id("user_id", user)
-    if session is not None:
-        check_id("session_id", session)
+    return with_app(fn, must_exist=True, lease=True)
 
 
 def run(
@@ -83,43 +48,50 @@ def run(
 ) -> None:
     """Resume the session, run the team on TEXT, save, and print the reply."""
 
-    async def go(platform: Platform) -> dict[str, Any]:
-        try:
-            async with platform.session(user, session, team=team) as s:
-                result = await s.run(text)
-                assert s.resume is not None
-                resume = s.resume.as_dict()
-                run_id = s.last_run_id
-        except TeamstoreError:
-            raise
-        except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
-            # AutoGen's RuntimeError carries the agent's whole traceback after its first line.
-            first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
-            raise TeamstoreError(
-                f"the team's run raised {type(exc).__name__}: {first}",
-                hint="check the model client's endpoint, key and quota; `teamstore transcripts show --user ... "
-                "--session ...` shows the run up to the failure",
-            ) from exc
-        usage = [m.models_usage for m in result.messages if m.models_usage]
-        last = result.messages[-1]
-        return {
-            "reply": getattr(last, "content", str(last)),
-            "speaker": last.source,
-            "messages": [
-                {"source": m.source, "type": type(m).__name__, "content": m.to_text()} for m in result.messages
-            ],
-            "resume": resume,
-            "run_id": run_id,
-            "row_version": s.row_version,
-            "stop_reason": result.stop_reason,
-            "usage": {
-                "input_tokens": sum(u.prompt_tokens for u in usage),
-                "output_tokens": sum(u.completion_tokens for u in usage),
-            },
-        }
+    async def go(app: App) -> dict[str, Any]:
+        # The platform checks the schema and the lease mode as it opens, and closes the app as it closes.
+        async with app.platform() as platform:
+            return await _run_once(platform, text, team=team, user=user, session=session)
 
-    data = _with_platform(go)
+    data = with_app(go, must_exist=False, migrate=False)  # a run writes: the embedded database is made if need be
     emit(data, as_json=as_json, render=lambda d: _render_run(d))
+
+
+async def _run_once(platform: Platform, text: str, *, team: str, user: str, session: str) -> dict[str, Any]:
+    """One request: open the session, run the team on ``text``, and describe the reply."""
+    try:
+        async with platform.session(user, session, team=team) as s:
+            result = await s.run(text)
+            assert s.resume is not None
+            resume = s.resume.as_dict()
+            run_id = s.last_run_id
+    except TeamstoreError:
+        raise
+    except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
+        # AutoGen's RuntimeError carries the agent's whole traceback after its first line.
+        first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+        raise TeamstoreError(
+            f"the team's run raised {type(exc).__name__}: {first}",
+            hint="check the model client's endpoint, key and quota; `teamstore transcripts show --user ... "
+            "--session ...` shows the run up to the failure",
+        ) from exc
+    usage = [m.models_usage for m in result.messages if m.models_usage]
+    last = result.messages[-1]
+    return {
+        "reply": getattr(last, "content", str(last)),
+        "speaker": last.source,
+        "messages": [
+            {"source": m.source, "type": type(m).__name__, "content": m.to_text()} for m in result.messages
+        ],
+        "resume": resume,
+        "run_id": run_id,
+        "row_version": s.row_version,
+        "stop_reason": result.stop_reason,
+        "usage": {
+            "input_tokens": sum(u.prompt_tokens for u in usage),
+            "output_tokens": sum(u.completion_tokens for u in usage),
+        },
+    }
 
 
 def _render_run(data: dict[str, Any]) -> None:
@@ -136,13 +108,14 @@ def list_sessions(
     as_json: bool = JsonOption,
 ) -> None:
     """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
-    _check_ids(user=user)
+    check_ids(user_id=user)
 
-    async def go(store: SqlStateStore, settings: Settings) -> tuple[list[dict[str, Any]], str | None]:
+    async def go(app: App) -> tuple[list[dict[str, Any]], str | None]:
+        store = app.state_store
         rows = [describe_session(r) for r in await store.list_sessions(user, limit)]
-        return rows, await _bound_line(store, settings, user) if user is not None else None
+        return rows, await _bound_line(store, app.settings.max_sessions_per_user, user) if user is not None else None
 
-    rows, bound = _with_store(go)
+    rows, bound = _stored(go)
 
     def render(rows: list[dict[str, Any]]) -> None:
         _render_sessions(rows)
@@ -152,9 +125,9 @@ def list_sessions(
     emit(rows, as_json=as_json, render=render)
 
 
-async def _bound_line(store: SqlStateStore, settings: Settings, user: str) -> str:
+async def _bound_line(store: SqlStateStore, bound: int, user: str) -> str:
     """How many of the user's sessions count against TEAMSTORE_MAX_SESSIONS_PER_USER, in a sentence."""
-    live, bound = await store.live_sessions(user), settings.max_sessions_per_user
+    live = await store.live_sessions(user)
     return (f"{live} unexpired stored session(s) for this user, of the {bound} TEAMSTORE_MAX_SESSIONS_PER_USER "
             "allows (a new one past it is refused; a resume never is)")
 
@@ -174,16 +147,16 @@ def show_session(
 ) -> None:
     """Show one session: team, versions, per persisted agent the stored messages and bytes, and how many
     sessions its user keeps against TEAMSTORE_MAX_SESSIONS_PER_USER."""
-    _check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
 
-    async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any] | None:
-        row = await store.get(SessionKey(user, session))
+    async def go(app: App) -> dict[str, Any] | None:
+        row = await app.state_store.get(SessionKey(user, session))
         if row is None:
             return None
-        return {**describe_session(row), "user_live_sessions": await store.live_sessions(user),
-                "max_sessions_per_user": settings.max_sessions_per_user}
+        return {**describe_session(row), "user_live_sessions": await app.state_store.live_sessions(user),
+                "max_sessions_per_user": app.settings.max_sessions_per_user}
 
-    data = _with_store(go)
+    data = _stored(go)
     if data is None:
         raise TeamstoreError("no stored session for that user and session id",
                              hint="check the ids with `teamstore sessions list --user ...`")
@@ -211,12 +184,12 @@ def list_quarantine(
     as_json: bool = JsonOption,
 ) -> None:
     """List refused states that were set aside, with the reason."""
-    _check_ids(user=user)
+    check_ids(user_id=user)
 
-    async def go(store: SqlStateStore, _settings: Settings) -> list[dict[str, Any]]:
-        return [vars(q) for q in await store.list_quarantined(user)]
+    async def go(app: App) -> list[dict[str, Any]]:
+        return [vars(q) for q in await app.state_store.list_quarantined(user)]
 
-    rows = _with_store(go)
+    rows = _stored(go)
 
     def render(rows: list[dict[str, Any]]) -> None:
         print_table(("id", "user", "session", "reason", "detail", "bytes", "when"),
@@ -235,17 +208,15 @@ def delete_session(
 ) -> None:
     """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
 
-    _check_ids(user=user, session=session)
+    check_ids(user_id=user, session_id=session)
 
-    async def go(store: SqlStateStore, settings: Settings) -> dict[str, Any]:
+    async def go(app: App) -> dict[str, Any]:
         # What Platform.delete_session does: it waits for an open session as a request would.
-        deleted = await store.delete_session(SessionKey(user, session), wait_seconds=settings.lease_timeout_seconds)
+        deleted = await app.state_store.delete_session(SessionKey(user, session),
+                                                       wait_seconds=app.settings.lease_timeout_seconds)
         return {"user_id": user, "session_id": session, "deleted": deleted}
 
-    try:
-        data = _with_store(go)
-    except TeamstoreError as exc:
-        fail(exc)
+    data = _stored(go)
     emit(data, as_json=as_json, render=lambda d: console.print(plain(
         f"session {d['user_id']!r}/{d['session_id']!r}: " + ("deleted" if d["deleted"] else "nothing stored"))))
 
@@ -258,31 +229,17 @@ def restore_quarantined(
 ) -> None:
     """Put a quarantined state back as its session's state; the next run validates it again."""
 
-    async def go() -> dict[str, Any]:
-        settings = Settings()
-        # Only a database that exists holds quarantined states; the registry, which gives the team's TTL,
-        # is only read (a missing one is said, not made).
-        engine = create_engine(settings.resolved_database_url, must_exist=True)
-        try:
-            platform = Platform(engine, Registry(settings.resolved_registry_path, create=False), settings=settings)
-        except BaseException:
-            await engine.dispose()
-            raise
-        try:
-            await platform.ensure_schema()
+    async def go(app: App) -> dict[str, Any]:
+        # The registry, which gives the team's TTL, is only read (a missing one is said, not made); no audit.
+        async with app.platform(audit=False, create_registry=False) as platform:
             restored = await platform.restore_quarantined(quarantine_id, replace=replace)
-        finally:
-            await platform.aclose()
-            await engine.dispose()
         row = restored.session
         return {"restored": quarantine_id, "user_id": row.user_id, "session_id": row.session_id, "team": row.team,
                 "team_version": row.team_version, "row_version": row.row_version, "state_bytes": row.state_bytes,
                 "replaced_by": restored.replaced_by}
 
-    try:
-        data = asyncio.run(go())
-    except TeamstoreError as exc:
-        fail(exc)
+    # Only a database that exists holds quarantined states; the platform checks the schema as it opens.
+    data = with_app(go, must_exist=True, migrate=False)
 
     def render(d: dict[str, Any]) -> None:
         console.print(plain(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
@@ -297,18 +254,13 @@ def restore_quarantined(
 @db_app.command("upgrade")
 def db_upgrade(as_json: bool = JsonOption) -> None:
     """Apply every pending migration to TEAMSTORE_DATABASE_URL (the only way production tables change)."""
-    settings = Settings()
 
-    async def go() -> dict[str, Any]:
-        engine = create_engine(settings.resolved_database_url)
-        try:
-            before = await current_revision(engine)
-            after = await upgrade(engine)
-        finally:
-            await engine.dispose()
-        return {"database": redact_url(settings.resolved_database_url), "from": before, "to": after}
+    async def go(app: App) -> dict[str, Any]:
+        before = await current_revision(app.engine)
+        after = await upgrade(app.engine)
+        return {"database": redact_url(app.settings.resolved_database_url), "from": before, "to": after}
 
-    data = asyncio.run(go())
+    data = with_app(go, must_exist=False, migrate=False)  # it is the migration: it makes the database
     emit(data, as_json=as_json,
          render=lambda d: console.print(plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}")))
 
@@ -316,17 +268,12 @@ def db_upgrade(as_json: bool = JsonOption) -> None:
 @db_app.command("current")
 def db_current(as_json: bool = JsonOption) -> None:
     """Show the database's migration revision and the one this code needs."""
-    settings = Settings()
 
-    async def go() -> dict[str, Any]:
-        engine = create_engine(settings.resolved_database_url, must_exist=True)
-        try:
-            return {"database": redact_url(settings.resolved_database_url),
-                    "current": await current_revision(engine), "head": head_revision()}
-        finally:
-            await engine.dispose()
+    async def go(app: App) -> dict[str, Any]:
+        return {"database": redact_url(app.settings.resolved_database_url),
+                "current": await current_revision(app.engine), "head": head_revision()}
 
-    data = asyncio.run(go())
+    data = with_app(go, must_exist=True, migrate=False)  # it reports the revision, whatever it is
     emit(data, as_json=as_json, render=_render_current)
 
 
@@ -354,26 +301,19 @@ def db_lease_mode(
     if mode is not None and mode not in ("lock", "row"):
         raise ConfigurationError(f"session lease {mode!r} is not one of lock, row",
                                  hint="give lock or row, or nothing to show the current mode")
-    settings = Settings()
 
-    async def go() -> dict[str, Any]:
-        engine = create_engine(settings.resolved_database_url, must_exist=True)
-        try:
-            if mode == "lock" and engine.dialect.name != "postgresql":
-                raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
-                                         hint="keep row leases on SQLite, or point TEAMSTORE_DATABASE_URL at "
-                                         "Postgres for lock leases")
-            await require_current(engine)  # the migrations record the mode: without them, say to run them
-            before = await lease_mode(engine) if mode is None else await set_lease_mode(engine, mode)
-            return {"database": redact_url(settings.resolved_database_url), "from": before, "mode": mode or before,
-                    "this_process": settings.session_lease if engine.dialect.name == "postgresql" else "row"}
-        finally:
-            await engine.dispose()
+    async def go(app: App) -> dict[str, Any]:
+        engine, settings = app.engine, app.settings
+        if mode == "lock" and engine.dialect.name != "postgresql":
+            raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
+                                     hint="keep row leases on SQLite, or point TEAMSTORE_DATABASE_URL at "
+                                     "Postgres for lock leases")
+        await require_current(engine)  # the migrations record the mode: without them, say to run them
+        before = await lease_mode(engine) if mode is None else await set_lease_mode(engine, mode)
+        return {"database": redact_url(settings.resolved_database_url), "from": before, "mode": mode or before,
+                "this_process": settings.session_lease if engine.dialect.name == "postgresql" else "row"}
 
-    try:
-        data = asyncio.run(go())
-    except TeamstoreError as exc:
-        fail(exc)  # inside the command, so the refusal is a message and a status, not a traceback
+    data = with_app(go, must_exist=True, migrate=False)  # never migrates, even the embedded database
 
     def render(d: dict[str, Any]) -> None:
         change = f"{d['from']} -> {d['mode']}" if d["from"] != d["mode"] else d["mode"]

@@ -4,7 +4,7 @@
     teamstore db current
 
     from teamstore.db.migrate import upgrade
-    await upgrade(engine)           # the embedded SQLite default does this on open
+    await upgrade(engine)           # the embedded SQLite default does this on open (ensure_current)
 
 The migration scripts ship inside the package (``teamstore/migrations``), so an installed wheel can
 migrate without a checkout.
@@ -119,3 +119,17 @@ async def require_current(engine: AsyncEngine) -> None:
             + f"; this code needs migration {head_revision()}",
             hint="run `teamstore db upgrade` (production databases are never migrated implicitly)",
         )
+
+
+async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> None:
+    """Bring the database to this code's head when ``migrate`` (``Settings.should_auto_migrate``: the
+    embedded default, or ``TEAMSTORE_AUTO_MIGRATE``), else check it is there.
+
+    Raises:
+        SchemaNotReady: Not ``migrate`` and the database is not at head, or a newer teamstore migrated it.
+        StoreUnavailable: The database failed.
+    """
+    if migrate:
+        await upgrade(engine)
+    else:
+        await require_current(engine)

@@ -59,19 +59,16 @@ async def erase_user(
         SchemaNotReady: A production database is not migrated (`teamstore db upgrade`), or the embedded
             one does not exist yet (nothing is stored there: a receipt would only mislead).
     """
-    from teamstore.audit.transcripts import transcript_store_from_settings
-    from teamstore.db.engine import create_engine
-    from teamstore.db.migrate import require_current, upgrade
+    from teamstore.app import App  # the composition root sits above erasure: it builds the engine and stores
 
-    settings = settings or Settings()
-    engine = create_engine(settings.resolved_database_url, must_exist=True)
-    store = transcript_store_from_settings(settings)
+    # Every request is about what is stored: on a database that does not exist yet (a mistyped
+    # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
+    app = App(settings, must_exist=True)
     try:
-        await (upgrade(engine) if settings.should_auto_migrate else require_current(engine))
-        receipt = await DeletionCoordinator(engine, store, settings).run(user_id, request_id, reason, dry_run)
+        await app.ensure_schema()
+        receipt = await app.erasure().run(user_id, request_id, reason, dry_run)
     finally:
-        await store.close()
-        await engine.dispose()
+        await app.aclose()
     if check and not receipt.ok:
         raise ErasureIncomplete(
             f"erasure request {receipt.request_id} ended {receipt.status}",

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
-from teamstore.audit.subjects import check_user_id, find_subject
+from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import (
@@ -44,6 +44,7 @@ from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
 from teamstore.erasure.stores import check_store
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError, TranscriptStoreMismatch
+from teamstore.ids import check_erasable_id
 from teamstore.settings import Settings
 from teamstore.state.sql import open_sessions, stored_sessions
 
@@ -94,7 +95,9 @@ class DeletionCoordinator:
         """Erase ``user_id`` (or resume/report the request ``request_id``).
 
         Args:
-            user_id: The raw user id, matched exactly (no case folding, no unicode normalisation).
+            user_id: The raw user id, matched exactly (no case folding, no unicode normalisation). Any id an
+                earlier release could have stored is accepted, a control character included
+                (:func:`teamstore.ids.check_erasable_id`): no session has such an id, audit records may.
             request_id: Idempotency key; a fresh one when omitted.
             reason: Free text stored with the request (keep personal data out of it).
             dry_run: Only enumerate: print what would be removed, change nothing, store nothing. No request
@@ -108,7 +111,7 @@ class DeletionCoordinator:
             ErasureConflict: Another request is open for the user, or another process runs this one.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
-        check_user_id(user_id)
+        check_erasable_id(user_id)
         # An empty id is refused, not replaced: the caller meant one (an unset variable, say) and would never
         # learn the fresh id to rerun or to ask about.
         rid = requests.check_request_id(new_request_id() if request_id is None else request_id)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from sqlalchemy import JSON, Column, DateTime, PrimaryKeyConstraint, String, Table, Text
 
 from teamstore.db.metadata import metadata
+from teamstore.ids import MAX_ID_CHARS
 
-ID = 256
 REQUEST_ID = 128
 KEY = 64
 
@@ -26,7 +26,7 @@ erasure_requests = Table(
     "ts_erasure_requests",
     metadata,
     Column("request_id", String(REQUEST_ID), primary_key=True),
-    Column("user_id", String(ID), nullable=True, unique=True),  # cleared on completion
+    Column("user_id", String(MAX_ID_CHARS), nullable=True, unique=True),  # cleared on completion
     Column("subject_key", String(KEY), nullable=True),  # cleared on completion (kept while objects are held)
     Column("subject_hash", String(KEY), nullable=True),
     Column("reason", Text, nullable=True),

@@ -10,6 +10,9 @@
 Or with pieces the caller owns:
 
     platform = Platform(engine=my_engine, registry=Registry(path), settings=Settings())
+
+``from_settings`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
+and transcript stores, the audit observers and the tracer provider, and hands them in here.
 """
 
 from __future__ import annotations
@@ -19,26 +22,22 @@ import contextlib
 import logging
 import os
 import socket
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
 
 from opentelemetry.trace import TracerProvider
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from config_registry import Registry, TeamDefinition
-from config_registry.build import build_team
+from config_registry import Registry
 from config_registry.errors import RegistryError
-from teamstore.audit.autogen_spans import autogen_spans_to, install, provider_for_autogen
-from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.db.engine import create_engine
-from teamstore.db.migrate import require_current, upgrade
+from config_registry.types import BuiltTeam
+from teamstore.db.migrate import ensure_current
+from teamstore.events import RunObserver
 from teamstore.ids import check_id
-from teamstore.metering import wrap_model_clients
-from teamstore.runtime.hooks import RunObserver
-from teamstore.runtime.session import Session
+from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
+from teamstore.runtime.session import Session, SessionDeps, SessionLimits
+from teamstore.runtime.teams import TeamBuilder
 from teamstore.settings import Settings
 from teamstore.state.base import Restored, SessionKey
 from teamstore.state.sql import SqlStateStore, store_for
@@ -64,13 +63,17 @@ class Platform:
     """Sessions over one state database, one registry and a set of audit observers.
 
     Args:
-        engine: The state database; the caller owns it unless built by :meth:`from_settings`.
+        engine: The state database; the caller owns it (:meth:`from_settings` hands it to ``on_close``).
         registry: The config registry teams are built from.
         settings: Limits and defaults (TTL, byte cap, lease timeouts).
         observers: Audit observers every run streams into (transcripts, spans, ledger).
         tracer_provider: teamstore's own provider (:func:`teamstore.audit.telemetry.setup_tracing`), if it
             exports spans. AutoGen's spans of this platform's teams go to it, or nowhere when there is
             none: never to a global provider the host installed (unless content capture is opted in).
+        store: The state store, if the caller built it (and closes it); by default one is built on
+            ``engine`` and closed with the platform.
+        on_close: Awaited last by :meth:`aclose`: how the composition root closes what it built for this
+            platform (engine, stores, tracer provider).
 
     Raises:
         ConfigurationError: The installed autogen-core is not one whose spans teamstore can keep from the
@@ -85,32 +88,43 @@ class Platform:
         settings: Settings | None = None,
         observers: Sequence[RunObserver] = (),
         tracer_provider: TracerProvider | None = None,
+        store: SqlStateStore | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.engine = engine
         self.registry = registry
-        self.settings = settings or Settings()
-        self.store: SqlStateStore = store_for(
-            engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
+        self._settings = settings = settings or Settings()
+        self.limits = SessionLimits.from_settings(settings)
+        self._owns_store = store is None
+        self.store: SqlStateStore = store if store is not None else store_for(
+            engine, pool_size=settings.db_pool_size, lease=settings.session_lease
         )
         self.observers: list[RunObserver] = list(observers)
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
-        self._owns_engine = False
+        self._on_close = on_close
         self._schema_checked = False
         self._schema_lock = asyncio.Lock()
-        self._closers: list[Any] = []
-        self._stores: list[TranscriptStore] = []  # transcript stores this platform made, closed with it
-        self._definitions: dict[str, tuple[TeamDefinition, float]] = {}
-        self._autogen_tracing: TracerProvider | None = None
-        self._route_autogen_spans(tracer_provider)
-        if not self.settings.capture_message_content:
-            keep_content_out_of_logs()
-
-    def _route_autogen_spans(self, provider: TracerProvider | None) -> None:
         self._autogen_tracing = provider_for_autogen(
-            provider, capture_content=self.settings.capture_message_content
+            tracer_provider, capture_content=self.settings.capture_message_content
         )
         if self._autogen_tracing is not None:
             install()  # here, not at the first run: an autogen-core it cannot route fails at start
+        self.teams = TeamBuilder(registry, refresh_seconds=self.settings.registry_refresh_seconds,
+                                 spans=self.autogen_spans)
+        if not self.settings.capture_message_content:
+            keep_content_out_of_logs()
+
+    @property
+    def settings(self) -> Settings:
+        """Limits and defaults. Settings given later reach the sessions already open (their next run or
+        save) and the definition cache (its refresh interval)."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        self._settings = settings
+        self.limits.follow(settings)
+        self.teams.refresh_seconds = settings.registry_refresh_seconds
 
     @contextlib.contextmanager
     def autogen_spans(self) -> Iterator[None]:
@@ -127,30 +141,16 @@ class Platform:
     def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
         """Build everything from settings (environment): database, registry, audit trail.
 
+        What is built, and how, is the composition root's (:meth:`teamstore.app.App.platform`); the platform
+        closes all of it when it closes.
+
         Args:
             settings: Defaults to ``Settings()`` (the environment, else the embedded default).
             audit: Attach the transcript, span and ledger observers.
         """
-        settings = settings or Settings()
-        engine = create_engine(settings.resolved_database_url)
-        platform = cls(engine, Registry(settings.resolved_registry_path), settings=settings)
-        platform._owns_engine = True
-        if audit:
-            platform._attach_audit()
-        return platform
+        from teamstore.app import App  # the root sits above the runtime: it builds the audit trail too
 
-    def _attach_audit(self) -> None:
-        from teamstore.audit.observer import TranscriptObserver, build_audit_observers
-        from teamstore.audit.telemetry import setup_tracing
-
-        provider = setup_tracing(self.settings)
-        if provider is not None:
-            self._closers.append(provider.shutdown)
-            self._route_autogen_spans(provider)
-        observers = build_audit_observers(self.settings, self.engine, tracer_provider=provider)
-        self.observers.extend(observers)
-        # The transcript store was made here, so it is closed here (its connections and threads).
-        self._stores.extend(o.store for o in observers if isinstance(o, TranscriptObserver))
+        return App(settings).platform(audit=audit)
 
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
@@ -158,37 +158,18 @@ class Platform:
         async with self._schema_lock:
             if self._schema_checked:
                 return
-            if self.settings.should_auto_migrate:
-                await upgrade(self.engine)
-            else:
-                await require_current(self.engine)
+            await ensure_current(self.engine, migrate=self.settings.should_auto_migrate)
             await self.store.check_lease_mode()  # a worker of the other kind of lease fails here, at start
             self._schema_checked = True
 
-    async def build_team(self, ref: str) -> Any:
+    async def build_team(self, ref: str) -> BuiltTeam:
         """A fresh team for ``ref`` (``name``, ``name@version``, ``name@label``), model clients metered.
 
         Definitions are cached: a pinned version forever (it cannot change), a name or label for
         ``registry_refresh_seconds`` so a moved label reaches every worker within that time.
         """
         await self.ensure_schema()
-        definition = await self._definition(ref)
-        with self.autogen_spans():  # the runtimes built here keep it; agent creation spans are started here
-            return build_team(definition, transform=wrap_model_clients)
-
-    async def _definition(self, ref: str) -> TeamDefinition:
-        cached = self._definitions.get(ref)
-        now = time.monotonic()
-        if cached is not None and (cached[1] == float("inf") or now - cached[1] < self.settings.registry_refresh_seconds):
-            return cached[0]
-        definition = await asyncio.to_thread(self.registry.resolve, ref)
-        # A version never moves, so it is cached for good; a label (it resolved through one if it is
-        # among the version's labels, since labels win over version prefixes) or a bare name is looked
-        # up again after the refresh interval.
-        selector = ref.partition("@")[2]
-        pinned = bool(selector) and selector not in definition.labels
-        self._definitions[ref] = (definition, float("inf") if pinned else now)
-        return definition
+        return await self.teams.build(ref)
 
     def session(self, user_id: str, session_id: str, team: str, *, lease_timeout: float | None = None) -> Session:
         """Open a session (use with ``async with``).
@@ -207,7 +188,14 @@ class Platform:
         keeps ``max_sessions_per_user`` live ones; a resume is never refused) and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
-        return Session(self, user_id, session_id, team, timeout)
+        return Session(self._session_deps(), user_id, session_id, team, timeout)
+
+    def _session_deps(self) -> SessionDeps:
+        # Read at each opening: a store or observer swapped on the platform reaches the next session.
+        return SessionDeps(
+            store=self.store, observers=self.observers, limits=self.limits,
+            build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
+        )
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:
         """Put a quarantined state back as its session's state, e.g. after rolling back the change that
@@ -232,7 +220,7 @@ class Platform:
     async def _ttl_days(self, team: str, version: str) -> float:
         """The state TTL of the team version a state was saved by (its manifest's, else the default)."""
         try:
-            definition = await self._definition(f"{team}@{version}")
+            definition = await self.teams.definition(f"{team}@{version}")
         except RegistryError:  # a version no longer in the registry: the runtime's default
             return self.settings.state_ttl_days
         return definition.manifest.state_ttl_days or self.settings.state_ttl_days
@@ -248,19 +236,15 @@ class Platform:
         return await self.store.delete_session(key, wait_seconds=self.settings.lease_timeout_seconds)
 
     async def aclose(self) -> None:
-        """Flush telemetry and dispose of what this platform created."""
+        """Flush telemetry and dispose of what this platform was given to close."""
         for observer in self.observers:
             drain = getattr(observer, "drain", None)
             if drain is not None:
                 await drain()
-        for close in self._closers:
-            await asyncio.to_thread(close)
-        self._closers.clear()
-        for store in self._stores:
-            await store.close()
-        await self.store.aclose()
-        if self._owns_engine:
-            await self.engine.dispose()
+        if self._owns_store:
+            await self.store.aclose()
+        if self._on_close is not None:
+            await self._on_close()
 
     async def __aenter__(self) -> Platform:
         await self.ensure_schema()

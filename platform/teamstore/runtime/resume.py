@@ -17,16 +17,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from config_registry.types import KIND_NAMES
-from teamstore.errors import StateRejected
+from config_registry.types import KIND_NAMES, BuiltTeam
+from teamstore.errors import Refusal, StateRejected
 from teamstore.state.base import StoredSession
 from teamstore.state.envelope import check_json, decode
 from teamstore.state.validate import validate_participant
 
 SCHEMA_VERSION = 1
 """Version of teamstore's own state layout; a row saved under another one is refused."""
+
+Outcome = Literal["resumed", "new", "expired"] | Refusal
+"""What happened to a session's stored state when it was opened (:class:`ResumeOutcome`)."""
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,10 @@ class ResumeOutcome:
 
     ``outcome`` is one of ``resumed``, ``new``, ``expired``, ``schema_mismatch``, ``library_mismatch``,
     ``definition_changed``, ``too_large`` (saved under a higher byte cap than today's: it could never be
-    saved again) and ``corrupt``; ``detail`` says which participant and how.
+    saved again) and ``corrupt`` (:data:`Outcome`); ``detail`` says which participant and how.
     """
 
-    outcome: str
+    outcome: Outcome
     team_version: str
     detail: str | None = None
     restored: tuple[str, ...] = ()
@@ -78,7 +81,7 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def _fingerprint_change(stored: Mapping[str, str], built: Any) -> str | None:
+def _fingerprint_change(stored: Mapping[str, str], built: BuiltTeam) -> str | None:
     """Why the stored participants cannot be loaded into ``built``, or ``None``.
 
     A participant the definition newly persists starts fresh, and one it no longer persists (but still
@@ -95,13 +98,15 @@ def _fingerprint_change(stored: Mapping[str, str], built: Any) -> str | None:
     return "; ".join(changes) or None
 
 
-def _membership_notes(stored: Mapping[str, str], built: Any) -> str | None:
+def _membership_notes(stored: Mapping[str, str], built: BuiltTeam) -> str | None:
     notes = [f"'{n}' is newly persisted and starts fresh" for n in sorted(set(built.fingerprints) - set(stored))]
     notes += [f"'{n}' is no longer persisted: its saved state is dropped" for n in sorted(set(stored) - set(built.fingerprints))]
     return "; ".join(notes) or None
 
 
-def _refusal(row: StoredSession, built: Any, agentchat_version: str, max_bytes: int | None) -> tuple[str, str] | None:
+def _refusal(
+    row: StoredSession, built: BuiltTeam, agentchat_version: str, max_bytes: int | None
+) -> tuple[Refusal, str] | None:
     if row.fingerprints is None:
         return "corrupt", "the row's participant fingerprints are not a name -> fingerprint object"
     if row.schema_version != SCHEMA_VERSION:
@@ -119,7 +124,7 @@ def _refusal(row: StoredSession, built: Any, agentchat_version: str, max_bytes: 
     return None
 
 
-def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
+def _parse_states(row: StoredSession, built: BuiltTeam) -> dict[str, Any]:
     """The stored states of the participants ``built`` persists, each validated; the row must hold
     exactly the participants its fingerprints name."""
     assert row.state is not None and row.fingerprints is not None  # _refusal passed the row
@@ -139,13 +144,13 @@ def _parse_states(row: StoredSession, built: Any) -> dict[str, Any]:
 
 
 def judge(
-    row: StoredSession, built: Any, now: datetime, agentchat_version: str, max_bytes: int | None = None
+    row: StoredSession, built: BuiltTeam, now: datetime, agentchat_version: str, max_bytes: int | None = None
 ) -> Verdict:
     """Judge a stored row against the team built for it. Never raises on bad stored data.
 
     Args:
         row: The session row just read.
-        built: The freshly built team (``config_registry.BuiltTeam``).
+        built: The freshly built team.
         now: The current time (UTC).
         agentchat_version: The running autogen-agentchat version.
         max_bytes: The state byte cap in force (``state_max_bytes``); a bigger stored state is refused.
@@ -176,7 +181,7 @@ def judge(
     return Verdict(ResumeOutcome(reason, version, detail, (), previous, quarantined=True))
 
 
-async def apply_states(built: Any, states: Mapping[str, Any]) -> None:
+async def apply_states(built: BuiltTeam, states: Mapping[str, Any]) -> None:
     """Load validated states into the persisted participants; the others start clean.
 
     For a team, the fresh team's own state is taken first and only the persisted participants' entries
@@ -201,7 +206,7 @@ def _cap_buffer(state: Mapping[str, Any], cap: int) -> dict[str, Any]:
     return capped
 
 
-async def capture_states(built: Any, message_buffer_cap: int) -> dict[str, Any]:
+async def capture_states(built: BuiltTeam, message_buffer_cap: int) -> dict[str, Any]:
     """Take the persisted participants' states after a run, checked to be plain JSON.
 
     Args:

@@ -17,29 +17,29 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken
 
+from config_registry.types import BuiltTeam
 from teamstore.errors import (
     ConfigurationError,
-    ErasureInProgress,
     RunCancelled,
     RunInProgress,
     SessionNotOpen,
     StateTooLarge,
     StorageError,
-    TeamstoreError,
 )
+from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.ids import check_id
 from teamstore.metering import metered_run
-from teamstore.runtime.hooks import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
     ResumeOutcome,
@@ -49,15 +49,19 @@ from teamstore.runtime.resume import (
     judge,
 )
 from teamstore.runtime.tasks import check_task
-from teamstore.settings import MAX_LEASE_WAIT
+from teamstore.runtime.teams import SpanRoute
+from teamstore.settings import MAX_LEASE_WAIT, Settings
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.envelope import encode
+from teamstore.state.sql import SqlStateStore
 
 if TYPE_CHECKING:
-    from teamstore.runtime.platform import Platform
+    from config_registry.types import BuiltTeam, TeamOrAgent
 
 log = logging.getLogger("teamstore.session")
 AGENTCHAT_VERSION = package_version("autogen-agentchat")
+Phase = Literal["new", "open", "closed"]
+"""Where a session is: not entered yet, inside its ``async with`` block, or done (it is used once)."""
 EXPIRY_SLACK = 0.01
 """A saved session expires between TTL and TTL + 1% after its last save, so its expiry (an indexed
 column) moves about once per 1% of the TTL, not on every save."""
@@ -93,24 +97,71 @@ async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
         raise
 
 
+@dataclass
+class SessionLimits:
+    """The settings a session reads: its lease's TTL, the per-user bound, its task and state caps, its TTL.
+
+    One object is shared by a platform's sessions and follows the platform's settings (:meth:`follow`), so
+    new settings reach the sessions already open, at their next run or save.
+    """
+
+    lease_ttl_seconds: float
+    max_sessions_per_user: int
+    task_max_bytes: int
+    state_max_bytes: int
+    state_ttl_days: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionLimits:
+        """The limits ``settings`` set (each field is the setting of the same name)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+
+    def follow(self, settings: Settings) -> None:
+        """Take the limits ``settings`` set, in place."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(settings, f.name))
+
+
+@dataclass(frozen=True)
+class SessionDeps:
+    """What a session needs from the platform that opens it, and nothing more.
+
+    Attributes:
+        store: The state store it leases, loads, quarantines and saves through.
+        observers: The audit observers each run streams into.
+        limits: The settings it reads.
+        build_team: A fresh team for a registry reference (the platform's, through its definition cache;
+            it checks the schema first).
+        autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
+        worker_id: This process, in the lease owner the session writes.
+    """
+
+    store: SqlStateStore
+    observers: Sequence[RunObserver]
+    limits: SessionLimits
+    build_team: Callable[[str], Awaitable[BuiltTeam]]
+    autogen_spans: SpanRoute
+    worker_id: str
+
+
 class Session:
     """A leased, resumed session. Build it with :meth:`Platform.session`; use it as ``async with``."""
 
-    def __init__(self, platform: Platform, user_id: str, session_id: str, team: str, lease_timeout: float) -> None:
-        self._platform = platform
+    def __init__(self, deps: SessionDeps, user_id: str, session_id: str, team: str, lease_timeout: float) -> None:
+        self._deps = deps
         self.key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
         self._team_ref = team
         if not (isinstance(lease_timeout, int | float) and 0 <= lease_timeout <= MAX_LEASE_WAIT):  # NaN fails too
             raise ConfigurationError(f"lease_timeout must be 0 to {MAX_LEASE_WAIT} seconds, got {lease_timeout!r}",
                                      hint="pass how long to wait for a session another worker holds")
         self._lease_timeout = float(lease_timeout)
-        self._owner = f"{platform.worker_id}:{uuid.uuid4().hex[:12]}"
-        self._built: Any = None
+        self._owner = f"{deps.worker_id}:{uuid.uuid4().hex[:12]}"
+        self._built: BuiltTeam  # set when the session is entered; used only while it is open
         self._row_version = 0
         self._pending: str | None = None
         self._running = False
         self._cancelled = False
-        self._phase = "new"  # -> "open" inside the block -> "closed"; a Session is used once
+        self._phase: Phase = "new"
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
@@ -118,7 +169,7 @@ class Session:
         self.last_run_id: str | None = None
 
     @property
-    def team(self) -> Any:
+    def team(self) -> TeamOrAgent:
         """The team (or agent) built for this session alone."""
         return self._built.team
 
@@ -147,17 +198,17 @@ class Session:
                 hint="open another with platform.session(...); two at once for the same ids wait on the lease",
             )
         self._phase = "closed"  # until the lease is held: a failed entry is not retried on this object
-        self._built = await self._platform.build_team(self._team_ref)
-        built, store = self._built, self._platform.store
+        self._built = await self._deps.build_team(self._team_ref)
+        built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
         row = await store.acquire(
-            self.key, claim, owner=self._owner, lease_ttl=self._platform.settings.lease_ttl_seconds,
-            wait_seconds=self._lease_timeout, max_sessions=self._platform.settings.max_sessions_per_user,
+            self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
+            wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
         )
         self._row_version = row.row_version
-        self._keeper = asyncio.create_task(self._keep_lease(self._platform.settings.lease_ttl_seconds))
+        self._keeper = asyncio.create_task(self._keep_lease(limits.lease_ttl_seconds))
         try:
-            verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, self._platform.settings.state_max_bytes)
+            verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, limits.state_max_bytes)
             if verdict.outcome.quarantined:
                 assert verdict.outcome.detail is not None
                 await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
@@ -182,8 +233,8 @@ class Session:
             # a nested team's state): the state is refused like any other, and the team, maybe half-loaded,
             # is built again from the same version. Only the type is kept: the message may quote content.
             detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
-            await self._platform.store.quarantine(row, owner=self._owner, reason="corrupt", detail=detail)
-            self._built = await self._platform.build_team(f"{built.name}@{built.version}")
+            await self._deps.store.quarantine(row, owner=self._owner, reason="corrupt", detail=detail)
+            self._built = await self._deps.build_team(f"{built.name}@{built.version}")
             return Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version, quarantined=True))
         return verdict
 
@@ -219,7 +270,7 @@ class Session:
             except TimeoutError:
                 pass
             try:
-                held = await self._platform.store.renew(self.key, owner=self._owner, lease_ttl=ttl)
+                held = await self._deps.store.renew(self.key, owner=self._owner, lease_ttl=ttl)
             except StorageError as exc:
                 log.warning("could not renew the session lease; retrying: %s", exc)
                 continue
@@ -254,7 +305,7 @@ class Session:
             StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
         """
         self._require_open()
-        check_task(task, self._platform.settings.task_max_bytes)
+        check_task(task, self._deps.limits.task_max_bytes)
         if self._running:
             raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
         if self._cancelled:
@@ -272,7 +323,7 @@ class Session:
         return result
 
     async def _run_observed(self, task: str | BaseChatMessage | Sequence[BaseChatMessage] | None) -> TaskResult:
-        observers = self._platform.observers
+        observers = self._deps.observers
         ctx = RunContext(
             run_id=uuid.uuid4().hex, user_id=self.key.user_id, session_id=self.key.session_id,
             team=self._built.name, team_version=self._built.version, started_at=datetime.now(UTC),
@@ -291,7 +342,7 @@ class Session:
                     await notify_observers(observers, "on_item", ctx, item)
             return found
 
-        with metered_run() as meter, self._platform.autogen_spans():
+        with metered_run() as meter, self._deps.autogen_spans():
             streaming = asyncio.ensure_future(stream())  # copies the meter's context and the span route
             try:
                 try:
@@ -338,7 +389,7 @@ class Session:
         cap = built.manifest.context_bound or 50
         states = await capture_states(built, message_buffer_cap=cap)
         text = encode({"kind": built.kind, "participants": states})
-        size, limit = len(text.encode()), self._platform.settings.state_max_bytes
+        size, limit = len(text.encode()), self._deps.limits.state_max_bytes
         if size > limit:  # the last snapshot that fit (an earlier run's in this block, if any) still saves
             raise StateTooLarge(
                 f"persisted state is {size} bytes, over the cap of {limit}; the previous state is kept",
@@ -365,19 +416,19 @@ class Session:
         state, self._pending = self._pending, None
         assert state is not None
         built = self._built
-        ttl_days = built.state_ttl_days or self._platform.settings.state_ttl_days
+        ttl_days = built.state_ttl_days or self._deps.limits.state_ttl_days
         record = SaveRecord(
             team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
             agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=state,
             expires_at=datetime.now(UTC) + timedelta(days=ttl_days),
             expiry_slack=timedelta(days=ttl_days) * EXPIRY_SLACK,
         )
-        self._row_version = await self._platform.store.save(
+        self._row_version = await self._deps.store.save(
             self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release
         )
 
     async def _release(self) -> None:
-        await self._platform.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
+        await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
 
     async def _release_quietly(self) -> None:
         try:
@@ -386,27 +437,3 @@ class Session:
             # The save error being raised matters more; an unreleased lease expires on its own.
             log.warning("could not release the session lease after a failed save: %s", exc)
 
-
-async def notify_observers(
-    observers: Sequence[RunObserver], hook: str, ctx: RunContext, *args: StreamItem | RunOutcome
-) -> None:
-    """Call ``hook`` on every observer; a failing observer is logged and never fails the run."""
-    if hook == "run_finished":
-        # The end-of-run writes (transcript, ledger, spans) are independent: overlap their round trips.
-        await asyncio.gather(*(_call(o, hook, ctx, *args) for o in observers))
-        return
-    for observer in observers:
-        await _call(observer, hook, ctx, *args)
-
-
-async def _call(observer: RunObserver, hook: str, ctx: RunContext, *args: StreamItem | RunOutcome) -> None:
-    try:
-        await getattr(observer, hook)(ctx, *args)
-    except ErasureInProgress:
-        log.info("observer %s wrote nothing: an erasure is open for this user", type(observer).__name__)
-    except TeamstoreError as exc:
-        # An audit observer must never fail a user's run; each one keeps its own outbox for retries. A
-        # typed error's message names no user and no content; its chained cause might, so no traceback.
-        log.error("observer %s.%s failed: %s", type(observer).__name__, hook, exc)
-    except Exception:
-        log.exception("observer %s.%s failed", type(observer).__name__, hook)

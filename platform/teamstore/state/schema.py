@@ -29,9 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 
 from teamstore.db.metadata import metadata
+from teamstore.ids import MAX_ID_CHARS
 from teamstore.state.base import read_fingerprints
-
-ID_LENGTH = 256
 
 
 class Fingerprints(TypeDecorator[Any]):
@@ -96,8 +95,8 @@ class BigCount(Count):
 sessions = Table(
     "ts_sessions",
     metadata,
-    Column("user_id", String(ID_LENGTH), nullable=False),
-    Column("session_id", String(ID_LENGTH), nullable=False),
+    Column("user_id", String(MAX_ID_CHARS), nullable=False),
+    Column("session_id", String(MAX_ID_CHARS), nullable=False),
     Column("team", String(128), nullable=False),
     Column("team_version", String(64), nullable=False),
     Column("schema_version", Count, nullable=False),
@@ -120,8 +119,8 @@ quarantine = Table(
     "ts_quarantine",
     metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-    Column("user_id", String(ID_LENGTH), nullable=False),
-    Column("session_id", String(ID_LENGTH), nullable=False),
+    Column("user_id", String(MAX_ID_CHARS), nullable=False),
+    Column("session_id", String(MAX_ID_CHARS), nullable=False),
     Column("reason", String(64), nullable=False),
     Column("detail", Text, nullable=False),
     Column("team", String(128), nullable=False),
@@ -148,7 +147,7 @@ store_settings = Table(
 user_holds = Table(
     "ts_user_holds",
     metadata,
-    Column("user_id", String(ID_LENGTH), primary_key=True),
+    Column("user_id", String(MAX_ID_CHARS), primary_key=True),
     Column("reason", String(64), nullable=False),
     Column("request_id", String(128), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),

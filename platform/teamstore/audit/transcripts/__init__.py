@@ -4,6 +4,11 @@ from teamstore.audit.transcripts import transcript_store_from_settings
 
 store = transcript_store_from_settings(Settings())   # TEAMSTORE_TRANSCRIPTS_URL, s3:// or file://
 keys = await store.list_keys(session_prefix(run_keys))
+lifecycle = capability(store, Capability.LIFECYCLE_RULES)   # typed, or None where the store lacks it
+
+The interface and key layout are in ``base``, the optional capabilities' protocols in ``capabilities``,
+the backends in ``local`` (a folder) and ``s3`` (with its client and error translation in ``s3_client``);
+``record`` encodes one run's object and ``pages`` reads a session's newest runs.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from teamstore.audit.transcripts.base import (
     session_prefix,
     subject_prefix,
 )
+from teamstore.audit.transcripts.capabilities import capability
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.errors import ConfigurationError
 from teamstore.settings import Settings
@@ -26,6 +32,7 @@ __all__ = [
     "Capability",
     "LocalTranscriptStore",
     "TranscriptStore",
+    "capability",
     "run_key",
     "session_prefix",
     "subject_prefix",

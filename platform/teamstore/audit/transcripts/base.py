@@ -5,8 +5,8 @@
     key = run_key(RunKeys(subject_key, session_key), run_id)
     # -> subjects/<subject_key>/sessions/<session_key>/runs/<run_id>.jsonl.gz
     await store.put(key, body)
-    if Capability.VERSIONED_DELETE in store.capabilities:
-        ...   # the deletion coordinator asks before relying on it
+    if Capability.LOCAL_SWEEP in store.capabilities:
+        await store.sweep(cutoff)   # callers ask before relying on a capability (see capabilities.py)
 
 Keys are relative to the store's own prefix and carry no personal data: the subject key is random and the
 session key a keyed hash, so one user's objects sit under one prefix and can be removed without a scan.
@@ -32,10 +32,16 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 class Capability(StrEnum):
-    """What a backend can do beyond put/get/list/delete; callers ask instead of guessing."""
+    """What a backend can do beyond put/get/list/delete; callers ask instead of guessing.
 
-    VERSIONED_DELETE = "versioned_delete"  # delete_prefix also removes old versions and delete markers
-    OBJECT_LOCK = "object_lock"  # objects may be under retention locks that block deletion
+    A capability with methods of its own has a protocol in :mod:`teamstore.audit.transcripts.capabilities`,
+    and :func:`~teamstore.audit.transcripts.capabilities.capability` returns the store typed as it.
+    """
+
+    VERSIONED_DELETE = "versioned_delete"  # delete() and delete_prefix() also remove old versions and delete markers
+    VERSIONS = "versions"  # versions() lists every version and delete marker under a prefix
+    BATCH_DELETE = "batch_delete"  # delete_versions() removes given versions and reports each one refused
+    HOLDS = "holds"  # versions may be under a legal hold or retention that blocks deletion: hold() says
     LIFECYCLE_RULES = "lifecycle_rules"  # expiry is enforced by the service (apply_retention)
     LOCAL_SWEEP = "local_sweep"  # expiry is enforced by sweep()
     PARTIAL_WRITES = "partial_writes"  # a writer killed mid-write leaves a temporary file: partial_writes() lists them
@@ -70,25 +76,18 @@ class TranscriptStore(Protocol):
         that keeps only some of them holds only those (and one page) in memory."""
 
     async def delete(self, key: str) -> int:
-        """Delete the object at ``key``, every version of it; returns how many versions were removed."""
+        """Delete the object at ``key``, every version of it; returns how many versions were removed.
+        A version the backend refuses to delete raises ``TranscriptUnavailable`` (the others are gone)."""
 
     async def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix``; returns how many were removed."""
+        """Delete every object under ``prefix``; returns how many were removed. A version the backend refuses
+        to delete raises ``TranscriptUnavailable`` naming how many and why (the others are gone)."""
 
     async def sweep(self, older_than: datetime) -> int:
         """Remove objects last written before ``older_than`` (backends with ``LOCAL_SWEEP``)."""
 
     async def close(self) -> None:
         """Release connections."""
-
-
-@runtime_checkable
-class PartialWrites(Protocol):
-    """A store that declares ``Capability.PARTIAL_WRITES``: a writer killed between writing an object and
-    putting it in place leaves the whole object behind under another name, beside where it belonged."""
-
-    async def partial_writes(self, prefix: str) -> list[str]:
-        """Keys of the temporary files under ``prefix``: what erasure must remove besides the objects."""
 
 
 def safe_segment(value: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from teamstore.errors import AuditError
-from teamstore.runtime.hooks import RunContext, RunOutcome, StreamItem
+from teamstore.events import RunContext, RunOutcome, StreamItem
 
 FORMAT = 1
 PLACEHOLDER = "$unserializable"

@@ -4,7 +4,8 @@
 
     store = S3TranscriptStore.from_url("s3://audit-bucket/teamstore")   # AWS_* variables as usual
     await store.put(key, body)
-    rule = await store.apply_retention(days=90)
+    rule = await store.apply_retention(days=90)                            # Capability.LIFECYCLE_RULES
+    refused = await store.delete_versions(await store.versions(prefix))    # VERSIONS, BATCH_DELETE
 
 Credentials, region and endpoint come from the standard ``AWS_*`` variables (``AWS_ENDPOINT_URL_S3`` for
 MinIO or moto). Timeouts are short and retries few, so an unreachable S3 fails fast and the transcript
@@ -14,6 +15,11 @@ those and never the event loop's default executor, which the rest of the process
 An upload S3 leaves unanswered (a read timeout, a dropped connection) may have been stored, or may still be:
 it is never sent again by the client's retries (two copies in flight, either of which may land), and it
 fails with ``UploadInDoubt`` so the caller treats it as one that may land.
+
+Versions are listed (``ListObjectVersions``, paged) and deleted (``DeleteObjects``, 1,000 per request) here
+alone: :meth:`S3TranscriptStore.delete`, :meth:`~S3TranscriptStore.delete_prefix` and the capabilities erasure
+uses (:mod:`teamstore.audit.transcripts.capabilities`) share them, and every ``DeleteObjects`` answer's
+``Errors`` list is read: a version S3 refused is reported (``delete_versions``) or raised, never taken as gone.
 """
 
 from __future__ import annotations
@@ -21,99 +27,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from teamstore.audit.transcripts.base import SUBJECTS, Capability, StoredObject, check_key
-from teamstore.errors import (
-    ConfigurationError,
-    MissingExtra,
-    StorageError,
-    TranscriptNotFound,
-    TranscriptUnavailable,
-    UploadInDoubt,
+from teamstore.audit.transcripts.capabilities import HoldStatus, ObjectVersion, Refusal
+from teamstore.audit.transcripts.s3_client import (
+    RETRY_GUARD,
+    error_code,
+    make_client,
+    no_retry_after_unanswered,
+    translate,
+    without_keys,
 )
+from teamstore.errors import ConfigurationError, TranscriptUnavailable
+
+__all__ = ["BATCH", "RULE_ID", "S3TranscriptStore", "lifecycle_rule", "make_client"]
 
 RULE_ID = "teamstore-transcripts-retention"
-_NEEDS = {
-    "write": "s3:PutObject on the transcript prefix",
-    "read": "s3:GetObject on the transcript prefix",
-    "list": "s3:ListBucket on the bucket",
-    "delete": "s3:ListBucketVersions, s3:DeleteObject and s3:DeleteObjectVersion on the transcript prefix",
-    "configure": "s3:GetLifecycleConfiguration and s3:PutLifecycleConfiguration on the bucket",
-}
-"""What an access-denied request of each kind needs."""
-_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
-_RETRY_GUARD = "teamstore-no-retry-after-unanswered-put"
-
-
-def unanswered(exc: BaseException) -> bool:
-    """Whether a request that failed with ``exc`` may have reached S3 and be stored all the same: it failed
-    while being sent or answered (a read timeout, a dropped connection, a TLS failure). A failure to connect
-    sends nothing, one before sending (credentials) sends nothing, and S3's own error answers (``ClientError``)
-    store nothing."""
-    from botocore.exceptions import HTTPClientError, SSLError
-
-    return isinstance(exc, HTTPClientError | SSLError)
-
-
-def _no_retry_after_unanswered(caught_exception: BaseException | None = None, **_: Any) -> bool | None:
-    """botocore's ``needs-retry`` hook for ``PutObject``: after an attempt S3 may have received, do not send
-    another (False ends the retries); otherwise let the client's retry policy decide (None)."""
-    if caught_exception is not None and unanswered(caught_exception):
-        return False
-    return None
-
-
-def _boto3() -> Any:
-    try:
-        import boto3
-    except ImportError as exc:
-        raise MissingExtra("S3 transcripts", "s3", "boto3") from exc
-    return boto3
-
-
-def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_attempts: int = 2) -> Any:
-    """A boto3 S3 client with short timeouts and few retries.
-
-    Args:
-        connect_timeout: Seconds to open a connection.
-        read_timeout: Seconds to wait for a response.
-        max_attempts: Total attempts per request, the first included.
-
-    Returns:
-        The client (``AWS_*`` variables decide credentials, region and endpoint).
-
-    Raises:
-        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no URL, a malformed region,
-            a profile that does not exist or a config file that does not parse.
-        MissingExtra: boto3 is not installed.
-    """
-    boto3 = _boto3()
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError
-
-    config = Config(
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        retries={"total_max_attempts": max_attempts, "mode": "standard"},
-    )
-    try:
-        return boto3.session.Session().client("s3", config=config)
-    except BotoCoreError as exc:  # names the region, profile or file, never a credential
-        raise ConfigurationError(
-            f"could not set up the S3 client: {exc}",
-            hint="fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE (or unset them)",
-        ) from None
-    except ValueError:
-        # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
-        raise ConfigurationError(
-            "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not a URL",
-            hint="set it to the S3-compatible endpoint, e.g. http://minio:9000, or unset it for AWS",
-        ) from None
+BATCH = 1000
+"""Versions per ``DeleteObjects`` request: S3's limit."""
+T = TypeVar("T")
 
 
 def lifecycle_rule(prefix: str, days: int) -> dict[str, Any]:
@@ -141,7 +78,10 @@ class S3TranscriptStore:
         prefix: Key prefix inside the bucket, without a trailing slash ("" for the bucket root).
     """
 
-    capabilities = frozenset({Capability.VERSIONED_DELETE, Capability.LIFECYCLE_RULES})
+    capabilities = frozenset({
+        Capability.VERSIONED_DELETE, Capability.VERSIONS, Capability.BATCH_DELETE, Capability.HOLDS,
+        Capability.LIFECYCLE_RULES,
+    })
 
     def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
         self.client = client
@@ -155,7 +95,7 @@ class S3TranscriptStore:
         self._workers = int(client.meta.config.max_pool_connections or 10)
         self._executor: ThreadPoolExecutor | None = None  # started on first use, again after close()
         # The most specific handler answers first: it ends the retries of a PUT S3 may have received.
-        client.meta.events.register("needs-retry.s3.PutObject", _no_retry_after_unanswered, unique_id=_RETRY_GUARD)
+        client.meta.events.register("needs-retry.s3.PutObject", no_retry_after_unanswered, unique_id=RETRY_GUARD)
 
     @classmethod
     def from_url(cls, url: str, **client_options: float) -> S3TranscriptStore:
@@ -182,6 +122,7 @@ class S3TranscriptStore:
     def _relative(self, full: str) -> str:
         return full[len(self.prefix) + 1 :] if self.prefix else full
 
+    # --- objects ---------------------------------------------------------------------------------------------
     async def put(self, key: str, body: bytes) -> None:
         """One ``PutObject`` (retried only after an attempt that cannot have reached S3).
 
@@ -246,54 +187,143 @@ class S3TranscriptStore:
     async def delete(self, key: str) -> int:
         """Delete the object at ``key``: every version and delete marker of it.
 
-        Raises:
-            TranscriptUnavailable: S3 unreachable, or it refused to delete a version.
-        """
-        return int(await self._call("delete", key, self._delete_key, self._full(key)))
+        Returns:
+            How many versions and delete markers were removed.
 
-    def _delete_key(self, full_key: str) -> int:
-        pages = self.client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=full_key)
-        doomed = [{"Key": v["Key"], "VersionId": v["VersionId"]} for page in pages
-                  for v in page.get("Versions", []) + page.get("DeleteMarkers", []) if v["Key"] == full_key]
-        if not doomed:
-            return 0
-        response = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": doomed, "Quiet": True})
-        if refused := response.get("Errors"):
-            codes = ", ".join(sorted({str(e.get("Code")) for e in refused}))
-            raise TranscriptUnavailable(
-                f"S3 refused to delete {len(refused)} version(s) of a transcript ({codes})",
-                hint="grant s3:DeleteObjectVersion on the transcript prefix",
-            )
+        Raises:
+            TranscriptUnavailable: S3 unreachable, or it refused to delete a version (the others are gone).
+        """
+        check_key(key)  # here, not on the store's thread: an unsafe key is InvalidIdentifier, not a failed request
+        return int(await self._call("delete", key, self._delete_key, key))
+
+    def _delete_key(self, key: str) -> int:
+        doomed = [v for page in self._version_pages(key) for v in page if v.key == key]
+        if refused := self._delete_batches(doomed):
+            raise _refused(refused, "of a transcript")
         return len(doomed)
 
     async def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix``, including old versions and delete markers."""
-        return int(await self._call("delete", prefix, self._delete_versions, self._full(prefix)))
+        """Delete every object under ``prefix``, including old versions and delete markers.
 
-    def _delete_versions(self, full_prefix: str) -> int:
-        pages = self.client.get_paginator("list_object_versions").paginate(
-            Bucket=self.bucket, Prefix=full_prefix
-        )
-        removed = 0
-        for page in pages:
-            doomed = [
-                {"Key": v["Key"], "VersionId": v["VersionId"]}
-                for v in page.get("Versions", []) + page.get("DeleteMarkers", [])
-            ]
-            for start in range(0, len(doomed), 1000):
-                self.client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": doomed[start : start + 1000]}
-                )
-            removed += len(page.get("Versions", []))
+        Returns:
+            How many object versions were removed (delete markers not counted).
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable, or it refused to delete some versions (a legal hold, a
+                missing permission): every other version is gone, the refused ones are counted by S3's codes.
+        """
+        check_key(prefix)
+        return int(await self._call("delete", prefix, self._delete_prefix, prefix))
+
+    def _delete_prefix(self, prefix: str) -> int:
+        removed, refused = 0, []
+        for page in self._version_pages(prefix):  # a page at a time: a prefix may hold millions
+            page_refused = self._delete_batches(page)
+            refused += page_refused
+            kept = {r.version for r in page_refused}
+            removed += sum(1 for v in page if not v.delete_marker and v not in kept)
+        if refused:
+            raise _refused(refused, "under the prefix")
         return removed
 
     async def sweep(self, older_than: datetime) -> int:
         """Nothing to do: S3 expires objects through the lifecycle rule (:meth:`apply_retention`)."""
         return 0
 
+    # --- Capability.VERSIONS, BATCH_DELETE, HOLDS: what erasure needs, their errors naming no key ----------------
+    async def versions(self, prefix: str) -> list[ObjectVersion]:
+        """Every version and delete marker under ``prefix`` (paginated ``ListObjectVersions``).
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
+        """
+        check_key(prefix)
+        return await self._versioned("list object versions", self._list_versions, prefix)
+
+    def _list_versions(self, prefix: str) -> list[ObjectVersion]:
+        return [version for page in self._version_pages(prefix) for version in page]
+
+    def _version_pages(self, prefix: str) -> Iterator[list[ObjectVersion]]:
+        """The versions and delete markers under ``prefix`` (relative keys), one listing page at a time."""
+        paginator = self.client.get_paginator("list_object_versions")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._full(prefix)):
+            yield [ObjectVersion(self._relative(v["Key"]), v["VersionId"], int(v.get("Size", 0)))
+                   for v in page.get("Versions", [])] + [
+                ObjectVersion(self._relative(m["Key"]), m["VersionId"], 0, delete_marker=True)
+                for m in page.get("DeleteMarkers", [])]
+
+    async def delete_versions(self, versions: Sequence[ObjectVersion]) -> list[Refusal]:
+        """``DeleteObjects`` for ``versions``, 1,000 per request; every answer's ``Errors`` list is read.
+
+        Returns:
+            The versions S3 refused, each with its error code (``AccessDenied`` under Object Lock).
+
+        Raises:
+            TranscriptUnavailable: A request failed as a whole; named by class and error code only.
+        """
+        for version in versions:
+            check_key(version.key)
+        return await self._versioned("delete object versions", self._delete_batches, list(versions))
+
+    def _delete_batches(self, versions: Sequence[ObjectVersion]) -> list[Refusal]:
+        refused: list[Refusal] = []
+        for start in range(0, len(versions), BATCH):
+            batch = versions[start : start + BATCH]
+            objects = [{"Key": self._full(v.key), "VersionId": v.version_id} for v in batch]
+            answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
+            refused += self._refusals(batch, answer.get("Errors", []))
+        return refused
+
+    def _refusals(self, batch: Sequence[ObjectVersion], errors: list[dict[str, Any]]) -> list[Refusal]:
+        # Real S3 names the version of each error; some implementations name only the key.
+        codes = {(self._relative(e["Key"]), e.get("VersionId")): str(e.get("Code") or "unknown") for e in errors}
+        found = ((v, codes.get((v.key, v.version_id)) or codes.get((v.key, None))) for v in batch)
+        return [Refusal(version, code) for version, code in found if code is not None]
+
+    async def hold(self, version: ObjectVersion) -> HoldStatus:
+        """Whether Object Lock protects ``version``: a legal hold, or a retention date still ahead.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
+        """
+        check_key(version.key)
+        return await self._versioned("read object lock", self._hold, version)
+
+    def _hold(self, version: ObjectVersion) -> HoldStatus:
+        from botocore.exceptions import ClientError
+
+        # One HEAD gives the legal hold and the retention together. (GetObjectLegalHold answers
+        # NoSuchObjectLockConfiguration for a version under a retention period but no legal hold.)
+        try:
+            head = self._head(version)
+        except ClientError as exc:
+            if error_code(exc) in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
+                return HoldStatus.GONE  # deleted after all (the error named the key, not the version), or a marker
+            raise
+        if head.get("ObjectLockLegalHoldStatus") == "ON":
+            return HoldStatus.HELD
+        until = head.get("ObjectLockRetainUntilDate")
+        return HoldStatus.HELD if until and until > datetime.now(UTC) else HoldStatus.FREE
+
+    def _head(self, version: ObjectVersion) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        full = self._full(version.key)
+        try:
+            head: dict[str, Any] = self.client.head_object(Bucket=self.bucket, Key=full, VersionId=version.version_id)
+            return head
+        except ClientError as exc:
+            if version.version_id != "null" or error_code(exc) not in {"400", "InvalidArgument"}:
+                raise
+        # A bucket that never had versioning (some S3-compatible servers refuse any version id there): its one
+        # copy of the key is this version, and without versioning nothing is under Object Lock.
+        head = self.client.head_object(Bucket=self.bucket, Key=full)
+        return head
+
+    # --- Capability.LIFECYCLE_RULES ----------------------------------------------------------------------------
     async def apply_retention(self, days: int) -> dict[str, Any]:
         """Put (or replace) teamstore's lifecycle rule on the transcripts (``<prefix>/subjects/``), keeping the
-    bucket's other rules.
+        bucket's other rules.
 
         Args:
             days: Expire current objects after this many days.
@@ -316,7 +346,7 @@ class S3TranscriptStore:
         try:
             rules = self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket).get("Rules", [])
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration":
+            if error_code(exc) != "NoSuchLifecycleConfiguration":
                 raise
             rules = []
         rules = [r for r in rules if r.get("ID") != RULE_ID] + [rule]
@@ -324,14 +354,24 @@ class S3TranscriptStore:
             Bucket=self.bucket, LifecycleConfiguration={"Rules": rules}
         )
 
-    async def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    # --- requests on the store's threads -------------------------------------------------------------------------
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="teamstore-s3")
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    async def _call(self, action: str, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="teamstore-s3")
-            return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+            return await self._run(fn, *args, **kwargs)
         except Exception as exc:
-            raise _translate(exc, action, self.bucket, key) from exc
+            raise translate(exc, action, self.bucket, key) from exc
+
+    async def _versioned(self, action: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await self._run(fn, *args)
+        except Exception as exc:
+            raise without_keys(exc, action, self.bucket) from exc
 
     async def close(self) -> None:
         """Close the client's connection pool; requests not yet started are dropped, none is waited for."""
@@ -341,49 +381,11 @@ class S3TranscriptStore:
         await asyncio.to_thread(self.client.close)
 
 
-def _translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
-    """Turn a botocore error into a teamstore error that says what to do."""
-    from botocore.exceptions import (
-        BotoCoreError,
-        ClientError,
-        CredentialRetrievalError,
-        NoCredentialsError,
-        PartialCredentialsError,
+def _refused(refused: list[Refusal], where: str) -> TranscriptUnavailable:
+    """The error of a delete S3 refused some versions of, counted and named by S3's codes (never by key)."""
+    codes = ", ".join(sorted({r.code for r in refused}))
+    return TranscriptUnavailable(
+        f"S3 refused to delete {len(refused)} version(s) {where} ({codes})",
+        hint="grant s3:DeleteObjectVersion on the transcript prefix; a version under Object Lock (a legal hold or "
+        "a retention period) stays until the lock is lifted",
     )
-
-    if isinstance(exc, ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in _NOT_FOUND:
-            return TranscriptNotFound(f"no transcript at {key}", hint="check the user, session and run id")
-        if code == "NoSuchBucket":
-            return TranscriptUnavailable(
-                f"could not {action} transcripts: bucket {bucket!r} does not exist",
-                hint="create the bucket or fix TEAMSTORE_TRANSCRIPTS_URL",
-            )
-        if code in {"AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
-            return TranscriptUnavailable(
-                f"could not {action} transcripts in bucket {bucket!r}: access denied ({code})",
-                hint=f"grant the worker's role {_NEEDS[action]}",
-            )
-        return TranscriptUnavailable(f"could not {action} transcripts in {bucket!r}: S3 said {code}: {exc}")
-    if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
-        return TranscriptUnavailable(
-            f"could not {action} transcripts: no usable AWS credentials ({type(exc).__name__})",
-            hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the worker a role; "
-            "transcripts wait in the outbox (teamstore transcripts flush)",
-        )
-    if action == "write" and unanswered(exc):
-        return UploadInDoubt(
-            f"S3 too slow or cut off while answering a transcript upload ({type(exc).__name__}): it may land all the "
-            "same",
-            hint="check AWS_ENDPOINT_URL_S3 / network; the transcript waits in the outbox and is sent again once "
-            "the first upload can no longer land (TEAMSTORE_LATE_UPLOAD_SECONDS)",
-        )
-    if isinstance(exc, BotoCoreError):
-        return TranscriptUnavailable(
-            f"could not {action} transcripts: S3 unreachable or too slow ({type(exc).__name__})",
-            hint="check AWS_ENDPOINT_URL_S3 / network; transcripts wait in the outbox (teamstore transcripts flush)",
-        )
-    if isinstance(exc, StorageError | TranscriptUnavailable):
-        return exc
-    return TranscriptUnavailable(f"could not {action} transcripts: {type(exc).__name__}: {exc}")

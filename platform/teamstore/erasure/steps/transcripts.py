@@ -4,12 +4,13 @@
 
     result = await TranscriptStep().erase(ctx, prior=None)
 
-The backend is chosen by its declared capability, never guessed: a store with
-``Capability.VERSIONED_DELETE`` (S3) is enumerated with ``ListObjectVersions`` (paginated, 1,000 per
-page) and emptied with ``DeleteObjects`` batches of up to 1,000 versions, every per-key error checked.
-A version S3 refuses to delete because of Object Lock (a legal hold or an unexpired retention) is
-reported as retained, with its count; any other refusal fails the step. Other stores (the local folder)
-have no versions: their objects are listed and removed, with the temporary files a killed writer left
+The step only orchestrates: it asks the store what it supports (``Capability``) and calls the typed
+methods of :mod:`teamstore.audit.transcripts.capabilities`, never a backend's client. A store that lists
+versions and deletes them in batches (S3: ``Capability.VERSIONS`` and ``BATCH_DELETE``) has every version
+and delete marker under the subject's prefix listed and deleted, 1,000 at a time; a version it refuses to
+delete is reported as retained, with its count, when a hold explains it (``Capability.HOLDS``: a legal hold
+or an unexpired retention), and fails the step otherwise. Other stores (the local folder) have no versions:
+their objects are listed and removed, with the temporary files a killed writer left
 (``Capability.PARTIAL_WRITES``), which hold whole transcripts too.
 
 The counts are recorded (status ``enumerated``) before anything is deleted, so a rerun after a kill
@@ -18,14 +19,20 @@ reports what the first attempt found, not just what was left.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from teamstore.audit.subjects import mark_store_erased, record_store
-from teamstore.audit.transcripts.base import Capability, PartialWrites, TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.base import Capability, TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.capabilities import (
+    BatchDelete,
+    Holds,
+    HoldStatus,
+    ObjectVersion,
+    PartialWrites,
+    Versions,
+    capability,
+)
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import record_step
 from teamstore.erasure.steps import StepContext
@@ -33,117 +40,74 @@ from teamstore.erasure.stores import mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 
 BATCH = 1000
+"""Versions deleted between two progress reports (S3 takes as many in one request)."""
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Version:
-    """One object version or delete marker."""
-
-    key: str
-    version_id: str
-    size: int
-    marker: bool
-
-
-def _counts(versions: list[Version], retained: int = 0) -> Counts:
-    real = [v for v in versions if not v.marker]
+def _counts(versions: list[ObjectVersion], retained: int = 0) -> Counts:
+    real = [v for v in versions if not v.delete_marker]
     return Counts(objects=len({v.key for v in versions}), versions=len(real),
                   delete_markers=len(versions) - len(real), bytes=sum(v.size for v in real), retained=retained)
 
 
-class S3Versions:
-    """Version-level listing and deletion on an ``S3TranscriptStore`` (its client, bucket and prefix).
+async def _rerunnable(call: Awaitable[T]) -> T:
+    """``call``, its failure's fix extended by how to finish the erasure afterwards."""
+    try:
+        return await call
+    except TranscriptUnavailable as exc:
+        raise TranscriptUnavailable(exc.message, hint=f"{exc.hint or 'fix the transcript store'}, then rerun the "
+                                    "same request id") from exc
+
+
+class VersionedObjects:
+    """A store with versions: every version and delete marker, deleted in batches, holds asked about.
 
     Args:
-        store: A store declaring ``Capability.VERSIONED_DELETE``.
+        listing: The store's ``Capability.VERSIONS``.
+        deleter: The store's ``Capability.BATCH_DELETE``.
+        holds: The store's ``Capability.HOLDS``, or None (then nothing it refuses is explained by a hold).
     """
 
-    def __init__(self, store: Any) -> None:
-        self.client, self.bucket = store.client, store.bucket
-        self.root = f"{store.prefix}/" if store.prefix else ""
+    def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None) -> None:
+        self.listing, self.deleter, self.holds = listing, deleter, holds
 
-    async def _call(self, action: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        except Exception as exc:
-            raise TranscriptUnavailable(
-                f"could not {action} in bucket {self.bucket!r}: {_describe(exc)}",
-                hint="fix S3 access (s3:ListBucketVersions, s3:DeleteObjectVersion, s3:GetObjectVersion), then rerun "
-                "the same request id",
-            ) from exc
+    async def versions(self, prefix: str) -> list[ObjectVersion]:
+        """Every version and delete marker under ``prefix``."""
+        return await _rerunnable(self.listing.versions(prefix))
 
-    async def versions(self, prefix: str) -> list[Version]:
-        """Every version and delete marker under ``prefix`` (relative to the store)."""
-        return await self._call("list object versions", self._list, self.root + prefix)
+    async def delete(self, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
+        """Delete the batch; returns the versions the store did not confirm as deleted, with its error code."""
+        return {refusal.version: refusal.code for refusal in await _rerunnable(self.deleter.delete_versions(batch))}
 
-    def _list(self, full: str) -> list[Version]:
-        found: list[Version] = []
-        for page in self.client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=full):
-            found += [Version(v["Key"], v["VersionId"], int(v.get("Size", 0)), False) for v in page.get("Versions", [])]
-            found += [Version(m["Key"], m["VersionId"], 0, True) for m in page.get("DeleteMarkers", [])]
-        return found
-
-    async def delete(self, batch: list[Version]) -> dict[Version, str]:
-        """One ``DeleteObjects``; returns the versions S3 did not confirm as deleted, with its error code."""
-        objects = [{"Key": v.key, "VersionId": v.version_id} for v in batch]
-        response = await self._call("delete object versions", self.client.delete_objects,
-                                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
-        # Real S3 names the version of each error; some implementations name only the key.
-        codes = {(e["Key"], e.get("VersionId")): str(e.get("Code", "unknown")) for e in response.get("Errors", [])}
-        refused = {v: codes.get((v.key, v.version_id)) or codes.get((v.key, None)) for v in batch}
-        return {v: code for v, code in refused.items() if code is not None}
-
-    async def held(self, version: Version) -> bool | None:
-        """True if Object Lock protects the version, None if it is gone, False if nothing protects it."""
-        return await self._call("read object lock", self._held, version)
-
-    def _held(self, version: Version) -> bool | None:
-        from botocore.exceptions import ClientError
-
-        # One HEAD gives the legal hold and the retention together. (GetObjectLegalHold answers
-        # NoSuchObjectLockConfiguration for a version under a retention period but no legal hold.)
-        try:
-            head = self.client.head_object(Bucket=self.bucket, Key=version.key, VersionId=version.version_id)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
-                return None  # deleted after all (the error named the key, not this version), or a delete marker
-            raise
-        if head.get("ObjectLockLegalHoldStatus") == "ON":
-            return True
-        until = head.get("ObjectLockRetainUntilDate")
-        return bool(until and until > datetime.now(UTC))
+    async def held(self, version: ObjectVersion) -> HoldStatus:
+        """Whether a hold protects the version (``FREE`` when the store has no holds)."""
+        if self.holds is None:
+            return HoldStatus.FREE
+        return await _rerunnable(self.holds.hold(version))
 
 
-def _describe(exc: Exception) -> str:
-    """The error's class and S3 error code, never its text: botocore quotes the request's URL or key,
-    which holds the subject key, and this text goes into the receipt (which carries only its hash)."""
-    from botocore.exceptions import ClientError
+class PlainObjects:
+    """A store without versions (the local folder): one version per object, no holds; a killed writer's
+    temporary file counts as an object (it holds the whole transcript).
 
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "unknown")
-        return f"{type(exc).__name__} {code} in {exc.operation_name}"
-    return type(exc).__name__
+    Args:
+        store: The store.
+        partial: Its ``Capability.PARTIAL_WRITES``, or None.
+    """
 
+    def __init__(self, store: TranscriptStore, partial: PartialWrites | None) -> None:
+        self.store, self.partial = store, partial
 
-class FolderObjects:
-    """The local folder: one version per object, no holds; a killed writer's temporary file counts as an
-    object (it holds the whole transcript)."""
-
-    def __init__(self, store: TranscriptStore) -> None:
-        self.store = store
-
-    async def versions(self, prefix: str) -> list[Version]:
+    async def versions(self, prefix: str) -> list[ObjectVersion]:
         """Every object under ``prefix`` with its size, and every temporary file a killed writer left there.
 
         Raises:
             TranscriptUnavailable: An object could not be read (named by count, never by key).
         """
         keys = await self.store.list_keys(prefix)
-        if Capability.PARTIAL_WRITES in self.store.capabilities:
-            keys += await cast(PartialWrites, self.store).partial_writes(prefix)
-        found: list[Version] = []
+        if self.partial is not None:
+            keys += await self.partial.partial_writes(prefix)
+        found: list[ObjectVersion] = []
         for key in keys:
             try:
                 size = len(await self.store.get(key))
@@ -154,25 +118,29 @@ class FolderObjects:
                     f"could not read a transcript of the subject in {self.store.url}: {type(exc).__name__}",
                     hint="check the transcript folder's permissions, then rerun the same request id",
                 ) from exc
-            found.append(Version(key, "null", size, False))
+            found.append(ObjectVersion(key, "null", size))
         return found
 
-    async def delete(self, batch: list[Version]) -> dict[Version, str]:
-        """Remove the batch's prefix folders; reports nothing refused (a folder error raises)."""
+    async def delete(self, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
+        """Remove the batch's subject folders; reports nothing refused (a folder error raises)."""
         for prefix in sorted({v.key.split("/sessions/")[0] + "/" for v in batch}):
             await self.store.delete_prefix(prefix)
         return {}
 
-    async def held(self, version: Version) -> bool | None:
-        """Local files are never under a hold."""
-        return False
+    async def held(self, version: ObjectVersion) -> HoldStatus:
+        """Nothing holds a plain object."""
+        return HoldStatus.FREE
 
 
-def backend(store: TranscriptStore) -> S3Versions | FolderObjects:
-    """The version-level view of ``store``, by its declared capabilities."""
-    if Capability.VERSIONED_DELETE in store.capabilities:
-        return S3Versions(store)
-    return FolderObjects(store)
+View = VersionedObjects | PlainObjects
+
+
+def view_of(store: TranscriptStore) -> View:
+    """How the step reaches ``store``, by its declared capabilities."""
+    listing, deleter = capability(store, Capability.VERSIONS), capability(store, Capability.BATCH_DELETE)
+    if listing is not None and deleter is not None:
+        return VersionedObjects(listing, deleter, capability(store, Capability.HOLDS))
+    return PlainObjects(store, capability(store, Capability.PARTIAL_WRITES))
 
 
 class TranscriptStep:
@@ -184,25 +152,25 @@ class TranscriptStep:
         """Count versions, markers and bytes under the subject prefix."""
         if ctx.subject_key is None:
             return Counts()
-        return _counts(await backend(ctx.transcripts).versions(subject_prefix(ctx.subject_key)))
+        return _counts(await view_of(ctx.transcripts).versions(subject_prefix(ctx.subject_key)))
 
     async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
-        """Record the enumeration, delete in batches of 1,000, classify what S3 refused.
+        """Record the enumeration, delete in batches of 1,000, classify what the store refused.
 
         Raises:
-            TranscriptUnavailable: S3 could not be reached or refused for a reason other than a hold.
+            TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold.
         """
         if ctx.subject_key is None:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
         # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
         # to this store again, even for transcripts written before stores were recorded.
         await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url)
-        view = backend(ctx.transcripts)
+        view = view_of(ctx.transcripts)
         versions = await view.versions(subject_prefix(ctx.subject_key))
         counts = _carry(_counts(versions), prior)
         await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
                           ctx.owner)
-        refused: dict[Version, str] = {}
+        refused: dict[ObjectVersion, str] = {}
         for start in range(0, len(versions), BATCH):
             refused |= await view.delete(versions[start : start + BATCH])
             ctx.progress(self.name, min(start + BATCH, len(versions)), len(versions))
@@ -211,7 +179,7 @@ class TranscriptStep:
         await self._other_stores(ctx, view, result)
         return result
 
-    async def _other_stores(self, ctx: StepContext, view: S3Versions | FolderObjects, result: StoreResult) -> None:
+    async def _other_stores(self, ctx: StepContext, view: View, result: StoreResult) -> None:
         """Stop the request, open, while another store still holds some of the subject's transcripts.
 
         This store is marked emptied once a listing finds nothing left in it, and the step is recorded as
@@ -241,9 +209,9 @@ class TranscriptStep:
             return Counts()
         if others := [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
             raise mismatch(ctx, others, f"this erasure talks to {ctx.transcripts.url} alone")
-        view = backend(ctx.transcripts)
+        view = view_of(ctx.transcripts)
         left = await view.versions(subject_prefix(ctx.subject_key))
-        held = [v for v in left if await view.held(v)]
+        held = [v for v in left if await view.held(v) is HoldStatus.HELD]
         return _counts(left, retained=len(held))
 
 
@@ -256,16 +224,18 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
     return found.widest(prior.counts.model_copy(update={"retained": 0}))
 
 
-async def _classify(view: S3Versions | FolderObjects, refused: dict[Version, str]) -> int:
+async def _classify(view: View, refused: dict[ObjectVersion, str]) -> int:
+    """How many refused versions a hold explains; any other refusal fails the step."""
     states = {version: await view.held(version) for version in refused}
-    if unexplained := sorted({refused[v] for v, state in states.items() if state is False}):
-        # Counted and named by S3's error codes, never by key: a key holds the subject and session keys, and
-        # this text is in the receipt.
-        count = sum(1 for state in states.values() if state is False)
+    unexplained = [version for version, state in states.items() if state is HoldStatus.FREE]
+    if unexplained:
+        # Counted and named by the store's error codes, never by key: a key holds the subject and session keys,
+        # and this text is in the receipt.
+        codes = ", ".join(sorted({refused[v] for v in unexplained}))
         raise TranscriptUnavailable(
-            f"S3 refused to delete {count} object version(s) of the subject ({', '.join(unexplained)}) and no "
+            f"S3 refused to delete {len(unexplained)} object version(s) of the subject ({codes}) and no "
             "hold explains it",
             hint="rerun the same request id; if S3 keeps refusing with AccessDenied, grant s3:DeleteObjectVersion "
             "on the transcript prefix",
         )
-    return sum(1 for state in states.values() if state)
+    return sum(1 for state in states.values() if state is HoldStatus.HELD)

@@ -1,8 +1,13 @@
-"""What a run tells the audit trail: the contract between the session runtime and its observers.
+"""What a run tells the audit trail: the contract between the session runtime, its observers and metering.
 
 A session calls every observer at the start of a run, for each streamed message or event, and once at
-the end (also when the run raised). Observers must never make a run fail: the runtime logs and
-continues if one raises, so an observer that must not lose data keeps its own outbox.
+the end (also when the run raised), through :func:`notify_observers`. Observers must never make a run
+fail: a failing one is logged and the run goes on, so an observer that must not lose data keeps its own
+outbox. Model calls reach the run's outcome as :class:`ModelCall` records, made at the model-client
+boundary (:mod:`teamstore.metering`).
+
+This module sits below ``runtime``, ``audit`` and ``metering``: each of them depends on it, none on
+another through it.
 
     class Printer:
         async def run_started(self, ctx: RunContext) -> None:
@@ -17,12 +22,20 @@ continues if one raises, so an observer that must not lose data keeps its own ou
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
+
+from teamstore.errors import ErasureInProgress, TeamstoreError
+
+# Observer failures are logged where they always were: under the session's logger.
+log = logging.getLogger("teamstore.session")
 
 StreamItem = BaseAgentEvent | BaseChatMessage
 
@@ -88,3 +101,28 @@ class RunObserver(Protocol):
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """Called once after the run returned or raised."""
+
+
+async def notify_observers(
+    observers: Sequence[RunObserver], hook: str, ctx: RunContext, *args: StreamItem | RunOutcome
+) -> None:
+    """Call ``hook`` on every observer; a failing observer is logged and never fails the run."""
+    if hook == "run_finished":
+        # The end-of-run writes (transcript, ledger, spans) are independent: overlap their round trips.
+        await asyncio.gather(*(_call(o, hook, ctx, *args) for o in observers))
+        return
+    for observer in observers:
+        await _call(observer, hook, ctx, *args)
+
+
+async def _call(observer: RunObserver, hook: str, ctx: RunContext, *args: StreamItem | RunOutcome) -> None:
+    try:
+        await getattr(observer, hook)(ctx, *args)
+    except ErasureInProgress:
+        log.info("observer %s wrote nothing: an erasure is open for this user", type(observer).__name__)
+    except TeamstoreError as exc:
+        # An audit observer must never fail a user's run; each one keeps its own outbox for retries. A
+        # typed error's message names no user and no content; its chained cause might, so no traceback.
+        log.error("observer %s.%s failed: %s", type(observer).__name__, hook, exc)
+    except Exception:
+        log.exception("observer %s.%s failed", type(observer).__name__, hook)

@@ -1,6 +1,6 @@
 """Where AutoGen's own spans go for teamstore's teams: never to a tracer provider the host installed.
 
-    from teamstore.audit.autogen_spans import autogen_spans_to, provider_for_autogen
+    from teamstore.runtime.autogen_spans import autogen_spans_to, provider_for_autogen
 
     route = provider_for_autogen(teamstore_provider, capture_content=False)
     with autogen_spans_to(route):

@@ -1,0 +1,160 @@
+"""The composition root: settings -> engine, stores, observers, registry, erasure coordinator.
+
+The library (:meth:`Platform.from_settings`), the command line (``teamstore.cli._run``) and
+:func:`teamstore.erasure.erase_user` build what they need here. Each piece is built once, only when first
+asked for, and :meth:`App.aclose` closes what was built and nothing else:
+
+    from teamstore.app import App
+
+    app = App(Settings(), must_exist=True)     # only reads: an SQLite file that is not there is not made
+    try:
+        await app.ensure_schema()              # migrate the embedded database, else check it is current
+        rows = await app.state_store.list_sessions("alice", 10)
+    finally:
+        await app.aclose()
+
+    platform = App(settings).platform()        # the platform closes the app when it closes
+
+It sits above every other package (runtime, audit, erasure): none of them imports it, but for the two
+conveniences that defer to it (``Platform.from_settings`` and ``erase_user``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentelemetry.sdk.trace import TracerProvider
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.audit.observer import build_audit_observers
+from teamstore.audit.telemetry import setup_tracing
+from teamstore.audit.transcripts import TranscriptStore, transcript_store_from_settings
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import ensure_current
+from teamstore.erasure.coordinator import DeletionCoordinator
+from teamstore.erasure.steps import Progress
+from teamstore.events import RunObserver
+from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
+from teamstore.state.sql import SqlStateStore, store_for
+
+
+class App:
+    """The pieces teamstore is made of, built from one set of settings.
+
+    Args:
+        settings: Defaults to ``Settings()`` (the environment, else the embedded default).
+        must_exist: The caller only reads or acts on what is stored: an SQLite database that does not
+            exist yet is refused (``SchemaNotReady`` names ``teamstore db upgrade``) instead of being
+            created empty, which would only answer "nothing stored".
+    """
+
+    def __init__(self, settings: Settings | None = None, *, must_exist: bool = False) -> None:
+        self.settings = settings or Settings()
+        self.must_exist = must_exist
+        self._engine: AsyncEngine | None = None
+        self._state_store: SqlStateStore | None = None
+        self._transcript_store: TranscriptStore | None = None
+        self._tracer_provider: TracerProvider | None = None
+        self._tracing_set_up = False  # set up once, even when there is nothing to export to
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The state database (``TEAMSTORE_DATABASE_URL``, else the embedded SQLite file).
+
+        Raises:
+            SchemaNotReady: ``must_exist`` and the SQLite file does not exist.
+            ConfigurationError: The URL is not one teamstore can use.
+        """
+        if self._engine is None:
+            self._engine = create_engine(self.settings.resolved_database_url, must_exist=self.must_exist)
+        return self._engine
+
+    @property
+    def state_store(self) -> SqlStateStore:
+        """The resume-state store on :attr:`engine`, leasing sessions as ``TEAMSTORE_SESSION_LEASE`` says."""
+        if self._state_store is None:
+            self._state_store = store_for(
+                self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
+            )
+        return self._state_store
+
+    @property
+    def transcript_store(self) -> TranscriptStore:
+        """The transcript store ``TEAMSTORE_TRANSCRIPTS_URL`` names (a folder under the home by default).
+
+        Raises:
+            ConfigurationError: The URL is not supported. MissingExtra: it needs a package not installed.
+        """
+        if self._transcript_store is None:
+            self._transcript_store = transcript_store_from_settings(self.settings)
+        return self._transcript_store
+
+    @property
+    def tracer_provider(self) -> TracerProvider | None:
+        """teamstore's own (scrubbing) tracer provider, or ``None`` unless an OTLP endpoint is set."""
+        if not self._tracing_set_up:
+            self._tracer_provider, self._tracing_set_up = setup_tracing(self.settings), True
+        return self._tracer_provider
+
+    def registry(self, *, create: bool = True) -> Registry:
+        """The config registry (``TEAMSTORE_REGISTRY_PATH``, else ``$TEAMSTORE_HOME/registry``).
+
+        Args:
+            create: Make the repository if it does not exist; otherwise a missing one is an error.
+        """
+        return Registry(self.settings.resolved_registry_path, create=create)
+
+    def audit_observers(self) -> list[RunObserver]:
+        """The audit trail: ledger and transcript observers, and spans when an OTLP endpoint is set."""
+        return build_audit_observers(self.settings, self.engine, tracer_provider=self.tracer_provider,
+                                     transcripts=self.transcript_store)
+
+    def platform(self, *, audit: bool = True, create_registry: bool = True) -> Platform:
+        """A platform on these pieces; closing it closes this app.
+
+        Args:
+            audit: Attach the transcript, span and ledger observers.
+            create_registry: Make the registry if it does not exist (a command that only reads says so).
+        """
+        observers = self.audit_observers() if audit else []
+        return Platform(
+            self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
+            tracer_provider=self.tracer_provider if audit else None, store=self.state_store, on_close=self.aclose,
+        )
+
+    def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
+        """The deletion coordinator over the database and the transcript store."""
+        return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress)
+
+    async def ensure_schema(self, *, lease: bool = False) -> None:
+        """Migrate the embedded database (or any, with ``TEAMSTORE_AUTO_MIGRATE``), else check it is current.
+
+        Args:
+            lease: Also check the database leases sessions the way this process is set to.
+
+        Raises:
+            SchemaNotReady: A production database is not migrated, or ``must_exist`` and there is none.
+            ConfigurationError: ``lease`` and the database records the other kind of lease.
+        """
+        await ensure_current(self.engine, migrate=self.settings.should_auto_migrate)
+        if lease:
+            await self.state_store.check_lease_mode()
+
+    async def aclose(self) -> None:
+        """Close what was built, each piece once (calling it again does nothing)."""
+        tracing, self._tracer_provider, self._tracing_set_up = self._tracer_provider, None, False
+        transcripts, self._transcript_store = self._transcript_store, None
+        state, self._state_store = self._state_store, None
+        engine, self._engine = self._engine, None
+        try:
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)  # flushes the spans still queued
+            if transcripts is not None:
+                await transcripts.close()
+            if state is not None:
+                await state.aclose()
+        finally:
+            if engine is not None:
+                await engine.dispose()

@@ -1,0 +1,171 @@
+"""What a transcript store can do beyond put/get/list/delete: one small protocol per declared capability.
+
+    from teamstore.audit.transcripts.base import Capability
+    from teamstore.audit.transcripts.capabilities import capability
+
+    listing = capability(store, Capability.VERSIONS)       # Versions | None
+    if listing is not None:
+        found = await listing.versions(subject_prefix(subject_key))
+
+A store declares what it supports in ``store.capabilities`` (:class:`~teamstore.audit.transcripts.base.Capability`)
+and implements the matching protocol below; a caller asks :func:`capability`, which returns the store typed as
+that protocol, or ``None`` when the store declares it absent. Nothing outside ``teamstore.audit.transcripts``
+reaches into a backend's client, bucket or folder.
+
+| capability | protocol | S3 | local folder |
+|---|---|---|---|
+| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix | yes | no (one copy per object) |
+| ``BATCH_DELETE`` | :class:`BatchDelete`: remove given versions, reporting each one refused | yes | no |
+| ``HOLDS`` | :class:`Holds`: whether a legal hold or a retention period protects a version | yes | no (nothing locks a file) |
+| ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
+| ``PARTIAL_WRITES`` | :class:`PartialWrites`: temporary files a killed writer left | no (a PUT is whole or absent) | yes |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal, Protocol, overload, runtime_checkable
+
+from teamstore.audit.transcripts.base import Capability, TranscriptStore
+from teamstore.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    """One stored version of an object, or a delete marker, as a versions listing shows it.
+
+    ``key`` is relative to the store, as every key the store takes; ``size`` is 0 for a delete marker.
+    """
+
+    key: str
+    version_id: str
+    size: int
+    delete_marker: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A version the store was asked to delete and did not: still there, with the service's error code for it
+    (``AccessDenied`` for one under Object Lock, ``InternalError``, ...)."""
+
+    version: ObjectVersion
+    code: str
+
+
+class HoldStatus(StrEnum):
+    """Whether something keeps a version from being deleted."""
+
+    HELD = "held"  # a legal hold, or a retention period not yet over: the service refuses to delete it
+    FREE = "free"  # nothing protects it
+    GONE = "gone"  # no such version any more, or a delete marker (which no lock covers)
+
+
+@runtime_checkable
+class Versions(Protocol):
+    """``Capability.VERSIONS``: a store that keeps earlier versions and delete markers lists them."""
+
+    async def versions(self, prefix: str) -> list[ObjectVersion]:
+        """Every version and delete marker under ``prefix`` (relative to the store), in no set order.
+
+        Raises:
+            TranscriptUnavailable: The store could not be listed; the message names no key.
+        """
+
+
+@runtime_checkable
+class BatchDelete(Protocol):
+    """``Capability.BATCH_DELETE``: a store that deletes versions in batches says which ones it refused."""
+
+    async def delete_versions(self, versions: Sequence[ObjectVersion]) -> list[Refusal]:
+        """Delete ``versions`` (any number; the store splits them as its service needs).
+
+        Returns:
+            The versions the service refused, each with its error code; empty when every one is gone.
+
+        Raises:
+            TranscriptUnavailable: A whole request failed (unreachable, access denied); the message names no key.
+        """
+
+
+@runtime_checkable
+class Holds(Protocol):
+    """``Capability.HOLDS``: versions may be under a legal hold or a retention period that blocks deletion."""
+
+    async def hold(self, version: ObjectVersion) -> HoldStatus:
+        """Whether a legal hold or an unexpired retention protects ``version`` (or it is gone).
+
+        Raises:
+            TranscriptUnavailable: The version's lock could not be read; the message names no key.
+        """
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """``Capability.LIFECYCLE_RULES``: the service expires objects itself once told how long to keep them."""
+
+    async def apply_retention(self, days: int) -> dict[str, Any]:
+        """Put (or replace) the store's expiry rule: current objects go ``days`` after they were written.
+
+        Returns:
+            The rule as put (JSON-ready).
+
+        Raises:
+            TranscriptUnavailable: The service refused or could not be reached.
+        """
+
+
+@runtime_checkable
+class PartialWrites(Protocol):
+    """``Capability.PARTIAL_WRITES``: a writer killed between writing an object and putting it in place leaves
+    the whole object behind under another name, beside where it belonged."""
+
+    async def partial_writes(self, prefix: str) -> list[str]:
+        """Keys of the temporary files under ``prefix``: what erasure must remove besides the objects."""
+
+
+PROTOCOLS: dict[Capability, type] = {
+    Capability.VERSIONS: Versions,
+    Capability.BATCH_DELETE: BatchDelete,
+    Capability.HOLDS: Holds,
+    Capability.LIFECYCLE_RULES: Lifecycle,
+    Capability.PARTIAL_WRITES: PartialWrites,
+}
+"""The protocol each capability with methods of its own stands for."""
+
+
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.VERSIONS]) -> Versions | None: ...
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.BATCH_DELETE]) -> BatchDelete | None: ...
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.HOLDS]) -> Holds | None: ...
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.LIFECYCLE_RULES]) -> Lifecycle | None: ...
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.PARTIAL_WRITES]) -> PartialWrites | None: ...
+def capability(store: TranscriptStore, which: Capability) -> object | None:
+    """``store`` typed as the protocol of ``which``, or ``None`` when the store does not declare it.
+
+    Args:
+        store: A transcript store.
+        which: A capability with a protocol of its own (see :data:`PROTOCOLS`).
+
+    Returns:
+        The same store object, or ``None``.
+
+    Raises:
+        ConfigurationError: The store declares the capability but lacks the protocol's methods (a backend
+            bug: a caller would otherwise fail half-way through, an erasure with some versions deleted).
+    """
+    if which not in store.capabilities:
+        return None
+    protocol = PROTOCOLS[which]
+    if not isinstance(store, protocol):
+        raise ConfigurationError(
+            f"the transcript store {type(store).__name__} declares {which.value} but lacks {protocol.__name__}'s "
+            "methods",
+            hint="implement them in the backend or drop the capability from its declaration",
+        )
+    return store

@@ -1,0 +1,181 @@
+"""The boto3 client the S3 transcript store uses, and how its failures become teamstore errors.
+
+    from teamstore.audit.transcripts.s3_client import make_client
+
+    client = make_client(read_timeout=5.0)     # AWS_* variables decide credentials, region and endpoint
+    store = S3TranscriptStore(client, "audit-bucket", "teamstore")
+
+Two translations: :func:`translate` for the store's everyday requests (put, get, list, delete, configure),
+whose messages may name the key asked for; :func:`without_keys` for the version-level requests erasure
+makes, whose messages name the failure by class and S3 error code only, never a key or URL (those hold the
+subject key, and the text goes into an erasure receipt).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from teamstore.errors import (
+    ConfigurationError,
+    MissingExtra,
+    StorageError,
+    TranscriptNotFound,
+    TranscriptUnavailable,
+    UploadInDoubt,
+)
+
+RETRY_GUARD = "teamstore-no-retry-after-unanswered-put"
+"""The id of the ``needs-retry`` hook that ends the retries of a PUT S3 may have received."""
+_NEEDS = {
+    "write": "s3:PutObject on the transcript prefix",
+    "read": "s3:GetObject on the transcript prefix",
+    "list": "s3:ListBucket on the bucket",
+    "delete": "s3:ListBucketVersions, s3:DeleteObject and s3:DeleteObjectVersion on the transcript prefix",
+    "configure": "s3:GetLifecycleConfiguration and s3:PutLifecycleConfiguration on the bucket",
+}
+"""What an access-denied request of each kind needs."""
+_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+VERSIONS_NEED = "fix S3 access (s3:ListBucketVersions, s3:DeleteObjectVersion, s3:GetObjectVersion)"
+"""What the version-level requests need, as their errors' hint says."""
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether a request that failed with ``exc`` may have reached S3 and be stored all the same: it failed
+    while being sent or answered (a read timeout, a dropped connection, a TLS failure). A failure to connect
+    sends nothing, one before sending (credentials) sends nothing, and S3's own error answers (``ClientError``)
+    store nothing."""
+    from botocore.exceptions import HTTPClientError, SSLError
+
+    return isinstance(exc, HTTPClientError | SSLError)
+
+
+def no_retry_after_unanswered(caught_exception: BaseException | None = None, **_: Any) -> bool | None:
+    """botocore's ``needs-retry`` hook for ``PutObject``: after an attempt S3 may have received, do not send
+    another (False ends the retries); otherwise let the client's retry policy decide (None)."""
+    if caught_exception is not None and unanswered(caught_exception):
+        return False
+    return None
+
+
+def _boto3() -> Any:
+    try:
+        import boto3
+    except ImportError as exc:
+        raise MissingExtra("S3 transcripts", "s3", "boto3") from exc
+    return boto3
+
+
+def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_attempts: int = 2) -> Any:
+    """A boto3 S3 client with short timeouts and few retries.
+
+    Args:
+        connect_timeout: Seconds to open a connection.
+        read_timeout: Seconds to wait for a response.
+        max_attempts: Total attempts per request, the first included.
+
+    Returns:
+        The client (``AWS_*`` variables decide credentials, region and endpoint).
+
+    Raises:
+        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no URL, a malformed region,
+            a profile that does not exist or a config file that does not parse.
+        MissingExtra: boto3 is not installed.
+    """
+    boto3 = _boto3()
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
+
+    config = Config(
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"total_max_attempts": max_attempts, "mode": "standard"},
+    )
+    try:
+        return boto3.session.Session().client("s3", config=config)
+    except BotoCoreError as exc:  # names the region, profile or file, never a credential
+        raise ConfigurationError(
+            f"could not set up the S3 client: {exc}",
+            hint="fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE (or unset them)",
+        ) from None
+    except ValueError:
+        # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
+        raise ConfigurationError(
+            "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not a URL",
+            hint="set it to the S3-compatible endpoint, e.g. http://minio:9000, or unset it for AWS",
+        ) from None
+
+
+def error_code(exc: BaseException) -> str:
+    """S3's error code of a ``ClientError`` (``""`` for any other failure)."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def describe(exc: BaseException) -> str:
+    """The error's class and S3 error code, never its text: botocore quotes the request's URL or key."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        return f"{type(exc).__name__} {error_code(exc) or 'unknown'} in {exc.operation_name}"
+    return type(exc).__name__
+
+
+def without_keys(exc: Exception, action: str, bucket: str) -> TranscriptUnavailable:
+    """A failed version-level request (``action``: "list object versions", ...) as an error naming no key."""
+    return TranscriptUnavailable(f"could not {action} in bucket {bucket!r}: {describe(exc)}", hint=VERSIONS_NEED)
+
+
+def translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
+    """Turn a botocore error into a teamstore error that says what to do."""
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        CredentialRetrievalError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
+
+    if isinstance(exc, ClientError):
+        return _answered(exc, action, bucket, key)
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
+        return TranscriptUnavailable(
+            f"could not {action} transcripts: no usable AWS credentials ({type(exc).__name__})",
+            hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the worker a role; "
+            "transcripts wait in the outbox (teamstore transcripts flush)",
+        )
+    if action == "write" and unanswered(exc):
+        return UploadInDoubt(
+            f"S3 too slow or cut off while answering a transcript upload ({type(exc).__name__}): it may land all the "
+            "same",
+            hint="check AWS_ENDPOINT_URL_S3 / network; the transcript waits in the outbox and is sent again once "
+            "the first upload can no longer land (TEAMSTORE_LATE_UPLOAD_SECONDS)",
+        )
+    if isinstance(exc, BotoCoreError):
+        return TranscriptUnavailable(
+            f"could not {action} transcripts: S3 unreachable or too slow ({type(exc).__name__})",
+            hint="check AWS_ENDPOINT_URL_S3 / network; transcripts wait in the outbox (teamstore transcripts flush)",
+        )
+    if isinstance(exc, StorageError | TranscriptUnavailable):
+        return exc
+    return TranscriptUnavailable(f"could not {action} transcripts: {type(exc).__name__}: {exc}")
+
+
+def _answered(exc: Exception, action: str, bucket: str, key: str) -> Exception:
+    """S3's own error answer (a ``ClientError``) as a teamstore error."""
+    code = error_code(exc)
+    if code in _NOT_FOUND:
+        return TranscriptNotFound(f"no transcript at {key}", hint="check the user, session and run id")
+    if code == "NoSuchBucket":
+        return TranscriptUnavailable(
+            f"could not {action} transcripts: bucket {bucket!r} does not exist",
+            hint="create the bucket or fix TEAMSTORE_TRANSCRIPTS_URL",
+        )
+    if code in {"AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
+        return TranscriptUnavailable(
+            f"could not {action} transcripts in bucket {bucket!r}: access denied ({code})",
+            hint=f"grant the worker's role {_NEEDS[action]}",
+        )
+    return TranscriptUnavailable(f"could not {action} transcripts in {bucket!r}: S3 said {code}: {exc}")
