@@ -23,7 +23,7 @@ from typing import Any
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.teams import BaseGroupChat
 
-from bench.common import drop_database, postgres_database, s3_endpoint
+from bench.common import drop_database, otlp_receiver, postgres_database, s3_endpoint
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
 from teamstore.audit.prices import load_prices
@@ -106,11 +106,10 @@ async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
     return len(sent) / runs
 
 
-async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, float]:
-    """Median and mean run time, audited vs bare, alternating in one process."""
+async def overhead(tmp: Path, database_url: str, receiver: OtlpReceiver, runs: int = RUNS) -> dict[str, float]:
+    """Median and mean run time, audited vs bare, alternating in one process; spans go to ``receiver``."""
     import os
 
-    receiver = OtlpReceiver().start()
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
     provider = setup_tracing(Settings())
     assert provider is not None
@@ -136,7 +135,6 @@ async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, 
         audited.append(to_result)
         durable.append(to_durable)
     provider.shutdown()
-    receiver.stop()
     del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     await engine.dispose()
     return {
@@ -222,7 +220,8 @@ def main() -> None:
                 ("SQLite", f"sqlite:///{(tmp / 'overhead.db').as_posix()}"),
                 ("Postgres", pg_url),
             ):
-                figures = asyncio.run(overhead(tmp, url))
+                with otlp_receiver() as receiver:
+                    figures = asyncio.run(overhead(tmp, url, receiver))
                 print(
                     f"overhead, transcript+spans+ledger ({label} ledger) vs bare ({RUNS} runs each, alternating):\n"
                     f"  time to the result: median {figures['audited_median_ms']:.2f} ms vs "

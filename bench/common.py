@@ -15,8 +15,10 @@ import os
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 
+from tests.otlp_receiver import OtlpReceiver
 from tests.services import Services, ServicesError, ServiceUnavailable, decide
 
 Cycle = Callable[[int, int], Awaitable[int]]
@@ -54,6 +56,13 @@ def bench_server_url() -> str:
 def s3_endpoint() -> str:
     """moto's S3 server over HTTP (in this process, or its container), started once per benchmark run."""
     return _service_url("aws")
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP receiver decoding what the benchmark exports, stopped on leaving."""
+    with _services().otlp(OtlpReceiver) as receiver:
+        yield receiver
 
 
 def postgres_database() -> tuple[str, str]:

@@ -30,6 +30,13 @@ def receiver(services: Services) -> Iterator[CanaryReceiver]:
 
 
 @pytest.fixture
+def host_receiver(services: Services) -> Iterator[CanaryReceiver]:
+    """The OTLP receiver a host service's own tracer provider exports to, beside teamstore's."""
+    with services.otlp(CanaryReceiver) as found:
+        yield found
+
+
+@pytest.fixture
 def model_server() -> Iterator[ModelServer]:
     """The gateway desk's OpenAI-compatible endpoint."""
     server = ModelServer()
