@@ -76,6 +76,7 @@ class FakeDockerEngine:
             ("POST", r"/containers/create", lambda m: self._create(json.loads(body))),
             ("POST", r"/containers/(\w+)/start", lambda m: (204, None)),
             ("GET", r"/containers/(\w+)/json", lambda m: (200, self._inspect(m[1]))),
+            ("GET", r"/containers/(\w+)/logs", lambda m: (200, b"")),  # read when a readiness check gives up
             ("POST", r"/containers/(\w+)/exec", lambda m: (201, {"Id": next(self._ids)})),
             ("POST", r"/exec/(\w+)/start", lambda m: (200, b"")),
             ("GET", r"/exec/(\w+)/json", lambda m: (200, {"ExitCode": 0, "Running": False})),

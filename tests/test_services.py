@@ -21,6 +21,7 @@ import pytest
 
 from tests.docker_engine import FakeDockerEngine
 from tests.services import Choice, Services, ServicesError, ServiceUnavailable, decide, free_port
+from tests.services.providers import MotoInProcess, Options
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,13 +157,22 @@ def test_with_docker_chosen_postgres_is_a_postgres_16_container_the_tests_reach_
     assert len(engine.removed) == 1
 
 
+@pytest.fixture
+def fresh_moto() -> Iterator[str]:
+    """A moto server of its own, empty as a new container's: the readiness check reads all of moto's data,
+    which on the session's server, after the suite's writes, can outlast the check's timeout."""
+    moto = MotoInProcess(Options())
+    yield moto.start()
+    moto.stop()
+
+
 @pytest.mark.s3
 def test_with_docker_chosen_s3_is_moto_s_image_at_the_installed_version_waited_for_over_http(
-    stand_in: StandIn, s3_endpoint: str
+    stand_in: StandIn, fresh_moto: str
 ) -> None:
     import boto3
 
-    engine = stand_in(publish={5000: _address(s3_endpoint)})
+    engine = stand_in(publish={5000: _address(fresh_moto)})
     services = Services(decide({"DOCKER_HOST": engine.host}), database_url_variable="UNSET", environ={})
     endpoint = services.url("aws")
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
