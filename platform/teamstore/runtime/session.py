@@ -51,9 +51,8 @@ from teamstore.runtime.resume import (
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.teams import SpanRoute
 from teamstore.settings import MAX_LEASE_WAIT, Settings
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StateStore, StoredSession
 from teamstore.state.envelope import encode
-from teamstore.state.sql import SqlStateStore
 
 if TYPE_CHECKING:
     from config_registry.types import BuiltTeam, TeamOrAgent
@@ -136,7 +135,7 @@ class SessionDeps:
         worker_id: This process, in the lease owner the session writes.
     """
 
-    store: SqlStateStore
+    store: StateStore
     observers: Sequence[RunObserver]
     limits: SessionLimits
     build_team: Callable[[str], Awaitable[BuiltTeam]]
