@@ -6,11 +6,12 @@ inside functions included):
 - ``config_registry`` imports nothing of ``teamstore``.
 - A teamstore module imports modules of its own package, or of packages in a lower layer; never one of
   its own layer's other packages, never one above. Bottom to top: ``errors``; ``ids``, ``settings``;
-  ``db``, ``events`` (the run's contract), ``context``, ``offline``; ``state``, ``migrations``,
-  ``examples``; ``audit``, ``metering``; ``runtime``; ``erasure``; ``app`` (the composition root);
-  ``demo``; ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
+  ``db``, ``events`` (the run's contract), ``context``, ``offline``, ``people``; ``state``, ``migrations``,
+  ``examples``; ``audit``, ``metering``; ``runtime``; ``export``; ``erasure``; ``app`` (the composition
+  root); ``demo``; ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
   ``audit`` and ``metering`` import no ``runtime`` and not each other; ``erasure`` imports no
-  ``runtime`` or ``cli``; only ``__main__`` imports ``cli``.
+  ``runtime`` or ``cli``; ``export`` no ``erasure`` (an erasure reaches the export records, and hands the
+  export an exporter of its own records through the composition root); only ``__main__`` imports ``cli``.
 - Two conveniences defer to the composition root from inside a function, and nowhere else may a lower
   package reach ``app``: ``Platform.from_settings`` (``runtime.platform``) and ``erase_user``
   (``erasure``).
@@ -33,10 +34,11 @@ CONFIG_REGISTRY = ROOT / "config_registry"
 LAYERS: list[set[str]] = [
     {"errors"},
     {"ids", "settings"},
-    {"db", "events", "context", "offline"},
+    {"db", "events", "context", "offline", "people"},
     {"state", "migrations", "examples"},
     {"audit", "metering"},
     {"runtime"},
+    {"export"},
     {"erasure"},
     {"app"},
     {"demo"},

@@ -1,4 +1,4 @@
-"""The composition root: settings -> engine, stores, observers, registry, erasure coordinator.
+"""The composition root: settings -> engine, stores, observers, registry, erasure and export coordinators.
 
 The library (:meth:`Platform.from_settings`), the command line (``teamstore.cli._run``) and
 :func:`teamstore.erasure.erase_user` build what they need here. Each piece is built once, only when first
@@ -28,13 +28,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit.observer import build_audit_observers
+from teamstore.audit.prices import load_prices
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts import TranscriptStore, transcript_store_from_settings
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import ensure_current
 from teamstore.erasure.coordinator import DeletionCoordinator
+from teamstore.erasure.exporter import ErasureRequestsExporter
 from teamstore.erasure.steps import Progress
 from teamstore.events import RunObserver
+from teamstore.export.coordinator import ExportCoordinator, store_exporters
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.sql import SqlStateStore, store_for
@@ -127,6 +130,15 @@ class App:
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
         """The deletion coordinator over the database and the transcript store."""
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress)
+
+    def exporter(self) -> ExportCoordinator:
+        """The export coordinator over every store: those below it, and the erasure requests.
+
+        Raises:
+            ConfigurationError: The price table (``TEAMSTORE_PRICES_PATH``) cannot be read.
+        """
+        exporters = [*store_exporters(), ErasureRequestsExporter()]
+        return ExportCoordinator(self.engine, self.transcript_store, exporters, load_prices(self.settings.prices_path))
 
     async def ensure_schema(self, *, lease: bool = False) -> None:
         """Migrate the embedded database (or any, with ``TEAMSTORE_AUTO_MIGRATE``), else check it is current.

@@ -99,6 +99,6 @@ def erase(deployment: Deployment, book: CanaryBook, user: User, ok: tuple[int, .
     reason = book.plant(Kind.ERASE_REASON, f"the reason given to erase {user.alias}",
                         shape="privacy desk ticket {} (Zoë)")
     extra = ["--request-id", request_id] if request_id else []
-    receipt: dict[str, Any] = deployment.cli_json("erase", "--user", user.user_id, "--reason", reason, *extra,
-                                                  ok=ok, env=env)
+    receipt: dict[str, Any] = deployment.cli_json("erase", "--user", user.user_id, "--reason", reason, "--yes",
+                                                  *extra, ok=ok, env=env)
     return receipt

@@ -19,7 +19,7 @@ from config_registry import Registry
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.engine import create_engine
-from teamstore.runtime.hooks import RunObserver
+from teamstore.events import RunObserver
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.audit.fault_server import HoldingProxy
@@ -102,7 +102,7 @@ async def test_racing_first_sessions_and_a_second_erasure_request_leave_no_raw_i
         await _first_sessions_at_once(alice)
 
     # A coordinator killed while it holds the fence leaves its request open (its lease short here) ...
-    opened = deployment.start("erase", "--user", alice.user_id, "--request-id", "REQ-first",
+    opened = deployment.start("erase", "--user", alice.user_id, "--request-id", "REQ-first", "--yes",
                               env={"TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS": "60", "TEAMSTORE_ERASURE_LEASE_SECONDS": "2"})
     deadline = time.monotonic() + 60
     while not deployment.sql("SELECT 1 FROM ts_user_holds") and time.monotonic() < deadline:
@@ -110,7 +110,7 @@ async def test_racing_first_sessions_and_a_second_erasure_request_leave_no_raw_i
     os.kill(opened.pid, signal.SIGKILL)
     deployment.finish(opened, ok=(-signal.SIGKILL,))
     # ... and a second request for the same user is refused while it is open.
-    second = deployment.cli("erase", "--user", alice.user_id, "--request-id", "REQ-second", ok=(1,))
+    second = deployment.cli("erase", "--user", alice.user_id, "--request-id", "REQ-second", "--yes", ok=(1,))
     assert "REQ-first" in second.stderr
     await asyncio.sleep(2)
     _settled(deployment, book, alice, "REQ-first")

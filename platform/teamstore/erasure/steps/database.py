@@ -1,4 +1,4 @@
-"""The database steps: resume state, quarantine, outbox, ledger link, subject mapping.
+"""The database steps: resume state, quarantine, outbox, ledger link, export records' link, subject mapping.
 
     from teamstore.erasure.steps.database import resume_step
 
@@ -28,6 +28,7 @@ from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
 from teamstore.erasure.steps import StepContext
 from teamstore.errors import StoreUnavailable
+from teamstore.export.schema import export_requests
 from teamstore.state.schema import quarantine, sessions
 
 Where = Callable[[StepContext], ColumnElement[bool]]
@@ -126,6 +127,15 @@ class LedgerStep(SqlDeleteStep):
             )
 
 
+@dataclass(frozen=True)
+class UnlinkStep(SqlDeleteStep):
+    """Clear the subject key of the user's rows in a table that keeps them as a record (who exported what,
+    when): the rows stay, and nothing links them to the user any more."""
+
+    async def _delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        await conn.execute(update(self.table).where(self.where(ctx)).values(subject_key=None))
+
+
 def resume_step() -> SqlDeleteStep:
     """Resume state: every ``ts_sessions`` row of the exact user id (several copies of the words inside)."""
     return SqlDeleteStep("resume_state", sessions, _by_user(sessions), sessions.c.state_bytes)
@@ -144,6 +154,12 @@ def outbox_step() -> SqlDeleteStep:
 def ledger_step() -> LedgerStep:
     """The ledger's link to the user (rows stay, de-identified)."""
     return LedgerStep("ledger", usage, _by_subject(usage))
+
+
+def exports_step() -> UnlinkStep:
+    """The export records' link to the user (``ts_export_requests``: who exported the user's data, when, at
+    whose request; the rows stay, de-identified, with their manifests, which hold no user data)."""
+    return UnlinkStep("exports", export_requests, _by_subject(export_requests))
 
 
 def subject_step() -> SqlDeleteStep:
