@@ -18,7 +18,10 @@ its store cannot be read: the export then fails as a whole, and leaves no archiv
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -83,6 +86,20 @@ def _default(value: object) -> object:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", "backslashreplace")
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def as_stored(body: bytes) -> dict[str, str]:
+    """Bytes that did not decode as what they should be, in the most readable form they allow: their text
+    (ungzipped first if they are gzip), else base64. Handed over, since they may hold the user's words."""
+    raw = body
+    try:
+        raw = gzip.decompress(body)
+    except (OSError, EOFError, zlib.error):
+        raw = body  # not gzip (or cut short): the bytes as stored
+    try:
+        return {"as_stored_text": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"as_stored_base64": base64.b64encode(body).decode("ascii")}
 
 
 class Archive(Protocol):

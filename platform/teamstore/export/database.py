@@ -14,7 +14,6 @@ unpacked like those in the transcript store; ledger rows carry their cost at the
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from teamstore.audit.subjects import session_key
 from teamstore.audit.transcripts import record
 from teamstore.db.engine import describe_failure
 from teamstore.errors import AuditError, StateRejected, StoreUnavailable
-from teamstore.export.base import Archive, ExportContext, Section
+from teamstore.export.base import Archive, ExportContext, Section, as_stored
 from teamstore.export.schema import export_requests
 from teamstore.state import envelope
 from teamstore.state.schema import DAMAGED, quarantine, sessions
@@ -118,7 +117,7 @@ def _unpacked(row: dict[str, Any]) -> dict[str, Any]:
     try:
         header, items = record.decode(bytes(body))
     except AuditError as exc:
-        return {**entry, "body_base64": base64.b64encode(bytes(body)).decode("ascii"), "body_unreadable": exc.message}
+        return {**entry, **as_stored(bytes(body)), "body_unreadable": exc.message}
     return {**entry, "run": header, "items": items}
 
 
