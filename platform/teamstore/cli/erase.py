@@ -108,10 +108,12 @@ def _render_desk(receipt: Receipt, out: Console) -> None:
             out.print(f"[yellow]note[/]: {plain(receipt.near_match)}")
 
 
-def _finish(receipt: Receipt, as_json: bool) -> None:
+def _finish(receipt: Receipt, as_json: bool, suggest_for: str | None = None) -> None:
     emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
     if receipt.ok and not receipt.matched:
         # Not an error, a verdict: the request is answered ("we hold nothing"), but the id may be mistyped.
+        if suggest_for is not None:
+            suggest_near_matches(suggest_for)
         raise typer.Exit(NO_MATCH)
     if not receipt.ok:
         rerun = f"`teamstore erase --user ... --request-id {receipt.request_id}`"
@@ -153,13 +155,25 @@ def erase(
         check_request_id(request_id)
     check_person("requested_by", requested_by)
     check_person("operator", operator)
-    if not dry_run and not yes:
-        _confirm(user, request_id, requested_by)
+    asked = not dry_run and not yes
+    if asked:
+        _confirm(user, request_id, requested_by)  # names any near twin itself, before it asks
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run, requested_by=requested_by,
                                                     operator=operator), _Bars(bar))
-    _finish(receipt, as_json)
+    _finish(receipt, as_json, suggest_for=None if asked else user)
+
+
+def suggest_near_matches(user: str) -> None:
+    """Name, on stderr (the operator's terminal, never a receipt or a log), the stored ids that differ from
+    ``user`` only in letter case, Unicode form or surrounding spaces: the ones the operator may have meant."""
+    from teamstore.export.nearby import near_matches
+
+    twins = with_app(lambda app: near_matches(app.engine, user), must_exist=True)
+    for stored, kind in twins.items():
+        shown = repr(stored) if stored.isascii() else f"{stored!r} ({stored!a})"  # Unicode forms look alike
+        err_console.print(f"[yellow]did you mean[/] {plain(shown)}? It differs only in {kind}.")
 
 
 def _confirm(user: str, request_id: str | None, requested_by: str | None) -> None:
@@ -185,10 +199,13 @@ def _confirm(user: str, request_id: str | None, requested_by: str | None) -> Non
     _render(receipt, err_console)
     if earlier is not None:
         err_console.print(f"this resumes request {plain(earlier.request_id)} ({earlier.status})")
+    if not receipt.matched:
+        suggest_near_matches(user)
     question = ("Erase what is listed above? It cannot be undone" if receipt.matched else
                 "No store holds anything for this id. File a no_match receipt for it")
     if not typer.confirm(question, default=False, err=True):
-        raise ConfirmationNeeded("not confirmed: nothing was erased and no request was opened",
+        untouched = "the request stays as it was" if earlier is not None else "no request was opened"
+        raise ConfirmationNeeded(f"not confirmed: nothing was erased and {untouched}",
                                  hint="run it again and answer y (check the user id first), or pass --yes")
 
 

@@ -4,7 +4,8 @@
     teamstore export --user alice@example.com --output alice-export/ --json     # a folder instead of a zip
 
 Exit status 0: the archive holds the user's data; 3: no store holds anything for the id (never stored, or
-erased), and the archive holds only its manifest saying so; 1: an error, and no archive was left.
+erased): no archive is written, and the manifest printed (and recorded) names every store searched; 1: an
+error, and no archive was left.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import typer
 
 from teamstore.cli._output import JsonOption, console, emit, err_console, plain, print_table
 from teamstore.cli._runner import with_app
+from teamstore.cli.erase import suggest_near_matches
 
 if TYPE_CHECKING:
     from teamstore.export import Exported
@@ -43,25 +45,26 @@ def export(
     check_person("operator", operator)
     done: Exported = with_app(
         lambda app: app.exporter().run(user, output, requested_by=requested_by, operator=operator), must_exist=True)
-    data = {"path": str(done.path), **done.manifest.model_dump(mode="json")}
+    data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
     emit(data, as_json=as_json, render=lambda _: _render(done))
     if not done.matched:
         err_console.print("[bold]no match[/]: no store holds anything for this user id (never stored, or erased: "
-                          "a finished erasure forgets the id); the archive holds only its manifest")
-        if done.manifest.near_match:
-            err_console.print(f"[yellow]note[/]: {plain(done.manifest.near_match)}")
+                          "a finished erasure forgets the id); no archive was written")
+        suggest_near_matches(user)
         raise typer.Exit(NO_MATCH)
 
 
 def _render(done: Exported) -> None:
     manifest = done.manifest
-    rows: list[list[Any]] = [[name, str(s.records), str(s.bytes), plain(", ".join(s.files) or "-")]
+    # Counts, not names: a user with many runs has a file per run (manifest.json lists each).
+    rows: list[list[Any]] = [[name, str(s.records), str(s.bytes), str(len(s.files))]
                              for name, s in manifest.stores.items()]
     print_table(("store", "records", "bytes", "files"), rows, fixed=(1, 2), right=(1, 2),
                 title=f"export {manifest.export_id}: {manifest.status}")
-    console.print(f"archive {plain(done.path)} (owner-only), with manifest.json: a SHA-256 per file; run by "
-                  f"{plain(manifest.operator)}" + (f", requested by {plain(manifest.requested_by)}"
-                                                   if manifest.requested_by else ""))
+    where = (f"archive {plain(done.path)} (owner-only), with manifest.json: a SHA-256 per file" if done.path else
+             "no archive: nothing to hand over from the stores above")
+    console.print(f"{where}; run by {plain(manifest.operator)}" +
+                  (f", requested by {plain(manifest.requested_by)}" if manifest.requested_by else ""))
 
 
 def register(root: typer.Typer) -> None:

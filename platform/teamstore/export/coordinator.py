@@ -11,8 +11,8 @@ holds; then ``manifest.json`` says which stores were covered, how many records a
 SHA-256 of every file, when, at whose request and by whom. The manifest is also stored as the export's
 record (``ts_export_requests``), which names the subject key, never the user id. A store that cannot be
 read fails the export as a whole: the archive is removed, never left partial, and the record says why. An
-id no store holds anything for (never stored, or erased) still gets an archive, holding only its manifest,
-whose status is ``no_match``.
+id no store holds anything for (never stored, or erased) gets no archive: its manifest, status
+``no_match``, naming every store it searched, is returned and recorded, and says so.
 """
 
 from __future__ import annotations
@@ -84,11 +84,12 @@ class Exported(BaseModel):
     """What ``run`` hands back: the manifest and where the archive is."""
 
     manifest: Manifest
-    path: Path
+    path: Path | None
+    """The archive; ``None`` when no store held anything (no archive is written)."""
 
     @property
     def matched(self) -> bool:
-        """False when no store held anything for the id: the archive holds only its manifest."""
+        """False when no store held anything for the id: no archive was written."""
         return self.manifest.status == "exported"
 
 
@@ -118,7 +119,7 @@ class ExportCoordinator:
             operator: Who runs the export; ``TEAMSTORE_OPERATOR``, else the OS user, when omitted.
 
         Returns:
-            The manifest and the archive's path (``matched`` is False when no store held anything).
+            The manifest and the archive's path (``None``, and ``matched`` False, when no store held anything).
 
         Raises:
             InvalidIdentifier: The user id, requested_by or operator cannot be used.
@@ -142,7 +143,7 @@ class ExportCoordinator:
         finally:
             if not finished:
                 archive.abort()
-        return Exported(manifest=manifest, path=archive.target)
+        return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None)
 
     async def _write(self, ctx: ExportContext, archive: Writable, started: datetime, operator: str,
                      requested_by: str | None) -> Manifest:
@@ -154,14 +155,12 @@ class ExportCoordinator:
                 store = exporter.name
                 stores[store] = await exporter.export(ctx, archive)
             store = "the archive"
-            matched = any(section.records for section in stores.values())
-            manifest = Manifest(
-                export_id=ctx.export_id, status="exported" if matched else "no_match", started_at=started,
-                finished_at=datetime.now(UTC), operator=operator, requested_by=requested_by, stores=stores,
-                files=dict(archive.files), near_match=None if matched else await near_match(ctx.engine, ctx.user_id))
-            archive.add_json(MANIFEST, manifest.model_dump(mode="json"))
+            manifest = await self._manifest(ctx, stores, archive, started, (operator, requested_by))
             await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"))
-            archive.commit()
+            if manifest.status == "exported":
+                archive.commit()
+            else:
+                archive.abort()
         except TeamstoreError as exc:
             await self._failed(ctx.export_id, store, exc)
             if isinstance(exc, ExportError):
@@ -170,6 +169,23 @@ class ExportCoordinator:
                 f"the export could not read {store} ({type(exc).__name__}: {exc.message}); no archive was written",
                 hint=exc.hint or "fix the store, then export again",
             ) from exc
+        return manifest
+
+    @staticmethod
+    async def _manifest(ctx: ExportContext, stores: dict[str, Section], archive: Writable, started: datetime,
+                        people: tuple[str, str | None]) -> Manifest:
+        """The manifest (written into the archive when a store held anything); ``people`` is who ran the export
+        and who asked for it."""
+        matched = any(section.records for section in stores.values())
+        if not matched:  # nothing to hand over: the stores searched are the answer, and no archive is left
+            stores = {name: Section() for name in stores}
+        manifest = Manifest(
+            export_id=ctx.export_id, status="exported" if matched else "no_match", started_at=started,
+            finished_at=datetime.now(UTC), operator=people[0], requested_by=people[1], stores=stores,
+            files=dict(archive.files) if matched else {},
+            near_match=None if matched else await near_match(ctx.engine, ctx.user_id))
+        if matched:
+            archive.add_json(MANIFEST, manifest.model_dump(mode="json"))
         return manifest
 
     async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> None:

@@ -1,15 +1,16 @@
 """Whether an id that matches nothing has a near twin that does: same letters, other case, form or spaces.
 
-    from teamstore.export.nearby import near_match
+    from teamstore.export.nearby import near_match, near_matches
 
     hint = await near_match(engine, "Dave")
-    # 'a stored user id differs from this one only in letter case'  (or None)
+    # 'a stored user id differs from this one only in letter case ...'  (or None): for the receipt
+    twins = await near_matches(engine, "Dave")      # {'dave': 'letter case'}: for the operator's terminal
 
 Ids match exactly everywhere in teamstore, so ``erase --user Dave`` for the real ``dave`` finds nothing.
-The compliance desk is told so, and told whether such a twin exists, in words: the twin's id itself is
-never printed, logged or stored. Saying that one exists does tell the operator that some user's id is
-spelled like this one; the operator is trusted with user ids in an erasure or an export (they type them),
-so that much is judged acceptable (docs/erasure.md, *Verdicts*).
+The compliance desk is told so, and told whether such a twin exists: in words on the receipt, which is
+stored and pasted into tickets and never holds a raw user id; by name on the operator's terminal (the
+command line's stderr), since the operator is trusted with user ids (they type them) and needs the exact
+one to act on. The twin's id is never stored or logged (docs/erasure.md, *No match*).
 
 The probe looks up the id's variants (all lower case, all upper case, capitalised, title case, case-folded,
 each in the four Unicode normalisation forms and trimmed) by equality, which the tables' indexes answer,
@@ -70,9 +71,10 @@ def _loose(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-async def near_match(engine: AsyncEngine, user_id: str) -> str | None:
-    """A sentence saying that a stored user id differs from ``user_id`` only in letter case, Unicode form or
-    surrounding spaces, and how; ``None`` when none does.
+async def near_matches(engine: AsyncEngine, user_id: str) -> dict[str, str]:
+    """The stored user ids that differ from ``user_id`` only in letter case, Unicode form or surrounding
+    spaces (at most a few per table), each with how it differs. For the operator's terminal only: never
+    stored, logged or put on a receipt.
 
     Raises:
         StoreUnavailable: The database could not be reached.
@@ -90,7 +92,17 @@ async def near_match(engine: AsyncEngine, user_id: str) -> str | None:
     except SQLAlchemyError as exc:
         raise StoreUnavailable(f"could not look for near-identical user ids: {describe_failure(exc)}",
                                hint="check the database, then run the command again") from exc
-    kinds = sorted({kind for stored in found if (kind := difference(user_id, stored)) is not None})
+    return {stored: kind for stored in sorted(found) if (kind := difference(user_id, stored)) is not None}
+
+
+async def near_match(engine: AsyncEngine, user_id: str) -> str | None:
+    """A sentence saying that a stored user id differs from ``user_id`` only in letter case, Unicode form or
+    surrounding spaces, and how, without naming it (it goes on the receipt); ``None`` when none does.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    kinds = sorted(set((await near_matches(engine, user_id)).values()))
     if not kinds:
         return None
     return (f"a stored user id differs from this one only in {' / '.join(kinds)}: check the id exactly as the "
