@@ -116,8 +116,12 @@ async def test_a_request_is_extended_once_by_at_most_two_months_with_a_reason(
         await extend_request(engine, "req-ext", "3m", "complex", operator="ana", now=soon)
     with pytest.raises(ExtensionRefused, match="needs a reason"):
         await extend_request(engine, "req-ext", "2m", "   ", operator="ana", now=soon)
-    with pytest.raises(ExtensionRefused, match="not a length of time"):
-        await extend_request(engine, "req-ext", "two months", "complex", operator="ana", now=soon)
+    for by in ("two months", "0d", "-1m", "1y", "1000d"):
+        with pytest.raises(ExtensionRefused, match="not a length of time"):
+            await extend_request(engine, "req-ext", by, "complex", operator="ana", now=soon)
+    for reason in ("x" * 1001, "line\nbreak", "nul\x00"):
+        with pytest.raises(InvalidIdentifier, match="reason"):
+            await extend_request(engine, "req-ext", "2m", reason, operator="ana", now=soon)
     with pytest.raises(ErasureRequestNotFound):
         await extend_request(engine, "req-none", "2m", "complex", operator="ana", now=soon)
 

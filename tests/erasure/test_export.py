@@ -179,7 +179,8 @@ async def test_an_export_never_overwrites_and_refuses_bad_input_before_anything_
     tmp_path.mkdir()
     taken.write_bytes(b"someone's archive")
     (tmp_path / "folder").mkdir()
-    for target in (taken, tmp_path / "folder"):
+    (tmp_path / "link.zip").symlink_to(tmp_path / "nowhere.zip")  # a dangling link: written through, it would land there
+    for target in (taken, tmp_path / "folder", tmp_path / "link.zip"):
         with pytest.raises(ExportTargetExists, match="never overwrites"):
             await exporter(engine, store).run("erin", target, operator="o")
     assert taken.read_bytes() == b"someone's archive" and not any((tmp_path / "folder").iterdir())
@@ -191,7 +192,7 @@ async def test_an_export_never_overwrites_and_refuses_bad_input_before_anything_
     assert not (tmp_path / "bad.zip").exists()
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).select_from(export_requests)) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "taken.zip"]  # nothing left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link.zip", "taken.zip"]  # nothing left behind
 
 
 async def test_a_store_that_cannot_be_read_fails_the_export_leaves_no_archive_and_records_why(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import typer
 from rich.console import Console
@@ -26,10 +26,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
 from teamstore.cli._runner import with_app
 from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
+from teamstore.erasure.desk import (
+    RequestSummary,
+    check_extension_reason,
+    extend_request,
+    extension_note,
+    list_requests,
+)
 from teamstore.erasure.requests import check_request_id
-from teamstore.errors import ConfirmationNeeded, ErasureIncomplete
+from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete, ErasureRequestNotFound
+from teamstore.export.nearby import near_matches
 from teamstore.ids import check_erasable_id, control_character
-from teamstore.people import check_person
+from teamstore.people import check_person, current_operator
 
 T = TypeVar("T")
 INCOMPLETE = 2
@@ -90,8 +98,6 @@ def _render(receipt: Receipt, out: Console = console) -> None:
 
 def _render_desk(receipt: Receipt, out: Console) -> None:
     """Who asked, who ran each attempt, the extension, and the verdict when nothing matched."""
-    from teamstore.erasure.desk import extension_note
-
     if receipt.requested_by:
         out.print(f"requested by {plain(receipt.requested_by)}")
     for number, attempt in enumerate(receipt.attempts, start=1):
@@ -166,10 +172,11 @@ def erase(
 
 
 def suggest_near_matches(user: str) -> None:
-    """Name, on stderr (the operator's terminal, never a receipt or a log), the stored ids that differ from
-    ``user`` only in letter case, Unicode form or surrounding spaces: the ones the operator may have meant."""
-    from teamstore.export.nearby import near_matches
-
+    """On a terminal, name the stored ids that differ from ``user`` only in letter case, Unicode form or
+    surrounding spaces: the ones the operator may have meant. Only there: a job's output is kept in its
+    logs, where another user's id must never go (the receipt says it in words, without the id)."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return
     twins = with_app(lambda app: near_matches(app.engine, user), must_exist=True)
     for stored, kind in twins.items():
         shown = repr(stored) if stored.isascii() else f"{stored!r} ({stored!a})"  # Unicode forms look alike
@@ -211,8 +218,6 @@ def _confirm(user: str, request_id: str | None, requested_by: str | None) -> Non
 
 async def _earlier(coordinator: DeletionCoordinator, request_id: str | None) -> Receipt | None:
     """The request ``request_id`` names, if it exists."""
-    from teamstore.errors import ErasureRequestNotFound
-
     if request_id is None:
         return None
     try:
@@ -256,8 +261,6 @@ def list_(
     as_json: bool = JsonOption,
 ) -> None:
     """List erasure requests: received, due (and extended due), status, who asked and who ran them."""
-    from teamstore.erasure.desk import list_requests
-
     statuses = [_status(value) for value in status_]
     if user is not None:
         check_erasable_id(user)
@@ -271,13 +274,11 @@ def _status(value: str) -> RequestStatus:
     try:
         return RequestStatus(value)
     except ValueError:
-        from teamstore.errors import ConfigurationError
-
         known = ", ".join(s.value for s in RequestStatus if s is not RequestStatus.DRY_RUN)
         raise ConfigurationError(f"--status {value!r} is not a request status", hint=f"use one of {known}") from None
 
 
-def _render_list(found: list[Any]) -> None:
+def _render_list(found: list[RequestSummary]) -> None:
     rows = [[r.request_id, str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
              f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
              r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(r.operators) or "-")] for r in found]
@@ -297,9 +298,6 @@ def extend(
     as_json: bool = JsonOption,
 ) -> None:
     """Extend a request's due date once, by at most two months, with a recorded reason (GDPR art. 12(3))."""
-    from teamstore.erasure.desk import check_extension_reason, extend_request
-    from teamstore.people import current_operator
-
     check_request_id(request_id)
     check_extension_reason(reason)
     ran_by = current_operator(operator)

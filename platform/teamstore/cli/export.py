@@ -18,6 +18,8 @@ import typer
 from teamstore.cli._output import JsonOption, console, emit, err_console, plain, print_table
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
+from teamstore.ids import check_erasable_id
+from teamstore.people import check_person
 
 if TYPE_CHECKING:
     from teamstore.export import Exported
@@ -37,9 +39,6 @@ def export(
     as_json: bool = JsonOption,
 ) -> None:
     """Write everything teamstore holds about USER, from every store, into one machine-readable archive."""
-    from teamstore.ids import check_erasable_id
-    from teamstore.people import check_person
-
     check_erasable_id(user)  # said before the database is looked for: the id is what is wrong
     check_person("requested_by", requested_by)
     check_person("operator", operator)
@@ -50,6 +49,8 @@ def export(
     if not done.matched:
         err_console.print("[bold]no match[/]: no store holds anything for this user id (never stored, or erased: "
                           "a finished erasure forgets the id); no archive was written")
+        if done.manifest.near_match:
+            err_console.print(f"[yellow]note[/]: {plain(done.manifest.near_match)}")
         suggest_near_matches(user)
         raise typer.Exit(NO_MATCH)
 

@@ -37,6 +37,8 @@ async def erase_user(
     dry_run: bool = False,
     settings: Settings | None = None,
     check: bool = True,
+    requested_by: str | None = None,
+    operator: str | None = None,
 ) -> Receipt:
     """Erase ``user_id`` using the database and transcript store the settings name.
 
@@ -47,9 +49,12 @@ async def erase_user(
         dry_run: Enumerate only; no request is stored, and the receipt's ``request_id`` is ``None``.
         settings: Defaults to ``Settings()`` (the environment).
         check: Raise unless every store is ``erased`` or ``no_match``.
+        requested_by: Who asked (the data subject, a representative, a ticket), on the receipt.
+        operator: Who runs it, on the receipt; ``TEAMSTORE_OPERATOR``, else the OS user, when omitted.
 
     Returns:
-        The receipt.
+        The receipt; its status is ``no_match`` (and ``ok``) when no store held anything for the id, which
+        may be mistyped: ``receipt.near_match`` says whether a near-identical id holds data.
 
     Raises:
         ErasureIncomplete: ``check`` is on and a store failed or is retained under a hold (the
@@ -66,7 +71,8 @@ async def erase_user(
     app = App(settings, must_exist=True)
     try:
         await app.ensure_schema()
-        receipt = await app.erasure().run(user_id, request_id, reason, dry_run)
+        receipt = await app.erasure().run(user_id, request_id, reason, dry_run, requested_by=requested_by,
+                                          operator=operator)
     finally:
         await app.aclose()
     if check and not receipt.ok:

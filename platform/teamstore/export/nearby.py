@@ -4,13 +4,14 @@
 
     hint = await near_match(engine, "Dave")
     # 'a stored user id differs from this one only in letter case ...'  (or None): for the receipt
-    twins = await near_matches(engine, "Dave")      # {'dave': 'letter case'}: for the operator's terminal
+    twins = await near_matches(engine, "Dave")      # {'dave': 'letter case'}: for a terminal only
 
 Ids match exactly everywhere in teamstore, so ``erase --user Dave`` for the real ``dave`` finds nothing.
 The compliance desk is told so, and told whether such a twin exists: in words on the receipt, which is
-stored and pasted into tickets and never holds a raw user id; by name on the operator's terminal (the
-command line's stderr), since the operator is trusted with user ids (they type them) and needs the exact
-one to act on. The twin's id is never stored or logged (docs/erasure.md, *No match*).
+stored and pasted into tickets and never holds a raw user id; by name only on an operator's terminal
+(the command line, when its stdin and stderr are both one), since the operator is trusted with user ids
+(they type them) and needs the exact one to act on, while a job's output goes to its logs. The twin's id
+is never stored or logged (docs/erasure.md, *No match*).
 
 The probe looks up the id's variants (all lower case, all upper case, capitalised, title case, case-folded,
 each in the four Unicode normalisation forms and trimmed) by equality, which the tables' indexes answer,
@@ -73,7 +74,7 @@ def _loose(text: str) -> str:
 
 async def near_matches(engine: AsyncEngine, user_id: str) -> dict[str, str]:
     """The stored user ids that differ from ``user_id`` only in letter case, Unicode form or surrounding
-    spaces (at most a few per table), each with how it differs. For the operator's terminal only: never
+    spaces (at most a few per table), each with how it differs. For an operator's terminal only: never
     stored, logged or put on a receipt.
 
     Raises:
