@@ -313,7 +313,7 @@ def extend(
 
 
 def register(root: typer.Typer) -> None:
-    """Mount ``erase`` (a group whose callback erases, with ``status`` beneath it) on the main app."""
+    """Mount ``erase`` (a group whose callback erases, with ``status``, ``list`` and ``extend`` beneath it)."""
     root.add_typer(app, name="erase")
 
 
