@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, Select, Table, false, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.cost import money
 from teamstore.audit.schema import outbox, subject_sessions, subject_stores, subjects, usage
 from teamstore.audit.subjects import session_key
 from teamstore.audit.transcripts import record
@@ -134,7 +135,8 @@ class LedgerRows:
         sessions_of = await known_sessions(ctx)
         for row in rows:
             price = ctx.prices.lookup(row["model"], row["day"])
-            row["cost"] = price.cost(row["input_tokens"], row["output_tokens"]) if price is not None else None
+            # exact decimal text, as every cost report prints it
+            row["cost"] = money(price.cost(row["input_tokens"], row["output_tokens"])) if price is not None else None
             row["session_id"] = sessions_of.get(row["session_key"])
         data = {"currency": ctx.prices.currency, "price_version": ctx.prices.version, "usage": rows}
         return archive.add_json("ledger.json", data, records=len(rows))
