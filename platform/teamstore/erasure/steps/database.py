@@ -28,7 +28,7 @@ from teamstore.audit.schema import outbox, subject_sessions, subjects, usage
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
-from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable
 from teamstore.export.schema import export_requests
 from teamstore.state import erasure as state
