@@ -10,16 +10,17 @@ See docs/erasure.md for what the rotation bound means for backups.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from teamstore.app import App
-from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
 from teamstore.cli._output import JsonOption, console, emit, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.keys.rotation import retire, rotate, status
-from teamstore.state.sealed import seal_saved_states
+
+if TYPE_CHECKING:
+    from teamstore.app import App
+
+# Each command imports the key machinery when it runs: `teamstore --help` imports no database layer.
 
 app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, sealing older data.",
                   no_args_is_help=True)
@@ -28,6 +29,8 @@ app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, seali
 @app.command("status")
 def keys_status(as_json: bool = JsonOption) -> None:
     """Every key-encryption key: current, retired (destroyed when) or destroyed, and the data keys it wraps."""
+    from teamstore.keys.rotation import status
+
     data = with_app(lambda a: status(a.keys, a.settings), must_exist=True)
 
     def render(d: dict[str, Any]) -> None:
@@ -53,6 +56,8 @@ def keys_rotate(
     TEAMSTORE_KEY_RETIRE_DAYS later (by `keys retire`). Rerun to resume one that stopped."""
 
     async def go(a: App) -> dict[str, Any]:
+        from teamstore.keys.rotation import rotate
+
         return (await rotate(a.keys, to=to, retire_days=a.settings.key_retire_days)).as_dict()
 
     data = with_app(go, must_exist=True)
@@ -77,6 +82,8 @@ def keys_retire(as_json: bool = JsonOption) -> None:
 
 
 async def _retired(a: App) -> dict[str, Any]:
+    from teamstore.keys.rotation import retire
+
     return {"destroyed": await retire(a.keys)}
 
 
@@ -89,6 +96,9 @@ def keys_migrate(
     """Seal what was written before sealing: stored and quarantined states, queued and stored transcripts."""
 
     async def go(a: App) -> dict[str, Any]:
+        from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
+        from teamstore.state.sealed import seal_saved_states
+
         done: dict[str, Any] = dict(await seal_saved_states(a.engine, a.keys))
         done["outbox"] = await seal_queued_transcripts(a.engine, a.keys)
         done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys) if transcripts else 0

@@ -42,7 +42,6 @@ class Capability(StrEnum):
     VERSIONS = "versions"  # versions() lists every version and delete marker under a prefix
     BATCH_DELETE = "batch_delete"  # delete_versions() removes given versions and reports each one refused
     HOLDS = "holds"  # versions may be under a legal hold or retention that blocks deletion: hold() says
-    READ_VERSIONS = "read_versions"  # read_version() reads the first bytes of any version, a held one too
     LIFECYCLE_RULES = "lifecycle_rules"  # expiry is enforced by the service (apply_retention)
     LOCAL_SWEEP = "local_sweep"  # expiry is enforced by sweep()
     PARTIAL_WRITES = "partial_writes"  # a writer killed mid-write leaves a temporary file: partial_writes() lists them

@@ -14,10 +14,9 @@ reaches into a backend's client, bucket or folder.
 
 | capability | protocol | S3 | local folder |
 |---|---|---|---|
-| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix | yes | no (one copy per object) |
+| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix, and any version's bytes | yes | no (one copy per object) |
 | ``BATCH_DELETE`` | :class:`BatchDelete`: remove given versions, reporting each one refused | yes | no |
 | ``HOLDS`` | :class:`Holds`: whether a legal hold or a retention period protects a version | yes | no (nothing locks a file) |
-| ``READ_VERSIONS`` | :class:`ReadVersions`: the first bytes of any version (is it sealed, under which key) | yes | no |
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
 | ``PARTIAL_WRITES`` | :class:`PartialWrites`: temporary files a killed writer left | no (a PUT is whole or absent) | yes |
 """
@@ -74,6 +73,14 @@ class Versions(Protocol):
             TranscriptUnavailable: The store could not be listed; the message names no key.
         """
 
+    async def read_version(self, version: ObjectVersion) -> bytes:
+        """The bytes of one version as stored (an earlier version of a key, or one under a delete marker).
+
+        Raises:
+            TranscriptNotFound: No such version any more (deleted since the listing), or a delete marker.
+            TranscriptUnavailable: The store could not be read; the message names no key.
+        """
+
 
 @runtime_checkable
 class BatchDelete(Protocol):
@@ -99,19 +106,6 @@ class Holds(Protocol):
 
         Raises:
             TranscriptUnavailable: The version's lock could not be read; the message names no key.
-        """
-
-
-@runtime_checkable
-class ReadVersions(Protocol):
-    """``Capability.READ_VERSIONS``: any version's first bytes can be read, a held one too (erasure reads the
-    header of a version it may not delete, to tell whether it is sealed and under which key)."""
-
-    async def read_version(self, version: ObjectVersion, size: int) -> bytes:
-        """The first ``size`` bytes of ``version`` (fewer if it is shorter).
-
-        Raises:
-            TranscriptUnavailable: The version could not be read; the message names no key.
         """
 
 
@@ -143,7 +137,6 @@ PROTOCOLS: dict[Capability, type] = {
     Capability.VERSIONS: Versions,
     Capability.BATCH_DELETE: BatchDelete,
     Capability.HOLDS: Holds,
-    Capability.READ_VERSIONS: ReadVersions,
     Capability.LIFECYCLE_RULES: Lifecycle,
     Capability.PARTIAL_WRITES: PartialWrites,
 }
@@ -156,8 +149,6 @@ def capability(store: TranscriptStore, which: Literal[Capability.VERSIONS]) -> V
 def capability(store: TranscriptStore, which: Literal[Capability.BATCH_DELETE]) -> BatchDelete | None: ...
 @overload
 def capability(store: TranscriptStore, which: Literal[Capability.HOLDS]) -> Holds | None: ...
-@overload
-def capability(store: TranscriptStore, which: Literal[Capability.READ_VERSIONS]) -> ReadVersions | None: ...
 @overload
 def capability(store: TranscriptStore, which: Literal[Capability.LIFECYCLE_RULES]) -> Lifecycle | None: ...
 @overload

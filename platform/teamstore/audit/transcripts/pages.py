@@ -26,11 +26,8 @@ from typing import Any
 from teamstore.audit.transcripts.base import TranscriptStore, run_id_of, run_key, session_prefix
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.errors import AuditError, TranscriptNotFound
+from teamstore.limits import DEFAULT_RUNS
 
-DEFAULT_RUNS = 10
-"""How many of a session's newest runs are shown unless asked for another number."""
-MAX_RUNS = 1000
-"""The most runs one page holds (each is read whole into memory)."""
 Opener = Callable[[str, bytes], Awaitable[bytes]]
 """``opener(object_key, body)``: the plain body of a stored object (opened under its user's data key)."""
 

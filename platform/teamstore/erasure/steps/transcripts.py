@@ -10,8 +10,8 @@ versions and deletes them in batches (S3: ``Capability.VERSIONS`` and ``BATCH_DE
 and delete marker under the subject's prefix listed and deleted, 1,000 at a time; a version it refuses to
 delete is reported, with its count, when a hold explains it (``Capability.HOLDS``: a legal hold or an
 unexpired retention), and fails the step otherwise. A held version sealed under a data key that no longer
-exists (the key step destroyed the user's first; ``Capability.READ_VERSIONS`` reads its header) is
-``unreadable``; one written before sealing can still be read, and is ``retained``. Other stores (the local folder) have no versions:
+exists (the key step destroyed the user's first; the version's header says which key) is ``unreadable``;
+one written before sealing can still be read, and is ``retained``. Other stores (the local folder) have no versions:
 their objects are listed and removed, with the temporary files a killed writer left
 (``Capability.PARTIAL_WRITES``), which hold whole transcripts too.
 
@@ -32,13 +32,12 @@ from teamstore.audit.transcripts.capabilities import (
     HoldStatus,
     ObjectVersion,
     PartialWrites,
-    ReadVersions,
     Versions,
     capability,
 )
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import record_step
-from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.stores import mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 from teamstore.keys.sealed import HEADER_BYTES, key_id_of
@@ -71,12 +70,10 @@ class VersionedObjects:
         listing: The store's ``Capability.VERSIONS``.
         deleter: The store's ``Capability.BATCH_DELETE``.
         holds: The store's ``Capability.HOLDS``, or None (then nothing it refuses is explained by a hold).
-        reader: The store's ``Capability.READ_VERSIONS``, or None (then no held version is known to be sealed).
     """
 
-    def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None,
-                 reader: ReadVersions | None = None) -> None:
-        self.listing, self.deleter, self.holds, self.reader = listing, deleter, holds, reader
+    def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None) -> None:
+        self.listing, self.deleter, self.holds = listing, deleter, holds
 
     async def versions(self, prefix: str) -> list[ObjectVersion]:
         """Every version and delete marker under ``prefix``."""
@@ -93,10 +90,12 @@ class VersionedObjects:
         return await _rerunnable(self.holds.hold(version))
 
     async def sealed_under(self, version: ObjectVersion) -> str | None:
-        """The data key ``version`` is sealed under (hex), or ``None`` if it is not sealed (or cannot be told)."""
-        if self.reader is None:
+        """The data key ``version`` is sealed under (hex), or ``None`` if it is not sealed (or is gone)."""
+        try:
+            body = await _rerunnable(self.listing.read_version(version))
+        except TranscriptNotFound:
             return None
-        return key_id_of(await _rerunnable(self.reader.read_version(version, HEADER_BYTES)))
+        return key_id_of(body[:HEADER_BYTES])
 
 
 class PlainObjects:
@@ -156,8 +155,7 @@ def view_of(store: TranscriptStore) -> View:
     """How the step reaches ``store``, by its declared capabilities."""
     listing, deleter = capability(store, Capability.VERSIONS), capability(store, Capability.BATCH_DELETE)
     if listing is not None and deleter is not None:
-        return VersionedObjects(listing, deleter, capability(store, Capability.HOLDS),
-                                capability(store, Capability.READ_VERSIONS))
+        return VersionedObjects(listing, deleter, capability(store, Capability.HOLDS))
     return PlainObjects(store, capability(store, Capability.PARTIAL_WRITES))
 
 
