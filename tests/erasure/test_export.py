@@ -35,6 +35,7 @@ from teamstore.errors import AuditError, ExportFailed, ExportTargetExists, Inval
 from teamstore.export import ExportCoordinator, Section, store_exporters
 from teamstore.export.requests import get_export
 from teamstore.export.schema import export_requests
+from teamstore.keys import KeyService
 from teamstore.settings import Settings
 from teamstore.state import envelope
 from teamstore.state.schema import sessions
@@ -90,7 +91,7 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert all(CANARY_A in json.dumps(s["state"]) for s in states["resume_state"])  # decoded, not an envelope
     (held,) = loaded(files, "quarantine.json")["quarantine"]
     assert held["session_id"] == "sess-old" and CANARY_A in held["state_as_stored"] and held["state_unreadable"]
-    await _transcripts_match_the_store(files, s3_store, a.subject_key, a.run_ids)
+    await _transcripts_match_the_store(files, s3_store, a.subject_key, a.run_ids, KeyService.from_settings(engine))
     (waiting,) = loaded(files, "outbox.json")["waiting_transcripts"]
     assert CANARY_A in json.dumps(waiting)
     ledger = loaded(files, "ledger.json")
@@ -112,17 +113,18 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
 
 
 async def _transcripts_match_the_store(
-    files: dict[str, bytes], store: S3TranscriptStore, subject_key: str, run_ids: list[str]
+    files: dict[str, bytes], store: S3TranscriptStore, subject_key: str, run_ids: list[str], keys: KeyService
 ) -> None:
-    """Every current transcript is in the archive as the store holds it, and the version seed_user
-    overwrote (the run's real record) is there too, marked an earlier version."""
+    """Every current transcript is in the archive as the store holds it (sealed there, opened here), and the
+    version seed_user overwrote (the run's real record) is there too, marked an earlier version."""
     index = loaded(files, "transcripts/index.json")["runs"]
     current = {e["run_id"]: e for e in index if e["copy"] == "current"}
     assert sorted(current) == sorted(run_ids)
     for key in await store.list_keys(subject_prefix(subject_key)):
         entry = next(e for e in current.values() if key.endswith(f"/{e['run_id']}.jsonl.gz"))
-        body = await store.get(key)
-        assert entry["sha256_as_stored"] == hashlib.sha256(body).hexdigest()
+        stored = await store.get(key)
+        assert entry["sha256_as_stored"] == hashlib.sha256(stored).hexdigest()
+        body = await keys.open(ALICE, stored, record.sealed_context(key))  # one from before sealing: as it is
         try:
             header, items = record.decode(body)
         except AuditError:  # the object seed_user overwrote is not a transcript any more
