@@ -104,6 +104,7 @@ EXPORTED_AS = (
     (r"\bts_subjects\b|\bts_subject_sessions\b", "subject.json"),
     (r"\bts_transcript_outbox\b", "outbox.json"),
     (r"\bts_usage\b", "ledger.json"),
+    (r"\bts_data_keys\b", "keys.json"),
     (r"\bts_erasure_requests\b|\bts_user_holds\b", "erasure_requests.json"),
     (r"^transcripts/subjects/|^s3://", "transcripts/"),
 )

@@ -45,7 +45,8 @@ from tests.services import free_port
 
 ALICE, ALICE_CASE = "alice@example.com", "Alice@example.com"
 CANARY_A, CANARY_B = "CANARY-xa-51c2e0", "CANARY-xb-09d3f7"
-STORES = {"resume_state", "quarantine", "transcripts", "outbox", "ledger", "exports", "subject", "erasure_requests"}
+STORES = {"resume_state", "quarantine", "transcripts", "outbox", "ledger", "exports", "keys", "subject",
+          "erasure_requests"}
 
 
 def exporter(engine: AsyncEngine, store: TranscriptStore) -> ExportCoordinator:
@@ -99,6 +100,8 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
         rows = await conn.scalar(select(func.count()).select_from(usage).where(usage.c.subject_key == a.subject_key))
     assert len(ledger["usage"]) == rows == manifest["stores"]["ledger"]["records"] and rows >= 4
     assert {row["session_id"] for row in ledger["usage"]} == {"sess-0", "sess-1"}
+    (key,) = loaded(files, "keys.json")["data_keys"]  # that the key exists, never the key
+    assert set(key) == {"key_id", "created_at", "wrapped_at"}
     subject = loaded(files, "subject.json")
     assert subject["subject"]["user_id"] == ALICE and subject["subject"]["subject_key"] == a.subject_key
     assert [e["requested_by"] for e in loaded(files, "exports.json")["earlier_exports"]] == ["ticket 881"]

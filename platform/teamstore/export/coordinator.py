@@ -34,6 +34,7 @@ from teamstore.export import requests
 from teamstore.export.archive import Writable, open_archive
 from teamstore.export.base import ExportContext, Exporter, FileEntry, Section
 from teamstore.export.database import (
+    DataKeyRows,
     ExportRows,
     LedgerRows,
     OutboxRows,
@@ -60,9 +61,10 @@ NOT_INCLUDED = (
 
 def store_exporters() -> list[Exporter]:
     """The exporters of the stores below the export: resume state, quarantine, transcripts, outbox, ledger,
-    earlier exports and the subject mapping (the composition root adds the erasure requests')."""
+    earlier exports, the user's data key (that it exists) and the subject mapping (the composition root adds
+    the erasure requests')."""
     return [resume_state(), quarantined(), TranscriptExporter(), OutboxRows(), LedgerRows(), ExportRows(),
-            SubjectRows()]
+            DataKeyRows(), SubjectRows()]
 
 
 class Manifest(BaseModel):

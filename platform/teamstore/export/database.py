@@ -31,6 +31,7 @@ from teamstore.db.engine import describe_failure
 from teamstore.errors import AuditError, StateRejected, StoreUnavailable
 from teamstore.export.base import Archive, ExportContext, Section, as_stored
 from teamstore.export.schema import export_requests
+from teamstore.keys.schema import data_keys
 from teamstore.state import envelope
 from teamstore.state.schema import DAMAGED, quarantine, sessions
 from teamstore.state.sealed import context as state_context
@@ -182,6 +183,22 @@ class SubjectRows:
                             .order_by(subject_stores.c.store), self.name)
         data = {"subject": mapping[0] if mapping else None, "session_ids": session_ids, "transcript_stores": stores}
         return archive.add_json("subject.json", data, records=len(mapping) + len(session_ids) + len(stores))
+
+
+class DataKeyRows:
+    """That teamstore holds a data key for the user (its id and dates): never the key, wrapped or not."""
+
+    name = "keys"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write the user's data key's id and when it was made and last wrapped."""
+        d = data_keys.c
+        rows = await read(ctx.engine, select(d.key_id, d.created_at, d.wrapped_at).where(d.user_id == ctx.user_id),
+                          self.name)
+        note = ("every state and transcript above is stored sealed (AES-256-GCM) under this key, and was opened for "
+                "this export; the key itself is never handed out")
+        return archive.add_json("keys.json", {"user_id": ctx.user_id, "data_keys": rows, "note": note},
+                                records=len(rows))
 
 
 class ExportRows:
