@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.fence import held
 from teamstore.errors import KeyDestroyed, PayloadUnreadable, StateRejected
+from teamstore.keys.sealed import open_sealed
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.state.base import (
     Claim,
@@ -65,7 +66,7 @@ class SealedStateStore:
     def __init__(self, inner: StateStore, keys: KeyService) -> None:
         self.inner, self.keys = inner, keys
         # What each open session's row held before it was opened, so a quarantine sets aside those very bytes.
-        self._stored: dict[tuple[SessionKey, str], str | None] = {}
+        self._stored: dict[tuple[str, str, str], str | None] = {}
 
     @property
     def engine(self) -> AsyncEngine:
@@ -100,7 +101,7 @@ class SealedStateStore:
         except BaseException:
             await self.inner.release(key, owner=owner, discard_empty=row.row_version == 0)
             raise
-        self._stored[key, owner] = row.state
+        self._stored[key.user_id, key.session_id, owner] = row.state
         return opened
 
     async def _opened(self, row: StoredSession, data_key: DataKey | None) -> StoredSession:
@@ -111,7 +112,7 @@ class SealedStateStore:
                 return row  # no state, or one saved before sealing
             if data_key is None or not data_key.sealed_it(blob):
                 data_key = await self.keys.key_for(row.user_id, blob)
-            plain = data_key.open(blob, context(row.session_id))
+            plain = open_sealed(data_key.aead, blob, context(row.session_id))  # its key checked just above
             text = plain.decode("utf-8")
         except (PayloadUnreadable, KeyDestroyed, StateRejected, UnicodeDecodeError) as exc:
             why = exc.message if isinstance(exc, PayloadUnreadable | KeyDestroyed) else str(exc)
@@ -132,9 +133,10 @@ class SealedStateStore:
                                    record.fingerprints, text, record.expires_at, record.expiry_slack)
         saved = await self.inner.save(key, owner=owner, expected_version=expected_version, record=sealed_record,
                                       release=release)
-        self._stored[key, owner] = text
         if release:
-            self._stored.pop((key, owner), None)
+            self._stored.pop((key.user_id, key.session_id, owner), None)
+        else:
+            self._stored[key.user_id, key.session_id, owner] = text
         return saved
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
@@ -143,14 +145,14 @@ class SealedStateStore:
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """See :meth:`StateStore.release`."""
-        self._stored.pop((key, owner), None)
+        self._stored.pop((key.user_id, key.session_id, owner), None)
         await self.inner.release(key, owner=owner, discard_empty=discard_empty)
 
     async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
         """Set the refused state aside exactly as the row held it: sealed, or as written before sealing (see
         :meth:`StateStore.quarantine`). A state this store never read from the row is sealed first."""
-        if (row.key, owner) in self._stored:
-            stored = self._stored.pop((row.key, owner))
+        if (row.user_id, row.session_id, owner) in self._stored:
+            stored = self._stored.pop((row.user_id, row.session_id, owner))
             if isinstance(stored, str) and stored != row.state:  # the state's own size stays, as listings show it
                 row = replace(row, state=stored)
         elif isinstance(row.state, str) and not is_sealed_text(row.state):
