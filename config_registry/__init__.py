@@ -30,7 +30,7 @@ from config_registry.errors import (
     UnknownTeam,
     UnknownVersion,
 )
-from config_registry.manifest import Manifest
+from config_registry.manifest import Manifest, MemoryDeclaration
 from config_registry.registry import Registry
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 
@@ -43,6 +43,7 @@ __all__ = [
     "HintedError",
     "HistoryEntry",
     "Manifest",
+    "MemoryDeclaration",
     "Registry",
     "RegistryConflict",
     "RegistryCorrupt",

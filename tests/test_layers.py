@@ -7,7 +7,8 @@ inside functions included):
 - A teamstore module imports modules of its own package, or of packages in a lower layer; never one of
   its own layer's other packages, never one above. Bottom to top: ``errors``; ``ids``, ``settings``;
   ``db``, ``events`` (the run's contract), ``context``, ``offline``; ``state``, ``migrations``,
-  ``examples``; ``audit``, ``metering``; ``runtime``; ``erasure``; ``app`` (the composition root);
+  ``examples``; ``memory`` (it writes under the state's erasure fence; retention and erasure reach it);
+  ``audit``, ``metering``; ``runtime``; ``erasure``; ``app`` (the composition root);
   ``demo``; ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
   ``audit`` and ``metering`` import no ``runtime`` and not each other; ``erasure`` imports no
   ``runtime`` or ``cli``; only ``__main__`` imports ``cli``.
@@ -35,6 +36,7 @@ LAYERS: list[set[str]] = [
     {"ids", "settings"},
     {"db", "events", "context", "offline"},
     {"state", "migrations", "examples"},
+    {"memory"},
     {"audit", "metering"},
     {"runtime"},
     {"erasure"},

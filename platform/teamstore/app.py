@@ -35,6 +35,7 @@ from teamstore.db.migrate import ensure_current
 from teamstore.erasure.coordinator import DeletionCoordinator
 from teamstore.erasure.steps import Progress
 from teamstore.events import RunObserver
+from teamstore.memory.store import MemoryStore
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.sql import SqlStateStore, store_for
@@ -55,6 +56,7 @@ class App:
         self.must_exist = must_exist
         self._engine: AsyncEngine | None = None
         self._state_store: SqlStateStore | None = None
+        self._memory_store: MemoryStore | None = None
         self._transcript_store: TranscriptStore | None = None
         self._tracer_provider: TracerProvider | None = None
         self._tracing_set_up = False  # set up once, even when there is nothing to export to
@@ -79,6 +81,13 @@ class App:
                 self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
             )
         return self._state_store
+
+    @property
+    def memory_store(self) -> MemoryStore:
+        """Users' memory (summary and facts), on :attr:`engine`."""
+        if self._memory_store is None:
+            self._memory_store = MemoryStore(self.engine)
+        return self._memory_store
 
     @property
     def transcript_store(self) -> TranscriptStore:
@@ -121,7 +130,8 @@ class App:
         observers = self.audit_observers() if audit else []
         return Platform(
             self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
-            tracer_provider=self.tracer_provider if audit else None, store=self.state_store, on_close=self.aclose,
+            tracer_provider=self.tracer_provider if audit else None, store=self.state_store,
+            memory=self.memory_store, on_close=self.aclose,
         )
 
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
@@ -147,6 +157,7 @@ class App:
         tracing, self._tracer_provider, self._tracing_set_up = self._tracer_provider, None, False
         transcripts, self._transcript_store = self._transcript_store, None
         state, self._state_store = self._state_store, None
+        self._memory_store = None  # holds nothing of its own: the engine is closed below
         engine, self._engine = self._engine, None
         try:
             if tracing is not None:

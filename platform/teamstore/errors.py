@@ -168,6 +168,25 @@ class ErasureInProgress(StateError):
     """An erasure request is open for this user: saves, uploads and ledger rows are refused."""
 
 
+# --- user memory -------------------------------------------------------------------------------------------
+class UserMemoryError(TeamstoreError):
+    """Base of user-memory errors (named so as not to shadow Python's own ``MemoryError``)."""
+
+
+class MemoryWriteRefused(UserMemoryError):
+    """The memory writer's model call failed, or what it returned was refused (not a JSON object, a fact that
+    fails its declared type, a summary over its budget). The user's previous memory is kept as it was, and
+    the failure is recorded on it. The message names no content, only what was wrong."""
+
+
+class StaleMemory(UserMemoryError):
+    """Another write of the same user's memory landed between this writer's read and its write."""
+
+
+class MemoryNotFound(UserMemoryError):
+    """No stored memory matches (the user, the scope, or the fact named)."""
+
+
 # --- audit -------------------------------------------------------------------------------------------------
 class AuditError(TeamstoreError):
     """Base of transcript, telemetry and ledger errors."""

@@ -4,7 +4,7 @@
 
     team = support_triage()
     result = await team.run(task="My router keeps dropping")
-    manifest = example_manifest("support_triage")   # persists ["researcher"], context_bound=20
+    manifest = example_manifest("support_triage")   # persists ["researcher"], context_bound=20, keeps memory
 
 Register one from the command line with ``teamstore registry add support_triage --factory
 teamstore.examples:support_triage --persist researcher --context-bound 20``.
@@ -30,7 +30,7 @@ from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.models import ChatCompletionClient
 
 import teamstore  # noqa: F401  (registers BoundedChatCompletionContext as a bounding context)
-from config_registry import Manifest
+from config_registry import Manifest, MemoryDeclaration
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.offline import OfflineChatCompletionClient
 
@@ -135,6 +135,14 @@ def support_triage_openai() -> RoundRobinGroupChat:
     return _triage_team(client=client)
 
 
+TRIAGE_MEMORY = MemoryDeclaration(
+    participants=["triage", "researcher"], writer="triage", summary_tokens=150,
+    facts={"ticket_id": "str", "router_model": "str"},
+)
+"""The support team's memory of a user: a ~150-token summary, the ticket id and the router model; triage and
+the researcher are given it, and triage's model client writes it."""
+
+
 def _triage_manifest(
     name: str, description: str, persist: str = "researcher", secrets: dict[str, str] | None = None
 ) -> Manifest:
@@ -145,6 +153,7 @@ def _triage_manifest(
         persist=[persist],
         context_bound=20,
         secrets=secrets or {},
+        memory=TRIAGE_MEMORY.model_copy(update={"participants": ["triage", persist]}),
     )
 
 

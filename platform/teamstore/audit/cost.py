@@ -1,4 +1,4 @@
-"""Cost per session, user, team, version, model, agent or day, derived from the ledger at query time.
+"""Cost per session, user, team, version, model, agent, purpose or day, derived from the ledger at query time.
 
     from teamstore.audit.cost import CostFilter, query_costs
 
@@ -25,7 +25,7 @@ from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import usage
 from teamstore.errors import ConfigurationError
 
-Dimension = Literal["session", "user", "team", "version", "model", "agent", "day"]
+Dimension = Literal["session", "user", "team", "version", "model", "agent", "purpose", "day"]
 DIMENSIONS: dict[str, tuple[str, ...]] = {
     "session": ("session_key",),
     "user": ("subject_key",),
@@ -33,6 +33,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "version": ("team", "team_version"),
     "model": ("model",),
     "agent": ("agent",),
+    "purpose": ("purpose",),  # agent, speaker_selection, memory_writer: what each kind of call costs
     "day": ("day",),
 }
 
@@ -169,7 +170,7 @@ async def query_costs(
     Args:
         engine: The state database.
         prices: The price table to apply.
-        by: One of session, user, team, version, model, agent, day.
+        by: One of session, user, team, version, model, agent, purpose, day.
         where: Filters; ``None`` for the whole ledger.
 
     Returns:

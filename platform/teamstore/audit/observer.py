@@ -31,12 +31,12 @@ from teamstore.audit.claims import Queued
 from teamstore.audit.ledger import record_usage, usage_rows
 from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
-from teamstore.audit.telemetry import TRACER, emit_run_spans
+from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
 from teamstore.db.engine import describe_failure
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
-from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.settings import Settings
 from teamstore.state.schema import user_holds
 
@@ -280,6 +280,12 @@ class LedgerObserver:
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
         await record_usage(self.engine, usage_rows(ctx, outcome, keys))
 
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """The memory writer's calls, under the run's id with their own agent and purpose (so a session's
+        cost includes them, and ``--by purpose`` shows them apart); none for a fenced user."""
+        keys = await self.pseudonyms.writable(ctx)
+        await record_usage(self.engine, usage_rows(ctx, later.as_outcome(), keys))
+
 
 class SpanObserver:
     """Emits the run span and one child span per model call when the run ends."""
@@ -301,6 +307,10 @@ class SpanObserver:
         them may drop keys another is still waiting on.
         """
         emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
+
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """A span for the later work (``memory_writer``) with one child span per model call."""
+        emit_later_spans(self.tracer, ctx, later, await self.pseudonyms.writable(ctx))
 
 
 def _fenced() -> ErasureInProgress:

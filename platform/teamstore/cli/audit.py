@@ -353,7 +353,8 @@ def retention_apply(
 
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
-    """Remove local and queued transcripts, ledger rows and quarantined states past retention, and expired sessions."""
+    """Remove local and queued transcripts, ledger rows and quarantined states past retention, expired sessions
+    and expired user memory."""
 
     async def go(app: App) -> dict[str, Any]:
         return asdict(await sweep_all(app.settings, app.engine, app.transcript_store))
@@ -363,7 +364,8 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
         as_json=as_json,
         render=lambda d: console.print(
             f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "
-            f"rows, {d['sessions']} expired sessions, {d['quarantined']} quarantined states"
+            f"rows, {d['sessions']} expired sessions, {d['quarantined']} quarantined states, {d['memories']} "
+            f"expired user memories ({d['memory_facts']} facts)"
         ),
     )
 

@@ -9,6 +9,10 @@
 ``run_stream`` is in flight) and checks them (plain JSON, under the byte cap). The snapshot is written
 when the block exits, together with the lease release, or earlier with ``await s.save()``. A run that
 raises leaves nothing to save, and the stored state stays as it was.
+
+A team that keeps user memory gives it to the participants its manifest names as the session opens
+(``s.memory`` says what was given), and the memory writer updates it from what the runs said once the
+block has saved (:mod:`teamstore.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from teamstore.errors import (
 from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.ids import check_id
 from teamstore.metering import metered_run
+from teamstore.memory.writer import Said
+from teamstore.runtime.memory import MemoryBinding, MemoryRecall, MemoryService, bind_memory
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
     ResumeOutcome,
@@ -110,6 +116,8 @@ class SessionLimits:
     task_max_bytes: int
     state_max_bytes: int
     state_ttl_days: float
+    memory_retention_days: float
+    memory_writer_timeout_seconds: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SessionLimits:
@@ -134,6 +142,8 @@ class SessionDeps:
             it checks the schema first).
         autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
         worker_id: This process, in the lease owner the session writes.
+        memory: Reads user memory into the session and writes it after; ``None``: no memory, whatever the
+            manifest declares.
     """
 
     store: SqlStateStore
@@ -142,6 +152,7 @@ class SessionDeps:
     build_team: Callable[[str], Awaitable[BuiltTeam]]
     autogen_spans: SpanRoute
     worker_id: str
+    memory: MemoryService | None = None
 
 
 class Session:
@@ -167,6 +178,10 @@ class Session:
         self._keeper: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self.last_run_id: str | None = None
+        self._memory: MemoryBinding | None = None
+        self.memory: MemoryRecall | None = None
+        self._said: list[Said] = []  # what the runs added since the memory was last written
+        self._last_run: tuple[RunContext, RunOutcome] | None = None
 
     @property
     def team(self) -> TeamOrAgent:
@@ -214,6 +229,7 @@ class Session:
                 await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
             if verdict.outcome.applied:
                 verdict = await self._apply(row, verdict)
+            await self._recall(fresh=not verdict.outcome.applied)
         except BaseException:
             await self._stop_keeping()
             await self._release()
@@ -222,6 +238,22 @@ class Session:
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
         return self
+
+    async def _recall(self, *, fresh: bool) -> None:
+        """Give the user's memory to the receiving participants whose contexts start empty."""
+        service = self._deps.memory
+        self._memory = bind_memory(self._built) if service is not None else None
+        if service is not None and self._memory is not None:
+            self.memory = await service.recall(self._memory, self.key.user_id, fresh=fresh,
+                                               persisted=self._built.persisted)
+
+    def _write_memory(self) -> None:
+        """Once the block saved: have the memory writer update the user's memory from what the runs said."""
+        service, binding, said, last = self._deps.memory, self._memory, self._said, self._last_run
+        self._said = []
+        if service is None or binding is None or not said or last is None:
+            return
+        service.schedule(binding, *last, said, observers=self._deps.observers, limits=self._deps.limits)
 
     async def _apply(self, row: StoredSession, verdict: Verdict) -> Verdict:
         """Load the validated states; if AutoGen still refuses them, fail closed on a freshly built team."""
@@ -253,12 +285,13 @@ class Session:
             await self._stop_keeping()
         if self._pending is None:
             await self._release()
-            return
-        try:
-            await self._write(release=True)
-        except BaseException:  # whatever failed, the lease is given back
-            await self._release_quietly()
-            raise
+        else:
+            try:
+                await self._write(release=True)
+            except BaseException:  # whatever failed, the lease is given back
+                await self._release_quietly()
+                raise
+        self._write_memory()  # after the save: memory follows what was saved
 
     async def _keep_lease(self, ttl: float) -> None:
         """Renew the lease every third of its TTL while the session is open: a live worker keeps its
@@ -332,14 +365,17 @@ class Session:
         self.last_run_id = ctx.run_id
         await notify_observers(observers, "run_started", ctx)
         token = CancellationToken()
+        said: list[Said] = []
 
         async def stream() -> TaskResult | None:
             found: TaskResult | None = None
             async for item in self._built.team.run_stream(task=task, cancellation_token=token):
                 if isinstance(item, TaskResult):
                     found = item
-                else:
-                    await notify_observers(observers, "on_item", ctx, item)
+                    continue
+                if self._memory is not None and isinstance(item, BaseChatMessage):
+                    said.append(Said(item.source, item.to_model_text()))
+                await notify_observers(observers, "on_item", ctx, item)
             return found
 
         with metered_run() as meter, self._deps.autogen_spans():
@@ -364,6 +400,8 @@ class Session:
             datetime.now(UTC), result=result, stop_reason=result.stop_reason,
             ended_by_limit=ended_by_limit(result.stop_reason), model_calls=list(meter.calls),
         )
+        self._said += said  # a run that raised adds nothing: memory follows what is saved
+        self._last_run = (ctx, outcome)
         # The audit writes (transcript PUT, ledger row, spans) overlap what the caller does next with the
         # result (answering its user) and the state save; the session awaits them before the next run
         # and before it saves and releases the lease, so a request never finishes with its audit unwritten.

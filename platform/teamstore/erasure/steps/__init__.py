@@ -7,8 +7,9 @@
         result = await step.erase(ctx, prior=None)    # delete (recording what it found), status DELETED
         left = await step.remaining(ctx)              # verification: what is still there
 
-The order is fixed: resume state, quarantine, transcripts, outbox, ledger, and the subject mapping last,
-because every earlier step needs the subject key the mapping holds (the request keeps a copy too).
+The order is fixed: resume state, quarantine, user memory, transcripts, outbox, ledger, and the subject
+mapping last, because every earlier step needs the subject key the mapping holds (the request keeps a
+copy too).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from teamstore.erasure.receipt import Counts, StoreResult
 Progress = Callable[[str, int, int | None], None]
 """``progress(step, done, total)``: called as a step advances (``total`` may be unknown)."""
 
-STEP_ORDER = ("resume_state", "quarantine", "transcripts", "outbox", "ledger", "subject")
+STEP_ORDER = ("resume_state", "quarantine", "memory", "transcripts", "outbox", "ledger", "subject")
 
 
 def _no_progress(step: str, done: int, total: int | None) -> None:
@@ -69,6 +70,7 @@ def build_steps() -> list[Step]:
     """The steps in :data:`STEP_ORDER`."""
     from teamstore.erasure.steps.database import (
         ledger_step,
+        memory_step,
         outbox_step,
         quarantine_step,
         resume_step,
@@ -76,4 +78,5 @@ def build_steps() -> list[Step]:
     )
     from teamstore.erasure.steps.transcripts import TranscriptStep
 
-    return [resume_step(), quarantine_step(), TranscriptStep(), outbox_step(), ledger_step(), subject_step()]
+    return [resume_step(), quarantine_step(), memory_step(), TranscriptStep(), outbox_step(), ledger_step(),
+            subject_step()]

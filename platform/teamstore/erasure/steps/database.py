@@ -1,4 +1,4 @@
-"""The database steps: resume state, quarantine, outbox, ledger link, subject mapping.
+"""The database steps: resume state, quarantine, user memory, outbox, ledger link, subject mapping.
 
     from teamstore.erasure.steps.database import resume_step
 
@@ -28,6 +28,8 @@ from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
 from teamstore.erasure.steps import StepContext
 from teamstore.errors import StoreUnavailable
+from teamstore.memory.schema import memories
+from teamstore.memory.store import user_tables
 from teamstore.state.schema import quarantine, sessions
 
 Where = Callable[[StepContext], ColumnElement[bool]]
@@ -124,6 +126,29 @@ class LedgerStep(SqlDeleteStep):
                 update(usage).where(self.where(ctx), usage.c.session_key == old)
                 .values(subject_key=None, session_key=secrets.token_hex(16))
             )
+
+
+@dataclass(frozen=True)
+class MemoryStep(SqlDeleteStep):
+    """User memory, one store over its two tables: the facts and the summaries of the exact user id, every
+    scope, counted and deleted in one transaction."""
+
+    async def _count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        total = Counts()
+        for table, size in user_tables():
+            rows, nbytes = (await conn.execute(select(func.count(), func.coalesce(func.sum(size), 0))
+                                               .select_from(table).where(_by_user(table)(ctx)))).one()
+            total = total.plus(Counts(rows=int(rows), bytes=int(nbytes or 0)))
+        return total
+
+    async def _delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        for table, _size in user_tables():
+            await conn.execute(delete(table).where(_by_user(table)(ctx)))
+
+
+def memory_step() -> MemoryStep:
+    """User memory: every summary and fact kept about the exact user id (their words, in another form)."""
+    return MemoryStep("memory", memories, _by_user(memories))
 
 
 def resume_step() -> SqlDeleteStep:
