@@ -3,6 +3,7 @@
     teamstore registry list
     teamstore run --team support_triage --user u1 --session s1 "My router keeps dropping"
     teamstore cost --by session --format csv
+    teamstore memory show --user u1
     teamstore erase --user u1
 
 Each area lives in its own module and mounts its commands here.
@@ -18,7 +19,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from teamstore.cli import audit, erase, registry, sessions
+from teamstore.cli import audit, erase, memory, registry, sessions
 from teamstore.cli._output import UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
@@ -85,6 +86,7 @@ app.add_typer(registry.app, name="registry")
 sessions.register(app)
 audit.register(app)
 erase.register(app)
+memory.register(app)
 
 
 class _OneLine(logging.Handler):

@@ -65,6 +65,7 @@ async def _run_once(platform: Platform, text: str, *, team: str, user: str, sess
             assert s.resume is not None
             resume = s.resume.as_dict()
             run_id = s.last_run_id
+            memory = s.memory.as_dict() if s.memory is not None else None
     except TeamstoreError:
         raise
     except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
@@ -84,6 +85,7 @@ async def _run_once(platform: Platform, text: str, *, team: str, user: str, sess
             {"source": m.source, "type": type(m).__name__, "content": m.to_text()} for m in result.messages
         ],
         "resume": resume,
+        "memory": memory,
         "run_id": run_id,
         "row_version": s.row_version,
         "stop_reason": result.stop_reason,

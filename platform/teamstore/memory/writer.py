@@ -107,7 +107,7 @@ def writer_request(
 
 async def ask_writer(
     client: ChatCompletionClient, previous: UserMemory | None, messages: Sequence[Said],
-    declaration: MemoryDeclaration, timeout: float,
+    declaration: MemoryDeclaration, call_seconds: float,
 ) -> MemoryUpdate:
     """One model call, its reply checked.
 
@@ -117,9 +117,9 @@ async def ask_writer(
     json_mode = True if client.model_info.get("json_output") else None
     try:
         result = await asyncio.wait_for(
-            client.create(writer_request(previous, messages, declaration), json_output=json_mode), timeout)
+            client.create(writer_request(previous, messages, declaration), json_output=json_mode), call_seconds)
     except TimeoutError:
-        raise _call_failed(f"did not answer within {timeout:g}s") from None
+        raise _call_failed(f"did not answer within {call_seconds:g}s") from None
     except Exception as exc:  # any failure of the model client is the writer's failure, recorded as such
         # Only the type: a provider's error text may quote the request.
         raise _call_failed(f"failed ({type(exc).__name__})") from None
@@ -136,7 +136,7 @@ def _call_failed(why: str) -> MemoryWriteRefused:
 async def write_memory(
     store: MemoryStore, client: ChatCompletionClient, *, user_id: str, team: str, team_version: str,
     declaration: MemoryDeclaration, run_id: str, messages: Sequence[Said], retention_days: float,
-    timeout: float = 60.0,
+    call_seconds: float = 60.0,
 ) -> WriteOutcome:
     """Update the user's memory from ``messages``; a refusal is recorded on the memory, never raised.
 
@@ -148,7 +148,7 @@ async def write_memory(
         run_id: The run the messages end with: the source of the values written.
         messages: What the runs added since the last write.
         retention_days: How long the memory lives after this write.
-        timeout: The longest one model call may take.
+        call_seconds: The longest one model call may take.
 
     Raises:
         StoreUnavailable: The database failed (the failure could not be recorded either).
@@ -160,7 +160,7 @@ async def write_memory(
             if previous is not None and previous.version < 0:
                 raise MemoryWriteRefused("the stored memory row is damaged (its version is not a number)",
                                          hint="forget it: `teamstore memory forget --user ... --all`")
-            update = await ask_writer(client, previous, messages, declaration, timeout)
+            update = await ask_writer(client, previous, messages, declaration, call_seconds)
             version = await store.write(
                 user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
                 run_id=run_id, team=team, team_version=team_version, retention_days=retention_days)

@@ -177,7 +177,7 @@ class MemoryService:
                 result = await write_memory(
                     self.store, binding.writer, user_id=ctx.user_id, team=ctx.team, team_version=ctx.team_version,
                     declaration=binding.declaration, run_id=ctx.run_id, messages=said, retention_days=retention,
-                    timeout=limits.memory_writer_timeout_seconds)
+                    call_seconds=limits.memory_writer_timeout_seconds)
             except TeamstoreError as exc:  # the database failed: not even the failure could be recorded
                 result = WriteOutcome("failed", reason=exc.message)
         _log(ctx, result)

@@ -43,8 +43,8 @@ from teamstore.errors import (
 )
 from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.ids import check_id
-from teamstore.metering import metered_run
 from teamstore.memory.writer import Said
+from teamstore.metering import metered_run
 from teamstore.runtime.memory import MemoryBinding, MemoryRecall, MemoryService, bind_memory
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
