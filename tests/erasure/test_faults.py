@@ -122,7 +122,7 @@ async def test_s3_down_fails_the_transcript_step_keeps_the_fence_and_a_rerun_fin
 
     assert not failed.ok and failed.status is RequestStatus.FAILED
     statuses = {n: s.status for n, s in failed.stores.items()}
-    assert statuses == {"resume_state": StepStatus.ERASED, "quarantine": StepStatus.ERASED,
+    assert statuses == {"resume_state": StepStatus.ERASED, "quarantine": StepStatus.ERASED, "memory": StepStatus.ERASED,
                         "transcripts": StepStatus.FAILED, "outbox": StepStatus.PENDING,
                         "ledger": StepStatus.PENDING, "subject": StepStatus.PENDING}
     assert "rerun the same request id" in (failed.stores["transcripts"].detail or "")

@@ -50,7 +50,7 @@ from teamstore.state.direct import APPLICATION_NAME
 from teamstore.state.envelope import decode, encode
 from teamstore.state.schema import quarantine, sessions, user_holds
 from teamstore.state.sql import store_for
-from tests.runtime.conftest import renamed_manifest
+from tests.runtime.conftest import renamed_manifest, without_memory
 from tests.services import free_port
 
 
@@ -178,7 +178,7 @@ def _critic_persisted_too() -> tuple[dict[str, Any], Any]:
     component = examples.support_triage().dump_component().model_dump()
     participants = component["config"]["participants"]
     participants[2]["config"]["model_context"] = participants[1]["config"]["model_context"]
-    manifest = examples.example_manifest("support_triage").model_copy(update={"persist": ["researcher", "critic"]})
+    manifest = without_memory(examples.example_manifest("support_triage")).model_copy(update={"persist": ["researcher", "critic"]})
     return component, manifest
 
 
@@ -220,7 +220,7 @@ async def test_a_team_turned_into_a_single_agent_fails_closed_as_a_definition_ch
     v1 = registry.resolve("support_triage@production").version
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     researcher = examples.support_triage().dump_component().model_dump()["config"]["participants"][1]
-    v2 = registry.add("support_triage", researcher, examples.example_manifest("support_triage"),
+    v2 = registry.add("support_triage", researcher, without_memory(examples.example_manifest("support_triage")),
                       "the researcher alone", label="production")
     report = registry.check("support_triage", v1, v2)
     assert not report.compatible and "from a team to a single agent" in report.reasons[0]
@@ -551,7 +551,7 @@ async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform:
 
 
 async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Registry) -> None:
-    manifest = examples.example_manifest("support_triage").model_copy(update={"state_ttl_days": 1.0})
+    manifest = without_memory(examples.example_manifest("support_triage")).model_copy(update={"state_ttl_days": 1.0})
     registry.add("support_triage", examples.support_triage().dump_component(), manifest, "1 day TTL",
                  label="production")
     await talk(platform, "alice", "s1", "hello")
@@ -562,7 +562,7 @@ async def test_team_ttl_comes_from_the_manifest(platform: Platform, registry: Re
 
 
 async def test_a_restored_state_lives_as_long_as_its_team_keeps_state(platform: Platform, registry: Registry) -> None:
-    manifest = examples.example_manifest("support_triage").model_copy(update={"state_ttl_days": 1.0})
+    manifest = without_memory(examples.example_manifest("support_triage")).model_copy(update={"state_ttl_days": 1.0})
     registry.add("support_triage", examples.support_triage().dump_component(), manifest, "1 day TTL",
                  label="production")
     await talk(platform, "alice", "s1", "hello")
