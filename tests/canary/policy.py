@@ -50,6 +50,12 @@ POLICY: tuple[Allowance, ...] = (
               "the resume state row: keyed by the raw ids, its saved agent states hold the conversation"),
     Allowance(DATABASE, r"\bts_quarantine\b", STATE,
               "a refused state set aside with its keys, for an operator to restore"),
+    Allowance(DATABASE, r"\bts_user_memory\b", WORDS | {Kind.USER_ID},
+              "the user's memory: keyed by the raw user id, its summary is written from their words; erasure "
+              "and retention remove it (docs/memory.md)"),
+    Allowance(DATABASE, r"\bts_user_memory_facts\b", WORDS | {Kind.USER_ID},
+              "the user's facts: keyed by the raw user id, each value taken from their words (a ticket id, a "
+              "router model)"),
     Allowance(DATABASE, r"\bts_transcript_outbox\b", WORDS,
               "a transcript its store refused, queued (gzip) until delivered; filed under the subject key"),
     Allowance(DATABASE, r"\bts_user_holds\b", frozenset({Kind.USER_ID}),

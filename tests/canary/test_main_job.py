@@ -64,6 +64,10 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
     assert {h.canary.token for h in before} >= {alice.user_id, alice.tasks[0], bob.tasks[1]}, (
         "the scan finds what the stores legitimately hold, so it can find a leak"
     )
+    assert any("ts_user_memory_facts" in h.location and h.canary.owner == "bob" for h in before), (
+        "the support team's memory keeps a fact taken from bob's words (his router): the scan reaches it, "
+        "and the erasure must"
+    )
 
     receipt = erase(deployment, book, bob)
     assert receipt["status"] == "completed", receipt
