@@ -31,7 +31,12 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert "sessions left for bob: 0" in out
     assert (tmp_path / "home" / "teamstore.db").exists()
     assert any((tmp_path / "home" / "transcripts").rglob("*.jsonl.gz"))
-    assert "…" in out.split("6. The audit trail")[1].split("7. Token cost")[0]  # a long message says it is cut
+    assert "…" in out.split("7. The audit trail")[1].split("8. Token cost")[0]  # a long message says it is cut
+    memory = out.split("5. Memory outlives the session")[1].split("6. What is stored")[0]
+    assert "resume: expired" in memory
+    assert "the state expired, and triage knows alice's ticket id and router model" in memory
+    assert "teamstore memory show --user alice" in memory and "55102" in memory and "ZX-81" in memory
+    assert "of which the memory writer (teamstore cost --by purpose):" in out
 
 
 def test_demo_runs_on_a_price_table_without_its_offline_model(tmp_path: Path) -> None:
@@ -42,7 +47,7 @@ def test_demo_runs_on_a_price_table_without_its_offline_model(tmp_path: Path) ->
     proc = _demo(tmp_path, TEAMSTORE_PRICES_PATH=str(prices))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    cost = proc.stdout.split("7. Token cost")[1].split("8. Compliance")[0]
+    cost = proc.stdout.split("8. Token cost")[1].split("9. Compliance")[0]
     assert "unknown" in cost
 
 

@@ -231,13 +231,12 @@ def _cost(sessions: dict[str, str]) -> None:
                       "unknown" if total["cost"] is None else f"{total['cost']:.6f}")  # a model without a price
     console.print(table)
     console.print(f"[dim]prices: version {report['price_version']}; speaker-selection calls included[/]")
-    for user, session in sessions.items():
-        report = teamstore("cost", "--user", user, "--session", session, "--by", "purpose", "--format", "json",
-                           json_flag="")
-        writer = next((r for r in report["rows"] if r["key"] == "memory_writer"), None)
-        if writer is not None:
-            console.print(f"  of which the memory writer, {user}: {writer['calls']} calls, {writer['input_tokens']}+"
-                          f"{writer['output_tokens']} tokens")
+    report = teamstore("cost", "--by", "purpose", "--format", "json", json_flag="")
+    writer = next((r for r in report["rows"] if r["key"] == "memory_writer"), None)
+    if writer is not None:
+        console.print(f"  of which the memory writer (teamstore cost --by purpose): {writer['calls']} calls, "
+                      f"{writer['input_tokens']}+{writer['output_tokens']} tokens of {report['total']['input_tokens']}+"
+                      f"{report['total']['output_tokens']}")
 
 
 def _erase(user: str, session: str) -> None:

@@ -87,9 +87,3 @@ def test_cost_by_purpose_shows_the_memory_writer_and_the_sweep_counts_memory(ran
     swept = as_json("retention", "sweep")
     assert (swept["memories"], swept["memory_facts"]) == (0, 0)  # 180 days from now: nothing expired
     assert "expired user memories (0 facts)" in runner.invoke(app, ["retention", "sweep"]).stdout
-
-
-def test_show_on_a_home_with_no_database_says_so_and_creates_none(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["memory", "show", "--user", "alice"])
-    assert result.exit_code == 1 and "teamstore db upgrade" in result.stderr
-    assert not (tmp_path / "home" / "teamstore.db").exists()

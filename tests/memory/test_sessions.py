@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.memory.component import HEADER
+from teamstore.memory.schema import facts, memories
 from teamstore.runtime.memory import MemoryRecall
 from teamstore.runtime.platform import Platform
 from teamstore.state.schema import sessions
@@ -202,3 +203,36 @@ async def test_memory_shared_under_a_declared_scope_reaches_the_other_team(
         await s.run("hi")
         assert s.memory is not None and s.memory.scope == "support" and s.memory.facts == ["router_model", "ticket_id"]
     assert [m.scope for m in await platform.show_memory("alice")] == ["support"]
+
+
+async def test_a_writer_that_does_not_answer_in_time_is_recorded_and_changes_nothing(
+    engine: AsyncEngine, registry: Registry, channel: str, tmp_path: Path
+) -> None:
+    register(registry, channel, writer="gated")
+    GATES[channel] = asyncio.Barrier(2)  # no second writer ever comes: the first waits until its timeout
+    async with make_platform(engine, registry, tmp_path, memory_writer_timeout_seconds=0.2) as platform:
+        result, _, _ = await talk(platform, "alice", "s1", FIRST)
+        await platform.drain_memory()
+        (kept,) = await platform.show_memory("alice")
+    assert result.stop_reason is not None and not kept.written and kept.facts == {}
+    assert kept.failure is not None and "did not answer within 0.2s" in kept.failure.reason
+
+
+async def test_a_memory_row_damaged_by_hand_gives_only_what_is_sound_and_is_never_written_over(
+    platform: Platform, engine: AsyncEngine, channel: str
+) -> None:
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    async with engine.begin() as conn:
+        await conn.execute(update(facts).where(facts.c.name == "router_model").values(value="{ZX-81"))
+        await conn.execute(update(memories).values(version=-3))
+    since = len(CALLS[channel])
+    _, given, _ = await talk(platform, "alice", "s2", "Hello again")
+    await platform.drain_memory()
+    assert given is not None and given.facts == ["ticket_id"] and "router_model" in given.left_out
+    first_call = "\n".join(str(m.content) for m in CALLS[channel][since])
+    assert "- ticket_id: 55102" in first_call and "ZX-81" not in first_call.split("Facts:")[1]
+    (kept,) = await platform.show_memory("alice")
+    assert {d.name for d in kept.damaged} == {"router_model", "version"}
+    assert kept.failure is not None and "damaged" in kept.failure.reason  # the writer refused to write over it
+    assert kept.facts["ticket_id"].value == "55102"

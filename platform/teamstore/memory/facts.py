@@ -157,8 +157,9 @@ class UserMemory:
 
     @property
     def written(self) -> bool:
-        """Whether a writer ever stored a summary or facts here (a row may hold only a failure)."""
-        return self.version > 0
+        """Whether a writer ever stored a summary or facts here (a row may hold only a failure); a row whose
+        version is damaged (``-1``) still holds what was written."""
+        return self.version != 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (``teamstore memory show --json``)."""
