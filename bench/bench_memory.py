@@ -30,7 +30,7 @@ from sqlalchemy import func, select, update
 from teamstore.app import App
 from teamstore.audit.schema import usage
 from teamstore.examples import TRIAGE_MEMORY, example_manifest, support_triage
-from teamstore.memory.store import user_tables
+from teamstore.memory.erasure import USER_MEMORY
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.schema import sessions
@@ -52,11 +52,8 @@ async def _expire(platform: Platform, user: str) -> None:
 
 
 async def _user_bytes(platform: Platform, user: str) -> int:
-    total = 0
     async with platform.engine.connect() as conn:
-        for table, size in user_tables():
-            total += int(await conn.scalar(select(func.coalesce(func.sum(size), 0)).where(table.c.user_id == user)) or 0)
-    return total
+        return (await USER_MEMORY.count(conn, user))[1]
 
 
 async def _tokens(platform: Platform) -> tuple[int, int, int]:

@@ -48,9 +48,8 @@ from teamstore.db.migrate import upgrade
 from teamstore.runtime.resume import SCHEMA_VERSION, capture_states
 from teamstore.state.base import Claim, SessionKey
 from teamstore.state.envelope import decode, encode
-from teamstore.state.postgres import PostgresStateStore
-from teamstore.state.postgres_row import PostgresRowStateStore
-from teamstore.state.sql import lease_mode, set_lease_mode, store_for
+from teamstore.state.factory import store_for
+from teamstore.state.lease_mode import lease_mode, set_lease_mode
 
 CHECKPOINTS = (10, 50, 200)
 
@@ -84,14 +83,16 @@ async def statements(url: str, state: str, lease: str = "lock") -> None:
             seen.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", count)
-    if isinstance(store, PostgresStateStore | PostgresRowStateStore):  # loads and saves go through psycopg
-        direct = store._execute
+    # On Postgres, loads and saves go through psycopg directly, past SQLAlchemy's events.
+    direct: Any = store if hasattr(store, "_execute") else getattr(store, "statements", None)
+    if hasattr(direct, "_execute"):
+        fast = direct._execute
 
         async def counted(cursor: Any, stmt: Any, params: Any) -> Any:
             seen.append(stmt.sql)
-            return await direct(cursor, stmt, params)
+            return await fast(cursor, stmt, params)
 
-        store._execute = counted  # type: ignore[method-assign]
+        direct._execute = counted
     key, claim = SessionKey("u", "s"), Claim("bench", "v1", SCHEMA_VERSION, "0.7.5", {"researcher": "fp"})
     await store.check_lease_mode()  # once per store and every lease_recheck_seconds, not per load
     counts = []

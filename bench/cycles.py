@@ -31,7 +31,8 @@ from teamstore.runtime.session import EXPIRY_SLACK
 from teamstore.settings import Settings
 from teamstore.state.base import Claim, SaveRecord, SessionKey
 from teamstore.state.envelope import decode, encode
-from teamstore.state.sql import lease_mode, set_lease_mode, store_for
+from teamstore.state.factory import store_for
+from teamstore.state.lease_mode import lease_mode, set_lease_mode
 from teamstore.state.validate import validate_participant
 
 BOUND = Settings().max_sessions_per_user  # every load is under the per-user session bound, as the runtime's

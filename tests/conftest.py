@@ -116,7 +116,7 @@ async def prepare(url: str, lease: str) -> None:
     """Migrate ``url`` and record ``lease`` as the way its sessions are leased."""
     from teamstore.db.engine import create_engine
     from teamstore.db.migrate import upgrade
-    from teamstore.state.sql import lease_mode, set_lease_mode
+    from teamstore.state.lease_mode import lease_mode, set_lease_mode
 
     engine = create_engine(url)
     await upgrade(engine)

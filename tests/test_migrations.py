@@ -14,14 +14,15 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 import teamstore.audit.schema
+import teamstore.db.fence
 import teamstore.erasure.schema
-import teamstore.state.schema  # noqa: F401  (the three register their tables on the metadata)
+import teamstore.state.schema  # noqa: F401  (each registers its tables on the metadata)
 from teamstore.db.engine import create_engine
 from teamstore.db.metadata import metadata
 from teamstore.db.migrate import alembic_config, current_revision, head_revision, require_current, upgrade
 from teamstore.errors import SchemaNotReady
 from teamstore.state.base import SessionKey
-from teamstore.state.sql import store_for
+from teamstore.state.factory import store_for
 from tests.state.test_store_conformance import acquire, record
 
 HAS_LZ4 = importlib.import_module("teamstore.migrations.versions.0006_state_lz4").HAS_LZ4

@@ -1,8 +1,8 @@
 """teamstore: the data platform for AutoGen agent teams.
 
-    from teamstore import Platform
+    from teamstore import open_platform
 
-    platform = Platform.from_settings()
+    platform = open_platform()
     async with platform.session("user-1", "session-1", team="support_triage") as s:
         result = await s.run("My router keeps dropping")
         print(s.resume.outcome, result.messages[-1])
@@ -19,7 +19,7 @@ register_provider_prefix("teamstore.")
 
 __version__ = "0.1.0"
 
-__all__ = ["Platform", "__version__"]
+__all__ = ["App", "Platform", "__version__", "erase_user", "open_platform"]
 
 
 def __getattr__(name: str) -> object:
@@ -28,4 +28,8 @@ def __getattr__(name: str) -> object:
         from teamstore.runtime.platform import Platform
 
         return Platform
+    if name in ("App", "open_platform", "erase_user"):
+        from teamstore import app
+
+        return getattr(app, name)
     raise AttributeError(f"module 'teamstore' has no attribute {name!r}")

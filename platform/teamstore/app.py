@@ -1,7 +1,7 @@
 """The composition root: settings -> engine, stores, observers, registry, erasure coordinator.
 
-The library (:meth:`Platform.from_settings`), the command line (``teamstore.cli._run``) and
-:func:`teamstore.erasure.erase_user` build what they need here. Each piece is built once, only when first
+The library (:func:`open_platform`, :func:`erase_user`) and the command line (``teamstore.cli._runner``)
+build what they need here. Each piece is built once, only when first
 asked for, and :meth:`App.aclose` closes what was built and nothing else:
 
     from teamstore.app import App
@@ -15,8 +15,7 @@ asked for, and :meth:`App.aclose` closes what was built and nothing else:
 
     platform = App(settings).platform()        # the platform closes the app when it closes
 
-It sits above every other package (runtime, audit, erasure): none of them imports it, but for the two
-conveniences that defer to it (``Platform.from_settings`` and ``erase_user``).
+It sits above every other package (runtime, audit, erasure), and none of them imports it.
 """
 
 from __future__ import annotations
@@ -33,12 +32,15 @@ from teamstore.audit.transcripts import TranscriptStore, transcript_store_from_s
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import ensure_current
 from teamstore.erasure.coordinator import DeletionCoordinator
+from teamstore.erasure.receipt import Receipt
 from teamstore.erasure.steps import Progress
+from teamstore.errors import ErasureIncomplete
 from teamstore.events import RunObserver
 from teamstore.memory.store import MemoryStore
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
-from teamstore.state.sql import SqlStateStore, store_for
+from teamstore.state.base import StateStore
+from teamstore.state.factory import store_for
 
 
 class App:
@@ -55,7 +57,7 @@ class App:
         self.settings = settings or Settings()
         self.must_exist = must_exist
         self._engine: AsyncEngine | None = None
-        self._state_store: SqlStateStore | None = None
+        self._state_store: StateStore | None = None
         self._memory_store: MemoryStore | None = None
         self._transcript_store: TranscriptStore | None = None
         self._tracer_provider: TracerProvider | None = None
@@ -74,7 +76,7 @@ class App:
         return self._engine
 
     @property
-    def state_store(self) -> SqlStateStore:
+    def state_store(self) -> StateStore:
         """The resume-state store on :attr:`engine`, leasing sessions as ``TEAMSTORE_SESSION_LEASE`` says."""
         if self._state_store is None:
             self._state_store = store_for(
@@ -169,3 +171,61 @@ class App:
         finally:
             if engine is not None:
                 await engine.dispose()
+
+
+def open_platform(settings: Settings | None = None, *, audit: bool = True) -> Platform:
+    """A platform built from settings (the environment, else the embedded default): database, registry and
+    audit trail, all closed when the platform closes.
+
+    Args:
+        settings: Defaults to ``Settings()``.
+        audit: Attach the transcript, span and ledger observers.
+    """
+    return App(settings).platform(audit=audit)
+
+
+async def erase_user(
+    user_id: str,
+    *,
+    request_id: str | None = None,
+    reason: str | None = None,
+    dry_run: bool = False,
+    settings: Settings | None = None,
+    check: bool = True,
+) -> Receipt:
+    """Erase ``user_id`` using the database and transcript store the settings name.
+
+    Args:
+        user_id: The raw user id, matched exactly.
+        request_id: Idempotency key (rerun it to resume); fresh when omitted.
+        reason: Stored with the request.
+        dry_run: Enumerate only; no request is stored, and the receipt's ``request_id`` is ``None``.
+        settings: Defaults to ``Settings()`` (the environment).
+        check: Raise unless every store is ``erased`` or ``no_match``.
+
+    Returns:
+        The receipt.
+
+    Raises:
+        ErasureIncomplete: ``check`` is on and a store failed or is retained under a hold (the
+            receipt is on the exception).
+        ErasureConflict: Another erasure of the user is open or running.
+        StoreUnavailable: The database is down.
+        SchemaNotReady: A production database is not migrated (`teamstore db upgrade`), or the embedded
+            one does not exist yet (nothing is stored there: a receipt would only mislead).
+    """
+    # Every request is about what is stored: on a database that does not exist yet (a mistyped
+    # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
+    app = App(settings, must_exist=True)
+    try:
+        await app.ensure_schema()
+        receipt = await app.erasure().run(user_id, request_id, reason, dry_run)
+    finally:
+        await app.aclose()
+    if check and not receipt.ok:
+        raise ErasureIncomplete(
+            f"erasure request {receipt.request_id} ended {receipt.status}",
+            hint=f"see `teamstore erase status {receipt.request_id}`; rerun the same request id to resume",
+            receipt=receipt,
+        )
+    return receipt

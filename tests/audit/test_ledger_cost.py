@@ -236,7 +236,7 @@ def test_the_shipped_price_table_has_offline_small_and_real_models() -> None:
 async def test_nothing_is_written_for_a_user_under_an_open_erasure(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    from teamstore.state.schema import user_holds
+    from teamstore.db.fence import user_holds
 
     async with engine.begin() as conn:
         await conn.execute(

@@ -23,8 +23,8 @@ from teamstore.audit.subjects import get_or_create_subject, session_key
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
+from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, StoreUnavailable
-from teamstore.state.schema import user_holds
 from tests.conftest import refusing, upgrade_database
 
 

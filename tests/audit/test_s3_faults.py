@@ -24,8 +24,8 @@ from teamstore.audit.transcripts import session_prefix
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
+from teamstore.db.fence import user_holds
 from teamstore.errors import TranscriptUnavailable, UploadInDoubt
-from teamstore.state.schema import user_holds
 from tests.audit.fault_server import FaultServer, HoldingProxy
 from tests.audit.teams import context, observe_run, triage_team
 from tests.services import free_port

@@ -17,11 +17,11 @@ from config_registry import Registry
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
+from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.schema import erasure_requests
 from teamstore.errors import ErasureConflict
 from teamstore.settings import Settings
-from teamstore.state.schema import user_holds
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import all_versions, audited_platform, counts, scan_database, seed_user
 from tests.otlp_receiver import OtlpReceiver

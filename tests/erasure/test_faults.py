@@ -25,11 +25,11 @@ from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import ErasureConflict, ErasureInProgress, ErasureRequestNotFound, InvalidIdentifier
-from teamstore.state.schema import user_holds
 from tests.audit.fault_server import HoldingProxy
 from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import all_versions, audited_platform, counts, scan_database, seed_user

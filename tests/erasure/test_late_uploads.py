@@ -27,11 +27,11 @@ from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
+from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.receipt import Receipt
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
-from teamstore.state.schema import user_holds
 from tests.audit.fault_server import HoldingProxy
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import all_versions

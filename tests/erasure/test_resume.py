@@ -18,11 +18,11 @@ from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.engine import create_engine
+from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import Receipt, RequestStatus, StepStatus
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import ErasureConflict, ErasureInProgress
-from teamstore.state.schema import user_holds
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import audited_platform, scan_database, seed_user
 

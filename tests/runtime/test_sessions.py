@@ -25,6 +25,7 @@ from config_registry import Manifest, Registry
 from teamstore import examples
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
+from teamstore.db.fence import user_holds
 from teamstore.errors import (
     ConfigurationError,
     DefinitionInvalid,
@@ -48,8 +49,9 @@ from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
 from teamstore.state.direct import APPLICATION_NAME
 from teamstore.state.envelope import decode, encode
-from teamstore.state.schema import quarantine, sessions, user_holds
-from teamstore.state.sql import store_for
+from teamstore.state.factory import store_for
+from teamstore.state.schema import quarantine, sessions
+from teamstore.state.sqlite import SqliteStatements
 from tests.runtime.conftest import renamed_manifest, without_memory
 from tests.services import free_port
 
@@ -505,9 +507,9 @@ async def _lose_the_database(platform: Platform, tmp_path: Path) -> Any:
     """Cut the session's database away under it: a dead file path on SQLite; on Postgres, a database that
     takes no new connections, with the store's connections ended. Returns what the caller restores."""
     if platform.engine.dialect.name == "sqlite":
+        # The open session holds the store it was given, so its statements are the thing to cut away.
         gone = create_engine(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}")
-        platform.store.engine = gone
-        platform.store._single = gone.execution_options(isolation_level="AUTOCOMMIT")
+        platform.store.statements = SqliteStatements(gone)  # type: ignore[attr-defined]
         return gone
     # The database refuses new connections (a fresh one would find it up again), then the state store's
     # own connections, the session's among them, are ended.
@@ -533,7 +535,7 @@ async def _allow_connections(platform: Platform, database: str, allow: bool) -> 
 async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform: Platform, tmp_path: Path) -> None:
     await talk(platform, "alice", "s1", "first")
     before = await stored_state(platform, "alice", "s1")
-    real_engine = platform.store.engine
+    real_statements = getattr(platform.store, "statements", None)
     with pytest.raises(StoreUnavailable):
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("second")
@@ -541,8 +543,7 @@ async def test_database_down_at_save_is_typed_and_keeps_previous_state(platform:
     if isinstance(gone, str):  # Postgres: the database comes back
         await _allow_connections(platform, gone, True)
     else:
-        platform.store.engine = real_engine
-        platform.store._single = real_engine.execution_options(isolation_level="AUTOCOMMIT")
+        platform.store.statements = real_statements  # type: ignore[attr-defined]
         await gone.dispose()
     assert await stored_state(platform, "alice", "s1") == before
     if isinstance(gone, str):  # the lease went with the connection (or is the session's own), so it opens again

@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from teamstore.db.engine import create_engine
-from teamstore.state.sql import SqlStateStore, store_for
+from teamstore.state.base import StateStore
+from teamstore.state.factory import store_for
 from tests.conftest import prepare
 
 
@@ -28,7 +29,7 @@ def lease(backend: tuple[str, str]) -> str:
 
 
 @pytest.fixture
-async def store(database_url: str, lease: str) -> AsyncIterator[SqlStateStore]:
+async def store(database_url: str, lease: str) -> AsyncIterator[StateStore]:
     """A migrated store on the backend, with its kind of lease."""
     await prepare(database_url, lease)
     engine = create_engine(database_url)

@@ -9,7 +9,7 @@ import time
 
 from teamstore.db.engine import create_engine
 from teamstore.state.base import Claim, SessionKey
-from teamstore.state.sql import store_for
+from teamstore.state.factory import store_for
 from tests.conftest import prepare
 
 KEY = SessionKey("alice", "crash-session")

@@ -8,21 +8,20 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import insert
 
+from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, SessionBusy
-from teamstore.state.base import SessionKey
-from teamstore.state.schema import user_holds
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.base import SessionKey, StateStore
 from tests.state.test_store_conformance import acquire, record
 
 KEY, OTHER_SESSION, OTHER_USER = SessionKey("alice", "s1"), SessionKey("alice", "s2"), SessionKey("bob", "s1")
 
 
-async def _saved(store: SqlStateStore, key: SessionKey, state: str = '{"x":1}') -> None:
+async def _saved(store: StateStore, key: SessionKey, state: str = '{"x":1}') -> None:
     row = await acquire(store, key, owner="w1")
     await store.save(key, owner="w1", expected_version=row.row_version, record=record(state), release=True)
 
 
-async def test_a_session_and_its_quarantined_copies_go_and_nothing_else(store: SqlStateStore) -> None:
+async def test_a_session_and_its_quarantined_copies_go_and_nothing_else(store: StateStore) -> None:
     for key in (KEY, OTHER_SESSION, OTHER_USER):
         await _saved(store, key)
     row = await acquire(store, KEY, owner="w2")
@@ -38,7 +37,7 @@ async def test_a_session_and_its_quarantined_copies_go_and_nothing_else(store: S
     assert await store.delete_session(SessionKey("carol", "never")) is False
 
 
-async def test_an_open_session_is_not_deleted_under_its_run(store: SqlStateStore) -> None:
+async def test_an_open_session_is_not_deleted_under_its_run(store: StateStore) -> None:
     await _saved(store, KEY)
     row = await acquire(store, KEY, owner="running")
     with pytest.raises(SessionBusy):
@@ -48,7 +47,7 @@ async def test_an_open_session_is_not_deleted_under_its_run(store: SqlStateStore
     assert await store.delete_session(KEY) is True
 
 
-async def test_a_held_user_is_refused(store: SqlStateStore) -> None:
+async def test_a_held_user_is_refused(store: StateStore) -> None:
     await _saved(store, KEY)
     async with store.engine.begin() as conn:
         await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC)))

@@ -14,10 +14,11 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.errors import ConfigurationError, SessionBusy
-from teamstore.state.base import Claim, SessionKey
-from teamstore.state.postgres import PostgresStateStore
+from teamstore.state.base import Claim, SessionKey, StateStore
+from teamstore.state.factory import store_for
+from teamstore.state.lease_mode import lease_mode, set_lease_mode
+from teamstore.state.postgres_lock import LockLeaseStore
 from teamstore.state.schema import sessions
-from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode, store_for
 from teamstore.state.sweep import sweep_expired_sessions
 from tests.state.test_store_conformance import record
 
@@ -36,20 +37,21 @@ async def test_a_worker_of_the_other_kind_refuses_to_start_and_writes_nothing(po
     engine = create_engine(postgres_url)
     await upgrade(engine)
     assert await lease_mode(engine) == "lock"  # what every Postgres database was before row leases
-    rows = SqlStateStore(engine)
+    rows = store_for(engine, pool_size=2, lease="row")
     with pytest.raises(ConfigurationError) as info:
         await rows.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
     assert "TEAMSTORE_SESSION_LEASE=lock" in (info.value.hint or "")
     assert await _rows(engine) == 0
 
     assert await set_lease_mode(engine, "row") == "lock"
-    locks = PostgresStateStore(engine, pool_size=2)
+    locks = LockLeaseStore(engine, pool_size=2)
     with pytest.raises(ConfigurationError, match="leased by 'row'"):
         await locks.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
     with pytest.raises(ConfigurationError):  # the sweep is no way around it either
         await locks.sweep_expired()
     assert (await rows.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)).is_new
     await locks.aclose()
+    await rows.aclose()
     await engine.dispose()
 
 
@@ -86,7 +88,7 @@ async def test_a_worker_left_running_across_a_switch_refuses_at_its_next_check(p
     await set_lease_mode(engine, "row")  # with this worker still running
     row = await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)  # its check is not due yet
     await store.release(KEY, owner="w1", discard_empty=False)
-    store.lease_recheck_seconds = 0.05
+    store.lease_check.recheck_seconds = 0.05  # type: ignore[attr-defined]
     await asyncio.sleep(0.1)
     with pytest.raises(ConfigurationError, match="leased by 'row'"):
         await store.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
@@ -105,7 +107,7 @@ async def test_sqlite_only_leases_in_the_row(tmp_path) -> None:  # type: ignore[
     with pytest.raises(ConfigurationError, match="not one of"):
         store_for(engine, lease="table")
     # The setting's default names Postgres's advisory locks; on SQLite it means the row.
-    assert type(store_for(engine, lease="lock")) is SqlStateStore
+    assert store_for(engine, lease="lock").lease == "row"
     await engine.dispose()
 
 
@@ -160,7 +162,7 @@ def test_cli_shows_and_switches_the_mode(postgres_url: str, monkeypatch: pytest.
     assert json.loads(runner.invoke(app, ["db", "lease-mode", "--json"]).stdout)["from"] == "row"
 
 
-async def _abandon_a_new_session(store: SqlStateStore, key: SessionKey, ttl: float) -> None:
+async def _abandon_a_new_session(store: StateStore, key: SessionKey, ttl: float) -> None:
     """A worker takes a lease on a new session and dies before its first save: a row with no state."""
     row = await store.acquire(key, CLAIM, owner="crashed", lease_ttl=ttl, wait_seconds=1)
     assert row.is_new

@@ -12,7 +12,7 @@ from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.errors import SessionBusy, StaleStateVersion, StoreUnavailable
 from teamstore.state.base import Claim, SessionKey
-from teamstore.state.postgres import PostgresStateStore
+from teamstore.state.postgres_lock import LockLeaseStore
 from tests.state.test_store_conformance import record
 
 pytestmark = pytest.mark.postgres
@@ -20,21 +20,21 @@ CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
 
 
 @pytest.fixture
-async def pg_store(postgres_url: str) -> AsyncIterator[PostgresStateStore]:
+async def pg_store(postgres_url: str) -> AsyncIterator[LockLeaseStore]:
     engine = create_engine(postgres_url)
     await upgrade(engine)
-    store = PostgresStateStore(engine, pool_size=2)
+    store = LockLeaseStore(engine, pool_size=2)
     yield store
     await store.aclose()
     await engine.dispose()
 
 
-async def _locks(store: PostgresStateStore) -> int:
+async def _locks(store: LockLeaseStore) -> int:
     async with store.engine.connect() as conn:
         return int((await conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))).scalar_one())
 
 
-async def test_load_writes_nothing_and_save_releases_at_commit(pg_store: PostgresStateStore) -> None:
+async def test_load_writes_nothing_and_save_releases_at_commit(pg_store: LockLeaseStore) -> None:
     key = SessionKey("alice", "s1")
     row = await pg_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
     assert row.is_new and await pg_store.get(key) is None  # a new session has no row until its first save
@@ -45,14 +45,14 @@ async def test_load_writes_nothing_and_save_releases_at_commit(pg_store: Postgre
     assert stored is not None and stored.row_version == 1 and stored.state == '{"x":1}'
 
 
-async def test_release_without_a_save_frees_the_lock(pg_store: PostgresStateStore) -> None:
+async def test_release_without_a_save_frees_the_lock(pg_store: LockLeaseStore) -> None:
     key = SessionKey("alice", "s1")
     await pg_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
     await pg_store.release(key, owner="w1", discard_empty=True)
     assert await _locks(pg_store) == 0 and await pg_store.get(key) is None
 
 
-async def test_every_connection_held_is_a_typed_error_naming_the_pool(pg_store: PostgresStateStore) -> None:
+async def test_every_connection_held_is_a_typed_error_naming_the_pool(pg_store: LockLeaseStore) -> None:
     for i in range(2):
         await pg_store.acquire(SessionKey("alice", f"s{i}"), CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
     with pytest.raises(StoreUnavailable) as info:
@@ -62,14 +62,14 @@ async def test_every_connection_held_is_a_typed_error_naming_the_pool(pg_store: 
     await pg_store.acquire(SessionKey("alice", "s3"), CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
 
 
-async def test_a_save_by_a_worker_without_the_lease_is_refused(pg_store: PostgresStateStore) -> None:
+async def test_a_save_by_a_worker_without_the_lease_is_refused(pg_store: LockLeaseStore) -> None:
     key = SessionKey("alice", "s1")
     with pytest.raises(StaleStateVersion):
         await pg_store.save(key, owner="nobody", expected_version=0, record=record(), release=True)
     assert await pg_store.get(key) is None
 
 
-async def test_connections_back_in_the_pool_carry_no_lease_timer(pg_store: PostgresStateStore) -> None:
+async def test_connections_back_in_the_pool_carry_no_lease_timer(pg_store: LockLeaseStore) -> None:
     # A refused attempt (busy, or held by an erasure) must not hand its connection back with the lease
     # timer armed, or the server would end that idle pooled connection after the TTL.
     key = SessionKey("alice", "s1")
@@ -82,7 +82,7 @@ async def test_connections_back_in_the_pool_carry_no_lease_timer(pg_store: Postg
         await pg_store.acquire(SessionKey("bob", f"s{i}"), CLAIM, owner="w3", lease_ttl=60, wait_seconds=1)
 
 
-async def test_a_dead_pooled_connection_is_replaced_not_reported(pg_store: PostgresStateStore) -> None:
+async def test_a_dead_pooled_connection_is_replaced_not_reported(pg_store: LockLeaseStore) -> None:
     # After a database restart every pooled connection is dead: the next load takes a fresh one.
     key = SessionKey("alice", "s1")
     await pg_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)

@@ -10,10 +10,9 @@ import pytest
 from sqlalchemy import text
 
 from teamstore.db.engine import create_engine
-from teamstore.errors import SessionBusy
 from teamstore.state.base import Claim, SessionKey
-from teamstore.state.postgres_row import PostgresRowStateStore
-from teamstore.state.sql import store_for
+from teamstore.state.factory import store_for
+from teamstore.state.row_lease import RowLeaseStore
 from tests.conftest import prepare
 from tests.state.test_store_conformance import record
 
@@ -22,17 +21,17 @@ CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
 
 
 @pytest.fixture
-async def row_store(postgres_url: str) -> AsyncIterator[PostgresRowStateStore]:
+async def row_store(postgres_url: str) -> AsyncIterator[RowLeaseStore]:
     await prepare(postgres_url, "row")
     engine = create_engine(postgres_url)
     store = store_for(engine, pool_size=2, lease="row")
-    assert isinstance(store, PostgresRowStateStore)
+    assert isinstance(store, RowLeaseStore)
     yield store
     await store.aclose()
     await engine.dispose()
 
 
-async def test_open_sessions_hold_no_connection(row_store: PostgresRowStateStore) -> None:
+async def test_open_sessions_hold_no_connection(row_store: RowLeaseStore) -> None:
     keys = [SessionKey("alice", f"s{i}") for i in range(6)]  # three times the pool
     rows = await asyncio.gather(*(
         row_store.acquire(k, CLAIM, owner=f"w{i}", lease_ttl=60, wait_seconds=1) for i, k in enumerate(keys)
@@ -45,7 +44,7 @@ async def test_open_sessions_hold_no_connection(row_store: PostgresRowStateStore
     assert versions == [1] * len(keys)
 
 
-async def test_the_lease_write_skips_its_flush_and_the_save_keeps_it(row_store: PostgresRowStateStore) -> None:
+async def test_the_lease_write_skips_its_flush_and_the_save_keeps_it(row_store: RowLeaseStore) -> None:
     async with row_store.engine.begin() as conn:  # record the durability each write to the row ran with
         await conn.execute(text("CREATE TABLE commit_modes (op text, mode text)"))
         await conn.execute(text("""CREATE FUNCTION note_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -64,16 +63,7 @@ async def test_the_lease_write_skips_its_flush_and_the_save_keeps_it(row_store: 
     assert modes == [("INSERT", "off"), ("UPDATE", "on"), ("INSERT", "off"), ("UPDATE", "off"), ("UPDATE", "on")]
 
 
-async def test_an_owner_takes_its_own_lease_again_at_once(row_store: PostgresRowStateStore) -> None:
-    key = SessionKey("alice", "s1")
-    await row_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
-    again = await row_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=0)  # a retried load
-    with pytest.raises(SessionBusy):
-        await row_store.acquire(key, CLAIM, owner="w2", lease_ttl=60, wait_seconds=0.1)
-    assert await row_store.save(key, owner="w1", expected_version=again.row_version, record=record(), release=True) == 1
-
-
-async def test_a_load_replaces_a_pooled_connection_the_server_ended(row_store: PostgresRowStateStore) -> None:
+async def test_a_load_replaces_a_pooled_connection_the_server_ended(row_store: RowLeaseStore) -> None:
     key = SessionKey("alice", "s1")
     await row_store.acquire(key, CLAIM, owner="w1", lease_ttl=60, wait_seconds=1)
     await row_store.save(key, owner="w1", expected_version=0, record=record(), release=True)
@@ -87,7 +77,7 @@ async def test_a_load_replaces_a_pooled_connection_the_server_ended(row_store: P
     assert row.row_version == 1 and row.state == '{"x":1}'
 
 
-async def test_a_save_after_a_restart_goes_through_on_a_live_connection(row_store: PostgresRowStateStore) -> None:
+async def test_a_save_after_a_restart_goes_through_on_a_live_connection(row_store: RowLeaseStore) -> None:
     # The lease survived in the row; the pooled connection did not. The save is not retried (it writes),
     # so it must not be sent on a dead connection in the first place.
     key = SessionKey("alice", "s1")

@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, insert
 
+from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, QuarantineNotFound, SessionBusy, StaleStateVersion
-from teamstore.state.base import SessionKey
-from teamstore.state.schema import sessions, user_holds
-from teamstore.state.sql import SqlStateStore
+from teamstore.state.base import SessionKey, StateStore
+from teamstore.state.schema import sessions
 from tests.state.test_store_conformance import acquire, record
 
 KEY = SessionKey("alice", "s1")
 TTL = timedelta(days=3)
 
 
-async def _quarantined(store: SqlStateStore, state: str = '{"old":1}') -> int:
+async def _quarantined(store: StateStore, state: str = '{"old":1}') -> int:
     """A session that saved ``state``, then had it refused and set aside, as a failed resume does."""
     await acquire(store, KEY, owner="w1")
     await store.save(KEY, owner="w1", expected_version=0, record=record(state), release=True)
@@ -30,7 +30,7 @@ async def _quarantined(store: SqlStateStore, state: str = '{"old":1}') -> int:
     return qid
 
 
-async def test_a_restored_state_is_back_and_leaves_quarantine(store: SqlStateStore) -> None:
+async def test_a_restored_state_is_back_and_leaves_quarantine(store: StateStore) -> None:
     qid = await _quarantined(store)
     assert (await store.get(KEY)).state is None  # type: ignore[union-attr]
     restored = await store.restore_quarantined(qid, ttl=TTL)
@@ -43,7 +43,7 @@ async def test_a_restored_state_is_back_and_leaves_quarantine(store: SqlStateSto
     assert row.state == '{"old":1}' and row.row_version == 2
 
 
-async def test_a_newer_state_is_kept_unless_replaced_and_then_set_aside(store: SqlStateStore) -> None:
+async def test_a_newer_state_is_kept_unless_replaced_and_then_set_aside(store: StateStore) -> None:
     qid = await _quarantined(store)
     row = await acquire(store, KEY, owner="w3")  # the session went on fresh and saved again
     await store.save(KEY, owner="w3", expected_version=row.row_version, record=record('{"new":1}'), release=True)
@@ -64,7 +64,7 @@ async def test_a_newer_state_is_kept_unless_replaced_and_then_set_aside(store: S
     assert again.session.state == '{"new":1}'
 
 
-async def test_an_open_session_is_not_restored_into(store: SqlStateStore) -> None:
+async def test_an_open_session_is_not_restored_into(store: StateStore) -> None:
     qid = await _quarantined(store)
     await acquire(store, KEY, owner="running")
     with pytest.raises(SessionBusy):
@@ -74,7 +74,7 @@ async def test_an_open_session_is_not_restored_into(store: SqlStateStore) -> Non
     assert (await store.restore_quarantined(qid, ttl=TTL)).session.state == '{"old":1}'
 
 
-async def test_a_restore_into_a_session_with_no_row_creates_it(store: SqlStateStore) -> None:
+async def test_a_restore_into_a_session_with_no_row_creates_it(store: StateStore) -> None:
     qid = await _quarantined(store)
     async with store.engine.begin() as conn:  # the session row itself is gone (swept, say)
         await conn.execute(delete(sessions))
@@ -82,7 +82,7 @@ async def test_a_restore_into_a_session_with_no_row_creates_it(store: SqlStateSt
     assert restored.session.state == '{"old":1}' and restored.session.row_version == 1
 
 
-async def test_an_unknown_id_and_a_held_user_are_typed_refusals(store: SqlStateStore) -> None:
+async def test_an_unknown_id_and_a_held_user_are_typed_refusals(store: StateStore) -> None:
     for unknown in (424242, 10**20, -1, 0):  # beyond 64 bits: not found, not the driver's OverflowError
         with pytest.raises(QuarantineNotFound):
             await store.restore_quarantined(unknown, ttl=TTL)
@@ -94,7 +94,7 @@ async def test_an_unknown_id_and_a_held_user_are_typed_refusals(store: SqlStateS
     assert [q.id for q in await store.list_quarantined()] == [qid]
 
 
-async def test_two_restores_of_one_state_restore_it_once(store: SqlStateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_two_restores_of_one_state_restore_it_once(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     qid = await _quarantined(store)
     save = store.save
 

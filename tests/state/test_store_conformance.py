@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import insert, select, text
 
 from teamstore.db.engine import create_engine
+from teamstore.db.fence import user_holds
 from teamstore.errors import (
     ErasureInProgress,
     InvalidIdentifier,
@@ -18,9 +19,10 @@ from teamstore.errors import (
     StoreUnavailable,
     TooManySessions,
 )
-from teamstore.state.base import Claim, SaveRecord, SessionKey
-from teamstore.state.schema import quarantine, sessions, user_holds
-from teamstore.state.sql import SqlStateStore, lease_mode, store_for
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StateStore
+from teamstore.state.factory import store_for
+from teamstore.state.lease_mode import lease_mode
+from teamstore.state.schema import quarantine, sessions
 from tests.services import free_port
 
 CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
@@ -32,20 +34,20 @@ def record(state: str = '{"x":1}', days: float = 1.0) -> SaveRecord:
 
 
 async def acquire(
-    store: SqlStateStore, key: SessionKey, owner: str = "w1", timeout: float = 0.2, ttl: float = 60,
+    store: StateStore, key: SessionKey, owner: str = "w1", timeout: float = 0.2, ttl: float = 60,
     max_sessions: int | None = None,
 ):
     return await store.acquire(key, CLAIM, owner=owner, lease_ttl=ttl, wait_seconds=timeout,
                                max_sessions=max_sessions)
 
 
-async def test_new_session_is_an_empty_leased_row(store: SqlStateStore) -> None:
+async def test_new_session_is_an_empty_leased_row(store: StateStore) -> None:
     row = await acquire(store, SessionKey("alice", "s1"))
     assert row.is_new and row.row_version == 0 and row.state is None
     assert row.team == "support_triage" and dict(row.fingerprints) == {"researcher": "fp-1"}
 
 
-async def test_save_then_load_round_trips_and_bumps_version(store: SqlStateStore) -> None:
+async def test_save_then_load_round_trips_and_bumps_version(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key)
     assert await store.save(key, owner="w1", expected_version=0, record=record('{"a":1}'), release=True) == 1
@@ -54,7 +56,7 @@ async def test_save_then_load_round_trips_and_bumps_version(store: SqlStateStore
     assert row.expires_at is not None and row.expires_at > datetime.now(UTC)
 
 
-async def test_second_worker_waits_then_gets_session_busy(store: SqlStateStore) -> None:
+async def test_second_worker_waits_then_gets_session_busy(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key, owner="w1")
     started = asyncio.get_running_loop().time()
@@ -64,7 +66,7 @@ async def test_second_worker_waits_then_gets_session_busy(store: SqlStateStore) 
     assert info.value.hint
 
 
-async def test_waiting_worker_gets_the_lease_once_released(store: SqlStateStore) -> None:
+async def test_waiting_worker_gets_the_lease_once_released(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key, owner="w1")
 
@@ -78,7 +80,7 @@ async def test_waiting_worker_gets_the_lease_once_released(store: SqlStateStore)
     assert row.row_version == 1
 
 
-async def test_save_with_old_version_is_a_typed_conflict_and_keeps_newer_state(store: SqlStateStore) -> None:
+async def test_save_with_old_version_is_a_typed_conflict_and_keeps_newer_state(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key)
     await store.save(key, owner="w1", expected_version=0, record=record('{"v":1}'), release=False)
@@ -88,7 +90,7 @@ async def test_save_with_old_version_is_a_typed_conflict_and_keeps_newer_state(s
     assert row is not None and row.state == '{"v":1}'
 
 
-async def test_expired_lease_is_taken_over_and_the_old_holder_cannot_save(store: SqlStateStore) -> None:
+async def test_expired_lease_is_taken_over_and_the_old_holder_cannot_save(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key, owner="w1", ttl=0.05)
     await asyncio.sleep(0.1)
@@ -100,14 +102,14 @@ async def test_expired_lease_is_taken_over_and_the_old_holder_cannot_save(store:
     assert row is not None and row.state == '{"w":2}'
 
 
-async def test_release_of_a_never_saved_session_leaves_no_row(store: SqlStateStore) -> None:
+async def test_release_of_a_never_saved_session_leaves_no_row(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key)
     await store.release(key, owner="w1", discard_empty=True)
     assert await store.get(key) is None
 
 
-async def test_release_keeps_a_saved_row_and_frees_the_lease(store: SqlStateStore) -> None:
+async def test_release_keeps_a_saved_row_and_frees_the_lease(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key)
     await store.save(key, owner="w1", expected_version=0, record=record(), release=False)
@@ -116,7 +118,7 @@ async def test_release_keeps_a_saved_row_and_frees_the_lease(store: SqlStateStor
     assert row.row_version == 1
 
 
-async def test_quarantine_moves_the_state_aside_with_reason(store: SqlStateStore) -> None:
+async def test_quarantine_moves_the_state_aside_with_reason(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key)
     await store.save(key, owner="w1", expected_version=0, record=record('{"garbage": 1}'), release=True)
@@ -131,7 +133,7 @@ async def test_quarantine_moves_the_state_aside_with_reason(store: SqlStateStore
     assert current is not None and current.state is None and current.row_version == 1
 
 
-async def test_user_hold_refuses_new_sessions_and_in_flight_saves(store: SqlStateStore) -> None:
+async def test_user_hold_refuses_new_sessions_and_in_flight_saves(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key)
     async with store.engine.begin() as conn:
@@ -144,7 +146,7 @@ async def test_user_hold_refuses_new_sessions_and_in_flight_saves(store: SqlStat
     assert other.is_new
 
 
-async def test_sweep_deletes_expired_unleased_rows_in_batches(store: SqlStateStore) -> None:
+async def test_sweep_deletes_expired_unleased_rows_in_batches(store: StateStore) -> None:
     for i in range(7):
         key = SessionKey("alice", f"s{i}")
         await acquire(store, key)
@@ -159,7 +161,7 @@ async def test_sweep_deletes_expired_unleased_rows_in_batches(store: SqlStateSto
 @pytest.mark.parametrize(
     "user_id", ["a/b/../c", "..", "Ünïcødé 用户 🎉", "ALICE", "e\u0301", "\u00e9", "x" * 256]
 )
-async def test_ids_are_stored_exactly_and_never_alias(store: SqlStateStore, user_id: str) -> None:
+async def test_ids_are_stored_exactly_and_never_alias(store: StateStore, user_id: str) -> None:
     key = SessionKey(user_id, "../../etc/passwd")
     await acquire(store, key)
     await store.save(key, owner="w1", expected_version=0, record=record('{"mine":1}'), release=True)
@@ -169,7 +171,7 @@ async def test_ids_are_stored_exactly_and_never_alias(store: SqlStateStore, user
     assert row is not None and row.user_id == user_id and row.state == '{"mine":1}'
 
 
-async def test_sessions_of_one_user_are_not_reachable_by_another(store: SqlStateStore) -> None:
+async def test_sessions_of_one_user_are_not_reachable_by_another(store: StateStore) -> None:
     for user in ("alice", "bob"):
         key = SessionKey(user, "shared-session-id")
         await acquire(store, key)
@@ -179,7 +181,7 @@ async def test_sessions_of_one_user_are_not_reachable_by_another(store: SqlState
     assert [s.user_id for s in await store.list_sessions("bob")] == ["bob"]
 
 
-async def test_rows_hold_what_the_schema_promises(store: SqlStateStore) -> None:
+async def test_rows_hold_what_the_schema_promises(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key)
     await store.save(key, owner="w1", expected_version=0, record=record(), release=True)
@@ -198,7 +200,7 @@ async def test_database_down_is_a_typed_error() -> None:
     await engine.dispose()
 
 
-async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> None:
+async def test_one_statement_to_load_and_one_to_save(store: StateStore) -> None:
     from sqlalchemy import event
 
     await store.check_lease_mode()  # once per store, not per load
@@ -209,14 +211,16 @@ async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> No
             statements.append(statement)
 
     event.listen(store.engine.sync_engine, "before_cursor_execute", count)
-    fast = getattr(store, "_execute", None)
-    if fast is not None:  # the Postgres store sends its lease statements through psycopg directly
+    # The Postgres stores send their lease statements through psycopg directly, past SQLAlchemy's events.
+    direct = store if hasattr(store, "_execute") else getattr(store, "statements", None)
+    fast = getattr(direct, "_execute", None)
+    if fast is not None:
 
         async def counted(cursor, stmt, params):  # type: ignore[no-untyped-def]
             statements.append(stmt.sql)
             return await fast(cursor, stmt, params)
 
-        store._execute = counted  # type: ignore[attr-defined]
+        direct._execute = counted  # type: ignore[union-attr]
     key = SessionKey("alice", "s1")
     await acquire(store, key, max_sessions=10)  # a new session: the bound's count is in the same statement
     assert len(statements) == 1
@@ -231,14 +235,14 @@ async def test_one_statement_to_load_and_one_to_save(store: SqlStateStore) -> No
         assert (await conn.execute(text("select count(*) from ts_sessions"))).scalar_one() == 1
 
 
-async def test_the_store_leases_as_its_database_records(store: SqlStateStore, lease: str) -> None:
-    from teamstore.state.postgres import PostgresStateStore
+async def test_the_store_leases_as_its_database_records(store: StateStore, lease: str) -> None:
+    from teamstore.state.postgres_lock import LockLeaseStore
 
     assert store.lease == lease == await lease_mode(store.engine)
-    assert isinstance(store, PostgresStateStore) == (lease == "lock")
+    assert isinstance(store, LockLeaseStore) == (lease == "lock")
 
 
-async def test_a_save_that_keeps_the_lease_still_excludes_others(store: SqlStateStore) -> None:
+async def test_a_save_that_keeps_the_lease_still_excludes_others(store: StateStore) -> None:
     key = SessionKey("alice", "s1")
     await acquire(store, key, owner="w1")
     await store.save(key, owner="w1", expected_version=0, record=record(), release=False)
@@ -248,7 +252,7 @@ async def test_a_save_that_keeps_the_lease_still_excludes_others(store: SqlState
     assert (await acquire(store, key, owner="w2")).state == '{"b":2}'
 
 
-async def test_expiry_moves_only_when_it_leaves_the_window_and_never_lands_short(store: SqlStateStore) -> None:
+async def test_expiry_moves_only_when_it_leaves_the_window_and_never_lands_short(store: StateStore) -> None:
     key, slack = SessionKey("alice", "s1"), timedelta(hours=1)
 
     async def save(version: int, days: float) -> datetime:
@@ -268,7 +272,7 @@ async def test_expiry_moves_only_when_it_leaves_the_window_and_never_lands_short
     assert shorter < first
 
 
-async def test_a_cancelled_acquire_never_keeps_the_lease(store: SqlStateStore) -> None:
+async def test_a_cancelled_acquire_never_keeps_the_lease(store: StateStore) -> None:
     # Cancelled at every step of the event loop in turn, from before the statement is sent to after its
     # answer came back: whatever the database did, the session is free for the next worker at once.
     key = SessionKey("alice", "s1")
@@ -289,7 +293,7 @@ async def test_a_cancelled_acquire_never_keeps_the_lease(store: SqlStateStore) -
 
 @pytest.mark.parametrize("bad", ["lone\udcffsurrogate", "", "nul\x00", "x" * 257])
 async def test_reading_or_deleting_by_an_id_no_session_can_have_is_a_typed_error(
-    store: SqlStateStore, bad: str
+    store: StateStore, bad: str
 ) -> None:
     # A lone surrogate reached the driver as a UnicodeEncodeError; the others read as "nothing stored".
     for attempt in (store.get(SessionKey(bad, "s")), store.get(SessionKey("u", bad)), store.list_sessions(bad),
@@ -299,7 +303,7 @@ async def test_reading_or_deleting_by_an_id_no_session_can_have_is_a_typed_error
 
 
 # --- the per-user bound on stored sessions -----------------------------------------------------------------
-async def _keep(store: SqlStateStore, user: str, *sessions_: str, days: float = 1.0) -> None:
+async def _keep(store: StateStore, user: str, *sessions_: str, days: float = 1.0) -> None:
     """Store a saved session for each id, expiring in ``days`` (negative: already expired)."""
     for session_id in sessions_:
         key = SessionKey(user, session_id)
@@ -308,14 +312,14 @@ async def _keep(store: SqlStateStore, user: str, *sessions_: str, days: float = 
                          release=True)
 
 
-async def _rows(store: SqlStateStore, user: str) -> list[tuple[str, str | None]]:
+async def _rows(store: StateStore, user: str) -> list[tuple[str, str | None]]:
     async with store.engine.connect() as conn:
         found = await conn.execute(select(sessions.c.session_id, sessions.c.lease_owner)
                                    .where(sessions.c.user_id == user).order_by(sessions.c.session_id))
         return [(r[0], r[1]) for r in found]
 
 
-async def test_at_the_bound_a_new_session_is_refused_at_once_and_leaves_nothing_behind(store: SqlStateStore) -> None:
+async def test_at_the_bound_a_new_session_is_refused_at_once_and_leaves_nothing_behind(store: StateStore) -> None:
     await _keep(store, "alice", "s1", "s2", "s3")
     before = await _rows(store, "alice")
     started = asyncio.get_running_loop().time()
@@ -332,7 +336,7 @@ async def test_at_the_bound_a_new_session_is_refused_at_once_and_leaves_nothing_
     assert await store.live_sessions("alice") == 3
 
 
-async def test_a_resume_at_or_past_the_bound_is_never_refused(store: SqlStateStore) -> None:
+async def test_a_resume_at_or_past_the_bound_is_never_refused(store: StateStore) -> None:
     await _keep(store, "alice", "s1", "s2", "s3", "s4")  # past the bound (it is soft, see the next tests)
     for session_id in ("s1", "s4"):
         row = await acquire(store, SessionKey("alice", session_id), owner="w1", max_sessions=3)
@@ -340,14 +344,14 @@ async def test_a_resume_at_or_past_the_bound_is_never_refused(store: SqlStateSto
         await store.save(row.key, owner="w1", expected_version=1, record=record(), release=True)
 
 
-async def test_a_busy_session_at_the_bound_is_busy_not_refused(store: SqlStateStore) -> None:
+async def test_a_busy_session_at_the_bound_is_busy_not_refused(store: StateStore) -> None:
     await _keep(store, "alice", "s1", "s2")
     await acquire(store, SessionKey("alice", "s1"), owner="w1")
     with pytest.raises(SessionBusy):
         await acquire(store, SessionKey("alice", "s1"), owner="w2", timeout=0.2, max_sessions=2)
 
 
-async def test_expired_sessions_are_not_counted_and_reopening_one_is_a_new_session(store: SqlStateStore) -> None:
+async def test_expired_sessions_are_not_counted_and_reopening_one_is_a_new_session(store: StateStore) -> None:
     await _keep(store, "alice", "old1", "old2", days=-1)
     await _keep(store, "alice", "s1", "s2")
     assert await store.live_sessions("alice") == 2
@@ -358,7 +362,7 @@ async def test_expired_sessions_are_not_counted_and_reopening_one_is_a_new_sessi
     assert await store.live_sessions("alice") == 3
 
 
-async def test_a_new_session_not_yet_saved_is_not_counted(store: SqlStateStore) -> None:
+async def test_a_new_session_not_yet_saved_is_not_counted(store: StateStore) -> None:
     await _keep(store, "alice", "s1")
     await acquire(store, SessionKey("alice", "opening"), owner="w1")  # leased, never saved (no state yet)
     assert await store.live_sessions("alice") == 1
@@ -366,7 +370,7 @@ async def test_a_new_session_not_yet_saved_is_not_counted(store: SqlStateStore) 
     assert row.is_new
 
 
-async def test_the_bound_is_per_user(store: SqlStateStore) -> None:
+async def test_the_bound_is_per_user(store: StateStore) -> None:
     await _keep(store, "alice", "s1", "s2")
     with pytest.raises(TooManySessions):
         await acquire(store, SessionKey("alice", "s3"), max_sessions=2)
@@ -374,7 +378,7 @@ async def test_the_bound_is_per_user(store: SqlStateStore) -> None:
     assert row.is_new and await store.live_sessions("bob") == 0
 
 
-async def test_a_refused_open_costs_the_process_nothing(store: SqlStateStore) -> None:
+async def test_a_refused_open_costs_the_process_nothing(store: StateStore) -> None:
     # Refused opens, many more than the store's connection pool holds: each gives its connection back,
     # and the sessions the user already has still open.
     await _keep(store, "alice", "s1")

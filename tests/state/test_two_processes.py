@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from teamstore.db.engine import create_engine
 from teamstore.state.base import Claim, SaveRecord, SessionKey
-from teamstore.state.sql import store_for
+from teamstore.state.factory import store_for
 from tests.conftest import prepare
 
 CYCLES = 80
@@ -24,11 +24,10 @@ CLAIM = Claim("t", "v1", 1, "0.7.5", {})
 
 
 async def _hammer(url: str, lease: str, worker: str) -> int:
-    import teamstore.state.postgres as pg_store
-    import teamstore.state.sql as sql_store
+    from teamstore.state import waiting
 
-    for module in (pg_store, sql_store):  # contention, not politeness: poll every fraction of a millisecond
-        module._POLL_START, module._POLL_MAX = 0.0002, 0.0005  # type: ignore[attr-defined]
+    # Contention, not politeness: poll every fraction of a millisecond.
+    waiting.POLL_START, waiting.POLL_MAX = 0.0002, 0.0005
     engine = create_engine(url)
     store = store_for(engine, lease=lease)
     done = 0

@@ -30,15 +30,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, delete, exists, func, literal, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, subjects
+from teamstore.db import fence
+from teamstore.db.clock import now_utc, utc
 from teamstore.db.engine import describe_failure
 from teamstore.errors import StoreUnavailable
-from teamstore.state.schema import user_holds
-from teamstore.state.sql import now_utc, utc
 
 T = TypeVar("T")
 
@@ -60,8 +60,7 @@ def new_owner() -> str:
 
 def held(subject_key: Any) -> ColumnElement[bool]:
     """True while an erasure fences the subject's user: nothing of theirs is queued or delivered."""
-    fence = user_holds.join(subjects, subjects.c.user_id == user_holds.c.user_id)
-    return exists(select(literal(1)).select_from(fence).where(subjects.c.subject_key == subject_key))
+    return exists().where(subjects.c.subject_key == subject_key, fence.held(subjects.c.user_id))
 
 
 async def _run(what: str, fn: Callable[[], Awaitable[T]]) -> T:

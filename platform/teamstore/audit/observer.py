@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
-from sqlalchemy import exists, select
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -35,10 +35,10 @@ from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
 from teamstore.db.engine import describe_failure
+from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
 from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.settings import Settings
-from teamstore.state.schema import user_holds
 
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 5.0
@@ -87,10 +87,9 @@ class Pseudonyms:
     async def _subject(self, user_id: str) -> str:
         # One round trip for the common case: the subject exists and no erasure fences the user.
         found = select(subjects.c.subject_key).where(subjects.c.user_id == user_id).scalar_subquery()
-        held = exists().where(user_holds.c.user_id == user_id)
         try:
             async with self.engine.connect() as conn:
-                subject, fenced = (await conn.execute(select(found, held))).one()
+                subject, fenced = (await conn.execute(select(found, held(user_id)))).one()
         except SQLAlchemyError as exc:
             raise StoreUnavailable(
                 f"could not resolve the audit subject: {describe_failure(exc)}",

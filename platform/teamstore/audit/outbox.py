@@ -29,11 +29,11 @@ from teamstore.audit.claims import Queued, held
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.db.clock import now_utc
 from teamstore.db.engine import describe_failure
+from teamstore.db.fence import held as user_held
 from teamstore.db.statements import insert_new
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
-from teamstore.state.schema import user_holds
-from teamstore.state.sql import now_utc
 
 log = logging.getLogger(__name__)
 RENEW_SECONDS = 10.0
@@ -66,7 +66,7 @@ async def confirm_landed(engine: AsyncEngine, store: TranscriptStore, key: str, 
         False if it was removed, or was to be and S3 refused (logged with the key to delete by hand).
     """
     mapped = select(literal(1)).where(
-        subjects.c.subject_key == subject_key, ~exists().where(user_holds.c.user_id == subjects.c.user_id))
+        subjects.c.subject_key == subject_key, ~user_held(subjects.c.user_id))
     try:
         async with engine.connect() as conn:
             if await conn.scalar(select(exists(mapped))):

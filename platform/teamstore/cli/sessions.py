@@ -23,8 +23,8 @@ from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import check_ids
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
-from teamstore.state.base import SessionKey
-from teamstore.state.sql import SqlStateStore, lease_mode, set_lease_mode
+from teamstore.state.base import SessionKey, StateStore
+from teamstore.state.lease_mode import lease_mode, set_lease_mode
 
 T = TypeVar("T")
 
@@ -127,7 +127,7 @@ def list_sessions(
     emit(rows, as_json=as_json, render=render)
 
 
-async def _bound_line(store: SqlStateStore, bound: int, user: str) -> str:
+async def _bound_line(store: StateStore, bound: int, user: str) -> str:
     """How many of the user's sessions count against TEAMSTORE_MAX_SESSIONS_PER_USER, in a sentence."""
     live = await store.live_sessions(user)
     return (f"{live} unexpired stored session(s) for this user, of the {bound} TEAMSTORE_MAX_SESSIONS_PER_USER "

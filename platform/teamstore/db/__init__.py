@@ -1,1 +1,2 @@
-"""Database plumbing shared by every SQL-backed store: engine, metadata, migrations."""
+"""Database plumbing shared by every SQL-backed store: engine, metadata, migrations, the clock, and the
+erasure fence (``fence``) that every write for a user checks."""

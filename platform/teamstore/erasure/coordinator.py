@@ -46,7 +46,7 @@ from teamstore.erasure.stores import check_store
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError, TranscriptStoreMismatch
 from teamstore.ids import check_erasable_id
 from teamstore.settings import Settings
-from teamstore.state.sql import open_sessions, stored_sessions
+from teamstore.state.erasure import open_sessions, stored_sessions
 
 log = logging.getLogger(__name__)
 FINAL = frozenset({StepStatus.ERASED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})

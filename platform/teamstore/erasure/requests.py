@@ -26,12 +26,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.schema import subject_stores
 from teamstore.db.engine import describe_failure
+from teamstore.db.fence import user_holds
 from teamstore.db.statements import dialect_insert, insert_new
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests, erasure_steps
 from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
 from teamstore.ids import lone_surrogate
-from teamstore.state.schema import user_holds
 
 HOLD_REASON = "erasure"
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@
     await store.forget("alice", fact="ticket_id")                   # or all=True
 
 A write is one transaction whose first statement writes the memory row only if its version is still
-the one the writer read and no erasure fences the user (the fence is ``ts_user_holds``, as for every
-other writer): two writers of one user never lose each other's update (the second is told
+the one the writer read and no erasure fences the user (:func:`teamstore.db.fence.held`, in the same
+statement, as every writer does): two writers of one user never lose each other's update (the second is told
 :class:`StaleMemory` and writes again from what the first stored), and nothing is written for a user being
 erased. Facts a write does not name stay as they are; a fact written with the value it had is confirmed
 (its time moves, its source run stays).
@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, delete, exists, func, literal, select, tuple_, update
+from sqlalchemy import and_, case, delete, literal, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.db.engine import describe_failure, failure_hint
+from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
 from teamstore.ids import check_id
 from teamstore.memory.facts import (
@@ -45,7 +46,7 @@ from teamstore.memory.facts import (
     encode_value,
 )
 from teamstore.memory.schema import facts, memories
-from teamstore.state.schema import DAMAGED, user_holds
+from teamstore.state.schema import DAMAGED
 
 FAILURE_CHARS = 512
 
@@ -66,11 +67,6 @@ def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
 def _fenced() -> ErasureInProgress:
     return ErasureInProgress("an erasure request is open for this user: no memory is written for them",
                              hint="nothing to do: the erasure removes the user's memory with the rest")
-
-
-def _held(user_id: str) -> Any:
-    """The erasure fence: an open request holds the user (``ts_user_holds``)."""
-    return exists().where(user_holds.c.user_id == user_id)
 
 
 def _key(table: Any, user_id: str, scope: str | None) -> list[Any]:
@@ -151,7 +147,7 @@ class MemoryStore:
         try:
             async with self.engine.begin() as conn:
                 if await self._write_row(conn, user_id, scope, row, expected_version, now) is None:
-                    fenced = await conn.scalar(select(_held(user_id)))
+                    fenced = await conn.scalar(select(held(user_id)))
                     raise _fenced() if fenced else StaleMemory(
                         "another write of this user's memory landed first",
                         hint="read the memory again and write from what it holds now")
@@ -167,7 +163,7 @@ class MemoryStore:
         """The version-checked, fenced write of the memory row: its new version, or ``None`` if refused."""
         if expected > 0:
             stmt = (update(memories)
-                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~_held(user_id))
+                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~held(user_id))
                     .values(**row, version=expected + 1).returning(memories.c.version))
         else:  # a first write: a new row, or the row that holds only a failure (version 0)
             values = {"user_id": user_id, "scope": scope, **row, "version": 1, "created_at": now, "failures": 0}
@@ -182,7 +178,7 @@ class MemoryStore:
     def _fenced_insert(self, user_id: str, values: dict[str, Any]) -> Any:
         """``INSERT INTO ts_user_memory SELECT <values> WHERE NOT <fenced>``: the fence and the write in one."""
         columns = [memories.c[name] for name in values]
-        chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~_held(user_id))
+        chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~held(user_id))
         return self._insert(memories).from_select(columns, chosen)
 
     def _fact_upsert(
@@ -348,8 +344,3 @@ def _facts(rows: list[RowMapping], damaged: list[DamagedFact]) -> dict[str, Fact
             continue
         found[name] = Fact(name, str(row["type"]), value, str(row["source_run_id"]), created, confirmed)
     return found
-
-
-def user_tables() -> list[tuple[Any, Any]]:
-    """The memory tables with each row's size in bytes, for erasure: facts first, then the memory rows."""
-    return [(facts, func.length(facts.c.value)), (memories, func.length(memories.c.summary))]

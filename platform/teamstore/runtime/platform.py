@@ -1,8 +1,8 @@
 """The entry point for application services: build teams from the registry, open sessions on them.
 
-    from teamstore.runtime.platform import Platform
+    from teamstore import open_platform
 
-    platform = Platform.from_settings()               # embedded default: SQLite + local folder
+    platform = open_platform()                        # embedded default: SQLite + local folder
     async with platform:
         async with platform.session("user-1", "s-1", team="support_triage") as s:
             result = await s.run("hello")
@@ -11,7 +11,7 @@ Or with pieces the caller owns:
 
     platform = Platform(engine=my_engine, registry=Registry(path), settings=Settings())
 
-``from_settings`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
+``open_platform`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
 and transcript stores, the audit observers and the tracer provider, and hands them in here.
 """
 
@@ -42,8 +42,8 @@ from teamstore.runtime.memory import MemoryService
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
 from teamstore.runtime.teams import TeamBuilder
 from teamstore.settings import Settings
-from teamstore.state.base import Restored, SessionKey
-from teamstore.state.sql import SqlStateStore, store_for
+from teamstore.state.base import Restored, SessionKey, StateStore
+from teamstore.state.factory import store_for
 
 # AutoGen's own loggers record every message, content included, at INFO ("autogen_core.events" and
 # "autogen_agentchat.events" among them).
@@ -66,7 +66,7 @@ class Platform:
     """Sessions over one state database, one registry and a set of audit observers.
 
     Args:
-        engine: The state database; the caller owns it (:meth:`from_settings` hands it to ``on_close``).
+        engine: The state database; the caller owns it (:func:`teamstore.open_platform` hands it to ``on_close``).
         registry: The config registry teams are built from.
         settings: Limits and defaults (TTL, byte cap, lease timeouts).
         observers: Audit observers every run streams into (transcripts, spans, ledger).
@@ -92,7 +92,7 @@ class Platform:
         settings: Settings | None = None,
         observers: Sequence[RunObserver] = (),
         tracer_provider: TracerProvider | None = None,
-        store: SqlStateStore | None = None,
+        store: StateStore | None = None,
         memory: MemoryStore | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -101,7 +101,7 @@ class Platform:
         self._settings = settings = settings or Settings()
         self.limits = SessionLimits.from_settings(settings)
         self._owns_store = store is None
-        self.store: SqlStateStore = store if store is not None else store_for(
+        self.store: StateStore = store if store is not None else store_for(
             engine, pool_size=settings.db_pool_size, lease=settings.session_lease
         )
         self.observers: list[RunObserver] = list(observers)
@@ -142,21 +142,6 @@ class Platform:
         """
         with autogen_spans_to(self._autogen_tracing):
             yield
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
-        """Build everything from settings (environment): database, registry, audit trail.
-
-        What is built, and how, is the composition root's (:meth:`teamstore.app.App.platform`); the platform
-        closes all of it when it closes.
-
-        Args:
-            settings: Defaults to ``Settings()`` (the environment, else the embedded default).
-            audit: Attach the transcript, span and ledger observers.
-        """
-        from teamstore.app import App  # the root sits above the runtime: it builds the audit trail too
-
-        return App(settings).platform(audit=audit)
 
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
@@ -215,7 +200,7 @@ class Platform:
 
         Raises:
             QuarantineNotFound, StaleStateVersion, SessionBusy, ErasureInProgress, StoreUnavailable: see
-                :meth:`teamstore.state.sql.SqlStateStore.restore_quarantined`.
+                :meth:`teamstore.state.base.StateStore.restore_quarantined`.
         """
         found = await self.store.get_quarantined(quarantine_id)
         ttl_days = self.settings.state_ttl_days if found is None else await self._ttl_days(found.team, found.team_version)

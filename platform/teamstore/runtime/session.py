@@ -57,9 +57,8 @@ from teamstore.runtime.resume import (
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.teams import SpanRoute
 from teamstore.settings import MAX_LEASE_WAIT, Settings
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StateStore, StoredSession
 from teamstore.state.envelope import encode
-from teamstore.state.sql import SqlStateStore
 
 if TYPE_CHECKING:
     from config_registry.types import BuiltTeam, TeamOrAgent
@@ -146,7 +145,7 @@ class SessionDeps:
             manifest declares.
     """
 
-    store: SqlStateStore
+    store: StateStore
     observers: Sequence[RunObserver]
     limits: SessionLimits
     build_team: Callable[[str], Awaitable[BuiltTeam]]

@@ -6,9 +6,9 @@
     ...
     await store.save(SessionKey("u1", "s1"), owner="w-1", expected_version=row.row_version, record=rec)
 
-``teamstore.state.sql`` implements it for SQLite; on Postgres a subclass per kind of lease does
-(``teamstore.state.postgres``, ``teamstore.state.postgres_row``), and ``store_for`` picks the one the
-database needs. The conformance suite in ``tests/state`` runs in full against all three.
+Every caller types against :class:`StateStore`; :func:`teamstore.state.factory.store_for` picks the backend
+the database needs (SQLite; Postgres with advisory-lock leases or with row leases). The conformance suite
+in ``tests/state`` runs in full against all three.
 """
 
 from __future__ import annotations
@@ -190,6 +190,21 @@ class Restored:
 class StateStore(Protocol):
     """Where resume state lives. Every method is one statement or one transaction."""
 
+    @property
+    def lease(self) -> str:
+        """How this store leases sessions: ``lock`` (an advisory lock, Postgres) or ``row`` (in the row)."""
+        ...
+
+    async def check_lease_mode(self) -> None:
+        """Refuse to lease sessions on a database that records the other kind of lease (asked at most
+        every few seconds; :mod:`teamstore.state.lease_mode`).
+
+        Raises:
+            ConfigurationError: The database records the other kind of lease.
+            StoreUnavailable: The database failed.
+        """
+        ...
+
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
         max_sessions: int | None = None,
@@ -225,6 +240,11 @@ class StateStore(Protocol):
         """Put a quarantined state back as its session's state, under the session's lease."""
         ...
 
+    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
+        """Delete one session's stored state and its quarantined copies, under the session's lease;
+        whether it had a row."""
+        ...
+
     async def get(self, key: SessionKey) -> StoredSession | None:
         """Read a row without taking the lease."""
         ...
@@ -247,4 +267,9 @@ class StateStore(Protocol):
 
     async def sweep_expired(self, *, batch_size: int = 500) -> int:
         """Delete expired rows not under lease, in batches; returns how many went."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store opened itself (its pool, leases still held); the engine stays the
+        caller's."""
         ...

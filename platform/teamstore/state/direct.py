@@ -1,19 +1,21 @@
 """The Postgres stores' hot path: their own connection pool, and statements sent without SQLAlchemy.
 
-    from teamstore.state.direct import DirectPool, Statement
+    from teamstore.state.direct import DirectPool, for_psycopg
 
+    LOAD = for_psycopg(statements.acquire_lock())         # once, at import
     pool = DirectPool(engine, size=20, holds="sessions")
     conn = await pool.checkout(seconds=5)
-    row = await execute(AsyncRawCursor(conn), Statement("SELECT %(u)s::text"), {"u": "alice"})
+    row = await execute(AsyncRawCursor(conn), LOAD, {"u": "alice", "s": "s1", "ttl_ms": "300000", "max": None})
     await pool.checkin(conn)
 
 Loading and saving a session are one statement each; through SQLAlchemy's async adapter, compiling
 the parameters and describing the result cost more client time than the database spends on the
-statement. Everything off the hot path (quarantine, listing, sweeps) stays on the engine.
+statement. So the statements of :mod:`teamstore.state.statements` are compiled once, to text, and sent
+through psycopg. Everything off the hot path (quarantine, listing, sweeps) stays on the engine.
 
-The pool is a stack of idle autocommit connections behind a semaphore, rather than psycopg_pool: on
-a cycle of two short statements, psycopg_pool's checkout and check-in (its locks, stats and
-background workers) cost about a tenth of the throughput (docs/architecture.md).
+The pool is a stack of idle autocommit connections behind a semaphore, rather than psycopg_pool: with
+row leases and many sessions at once (two checkouts per cycle) psycopg_pool cost 6-9% of the cycle's
+throughput; with advisory locks, nothing measurable (bench/README.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import ClauseElement
 
 from teamstore.errors import ConfigurationError, StoreUnavailable
 
@@ -37,21 +41,33 @@ _IDLE = TransactionStatus.IDLE
 
 
 class Statement:
-    """A statement written with named parameters, sent with positional ones (``$1``..): psycopg's raw
-    cursor skips re-parsing the query and re-ordering a dict on every call."""
+    """A statement written with named parameters (``%(name)s``), sent with positional ones (``$1``..):
+    psycopg's raw cursor skips re-parsing the query and re-ordering a dict on every call."""
 
     def __init__(self, sql: str) -> None:
         self.names: list[str] = []
 
         def number(match: re.Match[str]) -> str:
+            if match.group(1) is None:
+                return "%"  # a literal percent sign, doubled in the named style
             if match.group(1) not in self.names:
                 self.names.append(match.group(1))
             return f"${self.names.index(match.group(1)) + 1}"
 
-        self.sql = re.sub(r"%\((\w+)\)s", number, sql)
+        self.sql = re.sub(r"%\((\w+)\)s|%%", number, sql)
 
     def args(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(params[name] for name in self.names)
+
+
+_PSYCOPG = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+
+
+def for_psycopg(stmt: ClauseElement) -> Statement:
+    """``stmt`` (SQLAlchemy Core) compiled once, as SQLAlchemy's psycopg dialect writes it: its constants
+    written into the text, its named inputs (:class:`teamstore.state.statements.Param`) left as
+    placeholders, each cast to its column's type (so the server never has to guess one)."""
+    return Statement(str(stmt.compile(dialect=_PSYCOPG, compile_kwargs={"literal_binds": True})))
 
 
 async def execute(cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:

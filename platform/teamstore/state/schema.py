@@ -1,9 +1,9 @@
 """The resume-state tables (SQLAlchemy Core), shared by SQLite and Postgres.
 
-    from teamstore.state.schema import sessions, quarantine, user_holds
+    from teamstore.state.schema import sessions, quarantine
 
 One row per (user_id, session_id) in ``ts_sessions``; refused rows move to ``ts_quarantine`` with the
-reason; ``ts_user_holds`` fences a user (an open erasure request) so no save or new session slips in;
+reason (the erasure fence every lease and save checks, ``ts_user_holds``, is :mod:`teamstore.db.fence`);
 ``ts_store_settings`` records how the database's sessions are leased (``lock`` or ``row``). The row
 version, and with row leases the lease too, live in the session row itself, so taking the lease and
 loading the state is one statement, and saving and releasing is another.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -33,17 +34,32 @@ from teamstore.ids import MAX_ID_CHARS
 from teamstore.state.base import read_fingerprints
 
 
+class JsonText(str):
+    """JSON already encoded (``teamstore.state.rows`` encodes fingerprints once, for every backend): the
+    fingerprints column writes it as it is, where any other value, a plain string too, is encoded."""
+
+    __slots__ = ()
+
+
 class Fingerprints(TypeDecorator[Any]):
-    """A session row's fingerprints: JSON, read back through :func:`teamstore.state.base.read_fingerprints`
-    alone. SQLite keeps JSON as text, and SQLAlchemy would parse it inside the very statement that takes
-    the lease: a damaged value (not even JSON) would fail that statement with the lease already taken.
+    """A session row's fingerprints: JSON (:class:`JsonText` written as it is), read back through
+    :func:`teamstore.state.base.read_fingerprints` alone. SQLite keeps JSON as text, and SQLAlchemy would
+    parse it inside the very statement that takes the lease: a damaged value (not even JSON) would fail
+    that statement with the lease already taken.
     """
 
     impl = JSON
     cache_ok = True
 
+    def bind_processor(self, dialect: Dialect) -> Any:
+        return _json_text
+
     def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
         return read_fingerprints  # the driver's value: text on SQLite, already parsed on Postgres
+
+
+def _json_text(value: Any) -> Any:
+    return value if value is None or isinstance(value, JsonText) else orjson.dumps(value).decode()
 
 
 DAMAGED = object()
@@ -142,13 +158,4 @@ store_settings = Table(
     Column("name", String(64), primary_key=True),
     Column("value", String(64), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
-)
-
-user_holds = Table(
-    "ts_user_holds",
-    metadata,
-    Column("user_id", String(MAX_ID_CHARS), primary_key=True),
-    Column("reason", String(64), nullable=False),
-    Column("request_id", String(128), nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
 )

@@ -15,8 +15,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.errors import ConfigurationError
+from teamstore.state.factory import store_for
+from teamstore.state.failures import unavailable
+from teamstore.state.lease_mode import lease_mode
 from teamstore.state.schema import quarantine
-from teamstore.state.sql import lease_mode, store_for, unavailable
 
 
 async def sweep_expired_sessions(engine: AsyncEngine, batch_size: int = 500) -> int:

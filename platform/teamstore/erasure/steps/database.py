@@ -8,7 +8,8 @@
 Each delete commits in the same transaction as the step's record, so a kill leaves either both or
 neither; a rerun adds what it finds to the committed counts. Rows are matched by the exact user id
 (``=`` on Postgres and SQLite compares code points: no case folding, no unicode normalisation) or by the
-subject key.
+subject key. Resume state's rows are reached through :mod:`teamstore.state.erasure`, user memory's through
+:mod:`teamstore.memory.erasure`; the audit tables' rows here, by table.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Table, delete, false, func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -28,9 +29,8 @@ from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
 from teamstore.erasure.steps import StepContext
 from teamstore.errors import StoreUnavailable
-from teamstore.memory.schema import memories
-from teamstore.memory.store import user_tables
-from teamstore.state.schema import quarantine, sessions
+from teamstore.memory.erasure import USER_MEMORY, UserMemoryRows
+from teamstore.state import erasure as state
 
 Where = Callable[[StepContext], ColumnElement[bool]]
 
@@ -50,33 +50,79 @@ def _unavailable(name: str, exc: SQLAlchemyError) -> StoreUnavailable:
     )
 
 
+class Rows(Protocol):
+    """A user's rows in one store of the database, counted and deleted on the step's connection."""
+
+    async def count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """How many rows the user has there, and their bytes."""
+
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        """Delete (or unlink) the user's rows there, in the step's transaction."""
+
+
 @dataclass(frozen=True)
-class SqlDeleteStep:
-    """Delete the matching rows of one table.
+class TableRows:
+    """The matching rows of one audit table.
 
     Args:
-        name: The store's name in the receipt.
         table: The table.
         where: The user's rows.
         size: An expression giving each row's bytes, if meaningful.
     """
 
-    name: str
     table: Table
     where: Where
     size: Any = None
 
-    async def _count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+    async def count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """Count the matching rows and their bytes."""
         size = func.coalesce(func.sum(self.size), 0) if self.size is not None else func.count() * 0
         rows, nbytes = (await conn.execute(
             select(func.count(), size).select_from(self.table).where(self.where(ctx)))).one()
         return Counts(rows=int(rows), bytes=int(nbytes or 0))
 
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        """Delete the matching rows."""
+        await conn.execute(delete(self.table).where(self.where(ctx)))
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """The user's rows in one of resume state's tables, or in user memory's (a request that no longer knows
+    its user has none)."""
+
+    rows: state.UserRows | UserMemoryRows
+
+    async def count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """Count the user's rows and their state bytes."""
+        if ctx.user_id is None:
+            return Counts(rows=0, bytes=0)
+        rows, nbytes = await self.rows.count(conn, ctx.user_id)
+        return Counts(rows=rows, bytes=nbytes)
+
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        """Delete the user's rows."""
+        if ctx.user_id is not None:
+            await self.rows.delete(conn, ctx.user_id)
+
+
+@dataclass(frozen=True)
+class SqlDeleteStep:
+    """Delete the user's rows of one store in the database.
+
+    Args:
+        name: The store's name in the receipt.
+        rows: The user's rows there.
+    """
+
+    name: str
+    rows: Rows
+
     async def enumerate(self, ctx: StepContext) -> Counts:
         """Count the user's rows."""
         try:
             async with ctx.engine.connect() as conn:
-                return await self._count(conn, ctx)
+                return await self.rows.count(conn, ctx)
         except SQLAlchemyError as exc:
             raise _unavailable(self.name, exc) from exc
 
@@ -88,17 +134,14 @@ class SqlDeleteStep:
         """
         try:
             async with ctx.engine.begin() as conn:
-                found = await self._count(conn, ctx)
-                await self._delete(conn, ctx)
+                found = await self.rows.count(conn, ctx)
+                await self.rows.delete(conn, ctx)
                 result = _deleted(found, prior)
                 await write_step(conn, ctx.request_id, self.name, result, ctx.owner)
         except SQLAlchemyError as exc:
             raise _unavailable(self.name, exc) from exc
         ctx.progress(self.name, found.rows, found.rows)
         return result
-
-    async def _delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
-        await conn.execute(delete(self.table).where(self.where(ctx)))
 
     async def remaining(self, ctx: StepContext) -> Counts:
         """Re-count on a fresh connection."""
@@ -111,14 +154,15 @@ def _deleted(found: Counts, prior: StoreResult | None) -> StoreResult:
 
 
 @dataclass(frozen=True)
-class LedgerStep(SqlDeleteStep):
+class LedgerRows(TableRows):
     """Unlink the user's ledger rows: subject key cleared, each session key replaced by a fresh random one.
 
     Token counts stay for finance; a row still groups with the other runs of its session (the new key
     is shared per old session key) but nothing maps the new key to a user, a subject or a session id.
     """
 
-    async def _delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        """Unlink the matching rows."""
         old_keys = (await conn.execute(
             select(usage.c.session_key).where(self.where(ctx)).distinct())).scalars().all()
         for old in old_keys:
@@ -128,47 +172,29 @@ class LedgerStep(SqlDeleteStep):
             )
 
 
-@dataclass(frozen=True)
-class MemoryStep(SqlDeleteStep):
-    """User memory, one store over its two tables: the facts and the summaries of the exact user id, every
-    scope, counted and deleted in one transaction."""
-
-    async def _count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
-        total = Counts()
-        for table, size in user_tables():
-            rows, nbytes = (await conn.execute(select(func.count(), func.coalesce(func.sum(size), 0))
-                                               .select_from(table).where(_by_user(table)(ctx)))).one()
-            total = total.plus(Counts(rows=int(rows), bytes=int(nbytes or 0)))
-        return total
-
-    async def _delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
-        for table, _size in user_tables():
-            await conn.execute(delete(table).where(_by_user(table)(ctx)))
-
-
-def memory_step() -> MemoryStep:
-    """User memory: every summary and fact kept about the exact user id (their words, in another form)."""
-    return MemoryStep("memory", memories, _by_user(memories))
-
-
 def resume_step() -> SqlDeleteStep:
-    """Resume state: every ``ts_sessions`` row of the exact user id (several copies of the words inside)."""
-    return SqlDeleteStep("resume_state", sessions, _by_user(sessions), sessions.c.state_bytes)
+    """Resume state: every stored session of the exact user id (several copies of the words inside)."""
+    return SqlDeleteStep("resume_state", StateRows(state.SESSIONS))
+
+
+def memory_step() -> SqlDeleteStep:
+    """User memory: every summary and fact kept about the exact user id (their words, in another form)."""
+    return SqlDeleteStep("memory", StateRows(USER_MEMORY))
 
 
 def quarantine_step() -> SqlDeleteStep:
-    """Quarantined rows of the exact user id."""
-    return SqlDeleteStep("quarantine", quarantine, _by_user(quarantine), quarantine.c.state_bytes)
+    """Quarantined states of the exact user id."""
+    return SqlDeleteStep("quarantine", StateRows(state.QUARANTINED))
 
 
 def outbox_step() -> SqlDeleteStep:
     """Transcripts waiting in the outbox under the user's subject."""
-    return SqlDeleteStep("outbox", outbox, _by_subject(outbox), func.length(outbox.c.body))
+    return SqlDeleteStep("outbox", TableRows(outbox, _by_subject(outbox), func.length(outbox.c.body)))
 
 
-def ledger_step() -> LedgerStep:
+def ledger_step() -> SqlDeleteStep:
     """The ledger's link to the user (rows stay, de-identified)."""
-    return LedgerStep("ledger", usage, _by_subject(usage))
+    return SqlDeleteStep("ledger", LedgerRows(usage, _by_subject(usage)))
 
 
 def subject_step() -> SqlDeleteStep:
@@ -177,4 +203,4 @@ def subject_step() -> SqlDeleteStep:
     def where(ctx: StepContext) -> ColumnElement[bool]:
         return or_(_by_user(subjects)(ctx), _by_subject(subjects)(ctx))
 
-    return SqlDeleteStep("subject", subjects, where)
+    return SqlDeleteStep("subject", TableRows(subjects, where))

@@ -1,0 +1,336 @@
+"""What every state backend does the same way, off the hot path: reads and listings, quarantine and
+restore, deleting a session, sweeping expired rows, and saying why a lease or a save was refused.
+
+    from teamstore.state.admin import SessionAdmin
+
+    admin = SessionAdmin(engine, ROW_LEASES, store, store.lease_check)   # each backend holds one
+    await admin.list_sessions("alice")
+
+It runs SQLAlchemy Core statements on the engine (both databases); what differs between the kinds of
+lease comes in as :class:`teamstore.state.statements.LeaseRules`. A restore or a delete takes the
+session's lease through the store that holds this admin, as a run takes it, so neither ever overlaps a
+run. The backends expose these methods through :class:`AdminMethods`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from sqlalchemy import Row, case, delete, exists, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.clock import now_utc
+from teamstore.db.fence import held
+from teamstore.errors import QuarantineNotFound, StaleStateVersion, TooManySessions
+from teamstore.ids import check_id
+from teamstore.state import statements as sql
+from teamstore.state.base import (
+    Claim,
+    QuarantinedRow,
+    Restored,
+    SaveRecord,
+    SessionKey,
+    StateStore,
+    StoredSession,
+)
+from teamstore.state.failures import check_key, erased_in_flight, erasure_open, unavailable
+from teamstore.state.lease_mode import LeaseModeCheck
+from teamstore.state.rows import quarantined, stored
+from teamstore.state.schema import quarantine, sessions
+
+_BRIEF_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements (held_briefly)
+
+
+def _valid_quarantine_id(quarantine_id: object) -> bool:
+    # An id no row can have (beyond 64 bits, negative, not an int) is simply not found: the drivers would
+    # raise their own overflow errors on it.
+    return isinstance(quarantine_id, int) and not isinstance(quarantine_id, bool) and 0 < quarantine_id < 2**63
+
+
+class SessionAdmin:
+    """The maintenance half of a state store, shared by every backend.
+
+    Args:
+        engine: The state database (the caller's).
+        rules: What the statements say for the store's kind of lease.
+        store: The store this admin belongs to: restores and deletes take the session's lease through it.
+        check: The store's lease-mode check (a sweep asks it first).
+    """
+
+    def __init__(self, engine: AsyncEngine, rules: sql.LeaseRules, store: StateStore, check: LeaseModeCheck) -> None:
+        self.engine, self.rules, self.store, self.check = engine, rules, store, check
+
+    async def _fetch(self, stmt: Any, action: str = "read sessions") -> list[Row[Any]]:
+        try:
+            async with self.engine.connect() as conn:
+                return list((await conn.execute(stmt)).all())
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, action) from exc
+
+    async def get(self, key: SessionKey) -> StoredSession | None:
+        """Read one row without the lease (see :meth:`teamstore.state.base.StateStore.get`)."""
+        check_key(key)
+        rows = await self._fetch(select(*sql.read_columns()).where(*sql.is_key(key.user_id, key.session_id)))
+        return stored(key.user_id, key.session_id, rows[0]) if rows else None
+
+    async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
+        """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it)."""
+        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns()).where(sessions.c.state.is_not(None))
+        if user_id is not None:
+            check_id("user_id", user_id)
+            stmt = stmt.where(sessions.c.user_id == user_id)
+        rows = await self._fetch(stmt.order_by(sessions.c.updated_at.desc()).limit(limit))
+        return [stored(r.user_id, r.session_id, tuple(r)[2:]) for r in rows]
+
+    async def live_sessions(self, user_id: str) -> int:
+        """How many unexpired stored sessions ``user_id`` keeps: what the per-user bound counts
+        (``user_id`` is checked as :meth:`get` checks it)."""
+        check_id("user_id", user_id)
+        rows = await self._fetch(select(sql.live_count(user_id, now_utc())))
+        return int(rows[0][0])
+
+    async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
+        """Quarantined rows, newest first (``user_id`` is checked as :meth:`get` checks it)."""
+        stmt = select(quarantine)
+        if user_id is not None:
+            check_id("user_id", user_id)
+            stmt = stmt.where(quarantine.c.user_id == user_id)
+        rows = await self._fetch(stmt.order_by(quarantine.c.id.desc()).limit(limit))
+        return [quarantined(r._mapping) for r in rows]
+
+    async def get_quarantined(self, quarantine_id: int) -> QuarantinedRow | None:
+        """One quarantined row, or ``None`` if no row has this id."""
+        if not _valid_quarantine_id(quarantine_id):
+            return None
+        rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id))
+        return quarantined(rows[0]._mapping) if rows else None
+
+    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
+        """Copy the refused row to ``ts_quarantine`` and clear its state, in one transaction; returns its id."""
+        record = {
+            "user_id": row.user_id, "session_id": row.session_id, "reason": reason[:64], "detail": detail,
+            "team": row.team, "team_version": row.team_version, "schema_version": row.schema_version,
+            "agentchat_version": row.agentchat_version, "fingerprints": dict(row.fingerprints or {}),
+            "state": row.state, "state_bytes": row.state_bytes, "row_version": row.row_version,
+            "quarantined_at": now_utc(),
+        }
+        # Cleared, and a damaged column written back with what it read as, so the row is whole again.
+        repair = {name: getattr(row, name) for name in row.damaged}
+        clear = update(sessions).where(*sql.is_key(row.user_id, row.session_id), *self.rules.owned(owner)).values(
+            {**repair, "state": None, "state_bytes": 0})
+        try:
+            async with self.engine.begin() as conn:
+                added = await conn.execute(insert(quarantine).values(record))
+                await conn.execute(clear)
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "quarantine a refused state") from exc
+        assert added.inserted_primary_key is not None
+        return int(added.inserted_primary_key[0])
+
+    async def restore_quarantined(
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+    ) -> Restored:
+        """Put a quarantined state back as its session's state; the next load validates it again.
+
+        The session's lease is taken as a run would take it, so a restore never overlaps a run, and
+        nothing is lost on the way: with ``replace``, the state the session holds now is quarantined in
+        turn (reason ``replaced``) before the old one goes back; the quarantine row is deleted only after
+        the save, and before the lease is given back, so two restores of one state restore it once.
+
+        Args:
+            quarantine_id: The row to restore (``teamstore sessions quarantine`` lists them).
+            ttl: How long the restored state lives without a save.
+            replace: Set aside a state the session saved since; without it, such a session is refused.
+            wait_seconds: How long to wait for an open session.
+
+        Raises:
+            QuarantineNotFound: No quarantined state has this id.
+            StaleStateVersion: The session holds a state of its own and ``replace`` is off.
+            SessionBusy: The session stayed open past ``wait_seconds``.
+            ErasureInProgress: An erasure request holds the user.
+            StoreUnavailable: The database failed. The session keeps what it held, or, if only the last
+                step failed, holds the restored state while the quarantined copy stays too.
+        """
+        by_id = quarantine.c.id == quarantine_id
+        rows = await self._fetch(select(quarantine).where(by_id)) if _valid_quarantine_id(quarantine_id) else []
+        if not rows:
+            raise QuarantineNotFound(
+                f"no quarantined state has id {quarantine_id}",
+                hint="'teamstore sessions quarantine' lists them; a restored or erased one is gone",
+            )
+        q = rows[0]._mapping
+        key, fingerprints = SessionKey(q["user_id"], q["session_id"]), dict(q["fingerprints"] or {})
+        claim = Claim(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"], fingerprints)
+        async with self.held_briefly(key, claim, "restore", wait_seconds) as (row, owner):
+            if not await self._fetch(select(quarantine.c.id).where(by_id)):
+                raise QuarantineNotFound(f"quarantined state {quarantine_id} was restored or erased meanwhile")
+            replaced_by = None
+            if row.state is not None:
+                if not replace:
+                    raise StaleStateVersion(
+                        f"session holds a state saved at version {row.row_version}, after this one was set aside",
+                        hint="pass --replace (replace=True) to quarantine that state and restore this one",
+                    )
+                replaced_by = await self.store.quarantine(
+                    row, owner=owner, reason="replaced", detail=f"set aside to restore quarantined state {quarantine_id}"
+                )
+            record = SaveRecord(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"],
+                                fingerprints, q["state"], now_utc() + ttl)
+            await self.store.save(key, owner=owner, expected_version=row.row_version, record=record, release=False)
+            # Still under the lease, so a second restore waiting on it finds the row gone, not restores it again.
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.execute(delete(quarantine).where(by_id))
+            except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
+                raise unavailable(exc, "remove the restored row from quarantine") from exc
+            await self.store.release(key, owner=owner, discard_empty=False)
+        restored = await self.get(key)
+        assert restored is not None
+        return Restored(restored, replaced_by)
+
+    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
+        """Delete one session's stored state and its quarantined copies, under the session's lease.
+
+        What a user's "delete this conversation" needs; transcripts and the usage ledger are audit data
+        with their own retention (erasing a user removes those too: ``teamstore erase``).
+
+        Returns:
+            Whether the session had a row.
+
+        Raises:
+            SessionBusy: The session stayed open past ``wait_seconds``.
+            ErasureInProgress: An erasure request holds the user (it removes the session anyway).
+            StoreUnavailable: The database failed; nothing was deleted.
+            InvalidIdentifier: An id no session can have.
+        """
+        check_key(key)
+        async with self.held_briefly(key, Claim("", "", 0, ""), "delete", wait_seconds) as (row, owner):
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.execute(delete(quarantine).where(quarantine.c.user_id == key.user_id,
+                                                                quarantine.c.session_id == key.session_id))
+                    await conn.execute(delete(sessions).where(*sql.is_key(key.user_id, key.session_id),
+                                                              *self.rules.owned(owner)))
+            except SQLAlchemyError as exc:
+                raise unavailable(exc, "delete the session") from exc
+            await self.store.release(key, owner=owner, discard_empty=False)
+        return row.row_version > 0
+
+    @asynccontextmanager
+    async def held_briefly(
+        self, key: SessionKey, claim: Claim, purpose: str, wait_seconds: float
+    ) -> AsyncIterator[tuple[StoredSession, str]]:
+        """The session's lease for a few statements of maintenance, as a run takes it; given back if they fail
+        (on success the body releases it, by its save or explicitly)."""
+        owner = f"{purpose}:{uuid.uuid4().hex[:12]}"
+        row = await self.store.acquire(key, claim, owner=owner, lease_ttl=_BRIEF_LEASE_SECONDS,
+                                       wait_seconds=wait_seconds)
+        try:
+            yield row, owner
+        except BaseException:
+            await self.store.release(key, owner=owner, discard_empty=row.row_version == 0)
+            raise
+
+    async def sweep_expired(self, *, batch_size: int = 500) -> int:
+        """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted."""
+        await self.check()
+        total = 0
+        while True:
+            try:
+                async with self.engine.begin() as conn:
+                    count = int((await conn.execute(sql.sweep_batch(self.rules, now_utc(), batch_size))).rowcount or 0)
+            except SQLAlchemyError as exc:
+                raise unavailable(exc, "sweep expired sessions") from exc
+            total += count
+            if count < batch_size:
+                return total
+
+    async def explain_refused_lease(self, key: SessionKey, max_sessions: int | None) -> None:
+        """Raise why a row lease was refused, if not because another worker holds the session.
+
+        Raises:
+            ErasureInProgress: An erasure request holds the user.
+            TooManySessions: The session has no live row and its user keeps ``max_sessions`` live ones.
+        """
+        now = now_utc()
+        query = select(held(key.user_id))
+        if max_sessions is not None:  # counted only for a session without a live row, as by the lease statement
+            mine = exists().where(*sql.is_key(key.user_id, key.session_id), sql.live(now))
+            query = query.add_columns(case((mine, None), else_=sql.live_count(key.user_id, now)))
+        answer = tuple((await self._fetch(query, "check why the session lease was refused"))[0])
+        if answer[0]:
+            raise erasure_open()
+        if max_sessions is not None and answer[1] is not None and answer[1] >= max_sessions:
+            raise TooManySessions(answer[1], max_sessions)
+
+    async def explain_lost_save(self, key: SessionKey, expected_version: int) -> NoReturn:
+        """Raise why a save matched no row.
+
+        Raises:
+            ErasureInProgress: An erasure request opened for the user while the run was in flight.
+            StaleStateVersion: The row changed or vanished, or the lease was taken over.
+        """
+        if (await self._fetch(select(held(key.user_id)), "check the user for an erasure"))[0][0]:
+            raise erased_in_flight()
+        current = await self.get(key)
+        found = "gone" if current is None else f"at version {current.row_version}"
+        raise StaleStateVersion(
+            f"session changed under this worker: loaded version {expected_version}, row is {found} "
+            "(another writer saved, or this worker's lease expired and was taken over)",
+            hint="reload the session and run again; raise lease_ttl_seconds if runs outlive the lease",
+        )
+
+
+class AdminMethods:
+    """The maintenance methods of :class:`teamstore.state.base.StateStore`, forwarded to the backend's
+    :class:`SessionAdmin` (so each backend writes only its hot path)."""
+
+    admin: SessionAdmin
+
+    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
+        """See :meth:`SessionAdmin.quarantine`."""
+        return await self.admin.quarantine(row, owner=owner, reason=reason, detail=detail)
+
+    async def restore_quarantined(
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+    ) -> Restored:
+        """See :meth:`SessionAdmin.restore_quarantined`."""
+        return await self.admin.restore_quarantined(quarantine_id, ttl=ttl, replace=replace, wait_seconds=wait_seconds)
+
+    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
+        """See :meth:`SessionAdmin.delete_session`."""
+        return await self.admin.delete_session(key, wait_seconds=wait_seconds)
+
+    async def get(self, key: SessionKey) -> StoredSession | None:
+        """See :meth:`SessionAdmin.get`."""
+        return await self.admin.get(key)
+
+    async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
+        """See :meth:`SessionAdmin.list_sessions`."""
+        return await self.admin.list_sessions(user_id, limit)
+
+    async def live_sessions(self, user_id: str) -> int:
+        """See :meth:`SessionAdmin.live_sessions`."""
+        return await self.admin.live_sessions(user_id)
+
+    async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
+        """See :meth:`SessionAdmin.list_quarantined`."""
+        return await self.admin.list_quarantined(user_id, limit)
+
+    async def get_quarantined(self, quarantine_id: int) -> QuarantinedRow | None:
+        """See :meth:`SessionAdmin.get_quarantined`."""
+        return await self.admin.get_quarantined(quarantine_id)
+
+    async def sweep_expired(self, *, batch_size: int = 500) -> int:
+        """See :meth:`SessionAdmin.sweep_expired`."""
+        return await self.admin.sweep_expired(batch_size=batch_size)
+
+    async def check_lease_mode(self) -> None:
+        """Refuse to lease sessions on a database that records the other kind of lease (see
+        :class:`teamstore.state.lease_mode.LeaseModeCheck`)."""
+        await self.admin.check()

@@ -1,0 +1,87 @@
+"""Resume state as erasure reaches it: a user's rows in each table, what the user stores, what is open.
+
+    from teamstore.state.erasure import SESSIONS, open_sessions
+
+    async with engine.begin() as conn:                      # erasure's own transaction
+        rows, nbytes = await SESSIONS.count(conn, "alice")
+        await SESSIONS.delete(conn, "alice")
+        ...                                                 # erasure records the step, then commits
+    await open_sessions(engine, "alice")                    # sessions a worker still holds
+
+Rows are matched by the exact user id (``=`` on Postgres and SQLite compares code points: no case
+folding, no unicode normalisation). Erasure fences the user first (:mod:`teamstore.db.fence`), so no
+session opens or saves while it counts and deletes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table, delete, func, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from teamstore.state.failures import unavailable
+from teamstore.state.lease_mode import count_open, recorded_mode
+from teamstore.state.schema import quarantine, sessions
+
+
+class UserRows:
+    """A user's rows in one resume-state table, counted and deleted on the caller's connection, so that a
+    delete commits together with whatever the caller records of it.
+
+    Args:
+        table: ``ts_sessions`` or ``ts_quarantine``.
+    """
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def _mine(self, user_id: str) -> Any:
+        return self.table.c.user_id == user_id
+
+    async def count(self, conn: AsyncConnection, user_id: str) -> tuple[int, int]:
+        """How many rows ``user_id`` has here, and the bytes of the states they hold."""
+        rows, nbytes = (await conn.execute(
+            select(func.count(), func.coalesce(func.sum(self.table.c.state_bytes), 0))
+            .select_from(self.table).where(self._mine(user_id))
+        )).one()
+        return int(rows), int(nbytes or 0)
+
+    async def delete(self, conn: AsyncConnection, user_id: str) -> None:
+        """Delete ``user_id``'s rows here (committed with the caller's transaction)."""
+        await conn.execute(delete(self.table).where(self._mine(user_id)))
+
+
+SESSIONS = UserRows(sessions)
+"""Stored sessions: every ``ts_sessions`` row of the user (several copies of their words inside)."""
+QUARANTINED = UserRows(quarantine)
+"""States set aside as refused, kept for an operator to look at."""
+
+
+async def stored_sessions(engine: AsyncEngine, user_id: str) -> int:
+    """How many sessions ``user_id`` has stored, and quarantined states.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    try:
+        async with engine.connect() as conn:
+            return sum([(await rows.count(conn, user_id))[0] for rows in (SESSIONS, QUARANTINED)])
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "count the user's sessions") from exc
+
+
+async def open_sessions(engine: AsyncEngine, user_id: str) -> int:
+    """How many of ``user_id``'s sessions are open right now (a worker holds their lease), whichever
+    kind of lease the database records. A crashed worker's session counts until its lease runs out.
+
+    Raises:
+        StoreUnavailable: The database failed.
+        ConfigurationError: No lease mode is recorded (run ``teamstore db upgrade``).
+    """
+    try:
+        async with engine.connect() as conn:
+            return await count_open(conn, await recorded_mode(conn), user_id)
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "count the user's open sessions") from exc

@@ -1,0 +1,58 @@
+"""The errors every state backend raises, told the same way: what happened and how to fix it.
+
+    from teamstore.state.failures import check_key, unavailable
+
+    check_key(key)                                  # InvalidIdentifier before any statement
+    raise unavailable(exc, "save the session state") from exc
+"""
+
+from __future__ import annotations
+
+from teamstore.db.engine import describe_failure, failure_hint
+from teamstore.errors import ErasureInProgress, SessionBusy, StoreUnavailable
+from teamstore.ids import check_id
+from teamstore.state.base import SessionKey
+
+
+def check_key(key: SessionKey) -> None:
+    """Refuse a key no session can have (see :func:`teamstore.ids.check_id`).
+
+    Raises:
+        InvalidIdentifier: The user or session id is empty, too long, or holds a character no driver
+            can send.
+    """
+    check_id("user_id", key.user_id)
+    check_id("session_id", key.session_id)
+
+
+def unavailable(exc: BaseException, action: str) -> StoreUnavailable:
+    """The error for a database that failed under ``action``: nothing was changed."""
+    return StoreUnavailable(
+        f"could not {action}: {describe_failure(exc)}",
+        hint=f"{failure_hint(exc)}; no state was changed",
+    )
+
+
+def erasure_open() -> ErasureInProgress:
+    """The error for a lease refused because an erasure request holds the user."""
+    return ErasureInProgress(
+        "an erasure request is open for this user; no session may start",
+        hint="wait for the erasure to complete; the user can then start over",
+    )
+
+
+def erased_in_flight() -> ErasureInProgress:
+    """The error for a save refused because an erasure request opened while the run was in flight."""
+    return ErasureInProgress(
+        "an erasure request opened for this user while the run was in flight; the state was not saved",
+        hint="nothing to fix: the user is being erased",
+    )
+
+
+def busy(wait_seconds: float, crashed: str) -> SessionBusy:
+    """The error for a lease still held by another worker after ``wait_seconds``; ``crashed`` says how a
+    crashed holder's lease ends."""
+    return SessionBusy(
+        f"session is in use by another worker (waited {wait_seconds:.1f}s)",
+        hint=f"retry later, or raise lease_timeout_seconds; a crashed worker's lease {crashed}",
+    )

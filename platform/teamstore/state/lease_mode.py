@@ -1,0 +1,179 @@
+"""How a database's sessions are leased (``lock`` or ``row``), recorded in the database itself.
+
+    from teamstore.state.lease_mode import lease_mode, set_lease_mode
+
+    await lease_mode(engine)                 # "lock"
+    await set_lease_mode(engine, "row")      # refused while a session is open; returns "lock"
+
+The two kinds of lease do not see each other, so the database records which one it serves
+(``ts_store_settings``, migration 0005): every store checks it (:class:`LeaseModeCheck`) and refuses to
+lease sessions on a database that serves the other kind.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, cast, column, delete, func, select, table, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.clock import now_utc
+from teamstore.errors import ConfigurationError, SessionBusy
+from teamstore.state.failures import unavailable
+from teamstore.state.schema import sessions, store_settings
+from teamstore.state.statements import never_saved
+
+LEASE_MODES = ("lock", "row")
+_LEASE_SETTING = "session_lease"
+
+
+def known(mode: str) -> str:
+    """``mode``, if it is a kind of lease.
+
+    Raises:
+        ConfigurationError: It is neither ``lock`` nor ``row``.
+    """
+    if mode not in LEASE_MODES:
+        raise ConfigurationError(f"session lease {mode!r} is not one of {', '.join(LEASE_MODES)}",
+                                 hint="use 'lock' (an advisory lock, Postgres) or 'row' (a lease in the row)")
+    return mode
+
+
+async def recorded_mode(conn: Any) -> str:
+    """The lease mode the database records, read on ``conn`` (inside the caller's transaction).
+
+    Raises:
+        ConfigurationError: Nothing is recorded (run ``teamstore db upgrade``).
+    """
+    value = (await conn.execute(
+        select(store_settings.c.value).where(store_settings.c.name == _LEASE_SETTING)
+    )).scalar_one_or_none()
+    if value is None:
+        raise ConfigurationError("the database records no session lease mode", hint="run 'teamstore db upgrade'")
+    return str(value)
+
+
+async def lease_mode(engine: AsyncEngine) -> str:
+    """How the database's sessions are leased, as recorded by migration 0005 or :func:`set_lease_mode`.
+
+    Raises:
+        StoreUnavailable: The database failed.
+        ConfigurationError: Nothing is recorded (the schema is not at head: run ``teamstore db upgrade``).
+    """
+    try:
+        async with engine.connect() as conn:
+            return await recorded_mode(conn)
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "read the session lease mode") from exc
+
+
+class LeaseModeCheck:
+    """A store's check that the database serves its kind of lease, asked at most once every
+    ``recheck_seconds``: a worker left running across ``teamstore db lease-mode`` starts refusing within
+    that time.
+
+    Args:
+        engine: The state database.
+        lease: The store's kind of lease.
+    """
+
+    recheck_seconds = 30.0
+
+    def __init__(self, engine: AsyncEngine, lease: str) -> None:
+        self.engine, self.lease = engine, lease
+        self._checked_at: float | None = None
+
+    async def __call__(self) -> None:
+        """Refuse to lease sessions on a database that serves the other kind of lease.
+
+        Raises:
+            ConfigurationError: The database records the other kind of lease.
+            StoreUnavailable: The database failed.
+        """
+        now = time.monotonic()
+        if self._checked_at is not None and now - self._checked_at < self.recheck_seconds:
+            return
+        recorded = await lease_mode(self.engine)
+        if recorded != self.lease:
+            raise ConfigurationError(
+                f"this database's sessions are leased by {recorded!r}, and this process is set to "
+                f"{self.lease!r}: the two kinds of worker would not see each other's leases",
+                hint=f"set TEAMSTORE_SESSION_LEASE={recorded}, or stop every worker and run "
+                f"'teamstore db lease-mode {self.lease}'",
+            )
+        self._checked_at = now
+
+
+_PG_LOCKS = table("pg_locks", column("locktype"), column("granted", Boolean), column("objsubid"),
+                  column("database"), column("classid"))
+_PG_DATABASE = table("pg_database", column("oid"), column("datname"))
+
+
+def _open_locks(user_id: str | None) -> Any:
+    """Sessions open under advisory-lock leases in this database, as the server's lock table shows them.
+    A session's lock is keyed (hashtext(user), hashtext(session)): ``classid`` is the user's hash, so a
+    user whose hash collides counts too (a rare, safe overcount)."""
+    here = select(_PG_DATABASE.c.oid).where(_PG_DATABASE.c.datname == func.current_database()).scalar_subquery()
+    query = select(func.count()).select_from(_PG_LOCKS).where(
+        _PG_LOCKS.c.locktype == "advisory", _PG_LOCKS.c.granted, _PG_LOCKS.c.objsubid == 2,
+        _PG_LOCKS.c.database == here)
+    if user_id is not None:
+        user_hash = cast(func.hashtext(user_id), BigInteger).op("&")(2**32 - 1)
+        query = query.where(cast(_PG_LOCKS.c.classid, BigInteger) == user_hash)
+    return query
+
+
+async def count_open(conn: Any, mode: str, user_id: str | None = None) -> int:
+    """Sessions open under ``mode`` leases (of ``user_id`` only, if given), on ``conn``."""
+    if mode == "lock":
+        return int((await conn.execute(_open_locks(user_id))).scalar_one())
+    query = select(func.count()).select_from(sessions).where(
+        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > now_utc())
+    if user_id is not None:
+        query = query.where(sessions.c.user_id == user_id)
+    return int((await conn.execute(query)).scalar_one())
+
+
+async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
+    """Switch how the database's sessions are leased; returns the mode it had.
+
+    Refused while any session is open under the current mode. Stop every worker first and start them
+    again with ``TEAMSTORE_SESSION_LEASE`` set to ``mode``: a worker still running keeps leasing the old
+    way until its next check of the mode (:attr:`LeaseModeCheck.recheck_seconds`, then it refuses).
+    Meanwhile its saves still check the row version, so no update is lost, but two workers could run one
+    session at once.
+
+    Raises:
+        ConfigurationError: ``mode`` is unknown, or ``lock`` on SQLite (which has no advisory locks).
+        SessionBusy: Sessions are open under the current mode.
+        StoreUnavailable: The database failed.
+    """
+    postgres = engine.dialect.name == "postgresql"
+    if known(mode) == "lock" and not postgres:
+        raise ConfigurationError("SQLite leases sessions in the row; advisory locks need Postgres",
+                                 hint="keep 'row' on SQLite, or point TEAMSTORE_DATABASE_URL at PostgreSQL")
+    try:
+        async with engine.begin() as conn:
+            if postgres:  # one switch at a time: the mode read next stays true until the commit
+                await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(_LEASE_SETTING))))
+            previous = await recorded_mode(conn)
+            if previous == mode:
+                return previous
+            open_now = await count_open(conn, previous)
+            if open_now:
+                raise SessionBusy(
+                    f"{open_now} session(s) are open under {previous!r} leases; the mode was not changed",
+                    hint="stop every worker, then switch; start them again with TEAMSTORE_SESSION_LEASE="
+                    f"{mode}",
+                )
+            if mode == "lock":
+                # Rows a row-lease worker made for a new session and never saved (it crashed): with locks,
+                # a session's first save inserts its row, and would find one of these in its way.
+                await conn.execute(delete(sessions).where(never_saved()))
+            await conn.execute(update(store_settings).where(store_settings.c.name == _LEASE_SETTING)
+                               .values(value=mode, updated_at=now_utc()))
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "switch the session lease mode") from exc
+    return previous

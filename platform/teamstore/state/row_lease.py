@@ -1,0 +1,182 @@
+"""Row leases: the lease lives in the session row (SQLite always; Postgres with ``TEAMSTORE_SESSION_LEASE=row``).
+
+    from teamstore.state.factory import store_for
+
+    store = store_for(engine, lease="row")        # a RowLeaseStore on SQLite or Postgres
+    row = await store.acquire(key, claim, owner="w-1", lease_ttl=300, wait_seconds=10)
+    ...                                           # the run; no connection is held
+    await store.save(key, owner="w-1", expected_version=row.row_version, record=rec, release=True)
+
+Taking the lease is one write that also reads the row; saving is one versioned ``UPDATE`` that also
+releases (:func:`teamstore.state.statements.acquire_row`, :func:`~teamstore.state.statements.save_row`).
+A save whose row moved on (another writer, an expired lease taken over, an erasure) matches nothing
+and raises; no update is ever lost silently. A row lease costs a commit on every load but holds no
+connection while the team runs, so a process runs as many sessions at once as it likes.
+
+The per-user bound (``max_sessions``) is checked by the same lease statement: a session without a live
+row is not inserted while its user keeps that many live (unexpired, saved) sessions. The count sits
+behind a check of the session's own row, so a resume never pays for it. Opens of different new
+sessions racing each other each see the others' rows missing (they have none until their first save),
+so the bound is soft: it can be passed by the number of new sessions opened at once.
+
+How the two statements reach the database is the backend's (:class:`RowStatements`): SQLite sends them
+through the engine (:mod:`teamstore.state.sqlite`), Postgres through psycopg on the store's own pool
+(:mod:`teamstore.state.postgres_row`). Everything else goes through the engine on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Protocol
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.clock import now_utc
+from teamstore.state import statements as sql
+from teamstore.state.admin import AdminMethods, SessionAdmin
+from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.failures import unavailable
+from teamstore.state.lease_mode import LeaseModeCheck
+from teamstore.state.rows import row_lease_params, save_params, stored
+from teamstore.state.waiting import Waiting
+
+
+class RowStatements(Protocol):
+    """How a backend sends the two row-lease statements of the hot path to its database."""
+
+    async def acquire(self, params: Mapping[str, Any], seconds: float) -> Sequence[Any] | None:
+        """Run :func:`teamstore.state.statements.acquire_row` (``seconds``: the most to wait for a
+        connection); the row's :data:`~teamstore.state.statements.SESSION_COLUMNS`, or ``None`` if refused.
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        ...
+
+    async def save(self, params: Mapping[str, Any], release: bool) -> Sequence[Any] | None:
+        """Run :func:`teamstore.state.statements.save_row`; the new row version, or ``None`` if it
+        matched no row.
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close what the backend opened itself."""
+        ...
+
+
+_RENEW, _RELEASE, _DISCARD = sql.renew_row(), sql.release_row(), sql.discard_row()
+
+
+class RowLeaseStore(AdminMethods):
+    """:class:`teamstore.state.base.StateStore` with the lease in the row.
+
+    Args:
+        engine: The state database (the caller's); used for everything off the hot path.
+        statements: How the backend sends the lease and save statements.
+    """
+
+    lease = "row"
+
+    def __init__(self, engine: AsyncEngine, statements: RowStatements) -> None:
+        self.engine, self.statements = engine, statements
+        self.lease_check = LeaseModeCheck(engine, self.lease)
+        self.admin = SessionAdmin(engine, sql.ROW_LEASES, self, self.lease_check)
+
+    async def acquire(
+        self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
+        max_sessions: int | None = None,
+    ) -> StoredSession:
+        """Take the lease and read the row in one statement, waiting up to ``wait_seconds`` for a busy one.
+
+        Args:
+            key: The session.
+            claim: What a new session's row is made with.
+            owner: Names this opening of the session.
+            lease_ttl: Seconds the lease lasts without a renewal.
+            wait_seconds: How long to wait while another worker holds the session.
+            max_sessions: The per-user bound: a session without a live row (new, or expired) is refused
+                while its user keeps this many live ones. ``None``: no bound (maintenance).
+
+        Raises:
+            SessionBusy: Another worker kept the lease past ``wait_seconds``.
+            ErasureInProgress: An erasure request holds this user.
+            TooManySessions: The per-user bound refused a new session; no lease or row is left.
+            StoreUnavailable: The database failed.
+        """
+        await self.check_lease_mode()
+        waiting = Waiting(wait_seconds)
+        while True:
+            row = await self._attempt(key, claim, owner, lease_ttl, waiting.left, max_sessions)
+            if row is not None:
+                return row
+            await self.admin.explain_refused_lease(key, max_sessions)
+            await waiting.pause_or_give_up(crashed="expires on its own")
+
+    async def _attempt(
+        self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float, max_sessions: int | None
+    ) -> StoredSession | None:
+        """One attempt at the lease, carried through a cancellation of the caller: the lease statement may
+        already have taken the lease (which would then keep the session from everyone for its TTL), and
+        a driver call cut short can leave SQLite's connection unreturned, holding the write lock. So the
+        attempt finishes, a lease it took is given back, and then the cancellation goes on."""
+        params = row_lease_params(key, claim, owner, ttl, max_sessions)
+        attempt = asyncio.ensure_future(self.statements.acquire(params, seconds))
+        try:
+            row = await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                taken = await attempt
+                if taken is not None:
+                    await self.release(key, owner=owner, discard_empty=stored(key.user_id, key.session_id,
+                                                                             taken).row_version == 0)
+            raise
+        return stored(key.user_id, key.session_id, row) if row is not None else None
+
+    async def save(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
+    ) -> int:
+        """Write ``record`` in one statement if nothing moved since the load (and release).
+
+        Returns:
+            The new row version.
+
+        Raises:
+            StaleStateVersion: The row changed, vanished, or its lease was taken over.
+            ErasureInProgress: An erasure request holds this user.
+            StoreUnavailable: The database failed; the previous state is intact.
+        """
+        row = await self.statements.save(save_params(key, expected_version, record, owner=owner), release)
+        if row is None:
+            await self.admin.explain_lost_save(key, expected_version)
+        return int(row[0])
+
+    async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
+        """Move the lease's end to ``lease_ttl`` from now, if ``owner`` still holds it."""
+        params = {"u": key.user_id, "s": key.session_id, "owner": owner,
+                  "until": now_utc() + timedelta(seconds=lease_ttl)}
+        try:
+            async with self.engine.begin() as conn:
+                return bool((await conn.execute(_RENEW, params)).rowcount)
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "renew the session lease") from exc
+
+    async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
+        """Give the lease back in one statement; with ``discard_empty``, a never-saved row is removed instead."""
+        params = {"u": key.user_id, "s": key.session_id, "owner": owner}
+        try:
+            async with self.engine.begin() as conn:
+                if not discard_empty or not (await conn.execute(_DISCARD, params)).rowcount:
+                    await conn.execute(_RELEASE, params)
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "release the session lease") from exc
+
+    async def aclose(self) -> None:
+        """Close what the backend opened itself (the engine stays the caller's)."""
+        await self.statements.aclose()

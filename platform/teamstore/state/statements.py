@@ -1,0 +1,311 @@
+"""The resume-state SQL, each statement written once in SQLAlchemy Core, for both databases and both
+kinds of lease. Pure: nothing here touches a database.
+
+    from teamstore.state.statements import SQLITE, acquire_row
+
+    stmt = acquire_row(SQLITE)             # built once per store; run with the parameters of teamstore.state.rows
+
+SQLite runs these through SQLAlchemy; the Postgres stores' hot path compiles them once, at import, to the
+text psycopg sends (:func:`teamstore.state.direct.for_psycopg`). A statement's inputs are :class:`Param`\\ s,
+named the same on every backend; anything else in it is a constant, written into the compiled text.
+
+Where the databases differ, the builders take the dialect:
+
+* Postgres counts a user's live sessions through ``ts_live_sessions`` (migration 0008), which, unlike a
+  subquery, costs nothing unless the ``CASE`` reaches it; SQLite through the subquery it stands for.
+* Postgres stamps a save with the server's ``now()``; SQLite with the caller's clock (``now``).
+* Postgres's row-lease write skips its WAL flush (``synchronous_commit`` off for its transaction alone).
+* Advisory-lock leases (Postgres only) take the lock and read the row in one statement, and hand the
+  lock over to the save's transaction, so its commit releases it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Text,
+    and_,
+    case,
+    cast,
+    column,
+    delete,
+    exists,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    true,
+    tuple_,
+    update,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter
+
+from teamstore.db.fence import held
+from teamstore.db.statements import dialect_insert
+from teamstore.state.schema import sessions
+
+POSTGRES, SQLITE = "postgresql", "sqlite"
+
+
+class Param(BindParameter[Any]):
+    """A statement's named input: a placeholder even where the statement's constants are written into
+    its text (compiled with ``literal_binds``)."""
+
+    inherit_cache = True
+
+    def __init__(self, name: str, type_: Any) -> None:
+        super().__init__(name, type_=type_, required=True)
+
+
+@compiles(Param)
+def _placeholder(element: Param, compiler: SQLCompiler, **kw: Any) -> str:
+    kw["literal_binds"] = False
+    placeholder: str = compiler.visit_bindparam(element, **kw)  # type: ignore[no-untyped-call]
+    return placeholder
+
+
+_TIME = DateTime(timezone=True)
+USER, SESSION = Param("u", sessions.c.user_id.type), Param("s", sessions.c.session_id.type)
+OWNER, VERSION = Param("owner", sessions.c.lease_owner.type), Param("version", BigInteger())
+NOW, UNTIL, LIMIT = Param("now", _TIME), Param("until", _TIME), Param("max", BigInteger())
+TTL_MS = Param("ttl_ms", Text())
+"""The lease timer of advisory-lock leases, in milliseconds, as ``idle_session_timeout`` takes it (text)."""
+CLAIMED = ("team", "team_version", "schema_version", "agentchat_version", "fingerprints")
+"""What a lease writes into a new row, and a save writes again (each as the parameter ``v_<column>``)."""
+SAVED = (*CLAIMED, "state", "state_bytes")
+VALUE = {name: Param(f"v_{name}", sessions.c[name].type) for name in (*SAVED, "expires_at")}
+EXPIRES_LATEST = Param("v_expires_latest", sessions.c.expires_at.type)
+SESSION_COLUMNS = ("state", "row_version", "team", "team_version", "schema_version", "agentchat_version",
+                   "fingerprints", "state_bytes", "created_at", "updated_at", "expires_at")
+"""What every load reads of a row, in this order (:func:`teamstore.state.rows.stored` maps it). The
+fingerprints are read as text, on both databases, and parsed once, by the mapper."""
+
+
+def read_columns() -> list[Any]:
+    """:data:`SESSION_COLUMNS` of ``ts_sessions``, to select or return."""
+    return [cast(sessions.c.fingerprints, Text) if name == "fingerprints" else sessions.c[name]
+            for name in SESSION_COLUMNS]
+
+
+def is_key(user_id: Any = USER, session_id: Any = SESSION) -> tuple[Any, Any]:
+    """The session row's address."""
+    return sessions.c.user_id == user_id, sessions.c.session_id == session_id
+
+
+def never_saved() -> Any:
+    """A row a row-lease worker made to hold a new session's lease, before the session's first save."""
+    return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
+
+
+def live(now: Any) -> Any:
+    """A stored session that has not expired: what the per-user bound counts. A row made to lease a new
+    session has no expiry until its first save, so it does not count."""
+    return sessions.c.expires_at > now
+
+
+def live_count(user_id: Any, now: Any, dialect: str = SQLITE) -> Any:
+    """How many live sessions ``user_id`` keeps (on Postgres through ``ts_live_sessions``, migration 0008,
+    which holds this same count)."""
+    if dialect == POSTGRES:
+        return func.ts_live_sessions(user_id, now)
+    return select(func.count()).select_from(sessions).where(sessions.c.user_id == user_id, live(now)).scalar_subquery()
+
+
+def room(dialect: str) -> Any:
+    """Whether the session may be opened under the per-user bound ``max`` (NULL: no bound): its own row is
+    live (a resume, never refused), or its user keeps fewer live sessions than ``max``. The count sits in
+    the CASE's last branch, which neither database evaluates for a resume."""
+    resumed = exists().where(*is_key(), live(NOW))
+    return case((LIMIT.is_(None), true()), (resumed, true()), else_=live_count(USER, NOW, dialect) < LIMIT)
+
+
+def acquire_row(dialect: str) -> Any:
+    """Take a row lease and read the row, in one statement::
+
+        INSERT the placeholder row (a new session: no state, no expiry) unless the user is held or the
+        per-user bound refuses it .. ON CONFLICT DO UPDATE the lease WHERE it is free, expired, or
+        already this owner's .. RETURNING the row
+
+    No row comes back when the lease is refused. An owner names one opening of a session, so taking its
+    own lease again is safe: a load retried after a lost connection does not wait out its own lease.
+    """
+    values: dict[str, Any] = {"user_id": USER, "session_id": SESSION, **{n: VALUE[n] for n in CLAIMED},
+                              "state": null(), "state_bytes": literal(0), "row_version": literal(0),
+                              "created_at": NOW, "updated_at": NOW, "expires_at": null(),
+                              "lease_owner": OWNER, "lease_until": UNTIL}
+    allowed = [~held(USER), room(dialect)]
+    if dialect == POSTGRES:  # the lease write does not wait for its flush (module doc of postgres_row)
+        allowed.insert(1, func.set_config("synchronous_commit", "off", True).is_not(None))
+    source = select(*(value.label(name) for name, value in values.items())).where(*allowed)
+    stmt = dialect_insert(dialect)(sessions).from_select(list(values), source)
+    return stmt.on_conflict_do_update(
+        index_elements=[sessions.c.user_id, sessions.c.session_id],
+        set_={"lease_owner": stmt.excluded.lease_owner, "lease_until": stmt.excluded.lease_until},
+        where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < NOW,
+                  sessions.c.lease_owner == stmt.excluded.lease_owner),
+    ).returning(*read_columns())
+
+
+def _saved_values(dialect: str) -> dict[str, Any]:
+    """A save's new values. The expiry moves only when the stored one is outside the record's window
+    (most saves then leave the expiry index alone, and Postgres can update the row in place)."""
+    kept = sessions.c.expires_at.between(VALUE["expires_at"], EXPIRES_LATEST)
+    return {**{name: VALUE[name] for name in SAVED}, "row_version": sessions.c.row_version + 1,
+            "updated_at": func.now() if dialect == POSTGRES else NOW,
+            "expires_at": case((kept, sessions.c.expires_at), else_=EXPIRES_LATEST)}
+
+
+def save_row(dialect: str, *, release: bool) -> Any:
+    """Save under a row lease, in one statement: ``UPDATE .. WHERE row_version = :version AND
+    lease_owner = :owner AND no hold .. RETURNING row_version`` (no row: the save lost its row), giving
+    the lease back too with ``release``."""
+    values = _saved_values(dialect)
+    if release:
+        values.update(lease_owner=None, lease_until=None)
+    return (update(sessions)
+            .where(*is_key(), sessions.c.row_version == VERSION, sessions.c.lease_owner == OWNER, ~held(USER))
+            .values(values).returning(sessions.c.row_version))
+
+
+def renew_row() -> Any:
+    """Move ``owner``'s row lease on to ``until``."""
+    return update(sessions).where(*is_key(), sessions.c.lease_owner == OWNER).values(lease_until=UNTIL)
+
+
+def release_row() -> Any:
+    """Give ``owner``'s row lease back."""
+    return update(sessions).where(*is_key(), sessions.c.lease_owner == OWNER).values(lease_owner=None,
+                                                                                     lease_until=None)
+
+
+def discard_row() -> Any:
+    """Remove the row ``owner`` made for a new session that was never saved (its lease goes with it)."""
+    return delete(sessions).where(*is_key(), sessions.c.lease_owner == OWNER, never_saved())
+
+
+def _lock_key(user_id: Any, session_id: Any) -> tuple[Any, Any]:
+    """A session's advisory lock: (hashtext(user), hashtext(session)), so ``classid`` is the user's hash
+    (``teamstore.state.lease_mode`` counts a user's open sessions by it)."""
+    return func.hashtext(user_id), func.hashtext(session_id)
+
+
+def _lease_timer(value: Any) -> Any:
+    """Set the held connection's ``idle_session_timeout``: the lease's time limit under advisory locks."""
+    return func.set_config("idle_session_timeout", value, False)
+
+
+def acquire_lock() -> Any:
+    """Take a session's advisory lock, arm the lease timer and read the row, in one read-only statement.
+
+    ``locked`` is NULL when an erasure holds the user (no lock is taken), false when another worker has
+    the session; the timer is armed only with the lock, so a refused attempt's connection goes back to
+    the pool as it came. The row is read through ``ts_locked_session`` (migration 0004), called after
+    the lock (the subquery is kept apart by ``OFFSET 0``): its snapshot is taken then, so it sees the
+    save the previous holder committed before letting go, which the statement's own snapshot, taken
+    before the lock, might not. Under a per-user bound (``max``), a session without a live row also
+    counts its user's live sessions; a resume never does.
+    """
+    lock = select(case((~held(USER), func.pg_try_advisory_lock(*_lock_key(USER, SESSION))), else_=null())
+                  .label("locked")).offset(0).subquery("l")
+    row = (func.ts_locked_session(lock.c.locked, USER, SESSION)
+           .table_valued(*(column(name) for name in SESSION_COLUMNS)).lateral("s"))
+    not_live = (row.c.expires_at > func.now()).is_not(True)  # no row, or an expired one
+    count = case((and_(lock.c.locked, LIMIT.is_not(None), not_live), live_count(USER, func.now(), POSTGRES)))
+    timer = _lease_timer(case((lock.c.locked, TTL_MS), else_="0"))
+    return select(lock.c.locked, *(row.c[name] for name in SESSION_COLUMNS), count, timer).select_from(
+        lock.outerjoin(row, true()))
+
+
+def save_locked(*, existing: bool, release: bool) -> Any:
+    """Save under an advisory lock, in one statement: the versioned ``UPDATE`` (or, for a session's
+    first save, an ``INSERT .. ON CONFLICT DO NOTHING``), unless the user is held; ``RETURNING`` no row
+    (or NULL) when the save lost its row. Any statement on the held connection restarts the lease timer.
+
+    With ``release``, the transaction takes the lock too, the session lock is dropped and the timer
+    disarmed; the commit then releases the transaction's lock, so no other worker can take the session
+    between the unlock and the moment the new state is visible. (``OFFSET 0`` keeps the subquery that
+    takes the lock apart, so it runs before the outer unlock.)
+    """
+    if existing:
+        stmt: Any = (update(sessions).where(*is_key(), sessions.c.row_version == VERSION, ~held(USER))
+                     .values(_saved_values(POSTGRES)))
+    else:
+        values = {"user_id": USER, "session_id": SESSION, **{n: VALUE[n] for n in SAVED},
+                  "row_version": literal(1), "created_at": func.now(), "updated_at": func.now(),
+                  "expires_at": EXPIRES_LATEST}
+        source = select(*(value.label(name) for name, value in values.items())).where(~held(USER))
+        stmt = (dialect_insert(POSTGRES)(sessions).from_select(list(values), source)
+                .on_conflict_do_nothing(index_elements=[sessions.c.user_id, sessions.c.session_id]))
+    stmt = stmt.returning(sessions.c.row_version)
+    if not release:
+        return stmt
+    saved = stmt.cte("saved")
+    handover = select(func.pg_advisory_xact_lock(*_lock_key(USER, SESSION))).offset(0).subquery("handover")
+    return select(select(saved.c.row_version).scalar_subquery(), func.pg_advisory_unlock(*_lock_key(USER, SESSION)),
+                  _lease_timer("0")).select_from(handover)
+
+
+def release_lock() -> Any:
+    """Give a session's advisory lock back and disarm the lease timer."""
+    return select(func.pg_advisory_unlock(*_lock_key(USER, SESSION)), _lease_timer("0"))
+
+
+def touch() -> Any:
+    """The cheapest statement: on a held connection it restarts the lease timer."""
+    return select(literal(1))
+
+
+@dataclass(frozen=True)
+class LeaseRules:
+    """What the statements off the hot path (quarantine, delete, sweep) say differently per kind of lease.
+
+    Attributes:
+        owned: Conditions that let a statement touch the row only while ``owner`` holds its lease.
+        sweepable: Which rows a sweep may delete at ``now``.
+        sweep_recheck: What a sweep checks again on each row it deletes.
+    """
+
+    owned: Callable[[str], list[Any]]
+    sweepable: Callable[[datetime], Any]
+    sweep_recheck: Callable[[datetime], Any]
+
+
+def _row_sweepable(now: datetime) -> Any:
+    # Expired, or made for a new session by a worker that never saved it (it crashed), and in both cases
+    # not leased to a live worker. Checked again as a whole on each row: the lease lives in the row, so a
+    # row leased after the sweep read it must be kept.
+    return and_(or_(sessions.c.expires_at < now, never_saved()),
+                or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now))
+
+
+ROW_LEASES = LeaseRules(owned=lambda owner: [sessions.c.lease_owner == owner], sweepable=_row_sweepable,
+                        sweep_recheck=_row_sweepable)
+LOCK_LEASES = LeaseRules(
+    # The advisory lock is the ownership; the lease columns stay empty.
+    owned=lambda owner: [],
+    # A row whose session is open is skipped: the transaction-level lock fails while a worker holds the
+    # session's lock, and while the sweep holds it a worker waits, then finds no row.
+    sweepable=lambda now: and_(sessions.c.expires_at < now, func.pg_try_advisory_xact_lock(
+        *_lock_key(sessions.c.user_id, sessions.c.session_id))),
+    # A save committed between the sweep's snapshot and its lock moved the expiry on: keep that row. (The
+    # lock itself is not repeated: it could be taken on rows that are not swept.)
+    sweep_recheck=lambda now: sessions.c.expires_at < now,
+)
+
+
+def sweep_batch(rules: LeaseRules, now: datetime, batch_size: int) -> Any:
+    """Delete up to ``batch_size`` rows a sweep may delete. Each is checked again on the row itself: under
+    READ COMMITTED, Postgres re-evaluates only the DELETE's own conditions on a row a worker leased or
+    saved since the subquery read it, never the subquery's."""
+    victims = select(sessions.c.user_id, sessions.c.session_id).where(rules.sweepable(now)).limit(batch_size)
+    return delete(sessions).where(tuple_(sessions.c.user_id, sessions.c.session_id).in_(victims),
+                                  rules.sweep_recheck(now))
