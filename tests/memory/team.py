@@ -102,8 +102,9 @@ def _bad_answer(mode: str, request: dict[str, Any]) -> str:
     return json.dumps({"summary": summary, "facts": facts})
 
 
-def helpdesk(channel: str = "default", writer: WriterMode = "offline") -> RoundRobinGroupChat:
-    """The helpdesk team on scripted clients recording under ``channel``; triage's writes the memory."""
+def helpdesk(channel: str = "default", writer: WriterMode = "offline", messages: int = 3) -> RoundRobinGroupChat:
+    """The helpdesk team on scripted clients recording under ``channel``; triage's writes the memory. A run
+    ends after ``messages`` messages (the task, then turns in order: 5 gives each agent two turns)."""
     triage = AssistantAgent("triage", model_client=ScriptedClient(channel, writer),
                             system_message="You are triage. Say what kind of problem it is.")
     researcher = AssistantAgent(
@@ -111,7 +112,7 @@ def helpdesk(channel: str = "default", writer: WriterMode = "offline") -> RoundR
         model_context=BoundedChatCompletionContext(max_messages=20, keep_first=1),
         system_message="You are researcher. Find the likely cause.",
     )
-    return RoundRobinGroupChat([triage, researcher], termination_condition=MaxMessageTermination(3))
+    return RoundRobinGroupChat([triage, researcher], termination_condition=MaxMessageTermination(messages))
 
 
 def helpdesk_manifest(**memory: Any) -> Manifest:

@@ -123,8 +123,11 @@ async def test_what_memory_adds_never_piles_up_in_stored_state(platform: Platfor
 
 
 async def test_a_long_resumed_session_stores_one_memory_message_and_flat_bytes(
-    platform: Platform, engine: AsyncEngine
+    platform: Platform, engine: AsyncEngine, registry: Registry, channel: str
 ) -> None:
+    # Each agent speaks twice a run: the researcher is asked to update its context twice in its first run.
+    registry.add(TEAM, helpdesk(channel, messages=5).dump_component(), helpdesk_manifest(), "two turns",
+                 label="production")
     await talk(platform, "alice", "s0", FIRST)
     await platform.drain_memory()
     sizes, copies = [], []
