@@ -4,17 +4,19 @@
 
     store = MemoryStore(engine)
     memory = await store.load("alice", "support_triage")            # None: nothing kept
-    version = await store.write("alice", "support_triage", update, expected_version=memory.version if memory
-                                else 0, run_id=run_id, team="support_triage", team_version=v, retention_days=180)
+    update = MemoryUpdate("line fault, ticket 55102", {"ticket_id": "55102"})
+    version = await store.write("alice", "support_triage", update, types={"ticket_id": "str"},
+                                expected_version=memory.version if memory else 0, run_id=run_id,
+                                team="support_triage", team_version=v, retention_days=180)
     for kept in await store.show("alice"):
         print(kept.scope, kept.summary, {f.name: f.value for f in kept.facts.values()})
-    await store.forget("alice", fact="ticket_id")                   # or all=True
+    await store.forget("alice", fact="ticket_id")                   # or fact=None: everything
 
 A write is one transaction whose first statement writes the memory row only if its version is still
 the one the writer read and no erasure fences the user (:func:`teamstore.db.fence.held`, in the same
-statement, as every writer does): two writers of one user never lose each other's update (the second is told
-:class:`StaleMemory` and writes again from what the first stored), and nothing is written for a user being
-erased. Facts a write does not name stay as they are; a fact written with the value it had is confirmed
+statement, as every writer does): two writers of one user never lose each other's update (the second
+is told :class:`StaleMemory` and writes again from what the first stored), and nothing is written for a
+user being erased. Facts a write does not name stay as they are; a fact written with the value it had is confirmed
 (its time moves, its source run stays).
 """
 
