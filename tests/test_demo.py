@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +33,14 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert (tmp_path / "home" / "teamstore.db").exists()
     assert any((tmp_path / "home" / "transcripts").rglob("*.jsonl.gz"))
     assert "…" in out.split("7. The audit trail")[1].split("8. Token cost")[0]  # a long message says it is cut
+    cost = out.split("8. Token cost")[1].split("9. Compliance")[0]
+    for user in ("alice", "bob"):  # each session by its own ids, its cost an exact decimal
+        assert re.search(rf"│ {user} +│ \S+ +│ .* │ 0\.\d+ +│", cost), cost
+    assert "of which the memory writer (teamstore cost --by purpose):" in cost
     memory = out.split("5. Memory outlives the session")[1].split("6. What is stored")[0]
     assert "resume: expired" in memory
     assert "the state expired, and triage knows alice's ticket id and router model" in memory
     assert "teamstore memory show --user alice" in memory and "55102" in memory and "ZX-81" in memory
-    assert "of which the memory writer (teamstore cost --by purpose):" in out
 
 
 def test_demo_runs_on_a_price_table_without_its_offline_model(tmp_path: Path) -> None:

@@ -221,26 +221,36 @@ def _transcript(user: str, session: str) -> None:
 
 
 def _cost(sessions: dict[str, str]) -> None:
+    # One report names every session by its user's and its own id (read back through the subject mapping).
+    report = teamstore("cost", "--by", "session", "--team", TEAM, "--format", "json", json_flag="")
     table = Table("user", "session", "runs completed", "ended by limit", "model calls", "tokens in", "tokens out",
-                  "cost (USD)")
-    for user, session in sessions.items():
-        report = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")
-        total = report["total"]
-        table.add_row(user, session, str(total["runs_completed"]), str(total["runs_limited"]), str(total["calls"]),
-                      str(total["input_tokens"]), str(total["output_tokens"]),
-                      "unknown" if total["cost"] is None else f"{total['cost']:.6f}")  # a model without a price
+                  f"cost ({report['currency']})")
+    for row in report["rows"]:
+        if sessions.get(row["user"]) != row["session"]:
+            continue  # an earlier demo's session in the same home
+        table.add_row(row["user"], row["session"], str(row["runs_completed"]), str(row["runs_limited"]),
+                      str(row["calls"]), str(row["input_tokens"]), str(row["output_tokens"]), _amount(row))
     console.print(table)
-    console.print(f"[dim]prices: version {report['price_version']}; speaker-selection calls included[/]")
-    report = teamstore("cost", "--by", "purpose", "--format", "json", json_flag="")
-    writer = next((r for r in report["rows"] if r["key"] == "memory_writer"), None)
+    console.print(f"[dim]prices: version {report['price_version']}; exact decimals; speaker-selection calls "
+                  "included[/]")
+    by_purpose = teamstore("cost", "--by", "purpose", "--team", TEAM, "--format", "json", json_flag="")
+    writer = next((r for r in by_purpose["rows"] if r["key"] == "memory_writer"), None)
     if writer is not None:
         console.print(f"  of which the memory writer (teamstore cost --by purpose): {writer['calls']} calls, "
-                      f"{writer['input_tokens']}+{writer['output_tokens']} tokens of {report['total']['input_tokens']}+"
-                      f"{report['total']['output_tokens']}")
+                      f"{writer['input_tokens']}+{writer['output_tokens']} tokens of "
+                      f"{by_purpose['total']['input_tokens']}+{by_purpose['total']['output_tokens']}")
+
+
+def _amount(row: dict[str, Any]) -> str:
+    """The row's exact cost; ``unknown`` for tokens of a model the price table does not price."""
+    if row["cost"] is None:
+        return "unknown"
+    return str(row["cost"]) + (" + unknown" if row["unpriced_tokens"] else "")
 
 
 def _erase(user: str, session: str) -> None:
-    receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", ok=(0, 2))
+    receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", "--yes",
+                        "--requested-by", "demo: the user", ok=(0, 2))
     table = Table("store", "status", "rows", "objects", "versions", "bytes")
     for store, step in receipt["stores"].items():
         counts = step["counts"]

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,6 +30,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
 from teamstore.audit.ledger import record_usage, usage_rows
+from teamstore.audit.metrics import MetricsObserver
+from teamstore.audit.price_sync import PriceSync
+from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
@@ -262,11 +266,19 @@ class TranscriptObserver:
 
 
 class LedgerObserver:
-    """Writes the run's token usage to the ledger at the end of the run."""
+    """Writes the run's token usage to the ledger at the end of the run, and the session id beside its key.
 
-    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms) -> None:
+    Args:
+        engine: The state database.
+        pseudonyms: The shared key resolver.
+        prices: Keeps ``ts_prices`` pricing the models recorded (the ``session_costs`` view); ``None``
+            leaves it alone.
+    """
+
+    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms, prices: PriceSync | None = None) -> None:
         self.engine = engine
         self.pseudonyms = pseudonyms
+        self.prices = prices
 
     async def run_started(self, ctx: RunContext) -> None:
         """Nothing before the run: keys are resolved at its end, off the result's path."""
@@ -277,7 +289,14 @@ class LedgerObserver:
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user."""
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
-        await record_usage(self.engine, usage_rows(ctx, outcome, keys))
+        rows = usage_rows(ctx, outcome, keys)
+        await record_usage(self.engine, rows, ctx.session_id)
+        if self.prices is not None and rows:
+            try:
+                await self.prices.ensure(self.engine, {str(row["model"]) for row in rows})
+            except (TeamstoreError, SQLAlchemyError) as exc:  # the ledger row is written; prices can wait
+                log.warning("could not write the prices of the run's models for the session_costs view: %s "
+                            "(the next run tries again; `teamstore prices sync` does it now)", exc)
 
     async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
         """The memory writer's calls, under the run's id with their own agent and purpose (so a session's
@@ -325,8 +344,10 @@ def build_audit_observers(
     tracer_provider: TracerProvider | None = None,
     *,
     transcripts: TranscriptStore | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> list[RunObserver]:
-    """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up.
+    """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up
+    and the GenAI client metrics when metrics are.
 
     Args:
         settings: Where transcripts go (``resolved_transcripts_url``), how long an upload may still land.
@@ -334,6 +355,7 @@ def build_audit_observers(
         tracer_provider: From :func:`teamstore.audit.telemetry.setup_tracing`; ``None`` for no spans.
         transcripts: The transcript store, if the caller built it (and closes it); by default a new one
             from ``settings``, which the caller closes through the transcript observer's ``store``.
+        meter_provider: From :func:`teamstore.audit.metrics.setup_metrics`; ``None`` for no metrics.
 
     Returns:
         Observers in the order the runtime should call them.
@@ -345,9 +367,11 @@ def build_audit_observers(
     pseudonyms = Pseudonyms(engine)
     store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
-        LedgerObserver(engine, pseudonyms),
+        LedgerObserver(engine, pseudonyms, PriceSync(lambda: load_prices(settings.prices_path))),
         TranscriptObserver(store, engine, pseudonyms, late_upload_s=settings.late_upload_seconds),
     ]
     if tracer_provider is not None:
         observers.append(SpanObserver(tracer_provider, pseudonyms))
+    if meter_provider is not None:
+        observers.append(MetricsObserver(meter_provider))
     return observers

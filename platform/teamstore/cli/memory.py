@@ -10,15 +10,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from teamstore.app import App
 from teamstore.cli._output import JsonOption, console, emit, plain, print_table
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError
 from teamstore.ids import check_ids
+
+# The database layer is imported by the commands, when they run: `teamstore --help` does not pay for it.
+if TYPE_CHECKING:
+    from teamstore.app import App
 
 app = typer.Typer(help="What teams keep about a user between sessions: a summary and typed facts.",
                   no_args_is_help=True)

@@ -1,4 +1,4 @@
-"""The user-memory tables (SQLAlchemy Core), shared by SQLite and Postgres; created by migration ``0011``.
+"""The user-memory tables (SQLAlchemy Core), shared by SQLite and Postgres; created by migration ``0013``.
 
     from teamstore.memory.schema import memories, facts
 

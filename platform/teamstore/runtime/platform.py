@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -39,6 +40,7 @@ from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
 from teamstore.runtime.memory import MemoryService
+from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
 from teamstore.runtime.teams import TeamBuilder
 from teamstore.settings import Settings
@@ -73,6 +75,9 @@ class Platform:
         tracer_provider: teamstore's own provider (:func:`teamstore.audit.telemetry.setup_tracing`), if it
             exports spans. AutoGen's spans of this platform's teams go to it, or nowhere when there is
             none: never to a global provider the host installed (unless content capture is opted in).
+        meter_provider: teamstore's own meter provider (:func:`teamstore.audit.metrics.setup_metrics`), if
+            it exports metrics: sessions record their resume outcomes, quarantines, lease waits and state
+            sizes on it (:mod:`teamstore.runtime.metrics`).
         store: The state store, if the caller built it (and closes it); by default one is built on
             ``engine`` and closed with the platform.
         memory: The user-memory store; by default one on ``engine``.
@@ -92,6 +97,7 @@ class Platform:
         settings: Settings | None = None,
         observers: Sequence[RunObserver] = (),
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         store: StateStore | None = None,
         memory: MemoryStore | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
@@ -100,6 +106,7 @@ class Platform:
         self.registry = registry
         self._settings = settings = settings or Settings()
         self.limits = SessionLimits.from_settings(settings)
+        self.metrics = SessionMetrics(meter_provider)
         self._owns_store = store is None
         self.store: StateStore = store if store is not None else store_for(
             engine, pool_size=settings.db_pool_size, lease=settings.session_lease
@@ -186,7 +193,7 @@ class Platform:
         return SessionDeps(
             store=self.store, observers=self.observers, limits=self.limits,
             build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
-            memory=self.memory,
+            metrics=self.metrics, memory=self.memory,
         )
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:

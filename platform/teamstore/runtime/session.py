@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from types import TracebackType
@@ -43,9 +44,11 @@ from teamstore.errors import (
 )
 from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.ids import check_id
+from teamstore.limits import MAX_LEASE_WAIT
 from teamstore.memory.writer import Said
 from teamstore.metering import metered_run
 from teamstore.runtime.memory import MemoryBinding, MemoryRecall, MemoryService, bind_memory
+from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
     ResumeOutcome,
@@ -56,7 +59,7 @@ from teamstore.runtime.resume import (
 )
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.teams import SpanRoute
-from teamstore.settings import MAX_LEASE_WAIT, Settings
+from teamstore.settings import Settings
 from teamstore.state.base import Claim, SaveRecord, SessionKey, StateStore, StoredSession
 from teamstore.state.envelope import encode
 
@@ -141,6 +144,7 @@ class SessionDeps:
             it checks the schema first).
         autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
         worker_id: This process, in the lease owner the session writes.
+        metrics: Where it records resume outcomes, quarantines, lease waits and state sizes.
         memory: Reads user memory into the session and writes it after; ``None``: no memory, whatever the
             manifest declares.
     """
@@ -151,6 +155,7 @@ class SessionDeps:
     build_team: Callable[[str], Awaitable[BuiltTeam]]
     autogen_spans: SpanRoute
     worker_id: str
+    metrics: SessionMetrics = field(default_factory=SessionMetrics)
     memory: MemoryService | None = None
 
 
@@ -169,6 +174,7 @@ class Session:
         self._built: BuiltTeam  # set when the session is entered; used only while it is open
         self._row_version = 0
         self._pending: str | None = None
+        self._pending_bytes = 0
         self._running = False
         self._cancelled = False
         self._phase: Phase = "new"
@@ -215,10 +221,16 @@ class Session:
         self._built = await self._deps.build_team(self._team_ref)
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
-        row = await store.acquire(
-            self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
-            wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
-        )
+        asked = time.perf_counter()
+        try:
+            row = await store.acquire(
+                self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
+                wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
+            )
+        except Exception as exc:
+            self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
+            raise
+        self._deps.metrics.lease_waited(time.perf_counter() - asked)
         self._row_version = row.row_version
         self._keeper = asyncio.create_task(self._keep_lease(limits.lease_ttl_seconds))
         try:
@@ -226,6 +238,7 @@ class Session:
             if verdict.outcome.quarantined:
                 assert verdict.outcome.detail is not None
                 await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
+                self._deps.metrics.quarantined(verdict.outcome.outcome)
             if verdict.outcome.applied:
                 verdict = await self._apply(row, verdict)
             await self._recall(fresh=not verdict.outcome.applied)
@@ -234,6 +247,7 @@ class Session:
             await self._release()
             raise
         self.resume = verdict.outcome
+        self._deps.metrics.resumed(verdict.outcome.outcome)
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
         return self
@@ -265,6 +279,7 @@ class Session:
             # is built again from the same version. Only the type is kept: the message may quote content.
             detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
             await self._deps.store.quarantine(row, owner=self._owner, reason="corrupt", detail=detail)
+            self._deps.metrics.quarantined("corrupt")
             self._built = await self._deps.build_team(f"{built.name}@{built.version}")
             return Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version, quarantined=True))
         return verdict
@@ -432,7 +447,7 @@ class Session:
                 f"persisted state is {size} bytes, over the cap of {limit}; the previous state is kept",
                 hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
             )
-        self._pending = text
+        self._pending, self._pending_bytes = text, size
 
     async def save(self) -> int:
         """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
@@ -463,6 +478,7 @@ class Session:
         self._row_version = await self._deps.store.save(
             self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release
         )
+        self._deps.metrics.state_saved(self._pending_bytes)
 
     async def _release(self) -> None:
         await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)

@@ -7,8 +7,8 @@ summary within its token budget and the facts it declares, each with its value, 
 when it was last confirmed. Each memory row carries its version (every write checks it), its expiry (its
 own retention, set by the team) and the writer's last failure.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0013
+Revises: 0012
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
