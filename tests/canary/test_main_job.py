@@ -102,6 +102,7 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
 EXPORTED_AS = (
     (r"\bts_sessions\b", "resume_state.json"),
     (r"\bts_quarantine\b", "quarantine.json"),
+    (r"\bts_user_memory\b|\bts_user_memory_facts\b", "memory.json"),
     (r"\bts_subjects\b|\bts_subject_sessions\b", "subject.json"),
     (r"\bts_transcript_outbox\b", "outbox.json"),
     (r"\bts_usage\b", "ledger.json"),
