@@ -13,6 +13,7 @@ manifest = Manifest(
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -24,6 +25,8 @@ VERSION_LIKE = re.compile(r"[0-9a-f]{7,40}")
 SECRET_REFERENCE = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
 # AutoGen's own; installed packages add theirs through entry points (config_registry.extensions).
 BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = ("autogen_agentchat.", "autogen_core.", "autogen_ext.")
+Checkpoints = Literal["off", "every_turn"]
+"""When a run's progress is made durable while it runs: never, or after every completed agent turn."""
 
 
 def shown(value: str) -> str:
@@ -76,6 +79,9 @@ class Manifest(BaseModel):
             and components that run code or commands they are given (code executors, MCP stdio servers).
         secrets: JSON path (under the root component's ``config``) -> reference such as ``env:OPENAI_API_KEY``.
         state_ttl_days: How long resume state for this team lives; ``None`` leaves it to the runtime.
+        checkpoints: ``"off"``, or ``"every_turn"``: each completed agent turn of a run is made durable
+            before the next starts, so a run whose worker died continues from its last completed turn
+            (docs/checkpoints.md).
         notes: Free text for reviewers.
     """
 
@@ -90,6 +96,7 @@ class Manifest(BaseModel):
     allow_source_code_tools: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)
     state_ttl_days: float | None = Field(default=None, gt=0, le=3650)  # ten years, as the runtime's own setting
+    checkpoints: Checkpoints = "off"
     notes: str = ""
 
     @field_validator("name")

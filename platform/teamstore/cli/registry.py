@@ -107,6 +107,9 @@ def add(
     state_ttl_days: float | None = typer.Option(
         None, "--state-ttl-days", help="Resume-state TTL for this team."
     ),
+    checkpoints: str = typer.Option(
+        "off", "--checkpoints", help="'every_turn': make each completed agent turn durable before the next; 'off'."
+    ),
     message: str | None = typer.Option(
         None, "--message", "-m", help="Why this version exists (commit message); omitted: 'register NAME'."
     ),
@@ -123,6 +126,7 @@ def add(
         "owner": owner,
         "notes": notes,
         "state_ttl_days": state_ttl_days,
+        "checkpoints": checkpoints,
     }
     try:
         manifest = _manifest(name, {**options, "secrets": _secrets(secret or [])})
@@ -217,7 +221,8 @@ def _render_definition(data: dict[str, Any]) -> None:
     console.print(
         f"persist: {plain(', '.join(manifest['persist']) or '-')}   "
         f"context_bound: {manifest['context_bound']}   "
-        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}"
+        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}   "
+        f"checkpoints: {manifest['checkpoints']}"
     )
     console.print(
         f"allow_source_code_tools: {allow['allow_source_code_tools']}  "
