@@ -4,7 +4,7 @@
 
     report = await query_costs(engine, load_prices(), by="session", where=CostFilter(team="support_triage"))
     for row in report.rows:
-        print(row.key, row.runs_completed, row.runs_limited, row.cost, report.price_version)
+        print(row.key, row.runs_completed, row.runs_limited, row.runs_interrupted, row.cost, report.price_version)
 
 Tokens are summed in SQL (using the ledger's indexes when a filter names a session, user or team); prices
 are applied per (model, day) in Python so a price change mid-period is honoured. A model missing from the
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Select, and_, func, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.prices import PriceTable
@@ -76,6 +76,8 @@ class CostRow:
     runs_completed: int = 0
     runs_limited: int = 0
     runs_failed: int = 0
+    runs_interrupted: int = 0
+    """Runs continued (or abandoned) after they stopped mid-run; each also counts as it ended."""
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -128,7 +130,8 @@ async def _token_groups(engine: AsyncEngine, cols: list[Any], where: CostFilter)
 
 async def _run_groups(engine: AsyncEngine, cols: list[Any], where: CostFilter) -> list[Any]:
     flags = [usage.c.ended_by_limit, usage.c.run_failed]
-    query = _filtered(select(*cols, *flags, func.count(func.distinct(usage.c.run_id))), where)
+    interrupted = func.count(func.distinct(case((usage.c.interruptions > 0, usage.c.run_id))))
+    query = _filtered(select(*cols, *flags, func.count(func.distinct(usage.c.run_id)), interrupted), where)
     async with engine.connect() as conn:
         return list((await conn.execute(query.group_by(*cols, *flags))).all())
 
@@ -152,7 +155,8 @@ def _add_tokens(
         row.limited_cost = (row.limited_cost or 0.0) + amount
 
 
-def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int) -> None:
+def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted: int) -> None:
+    row.runs_interrupted += interrupted
     if limited:
         row.runs_limited += runs
     elif failed:
@@ -192,11 +196,11 @@ async def query_costs(
             _add_tokens(target, model, day, bool(limited), (sums[0], sums[1], sums[2]), prices)
     for record in await _run_groups(engine, cols, where):
         key = _key(tuple(record[:width]))
-        limited, failed, runs = record[width:]
-        _add_runs(rows.setdefault(key, CostRow(key=key)), bool(limited), bool(failed), int(runs))
+        limited, failed, runs, interrupted = record[width:]
+        _add_runs(rows.setdefault(key, CostRow(key=key)), bool(limited), bool(failed), int(runs), int(interrupted))
     # Counted again without grouping: a run that used two models must count once in the total.
-    for limited, failed, runs in await _run_groups(engine, [], where):
-        _add_runs(total, bool(limited), bool(failed), int(runs))
+    for limited, failed, runs, interrupted in await _run_groups(engine, [], where):
+        _add_runs(total, bool(limited), bool(failed), int(runs), int(interrupted))
     ordered = [rows[k] for k in sorted(rows)]
     for row in (*ordered, total):  # sums of per-group products: drop the binary noise past a nano-unit
         if row.cost is None and row.unpriced_tokens == 0:

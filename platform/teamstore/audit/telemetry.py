@@ -191,6 +191,7 @@ def run_attributes(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> dict[
         "teamstore.ended_by_limit": outcome.ended_by_limit,
         "teamstore.model_calls": len(outcome.model_calls),
         "teamstore.resumed": ctx.resumed,
+        "teamstore.interruptions": ctx.interruptions,
     }
     if outcome.stop_reason is not None:
         attributes["teamstore.stop_reason"] = outcome.stop_reason[:256]

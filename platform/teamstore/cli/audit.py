@@ -223,6 +223,7 @@ COLUMNS = [
     "runs_completed",
     "runs_limited",
     "runs_failed",
+    "runs_interrupted",
     "calls",
     "input_tokens",
     "output_tokens",
@@ -233,11 +234,12 @@ COLUMNS = [
 
 
 def _render_cost_table(report: CostReport) -> None:
-    rows = [[plain(row.key), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed), str(row.calls),
-             str(row.input_tokens), str(row.output_tokens), _money(row.cost, row.unpriced_tokens),
+    rows = [[plain(row.key), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
+             str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens),
+             _money(row.cost, row.unpriced_tokens),
              "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}"] for row in [*report.rows, report.total]]
-    print_table(("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"), rows,
-                fixed=range(1, 9), right=range(1, 9),
+    print_table(("key", "completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost",
+                 "of which limited"), rows, fixed=range(1, 10), right=range(1, 10),
                 title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
     unknown = sorted(set(report.total.unpriced_models))
     if unknown:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from config_registry.types import KIND_NAMES, BuiltTeam
 from teamstore.errors import Refusal, StateRejected
+from teamstore.runtime.checkpoints import InterruptedRun
 from teamstore.state.base import StoredSession
 from teamstore.state.envelope import check_json, decode
 from teamstore.state.validate import validate_participant
@@ -28,7 +29,7 @@ from teamstore.state.validate import validate_participant
 SCHEMA_VERSION = 1
 """Version of teamstore's own state layout; a row saved under another one is refused."""
 
-Outcome = Literal["resumed", "new", "expired"] | Refusal
+Outcome = Literal["resumed", "new", "expired", "interrupted"] | Refusal
 """What happened to a session's stored state when it was opened (:class:`ResumeOutcome`)."""
 
 
@@ -36,9 +37,12 @@ Outcome = Literal["resumed", "new", "expired"] | Refusal
 class ResumeOutcome:
     """What happened to a session's stored state when it was opened.
 
-    ``outcome`` is one of ``resumed``, ``new``, ``expired``, ``schema_mismatch``, ``library_mismatch``,
-    ``definition_changed``, ``too_large`` (saved under a higher byte cap than today's: it could never be
-    saved again) and ``corrupt`` (:data:`Outcome`); ``detail`` says which participant and how.
+    ``outcome`` is one of ``resumed``, ``new``, ``expired``, ``interrupted`` (the session's last run did not
+    complete and can be continued from its checkpoint: ``interrupted`` names it; the state from before that
+    run is loaded, as ``restored`` says), ``schema_mismatch``, ``library_mismatch``, ``definition_changed``,
+    ``too_large`` (saved under a higher byte cap than today's: it could never be saved again) and ``corrupt``
+    (:data:`Outcome`); ``detail`` says which participant and how. ``checkpoint_refused`` says why an
+    interrupted run's checkpoint was set aside (quarantined) when the state itself could still be judged.
     """
 
     outcome: Outcome
@@ -47,11 +51,13 @@ class ResumeOutcome:
     restored: tuple[str, ...] = ()
     previous_team_version: str | None = None
     quarantined: bool = False
+    interrupted: InterruptedRun | None = None
+    checkpoint_refused: Refusal | None = None
 
     @property
     def applied(self) -> bool:
         """True when prior state was loaded into the team."""
-        return self.outcome == "resumed"
+        return self.outcome == "resumed" or (self.outcome == "interrupted" and bool(self.restored))
 
     def __str__(self) -> str:
         return f"{self.outcome}: {self.detail}" if self.detail else self.outcome
@@ -66,6 +72,8 @@ class ResumeOutcome:
             "team_version": self.team_version,
             "previous_team_version": self.previous_team_version,
             "quarantined": self.quarantined,
+            "interrupted": self.interrupted.as_dict() if self.interrupted else None,
+            "checkpoint_refused": self.checkpoint_refused,
         }
 
 

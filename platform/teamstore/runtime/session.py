@@ -1,14 +1,23 @@
 """One user's session: take the lease, resume, run, save, release.
 
     async with platform.session("user-1", "session-1", team="support_triage") as s:
-        print(s.resume)                      # "resumed", "new", "definition_changed: ...", ...
+        print(s.resume)                      # "resumed", "new", "interrupted", "definition_changed: ...", ...
+        if s.interrupted:                    # the last run stopped mid-run (its worker died): decide
+            result = await s.continue_run()  # or: await s.abandon_run()
         result = await s.run("The technician came; still not working")
+        async for item in s.run_stream("And now?"):   # the same, item by item
+            ...
     # leaving the block saves the persisted participants and releases the lease, in one statement
 
-``run()`` snapshots the opted-in participants' states right after the run returns (never while
-``run_stream`` is in flight) and checks them (plain JSON, under the byte cap). The snapshot is written
-when the block exits, together with the lease release, or earlier with ``await s.save()``. A run that
-raises leaves nothing to save, and the stored state stays as it was.
+``run()`` and ``run_stream()`` snapshot the opted-in participants' states right after the run completes
+(never while AutoGen's run is in flight) and check them (plain JSON, under the byte cap). The snapshot is
+written when the block exits, together with the lease release, or earlier with ``await s.save()``. A run
+that raises or is cancelled leaves nothing to save: the stored state stays as it was, and the session goes on
+from the state it had before that run. A team with per-turn checkpoints (docs/checkpoints.md) also makes each
+completed turn durable while it runs; a run that stops mid-run can then be continued or abandoned.
+
+``s.team`` is the team itself, with its ``run`` and ``run_stream`` routed through the session: called
+there, they are the session's own, with the same checks, audit and checkpoints.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
@@ -25,21 +36,23 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from autogen_agentchat.base import TaskResult
-from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
 from teamstore.errors import (
     ConfigurationError,
-    RunCancelled,
+    NoInterruptedRun,
     RunInProgress,
+    RunInterrupted,
     SessionNotOpen,
+    StateRejected,
     StateTooLarge,
     StorageError,
 )
-from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
+from teamstore.events import RunObserver
 from teamstore.ids import check_id
-from teamstore.metering import metered_run
+from teamstore.runtime import interruptions
+from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
     ResumeOutcome,
@@ -48,14 +61,18 @@ from teamstore.runtime.resume import (
     capture_states,
     judge,
 )
+from teamstore.runtime.runs import Run, TakenUp, Task, ended_by_limit, task_messages
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.teams import SpanRoute
+from teamstore.runtime.turns import StreamItem
 from teamstore.settings import MAX_LEASE_WAIT, Settings
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StateStore, StoredSession
+from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StateStore, StoredSession
 from teamstore.state.envelope import encode
 
 if TYPE_CHECKING:
-    from config_registry.types import BuiltTeam, TeamOrAgent
+    from config_registry.types import TeamOrAgent
+
+__all__ = ["Session", "SessionDeps", "SessionLimits", "ended_by_limit"]
 
 log = logging.getLogger("teamstore.session")
 AGENTCHAT_VERSION = package_version("autogen-agentchat")
@@ -64,24 +81,6 @@ Phase = Literal["new", "open", "closed"]
 EXPIRY_SLACK = 0.01
 """A saved session expires between TTL and TTL + 1% after its last save, so its expiry (an indexed
 column) moves about once per 1% of the TTL, not on every save."""
-_LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
-
-
-# What AutoGen's completing conditions say (a text mentioned, a handoff, a stop message, a function run,
-# an agent answering). Combined conditions join their reasons: a run that completed on the same message
-# that reached a limit did complete.
-_COMPLETION_MARKERS = (
-    "' mentioned", "handoff to ", "stop message received", "' was executed", "' answered",
-    "text message received from", "functional termination condition met",
-)
-
-
-def ended_by_limit(stop_reason: str | None) -> bool:
-    """True when a run was stopped by a message, turn, token or time limit rather than by completing."""
-    text = (stop_reason or "").lower()
-    return any(marker in text for marker in _LIMIT_MARKERS) and not any(
-        marker in text for marker in _COMPLETION_MARKERS
-    )
 
 
 async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
@@ -156,20 +155,28 @@ class Session:
         self._lease_timeout = float(lease_timeout)
         self._owner = f"{deps.worker_id}:{uuid.uuid4().hex[:12]}"
         self._built: BuiltTeam  # set when the session is entered; used only while it is open
+        self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
         self._row_version = 0
         self._pending: str | None = None
+        self._good_states: dict[str, Any] = {}  # what the team holds between runs: rebuilt from after a failure
+        self._stale = False  # a run failed or was cancelled mid-turn: the team is built again before the next
         self._running = False
-        self._cancelled = False
+        self._run: Run | None = None
+        self._streams: weakref.WeakSet[Any] = weakref.WeakSet()  # streams handed out, held weakly
+        self._interrupted: InterruptedRun | None = None
+        self._checkpoint: Checkpoint | None = None  # the interrupted run's, judged (read again if None)
+        self._drop_checkpoint = False  # a cancelled run left one: the next write clears it
         self._phase: Phase = "new"
         self.resume: ResumeOutcome | None = None
-        self._audit: asyncio.Task[None] | None = None
+        self._audit: asyncio.Future[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self.last_run_id: str | None = None
 
     @property
     def team(self) -> TeamOrAgent:
-        """The team (or agent) built for this session alone."""
+        """The team (or agent) built for this session alone. Its ``run`` and ``run_stream`` are the session's:
+        called there, a run goes through the same checks, audit and checkpoints as ``s.run()``."""
         return self._built.team
 
     @property
@@ -179,9 +186,46 @@ class Session:
 
     @property
     def row_version(self) -> int:
-        """The stored row's version as of the last load or save."""
+        """The stored row's version as of the last load or write."""
         return self._row_version
 
+    @property
+    def interrupted(self) -> InterruptedRun | None:
+        """The session's run that stopped mid-run and waits to be continued or abandoned, if any."""
+        return self._interrupted
+
+    # --- what a run needs of its session (teamstore.runtime.runs.RunHost) ----------------------------------
+    @property
+    def built(self) -> BuiltTeam:
+        """The team that runs."""
+        return self._built
+
+    @property
+    def observers(self) -> Sequence[RunObserver]:
+        """The audit observers every run streams into."""
+        return self._deps.observers
+
+    def autogen_spans(self) -> AbstractContextManager[None]:
+        """The block in which AutoGen's spans go where the platform sends them."""
+        return self._deps.autogen_spans()
+
+    def team_run_stream(self, task: Task, token: CancellationToken) -> AsyncIterator[Any]:
+        """AutoGen's own ``run_stream`` of the team."""
+        return self._team_run_stream(task=task, cancellation_token=token)
+
+    async def write_checkpoint(self, text: str | None) -> None:
+        """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement."""
+        built = self._built
+        ttl_days = built.state_ttl_days or self._deps.limits.state_ttl_days
+        record = CheckpointRecord(
+            team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
+            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, checkpoint=text,
+            expires_at=datetime.now(UTC) + timedelta(days=ttl_days), expiry_slack=timedelta(days=ttl_days) * EXPIRY_SLACK,
+        )
+        self._row_version = await self._deps.store.checkpoint(
+            self.key, owner=self._owner, expected_version=self._row_version, record=record)
+
+    # --- opening and closing -----------------------------------------------------------------------------
     def _require_open(self) -> None:
         if self._phase != "open":
             raise SessionNotOpen(
@@ -197,7 +241,7 @@ class Session:
                 hint="open another with platform.session(...); two at once for the same ids wait on the lease",
             )
         self._phase = "closed"  # until the lease is held: a failed entry is not retried on this object
-        self._built = await self._deps.build_team(self._team_ref)
+        self._use(await self._deps.build_team(self._team_ref))
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
         row = await store.acquire(
@@ -207,12 +251,7 @@ class Session:
         self._row_version = row.row_version
         self._keeper = asyncio.create_task(self._keep_lease(limits.lease_ttl_seconds))
         try:
-            verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, limits.state_max_bytes)
-            if verdict.outcome.quarantined:
-                assert verdict.outcome.detail is not None
-                await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
-            if verdict.outcome.applied:
-                verdict = await self._apply(row, verdict)
+            verdict = await self._judge(row)
         except BaseException:
             await self._stop_keeping()
             await self._release()
@@ -221,6 +260,23 @@ class Session:
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
         return self
+
+    async def _judge(self, row: StoredSession) -> Verdict:
+        """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
+        store, limits = self._deps.store, self._deps.limits
+        verdict = judge(row, self._built, datetime.now(UTC), AGENTCHAT_VERSION, limits.state_max_bytes)
+        if verdict.outcome.quarantined:
+            assert verdict.outcome.detail is not None
+            await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
+        if verdict.outcome.applied:
+            verdict = await self._apply(row, verdict)
+        self._good_states = dict(verdict.states)
+        if row.checkpoint is None or verdict.outcome.quarantined or verdict.outcome.outcome == "expired":
+            return verdict  # none; set aside with the refused row; or as stale as the state it came with
+        outcome, self._checkpoint = await interruptions.judge_at_open(
+            row, verdict.outcome, self._built, store, self._owner, AGENTCHAT_VERSION)
+        self._interrupted = self._checkpoint.run if self._checkpoint else None
+        return Verdict(outcome, verdict.states)
 
     async def _apply(self, row: StoredSession, verdict: Verdict) -> Verdict:
         """Load the validated states; if AutoGen still refuses them, fail closed on a freshly built team."""
@@ -233,9 +289,25 @@ class Session:
             # is built again from the same version. Only the type is kept: the message may quote content.
             detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
             await self._deps.store.quarantine(row, owner=self._owner, reason="corrupt", detail=detail)
-            self._built = await self._deps.build_team(f"{built.name}@{built.version}")
+            self._use(await self._deps.build_team(f"{built.name}@{built.version}"))
             return Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version, quarantined=True))
         return verdict
+
+    def _use(self, built: BuiltTeam) -> None:
+        """Take ``built`` as the session's team, its ``run`` and ``run_stream`` routed through the session."""
+        self._built = built
+        self._team_run_stream = built.team.run_stream
+        route = _Route(self)
+        built.team.run_stream = route.run_stream  # type: ignore[method-assign]
+        built.team.run = route.run  # type: ignore[method-assign]
+
+    async def _rebuild(self) -> None:
+        """A run failed or was cancelled mid-turn: build the team again, with the state it had before that run."""
+        built = self._built
+        self._use(await self._deps.build_team(f"{built.name}@{built.version}"))
+        if self._good_states:
+            await apply_states(self._built, self._good_states)
+        self._stale = False
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -247,17 +319,20 @@ class Session:
 
     async def _close(self) -> None:
         try:
+            await self._settle()
             await self.flush_audit()
         finally:
             await self._stop_keeping()
-        if self._pending is None:
-            await self._release()
-            return
         try:
-            await self._write(release=True)
+            if self._pending is not None:
+                await self._write(release=True)
+                return
+            if self._drop_checkpoint:
+                await self.write_checkpoint(None)
         except BaseException:  # whatever failed, the lease is given back
             await self._release_quietly()
             raise
+        await self._release()
 
     async def _keep_lease(self, ttl: float) -> None:
         """Renew the lease every third of its TTL while the session is open: a live worker keeps its
@@ -283,7 +358,8 @@ class Session:
             await self._keeper
             self._keeper = None
 
-    async def run(self, task: str | BaseChatMessage | Sequence[BaseChatMessage] | None) -> TaskResult:
+    # --- runs --------------------------------------------------------------------------------------------
+    async def run(self, task: Task) -> TaskResult:
         """Run the team on ``task``, streaming every item to the audit observers.
 
         Args:
@@ -298,76 +374,163 @@ class Session:
             SessionNotOpen: Called outside the session's ``async with`` block.
             InvalidTask: ``task`` is not one of the above, not valid Unicode, or over ``task_max_bytes``;
                 nothing ran and the session stays usable.
-            RunInProgress: Another ``run`` of this session is in flight.
-            RunCancelled: The session's last run was cancelled.
+            RunInProgress: Another run of this session is in flight.
+            RunInterrupted: The session's last run stopped mid-run: continue or abandon it first.
             StateNotSerializable: A persisted participant's state holds a non-JSON value (names the path).
             StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
+            StoreUnavailable, StaleStateVersion, ErasureInProgress: A checkpoint could not be written; the run
+                stopped there, and the last one written stays (a team with checkpoints only).
+        """
+        return await _result(self.run_stream(task))
+
+    def run_stream(self, task: Task) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """Run the team on ``task`` and yield what AutoGen's ``run_stream`` yields: every message and event
+        as it comes, then the ``TaskResult``. The same checks, audit, checkpoints and snapshot as :meth:`run`
+        (and its errors, raised while iterating). A consumer that stops early (leaves the loop, or is
+        cancelled) stops the team at once; the run is recorded as it went, nothing of it is saved, and the
+        session goes on from the state it had before the run."""
+        return self._streamed(self._stream(task))
+
+    async def continue_run(self) -> TaskResult:
+        """Continue the interrupted run (:attr:`interrupted`) from its last completed turn, to its end.
+
+        The turns it completed are not run again and make no model call; the turn that was in flight when it
+        stopped runs again (tools see the same :func:`teamstore.runtime.turns.current_turn` key). The
+        ``TaskResult`` holds the whole run, its earlier turns first.
+
+        Raises:
+            NoInterruptedRun: The session has no interrupted run.
+            StateRejected: AutoGen refused the checkpoint's states after all (``corrupt``): it is set aside,
+                and the session goes on from the state before the run.
+            Otherwise as :meth:`run`.
+        """
+        return await _result(self.continue_run_stream())
+
+    def continue_run_stream(self) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """:meth:`continue_run`, item by item: the run's earlier messages first (as it had streamed them, bar
+        token chunks), then the rest as it comes, then the ``TaskResult`` of the whole run."""
+        return self._streamed(self._stream(None, continuing=True))
+
+    async def abandon_run(self) -> None:
+        """Give the interrupted run up: its checkpoint is cleared (one write) and the session goes on from the
+        state it had before that run. The run's completed turns go to its transcript, and the model calls it
+        paid for to the ledger, as a run that failed.
+
+        Raises:
+            NoInterruptedRun: The session has no interrupted run.
+            RunInProgress: A run of this session is in flight.
         """
         self._require_open()
-        check_task(task, self._deps.limits.task_max_bytes)
+        await self._settle()
         if self._running:
-            raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
-        if self._cancelled:
-            raise RunCancelled(
-                "this session's last run was cancelled, which may leave AutoGen's team mid-turn",
-                hint="open the session again: a new team is built, from the state last saved",
-            )
-        self._running = True  # before the first await: a second run() started meanwhile is refused
+            raise RunInProgress("this session is running a task", hint="await it before abandoning a run")
+        checkpoint = await self._interrupted_checkpoint()
+        await self.write_checkpoint(None)
+        self._interrupted = self._checkpoint = None
+        await interruptions.report_abandoned(self, checkpoint)
+
+    def _streamed(self, stream: AsyncGenerator[StreamItem | TaskResult, None]) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        # Held weakly: a caller that leaves the stream lets Python close it (the team stops then), and the
+        # session's next step closes one still open.
+        self._streams.add(stream)
+        return stream
+
+    async def _stream(
+        self, task: Task, *, continuing: bool = False, linked: CancellationToken | None = None, skip: int = 0
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        self._require_open()
+        await self._settle()
+        if not continuing:
+            check_task(task, self._deps.limits.task_max_bytes)
+        if self._running:
+            raise RunInProgress("this session is already running a task", hint="await the first run before the next")
+        self._running = True  # before the first await: a second run started meanwhile is refused
+        run: Run | None = None
         try:
-            await self.flush_audit()
-            result = await self._run_observed(task)
-            await self._snapshot()
+            run = await self._start(task, continuing, linked)
+            async with contextlib.aclosing(run.stream()) as items:
+                async for item in items:
+                    if isinstance(item, TaskResult):
+                        self._audit = run.audit
+                        await self._snapshot()
+                    elif skip:
+                        skip -= 1
+                        continue
+                    yield item
+        except BaseException:
+            if run is not None:
+                self._after_failure(run)
+            raise
         finally:
             self._running = False
-        return result
 
-    async def _run_observed(self, task: str | BaseChatMessage | Sequence[BaseChatMessage] | None) -> TaskResult:
-        observers = self._deps.observers
-        ctx = RunContext(
-            run_id=uuid.uuid4().hex, user_id=self.key.user_id, session_id=self.key.session_id,
-            team=self._built.name, team_version=self._built.version, started_at=datetime.now(UTC),
-            resumed=bool(self.resume and self.resume.applied),
-        )
-        self.last_run_id = ctx.run_id
-        await notify_observers(observers, "run_started", ctx)
-        token = CancellationToken()
+    async def _start(self, task: Task, continuing: bool, linked: CancellationToken | None) -> Run:
+        """What comes before a run: the team as it should be, the last run's audit written, and, with
+        checkpoints on, the last completed run saved (a checkpoint's run then starts from it)."""
+        taken: TakenUp | None = None
+        if continuing:
+            taken = await self._take_up()
+        elif self._interrupted is not None:
+            raise RunInterrupted(
+                f"this session's run {self._interrupted.run_id[:12]} stopped after turn "
+                f"{self._interrupted.last_turn} and can be continued",
+                hint="continue it (s.continue_run(), `teamstore run --continue`) or abandon it "
+                "(s.abandon_run(), `teamstore run --abandon`) before a new run",
+            )
+        elif self._stale:
+            await self._rebuild()
+        await self.flush_audit()
+        if not continuing and self._built.manifest.checkpoints != "off" and (self._pending or self._drop_checkpoint):
+            await self.save()  # the checkpoints of this run then build on the last completed one
+        run = Run(self, task, resumed=bool(self.resume and self.resume.applied), taken_up=taken, linked=linked)
+        self._run, self.last_run_id = run, run.ctx.run_id
+        return run
 
-        async def stream() -> TaskResult | None:
-            found: TaskResult | None = None
-            async for item in self._built.team.run_stream(task=task, cancellation_token=token):
-                if isinstance(item, TaskResult):
-                    found = item
-                else:
-                    await notify_observers(observers, "on_item", ctx, item)
-            return found
+    async def _take_up(self) -> TakenUp:
+        """The interrupted run's checkpoint, applied to a clean team; one AutoGen refuses is set aside."""
+        checkpoint = await self._interrupted_checkpoint()
+        if self._stale:
+            await self._rebuild()
+        try:
+            so_far = await apply_checkpoint(self._built, checkpoint)
+        except Exception as exc:
+            detail = (exc.detail if isinstance(exc, StateRejected)
+                      else f"AutoGen could not load the checkpoint ({type(exc).__name__})")
+            await interruptions.set_aside(self, checkpoint.run, detail)
+            self._interrupted = self._checkpoint = None
+            await self._rebuild()
+            raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
+                                           "its checkpoint was set aside") from exc
+        self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
+        return TakenUp(checkpoint, so_far)
 
-        with metered_run() as meter, self._deps.autogen_spans():
-            streaming = asyncio.ensure_future(stream())  # copies the meter's context and the span route
-            try:
-                try:
-                    result = await asyncio.shield(streaming)
-                except asyncio.CancelledError:
-                    # Cancelled from outside (a request timeout, a client gone): AutoGen would let the team
-                    # finish its model calls before run_stream gives up. The token stops them now.
-                    token.cancel()
-                    self._cancelled = True
-                    with contextlib.suppress(BaseException):
-                        await streaming
-                    raise
-            except BaseException as exc:
-                outcome = RunOutcome(datetime.now(UTC), error=exc, model_calls=list(meter.calls))
-                await notify_observers(observers, "run_finished", ctx, outcome)
-                raise
-        assert result is not None
-        outcome = RunOutcome(
-            datetime.now(UTC), result=result, stop_reason=result.stop_reason,
-            ended_by_limit=ended_by_limit(result.stop_reason), model_calls=list(meter.calls),
-        )
-        # The audit writes (transcript PUT, ledger row, spans) overlap what the caller does next with the
-        # result (answering its user) and the state save; the session awaits them before the next run
-        # and before it saves and releases the lease, so a request never finishes with its audit unwritten.
-        self._audit = asyncio.create_task(notify_observers(observers, "run_finished", ctx, outcome))
-        return result
+    async def _interrupted_checkpoint(self) -> Checkpoint:
+        if self._interrupted is None:
+            raise NoInterruptedRun("this session has no interrupted run",
+                                   hint="check s.interrupted (or s.resume.interrupted) first")
+        if self._checkpoint is None:  # the run stopped in this block: its checkpoint is read back
+            self._checkpoint = await interruptions.read_back(self)
+        return self._checkpoint
+
+    def _after_failure(self, run: Run) -> None:
+        """A run raised or was cancelled: the team may be mid-turn, so it is built again before the next run;
+        one that can be continued waits for a decision, and the checkpoint of one that cannot is cleared."""
+        self._stale = True
+        if run.interrupted:
+            self._interrupted = interruptions.stopped(run)
+            self._checkpoint = None
+        elif run.durable_turn:
+            self._drop_checkpoint = True
+
+    async def _settle(self) -> None:
+        """Close a stream the caller left open mid-run (it stops the team), and wait for one Python is closing."""
+        for stream in list(self._streams):
+            # Suspended at an item (not the one iterating now, nor one not started or done): left by its caller.
+            if stream.ag_frame is not None and not stream.ag_running and stream.ag_frame.f_lasti >= 0 and self._running:
+                await stream.aclose()
+        run = self._run
+        if run is not None and self._running and not run.finished.is_set():
+            await run.finished.wait()
 
     async def flush_audit(self) -> None:
         """Wait until the last run's transcript, ledger rows and spans are written (or queued)."""
@@ -375,10 +538,11 @@ class Session:
         if task is not None:
             # Shielded: a request cancelled while it waits here must not cancel the writes half-way (the
             # transcript would be neither uploaded nor queued). They stay pending; the block's exit awaits them.
+            future = asyncio.ensure_future(task)
             try:
-                await asyncio.shield(task)
+                await asyncio.shield(future)
             finally:
-                if task.done():
+                if future.done():
                     self._audit = None
 
     async def _snapshot(self) -> None:
@@ -394,7 +558,7 @@ class Session:
                 f"persisted state is {size} bytes, over the cap of {limit}; the previous state is kept",
                 hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
             )
-        self._pending = text
+        self._pending, self._good_states = text, states
 
     async def save(self) -> int:
         """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
@@ -408,6 +572,9 @@ class Session:
             # without the session learning the new row version (its exit save would then conflict with
             # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
             await _to_the_end(self._write(release=False))
+        elif self._drop_checkpoint:
+            await _to_the_end(self.write_checkpoint(None))
+            self._drop_checkpoint = False
         return self._row_version
 
     async def _write(self, *, release: bool) -> None:
@@ -425,6 +592,7 @@ class Session:
         self._row_version = await self._deps.store.save(
             self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release
         )
+        self._drop_checkpoint = False  # a save clears the row's checkpoint
 
     async def _release(self) -> None:
         await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
@@ -436,3 +604,37 @@ class Session:
             # The save error being raised matters more; an unreleased lease expires on its own.
             log.warning("could not release the session lease after a failed save: %s", exc)
 
+
+class _Route:
+    """``s.team.run`` and ``s.team.run_stream``, as AutoGen calls them, going through the session."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = weakref.ref(session)  # the team must not keep a closed session alive
+
+    def run_stream(
+        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
+        output_task_messages: bool = True,
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        session = self._session()
+        if session is None:
+            raise SessionNotOpen("the session this team was built for is gone",
+                                 hint="open a session and run its team through it")
+        skip = 0 if output_task_messages else task_messages(task)
+        return session._streamed(session._stream(task, linked=cancellation_token, skip=skip))
+
+    async def run(
+        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
+        output_task_messages: bool = True,
+    ) -> TaskResult:
+        return await _result(self.run_stream(task=task, cancellation_token=cancellation_token,
+                                             output_task_messages=output_task_messages))
+
+
+async def _result(stream: AsyncGenerator[StreamItem | TaskResult, None]) -> TaskResult:
+    """The ``TaskResult`` at the end of ``stream``, consumed whole."""
+    found: TaskResult | None = None
+    async for item in stream:
+        if isinstance(item, TaskResult):
+            found = item
+    assert found is not None
+    return found

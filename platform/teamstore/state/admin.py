@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Row, case, delete, exists, insert, select, update
+from sqlalchemy import Row, case, delete, exists, insert, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -79,8 +79,9 @@ class SessionAdmin:
         return stored(key.user_id, key.session_id, rows[0]) if rows else None
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
-        """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it)."""
-        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns()).where(sessions.c.state.is_not(None))
+        """Saved rows (a state, or an interrupted run's checkpoint), most recently updated first (``user_id`` is checked as :meth:`get` checks it)."""
+        stored_anything = or_(sessions.c.state.is_not(None), sessions.c.checkpoint.is_not(None))
+        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns()).where(stored_anything)
         if user_id is not None:
             check_id("user_id", user_id)
             stmt = stmt.where(sessions.c.user_id == user_id)
