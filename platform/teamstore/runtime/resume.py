@@ -7,6 +7,7 @@
         await apply_states(built, states)
     ...
     states = await capture_states(built, message_buffer_cap=20)
+    text, states = await snapshot(built, max_bytes=262_144)   # the same, encoded and checked against the cap
 
 Nothing is loaded until every persisted participant's state has passed validation: a session is
 resumed whole or started fresh, never half-loaded.
@@ -20,10 +21,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from config_registry.types import KIND_NAMES, BuiltTeam
-from teamstore.errors import Refusal, StateRejected
+from teamstore.errors import Refusal, StateRejected, StateTooLarge
 from teamstore.runtime.checkpoints import InterruptedRun
 from teamstore.state.base import StoredSession
-from teamstore.state.envelope import check_json, decode
+from teamstore.state.envelope import check_json, decode, encode
 from teamstore.state.validate import validate_participant
 
 SCHEMA_VERSION = 1
@@ -235,3 +236,24 @@ async def capture_states(built: BuiltTeam, message_buffer_cap: int) -> dict[str,
     for name, state in states.items():
         check_json(state, name)
     return states
+
+
+async def snapshot(built: BuiltTeam, max_bytes: int) -> tuple[str, dict[str, Any]] | None:
+    """The persisted participants' states after a run, encoded as saved, and as taken; ``None`` when the
+    definition persists nobody.
+
+    Raises:
+        StateNotSerializable: A value is not JSON (names the agent and the path).
+        StateTooLarge: The encoded state is over ``max_bytes``.
+    """
+    if not built.persisted:
+        return None
+    states = await capture_states(built, message_buffer_cap=built.manifest.context_bound or 50)
+    text = encode({"kind": built.kind, "participants": states})
+    size = len(text.encode())
+    if size > max_bytes:
+        raise StateTooLarge(
+            f"persisted state is {size} bytes, over the cap of {max_bytes}; the previous state is kept",
+            hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
+        )
+    return text, states

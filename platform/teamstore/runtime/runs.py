@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from autogen_agentchat.teams import BaseGroupChat
 from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
-from teamstore.errors import TeamstoreError
+from teamstore.errors import SessionNotOpen, TeamstoreError
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
@@ -272,3 +273,54 @@ def _stopped(failure: TeamstoreError, checkpointed: int) -> TeamstoreError:
     stopped.__cause__ = failure
     return stopped
 
+
+class Routed(Protocol):
+    """A session that runs its team's ``run`` and ``run_stream`` through itself."""
+
+    def routed_stream(
+        self, task: Task, linked: CancellationToken | None, skip: int
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """The session's own stream of a run (``skip``: task messages the caller does not want back)."""
+        ...
+
+
+class TeamRoute:
+    """A team's ``run`` and ``run_stream``, as AutoGen names and calls them, going through its session: a
+    service reaching around the session (``s.team.run_stream(...)``) gets the session's checks, audit and
+    checkpoints all the same.
+
+    Args:
+        session: The session; held weakly, so the team does not keep a closed session alive.
+    """
+
+    def __init__(self, session: Routed) -> None:
+        self._session = weakref.ref(session)
+
+    def run_stream(
+        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
+        output_task_messages: bool = True,
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """AutoGen's ``run_stream``, through the session."""
+        session = self._session()
+        if session is None:
+            raise SessionNotOpen("the session this team was built for is gone",
+                                 hint="open a session and run its team through it")
+        return session.routed_stream(task, cancellation_token, 0 if output_task_messages else task_messages(task))
+
+    async def run(
+        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
+        output_task_messages: bool = True,
+    ) -> TaskResult:
+        """AutoGen's ``run``, through the session."""
+        return await final_result(self.run_stream(task=task, cancellation_token=cancellation_token,
+                                                  output_task_messages=output_task_messages))
+
+
+async def final_result(stream: AsyncIterator[StreamItem | TaskResult]) -> TaskResult:
+    """The ``TaskResult`` at the end of ``stream``, consumed whole."""
+    found: TaskResult | None = None
+    async for item in stream:
+        if isinstance(item, TaskResult):
+            found = item
+    assert found is not None
+    return found

@@ -27,11 +27,8 @@ import contextlib
 import logging
 import uuid
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
-from importlib.metadata import version as package_version
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -46,100 +43,45 @@ from teamstore.errors import (
     RunInterrupted,
     SessionNotOpen,
     StateRejected,
-    StateTooLarge,
     StorageError,
 )
 from teamstore.events import RunObserver
 from teamstore.ids import check_id
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
+from teamstore.runtime.deps import (
+    AGENTCHAT_VERSION,
+    EXPIRY_SLACK,
+    LeaseKeeper,
+    SessionDeps,
+    SessionLimits,
+    checkpoint_record,
+    save_record,
+    to_the_end,
+)
+from teamstore.runtime.opening import open_row
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
     ResumeOutcome,
     Verdict,
     apply_states,
-    capture_states,
-    judge,
+    snapshot,
 )
-from teamstore.runtime.runs import Run, TakenUp, Task, ended_by_limit, task_messages
+from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, ended_by_limit, final_result
 from teamstore.runtime.tasks import check_task
-from teamstore.runtime.teams import SpanRoute
 from teamstore.runtime.turns import StreamItem
-from teamstore.settings import MAX_LEASE_WAIT, Settings
-from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StateStore, StoredSession
-from teamstore.state.envelope import encode
+from teamstore.settings import MAX_LEASE_WAIT
+from teamstore.state.base import Claim, SessionKey, StoredSession
 
 if TYPE_CHECKING:
     from config_registry.types import TeamOrAgent
 
-__all__ = ["Session", "SessionDeps", "SessionLimits", "ended_by_limit"]
+__all__ = ["EXPIRY_SLACK", "Session", "SessionDeps", "SessionLimits", "ended_by_limit"]
 
 log = logging.getLogger("teamstore.session")
-AGENTCHAT_VERSION = package_version("autogen-agentchat")
+
 Phase = Literal["new", "open", "closed"]
 """Where a session is: not entered yet, inside its ``async with`` block, or done (it is used once)."""
-EXPIRY_SLACK = 0.01
-"""A saved session expires between TTL and TTL + 1% after its last save, so its expiry (an indexed
-column) moves about once per 1% of the TTL, not on every save."""
-
-
-async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
-    """Await ``work`` to its end even if the caller is cancelled meanwhile; then let the cancellation through."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            with contextlib.suppress(Exception):
-                await task
-        raise
-
-
-@dataclass
-class SessionLimits:
-    """The settings a session reads: its lease's TTL, the per-user bound, its task and state caps, its TTL.
-
-    One object is shared by a platform's sessions and follows the platform's settings (:meth:`follow`), so
-    new settings reach the sessions already open, at their next run or save.
-    """
-
-    lease_ttl_seconds: float
-    max_sessions_per_user: int
-    task_max_bytes: int
-    state_max_bytes: int
-    state_ttl_days: float
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SessionLimits:
-        """The limits ``settings`` set (each field is the setting of the same name)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
-
-    def follow(self, settings: Settings) -> None:
-        """Take the limits ``settings`` set, in place."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(settings, f.name))
-
-
-@dataclass(frozen=True)
-class SessionDeps:
-    """What a session needs from the platform that opens it, and nothing more.
-
-    Attributes:
-        store: The state store it leases, loads, quarantines and saves through.
-        observers: The audit observers each run streams into.
-        limits: The settings it reads.
-        build_team: A fresh team for a registry reference (the platform's, through its definition cache;
-            it checks the schema first).
-        autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
-        worker_id: This process, in the lease owner the session writes.
-    """
-
-    store: StateStore
-    observers: Sequence[RunObserver]
-    limits: SessionLimits
-    build_team: Callable[[str], Awaitable[BuiltTeam]]
-    autogen_spans: SpanRoute
-    worker_id: str
 
 
 class Session:
@@ -162,15 +104,14 @@ class Session:
         self._stale = False  # a run failed or was cancelled mid-turn: the team is built again before the next
         self._running = False
         self._run: Run | None = None
-        self._streams: weakref.WeakSet[Any] = weakref.WeakSet()  # streams handed out, held weakly
+        self._open: weakref.ref[AsyncGenerator[Any, None]] | None = None  # the stream whose run is in flight
         self._interrupted: InterruptedRun | None = None
         self._checkpoint: Checkpoint | None = None  # the interrupted run's, judged (read again if None)
         self._drop_checkpoint = False  # a cancelled run left one: the next write clears it
         self._phase: Phase = "new"
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Future[None] | None = None
-        self._keeper: asyncio.Task[None] | None = None
-        self._closing = asyncio.Event()
+        self._keeper: LeaseKeeper | None = None
         self.last_run_id: str | None = None
 
     @property
@@ -215,15 +156,9 @@ class Session:
 
     async def write_checkpoint(self, text: str | None) -> None:
         """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement."""
-        built = self._built
-        ttl_days = built.state_ttl_days or self._deps.limits.state_ttl_days
-        record = CheckpointRecord(
-            team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
-            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, checkpoint=text,
-            expires_at=datetime.now(UTC) + timedelta(days=ttl_days), expiry_slack=timedelta(days=ttl_days) * EXPIRY_SLACK,
-        )
         self._row_version = await self._deps.store.checkpoint(
-            self.key, owner=self._owner, expected_version=self._row_version, record=record)
+            self.key, owner=self._owner, expected_version=self._row_version,
+            record=checkpoint_record(self._built, text, self._deps.limits))
 
     # --- opening and closing -----------------------------------------------------------------------------
     def _require_open(self) -> None:
@@ -249,7 +184,7 @@ class Session:
             wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
         )
         self._row_version = row.row_version
-        self._keeper = asyncio.create_task(self._keep_lease(limits.lease_ttl_seconds))
+        self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds)
         try:
             verdict = await self._judge(row)
         except BaseException:
@@ -263,41 +198,19 @@ class Session:
 
     async def _judge(self, row: StoredSession) -> Verdict:
         """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
-        store, limits = self._deps.store, self._deps.limits
-        verdict = judge(row, self._built, datetime.now(UTC), AGENTCHAT_VERSION, limits.state_max_bytes)
-        if verdict.outcome.quarantined:
-            assert verdict.outcome.detail is not None
-            await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
-        if verdict.outcome.applied:
-            verdict = await self._apply(row, verdict)
-        self._good_states = dict(verdict.states)
-        if row.checkpoint is None or verdict.outcome.quarantined or verdict.outcome.outcome == "expired":
-            return verdict  # none; set aside with the refused row; or as stale as the state it came with
-        outcome, self._checkpoint = await interruptions.judge_at_open(
-            row, verdict.outcome, self._built, store, self._owner, AGENTCHAT_VERSION)
-        self._interrupted = self._checkpoint.run if self._checkpoint else None
-        return Verdict(outcome, verdict.states)
-
-    async def _apply(self, row: StoredSession, verdict: Verdict) -> Verdict:
-        """Load the validated states; if AutoGen still refuses them, fail closed on a freshly built team."""
-        built = self._built
-        try:
-            await apply_states(built, verdict.states)
-        except Exception as exc:
-            # Validation passed but AutoGen's load_state raised (a shape teamstore does not check, such as
-            # a nested team's state): the state is refused like any other, and the team, maybe half-loaded,
-            # is built again from the same version. Only the type is kept: the message may quote content.
-            detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
-            await self._deps.store.quarantine(row, owner=self._owner, reason="corrupt", detail=detail)
-            self._use(await self._deps.build_team(f"{built.name}@{built.version}"))
-            return Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version, quarantined=True))
-        return verdict
+        opened = await open_row(row, self._built, self._deps, self._owner)
+        if opened.built is not self._built:  # AutoGen refused a state teamstore passed: built afresh
+            self._use(opened.built)
+        self._good_states = dict(opened.verdict.states)
+        self._checkpoint = opened.checkpoint
+        self._interrupted = opened.checkpoint.run if opened.checkpoint else None
+        return opened.verdict
 
     def _use(self, built: BuiltTeam) -> None:
         """Take ``built`` as the session's team, its ``run`` and ``run_stream`` routed through the session."""
         self._built = built
         self._team_run_stream = built.team.run_stream
-        route = _Route(self)
+        route = TeamRoute(self)
         built.team.run_stream = route.run_stream  # type: ignore[method-assign]
         built.team.run = route.run  # type: ignore[method-assign]
 
@@ -315,7 +228,7 @@ class Session:
         self._phase = "closed"
         # Cancelled while closing (a request timeout), it finishes anyway: the last run's audit is written
         # and its state saved, and the lease never outlives the request.
-        await _to_the_end(self._close())
+        await to_the_end(self._close())
 
     async def _close(self) -> None:
         try:
@@ -334,28 +247,9 @@ class Session:
             raise
         await self._release()
 
-    async def _keep_lease(self, ttl: float) -> None:
-        """Renew the lease every third of its TTL while the session is open: a live worker keeps its
-        session however long a run takes; a crashed or hung one stops renewing and loses it."""
-        while not self._closing.is_set():
-            try:
-                await asyncio.wait_for(self._closing.wait(), timeout=ttl / 3)
-                return
-            except TimeoutError:
-                pass
-            try:
-                held = await self._deps.store.renew(self.key, owner=self._owner, lease_ttl=ttl)
-            except StorageError as exc:
-                log.warning("could not renew the session lease; retrying: %s", exc)
-                continue
-            if not held:
-                log.warning("session lease lost (held past its TTL without renewal); the save will be refused")
-                return
-
     async def _stop_keeping(self) -> None:
-        self._closing.set()
         if self._keeper is not None:
-            await self._keeper
+            await self._keeper.stop()
             self._keeper = None
 
     # --- runs --------------------------------------------------------------------------------------------
@@ -381,7 +275,7 @@ class Session:
             StoreUnavailable, StaleStateVersion, ErasureInProgress: A checkpoint could not be written; the run
                 stopped there, and the last one written stays (a team with checkpoints only).
         """
-        return await _result(self.run_stream(task))
+        return await final_result(self.run_stream(task))
 
     def run_stream(self, task: Task) -> AsyncGenerator[StreamItem | TaskResult, None]:
         """Run the team on ``task`` and yield what AutoGen's ``run_stream`` yields: every message and event
@@ -389,7 +283,7 @@ class Session:
         (and its errors, raised while iterating). A consumer that stops early (leaves the loop, or is
         cancelled) stops the team at once; the run is recorded as it went, nothing of it is saved, and the
         session goes on from the state it had before the run."""
-        return self._streamed(self._stream(task))
+        return self._streamed(task)
 
     async def continue_run(self) -> TaskResult:
         """Continue the interrupted run (:attr:`interrupted`) from its last completed turn, to its end.
@@ -404,12 +298,12 @@ class Session:
                 and the session goes on from the state before the run.
             Otherwise as :meth:`run`.
         """
-        return await _result(self.continue_run_stream())
+        return await final_result(self.continue_run_stream())
 
     def continue_run_stream(self) -> AsyncGenerator[StreamItem | TaskResult, None]:
         """:meth:`continue_run`, item by item: the run's earlier messages first (as it had streamed them, bar
         token chunks), then the rest as it comes, then the ``TaskResult`` of the whole run."""
-        return self._streamed(self._stream(None, continuing=True))
+        return self._streamed(None, continuing=True)
 
     async def abandon_run(self) -> None:
         """Give the interrupted run up: its checkpoint is cleared (one write) and the session goes on from the
@@ -429,14 +323,23 @@ class Session:
         self._interrupted = self._checkpoint = None
         await interruptions.report_abandoned(self, checkpoint)
 
-    def _streamed(self, stream: AsyncGenerator[StreamItem | TaskResult, None]) -> AsyncGenerator[StreamItem | TaskResult, None]:
-        # Held weakly: a caller that leaves the stream lets Python close it (the team stops then), and the
-        # session's next step closes one still open.
-        self._streams.add(stream)
+    def routed_stream(
+        self, task: Task, linked: CancellationToken | None, skip: int
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """A run started through the team (``s.team.run_stream``), as the session runs it."""
+        return self._streamed(task, linked=linked, skip=skip)
+
+    def _streamed(self, task: Task, **how: Any) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        # The stream knows itself (weakly: a caller that leaves it lets Python close it, which stops the team),
+        # so that the session's next step can close it if the caller left it open mid-run.
+        me: list[weakref.ref[AsyncGenerator[Any, None]]] = []
+        stream = self._stream(task, me=me, **how)
+        me.append(weakref.ref(stream))
         return stream
 
     async def _stream(
-        self, task: Task, *, continuing: bool = False, linked: CancellationToken | None = None, skip: int = 0
+        self, task: Task, *, me: list[weakref.ref[AsyncGenerator[Any, None]]], continuing: bool = False,
+        linked: CancellationToken | None = None, skip: int = 0,
     ) -> AsyncGenerator[StreamItem | TaskResult, None]:
         self._require_open()
         await self._settle()
@@ -444,7 +347,7 @@ class Session:
             check_task(task, self._deps.limits.task_max_bytes)
         if self._running:
             raise RunInProgress("this session is already running a task", hint="await the first run before the next")
-        self._running = True  # before the first await: a second run started meanwhile is refused
+        self._running, self._open = True, me[0]  # before the first await: a second run meanwhile is refused
         run: Run | None = None
         try:
             run = await self._start(task, continuing, linked)
@@ -524,10 +427,9 @@ class Session:
 
     async def _settle(self) -> None:
         """Close a stream the caller left open mid-run (it stops the team), and wait for one Python is closing."""
-        for stream in list(self._streams):
-            # Suspended at an item (not the one iterating now, nor one not started or done): left by its caller.
-            if stream.ag_frame is not None and not stream.ag_running and stream.ag_frame.f_lasti >= 0 and self._running:
-                await stream.aclose()
+        stream = self._open() if self._open is not None and self._running else None
+        if stream is not None and not getattr(stream, "ag_running", True):  # suspended at an item: its caller left it
+            await stream.aclose()
         run = self._run
         if run is not None and self._running and not run.finished.is_set():
             await run.finished.wait()
@@ -546,19 +448,9 @@ class Session:
                     self._audit = None
 
     async def _snapshot(self) -> None:
-        built = self._built
-        if not built.persisted:
-            return
-        cap = built.manifest.context_bound or 50
-        states = await capture_states(built, message_buffer_cap=cap)
-        text = encode({"kind": built.kind, "participants": states})
-        size, limit = len(text.encode()), self._deps.limits.state_max_bytes
-        if size > limit:  # the last snapshot that fit (an earlier run's in this block, if any) still saves
-            raise StateTooLarge(
-                f"persisted state is {size} bytes, over the cap of {limit}; the previous state is kept",
-                hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
-            )
-        self._pending, self._good_states = text, states
+        taken = await snapshot(self._built, self._deps.limits.state_max_bytes)
+        if taken is not None:  # a refused one raised: the last snapshot that fit (if any) still saves
+            self._pending, self._good_states = taken
 
     async def save(self) -> int:
         """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
@@ -571,9 +463,9 @@ class Session:
             # Cancelled mid-write (a request timeout), the write finishes first. Cut short, it may have saved
             # without the session learning the new row version (its exit save would then conflict with
             # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
-            await _to_the_end(self._write(release=False))
+            await to_the_end(self._write(release=False))
         elif self._drop_checkpoint:
-            await _to_the_end(self.write_checkpoint(None))
+            await to_the_end(self.write_checkpoint(None))
             self._drop_checkpoint = False
         return self._row_version
 
@@ -581,16 +473,9 @@ class Session:
         # Taken before writing: a refused snapshot is reported once, never retried blindly at exit.
         state, self._pending = self._pending, None
         assert state is not None
-        built = self._built
-        ttl_days = built.state_ttl_days or self._deps.limits.state_ttl_days
-        record = SaveRecord(
-            team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
-            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=state,
-            expires_at=datetime.now(UTC) + timedelta(days=ttl_days),
-            expiry_slack=timedelta(days=ttl_days) * EXPIRY_SLACK,
-        )
         self._row_version = await self._deps.store.save(
-            self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release
+            self.key, owner=self._owner, expected_version=self._row_version,
+            record=save_record(self._built, state, self._deps.limits), release=release,
         )
         self._drop_checkpoint = False  # a save clears the row's checkpoint
 
@@ -603,38 +488,3 @@ class Session:
         except StorageError as exc:
             # The save error being raised matters more; an unreleased lease expires on its own.
             log.warning("could not release the session lease after a failed save: %s", exc)
-
-
-class _Route:
-    """``s.team.run`` and ``s.team.run_stream``, as AutoGen calls them, going through the session."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = weakref.ref(session)  # the team must not keep a closed session alive
-
-    def run_stream(
-        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
-        output_task_messages: bool = True,
-    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
-        session = self._session()
-        if session is None:
-            raise SessionNotOpen("the session this team was built for is gone",
-                                 hint="open a session and run its team through it")
-        skip = 0 if output_task_messages else task_messages(task)
-        return session._streamed(session._stream(task, linked=cancellation_token, skip=skip))
-
-    async def run(
-        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
-        output_task_messages: bool = True,
-    ) -> TaskResult:
-        return await _result(self.run_stream(task=task, cancellation_token=cancellation_token,
-                                             output_task_messages=output_task_messages))
-
-
-async def _result(stream: AsyncGenerator[StreamItem | TaskResult, None]) -> TaskResult:
-    """The ``TaskResult`` at the end of ``stream``, consumed whole."""
-    found: TaskResult | None = None
-    async for item in stream:
-        if isinstance(item, TaskResult):
-            found = item
-    assert found is not None
-    return found
