@@ -81,17 +81,6 @@ async def test_a_checkpoint_from_an_older_definition_version_does_not_continue(
     assert row is not None and row.checkpoint is None and s.team_version == newer
 
 
-async def test_registry_check_says_interrupted_runs_do_not_cross_versions(registry: Registry) -> None:
-    first = register(registry)
-    team = long_triage()
-    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
-    second = registry.add(TEAM, team.dump_component(), manifest("off"), "no checkpoints")
-    report = registry.check(TEAM, first, second)
-    assert report.compatible and any("cannot be continued" in n for n in report.notes)
-    assert "checkpoints every_turn -> off" in report.notes
-    assert "persistence: checkpoints every_turn -> off" in registry.diff(TEAM, first, second).lines()
-
-
 async def test_a_second_worker_cannot_continue_a_run_the_first_still_holds(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
