@@ -47,9 +47,11 @@ POLICY: tuple[Allowance, ...] = (
               "the subject mapping (user id -> subject key): erasure needs it to find the user's transcripts, "
               "and deletes it last"),
     Allowance(DATABASE, r"\bts_sessions\b", STATE,
-              "the resume state row: keyed by the raw ids, its saved agent states hold the conversation"),
+              "the resume state row: keyed by the raw ids, its saved agent states hold the conversation, and "
+              "while a run is in flight or interrupted, its checkpoint holds the run's messages so far"),
     Allowance(DATABASE, r"\bts_quarantine\b", STATE,
-              "a refused state set aside with its keys, for an operator to restore"),
+              "a refused state (or an interrupted run's refused checkpoint) set aside with its keys, for an "
+              "operator to look at"),
     Allowance(DATABASE, r"\bts_transcript_outbox\b", WORDS,
               "a transcript its store refused, queued (gzip) until delivered; filed under the subject key"),
     Allowance(DATABASE, r"\bts_user_holds\b", frozenset({Kind.USER_ID}),
