@@ -94,7 +94,8 @@ async def _run_once(
         "reply": getattr(last, "content", str(last)),
         "speaker": last.source,
         "messages": [
-            {"source": m.source, "type": type(m).__name__, "content": m.to_text()} for m in result.messages
+            {"source": m.source, "type": type(m).__name__, "content": m.to_text(),
+             "created_at": m.created_at.isoformat()} for m in result.messages
         ],
         "resume": resume,
         "run_id": run_id,
