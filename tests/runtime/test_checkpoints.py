@@ -164,3 +164,46 @@ async def test_tools_read_the_same_key_for_a_turn_that_repeats(
         async with platform.session("alice", "s1", team=TEAM) as s:
             await s.continue_run()
     assert [k for _, k in keys] == [f"{run_id}:{t}:refund" for t in (1, 2, 3, 3, 4, 5, 6)]
+
+
+async def note_turn() -> str:
+    """Write down the turn this tool runs in (the test reads the file named by TURN_KEYS)."""
+    import os
+
+    from teamstore.runtime.turns import current_turn
+
+    turn = current_turn()
+    with open(os.environ["TURN_KEYS"], "a", encoding="utf-8") as out:
+        out.write(f"{turn.key('note_turn') if turn else None}\n")
+    return "noted"
+
+
+async def test_an_async_tool_reads_its_turns_key(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core import FunctionCall
+    from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage
+    from autogen_core.tools import FunctionTool
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from config_registry import Manifest
+
+    call = CreateResult(finish_reason="function_calls", content=[FunctionCall(id="c1", name="note_turn", arguments="{}")],
+                        usage=RequestUsage(prompt_tokens=10, completion_tokens=5), cached=False)
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
+                     structured_output=False)
+    desk = AssistantAgent("desk", model_client=ReplayChatCompletionClient([call], model_info=info),
+                          tools=[FunctionTool(note_turn, description="Note the turn.")])
+    helper = AssistantAgent("helper", model_client=ReplayChatCompletionClient(["done"]))
+    team = RoundRobinGroupChat([helper, desk], termination_condition=MaxMessageTermination(3))
+    registry.add("desk", team.dump_component(), Manifest(name="desk", allow_source_code_tools=True,
+                                                          checkpoints="every_turn"), "a tool", label="production")
+    keys = tmp_path / "keys.txt"
+    monkeypatch.setenv("TURN_KEYS", str(keys))
+    async with platform.session("alice", "s1", team="desk") as s:
+        await s.run(TASK)
+        run_id = s.last_run_id
+    assert keys.read_text().splitlines() == [f"{run_id}:2:note_turn"]  # the desk speaks in the second turn
