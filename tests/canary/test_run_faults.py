@@ -12,16 +12,16 @@ from collections import Counter
 
 import pytest
 
+from config_registry import Manifest, Registry
 from teamstore.runtime.platform import Platform
 from tests.audit.fault_server import FaultServer
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.conftest import MakeDeployment
 from tests.canary.deployment import Deployment
-from config_registry import Manifest, Registry
 from tests.canary.flows import TRIAGE, User, erase, register_teams, run
-from tests.canary.teams import gateway_secrets, relay_desk
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import judge, report, scan
+from tests.canary.teams import gateway_secrets, relay_desk
 from tests.conftest import upgrade_database
 
 pytestmark = pytest.mark.otlp
