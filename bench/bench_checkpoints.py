@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    commit_time,
     drop_database,
     env_number,
     interleave,
@@ -123,8 +124,10 @@ async def run() -> None:
     for lease in ("lock", "row"):
         server, url = postgres_database()
         try:
+            durable, _ = commit_time(url, n=100, repeats=1)
             with tempfile.TemporaryDirectory(prefix="teamstore-bench-checkpoints-") as folder:
-                await _measure(f"Postgres, {lease} leases ({server_settings(url)})", url, Path(folder), lease)
+                await _measure(f"Postgres, {lease} leases ({server_settings(url)}; a one-row commit "
+                               f"{durable * 1000:.1f} ms)", url, Path(folder), lease)
         finally:
             drop_database(server, url)
 
