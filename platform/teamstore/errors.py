@@ -192,6 +192,11 @@ class UnknownPrice(AuditError):
     """A model is missing from the price table."""
 
 
+class ExportFailed(AuditError):
+    """A ledger export could not write a partition; the partitions written before it stand, and a rerun
+    of the same window replaces them."""
+
+
 # --- erasure -----------------------------------------------------------------------------------------------
 class ErasureError(TeamstoreError):
     """Base of deletion-coordinator errors."""

@@ -52,6 +52,12 @@ class ModelCall:
     duration_s: float
     purpose: str = "agent"  # "agent" or "speaker_selection"
     error: str | None = None
+    provider: str = "unknown"
+    """The GenAI provider as the conventions name it (``openai``, ``azure.ai.openai``, ``anthropic``...)."""
+    response_model: str | None = None
+    """The model that answered, when the client reports it (``gpt-4o-2024-08-06`` for ``gpt-4o``)."""
+    finish_reason: str | None = None
+    """Why the model stopped (``stop``, ``length``, ``function_calls``...); ``None`` when the call failed."""
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from config_registry import Registry
 from teamstore import examples
+from teamstore.app import open_platform
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.cli import app
 from teamstore.cli.audit import _cell
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, observe_run, triage_team
 
@@ -246,7 +246,7 @@ async def test_closing_a_platform_closes_the_transcript_store_it_made(
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
     Registry(registry_path).add("support_triage", examples.support_triage().dump_component(),
                                 examples.example_manifest("support_triage"), "v1", label="production")
-    async with Platform.from_settings(Settings(home=tmp_path / "home", auto_migrate=True)) as platform:
+    async with open_platform(Settings(home=tmp_path / "home", auto_migrate=True)) as platform:
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("hello")
         assert _s3_threads()  # the transcript went up through them

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 from config_registry import Manifest, Registry
+from teamstore.app import open_platform
 from teamstore.errors import ConfigurationError
 from teamstore.runtime import autogen_spans
 from teamstore.runtime.platform import Platform
@@ -124,7 +125,7 @@ async def platform_for(registry: Registry, tmp_path: Path) -> AsyncIterator[Any]
     made: list[Platform] = []
 
     def build() -> Platform:
-        platform = Platform.from_settings(Settings(
+        platform = open_platform(Settings(
             home=tmp_path / "home", registry_path=registry.path, auto_migrate=True, registry_refresh_seconds=0,
         ))
         made.append(platform)

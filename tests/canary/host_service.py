@@ -3,7 +3,7 @@ tracer and meter providers (exporting to a real OTLP receiver and kept in memory
 sessions it runs.
 
     with host_telemetry(deployment):            # adds the host's spans and metrics to the sinks
-        async with Platform.from_settings() as platform:
+        async with open_platform() as platform:
             ...
 """
 

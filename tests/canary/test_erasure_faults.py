@@ -16,6 +16,7 @@ from botocore.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
+from teamstore.app import open_platform
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.engine import create_engine
@@ -77,7 +78,7 @@ def test_a_writer_killed_between_its_temporary_file_and_the_rename_leaves_nothin
 
 async def _first_sessions_at_once(user: User) -> None:
     """A new user's sessions opened at the same moment, as a page making parallel requests does."""
-    async with Platform.from_settings() as platform:
+    async with open_platform() as platform:
 
         async def first(session: str) -> None:
             async with platform.session(user.user_id, session, team=TRIAGE) as s:

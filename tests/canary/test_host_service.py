@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from opentelemetry import trace
 
-from teamstore.runtime.platform import Platform
+from teamstore.app import open_platform
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.deployment import Deployment
 from tests.canary.flows import TRIAGE, User, register_teams
@@ -34,7 +34,7 @@ async def test_a_host_with_its_own_global_tracer_provider_exports_no_ids_words_o
         await upgrade_database(deployment.database_url)
     with deployment.recording_logs(), host_telemetry(deployment) as host_spans:
         requests = trace.get_tracer("host.http")
-        async with Platform.from_settings() as platform:
+        async with open_platform() as platform:
             for session, text, team in [(alice.sessions[0], alice.tasks[0], TRIAGE),
                                         (alice.sessions[0], alice.tasks[1], TRIAGE),
                                         (alice.sessions[1], "Where is my order?", "order_desk")]:

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.otlp
 
 def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServer) -> tuple[User, User]:
     """Register, two users' sessions, resumes in new processes (one on a breaking version: quarantined), a
-    tool's output, secrets from the environment, a transcript shown, cost: every step after registration
-    a CLI process of its own."""
+    tool's output, secrets from the environment, a transcript shown, cost, the ledger exported as Parquet:
+    every step after registration a CLI process of its own."""
     alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
     register_teams(deployment.registry, model_server.base_url)
     renamed = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TRIAGE})
@@ -48,6 +48,8 @@ def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServe
     cost = deployment.start("cost", "--user", bob.user_id, "--format", "json")
     assert json.loads(deployment.finish(shown).stdout)["total"] == 2
     assert json.loads(deployment.finish(cost).stdout)["total"]["runs_completed"] >= 2
+    exported = deployment.cli_json("ledger", "export", "--to", str(deployment.home / "warehouse"))
+    assert exported["rows"] > 0, "the ledger's export is written under the home, where the scan reads it"
     return alice, bob
 
 
@@ -61,6 +63,9 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
     alice, bob = _main_job(deployment, book, model_server)
     before = scan(deployment.sinks(), book)
     assert not judge(before), report(judge(before))
+    assert any(path == "/v1/metrics" for path, _ in deployment.receiver.all_bodies()), (
+        "teamstore's metrics were exported, and so searched"
+    )
     assert {h.canary.token for h in before} >= {alice.user_id, alice.tasks[0], bob.tasks[1]}, (
         "the scan finds what the stores legitimately hold, so it can find a leak"
     )

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from config_registry import Manifest, Registry
-from teamstore.runtime.platform import Platform
+from teamstore.app import open_platform
 from tests.audit.fault_server import FaultServer
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.conftest import MakeDeployment
@@ -90,7 +90,7 @@ async def _queue_while_s3_refuses(deployment: Deployment, monkeypatch: pytest.Mo
     deployment.apply(monkeypatch, AWS_ENDPOINT_URL_S3=refusing.endpoint)
     try:
         with deployment.recording_logs():
-            async with Platform.from_settings() as platform:
+            async with open_platform() as platform:
                 for user in users:
                     for session in user.sessions:
                         async with platform.session(user.user_id, session, team=TRIAGE) as s:

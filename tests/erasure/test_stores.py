@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
+from teamstore import erase_user
 from teamstore.audit import outbox
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, subject_stores, usage
@@ -29,7 +30,7 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
-from teamstore.erasure import RequestStatus, StepStatus, erase_user
+from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.errors import TranscriptStoreMismatch
 from teamstore.settings import Settings
 from teamstore.state.schema import store_settings

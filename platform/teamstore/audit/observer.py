@@ -21,6 +21,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
 from teamstore.audit.ledger import record_usage, usage_rows
+from teamstore.audit.metrics import MetricsObserver
 from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_run_spans
@@ -315,8 +317,10 @@ def build_audit_observers(
     tracer_provider: TracerProvider | None = None,
     *,
     transcripts: TranscriptStore | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> list[RunObserver]:
-    """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up.
+    """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up
+    and the GenAI client metrics when metrics are.
 
     Args:
         settings: Where transcripts go (``resolved_transcripts_url``), how long an upload may still land.
@@ -324,6 +328,7 @@ def build_audit_observers(
         tracer_provider: From :func:`teamstore.audit.telemetry.setup_tracing`; ``None`` for no spans.
         transcripts: The transcript store, if the caller built it (and closes it); by default a new one
             from ``settings``, which the caller closes through the transcript observer's ``store``.
+        meter_provider: From :func:`teamstore.audit.metrics.setup_metrics`; ``None`` for no metrics.
 
     Returns:
         Observers in the order the runtime should call them.
@@ -340,4 +345,6 @@ def build_audit_observers(
     ]
     if tracer_provider is not None:
         observers.append(SpanObserver(tracer_provider, pseudonyms))
+    if meter_provider is not None:
+        observers.append(MetricsObserver(meter_provider))
     return observers

@@ -7,7 +7,8 @@
     observers = build_audit_observers(settings, engine, tracer_provider=provider)
 
 Spans follow the GenAI semantic conventions: ``invoke_agent`` for a run, ``chat`` for each metered model
-call (speaker selection included), with token usage, the pseudonymous session key as
+call (speaker selection included), with the provider, the model asked and the model that answered, the
+finish reason, token usage, the pseudonymous session key as
 ``gen_ai.conversation.id`` and the subject key as ``teamstore.subject``. Every span the provider exports
 passes through :class:`ScrubbingSpanExporter`, which drops content attributes (AutoGen's ``message``,
 the GenAI prompt/completion attributes), user identifiers, event payloads and status descriptions, unless
@@ -27,8 +28,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, span_exporter
 from teamstore.audit.transcripts.record import RunKeys
-from teamstore.errors import MissingExtra
 from teamstore.events import ModelCall, RunContext, RunOutcome
 from teamstore.settings import Settings
 
@@ -49,7 +50,6 @@ CONTENT_KEYS = frozenset(
 )
 CONTENT_PREFIXES = ("gen_ai.prompt.", "gen_ai.completion.", "llm.prompts", "llm.completions")
 IDENTITY_PREFIXES = ("user.", "enduser.", "session.")
-EXPORT_TIMEOUT_S = 2.0
 
 
 def is_content_key(key: str) -> bool:
@@ -96,7 +96,7 @@ class ScrubbingSpanExporter(SpanExporter):
     """Wraps an exporter so nothing it sends carries message content (unless capture is on).
 
     Args:
-        inner: The real exporter (OTLP/HTTP in production).
+        inner: The real exporter (OTLP over HTTP or gRPC in production).
         capture_content: The operator's opt-in; when true spans pass unchanged.
     """
 
@@ -118,20 +118,14 @@ class ScrubbingSpanExporter(SpanExporter):
 
 
 def otlp_exporter() -> SpanExporter:
-    """An OTLP/HTTP exporter configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables.
+    """An OTLP span exporter configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables, over
+    ``http/protobuf`` or ``grpc`` as they say (:mod:`teamstore.audit.otlp`).
 
     Raises:
-        MissingExtra: ``opentelemetry-exporter-otlp-proto-http`` is not installed.
+        ConfigurationError: The protocol is not one teamstore can export over.
+        MissingExtra: ``opentelemetry-exporter-otlp`` is not installed.
     """
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ImportError as exc:
-        raise MissingExtra("OTLP span export", "otel", "opentelemetry-exporter-otlp-proto-http") from exc
-    explicit = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_TIMEOUT"
-    )
-    # A short default: the exporter retries within this deadline, in the processor's thread, never a run's.
-    return OTLPSpanExporter(timeout=None if explicit else EXPORT_TIMEOUT_S)
+    return span_exporter()
 
 
 def setup_tracing(
@@ -141,7 +135,7 @@ def setup_tracing(
 
     Args:
         settings: Read for ``otlp_configured`` and ``capture_message_content``.
-        exporter: Another exporter (tests, console); ``None`` for OTLP/HTTP from ``OTEL_*``.
+        exporter: Another exporter (tests, console); ``None`` for OTLP from ``OTEL_*``.
         install_global: Also make it the global provider, so AutoGen's spans that use the global
             tracer (agent and tool spans) are scrubbed too. Only the first global install takes effect.
 
@@ -150,6 +144,7 @@ def setup_tracing(
         exporter is wrapped in :class:`ScrubbingSpanExporter`; ``None`` when nothing is to be exported.
 
     Raises:
+        ConfigurationError: OTLP is configured over a protocol teamstore cannot export over.
         MissingExtra: OTLP is configured but the exporter package is missing.
     """
     if exporter is None:
@@ -193,6 +188,9 @@ def run_attributes(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> dict[
         "teamstore.resumed": ctx.resumed,
         "teamstore.interruptions": ctx.interruptions,
     }
+    providers = {call.provider for call in outcome.model_calls}
+    if len(providers) == 1:  # a team whose agents call several providers has no one provider
+        attributes["gen_ai.provider.name"] = providers.pop()
     if outcome.stop_reason is not None:
         attributes["teamstore.stop_reason"] = outcome.stop_reason[:256]
     if outcome.error is not None:
@@ -204,6 +202,7 @@ def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
     """A model-call span's attributes."""
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": call.provider,
         "gen_ai.agent.name": call.agent,
         "gen_ai.request.model": call.model,
         "gen_ai.usage.input_tokens": call.input_tokens,
@@ -211,6 +210,10 @@ def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
         "gen_ai.conversation.id": keys.session_key,
         "teamstore.purpose": call.purpose,
     }
+    if call.response_model is not None:
+        attributes["gen_ai.response.model"] = call.response_model
+    if call.finish_reason is not None:
+        attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
     if call.error is not None:
         attributes["error.type"] = call.error
     return attributes

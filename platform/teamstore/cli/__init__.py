@@ -3,6 +3,7 @@
     teamstore registry list
     teamstore run --team support_triage --user u1 --session s1 "My router keeps dropping"
     teamstore cost --by session --format csv
+    teamstore ledger export --to s3://warehouse/teamstore/ledger
     teamstore erase --user u1
 
 Each area lives in its own module and mounts its commands here.
@@ -18,7 +19,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from teamstore.cli import audit, erase, registry, sessions
+from teamstore.cli import audit, erase, ledger, registry, sessions
 from teamstore.cli._output import UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
@@ -84,6 +85,7 @@ app = typer.Typer(
 app.add_typer(registry.app, name="registry")
 sessions.register(app)
 audit.register(app)
+ledger.register(app)
 erase.register(app)
 
 

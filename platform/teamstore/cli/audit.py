@@ -15,26 +15,28 @@ import csv
 import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.app import App
-from teamstore.audit import outbox
-from teamstore.audit.cost import DIMENSIONS, CostFilter, CostReport, query_costs
-from teamstore.audit.ledger import sync_prices
-from teamstore.audit.prices import load_prices
-from teamstore.audit.retention import apply_transcript_retention, sweep_all
-from teamstore.audit.subjects import find_subject, session_key
-from teamstore.audit.transcripts import TranscriptStore
-from teamstore.audit.transcripts.pages import DEFAULT_RUNS, MAX_RUNS, RunPage, newest_runs, one_run
-from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
 from teamstore.cli._runner import with_app
 from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
 from teamstore.ids import check_ids
-from teamstore.settings import MAX_DAYS, Settings
+from teamstore.limits import DEFAULT_RUNS, MAX_DAYS, MAX_RUNS
+
+# The database, the stores and the price table are imported by the commands that use them, not with the
+# command line: `teamstore --help` starts without them.
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from teamstore.app import App
+    from teamstore.audit.cost import CostFilter, CostReport
+    from teamstore.audit.transcripts import TranscriptStore
+    from teamstore.audit.transcripts.pages import RunPage
+
+# `teamstore.audit.cost.DIMENSIONS`, named here so `--help` needs no database layer (a test keeps them equal).
+GROUPINGS = ("session", "user", "team", "version", "model", "agent", "day")
 
 transcripts_app = typer.Typer(
     help="Run transcripts (one object per run, S3 or a local folder).", no_args_is_help=True
@@ -56,6 +58,10 @@ async def load_transcripts(
         TranscriptNotFound: The user, session or run has no transcript, or a prefix names several runs.
         AuditError: A run's object is not readable (the message names the run).
     """
+    from teamstore.audit.subjects import find_subject, session_key
+    from teamstore.audit.transcripts.pages import newest_runs, one_run
+    from teamstore.audit.transcripts.record import RunKeys
+
     if run == "":
         raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for the newest runs")
     subject = await find_subject(engine, user)
@@ -138,6 +144,8 @@ def transcripts_show(
 def transcripts_flush(as_json: bool = JsonOption) -> None:
     """Deliver transcripts waiting in the outbox (queued while the store was unreachable)."""
 
+    from teamstore.audit import outbox
+
     async def go(app: App) -> dict[str, Any]:
         store = app.transcript_store
         report = await outbox.flush(app.engine, store, late_upload_s=app.settings.late_upload_seconds)
@@ -192,6 +200,9 @@ async def build_filter(
         ConfigurationError: ``--session`` without ``--user``, a malformed or out-of-range date, or
             ``--since`` not before ``--until``.
     """
+    from teamstore.audit.cost import CostFilter
+    from teamstore.audit.subjects import find_subject, session_key
+
     if session is not None and user is None:
         raise ConfigurationError("--session needs --user", hint="session ids are only unique per user")
     start, end = _parse_when(since, "--since"), _parse_when(until, "--until")
@@ -272,7 +283,7 @@ def _write_csv(report: CostReport) -> None:
 
 
 def cost(
-    by: str = typer.Option("session", "--by", help=f"Group by: {'|'.join(DIMENSIONS)}."),
+    by: str = typer.Option("session", "--by", help=f"Group by: {'|'.join(GROUPINGS)}."),
     session: str | None = typer.Option(None, "--session", help="One session (needs --user)."),
     user: str | None = typer.Option(None, "--user", help="One user (exact id)."),
     team: str | None = typer.Option(None, "--team", help="One team."),
@@ -284,6 +295,8 @@ def cost(
     if fmt not in {"table", "csv", "json"}:
         raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
     check_ids(user_id=user, session_id=session)
+    from teamstore.audit.cost import CostFilter, query_costs
+    from teamstore.audit.prices import load_prices
 
     async def go(app: App) -> CostReport:
         prices = load_prices(app.settings.prices_path)
@@ -305,6 +318,9 @@ def cost(
 @prices_app.command("show")
 def prices_show(as_json: bool = JsonOption) -> None:
     """Print the price table in effect (shipped, or TEAMSTORE_PRICES_PATH)."""
+    from teamstore.audit.prices import load_prices
+    from teamstore.settings import Settings
+
     table = load_prices(Settings().prices_path)
     data = {
         "version": table.version,
@@ -324,6 +340,8 @@ def prices_show(as_json: bool = JsonOption) -> None:
 @prices_app.command("sync")
 def prices_sync(as_json: bool = JsonOption) -> None:
     """Copy the price table into the database (ts_prices) for the session_costs SQL view."""
+    from teamstore.audit.ledger import sync_prices
+    from teamstore.audit.prices import load_prices
 
     async def go(app: App) -> dict[str, Any]:
         table = load_prices(app.settings.prices_path)
@@ -345,6 +363,7 @@ def retention_apply(
     as_json: bool = JsonOption,
 ) -> None:
     """Put the lifecycle rule on the transcript prefix (S3) and print it."""
+    from teamstore.audit.retention import apply_transcript_retention
 
     async def go(app: App) -> dict[str, Any]:  # the transcript store alone: no database is opened
         return await apply_transcript_retention(app.transcript_store, days or app.settings.transcript_retention_days)
@@ -356,6 +375,7 @@ def retention_apply(
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
     """Remove local and queued transcripts, ledger rows and quarantined states past retention, and expired sessions."""
+    from teamstore.audit.retention import sweep_all
 
     async def go(app: App) -> dict[str, Any]:
         return asdict(await sweep_all(app.settings, app.engine, app.transcript_store))

@@ -12,17 +12,21 @@ same ``--request-id`` resumes it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
-from teamstore.erasure.requests import check_request_id
 from teamstore.errors import ErasureIncomplete
 from teamstore.ids import check_erasable_id, control_character
+
+# The coordinator (the database, the stores) and rich's progress bars are imported when an erasure runs,
+# not with the command line.
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from teamstore.erasure import DeletionCoordinator, Receipt
 
 T = TypeVar("T")
 INCOMPLETE = 2
@@ -56,6 +60,8 @@ class _Bars:
 
 
 def _render(receipt: Receipt) -> None:
+    from teamstore.erasure import RequestStatus
+
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
     # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
     rows = [[name, str(s.status), *(str(v) for v in (s.counts.rows, s.counts.objects, s.counts.versions,
@@ -80,6 +86,8 @@ def _render(receipt: Receipt) -> None:
 
 
 def _finish(receipt: Receipt, as_json: bool) -> None:
+    from teamstore.erasure import RequestStatus
+
     emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
     if not receipt.ok:
         rerun = f"`teamstore erase --user ... --request-id {receipt.request_id}`"
@@ -109,6 +117,10 @@ def erase(
             "Missing option '--user': the user id to erase (or `teamstore erase status ID` for a request's receipt)",
             ctx=ctx,
         )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from teamstore.erasure.requests import check_request_id
+
     check_erasable_id(user)  # before the database is looked for: the id is what is wrong
     _note_control_character(user)
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id

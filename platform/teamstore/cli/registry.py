@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
 
-from config_registry import Manifest, Registry, TeamDefinition
 from config_registry.errors import DefinitionInvalid, validation_message
-from teamstore.app import App
 from teamstore.cli._output import JsonOption, console, emit, fail, plain
 from teamstore.errors import TeamstoreError
-from teamstore.settings import Settings
+
+# The registry (git, AutoGen, pydantic models) and the settings are imported by the commands that use
+# them, not with the command line.
+if TYPE_CHECKING:
+    from config_registry import Manifest, Registry, TeamDefinition
 
 app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=True)
 
@@ -32,6 +33,8 @@ app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=Tr
 def _registry(*, create: bool = False) -> Registry:
     """The registry; only ``add`` creates it: every other command reads, or moves a label of a version
     that must already be registered."""
+    from teamstore.app import App
+
     return App().registry(create=create)
 
 
@@ -54,6 +57,10 @@ def _secrets(values: list[str]) -> dict[str, str]:
 
 
 def _manifest(name: str, options: dict[str, Any]) -> Manifest:
+    from pydantic import ValidationError
+
+    from config_registry import Manifest
+
     try:
         return Manifest(name=name, **options)
     except ValidationError as exc:
@@ -423,6 +430,7 @@ def recover(
     """Show what an interrupted registration or label move left (exit 2 if anything), then discard or commit it."""
     from config_registry.gitrepo import GitRepo
     from config_registry.recovery import commit_left, discard_left, inspect
+    from teamstore.settings import Settings
 
     if discard and commit:
         raise typer.BadParameter("give --discard or --commit, not both", param_hint="--discard/--commit")

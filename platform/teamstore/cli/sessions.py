@@ -10,21 +10,21 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from teamstore.app import App
 from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.db.engine import redact_url
-from teamstore.db.migrate import current_revision, head_revision, require_current, ships, upgrade
 from teamstore.errors import ConfigurationError, InvalidTask, TeamstoreError
 from teamstore.ids import check_ids
-from teamstore.runtime.inspect import describe_session
-from teamstore.runtime.platform import Platform
-from teamstore.state.base import SessionKey, StateStore
-from teamstore.state.lease_mode import lease_mode, set_lease_mode
+
+# The database, the runtime and AutoGen are imported by the commands that use them, not with the command
+# line: `teamstore --help` and the commands that need none of them start without paying for them.
+if TYPE_CHECKING:
+    from teamstore.app import App
+    from teamstore.runtime.platform import Platform
+    from teamstore.state.base import StateStore
 
 T = TypeVar("T")
 
@@ -127,6 +127,8 @@ def list_sessions(
     """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
     check_ids(user_id=user)
 
+    from teamstore.runtime.inspect import describe_session
+
     async def go(app: App) -> tuple[list[dict[str, Any]], str | None]:
         store = app.state_store
         rows = [describe_session(r) for r in await store.list_sessions(user, limit)]
@@ -165,6 +167,9 @@ def show_session(
     """Show one session: team, versions, per persisted agent the stored messages and bytes, and how many
     sessions its user keeps against TEAMSTORE_MAX_SESSIONS_PER_USER."""
     check_ids(user_id=user, session_id=session)
+
+    from teamstore.runtime.inspect import describe_session
+    from teamstore.state.base import SessionKey
 
     async def go(app: App) -> dict[str, Any] | None:
         row = await app.state_store.get(SessionKey(user, session))
@@ -232,6 +237,8 @@ def delete_session(
 
     check_ids(user_id=user, session_id=session)
 
+    from teamstore.state.base import SessionKey
+
     async def go(app: App) -> dict[str, Any]:
         # What Platform.delete_session does: it waits for an open session as a request would.
         deleted = await app.state_store.delete_session(SessionKey(user, session),
@@ -277,6 +284,9 @@ def restore_quarantined(
 def db_upgrade(as_json: bool = JsonOption) -> None:
     """Apply every pending migration to TEAMSTORE_DATABASE_URL (the only way production tables change)."""
 
+    from teamstore.db.engine import redact_url
+    from teamstore.db.migrate import current_revision, upgrade
+
     async def go(app: App) -> dict[str, Any]:
         before = await current_revision(app.engine)
         after = await upgrade(app.engine)
@@ -291,6 +301,9 @@ def db_upgrade(as_json: bool = JsonOption) -> None:
 def db_current(as_json: bool = JsonOption) -> None:
     """Show the database's migration revision and the one this code needs."""
 
+    from teamstore.db.engine import redact_url
+    from teamstore.db.migrate import current_revision, head_revision
+
     async def go(app: App) -> dict[str, Any]:
         return {"database": redact_url(app.settings.resolved_database_url),
                 "current": await current_revision(app.engine), "head": head_revision()}
@@ -300,6 +313,8 @@ def db_current(as_json: bool = JsonOption) -> None:
 
 
 def _render_current(d: dict[str, Any]) -> None:
+    from teamstore.db.migrate import ships
+
     if d["current"] == d["head"]:
         console.print(plain(f"{d['database']}: at {d['head']}, up to date"))
     elif d["current"] is not None and not ships(d["current"]):
@@ -323,6 +338,10 @@ def db_lease_mode(
     if mode is not None and mode not in ("lock", "row"):
         raise ConfigurationError(f"session lease {mode!r} is not one of lock, row",
                                  hint="give lock or row, or nothing to show the current mode")
+
+    from teamstore.db.engine import redact_url
+    from teamstore.db.migrate import require_current
+    from teamstore.state.lease_mode import lease_mode, set_lease_mode
 
     async def go(app: App) -> dict[str, Any]:
         engine, settings = app.engine, app.settings

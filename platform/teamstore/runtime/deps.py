@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from config_registry.types import BuiltTeam
 from teamstore.errors import StorageError
 from teamstore.events import RunObserver
+from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.resume import SCHEMA_VERSION
 from teamstore.runtime.teams import SpanRoute
 from teamstore.settings import Settings
@@ -80,6 +81,7 @@ class SessionDeps:
             it checks the schema first).
         autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
         worker_id: This process, in the lease owner the session writes.
+        metrics: Where it records resume outcomes, quarantines, lease waits and state sizes.
     """
 
     store: StateStore
@@ -88,6 +90,7 @@ class SessionDeps:
     build_team: Callable[[str], Awaitable[BuiltTeam]]
     autogen_spans: SpanRoute
     worker_id: str
+    metrics: SessionMetrics = field(default_factory=SessionMetrics)
 
 
 class LeaseKeeper:

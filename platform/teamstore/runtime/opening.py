@@ -40,6 +40,7 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
     if verdict.outcome.quarantined:
         assert verdict.outcome.detail is not None
         await store.quarantine(row, owner=owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
+        deps.metrics.quarantined(verdict.outcome.outcome)
     if verdict.outcome.applied:
         try:
             await apply_states(built, verdict.states)
@@ -49,6 +50,7 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
             # is built again from the same version. Only the type is kept: the message may quote content.
             detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
             await store.quarantine(row, owner=owner, reason="corrupt", detail=detail)
+            deps.metrics.quarantined("corrupt")
             fresh = await deps.build_team(f"{built.name}@{built.version}")
             return Opened(Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version,
                                                 quarantined=True)), fresh)
@@ -56,4 +58,6 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
         return Opened(verdict, built)  # none; set aside with the refused row; or as stale as its state
     outcome, checkpoint = await interruptions.judge_at_open(row, verdict.outcome, built, store, owner,
                                                             AGENTCHAT_VERSION)
+    if outcome.checkpoint_refused is not None:
+        deps.metrics.quarantined(f"checkpoint {outcome.checkpoint_refused}")
     return Opened(Verdict(outcome, verdict.states), built, checkpoint)

@@ -1,8 +1,8 @@
 """The entry point for application services: build teams from the registry, open sessions on them.
 
-    from teamstore.runtime.platform import Platform
+    from teamstore import open_platform
 
-    platform = Platform.from_settings()               # embedded default: SQLite + local folder
+    platform = open_platform()                        # embedded default: SQLite + local folder
     async with platform:
         async with platform.session("user-1", "s-1", team="support_triage") as s:
             result = await s.run("hello")
@@ -11,7 +11,7 @@ Or with pieces the caller owns:
 
     platform = Platform(engine=my_engine, registry=Registry(path), settings=Settings())
 
-``from_settings`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
+``open_platform`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
 and transcript stores, the audit observers and the tracer provider, and hands them in here.
 """
 
@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -37,6 +38,7 @@ from teamstore.events import RunObserver
 from teamstore.ids import check_id
 from teamstore.runtime import turns
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
+from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
 from teamstore.runtime.teams import TeamBuilder
 from teamstore.settings import Settings
@@ -64,13 +66,16 @@ class Platform:
     """Sessions over one state database, one registry and a set of audit observers.
 
     Args:
-        engine: The state database; the caller owns it (:meth:`from_settings` hands it to ``on_close``).
+        engine: The state database; the caller owns it (:func:`teamstore.open_platform` hands it to ``on_close``).
         registry: The config registry teams are built from.
         settings: Limits and defaults (TTL, byte cap, lease timeouts).
         observers: Audit observers every run streams into (transcripts, spans, ledger).
         tracer_provider: teamstore's own provider (:func:`teamstore.audit.telemetry.setup_tracing`), if it
             exports spans. AutoGen's spans of this platform's teams go to it, or nowhere when there is
             none: never to a global provider the host installed (unless content capture is opted in).
+        meter_provider: teamstore's own meter provider (:func:`teamstore.audit.metrics.setup_metrics`), if
+            it exports metrics: sessions record their resume outcomes, quarantines, lease waits and state
+            sizes on it (:mod:`teamstore.runtime.metrics`).
         store: The state store, if the caller built it (and closes it); by default one is built on
             ``engine`` and closed with the platform.
         on_close: Awaited last by :meth:`aclose`: how the composition root closes what it built for this
@@ -89,6 +94,7 @@ class Platform:
         settings: Settings | None = None,
         observers: Sequence[RunObserver] = (),
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         store: StateStore | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -96,6 +102,7 @@ class Platform:
         self.registry = registry
         self._settings = settings = settings or Settings()
         self.limits = SessionLimits.from_settings(settings)
+        self.metrics = SessionMetrics(meter_provider)
         self._owns_store = store is None
         self.store: StateStore = store if store is not None else store_for(
             engine, pool_size=settings.db_pool_size, lease=settings.session_lease
@@ -138,21 +145,6 @@ class Platform:
         """
         with autogen_spans_to(self._autogen_tracing):
             yield
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
-        """Build everything from settings (environment): database, registry, audit trail.
-
-        What is built, and how, is the composition root's (:meth:`teamstore.app.App.platform`); the platform
-        closes all of it when it closes.
-
-        Args:
-            settings: Defaults to ``Settings()`` (the environment, else the embedded default).
-            audit: Attach the transcript, span and ledger observers.
-        """
-        from teamstore.app import App  # the root sits above the runtime: it builds the audit trail too
-
-        return App(settings).platform(audit=audit)
 
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
@@ -197,6 +189,7 @@ class Platform:
         return SessionDeps(
             store=self.store, observers=self.observers, limits=self.limits,
             build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
+            metrics=self.metrics,
         )
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:

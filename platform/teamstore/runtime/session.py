@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
@@ -47,6 +48,7 @@ from teamstore.errors import (
 )
 from teamstore.events import RunObserver
 from teamstore.ids import check_id
+from teamstore.limits import MAX_LEASE_WAIT
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
 from teamstore.runtime.deps import (
@@ -70,7 +72,6 @@ from teamstore.runtime.resume import (
 from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, ended_by_limit, final_result
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.turns import StreamItem
-from teamstore.settings import MAX_LEASE_WAIT
 from teamstore.state.base import Claim, SessionKey, StoredSession
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ class Session:
         self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
         self._row_version = 0
         self._pending: str | None = None
+        self._pending_bytes = 0
         self._good_states: dict[str, Any] = {}  # what the team holds between runs: rebuilt from after a failure
         self._stale = False  # a run failed or was cancelled mid-turn: the team is built again before the next
         self._running = False
@@ -179,10 +181,16 @@ class Session:
         self._use(await self._deps.build_team(self._team_ref))
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
-        row = await store.acquire(
-            self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
-            wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
-        )
+        asked = time.perf_counter()
+        try:
+            row = await store.acquire(
+                self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
+                wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
+            )
+        except Exception as exc:
+            self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
+            raise
+        self._deps.metrics.lease_waited(time.perf_counter() - asked)
         self._row_version = row.row_version
         self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds)
         try:
@@ -192,6 +200,7 @@ class Session:
             await self._release()
             raise
         self.resume = verdict.outcome
+        self._deps.metrics.resumed(verdict.outcome.outcome)
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
         return self
@@ -450,7 +459,7 @@ class Session:
     async def _snapshot(self) -> None:
         taken = await snapshot(self._built, self._deps.limits.state_max_bytes)
         if taken is not None:  # a refused one raised: the last snapshot that fit (if any) still saves
-            self._pending, self._good_states = taken
+            (self._pending, self._good_states), self._pending_bytes = taken, len(taken[0].encode())
 
     async def save(self) -> int:
         """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
@@ -478,6 +487,7 @@ class Session:
             record=save_record(self._built, state, self._deps.limits), release=release,
         )
         self._drop_checkpoint = False  # a save clears the row's checkpoint
+        self._deps.metrics.state_saved(self._pending_bytes)
 
     async def _release(self) -> None:
         await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
