@@ -7,7 +7,8 @@
 2. Overhead of transcript + spans + ledger vs the bare run with the same offline client (target < 1.2x):
    both variants side by side in one process, alternating, many runs; transcripts to a local folder, ledger
    in SQLite (the embedded default), spans exported over OTLP/HTTP to a local receiver.
-3. The cost query over 1,000,000 ledger rows on Postgres, indexed vs a forced full scan, as a ratio.
+3. The cost query over 1,000,000 ledger rows on Postgres (one session, one user, one user by team and model),
+   indexed vs a forced full scan, as a ratio; and two whole-ledger aggregates (by day, by week and team).
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ async def _time_query(engine: Any, where: CostFilter, by: str, repeat: int = 7) 
 
 
 async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
-    """Per-session and per-user cost on 1M rows: indexes on vs index/bitmap scans off."""
+    """Per-session, per-user and per-user by team and model cost on 1M rows: indexes on vs index/bitmap scans
+    off; and two whole-ledger aggregates."""
     import psycopg
 
     server, url = postgres_database()
@@ -197,14 +199,16 @@ async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
             url, connect_args={"options": "-c enable_indexscan=off -c enable_bitmapscan=off"}
         )
         figures: dict[str, float] = {}
-        for name, where in (
-            ("session", CostFilter(session_key=_md5("s123"))),
-            ("user", CostFilter(subject_key=_md5("u123"))),
+        for name, where, by in (
+            ("session", CostFilter(session_key=_md5("s123")), "session"),
+            ("user", CostFilter(subject_key=_md5("u123")), "session"),
+            ("user_team_model", CostFilter(subject_key=_md5("u123")), "team,model"),  # two dimensions at once
         ):
-            figures[f"{name}_indexed_ms"] = await _time_query(engine, where, "session")
-            figures[f"{name}_full_scan_ms"] = await _time_query(scan, where, "session", repeat=3)
+            figures[f"{name}_indexed_ms"] = await _time_query(engine, where, by)
+            figures[f"{name}_full_scan_ms"] = await _time_query(scan, where, by, repeat=3)
             figures[f"{name}_ratio"] = figures[f"{name}_full_scan_ms"] / figures[f"{name}_indexed_ms"]
         figures["whole_ledger_by_day_ms"] = await _time_query(engine, CostFilter(), "day", repeat=1)
+        figures["whole_ledger_by_week_team_ms"] = await _time_query(engine, CostFilter(), "week,team", repeat=1)
         await engine.dispose()
         await scan.dispose()
         return figures
@@ -245,9 +249,11 @@ def main() -> None:
         finally:
             drop_database(server, pg_url)
     costs = asyncio.run(cost_query())
-    for name in ("session", "user"):
+    for name, label in (("session", "session"), ("user", "user"), ("user_team_model", "user, by team,model")):
         print(
-            f"cost query by {name} over 1,000,000 ledger rows (Postgres): indexed {costs[f'{name}_indexed_ms']:.2f} ms, "
-            f"full scan {costs[f'{name}_full_scan_ms']:.1f} ms, ratio {costs[f'{name}_ratio']:.0f}x"
+            f"cost query for one {label} over 1,000,000 ledger rows (Postgres): indexed "
+            f"{costs[f'{name}_indexed_ms']:.2f} ms, full scan {costs[f'{name}_full_scan_ms']:.1f} ms, ratio "
+            f"{costs[f'{name}_ratio']:.0f}x"
         )
     print(f"whole-ledger cost by day (full aggregate): {costs['whole_ledger_by_day_ms']:.0f} ms")
+    print(f"whole-ledger cost by week,team (full aggregate): {costs['whole_ledger_by_week_team_ms']:.0f} ms")

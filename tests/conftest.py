@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -195,6 +196,38 @@ def registry_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def git(path: Path, *args: str) -> str:
     """Run git in ``path`` and return its stdout (for tests that inspect the repository)."""
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout
+
+
+# --- a real browser ---------------------------------------------------------------------------------------
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run")
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """Headless Chromium from Debian's packages (``chromium``, ``chromium-driver``), driven by selenium, with
+    a new empty profile and its console kept (``browser.get_log("browser")``)."""
+    import shutil
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        require_or_skip("no Chromium: apt-get install chromium chromium-driver (.ci/run does)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        require_or_skip("selenium is not installed: pip install -e '.[dev]'")
+        raise
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(chromium)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    session = webdriver.Chrome(options=options, service=Service(executable_path=str(driver)))
+    try:
+        yield session
+    finally:
+        session.quit()
 
 
 # --- no silent skips in CI ---------------------------------------------------------------------------------

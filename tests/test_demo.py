@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,9 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert (tmp_path / "home" / "teamstore.db").exists()
     assert any((tmp_path / "home" / "transcripts").rglob("*.jsonl.gz"))
     assert "…" in out.split("6. The audit trail")[1].split("7. Token cost")[0]  # a long message says it is cut
+    cost = out.split("7. Token cost")[1].split("8. Compliance")[0]
+    for user in ("alice", "bob"):  # each session by its own ids, its cost an exact decimal
+        assert re.search(rf"│ {user} +│ \S+ +│ .* │ 0\.\d+ +│", cost), cost
 
 
 def test_demo_runs_on_a_price_table_without_its_offline_model(tmp_path: Path) -> None:

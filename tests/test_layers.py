@@ -8,7 +8,7 @@ inside functions included):
   its own layer's other packages, never one above. Bottom to top: ``errors``, ``limits``; ``ids``, ``settings``;
   ``db``, ``events`` (the run's contract), ``context``, ``offline``; ``state``, ``migrations``,
   ``examples``; ``audit``, ``metering``; ``runtime``; ``erasure``; ``app`` (the composition root);
-  ``demo``; ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
+  ``demo``, ``analytics`` (the Python API for notebooks); ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
   ``audit`` and ``metering`` import no ``runtime`` and not each other; ``erasure`` imports no
   ``runtime`` or ``cli``; only ``__main__`` imports ``cli``.
 - No lower package reaches ``app``, not even from inside a function: the conveniences that build from
@@ -39,7 +39,7 @@ LAYERS: list[set[str]] = [
     {"runtime"},
     {"erasure"},
     {"app"},
-    {"demo"},
+    {"demo", "analytics"},
     {"cli"},
     {"__main__"},
 ]

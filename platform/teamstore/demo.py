@@ -240,17 +240,25 @@ def _transcript(user: str, session: str) -> None:
 
 
 def _cost(sessions: dict[str, str]) -> None:
-    table = Table("user", "session", "runs completed", "ended by limit", "interrupted", "model calls", "tokens in",
-                  "tokens out", "cost (USD)")
-    for user, session in sessions.items():
-        report = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")
-        total = report["total"]
-        table.add_row(user, session, str(total["runs_completed"]), str(total["runs_limited"]),
-                      str(total["runs_interrupted"]), str(total["calls"]),
-                      str(total["input_tokens"]), str(total["output_tokens"]),
-                      "unknown" if total["cost"] is None else f"{total['cost']:.6f}")  # a model without a price
+    # One report names every session by its user's and its own id (read back through the subject mapping).
+    report = teamstore("cost", "--by", "session", "--team", TEAM, "--format", "json", json_flag="")
+    table = Table("user", "session", "runs completed", "ended by limit", "model calls", "tokens in", "tokens out",
+                  f"cost ({report['currency']})")
+    for row in report["rows"]:
+        if sessions.get(row["user"]) != row["session"]:
+            continue  # an earlier demo's session in the same home
+        table.add_row(row["user"], row["session"], str(row["runs_completed"]), str(row["runs_limited"]),
+                      str(row["calls"]), str(row["input_tokens"]), str(row["output_tokens"]), _amount(row))
     console.print(table)
-    console.print(f"[dim]prices: version {report['price_version']}; speaker-selection calls included[/]")
+    console.print(f"[dim]prices: version {report['price_version']}; exact decimals; speaker-selection calls "
+                  "included[/]")
+
+
+def _amount(row: dict[str, Any]) -> str:
+    """The row's exact cost; ``unknown`` for tokens of a model the price table does not price."""
+    if row["cost"] is None:
+        return "unknown"
+    return str(row["cost"]) + (" + unknown" if row["unpriced_tokens"] else "")
 
 
 def _erase(user: str, session: str) -> None:

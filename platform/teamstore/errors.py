@@ -197,6 +197,22 @@ class ExportFailed(AuditError):
     of the same window replaces them."""
 
 
+class NoMatchingUsage(AuditError):
+    """A cost query's filters match no run in the ledger: an unknown user, session, team or model, or an
+    empty window. Told apart from a match that cost nothing (``teamstore cost`` exits 3 for it, not 0).
+
+    Attributes:
+        suggestions: Team or model names in the ledger close to the one given (never user or session ids).
+        report: The empty report, for a caller that prints it all the same.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, suggestions: tuple[str, ...] = (),
+                 report: object | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.suggestions = suggestions
+        self.report = report
+
+
 # --- erasure -----------------------------------------------------------------------------------------------
 class ErasureError(TeamstoreError):
     """Base of deletion-coordinator errors."""

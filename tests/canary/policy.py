@@ -46,6 +46,9 @@ POLICY: tuple[Allowance, ...] = (
     Allowance(DATABASE, r"\bts_subjects\b", frozenset({Kind.USER_ID}),
               "the subject mapping (user id -> subject key): erasure needs it to find the user's transcripts, "
               "and deletes it last"),
+    Allowance(DATABASE, r"\bts_subject_sessions\b", frozenset({Kind.SESSION_ID}),
+              "the session id beside its session key, so cost reports name sessions as the application does; "
+              "deleted with the subject, and swept once no ledger row names the session"),
     Allowance(DATABASE, r"\bts_sessions\b", STATE,
               "the resume state row: keyed by the raw ids, its saved agent states hold the conversation, and "
               "while a run is in flight or interrupted, its checkpoint holds the run's messages so far"),
@@ -63,6 +66,11 @@ POLICY: tuple[Allowance, ...] = (
     Allowance(FILES, r"(^|/)teamstore\.db(-wal|-shm|-journal)?$", STATE | {Kind.ERASE_REASON},
               "the embedded database's files hold what its tables hold (deleted rows are overwritten: "
               "secure_delete, and the write-ahead log is emptied when an erasure finishes)"),
+    Allowance(FILES, r"^reports/cost\.html$", frozenset({Kind.USER_ID, Kind.SESSION_ID}),
+              "a readable cost report (`teamstore cost report`, readable by default) names users and sessions "
+              "as the application does; it is an export erasure cannot reach, so one written after an erasure "
+              "reads the erased user as 'erased' (--pseudonymous writes keys only: reports/cost-pseudonymous.html "
+              "may hold no id)"),
     Allowance(FILES, r"^transcripts/subjects/", WORDS,
               "a transcript in the local folder holds the run's messages, filed under pseudonymous keys"),
     Allowance(S3, r"^s3://\S+/\S+ version ", WORDS,

@@ -50,6 +50,9 @@ def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServe
     assert json.loads(deployment.finish(cost).stdout)["total"]["runs_completed"] >= 2
     exported = deployment.cli_json("ledger", "export", "--to", str(deployment.home / "warehouse"))
     assert exported["rows"] > 0, "the ledger's export is written under the home, where the scan reads it"
+    (deployment.home / "reports").mkdir()
+    deployment.cli("cost", "report", "--pseudonymous", "--output", str(deployment.home / "reports" /
+                                                                         "cost-pseudonymous.html"))
     return alice, bob
 
 
@@ -72,5 +75,10 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
 
     receipt = erase(deployment, book, bob)
     assert receipt["status"] == "completed", receipt
-    after = judge(scan(deployment.sinks(), book), erased={"bob"})
+    readable = deployment.home / "reports" / "cost.html"
+    deployment.cli("cost", "report", "--output", str(readable))  # after the erasure: bob reads as 'erased'
+    hits = scan(deployment.sinks(), book)
+    after = judge(hits, erased={"bob"})
     assert not after, report(after)
+    page = readable.read_text(encoding="utf-8")
+    assert alice.user_id in page and "<td>erased / erased</td>" in page  # bob's sessions, under no name

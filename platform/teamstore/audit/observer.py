@@ -31,6 +31,8 @@ from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
 from teamstore.audit.ledger import record_usage, usage_rows
 from teamstore.audit.metrics import MetricsObserver
+from teamstore.audit.price_sync import PriceSync
+from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_run_spans
@@ -264,11 +266,19 @@ class TranscriptObserver:
 
 
 class LedgerObserver:
-    """Writes the run's token usage to the ledger at the end of the run."""
+    """Writes the run's token usage to the ledger at the end of the run, and the session id beside its key.
 
-    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms) -> None:
+    Args:
+        engine: The state database.
+        pseudonyms: The shared key resolver.
+        prices: Keeps ``ts_prices`` pricing the models recorded (the ``session_costs`` view); ``None``
+            leaves it alone.
+    """
+
+    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms, prices: PriceSync | None = None) -> None:
         self.engine = engine
         self.pseudonyms = pseudonyms
+        self.prices = prices
 
     async def run_started(self, ctx: RunContext) -> None:
         """Nothing before the run: keys are resolved at its end, off the result's path."""
@@ -279,7 +289,14 @@ class LedgerObserver:
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user."""
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
-        await record_usage(self.engine, usage_rows(ctx, outcome, keys))
+        rows = usage_rows(ctx, outcome, keys)
+        await record_usage(self.engine, rows, ctx.session_id)
+        if self.prices is not None and rows:
+            try:
+                await self.prices.ensure(self.engine, {str(row["model"]) for row in rows})
+            except (TeamstoreError, SQLAlchemyError) as exc:  # the ledger row is written; prices can wait
+                log.warning("could not write the prices of the run's models for the session_costs view: %s "
+                            "(the next run tries again; `teamstore prices sync` does it now)", exc)
 
 
 class SpanObserver:
@@ -340,7 +357,7 @@ def build_audit_observers(
     pseudonyms = Pseudonyms(engine)
     store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
-        LedgerObserver(engine, pseudonyms),
+        LedgerObserver(engine, pseudonyms, PriceSync(lambda: load_prices(settings.prices_path))),
         TranscriptObserver(store, engine, pseudonyms, late_upload_s=settings.late_upload_seconds),
     ]
     if tracer_provider is not None:

@@ -288,13 +288,19 @@ def db_upgrade(as_json: bool = JsonOption) -> None:
     from teamstore.db.migrate import current_revision, upgrade
 
     async def go(app: App) -> dict[str, Any]:
+        from teamstore.audit.price_sync import PriceSync
+        from teamstore.audit.prices import load_prices
+
         before = await current_revision(app.engine)
         after = await upgrade(app.engine)
-        return {"database": redact_url(app.settings.resolved_database_url), "from": before, "to": after}
+        table = load_prices(app.settings.prices_path)
+        await PriceSync(lambda: table).ensure(app.engine, ())  # the session_costs view prices with it at once
+        return {"database": redact_url(app.settings.resolved_database_url), "from": before, "to": after,
+                "prices": table.version}
 
     data = with_app(go, must_exist=False, migrate=False)  # it is the migration: it makes the database
-    emit(data, as_json=as_json,
-         render=lambda d: console.print(plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}")))
+    emit(data, as_json=as_json, render=lambda d: console.print(
+        plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}; prices {d['prices']}")))
 
 
 @db_app.command("current")

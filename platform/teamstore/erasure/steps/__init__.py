@@ -7,7 +7,7 @@
         result = await step.erase(ctx, prior=None)    # delete (recording what it found), status DELETED
         left = await step.remaining(ctx)              # verification: what is still there
 
-The order is fixed: resume state, quarantine, transcripts, outbox, ledger, and the subject mapping last,
+The order is fixed: resume state, quarantine, transcripts, outbox, ledger, session ids, and the subject mapping last,
 because every earlier step needs the subject key the mapping holds (the request keeps a copy too).
 """
 
@@ -25,7 +25,7 @@ from teamstore.erasure.receipt import Counts, StoreResult
 Progress = Callable[[str, int, int | None], None]
 """``progress(step, done, total)``: called as a step advances (``total`` may be unknown)."""
 
-STEP_ORDER = ("resume_state", "quarantine", "transcripts", "outbox", "ledger", "subject")
+STEP_ORDER = ("resume_state", "quarantine", "transcripts", "outbox", "ledger", "session_ids", "subject")
 
 
 def _no_progress(step: str, done: int, total: int | None) -> None:
@@ -72,8 +72,10 @@ def build_steps() -> list[Step]:
         outbox_step,
         quarantine_step,
         resume_step,
+        session_ids_step,
         subject_step,
     )
     from teamstore.erasure.steps.transcripts import TranscriptStep
 
-    return [resume_step(), quarantine_step(), TranscriptStep(), outbox_step(), ledger_step(), subject_step()]
+    return [resume_step(), quarantine_step(), TranscriptStep(), outbox_step(), ledger_step(), session_ids_step(),
+            subject_step()]

@@ -1,4 +1,4 @@
-"""The database steps: resume state, quarantine, outbox, ledger link, subject mapping.
+"""The database steps: resume state, quarantine, outbox, ledger link, session ids, subject mapping.
 
     from teamstore.erasure.steps.database import resume_step
 
@@ -23,7 +23,7 @@ from sqlalchemy import ColumnElement, Table, delete, false, func, or_, select, u
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from teamstore.audit.schema import outbox, subjects, usage
+from teamstore.audit.schema import outbox, subject_sessions, subjects, usage
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
@@ -188,6 +188,11 @@ def outbox_step() -> SqlDeleteStep:
 def ledger_step() -> SqlDeleteStep:
     """The ledger's link to the user (rows stay, de-identified)."""
     return SqlDeleteStep("ledger", LedgerRows(usage, _by_subject(usage)))
+
+
+def session_ids_step() -> SqlDeleteStep:
+    """The user's session ids recorded beside their session keys, for readable reports (before the subject)."""
+    return SqlDeleteStep("session_ids", TableRows(subject_sessions, _by_subject(subject_sessions)))
 
 
 def subject_step() -> SqlDeleteStep:

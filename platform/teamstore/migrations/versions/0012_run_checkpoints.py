@@ -13,7 +13,7 @@ On Postgres the load reads the row through ``ts_locked_session`` (migration 0004
 the two new columns, and the checkpoint is compressed with lz4 like the state (migration 0006).
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
