@@ -24,7 +24,7 @@ from typing import Any
 
 from autogen_agentchat.teams import BaseGroupChat
 
-from config_registry.types import BuiltTeam
+from config_registry.types import KIND_NAMES, BuiltTeam
 from teamstore.errors import Refusal, StateRejected
 from teamstore.events import ModelCall
 from teamstore.runtime import turns
@@ -215,6 +215,9 @@ def _states(payload: Mapping[str, Any], built: BuiltTeam) -> tuple[dict[str, Any
 
 
 def _checkpoint(row: StoredSession, built: BuiltTeam, agentchat_version: str) -> Checkpoint:
+    if built.kind != "team":
+        raise StateRejected("definition_changed", f"the definition is now {KIND_NAMES[built.kind]}, whose runs "
+                                                  "have no turns to continue from")
     payload = _payload(row)
     _fits(payload, built, agentchat_version, row)
     states, thread = _states(payload, built)

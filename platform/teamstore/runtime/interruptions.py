@@ -25,7 +25,7 @@ from teamstore.events import RunContext, RunOutcome, notify_observers
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint
 from teamstore.runtime.resume import ResumeOutcome
-from teamstore.state.base import StateStore, StoredSession
+from teamstore.state.base import SessionKey, StateStore, StoredSession
 
 if TYPE_CHECKING:
     from teamstore.runtime.runs import Run
@@ -58,27 +58,27 @@ async def judge_at_open(
     return replace(outcome, detail=detail, quarantined=True, checkpoint_refused=reason), None
 
 
-async def read_back(session: Session) -> Checkpoint:
+async def read_back(store: StateStore, key: SessionKey, built: BuiltTeam) -> Checkpoint:
     """The checkpoint of a run that stopped in this session block, read back from the session's row.
 
     Raises:
         StateRejected: It does not read as one (it was set aside meanwhile, or damaged).
     """
-    row = await session._deps.store.get(session.key)
+    row = await store.get(key)
     if row is None or row.checkpoint is None:
         raise StateRejected("corrupt", "the interrupted run's checkpoint is no longer in the session's row")
-    found = judge_checkpoint(row, session.built, row.agentchat_version)
+    found = judge_checkpoint(row, built, row.agentchat_version)
     if not isinstance(found, Checkpoint):
         raise StateRejected(*found)
     return found
 
 
-async def set_aside(session: Session, run: InterruptedRun, detail: str) -> None:
+async def set_aside(store: StateStore, key: SessionKey, owner: str, run: InterruptedRun, detail: str) -> None:
     """Quarantine the session's checkpoint of ``run``, which AutoGen refused to load."""
-    row = await session._deps.store.get(session.key)
+    row = await store.get(key)
     if row is not None and row.checkpoint is not None:
-        await session._deps.store.quarantine(row, owner=session._owner, reason="checkpoint corrupt",
-                                             detail=f"run {run.run_id[:12]}: {detail}", checkpoint_only=True)
+        await store.quarantine(row, owner=owner, reason="checkpoint corrupt",
+                               detail=f"run {run.run_id[:12]}: {detail}", checkpoint_only=True)
 
 
 def stopped(run: Run) -> InterruptedRun:

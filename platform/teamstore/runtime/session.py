@@ -408,7 +408,7 @@ class Session:
         except Exception as exc:
             detail = (exc.detail if isinstance(exc, StateRejected)
                       else f"AutoGen could not load the checkpoint ({type(exc).__name__})")
-            await interruptions.set_aside(self, checkpoint.run, detail)
+            await interruptions.set_aside(self._deps.store, self.key, self._owner, checkpoint.run, detail)
             self._interrupted = self._checkpoint = None
             await self._rebuild()
             raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
@@ -421,7 +421,7 @@ class Session:
             raise NoInterruptedRun("this session has no interrupted run",
                                    hint="check s.interrupted (or s.resume.interrupted) first")
         if self._checkpoint is None:  # the run stopped in this block: its checkpoint is read back
-            self._checkpoint = await interruptions.read_back(self)
+            self._checkpoint = await interruptions.read_back(self._deps.store, self.key, self._built)
         return self._checkpoint
 
     def _after_failure(self, run: Run) -> None:
