@@ -14,12 +14,14 @@ from autogen_agentchat.base import TaskResult
 from sqlalchemy import select
 
 from config_registry import Registry
+from teamstore.app import open_platform
 from teamstore.audit.cost import query_costs
 from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import usage
 from teamstore.audit.transcripts.record import decode
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
+from tests.conftest import prepare
 from tests.otlp_receiver import OtlpReceiver
 from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register, said
 
@@ -28,13 +30,16 @@ TASK = "My line drops every evening since the storm."
 
 @pytest.fixture
 async def platform(
-    database_url: str, tmp_path: Path, otlp_env: OtlpReceiver, registry_path: Path
+    backend: tuple[str, str], tmp_path: Path, otlp_env: OtlpReceiver, registry_path: Path
 ) -> AsyncIterator[Platform]:
-    """A service's platform from settings: transcripts in a folder, the ledger, spans over OTLP."""
+    """A service's platform from settings: transcripts in a folder, the ledger, spans over OTLP; on SQLite and
+    Postgres with both kinds of lease."""
+    url, lease = backend
+    await prepare(url, lease)
     register(Registry(registry_path))
-    built = Platform.from_settings(Settings(
-        home=tmp_path / "home", registry_path=registry_path, database_url=database_url, auto_migrate=True,
-        registry_refresh_seconds=0,
+    built = open_platform(Settings(
+        home=tmp_path / "home", registry_path=registry_path, database_url=url, auto_migrate=True,
+        registry_refresh_seconds=0, session_lease=lease,
     ))
     async with built:
         yield built
