@@ -58,6 +58,10 @@ async def seed_user(
                 await session.run(f"{canary} run {r}: my router keeps dropping")
                 assert session.last_run_id is not None
                 run_ids.append(session.last_run_id)
+    for observer in platform.observers:  # a flush the runs started would deliver the outbox row queued below
+        drain = getattr(observer, "drain", None)
+        if drain is not None:
+            await drain()
     subject = await find_subject(platform.engine, user_id)
     assert subject is not None
     keys = await store.list_keys(subject_prefix(subject))
