@@ -24,7 +24,7 @@ from typing import Any
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.teams import BaseGroupChat
 
-from bench.common import drop_database, postgres_database
+from bench.common import drop_database, otlp_receiver, postgres_database, s3_endpoint
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
 from teamstore.audit.prices import load_prices
@@ -39,7 +39,6 @@ from teamstore.metering import metered_run, wrap_model_clients
 from teamstore.settings import Settings
 from tests.audit.teams import context
 from tests.otlp_receiver import OtlpReceiver
-from tests.services import free_port
 
 RUNS = 200
 
@@ -88,39 +87,30 @@ async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
     """Transcript uploads to moto over HTTP; every botocore request counted."""
     import os
 
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench",
         AWS_SECRET_ACCESS_KEY="bench",
         AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}",
+        AWS_ENDPOINT_URL_S3=s3_endpoint(),
     )
-    try:
-        client = make_client()
-        client.create_bucket(Bucket="bench")
-        sent: list[str] = []
-        client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
-        engine = create_engine(f"sqlite:///{(tmp / 's3.db').as_posix()}")
-        await upgrade(engine)
-        observer = TranscriptObserver(S3TranscriptStore(client, "bench", "t"), engine, Pseudonyms(engine))
-        for _ in range(runs):
-            await _observed_run([observer], _team(metered=True))
-        await observer.drain()
-        await engine.dispose()
-        return len(sent) / runs
-    finally:
-        server.stop()
+    client = make_client()
+    client.create_bucket(Bucket="bench")
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
+    engine = create_engine(f"sqlite:///{(tmp / 's3.db').as_posix()}")
+    await upgrade(engine)
+    observer = TranscriptObserver(S3TranscriptStore(client, "bench", "t"), engine, Pseudonyms(engine))
+    for _ in range(runs):
+        await _observed_run([observer], _team(metered=True))
+    await observer.drain()
+    await engine.dispose()
+    return len(sent) / runs
 
 
-async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, float]:
-    """Median and mean run time, audited vs bare, alternating in one process."""
+async def overhead(tmp: Path, database_url: str, receiver: OtlpReceiver, runs: int = RUNS) -> dict[str, float]:
+    """Median and mean run time, audited vs bare, alternating in one process; spans go to ``receiver``."""
     import os
 
-    receiver = OtlpReceiver().start()
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
     provider = setup_tracing(Settings())
     assert provider is not None
@@ -146,7 +136,6 @@ async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, 
         audited.append(to_result)
         durable.append(to_durable)
     provider.shutdown()
-    receiver.stop()
     del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     await engine.dispose()
     return {
@@ -235,7 +224,8 @@ def main() -> None:
                 ("SQLite", f"sqlite:///{(tmp / 'overhead.db').as_posix()}"),
                 ("Postgres", pg_url),
             ):
-                figures = asyncio.run(overhead(tmp, url))
+                with otlp_receiver() as receiver:
+                    figures = asyncio.run(overhead(tmp, url, receiver))
                 print(
                     f"overhead, transcript+spans+ledger ({label} ledger) vs bare ({RUNS} runs each, alternating):\n"
                     f"  time to the result: median {figures['audited_median_ms']:.2f} ms vs "

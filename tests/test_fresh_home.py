@@ -28,7 +28,10 @@ ON_THE_DATABASE = [
     ["retention", "sweep"],
     ["cost"],
     ["erase", "--user", "alice", "--dry-run"],
-    ["erase", "--user", "alice", "--request-id", "REQ-1"],  # a receipt 'no_match' everywhere would mislead
+    ["erase", "--user", "alice", "--request-id", "REQ-1", "--yes"],  # a receipt 'no_match' everywhere would mislead
+    ["erase", "list"],
+    ["erase", "extend", "REQ-1", "--by", "2m", "--reason", "complex"],
+    ["export", "--user", "alice"],  # an archive saying 'nothing held' would mislead as much
     ["erase", "status", "REQ-1"],
 ]
 

@@ -1,4 +1,5 @@
-"""The composition root: settings -> engine, stores, tracer and meter providers, observers, registry, erasure.
+"""The composition root: settings -> engine, stores, tracer and meter providers, observers, registry, erasure
+and export coordinators.
 
 The library (:func:`open_platform`, :func:`erase_user`) and the command line (``teamstore.cli._runner``)
 build what they need here. Each piece is built once, only when first
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from teamstore.erasure.receipt import Receipt
     from teamstore.erasure.steps import Progress
     from teamstore.events import RunObserver
+    from teamstore.export.coordinator import ExportCoordinator
     from teamstore.runtime.platform import Platform
     from teamstore.state.base import StateStore
 
@@ -183,6 +185,19 @@ class App:
 
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress)
 
+    def exporter(self) -> ExportCoordinator:
+        """The export coordinator over every store: those below it, and the erasure requests.
+
+        Raises:
+            ConfigurationError: The price table (``TEAMSTORE_PRICES_PATH``) cannot be read.
+        """
+        from teamstore.audit.prices import load_prices
+        from teamstore.erasure.exporter import ErasureRequestsExporter
+        from teamstore.export.coordinator import ExportCoordinator, store_exporters
+
+        exporters = [*store_exporters(), ErasureRequestsExporter()]
+        return ExportCoordinator(self.engine, self.transcript_store, exporters, load_prices(self.settings.prices_path))
+
     async def ensure_schema(self, *, lease: bool = False) -> None:
         """Migrate the embedded database (or any, with ``TEAMSTORE_AUTO_MIGRATE``), else check it is current.
 
@@ -242,6 +257,8 @@ async def erase_user(
     dry_run: bool = False,
     settings: Settings | None = None,
     check: bool = True,
+    requested_by: str | None = None,
+    operator: str | None = None,
 ) -> Receipt:
     """Erase ``user_id`` using the database and transcript store the settings name.
 
@@ -252,9 +269,12 @@ async def erase_user(
         dry_run: Enumerate only; no request is stored, and the receipt's ``request_id`` is ``None``.
         settings: Defaults to ``Settings()`` (the environment).
         check: Raise unless every store is ``erased`` or ``no_match``.
+        requested_by: Who asked (the data subject, a representative, a ticket), on the receipt.
+        operator: Who runs it, on the receipt; ``TEAMSTORE_OPERATOR``, else the OS user, when omitted.
 
     Returns:
-        The receipt.
+        The receipt; its status is ``no_match`` (and ``ok``) when no store held anything for the id, which
+        may be mistyped: ``receipt.near_match`` says whether a near-identical id holds data.
 
     Raises:
         ErasureIncomplete: ``check`` is on and a store failed or is retained under a hold (the
@@ -271,7 +291,8 @@ async def erase_user(
     app = App(settings, must_exist=True)
     try:
         await app.ensure_schema()
-        receipt = await app.erasure().run(user_id, request_id, reason, dry_run)
+        receipt = await app.erasure().run(user_id, request_id, reason, dry_run, requested_by=requested_by,
+                                          operator=operator)
     finally:
         await app.aclose()
     if check and not receipt.ok:

@@ -262,7 +262,8 @@ def _amount(row: dict[str, Any]) -> str:
 
 
 def _erase(user: str, session: str) -> None:
-    receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", ok=(0, 2))
+    receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", "--yes",
+                        "--requested-by", "demo: the user", ok=(0, 2))
     table = Table("store", "status", "rows", "objects", "versions", "bytes")
     for store, step in receipt["stores"].items():
         counts = step["counts"]

@@ -192,7 +192,7 @@ class UnknownPrice(AuditError):
     """A model is missing from the price table."""
 
 
-class ExportFailed(AuditError):
+class LedgerExportFailed(AuditError):
     """A ledger export could not write a partition; the partitions written before it stand, and a rerun
     of the same window replaces them."""
 
@@ -246,9 +246,34 @@ class ErasureRequestNotFound(ErasureError):
     """No erasure request is stored under that id."""
 
 
+class ExtensionRefused(ErasureError):
+    """A request's due date cannot be extended: extended already, by more than two months, after its
+    original due date, finished, or without a reason (GDPR art. 12(3) allows one extension, decided and
+    told to the data subject within the first month)."""
+
+
+class ConfirmationNeeded(ErasureError):
+    """An erasure was not confirmed: no terminal to ask on and no ``--yes``, or the operator answered no.
+    Nothing was changed and no request was opened."""
+
+
 class ErasureIncomplete(ErasureError):
     """An erasure finished with a store not erased (failed, or retained under a legal hold)."""
 
     def __init__(self, message: str, *, hint: str | None = None, receipt: object | None = None) -> None:
         super().__init__(message, hint=hint)
         self.receipt = receipt
+
+
+# --- export ------------------------------------------------------------------------------------------------
+class ExportError(TeamstoreError):
+    """Base of ``teamstore export`` errors (an access or portability request: GDPR art. 15 and 20)."""
+
+
+class ExportFailed(ExportError):
+    """A store could not be read to the end: no archive was left behind (never a partial one), and the
+    export's record says it failed."""
+
+
+class ExportTargetExists(ExportError):
+    """The archive's path is taken: an export never overwrites a file or folder."""

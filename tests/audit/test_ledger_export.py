@@ -140,7 +140,7 @@ async def test_an_erased_users_rows_are_exported_as_the_ledger_holds_them_then(
     subject = await get_or_create_subject(engine, USERS[0])
     await record_store(engine, subject, Settings().resolved_transcripts_url)  # as a run's transcript writer does
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "before"), "--json")
-    await asyncio.to_thread(_cli, "erase", "--user", USERS[0], "--json")
+    await asyncio.to_thread(_cli, "erase", "--user", USERS[0], "--yes", "--json")
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "after"), "--json")
     query = "SELECT count(*) FROM read_parquet('{}/**/*.parquet', hive_partitioning = true) WHERE subject_key = '{}'"
     assert _one(query.format((tmp_path / "before").as_posix(), subject)) == (8,)  # 4 runs, 2 models each

@@ -22,6 +22,7 @@ from teamstore.events import ModelCall
 from teamstore.settings import Settings
 from teamstore.state.schema import sessions
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Point
+from tests.services.session import Services
 
 pytestmark = pytest.mark.otlp
 USER = "alice.raw-user-id@example.com"
@@ -62,16 +63,13 @@ def _totals(points: list[Point], name: str, attribute: str) -> dict[str | None, 
 
 
 def test_grpc_named_by_the_standard_variable_sends_spans_over_grpc(
-    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, services: Services
 ) -> None:
-    receiver = GrpcOtlpReceiver().start()
-    try:
+    with services.otlp(GrpcOtlpReceiver) as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         asyncio.run(_one_run(tmp_path, registry))
         spans = receiver.wait_for(lambda spans: any(s["name"].startswith("invoke_agent") for s in spans))
-    finally:
-        receiver.stop()
     assert any(s["name"].startswith("chat ") for s in spans)
 
 

@@ -61,8 +61,12 @@ POLICY: tuple[Allowance, ...] = (
               "the erasure fence names the user while a request is open"),
     Allowance(DATABASE, r"\bts_erasure_requests\b, column user_id", frozenset({Kind.USER_ID}),
               "an open request keeps the raw id so a rerun can resume it; cleared when it completes"),
-    Allowance(DATABASE, r"\bts_erasure_requests\b, column (reason|receipt)\b", frozenset({Kind.ERASE_REASON}),
-              "the operator's reason is stored as given, in the request and its receipt (docs/erasure.md)"),
+    Allowance(DATABASE, r"\bts_erasure_requests\b, column (reason|receipt|requested_by)\b",
+              frozenset({Kind.ERASE_REASON}),
+              "the operator's reason and who asked are stored as given, in the request and its receipt "
+              "(docs/erasure.md)"),
+    Allowance(DATABASE, r"\bts_export_requests\b, column (requested_by|manifest)\b", frozenset({Kind.ERASE_REASON}),
+              "an export's record keeps who asked for it, as the operator gave it, beside its manifest"),
     Allowance(FILES, r"(^|/)teamstore\.db(-wal|-shm|-journal)?$", STATE | {Kind.ERASE_REASON},
               "the embedded database's files hold what its tables hold (deleted rows are overwritten: "
               "secure_delete, and the write-ahead log is emptied when an erasure finishes)"),

@@ -19,6 +19,7 @@ from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.events import RunObserver
+from teamstore.export.requests import new_export_id, open_export
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine, sessions
@@ -50,7 +51,8 @@ def audited_platform(
 async def seed_user(
     platform: Platform, store: TranscriptStore, user_id: str, canary: str, sessions_n: int = 2, runs: int = 2
 ) -> Seeded:
-    """Runs through the real runtime, an overwritten transcript, a quarantined row and an outbox row."""
+    """Runs through the real runtime, an overwritten transcript, a quarantined row, an outbox row and the
+    record of an earlier export of the user."""
     run_ids = []
     for s in range(sessions_n):
         async with platform.session(user_id, f"sess-{s}", team="support_triage") as session:
@@ -67,6 +69,7 @@ async def seed_user(
     keys = await store.list_keys(subject_prefix(subject))
     await store.put(keys[0], gzip.compress(f'{{"rewritten": "{canary}"}}'.encode()))  # an old version now exists
     await _quarantine_and_outbox(platform.engine, user_id, subject, canary, keys[0])
+    await open_export(platform.engine, new_export_id(), subject, requested_by="ticket 881", operator="dpo")
     return Seeded(user_id, canary, subject, run_ids)
 
 

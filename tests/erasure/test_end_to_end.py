@@ -61,6 +61,7 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     assert stores["transcripts"].counts.bytes > 0 and stores["outbox"].counts.rows == 1
     assert stores["ledger"].counts.rows >= 4 and stores["subject"].counts.rows == 1
     assert stores["session_ids"].counts.rows == 2  # the session ids recorded beside alice's session keys
+    assert stores["exports"].counts.rows == 1  # the record of an export stays, unlinked (the scan below)
     assert all(s.verified_at is not None for s in stores.values())
     assert receipt.subject_hash and ALICE not in receipt.model_dump_json() and a.subject_key not in receipt.model_dump_json()
     assert (receipt.due_at - receipt.received_at).days == 30

@@ -13,8 +13,9 @@ certificates and temporality are read by the exporters themselves from the same 
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from teamstore.errors import ConfigurationError, MissingExtra
 
@@ -61,22 +62,31 @@ def _missing(what: str) -> MissingExtra:
     return MissingExtra(what, "otel", "opentelemetry-exporter-otlp")
 
 
+# Per signal: the exporter's module (the same name under ``proto.grpc`` and ``proto.http``) and class.
+_EXPORTERS: dict[Signal, tuple[str, str]] = {
+    "traces": ("trace_exporter", "OTLPSpanExporter"),
+    "metrics": ("metric_exporter", "OTLPMetricExporter"),
+}
+
+
+def _exporter(signal: Signal, what: str) -> Any:
+    chosen = protocol(signal)
+    module, name = _EXPORTERS[signal]
+    package = "grpc" if chosen == "grpc" else "http"
+    try:
+        exporter = getattr(importlib.import_module(f"opentelemetry.exporter.otlp.proto.{package}.{module}"), name)
+    except ImportError as exc:
+        raise _missing(f"OTLP {what} export over {chosen}") from exc
+    return exporter(timeout=_timeout(signal))
+
+
 def span_exporter() -> SpanExporter:
     """An OTLP span exporter over the configured protocol.
 
     Raises:
         ConfigurationError: An unknown protocol. MissingExtra: the exporter package is not installed.
     """
-    chosen = protocol("traces")
-    try:
-        if chosen == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
-
-            return Grpc(timeout=_timeout("traces"))
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
-    except ImportError as exc:
-        raise _missing(f"OTLP span export over {chosen}") from exc
-    return Http(timeout=_timeout("traces"))
+    return cast("SpanExporter", _exporter("traces", "span"))
 
 
 def metric_exporter() -> MetricExporter:
@@ -85,13 +95,4 @@ def metric_exporter() -> MetricExporter:
     Raises:
         ConfigurationError: An unknown protocol. MissingExtra: the exporter package is not installed.
     """
-    chosen = protocol("metrics")
-    try:
-        if chosen == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
-
-            return Grpc(timeout=_timeout("metrics"))
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
-    except ImportError as exc:
-        raise _missing(f"OTLP metric export over {chosen}") from exc
-    return Http(timeout=_timeout("metrics"))
+    return cast("MetricExporter", _exporter("metrics", "metric"))

@@ -5,6 +5,7 @@
     teamstore cost --by session --format csv
     teamstore ledger export --to s3://warehouse/teamstore/ledger
     teamstore erase --user u1
+    teamstore export --user u1 --output u1.zip
 
 Each area lives in its own module and mounts its commands here.
 """
@@ -19,7 +20,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from teamstore.cli import audit, erase, ledger, registry, sessions
+from teamstore.cli import audit, erase, export, ledger, registry, sessions
 from teamstore.cli._output import UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
@@ -87,6 +88,7 @@ sessions.register(app)
 audit.register(app)
 ledger.register(app)
 erase.register(app)
+export.register(app)
 
 
 class _OneLine(logging.Handler):

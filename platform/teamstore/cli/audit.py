@@ -267,16 +267,25 @@ cost_app = typer.Typer(help="Token usage and cost from the ledger, and an HTML r
                        "when the filters match (even at cost 0), 3 when they match nothing, 1 on an error.")
 
 
+# The filters `cost` and `cost report` share.
+SessionOption = typer.Option(None, "--session", help="One session (needs --user).")
+UserOption = typer.Option(None, "--user", help="One user (exact id).")
+TeamOption = typer.Option(None, "--team", help="One team.")
+ModelOption = typer.Option(None, "--model", help="One model (as the ledger names it).")
+SinceOption = typer.Option(None, "--since", help=f"Runs started at or after: {_WHEN}")
+UntilOption = typer.Option(None, "--until", help=f"Runs started before: {_WHEN}")
+
+
 @cost_app.callback(invoke_without_command=True)
 def cost(
     ctx: typer.Context,
     by: str = typer.Option("session", "--by", help=_BY),
-    session: str | None = typer.Option(None, "--session", help="One session (needs --user)."),
-    user: str | None = typer.Option(None, "--user", help="One user (exact id)."),
-    team: str | None = typer.Option(None, "--team", help="One team."),
-    model: str | None = typer.Option(None, "--model", help="One model (as the ledger names it)."),
-    since: str | None = typer.Option(None, "--since", help=f"Runs started at or after: {_WHEN}"),
-    until: str | None = typer.Option(None, "--until", help=f"Runs started before: {_WHEN}"),
+    session: str | None = SessionOption,
+    user: str | None = UserOption,
+    team: str | None = TeamOption,
+    model: str | None = ModelOption,
+    since: str | None = SinceOption,
+    until: str | None = UntilOption,
     top: int | None = typer.Option(None, "--top", help="Only the N costliest groups (ties by tokens)."),
     pseudonymous: bool = typer.Option(False, "--pseudonymous", help=_PSEUDONYMOUS),
     fmt: str = typer.Option("table", "--format", help="table | csv | json."),
@@ -304,12 +313,12 @@ def cost_report_page(
     output: str = typer.Option(..., "--output", "-o", help="The HTML file to write."),
     every: str = typer.Option("day", "--every", help="Time scale of the charts: day | week | month."),
     top: int = typer.Option(10, "--top", min=1, help="How many of the costliest sessions to chart."),
-    session: str | None = typer.Option(None, "--session", help="One session (needs --user)."),
-    user: str | None = typer.Option(None, "--user", help="One user (exact id)."),
-    team: str | None = typer.Option(None, "--team", help="One team."),
-    model: str | None = typer.Option(None, "--model", help="One model (as the ledger names it)."),
-    since: str | None = typer.Option(None, "--since", help=f"Runs started at or after: {_WHEN}"),
-    until: str | None = typer.Option(None, "--until", help=f"Runs started before: {_WHEN}"),
+    session: str | None = SessionOption,
+    user: str | None = UserOption,
+    team: str | None = TeamOption,
+    model: str | None = ModelOption,
+    since: str | None = SinceOption,
+    until: str | None = UntilOption,
     pseudonymous: bool = typer.Option(False, "--pseudonymous", help=_PSEUDONYMOUS),
 ) -> None:
     """Write one self-contained HTML page (no server, nothing fetched): cost over time by team and by model,

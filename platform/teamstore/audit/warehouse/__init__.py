@@ -116,7 +116,7 @@ async def export_ledger(
         The partitions written, in day order, with rows, bytes and the time taken.
 
     Raises:
-        StoreUnavailable: The ledger could not be read. ExportFailed: a partition could not be written
+        StoreUnavailable: The ledger could not be read. LedgerExportFailed: a partition could not be written
             (those before it are written; run the same export again).
     """
     started = time.perf_counter()

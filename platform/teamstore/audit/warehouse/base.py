@@ -27,7 +27,7 @@ class PartitionSink(Protocol):
         """Make ``staged`` the file at ``key``, replacing any; ``staged`` is gone afterwards.
 
         Raises:
-            ExportFailed: The destination refused it; what was at ``key`` is unchanged.
+            LedgerExportFailed: The destination refused it; what was at ``key`` is unchanged.
         """
         ...
 

@@ -8,7 +8,7 @@ import os
 import uuid
 from pathlib import Path
 
-from teamstore.errors import ExportFailed
+from teamstore.errors import LedgerExportFailed
 
 
 class LocalPartitions:
@@ -28,7 +28,7 @@ class LocalPartitions:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ExportFailed(f"cannot make the export folder {str(target.parent)!r}: {exc.strerror}",
+            raise LedgerExportFailed(f"cannot make the export folder {str(target.parent)!r}: {exc.strerror}",
                                hint="give a folder this process can write to") from None
         return target.parent / f".tmp-{uuid.uuid4().hex}-{target.name}"
 
@@ -38,7 +38,7 @@ class LocalPartitions:
             os.replace(staged, self.root / key)
         except OSError as exc:
             self.discard(staged)
-            raise ExportFailed(f"cannot write {key!r} under {str(self.root)!r}: {exc.strerror}",
+            raise LedgerExportFailed(f"cannot write {key!r} under {str(self.root)!r}: {exc.strerror}",
                                hint="check the folder's permissions and free space, then export again") from None
 
     def discard(self, staged: Path) -> None:

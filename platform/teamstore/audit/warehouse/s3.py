@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from teamstore.audit.transcripts.s3_client import describe, make_client
-from teamstore.errors import ExportFailed
+from teamstore.errors import LedgerExportFailed
 
 
 class S3Partitions:
@@ -50,7 +50,7 @@ class S3Partitions:
                 self.client.put_object(Bucket=self.bucket, Key=full, Body=body,
                                        ContentType="application/vnd.apache.parquet")
         except (BotoCoreError, ClientError) as exc:  # named by class and S3's code: botocore's text quotes URLs
-            raise ExportFailed(
+            raise LedgerExportFailed(
                 f"could not upload {key!r} to bucket {self.bucket!r}: {describe(exc)}",
                 hint="check the AWS_* credentials and s3:PutObject on the prefix, then export again",
             ) from None

@@ -1,4 +1,5 @@
-"""The database steps: resume state, quarantine, outbox, ledger link, session ids, subject mapping.
+"""The database steps: resume state, quarantine, outbox, ledger link, session ids, export records' link,
+subject mapping.
 
     from teamstore.erasure.steps.database import resume_step
 
@@ -27,8 +28,9 @@ from teamstore.audit.schema import outbox, subject_sessions, subjects, usage
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
-from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable
+from teamstore.export.schema import export_requests
 from teamstore.state import erasure as state
 
 Where = Callable[[StepContext], ColumnElement[bool]]
@@ -170,6 +172,16 @@ class LedgerRows(TableRows):
             )
 
 
+@dataclass(frozen=True)
+class UnlinkRows(TableRows):
+    """Clear the subject key of the user's rows in a table that keeps them as a record (who exported what,
+    when): the rows stay, and nothing links them to the user any more."""
+
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        """Unlink the matching rows."""
+        await conn.execute(update(self.table).where(self.where(ctx)).values(subject_key=None))
+
+
 def resume_step() -> SqlDeleteStep:
     """Resume state: every stored session of the exact user id (several copies of the words inside)."""
     return SqlDeleteStep("resume_state", StateRows(state.SESSIONS))
@@ -193,6 +205,12 @@ def ledger_step() -> SqlDeleteStep:
 def session_ids_step() -> SqlDeleteStep:
     """The user's session ids recorded beside their session keys, for readable reports (before the subject)."""
     return SqlDeleteStep("session_ids", TableRows(subject_sessions, _by_subject(subject_sessions)))
+
+
+def exports_step() -> SqlDeleteStep:
+    """The export records' link to the user (``ts_export_requests``: who exported the user's data, when, at
+    whose request; the rows stay, de-identified, with their manifests, which hold no user data)."""
+    return SqlDeleteStep("exports", UnlinkRows(export_requests, _by_subject(export_requests)))
 
 
 def subject_step() -> SqlDeleteStep:
