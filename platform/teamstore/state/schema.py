@@ -3,7 +3,7 @@
     from teamstore.state.schema import sessions, quarantine
 
 One row per (user_id, session_id) in ``ts_sessions``, which also holds the checkpoint of a run in flight
-(a team with per-turn checkpoints, migration 0012); refused rows move to ``ts_quarantine`` with the
+(a team with per-turn checkpoints, migration 0013); refused rows move to ``ts_quarantine`` with the
 reason (the erasure fence every lease and save checks, ``ts_user_holds``, is :mod:`teamstore.db.fence`);
 ``ts_store_settings`` records how the database's sessions are leased (``lock`` or ``row``). The row
 version, and with row leases the lease too, live in the session row itself, so taking the lease and
@@ -128,7 +128,7 @@ sessions = Table(
     Column("expires_at", Timestamp, nullable=True),
     Column("lease_owner", String(64), nullable=True),
     Column("lease_until", DateTime(timezone=True), nullable=True),
-    # The checkpoint of a run in flight (migration 0012): raw text like the state, so a damaged one can
+    # The checkpoint of a run in flight (migration 0013): raw text like the state, so a damaged one can
     # still be read and quarantined; cleared by the save that follows the run.
     Column("checkpoint", Text, nullable=True),
     Column("checkpoint_bytes", Count, nullable=False, default=0, server_default="0"),

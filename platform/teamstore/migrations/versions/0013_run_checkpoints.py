@@ -12,8 +12,8 @@ its worker died, so cost reports can tell such runs apart.
 On Postgres the load reads the row through ``ts_locked_session`` (migration 0004): it is made again with
 the two new columns, and the checkpoint is compressed with lz4 like the state (migration 0006).
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
