@@ -283,6 +283,7 @@ def _settings(definition: TeamDefinition) -> tuple[dict[str, Any], dict[str, Any
         "persist": sorted(m.persist),
         "context_bound": m.context_bound,
         "state_ttl_days": m.state_ttl_days,
+        "checkpoints": m.checkpoints,
     }
     allowances = {
         "allow_source_code_tools": m.allow_source_code_tools,
@@ -392,6 +393,12 @@ def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
     for name in sorted(set(b.fingerprints) - set(a.fingerprints)):
         report.notes.append(f"{name!r} is newly persisted: it starts with fresh state")
     _memory_compatibility(a, b, report)
+    if a.version != b.version and a.manifest.checkpoints != "off":
+        # A checkpoint holds every participant's and the manager's state mid-run, shaped by its exact version.
+        report.notes.append("runs interrupted under a cannot be continued under b: a run's checkpoint applies "
+                            "only to the version that wrote it (the state from before the run still loads)")
+    if a.manifest.checkpoints != b.manifest.checkpoints:
+        report.notes.append(f"checkpoints {a.manifest.checkpoints} -> {b.manifest.checkpoints}")
     report.compatible = not report.reasons
     return report
 

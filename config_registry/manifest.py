@@ -26,6 +26,8 @@ VERSION_LIKE = re.compile(r"[0-9a-f]{7,40}")
 SECRET_REFERENCE = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
 # AutoGen's own; installed packages add theirs through entry points (config_registry.extensions).
 BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = ("autogen_agentchat.", "autogen_core.", "autogen_ext.")
+Checkpoints = Literal["off", "every_turn"]
+"""When a run's progress is made durable while it runs: never, or after every completed agent turn."""
 
 
 def shown(value: str) -> str:
@@ -138,6 +140,9 @@ class Manifest(BaseModel):
         secrets: JSON path (under the root component's ``config``) -> reference such as ``env:OPENAI_API_KEY``.
         state_ttl_days: How long resume state for this team lives; ``None`` leaves it to the runtime.
         memory: What the team keeps about a user between sessions; ``None``: nothing.
+        checkpoints: ``"off"``, or ``"every_turn"``: each completed agent turn of a run is made durable
+            before the next starts, so a run whose worker died continues from its last completed turn
+            (docs/checkpoints.md).
         notes: Free text for reviewers.
     """
 
@@ -153,6 +158,7 @@ class Manifest(BaseModel):
     secrets: dict[str, str] = Field(default_factory=dict)
     state_ttl_days: float | None = Field(default=None, gt=0, le=3650)  # ten years, as the runtime's own setting
     memory: MemoryDeclaration | None = None
+    checkpoints: Checkpoints = "off"
     notes: str = ""
 
     @field_validator("name")

@@ -476,6 +476,37 @@ def _dump_load_mismatch(component: dict[str, Any], path: str, dropped: list[str]
     )
 
 
+# Teams whose manager runs its own loop instead of AutoGen's turn-by-turn one: no point between two turns
+# exists at which a run's progress could be made durable (MagenticOne's orchestrator plans, re-plans and
+# keeps a ledger of its own).
+_NO_TURN_CHECKPOINTS = ("autogen_agentchat.teams.MagenticOneGroupChat",)
+
+
+def check_checkpoints(component: Mapping[str, Any], manifest: Manifest) -> None:
+    """Per-turn checkpoints are declared only where a run has turns to checkpoint.
+
+    Raises:
+        DefinitionInvalid: ``checkpoints`` is on for a single agent (its run is one turn) or for a team
+            whose manager has no turn-by-turn loop (MagenticOne).
+    """
+    if manifest.checkpoints == "off":
+        return
+    if kind_of(component) == "agent":
+        raise DefinitionInvalid(
+            "checkpoints are taken between the turns of a team's run; a single agent's run is one turn",
+            field="checkpoints",
+            hint="register it with checkpoints 'off' (a run that fails is run again from its task)",
+        )
+    provider = str(component.get("provider", ""))
+    if provider in _NO_TURN_CHECKPOINTS or provider.endswith(".MagenticOneGroupChat"):
+        raise DefinitionInvalid(
+            f"{provider.rsplit('.', 1)[-1]} orchestrates its own loop: there is no point between two turns "
+            "at which its run could be checkpointed",
+            field="checkpoints",
+            hint="use checkpoints 'off' for this team, or a RoundRobinGroupChat, SelectorGroupChat, Swarm or GraphFlow",
+        )
+
+
 def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dict[str, Any]:
     """Run every check and return the JSON to store (secrets as references).
 
@@ -495,5 +526,6 @@ def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dic
     participant_names(stored)
     check_persisted(stored, manifest)
     check_memory(stored, manifest)
+    check_checkpoints(stored, manifest)
     check_round_trip(stored)
     return stored

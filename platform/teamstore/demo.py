@@ -6,18 +6,22 @@ It registers the example support team, runs two users' sessions, ends that proce
 new processes (the earlier context comes back), makes a breaking definition change and shows a session
 failing closed with the reason, rolls the change back by moving the label and restores the quarantined
 state, lets a session expire and shows the new one knowing its user from the memory kept, prints what is
-stored, shows a run's transcript and the cost per session (the memory writer's apart), and erases one
-user with a verified receipt.
+stored, kills a worker in the middle of a long checkpointed run and continues the run in a new process,
+shows a run's transcript and the cost per session (the memory writer's apart), and erases one user with a
+verified receipt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -28,11 +32,16 @@ from rich.table import Table
 from config_registry import Registry
 from teamstore.app import App
 from teamstore.db.engine import redact_url
-from teamstore.examples import example_manifest, support_triage, support_triage_v2_renamed
+from teamstore.examples import example_manifest, support_escalation, support_triage, support_triage_v2_renamed
+from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.settings import Settings
+from teamstore.state.base import SessionKey
 
 console = Console(width=120)
 TEAM = "support_triage"
+LONG = "support_escalation"
+MODEL_SECONDS = 0.6  # each model call of the long case takes this long, so a worker can be killed mid-run
+LEASE_SECONDS = 3.0  # the killed worker's lease TTL
 
 
 def teamstore(*args: str, ok: tuple[int, ...] = (0,), json_flag: str = "--json", env: dict[str, str] | None = None) -> Any:
@@ -82,6 +91,8 @@ def _register(registry: Registry) -> tuple[str, str]:
     v2 = registry.add(TEAM, support_triage_v2_renamed().dump_component(), manifest,
                       "rename researcher to investigator")
     registry.label(TEAM, v1, "production", reason="demo: production runs v1")
+    registry.add(LONG, support_escalation(MODEL_SECONDS).dump_component(), example_manifest(LONG),
+                 "a long escalation, checkpointed after every turn", label="production")
     return v1, v2
 
 
@@ -168,13 +179,16 @@ def run_demo() -> None:
     for q in _quarantined("alice", sessions["alice"]):
         console.print(f"quarantined: alice/{q['session_id']} reason={q['reason']}: {escape(q['detail'])}")
 
-    _step("7. The audit trail: alice's first run, as stored (one compressed object per run)")
+    _step("7. A worker is killed in the middle of a long run; a new process continues it")
+    _interrupted(settings, "alice", f"case-{stamp}")
+
+    _step("8. The audit trail: alice's first run, as stored (one compressed object per run)")
     _transcript("alice", sessions["alice"])
 
-    _step("8. Token cost per session, from the usage ledger")
+    _step("9. Token cost per session, from the usage ledger")
     _cost(sessions)
 
-    _step("9. Compliance erases bob from every store")
+    _step("10. Compliance erases bob from every store")
     _erase("bob", sessions["bob"])
 
 
@@ -202,6 +216,54 @@ def _memory(user: str, session: str) -> None:
             table.add_row(fact["name"], fact["type"], escape(str(fact["value"])), fact["source_run_id"][:12],
                           fact["confirmed_at"][:19])
         console.print(table)
+
+
+def _interrupted(settings: Settings, user: str, session: str) -> None:
+    """Start a long run in a worker process, SIGKILL the worker once turn 2 is checkpointed, continue the run."""
+    text = "Escalation: my line has dropped every evening for three weeks."
+    # A short lease, so the next process takes the dead worker's session over within seconds (with Postgres's
+    # advisory locks, a dead worker's lease goes with its connection at once).
+    env = {**os.environ, "TEAMSTORE_LEASE_TTL_SECONDS": str(LEASE_SECONDS)}
+    worker = subprocess.Popen([sys.executable, "-m", "teamstore", "run", "--team", LONG, "--user", user,
+                               "--session", session, text, "--json"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env)
+    turn = asyncio.run(_checkpointed(settings, SessionKey(user, session), 2))
+    os.kill(worker.pid, signal.SIGKILL)  # mid-way through turn 3's model call: a node drained, an OOM kill
+    killed_at = datetime.now().astimezone()
+    worker.wait()
+    console.print(f"worker pid {worker.pid} ran {LONG} (six turns, {MODEL_SECONDS}s per model call) and was killed "
+                  f"with SIGKILL after turn {turn} was checkpointed")
+    stored = teamstore("sessions", "show", "--user", user, "--session", session)["checkpoint"]
+    console.print(f"  stored: the run's checkpoint after turn {stored['last_turn']} ({stored['bytes']:,} bytes)")
+    data = teamstore("run", "--team", LONG, "--user", user, "--session", session, "--continue")
+    console.print(f"  the dead worker's lease ran out ({LEASE_SECONDS:g}s TTL here) and a new process took the session over")
+    resume = data["resume"]
+    console.print(f"  a new process: resume [yellow]{resume['outcome']}[/] (run {resume['interrupted']['run_id'][:12]} "
+                  f"stopped after turn {resume['interrupted']['last_turn']}): teamstore run --continue")
+    for n, message in enumerate(data["messages"]):
+        before = datetime.fromisoformat(message["created_at"]) < killed_at
+        where = "[dim]from the killed worker[/]" if before else "[green]this process[/]"
+        label = "task" if n == 0 else f"turn {n}"
+        console.print(f"  {label} {message['source']} ({where}): {escape(message['content'][:70])}")
+    total = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")["total"]
+    console.print(f"  ledger: {total['calls']} model calls for six turns (turns 1-2 were not run again; turn 3, in "
+                  f"flight when the worker died, was), {total['runs_interrupted']} interrupted run")
+
+
+async def _checkpointed(settings: Settings, key: SessionKey, turn: int) -> int:
+    """Wait until the session's run has checkpointed ``turn``; the turn it has reached."""
+    app = App(settings)
+    try:
+        store = app.state_store
+        for _ in range(1200):
+            row = await store.get(key)
+            found = describe_checkpoint(row) if row is not None else None
+            if isinstance(found, dict) and found["last_turn"] >= turn:
+                return int(found["last_turn"])
+            await asyncio.sleep(0.05)
+    finally:
+        await app.aclose()
+    raise SystemExit(f"the long run never reached turn {turn}")
 
 
 def _transcript(user: str, session: str) -> None:

@@ -160,8 +160,13 @@ class InvalidTask(StateError):
     Refused before the team runs; the session stays open and its state as it was."""
 
 
-class RunCancelled(StateError):
-    """The session's last run was cancelled; AutoGen may have left its team mid-turn, so it runs no more."""
+class RunInterrupted(StateError):
+    """The session's last run did not complete and can be continued from its checkpoint: a new run is refused
+    until the application continues it (``s.continue_run()``) or abandons it (``s.abandon_run()``)."""
+
+
+class NoInterruptedRun(StateError):
+    """``continue_run()`` or ``abandon_run()`` on a session that has no interrupted run."""
 
 
 class ErasureInProgress(StateError):

@@ -78,6 +78,9 @@ class RunContext:
     team_version: str
     started_at: datetime
     resumed: bool = False
+    interruptions: int = 0
+    """How many times the run was continued from its checkpoint after it stopped mid-run (a worker died, the
+    database failed at a checkpoint): such a run's record holds the turns of every attempt."""
 
 
 @dataclass

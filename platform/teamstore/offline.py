@@ -26,6 +26,7 @@ fact found in the new messages: the latest token after the fact's first word (``
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -63,6 +64,8 @@ class OfflineChatCompletionClientConfig(BaseModel):
 
     model: str = Field(default="offline-small", description="The model name reported in usage and spans.")
     quote_chars: int = Field(default=80, gt=0, description="How much of a user request a reply quotes.")
+    delay_seconds: float = Field(default=0.0, ge=0, le=60, description="How long each call takes, as a remote "
+                                 "model's would (a demo of a long run, a benchmark); 0 answers at once.")
 
 
 def _text(message: LLMMessage) -> str:
@@ -129,6 +132,7 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
     Args:
         model: The model name this client reports.
         quote_chars: How many characters of a user request a reply quotes.
+        delay_seconds: How long each call takes (0: at once).
     """
 
     component_type = "model"
@@ -136,8 +140,9 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
     component_provider_override = PROVIDER
     component_version = 1
 
-    def __init__(self, model: str = "offline-small", quote_chars: int = 80) -> None:
-        self._config = OfflineChatCompletionClientConfig(model=model, quote_chars=quote_chars)
+    def __init__(self, model: str = "offline-small", quote_chars: int = 80, delay_seconds: float = 0.0) -> None:
+        self._config = OfflineChatCompletionClientConfig(model=model, quote_chars=quote_chars,
+                                                         delay_seconds=delay_seconds)
         self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
         self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
 
@@ -197,7 +202,12 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        """Answer deterministically from ``messages``."""
+        """Answer deterministically from ``messages`` (after ``delay_seconds``, cancelled with the token)."""
+        if self._config.delay_seconds:
+            waiting = asyncio.ensure_future(asyncio.sleep(self._config.delay_seconds))
+            if cancellation_token is not None:
+                cancellation_token.link_future(waiting)
+            await waiting
         return self._result(messages)
 
     async def create_stream(
@@ -259,4 +269,4 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
 
     @classmethod
     def _from_config(cls, config: OfflineChatCompletionClientConfig) -> Self:
-        return cls(model=config.model, quote_chars=config.quote_chars)
+        return cls(model=config.model, quote_chars=config.quote_chars, delay_seconds=config.delay_seconds)

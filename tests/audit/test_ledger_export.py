@@ -104,6 +104,7 @@ async def test_the_files_are_typed_and_hold_pseudonymous_keys_only(
     schema = pq.read_schema(tmp_path / "wh" / f"day={DAYS[0]}" / "part-00000.parquet")
     assert str(schema.field("started_at").type) == "timestamp[us, tz=UTC]"
     assert str(schema.field("input_tokens").type) == "int64" and str(schema.field("calls").type) == "int32"
+    assert str(schema.field("interruptions").type) == "int32"  # runs continued after they stopped mid-run
     assert "day" not in schema.names and "cost" not in schema.names  # the day is the partition; prices join later
     (hour,) = _one(f"SELECT min(hour(started_at AT TIME ZONE 'UTC')) FROM read_parquet("
                    f"'{tmp_path.as_posix()}/wh/day=2026-11-28/*.parquet')")

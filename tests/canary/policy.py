@@ -50,9 +50,11 @@ POLICY: tuple[Allowance, ...] = (
               "the session id beside its session key, so cost reports name sessions as the application does; "
               "deleted with the subject, and swept once no ledger row names the session"),
     Allowance(DATABASE, r"\bts_sessions\b", STATE,
-              "the resume state row: keyed by the raw ids, its saved agent states hold the conversation"),
+              "the resume state row: keyed by the raw ids, its saved agent states hold the conversation, and "
+              "while a run is in flight or interrupted, its checkpoint holds the run's messages so far"),
     Allowance(DATABASE, r"\bts_quarantine\b", STATE,
-              "a refused state set aside with its keys, for an operator to restore"),
+              "a refused state (or an interrupted run's refused checkpoint) set aside with its keys, for an "
+              "operator to look at"),
     Allowance(DATABASE, r"\bts_user_memory\b", WORDS | {Kind.USER_ID},
               "the user's memory: keyed by the raw user id, its summary is written from their words; erasure "
               "and retention remove it (docs/memory.md)"),

@@ -62,6 +62,10 @@ async def seed_user(
                 assert session.last_run_id is not None
                 run_ids.append(session.last_run_id)
     await platform.drain_memory()  # the memory writer's summary holds the canary too
+    for observer in platform.observers:  # a flush the runs started would deliver the outbox row queued below
+        drain = getattr(observer, "drain", None)
+        if drain is not None:
+            await drain()
     subject = await find_subject(platform.engine, user_id)
     assert subject is not None
     keys = await store.list_keys(subject_prefix(subject))

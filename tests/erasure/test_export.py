@@ -259,3 +259,24 @@ def _state_row(user_id: str) -> dict[str, Any]:
             "schema_version": 1, "agentchat_version": "0.7.5", "fingerprints": {}, "state": state,
             "state_bytes": len(state.encode()), "row_version": 1, "created_at": now, "updated_at": now,
             "expires_at": now + timedelta(days=1)}
+
+
+async def test_an_interrupted_runs_checkpoint_is_exported_decoded_with_its_session(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.runtime.checkpoint_teams import TEAM, counted_calls, register
+
+    register(registry)
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, store)
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3  # the run stops in its third turn: two are in its checkpoint
+        async with platform.session(ALICE, "sess-long", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(f"{CANARY_A} my line drops every evening")
+    done = await exporter(engine, store).run(ALICE, tmp_path / "alice.zip", operator="dpo")
+    (row,) = loaded(unpack(done.path), "resume_state.json")["resume_state"]
+    assert row["session_id"] == "sess-long" and row["state"] is None
+    checkpoint = row["checkpoint"]
+    assert checkpoint["kind"] == "checkpoint" and checkpoint["turn"] == 2  # decoded, not an envelope
+    assert CANARY_A in json.dumps(checkpoint["agent_states"])

@@ -186,6 +186,7 @@ def run_attributes(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> dict[
         "teamstore.ended_by_limit": outcome.ended_by_limit,
         "teamstore.model_calls": len(outcome.model_calls),
         "teamstore.resumed": ctx.resumed,
+        "teamstore.interruptions": ctx.interruptions,
     }
     providers = {call.provider for call in outcome.model_calls}
     if len(providers) == 1:  # a team whose agents call several providers has no one provider

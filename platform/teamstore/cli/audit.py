@@ -174,9 +174,9 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
 NO_MATCH = 3
 """``teamstore cost``'s exit status when its filters match nothing (0: matched, even at cost 0; 1: an error)."""
 
-FIGURES = ["runs_completed", "runs_limited", "runs_failed", "calls", "input_tokens", "output_tokens", "cost",
-           "limited_cost", "unpriced_tokens"]
-_HEADINGS = ("completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited")
+FIGURES = ["runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens",
+           "output_tokens", "cost", "limited_cost", "unpriced_tokens"]
+_HEADINGS = ("completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost", "of which limited")
 
 
 def _money(value: str | None, unpriced: int) -> str:
@@ -189,7 +189,7 @@ def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
     group = ["total", *[""] * (len(report.fields) - 1)] if total else [row.group.get(f, "") for f in report.fields]
     figures = row.figures()
     return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
-            str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
+            str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
             figures["limited_cost"] or "unknown"]
 
 

@@ -135,6 +135,9 @@ def add(
         None, "--memory", help="User memory, as JSON: participants, writer, summary_tokens, facts {name: type}, "
         "scope, retention_days (docs/memory.md).",
     ),
+    checkpoints: str = typer.Option(
+        "off", "--checkpoints", help="'every_turn': make each completed agent turn durable before the next; 'off'."
+    ),
     message: str | None = typer.Option(
         None, "--message", "-m", help="Why this version exists (commit message); omitted: 'register NAME'."
     ),
@@ -151,6 +154,7 @@ def add(
         "owner": owner,
         "notes": notes,
         "state_ttl_days": state_ttl_days,
+        "checkpoints": checkpoints,
     }
     try:
         manifest = _manifest(name, {**options, "secrets": _secrets(secret or []), "memory": _memory(memory)})
@@ -245,7 +249,8 @@ def _render_definition(data: dict[str, Any]) -> None:
     console.print(
         f"persist: {plain(', '.join(manifest['persist']) or '-')}   "
         f"context_bound: {manifest['context_bound']}   "
-        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}"
+        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}   "
+        f"checkpoints: {manifest['checkpoints']}"
     )
     console.print(
         f"allow_source_code_tools: {allow['allow_source_code_tools']}  "

@@ -7,8 +7,8 @@ ledger, subject mapping, and the record of earlier exports.
     section = await LedgerRows().export(ctx, archive)       # ledger.json
 
 They read the tables the erasure steps delete from, by the same keys (the exact user id, or the subject
-key), so an export covers what an erasure would remove. States are decoded from their envelope (a state
-that does not decode is exported as stored, with the reason); transcripts waiting in the outbox are
+key), so an export covers what an erasure would remove. States, and the checkpoints of interrupted runs,
+are decoded from their envelope (one that does not decode is exported as stored, with the reason); transcripts waiting in the outbox are
 unpacked like those in the transcript store; ledger rows carry their cost at the price of their day.
 """
 
@@ -56,16 +56,17 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     return {name: "(damaged value)" if value is DAMAGED else value for name, value in row.items()}
 
 
-def decoded_state(state: object) -> dict[str, Any]:
-    """A stored state, decoded from its envelope; as stored, with the reason, when it does not decode."""
+def decoded_state(state: object, name: str = "state") -> dict[str, Any]:
+    """A stored state (or, with ``name="checkpoint"``, an interrupted run's checkpoint), decoded from its
+    envelope; as stored, with the reason, when it does not decode."""
     if state is None:
-        return {"state": None}
+        return {name: None}
     # SQLite keeps whatever is written: a state that is not text is handed over as its bytes can be read.
     text = state if isinstance(state, str) else _bytes(state).decode("utf-8", "backslashreplace")
     try:
-        return {"state": envelope.decode(text)}
+        return {name: envelope.decode(text)}
     except StateRejected as exc:
-        return {"state": None, "state_as_stored": text, "state_unreadable": exc.detail}
+        return {name: None, f"{name}_as_stored": text, f"{name}_unreadable": exc.detail}
 
 
 def _bytes(value: object) -> bytes:
@@ -89,12 +90,14 @@ class StateRows:
     file: str
 
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
-        """Write the user's rows, states decoded, leases left out (they are the workers', not the user's)."""
-        hidden = {"lease_owner", "lease_until", "user_id", "state"}
-        columns = [c for c in self.table.c if c.name not in hidden - {"state"}]
+        """Write the user's rows, states and checkpoints of interrupted runs decoded, leases left out (they are
+        the workers', not the user's)."""
+        hidden = {"lease_owner", "lease_until", "user_id", "state", "checkpoint"}
+        columns = [c for c in self.table.c if c.name not in hidden - {"state", "checkpoint"}]
         order = self.table.c.id if "id" in self.table.c else self.table.c.session_id
         rows = await read(ctx.engine, select(*columns).where(_by_user(self.table)(ctx)).order_by(order), self.name)
-        found = [{**{k: v for k, v in _plain(r).items() if k not in hidden}, **decoded_state(r["state"])} for r in rows]
+        found = [{**{k: v for k, v in _plain(r).items() if k not in hidden}, **decoded_state(r["state"]),
+                  **decoded_state(r["checkpoint"], "checkpoint")} for r in rows]
         return archive.add_json(self.file, {"user_id": ctx.user_id, self.name: found}, records=len(found))
 
 

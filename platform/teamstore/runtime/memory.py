@@ -38,7 +38,7 @@ from teamstore.memory.writer import Said, WriteOutcome, write_memory
 from teamstore.metering import MeteredChatCompletionClient, metered_run
 
 if TYPE_CHECKING:
-    from teamstore.runtime.session import SessionLimits
+    from teamstore.runtime.deps import SessionLimits
 
 log = logging.getLogger("teamstore.memory")
 WRITER = "memory_writer"

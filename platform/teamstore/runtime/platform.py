@@ -38,6 +38,7 @@ from teamstore.events import RunObserver
 from teamstore.ids import check_id
 from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
+from teamstore.runtime import turns
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
 from teamstore.runtime.memory import MemoryService
 from teamstore.runtime.metrics import SessionMetrics
@@ -86,7 +87,7 @@ class Platform:
 
     Raises:
         ConfigurationError: The installed autogen-core is not one whose spans teamstore can keep from the
-            host's tracer provider.
+            host's tracer provider, or autogen-agentchat moves between turns where teamstore does not expect.
     """
 
     def __init__(
@@ -122,6 +123,7 @@ class Platform:
         )
         if self._autogen_tracing is not None:
             install()  # here, not at the first run: an autogen-core it cannot route fails at start
+        turns.install()  # the point between two turns (checkpoints, the tools' idempotency key), likewise
         self.teams = TeamBuilder(registry, refresh_seconds=self.settings.registry_refresh_seconds,
                                  spans=self.autogen_spans)
         if not self.settings.capture_message_content:
