@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         UnknownTeam,
         UnknownVersion,
     )
-    from config_registry.manifest import Manifest
+    from config_registry.manifest import Manifest, MemoryDeclaration
     from config_registry.registry import Registry
     from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 
@@ -45,6 +45,7 @@ _HOMES = {
     "CompatibilityReport": "diff",
     "SemanticDiff": "diff",
     "Manifest": "manifest",
+    "MemoryDeclaration": "manifest",
     "Registry": "registry",
     "BuiltTeam": "types",
     "HistoryEntry": "types",
@@ -67,6 +68,7 @@ __all__ = [
     "HintedError",
     "HistoryEntry",
     "Manifest",
+    "MemoryDeclaration",
     "Registry",
     "RegistryConflict",
     "RegistryCorrupt",

@@ -23,6 +23,7 @@ from config_registry.errors import DefinitionInvalid
 from config_registry.secrets import references, resolve_references
 from config_registry.types import BuiltTeam, TeamDefinition, TeamOrAgent
 from config_registry.validate import (
+    check_memory,
     check_persisted,
     check_providers,
     check_source_code,
@@ -63,6 +64,7 @@ def build_team(
     check_providers(definition.component, definition.manifest)
     check_source_code(definition.component, definition.manifest)
     check_persisted(definition.component, definition.manifest)  # a hand edit may have unbounded one
+    check_memory(definition.component, definition.manifest)  # or renamed a participant the memory names
     _check_declared_references(definition)
     runnable = resolve_references(definition.component, os.environ if env is None else env)
     runnable = transform(runnable) if transform is not None else runnable

@@ -7,13 +7,13 @@ inside functions included):
 - A teamstore module imports modules of its own package, or of packages in a lower layer; never one of
   its own layer's other packages, never one above. Bottom to top: ``errors``, ``limits``; ``ids``, ``settings``;
   ``db``, ``events`` (the run's contract), ``context``, ``offline``, ``people``; ``keys`` (users' data keys,
-  which every store seals through); ``state``, ``migrations``,
-  ``examples``; ``audit``, ``metering``; ``runtime``; ``export``; ``erasure``; ``app`` (the composition
-  root); ``demo``, ``analytics`` (the Python API for notebooks); ``cli``; ``__main__``. So ``runtime``
-  imports no ``audit``, ``erasure`` or ``cli``; ``audit`` and ``metering`` import no ``runtime`` and not
-  each other; ``erasure`` imports no ``runtime`` or ``cli``; ``export`` no ``erasure`` (an erasure reaches
-  the export records, and hands the export an exporter of its own records through the composition root);
-  only ``__main__`` imports ``cli``.
+  which every store seals through); ``state``, ``migrations``, ``examples``; ``memory`` (it writes under the
+  state's erasure fence; retention and erasure reach it); ``audit``, ``metering``; ``runtime``; ``export``;
+  ``erasure``; ``app`` (the composition root); ``demo``, ``analytics`` (the Python API for notebooks);
+  ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``; ``audit`` and
+  ``metering`` import no ``runtime`` and not each other; ``erasure`` imports no ``runtime`` or ``cli``;
+  ``export`` no ``erasure`` (an erasure reaches the export records, and hands the export an exporter of its
+  own records through the composition root); only ``__main__`` imports ``cli``.
 - No lower package reaches ``app``, not even from inside a function: the conveniences that build from
   settings (``open_platform``, ``erase_user``) live in ``app`` itself.
 - The package root ``teamstore`` (its ``__init__`` registers the bounding context and hands out
@@ -39,6 +39,7 @@ LAYERS: list[set[str]] = [
     {"db", "events", "context", "offline", "people"},
     {"keys"},
     {"state", "migrations", "examples"},
+    {"memory"},
     {"audit", "metering"},
     {"runtime"},
     {"export"},

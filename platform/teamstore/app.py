@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from teamstore.events import RunObserver
     from teamstore.export.coordinator import ExportCoordinator
     from teamstore.keys.service import KeyService
+    from teamstore.memory.store import MemoryStore
     from teamstore.runtime.platform import Platform
     from teamstore.state.base import StateStore
 
@@ -66,6 +67,7 @@ class App:
         self._engine: AsyncEngine | None = None
         self._state_store: StateStore | None = None
         self._keys: KeyService | None = None
+        self._memory_store: MemoryStore | None = None
         self._transcript_store: TranscriptStore | None = None
         self._tracer_provider: TracerProvider | None = None
         self._tracing_set_up = False  # set up once, even when there is nothing to export to
@@ -108,6 +110,15 @@ class App:
                 self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease, keys=self.keys
             )
         return self._state_store
+
+    @property
+    def memory_store(self) -> MemoryStore:
+        """Users' memory (summary and facts), on :attr:`engine`."""
+        if self._memory_store is None:
+            from teamstore.memory.store import MemoryStore
+
+            self._memory_store = MemoryStore(self.engine)
+        return self._memory_store
 
     @property
     def transcript_store(self) -> TranscriptStore:
@@ -190,7 +201,8 @@ class App:
         return Platform(
             self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
             tracer_provider=self.tracer_provider if audit else None,
-            meter_provider=self.meter_provider if audit else None, store=self.state_store, on_close=self.aclose,
+            meter_provider=self.meter_provider if audit else None, store=self.state_store,
+            memory=self.memory_store, on_close=self.aclose,
         )
 
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
@@ -237,6 +249,7 @@ class App:
         reader, self._gauge_reader = self._gauge_reader, None
         transcripts, self._transcript_store = self._transcript_store, None
         state, self._state_store, self._keys = self._state_store, None, None
+        self._memory_store = None  # holds nothing of its own: the engine is closed below
         engine, self._engine = self._engine, None
         try:
             if metering is not None:  # a last collection and export, bounded: a down collector holds no exit

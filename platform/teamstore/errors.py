@@ -188,12 +188,36 @@ class InvalidTask(StateError):
     Refused before the team runs; the session stays open and its state as it was."""
 
 
-class RunCancelled(StateError):
-    """The session's last run was cancelled; AutoGen may have left its team mid-turn, so it runs no more."""
+class RunInterrupted(StateError):
+    """The session's last run did not complete and can be continued from its checkpoint: a new run is refused
+    until the application continues it (``s.continue_run()``) or abandons it (``s.abandon_run()``)."""
+
+
+class NoInterruptedRun(StateError):
+    """``continue_run()`` or ``abandon_run()`` on a session that has no interrupted run."""
 
 
 class ErasureInProgress(StateError):
     """An erasure request is open for this user: saves, uploads and ledger rows are refused."""
+
+
+# --- user memory -------------------------------------------------------------------------------------------
+class UserMemoryError(TeamstoreError):
+    """Base of user-memory errors (named so as not to shadow Python's own ``MemoryError``)."""
+
+
+class MemoryWriteRefused(UserMemoryError):
+    """The memory writer's model call failed, or what it returned was refused (not a JSON object, a fact that
+    fails its declared type, a summary over its budget). The user's previous memory is kept as it was, and
+    the failure is recorded on it. The message names no content, only what was wrong."""
+
+
+class StaleMemory(UserMemoryError):
+    """Another write of the same user's memory landed between this writer's read and its write."""
+
+
+class MemoryNotFound(UserMemoryError):
+    """No stored memory matches (the user, the scope, or the fact named)."""
 
 
 # --- audit -------------------------------------------------------------------------------------------------

@@ -115,6 +115,13 @@ class Settings(TypedSettings):
     quarantine_retention_days: int = Field(
         default=30, gt=0, le=MAX_DAYS, description="How long a refused state waits in quarantine to be restored."
     )
+    memory_retention_days: float = Field(
+        default=180.0, gt=0, le=MAX_DAYS,
+        description="How long a user's memory lives after its last update, unless the team declares its own.",
+    )
+    memory_writer_timeout_seconds: float = Field(
+        default=60.0, gt=0, le=3600, description="The longest one call of the memory writer's model may take.",
+    )
     prices_path: Path | None = Field(default=None, description="Override of the shipped price table.")
     kms_key_id: str | None = Field(
         default=None,

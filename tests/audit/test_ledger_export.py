@@ -104,6 +104,7 @@ async def test_the_files_are_typed_and_hold_pseudonymous_keys_only(
     schema = pq.read_schema(tmp_path / "wh" / f"day={DAYS[0]}" / "part-00000.parquet")
     assert str(schema.field("started_at").type) == "timestamp[us, tz=UTC]"
     assert str(schema.field("input_tokens").type) == "int64" and str(schema.field("calls").type) == "int32"
+    assert str(schema.field("interruptions").type) == "int32"  # runs continued after they stopped mid-run
     assert "day" not in schema.names and "cost" not in schema.names  # the day is the partition; prices join later
     (hour,) = _one(f"SELECT min(hour(started_at AT TIME ZONE 'UTC')) FROM read_parquet("
                    f"'{tmp_path.as_posix()}/wh/day=2026-11-28/*.parquet')")
@@ -139,7 +140,7 @@ async def test_an_erased_users_rows_are_exported_as_the_ledger_holds_them_then(
     subject = await get_or_create_subject(engine, USERS[0])
     await record_store(engine, subject, Settings().resolved_transcripts_url)  # as a run's transcript writer does
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "before"), "--json")
-    await asyncio.to_thread(_cli, "erase", "--user", USERS[0], "--json")
+    await asyncio.to_thread(_cli, "erase", "--user", USERS[0], "--yes", "--json")
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "after"), "--json")
     query = "SELECT count(*) FROM read_parquet('{}/**/*.parquet', hive_partitioning = true) WHERE subject_key = '{}'"
     assert _one(query.format((tmp_path / "before").as_posix(), subject)) == (8,)  # 4 runs, 2 models each

@@ -45,7 +45,7 @@ from tests.services import free_port
 
 ALICE, ALICE_CASE = "alice@example.com", "Alice@example.com"
 CANARY_A, CANARY_B = "CANARY-xa-51c2e0", "CANARY-xb-09d3f7"
-STORES = {"resume_state", "quarantine", "transcripts", "outbox", "ledger", "exports", "keys", "subject",
+STORES = {"resume_state", "quarantine", "memory", "transcripts", "outbox", "ledger", "exports", "keys", "subject",
           "erasure_requests"}
 
 
@@ -90,6 +90,9 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     states = loaded(files, "resume_state.json")
     assert states["user_id"] == ALICE and sorted(s["session_id"] for s in states["resume_state"]) == ["sess-0", "sess-1"]
     assert all(CANARY_A in json.dumps(s["state"]) for s in states["resume_state"])  # decoded, not an envelope
+    (memory,) = loaded(files, "memory.json")["memory"]  # the summary and facts its runs wrote about alice
+    assert memory["scope"] == "support_triage" and CANARY_A in memory["summary"]
+    assert manifest["stores"]["memory"]["records"] == 1 + len(memory["facts"])
     (held,) = loaded(files, "quarantine.json")["quarantine"]
     assert held["session_id"] == "sess-old" and CANARY_A in held["state_as_stored"] and held["state_unreadable"]
     await _transcripts_match_the_store(files, s3_store, a.subject_key, a.run_ids, KeyService.from_settings(engine))
@@ -260,3 +263,24 @@ def _state_row(user_id: str) -> dict[str, Any]:
             "schema_version": 1, "agentchat_version": "0.7.5", "fingerprints": {}, "state": state,
             "state_bytes": len(state.encode()), "row_version": 1, "created_at": now, "updated_at": now,
             "expires_at": now + timedelta(days=1)}
+
+
+async def test_an_interrupted_runs_checkpoint_is_exported_decoded_with_its_session(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.runtime.checkpoint_teams import TEAM, counted_calls, register
+
+    register(registry)
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, store)
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3  # the run stops in its third turn: two are in its checkpoint
+        async with platform.session(ALICE, "sess-long", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(f"{CANARY_A} my line drops every evening")
+    done = await exporter(engine, store).run(ALICE, tmp_path / "alice.zip", operator="dpo")
+    (row,) = loaded(unpack(done.path), "resume_state.json")["resume_state"]
+    assert row["session_id"] == "sess-long" and row["state"] is None
+    checkpoint = row["checkpoint"]
+    assert checkpoint["kind"] == "checkpoint" and checkpoint["turn"] == 2  # decoded, not an envelope
+    assert CANARY_A in json.dumps(checkpoint["agent_states"])

@@ -1,11 +1,11 @@
-"""Cost grouped by one or two dimensions (session, user, team, version, model, agent, day, week, month),
-derived from the ledger at query time, in exact decimals.
+"""Cost grouped by one or two dimensions (session, user, team, version, model, agent, purpose, day, week,
+month), derived from the ledger at query time, in exact decimals.
 
     from teamstore.audit.cost import CostFilter, query_costs
 
     report = await query_costs(engine, load_prices(), by="team,model", where=CostFilter(since=start))
     for row in report.rows:
-        print(row.group, row.runs_completed, row.runs_limited, row.cost, report.price_version)
+        print(row.group, row.runs_completed, row.runs_limited, row.runs_interrupted, row.cost, report.price_version)
 
 Tokens are summed in SQL (using the ledger's indexes when a filter names a session, user or team); prices
 are applied per (model, day) in Python so a price change mid-period is honoured, and weeks and months are
@@ -23,7 +23,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Select, and_, func, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.prices import PriceTable
@@ -37,6 +37,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "version": ("team", "team_version"),
     "model": ("model",),
     "agent": ("agent",),
+    "purpose": ("purpose",),  # agent, speaker_selection, memory_writer: what each kind of call costs
     "day": ("day",),
     "week": ("day",),
     "month": ("day",),
@@ -119,6 +120,8 @@ class CostRow:
     runs_completed: int = 0
     runs_limited: int = 0
     runs_failed: int = 0
+    runs_interrupted: int = 0
+    """Runs continued (or abandoned) after they stopped mid-run; each also counts as it ended."""
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -129,7 +132,7 @@ class CostRow:
     raw: tuple[tuple[Any, ...], ...] = field(default=(), repr=False, compare=False)
 
     FIGURES: ClassVar[tuple[str, ...]] = (
-        "runs_completed", "runs_limited", "runs_failed", "calls", "input_tokens", "output_tokens", "cost",
+        "runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens", "output_tokens", "cost",
         "limited_cost", "unpriced_tokens", "unpriced_models")
 
     @property
@@ -226,8 +229,11 @@ async def _token_groups(engine: AsyncEngine, names: list[str], where: CostFilter
 
 
 async def _run_groups(engine: AsyncEngine, names: list[str], where: CostFilter) -> list[Any]:
+    """Distinct runs per group of ``names``, then how many of them were interrupted (continued or abandoned
+    from a checkpoint)."""
     cols = [usage.c[n] for n in names]
-    query = _filtered(select(*cols, func.count(func.distinct(usage.c.run_id))), where).group_by(*cols)
+    interrupted = func.count(func.distinct(case((usage.c.interruptions > 0, usage.c.run_id))))
+    query = _filtered(select(*cols, func.count(func.distinct(usage.c.run_id)), interrupted), where).group_by(*cols)
     async with engine.connect() as conn:
         return list((await conn.execute(query)).all())
 
@@ -314,7 +320,8 @@ class _Rows:
                 row.limited_cost = (row.limited_cost or Decimal(0)) + amount
 
 
-def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int) -> None:
+def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted: int) -> None:
+    row.runs_interrupted += interrupted
     if limited:
         row.runs_limited += runs
     elif failed:
@@ -338,7 +345,8 @@ async def query_costs(
     Args:
         engine: The state database.
         prices: The price table to apply.
-        by: One or two of session, user, team, version, model, agent, day, week, month (``"team,model"``).
+        by: One or two of session, user, team, version, model, agent, purpose, day, week, month
+            (``"team,model"``).
         where: Filters; ``None`` for the whole ledger.
 
     Returns:
@@ -358,10 +366,11 @@ async def query_costs(
     run_cols = _columns(dims, "ended_by_limit", "run_failed")
     for record in await _run_groups(engine, run_cols, where):
         values = dict(zip(run_cols, record, strict=False))
-        _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-1]))
+        _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
+                  int(record[-1]))
     # Counted again without grouping: a run that used two models must count once in the total.
-    for limited, failed, runs in await _run_groups(engine, ["ended_by_limit", "run_failed"], where):
-        _add_runs(rows.total, bool(limited), bool(failed), int(runs))
+    for limited, failed, runs, interrupted in await _run_groups(engine, ["ended_by_limit", "run_failed"], where):
+        _add_runs(rows.total, bool(limited), bool(failed), int(runs), int(interrupted))
     ordered = sorted(rows.groups.values(), key=lambda r: r.key)
     for row in (*ordered, rows.total):
         _settle(row)

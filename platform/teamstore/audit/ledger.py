@@ -56,6 +56,7 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
         "started_at": ctx.started_at,
         "finished_at": outcome.finished_at,
         "day": ctx.started_at.date(),
+        "interruptions": ctx.interruptions,
     }
     return [
         {

@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from teamstore.audit.otlp import EXPORT_TIMEOUT_S, metric_exporter
 from teamstore.audit.schema import outbox
-from teamstore.events import ModelCall, RunContext, RunOutcome, StreamItem
+from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, StreamItem
 from teamstore.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,8 @@ def call_attributes(call: ModelCall, team: str) -> dict[str, Any]:
 
 
 class MetricsObserver:
-    """Records the GenAI client metrics of a run's model calls when the run ends.
+    """Records the GenAI client metrics of a run's model calls when the run ends, and of the calls made for it
+    later (the memory writer's).
 
     Args:
         meter_provider: teamstore's provider (:func:`setup_metrics`).
@@ -116,7 +117,14 @@ class MetricsObserver:
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """Record each call's duration, and its tokens when it succeeded (a fenced user's too: nothing in a
         metric identifies anyone)."""
-        for call in outcome.model_calls:
+        self._record(ctx, outcome.model_calls)
+
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """The memory writer's calls, recorded as the run's are: every model call counts."""
+        self._record(ctx, later.calls)
+
+    def _record(self, ctx: RunContext, calls: Sequence[ModelCall]) -> None:
+        for call in calls:
             attributes = call_attributes(call, ctx.team)
             self.duration.record(call.duration_s, attributes)
             if call.error is None:

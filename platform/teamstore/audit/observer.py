@@ -36,13 +36,13 @@ from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
-from teamstore.audit.telemetry import TRACER, emit_run_spans
+from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record, sealed_context
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
-from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.settings import Settings
 
@@ -313,6 +313,12 @@ class LedgerObserver:
                 log.warning("could not write the prices of the run's models for the session_costs view: %s "
                             "(the next run tries again; `teamstore prices sync` does it now)", exc)
 
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """The memory writer's calls, under the run's id with their own agent and purpose (so a session's
+        cost includes them, and ``--by purpose`` shows them apart); none for a fenced user."""
+        keys = await self.pseudonyms.writable(ctx)
+        await record_usage(self.engine, usage_rows(ctx, later.as_outcome(), keys))
+
 
 class SpanObserver:
     """Emits the run span and one child span per model call when the run ends."""
@@ -334,6 +340,10 @@ class SpanObserver:
         them may drop keys another is still waiting on.
         """
         emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
+
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """A span for the later work (``memory_writer``) with one child span per model call."""
+        emit_later_spans(self.tracer, ctx, later, await self.pseudonyms.writable(ctx))
 
 
 def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], items: list[dict[str, Any]]) -> bytes:

@@ -10,7 +10,8 @@ so ``sweep`` removes its objects past retention. Transcripts still queued in the
 transcripts' clock too. Ledger rows go after ``ledger_retention_days``, and with them the session ids
 recorded for sessions no ledger row names any more; expired
 resume-state sessions through the state store's own sweep; quarantined states after
-``quarantine_retention_days``.
+``quarantine_retention_days``; users' memory once its own expiry passed (set at each write: its team's
+retention, else ``memory_retention_days``, after the last update).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
+from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
 
@@ -40,6 +42,8 @@ class SweepReport:
     session_ids: int
     sessions: int
     quarantined: int
+    memories: int
+    memory_facts: int
     transcript_cutoff: datetime
     ledger_cutoff: datetime
     quarantine_cutoff: datetime
@@ -74,7 +78,7 @@ async def sweep_all(
     settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None
 ) -> SweepReport:
     """Remove what is past retention: local transcripts, queued transcripts, ledger rows (and the session ids
-    of sessions no ledger row names any more), expired sessions, quarantined states.
+    of sessions no ledger row names any more), expired sessions, quarantined states, expired user memory.
 
     Args:
         settings: ``transcript_retention_days``, ``ledger_retention_days``, ``quarantine_retention_days``.
@@ -96,5 +100,6 @@ async def sweep_all(
     sessions = await sweep_expired_sessions(engine)
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
-    return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, transcript_cutoff,
-                       ledger_cutoff, quarantine_cutoff)
+    memory = await MemoryStore(engine).sweep(now)
+    return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, memory.memories,
+                       memory.facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff)

@@ -97,6 +97,8 @@ usage = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("finished_at", DateTime(timezone=True), nullable=False),
     Column("day", Date, nullable=False),
+    # How many times the run was continued from its checkpoint after its worker died (migration 0014).
+    Column("interruptions", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("run_id", "agent", "model", "purpose", name="uq_ts_usage_run"),
     Index("ix_ts_usage_session", "session_key"),
     Index("ix_ts_usage_subject", "subject_key"),

@@ -30,7 +30,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from teamstore.audit.otlp import EXPORT_TIMEOUT_S, span_exporter
 from teamstore.audit.transcripts.record import RunKeys
-from teamstore.events import ModelCall, RunContext, RunOutcome
+from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
 from teamstore.settings import Settings
 
 TRACER = "teamstore.audit"
@@ -186,6 +186,7 @@ def run_attributes(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> dict[
         "teamstore.ended_by_limit": outcome.ended_by_limit,
         "teamstore.model_calls": len(outcome.model_calls),
         "teamstore.resumed": ctx.resumed,
+        "teamstore.interruptions": ctx.interruptions,
     }
     providers = {call.provider for call in outcome.model_calls}
     if len(providers) == 1:  # a team whose agents call several providers has no one provider
@@ -233,8 +234,15 @@ def emit_run_spans(tracer: trace.Tracer, ctx: RunContext, outcome: RunOutcome, k
         start_time=_ns(ctx.started_at),
         attributes=run_attributes(ctx, outcome, keys),
     )
-    parent = trace.set_span_in_context(run_span)
-    for call in outcome.model_calls:
+    _emit_calls(tracer, run_span, outcome.model_calls, keys)
+    if outcome.error is not None:
+        run_span.set_status(Status(StatusCode.ERROR))
+    run_span.end(end_time=_ns(outcome.finished_at))
+
+
+def _emit_calls(tracer: trace.Tracer, parent_span: trace.Span, calls: list[ModelCall], keys: RunKeys) -> None:
+    parent = trace.set_span_in_context(parent_span)
+    for call in calls:
         span = tracer.start_span(
             f"chat {call.model}",
             context=parent,
@@ -245,6 +253,32 @@ def emit_run_spans(tracer: trace.Tracer, ctx: RunContext, outcome: RunOutcome, k
         if call.error is not None:
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=_ns(call.started_at + timedelta(seconds=call.duration_s)))
-    if outcome.error is not None:
-        run_span.set_status(Status(StatusCode.ERROR))
-    run_span.end(end_time=_ns(outcome.finished_at))
+
+
+def emit_later_spans(tracer: trace.Tracer, ctx: RunContext, later: LaterCalls, keys: RunKeys) -> None:
+    """Record the span of work done after a run (``memory_writer {team}``) and one child span per model call.
+
+    Its attributes name the run it served, its purpose and token usage; a failure sets ``error.type`` (the
+    reason stays in the store and the log).
+    """
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": later.purpose,
+        "gen_ai.conversation.id": keys.session_key,
+        "gen_ai.usage.input_tokens": sum(c.input_tokens for c in later.calls),
+        "gen_ai.usage.output_tokens": sum(c.output_tokens for c in later.calls),
+        "teamstore.team": ctx.team,
+        "teamstore.team_version": ctx.team_version,
+        "teamstore.subject": keys.subject_key,
+        "teamstore.run_id": ctx.run_id,
+        "teamstore.purpose": later.purpose,
+        "teamstore.model_calls": len(later.calls),
+    }
+    if later.error_type is not None:
+        attributes["error.type"] = later.error_type
+    span = tracer.start_span(f"{later.purpose} {ctx.team}", kind=SpanKind.INTERNAL,
+                             start_time=_ns(later.started_at), attributes=attributes)
+    _emit_calls(tracer, span, later.calls, keys)
+    if later.error_type is not None:
+        span.set_status(Status(StatusCode.ERROR))
+    span.end(end_time=_ns(later.finished_at))

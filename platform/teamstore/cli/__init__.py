@@ -3,6 +3,7 @@
     teamstore registry list
     teamstore run --team support_triage --user u1 --session s1 "My router keeps dropping"
     teamstore cost --by session --format csv
+    teamstore memory show --user u1
     teamstore ledger export --to s3://warehouse/teamstore/ledger
     teamstore erase --user u1
     teamstore export --user u1 --output u1.zip
@@ -20,7 +21,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from teamstore.cli import audit, erase, export, keys, ledger, registry, sessions
+from teamstore.cli import audit, erase, export, keys, ledger, memory, registry, sessions
 from teamstore.cli._output import UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
@@ -90,6 +91,7 @@ ledger.register(app)
 erase.register(app)
 export.register(app)
 keys.register(app)
+memory.register(app)
 
 
 class _OneLine(logging.Handler):

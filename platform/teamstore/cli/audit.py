@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from teamstore.audit.transcripts.pages import RunPage
     from teamstore.keys.service import KeyService
 
-GROUPINGS = ("session", "user", "team", "version", "model", "agent", "day", "week", "month")
+GROUPINGS = ("session", "user", "team", "version", "model", "agent", "purpose", "day", "week", "month")
 """``teamstore.audit.cost.DIMENSIONS``, named here for ``--help`` (a test keeps the two equal)."""
 
 transcripts_app = typer.Typer(
@@ -186,9 +186,9 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
 NO_MATCH = 3
 """``teamstore cost``'s exit status when its filters match nothing (0: matched, even at cost 0; 1: an error)."""
 
-FIGURES = ["runs_completed", "runs_limited", "runs_failed", "calls", "input_tokens", "output_tokens", "cost",
-           "limited_cost", "unpriced_tokens"]
-_HEADINGS = ("completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited")
+FIGURES = ["runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens",
+           "output_tokens", "cost", "limited_cost", "unpriced_tokens"]
+_HEADINGS = ("completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost", "of which limited")
 
 
 def _money(value: str | None, unpriced: int) -> str:
@@ -201,7 +201,7 @@ def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
     group = ["total", *[""] * (len(report.fields) - 1)] if total else [row.group.get(f, "") for f in report.fields]
     figures = row.figures()
     return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
-            str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
+            str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
             figures["limited_cost"] or "unknown"]
 
 
@@ -418,7 +418,8 @@ def retention_apply(
 
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
-    """Remove local and queued transcripts, ledger rows and quarantined states past retention, and expired sessions."""
+    """Remove local and queued transcripts, ledger rows and quarantined states past retention, expired sessions
+    and expired user memory."""
     from teamstore.audit.retention import sweep_all
 
     async def go(app: App) -> dict[str, Any]:
@@ -430,7 +431,7 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
         render=lambda d: console.print(
             f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "
             f"rows, {d['session_ids']} session ids, {d['sessions']} expired sessions, {d['quarantined']} "
-            "quarantined states"
+            f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts)"
         ),
     )
 

@@ -37,6 +37,7 @@ from teamstore.export.database import (
     DataKeyRows,
     ExportRows,
     LedgerRows,
+    MemoryRows,
     OutboxRows,
     SubjectRows,
     quarantined,
@@ -60,11 +61,11 @@ NOT_INCLUDED = (
 
 
 def store_exporters() -> list[Exporter]:
-    """The exporters of the stores below the export: resume state, quarantine, transcripts, outbox, ledger,
-    earlier exports, the user's data key (that it exists) and the subject mapping (the composition root adds
-    the erasure requests')."""
-    return [resume_state(), quarantined(), TranscriptExporter(), OutboxRows(), LedgerRows(), ExportRows(),
-            DataKeyRows(), SubjectRows()]
+    """The exporters of the stores below the export: resume state, quarantine, user memory, transcripts,
+    outbox, ledger, earlier exports, the user's data key (that it exists) and the subject mapping (the
+    composition root adds the erasure requests')."""
+    return [resume_state(), quarantined(), MemoryRows(), TranscriptExporter(), OutboxRows(), LedgerRows(),
+            ExportRows(), DataKeyRows(), SubjectRows()]
 
 
 class Manifest(BaseModel):

@@ -1,5 +1,5 @@
-"""The exporters of what the database holds about a user: resume state, quarantine, outbox, ledger, subject
-mapping, and the record of earlier exports.
+"""The exporters of what the database holds about a user: resume state, quarantine, user memory, outbox,
+ledger, subject mapping, and the record of earlier exports.
 
     from teamstore.export.database import LedgerRows, resume_state
 
@@ -7,10 +7,10 @@ mapping, and the record of earlier exports.
     section = await LedgerRows().export(ctx, archive)       # ledger.json
 
 They read the tables the erasure steps delete from, by the same keys (the exact user id, or the subject
-key), so an export covers what an erasure would remove. States are opened under the user's data key and
-decoded from their envelope (a state that does not open or decode is exported as stored, with the reason);
-transcripts waiting in the outbox are opened and unpacked like those in the transcript store; ledger rows
-carry their cost at the price of their day.
+key), so an export covers what an erasure would remove. States, and the checkpoints of interrupted runs,
+are opened under the user's data key and decoded from their envelope (one that does not open or decode is
+exported as stored, with the reason); transcripts waiting in the outbox are opened and unpacked like those in
+the transcript store; ledger rows carry their cost at the price of their day.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from teamstore.audit.schema import outbox, subject_sessions, subject_stores, sub
 from teamstore.audit.subjects import session_key
 from teamstore.audit.transcripts import record
 from teamstore.db.engine import describe_failure
-from teamstore.errors import AuditError, StateRejected, StoreUnavailable
+from teamstore.errors import AuditError, InvalidIdentifier, StateRejected, StoreUnavailable
 from teamstore.export.base import Archive, ExportContext, Section, as_stored
 from teamstore.export.schema import export_requests
 from teamstore.keys.schema import data_keys
+from teamstore.memory.store import MemoryStore
 from teamstore.state import envelope
 from teamstore.state.schema import DAMAGED, quarantine, sessions
 from teamstore.state.sealed import context as state_context
@@ -58,16 +59,17 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     return {name: "(damaged value)" if value is DAMAGED else value for name, value in row.items()}
 
 
-def decoded_state(state: object) -> dict[str, Any]:
-    """A stored state, decoded from its envelope; as stored, with the reason, when it does not decode."""
+def decoded_state(state: object, name: str = "state") -> dict[str, Any]:
+    """A stored state (or, with ``name="checkpoint"``, an interrupted run's checkpoint), decoded from its
+    envelope; as stored, with the reason, when it does not decode."""
     if state is None:
-        return {"state": None}
+        return {name: None}
     # SQLite keeps whatever is written: a state that is not text is handed over as its bytes can be read.
     text = state if isinstance(state, str) else _bytes(state).decode("utf-8", "backslashreplace")
     try:
-        return {"state": envelope.decode(text)}
+        return {name: envelope.decode(text)}
     except StateRejected as exc:
-        return {"state": None, "state_as_stored": text, "state_unreadable": exc.detail}
+        return {name: None, f"{name}_as_stored": text, f"{name}_unreadable": exc.detail}
 
 
 async def opened_state(ctx: ExportContext, row: dict[str, Any]) -> dict[str, Any]:
@@ -107,14 +109,32 @@ class StateRows:
     file: str
 
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
-        """Write the user's rows, states decoded, leases left out (they are the workers', not the user's)."""
-        hidden = {"lease_owner", "lease_until", "user_id", "state"}
-        columns = [c for c in self.table.c if c.name not in hidden - {"state"}]
+        """Write the user's rows, states and checkpoints of interrupted runs decoded, leases left out (they are
+        the workers', not the user's)."""
+        hidden = {"lease_owner", "lease_until", "user_id", "state", "checkpoint"}
+        columns = [c for c in self.table.c if c.name not in hidden - {"state", "checkpoint"}]
         order = self.table.c.id if "id" in self.table.c else self.table.c.session_id
         rows = await read(ctx.engine, select(*columns).where(_by_user(self.table)(ctx)).order_by(order), self.name)
-        found = [{**{k: v for k, v in _plain(r).items() if k not in hidden}, **await opened_state(ctx, r)}
-                 for r in rows]
+        found = [{**{k: v for k, v in _plain(r).items() if k not in hidden}, **await opened_state(ctx, r),
+                  **decoded_state(r["checkpoint"], "checkpoint")} for r in rows]
         return archive.add_json(self.file, {"user_id": ctx.user_id, self.name: found}, records=len(found))
+
+
+class MemoryRows:
+    """What teams keep about the user between sessions: each scope's summary and facts (value, type, the run
+    it came from, when last confirmed), anything damaged, and the memory writer's last failure."""
+
+    name = "memory"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write the user's memory, every scope."""
+        try:
+            kept = await MemoryStore(ctx.engine).show(ctx.user_id)
+        except InvalidIdentifier:
+            kept = []  # an id no session could have (erasure's wider rule): no memory was ever written for it
+        found = [m.to_dict() for m in kept]
+        return archive.add_json("memory.json", {"user_id": ctx.user_id, "memory": found},
+                                records=sum(1 + len(m["facts"]) for m in found))
 
 
 class OutboxRows:

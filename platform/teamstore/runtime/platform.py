@@ -37,7 +37,11 @@ from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver
 from teamstore.ids import check_id
 from teamstore.keys.service import KeyService
+from teamstore.memory.facts import UserMemory
+from teamstore.memory.store import Forgotten, MemoryStore
+from teamstore.runtime import turns
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
+from teamstore.runtime.memory import MemoryService
 from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
 from teamstore.runtime.teams import TeamBuilder
@@ -78,12 +82,13 @@ class Platform:
             sizes on it (:mod:`teamstore.runtime.metrics`).
         store: The state store, if the caller built it (and closes it); by default one is built on
             ``engine``, sealing states under users' data keys as ``settings`` say, and closed with the platform.
+        memory: The user-memory store; by default one on ``engine``.
         on_close: Awaited last by :meth:`aclose`: how the composition root closes what it built for this
             platform (engine, stores, tracer provider).
 
     Raises:
         ConfigurationError: The installed autogen-core is not one whose spans teamstore can keep from the
-            host's tracer provider.
+            host's tracer provider, or autogen-agentchat moves between turns where teamstore does not expect.
     """
 
     def __init__(
@@ -96,6 +101,7 @@ class Platform:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         store: StateStore | None = None,
+        memory: MemoryStore | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.engine = engine
@@ -109,6 +115,7 @@ class Platform:
             keys=KeyService.from_settings(engine, settings),
         )
         self.observers: list[RunObserver] = list(observers)
+        self.memory = MemoryService(memory if memory is not None else MemoryStore(engine))
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._on_close = on_close
         self._schema_checked = False
@@ -118,6 +125,7 @@ class Platform:
         )
         if self._autogen_tracing is not None:
             install()  # here, not at the first run: an autogen-core it cannot route fails at start
+        turns.install()  # the point between two turns (checkpoints, the tools' idempotency key), likewise
         self.teams = TeamBuilder(registry, refresh_seconds=self.settings.registry_refresh_seconds,
                                  spans=self.autogen_spans)
         if not self.settings.capture_message_content:
@@ -189,7 +197,7 @@ class Platform:
         return SessionDeps(
             store=self.store, observers=self.observers, limits=self.limits,
             build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
-            metrics=self.metrics,
+            metrics=self.metrics, memory=self.memory,
         )
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:
@@ -230,8 +238,31 @@ class Platform:
         key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
         return await self.store.delete_session(key, wait_seconds=self.settings.lease_timeout_seconds)
 
+    async def show_memory(self, user_id: str, team: str | None = None) -> list[UserMemory]:
+        """What is kept about ``user_id``: a summary and facts per scope (``team``: that scope alone, the team's
+        name unless it shares a declared scope). Damaged facts are listed, not raised.
+
+        Raises:
+            InvalidIdentifier, StoreUnavailable.
+        """
+        return await self.memory.store.show(user_id, team)
+
+    async def forget_memory(self, user_id: str, *, team: str | None = None, fact: str | None = None) -> Forgotten:
+        """Forget one fact kept about ``user_id`` (``fact``), or everything (``fact=None``), in one scope or all.
+
+        Raises:
+            InvalidIdentifier, MemoryNotFound (a named fact is not kept), StoreUnavailable.
+        """
+        return await self.memory.store.forget(user_id, scope=team, fact=fact)
+
+    async def drain_memory(self) -> None:
+        """Wait for the memory writes in flight (sessions that closed start one in the background)."""
+        await self.memory.drain()
+
     async def aclose(self) -> None:
-        """Flush telemetry and dispose of what this platform was given to close."""
+        """Finish the memory writes in flight, flush telemetry and dispose of what this platform was given to
+        close."""
+        await self.memory.drain()
         for observer in self.observers:
             drain = getattr(observer, "drain", None)
             if drain is not None:

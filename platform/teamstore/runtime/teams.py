@@ -15,10 +15,12 @@ import contextlib
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any
 
 from config_registry import Registry, TeamDefinition
 from config_registry.build import build_team
 from config_registry.types import BuiltTeam
+from teamstore.memory.component import attach_memory
 from teamstore.metering import wrap_model_clients
 
 SpanRoute = Callable[[], AbstractContextManager[None]]
@@ -61,11 +63,17 @@ class TeamBuilder:
         return definition
 
     async def build(self, ref: str) -> BuiltTeam:
-        """A fresh team for ``ref``, its model clients wrapped for metering.
+        """A fresh team for ``ref``, its model clients wrapped for metering, and a ``TeamstoreMemory`` on each
+        participant its manifest gives user memory.
 
         Raises:
             RegistryError: ``ref`` does not resolve, a secret is unavailable, or the definition does not load.
         """
         definition = await self.definition(ref)
+        memory, name = definition.manifest.memory, definition.name
+
+        def transform(component: dict[str, Any]) -> dict[str, Any]:
+            return attach_memory(wrap_model_clients(component), memory, name)
+
         with self.spans():  # the runtimes built here keep it; agent creation spans are started here
-            return build_team(definition, transform=wrap_model_clients)
+            return build_team(definition, transform=transform)

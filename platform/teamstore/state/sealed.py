@@ -37,6 +37,7 @@ from teamstore.errors import KeyDestroyed, PayloadUnreadable, StateRejected
 from teamstore.keys.sealed import open_sealed
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.state.base import (
+    CheckpointRecord,
     Claim,
     QuarantinedRow,
     Restored,
@@ -139,6 +140,12 @@ class SealedStateStore:
             self._stored[key.user_id, key.session_id, owner] = text
         return saved
 
+    async def checkpoint(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: CheckpointRecord
+    ) -> int:
+        """See :meth:`StateStore.checkpoint`."""
+        return await self.inner.checkpoint(key, owner=owner, expected_version=expected_version, record=record)
+
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """See :meth:`StateStore.renew`."""
         return await self.inner.renew(key, owner=owner, lease_ttl=lease_ttl)
@@ -148,7 +155,9 @@ class SealedStateStore:
         self._stored.pop((key.user_id, key.session_id, owner), None)
         await self.inner.release(key, owner=owner, discard_empty=discard_empty)
 
-    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
+    async def quarantine(
+        self, row: StoredSession, *, owner: str, reason: str, detail: str, checkpoint_only: bool = False
+    ) -> int:
         """Set the refused state aside exactly as the row held it: sealed, or as written before sealing (see
         :meth:`StateStore.quarantine`). A state this store never read from the row is sealed first."""
         if (row.user_id, row.session_id, owner) in self._stored:
@@ -157,7 +166,8 @@ class SealedStateStore:
                 row = replace(row, state=stored)
         elif isinstance(row.state, str) and not is_sealed_text(row.state):
             row = await self._sealed_copy(row)
-        return await self.inner.quarantine(row, owner=owner, reason=reason, detail=detail)
+        return await self.inner.quarantine(row, owner=owner, reason=reason, detail=detail,
+                                           checkpoint_only=checkpoint_only)
 
     async def _sealed_copy(self, row: StoredSession) -> StoredSession:
         """``row`` with its (plain) state sealed, for a row handed to :meth:`quarantine` without being read."""
@@ -267,4 +277,5 @@ def _with_state(row: StoredSession, state: str, size: int) -> StoredSession:
     """``row`` holding ``state`` (``dataclasses.replace`` walks every field: this is on every load)."""
     return StoredSession(row.user_id, row.session_id, row.team, row.team_version, row.schema_version,
                          row.agentchat_version, row.fingerprints, state, size, row.row_version, row.created_at,
-                         row.updated_at, row.expires_at, row.damaged, row.defects)
+                         row.updated_at, row.expires_at, row.checkpoint, row.checkpoint_bytes, row.damaged,
+                         row.defects)

@@ -35,6 +35,7 @@ class SqliteStatements:
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._acquire = sql.acquire_row(sql.SQLITE)
         self._save = {release: sql.save_row(sql.SQLITE, release=release) for release in (True, False)}
+        self._checkpoint = sql.checkpoint_row(sql.SQLITE)
 
     async def _one(self, stmt: Any, params: Mapping[str, Any], action: str) -> Sequence[Any] | None:
         try:
@@ -51,6 +52,10 @@ class SqliteStatements:
     async def save(self, params: Mapping[str, Any], release: bool) -> Sequence[Any] | None:
         """Save (and release): the new row version, or ``None``."""
         return await self._one(self._save[release], params, "save the session state")
+
+    async def checkpoint(self, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        """Write a run's checkpoint: the new row version, or ``None``."""
+        return await self._one(self._checkpoint, params, "write the run's checkpoint")
 
     async def aclose(self) -> None:
         """Nothing to close: the engine is the caller's."""

@@ -29,6 +29,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("stop_reason", "string"),
     ("ended_by_limit", "bool"),
     ("run_failed", "bool"),
+    ("interruptions", "int32"),  # how many times the run was continued from its checkpoint (docs/checkpoints.md)
     ("started_at", "timestamp"),
     ("finished_at", "timestamp"),
 )

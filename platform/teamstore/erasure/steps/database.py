@@ -1,5 +1,5 @@
-"""The database steps: resume state, quarantine, outbox, ledger link, session ids, export records' link,
-subject mapping.
+"""The database steps: resume state, quarantine, user memory, outbox, ledger link, session ids, export
+records' link, subject mapping.
 
     from teamstore.erasure.steps.database import resume_step
 
@@ -9,8 +9,8 @@ subject mapping.
 Each delete commits in the same transaction as the step's record, so a kill leaves either both or
 neither; a rerun adds what it finds to the committed counts. Rows are matched by the exact user id
 (``=`` on Postgres and SQLite compares code points: no case folding, no unicode normalisation) or by the
-subject key. Resume state's rows are reached through :mod:`teamstore.state.erasure`; the audit tables'
-rows here, by table.
+subject key. Resume state's rows are reached through :mod:`teamstore.state.erasure`, user memory's through
+:mod:`teamstore.memory.erasure`; the audit tables' rows here, by table.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from teamstore.erasure.requests import write_step
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable
 from teamstore.export.schema import export_requests
+from teamstore.memory.erasure import USER_MEMORY, UserMemoryRows
 from teamstore.state import erasure as state
 
 Where = Callable[[StepContext], ColumnElement[bool]]
@@ -89,9 +90,10 @@ class TableRows:
 
 @dataclass(frozen=True)
 class StateRows:
-    """The user's rows in one of resume state's tables (a request that no longer knows its user has none)."""
+    """The user's rows in one of resume state's tables, or in user memory's (a request that no longer knows
+    its user has none)."""
 
-    rows: state.UserRows
+    rows: state.UserRows | UserMemoryRows
 
     async def count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
         """Count the user's rows and their state bytes."""
@@ -185,6 +187,11 @@ class UnlinkRows(TableRows):
 def resume_step() -> SqlDeleteStep:
     """Resume state: every stored session of the exact user id (several copies of the words inside)."""
     return SqlDeleteStep("resume_state", StateRows(state.SESSIONS))
+
+
+def memory_step() -> SqlDeleteStep:
+    """User memory: every summary and fact kept about the exact user id (their words, in another form)."""
+    return SqlDeleteStep("memory", StateRows(USER_MEMORY))
 
 
 def quarantine_step() -> SqlDeleteStep:

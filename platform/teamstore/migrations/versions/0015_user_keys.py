@@ -5,7 +5,7 @@ From this revision every payload that can hold a user's words is sealed under th
 it is next written (a session's next save), or at once by ``teamstore keys migrate``.
 
 Revision ID: 0015
-Revises: 0012
+Revises: 0014
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0012"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
