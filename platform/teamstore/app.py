@@ -113,11 +113,11 @@ class App:
 
     @property
     def memory_store(self) -> MemoryStore:
-        """Users' memory (summary and facts), on :attr:`engine`."""
+        """Users' memory (summary and facts), on :attr:`engine`, sealed under users' data keys as the states are."""
         if self._memory_store is None:
             from teamstore.memory.store import MemoryStore
 
-            self._memory_store = MemoryStore(self.engine)
+            self._memory_store = MemoryStore(self.engine, keys=self.keys)
         return self._memory_store
 
     @property

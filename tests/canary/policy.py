@@ -51,21 +51,19 @@ POLICY: tuple[Allowance, ...] = (
               "the session id beside its session key, so cost reports name sessions as the application does; "
               "deleted with the subject, and swept once no ledger row names the session"),
     Allowance(DATABASE, r"\bts_sessions\b", IDS,
-              "the resume state row is keyed by the raw ids; its saved agent states are sealed"),
-    Allowance(DATABASE, r"\bts_sessions\b, column checkpoint\b", WORDS,
-              "while a run is in flight or interrupted, its checkpoint holds the run's messages so far"),
+              "the resume state row is keyed by the raw ids; its saved agent states and a run's checkpoint (the "
+              "run's messages so far) are sealed, so the state and checkpoint columns hold no words"),
     Allowance(DATABASE, r"\bts_quarantine\b", IDS,
-              "a refused state set aside (sealed) with its keys, for an operator to restore"),
-    Allowance(DATABASE, r"\bts_quarantine\b, column checkpoint\b", WORDS,
-              "an interrupted run's refused checkpoint set aside with its keys, for an operator to look at"),
+              "a refused state or checkpoint set aside (sealed, as the row held it) with its keys, for an "
+              "operator to look at"),
     Allowance(DATABASE, r"\bts_data_keys\b, column user_id", frozenset({Kind.USER_ID}),
               "the user's data key, stored wrapped, keyed by the raw id: erasure destroys it first"),
-    Allowance(DATABASE, r"\bts_user_memory\b", WORDS | {Kind.USER_ID},
-              "the user's memory: keyed by the raw user id, its summary is written from their words; erasure "
-              "and retention remove it (docs/memory.md)"),
-    Allowance(DATABASE, r"\bts_user_memory_facts\b", WORDS | {Kind.USER_ID},
-              "the user's facts: keyed by the raw user id, each value taken from their words (a ticket id, a "
-              "router model)"),
+    Allowance(DATABASE, r"\bts_user_memory\b, column user_id\b", frozenset({Kind.USER_ID}),
+              "the user's memory is keyed by the raw user id; its summary, written from their words, is sealed "
+              "(no words in the column); erasure and retention remove it (docs/memory.md)"),
+    Allowance(DATABASE, r"\bts_user_memory_facts\b, column user_id\b", frozenset({Kind.USER_ID}),
+              "the user's facts are keyed by the raw user id; each value, taken from their words (a ticket id, a "
+              "router model), is sealed (no words in the column)"),
     Allowance(DATABASE, r"\bts_user_holds\b", frozenset({Kind.USER_ID}),
               "the erasure fence names the user while a request is open"),
     Allowance(DATABASE, r"\bts_erasure_requests\b, column user_id", frozenset({Kind.USER_ID}),

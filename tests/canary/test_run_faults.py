@@ -20,7 +20,7 @@ from tests.canary.conftest import MakeDeployment
 from tests.canary.deployment import Deployment
 from tests.canary.flows import TRIAGE, User, erase, register_teams, run
 from tests.canary.model_server import ModelServer
-from tests.canary.policy import judge, report, scan
+from tests.canary.policy import WORDS, judge, report, scan
 from tests.canary.teams import gateway_secrets, relay_desk
 from tests.conftest import upgrade_database
 
@@ -56,7 +56,7 @@ def test_a_row_version_at_its_maximum_fails_closed_into_quarantine_and_erasure_l
     pytest.param("sqlite+local", id="sqlite+local"),
     pytest.param("postgres+s3", marks=[pytest.mark.postgres, pytest.mark.s3], id="postgres+s3"),
 ], indirect=True)
-def test_an_interrupted_runs_checkpoint_holds_words_only_in_the_session_row_and_erasure_leaves_nothing(
+def test_an_interrupted_runs_checkpoint_is_sealed_in_the_session_row_and_erasure_leaves_nothing(
     deployment: Deployment, book: CanaryBook, model_server: ModelServer
 ) -> None:
     alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
@@ -77,7 +77,8 @@ def test_an_interrupted_runs_checkpoint_holds_words_only_in_the_session_row_and_
     assert abandoned["abandoned"]["last_turn"] == 1
     before = scan(deployment.sinks(), book)
     assert not judge(before), report(judge(before))
-    assert alice.tasks[0] in {h.canary.token for h in before if "ts_sessions" in h.location}
+    assert alice.user_id in {h.canary.token for h in before if "ts_sessions" in h.location}  # the row is scanned
+    assert not [h for h in before if h.canary.kind in WORDS], "the checkpoint holds the run's words sealed only"
 
     assert erase(deployment, book, alice)["status"] == "completed"
     after = judge(scan(deployment.sinks(), book), erased={"alice"})

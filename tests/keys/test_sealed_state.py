@@ -22,6 +22,7 @@ from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sealed import seal_saved_states
 from tests.conftest import prepare
 from tests.keys.outage import Outage
+from tests.state.test_checkpoint_conformance import checkpoint
 from tests.state.test_store_conformance import acquire, record
 
 CANARY = '{"envelope":1,"codec":"json","data":{"said":"CANARY my router ZX-81 drops"}}'
@@ -47,9 +48,9 @@ async def stores(engine: AsyncEngine, backend: tuple[str, str]) -> AsyncIterator
     await plain.aclose()
 
 
-async def _raw(engine: AsyncEngine, table: Any = sessions) -> list[str]:
+async def _raw(engine: AsyncEngine, table: Any = sessions, column: str = "state") -> list[str]:
     async with engine.connect() as conn:
-        return [r[0] for r in (await conn.execute(select(table.c.state).where(table.c.state.is_not(None)))).all()]
+        return [r[0] for r in (await conn.execute(select(table.c[column]).where(table.c[column].is_not(None)))).all()]
 
 
 async def _save(store: StateStore, state: str, session: str = "s1") -> None:
@@ -133,7 +134,7 @@ async def test_kms_unreachable_at_a_session_open_takes_no_lease_and_writes_nothi
         proxy.stop()
 
 
-async def test_keys_migrate_seals_the_states_and_quarantined_copies_saved_before_sealing(
+async def test_keys_migrate_seals_the_states_checkpoints_and_quarantined_copies_saved_before_sealing(
     stores: tuple[StateStore, StateStore], engine: AsyncEngine
 ) -> None:
     sealed, plain = stores
@@ -142,8 +143,14 @@ async def test_keys_migrate_seals_the_states_and_quarantined_copies_saved_before
     row = await acquire(plain, SessionKey("alice", "s2"), owner="w2")
     await plain.quarantine(row, owner="w2", reason="corrupt", detail="by hand")
     await plain.release(SessionKey("alice", "s2"), owner="w2", discard_empty=False)
+    await acquire(plain, SessionKey("alice", "s3"))  # a run in flight when the worker was upgraded
+    await plain.checkpoint(SessionKey("alice", "s3"), owner="w1", expected_version=0, record=checkpoint(CANARY))
+    await plain.release(SessionKey("alice", "s3"), owner="w1", discard_empty=False)
     keys = KeyService.from_settings(engine, Settings())
-    assert await seal_saved_states(engine, keys) == {"sessions": 1, "quarantine": 1}
-    assert all(s.startswith(SEALED_PREFIX) for s in await _raw(engine) + await _raw(engine, quarantine))
-    assert await seal_saved_states(engine, keys) == {"sessions": 0, "quarantine": 0}
+    assert await seal_saved_states(engine, keys) == {"sessions": 1, "quarantine": 1, "checkpoints": 1}
+    assert all(s.startswith(SEALED_PREFIX) for s in await _raw(engine) + await _raw(engine, quarantine)
+               + await _raw(engine, sessions, "checkpoint"))
+    assert await seal_saved_states(engine, keys) == {"sessions": 0, "quarantine": 0, "checkpoints": 0}
     assert (await acquire(sealed, SessionKey("alice", "s1"), owner="w3")).state == CANARY
+    kept = await sealed.get(SessionKey("alice", "s3"))
+    assert kept is not None and kept.checkpoint == CANARY and kept.checkpoint_bytes == len(CANARY)

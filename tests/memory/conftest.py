@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore.db.engine import create_engine
 from teamstore.events import RunObserver
+from teamstore.keys import KeyService
 from teamstore.memory.store import MemoryStore
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -32,8 +33,9 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 
 @pytest.fixture
 def store(engine: AsyncEngine) -> MemoryStore:
-    """The memory store on the migrated database."""
-    return MemoryStore(engine)
+    """The memory store on the migrated database, sealing under users' data keys as the composition root
+    builds it."""
+    return MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ CliRunner on the embedded default."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from typer.testing import CliRunner
 from config_registry import Registry
 from teamstore import examples
 from teamstore.cli import app
+from teamstore.settings import Settings
+from teamstore.state.envelope import SEALED_PREFIX
 
 runner = CliRunner()
 FIRST = "My router ZX-81 drops the connection every evening (ticket 55102)."
@@ -44,6 +47,15 @@ def test_show_prints_the_summary_and_each_fact_with_its_type_run_and_confirmatio
     assert table.exit_code == 0 and "ZX-81" in table.stdout and "summary: My router ZX-81" in table.stdout
     assert as_json("memory", "show", "--user", "alice", "--team", "billing")["memories"] == []
     assert "nothing is kept about this user" in runner.invoke(app, ["memory", "show", "--user", "bob"]).stdout
+
+
+def test_show_prints_plain_values_that_the_tables_hold_sealed_under_the_users_key(ran: dict[str, Any]) -> None:
+    with sqlite3.connect(Settings().home / "teamstore.db") as conn:
+        stored = [*conn.execute("SELECT summary FROM ts_user_memory"), *conn.execute("SELECT value FROM ts_user_memory_facts")]
+    assert len(stored) == 3 and all(text.startswith(SEALED_PREFIX) for (text,) in stored)
+    assert not [text for (text,) in stored if "ZX-81" in text or "55102" in text or "router" in text]
+    (memory,) = as_json("memory", "show", "--user", "alice")["memories"]
+    assert memory["summary"] == FIRST and {f["value"] for f in memory["facts"]} == {"55102", "ZX-81"}
 
 
 def test_a_new_session_run_says_what_memory_it_was_given(ran: dict[str, Any]) -> None:

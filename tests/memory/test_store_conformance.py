@@ -194,7 +194,11 @@ async def test_the_erasure_step_counts_and_removes_a_users_memory_and_no_one_els
     await put(store, "bob's", {"ticket_id": "2"}, user="bob")
     step, ctx = memory_step(), StepContext(engine, None, "er-1", "alice", None)  # type: ignore[arg-type]
     found = await step.enumerate(ctx)
-    assert found.rows == 3 and found.bytes == len("alice's summary") + len('"1"') + len("2")
+    async with engine.connect() as conn:  # the bytes as stored (sealed), as a state's are counted
+        summaries = (await conn.execute(select(memories.c.summary).where(memories.c.user_id == "alice"))).scalars()
+        values = (await conn.execute(select(facts.c.value).where(facts.c.user_id == "alice"))).scalars()
+        stored = sum(len(v) for v in [*summaries, *values])
+    assert found.rows == 3 and found.bytes == stored
     await open_request(engine, "er-1", "alice", "test", 30)
     result = await step.erase(ctx, prior=None)
     assert result.status is StepStatus.DELETED and result.counts.rows == 3

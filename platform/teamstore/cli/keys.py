@@ -3,7 +3,8 @@
     teamstore keys status                 # every KEK, how many data keys each wraps, when to rotate next
     teamstore keys rotate                 # every key_rotation_days (schedule it); --to KMS_KEY to move to KMS
     teamstore keys retire                 # daily (schedule it): destroys the retired KEKs that are due
-    teamstore keys migrate                # seal what was written before sealing
+    teamstore keys migrate                # seal what was written before sealing (states, checkpoints, memory,
+                                          # transcripts)
 
 See docs/erasure.md for what the rotation bound means for backups.
 """
@@ -93,20 +94,23 @@ def keys_migrate(
                                      help="Also write each plain transcript object again, sealed."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Seal what was written before sealing: stored and quarantined states, queued and stored transcripts."""
+    """Seal what was written before sealing: stored and quarantined states and run checkpoints, users' memory,
+    queued and stored transcripts."""
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
+        from teamstore.memory.sealing import seal_saved_memory
         from teamstore.state.sealed import seal_saved_states
 
-        done: dict[str, Any] = dict(await seal_saved_states(a.engine, a.keys))
+        done: dict[str, Any] = {**await seal_saved_states(a.engine, a.keys), **await seal_saved_memory(a.engine, a.keys)}
         done["outbox"] = await seal_queued_transcripts(a.engine, a.keys)
         done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys) if transcripts else 0
         return done
 
     data = with_app(go, must_exist=True)
     emit(data, as_json=as_json, render=lambda d: console.print(plain(
-        f"sealed {d['sessions']} session state(s), {d['quarantine']} quarantined state(s), {d['outbox']} queued and "
+        f"sealed {d['sessions']} session state(s), {d['quarantine']} quarantined state(s), {d['checkpoints']} run "
+        f"checkpoint(s), {d['memories']} memory summar(ies) and {d['facts']} fact value(s), {d['outbox']} queued and "
         f"{d['transcripts']} stored transcript(s)")))
 
 

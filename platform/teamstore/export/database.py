@@ -35,6 +35,7 @@ from teamstore.keys.schema import data_keys
 from teamstore.memory.store import MemoryStore
 from teamstore.state import envelope
 from teamstore.state.schema import DAMAGED, quarantine, sessions
+from teamstore.state.sealed import checkpoint_context
 from teamstore.state.sealed import context as state_context
 
 Rows = list[dict[str, Any]]
@@ -72,20 +73,21 @@ def decoded_state(state: object, name: str = "state") -> dict[str, Any]:
         return {name: None, f"{name}_as_stored": text, f"{name}_unreadable": exc.detail}
 
 
-async def opened_state(ctx: ExportContext, row: dict[str, Any]) -> dict[str, Any]:
-    """A stored state opened under the user's data key, then decoded (:func:`decoded_state`); as stored, with
-    the reason, when it does not open."""
-    state = row["state"]
+async def opened_state(ctx: ExportContext, row: dict[str, Any], name: str = "state") -> dict[str, Any]:
+    """A stored state (or, with ``name="checkpoint"``, a run's checkpoint) opened under the user's data key,
+    then decoded (:func:`decoded_state`); as stored, with the reason, when it does not open."""
+    state = row[name]
     try:
         blob = envelope.sealed_bytes(state) if isinstance(state, str) else None
     except StateRejected as exc:
-        return {"state": None, "state_as_stored": state, "state_unreadable": exc.detail}
+        return {name: None, f"{name}_as_stored": state, f"{name}_unreadable": exc.detail}
     if blob is None:
-        return decoded_state(state)  # saved before sealing
-    plain, why = await ctx.opened(blob, state_context(row["session_id"]))
+        return decoded_state(state, name)  # saved before sealing
+    where = state_context if name == "state" else checkpoint_context
+    plain, why = await ctx.opened(blob, where(row["session_id"]))
     if why is not None:
-        return {"state": None, "state_as_stored": state, "state_unreadable": why}
-    return decoded_state(plain.decode("utf-8", "backslashreplace"))
+        return {name: None, f"{name}_as_stored": state, f"{name}_unreadable": why}
+    return decoded_state(plain.decode("utf-8", "backslashreplace"), name)
 
 
 def _bytes(value: object) -> bytes:
@@ -116,7 +118,7 @@ class StateRows:
         order = self.table.c.id if "id" in self.table.c else self.table.c.session_id
         rows = await read(ctx.engine, select(*columns).where(_by_user(self.table)(ctx)).order_by(order), self.name)
         found = [{**{k: v for k, v in _plain(r).items() if k not in hidden}, **await opened_state(ctx, r),
-                  **decoded_state(r["checkpoint"], "checkpoint")} for r in rows]
+                  **await opened_state(ctx, r, "checkpoint")} for r in rows]
         return archive.add_json(self.file, {"user_id": ctx.user_id, self.name: found}, records=len(found))
 
 
@@ -129,7 +131,7 @@ class MemoryRows:
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
         """Write the user's memory, every scope."""
         try:
-            kept = await MemoryStore(ctx.engine).show(ctx.user_id)
+            kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id)  # opened: plain values
         except InvalidIdentifier:
             kept = []  # an id no session could have (erasure's wider rule): no memory was ever written for it
         found = [m.to_dict() for m in kept]
@@ -215,8 +217,8 @@ class DataKeyRows:
         d = data_keys.c
         rows = await read(ctx.engine, select(d.key_id, d.created_at, d.wrapped_at).where(d.user_id == ctx.user_id),
                           self.name)
-        note = ("every state and transcript above is stored sealed (AES-256-GCM) under this key, and was opened for "
-                "this export; the key itself is never handed out")
+        note = ("every state, run checkpoint, memory value and transcript above is stored sealed (AES-256-GCM) under "
+                "this key, and was opened for this export; the key itself is never handed out")
         return archive.add_json("keys.json", {"user_id": ctx.user_id, "data_keys": rows, "note": note},
                                 records=len(rows))
 

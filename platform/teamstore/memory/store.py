@@ -2,7 +2,7 @@
 
     from teamstore.memory.store import MemoryStore
 
-    store = MemoryStore(engine)
+    store = MemoryStore(engine, keys=KeyService.from_settings(engine, settings))
     memory = await store.load("alice", "support_triage")            # None: nothing kept
     update = MemoryUpdate("line fault, ticket 55102", {"ticket_id": "55102"})
     version = await store.write("alice", "support_triage", update, types={"ticket_id": "str"},
@@ -18,6 +18,12 @@ statement, as every writer does): two writers of one user never lose each other'
 is told :class:`StaleMemory` and writes again from what the first stored), and nothing is written for a
 user being erased. Facts a write does not name stay as they are; a fact written with the value it had is confirmed
 (its time moves, its source run stays).
+
+With ``keys`` (as the composition root builds it), the summary and each fact's value are sealed under the
+user's data key (:mod:`teamstore.memory.sealing`) and opened when read: what the tables hold is ciphertext
+beside the ids, scopes, fact names and types. Rows written before sealing read as they are and are
+sealed by their next write (or ``teamstore keys migrate``). A value that does not open (sealed under a key an
+erasure destroyed, as in a restored backup) is listed as damaged, never given to a model.
 """
 
 from __future__ import annotations
@@ -27,9 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, delete, literal, select, tuple_, update
+from sqlalchemy import delete, literal, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -37,6 +42,7 @@ from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
 from teamstore.ids import check_id
+from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.facts import (
     DamagedFact,
     Fact,
@@ -48,6 +54,7 @@ from teamstore.memory.facts import (
     encode_value,
 )
 from teamstore.memory.schema import facts, memories
+from teamstore.memory.sealing import Unopened, fact_context, opened, opened_under, sealed, summary_context
 from teamstore.state.schema import DAMAGED
 
 FAILURE_CHARS = 512
@@ -81,10 +88,12 @@ class MemoryStore:
 
     Args:
         engine: The state database; the caller owns it.
+        keys: Users' data keys, which the summary and each fact's value are sealed under; without, they are
+            stored as plain text (and sealed values read as damaged).
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+    def __init__(self, engine: AsyncEngine, keys: KeyService | None = None) -> None:
+        self.engine, self.keys = engine, keys
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # --- reading ---------------------------------------------------------------------------------------
@@ -107,13 +116,18 @@ class MemoryStore:
         check_id("user_id", user_id)
         try:
             async with self.engine.connect() as conn:
-                rows = (await conn.execute(select(memories).where(*_key(memories, user_id, scope))
-                                           .order_by(memories.c.scope))).mappings().all()
-                kept = (await conn.execute(select(facts).where(*_key(facts, user_id, scope))
-                                           .order_by(facts.c.scope, facts.c.name))).mappings().all()
+                found_rows = (await conn.execute(select(memories).where(*_key(memories, user_id, scope))
+                                                 .order_by(memories.c.scope))).mappings().all()
+                found_facts = (await conn.execute(select(facts).where(*_key(facts, user_id, scope))
+                                                  .order_by(facts.c.scope, facts.c.name))).mappings().all()
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "read the user's memory") from exc
-        by_scope: dict[str, list[RowMapping]] = {}
+        rows = [{**row, "summary": await opened(self.keys, user_id, row["summary"], summary_context(str(row["scope"])))}
+                for row in found_rows]
+        kept = [{**row, "value": await opened(self.keys, user_id, row["value"],
+                                              fact_context(str(row["scope"]), str(row["name"])))}
+                for row in found_facts]
+        by_scope: dict[str, list[Mapping[str, Any]]] = {}
         for row in kept:
             by_scope.setdefault(str(row["scope"]), []).append(row)
         found = [_memory(row, by_scope.pop(str(row["scope"]), [])) for row in rows]
@@ -141,10 +155,13 @@ class MemoryStore:
         Raises:
             StaleMemory: Another write landed since ``expected_version`` was read; nothing was written.
             ErasureInProgress: An erasure fences the user; nothing was written.
+            KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was written.
             StoreUnavailable: The database failed; nothing was written.
         """
         now = now or datetime.now(UTC)
-        row = {"summary": update.summary, "team": team, "team_version": team_version, "source_run_id": run_id,
+        data_key = await self.keys.data_key(user_id) if self.keys is not None else None
+        summary = sealed(data_key, update.summary, summary_context(scope))
+        row = {"summary": summary, "team": team, "team_version": team_version, "source_run_id": run_id,
                "updated_at": now, "expires_at": now + timedelta(days=retention_days)}
         try:
             async with self.engine.begin() as conn:
@@ -153,8 +170,12 @@ class MemoryStore:
                     raise _fenced() if fenced else StaleMemory(
                         "another write of this user's memory landed first",
                         hint="read the memory again and write from what it holds now")
+                kept = await _kept_facts(conn, user_id, scope, data_key)
                 for name, value in update.facts.items():
-                    await conn.execute(self._fact_upsert(user_id, scope, name, types[name], value, run_id, now))
+                    text = encode_value(value)
+                    same = kept.get(name) == (types[name], text)  # compared opened: each seal is different bytes
+                    stored = sealed(data_key, text, fact_context(scope, name))
+                    await conn.execute(self._fact_upsert(user_id, scope, name, types[name], stored, same, run_id, now))
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "write the user's memory") from exc
         return expected_version + 1
@@ -184,18 +205,17 @@ class MemoryStore:
         return self._insert(memories).from_select(columns, chosen)
 
     def _fact_upsert(
-        self, user_id: str, scope: str, name: str, kind: str, value: Any, run_id: str, now: datetime
+        self, user_id: str, scope: str, name: str, kind: str, value: str, same: bool, run_id: str, now: datetime
     ) -> Any:
-        stmt = self._insert(facts).values(user_id=user_id, scope=scope, name=name, type=kind,
-                                          value=encode_value(value), source_run_id=run_id, created_at=now,
-                                          confirmed_at=now)
-        same = and_(facts.c.value == stmt.excluded.value, facts.c.type == stmt.excluded.type)
+        """Write a fact's (sealed) value; ``same``: it is confirmed with the value it had, so it still comes from
+        the run that first stated it (its value is written again all the same: a plain one is sealed now)."""
+        stmt = self._insert(facts).values(user_id=user_id, scope=scope, name=name, type=kind, value=value,
+                                          source_run_id=run_id, created_at=now, confirmed_at=now)
+        changed = {} if same else {"type": stmt.excluded.type, "source_run_id": stmt.excluded.source_run_id,
+                                   "created_at": stmt.excluded.created_at}
         return stmt.on_conflict_do_update(
             index_elements=[facts.c.user_id, facts.c.scope, facts.c.name],
-            set_={"type": stmt.excluded.type, "value": stmt.excluded.value, "confirmed_at": now,
-                  # confirmed with the value it had: it still comes from the run that first stated it
-                  "source_run_id": case((same, facts.c.source_run_id), else_=stmt.excluded.source_run_id),
-                  "created_at": case((same, facts.c.created_at), else_=stmt.excluded.created_at)},
+            set_={"value": stmt.excluded.value, "confirmed_at": now, **changed},
         )
 
     async def record_failure(
@@ -288,6 +308,15 @@ class MemoryStore:
                 return total
 
 
+async def _kept_facts(
+    conn: AsyncConnection, user_id: str, scope: str, data_key: DataKey | None
+) -> dict[str, tuple[str, str | None]]:
+    """Each fact kept under ``scope``: its type and its value's JSON text, opened (``None``: it does not open)."""
+    query = select(facts.c.name, facts.c.type, facts.c.value).where(*_key(facts, user_id, scope))
+    return {str(name): (str(kind), opened_under(data_key, value, fact_context(scope, str(name))))
+            for name, kind, value in (await conn.execute(query)).all()}
+
+
 async def _delete_facts_of(conn: AsyncConnection, keys: Sequence[tuple[str, str]]) -> int:
     if not keys:
         return 0
@@ -295,10 +324,13 @@ async def _delete_facts_of(conn: AsyncConnection, keys: Sequence[tuple[str, str]
     return int(result.rowcount or 0)
 
 
-def _memory(row: RowMapping, fact_rows: list[RowMapping]) -> UserMemory:
+def _memory(row: Mapping[str, Any], fact_rows: list[Mapping[str, Any]]) -> UserMemory:
     damaged: list[DamagedFact] = []
     summary = row["summary"]
-    if not isinstance(summary, str):
+    if isinstance(summary, Unopened):
+        damaged.append(DamagedFact("summary", f"the summary does not open: {summary.why}"))
+        summary = ""
+    elif not isinstance(summary, str):
         damaged.append(DamagedFact("summary", "the summary is not text"))
         summary = ""
     version = row["version"]
@@ -318,7 +350,7 @@ def _memory(row: RowMapping, fact_rows: list[RowMapping]) -> UserMemory:
     )
 
 
-def _orphans(user_id: str, scope: str, rows: list[RowMapping]) -> UserMemory:
+def _orphans(user_id: str, scope: str, rows: list[Mapping[str, Any]]) -> UserMemory:
     damaged = [DamagedFact("memory", "facts are kept with no memory row (deleted by hand)")]
     return UserMemory(user_id=user_id, scope=scope, summary="", version=-1, team="", team_version="",
                       source_run_id=None, updated_at=None, expires_at=None, facts=_facts(rows, damaged),
@@ -332,10 +364,13 @@ def _moment(value: Any, name: str, damaged: list[DamagedFact]) -> datetime | Non
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-def _facts(rows: list[RowMapping], damaged: list[DamagedFact]) -> dict[str, Fact]:
+def _facts(rows: list[Mapping[str, Any]], damaged: list[DamagedFact]) -> dict[str, Fact]:
     found: dict[str, Fact] = {}
     for row in rows:
         name = str(row["name"])
+        if isinstance(row["value"], Unopened):
+            damaged.append(DamagedFact(name, f"its value does not open: {row['value'].why}"))
+            continue
         try:
             value = decode_value(name, str(row["type"]), row["value"])
         except FactInvalid as exc:

@@ -151,6 +151,8 @@ def _field(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...])
 def _payload(row: StoredSession) -> Mapping[str, Any]:
     """The stored checkpoint's payload, checked to be whole (text, of its byte count, in the envelope)."""
     text = row.checkpoint
+    if row.checkpoint_unreadable is not None:
+        raise StateRejected("corrupt", f"the stored checkpoint does not open: {row.checkpoint_unreadable}")
     if not isinstance(text, str):
         raise StateRejected("corrupt", f"the checkpoint holds a {type(text).__name__}, not text")
     if row.checkpoint_bytes != len(text.encode("utf-8", "surrogatepass")):

@@ -82,7 +82,7 @@ class Platform:
             sizes on it (:mod:`teamstore.runtime.metrics`).
         store: The state store, if the caller built it (and closes it); by default one is built on
             ``engine``, sealing states under users' data keys as ``settings`` say, and closed with the platform.
-        memory: The user-memory store; by default one on ``engine``.
+        memory: The user-memory store; by default one on ``engine``, sealing under users' data keys.
         on_close: Awaited last by :meth:`aclose`: how the composition root closes what it built for this
             platform (engine, stores, tracer provider).
 
@@ -110,12 +110,12 @@ class Platform:
         self.limits = SessionLimits.from_settings(settings)
         self.metrics = SessionMetrics(meter_provider)
         self._owns_store = store is None
+        keys = KeyService.from_settings(engine, settings) if store is None or memory is None else None
         self.store: StateStore = store if store is not None else store_for(
-            engine, pool_size=settings.db_pool_size, lease=settings.session_lease,
-            keys=KeyService.from_settings(engine, settings),
+            engine, pool_size=settings.db_pool_size, lease=settings.session_lease, keys=keys,
         )
         self.observers: list[RunObserver] = list(observers)
-        self.memory = MemoryService(memory if memory is not None else MemoryStore(engine))
+        self.memory = MemoryService(memory if memory is not None else MemoryStore(engine, keys=keys))
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._on_close = on_close
         self._schema_checked = False

@@ -74,6 +74,10 @@ class StoredSession:
     defects: tuple[str, ...] = ()
     """Why the row cannot be trusted, one line per fault; a row with any is refused as ``corrupt`` when
     judged, before anything runs."""
+    checkpoint_unreadable: str | None = None
+    """Why the stored checkpoint does not open (sealed under a data key that is gone, or damaged), when it
+    does not: ``checkpoint`` then holds it as stored, and the runtime sets it aside as ``corrupt`` (the state
+    is judged on its own)."""
 
     @property
     def key(self) -> SessionKey:

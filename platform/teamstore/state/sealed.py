@@ -1,5 +1,5 @@
-"""Sealed resume state: any state store, with every state sealed under its user's data key on the way in
-and opened on the way out.
+"""Sealed resume state: any state store, with every state and every run checkpoint sealed under its user's data
+key on the way in and opened on the way out.
 
     from teamstore.state.factory import store_for
 
@@ -9,13 +9,17 @@ and opened on the way out.
 
 It wraps the :class:`~teamstore.state.base.StateStore` protocol rather than threading through the backends:
 each backend still writes and reads text, and only this layer knows keys. The sealed context is
-``state/<session id>``: a state moved to another session, or another user's row, does not open. A refused state
-is quarantined exactly as the row held it (sealed, or as an older release or a damaged row left it), and a
-restore moves it back as it is.
+``state/<session id>`` (``checkpoint/<session id>`` for a run's checkpoint, :meth:`SealedStateStore.checkpoint`):
+a state moved to another session, or another user's row, does not open. A refused state or checkpoint is
+quarantined exactly as the row held it (sealed, or as an older release or a damaged row left it), and a restore
+moves it back as it is.
 
 * Opening a session fetches the user's data key first (made now for a new user): an unreachable KMS or a
   missing key file fails the opening before the team runs, with nothing leased or written.
-* A row saved before sealing (codec ``json``) reads as it is; its next save seals it.
+* A row saved before sealing (codec ``json``) reads as it is; its next save seals it (a checkpoint written
+  before sealing, likewise: the run's next checkpoint, or the save after it, replaces it).
+* A sealed checkpoint that does not open is named in the row's ``checkpoint_unreadable``: the runtime sets it
+  aside as ``corrupt`` and judges the state on its own.
 * A sealed state that does not open (damaged bytes, or sealed under a data key an erasure destroyed, as in a
   restored backup) is refused as ``corrupt`` and quarantined, sealed as it was; the session starts fresh.
   A damaged *key row*, or a key-encryption key that cannot be reached, fails the opening instead: the state
@@ -56,8 +60,17 @@ def context(session_id: str) -> str:
     return f"state/{session_id}"
 
 
+def checkpoint_context(session_id: str) -> str:
+    """The sealed context of a session's run checkpoint (a state's sealed bytes do not open as one)."""
+    return f"checkpoint/{session_id}"
+
+
+Held = tuple[str | None, str | None]
+"""A session's state and checkpoint as its row held them (sealed, or as written before sealing)."""
+
+
 class SealedStateStore:
-    """:class:`~teamstore.state.base.StateStore` sealing states under users' data keys.
+    """:class:`~teamstore.state.base.StateStore` sealing states and run checkpoints under users' data keys.
 
     Args:
         inner: The backend (its rows hold the sealed text).
@@ -67,7 +80,7 @@ class SealedStateStore:
     def __init__(self, inner: StateStore, keys: KeyService) -> None:
         self.inner, self.keys = inner, keys
         # What each open session's row held before it was opened, so a quarantine sets aside those very bytes.
-        self._stored: dict[tuple[str, str, str], str | None] = {}
+        self._stored: dict[tuple[str, str, str], Held] = {}
 
     @property
     def engine(self) -> AsyncEngine:
@@ -84,17 +97,20 @@ class SealedStateStore:
         """See :meth:`StateStore.check_lease_mode`."""
         await self.inner.check_lease_mode()
 
+    async def _key(self, user_id: str) -> DataKey:
+        return self.keys.in_memory(user_id) or await self.keys.data_key(user_id)
+
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
         max_sessions: int | None = None,
     ) -> StoredSession:
-        """The user's data key first, then the lease and the row, its state opened.
+        """The user's data key first, then the lease and the row, its state and checkpoint opened.
 
         Raises:
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was leased.
             ErasureInProgress: An erasure holds the user. And whatever the backend's acquire raises.
         """
-        data_key = self.keys.in_memory(key.user_id) or await self.keys.data_key(key.user_id)
+        data_key = await self._key(key.user_id)
         row = await self.inner.acquire(key, claim, owner=owner, lease_ttl=lease_ttl, wait_seconds=wait_seconds,
                                        max_sessions=max_sessions)
         try:
@@ -102,23 +118,43 @@ class SealedStateStore:
         except BaseException:
             await self.inner.release(key, owner=owner, discard_empty=row.row_version == 0)
             raise
-        self._stored[key.user_id, key.session_id, owner] = row.state
+        self._stored[key.user_id, key.session_id, owner] = (row.state, row.checkpoint)
         return opened
 
     async def _opened(self, row: StoredSession, data_key: DataKey | None) -> StoredSession:
-        """``row`` with its state opened; a sealed state that does not open stays sealed, named in ``defects``."""
+        """``row`` with its state and checkpoint opened. A sealed state that does not open stays sealed, named in
+        ``defects`` (the row is refused); a checkpoint, in ``checkpoint_unreadable`` (it alone is set aside)."""
+        state, why = await self._open(row.user_id, row.state, context(row.session_id), data_key)
+        if why is not None:
+            row = replace(row, defects=(*row.defects, f"the stored state does not open: {why}"))
+        elif state is not None:
+            row = _with_state(row, *state)
+        if row.checkpoint is None:
+            return row
+        checkpoint, why = await self._open(row.user_id, row.checkpoint, checkpoint_context(row.session_id), data_key)
+        if why is not None:
+            return replace(row, checkpoint_unreadable=why)
+        if checkpoint is None:
+            return row  # written before sealing: read as it is
+        # A byte count that was not the stored checkpoint's is handed on as it was, so the runtime refuses it.
+        whole = isinstance(row.checkpoint, str) and row.checkpoint_bytes == len(row.checkpoint)
+        return replace(row, checkpoint=checkpoint[0], checkpoint_bytes=checkpoint[1] if whole else row.checkpoint_bytes)
+
+    async def _open(
+        self, user_id: str, stored: str | None, where: str, data_key: DataKey | None
+    ) -> tuple[tuple[str, int] | None, str | None]:
+        """``((text, bytes), None)`` for a sealed ``stored`` that opens, ``(None, why)`` for one that does not,
+        and ``(None, None)`` for nothing sealed (none, or written before sealing)."""
         try:
-            blob = sealed_bytes(row.state) if row.state is not None else None
+            blob = sealed_bytes(stored) if stored is not None else None
             if blob is None:
-                return row  # no state, or one saved before sealing
+                return None, None
             if data_key is None or not data_key.sealed_it(blob):
-                data_key = await self.keys.key_for(row.user_id, blob)
-            plain = open_sealed(data_key.aead, blob, context(row.session_id))  # its key checked just above
-            text = plain.decode("utf-8")
+                data_key = await self.keys.key_for(user_id, blob)
+            plain = open_sealed(data_key.aead, blob, where)  # its key checked just above
+            return (plain.decode("utf-8"), len(plain)), None
         except (PayloadUnreadable, KeyDestroyed, StateRejected, UnicodeDecodeError) as exc:
-            why = exc.message if isinstance(exc, PayloadUnreadable | KeyDestroyed) else str(exc)
-            return replace(row, defects=(*row.defects, f"the stored state does not open: {why}"))
-        return _with_state(row, text, len(plain))
+            return None, exc.message if isinstance(exc, PayloadUnreadable | KeyDestroyed) else str(exc)
 
     async def save(
         self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
@@ -128,7 +164,7 @@ class SealedStateStore:
         Raises:
             KeyUnavailable, DataKeyDamaged: The state could not be sealed: nothing was written.
         """
-        data_key = self.keys.in_memory(key.user_id) or await self.keys.data_key(key.user_id)
+        data_key = await self._key(key.user_id)
         text = seal_text(data_key.seal(record.state.encode("utf-8"), context(key.session_id), compress=True))
         sealed_record = SaveRecord(record.team, record.team_version, record.schema_version, record.agentchat_version,
                                    record.fingerprints, text, record.expires_at, record.expiry_slack)
@@ -137,14 +173,27 @@ class SealedStateStore:
         if release:
             self._stored.pop((key.user_id, key.session_id, owner), None)
         else:
-            self._stored[key.user_id, key.session_id, owner] = text
+            self._stored[key.user_id, key.session_id, owner] = (text, None)  # a save clears the checkpoint
         return saved
 
     async def checkpoint(
         self, key: SessionKey, *, owner: str, expected_version: int, record: CheckpointRecord
     ) -> int:
-        """See :meth:`StateStore.checkpoint`."""
-        return await self.inner.checkpoint(key, owner=owner, expected_version=expected_version, record=record)
+        """Seal ``record.checkpoint`` (a clearing stays one) and write it (see :meth:`StateStore.checkpoint`).
+
+        Raises:
+            KeyUnavailable, DataKeyDamaged: The checkpoint could not be sealed: nothing was written.
+        """
+        text = record.checkpoint
+        if text is not None:
+            data_key = await self._key(key.user_id)
+            text = seal_text(data_key.seal(text.encode("utf-8"), checkpoint_context(key.session_id), compress=True))
+            record = replace(record, checkpoint=text)
+        written = await self.inner.checkpoint(key, owner=owner, expected_version=expected_version, record=record)
+        held = self._stored.get((key.user_id, key.session_id, owner))
+        if held is not None:
+            self._stored[key.user_id, key.session_id, owner] = (held[0], text)
+        return written
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """See :meth:`StateStore.renew`."""
@@ -158,23 +207,37 @@ class SealedStateStore:
     async def quarantine(
         self, row: StoredSession, *, owner: str, reason: str, detail: str, checkpoint_only: bool = False
     ) -> int:
-        """Set the refused state aside exactly as the row held it: sealed, or as written before sealing (see
-        :meth:`StateStore.quarantine`). A state this store never read from the row is sealed first."""
-        if (row.user_id, row.session_id, owner) in self._stored:
-            stored = self._stored.pop((row.user_id, row.session_id, owner))
-            if isinstance(stored, str) and stored != row.state:  # the state's own size stays, as listings show it
-                row = replace(row, state=stored)
-        elif isinstance(row.state, str) and not is_sealed_text(row.state):
-            row = await self._sealed_copy(row)
-        return await self.inner.quarantine(row, owner=owner, reason=reason, detail=detail,
-                                           checkpoint_only=checkpoint_only)
+        """Set the refused state (and checkpoint) aside exactly as the row held them: sealed, or as written
+        before sealing (see :meth:`StateStore.quarantine`). What this store never read from the row is sealed
+        first."""
+        where = (row.user_id, row.session_id, owner)
+        held = self._stored.pop(where, None)
+        quarantined = await self.inner.quarantine(await self._as_held(row, held), owner=owner, reason=reason,
+                                                  detail=detail, checkpoint_only=checkpoint_only)
+        if checkpoint_only and held is not None:
+            self._stored[where] = (held[0], None)  # the state stays in the row, as it was
+        return quarantined
 
-    async def _sealed_copy(self, row: StoredSession) -> StoredSession:
-        """``row`` with its (plain) state sealed, for a row handed to :meth:`quarantine` without being read."""
-        data_key = await self.keys.data_key(row.user_id)
-        assert row.state is not None
-        text = seal_text(data_key.seal(row.state.encode("utf-8"), context(row.session_id), compress=True))
-        return replace(row, state=text)
+    async def _as_held(self, row: StoredSession, held: Held | None) -> StoredSession:
+        """``row`` with its state and checkpoint as the row held them (the state's own size stays, as listings
+        show it); a plain one this store never read from the row is sealed."""
+        state, checkpoint = held if held is not None else (None, None)
+        changes: dict[str, Any] = {}
+        if isinstance(state, str) and state != row.state:
+            changes["state"] = state
+        elif state is None and _plain(row.state):
+            changes["state"] = await self._sealed_copy(row.user_id, row.state, context(row.session_id))
+        if isinstance(checkpoint, str) and checkpoint != row.checkpoint:
+            changes["checkpoint"] = checkpoint
+        elif checkpoint is None and _plain(row.checkpoint):
+            changes["checkpoint"] = await self._sealed_copy(row.user_id, row.checkpoint,
+                                                            checkpoint_context(row.session_id))
+        return replace(row, **changes) if changes else row
+
+    async def _sealed_copy(self, user_id: str, text: str | None, where: str) -> str:
+        assert text is not None
+        data_key = await self.keys.data_key(user_id)
+        return seal_text(data_key.seal(text.encode("utf-8"), where, compress=True))
 
     async def restore_quarantined(
         self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
@@ -192,9 +255,9 @@ class SealedStateStore:
         return await self.inner.delete_session(key, wait_seconds=wait_seconds)
 
     async def get(self, key: SessionKey) -> StoredSession | None:
-        """The row, its state opened when the user's key opens it (no key is made to read)."""
+        """The row, its state and checkpoint opened when the user's key opens them (no key is made to read)."""
         row = await self.inner.get(key)
-        if row is None or row.state is None:
+        if row is None or (row.state is None and row.checkpoint is None):
             return row
         return await self._opened(row, await self.keys.data_key(key.user_id, create=False))
 
@@ -223,36 +286,48 @@ class SealedStateStore:
         await self.inner.aclose()
 
 
+def _plain(text: object) -> bool:
+    return isinstance(text, str) and not is_sealed_text(text)
+
+
+_SAVED = ((sessions, "sessions", "state", context), (quarantine, "quarantine", "state", context),
+          (sessions, "checkpoints", "checkpoint", checkpoint_context),
+          (quarantine, "checkpoints", "checkpoint", checkpoint_context))
+"""Where a state or a checkpoint is stored: the table, what :func:`seal_saved_states` counts it as, the column,
+and its sealed context."""
+
 
 async def seal_saved_states(engine: AsyncEngine, keys: KeyService, batch: int = 200) -> dict[str, int]:
-    """Seal the states saved before sealing, in ``ts_sessions`` and ``ts_quarantine`` (``teamstore keys migrate``).
+    """Seal the states and run checkpoints saved before sealing, in ``ts_sessions`` and ``ts_quarantine``
+    (``teamstore keys migrate``).
 
     Each row is rewritten only if it is still as read (a session that saved meanwhile sealed its own state),
     without a new row version; a user an erasure fences is left to the erasure.
 
     Returns:
-        How many rows of each table were sealed.
+        How many states of each table, and how many checkpoints, were sealed.
 
     Raises:
         KeyUnavailable, DataKeyDamaged: A user's key could not be had (rerun: what was sealed stays sealed).
         StoreUnavailable: The database failed.
     """
-    sealed = {"sessions": 0, "quarantine": 0}
-    for table, name, where in ((sessions, "sessions", sessions.c.session_id), (quarantine, "quarantine", quarantine.c.id)):
+    sealed = {"sessions": 0, "quarantine": 0, "checkpoints": 0}
+    for table, name, column, where in _SAVED:
+        ident = table.c.session_id if table is sessions else table.c.id
         after: Any = None
-        while rows := await _plain_rows(engine, table, where, after, batch):
-            for user_id, ident, session_id, state in rows:
+        while rows := await _plain_rows(engine, table, ident, column, after, batch):
+            for user_id, key, session_id, plain in rows:
                 data_key = await keys.data_key(user_id)
-                text = seal_text(data_key.seal(state.encode("utf-8"), context(session_id), compress=True))
-                sealed[name] += await _reseal(engine, table, where, user_id, ident, state, text)
+                text = seal_text(data_key.seal(plain.encode("utf-8"), where(session_id), compress=True))
+                sealed[name] += await _reseal(engine, table, ident, column, (user_id, key), plain, text)
             after = (rows[-1][0], rows[-1][1])
     return sealed
 
 
-async def _plain_rows(engine: AsyncEngine, table: Table, ident: Any, after: Any, batch: int) -> list[Any]:
+async def _plain_rows(engine: AsyncEngine, table: Table, ident: Any, column: str, after: Any, batch: int) -> list[Any]:
     c = table.c
-    query = select(c.user_id, ident, c.session_id, c.state).where(
-        c.state.is_not(None), ~c.state.startswith(SEALED_PREFIX), ~held(c.user_id))
+    query = select(c.user_id, ident, c.session_id, c[column]).where(
+        c[column].is_not(None), ~c[column].startswith(SEALED_PREFIX), ~held(c.user_id))
     if after is not None:
         query = query.where(tuple_(c.user_id, ident) > tuple_(literal(after[0]), literal(after[1])))
     try:
@@ -262,10 +337,13 @@ async def _plain_rows(engine: AsyncEngine, table: Table, ident: Any, after: Any,
         raise unavailable(exc, "read the states saved before sealing") from exc
 
 
-async def _reseal(engine: AsyncEngine, table: Table, ident: Any, user_id: str, key: Any, old: str, new: str) -> int:
-    c = table.c
-    stmt = update(table).where(c.user_id == user_id, ident == key, c.state == old, ~held(c.user_id)).values(
-        state=new, state_bytes=len(new))
+async def _reseal(
+    engine: AsyncEngine, table: Table, ident: Any, column: str, row: tuple[str, Any], old: str, new: str
+) -> int:
+    c, (user_id, key) = table.c, row
+    sizes = {f"{column}_bytes": len(new)} if f"{column}_bytes" in c else {}  # a quarantined checkpoint has none
+    stmt = update(table).where(c.user_id == user_id, ident == key, c[column] == old, ~held(c.user_id)).values(
+        {column: new, **sizes})
     try:
         async with engine.begin() as conn:
             return int((await conn.execute(stmt)).rowcount or 0)
@@ -278,4 +356,4 @@ def _with_state(row: StoredSession, state: str, size: int) -> StoredSession:
     return StoredSession(row.user_id, row.session_id, row.team, row.team_version, row.schema_version,
                          row.agentchat_version, row.fingerprints, state, size, row.row_version, row.created_at,
                          row.updated_at, row.expires_at, row.checkpoint, row.checkpoint_bytes, row.damaged,
-                         row.defects)
+                         row.defects, row.checkpoint_unreadable)

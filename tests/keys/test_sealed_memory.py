@@ -1,0 +1,79 @@
+"""User memory sealed at rest, on SQLite and a real Postgres: rows written before sealing still read, the next
+write seals them (a fact confirmed with the value it had keeps the run that first stated it), and
+``teamstore keys migrate`` seals them at once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.engine import create_engine
+from teamstore.keys import KeyService
+from teamstore.memory.facts import MemoryUpdate
+from teamstore.memory.schema import facts, memories
+from teamstore.memory.sealing import seal_saved_memory
+from teamstore.memory.store import MemoryStore
+from teamstore.settings import Settings
+from teamstore.state.envelope import SEALED_PREFIX
+from tests.conftest import prepare
+
+SUMMARY = "CANARY alice's router ZX-81 drops every evening"
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    await prepare(database_url, "row" if database_url.startswith("sqlite") else "lock")
+    eng = create_engine(database_url)
+    yield eng
+    await eng.dispose()
+
+
+async def _write(store: MemoryStore, version: int, run_id: str, router: str = "ZX-81") -> int:
+    update = MemoryUpdate(SUMMARY, {"router_model": router})
+    return await store.write("alice", "support_triage", update, types={"router_model": "str"},
+                             expected_version=version, run_id=run_id, team="support_triage", team_version="v1",
+                             retention_days=30)
+
+
+async def _stored(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        return [*(await conn.execute(select(memories.c.summary))).scalars(),
+                *(await conn.execute(select(facts.c.value))).scalars()]
+
+
+async def test_memory_written_before_sealing_reads_and_its_next_write_seals_it_keeping_the_confirmed_facts_run(
+    engine: AsyncEngine,
+) -> None:
+    plain, sealed = MemoryStore(engine), MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
+    version = await _write(plain, 0, "run-1")
+    assert await _stored(engine) == [SUMMARY, '"ZX-81"']  # as an older release wrote it
+    (before,) = await sealed.show("alice")
+    assert before.summary == SUMMARY and before.facts["router_model"].value == "ZX-81" and not before.damaged
+
+    version = await _write(sealed, version, "run-2")  # the same router: confirmed, not restated
+
+    assert all(text.startswith(SEALED_PREFIX) and "ZX-81" not in text for text in await _stored(engine))
+    (after,) = await sealed.show("alice")
+    fact = after.facts["router_model"]
+    assert after.summary == SUMMARY and fact.value == "ZX-81" and fact.source_run_id == "run-1"
+    assert fact.confirmed_at > before.facts["router_model"].confirmed_at
+    await _write(sealed, version, "run-3", router="ZX-82")  # a new value: it comes from the run that stated it
+    (changed,) = await sealed.show("alice")
+    assert changed.facts["router_model"].value == "ZX-82" and changed.facts["router_model"].source_run_id == "run-3"
+
+
+async def test_keys_migrate_seals_memory_written_before_sealing_once(engine: AsyncEngine) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await _write(MemoryStore(engine), 0, "run-1")
+    await MemoryStore(engine).record_failure("bob", "support_triage", "the writer timed out", team="support_triage",
+                                             team_version="v1", retention_days=30)
+
+    assert await seal_saved_memory(engine, keys) == {"memories": 1, "facts": 1}  # bob's empty summary: no words
+
+    assert not [text for text in await _stored(engine) if "ZX-81" in text]
+    assert await seal_saved_memory(engine, keys) == {"memories": 0, "facts": 0}
+    (kept,) = await MemoryStore(engine, keys=keys).show("alice")
+    assert kept.summary == SUMMARY and kept.facts["router_model"].value == "ZX-81" and kept.version == 1
