@@ -1,9 +1,14 @@
 """The usage ledger: token counts per run, agent, model and purpose, for cost queries.
 
-    from teamstore.audit.ledger import usage_rows, record_usage
+    from teamstore.audit.ledger import usage_insert, usage_params, usage_rows
 
     rows = usage_rows(ctx, outcome, keys)    # pure: one row per (agent, model, purpose)
-    await record_usage(engine, rows)         # one INSERT; a repeated run id is ignored
+    stmt = usage_insert("postgresql", len(rows))   # one INSERT, fenced; a repeated run id is ignored
+    added = (await conn.execute(stmt, usage_params(rows, user_id, keys.subject_key))).rowcount
+
+The insert is made by the audit's run writes (:mod:`teamstore.audit.run_writes`), one statement in its own
+transaction: it writes only while the user's subject is still the one the rows are keyed by and no erasure
+holds the user, both checked in its own ``WHERE``.
 
 Token counts are the record; cost is derived at query time (``teamstore.audit.cost``). Every model call
 the metering wrapper saw is counted, SelectorGroupChat's speaker selection included.
@@ -14,17 +19,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, exists, func, insert, select, union_all
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.dml import Insert
 
 from teamstore.audit.prices import PriceTable
-from teamstore.audit.schema import ledger_name, prices, usage
+from teamstore.audit.schema import ledger_name, prices, subjects, usage
+from teamstore.audit.subjects import SUBJECT, USER
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
+from teamstore.db.fence import held
 from teamstore.db.statements import insert_new
 from teamstore.errors import ConfigurationError, StoreUnavailable
 from teamstore.events import RunContext, RunOutcome
+from teamstore.state.statements import Param
+
+LEDGER_COLUMNS = tuple(c.name for c in usage.c if c.name != "id")
+"""What a run's ledger row holds (``id`` is the database's)."""
 
 
 def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict[str, Any]]:
@@ -73,24 +85,32 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
     ]
 
 
-async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]]) -> None:
-    """Insert a run's rows in one transaction; a run already recorded is left as it is.
+def usage_insert(dialect: str, count: int) -> Insert:
+    """The INSERT of ``count`` ledger rows, fenced in its own ``WHERE``.
 
-    Raises:
-        StoreUnavailable: The database could not be written.
+    The rows (parameters ``<column>_<i>``, :func:`usage_params`) are written only while the user ``u`` still
+    has the subject ``subject`` they are keyed by (an erasure deletes the mapping, and a user who comes back
+    gets a new subject) and no erasure holds ``u``: so rows keyed by a subject remembered from an earlier run
+    are checked in the write itself, and ``0`` rows written says to look the subject up again. The same run
+    reported twice is skipped rather than refused (a refusal is an error the server logs, with the key).
+
+    Args:
+        dialect: ``postgresql`` or ``sqlite``.
+        count: How many rows (one per agent, model and purpose of the run).
     """
-    if not rows:
-        return
-    try:
-        async with engine.begin() as conn:
-            # The same run reported twice: the first record stands, and the second is skipped rather than
-            # refused (a refusal is an error the server logs, with the key).
-            await conn.execute(insert_new(engine.dialect.name, usage), rows)
-    except SQLAlchemyError as exc:
-        raise StoreUnavailable(
-            f"could not write the usage ledger for run {rows[0]['run_id']}: {describe_failure(exc)}",
-            hint="check the database; run `teamstore db upgrade` if ts_usage is missing",
-        ) from exc
+    selects = [select(*(Param(f"{name}_{i}", usage.c[name].type).label(name) for name in LEDGER_COLUMNS))
+               for i in range(count)]
+    source = (selects[0] if count == 1 else union_all(*selects)).subquery("v")
+    mapped = exists().where(subjects.c.user_id == USER, subjects.c.subject_key == SUBJECT)
+    insert_: Insert = insert_new(dialect, usage).from_select(
+        LEDGER_COLUMNS, select(*source.c).where(mapped, ~held(USER)))
+    return insert_
+
+
+def usage_params(rows: list[dict[str, Any]], user_id: str, subject_key: str) -> dict[str, Any]:
+    """The parameters of :func:`usage_insert` for ``rows`` of ``user_id``, keyed by ``subject_key``."""
+    params = {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in LEDGER_COLUMNS}
+    return {**params, "u": user_id, "subject": subject_key}
 
 
 async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: int = 5000) -> int:

@@ -22,39 +22,47 @@ from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
-from teamstore.audit.ledger import record_usage, usage_rows
-from teamstore.audit.schema import subjects
+from teamstore.audit.ledger import usage_rows
+from teamstore.audit.run_writes import run_writes
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
-from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record
-from teamstore.db.engine import describe_failure
-from teamstore.db.fence import held
-from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
+from teamstore.audit.transcripts.record import RunKeys, encode_lines, item_line, run_record
+from teamstore.errors import ErasureInProgress, TeamstoreError, UploadInDoubt
 from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.settings import Settings
 
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 5.0
 """How long a shutdown waits for background outbox deliveries; what is left stays queued."""
+INLINE_ENCODE_CHARS = 64 * 1024
+"""A transcript up to this size is compressed on the event loop (about a millisecond); a larger one in a thread."""
 
 
 class Pseudonyms:
     """Resolves a run's subject and session keys once, shared by the observers of one platform.
 
+    It also remembers each user's subject key (a bounded LRU) for the ledger, whose insert checks in its own
+    ``WHERE`` that the user still has that subject and no erasure holds them: a subject remembered from
+    before an erasure (which deletes the mapping) writes nothing, and the insert then looks the subject up
+    again. What the lookup is the fence of (the transcript's upload, the spans) never uses the remembered key.
+
     Args:
         engine: The state database (``ts_subjects``, ``ts_user_holds``).
+        cache_size: How many runs' keys, and how many users' subject keys, are kept.
+        pool_size: On Postgres, the most connections the audit's statements open at once.
     """
 
-    def __init__(self, engine: AsyncEngine, cache_size: int = 1024) -> None:
+    def __init__(self, engine: AsyncEngine, cache_size: int = 1024, *, pool_size: int = 20) -> None:
         self.engine = engine
+        self.writes = run_writes(engine, pool_size)
         self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()
+        self._subjects: OrderedDict[str, str] = OrderedDict()
         self._cache_size = cache_size
 
     def prefetch(self, ctx: RunContext) -> None:
@@ -80,30 +88,41 @@ class Pseudonyms:
         self.prefetch(ctx)
         return await asyncio.shield(self._runs[ctx.run_id])
 
+    def remembered(self, ctx: RunContext) -> RunKeys | None:
+        """The keys of the user's subject as last looked up in this process, if any: only for a write that
+        checks the subject and the fence itself (the ledger's insert)."""
+        subject = self._subjects.get(ctx.user_id)
+        return None if subject is None else RunKeys(subject, session_key(subject, ctx.session_id))
+
+    def forget_subject(self, user_id: str) -> None:
+        """Stop using the remembered subject of ``user_id`` (a write found it is no longer the user's)."""
+        self._subjects.pop(user_id, None)
+
     async def _resolve(self, ctx: RunContext) -> RunKeys:
         subject = await self._subject(ctx.user_id)
+        self._subjects[ctx.user_id] = subject
+        self._subjects.move_to_end(ctx.user_id)
+        while len(self._subjects) > self._cache_size:
+            self._subjects.popitem(last=False)
         return RunKeys(subject, session_key(subject, ctx.session_id))
 
     async def _subject(self, user_id: str) -> str:
         # One round trip for the common case: the subject exists and no erasure fences the user.
-        found = select(subjects.c.subject_key).where(subjects.c.user_id == user_id).scalar_subquery()
-        try:
-            async with self.engine.connect() as conn:
-                subject, fenced = (await conn.execute(select(found, held(user_id)))).one()
-        except SQLAlchemyError as exc:
-            raise StoreUnavailable(
-                f"could not resolve the audit subject: {describe_failure(exc)}",
-                hint="check the database and run `teamstore db upgrade`",
-            ) from exc
+        subject, fenced = await self.writes.subject(user_id)
         if fenced:
+            self.forget_subject(user_id)
             raise _fenced()
-        return str(subject) if subject is not None else await get_or_create_subject(self.engine, user_id)
+        return subject if subject is not None else await get_or_create_subject(self.engine, user_id)
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
         task = self._runs.pop(run_id, None)
         if task is not None and not task.done():
             task.cancel()
+
+    async def aclose(self) -> None:
+        """Close the connections the audit's statements opened (they open again if needed)."""
+        await self.writes.aclose()
 
 
 class TranscriptObserver:
@@ -137,7 +156,7 @@ class TranscriptObserver:
         self.drain_timeout_s = drain_timeout_s
         self.late_upload_s = late_upload_s
         self.owner = claims.new_owner()
-        self._items: dict[str, list[dict[str, Any]]] = {}
+        self._items: dict[str, list[str]] = {}
         self._runs_since_check = (
             flush_every  # check once soon after start: a previous process may have queued
         )
@@ -150,9 +169,10 @@ class TranscriptObserver:
         self._items[ctx.run_id] = []
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
-        """Buffer one streamed message or event (made JSON-safe now, so later mutation cannot leak in)."""
+        """Buffer one streamed message or event as its transcript line (made now, so later mutation cannot
+        leak in, and the run's end only compresses)."""
         buffer = self._items.setdefault(ctx.run_id, [])
-        buffer.append(item_record(len(buffer), item, datetime.now(UTC)))
+        buffer.append(item_line(len(buffer), item, datetime.now(UTC)))
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """Encode and upload the transcript; on failure queue it in the outbox.
@@ -161,12 +181,16 @@ class TranscriptObserver:
             StoreUnavailable: Upload and outbox both failed, or the store could not be recorded for the subject
                 first (the runtime logs it; the run still succeeds).
         """
-        items = self._items.pop(ctx.run_id, [])
+        lines = self._items.pop(ctx.run_id, [])
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
         await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
-        # Tens of MB of messages take a second or more to encode: off the loop, so the worker's other
-        # sessions go on meanwhile.
-        body = await asyncio.to_thread(encode, run_record(ctx, outcome, keys, len(items)), items)
+        header = run_record(ctx, outcome, keys, len(lines))
+        if sum(map(len, lines)) <= INLINE_ENCODE_CHARS:
+            body = encode_lines(header, lines)  # sooner than a thread would even start
+        else:
+            # Tens of MB take a second or more to compress: off the loop, so the worker's other sessions go
+            # on meanwhile.
+            body = await asyncio.to_thread(encode_lines, header, lines)
         row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
         upload = asyncio.ensure_future(self.store.put(row.object_key, body))
         try:
@@ -244,8 +268,15 @@ class TranscriptObserver:
         """Wait for background outbox deliveries (call before shutdown), for at most ``drain_timeout_s``.
 
         A slow store could otherwise hold the shutdown for as long as the whole outbox takes. Deliveries
-        still running then are cancelled; their transcripts stay queued for the next flush.
+        still running then are cancelled; their transcripts stay queued for the next flush. Then the
+        connections the audit's statements opened are closed.
         """
+        try:
+            await self._wait_for_deliveries()
+        finally:
+            await self.pseudonyms.aclose()
+
+    async def _wait_for_deliveries(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_timeout_s
         while self._tasks:
@@ -275,9 +306,31 @@ class LedgerObserver:
         """Usage comes from the metered calls, not the stream."""
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user."""
+        """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user.
+
+        With the user's subject remembered, the insert does not wait for the run's lookup: it checks the
+        subject and the fence itself. When it writes nothing (an erasure holds the user, deleted the subject
+        since, or the run is recorded already), the subject is looked up, and the rows written with it.
+        """
+        keys = self.pseudonyms.remembered(ctx)
+        if keys is not None:
+            if await self._insert(ctx, outcome, keys):
+                return
+            self.pseudonyms.forget_subject(ctx.user_id)
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
-        await record_usage(self.engine, usage_rows(ctx, outcome, keys))
+        await self._insert(ctx, outcome, keys)
+
+    async def _insert(self, ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> bool:
+        """Write the run's rows keyed by ``keys``; whether all of them were written (or there were none)."""
+        rows = usage_rows(ctx, outcome, keys)
+        if not rows:
+            return True
+        added = await self.pseudonyms.writes.insert_usage(rows, user_id=ctx.user_id, subject_key=keys.subject_key)
+        return added == len(rows)
+
+    async def drain(self) -> None:
+        """At shutdown: close the connections the audit's statements opened."""
+        await self.pseudonyms.aclose()
 
 
 class SpanObserver:
@@ -332,7 +385,7 @@ def build_audit_observers(
         MissingExtra: The transcripts URL needs a package that is not installed.
         ConfigurationError: The transcripts URL is not supported.
     """
-    pseudonyms = Pseudonyms(engine)
+    pseudonyms = Pseudonyms(engine, pool_size=settings.db_pool_size)
     store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
         LedgerObserver(engine, pseudonyms),

@@ -155,6 +155,8 @@ class Platform:
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
         this process is set to (once per platform)."""
+        if self._schema_checked:  # every request asks: no lock once it is done
+            return
         async with self._schema_lock:
             if self._schema_checked:
                 return
