@@ -35,17 +35,20 @@ def _checks_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _lookups_counted(registry: Registry, monkeypatch: pytest.MonkeyPatch, gate: threading.Event | None = None) -> list[str]:
-    """Every registry lookup; with ``gate``, each waits (in its thread) until the gate opens."""
+    """What the registry is asked: where a reference points (``version_of``, the first half of every
+    lookup) and a definition's files (``read``); with ``gate``, each question waits (in its thread) until
+    the gate opens."""
     made: list[str] = []
-    original = registry.resolve
+    for method, told in (("version_of", "version_of"), ("_read", "read")):
+        original = getattr(registry, method)
 
-    def counted(ref: str) -> TeamDefinition:
-        made.append(ref)
-        if gate is not None:
-            gate.wait(30)
-        return original(ref)
+        def counted(*args: Any, told: str = told, original: Any = original) -> Any:
+            made.append(told)
+            if gate is not None:
+                gate.wait(30)
+            return original(*args)
 
-    monkeypatch.setattr(registry, "resolve", counted)
+        monkeypatch.setattr(registry, method, counted)
     return made
 
 
@@ -106,7 +109,7 @@ async def test_requests_that_find_a_lookup_due_share_one(registry: Registry, mon
     made = _lookups_counted(registry, monkeypatch)
     teams = TeamBuilder(registry, refresh_seconds=60)
     built = await asyncio.gather(*(teams.build(f"{TRIAGE}@production") for _ in range(16)))
-    assert made == [f"{TRIAGE}@production"]
+    assert made == ["version_of", "read"]
     assert len({id(b.team) for b in built}) == 16
 
 
@@ -122,17 +125,29 @@ async def test_a_labels_lookup_is_made_ahead_of_time_while_requests_go_on_with_t
     second = await asyncio.wait_for(teams.build(ref), 10)  # built while the lookup waits at the gate
     assert second.version == first.version and second.team is not first.team
     await asyncio.sleep(0.2)
-    assert made == [ref] and not teams._lookups[ref].done()
+    assert made == ["version_of"] and not teams._lookups[ref].done()
     moved = registry.add(TRIAGE, examples.support_triage_v2_prompt().dump_component(),
                          examples.example_manifest(TRIAGE), "a new prompt", label="production")
     gate.set()
     await teams._lookups[ref]
     assert (await teams.build(ref)).version == moved
-    assert made == [ref]  # the lookup made ahead is what the next request found
+    assert made == ["version_of", "version_of", "read"]  # the label moved: read, ahead of the next request
     teams._entries[ref].fetched -= 11  # past its interval: the request waits for a lookup of its own
     gate.clear()
     waiting = asyncio.ensure_future(teams.build(ref))
     await asyncio.sleep(0.2)
-    assert not waiting.done() and made == [ref, ref]
+    assert not waiting.done() and made[3:] == ["version_of"]
     gate.set()
     assert (await waiting).version == moved
+
+
+async def test_a_label_looked_up_again_at_the_same_version_keeps_its_checked_definition(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked = _checks_counted(monkeypatch)
+    read = _lookups_counted(registry, monkeypatch)
+    teams = TeamBuilder(registry, refresh_seconds=0)
+    first, second = await teams.build(f"{TRIAGE}@production"), await teams.build(f"{TRIAGE}@production")
+    assert read == ["version_of", "read", "version_of"]  # looked up twice, read and checked once
+    assert checked == [first.version]
+    assert second.version == first.version and second.team is not first.team
