@@ -202,9 +202,11 @@ class Teamstore(Bare):
         # A session reaches the platform only through its SessionDeps, read from the platform as each session
         # opens: the platform's build_team and store are wrapped on the objects themselves, and the session
         # module's own names (judge, apply_states, notify_observers from teamstore.events) where it calls them.
+        # The definition cache looks the registry up (in a thread) ahead of the requests that need it: its
+        # lookups are timed, and not counted in the request.
         wrap, store = self.phases.wrap, self.platform.store
         wrap(self.platform, "build_team", "build from registry")
-        wrap(self.platform.teams.registry, "resolve", "(of which the registry lookup, in a thread)")
+        wrap(self.platform.teams, "_resolve", "registry lookups (in the background, overlapping)")
         wrap(store, "acquire", "lease+load")
         wrap(session_module, "judge", "validate")
         wrap(session_module, "apply_states", "apply (load_state)")
