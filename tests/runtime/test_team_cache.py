@@ -151,3 +151,17 @@ async def test_a_label_looked_up_again_at_the_same_version_keeps_its_checked_def
     assert read == ["version_of", "read", "version_of"]  # looked up twice, read and checked once
     assert checked == [first.version]
     assert second.version == first.version and second.team is not first.team
+
+
+async def test_closing_stops_a_lookup_made_ahead_of_time(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    teams = TeamBuilder(registry, refresh_seconds=10)
+    ref = f"{TRIAGE}@production"
+    await teams.build(ref)
+    _lookups_counted(registry, monkeypatch, gate)
+    teams._entries[ref].fetched -= 6
+    await teams.build(ref)
+    ahead = teams._lookups[ref]
+    await asyncio.wait_for(teams.aclose(), 5)  # not held by the lookup waiting at the gate
+    gate.set()
+    assert ahead.cancelled() and teams._lookups == {}

@@ -239,6 +239,7 @@ class Platform:
 
     async def aclose(self) -> None:
         """Flush telemetry and dispose of what this platform was given to close."""
+        await self.teams.aclose()
         for observer in self.observers:
             drain = getattr(observer, "drain", None)
             if drain is not None:

@@ -126,6 +126,13 @@ class TeamBuilder:
         self._entries[ref] = entry
         return entry
 
+    async def aclose(self) -> None:
+        """Stop the lookups still in flight (one made ahead of time has no request waiting for it)."""
+        lookups, self._lookups = list(self._lookups.values()), {}
+        for task in lookups:
+            task.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
+
     def _finished(self, ref: str, task: asyncio.Task[_Entry]) -> None:
         if self._lookups.get(ref) is task:
             del self._lookups[ref]
