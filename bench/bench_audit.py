@@ -7,7 +7,8 @@
 2. Overhead of transcript + spans + ledger vs the bare run with the same offline client (target < 1.2x):
    both variants side by side in one process, alternating, many runs; transcripts to a local folder, ledger
    in SQLite (the embedded default), spans exported over OTLP/HTTP to a local receiver.
-3. The cost query over 1,000,000 ledger rows on Postgres, indexed vs a forced full scan, as a ratio.
+3. The cost query over 1,000,000 ledger rows on Postgres (one session, one user, one user by team and model),
+   indexed vs a forced full scan, as a ratio; and two whole-ledger aggregates (by day, by week and team).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.teams import BaseGroupChat
 
-from bench.common import drop_database, postgres_database
+from bench.common import drop_database, otlp_receiver, postgres_database, s3_endpoint
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
 from teamstore.audit.prices import load_prices
@@ -38,7 +39,6 @@ from teamstore.metering import metered_run, wrap_model_clients
 from teamstore.settings import Settings
 from tests.audit.teams import context
 from tests.otlp_receiver import OtlpReceiver
-from tests.services import free_port
 
 RUNS = 200
 
@@ -87,39 +87,30 @@ async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
     """Transcript uploads to moto over HTTP; every botocore request counted."""
     import os
 
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench",
         AWS_SECRET_ACCESS_KEY="bench",
         AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}",
+        AWS_ENDPOINT_URL_S3=s3_endpoint(),
     )
-    try:
-        client = make_client()
-        client.create_bucket(Bucket="bench")
-        sent: list[str] = []
-        client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
-        engine = create_engine(f"sqlite:///{(tmp / 's3.db').as_posix()}")
-        await upgrade(engine)
-        observer = TranscriptObserver(S3TranscriptStore(client, "bench", "t"), engine, Pseudonyms(engine))
-        for _ in range(runs):
-            await _observed_run([observer], _team(metered=True))
-        await observer.drain()
-        await engine.dispose()
-        return len(sent) / runs
-    finally:
-        server.stop()
+    client = make_client()
+    client.create_bucket(Bucket="bench")
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
+    engine = create_engine(f"sqlite:///{(tmp / 's3.db').as_posix()}")
+    await upgrade(engine)
+    observer = TranscriptObserver(S3TranscriptStore(client, "bench", "t"), engine, Pseudonyms(engine))
+    for _ in range(runs):
+        await _observed_run([observer], _team(metered=True))
+    await observer.drain()
+    await engine.dispose()
+    return len(sent) / runs
 
 
-async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, float]:
-    """Median and mean run time, audited vs bare, alternating in one process."""
+async def overhead(tmp: Path, database_url: str, receiver: OtlpReceiver, runs: int = RUNS) -> dict[str, float]:
+    """Median and mean run time, audited vs bare, alternating in one process; spans go to ``receiver``."""
     import os
 
-    receiver = OtlpReceiver().start()
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
     provider = setup_tracing(Settings())
     assert provider is not None
@@ -145,7 +136,6 @@ async def overhead(tmp: Path, database_url: str, runs: int = RUNS) -> dict[str, 
         audited.append(to_result)
         durable.append(to_durable)
     provider.shutdown()
-    receiver.stop()
     del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     await engine.dispose()
     return {
@@ -183,7 +173,8 @@ async def _time_query(engine: Any, where: CostFilter, by: str, repeat: int = 7) 
 
 
 async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
-    """Per-session and per-user cost on 1M rows: indexes on vs index/bitmap scans off."""
+    """Per-session, per-user and per-user by team and model cost on 1M rows: indexes on vs index/bitmap scans
+    off; and two whole-ledger aggregates."""
     import psycopg
 
     server, url = postgres_database()
@@ -197,14 +188,16 @@ async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
             url, connect_args={"options": "-c enable_indexscan=off -c enable_bitmapscan=off"}
         )
         figures: dict[str, float] = {}
-        for name, where in (
-            ("session", CostFilter(session_key=_md5("s123"))),
-            ("user", CostFilter(subject_key=_md5("u123"))),
+        for name, where, by in (
+            ("session", CostFilter(session_key=_md5("s123")), "session"),
+            ("user", CostFilter(subject_key=_md5("u123")), "session"),
+            ("user_team_model", CostFilter(subject_key=_md5("u123")), "team,model"),  # two dimensions at once
         ):
-            figures[f"{name}_indexed_ms"] = await _time_query(engine, where, "session")
-            figures[f"{name}_full_scan_ms"] = await _time_query(scan, where, "session", repeat=3)
+            figures[f"{name}_indexed_ms"] = await _time_query(engine, where, by)
+            figures[f"{name}_full_scan_ms"] = await _time_query(scan, where, by, repeat=3)
             figures[f"{name}_ratio"] = figures[f"{name}_full_scan_ms"] / figures[f"{name}_indexed_ms"]
         figures["whole_ledger_by_day_ms"] = await _time_query(engine, CostFilter(), "day", repeat=1)
+        figures["whole_ledger_by_week_team_ms"] = await _time_query(engine, CostFilter(), "week,team", repeat=1)
         await engine.dispose()
         await scan.dispose()
         return figures
@@ -231,7 +224,8 @@ def main() -> None:
                 ("SQLite", f"sqlite:///{(tmp / 'overhead.db').as_posix()}"),
                 ("Postgres", pg_url),
             ):
-                figures = asyncio.run(overhead(tmp, url))
+                with otlp_receiver() as receiver:
+                    figures = asyncio.run(overhead(tmp, url, receiver))
                 print(
                     f"overhead, transcript+spans+ledger ({label} ledger) vs bare ({RUNS} runs each, alternating):\n"
                     f"  time to the result: median {figures['audited_median_ms']:.2f} ms vs "
@@ -245,9 +239,11 @@ def main() -> None:
         finally:
             drop_database(server, pg_url)
     costs = asyncio.run(cost_query())
-    for name in ("session", "user"):
+    for name, label in (("session", "session"), ("user", "user"), ("user_team_model", "user, by team,model")):
         print(
-            f"cost query by {name} over 1,000,000 ledger rows (Postgres): indexed {costs[f'{name}_indexed_ms']:.2f} ms, "
-            f"full scan {costs[f'{name}_full_scan_ms']:.1f} ms, ratio {costs[f'{name}_ratio']:.0f}x"
+            f"cost query for one {label} over 1,000,000 ledger rows (Postgres): indexed "
+            f"{costs[f'{name}_indexed_ms']:.2f} ms, full scan {costs[f'{name}_full_scan_ms']:.1f} ms, ratio "
+            f"{costs[f'{name}_ratio']:.0f}x"
         )
     print(f"whole-ledger cost by day (full aggregate): {costs['whole_ledger_by_day_ms']:.0f} ms")
+    print(f"whole-ledger cost by week,team (full aggregate): {costs['whole_ledger_by_week_team_ms']:.0f} ms")

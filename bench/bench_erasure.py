@@ -24,27 +24,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.common import s3_endpoint
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
-from tests.services import free_port
 
 KEYS, WRITES = 2_500, 4  # 10,000 versions
 
 
-def _start_s3() -> Any:
-    from moto.server import ThreadedMotoServer
-
+def _s3_env() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}")
-    return server
+                      AWS_ENDPOINT_URL_S3=s3_endpoint())
 
 
 def _seed(bucket: str, prefix: str) -> None:
@@ -80,12 +74,11 @@ async def _erase(home: Path, bucket: str) -> tuple[Any, Counter[str], float]:
 
 def main() -> None:
     """Seed, erase, print the figures."""
-    server = _start_s3()
+    _s3_env()
     home = Path(tempfile.mkdtemp(prefix="teamstore-bench-erasure-"))
     try:
         receipt, sent, elapsed = asyncio.run(_erase(home, f"bench-{uuid.uuid4().hex[:8]}"))
     finally:
-        server.stop()
         shutil.rmtree(home, ignore_errors=True)
     versions = receipt.stores["transcripts"].counts.versions
     minimum = 2 * math.ceil(versions / 1000)

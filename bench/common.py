@@ -9,28 +9,60 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import os
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 
-from tests.services import start_local_postgres
+from tests.otlp_receiver import OtlpReceiver
+from tests.services import Services, ServicesError, ServiceUnavailable, decide
 
 Cycle = Callable[[int, int], Awaitable[int]]
 """``cycle(worker, n)`` does ``n`` cycles as worker ``worker`` and returns how many it did."""
 
 
+@functools.cache
+def _services() -> Services:
+    """The benchmarks' services, chosen like the tests' (``TEAMSTORE_TEST_SERVICES``), stopped at exit."""
+    try:
+        services = Services(decide(os.environ), database_url_variable="TEAMSTORE_BENCH_DATABASE_URL", durable=True)
+    except ServicesError as exc:
+        raise SystemExit(str(exc)) from exc
+    atexit.register(services.close)
+    return services
+
+
+def _service_url(name: str) -> str:
+    try:
+        return _services().url(name)
+    except ServiceUnavailable as exc:
+        raise SystemExit(f"the benchmarks need {name}: {exc}") from exc
+
+
 def bench_server_url() -> str:
     """A Postgres with production durability (fsync and synchronous_commit on) to measure against.
 
-    ``TEAMSTORE_BENCH_DATABASE_URL`` names one; otherwise one is started from local binaries on port
-    55433. The test server runs with fsync off, which would flatter every write.
+    ``TEAMSTORE_BENCH_DATABASE_URL`` names one; otherwise one is started (local binaries on port 55433, or
+    a container where a Docker engine answers). The test server runs with fsync off, which would flatter
+    every write.
     """
-    url = os.environ.get("TEAMSTORE_BENCH_DATABASE_URL") or start_local_postgres(durable=True)
-    if url is None:
-        raise SystemExit("benchmarks need PostgreSQL: apt-get install postgresql, or set TEAMSTORE_BENCH_DATABASE_URL")
-    return url
+    return _service_url("postgres")
+
+
+def s3_endpoint() -> str:
+    """moto's S3 server over HTTP (in this process, or its container), started once per benchmark run."""
+    return _service_url("aws")
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP receiver decoding what the benchmark exports, stopped on leaving."""
+    with _services().otlp(OtlpReceiver) as receiver:
+        yield receiver
 
 
 def postgres_database() -> tuple[str, str]:

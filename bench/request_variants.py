@@ -26,9 +26,9 @@ from typing import Any
 
 from bench.phases import Phases
 from config_registry import Registry
+from teamstore.app import open_platform
 from teamstore.examples import example_manifest, support_triage
 from teamstore.runtime import session as session_module
-from teamstore.runtime.platform import Platform
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
 
@@ -189,12 +189,16 @@ class Teamstore(Bare):
         self.platform: Any = None
 
     async def setup(self, workers: int) -> None:
-        """Register the example team, build the platform from settings (with its audit trail), wrap phases."""
+        """Register the example team, build the platform from settings (with its audit trail), wrap phases.
+
+        The team keeps no user memory here: the bare run and the hand-rolled persistence write none, and
+        what memory costs is the returning-user benchmark's (``bench_memory``)."""
         registry = Registry(self.home / "registry")
-        registry.add(TEAM, support_triage().dump_component(), example_manifest(TEAM), "v1", label="production")
+        manifest = example_manifest(TEAM).model_copy(update={"memory": None})
+        registry.add(TEAM, support_triage().dump_component(), manifest, "v1", label="production")
         settings = Settings(home=self.home, database_url=self.url, registry_path=self.home / "registry",
                             auto_migrate=True, db_pool_size=max(workers, Settings().db_pool_size))
-        self.platform = Platform.from_settings(settings)
+        self.platform = open_platform(settings)
         await self.platform.ensure_schema()
         self._wrap()
 

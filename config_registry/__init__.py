@@ -16,23 +16,48 @@ registers with :mod:`config_registry.bounds`.
 
 from __future__ import annotations
 
-from config_registry.diff import CompatibilityReport, SemanticDiff
-from config_registry.errors import (
-    DefinitionInvalid,
-    ExtensionInvalid,
-    FactoryInvalid,
-    HintedError,
-    RegistryConflict,
-    RegistryCorrupt,
-    RegistryError,
-    RegistryNotFound,
-    SecretUnavailable,
-    UnknownTeam,
-    UnknownVersion,
-)
-from config_registry.manifest import Manifest
-from config_registry.registry import Registry
-from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from config_registry.diff import CompatibilityReport, SemanticDiff
+    from config_registry.errors import (
+        DefinitionInvalid,
+        ExtensionInvalid,
+        FactoryInvalid,
+        HintedError,
+        RegistryConflict,
+        RegistryCorrupt,
+        RegistryError,
+        RegistryNotFound,
+        SecretUnavailable,
+        UnknownTeam,
+        UnknownVersion,
+    )
+    from config_registry.manifest import Manifest, MemoryDeclaration
+    from config_registry.registry import Registry
+    from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
+
+# Where each public name lives. They are imported when first asked for, not with the package: a process
+# that needs only the errors or the extension points (teamstore's command line, say) does not pay for
+# AutoGen, pydantic models and git just by importing one module of the registry.
+_HOMES = {
+    "CompatibilityReport": "diff",
+    "SemanticDiff": "diff",
+    "Manifest": "manifest",
+    "MemoryDeclaration": "manifest",
+    "Registry": "registry",
+    "BuiltTeam": "types",
+    "HistoryEntry": "types",
+    "TeamDefinition": "types",
+    "TeamSummary": "types",
+    **dict.fromkeys(
+        ("DefinitionInvalid", "ExtensionInvalid", "FactoryInvalid", "HintedError", "RegistryConflict",
+         "RegistryCorrupt", "RegistryError", "RegistryNotFound", "SecretUnavailable", "UnknownTeam",
+         "UnknownVersion"),
+        "errors",
+    ),
+}
 
 __all__ = [
     "BuiltTeam",
@@ -43,6 +68,7 @@ __all__ = [
     "HintedError",
     "HistoryEntry",
     "Manifest",
+    "MemoryDeclaration",
     "Registry",
     "RegistryConflict",
     "RegistryCorrupt",
@@ -55,3 +81,12 @@ __all__ = [
     "UnknownTeam",
     "UnknownVersion",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'config_registry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"config_registry.{home}"), name)
+    globals()[name] = value  # once: later lookups are plain module attributes
+    return value

@@ -31,6 +31,7 @@ from config_registry.errors import DefinitionInvalid
 from config_registry.secrets import references, resolve_references
 from config_registry.types import BuiltTeam, TeamDefinition, TeamOrAgent
 from config_registry.validate import (
+    check_memory,
     check_persisted,
     check_providers,
     check_source_code,
@@ -121,6 +122,7 @@ def _check_stored(definition: TeamDefinition, component: Mapping[str, Any]) -> N
     check_providers(component, definition.manifest)
     check_source_code(component, definition.manifest)
     check_persisted(component, definition.manifest)  # a hand edit may have unbounded one
+    check_memory(component, definition.manifest)  # or renamed a participant the memory names
     _check_declared_references(definition, component)
 
 

@@ -41,6 +41,7 @@ class SemanticDiff:
     model_contexts: dict[str, list[Any]] = field(default_factory=dict)
     termination: list[Any] | None = None
     persistence: dict[str, list[Any]] = field(default_factory=dict)
+    memory: dict[str, list[Any]] = field(default_factory=dict)
     allowances: dict[str, list[Any]] = field(default_factory=dict)
     order: list[list[str]] | None = None
     other: dict[str, list[str]] = field(default_factory=dict)
@@ -71,6 +72,7 @@ class SemanticDiff:
         if self.termination:
             out.append(f"termination {self.termination[0]} -> {self.termination[1]}")
         out += [f"persistence: {k} {a} -> {b}" for k, (a, b) in self.persistence.items()]
+        out += [f"memory: {k} {_absent(a)} -> {_absent(b)}" for k, (a, b) in self.memory.items()]
         out += [f"allowance: {k} {a} -> {b}" for k, (a, b) in self.allowances.items()]
         if self.order:
             out.append(f"participant order {', '.join(self.order[0])} -> {', '.join(self.order[1])}")
@@ -100,6 +102,55 @@ class CompatibilityReport:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return asdict(self)
+
+
+def _absent(value: Any) -> Any:
+    return "absent" if value is None else value
+
+
+def _memory_settings(definition: TeamDefinition) -> dict[str, Any]:
+    """The memory declaration by meaning: one entry per setting and one per fact (``fact NAME``: its type);
+    an undeclared memory has none."""
+    memory = definition.manifest.memory
+    if memory is None:
+        return {}
+    found: dict[str, Any] = {
+        "enabled": memory.enabled,
+        "participants": sorted(memory.participants),
+        "writer": memory.writer,
+        "summary_tokens": memory.summary_tokens,
+        "scope": memory.scope_of(definition.name),
+        "retention_days": memory.retention_days,
+    }
+    found.update({f"fact {name}": kind for name, kind in sorted(memory.facts.items())})
+    return found
+
+
+def _memory_changes(a: TeamDefinition, b: TeamDefinition) -> dict[str, list[Any]]:
+    x, y = _memory_settings(a), _memory_settings(b)
+    keys = [k for k in x if not k.startswith("fact ")] + [k for k in y if not k.startswith("fact ") and k not in x]
+    keys += sorted({k for k in (*x, *y) if k.startswith("fact ")})
+    return {key: [x.get(key), y.get(key)] for key in keys if x.get(key) != y.get(key)}
+
+
+def _memory_compatibility(a: TeamDefinition, b: TeamDefinition, report: CompatibilityReport) -> None:
+    """A fact whose type changed breaks the users' stored memory (their values no longer pass the type); a
+    scope changed, a fact dropped or the memory switched off leaves it unread, which is worth a note."""
+    x, y = a.manifest.memory, b.manifest.memory
+    if x is None or y is None or not (x.enabled and y.enabled):
+        if (x is not None and x.enabled) != (y is not None and y.enabled):
+            state = "kept" if y is not None and y.enabled else "no longer read or written; what is stored stays until its retention"
+            report.notes.append(f"user memory is {state}")
+        return
+    if x.scope_of(a.name) != y.scope_of(b.name):
+        report.notes.append(f"memory scope changed {x.scope_of(a.name)!r} -> {y.scope_of(b.name)!r}: users start "
+                            "with the new scope's memory, and the old one stays until its retention")
+    for name, kind in sorted(x.facts.items()):
+        if name not in y.facts:
+            report.notes.append(f"memory fact {name!r} is no longer declared: stored values of it are not given")
+        elif y.facts[name] != kind:
+            report.reasons.append(f"memory fact {name!r} changed type {kind} -> {y.facts[name]}: the values "
+                                  "users' memory holds for it would no longer pass their type")
 
 
 def _by_name(definition: TeamDefinition) -> dict[str, dict[str, Any]]:
@@ -232,6 +283,7 @@ def _settings(definition: TeamDefinition) -> tuple[dict[str, Any], dict[str, Any
         "persist": sorted(m.persist),
         "context_bound": m.context_bound,
         "state_ttl_days": m.state_ttl_days,
+        "checkpoints": m.checkpoints,
     }
     allowances = {
         "allow_source_code_tools": m.allow_source_code_tools,
@@ -280,6 +332,7 @@ def semantic_diff(a: TeamDefinition, b: TeamDefinition) -> SemanticDiff:
         if x != y:
             target = diff.persistence if key.startswith("persistence.") else diff.allowances
             target[key.split(".", 1)[1]] = [x, y]
+    diff.memory = _memory_changes(a, b)
     return diff
 
 
@@ -316,8 +369,8 @@ def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
 
     Returns:
         The report; ``compatible`` is False if the definition changed between a team and a single agent,
-        or any persisted participant of ``a`` was renamed, removed, retyped, or had its context bound
-        changed. A participant newly persisted, or no longer persisted, is a note: the others still load.
+        any persisted participant of ``a`` was renamed, removed, retyped, or had its context bound
+        changed, or a memory fact changed its type (users' stored values of it would fail it). A participant newly persisted, or no longer persisted, is a note: the others still load.
     """
     pa, pb = _by_name(a), _by_name(b)
     report = CompatibilityReport(
@@ -339,6 +392,13 @@ def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
             report.reasons.extend(_explain(name, pa[name], pb[name]))
     for name in sorted(set(b.fingerprints) - set(a.fingerprints)):
         report.notes.append(f"{name!r} is newly persisted: it starts with fresh state")
+    _memory_compatibility(a, b, report)
+    if a.version != b.version and a.manifest.checkpoints != "off":
+        # A checkpoint holds every participant's and the manager's state mid-run, shaped by its exact version.
+        report.notes.append("runs interrupted under a cannot be continued under b: a run's checkpoint applies "
+                            "only to the version that wrote it (the state from before the run still loads)")
+    if a.manifest.checkpoints != b.manifest.checkpoints:
+        report.notes.append(f"checkpoints {a.manifest.checkpoints} -> {b.manifest.checkpoints}")
     report.compatible = not report.reasons
     return report
 

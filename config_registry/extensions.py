@@ -21,7 +21,10 @@ never makes the registry import a module an installed package has not declared.
 from __future__ import annotations
 
 import functools
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importlib.metadata (email, zipfile...) is imported when entry points are first read
+    from importlib.metadata import EntryPoint
 
 PROVIDERS = "config_registry.providers"
 """Entry point group: each entry names a module under which every provider is allowed."""
@@ -52,6 +55,8 @@ def declared(group: str) -> dict[str, EntryPoint]:
     Returns:
         Entry point name -> entry point, nothing loaded.
     """
+    from importlib.metadata import entry_points
+
     return {entry.name: entry for entry in entry_points(group=group)}
 
 

@@ -7,12 +7,14 @@ manifest = Manifest(
     persist=["researcher"],
     context_bound=20,
     secrets={"participants.0.config.model_client.config.api_key": "env:OPENAI_API_KEY"},
+    memory=MemoryDeclaration(participants=["triage"], writer="triage", facts={"ticket_id": "str"}),
 )
 """
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -24,6 +26,8 @@ VERSION_LIKE = re.compile(r"[0-9a-f]{7,40}")
 SECRET_REFERENCE = re.compile(r"^env:[A-Za-z_][A-Za-z0-9_]*$")
 # AutoGen's own; installed packages add theirs through entry points (config_registry.extensions).
 BUILTIN_PROVIDER_PREFIXES: tuple[str, ...] = ("autogen_agentchat.", "autogen_core.", "autogen_ext.")
+Checkpoints = Literal["off", "every_turn"]
+"""When a run's progress is made durable while it runs: never, or after every completed agent turn."""
 
 
 def shown(value: str) -> str:
@@ -61,6 +65,65 @@ def validate_name(value: str, *, what: str = "team name", field: str = "name") -
     return value
 
 
+FactType = Literal["str", "int", "float", "bool", "date"]
+"""The types a memory fact may be declared with (``date``: an ISO date, ``2026-09-24``)."""
+FACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+MAX_FACTS = 32
+MAX_SUMMARY_TOKENS = 4000
+
+
+class MemoryDeclaration(BaseModel):
+    """What a team keeps about a user between sessions: a bounded summary and typed facts.
+
+    Attributes:
+        enabled: Off keeps the declaration but reads and writes no memory.
+        participants: The participants given the user's memory before their model calls.
+        writer: The participant whose model client writes the memory after each session's runs.
+        summary_tokens: The summary's budget (about four characters a token); a longer one is refused.
+        facts: Fact name -> type; the writer keeps only these, each checked against its type.
+        scope: The memory's name: teams declaring the same scope share a user's memory. ``None``: the team's name.
+        retention_days: How long a user's memory lives after its last update; ``None`` leaves it to the runtime.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    participants: list[str] = Field(min_length=1)
+    writer: str
+    summary_tokens: int = Field(default=150, gt=0, le=MAX_SUMMARY_TOKENS)
+    facts: dict[str, FactType] = Field(default_factory=dict)
+    scope: str | None = None
+    retention_days: float | None = Field(default=None, gt=0, le=3650)
+
+    @field_validator("participants")
+    @classmethod
+    def _participants_unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a participant more than once")
+        return value
+
+    @field_validator("facts")
+    @classmethod
+    def _fact_names(cls, value: dict[str, FactType]) -> dict[str, FactType]:
+        if len(value) > MAX_FACTS:
+            raise ValueError(f"declares {len(value)} facts; at most {MAX_FACTS}")
+        for name in value:
+            if not FACT_NAME.fullmatch(name):
+                raise ValueError(f"fact name {name!r}: use 1-64 lowercase letters, digits or '_', starting with a letter")
+        return value
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, value: str | None) -> str | None:
+        if value is not None and not NAME_PATTERN.fullmatch(value):
+            raise ValueError("use 1-64 lowercase letters, digits, '_' or '-', as a team name")
+        return value
+
+    def scope_of(self, team: str) -> str:
+        """The memory's name for ``team``: its declared scope, else the team's own name."""
+        return self.scope or team
+
+
 class Manifest(BaseModel):
     """What a team definition declares beyond its component JSON.
 
@@ -76,6 +139,10 @@ class Manifest(BaseModel):
             and components that run code or commands they are given (code executors, MCP stdio servers).
         secrets: JSON path (under the root component's ``config``) -> reference such as ``env:OPENAI_API_KEY``.
         state_ttl_days: How long resume state for this team lives; ``None`` leaves it to the runtime.
+        memory: What the team keeps about a user between sessions; ``None``: nothing.
+        checkpoints: ``"off"``, or ``"every_turn"``: each completed agent turn of a run is made durable
+            before the next starts, so a run whose worker died continues from its last completed turn
+            (docs/checkpoints.md).
         notes: Free text for reviewers.
     """
 
@@ -90,6 +157,8 @@ class Manifest(BaseModel):
     allow_source_code_tools: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)
     state_ttl_days: float | None = Field(default=None, gt=0, le=3650)  # ten years, as the runtime's own setting
+    memory: MemoryDeclaration | None = None
+    checkpoints: Checkpoints = "off"
     notes: str = ""
 
     @field_validator("name")
@@ -121,6 +190,11 @@ class Manifest(BaseModel):
             if not SECRET_REFERENCE.fullmatch(reference):
                 raise ValueError(f"{path}: reference {reference!r} must look like 'env:VARIABLE_NAME'")
         return value
+
+    @property
+    def keeps_memory(self) -> bool:
+        """Whether the team reads and writes user memory (declared and enabled)."""
+        return self.memory is not None and self.memory.enabled
 
     def provider_prefixes(self) -> tuple[str, ...]:
         """Every allowed provider prefix: AutoGen's, those installed packages declare, and the manifest's own."""

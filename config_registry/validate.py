@@ -227,6 +227,53 @@ def check_persisted(component: Mapping[str, Any], manifest: Manifest) -> None:
         _check_bound(name, by_name[name], _participant_path(component, names.index(name)), manifest)
 
 
+def check_memory(component: Mapping[str, Any], manifest: Manifest) -> None:
+    """The memory's receiving participants exist and can receive it; its writer exists and has a model client.
+
+    Only call it on JSON that passed :func:`check_providers` (a participant's class is imported).
+
+    Raises:
+        DefinitionInvalid: A named participant is not one of the team's, cannot take an AutoGen ``Memory``
+            (its config has no ``memory`` list), or (the writer) has no model client.
+    """
+    memory = manifest.memory
+    if memory is None:
+        return
+    names = participant_names(component)
+    by_name = dict(zip(names, participants(component), strict=True))
+    for field, name in [*(("memory.participants", n) for n in memory.participants), ("memory.writer", memory.writer)]:
+        if name not in by_name:
+            raise DefinitionInvalid(
+                f"names {name!r}, which is not a participant (participants: {', '.join(names)})",
+                field=field,
+                hint="name participants of this team, by their agent name",
+            )
+    for name in memory.participants:
+        if not _takes_memory(by_name[name]):
+            raise DefinitionInvalid(
+                f"names {name!r}, a {by_name[name].get('provider')} that takes no memory (its config has no "
+                "'memory' list)",
+                field="memory.participants",
+                hint="give memory to agents that take it (AssistantAgent does)",
+            )
+    if not isinstance(_mapping(_mapping(by_name[memory.writer].get("config")).get("model_client")).get("provider"), str):
+        raise DefinitionInvalid(
+            f"names {memory.writer!r}, which has no model client to write the memory with",
+            field="memory.writer",
+            hint="name a participant with a model_client (the memory is written with that client)",
+        )
+
+
+def _takes_memory(participant: Mapping[str, Any]) -> bool:
+    provider = participant.get("provider")
+    try:
+        found = _component_class(provider) if isinstance(provider, str) else None
+    except ImportError:
+        return True  # the round-trip check loads it next and reports why it does not import
+    schema = getattr(found, "component_config_schema", None)
+    return "memory" in getattr(schema, "model_fields", {})
+
+
 def _bounding_hint() -> str:
     known = known_bounding_contexts()
     if not known:
@@ -429,6 +476,37 @@ def _dump_load_mismatch(component: dict[str, Any], path: str, dropped: list[str]
     )
 
 
+# Teams whose manager runs its own loop instead of AutoGen's turn-by-turn one: no point between two turns
+# exists at which a run's progress could be made durable (MagenticOne's orchestrator plans, re-plans and
+# keeps a ledger of its own).
+_NO_TURN_CHECKPOINTS = ("autogen_agentchat.teams.MagenticOneGroupChat",)
+
+
+def check_checkpoints(component: Mapping[str, Any], manifest: Manifest) -> None:
+    """Per-turn checkpoints are declared only where a run has turns to checkpoint.
+
+    Raises:
+        DefinitionInvalid: ``checkpoints`` is on for a single agent (its run is one turn) or for a team
+            whose manager has no turn-by-turn loop (MagenticOne).
+    """
+    if manifest.checkpoints == "off":
+        return
+    if kind_of(component) == "agent":
+        raise DefinitionInvalid(
+            "checkpoints are taken between the turns of a team's run; a single agent's run is one turn",
+            field="checkpoints",
+            hint="register it with checkpoints 'off' (a run that fails is run again from its task)",
+        )
+    provider = str(component.get("provider", ""))
+    if provider in _NO_TURN_CHECKPOINTS or provider.endswith(".MagenticOneGroupChat"):
+        raise DefinitionInvalid(
+            f"{provider.rsplit('.', 1)[-1]} orchestrates its own loop: there is no point between two turns "
+            "at which its run could be checkpointed",
+            field="checkpoints",
+            hint="use checkpoints 'off' for this team, or a RoundRobinGroupChat, SelectorGroupChat, Swarm or GraphFlow",
+        )
+
+
 def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dict[str, Any]:
     """Run every check and return the JSON to store (secrets as references).
 
@@ -447,5 +525,7 @@ def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dic
     stored: dict[str, Any] = normalise(apply_references(component, manifest.secrets))
     participant_names(stored)
     check_persisted(stored, manifest)
+    check_memory(stored, manifest)
+    check_checkpoints(stored, manifest)
     check_round_trip(stored)
     return stored

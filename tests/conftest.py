@@ -1,4 +1,5 @@
-"""Shared fixtures: real services, throwaway databases, temporary registries and homes."""
+"""Shared fixtures: throwaway databases, temporary registries and homes; the services come from the
+:mod:`tests.services` plugin."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.services import free_port, postgres_server_url, require_or_skip
+# The services (postgres_server, s3_endpoint, s3_env, s3_bucket, otlp_receiver, otlp_env) and their choice.
+pytest_plugins = ["tests.services.fixtures"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,17 +33,7 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", "tests@teamstore.invalid")
 
 
-# --- PostgreSQL --------------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def postgres_server() -> str:
-    """The URL of a running PostgreSQL server (sync driver form, ``postgresql://``)."""
-    url = postgres_server_url()
-    if url is None:
-        require_or_skip("no PostgreSQL: set TEAMSTORE_TEST_DATABASE_URL or apt-get install postgresql")
-    assert url is not None
-    return url
-
-
+# --- PostgreSQL databases --------------------------------------------------------------------------------
 def _create_database(server_url: str) -> str:
     import psycopg
 
@@ -146,43 +139,6 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     await eng.dispose()
 
 
-# --- S3 over HTTP ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """moto's S3 server on a loopback port: boto3 talks real HTTP to it."""
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError:
-        require_or_skip("moto[server] is not installed: pip install -e '.[dev]'")
-        raise
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Standard AWS_* variables pointing boto3 at the test endpoint; returns the endpoint."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    return s3_endpoint
-
-
-@pytest.fixture
-def s3_bucket(s3_env: str) -> str:
-    """A fresh, empty bucket on the test endpoint."""
-    import boto3
-
-    name = f"ts-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3").create_bucket(Bucket=name)
-    return name
-
-
 # --- registry ----------------------------------------------------------------------------------------------
 @pytest.fixture
 def registry_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -195,6 +151,40 @@ def registry_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def git(path: Path, *args: str) -> str:
     """Run git in ``path`` and return its stdout (for tests that inspect the repository)."""
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout
+
+
+# --- a real browser ---------------------------------------------------------------------------------------
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run")
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """Headless Chromium from Debian's packages (``chromium``, ``chromium-driver``), driven by selenium, with
+    a new empty profile and its console kept (``browser.get_log("browser")``)."""
+    import shutil
+
+    from tests.services.common import require_or_skip
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        require_or_skip("no Chromium: apt-get install chromium chromium-driver (.ci/run does)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        require_or_skip("selenium is not installed: pip install -e '.[dev]'")
+        raise
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(chromium)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    session = webdriver.Chrome(options=options, service=Service(executable_path=str(driver)))
+    try:
+        yield session
+    finally:
+        session.quit()
 
 
 # --- no silent skips in CI ---------------------------------------------------------------------------------

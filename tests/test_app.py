@@ -9,9 +9,8 @@ import pytest
 
 from config_registry import Registry
 from teamstore import examples
-from teamstore.app import App
+from teamstore.app import App, open_platform
 from teamstore.errors import SchemaNotReady
-from teamstore.runtime.platform import Platform
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
 from teamstore.runtime.teams import TeamBuilder
 from teamstore.settings import Settings
@@ -72,6 +71,6 @@ async def test_a_session_runs_on_its_deps_alone_with_no_platform(tmp_path: Path)
 
 
 async def test_platform_from_settings_is_the_composition_roots_platform(tmp_path: Path) -> None:
-    platform = Platform.from_settings(Settings(home=tmp_path / "home"), audit=False)
+    platform = open_platform(Settings(home=tmp_path / "home"), audit=False)
     await platform.aclose()
     assert platform.observers == [] and platform.settings.home == tmp_path / "home"

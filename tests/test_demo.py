@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,19 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert "sessions left for bob: 0" in out
     assert (tmp_path / "home" / "teamstore.db").exists()
     assert any((tmp_path / "home" / "transcripts").rglob("*.jsonl.gz"))
-    assert "…" in out.split("6. The audit trail")[1].split("7. Token cost")[0]  # a long message says it is cut
+    killed = " ".join(out.split("7. A worker is killed")[1].split("8. The audit trail")[0].split())  # unwrapped
+    assert "resume interrupted" in killed and "stopped after turn 2" in killed
+    assert killed.count("(from the killed worker)") == 3 and killed.count("(this process)") == 4  # task, turns 1-2
+    assert "6 model calls for six turns" in killed and "1 interrupted run" in killed
+    assert "…" in out.split("8. The audit trail")[1].split("9. Token cost")[0]  # a long message says it is cut
+    cost = out.split("9. Token cost")[1].split("10. Compliance")[0]
+    for user in ("alice", "bob"):  # each session by its own ids, its cost an exact decimal
+        assert re.search(rf"│ {user} +│ \S+ +│ .* │ 0\.\d+ +│", cost), cost
+    assert "of which the memory writer (teamstore cost --by purpose):" in cost
+    memory = out.split("5. Memory outlives the session")[1].split("6. What is stored")[0]
+    assert "resume: expired" in memory
+    assert "the state expired, and triage knows alice's ticket id and router model" in memory
+    assert "teamstore memory show --user alice" in memory and "55102" in memory and "ZX-81" in memory
 
 
 def test_demo_runs_on_a_price_table_without_its_offline_model(tmp_path: Path) -> None:
@@ -42,7 +55,7 @@ def test_demo_runs_on_a_price_table_without_its_offline_model(tmp_path: Path) ->
     proc = _demo(tmp_path, TEAMSTORE_PRICES_PATH=str(prices))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    cost = proc.stdout.split("7. Token cost")[1].split("8. Compliance")[0]
+    cost = proc.stdout.split("9. Token cost")[1].split("10. Compliance")[0]
     assert "unknown" in cost
 
 

@@ -27,8 +27,13 @@ ON_THE_DATABASE = [
     ["transcripts", "flush"],  # from a cron job, 'delivered 0' would hide a mistyped TEAMSTORE_HOME
     ["retention", "sweep"],
     ["cost"],
+    ["memory", "show", "--user", "alice"],
+    ["memory", "forget", "--user", "alice", "--all"],
     ["erase", "--user", "alice", "--dry-run"],
-    ["erase", "--user", "alice", "--request-id", "REQ-1"],  # a receipt 'no_match' everywhere would mislead
+    ["erase", "--user", "alice", "--request-id", "REQ-1", "--yes"],  # a receipt 'no_match' everywhere would mislead
+    ["erase", "list"],
+    ["erase", "extend", "REQ-1", "--by", "2m", "--reason", "complex"],
+    ["export", "--user", "alice"],  # an archive saying 'nothing held' would mislead as much
     ["erase", "status", "REQ-1"],
 ]
 

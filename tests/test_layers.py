@@ -5,18 +5,21 @@ inside functions included):
 
 - ``config_registry`` imports nothing of ``teamstore``.
 - A teamstore module imports modules of its own package, or of packages in a lower layer; never one of
-  its own layer's other packages, never one above. Bottom to top: ``errors``; ``ids``, ``settings``;
-  ``db``, ``events`` (the run's contract), ``context``, ``offline``; ``state``, ``migrations``,
-  ``examples``; ``audit``, ``metering``; ``runtime``; ``erasure``; ``app`` (the composition root);
-  ``demo``; ``cli``; ``__main__``. So ``runtime`` imports no ``audit``, ``erasure`` or ``cli``;
-  ``audit`` and ``metering`` import no ``runtime`` and not each other; ``erasure`` imports no
-  ``runtime`` or ``cli``; only ``__main__`` imports ``cli``.
-- Two conveniences defer to the composition root from inside a function, and nowhere else may a lower
-  package reach ``app``: ``Platform.from_settings`` (``runtime.platform``) and ``erase_user``
-  (``erasure``).
+  its own layer's other packages, never one above. Bottom to top: ``errors``, ``limits``; ``ids``, ``settings``;
+  ``db``, ``events`` (the run's contract), ``context``, ``offline``, ``people``; ``state``, ``migrations``,
+  ``examples``; ``memory`` (it writes under the state's erasure fence; retention and erasure reach it);
+  ``audit``, ``metering``; ``runtime``; ``export``; ``erasure``; ``app`` (the composition root); ``demo``,
+  ``analytics`` (the Python API for notebooks); ``cli``; ``__main__``. So ``runtime`` imports no ``audit``,
+  ``erasure`` or ``cli``; ``audit`` and ``metering`` import no ``runtime`` and not each other; ``erasure``
+  imports no ``runtime`` or ``cli``; ``export`` no ``erasure`` (an erasure reaches the export records, and
+  hands the export an exporter of its own records through the composition root); only ``__main__``
+  imports ``cli``.
+- No lower package reaches ``app``, not even from inside a function: the conveniences that build from
+  settings (``open_platform``, ``erase_user``) live in ``app`` itself.
 - The package root ``teamstore`` (its ``__init__`` registers the bounding context and hands out
-  ``Platform`` lazily) is the namespace every import passes through: it is left out of the rule.
-- With those two deferrals left out, no package reaches itself through others (no cycle).
+  ``Platform``, ``open_platform`` and ``erase_user`` lazily) is the namespace every import passes
+  through: it is left out of the rule.
+- No package reaches itself through others (no cycle).
 """
 
 from __future__ import annotations
@@ -31,20 +34,21 @@ TEAMSTORE = ROOT / "platform" / "teamstore"
 CONFIG_REGISTRY = ROOT / "config_registry"
 
 LAYERS: list[set[str]] = [
-    {"errors"},
+    {"errors", "limits"},
     {"ids", "settings"},
-    {"db", "events", "context", "offline"},
+    {"db", "events", "context", "offline", "people"},
     {"state", "migrations", "examples"},
+    {"memory"},
     {"audit", "metering"},
     {"runtime"},
+    {"export"},
     {"erasure"},
     {"app"},
-    {"demo"},
+    {"demo", "analytics"},
     {"cli"},
     {"__main__"},
 ]
 LAYER = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
-DEFERRALS = {("teamstore.runtime.platform", "app"), ("teamstore.erasure", "app")}
 
 
 @dataclass(frozen=True)
@@ -102,11 +106,6 @@ def _crossing(imp: Import) -> tuple[str, str] | None:
     return source, target
 
 
-def _deferral(imp: Import) -> bool:
-    crossing = _crossing(imp)
-    return crossing is not None and imp.in_function and (imp.module, crossing[1]) in DEFERRALS
-
-
 def test_every_teamstore_package_has_a_place_in_the_layers() -> None:
     packages = {_package(_module_name(p, TEAMSTORE)) for p in TEAMSTORE.rglob("*.py")} - {None}
     assert packages - LAYER.keys() == set()
@@ -116,7 +115,7 @@ def test_every_import_between_teamstore_packages_points_down_the_layers() -> Non
     upward = []
     for imp in _teamstore_imports():
         crossing = _crossing(imp)
-        if crossing is None or _deferral(imp):
+        if crossing is None:
             continue
         source, target = crossing
         if LAYER[target] >= LAYER[source]:
@@ -124,17 +123,17 @@ def test_every_import_between_teamstore_packages_points_down_the_layers() -> Non
     assert upward == []
 
 
-def test_only_the_two_conveniences_reach_the_composition_root_from_below_and_only_when_called() -> None:
-    reaching = {(imp.module, imp.in_function) for imp in _teamstore_imports()
-                if _package(imp.target) == "app" and LAYER[_package(imp.module) or "app"] < LAYER["app"]}
-    assert reaching == {(module, True) for module, _ in DEFERRALS}
+def test_no_package_below_the_composition_root_reaches_it_not_even_when_called() -> None:
+    reaching = [f"{imp.module}:{imp.line}" for imp in _teamstore_imports()
+                if _package(imp.target) == "app" and LAYER[_package(imp.module) or "app"] < LAYER["app"]]
+    assert reaching == []
 
 
 def test_the_packages_import_each_other_in_no_cycle() -> None:
     edges: dict[str, set[str]] = {}
     for imp in _teamstore_imports():
         crossing = _crossing(imp)
-        if crossing is not None and not _deferral(imp):
+        if crossing is not None:
             edges.setdefault(crossing[0], set()).add(crossing[1])
     assert _cycles(edges) == []
 
@@ -167,4 +166,4 @@ def test_the_rule_sees_an_upward_import_inside_a_function(tmp_path: Path) -> Non
     package.mkdir(parents=True)
     (package / "late.py").write_text("def f():\n    from teamstore.runtime.session import Session\n")
     (imp,) = [i for i in _imports(package / "late.py", tmp_path / "teamstore") if i.target.endswith("session")]
-    assert imp.in_function and _crossing(imp) == ("audit", "runtime") and not _deferral(imp)
+    assert imp.in_function and _crossing(imp) == ("audit", "runtime")

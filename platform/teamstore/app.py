@@ -1,7 +1,8 @@
-"""The composition root: settings -> engine, stores, observers, registry, erasure coordinator.
+"""The composition root: settings -> engine, stores, tracer and meter providers, observers, registry, erasure
+and export coordinators.
 
-The library (:meth:`Platform.from_settings`), the command line (``teamstore.cli._run``) and
-:func:`teamstore.erasure.erase_user` build what they need here. Each piece is built once, only when first
+The library (:func:`open_platform`, :func:`erase_user`) and the command line (``teamstore.cli._runner``)
+build what they need here. Each piece is built once, only when first
 asked for, and :meth:`App.aclose` closes what was built and nothing else:
 
     from teamstore.app import App
@@ -15,30 +16,38 @@ asked for, and :meth:`App.aclose` closes what was built and nothing else:
 
     platform = App(settings).platform()        # the platform closes the app when it closes
 
-It sits above every other package (runtime, audit, erasure): none of them imports it, but for the two
-conveniences that defer to it (``Platform.from_settings`` and ``erase_user``).
+It sits above every other package (runtime, audit, erasure), and none of them imports it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-from opentelemetry.sdk.trace import TracerProvider
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from config_registry import Registry
-from teamstore.audit.observer import build_audit_observers
-from teamstore.audit.telemetry import setup_tracing
-from teamstore.audit.transcripts import TranscriptStore, transcript_store_from_settings
-from teamstore.db.engine import create_engine
-from teamstore.db.migrate import ensure_current
-from teamstore.erasure.coordinator import DeletionCoordinator
-from teamstore.erasure.steps import Progress
-from teamstore.events import RunObserver
-from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
-from teamstore.state.base import StateStore
-from teamstore.state.factory import store_for
+
+# Each piece's modules are imported when the piece is first built: a command that reads the ledger does
+# not import AutoGen, boto3 or OpenTelemetry's exporters, and `teamstore --help` imports none of this.
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from config_registry import Registry
+    from teamstore.audit.transcripts import TranscriptStore
+    from teamstore.erasure.coordinator import DeletionCoordinator
+    from teamstore.erasure.receipt import Receipt
+    from teamstore.erasure.steps import Progress
+    from teamstore.events import RunObserver
+    from teamstore.export.coordinator import ExportCoordinator
+    from teamstore.memory.store import MemoryStore
+    from teamstore.runtime.platform import Platform
+    from teamstore.state.base import StateStore
+
+
+METRICS_SHUTDOWN_S = 5.0
+"""How long closing waits for the meter provider's last collection and export."""
 
 
 class App:
@@ -56,9 +65,13 @@ class App:
         self.must_exist = must_exist
         self._engine: AsyncEngine | None = None
         self._state_store: StateStore | None = None
+        self._memory_store: MemoryStore | None = None
         self._transcript_store: TranscriptStore | None = None
         self._tracer_provider: TracerProvider | None = None
         self._tracing_set_up = False  # set up once, even when there is nothing to export to
+        self._meter_provider: MeterProvider | None = None
+        self._metrics_set_up = False
+        self._gauge_reader: Engine | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -69,6 +82,8 @@ class App:
             ConfigurationError: The URL is not one teamstore can use.
         """
         if self._engine is None:
+            from teamstore.db.engine import create_engine
+
             self._engine = create_engine(self.settings.resolved_database_url, must_exist=self.must_exist)
         return self._engine
 
@@ -76,10 +91,21 @@ class App:
     def state_store(self) -> StateStore:
         """The resume-state store on :attr:`engine`, leasing sessions as ``TEAMSTORE_SESSION_LEASE`` says."""
         if self._state_store is None:
+            from teamstore.state.factory import store_for
+
             self._state_store = store_for(
                 self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease
             )
         return self._state_store
+
+    @property
+    def memory_store(self) -> MemoryStore:
+        """Users' memory (summary and facts), on :attr:`engine`."""
+        if self._memory_store is None:
+            from teamstore.memory.store import MemoryStore
+
+            self._memory_store = MemoryStore(self.engine)
+        return self._memory_store
 
     @property
     def transcript_store(self) -> TranscriptStore:
@@ -89,6 +115,8 @@ class App:
             ConfigurationError: The URL is not supported. MissingExtra: it needs a package not installed.
         """
         if self._transcript_store is None:
+            from teamstore.audit.transcripts import transcript_store_from_settings
+
             self._transcript_store = transcript_store_from_settings(self.settings)
         return self._transcript_store
 
@@ -96,8 +124,38 @@ class App:
     def tracer_provider(self) -> TracerProvider | None:
         """teamstore's own (scrubbing) tracer provider, or ``None`` unless an OTLP endpoint is set."""
         if not self._tracing_set_up:
+            from teamstore.audit.telemetry import setup_tracing
+
             self._tracer_provider, self._tracing_set_up = setup_tracing(self.settings), True
         return self._tracer_provider
+
+    @property
+    def meter_provider(self) -> MeterProvider | None:
+        """teamstore's own meter provider, or ``None`` unless an OTLP endpoint is set for metrics.
+
+        Besides what runs and sessions record on it, it reports the outbox and the erasure requests as
+        gauges, read from the database (a connection of their own, none kept) each time it collects.
+
+        Raises:
+            ConfigurationError: OTLP is configured over a protocol teamstore cannot export over.
+        """
+        if not self._metrics_set_up:
+            from teamstore.audit.metrics import setup_metrics
+
+            self._meter_provider, self._metrics_set_up = setup_metrics(self.settings), True
+            if self._meter_provider is not None:
+                self._observe_database(self._meter_provider)
+        return self._meter_provider
+
+    def _observe_database(self, provider: MeterProvider) -> None:
+        from teamstore.audit.metrics import METER, observe_outbox
+        from teamstore.db.engine import create_reader
+        from teamstore.erasure.metrics import observe_erasures
+
+        self._gauge_reader = create_reader(self.engine)
+        meter = provider.get_meter(METER)
+        observe_outbox(meter, self._gauge_reader)
+        observe_erasures(meter, self._gauge_reader)
 
     def registry(self, *, create: bool = True) -> Registry:
         """The config registry (``TEAMSTORE_REGISTRY_PATH``, else ``$TEAMSTORE_HOME/registry``).
@@ -105,12 +163,16 @@ class App:
         Args:
             create: Make the repository if it does not exist; otherwise a missing one is an error.
         """
+        from config_registry import Registry
+
         return Registry(self.settings.resolved_registry_path, create=create)
 
     def audit_observers(self) -> list[RunObserver]:
-        """The audit trail: ledger and transcript observers, and spans when an OTLP endpoint is set."""
+        """The audit trail: ledger and transcript observers, and spans and metrics when an OTLP endpoint is set."""
+        from teamstore.audit.observer import build_audit_observers
+
         return build_audit_observers(self.settings, self.engine, tracer_provider=self.tracer_provider,
-                                     transcripts=self.transcript_store)
+                                     transcripts=self.transcript_store, meter_provider=self.meter_provider)
 
     def platform(self, *, audit: bool = True, create_registry: bool = True) -> Platform:
         """A platform on these pieces; closing it closes this app.
@@ -119,15 +181,34 @@ class App:
             audit: Attach the transcript, span and ledger observers.
             create_registry: Make the registry if it does not exist (a command that only reads says so).
         """
+        from teamstore.runtime.platform import Platform
+
         observers = self.audit_observers() if audit else []
         return Platform(
             self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
-            tracer_provider=self.tracer_provider if audit else None, store=self.state_store, on_close=self.aclose,
+            tracer_provider=self.tracer_provider if audit else None,
+            meter_provider=self.meter_provider if audit else None, store=self.state_store,
+            memory=self.memory_store, on_close=self.aclose,
         )
 
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
         """The deletion coordinator over the database and the transcript store."""
+        from teamstore.erasure.coordinator import DeletionCoordinator
+
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress)
+
+    def exporter(self) -> ExportCoordinator:
+        """The export coordinator over every store: those below it, and the erasure requests.
+
+        Raises:
+            ConfigurationError: The price table (``TEAMSTORE_PRICES_PATH``) cannot be read.
+        """
+        from teamstore.audit.prices import load_prices
+        from teamstore.erasure.exporter import ErasureRequestsExporter
+        from teamstore.export.coordinator import ExportCoordinator, store_exporters
+
+        exporters = [*store_exporters(), ErasureRequestsExporter()]
+        return ExportCoordinator(self.engine, self.transcript_store, exporters, load_prices(self.settings.prices_path))
 
     async def ensure_schema(self, *, lease: bool = False) -> None:
         """Migrate the embedded database (or any, with ``TEAMSTORE_AUTO_MIGRATE``), else check it is current.
@@ -139,6 +220,8 @@ class App:
             SchemaNotReady: A production database is not migrated, or ``must_exist`` and there is none.
             ConfigurationError: ``lease`` and the database records the other kind of lease.
         """
+        from teamstore.db.migrate import ensure_current
+
         await ensure_current(self.engine, migrate=self.settings.should_auto_migrate)
         if lease:
             await self.state_store.check_lease_mode()
@@ -146,10 +229,17 @@ class App:
     async def aclose(self) -> None:
         """Close what was built, each piece once (calling it again does nothing)."""
         tracing, self._tracer_provider, self._tracing_set_up = self._tracer_provider, None, False
+        metering, self._meter_provider, self._metrics_set_up = self._meter_provider, None, False
+        reader, self._gauge_reader = self._gauge_reader, None
         transcripts, self._transcript_store = self._transcript_store, None
         state, self._state_store = self._state_store, None
+        self._memory_store = None  # holds nothing of its own: the engine is closed below
         engine, self._engine = self._engine, None
         try:
+            if metering is not None:  # a last collection and export, bounded: a down collector holds no exit
+                await asyncio.to_thread(metering.shutdown, timeout_millis=METRICS_SHUTDOWN_S * 1000)
+            if reader is not None:
+                reader.dispose()
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)  # flushes the spans still queued
             if transcripts is not None:
@@ -159,3 +249,69 @@ class App:
         finally:
             if engine is not None:
                 await engine.dispose()
+
+
+def open_platform(settings: Settings | None = None, *, audit: bool = True) -> Platform:
+    """A platform built from settings (the environment, else the embedded default): database, registry and
+    audit trail, all closed when the platform closes.
+
+    Args:
+        settings: Defaults to ``Settings()``.
+        audit: Attach the transcript, span and ledger observers.
+    """
+    return App(settings).platform(audit=audit)
+
+
+async def erase_user(
+    user_id: str,
+    *,
+    request_id: str | None = None,
+    reason: str | None = None,
+    dry_run: bool = False,
+    settings: Settings | None = None,
+    check: bool = True,
+    requested_by: str | None = None,
+    operator: str | None = None,
+) -> Receipt:
+    """Erase ``user_id`` using the database and transcript store the settings name.
+
+    Args:
+        user_id: The raw user id, matched exactly.
+        request_id: Idempotency key (rerun it to resume); fresh when omitted.
+        reason: Stored with the request.
+        dry_run: Enumerate only; no request is stored, and the receipt's ``request_id`` is ``None``.
+        settings: Defaults to ``Settings()`` (the environment).
+        check: Raise unless every store is ``erased`` or ``no_match``.
+        requested_by: Who asked (the data subject, a representative, a ticket), on the receipt.
+        operator: Who runs it, on the receipt; ``TEAMSTORE_OPERATOR``, else the OS user, when omitted.
+
+    Returns:
+        The receipt; its status is ``no_match`` (and ``ok``) when no store held anything for the id, which
+        may be mistyped: ``receipt.near_match`` says whether a near-identical id holds data.
+
+    Raises:
+        ErasureIncomplete: ``check`` is on and a store failed or is retained under a hold (the
+            receipt is on the exception).
+        ErasureConflict: Another erasure of the user is open or running.
+        StoreUnavailable: The database is down.
+        SchemaNotReady: A production database is not migrated (`teamstore db upgrade`), or the embedded
+            one does not exist yet (nothing is stored there: a receipt would only mislead).
+    """
+    from teamstore.errors import ErasureIncomplete
+
+    # Every request is about what is stored: on a database that does not exist yet (a mistyped
+    # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
+    app = App(settings, must_exist=True)
+    try:
+        await app.ensure_schema()
+        receipt = await app.erasure().run(user_id, request_id, reason, dry_run, requested_by=requested_by,
+                                          operator=operator)
+    finally:
+        await app.aclose()
+    if check and not receipt.ok:
+        raise ErasureIncomplete(
+            f"erasure request {receipt.request_id} ended {receipt.status}",
+            hint=f"see `teamstore erase status {receipt.request_id}`; rerun the same request id to resume",
+            receipt=receipt,
+        )
+    return receipt

@@ -5,17 +5,23 @@
 It registers the example support team, runs two users' sessions, ends that process and resumes both in
 new processes (the earlier context comes back), makes a breaking definition change and shows a session
 failing closed with the reason, rolls the change back by moving the label and restores the quarantined
-state, prints what is stored, shows a run's transcript and the cost per session, and erases one user with
-a verified receipt.
+state, lets a session expire and shows the new one knowing its user from the memory kept, prints what is
+stored, kills a worker in the middle of a long checkpointed run and continues the run in a new process,
+shows a run's transcript and the cost per session (the memory writer's apart), and erases one user with a
+verified receipt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -26,18 +32,25 @@ from rich.table import Table
 from config_registry import Registry
 from teamstore.app import App
 from teamstore.db.engine import redact_url
-from teamstore.examples import example_manifest, support_triage, support_triage_v2_renamed
+from teamstore.examples import example_manifest, support_escalation, support_triage, support_triage_v2_renamed
+from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.settings import Settings
+from teamstore.state.base import SessionKey
 
 console = Console(width=120)
 TEAM = "support_triage"
+LONG = "support_escalation"
+MODEL_SECONDS = 0.6  # each model call of the long case takes this long, so a worker can be killed mid-run
+LEASE_SECONDS = 3.0  # the killed worker's lease TTL
 
 
-def teamstore(*args: str, ok: tuple[int, ...] = (0,), json_flag: str = "--json") -> Any:
-    """Run a ``teamstore`` command in a NEW process and return its JSON output."""
+def teamstore(*args: str, ok: tuple[int, ...] = (0,), json_flag: str = "--json", env: dict[str, str] | None = None) -> Any:
+    """Run a ``teamstore`` command in a NEW process (with ``env`` added to its environment) and return its
+    JSON output."""
     flags = [json_flag] if json_flag else []
     proc = subprocess.run(
-        [sys.executable, "-m", "teamstore", *args, *flags], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "teamstore", *args, *flags], capture_output=True, text=True, check=False,
+        env={**os.environ, **(env or {})},
     )
     if proc.returncode not in ok:
         command = " ".join(itertools.takewhile(lambda a: not a.startswith("-"), args[:2]))
@@ -58,7 +71,13 @@ def _show_run(user: str, text: str, data: dict[str, Any]) -> None:
     console.print(f"  resume: [{colour}]{resume['outcome']}[/]{detail}")
     if resume["restored"]:
         console.print(f"  restored: {', '.join(resume['restored'])}")
+    memory = data.get("memory") or {}
+    if memory.get("given_to"):
+        console.print(f"  memory given to {', '.join(memory['given_to'])}: "
+                      f"{'summary, ' if memory['summary'] else ''}facts {', '.join(memory['facts']) or 'none'}")
     for message in data["messages"][1:]:
+        if message["type"] == "MemoryQueryEvent":
+            continue  # the memory given, as AutoGen reports it: shown above in one line
         console.print(f"  [bold]{message['source']}[/]: {escape(message['content'])}")
     usage = data["usage"]
     console.print(f"  [dim]run {data['run_id'][:12]}, {usage['input_tokens']}+{usage['output_tokens']} tokens, "
@@ -72,13 +91,20 @@ def _register(registry: Registry) -> tuple[str, str]:
     v2 = registry.add(TEAM, support_triage_v2_renamed().dump_component(), manifest,
                       "rename researcher to investigator")
     registry.label(TEAM, v1, "production", reason="demo: production runs v1")
+    registry.add(LONG, support_escalation(MODEL_SECONDS).dump_component(), example_manifest(LONG),
+                 "a long escalation, checkpointed after every turn", label="production")
     return v1, v2
 
 
-def _run(user: str, session: str, text: str, team: str = TEAM) -> dict[str, Any]:
-    data: dict[str, Any] = teamstore("run", "--team", team, "--user", user, "--session", session, text)
+def _run(user: str, session: str, text: str, team: str = TEAM, env: dict[str, str] | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = teamstore("run", "--team", team, "--user", user, "--session", session, text, env=env)
     _show_run(user, text, data)
     return data
+
+
+def _said_by(data: dict[str, Any], agent: str) -> str:
+    """What ``agent`` said in a run (its reply, not the memory AutoGen reports it was given)."""
+    return next((m["content"] for m in data["messages"] if m["source"] == agent and m["type"] == "TextMessage"), "")
 
 
 def _quarantined(user: str, session: str) -> list[dict[str, Any]]:
@@ -115,12 +141,12 @@ def run_demo() -> None:
     console.print(f"v1 {v1[:12]} (production), v2 {v2[:12]} (researcher renamed; not labelled yet)")
 
     _step("2. Two users open sessions (process per request)")
-    _run("alice", sessions["alice"], "My router ZX-81 drops the connection every evening.")
+    _run("alice", sessions["alice"], "My router ZX-81 drops the connection every evening (ticket 55102).")
     _run("bob", sessions["bob"], "I was billed twice for November.")
 
     _step("3. New processes: both sessions resume where they stopped")
     data = _run("alice", sessions["alice"], "The technician came and it is still not working.")
-    researcher = next(m["content"] for m in data["messages"] if m["source"] == "researcher")
+    researcher = _said_by(data, "researcher")
     if "ZX-81" in researcher:
         console.print("  [green]the researcher still knows alice's first message: context came back[/]")
     _run("bob", sessions["bob"], "Any news on the refund?")
@@ -140,24 +166,104 @@ def run_demo() -> None:
     console.print(f"  restored alice's quarantined state {kept['id']} (teamstore sessions restore --replace); the "
                   f"fresh state saved since is quarantined as {restored['replaced_by']}")
     data = _run("alice", sessions["alice"], "Any update on my router?")
-    researcher = next(m["content"] for m in data["messages"] if m["source"] == "researcher")
+    researcher = _said_by(data, "researcher")
     if "ZX-81" in researcher:
         console.print("  [green]after the restore the researcher knows alice's first message again[/]")
     _run("bob", sessions["bob"], "Thanks, that is all.")
 
-    _step("5. What is stored")
+    _step("5. Memory outlives the session: alice's expires, the team starts fresh but knows her")
+    _memory("alice", sessions["alice"])
+
+    _step("6. What is stored")
     _stored(sessions)
     for q in _quarantined("alice", sessions["alice"]):
         console.print(f"quarantined: alice/{q['session_id']} reason={q['reason']}: {escape(q['detail'])}")
 
-    _step("6. The audit trail: alice's first run, as stored (one compressed object per run)")
+    _step("7. A worker is killed in the middle of a long run; a new process continues it")
+    _interrupted(settings, "alice", f"case-{stamp}")
+
+    _step("8. The audit trail: alice's first run, as stored (one compressed object per run)")
     _transcript("alice", sessions["alice"])
 
-    _step("7. Token cost per session, from the usage ledger")
+    _step("9. Token cost per session, from the usage ledger")
     _cost(sessions)
 
-    _step("8. Compliance erases bob from every store")
+    _step("10. Compliance erases bob from every store")
     _erase("bob", sessions["bob"])
+
+
+EXPIRES_AFTER_S = 2.0
+
+
+def _memory(user: str, session: str) -> None:
+    """The session is saved with a TTL of two seconds (the demo's clock), left to expire, and opened again."""
+    ttl_days = str(EXPIRES_AFTER_S / 86_400)
+    _run(user, session, "Thanks, I will wait for the technician.", env={"TEAMSTORE_STATE_TTL_DAYS": ttl_days})
+    console.print(f"  [dim]saved with a {EXPIRES_AFTER_S:g}s TTL (TEAMSTORE_STATE_TTL_DAYS={ttl_days}); waiting...[/]")
+    time.sleep(EXPIRES_AFTER_S + 0.5)
+    data = _run(user, session, "Hello, any news?")
+    triage = _said_by(data, "triage")
+    if data["resume"]["outcome"] == "expired" and "ticket_id=55102" in triage and "router_model=ZX-81" in triage:
+        console.print(f"  [green]the state expired, and triage knows {user}'s ticket id and router model from "
+                      "the memory kept[/]")
+    shown = teamstore("memory", "show", "--user", user)
+    for memory in shown["memories"]:
+        console.print(f"teamstore memory show --user {user}: scope {memory['scope']}, version {memory['version']}, "
+                      f"expires {memory['expires_at'][:10]}")
+        console.print(f"  summary: {escape(memory['summary'])}")
+        table = Table("fact", "type", "value", "from run", "last confirmed")
+        for fact in memory["facts"]:
+            table.add_row(fact["name"], fact["type"], escape(str(fact["value"])), fact["source_run_id"][:12],
+                          fact["confirmed_at"][:19])
+        console.print(table)
+
+
+def _interrupted(settings: Settings, user: str, session: str) -> None:
+    """Start a long run in a worker process, SIGKILL the worker once turn 2 is checkpointed, continue the run."""
+    text = "Escalation: my line has dropped every evening for three weeks."
+    # A short lease, so the next process takes the dead worker's session over within seconds (with Postgres's
+    # advisory locks, a dead worker's lease goes with its connection at once).
+    env = {**os.environ, "TEAMSTORE_LEASE_TTL_SECONDS": str(LEASE_SECONDS)}
+    worker = subprocess.Popen([sys.executable, "-m", "teamstore", "run", "--team", LONG, "--user", user,
+                               "--session", session, text, "--json"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env)
+    turn = asyncio.run(_checkpointed(settings, SessionKey(user, session), 2))
+    os.kill(worker.pid, signal.SIGKILL)  # mid-way through turn 3's model call: a node drained, an OOM kill
+    killed_at = datetime.now().astimezone()
+    worker.wait()
+    console.print(f"worker pid {worker.pid} ran {LONG} (six turns, {MODEL_SECONDS}s per model call) and was killed "
+                  f"with SIGKILL after turn {turn} was checkpointed")
+    stored = teamstore("sessions", "show", "--user", user, "--session", session)["checkpoint"]
+    console.print(f"  stored: the run's checkpoint after turn {stored['last_turn']} ({stored['bytes']:,} bytes)")
+    data = teamstore("run", "--team", LONG, "--user", user, "--session", session, "--continue")
+    console.print(f"  the dead worker's lease ran out ({LEASE_SECONDS:g}s TTL here) and a new process took the session over")
+    resume = data["resume"]
+    console.print(f"  a new process: resume [yellow]{resume['outcome']}[/] (run {resume['interrupted']['run_id'][:12]} "
+                  f"stopped after turn {resume['interrupted']['last_turn']}): teamstore run --continue")
+    for n, message in enumerate(data["messages"]):
+        before = datetime.fromisoformat(message["created_at"]) < killed_at
+        where = "[dim]from the killed worker[/]" if before else "[green]this process[/]"
+        label = "task" if n == 0 else f"turn {n}"
+        console.print(f"  {label} {message['source']} ({where}): {escape(message['content'][:70])}")
+    total = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")["total"]
+    console.print(f"  ledger: {total['calls']} model calls for six turns (turns 1-2 were not run again; turn 3, in "
+                  f"flight when the worker died, was), {total['runs_interrupted']} interrupted run")
+
+
+async def _checkpointed(settings: Settings, key: SessionKey, turn: int) -> int:
+    """Wait until the session's run has checkpointed ``turn``; the turn it has reached."""
+    app = App(settings)
+    try:
+        store = app.state_store
+        for _ in range(1200):
+            row = await store.get(key)
+            found = describe_checkpoint(row) if row is not None else None
+            if isinstance(found, dict) and found["last_turn"] >= turn:
+                return int(found["last_turn"])
+            await asyncio.sleep(0.05)
+    finally:
+        await app.aclose()
+    raise SystemExit(f"the long run never reached turn {turn}")
 
 
 def _transcript(user: str, session: str) -> None:
@@ -177,20 +283,36 @@ def _transcript(user: str, session: str) -> None:
 
 
 def _cost(sessions: dict[str, str]) -> None:
+    # One report names every session by its user's and its own id (read back through the subject mapping).
+    report = teamstore("cost", "--by", "session", "--team", TEAM, "--format", "json", json_flag="")
     table = Table("user", "session", "runs completed", "ended by limit", "model calls", "tokens in", "tokens out",
-                  "cost (USD)")
-    for user, session in sessions.items():
-        report = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")
-        total = report["total"]
-        table.add_row(user, session, str(total["runs_completed"]), str(total["runs_limited"]), str(total["calls"]),
-                      str(total["input_tokens"]), str(total["output_tokens"]),
-                      "unknown" if total["cost"] is None else f"{total['cost']:.6f}")  # a model without a price
+                  f"cost ({report['currency']})")
+    for row in report["rows"]:
+        if sessions.get(row["user"]) != row["session"]:
+            continue  # an earlier demo's session in the same home
+        table.add_row(row["user"], row["session"], str(row["runs_completed"]), str(row["runs_limited"]),
+                      str(row["calls"]), str(row["input_tokens"]), str(row["output_tokens"]), _amount(row))
     console.print(table)
-    console.print(f"[dim]prices: version {report['price_version']}; speaker-selection calls included[/]")
+    console.print(f"[dim]prices: version {report['price_version']}; exact decimals; speaker-selection calls "
+                  "included[/]")
+    by_purpose = teamstore("cost", "--by", "purpose", "--team", TEAM, "--format", "json", json_flag="")
+    writer = next((r for r in by_purpose["rows"] if r["key"] == "memory_writer"), None)
+    if writer is not None:
+        console.print(f"  of which the memory writer (teamstore cost --by purpose): {writer['calls']} calls, "
+                      f"{writer['input_tokens']}+{writer['output_tokens']} tokens of "
+                      f"{by_purpose['total']['input_tokens']}+{by_purpose['total']['output_tokens']}")
+
+
+def _amount(row: dict[str, Any]) -> str:
+    """The row's exact cost; ``unknown`` for tokens of a model the price table does not price."""
+    if row["cost"] is None:
+        return "unknown"
+    return str(row["cost"]) + (" + unknown" if row["unpriced_tokens"] else "")
 
 
 def _erase(user: str, session: str) -> None:
-    receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", ok=(0, 2))
+    receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", "--yes",
+                        "--requested-by", "demo: the user", ok=(0, 2))
     table = Table("store", "status", "rows", "objects", "versions", "bytes")
     for store, step in receipt["stores"].items():
         counts = step["counts"]

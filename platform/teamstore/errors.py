@@ -160,12 +160,36 @@ class InvalidTask(StateError):
     Refused before the team runs; the session stays open and its state as it was."""
 
 
-class RunCancelled(StateError):
-    """The session's last run was cancelled; AutoGen may have left its team mid-turn, so it runs no more."""
+class RunInterrupted(StateError):
+    """The session's last run did not complete and can be continued from its checkpoint: a new run is refused
+    until the application continues it (``s.continue_run()``) or abandons it (``s.abandon_run()``)."""
+
+
+class NoInterruptedRun(StateError):
+    """``continue_run()`` or ``abandon_run()`` on a session that has no interrupted run."""
 
 
 class ErasureInProgress(StateError):
     """An erasure request is open for this user: saves, uploads and ledger rows are refused."""
+
+
+# --- user memory -------------------------------------------------------------------------------------------
+class UserMemoryError(TeamstoreError):
+    """Base of user-memory errors (named so as not to shadow Python's own ``MemoryError``)."""
+
+
+class MemoryWriteRefused(UserMemoryError):
+    """The memory writer's model call failed, or what it returned was refused (not a JSON object, a fact that
+    fails its declared type, a summary over its budget). The user's previous memory is kept as it was, and
+    the failure is recorded on it. The message names no content, only what was wrong."""
+
+
+class StaleMemory(UserMemoryError):
+    """Another write of the same user's memory landed between this writer's read and its write."""
+
+
+class MemoryNotFound(UserMemoryError):
+    """No stored memory matches (the user, the scope, or the fact named)."""
 
 
 # --- audit -------------------------------------------------------------------------------------------------
@@ -185,6 +209,27 @@ class UploadInDoubt(TranscriptUnavailable):
 
 class UnknownPrice(AuditError):
     """A model is missing from the price table."""
+
+
+class LedgerExportFailed(AuditError):
+    """A ledger export could not write a partition; the partitions written before it stand, and a rerun
+    of the same window replaces them."""
+
+
+class NoMatchingUsage(AuditError):
+    """A cost query's filters match no run in the ledger: an unknown user, session, team or model, or an
+    empty window. Told apart from a match that cost nothing (``teamstore cost`` exits 3 for it, not 0).
+
+    Attributes:
+        suggestions: Team or model names in the ledger close to the one given (never user or session ids).
+        report: The empty report, for a caller that prints it all the same.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, suggestions: tuple[str, ...] = (),
+                 report: object | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.suggestions = suggestions
+        self.report = report
 
 
 # --- erasure -----------------------------------------------------------------------------------------------
@@ -220,9 +265,34 @@ class ErasureRequestNotFound(ErasureError):
     """No erasure request is stored under that id."""
 
 
+class ExtensionRefused(ErasureError):
+    """A request's due date cannot be extended: extended already, by more than two months, after its
+    original due date, finished, or without a reason (GDPR art. 12(3) allows one extension, decided and
+    told to the data subject within the first month)."""
+
+
+class ConfirmationNeeded(ErasureError):
+    """An erasure was not confirmed: no terminal to ask on and no ``--yes``, or the operator answered no.
+    Nothing was changed and no request was opened."""
+
+
 class ErasureIncomplete(ErasureError):
     """An erasure finished with a store not erased (failed, or retained under a legal hold)."""
 
     def __init__(self, message: str, *, hint: str | None = None, receipt: object | None = None) -> None:
         super().__init__(message, hint=hint)
         self.receipt = receipt
+
+
+# --- export ------------------------------------------------------------------------------------------------
+class ExportError(TeamstoreError):
+    """Base of ``teamstore export`` errors (an access or portability request: GDPR art. 15 and 20)."""
+
+
+class ExportFailed(ExportError):
+    """A store could not be read to the end: no archive was left behind (never a partial one), and the
+    export's record says it failed."""
+
+
+class ExportTargetExists(ExportError):
+    """The archive's path is taken: an export never overwrites a file or folder."""

@@ -18,6 +18,13 @@ another through it.
 
         async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
             print(outcome.stop_reason, len(outcome.model_calls))
+
+        async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:   # optional
+            print(later.purpose, len(later.calls))
+
+Work done on a run's behalf after it ended (the memory writer, once the session saved) reaches the
+observers that take it through :func:`notify_later_calls`, as :class:`LaterCalls`: its model calls are
+metered like the run's own, under the run's id.
 """
 
 from __future__ import annotations
@@ -52,6 +59,12 @@ class ModelCall:
     duration_s: float
     purpose: str = "agent"  # "agent" or "speaker_selection"
     error: str | None = None
+    provider: str = "unknown"
+    """The GenAI provider as the conventions name it (``openai``, ``azure.ai.openai``, ``anthropic``...)."""
+    response_model: str | None = None
+    """The model that answered, when the client reports it (``gpt-4o-2024-08-06`` for ``gpt-4o``)."""
+    finish_reason: str | None = None
+    """Why the model stopped (``stop``, ``length``, ``function_calls``...); ``None`` when the call failed."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,9 @@ class RunContext:
     team_version: str
     started_at: datetime
     resumed: bool = False
+    interruptions: int = 0
+    """How many times the run was continued from its checkpoint after it stopped mid-run (a worker died, the
+    database failed at a checkpoint): such a run's record holds the turns of every attempt."""
 
 
 @dataclass
@@ -103,6 +119,46 @@ class RunObserver(Protocol):
         """Called once after the run returned or raised."""
 
 
+@dataclass(frozen=True)
+class LaterCalls:
+    """Model calls made on a run's behalf after it ended (the memory writer's), metered like the run's own.
+
+    Attributes:
+        run: The run's own outcome (its stop reason and flags; its calls are not repeated here).
+        calls: The later calls.
+        purpose: What made them (``memory_writer``); each call's ``purpose`` says it too.
+        started_at: When the work began. finished_at: When it ended.
+        error_type: The type of the error the work failed with (``MemoryWriteRefused``), or ``None``.
+    """
+
+    run: RunOutcome
+    calls: list[ModelCall]
+    purpose: str
+    started_at: datetime
+    finished_at: datetime
+    error_type: str | None = None
+
+    def as_outcome(self) -> RunOutcome:
+        """The run's outcome holding only the later calls: what a ledger row of them records."""
+        return RunOutcome(self.run.finished_at, result=self.run.result, error=self.run.error,
+                          stop_reason=self.run.stop_reason, ended_by_limit=self.run.ended_by_limit,
+                          model_calls=list(self.calls))
+
+
+@runtime_checkable
+class LaterCallsObserver(Protocol):
+    """An observer that also records work done on a run's behalf after it ended (the ledger and spans do)."""
+
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """Called once the later work ended, with its model calls."""
+
+
+async def notify_later_calls(observers: Sequence[RunObserver], ctx: RunContext, later: LaterCalls) -> None:
+    """Tell every observer that takes them of ``later``'s calls, concurrently; a failing one is logged."""
+    takers = [o for o in observers if isinstance(o, LaterCallsObserver)]
+    await asyncio.gather(*(_call(o, "later_calls", ctx, later) for o in takers))
+
+
 async def notify_observers(
     observers: Sequence[RunObserver], hook: str, ctx: RunContext, *args: StreamItem | RunOutcome
 ) -> None:
@@ -115,7 +171,9 @@ async def notify_observers(
         await _call(observer, hook, ctx, *args)
 
 
-async def _call(observer: RunObserver, hook: str, ctx: RunContext, *args: StreamItem | RunOutcome) -> None:
+async def _call(
+    observer: RunObserver, hook: str, ctx: RunContext, *args: StreamItem | RunOutcome | LaterCalls
+) -> None:
     try:
         await getattr(observer, hook)(ctx, *args)
     except ErasureInProgress:

@@ -4,7 +4,8 @@
 
     team = support_triage()
     result = await team.run(task="My router keeps dropping")
-    manifest = example_manifest("support_triage")   # persists ["researcher"], context_bound=20
+    manifest = example_manifest("support_triage")   # persists ["researcher"], context_bound=20, keeps memory
+    long_case = support_escalation()                 # six turns; its manifest checkpoints every turn
 
 Register one from the command line with ``teamstore registry add support_triage --factory
 teamstore.examples:support_triage --persist researcher --context-bound 20``.
@@ -30,7 +31,7 @@ from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.models import ChatCompletionClient
 
 import teamstore  # noqa: F401  (registers BoundedChatCompletionContext as a bounding context)
-from config_registry import Manifest
+from config_registry import Manifest, MemoryDeclaration
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.offline import OfflineChatCompletionClient
 
@@ -104,6 +105,29 @@ def support_triage_v2_prompt() -> RoundRobinGroupChat:
     return _triage_team(researcher_prompt=_RESEARCHER_V2)
 
 
+def support_escalation(delay_seconds: float = 0.0) -> RoundRobinGroupChat:
+    """A long support case: ``triage``, ``researcher`` (persisted, bounded context) and ``critic`` take two
+    turns each, and the run stops at its seventh message: a run worth checkpointing turn by turn.
+
+    Args:
+        delay_seconds: How long each model call takes (the offline client answers at once by default).
+
+    Returns:
+        A RoundRobinGroupChat whose run is the task and six turns.
+    """
+    agents: list[ChatAgent | Team] = [
+        AssistantAgent(
+            name,
+            model_client=OfflineChatCompletionClient(model="offline-small", delay_seconds=delay_seconds),
+            system_message=f"You are {name}. Work the escalated case with the others.",
+            model_context=BoundedChatCompletionContext(max_messages=20, keep_first=1) if name == "researcher" else None,
+            description=f"The {name} of the escalation team.",
+        )
+        for name in ("triage", "researcher", "critic")
+    ]
+    return RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(7))
+
+
 def single_assistant() -> AssistantAgent:
     """One offline ``assistant`` with a bounded context (20 messages).
 
@@ -135,6 +159,14 @@ def support_triage_openai() -> RoundRobinGroupChat:
     return _triage_team(client=client)
 
 
+TRIAGE_MEMORY = MemoryDeclaration(
+    participants=["triage", "researcher"], writer="triage", summary_tokens=150,
+    facts={"ticket_id": "str", "router_model": "str"},
+)
+"""The support team's memory of a user: a ~150-token summary, the ticket id and the router model; triage and
+the researcher are given it, and triage's model client writes it."""
+
+
 def _triage_manifest(
     name: str, description: str, persist: str = "researcher", secrets: dict[str, str] | None = None
 ) -> Manifest:
@@ -145,6 +177,7 @@ def _triage_manifest(
         persist=[persist],
         context_bound=20,
         secrets=secrets or {},
+        memory=TRIAGE_MEMORY.model_copy(update={"participants": ["triage", persist]}),
     )
 
 
@@ -159,6 +192,14 @@ EXAMPLE_MANIFESTS: dict[str, Manifest] = {
     ),
     "support_triage_v2_prompt": _triage_manifest(
         "support_triage", "Support team with a new researcher prompt."
+    ),
+    "support_escalation": Manifest(
+        name="support_escalation",
+        description="A long support case, checkpointed after every turn.",
+        owner="support-platform",
+        persist=["researcher"],
+        context_bound=20,
+        checkpoints="every_turn",
     ),
     "single_assistant": Manifest(
         name="single_assistant",

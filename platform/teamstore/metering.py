@@ -16,14 +16,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import logging
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal, Self
+from urllib.parse import urlparse
 
-from autogen_core import CancellationToken, Component, ComponentModel
+from autogen_core import EVENT_LOGGER_NAME, CancellationToken, Component, ComponentModel
 from autogen_core._component_config import WELL_KNOWN_PROVIDERS
+from autogen_core.logging import LLMCallEvent
 from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
@@ -55,6 +58,92 @@ class Meter:
 
 
 _current: ContextVar[Meter | None] = ContextVar("teamstore_meter", default=None)
+
+# --- which provider a client calls, and which model answered ----------------------------------------------
+# The GenAI semantic conventions' `gen_ai.provider.name` for AutoGen's clients, by class name (a subclass
+# keeps its base's name); a client not listed gets its class name, lower-cased, without "ChatCompletionClient".
+_PROVIDERS = {
+    "AzureOpenAIChatCompletionClient": "azure.ai.openai",
+    "OpenAIChatCompletionClient": "openai",
+    "AnthropicBedrockChatCompletionClient": "aws.bedrock",
+    "AnthropicChatCompletionClient": "anthropic",
+    "AzureAIChatCompletionClient": "azure.ai.inference",
+    "OllamaChatCompletionClient": "ollama",
+    "LlamaCppChatCompletionClient": "llama_cpp",
+    "SKChatCompletionAdapter": "semantic_kernel",
+}
+# OpenAI-compatible endpoints of other providers, which AutoGen's OpenAI client reaches through `base_url`.
+_OPENAI_COMPATIBLE_HOSTS = {
+    "generativelanguage.googleapis.com": "gcp.gemini",
+    "aiplatform.googleapis.com": "gcp.vertex_ai",
+    "api.anthropic.com": "anthropic",
+    "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral_ai",
+    "api.perplexity.ai": "perplexity",
+    "api.x.ai": "x_ai",
+}
+
+
+def provider_name(client: ChatCompletionClient) -> str:
+    """The ``gen_ai.provider.name`` of a model client: its provider as the GenAI conventions name it.
+
+    An OpenAI client pointed at another provider's OpenAI-compatible endpoint (``base_url``; AutoGen
+    points ``gemini-*`` models at Gemini's by itself) is named for that provider.
+    """
+    name = next((_PROVIDERS[k.__name__] for k in type(client).__mro__ if k.__name__ in _PROVIDERS), None)
+    if name == "openai":
+        raw = getattr(client, "_raw_config", None)
+        config = raw if isinstance(raw, dict) else {}
+        host = urlparse(str(config.get("base_url") or "")).hostname or ""
+        if host in _OPENAI_COMPATIBLE_HOSTS:
+            return _OPENAI_COMPATIBLE_HOSTS[host]
+        if not host and str(config.get("model", "")).startswith("gemini-"):
+            return "gcp.gemini"
+    return name or type(client).__name__.removesuffix("ChatCompletionClient").lower() or "unknown"
+
+
+_answering: ContextVar[list[str] | None] = ContextVar("teamstore_answering_model", default=None)
+
+
+class _ResponseModelTap(logging.Filter):
+    """Reads the model that answered each call from AutoGen's ``LLMCallEvent``.
+
+    AutoGen's ``CreateResult`` does not carry the model that answered, but every AutoGen client reports
+    the provider's raw response (with its ``model``) on the ``autogen_core.events`` logger. The tap sits
+    on that logger as a filter and keeps only the model's name, for the call metered in this context.
+    Where the logger would not have logged at INFO, the tap enables INFO for itself and drops every
+    record the logger's own level would have dropped: nothing more reaches any handler (AutoGen's events
+    hold users' messages).
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger = logger
+        self.enabled_by_tap = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Note the answering model, then let the record through only where it would have gone anyway."""
+        found = _answering.get()
+        if found is not None and isinstance(record.msg, LLMCallEvent):
+            response = record.msg.kwargs.get("response")
+            model = response.get("model") if isinstance(response, dict) else None
+            if isinstance(model, str) and model:
+                found.append(model)
+        if not self.enabled_by_tap or self.logger.level != logging.INFO or self.logger.parent is None:
+            return True
+        return record.levelno >= self.logger.parent.getEffectiveLevel()
+
+
+@functools.cache
+def _tap_response_models() -> _ResponseModelTap:
+    logger = logging.getLogger(EVENT_LOGGER_NAME)
+    tap = _ResponseModelTap(logger)
+    logger.addFilter(tap)
+    if logger.level == logging.NOTSET and not logger.isEnabledFor(logging.INFO):
+        logger.setLevel(logging.INFO)
+        tap.enabled_by_tap = True
+    return tap
 
 
 @contextlib.contextmanager
@@ -88,6 +177,8 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         self._inner = inner
         self._agent = agent
         self._purpose = purpose
+        self._provider = provider_name(inner)
+        _tap_response_models()
 
     @property
     def inner(self) -> ChatCompletionClient:
@@ -101,10 +192,13 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
             name = raw.get("model") if isinstance(raw, dict) else None
         return str(name or type(self._inner).__name__)
 
-    def _record(self, started: datetime, t0: float, usage: RequestUsage | None, error: str | None) -> None:
+    def _record(
+        self, started: datetime, t0: float, result: CreateResult | None, error: str | None, answered: list[str]
+    ) -> None:
         meter = _current.get()
         if meter is None:
             return
+        usage = result.usage if result is not None else None
         meter.record(
             ModelCall(
                 agent=self._agent,
@@ -115,6 +209,9 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                 duration_s=time.perf_counter() - t0,
                 purpose=self._purpose,
                 error=error,
+                provider=self._provider,
+                response_model=answered[-1] if answered else None,
+                finish_reason=str(result.finish_reason) if result is not None and error is None else None,
             )
         )
 
@@ -130,6 +227,8 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
     ) -> CreateResult:
         """Delegate, then record usage (or the error type, with zero tokens)."""
         started, t0 = datetime.now(UTC), time.perf_counter()
+        answered: list[str] = []
+        token = _answering.set(answered)
         try:
             result = await self._inner.create(
                 messages,
@@ -140,9 +239,11 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                 cancellation_token=cancellation_token,
             )
         except Exception as exc:
-            self._record(started, t0, None, type(exc).__name__)
+            self._record(started, t0, None, type(exc).__name__, answered)
             raise
-        self._record(started, t0, result.usage, None)
+        finally:
+            _answering.reset(token)
+        self._record(started, t0, result, None, answered)
         return result
 
     async def create_stream(
@@ -157,7 +258,8 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
     ) -> AsyncGenerator[str | CreateResult, None]:
         """Delegate the stream; record usage from the final result."""
         started, t0 = datetime.now(UTC), time.perf_counter()
-        usage: RequestUsage | None = None
+        final: CreateResult | None = None
+        answered: list[str] = []  # a stream's end event carries no model: it stays unknown
         try:
             async for chunk in self._inner.create_stream(
                 messages,
@@ -168,12 +270,12 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                 cancellation_token=cancellation_token,
             ):
                 if isinstance(chunk, CreateResult):
-                    usage = chunk.usage
+                    final = chunk
                 yield chunk
         except Exception as exc:
-            self._record(started, t0, usage, type(exc).__name__)
+            self._record(started, t0, final, type(exc).__name__, answered)
             raise
-        self._record(started, t0, usage, None)
+        self._record(started, t0, final, None, answered)
 
     async def close(self) -> None:
         """Close the wrapped client."""

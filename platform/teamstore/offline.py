@@ -11,15 +11,24 @@ same messages always give the same reply and the same token usage, with no netwo
     result = await agent.run(task="My router keeps dropping")
 
 Its replies quote the earliest and the latest user request it can see, so a resumed session visibly
-remembers what came before. Asked to pick the next speaker (SelectorGroupChat), it names a participant;
-told by its system message to "say TERMINATE" when done, it ends its reply with TERMINATE. It declares
-function calling, so agents with tools or handoffs (``Swarm``) can be built on it, but it always answers
-in text and never calls a tool.
+remembers what came before, and name the facts a kept memory gave it (a system message listing
+``Facts:`` as ``- name: value`` lines), so a new session visibly knows its user. Asked to pick the next
+speaker (SelectorGroupChat), it names a participant; told by its system message to "say TERMINATE" when
+done, it ends its reply with TERMINATE. It declares function calling, so agents with tools or handoffs
+(``Swarm``) can be built on it, but it always answers in text and never calls a tool.
+
+Asked to write a user's memory (the request of :mod:`teamstore.memory.writer`: a user message holding a
+JSON object with ``declared_facts`` and ``new_messages``), it answers with the JSON object the writer
+expects: a summary of the previous one and the user's new requests, cut to the budget, and each declared
+fact found in the new messages: the latest token after the fact's first word (``ticket`` for
+``ticket_id``) that holds a digit, as the fact's type reads it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal, Self
@@ -41,6 +50,13 @@ from pydantic import BaseModel, Field
 
 PROVIDER = "teamstore.offline.OfflineChatCompletionClient"
 _SELECT = re.compile(r"select the next role from \[?([^\]\n]+?)\]? to play", re.IGNORECASE)
+_REMEMBERED = re.compile(r"^- (\w+): (.*?)(?: \(last confirmed [^)]*\))?$", re.MULTILINE)
+_VALUE = {  # what follows a fact's first word, by the fact's type
+    "str": r"[\s#:=]*(?:\w+\s+){0,2}?([A-Za-z0-9][\w./-]*\d[\w./-]*|\d[\w./-]*)",
+    "int": r"\D{0,20}?(\d+)\b",
+    "float": r"\D{0,20}?(\d+(?:\.\d+)?)\b",
+    "date": r"\D{0,30}?(\d{4}-\d{2}-\d{2})\b",
+}
 
 
 class OfflineChatCompletionClientConfig(BaseModel):
@@ -48,6 +64,8 @@ class OfflineChatCompletionClientConfig(BaseModel):
 
     model: str = Field(default="offline-small", description="The model name reported in usage and spans.")
     quote_chars: int = Field(default=80, gt=0, description="How much of a user request a reply quotes.")
+    delay_seconds: float = Field(default=0.0, ge=0, le=60, description="How long each call takes, as a remote "
+                                 "model's would (a demo of a long run, a benchmark); 0 answers at once.")
 
 
 def _text(message: LLMMessage) -> str:
@@ -62,12 +80,59 @@ def count_tokens(messages: Sequence[LLMMessage]) -> int:
     return sum(4 + len(_text(m)) // 4 for m in messages)
 
 
+def _memory_request(text: str) -> dict[str, Any] | None:
+    """The memory writer's request, if ``text`` is one."""
+    if not text.startswith("{"):
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) and {"declared_facts", "new_messages"} <= found.keys() else None
+
+
+def _write_memory(request: dict[str, Any]) -> str:
+    """The memory writer's answer: the summary carried on with the user's new requests, and the declared
+    facts the new messages state."""
+    said = [m for m in request.get("new_messages") or [] if isinstance(m, dict)]
+    texts = [str(m.get("content", "")) for m in said if m.get("source") == "user"] or [
+        str(m.get("content", "")) for m in said]
+    facts = {}
+    for name, kind in dict(request.get("declared_facts") or {}).items():
+        value = _fact(str(name), str(kind), texts)
+        if value is not None:
+            facts[name] = value
+    budget = int(request.get("summary_budget_tokens") or 150) * 4
+    parts = [str(request.get("previous_summary") or "").strip(), *(t.strip() for t in texts)]
+    summary = ""
+    for part in reversed([p for p in parts if p]):  # the newest first: the oldest is dropped to fit
+        joined = f"{part} | {summary}" if summary else part
+        if len(joined) > budget:
+            break
+        summary = joined
+    return json.dumps({"summary": summary or (parts[-1][:budget] if parts else ""), "facts": facts})
+
+
+def _fact(name: str, kind: str, texts: Sequence[str]) -> Any:
+    """The latest value of fact ``name`` in ``texts``, read as ``kind``; ``None`` if none is stated."""
+    word = re.escape(name.split("_")[0])
+    if kind == "bool":
+        return True if any(re.search(rf"\b{word}\b", t, re.IGNORECASE) for t in texts) else None
+    found = [m.group(1) for t in texts for m in re.finditer(rf"\b{word}\b{_VALUE.get(kind, _VALUE['str'])}", t,
+                                                            re.IGNORECASE)]
+    if not found:
+        return None
+    value = found[-1].rstrip(".,;:")
+    return int(value) if kind == "int" else float(value) if kind == "float" else value
+
+
 class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCompletionClientConfig]):
     """Deterministic replies computed from the conversation; reports token usage like a real client.
 
     Args:
         model: The model name this client reports.
         quote_chars: How many characters of a user request a reply quotes.
+        delay_seconds: How long each call takes (0: at once).
     """
 
     component_type = "model"
@@ -75,8 +140,9 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
     component_provider_override = PROVIDER
     component_version = 1
 
-    def __init__(self, model: str = "offline-small", quote_chars: int = 80) -> None:
-        self._config = OfflineChatCompletionClientConfig(model=model, quote_chars=quote_chars)
+    def __init__(self, model: str = "offline-small", quote_chars: int = 80, delay_seconds: float = 0.0) -> None:
+        self._config = OfflineChatCompletionClientConfig(model=model, quote_chars=quote_chars,
+                                                         delay_seconds=delay_seconds)
         self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
         self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
 
@@ -87,6 +153,9 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
 
     def _reply(self, messages: Sequence[LLMMessage]) -> str:
         last = _text(messages[-1]) if messages else ""
+        request = _memory_request(last) if messages and isinstance(messages[-1], UserMessage) else None
+        if request is not None:
+            return _write_memory(request)
         choice = _SELECT.search(last)
         if choice:
             names = [n.strip(" '\"") for n in choice.group(1).split(",") if n.strip(" '\"")]
@@ -104,6 +173,10 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
             f"[{self.model}] ({persona[:40]}) I see {len(messages)} messages; "
             f'earliest request: "{first}"; latest: "{latest}".'
         )
+        remembered = [f"{name}={value}" for m in messages[1:] if isinstance(m, SystemMessage)
+                      for name, value in _REMEMBERED.findall(_text(m))]
+        if remembered:
+            reply += f" Remembered: {', '.join(remembered)}."
         # Follow a system message's instruction to close the conversation, as a real model would.
         if any("say TERMINATE" in _text(m) for m in messages if isinstance(m, SystemMessage)):
             reply += " TERMINATE"
@@ -129,7 +202,12 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        """Answer deterministically from ``messages``."""
+        """Answer deterministically from ``messages`` (after ``delay_seconds``, cancelled with the token)."""
+        if self._config.delay_seconds:
+            waiting = asyncio.ensure_future(asyncio.sleep(self._config.delay_seconds))
+            if cancellation_token is not None:
+                cancellation_token.link_future(waiting)
+            await waiting
         return self._result(messages)
 
     async def create_stream(
@@ -191,4 +269,4 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
 
     @classmethod
     def _from_config(cls, config: OfflineChatCompletionClientConfig) -> Self:
-        return cls(model=config.model, quote_chars=config.quote_chars)
+        return cls(model=config.model, quote_chars=config.quote_chars, delay_seconds=config.delay_seconds)

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config_registry.errors import validation_message
 from teamstore.errors import ConfigurationError
+from teamstore.limits import MAX_DAYS, MAX_LEASE_WAIT, MAX_SESSIONS_BOUND, MAX_TEXT_BYTES
 
 _ASYNC_DRIVERS = {
     "postgres": "postgresql+psycopg",
@@ -30,18 +31,6 @@ _ASYNC_DRIVERS = {
     "postgresql+psycopg2": "postgresql+psycopg",
     "sqlite": "sqlite+aiosqlite",
 }
-
-
-MAX_DAYS = 3650
-"""The longest TTL or retention a setting takes (ten years): dates past it stop being dates a database
-or a timestamp can hold long before they stop being numbers."""
-MAX_LEASE_WAIT = 3600
-"""The longest a session waits for another worker's lease (seconds), as a setting or an argument."""
-MAX_TEXT_BYTES = 1 << 30
-"""The largest state or task a setting allows: PostgreSQL holds no text value over 1 GB."""
-MAX_SESSIONS_BOUND = 100_000
-"""The highest per-user session bound a setting takes: opening a new session counts its user's stored
-sessions, so a higher bound would let one user make every new session of theirs slow."""
 
 
 class TypedSettings(BaseSettings):
@@ -127,6 +116,13 @@ class Settings(TypedSettings):
     quarantine_retention_days: int = Field(
         default=30, gt=0, le=MAX_DAYS, description="How long a refused state waits in quarantine to be restored."
     )
+    memory_retention_days: float = Field(
+        default=180.0, gt=0, le=MAX_DAYS,
+        description="How long a user's memory lives after its last update, unless the team declares its own.",
+    )
+    memory_writer_timeout_seconds: float = Field(
+        default=60.0, gt=0, le=3600, description="The longest one call of the memory writer's model may take.",
+    )
     prices_path: Path | None = Field(default=None, description="Override of the shipped price table.")
     auto_migrate: bool | None = Field(
         default=None, description="Create/upgrade tables on open; defaults to on for SQLite only."
@@ -165,16 +161,33 @@ class Settings(TypedSettings):
 
     @property
     def otlp_configured(self) -> bool:
-        """True when a standard ``OTEL_*`` variable names a traces endpoint."""
-        keys = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        disabled = os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true"
-        return not disabled and any(os.environ.get(k) for k in keys)
+        """True when the standard ``OTEL_*`` variables have spans exported over OTLP (:func:`otlp_exports`)."""
+        return otlp_exports("traces")
+
+    @property
+    def otlp_metrics_configured(self) -> bool:
+        """True when the standard ``OTEL_*`` variables have metrics exported over OTLP (:func:`otlp_exports`)."""
+        return otlp_exports("metrics")
 
     @property
     def capture_message_content(self) -> bool:
         """Operator opt-in to message content in telemetry (the GenAI semantic-convention variable)."""
         value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "false")
         return value.strip().lower() in {"1", "true", "yes"}
+
+
+def otlp_exports(signal: Literal["traces", "metrics"]) -> bool:
+    """Whether ``signal`` is to be exported over OTLP: an endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT``
+    or ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``), ``OTEL_<SIGNAL>_EXPORTER`` is unset or lists ``otlp``
+    (``none``, or only exporters teamstore does not have, turn it off), and ``OTEL_SDK_DISABLED`` is not
+    ``true``."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = os.environ.get(f"OTEL_{signal.upper()}_EXPORTER", "").strip().lower()
+    if exporters and "otlp" not in {name.strip() for name in exporters.split(",")}:
+        return False
+    keys = ("OTEL_EXPORTER_OTLP_ENDPOINT", f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    return any(os.environ.get(k) for k in keys)
 
 
 def to_async_url(url: str) -> str:

@@ -1,8 +1,9 @@
-"""Fixtures of the audit suite: the OTLP receiver, migrated databases, transcript stores of both kinds."""
+"""Fixtures of the audit suite: migrated databases, transcript stores of both kinds (the OTLP receiver is
+the services plugin's)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,22 +13,6 @@ from teamstore.audit.transcripts import TranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from tests.audit.transcript_backends import BACKENDS, Backend, LocalBackend, S3Backend
-from tests.otlp_receiver import OtlpReceiver
-
-
-@pytest.fixture
-def otlp_receiver() -> Iterator[OtlpReceiver]:
-    """A real OTLP/HTTP receiver on a loopback port."""
-    receiver = OtlpReceiver().start()
-    yield receiver
-    receiver.stop()
-
-
-@pytest.fixture
-def otlp_env(otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> OtlpReceiver:
-    """Standard OTEL_* variables pointing the exporter at the receiver."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
-    return otlp_receiver
 
 
 @pytest.fixture

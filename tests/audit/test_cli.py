@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import threading
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -14,12 +15,12 @@ from typer.testing import CliRunner
 
 from config_registry import Registry
 from teamstore import examples
+from teamstore.app import open_platform
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.cli import app
 from teamstore.cli.audit import _cell
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, observe_run, triage_team
 
@@ -118,20 +119,26 @@ def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
     _populate()
     as_csv = runner.invoke(app, ["cost", "--by", "user", "--format", "csv"])
     assert as_csv.exit_code == 0, as_csv.output
-    (row,) = list(csv.DictReader(io.StringIO(as_csv.stdout)))
-    assert (row["runs_completed"], row["runs_limited"]) == ("1", "1")
-    assert USER not in as_csv.stdout and float(row["cost"]) > 0 and row["price_version"]
+    row, total = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert (row["user"], total["user"]) == (USER, "total")  # readable: the application's own id
+    assert (row["runs_completed"], row["runs_limited"]) == ("1", "1") and float(row["cost"]) > 0
+    assert row["price_version"] and total["cost"] == row["cost"]
     assert "e-" not in row["cost"] and row["cost"].startswith("0.")  # plain decimals, as a spreadsheet expects
+    keys_only = runner.invoke(app, ["cost", "--by", "user", "--format", "csv", "--pseudonymous"])
+    assert keys_only.exit_code == 0 and USER not in keys_only.stdout
+    assert next(csv.DictReader(io.StringIO(keys_only.stdout)))["subject_key"] not in ("", USER)
     as_json_total = json.loads(runner.invoke(app, ["cost", "--by", "user", "--format", "json"]).stdout)["total"]
-    assert float(row["cost"]) == pytest.approx(as_json_total["cost"])
+    assert row["cost"] == as_json_total["cost"]  # the same exact text in both
     as_json = runner.invoke(
         app, ["cost", "--user", USER, "--session", SESSION, "--by", "agent", "--format", "json"]
     )
     report = json.loads(as_json.stdout)
     assert {r["key"] for r in report["rows"]} == {"triage", "researcher", "critic"}
     assert report["total"]["runs_limited"] == 1
-    empty = json.loads(runner.invoke(app, ["cost", "--user", "nobody", "--format", "json"]).stdout)
-    assert empty["rows"] == [] and empty["total"]["cost"] == 0 and empty["total"]["limited_cost"] == 0  # not "unknown"
+    empty = runner.invoke(app, ["cost", "--user", "nobody", "--format", "json"])
+    assert empty.exit_code == 3 and "error: the ledger holds no run of the user given" in empty.stderr
+    report = json.loads(empty.stdout)  # still printed, so a pipe gets well-formed JSON
+    assert report["rows"] == [] and report["total"]["cost"] == "0" and report["total"]["limited_cost"] == "0"
     table = runner.invoke(app, ["cost", "--by", "day", "--since", "2000-01-01"])
     assert table.exit_code == 0 and "total" in table.stdout
 
@@ -150,7 +157,8 @@ def test_prices_show_and_sync() -> None:
     shown = json.loads(runner.invoke(app, ["prices", "show", "--json"]).stdout)
     assert any(p["model"] == "offline-small" for p in shown["prices"])
     synced = json.loads(runner.invoke(app, ["prices", "sync", "--json"]).stdout)
-    assert synced == {"version": shown["version"], "rows": len(shown["prices"])}
+    # Every entry of an exact name; a pattern is written out for the models the ledger holds (none yet).
+    assert synced == {"version": shown["version"], "rows": len([p for p in shown["prices"] if not p["pattern"]])}
 
 
 def test_a_price_table_is_shown_as_written_never_read_as_markup(
@@ -246,7 +254,7 @@ async def test_closing_a_platform_closes_the_transcript_store_it_made(
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
     Registry(registry_path).add("support_triage", examples.support_triage().dump_component(),
                                 examples.example_manifest("support_triage"), "v1", label="production")
-    async with Platform.from_settings(Settings(home=tmp_path / "home", auto_migrate=True)) as platform:
+    async with open_platform(Settings(home=tmp_path / "home", auto_migrate=True)) as platform:
         async with platform.session("alice", "s1", team="support_triage") as s:
             await s.run("hello")
         assert _s3_threads()  # the transcript went up through them
@@ -266,15 +274,17 @@ def test_cost_csv_never_hands_a_spreadsheet_a_formula(capsys: pytest.CaptureFixt
     from teamstore.audit.cost import CostReport, CostRow
     from teamstore.cli.audit import _write_csv
 
-    row = CostRow(key='=HYPERLINK("http://x","y")', calls=1, cost=0.5, unpriced_models=["@sum(1)"])
-    _write_csv(CostReport(by="model", price_version="v", currency="USD", rows=[row], total=row))
-    (written,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    name = '=HYPERLINK("http://x","y")'
+    row = CostRow(key=name, group={"model": name}, calls=1, cost=Decimal("0.5"), unpriced_models=["@sum(1)"])
+    _write_csv(CostReport(by="model", price_version="v", currency="USD", rows=[row], total=row, fields=("model",)))
+    written, _total = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert written["model"] == "'=HYPERLINK(\"http://x\",\"y\")" and written["unpriced_models"] == "'@sum(1)"
     assert written["cost"] == "0.5" and written["calls"] == "1"
 
 
 @pytest.mark.parametrize(("value", "cell"), [
     (6.74e-05, "0.0000674"), (0.0, "0"), (1.5, "1.5"), (12.0, "12"), (1.5e-07, "0.00000015"),
+    (Decimal("7.5E-5"), "0.000075"), (Decimal("12.500"), "12.5"), (Decimal("0E-9"), "0"),
     ("=HYPERLINK()", "'=HYPERLINK()"), (None, ""), (3, 3),
 ])
 def test_a_csv_cell_is_what_a_spreadsheet_reads_as_meant(value: object, cell: object) -> None:
@@ -295,16 +305,19 @@ def test_a_run_heading_on_a_narrow_terminal_keeps_its_version_and_start() -> Non
 
 def test_the_cost_table_on_a_narrow_terminal_shows_every_figure_whole() -> None:
     _populate()
-    as_json = json.loads(runner.invoke(app, ["cost", "--by", "session", "--format", "json"]).stdout)
-    table = runner.invoke(app, ["cost", "--by", "session"], env={"COLUMNS": "80"})
+    as_json = json.loads(runner.invoke(app, ["cost", "--by", "session", "--format", "json", "--pseudonymous"]).stdout)
+    table = runner.invoke(app, ["cost", "--by", "session", "--pseudonymous"], env={"COLUMNS": "80"})
     assert table.exit_code == 0, table.output
     assert "…" not in table.stdout and max(len(line) for line in table.stdout.splitlines()) <= 80
-    assert f"{as_json['total']['cost']:.6f}" in table.stdout
+    assert as_json["total"]["cost"] in table.stdout  # the exact amount, whole
     assert str(as_json["total"]["input_tokens"]) in table.stdout
     lines = table.stdout.splitlines()
     body = lines[next(i for i, line in enumerate(lines) if line.strip().startswith("─")) + 1:]
     key = as_json["rows"][0]["key"]  # 32 hex digits: wrapped in its cell, never cut
     assert len(key) == 32 and key in "".join(line.split()[0] for line in body if line.strip())
+    readable = runner.invoke(app, ["cost", "--by", "session"], env={"COLUMNS": "200"})
+    assert readable.exit_code == 0 and USER in readable.stdout and SESSION in readable.stdout
+    assert key not in readable.stdout
 
 
 def test_an_id_no_run_can_have_is_refused_by_name_not_answered_with_nothing() -> None:

@@ -31,11 +31,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 from config_registry import Manifest, Registry
+from teamstore.app import open_platform
 from teamstore.errors import ConfigurationError
 from teamstore.runtime import autogen_spans
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.otlp_receiver import OtlpReceiver
+from tests.services import Services
 
 WORDS = "CANARY-host-tracing-my-landlord-is-Jane-Doe"
 HOST_SCOPE = "host.service"
@@ -124,7 +126,7 @@ async def platform_for(registry: Registry, tmp_path: Path) -> AsyncIterator[Any]
     made: list[Platform] = []
 
     def build() -> Platform:
-        platform = Platform.from_settings(Settings(
+        platform = open_platform(Settings(
             home=tmp_path / "home", registry_path=registry.path, auto_migrate=True, registry_refresh_seconds=0,
         ))
         made.append(platform)
@@ -175,18 +177,15 @@ async def test_a_host_global_provider_gets_no_autogen_span_and_no_words_when_tea
 
 @pytest.mark.otlp
 async def test_over_otlp_autogen_spans_go_scrubbed_to_teamstore_and_the_host_keeps_its_own(
-    host_provider: Any, platform_for: Any, otlp_env: OtlpReceiver
+    host_provider: Any, platform_for: Any, otlp_env: OtlpReceiver, services: Services
 ) -> None:
-    host_receiver = OtlpReceiver().start()
-    try:
+    with services.otlp(OtlpReceiver) as host_receiver:  # the host's own collector, beside teamstore's
         host_provider(OTLPSpanExporter(endpoint=f"{host_receiver.endpoint}/v1/traces"))
         platform = platform_for()
         await _serve_one_request(platform, "nested")
 
         host_spans = host_receiver.wait_for(lambda s: {"host request", "host lookup"} <= {x["name"] for x in s})
         host_wire = host_receiver.wire()
-    finally:
-        host_receiver.stop()
     ours = otlp_env.wait_for(lambda s: any(x["name"].startswith("execute_tool") for x in s))
     assert WORDS.encode() not in host_wire and WORDS.encode() not in otlp_env.wire()
     assert {s["scope"] for s in host_spans} == {HOST_SCOPE}

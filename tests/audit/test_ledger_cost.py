@@ -11,8 +11,9 @@ from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.cost import CostFilter, query_costs
-from teamstore.audit.ledger import sweep_ledger, sync_prices
+from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.price_sync import sync_prices
 from teamstore.audit.prices import load_prices, parse_prices
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject, session_key
@@ -74,6 +75,10 @@ async def test_cost_groups_by_every_dimension_and_counts_limit_ended_runs_apart(
         ("model", 1),
         ("agent", 3),
         ("day", 1),
+        ("week", 1),
+        ("month", 1),
+        ("team,model", 1),
+        ("version,agent", 6),
     ):
         report = await query_costs(engine, PRICES, by=by)
         assert len(report.rows) == groups, by
@@ -84,8 +89,8 @@ async def test_cost_groups_by_every_dimension_and_counts_limit_ended_runs_apart(
     )
     (alice,) = by_user.rows
     assert (alice.runs_completed, alice.runs_limited) == (1, 1)
-    expected = (alice.input_tokens * 1.0 + alice.output_tokens * 2.0) / 1e6
-    assert alice.cost == pytest.approx(expected)
+    expected = Decimal(alice.input_tokens * 1 + alice.output_tokens * 2) / 1_000_000
+    assert alice.cost == expected  # exact: a Decimal, no binary noise
     assert 0 < alice.limited_cost < expected
 
 
@@ -117,7 +122,7 @@ async def test_prices_apply_by_effective_date_and_filters_narrow_by_time(engine:
         engine, PRICES, by="day", where=CostFilter(since=datetime(2030, 1, 1, tzinfo=UTC))
     )
     assert now_only.total.cost and future.total.cost
-    assert future.total.cost == pytest.approx(now_only.total.cost * 100)
+    assert future.total.cost == now_only.total.cost * 100
     assert [r.key for r in future.rows] == ["2031-01-01"]
 
 
@@ -168,7 +173,7 @@ async def test_the_session_costs_view_prices_sessions_in_sql(engine: AsyncEngine
     report = await query_costs(
         engine, load_prices(), by="session", where=CostFilter(session_key=alice.session_key)
     )
-    assert float(alice.cost) == pytest.approx(report.total.cost)
+    assert float(alice.cost) == pytest.approx(float(report.total.cost or 0))
     assert alice.price_version == load_prices().version
     bob = rows[session_key(str(await find_subject(engine, "bob")), "s1")]
     assert bob.cost is None and bob.unpriced_tokens > 0
@@ -193,7 +198,7 @@ async def test_syncing_an_older_price_version_is_refused_so_the_view_and_the_cli
         view = (await conn.execute(text("SELECT cost, price_version FROM session_costs"))).one()
     assert versions == [newer.version]
     report = await query_costs(engine, newer, by="session")
-    assert (float(view.cost), view.price_version) == (pytest.approx(report.total.cost), newer.version)
+    assert (float(view.cost), view.price_version) == (pytest.approx(float(report.total.cost or 0)), newer.version)
     assert await sync_prices(engine, newer) == 1  # the same version again replaces its own rows
 
 
@@ -228,8 +233,8 @@ def test_an_unknown_dimension_is_a_typed_error() -> None:
 def test_the_shipped_price_table_has_offline_small_and_real_models() -> None:
     table = load_prices()
     assert table.lookup("offline-small", datetime.now(UTC).date()) is not None
-    assert table.lookup("gpt-4o", date(2025, 1, 1)).input_per_million == 2.5  # type: ignore[union-attr]
-    assert table.lookup("gpt-4o", date(2024, 6, 1)).input_per_million == 5.0  # type: ignore[union-attr]
+    assert table.lookup("gpt-4o", date(2025, 1, 1)).input_per_million == Decimal("2.5")  # type: ignore[union-attr]
+    assert table.lookup("gpt-4o", date(2024, 6, 1)).input_per_million == Decimal("5")  # type: ignore[union-attr]
     assert table.lookup("not-a-model", datetime.now(UTC).date()) is None
 
 

@@ -17,7 +17,7 @@ from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.schema import outbox as outbox_table
-from teamstore.audit.schema import usage
+from teamstore.audit.schema import subject_sessions, usage
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
@@ -180,3 +180,21 @@ async def test_sweep_removes_a_killed_writers_temporary_file_once_it_is_an_hour_
 
     assert not stale.exists() and fresh.exists()
     assert report.transcripts == 0  # temporary files are no transcripts anyone could read: not counted
+
+
+async def test_a_session_id_recorded_for_reports_goes_once_no_ledger_row_names_its_session(
+    engine: AsyncEngine,
+) -> None:
+    observer = LedgerObserver(engine, Pseudonyms(engine))
+    await observe_run([observer], triage_team(), context(run_id="old", session_id="s-old"))
+    await observe_run([observer], triage_team(), context(run_id="new", session_id="s-new"))
+    await observe_run([observer], triage_team(), context(run_id="new-2", session_id="s-new"))
+    async with engine.begin() as conn:
+        assert await conn.scalar(select(func.count()).select_from(subject_sessions)) == 2  # once per session
+        await conn.execute(update(usage).where(usage.c.run_id == "old")
+                           .values(finished_at=datetime.now(UTC) - timedelta(days=401)))
+        await conn.execute(update(subject_sessions).values(created_at=datetime.now(UTC) - timedelta(days=401)))
+    report = await sweep_all(Settings(), engine, LocalTranscriptStore(Path(Settings().home) / "t"))
+    assert (report.ledger_rows, report.session_ids) == (3, 1)
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(subject_sessions.c.session_id))).scalars().all() == ["s-new"]

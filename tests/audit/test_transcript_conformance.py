@@ -152,6 +152,34 @@ async def test_versions_lists_every_copy_under_a_prefix_and_nothing_beside_it(
     assert await listing.versions(subject_prefix("c" * 32)) == []
 
 
+async def test_every_listed_version_reads_back_as_written_even_under_a_delete_marker(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    listing = capability(store, Capability.VERSIONS)
+    if listing is None:  # one copy per object: get() reads all there is
+        return
+    await store.put(run_key(A, "r1"), body("first"))
+    await store.put(run_key(A, "r1"), body("r1, written again"))
+    await store.put(run_key(A2, "r2"), body("r2"))
+    transcript_backend.mark_deleted(run_key(A2, "r2"))
+
+    found = await listing.versions(subject_prefix(A.subject_key))
+    read = sorted([await listing.read_version(v) for v in found if not v.delete_marker])
+
+    # A versioned bucket keeps the first write and r2 under its marker; a plain one the last write alone.
+    expected = [body("first"), body("r1, written again"), body("r2")] if transcript_backend.locks else [
+        body("r1, written again")]
+    assert read == sorted(expected)
+    for marker in (v for v in found if v.delete_marker):
+        with pytest.raises(TranscriptNotFound):
+            await listing.read_version(marker)
+    gone = next(v for v in found if not v.delete_marker)
+    deleter = capability(store, Capability.BATCH_DELETE)
+    assert deleter is not None and await deleter.delete_versions([gone]) == []
+    with pytest.raises(TranscriptNotFound):
+        await listing.read_version(gone)
+
+
 async def test_delete_versions_removes_what_it_is_given_and_nothing_else(
     transcript_backend: Backend, store: TranscriptStore
 ) -> None:

@@ -12,6 +12,7 @@ from tests.canary.canaries import CanaryBook
 from tests.canary.deployment import Deployment
 from tests.canary.model_server import ModelServer
 from tests.canary.receiver import CanaryReceiver
+from tests.services import Services
 
 DEPLOYMENTS = [
     pytest.param("sqlite+local", id="sqlite+local"),
@@ -22,11 +23,17 @@ DEPLOYMENTS = [
 
 
 @pytest.fixture
-def receiver() -> Iterator[CanaryReceiver]:
+def receiver(services: Services) -> Iterator[CanaryReceiver]:
     """The OTLP receiver teamstore's provider exports to."""
-    found = CanaryReceiver().start()
-    yield found
-    found.stop()
+    with services.otlp(CanaryReceiver) as found:
+        yield found
+
+
+@pytest.fixture
+def host_receiver(services: Services) -> Iterator[CanaryReceiver]:
+    """The OTLP receiver a host service's own tracer provider exports to, beside teamstore's."""
+    with services.otlp(CanaryReceiver) as found:
+        yield found
 
 
 @pytest.fixture

@@ -27,12 +27,14 @@ from tests.canary.host import QUIET_AT_DEBUG
 from tests.canary.receiver import CanaryReceiver
 from tests.canary.sinks import (
     CLI_STDERR,
+    METRICS,
     PY_LOGGING,
     SPANS,
     CapturedText,
     GitHistory,
     HomeFiles,
     OtlpWire,
+    ParquetFiles,
     PostgresServerLog,
     PostgresTables,
     RecordingHandler,
@@ -194,7 +196,7 @@ class Deployment:
     def sinks(self) -> list[Sink]:
         """Every sink of this deployment. Files come first: reading an SQLite file through sqlite3 could
         change its ``-wal`` and ``-shm`` files, which are searched as they were left."""
-        found: list[Sink] = [HomeFiles(self.home), GitHistory(self.registry)]
+        found: list[Sink] = [HomeFiles(self.home), ParquetFiles(self.home), GitHistory(self.registry)]
         if self.database_url:
             found.append(PostgresTables(self.database_url))
             assert self.server_url is not None
@@ -203,5 +205,9 @@ class Deployment:
             found.append(SqliteTables(self.home / "teamstore.db"))
         if self.s3_endpoint:
             found.append(S3Buckets(self.s3_client(), self.buckets))
-        found += [OtlpWire(SPANS, self.receiver), self.cli_stderr, self.log_records, *self.extra_sinks]
+        # teamstore's metrics (every CLI process exports its last collection as it exits) are their own sink;
+        # the spans' takes every other post, so whatever else is exported one day is searched too.
+        found += [OtlpWire(SPANS, self.receiver, exclude=("/v1/metrics",)),
+                  OtlpWire(METRICS, self.receiver, paths=("/v1/metrics",)),
+                  self.cli_stderr, self.log_records, *self.extra_sinks]
         return found

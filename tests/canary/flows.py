@@ -95,10 +95,21 @@ def runs_at_once(deployment: Deployment, *runs: Run) -> list[dict[str, Any]]:
 
 def erase(deployment: Deployment, book: CanaryBook, user: User, ok: tuple[int, ...] = (0,),
           env: dict[str, str | None] | None = None, request_id: str | None = None) -> dict[str, Any]:
-    """``teamstore erase`` of ``user`` with a canary as the operator's reason; the receipt."""
+    """``teamstore erase`` of ``user`` with canaries as the operator's reason and as who asked; the receipt."""
     reason = book.plant(Kind.ERASE_REASON, f"the reason given to erase {user.alias}",
                         shape="privacy desk ticket {} (Zoë)")
+    asked = book.plant(Kind.ERASE_REASON, f"who asked to erase {user.alias}", shape="desk ticket {} by mail")
     extra = ["--request-id", request_id] if request_id else []
-    receipt: dict[str, Any] = deployment.cli_json("erase", "--user", user.user_id, "--reason", reason, *extra,
-                                                  ok=ok, env=env)
+    receipt: dict[str, Any] = deployment.cli_json("erase", "--user", user.user_id, "--reason", reason, "--yes",
+                                                  "--requested-by", asked, *extra, ok=ok, env=env)
     return receipt
+
+
+def export(deployment: Deployment, book: CanaryBook, user: User, target: Path,
+           ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    """``teamstore export`` of ``user`` into ``target`` (outside the deployment's home: the archive is handed
+    over, not kept), with a canary as who asked; the manifest it printed."""
+    asked = book.plant(Kind.ERASE_REASON, f"who asked for {user.alias}'s data", shape="access request {} by mail")
+    manifest: dict[str, Any] = deployment.cli_json("export", "--user", user.user_id, "--output", str(target),
+                                                   "--requested-by", asked, ok=ok)
+    return manifest

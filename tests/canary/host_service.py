@@ -2,8 +2,8 @@
 tracer and meter providers (exporting to a real OTLP receiver and kept in memory), and a Platform whose
 sessions it runs.
 
-    with host_telemetry(deployment):            # adds the host's spans and metrics to the sinks
-        async with Platform.from_settings() as platform:
+    with host_telemetry(deployment, host_receiver):  # adds the host's spans and metrics to the sinks
+        async with open_platform() as platform:
             ...
 """
 
@@ -46,10 +46,9 @@ def _set_globals(tracer_provider: Any, meter_provider: Any) -> tuple[Any, Any]:
 
 
 @contextmanager
-def host_telemetry(deployment: Deployment) -> Iterator[InMemorySpanExporter]:
-    """The host's global providers for the length of the block; their spans (over OTLP and in memory) and
-    metrics become sinks of ``deployment``."""
-    receiver = CanaryReceiver().start()
+def host_telemetry(deployment: Deployment, receiver: CanaryReceiver) -> Iterator[InMemorySpanExporter]:
+    """The host's global providers for the length of the block; their spans (over OTLP to ``receiver``, the
+    host's own collector, and in memory) and metrics become sinks of ``deployment``."""
     memory = InMemorySpanExporter()
     tracer_provider = TracerProvider(resource=Resource.create({"service.name": "host-service"}))
     tracer_provider.add_span_processor(SimpleSpanProcessor(memory))
@@ -66,4 +65,3 @@ def host_telemetry(deployment: Deployment) -> Iterator[InMemorySpanExporter]:
         _set_globals(*before)
         tracer_provider.shutdown()
         meter_provider.shutdown()
-        receiver.stop()

@@ -22,7 +22,8 @@ REPLY = "Your order is on its way. TERMINATE"
 class ModelServer:
     """Answers every ``POST .../chat/completions`` with one short completion, and keeps the headers."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "gpt-4o-mini") -> None:
+        self.model = model  # the model the answers say they come from
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -54,7 +55,7 @@ class ModelServer:
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
                 body = json.dumps({
                     "id": "chatcmpl-canary", "object": "chat.completion", "created": int(time.time()),
-                    "model": "gpt-4o-mini",
+                    "model": server.model,
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": REPLY}}],
                     "usage": {"prompt_tokens": 21, "completion_tokens": 9, "total_tokens": 30},

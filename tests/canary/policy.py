@@ -46,21 +46,41 @@ POLICY: tuple[Allowance, ...] = (
     Allowance(DATABASE, r"\bts_subjects\b", frozenset({Kind.USER_ID}),
               "the subject mapping (user id -> subject key): erasure needs it to find the user's transcripts, "
               "and deletes it last"),
+    Allowance(DATABASE, r"\bts_subject_sessions\b", frozenset({Kind.SESSION_ID}),
+              "the session id beside its session key, so cost reports name sessions as the application does; "
+              "deleted with the subject, and swept once no ledger row names the session"),
     Allowance(DATABASE, r"\bts_sessions\b", STATE,
-              "the resume state row: keyed by the raw ids, its saved agent states hold the conversation"),
+              "the resume state row: keyed by the raw ids, its saved agent states hold the conversation, and "
+              "while a run is in flight or interrupted, its checkpoint holds the run's messages so far"),
     Allowance(DATABASE, r"\bts_quarantine\b", STATE,
-              "a refused state set aside with its keys, for an operator to restore"),
+              "a refused state (or an interrupted run's refused checkpoint) set aside with its keys, for an "
+              "operator to look at"),
+    Allowance(DATABASE, r"\bts_user_memory\b", WORDS | {Kind.USER_ID},
+              "the user's memory: keyed by the raw user id, its summary is written from their words; erasure "
+              "and retention remove it (docs/memory.md)"),
+    Allowance(DATABASE, r"\bts_user_memory_facts\b", WORDS | {Kind.USER_ID},
+              "the user's facts: keyed by the raw user id, each value taken from their words (a ticket id, a "
+              "router model)"),
     Allowance(DATABASE, r"\bts_transcript_outbox\b", WORDS,
               "a transcript its store refused, queued (gzip) until delivered; filed under the subject key"),
     Allowance(DATABASE, r"\bts_user_holds\b", frozenset({Kind.USER_ID}),
               "the erasure fence names the user while a request is open"),
     Allowance(DATABASE, r"\bts_erasure_requests\b, column user_id", frozenset({Kind.USER_ID}),
               "an open request keeps the raw id so a rerun can resume it; cleared when it completes"),
-    Allowance(DATABASE, r"\bts_erasure_requests\b, column (reason|receipt)\b", frozenset({Kind.ERASE_REASON}),
-              "the operator's reason is stored as given, in the request and its receipt (docs/erasure.md)"),
+    Allowance(DATABASE, r"\bts_erasure_requests\b, column (reason|receipt|requested_by)\b",
+              frozenset({Kind.ERASE_REASON}),
+              "the operator's reason and who asked are stored as given, in the request and its receipt "
+              "(docs/erasure.md)"),
+    Allowance(DATABASE, r"\bts_export_requests\b, column (requested_by|manifest)\b", frozenset({Kind.ERASE_REASON}),
+              "an export's record keeps who asked for it, as the operator gave it, beside its manifest"),
     Allowance(FILES, r"(^|/)teamstore\.db(-wal|-shm|-journal)?$", STATE | {Kind.ERASE_REASON},
               "the embedded database's files hold what its tables hold (deleted rows are overwritten: "
               "secure_delete, and the write-ahead log is emptied when an erasure finishes)"),
+    Allowance(FILES, r"^reports/cost\.html$", frozenset({Kind.USER_ID, Kind.SESSION_ID}),
+              "a readable cost report (`teamstore cost report`, readable by default) names users and sessions "
+              "as the application does; it is an export erasure cannot reach, so one written after an erasure "
+              "reads the erased user as 'erased' (--pseudonymous writes keys only: reports/cost-pseudonymous.html "
+              "may hold no id)"),
     Allowance(FILES, r"^transcripts/subjects/", WORDS,
               "a transcript in the local folder holds the run's messages, filed under pseudonymous keys"),
     Allowance(S3, r"^s3://\S+/\S+ version ", WORDS,

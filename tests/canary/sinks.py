@@ -5,10 +5,10 @@ searches each pair (and its gzip or zlib layers) for every canary. A new store o
 joins the suite with one class here and one entry where the deployment lists its sinks
 (``Deployment.sinks``); what it may legitimately hold goes in ``policy.POLICY``.
 
-    class MetricsSink:
-        name = "metrics"
+    class LogsSink:
+        name = "logs"
         def read(self) -> Iterator[tuple[str, bytes]]:
-            yield "otlp /v1/metrics", receiver.bodies_at("/v1/metrics")
+            yield "otlp /v1/logs", receiver.bodies_at("/v1/logs")
 
 Sinks read with their own drivers (``sqlite3``, ``psycopg``, ``boto3``, ``git``), never through the code
 under test, so a bug in a teamstore reader cannot hide what a store holds.
@@ -37,6 +37,7 @@ Blob = tuple[str, bytes]
 FILES, GIT, DATABASE, SERVER_LOG, S3 = "files", "git", "database", "postgres server log", "s3"
 SPANS, HOST_SPANS, METRICS = "spans (teamstore's provider)", "spans (host's global provider)", "metrics"
 CLI_STDERR, PY_LOGGING = "cli stderr", "python logging"
+EXPORTS = "ledger exports (parquet, decoded)"
 
 
 class Sink(Protocol):
@@ -73,6 +74,23 @@ class HomeFiles:
                 path = Path(folder, file)
                 if path.is_file() and not path.is_symlink():
                     yield path.relative_to(self.root).as_posix(), path.read_bytes()
+
+
+class ParquetFiles:
+    """Every Parquet file under a folder (a ledger export), decoded to its values: its pages are
+    compressed inside the file, where the scan's unpacking of whole gzip and zlib blobs does not reach."""
+
+    name = EXPORTS
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def read(self) -> Iterator[Blob]:
+        import pyarrow.parquet as pq
+
+        for path in sorted(self.root.rglob("*.parquet")):
+            rows = pq.read_table(path).to_pylist()
+            yield path.relative_to(self.root).as_posix(), json.dumps(rows, default=str, ensure_ascii=False).encode()
 
 
 class GitHistory:
@@ -185,19 +203,24 @@ class S3Buckets:
 
 class OtlpWire:
     """What a real OTLP/HTTP receiver was sent, decoded from protobuf only as far as bytes go: traces,
-    metrics and logs alike (strings travel as UTF-8 in protobuf). ``flush`` is called first: an
-    in-process provider's batch may still be waiting to be sent."""
+    metrics and logs alike (strings travel as UTF-8 in protobuf), or only the ``paths`` given, less those
+    in ``exclude``. ``flush`` is called first: an in-process provider's batch may still be waiting to be
+    sent."""
 
-    def __init__(self, name: str, receiver: CanaryReceiver, flush: Callable[[], object] | None = None) -> None:
+    def __init__(self, name: str, receiver: CanaryReceiver, flush: Callable[[], object] | None = None,
+                 paths: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> None:
         self.name = name
         self.receiver = receiver
         self.flush = flush
+        self.paths = paths
+        self.exclude = exclude
 
     def read(self) -> Iterator[Blob]:
         if self.flush is not None:
             self.flush()
         for path, body in self.receiver.all_bodies():
-            yield f"otlp {path}", body
+            if (self.paths is None or path in self.paths) and path not in self.exclude:
+                yield f"otlp {path}", body
 
 
 class MemorySpans:
@@ -214,7 +237,7 @@ class MemorySpans:
 
 
 class MemoryMetrics:
-    """Metrics an in-memory reader collects (none are exported today: the sink is ready for them)."""
+    """Metrics an in-memory reader of a host's own meter provider collects (teamstore's never go there)."""
 
     name = METRICS
 

@@ -4,6 +4,10 @@
 reads the order system, here the ``CANARY_ORDER_STATUS`` variable of the process that runs the team, so
 the canary enters through the tool's output and appears nowhere in the definition.
 
+``relay_desk``: a round robin with per-turn checkpoints, an offline agent and then an agent on a gateway
+that does not answer: its runs stop after their first turn, and a checkpoint holding the user's words waits
+in the session row to be continued or abandoned.
+
 ``gateway_desk``: one agent on ``OpenAIChatCompletionClient`` behind a gateway that wants its key in
 ``api_key`` and in headers (``x-functions-key``, ``X-Auth-Key``, ``api-key``); every secret is left
 empty here and registered as a reference to the environment. Its model is the local model server
@@ -12,12 +16,17 @@ empty here and registered as a reference to the environment. Its model is the lo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import FunctionCall
 from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage
 from autogen_core.tools import FunctionTool
 
 from teamstore.context import BoundedChatCompletionContext
+
+if TYPE_CHECKING:
+    from autogen_agentchat.teams import RoundRobinGroupChat
 
 GATEWAY_HEADERS = ("x-functions-key", "X-Auth-Key", "api-key")
 """Headers the gateway reads a key from: Azure Functions', a common API gateway's, Azure OpenAI's."""
@@ -74,3 +83,16 @@ def gateway_desk(base_url: str = "http://127.0.0.1:9/v1", headers: dict[str, str
     )
     return AssistantAgent("desk", model_client=client, model_context=BoundedChatCompletionContext(max_messages=20),
                           system_message="You are desk. Answer the customer.")
+
+
+def relay_desk() -> RoundRobinGroupChat:
+    """``triage`` (offline) hands over to ``desk``, whose gateway (a closed port) never answers."""
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat as Team
+
+    from teamstore.offline import OfflineChatCompletionClient
+
+    triage = AssistantAgent("triage", model_client=OfflineChatCompletionClient(),
+                            model_context=BoundedChatCompletionContext(max_messages=20),
+                            system_message="You are triage. Say what the problem is.")
+    return Team([triage, gateway_desk(base_url="http://127.0.0.1:9/v1")], termination_condition=MaxMessageTermination(4))

@@ -16,6 +16,7 @@ from botocore.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
+from teamstore.app import open_platform
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.engine import create_engine
@@ -77,7 +78,7 @@ def test_a_writer_killed_between_its_temporary_file_and_the_rename_leaves_nothin
 
 async def _first_sessions_at_once(user: User) -> None:
     """A new user's sessions opened at the same moment, as a page making parallel requests does."""
-    async with Platform.from_settings() as platform:
+    async with open_platform() as platform:
 
         async def first(session: str) -> None:
             async with platform.session(user.user_id, session, team=TRIAGE) as s:
@@ -102,7 +103,7 @@ async def test_racing_first_sessions_and_a_second_erasure_request_leave_no_raw_i
         await _first_sessions_at_once(alice)
 
     # A coordinator killed while it holds the fence leaves its request open (its lease short here) ...
-    opened = deployment.start("erase", "--user", alice.user_id, "--request-id", "REQ-first",
+    opened = deployment.start("erase", "--user", alice.user_id, "--request-id", "REQ-first", "--yes",
                               env={"TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS": "60", "TEAMSTORE_ERASURE_LEASE_SECONDS": "2"})
     deadline = time.monotonic() + 60
     while not deployment.sql("SELECT 1 FROM ts_user_holds") and time.monotonic() < deadline:
@@ -110,7 +111,7 @@ async def test_racing_first_sessions_and_a_second_erasure_request_leave_no_raw_i
     os.kill(opened.pid, signal.SIGKILL)
     deployment.finish(opened, ok=(-signal.SIGKILL,))
     # ... and a second request for the same user is refused while it is open.
-    second = deployment.cli("erase", "--user", alice.user_id, "--request-id", "REQ-second", ok=(1,))
+    second = deployment.cli("erase", "--user", alice.user_id, "--request-id", "REQ-second", "--yes", ok=(1,))
     assert "REQ-first" in second.stderr
     await asyncio.sleep(2)
     _settled(deployment, book, alice, "REQ-first")

@@ -1,28 +1,32 @@
 """The main job, every step a CLI process, with canaries in every input: then every sink is searched, before
-and after one user's erasure. On the embedded default (SQLite, the local folder) and in production's shape
+and after one user's erasure, and one user's export is checked against what the stores held of them. On the embedded default (SQLite, the local folder) and in production's shape
 (Postgres, versioned S3): between them every sink there is; the fault scenarios take the other pairings."""
 
 from __future__ import annotations
 
 import json
+import re
+import zipfile
+from pathlib import Path
 
 import pytest
 
 from config_registry import Registry
 from teamstore.examples import example_manifest, support_triage_v2_renamed
-from tests.canary.canaries import CanaryBook, Kind
+from tests.canary.canaries import USER_DATA, CanaryBook, Kind
 from tests.canary.deployment import Deployment
-from tests.canary.flows import TRIAGE, User, erase, gateway_env, register_teams, runs_at_once
+from tests.canary.flows import TRIAGE, User, erase, export, gateway_env, register_teams, runs_at_once
 from tests.canary.model_server import ModelServer
-from tests.canary.policy import judge, report, scan
+from tests.canary.policy import Hit, judge, report, scan
+from tests.canary.sinks import DATABASE, FILES, S3
 
 pytestmark = pytest.mark.otlp
 
 
 def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServer) -> tuple[User, User]:
     """Register, two users' sessions, resumes in new processes (one on a breaking version: quarantined), a
-    tool's output, secrets from the environment, a transcript shown, cost: every step after registration
-    a CLI process of its own."""
+    tool's output, secrets from the environment, a transcript shown, cost, the ledger exported as Parquet:
+    every step after registration a CLI process of its own."""
     alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
     register_teams(deployment.registry, model_server.base_url)
     renamed = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TRIAGE})
@@ -48,6 +52,11 @@ def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServe
     cost = deployment.start("cost", "--user", bob.user_id, "--format", "json")
     assert json.loads(deployment.finish(shown).stdout)["total"] == 2
     assert json.loads(deployment.finish(cost).stdout)["total"]["runs_completed"] >= 2
+    exported = deployment.cli_json("ledger", "export", "--to", str(deployment.home / "warehouse"))
+    assert exported["rows"] > 0, "the ledger's export is written under the home, where the scan reads it"
+    (deployment.home / "reports").mkdir()
+    deployment.cli("cost", "report", "--pseudonymous", "--output", str(deployment.home / "reports" /
+                                                                         "cost-pseudonymous.html"))
     return alice, bob
 
 
@@ -61,11 +70,69 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
     alice, bob = _main_job(deployment, book, model_server)
     before = scan(deployment.sinks(), book)
     assert not judge(before), report(judge(before))
+    assert any(path == "/v1/metrics" for path, _ in deployment.receiver.all_bodies()), (
+        "teamstore's metrics were exported, and so searched"
+    )
     assert {h.canary.token for h in before} >= {alice.user_id, alice.tasks[0], bob.tasks[1]}, (
         "the scan finds what the stores legitimately hold, so it can find a leak"
     )
+    assert any("ts_user_memory_facts" in h.location and h.canary.owner == "bob" for h in before), (
+        "the support team's memory keeps a fact taken from bob's words (his router): the scan reaches it, "
+        "and the erasure must"
+    )
+
+    handed_over = deployment.home.parent / "handed-over"
+    handed_over.mkdir()
+    _exported_everything_held(deployment, book, alice, before, handed_over)
 
     receipt = erase(deployment, book, bob)
     assert receipt["status"] == "completed", receipt
+    nothing = export(deployment, book, bob, handed_over / "bob.zip", ok=(3,))
+    assert nothing["status"] == "no_match" and nothing["path"] is None and not (handed_over / "bob.zip").exists()
+    readable = deployment.home / "reports" / "cost.html"
+    deployment.cli("cost", "report", "--output", str(readable))  # after the erasure: bob reads as 'erased'
     after = judge(scan(deployment.sinks(), book), erased={"bob"})
     assert not after, report(after)
+    page = readable.read_text(encoding="utf-8")
+    assert alice.user_id in page and "<td>erased / erased</td>" in page  # bob's sessions, under no name
+
+
+# Where the export hands over what each sink location holds (the embedded database's files hold what its
+# tables hold). A location holding a user's data that no entry names is a store the export does not cover.
+EXPORTED_AS = (
+    (r"\bts_sessions\b", "resume_state.json"),
+    (r"\bts_quarantine\b", "quarantine.json"),
+    (r"\bts_user_memory\b|\bts_user_memory_facts\b", "memory.json"),
+    (r"\bts_subjects\b|\bts_subject_sessions\b", "subject.json"),
+    (r"\bts_transcript_outbox\b", "outbox.json"),
+    (r"\bts_usage\b", "ledger.json"),
+    (r"\bts_erasure_requests\b|\bts_user_holds\b", "erasure_requests.json"),
+    (r"^transcripts/subjects/|^s3://", "transcripts/"),
+)
+SAME_AS_TABLES = r"(^|/)teamstore\.db(-wal|-shm|-journal)?$"
+
+
+def _exported_everything_held(
+    deployment: Deployment, book: CanaryBook, user: User, held: list[Hit], folder: Path
+) -> None:
+    """``teamstore export`` of ``user``: every canary of theirs a store held is in the archive, in the part
+    for that store; nothing of another user's and no secret is; the manifest holds none of their data."""
+    manifest = export(deployment, book, user, folder / f"{user.alias}.zip")
+    assert manifest["status"] == "exported", manifest
+    with zipfile.ZipFile(manifest["path"]) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    missing = []
+    for hit in held:
+        if hit.canary.owner != user.alias or hit.sink not in (DATABASE, FILES, S3) or re.search(SAME_AS_TABLES,
+                                                                                                 hit.location):
+            continue
+        part = next((part for where, part in EXPORTED_AS if re.search(where, hit.location)), None)
+        given = b"".join(data for name, data in files.items() if part is not None and name.startswith(part))
+        if hit.canary not in {canary for canary, _ in book.find(given)}:
+            missing.append(f"{hit.canary.origin} held in {hit.sink}: {hit.location} (exported as {part})")
+    assert not missing, "not exported:\n" + "\n".join(missing)
+    found = {canary for data in files.values() for canary, _ in book.find(data)}
+    strangers = [c.origin for c in found if c.kind is Kind.SECRET or (c.owner or user.alias) != user.alias]
+    assert not strangers, strangers
+    leaked = [c.origin for c, _ in book.find(json.dumps(manifest["stores"]).encode()) if c.kind in USER_DATA]
+    assert not leaked, leaked

@@ -12,7 +12,8 @@ from collections import Counter
 
 import pytest
 
-from teamstore.runtime.platform import Platform
+from config_registry import Manifest, Registry
+from teamstore.app import open_platform
 from tests.audit.fault_server import FaultServer
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.conftest import MakeDeployment
@@ -20,6 +21,7 @@ from tests.canary.deployment import Deployment
 from tests.canary.flows import TRIAGE, User, erase, register_teams, run
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import judge, report, scan
+from tests.canary.teams import gateway_secrets, relay_desk
 from tests.conftest import upgrade_database
 
 pytestmark = pytest.mark.otlp
@@ -50,13 +52,45 @@ def test_a_row_version_at_its_maximum_fails_closed_into_quarantine_and_erasure_l
     assert [q["session_id"] for q in quarantined] == [alice.sessions[0]] and quarantined[0]["reason"]
 
 
+@pytest.mark.parametrize("deployment", [
+    pytest.param("sqlite+local", id="sqlite+local"),
+    pytest.param("postgres+s3", marks=[pytest.mark.postgres, pytest.mark.s3], id="postgres+s3"),
+], indirect=True)
+def test_an_interrupted_runs_checkpoint_holds_words_only_in_the_session_row_and_erasure_leaves_nothing(
+    deployment: Deployment, book: CanaryBook, model_server: ModelServer
+) -> None:
+    alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
+    register_teams(deployment.registry, model_server.base_url)
+    desk = Manifest(name="relay_desk", persist=["triage"], context_bound=20, checkpoints="every_turn",
+                    secrets={f"participants.1.config.{path}": f"env:{v}" for path, v in gateway_secrets().items()})
+    Registry(deployment.registry).add("relay_desk", relay_desk().dump_component(), desk, "relay", label="production")
+    deployment.cli("db", "upgrade", level="INFO")
+    secrets: dict[str, str | None] = {variable: "unused" for variable in gateway_secrets().values()}
+    for user in (alice, bob):  # each run stops in its second turn: its first is in the row's checkpoint
+        stopped = deployment.cli("run", "--team", "relay_desk", "--user", user.user_id, "--session",
+                                 user.sessions[0], user.tasks[0], "--json", ok=(1,), env=secrets)
+        assert "RuntimeError" in stopped.stderr
+    shown = deployment.cli_json("sessions", "show", "--user", alice.user_id, "--session", alice.sessions[0])
+    assert shown["checkpoint"]["last_turn"] == 1
+    abandoned = deployment.cli_json("run", "--team", "relay_desk", "--user", bob.user_id, "--session",
+                                    bob.sessions[0], "--abandon", env=secrets)
+    assert abandoned["abandoned"]["last_turn"] == 1
+    before = scan(deployment.sinks(), book)
+    assert not judge(before), report(judge(before))
+    assert alice.tasks[0] in {h.canary.token for h in before if "ts_sessions" in h.location}
+
+    assert erase(deployment, book, alice)["status"] == "completed"
+    after = judge(scan(deployment.sinks(), book), erased={"alice"})
+    assert not after, report(after)
+
+
 async def _queue_while_s3_refuses(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, *users: User) -> None:
     """Run each user's sessions while S3 refuses every upload: each transcript waits in the outbox."""
     refusing = FaultServer("deny")
     deployment.apply(monkeypatch, AWS_ENDPOINT_URL_S3=refusing.endpoint)
     try:
         with deployment.recording_logs():
-            async with Platform.from_settings() as platform:
+            async with open_platform() as platform:
                 for user in users:
                     for session in user.sessions:
                         async with platform.session(user.user_id, session, team=TRIAGE) as s:

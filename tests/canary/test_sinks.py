@@ -10,14 +10,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tests.canary.canaries import Canary, CanaryBook, Kind
 from tests.canary.deployment import Deployment
 from tests.canary.policy import Hit, judge, layers, scan
-from tests.canary.sinks import DATABASE, FILES, GIT, S3, SERVER_LOG, SPANS
+from tests.canary.sinks import DATABASE, EXPORTS, FILES, GIT, METRICS, S3, SERVER_LOG, SPANS
 
 pytestmark = pytest.mark.otlp
 
@@ -78,6 +81,25 @@ def _export_span(deployment: Deployment, text: str) -> None:
     provider.shutdown()
 
 
+def _export_metric(deployment: Deployment, text: str) -> None:
+    exporter = OTLPMetricExporter(endpoint=f"{deployment.receiver.endpoint}/v1/metrics")
+    provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter, export_interval_millis=60_000)])
+    provider.get_meter("probe").create_counter("probe").add(1, {"probe": text})
+    provider.shutdown()  # a last collection, exported
+
+
+def _write_parquet(deployment: Deployment, text: str) -> None:
+    """A Parquet file whose raw bytes hide the text (gzip'd pages, no min/max statistics in the footer), so
+    only a sink that decodes Parquet can find it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = deployment.home / "warehouse" / "day=2026-11-30" / "part-00000.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"note": [text] * 50}), path, compression="gzip", write_statistics=False)
+    assert text.encode() not in path.read_bytes()
+
+
 @pytest.mark.parametrize("deployment", [
     pytest.param("sqlite+local", id="sqlite+local"),
     pytest.param("postgres+s3", marks=[pytest.mark.postgres, pytest.mark.s3], id="postgres+s3"),
@@ -91,7 +113,8 @@ def test_a_canary_put_straight_into_each_sink_is_found_there(
     expected = {plant("a table added later"): DATABASE, plant("a gzip'd blob in that table"): DATABASE,
                 plant("a temporary file"): FILES, plant("a gzip'd file"): FILES, plant("a git commit since "
                 "overwritten"): GIT, plant("a dangling git object"): GIT, plant("a span"): SPANS,
-                plant("a CLI's stderr"): "cli stderr", plant("a log record"): "python logging"}
+                plant("a CLI's stderr"): "cli stderr", plant("a log record"): "python logging",
+                plant("a metric's attribute"): METRICS, plant("a Parquet file"): EXPORTS}
     tokens = list(expected)
     _plant_in_database(deployment, tokens[0], tokens[1])
     (deployment.home / "transcripts").mkdir(parents=True, exist_ok=True)
@@ -102,6 +125,8 @@ def test_a_canary_put_straight_into_each_sink_is_found_there(
     deployment.cli("registry", "show", tokens[7], ok=(1,), level="INFO")  # the error names what it looked for
     with deployment.recording_logs():
         logging.getLogger("canary.probe").debug("seen %s", tokens[8])
+    _export_metric(deployment, tokens[9])
+    _write_parquet(deployment, tokens[10])
     if deployment.database_url:
         expected[plant("a failing statement")] = SERVER_LOG
         _plant_in_server_log(deployment, list(expected)[-1])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,6 @@ from teamstore import examples
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.erasure.steps import Progress
-from tests.otlp_receiver import OtlpReceiver
 
 # No in-flight writes to wait for in most tests; the race test sets its own grace.
 KNOBS = ErasureSettings(fence_grace_seconds=0, lease_seconds=30)
@@ -50,15 +49,6 @@ async def s3_store(s3_env: str) -> AsyncIterator[S3TranscriptStore]:
     store = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
     yield store
     await store.close()
-
-
-@pytest.fixture
-def otlp_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
-    """A real OTLP/HTTP receiver, with OTEL_EXPORTER_OTLP_ENDPOINT pointing at it."""
-    receiver = OtlpReceiver().start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    yield receiver
-    receiver.stop()
 
 
 def coordinator(engine: AsyncEngine, store: Any, progress: Progress | None = None, **knobs: Any) -> DeletionCoordinator:

@@ -19,6 +19,8 @@ from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.events import RunObserver
+from teamstore.export.requests import new_export_id, open_export
+from teamstore.memory.schema import memories
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine, sessions
@@ -50,7 +52,8 @@ def audited_platform(
 async def seed_user(
     platform: Platform, store: TranscriptStore, user_id: str, canary: str, sessions_n: int = 2, runs: int = 2
 ) -> Seeded:
-    """Runs through the real runtime, an overwritten transcript, a quarantined row and an outbox row."""
+    """Runs through the real runtime (with the user's memory they write), an overwritten transcript, a
+    quarantined row, an outbox row and the record of an earlier export of the user."""
     run_ids = []
     for s in range(sessions_n):
         async with platform.session(user_id, f"sess-{s}", team="support_triage") as session:
@@ -58,11 +61,17 @@ async def seed_user(
                 await session.run(f"{canary} run {r}: my router keeps dropping")
                 assert session.last_run_id is not None
                 run_ids.append(session.last_run_id)
+    await platform.drain_memory()  # the memory writer's summary holds the canary too
+    for observer in platform.observers:  # a flush the runs started would deliver the outbox row queued below
+        drain = getattr(observer, "drain", None)
+        if drain is not None:
+            await drain()
     subject = await find_subject(platform.engine, user_id)
     assert subject is not None
     keys = await store.list_keys(subject_prefix(subject))
     await store.put(keys[0], gzip.compress(f'{{"rewritten": "{canary}"}}'.encode()))  # an old version now exists
     await _quarantine_and_outbox(platform.engine, user_id, subject, canary, keys[0])
+    await open_export(platform.engine, new_export_id(), subject, requested_by="ticket 881", operator="dpo")
     return Seeded(user_id, canary, subject, run_ids)
 
 
@@ -116,6 +125,7 @@ async def counts(engine: AsyncEngine, user_id: str, subject: str) -> dict[str, i
         return {
             "sessions": await n(sessions, sessions.c.user_id == user_id),
             "quarantine": await n(quarantine, quarantine.c.user_id == user_id),
+            "memory": await n(memories, memories.c.user_id == user_id),
             "ledger": await n(usage, usage.c.subject_key == subject),
         }
 

@@ -52,7 +52,7 @@ def test_dry_run_then_erase_then_status() -> None:
     planned = json.loads(plan.stdout)
     assert planned["status"] == "dry_run" and planned["stores"]["transcripts"]["status"] == "would_erase"
 
-    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--reason", "art. 17", "--json"])
+    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--reason", "art. 17", "--json", "--yes"])
     assert done.exit_code == 0, done.output
     receipt = json.loads(done.stdout)
     assert receipt["status"] == "completed" and USER not in done.stdout
@@ -63,7 +63,7 @@ def test_dry_run_then_erase_then_status() -> None:
 
     shown = runner.invoke(app, ["erase", "status", "cli-1"])
     assert shown.exit_code == 0 and "completed" in shown.stdout and "transcripts" in shown.stdout
-    again = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--json"])
+    again = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--json", "--yes"])
     assert json.loads(again.stdout) == receipt
 
 
@@ -95,7 +95,7 @@ def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypat
         await engine.dispose()
 
     asyncio.run(subject())
-    failed = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-2", "--json"])
+    failed = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-2", "--json", "--yes"])
     assert failed.exit_code == 2
     assert json.loads(failed.stdout)["stores"]["transcripts"]["status"] == "failed"
     status = runner.invoke(app, ["erase", "status", "cli-2", "--json"], env={"COLUMNS": "300"})
@@ -126,7 +126,7 @@ def test_an_empty_request_id_is_refused_not_replaced_by_a_fresh_one() -> None:
 
 def test_ids_that_look_like_markup_are_printed_as_given() -> None:
     _populate(1)
-    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "REQ[/]7"])  # a ticket id, not markup
+    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "REQ[/]7", "--yes"])  # a ticket id, not markup
     assert done.exit_code == 0, done.output
     assert "REQ[/]7" in done.stdout and "completed" in done.stdout
     shown = runner.invoke(app, ["erase", "status", "REQ[/]7"])
@@ -174,7 +174,7 @@ def test_erasing_an_id_with_a_control_character_says_that_no_session_can_have_it
         await engine.dispose()
 
     asyncio.run(stored_by_an_earlier_release())
-    done = runner.invoke(app, ["erase", "--user", user, "--request-id", "req-ctl", "--json"], env={"COLUMNS": "300"})
+    done = runner.invoke(app, ["erase", "--user", user, "--request-id", "req-ctl", "--json", "--yes"], env={"COLUMNS": "300"})
     assert done.exit_code == 0, done.output
     assert "note: the user id holds the control character U+0001: no session can have such an id" in done.output
     assert json.loads(done.stdout)["stores"]["subject"]["status"] == "erased"

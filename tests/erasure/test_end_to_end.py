@@ -14,6 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
+from teamstore.analytics.query import CostQuery, cost_report
+from teamstore.audit.prices import load_prices
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
@@ -58,6 +60,8 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     assert (stores["transcripts"].counts.objects, stores["transcripts"].counts.versions) == (4, 5)
     assert stores["transcripts"].counts.bytes > 0 and stores["outbox"].counts.rows == 1
     assert stores["ledger"].counts.rows >= 4 and stores["subject"].counts.rows == 1
+    assert stores["session_ids"].counts.rows == 2  # the session ids recorded beside alice's session keys
+    assert stores["exports"].counts.rows == 1  # the record of an export stays, unlinked (the scan below)
     assert all(s.verified_at is not None for s in stores.values())
     assert receipt.subject_hash and ALICE not in receipt.model_dump_json() and a.subject_key not in receipt.model_dump_json()
     assert (receipt.due_at - receipt.received_at).days == 30
@@ -66,9 +70,15 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     hits = await scan_database(engine, [ALICE, a.subject_key, CANARY_A, ALICE_CASE, b.subject_key, CANARY_B])
     assert hits[ALICE] == [] and hits[a.subject_key] == [] and hits[CANARY_A] == []
     assert {"ts_sessions.user_id", "ts_subjects.user_id", "ts_quarantine.user_id"} <= set(hits[ALICE_CASE])
-    assert {"ts_usage.subject_key", "ts_transcript_outbox.subject_key"} <= set(hits[b.subject_key])
+    assert {"ts_usage.subject_key", "ts_transcript_outbox.subject_key", "ts_subject_sessions.subject_key"} <= set(
+        hits[b.subject_key])
     assert {"ts_sessions.state", "ts_transcript_outbox.body"} <= set(hits[CANARY_B])
     assert await counts(engine, b.user_id, b.subject_key) == b_before
+
+    # The cost report still counts Alice's runs, under no name; the other user's read as the application's ids.
+    by_session = await cost_report(engine, load_prices(), CostQuery.build("session"))
+    names = {(row.group["user"], row.group["session"]) for row in by_session.rows}
+    assert names == {("erased", "erased"), (ALICE_CASE, "sess-0"), (ALICE_CASE, "sess-1")}
 
     # The whole bucket, every version and delete marker.
     versions = all_versions(s3_store.client, s3_store.bucket)

@@ -122,9 +122,10 @@ async def test_s3_down_fails_the_transcript_step_keeps_the_fence_and_a_rerun_fin
 
     assert not failed.ok and failed.status is RequestStatus.FAILED
     statuses = {n: s.status for n, s in failed.stores.items()}
-    assert statuses == {"resume_state": StepStatus.ERASED, "quarantine": StepStatus.ERASED,
+    assert statuses == {"resume_state": StepStatus.ERASED, "quarantine": StepStatus.ERASED, "memory": StepStatus.ERASED,
                         "transcripts": StepStatus.FAILED, "outbox": StepStatus.PENDING,
-                        "ledger": StepStatus.PENDING, "subject": StepStatus.PENDING}
+                        "ledger": StepStatus.PENDING, "session_ids": StepStatus.PENDING,
+                        "exports": StepStatus.PENDING, "subject": StepStatus.PENDING}
     assert "rerun the same request id" in (failed.stores["transcripts"].detail or "")
     assert len(await s3_store.list_keys(subject_prefix(seeded.subject_key))) == 2  # nothing claimed, nothing gone
     assert await find_subject(engine, "dave") == seeded.subject_key

@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
+from teamstore import erase_user
 from teamstore.audit import outbox
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, subject_stores, usage
@@ -29,7 +30,7 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
-from teamstore.erasure import RequestStatus, StepStatus, erase_user
+from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.errors import TranscriptStoreMismatch
 from teamstore.settings import Settings
 from teamstore.state.schema import store_settings
@@ -123,7 +124,7 @@ async def test_a_user_who_never_ran_is_erased_whatever_the_store(engine: AsyncEn
     receipt = await coordinator(engine, LocalTranscriptStore(tmp_path / "anywhere")).run(USER, request_id="req-none")
     assert receipt.status is RequestStatus.COMPLETED
     nobody = await coordinator(engine, LocalTranscriptStore(tmp_path / "anywhere")).run("nobody", request_id="req-0")
-    assert nobody.status is RequestStatus.COMPLETED
+    assert nobody.status is RequestStatus.NO_MATCH and nobody.ok  # answered, but said to have found nothing
 
 
 async def test_transcripts_written_to_two_stores_are_erased_from_each_before_the_request_completes(
@@ -235,7 +236,7 @@ def test_erase_without_the_services_transcripts_setting_is_refused_by_the_comman
     subject = asyncio.run(populate())
     monkeypatch.delenv("TEAMSTORE_TRANSCRIPTS_URL")  # the operator's shell lacks the service's setting
     runner = CliRunner()
-    refused = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1"], env={"COLUMNS": "300"})
+    refused = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--yes"], env={"COLUMNS": "300"})
     assert refused.exit_code == 1, refused.output
     assert f"TEAMSTORE_TRANSCRIPTS_URL={service.as_uri()}" in refused.output and "completed" not in refused.output
     with pytest.raises(TranscriptStoreMismatch):
@@ -244,7 +245,7 @@ def test_erase_without_the_services_transcripts_setting_is_refused_by_the_comman
     assert shown.exit_code == 2 and json.loads(shown.stdout)["status"] == "open"
 
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", service.as_uri())
-    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--json"])
+    done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "cli-1", "--json", "--yes"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["stores"]["transcripts"]["counts"]["objects"] == 2
     assert not list(service.rglob("*.jsonl.gz")) and subject not in str(list(service.rglob("*")))

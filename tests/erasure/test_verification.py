@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore import erase_user
 from teamstore.audit import outbox
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
-from teamstore.erasure import Receipt, RequestStatus, StepStatus, erase_user
+from teamstore.erasure import Receipt, RequestStatus, StepStatus
 from teamstore.errors import ErasureIncomplete, ErasureInProgress, SchemaNotReady
 from teamstore.settings import Settings
 from tests.conftest import upgrade_database

@@ -35,9 +35,10 @@ def triage_json() -> dict[str, Any]:
 
 
 def triage_manifest(**changes: Any) -> Manifest:
-    """support_triage's manifest with ``changes`` applied."""
+    """support_triage's manifest with ``changes`` applied; without its memory unless ``memory`` is given (a
+    change of the participants it names would be refused for that alone: tests/registry/test_memory.py)."""
     data = examples.example_manifest("support_triage").model_dump()
-    data.update(changes)
+    data.update({"memory": None, **changes})
     return Manifest(**data)
 
 

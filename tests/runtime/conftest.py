@@ -15,20 +15,27 @@ from teamstore.settings import Settings
 from tests.conftest import prepare
 
 
+def without_memory(manifest: Manifest) -> Manifest:
+    """``manifest`` keeping no user memory: the resume suites tell a fresh session by what the team no longer
+    knows, which a kept memory would tell it again (tests/memory runs the team with its memory)."""
+    return manifest.model_copy(update={"memory": None})
+
+
 @pytest.fixture
 def registry(registry_path: Path) -> Registry:
-    """A registry with the example teams registered and labelled production."""
+    """A registry with the example teams registered (without user memory) and labelled production."""
     reg = Registry(registry_path)
     reg.add("support_triage", examples.support_triage().dump_component(),
-            examples.example_manifest("support_triage"), "v1", label="production")
+            without_memory(examples.example_manifest("support_triage")), "v1", label="production")
     reg.add("single_assistant", examples.single_assistant().dump_component(),
             examples.example_manifest("single_assistant"), "v1", label="production")
     return reg
 
 
 def renamed_manifest() -> Manifest:
-    """The renamed variant's manifest, registered under the support team's name."""
-    return examples.example_manifest("support_triage_v2_renamed").model_copy(update={"name": "support_triage"})
+    """The renamed variant's manifest, registered under the support team's name (without user memory)."""
+    return examples.example_manifest("support_triage_v2_renamed").model_copy(
+        update={"name": "support_triage", "memory": None})
 
 
 @pytest.fixture

@@ -132,23 +132,18 @@ def test_a_provider_that_does_not_import_is_judged_by_its_component_type() -> No
 
 @pytest.mark.otlp
 def test_a_team_on_the_replay_client_has_ledger_rows_chat_spans_and_a_cost(
-    backend: tuple[str, str], registry_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: tuple[str, str], registry_path: Path, otlp_env: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, lease = backend
     asyncio.run(prepare(url, lease))
-    receiver = OtlpReceiver().start()
     monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
     monkeypatch.setenv("TEAMSTORE_SESSION_LEASE", lease)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
     Registry(registry_path).add("replayed", replayed_team().dump_component(), Manifest(name="replayed"), "v1")
     runner = CliRunner()
-    try:
-        ran = runner.invoke(app, ["run", "--team", "replayed", "--user", "alice", "--session", "s1", "hi", "--json"])
-        assert ran.exit_code == 0, ran.output
-        usage = json.loads(ran.stdout)["usage"]
-        spans = receiver.wait_for(lambda s: len([x for x in s if x["name"].startswith("chat ")]) == 2)
-    finally:
-        receiver.stop()
+    ran = runner.invoke(app, ["run", "--team", "replayed", "--user", "alice", "--session", "s1", "hi", "--json"])
+    assert ran.exit_code == 0, ran.output
+    usage = json.loads(ran.stdout)["usage"]
+    spans = otlp_env.wait_for(lambda s: len([x for x in s if x["name"].startswith("chat ")]) == 2)
     chats = [s["attributes"] for s in spans if s["name"].startswith("chat ")]
     assert sorted(a["gen_ai.agent.name"] for a in chats) == ["researcher", "triage"]
     assert sum(a["gen_ai.usage.input_tokens"] for a in chats) == usage["input_tokens"] > 0

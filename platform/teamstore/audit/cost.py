@@ -1,40 +1,72 @@
-"""Cost per session, user, team, version, model, agent or day, derived from the ledger at query time.
+"""Cost grouped by one or two dimensions (session, user, team, version, model, agent, purpose, day, week,
+month), derived from the ledger at query time, in exact decimals.
 
     from teamstore.audit.cost import CostFilter, query_costs
 
-    report = await query_costs(engine, load_prices(), by="session", where=CostFilter(team="support_triage"))
+    report = await query_costs(engine, load_prices(), by="team,model", where=CostFilter(since=start))
     for row in report.rows:
-        print(row.key, row.runs_completed, row.runs_limited, row.cost, report.price_version)
+        print(row.group, row.runs_completed, row.runs_limited, row.runs_interrupted, row.cost, report.price_version)
 
 Tokens are summed in SQL (using the ledger's indexes when a filter names a session, user or team); prices
-are applied per (model, day) in Python so a price change mid-period is honoured. A model missing from the
-price table leaves its tokens counted and its cost unknown (``unpriced_tokens``); every report names the
-price version it used.
+are applied per (model, day) in Python so a price change mid-period is honoured, and weeks and months are
+rolled up from days (a run belongs to the day it started). A model missing from the price table leaves
+its tokens counted and its cost unknown (``unpriced_tokens``); every report names the price version it
+used. Users and sessions are pseudonymous keys here: :mod:`teamstore.analytics` reads them as the
+application's ids.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, Literal
+from decimal import Decimal
+from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Select, and_, func, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import usage
-from teamstore.errors import ConfigurationError
+from teamstore.errors import ConfigurationError, MissingExtra
 
-Dimension = Literal["session", "user", "team", "version", "model", "agent", "day"]
 DIMENSIONS: dict[str, tuple[str, ...]] = {
-    "session": ("session_key",),
+    "session": ("session_key", "subject_key"),  # a session's user comes with it, for readable reports
     "user": ("subject_key",),
     "team": ("team",),
     "version": ("team", "team_version"),
     "model": ("model",),
     "agent": ("agent",),
+    "purpose": ("purpose",),  # agent, speaker_selection, memory_writer: what each kind of call costs
     "day": ("day",),
+    "week": ("day",),
+    "month": ("day",),
 }
+"""Each dimension and the ledger columns it groups by."""
+TIME = ("day", "week", "month")
+MAX_DIMENSIONS = 2
+ERASED = "erased"
+"""How a user (and their sessions) reads once erasure has de-linked the ledger rows."""
+
+
+def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
+    """The dimensions of ``by``: one name, ``"team,model"``, or a sequence of names.
+
+    Raises:
+        ConfigurationError: An unknown or repeated dimension, more than two, or two times (day and week).
+    """
+    names = tuple(n.strip() for n in (by.split(",") if isinstance(by, str) else by))
+    unknown = [n for n in names if n not in DIMENSIONS]
+    if unknown or not names:
+        raise ConfigurationError(f"cannot group costs by {','.join(unknown) or 'nothing'!r}",
+                                 hint=f"use one or two of {', '.join(DIMENSIONS)}, e.g. --by team,model")
+    if len(names) > MAX_DIMENSIONS or len(set(names)) < len(names):
+        raise ConfigurationError(f"cannot group costs by {','.join(names)!r}",
+                                 hint="give one dimension or two different ones, e.g. --by team,model")
+    if sum(n in TIME for n in names) > 1:
+        raise ConfigurationError(f"cannot group costs by {','.join(names)!r}: two time scales",
+                                 hint="use one of day, week or month")
+    return names
 
 
 @dataclass(frozen=True)
@@ -44,20 +76,22 @@ class CostFilter:
     session_key: str | None = None
     subject_key: str | None = None
     team: str | None = None
+    model: str | None = None
     since: datetime | None = None
     until: datetime | None = None
 
-    def clauses(self) -> list[ColumnElement[bool]]:
-        """SQL conditions for the set fields."""
+    def clauses(self, dates: bool = True) -> list[ColumnElement[bool]]:
+        """SQL conditions for the set fields (without the time window unless ``dates``)."""
         pairs = [
             (self.session_key, usage.c.session_key),
             (self.subject_key, usage.c.subject_key),
             (self.team, usage.c.team),
+            (self.model, usage.c.model),
         ]
         found: list[ColumnElement[bool]] = [col == value for value, col in pairs if value is not None]
-        if self.since is not None:
+        if dates and self.since is not None:
             found.append(usage.c.started_at >= _as_utc(self.since))
-        if self.until is not None:
+        if dates and self.until is not None:
             found.append(usage.c.started_at < _as_utc(self.until))
         return found
 
@@ -70,47 +104,111 @@ def _as_utc(moment: datetime) -> datetime:
 
 @dataclass
 class CostRow:
-    """One group of the report."""
+    """One group of the report (or its total).
+
+    Attributes:
+        key: The group's values joined for display (``support_triage / gpt-4o``); ``total`` for the total.
+        group: Each column of the group and its value: ``{"team": ..., "model": ...}``; a session reads
+            as ``user`` and ``session`` in a readable report, ``session_key`` in a pseudonymous one.
+        cost: Exact, in the report's currency; ``None`` when none of the tokens has a price.
+        limited_cost: The part of ``cost`` spent in runs ended by a limit (``None`` when ``cost`` is).
+        raw: The ledger's values per dimension (keys, not ids), for the readable names.
+    """
 
     key: str
+    group: dict[str, str] = field(default_factory=dict)
     runs_completed: int = 0
     runs_limited: int = 0
     runs_failed: int = 0
+    runs_interrupted: int = 0
+    """Runs continued (or abandoned) after they stopped mid-run; each also counts as it ended."""
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost: float | None = None
-    limited_cost: float | None = None
+    cost: Decimal | None = None
+    limited_cost: Decimal | None = None
     unpriced_tokens: int = 0
     unpriced_models: list[str] = field(default_factory=list)
+    raw: tuple[tuple[Any, ...], ...] = field(default=(), repr=False, compare=False)
+
+    FIGURES: ClassVar[tuple[str, ...]] = (
+        "runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens", "output_tokens", "cost",
+        "limited_cost", "unpriced_tokens", "unpriced_models")
+
+    @property
+    def runs(self) -> int:
+        """Every run of the group: completed, ended by a limit, or failed."""
+        return self.runs_completed + self.runs_limited + self.runs_failed
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def figures(self) -> dict[str, Any]:
+        """The row's figures, money as exact decimal text (JSON and CSV carry these)."""
+        found: dict[str, Any] = {name: getattr(self, name) for name in self.FIGURES}
+        found.update(cost=money(self.cost), limited_cost=money(self.limited_cost),
+                     unpriced_models=list(self.unpriced_models))
+        return found
+
+
+def money(value: Decimal | None) -> str | None:
+    """An exact amount as plain decimal text (``0.000075``, never ``7.5E-5``); ``None`` stays ``None``."""
+    if value is None:
+        return None
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass
 class CostReport:
-    """A cost report: its rows, its totals and the prices it used."""
+    """A cost report: its rows, its total and the prices it used.
+
+    Attributes:
+        by: The dimensions, comma-separated as given (``team,model``).
+        fields: The group's columns, in order (a readable session is two: ``user``, ``session``).
+        readable: Users and sessions read as the application's ids (else pseudonymous keys).
+        groups: How many groups matched (more than ``rows`` when ``top`` cut the list).
+        top: The ``--top`` the rows were cut to, if any; the total always counts every group.
+        filters: The filters as given, for the reader (ids only in a readable report).
+    """
 
     by: str
     price_version: str
     currency: str
     rows: list[CostRow]
     total: CostRow
+    fields: tuple[str, ...] = ()
+    readable: bool = False
+    groups: int = 0
+    top: int | None = None
+    filters: dict[str, str] = field(default_factory=dict)
+
+    def to_pandas(self) -> Any:
+        """The rows as a pandas DataFrame: the group's columns, then the figures (money as exact
+        :class:`~decimal.Decimal`; ``.astype(float)`` to plot). The total is not a row of it.
+
+        Raises:
+            MissingExtra: pandas is not installed (``pip install 'teamstore[analytics]'``).
+        """
+        try:
+            import pandas
+        except ImportError as exc:
+            raise MissingExtra("a DataFrame of a cost report", "analytics", "pandas") from exc
+        figures = list(CostRow.FIGURES)
+        records = [[*(r.group.get(f) for f in self.fields), *(getattr(r, f) for f in figures)] for r in self.rows]
+        return pandas.DataFrame(records, columns=[*self.fields, *figures])
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary."""
+        """A JSON-ready dictionary: each row its group's columns, ``key`` and figures; money as strings."""
         return {
-            "by": self.by,
-            "price_version": self.price_version,
-            "currency": self.currency,
-            "rows": [asdict(r) for r in self.rows],
-            "total": asdict(self.total),
+            "by": self.by, "fields": list(self.fields), "readable": self.readable,
+            "price_version": self.price_version, "currency": self.currency,
+            "groups": self.groups, "top": self.top, "filters": dict(self.filters),
+            "rows": [{**r.group, "key": r.key, **r.figures()} for r in self.rows],
+            "total": {"key": self.total.key, **self.total.figures()},
         }
-
-
-_COST_DECIMALS = 9
-
-
-def _key(values: tuple[Any, ...]) -> str:
-    return "@".join("(erased)" if v is None else str(v) for v in values)
 
 
 def _filtered(query: Select[Any], where: CostFilter) -> Select[Any]:
@@ -118,41 +216,112 @@ def _filtered(query: Select[Any], where: CostFilter) -> Select[Any]:
     return query.where(and_(*clauses)) if clauses else query
 
 
-async def _token_groups(engine: AsyncEngine, cols: list[Any], where: CostFilter) -> list[Any]:
+def _columns(dims: Sequence[str], *extra: str) -> list[str]:
+    return list(dict.fromkeys([c for d in dims for c in DIMENSIONS[d]] + list(extra)))
+
+
+async def _token_groups(engine: AsyncEngine, names: list[str], where: CostFilter) -> list[Any]:
+    cols = [usage.c[n] for n in names]
     sums = [func.sum(usage.c.calls), func.sum(usage.c.input_tokens), func.sum(usage.c.output_tokens)]
-    extra = [usage.c.model, usage.c.day, usage.c.ended_by_limit]
-    query = _filtered(select(*cols, *extra, *sums), where).group_by(*cols, *extra)
+    query = _filtered(select(*cols, *sums), where).group_by(*cols)
     async with engine.connect() as conn:
         return list((await conn.execute(query)).all())
 
 
-async def _run_groups(engine: AsyncEngine, cols: list[Any], where: CostFilter) -> list[Any]:
-    flags = [usage.c.ended_by_limit, usage.c.run_failed]
-    query = _filtered(select(*cols, *flags, func.count(func.distinct(usage.c.run_id))), where)
+async def _run_groups(engine: AsyncEngine, names: list[str], where: CostFilter) -> list[Any]:
+    """Distinct runs per group of ``names``, then how many of them were interrupted (continued or abandoned
+    from a checkpoint)."""
+    cols = [usage.c[n] for n in names]
+    interrupted = func.count(func.distinct(case((usage.c.interruptions > 0, usage.c.run_id))))
+    query = _filtered(select(*cols, func.count(func.distinct(usage.c.run_id)), interrupted), where).group_by(*cols)
     async with engine.connect() as conn:
-        return list((await conn.execute(query.group_by(*cols, *flags))).all())
+        return list((await conn.execute(query)).all())
 
 
-def _add_tokens(
-    row: CostRow, model: str, day: date, limited: bool, sums: tuple[int, int, int], prices: PriceTable
-) -> None:
-    calls, tokens_in, tokens_out = (int(v or 0) for v in sums)
-    row.calls += calls
-    row.input_tokens += tokens_in
-    row.output_tokens += tokens_out
-    price = prices.lookup(model, day if isinstance(day, date) else date.fromisoformat(str(day)))
-    if price is None:
-        row.unpriced_tokens += tokens_in + tokens_out
-        if model not in row.unpriced_models:
-            row.unpriced_models.append(model)
-        return
-    amount = price.cost(tokens_in, tokens_out)
-    row.cost = (row.cost or 0.0) + amount
-    if limited:
-        row.limited_cost = (row.limited_cost or 0.0) + amount
+def as_date(day: Any) -> date:
+    """A ledger ``day`` as a date (SQLite hands back its text)."""
+    return day if isinstance(day, date) else date.fromisoformat(str(day))
 
 
-def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int) -> None:
+def bucket(day: Any, scale: str) -> str:
+    """The label of the ``day``, ``week`` (ISO, ``2026-W48``) or ``month`` (``2026-11``) holding ``day``."""
+    found = as_date(day)
+    if scale == "week":
+        year, week, _ = found.isocalendar()
+        return f"{year}-W{week:02d}"
+    return f"{found.year}-{found.month:02d}" if scale == "month" else found.isoformat()
+
+
+def _dim_value(dim: str, values: dict[str, Any]) -> tuple[Any, ...]:
+    if dim in TIME:
+        return (bucket(values["day"], dim),)
+    return tuple(values[c] for c in DIMENSIONS[dim])
+
+
+def group_fields(dims: Sequence[str], readable: bool = False) -> tuple[str, ...]:
+    """The columns a group of ``dims`` is shown in: a session as ``user`` and ``session`` when readable,
+    else ``session_key``; a user as ``user`` or ``subject_key``; any other dimension under its name."""
+    names: list[str] = []
+    for dim in dims:
+        if dim == "session":
+            names += ["user", "session"] if readable else ["session_key"]
+        elif dim == "user":
+            names.append("user" if readable else "subject_key")
+        else:
+            names.append(dim)
+    return tuple(dict.fromkeys(names))
+
+
+def pseudonymous_group(dims: Sequence[str], raw: tuple[tuple[Any, ...], ...]) -> dict[str, str]:
+    """The group's columns with users and sessions as keys (``erased`` once de-linked)."""
+    group: dict[str, str] = {}
+    for dim, values in zip(dims, raw, strict=True):
+        if dim == "session":
+            group["session_key"] = str(values[0])
+        elif dim == "user":
+            group["subject_key"] = ERASED if values[0] is None else str(values[0])
+        elif dim == "version":
+            group["version"] = f"{values[0]}@{values[1]}"
+        else:
+            group[dim] = str(values[0])
+    return group
+
+
+class _Rows:
+    """The report's groups being summed: each group by its raw values, and the total."""
+
+    def __init__(self, dims: Sequence[str], prices: PriceTable) -> None:
+        self.dims, self.prices = tuple(dims), prices
+        self.groups: dict[tuple[tuple[Any, ...], ...], CostRow] = {}
+        self.total = CostRow(key="total")
+
+    def row(self, values: dict[str, Any]) -> CostRow:
+        raw = tuple(_dim_value(d, values) for d in self.dims)
+        if raw not in self.groups:
+            group = pseudonymous_group(self.dims, raw)
+            self.groups[raw] = CostRow(key=" / ".join(group.values()), group=group, raw=raw)
+        return self.groups[raw]
+
+    def add_tokens(self, values: dict[str, Any], sums: tuple[Any, Any, Any]) -> None:
+        calls, tokens_in, tokens_out = (int(v or 0) for v in sums)
+        price = self.prices.lookup(values["model"], as_date(values["day"]))
+        amount = None if price is None else price.cost(tokens_in, tokens_out)
+        for row in (self.row(values), self.total):
+            row.calls += calls
+            row.input_tokens += tokens_in
+            row.output_tokens += tokens_out
+            if amount is None:
+                row.unpriced_tokens += tokens_in + tokens_out
+                if values["model"] not in row.unpriced_models:
+                    row.unpriced_models.append(values["model"])
+                continue
+            row.cost = (row.cost or Decimal(0)) + amount
+            if values["ended_by_limit"]:
+                row.limited_cost = (row.limited_cost or Decimal(0)) + amount
+
+
+def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted: int) -> None:
+    row.runs_interrupted += interrupted
     if limited:
         row.runs_limited += runs
     elif failed:
@@ -161,49 +330,49 @@ def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int) -> None:
         row.runs_completed += runs
 
 
+def _settle(row: CostRow) -> None:
+    if row.cost is None and row.unpriced_tokens == 0:
+        row.cost = Decimal(0)  # no tokens at all (an empty report's total): nothing was spent, which is known
+    # Unknown when the cost is (no priced tokens at all), like the cost; else 0 when no limit spent any.
+    row.limited_cost = None if row.cost is None else (row.limited_cost or Decimal(0))
+
+
 async def query_costs(
-    engine: AsyncEngine, prices: PriceTable, by: str = "session", where: CostFilter | None = None
+    engine: AsyncEngine, prices: PriceTable, by: str | Sequence[str] = "session", where: CostFilter | None = None
 ) -> CostReport:
-    """Token usage and cost grouped by one dimension.
+    """Token usage and cost grouped by one or two dimensions, users and sessions as pseudonymous keys.
 
     Args:
         engine: The state database.
         prices: The price table to apply.
-        by: One of session, user, team, version, model, agent, day.
+        by: One or two of session, user, team, version, model, agent, purpose, day, week, month
+            (``"team,model"``).
         where: Filters; ``None`` for the whole ledger.
 
     Returns:
-        Rows sorted by key, plus a total row; runs ended by a limit are counted apart from completed ones.
+        Rows sorted by key, plus a total row that counts each run once; runs ended by a limit are counted
+        apart from completed ones.
 
     Raises:
-        ConfigurationError: ``by`` is not a known dimension.
+        ConfigurationError: ``by`` is not one or two known dimensions.
     """
-    if by not in DIMENSIONS:
-        raise ConfigurationError(f"cannot group costs by {by!r}", hint=f"use one of {', '.join(DIMENSIONS)}")
+    dims = parse_by(by)
     where = where or CostFilter()
-    width = len(DIMENSIONS[by])
-    cols = [usage.c[name] for name in DIMENSIONS[by]]
-    rows: dict[str, CostRow] = {}
-    total = CostRow(key="total")
-    for record in await _token_groups(engine, cols, where):
-        key = _key(tuple(record[:width]))
-        model, day, limited, *sums = record[width:]
-        for target in (rows.setdefault(key, CostRow(key=key)), total):
-            _add_tokens(target, model, day, bool(limited), (sums[0], sums[1], sums[2]), prices)
-    for record in await _run_groups(engine, cols, where):
-        key = _key(tuple(record[:width]))
-        limited, failed, runs = record[width:]
-        _add_runs(rows.setdefault(key, CostRow(key=key)), bool(limited), bool(failed), int(runs))
+    rows = _Rows(dims, prices)
+    token_cols = _columns(dims, "model", "day", "ended_by_limit")
+    for record in await _token_groups(engine, token_cols, where):
+        values = dict(zip(token_cols, record, strict=False))
+        rows.add_tokens(values, (record[-3], record[-2], record[-1]))
+    run_cols = _columns(dims, "ended_by_limit", "run_failed")
+    for record in await _run_groups(engine, run_cols, where):
+        values = dict(zip(run_cols, record, strict=False))
+        _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
+                  int(record[-1]))
     # Counted again without grouping: a run that used two models must count once in the total.
-    for limited, failed, runs in await _run_groups(engine, [], where):
-        _add_runs(total, bool(limited), bool(failed), int(runs))
-    ordered = [rows[k] for k in sorted(rows)]
-    for row in (*ordered, total):  # sums of per-group products: drop the binary noise past a nano-unit
-        if row.cost is None and row.unpriced_tokens == 0:
-            row.cost = 0.0  # no tokens at all (an empty report's total): nothing was spent, which is known
-        row.cost = round(row.cost, _COST_DECIMALS) if row.cost is not None else None
-        # Unknown when the cost is (no priced tokens at all), like the cost; else 0 when no limit spent any.
-        row.limited_cost = None if row.cost is None else round(row.limited_cost or 0.0, _COST_DECIMALS)
-    return CostReport(
-        by=by, price_version=prices.version, currency=prices.currency, rows=ordered, total=total
-    )
+    for limited, failed, runs, interrupted in await _run_groups(engine, ["ended_by_limit", "run_failed"], where):
+        _add_runs(rows.total, bool(limited), bool(failed), int(runs), int(interrupted))
+    ordered = sorted(rows.groups.values(), key=lambda r: r.key)
+    for row in (*ordered, rows.total):
+        _settle(row)
+    return CostReport(by=",".join(dims), price_version=prices.version, currency=prices.currency, rows=ordered,
+                      total=rows.total, fields=group_fields(dims), groups=len(ordered))

@@ -5,10 +5,12 @@
     rows = usage_rows(ctx, outcome, keys)    # pure: one row per (agent, model, purpose)
     stmt = usage_insert("postgresql", len(rows))   # one INSERT, fenced; a repeated run id is ignored
     added = (await conn.execute(stmt, usage_params(rows, user_id, keys.subject_key))).rowcount
+    await record_usage(engine, rows, ctx.session_id)   # rows as given, unfenced: seeding and backfills
 
-The insert is made by the audit's run writes (:mod:`teamstore.audit.run_writes`), one statement in its own
-transaction: it writes only while the user's subject is still the one the rows are keyed by and no erasure
-holds the user, both checked in its own ``WHERE``.
+A run's insert is made by the audit's run writes (:mod:`teamstore.audit.run_writes`), one statement in its
+own transaction: it writes only while the user's subject is still the one the rows are keyed by and no
+erasure holds the user, both checked in its own ``WHERE``. The session's id is recorded beside its key the
+same way (:func:`session_name_insert`), once per session and process.
 
 Token counts are the record; cost is derived at query time (``teamstore.audit.cost``). Every model call
 the metering wrapper saw is counted, SelectorGroupChat's speaker selection included.
@@ -16,22 +18,21 @@ the metering wrapper saw is counted, SelectorGroupChat's speaker selection inclu
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, func, insert, select, union_all
+from sqlalchemy import delete, exists, select, union_all
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.dml import Insert
 
-from teamstore.audit.prices import PriceTable
-from teamstore.audit.schema import ledger_name, prices, subjects, usage
+from teamstore.audit.schema import ledger_name, subject_sessions, subjects, usage
 from teamstore.audit.subjects import SUBJECT, USER
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.db.statements import insert_new
-from teamstore.errors import ConfigurationError, StoreUnavailable
+from teamstore.errors import StoreUnavailable
 from teamstore.events import RunContext, RunOutcome
 from teamstore.state.statements import Param
 
@@ -69,6 +70,7 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
         "started_at": ctx.started_at,
         "finished_at": outcome.finished_at,
         "day": ctx.started_at.date(),
+        "interruptions": ctx.interruptions,
     }
     return [
         {
@@ -113,6 +115,59 @@ def usage_params(rows: list[dict[str, Any]], user_id: str, subject_key: str) -> 
     return {**params, "u": user_id, "subject": subject_key}
 
 
+SESSION_NAME_COLUMNS = ("session_key", "subject_key", "session_id", "created_at")
+
+
+def session_name_insert(dialect: str) -> Insert:
+    """The INSERT of a session's id beside its key (``ts_subject_sessions``), fenced as :func:`usage_insert`
+    is: written only while the user ``u`` still has the subject ``subject`` and no erasure holds ``u``, so an
+    erasure that deleted the mapping is never followed by a session id it would not find. A session already
+    named is skipped. Parameters: ``u``, ``subject``, ``session_key``, ``session_id``, ``created_at``.
+    """
+    values = select(
+        Param("session_key", subject_sessions.c.session_key.type).label("session_key"),
+        SUBJECT.label("subject_key"),
+        Param("session_id", subject_sessions.c.session_id.type).label("session_id"),
+        Param("created_at", subject_sessions.c.created_at.type).label("created_at"),
+    ).subquery("v")
+    mapped = exists().where(subjects.c.user_id == USER, subjects.c.subject_key == SUBJECT)
+    insert_: Insert = insert_new(dialect, subject_sessions).from_select(
+        SESSION_NAME_COLUMNS, select(*values.c).where(mapped, ~held(USER)))
+    return insert_
+
+
+async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]], session_id: str | None = None) -> None:
+    """Insert rows as given, in one transaction, unfenced (seeding a ledger, backfills; a run's own rows go
+    through :func:`usage_insert`); a run already recorded is left as it is.
+
+    Args:
+        engine: The state database.
+        rows: From :func:`usage_rows`.
+        session_id: The run's raw session id, recorded once beside its session key (``ts_subject_sessions``)
+            so that reports can name the session; ``None`` records nothing.
+
+    Raises:
+        StoreUnavailable: The database could not be written.
+    """
+    if not rows:
+        return
+    try:
+        async with engine.begin() as conn:
+            # The same run reported twice: the first record stands, and the second is skipped rather than
+            # refused (a refusal is an error the server logs, with the key).
+            await conn.execute(insert_new(engine.dialect.name, usage), rows)
+            if session_id is not None and rows[0]["subject_key"] is not None:
+                # In the run's own transaction: under the erasure fence exactly as its ledger rows are.
+                await conn.execute(insert_new(engine.dialect.name, subject_sessions).values(
+                    session_key=rows[0]["session_key"], subject_key=rows[0]["subject_key"],
+                    session_id=session_id, created_at=datetime.now(UTC)))
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not write the usage ledger for run {rows[0]['run_id']}: {describe_failure(exc)}",
+            hint="check the database; run `teamstore db upgrade` if ts_usage is missing",
+        ) from exc
+
+
 async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: int = 5000) -> int:
     """Delete ledger rows of runs that finished before ``older_than``, in batches.
 
@@ -139,50 +194,23 @@ async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: in
             return removed
 
 
-async def _refuse_older_version(conn: AsyncConnection, version: str) -> None:
-    # Compared in SQL, under the database's collation, as the view's MAX(version) compares.
-    newer = (
-        await conn.execute(select(func.max(prices.c.version)).where(prices.c.version > version))
-    ).scalar()
-    if newer is not None:
-        raise ConfigurationError(
-            f"the database already holds prices version {newer!r}, which sorts after {version!r}; the "
-            "session_costs view prices with the greatest version, so it would ignore this table",
-            hint=f"give the price table a version that sorts after {newer!r} (dates do), or delete the newer "
-            f"rows first: DELETE FROM ts_prices WHERE version = '{newer}'",
-        )
-
-
-async def sync_prices(engine: AsyncEngine, table: PriceTable) -> int:
-    """Copy a price table into ``ts_prices`` so the ``session_costs`` view can price rows in SQL.
-
-    Replaces any rows of the same version; other versions stay (the view uses the greatest version).
+async def sweep_session_ids(engine: AsyncEngine, older_than: datetime) -> int:
+    """Delete the session ids recorded before ``older_than`` whose session has no ledger row left.
 
     Returns:
-        How many price rows were written.
+        How many were deleted.
 
     Raises:
-        ConfigurationError: ``ts_prices`` already holds a version that sorts after this table's: the view
-            would go on pricing with that one while ``teamstore cost`` used this one.
+        StoreUnavailable: The database failed.
     """
-    rows = []
-    for model, history in table.prices.items():
-        for index, price in enumerate(history):
-            until = history[index + 1].effective_from if index + 1 < len(history) else None
-            rows.append(
-                {
-                    "version": table.version,
-                    "model": model,
-                    "effective_from": price.effective_from,
-                    "effective_to": until,
-                    "input_per_million": price.input_per_million,
-                    "output_per_million": price.output_per_million,
-                    "currency": table.currency,
-                }
-            )
-    async with engine.begin() as conn:
-        await _refuse_older_version(conn, table.version)
-        await conn.execute(delete(prices).where(prices.c.version == table.version))
-        if rows:
-            await conn.execute(insert(prices), rows)
-    return len(rows)
+    c = subject_sessions.c
+    gone = ~exists().where(usage.c.session_key == c.session_key)
+    try:
+        async with engine.begin() as conn:
+            result = await conn.execute(delete(subject_sessions).where(c.created_at < older_than, gone))
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not sweep the recorded session ids: {describe_failure(exc)}",
+            hint="check the database and run `teamstore retention sweep` again",
+        ) from exc
+    return result.rowcount or 0

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -28,18 +30,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
 from teamstore.audit.ledger import usage_rows
+from teamstore.audit.metrics import MetricsObserver
+from teamstore.audit.price_sync import PriceSync
+from teamstore.audit.prices import load_prices
 from teamstore.audit.run_writes import run_writes
+from teamstore.audit.schema import ledger_name
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
-from teamstore.audit.telemetry import TRACER, emit_run_spans
+from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode_lines, item_line, run_record
 from teamstore.errors import ErasureInProgress, TeamstoreError, UploadInDoubt
-from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.settings import Settings
 
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 5.0
 """How long a shutdown waits for background outbox deliveries; what is left stays queued."""
+RENAME_AFTER_S = 3600.0
+"""How long the ledger trusts that it recorded a session's id (``ts_subject_sessions``) before it writes it again."""
 INLINE_ENCODE_CHARS = 64 * 1024
 """A transcript up to this size is compressed on the event loop (about a millisecond); a larger one in a thread."""
 
@@ -293,11 +301,23 @@ class TranscriptObserver:
 
 
 class LedgerObserver:
-    """Writes the run's token usage to the ledger at the end of the run."""
+    """Writes the run's token usage to the ledger at the end of the run, and the session id beside its key.
 
-    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms) -> None:
+    Args:
+        engine: The state database.
+        pseudonyms: The shared key resolver.
+        prices: Keeps ``ts_prices`` pricing the models recorded (the ``session_costs`` view); ``None``
+            leaves it alone.
+        cache_size: How many sessions' recorded ids it remembers.
+    """
+
+    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms, prices: PriceSync | None = None,
+                 cache_size: int = 4096) -> None:
         self.engine = engine
         self.pseudonyms = pseudonyms
+        self.prices = prices
+        self.cache_size = cache_size
+        self._named: OrderedDict[str, float] = OrderedDict()  # session key -> when its id was recorded
 
     async def run_started(self, ctx: RunContext) -> None:
         """Nothing before the run: keys are resolved at its end, off the result's path."""
@@ -319,6 +339,15 @@ class LedgerObserver:
             self.pseudonyms.forget_subject(ctx.user_id)
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
         await self._insert(ctx, outcome, keys)
+        await self._name_session(ctx, keys)
+        await self._price(outcome)
+
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """The memory writer's calls, under the run's id with their own agent and purpose (so a session's
+        cost includes them, and ``--by purpose`` shows them apart); none for a fenced user."""
+        outcome = later.as_outcome()
+        await self._insert(ctx, outcome, await self.pseudonyms.writable(ctx))
+        await self._price(outcome)
 
     async def _insert(self, ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> bool:
         """Write the run's rows keyed by ``keys``; whether all of them were written (or there were none)."""
@@ -327,6 +356,30 @@ class LedgerObserver:
             return True
         added = await self.pseudonyms.writes.insert_usage(rows, user_id=ctx.user_id, subject_key=keys.subject_key)
         return added == len(rows)
+
+    async def _name_session(self, ctx: RunContext, keys: RunKeys) -> None:
+        """Record the session's id beside its key, once per session in this process (and again after
+        :data:`RENAME_AFTER_S`, so a retention sweep that removed it while the session lived is undone)."""
+        now = time.monotonic()
+        named = self._named.get(keys.session_key)
+        if named is not None and now - named < RENAME_AFTER_S:
+            return
+        await self.pseudonyms.writes.name_session(user_id=ctx.user_id, subject_key=keys.subject_key,
+                                                  session_key=keys.session_key, session_id=ctx.session_id)
+        self._named[keys.session_key] = now
+        self._named.move_to_end(keys.session_key)
+        while len(self._named) > self.cache_size:
+            self._named.popitem(last=False)
+
+    async def _price(self, outcome: RunOutcome) -> None:
+        """Keep ``ts_prices`` pricing the models the run recorded (the ``session_costs`` view)."""
+        if self.prices is None or not outcome.model_calls:
+            return
+        try:
+            await self.prices.ensure(self.engine, {ledger_name(call.model) for call in outcome.model_calls})
+        except (TeamstoreError, SQLAlchemyError) as exc:  # the ledger row is written; prices can wait
+            log.warning("could not write the prices of the run's models for the session_costs view: %s "
+                        "(the next run tries again; `teamstore prices sync` does it now)", exc)
 
     async def drain(self) -> None:
         """At shutdown: close the connections the audit's statements opened."""
@@ -354,6 +407,10 @@ class SpanObserver:
         """
         emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
 
+    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
+        """A span for the later work (``memory_writer``) with one child span per model call."""
+        emit_later_spans(self.tracer, ctx, later, await self.pseudonyms.writable(ctx))
+
 
 def _fenced() -> ErasureInProgress:
     return ErasureInProgress(
@@ -368,8 +425,10 @@ def build_audit_observers(
     tracer_provider: TracerProvider | None = None,
     *,
     transcripts: TranscriptStore | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> list[RunObserver]:
-    """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up.
+    """The audit trail for a platform: transcript and ledger observers, plus spans when tracing is set up
+    and the GenAI client metrics when metrics are.
 
     Args:
         settings: Where transcripts go (``resolved_transcripts_url``), how long an upload may still land.
@@ -377,6 +436,7 @@ def build_audit_observers(
         tracer_provider: From :func:`teamstore.audit.telemetry.setup_tracing`; ``None`` for no spans.
         transcripts: The transcript store, if the caller built it (and closes it); by default a new one
             from ``settings``, which the caller closes through the transcript observer's ``store``.
+        meter_provider: From :func:`teamstore.audit.metrics.setup_metrics`; ``None`` for no metrics.
 
     Returns:
         Observers in the order the runtime should call them.
@@ -388,9 +448,11 @@ def build_audit_observers(
     pseudonyms = Pseudonyms(engine, pool_size=settings.db_pool_size)
     store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
-        LedgerObserver(engine, pseudonyms),
+        LedgerObserver(engine, pseudonyms, PriceSync(lambda: load_prices(settings.prices_path))),
         TranscriptObserver(store, engine, pseudonyms, late_upload_s=settings.late_upload_seconds),
     ]
     if tracer_provider is not None:
         observers.append(SpanObserver(tracer_provider, pseudonyms))
+    if meter_provider is not None:
+        observers.append(MetricsObserver(meter_provider))
     return observers

@@ -1,22 +1,29 @@
-"""The versioned price table that turns token counts into cost, at query time.
+"""The versioned price table that turns token counts into cost, at query time, in exact decimals.
 
     from teamstore.audit.prices import load_prices
 
     table = load_prices()                      # the shipped data/prices.json, or TEAMSTORE_PRICES_PATH
-    price = table.lookup("gpt-4o", date(2025, 1, 1))
+    price = table.lookup("gpt-4o-2024-08-06", date(2025, 1, 1))   # priced by the pattern gpt-4o-2024-*
     if price is not None:
-        print(table.version, price.cost(input_tokens=1200, output_tokens=300))
+        print(table.version, price.model, price.cost(input_tokens=1200, output_tokens=300))  # a Decimal
 
-Token counts are the record; prices are data. A model missing from the table has no price (``None``), so
-its cost is shown as unknown while its tokens are still counted.
+Token counts are the record; prices are data. An entry is named by a model's exact name or by a glob
+pattern (``*``, ``?``, ``[...]``) that prices a family of names, such as the dated snapshots a provider
+publishes (``gpt-4o-2024-*``). A model takes the entry of its exact name first, else the longest pattern
+that matches it (ties by the pattern's text). A model no entry matches has no price (``None``): its cost
+is shown as unknown while its tokens are still counted.
+
+Prices are :class:`~decimal.Decimal` from the file to the report: a float would turn 0.15 per million
+tokens into 0.1499999..., and sums of such products into figures no invoice shows.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
+from decimal import Decimal
+from fnmatch import fnmatchcase
 from importlib import resources
 from itertools import pairwise
 from pathlib import Path
@@ -25,30 +32,72 @@ from typing import Any
 from teamstore.audit.schema import ledger_name
 from teamstore.errors import ConfigurationError
 
-PER = 1_000_000
+GLOB = frozenset("*?[")
+"""Characters that make an entry's name a pattern."""
+
+
+def is_pattern(name: str) -> bool:
+    """Whether a price entry's name is a glob pattern rather than one model's exact name."""
+    return any(char in GLOB for char in name)
 
 
 @dataclass(frozen=True)
 class Price:
-    """One model's price from a date on, per million tokens."""
+    """One price entry from a date on, per million tokens.
+
+    Attributes:
+        model: The entry's name: a model's exact name, or the pattern that matched it.
+        effective_from: The first day the price applies (the day a run started).
+        input_per_million: Price of a million input tokens, in the table's currency.
+        output_per_million: Price of a million output tokens.
+        source: Where the price was read (the provider's pricing page), if the file says.
+    """
 
     model: str
     effective_from: date
-    input_per_million: float
-    output_per_million: float
+    input_per_million: Decimal
+    output_per_million: Decimal
+    source: str = ""
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """The cost of the given token counts at this price."""
-        return (input_tokens * self.input_per_million + output_tokens * self.output_per_million) / PER
+    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
+        """The exact cost of the given token counts at this price."""
+        return (input_tokens * self.input_per_million + output_tokens * self.output_per_million).scaleb(-6)
+
+
+History = tuple[Price, ...]
 
 
 @dataclass(frozen=True)
 class PriceTable:
-    """Every model's price history, under one version id."""
+    """Every entry's price history, under one version id.
+
+    Attributes:
+        version: Names the table; versions sort in time order (dates do).
+        currency: ISO code of every price.
+        prices: Exact model names (as the ledger stores them) -> history, oldest first.
+        patterns: ``(pattern, history)`` in the order they are tried: longest pattern first.
+    """
 
     version: str
     currency: str
-    prices: dict[str, tuple[Price, ...]]
+    prices: dict[str, History]
+    patterns: tuple[tuple[str, History], ...] = ()
+    _matched: dict[str, History | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def history(self, model: str) -> History | None:
+        """The entries that price ``model``: its exact name's, else the longest matching pattern's.
+
+        Args:
+            model: The model name as the ledger stores it.
+
+        Returns:
+            The history, oldest first; ``None`` when no entry names or matches the model.
+        """
+        if model not in self._matched:  # resolved once per name: a report looks a model up per group
+            exact = self.prices.get(model)
+            found = exact or next((h for pattern, h in self.patterns if fnmatchcase(model, pattern)), None)
+            self._matched[model] = found
+        return self._matched[model]
 
     def lookup(self, model: str, day: date) -> Price | None:
         """The price in effect for ``model`` on ``day``, or ``None`` if the table has none.
@@ -58,26 +107,31 @@ class PriceTable:
             day: The day the tokens were used.
 
         Returns:
-            The latest entry whose ``effective_from`` is on or before ``day``; ``None`` if the model is
-            unknown or the day predates its first entry.
+            The latest matching entry whose ``effective_from`` is on or before ``day``; ``None`` if no
+            entry matches the model or the day predates its first one.
         """
         found: Price | None = None
-        for price in self.prices.get(model, ()):
+        for price in self.history(model) or ():
             if price.effective_from <= day:
                 found = price
         return found
 
     def rows(self) -> list[Price]:
-        """Every entry, sorted by model and date (for syncing into the database)."""
-        return [p for model in sorted(self.prices) for p in self.prices[model]]
+        """Every entry, exact names and patterns, sorted by name and date."""
+        every = {**self.prices, **dict(self.patterns)}
+        return [p for name in sorted(every) for p in every[name]]
 
 
-def _per_million(model: str, entry: dict[str, Any], side: str) -> float:
+def _per_million(model: str, entry: dict[str, Any], side: str) -> Decimal:
     value = entry[side]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        # A negative, infinite or textual price would price runs below zero or as NaN, silently.
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         raise ValueError(f"{model}: {side} must be a number of at least 0 per million tokens, not {value!r}")
-    return float(value)
+    # A float from a caller's dict reads as it was written (0.1, not 0.1000000000000000055...).
+    amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    if not amount.is_finite() or amount < 0:
+        # A negative, infinite or NaN price would price runs below zero or as NaN, silently.
+        raise ValueError(f"{model}: {side} must be a number of at least 0 per million tokens, not {value!r}")
+    return amount
 
 
 def _parse_entry(model: str, entry: dict[str, Any]) -> Price:
@@ -86,10 +140,11 @@ def _parse_entry(model: str, entry: dict[str, Any]) -> Price:
         effective_from=date.fromisoformat(str(entry["effective_from"])),
         input_per_million=_per_million(model, entry, "input"),
         output_per_million=_per_million(model, entry, "output"),
+        source=str(entry.get("source", "")),
     )
 
 
-def _history(model: str, entries: Any) -> tuple[Price, ...]:
+def _history(model: str, entries: Any) -> History:
     history = tuple(sorted((_parse_entry(model, e) for e in entries), key=lambda p: p.effective_from))
     for earlier, later in pairwise(history):
         if earlier.effective_from == later.effective_from:
@@ -103,27 +158,30 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
     """Build a :class:`PriceTable` from the JSON document.
 
     Args:
-        data: The parsed file: ``version``, ``currency`` and ``models`` (model -> list of entries with
-            ``effective_from``, ``input`` and ``output`` per million tokens).
+        data: The parsed file: ``version``, ``currency`` and ``models`` (a model's name or a glob pattern
+            -> list of entries with ``effective_from``, ``input`` and ``output`` per million tokens, and
+            optionally ``source``).
         source: Where it came from, for error messages.
 
     Returns:
-        The table, each model's entries sorted by date.
+        The table, each entry's history sorted by date, patterns longest first.
 
     Raises:
-        ConfigurationError: A field is missing or malformed, or a model has two entries for one day.
+        ConfigurationError: A field is missing or malformed, or an entry has two prices for one day.
     """
     try:
+        entries = dict(data["models"])
         # Keyed as the ledger stores a model's name (a long one shortened), so its price applies to it.
-        prices = {ledger_name(model): _history(model, entries) for model, entries in dict(data["models"]).items()}
-        return PriceTable(
-            version=str(data["version"]), currency=str(data.get("currency", "USD")), prices=prices
-        )
+        exact = {ledger_name(m): _history(m, e) for m, e in entries.items() if not is_pattern(m)}
+        patterns = sorted(((m, _history(m, e)) for m, e in entries.items() if is_pattern(m)),
+                          key=lambda item: (-len(item[0]), item[0]))
+        return PriceTable(version=str(data["version"]), currency=str(data.get("currency", "USD")),
+                          prices=exact, patterns=tuple(patterns))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"the price table {source} is malformed: {type(exc).__name__}: {exc}",
-            hint="each model needs entries with distinct effective_from dates (YYYY-MM-DD), input and output; "
-            "see docs/analysts.md",
+            hint="each model or pattern needs entries with distinct effective_from dates (YYYY-MM-DD), input "
+            "and output; see docs/analysts.md",
         ) from exc
 
 
@@ -134,7 +192,7 @@ def load_prices(path: Path | None = None) -> PriceTable:
         path: An override (``Settings.prices_path``); ``None`` for ``teamstore/data/prices.json``.
 
     Returns:
-        The parsed table.
+        The parsed table, its prices exact decimals as written in the file.
 
     Raises:
         ConfigurationError: The file is missing, not JSON, or malformed.
@@ -144,7 +202,7 @@ def load_prices(path: Path | None = None) -> PriceTable:
             text = resources.files("teamstore").joinpath("data/prices.json").read_text(encoding="utf-8")
         else:
             text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
+        data = json.loads(text, parse_float=Decimal)
     except (OSError, ValueError) as exc:
         raise ConfigurationError(
             f"could not read the price table {path or 'shipped with teamstore'}: {exc}",

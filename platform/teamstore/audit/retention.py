@@ -7,9 +7,11 @@
 
 S3 expires transcripts itself once the lifecycle rule is in place; the local folder has no such service,
 so ``sweep`` removes its objects past retention. Transcripts still queued in the outbox go on the
-transcripts' clock too. Ledger rows go after ``ledger_retention_days``; expired
+transcripts' clock too. Ledger rows go after ``ledger_retention_days``, and with them the session ids
+recorded for sessions no ledger row names any more; expired
 resume-state sessions through the state store's own sweep; quarantined states after
-``quarantine_retention_days``.
+``quarantine_retention_days``; users' memory once its own expiry passed (set at each write: its team's
+retention, else ``memory_retention_days``, after the last update).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.claims import purge_settled
-from teamstore.audit.ledger import sweep_ledger
+from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
+from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
 
@@ -36,8 +39,11 @@ class SweepReport:
     transcripts: int
     outbox: int
     ledger_rows: int
+    session_ids: int
     sessions: int
     quarantined: int
+    memories: int
+    memory_facts: int
     transcript_cutoff: datetime
     ledger_cutoff: datetime
     quarantine_cutoff: datetime
@@ -71,8 +77,8 @@ async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[
 async def sweep_all(
     settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None
 ) -> SweepReport:
-    """Remove what is past retention: local transcripts, queued transcripts, ledger rows, expired sessions,
-    quarantined states.
+    """Remove what is past retention: local transcripts, queued transcripts, ledger rows (and the session ids
+    of sessions no ledger row names any more), expired sessions, quarantined states, expired user memory.
 
     Args:
         settings: ``transcript_retention_days``, ``ledger_retention_days``, ``quarantine_retention_days``.
@@ -90,8 +96,10 @@ async def sweep_all(
     queued = await sweep_outbox(engine, transcript_cutoff)
     await purge_settled(engine)  # records of uploads that can no longer land: no transcript, not counted
     ledger_rows = await sweep_ledger(engine, ledger_cutoff)
+    session_ids = await sweep_session_ids(engine, ledger_cutoff)  # the sessions no ledger row names any more
     sessions = await sweep_expired_sessions(engine)
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
-    return SweepReport(transcripts, queued, ledger_rows, sessions, quarantined, transcript_cutoff, ledger_cutoff,
-                       quarantine_cutoff)
+    memory = await MemoryStore(engine).sweep(now)
+    return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, memory.memories,
+                       memory.facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff)

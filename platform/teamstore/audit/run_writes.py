@@ -1,14 +1,17 @@
-"""The two statements every run's audit makes: the subject lookup (the end-of-run fence) and the ledger insert.
+"""The statements every run's audit makes: the subject lookup (the end-of-run fence), the ledger insert, and
+once per session the session's id beside its key.
 
     from teamstore.audit.run_writes import run_writes
 
     writes = run_writes(engine, pool_size=20)
     subject, fenced = await writes.subject("alice")                       # one round trip
     added = await writes.insert_usage(rows, user_id="alice", subject_key=subject)
+    await writes.name_session(user_id="alice", subject_key=subject, session_key=key, session_id="s-1")
     await writes.aclose()
 
-Both are written once (:func:`teamstore.audit.subjects.subject_lookup`,
-:func:`teamstore.audit.ledger.usage_insert`); this module only sends them. On Postgres they are compiled
+Each is written once (:func:`teamstore.audit.subjects.subject_lookup`,
+:func:`teamstore.audit.ledger.usage_insert`, :func:`teamstore.audit.ledger.session_name_insert`); this
+module only sends them. On Postgres they are compiled
 once for psycopg and sent in autocommit on a pool of the audit's own (:class:`teamstore.state.direct.DirectPool`):
 one round trip each (:mod:`teamstore.audit.run_writes_postgres`), where the engine's checkout ping,
 ``BEGIN``, the statement and the ``ROLLBACK`` or ``COMMIT`` took four or five, and SQLAlchemy's client
@@ -20,13 +23,14 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.dml import Insert
 
-from teamstore.audit.ledger import usage_insert, usage_params
+from teamstore.audit.ledger import session_name_insert, usage_insert, usage_params
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import subject_lookup
 from teamstore.db.engine import describe_failure, failure_hint
@@ -35,6 +39,8 @@ from teamstore.state.direct_sqlite import SqlitePool, SqliteStatement, for_sqlit
 
 _LOOKUP = subject_lookup()
 _SQLITE_LOOKUP = for_sqlite(_LOOKUP)
+_NAME = session_name_insert("sqlite")
+_SQLITE_NAME = for_sqlite(_NAME)
 
 
 @functools.lru_cache(maxsize=64)
@@ -71,9 +77,23 @@ class RunWrites(Protocol):
         """
         ...
 
+    async def name_session(self, *, user_id: str, subject_key: str, session_key: str, session_id: str) -> None:
+        """Record ``session_id`` beside ``session_key`` (fenced as the ledger insert; one already there stays).
+
+        Raises:
+            StoreUnavailable: The database could not be written.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Close the connections opened for these statements (they open again when next needed)."""
         ...
+
+
+def session_name_params(*, user_id: str, subject_key: str, session_key: str, session_id: str) -> dict[str, Any]:
+    """The parameters of :func:`teamstore.audit.ledger.session_name_insert`."""
+    return {"u": user_id, "subject": subject_key, "session_key": session_key, "session_id": session_id,
+            "created_at": datetime.now(UTC)}
 
 
 def run_writes(engine: AsyncEngine, pool_size: int = 20) -> RunWrites:
@@ -126,6 +146,19 @@ class SqliteRunWrites:
         except (SQLAlchemyError, sqlite3.Error) as exc:
             raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
         return int(result.rowcount or 0)
+
+    async def name_session(self, *, user_id: str, subject_key: str, session_key: str, session_id: str) -> None:
+        """See :meth:`RunWrites.name_session`."""
+        params = session_name_params(user_id=user_id, subject_key=subject_key, session_key=session_key,
+                                     session_id=session_id)
+        try:
+            if self._direct is not None:
+                await self._direct.fetch(_SQLITE_NAME, params)
+                return
+            async with self.engine.begin() as conn:
+                await conn.execute(_NAME, params)
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise unavailable(exc, "record the session's id beside its key") from exc
 
     async def aclose(self) -> None:
         """Close the audit's own connections (the engine is the caller's)."""

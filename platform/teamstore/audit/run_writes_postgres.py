@@ -15,13 +15,14 @@ import psycopg
 from psycopg import AsyncRawCursor
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.ledger import usage_insert, usage_params
-from teamstore.audit.run_writes import unavailable
+from teamstore.audit.ledger import session_name_insert, usage_insert, usage_params
+from teamstore.audit.run_writes import session_name_params, unavailable
 from teamstore.audit.subjects import subject_lookup
 from teamstore.state.direct import DirectPool, Statement, for_psycopg
 
 _CONNECTION_WAIT = 10.0  # each connection is held for one statement
 _LOOKUP = for_psycopg(subject_lookup())
+_NAME = for_psycopg(session_name_insert("postgresql"))
 
 
 @functools.lru_cache(maxsize=64)
@@ -79,6 +80,15 @@ class PostgresRunWrites:
         except psycopg.Error as exc:
             raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
         return max(added, 0)
+
+    async def name_session(self, *, user_id: str, subject_key: str, session_key: str, session_id: str) -> None:
+        """See :meth:`RunWrites.name_session`."""
+        params = session_name_params(user_id=user_id, subject_key=subject_key, session_key=session_key,
+                                     session_id=session_id)
+        try:
+            await self._run(_NAME, params)
+        except psycopg.Error as exc:
+            raise unavailable(exc, "record the session's id beside its key") from exc
 
     async def aclose(self) -> None:
         """Close the pool's idle connections (it opens new ones when used again)."""

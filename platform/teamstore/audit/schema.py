@@ -5,10 +5,9 @@
     async with engine.connect() as conn:
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
-Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims) and
-``0010_subject_stores`` (``teamstore db upgrade``), never implicitly; the first creates the ``session_costs``
-view for BI tools (documented in docs/analysts.md; 0007 makes its cost
-exact on Postgres).
+Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims), ``0010_subject_stores``
+and ``0011_subject_sessions`` (``teamstore db upgrade``), never implicitly; the first creates the
+``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost exact on Postgres).
 """
 
 from __future__ import annotations
@@ -59,6 +58,20 @@ subject_stores = Table(
     Column("erased_at", DateTime(timezone=True), nullable=True),
     PrimaryKeyConstraint("subject_key", "store"),
 )
+# The application's own session id behind each session key (migration 0011), so that a cost report can be
+# read by people. Written with the run's ledger rows (so under the same erasure fence), deleted with the
+# subject by the erasure's ``session_ids`` step, and swept by ``teamstore retention sweep`` once the
+# ledger holds no run of the session.
+subject_sessions = Table(
+    "ts_subject_sessions",
+    metadata,
+    Column("session_key", String(KEY), primary_key=True),
+    Column("subject_key", String(KEY), nullable=False),
+    Column("session_id", String(MAX_ID_CHARS), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_ts_subject_sessions_subject", "subject_key"),
+)
+
 SUBJECT_STORES_SINCE = "subject_stores_since"
 """The ``ts_store_settings`` row whose time is when stores began to be recorded (migration 0010)."""
 
@@ -84,6 +97,8 @@ usage = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("finished_at", DateTime(timezone=True), nullable=False),
     Column("day", Date, nullable=False),
+    # How many times the run was continued from its checkpoint after its worker died (migration 0014).
+    Column("interruptions", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("run_id", "agent", "model", "purpose", name="uq_ts_usage_run"),
     Index("ix_ts_usage_session", "session_key"),
     Index("ix_ts_usage_subject", "subject_key"),

@@ -7,7 +7,8 @@
     observers = build_audit_observers(settings, engine, tracer_provider=provider)
 
 Spans follow the GenAI semantic conventions: ``invoke_agent`` for a run, ``chat`` for each metered model
-call (speaker selection included), with token usage, the pseudonymous session key as
+call (speaker selection included), with the provider, the model asked and the model that answered, the
+finish reason, token usage, the pseudonymous session key as
 ``gen_ai.conversation.id`` and the subject key as ``teamstore.subject``. Every span the provider exports
 passes through :class:`ScrubbingSpanExporter`, which drops content attributes (AutoGen's ``message``,
 the GenAI prompt/completion attributes), user identifiers, event payloads and status descriptions, unless
@@ -27,9 +28,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, span_exporter
 from teamstore.audit.transcripts.record import RunKeys
-from teamstore.errors import MissingExtra
-from teamstore.events import ModelCall, RunContext, RunOutcome
+from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
 from teamstore.settings import Settings
 
 TRACER = "teamstore.audit"
@@ -49,7 +50,6 @@ CONTENT_KEYS = frozenset(
 )
 CONTENT_PREFIXES = ("gen_ai.prompt.", "gen_ai.completion.", "llm.prompts", "llm.completions")
 IDENTITY_PREFIXES = ("user.", "enduser.", "session.")
-EXPORT_TIMEOUT_S = 2.0
 
 
 def is_content_key(key: str) -> bool:
@@ -96,7 +96,7 @@ class ScrubbingSpanExporter(SpanExporter):
     """Wraps an exporter so nothing it sends carries message content (unless capture is on).
 
     Args:
-        inner: The real exporter (OTLP/HTTP in production).
+        inner: The real exporter (OTLP over HTTP or gRPC in production).
         capture_content: The operator's opt-in; when true spans pass unchanged.
     """
 
@@ -118,20 +118,14 @@ class ScrubbingSpanExporter(SpanExporter):
 
 
 def otlp_exporter() -> SpanExporter:
-    """An OTLP/HTTP exporter configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables.
+    """An OTLP span exporter configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables, over
+    ``http/protobuf`` or ``grpc`` as they say (:mod:`teamstore.audit.otlp`).
 
     Raises:
-        MissingExtra: ``opentelemetry-exporter-otlp-proto-http`` is not installed.
+        ConfigurationError: The protocol is not one teamstore can export over.
+        MissingExtra: ``opentelemetry-exporter-otlp`` is not installed.
     """
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ImportError as exc:
-        raise MissingExtra("OTLP span export", "otel", "opentelemetry-exporter-otlp-proto-http") from exc
-    explicit = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_TIMEOUT"
-    )
-    # A short default: the exporter retries within this deadline, in the processor's thread, never a run's.
-    return OTLPSpanExporter(timeout=None if explicit else EXPORT_TIMEOUT_S)
+    return span_exporter()
 
 
 def setup_tracing(
@@ -141,7 +135,7 @@ def setup_tracing(
 
     Args:
         settings: Read for ``otlp_configured`` and ``capture_message_content``.
-        exporter: Another exporter (tests, console); ``None`` for OTLP/HTTP from ``OTEL_*``.
+        exporter: Another exporter (tests, console); ``None`` for OTLP from ``OTEL_*``.
         install_global: Also make it the global provider, so AutoGen's spans that use the global
             tracer (agent and tool spans) are scrubbed too. Only the first global install takes effect.
 
@@ -150,6 +144,7 @@ def setup_tracing(
         exporter is wrapped in :class:`ScrubbingSpanExporter`; ``None`` when nothing is to be exported.
 
     Raises:
+        ConfigurationError: OTLP is configured over a protocol teamstore cannot export over.
         MissingExtra: OTLP is configured but the exporter package is missing.
     """
     if exporter is None:
@@ -191,7 +186,11 @@ def run_attributes(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> dict[
         "teamstore.ended_by_limit": outcome.ended_by_limit,
         "teamstore.model_calls": len(outcome.model_calls),
         "teamstore.resumed": ctx.resumed,
+        "teamstore.interruptions": ctx.interruptions,
     }
+    providers = {call.provider for call in outcome.model_calls}
+    if len(providers) == 1:  # a team whose agents call several providers has no one provider
+        attributes["gen_ai.provider.name"] = providers.pop()
     if outcome.stop_reason is not None:
         attributes["teamstore.stop_reason"] = outcome.stop_reason[:256]
     if outcome.error is not None:
@@ -203,6 +202,7 @@ def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
     """A model-call span's attributes."""
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": call.provider,
         "gen_ai.agent.name": call.agent,
         "gen_ai.request.model": call.model,
         "gen_ai.usage.input_tokens": call.input_tokens,
@@ -210,6 +210,10 @@ def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
         "gen_ai.conversation.id": keys.session_key,
         "teamstore.purpose": call.purpose,
     }
+    if call.response_model is not None:
+        attributes["gen_ai.response.model"] = call.response_model
+    if call.finish_reason is not None:
+        attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
     if call.error is not None:
         attributes["error.type"] = call.error
     return attributes
@@ -230,8 +234,15 @@ def emit_run_spans(tracer: trace.Tracer, ctx: RunContext, outcome: RunOutcome, k
         start_time=_ns(ctx.started_at),
         attributes=run_attributes(ctx, outcome, keys),
     )
-    parent = trace.set_span_in_context(run_span)
-    for call in outcome.model_calls:
+    _emit_calls(tracer, run_span, outcome.model_calls, keys)
+    if outcome.error is not None:
+        run_span.set_status(Status(StatusCode.ERROR))
+    run_span.end(end_time=_ns(outcome.finished_at))
+
+
+def _emit_calls(tracer: trace.Tracer, parent_span: trace.Span, calls: list[ModelCall], keys: RunKeys) -> None:
+    parent = trace.set_span_in_context(parent_span)
+    for call in calls:
         span = tracer.start_span(
             f"chat {call.model}",
             context=parent,
@@ -242,6 +253,32 @@ def emit_run_spans(tracer: trace.Tracer, ctx: RunContext, outcome: RunOutcome, k
         if call.error is not None:
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=_ns(call.started_at + timedelta(seconds=call.duration_s)))
-    if outcome.error is not None:
-        run_span.set_status(Status(StatusCode.ERROR))
-    run_span.end(end_time=_ns(outcome.finished_at))
+
+
+def emit_later_spans(tracer: trace.Tracer, ctx: RunContext, later: LaterCalls, keys: RunKeys) -> None:
+    """Record the span of work done after a run (``memory_writer {team}``) and one child span per model call.
+
+    Its attributes name the run it served, its purpose and token usage; a failure sets ``error.type`` (the
+    reason stays in the store and the log).
+    """
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": later.purpose,
+        "gen_ai.conversation.id": keys.session_key,
+        "gen_ai.usage.input_tokens": sum(c.input_tokens for c in later.calls),
+        "gen_ai.usage.output_tokens": sum(c.output_tokens for c in later.calls),
+        "teamstore.team": ctx.team,
+        "teamstore.team_version": ctx.team_version,
+        "teamstore.subject": keys.subject_key,
+        "teamstore.run_id": ctx.run_id,
+        "teamstore.purpose": later.purpose,
+        "teamstore.model_calls": len(later.calls),
+    }
+    if later.error_type is not None:
+        attributes["error.type"] = later.error_type
+    span = tracer.start_span(f"{later.purpose} {ctx.team}", kind=SpanKind.INTERNAL,
+                             start_time=_ns(later.started_at), attributes=attributes)
+    _emit_calls(tracer, span, later.calls, keys)
+    if later.error_type is not None:
+        span.set_status(Status(StatusCode.ERROR))
+    span.end(end_time=_ns(later.finished_at))

@@ -3,7 +3,10 @@
     teamstore registry list
     teamstore run --team support_triage --user u1 --session s1 "My router keeps dropping"
     teamstore cost --by session --format csv
+    teamstore memory show --user u1
+    teamstore ledger export --to s3://warehouse/teamstore/ledger
     teamstore erase --user u1
+    teamstore export --user u1 --output u1.zip
 
 Each area lives in its own module and mounts its commands here.
 """
@@ -18,7 +21,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from teamstore.cli import audit, erase, registry, sessions
+from teamstore.cli import audit, erase, export, ledger, memory, registry, sessions
 from teamstore.cli._output import UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
@@ -84,7 +87,10 @@ app = typer.Typer(
 app.add_typer(registry.app, name="registry")
 sessions.register(app)
 audit.register(app)
+ledger.register(app)
 erase.register(app)
+export.register(app)
+memory.register(app)
 
 
 class _OneLine(logging.Handler):

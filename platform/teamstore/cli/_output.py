@@ -73,11 +73,13 @@ def print_table(
     fixed: Collection[int] = (),
     right: Collection[int] = (),
     title: str | None = None,
+    out: Console | None = None,
 ) -> None:
     """Print a table whose cells are never cut short with '...' when it is wider than the terminal (or
     than the 80 columns rich assumes when output goes to a file or a pipe): the ``fixed`` columns (numbers,
     times, short versions) keep their width, and other text wraps inside its cell, so an id can be copied
-    whole and a cost is never ``0.0007...``."""
+    whole and a cost is never ``0.0007...``. ``out`` is stdout's console unless given (stderr's, for what
+    a command shows before it asks a question, so ``--json`` output stays one document)."""
     table = Table(title=title, box=SIMPLE_HEAD, padding=0)
     for i, header in enumerate(headers):
         justify: Literal["left", "right"] = "right" if i in right else "left"
@@ -88,7 +90,7 @@ def print_table(
             table.add_column(header, justify=justify, overflow="fold")
     for row in rows:
         table.add_row(*row)
-    console.print(table)
+    (out or console).print(table)
 
 
 def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:

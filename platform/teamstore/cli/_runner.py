@@ -13,13 +13,14 @@ exit status 1.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from teamstore.app import App
 from teamstore.cli._output import fail
 from teamstore.errors import TeamstoreError
+
+if TYPE_CHECKING:
+    from teamstore.app import App
 
 T = TypeVar("T")
 
@@ -41,6 +42,11 @@ def with_app(fn: Callable[[App], Awaitable[T]], *, must_exist: bool, migrate: bo
     Returns:
         What ``fn`` returned.
     """
+
+    # The composition root and the event loop are imported when a command runs, never for --help.
+    import asyncio
+
+    from teamstore.app import App
 
     async def main() -> T:
         app = App(must_exist=must_exist)

@@ -2,9 +2,10 @@
 
 teamstore transcripts show --user alice --session s1 [--last N | --run RUN_ID] [--json]
 teamstore transcripts flush
-teamstore cost --by session --team support_triage --since 2026-11-01 --format csv
+teamstore cost --by team,model --since 7d --top 10 --format csv     # exit 3: the filters match nothing
+teamstore cost report --since 30d --every week --output cost.html    # one self-contained HTML page
 teamstore prices show
-teamstore prices sync          # copy the price table into ts_prices for the session_costs view
+teamstore prices sync          # write the price table into ts_prices now (db upgrade and runs do it too)
 teamstore retention apply --days 90 --json
 teamstore retention sweep
 """
@@ -14,27 +15,31 @@ from __future__ import annotations
 import csv
 import sys
 from dataclasses import asdict
-from datetime import UTC, datetime
-from typing import Any
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.app import App
-from teamstore.audit import outbox
-from teamstore.audit.cost import DIMENSIONS, CostFilter, CostReport, query_costs
-from teamstore.audit.ledger import sync_prices
-from teamstore.audit.prices import load_prices
-from teamstore.audit.retention import apply_transcript_retention, sweep_all
-from teamstore.audit.subjects import find_subject, session_key
-from teamstore.audit.transcripts import TranscriptStore
-from teamstore.audit.transcripts.pages import DEFAULT_RUNS, MAX_RUNS, RunPage, newest_runs, one_run
-from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.errors import AuditError, ConfigurationError, TranscriptNotFound
+from teamstore.errors import AuditError, ConfigurationError, NoMatchingUsage, TranscriptNotFound
 from teamstore.ids import check_ids
-from teamstore.settings import MAX_DAYS, Settings
+from teamstore.limits import DEFAULT_RUNS, MAX_DAYS, MAX_RUNS
+
+# The database, the stores, the cost query and the price table are imported by the commands that use them,
+# not with the command line: `teamstore --help` starts without them.
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from teamstore.analytics.query import CostQuery
+    from teamstore.app import App
+    from teamstore.audit.cost import CostReport, CostRow
+    from teamstore.audit.transcripts import TranscriptStore
+    from teamstore.audit.transcripts.pages import RunPage
+
+GROUPINGS = ("session", "user", "team", "version", "model", "agent", "purpose", "day", "week", "month")
+"""``teamstore.audit.cost.DIMENSIONS``, named here for ``--help`` (a test keeps the two equal)."""
 
 transcripts_app = typer.Typer(
     help="Run transcripts (one object per run, S3 or a local folder).", no_args_is_help=True
@@ -56,6 +61,10 @@ async def load_transcripts(
         TranscriptNotFound: The user, session or run has no transcript, or a prefix names several runs.
         AuditError: A run's object is not readable (the message names the run).
     """
+    from teamstore.audit.subjects import find_subject, session_key
+    from teamstore.audit.transcripts.pages import newest_runs, one_run
+    from teamstore.audit.transcripts.record import RunKeys
+
     if run == "":
         raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for the newest runs")
     subject = await find_subject(engine, user)
@@ -137,6 +146,7 @@ def transcripts_show(
 @transcripts_app.command("flush")
 def transcripts_flush(as_json: bool = JsonOption) -> None:
     """Deliver transcripts waiting in the outbox (queued while the store was unreachable)."""
+    from teamstore.audit import outbox
 
     async def go(app: App) -> dict[str, Any]:
         store = app.transcript_store
@@ -161,84 +171,36 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
 
 
 # --- cost --------------------------------------------------------------------------------------------------
-def _parse_when(value: str | None, option: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ConfigurationError(
-            f"{option} {value!r} is not a date", hint="use YYYY-MM-DD or an ISO timestamp"
-        ) from exc
-    try:  # the instant in UTC now: an offset that moves it past year 9999 or before year 1 has no instant
-        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
-    except OverflowError as exc:
-        raise ConfigurationError(
-            f"{option} {value!r} is out of range", hint="use a date between years 1 and 9999 in UTC"
-        ) from exc
+NO_MATCH = 3
+"""``teamstore cost``'s exit status when its filters match nothing (0: matched, even at cost 0; 1: an error)."""
+
+FIGURES = ["runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens",
+           "output_tokens", "cost", "limited_cost", "unpriced_tokens"]
+_HEADINGS = ("completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost", "of which limited")
 
 
-async def build_filter(
-    engine: AsyncEngine,
-    user: str | None,
-    session: str | None,
-    team: str | None,
-    since: str | None,
-    until: str | None,
-) -> CostFilter | None:
-    """Turn CLI options into a :class:`CostFilter`; ``None`` when the user has no ledger rows at all.
-
-    Raises:
-        ConfigurationError: ``--session`` without ``--user``, a malformed or out-of-range date, or
-            ``--since`` not before ``--until``.
-    """
-    if session is not None and user is None:
-        raise ConfigurationError("--session needs --user", hint="session ids are only unique per user")
-    start, end = _parse_when(since, "--since"), _parse_when(until, "--until")
-    if start is not None and end is not None and start >= end:
-        raise ConfigurationError(
-            f"--since {since!r} is not before --until {until!r}: no run can be in that window",
-            hint="swap them (--until is the end, exclusive)",
-        )
-    subject = await find_subject(engine, user) if user is not None else None
-    if user is not None and subject is None:
-        return None
-    return CostFilter(
-        session_key=session_key(subject, session) if subject and session is not None else None,
-        subject_key=subject,
-        team=team,
-        since=start,
-        until=end,
-    )
-
-
-def _money(value: float | None, unpriced: int) -> str:
+def _money(value: str | None, unpriced: int) -> str:
     if value is None:
         return "unknown"
-    return f"{value:.6f}" + (" + unknown" if unpriced else "")
+    return value + (" + unknown" if unpriced else "")
 
 
-COLUMNS = [
-    "key",
-    "runs_completed",
-    "runs_limited",
-    "runs_failed",
-    "calls",
-    "input_tokens",
-    "output_tokens",
-    "cost",
-    "limited_cost",
-    "unpriced_tokens",
-]
+def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
+    group = ["total", *[""] * (len(report.fields) - 1)] if total else [row.group.get(f, "") for f in report.fields]
+    figures = row.figures()
+    return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
+            str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
+            figures["limited_cost"] or "unknown"]
 
 
 def _render_cost_table(report: CostReport) -> None:
-    rows = [[plain(row.key), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed), str(row.calls),
-             str(row.input_tokens), str(row.output_tokens), _money(row.cost, row.unpriced_tokens),
-             "unknown" if row.limited_cost is None else f"{row.limited_cost:.6f}"] for row in [*report.rows, report.total]]
-    print_table(("key", "completed", "limited", "failed", "calls", "in", "out", "cost", "of which limited"), rows,
-                fixed=range(1, 9), right=range(1, 9),
+    rows = [_table_cells(report, row, False) for row in report.rows] + [_table_cells(report, report.total, True)]
+    width = len(report.fields)
+    numbers = range(width, width + len(_HEADINGS))
+    print_table((*report.fields, *_HEADINGS), rows, fixed=numbers, right=numbers,
                 title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
+    if report.top is not None and report.groups > len(report.rows):
+        console.print(f"the {len(report.rows)} costliest of {report.groups} groups; the total counts all of them")
     unknown = sorted(set(report.total.unpriced_models))
     if unknown:
         console.print(
@@ -252,45 +214,31 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 def _cell(value: object) -> object:
     """A CSV cell a spreadsheet reads as meant: a string it would read as a formula (a team, agent or model
-    name starting with '=') gets a leading apostrophe; a cost is written in plain decimals."""
+    name starting with '=') gets a leading apostrophe; an amount is written in plain decimals."""
     if value is None:
         return ""
-    if isinstance(value, float):  # money in plain decimals: 0.0000674, never 6.74e-05
+    if isinstance(value, float):  # plain decimals: 0.0000674, never 6.74e-05
         return f"{value:.12f}".rstrip("0").rstrip(".") or "0"
+    if isinstance(value, Decimal):
+        from teamstore.audit.cost import money
+
+        return money(value)
     return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
 
 
 def _write_csv(report: CostReport) -> None:
+    """One line per group, then the total (its first group column reads ``total``); money as exact text."""
     writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow([report.by, *COLUMNS[1:], "unpriced_models", "currency", "price_version"])
-    for row in report.rows:
-        values = asdict(row)
-        cells = [_cell(values[c]) for c in COLUMNS]
+    writer.writerow([*report.fields, *FIGURES, "unpriced_models", "currency", "price_version"])
+    lines = [([row.group.get(f, "") for f in report.fields], row) for row in report.rows]
+    lines.append((["total", *[""] * (len(report.fields) - 1)], report.total))
+    for group, row in lines:
+        figures = row.figures()
+        cells = [_cell(v) for v in group] + [_cell(figures[c]) for c in FIGURES]
         writer.writerow([*cells, _cell(";".join(row.unpriced_models)), report.currency, report.price_version])
 
 
-def cost(
-    by: str = typer.Option("session", "--by", help=f"Group by: {'|'.join(DIMENSIONS)}."),
-    session: str | None = typer.Option(None, "--session", help="One session (needs --user)."),
-    user: str | None = typer.Option(None, "--user", help="One user (exact id)."),
-    team: str | None = typer.Option(None, "--team", help="One team."),
-    since: str | None = typer.Option(None, "--since", help="Runs started at or after (YYYY-MM-DD or ISO)."),
-    until: str | None = typer.Option(None, "--until", help="Runs started before (YYYY-MM-DD or ISO)."),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json."),
-) -> None:
-    """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
-    if fmt not in {"table", "csv", "json"}:
-        raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
-    check_ids(user_id=user, session_id=session)
-
-    async def go(app: App) -> CostReport:
-        prices = load_prices(app.settings.prices_path)
-        where = await build_filter(app.engine, user, session, team, since, until)
-        if where is None:  # an unknown user: an empty report, not everyone's
-            where = CostFilter(subject_key="-")
-        return await query_costs(app.engine, prices, by=by, where=where)
-
-    report = with_app(go, must_exist=True)
+def _print_report(report: CostReport, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(dumps(report.to_dict()) + "\n")
     elif fmt == "csv":
@@ -299,15 +247,116 @@ def cost(
         _render_cost_table(report)
 
 
+async def _report_or_empty(app: App, query: CostQuery) -> tuple[CostReport, NoMatchingUsage | None]:
+    from teamstore.analytics.query import cost_report
+    from teamstore.audit.cost import CostReport
+    from teamstore.audit.prices import load_prices
+
+    try:
+        return await cost_report(app.engine, load_prices(app.settings.prices_path), query), None
+    except NoMatchingUsage as exc:
+        if not isinstance(exc.report, CostReport):
+            raise
+        return exc.report, exc
+
+
+_BY = f"Group by one or two of {'|'.join(GROUPINGS)}, e.g. team,model."
+_WHEN = "YYYY-MM-DD, an ISO timestamp (UTC unless it says), or back from now: 24h, 7d, 2w."
+_PSEUDONYMOUS = "Users and sessions as pseudonymous keys, not the application's ids (for reports that leave your hands)."
+cost_app = typer.Typer(help="Token usage and cost from the ledger, and an HTML report of it. Exit status: 0 "
+                       "when the filters match (even at cost 0), 3 when they match nothing, 1 on an error.")
+
+
+# The filters `cost` and `cost report` share.
+SessionOption = typer.Option(None, "--session", help="One session (needs --user).")
+UserOption = typer.Option(None, "--user", help="One user (exact id).")
+TeamOption = typer.Option(None, "--team", help="One team.")
+ModelOption = typer.Option(None, "--model", help="One model (as the ledger names it).")
+SinceOption = typer.Option(None, "--since", help=f"Runs started at or after: {_WHEN}")
+UntilOption = typer.Option(None, "--until", help=f"Runs started before: {_WHEN}")
+
+
+@cost_app.callback(invoke_without_command=True)
+def cost(
+    ctx: typer.Context,
+    by: str = typer.Option("session", "--by", help=_BY),
+    session: str | None = SessionOption,
+    user: str | None = UserOption,
+    team: str | None = TeamOption,
+    model: str | None = ModelOption,
+    since: str | None = SinceOption,
+    until: str | None = UntilOption,
+    top: int | None = typer.Option(None, "--top", help="Only the N costliest groups (ties by tokens)."),
+    pseudonymous: bool = typer.Option(False, "--pseudonymous", help=_PSEUDONYMOUS),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json."),
+) -> None:
+    """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
+    if ctx.invoked_subcommand is not None:
+        if ctx.params != {p.name: p.get_default(ctx) for p in ctx.command.params}:
+            raise ConfigurationError(f"options given before `{ctx.invoked_subcommand}` are not its options",
+                                     hint=f"put them after it: teamstore cost {ctx.invoked_subcommand} --since 7d ...")
+        return
+    if fmt not in {"table", "csv", "json"}:
+        raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
+    from teamstore.analytics.query import CostQuery
+
+    query = CostQuery.build(by, user=user, session=session, team=team, model=model, since=since, until=until,
+                            top=top, pseudonymous=pseudonymous)
+    report, missing = with_app(lambda app: _report_or_empty(app, query), must_exist=True)
+    _print_report(report, fmt)
+    if missing is not None:  # printed all the same, so a pipe gets its header; the status says it is empty
+        fail(missing, code=NO_MATCH)
+
+
+@cost_app.command("report")
+def cost_report_page(
+    output: str = typer.Option(..., "--output", "-o", help="The HTML file to write."),
+    every: str = typer.Option("day", "--every", help="Time scale of the charts: day | week | month."),
+    top: int = typer.Option(10, "--top", min=1, help="How many of the costliest sessions to chart."),
+    session: str | None = SessionOption,
+    user: str | None = UserOption,
+    team: str | None = TeamOption,
+    model: str | None = ModelOption,
+    since: str | None = SinceOption,
+    until: str | None = UntilOption,
+    pseudonymous: bool = typer.Option(False, "--pseudonymous", help=_PSEUDONYMOUS),
+) -> None:
+    """Write one self-contained HTML page (no server, nothing fetched): cost over time by team and by model,
+    the costliest sessions, tokens per run, and runs ended by a limit."""
+    from teamstore.analytics.page import report_page
+    from teamstore.audit.prices import load_prices
+
+    filters = {"user": user, "session": session, "team": team, "model": model, "since": since, "until": until}
+
+    async def go(app: App) -> str | NoMatchingUsage:
+        try:
+            return await report_page(app.engine, load_prices(app.settings.prices_path), every=every, top=top,
+                                     pseudonymous=pseudonymous, **filters)
+        except NoMatchingUsage as exc:
+            return exc
+
+    page = with_app(go, must_exist=True)
+    if isinstance(page, NoMatchingUsage):
+        fail(page, code=NO_MATCH)  # no page for nothing: an old one at --output is left as it was
+    Path(output).write_text(page, encoding="utf-8")
+    console.print(plain(f"wrote {output} ({len(page.encode('utf-8'))} bytes)"))
+
+
 # --- prices ------------------------------------------------------------------------------------------------
 @prices_app.command("show")
 def prices_show(as_json: bool = JsonOption) -> None:
     """Print the price table in effect (shipped, or TEAMSTORE_PRICES_PATH)."""
+    from teamstore.audit.cost import money
+    from teamstore.audit.prices import is_pattern, load_prices
+    from teamstore.settings import Settings
+
     table = load_prices(Settings().prices_path)
     data = {
         "version": table.version,
         "currency": table.currency,
-        "prices": [{**asdict(p), "effective_from": p.effective_from.isoformat()} for p in table.rows()],
+        "prices": [{**asdict(p), "effective_from": p.effective_from.isoformat(), "pattern": is_pattern(p.model),
+                    "input_per_million": money(p.input_per_million),
+                    "output_per_million": money(p.output_per_million)} for p in table.rows()],
     }
 
     def render(d: dict[str, Any]) -> None:  # names and versions come from a file: shown, never read as markup
@@ -321,7 +370,10 @@ def prices_show(as_json: bool = JsonOption) -> None:
 
 @prices_app.command("sync")
 def prices_sync(as_json: bool = JsonOption) -> None:
-    """Copy the price table into the database (ts_prices) for the session_costs SQL view."""
+    """Write the price table into the database (ts_prices) for the session_costs SQL view now. Not needed to
+    keep it current: `db upgrade` and the first run a process records do it."""
+    from teamstore.audit.price_sync import sync_prices
+    from teamstore.audit.prices import load_prices
 
     async def go(app: App) -> dict[str, Any]:
         table = load_prices(app.settings.prices_path)
@@ -343,6 +395,7 @@ def retention_apply(
     as_json: bool = JsonOption,
 ) -> None:
     """Put the lifecycle rule on the transcript prefix (S3) and print it."""
+    from teamstore.audit.retention import apply_transcript_retention
 
     async def go(app: App) -> dict[str, Any]:  # the transcript store alone: no database is opened
         return await apply_transcript_retention(app.transcript_store, days or app.settings.transcript_retention_days)
@@ -353,7 +406,9 @@ def retention_apply(
 
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
-    """Remove local and queued transcripts, ledger rows and quarantined states past retention, and expired sessions."""
+    """Remove local and queued transcripts, ledger rows and quarantined states past retention, expired sessions
+    and expired user memory."""
+    from teamstore.audit.retention import sweep_all
 
     async def go(app: App) -> dict[str, Any]:
         return asdict(await sweep_all(app.settings, app.engine, app.transcript_store))
@@ -363,7 +418,8 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
         as_json=as_json,
         render=lambda d: console.print(
             f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "
-            f"rows, {d['sessions']} expired sessions, {d['quarantined']} quarantined states"
+            f"rows, {d['session_ids']} session ids, {d['sessions']} expired sessions, {d['quarantined']} "
+            f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts)"
         ),
     )
 
@@ -373,4 +429,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(transcripts_app, name="transcripts")
     app.add_typer(retention_app, name="retention")
     app.add_typer(prices_app, name="prices")
-    app.command("cost")(cost)
+    app.add_typer(cost_app, name="cost")

@@ -1,31 +1,43 @@
-"""``teamstore erase``: the deletion coordinator's command.
+"""``teamstore erase``: the deletion coordinator's command, and the compliance desk's.
 
-    teamstore erase --user alice@example.com --request-id req-42 --reason "GDPR art. 17"
+    teamstore erase --user alice@example.com --request-id req-42 --reason "GDPR art. 17" --requested-by "ticket 881"
     teamstore erase --user alice@example.com --dry-run
     teamstore erase status req-42 --json
+    teamstore erase list --overdue
+    teamstore erase extend req-42 --by 2m --reason "40 sessions across two stores"
 
-Exit status is 0 only when every store is ``erased`` or ``no_match``; a ``failed`` or
-``retained_under_hold`` request (and, for ``status``, one still ``open``) exits 2, and rerunning the
-same ``--request-id`` resumes it.
+On a terminal, an erasure shows what it would remove (the dry run's counts) and asks before it deletes;
+``--yes`` is for scripts, and without a terminal it is required (never waiting for an answer that cannot
+come). Exit status 0: every store ``erased`` (the request ``completed``); 3: no store held anything for
+the id (``no_match``); 2: a ``failed`` or ``retained_under_hold`` request (and, for ``status``, one
+still ``open``), which rerunning the same ``--request-id`` resumes; 1: an error before the request ran.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
-from teamstore.erasure.requests import check_request_id
-from teamstore.errors import ErasureIncomplete
+from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete, ErasureRequestNotFound
 from teamstore.ids import check_erasable_id, control_character
+from teamstore.people import check_person, current_operator
+
+# The coordinator, the desk and the request table (the database, the stores) are imported when a command
+# runs, not with the command line: `teamstore --help` starts without them.
+if TYPE_CHECKING:
+    from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
+    from teamstore.erasure.desk import RequestSummary
 
 T = TypeVar("T")
 INCOMPLETE = 2
+NO_MATCH = 3
 
 app = typer.Typer(
     help="Erase one user from every store and print a verified receipt.", invoke_without_command=True
@@ -55,32 +67,63 @@ class _Bars:
         self.bar.update(self.tasks[step], completed=done, total=total)
 
 
-def _render(receipt: Receipt) -> None:
+def _render(receipt: Receipt, out: Console = console) -> None:
+    from teamstore.erasure import RequestStatus
+
     dry = receipt.status is RequestStatus.DRY_RUN  # nothing is stored, so no id to look up later
     # Ids and details are printed as given, never read as rich markup (a ticket id may hold '[/]').
     rows = [[name, str(s.status), *(str(v) for v in (s.counts.rows, s.counts.objects, s.counts.versions,
              s.counts.delete_markers, s.counts.bytes, s.counts.retained)),
              f"{s.verified_at:%H:%M:%S}" if s.verified_at else "-"] for name, s in receipt.stores.items()]
     print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"), rows,
-                fixed=range(9), right=range(2, 9),
+                fixed=range(9), right=range(2, 9), out=out,
                 title="erasure dry run (nothing changed or stored)" if dry else
                 f"erasure {plain(receipt.request_id)}: {receipt.status}")
     for name, s in receipt.stores.items():
         if s.detail:
-            console.print(f"[yellow]{name}[/]: {plain(s.detail)}")
+            out.print(f"[yellow]{name}[/]: {plain(s.detail)}")
     subject = f"subject hash {receipt.subject_hash or '(user had no subject)'}"
     if dry:
-        console.print(f"{subject}; no request was opened (no id to look up): one started now would be due "
-                      f"{receipt.due_at:%Y-%m-%d}")
+        out.print(f"{subject}; no request was opened (no id to look up): one started now would be due "
+                  f"{receipt.due_at:%Y-%m-%d}")
     else:
-        console.print(f"{subject}; received {receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
+        out.print(f"{subject}; received {receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
+    _render_desk(receipt, out)
     for remains in receipt.remains_elsewhere:
-        console.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} until "
-                      f"{remains.until:%Y-%m-%d}: {plain(remains.detail)}")
+        out.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} until "
+                  f"{remains.until:%Y-%m-%d}: {plain(remains.detail)}")
 
 
-def _finish(receipt: Receipt, as_json: bool) -> None:
+def _render_desk(receipt: Receipt, out: Console) -> None:
+    """Who asked, who ran each attempt, the extension, and the verdict when nothing matched."""
+    from teamstore.erasure import RequestStatus
+    from teamstore.erasure.desk import extension_note
+
+    if receipt.requested_by:
+        out.print(f"requested by {plain(receipt.requested_by)}")
+    for number, attempt in enumerate(receipt.attempts, start=1):
+        ended = f", ended {attempt.ended_at:%Y-%m-%d %H:%M}Z {attempt.status or 'without a verdict'}" \
+            if attempt.ended_at else ""
+        out.print(f"attempt {number} run by {plain(attempt.operator)}, started {attempt.started_at:%Y-%m-%d %H:%M}Z"
+                  f"{ended}")
+    if (note := extension_note(receipt.extension)) is not None:
+        out.print(plain(note))
+    if not receipt.matched:
+        out.print("[bold]no match[/]: no store holds anything for this user id" +
+                  (" (the receipt says so)" if receipt.status is RequestStatus.NO_MATCH else ""))
+        if receipt.near_match:
+            out.print(f"[yellow]note[/]: {plain(receipt.near_match)}")
+
+
+def _finish(receipt: Receipt, as_json: bool, suggest_for: str | None = None) -> None:
+    from teamstore.erasure import RequestStatus
+
     emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
+    if receipt.ok and not receipt.matched:
+        # Not an error, a verdict: the request is answered ("we hold nothing"), but the id may be mistyped.
+        if suggest_for is not None:
+            suggest_near_matches(suggest_for)
+        raise typer.Exit(NO_MATCH)
     if not receipt.ok:
         rerun = f"`teamstore erase --user ... --request-id {receipt.request_id}`"
         hint = {
@@ -98,9 +141,17 @@ def erase(
     request_id: str | None = typer.Option(None, "--request-id", help="Idempotency key; rerun it to resume."),
     reason: str | None = typer.Option(None, "--reason", help="Why (stored with the request; no personal data)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be removed; change nothing."),
+    requested_by: str | None = typer.Option(
+        None, "--requested-by", help="Who asked: the data subject, a representative, a ticket (on the receipt)."),
+    operator: str | None = typer.Option(
+        None, "--operator", help="Who runs it (on the receipt); default $TEAMSTORE_OPERATOR, else the OS user."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Erase without asking (scripts); required with no terminal."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Erase USER from resume state, quarantine, transcripts (every version), outbox, ledger and subjects."""
+    """Erase USER from resume state, quarantine, transcripts (every version), outbox, ledger, export records and
+    subjects. On a terminal it shows what it would remove and asks first."""
+    from teamstore.erasure.requests import check_request_id
+
     if ctx.invoked_subcommand is not None:
         return
     if user is None:
@@ -113,10 +164,75 @@ def erase(
     _note_control_character(user)
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
         check_request_id(request_id)
+    check_person("requested_by", requested_by)
+    check_person("operator", operator)
+    asked = not dry_run and not yes
+    if asked:
+        _confirm(user, request_id, requested_by)  # names any near twin itself, before it asks
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
-        receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run), _Bars(bar))
-    _finish(receipt, as_json)
+        receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run, requested_by=requested_by,
+                                                    operator=operator), _Bars(bar))
+    _finish(receipt, as_json, suggest_for=None if asked else user)
+
+
+def suggest_near_matches(user: str) -> None:
+    """On a terminal, name the stored ids that differ from ``user`` only in letter case, Unicode form or
+    surrounding spaces: the ones the operator may have meant. Only there: a job's output is kept in its
+    logs, where another user's id must never go (the receipt says it in words, without the id)."""
+    from teamstore.export.nearby import near_matches
+
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return
+    twins = with_app(lambda app: near_matches(app.engine, user), must_exist=True)
+    for stored, kind in twins.items():
+        shown = repr(stored) if stored.isascii() else f"{stored!r} ({stored!a})"  # Unicode forms look alike
+        err_console.print(f"[yellow]did you mean[/] {plain(shown)}? It differs only in {kind}.")
+
+
+def _confirm(user: str, request_id: str | None, requested_by: str | None) -> None:
+    """Show what the erasure would remove (the dry run) on stderr and ask; refuse without a terminal.
+
+    Raises:
+        ConfirmationNeeded: No terminal to ask on, or the answer was not yes (nothing changed, no request).
+    """
+    from teamstore.erasure import RequestStatus
+
+    if not sys.stdin.isatty():
+        raise ConfirmationNeeded(
+            "erase asks before it deletes, and there is no terminal to ask on: nothing was changed",
+            hint="pass --yes to erase without asking (scripts, jobs), or run it on a terminal",
+        )
+
+    async def plan(coordinator: DeletionCoordinator) -> tuple[Receipt | None, Receipt]:
+        # A rerun of a request shows where it stands as well as what is left for the id.
+        earlier = await _earlier(coordinator, request_id)
+        return earlier, await coordinator.run(user, request_id, dry_run=True, requested_by=requested_by)
+
+    earlier, receipt = _with_coordinator(plan, None)
+    if earlier is not None and earlier.status in (RequestStatus.COMPLETED, RequestStatus.NO_MATCH):
+        return  # a finished request is only reported: nothing to confirm
+    _render(receipt, err_console)
+    if earlier is not None:
+        err_console.print(f"this resumes request {plain(earlier.request_id)} ({earlier.status})")
+    if not receipt.matched:
+        suggest_near_matches(user)
+    question = ("Erase what is listed above? It cannot be undone" if receipt.matched else
+                "No store holds anything for this id. File a no_match receipt for it")
+    if not typer.confirm(question, default=False, err=True):
+        untouched = "the request stays as it was" if earlier is not None else "no request was opened"
+        raise ConfirmationNeeded(f"not confirmed: nothing was erased and {untouched}",
+                                 hint="run it again and answer y (check the user id first), or pass --yes")
+
+
+async def _earlier(coordinator: DeletionCoordinator, request_id: str | None) -> Receipt | None:
+    """The request ``request_id`` names, if it exists."""
+    if request_id is None:
+        return None
+    try:
+        return await coordinator.status(request_id)
+    except ErasureRequestNotFound:
+        return None
 
 
 def _note_control_character(user: str) -> None:
@@ -139,8 +255,81 @@ def status(
     _finish(receipt, as_json)  # an open request is not erased yet: never exit 0 for it
 
 
+StatusOption = typer.Option([], "--status", help="Only requests in this status (repeatable): open, failed, completed, "
+                            "no_match, retained_under_hold.")
+
+
+@app.command("list")
+def list_(
+    status_: list[str] = StatusOption,
+    overdue: bool = typer.Option(False, "--overdue", help="Only open or failed requests past their due date "
+                                 "(the extended one, if extended)."),
+    user: str | None = typer.Option(None, "--user", help="Only the open or failed request of this exact user id "
+                                    "(never printed; finished requests have forgotten it)."),
+    limit: int = typer.Option(100, "--limit", min=1, max=10_000, help="At most this many, newest first."),
+    as_json: bool = JsonOption,
+) -> None:
+    """List erasure requests: received, due (and extended due), status, who asked and who ran them."""
+    from teamstore.erasure.desk import list_requests
+
+    statuses = [_status(value) for value in status_]
+    if user is not None:
+        check_erasable_id(user)
+    found = with_app(lambda app: list_requests(app.engine, statuses=statuses, overdue=overdue, user_id=user,
+                                               limit=limit), must_exist=True)
+    emit({"requests": [r.model_dump(mode="json") for r in found]}, as_json=as_json,
+         render=lambda _: _render_list(found))
+
+
+def _status(value: str) -> RequestStatus:
+    from teamstore.erasure import RequestStatus
+
+    try:
+        return RequestStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in RequestStatus if s is not RequestStatus.DRY_RUN)
+        raise ConfigurationError(f"--status {value!r} is not a request status", hint=f"use one of {known}") from None
+
+
+def _render_list(found: list[RequestSummary]) -> None:
+    rows = [[r.request_id, str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
+             f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
+             r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(r.operators) or "-")] for r in found]
+    print_table(("request", "status", "received", "due", "extended to", "subject", "requested by", "run by"),
+                [[plain(r[0]), *r[1:]] for r in rows], fixed=(2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
+    if not found:
+        console.print("no request matches")
+
+
+@app.command("extend")
+def extend(
+    request_id: str = typer.Argument(..., help="The request to extend."),
+    by: str = typer.Option(..., "--by", help="How much longer: 30d, 6w or 2m (two months at most, once)."),
+    reason: str = typer.Option(..., "--reason", help="Why (recorded; what the data subject is told)."),
+    operator: str | None = typer.Option(
+        None, "--operator", help="Who extends it (recorded); default $TEAMSTORE_OPERATOR, else the OS user."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Extend a request's due date once, by at most two months, with a recorded reason (GDPR art. 12(3))."""
+    from teamstore.erasure.desk import check_extension_reason, extend_request
+    from teamstore.erasure.requests import check_request_id
+
+    check_request_id(request_id)
+    check_extension_reason(reason)
+    ran_by = current_operator(operator)
+
+    async def go(coordinator: DeletionCoordinator) -> Receipt:
+        await extend_request(coordinator.engine, request_id, by, reason, operator=ran_by)
+        return await coordinator.status(request_id)
+
+    receipt = _with_coordinator(go, None)
+    emit(receipt.model_dump(mode="json"), as_json=as_json, render=lambda _: _render(receipt))
+    err_console.print(f"[yellow]note[/]: tell the data subject of the extension and its reason by the original due "
+                      f"date, {receipt.due_at:%Y-%m-%d} (GDPR art. 12(3): within one month of receipt)")
+
+
 def register(root: typer.Typer) -> None:
-    """Mount ``erase`` (a group whose callback erases, with ``status`` beneath it) on the main app."""
+    """Mount ``erase`` (a group whose callback erases, with ``status``, ``list`` and ``extend`` beneath it)."""
     root.add_typer(app, name="erase")
 
 

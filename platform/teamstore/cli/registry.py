@@ -1,7 +1,8 @@
 """``teamstore registry``: add, list, show, history, diff, label and check team definitions; recover.
 
     teamstore registry add support_triage --factory teamstore.examples:support_triage \\
-        --persist researcher --context-bound 20 --label production --message "first version"
+        --persist researcher --context-bound 20 --label production --message "first version" \\
+        --memory '{"participants": ["triage"], "writer": "triage", "facts": {"ticket_id": "str"}}'
     teamstore registry show support_triage@production --json
     teamstore registry check support_triage --from production --to <version>
     teamstore registry recover --discard      # after a registration was killed before its commit
@@ -13,18 +14,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
 
-from config_registry import Manifest, Registry, TeamDefinition
 from config_registry.errors import DefinitionInvalid, validation_message
-from teamstore.app import App
 from teamstore.cli._output import JsonOption, console, emit, fail, plain
 from teamstore.errors import TeamstoreError
-from teamstore.settings import Settings
+
+# The registry (git, AutoGen, pydantic models) and the settings are imported by the commands that use
+# them, not with the command line.
+if TYPE_CHECKING:
+    from config_registry import Manifest, Registry, TeamDefinition
 
 app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=True)
 
@@ -32,6 +34,8 @@ app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=Tr
 def _registry(*, create: bool = False) -> Registry:
     """The registry; only ``add`` creates it: every other command reads, or moves a label of a version
     that must already be registered."""
+    from teamstore.app import App
+
     return App().registry(create=create)
 
 
@@ -54,6 +58,10 @@ def _secrets(values: list[str]) -> dict[str, str]:
 
 
 def _manifest(name: str, options: dict[str, Any]) -> Manifest:
+    from pydantic import ValidationError
+
+    from config_registry import Manifest
+
     try:
         return Manifest(name=name, **options)
     except ValidationError as exc:
@@ -62,6 +70,22 @@ def _manifest(name: str, options: dict[str, Any]) -> Manifest:
         raise DefinitionInvalid(
             validation_message(error), field=field, hint="see 'teamstore registry add --help'"
         ) from exc
+
+
+def _memory(value: str | None) -> dict[str, Any] | None:
+    """``--memory``'s JSON object (the manifest's memory declaration), or ``None`` when not given."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise DefinitionInvalid(
+            "--memory is not a JSON object", field="memory",
+            hint='e.g. --memory \'{"participants": ["triage"], "writer": "triage", "facts": {"ticket_id": "str"}}\'',
+        )
+    return data
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -107,6 +131,13 @@ def add(
     state_ttl_days: float | None = typer.Option(
         None, "--state-ttl-days", help="Resume-state TTL for this team."
     ),
+    memory: str | None = typer.Option(
+        None, "--memory", help="User memory, as JSON: participants, writer, summary_tokens, facts {name: type}, "
+        "scope, retention_days (docs/memory.md).",
+    ),
+    checkpoints: str = typer.Option(
+        "off", "--checkpoints", help="'every_turn': make each completed agent turn durable before the next; 'off'."
+    ),
     message: str | None = typer.Option(
         None, "--message", "-m", help="Why this version exists (commit message); omitted: 'register NAME'."
     ),
@@ -123,9 +154,10 @@ def add(
         "owner": owner,
         "notes": notes,
         "state_ttl_days": state_ttl_days,
+        "checkpoints": checkpoints,
     }
     try:
-        manifest = _manifest(name, {**options, "secrets": _secrets(secret or [])})
+        manifest = _manifest(name, {**options, "secrets": _secrets(secret or []), "memory": _memory(memory)})
         definition = _register(name, factory, file, manifest, f"register {name}" if message is None else message,
                                label)
     except TeamstoreError as exc:
@@ -217,13 +249,15 @@ def _render_definition(data: dict[str, Any]) -> None:
     console.print(
         f"persist: {plain(', '.join(manifest['persist']) or '-')}   "
         f"context_bound: {manifest['context_bound']}   "
-        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}"
+        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}   "
+        f"checkpoints: {manifest['checkpoints']}"
     )
     console.print(
         f"allow_source_code_tools: {allow['allow_source_code_tools']}  "
         f"source-code tools: {plain(', '.join(allow['source_code_tools']) or 'none')}"
     )
     console.print(f"allowed providers (extra): {', '.join(allow['allowed_providers']) or 'none'}")
+    _render_memory(data["name"], manifest.get("memory"))
     for path, reference in sorted(allow["secrets"].items()):
         console.print(f"secret: {plain(path)} <- {reference}")
     table = Table(title="Participants")
@@ -233,6 +267,18 @@ def _render_definition(data: dict[str, Any]) -> None:
         cells = (plain(row[c]) for c in ("name", "type", "model", "context"))
         table.add_row(*cells, row["fingerprint"] or "-")
     console.print(table)
+
+
+def _render_memory(name: str, memory: dict[str, Any] | None) -> None:
+    if memory is None:
+        console.print("memory: none")
+        return
+    facts = ", ".join(f"{n}: {t}" for n, t in memory["facts"].items()) or "none"
+    console.print(plain(
+        f"memory: {'on' if memory['enabled'] else 'off'}, scope {memory['scope'] or name}, given to "
+        f"{', '.join(memory['participants'])}, written by {memory['writer']}'s model client, summary "
+        f"{memory['summary_tokens']} tokens, facts {facts}, retention "
+        f"{memory['retention_days'] or 'the runtime default'} days"))
 
 
 def _participant_rows(definition: Any) -> list[dict[str, Any]]:
@@ -418,6 +464,7 @@ def recover(
     """Show what an interrupted registration or label move left (exit 2 if anything), then discard or commit it."""
     from config_registry.gitrepo import GitRepo
     from config_registry.recovery import commit_left, discard_left, inspect
+    from teamstore.settings import Settings
 
     if discard and commit:
         raise typer.BadParameter("give --discard or --commit, not both", param_hint="--discard/--commit")

@@ -10,21 +10,21 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from teamstore.app import App
-from teamstore.cli._output import JsonOption, console, emit, plain, print_table
+from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.db.engine import redact_url
-from teamstore.db.migrate import current_revision, head_revision, require_current, ships, upgrade
-from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.errors import ConfigurationError, InvalidTask, TeamstoreError
 from teamstore.ids import check_ids
-from teamstore.runtime.inspect import describe_session
-from teamstore.runtime.platform import Platform
-from teamstore.state.base import SessionKey, StateStore
-from teamstore.state.lease_mode import lease_mode, set_lease_mode
+
+# The database, the runtime and AutoGen are imported by the commands that use them, not with the command
+# line: `teamstore --help` and the commands that need none of them start without paying for them.
+if TYPE_CHECKING:
+    from teamstore.app import App
+    from teamstore.runtime.platform import Platform
+    from teamstore.state.base import StateStore
 
 T = TypeVar("T")
 
@@ -40,31 +40,45 @@ def _stored(fn: Callable[[App], Awaitable[T]]) -> T:
 
 
 def run(
-    text: str = typer.Argument(..., help="The user's message."),
+    text: str | None = typer.Argument(None, help="The user's message (none with --continue or --abandon)."),
     team: str = typer.Option(..., "--team", help="Registry reference: NAME, NAME@VERSION or NAME@LABEL."),
     user: str = typer.Option(..., "--user", help="The user id."),
     session: str = typer.Option(..., "--session", help="The session id."),
+    continue_run: bool = typer.Option(False, "--continue", help="Continue the session's interrupted run."),
+    abandon: bool = typer.Option(False, "--abandon", help="Abandon the session's interrupted run (then run TEXT, if given)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Resume the session, run the team on TEXT, save, and print the reply."""
+    """Resume the session, run the team on TEXT (or continue its interrupted run), save, and print the reply."""
+    if continue_run == (text is not None) and not abandon:
+        fail(InvalidTask("give the user's message, or --continue to finish the session's interrupted run",
+                         hint="teamstore run --team T --user U --session S 'message' (or --continue)"))
 
     async def go(app: App) -> dict[str, Any]:
         # The platform checks the schema and the lease mode as it opens, and closes the app as it closes.
         async with app.platform() as platform:
-            return await _run_once(platform, text, team=team, user=user, session=session)
+            return await _run_once(platform, text, team=team, user=user, session=session,
+                                   how="continue" if continue_run else "abandon" if abandon else "run")
 
     data = with_app(go, must_exist=False, migrate=False)  # a run writes: the embedded database is made if need be
     emit(data, as_json=as_json, render=lambda d: _render_run(d))
 
 
-async def _run_once(platform: Platform, text: str, *, team: str, user: str, session: str) -> dict[str, Any]:
-    """One request: open the session, run the team on ``text``, and describe the reply."""
+async def _run_once(
+    platform: Platform, text: str | None, *, team: str, user: str, session: str, how: str = "run"
+) -> dict[str, Any]:
+    """One request: open the session, run the team on ``text`` (or continue or abandon its interrupted run),
+    and describe the reply."""
     try:
         async with platform.session(user, session, team=team) as s:
-            result = await s.run(text)
             assert s.resume is not None
             resume = s.resume.as_dict()
+            if how == "abandon":
+                await s.abandon_run()
+                if text is None:
+                    return {"abandoned": resume["interrupted"], "resume": resume, "row_version": s.row_version}
+            result = await (s.continue_run() if how == "continue" else s.run(text))
             run_id = s.last_run_id
+            memory = s.memory.as_dict() if s.memory is not None else None
     except TeamstoreError:
         raise
     except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
@@ -81,9 +95,11 @@ async def _run_once(platform: Platform, text: str, *, team: str, user: str, sess
         "reply": getattr(last, "content", str(last)),
         "speaker": last.source,
         "messages": [
-            {"source": m.source, "type": type(m).__name__, "content": m.to_text()} for m in result.messages
+            {"source": m.source, "type": type(m).__name__, "content": m.to_text(),
+             "created_at": m.created_at.isoformat()} for m in result.messages
         ],
         "resume": resume,
+        "memory": memory,
         "run_id": run_id,
         "row_version": s.row_version,
         "stop_reason": result.stop_reason,
@@ -98,6 +114,9 @@ def _render_run(data: dict[str, Any]) -> None:
     resume = data["resume"]
     note = f" ({resume['detail']})" if resume["detail"] else ""
     console.print(f"[dim]resume: {plain(resume['outcome'] + note)}[/]")
+    if "abandoned" in data:
+        console.print(f"abandoned run {plain(data['abandoned']['run_id'])}")
+        return
     console.print(f"[bold]{plain(data['speaker'])}[/]: {plain(data['reply'])}")
 
 
@@ -109,6 +128,8 @@ def list_sessions(
 ) -> None:
     """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
     check_ids(user_id=user)
+
+    from teamstore.runtime.inspect import describe_session
 
     async def go(app: App) -> tuple[list[dict[str, Any]], str | None]:
         store = app.state_store
@@ -149,6 +170,9 @@ def show_session(
     sessions its user keeps against TEAMSTORE_MAX_SESSIONS_PER_USER."""
     check_ids(user_id=user, session_id=session)
 
+    from teamstore.runtime.inspect import describe_session
+    from teamstore.state.base import SessionKey
+
     async def go(app: App) -> dict[str, Any] | None:
         row = await app.state_store.get(SessionKey(user, session))
         if row is None:
@@ -167,6 +191,11 @@ def _render_session(d: dict[str, Any]) -> None:
     for key in ("team", "team_version", "schema_version", "agentchat_version", "row_version", "state_bytes",
                 "updated_at", "expires_at"):
         console.print(f"[bold]{key}[/]: {plain(d[key])}")
+    checkpoint = d.get("checkpoint")
+    if checkpoint is not None:
+        shown = checkpoint if isinstance(checkpoint, str) else (
+            f"run {checkpoint['run_id']} after turn {checkpoint['last_turn']}, {checkpoint['bytes']} bytes")
+        console.print(f"[bold]checkpoint[/]: {plain(shown)}")
     console.print(f"[bold]user's live sessions[/]: {d['user_live_sessions']} of the {d['max_sessions_per_user']} "
                   "TEAMSTORE_MAX_SESSIONS_PER_USER allows")
     agents = d["agents"]
@@ -209,6 +238,8 @@ def delete_session(
     """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
 
     check_ids(user_id=user, session_id=session)
+
+    from teamstore.state.base import SessionKey
 
     async def go(app: App) -> dict[str, Any]:
         # What Platform.delete_session does: it waits for an open session as a request would.
@@ -255,19 +286,31 @@ def restore_quarantined(
 def db_upgrade(as_json: bool = JsonOption) -> None:
     """Apply every pending migration to TEAMSTORE_DATABASE_URL (the only way production tables change)."""
 
+    from teamstore.db.engine import redact_url
+    from teamstore.db.migrate import current_revision, upgrade
+
     async def go(app: App) -> dict[str, Any]:
+        from teamstore.audit.price_sync import PriceSync
+        from teamstore.audit.prices import load_prices
+
         before = await current_revision(app.engine)
         after = await upgrade(app.engine)
-        return {"database": redact_url(app.settings.resolved_database_url), "from": before, "to": after}
+        table = load_prices(app.settings.prices_path)
+        await PriceSync(lambda: table).ensure(app.engine, ())  # the session_costs view prices with it at once
+        return {"database": redact_url(app.settings.resolved_database_url), "from": before, "to": after,
+                "prices": table.version}
 
     data = with_app(go, must_exist=False, migrate=False)  # it is the migration: it makes the database
-    emit(data, as_json=as_json,
-         render=lambda d: console.print(plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}")))
+    emit(data, as_json=as_json, render=lambda d: console.print(
+        plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}; prices {d['prices']}")))
 
 
 @db_app.command("current")
 def db_current(as_json: bool = JsonOption) -> None:
     """Show the database's migration revision and the one this code needs."""
+
+    from teamstore.db.engine import redact_url
+    from teamstore.db.migrate import current_revision, head_revision
 
     async def go(app: App) -> dict[str, Any]:
         return {"database": redact_url(app.settings.resolved_database_url),
@@ -278,6 +321,8 @@ def db_current(as_json: bool = JsonOption) -> None:
 
 
 def _render_current(d: dict[str, Any]) -> None:
+    from teamstore.db.migrate import ships
+
     if d["current"] == d["head"]:
         console.print(plain(f"{d['database']}: at {d['head']}, up to date"))
     elif d["current"] is not None and not ships(d["current"]):
@@ -301,6 +346,10 @@ def db_lease_mode(
     if mode is not None and mode not in ("lock", "row"):
         raise ConfigurationError(f"session lease {mode!r} is not one of lock, row",
                                  hint="give lock or row, or nothing to show the current mode")
+
+    from teamstore.db.engine import redact_url
+    from teamstore.db.migrate import require_current
+    from teamstore.state.lease_mode import lease_mode, set_lease_mode
 
     async def go(app: App) -> dict[str, Any]:
         engine, settings = app.engine, app.settings

@@ -15,10 +15,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from config_registry.errors import folder_failure
 from config_registry.folders import PRIVATE, make_folder
@@ -208,3 +210,27 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
         f"unsupported database {redact_url(url)!r}",
         hint="use a postgresql:// URL, or unset TEAMSTORE_DATABASE_URL for the embedded SQLite default",
     )
+
+
+def create_reader(engine: AsyncEngine) -> Engine:
+    """A synchronous engine reading the same database as ``engine``, for code that runs outside the event
+    loop (an OpenTelemetry reader's thread collecting gauges): a connection per use, none kept, parameters
+    hidden like ``engine``'s. An SQLite file is opened read-only, so a reader never creates one.
+
+    Args:
+        engine: The async engine whose database to read.
+    """
+    url = engine.url
+    if url.get_backend_name() == "sqlite":
+        database = url.database or ":memory:"
+        sync_url = url.set(drivername="sqlite", database=f"file:{database}", query={"mode": "ro", "uri": "true"})
+        reader = create_sync_engine(sync_url, poolclass=NullPool, hide_parameters=True)
+        event.listen(reader, "connect", _busy_timeout)
+        return reader
+    return create_sync_engine(url.set(drivername="postgresql+psycopg"), poolclass=NullPool, hide_parameters=True)
+
+
+def _busy_timeout(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=2000")  # a writer's moment of holding the file is waited out
+    cursor.close()

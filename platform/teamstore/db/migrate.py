@@ -12,13 +12,12 @@ migrate without a checkout.
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,11 +25,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.errors import SchemaNotReady, StoreUnavailable
 
+# Alembic (with Mako and Pygments behind it) is imported when a migration runs or a revision is looked up,
+# not for a command whose database is already current (see ensure_current).
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic config pointing at the packaged migrations, optionally bound to a connection."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     if connection is not None:
@@ -40,11 +46,15 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def ships(revision: str) -> bool:
     """Whether this code ships migration ``revision`` (a newer teamstore may have applied one it does not)."""
+    from alembic.script import ScriptDirectory
+
     return revision in {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
 def head_revision() -> str:
     """The newest migration this code ships."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
@@ -63,10 +73,14 @@ def _upgrade(connection: Connection, target: str) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
     else:
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+    from alembic import command
+
     command.upgrade(alembic_config(connection), target)
 
 
 def _current(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(connection).get_current_revision()
 
 
@@ -129,7 +143,35 @@ async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> None:
         SchemaNotReady: Not ``migrate`` and the database is not at head, or a newer teamstore migrated it.
         StoreUnavailable: The database failed.
     """
+    head = shipped_head()
+    if head is not None and await _run(engine, _at, head):
+        return  # the usual case, answered without importing Alembic
     if migrate:
         await upgrade(engine)
     else:
         await require_current(engine)
+
+
+_REVISION = re.compile(r"""^(down_revision|revision)\s*(?::[^=]+)?=\s*(?:["']([^"']+)["']|None)\s*$""", re.M)
+
+
+@functools.cache
+def shipped_head() -> str | None:
+    """The newest migration this code ships, read from the version files' ``revision`` and
+    ``down_revision`` lines without Alembic; ``None`` when they do not read as one straight line of
+    revisions (Alembic's own answer is then the only one)."""
+    revisions: dict[str, str | None] = {}
+    for path in sorted((MIGRATIONS / "versions").glob("[0-9]*.py")):
+        found = dict((name, value or None) for name, value in _REVISION.findall(path.read_text(encoding="utf-8")))
+        if "revision" not in found or found["revision"] is None or "down_revision" not in found:
+            return None
+        revisions[found["revision"]] = found["down_revision"]
+    heads = set(revisions) - set(revisions.values())
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _at(connection: Connection, head: str) -> bool:
+    if not connection.dialect.has_table(connection, "alembic_version"):
+        return False
+    rows = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    return rows == [head]

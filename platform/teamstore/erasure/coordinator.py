@@ -32,6 +32,8 @@ from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import (
+    FINISHED,
+    Attempt,
     Counts,
     Receipt,
     RequestStatus,
@@ -43,8 +45,16 @@ from teamstore.erasure.receipt import (
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
 from teamstore.erasure.stores import check_store
-from teamstore.errors import ErasureConflict, ErasureRequestNotFound, TeamstoreError, TranscriptStoreMismatch
+from teamstore.errors import (
+    ErasureConflict,
+    ErasureRequestNotFound,
+    StoreUnavailable,
+    TeamstoreError,
+    TranscriptStoreMismatch,
+)
+from teamstore.export.nearby import near_match
 from teamstore.ids import check_erasable_id
+from teamstore.people import check_person, current_operator
 from teamstore.settings import Settings
 from teamstore.state.erasure import open_sessions, stored_sessions
 
@@ -90,7 +100,8 @@ class DeletionCoordinator:
         self.steps: list[Step] = build_steps()
 
     async def run(
-        self, user_id: str, request_id: str | None = None, reason: str | None = None, dry_run: bool = False
+        self, user_id: str, request_id: str | None = None, reason: str | None = None, dry_run: bool = False,
+        *, requested_by: str | None = None, operator: str | None = None,
     ) -> Receipt:
         """Erase ``user_id`` (or resume/report the request ``request_id``).
 
@@ -102,12 +113,18 @@ class DeletionCoordinator:
             reason: Free text stored with the request (keep personal data out of it).
             dry_run: Only enumerate: print what would be removed, change nothing, store nothing. No request
                 exists afterwards, so the receipt's ``request_id`` is ``None`` (a given one is only checked).
+            requested_by: Who asked (the data subject, a representative, a ticket): free text on the receipt,
+                recorded when the request opens (or on a rerun of one that has none).
+            operator: Who runs this attempt; ``TEAMSTORE_OPERATOR``, else the OS user, when omitted.
 
         Returns:
-            The receipt (also stored); ``receipt.ok`` is False unless every store is erased or no_match.
+            The receipt (also stored); ``receipt.ok`` is False unless every store is erased or no_match. A
+            request that found nothing anywhere ends ``no_match`` (``receipt.near_match`` says whether an id
+            differing only in letter case, Unicode form or spaces holds data).
 
         Raises:
-            InvalidIdentifier: The user id, request id or reason cannot be stored exactly.
+            InvalidIdentifier: The user id, request id, reason, requested_by or operator cannot be stored
+                exactly.
             ErasureConflict: Another request is open for the user, or another process runs this one.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
@@ -116,9 +133,11 @@ class DeletionCoordinator:
         # learn the fresh id to rerun or to ask about.
         rid = requests.check_request_id(new_request_id() if request_id is None else request_id)
         requests.check_reason(reason)
+        check_person("requested_by", requested_by)
         if dry_run:
-            return await self._dry_run(user_id, reason)
-        row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days)
+            return await self._dry_run(user_id, reason, requested_by)
+        ran_by = current_operator(operator)
+        row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by)
         if (finished := await self._finished(row, user_id)) is not None:
             return finished
         owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -132,10 +151,23 @@ class DeletionCoordinator:
             row = fresh
             if (finished := await self._finished(row, user_id)) is not None:
                 return finished
+            attempt = await requests.start_attempt(self.engine, rid, ran_by)
             async with self._keeping_lease(rid, owner):
-                return await self._resume(row, owner)
+                return await self._attempt(row, owner, attempt)
         finally:
             await requests.release(self.engine, rid, owner)
+
+    async def _attempt(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
+        """Resume the request; an attempt stopped without a receipt (taken over, another transcript store to
+        empty first, the database gone) is still marked ended, with no status."""
+        try:
+            return await self._resume(row, owner, attempt)
+        except TeamstoreError:
+            try:
+                await requests.end_attempt(self.engine, row.request_id, attempt)
+            except StoreUnavailable as exc:  # the error being raised says more; this one is only logged
+                log.warning("erasure %s: could not record the end of attempt %d: %s", row.request_id, attempt, exc)
+            raise
 
     async def _finished(self, row: requests.RequestRow, user_id: str) -> Receipt | None:
         """The stored receipt of a finished request; ``None`` if it still has work to do.
@@ -153,7 +185,7 @@ class DeletionCoordinator:
                 hint=f"use a new request id to erase it (omit --request-id to get one); "
                 f"`teamstore erase status {row.request_id}` prints the old receipt",
             )
-        if row.status is RequestStatus.COMPLETED and row.receipt is not None:
+        if row.status in FINISHED and row.receipt is not None:
             return Receipt.model_validate(row.receipt)  # already done: report, never act twice
         return None
 
@@ -194,9 +226,10 @@ class DeletionCoordinator:
             )
         if row.receipt is not None:
             return Receipt.model_validate(row.receipt)
-        return self._receipt(row, await requests.load_steps(self.engine, request_id), RequestStatus.OPEN)
+        steps = await requests.load_steps(self.engine, request_id)
+        return self._receipt(row, steps, RequestStatus.OPEN, attempts=await requests.load_attempts(self.engine, request_id))
 
-    async def _resume(self, row: requests.RequestRow, owner: str) -> Receipt:
+    async def _resume(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
         # Writes that checked the fence just before it went up (with the request) land within their
         # deadline: wait out what is left of it, on a rerun straight after a killed first attempt too.
         left = (row.received_at + timedelta(seconds=self.knobs.fence_grace_seconds) - datetime.now(UTC)).total_seconds()
@@ -206,13 +239,13 @@ class DeletionCoordinator:
         recorded = await requests.load_steps(self.engine, row.request_id)
         if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
             # A run that began before the fence may still write when it ends: not while the fence stands.
-            return await self._fail_early(row, ctx, recorded, owner, "resume_state", (
+            return await self._fail_early(row, ctx, recorded, (owner, attempt), "resume_state", (
                 f"{still_open} session(s) of the user were still open after {self.knobs.session_wait_seconds:g}s "
                 "(runs that began before this request); their saves, transcripts and ledger rows are "
                 "refused while it is open. Rerun the same request id once they end"))
         if ctx.subject_key is not None and (lands_by := await self._wait_for_uploads(ctx.subject_key)):
             # Listed now, the transcripts could miss an upload that lands afterwards, with no one to delete it.
-            return await self._fail_early(row, ctx, recorded, owner, "transcripts", (
+            return await self._fail_early(row, ctx, recorded, (owner, attempt), "transcripts", (
                 f"an upload of the user's transcripts may still land until {lands_by:%Y-%m-%dT%H:%M:%SZ} (S3 left "
                 f"it unanswered, or it was still on its way after {self.knobs.upload_wait_seconds:g}s). Rerun the "
                 "same request id after that time"))
@@ -232,12 +265,24 @@ class DeletionCoordinator:
                 break
         else:
             await self._final_check(ctx, results)
-        receipt = self._receipt(row, results, _request_status(results), ctx.subject_key)
-        if not await requests.finish(self.engine, row, receipt, owner, ctx.subject_key):
+        receipt = await self._closing(row, results, _request_status(results), ctx.subject_key, attempt)
+        if not await requests.finish(self.engine, row, receipt, owner, ctx.subject_key, attempt):
             raise requests.taken_over(row.request_id)
         await requests.truncate_sqlite_log(self.engine)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
+
+    async def _closing(
+        self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,
+        subject_key: str | None, attempt: int,
+    ) -> Receipt:
+        """The receipt a finishing attempt stores: its own attempt ended with ``status``, and for a request
+        that found nothing anywhere, whether a near-identical id holds data."""
+        now = datetime.now(UTC)
+        attempts = [a.model_copy(update={"ended_at": now, "status": status}) if n == attempt else a
+                    for n, a in enumerate(await requests.load_attempts(self.engine, row.request_id), start=1)]
+        near = await near_match(self.engine, row.user_id) if status is RequestStatus.NO_MATCH and row.user_id else None
+        return self._receipt(row, results, status, subject_key, attempts=attempts, near=near)
 
     async def _holds_data(self, user_id: str, erasing: str | None) -> bool:
         """Whether ``user_id`` has a subject (other than the one a held request still erases) or stored
@@ -277,17 +322,19 @@ class DeletionCoordinator:
         return None
 
     async def _fail_early(
-        self, row: requests.RequestRow, ctx: StepContext, recorded: dict[str, StoreResult], owner: str, step: str,
-        detail: str,
+        self, row: requests.RequestRow, ctx: StepContext, recorded: dict[str, StoreResult], run: tuple[str, int],
+        step: str, detail: str,
     ) -> Receipt:
-        """End the request ``failed`` before any store is touched, keeping the fence; ``step`` says why."""
+        """End the request ``failed`` before any store is touched, keeping the fence; ``step`` says why.
+        ``run`` is this coordinator's lease owner and attempt number."""
+        owner, attempt = run
         # What an earlier attempt erased stays counted: the rerun adds to it, never restarts from zero.
         before = recorded.get(step)
         result = StoreResult(status=StepStatus.FAILED, counts=before.counts if before else Counts(), detail=detail)
         await requests.record_step(self.engine, row.request_id, step, result, owner)
         log.error("erasure %s: %s", row.request_id, detail)
-        receipt = self._receipt(row, {**recorded, step: result}, RequestStatus.FAILED, ctx.subject_key)
-        if not await requests.finish(self.engine, row, receipt, owner):
+        receipt = await self._closing(row, {**recorded, step: result}, RequestStatus.FAILED, ctx.subject_key, attempt)
+        if not await requests.finish(self.engine, row, receipt, owner, attempt=attempt):
             raise requests.taken_over(row.request_id)
         return receipt
 
@@ -334,19 +381,20 @@ class DeletionCoordinator:
 
     def _receipt(
         self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,
-        subject_key: str | None = None,
+        subject_key: str | None = None, *, attempts: list[Attempt], near: str | None = None,
     ) -> Receipt:
         stores = {s.name: results.get(s.name) or StoreResult(status=StepStatus.PENDING) for s in self.steps}
-        done = status in (RequestStatus.COMPLETED, RequestStatus.RETAINED_UNDER_HOLD)
+        done = status in (*FINISHED, RequestStatus.RETAINED_UNDER_HOLD)
         return Receipt(
             request_id=row.request_id, status=status,
             subject_hash=row.subject_hash or subject_hash(subject_key or row.subject_key, self.knobs),
             received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
             completed_at=datetime.now(UTC) if done else None,
             remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content),
+            requested_by=row.requested_by, attempts=attempts, extension=row.extension, near_match=near,
         )
 
-    async def _dry_run(self, user_id: str, reason: str | None) -> Receipt:
+    async def _dry_run(self, user_id: str, reason: str | None, requested_by: str | None) -> Receipt:
         """What a request would find, with no request id: none is stored, so none could be looked up later.
         Its times are those of a request received now."""
         subject = await find_subject(self.engine, user_id)
@@ -359,10 +407,12 @@ class DeletionCoordinator:
             status = StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH
             stores[step.name] = StoreResult(status=status, counts=counts)
         now = datetime.now(UTC)
+        found = any(result.status is not StepStatus.NO_MATCH for result in stores.values())
         return Receipt(
             request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
             received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
             remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content),
+            requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
         )
 
 
@@ -406,4 +456,6 @@ def _request_status(results: dict[str, StoreResult]) -> RequestStatus:
         return RequestStatus.FAILED
     if StepStatus.RETAINED_UNDER_HOLD in statuses:
         return RequestStatus.RETAINED_UNDER_HOLD
+    if statuses == {StepStatus.NO_MATCH}:
+        return RequestStatus.NO_MATCH  # nothing anywhere: said as such, since the id may be mistyped
     return RequestStatus.COMPLETED

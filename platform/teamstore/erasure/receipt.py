@@ -9,7 +9,9 @@
 
 A receipt never holds the raw user id: only ``subject_hash``, a keyed hash of the pseudonymous subject
 key (see :func:`subject_hash`). Per store it says ``erased``, ``no_match``, ``retained_under_hold`` or
-``failed``, with counts and when verification re-queried the store.
+``failed``, with counts and when verification re-queried the store. It also says who asked
+(``requested_by``), who ran each attempt (``attempts``), and the one extension of the due date if any.
+A request that found nothing in any store ends ``no_match``, not ``completed``: the id may be mistyped.
 """
 
 from __future__ import annotations
@@ -45,9 +47,14 @@ class RequestStatus(StrEnum):
 
     OPEN = "open"
     COMPLETED = "completed"
+    NO_MATCH = "no_match"  # finished, and no store held anything for the id: nothing was erased
     RETAINED_UNDER_HOLD = "retained_under_hold"
     FAILED = "failed"
     DRY_RUN = "dry_run"
+
+
+FINISHED = frozenset({RequestStatus.COMPLETED, RequestStatus.NO_MATCH})
+"""A request in one of these is done for good: a rerun only reports it, and it has forgotten the user."""
 
 
 class Counts(BaseModel):
@@ -92,6 +99,26 @@ class Remains(BaseModel):
     detail: str
 
 
+class Attempt(BaseModel):
+    """One run of a request: who ran it, when, and the request's status when it ended (``None``: still
+    running, or stopped without a verdict, e.g. killed)."""
+
+    operator: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    status: RequestStatus | None = None
+
+
+class Extension(BaseModel):
+    """The one extension of a request's due date (GDPR art. 12(3)), as recorded."""
+
+    by: str
+    due_at: datetime
+    reason: str
+    extended_at: datetime
+    operator: str
+
+
 class Receipt(BaseModel):
     """The stored and printed record of one erasure request; a dry run's has no ``request_id`` (``None``),
     since it stores no request."""
@@ -105,13 +132,31 @@ class Receipt(BaseModel):
     reason: str | None = None
     stores: dict[str, StoreResult]
     remains_elsewhere: list[Remains] = Field(default_factory=list)
+    requested_by: str | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+    extension: Extension | None = None
+    near_match: str | None = None
+    """When no store held anything: whether a stored id differs from this one only in letter case, Unicode
+    form or surrounding spaces (said in words, never naming the id)."""
 
     @property
     def ok(self) -> bool:
-        """True when every store is ``erased`` or ``no_match`` (the CLI's exit status 0)."""
-        return self.status in (RequestStatus.COMPLETED, RequestStatus.DRY_RUN) and all(
+        """True when every store is ``erased`` or ``no_match``: ``completed``, ``no_match`` or a dry run."""
+        return self.status in (*FINISHED, RequestStatus.DRY_RUN) and all(
             s.status in DONE or s.status is StepStatus.WOULD_ERASE for s in self.stores.values()
         )
+
+    @property
+    def matched(self) -> bool:
+        """False when no store held anything for the id (status ``no_match``, or a dry run finding nothing)."""
+        return self.status is not RequestStatus.NO_MATCH and any(
+            s.status is not StepStatus.NO_MATCH for s in self.stores.values()
+        )
+
+    @property
+    def effective_due_at(self) -> datetime:
+        """The due date in force: the extended one if the request was extended."""
+        return self.extension.due_at if self.extension is not None else self.due_at
 
 
 def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, or_, select, text, update
+from sqlalchemy import delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -28,8 +28,17 @@ from teamstore.audit.schema import subject_stores
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import user_holds
 from teamstore.db.statements import dialect_insert, insert_new
-from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
-from teamstore.erasure.schema import REQUEST_ID, erasure_requests, erasure_steps
+from teamstore.erasure.receipt import (
+    FINISHED,
+    Attempt,
+    Counts,
+    Extension,
+    Receipt,
+    RequestStatus,
+    StepStatus,
+    StoreResult,
+)
+from teamstore.erasure.schema import REQUEST_ID, erasure_attempts, erasure_requests, erasure_steps
 from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
 from teamstore.ids import lone_surrogate
 
@@ -52,6 +61,13 @@ class RequestRow:
     completed_at: datetime | None
     receipt: dict[str, Any] | None
     created_now: bool = False
+    requested_by: str | None = None
+    extension: Extension | None = None
+
+    @property
+    def effective_due_at(self) -> datetime:
+        """The due date in force: the extended one if the request was extended."""
+        return self.extension.due_at if self.extension is not None else self.due_at
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -93,7 +109,8 @@ def check_reason(reason: str | None) -> str | None:
 
 
 @asynccontextmanager
-async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
+async def db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
+    """A transaction whose database failure is ``StoreUnavailable`` saying it could not ``action``."""
     try:
         async with engine.begin() as conn:
             yield conn
@@ -104,14 +121,25 @@ async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection
         ) from exc
 
 
-def _row(mapping: Any, created_now: bool = False) -> RequestRow:
+def row_of(mapping: Any, created_now: bool = False) -> RequestRow:
+    """A request as stored, from its row."""
     return RequestRow(
         request_id=mapping["request_id"], user_id=mapping["user_id"], subject_key=mapping["subject_key"],
         subject_hash=mapping["subject_hash"], reason=mapping["reason"],
         status=RequestStatus(mapping["status"]), received_at=utc(mapping["received_at"]) or datetime.now(UTC),
         due_at=utc(mapping["due_at"]) or datetime.now(UTC), completed_at=utc(mapping["completed_at"]),
-        receipt=mapping["receipt"], created_now=created_now,
+        receipt=mapping["receipt"], created_now=created_now, requested_by=mapping["requested_by"],
+        extension=extension_of(mapping),
     )
+
+
+def extension_of(mapping: Any) -> Extension | None:
+    """The recorded extension of a request row, or ``None`` if it was never extended."""
+    if mapping["extended_due_at"] is None:
+        return None
+    return Extension(by=mapping["extended_by"], due_at=utc(mapping["extended_due_at"]) or datetime.now(UTC),
+                     reason=mapping["extension_reason"], extended_at=utc(mapping["extended_at"]) or datetime.now(UTC),
+                     operator=mapping["extension_operator"])
 
 
 async def get_request(engine: AsyncEngine, request_id: str) -> RequestRow | None:
@@ -120,14 +148,15 @@ async def get_request(engine: AsyncEngine, request_id: str) -> RequestRow | None
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    async with _db(engine, "read the erasure request") as conn:
+    async with db(engine, "read the erasure request") as conn:
         found = (await conn.execute(select(erasure_requests).where(
             erasure_requests.c.request_id == request_id))).first()
-    return _row(found._mapping) if found is not None else None
+    return row_of(found._mapping) if found is not None else None
 
 
 async def open_request(
-    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int
+    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int,
+    requested_by: str | None = None,
 ) -> RequestRow:
     """Create the request and fence the user, or return the request already stored under this id.
 
@@ -137,6 +166,8 @@ async def open_request(
         user_id: The raw user id (exact string).
         reason: Free text for the receipt (keep personal data out of it).
         due_days: The deadline after receipt.
+        requested_by: Who asked (free text); recorded when the request is created, or on a rerun of a
+            request that has none yet.
 
     Returns:
         The request; ``created_now`` says whether this call created it.
@@ -147,16 +178,28 @@ async def open_request(
     """
     existing = await get_request(engine, check_request_id(request_id))
     if existing is not None:
-        return _same_user(existing, user_id)
-    if not await _insert_request(engine, request_id, user_id, reason, due_days):
+        _same_user(existing, user_id)
+        if requested_by is not None and existing.requested_by is None and existing.status not in FINISHED:
+            await _set_requested_by(engine, request_id, requested_by)
+            return RequestRow(**{**existing.__dict__, "requested_by": requested_by})
+        return existing
+    if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)
     assert created is not None
     return RequestRow(**{**created.__dict__, "created_now": True})
 
 
+async def _set_requested_by(engine: AsyncEngine, request_id: str, requested_by: str) -> None:
+    async with db(engine, "record who asked for the erasure") as conn:
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id,
+                                                          erasure_requests.c.requested_by.is_(None))
+                           .values(requested_by=requested_by))
+
+
 async def _insert_request(
-    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int
+    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int,
+    requested_by: str | None = None,
 ) -> bool:
     """Insert the request and the user's hold in one transaction; False (and nothing written) if either key
     is taken: the request id, or the user's open request or hold.
@@ -166,7 +209,8 @@ async def _insert_request(
     """
     now = datetime.now(UTC)
     values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
-              "received_at": now, "due_at": now + timedelta(days=due_days), "updated_at": now}
+              "received_at": now, "due_at": now + timedelta(days=due_days), "updated_at": now,
+              "requested_by": requested_by}
     hold = {"user_id": user_id, "reason": HOLD_REASON, "request_id": request_id, "created_at": now}
     dialect = engine.dialect.name
     async with engine.connect() as conn:
@@ -203,7 +247,7 @@ async def _conflict(engine: AsyncEngine, request_id: str, user_id: str) -> Erasu
             f"request {request_id!r} was opened by another process at the same moment",
             hint="let that process finish; `teamstore erase status` shows it",
         )
-    async with _db(engine, "read the user's hold") as conn:
+    async with db(engine, "read the user's hold") as conn:
         other = await conn.scalar(select(user_holds.c.request_id).where(user_holds.c.user_id == user_id))
     return ErasureConflict(
         f"another erasure request ({other or 'unknown'}) is open for this user",
@@ -219,7 +263,7 @@ async def claim(engine: AsyncEngine, request_id: str, owner: str, lease_seconds:
     """
     now = datetime.now(UTC)
     r = erasure_requests.c
-    async with _db(engine, "lease the erasure request") as conn:
+    async with db(engine, "lease the erasure request") as conn:
         result = await conn.execute(
             update(erasure_requests)
             .where(r.request_id == request_id)
@@ -231,7 +275,7 @@ async def claim(engine: AsyncEngine, request_id: str, owner: str, lease_seconds:
 
 async def release(engine: AsyncEngine, request_id: str, owner: str) -> None:
     """Give the lease back (a killed coordinator's lease expires instead)."""
-    async with _db(engine, "release the erasure request") as conn:
+    async with db(engine, "release the erasure request") as conn:
         await conn.execute(
             update(erasure_requests)
             .where(erasure_requests.c.request_id == request_id, erasure_requests.c.owner == owner)
@@ -241,14 +285,14 @@ async def release(engine: AsyncEngine, request_id: str, owner: str) -> None:
 
 async def set_subject(engine: AsyncEngine, request_id: str, subject_key: str | None, hashed: str | None) -> None:
     """Remember the subject key (needed to resume after the mapping is gone) and its receipt hash."""
-    async with _db(engine, "record the erasure subject") as conn:
+    async with db(engine, "record the erasure subject") as conn:
         await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id)
                            .values(subject_key=subject_key, subject_hash=hashed))
 
 
 async def load_steps(engine: AsyncEngine, request_id: str) -> dict[str, StoreResult]:
     """Every recorded step of the request, by store name."""
-    async with _db(engine, "read the erasure steps") as conn:
+    async with db(engine, "read the erasure steps") as conn:
         rows = (await conn.execute(select(erasure_steps).where(erasure_steps.c.request_id == request_id))).all()
     return {
         r.store: StoreResult(status=StepStatus(r.status), counts=Counts(**r.counts), detail=r.detail,
@@ -301,7 +345,7 @@ async def record_step(
         ErasureConflict: Another coordinator holds the lease now.
         StoreUnavailable: The database could not be reached.
     """
-    async with _db(engine, "record the erasure step") as conn:
+    async with db(engine, "record the erasure step") as conn:
         await write_step(conn, request_id, store, result, owner)
 
 
@@ -323,14 +367,15 @@ async def truncate_sqlite_log(engine: AsyncEngine) -> None:
 
 
 async def finish(
-    engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str, subject_key: str | None = None
+    engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str, subject_key: str | None = None,
+    attempt: int | None = None,
 ) -> bool:
     """Store the receipt; unless failed, lift the fence and forget the raw user id.
 
     A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
     the legal hold is lifted, and the record of the subject's transcript stores, so the rerun talks to
-    them. A ``failed`` request keeps all of it and its fence: rerun it to resume. A completed one forgets
-    the subject's stores with its key.
+    them. A ``failed`` request keeps all of it and its fence: rerun it to resume. A completed (or
+    ``no_match``) one forgets the subject's stores with its key.
 
     Args:
         engine: The state database.
@@ -338,6 +383,7 @@ async def finish(
         receipt: What to store.
         owner: The coordinator's lease: nothing is written unless it still holds it.
         subject_key: The subject the request erased, if it had one.
+        attempt: This run's attempt number: it is ended with the receipt's status, in the same transaction.
 
     Returns:
         False (and nothing written) if another coordinator has taken the request over.
@@ -349,10 +395,10 @@ async def finish(
                               "updated_at": datetime.now(UTC), "completed_at": receipt.completed_at}
     if receipt.status is not RequestStatus.FAILED:
         values["user_id"] = None
-        if receipt.status is RequestStatus.COMPLETED:
+        if receipt.status in FINISHED:
             values["subject_key"] = None
     r = erasure_requests.c
-    async with _db(engine, "finish the erasure request") as conn:
+    async with db(engine, "finish the erasure request") as conn:
         stored = await conn.execute(update(erasure_requests)
                                     .where(r.request_id == row.request_id, r.owner == owner).values(**values))
         if not stored.rowcount:
@@ -360,6 +406,53 @@ async def finish(
         if receipt.status is not RequestStatus.FAILED and row.user_id is not None:
             await conn.execute(delete(user_holds).where(
                 user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
-        if receipt.status is RequestStatus.COMPLETED and subject_key is not None:
+        if receipt.status in FINISHED and subject_key is not None:
             await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == subject_key))
+        if attempt is not None:
+            await _end_attempt(conn, row.request_id, attempt, receipt.status)
     return True
+
+
+async def start_attempt(engine: AsyncEngine, request_id: str, operator: str) -> int:
+    """Record that ``operator`` runs the request now (called under its lease); the attempt's number.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    a = erasure_attempts.c
+    async with db(engine, "record who runs the erasure") as conn:
+        last = await conn.scalar(select(func.max(a.attempt)).where(a.request_id == request_id))
+        number = int(last or 0) + 1
+        await conn.execute(insert(erasure_attempts).values(request_id=request_id, attempt=number, operator=operator,
+                                                           started_at=datetime.now(UTC)))
+    return number
+
+
+async def _end_attempt(conn: AsyncConnection, request_id: str, attempt: int, status: RequestStatus | None) -> None:
+    a = erasure_attempts.c
+    await conn.execute(update(erasure_attempts).where(a.request_id == request_id, a.attempt == attempt)
+                       .values(ended_at=datetime.now(UTC), status=status))
+
+
+async def end_attempt(engine: AsyncEngine, request_id: str, attempt: int) -> None:
+    """Mark an attempt that stopped without a verdict (taken over, another store to empty first) as ended.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    async with db(engine, "record the end of the erasure attempt") as conn:
+        await _end_attempt(conn, request_id, attempt, None)
+
+
+async def load_attempts(engine: AsyncEngine, request_id: str) -> list[Attempt]:
+    """Every attempt of the request, first first.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    a = erasure_attempts.c
+    async with db(engine, "read the erasure attempts") as conn:
+        rows = (await conn.execute(select(erasure_attempts).where(a.request_id == request_id)
+                                   .order_by(a.attempt))).all()
+    return [Attempt(operator=r.operator, started_at=utc(r.started_at) or datetime.now(UTC), ended_at=utc(r.ended_at),
+                    status=RequestStatus(r.status) if r.status else None) for r in rows]

@@ -9,15 +9,17 @@ The request id is the idempotency key. While a request is open its row holds the
 subject key, because a resumed request needs both to find what is left; on completion both are cleared
 and only a keyed hash of the subject stays, in the stored receipt. ``user_id`` is unique, so one user
 has at most one open request (completed requests have ``NULL`` there). Created by migration
-``0003_erasure`` (``teamstore db upgrade``), never implicitly.
+``0003_erasure`` (``teamstore db upgrade``), never implicitly; migration ``0012`` adds who asked, the one
+extension of the due date, and ``ts_erasure_attempts`` (who ran each attempt of a request).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, DateTime, PrimaryKeyConstraint, String, Table, Text
+from sqlalchemy import JSON, Column, DateTime, Integer, PrimaryKeyConstraint, String, Table, Text
 
 from teamstore.db.metadata import metadata
 from teamstore.ids import MAX_ID_CHARS
+from teamstore.people import MAX_PERSON_CHARS
 
 REQUEST_ID = 128
 KEY = 64
@@ -38,6 +40,27 @@ erasure_requests = Table(
     Column("owner", String(64), nullable=True),
     Column("lease_until", DateTime(timezone=True), nullable=True),
     Column("receipt", JSON, nullable=True),
+    # Who asked (the data subject, a representative, a ticket): the operator's text, kept with the receipt.
+    Column("requested_by", String(MAX_PERSON_CHARS), nullable=True),
+    # The one extension of the due date (GDPR art. 12(3)): the new date, by how much, why, when and by whom.
+    Column("extended_due_at", DateTime(timezone=True), nullable=True),
+    Column("extended_by", String(16), nullable=True),
+    Column("extension_reason", Text, nullable=True),
+    Column("extended_at", DateTime(timezone=True), nullable=True),
+    Column("extension_operator", String(MAX_PERSON_CHARS), nullable=True),
+)
+
+# One row per run of a request (a rerun resumes it: a second attempt), with who ran it and how it ended.
+erasure_attempts = Table(
+    "ts_erasure_attempts",
+    metadata,
+    Column("request_id", String(REQUEST_ID), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("operator", String(MAX_PERSON_CHARS), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("status", String(32), nullable=True),  # the request's status when the attempt ended
+    PrimaryKeyConstraint("request_id", "attempt"),
 )
 
 erasure_steps = Table(

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from teamstore.settings import MAX_DAYS, TypedSettings
+from teamstore.limits import MAX_DAYS
+from teamstore.settings import TypedSettings
 
 
 class ErasureSettings(TypedSettings):

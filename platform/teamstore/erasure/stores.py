@@ -23,7 +23,7 @@ from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
 from teamstore.audit.subjects import recorded_stores
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.db.engine import describe_failure
-from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
 from teamstore.state.schema import store_settings
 

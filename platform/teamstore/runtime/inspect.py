@@ -2,7 +2,7 @@
 
     from teamstore.runtime.inspect import describe_session
 
-    info = describe_session(row)   # team, versions, per persisted agent: messages, bytes
+    info = describe_session(row)   # team, versions, per persisted agent: messages, bytes; a run's checkpoint
 """
 
 from __future__ import annotations
@@ -42,6 +42,21 @@ def describe_agents(row: StoredSession) -> dict[str, dict[str, int]] | str:
     }
 
 
+def describe_checkpoint(row: StoredSession) -> dict[str, Any] | str | None:
+    """The run in flight or interrupted whose checkpoint the row holds (its id, last completed turn, bytes),
+    ``None`` without one, or a reason string if it is unreadable."""
+    if row.checkpoint is None:
+        return None
+    try:
+        payload = decode(row.checkpoint) if isinstance(row.checkpoint, str) else None
+    except StateRejected as exc:
+        return f"unreadable ({exc.reason})"
+    if payload is None or payload.get("kind") != "checkpoint":
+        return "unreadable (not a checkpoint)"
+    return {"run_id": payload.get("run_id"), "last_turn": payload.get("turn"),
+            "interruptions": payload.get("interruptions"), "bytes": row.checkpoint_bytes}
+
+
 def describe_session(row: StoredSession) -> dict[str, Any]:
     """A JSON-ready description of a stored session."""
     return {
@@ -54,6 +69,7 @@ def describe_session(row: StoredSession) -> dict[str, Any]:
         "row_version": row.row_version,
         "state_bytes": row.state_bytes,
         "agents": describe_agents(row),
+        "checkpoint": describe_checkpoint(row),
         "created_at": row.created_at,
         "updated_at": row.updated_at,
         "expires_at": row.expires_at,

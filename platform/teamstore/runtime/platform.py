@@ -1,8 +1,8 @@
 """The entry point for application services: build teams from the registry, open sessions on them.
 
-    from teamstore.runtime.platform import Platform
+    from teamstore import open_platform
 
-    platform = Platform.from_settings()               # embedded default: SQLite + local folder
+    platform = open_platform()                        # embedded default: SQLite + local folder
     async with platform:
         async with platform.session("user-1", "s-1", team="support_triage") as s:
             result = await s.run("hello")
@@ -11,7 +11,7 @@ Or with pieces the caller owns:
 
     platform = Platform(engine=my_engine, registry=Registry(path), settings=Settings())
 
-``from_settings`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
+``open_platform`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
 and transcript stores, the audit observers and the tracer provider, and hands them in here.
 """
 
@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -35,7 +36,12 @@ from config_registry.types import BuiltTeam
 from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver
 from teamstore.ids import check_id
+from teamstore.memory.facts import UserMemory
+from teamstore.memory.store import Forgotten, MemoryStore
+from teamstore.runtime import turns
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
+from teamstore.runtime.memory import MemoryService
+from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
 from teamstore.runtime.teams import TeamBuilder
 from teamstore.settings import Settings
@@ -63,21 +69,25 @@ class Platform:
     """Sessions over one state database, one registry and a set of audit observers.
 
     Args:
-        engine: The state database; the caller owns it (:meth:`from_settings` hands it to ``on_close``).
+        engine: The state database; the caller owns it (:func:`teamstore.open_platform` hands it to ``on_close``).
         registry: The config registry teams are built from.
         settings: Limits and defaults (TTL, byte cap, lease timeouts).
         observers: Audit observers every run streams into (transcripts, spans, ledger).
         tracer_provider: teamstore's own provider (:func:`teamstore.audit.telemetry.setup_tracing`), if it
             exports spans. AutoGen's spans of this platform's teams go to it, or nowhere when there is
             none: never to a global provider the host installed (unless content capture is opted in).
+        meter_provider: teamstore's own meter provider (:func:`teamstore.audit.metrics.setup_metrics`), if
+            it exports metrics: sessions record their resume outcomes, quarantines, lease waits and state
+            sizes on it (:mod:`teamstore.runtime.metrics`).
         store: The state store, if the caller built it (and closes it); by default one is built on
             ``engine`` and closed with the platform.
+        memory: The user-memory store; by default one on ``engine``.
         on_close: Awaited last by :meth:`aclose`: how the composition root closes what it built for this
             platform (engine, stores, tracer provider).
 
     Raises:
         ConfigurationError: The installed autogen-core is not one whose spans teamstore can keep from the
-            host's tracer provider.
+            host's tracer provider, or autogen-agentchat moves between turns where teamstore does not expect.
     """
 
     def __init__(
@@ -88,18 +98,22 @@ class Platform:
         settings: Settings | None = None,
         observers: Sequence[RunObserver] = (),
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         store: StateStore | None = None,
+        memory: MemoryStore | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.engine = engine
         self.registry = registry
         self._settings = settings = settings or Settings()
         self.limits = SessionLimits.from_settings(settings)
+        self.metrics = SessionMetrics(meter_provider)
         self._owns_store = store is None
         self.store: StateStore = store if store is not None else store_for(
             engine, pool_size=settings.db_pool_size, lease=settings.session_lease
         )
         self.observers: list[RunObserver] = list(observers)
+        self.memory = MemoryService(memory if memory is not None else MemoryStore(engine))
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._on_close = on_close
         self._schema_checked = False
@@ -109,6 +123,7 @@ class Platform:
         )
         if self._autogen_tracing is not None:
             install()  # here, not at the first run: an autogen-core it cannot route fails at start
+        turns.install()  # the point between two turns (checkpoints, the tools' idempotency key), likewise
         self.teams = TeamBuilder(registry, refresh_seconds=self.settings.registry_refresh_seconds,
                                  spans=self.autogen_spans)
         if not self.settings.capture_message_content:
@@ -136,21 +151,6 @@ class Platform:
         """
         with autogen_spans_to(self._autogen_tracing):
             yield
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, audit: bool = True) -> Platform:
-        """Build everything from settings (environment): database, registry, audit trail.
-
-        What is built, and how, is the composition root's (:meth:`teamstore.app.App.platform`); the platform
-        closes all of it when it closes.
-
-        Args:
-            settings: Defaults to ``Settings()`` (the environment, else the embedded default).
-            audit: Attach the transcript, span and ledger observers.
-        """
-        from teamstore.app import App  # the root sits above the runtime: it builds the audit trail too
-
-        return App(settings).platform(audit=audit)
 
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
@@ -197,6 +197,7 @@ class Platform:
         return SessionDeps(
             store=self.store, observers=self.observers, limits=self.limits,
             build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
+            metrics=self.metrics, memory=self.memory,
         )
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:
@@ -237,9 +238,32 @@ class Platform:
         key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
         return await self.store.delete_session(key, wait_seconds=self.settings.lease_timeout_seconds)
 
+    async def show_memory(self, user_id: str, team: str | None = None) -> list[UserMemory]:
+        """What is kept about ``user_id``: a summary and facts per scope (``team``: that scope alone, the team's
+        name unless it shares a declared scope). Damaged facts are listed, not raised.
+
+        Raises:
+            InvalidIdentifier, StoreUnavailable.
+        """
+        return await self.memory.store.show(user_id, team)
+
+    async def forget_memory(self, user_id: str, *, team: str | None = None, fact: str | None = None) -> Forgotten:
+        """Forget one fact kept about ``user_id`` (``fact``), or everything (``fact=None``), in one scope or all.
+
+        Raises:
+            InvalidIdentifier, MemoryNotFound (a named fact is not kept), StoreUnavailable.
+        """
+        return await self.memory.store.forget(user_id, scope=team, fact=fact)
+
+    async def drain_memory(self) -> None:
+        """Wait for the memory writes in flight (sessions that closed start one in the background)."""
+        await self.memory.drain()
+
     async def aclose(self) -> None:
-        """Flush telemetry and dispose of what this platform was given to close."""
+        """Finish the memory writes in flight, flush telemetry and dispose of what this platform was given to
+        close."""
         await self.teams.aclose()
+        await self.memory.drain()
         for observer in self.observers:
             drain = getattr(observer, "drain", None)
             if drain is not None:

@@ -7,6 +7,7 @@
         await apply_states(built, states)
     ...
     states = await capture_states(built, message_buffer_cap=20)
+    text, states = await snapshot(built, max_bytes=262_144)   # the same, encoded and checked against the cap
 
 Nothing is loaded until every persisted participant's state has passed validation: a session is
 resumed whole or started fresh, never half-loaded.
@@ -22,15 +23,16 @@ from typing import Any, Literal
 from autogen_core import AgentId
 
 from config_registry.types import KIND_NAMES, BuiltTeam
-from teamstore.errors import Refusal, StateRejected
+from teamstore.errors import Refusal, StateRejected, StateTooLarge
+from teamstore.runtime.checkpoints import InterruptedRun
 from teamstore.state.base import StoredSession
-from teamstore.state.envelope import check_json, decode
+from teamstore.state.envelope import check_json, decode, encode
 from teamstore.state.validate import validate_participant
 
 SCHEMA_VERSION = 1
 """Version of teamstore's own state layout; a row saved under another one is refused."""
 
-Outcome = Literal["resumed", "new", "expired"] | Refusal
+Outcome = Literal["resumed", "new", "expired", "interrupted"] | Refusal
 """What happened to a session's stored state when it was opened (:class:`ResumeOutcome`)."""
 
 
@@ -38,9 +40,12 @@ Outcome = Literal["resumed", "new", "expired"] | Refusal
 class ResumeOutcome:
     """What happened to a session's stored state when it was opened.
 
-    ``outcome`` is one of ``resumed``, ``new``, ``expired``, ``schema_mismatch``, ``library_mismatch``,
-    ``definition_changed``, ``too_large`` (saved under a higher byte cap than today's: it could never be
-    saved again) and ``corrupt`` (:data:`Outcome`); ``detail`` says which participant and how.
+    ``outcome`` is one of ``resumed``, ``new``, ``expired``, ``interrupted`` (the session's last run did not
+    complete and can be continued from its checkpoint: ``interrupted`` names it; the state from before that
+    run is loaded, as ``restored`` says), ``schema_mismatch``, ``library_mismatch``, ``definition_changed``,
+    ``too_large`` (saved under a higher byte cap than today's: it could never be saved again) and ``corrupt``
+    (:data:`Outcome`); ``detail`` says which participant and how. ``checkpoint_refused`` says why an
+    interrupted run's checkpoint was set aside (quarantined) when the state itself could still be judged.
     """
 
     outcome: Outcome
@@ -49,11 +54,13 @@ class ResumeOutcome:
     restored: tuple[str, ...] = ()
     previous_team_version: str | None = None
     quarantined: bool = False
+    interrupted: InterruptedRun | None = None
+    checkpoint_refused: Refusal | None = None
 
     @property
     def applied(self) -> bool:
         """True when prior state was loaded into the team."""
-        return self.outcome == "resumed"
+        return self.outcome == "resumed" or (self.outcome == "interrupted" and bool(self.restored))
 
     def __str__(self) -> str:
         return f"{self.outcome}: {self.detail}" if self.detail else self.outcome
@@ -68,6 +75,8 @@ class ResumeOutcome:
             "team_version": self.team_version,
             "previous_team_version": self.previous_team_version,
             "quarantined": self.quarantined,
+            "interrupted": self.interrupted.as_dict() if self.interrupted else None,
+            "checkpoint_refused": self.checkpoint_refused,
         }
 
 
@@ -251,3 +260,24 @@ async def capture_states(built: BuiltTeam, message_buffer_cap: int) -> dict[str,
     for name, state in states.items():
         check_json(state, name)
     return states
+
+
+async def snapshot(built: BuiltTeam, max_bytes: int) -> tuple[str, dict[str, Any]] | None:
+    """The persisted participants' states after a run, encoded as saved, and as taken; ``None`` when the
+    definition persists nobody.
+
+    Raises:
+        StateNotSerializable: A value is not JSON (names the agent and the path).
+        StateTooLarge: The encoded state is over ``max_bytes``.
+    """
+    if not built.persisted:
+        return None
+    states = await capture_states(built, message_buffer_cap=built.manifest.context_bound or 50)
+    text = encode({"kind": built.kind, "participants": states})
+    size = len(text.encode())
+    if size > max_bytes:
+        raise StateTooLarge(
+            f"persisted state is {size} bytes, over the cap of {max_bytes}; the previous state is kept",
+            hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
+        )
+    return text, states

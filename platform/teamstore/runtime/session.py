@@ -1,14 +1,27 @@
 """One user's session: take the lease, resume, run, save, release.
 
     async with platform.session("user-1", "session-1", team="support_triage") as s:
-        print(s.resume)                      # "resumed", "new", "definition_changed: ...", ...
+        print(s.resume)                      # "resumed", "new", "interrupted", "definition_changed: ...", ...
+        if s.interrupted:                    # the last run stopped mid-run (its worker died): decide
+            result = await s.continue_run()  # or: await s.abandon_run()
         result = await s.run("The technician came; still not working")
+        async for item in s.run_stream("And now?"):   # the same, item by item
+            ...
     # leaving the block saves the persisted participants and releases the lease, in one statement
 
-``run()`` snapshots the opted-in participants' states right after the run returns (never while
-``run_stream`` is in flight) and checks them (plain JSON, under the byte cap). The snapshot is written
-when the block exits, together with the lease release, or earlier with ``await s.save()``. A run that
-raises leaves nothing to save, and the stored state stays as it was.
+``run()`` and ``run_stream()`` snapshot the opted-in participants' states right after the run completes
+(never while AutoGen's run is in flight) and check them (plain JSON, under the byte cap). The snapshot is
+written when the block exits, together with the lease release, or earlier with ``await s.save()``. A run
+that raises or is cancelled leaves nothing to save: the stored state stays as it was, and the session goes on
+from the state it had before that run. A team with per-turn checkpoints (docs/checkpoints.md) also makes each
+completed turn durable while it runs; a run that stops mid-run can then be continued or abandoned.
+
+``s.team`` is the team itself, with its ``run`` and ``run_stream`` routed through the session: called
+there, they are the session's own, with the same checks, audit and checkpoints.
+
+A team that keeps user memory gives it to the participants its manifest names as the session opens
+(``s.memory`` says what was given), and the memory writer updates it from what the completed runs said once
+the block has saved (:mod:`teamstore.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -16,11 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
-from importlib.metadata import version as package_version
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,116 +44,52 @@ from autogen_core import CancellationToken
 from config_registry.types import BuiltTeam
 from teamstore.errors import (
     ConfigurationError,
-    RunCancelled,
+    NoInterruptedRun,
     RunInProgress,
+    RunInterrupted,
     SessionNotOpen,
-    StateTooLarge,
+    StateRejected,
     StorageError,
 )
-from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
+from teamstore.events import RunContext, RunObserver, RunOutcome
 from teamstore.ids import check_id
-from teamstore.metering import metered_run
+from teamstore.limits import MAX_LEASE_WAIT
+from teamstore.memory.writer import Said
+from teamstore.runtime import interruptions
+from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
+from teamstore.runtime.deps import (
+    AGENTCHAT_VERSION,
+    EXPIRY_SLACK,
+    LeaseKeeper,
+    SessionDeps,
+    SessionLimits,
+    checkpoint_record,
+    save_record,
+    to_the_end,
+)
+from teamstore.runtime.memory import MemoryBinding, MemoryRecall, bind_memory
+from teamstore.runtime.opening import open_row
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
     ResumeOutcome,
     Verdict,
     apply_states,
-    capture_states,
-    judge,
+    snapshot,
 )
+from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, ended_by_limit, final_result
 from teamstore.runtime.tasks import check_task
-from teamstore.runtime.teams import SpanRoute
-from teamstore.settings import MAX_LEASE_WAIT, Settings
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StateStore, StoredSession
-from teamstore.state.envelope import encode
+from teamstore.runtime.turns import StreamItem
+from teamstore.state.base import Claim, SessionKey, StoredSession
 
 if TYPE_CHECKING:
-    from config_registry.types import BuiltTeam, TeamOrAgent
+    from config_registry.types import TeamOrAgent
+
+__all__ = ["EXPIRY_SLACK", "Session", "SessionDeps", "SessionLimits", "ended_by_limit"]
 
 log = logging.getLogger("teamstore.session")
-AGENTCHAT_VERSION = package_version("autogen-agentchat")
+
 Phase = Literal["new", "open", "closed"]
 """Where a session is: not entered yet, inside its ``async with`` block, or done (it is used once)."""
-EXPIRY_SLACK = 0.01
-"""A saved session expires between TTL and TTL + 1% after its last save, so its expiry (an indexed
-column) moves about once per 1% of the TTL, not on every save."""
-_LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
-
-
-# What AutoGen's completing conditions say (a text mentioned, a handoff, a stop message, a function run,
-# an agent answering). Combined conditions join their reasons: a run that completed on the same message
-# that reached a limit did complete.
-_COMPLETION_MARKERS = (
-    "' mentioned", "handoff to ", "stop message received", "' was executed", "' answered",
-    "text message received from", "functional termination condition met",
-)
-
-
-def ended_by_limit(stop_reason: str | None) -> bool:
-    """True when a run was stopped by a message, turn, token or time limit rather than by completing."""
-    text = (stop_reason or "").lower()
-    return any(marker in text for marker in _LIMIT_MARKERS) and not any(
-        marker in text for marker in _COMPLETION_MARKERS
-    )
-
-
-async def _to_the_end(work: Coroutine[Any, Any, None]) -> None:
-    """Await ``work`` to its end even if the caller is cancelled meanwhile; then let the cancellation through."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            with contextlib.suppress(Exception):
-                await task
-        raise
-
-
-@dataclass
-class SessionLimits:
-    """The settings a session reads: its lease's TTL, the per-user bound, its task and state caps, its TTL.
-
-    One object is shared by a platform's sessions and follows the platform's settings (:meth:`follow`), so
-    new settings reach the sessions already open, at their next run or save.
-    """
-
-    lease_ttl_seconds: float
-    max_sessions_per_user: int
-    task_max_bytes: int
-    state_max_bytes: int
-    state_ttl_days: float
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SessionLimits:
-        """The limits ``settings`` set (each field is the setting of the same name)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
-
-    def follow(self, settings: Settings) -> None:
-        """Take the limits ``settings`` set, in place."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(settings, f.name))
-
-
-@dataclass(frozen=True)
-class SessionDeps:
-    """What a session needs from the platform that opens it, and nothing more.
-
-    Attributes:
-        store: The state store it leases, loads, quarantines and saves through.
-        observers: The audit observers each run streams into.
-        limits: The settings it reads.
-        build_team: A fresh team for a registry reference (the platform's, through its definition cache;
-            it checks the schema first).
-        autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
-        worker_id: This process, in the lease owner the session writes.
-    """
-
-    store: StateStore
-    observers: Sequence[RunObserver]
-    limits: SessionLimits
-    build_team: Callable[[str], Awaitable[BuiltTeam]]
-    autogen_spans: SpanRoute
-    worker_id: str
 
 
 class Session:
@@ -156,20 +105,32 @@ class Session:
         self._lease_timeout = float(lease_timeout)
         self._owner = f"{deps.worker_id}:{uuid.uuid4().hex[:12]}"
         self._built: BuiltTeam  # set when the session is entered; used only while it is open
+        self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
         self._row_version = 0
         self._pending: str | None = None
+        self._pending_bytes = 0
+        self._good_states: dict[str, Any] = {}  # what the team holds between runs: rebuilt from after a failure
+        self._stale = False  # a run failed or was cancelled mid-turn: the team is built again before the next
         self._running = False
-        self._cancelled = False
+        self._run: Run | None = None
+        self._open: weakref.ref[AsyncGenerator[Any, None]] | None = None  # the stream whose run is in flight
+        self._interrupted: InterruptedRun | None = None
+        self._checkpoint: Checkpoint | None = None  # the interrupted run's, judged (read again if None)
+        self._drop_checkpoint = False  # a cancelled run left one: the next write clears it
         self._phase: Phase = "new"
         self.resume: ResumeOutcome | None = None
-        self._audit: asyncio.Task[None] | None = None
-        self._keeper: asyncio.Task[None] | None = None
-        self._closing = asyncio.Event()
+        self._audit: asyncio.Future[None] | None = None
+        self._keeper: LeaseKeeper | None = None
         self.last_run_id: str | None = None
+        self._memory: MemoryBinding | None = None
+        self.memory: MemoryRecall | None = None
+        self._said: list[Said] = []  # what the completed runs said since the memory was last written
+        self._last_run: tuple[RunContext, RunOutcome] | None = None
 
     @property
     def team(self) -> TeamOrAgent:
-        """The team (or agent) built for this session alone."""
+        """The team (or agent) built for this session alone. Its ``run`` and ``run_stream`` are the session's:
+        called there, a run goes through the same checks, audit and checkpoints as ``s.run()``."""
         return self._built.team
 
     @property
@@ -179,9 +140,40 @@ class Session:
 
     @property
     def row_version(self) -> int:
-        """The stored row's version as of the last load or save."""
+        """The stored row's version as of the last load or write."""
         return self._row_version
 
+    @property
+    def interrupted(self) -> InterruptedRun | None:
+        """The session's run that stopped mid-run and waits to be continued or abandoned, if any."""
+        return self._interrupted
+
+    # --- what a run needs of its session (teamstore.runtime.runs.RunHost) ----------------------------------
+    @property
+    def built(self) -> BuiltTeam:
+        """The team that runs."""
+        return self._built
+
+    @property
+    def observers(self) -> Sequence[RunObserver]:
+        """The audit observers every run streams into."""
+        return self._deps.observers
+
+    def autogen_spans(self) -> AbstractContextManager[None]:
+        """The block in which AutoGen's spans go where the platform sends them."""
+        return self._deps.autogen_spans()
+
+    def team_run_stream(self, task: Task, token: CancellationToken) -> AsyncIterator[Any]:
+        """AutoGen's own ``run_stream`` of the team."""
+        return self._team_run_stream(task=task, cancellation_token=token)
+
+    async def write_checkpoint(self, text: str | None) -> None:
+        """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement."""
+        self._row_version = await self._deps.store.checkpoint(
+            self.key, owner=self._owner, expected_version=self._row_version,
+            record=checkpoint_record(self._built, text, self._deps.limits))
+
+    # --- opening and closing -----------------------------------------------------------------------------
     def _require_open(self) -> None:
         if self._phase != "open":
             raise SessionNotOpen(
@@ -197,45 +189,82 @@ class Session:
                 hint="open another with platform.session(...); two at once for the same ids wait on the lease",
             )
         self._phase = "closed"  # until the lease is held: a failed entry is not retried on this object
-        self._built = await self._deps.build_team(self._team_ref)
+        self._use(await self._deps.build_team(self._team_ref))
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
-        row = await store.acquire(
-            self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
-            wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
-        )
-        self._row_version = row.row_version
-        self._keeper = asyncio.create_task(self._keep_lease(limits.lease_ttl_seconds))
+        asked = time.perf_counter()
         try:
-            verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, limits.state_max_bytes)
-            if verdict.outcome.quarantined:
-                assert verdict.outcome.detail is not None
-                await store.quarantine(row, owner=self._owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
-            if verdict.outcome.applied:
-                verdict = await self._apply(row, verdict)
+            row = await store.acquire(
+                self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
+                wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
+            )
+        except Exception as exc:
+            self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
+            raise
+        self._deps.metrics.lease_waited(time.perf_counter() - asked)
+        self._row_version = row.row_version
+        self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds)
+        try:
+            verdict = await self._judge(row)
+            await self._recall(fresh=not verdict.outcome.applied)
         except BaseException:
             await self._stop_keeping()
             await self._release()
             raise
         self.resume = verdict.outcome
+        self._deps.metrics.resumed(verdict.outcome.outcome)
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
         return self
 
-    async def _apply(self, row: StoredSession, verdict: Verdict) -> Verdict:
-        """Load the validated states; if AutoGen still refuses them, fail closed on a freshly built team."""
+    async def _judge(self, row: StoredSession) -> Verdict:
+        """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
+        opened = await open_row(row, self._built, self._deps, self._owner)
+        if opened.built is not self._built:  # AutoGen refused a state teamstore passed: built afresh
+            self._use(opened.built)
+        self._good_states = dict(opened.verdict.states)
+        self._checkpoint = opened.checkpoint
+        self._interrupted = opened.checkpoint.run if opened.checkpoint else None
+        return opened.verdict
+
+    async def _recall(self, *, fresh: bool) -> None:
+        """Give the user's memory to the receiving participants whose contexts start empty."""
+        service = self._deps.memory
+        self._memory = bind_memory(self._built) if service is not None else None
+        if service is not None and self._memory is not None:
+            self.memory = await service.recall(self._memory, self.key.user_id, fresh=fresh,
+                                               persisted=self._built.persisted)
+
+    def _remember(self, run: Run, result: TaskResult) -> None:
+        """A run completed: what it said joins what the memory writer reads once the block has saved."""
+        if self._memory is None or run.outcome is None:
+            return
+        self._said += [Said(m.source, m.to_model_text()) for m in result.messages if isinstance(m, BaseChatMessage)]
+        self._last_run = (run.ctx, run.outcome)
+
+    def _write_memory(self) -> None:
+        """Once the block saved: have the memory writer update the user's memory from what the runs said."""
+        service, binding, said, last = self._deps.memory, self._memory, self._said, self._last_run
+        self._said = []
+        if service is None or binding is None or not said or last is None:
+            return
+        service.schedule(binding, *last, said, observers=self._deps.observers, limits=self._deps.limits)
+
+    def _use(self, built: BuiltTeam) -> None:
+        """Take ``built`` as the session's team, its ``run`` and ``run_stream`` routed through the session."""
+        self._built = built
+        self._team_run_stream = built.team.run_stream
+        route = TeamRoute(self)
+        built.team.run_stream = route.run_stream  # type: ignore[method-assign]
+        built.team.run = route.run  # type: ignore[method-assign]
+
+    async def _rebuild(self) -> None:
+        """A run failed or was cancelled mid-turn: build the team again, with the state it had before that run."""
         built = self._built
-        try:
-            await apply_states(built, verdict.states)
-        except Exception as exc:
-            # Validation passed but AutoGen's load_state raised (a shape teamstore does not check, such as
-            # a nested team's state): the state is refused like any other, and the team, maybe half-loaded,
-            # is built again from the same version. Only the type is kept: the message may quote content.
-            detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
-            await self._deps.store.quarantine(row, owner=self._owner, reason="corrupt", detail=detail)
-            self._built = await self._deps.build_team(f"{built.name}@{built.version}")
-            return Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version, quarantined=True))
-        return verdict
+        self._use(await self._deps.build_team(f"{built.name}@{built.version}"))
+        if self._good_states:
+            await apply_states(self._built, self._good_states)
+        self._stale = False
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -243,47 +272,33 @@ class Session:
         self._phase = "closed"
         # Cancelled while closing (a request timeout), it finishes anyway: the last run's audit is written
         # and its state saved, and the lease never outlives the request.
-        await _to_the_end(self._close())
+        await to_the_end(self._close())
 
     async def _close(self) -> None:
         try:
+            await self._settle()
             await self.flush_audit()
         finally:
             await self._stop_keeping()
-        if self._pending is None:
-            await self._release()
-            return
         try:
-            await self._write(release=True)
+            if self._pending is not None:
+                await self._write(release=True)
+            else:
+                if self._drop_checkpoint:
+                    await self.write_checkpoint(None)
+                await self._release()
         except BaseException:  # whatever failed, the lease is given back
             await self._release_quietly()
             raise
-
-    async def _keep_lease(self, ttl: float) -> None:
-        """Renew the lease every third of its TTL while the session is open: a live worker keeps its
-        session however long a run takes; a crashed or hung one stops renewing and loses it."""
-        while not self._closing.is_set():
-            try:
-                await asyncio.wait_for(self._closing.wait(), timeout=ttl / 3)
-                return
-            except TimeoutError:
-                pass
-            try:
-                held = await self._deps.store.renew(self.key, owner=self._owner, lease_ttl=ttl)
-            except StorageError as exc:
-                log.warning("could not renew the session lease; retrying: %s", exc)
-                continue
-            if not held:
-                log.warning("session lease lost (held past its TTL without renewal); the save will be refused")
-                return
+        self._write_memory()  # after the save: memory follows what was saved
 
     async def _stop_keeping(self) -> None:
-        self._closing.set()
         if self._keeper is not None:
-            await self._keeper
+            await self._keeper.stop()
             self._keeper = None
 
-    async def run(self, task: str | BaseChatMessage | Sequence[BaseChatMessage] | None) -> TaskResult:
+    # --- runs --------------------------------------------------------------------------------------------
+    async def run(self, task: Task) -> TaskResult:
         """Run the team on ``task``, streaming every item to the audit observers.
 
         Args:
@@ -298,76 +313,172 @@ class Session:
             SessionNotOpen: Called outside the session's ``async with`` block.
             InvalidTask: ``task`` is not one of the above, not valid Unicode, or over ``task_max_bytes``;
                 nothing ran and the session stays usable.
-            RunInProgress: Another ``run`` of this session is in flight.
-            RunCancelled: The session's last run was cancelled.
+            RunInProgress: Another run of this session is in flight.
+            RunInterrupted: The session's last run stopped mid-run: continue or abandon it first.
             StateNotSerializable: A persisted participant's state holds a non-JSON value (names the path).
             StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
+            StoreUnavailable, StaleStateVersion, ErasureInProgress: A checkpoint could not be written; the run
+                stopped there, and the last one written stays (a team with checkpoints only).
+        """
+        return await final_result(self.run_stream(task))
+
+    def run_stream(self, task: Task) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """Run the team on ``task`` and yield what AutoGen's ``run_stream`` yields: every message and event
+        as it comes, then the ``TaskResult``. The same checks, audit, checkpoints and snapshot as :meth:`run`
+        (and its errors, raised while iterating). A consumer that stops early (leaves the loop, or is
+        cancelled) stops the team at once; the run is recorded as it went, nothing of it is saved, and the
+        session goes on from the state it had before the run."""
+        return self._streamed(task)
+
+    async def continue_run(self) -> TaskResult:
+        """Continue the interrupted run (:attr:`interrupted`) from its last completed turn, to its end.
+
+        The turns it completed are not run again and make no model call; the turn that was in flight when it
+        stopped runs again (tools see the same :func:`teamstore.runtime.turns.current_turn` key). The
+        ``TaskResult`` holds the whole run, its earlier turns first.
+
+        Raises:
+            NoInterruptedRun: The session has no interrupted run.
+            StateRejected: AutoGen refused the checkpoint's states after all (``corrupt``): it is set aside,
+                and the session goes on from the state before the run.
+            Otherwise as :meth:`run`.
+        """
+        return await final_result(self.continue_run_stream())
+
+    def continue_run_stream(self) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """:meth:`continue_run`, item by item: the run's earlier messages first (as it had streamed them, bar
+        token chunks), then the rest as it comes, then the ``TaskResult`` of the whole run."""
+        return self._streamed(None, continuing=True)
+
+    async def abandon_run(self) -> None:
+        """Give the interrupted run up: its checkpoint is cleared (one write) and the session goes on from the
+        state it had before that run. The run's completed turns go to its transcript, and the model calls it
+        paid for to the ledger, as a run that failed.
+
+        Raises:
+            NoInterruptedRun: The session has no interrupted run.
+            RunInProgress: A run of this session is in flight.
         """
         self._require_open()
-        check_task(task, self._deps.limits.task_max_bytes)
+        await self._settle()
         if self._running:
-            raise RunInProgress("this session is already running a task", hint="await the first run() before the next")
-        if self._cancelled:
-            raise RunCancelled(
-                "this session's last run was cancelled, which may leave AutoGen's team mid-turn",
-                hint="open the session again: a new team is built, from the state last saved",
-            )
-        self._running = True  # before the first await: a second run() started meanwhile is refused
+            raise RunInProgress("this session is running a task", hint="await it before abandoning a run")
+        checkpoint = await self._interrupted_checkpoint()
+        await self.write_checkpoint(None)
+        self._interrupted = self._checkpoint = None
+        await interruptions.report_abandoned(self, checkpoint)
+
+    def routed_stream(
+        self, task: Task, linked: CancellationToken | None, skip: int
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """A run started through the team (``s.team.run_stream``), as the session runs it."""
+        return self._streamed(task, linked=linked, skip=skip)
+
+    def _streamed(self, task: Task, **how: Any) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        # The stream knows itself (weakly: a caller that leaves it lets Python close it, which stops the team),
+        # so that the session's next step can close it if the caller left it open mid-run.
+        me: list[weakref.ref[AsyncGenerator[Any, None]]] = []
+        stream = self._stream(task, me=me, **how)
+        me.append(weakref.ref(stream))
+        return stream
+
+    async def _stream(
+        self, task: Task, *, me: list[weakref.ref[AsyncGenerator[Any, None]]], continuing: bool = False,
+        linked: CancellationToken | None = None, skip: int = 0,
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        self._require_open()
+        await self._settle()
+        if not continuing:
+            check_task(task, self._deps.limits.task_max_bytes)
+        if self._running:
+            raise RunInProgress("this session is already running a task", hint="await the first run before the next")
+        self._running, self._open = True, me[0]  # before the first await: a second run meanwhile is refused
+        run: Run | None = None
         try:
-            await self.flush_audit()
-            result = await self._run_observed(task)
-            await self._snapshot()
+            run = await self._start(task, continuing, linked)
+            async with contextlib.aclosing(run.stream()) as items:
+                async for item in items:
+                    if isinstance(item, TaskResult):
+                        self._audit = run.audit
+                        await self._snapshot()
+                        self._remember(run, item)
+                    elif skip:
+                        skip -= 1
+                        continue
+                    yield item
+        except BaseException:
+            if run is not None:
+                self._after_failure(run)
+            raise
         finally:
             self._running = False
-        return result
 
-    async def _run_observed(self, task: str | BaseChatMessage | Sequence[BaseChatMessage] | None) -> TaskResult:
-        observers = self._deps.observers
-        ctx = RunContext(
-            run_id=uuid.uuid4().hex, user_id=self.key.user_id, session_id=self.key.session_id,
-            team=self._built.name, team_version=self._built.version, started_at=datetime.now(UTC),
-            resumed=bool(self.resume and self.resume.applied),
-        )
-        self.last_run_id = ctx.run_id
-        await notify_observers(observers, "run_started", ctx)
-        token = CancellationToken()
+    async def _start(self, task: Task, continuing: bool, linked: CancellationToken | None) -> Run:
+        """What comes before a run: the team as it should be, the last run's audit written, and, with
+        checkpoints on, the last completed run saved (a checkpoint's run then starts from it)."""
+        taken: TakenUp | None = None
+        if continuing:
+            taken = await self._take_up()
+        elif self._interrupted is not None:
+            raise RunInterrupted(
+                f"this session's run {self._interrupted.run_id[:12]} stopped after turn "
+                f"{self._interrupted.last_turn} and can be continued",
+                hint="continue it (s.continue_run(), `teamstore run --continue`) or abandon it "
+                "(s.abandon_run(), `teamstore run --abandon`) before a new run",
+            )
+        elif self._stale:
+            await self._rebuild()
+        await self.flush_audit()
+        if not continuing and self._built.manifest.checkpoints != "off" and (self._pending or self._drop_checkpoint):
+            await self.save()  # the checkpoints of this run then build on the last completed one
+        run = Run(self, task, resumed=bool(self.resume and self.resume.applied), taken_up=taken, linked=linked)
+        self._run, self.last_run_id = run, run.ctx.run_id
+        return run
 
-        async def stream() -> TaskResult | None:
-            found: TaskResult | None = None
-            async for item in self._built.team.run_stream(task=task, cancellation_token=token):
-                if isinstance(item, TaskResult):
-                    found = item
-                else:
-                    await notify_observers(observers, "on_item", ctx, item)
-            return found
+    async def _take_up(self) -> TakenUp:
+        """The interrupted run's checkpoint, applied to a clean team; one AutoGen refuses is set aside."""
+        checkpoint = await self._interrupted_checkpoint()
+        if self._stale:
+            await self._rebuild()
+        try:
+            so_far = await apply_checkpoint(self._built, checkpoint)
+        except Exception as exc:
+            detail = (exc.detail if isinstance(exc, StateRejected)
+                      else f"AutoGen could not load the checkpoint ({type(exc).__name__})")
+            await interruptions.set_aside(self._deps.store, self.key, self._owner, checkpoint.run, detail)
+            self._interrupted = self._checkpoint = None
+            await self._rebuild()
+            raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
+                                           "its checkpoint was set aside") from exc
+        self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
+        return TakenUp(checkpoint, so_far)
 
-        with metered_run() as meter, self._deps.autogen_spans():
-            streaming = asyncio.ensure_future(stream())  # copies the meter's context and the span route
-            try:
-                try:
-                    result = await asyncio.shield(streaming)
-                except asyncio.CancelledError:
-                    # Cancelled from outside (a request timeout, a client gone): AutoGen would let the team
-                    # finish its model calls before run_stream gives up. The token stops them now.
-                    token.cancel()
-                    self._cancelled = True
-                    with contextlib.suppress(BaseException):
-                        await streaming
-                    raise
-            except BaseException as exc:
-                outcome = RunOutcome(datetime.now(UTC), error=exc, model_calls=list(meter.calls))
-                await notify_observers(observers, "run_finished", ctx, outcome)
-                raise
-        assert result is not None
-        outcome = RunOutcome(
-            datetime.now(UTC), result=result, stop_reason=result.stop_reason,
-            ended_by_limit=ended_by_limit(result.stop_reason), model_calls=list(meter.calls),
-        )
-        # The audit writes (transcript PUT, ledger row, spans) overlap what the caller does next with the
-        # result (answering its user) and the state save; the session awaits them before the next run
-        # and before it saves and releases the lease, so a request never finishes with its audit unwritten.
-        self._audit = asyncio.create_task(notify_observers(observers, "run_finished", ctx, outcome))
-        return result
+    async def _interrupted_checkpoint(self) -> Checkpoint:
+        if self._interrupted is None:
+            raise NoInterruptedRun("this session has no interrupted run",
+                                   hint="check s.interrupted (or s.resume.interrupted) first")
+        if self._checkpoint is None:  # the run stopped in this block: its checkpoint is read back
+            self._checkpoint = await interruptions.read_back(self._deps.store, self.key, self._built)
+        return self._checkpoint
+
+    def _after_failure(self, run: Run) -> None:
+        """A run raised or was cancelled: the team may be mid-turn, so it is built again before the next run;
+        one that can be continued waits for a decision, and the checkpoint of one that cannot is cleared."""
+        self._stale = True
+        if run.interrupted:
+            self._interrupted = interruptions.stopped(run)
+            self._checkpoint = None
+        elif run.durable_turn:
+            self._drop_checkpoint = True
+
+    async def _settle(self) -> None:
+        """Close a stream the caller left open mid-run (it stops the team), and wait for one Python is closing."""
+        stream = self._open() if self._open is not None and self._running else None
+        if stream is not None and not getattr(stream, "ag_running", True):  # suspended at an item: its caller left it
+            await stream.aclose()
+        run = self._run
+        if run is not None and self._running and not run.finished.is_set():
+            await run.finished.wait()
 
     async def flush_audit(self) -> None:
         """Wait until the last run's transcript, ledger rows and spans are written (or queued)."""
@@ -375,26 +486,17 @@ class Session:
         if task is not None:
             # Shielded: a request cancelled while it waits here must not cancel the writes half-way (the
             # transcript would be neither uploaded nor queued). They stay pending; the block's exit awaits them.
+            future = asyncio.ensure_future(task)
             try:
-                await asyncio.shield(task)
+                await asyncio.shield(future)
             finally:
-                if task.done():
+                if future.done():
                     self._audit = None
 
     async def _snapshot(self) -> None:
-        built = self._built
-        if not built.persisted:
-            return
-        cap = built.manifest.context_bound or 50
-        states = await capture_states(built, message_buffer_cap=cap)
-        text = encode({"kind": built.kind, "participants": states})
-        size, limit = len(text.encode()), self._deps.limits.state_max_bytes
-        if size > limit:  # the last snapshot that fit (an earlier run's in this block, if any) still saves
-            raise StateTooLarge(
-                f"persisted state is {size} bytes, over the cap of {limit}; the previous state is kept",
-                hint="lower the bounding context's max_messages, or raise TEAMSTORE_STATE_MAX_BYTES",
-            )
-        self._pending = text
+        taken = await snapshot(self._built, self._deps.limits.state_max_bytes)
+        if taken is not None:  # a refused one raised: the last snapshot that fit (if any) still saves
+            (self._pending, self._good_states), self._pending_bytes = taken, len(taken[0].encode())
 
     async def save(self) -> int:
         """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
@@ -407,24 +509,22 @@ class Session:
             # Cancelled mid-write (a request timeout), the write finishes first. Cut short, it may have saved
             # without the session learning the new row version (its exit save would then conflict with
             # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
-            await _to_the_end(self._write(release=False))
+            await to_the_end(self._write(release=False))
+        elif self._drop_checkpoint:
+            await to_the_end(self.write_checkpoint(None))
+            self._drop_checkpoint = False
         return self._row_version
 
     async def _write(self, *, release: bool) -> None:
         # Taken before writing: a refused snapshot is reported once, never retried blindly at exit.
         state, self._pending = self._pending, None
         assert state is not None
-        built = self._built
-        ttl_days = built.state_ttl_days or self._deps.limits.state_ttl_days
-        record = SaveRecord(
-            team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
-            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=state,
-            expires_at=datetime.now(UTC) + timedelta(days=ttl_days),
-            expiry_slack=timedelta(days=ttl_days) * EXPIRY_SLACK,
-        )
         self._row_version = await self._deps.store.save(
-            self.key, owner=self._owner, expected_version=self._row_version, record=record, release=release
+            self.key, owner=self._owner, expected_version=self._row_version,
+            record=save_record(self._built, state, self._deps.limits), release=release,
         )
+        self._drop_checkpoint = False  # a save clears the row's checkpoint
+        self._deps.metrics.state_saved(self._pending_bytes)
 
     async def _release(self) -> None:
         await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
@@ -435,4 +535,3 @@ class Session:
         except StorageError as exc:
             # The save error being raised matters more; an unreleased lease expires on its own.
             log.warning("could not release the session lease after a failed save: %s", exc)
-

@@ -10,7 +10,7 @@ is made once for all the requests that need it, and ahead of time: once half the
 next request starts it in the background and goes on with the cached definition.
 
 A cached definition is checked for a build once (:func:`config_registry.build.prepare`: the allow-list,
-the declared secrets, the persisted participants' bounds, and the metering wrapper applied); each build
+the declared secrets, the persisted participants' bounds and the memory they name; the metering wrapper and the memory component applied); each build
 then only resolves the secrets into a fresh copy and loads it. A label looked up again that still points
 at the same version keeps its definition and its checks (a version's definition never changes); one
 that moved is read and checked anew.
@@ -25,11 +25,13 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from config_registry import Registry, TeamDefinition
 from config_registry.build import PreparedDefinition, prepare
 from config_registry.errors import RegistryError
 from config_registry.types import BuiltTeam
+from teamstore.memory.component import attach_memory
 from teamstore.metering import wrap_model_clients
 
 SpanRoute = Callable[[], AbstractContextManager[None]]
@@ -74,7 +76,8 @@ class TeamBuilder:
         return (await self._entry(ref)).definition
 
     async def build(self, ref: str) -> BuiltTeam:
-        """A fresh team for ``ref``, its model clients wrapped for metering.
+        """A fresh team for ``ref``, its model clients wrapped for metering, and a ``TeamstoreMemory`` on each
+        participant its manifest gives user memory.
 
         Raises:
             RegistryError: ``ref`` does not resolve, a secret is unavailable, or the definition does not load.
@@ -83,7 +86,12 @@ class TeamBuilder:
         if entry.prepared is None:
             # Checked on the first build only; a definition that fails is not kept as checked, so every
             # build of it fails the same way.
-            entry.prepared = prepare(entry.definition, transform=wrap_model_clients)
+            memory, name = entry.definition.manifest.memory, entry.definition.name
+
+            def transform(component: dict[str, Any]) -> dict[str, Any]:
+                return attach_memory(wrap_model_clients(component), memory, name)
+
+            entry.prepared = prepare(entry.definition, transform=transform)
         with self.spans():  # the runtimes built here keep it; agent creation spans are started here
             return entry.prepared.build()
 

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Row, case, delete, exists, insert, select, update
+from sqlalchemy import Row, case, delete, exists, insert, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -79,8 +79,9 @@ class SessionAdmin:
         return stored(key.user_id, key.session_id, rows[0]) if rows else None
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
-        """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it)."""
-        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns()).where(sessions.c.state.is_not(None))
+        """Saved rows (a state, or an interrupted run's checkpoint), most recently updated first (``user_id`` is checked as :meth:`get` checks it)."""
+        stored_anything = or_(sessions.c.state.is_not(None), sessions.c.checkpoint.is_not(None))
+        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns()).where(stored_anything)
         if user_id is not None:
             check_id("user_id", user_id)
             stmt = stmt.where(sessions.c.user_id == user_id)
@@ -110,19 +111,25 @@ class SessionAdmin:
         rows = await self._fetch(select(quarantine).where(quarantine.c.id == quarantine_id))
         return quarantined(rows[0]._mapping) if rows else None
 
-    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
-        """Copy the refused row to ``ts_quarantine`` and clear its state, in one transaction; returns its id."""
+    async def quarantine(
+        self, row: StoredSession, *, owner: str, reason: str, detail: str, checkpoint_only: bool = False
+    ) -> int:
+        """Copy the refused row to ``ts_quarantine`` and clear its state and checkpoint, in one transaction;
+        returns its id. With ``checkpoint_only``, the row's checkpoint alone is set aside and cleared."""
+        state = None if checkpoint_only else row.state
         record = {
             "user_id": row.user_id, "session_id": row.session_id, "reason": reason[:64], "detail": detail,
             "team": row.team, "team_version": row.team_version, "schema_version": row.schema_version,
             "agentchat_version": row.agentchat_version, "fingerprints": dict(row.fingerprints or {}),
-            "state": row.state, "state_bytes": row.state_bytes, "row_version": row.row_version,
-            "quarantined_at": now_utc(),
+            "state": state, "state_bytes": 0 if checkpoint_only else row.state_bytes,
+            "row_version": row.row_version, "quarantined_at": now_utc(), "checkpoint": row.checkpoint,
         }
-        # Cleared, and a damaged column written back with what it read as, so the row is whole again.
-        repair = {name: getattr(row, name) for name in row.damaged}
+        cleared: dict[str, Any] = {"checkpoint": None, "checkpoint_bytes": 0}
+        if not checkpoint_only:
+            # A damaged column is written back with what it read as, so the row is whole again.
+            cleared.update({name: getattr(row, name) for name in row.damaged}, state=None, state_bytes=0)
         clear = update(sessions).where(*sql.is_key(row.user_id, row.session_id), *self.rules.owned(owner)).values(
-            {**repair, "state": None, "state_bytes": 0})
+            cleared)
         try:
             async with self.engine.begin() as conn:
                 added = await conn.execute(insert(quarantine).values(record))
@@ -164,6 +171,12 @@ class SessionAdmin:
                 hint="'teamstore sessions quarantine' lists them; a restored or erased one is gone",
             )
         q = rows[0]._mapping
+        if q["state"] is None:
+            raise QuarantineNotFound(
+                f"quarantined row {quarantine_id} holds an interrupted run's checkpoint and no state: there is "
+                "no state to restore (a checkpoint applies only to the run and version that wrote it)",
+                hint="delete it with the session, or leave it to the quarantine's retention",
+            )
         key, fingerprints = SessionKey(q["user_id"], q["session_id"]), dict(q["fingerprints"] or {})
         claim = Claim(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"], fingerprints)
         async with self.held_briefly(key, claim, "restore", wait_seconds) as (row, owner):
@@ -292,9 +305,12 @@ class AdminMethods:
 
     admin: SessionAdmin
 
-    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
+    async def quarantine(
+        self, row: StoredSession, *, owner: str, reason: str, detail: str, checkpoint_only: bool = False
+    ) -> int:
         """See :meth:`SessionAdmin.quarantine`."""
-        return await self.admin.quarantine(row, owner=owner, reason=reason, detail=detail)
+        return await self.admin.quarantine(row, owner=owner, reason=reason, detail=detail,
+                                           checkpoint_only=checkpoint_only)
 
     async def restore_quarantined(
         self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0

@@ -62,6 +62,11 @@ class StoredSession:
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None
+    checkpoint: str | None = None
+    """The checkpoint of a run that has not completed (a team with per-turn checkpoints), as stored: raw
+    text, judged by the runtime before it is used; ``None`` when no run is in flight or interrupted."""
+    checkpoint_bytes: int = 0
+    """The stored byte count of ``checkpoint`` (-1 when the column holds a value of the wrong type)."""
     damaged: tuple[str, ...] = ()
     """Columns whose stored value no save could build on: of the wrong type (SQLite keeps whatever is
     written), or out of range (see :func:`checked`). Each reads as a stand-in here, which a quarantine
@@ -165,6 +170,29 @@ class SaveRecord:
 
 
 @dataclass(frozen=True)
+class CheckpointRecord:
+    """A run's checkpoint to write (``checkpoint=None`` clears it), and what it is written under.
+
+    The team and version fields are those of the state the row holds (a session's first write, under
+    advisory-lock leases, makes the row with them); the checkpoint's own version lives inside it.
+    """
+
+    team: str
+    team_version: str
+    schema_version: int
+    agentchat_version: str
+    fingerprints: Mapping[str, str]
+    checkpoint: str | None
+    expires_at: datetime
+    expiry_slack: timedelta = timedelta(0)
+
+    @property
+    def expires_latest(self) -> datetime:
+        """The far end of the expiry window, written when the stored expiry is outside it."""
+        return self.expires_at + self.expiry_slack
+
+
+@dataclass(frozen=True)
 class QuarantinedRow:
     """A refused state, set aside with the reason."""
 
@@ -177,6 +205,8 @@ class QuarantinedRow:
     team_version: str
     state_bytes: int
     quarantined_at: datetime
+    checkpoint_bytes: int = 0
+    """The bytes of an interrupted run's checkpoint set aside with the row (or alone: then no state)."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +252,20 @@ class StateStore(Protocol):
         """Write the state if the row is still at ``expected_version`` and leased to ``owner``."""
         ...
 
+    async def checkpoint(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: CheckpointRecord
+    ) -> int:
+        """Write the checkpoint of a run in flight (or clear it) in one statement, if the row is still at
+        ``expected_version`` and leased to ``owner``, keeping the lease; returns the new row version. The
+        state from before the run stays as it is; the next save clears the checkpoint.
+
+        Raises:
+            StaleStateVersion: The row moved on (another worker took the session over, or saved).
+            ErasureInProgress: An erasure request holds this user.
+            StoreUnavailable: The database failed; the row holds the checkpoint it held before.
+        """
+        ...
+
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """Extend ``owner``'s lease by ``lease_ttl`` from now; False when it no longer holds it."""
         ...
@@ -230,8 +274,12 @@ class StateStore(Protocol):
         """Give the lease back; ``discard_empty`` removes a row that never got a state."""
         ...
 
-    async def quarantine(self, row: StoredSession, *, owner: str, reason: str, detail: str) -> int:
-        """Copy a refused row to quarantine and clear its state, in one transaction; returns its id."""
+    async def quarantine(
+        self, row: StoredSession, *, owner: str, reason: str, detail: str, checkpoint_only: bool = False
+    ) -> int:
+        """Copy a refused row to quarantine and clear its state and checkpoint, in one transaction; returns
+        its id. With ``checkpoint_only``, only the row's checkpoint is set aside and cleared (an interrupted
+        run that cannot continue), and its state stays."""
         ...
 
     async def restore_quarantined(

@@ -32,18 +32,20 @@ class UserRows:
 
     Args:
         table: ``ts_sessions`` or ``ts_quarantine``.
+        size: Each row's bytes of the user's words (its state, and an interrupted run's checkpoint).
     """
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, size: Any) -> None:
         self.table = table
+        self.size = size
 
     def _mine(self, user_id: str) -> Any:
         return self.table.c.user_id == user_id
 
     async def count(self, conn: AsyncConnection, user_id: str) -> tuple[int, int]:
-        """How many rows ``user_id`` has here, and the bytes of the states they hold."""
+        """How many rows ``user_id`` has here, and the bytes of the states and checkpoints they hold."""
         rows, nbytes = (await conn.execute(
-            select(func.count(), func.coalesce(func.sum(self.table.c.state_bytes), 0))
+            select(func.count(), func.coalesce(func.sum(self.size), 0))
             .select_from(self.table).where(self._mine(user_id))
         )).one()
         return int(rows), int(nbytes or 0)
@@ -53,9 +55,10 @@ class UserRows:
         await conn.execute(delete(self.table).where(self._mine(user_id)))
 
 
-SESSIONS = UserRows(sessions)
-"""Stored sessions: every ``ts_sessions`` row of the user (several copies of their words inside)."""
-QUARANTINED = UserRows(quarantine)
+SESSIONS = UserRows(sessions, sessions.c.state_bytes + sessions.c.checkpoint_bytes)
+"""Stored sessions: every ``ts_sessions`` row of the user (several copies of their words inside, and, for
+a run in flight or interrupted, its checkpoint)."""
+QUARANTINED = UserRows(quarantine, quarantine.c.state_bytes + func.coalesce(func.length(quarantine.c.checkpoint), 0))
 """States set aside as refused, kept for an operator to look at."""
 
 

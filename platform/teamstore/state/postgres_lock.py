@@ -51,16 +51,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
 from teamstore.state import statements as sql
 from teamstore.state.admin import AdminMethods, SessionAdmin
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.direct import DirectPool, Statement, execute, for_psycopg
 from teamstore.state.failures import erasure_open, unavailable
 from teamstore.state.lease_mode import LeaseModeCheck
-from teamstore.state.rows import lock_params, new_session, save_params, stored
+from teamstore.state.rows import checkpoint_params, lock_params, new_session, save_params, stored
 from teamstore.state.waiting import Waiting
 
 _ACQUIRE, _RELEASE, _RENEW = for_psycopg(sql.acquire_lock()), for_psycopg(sql.release_lock()), for_psycopg(sql.touch())
 _SAVE = {(release, existing): for_psycopg(sql.save_locked(existing=existing, release=release))
          for release in (True, False) for existing in (True, False)}
+_CHECKPOINT = {existing: for_psycopg(sql.checkpoint_locked(existing=existing)) for existing in (True, False)}
 _READ = slice(1, 1 + len(sql.SESSION_COLUMNS))  # where the row's columns sit in the load's result
 _COUNT = _READ.stop  # then the user's live sessions, if counted
 
@@ -189,6 +190,32 @@ class LockLeaseStore(AdminMethods):
             await self.admin.explain_lost_save(key, expected_version)
         return int(row[0])
 
+    async def checkpoint(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: CheckpointRecord
+    ) -> int:
+        """Write (or clear) a run's checkpoint in one statement on the held connection, if the row is still at
+        ``expected_version`` (a session with no row yet gets its first row here); the lock stays held.
+
+        Raises:
+            StaleStateVersion: The row changed or vanished, or this worker's lease ended.
+            ErasureInProgress: An erasure request holds this user.
+            StoreUnavailable: The database failed; the row keeps the checkpoint it had. The connection,
+                and with it the lock, is given up: the run stops, and its session must be opened again.
+        """
+        lease = self._lease(key, owner)
+        params = checkpoint_params(key, expected_version, record)
+        try:
+            row = await self._execute(lease.cursor, _CHECKPOINT[expected_version > 0], params)
+        except BaseException as exc:
+            self._leases.pop((key, owner), None)
+            await self._direct.checkin(lease.conn, discard=True)
+            if isinstance(exc, psycopg.Error):
+                raise self._lost(exc, lease, "write the run's checkpoint") from exc
+            raise
+        if row is None or row[0] is None:
+            await self.admin.explain_lost_save(key, expected_version)
+        return int(row[0])
+
     def _lease(self, key: SessionKey, owner: str) -> _Lease:
         lease = self._leases.get((key, owner))
         if lease is None:
@@ -198,14 +225,14 @@ class LockLeaseStore(AdminMethods):
             )
         return lease
 
-    def _lost(self, exc: Exception, lease: _Lease) -> StaleStateVersion | StoreUnavailable:
+    def _lost(self, exc: Exception, lease: _Lease, action: str = "save the session state") -> StaleStateVersion | StoreUnavailable:
         if lease.overdue:
             return StaleStateVersion(
                 f"the lease ended: the session was held longer than its {lease.ttl:g}s lease and the "
-                "database closed the connection; another worker may have it now. The state was not saved",
+                "database closed the connection; another worker may have it now. Nothing was written",
                 hint="raise lease_ttl_seconds if runs outlive it",
             )
-        return unavailable(exc, "save the session state")
+        return unavailable(exc, action)
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """Any statement on the held connection restarts the server's lease timer: send a trivial one."""

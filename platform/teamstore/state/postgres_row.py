@@ -35,6 +35,7 @@ from teamstore.state.row_lease import RowLeaseStore
 _CONNECTION_WAIT = 10.0  # a save waits this long for a pooled connection (each is held for one statement)
 _ACQUIRE = for_psycopg(sql.acquire_row(sql.POSTGRES))
 _SAVE = {release: for_psycopg(sql.save_row(sql.POSTGRES, release=release)) for release in (True, False)}
+_CHECKPOINT = for_psycopg(sql.checkpoint_row(sql.POSTGRES))
 
 
 class PostgresRowStatements:
@@ -83,6 +84,14 @@ class PostgresRowStatements:
             row: Sequence[Any] | None = await self._one(_SAVE[release], params, _CONNECTION_WAIT, retry=False)
         except psycopg.Error as exc:
             raise unavailable(exc, "save the session state") from exc
+        return row
+
+    async def checkpoint(self, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        """Write a run's checkpoint: the new row version, or ``None``."""
+        try:
+            row: Sequence[Any] | None = await self._one(_CHECKPOINT, params, _CONNECTION_WAIT, retry=False)
+        except psycopg.Error as exc:
+            raise unavailable(exc, "write the run's checkpoint") from exc
         return row
 
     async def aclose(self) -> None:

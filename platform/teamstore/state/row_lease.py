@@ -7,8 +7,8 @@
     ...                                           # the run; no connection is held
     await store.save(key, owner="w-1", expected_version=row.row_version, record=rec, release=True)
 
-Taking the lease is one write that also reads the row; saving is one versioned ``UPDATE`` that also
-releases (:func:`teamstore.state.statements.acquire_row`, :func:`~teamstore.state.statements.save_row`).
+Taking the lease is one write that also reads the row; a run's checkpoint is one versioned ``UPDATE``
+that keeps the lease; saving is one versioned ``UPDATE`` that also releases (:func:`teamstore.state.statements.acquire_row`, :func:`~teamstore.state.statements.save_row`).
 A save whose row moved on (another writer, an expired lease taken over, an erasure) matches nothing
 and raises; no update is ever lost silently. A row lease costs a commit on every load but holds no
 connection while the team runs, so a process runs as many sessions at once as it likes.
@@ -38,10 +38,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.db.clock import now_utc
 from teamstore.state import statements as sql
 from teamstore.state.admin import AdminMethods, SessionAdmin
-from teamstore.state.base import Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.failures import unavailable
 from teamstore.state.lease_mode import LeaseModeCheck
-from teamstore.state.rows import row_lease_params, save_params, stored
+from teamstore.state.rows import checkpoint_params, row_lease_params, save_params, stored
 from teamstore.state.waiting import Waiting
 
 
@@ -59,6 +59,15 @@ class RowStatements(Protocol):
 
     async def save(self, params: Mapping[str, Any], release: bool) -> Sequence[Any] | None:
         """Run :func:`teamstore.state.statements.save_row`; the new row version, or ``None`` if it
+        matched no row.
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        ...
+
+    async def checkpoint(self, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        """Run :func:`teamstore.state.statements.checkpoint_row`; the new row version, or ``None`` if it
         matched no row.
 
         Raises:
@@ -153,6 +162,25 @@ class RowLeaseStore(AdminMethods):
             StoreUnavailable: The database failed; the previous state is intact.
         """
         row = await self.statements.save(save_params(key, expected_version, record, owner=owner), release)
+        if row is None:
+            await self.admin.explain_lost_save(key, expected_version)
+        return int(row[0])
+
+    async def checkpoint(
+        self, key: SessionKey, *, owner: str, expected_version: int, record: CheckpointRecord
+    ) -> int:
+        """Write (or clear) a run's checkpoint in one statement if nothing moved since the last write; the
+        lease stays held.
+
+        Returns:
+            The new row version.
+
+        Raises:
+            StaleStateVersion: The row changed, vanished, or its lease was taken over.
+            ErasureInProgress: An erasure request holds this user.
+            StoreUnavailable: The database failed; the row keeps the checkpoint it had.
+        """
+        row = await self.statements.checkpoint(checkpoint_params(key, expected_version, record, owner=owner))
         if row is None:
             await self.admin.explain_lost_save(key, expected_version)
         return int(row[0])

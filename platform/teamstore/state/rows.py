@@ -20,6 +20,7 @@ from sqlalchemy import RowMapping
 
 from teamstore.db.clock import now_utc, utc
 from teamstore.state.base import (
+    CheckpointRecord,
     Claim,
     QuarantinedRow,
     SaveRecord,
@@ -39,7 +40,8 @@ back, so the row is whole again."""
 def stored(user_id: str, session_id: str, values: Sequence[Any]) -> StoredSession:
     """The session row ``values`` (its :data:`teamstore.state.statements.SESSION_COLUMNS`, in order), judged
     by :func:`teamstore.state.base.checked`: every backend's load, read and listing maps its rows here."""
-    state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires = values
+    (state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires,
+     checkpoint, checkpoint_bytes) = values
     damaged: tuple[str, ...] = ()
     if any(value is DAMAGED for value in (schema, size, version, created, updated, expires)):
         # Only SQLite keeps a value of the wrong type in a column; its column types read it as DAMAGED.
@@ -61,6 +63,9 @@ def stored(user_id: str, session_id: str, values: Sequence[Any]) -> StoredSessio
         created_at=utc(created) or now_utc(),
         updated_at=utc(updated) or now_utc(),
         expires_at=utc(expires),
+        checkpoint=checkpoint,
+        # A count of the wrong type (SQLite) reads as -1, which no checkpoint has: the runtime refuses it.
+        checkpoint_bytes=-1 if checkpoint_bytes is DAMAGED else int(checkpoint_bytes or 0),
         damaged=damaged,
         defects=(f"the row's {', '.join(damaged)} hold values of the wrong type",) if damaged else (),
     ))
@@ -85,6 +90,7 @@ def quarantined(m: Mapping[str, Any] | RowMapping) -> QuarantinedRow:
         team_version=m["team_version"],
         state_bytes=m["state_bytes"],
         quarantined_at=utc(m["quarantined_at"]) or now_utc(),
+        checkpoint_bytes=len(m["checkpoint"].encode("utf-8", "surrogatepass")) if m.get("checkpoint") else 0,
     )
 
 
@@ -120,4 +126,18 @@ def save_params(key: SessionKey, expected_version: int, record: SaveRecord, *, o
         "v_agentchat_version": record.agentchat_version, "v_fingerprints": _fingerprints(record.fingerprints),
         "v_state": record.state, "v_state_bytes": len(record.state.encode()), "v_expires_at": record.expires_at,
         "v_expires_latest": record.expires_latest,
+    }
+
+
+def checkpoint_params(
+    key: SessionKey, expected_version: int, record: CheckpointRecord, *, owner: str = ""
+) -> dict[str, Any]:
+    """The inputs of every checkpoint statement (``owner`` for row leases)."""
+    text = record.checkpoint
+    return {
+        "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner, "now": now_utc(),
+        "v_team": record.team, "v_team_version": record.team_version, "v_schema_version": record.schema_version,
+        "v_agentchat_version": record.agentchat_version, "v_fingerprints": _fingerprints(record.fingerprints),
+        "v_checkpoint": text, "v_checkpoint_bytes": len(text.encode()) if text is not None else 0,
+        "v_expires_at": record.expires_at, "v_expires_latest": record.expires_latest,
     }

@@ -2,7 +2,8 @@
 
     from teamstore.state.schema import sessions, quarantine
 
-One row per (user_id, session_id) in ``ts_sessions``; refused rows move to ``ts_quarantine`` with the
+One row per (user_id, session_id) in ``ts_sessions``, which also holds the checkpoint of a run in flight
+(a team with per-turn checkpoints, migration 0014); refused rows move to ``ts_quarantine`` with the
 reason (the erasure fence every lease and save checks, ``ts_user_holds``, is :mod:`teamstore.db.fence`);
 ``ts_store_settings`` records how the database's sessions are leased (``lock`` or ``row``). The row
 version, and with row leases the lease too, live in the session row itself, so taking the lease and
@@ -127,6 +128,10 @@ sessions = Table(
     Column("expires_at", Timestamp, nullable=True),
     Column("lease_owner", String(64), nullable=True),
     Column("lease_until", DateTime(timezone=True), nullable=True),
+    # The checkpoint of a run in flight (migration 0014): raw text like the state, so a damaged one can
+    # still be read and quarantined; cleared by the save that follows the run.
+    Column("checkpoint", Text, nullable=True),
+    Column("checkpoint_bytes", Count, nullable=False, default=0, server_default="0"),
     PrimaryKeyConstraint("user_id", "session_id"),
 )
 Index("ix_ts_sessions_expires_at", sessions.c.expires_at)
@@ -148,6 +153,7 @@ quarantine = Table(
     Column("state_bytes", Integer, nullable=False),
     Column("row_version", BigInteger, nullable=False),
     Column("quarantined_at", DateTime(timezone=True), nullable=False),
+    Column("checkpoint", Text, nullable=True),  # an interrupted run's checkpoint set aside with the row or alone
 )
 Index("ix_ts_quarantine_user", quarantine.c.user_id, quarantine.c.session_id)
 

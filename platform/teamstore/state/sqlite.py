@@ -6,7 +6,7 @@ the engine.
 
     store = sqlite_store(create_engine("sqlite:///.teamstore/teamstore.db"))   # or store_for(engine)
 
-Each lease and each save is one statement, atomic on its own, run in autocommit: that spares the
+Each lease, save and checkpoint write is one statement, atomic on its own, run in autocommit: that spares the
 ``BEGIN`` and ``COMMIT`` round trips, and sent on the store's own few connections in one hop to SQLite's
 thread (:mod:`teamstore.state.direct_sqlite`); everything else goes through the engine. SQLite serves one
 writer at a time; for many workers, use Postgres.
@@ -28,7 +28,8 @@ from teamstore.state.row_lease import RowLeaseStore
 
 _ACQUIRE = sql.acquire_row(sql.SQLITE)  # built once: constructing the lease statement costs more than running it
 _SAVE = {release: sql.save_row(sql.SQLITE, release=release) for release in (True, False)}
-_DIRECT: dict[Any, SqliteStatement] = {stmt: for_sqlite(stmt) for stmt in (_ACQUIRE, *_SAVE.values())}
+_CHECKPOINT = sql.checkpoint_row(sql.SQLITE)
+_DIRECT: dict[Any, SqliteStatement] = {stmt: for_sqlite(stmt) for stmt in (_ACQUIRE, *_SAVE.values(), _CHECKPOINT)}
 
 
 class SqliteStatements:
@@ -65,6 +66,10 @@ class SqliteStatements:
     async def save(self, params: Mapping[str, Any], release: bool) -> Sequence[Any] | None:
         """Save (and release): the new row version, or ``None``."""
         return await self._one(_SAVE[release], params, "save the session state")
+
+    async def checkpoint(self, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        """Write a run's checkpoint: the new row version, or ``None``."""
+        return await self._one(_CHECKPOINT, params, "write the run's checkpoint")
 
     async def aclose(self) -> None:
         """Close the store's own connections (the engine is the caller's)."""

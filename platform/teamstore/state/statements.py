@@ -82,10 +82,13 @@ TTL_MS = Param("ttl_ms", Text())
 CLAIMED = ("team", "team_version", "schema_version", "agentchat_version", "fingerprints")
 """What a lease writes into a new row, and a save writes again (each as the parameter ``v_<column>``)."""
 SAVED = (*CLAIMED, "state", "state_bytes")
-VALUE = {name: Param(f"v_{name}", sessions.c[name].type) for name in (*SAVED, "expires_at")}
+CHECKPOINTED = ("checkpoint", "checkpoint_bytes")
+"""What a checkpoint write sets (each as the parameter ``v_<column>``); a save clears both."""
+VALUE = {name: Param(f"v_{name}", sessions.c[name].type) for name in (*SAVED, *CHECKPOINTED, "expires_at")}
 EXPIRES_LATEST = Param("v_expires_latest", sessions.c.expires_at.type)
 SESSION_COLUMNS = ("state", "row_version", "team", "team_version", "schema_version", "agentchat_version",
-                   "fingerprints", "state_bytes", "created_at", "updated_at", "expires_at")
+                   "fingerprints", "state_bytes", "created_at", "updated_at", "expires_at", "checkpoint",
+                   "checkpoint_bytes")
 """What every load reads of a row, in this order (:func:`teamstore.state.rows.stored` maps it). The
 fingerprints are read as text, on both databases, and parsed once, by the mapper."""
 
@@ -140,8 +143,8 @@ def acquire_row(dialect: str) -> Any:
     """
     values: dict[str, Any] = {"user_id": USER, "session_id": SESSION, **{n: VALUE[n] for n in CLAIMED},
                               "state": null(), "state_bytes": literal(0), "row_version": literal(0),
-                              "created_at": NOW, "updated_at": NOW, "expires_at": null(),
-                              "lease_owner": OWNER, "lease_until": UNTIL}
+                              "created_at": NOW, "updated_at": NOW, "expires_at": null(), "checkpoint": null(),
+                              "checkpoint_bytes": literal(0), "lease_owner": OWNER, "lease_until": UNTIL}
     allowed = [~held(USER), room(dialect)]
     if dialect == POSTGRES:  # the lease write does not wait for its flush (module doc of postgres_row)
         allowed.insert(1, func.set_config("synchronous_commit", "off", True).is_not(None))
@@ -155,13 +158,25 @@ def acquire_row(dialect: str) -> Any:
     ).returning(*read_columns())
 
 
-def _saved_values(dialect: str) -> dict[str, Any]:
-    """A save's new values. The expiry moves only when the stored one is outside the record's window
-    (most saves then leave the expiry index alone, and Postgres can update the row in place)."""
+def _moved_on(dialect: str) -> dict[str, Any]:
+    """What every write of a session row moves on: its version, its time, and its expiry, which moves only
+    when the stored one is outside the record's window (most writes then leave the expiry index alone, and
+    Postgres can update the row in place)."""
     kept = sessions.c.expires_at.between(VALUE["expires_at"], EXPIRES_LATEST)
-    return {**{name: VALUE[name] for name in SAVED}, "row_version": sessions.c.row_version + 1,
-            "updated_at": func.now() if dialect == POSTGRES else NOW,
+    return {"row_version": sessions.c.row_version + 1, "updated_at": func.now() if dialect == POSTGRES else NOW,
             "expires_at": case((kept, sessions.c.expires_at), else_=EXPIRES_LATEST)}
+
+
+def _saved_values(dialect: str) -> dict[str, Any]:
+    """A save's new values: the state, and no checkpoint (a save follows a run that completed, or was given up)."""
+    return {**{name: VALUE[name] for name in SAVED}, "checkpoint": null(), "checkpoint_bytes": literal(0),
+            **_moved_on(dialect)}
+
+
+def _checkpointed_values(dialect: str) -> dict[str, Any]:
+    """A checkpoint write's new values: the checkpoint alone (NULL clears it); the state stays the one from
+    before the run."""
+    return {**{name: VALUE[name] for name in CHECKPOINTED}, **_moved_on(dialect)}
 
 
 def save_row(dialect: str, *, release: bool) -> Any:
@@ -174,6 +189,15 @@ def save_row(dialect: str, *, release: bool) -> Any:
     return (update(sessions)
             .where(*is_key(), sessions.c.row_version == VERSION, sessions.c.lease_owner == OWNER, ~held(USER))
             .values(values).returning(sessions.c.row_version))
+
+
+def checkpoint_row(dialect: str) -> Any:
+    """Write (or clear) a run's checkpoint under a row lease, in one statement, on the same terms as a save:
+    ``UPDATE .. WHERE row_version = :version AND lease_owner = :owner AND no hold .. RETURNING row_version``.
+    The lease stays held. It keeps the server's durability: a checkpoint is worth only what survives a crash."""
+    return (update(sessions)
+            .where(*is_key(), sessions.c.row_version == VERSION, sessions.c.lease_owner == OWNER, ~held(USER))
+            .values(_checkpointed_values(dialect)).returning(sessions.c.row_version))
 
 
 def renew_row() -> Any:
@@ -239,12 +263,7 @@ def save_locked(*, existing: bool, release: bool) -> Any:
         stmt: Any = (update(sessions).where(*is_key(), sessions.c.row_version == VERSION, ~held(USER))
                      .values(_saved_values(POSTGRES)))
     else:
-        values = {"user_id": USER, "session_id": SESSION, **{n: VALUE[n] for n in SAVED},
-                  "row_version": literal(1), "created_at": func.now(), "updated_at": func.now(),
-                  "expires_at": EXPIRES_LATEST}
-        source = select(*(value.label(name) for name, value in values.items())).where(~held(USER))
-        stmt = (dialect_insert(POSTGRES)(sessions).from_select(list(values), source)
-                .on_conflict_do_nothing(index_elements=[sessions.c.user_id, sessions.c.session_id]))
+        stmt = _first_write({**{n: VALUE[n] for n in SAVED}, "checkpoint": null(), "checkpoint_bytes": literal(0)})
     stmt = stmt.returning(sessions.c.row_version)
     if not release:
         return stmt
@@ -252,6 +271,29 @@ def save_locked(*, existing: bool, release: bool) -> Any:
     handover = select(func.pg_advisory_xact_lock(*_lock_key(USER, SESSION))).offset(0).subquery("handover")
     return select(select(saved.c.row_version).scalar_subquery(), func.pg_advisory_unlock(*_lock_key(USER, SESSION)),
                   _lease_timer("0")).select_from(handover)
+
+
+def _first_write(written: dict[str, Any]) -> Any:
+    """A new session's first row under an advisory lock (``lock`` leases write none at the load), unless the
+    user is held: ``INSERT .. ON CONFLICT DO NOTHING`` (a row someone else wrote meanwhile is not overwritten)."""
+    values = {"user_id": USER, "session_id": SESSION, **{n: VALUE[n] for n in CLAIMED}, "state": null(),
+              "state_bytes": literal(0), **written, "row_version": literal(1), "created_at": func.now(),
+              "updated_at": func.now(), "expires_at": EXPIRES_LATEST}
+    source = select(*(value.label(name) for name, value in values.items())).where(~held(USER))
+    return (dialect_insert(POSTGRES)(sessions).from_select(list(values), source)
+            .on_conflict_do_nothing(index_elements=[sessions.c.user_id, sessions.c.session_id]))
+
+
+def checkpoint_locked(*, existing: bool) -> Any:
+    """Write (or clear) a run's checkpoint under an advisory lock, in one statement: the versioned ``UPDATE``
+    (or, for a session with no row yet, its first row, holding the checkpoint and no state), unless the user
+    is held; ``RETURNING`` no row when it lost its row. The lock stays held."""
+    if existing:
+        stmt: Any = (update(sessions).where(*is_key(), sessions.c.row_version == VERSION, ~held(USER))
+                     .values(_checkpointed_values(POSTGRES)))
+    else:
+        stmt = _first_write({n: VALUE[n] for n in CHECKPOINTED})
+    return stmt.returning(sessions.c.row_version)
 
 
 def release_lock() -> Any:

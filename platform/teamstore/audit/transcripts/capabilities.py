@@ -14,7 +14,7 @@ reaches into a backend's client, bucket or folder.
 
 | capability | protocol | S3 | local folder |
 |---|---|---|---|
-| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix | yes | no (one copy per object) |
+| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix, and any version's bytes | yes | no (one copy per object) |
 | ``BATCH_DELETE`` | :class:`BatchDelete`: remove given versions, reporting each one refused | yes | no |
 | ``HOLDS`` | :class:`Holds`: whether a legal hold or a retention period protects a version | yes | no (nothing locks a file) |
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
@@ -71,6 +71,14 @@ class Versions(Protocol):
 
         Raises:
             TranscriptUnavailable: The store could not be listed; the message names no key.
+        """
+
+    async def read_version(self, version: ObjectVersion) -> bytes:
+        """The bytes of one version as stored (an earlier version of a key, or one under a delete marker).
+
+        Raises:
+            TranscriptNotFound: No such version any more (deleted since the listing), or a delete marker.
+            TranscriptUnavailable: The store could not be read; the message names no key.
         """
 
 

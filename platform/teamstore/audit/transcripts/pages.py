@@ -24,11 +24,7 @@ from typing import Any
 from teamstore.audit.transcripts.base import TranscriptStore, run_id_of, run_key, session_prefix
 from teamstore.audit.transcripts.record import RunKeys, decode
 from teamstore.errors import AuditError, TranscriptNotFound
-
-DEFAULT_RUNS = 10
-"""How many of a session's newest runs are shown unless asked for another number."""
-MAX_RUNS = 1000
-"""The most runs one page holds (each is read whole into memory)."""
+from teamstore.limits import DEFAULT_RUNS
 
 
 @dataclass(frozen=True)

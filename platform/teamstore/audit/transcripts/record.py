@@ -127,6 +127,7 @@ def run_record(ctx: RunContext, outcome: RunOutcome, keys: RunKeys, items: int) 
         "subject_key": keys.subject_key,
         "session_key": keys.session_key,
         "resumed": ctx.resumed,
+        "interruptions": ctx.interruptions,
         "started_at": ctx.started_at.isoformat(),
         "finished_at": outcome.finished_at.isoformat(),
         "duration_s": (outcome.finished_at - ctx.started_at).total_seconds(),

@@ -4,6 +4,7 @@
 
     store = S3TranscriptStore.from_url("s3://audit-bucket/teamstore")   # AWS_* variables as usual
     await store.put(key, body)
+    earlier = [await store.read_version(v) for v in await store.versions(prefix) if not v.delete_marker]
     rule = await store.apply_retention(days=90)                            # Capability.LIFECYCLE_RULES
     refused = await store.delete_versions(await store.versions(prefix))    # VERSIONS, BATCH_DELETE
 
@@ -43,7 +44,7 @@ from teamstore.audit.transcripts.s3_client import (
     translate,
     without_keys,
 )
-from teamstore.errors import ConfigurationError, TranscriptUnavailable
+from teamstore.errors import ConfigurationError, TranscriptNotFound, TranscriptUnavailable
 
 __all__ = ["BATCH", "RULE_ID", "S3TranscriptStore", "lifecycle_rule", "make_client"]
 
@@ -251,6 +252,37 @@ class S3TranscriptStore:
                    for v in page.get("Versions", [])] + [
                 ObjectVersion(self._relative(m["Key"]), m["VersionId"], 0, delete_marker=True)
                 for m in page.get("DeleteMarkers", [])]
+
+    async def read_version(self, version: ObjectVersion) -> bytes:
+        """One ``GetObject`` of ``version`` (an export reads every copy S3 still keeps, not only the current).
+
+        Raises:
+            TranscriptNotFound: No such version any more, or a delete marker (which holds no bytes).
+            TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
+        """
+        check_key(version.key)
+        body = None if version.delete_marker else await self._versioned("read an object version",
+                                                                       self._read_version, version)
+        if body is None:
+            raise TranscriptNotFound("that transcript version is gone (deleted since it was listed) or is a delete "
+                                     "marker", hint="list the versions again; only what is listed now can be read")
+        return body
+
+    def _read_version(self, version: ObjectVersion) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        full = self._full(version.key)
+        try:
+            answer = self.client.get_object(Bucket=self.bucket, Key=full, VersionId=version.version_id)
+        except ClientError as exc:
+            code = error_code(exc)
+            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
+                return None
+            if version.version_id != "null" or code not in {"400", "InvalidArgument"}:
+                raise
+            # A bucket that never had versioning (as in _head): its one copy of the key is this version.
+            answer = self.client.get_object(Bucket=self.bucket, Key=full)
+        return bytes(answer["Body"].read())
 
     async def delete_versions(self, versions: Sequence[ObjectVersion]) -> list[Refusal]:
         """``DeleteObjects`` for ``versions``, 1,000 per request; every answer's ``Errors`` list is read.

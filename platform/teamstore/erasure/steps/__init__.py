@@ -7,73 +7,34 @@
         result = await step.erase(ctx, prior=None)    # delete (recording what it found), status DELETED
         left = await step.remaining(ctx)              # verification: what is still there
 
-The order is fixed: resume state, quarantine, transcripts, outbox, ledger, and the subject mapping last,
-because every earlier step needs the subject key the mapping holds (the request keeps a copy too).
+The order is fixed: resume state, quarantine, user memory, transcripts, outbox, ledger, session ids, export
+records, and the subject mapping last, because every earlier step needs the subject key the mapping holds
+(the request keeps a copy too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from teamstore.erasure.steps.base import Progress, Step, StepContext
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+__all__ = ["STEP_ORDER", "Progress", "Step", "StepContext", "build_steps"]
 
-from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.erasure.receipt import Counts, StoreResult
-
-Progress = Callable[[str, int, int | None], None]
-"""``progress(step, done, total)``: called as a step advances (``total`` may be unknown)."""
-
-STEP_ORDER = ("resume_state", "quarantine", "transcripts", "outbox", "ledger", "subject")
-
-
-def _no_progress(step: str, done: int, total: int | None) -> None:
-    """Progress sink that ignores updates."""
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What every step needs: where to look and whose data to look for."""
-
-    engine: AsyncEngine
-    transcripts: TranscriptStore
-    request_id: str
-    user_id: str | None
-    subject_key: str | None
-    progress: Progress = _no_progress
-    owner: str | None = None  # the coordinator's lease: step records are written only while it holds it
-
-
-class Step(Protocol):
-    """One store's part of an erasure."""
-
-    @property
-    def name(self) -> str:
-        """The store's name in the receipt."""
-
-    async def enumerate(self, ctx: StepContext) -> Counts:
-        """Count what is stored for the user, changing nothing."""
-
-    async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
-        """Delete what is stored for the user and record the counts (status ``deleted``).
-
-        ``prior`` is what an interrupted earlier attempt recorded; the counts carry it forward.
-        """
-
-    async def remaining(self, ctx: StepContext) -> Counts:
-        """Re-query the store independently: what is still there (``retained`` = under a hold)."""
+STEP_ORDER = ("resume_state", "quarantine", "memory", "transcripts", "outbox", "ledger", "session_ids", "exports",
+              "subject")
 
 
 def build_steps() -> list[Step]:
     """The steps in :data:`STEP_ORDER`."""
     from teamstore.erasure.steps.database import (
+        exports_step,
         ledger_step,
+        memory_step,
         outbox_step,
         quarantine_step,
         resume_step,
+        session_ids_step,
         subject_step,
     )
     from teamstore.erasure.steps.transcripts import TranscriptStep
 
-    return [resume_step(), quarantine_step(), TranscriptStep(), outbox_step(), ledger_step(), subject_step()]
+    return [resume_step(), quarantine_step(), memory_step(), TranscriptStep(), outbox_step(), ledger_step(),
+            session_ids_step(), exports_step(), subject_step()]

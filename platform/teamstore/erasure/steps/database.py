@@ -1,4 +1,5 @@
-"""The database steps: resume state, quarantine, outbox, ledger link, subject mapping.
+"""The database steps: resume state, quarantine, user memory, outbox, ledger link, session ids, export
+records' link, subject mapping.
 
     from teamstore.erasure.steps.database import resume_step
 
@@ -8,8 +9,8 @@
 Each delete commits in the same transaction as the step's record, so a kill leaves either both or
 neither; a rerun adds what it finds to the committed counts. Rows are matched by the exact user id
 (``=`` on Postgres and SQLite compares code points: no case folding, no unicode normalisation) or by the
-subject key. Resume state's rows are reached through :mod:`teamstore.state.erasure`; the audit tables'
-rows here, by table.
+subject key. Resume state's rows are reached through :mod:`teamstore.state.erasure`, user memory's through
+:mod:`teamstore.memory.erasure`; the audit tables' rows here, by table.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from sqlalchemy import ColumnElement, Table, delete, false, func, or_, select, u
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from teamstore.audit.schema import outbox, subjects, usage
+from teamstore.audit.schema import outbox, subject_sessions, subjects, usage
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
-from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable
+from teamstore.export.schema import export_requests
+from teamstore.memory.erasure import USER_MEMORY, UserMemoryRows
 from teamstore.state import erasure as state
 
 Where = Callable[[StepContext], ColumnElement[bool]]
@@ -87,9 +90,10 @@ class TableRows:
 
 @dataclass(frozen=True)
 class StateRows:
-    """The user's rows in one of resume state's tables (a request that no longer knows its user has none)."""
+    """The user's rows in one of resume state's tables, or in user memory's (a request that no longer knows
+    its user has none)."""
 
-    rows: state.UserRows
+    rows: state.UserRows | UserMemoryRows
 
     async def count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
         """Count the user's rows and their state bytes."""
@@ -170,9 +174,24 @@ class LedgerRows(TableRows):
             )
 
 
+@dataclass(frozen=True)
+class UnlinkRows(TableRows):
+    """Clear the subject key of the user's rows in a table that keeps them as a record (who exported what,
+    when): the rows stay, and nothing links them to the user any more."""
+
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
+        """Unlink the matching rows."""
+        await conn.execute(update(self.table).where(self.where(ctx)).values(subject_key=None))
+
+
 def resume_step() -> SqlDeleteStep:
     """Resume state: every stored session of the exact user id (several copies of the words inside)."""
     return SqlDeleteStep("resume_state", StateRows(state.SESSIONS))
+
+
+def memory_step() -> SqlDeleteStep:
+    """User memory: every summary and fact kept about the exact user id (their words, in another form)."""
+    return SqlDeleteStep("memory", StateRows(USER_MEMORY))
 
 
 def quarantine_step() -> SqlDeleteStep:
@@ -188,6 +207,17 @@ def outbox_step() -> SqlDeleteStep:
 def ledger_step() -> SqlDeleteStep:
     """The ledger's link to the user (rows stay, de-identified)."""
     return SqlDeleteStep("ledger", LedgerRows(usage, _by_subject(usage)))
+
+
+def session_ids_step() -> SqlDeleteStep:
+    """The user's session ids recorded beside their session keys, for readable reports (before the subject)."""
+    return SqlDeleteStep("session_ids", TableRows(subject_sessions, _by_subject(subject_sessions)))
+
+
+def exports_step() -> SqlDeleteStep:
+    """The export records' link to the user (``ts_export_requests``: who exported the user's data, when, at
+    whose request; the rows stay, de-identified, with their manifests, which hold no user data)."""
+    return SqlDeleteStep("exports", UnlinkRows(export_requests, _by_subject(export_requests)))
 
 
 def subject_step() -> SqlDeleteStep:

@@ -1,66 +1,21 @@
-"""Real services for the tests: a local PostgreSQL, moto's S3 server over HTTP, an OTLP/HTTP receiver.
+"""The PostgreSQL server's own log, read over SQL: tests about what reaches it read only what they caused.
 
-Each starts from local binaries or packages; when one cannot start, its tests are skipped with the reason,
-except under ``TEAMSTORE_REQUIRE_SERVICES=1`` (CI), where they fail instead.
+    start = postgres_server_log_size(server_url)
+    ...                                          # statements that must not log a user id
+    assert user_id not in postgres_server_log(server_url, start)
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def require_or_skip(reason: str) -> None:
-    """Fail in CI, skip elsewhere: CI must never silently skip a service suite."""
-    if os.environ.get("TEAMSTORE_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required service unavailable: {reason}")
-    pytest.skip(reason)
-
-
-def free_port() -> int:
-    """An unused TCP port on loopback."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def postgres_server_url() -> str | None:
-    """A server URL from the environment, or one started from local binaries; ``None`` if neither works."""
-    url = os.environ.get("TEAMSTORE_TEST_DATABASE_URL")
-    if url:
-        return url
-    url = start_local_postgres()
-    if url:
-        os.environ["TEAMSTORE_TEST_DATABASE_URL"] = url
-    return url
-
-
-def start_local_postgres(*, durable: bool = False) -> str | None:
-    """Start (or reuse) ``infra/postgres.sh``'s server; ``durable`` keeps fsync on. Its URL, or ``None``."""
-    env = {**os.environ, "TEAMSTORE_PG_DURABLE": "1" if durable else "0"}
-    try:
-        out = subprocess.run(
-            [str(ROOT / "infra" / "postgres.sh"), "start"], check=True, capture_output=True, text=True, timeout=120,
-            env=env,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for line in out.splitlines():
-        if "TEAMSTORE_TEST_DATABASE_URL=" in line:
-            return line.split("=", 1)[1].strip()
-    return None
+from tests.services.common import require_or_skip
 
 
 def _server_log_file(conn: object) -> str:
-    """The server's current log file, relative to its data directory: the logging collector's, or the file
-    ``infra/postgres.sh`` sends the server's output to (``pg_ctl -l server.log``)."""
+    """The server's current log file, relative to its data directory: the logging collector's (the Postgres
+    container runs with it on), or the file ``infra/postgres.sh`` sends the server's output to
+    (``pg_ctl -l server.log``)."""
     current = conn.execute("SELECT pg_current_logfile()").fetchone()  # type: ignore[attr-defined]
     return str(current[0]) if current and current[0] else "server.log"
 

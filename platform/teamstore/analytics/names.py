@@ -1,0 +1,83 @@
+"""Users and sessions of a cost report read as the application's own ids, or ``erased``.
+
+    from teamstore.analytics.names import name_rows
+
+    await name_rows(engine, report.rows, ("session",))   # row.group: {"user": "alice", "session": "s1"}
+
+The ledger holds pseudonymous keys. A subject key is read back through the subject mapping
+(``ts_subjects``), a session key through the session ids recorded beside it (``ts_subject_sessions``).
+A user erased since (the ledger's link cleared, or the mapping gone) reads as ``erased``, and so do
+their sessions. A session of a known user whose id was never recorded (run before teamstore recorded
+session ids, its resume state gone by the upgrade) reads as its session key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Column, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.cost import ERASED, CostRow
+from teamstore.audit.schema import subject_sessions, subjects
+
+CHUNK = 500
+"""Keys looked up per statement (an IN list well under every driver's parameter limit)."""
+
+
+async def _lookup(engine: AsyncEngine, key: Column[Any], value: Column[Any], wanted: Iterable[str]) -> dict[str, str]:
+    keys, found = sorted(set(wanted)), {}
+    async with engine.connect() as conn:
+        for start in range(0, len(keys), CHUNK):
+            query = select(key, value).where(key.in_(keys[start:start + CHUNK]))
+            found.update({str(k): str(v) for k, v in (await conn.execute(query)).all()})
+    return found
+
+
+def _keys(rows: Sequence[CostRow], dims: Sequence[str]) -> tuple[set[str], set[str]]:
+    subject_keys, session_keys = set(), set()
+    for row in rows:
+        for dim, values in zip(dims, row.raw, strict=True):
+            if dim == "session":
+                session_keys.add(str(values[0]))
+            if dim in ("session", "user") and values[-1] is not None:
+                subject_keys.add(str(values[-1]))
+    return subject_keys, session_keys
+
+
+async def name_rows(engine: AsyncEngine, rows: Sequence[CostRow], dims: Sequence[str]) -> None:
+    """Rewrite each row's ``group`` and ``key`` with users' and sessions' own ids.
+
+    Args:
+        engine: The state database.
+        rows: Rows of a report grouped by ``dims`` (their ``raw`` values are the ledger's).
+        dims: The report's dimensions.
+
+    Raises:
+        SQLAlchemyError: The database could not be read.
+    """
+    if not {"session", "user"} & set(dims):
+        return
+    subject_keys, session_keys = _keys(rows, dims)
+    users = await _lookup(engine, subjects.c.subject_key, subjects.c.user_id, subject_keys)
+    sessions = await _lookup(engine, subject_sessions.c.session_key, subject_sessions.c.session_id, session_keys)
+    for row in rows:
+        group: dict[str, str] = {}
+        for dim, values, (name, value) in zip(dims, row.raw, _pairs(row.group, dims), strict=True):
+            if dim in ("session", "user"):
+                user = users.get(str(values[-1]), ERASED) if values[-1] is not None else ERASED
+                group["user"] = user
+                if dim == "session":
+                    group["session"] = ERASED if user == ERASED else sessions.get(str(values[0]), str(values[0]))
+            else:
+                group[name] = value
+        row.group = group
+        row.key = " / ".join(group.values())
+
+
+def _pairs(group: dict[str, str], dims: Sequence[str]) -> list[tuple[str, str]]:
+    """The pseudonymous group's columns, one per dimension (each dimension has one there)."""
+    pairs = list(group.items())
+    assert len(pairs) == len(dims)
+    return pairs

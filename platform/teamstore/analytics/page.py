@@ -1,0 +1,172 @@
+"""``teamstore cost report``: one self-contained HTML page of charts, readable offline with no server.
+
+    from teamstore.analytics.page import report_page
+
+    html = await report_page(engine, load_prices(), every="week", since="30d", team="support_triage")
+
+Four reports of the same filters make the page: cost by time and team, by time and model, the costliest
+sessions, and by time alone (tokens per run, and runs completed, ended by a limit or failed). Each is
+embedded whole as the JSON ``teamstore cost --format json`` prints for it (``<script type=
+"application/json" id="report-data">``), and the charts are inline SVG whose marks carry their figures.
+The page loads nothing: its Content-Security-Policy forbids every fetch and every script.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from html import escape
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.analytics import svg
+from teamstore.analytics.query import CostQuery, cost_report
+from teamstore.audit.cost import TIME, CostReport, CostRow, money
+from teamstore.audit.prices import PriceTable
+from teamstore.errors import ConfigurationError
+
+OUTCOMES = ("completed", "ended by a limit", "failed")
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:820px;color:#222}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 6px} .meta{color:#555;margin:0 0 16px}
+.summary{display:flex;gap:24px;flex-wrap:wrap} .summary div{background:#f4f6f8;padding:8px 12px;border-radius:6px}
+.summary b{display:block;font-size:18px} svg.chart{max-width:100%;height:auto;background:#fcfcfc}
+svg text{font-size:11px;fill:#444} .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:4px} table{border-collapse:collapse}
+td,th{padding:3px 10px;border-bottom:1px solid #e3e3e3;text-align:right} td:nth-child(2),th:nth-child(2){text-align:left}
+.note{color:#555;font-size:12px} .warn{color:#8a5a00}
+"""
+
+
+async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,
+                      pseudonymous: bool = False, now: datetime | None = None, **filters: Any) -> dict[str, CostReport]:
+    """The four reports the page shows, each as ``teamstore cost`` gives it for the same filters.
+
+    Raises:
+        ConfigurationError: ``every`` is not day, week or month, or a filter is malformed.
+        NoMatchingUsage: Nothing matches the filters.
+    """
+    if every not in TIME:
+        raise ConfigurationError(f"cannot chart costs every {every!r}", hint="use day, week or month")
+    now = now or datetime.now(UTC)  # one instant for the four: '7d' means the same window in each
+
+    async def report(by: tuple[str, ...], top_n: int | None = None) -> CostReport:
+        query = CostQuery.build(by, top=top_n, pseudonymous=pseudonymous, now=now, **filters)
+        return await cost_report(engine, prices, query)
+
+    return {"by_time": await report((every,)), "cost_by_team": await report((every, "team")),
+            "cost_by_model": await report((every, "model")), "top_sessions": await report(("session",), top)}
+
+
+def _amount(value: Decimal | None) -> float:
+    return float(value or 0)
+
+
+def _cost_bars(report: CostReport, every: str, series: str) -> list[svg.Bar]:
+    return [svg.Bar(r.group[every], r.group[series], _amount(r.cost), money(r.cost) or "unknown")
+            for r in report.rows]
+
+
+def _per_run(row: CostRow) -> Decimal:
+    return round(Decimal(row.tokens) / max(1, row.runs), 1)
+
+
+def _outcome_bars(report: CostReport, every: str) -> list[svg.Bar]:
+    return [svg.Bar(r.group[every], name, float(n), str(n)) for r in report.rows
+            for name, n in zip(OUTCOMES, (r.runs_completed, r.runs_limited, r.runs_failed), strict=True)]
+
+
+def _ranked(series: list[svg.Bar]) -> list[str]:
+    """Series by their whole cost, the largest at the bottom of each stack and first in the legend."""
+    totals: dict[str, float] = {}
+    for bar in series:
+        totals[bar.series] = totals.get(bar.series, 0.0) + bar.value
+    return sorted(totals, key=lambda name: (-totals[name], name))
+
+
+def _chart(title: str, chart: str, note: str = "", series: list[str] | None = None) -> str:
+    return (f"<section><h2>{escape(title)}</h2>{chart}{svg.legend(series) if series else ''}"
+            + (f'<p class="note">{escape(note)}</p>' if note else "") + "</section>")
+
+
+def _summary(total: CostRow, currency: str) -> str:
+    cells = [("cost", f"{money(total.cost) or 'unknown'} {currency}", "total-cost"),
+             ("runs", str(total.runs), "total-runs"), ("ended by a limit", str(total.runs_limited), "total-limited"),
+             ("tokens in / out", f"{total.input_tokens} / {total.output_tokens}", "total-tokens")]
+    return '<div class="summary">' + "".join(
+        f'<div id="{key}">{escape(label)}<b>{escape(value)}</b></div>' for label, value, key in cells) + "</div>"
+
+
+def _sessions_table(report: CostReport) -> str:
+    rows = "".join(
+        f"<tr><td>{i}</td><td>{escape(r.key)}</td><td>{r.runs}</td><td>{r.tokens}</td>"
+        f"<td>{escape(money(r.cost) or 'unknown')}</td></tr>" for i, r in enumerate(report.rows, start=1))
+    return ('<table id="top-sessions-table"><tr><th>#</th><th>session</th><th>runs</th><th>tokens</th>'
+            f"<th>cost ({escape(report.currency)})</th></tr>{rows}</table>")
+
+
+def _header(reports: dict[str, CostReport], every: str) -> str:
+    first = reports["by_time"]
+    shown = ", ".join(f"{k} {v}" for k, v in first.filters.items()) or "the whole ledger"
+    made = datetime.now(UTC).isoformat(timespec="seconds")
+    return (f"<h1>Cost report</h1><p class=\"meta\">{escape(shown)} · every {escape(every)} · prices "
+            f"{escape(first.price_version)} ({escape(first.currency)}) · made {escape(made)}</p>")
+
+
+def _footer(reports: dict[str, CostReport]) -> str:
+    total = reports["by_time"].total
+    unpriced = sorted(set(total.unpriced_models))
+    warn = (f'<p class="warn">No price for {escape(", ".join(unpriced))}: their {total.unpriced_tokens} tokens '
+            "are counted, their cost is unknown.</p>") if unpriced else ""
+    who = ("Users and sessions are named by the application's own ids. Erasure cannot reach a copy of this "
+           "page: write it with --pseudonymous when it leaves the analysts' hands."
+           if reports["by_time"].readable else "Users and sessions appear as pseudonymous keys only.")
+    return f'{warn}<p class="note">{escape(who)}</p>'
+
+
+def _data_block(reports: dict[str, CostReport]) -> str:
+    text = json.dumps({name: r.to_dict() for name, r in reports.items()}, sort_keys=True, ensure_ascii=False)
+    # Inside <script>, '</script>' or '<!--' in a name would end or bend the block: '<' is written escaped.
+    inert = text.replace("<", "\\u003c")
+    return f'<script type="application/json" id="report-data">{inert}</script>'
+
+
+def render_page(reports: dict[str, CostReport], every: str) -> str:
+    """The HTML page of :func:`report_data`'s reports."""
+    by_team, by_model = _cost_bars(reports["cost_by_team"], every, "team"), \
+        _cost_bars(reports["cost_by_model"], every, "model")
+    teams, models, currency = _ranked(by_team), _ranked(by_model), reports["by_time"].currency
+    sessions = [svg.Bar(r.key, "cost", _amount(r.cost), money(r.cost) or "unknown")
+                for r in reports["top_sessions"].rows]
+    per_run = [svg.Bar(r.group[every], "tokens per run", float(_per_run(r)), str(_per_run(r)))
+               for r in reports["by_time"].rows]
+    top = reports["top_sessions"]
+    charts = [
+        _chart("Cost over time by team", svg.stacked_bars("cost-by-team", by_team, currency, teams), series=teams),
+        _chart("Cost over time by model", svg.stacked_bars("cost-by-model", by_model, currency, models),
+               series=models),
+        _chart(f"The {len(top.rows)} costliest of {top.groups} sessions",
+               svg.horizontal_bars("top-sessions", sessions, currency) + _sessions_table(top)),
+        _chart("Tokens per run", svg.points("tokens-per-run", per_run, "tokens"),
+               note="input and output tokens of the runs started in each period, divided by their number"),
+        _chart("Runs ended by a limit", svg.stacked_bars("runs-by-outcome", _outcome_bars(reports["by_time"], every),
+                                                         "runs", list(OUTCOMES)), series=list(OUTCOMES)),
+    ]
+    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            f"<title>teamstore cost report</title><style>{STYLE}</style></head><body>"
+            + _header(reports, every) + _summary(reports["by_time"].total, currency) + "".join(charts)
+            + _footer(reports) + _data_block(reports) + "</body></html>\n")
+
+
+async def report_page(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,
+                      pseudonymous: bool = False, **filters: Any) -> str:
+    """The whole page for the filters (``user``, ``session``, ``team``, ``model``, ``since``, ``until``).
+
+    Raises:
+        NoMatchingUsage: Nothing matches the filters.
+    """
+    reports = await report_data(engine, prices, every=every, top=top, pseudonymous=pseudonymous, **filters)
+    return render_page(reports, every)

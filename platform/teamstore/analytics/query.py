@@ -1,0 +1,224 @@
+"""One cost query for the command line and the Python API: filters as people give them, readable names,
+``top``, and a clear answer when nothing matches.
+
+    from teamstore.analytics.query import CostQuery, cost_report
+
+    query = CostQuery.build(by="team,model", since="7d", top=10)
+    report = await cost_report(engine, load_prices(), query)     # NoMatchingUsage if nothing matches
+
+Dates are ``YYYY-MM-DD``, an ISO timestamp (UTC unless it says otherwise), or a time before now: ``24h``,
+``7d``, ``2w``. ``top`` keeps the groups that cost most (ties by tokens, then by the ledger's key); the
+total still counts every group. Users and sessions read as the application's ids unless the query is
+``pseudonymous`` (:mod:`teamstore.analytics.names`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, func, literal, select, true
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from teamstore.analytics.names import name_rows
+from teamstore.audit.cost import CostFilter, CostReport, CostRow, group_fields, parse_by, query_costs
+from teamstore.audit.prices import PriceTable
+from teamstore.audit.schema import usage
+from teamstore.audit.subjects import find_subject, session_key
+from teamstore.errors import ConfigurationError, NoMatchingUsage
+from teamstore.ids import check_ids
+
+When = str | date | datetime | None
+_RELATIVE = re.compile(r"^\s*(\d{1,6})\s*([hdw])\s*$")
+_UNITS = {"h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_when(value: When, option: str, now: datetime | None = None) -> datetime | None:
+    """An instant in UTC from ``2026-11-01``, an ISO timestamp, a ``date``/``datetime``, or ``7d``/``24h``/``2w``
+    before ``now``.
+
+    Raises:
+        ConfigurationError: Not one of those, or out of range once in UTC.
+    """
+    if value is None or isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):
+        moment = datetime(value.year, value.month, value.day, tzinfo=UTC)
+    elif (relative := _RELATIVE.match(value)) is not None:
+        amount = timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
+        moment = (now or datetime.now(UTC)) - amount
+    else:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ConfigurationError(f"{option} {value!r} is not a date",
+                                     hint="use YYYY-MM-DD, an ISO timestamp, or a time back from now: 24h, 7d, 2w") from exc
+    if moment is None:
+        return None
+    try:  # the instant in UTC now: an offset that moves it past year 9999 or before year 1 has no instant
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except OverflowError as exc:
+        raise ConfigurationError(f"{option} {value!r} is out of range",
+                                 hint="use a date between years 1 and 9999 in UTC") from exc
+
+
+@dataclass(frozen=True)
+class CostQuery:
+    """What a cost report covers and how it is grouped; build it with :meth:`build`."""
+
+    by: tuple[str, ...] = ("session",)
+    user: str | None = None
+    session: str | None = None
+    team: str | None = None
+    model: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    top: int | None = None
+    pseudonymous: bool = False
+    given: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def build(cls, by: str | Sequence[str] = "session", *, user: str | None = None, session: str | None = None,
+              team: str | None = None, model: str | None = None, since: When = None, until: When = None,
+              top: int | None = None, pseudonymous: bool = False, now: datetime | None = None) -> CostQuery:
+        """Check and normalise a query as a person gives it.
+
+        Raises:
+            ConfigurationError: An unknown grouping, ``session`` without ``user``, a malformed date,
+                ``since`` not before ``until``, or ``top`` under 1.
+            InvalidIdentifier: A user or session id no run can have.
+        """
+        check_ids(user_id=user, session_id=session)
+        if session is not None and user is None:
+            raise ConfigurationError("--session needs --user", hint="session ids are only unique per user")
+        if top is not None and top < 1:
+            raise ConfigurationError(f"--top {top} keeps nothing", hint="give --top 1 or more, or leave it out")
+        start, end = parse_when(since, "--since", now), parse_when(until, "--until", now)
+        if start is not None and end is not None and start >= end:
+            raise ConfigurationError(
+                f"--since {since!s} is not before --until {until!s}: no run can be in that window",
+                hint="swap them (--until is the end, exclusive)")
+        given = {k: str(v) for k, v in (("team", team), ("model", model)) if v is not None}
+        given |= {k: v.isoformat() for k, v in (("since", start), ("until", end)) if v is not None}
+        for name, value in (("user", user), ("session", session)):  # ids only where the report may show them
+            if value is not None:
+                given[name] = "(given)" if pseudonymous else value
+        return cls(parse_by(by), user, session, team, model, start, end, top, pseudonymous, given)
+
+
+async def cost_report(engine: AsyncEngine, prices: PriceTable, query: CostQuery) -> CostReport:
+    """The report ``query`` asks for.
+
+    Args:
+        engine: The state database.
+        prices: The price table.
+        query: From :meth:`CostQuery.build`.
+
+    Returns:
+        Rows sorted by their group (or the ``top`` costliest), and the total of every matching run.
+
+    Raises:
+        NoMatchingUsage: Nothing in the ledger matches; the message says which filter, with near names.
+    """
+    where = await _filter(engine, query)
+    report = await query_costs(engine, prices, query.by, where) if where is not None else None
+    if report is None or not report.rows:
+        empty = report or await query_costs(engine, prices, query.by, CostFilter(subject_key=""))
+        _finish(empty, query)
+        raise await _no_match(engine, query, where, empty)
+    if query.top is not None:
+        report.rows = sorted(report.rows, key=_costliest)[: query.top]
+    if not query.pseudonymous:
+        await name_rows(engine, report.rows, query.by)
+    if query.top is None:
+        report.rows.sort(key=lambda r: r.key)
+    _finish(report, query)
+    return report
+
+
+def _costliest(row: CostRow) -> tuple[Decimal, int, str]:
+    return -(row.cost or Decimal(0)), -row.tokens, row.key
+
+
+def _finish(report: CostReport, query: CostQuery) -> None:
+    report.fields = group_fields(query.by, readable=not query.pseudonymous)
+    report.readable, report.top, report.filters = not query.pseudonymous, query.top, dict(query.given)
+
+
+async def _filter(engine: AsyncEngine, query: CostQuery) -> CostFilter | None:
+    """The ledger filter; ``None`` when the user given has no subject (never ran, or erased)."""
+    subject = await find_subject(engine, query.user) if query.user is not None else None
+    if query.user is not None and subject is None:
+        return None
+    return CostFilter(
+        session_key=session_key(subject, query.session) if subject and query.session is not None else None,
+        subject_key=subject, team=query.team, model=query.model, since=query.since, until=query.until)
+
+
+async def _any(conn: AsyncConnection, clauses: list[ColumnElement[bool]]) -> bool:
+    found = await conn.scalar(select(literal(1)).select_from(usage).where(true_if_empty(clauses)).limit(1))
+    return found is not None
+
+
+def true_if_empty(clauses: list[ColumnElement[bool]]) -> ColumnElement[bool]:
+    """The conjunction of ``clauses``, or a condition every row meets."""
+    return and_(*clauses) if clauses else true()
+
+
+async def _no_match(engine: AsyncEngine, query: CostQuery, where: CostFilter | None,
+                    report: CostReport) -> NoMatchingUsage:
+    async with engine.connect() as conn:
+        if not await _any(conn, []):
+            return NoMatchingUsage("the ledger holds no runs yet", report=report, hint=(
+                "runs are recorded when a team runs with the audit trail on (`teamstore run`, a Platform's "
+                "sessions); check TEAMSTORE_DATABASE_URL names the service's database"))
+        if where is None or (where.subject_key is not None
+                             and not await _any(conn, [usage.c.subject_key == where.subject_key])):
+            # Never the id itself, nor anyone else's: this line may reach a log.
+            return NoMatchingUsage("the ledger holds no run of the user given with --user", report=report,
+                                   hint="user ids are matched exactly (case, accents and spaces count)")
+        if where.session_key is not None and not await _any(conn, [usage.c.session_key == where.session_key]):
+            return NoMatchingUsage("the ledger holds no run of that session of the user", report=report,
+                                   hint="session ids are matched exactly, and are only unique per user")
+        for name, value in (("team", query.team), ("model", query.model)):
+            if value is not None and not await _any(conn, [usage.c[name] == value]):
+                return await _unknown_name(conn, name, value, report)
+        return await _empty_window(conn, query, where, report)
+
+
+async def _unknown_name(conn: AsyncConnection, name: str, value: str, report: CostReport) -> NoMatchingUsage:
+    known = sorted(str(v) for v in (await conn.execute(select(usage.c[name]).distinct())).scalars())
+    near = tuple(difflib.get_close_matches(value, known, n=3, cutoff=0.6))
+    if near:
+        hint = "did you mean " + " or ".join(repr(n) for n in near) + "?"
+    else:
+        shown = ", ".join(repr(n) for n in known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        hint = f"the ledger's {name}s: {shown}"
+    return NoMatchingUsage(f"no {name} named {value!r} is in the ledger", hint=hint, suggestions=near,
+                           report=report)
+
+
+async def _empty_window(conn: AsyncConnection, query: CostQuery, where: CostFilter,
+                        report: CostReport) -> NoMatchingUsage:
+    first, last = (await conn.execute(select(func.min(usage.c.started_at), func.max(usage.c.started_at))
+                                      .where(true_if_empty(where.clauses(dates=False))))).one()
+    if first is None:
+        return NoMatchingUsage("no run matches these filters together (each matches runs on its own)",
+                               hint="drop one of --user, --team and --model", report=report)
+    window = f"[{_day(query.since)}, {_day(query.until)})"
+    return NoMatchingUsage(
+        f"no run matching these filters started in {window}", report=report,
+        hint=f"their runs started between {_moment(first)} and {_moment(last)}: widen --since/--until")
+
+
+def _day(moment: datetime | None) -> str:
+    return "..." if moment is None else moment.isoformat()
+
+
+def _moment(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if isinstance(value, datetime) else str(value)[:19]

@@ -1,0 +1,156 @@
+"""Charts as inline SVG, drawn in Python: no script, no library, nothing fetched.
+
+    from teamstore.analytics.svg import Bar, stacked_bars
+
+    svg = stacked_bars("cost-by-team", [Bar("2026-11-30", "support_triage", 0.12, "0.12")], unit="USD")
+
+Every mark carries its exact figure (``data-value``), its category (``data-x``) and its series
+(``data-series``), and a ``<title>`` a browser shows on hover: the page's figures can be read back and
+compared with ``teamstore cost``'s. Text is escaped; a label too long for the chart is shortened there
+and given whole in its title.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+WIDTH, HEIGHT = 760, 280
+LEFT, RIGHT, TOP, BOTTOM = 70, 16, 14, 46
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac")
+MOST_LABELS = 12
+MIN_HEIGHT = 120
+"""The least height of a chart of horizontal bars (one session's)."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One mark: a category (a day, a session), a series (a team, a model, an outcome), and its figure.
+
+    Attributes:
+        x: The category.
+        series: The series, stacked within a category.
+        value: Its size on the chart.
+        text: The exact figure, as the report gives it.
+    """
+
+    x: str
+    series: str
+    value: float
+    text: str
+
+
+def colours(series: Sequence[str]) -> dict[str, str]:
+    """A colour per series, in the order given (the palette repeats past ten)."""
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
+
+
+def _attr(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _short(text: str, most: int = 28) -> str:
+    return text if len(text) <= most else text[: most - 1] + "\u2026"
+
+
+def _frame(chart_id: str, body: list[str], top: float, unit: str) -> str:
+    """The SVG element around ``body``: the value axis (0 and the top figure) and the baseline."""
+    base = HEIGHT - BOTTOM
+    axis = [
+        f'<line class="axis" x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#888"/>',
+        f'<text class="tick" x="{LEFT - 6}" y="{base}" text-anchor="end">0</text>',
+        f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{escape(_number(top))}</text>',
+        # On its own line above the top figure, which is right-aligned to the axis and may be long.
+        f'<text class="unit" x="4" y="{TOP - 3}">{escape(unit)}</text>',
+    ]
+    return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
+            + "".join(axis + body) + "</svg>")
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _x_labels(categories: Sequence[str], band: float) -> list[str]:
+    step = max(1, -(-len(categories) // MOST_LABELS))  # at most a dozen labels under the bars
+    return [f'<text class="label" x="{LEFT + band * (i + 0.5):.1f}" y="{HEIGHT - BOTTOM + 16}" '
+            f'text-anchor="middle">{escape(_short(c, 12))}</text>'
+            for i, c in enumerate(categories) if i % step == 0]
+
+
+def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str] | None = None) -> str:
+    """Bars per category, each series stacked on the last; one ``rect.bar`` per mark given.
+
+    Args:
+        chart_id: The SVG element's id.
+        bars: The marks; categories in the order first seen.
+        unit: What the value axis counts (a currency, "runs").
+        series: The stacking order (and colours); by default the order first seen.
+    """
+    categories = list(dict.fromkeys(b.x for b in bars))
+    order = list(series or dict.fromkeys(b.series for b in bars))
+    colour = colours(order)
+    totals = {c: sum(b.value for b in bars if b.x == c) for c in categories}
+    top = max(totals.values(), default=0.0) or 1.0
+    band = (WIDTH - LEFT - RIGHT) / max(1, len(categories))
+    scale = (HEIGHT - TOP - BOTTOM) / top
+    filled = dict.fromkeys(categories, 0.0)
+    body = []
+    for bar in sorted(bars, key=lambda b: (categories.index(b.x), order.index(b.series))):
+        height = bar.value * scale
+        y = HEIGHT - BOTTOM - filled[bar.x] - height
+        filled[bar.x] += height
+        body.append(
+            f'<rect class="bar" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
+            f'data-value="{_attr(bar.text)}" x="{LEFT + band * categories.index(bar.x) + band * 0.12:.1f}" '
+            f'y="{y:.1f}" width="{band * 0.76:.1f}" height="{height:.1f}" fill="{colour[bar.series]}">'
+            f"<title>{escape(f'{bar.x} · {bar.series}: {bar.text} {unit}')}</title></rect>")
+    return _frame(chart_id, body + _x_labels(categories, band), top, unit)
+
+
+def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str) -> str:
+    """One ``rect.bar`` per mark, top to bottom in the order given, its category written to its left; the
+    chart as tall as its bars need (a few sessions leave no empty box), at most :data:`HEIGHT`."""
+    rows = max(1, len(bars))
+    height = min(26.0, (HEIGHT - TOP - BOTTOM) / rows)
+    tall = max(MIN_HEIGHT, round(TOP + rows * height + TOP))
+    left, top = 210, max((b.value for b in bars), default=0.0) or 1.0
+    scale = (WIDTH - left - RIGHT) / top
+    body = []
+    for i, bar in enumerate(bars):
+        y = TOP + i * height
+        body.append(
+            f'<text class="label" x="{left - 6}" y="{y + height * 0.7:.1f}" text-anchor="end">'
+            f"{escape(_short(bar.x, 30))}</text>"
+            f'<rect class="bar" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
+            f'data-value="{_attr(bar.text)}" x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
+            f'height="{height - 4:.1f}" fill="{PALETTE[0]}"><title>{escape(f"{bar.x}: {bar.text} {unit}")}</title>'
+            "</rect>")
+    return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {tall}" '
+            f'width="{WIDTH}" height="{tall}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
+
+
+def points(chart_id: str, marks: Sequence[Bar], unit: str) -> str:
+    """One ``circle.point`` per mark, joined by a line, categories left to right in the order given."""
+    top = max((m.value for m in marks), default=0.0) or 1.0
+    band = (WIDTH - LEFT - RIGHT) / max(1, len(marks))
+    scale = (HEIGHT - TOP - BOTTOM) / top
+    places = [(LEFT + band * (i + 0.5), HEIGHT - BOTTOM - m.value * scale) for i, m in enumerate(marks)]
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in places)
+    body = [f'<polyline class="line" points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>']
+    for (x, y), mark in zip(places, marks, strict=True):
+        body.append(
+            f'<circle class="point" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
+            f'data-value="{_attr(mark.text)}" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
+            f"<title>{escape(f'{mark.x}: {mark.text} {unit}')}</title></circle>")
+    return _frame(chart_id, body + _x_labels([m.x for m in marks], band), top, unit)
+
+
+def legend(series: Sequence[str]) -> str:
+    """The colour of each series, as an HTML list under a chart."""
+    items = "".join(f'<li><span class="swatch" style="background:{c}"></span>{escape(name)}</li>'
+                    for name, c in colours(series).items())
+    return f'<ul class="legend">{items}</ul>'

@@ -1,0 +1,98 @@
+"""OTLP exporters for spans and metrics, over the protocol the standard ``OTEL_*`` variables name.
+
+    from teamstore.audit.otlp import span_exporter, metric_exporter
+
+    exporter = span_exporter()      # OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL
+    reader = PeriodicExportingMetricReader(metric_exporter())
+
+``http/protobuf`` (the default, port 4318) and ``grpc`` (port 4317) both work, for each signal on its own;
+any other value is refused at start with :class:`ConfigurationError` rather than ignored, so a collector
+that listens on the other protocol is never sent nothing silently. Endpoints, headers, compression,
+certificates and temporality are read by the exporters themselves from the same variables.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from teamstore.errors import ConfigurationError, MissingExtra
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricExporter
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+Signal = Literal["traces", "metrics"]
+Protocol = Literal["grpc", "http/protobuf"]
+PROTOCOLS: tuple[Protocol, ...] = ("http/protobuf", "grpc")
+EXPORT_TIMEOUT_S = 2.0
+"""The exporters' deadline unless ``OTEL_EXPORTER_OTLP(_SIGNAL)_TIMEOUT`` sets one: they retry within it,
+in the processor's or reader's thread, never a run's."""
+
+
+def protocol(signal: Signal) -> Protocol:
+    """The OTLP protocol for ``signal``: ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``.
+
+    Raises:
+        ConfigurationError: The variable names a protocol teamstore cannot export over.
+    """
+    name = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
+    variable = name if os.environ.get(name) else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    value = os.environ.get(variable, "").strip().lower() or "http/protobuf"
+    for known in PROTOCOLS:
+        if value == known:
+            return known
+    why = "the Python OTLP exporter has no http/json" if value == "http/json" else "it is not an OTLP protocol"
+    raise ConfigurationError(
+        f"{variable}={value!r}: {why}, so {signal} would not be exported",
+        hint="set it to http/protobuf (a collector's port 4318) or grpc (port 4317), or unset it",
+    )
+
+
+def _timeout(signal: Signal) -> float | None:
+    explicit = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_TIMEOUT"
+    )
+    return None if explicit else EXPORT_TIMEOUT_S
+
+
+def _missing(what: str) -> MissingExtra:
+    return MissingExtra(what, "otel", "opentelemetry-exporter-otlp")
+
+
+# Per signal: the exporter's module (the same name under ``proto.grpc`` and ``proto.http``) and class.
+_EXPORTERS: dict[Signal, tuple[str, str]] = {
+    "traces": ("trace_exporter", "OTLPSpanExporter"),
+    "metrics": ("metric_exporter", "OTLPMetricExporter"),
+}
+
+
+def _exporter(signal: Signal, what: str) -> Any:
+    chosen = protocol(signal)
+    module, name = _EXPORTERS[signal]
+    package = "grpc" if chosen == "grpc" else "http"
+    try:
+        exporter = getattr(importlib.import_module(f"opentelemetry.exporter.otlp.proto.{package}.{module}"), name)
+    except ImportError as exc:
+        raise _missing(f"OTLP {what} export over {chosen}") from exc
+    return exporter(timeout=_timeout(signal))
+
+
+def span_exporter() -> SpanExporter:
+    """An OTLP span exporter over the configured protocol.
+
+    Raises:
+        ConfigurationError: An unknown protocol. MissingExtra: the exporter package is not installed.
+    """
+    return cast("SpanExporter", _exporter("traces", "span"))
+
+
+def metric_exporter() -> MetricExporter:
+    """An OTLP metric exporter over the configured protocol.
+
+    Raises:
+        ConfigurationError: An unknown protocol. MissingExtra: the exporter package is not installed.
+    """
+    return cast("MetricExporter", _exporter("metrics", "metric"))

@@ -1,0 +1,266 @@
+"""The compliance desk's view of erasure requests: list them, and extend one's due date once.
+
+    from teamstore.erasure.desk import extend_request, list_requests
+
+    overdue = await list_requests(engine, overdue=True)
+    row = await extend_request(engine, "REQ-2026-0042", "2m", "complex request: 40 sessions", operator="dpo")
+
+GDPR art. 12(3): a request is answered within one month of receipt, extendable once "by two further months
+where necessary", the data subject told of the extension and its reasons within the first month. So an
+extension is refused when the request was extended already, when it would end more than two calendar months
+after the original due date, once the original due date has passed, for a request that is finished, and
+without a reason. A listing never shows a raw user id, not even an open request's: only the first
+characters of its subject hash (``--user`` finds an open request by the exact id without printing it).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Collection
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.erasure import requests
+from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
+from teamstore.erasure.schema import erasure_attempts, erasure_requests
+from teamstore.errors import ErasureRequestNotFound, ExtensionRefused, InvalidIdentifier
+from teamstore.ids import control_character
+
+MAX_MONTHS = 2
+"""GDPR art. 12(3): one extension, by two further months at most."""
+MAX_REASON_CHARS = 1000
+UNFINISHED = (RequestStatus.OPEN, RequestStatus.FAILED)
+"""Requests that can still be overdue or extended: running, killed, or failed and waiting for a rerun."""
+_BY = re.compile(r"^\s*(\d{1,3})\s*([dwm])\s*$")
+SUBJECT_CHARS = 12
+
+
+class RequestSummary(BaseModel):
+    """One request as the desk lists it: no raw user id, ever."""
+
+    request_id: str
+    status: RequestStatus
+    received_at: datetime
+    due_at: datetime
+    extended_due_at: datetime | None
+    overdue: bool
+    subject: str | None
+    """The first characters of the receipt's subject hash (``None`` until the request has read the subject,
+    or when the user had none)."""
+    requested_by: str | None
+    operators: list[str]
+    """Who ran each attempt, first first."""
+    completed_at: datetime | None
+    extension_reason: str | None
+
+
+def effective_due() -> ColumnElement[Any]:
+    """The due date in force, in SQL: the extended one if there is one."""
+    r = erasure_requests.c
+    return func.coalesce(r.extended_due_at, r.due_at)
+
+
+async def list_requests(
+    engine: AsyncEngine, *, statuses: Collection[RequestStatus] = (), overdue: bool = False,
+    user_id: str | None = None, limit: int = 100, now: datetime | None = None,
+) -> list[RequestSummary]:
+    """Requests, newest first.
+
+    Args:
+        engine: The state database.
+        statuses: Only these (all when empty).
+        overdue: Only unfinished requests (open or failed) whose due date in force has passed.
+        user_id: Only the request open or failed for this exact id (finished requests forget the id).
+        limit: At most this many.
+        now: The time to judge ``overdue`` against (tests); now by default.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    now = now or datetime.now(UTC)
+    r = erasure_requests.c
+    query = select(erasure_requests).order_by(r.received_at.desc(), r.request_id).limit(limit)
+    if statuses:
+        query = query.where(r.status.in_([str(s) for s in statuses]))
+    if overdue:
+        query = query.where(_overdue(now))
+    if user_id is not None:
+        query = query.where(r.user_id == user_id)
+    async with requests.db(engine, "list the erasure requests") as conn:
+        rows = (await conn.execute(query)).all()
+        ids = [row.request_id for row in rows]
+        ran = (await conn.execute(select(erasure_attempts.c.request_id, erasure_attempts.c.operator)
+                                  .where(erasure_attempts.c.request_id.in_(ids))
+                                  .order_by(erasure_attempts.c.request_id, erasure_attempts.c.attempt))).all()
+    operators: dict[str, list[str]] = {}
+    for request_id, operator in ran:
+        operators.setdefault(request_id, []).append(operator)
+    return [_summary(row._mapping, operators.get(row.request_id, []), now) for row in rows]
+
+
+def _overdue(now: datetime) -> ColumnElement[bool]:
+    return and_(erasure_requests.c.status.in_([str(s) for s in UNFINISHED]), effective_due() < now)
+
+
+def _summary(mapping: Any, operators: list[str], now: datetime) -> RequestSummary:
+    row = requests.row_of(mapping)
+    return RequestSummary(
+        request_id=row.request_id, status=row.status, received_at=row.received_at, due_at=row.due_at,
+        extended_due_at=row.extension.due_at if row.extension else None,
+        overdue=row.status in UNFINISHED and row.effective_due_at < now,
+        subject=row.subject_hash[:SUBJECT_CHARS] if row.subject_hash else None, requested_by=row.requested_by,
+        operators=operators, completed_at=row.completed_at,
+        extension_reason=row.extension.reason if row.extension else None,
+    )
+
+
+def add_months(moment: datetime, months: int) -> datetime:
+    """``moment`` plus calendar months, the day kept or, past the month's end, its last day (31 Jan + 1 month
+    is 28 or 29 Feb)."""
+    index = moment.month - 1 + months
+    year, month = moment.year + index // 12, index % 12 + 1
+    return moment.replace(year=year, month=month, day=min(moment.day, calendar.monthrange(year, month)[1]))
+
+
+def extended_due(due_at: datetime, by: str) -> datetime:
+    """The due date ``by`` (``30d``, ``6w``, ``2m``) after ``due_at``.
+
+    Raises:
+        ExtensionRefused: ``by`` is not a positive number of days, weeks or months.
+    """
+    found = _BY.match(by)
+    if found is None or int(found.group(1)) == 0:
+        raise ExtensionRefused(
+            f"--by {by!r} is not a length of time",
+            hint="give days, weeks or months: --by 30d, --by 6w or --by 2m (two months at most)",
+        )
+    amount, unit = int(found.group(1)), found.group(2)
+    if unit == "m":
+        return add_months(due_at, amount)
+    return due_at + timedelta(days=amount * (7 if unit == "w" else 1))
+
+
+def check_extension_reason(reason: str) -> str:
+    """The reason, if it can be recorded: not blank, one line of UTF-8 text, bounded.
+
+    Raises:
+        ExtensionRefused: Empty or blank (art. 12(3): the subject is told the reasons).
+        InvalidIdentifier: Too long, or holding a control character, NUL or bytes that are not text.
+    """
+    if not reason.strip():
+        raise ExtensionRefused(
+            "an extension needs a reason: the data subject must be told why (GDPR art. 12(3))",
+            hint='give --reason "..." (why the request needs longer: its complexity, the number of requests)',
+        )
+    requests.check_reason(reason)
+    if len(reason) > MAX_REASON_CHARS or control_character(reason) is not None:
+        raise InvalidIdentifier(
+            f"the extension's reason ({len(reason)} characters) cannot be recorded as given",
+            hint=f"give --reason as one line of at most {MAX_REASON_CHARS} characters (the ticket holds the rest)",
+        )
+    return reason
+
+
+async def extend_request(
+    engine: AsyncEngine, request_id: str, by: str, reason: str, *, operator: str, now: datetime | None = None,
+) -> requests.RequestRow:
+    """Extend the request's due date once, by at most two months, recording why, when and by whom.
+
+    Args:
+        engine: The state database.
+        request_id: The request.
+        by: How long: ``30d``, ``6w``, ``2m``.
+        reason: Why (recorded, shown on the receipt: it is what the data subject is told).
+        operator: Who extends it.
+        now: The time the rules are judged at (tests); now by default.
+
+    Returns:
+        The request as stored after the extension.
+
+    Raises:
+        ExtensionRefused: Extended already; more than two months; the original due date has passed; the
+            request is finished (or retained under a hold); the reason is blank; a coordinator runs it now.
+        ErasureRequestNotFound: No request has that id.
+        InvalidIdentifier: The request id or the reason cannot be stored.
+        StoreUnavailable: The database could not be reached.
+    """
+    now = now or datetime.now(UTC)
+    check_extension_reason(reason)
+    row = await _unfinished(engine, request_id)
+    new_due = _allowed(row, by, now)
+    r = erasure_requests.c
+    values = {"extended_due_at": new_due, "extended_by": by.strip(), "extension_reason": reason, "extended_at": now,
+              "extension_operator": operator, "updated_at": now}
+    async with requests.db(engine, "extend the erasure request") as conn:
+        done = await conn.execute(update(erasure_requests).where(
+            r.request_id == request_id, r.extended_due_at.is_(None), r.status.in_([str(s) for s in UNFINISHED]),
+            r.due_at >= now, or_(r.owner.is_(None), r.lease_until < now)).values(**values))
+    if not done.rowcount:  # changed since it was read: say what changed
+        raise _refusal(await _unfinished(engine, request_id), now, busy=True)
+    extended = await requests.get_request(engine, request_id)
+    assert extended is not None  # requests are never deleted
+    return extended
+
+
+async def _unfinished(engine: AsyncEngine, request_id: str) -> requests.RequestRow:
+    row = await requests.get_request(engine, requests.check_request_id(request_id))
+    if row is None:
+        raise ErasureRequestNotFound(f"no erasure request {request_id!r}",
+                                     hint="check the id (`teamstore erase list` shows every request)")
+    if row.status in FINISHED or row.status is RequestStatus.RETAINED_UNDER_HOLD:
+        raise ExtensionRefused(
+            f"request {request_id!r} is {row.status}: only an open or failed request can be extended",
+            hint=f"nothing is left to do by a due date; `teamstore erase status {request_id}` prints its receipt",
+        )
+    return row
+
+
+def _allowed(row: requests.RequestRow, by: str, now: datetime) -> datetime:
+    """The extended due date, if the rules allow it."""
+    if row.extension is not None or now > row.due_at:
+        raise _refusal(row, now)
+    new_due = extended_due(row.due_at, by)
+    latest = add_months(row.due_at, MAX_MONTHS)
+    if new_due > latest:
+        raise ExtensionRefused(
+            f"--by {by.strip()} would move the due date to {new_due:%Y-%m-%d}, more than two months after the "
+            f"original {row.due_at:%Y-%m-%d}",
+            hint=f"GDPR art. 12(3) allows two further months at most: --by {MAX_MONTHS}m (until {latest:%Y-%m-%d}) "
+            "or fewer days",
+        )
+    return new_due
+
+
+def _refusal(row: requests.RequestRow, now: datetime, busy: bool = False) -> ExtensionRefused:
+    if row.extension is not None:
+        ext = row.extension
+        return ExtensionRefused(
+            f"request {row.request_id!r} was extended already, on {ext.extended_at:%Y-%m-%d} by {ext.operator} to "
+            f"{ext.due_at:%Y-%m-%d}: a request is extended once",
+            hint="GDPR art. 12(3) allows one extension; answer the request by its extended due date",
+        )
+    if now > row.due_at:
+        return ExtensionRefused(
+            f"request {row.request_id!r} was due on {row.due_at:%Y-%m-%d}: too late to extend it",
+            hint="an extension is decided, and told to the data subject, within the first month; finish the "
+            f"request now (`teamstore erase --user ... --request-id {row.request_id}`)",
+        )
+    if busy:
+        return ExtensionRefused(
+            f"request {row.request_id!r} is being run by a coordinator right now",
+            hint=f"extend it once the run ends (`teamstore erase status {row.request_id}`)",
+        )
+    return ExtensionRefused(f"request {row.request_id!r} could not be extended", hint="run the command again")
+
+
+def extension_note(extension: Extension | None) -> str | None:
+    """One line on the receipt about the extension, if any."""
+    if extension is None:
+        return None
+    return (f"extended by {extension.by} to {extension.due_at:%Y-%m-%d} on {extension.extended_at:%Y-%m-%d} by "
+            f"{extension.operator}: {extension.reason}")

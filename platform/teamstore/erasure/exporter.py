@@ -1,0 +1,48 @@
+"""What the erasure records hold about a user, for an export: the requests still open for the exact id.
+
+    from teamstore.erasure.exporter import ErasureRequestsExporter
+
+    section = await ErasureRequestsExporter().export(ctx, archive)    # erasure_requests.json
+
+An erasure request names its user only while it is unfinished (open, or failed and waiting for a rerun):
+a finished request forgets the id, so nothing links it to the user any more, and it is not exported. The
+export package defines the protocol; the composition root hands it this exporter, since the export sits
+below the erasure (an erasure reaches the export's records).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from teamstore.erasure import requests
+from teamstore.erasure.schema import erasure_requests
+from teamstore.export.base import Archive, ExportContext, Section
+
+
+class ErasureRequestsExporter:
+    """The user's unfinished erasure request, with its steps and attempts so far."""
+
+    name = "erasure_requests"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write each request (its id, dates, extension, who asked and ran it, each store's step).
+
+        Raises:
+            StoreUnavailable: The database could not be reached.
+        """
+        r = erasure_requests.c
+        async with requests.db(ctx.engine, "read the user's erasure requests") as conn:
+            rows = (await conn.execute(select(erasure_requests).where(r.user_id == ctx.user_id))).all()
+        found = []
+        for mapping in (row._mapping for row in rows):
+            row = requests.row_of(mapping)
+            steps = await requests.load_steps(ctx.engine, row.request_id)
+            attempts = await requests.load_attempts(ctx.engine, row.request_id)
+            found.append({
+                "request_id": row.request_id, "status": row.status, "received_at": row.received_at,
+                "due_at": row.due_at, "reason": row.reason, "requested_by": row.requested_by,
+                "extension": row.extension.model_dump(mode="json") if row.extension else None,
+                "stores": {name: step.model_dump(mode="json") for name, step in steps.items()},
+                "attempts": [attempt.model_dump(mode="json") for attempt in attempts],
+            })
+        return archive.add_json("erasure_requests.json", {"requests": found}, records=len(found))

@@ -1,0 +1,53 @@
+"""What every erasure step is and gets: the :class:`Step` protocol, the :class:`StepContext` and the
+progress callback (apart from the steps, so a step and what it asks of the stores import only this)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.erasure.receipt import Counts, StoreResult
+
+Progress = Callable[[str, int, int | None], None]
+"""``progress(step, done, total)``: called as a step advances (``total`` may be unknown)."""
+
+
+def _no_progress(step: str, done: int, total: int | None) -> None:
+    """Progress sink that ignores updates."""
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What every step needs: where to look and whose data to look for."""
+
+    engine: AsyncEngine
+    transcripts: TranscriptStore
+    request_id: str
+    user_id: str | None
+    subject_key: str | None
+    progress: Progress = _no_progress
+    owner: str | None = None  # the coordinator's lease: step records are written only while it holds it
+
+
+class Step(Protocol):
+    """One store's part of an erasure."""
+
+    @property
+    def name(self) -> str:
+        """The store's name in the receipt."""
+
+    async def enumerate(self, ctx: StepContext) -> Counts:
+        """Count what is stored for the user, changing nothing."""
+
+    async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
+        """Delete what is stored for the user and record the counts (status ``deleted``).
+
+        ``prior`` is what an interrupted earlier attempt recorded; the counts carry it forward.
+        """
+
+    async def remaining(self, ctx: StepContext) -> Counts:
+        """Re-query the store independently: what is still there (``retained`` = under a hold)."""

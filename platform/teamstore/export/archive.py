@@ -1,0 +1,206 @@
+"""The export's archive: a zip file or a folder, owner-only, complete or absent.
+
+    from teamstore.export.archive import open_archive
+
+    archive = open_archive(Path("alice.zip"))       # a folder for a path without .zip
+    archive.add_json("resume_state.json", rows, records=len(rows))
+    archive.commit()                                # or archive.abort(): nothing is left
+
+Files are written under a temporary name beside the target (``.alice.zip.<random>.partial``), created
+owner-only (``0600``; folders ``0700``), and moved to the target only once every store has been read and
+the manifest written: a failed export leaves nothing, never a partial archive that looks complete. The
+target is never overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from teamstore.errors import ExportFailed, ExportTargetExists
+from teamstore.export.base import FileEntry, Section, to_json
+
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
+
+
+class _Recorded:
+    """What both kinds of archive share: the files written so far, with their sizes and checksums."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+        self.files: dict[str, FileEntry] = {}
+
+    def add(self, name: str, data: bytes, records: int = 0) -> Section:
+        """Write one file; its size and SHA-256 go into the manifest.
+
+        Raises:
+            ExportFailed: The file could not be written (disk full, permissions).
+        """
+        if name in self.files or name.startswith("/") or ".." in name.split("/"):
+            raise ExportFailed(f"the archive already holds {name!r} or the name is not relative",
+                               hint="report this: each store writes its own files")
+        try:
+            self._write(name, data)
+        except OSError as exc:
+            raise ExportFailed(f"could not write {name} into {self.temporary}: {exc.strerror or exc}",
+                               hint="check the space and permissions where the archive goes, then export again") from exc
+        self.files[name] = FileEntry(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        return Section(records=records, bytes=len(data), files=[name])
+
+    def add_json(self, name: str, data: Any, records: int = 0) -> Section:
+        """Write ``data`` as JSON."""
+        return self.add(name, to_json(data), records)
+
+    def _write(self, name: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _place(self) -> None:
+        """Move the finished temporary archive to the target, never over anything."""
+        if self.target.exists() or self.target.is_symlink():
+            raise taken(self.target)
+        try:
+            os.rename(self.temporary, self.target)
+        except OSError as exc:
+            raise ExportFailed(f"could not move the finished archive to {self.target}: {exc.strerror or exc}",
+                               hint="check the permissions of the folder, then export again") from exc
+
+
+class ZipArchive(_Recorded):
+    """A zip file (deflated), created owner-only."""
+
+    def __init__(self, target: Path) -> None:
+        super().__init__(target)
+        self._file = _create(self.temporary)
+        self._zip = zipfile.ZipFile(self._file, "w", compression=zipfile.ZIP_DEFLATED)
+
+    def _write(self, name: str, data: bytes) -> None:
+        info = zipfile.ZipInfo(name, date_time=_now_for_zip())
+        info.compress_type = zipfile.ZIP_DEFLATED
+        info.external_attr = (0o100000 | FILE_MODE) << 16  # unpacked owner-only too
+        self._zip.writestr(info, data)
+
+    def commit(self) -> None:
+        """Finish the zip and move it into place.
+
+        Raises:
+            ExportTargetExists: Something appeared at the target meanwhile (the temporary file is removed).
+            ExportFailed: It could not be written or moved.
+        """
+        try:
+            self._zip.close()
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._place()
+        except (ExportTargetExists, ExportFailed):
+            self.abort()
+            raise
+        except OSError as exc:
+            self.abort()
+            raise ExportFailed(f"could not finish the archive: {exc.strerror or exc}",
+                               hint="check the space where the archive goes, then export again") from exc
+
+    def abort(self) -> None:
+        """Remove the temporary file: nothing of the export is left."""
+        for closing in (self._zip.close, self._file.close):
+            try:
+                closing()
+            except (OSError, ValueError):  # already closed, or the disk failed: the file goes either way
+                continue
+        self.temporary.unlink(missing_ok=True)
+
+
+class FolderArchive(_Recorded):
+    """A folder of files, owner-only (``0700`` folders, ``0600`` files)."""
+
+    def __init__(self, target: Path) -> None:
+        super().__init__(target)
+        try:
+            self.temporary.mkdir(mode=FOLDER_MODE)
+            self.temporary.chmod(FOLDER_MODE)  # whatever the umask left
+        except OSError as exc:
+            raise _unwritable(self.temporary, exc) from exc
+
+    def _write(self, name: str, data: bytes) -> None:
+        path = self.temporary.joinpath(*name.split("/"))
+        for parent in reversed(path.relative_to(self.temporary).parents[:-1]):
+            folder = self.temporary / parent
+            if not folder.exists():
+                folder.mkdir(mode=FOLDER_MODE)
+                folder.chmod(FOLDER_MODE)
+        with _create(path) as handle:
+            handle.write(data)
+
+    def commit(self) -> None:
+        """Move the folder into place.
+
+        Raises:
+            ExportTargetExists: Something appeared at the target meanwhile (the temporary folder is removed).
+            ExportFailed: It could not be moved.
+        """
+        try:
+            self._place()
+        except (ExportTargetExists, ExportFailed):
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Remove the temporary folder: nothing of the export is left."""
+        if self.temporary.exists():
+            shutil.rmtree(self.temporary)
+
+
+Writable = ZipArchive | FolderArchive
+
+
+def open_archive(target: Path) -> Writable:
+    """A new archive that will be ``target`` once committed: a zip file if its name ends ``.zip``, else a folder.
+
+    Raises:
+        ExportTargetExists: ``target`` exists (an export never overwrites).
+        ExportFailed: Its folder does not exist or cannot be written.
+    """
+    if target.exists() or target.is_symlink():
+        raise taken(target)
+    if not target.parent.is_dir():
+        raise ExportFailed(f"the folder {target.parent} does not exist",
+                           hint="create it, or give --output a path in an existing folder")
+    return ZipArchive(target) if target.suffix.lower() == ".zip" else FolderArchive(target)
+
+
+def taken(target: Path) -> ExportTargetExists:
+    """The refusal for a target that exists."""
+    return ExportTargetExists(f"{target} exists: an export never overwrites a file or folder",
+                              hint="give --output a new path (or move the old archive away)")
+
+
+def _create(path: Path) -> BinaryIO:
+    """A new file opened for writing, owner-only from its first byte (never one that exists).
+
+    Raises:
+        ExportFailed: It could not be created.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+        os.fchmod(fd, FILE_MODE)
+    except OSError as exc:
+        raise _unwritable(path, exc) from exc
+    return os.fdopen(fd, "wb")
+
+
+def _unwritable(path: Path, exc: OSError) -> ExportFailed:
+    return ExportFailed(f"could not create {path}: {exc.strerror or exc}",
+                        hint="check the permissions of the folder the archive goes to, then export again")
+
+
+def _now_for_zip() -> tuple[int, int, int, int, int, int]:
+    now = datetime.now(UTC)
+    return (now.year, now.month, now.day, now.hour, now.minute, now.second)

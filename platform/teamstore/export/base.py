@@ -1,0 +1,134 @@
+"""The exporter protocol: one exporter per store, each writing what its store holds about one user.
+
+    from teamstore.export.base import ExportContext, Exporter, Section
+
+    class MemoryExporter:
+        name = "memory"
+
+        async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+            facts = await read_facts(ctx.engine, ctx.user_id)
+            return archive.add_json("memory.json", facts, records=len(facts))
+
+A new store joins the export with one exporter, listed where the composition root builds the export
+(``teamstore.app.App.exporter``): the manifest names every store an export covered, so a store left out
+shows. An exporter reads everything its store holds for the user (decoded, as JSON a machine can read),
+writes it with :meth:`Archive.add_json` or :meth:`Archive.add`, and raises a ``teamstore.errors`` type when
+its store cannot be read: the export then fails as a whole, and leaves no archive.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.prices import PriceTable
+from teamstore.audit.transcripts.base import TranscriptStore
+
+
+@dataclass(frozen=True)
+class ExportContext:
+    """What every exporter needs: where to look, and whose data to look for.
+
+    Attributes:
+        engine: The state database.
+        transcripts: The transcript store.
+        user_id: The raw user id, matched exactly.
+        subject_key: The user's pseudonymous subject key (``None``: the user never ran with audit, or was erased).
+        prices: The price table the ledger's costs are worked out with.
+        export_id: This export's id (its own record is left out of the user's previous exports).
+    """
+
+    engine: AsyncEngine
+    transcripts: TranscriptStore
+    user_id: str
+    subject_key: str | None
+    prices: PriceTable
+    export_id: str
+
+
+class FileEntry(BaseModel):
+    """One file of the archive: its size and SHA-256."""
+
+    bytes: int
+    sha256: str
+
+
+class Section(BaseModel):
+    """What one store contributed: how many records, in which files, how many bytes."""
+
+    records: int = 0
+    bytes: int = 0
+    files: list[str] = Field(default_factory=list)
+
+    def plus(self, other: Section) -> Section:
+        """Both sections as one (an exporter writing several files)."""
+        return Section(records=self.records + other.records, bytes=self.bytes + other.bytes,
+                       files=[*self.files, *other.files])
+
+
+def to_json(data: Any) -> bytes:
+    """``data`` as indented UTF-8 JSON, times in ISO 8601, keys in a stable order."""
+    return (json.dumps(data, default=_default, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _default(value: object) -> object:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def as_stored(body: bytes) -> dict[str, str]:
+    """Bytes that did not decode as what they should be, in the most readable form they allow: their text
+    (ungzipped first if they are gzip), else base64. Handed over, since they may hold the user's words."""
+    raw = body
+    try:
+        raw = gzip.decompress(body)
+    except (OSError, EOFError, zlib.error):
+        raw = body  # not gzip (or cut short): the bytes as stored
+    try:
+        return {"as_stored_text": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"as_stored_base64": base64.b64encode(body).decode("ascii")}
+
+
+class Archive(Protocol):
+    """Where an export's files go (a zip file or a folder); each file's size and checksum are recorded."""
+
+    def add(self, name: str, data: bytes, records: int = 0) -> Section:
+        """Write one file (``name`` relative, ``/``-separated) holding ``records`` records."""
+        ...
+
+    def add_json(self, name: str, data: Any, records: int = 0) -> Section:
+        """Write ``data`` as JSON (see :func:`to_json`)."""
+        ...
+
+
+class Exporter(Protocol):
+    """One store's part of an export."""
+
+    @property
+    def name(self) -> str:
+        """The store's name in the manifest."""
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write everything the store holds about ``ctx.user_id`` into ``archive``.
+
+        Raises:
+            TeamstoreError: The store could not be read (the export fails; no archive is left).
+        """
+
+
+def names(exporters: Sequence[Exporter]) -> list[str]:
+    """The stores ``exporters`` cover, in order."""
+    return [exporter.name for exporter in exporters]

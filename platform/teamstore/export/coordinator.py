@@ -1,0 +1,197 @@
+"""The export coordinator: everything teamstore holds about one user, from every store, as one archive.
+
+    from teamstore.export.coordinator import ExportCoordinator, store_exporters
+
+    coordinator = ExportCoordinator(engine, transcripts, store_exporters(), prices)
+    done = await coordinator.run("alice@example.com", Path("alice.zip"), requested_by="ticket 881")
+    print(done.manifest.status, done.manifest.stores["transcripts"].records, done.path)
+
+An access request (GDPR art. 15) or a portability request (art. 20). Each exporter writes what its store
+holds; then ``manifest.json`` says which stores were covered, how many records and bytes each gave, the
+SHA-256 of every file, when, at whose request and by whom. The manifest is also stored as the export's
+record (``ts_export_requests``), which names the subject key, never the user id. A store that cannot be
+read fails the export as a whole: the archive is removed, never left partial, and the record says why. An
+id no store holds anything for (never stored, or erased) gets no archive: its manifest, status
+``no_match``, naming every store it searched, is returned and recorded, and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.prices import PriceTable
+from teamstore.audit.subjects import find_subject
+from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.errors import ExportError, ExportFailed, StoreUnavailable, TeamstoreError
+from teamstore.export import requests
+from teamstore.export.archive import Writable, open_archive
+from teamstore.export.base import ExportContext, Exporter, FileEntry, Section
+from teamstore.export.database import (
+    ExportRows,
+    LedgerRows,
+    MemoryRows,
+    OutboxRows,
+    SubjectRows,
+    quarantined,
+    resume_state,
+)
+from teamstore.export.nearby import near_match
+from teamstore.export.transcripts import TranscriptExporter
+from teamstore.ids import check_erasable_id
+from teamstore.people import check_person, current_operator
+
+log = logging.getLogger(__name__)
+FORMAT = "teamstore-export/1"
+MANIFEST = "manifest.json"
+NOT_INCLUDED = (
+    "spans in the tracing backend: they carry only the pseudonymous subject key (and no message content unless "
+    "content capture was turned on), and teamstore cannot read them back",
+    "database backups: copies of the rows above as of when each was taken, kept until they expire",
+    "finished erasure requests: a completed request forgets the user id, so nothing links it to this user",
+)
+
+
+def store_exporters() -> list[Exporter]:
+    """The exporters of the stores below the export: resume state, quarantine, user memory, transcripts,
+    outbox, ledger, earlier exports and the subject mapping (the composition root adds the erasure requests')."""
+    return [resume_state(), quarantined(), MemoryRows(), TranscriptExporter(), OutboxRows(), LedgerRows(),
+            ExportRows(), SubjectRows()]
+
+
+class Manifest(BaseModel):
+    """The archive's ``manifest.json``, also stored as the export's record: no user id, no user content."""
+
+    format: str = FORMAT
+    export_id: str
+    status: Literal["exported", "no_match"]
+    started_at: datetime
+    finished_at: datetime
+    operator: str
+    requested_by: str | None
+    stores: dict[str, Section]
+    files: dict[str, FileEntry]
+    near_match: str | None = None
+    not_included: list[str] = Field(default_factory=lambda: list(NOT_INCLUDED))
+
+
+class Exported(BaseModel):
+    """What ``run`` hands back: the manifest and where the archive is."""
+
+    manifest: Manifest
+    path: Path | None
+    """The archive; ``None`` when no store held anything (no archive is written)."""
+
+    @property
+    def matched(self) -> bool:
+        """False when no store held anything for the id: no archive was written."""
+        return self.manifest.status == "exported"
+
+
+class ExportCoordinator:
+    """Exports users from the stores its exporters read.
+
+    Args:
+        engine: The state database (the caller owns it).
+        transcripts: The transcript store (the caller owns it).
+        exporters: One per store, in the order their files are written; the manifest names each.
+        prices: The price table for the ledger's costs.
+    """
+
+    def __init__(self, engine: AsyncEngine, transcripts: TranscriptStore, exporters: Sequence[Exporter],
+                 prices: PriceTable) -> None:
+        self.engine, self.transcripts, self.exporters, self.prices = engine, transcripts, list(exporters), prices
+
+    async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
+                  operator: str | None = None) -> Exported:
+        """Export ``user_id`` into a new archive at ``output``.
+
+        Args:
+            user_id: The raw user id, matched exactly (as an erasure matches it).
+            output: A new ``.zip`` file, or a new folder for any other name; by default
+                ``teamstore-export-<export id>.zip`` in the working folder.
+            requested_by: Who asked (the data subject, a representative, a ticket): free text, recorded.
+            operator: Who runs the export; ``TEAMSTORE_OPERATOR``, else the OS user, when omitted.
+
+        Returns:
+            The manifest and the archive's path (``None``, and ``matched`` False, when no store held anything).
+
+        Raises:
+            InvalidIdentifier: The user id, requested_by or operator cannot be used.
+            ExportTargetExists: ``output`` exists (nothing is overwritten).
+            ExportFailed: A store could not be read, or the archive written: no archive is left.
+            StoreUnavailable: The database could not be reached before anything was read.
+        """
+        check_erasable_id(user_id)
+        check_person("requested_by", requested_by)
+        ran_by = current_operator(operator)
+        export_id = requests.new_export_id()
+        archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"))
+        finished = False
+        try:
+            subject = await find_subject(self.engine, user_id)
+            started = await requests.open_export(self.engine, export_id, subject, requested_by=requested_by,
+                                                 operator=ran_by)
+            ctx = ExportContext(self.engine, self.transcripts, user_id, subject, self.prices, export_id)
+            manifest = await self._write(ctx, archive, started, ran_by, requested_by)
+            finished = True
+        finally:
+            if not finished:
+                archive.abort()
+        return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None)
+
+    async def _write(self, ctx: ExportContext, archive: Writable, started: datetime, operator: str,
+                     requested_by: str | None) -> Manifest:
+        """Every store, then the manifest, then the archive moved into place; a failure is recorded."""
+        store = "the archive"
+        try:
+            stores: dict[str, Section] = {}
+            for exporter in self.exporters:
+                store = exporter.name
+                stores[store] = await exporter.export(ctx, archive)
+            store = "the archive"
+            manifest = await self._manifest(ctx, stores, archive, started, (operator, requested_by))
+            await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"))
+            if manifest.status == "exported":
+                archive.commit()
+            else:
+                archive.abort()
+        except TeamstoreError as exc:
+            await self._failed(ctx.export_id, store, exc)
+            if isinstance(exc, ExportError):
+                raise
+            raise ExportFailed(
+                f"the export could not read {store} ({type(exc).__name__}: {exc.message}); no archive was written",
+                hint=exc.hint or "fix the store, then export again",
+            ) from exc
+        return manifest
+
+    @staticmethod
+    async def _manifest(ctx: ExportContext, stores: dict[str, Section], archive: Writable, started: datetime,
+                        people: tuple[str, str | None]) -> Manifest:
+        """The manifest (written into the archive when a store held anything); ``people`` is who ran the export
+        and who asked for it."""
+        matched = any(section.records for section in stores.values())
+        if not matched:  # nothing to hand over: the stores searched are the answer, and no archive is left
+            stores = {name: Section() for name in stores}
+        manifest = Manifest(
+            export_id=ctx.export_id, status="exported" if matched else "no_match", started_at=started,
+            finished_at=datetime.now(UTC), operator=people[0], requested_by=people[1], stores=stores,
+            files=dict(archive.files) if matched else {},
+            near_match=None if matched else await near_match(ctx.engine, ctx.user_id))
+        if matched:
+            archive.add_json(MANIFEST, manifest.model_dump(mode="json"))
+        return manifest
+
+    async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> None:
+        """Record the failure; a database that is gone too is only logged (the error being raised says more)."""
+        try:
+            await requests.fail_export(self.engine, export_id, f"{store}: {type(exc).__name__}: {exc.message}")
+        except StoreUnavailable as recording:
+            log.warning("export %s: could not record its failure: %s", export_id, recording)

@@ -1,0 +1,218 @@
+"""The exporters of what the database holds about a user: resume state, quarantine, user memory, outbox,
+ledger, subject mapping, and the record of earlier exports.
+
+    from teamstore.export.database import LedgerRows, resume_state
+
+    section = await resume_state().export(ctx, archive)     # resume_state.json
+    section = await LedgerRows().export(ctx, archive)       # ledger.json
+
+They read the tables the erasure steps delete from, by the same keys (the exact user id, or the subject
+key), so an export covers what an erasure would remove. States, and the checkpoints of interrupted runs,
+are decoded from their envelope (one that does not decode is exported as stored, with the reason); transcripts waiting in the outbox are
+unpacked like those in the transcript store; ledger rows carry their cost at the price of their day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, Table, false, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.cost import money
+from teamstore.audit.schema import outbox, subject_sessions, subject_stores, subjects, usage
+from teamstore.audit.subjects import session_key
+from teamstore.audit.transcripts import record
+from teamstore.db.engine import describe_failure
+from teamstore.errors import AuditError, InvalidIdentifier, StateRejected, StoreUnavailable
+from teamstore.export.base import Archive, ExportContext, Section, as_stored
+from teamstore.export.schema import export_requests
+from teamstore.memory.store import MemoryStore
+from teamstore.state import envelope
+from teamstore.state.schema import DAMAGED, quarantine, sessions
+
+Rows = list[dict[str, Any]]
+
+
+async def read(engine: AsyncEngine, query: Select[Any], store: str) -> Rows:
+    """Every row of ``query`` as a dict.
+
+    Raises:
+        StoreUnavailable: The database could not be read (the export fails).
+    """
+    try:
+        async with engine.connect() as conn:
+            return [dict(row._mapping) for row in (await conn.execute(query)).all()]
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not read {store} for the export: {describe_failure(exc)}",
+                               hint="check the database, then export again") from exc
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's values as JSON can hold them (a value the state tables read as damaged says so)."""
+    return {name: "(damaged value)" if value is DAMAGED else value for name, value in row.items()}
+
+
+def decoded_state(state: object, name: str = "state") -> dict[str, Any]:
+    """A stored state (or, with ``name="checkpoint"``, an interrupted run's checkpoint), decoded from its
+    envelope; as stored, with the reason, when it does not decode."""
+    if state is None:
+        return {name: None}
+    # SQLite keeps whatever is written: a state that is not text is handed over as its bytes can be read.
+    text = state if isinstance(state, str) else _bytes(state).decode("utf-8", "backslashreplace")
+    try:
+        return {name: envelope.decode(text)}
+    except StateRejected as exc:
+        return {name: None, f"{name}_as_stored": text, f"{name}_unreadable": exc.detail}
+
+
+def _bytes(value: object) -> bytes:
+    return bytes(value) if isinstance(value, bytes | bytearray | memoryview) else str(value).encode("utf-8")
+
+
+def _by_user(table: Table) -> Callable[[ExportContext], ColumnElement[bool]]:
+    return lambda ctx: table.c.user_id == ctx.user_id
+
+
+def _by_subject(table: Table) -> Callable[[ExportContext], ColumnElement[bool]]:
+    return lambda ctx: table.c.subject_key == ctx.subject_key if ctx.subject_key is not None else false()
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """Resume state or quarantined rows of the exact user id, each state decoded."""
+
+    name: str
+    table: Table
+    file: str
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write the user's rows, states and checkpoints of interrupted runs decoded, leases left out (they are
+        the workers', not the user's)."""
+        hidden = {"lease_owner", "lease_until", "user_id", "state", "checkpoint"}
+        columns = [c for c in self.table.c if c.name not in hidden - {"state", "checkpoint"}]
+        order = self.table.c.id if "id" in self.table.c else self.table.c.session_id
+        rows = await read(ctx.engine, select(*columns).where(_by_user(self.table)(ctx)).order_by(order), self.name)
+        found = [{**{k: v for k, v in _plain(r).items() if k not in hidden}, **decoded_state(r["state"]),
+                  **decoded_state(r["checkpoint"], "checkpoint")} for r in rows]
+        return archive.add_json(self.file, {"user_id": ctx.user_id, self.name: found}, records=len(found))
+
+
+class MemoryRows:
+    """What teams keep about the user between sessions: each scope's summary and facts (value, type, the run
+    it came from, when last confirmed), anything damaged, and the memory writer's last failure."""
+
+    name = "memory"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write the user's memory, every scope."""
+        try:
+            kept = await MemoryStore(ctx.engine).show(ctx.user_id)
+        except InvalidIdentifier:
+            kept = []  # an id no session could have (erasure's wider rule): no memory was ever written for it
+        found = [m.to_dict() for m in kept]
+        return archive.add_json("memory.json", {"user_id": ctx.user_id, "memory": found},
+                                records=sum(1 + len(m["facts"]) for m in found))
+
+
+class OutboxRows:
+    """Transcripts of the user waiting in the outbox (the transcript store refused them), unpacked."""
+
+    name = "outbox"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write each waiting transcript as its run record and items; a row that only records an upload
+        that may still land says so."""
+        query = select(outbox.c.run_id, outbox.c.body, outbox.c.created_at, outbox.c.attempts).where(
+            _by_subject(outbox)(ctx)).order_by(outbox.c.created_at, outbox.c.run_id)
+        found = [_unpacked(row) for row in await read(ctx.engine, query, self.name)]
+        return archive.add_json("outbox.json", {"waiting_transcripts": found}, records=len(found))
+
+
+def _unpacked(row: dict[str, Any]) -> dict[str, Any]:
+    body, entry = row.pop("body"), dict(row)
+    if body is None:
+        return {**entry, "body": None, "note": "delivered, or only the record of an upload that may still land"}
+    try:
+        header, items = record.decode(bytes(body))
+    except AuditError as exc:
+        return {**entry, **as_stored(bytes(body)), "body_unreadable": exc.message}
+    return {**entry, "run": header, "items": items}
+
+
+class LedgerRows:
+    """The user's usage ledger rows, each with its cost at the price of its day."""
+
+    name = "ledger"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write the rows with their cost (``None`` for a model the price table does not know)."""
+        columns = [c for c in usage.c if c.name not in ("id", "subject_key")]
+        query = select(*columns).where(_by_subject(usage)(ctx)).order_by(usage.c.started_at, usage.c.run_id, usage.c.agent)
+        rows = await read(ctx.engine, query, self.name)
+        sessions_of = await known_sessions(ctx)
+        for row in rows:
+            price = ctx.prices.lookup(row["model"], row["day"])
+            # exact decimal text, as every cost report prints it
+            row["cost"] = money(price.cost(row["input_tokens"], row["output_tokens"])) if price is not None else None
+            row["session_id"] = sessions_of.get(row["session_key"])
+        data = {"currency": ctx.prices.currency, "price_version": ctx.prices.version, "usage": rows}
+        return archive.add_json("ledger.json", data, records=len(rows))
+
+
+class SubjectRows:
+    """The subject mapping (the user id and its pseudonymous key), the session ids recorded beside the
+    session keys for readable reports, and where the user's transcripts went."""
+
+    name = "subject"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write the mapping, the session ids and the transcript stores recorded for the subject."""
+        mapping = await read(ctx.engine, select(subjects).where(subjects.c.user_id == ctx.user_id), self.name)
+        s = subject_sessions.c
+        session_ids = await read(ctx.engine, select(s.session_key, s.session_id, s.created_at).where(
+            _by_subject(subject_sessions)(ctx)).order_by(s.created_at, s.session_key), self.name)
+        stores = await read(ctx.engine, select(subject_stores.c.store, subject_stores.c.created_at,
+                                               subject_stores.c.erased_at).where(_by_subject(subject_stores)(ctx))
+                            .order_by(subject_stores.c.store), self.name)
+        data = {"subject": mapping[0] if mapping else None, "session_ids": session_ids, "transcript_stores": stores}
+        return archive.add_json("subject.json", data, records=len(mapping) + len(session_ids) + len(stores))
+
+
+class ExportRows:
+    """The record of earlier exports of the user (when, at whose request, by whom, what they covered)."""
+
+    name = "exports"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write the earlier exports' records (this one's is in its manifest)."""
+        e = export_requests.c
+        query = select(e.export_id, e.requested_by, e.operator, e.status, e.started_at, e.finished_at).where(
+            _by_subject(export_requests)(ctx), e.export_id != ctx.export_id).order_by(e.started_at)
+        rows = await read(ctx.engine, query, self.name)
+        return archive.add_json("exports.json", {"earlier_exports": rows}, records=len(rows))
+
+
+async def known_sessions(ctx: ExportContext) -> dict[str, str]:
+    """Session key -> session id, for the sessions the user still has a state or a quarantined row of (a
+    transcript or ledger row of another session names only its key: nothing else maps it back)."""
+    if ctx.subject_key is None:
+        return {}
+    ids: set[str] = set()
+    for table in (sessions, quarantine):
+        query = select(table.c.session_id).where(table.c.user_id == ctx.user_id).distinct()
+        ids |= {row["session_id"] for row in await read(ctx.engine, query, "resume state")}
+    return {session_key(ctx.subject_key, session_id): session_id for session_id in ids}
+
+
+def resume_state() -> StateRows:
+    """Every ``ts_sessions`` row of the exact user id, its state decoded."""
+    return StateRows("resume_state", sessions, "resume_state.json")
+
+
+def quarantined() -> StateRows:
+    """Every ``ts_quarantine`` row of the exact user id, its state decoded."""
+    return StateRows("quarantine", quarantine, "quarantine.json")

@@ -1,0 +1,110 @@
+"""Whether an id that matches nothing has a near twin that does: same letters, other case, form or spaces.
+
+    from teamstore.export.nearby import near_match, near_matches
+
+    hint = await near_match(engine, "Dave")
+    # 'a stored user id differs from this one only in letter case ...'  (or None): for the receipt
+    twins = await near_matches(engine, "Dave")      # {'dave': 'letter case'}: for a terminal only
+
+Ids match exactly everywhere in teamstore, so ``erase --user Dave`` for the real ``dave`` finds nothing.
+The compliance desk is told so, and told whether such a twin exists: in words on the receipt, which is
+stored and pasted into tickets and never holds a raw user id; by name only on an operator's terminal
+(the command line, when its stdin and stderr are both one), since the operator is trusted with user ids
+(they type them) and needs the exact one to act on, while a job's output goes to its logs. The twin's id
+is never stored or logged (docs/erasure.md, *No match*).
+
+The probe looks up the id's variants (all lower case, all upper case, capitalised, title case, case-folded,
+each in the four Unicode normalisation forms and trimmed) by equality, which the tables' indexes answer,
+in the subject mapping, the resume state and the quarantine, and compares letter case in SQL across the
+subject mapping (one row per user: a scan of it), so ``dAvE`` for ``Dave`` is found too (SQLite folds ASCII
+letters only; Postgres folds what its collation knows).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from sqlalchemy import ColumnElement, Table, func, or_, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.schema import subjects
+from teamstore.db.engine import describe_failure
+from teamstore.errors import StoreUnavailable
+from teamstore.state.schema import quarantine, sessions
+
+TABLES: tuple[Table, ...] = (subjects, sessions, quarantine)
+_MOST = 20  # twins read per table: enough to say what kind of difference, never listed
+
+
+def variants(user_id: str) -> set[str]:
+    """The spellings of ``user_id`` that differ from it only in letter case, Unicode form or spaces."""
+    cased = {user_id, user_id.lower(), user_id.upper(), user_id.capitalize(), user_id.title(), user_id.casefold()}
+    forms = {unicodedata.normalize(form, text) for text in cased for form in ("NFC", "NFD", "NFKC", "NFKD")}
+    return {v for text in cased | forms for v in (text, text.strip())} - {user_id, ""}
+
+
+def difference(given: str, stored: str) -> str | None:
+    """How ``stored`` differs from ``given``: ``surrounding spaces``, ``letter case``, ``Unicode form``, or
+    some of them joined by ``and``; ``None`` if it is not a near twin (or the same id)."""
+    kinds = []
+    if _edges(given) != _edges(stored):
+        kinds.append("surrounding spaces")
+    a, b = given.strip(), stored.strip()
+    if _loose(a) != _loose(b):
+        return None
+    if a != b:
+        if any(unicodedata.normalize(form, a) == unicodedata.normalize(form, b) for form in ("NFC", "NFKC")):
+            kinds.append("Unicode form")
+        elif a.casefold() == b.casefold():
+            kinds.append("letter case")
+        else:
+            kinds.append("letter case and Unicode form")
+    return " and ".join(kinds) or None
+
+
+def _edges(text: str) -> tuple[str, str]:
+    """The spaces around ``text``."""
+    return text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+
+
+def _loose(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+async def near_matches(engine: AsyncEngine, user_id: str) -> dict[str, str]:
+    """The stored user ids that differ from ``user_id`` only in letter case, Unicode form or surrounding
+    spaces (at most a few per table), each with how it differs. For an operator's terminal only: never
+    stored, logged or put on a receipt.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    found: set[str] = set()
+    try:
+        async with engine.connect() as conn:
+            for table in TABLES:
+                col = table.c.user_id
+                where: ColumnElement[bool] = col.in_(sorted(variants(user_id)))
+                if table is subjects:  # one row per user: folded letter case is worth a scan here
+                    where = or_(where, func.lower(col) == func.lower(user_id))
+                query = select(col).where(where, col != user_id).distinct().limit(_MOST)
+                found |= set((await conn.execute(query)).scalars())
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not look for near-identical user ids: {describe_failure(exc)}",
+                               hint="check the database, then run the command again") from exc
+    return {stored: kind for stored in sorted(found) if (kind := difference(user_id, stored)) is not None}
+
+
+async def near_match(engine: AsyncEngine, user_id: str) -> str | None:
+    """A sentence saying that a stored user id differs from ``user_id`` only in letter case, Unicode form or
+    surrounding spaces, and how, without naming it (it goes on the receipt); ``None`` when none does.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    kinds = sorted(set((await near_matches(engine, user_id)).values()))
+    if not kinds:
+        return None
+    return (f"a stored user id differs from this one only in {' / '.join(kinds)}: check the id exactly as the "
+            "service stores it (ids match exactly)")

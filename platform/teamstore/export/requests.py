@@ -1,0 +1,92 @@
+"""The export record: opened when an export starts, finished with its manifest or its failure.
+
+    from teamstore.export import requests
+
+    await requests.open_export(engine, "ex-1f3c...", subject_key, requested_by="ticket 881", operator="dpo")
+    await requests.finish_export(engine, "ex-1f3c...", manifest)          # or fail_export(..., detail)
+
+A record holds the pseudonymous subject key, never the raw user id nor the archive's path (see
+:mod:`teamstore.export.schema`). An export killed midway leaves its record ``running``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from teamstore.db.engine import describe_failure
+from teamstore.errors import StoreUnavailable
+from teamstore.export.schema import export_requests
+
+RUNNING, EXPORTED, NO_MATCH, FAILED = "running", "exported", "no_match", "failed"
+
+
+def new_export_id() -> str:
+    """A fresh export id (``ex-`` and 24 hex characters)."""
+    return f"ex-{uuid.uuid4().hex[:24]}"
+
+
+@asynccontextmanager
+async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
+    try:
+        async with engine.begin() as conn:
+            yield conn
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not {action}: {describe_failure(exc)}",
+                               hint="check the database (`teamstore db upgrade`), then export again") from exc
+
+
+async def open_export(
+    engine: AsyncEngine, export_id: str, subject_key: str | None, *, requested_by: str | None, operator: str
+) -> datetime:
+    """Record that an export starts now; when it started.
+
+    Raises:
+        StoreUnavailable: The database could not be reached (nothing is exported then).
+    """
+    now = datetime.now(UTC)
+    async with _db(engine, "record the export") as conn:
+        await conn.execute(insert(export_requests).values(
+            export_id=export_id, subject_key=subject_key, requested_by=requested_by, operator=operator,
+            status=RUNNING, started_at=now))
+    return now
+
+
+async def finish_export(engine: AsyncEngine, export_id: str, status: str, manifest: dict[str, Any]) -> None:
+    """Record the export's outcome (``exported`` or ``no_match``) and its manifest.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    async with _db(engine, "record the export's manifest") as conn:
+        await conn.execute(update(export_requests).where(export_requests.c.export_id == export_id).values(
+            status=status, manifest=manifest, finished_at=datetime.now(UTC)))
+
+
+async def fail_export(engine: AsyncEngine, export_id: str, detail: str) -> None:
+    """Record that the export failed, and why (the error's message: it names no user data).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    async with _db(engine, "record the export's failure") as conn:
+        await conn.execute(update(export_requests).where(export_requests.c.export_id == export_id).values(
+            status=FAILED, detail=detail[:2000], finished_at=datetime.now(UTC)))
+
+
+async def get_export(engine: AsyncEngine, export_id: str) -> dict[str, Any] | None:
+    """The stored record of an export, or ``None``.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    async with _db(engine, "read the export's record") as conn:
+        found = (await conn.execute(select(export_requests).where(export_requests.c.export_id == export_id))).first()
+    return dict(found._mapping) if found is not None else None

@@ -1,0 +1,144 @@
+"""The transcript exporter: every copy of every run of the user, unpacked into JSON lines, with an index.
+
+    from teamstore.export.transcripts import TranscriptExporter
+
+    section = await TranscriptExporter().export(ctx, archive)
+    # transcripts/<session_key>/<run_id>.jsonl (run record first, then every item), transcripts/index.json
+
+It reads the objects under the subject's prefix in the store the export talks to and in every other store
+the subject's transcripts were recorded going to (``ts_subject_stores``: a service that moved its bucket),
+opened by their URL with the process's credentials; one it cannot read fails the export. What a store
+still keeps is handed over, not only what it shows: a store that declares ``Capability.VERSIONS`` (a
+versioned bucket) gives every earlier version, those under a delete marker included (a transcript
+retention removed stays a version until the bucket's rule expires it), and one that declares
+``Capability.PARTIAL_WRITES`` (the local folder) the temporary files a writer killed mid-write left. A copy
+whose bytes another copy of the same run already gave is written once; each other copy gets a file of its
+own (``<run_id>.2.jsonl``, ...) and says in the index what it is (``current``, ``earlier_version``,
+``partial_write``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from teamstore.audit.subjects import recorded_stores
+from teamstore.audit.transcripts import record, transcript_store_from_url
+from teamstore.audit.transcripts.base import Capability, TranscriptStore, run_id_of, subject_prefix
+from teamstore.audit.transcripts.capabilities import capability
+from teamstore.errors import AuditError, TranscriptNotFound
+from teamstore.export.base import Archive, ExportContext, Section, as_stored
+from teamstore.export.database import known_sessions
+
+Copy = Literal["current", "earlier_version", "partial_write"]
+
+
+@dataclass
+class _Runs:
+    """What the export has written so far: the index, and which bytes of which run it holds already."""
+
+    sessions_of: dict[str, str]
+    index: list[dict[str, Any]] = field(default_factory=list)
+    seen: set[tuple[str, str]] = field(default_factory=set)  # (key, sha256): the same bytes are written once
+    copies: dict[str, int] = field(default_factory=dict)  # files written per run (its stem), so far
+
+
+class TranscriptExporter:
+    """Every transcript of the subject, as the run record and items it holds."""
+
+    name = "transcripts"
+
+    async def export(self, ctx: ExportContext, archive: Archive) -> Section:
+        """Write each copy of each run to ``transcripts/<session_key>/<run_id>.jsonl`` and an index of them.
+
+        Raises:
+            TranscriptUnavailable: A store could not be listed or read.
+            ConfigurationError: A recorded store's URL is not one this process can open.
+        """
+        section = Section()
+        runs = _Runs(await known_sessions(ctx))
+        if ctx.subject_key is not None:
+            for url in await _other_stores(ctx, ctx.subject_key):
+                other = transcript_store_from_url(url)
+                try:
+                    section = section.plus(await self._store(ctx.subject_key, other, archive, runs))
+                finally:
+                    await other.close()
+            section = section.plus(await self._store(ctx.subject_key, ctx.transcripts, archive, runs))
+        return section.plus(archive.add_json("transcripts/index.json", {"runs": runs.index}))
+
+    async def _store(self, subject_key: str, store: TranscriptStore, archive: Archive, runs: _Runs) -> Section:
+        """Write the subject's copies held in ``store`` that no earlier copy gave byte for byte."""
+        section = Section()
+        async for key, copy, version_id, body in _copies(store, subject_prefix(subject_key)):
+            digest = hashlib.sha256(body).hexdigest()
+            if (key, digest) in runs.seen:
+                continue
+            runs.seen.add((key, digest))
+            entry, data = _run_file(key, body, copy)
+            entry["file"] = _file_name(runs.copies, entry.pop("stem"), entry.pop("suffix"))
+            entry.update(session_id=runs.sessions_of.get(entry["session_key"]), store=store.url,
+                         version_id=version_id, sha256_as_stored=digest)
+            section = section.plus(archive.add(entry["file"], data, records=1))
+            runs.index.append(entry)
+        return section
+
+
+async def _copies(store: TranscriptStore, prefix: str) -> AsyncIterator[tuple[str, Copy, str | None, bytes]]:
+    """Every copy under ``prefix`` the store still holds: current objects first, then earlier versions and
+    partial writes. A copy removed since the listing (its retention ran out) is skipped."""
+    for key in await store.list_keys(prefix):
+        try:
+            yield key, "current", None, await store.get(key)
+        except TranscriptNotFound:
+            continue
+    versions = capability(store, Capability.VERSIONS)
+    if versions is not None:
+        for version in await versions.versions(prefix):
+            if version.delete_marker:
+                continue
+            try:
+                yield version.key, "earlier_version", version.version_id, await versions.read_version(version)
+            except TranscriptNotFound:
+                continue
+    partial = capability(store, Capability.PARTIAL_WRITES)
+    if partial is not None:
+        for key in await partial.partial_writes(prefix):
+            try:
+                yield key, "partial_write", None, await store.get(key)
+            except TranscriptNotFound:
+                continue
+
+
+def _file_name(copies: dict[str, int], stem: str, suffix: str) -> str:
+    """``stem + suffix`` for a run's first copy, ``stem.2 + suffix`` for its second, and so on."""
+    copies[stem] = n = copies.get(stem, 0) + 1
+    return stem + suffix if n == 1 else f"{stem}.{n}{suffix}"
+
+
+def _run_file(key: str, body: bytes, copy: Copy) -> tuple[dict[str, Any], bytes]:
+    """The index entry of one stored copy and the file it becomes (decoded JSON lines, or the bytes as
+    stored when they do not decode, e.g. a write cut short)."""
+    parts = key.split("/")
+    session = parts[3] if len(parts) > 4 and parts[2] == "sessions" else "unknown"
+    run = parts[-1] if copy == "partial_write" else run_id_of(key)
+    entry: dict[str, Any] = {"session_key": session, "run_id": run, "copy": copy, "stem": f"transcripts/{session}/{run}"}
+    try:
+        header, items = record.decode(body)
+    except AuditError as exc:
+        entry.update(suffix=".unreadable.json", unreadable=exc.message)
+        data = {**as_stored(body), "why": exc.message}
+        return entry, json.dumps(data, indent=2).encode("utf-8")
+    entry.update(suffix=".jsonl", started_at=header.get("started_at"), items=len(items))
+    lines = [json.dumps(line, ensure_ascii=False, sort_keys=True) for line in (header, *items)]
+    return entry, ("\n".join(lines) + "\n").encode("utf-8")
+
+
+async def _other_stores(ctx: ExportContext, subject_key: str) -> list[str]:
+    """The stores recorded for the subject, other than the one the export talks to, that an erasure has not
+    emptied (a service that moved its transcripts wrote some to each)."""
+    recorded = await recorded_stores(ctx.engine, subject_key)
+    return sorted(store for store, erased in recorded.items() if not erased and store != ctx.transcripts.url)

@@ -1,0 +1,244 @@
+"""What a user's memory is made of, with no I/O: typed facts, the stored memory, the writer's update.
+
+    from teamstore.memory.facts import check_value, parse_update
+
+    check_value("ticket_id", "str", "55102")                    # "55102"
+    check_value("visits", "int", "two")                         # FactInvalid: not a whole number
+    update = parse_update('{"summary": "...", "facts": {"ticket_id": "55102"}}', declaration)
+
+A fact's value is one of its declared type (``str``, ``int``, ``float``, ``bool``, or ``date``: an ISO
+date) and is stored as JSON text. A summary's size is counted in tokens the way :func:`estimate_tokens`
+does, about four characters a token, the same for every model, so a budget means the same wherever it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from config_registry.manifest import FactType, MemoryDeclaration
+from teamstore.errors import MemoryWriteRefused
+
+MAX_FACT_CHARS = 500
+"""The longest text value a fact keeps: a fact is an id or a name, not a paragraph."""
+CHARS_PER_TOKEN = 4
+
+
+class FactInvalid(ValueError):
+    """A fact value that is not of its declared type; the message names the fact and the type, never the value."""
+
+
+def estimate_tokens(text: str) -> int:
+    """The summary's size as its budget counts it: one token per four characters, rounded up."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def check_value(name: str, kind: str, value: Any) -> Any:
+    """``value`` as a fact of type ``kind``, or :class:`FactInvalid` naming ``name`` and the type.
+
+    Args:
+        name: The fact, for the message.
+        kind: Its declared type.
+        value: What the writer returned (a JSON value) or the store read back.
+
+    Returns:
+        The value: a ``str`` (at most :data:`MAX_FACT_CHARS`), ``int``, ``float``, ``bool``, or a ``date``.
+    """
+    if kind == "str" and isinstance(value, str) and 0 < len(value) <= MAX_FACT_CHARS:
+        return value
+    if kind == "int" and type(value) is int:
+        return value
+    if kind == "float" and type(value) in (int, float) and math.isfinite(value):
+        return float(value)
+    if kind == "bool" and type(value) is bool:
+        return value
+    if kind == "date":
+        if isinstance(value, date) and not isinstance(value, datetime):
+            return value
+        if isinstance(value, str) and len(value) == 10:
+            try:
+                return date.fromisoformat(value)
+            except ValueError:
+                pass
+    raise FactInvalid(f"fact {name!r} is not a valid {_described(kind)}")
+
+
+def _described(kind: str) -> str:
+    return {
+        "str": f"str (text of 1 to {MAX_FACT_CHARS} characters)", "int": "int (a whole number)",
+        "float": "float (a finite number)", "bool": "bool (true or false)", "date": "date (YYYY-MM-DD)",
+    }.get(kind, f"{kind!r}, which is no fact type")
+
+
+def encode_value(value: Any) -> str:
+    """A checked value as the JSON text the store keeps (a date as its ISO form)."""
+    return json.dumps(value.isoformat() if isinstance(value, date) else value, ensure_ascii=False)
+
+
+def decode_value(name: str, kind: str, text: Any) -> Any:
+    """A stored value back, checked against its type.
+
+    Raises:
+        FactInvalid: The text is not JSON, or not a value of ``kind`` (a row damaged by hand).
+    """
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        raise FactInvalid(f"fact {name!r} holds a value that is not JSON") from None
+    return check_value(name, kind, value)
+
+
+def shown(value: Any) -> Any:
+    """A checked value as JSON shows it (a date as its ISO form)."""
+    return value.isoformat() if isinstance(value, date) else value
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One fact kept about a user: its value, the run it came from, and when a run last confirmed it."""
+
+    name: str
+    type: str
+    value: Any
+    source_run_id: str
+    created_at: datetime
+    confirmed_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {"name": self.name, "type": self.type, "value": shown(self.value), "source_run_id": self.source_run_id,
+                "created_at": self.created_at.isoformat(), "confirmed_at": self.confirmed_at.isoformat()}
+
+
+@dataclass(frozen=True)
+class DamagedFact:
+    """A stored fact that cannot be used (edited by hand, or its declared type changed): never given to a
+    model, kept until a write replaces it or the user's memory is forgotten."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class WriterFailure:
+    """The memory writer's last failure on this memory, and how many it has had."""
+
+    reason: str
+    at: datetime | None
+    count: int
+
+
+@dataclass(frozen=True)
+class UserMemory:
+    """What is kept about one user under one scope.
+
+    Attributes:
+        version: 0 while nothing was written yet (the row holds only a failure); each write adds 1.
+        facts: The usable facts, by name.
+        damaged: Facts (or the summary, as ``summary``) that could not be read as stored.
+        failure: The writer's last failure, if it ever failed.
+    """
+
+    user_id: str
+    scope: str
+    summary: str
+    version: int
+    team: str
+    team_version: str
+    source_run_id: str | None
+    updated_at: datetime | None
+    expires_at: datetime | None
+    facts: dict[str, Fact] = field(default_factory=dict)
+    damaged: list[DamagedFact] = field(default_factory=list)
+    failure: WriterFailure | None = None
+
+    @property
+    def written(self) -> bool:
+        """Whether a writer ever stored a summary or facts here (a row may hold only a failure); a row whose
+        version is damaged (``-1``) still holds what was written."""
+        return self.version != 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (``teamstore memory show --json``)."""
+        failure = self.failure
+        return {
+            "user_id": self.user_id, "scope": self.scope, "summary": self.summary, "version": self.version,
+            "team": self.team, "team_version": self.team_version, "source_run_id": self.source_run_id,
+            "updated_at": _iso(self.updated_at), "expires_at": _iso(self.expires_at),
+            "facts": [f.to_dict() for f in self.facts.values()],
+            "damaged": [{"name": d.name, "reason": d.reason} for d in self.damaged],
+            "failure": None if failure is None else {"reason": failure.reason, "at": _iso(failure.at),
+                                                      "count": failure.count},
+        }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """What one write stores: the new summary, and the facts the new messages stated or confirmed (checked
+    against their declared types). Facts it does not name are kept as they are."""
+
+    summary: str
+    facts: dict[str, Any]
+
+
+def parse_update(text: object, declaration: MemoryDeclaration) -> MemoryUpdate:
+    """The writer's reply as an update, or :class:`MemoryWriteRefused` saying what is wrong with it.
+
+    Args:
+        text: The model's reply content: a JSON object ``{"summary": str, "facts": {name: value}}``.
+        declaration: The team's memory declaration (facts and their types, the summary's budget).
+
+    Raises:
+        MemoryWriteRefused: Not a JSON object of that shape (prose, say); an undeclared fact; a fact that
+            fails its type; a summary over its budget. The message quotes none of the reply.
+    """
+    data = _json_object(text)
+    summary, found = data.get("summary"), data.get("facts", {})
+    if not isinstance(summary, str) or not isinstance(found, dict):
+        raise _refused("did not return a 'summary' text and a 'facts' object")
+    budget = declaration.summary_tokens
+    if (size := estimate_tokens(summary.strip())) > budget:
+        raise _refused(f"returned a summary of about {size} tokens, over its budget of {budget}")
+    checked: dict[str, Any] = {}
+    for name, value in found.items():
+        kind: FactType | None = declaration.facts.get(name)
+        if kind is None:
+            # Not quoted: a name the model made up may hold the user's words.
+            raise _refused("returned a fact the team does not declare")
+        if value is None:
+            continue  # not stated by the new messages: the stored value (if any) stays
+        try:
+            checked[name] = check_value(name, kind, value)
+        except FactInvalid as exc:
+            raise _refused(str(exc)) from None
+    return MemoryUpdate(summary.strip(), checked)
+
+
+def _json_object(text: object) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise _refused("returned no text (a tool call or other content)")
+    body = text.strip()
+    if body.startswith("```"):  # a fenced block, as chat models like to write it
+        body = body.strip("`").removeprefix("json").strip()
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise _refused("returned prose, not a JSON object")
+    return data
+
+
+def _refused(why: str) -> MemoryWriteRefused:
+    return MemoryWriteRefused(
+        f"the memory writer {why}; the user's previous memory is kept",
+        hint="check the writer's model (memory.writer in the team's manifest) and its declared facts; "
+        "`teamstore memory show --user ...` shows the failure",
+    )

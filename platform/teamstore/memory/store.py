@@ -1,0 +1,348 @@
+"""The user-memory store: one SQL module for SQLite and Postgres, in the state database.
+
+    from teamstore.memory.store import MemoryStore
+
+    store = MemoryStore(engine)
+    memory = await store.load("alice", "support_triage")            # None: nothing kept
+    update = MemoryUpdate("line fault, ticket 55102", {"ticket_id": "55102"})
+    version = await store.write("alice", "support_triage", update, types={"ticket_id": "str"},
+                                expected_version=memory.version if memory else 0, run_id=run_id,
+                                team="support_triage", team_version=v, retention_days=180)
+    for kept in await store.show("alice"):
+        print(kept.scope, kept.summary, {f.name: f.value for f in kept.facts.values()})
+    await store.forget("alice", fact="ticket_id")                   # or fact=None: everything
+
+A write is one transaction whose first statement writes the memory row only if its version is still
+the one the writer read and no erasure fences the user (:func:`teamstore.db.fence.held`, in the same
+statement, as every writer does): two writers of one user never lose each other's update (the second
+is told :class:`StaleMemory` and writes again from what the first stored), and nothing is written for a
+user being erased. Facts a write does not name stay as they are; a fact written with the value it had is confirmed
+(its time moves, its source run stays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, case, delete, literal, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from teamstore.db.engine import describe_failure, failure_hint
+from teamstore.db.fence import held
+from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
+from teamstore.ids import check_id
+from teamstore.memory.facts import (
+    DamagedFact,
+    Fact,
+    FactInvalid,
+    MemoryUpdate,
+    UserMemory,
+    WriterFailure,
+    decode_value,
+    encode_value,
+)
+from teamstore.memory.schema import facts, memories
+from teamstore.state.schema import DAMAGED
+
+FAILURE_CHARS = 512
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What a forget removed: memory rows (summaries) and facts."""
+
+    memories: int
+    facts: int
+
+
+def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
+    return StoreUnavailable(f"could not {action}: {describe_failure(exc)}",
+                            hint=f"{failure_hint(exc)}; no memory was changed")
+
+
+def _fenced() -> ErasureInProgress:
+    return ErasureInProgress("an erasure request is open for this user: no memory is written for them",
+                             hint="nothing to do: the erasure removes the user's memory with the rest")
+
+
+def _key(table: Any, user_id: str, scope: str | None) -> list[Any]:
+    clauses = [table.c.user_id == user_id]
+    return clauses if scope is None else [*clauses, table.c.scope == scope]
+
+
+class MemoryStore:
+    """Users' memory (summary and facts per user and scope) in the state database.
+
+    Args:
+        engine: The state database; the caller owns it.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+
+    # --- reading ---------------------------------------------------------------------------------------
+    async def load(self, user_id: str, scope: str) -> UserMemory | None:
+        """The user's memory under ``scope``, or ``None`` when nothing is kept.
+
+        Raises:
+            InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
+        """
+        found = await self.show(user_id, scope)
+        return found[0] if found else None
+
+    async def show(self, user_id: str, scope: str | None = None) -> list[UserMemory]:
+        """Everything kept about ``user_id`` (under one scope, or all), by scope. Damaged facts and fields
+        are listed in each memory's ``damaged``, never raised.
+
+        Raises:
+            InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
+        """
+        check_id("user_id", user_id)
+        try:
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(select(memories).where(*_key(memories, user_id, scope))
+                                           .order_by(memories.c.scope))).mappings().all()
+                kept = (await conn.execute(select(facts).where(*_key(facts, user_id, scope))
+                                           .order_by(facts.c.scope, facts.c.name))).mappings().all()
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "read the user's memory") from exc
+        by_scope: dict[str, list[RowMapping]] = {}
+        for row in kept:
+            by_scope.setdefault(str(row["scope"]), []).append(row)
+        found = [_memory(row, by_scope.pop(str(row["scope"]), [])) for row in rows]
+        # Facts whose memory row is gone (deleted by hand): still the user's, shown so they can be forgotten.
+        found += [_orphans(user_id, scope, rows) for scope, rows in sorted(by_scope.items())]
+        return sorted(found, key=lambda m: m.scope)
+
+    # --- writing ---------------------------------------------------------------------------------------
+    async def write(
+        self, user_id: str, scope: str, update: MemoryUpdate, *, types: Mapping[str, str], expected_version: int,
+        run_id: str, team: str, team_version: str, retention_days: float, now: datetime | None = None,
+    ) -> int:
+        """Store ``update`` if the memory is still at ``expected_version``; returns the new version.
+
+        Args:
+            user_id: The user. scope: The memory's scope.
+            update: The new summary and the facts to set (checked values).
+            types: Each fact's declared type, stored with it.
+            expected_version: The version the writer read (0: none written yet).
+            run_id: The run the new values came from.
+            team: The team writing. team_version: Its registry version.
+            retention_days: The memory expires this long after this write.
+            now: The write's time (tests).
+
+        Raises:
+            StaleMemory: Another write landed since ``expected_version`` was read; nothing was written.
+            ErasureInProgress: An erasure fences the user; nothing was written.
+            StoreUnavailable: The database failed; nothing was written.
+        """
+        now = now or datetime.now(UTC)
+        row = {"summary": update.summary, "team": team, "team_version": team_version, "source_run_id": run_id,
+               "updated_at": now, "expires_at": now + timedelta(days=retention_days)}
+        try:
+            async with self.engine.begin() as conn:
+                if await self._write_row(conn, user_id, scope, row, expected_version, now) is None:
+                    fenced = await conn.scalar(select(held(user_id)))
+                    raise _fenced() if fenced else StaleMemory(
+                        "another write of this user's memory landed first",
+                        hint="read the memory again and write from what it holds now")
+                for name, value in update.facts.items():
+                    await conn.execute(self._fact_upsert(user_id, scope, name, types[name], value, run_id, now))
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "write the user's memory") from exc
+        return expected_version + 1
+
+    async def _write_row(
+        self, conn: AsyncConnection, user_id: str, scope: str, row: dict[str, Any], expected: int, now: datetime
+    ) -> int | None:
+        """The version-checked, fenced write of the memory row: its new version, or ``None`` if refused."""
+        if expected > 0:
+            stmt = (update(memories)
+                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~held(user_id))
+                    .values(**row, version=expected + 1).returning(memories.c.version))
+        else:  # a first write: a new row, or the row that holds only a failure (version 0)
+            values = {"user_id": user_id, "scope": scope, **row, "version": 1, "created_at": now, "failures": 0}
+            stmt = self._fenced_insert(user_id, values)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[memories.c.user_id, memories.c.scope],
+                set_={**{k: stmt.excluded[k] for k in row}, "version": 1}, where=memories.c.version == 0,
+            ).returning(memories.c.version)
+        version = (await conn.execute(stmt)).scalar()
+        return None if version is None else int(version)
+
+    def _fenced_insert(self, user_id: str, values: dict[str, Any]) -> Any:
+        """``INSERT INTO ts_user_memory SELECT <values> WHERE NOT <fenced>``: the fence and the write in one."""
+        columns = [memories.c[name] for name in values]
+        chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~held(user_id))
+        return self._insert(memories).from_select(columns, chosen)
+
+    def _fact_upsert(
+        self, user_id: str, scope: str, name: str, kind: str, value: Any, run_id: str, now: datetime
+    ) -> Any:
+        stmt = self._insert(facts).values(user_id=user_id, scope=scope, name=name, type=kind,
+                                          value=encode_value(value), source_run_id=run_id, created_at=now,
+                                          confirmed_at=now)
+        same = and_(facts.c.value == stmt.excluded.value, facts.c.type == stmt.excluded.type)
+        return stmt.on_conflict_do_update(
+            index_elements=[facts.c.user_id, facts.c.scope, facts.c.name],
+            set_={"type": stmt.excluded.type, "value": stmt.excluded.value, "confirmed_at": now,
+                  # confirmed with the value it had: it still comes from the run that first stated it
+                  "source_run_id": case((same, facts.c.source_run_id), else_=stmt.excluded.source_run_id),
+                  "created_at": case((same, facts.c.created_at), else_=stmt.excluded.created_at)},
+        )
+
+    async def record_failure(
+        self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
+        now: datetime | None = None,
+    ) -> bool:
+        """Record the writer's failure on the user's memory, its summary and facts untouched; ``False`` when
+        an erasure fences the user (nothing recorded).
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        now = now or datetime.now(UTC)
+        values = {"user_id": user_id, "scope": scope, "summary": "", "version": 0, "team": team,
+                  "team_version": team_version, "created_at": now, "updated_at": now,
+                  "expires_at": now + timedelta(days=retention_days), "failure": reason[:FAILURE_CHARS],
+                  "failed_at": now, "failures": 1}
+        stmt = self._fenced_insert(user_id, values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[memories.c.user_id, memories.c.scope],
+            set_={"failure": stmt.excluded.failure, "failed_at": now, "failures": memories.c.failures + 1},
+        ).returning(memories.c.version)
+        try:
+            async with self.engine.begin() as conn:
+                return (await conn.execute(stmt)).first() is not None
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "record the memory writer's failure") from exc
+
+    # --- forgetting --------------------------------------------------------------------------------------
+    async def forget(self, user_id: str, *, scope: str | None = None, fact: str | None = None) -> Forgotten:
+        """Forget one fact (``fact``) or everything (``fact=None``) kept about ``user_id``, under one scope or all.
+
+        Forgetting a fact moves the memory's version on, so a writer that read it before cannot write it back
+        from what it read. The summary is kept: it may still mention the fact (forget everything to drop it).
+
+        Raises:
+            InvalidIdentifier: ``user_id`` is not a usable id.
+            MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those that are).
+            StoreUnavailable: The database failed; nothing was forgotten.
+        """
+        check_id("user_id", user_id)
+        try:
+            async with self.engine.begin() as conn:
+                if fact is not None:
+                    return await self._forget_fact(conn, user_id, scope, fact)
+                dropped = (await conn.execute(delete(facts).where(*_key(facts, user_id, scope)))).rowcount
+                gone = (await conn.execute(delete(memories).where(*_key(memories, user_id, scope)))).rowcount
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "forget the user's memory") from exc
+        return Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
+
+    async def _forget_fact(self, conn: AsyncConnection, user_id: str, scope: str | None, fact: str) -> Forgotten:
+        where = [*_key(facts, user_id, scope), facts.c.name == fact]
+        scopes = (await conn.execute(select(facts.c.scope).where(*where))).scalars().all()
+        if not scopes:
+            kept = sorted(set((await conn.execute(select(facts.c.name).where(*_key(facts, user_id, scope))))
+                              .scalars().all()))
+            raise MemoryNotFound(
+                f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
+                hint=f"the facts kept are: {', '.join(kept)}" if kept else "nothing is kept about this user")
+        await conn.execute(delete(facts).where(*where))
+        await conn.execute(update(memories).where(memories.c.user_id == user_id, memories.c.scope.in_(scopes),
+                                                  memories.c.version > 0)
+                           .values(version=memories.c.version + 1))
+        return Forgotten(memories=0, facts=len(scopes))
+
+    # --- retention -----------------------------------------------------------------------------------------
+    async def sweep(self, now: datetime | None = None, batch_size: int = 500) -> Forgotten:
+        """Delete memories past their expiry (their retention after the last update), with their facts.
+
+        Raises:
+            StoreUnavailable: The database failed; the batches deleted before it stay deleted.
+        """
+        now = now or datetime.now(UTC)
+        total = Forgotten(0, 0)
+        while True:
+            victims = (select(memories.c.user_id, memories.c.scope).where(memories.c.expires_at < now)
+                       .limit(batch_size))
+            try:
+                async with self.engine.begin() as conn:
+                    keys = (await conn.execute(
+                        delete(memories).where(tuple_(memories.c.user_id, memories.c.scope).in_(victims),
+                                               memories.c.expires_at < now)
+                        .returning(memories.c.user_id, memories.c.scope))).all()
+                    dropped = await _delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
+            except SQLAlchemyError as exc:
+                raise _unavailable(exc, "sweep expired memory") from exc
+            total = Forgotten(total.memories + len(keys), total.facts + dropped)
+            if len(keys) < batch_size:
+                return total
+
+
+async def _delete_facts_of(conn: AsyncConnection, keys: Sequence[tuple[str, str]]) -> int:
+    if not keys:
+        return 0
+    result = await conn.execute(delete(facts).where(tuple_(facts.c.user_id, facts.c.scope).in_(keys)))
+    return int(result.rowcount or 0)
+
+
+def _memory(row: RowMapping, fact_rows: list[RowMapping]) -> UserMemory:
+    damaged: list[DamagedFact] = []
+    summary = row["summary"]
+    if not isinstance(summary, str):
+        damaged.append(DamagedFact("summary", "the summary is not text"))
+        summary = ""
+    version = row["version"]
+    if type(version) is not int or version < 0:
+        damaged.append(DamagedFact("version", "the row version is not a whole number >= 0"))
+        version = -1  # no write can follow it: the memory must be forgotten first
+    failure = row["failure"]
+    return UserMemory(
+        user_id=str(row["user_id"]), scope=str(row["scope"]), summary=summary, version=version,
+        team=str(row["team"]), team_version=str(row["team_version"]), source_run_id=row["source_run_id"],
+        updated_at=_moment(row["updated_at"], "updated_at", damaged),
+        expires_at=_moment(row["expires_at"], "expires_at", damaged),
+        facts=_facts(fact_rows, damaged), damaged=damaged,
+        failure=None if failure is None else WriterFailure(
+            str(failure), _moment(row["failed_at"], "failed_at", damaged),
+            row["failures"] if type(row["failures"]) is int else 0),
+    )
+
+
+def _orphans(user_id: str, scope: str, rows: list[RowMapping]) -> UserMemory:
+    damaged = [DamagedFact("memory", "facts are kept with no memory row (deleted by hand)")]
+    return UserMemory(user_id=user_id, scope=scope, summary="", version=-1, team="", team_version="",
+                      source_run_id=None, updated_at=None, expires_at=None, facts=_facts(rows, damaged),
+                      damaged=damaged)
+
+
+def _moment(value: Any, name: str, damaged: list[DamagedFact]) -> datetime | None:
+    if value is DAMAGED or (value is not None and not isinstance(value, datetime)):
+        damaged.append(DamagedFact(name, f"{name} is not a time"))
+        return None
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def _facts(rows: list[RowMapping], damaged: list[DamagedFact]) -> dict[str, Fact]:
+    found: dict[str, Fact] = {}
+    for row in rows:
+        name = str(row["name"])
+        try:
+            value = decode_value(name, str(row["type"]), row["value"])
+        except FactInvalid as exc:
+            damaged.append(DamagedFact(name, str(exc)))
+            continue
+        created, confirmed = (_moment(row[k], f"fact {name!r} {k}", damaged) for k in ("created_at", "confirmed_at"))
+        if created is None or confirmed is None:
+            continue
+        found[name] = Fact(name, str(row["type"]), value, str(row["source_run_id"]), created, confirmed)
+    return found

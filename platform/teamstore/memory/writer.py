@@ -1,0 +1,183 @@
+"""The memory writer: the previous summary and facts plus what the new runs said, in; a new summary and facts, out.
+
+    from teamstore.memory.writer import Said, write_memory
+
+    outcome = await write_memory(store, client, user_id="alice", team="support_triage", team_version=v,
+                                 declaration=manifest.memory, run_id=run_id, retention_days=180,
+                                 messages=[Said("user", "My router ZX-81 drops (ticket 55102)"), ...])
+    print(outcome.status, outcome.reason)      # "written" / "failed" / "fenced"
+
+It is incremental: the model is sent the stored summary and facts and the messages the session's runs
+added since the last write (the newest :data:`MAX_INPUT_CHARS` of them), never a whole transcript. Its
+request is one system message and one user message holding a JSON object::
+
+    {"summary_budget_tokens": 150, "declared_facts": {"ticket_id": "str"}, "previous_summary": "...",
+     "previous_facts": {"ticket_id": "55102"}, "new_messages": [{"source": "user", "content": "..."}]}
+
+and it must answer with ``{"summary": "...", "facts": {"ticket_id": "55102"}}`` (facts the new messages
+state or confirm). A reply that is not that, a fact that fails its type, a summary over its budget or a
+failed call is refused: the stored memory stays as it was and the failure is recorded on it. A write that
+finds another landed first reads the memory again and asks again, at most :data:`ATTEMPTS` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from autogen_core.models import ChatCompletionClient, LLMMessage, SystemMessage, UserMessage
+
+from config_registry.manifest import MemoryDeclaration
+from teamstore.errors import ErasureInProgress, MemoryWriteRefused, StaleMemory
+from teamstore.memory.facts import CHARS_PER_TOKEN, MemoryUpdate, UserMemory, parse_update, shown
+from teamstore.memory.store import MemoryStore
+
+MAX_INPUT_CHARS = 24_000
+"""The most message text one write sends (the newest messages first): the writer's cost per run is bounded."""
+MAX_MESSAGE_CHARS = 4_000
+"""The most of one message a write sends."""
+ATTEMPTS = 3
+"""How many times a write reads, asks and writes before a run of conflicts is recorded as its failure."""
+
+
+@dataclass(frozen=True)
+class Said:
+    """One message a run added: who said it and its text."""
+
+    source: str
+    content: str
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """How a write ended: ``written`` (with the new version), ``failed`` (with the reason recorded) or
+    ``fenced`` (an erasure holds the user; nothing written)."""
+
+    status: Literal["written", "failed", "fenced"]
+    version: int | None = None
+    reason: str | None = None
+
+
+def _system_prompt(declaration: MemoryDeclaration) -> str:
+    listed = ", ".join(f"{name} ({kind})" for name, kind in declaration.facts.items()) or "none"
+    budget = declaration.summary_tokens
+    return (
+        "You write the memory a team keeps about one user between sessions. Reply with one JSON object and "
+        'nothing else: {"summary": "...", "facts": {...}}.\n'
+        f"- summary: what a colleague taking over must know, rewritten from the previous summary and the new "
+        f"messages; at most {budget} tokens (about {budget * CHARS_PER_TOKEN} characters).\n"
+        f"- facts: only facts the new messages state or confirm, from this list, each a JSON value of its "
+        f"type (date: YYYY-MM-DD): {listed}. Leave out a fact they do not state; use no other name."
+    )
+
+
+def _recent(messages: Sequence[Said]) -> list[dict[str, str]]:
+    """The newest messages whose text fits in :data:`MAX_INPUT_CHARS`, oldest first."""
+    kept: list[dict[str, str]] = []
+    room = MAX_INPUT_CHARS
+    for said in reversed(messages):
+        text = said.content[:MAX_MESSAGE_CHARS]
+        if len(text) > room:
+            break
+        room -= len(text)
+        kept.append({"source": said.source, "content": text})
+    return kept[::-1]
+
+
+def writer_request(
+    previous: UserMemory | None, messages: Sequence[Said], declaration: MemoryDeclaration
+) -> list[LLMMessage]:
+    """The writer's two messages: its instructions, and the JSON object of what it works from."""
+    known = {} if previous is None else {
+        name: shown(fact.value) for name, fact in previous.facts.items() if declaration.facts.get(name) == fact.type
+    }
+    request = {
+        "summary_budget_tokens": declaration.summary_tokens,
+        "declared_facts": dict(declaration.facts),
+        "previous_summary": previous.summary if previous is not None else "",
+        "previous_facts": known,
+        "new_messages": _recent(messages),
+    }
+    return [SystemMessage(content=_system_prompt(declaration)),
+            UserMessage(content=json.dumps(request, ensure_ascii=False), source="memory_writer")]
+
+
+async def ask_writer(
+    client: ChatCompletionClient, previous: UserMemory | None, messages: Sequence[Said],
+    declaration: MemoryDeclaration, call_seconds: float,
+) -> MemoryUpdate:
+    """One model call, its reply checked.
+
+    Raises:
+        MemoryWriteRefused: The call failed or timed out, or its reply was refused (:func:`parse_update`).
+    """
+    json_mode = True if client.model_info.get("json_output") else None
+    try:
+        result = await asyncio.wait_for(
+            client.create(writer_request(previous, messages, declaration), json_output=json_mode), call_seconds)
+    except TimeoutError:
+        raise _call_failed(f"did not answer within {call_seconds:g}s") from None
+    except Exception as exc:  # any failure of the model client is the writer's failure, recorded as such
+        # Only the type: a provider's error text may quote the request.
+        raise _call_failed(f"failed ({type(exc).__name__})") from None
+    return parse_update(result.content, declaration)
+
+
+def _call_failed(why: str) -> MemoryWriteRefused:
+    return MemoryWriteRefused(
+        f"the memory writer's model call {why}; the user's previous memory is kept",
+        hint="check the writer's model client (its endpoint, key and quota); the next session's write tries again",
+    )
+
+
+async def write_memory(
+    store: MemoryStore, client: ChatCompletionClient, *, user_id: str, team: str, team_version: str,
+    declaration: MemoryDeclaration, run_id: str, messages: Sequence[Said], retention_days: float,
+    call_seconds: float = 60.0,
+) -> WriteOutcome:
+    """Update the user's memory from ``messages``; a refusal is recorded on the memory, never raised.
+
+    Args:
+        store: The memory store.
+        client: The writer's model client (metered by the caller).
+        user_id: The user. team: The team writing. team_version: Its registry version.
+        declaration: The team's memory declaration.
+        run_id: The run the messages end with: the source of the values written.
+        messages: What the runs added since the last write.
+        retention_days: How long the memory lives after this write.
+        call_seconds: The longest one model call may take.
+
+    Raises:
+        StoreUnavailable: The database failed (the failure could not be recorded either).
+    """
+    scope = declaration.scope_of(team)
+    for _attempt in range(ATTEMPTS):
+        previous = await store.load(user_id, scope)
+        try:
+            if previous is not None and previous.version < 0:
+                raise MemoryWriteRefused("the stored memory row is damaged (its version is not a number)",
+                                         hint="forget it: `teamstore memory forget --user ... --all`")
+            update = await ask_writer(client, previous, messages, declaration, call_seconds)
+            version = await store.write(
+                user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
+                run_id=run_id, team=team, team_version=team_version, retention_days=retention_days)
+        except StaleMemory:
+            continue  # another session wrote first: read what it stored, and write from that
+        except ErasureInProgress:
+            return WriteOutcome("fenced")
+        except MemoryWriteRefused as exc:
+            return await _record(store, user_id, scope, exc.message, team, team_version, retention_days)
+        return WriteOutcome("written", version=version)
+    reason = f"{ATTEMPTS} other writes of this user's memory landed while this one was written"
+    return await _record(store, user_id, scope, reason, team, team_version, retention_days)
+
+
+async def _record(
+    store: MemoryStore, user_id: str, scope: str, reason: str, team: str, team_version: str, retention_days: float
+) -> WriteOutcome:
+    recorded = await store.record_failure(user_id, scope, reason, team=team, team_version=team_version,
+                                          retention_days=retention_days)
+    return WriteOutcome("failed", reason=reason) if recorded else WriteOutcome("fenced")

@@ -1,0 +1,275 @@
+"""A run's checkpoint: what is made durable after each completed turn, judged before it is used, and applied
+to a freshly built team so the run goes on where it stopped.
+
+    from teamstore.runtime.checkpoints import Progress, encode_checkpoint, judge_checkpoint, apply_checkpoint
+
+    text = encode_checkpoint(built, progress, await team.save_state(), turn=3)    # between turns 3 and 4
+    found = judge_checkpoint(row, built, agentchat_version)   # Checkpoint, or (refusal, detail); never raises
+    so_far = await apply_checkpoint(built, found)             # the run's messages before the interruption
+
+What a checkpoint holds (docs/checkpoints.md): the state of every participant (persisted or not: the run
+goes on with all of them) and of the group chat manager, whose thread is cut to this run's messages (the
+task first), so it is bounded by the run; the run's id, when it started, how many times it was continued,
+the turn reached, where each turn ended in the thread, and the run's model calls so far (no content). Its
+fingerprint is the definition's exact version and its persisted participants: a checkpoint applies only to
+the version that wrote it, judged with the same fail-closed rules as a stored state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autogen_agentchat.teams import BaseGroupChat
+
+from config_registry.types import KIND_NAMES, BuiltTeam
+from teamstore.errors import Refusal, StateRejected
+from teamstore.events import ModelCall
+from teamstore.runtime import turns
+from teamstore.runtime.turns import StreamItem
+from teamstore.state.base import StoredSession
+from teamstore.state.envelope import check_json, decode, encode
+from teamstore.state.validate import validate_participant
+
+CHECKPOINT_SCHEMA = 1
+"""Version of the checkpoint's layout; one written under another is refused."""
+
+
+@dataclass(frozen=True)
+class InterruptedRun:
+    """A run that did not complete and can be continued from its checkpoint.
+
+    Attributes:
+        run_id: The run's id (the one its transcript, ledger rows and spans carry).
+        last_turn: The last turn it completed (1 for the first turn after the task).
+        interruptions: How many times it was continued before (0: it was interrupted once, now).
+        started_at: When the run started.
+        team_version: The definition version that ran it (and alone can continue it).
+    """
+
+    run_id: str
+    last_turn: int
+    interruptions: int
+    started_at: datetime
+    team_version: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {**asdict(self), "started_at": self.started_at.isoformat()}
+
+
+@dataclass
+class Progress:
+    """How far a run has come, kept by the session while it runs and written into each checkpoint.
+
+    Attributes:
+        run_id: The run.
+        started_at: When the run started.
+        interruptions: How many times it was continued after an interruption.
+        offset: Where this run's messages start in the manager's thread (earlier runs of the same session
+            block come before them).
+        turn_ends: Where the task ends in this run's thread, then where each completed turn ends.
+        carried: Model calls paid before the run was last continued (from its checkpoint).
+    """
+
+    run_id: str
+    started_at: datetime
+    interruptions: int = 0
+    offset: int = 0
+    turn_ends: list[int] = field(default_factory=list)
+    carried: list[ModelCall] = field(default_factory=list)
+
+
+@dataclass
+class Checkpoint:
+    """A judged checkpoint: the run it interrupted and what continuing it needs."""
+
+    run: InterruptedRun
+    agent_states: dict[str, Any]
+    turn_ends: list[int]
+    calls: list[ModelCall]
+
+    @property
+    def progress(self) -> Progress:
+        """The run's progress as the continuation takes it up."""
+        return Progress(self.run.run_id, self.run.started_at, self.run.interruptions + 1, 0, list(self.turn_ends),
+                        list(self.calls))
+
+
+def _call_record(call: ModelCall) -> dict[str, Any]:
+    return {**asdict(call), "started_at": call.started_at.isoformat()}
+
+
+def encode_checkpoint(
+    built: BuiltTeam, progress: Progress, team_state: Mapping[str, Any], turn: int, calls: Sequence[ModelCall]
+) -> str:
+    """The checkpoint after ``turn``, as stored (the versioned envelope).
+
+    Args:
+        built: The team that runs.
+        progress: The run's progress (``turn_ends`` already holds ``turn``'s end).
+        team_state: ``team.save_state()`` taken between two turns.
+        turn: The turn just completed.
+        calls: The model calls this process made in the run so far (``progress.carried`` come first).
+
+    Raises:
+        StateNotSerializable: A participant's state holds a value that is not JSON (names it and the path).
+    """
+    agent_states = dict(team_state["agent_states"])
+    manager = _manager_name(agent_states, built)
+    manager_state = dict(agent_states[manager])
+    manager_state["message_thread"] = list(manager_state.get("message_thread", []))[progress.offset:]
+    agent_states[manager] = manager_state
+    payload = {
+        "kind": "checkpoint", "schema": CHECKPOINT_SCHEMA, "run_id": progress.run_id,
+        "started_at": progress.started_at.isoformat(), "interruptions": progress.interruptions, "turn": turn,
+        "team": built.name, "team_version": built.version, "fingerprints": dict(built.fingerprints),
+        "agent_states": agent_states, "turn_ends": list(progress.turn_ends),
+        "calls": [_call_record(c) for c in (*progress.carried, *calls)],
+    }
+    check_json(payload, "checkpoint")
+    return encode(payload)
+
+
+def _manager_name(agent_states: Mapping[str, Any], built: BuiltTeam) -> str:
+    """The group chat manager's entry of a team state: the one that is no participant's."""
+    others = [name for name in agent_states if name not in built.participants]
+    if len(others) != 1:
+        raise StateRejected("corrupt", f"the checkpoint's team state names {sorted(others)} beside the participants")
+    return others[0]
+
+
+def _field(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = payload.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise StateRejected("corrupt", f"the checkpoint's {name} is missing or not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _payload(row: StoredSession) -> Mapping[str, Any]:
+    """The stored checkpoint's payload, checked to be whole (text, of its byte count, in the envelope)."""
+    text = row.checkpoint
+    if not isinstance(text, str):
+        raise StateRejected("corrupt", f"the checkpoint holds a {type(text).__name__}, not text")
+    if row.checkpoint_bytes != len(text.encode("utf-8", "surrogatepass")):
+        raise StateRejected("corrupt", f"checkpoint_bytes {row.checkpoint_bytes} is not the checkpoint's size")
+    payload = decode(text)
+    if payload.get("kind") != "checkpoint":
+        raise StateRejected("corrupt", "the stored checkpoint is not a run's checkpoint")
+    if payload.get("schema") != CHECKPOINT_SCHEMA:
+        raise StateRejected("schema_mismatch", f"checkpoint written under layout {payload.get('schema')!r}, "
+                                               f"this code reads {CHECKPOINT_SCHEMA}")
+    return payload
+
+
+def _fits(payload: Mapping[str, Any], built: BuiltTeam, agentchat_version: str, row: StoredSession) -> None:
+    """Refuse a checkpoint written by another definition than ``built`` (its exact version) or library."""
+    if _minor(row.agentchat_version) != _minor(agentchat_version):
+        raise StateRejected("library_mismatch",
+                            f"written by autogen-agentchat {row.agentchat_version}, running {agentchat_version}")
+    version = _field(payload, "team_version", str)
+    if _field(payload, "team", str) != built.name or version != built.version:
+        raise StateRejected("definition_changed",
+                            f"written by {payload.get('team')!r} version {version[:12]}; the team is now "
+                            f"version {built.version[:12]}, and a run continues only on the version that ran it")
+    if payload.get("fingerprints") != dict(built.fingerprints):
+        raise StateRejected("definition_changed", "the checkpoint's persisted participants are not the team's")
+
+
+def _minor(version: str) -> str:
+    return ".".join(str(version).split(".")[:2])
+
+
+def _turns(payload: Mapping[str, Any], thread: int) -> tuple[int, list[int]]:
+    turn, ends = _field(payload, "turn", int), _field(payload, "turn_ends", list)
+    whole = all(type(e) is int for e in ends) and ends == sorted(ends) and len(ends) == turn + 1
+    if turn < 1 or not whole or not ends or ends[-1] != thread:
+        raise StateRejected("corrupt", f"the checkpoint's turn {turn} and turn ends {ends!r:.60} do not fit "
+                                       f"its thread of {thread} messages")
+    return turn, ends
+
+
+def _calls(payload: Mapping[str, Any]) -> list[ModelCall]:
+    try:
+        return [ModelCall(**{**c, "started_at": datetime.fromisoformat(c["started_at"])})
+                for c in _field(payload, "calls", list)]
+    except (TypeError, KeyError, ValueError) as exc:
+        raise StateRejected("corrupt", f"the checkpoint's model calls do not read ({type(exc).__name__})") from None
+
+
+def _states(payload: Mapping[str, Any], built: BuiltTeam) -> tuple[dict[str, Any], int]:
+    """Every participant's state, validated against AutoGen's typed state models, and the manager's thread."""
+    states = dict(_field(payload, "agent_states", dict))
+    missing = sorted(set(built.participants) - set(states))
+    if missing:
+        raise StateRejected("corrupt", f"the checkpoint has no state for {missing}")
+    for name in built.participants:
+        validate_participant(name, built.agent_types[name], built.kind, states[name])
+    manager = states[_manager_name(states, built)]
+    thread = manager.get("message_thread") if isinstance(manager, dict) else None
+    if not isinstance(thread, list):
+        raise StateRejected("corrupt", "the checkpoint's manager state has no message thread")
+    return states, len(thread)
+
+
+def _checkpoint(row: StoredSession, built: BuiltTeam, agentchat_version: str) -> Checkpoint:
+    if built.kind != "team":
+        raise StateRejected("definition_changed", f"the definition is now {KIND_NAMES[built.kind]}, whose runs "
+                                                  "have no turns to continue from")
+    payload = _payload(row)
+    _fits(payload, built, agentchat_version, row)
+    states, thread = _states(payload, built)
+    turn, ends = _turns(payload, thread)
+    try:
+        started = datetime.fromisoformat(_field(payload, "started_at", str))
+    except ValueError:
+        raise StateRejected("corrupt", "the checkpoint's started_at is not a time") from None
+    run = InterruptedRun(_field(payload, "run_id", str), turn, _field(payload, "interruptions", int), started,
+                         built.version)
+    return Checkpoint(run, states, ends, _calls(payload))
+
+
+def judge_checkpoint(
+    row: StoredSession, built: BuiltTeam, agentchat_version: str
+) -> Checkpoint | tuple[Refusal, str]:
+    """Judge the checkpoint ``row`` holds against the team built for it. Never raises on bad stored data.
+
+    Returns:
+        The checkpoint, or why it cannot be used (the caller sets it aside; the state from before the run is
+        judged on its own).
+    """
+    try:
+        return _checkpoint(row, built, agentchat_version)
+    except StateRejected as exc:
+        return exc.reason, exc.detail
+
+
+async def apply_checkpoint(built: BuiltTeam, checkpoint: Checkpoint) -> list[StreamItem]:
+    """Load every participant's and the manager's state into ``built``'s team and bring its termination
+    condition to where the run left it; returns the run's messages so far (the task first).
+
+    The condition's state is not part of AutoGen's team state: it is rebuilt by showing it the task and each
+    completed turn again, as the manager showed them (a condition that would have stopped the run on them
+    means the checkpoint does not belong to this run).
+
+    Raises:
+        StateRejected: The checkpoint does not fit the team after all (``corrupt``); the team may be half
+            loaded and must be built again.
+        Exception: AutoGen's own ``load_state`` refused a state (the caller treats it as ``corrupt`` too).
+    """
+    team = built.team
+    assert isinstance(team, BaseGroupChat)
+    await team.load_state({"agent_states": checkpoint.agent_states})
+    manager = checkpoint.agent_states[_manager_name(checkpoint.agent_states, built)]
+    so_far = turns.messages(team, manager["message_thread"])
+    condition = turns.termination_condition(team)
+    if condition is not None:
+        start = 0
+        for end in checkpoint.turn_ends:
+            if await condition(so_far[start:end]) is not None:
+                raise StateRejected("corrupt", "the run's termination condition stops it at a turn the "
+                                               "checkpoint records as completed")
+            start = end
+    return so_far

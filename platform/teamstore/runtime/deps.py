@@ -1,0 +1,159 @@
+"""What a session is given by the platform that opens it, and how it keeps its lease while it is open.
+
+    deps = SessionDeps(store=store, observers=observers, limits=SessionLimits.from_settings(settings),
+                       build_team=platform.build_team, autogen_spans=platform.autogen_spans, worker_id="w-1")
+    keeper = LeaseKeeper(store, key, owner, ttl=300)     # renews every third of the TTL until stopped
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
+from importlib.metadata import version as package_version
+from typing import Any
+
+from config_registry.types import BuiltTeam
+from teamstore.errors import StorageError
+from teamstore.events import RunObserver
+from teamstore.runtime.memory import MemoryService
+from teamstore.runtime.metrics import SessionMetrics
+from teamstore.runtime.resume import SCHEMA_VERSION
+from teamstore.runtime.teams import SpanRoute
+from teamstore.settings import Settings
+from teamstore.state.base import CheckpointRecord, SaveRecord, SessionKey, StateStore
+
+log = logging.getLogger("teamstore.session")
+AGENTCHAT_VERSION = package_version("autogen-agentchat")
+EXPIRY_SLACK = 0.01
+"""A saved session expires between TTL and TTL + 1% after its last write, so its expiry (an indexed
+column) moves about once per 1% of the TTL, not on every write."""
+
+
+async def to_the_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work`` to its end even if the caller is cancelled meanwhile; then let the cancellation through."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            with contextlib.suppress(Exception):
+                await task
+        raise
+
+
+@dataclass
+class SessionLimits:
+    """The settings a session reads: its lease's TTL, the per-user bound, its task and state caps, its TTL.
+
+    One object is shared by a platform's sessions and follows the platform's settings (:meth:`follow`), so
+    new settings reach the sessions already open, at their next run or save.
+    """
+
+    lease_ttl_seconds: float
+    max_sessions_per_user: int
+    task_max_bytes: int
+    state_max_bytes: int
+    state_ttl_days: float
+    memory_retention_days: float
+    memory_writer_timeout_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionLimits:
+        """The limits ``settings`` set (each field is the setting of the same name)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+
+    def follow(self, settings: Settings) -> None:
+        """Take the limits ``settings`` set, in place."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(settings, f.name))
+
+
+@dataclass(frozen=True)
+class SessionDeps:
+    """What a session needs from the platform that opens it, and nothing more.
+
+    Attributes:
+        store: The state store it leases, loads, quarantines and saves through.
+        observers: The audit observers each run streams into.
+        limits: The settings it reads.
+        build_team: A fresh team for a registry reference (the platform's, through its definition cache;
+            it checks the schema first).
+        autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
+        worker_id: This process, in the lease owner the session writes.
+        metrics: Where it records resume outcomes, quarantines, lease waits and state sizes.
+        memory: Reads user memory into the session and writes it after; ``None``: no memory, whatever the
+            manifest declares.
+    """
+
+    store: StateStore
+    observers: Sequence[RunObserver]
+    limits: SessionLimits
+    build_team: Callable[[str], Awaitable[BuiltTeam]]
+    autogen_spans: SpanRoute
+    worker_id: str
+    metrics: SessionMetrics = field(default_factory=SessionMetrics)
+    memory: MemoryService | None = None
+
+
+class LeaseKeeper:
+    """Renews a session's lease every third of its TTL while the session is open: a live worker keeps its
+    session however long a run takes; a crashed or hung one stops renewing and loses it.
+
+    Args:
+        store: Where the lease is.
+        key: The session.
+        owner: The lease's owner (this opening of the session).
+        ttl: The lease's time to live, in seconds.
+    """
+
+    def __init__(self, store: StateStore, key: SessionKey, owner: str, ttl: float) -> None:
+        self._store, self._key, self._owner, self._ttl = store, key, owner, ttl
+        self._closing = asyncio.Event()
+        self._task = asyncio.create_task(self._keep())
+
+    async def _keep(self) -> None:
+        while not self._closing.is_set():
+            try:
+                await asyncio.wait_for(self._closing.wait(), timeout=self._ttl / 3)
+                return
+            except TimeoutError:
+                pass
+            try:
+                held = await self._store.renew(self._key, owner=self._owner, lease_ttl=self._ttl)
+            except StorageError as exc:
+                log.warning("could not renew the session lease; retrying: %s", exc)
+                continue
+            if not held:
+                log.warning("session lease lost (held past its TTL without renewal); the save will be refused")
+                return
+
+    async def stop(self) -> None:
+        """Stop renewing (the lease itself is given back by the save or the release)."""
+        self._closing.set()
+        await self._task
+
+
+def _expiry(built: BuiltTeam, limits: SessionLimits) -> tuple[datetime, timedelta]:
+    """When a row written now expires at the soonest (the team's TTL, else the default), and the window."""
+    ttl = timedelta(days=built.state_ttl_days or limits.state_ttl_days)
+    return datetime.now(UTC) + ttl, ttl * EXPIRY_SLACK
+
+
+def save_record(built: BuiltTeam, state: str, limits: SessionLimits) -> SaveRecord:
+    """What a save of ``state`` (the encoded snapshot of ``built``'s persisted participants) writes."""
+    expires_at, slack = _expiry(built, limits)
+    return SaveRecord(team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
+                      agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, state=state,
+                      expires_at=expires_at, expiry_slack=slack)
+
+
+def checkpoint_record(built: BuiltTeam, text: str | None, limits: SessionLimits) -> CheckpointRecord:
+    """What a run's checkpoint write (``None``: its clearing) writes."""
+    expires_at, slack = _expiry(built, limits)
+    return CheckpointRecord(team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
+                            agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, checkpoint=text,
+                            expires_at=expires_at, expiry_slack=slack)

@@ -1,0 +1,113 @@
+"""A session's interrupted run: found when the session opens, set aside when it cannot continue, given up and
+recorded when the application abandons it.
+
+    outcome, checkpoint = await judge_at_open(row, outcome, built, store, owner, agentchat_version)
+    ...
+    await report_abandoned(session, checkpoint)      # its completed turns to the transcript, its calls to the ledger
+
+A run that stops mid-run (its worker died, or it raised after a checkpoint) is recorded once, by whoever ends
+it: the continuation that completes it records the whole run (its earlier turns replayed from the checkpoint,
+every model call the checkpoints carried), and abandoning it records what the checkpoint holds, as a run
+that failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from autogen_agentchat.teams import BaseGroupChat
+
+from config_registry.types import BuiltTeam
+from teamstore.errors import RunInterrupted, StateRejected
+from teamstore.events import RunContext, RunOutcome, notify_observers
+from teamstore.runtime import turns
+from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint
+from teamstore.runtime.resume import ResumeOutcome
+from teamstore.state.base import SessionKey, StateStore, StoredSession
+
+if TYPE_CHECKING:
+    from teamstore.runtime.runs import Run
+    from teamstore.runtime.session import Session
+
+
+async def judge_at_open(
+    row: StoredSession, outcome: ResumeOutcome, built: BuiltTeam, store: StateStore, owner: str,
+    agentchat_version: str,
+) -> tuple[ResumeOutcome, Checkpoint | None]:
+    """Judge the checkpoint of the run the session's last worker did not complete.
+
+    Returns:
+        ``interrupted`` (with the run) and the checkpoint, when it can be continued; otherwise the state's own
+        outcome, its detail saying why the run cannot continue, and ``None``: the checkpoint is set aside in
+        the quarantine (the state from before the run stays, and was judged on its own).
+    """
+    found = judge_checkpoint(row, built, agentchat_version)
+    if isinstance(found, Checkpoint):
+        run = found.run
+        detail = f"run {run.run_id[:12]} stopped after turn {run.last_turn}; continue or abandon it"
+        if outcome.detail:
+            detail = f"{outcome.detail}; {detail}"
+        return ResumeOutcome("interrupted", outcome.team_version, detail, outcome.restored,
+                             outcome.previous_team_version, interrupted=run), found
+    reason, why = found
+    await store.quarantine(row, owner=owner, reason=f"checkpoint {reason}", detail=why, checkpoint_only=True)
+    note = f"an interrupted run cannot continue ({reason}: {why}); its checkpoint was set aside"
+    detail = f"{outcome.detail}; {note}" if outcome.detail else note
+    return replace(outcome, detail=detail, quarantined=True, checkpoint_refused=reason), None
+
+
+async def read_back(store: StateStore, key: SessionKey, built: BuiltTeam) -> Checkpoint:
+    """The checkpoint of a run that stopped in this session block, read back from the session's row.
+
+    Raises:
+        StateRejected: It does not read as one (it was set aside meanwhile, or damaged).
+    """
+    row = await store.get(key)
+    if row is None or row.checkpoint is None:
+        raise StateRejected("corrupt", "the interrupted run's checkpoint is no longer in the session's row")
+    found = judge_checkpoint(row, built, row.agentchat_version)
+    if not isinstance(found, Checkpoint):
+        raise StateRejected(*found)
+    return found
+
+
+async def set_aside(store: StateStore, key: SessionKey, owner: str, run: InterruptedRun, detail: str) -> None:
+    """Quarantine the session's checkpoint of ``run``, which AutoGen refused to load."""
+    row = await store.get(key)
+    if row is not None and row.checkpoint is not None:
+        await store.quarantine(row, owner=owner, reason="checkpoint corrupt",
+                               detail=f"run {run.run_id[:12]}: {detail}", checkpoint_only=True)
+
+
+def stopped(run: Run) -> InterruptedRun:
+    """The run that just stopped mid-run, as the session reports it until it is continued or abandoned."""
+    progress = run.progress
+    return InterruptedRun(progress.run_id, run.durable_turn, progress.interruptions, progress.started_at,
+                          run.ctx.team_version)
+
+
+async def report_abandoned(session: Session, checkpoint: Checkpoint) -> None:
+    """Record an abandoned run as it went: its completed turns to the transcript and the model calls its
+    checkpoints carried to the ledger and the spans, as a run that failed."""
+    built, run = session.built, checkpoint.run
+    team = built.team
+    assert isinstance(team, BaseGroupChat)
+    thread = checkpoint.agent_states[_manager(checkpoint, built)]["message_thread"]
+    ctx = RunContext(run_id=run.run_id, user_id=session.key.user_id, session_id=session.key.session_id,
+                     team=built.name, team_version=run.team_version, started_at=run.started_at,
+                     resumed=bool(session.resume and session.resume.applied), interruptions=run.interruptions + 1)
+    observers = session.observers
+    await notify_observers(observers, "run_started", ctx)
+    for item in turns.messages(team, thread):
+        await notify_observers(observers, "on_item", ctx, item)
+    error = RunInterrupted(f"abandoned after turn {run.last_turn}", hint="the application gave the run up")
+    outcome = RunOutcome(datetime.now(UTC), error=error, stop_reason=f"abandoned after turn {run.last_turn}",
+                         model_calls=list(checkpoint.calls))
+    await notify_observers(observers, "run_finished", ctx, outcome)
+
+
+def _manager(checkpoint: Checkpoint, built: BuiltTeam) -> str:
+    (name,) = [n for n in checkpoint.agent_states if n not in built.participants]
+    return name

@@ -1,0 +1,199 @@
+"""User memory in a session: given to the participants the manifest names, written after the runs are saved.
+
+    memory = MemoryService(MemoryStore(engine))
+    binding = bind_memory(built)                       # None: the team keeps no memory
+    recall = await memory.recall(binding, "alice", fresh=True, persisted=built.persisted)
+    memory.schedule(binding, ctx, outcome, said, observers=..., limits=...)   # when the session's block exits
+    await memory.drain()                               # before the process ends (Platform.aclose does it)
+
+When it is read: a participant is given the memory when its model context starts empty, in a new or
+expired session (or one whose state was refused), and on every run for a participant whose context is not
+persisted. A persisted participant of a resumed session already holds it, once, in its stored context.
+
+When it is written: once per session, when its block exits, after its state is saved and its lease
+released, from what its runs added (the previous memory plus those messages). It runs off the user's path,
+in the background; :meth:`MemoryService.drain` awaits what is in flight. Because it is written while the
+session is live, a session that later expires loses nothing its memory was to keep; docs/memory.md weighs
+this against the other moments it could run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from autogen_core.models import ChatCompletionClient
+
+from config_registry.manifest import MemoryDeclaration
+from config_registry.types import BuiltTeam
+from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, notify_later_calls
+from teamstore.memory.component import TeamstoreMemory
+from teamstore.memory.store import MemoryStore
+from teamstore.memory.writer import Said, WriteOutcome, write_memory
+from teamstore.metering import MeteredChatCompletionClient, metered_run
+
+if TYPE_CHECKING:
+    from teamstore.runtime.deps import SessionLimits
+
+log = logging.getLogger("teamstore.memory")
+WRITER = "memory_writer"
+"""The memory writer's agent name and purpose in the ledger, in spans and in ``teamstore cost``."""
+
+
+@dataclass(frozen=True)
+class MemoryBinding:
+    """One session's memory: the declaration, the components it feeds, the client that writes it."""
+
+    declaration: MemoryDeclaration
+    scope: str
+    components: dict[str, list[TeamstoreMemory]]
+    writer: ChatCompletionClient
+
+
+@dataclass(frozen=True)
+class MemoryRecall:
+    """What a session gave its participants (``Session.memory``).
+
+    Attributes:
+        scope: The memory's name.
+        given_to: The participants given it in this session.
+        summary: Whether a summary was given.
+        facts: The facts given, by name.
+        left_out: What is stored but was not given (damaged, over budget, no longer declared as stored).
+    """
+
+    scope: str
+    given_to: list[str] = field(default_factory=list)
+    summary: bool = False
+    facts: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (``teamstore run --json``)."""
+        return {"scope": self.scope, "given_to": self.given_to, "summary": self.summary, "facts": self.facts,
+                "left_out": self.left_out}
+
+
+def bind_memory(built: BuiltTeam) -> MemoryBinding | None:
+    """The memory of a freshly built team, or ``None`` when its manifest keeps none.
+
+    Raises:
+        ConfigurationError: The writer's agent has no model client to write with.
+    """
+    declaration = built.manifest.memory
+    if declaration is None or not declaration.enabled:
+        return None
+    components = {
+        # AssistantAgent keeps its memories in ``_memory`` and offers no accessor; ours were attached by
+        # the build (teamstore.memory.component.attach_memory).
+        name: [m for m in getattr(built.participants[name], "_memory", None) or [] if isinstance(m, TeamstoreMemory)]
+        for name in declaration.participants
+    }
+    return MemoryBinding(declaration, declaration.scope_of(built.name), components,
+                         _writer_client(built, declaration.writer))
+
+
+def _writer_client(built: BuiltTeam, name: str) -> ChatCompletionClient:
+    """The writer participant's model client, metered as the memory writer's (the participant's own calls
+    stay metered as its)."""
+    client = getattr(built.participants[name], "_model_client", None)  # AssistantAgent's, metered by the build
+    if isinstance(client, MeteredChatCompletionClient):
+        client = client.inner
+    if not isinstance(client, ChatCompletionClient):
+        raise ConfigurationError(f"memory writer {name!r} of team {built.name!r} has no model client",
+                                 hint="name a participant with a model_client as memory.writer")
+    return MeteredChatCompletionClient(client, agent=WRITER, purpose=WRITER)
+
+
+class MemoryService:
+    """Reads users' memory into sessions and writes it after them, in the background.
+
+    Args:
+        store: The memory store.
+    """
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self._writes: set[asyncio.Task[None]] = set()
+
+    async def recall(
+        self, binding: MemoryBinding, user_id: str, *, fresh: bool, persisted: Sequence[str]
+    ) -> MemoryRecall:
+        """Give the user's memory to each receiving participant whose context starts empty.
+
+        Args:
+            binding: The session's memory.
+            user_id: The user.
+            fresh: The session starts with no stored state (new, expired, or refused).
+            persisted: The participants whose contexts a resumed session restored.
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        receivers = [n for n in binding.declaration.participants if fresh or n not in persisted]
+        stored = await self.store.load(user_id, binding.scope) if receivers else None
+        if stored is None or not stored.written:
+            return MemoryRecall(binding.scope)
+        given, summary, facts, left_out = [], False, set(), set()
+        for name in receivers:
+            for component in binding.components.get(name, []):
+                left_out |= set(component.recall(stored))
+                given += [name] if component.contents else []
+                kinds = [(c.metadata or {}) for c in component.contents]
+                summary = summary or any(k.get("kind") == "summary" for k in kinds)
+                facts |= {str(k["name"]) for k in kinds if k.get("kind") == "fact"}
+        return MemoryRecall(binding.scope, given, summary, sorted(facts), sorted(left_out))
+
+    def schedule(
+        self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: Sequence[Said], *,
+        observers: Sequence[RunObserver], limits: SessionLimits,
+    ) -> None:
+        """Write the user's memory from ``said`` in the background (the run ``ctx`` is the last they end with)."""
+        task = asyncio.get_running_loop().create_task(
+            self._write(binding, ctx, outcome, list(said), observers, limits))
+        self._writes.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # A fault of the writer itself (its expected failures are recorded on the memory): the type only,
+            # since its message may quote the request.
+            log.error("memory writer failed unexpectedly (%s); the user's memory is unchanged", type(exc).__name__)
+
+    async def _write(
+        self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: list[Said],
+        observers: Sequence[RunObserver], limits: SessionLimits,
+    ) -> None:
+        started = datetime.now(UTC)
+        retention = binding.declaration.retention_days or limits.memory_retention_days
+        with metered_run() as meter:
+            try:
+                result = await write_memory(
+                    self.store, binding.writer, user_id=ctx.user_id, team=ctx.team, team_version=ctx.team_version,
+                    declaration=binding.declaration, run_id=ctx.run_id, messages=said, retention_days=retention,
+                    call_seconds=limits.memory_writer_timeout_seconds)
+            except TeamstoreError as exc:  # the database failed: not even the failure could be recorded
+                result = WriteOutcome("failed", reason=exc.message)
+        _log(ctx, result)
+        later = LaterCalls(outcome, list(meter.calls), WRITER, started, datetime.now(UTC),
+                           error_type="MemoryWriteRefused" if result.status == "failed" else None)
+        await notify_later_calls(observers, ctx, later)
+
+    async def drain(self) -> None:
+        """Wait for the memory writes in flight (each ends on its own: its model call has a timeout)."""
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+
+def _log(ctx: RunContext, result: WriteOutcome) -> None:
+    if result.status == "failed":
+        # The reason names what was wrong, never what the user said.
+        log.warning("memory of team %s not updated for run %s: %s", ctx.team, ctx.run_id, result.reason)
+    elif result.status == "fenced":
+        log.info("memory of team %s not written for run %s: an erasure is open for its user", ctx.team, ctx.run_id)

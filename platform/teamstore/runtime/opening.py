@@ -1,0 +1,63 @@
+"""What a session finds when it opens: the stored state judged and loaded, and an interrupted run's checkpoint
+judged, each refusal set aside in the quarantine.
+
+    opened = await open_row(row, built, deps, owner)
+    opened.verdict.outcome      # ResumeOutcome: "resumed", "new", "interrupted", "definition_changed", ...
+    opened.built                # the team to use (built again if AutoGen refused a state teamstore passed)
+    opened.checkpoint           # the interrupted run's checkpoint, when it can be continued
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from config_registry.types import BuiltTeam
+from teamstore.runtime import interruptions
+from teamstore.runtime.checkpoints import Checkpoint
+from teamstore.runtime.deps import AGENTCHAT_VERSION, SessionDeps
+from teamstore.runtime.resume import ResumeOutcome, Verdict, apply_states, judge
+from teamstore.state.base import StoredSession
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A session's row as judged: the verdict, the team to use, and a checkpoint that can be continued."""
+
+    verdict: Verdict
+    built: BuiltTeam
+    checkpoint: Checkpoint | None = None
+
+
+async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owner: str) -> Opened:
+    """Judge ``row`` against ``built`` and load what passes; never half-loaded.
+
+    Raises:
+        StoreUnavailable: A refusal could not be set aside (the session does not open).
+    """
+    store, limits = deps.store, deps.limits
+    verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, limits.state_max_bytes)
+    if verdict.outcome.quarantined:
+        assert verdict.outcome.detail is not None
+        await store.quarantine(row, owner=owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
+        deps.metrics.quarantined(verdict.outcome.outcome)
+    if verdict.outcome.applied:
+        try:
+            await apply_states(built, verdict.states)
+        except Exception as exc:
+            # Validation passed but AutoGen's load_state raised (a shape teamstore does not check, such as
+            # a nested team's state): the state is refused like any other, and the team, maybe half-loaded,
+            # is built again from the same version. Only the type is kept: the message may quote content.
+            detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
+            await store.quarantine(row, owner=owner, reason="corrupt", detail=detail)
+            deps.metrics.quarantined("corrupt")
+            fresh = await deps.build_team(f"{built.name}@{built.version}")
+            return Opened(Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version,
+                                                quarantined=True)), fresh)
+    if row.checkpoint is None or verdict.outcome.quarantined or verdict.outcome.outcome == "expired":
+        return Opened(verdict, built)  # none; set aside with the refused row; or as stale as its state
+    outcome, checkpoint = await interruptions.judge_at_open(row, verdict.outcome, built, store, owner,
+                                                            AGENTCHAT_VERSION)
+    if outcome.checkpoint_refused is not None:
+        deps.metrics.quarantined(f"checkpoint {outcome.checkpoint_refused}")
+    return Opened(Verdict(outcome, verdict.states), built, checkpoint)

@@ -1,0 +1,328 @@
+"""One run of a session's team, streamed: its items to the audit observers, its model calls metered, its
+turns counted (and, for a team with checkpoints, each completed one made durable before the next), its
+result last.
+
+    run = Run(host, "My router keeps dropping")                  # host: the open Session
+    async for item in run.stream():                              # what AutoGen's run_stream yields
+        ...                                                      # TaskResult last
+
+A :class:`Session` builds a ``Run`` for ``run()``, ``run_stream()`` and their ``continue_`` forms; nothing
+else does. The team runs in a task of its own (the producer), so its meter, its turn tracker and its span
+route live in that task's context, which the team's AutoGen runtime inherits, and so a consumer that stops
+early, or is cancelled, stops the team at once: AutoGen's cancellation token ends the model calls in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from autogen_agentchat.base import TaskResult
+from autogen_agentchat.messages import BaseChatMessage, ModelClientStreamingChunkEvent
+from autogen_agentchat.teams import BaseGroupChat
+from autogen_core import CancellationToken
+
+from config_registry.types import BuiltTeam
+from teamstore.errors import SessionNotOpen, TeamstoreError
+from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, notify_observers
+from teamstore.metering import metered_run
+from teamstore.runtime import turns
+from teamstore.runtime.checkpoints import Checkpoint, Progress, encode_checkpoint
+from teamstore.runtime.turns import StreamItem, TurnTracker
+from teamstore.state.base import SessionKey
+
+Task = str | BaseChatMessage | Sequence[BaseChatMessage] | None
+_END = object()  # the producer's last word on the queue
+_LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
+# What AutoGen's completing conditions say (a text mentioned, a handoff, a stop message, a function run,
+# an agent answering). Combined conditions join their reasons: a run that completed on the same message
+# that reached a limit did complete.
+_COMPLETION_MARKERS = (
+    "' mentioned", "handoff to ", "stop message received", "' was executed", "' answered",
+    "text message received from", "functional termination condition met",
+)
+
+
+def ended_by_limit(stop_reason: str | None) -> bool:
+    """True when a run was stopped by a message, turn, token or time limit rather than by completing."""
+    text = (stop_reason or "").lower()
+    return any(marker in text for marker in _LIMIT_MARKERS) and not any(
+        marker in text for marker in _COMPLETION_MARKERS
+    )
+
+
+def task_messages(task: Task) -> int:
+    """How many messages ``task`` puts at the head of the run (AutoGen's own reading of it)."""
+    if task is None:
+        return 0
+    return 1 if isinstance(task, str | BaseChatMessage) else len(task)
+
+
+class RunHost(Protocol):
+    """What a run needs from the session it runs in."""
+
+    key: SessionKey
+
+    @property
+    def built(self) -> BuiltTeam:
+        """The team that runs."""
+        ...
+
+    @property
+    def observers(self) -> Sequence[RunObserver]:
+        """The audit observers."""
+        ...
+
+    def autogen_spans(self) -> AbstractContextManager[None]:
+        """The block in which AutoGen's spans go where the platform sends them."""
+        ...
+
+    def team_run_stream(self, task: Task, token: CancellationToken) -> AsyncIterator[Any]:
+        """AutoGen's own ``run_stream`` of the team (the one the session routes ``s.team`` away from)."""
+        ...
+
+    async def write_checkpoint(self, text: str | None) -> None:
+        """Write the run's checkpoint under the session's lease and row version."""
+        ...
+
+
+@dataclass(frozen=True)
+class TakenUp:
+    """A checkpoint applied to the team, and the run's messages before it (the task first)."""
+
+    checkpoint: Checkpoint
+    so_far: list[StreamItem]
+
+
+class Run:
+    """One run (or the continuation of an interrupted one) of a session's team.
+
+    Args:
+        host: The open session.
+        task: The task (``None`` for a continuation: the task is in its checkpoint).
+        resumed: Whether the session resumed a stored state (the run's audit records it).
+        taken_up: For a continuation, the checkpoint applied to the team and the messages before it.
+        linked: A caller's cancellation token, which cancels this run too.
+    """
+
+    def __init__(self, host: RunHost, task: Task, *, resumed: bool, taken_up: TakenUp | None = None,
+                 linked: CancellationToken | None = None) -> None:
+        self._host, self._task, self._taken_up = host, task, taken_up
+        self.progress = taken_up.checkpoint.progress if taken_up else Progress(uuid.uuid4().hex, datetime.now(UTC))
+        built, p = host.built, self.progress
+        self.ctx = RunContext(run_id=p.run_id, user_id=host.key.user_id, session_id=host.key.session_id,
+                              team=built.name, team_version=built.version, started_at=p.started_at, resumed=resumed,
+                              interruptions=p.interruptions)
+        self._token = CancellationToken()
+        if linked is not None:
+            linked.add_callback(self._token.cancel)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._calls: list[ModelCall] = []  # the run's meter's list, once the producer has made it
+        self._tracker: TurnTracker | None = None
+        self.checkpointed = 0  # the last turn made durable by this process
+        self.completed = False  # the TaskResult is out: whatever fails after it, the run did complete
+        self.finished = asyncio.Event()
+        self.cancelled = False
+        self.audit: asyncio.Future[None] | None = None  # the end-of-run audit writes, once the run completed
+        self.outcome: RunOutcome | None = None  # how the run completed, once it did
+
+    @property
+    def calls(self) -> list[ModelCall]:
+        """Every model call of the run: those paid before it was continued, then this process's."""
+        return [*self.progress.carried, *self._calls]
+
+    async def stream(self) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """The run's items as AutoGen's ``run_stream`` yields them (a continuation's earlier ones first), then
+        the ``TaskResult`` of the whole run. Leaving early (``aclose``) or being cancelled stops the team.
+
+        Raises:
+            Exception: What the team raised, or the typed error that stopped it at a checkpoint.
+        """
+        observers = self._host.observers
+        await notify_observers(observers, "run_started", self.ctx)
+        so_far = self._taken_up.so_far if self._taken_up else []
+        producer: asyncio.Future[TaskResult | None] | None = None
+        try:
+            for item in so_far:
+                await notify_observers(observers, "on_item", self.ctx, item)
+            producer = asyncio.ensure_future(self._produce())
+            for item in so_far:
+                yield item
+            while (item := await self._queue.get()) is not _END:
+                yield item
+            result = await producer
+        except BaseException as exc:
+            await self._stop(producer, exc)
+            reported = self._reported(exc)
+            if reported is exc:
+                raise
+            raise reported from exc
+        assert result is not None
+        whole = TaskResult(messages=[*_kept(so_far), *result.messages], stop_reason=result.stop_reason)
+        self._report(whole)
+        self.completed = True
+        yield whole
+
+    async def _produce(self) -> TaskResult | None:
+        """Run the team in this task: its meter, its turn tracker and its span route are this task's."""
+        host = self._host
+        try:
+            with metered_run() as meter, host.autogen_spans():
+                self._calls = meter.calls
+                team = host.built.team
+                if isinstance(team, BaseGroupChat):
+                    completed = self._taken_up.checkpoint.run.last_turn if self._taken_up else 0
+                    self._tracker = TurnTracker(self.ctx.run_id, team, completed, self._between_turns)
+                    turns.tracking(self._tracker)
+                found: TaskResult | None = None
+                async for item in host.team_run_stream(self._task, self._token):
+                    if isinstance(item, TaskResult):
+                        found = item
+                        continue
+                    await notify_observers(host.observers, "on_item", self.ctx, item)
+                    self._queue.put_nowait(item)
+                return found
+        finally:
+            self._queue.put_nowait(_END)
+
+    async def _between_turns(self, completed: int, thread: int, first: bool) -> None:
+        """Between two turns: note where the last one ended; with checkpoints on, make it durable."""
+        progress, built = self.progress, self._host.built
+        if first:
+            if self._taken_up is None:  # a fresh run: its messages start with its task
+                tasked = task_messages(self._task)
+                progress.offset, progress.turn_ends = thread - tasked, [tasked]
+            return
+        progress.turn_ends.append(thread - progress.offset)
+        if built.manifest.checkpoints == "off":
+            return
+        assert isinstance(built.team, BaseGroupChat)
+        # Between two turns the team is consistent: every participant has the last answer in its buffer, and
+        # the manager waits here before it picks the next speaker. AutoGen's save_state only warns about this.
+        text = encode_checkpoint(built, progress, await built.team.save_state(), completed, self._calls)
+        await self._host.write_checkpoint(text)
+        self.checkpointed = completed
+
+    @property
+    def durable_turn(self) -> int:
+        """The last turn of the run a checkpoint holds (0: none)."""
+        return self.checkpointed or (self._taken_up.checkpoint.run.last_turn if self._taken_up else 0)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run stopped mid-run with a checkpoint to continue from (it raised, and was not
+        cancelled): it is then recorded once, by the attempt that completes it or by its abandonment."""
+        return not (self.cancelled or self.completed) and self.durable_turn > 0
+
+    async def _stop(self, producer: asyncio.Future[TaskResult | None] | None, exc: BaseException) -> None:
+        """The run ends without a result: stop the team, let it finish stopping, and record the run unless
+        it can be continued."""
+        self.cancelled = isinstance(exc, asyncio.CancelledError | GeneratorExit)
+        if producer is not None and not producer.done():
+            # A consumer gone or cancelled: AutoGen would let the team finish its model calls before its
+            # stream gives up. The token stops them now.
+            self._token.cancel()
+            with contextlib.suppress(BaseException):
+                await producer
+        try:
+            if not self.interrupted:
+                outcome = RunOutcome(datetime.now(UTC), error=self._reported(exc), model_calls=self.calls)
+                await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
+        finally:
+            self.finished.set()
+
+    def _reported(self, exc: BaseException) -> BaseException:
+        """What the caller gets: the typed error that stopped the run at a checkpoint, rather than the
+        ``RuntimeError`` AutoGen turns it into; anything else as it came."""
+        failure = self._tracker.failure if self._tracker is not None else None
+        if failure is None or exc is failure or isinstance(exc, asyncio.CancelledError | GeneratorExit):
+            return exc
+        if isinstance(failure, TeamstoreError):
+            return _stopped(failure, self.checkpointed)
+        return failure
+
+    def _report(self, whole: TaskResult) -> None:
+        """Hand the run's end to the observers (the session awaits it before the next run and the save)."""
+        outcome = RunOutcome(datetime.now(UTC), result=whole, stop_reason=whole.stop_reason,
+                             ended_by_limit=ended_by_limit(whole.stop_reason), model_calls=self.calls)
+        self.outcome = outcome
+        self.audit = asyncio.ensure_future(
+            notify_observers(self._host.observers, "run_finished", self.ctx, outcome))
+        self.audit.add_done_callback(lambda _: self.finished.set())
+
+
+def _kept(items: Sequence[StreamItem]) -> list[StreamItem]:
+    """What a ``TaskResult`` keeps of streamed items: all but token chunks (as AutoGen's own)."""
+    return [item for item in items if not isinstance(item, ModelClientStreamingChunkEvent)]
+
+
+def _stopped(failure: TeamstoreError, checkpointed: int) -> TeamstoreError:
+    """``failure`` (a checkpoint that could not be written) said as the stop of the run it was."""
+    last = f"turn {checkpointed}'s checkpoint stays" if checkpointed else "no checkpoint of this run was written"
+    message = f"the run stopped between two turns: its checkpoint could not be written ({failure.message}); {last}"
+    hint = (failure.hint or "") + ("; " if failure.hint else "") + "open the session again and continue the run"
+    try:
+        stopped: TeamstoreError = type(failure)(message, hint=hint)
+    except TypeError:  # an error class with a constructor of its own: as it is
+        return failure
+    stopped.__cause__ = failure
+    return stopped
+
+
+class Routed(Protocol):
+    """A session that runs its team's ``run`` and ``run_stream`` through itself."""
+
+    def routed_stream(
+        self, task: Task, linked: CancellationToken | None, skip: int
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """The session's own stream of a run (``skip``: task messages the caller does not want back)."""
+        ...
+
+
+class TeamRoute:
+    """A team's ``run`` and ``run_stream``, as AutoGen names and calls them, going through its session: a
+    service reaching around the session (``s.team.run_stream(...)``) gets the session's checks, audit and
+    checkpoints all the same.
+
+    Args:
+        session: The session; held weakly, so the team does not keep a closed session alive.
+    """
+
+    def __init__(self, session: Routed) -> None:
+        self._session = weakref.ref(session)
+
+    def run_stream(
+        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
+        output_task_messages: bool = True,
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """AutoGen's ``run_stream``, through the session."""
+        session = self._session()
+        if session is None:
+            raise SessionNotOpen("the session this team was built for is gone",
+                                 hint="open a session and run its team through it")
+        return session.routed_stream(task, cancellation_token, 0 if output_task_messages else task_messages(task))
+
+    async def run(
+        self, *, task: Task = None, cancellation_token: CancellationToken | None = None,
+        output_task_messages: bool = True,
+    ) -> TaskResult:
+        """AutoGen's ``run``, through the session."""
+        return await final_result(self.run_stream(task=task, cancellation_token=cancellation_token,
+                                                  output_task_messages=output_task_messages))
+
+
+async def final_result(stream: AsyncIterator[StreamItem | TaskResult]) -> TaskResult:
+    """The ``TaskResult`` at the end of ``stream``, consumed whole."""
+    found: TaskResult | None = None
+    async for item in stream:
+        if isinstance(item, TaskResult):
+            found = item
+    assert found is not None
+    return found

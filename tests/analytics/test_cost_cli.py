@@ -1,0 +1,124 @@
+"""`teamstore cost` on the hand-worked ledger, on SQLite and a real Postgres: the same exact totals in the
+table, CSV and JSON, and an exit status that tells "nothing matched" (3) from "matched, cost 0" (0)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+from typer.testing import CliRunner
+
+from teamstore.audit.ledger import record_usage
+from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from tests.analytics.seed import TOTAL
+from tests.analytics.test_cost_query import GROUPINGS
+
+runner = CliRunner()
+
+
+def _cost(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["cost", *args], env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("by", ["team,model", "session", "week,team", "user"])
+def test_table_csv_and_json_give_the_same_exact_figures(ledger_env: AsyncEngine, by: str) -> None:
+    code, as_json, _ = _cost("--by", by, "--format", "json")
+    assert code == 0, as_json
+    report = json.loads(as_json)
+    assert {r["key"]: r["cost"] for r in report["rows"]} == {
+        k: None if v is None else str(v) for k, v in GROUPINGS[by].items()}
+    assert (report["total"]["cost"], report["total"]["limited_cost"]) == (str(TOTAL), "0.003")
+    code, as_csv, _ = _cost("--by", by, "--format", "csv")
+    lines = list(csv.DictReader(io.StringIO(as_csv)))
+    assert code == 0 and len(lines) == len(report["rows"]) + 1
+    *rows, total = lines
+    assert total[report["fields"][0]] == "total" and total["cost"] == str(TOTAL)
+    assert [r["cost"] for r in rows] == [r["cost"] or "" for r in report["rows"]]
+    assert "e-" not in as_csv.lower() and "E-" not in as_csv
+    code, table, _ = _cost("--by", by)
+    assert code == 0 and f"{TOTAL} + unknown" in table  # mystery's tokens have no price
+    assert all(r["cost"] in table for r in report["rows"] if r["cost"])
+
+
+def test_top_keeps_the_costliest_and_every_format_keeps_the_whole_total(ledger_env: AsyncEngine) -> None:
+    report = json.loads(_cost("--by", "session", "--top", "2", "--format", "json")[1])
+    assert [r["key"] for r in report["rows"]] == ["alice / s1", "alice / s2"]
+    assert (report["groups"], report["top"], report["total"]["cost"]) == (5, 2, str(TOTAL))
+    *rows, total = list(csv.DictReader(io.StringIO(_cost("--by", "session", "--top", "2", "--format", "csv")[1])))
+    assert [(r["user"], r["session"]) for r in rows] == [("alice", "s1"), ("alice", "s2")]
+    assert total["cost"] == str(TOTAL)
+    table = _cost("--by", "session", "--top", "2")[1]
+    assert "the 2 costliest of 5 groups; the total counts all of them" in table
+
+
+def test_pseudonymous_reports_hold_no_user_or_session_id(ledger_env: AsyncEngine) -> None:
+    for fmt in ("json", "csv", "table"):
+        code, out, _ = _cost("--by", "session", "--user", "alice", "--pseudonymous", "--format", fmt)
+        assert code == 0 and "alice" not in out and " s1" not in out and "s2" not in out, fmt
+    readable = json.loads(_cost("--by", "session", "--user", "alice", "--format", "json")[1])
+    assert readable["filters"] == {"user": "alice"} and readable["rows"][0]["session"] == "s1"
+
+
+@pytest.mark.parametrize(("args", "error", "fix"), [
+    (["--team", "suport"], "no team named 'suport' is in the ledger", "did you mean 'support'?"),
+    (["--model", "m-bgi"], "no model named 'm-bgi' is in the ledger", "did you mean 'm-big'?"),
+    (["--user", "nobody"], "the ledger holds no run of the user given with --user", "matched exactly"),
+    (["--user", "alice", "--session", "s9"], "the ledger holds no run of that session of the user", "unique per user"),
+    (["--since", "2030-01-01"], "no run matching these filters started in", "widen --since/--until"),
+])
+def test_a_filter_that_matches_nothing_exits_3_and_says_why(
+    ledger_env: AsyncEngine, args: list[str], error: str, fix: str
+) -> None:
+    for fmt in ("table", "json", "csv"):
+        code, _out, err = _cost(*args, "--format", fmt)
+        assert code == 3, (args, fmt, err)
+        assert f"error: {error}" in err and "fix:" in err and fix in err
+        assert "nobody" not in err and "bob" not in err and "carol" not in err  # no id, given or other
+    empty = json.loads(_cost(*args, "--format", "json")[1])
+    assert empty["rows"] == [] and empty["total"]["cost"] == "0"
+
+
+async def _free_run(url: str) -> None:
+    engine = create_engine(url)
+    subject = await get_or_create_subject(engine, "erin")
+    started = datetime(2026, 11, 20, 10, tzinfo=UTC)
+    await record_usage(engine, [{
+        "run_id": "free", "team": "free", "team_version": "v1", "subject_key": subject,
+        "session_key": session_key(subject, "e1"), "stop_reason": None, "ended_by_limit": False, "run_failed": False,
+        "started_at": started, "finished_at": started, "day": started.date(), "purpose": "agent", "failed_calls": 0,
+        "agent": "triage", "model": "m-free", "input_tokens": 10, "output_tokens": 5, "calls": 1}], "e1")
+    await engine.dispose()
+
+
+def test_a_filter_that_matches_runs_that_cost_nothing_exits_0(ledger_env: AsyncEngine, database_url: str) -> None:
+    asyncio.run(_free_run(database_url))
+    code, out, err = _cost("--team", "free", "--by", "user", "--format", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["total"]["cost"] == "0" and report["rows"][0]["user"] == "erin"
+
+
+def test_an_empty_ledger_exits_3(engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    code, _, err = _cost()
+    assert code == 3 and "error: the ledger holds no runs yet" in err
+
+
+def test_options_before_the_report_command_are_refused_not_ignored(ledger_env: AsyncEngine, tmp_path: object) -> None:
+    result = runner.invoke(app, ["cost", "--team", "support", "report", "--output", "x.html"])
+    assert result.exit_code == 1 and "options given before `report`" in result.output
+
+
+def test_the_groupings_help_lists_are_the_ones_a_query_takes() -> None:
+    from teamstore.audit.cost import DIMENSIONS
+    from teamstore.cli.audit import GROUPINGS as LISTED
+
+    assert tuple(DIMENSIONS) == LISTED

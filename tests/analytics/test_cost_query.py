@@ -1,0 +1,200 @@
+"""Every grouping and filter of a cost report against the figures worked out by hand in ``seed.py``, on
+SQLite and a real Postgres."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import delete, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.analytics.query import CostQuery, cost_report, parse_when
+from teamstore.audit.cost import CostReport
+from teamstore.audit.schema import subject_sessions, subjects, usage
+from teamstore.audit.subjects import find_subject
+from teamstore.errors import ConfigurationError, NoMatchingUsage
+from tests.analytics.seed import PRICES, TOTAL
+
+D = Decimal
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+async def _report(engine: AsyncEngine, by: str, **filters: object) -> CostReport:
+    return await cost_report(engine, PRICES, CostQuery.build(by, now=NOW, **filters))  # type: ignore[arg-type]
+
+
+def _costs(report: CostReport) -> dict[str, Decimal | None]:
+    return {row.key: row.cost for row in report.rows}
+
+
+GROUPINGS = {
+    "team": {"sales": D("0.0021"), "support": D("0.01281")},
+    "version": {"sales@v2": D("0.0021"), "support@v1": D("0.01281")},
+    "model": {"m-big": D("0.01245"), "m-small-2024": D("0.00246"), "mystery": None},
+    "agent": {"critic": D("0.00036"), "triage": D("0.01455")},
+    "day": {"2026-11-02": D("0.00681"), "2026-11-09": D("0.006"), "2026-12-01": D("0.0021")},
+    "week": {"2026-W45": D("0.00681"), "2026-W46": D("0.006"), "2026-W49": D("0.0021")},
+    "month": {"2026-11": D("0.01281"), "2026-12": D("0.0021")},
+    "user": {"alice": D("0.00936"), "bob": D("0.0021"), "carol": D("0.00045"), "dave": D("0.003")},
+    "session": {"alice / s1": D("0.00636"), "alice / s2": D("0.003"), "bob / s1": D("0.0021"),
+                "carol / c1": D("0.00045"), "dave / d1": D("0.003")},
+    "team,model": {"sales / m-small-2024": D("0.0021"), "sales / mystery": None,
+                   "support / m-big": D("0.01245"), "support / m-small-2024": D("0.00036")},
+    "week,team": {"2026-W45 / support": D("0.00681"), "2026-W46 / support": D("0.006"),
+                  "2026-W49 / sales": D("0.0021")},
+    "month,user": {"2026-11 / alice": D("0.00936"), "2026-11 / carol": D("0.00045"), "2026-11 / dave": D("0.003"),
+                   "2026-12 / bob": D("0.0021")},
+}
+
+
+@pytest.mark.parametrize("by", list(GROUPINGS))
+async def test_every_grouping_gives_the_hand_worked_costs_and_the_same_total(ledger: AsyncEngine, by: str) -> None:
+    report = await _report(ledger, by)
+    assert _costs(report) == GROUPINGS[by]
+    assert [row.key for row in report.rows] == sorted(GROUPINGS[by])  # in the order of the group
+    total = report.total
+    assert (total.cost, total.limited_cost, total.unpriced_tokens, total.unpriced_models) == (
+        TOTAL, D("0.003"), 55, ["mystery"])
+    assert (total.runs_completed, total.runs_limited, total.runs_failed, total.calls) == (3, 1, 1, 10)
+    assert (total.input_tokens, total.output_tokens) == (13650, 1615)
+    assert sum(row.calls for row in report.rows) == 10
+    assert report.price_version == "hand-1" and report.readable and report.groups == len(GROUPINGS[by])
+
+
+async def test_a_grouping_counts_runs_by_how_they_ended_in_each_group(ledger: AsyncEngine) -> None:
+    by_model = {row.key: row for row in (await _report(ledger, "model")).rows}
+    big = by_model["m-big"]
+    assert (big.runs_completed, big.runs_limited, big.runs_failed) == (2, 1, 1)  # r1 r5; r2; r4
+    assert (big.limited_cost, big.input_tokens, big.output_tokens) == (D("0.003"), 1600, 510)
+    mystery = by_model["mystery"]  # no price: tokens counted, cost unknown, never 0
+    assert (mystery.cost, mystery.limited_cost, mystery.unpriced_tokens, mystery.runs_completed) == (None, None, 55, 1)
+    week = {row.key: row for row in (await _report(ledger, "week")).rows}["2026-W46"]
+    assert (week.runs_completed, week.runs_limited, week.group) == (1, 1, {"week": "2026-W46"})
+
+
+async def test_users_and_sessions_read_as_ids_or_as_keys_when_pseudonymous(ledger: AsyncEngine) -> None:
+    readable = await _report(ledger, "session", user="alice")
+    assert readable.fields == ("user", "session")
+    assert [row.group for row in readable.rows] == [{"user": "alice", "session": "s1"},
+                                                    {"user": "alice", "session": "s2"}]
+    keys = await _report(ledger, "session", user="alice", pseudonymous=True)
+    assert keys.fields == ("session_key",) and not keys.readable
+    assert all(len(row.key) == 32 and "alice" not in row.key for row in keys.rows)
+    assert keys.filters == {"user": "(given)"} and readable.filters == {"user": "alice"}
+    both = await _report(ledger, "user,session")
+    assert both.fields == ("user", "session") and len(both.rows) == 5
+
+
+async def test_an_erased_user_and_their_sessions_read_as_erased(ledger: AsyncEngine) -> None:
+    bob = await find_subject(ledger, "bob")
+    async with ledger.begin() as conn:  # what the erasure's ledger, session_ids and subject steps leave
+        await conn.execute(update(usage).where(usage.c.subject_key == bob).values(subject_key=None,
+                                                                                   session_key="f" * 32))
+        await conn.execute(delete(subject_sessions).where(subject_sessions.c.subject_key == bob))
+        await conn.execute(delete(subjects).where(subjects.c.subject_key == bob))
+    assert _costs(await _report(ledger, "user"))["erased"] == D("0.0021")
+    by_session = _costs(await _report(ledger, "session"))
+    assert by_session["erased / erased"] == D("0.0021") and sum(c or 0 for c in by_session.values()) == TOTAL
+    assert "erased" in _costs(await _report(ledger, "user", pseudonymous=True))
+
+
+async def test_a_session_whose_id_was_never_recorded_reads_as_its_key(ledger: AsyncEngine) -> None:
+    async with ledger.begin() as conn:  # a run recorded before teamstore kept session ids
+        await conn.execute(delete(subject_sessions))
+    rows = (await _report(ledger, "session", user="carol")).rows
+    assert rows[0].group["user"] == "carol" and len(rows[0].group["session"]) == 32
+
+
+FILTERS = [
+    ({"team": "support"}, D("0.01281")),
+    ({"model": "m-big"}, D("0.01245")),
+    ({"user": "alice"}, D("0.00936")),
+    ({"user": "alice", "session": "s2"}, D("0.003")),
+    ({"since": "2026-11-09"}, D("0.0081")),
+    ({"until": "2026-11-09"}, D("0.00681")),
+    ({"since": "2026-11-03", "until": "2026-12-01"}, D("0.006")),
+    ({"since": date(2026, 11, 3), "until": datetime(2026, 12, 1, tzinfo=UTC)}, D("0.006")),
+    ({"since": "2026-11-09T11:00:00+02:00"}, D("0.0081")),  # 09:00Z, before the 10:00Z runs of that day
+    ({"since": "7d"}, D("0.0021")),  # back from 2026-12-02 12:00Z
+    ({"team": "support", "model": "m-small-2024"}, D("0.00036")),
+    ({"team": "support", "since": "2026-11-05", "user": "dave"}, D("0.003")),
+]
+
+
+@pytest.mark.parametrize(("filters", "cost"), FILTERS)
+async def test_every_filter_narrows_to_the_hand_worked_total(
+    ledger: AsyncEngine, filters: dict[str, object], cost: Decimal
+) -> None:
+    report = await _report(ledger, "team", **filters)
+    assert report.total.cost == cost and sum(row.cost or 0 for row in report.rows) == cost
+
+
+async def test_top_keeps_the_costliest_groups_ties_by_tokens_and_the_total_counts_every_group(
+    ledger: AsyncEngine,
+) -> None:
+    report = await _report(ledger, "session", top=3)
+    # alice / s2 and dave / d1 both cost 0.003: alice's 600 tokens rank before dave's 200.
+    assert [(row.key, row.cost) for row in report.rows] == [
+        ("alice / s1", D("0.00636")), ("alice / s2", D("0.003")), ("dave / d1", D("0.003"))]
+    assert (report.top, report.groups, report.total.cost) == (3, 5, TOTAL)
+    assert [row.key for row in (await _report(ledger, "model", top=1)).rows] == ["m-big"]
+
+
+@pytest.mark.parametrize(("filters", "message", "suggestions"), [
+    ({"user": "alicia"}, "the ledger holds no run of the user given with --user", ()),
+    ({"user": "alice", "session": "s9"}, "the ledger holds no run of that session of the user", ()),
+    ({"team": "suport"}, "no team named 'suport' is in the ledger", ("support",)),
+    ({"model": "m-bgi"}, "no model named 'm-bgi' is in the ledger", ("m-big",)),
+    ({"team": "sales", "model": "m-big"}, "no run matches these filters together (each matches runs on its own)", ()),
+    ({"since": "2030-01-01"}, "no run matching these filters started in [2030-01-01T00:00:00+00:00, ...)", ()),
+    ({"since": "3w", "until": "2w"}, "no run matching these filters started in [2026-11-11T12:00:00+00:00, "
+                                     "2026-11-18T12:00:00+00:00)", ()),
+])
+async def test_a_filter_that_matches_nothing_says_which_and_suggests_near_names(
+    ledger: AsyncEngine, filters: dict[str, object], message: str, suggestions: tuple[str, ...]
+) -> None:
+    with pytest.raises(NoMatchingUsage) as caught:
+        await _report(ledger, "team", **filters)
+    assert caught.value.message == message and caught.value.suggestions == suggestions
+    assert caught.value.hint and "alice" not in caught.value.hint and "bob" not in caught.value.hint
+    assert "alicia" not in str(caught.value)  # the id given is never repeated: the line may reach a log
+    empty = caught.value.report
+    assert isinstance(empty, CostReport) and empty.rows == [] and empty.total.cost == 0
+
+
+async def test_the_window_hint_gives_the_span_of_the_runs_the_other_filters_match(ledger: AsyncEngine) -> None:
+    with pytest.raises(NoMatchingUsage) as caught:
+        await _report(ledger, "team", team="sales", until="2026-11-30")
+    assert caught.value.hint is not None and "2026-12-01T10:00:00" in caught.value.hint
+
+
+async def test_an_empty_ledger_says_so(engine: AsyncEngine) -> None:
+    with pytest.raises(NoMatchingUsage, match="the ledger holds no runs yet"):
+        await _report(engine, "team")
+
+
+@pytest.mark.parametrize(("by", "fix"), [("planet", "one or two of"), ("team,model,agent", "one dimension or two"),
+                                         ("team,team", "one dimension or two"), ("day,week", "one of day, week")])
+def test_a_grouping_that_cannot_be_made_is_a_typed_error(by: str, fix: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        CostQuery.build(by)
+    assert caught.value.hint and fix in caught.value.hint
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("7d", datetime(2026, 11, 25, 12, 0, tzinfo=UTC)), ("24h", datetime(2026, 12, 1, 12, 0, tzinfo=UTC)),
+    ("2w", datetime(2026, 11, 18, 12, 0, tzinfo=UTC)), ("2026-11-01", datetime(2026, 11, 1, tzinfo=UTC)),
+    ("2026-11-01T02:00:00+02:00", datetime(2026, 11, 1, tzinfo=UTC)), (date(2026, 11, 1), datetime(2026, 11, 1, tzinfo=UTC)),
+])
+def test_dates_are_absolute_or_back_from_now(value: str | date, expected: datetime) -> None:
+    assert parse_when(value, "--since", NOW) == expected
+
+
+@pytest.mark.parametrize("args", [{"since": "yesterday"}, {"since": "7x"}, {"top": 0},
+                                  {"since": "2026-12-01", "until": "2026-11-01"}, {"session": "s1"}])
+def test_a_malformed_query_is_refused_with_its_fix(args: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        CostQuery.build("team", **args)  # type: ignore[arg-type]
+    assert caught.value.hint

@@ -1,0 +1,143 @@
+"""`teamstore cost report`: one self-contained HTML page, opened in a real headless Chromium. It loads with
+no console error, every chart is drawn with one mark per figure, and its figures are the command line's
+for the same filters (SQLite and a real Postgres)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from typer.testing import CliRunner
+
+from teamstore.audit.ledger import record_usage
+from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from tests.analytics.seed import TOTAL
+
+runner = CliRunner()
+FILTERS = ["--since", "2026-11-01", "--until", "2027-01-01"]
+
+
+def _write(path: Path, *args: str) -> str:
+    result = runner.invoke(app, ["cost", "report", *FILTERS, "--every", "week", "--output", str(path), *args])
+    assert result.exit_code == 0, result.output
+    return path.read_text(encoding="utf-8")
+
+
+def _cli(*args: str) -> dict[str, Any]:
+    result = runner.invoke(app, ["cost", *args, *FILTERS, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed
+
+
+def _marks(browser: Any, chart: str, kind: str = "rect.bar") -> list[dict[str, str]]:
+    from selenium.webdriver.common.by import By
+
+    found = browser.find_elements(By.CSS_SELECTOR, f"svg#{chart} {kind}")
+    return [{"x": m.get_attribute("data-x"), "series": m.get_attribute("data-series"),
+             "value": m.get_attribute("data-value")} for m in found]
+
+
+def test_the_page_renders_in_chromium_with_the_command_lines_figures(
+    ledger_env: AsyncEngine, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    page = tmp_path / "cost.html"
+    _write(page)
+    expected = {"by_time": _cli("--by", "week"), "cost_by_team": _cli("--by", "week,team"),
+                "cost_by_model": _cli("--by", "week,model"), "top_sessions": _cli("--by", "session", "--top", "10")}
+
+    browser.get(page.as_uri())
+    assert browser.execute_script("return document.readyState") == "complete"
+    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert errors == [], errors
+    embedded = json.loads(browser.find_element(By.ID, "report-data").get_attribute("textContent"))
+    assert embedded == expected  # each report whole, as `teamstore cost --format json` prints it
+
+    for chart in ("cost-by-team", "cost-by-model", "top-sessions", "tokens-per-run", "runs-by-outcome"):
+        svg = browser.find_element(By.ID, chart)
+        assert svg.size["width"] > 300 and svg.size["height"] > 100, chart  # drawn, not an empty box
+    by_team = {(m["x"], m["series"]): m["value"] for m in _marks(browser, "cost-by-team")}
+    assert by_team == {(r["week"], r["team"]): r["cost"] for r in expected["cost_by_team"]["rows"]}
+    assert len(by_team) == 3
+    by_model = _marks(browser, "cost-by-model")
+    assert sorted((m["x"], m["series"], m["value"]) for m in by_model) == sorted(
+        (r["week"], r["model"], r["cost"] or "unknown") for r in expected["cost_by_model"]["rows"])
+    assert len(by_model) == 5
+    sessions = _marks(browser, "top-sessions")
+    assert [(m["x"], m["value"]) for m in sessions] == [(r["key"], r["cost"]) for r in expected["top_sessions"]["rows"]]
+    assert [m["x"] for m in sessions] == ["alice / s1", "alice / s2", "dave / d1", "bob / s1", "carol / c1"]
+    per_run = _marks(browser, "tokens-per-run", "circle.point")
+    weeks = expected["by_time"]["rows"]
+    assert [(m["x"], Decimal(m["value"])) for m in per_run] == [
+        (r["week"], round(Decimal(r["input_tokens"] + r["output_tokens"]) / _runs(r), 1)) for r in weeks]
+    outcomes = _marks(browser, "runs-by-outcome")
+    assert len(outcomes) == 3 * len(weeks) and sum(int(m["value"]) for m in outcomes) == 5
+    assert {(m["x"], m["series"]): int(m["value"]) for m in outcomes}[("2026-W46", "ended by a limit")] == 1
+    bars = browser.find_elements(By.CSS_SELECTOR, "svg#cost-by-team rect.bar")
+    assert all(b.rect["height"] > 0 for b in bars)  # every week's cost is above zero: every bar is seen
+
+    # What a reader sees equals the command line's figures.
+    assert browser.find_element(By.ID, "total-cost").text.split("\n")[-1] == f"{TOTAL} USD"
+    assert browser.find_element(By.ID, "total-runs").text.split("\n")[-1] == "5"
+    assert browser.find_element(By.ID, "total-limited").text.split("\n")[-1] == "1"
+    table = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#top-sessions-table tr")][1:]
+    assert [line.split(" ")[-1] for line in table] == [r["cost"] for r in expected["top_sessions"]["rows"]]
+    assert "No price for mystery" in browser.find_element(By.TAG_NAME, "body").text
+
+
+def _runs(row: dict[str, Any]) -> int:
+    return int(row["runs_completed"] + row["runs_limited"] + row["runs_failed"])
+
+
+def test_the_page_loads_nothing_and_runs_no_script(ledger_env: AsyncEngine, tmp_path: Path) -> None:
+    text = _write(tmp_path / "cost.html")
+    assert "Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\"" in text
+    assert re.findall(r"https?://[^\"'<> ]+", text) == ["http://www.w3.org/2000/svg"] * text.count("<svg ")
+    assert "<script src" not in text and "<link" not in text and "<img" not in text
+    assert re.findall(r"<script[^>]*>", text) == ['<script type="application/json" id="report-data">']
+
+
+def test_a_pseudonymous_page_names_no_user_or_session(ledger_env: AsyncEngine, tmp_path: Path) -> None:
+    readable = _write(tmp_path / "readable.html")
+    keys = _write(tmp_path / "keys.html", "--pseudonymous")
+    assert "alice / s1" in readable and "Users and sessions are named by the application" in readable
+    for name in ("alice", "bob", "carol", "dave", "s1", "s2", "c1", "d1"):
+        assert not re.search(rf"\b{name}\b", keys), name
+    assert "pseudonymous keys only" in keys
+
+
+async def _odd_names(url: str) -> None:
+    engine = create_engine(url)
+    subject = await get_or_create_subject(engine, "eve")
+    started = datetime(2026, 11, 20, 10, tzinfo=UTC)
+    await record_usage(engine, [{
+        "run_id": "odd", "team": "<img src=x onerror=alert(1)>", "team_version": "v1", "subject_key": subject,
+        "session_key": session_key(subject, "</script><b>"), "stop_reason": None, "ended_by_limit": False,
+        "run_failed": False, "started_at": started, "finished_at": started, "day": started.date(),
+        "purpose": "agent", "failed_calls": 0, "agent": "a", "model": "m-big", "input_tokens": 1, "output_tokens": 1,
+        "calls": 1}], "</script><b>")
+    await engine.dispose()
+
+
+def test_names_that_look_like_markup_are_shown_as_text(ledger_env: AsyncEngine, database_url: str,
+                                                       tmp_path: Path) -> None:
+    asyncio.run(_odd_names(database_url))
+    text = _write(tmp_path / "cost.html")
+    assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert text.count("</script>") == 1 and "\\u003c/script>\\u003cb>" in text  # the data block stays whole
+
+
+def test_nothing_to_chart_exits_3_and_writes_no_page(ledger_env: AsyncEngine, tmp_path: Path) -> None:
+    page = tmp_path / "cost.html"
+    result = runner.invoke(app, ["cost", "report", "--team", "suport", "--output", str(page)])
+    assert result.exit_code == 3 and "did you mean 'support'?" in result.output and not page.exists()

@@ -1,0 +1,191 @@
+"""`teamstore ledger export`: Parquet partitions by day, queried with DuckDB, equal to `teamstore cost` for
+the same window, on SQLite and Postgres, to a folder and to S3 over HTTP; idempotent per day; pseudonymous."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from typer.testing import CliRunner
+
+from teamstore.audit.ledger import record_usage, usage_rows
+from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
+from teamstore.audit.transcripts.record import RunKeys
+from teamstore.cli import app
+from teamstore.events import ModelCall, RunContext, RunOutcome
+from teamstore.settings import Settings
+
+runner = CliRunner()
+DAYS = [date(2026, 11, 28), date(2026, 11, 29), date(2026, 11, 30)]
+USERS = ("alice.raw-id@example.com", "bob.raw-id@example.com")
+SESSION = "ticket-CANARY-4411"
+
+
+async def _record_run(engine: AsyncEngine, user: str, day: date, hour: int, tokens: int,
+                      stop: str = "done", models: tuple[str, ...] = ("gpt-4o", "gpt-4o-mini")) -> None:
+    subject = await get_or_create_subject(engine, user)
+    started = datetime(day.year, day.month, day.day, hour, 30, tzinfo=UTC)
+    calls = [ModelCall("triage", model, tokens * (i + 1), tokens // 2, started, 0.5) for i, model in enumerate(models)]
+    ctx = RunContext(f"run-{user[:3]}-{day}-{hour}", user, SESSION, "support_triage", "v1", started)
+    outcome = RunOutcome(started + timedelta(seconds=3), stop_reason=stop, model_calls=calls,
+                         ended_by_limit=stop.startswith("Maximum"))
+    await record_usage(engine, usage_rows(ctx, outcome, RunKeys(subject, session_key(subject, SESSION))))
+
+
+async def _fill(engine: AsyncEngine) -> None:
+    for n, day in enumerate(DAYS):
+        for hour in (0, 23):  # the ends of the UTC day stay in it
+            await _record_run(engine, USERS[n % 2], day, hour, 100 * (n + 1) + hour)
+    await _record_run(engine, USERS[1], DAYS[1], 12, 7, stop="Maximum number of messages 6 reached")
+
+
+def _one(query: str) -> tuple[Any, ...]:
+    (row,) = duckdb.sql(query).fetchall()
+    return tuple(row)
+
+
+def _cli(*args: str) -> Any:
+    result = runner.invoke(app, [*args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _window(since: str | None, until: str | None) -> list[str]:
+    return [*(["--since", since] if since else []), *(["--until", until] if until else [])]
+
+
+def _duckdb_by_day(root: Path) -> dict[str, dict[str, int]]:
+    rows = duckdb.sql(
+        f"SELECT day, sum(calls), sum(input_tokens), sum(output_tokens), count(DISTINCT run_id) "
+        f"FROM read_parquet('{root.as_posix()}/**/*.parquet', hive_partitioning = true) GROUP BY day ORDER BY day"
+    ).fetchall()
+    return {str(d): {"calls": c, "input_tokens": i, "output_tokens": o, "runs": r} for d, c, i, o, r in rows}
+
+
+def _cost_by_day(window: list[str]) -> dict[str, dict[str, int]]:
+    report = _cli("cost", "--by", "day", "--format", "json", *window)
+    return {r["key"]: {"calls": r["calls"], "input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"],
+                       "runs": r["runs_completed"] + r["runs_limited"] + r["runs_failed"]} for r in report["rows"]}
+
+
+@pytest.mark.parametrize(("since", "until"), [(None, None), ("2026-11-29", "2026-11-30"), ("2026-11-29", None)])
+async def test_duckdb_over_the_exported_folder_gives_the_totals_teamstore_cost_gives(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    since: str | None, until: str | None,
+) -> None:
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    window = _window(since, until)
+    report = await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "wh"), "--json", *window)
+    exported = _duckdb_by_day(tmp_path / "wh")
+    expected = await asyncio.to_thread(_cost_by_day, window)
+    assert exported == expected and expected
+    assert report["rows"] == sum(p["rows"] for p in report["partitions"])
+    assert sorted(p["key"] for p in report["partitions"]) == [f"day={d}/part-00000.parquet" for d in expected]
+
+
+async def test_the_files_are_typed_and_hold_pseudonymous_keys_only(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "wh"), "--json")
+    files = sorted((tmp_path / "wh").rglob("*"))
+    assert [f.relative_to(tmp_path / "wh").as_posix() for f in files if f.is_file()] == [
+        f"day={d}/part-00000.parquet" for d in DAYS]
+    schema = pq.read_schema(tmp_path / "wh" / f"day={DAYS[0]}" / "part-00000.parquet")
+    assert str(schema.field("started_at").type) == "timestamp[us, tz=UTC]"
+    assert str(schema.field("input_tokens").type) == "int64" and str(schema.field("calls").type) == "int32"
+    assert str(schema.field("interruptions").type) == "int32"  # runs continued after they stopped mid-run
+    assert "day" not in schema.names and "cost" not in schema.names  # the day is the partition; prices join later
+    (hour,) = _one(f"SELECT min(hour(started_at AT TIME ZONE 'UTC')) FROM read_parquet("
+                   f"'{tmp_path.as_posix()}/wh/day=2026-11-28/*.parquet')")
+    assert hour == 0
+    raw = b"".join(f.read_bytes() for f in files if f.is_file())
+    for secret in (*USERS, SESSION):
+        assert secret.encode() not in raw
+
+
+async def test_exporting_a_day_again_replaces_its_file_and_leaves_days_without_rows_as_they_are(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    target = str(tmp_path / "wh")
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", target, "--json")
+    await _record_run(engine, USERS[0], DAYS[2], 5, 1000)
+    async with engine.begin() as conn:  # the first day's rows pass their retention
+        await conn.execute(text("DELETE FROM ts_usage WHERE day = :day"), {"day": DAYS[0]})
+    report = await asyncio.to_thread(_cli, "ledger", "export", "--to", target, "--json")
+    assert [p["day"] for p in report["partitions"]] == [str(DAYS[1]), str(DAYS[2])]
+    by_day = _duckdb_by_day(tmp_path / "wh")
+    assert set(by_day) == {str(d) for d in DAYS}  # the swept day's file stays in the warehouse
+    assert by_day[str(DAYS[2])] == (await asyncio.to_thread(_cost_by_day, []))[str(DAYS[2])]
+    assert not [f for f in (tmp_path / "wh").rglob(".tmp-*")]
+
+
+async def test_an_erased_users_rows_are_exported_as_the_ledger_holds_them_then(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    subject = await get_or_create_subject(engine, USERS[0])
+    await record_store(engine, subject, Settings().resolved_transcripts_url)  # as a run's transcript writer does
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "before"), "--json")
+    await asyncio.to_thread(_cli, "erase", "--user", USERS[0], "--yes", "--json")
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "after"), "--json")
+    query = "SELECT count(*) FROM read_parquet('{}/**/*.parquet', hive_partitioning = true) WHERE subject_key = '{}'"
+    assert _one(query.format((tmp_path / "before").as_posix(), subject)) == (8,)  # 4 runs, 2 models each
+    assert _one(query.format((tmp_path / "after").as_posix(), subject)) == (0,)
+    nulls = _one(f"SELECT count(*) FROM read_parquet('{(tmp_path / 'after').as_posix()}/**/*.parquet') "
+                 "WHERE subject_key IS NULL")
+    assert nulls == (8,)
+    assert _duckdb_by_day(tmp_path / "after") == _duckdb_by_day(tmp_path / "before")  # de-linked, not deleted
+
+
+@pytest.mark.s3
+async def test_an_export_to_s3_is_one_put_per_day_and_queries_like_the_folder(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, s3_bucket: str
+) -> None:
+    import boto3
+
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", f"s3://{s3_bucket}/exports/ledger", "--json")
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", f"s3://{s3_bucket}/exports/ledger", "--json",
+                            "--since", str(DAYS[1]))
+    client = boto3.client("s3")
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"])
+    assert keys == [f"exports/ledger/day={d}/part-00000.parquet" for d in DAYS]
+    assert not client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads")
+    # DuckDB's httpfs extension is downloaded on first use, which an offline machine cannot: the objects are
+    # fetched with boto3 into a folder, keeping their keys, and queried there.
+    for key in keys:
+        local = tmp_path / "copy" / key
+        local.parent.mkdir(parents=True, exist_ok=True)
+        client.download_file(s3_bucket, key, str(local))
+    assert _duckdb_by_day(tmp_path / "copy" / "exports" / "ledger") == await asyncio.to_thread(_cost_by_day, [])
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--since", "2026-11-29T10:00"], "is not a day"),
+    (["--since", "2026-11-30", "--until", "2026-11-29"], "is not before"),
+    (["--to", "ftp://host/x"], "cannot export to ftp://"),
+])
+def test_a_window_that_is_not_whole_days_or_a_destination_teamstore_cannot_write_is_refused(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    to = [] if "--to" in args else ["--to", str(tmp_path / "wh")]
+    (tmp_path / "home").mkdir()
+    runner.invoke(app, ["db", "upgrade"])
+    result = runner.invoke(app, ["ledger", "export", *to, *args])
+    assert result.exit_code == 1
+    assert says in result.output and "fix" in result.output

@@ -1,0 +1,209 @@
+"""OTLP metrics and the protocols: real receivers over http/protobuf and gRPC, GenAI client metrics with
+their required attributes, the runtime's own metrics, database gauges, and an unknown protocol refused."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, update
+
+from config_registry import Registry
+from teamstore import examples
+from teamstore.app import open_platform
+from teamstore.audit.metrics import call_attributes
+from teamstore.audit.otlp import protocol
+from teamstore.audit.schema import outbox
+from teamstore.erasure.schema import erasure_requests
+from teamstore.errors import ConfigurationError, SessionBusy
+from teamstore.events import ModelCall
+from teamstore.settings import Settings
+from teamstore.state.schema import sessions
+from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Point
+from tests.services.session import Services
+
+pytestmark = pytest.mark.otlp
+USER = "alice.raw-user-id@example.com"
+Receiver = OtlpReceiver | GrpcOtlpReceiver
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Registry:
+    registry = Registry(tmp_path / "registry")
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    return registry
+
+
+def _settings(tmp_path: Path, registry: Registry, database_url: str | None = None) -> Settings:
+    return Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True, database_url=database_url)
+
+
+async def _one_run(tmp_path: Path, registry: Registry, task: str = "My router keeps dropping",
+                   database_url: str | None = None) -> None:
+    platform = open_platform(_settings(tmp_path, registry, database_url))
+    async with platform, platform.session(USER, "sess-1", team="support_triage") as s:
+        await s.run(task)
+    # closing the platform flushes its spans and collects and exports its metrics once more
+
+
+def _named(points: list[Point], name: str) -> list[Point]:
+    return [p for p in points if p["name"] == name]
+
+
+def _totals(points: list[Point], name: str, attribute: str) -> dict[str | None, int]:
+    """A counter's values or a histogram's counts, summed over every provider that sent them, by ``attribute``."""
+    totals: dict[str | None, int] = {}
+    for point in _named(points, name):
+        key = point["attributes"].get(attribute)
+        totals[key] = totals.get(key, 0) + point.get("count", point.get("value", 0))
+    return totals
+
+
+def test_grpc_named_by_the_standard_variable_sends_spans_over_grpc(
+    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, services: Services
+) -> None:
+    with services.otlp(GrpcOtlpReceiver) as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        asyncio.run(_one_run(tmp_path, registry))
+        spans = receiver.wait_for(lambda spans: any(s["name"].startswith("invoke_agent") for s in spans))
+    assert any(s["name"].startswith("chat ") for s in spans)
+
+
+async def test_each_model_call_gives_genai_client_metrics_with_the_required_attributes(
+    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry
+) -> None:
+    await _one_run(tmp_path, registry)
+    points = otlp_protocol_env.wait_for_metrics(lambda p: bool(_named(p, "gen_ai.client.token.usage")))
+    durations = _named(points, "gen_ai.client.operation.duration")
+    tokens = _named(points, "gen_ai.client.token.usage")
+    assert durations and durations[0]["kind"] == "histogram" and durations[0]["unit"] == "s"
+    assert durations[0]["bounds"][:3] == [0.01, 0.02, 0.04]
+    assert {p["attributes"]["gen_ai.token.type"] for p in tokens} == {"input", "output"}
+    for point in durations + tokens:
+        attributes = point["attributes"]
+        assert attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.provider.name"] == "offline"
+        assert attributes["gen_ai.request.model"] == "offline-small"
+        assert attributes["teamstore.team"] == "support_triage"
+        assert point["resource"]["service.name"] == "teamstore"
+    spans = otlp_protocol_env.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
+    for span in (s for s in spans if s["name"].startswith("chat ")):
+        assert span["attributes"]["gen_ai.provider.name"] == "offline"
+        assert span["attributes"]["gen_ai.response.finish_reasons"] == ["stop"]
+    calls = sum(p["count"] for p in durations)
+    assert calls == len([s for s in spans if s["name"].startswith("chat ")])
+    assert sum(p["sum"] for p in tokens if p["attributes"]["gen_ai.token.type"] == "input") == sum(
+        s["attributes"]["gen_ai.usage.input_tokens"] for s in spans if s["name"].startswith("chat "))
+
+
+async def test_sessions_report_resume_outcomes_quarantines_lease_waits_and_state_sizes(
+    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry, database_url: str
+) -> None:
+    await _one_run(tmp_path, registry, database_url=database_url)
+    await _one_run(tmp_path, registry, "And again", database_url=database_url)
+    async with open_platform(_settings(tmp_path, registry, database_url)) as platform:
+        async with platform.engine.begin() as conn:  # the stored state no longer reads: set aside at the next open
+            await conn.execute(update(sessions).values(state='{"envelope": 1, "codec": "json", "data": []}'))
+        async with platform.session(USER, "sess-1", team="support_triage") as held:
+            assert held.resume is not None and held.resume.quarantined
+            with pytest.raises(SessionBusy):  # another request for the held session gives up at once
+                async with platform.session(USER, "sess-1", team="support_triage", lease_timeout=0):
+                    pass
+    # each platform is a process of its own here: its provider exported its totals when it closed
+    points = otlp_protocol_env.wait_for_metrics(lambda p: bool(_named(p, "teamstore.session.quarantined")))
+    (quarantined,) = _named(points, "teamstore.session.quarantined")
+    reason = quarantined["attributes"]["teamstore.quarantine.reason"]
+    assert quarantined["value"] == 1 and quarantined["kind"] == "sum"
+    assert _totals(points, "teamstore.session.resumes", "teamstore.resume.outcome") == {"new": 1, "resumed": 1,
+                                                                                        reason: 1}
+    assert _totals(points, "teamstore.session.lease.wait", "error.type") == {None: 3, "SessionBusy": 1}
+    sizes = _named(points, "teamstore.session.state.size")
+    assert sum(p["count"] for p in sizes) == 2 and all(p["sum"] > 0 and p["unit"] == "By" for p in sizes)
+
+
+async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database(
+    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry, database_url: str
+) -> None:
+    async with open_platform(_settings(tmp_path, registry, database_url)) as platform:
+        now = datetime.now(UTC)
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(outbox), [
+                {"run_id": f"run-{i}", "object_key": f"k{i}", "subject_key": "s", "body": b"x",
+                 "created_at": now - timedelta(minutes=10 * i), "attempts": 1} for i in (1, 2)])
+            await conn.execute(insert(erasure_requests), [
+                {"request_id": "late", "status": "open", "received_at": now - timedelta(days=40),
+                 "due_at": now - timedelta(days=10), "updated_at": now},
+                {"request_id": "done", "status": "completed", "received_at": now - timedelta(days=40),
+                 "due_at": now - timedelta(days=10), "updated_at": now},
+                {"request_id": "fresh", "status": "open", "received_at": now, "due_at": now + timedelta(days=30),
+                 "updated_at": now},
+            ])
+    points = otlp_protocol_env.wait_for_metrics(lambda p: bool(_named(p, "teamstore.outbox.depth")))
+    (depth,) = _named(points, "teamstore.outbox.depth")
+    (age,) = _named(points, "teamstore.outbox.oldest_age")
+    assert depth["value"] == 2 and depth["kind"] == "gauge"
+    assert 20 * 60 <= age["value"] < 25 * 60
+    by_status = {p["attributes"]["teamstore.erasure.status"]: p["value"]
+                 for p in _named(points, "teamstore.erasure.requests")}
+    assert by_status == {"open": 2, "completed": 1, "failed": 0, "retained_under_hold": 0}
+    assert [p["value"] for p in _named(points, "teamstore.erasure.requests.overdue")] == [1]
+
+
+async def test_no_metric_carries_a_user_id_a_session_id_or_the_users_words(
+    otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry
+) -> None:
+    await _one_run(tmp_path, registry, "CANARY-metrics-words")
+    otlp_protocol_env.wait_for_metrics(lambda p: bool(_named(p, "gen_ai.client.token.usage")))
+    wire = b"".join(otlp_protocol_env.metric_bodies)
+    for secret in (USER.encode(), b"sess-1", b"CANARY-metrics-words"):
+        assert secret not in wire
+
+
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+                                      "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"])
+@pytest.mark.parametrize("value", ["grcp", "http/json"])
+def test_a_protocol_teamstore_cannot_export_over_stops_the_platform_at_start(
+    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as raised:
+        open_platform(_settings(tmp_path, registry))
+    assert variable in raised.value.message and value in raised.value.message
+    assert "grpc" in (raised.value.hint or "") and "http/protobuf" in (raised.value.hint or "")
+
+
+def test_a_signals_own_protocol_variable_overrides_the_general_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
+    assert (protocol("traces"), protocol("metrics")) == ("grpc", "http/protobuf")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+    assert protocol("traces") == "http/protobuf"
+
+
+@pytest.mark.parametrize(("variable", "off"), [("OTEL_METRICS_EXPORTER", "metrics"), ("OTEL_TRACES_EXPORTER", "traces"),
+                                               ("OTEL_SDK_DISABLED", "both")])
+async def test_none_as_the_exporter_turns_that_signal_off(
+    otlp_env: OtlpReceiver, tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, variable: str,
+    off: str,
+) -> None:
+    monkeypatch.setenv(variable, "true" if variable == "OTEL_SDK_DISABLED" else "none")
+    await _one_run(tmp_path, registry)  # closed: whatever was to be exported has been
+    if off == "metrics":
+        otlp_env.wait_for(bool)
+    elif off == "traces":
+        otlp_env.wait_for_metrics(bool)
+    assert (otlp_env.metrics == []) == (off in ("metrics", "both"))
+    assert (otlp_env.spans == []) == (off in ("traces", "both"))
+
+
+def test_a_model_calls_metric_attributes_are_a_fixed_vocabulary_that_holds_no_id_or_words() -> None:
+    call = ModelCall("triage", "gpt-4o", 1, 2, datetime.now(UTC), 0.1, provider="openai",
+                     response_model="gpt-4o-2024-08-06", error="APIError")
+    assert set(call_attributes(call, "support_triage")) == {
+        "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.response.model",
+        "error.type", "teamstore.team"}

@@ -1,0 +1,184 @@
+"""Streaming through the managed session, and an interrupted run's audit, on SQLite and a real Postgres with
+a real OTLP receiver: every streamed message in the transcript, every model call in the ledger and the spans;
+a run continued after it stopped mid-run is one run, told apart as interrupted; ``s.team.run_stream`` goes
+through the same path."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from autogen_agentchat.base import TaskResult
+from sqlalchemy import select
+
+from config_registry import Registry
+from teamstore.app import open_platform
+from teamstore.audit.cost import query_costs
+from teamstore.audit.prices import load_prices
+from teamstore.audit.schema import usage
+from teamstore.audit.transcripts.record import decode
+from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
+from tests.conftest import prepare
+from tests.otlp_receiver import OtlpReceiver
+from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register, said
+
+TASK = "My line drops every evening since the storm."
+
+
+@pytest.fixture
+async def platform(
+    backend: tuple[str, str], tmp_path: Path, otlp_env: OtlpReceiver, registry_path: Path
+) -> AsyncIterator[Platform]:
+    """A service's platform from settings: transcripts in a folder, the ledger, spans over OTLP; on SQLite and
+    Postgres with both kinds of lease."""
+    url, lease = backend
+    await prepare(url, lease)
+    register(Registry(registry_path))
+    built = open_platform(Settings(
+        home=tmp_path / "home", registry_path=registry_path, database_url=url, auto_migrate=True,
+        registry_refresh_seconds=0, session_lease=lease,
+    ))
+    async with built:
+        yield built
+
+
+async def _transcript(platform: Platform, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    store = next(o.store for o in platform.observers if hasattr(o, "store"))
+    async for found in store.scan(""):
+        header, items = decode(await store.get(found.key))
+        if header["run_id"] == run_id:
+            return header, items
+    raise AssertionError(f"no transcript for run {run_id}")
+
+
+async def _ledger(platform: Platform, run_id: str) -> list[Any]:
+    async with platform.engine.connect() as conn:
+        return list((await conn.execute(select(usage).where(usage.c.run_id == run_id))).all())
+
+
+def _items_said(items: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [(i["type"], i["source"], i["message"].get("content")) for i in items]
+
+
+async def test_every_streamed_message_is_in_the_transcript_and_every_call_in_the_ledger_and_spans(
+    platform: Platform, otlp_env: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    streamed: list[Any] = []
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            async for item in s.run_stream(TASK):
+                streamed.append(item)
+            run_id = s.last_run_id
+    assert run_id is not None and isinstance(streamed[-1], TaskResult)
+    messages = streamed[:-1]
+    assert said(messages) == said(streamed[-1].messages) and len(messages) == TURNS + 1
+    header, items = await _transcript(platform, run_id)
+    assert _items_said(items) == [(t, src, text) for t, src, text in said(messages)]
+    rows = await _ledger(platform, run_id)
+    assert sum(r.calls for r in rows) == calls.made == TURNS
+    assert {r.interruptions for r in rows} == {0} and header["interruptions"] == 0
+    spans = otlp_env.wait_for(lambda s: len([x for x in s if x["name"].startswith("chat ")]) >= TURNS)
+    (run,) = [x for x in spans if x["name"] == f"invoke_agent {TEAM}"]
+    chats = [x for x in spans if x["name"].startswith("chat ") and x["parent_span_id"] == run["span_id"]]
+    assert len(chats) == calls.made
+
+
+async def test_the_team_reached_around_the_session_streams_through_it(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        streamed = [item async for item in s.team.run_stream(task=TASK)]
+        result = await s.team.run(task="and once more")
+        assert s.last_run_id is not None
+        second = s.last_run_id
+    assert isinstance(streamed[-1], TaskResult) and result.messages[0].to_text() == "and once more"
+    _, items = await _transcript(platform, second)
+    assert _items_said(items)[0][2] == "and once more"
+    assert await _ledger(platform, second)
+
+
+async def test_a_consumer_that_stops_mid_stream_leaves_nothing_half_saved_and_the_session_goes_on(
+    platform: Platform,
+) -> None:
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run("first request")
+    before = await platform.store.get(s.key)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        async for item in s.run_stream(TASK):
+            if getattr(item, "source", "") == "researcher":
+                break  # the user pressed stop
+        stopped = s.last_run_id
+        result = await s.run("a new request")  # the session goes on, from the state before the stopped run
+        state = str(await s.team.save_state())
+    assert result.messages[0].to_text() == "a new request" and TASK not in state and "first request" in state
+    row = await platform.store.get(s.key)
+    assert row is not None and row.checkpoint is None and before is not None and TASK not in (row.state or "")
+    assert stopped is not None
+    header, _ = await _transcript(platform, stopped)  # the stopped run is on record as it went
+    assert header["error"] in ("GeneratorExit", "CancelledError")
+
+
+async def test_a_cancelled_streaming_consumer_task_leaves_the_session_usable(platform: Platform) -> None:
+    import asyncio
+
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        started = asyncio.Event()
+
+        async def consume() -> None:
+            async for _ in s.run_stream(TASK):
+                started.set()
+                await asyncio.sleep(30)  # a slow client
+
+        consumer = asyncio.create_task(consume())
+        await started.wait()
+        consumer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+        result = await s.run("again")
+    assert result.messages[0].to_text() == "again"
+    row = await platform.store.get(s.key)
+    assert row is not None and row.checkpoint is None and TASK not in (row.state or "")
+
+
+async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts_apart_in_cost(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 4
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+        calls.fail_at = None
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            result = await s.continue_run()
+            run_id = s.last_run_id
+    assert run_id is not None
+    header, items = await _transcript(platform, run_id)
+    assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
+    assert header["interruptions"] == 1 and len(items) == TURNS + 1
+    rows = await _ledger(platform, run_id)
+    # The three completed turns' calls came with the checkpoint; the failed call was never paid (it raised).
+    assert sum(r.calls for r in rows) == TURNS and {r.interruptions for r in rows} == {1}
+    report = await query_costs(platform.engine, load_prices(), by="session")
+    assert report.total.runs_interrupted == 1 and report.total.runs_limited == 1  # it ends at its message cap
+
+
+async def test_an_abandoned_run_keeps_its_turns_and_calls_on_record(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            assert s.interrupted is not None
+            run_id = s.interrupted.run_id
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.abandon_run()
+    header, items = await _transcript(platform, run_id)
+    assert header["error"] == "RunInterrupted" and len(items) == 3  # the task and the two completed turns
+    rows = await _ledger(platform, run_id)
+    assert sum(r.calls for r in rows) == 2 and all(r.run_failed for r in rows)
+    report = await query_costs(platform.engine, load_prices(), by="session")
+    assert report.total.runs_interrupted == 1 and report.total.runs_failed == 1

@@ -1,0 +1,199 @@
+"""The compliance desk in the library: who asked and who ran, the one extension, the listing, and the
+verdict for an id that matches nothing, on SQLite and a real Postgres."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.subjects import find_subject, get_or_create_subject
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.erasure import RequestStatus, StepStatus, requests
+from teamstore.erasure.desk import add_months, extend_request, list_requests
+from teamstore.erasure.schema import erasure_requests
+from teamstore.errors import ErasureRequestNotFound, ExtensionRefused, InvalidIdentifier
+from teamstore.export.nearby import difference
+from tests.erasure.conftest import coordinator
+
+DAY = timedelta(days=1)
+
+
+class Killed(BaseException):
+    """Stands in for the process dying (nothing on the way out handles it)."""
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> LocalTranscriptStore:
+    return LocalTranscriptStore(tmp_path / "transcripts")
+
+
+async def test_the_receipt_says_who_asked_and_who_ran_each_attempt(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    await get_or_create_subject(engine, "erin")
+
+    def die(step: str) -> None:
+        if step == "quarantine":
+            raise Killed(step)
+
+    first = coordinator(engine, folder)
+    first.after_step = die
+    with pytest.raises(Killed):
+        await first.run("erin", request_id="req-who", requested_by="data subject, ticket 881", operator="ana")
+    opened = await coordinator(engine, folder).status("req-who")
+    assert opened.requested_by == "data subject, ticket 881"
+    assert [(a.operator, a.ended_at, a.status) for a in opened.attempts] == [("ana", None, None)]
+
+    done = await coordinator(engine, folder).run("erin", request_id="req-who", operator="bo")
+    assert done.status is RequestStatus.COMPLETED and done.requested_by == "data subject, ticket 881"
+    assert [(a.operator, a.status) for a in done.attempts] == [("ana", None), ("bo", RequestStatus.COMPLETED)]
+    assert done.attempts[1].ended_at is not None
+    assert await coordinator(engine, folder).status("req-who") == done  # stored as printed
+    again = await coordinator(engine, folder).run("erin", request_id="req-who", operator="cy")
+    assert again == done  # a finished request is only reported: no attempt is added
+
+
+async def test_the_operator_defaults_to_the_variable_and_bad_names_are_refused_before_anything_is_written(
+    engine: AsyncEngine, folder: LocalTranscriptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_OPERATOR", "privacy desk")
+    receipt = await coordinator(engine, folder).run("nobody", request_id="req-env")
+    assert [a.operator for a in receipt.attempts] == ["privacy desk"]
+    for bad in ({"requested_by": "line\nbreak"}, {"requested_by": "x" * 201}, {"requested_by": "  "},
+                {"operator": "\x1b[2Jops"}):
+        with pytest.raises(InvalidIdentifier):
+            await coordinator(engine, folder).run("nobody", request_id="req-bad", **bad)
+    assert await requests.get_request(engine, "req-bad") is None
+
+
+async def test_an_id_that_matches_nothing_ends_no_match_and_says_a_near_twin_exists_without_naming_it(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    dave = await get_or_create_subject(engine, "dave")
+
+    receipt = await coordinator(engine, folder).run("Dave", request_id="req-dave")
+
+    assert receipt.status is RequestStatus.NO_MATCH and receipt.ok and not receipt.matched
+    assert {s.status for s in receipt.stores.values()} == {StepStatus.NO_MATCH}
+    assert receipt.near_match is not None and "letter case" in receipt.near_match
+    assert "dave" not in receipt.model_dump_json().lower().replace("req-dave", "")
+    assert await find_subject(engine, "dave") == dave  # the real dave is untouched
+    assert (await coordinator(engine, folder).status("req-dave")).status is RequestStatus.NO_MATCH
+    row = await requests.get_request(engine, "req-dave")
+    assert row is not None and row.user_id is None  # finished: the id is forgotten like a completed one's
+    nobody = await coordinator(engine, folder).run("zed", request_id="req-zed")
+    assert nobody.status is RequestStatus.NO_MATCH and nobody.near_match is None
+    plan = await coordinator(engine, folder).run("DAVE", dry_run=True)
+    assert not plan.matched and plan.near_match is not None
+
+
+@pytest.mark.parametrize(("given", "stored", "said"), [
+    ("Dave", "dave", "letter case"),
+    ("dAvE", "Dave", "letter case"),
+    ("Zoe\u0308", "Zoë", "Unicode form"),
+    ("ZOË", "zoe\u0308", "letter case and Unicode form"),
+    ("dave ", "dave", "surrounding spaces"),
+    (" Dave", "dave", "surrounding spaces and letter case"),
+    ("dave", "david", None),
+])
+def test_a_near_twin_is_told_by_the_kind_of_difference(given: str, stored: str, said: str | None) -> None:
+    assert difference(given, stored) == said
+
+
+async def test_a_request_is_extended_once_by_at_most_two_months_with_a_reason(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    row = await requests.open_request(engine, "req-ext", "frida", None, 30)
+    soon = row.received_at + 5 * DAY
+
+    with pytest.raises(ExtensionRefused, match="more than two months"):
+        await extend_request(engine, "req-ext", "63d", "complex", operator="ana", now=soon)
+    with pytest.raises(ExtensionRefused, match="more than two months"):
+        await extend_request(engine, "req-ext", "3m", "complex", operator="ana", now=soon)
+    with pytest.raises(ExtensionRefused, match="needs a reason"):
+        await extend_request(engine, "req-ext", "2m", "   ", operator="ana", now=soon)
+    for by in ("two months", "0d", "-1m", "1y", "1000d"):
+        with pytest.raises(ExtensionRefused, match="not a length of time"):
+            await extend_request(engine, "req-ext", by, "complex", operator="ana", now=soon)
+    for reason in ("x" * 1001, "line\nbreak", "nul\x00"):
+        with pytest.raises(InvalidIdentifier, match="reason"):
+            await extend_request(engine, "req-ext", "2m", reason, operator="ana", now=soon)
+    with pytest.raises(ErasureRequestNotFound):
+        await extend_request(engine, "req-none", "2m", "complex", operator="ana", now=soon)
+
+    extended = await extend_request(engine, "req-ext", "2m", "40 sessions in two stores", operator="ana", now=soon)
+    assert extended.extension is not None and extended.extension.due_at == add_months(row.due_at, 2)
+    assert (extended.extension.by, extended.extension.operator) == ("2m", "ana")
+    with pytest.raises(ExtensionRefused, match="extended already"):
+        await extend_request(engine, "req-ext", "1d", "more", operator="bo", now=soon)
+
+    status = await coordinator(engine, folder).status("req-ext")
+    assert status.extension == extended.extension and status.effective_due_at == extended.extension.due_at
+    done = await coordinator(engine, folder).run("frida", request_id="req-ext")
+    assert done.extension == extended.extension  # on the stored receipt too
+
+
+async def test_an_extension_is_refused_after_the_original_due_date_for_a_finished_request_and_while_it_runs(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    row = await requests.open_request(engine, "req-late", "gus", None, 30)
+    with pytest.raises(ExtensionRefused, match="too late to extend"):
+        await extend_request(engine, "req-late", "30d", "complex", operator="ana", now=row.due_at + DAY)
+    assert await requests.claim(engine, "req-late", "host:1", lease_seconds=60)
+    with pytest.raises(ExtensionRefused, match="being run by a coordinator"):
+        await extend_request(engine, "req-late", "30d", "complex", operator="ana")
+    await requests.release(engine, "req-late", "host:1")
+
+    await coordinator(engine, folder).run("hal", request_id="req-done")
+    with pytest.raises(ExtensionRefused, match="is no_match: only an open or failed request"):
+        await extend_request(engine, "req-done", "30d", "complex", operator="ana")
+
+
+def test_months_are_calendar_months_kept_inside_the_month() -> None:
+    assert add_months(datetime(2026, 12, 31, 9, tzinfo=UTC), 2) == datetime(2027, 2, 28, 9, tzinfo=UTC)
+    assert add_months(datetime(2027, 11, 30, tzinfo=UTC), 3) == datetime(2028, 2, 29, tzinfo=UTC)
+
+
+async def test_the_listing_filters_by_status_and_overdue_and_finds_an_open_request_by_id_without_showing_it(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    await get_or_create_subject(engine, "ivy")
+    done = await coordinator(engine, folder).run("ivy", request_id="req-a", requested_by="ticket 1", operator="ana")
+    assert done.status is RequestStatus.COMPLETED
+    await coordinator(engine, folder).run("nobody", request_id="req-b")
+    late = await requests.open_request(engine, "req-c", "jo", None, 30)
+    await requests.open_request(engine, "req-d", "kim", None, 30)
+    await extend_request(engine, "req-d", "2m", "complex", operator="ana")
+
+    everything = await list_requests(engine)
+    assert {r.request_id for r in everything} == {"req-a", "req-b", "req-c", "req-d"}
+    shown = {r.request_id: r for r in everything}
+    assert shown["req-a"].requested_by == "ticket 1" and shown["req-a"].operators == ["ana"]
+    assert shown["req-a"].subject == done.subject_hash[:12] if done.subject_hash else False
+    assert shown["req-d"].extended_due_at is not None and shown["req-d"].extension_reason == "complex"
+    assert "ivy" not in str(everything) and "jo" not in str([r.model_dump() for r in everything]).replace("job", "")
+
+    assert [r.request_id for r in await list_requests(engine, statuses=[RequestStatus.NO_MATCH])] == ["req-b"]
+    later = late.due_at + DAY  # past req-c's due date; req-d's extended one is two months on
+    assert [r.request_id for r in await list_requests(engine, overdue=True, now=later)] == ["req-c"]
+    assert await list_requests(engine, overdue=True) == []
+    assert [r.request_id for r in await list_requests(engine, user_id="kim")] == ["req-d"]
+    assert await list_requests(engine, user_id="ivy") == []  # finished: the id is forgotten
+
+
+async def test_a_rerun_records_who_asked_when_the_first_attempt_did_not(engine: AsyncEngine) -> None:
+    await requests.open_request(engine, "req-late-asker", "lu", None, 30)
+    row = await requests.open_request(engine, "req-late-asker", "lu", None, 30, requested_by="ticket 9")
+    assert row.requested_by == "ticket 9"
+    async with engine.connect() as conn:
+        stored = await conn.scalar(select(erasure_requests.c.requested_by)
+                                   .where(erasure_requests.c.request_id == "req-late-asker"))
+    assert stored == "ticket 9"
+    async with engine.begin() as conn:  # a time in the past, to see the listing judge it
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == "req-late-asker")
+                           .values(due_at=datetime.now(UTC) - DAY))
+    assert [r.overdue for r in await list_requests(engine)] == [True]

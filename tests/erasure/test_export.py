@@ -1,0 +1,282 @@
+"""The access and portability export in the library: contents checked against what each store holds, on
+SQLite and a real Postgres, transcripts in a versioned bucket over HTTP (moto's server) and in a folder."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import json
+import stat
+import zipfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.app import App
+from teamstore.audit.prices import load_prices
+from teamstore.audit.schema import usage
+from teamstore.audit.subjects import get_or_create_subject
+from teamstore.audit.transcripts import record
+from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.s3 import S3TranscriptStore
+from teamstore.erasure import RequestStatus, requests
+from teamstore.erasure.desk import extend_request
+from teamstore.erasure.exporter import ErasureRequestsExporter
+from teamstore.errors import AuditError, ExportFailed, ExportTargetExists, InvalidIdentifier
+from teamstore.export import ExportCoordinator, Section, store_exporters
+from teamstore.export.requests import get_export
+from teamstore.export.schema import export_requests
+from teamstore.settings import Settings
+from teamstore.state import envelope
+from teamstore.state.schema import sessions
+from tests.erasure.conftest import coordinator
+from tests.erasure.seed import audited_platform, seed_user
+from tests.services import free_port
+
+ALICE, ALICE_CASE = "alice@example.com", "Alice@example.com"
+CANARY_A, CANARY_B = "CANARY-xa-51c2e0", "CANARY-xb-09d3f7"
+STORES = {"resume_state", "quarantine", "memory", "transcripts", "outbox", "ledger", "exports", "subject",
+          "erasure_requests"}
+
+
+def exporter(engine: AsyncEngine, store: TranscriptStore) -> ExportCoordinator:
+    """The coordinator the composition root builds: every store's exporter, the erasure requests' last."""
+    return ExportCoordinator(engine, store, [*store_exporters(), ErasureRequestsExporter()], load_prices())
+
+
+def unpack(path: Path | None) -> dict[str, bytes]:
+    """Every file of an archive (a zip file or a folder), by its name inside it."""
+    assert path is not None, "no archive was written"
+    if path.is_dir():
+        return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def loaded(files: dict[str, bytes], name: str) -> Any:
+    return json.loads(files[name])
+
+
+async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing_of_another(
+    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, tmp_path: Path
+) -> None:
+    platform = audited_platform(engine, registry, s3_store)
+    a = await seed_user(platform, s3_store, ALICE, CANARY_A)
+    await seed_user(platform, s3_store, ALICE_CASE, CANARY_B)  # differs only by case: never exported with alice
+    await requests.open_request(engine, "req-open", ALICE, "art. 17", 30, requested_by="ticket 881")
+    await extend_request(engine, "req-open", "2m", "40 sessions", operator="ana")
+
+    done = await exporter(engine, s3_store).run(ALICE, tmp_path / "alice.zip", requested_by="subject", operator="dpo")
+
+    files = unpack(done.path)
+    manifest = loaded(files, "manifest.json")
+    assert done.matched and manifest["status"] == "exported" and set(manifest["stores"]) == STORES
+    assert {name: hashlib.sha256(data).hexdigest() for name, data in files.items() if name != "manifest.json"} == {
+        name: entry["sha256"] for name, entry in manifest["files"].items()}
+    assert CANARY_B.encode() not in b"".join(files.values()) and ALICE_CASE.encode() not in b"".join(files.values())
+    assert ALICE not in json.dumps(manifest) and CANARY_A not in json.dumps(manifest)
+    assert (manifest["operator"], manifest["requested_by"]) == ("dpo", "subject")
+
+    states = loaded(files, "resume_state.json")
+    assert states["user_id"] == ALICE and sorted(s["session_id"] for s in states["resume_state"]) == ["sess-0", "sess-1"]
+    assert all(CANARY_A in json.dumps(s["state"]) for s in states["resume_state"])  # decoded, not an envelope
+    (memory,) = loaded(files, "memory.json")["memory"]  # the summary and facts its runs wrote about alice
+    assert memory["scope"] == "support_triage" and CANARY_A in memory["summary"]
+    assert manifest["stores"]["memory"]["records"] == 1 + len(memory["facts"])
+    (held,) = loaded(files, "quarantine.json")["quarantine"]
+    assert held["session_id"] == "sess-old" and CANARY_A in held["state_as_stored"] and held["state_unreadable"]
+    await _transcripts_match_the_store(files, s3_store, a.subject_key, a.run_ids)
+    (waiting,) = loaded(files, "outbox.json")["waiting_transcripts"]
+    assert CANARY_A in json.dumps(waiting)
+    ledger = loaded(files, "ledger.json")
+    async with engine.connect() as conn:
+        rows = await conn.scalar(select(func.count()).select_from(usage).where(usage.c.subject_key == a.subject_key))
+    assert len(ledger["usage"]) == rows == manifest["stores"]["ledger"]["records"] and rows >= 4
+    assert {row["session_id"] for row in ledger["usage"]} == {"sess-0", "sess-1"}
+    subject = loaded(files, "subject.json")
+    assert subject["subject"]["user_id"] == ALICE and subject["subject"]["subject_key"] == a.subject_key
+    assert [e["requested_by"] for e in loaded(files, "exports.json")["earlier_exports"]] == ["ticket 881"]
+    (request,) = loaded(files, "erasure_requests.json")["requests"]
+    assert (request["request_id"], request["requested_by"]) == ("req-open", "ticket 881")
+    assert request["extension"]["reason"] == "40 sessions"
+
+    stored = await get_export(engine, done.manifest.export_id)
+    assert stored is not None and stored["status"] == "exported" and stored["subject_key"] == a.subject_key
+    assert ALICE not in json.dumps(stored, default=str) and "alice.zip" not in json.dumps(stored, default=str)
+    assert done.path is not None and stat.S_IMODE(done.path.stat().st_mode) == 0o600
+
+
+async def _transcripts_match_the_store(
+    files: dict[str, bytes], store: S3TranscriptStore, subject_key: str, run_ids: list[str]
+) -> None:
+    """Every current transcript is in the archive as the store holds it, and the version seed_user
+    overwrote (the run's real record) is there too, marked an earlier version."""
+    index = loaded(files, "transcripts/index.json")["runs"]
+    current = {e["run_id"]: e for e in index if e["copy"] == "current"}
+    assert sorted(current) == sorted(run_ids)
+    for key in await store.list_keys(subject_prefix(subject_key)):
+        entry = next(e for e in current.values() if key.endswith(f"/{e['run_id']}.jsonl.gz"))
+        body = await store.get(key)
+        assert entry["sha256_as_stored"] == hashlib.sha256(body).hexdigest()
+        try:
+            header, items = record.decode(body)
+        except AuditError:  # the object seed_user overwrote is not a transcript any more
+            assert entry["file"].endswith(".unreadable.json") and CANARY_A in loaded(files, entry["file"])["as_stored_text"]
+            continue
+        lines = [json.loads(line) for line in files[entry["file"]].decode().splitlines()]
+        assert lines == [header, *items] and entry["items"] == len(items)
+    (earlier,) = [e for e in index if e["copy"] == "earlier_version"]
+    assert earlier["run_id"] in current and earlier["version_id"] and earlier["file"].endswith(".2.jsonl")
+    assert CANARY_A.encode() in files[earlier["file"]]
+
+
+async def test_an_export_of_an_erased_user_holds_nothing_and_says_so(
+    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, tmp_path: Path
+) -> None:
+    platform = audited_platform(engine, registry, s3_store)
+    await seed_user(platform, s3_store, ALICE, CANARY_A, 1, 1)
+    before = await exporter(engine, s3_store).run(ALICE, tmp_path / "before", operator="dpo")  # a folder
+    assert before.matched and (tmp_path / "before" / "manifest.json").is_file()
+    assert stat.S_IMODE((tmp_path / "before").stat().st_mode) == 0o700
+    assert (await coordinator(engine, s3_store).run(ALICE, request_id="req-gone")).status is RequestStatus.COMPLETED
+
+    after = await exporter(engine, s3_store).run(ALICE, tmp_path / "after.zip", operator="dpo")
+
+    assert not after.matched and after.manifest.status == "no_match" and after.path is None
+    assert not (tmp_path / "after.zip").exists() and sorted(p.name for p in tmp_path.iterdir() if "after" in p.name) == []
+    assert after.manifest.stores == dict.fromkeys(STORES, Section()) and after.manifest.files == {}
+    assert after.manifest.near_match is None
+    stored = await get_export(engine, after.manifest.export_id)
+    assert stored is not None and stored["status"] == "no_match" and set(stored["manifest"]["stores"]) == STORES
+    async with engine.connect() as conn:  # the earlier exports' records stay, unlinked from the user
+        linked = dict((await conn.execute(select(export_requests.c.export_id, export_requests.c.subject_key))).all())
+    assert len(linked) == 3 and set(linked.values()) == {None}  # seed_user's, before and after
+    assert {before.manifest.export_id, after.manifest.export_id} <= set(linked)
+
+
+async def test_an_id_that_matches_nothing_is_said_to_have_a_near_twin_when_one_holds_data(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    await get_or_create_subject(engine, "dave")
+    done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("Dave", tmp_path / "dave.zip", operator="o")
+    assert done.path is None and not (tmp_path / "dave.zip").exists()
+    assert not done.matched and done.manifest.near_match and "letter case" in done.manifest.near_match
+    assert "dave" not in done.manifest.model_dump_json().lower()
+
+
+async def test_an_export_never_overwrites_and_refuses_bad_input_before_anything_is_written(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    tmp_path = tmp_path / "desk"
+    store = LocalTranscriptStore(tmp_path / "t")
+    await get_or_create_subject(engine, "erin")
+    taken = tmp_path / "taken.zip"
+    tmp_path.mkdir()
+    taken.write_bytes(b"someone's archive")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "link.zip").symlink_to(tmp_path / "nowhere.zip")  # a dangling link: written through, it would land there
+    for target in (taken, tmp_path / "folder", tmp_path / "link.zip"):
+        with pytest.raises(ExportTargetExists, match="never overwrites"):
+            await exporter(engine, store).run("erin", target, operator="o")
+    assert taken.read_bytes() == b"someone's archive" and not any((tmp_path / "folder").iterdir())
+    with pytest.raises(ExportFailed, match="does not exist"):
+        await exporter(engine, store).run("erin", tmp_path / "no-such-folder" / "x.zip", operator="o")
+    for user, person in (("", {}), ("erin\x00", {}), ("erin", {"requested_by": "a\nb"}), ("erin", {"operator": " "})):
+        with pytest.raises(InvalidIdentifier):
+            await exporter(engine, store).run(user, tmp_path / "bad.zip", **person)
+    assert not (tmp_path / "bad.zip").exists()
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(export_requests)) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link.zip", "taken.zip"]  # nothing left behind
+
+
+async def test_a_store_that_cannot_be_read_fails_the_export_leaves_no_archive_and_records_why(
+    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, tmp_path: Path
+) -> None:
+    await seed_user(audited_platform(engine, registry, s3_store), s3_store, "fay", "CANARY-fay", 1, 1)
+    dead = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{free_port()}", config=Config(
+        connect_timeout=0.3, read_timeout=0.3, retries={"total_max_attempts": 1}))
+    out = tmp_path / "out"
+    out.mkdir()
+
+    with pytest.raises(ExportFailed, match="could not read transcripts") as caught:
+        await exporter(engine, S3TranscriptStore(dead, s3_store.bucket, "audit")).run("fay", out / "fay.zip", operator="o")
+
+    assert caught.value.hint and list(out.iterdir()) == []  # no archive, no temporary file
+    async with engine.connect() as conn:
+        (row,) = (await conn.execute(select(export_requests.c.status, export_requests.c.detail)
+                                     .where(export_requests.c.status != "running"))).all()  # seed_user's is
+    assert row.status == "failed" and row.detail.startswith("transcripts: TranscriptUnavailable")
+    assert "fay" not in row.detail
+
+
+async def test_a_folder_store_hands_over_a_write_a_killed_writer_left(engine: AsyncEngine, tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "gil")
+    folder = tmp_path / "t" / subject_prefix(subject) / "sessions" / ("s" * 32) / "runs"
+    folder.mkdir(parents=True)
+    (folder / ".tmp-run1.jsonl.gz.k1ll3d").write_bytes(gzip.compress(b'{"kind": "run", "text": "CANARY-gil"}\n'))
+
+    done = await exporter(engine, store).run("gil", tmp_path / "gil.zip", operator="o")
+
+    (entry,) = loaded(unpack(done.path), "transcripts/index.json")["runs"]
+    assert entry["copy"] == "partial_write" and done.manifest.stores["transcripts"].records == 1
+    assert b"CANARY-gil" in unpack(done.path)[entry["file"]]
+
+
+def test_the_composition_root_exports_from_every_store_it_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_OPERATOR", "desk")
+
+    async def go() -> set[str]:
+        app = App(Settings(auto_migrate=True))
+        try:
+            await app.ensure_schema()
+            async with app.engine.begin() as conn:
+                await conn.execute(sessions.insert().values(**_state_row("hana")))
+            done = await app.exporter().run("hana", tmp_path / "hana.zip")
+            return {name for name, s in done.manifest.stores.items() if s.records} | {done.manifest.operator}
+        finally:
+            await app.aclose()
+
+    assert asyncio.run(go()) == {"resume_state", "desk"}
+
+
+def _state_row(user_id: str) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    state = envelope.encode({"agents": {"triage": {"note": "CANARY-hana"}}})
+    return {"user_id": user_id, "session_id": "s1", "team": "support_triage", "team_version": "v1",
+            "schema_version": 1, "agentchat_version": "0.7.5", "fingerprints": {}, "state": state,
+            "state_bytes": len(state.encode()), "row_version": 1, "created_at": now, "updated_at": now,
+            "expires_at": now + timedelta(days=1)}
+
+
+async def test_an_interrupted_runs_checkpoint_is_exported_decoded_with_its_session(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.runtime.checkpoint_teams import TEAM, counted_calls, register
+
+    register(registry)
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, store)
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3  # the run stops in its third turn: two are in its checkpoint
+        async with platform.session(ALICE, "sess-long", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(f"{CANARY_A} my line drops every evening")
+    done = await exporter(engine, store).run(ALICE, tmp_path / "alice.zip", operator="dpo")
+    (row,) = loaded(unpack(done.path), "resume_state.json")["resume_state"]
+    assert row["session_id"] == "sess-long" and row["state"] is None
+    checkpoint = row["checkpoint"]
+    assert checkpoint["kind"] == "checkpoint" and checkpoint["turn"] == 2  # decoded, not an envelope
+    assert CANARY_A in json.dumps(checkpoint["agent_states"])

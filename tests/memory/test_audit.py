@@ -1,0 +1,136 @@
+"""The memory writer's model calls are metered like every other call: ledger rows under the run they follow,
+spans (to a real OTLP receiver) and ``teamstore cost`` as the memory writer's. Its memory is erased with the
+user (counts in the receipt), fenced while an erasure is open, and swept by retention on its own clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from config_registry import Registry
+from teamstore.audit.cost import query_costs
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
+from teamstore.audit.prices import load_prices
+from teamstore.audit.retention import sweep_all
+from teamstore.audit.schema import usage
+from teamstore.audit.telemetry import setup_tracing
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.erasure.coordinator import DeletionCoordinator
+from teamstore.erasure.receipt import StepStatus
+from teamstore.erasure.requests import open_request
+from teamstore.erasure.settings import ErasureSettings
+from teamstore.events import RunObserver
+from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
+from tests.memory.conftest import make_platform
+from tests.memory.team import GATES, TEAM, helpdesk, helpdesk_manifest
+from tests.memory.test_sessions import FIRST, talk
+from tests.otlp_receiver import OtlpReceiver
+
+
+@pytest.fixture
+def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
+    """A real OTLP/HTTP receiver, with OTEL_EXPORTER_OTLP_ENDPOINT pointing at it."""
+    receiver = OtlpReceiver().start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    yield receiver
+    receiver.stop()
+
+
+def audited(engine: AsyncEngine, registry: Registry, tmp_path: Path, tracer: Any = None, **settings: Any) -> Platform:
+    pseudonyms = Pseudonyms(engine)
+    observers: list[RunObserver] = [LedgerObserver(engine, pseudonyms),
+                                    TranscriptObserver(LocalTranscriptStore(tmp_path / "transcripts"), engine, pseudonyms)]
+    if tracer is not None:
+        observers.append(SpanObserver(tracer, pseudonyms))
+    return make_platform(engine, registry, tmp_path, observers, **settings)
+
+
+async def last_run(engine: AsyncEngine) -> str:
+    async with engine.connect() as conn:
+        return str((await conn.execute(select(usage.c.run_id).where(usage.c.purpose == "agent"))).scalars().first())
+
+
+@pytest.mark.otlp
+async def test_the_writers_calls_are_in_the_ledger_spans_and_cost_as_the_memory_writers(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, otlp: OtlpReceiver
+) -> None:
+    tracer = setup_tracing(Settings())
+    assert tracer is not None
+    async with audited(engine, registry, tmp_path, tracer) as platform:
+        _, _, _ = await talk(platform, "alice", "s1", FIRST)
+    run_id = (await last_run(engine))
+    tracer.force_flush()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(usage.c.run_id, usage.c.agent, usage.c.purpose, usage.c.calls))).all()
+    assert {(r.agent, r.purpose) for r in rows} == {("triage", "agent"), ("researcher", "agent"),
+                                                   ("memory_writer", "memory_writer")}
+    assert {r.run_id for r in rows} == {run_id}  # the writer's calls are the run's: a session's cost holds them
+    report = await query_costs(engine, load_prices(None), by="purpose")
+    by_purpose = {r.key: r for r in report.rows}
+    assert by_purpose["memory_writer"].calls == 1 and by_purpose["memory_writer"].input_tokens > 0
+    assert report.total.runs_limited == 1 and report.total.runs_completed == 0  # one run (its message cap), counted once
+    spans = otlp.wait_for(lambda s: any(x["name"] == "memory_writer helpdesk" for x in s))
+    (writer,) = [x for x in spans if x["name"] == "memory_writer helpdesk"]
+    assert writer["attributes"]["teamstore.run_id"] == run_id
+    assert writer["attributes"]["teamstore.purpose"] == "memory_writer"
+    (call,) = [x for x in spans if x.get("parent_span_id") == writer["span_id"]]
+    assert call["attributes"]["teamstore.purpose"] == "memory_writer" and call["name"] == "chat offline-small"
+    assert b"ZX-81" not in otlp.wire() and b"alice" not in otlp.wire()
+    tracer.shutdown()
+
+
+async def test_erasing_a_user_removes_their_memory_with_counts_in_the_receipt(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    async with audited(engine, registry, tmp_path) as platform:
+        await talk(platform, "alice", "s1", FIRST)
+        await talk(platform, "bob", "s1", "My router QX-7 is fine (ticket 77)")
+    coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "transcripts"),
+                                      knobs=ErasureSettings(fence_grace_seconds=0))
+    receipt = await coordinator.run("alice", reason="test")
+    assert receipt.ok, receipt
+    memory = receipt.stores["memory"]
+    assert memory.status is StepStatus.ERASED and memory.counts.rows == 3  # the summary and two facts
+    async with make_platform(engine, registry, tmp_path) as platform:
+        assert await platform.show_memory("alice") == []
+        assert [m.user_id for m in await platform.show_memory("bob")] == ["bob"]
+
+
+async def test_no_memory_is_written_for_a_user_an_erasure_fences(
+    engine: AsyncEngine, registry: Registry, channel: str, tmp_path: Path
+) -> None:
+    registry.add(TEAM, helpdesk(channel, "gated").dump_component(), helpdesk_manifest(), "gated", label="production")
+    GATES[channel] = asyncio.Barrier(2)
+    async with make_platform(engine, registry, tmp_path) as platform:
+        await talk(platform, "alice", "s1", FIRST)  # saved; its writer waits at the gate, mid model call
+        await open_request(engine, "er-fence", "alice", "test", 30)
+        await GATES[channel].wait()
+        await platform.drain_memory()
+        assert await platform.show_memory("alice") == []  # neither the memory nor a failure was written
+
+
+async def test_retention_sweeps_memory_on_its_teams_clock(
+    engine: AsyncEngine, registry: Registry, channel: str, tmp_path: Path
+) -> None:
+    registry.add("helpdesk_short", helpdesk(channel).dump_component(),
+                 helpdesk_manifest(retention_days=2).model_copy(update={"name": "helpdesk_short"}), "short",
+                 label="production")
+    async with make_platform(engine, registry, tmp_path) as platform:
+        await talk(platform, "alice", "s1", FIRST)  # the default retention: 180 days
+        async with platform.session("alice", "s2", team="helpdesk_short") as s:
+            await s.run(FIRST)
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    report = await sweep_all(Settings(), engine, store, now=datetime.now(UTC) + timedelta(days=3))
+    assert (report.memories, report.memory_facts) == (1, 2)
+    async with make_platform(engine, registry, tmp_path) as platform:
+        assert [m.scope for m in await platform.show_memory("alice")] == ["helpdesk"]
+        (kept,) = await platform.show_memory("alice")
+        assert kept.expires_at is not None and kept.expires_at - kept.updated_at == timedelta(days=180)  # type: ignore[operator]

@@ -1,0 +1,89 @@
+"""``teamstore memory show|forget``, and memory in ``run``, ``cost`` and ``retention sweep``, through typer's
+CliRunner on the embedded default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from config_registry import Registry
+from teamstore import examples
+from teamstore.cli import app
+
+runner = CliRunner()
+FIRST = "My router ZX-81 drops the connection every evening (ticket 55102)."
+
+
+def as_json(*args: str) -> Any:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def ran(registry_path: Path) -> dict[str, Any]:
+    """The example support team registered, and one run of alice's (its memory written as the command ends)."""
+    Registry(registry_path).add("support_triage", examples.support_triage().dump_component(),
+                                examples.example_manifest("support_triage"), "v1", label="production")
+    data: dict[str, Any] = as_json("run", "--team", "support_triage", "--user", "alice", "--session", "s1", FIRST)
+    return data
+
+
+def test_show_prints_the_summary_and_each_fact_with_its_type_run_and_confirmation(ran: dict[str, Any]) -> None:
+    shown = as_json("memory", "show", "--user", "alice")
+    assert shown["user_id"] == "alice"
+    (memory,) = shown["memories"]
+    assert memory["scope"] == "support_triage" and memory["summary"] == FIRST and memory["version"] == 1
+    assert {f["name"]: (f["type"], f["value"], f["source_run_id"]) for f in memory["facts"]} == {
+        "ticket_id": ("str", "55102", ran["run_id"]), "router_model": ("str", "ZX-81", ran["run_id"])}
+    table = runner.invoke(app, ["memory", "show", "--user", "alice", "--team", "support_triage"])
+    assert table.exit_code == 0 and "ZX-81" in table.stdout and "summary: My router ZX-81" in table.stdout
+    assert as_json("memory", "show", "--user", "alice", "--team", "billing")["memories"] == []
+    assert "nothing is kept about this user" in runner.invoke(app, ["memory", "show", "--user", "bob"]).stdout
+
+
+def test_a_new_session_run_says_what_memory_it_was_given(ran: dict[str, Any]) -> None:
+    assert ran["memory"] == {"scope": "support_triage", "given_to": [], "summary": False, "facts": [],
+                             "left_out": []}
+    data = as_json("run", "--team", "support_triage", "--user", "alice", "--session", "s2", "Hello again")
+    assert data["memory"]["given_to"] == ["triage", "researcher"]
+    assert data["memory"]["facts"] == ["router_model", "ticket_id"]
+    assert "ticket_id=55102" in data["reply"] or any("ticket_id=55102" in m["content"] for m in data["messages"])
+
+
+def test_forget_one_fact_then_everything(ran: dict[str, Any]) -> None:
+    assert as_json("memory", "forget", "--user", "alice", "--fact", "ticket_id") == {"memories": 0, "facts": 1}
+    (memory,) = as_json("memory", "show", "--user", "alice")["memories"]
+    assert [f["name"] for f in memory["facts"]] == ["router_model"] and memory["summary"] == FIRST
+    assert as_json("memory", "forget", "--user", "alice", "--all") == {"memories": 1, "facts": 1}
+    assert as_json("memory", "show", "--user", "alice")["memories"] == []
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--user", "alice"), "say what to forget: --fact NAME or --all"),
+    (("--user", "alice", "--fact", "ticket_id", "--all"), "say what to forget"),
+    (("--user", "alice", "--fact", "mood"), "no fact 'mood' is kept about this user"),
+    (("--user", "a\tb", "--all"), "user_id"),
+])
+def test_forget_says_what_is_wrong_and_exits_one(ran: dict[str, Any], args: tuple[str, ...], says: str) -> None:
+    result = runner.invoke(app, ["memory", "forget", *args])
+    assert result.exit_code == 1 and says in result.stderr and "fix:" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_an_unknown_facts_error_names_the_facts_that_are_kept(ran: dict[str, Any]) -> None:
+    result = runner.invoke(app, ["memory", "forget", "--user", "alice", "--fact", "mood"])
+    assert "the facts kept are: router_model, ticket_id" in result.stderr
+
+
+def test_cost_by_purpose_shows_the_memory_writer_and_the_sweep_counts_memory(ran: dict[str, Any]) -> None:
+    report = json.loads(runner.invoke(app, ["cost", "--by", "purpose", "--format", "json"]).stdout)
+    writer = next(r for r in report["rows"] if r["key"] == "memory_writer")
+    assert writer["calls"] == 1 and writer["input_tokens"] > 0
+    swept = as_json("retention", "sweep")
+    assert (swept["memories"], swept["memory_facts"]) == (0, 0)  # 180 days from now: nothing expired
+    assert "expired user memories (0 facts)" in runner.invoke(app, ["retention", "sweep"]).stdout

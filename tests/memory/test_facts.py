@@ -1,0 +1,89 @@
+"""A fact's value is of its declared type, and the writer's reply is a summary within budget and declared,
+well-typed facts: anything else is refused with a reason that quotes none of what the model said."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from typing import Any
+
+import pytest
+
+from config_registry import MemoryDeclaration
+from teamstore.errors import MemoryWriteRefused
+from teamstore.memory.facts import (
+    MAX_FACT_CHARS,
+    FactInvalid,
+    check_value,
+    decode_value,
+    encode_value,
+    estimate_tokens,
+    parse_update,
+)
+
+DECLARED = MemoryDeclaration(participants=["triage"], writer="triage", summary_tokens=10,
+                             facts={"ticket_id": "str", "visits": "int", "speed": "float", "replaced": "bool",
+                                    "visited_on": "date"})
+WORDS = "SECRET-customer-words"
+
+
+@pytest.mark.parametrize(("kind", "value", "kept"), [
+    ("str", "55102", "55102"), ("int", 3, 3), ("float", 2, 2.0), ("float", 0.5, 0.5), ("bool", False, False),
+    ("date", "2026-09-24", date(2026, 9, 24)),
+])
+def test_a_value_of_its_declared_type_is_kept_and_reads_back_the_same(kind: str, value: Any, kept: Any) -> None:
+    checked = check_value("fact", kind, value)
+    assert checked == kept and type(checked) is type(kept)
+    assert decode_value("fact", kind, encode_value(checked)) == kept
+
+
+@pytest.mark.parametrize(("kind", "value"), [
+    ("str", ""), ("str", "x" * (MAX_FACT_CHARS + 1)), ("str", 55102), ("int", WORDS), ("int", True), ("int", 2.5),
+    ("float", WORDS), ("float", float("nan")), ("bool", WORDS), ("bool", 1), ("date", WORDS),
+    ("date", "2026-13-01"), ("list", WORDS),
+])
+def test_a_value_that_fails_its_type_is_refused_naming_the_fact_and_type_not_the_value(kind: str, value: Any) -> None:
+    with pytest.raises(FactInvalid) as raised:
+        check_value("ticket_id", kind, value)
+    assert "ticket_id" in str(raised.value) and kind in str(raised.value)
+    assert WORDS not in str(raised.value)
+
+
+def test_a_stored_value_that_is_not_json_is_refused() -> None:
+    with pytest.raises(FactInvalid, match="not JSON"):
+        decode_value("ticket_id", "str", "{55102")
+
+
+def test_the_writers_reply_becomes_an_update_of_its_declared_facts() -> None:
+    reply = json.dumps({"summary": " Router replaced. ", "facts": {
+        "ticket_id": "55102", "visits": 2, "visited_on": "2026-09-24", "replaced": True, "speed": None}})
+    update = parse_update(reply, DECLARED)
+    assert update.summary == "Router replaced."
+    # a null fact is one the new messages do not state: the stored value, if any, stays
+    assert update.facts == {"ticket_id": "55102", "visits": 2, "visited_on": date(2026, 9, 24), "replaced": True}
+
+
+def test_a_reply_in_a_fenced_code_block_is_read_as_its_json() -> None:
+    assert parse_update('```json\n{"summary": "ok", "facts": {}}\n```', DECLARED).summary == "ok"
+
+
+@pytest.mark.parametrize(("reply", "why"), [
+    (f"The user said {WORDS} and their ticket is 55102.", "prose"),
+    (None, "no text"),
+    (json.dumps([WORDS]), "prose"),
+    (json.dumps({"facts": {}}), "'summary' text"),
+    (json.dumps({"summary": WORDS, "facts": [WORDS]}), "'summary' text"),
+    (json.dumps({"summary": "ok", "facts": {f"mood_{WORDS}": "x"}}), "does not declare"),
+    (json.dumps({"summary": "ok", "facts": {"visits": WORDS}}), "'visits' is not a valid int"),
+    (json.dumps({"summary": WORDS * 3, "facts": {}}), "over its budget of 10"),
+])
+def test_a_reply_that_is_not_a_valid_update_is_refused_without_quoting_it(reply: Any, why: str) -> None:
+    with pytest.raises(MemoryWriteRefused) as raised:
+        parse_update(reply, DECLARED)
+    assert why in raised.value.message and "previous memory is kept" in raised.value.message
+    assert WORDS not in raised.value.message and WORDS not in (raised.value.hint or "")
+
+
+def test_a_summarys_size_is_about_four_characters_a_token_whatever_the_model() -> None:
+    assert estimate_tokens("") == 0 and estimate_tokens("abcd") == 1 and estimate_tokens("abcde") == 2
+    assert parse_update(json.dumps({"summary": "x" * 40, "facts": {}}), DECLARED).summary == "x" * 40

@@ -1,0 +1,203 @@
+"""The memory store's conformance suite, run in full on SQLite and a real Postgres: written and read back,
+confirmed, concurrent writers refused rather than lost, failures recorded beside good memory, forgotten per
+fact and in full, swept by retention, fenced during an erasure, damaged rows reported, erased with the user."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.erasure.receipt import StepStatus
+from teamstore.erasure.requests import open_request
+from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.database import memory_step
+from teamstore.errors import ErasureInProgress, InvalidIdentifier, MemoryNotFound, StaleMemory
+from teamstore.memory.facts import MemoryUpdate
+from teamstore.memory.schema import facts, memories
+from teamstore.memory.store import MemoryStore
+
+TYPES = {"ticket_id": "str", "visits": "int", "speed": "float", "replaced": "bool", "visited_on": "date"}
+T0 = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+
+
+async def put(store: MemoryStore, summary: str = "line fault", facts_: dict[str, Any] | None = None, *,
+              user: str = "alice", scope: str = "helpdesk", expected: int = 0, run: str = "run-1",
+              retention: float = 180, now: datetime = T0) -> int:
+    return await store.write(user, scope, MemoryUpdate(summary, facts_ or {}), types=TYPES, expected_version=expected,
+                             run_id=run, team="helpdesk", team_version="v1", retention_days=retention, now=now)
+
+
+async def test_memory_written_reads_back_with_each_facts_value_source_run_and_confirmation(store: MemoryStore) -> None:
+    written = {"ticket_id": "55102", "visits": 2, "speed": 0.5, "replaced": True, "visited_on": date(2026, 9, 24)}
+    assert await put(store, "line fault ticket 55102, technician visited 24 Sep", written) == 1
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and kept.written and kept.version == 1 and not kept.damaged
+    assert kept.summary == "line fault ticket 55102, technician visited 24 Sep"
+    assert {n: f.value for n, f in kept.facts.items()} == written
+    assert {f.type for f in kept.facts.values()} == set(TYPES.values())
+    fact = kept.facts["ticket_id"]
+    assert (fact.source_run_id, fact.created_at, fact.confirmed_at) == ("run-1", T0, T0)
+    assert kept.updated_at == T0 and kept.expires_at == T0 + timedelta(days=180)
+    assert await store.load("alice", "another_team") is None and await store.load("bob", "helpdesk") is None
+
+
+async def test_a_fact_written_again_with_its_value_is_confirmed_and_keeps_the_run_it_came_from(
+    store: MemoryStore,
+) -> None:
+    await put(store, facts_={"ticket_id": "55102", "visits": 1})
+    later = T0 + timedelta(days=3)
+    await put(store, "again", {"ticket_id": "55102", "visits": 2}, expected=1, run="run-2", now=later)
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None
+    ticket, visits = kept.facts["ticket_id"], kept.facts["visits"]
+    assert (ticket.source_run_id, ticket.created_at, ticket.confirmed_at) == ("run-1", T0, later)  # confirmed
+    assert (visits.value, visits.source_run_id, visits.created_at) == (2, "run-2", later)  # changed
+
+
+async def test_facts_a_write_does_not_name_are_kept(store: MemoryStore) -> None:
+    await put(store, facts_={"ticket_id": "55102", "replaced": False})
+    await put(store, "the router was replaced", {"replaced": True}, expected=1, run="run-2")
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and kept.summary == "the router was replaced"
+    assert {n: f.value for n, f in kept.facts.items()} == {"ticket_id": "55102", "replaced": True}
+
+
+async def test_a_write_from_a_version_another_write_moved_on_is_refused_and_writes_nothing(store: MemoryStore) -> None:
+    await put(store, "first", {"ticket_id": "1"})
+    with pytest.raises(StaleMemory):  # a second first write: the row is there already
+        await put(store, "second first", {"ticket_id": "2"})
+    await put(store, "update", {"visits": 1}, expected=1, run="run-2")
+    with pytest.raises(StaleMemory):  # written from version 1, which another write moved to 2
+        await put(store, "lost?", {"ticket_id": "3", "visits": 9}, expected=1, run="run-3")
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and (kept.version, kept.summary) == (2, "update")
+    assert {n: f.value for n, f in kept.facts.items()} == {"ticket_id": "1", "visits": 1}
+
+
+async def test_a_writers_failure_is_recorded_beside_the_memory_and_changes_none_of_it(store: MemoryStore) -> None:
+    assert await store.record_failure("alice", "helpdesk", "the writer returned prose", team="helpdesk",
+                                      team_version="v1", retention_days=180)
+    first = await store.load("alice", "helpdesk")
+    assert first is not None and not first.written and first.failure is not None and first.failure.count == 1
+    await put(store, "good", {"ticket_id": "55102"}, expected=first.version)  # a first write over the failure
+    await store.record_failure("alice", "helpdesk", "the writer's model call failed (TimeoutError)",
+                               team="helpdesk", team_version="v2", retention_days=180)
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and (kept.version, kept.summary, kept.team_version) == (1, "good", "v1")
+    assert kept.facts["ticket_id"].value == "55102"
+    assert kept.failure is not None and kept.failure.count == 2 and "TimeoutError" in kept.failure.reason
+    assert kept.to_dict()["failure"]["count"] == 2
+
+
+async def test_forgetting_a_fact_keeps_the_summary_and_moves_the_version_on(store: MemoryStore) -> None:
+    await put(store, "ticket 55102", {"ticket_id": "55102", "visits": 1})
+    gone = await store.forget("alice", fact="ticket_id")
+    assert (gone.memories, gone.facts) == (0, 1)
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and kept.summary == "ticket 55102" and set(kept.facts) == {"visits"}
+    assert kept.version == 2  # a writer that read version 1 cannot write the fact back from what it read
+    with pytest.raises(StaleMemory):
+        await put(store, "ticket 55102", {"ticket_id": "55102"}, expected=1)
+
+
+async def test_forgetting_a_fact_not_kept_names_the_facts_that_are(store: MemoryStore) -> None:
+    await put(store, facts_={"ticket_id": "55102", "visits": 1})
+    with pytest.raises(MemoryNotFound) as raised:
+        await store.forget("alice", fact="router_model")
+    assert raised.value.hint == "the facts kept are: ticket_id, visits"
+    with pytest.raises(MemoryNotFound, match="nothing is kept"):
+        await store.forget("bob", fact="ticket_id")
+
+
+async def test_forgetting_everything_removes_one_scope_or_every_scope_and_no_one_elses(store: MemoryStore) -> None:
+    await put(store, facts_={"ticket_id": "1", "visits": 1})
+    await put(store, facts_={"ticket_id": "2"}, scope="billing")
+    await put(store, facts_={"ticket_id": "3"}, user="bob")
+    gone = await store.forget("alice", scope="billing")
+    assert (gone.memories, gone.facts) == (1, 1)
+    assert [m.scope for m in await store.show("alice")] == ["helpdesk"]
+    gone = await store.forget("alice")
+    assert (gone.memories, gone.facts) == (1, 2) and await store.show("alice") == []
+    assert (await store.forget("alice")) == type(gone)(0, 0)  # nothing left: nothing to do, no error
+    assert [m.user_id for m in await store.show("bob")] == ["bob"]
+
+
+async def test_retention_sweeps_memory_past_its_expiry_with_its_facts(store: MemoryStore) -> None:
+    await put(store, facts_={"ticket_id": "1"}, retention=1)
+    await put(store, facts_={"ticket_id": "2"}, scope="billing", retention=30)
+    await put(store, facts_={"ticket_id": "3", "visits": 2}, user="bob", retention=1)
+    swept = await store.sweep(now=T0 + timedelta(days=2), batch_size=1)  # batches of one: every batch runs
+    assert (swept.memories, swept.facts) == (2, 3)
+    assert [(m.user_id, m.scope) for m in await store.show("alice") + await store.show("bob")] == [("alice", "billing")]
+    assert (await store.sweep(now=T0 + timedelta(days=2))).memories == 0
+
+
+async def test_an_erasure_fence_stops_every_memory_write_for_its_user(store: MemoryStore, engine: AsyncEngine) -> None:
+    await put(store, "before", {"ticket_id": "1"})
+    await open_request(engine, "er-fence", "alice", "test", 30)
+    with pytest.raises(ErasureInProgress):
+        await put(store, "after", {"ticket_id": "2"}, expected=1, run="run-2")
+    with pytest.raises(ErasureInProgress):
+        await put(store, "first", {"ticket_id": "2"}, scope="billing")
+    assert not await store.record_failure("alice", "helpdesk", "x", team="helpdesk", team_version="v1",
+                                          retention_days=1)
+    kept = await store.show("alice")
+    assert [(m.scope, m.summary, m.failure) for m in kept] == [("helpdesk", "before", None)]
+    assert await put(store, "bob is not fenced", user="bob") == 1
+
+
+async def test_a_row_damaged_by_hand_is_reported_and_never_raised(store: MemoryStore, engine: AsyncEngine) -> None:
+    await put(store, "ok", {"ticket_id": "55102", "visits": 2, "replaced": True})
+    async with engine.begin() as conn:
+        await conn.execute(update(facts).where(facts.c.name == "ticket_id").values(value="{55102"))
+        await conn.execute(update(facts).where(facts.c.name == "visits").values(value='"two"'))
+        await conn.execute(update(facts).where(facts.c.name == "replaced").values(type="list"))
+        await conn.execute(update(memories).values(version=-4))
+        if engine.dialect.name == "sqlite":  # SQLite keeps whatever is written, a time that is no time included
+            await conn.execute(text("UPDATE ts_user_memory SET updated_at = 'yesterday'"))
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and kept.facts == {} and kept.version == -1
+    reasons = {d.name: d.reason for d in kept.damaged}
+    assert reasons["ticket_id"] == "fact 'ticket_id' holds a value that is not JSON"
+    assert "'visits' is not a valid int" in reasons["visits"] and "no fact type" in reasons["replaced"]
+    assert "version" in reasons and ("updated_at" in reasons) == (engine.dialect.name == "sqlite")
+    assert (await store.forget("alice")).facts == 3  # what is damaged can still be forgotten
+
+
+async def test_facts_left_without_their_memory_row_are_shown_and_can_be_forgotten(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, facts_={"ticket_id": "55102"})
+    async with engine.begin() as conn:
+        await conn.execute(memories.delete())
+    (orphan,) = await store.show("alice")
+    assert orphan.facts["ticket_id"].value == "55102" and orphan.damaged[0].name == "memory"
+    assert (await store.forget("alice", scope="helpdesk")).facts == 1
+
+
+async def test_ids_are_checked_before_anything_is_read(store: MemoryStore) -> None:
+    for bad in ("", "a\tb", "x" * 257):
+        with pytest.raises(InvalidIdentifier):
+            await store.show(bad)
+        with pytest.raises(InvalidIdentifier):
+            await store.forget(bad)
+
+
+async def test_the_erasure_step_counts_and_removes_a_users_memory_and_no_one_elses(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, "alice's summary", {"ticket_id": "1", "visits": 2})
+    await put(store, "bob's", {"ticket_id": "2"}, user="bob")
+    step, ctx = memory_step(), StepContext(engine, None, "er-1", "alice", None)  # type: ignore[arg-type]
+    found = await step.enumerate(ctx)
+    assert found.rows == 3 and found.bytes == len("alice's summary") + len('"1"') + len("2")
+    await open_request(engine, "er-1", "alice", "test", 30)
+    result = await step.erase(ctx, prior=None)
+    assert result.status is StepStatus.DELETED and result.counts.rows == 3
+    assert (await step.remaining(ctx)).rows == 0
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(memories.c.user_id))).scalars().all() == ["bob"]

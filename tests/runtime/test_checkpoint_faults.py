@@ -1,0 +1,186 @@
+"""Bad input and faults around a run's checkpoint, on SQLite and Postgres with both kinds of lease: a
+checkpoint damaged by hand, one from an older definition version, a second worker at a run the first still
+holds, a stale worker's checkpoint after its session was taken over, a database down at a checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from config_registry import Registry
+from teamstore.errors import SessionBusy, StaleStateVersion, StateRejected, StoreUnavailable
+from teamstore.runtime.platform import Platform
+from teamstore.state.base import SessionKey
+from teamstore.state.schema import sessions
+from tests.runtime.checkpoint_teams import TEAM, counted_calls, long_triage, manifest, register, said
+from tests.runtime.test_sessions import _allow_connections, _lose_the_database
+
+TASK = "My line drops every evening since the storm."
+KEY = SessionKey("alice", "s1")
+
+
+async def _interrupt(platform: Platform, monkeypatch: pytest.MonkeyPatch, turn: int) -> str:
+    """Run alice's session until its model fails in the turn after ``turn``; returns the run's id."""
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = turn + 1
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            assert s.interrupted is not None
+            return s.interrupted.run_id
+
+
+async def _damage(platform: Platform, **values: Any) -> None:
+    async with platform.engine.begin() as conn:
+        await conn.execute(update(sessions).where(sessions.c.user_id == "alice").values(**values))
+
+
+_BARE = '{"envelope":1,"codec":"json","data":{"kind":"checkpoint"}}'
+
+
+@pytest.mark.parametrize(("damage", "why"), [
+    ({"checkpoint": "{not json", "checkpoint_bytes": 9}, "not valid JSON"),
+    ({"checkpoint": _BARE, "checkpoint_bytes": len(_BARE)}, "layout None"),
+    ({"checkpoint_bytes": 3}, "checkpoint_bytes 3"),
+], ids=["not-json", "no-fields", "wrong-size"])
+async def test_a_checkpoint_damaged_by_hand_is_set_aside_and_the_state_before_the_run_resumes(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, damage: dict[str, Any], why: str
+) -> None:
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run("first request")
+    await _interrupt(platform, monkeypatch, 2)
+    await _damage(platform, **damage)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.outcome == "resumed" and s.resume.applied
+        assert s.resume.checkpoint_refused in ("corrupt", "schema_mismatch") and s.resume.quarantined
+        assert s.interrupted is None and why in (s.resume.detail or "")
+        result = await s.run("a new request")  # nothing waits: the session goes on
+    assert result.messages[0].to_text() == "a new request"
+    (kept,) = await platform.store.list_quarantined("alice")
+    assert kept.reason.startswith("checkpoint ") and kept.state_bytes == 0 and kept.checkpoint_bytes > 0
+
+
+async def test_a_checkpoint_from_an_older_definition_version_does_not_continue(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    run_id = await _interrupt(platform, monkeypatch, 3)
+    team = long_triage()
+    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
+    newer = registry.add(TEAM, team.dump_component(), manifest(), "reword the critic", label="production")
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.outcome == "new"
+        assert s.resume.checkpoint_refused == "definition_changed" and run_id[:12] not in str(s.interrupted)
+        assert "continues only on the version that ran it" in (s.resume.detail or "")
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and s.team_version == newer
+
+
+async def test_a_second_worker_cannot_continue_a_run_the_first_still_holds(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    async with platform.session("alice", "s1", team=TEAM) as first:
+        assert first.interrupted is not None
+        with pytest.raises(SessionBusy):
+            async with platform.session("alice", "s1", team=TEAM, lease_timeout=0.2):
+                pass
+        await first.continue_run()
+
+
+async def test_a_stale_worker_cannot_write_its_checkpoint_over_the_worker_that_took_the_run_over(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    platform.limits.lease_ttl_seconds = 1.0
+    expected = said((await _whole_run(platform, monkeypatch)).messages)
+    gate = asyncio.Event()
+    stalled: list[str] = []
+    real_renew = platform.store.renew
+
+    async def renew(key: SessionKey, *, owner: str, lease_ttl: float) -> bool:  # the stalled worker renews nothing
+        return True if owner in stalled else await real_renew(key, owner=owner, lease_ttl=lease_ttl)
+
+    monkeypatch.setattr(platform.store, "renew", renew)
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call = lambda n: gate.wait() if n == 3 else None  # worker A hangs in its third turn
+
+        async def worker_a() -> None:
+            async with platform.session("alice", "s1", team=TEAM) as a:
+                stalled.append(a._owner)
+                await a.run(TASK)
+
+        a = asyncio.create_task(worker_a())
+        while calls.made < 3:
+            await asyncio.sleep(0.05)
+        async with platform.session("alice", "s1", team=TEAM, lease_timeout=10) as b:  # A's lease runs out
+            assert b.resume is not None and b.resume.outcome == "interrupted"
+            result = await b.continue_run()
+        gate.set()  # A's turn completes now; its checkpoint meets a row that moved on
+        with pytest.raises(StaleStateVersion):
+            await a
+    assert said(result.messages) == expected
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and row.state is not None and TASK in row.state
+
+
+async def _whole_run(platform: Platform, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with counted_calls(monkeypatch):
+        async with platform.session("bob", "s1", team=TEAM) as s:
+            return await s.run(TASK)
+
+
+async def test_a_database_down_at_a_checkpoint_stops_the_run_with_a_typed_error_and_keeps_the_last_one(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    register(registry)
+    real_statements = getattr(platform.store, "statements", None)
+    gone: list[Any] = []
+
+    async def lose(n: int) -> None:  # the database goes in the third turn, before its checkpoint
+        if n == 3:
+            gone.append(await _lose_the_database(platform, tmp_path))
+
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call = lose
+        with pytest.raises(StoreUnavailable) as info:
+            async with platform.session("alice", "s1", team=TEAM) as s:
+                await s.run(TASK)
+    raised = f"{info.value} {info.value.__context__}"
+    assert "checkpoint" in raised and "turn 2's checkpoint stays" in raised
+    if isinstance(gone[0], str):  # Postgres: the database comes back
+        await _allow_connections(platform, gone[0], True)
+    else:
+        platform.store.statements = real_statements  # type: ignore[attr-defined]
+        await gone[0].dispose()
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is not None and '"turn":2' in row.checkpoint
+
+
+async def test_a_checkpoint_that_autogen_refuses_is_set_aside_when_continued(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is not None
+    # The manager's thread holds a message AutoGen cannot make (teamstore's checks pass it: it is AutoGen's own).
+    manager_at = row.checkpoint.index('"RoundRobinGroupChatManager"')
+    broken = row.checkpoint[:manager_at] + row.checkpoint[manager_at:].replace(
+        '"type":"TextMessage"', '"type":"NoSuchMessage"', 1)
+    await _damage(platform, checkpoint=broken, checkpoint_bytes=len(broken.encode()))
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.outcome == "interrupted", s.resume.detail
+        with pytest.raises(StateRejected, match="set aside"):
+            await s.continue_run()
+        assert s.interrupted is None
+        result = await s.run("a new request")
+    assert result.messages[0].to_text() == "a new request"
+    (kept,) = await platform.store.list_quarantined("alice")
+    assert kept.reason == "checkpoint corrupt"

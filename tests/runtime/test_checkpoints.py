@@ -1,0 +1,209 @@
+"""Per-turn checkpoints through the managed session, on SQLite and Postgres with both kinds of lease: each
+completed turn durable before the next starts, an interrupted run reported, continued to the transcript of
+an uninterrupted one, or abandoned; the tools' idempotency key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from config_registry import Registry
+from teamstore.errors import NoInterruptedRun, RunInterrupted
+from teamstore.runtime.inspect import describe_checkpoint
+from teamstore.runtime.platform import Platform
+from teamstore.runtime.turns import current_turn
+from teamstore.state.base import SessionKey
+from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register, said
+
+TASK = "My line drops every evening since the storm."
+KEY = SessionKey("alice", "s1")
+
+
+async def _uninterrupted(platform: Platform, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], int]:
+    """What the run says, and how many model calls it makes, with nothing in its way (another user)."""
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("bob", "s1", team=TEAM) as s:
+            result = await s.run(TASK)
+    return said(result.messages), calls.made
+
+
+async def _stop_after(platform: Platform, monkeypatch: pytest.MonkeyPatch, turn: int) -> int:
+    """Run alice's session until its model fails in the turn after ``turn``; returns the calls made."""
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = turn + 1
+        async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+            with pytest.raises(RuntimeError, match="model endpoint went away"):
+                await s.run(TASK)
+            assert s.interrupted is not None and s.interrupted.last_turn == turn
+    return calls.made
+
+
+async def test_each_completed_turn_is_durable_before_the_next_starts(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    seen: list[Any] = []
+
+    async def before_call(n: int) -> None:  # each call opens a turn: what is stored of the run by then?
+        row = await platform.store.get(KEY)
+        found = describe_checkpoint(row) if row is not None else None
+        seen.append(found["last_turn"] if isinstance(found, dict) else None)
+
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call = before_call
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            result = await s.run(TASK)
+    assert seen == [None, 1, 2, 3, 4, 5]  # turn k+1's call starts only once turn k is stored
+    assert len(result.messages) == TURNS + 1
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and row.state is not None  # the save dropped it
+
+
+async def test_a_team_without_checkpoints_writes_none(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry, checkpoints="off")
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run(TASK)
+        assert s.row_version == 0  # nothing written while the block is open
+    row = await platform.store.get(KEY)
+    assert row is not None and row.row_version == 1 and row.checkpoint is None
+
+
+@pytest.mark.parametrize("turn", [1, 3, 5])
+async def test_an_interrupted_run_continues_to_what_an_uninterrupted_run_says(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, turn: int
+) -> None:
+    register(registry)
+    expected, expected_calls = await _uninterrupted(platform, monkeypatch)
+    first = await _stop_after(platform, monkeypatch, turn)
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            assert s.resume is not None and s.resume.outcome == "interrupted"
+            assert s.resume.interrupted is not None and s.resume.interrupted.last_turn == turn
+            assert s.resume.as_dict()["interrupted"]["last_turn"] == turn
+            result = await s.continue_run()
+            assert s.interrupted is None
+    assert said(result.messages) == expected
+    # The completed turns made no call again; the one in flight (it failed) ran again.
+    assert calls.made == expected_calls - turn
+    assert first + calls.made == expected_calls + 1
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None
+
+
+async def test_a_new_run_waits_for_the_interrupted_one_to_be_continued_or_abandoned(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    await _stop_after(platform, monkeypatch, 2)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        with pytest.raises(RunInterrupted) as info:
+            await s.run("something else")
+        assert "continue" in (info.value.hint or "")
+        await s.abandon_run()
+        assert s.interrupted is None
+        with pytest.raises(NoInterruptedRun):
+            await s.continue_run()
+        result = await s.run("something else")
+    assert result.messages[0].to_text() == "something else"
+
+
+async def test_abandoning_restores_the_state_from_before_the_run(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run("first request")
+    before = await platform.store.get(KEY)
+    assert before is not None
+    await _stop_after(platform, monkeypatch, 3)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.outcome == "interrupted" and s.resume.applied
+        await s.abandon_run()
+        state = (await s.team.save_state())["agent_states"]["researcher"]
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and row.state == before.state
+    assert "first request" in str(state) and TASK not in str(state)
+
+
+async def test_continuing_in_the_same_block_after_the_run_raised(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    expected, _ = await _uninterrupted(platform, monkeypatch)
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            calls.fail_at = None
+            result = await s.continue_run()
+    assert said(result.messages) == expected
+
+
+async def test_tools_read_the_same_key_for_a_turn_that_repeats(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    keys: list[tuple[int, str | None]] = []
+
+    def note(n: int) -> None:  # the model call runs where the agent's tools run: in its turn
+        turn = current_turn()
+        keys.append((n, turn.key("refund") if turn else None))
+
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call, calls.fail_at = note, 3
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            run_id = s.interrupted.run_id if s.interrupted else ""
+        assert current_turn() is None  # outside a run
+        calls.fail_at = None
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            await s.continue_run()
+    assert [k for _, k in keys] == [f"{run_id}:{t}:refund" for t in (1, 2, 3, 3, 4, 5, 6)]
+
+
+async def note_turn() -> str:
+    """Write down the turn this tool runs in (the test reads the file named by TURN_KEYS)."""
+    import os
+
+    from teamstore.runtime.turns import current_turn
+
+    turn = current_turn()
+    with open(os.environ["TURN_KEYS"], "a", encoding="utf-8") as out:
+        out.write(f"{turn.key('note_turn') if turn else None}\n")
+    return "noted"
+
+
+async def test_an_async_tool_reads_its_turns_key(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_core import FunctionCall
+    from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage
+    from autogen_core.tools import FunctionTool
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from config_registry import Manifest
+
+    call = CreateResult(finish_reason="function_calls", content=[FunctionCall(id="c1", name="note_turn", arguments="{}")],
+                        usage=RequestUsage(prompt_tokens=10, completion_tokens=5), cached=False)
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
+                     structured_output=False)
+    desk = AssistantAgent("desk", model_client=ReplayChatCompletionClient([call], model_info=info),
+                          tools=[FunctionTool(note_turn, description="Note the turn.")])
+    helper = AssistantAgent("helper", model_client=ReplayChatCompletionClient(["done"]))
+    team = RoundRobinGroupChat([helper, desk], termination_condition=MaxMessageTermination(3))
+    registry.add("desk", team.dump_component(), Manifest(name="desk", allow_source_code_tools=True,
+                                                          checkpoints="every_turn"), "a tool", label="production")
+    keys = tmp_path / "keys.txt"
+    monkeypatch.setenv("TURN_KEYS", str(keys))
+    async with platform.session("alice", "s1", team="desk") as s:
+        await s.run(TASK)
+        run_id = s.last_run_id
+    assert keys.read_text().splitlines() == [f"{run_id}:2:note_turn"]  # the desk speaks in the second turn

@@ -1,0 +1,132 @@
+"""A run's checkpoint in the state store, on SQLite and Postgres with both kinds of lease: one statement per
+write, under the session's lease and row version, beside the state from before the run, cleared by the save."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import insert
+
+from teamstore.db.engine import create_engine
+from teamstore.db.fence import user_holds
+from teamstore.errors import ErasureInProgress, QuarantineNotFound, StaleStateVersion
+from teamstore.state.base import CheckpointRecord, SessionKey, StateStore
+from teamstore.state.erasure import SESSIONS
+from tests.state.test_store_conformance import acquire, record
+
+KEY = SessionKey("alice", "s1")
+
+
+def checkpoint(text: str | None = '{"turn":1}') -> CheckpointRecord:
+    return CheckpointRecord("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"}, text,
+                            datetime.now(UTC) + timedelta(days=1))
+
+
+async def test_a_checkpoint_of_a_new_session_is_read_back_with_no_state(store: StateStore) -> None:
+    await acquire(store, KEY)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    assert version == 1
+    await store.release(KEY, owner="w1", discard_empty=False)
+    row = await acquire(store, KEY, owner="w2")
+    assert row.state is None and row.checkpoint == '{"turn":1}' and row.checkpoint_bytes == 10
+    assert row.row_version == 1 and row.expires_at is not None
+
+
+async def test_each_checkpoint_moves_the_row_version_and_keeps_the_state_from_before_the_run(
+    store: StateStore,
+) -> None:
+    await acquire(store, KEY)
+    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+    for turn in (1, 2, 3):
+        version = await store.checkpoint(KEY, owner="w1", expected_version=version,
+                                         record=checkpoint(f'{{"turn":{turn}}}'))
+    row = await store.get(KEY)
+    assert row is not None and row.row_version == version == 4
+    assert row.state == '{"before":1}' and row.checkpoint == '{"turn":3}'
+
+
+async def test_the_save_after_the_run_clears_the_checkpoint(store: StateStore) -> None:
+    await acquire(store, KEY)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    await store.save(KEY, owner="w1", expected_version=version, record=record('{"after":1}'), release=True)
+    row = await store.get(KEY)
+    assert row is not None and row.state == '{"after":1}' and row.checkpoint is None and row.checkpoint_bytes == 0
+
+
+async def test_a_checkpoint_written_as_none_clears_it_and_keeps_the_lease(store: StateStore) -> None:
+    await acquire(store, KEY)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    version = await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint(None))
+    row = await store.get(KEY)
+    assert row is not None and row.checkpoint is None and row.row_version == version == 2
+    await store.save(KEY, owner="w1", expected_version=version, record=record(), release=True)
+
+
+async def test_a_stale_worker_cannot_write_a_checkpoint_over_a_newer_one(store: StateStore) -> None:
+    await acquire(store, KEY, owner="w1", ttl=0.05)
+    await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint('{"turn":1}'))
+    await asyncio.sleep(0.1)  # w1's lease runs out (an advisory lock does not: w2 waits for w1 to let go)
+    if store.lease == "lock":
+        await store.release(KEY, owner="w1", discard_empty=False)
+    row = await acquire(store, KEY, owner="w2")
+    newer = await store.checkpoint(KEY, owner="w2", expected_version=row.row_version, record=checkpoint('{"turn":2}'))
+    with pytest.raises(StaleStateVersion):
+        await store.checkpoint(KEY, owner="w1", expected_version=1, record=checkpoint('{"turn":"stale"}'))
+    stored = await store.get(KEY)
+    assert stored is not None and stored.checkpoint == '{"turn":2}' and stored.row_version == newer
+
+
+async def test_a_checkpoint_for_a_held_user_is_refused_and_the_last_one_stays(store: StateStore) -> None:
+    await acquire(store, KEY)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint('{"turn":1}'))
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", request_id="r1",
+                                                        created_at=datetime.now(UTC)))
+    with pytest.raises(ErasureInProgress):
+        await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint('{"turn":2}'))
+    stored = await store.get(KEY)
+    assert stored is not None and stored.checkpoint == '{"turn":1}'
+
+
+async def test_a_refused_checkpoint_is_quarantined_alone_and_cannot_be_restored_as_a_state(
+    store: StateStore,
+) -> None:
+    row = await acquire(store, KEY)
+    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint())
+    await store.release(KEY, owner="w1", discard_empty=False)
+    row = await acquire(store, KEY, owner="w2")
+    qid = await store.quarantine(row, owner="w2", reason="definition_changed", detail="older version",
+                                 checkpoint_only=True)
+    await store.release(KEY, owner="w2", discard_empty=False)
+    stored = await store.get(KEY)
+    assert stored is not None and stored.state == '{"before":1}' and stored.checkpoint is None
+    (kept,) = await store.list_quarantined("alice")
+    assert kept.id == qid and kept.state_bytes == 0 and kept.checkpoint_bytes == 10
+    with pytest.raises(QuarantineNotFound, match="checkpoint"):
+        await store.restore_quarantined(qid, ttl=timedelta(days=1))
+
+
+async def test_erasure_counts_and_deletes_a_checkpoint_with_its_session(store: StateStore, database_url: str) -> None:
+    await acquire(store, KEY)
+    await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint('{"turn":12345}'))
+    await store.release(KEY, owner="w1", discard_empty=False)
+    engine = create_engine(database_url)
+    async with engine.begin() as conn:
+        assert await SESSIONS.count(conn, "alice") == (1, 14)
+        await SESSIONS.delete(conn, "alice")
+    await engine.dispose()
+    assert await store.get(KEY) is None
+
+
+async def test_a_session_holding_only_a_checkpoint_expires_and_is_swept(store: StateStore) -> None:
+    await acquire(store, KEY)
+    past = CheckpointRecord("support_triage", "v1", 1, "0.7.5", {}, '{"turn":1}', datetime.now(UTC) - timedelta(days=1))
+    await store.checkpoint(KEY, owner="w1", expected_version=0, record=past)
+    await store.release(KEY, owner="w1", discard_empty=True)  # the checkpoint keeps the row
+    assert await store.get(KEY) is not None
+    assert await store.sweep_expired() == 1
+    assert await store.get(KEY) is None
