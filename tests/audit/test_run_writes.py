@@ -4,6 +4,8 @@ written to once it is no longer the user's, and a fenced user gets nothing writt
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -109,3 +111,22 @@ async def test_a_fenced_user_gets_no_ledger_row_even_with_the_subject_remembered
         await ledger.run_finished(second, outcome)
     assert await _ledger(engine, second.run_id) == set()
     assert pseudonyms.remembered(second) is None
+
+
+def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path) -> None:
+    # The audit's own SQLite connections each have a thread; an application that never closes its platform
+    # must not be held open by them at exit (as SQLAlchemy's engine is not).
+    script = (
+        "import asyncio\n"
+        "from teamstore.audit.run_writes import run_writes\n"
+        "from teamstore.db.engine import create_engine\n"
+        "async def main():\n"
+        f"    engine = create_engine('sqlite+aiosqlite:///{tmp_path / 'exit.db'}')\n"
+        "    from teamstore.db.migrate import upgrade\n"
+        "    await upgrade(engine)\n"
+        "    print(await run_writes(engine).subject('alice'))\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(None, False)"

@@ -332,15 +332,21 @@ class LedgerObserver:
         subject and the fence itself. When it writes nothing (an erasure holds the user, deleted the subject
         since, or the run is recorded already), the subject is looked up, and the rows written with it.
         """
+        keys = await self._record(ctx, outcome)
+        if outcome.model_calls:  # a session is named where its ledger rows are
+            await self._name_session(ctx, keys)
+        await self._price(outcome)
+
+    async def _record(self, ctx: RunContext, outcome: RunOutcome) -> RunKeys:
+        """The run's rows, with the remembered subject first; the keys they were written with."""
         keys = self.pseudonyms.remembered(ctx)
         if keys is not None:
             if await self._insert(ctx, outcome, keys):
-                return
+                return keys
             self.pseudonyms.forget_subject(ctx.user_id)
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
         await self._insert(ctx, outcome, keys)
-        await self._name_session(ctx, keys)
-        await self._price(outcome)
+        return keys
 
     async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
         """The memory writer's calls, under the run's id with their own agent and purpose (so a session's

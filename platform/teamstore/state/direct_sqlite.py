@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -117,7 +118,13 @@ class SqlitePool:
             # The engine's first connection creates the file (owner-only) and sets its WAL journal mode.
             async with self.engine.connect():
                 self._made = True
-        conn = await aiosqlite.connect(self._path, isolation_level=None)
+        opening = aiosqlite.connect(self._path, isolation_level=None)
+        # Its thread must not hold the process open at exit when a pool is never closed (an application
+        # that does not close its platform): as SQLAlchemy's own aiosqlite dialect does for the engine's.
+        worker = opening if isinstance(opening, threading.Thread) else getattr(opening, "_thread", None)
+        if isinstance(worker, threading.Thread):
+            worker.daemon = True
+        conn = await opening
         try:
             for pragma in SQLITE_PRAGMAS:
                 await conn.execute(f"PRAGMA {pragma}")
