@@ -118,13 +118,13 @@ def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path
     # must not be held open by them at exit (as SQLAlchemy's engine is not).
     script = (
         "import asyncio\n"
-        "from teamstore.audit.run_writes import run_writes\n"
+        "from teamstore.audit.run_writes import SqliteRunWrites\n"
         "from teamstore.db.engine import create_engine\n"
         "async def main():\n"
         f"    engine = create_engine('sqlite+aiosqlite:///{tmp_path / 'exit.db'}')\n"
         "    from teamstore.db.migrate import upgrade\n"
         "    await upgrade(engine)\n"
-        "    print(await run_writes(engine).subject('alice'))\n"
+        "    print(await SqliteRunWrites(engine).subject('alice'))\n"
         "asyncio.run(main())\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)

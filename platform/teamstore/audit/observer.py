@@ -33,7 +33,7 @@ from teamstore.audit.ledger import usage_rows
 from teamstore.audit.metrics import MetricsObserver
 from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.prices import load_prices
-from teamstore.audit.run_writes import run_writes
+from teamstore.audit.run_writes import RunWrites, SqliteRunWrites
 from teamstore.audit.schema import ledger_name
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
@@ -50,6 +50,20 @@ RENAME_AFTER_S = 3600.0
 """How long the ledger trusts that it recorded a session's id (``ts_subject_sessions``) before it writes it again."""
 INLINE_ENCODE_CHARS = 64 * 1024
 """A transcript up to this size is compressed on the event loop (about a millisecond); a larger one in a thread."""
+
+
+def run_writes(engine: AsyncEngine, pool_size: int = 20) -> RunWrites:
+    """The audit's per-run statements on ``engine``'s database (the caller owns the engine).
+
+    Args:
+        engine: The state database.
+        pool_size: On Postgres, the most connections the audit opens at once (each is held for one statement).
+    """
+    if engine.dialect.name == "postgresql":  # psycopg is the `postgres` extra: imported when chosen
+        from teamstore.audit.run_writes_postgres import PostgresRunWrites
+
+        return PostgresRunWrites(engine, pool_size)
+    return SqliteRunWrites(engine)
 
 
 class Pseudonyms:

@@ -1,9 +1,9 @@
 """The statements every run's audit makes: the subject lookup (the end-of-run fence), the ledger insert, and
 once per session the session's id beside its key.
 
-    from teamstore.audit.run_writes import run_writes
+    from teamstore.audit.run_writes import SqliteRunWrites
 
-    writes = run_writes(engine, pool_size=20)
+    writes = SqliteRunWrites(engine)          # or PostgresRunWrites(engine, pool_size=20)
     subject, fenced = await writes.subject("alice")                       # one round trip
     added = await writes.insert_usage(rows, user_id="alice", subject_key=subject)
     await writes.name_session(user_id="alice", subject_key=subject, session_key=key, session_id="s-1")
@@ -13,7 +13,8 @@ Each is written once (:func:`teamstore.audit.subjects.subject_lookup`,
 :func:`teamstore.audit.ledger.usage_insert`, :func:`teamstore.audit.ledger.session_name_insert`); this
 module only sends them. On Postgres they are compiled
 once for psycopg and sent in autocommit on a pool of the audit's own (:class:`teamstore.state.direct.DirectPool`):
-one round trip each (:mod:`teamstore.audit.run_writes_postgres`), where the engine's checkout ping,
+one round trip each (:mod:`teamstore.audit.run_writes_postgres`, which imports this module, never the other
+way: :class:`teamstore.audit.observer.Pseudonyms` picks the backend), where the engine's checkout ping,
 ``BEGIN``, the statement and the ``ROLLBACK`` or ``COMMIT`` took four or five, and SQLAlchemy's client
 work cost more than the statements. On SQLite, in one hop each to SQLite's thread on connections of the
 audit's own (:mod:`teamstore.state.direct_sqlite`), where SQLAlchemy's adapter made five or six.
@@ -94,20 +95,6 @@ def session_name_params(*, user_id: str, subject_key: str, session_key: str, ses
     """The parameters of :func:`teamstore.audit.ledger.session_name_insert`."""
     return {"u": user_id, "subject": subject_key, "session_key": session_key, "session_id": session_id,
             "created_at": datetime.now(UTC)}
-
-
-def run_writes(engine: AsyncEngine, pool_size: int = 20) -> RunWrites:
-    """The audit's per-run statements on ``engine``'s database (the caller owns the engine).
-
-    Args:
-        engine: The state database.
-        pool_size: On Postgres, the most connections the audit opens at once (each is held for one statement).
-    """
-    if engine.dialect.name == "postgresql":  # psycopg is the `postgres` extra: imported when chosen
-        from teamstore.audit.run_writes_postgres import PostgresRunWrites
-
-        return PostgresRunWrites(engine, pool_size)
-    return SqliteRunWrites(engine)
 
 
 def unavailable(exc: BaseException, action: str) -> StoreUnavailable:

@@ -1,7 +1,7 @@
 """The audit's per-run statements on Postgres: compiled once for psycopg, sent in autocommit on a pool of the
 audit's own (:mod:`teamstore.audit.run_writes` says why).
 
-    writes = PostgresRunWrites(engine, pool_size=20)      # or run_writes(engine)
+    writes = PostgresRunWrites(engine, pool_size=20)
     subject, fenced = await writes.subject("alice")
 """
 
