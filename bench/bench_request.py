@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    commit_time,
     drop_database,
     env_number,
     interleave,
@@ -115,7 +116,9 @@ async def run() -> None:
           " rotating; medians; ratios to the bare run of the same round")
     await _one_database("SQLite", _sqlite)
     server, probe = postgres_database()
-    print(f"  Postgres: {server_settings(probe)}")
+    on, off = commit_time(probe, n=100, repeats=2)
+    print(f"  Postgres: {server_settings(probe)}; a one-row commit takes {on * 1000:.2f} ms"
+          f" ({off * 1000:.2f} ms with synchronous_commit off: the rest is the wait for the WAL flush)")
     drop_database(server, probe)
     await _one_database("Postgres", _postgres)
 

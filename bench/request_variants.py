@@ -28,7 +28,9 @@ from bench.phases import Phases
 from config_registry import Registry
 from teamstore.app import open_platform
 from teamstore.examples import example_manifest, support_triage
-from teamstore.runtime import session as session_module
+from teamstore.runtime import opening as opening_module
+from teamstore.runtime import runs as runs_module
+from teamstore.runtime.runs import Run
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
 
@@ -204,17 +206,19 @@ class Teamstore(Bare):
 
     def _wrap(self) -> None:
         # A session reaches the platform only through its SessionDeps, read from the platform as each session
-        # opens: the platform's build_team and store are wrapped on the objects themselves, and the session
-        # module's own names (judge, apply_states, notify_observers from teamstore.events) where it calls them.
+        # opens: the platform's build_team and store are wrapped on the objects themselves, and the runtime
+        # modules' own names where they call them (judge and apply_states at open, notify_observers in a run).
+        # The definition cache looks the registry up (in a thread) ahead of the requests that need it: its
+        # lookups are timed, and not counted in the request.
         wrap, store = self.phases.wrap, self.platform.store
         wrap(self.platform, "build_team", "build from registry")
-        wrap(self.platform.teams.registry, "resolve", "(of which the registry lookup, in a thread)")
+        wrap(self.platform.teams, "_resolve", "registry lookups (in the background, overlapping)")
         wrap(store, "acquire", "lease+load")
-        wrap(session_module, "judge", "validate")
-        wrap(session_module, "apply_states", "apply (load_state)")
-        wrap(Session, "_run_observed", "run (transcript buffered, calls metered)")
+        wrap(opening_module, "judge", "validate")
+        wrap(opening_module, "apply_states", "apply (load_state)")
+        wrap(Run, "_produce", "run (transcript lines made, calls metered)")
         wrap(Session, "_snapshot", "snapshot")
-        wrap(session_module, "notify_observers", "audit writes (transcript, ledger; their own time, overlapping)",
+        wrap(runs_module, "notify_observers", "audit writes (transcript, ledger; their own time, overlapping)",
              when=lambda observers, hook, *args: hook == "run_finished")
         wrap(Session, "flush_audit", "audit writes awaited")
         wrap(store, "save", "save+release")

@@ -1,20 +1,28 @@
 """Building a fresh AutoGen team from a stored definition.
 
-    from config_registry.build import build_team
+    from config_registry.build import build_team, prepare
 
     built = build_team(definition, env={"OPENAI_API_KEY": "sk-..."})
     result = await built.team.run(task="hi")
 
-Order: secret references are resolved from ``env``, then the caller's ``transform`` rewrites the JSON
-(the runtime wraps model clients there), then ``load_component`` builds new objects. The stored JSON
-is checked against the allow-list and the persisted participants' bounds again first, because the repository
-may have been edited by hand.
+    prepared = prepare(definition, transform=wrap)     # the checks and the transform, once
+    built = prepared.build()                           # then each build only resolves secrets and loads
+
+Order: the stored JSON is checked against the allow-list, the declared secret references and the persisted
+participants' bounds again first, because the repository may have been edited by hand. :func:`build_team`
+then resolves the secret references from ``env``, lets the caller's ``transform`` rewrite the JSON, checks
+its providers again and calls ``load_component``, on every call. :func:`prepare` does the checks and the
+transform once, on the stored JSON with its references in place, for a caller that builds one definition
+many times (a worker building a team per request): its builds only resolve the secrets into a fresh copy
+and load it.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from autogen_agentchat.base import ChatAgent, Team
@@ -35,12 +43,54 @@ from config_registry.validate import (
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def _agents_of(team: TeamOrAgent, kind: str) -> dict[str, ChatAgent]:
-    if kind == "agent":
-        assert isinstance(team, ChatAgent)  # _load checked it
-        return {team.name: team}
-    members: list[ChatAgent] = getattr(team, "_participants", [])  # AutoGen's group chats keep them there
-    return {member.name: member for member in members}
+@dataclass(frozen=True)
+class PreparedDefinition:
+    """A definition whose stored JSON passed every check a build makes, with the transform applied once.
+
+    Made by :func:`prepare`. It holds its own copy of the JSON, taken before the checks ran, so what every
+    build loads is what was checked, whatever happens to the definition's dict afterwards.
+
+    Attributes:
+        definition: The definition it was prepared from.
+        component: The checked and transformed JSON, secret references in place; never handed out.
+        agent_types: Participant name -> provider string.
+    """
+
+    definition: TeamDefinition
+    component: Mapping[str, Any]
+    agent_types: Mapping[str, str]
+
+    def build(self, env: Mapping[str, str] | None = None) -> BuiltTeam:
+        """A new team or agent object: the secrets resolved from ``env`` into a fresh copy, then loaded.
+
+        Args:
+            env: Where ``env:VAR`` secret references are looked up; ``os.environ`` by default.
+
+        Raises:
+            SecretUnavailable: A referenced environment variable is not set.
+            DefinitionInvalid: The JSON does not load.
+        """
+        runnable = resolve_references(self.component, os.environ if env is None else env)  # a new copy
+        return _built(self.definition, _load(self.definition, runnable), dict(self.agent_types))
+
+
+def prepare(definition: TeamDefinition, transform: Transform | None = None) -> PreparedDefinition:
+    """Check ``definition`` as a build does and apply ``transform`` to its stored JSON, once.
+
+    The transform sees the stored JSON with its secret references (``{"$secret": "env:VAR"}``) in place, not
+    their values, and its output is checked against the allow-list again.
+
+    Raises:
+        DefinitionInvalid: The stored JSON fails the allow-list, holds an undeclared secret reference, or
+            leaves a persisted participant's context unbounded.
+    """
+    component = copy.deepcopy(definition.component)
+    _check_stored(definition, component)
+    agent_types = _agent_types(component)
+    if transform is not None:
+        component = transform(component)
+        check_providers(component, definition.manifest)  # a transform may not bring in a module either
+    return PreparedDefinition(definition, component, agent_types)
 
 
 def build_team(
@@ -61,15 +111,22 @@ def build_team(
         DefinitionInvalid: The stored JSON fails the allow-list or leaves a persisted participant's
             context unbounded, or does not load.
     """
-    check_providers(definition.component, definition.manifest)
-    check_source_code(definition.component, definition.manifest)
-    check_persisted(definition.component, definition.manifest)  # a hand edit may have unbounded one
-    check_memory(definition.component, definition.manifest)  # or renamed a participant the memory names
-    _check_declared_references(definition)
+    _check_stored(definition, definition.component)
     runnable = resolve_references(definition.component, os.environ if env is None else env)
     runnable = transform(runnable) if transform is not None else runnable
     check_providers(runnable, definition.manifest)  # again, as loaded: a reference may not name a module
-    team = _load(definition, runnable)
+    return _built(definition, _load(definition, runnable), _agent_types(definition.component))
+
+
+def _check_stored(definition: TeamDefinition, component: Mapping[str, Any]) -> None:
+    check_providers(component, definition.manifest)
+    check_source_code(component, definition.manifest)
+    check_persisted(component, definition.manifest)  # a hand edit may have unbounded one
+    check_memory(component, definition.manifest)  # or renamed a participant the memory names
+    _check_declared_references(definition, component)
+
+
+def _built(definition: TeamDefinition, team: TeamOrAgent, agent_types: dict[str, str]) -> BuiltTeam:
     return BuiltTeam(
         team=team,
         name=definition.name,
@@ -79,15 +136,23 @@ def build_team(
         persisted=tuple(definition.manifest.persist),
         participants=_agents_of(team, definition.kind),
         kind=definition.kind,
-        agent_types=_agent_types(definition.component),
+        agent_types=agent_types,
         state_ttl_days=definition.manifest.state_ttl_days,
     )
 
 
-def _check_declared_references(definition: TeamDefinition) -> None:
+def _agents_of(team: TeamOrAgent, kind: str) -> dict[str, ChatAgent]:
+    if kind == "agent":
+        assert isinstance(team, ChatAgent)  # _load checked it
+        return {team.name: team}
+    members: list[ChatAgent] = getattr(team, "_participants", [])  # AutoGen's group chats keep them there
+    return {member.name: member for member in members}
+
+
+def _check_declared_references(definition: TeamDefinition, component: Mapping[str, Any]) -> None:
     """Resolve only the references the manifest declares: one added to the JSON by hand (in a system
     message, say) would hand the worker's environment variable to the model."""
-    stored, declared = references(definition.component), dict(definition.manifest.secrets)
+    stored, declared = references(component), dict(definition.manifest.secrets)
     for path in sorted(set(stored) | set(declared)):
         if stored.get(path) != declared.get(path):
             raise DefinitionInvalid(

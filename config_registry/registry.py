@@ -270,6 +270,16 @@ class Registry:
             RegistryCorrupt: A stored file is missing or not valid JSON.
             DefinitionInvalid: ``ref`` is not a string.
         """
+        version = self.version_of(ref)  # checks ref first
+        return self._read(ref.partition("@")[0], version)
+
+    def version_of(self, ref: str) -> str:
+        """The version ``ref`` resolves to, without reading the definition: what a cache of definitions
+        asks to learn whether a label still points where it did (a version's definition never changes).
+
+        Raises:
+            UnknownTeam, UnknownVersion, DefinitionInvalid: As :meth:`resolve`.
+        """
         if not isinstance(ref, str):
             raise DefinitionInvalid(f"a team reference is a string (NAME, NAME@LABEL or NAME@VERSION), "
                                     f"not {type(ref).__name__}", field="team")
@@ -280,8 +290,7 @@ class Registry:
                 f"{ref!r} names no version or label after '@'",
                 hint=f"use {name!r} (label production, else the latest version), {name}@<label> or {name}@<version>",
             )
-        version = self._resolve_version(name, selector or None)
-        return self._read(name, version)
+        return self._resolve_version(name, selector or None)
 
     def history(self, name: str) -> builtins.list[HistoryEntry]:
         """Every version of ``name`` and every label move, newest first.

@@ -93,8 +93,9 @@ class Settings(TypedSettings):
         "(crashed, hung) loses the session after it, and its late save is refused.",
     )
     db_pool_size: int = Field(
-        default=20, gt=0, description="Postgres: the state store's connection pool; with lock leases, the most sessions one "
-        "process holds open at once (a connection each).",
+        default=20, gt=0, description="Postgres: the state store's connection pool, and the audit's (each of its "
+        "connections held for one statement); with lock leases, the most sessions one process holds open at once "
+        "(a connection each).",
     )
     session_lease: Literal["lock", "row"] = Field(
         default="lock",

@@ -11,7 +11,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.cost import CostFilter, query_costs
-from teamstore.audit.ledger import record_usage, sweep_ledger, usage_rows
+from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.price_sync import sync_prices
 from teamstore.audit.prices import load_prices, parse_prices
@@ -110,11 +110,11 @@ async def test_a_model_missing_from_the_price_table_has_unknown_cost_and_counted
 async def test_prices_apply_by_effective_date_and_filters_narrow_by_time(engine: AsyncEngine) -> None:
     ctx = context()
     outcome = await observe_run([], triage_team(), ctx)
-    keys = await Pseudonyms(engine).writable(ctx)
-    await record_usage(engine, usage_rows(ctx, outcome, keys))
+    ledger = LedgerObserver(engine, Pseudonyms(engine))
+    await ledger.run_finished(ctx, outcome)
     late = context(run_id="late")
     late = type(late)(**{**late.__dict__, "started_at": datetime(2031, 1, 1, tzinfo=UTC)})
-    await record_usage(engine, usage_rows(late, outcome, keys))
+    await ledger.run_finished(late, outcome)
     now_only = await query_costs(
         engine, PRICES, by="day", where=CostFilter(until=datetime(2030, 1, 1, tzinfo=UTC))
     )
@@ -130,7 +130,7 @@ async def test_time_filters_compare_instants_whatever_their_offset(engine: Async
     ctx = context()
     ctx = type(ctx)(**{**ctx.__dict__, "started_at": datetime(2026, 11, 30, 0, 4, 39, tzinfo=UTC)})
     outcome = await observe_run([], triage_team(), ctx)
-    await record_usage(engine, usage_rows(ctx, outcome, await Pseudonyms(engine).writable(ctx)))
+    await LedgerObserver(engine, Pseudonyms(engine)).run_finished(ctx, outcome)
     plus_two, minus_five = timezone(timedelta(hours=2)), timezone(timedelta(hours=-5))
     for where, runs in (
         (CostFilter(since=datetime(2026, 11, 30, 1, 0, tzinfo=plus_two)), 1),  # 23:00Z

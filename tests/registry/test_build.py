@@ -1,4 +1,5 @@
-"""Building: a fresh object every call, secrets resolved before the transform, and it runs offline."""
+"""Building: a fresh object every call, secrets resolved before the transform, and it runs offline; a
+prepared definition is checked and transformed once, and each of its builds loads a fresh copy."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 import pytest
 from autogen_agentchat.teams import RoundRobinGroupChat
 
-from config_registry import BuiltTeam, DefinitionInvalid, Registry
+from config_registry import BuiltTeam, DefinitionInvalid, Registry, SecretUnavailable
+from config_registry.build import prepare
 from teamstore import examples
 from tests.conftest import git
 from tests.registry.conftest import triage_json, triage_manifest
@@ -107,3 +109,41 @@ def test_hand_edited_disallowed_provider_is_refused_at_build(registry: Registry,
         registry.build("support_triage")
     assert caught.value.field == "config.termination_condition.config.conditions.1.provider"
     assert registry.build(f"support_triage@{registered}").version == registered
+
+
+async def test_a_prepared_definition_builds_what_was_checked_whatever_happens_to_the_definition_after(
+    registry: Registry, registered: str
+) -> None:
+    definition = registry.resolve("support_triage")
+    prepared = prepare(definition)
+    conditions = definition.component["config"]["termination_condition"]["config"]["conditions"]
+    conditions[1]["provider"] = "os.system"  # the caller's dict changed after the checks
+    first, second = prepared.build(), prepared.build()
+    assert isinstance(first.team, RoundRobinGroupChat) and first.team is not second.team
+    assert first.agent_types == registry.build("support_triage").agent_types
+    result = await first.team.run(task="hi")
+    assert [m.source for m in result.messages] == ["user", "triage", "researcher", "critic"]
+    with pytest.raises(DefinitionInvalid):
+        prepare(definition)  # prepared again, it is checked again
+
+
+def test_a_prepared_definitions_transform_sees_its_secret_references_and_each_build_resolves_them(
+    registry: Registry,
+) -> None:
+    registry.add_from_factory(
+        "teamstore.examples:support_triage_openai",
+        examples.example_manifest("support_triage_openai"),
+        "openai",
+    )
+    seen: list[Any] = []
+
+    def transform(component: dict[str, Any]) -> dict[str, Any]:
+        seen.extend(p["config"]["model_client"]["config"]["api_key"] for p in component["config"]["participants"])
+        return component
+
+    prepared = prepare(registry.resolve("support_triage_openai"), transform=transform)
+    assert seen == [{"$secret": "env:OPENAI_API_KEY"}] * 3
+    assert prepared.build(env={"OPENAI_API_KEY": "sk-first"}).team is not None
+    assert seen == [{"$secret": "env:OPENAI_API_KEY"}] * 3  # transformed once, not at every build
+    with pytest.raises(SecretUnavailable):
+        prepared.build(env={})

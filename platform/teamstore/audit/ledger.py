@@ -1,9 +1,16 @@
 """The usage ledger: token counts per run, agent, model and purpose, for cost queries.
 
-    from teamstore.audit.ledger import usage_rows, record_usage
+    from teamstore.audit.ledger import usage_insert, usage_params, usage_rows
 
     rows = usage_rows(ctx, outcome, keys)    # pure: one row per (agent, model, purpose)
-    await record_usage(engine, rows, ctx.session_id)   # one transaction; a repeated run id is ignored
+    stmt = usage_insert("postgresql", len(rows))   # one INSERT, fenced; a repeated run id is ignored
+    added = (await conn.execute(stmt, usage_params(rows, user_id, keys.subject_key))).rowcount
+    await record_usage(engine, rows, ctx.session_id)   # rows as given, unfenced: seeding and backfills
+
+A run's insert is made by the audit's run writes (:mod:`teamstore.audit.run_writes`), one statement in its
+own transaction: it writes only while the user's subject is still the one the rows are keyed by and no
+erasure holds the user, both checked in its own ``WHERE``. The session's id is recorded beside its key the
+same way (:func:`session_name_insert`), once per session and process.
 
 Token counts are the record; cost is derived at query time (``teamstore.audit.cost``). Every model call
 the metering wrapper saw is counted, SelectorGroupChat's speaker selection included.
@@ -14,16 +21,23 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, select
+from sqlalchemy import delete, exists, select, union_all
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.dml import Insert
 
-from teamstore.audit.schema import ledger_name, subject_sessions, usage
+from teamstore.audit.schema import ledger_name, subject_sessions, subjects, usage
+from teamstore.audit.subjects import SUBJECT, USER
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
+from teamstore.db.fence import held
 from teamstore.db.statements import insert_new
 from teamstore.errors import StoreUnavailable
 from teamstore.events import RunContext, RunOutcome
+from teamstore.state.statements import Param
+
+LEDGER_COLUMNS = tuple(c.name for c in usage.c if c.name != "id")
+"""What a run's ledger row holds (``id`` is the database's)."""
 
 
 def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict[str, Any]]:
@@ -73,8 +87,58 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
     ]
 
 
+def usage_insert(dialect: str, count: int) -> Insert:
+    """The INSERT of ``count`` ledger rows, fenced in its own ``WHERE``.
+
+    The rows (parameters ``<column>_<i>``, :func:`usage_params`) are written only while the user ``u`` still
+    has the subject ``subject`` they are keyed by (an erasure deletes the mapping, and a user who comes back
+    gets a new subject) and no erasure holds ``u``: so rows keyed by a subject remembered from an earlier run
+    are checked in the write itself, and ``0`` rows written says to look the subject up again. The same run
+    reported twice is skipped rather than refused (a refusal is an error the server logs, with the key).
+
+    Args:
+        dialect: ``postgresql`` or ``sqlite``.
+        count: How many rows (one per agent, model and purpose of the run).
+    """
+    selects = [select(*(Param(f"{name}_{i}", usage.c[name].type).label(name) for name in LEDGER_COLUMNS))
+               for i in range(count)]
+    source = (selects[0] if count == 1 else union_all(*selects)).subquery("v")
+    mapped = exists().where(subjects.c.user_id == USER, subjects.c.subject_key == SUBJECT)
+    insert_: Insert = insert_new(dialect, usage).from_select(
+        LEDGER_COLUMNS, select(*source.c).where(mapped, ~held(USER)))
+    return insert_
+
+
+def usage_params(rows: list[dict[str, Any]], user_id: str, subject_key: str) -> dict[str, Any]:
+    """The parameters of :func:`usage_insert` for ``rows`` of ``user_id``, keyed by ``subject_key``."""
+    params = {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in LEDGER_COLUMNS}
+    return {**params, "u": user_id, "subject": subject_key}
+
+
+SESSION_NAME_COLUMNS = ("session_key", "subject_key", "session_id", "created_at")
+
+
+def session_name_insert(dialect: str) -> Insert:
+    """The INSERT of a session's id beside its key (``ts_subject_sessions``), fenced as :func:`usage_insert`
+    is: written only while the user ``u`` still has the subject ``subject`` and no erasure holds ``u``, so an
+    erasure that deleted the mapping is never followed by a session id it would not find. A session already
+    named is skipped. Parameters: ``u``, ``subject``, ``session_key``, ``session_id``, ``created_at``.
+    """
+    values = select(
+        Param("session_key", subject_sessions.c.session_key.type).label("session_key"),
+        SUBJECT.label("subject_key"),
+        Param("session_id", subject_sessions.c.session_id.type).label("session_id"),
+        Param("created_at", subject_sessions.c.created_at.type).label("created_at"),
+    ).subquery("v")
+    mapped = exists().where(subjects.c.user_id == USER, subjects.c.subject_key == SUBJECT)
+    insert_: Insert = insert_new(dialect, subject_sessions).from_select(
+        SESSION_NAME_COLUMNS, select(*values.c).where(mapped, ~held(USER)))
+    return insert_
+
+
 async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]], session_id: str | None = None) -> None:
-    """Insert a run's rows in one transaction; a run already recorded is left as it is.
+    """Insert rows as given, in one transaction, unfenced (seeding a ledger, backfills; a run's own rows go
+    through :func:`usage_insert`); a run already recorded is left as it is.
 
     Args:
         engine: The state database.

@@ -18,30 +18,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
-from teamstore.audit.ledger import record_usage, usage_rows
+from teamstore.audit.ledger import usage_rows
 from teamstore.audit.metrics import MetricsObserver
 from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.prices import load_prices
-from teamstore.audit.schema import subjects
+from teamstore.audit.run_writes import RunWrites, SqliteRunWrites
+from teamstore.audit.schema import ledger_name
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
-from teamstore.audit.transcripts.record import RunKeys, encode, item_record, run_record, sealed_context
-from teamstore.db.engine import describe_failure
-from teamstore.db.fence import held
-from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
+from teamstore.audit.transcripts.record import RunKeys, encode_lines, item_line, run_record, sealed_context
+from teamstore.errors import ErasureInProgress, TeamstoreError, UploadInDoubt
 from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.settings import Settings
@@ -49,18 +48,45 @@ from teamstore.settings import Settings
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 5.0
 """How long a shutdown waits for background outbox deliveries; what is left stays queued."""
+RENAME_AFTER_S = 3600.0
+"""How long the ledger trusts that it recorded a session's id (``ts_subject_sessions``) before it writes it again."""
+INLINE_ENCODE_CHARS = 64 * 1024
+"""A transcript up to this size is compressed on the event loop (about a millisecond); a larger one in a thread."""
+
+
+def run_writes(engine: AsyncEngine, pool_size: int = 20) -> RunWrites:
+    """The audit's per-run statements on ``engine``'s database (the caller owns the engine).
+
+    Args:
+        engine: The state database.
+        pool_size: On Postgres, the most connections the audit opens at once (each is held for one statement).
+    """
+    if engine.dialect.name == "postgresql":  # psycopg is the `postgres` extra: imported when chosen
+        from teamstore.audit.run_writes_postgres import PostgresRunWrites
+
+        return PostgresRunWrites(engine, pool_size)
+    return SqliteRunWrites(engine)
 
 
 class Pseudonyms:
     """Resolves a run's subject and session keys once, shared by the observers of one platform.
 
+    It also remembers each user's subject key (a bounded LRU) for the ledger, whose insert checks in its own
+    ``WHERE`` that the user still has that subject and no erasure holds them: a subject remembered from
+    before an erasure (which deletes the mapping) writes nothing, and the insert then looks the subject up
+    again. What the lookup is the fence of (the transcript's upload, the spans) never uses the remembered key.
+
     Args:
         engine: The state database (``ts_subjects``, ``ts_user_holds``).
+        cache_size: How many runs' keys, and how many users' subject keys, are kept.
+        pool_size: On Postgres, the most connections the audit's statements open at once.
     """
 
-    def __init__(self, engine: AsyncEngine, cache_size: int = 1024) -> None:
+    def __init__(self, engine: AsyncEngine, cache_size: int = 1024, *, pool_size: int = 20) -> None:
         self.engine = engine
+        self.writes = run_writes(engine, pool_size)
         self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()
+        self._subjects: OrderedDict[str, str] = OrderedDict()
         self._cache_size = cache_size
 
     def prefetch(self, ctx: RunContext) -> None:
@@ -86,30 +112,41 @@ class Pseudonyms:
         self.prefetch(ctx)
         return await asyncio.shield(self._runs[ctx.run_id])
 
+    def remembered(self, ctx: RunContext) -> RunKeys | None:
+        """The keys of the user's subject as last looked up in this process, if any: only for a write that
+        checks the subject and the fence itself (the ledger's insert)."""
+        subject = self._subjects.get(ctx.user_id)
+        return None if subject is None else RunKeys(subject, session_key(subject, ctx.session_id))
+
+    def forget_subject(self, user_id: str) -> None:
+        """Stop using the remembered subject of ``user_id`` (a write found it is no longer the user's)."""
+        self._subjects.pop(user_id, None)
+
     async def _resolve(self, ctx: RunContext) -> RunKeys:
         subject = await self._subject(ctx.user_id)
+        self._subjects[ctx.user_id] = subject
+        self._subjects.move_to_end(ctx.user_id)
+        while len(self._subjects) > self._cache_size:
+            self._subjects.popitem(last=False)
         return RunKeys(subject, session_key(subject, ctx.session_id))
 
     async def _subject(self, user_id: str) -> str:
         # One round trip for the common case: the subject exists and no erasure fences the user.
-        found = select(subjects.c.subject_key).where(subjects.c.user_id == user_id).scalar_subquery()
-        try:
-            async with self.engine.connect() as conn:
-                subject, fenced = (await conn.execute(select(found, held(user_id)))).one()
-        except SQLAlchemyError as exc:
-            raise StoreUnavailable(
-                f"could not resolve the audit subject: {describe_failure(exc)}",
-                hint="check the database and run `teamstore db upgrade`",
-            ) from exc
+        subject, fenced = await self.writes.subject(user_id)
         if fenced:
+            self.forget_subject(user_id)
             raise _fenced()
-        return str(subject) if subject is not None else await get_or_create_subject(self.engine, user_id)
+        return subject if subject is not None else await get_or_create_subject(self.engine, user_id)
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
         task = self._runs.pop(run_id, None)
         if task is not None and not task.done():
             task.cancel()
+
+    async def aclose(self) -> None:
+        """Close the connections the audit's statements opened (they open again if needed)."""
+        await self.writes.aclose()
 
 
 class TranscriptObserver:
@@ -148,7 +185,7 @@ class TranscriptObserver:
         self.drain_timeout_s = drain_timeout_s
         self.late_upload_s = late_upload_s
         self.owner = claims.new_owner()
-        self._items: dict[str, list[dict[str, Any]]] = {}
+        self._items: dict[str, list[str]] = {}
         self._runs_since_check = (
             flush_every  # check once soon after start: a previous process may have queued
         )
@@ -165,9 +202,10 @@ class TranscriptObserver:
         self._data_keys[ctx.run_id] = fetch
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
-        """Buffer one streamed message or event (made JSON-safe now, so later mutation cannot leak in)."""
+        """Buffer one streamed message or event as its transcript line (made now, so later mutation cannot
+        leak in, and the run's end only compresses)."""
         buffer = self._items.setdefault(ctx.run_id, [])
-        buffer.append(item_record(len(buffer), item, datetime.now(UTC)))
+        buffer.append(item_line(len(buffer), item, datetime.now(UTC)))
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """Encode and upload the transcript; on failure queue it in the outbox.
@@ -176,17 +214,20 @@ class TranscriptObserver:
             StoreUnavailable: Upload and outbox both failed, or the store could not be recorded for the subject
                 first (the runtime logs it; the run still succeeds).
         """
-        items = self._items.pop(ctx.run_id, [])
+        lines = self._items.pop(ctx.run_id, [])
         fetch = self._data_keys.pop(ctx.run_id, None)
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
         # KeyUnavailable, DataKeyDamaged: the runtime logs it; nothing is written, sealed or not.
         data_key = await (fetch if fetch is not None else self.keys.data_key(ctx.user_id))
         await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
+        header = run_record(ctx, outcome, keys, len(lines))
         row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
-        # Tens of MB of messages take a second or more to encode: off the loop, so the worker's other
-        # sessions go on meanwhile.
-        body = await asyncio.to_thread(_sealed, data_key, row.object_key, run_record(ctx, outcome, keys, len(items)),
-                                       items)
+        if sum(map(len, lines)) <= INLINE_ENCODE_CHARS:
+            body = _sealed(data_key, row.object_key, header, lines)  # sooner than a thread would even start
+        else:
+            # Tens of MB take a second or more to compress and seal: off the loop, so the worker's other
+            # sessions go on meanwhile.
+            body = await asyncio.to_thread(_sealed, data_key, row.object_key, header, lines)
         upload = asyncio.ensure_future(self.store.put(row.object_key, body))
         try:
             await asyncio.wait_for(asyncio.shield(upload), self.upload_deadline_s)
@@ -263,8 +304,15 @@ class TranscriptObserver:
         """Wait for background outbox deliveries (call before shutdown), for at most ``drain_timeout_s``.
 
         A slow store could otherwise hold the shutdown for as long as the whole outbox takes. Deliveries
-        still running then are cancelled; their transcripts stay queued for the next flush.
+        still running then are cancelled; their transcripts stay queued for the next flush. Then the
+        connections the audit's statements opened are closed.
         """
+        try:
+            await self._wait_for_deliveries()
+        finally:
+            await self.pseudonyms.aclose()
+
+    async def _wait_for_deliveries(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_timeout_s
         while self._tasks:
@@ -288,12 +336,16 @@ class LedgerObserver:
         pseudonyms: The shared key resolver.
         prices: Keeps ``ts_prices`` pricing the models recorded (the ``session_costs`` view); ``None``
             leaves it alone.
+        cache_size: How many sessions' recorded ids it remembers.
     """
 
-    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms, prices: PriceSync | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms, prices: PriceSync | None = None,
+                 cache_size: int = 4096) -> None:
         self.engine = engine
         self.pseudonyms = pseudonyms
         self.prices = prices
+        self.cache_size = cache_size
+        self._named: OrderedDict[str, float] = OrderedDict()  # session key -> when its id was recorded
 
     async def run_started(self, ctx: RunContext) -> None:
         """Nothing before the run: keys are resolved at its end, off the result's path."""
@@ -302,22 +354,70 @@ class LedgerObserver:
         """Usage comes from the metered calls, not the stream."""
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user."""
+        """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user.
+
+        With the user's subject remembered, the insert does not wait for the run's lookup: it checks the
+        subject and the fence itself. When it writes nothing (an erasure holds the user, deleted the subject
+        since, or the run is recorded already), the subject is looked up, and the rows written with it.
+        """
+        keys = await self._record(ctx, outcome)
+        if outcome.model_calls:  # a session is named where its ledger rows are
+            await self._name_session(ctx, keys)
+        await self._price(outcome)
+
+    async def _record(self, ctx: RunContext, outcome: RunOutcome) -> RunKeys:
+        """The run's rows, with the remembered subject first; the keys they were written with."""
+        keys = self.pseudonyms.remembered(ctx)
+        if keys is not None:
+            if await self._insert(ctx, outcome, keys):
+                return keys
+            self.pseudonyms.forget_subject(ctx.user_id)
         keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
-        rows = usage_rows(ctx, outcome, keys)
-        await record_usage(self.engine, rows, ctx.session_id)
-        if self.prices is not None and rows:
-            try:
-                await self.prices.ensure(self.engine, {str(row["model"]) for row in rows})
-            except (TeamstoreError, SQLAlchemyError) as exc:  # the ledger row is written; prices can wait
-                log.warning("could not write the prices of the run's models for the session_costs view: %s "
-                            "(the next run tries again; `teamstore prices sync` does it now)", exc)
+        await self._insert(ctx, outcome, keys)
+        return keys
 
     async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
         """The memory writer's calls, under the run's id with their own agent and purpose (so a session's
         cost includes them, and ``--by purpose`` shows them apart); none for a fenced user."""
-        keys = await self.pseudonyms.writable(ctx)
-        await record_usage(self.engine, usage_rows(ctx, later.as_outcome(), keys))
+        outcome = later.as_outcome()
+        await self._insert(ctx, outcome, await self.pseudonyms.writable(ctx))
+        await self._price(outcome)
+
+    async def _insert(self, ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> bool:
+        """Write the run's rows keyed by ``keys``; whether all of them were written (or there were none)."""
+        rows = usage_rows(ctx, outcome, keys)
+        if not rows:
+            return True
+        added = await self.pseudonyms.writes.insert_usage(rows, user_id=ctx.user_id, subject_key=keys.subject_key)
+        return added == len(rows)
+
+    async def _name_session(self, ctx: RunContext, keys: RunKeys) -> None:
+        """Record the session's id beside its key, once per session in this process (and again after
+        :data:`RENAME_AFTER_S`, so a retention sweep that removed it while the session lived is undone)."""
+        now = time.monotonic()
+        named = self._named.get(keys.session_key)
+        if named is not None and now - named < RENAME_AFTER_S:
+            return
+        await self.pseudonyms.writes.name_session(user_id=ctx.user_id, subject_key=keys.subject_key,
+                                                  session_key=keys.session_key, session_id=ctx.session_id)
+        self._named[keys.session_key] = now
+        self._named.move_to_end(keys.session_key)
+        while len(self._named) > self.cache_size:
+            self._named.popitem(last=False)
+
+    async def _price(self, outcome: RunOutcome) -> None:
+        """Keep ``ts_prices`` pricing the models the run recorded (the ``session_costs`` view)."""
+        if self.prices is None or not outcome.model_calls:
+            return
+        try:
+            await self.prices.ensure(self.engine, {ledger_name(call.model) for call in outcome.model_calls})
+        except (TeamstoreError, SQLAlchemyError) as exc:  # the ledger row is written; prices can wait
+            log.warning("could not write the prices of the run's models for the session_costs view: %s "
+                        "(the next run tries again; `teamstore prices sync` does it now)", exc)
+
+    async def drain(self) -> None:
+        """At shutdown: close the connections the audit's statements opened."""
+        await self.pseudonyms.aclose()
 
 
 class SpanObserver:
@@ -346,9 +446,9 @@ class SpanObserver:
         emit_later_spans(self.tracer, ctx, later, await self.pseudonyms.writable(ctx))
 
 
-def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
+def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], lines: list[str]) -> bytes:
     """The run's transcript object: encoded (gzip JSON lines), then sealed for its place in the store."""
-    return data_key.seal(encode(header, items), sealed_context(object_key))
+    return data_key.seal(encode_lines(header, lines), sealed_context(object_key))
 
 
 def _seen(task: asyncio.Future[Any]) -> None:
@@ -392,7 +492,7 @@ def build_audit_observers(
         MissingExtra: The transcripts URL needs a package that is not installed.
         ConfigurationError: The transcripts URL is not supported.
     """
-    pseudonyms = Pseudonyms(engine)
+    pseudonyms = Pseudonyms(engine, pool_size=settings.db_pool_size)
     store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
         LedgerObserver(engine, pseudonyms, PriceSync(lambda: load_prices(settings.prices_path))),

@@ -18,16 +18,22 @@ import hashlib
 import hmac
 import secrets
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import subject_stores, subjects
 from teamstore.db.engine import describe_failure
+from teamstore.db.fence import held
 from teamstore.db.statements import insert_new
 from teamstore.errors import StoreUnavailable
 from teamstore.ids import check_id
+from teamstore.state.statements import Param
+
+USER, SUBJECT = Param("u", subjects.c.user_id.type), Param("subject", subjects.c.subject_key.type)
+"""The inputs of the audit's statements on a run's path: the raw user id and a subject key."""
 
 
 def new_subject_key() -> str:
@@ -47,6 +53,13 @@ def session_key(subject_key: str, session_id: str) -> str:
     """
     digest = hmac.new(subject_key.encode("utf-8"), session_id.encode("utf-8"), hashlib.sha256)
     return digest.hexdigest()[:32]
+
+
+def subject_lookup() -> Select[Any]:
+    """The subject key of the user ``u`` (``NULL`` if none) and whether an erasure holds ``u``: one row, one
+    round trip, the end-of-run fence of the audit's writes."""
+    found = select(subjects.c.subject_key).where(subjects.c.user_id == USER).scalar_subquery()
+    return select(found, held(USER))
 
 
 async def find_subject(engine: AsyncEngine, user_id: str) -> str | None:

@@ -108,16 +108,17 @@ def describe_failure(exc: BaseException) -> str:
     return f"the database refused the statement ({name}, {code})"
 
 
+SQLITE_PRAGMAS = ("journal_mode=WAL", "busy_timeout=10000", "synchronous=NORMAL", "secure_delete=ON")
+"""Set on every SQLite connection. WAL lets readers run beside the single writer; busy_timeout makes
+writers from other processes wait instead of failing at once. With secure_delete, deleted rows are
+overwritten, not left in free pages: an erased user's words must not stay in the file (many builds, not
+all, compile it in)."""
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    # WAL lets readers run beside the single writer; busy_timeout makes writers from other
-    # processes wait instead of failing at once.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    # Deleted rows are overwritten, not left in free pages: an erased user's words must not stay in the
-    # file (many builds, not all, compile this in).
-    cursor.execute("PRAGMA secure_delete=ON")
+    for pragma in SQLITE_PRAGMAS:
+        cursor.execute(f"PRAGMA {pragma}")
     cursor.close()
 
 

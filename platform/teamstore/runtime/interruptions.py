@@ -28,8 +28,7 @@ from teamstore.runtime.resume import ResumeOutcome
 from teamstore.state.base import SessionKey, StateStore, StoredSession
 
 if TYPE_CHECKING:
-    from teamstore.runtime.runs import Run
-    from teamstore.runtime.session import Session
+    from teamstore.runtime.runs import Run, RunHost
 
 
 async def judge_at_open(
@@ -88,16 +87,17 @@ def stopped(run: Run) -> InterruptedRun:
                           run.ctx.team_version)
 
 
-async def report_abandoned(session: Session, checkpoint: Checkpoint) -> None:
+async def report_abandoned(session: RunHost, checkpoint: Checkpoint, *, resumed: bool) -> None:
     """Record an abandoned run as it went: its completed turns to the transcript and the model calls its
-    checkpoints carried to the ledger and the spans, as a run that failed."""
+    checkpoints carried to the ledger and the spans, as a run that failed (``resumed``: the session resumed
+    a stored state)."""
     built, run = session.built, checkpoint.run
     team = built.team
     assert isinstance(team, BaseGroupChat)
     thread = checkpoint.agent_states[_manager(checkpoint, built)]["message_thread"]
     ctx = RunContext(run_id=run.run_id, user_id=session.key.user_id, session_id=session.key.session_id,
                      team=built.name, team_version=run.team_version, started_at=run.started_at,
-                     resumed=bool(session.resume and session.resume.applied), interruptions=run.interruptions + 1)
+                     resumed=resumed, interruptions=run.interruptions + 1)
     observers = session.observers
     await notify_observers(observers, "run_started", ctx)
     for item in turns.messages(team, thread):

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autogen_core.models import ChatCompletionClient
 
@@ -37,10 +37,16 @@ from teamstore.memory.store import MemoryStore
 from teamstore.memory.writer import Said, WriteOutcome, write_memory
 from teamstore.metering import MeteredChatCompletionClient, metered_run
 
-if TYPE_CHECKING:
-    from teamstore.runtime.deps import SessionLimits
-
 log = logging.getLogger("teamstore.memory")
+
+
+class MemoryLimits(Protocol):
+    """The settings a memory write reads (a session's ``SessionLimits`` has them, and follows the platform's)."""
+
+    memory_retention_days: float
+    memory_writer_timeout_seconds: float
+
+
 WRITER = "memory_writer"
 """The memory writer's agent name and purpose in the ledger, in spans and in ``teamstore cost``."""
 
@@ -151,7 +157,7 @@ class MemoryService:
 
     def schedule(
         self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: Sequence[Said], *,
-        observers: Sequence[RunObserver], limits: SessionLimits,
+        observers: Sequence[RunObserver], limits: MemoryLimits,
     ) -> None:
         """Write the user's memory from ``said`` in the background (the run ``ctx`` is the last they end with)."""
         task = asyncio.get_running_loop().create_task(
@@ -168,7 +174,7 @@ class MemoryService:
 
     async def _write(
         self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: list[Said],
-        observers: Sequence[RunObserver], limits: SessionLimits,
+        observers: Sequence[RunObserver], limits: MemoryLimits,
     ) -> None:
         started = datetime.now(UTC)
         retention = binding.declaration.retention_days or limits.memory_retention_days

@@ -157,6 +157,8 @@ class Platform:
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
         this process is set to (once per platform)."""
+        if self._schema_checked:  # every request asks: no lock once it is done
+            return
         async with self._schema_lock:
             if self._schema_checked:
                 return
@@ -262,6 +264,7 @@ class Platform:
     async def aclose(self) -> None:
         """Finish the memory writes in flight, flush telemetry and dispose of what this platform was given to
         close."""
+        await self.teams.aclose()
         await self.memory.drain()
         for observer in self.observers:
             drain = getattr(observer, "drain", None)

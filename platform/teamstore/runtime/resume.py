@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from autogen_core import AgentId
+
 from config_registry.types import KIND_NAMES, BuiltTeam
 from teamstore.errors import Refusal, StateRejected, StateTooLarge
 from teamstore.runtime.checkpoints import InterruptedRun
@@ -190,21 +192,43 @@ def judge(
     return Verdict(ResumeOutcome(reason, version, detail, (), previous, quarantined=True))
 
 
+_GROUP_CHAT_INTERNALS = ("_participant_names", "_participant_topic_types", "_team_id", "_runtime", "_initialized",
+                         "_init")
+
+
+def _containers(team: Any) -> dict[str, AgentId] | None:
+    """Each participant's container agent in the team's runtime, where AutoGen 0.7's group chats keep
+    them (``BaseGroupChat.save_state`` and ``load_state`` go through these); ``None`` for a team that
+    does not keep them there."""
+    if not all(hasattr(team, name) for name in _GROUP_CHAT_INTERNALS):
+        return None
+    names, kinds = team._participant_names, team._participant_topic_types
+    return {name: AgentId(type=kind, key=team._team_id) for name, kind in zip(names, kinds, strict=True)}
+
+
 async def apply_states(built: BuiltTeam, states: Mapping[str, Any]) -> None:
     """Load validated states into the persisted participants; the others start clean.
 
-    For a team, the fresh team's own state is taken first and only the persisted participants' entries
-    are replaced, so the group chat manager starts a new turn order (see docs/architecture.md).
+    For a team, only the persisted participants' containers are loaded, as AutoGen's ``load_state``
+    loads each one, and the group chat manager keeps its fresh state, so it starts a new turn order (see
+    docs/architecture.md). (AutoGen's own ``load_state`` takes the whole team's state: saving the fresh
+    team's to fill in the rest cost more than the load.)
     """
+    team = built.team
     if built.kind == "agent":
         (name,) = built.persisted
-        await built.team.load_state(states[name])
+        await team.load_state(states[name])
         return
-    fresh = dict(await built.team.save_state())
-    agent_states = dict(fresh["agent_states"])
-    agent_states.update(states)
-    fresh["agent_states"] = agent_states
-    await built.team.load_state(fresh)
+    containers = _containers(team)
+    if containers is None:
+        fresh = dict(await team.save_state())
+        fresh["agent_states"] = {**fresh["agent_states"], **states}
+        await team.load_state(fresh)
+        return
+    if not team._initialized:  # type: ignore[union-attr]
+        await team._init(team._runtime)  # type: ignore[union-attr]
+    for name, state in states.items():
+        await team._runtime.agent_load_state(containers[name], state)  # type: ignore[union-attr]
 
 
 def _cap_buffer(state: Mapping[str, Any], cap: int) -> dict[str, Any]:

@@ -366,7 +366,7 @@ class Session:
         checkpoint = await self._interrupted_checkpoint()
         await self.write_checkpoint(None)
         self._interrupted = self._checkpoint = None
-        await interruptions.report_abandoned(self, checkpoint)
+        await interruptions.report_abandoned(self, checkpoint, resumed=bool(self.resume and self.resume.applied))
 
     def routed_stream(
         self, task: Task, linked: CancellationToken | None, skip: int

@@ -1,24 +1,35 @@
-"""Fresh teams from the registry, their definitions cached, every model client metered.
+"""Fresh teams from the registry, their definitions cached and checked once, every model client metered.
 
     teams = TeamBuilder(registry, refresh_seconds=5.0)
     built = await teams.build("support_triage@production")   # a NEW team object on every call
     definition = await teams.definition("support_triage@3f2a9c")
 
 A pinned version is cached for good (it cannot change); a bare name or a label is looked up again after
-``refresh_seconds``, so a moved label reaches every worker within that time.
+``refresh_seconds``, so a moved label reaches every worker within that time. The lookup (git, in a thread)
+is made once for all the requests that need it, and ahead of time: once half the interval has passed, the
+next request starts it in the background and goes on with the cached definition.
+
+A cached definition is checked for a build once (:func:`config_registry.build.prepare`: the allow-list,
+the declared secrets, the persisted participants' bounds and the memory they name; the metering wrapper and the memory component applied); each build
+then only resolves the secrets into a fresh copy and loads it. A label looked up again that still points
+at the same version keeps its definition and its checks (a version's definition never changes); one
+that moved is read and checked anew.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from config_registry import Registry, TeamDefinition
-from config_registry.build import build_team
+from config_registry.build import PreparedDefinition, prepare
+from config_registry.errors import RegistryError
 from config_registry.types import BuiltTeam
 from teamstore.memory.component import attach_memory
 from teamstore.metering import wrap_model_clients
@@ -26,9 +37,21 @@ from teamstore.metering import wrap_model_clients
 SpanRoute = Callable[[], AbstractContextManager[None]]
 """A block in which AutoGen's spans go where the platform sends them (``Platform.autogen_spans``)."""
 
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Entry:
+    """A resolved definition, when its lookup started, and its checks' result once a build needed them."""
+
+    definition: TeamDefinition
+    fetched: float  # time.monotonic() when the lookup began: the definition is at least that fresh
+    pinned: bool
+    prepared: PreparedDefinition | None = None
+
 
 class TeamBuilder:
-    """Builds fresh teams from one registry through a cache of resolved definitions.
+    """Builds fresh teams from one registry through a cache of resolved, checked definitions.
 
     Args:
         registry: The config registry teams are built from.
@@ -40,7 +63,8 @@ class TeamBuilder:
         self.registry = registry
         self.refresh_seconds = refresh_seconds
         self.spans = spans
-        self._definitions: dict[str, tuple[TeamDefinition, float]] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._lookups: dict[str, asyncio.Task[_Entry]] = {}
 
     async def definition(self, ref: str) -> TeamDefinition:
         """The definition ``ref`` (``name``, ``name@version``, ``name@label``) resolves to, from the cache
@@ -49,18 +73,7 @@ class TeamBuilder:
         Raises:
             RegistryError: The registry cannot resolve ``ref``.
         """
-        cached = self._definitions.get(ref)
-        now = time.monotonic()
-        if cached is not None and (cached[1] == float("inf") or now - cached[1] < self.refresh_seconds):
-            return cached[0]
-        definition = await asyncio.to_thread(self.registry.resolve, ref)
-        # A version never moves, so it is cached for good; a label (it resolved through one if it is
-        # among the version's labels, since labels win over version prefixes) or a bare name is looked
-        # up again after the refresh interval.
-        selector = ref.partition("@")[2]
-        pinned = bool(selector) and selector not in definition.labels
-        self._definitions[ref] = (definition, float("inf") if pinned else now)
-        return definition
+        return (await self._entry(ref)).definition
 
     async def build(self, ref: str) -> BuiltTeam:
         """A fresh team for ``ref``, its model clients wrapped for metering, and a ``TeamstoreMemory`` on each
@@ -69,11 +82,74 @@ class TeamBuilder:
         Raises:
             RegistryError: ``ref`` does not resolve, a secret is unavailable, or the definition does not load.
         """
-        definition = await self.definition(ref)
-        memory, name = definition.manifest.memory, definition.name
+        entry = await self._entry(ref)
+        if entry.prepared is None:
+            # Checked on the first build only; a definition that fails is not kept as checked, so every
+            # build of it fails the same way.
+            memory, name = entry.definition.manifest.memory, entry.definition.name
 
-        def transform(component: dict[str, Any]) -> dict[str, Any]:
-            return attach_memory(wrap_model_clients(component), memory, name)
+            def transform(component: dict[str, Any]) -> dict[str, Any]:
+                return attach_memory(wrap_model_clients(component), memory, name)
 
+            entry.prepared = prepare(entry.definition, transform=transform)
         with self.spans():  # the runtimes built here keep it; agent creation spans are started here
-            return build_team(definition, transform=transform)
+            return entry.prepared.build()
+
+    async def _entry(self, ref: str) -> _Entry:
+        entry = self._entries.get(ref)
+        if entry is not None:
+            age = time.monotonic() - entry.fetched
+            if entry.pinned or age < self.refresh_seconds:
+                if not entry.pinned and age >= self.refresh_seconds / 2:
+                    self._lookup(ref)  # ahead of time: the requests after this one find it done
+                return entry
+        # Shielded: a request cancelled while it waits leaves the lookup to the others that wait for it.
+        return await asyncio.shield(self._lookup(ref))
+
+    def _lookup(self, ref: str) -> asyncio.Task[_Entry]:
+        """The lookup of ``ref`` in flight, or a new one: one at a time per reference."""
+        task, loop = self._lookups.get(ref), asyncio.get_running_loop()
+        if task is None or task.get_loop() is not loop:  # one left on a loop that has ended never finishes
+            task = loop.create_task(self._resolve(ref))
+            self._lookups[ref] = task
+            task.add_done_callback(lambda done: self._finished(ref, done))
+        return task
+
+    async def _resolve(self, ref: str) -> _Entry:
+        started = time.monotonic()
+        cached = self._entries.get(ref)
+        # A label looked up again: if it points where it did, its definition (a version's never changes) and
+        # that definition's checks stand, and the lookup read two files rather than six.
+        if cached is not None and not cached.pinned and (
+            await asyncio.to_thread(self.registry.version_of, ref) == cached.definition.version
+        ):
+            cached.fetched = started
+            return cached
+        definition = await asyncio.to_thread(self.registry.resolve, ref)
+        # A version never moves, so it is cached for good; a label (it resolved through one if it is
+        # among the version's labels, since labels win over version prefixes) or a bare name is looked
+        # up again after the refresh interval.
+        selector = ref.partition("@")[2]
+        entry = _Entry(definition, started, pinned=bool(selector) and selector not in definition.labels)
+        self._entries[ref] = entry
+        return entry
+
+    async def aclose(self) -> None:
+        """Stop the lookups still in flight (one made ahead of time has no request waiting for it)."""
+        lookups, self._lookups = list(self._lookups.values()), {}
+        for task in lookups:
+            task.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
+
+    def _finished(self, ref: str, task: asyncio.Task[_Entry]) -> None:
+        if self._lookups.get(ref) is task:
+            del self._lookups[ref]
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, RegistryError):
+            # Whoever awaits it gets the error itself; a lookup started ahead of time has no one waiting,
+            # and the request after the interval looks it up again and gets it then.
+            log.debug("registry lookup of %s failed: %s", ref, error)
+        elif error is not None:
+            log.warning("registry lookup of %s failed: %s: %s", ref, type(error).__name__, error)

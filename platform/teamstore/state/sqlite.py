@@ -6,12 +6,15 @@ the engine.
 
     store = sqlite_store(create_engine("sqlite:///.teamstore/teamstore.db"))   # or store_for(engine)
 
-Each lease and each save is one statement, atomic on its own, run in autocommit: that spares the
-``BEGIN`` and ``COMMIT`` round trips. SQLite serves one writer at a time; for many workers, use Postgres.
+Each lease, save and checkpoint write is one statement, atomic on its own, run in autocommit: that spares the
+``BEGIN`` and ``COMMIT`` round trips, and sent on the store's own few connections in one hop to SQLite's
+thread (:mod:`teamstore.state.direct_sqlite`); everything else goes through the engine. SQLite serves one
+writer at a time; for many workers, use Postgres.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,46 +22,59 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.state import statements as sql
+from teamstore.state.direct_sqlite import SqlitePool, SqliteStatement, for_sqlite
 from teamstore.state.failures import unavailable
 from teamstore.state.row_lease import RowLeaseStore
 
+_ACQUIRE = sql.acquire_row(sql.SQLITE)  # built once: constructing the lease statement costs more than running it
+_SAVE = {release: sql.save_row(sql.SQLITE, release=release) for release in (True, False)}
+_CHECKPOINT = sql.checkpoint_row(sql.SQLITE)
+_DIRECT: dict[Any, SqliteStatement] = {stmt: for_sqlite(stmt) for stmt in (_ACQUIRE, *_SAVE.values(), _CHECKPOINT)}
+
 
 class SqliteStatements:
-    """The row-lease statements, sent through ``engine`` (built once: constructing the lease statement
-    costs more than running it).
+    """The row-lease statements, sent on the store's own connections (through ``engine`` for a database
+    that is not a file).
 
     Args:
         engine: An ``sqlite+aiosqlite`` engine the caller owns.
+        pool_size: The most connections of the store's own open at once.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, pool_size: int = 4) -> None:
         self._single = engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._acquire = sql.acquire_row(sql.SQLITE)
-        self._save = {release: sql.save_row(sql.SQLITE, release=release) for release in (True, False)}
-        self._checkpoint = sql.checkpoint_row(sql.SQLITE)
+        self._direct = SqlitePool.for_engine(engine, pool_size)
+
+    async def _execute(self, pool: SqlitePool, stmt: SqliteStatement, params: Mapping[str, Any]) -> Sequence[Any] | None:
+        rows = await pool.fetch(stmt, params)
+        return rows[0] if rows else None
 
     async def _one(self, stmt: Any, params: Mapping[str, Any], action: str) -> Sequence[Any] | None:
         try:
+            if self._direct is not None:
+                return await self._execute(self._direct, _DIRECT[stmt], params)
             async with self._single.connect() as conn:
                 return (await conn.execute(stmt, params)).first()
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, sqlite3.Error) as exc:
             raise unavailable(exc, action) from exc
 
     async def acquire(self, params: Mapping[str, Any], seconds: float) -> Sequence[Any] | None:
         """Take the lease and read the row (SQLite's own busy timeout does the waiting: ``seconds`` is
         unused)."""
-        return await self._one(self._acquire, params, "take the session lease")
+        return await self._one(_ACQUIRE, params, "take the session lease")
 
     async def save(self, params: Mapping[str, Any], release: bool) -> Sequence[Any] | None:
         """Save (and release): the new row version, or ``None``."""
-        return await self._one(self._save[release], params, "save the session state")
+        return await self._one(_SAVE[release], params, "save the session state")
 
     async def checkpoint(self, params: Mapping[str, Any]) -> Sequence[Any] | None:
         """Write a run's checkpoint: the new row version, or ``None``."""
-        return await self._one(self._checkpoint, params, "write the run's checkpoint")
+        return await self._one(_CHECKPOINT, params, "write the run's checkpoint")
 
     async def aclose(self) -> None:
-        """Nothing to close: the engine is the caller's."""
+        """Close the store's own connections (the engine is the caller's)."""
+        if self._direct is not None:
+            await self._direct.close()
 
 
 def sqlite_store(engine: AsyncEngine) -> RowLeaseStore:

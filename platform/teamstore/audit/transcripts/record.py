@@ -3,7 +3,9 @@
     from teamstore.audit.transcripts.record import item_record, run_record, encode, decode
 
     items = [item_record(seq, message) for seq, message in enumerate(stream)]
-    body = encode(run_record(ctx, outcome, keys, len(items)), items)   # gzip bytes
+    body = encode(run_record(ctx, outcome, keys, len(items)), items)   # gzip bytes, one PUT
+    lines = [item_line(seq, message, now) for seq, message in enumerate(stream)]   # or line by line as streamed
+    body = encode_lines(run_record(ctx, outcome, keys, len(lines)), lines)      # the same bytes
     header, items = decode(body)
 
 What a store holds is that body sealed under the user's data key for :func:`sealed_context` (the transcript
@@ -157,11 +159,24 @@ def run_record(ctx: RunContext, outcome: RunOutcome, keys: RunKeys, items: int) 
     }
 
 
+def item_line(seq: int, item: StreamItem | Any, received_at: datetime) -> str:
+    """:func:`item_record` as its line of the transcript (JSON text), to be made as the item is streamed."""
+    return _line(item_record(seq, item, received_at))
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
 def encode(header: dict[str, Any], items: Iterable[dict[str, Any]]) -> bytes:
     """Serialise a run as gzip-compressed JSON lines (header first)."""
-    lines = [json.dumps(header, ensure_ascii=False, separators=(",", ":"))]
-    lines.extend(json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in items)
-    return gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), compresslevel=6, mtime=0)
+    return encode_lines(header, [_line(i) for i in items])
+
+
+def encode_lines(header: dict[str, Any], lines: Iterable[str]) -> bytes:
+    """:func:`encode` of items already made into lines (:func:`item_line`)."""
+    text = "\n".join([_line(header), *lines]) + "\n"
+    return gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)
 
 
 def sealed_context(object_key: str) -> str:

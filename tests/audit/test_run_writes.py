@@ -1,0 +1,132 @@
+"""The audit's per-run writes with a remembered subject, on SQLite and a real Postgres: the ledger's insert
+checks the user's subject and the erasure fence itself, so a subject remembered from an earlier run is never
+written to once it is no longer the user's, and a fenced user gets nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.schema import subjects, usage
+from teamstore.audit.subjects import find_subject, session_key
+from teamstore.audit.transcripts import subject_prefix
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.db.fence import user_holds
+from teamstore.errors import ErasureInProgress
+from tests.audit.teams import context, observe_run, triage_team
+
+
+async def _ledger(engine: AsyncEngine, run_id: str) -> set[tuple[str | None, str]]:
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(usage.c.subject_key, usage.c.session_key).where(usage.c.run_id == run_id)))
+    return {(r.subject_key, r.session_key) for r in rows.all()}
+
+
+async def _erase_subject(engine: AsyncEngine, user_id: str) -> None:
+    """What a finished erasure leaves: the user's subject mapping gone (and no hold)."""
+    async with engine.begin() as conn:
+        await conn.execute(delete(subjects).where(subjects.c.user_id == user_id))
+
+
+@pytest.fixture
+async def audit(engine: AsyncEngine, tmp_path: Path) -> tuple[Pseudonyms, LedgerObserver, TranscriptObserver]:
+    pseudonyms = Pseudonyms(engine)
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    yield pseudonyms, LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)
+    await pseudonyms.aclose()
+
+
+async def test_the_ledger_of_a_user_seen_before_is_written_without_waiting_for_the_runs_lookup(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pseudonyms, ledger, _ = audit
+    first = context(user_id="ann")
+    await observe_run([ledger], triage_team(), first)
+    second = context(user_id="ann", session_id="s2")
+    outcome = await observe_run([], triage_team(), second)
+
+    async def no_lookup(ctx: object) -> None:
+        raise AssertionError("the ledger waited for the run's lookup")
+
+    monkeypatch.setattr(pseudonyms, "writable", no_lookup)
+    await ledger.run_finished(second, outcome)
+    subject = str(await find_subject(engine, "ann"))
+    assert await _ledger(engine, second.run_id) == {(subject, session_key(subject, "s2"))}
+
+
+async def test_an_erased_users_remembered_subject_is_never_written_to_again(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver]
+) -> None:
+    pseudonyms, ledger, transcripts = audit
+    first = context(user_id="bea")
+    await observe_run([ledger, transcripts], triage_team(), first)
+    old = str(await find_subject(engine, "bea"))
+    assert pseudonyms.remembered(first) is not None
+    await _erase_subject(engine, "bea")  # the erasure finished; the user comes back
+
+    second = context(user_id="bea")
+    await observe_run([ledger, transcripts], triage_team(), second)
+    new = str(await find_subject(engine, "bea"))
+    assert new != old
+    assert await _ledger(engine, second.run_id) == {(new, session_key(new, second.session_id))}
+    assert not any(second.run_id in key for key in await transcripts.store.list_keys(subject_prefix(old)))
+    assert any(second.run_id in key for key in await transcripts.store.list_keys(subject_prefix(new)))
+
+
+async def test_a_subject_replaced_by_another_workers_lookup_is_not_written_to(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver]
+) -> None:
+    _, ledger, _ = audit
+    await observe_run([ledger], triage_team(), context(user_id="cy"))
+    await _erase_subject(engine, "cy")
+    other = Pseudonyms(engine)  # another worker: the user's next run there makes a new subject
+    try:
+        replaced = (await other.writable(context(user_id="cy"))).subject_key
+    finally:
+        await other.aclose()
+    run = context(user_id="cy")
+    await observe_run([ledger], triage_team(), run)
+    assert await _ledger(engine, run.run_id) == {(replaced, session_key(replaced, run.session_id))}
+
+
+async def test_a_fenced_user_gets_no_ledger_row_even_with_the_subject_remembered(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver]
+) -> None:
+    pseudonyms, ledger, _ = audit
+    first = context(user_id="dee")
+    await observe_run([ledger], triage_team(), first)
+    async with engine.begin() as conn:  # an erasure opens while the next run is in flight
+        await conn.execute(user_holds.insert().values(user_id="dee", reason="erasure", created_at=datetime.now(UTC)))
+    second = context(user_id="dee")
+    outcome = await observe_run([], triage_team(), second)
+    assert pseudonyms.remembered(second) is not None
+    with pytest.raises(ErasureInProgress):
+        await ledger.run_finished(second, outcome)
+    assert await _ledger(engine, second.run_id) == set()
+    assert pseudonyms.remembered(second) is None
+
+
+def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path) -> None:
+    # The audit's own SQLite connections each have a thread; an application that never closes its platform
+    # must not be held open by them at exit (as SQLAlchemy's engine is not).
+    script = (
+        "import asyncio\n"
+        "from teamstore.audit.run_writes import SqliteRunWrites\n"
+        "from teamstore.db.engine import create_engine\n"
+        "async def main():\n"
+        f"    engine = create_engine('sqlite+aiosqlite:///{tmp_path / 'exit.db'}')\n"
+        "    from teamstore.db.migrate import upgrade\n"
+        "    await upgrade(engine)\n"
+        "    print(await SqliteRunWrites(engine).subject('alice'))\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(None, False)"

@@ -1,0 +1,167 @@
+"""The definition cache: a definition is checked once and each build loads it afresh; a changed definition is
+never built from the checks of another; one registry lookup serves every request that needs it, made ahead
+of time for a label."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+
+from config_registry import DefinitionInvalid, Registry, TeamDefinition
+from config_registry import build as registry_build
+from teamstore import examples
+from teamstore.metering import MeteredChatCompletionClient
+from teamstore.runtime.teams import TeamBuilder
+from tests.conftest import git
+
+TRIAGE = "support_triage"
+
+
+def _checks_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every time a build checks a definition's stored JSON, the version checked."""
+    checked: list[str] = []
+    original = registry_build._check_stored
+
+    def counted(definition: TeamDefinition, component: Any) -> None:
+        checked.append(definition.version)
+        original(definition, component)
+
+    monkeypatch.setattr(registry_build, "_check_stored", counted)
+    return checked
+
+
+def _lookups_counted(registry: Registry, monkeypatch: pytest.MonkeyPatch, gate: threading.Event | None = None) -> list[str]:
+    """What the registry is asked: where a reference points (``version_of``, the first half of every
+    lookup) and a definition's files (``read``); with ``gate``, each question waits (in its thread) until
+    the gate opens."""
+    made: list[str] = []
+    for method, told in (("version_of", "version_of"), ("_read", "read")):
+        original = getattr(registry, method)
+
+        def counted(*args: Any, told: str = told, original: Any = original) -> Any:
+            made.append(told)
+            if gate is not None:
+                gate.wait(30)
+            return original(*args)
+
+        monkeypatch.setattr(registry, method, counted)
+    return made
+
+
+def _researcher_prompt(team: Any) -> str:
+    researcher = next(p for p in team._participants if p.name == "researcher")
+    assert isinstance(researcher, AssistantAgent)
+    return str(researcher._system_messages[0].content)
+
+
+async def test_a_pinned_definition_is_checked_once_however_many_teams_are_built_from_it(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked = _checks_counted(monkeypatch)
+    version = registry.resolve(TRIAGE).version
+    teams = TeamBuilder(registry, refresh_seconds=0)
+    built = [await teams.build(f"{TRIAGE}@{version}") for _ in range(5)]
+    assert checked == [version]
+    assert len({id(b.team) for b in built}) == 5  # a new team every time
+    assert len({id(b.participants["researcher"]) for b in built}) == 5
+    assert all(isinstance(b.participants["researcher"]._model_client, MeteredChatCompletionClient) for b in built)
+
+
+async def test_a_label_moved_to_a_changed_definition_builds_the_new_one_once_its_interval_has_passed(
+    registry: Registry,
+) -> None:
+    teams = TeamBuilder(registry, refresh_seconds=0.3)
+    first = await teams.build(f"{TRIAGE}@production")
+    second_version = registry.add(TRIAGE, examples.support_triage_v2_prompt().dump_component(),
+                                  examples.example_manifest(TRIAGE), "a new prompt")
+    registry.label(TRIAGE, second_version, "production", "roll out the new prompt")
+    await asyncio.sleep(0.35)
+    second = await teams.build(f"{TRIAGE}@production")
+    assert first.version != second_version and second.version == second_version
+    assert _researcher_prompt(second.team) == _researcher_prompt(examples.support_triage_v2_prompt())
+    assert _researcher_prompt(second.team) != _researcher_prompt(first.team)
+    rolled_back = await teams.build(f"{TRIAGE}@{first.version}")  # the old version still builds as it was
+    assert _researcher_prompt(rolled_back.team) == _researcher_prompt(first.team)
+
+
+async def test_a_definition_that_fails_its_checks_is_refused_at_every_build_and_never_kept_as_checked(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    teams = TeamBuilder(registry, refresh_seconds=0)
+    path = registry.path / "teams" / TRIAGE / "component.json"
+    path.write_text(path.read_text().replace("autogen_agentchat.conditions.MaxMessageTermination", "os.system"))
+    git(registry.path, "commit", "-qam", "a hand edit")
+    bad = git(registry.path, "rev-parse", "HEAD").strip()
+    registry.label(TRIAGE, bad, "canary", "try the hand edit")
+    checked = _checks_counted(monkeypatch)
+    for ref in (f"{TRIAGE}@{bad}", f"{TRIAGE}@{bad}", f"{TRIAGE}@canary", f"{TRIAGE}@canary"):
+        with pytest.raises(DefinitionInvalid) as caught:
+            await teams.build(ref)
+        assert caught.value.field == "config.termination_condition.config.conditions.1.provider"
+    assert checked == [bad] * 4
+
+
+async def test_requests_that_find_a_lookup_due_share_one(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _lookups_counted(registry, monkeypatch)
+    teams = TeamBuilder(registry, refresh_seconds=60)
+    built = await asyncio.gather(*(teams.build(f"{TRIAGE}@production") for _ in range(16)))
+    assert made == ["version_of", "read"]
+    assert len({id(b.team) for b in built}) == 16
+
+
+async def test_a_labels_lookup_is_made_ahead_of_time_while_requests_go_on_with_the_cached_definition(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    teams = TeamBuilder(registry, refresh_seconds=10)
+    ref = f"{TRIAGE}@production"
+    first = await teams.build(ref)
+    made = _lookups_counted(registry, monkeypatch, gate)
+    teams._entries[ref].fetched -= 6  # past half its interval, not yet at its end
+    second = await asyncio.wait_for(teams.build(ref), 10)  # built while the lookup waits at the gate
+    assert second.version == first.version and second.team is not first.team
+    await asyncio.sleep(0.2)
+    assert made == ["version_of"] and not teams._lookups[ref].done()
+    moved = registry.add(TRIAGE, examples.support_triage_v2_prompt().dump_component(),
+                         examples.example_manifest(TRIAGE), "a new prompt", label="production")
+    gate.set()
+    await teams._lookups[ref]
+    assert (await teams.build(ref)).version == moved
+    assert made == ["version_of", "version_of", "read"]  # the label moved: read, ahead of the next request
+    teams._entries[ref].fetched -= 11  # past its interval: the request waits for a lookup of its own
+    gate.clear()
+    waiting = asyncio.ensure_future(teams.build(ref))
+    await asyncio.sleep(0.2)
+    assert not waiting.done() and made[3:] == ["version_of"]
+    gate.set()
+    assert (await waiting).version == moved
+
+
+async def test_a_label_looked_up_again_at_the_same_version_keeps_its_checked_definition(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked = _checks_counted(monkeypatch)
+    read = _lookups_counted(registry, monkeypatch)
+    teams = TeamBuilder(registry, refresh_seconds=0)
+    first, second = await teams.build(f"{TRIAGE}@production"), await teams.build(f"{TRIAGE}@production")
+    assert read == ["version_of", "read", "version_of"]  # looked up twice, read and checked once
+    assert checked == [first.version]
+    assert second.version == first.version and second.team is not first.team
+
+
+async def test_closing_stops_a_lookup_made_ahead_of_time(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    teams = TeamBuilder(registry, refresh_seconds=10)
+    ref = f"{TRIAGE}@production"
+    await teams.build(ref)
+    _lookups_counted(registry, monkeypatch, gate)
+    teams._entries[ref].fetched -= 6
+    await teams.build(ref)
+    ahead = teams._lookups[ref]
+    await asyncio.wait_for(teams.aclose(), 5)  # not held by the lookup waiting at the gate
+    gate.set()
+    assert ahead.cancelled() and teams._lookups == {}
