@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import statistics
+import tempfile
 from typing import Any
 
 from autogen_core.model_context import BufferedChatCompletionContext
@@ -246,7 +247,7 @@ async def run() -> None:
     state = await sample_state()
     server, url = postgres_database()
     row_url = postgres_database()[1]
-    sqlite_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench-{os.getpid()}.db")
+    sqlite_path = os.path.join(tempfile.gettempdir(), f"bench-{os.getpid()}.db")
     try:
         print("(2) SQL statements")
         await statements(f"sqlite:///{sqlite_path}", state)
