@@ -117,3 +117,26 @@ async def test_processes_migrating_one_fresh_database_at_once_all_succeed(databa
     finally:
         for engine in engines:
             await engine.dispose()
+
+
+async def test_a_new_sqlite_file_held_by_another_connection_is_switched_to_wal_once_it_is_let_go(
+    tmp_path: Any,
+) -> None:
+    """Switching a new file to WAL needs it alone, and SQLite refuses at once (no busy wait) while another
+    connection holds it: one of several processes opening a fresh database together failed with "database is
+    locked". The switch waits the other connection out instead."""
+    import asyncio
+    import sqlite3
+
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # a file still in rollback-journal mode, its write lock held
+    engine = create_engine(f"sqlite:///{path}")
+    release = asyncio.get_running_loop().call_later(0.3, lambda: holder.execute("COMMIT"))
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+    finally:
+        release.cancel()
+        holder.close()
+        await engine.dispose()

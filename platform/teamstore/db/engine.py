@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+from sqlalchemy.util import await_only
 
 from config_registry.errors import folder_failure
 from config_registry.folders import PRIVATE, make_folder
@@ -108,18 +112,43 @@ def describe_failure(exc: BaseException) -> str:
     return f"the database refused the statement ({name}, {code})"
 
 
-SQLITE_PRAGMAS = ("journal_mode=WAL", "busy_timeout=10000", "synchronous=NORMAL", "secure_delete=ON")
+SQLITE_PRAGMAS = ("busy_timeout=10000", "journal_mode=WAL", "synchronous=NORMAL", "secure_delete=ON")
 """Set on every SQLite connection. WAL lets readers run beside the single writer; busy_timeout makes
-writers from other processes wait instead of failing at once. With secure_delete, deleted rows are
-overwritten, not left in free pages: an erased user's words must not stay in the file (many builds, not
-all, compile it in)."""
+writers from other processes wait instead of failing at once (it comes first, so the pragmas after it wait
+too). With secure_delete, deleted rows are overwritten, not left in free pages: an erased user's words must
+not stay in the file (many builds, not all, compile it in)."""
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    for pragma in SQLITE_PRAGMAS:
-        cursor.execute(f"PRAGMA {pragma}")
-    cursor.close()
+    try:
+        for pragma in SQLITE_PRAGMAS:
+            if pragma.startswith("journal_mode"):
+                _switch_journal(cursor, pragma)
+            else:
+                cursor.execute(f"PRAGMA {pragma}")
+    finally:
+        cursor.close()
+
+
+def _switch_journal(cursor: Any, pragma: str, *, patience: float = 10.0) -> None:
+    """Set the journal mode, waiting out connections that hold the file.
+
+    Switching a new file to WAL needs it alone; SQLite answers "database is locked" at once, without its busy
+    handler, while another connection is creating or migrating it (processes starting together on a fresh
+    database). The switch is retried until ``patience`` seconds have passed, like a busy writer's wait.
+    """
+    deadline = time.monotonic() + patience
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute(f"PRAGMA {pragma}")
+            return
+        except Exception as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        await_only(asyncio.sleep(pause))  # the handler runs in the async engine's greenlet: the loop goes on
+        pause = min(pause * 2, 0.1)
 
 
 def _create_private(database: Path) -> None:
