@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from teamstore.errors import PayloadUnreadable
 from teamstore.keys import sealed
+from teamstore.keys.service import DataKey
 from teamstore.state.envelope import encode, is_sealed_text, seal_text, sealed_bytes
 
 KEY_ID = "0f" * 16
@@ -63,3 +64,24 @@ def test_a_sealed_state_sits_in_the_envelope_and_a_json_one_is_not_taken_for_it(
     assert is_sealed_text(text) and sealed_bytes(text) == blob
     assert text.startswith('{"envelope":1,"codec":"aes256gcm"')
     assert sealed_bytes(encode({"kind": "team"})) is None and not is_sealed_text(encode({"kind": "team"}))
+
+
+# Sealed by an earlier release (format 1: LZ4'd, then not) under the data key below, for ``state/s1``: rows
+# written then must open as long as format 1 is read.
+EARLIER = {
+    "AFRTSwEBASNFZ4mrze8BI0VniavN79HmNRQRvjoTf+dOodr2sLTWOfJoh0dNd2HgFNfJ6v6if0T5KDKaEi5JNh4ZnADR8Xo6hbIR6HtU49el2Mk"
+    "RTipmt5trA/W5mIkFPSOjLndzXmiUm4pXbrYwLiPneNjfdgWfnrCREvBtXTVEa2jQ",
+    "AFRTSwEAASNFZ4mrze8BI0VniavN7294LG3mvFzZ6886il0s6MFmK/yD2p8kYqihoJjIoMANTNJsoEKSuWn53kWPNKV3Y0RcT8M5zwWmoxS/+A"
+    "6x2lPuQ6oOdyDKsRb6TjRzEpyHamlu8xhD4/7EwsezFWcXHXf6YCzUbQFC",
+}
+
+
+@pytest.mark.parametrize("data", sorted(EARLIER))
+def test_a_state_sealed_by_an_earlier_release_still_opens(data: str) -> None:
+    key = DataKey("alice", "0123456789abcdef0123456789abcdef", AESGCM(bytes(range(32))))
+    text = f'{{"envelope":1,"codec":"aes256gcm","data":"{data}"}}'
+    blob = sealed_bytes(text)
+    assert blob is not None and key.sealed_it(blob)
+    assert key.open(blob, "state/s1") == b'{"envelope":1,"codec":"json","data":{"said":"CANARY my router ZX-81 drops"}}'
+    with pytest.raises(PayloadUnreadable):
+        key.open(blob, "state/s2")

@@ -12,9 +12,10 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import create_engine
-from teamstore.errors import KeyUnavailable
+from teamstore.errors import KeyUnavailable, StaleStateVersion
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
+from teamstore.state import sealed as sealed_module
 from teamstore.state.base import SessionKey, StateStore
 from teamstore.state.envelope import SEALED_PREFIX
 from teamstore.state.factory import store_for
@@ -154,3 +155,32 @@ async def test_keys_migrate_seals_the_states_checkpoints_and_quarantined_copies_
     assert (await acquire(sealed, SessionKey("alice", "s1"), owner="w3")).state == CANARY
     kept = await sealed.get(SessionKey("alice", "s3"))
     assert kept is not None and kept.checkpoint == CANARY and kept.checkpoint_bytes == len(CANARY)
+
+
+async def test_a_session_whose_releasing_save_fails_is_not_remembered(stores: tuple[StateStore, StateStore]) -> None:
+    sealed, _ = stores
+    await _save(sealed, CANARY)
+    row = await acquire(sealed, SessionKey(*KEY), owner="w2")
+    with pytest.raises(StaleStateVersion):
+        await sealed.save(SessionKey(*KEY), owner="w2", expected_version=row.row_version + 5, record=record(CANARY),
+                          release=True)
+    assert not sealed._stored  # type: ignore[attr-defined]  # what it held went with the failed save
+    await sealed.release(SessionKey(*KEY), owner="w2", discard_empty=False)
+
+
+async def test_the_sessions_a_store_remembers_are_bounded_and_a_forgotten_one_is_still_quarantined_sealed(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sealed, _ = stores
+    monkeypatch.setattr(sealed_module, "HELD_MAX", 2)
+    names = ("s1", "s2", "s3")
+    for name in names:
+        await _save(sealed, CANARY, name)
+    rows = [await acquire(sealed, SessionKey("alice", name), owner="w2") for name in names]
+    assert [where[1] for where in sealed._stored] == ["s2", "s3"]  # type: ignore[attr-defined]  # s1 forgotten
+    await sealed.quarantine(rows[0], owner="w2", reason="corrupt", detail="by hand")
+    (kept,) = await _raw(engine, quarantine)
+    assert kept.startswith(SEALED_PREFIX) and "CANARY" not in kept
+    for name in names:
+        await sealed.release(SessionKey("alice", name), owner="w2", discard_empty=False)
+    assert not sealed._stored  # type: ignore[attr-defined]

@@ -121,9 +121,12 @@ def decode(text: str) -> dict[str, Any]:
     return data
 
 
+_DATA, _END = len(SEALED_PREFIX), '"}'
+
+
 def seal_text(sealed: bytes) -> str:
     """A sealed state (:mod:`teamstore.keys.sealed` bytes) in the envelope, as the state column holds it."""
-    return f'{SEALED_PREFIX}{binascii.b2a_base64(sealed, newline=False).decode("ascii")}"}}'
+    return f'{SEALED_PREFIX}{binascii.b2a_base64(sealed, newline=False).decode("ascii")}{_END}'
 
 
 def is_sealed_text(text: object) -> bool:
@@ -141,6 +144,6 @@ def sealed_bytes(text: str) -> bytes | None:
         return None
     try:
         # Not validated character by character: a changed character fails the seal's tag, which checks all.
-        return binascii.a2b_base64(text[len(SEALED_PREFIX):].removesuffix('"}'))
+        return binascii.a2b_base64(text[_DATA : -len(_END)] if text.endswith(_END) else text[_DATA:])
     except (ValueError, binascii.Error) as exc:
         raise StateRejected("corrupt", "the sealed state is not base64") from exc
