@@ -7,7 +7,9 @@ unsealed, in one run.
    Postgres with production durability, sequential and with 16 sessions at once, against the same cycle on a
    store that does not seal, in short interleaved rounds; the ratio is the median of the per-round ratios
    (the target: sealed >= 0.95x, i.e. no more than 5% of the cycle). The same on the embedded SQLite file.
-   The data key comes from memory (``key_cache_seconds``), as in a worker serving its users.
+   The data key comes from memory (``key_cache_seconds``), as in a worker serving its users. A second
+   unsealed run on a database of its own takes its turns too: its ratio to the first is the harness's own
+   noise, and each run's client CPU per cycle is printed (the difference is what sealing costs the client).
 2. The transcript write of one run (encode the gzip JSON lines, seal, write to a local folder) against the
    same write unsealed, alternating, and the seal alone in microseconds.
 
@@ -44,53 +46,57 @@ def _keys(folder: Path) -> Any:
     return make
 
 
-async def _cycle_ratio(urls: dict[str, str], state: str, workers: int, folder: Path) -> dict[str, list[float]]:
-    plain, sealed = Cycles(urls["plain"], state), Cycles(urls["sealed"], state, keys=_keys(folder))
-    for cycles in (plain, sealed):
+RUNS_OF_CYCLE = ("unsealed", "sealed", "unsealed again")
+"""The cycle's runs, each on a database of its own: the second unsealed one measures the harness against itself
+(two databases, the same code), the noise any ratio here carries."""
+
+
+async def _rounds(urls: dict[str, str], state: str, workers: int, lease: str, folder: Path
+                  ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each run's rate and client CPU per cycle, round by round."""
+    runs = {name: Cycles(urls[name], state, lease, keys=_keys(folder) if name == "sealed" else None)
+            for name in RUNS_OF_CYCLE}
+    for cycles in runs.values():
         await cycles.setup(workers)
     try:
         rounds, seconds = int(env_number("BENCH_ROUNDS", 25)), env_number("BENCH_SECONDS", 0.4)
-        return await interleave({"plain": plain.ours, "sealed": sealed.ours}, workers, rounds, seconds)
+        cpu: dict[str, list[float]] = {}
+        rates = await interleave({name: cycles.ours for name, cycles in runs.items()}, workers, rounds, seconds,
+                                 cpu=cpu)
+        return rates, cpu
     finally:
-        for cycles in (plain, sealed):
+        for cycles in runs.values():
             await cycles.close()
 
 
 async def state_cycle(folder: Path) -> None:
     state = await sample_state()
-    print(f"(1) resume+save cycle, {len(state):,}-byte state, sealed against unsealed (median of per-round ratios)")
+    print(f"(1) resume+save cycle, {len(state):,}-byte state, sealed against unsealed (median of per-round ratios;"
+          " client CPU per cycle, median)")
     for workers in (1, 16):
         server = ""
         urls: dict[str, str] = {}
-        for name in ("plain", "sealed"):
+        for name in RUNS_OF_CYCLE:
             server, urls[name] = postgres_database()
         try:
-            rates = await _cycle_ratio(urls, state, workers, folder)
+            measured = await _rounds(urls, state, workers, "lock", folder)
         finally:
             for url in urls.values():
                 drop_database(server, url)
-        _print(f"Postgres, {'sequential' if workers == 1 else f'{workers} at once'}", rates)
-    sqlite = {name: f"sqlite:///{(folder / f'{name}.db').as_posix()}" for name in ("plain", "sealed")}
-    _print("SQLite, sequential", await _sqlite_ratio(sqlite, state, folder))
+        _print(f"Postgres, {'sequential' if workers == 1 else f'{workers} at once'}", *measured)
+    sqlite = {name: f"sqlite:///{(folder / f'{n}.db').as_posix()}" for n, name in enumerate(RUNS_OF_CYCLE)}
+    _print("SQLite, sequential", *await _rounds(sqlite, state, 1, "row", folder))
 
 
-async def _sqlite_ratio(urls: dict[str, str], state: str, folder: Path) -> dict[str, list[float]]:
-    plain, sealed = Cycles(urls["plain"], state, "row"), Cycles(urls["sealed"], state, "row", keys=_keys(folder))
-    for cycles in (plain, sealed):
-        await cycles.setup(1)
-    rounds, seconds = int(env_number("BENCH_ROUNDS", 25)), env_number("BENCH_SECONDS", 0.4)
-    try:
-        return await interleave({"plain": plain.ours, "sealed": sealed.ours}, 1, rounds, seconds)
-    finally:
-        for cycles in (plain, sealed):
-            await cycles.close()
-
-
-def _print(label: str, rates: dict[str, list[float]]) -> None:
-    ratio = median_ratio(rates, "sealed", "plain")
-    print(f"    {label:<24} unsealed {statistics.median(rates['plain']):8,.0f}/s   sealed "
+def _print(label: str, rates: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
+    ratio = median_ratio(rates, "sealed", "unsealed")
+    us = {name: statistics.median(cpu[name]) * 1e6 for name in ("unsealed", "sealed")}
+    print(f"    {label:<24} unsealed {statistics.median(rates['unsealed']):8,.0f}/s   sealed "
           f"{statistics.median(rates['sealed']):8,.0f}/s   ratio {ratio:.3f}x (encryption costs {(1 - ratio) * 100:+.1f}%; "
           "target <= 5%)")
+    print(f"    {'':<24} client CPU per cycle {us['unsealed']:,.0f} -> {us['sealed']:,.0f} us "
+          f"({us['sealed'] - us['unsealed']:+.0f} us); unsealed against itself "
+          f"{median_ratio(rates, 'unsealed again', 'unsealed'):.3f}x")
 
 
 def _transcript(messages: int = 12) -> tuple[dict[str, Any], list[dict[str, Any]]]:
