@@ -8,7 +8,7 @@ import os
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from teamstore.errors import PayloadUnreadable, StateRejected
+from teamstore.errors import PayloadUnreadable
 from teamstore.keys import sealed
 from teamstore.keys.service import DataKey
 from teamstore.state.envelope import encode, is_sealed_text, seal_text, sealed_bytes
@@ -85,10 +85,3 @@ def test_a_state_sealed_by_an_earlier_release_still_opens(data: str) -> None:
     assert key.open(blob, "state/s1") == b'{"envelope":1,"codec":"json","data":{"said":"CANARY my router ZX-81 drops"}}'
     with pytest.raises(PayloadUnreadable):
         key.open(blob, "state/s2")
-
-
-@pytest.mark.parametrize("data", ["AFRT*wEB", "AFRTSwEB\n", "AFRTSwE"])
-def test_a_sealed_envelope_whose_data_is_not_base64_is_refused_as_corrupt(data: str) -> None:
-    with pytest.raises(StateRejected) as info:
-        sealed_bytes(f'{{"envelope":1,"codec":"aes256gcm","data":"{data}"}}')
-    assert info.value.reason == "corrupt"
