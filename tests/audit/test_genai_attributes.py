@@ -14,6 +14,7 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import EVENT_LOGGER_NAME
+from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
 from autogen_core.models import UserMessage
 from autogen_ext.models.openai import AzureOpenAIChatCompletionClient, OpenAIChatCompletionClient
 
@@ -148,3 +149,34 @@ async def test_a_teams_openai_calls_reach_the_receiver_with_provider_answering_m
                                                                   for p in found))
     for point in (p for p in points if p["name"].startswith("gen_ai.client.")):
         assert {k: point["attributes"][k] for k in expected} == expected
+
+
+async def test_autogens_message_events_make_no_log_record_where_only_the_tap_reads_the_events_logger(
+    server: ModelServer, root_at_debug: _Kept, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AutoGen logs an event for every message it delivers (tens per run); with INFO on for the tap alone, each
+    # was a record made only to be dropped (~9 µs each), in every run of the process, bare AutoGen ones too.
+    with metered_run():
+        await MeteredChatCompletionClient(_openai(server), "triage").create([UserMessage(content="hi", source="u")])
+    events = logging.getLogger(EVENT_LOGGER_NAME)
+    made: list[object] = []
+    record = logging.Logger.makeRecord
+
+    def counted(self: logging.Logger, *args: object, **kwargs: object) -> logging.LogRecord:
+        if self.name == EVENT_LOGGER_NAME:
+            made.append(args[3])
+        return record(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(logging.Logger, "makeRecord", counted)
+    event = MessageEvent(payload="{}", sender=None, receiver=None, kind=MessageKind.PUBLISH,
+                         delivery_stage=DeliveryStage.SEND)
+    events.info(event)
+    assert made == []
+    with metered_run() as meter:  # a model call is still read
+        await MeteredChatCompletionClient(_openai(server), "triage").create([UserMessage(content="hi", source="u")])
+    assert meter.calls[0].response_model == ANSWERING
+    assert len(made) == 1
+    root_at_debug.records.clear()
+    logging.getLogger("autogen_core").setLevel(logging.NOTSET)  # a host that logs everything at DEBUG, AutoGen too
+    events.info(event)
+    assert [r.msg for r in root_at_debug.records if r.name == EVENT_LOGGER_NAME] == [event]

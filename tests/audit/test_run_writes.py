@@ -4,6 +4,7 @@ written to once it is no longer the user's, and a fenced user gets nothing writt
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -111,6 +112,58 @@ async def test_a_fenced_user_gets_no_ledger_row_even_with_the_subject_remembered
         await ledger.run_finished(second, outcome)
     assert await _ledger(engine, second.run_id) == set()
     assert pseudonyms.remembered(second) is None
+
+
+async def _hold(engine: AsyncEngine, user_id: str) -> None:
+    async with engine.begin() as conn:  # an erasure opens
+        await conn.execute(user_holds.insert().values(user_id=user_id, reason="erasure", created_at=datetime.now(UTC)))
+
+
+async def test_the_transcript_is_written_beside_the_end_of_run_fence_not_after_it(
+    audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pseudonyms, _, transcripts = audit
+    run = context(user_id="fay")
+    events: list[str] = []
+    lookup = pseudonyms.writes.subject
+
+    async def slow_lookup(user_id: str) -> tuple[str | None, bool]:
+        found = await lookup(user_id)
+        events.append("lookup")
+        if len(events) > 1:  # the end-of-run fence: the upload must not be waiting for it
+            await asyncio.sleep(0.3)
+            events.append("fence checked")
+        return found
+
+    put = transcripts.store.put
+
+    async def recorded_put(key: str, body: bytes) -> None:
+        events.append("upload")
+        await put(key, body)
+
+    monkeypatch.setattr(pseudonyms.writes, "subject", slow_lookup)
+    monkeypatch.setattr(transcripts.store, "put", recorded_put)
+    await observe_run([transcripts], triage_team(), run)
+    assert events == ["lookup", "lookup", "upload", "fence checked"]
+    assert len(await transcripts.store.list_keys(subject_prefix(str(pseudonyms.remembered(run).subject_key)))) == 1
+
+
+async def test_a_transcript_uploaded_beside_a_fence_that_went_up_mid_run_is_deleted_again(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver]
+) -> None:
+    pseudonyms, ledger, transcripts = audit
+    run = context(user_id="gus")
+    for observer in (transcripts, ledger):
+        await observer.run_started(run)
+    subject = (await pseudonyms.run_keys(run)).subject_key  # looked up as the run started: not fenced then
+    await _hold(engine, "gus")
+    outcome = await observe_run([], triage_team(), run)
+    with pytest.raises(ErasureInProgress):
+        await transcripts.run_finished(run, outcome)
+    with pytest.raises(ErasureInProgress):
+        await ledger.run_finished(run, outcome)
+    assert await transcripts.store.list_keys(subject_prefix(subject)) == []
+    assert await _ledger(engine, run.run_id) == set()
 
 
 def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path) -> None:

@@ -85,32 +85,61 @@ class Pseudonyms:
     def __init__(self, engine: AsyncEngine, cache_size: int = 1024, *, pool_size: int = 20) -> None:
         self.engine = engine
         self.writes = run_writes(engine, pool_size)
-        self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()
+        self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run started
+        self._fences: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run ended
         self._subjects: OrderedDict[str, str] = OrderedDict()
         self._cache_size = cache_size
 
     def prefetch(self, ctx: RunContext) -> None:
-        """Start resolving the run's keys (once per run; every observer shares the lookup)."""
+        """Start resolving the run's keys (once per run; every observer shares the lookup). Called as the run
+        starts, while the session's lease is held: an erasure waits for the lease before it deletes the
+        user's subject, so the keys found then stay the user's until the run's writes are done."""
         if ctx.run_id not in self._runs:
             self._runs[ctx.run_id] = asyncio.get_running_loop().create_task(self._resolve(ctx))
-            while len(self._runs) > self._cache_size:
-                # Dropped, never cancelled: a lookup still in flight has observers awaiting it, and a
-                # cancel would reach the user's session as CancelledError. It ends on its own.
-                self._runs.popitem(last=False)
+            _bound(self._runs, self._cache_size)
+
+    async def run_keys(self, ctx: RunContext) -> RunKeys:
+        """The run's keys as looked up when it started (see :meth:`prefetch`), for a write that
+        :meth:`writable` fences beside it.
+
+        Raises:
+            ErasureInProgress: The user was fenced when the run's keys were looked up.
+            StoreUnavailable: The database could not be reached.
+        """
+        self.prefetch(ctx)
+        return await asyncio.shield(self._runs[ctx.run_id])
 
     async def writable(self, ctx: RunContext) -> RunKeys:
-        """The run's keys, once it is known no erasure holds the user; creates the subject on first use.
+        """The run's keys, once it is known that no erasure holds the user now; creates the subject on first use.
 
-        Observers call this when the run has ended, so the single lookup (subject and ``EXISTS`` on the
-        hold, one round trip, shared by the observers) is also the end-of-run fence: an erasure that
-        opened while the run was in flight is seen here.
+        Observers call this when the run has ended, so the lookup (subject and ``EXISTS`` on the hold, one
+        round trip, shared by the observers) is the end-of-run fence: an erasure that opened while the run was
+        in flight is seen here. Keys looked up as the run started are checked again; keys not looked up yet
+        are looked up once, which is the fence itself.
 
         Raises:
             ErasureInProgress: The user is fenced: nothing may be written for them.
             StoreUnavailable: The database could not be reached.
         """
-        self.prefetch(ctx)
-        return await asyncio.shield(self._runs[ctx.run_id])
+        fence = self._fences.get(ctx.run_id)
+        if fence is None:
+            started = self._runs.get(ctx.run_id)
+            if started is None:
+                self.prefetch(ctx)
+                fence = self._runs[ctx.run_id]
+            else:
+                fence = asyncio.get_running_loop().create_task(self._check_again(ctx, started))
+            self._fences[ctx.run_id] = fence
+            _bound(self._fences, self._cache_size)
+        return await asyncio.shield(fence)
+
+    async def _check_again(self, ctx: RunContext, started: asyncio.Task[RunKeys]) -> RunKeys:
+        keys = await asyncio.shield(started)
+        subject, fenced = await self.writes.subject(ctx.user_id)
+        if fenced or subject != keys.subject_key:
+            self.forget_subject(ctx.user_id)
+            raise _fenced()
+        return keys
 
     def remembered(self, ctx: RunContext) -> RunKeys | None:
         """The keys of the user's subject as last looked up in this process, if any: only for a write that
@@ -140,9 +169,10 @@ class Pseudonyms:
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
-        task = self._runs.pop(run_id, None)
-        if task is not None and not task.done():
-            task.cancel()
+        for tasks in (self._runs, self._fences):
+            task = tasks.pop(run_id, None)
+            if task is not None and not task.done():
+                task.cancel()
 
     async def aclose(self) -> None:
         """Close the connections the audit's statements opened (they open again if needed)."""
@@ -194,9 +224,11 @@ class TranscriptObserver:
         self._noted_size = 4096
 
     async def run_started(self, ctx: RunContext) -> None:
-        """Start the run's buffer, and fetch the user's data key meanwhile: the transcript is sealed under the
-        key had at the run's start, even if the key-encryption key cannot be reached at its end."""
+        """Start the run's buffer, and meanwhile look up its keys and fetch the user's data key: the transcript
+        is sealed under the key had at the run's start, even if the key-encryption key cannot be reached at its
+        end."""
         self._items[ctx.run_id] = []
+        self.pseudonyms.prefetch(ctx)
         fetch = asyncio.ensure_future(self.keys.data_key(ctx.user_id))
         fetch.add_done_callback(_seen)  # a run ended by a fence never awaits it
         self._data_keys[ctx.run_id] = fetch
@@ -208,15 +240,20 @@ class TranscriptObserver:
         buffer.append(item_line(len(buffer), item, datetime.now(UTC)))
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """Encode and upload the transcript; on failure queue it in the outbox.
+        """Encode and upload the transcript, the end-of-run fence checked beside the upload; on failure queue it
+        in the outbox. An upload that the fence then refuses is deleted again (or, still on its way, recorded
+        as one that may land, and deleted when it does).
 
         Raises:
+            ErasureInProgress: An erasure fences the user (the runtime logs it); nothing stays written.
             StoreUnavailable: Upload and outbox both failed, or the store could not be recorded for the subject
                 first (the runtime logs it; the run still succeeds).
         """
         lines = self._items.pop(ctx.run_id, [])
         fetch = self._data_keys.pop(ctx.run_id, None)
-        keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
+        keys = await self.pseudonyms.run_keys(ctx)  # ErasureInProgress: the runtime logs it, nothing written
+        fence = asyncio.ensure_future(self.pseudonyms.writable(ctx))
+        fence.add_done_callback(_seen)  # a run whose data key or store record fails never awaits it
         # KeyUnavailable, DataKeyDamaged: the runtime logs it; nothing is written, sealed or not.
         data_key = await (fetch if fetch is not None else self.keys.data_key(ctx.user_id))
         await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
@@ -229,15 +266,38 @@ class TranscriptObserver:
             # sessions go on meanwhile.
             body = await asyncio.to_thread(_sealed, data_key, row.object_key, header, lines)
         upload = asyncio.ensure_future(self.store.put(row.object_key, body))
+        failure = await self._landed(upload)
         try:
-            await asyncio.wait_for(asyncio.shield(upload), self.upload_deadline_s)
-        except (TeamstoreError, TimeoutError) as exc:
-            await self._queue(row, body, upload, exc)
+            await fence
+        except ErasureInProgress:
+            await self._withdraw(row, body, upload, failure)
+            raise
+        if failure is not None:
+            await self._queue(row, body, upload, failure)
             return
         self._runs_since_check += 1
         if self._runs_since_check >= self.flush_every:
             self._runs_since_check = 0
             self._spawn(self._flush_quietly())
+
+    async def _landed(self, upload: asyncio.Future[None]) -> TeamstoreError | TimeoutError | None:
+        """Wait for ``upload`` up to the deadline: ``None`` if it landed, else why not (a ``TimeoutError`` for one
+        still on its way)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(upload), self.upload_deadline_s)
+        except (TeamstoreError, TimeoutError) as exc:
+            return exc
+        return None
+
+    async def _withdraw(
+        self, row: Queued, body: bytes, upload: asyncio.Future[None], failure: TeamstoreError | TimeoutError | None
+    ) -> None:
+        """Take back the transcript of a run the end-of-run fence refused: delete it if it landed; record it as
+        an upload that may land (the erasure waits for it, and it is deleted when it does) if it may."""
+        if failure is None:
+            await outbox.confirm_landed(self.engine, self.store, row.object_key, row.subject_key)
+        elif isinstance(failure, (TimeoutError, UploadInDoubt)):
+            await self._queue(row, body, upload, failure)
 
     async def _note_store(self, subject_key: str) -> None:
         """Record this store for the subject before its first transcript goes there (an erasure must reach
@@ -449,6 +509,13 @@ class SpanObserver:
 def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], lines: list[str]) -> bytes:
     """The run's transcript object: encoded (gzip JSON lines), then sealed for its place in the store."""
     return data_key.seal(encode_lines(header, lines), sealed_context(object_key))
+
+
+def _bound(tasks: OrderedDict[str, asyncio.Task[RunKeys]], size: int) -> None:
+    # Dropped, never cancelled: a lookup still in flight has observers awaiting it, and a cancel would reach
+    # the user's session as CancelledError. It ends on its own.
+    while len(tasks) > size:
+        tasks.popitem(last=False)
 
 
 def _seen(task: asyncio.Future[Any]) -> None:
