@@ -104,6 +104,9 @@ class SealedStateStore:
         """See :meth:`StateStore.check_lease_mode`."""
         await self.inner.check_lease_mode()
 
+    async def _key(self, user_id: str) -> DataKey:
+        return self.keys.in_memory(user_id) or await self.keys.data_key(user_id)
+
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
         max_sessions: int | None = None,
@@ -114,7 +117,7 @@ class SealedStateStore:
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was leased.
             ErasureInProgress: An erasure holds the user. And whatever the backend's acquire raises.
         """
-        data_key = self.keys.in_memory(key.user_id) or await self.keys.data_key(key.user_id)
+        data_key = await self._key(key.user_id)
         row = await self.inner.acquire(key, claim, owner=owner, lease_ttl=lease_ttl, wait_seconds=wait_seconds,
                                        max_sessions=max_sessions)
         try:
@@ -176,7 +179,7 @@ class SealedStateStore:
         Raises:
             KeyUnavailable, DataKeyDamaged: The state could not be sealed: nothing was written.
         """
-        data_key = self.keys.in_memory(key.user_id) or await self.keys.data_key(key.user_id)
+        data_key = await self._key(key.user_id)
         text = seal_text(data_key.seal(record.state.encode("utf-8"), context(key.session_id), compress=True))
         where = (key.user_id, key.session_id, owner)
         try:
@@ -199,7 +202,7 @@ class SealedStateStore:
         """
         text = record.checkpoint
         if text is not None:
-            data_key = self.keys.in_memory(key.user_id) or await self.keys.data_key(key.user_id)
+            data_key = await self._key(key.user_id)
             text = seal_text(data_key.seal(text.encode("utf-8"), checkpoint_context(key.session_id), compress=True))
             record = _with(record, checkpoint=text)
         written = await self.inner.checkpoint(key, owner=owner, expected_version=expected_version, record=record)
