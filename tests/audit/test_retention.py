@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +21,7 @@ from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import subject_sessions, usage
 from teamstore.audit.transcripts.base import run_key
-from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import StorageError, StoreUnavailable
 from teamstore.settings import Settings
@@ -198,3 +200,27 @@ async def test_a_session_id_recorded_for_reports_goes_once_no_ledger_row_names_i
     assert (report.ledger_rows, report.session_ids) == (3, 1)
     async with engine.connect() as conn:
         assert (await conn.execute(select(subject_sessions.c.session_id))).scalars().all() == ["s-new"]
+
+
+@pytest.mark.parametrize("size", [100, INLINE_WRITE_BYTES + 1])
+async def test_a_transcript_lands_whole_and_private_written_on_the_loop_or_off_it(tmp_path: Path, size: int) -> None:
+    # A small one is written on the event loop (quicker than a thread); a large one in a thread, so the
+    # loop's other sessions go on meanwhile. Either lands whole, owner-only, in a root folder made private.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    key = run_key(RunKeys("a" * 32, "b" * 32), "r1")
+    body = os.urandom(size)
+    threads: list[int] = []
+    original = LocalTranscriptStore._put
+
+    def spying(path: Path, data: bytes, root: Path) -> None:
+        threads.append(threading.get_ident())
+        original(path, data, root)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LocalTranscriptStore, "_put", staticmethod(spying))
+        await store.put(key, body)
+    assert await store.get(key) == body
+    assert (threads == [threading.get_ident()]) == (size <= INLINE_WRITE_BYTES)
+    written = (tmp_path / "transcripts").joinpath(*key.split("/"))
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "transcripts").stat().st_mode) == 0o700

@@ -33,6 +33,10 @@ from teamstore.errors import StorageError, TranscriptNotFound
 TMP_PREFIX = ".tmp-"
 STALE_TMP_SECONDS = 3600
 """A temporary file this old belongs to a writer that died: a write takes seconds, never an hour."""
+INLINE_WRITE_BYTES = 64 * 1024
+"""An object up to this size is written on the event loop: a write to the page cache and a rename take tens of
+microseconds, less than handing it to a thread (the GIL reaches that thread only when the loop next waits);
+a larger one in a thread."""
 _PAGE = 1000  # objects a scan reads from the folder per step, as an S3 listing page holds
 
 
@@ -53,12 +57,16 @@ class LocalTranscriptStore:
         return self.root.joinpath(*check_key(key).split("/"))
 
     async def put(self, key: str, body: bytes) -> None:
-        """Write ``body`` atomically at ``key``; a new root folder is its owner's only (0700).
+        """Write ``body`` atomically at ``key``; a new root folder is its owner's only (0700). Up to
+        :data:`INLINE_WRITE_BYTES`, on the event loop.
 
         Raises:
             StorageError: The folder is not writable.
         """
-        await asyncio.to_thread(self._put, self._path(key), body, self.root)
+        if len(body) <= INLINE_WRITE_BYTES:
+            self._put(self._path(key), body, self.root)
+        else:
+            await asyncio.to_thread(self._put, self._path(key), body, self.root)
 
     @staticmethod
     def _put(path: Path, body: bytes, root: Path) -> None:
@@ -66,7 +74,8 @@ class LocalTranscriptStore:
         try:
             # Objects are 0600 (mkstemp); the folders' names are subject keys, and on a shared host other
             # users need not list whose transcripts exist or how many runs each has.
-            make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
+            if not root.is_dir():
+                make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
