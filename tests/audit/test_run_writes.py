@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import delete, select
@@ -164,6 +165,73 @@ async def test_a_transcript_uploaded_beside_a_fence_that_went_up_mid_run_is_dele
         await ledger.run_finished(run, outcome)
     assert await transcripts.store.list_keys(subject_prefix(subject)) == []
     assert await _ledger(engine, run.run_id) == set()
+
+
+async def test_the_runs_ledger_rows_are_written_by_the_end_of_run_fence_itself(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's keys were looked up as it started; at its end one statement (on Postgres) checks the fence again
+    # and writes the ledger rows: the transcript's upload waits on that, and the ledger writes nothing more.
+    pseudonyms, ledger, transcripts = audit
+    calls: list[str] = []
+    for name in ("subject", "insert_usage", "end_of_run"):
+        sent = getattr(pseudonyms.writes, name)
+
+        async def counted(*args: object, _sent: Any = sent, _name: str = name, **kwargs: object) -> Any:
+            calls.append(_name)
+            return await _sent(*args, **kwargs)
+
+        monkeypatch.setattr(pseudonyms.writes, name, counted)
+    run = context(user_id="hal")
+    await observe_run([ledger, transcripts], triage_team(), run)
+    subject = str(await find_subject(engine, "hal"))
+    assert await _ledger(engine, run.run_id) == {(subject, session_key(subject, run.session_id))}
+    assert len(await transcripts.store.list_keys(subject_prefix(subject))) == 1
+    assert calls.count("end_of_run") == 1
+    assert calls[:1] == ["subject"]  # as the run started
+    if engine.dialect.name == "postgresql":
+        assert calls == ["subject", "end_of_run"]
+
+
+@pytest.mark.parametrize("first", ["ledger", "transcript"])
+async def test_a_fence_that_went_up_mid_run_leaves_no_ledger_row_and_no_transcript_whichever_observer_ends_first(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver], first: str
+) -> None:
+    pseudonyms, ledger, transcripts = audit
+    run = context(user_id=f"ivy-{first}")
+    for observer in (transcripts, ledger):
+        await observer.run_started(run)
+    subject = (await pseudonyms.run_keys(run)).subject_key
+    await _hold(engine, run.user_id)
+    outcome = await observe_run([], triage_team(), run)
+    order = [ledger, transcripts] if first == "ledger" else [transcripts, ledger]
+    ended = await asyncio.gather(*(o.run_finished(run, outcome) for o in order), return_exceptions=True)
+    assert all(isinstance(e, ErasureInProgress) for e in ended)
+    assert await transcripts.store.list_keys(subject_prefix(subject)) == []
+    assert await _ledger(engine, run.run_id) == set()
+
+
+async def test_a_subject_replaced_mid_run_gets_nothing_written_under_the_old_one(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver]
+) -> None:
+    # Erased and back while the run was in flight (in another worker): the keys looked up as it started are no
+    # longer the user's. The fence says so; nothing is written where the finished erasure will never look.
+    pseudonyms, ledger, transcripts = audit
+    run = context(user_id="jo")
+    for observer in (transcripts, ledger):
+        await observer.run_started(run)
+    old = (await pseudonyms.run_keys(run)).subject_key
+    await _erase_subject(engine, "jo")
+    other = Pseudonyms(engine)
+    try:
+        await other.writable(context(user_id="jo"))  # the user's next run elsewhere makes a new subject
+    finally:
+        await other.aclose()
+    outcome = await observe_run([], triage_team(), run)
+    await asyncio.gather(ledger.run_finished(run, outcome), transcripts.run_finished(run, outcome),
+                         return_exceptions=True)
+    assert await _ledger(engine, run.run_id) == set()
+    assert await transcripts.store.list_keys(subject_prefix(old)) == []
 
 
 def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -133,13 +134,49 @@ class Pseudonyms:
             _bound(self._fences, self._cache_size)
         return await asyncio.shield(fence)
 
-    async def _check_again(self, ctx: RunContext, started: asyncio.Task[RunKeys]) -> RunKeys:
+    async def record_usage(self, ctx: RunContext, rows_for: Callable[[RunKeys], list[dict[str, Any]]]) -> tuple[RunKeys, bool]:
+        """The end-of-run fence (as :meth:`writable`) with the run's ledger rows written in the same statement
+        where the fence is not checked yet; the keys, and whether all the rows were written (if not, the
+        caller writes them with those keys).
+
+        Raises:
+            ErasureInProgress: The user is fenced: nothing was written.
+            StoreUnavailable: The database could not be reached.
+        """
+        started = self._runs.get(ctx.run_id)
+        if ctx.run_id in self._fences or started is None:
+            return await self.writable(ctx), False
+        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._fences[ctx.run_id] = asyncio.get_running_loop().create_task(
+            self._check_again(ctx, started, rows_for, written))
+        _bound(self._fences, self._cache_size)
+        keys = await asyncio.shield(self._fences[ctx.run_id])
+        return keys, written.result()
+
+    async def _check_again(
+        self, ctx: RunContext, started: asyncio.Task[RunKeys],
+        rows_for: Callable[[RunKeys], list[dict[str, Any]]] | None = None, written: asyncio.Future[bool] | None = None,
+    ) -> RunKeys:
         keys = await asyncio.shield(started)
-        subject, fenced = await self.writes.subject(ctx.user_id)
+        rows = rows_for(keys) if rows_for is not None else []
+        added = 0
+        try:
+            if rows:
+                subject, fenced, added = await self.writes.end_of_run(rows, user_id=ctx.user_id,
+                                                                       subject_key=keys.subject_key)
+            else:
+                subject, fenced = await self.writes.subject(ctx.user_id)
+        finally:
+            if written is not None and not written.done():
+                written.set_result(bool(rows) and added == len(rows))
         if fenced or subject != keys.subject_key:
             self.forget_subject(ctx.user_id)
             raise _fenced()
         return keys
+
+    def looked_up(self, ctx: RunContext) -> bool:
+        """Whether the run's keys were looked up as it started (:meth:`prefetch`)."""
+        return ctx.run_id in self._runs
 
     def remembered(self, ctx: RunContext) -> RunKeys | None:
         """The keys of the user's subject as last looked up in this process, if any: only for a write that
@@ -260,6 +297,8 @@ class TranscriptObserver:
         header = run_record(ctx, outcome, keys, len(lines))
         row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
         if sum(map(len, lines)) <= INLINE_ENCODE_CHARS:
+            # The fence's statement (with the ledger's rows) leaves first: the database works on it meanwhile.
+            await asyncio.sleep(0)
             body = _sealed(data_key, row.object_key, header, lines)  # sooner than a thread would even start
         else:
             # Tens of MB take a second or more to compress and seal: off the loop, so the worker's other
@@ -416,9 +455,11 @@ class LedgerObserver:
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user.
 
-        With the user's subject remembered, the insert does not wait for the run's lookup: it checks the
-        subject and the fence itself. When it writes nothing (an erasure holds the user, deleted the subject
-        since, or the run is recorded already), the subject is looked up, and the rows written with it.
+        Where the run's keys were looked up as it started, the insert is part of the end-of-run fence's
+        statement (:meth:`Pseudonyms.record_usage`). Otherwise, with the user's subject remembered, it does
+        not wait for a lookup: it checks the subject and the fence itself. When it writes nothing (an erasure
+        holds the user, deleted the subject since, or the run is recorded already), the subject is looked
+        up, and the rows written with it.
         """
         keys = await self._record(ctx, outcome)
         if outcome.model_calls:  # a session is named where its ledger rows are
@@ -426,7 +467,13 @@ class LedgerObserver:
         await self._price(outcome)
 
     async def _record(self, ctx: RunContext, outcome: RunOutcome) -> RunKeys:
-        """The run's rows, with the remembered subject first; the keys they were written with."""
+        """The run's rows: in the end-of-run fence's own statement where the run's keys were looked up as it
+        started, else with the remembered subject first; the keys they were written with."""
+        if self.pseudonyms.looked_up(ctx):
+            fenced, written = await self.pseudonyms.record_usage(ctx, lambda keys: usage_rows(ctx, outcome, keys))
+            if not written:
+                await self._insert(ctx, outcome, fenced)
+            return fenced
         keys = self.pseudonyms.remembered(ctx)
         if keys is not None:
             if await self._insert(ctx, outcome, keys):

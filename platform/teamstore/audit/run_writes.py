@@ -1,11 +1,11 @@
-"""The statements every run's audit makes: the subject lookup (the end-of-run fence), the ledger insert, and
-once per session the session's id beside its key.
+"""The statements every run's audit makes: the subject lookup (as the run starts), the ledger insert with the
+end-of-run fence, and once per session the session's id beside its key.
 
     from teamstore.audit.run_writes import SqliteRunWrites
 
     writes = SqliteRunWrites(engine)          # or PostgresRunWrites(engine, pool_size=20)
     subject, fenced = await writes.subject("alice")                       # one round trip
-    added = await writes.insert_usage(rows, user_id="alice", subject_key=subject)
+    subject, fenced, added = await writes.end_of_run(rows, user_id="alice", subject_key=subject)
     await writes.name_session(user_id="alice", subject_key=subject, session_key=key, session_id="s-1")
     await writes.aclose()
 
@@ -13,11 +13,12 @@ Each is written once (:func:`teamstore.audit.subjects.subject_lookup`,
 :func:`teamstore.audit.ledger.usage_insert`, :func:`teamstore.audit.ledger.session_name_insert`); this
 module only sends them. On Postgres they are compiled
 once for psycopg and sent in autocommit on a pool of the audit's own (:class:`teamstore.state.direct.DirectPool`):
-one round trip each (:mod:`teamstore.audit.run_writes_postgres`, which imports this module, never the other
-way: :class:`teamstore.audit.observer.Pseudonyms` picks the backend), where the engine's checkout ping,
-``BEGIN``, the statement and the ``ROLLBACK`` or ``COMMIT`` took four or five, and SQLAlchemy's client
-work cost more than the statements. On SQLite, in one hop each to SQLite's thread on connections of the
-audit's own (:mod:`teamstore.state.direct_sqlite`), where SQLAlchemy's adapter made five or six.
+one round trip each, the end of a run's one statement (:mod:`teamstore.audit.run_writes_postgres`, which
+imports this module, never the other way: :class:`teamstore.audit.observer.Pseudonyms` picks the backend),
+where the engine's checkout ping, ``BEGIN``, the statement and the ``ROLLBACK`` or ``COMMIT`` took four or
+five, and SQLAlchemy's client work cost more than the statements. On SQLite, on connections of the audit's
+own, on the event loop (:mod:`teamstore.state.direct_sqlite`), where SQLAlchemy's adapter made five or six
+hops to SQLite's thread.
 """
 
 from __future__ import annotations
@@ -78,6 +79,16 @@ class RunWrites(Protocol):
         """
         ...
 
+    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[str | None, bool, int]:
+        """The end-of-run fence and the run's ledger rows at once: the user's subject key and whether an
+        erasure holds the user (as :meth:`subject`), and how many of ``rows`` were written (as
+        :meth:`insert_usage`; none unless the subject is still ``subject_key`` and no erasure holds the user).
+
+        Raises:
+            StoreUnavailable: The database could not be reached.
+        """
+        ...
+
     async def name_session(self, *, user_id: str, subject_key: str, session_key: str, session_id: str) -> None:
         """Record ``session_id`` beside ``session_key`` (fenced as the ledger insert; one already there stays).
 
@@ -133,6 +144,14 @@ class SqliteRunWrites:
         except (SQLAlchemyError, sqlite3.Error) as exc:
             raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
         return int(result.rowcount or 0)
+
+    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[str | None, bool, int]:
+        """See :meth:`RunWrites.end_of_run`: the lookup, then the insert (each on the loop, microseconds;
+        SQLite has no INSERT inside a query)."""
+        subject, fenced = await self.subject(user_id)
+        if fenced or subject != subject_key:
+            return subject, fenced, 0
+        return subject, fenced, await self.insert_usage(rows, user_id=user_id, subject_key=subject_key)
 
     async def name_session(self, *, user_id: str, subject_key: str, session_key: str, session_id: str) -> None:
         """See :meth:`RunWrites.name_session`."""

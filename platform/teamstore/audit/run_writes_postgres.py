@@ -13,10 +13,12 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncRawCursor
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.ledger import session_name_insert, usage_insert, usage_params
 from teamstore.audit.run_writes import session_name_params, unavailable
+from teamstore.audit.schema import usage
 from teamstore.audit.subjects import subject_lookup
 from teamstore.state.direct import DirectPool, Statement, for_psycopg
 
@@ -30,6 +32,14 @@ def _postgres_insert(count: int) -> Statement:
     """The fenced ledger insert of ``count`` rows, compiled once per count (a run writes a row per agent,
     model and purpose: a handful)."""
     return for_psycopg(usage_insert("postgresql", count))
+
+
+@functools.lru_cache(maxsize=64)
+def _postgres_end(count: int) -> Statement:
+    """The end-of-run fence with the fenced ledger insert of ``count`` rows in the same statement (and the same
+    snapshot): ``(subject, held, rows written)``."""
+    written = usage_insert("postgresql", count).returning(usage.c.id).cte("written")
+    return for_psycopg(subject_lookup().add_columns(select(func.count()).select_from(written).scalar_subquery()))
 
 
 class PostgresRunWrites:
@@ -80,6 +90,15 @@ class PostgresRunWrites:
         except psycopg.Error as exc:
             raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
         return max(added, 0)
+
+    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[str | None, bool, int]:
+        """See :meth:`RunWrites.end_of_run`: one statement, the insert in a ``WITH`` beside the lookup."""
+        try:
+            row, _ = await self._run(_postgres_end(len(rows)), usage_params(rows, user_id, subject_key))
+        except psycopg.Error as exc:
+            raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
+        assert row is not None  # a SELECT of three expressions and no FROM: always one row
+        return (None if row[0] is None else str(row[0])), bool(row[1]), int(row[2])
 
     async def name_session(self, *, user_id: str, subject_key: str, session_key: str, session_id: str) -> None:
         """See :meth:`RunWrites.name_session`."""

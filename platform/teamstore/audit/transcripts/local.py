@@ -76,7 +76,8 @@ class LocalTranscriptStore:
             # users need not list whose transcripts exist or how many runs each has.
             if not root.is_dir():
                 make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.parent.is_dir():  # a stat: cheaper than the mkdir that fails on every write after the first
+                path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
