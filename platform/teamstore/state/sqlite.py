@@ -7,9 +7,9 @@ the engine.
     store = sqlite_store(create_engine("sqlite:///.teamstore/teamstore.db"))   # or store_for(engine)
 
 Each lease, save and checkpoint write is one statement, atomic on its own, run in autocommit: that spares the
-``BEGIN`` and ``COMMIT`` round trips, and sent on the store's own few connections in one hop to SQLite's
-thread (:mod:`teamstore.state.direct_sqlite`); everything else goes through the engine. SQLite serves one
-writer at a time; for many workers, use Postgres.
+``BEGIN`` and ``COMMIT`` round trips, and sent on the store's own connections, on the event loop while the file
+is free and on a thread while another connection holds it (:mod:`teamstore.state.direct_sqlite`); everything
+else goes through the engine. SQLite serves one writer at a time; for many workers, use Postgres.
 """
 
 from __future__ import annotations
