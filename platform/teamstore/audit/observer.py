@@ -470,10 +470,10 @@ class LedgerObserver:
         """The run's rows: in the end-of-run fence's own statement where the run's keys were looked up as it
         started, else with the remembered subject first; the keys they were written with."""
         if self.pseudonyms.looked_up(ctx):
-            fenced, written = await self.pseudonyms.record_usage(ctx, lambda keys: usage_rows(ctx, outcome, keys))
+            checked, written = await self.pseudonyms.record_usage(ctx, lambda keys: usage_rows(ctx, outcome, keys))
             if not written:
-                await self._insert(ctx, outcome, fenced)
-            return fenced
+                await self._insert(ctx, outcome, checked)
+            return checked
         keys = self.pseudonyms.remembered(ctx)
         if keys is not None:
             if await self._insert(ctx, outcome, keys):

@@ -18,7 +18,7 @@ is one indexed row in autocommit, tens of microseconds against SQLite's page cac
 thread costs (the GIL passes to that thread only when the loop next waits). When another connection holds
 the write lock, SQLite answers "busy" at once and the statement, which did nothing, goes to a thread that
 waits out the lock (``busy_timeout``), so a busy database never stalls the loop. Like any SQLite
-connection, the loop's checkpoints the WAL into the file once it holds ~1,000 pages (every hundred
+connection, the loop's own checkpoints the WAL into the file once it holds ~1,000 pages (every hundred
 requests or so; a few milliseconds on a local disk): a checkpoint run on a thread beside the loop's
 writes falls behind them and the WAL grows without bound.
 """
@@ -173,7 +173,6 @@ class SqlitePool:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
-
 
 
 def _open_on_loop(path: str) -> sqlite3.Connection:
