@@ -12,7 +12,8 @@
   SELECT, one UPSERT); no lease, no validation, no audit.
 - :class:`Teamstore`: ``Platform.session(...)`` + ``s.run(...)`` with the audit trail of the embedded
   default (transcripts to a folder, the usage ledger in the database; no span exporter): build from the
-  registry, lease+load, validate, apply, run, snapshot, transcript and ledger awaited, save+release.
+  registry (taking the team built ahead as the last request closed), lease+load, validate, apply, run, the
+  audit's head start, snapshot, transcript and ledger awaited, save+release (the next team built meanwhile).
   Its phases are timed from the outside (:mod:`bench.phases`), wrapping the runtime's own functions.
 """
 
@@ -30,6 +31,7 @@ from teamstore.app import open_platform
 from teamstore.examples import example_manifest, support_triage
 from teamstore.runtime import opening as opening_module
 from teamstore.runtime import runs as runs_module
+from teamstore.runtime import session as session_module
 from teamstore.runtime.runs import Run
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
@@ -212,11 +214,13 @@ class Teamstore(Bare):
         # lookups are timed, and not counted in the request.
         wrap, store = self.phases.wrap, self.platform.store
         wrap(self.platform, "build_team", "build from registry")
+        wrap(self.platform.teams, "_build_spare", "the next team built ahead (in the background, overlapping)")
         wrap(self.platform.teams, "_resolve", "registry lookups (in the background, overlapping)")
         wrap(store, "acquire", "lease+load")
         wrap(opening_module, "judge", "validate")
         wrap(opening_module, "apply_states", "apply (load_state)")
         wrap(Run, "_produce", "run (transcript lines made, calls metered)")
+        wrap(session_module, "_head_start", "the audit's head start")
         wrap(Session, "_snapshot", "snapshot")
         wrap(runs_module, "notify_observers", "audit writes (transcript, ledger; their own time, overlapping)",
              when=lambda observers, hook, *args: hook == "run_finished")

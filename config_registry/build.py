@@ -20,6 +20,7 @@ and load it.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -72,6 +73,17 @@ class PreparedDefinition:
         """
         runnable = resolve_references(self.component, os.environ if env is None else env)  # a new copy
         return _built(self.definition, _load(self.definition, runnable), dict(self.agent_types))
+
+    @functools.cached_property
+    def variables(self) -> tuple[str, ...]:
+        """The environment variables its secret references name, sorted."""
+        return tuple(sorted({ref.removeprefix("env:") for ref in references(self.component).values()}))
+
+    def secrets_in(self, env: Mapping[str, str] | None = None) -> tuple[str | None, ...]:
+        """The values a build from ``env`` (``os.environ`` by default) would resolve its secrets to, in the order
+        of :attr:`variables`: two builds that see the same values load the same JSON."""
+        env = os.environ if env is None else env
+        return tuple(env.get(name) for name in self.variables)
 
 
 def prepare(definition: TeamDefinition, transform: Transform | None = None) -> PreparedDefinition:

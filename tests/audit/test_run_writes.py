@@ -239,3 +239,38 @@ def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "(None, False)"
+
+
+async def test_a_session_sends_the_runs_end_of_run_statement_before_it_snapshots_the_team(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The snapshot is CPU work; the end-of-run statement is the database's: sent first, they overlap.
+    from config_registry import Registry
+    from teamstore import examples
+    from teamstore.app import open_platform
+    from teamstore.audit.observer import Pseudonyms as Resolver
+    from teamstore.runtime import session as session_module
+    from teamstore.settings import Settings
+
+    order: list[str] = []
+    sent = Resolver._check_again
+
+    async def checked(self: Resolver, *args: Any, **kwargs: Any) -> Any:
+        order.append("end of run")
+        return await sent(self, *args, **kwargs)
+
+    taken = session_module.snapshot
+
+    async def snapshot(*args: Any) -> Any:
+        order.append("snapshot")
+        return await taken(*args)
+
+    monkeypatch.setattr(Resolver, "_check_again", checked)
+    monkeypatch.setattr(session_module, "snapshot", snapshot)
+    registry = Registry(tmp_path / "registry")
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1")
+    settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True, database_url=database_url)
+    async with open_platform(settings) as platform, platform.session("ida", "s1", team="support_triage") as s:
+        await s.run("My router keeps dropping")
+    assert order == ["end of run", "snapshot"]

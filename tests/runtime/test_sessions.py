@@ -91,6 +91,23 @@ async def test_second_request_resumes_the_persisted_participant(platform: Platfo
     assert "ZX-81" not in critic  # critic is not persisted: it starts clean each run
 
 
+async def test_a_closing_session_has_the_next_team_built_while_it_saves_and_it_carries_nothing_over(
+    platform: Platform,
+) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    await talk(platform, "bob", "s1", "My printer jams")  # the definition's second build: the next is built ahead
+    await asyncio.gather(*platform.teams._restocks)  # on SQLite the save may not have waited at all
+    ahead = platform.teams._entries["support_triage"].spare
+    assert ahead is not None
+    async with platform.session("carol", "s1", "support_triage") as s:
+        assert s.team is ahead.built.team and s.resume.outcome == "new"
+        result = await s.run("Hello, my modem is new")
+    replies = [str(m.content) for m in result.messages]
+    assert not any("ZX-81" in r or "printer" in r for r in replies)  # built fresh: no earlier user's words
+    await asyncio.gather(*platform.teams._restocks)
+    assert platform.teams._entries["support_triage"].spare is not None  # and the next one is built
+
+
 async def test_a_new_platform_continues_the_conversation(platform: Platform, registry: Registry) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     # A second Platform with its own engine is what a restarted process or another machine has.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from autogen_agentchat.agents import AssistantAgent
 
-from config_registry import DefinitionInvalid, Registry, TeamDefinition
+from config_registry import DefinitionInvalid, Registry, SecretUnavailable, TeamDefinition
 from config_registry import build as registry_build
 from teamstore import examples
 from teamstore.metering import MeteredChatCompletionClient
@@ -165,3 +165,83 @@ async def test_closing_stops_a_lookup_made_ahead_of_time(registry: Registry, mon
     await asyncio.wait_for(teams.aclose(), 5)  # not held by the lookup waiting at the gate
     gate.set()
     assert ahead.cancelled() and teams._lookups == {}
+
+
+async def _built_ahead(teams: TeamBuilder, ref: str) -> None:
+    """Ask for a team built ahead of ``ref`` and wait until the loop has built it (or given up)."""
+    teams.build_ahead(ref)
+    await asyncio.gather(*teams._restocks)
+
+
+def _builds_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every team a prepared definition builds: ``request`` if the calling test's task built it, ``ahead`` if
+    a task of the builder's did."""
+    made: list[str] = []
+    original, caller = registry_build.PreparedDefinition.build, asyncio.current_task()
+
+    def counted(self: registry_build.PreparedDefinition, env: Any = None) -> Any:
+        made.append("request" if asyncio.current_task() is caller else "ahead")
+        return original(self, env)
+
+    monkeypatch.setattr(registry_build.PreparedDefinition, "build", counted)
+    return made
+
+
+async def test_the_team_built_ahead_is_the_next_builds_once_and_a_team_built_once_has_none(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _builds_counted(monkeypatch)
+    teams = TeamBuilder(registry, refresh_seconds=60)
+    ref = f"{TRIAGE}@production"
+    first = await teams.build(ref)
+    await _built_ahead(teams, ref)
+    assert made == ["request"]  # a definition built once is not built ahead: it may never be built again
+    second = await teams.build(ref)
+    await _built_ahead(teams, ref)
+    await _built_ahead(teams, ref)  # one at a time: asked again, nothing more is built
+    assert made == ["request", "request", "ahead"]
+    third, fourth = await teams.build(ref), await teams.build(ref)
+    assert made == ["request", "request", "ahead", "request"]  # the third took it; the fourth built its own
+    teams_seen = {id(b.team) for b in (first, second, third, fourth)}
+    assert len(teams_seen) == 4 and third.version == first.version
+    result = await third.team.run(task="hi")  # the team built ahead runs as any other
+    assert [m.source for m in result.messages] == ["user", "triage", "researcher", "critic"]
+    await teams.aclose()
+
+
+async def test_a_team_built_ahead_with_secrets_that_changed_since_is_not_used(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry.add_from_factory("teamstore.examples:support_triage_openai",
+                              examples.example_manifest("support_triage_openai"), "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-first")
+    teams = TeamBuilder(registry, refresh_seconds=60)
+    ref = "support_triage_openai"
+    for _ in range(2):
+        await teams.build(ref)
+    await _built_ahead(teams, ref)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-rotated")
+    built = await teams.build(ref)
+    assert built.participants["researcher"]._model_client._inner._client.api_key == "sk-rotated"  # type: ignore[attr-defined]
+    await _built_ahead(teams, ref)
+    assert (await teams.build(ref)).participants["researcher"]._model_client._inner._client.api_key == "sk-rotated"  # type: ignore[attr-defined]
+    monkeypatch.delenv("OPENAI_API_KEY")
+    await _built_ahead(teams, ref)  # fails: dropped, and the build that needs the secret says so
+    assert teams._entries[ref].spare is None
+    with pytest.raises(SecretUnavailable, match="OPENAI_API_KEY"):
+        await teams.build(ref)
+    await teams.aclose()
+
+
+async def test_closing_drops_the_team_built_ahead_and_stops_one_being_built(registry: Registry) -> None:
+    teams = TeamBuilder(registry, refresh_seconds=60)
+    ref = f"{TRIAGE}@production"
+    for _ in range(2):
+        await teams.build(ref)
+    await _built_ahead(teams, ref)
+    assert teams._entries[ref].spare is not None
+    teams._entries[ref].spare = None
+    teams.build_ahead(ref)  # scheduled, not yet run
+    (pending,) = teams._restocks
+    await teams.aclose()
+    assert pending.cancelled() and teams._entries[ref].spare is None and not teams._restocks

@@ -82,6 +82,7 @@ class SessionDeps:
         limits: The settings it reads.
         build_team: A fresh team for a registry reference (the platform's, through its definition cache;
             it checks the schema first).
+        build_ahead: Have the next team for a reference built while the loop waits (the definition cache's).
         autogen_spans: The block a run runs in, so AutoGen's spans go where the platform sends them.
         worker_id: This process, in the lease owner the session writes.
         metrics: Where it records resume outcomes, quarantines, lease waits and state sizes.
@@ -97,6 +98,7 @@ class SessionDeps:
     worker_id: str
     metrics: SessionMetrics = field(default_factory=SessionMetrics)
     memory: MemoryService | None = None
+    build_ahead: Callable[[str], None] = lambda ref: None
 
 
 class LeaseKeeper:

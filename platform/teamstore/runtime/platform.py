@@ -199,7 +199,7 @@ class Platform:
         return SessionDeps(
             store=self.store, observers=self.observers, limits=self.limits,
             build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
-            metrics=self.metrics, memory=self.memory,
+            metrics=self.metrics, memory=self.memory, build_ahead=self.teams.build_ahead,
         )
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:

@@ -88,6 +88,18 @@ __all__ = ["EXPIRY_SLACK", "Session", "SessionDeps", "SessionLimits", "ended_by_
 
 log = logging.getLogger("teamstore.session")
 
+AUDIT_HEAD_START = 4
+"""Turns of the event loop a completed run's audit is given before the session snapshots the team: its observers'
+tasks start, the end-of-run fence's task starts and its statement is sent, so the database works on it while the
+snapshot's CPU work runs. Nothing else can touch the team meanwhile (the session's run is not over: a second run
+is refused)."""
+
+
+async def _head_start() -> None:
+    """Let the event loop turn :data:`AUDIT_HEAD_START` times."""
+    for _ in range(AUDIT_HEAD_START):
+        await asyncio.sleep(0)
+
 Phase = Literal["new", "open", "closed"]
 """Where a session is: not entered yet, inside its ``async with`` block, or done (it is used once)."""
 
@@ -280,6 +292,7 @@ class Session:
             await self.flush_audit()
         finally:
             await self._stop_keeping()
+        self._deps.build_ahead(self._team_ref)  # the next request's team, built while the save is on its way
         try:
             if self._pending is not None:
                 await self._write(release=True)
@@ -400,6 +413,7 @@ class Session:
                 async for item in items:
                     if isinstance(item, TaskResult):
                         self._audit = run.audit
+                        await _head_start()  # the audit's statement goes out before the snapshot's work
                         await self._snapshot()
                         self._remember(run, item)
                     elif skip:

@@ -14,6 +14,11 @@ the declared secrets, the persisted participants' bounds and the memory they nam
 then only resolves the secrets into a fresh copy and loads it. A label looked up again that still points
 at the same version keeps its definition and its checks (a version's definition never changes); one
 that moved is read and checked anew.
+
+A definition built more than once has its next team built ahead (:meth:`TeamBuilder.build_ahead`, which a
+closing session calls before it waits for its save): the next request's build then costs it nothing. A build
+takes that team only on the loop it was built on and with the secrets' values a build now would resolve;
+otherwise it builds its own. Either way, every build returns a team no one else was given.
 """
 
 from __future__ import annotations
@@ -40,14 +45,27 @@ SpanRoute = Callable[[], AbstractContextManager[None]]
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class _Spare:
+    """A team built ahead of the request that takes it: on which loop, and with which secrets' values."""
+
+    built: BuiltTeam
+    loop: asyncio.AbstractEventLoop
+    secrets: tuple[str | None, ...]
+
+
 @dataclass
 class _Entry:
-    """A resolved definition, when its lookup started, and its checks' result once a build needed them."""
+    """A resolved definition, when its lookup started, its checks' result once a build needed them, and the
+    team built ahead for the next build."""
 
     definition: TeamDefinition
     fetched: float  # time.monotonic() when the lookup began: the definition is at least that fresh
     pinned: bool
     prepared: PreparedDefinition | None = None
+    builds: int = 0
+    spare: _Spare | None = None
+    restocking: bool = False
 
 
 class TeamBuilder:
@@ -65,6 +83,7 @@ class TeamBuilder:
         self.spans = spans
         self._entries: dict[str, _Entry] = {}
         self._lookups: dict[str, asyncio.Task[_Entry]] = {}
+        self._restocks: set[asyncio.Task[None]] = set()
 
     async def definition(self, ref: str) -> TeamDefinition:
         """The definition ``ref`` (``name``, ``name@version``, ``name@label``) resolves to, from the cache
@@ -83,6 +102,32 @@ class TeamBuilder:
             RegistryError: ``ref`` does not resolve, a secret is unavailable, or the definition does not load.
         """
         entry = await self._entry(ref)
+        prepared = self._prepared(entry)
+        spare, entry.spare = entry.spare, None
+        entry.builds += 1
+        # Taken only where a build now would make the same team: on its loop, with the same secrets.
+        if spare is not None and spare.loop is asyncio.get_running_loop() and spare.secrets == prepared.secrets_in():
+            return spare.built
+        with self.spans():  # the runtimes built here keep it; agent creation spans are started here
+            return prepared.build()
+
+    def build_ahead(self, ref: str) -> None:
+        """Build the next team for ``ref`` when the loop next waits, for the build after it to take: a session
+        asks as it waits for its save, so the next request's build costs it nothing. Only for a definition built
+        more than once, one team at a time; a build ahead that fails is dropped (the build that needs it fails
+        the same way, and says why).
+        """
+        entry = self._entries.get(ref)
+        if entry is None or entry.prepared is None or entry.builds < 2 or entry.spare is not None or entry.restocking:
+            return
+        entry.restocking = True
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._build_spare(entry, entry.prepared, loop))
+        self._restocks.add(task)
+        task.add_done_callback(self._restocks.discard)
+
+    @staticmethod
+    def _prepared(entry: _Entry) -> PreparedDefinition:
         if entry.prepared is None:
             # Checked on the first build only; a definition that fails is not kept as checked, so every
             # build of it fails the same way.
@@ -92,8 +137,19 @@ class TeamBuilder:
                 return attach_memory(wrap_model_clients(component), memory, name)
 
             entry.prepared = prepare(entry.definition, transform=transform)
-        with self.spans():  # the runtimes built here keep it; agent creation spans are started here
-            return entry.prepared.build()
+        return entry.prepared
+
+    async def _build_spare(self, entry: _Entry, prepared: PreparedDefinition, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            secrets = prepared.secrets_in()
+            with self.spans():
+                built = prepared.build()
+        except Exception as exc:  # the request that needs it builds it itself, and gets the error then
+            log.debug("building %s ahead failed: %s", entry.definition.name, exc)
+            return
+        finally:
+            entry.restocking = False
+        entry.spare = _Spare(built, loop, secrets)
 
     async def _entry(self, ref: str) -> _Entry:
         entry = self._entries.get(ref)
@@ -135,11 +191,15 @@ class TeamBuilder:
         return entry
 
     async def aclose(self) -> None:
-        """Stop the lookups still in flight (one made ahead of time has no request waiting for it)."""
-        lookups, self._lookups = list(self._lookups.values()), {}
-        for task in lookups:
+        """Stop the lookups still in flight (one made ahead of time has no request waiting for it) and the
+        builds ahead, and drop the teams built ahead."""
+        tasks = [*self._lookups.values(), *self._restocks]
+        self._lookups, self._restocks = {}, set()
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*lookups, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for entry in self._entries.values():
+            entry.spare = None
 
     def _finished(self, ref: str, task: asyncio.Task[_Entry]) -> None:
         if self._lookups.get(ref) is task:
