@@ -114,29 +114,34 @@ class LeaseKeeper:
 
     def __init__(self, store: StateStore, key: SessionKey, owner: str, ttl: float) -> None:
         self._store, self._key, self._owner, self._ttl = store, key, owner, ttl
-        self._closing = asyncio.Event()
-        self._task = asyncio.create_task(self._keep())
+        self._loop = asyncio.get_running_loop()
+        self._renewal: asyncio.Task[None] | None = None
+        self._stopped = False
+        # A timer rather than a task that sleeps: a session that closes before the first renewal is due (most
+        # requests) costs one timer handle, cancelled.
+        self._timer = self._loop.call_later(ttl / 3, self._due)
 
-    async def _keep(self) -> None:
-        while not self._closing.is_set():
-            try:
-                await asyncio.wait_for(self._closing.wait(), timeout=self._ttl / 3)
-                return
-            except TimeoutError:
-                pass
-            try:
-                held = await self._store.renew(self._key, owner=self._owner, lease_ttl=self._ttl)
-            except StorageError as exc:
-                log.warning("could not renew the session lease; retrying: %s", exc)
-                continue
-            if not held:
-                log.warning("session lease lost (held past its TTL without renewal); the save will be refused")
-                return
+    def _due(self) -> None:
+        self._renewal = self._loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        try:
+            held = await self._store.renew(self._key, owner=self._owner, lease_ttl=self._ttl)
+        except StorageError as exc:
+            log.warning("could not renew the session lease; retrying: %s", exc)
+            held = True
+        if not held:
+            log.warning("session lease lost (held past its TTL without renewal); the save will be refused")
+        elif not self._stopped:
+            self._timer = self._loop.call_later(self._ttl / 3, self._due)
 
     async def stop(self) -> None:
-        """Stop renewing (the lease itself is given back by the save or the release)."""
-        self._closing.set()
-        await self._task
+        """Stop renewing, once a renewal under way has ended (the lease itself is given back by the save or the
+        release)."""
+        self._stopped = True
+        self._timer.cancel()
+        if self._renewal is not None:
+            await self._renewal
 
 
 def _expiry(built: BuiltTeam, limits: SessionLimits) -> tuple[datetime, timedelta]:
