@@ -44,6 +44,7 @@ from teamstore.errors import (
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.inspect import describe_session
 from teamstore.runtime.platform import Platform
+from teamstore.runtime.session import Session
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
 from teamstore.state.direct import APPLICATION_NAME
@@ -106,6 +107,28 @@ async def test_a_closing_session_has_the_next_team_built_while_it_saves_and_it_c
     assert not any("ZX-81" in r or "printer" in r for r in replies)  # built fresh: no earlier user's words
     await asyncio.gather(*platform.teams._restocks)
     assert platform.teams._entries["support_triage"].spare is not None  # and the next one is built
+
+
+async def test_the_team_is_registered_with_its_runtime_while_the_lease_and_row_are_on_their_way(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    seen: list[bool] = []
+    acquire = platform.store.acquire
+
+    async def slow_acquire(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.05)  # the database's round trip
+        teams = [s._built.team for s in opened]
+        seen.extend(bool(getattr(t, "_initialized", False)) for t in teams)
+        return await acquire(*args, **kwargs)
+
+    monkeypatch.setattr(platform.store, "acquire", slow_acquire)
+    opened: list[Session] = [platform.session("alice", "s1", "support_triage")]
+    async with opened[0] as s:
+        assert s.resume.outcome == "resumed"
+        result = await s.run("The technician came; still broken")
+    assert seen == [True]  # registered during the wait, not after it
+    assert "ZX-81" in researcher_reply(result)  # and the state loaded into it as before
 
 
 async def test_a_new_platform_continues_the_conversation(platform: Platform, registry: Registry) -> None:

@@ -74,6 +74,7 @@ from teamstore.runtime.resume import (
     ResumeOutcome,
     Verdict,
     apply_states,
+    ready_team,
     snapshot,
 )
 from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, ended_by_limit, final_result
@@ -204,6 +205,7 @@ class Session:
         self._use(await self._deps.build_team(self._team_ref))
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
+        ready = asyncio.ensure_future(ready_team(built))  # CPU work the lease+load's round trip can hold
         asked = time.perf_counter()
         try:
             row = await store.acquire(
@@ -211,12 +213,14 @@ class Session:
                 wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
             )
         except Exception as exc:
+            ready.cancel()  # the team is dropped with the session
             self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
             raise
         self._deps.metrics.lease_waited(time.perf_counter() - asked)
         self._row_version = row.row_version
         self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds)
         try:
+            await ready
             verdict = await self._judge(row)
             await self._recall(fresh=not verdict.outcome.applied)
         except BaseException:
