@@ -80,7 +80,7 @@ def _print(label: str, variants: dict[str, Any], rates: dict[str, list[float]], 
     QUEUED.count = 0
     print(f"  {label}{queued}")
     for name, variant in variants.items():
-        ratio = "" if name == "bare" else f", {median_ratio(rates, name, 'bare'):.2f}x the bare run"
+        ratio = "" if name == "bare" else f", {median_ratio(rates, name, 'bare'):.3f}x the bare run"
         target = f" (target >= {TARGET}x)" if name == "teamstore" else ""
         print(f"    {variant.label + ':':<25} {statistics.median(rates[name]):7,.1f} requests/s{ratio}{target};"
               f" client CPU {statistics.median(cpu[name]) * 1000:.2f} ms per request")
