@@ -245,3 +245,17 @@ async def test_closing_drops_the_team_built_ahead_and_stops_one_being_built(regi
     (pending,) = teams._restocks
     await teams.aclose()
     assert pending.cancelled() and teams._entries[ref].spare is None and not teams._restocks
+
+
+async def test_only_the_definitions_built_most_recently_keep_a_team_built_ahead(registry: Registry) -> None:
+    teams = TeamBuilder(registry, refresh_seconds=60, spares=2)
+    refs = [f"{TRIAGE}@production", TRIAGE, f"{TRIAGE}@{registry.resolve(TRIAGE).version}"]  # three entries
+    for ref in refs:
+        for _ in range(2):
+            await teams.build(ref)
+        await _built_ahead(teams, ref)
+    assert [teams._entries[ref].spare is not None for ref in refs] == [False, True, True]
+    await teams.build(refs[1])  # taken: the slot is free for the next
+    await _built_ahead(teams, refs[0])
+    assert [teams._entries[ref].spare is not None for ref in refs] == [True, False, True]
+    await teams.aclose()

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ SpanRoute = Callable[[], AbstractContextManager[None]]
 """A block in which AutoGen's spans go where the platform sends them (``Platform.autogen_spans``)."""
 
 log = logging.getLogger(__name__)
+
+SPARES = 64
+"""The most teams built ahead a builder keeps (one per definition, for those built most recently): a service
+serving many definitions holds at most this many teams nobody asked for yet."""
 
 
 @dataclass(frozen=True)
@@ -75,15 +80,21 @@ class TeamBuilder:
         registry: The config registry teams are built from.
         refresh_seconds: How long a NAME or NAME@LABEL resolution is trusted.
         spans: The block AutoGen objects are created in, so the runtimes built keep its span route.
+        spares: The most teams built ahead it keeps (:data:`SPARES`).
     """
 
-    def __init__(self, registry: Registry, *, refresh_seconds: float, spans: SpanRoute = contextlib.nullcontext) -> None:
+    def __init__(
+        self, registry: Registry, *, refresh_seconds: float, spans: SpanRoute = contextlib.nullcontext,
+        spares: int = SPARES,
+    ) -> None:
         self.registry = registry
         self.refresh_seconds = refresh_seconds
         self.spans = spans
+        self.spares = spares
         self._entries: dict[str, _Entry] = {}
         self._lookups: dict[str, asyncio.Task[_Entry]] = {}
         self._restocks: set[asyncio.Task[None]] = set()
+        self._stocked: OrderedDict[int, _Entry] = OrderedDict()  # the entries holding a team built ahead, oldest first
 
     async def definition(self, ref: str) -> TeamDefinition:
         """The definition ``ref`` (``name``, ``name@version``, ``name@label``) resolves to, from the cache
@@ -104,6 +115,7 @@ class TeamBuilder:
         entry = await self._entry(ref)
         prepared = self._prepared(entry)
         spare, entry.spare = entry.spare, None
+        self._stocked.pop(id(entry), None)
         entry.builds += 1
         # Taken only where a build now would make the same team: on its loop, with the same secrets.
         if spare is not None and spare.loop is asyncio.get_running_loop() and spare.secrets == prepared.secrets_in():
@@ -150,6 +162,9 @@ class TeamBuilder:
         finally:
             entry.restocking = False
         entry.spare = _Spare(built, loop, secrets)
+        self._stocked[id(entry)] = entry
+        while len(self._stocked) > self.spares:  # the definitions least recently built give theirs up
+            self._stocked.popitem(last=False)[1].spare = None
 
     async def _entry(self, ref: str) -> _Entry:
         entry = self._entries.get(ref)
@@ -200,6 +215,7 @@ class TeamBuilder:
         await asyncio.gather(*tasks, return_exceptions=True)
         for entry in self._entries.values():
             entry.spare = None
+        self._stocked.clear()
 
     def _finished(self, ref: str, task: asyncio.Task[_Entry]) -> None:
         if self._lookups.get(ref) is task:
