@@ -101,6 +101,7 @@ async def _head_start() -> None:
     for _ in range(AUDIT_HEAD_START):
         await asyncio.sleep(0)
 
+
 Phase = Literal["new", "open", "closed"]
 """Where a session is: not entered yet, inside its ``async with`` block, or done (it is used once)."""
 
