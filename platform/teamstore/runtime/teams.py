@@ -133,8 +133,7 @@ class TeamBuilder:
         if entry is None or entry.prepared is None or entry.builds < 2 or entry.spare is not None or entry.restocking:
             return
         entry.restocking = True
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(self._build_spare(entry, entry.prepared, loop))
+        task = asyncio.get_running_loop().create_task(self._build_spare(entry, entry.prepared))
         self._restocks.add(task)
         task.add_done_callback(self._restocks.discard)
 
@@ -151,7 +150,7 @@ class TeamBuilder:
             entry.prepared = prepare(entry.definition, transform=transform)
         return entry.prepared
 
-    async def _build_spare(self, entry: _Entry, prepared: PreparedDefinition, loop: asyncio.AbstractEventLoop) -> None:
+    async def _build_spare(self, entry: _Entry, prepared: PreparedDefinition) -> None:
         try:
             secrets = prepared.secrets_in()
             with self.spans():
@@ -161,7 +160,7 @@ class TeamBuilder:
             return
         finally:
             entry.restocking = False
-        entry.spare = _Spare(built, loop, secrets)
+        entry.spare = _Spare(built, asyncio.get_running_loop(), secrets)
         self._stocked[id(entry)] = entry
         while len(self._stocked) > self.spares:  # the definitions least recently built give theirs up
             self._stocked.popitem(last=False)[1].spare = None
@@ -213,7 +212,7 @@ class TeamBuilder:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for entry in self._entries.values():
+        for entry in self._stocked.values():  # a replaced definition's entry too
             entry.spare = None
         self._stocked.clear()
 
