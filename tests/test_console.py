@@ -1,7 +1,9 @@
-"""The installed ``teamstore`` command: a typed error is a message, a fix and exit status 1, never a traceback."""
+"""The installed ``teamstore`` command: a typed error is a message, a fix and exit status 1, never a traceback;
+its tables keep every figure and label whole, on a narrow terminal and through a pipe."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -112,3 +114,44 @@ def test_only_aiosqlites_late_report_of_a_failed_open_is_dropped(capsys: pytest.
         threading.excepthook = before
     shown = capsys.readouterr().err
     assert "aiosqlite" not in shown and "in other" in shown  # anything else still reaches the terminal
+
+
+_HEADERS = ("team", "model", "runs", "in tokens", "cost", "of which limited")
+_ROWS = [("support_triage", "gpt-4o-mini-2024-07-18", "12", "123456", "0.000775 + unknown", "0.0010225"),
+         ("s-" + "x" * 70, "gpt-4o", "3", "1160", "0.5", "0"),
+         ("total", "", "15", "124616", "0.500775 + unknown", "0.0010225 + unknown")]
+
+
+def _printed(width: int, terminal: bool) -> list[str]:
+    from rich.console import Console
+
+    from teamstore.cli._output import print_table
+
+    out = io.StringIO()
+    print_table(_HEADERS, _ROWS, fixed=range(2, 6), right=range(2, 6),
+                out=Console(file=out, width=width, force_terminal=terminal, color_system=None))
+    return out.getvalue().splitlines()
+
+
+def test_a_table_piped_at_80_columns_has_one_line_per_row_every_label_and_figure_whole() -> None:
+    lines = _printed(80, terminal=False)
+    for row in _ROWS:
+        assert any(all(cell in line for cell in row) for line in lines), row
+    assert any("of which limited" in line for line in lines) and any("model" in line for line in lines)
+
+
+@pytest.mark.parametrize("width", [40, 80])
+def test_on_a_narrow_terminal_figures_stay_whole_and_text_wraps_no_narrower_than_its_minimum(width: int) -> None:
+    from teamstore.cli._output import TEXT_MIN
+
+    text = "\n".join(_printed(width, terminal=True))
+    for row in _ROWS:
+        for cell in row[2:]:
+            assert cell in text, cell  # a figure is never folded into pieces
+    for cell in ("support_triage", "gpt-4o-mini-2024-07-18", "s-" + "x" * (TEXT_MIN - 2)):
+        assert cell in text, cell  # text keeps at least TEXT_MIN characters a line (or its whole value)
+
+
+def test_a_table_that_fits_the_terminal_is_printed_at_the_terminals_width() -> None:
+    lines = _printed(200, terminal=True)
+    assert max(len(line) for line in lines) <= 200 and any("x" * 70 in line for line in lines)

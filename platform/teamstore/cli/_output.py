@@ -75,22 +75,36 @@ def print_table(
     title: str | None = None,
     out: Console | None = None,
 ) -> None:
-    """Print a table whose cells are never cut short with '...' when it is wider than the terminal (or
-    than the 80 columns rich assumes when output goes to a file or a pipe): the ``fixed`` columns (numbers,
-    times, short versions) keep their width, and other text wraps inside its cell, so an id can be copied
-    whole and a cost is never ``0.0007...``. ``out`` is stdout's console unless given (stderr's, for what
-    a command shows before it asks a question, so ``--json`` output stays one document)."""
+    """Print a table whose cells are never cut short with '...' nor folded into pieces: the ``fixed`` columns
+    (numbers, times, short versions) keep their width, so a cost is never ``0.0007`` over ``75``; text wraps
+    inside its cell, never narrower than :data:`TEXT_MIN` characters (or its longest value), so an id can be
+    copied whole. A table wider than the terminal even so is printed wider (the terminal wraps its lines,
+    every value whole); output to a file or a pipe gets one line per row, however wide. ``out`` is stdout's
+    console unless given (stderr's, for what a command shows before it asks a question, so ``--json`` output
+    stays one document)."""
     table = Table(title=title, box=SIMPLE_HEAD, padding=0)
+    least, whole = len(headers) + 1, len(headers) + 1  # the table's edges and the spaces between its columns
     for i, header in enumerate(headers):
         justify: Literal["left", "right"] = "right" if i in right else "left"
+        longest = max([len(row[i]) for row in rows] + [len(word) for word in header.split()])
         if i in fixed:  # a set width is never shrunk, so rich narrows (and wraps) the text columns instead
-            width = max([len(row[i]) for row in rows] + [len(word) for word in header.split()])
-            table.add_column(header, justify=justify, width=width, overflow="fold")
+            table.add_column(header, justify=justify, width=longest, overflow="fold")
+            least, whole = least + longest, whole + longest
         else:
-            table.add_column(header, justify=justify, overflow="fold")
+            table.add_column(header, justify=justify, overflow="fold", min_width=min(longest, TEXT_MIN))
+            least, whole = least + min(longest, TEXT_MIN), whole + max(longest, len(header))
     for row in rows:
         table.add_row(*row)
-    (out or console).print(table)
+    shown, narrower = out or console, (out or console).width
+    shown.width = max(narrower, least) if shown.is_terminal else whole
+    try:  # rich prints no wider than its console is
+        shown.print(table, crop=False)
+    finally:
+        shown.width = narrower
+
+
+TEXT_MIN = 24
+"""The narrowest a text column of :func:`print_table` wraps to (a shorter value keeps its own width)."""
 
 
 def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:
