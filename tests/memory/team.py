@@ -29,8 +29,10 @@ from teamstore.memory.component import HEADER
 from teamstore.offline import OfflineChatCompletionClient, OfflineChatCompletionClientConfig, _memory_request
 
 TEAM = "helpdesk"
-WriterMode = Literal["offline", "raise", "prose", "bad_type", "over_budget", "undeclared", "gated"]
-WRITER_MODES: tuple[WriterMode, ...] = ("raise", "prose", "bad_type", "over_budget", "undeclared")
+WriterMode = Literal["offline", "raise", "prose", "bad_type", "over_budget", "undeclared", "surrogate_summary",
+                     "surrogate_fact", "gated"]
+WRITER_MODES: tuple[WriterMode, ...] = ("raise", "prose", "bad_type", "over_budget", "undeclared", "surrogate_summary",
+                                        "surrogate_fact")
 FACTS = {"ticket_id": "str", "router_model": "str", "visits": "int"}
 BUDGET = 60
 SECRET_WORDS = "the customer's words must stay out of every log"
@@ -99,6 +101,10 @@ def _bad_answer(mode: str, request: dict[str, Any]) -> str:
         summary = f"{SECRET_WORDS} " * 20
     elif mode == "undeclared":
         facts = {f"mood {SECRET_WORDS}": "angry"}
+    elif mode == "surrogate_summary":  # JSON may escape a lone surrogate, which no UTF-8 encodes
+        summary += " \ud800"
+    elif mode == "surrogate_fact":
+        facts = {"ticket_id": "T-\ud800"}
     return json.dumps({"summary": summary, "facts": facts})
 
 

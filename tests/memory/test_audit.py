@@ -27,6 +27,8 @@ from teamstore.erasure.receipt import StepStatus
 from teamstore.erasure.requests import open_request
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.events import RunObserver
+from teamstore.keys.schema import data_keys
+from teamstore.memory.store import MemoryStore
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.memory.conftest import make_platform
@@ -87,6 +89,24 @@ async def test_the_writers_calls_are_in_the_ledger_spans_and_cost_as_the_memory_
     tracer.shutdown()
 
 
+async def test_a_writer_that_fails_unexpectedly_still_has_its_call_metered(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("a fault of the writer itself")
+
+    monkeypatch.setattr(MemoryStore, "write", broken)  # after the model call: the call was made and paid
+    async with audited(engine, registry, tmp_path) as platform:
+        await talk(platform, "alice", "s1", FIRST)
+        await platform.drain_memory()
+        assert await platform.show_memory("alice") == []
+    async with engine.connect() as conn:
+        purposes = (await conn.execute(select(usage.c.purpose))).scalars().all()
+    assert "memory_writer" in purposes
+    assert any("failed unexpectedly (RuntimeError)" in r.getMessage() for r in caplog.records)
+
+
 async def test_erasing_a_user_removes_their_memory_with_counts_in_the_receipt(
     engine: AsyncEngine, registry: Registry, tmp_path: Path
 ) -> None:
@@ -115,6 +135,32 @@ async def test_no_memory_is_written_for_a_user_an_erasure_fences(
         await GATES[channel].wait()
         await platform.drain_memory()
         assert await platform.show_memory("alice") == []  # neither the memory nor a failure was written
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["first_write", "update"])
+async def test_a_writer_mid_call_through_a_whole_erasure_brings_nothing_back(
+    engine: AsyncEngine, registry: Registry, channel: str, tmp_path: Path, before: bool
+) -> None:
+    """The erasure opens, deletes, destroys the key and lifts its fence while the writer waits for its model:
+    the write that follows lands nowhere, under no key, and records no failure."""
+    async with make_platform(engine, registry, tmp_path) as platform:
+        if before:
+            await talk(platform, "alice", "s0", FIRST)  # memory kept, under alice's data key
+            await platform.drain_memory()
+            assert await platform.show_memory("alice") != []
+        registry.add(TEAM, helpdesk(channel, "gated").dump_component(), helpdesk_manifest(), "gated",
+                     label="production")
+        GATES[channel] = asyncio.Barrier(2)
+        await talk(platform, "alice", "s1", FIRST)  # saved; its writer waits at the gate, mid model call
+        coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "transcripts"),
+                                          knobs=ErasureSettings(fence_grace_seconds=0))
+        receipt = await coordinator.run("alice", reason="test")
+        assert receipt.ok, receipt
+        await GATES[channel].wait()
+        await platform.drain_memory()
+        assert await platform.show_memory("alice") == []  # neither the memory nor a failure came back
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(data_keys.c.user_id).where(data_keys.c.user_id == "alice"))).first() is None
 
 
 async def test_retention_sweeps_memory_on_its_teams_clock(

@@ -21,7 +21,8 @@ from teamstore.memory.schema import facts, memories
 from teamstore.memory.store import MemoryStore
 
 TYPES = {"ticket_id": "str", "visits": "int", "speed": "float", "replaced": "bool", "visited_on": "date"}
-T0 = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+T0 = datetime.now(UTC).replace(hour=9, minute=30, second=0, microsecond=0) - timedelta(days=1)
+"""Writes happen at T0 (yesterday, 09:30 UTC): what they keep for a day or more is not yet past its expiry."""
 
 
 async def put(store: MemoryStore, summary: str = "line fault", facts_: dict[str, Any] | None = None, *,
@@ -134,6 +135,22 @@ async def test_retention_sweeps_memory_past_its_expiry_with_its_facts(store: Mem
     assert (swept.memories, swept.facts) == (2, 3)
     assert [(m.user_id, m.scope) for m in await store.show("alice") + await store.show("bob")] == [("alice", "billing")]
     assert (await store.sweep(now=T0 + timedelta(days=2))).memories == 0
+
+
+async def test_memory_past_its_expiry_reads_as_gone_and_a_write_starts_afresh_without_its_facts(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, "line fault", {"ticket_id": "1", "visits": 2}, retention=0.5)  # expired last night
+    await put(store, "other", {"ticket_id": "9"}, user="bob", retention=0.5)
+    assert await store.show("alice") == []  # not listed, though not swept yet
+    assert await store.load("alice", "helpdesk") is None  # not given to a session or a writer: and deleted
+    async with engine.connect() as conn:
+        left = (await conn.execute(select(memories.c.user_id).union_all(select(facts.c.user_id)))).scalars().all()
+    assert sorted(left) == ["bob", "bob"]  # bob's is left to the sweep (nobody read it)
+    assert await put(store, "new ticket", {"ticket_id": "2"}, now=datetime.now(UTC)) == 1
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and kept.summary == "new ticket" and {n: f.value for n, f in kept.facts.items()} == {
+        "ticket_id": "2"}  # the expired visits are not back
 
 
 async def test_an_erasure_fence_stops_every_memory_write_for_its_user(store: MemoryStore, engine: AsyncEngine) -> None:

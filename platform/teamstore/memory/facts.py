@@ -47,7 +47,7 @@ def check_value(name: str, kind: str, value: Any) -> Any:
     Returns:
         The value: a ``str`` (at most :data:`MAX_FACT_CHARS`), ``int``, ``float``, ``bool``, or a ``date``.
     """
-    if kind == "str" and isinstance(value, str) and 0 < len(value) <= MAX_FACT_CHARS:
+    if kind == "str" and isinstance(value, str) and 0 < len(value) <= MAX_FACT_CHARS and unicode(value):
         return value
     if kind == "int" and type(value) is int:
         return value
@@ -66,9 +66,19 @@ def check_value(name: str, kind: str, value: Any) -> Any:
     raise FactInvalid(f"fact {name!r} is not a valid {_described(kind)}")
 
 
+def unicode(text: str) -> bool:
+    """Whether ``text`` is Unicode a store can keep: JSON may escape a lone surrogate (``"\\ud800"``), which
+    no UTF-8 encodes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _described(kind: str) -> str:
     return {
-        "str": f"str (text of 1 to {MAX_FACT_CHARS} characters)", "int": "int (a whole number)",
+        "str": f"str (Unicode text of 1 to {MAX_FACT_CHARS} characters)", "int": "int (a whole number)",
         "float": "float (a finite number)", "bool": "bool (true or false)", "date": "date (YYYY-MM-DD)",
     }.get(kind, f"{kind!r}, which is no fact type")
 
@@ -203,6 +213,8 @@ def parse_update(text: object, declaration: MemoryDeclaration) -> MemoryUpdate:
     summary, found = data.get("summary"), data.get("facts", {})
     if not isinstance(summary, str) or not isinstance(found, dict):
         raise _refused("did not return a 'summary' text and a 'facts' object")
+    if not unicode(summary):
+        raise _refused("returned a summary that is not Unicode text (a lone surrogate escape)")
     budget = declaration.summary_tokens
     if (size := estimate_tokens(summary.strip())) > budget:
         raise _refused(f"returned a summary of about {size} tokens, over its budget of {budget}")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, literal, select, tuple_, update
+from sqlalchemy import ColumnElement, delete, exists, literal, select, true, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -42,6 +42,7 @@ from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
 from teamstore.ids import check_id
+from teamstore.keys.schema import data_keys
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.facts import (
     DamagedFact,
@@ -78,6 +79,20 @@ def _fenced() -> ErasureInProgress:
                              hint="nothing to do: the erasure removes the user's memory with the rest")
 
 
+def _erased() -> ErasureInProgress:
+    return ErasureInProgress("the user was erased while their memory was being written: nothing was written",
+                             hint="nothing to do: an erasure removed the user's memory with the rest")
+
+
+def _alive(user_id: str, key: DataKey | None) -> ColumnElement[bool]:
+    """The data key a write seals under still exists. An erasure that ran whole while a writer waited for its
+    model (its fence lifted again before the write) destroyed that key: the write must not bring back what it
+    erased, nor land under a key made for the user since."""
+    if key is None:
+        return true()
+    return exists().where(data_keys.c.user_id == user_id, data_keys.c.key_id == key.key_id)
+
+
 def _key(table: Any, user_id: str, scope: str | None) -> list[Any]:
     clauses = [table.c.user_id == user_id]
     return clauses if scope is None else [*clauses, table.c.scope == scope]
@@ -103,16 +118,23 @@ class MemoryStore:
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
         """
-        found = await self.show(user_id, scope)
+        found = await self._read(user_id, scope)
+        if found and _expired(found[0]):  # read as gone, and gone: a write must not renew it
+            await self._sweep(datetime.now(UTC), 1, _key(memories, user_id, scope))
+            return None
         return found[0] if found else None
 
     async def show(self, user_id: str, scope: str | None = None) -> list[UserMemory]:
         """Everything kept about ``user_id`` (under one scope, or all), by scope. Damaged facts and fields
-        are listed in each memory's ``damaged``, never raised.
+        are listed in each memory's ``damaged``, never raised; memory past its expiry is not (the retention
+        sweep deletes it, and so does the next session's read of it).
 
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
         """
+        return [memory for memory in await self._read(user_id, scope) if not _expired(memory)]
+
+    async def _read(self, user_id: str, scope: str | None) -> list[UserMemory]:
         check_id("user_id", user_id)
         try:
             async with self.engine.connect() as conn:
@@ -136,9 +158,20 @@ class MemoryStore:
         return sorted(found, key=lambda m: m.scope)
 
     # --- writing ---------------------------------------------------------------------------------------
+    async def writer_key(self, user_id: str) -> DataKey | None:
+        """The data key a writer seals under, taken before it reads the memory and asks its model: its write
+        and its failure land only while that key exists (``None`` when memory is stored unsealed).
+
+        Raises:
+            ErasureInProgress: An erasure fences the user (and no key of theirs is held).
+            KeyUnavailable, DataKeyDamaged: The key cannot be had.
+        """
+        return await self.keys.data_key(user_id) if self.keys is not None else None
+
     async def write(
         self, user_id: str, scope: str, update: MemoryUpdate, *, types: Mapping[str, str], expected_version: int,
         run_id: str, team: str, team_version: str, retention_days: float, now: datetime | None = None,
+        key: DataKey | None = None,
     ) -> int:
         """Store ``update`` if the memory is still at ``expected_version``; returns the new version.
 
@@ -151,25 +184,31 @@ class MemoryStore:
             team: The team writing. team_version: Its registry version.
             retention_days: The memory expires this long after this write.
             now: The write's time (tests).
+            key: The data key to seal under (:meth:`writer_key`, taken when the writer started); the user's
+                current one if not given.
 
         Raises:
             StaleMemory: Another write landed since ``expected_version`` was read; nothing was written.
-            ErasureInProgress: An erasure fences the user; nothing was written.
+            ErasureInProgress: An erasure fences the user, or erased them since ``key`` was taken; nothing was
+                written.
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was written.
             StoreUnavailable: The database failed; nothing was written.
         """
         now = now or datetime.now(UTC)
-        data_key = await self.keys.data_key(user_id) if self.keys is not None else None
+        data_key = key or await self.writer_key(user_id)
+        alive = _alive(user_id, data_key)
         summary = sealed(data_key, update.summary, summary_context(scope))
         row = {"summary": summary, "team": team, "team_version": team_version, "source_run_id": run_id,
                "updated_at": now, "expires_at": now + timedelta(days=retention_days)}
         try:
             async with self.engine.begin() as conn:
-                if await self._write_row(conn, user_id, scope, row, expected_version, now) is None:
-                    fenced = await conn.scalar(select(held(user_id)))
-                    raise _fenced() if fenced else StaleMemory(
-                        "another write of this user's memory landed first",
-                        hint="read the memory again and write from what it holds now")
+                if await self._write_row(conn, user_id, scope, row, expected_version, now, alive) is None:
+                    if await conn.scalar(select(held(user_id))):
+                        raise _fenced()
+                    if not await conn.scalar(select(alive)):
+                        raise _erased()
+                    raise StaleMemory("another write of this user's memory landed first",
+                                      hint="read the memory again and write from what it holds now")
                 kept = await _kept_facts(conn, user_id, scope, data_key)
                 for name, value in update.facts.items():
                     text = encode_value(value)
@@ -181,16 +220,18 @@ class MemoryStore:
         return expected_version + 1
 
     async def _write_row(
-        self, conn: AsyncConnection, user_id: str, scope: str, row: dict[str, Any], expected: int, now: datetime
+        self, conn: AsyncConnection, user_id: str, scope: str, row: dict[str, Any], expected: int, now: datetime,
+        alive: ColumnElement[bool],
     ) -> int | None:
-        """The version-checked, fenced write of the memory row: its new version, or ``None`` if refused."""
+        """The version-checked, fenced write of the memory row (while ``alive`` holds): its new version, or
+        ``None`` if refused."""
         if expected > 0:
             stmt = (update(memories)
-                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~held(user_id))
+                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~held(user_id), alive)
                     .values(**row, version=expected + 1).returning(memories.c.version))
         else:  # a first write: a new row, or the row that holds only a failure (version 0)
             values = {"user_id": user_id, "scope": scope, **row, "version": 1, "created_at": now, "failures": 0}
-            stmt = self._fenced_insert(user_id, values)
+            stmt = self._fenced_insert(user_id, values, alive)
             stmt = stmt.on_conflict_do_update(
                 index_elements=[memories.c.user_id, memories.c.scope],
                 set_={**{k: stmt.excluded[k] for k in row}, "version": 1}, where=memories.c.version == 0,
@@ -198,10 +239,11 @@ class MemoryStore:
         version = (await conn.execute(stmt)).scalar()
         return None if version is None else int(version)
 
-    def _fenced_insert(self, user_id: str, values: dict[str, Any]) -> Any:
-        """``INSERT INTO ts_user_memory SELECT <values> WHERE NOT <fenced>``: the fence and the write in one."""
+    def _fenced_insert(self, user_id: str, values: dict[str, Any], alive: ColumnElement[bool]) -> Any:
+        """``INSERT INTO ts_user_memory SELECT <values> WHERE NOT <fenced> AND <alive>``: the fence, the key's
+        check and the write in one."""
         columns = [memories.c[name] for name in values]
-        chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~held(user_id))
+        chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~held(user_id), alive)
         return self._insert(memories).from_select(columns, chosen)
 
     def _fact_upsert(
@@ -220,10 +262,11 @@ class MemoryStore:
 
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
-        now: datetime | None = None,
+        now: datetime | None = None, key: DataKey | None = None,
     ) -> bool:
         """Record the writer's failure on the user's memory, its summary and facts untouched; ``False`` when
-        an erasure fences the user (nothing recorded).
+        an erasure fences the user, or erased them since ``key`` (:meth:`writer_key`) was taken (nothing
+        recorded).
 
         Raises:
             StoreUnavailable: The database failed.
@@ -233,7 +276,7 @@ class MemoryStore:
                   "team_version": team_version, "created_at": now, "updated_at": now,
                   "expires_at": now + timedelta(days=retention_days), "failure": reason[:FAILURE_CHARS],
                   "failed_at": now, "failures": 1}
-        stmt = self._fenced_insert(user_id, values)
+        stmt = self._fenced_insert(user_id, values, _alive(user_id, key))
         stmt = stmt.on_conflict_do_update(
             index_elements=[memories.c.user_id, memories.c.scope],
             set_={"failure": stmt.excluded.failure, "failed_at": now, "failures": memories.c.failures + 1},
@@ -289,16 +332,19 @@ class MemoryStore:
         Raises:
             StoreUnavailable: The database failed; the batches deleted before it stay deleted.
         """
-        now = now or datetime.now(UTC)
+        return await self._sweep(now or datetime.now(UTC), batch_size, [])
+
+    async def _sweep(self, now: datetime, batch_size: int, where: list[Any]) -> Forgotten:
+        """:meth:`sweep`, of the memories ``where`` also holds."""
         total = Forgotten(0, 0)
         while True:
-            victims = (select(memories.c.user_id, memories.c.scope).where(memories.c.expires_at < now)
+            victims = (select(memories.c.user_id, memories.c.scope).where(memories.c.expires_at <= now, *where)
                        .limit(batch_size))
             try:
                 async with self.engine.begin() as conn:
                     keys = (await conn.execute(
                         delete(memories).where(tuple_(memories.c.user_id, memories.c.scope).in_(victims),
-                                               memories.c.expires_at < now)
+                                               memories.c.expires_at <= now)
                         .returning(memories.c.user_id, memories.c.scope))).all()
                     dropped = await _delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
             except SQLAlchemyError as exc:
@@ -355,6 +401,10 @@ def _orphans(user_id: str, scope: str, rows: list[Mapping[str, Any]]) -> UserMem
     return UserMemory(user_id=user_id, scope=scope, summary="", version=-1, team="", team_version="",
                       source_run_id=None, updated_at=None, expires_at=None, facts=_facts(rows, damaged),
                       damaged=damaged)
+
+
+def _expired(memory: UserMemory) -> bool:
+    return memory.expires_at is not None and memory.expires_at <= datetime.now(UTC)
 
 
 def _moment(value: Any, name: str, damaged: list[DamagedFact]) -> datetime | None:

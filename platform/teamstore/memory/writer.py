@@ -32,6 +32,7 @@ from autogen_core.models import ChatCompletionClient, LLMMessage, SystemMessage,
 
 from config_registry.manifest import MemoryDeclaration
 from teamstore.errors import ErasureInProgress, MemoryWriteRefused, StaleMemory
+from teamstore.keys.service import DataKey
 from teamstore.memory.facts import CHARS_PER_TOKEN, MemoryUpdate, UserMemory, parse_update, shown
 from teamstore.memory.store import MemoryStore
 
@@ -54,7 +55,7 @@ class Said:
 @dataclass(frozen=True)
 class WriteOutcome:
     """How a write ended: ``written`` (with the new version), ``failed`` (with the reason recorded) or
-    ``fenced`` (an erasure holds the user; nothing written)."""
+    ``fenced`` (an erasure holds the user, or erased them while the writer ran; nothing written)."""
 
     status: Literal["written", "failed", "fenced"]
     version: int | None = None
@@ -154,6 +155,11 @@ async def write_memory(
         StoreUnavailable: The database failed (the failure could not be recorded either).
     """
     scope = declaration.scope_of(team)
+    try:
+        # Taken first: an erasure that runs whole while the model is asked destroys it, and nothing lands.
+        key = await store.writer_key(user_id)
+    except ErasureInProgress:
+        return WriteOutcome("fenced")
     for _attempt in range(ATTEMPTS):
         previous = await store.load(user_id, scope)
         try:
@@ -163,21 +169,22 @@ async def write_memory(
             update = await ask_writer(client, previous, messages, declaration, call_seconds)
             version = await store.write(
                 user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
-                run_id=run_id, team=team, team_version=team_version, retention_days=retention_days)
+                run_id=run_id, team=team, team_version=team_version, retention_days=retention_days, key=key)
         except StaleMemory:
             continue  # another session wrote first: read what it stored, and write from that
         except ErasureInProgress:
             return WriteOutcome("fenced")
         except MemoryWriteRefused as exc:
-            return await _record(store, user_id, scope, exc.message, team, team_version, retention_days)
+            return await _record(store, user_id, scope, exc.message, team, team_version, retention_days, key)
         return WriteOutcome("written", version=version)
     reason = f"{ATTEMPTS} other writes of this user's memory landed while this one was written"
-    return await _record(store, user_id, scope, reason, team, team_version, retention_days)
+    return await _record(store, user_id, scope, reason, team, team_version, retention_days, key)
 
 
 async def _record(
-    store: MemoryStore, user_id: str, scope: str, reason: str, team: str, team_version: str, retention_days: float
+    store: MemoryStore, user_id: str, scope: str, reason: str, team: str, team_version: str, retention_days: float,
+    key: DataKey | None,
 ) -> WriteOutcome:
     recorded = await store.record_failure(user_id, scope, reason, team=team, team_version=team_version,
-                                          retention_days=retention_days)
+                                          retention_days=retention_days, key=key)
     return WriteOutcome("failed", reason=reason) if recorded else WriteOutcome("fenced")

@@ -186,6 +186,9 @@ class MemoryService:
                     call_seconds=limits.memory_writer_timeout_seconds)
             except TeamstoreError as exc:  # the database failed: not even the failure could be recorded
                 result = WriteOutcome("failed", reason=exc.message)
+            except Exception as exc:  # a fault of the writer itself: logged (the type only: its message may
+                # quote the request), and its calls metered all the same
+                result = WriteOutcome("failed", reason=f"the memory writer failed unexpectedly ({type(exc).__name__})")
         _log(ctx, result)
         later = LaterCalls(outcome, list(meter.calls), WRITER, started, datetime.now(UTC),
                            error_type="MemoryWriteRefused" if result.status == "failed" else None)
@@ -202,4 +205,4 @@ def _log(ctx: RunContext, result: WriteOutcome) -> None:
         # The reason names what was wrong, never what the user said.
         log.warning("memory of team %s not updated for run %s: %s", ctx.team, ctx.run_id, result.reason)
     elif result.status == "fenced":
-        log.info("memory of team %s not written for run %s: an erasure is open for its user", ctx.team, ctx.run_id)
+        log.info("memory of team %s not written for run %s: an erasure holds or erased its user", ctx.team, ctx.run_id)
