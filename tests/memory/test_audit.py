@@ -19,7 +19,7 @@ from teamstore.audit.cost import query_costs
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
 from teamstore.audit.prices import load_prices
 from teamstore.audit.retention import sweep_all
-from teamstore.audit.schema import usage
+from teamstore.audit.schema import subjects, usage
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure.coordinator import DeletionCoordinator
@@ -137,13 +137,19 @@ async def test_no_memory_is_written_for_a_user_an_erasure_fences(
         assert await platform.show_memory("alice") == []  # neither the memory nor a failure was written
 
 
+async def _ledger(engine: AsyncEngine) -> list[Any]:
+    async with engine.connect() as conn:
+        return sorted((await conn.execute(select(usage.c.run_id, usage.c.purpose, usage.c.calls))).all())
+
+
 @pytest.mark.parametrize("before", [False, True], ids=["first_write", "update"])
 async def test_a_writer_mid_call_through_a_whole_erasure_brings_nothing_back(
     engine: AsyncEngine, registry: Registry, channel: str, tmp_path: Path, before: bool
 ) -> None:
     """The erasure opens, deletes, destroys the key and lifts its fence while the writer waits for its model:
-    the write that follows lands nowhere, under no key, and records no failure."""
-    async with make_platform(engine, registry, tmp_path) as platform:
+    the write that follows lands nowhere, under no key, and records no failure; its call is not in the ledger
+    (the user has no subject any more, and none is made for them)."""
+    async with audited(engine, registry, tmp_path) as platform:
         if before:
             await talk(platform, "alice", "s0", FIRST)  # memory kept, under alice's data key
             await platform.drain_memory()
@@ -156,11 +162,14 @@ async def test_a_writer_mid_call_through_a_whole_erasure_brings_nothing_back(
                                           knobs=ErasureSettings(fence_grace_seconds=0))
         receipt = await coordinator.run("alice", reason="test")
         assert receipt.ok, receipt
+        ledger = await _ledger(engine)  # the runs' rows stay, no longer linkable to alice
         await GATES[channel].wait()
         await platform.drain_memory()
         assert await platform.show_memory("alice") == []  # neither the memory nor a failure came back
+        assert await _ledger(engine) == ledger
     async with engine.connect() as conn:
         assert (await conn.execute(select(data_keys.c.user_id).where(data_keys.c.user_id == "alice"))).first() is None
+        assert (await conn.execute(select(subjects.c.user_id).where(subjects.c.user_id == "alice"))).first() is None
 
 
 async def test_retention_sweeps_memory_on_its_teams_clock(
