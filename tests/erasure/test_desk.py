@@ -87,8 +87,31 @@ async def test_an_id_that_matches_nothing_ends_no_match_and_says_a_near_twin_exi
     assert row is not None and row.user_id is None  # finished: the id is forgotten like a completed one's
     nobody = await coordinator(engine, folder).run("zed", request_id="req-zed")
     assert nobody.status is RequestStatus.NO_MATCH and nobody.near_match is None
+    for found_nothing in (receipt, nobody):  # no rows held, no key destroyed: the receipt claims neither
+        (backups,) = [r for r in found_nothing.remains_elsewhere if r.what == "database backups"]
+        assert "no store holds anything for this id" in backups.detail and "destroyed" not in backups.detail
     plan = await coordinator(engine, folder).run("DAVE", dry_run=True)
     assert not plan.matched and plan.near_match is not None
+
+
+async def test_a_request_finished_long_after_it_was_received_counts_its_backups_from_when_it_ended(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    """The user's rows were live until the erasure ended: backups taken the day before it hold them, and
+    the last of those expires its retention after the end, not after the request was received."""
+    await get_or_create_subject(engine, "erin")
+    await requests.open_request(engine, "req-late", "erin", "test", 30)
+    long_ago = datetime.now(UTC) - timedelta(days=60)
+    async with engine.begin() as conn:
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == "req-late")
+                           .values(received_at=long_ago, due_at=long_ago + timedelta(days=30)))
+    receipt = await coordinator(engine, folder).run("erin", request_id="req-late")
+    assert receipt.status is RequestStatus.COMPLETED and receipt.completed_at is not None
+    (backups,) = [r for r in receipt.remains_elsewhere if r.what == "database backups"]
+    retention = timedelta(days=coordinator(engine, folder).knobs.backup_retention_days)
+    expire = receipt.completed_at + retention
+    assert receipt.completed_at < backups.until <= expire + timedelta(seconds=5)  # never before the erasure
+    assert f"({expire:%Y-%m-%d})" in backups.detail or backups.until > expire - timedelta(seconds=5)
 
 
 @pytest.mark.parametrize(("given", "stored", "said"), [

@@ -399,7 +399,7 @@ class DeletionCoordinator:
             received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
             completed_at=datetime.now(UTC) if done else None,
             remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content,
-                                                backups_until),
+                                                backups_until, matched=status is not RequestStatus.NO_MATCH),
             requested_by=row.requested_by, attempts=attempts, extension=row.extension, near_match=near,
         )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
@@ -192,16 +192,21 @@ def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
 
 
 def remains_elsewhere(
-    received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None
+    received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None,
+    *, ended_at: datetime | None = None, matched: bool = True,
 ) -> list[Remains]:
     """What outlives the erasure by design: database backups and the tracing backend's spans.
 
     Args:
-        received_at: When the request was received.
+        received_at: When the request was received (and its fence went up: no span of the user's since).
         knobs: The retention periods.
         content_captured: Whether the operator opted in to message content in spans.
         backups_unreadable_by: When the key-encryption key that wraps the user's data key in backups taken
             before now is destroyed, given rotations on schedule (:func:`teamstore.keys.rotation.backups_unreadable_by`).
+        ended_at: When the erasure ended (now if not given): the user's rows were live until then, so backups
+            taken up to then hold them, and the last of those expires their retention after it.
+        matched: Whether any store held something for the id (``False``: a request that found nothing, whose
+            receipt claims no rows and no key).
 
     Returns:
         One entry per place, with the date it ages out or becomes unreadable.
@@ -216,10 +221,14 @@ def remains_elsewhere(
             else "; no message content is exported"
         )
     )
-    expire = received_at + timedelta(days=knobs.backup_retention_days)
+    expire = (ended_at or datetime.now(UTC)) + timedelta(days=knobs.backup_retention_days)
     backups = Remains(what="database backups", until=expire, linkable=True,
                       detail="backups taken before the erasure still hold the rows; they expire, never restored as-is")
-    if backups_unreadable_by is not None:
+    if not matched:
+        backups = Remains(what="database backups", until=expire, linkable=True,
+                          detail="no store holds anything for this id now; backups taken earlier may still hold "
+                          "rows of it deleted before this request (an expired session, say) until they expire")
+    elif backups_unreadable_by is not None:
         backups = Remains(
             what="database backups", until=min(expire, backups_unreadable_by), linkable=True,
             detail="backups taken before the erasure still hold the user's rows (ids in the clear, their words "
