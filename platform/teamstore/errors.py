@@ -244,6 +244,10 @@ class LedgerExportFailed(AuditError):
     of the same window replaces them."""
 
 
+class ReportNotWritten(AuditError):
+    """The HTML cost report's file cannot be written (checked before the query runs, and at the write)."""
+
+
 class NoMatchingUsage(AuditError):
     """A cost query's filters match no run in the ledger: an unknown user, session, team or model, or an
     empty window. Told apart from a match that cost nothing (``teamstore cost`` exits 3 for it, not 0).

@@ -78,6 +78,13 @@ def test_nothing_matching_raises_unless_an_empty_report_is_asked_for(ledger_env:
     assert empty.rows == [] and empty.total.cost == 0
 
 
+def test_write_report_to_a_folder_is_refused_before_anything_is_queried(tmp_path: Path) -> None:
+    from teamstore.errors import ReportNotWritten
+
+    with pytest.raises(ReportNotWritten, match="is a folder"):
+        analytics.write_report(tmp_path)  # no database anywhere: refused before it is looked for
+
+
 def test_write_report_writes_the_page_the_command_writes(ledger_env: AsyncEngine, tmp_path: Path) -> None:
     page = analytics.write_report(tmp_path / "cost.html", every="week", since="2026-11-01")
     text = page.read_text(encoding="utf-8")

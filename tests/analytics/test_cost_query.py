@@ -192,7 +192,7 @@ def test_dates_are_absolute_or_back_from_now(value: str | date, expected: dateti
     assert parse_when(value, "--since", NOW) == expected
 
 
-@pytest.mark.parametrize("args", [{"since": "yesterday"}, {"since": "7x"}, {"top": 0},
+@pytest.mark.parametrize("args", [{"since": "yesterday"}, {"since": "7x"}, {"top": 0}, {"since": "999999w"},
                                   {"since": "2026-12-01", "until": "2026-11-01"}, {"session": "s1"}])
 def test_a_malformed_query_is_refused_with_its_fix(args: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError) as caught:

@@ -141,3 +141,17 @@ def test_nothing_to_chart_exits_3_and_writes_no_page(ledger_env: AsyncEngine, tm
     page = tmp_path / "cost.html"
     result = runner.invoke(app, ["cost", "report", "--team", "suport", "--output", str(page)])
     assert result.exit_code == 3 and "did you mean 'support'?" in result.output and not page.exists()
+
+
+def test_a_page_that_cannot_be_written_is_refused_before_the_query_with_its_fix(
+    ledger_env: AsyncEngine, tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("kept")
+    for output, says in ((str(tmp_path / "missing" / "cost.html"), "does not exist"), (str(tmp_path), "is a folder"),
+                         ("", "no file given"), (str(tmp_path / "a-file" / "cost.html"), "does not exist"),
+                         (str(tmp_path / ("a" * 300 + ".html")), "could not write")):
+        result = runner.invoke(app, ["cost", "report", "--output", output])
+        said = " ".join(result.output.split())  # as one line: the terminal wraps it
+        assert result.exit_code == 1 and says in said and "fix:" in said, (output, said)
+        assert "Traceback" not in said
+    assert (tmp_path / "a-file").read_text() == "kept"

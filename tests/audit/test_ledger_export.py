@@ -175,10 +175,39 @@ async def test_an_export_to_s3_is_one_put_per_day_and_queries_like_the_folder(
     assert _duckdb_by_day(tmp_path / "copy" / "exports" / "ledger") == await asyncio.to_thread(_cost_by_day, [])
 
 
+@pytest.mark.parametrize("fails", ["open", "write"])
+async def test_a_destination_that_fails_mid_export_is_a_typed_error_and_leaves_no_staged_file(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fails: str
+) -> None:
+    from teamstore.audit import warehouse
+
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    writes = {"n": 0}
+    real_init, real_write = warehouse.PartitionWriter.__init__, warehouse.PartitionWriter.write
+
+    def full(self: Any, *args: Any) -> None:  # the disk fills up at the second day
+        writes["n"] += 1
+        if writes["n"] > 1:
+            raise OSError(28, "No space left on device")
+        (real_init if fails == "open" else real_write)(self, *args)
+
+    monkeypatch.setattr(warehouse.PartitionWriter, "__init__" if fails == "open" else "write", full)
+    if fails == "write":
+        monkeypatch.setattr(warehouse.PartitionWriter, "__init__", real_init)
+    result = await asyncio.to_thread(runner.invoke, app, ["ledger", "export", "--to", str(tmp_path / "wh")])
+    assert result.exit_code == 1 and "No space left on device" in result.output and "fix" in result.output
+    assert "Traceback" not in result.output
+    assert [p.parent.name for p in (tmp_path / "wh").rglob("*.parquet")] == [f"day={DAYS[0]}"]  # the first stands
+    assert not [f for f in (tmp_path / "wh").rglob(".tmp-*")]
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--since", "2026-11-29T10:00"], "is not a day"),
     (["--since", "2026-11-30", "--until", "2026-11-29"], "is not before"),
     (["--to", "ftp://host/x"], "cannot export to ftp://"),
+    (["--to", ""], "no destination given"),
+    (["--to", " "], "no destination given"),
 ])
 def test_a_window_that_is_not_whole_days_or_a_destination_teamstore_cannot_write_is_refused(
     args: list[str], says: str, tmp_path: Path

@@ -133,14 +133,16 @@ def write_report(path: str | Path, *, every: str = "day", top: int = 10, pseudon
 
     Raises:
         NoMatchingUsage: Nothing matches the filters (no page is written).
+        ReportNotWritten: ``path`` is empty, a folder, in no existing folder, or cannot be written.
     """
-    from teamstore.analytics.page import report_page
+    from teamstore.analytics.page import report_page, report_target, write_page
+
+    target = report_target(path)
 
     async def work(app: App) -> str:
         return await report_page(app.engine, load_prices(app.settings.prices_path), every=every, top=top,
                                  pseudonymous=pseudonymous, **filters)
 
     html = run_sync(lambda: on_app(settings, work))
-    target = Path(path)
-    target.write_text(html, encoding="utf-8")
+    write_page(target, html)
     return target

@@ -17,6 +17,7 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -25,7 +26,7 @@ from teamstore.analytics import svg
 from teamstore.analytics.query import CostQuery, cost_report
 from teamstore.audit.cost import TIME, CostReport, CostRow, money
 from teamstore.audit.prices import PriceTable
-from teamstore.errors import ConfigurationError
+from teamstore.errors import ConfigurationError, ReportNotWritten
 
 OUTCOMES = ("completed", "ended by a limit", "failed")
 STYLE = """
@@ -159,6 +160,44 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
             f"<title>teamstore cost report</title><style>{STYLE}</style></head><body>"
             + _header(reports, every) + _summary(reports["by_time"].total, currency) + "".join(charts)
             + _footer(reports) + _data_block(reports) + "</body></html>\n")
+
+
+def report_target(path: str | Path) -> Path:
+    """Where a report page goes, checked before its query runs: a file path in an existing folder (a file
+    there is replaced; a folder is not).
+
+    Raises:
+        ReportNotWritten: An empty path, a folder, or a path whose folder does not exist.
+    """
+    if not str(path).strip():
+        raise ReportNotWritten("no file given for the report", hint="give --output a file path, e.g. cost.html")
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise ReportNotWritten(f"{target} is a folder", hint="give --output a file path, e.g. cost.html")
+        if not target.parent.is_dir():
+            raise ReportNotWritten(f"the folder {target.parent} does not exist",
+                                   hint="create it, or give --output a path in an existing folder")
+    except OSError as exc:  # a name too long, a folder this user may not enter
+        raise _not_written(target, exc) from exc
+    return target
+
+
+def write_page(target: Path, html: str) -> None:
+    """Write ``html`` to ``target`` (from :func:`report_target`).
+
+    Raises:
+        ReportNotWritten: The file could not be written; nothing else was changed.
+    """
+    try:
+        target.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise _not_written(target, exc) from exc
+
+
+def _not_written(target: Path, exc: OSError) -> ReportNotWritten:
+    return ReportNotWritten(f"could not write {target}: {exc.strerror or type(exc).__name__}",
+                            hint="check the permissions of its folder and the space left, then run it again")
 
 
 async def report_page(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,

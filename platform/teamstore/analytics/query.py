@@ -50,8 +50,11 @@ def parse_when(value: When, option: str, now: datetime | None = None) -> datetim
     elif isinstance(value, date):
         moment = datetime(value.year, value.month, value.day, tzinfo=UTC)
     elif (relative := _RELATIVE.match(value)) is not None:
-        amount = timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
-        moment = (now or datetime.now(UTC)) - amount
+        try:
+            moment = (now or datetime.now(UTC)) - timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
+        except OverflowError as exc:
+            raise ConfigurationError(f"{option} {value!r} reaches back before year 1",
+                                     hint="give a shorter time back from now, or a date") from exc
     else:
         try:
             moment = datetime.fromisoformat(value)

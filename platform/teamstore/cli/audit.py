@@ -16,14 +16,19 @@ import csv
 import sys
 from dataclasses import asdict
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.errors import AuditError, ConfigurationError, NoMatchingUsage, TranscriptNotFound
+from teamstore.errors import (
+    AuditError,
+    ConfigurationError,
+    NoMatchingUsage,
+    TeamstoreError,
+    TranscriptNotFound,
+)
 from teamstore.ids import check_ids
 from teamstore.limits import DEFAULT_RUNS, MAX_DAYS, MAX_RUNS
 
@@ -335,10 +340,14 @@ def cost_report_page(
 ) -> None:
     """Write one self-contained HTML page (no server, nothing fetched): cost over time by team and by model,
     the costliest sessions, tokens per run, and runs ended by a limit."""
-    from teamstore.analytics.page import report_page
+    from teamstore.analytics.page import report_page, report_target, write_page
     from teamstore.audit.prices import load_prices
 
     filters = {"user": user, "session": session, "team": team, "model": model, "since": since, "until": until}
+    try:
+        target = report_target(output)
+    except TeamstoreError as exc:
+        fail(exc)
 
     async def go(app: App) -> str | NoMatchingUsage:
         try:
@@ -350,7 +359,10 @@ def cost_report_page(
     page = with_app(go, must_exist=True)
     if isinstance(page, NoMatchingUsage):
         fail(page, code=NO_MATCH)  # no page for nothing: an old one at --output is left as it was
-    Path(output).write_text(page, encoding="utf-8")
+    try:
+        write_page(target, page)
+    except TeamstoreError as exc:
+        fail(exc)
     console.print(plain(f"wrote {output} ({len(page.encode('utf-8'))} bytes)"))
 
 

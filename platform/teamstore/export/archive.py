@@ -168,11 +168,14 @@ def open_archive(target: Path) -> Writable:
         ExportTargetExists: ``target`` exists (an export never overwrites).
         ExportFailed: Its folder does not exist or cannot be written.
     """
-    if target.exists() or target.is_symlink():
-        raise taken(target)
-    if not target.parent.is_dir():
-        raise ExportFailed(f"the folder {target.parent} does not exist",
-                           hint="create it, or give --output a path in an existing folder")
+    try:
+        if target.exists() or target.is_symlink():
+            raise taken(target)
+        if not target.parent.is_dir():
+            what = "is not a folder" if target.parent.exists() else "does not exist"
+            raise ExportFailed(f"{target.parent} {what}", hint="give --output a path in an existing folder")
+    except OSError as exc:  # a name too long, a folder this user may not enter
+        raise _unwritable(target, exc) from exc
     return ZipArchive(target) if target.suffix.lower() == ".zip" else FolderArchive(target)
 
 

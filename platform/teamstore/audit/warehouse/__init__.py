@@ -19,6 +19,7 @@ holds them then: ``subject_key`` null, the session key replaced.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import date
@@ -34,7 +35,7 @@ from teamstore.audit.schema import usage
 from teamstore.audit.warehouse.base import PartitionSink
 from teamstore.audit.warehouse.parquet import COLUMNS, PartitionWriter
 from teamstore.db.engine import describe_failure
-from teamstore.errors import ConfigurationError, StoreUnavailable
+from teamstore.errors import ConfigurationError, LedgerExportFailed, StoreUnavailable
 
 BATCH_ROWS = 50_000
 """Rows fetched and written at a time: a day of any size is exported in bounded memory."""
@@ -82,9 +83,12 @@ def destination_from_url(url: str) -> PartitionSink:
     """The destination ``url`` names: ``s3://bucket/prefix``, ``file:///folder`` or a folder's path.
 
     Raises:
-        ConfigurationError: An S3 URL without a bucket, or another scheme.
+        ConfigurationError: An empty destination, an S3 URL without a bucket, or another scheme.
         MissingExtra: S3 without boto3.
     """
+    if not url.strip():
+        raise ConfigurationError("no destination given for the export",
+                                 hint="give a folder, a file:/// URL or s3://bucket/prefix")
     parsed = urlparse(url)
     if parsed.scheme == "s3":
         if not parsed.netloc:
@@ -152,28 +156,42 @@ async def _export_day(engine: AsyncEngine, sink: PartitionSink, day: date) -> Pa
     columns = [usage.c[name] for name, _ in COLUMNS]
     order = (usage.c.started_at, usage.c.run_id, usage.c.agent, usage.c.model, usage.c.purpose)
     query = select(*columns).where(usage.c.day == day).order_by(*order).execution_options(yield_per=BATCH_ROWS)
-    writer = await asyncio.to_thread(PartitionWriter, staged)
+    try:
+        writer = await asyncio.to_thread(PartitionWriter, staged)
+    except OSError as exc:
+        await asyncio.to_thread(sink.discard, staged)
+        raise _unwritable(day, exc) from exc
     try:
         async with engine.connect() as conn:
             result = await conn.stream(query)
             async for rows in result.partitions(BATCH_ROWS):
                 await asyncio.to_thread(writer.write, rows)
+        await asyncio.to_thread(writer.close)
     except SQLAlchemyError as exc:
         await asyncio.to_thread(_abandon, writer, sink, staged)
         raise StoreUnavailable(f"could not read the ledger's rows of {day}: {describe_failure(exc)}",
                                hint="check the database, then export again (written days are replaced)") from exc
+    except OSError as exc:  # the disk full, the folder's permissions changed
+        await asyncio.to_thread(_abandon, writer, sink, staged)
+        raise _unwritable(day, exc) from exc
     except BaseException:
         await asyncio.to_thread(_abandon, writer, sink, staged)
         raise
-    await asyncio.to_thread(writer.close)
     size = staged.stat().st_size
     await asyncio.to_thread(sink.commit, key, staged)
     return Partition(day, key, writer.rows, size)
 
 
 def _abandon(writer: PartitionWriter, sink: PartitionSink, staged: Path) -> None:
-    writer.close()
+    with contextlib.suppress(OSError):  # closing flushes: on a full disk that fails too
+        writer.close()
     sink.discard(staged)
+
+
+def _unwritable(day: date, exc: OSError) -> LedgerExportFailed:
+    return LedgerExportFailed(f"could not write the partition of {day}: {exc.strerror or exc}",
+                              hint="check the destination's permissions and free space, then export again "
+                              "(days written before it stand; a rerun replaces them)")
 
 
 __all__ = ["ExportReport", "Partition", "PartitionSink", "destination_from_url", "export_ledger", "partition_key"]
