@@ -196,7 +196,7 @@ async def test_an_export_never_overwrites_and_refuses_bad_input_before_anything_
         await exporter(engine, store).run("erin", tmp_path / "no-such-folder" / "x.zip", operator="o")
     with pytest.raises(ExportFailed, match="is not a folder"):
         await exporter(engine, store).run("erin", taken / "x.zip", operator="o")
-    with pytest.raises(ExportFailed, match="could not create .* name too long"):
+    with pytest.raises(ExportFailed, match=r"could not create .* name too long"):
         await exporter(engine, store).run("erin", tmp_path / ("a" * 300 + ".zip"), operator="o")
     for user, person in (("", {}), ("erin\x00", {}), ("erin", {"requested_by": "a\nb"}), ("erin", {"operator": " "})):
         with pytest.raises(InvalidIdentifier):

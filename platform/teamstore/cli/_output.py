@@ -78,32 +78,36 @@ def print_table(
     """Print a table whose cells are never cut short with '...' nor folded into pieces: the ``fixed`` columns
     (numbers, times, short versions) keep their width, so a cost is never ``0.0007`` over ``75``; text wraps
     inside its cell, never narrower than :data:`TEXT_MIN` characters (or its longest value), so an id can be
-    copied whole. A table wider than the terminal even so is printed wider (the terminal wraps its lines,
-    every value whole); output to a file or a pipe gets one line per row, however wide. ``out`` is stdout's
+    copied whole. A table wider than the terminal even so (or than the 80 columns rich assumes for a file or
+    a pipe, or ``COLUMNS``) is printed wider: the terminal wraps its lines, every value whole. ``out`` is stdout's
     console unless given (stderr's, for what a command shows before it asks a question, so ``--json`` output
     stays one document)."""
     table = Table(title=title, box=SIMPLE_HEAD, padding=0)
-    least, whole = len(headers) + 1, len(headers) + 1  # the table's edges and the spaces between its columns
+    least = len(headers) + 1  # the table's edges and the spaces between its columns
     for i, header in enumerate(headers):
         justify: Literal["left", "right"] = "right" if i in right else "left"
         longest = max([len(row[i]) for row in rows] + [len(word) for word in header.split()])
         if i in fixed:  # a set width is never shrunk, so rich narrows (and wraps) the text columns instead
             table.add_column(header, justify=justify, width=longest, overflow="fold")
-            least, whole = least + longest, whole + longest
+            least += longest
         else:
             table.add_column(header, justify=justify, overflow="fold", min_width=min(longest, TEXT_MIN))
-            least, whole = least + min(longest, TEXT_MIN), whole + max(longest, len(header))
+            least += min(longest, TEXT_MIN)
     for row in rows:
         table.add_row(*row)
-    shown, narrower = out or console, (out or console).width
-    shown.width = max(narrower, least) if shown.is_terminal else whole
-    try:  # rich prints no wider than its console is
-        shown.print(table, crop=False)
+    shown = out or console
+    if shown.width >= least:
+        shown.print(table)
+        return
+    pinned = shown._width  # rich's own: None unless the console was given a width (it reads COLUMNS otherwise)
+    shown.width = least  # rich prints no wider than its console is
+    try:
+        shown.print(table)
     finally:
-        shown.width = narrower
+        shown._width = pinned
 
 
-TEXT_MIN = 24
+TEXT_MIN = 6
 """The narrowest a text column of :func:`print_table` wraps to (a shorter value keeps its own width)."""
 
 
