@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import zipfile
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,13 @@ def test_on_a_terminal_an_erasure_shows_what_it_would_remove_and_erases_only_on_
     assert "did you mean 'gil'? It differs only in letter case." in shown  # named on a terminal only
     assert [r["request_id"] for r in _requests()] == ["req-fay"]
 
+    asyncio.run(_open("req-gil", "gil"))  # a request a coordinator stopped in: its plan shows its own dates
+    (row,) = [r for r in _requests() if r["request_id"] == "req-gil"]
+    status, out, shown = _on_a_terminal("n", "erase", "--user", "gil", "--request-id", "req-gil")
+    assert status == 1 and "this resumes request req-gil (open)" in shown
+    due = datetime.fromisoformat(str(row["due_at"]))
+    assert f"due {due:%Y-%m-%d}" in shown and "one started now would be due" not in shown
+
 
 def test_the_desk_lists_requests_by_status_and_overdue_and_extends_one_once(tmp_path: Path) -> None:
     _populate("hal", "ivy")
@@ -169,10 +177,11 @@ def test_an_open_request_is_extended_once_from_the_command_line_and_the_receipt_
     assert too_far.exit_code == 1 and "more than two months after the original" in too_far.stderr
     odd = cli("erase", "extend", "req-jo", "--by", "soon", "--reason", "complex")
     assert odd.exit_code == 1 and "is not a length of time" in odd.stderr
-    done = cli("erase", "extend", "req-jo", "--by", "6w", "--reason", "40 sessions", "--json")
+    done = cli("erase", "extend", "req-jo", "--by", " 6        w ", "--reason", "40 sessions", "--json")
     assert done.exit_code == 0, done.output
     receipt = json.loads(done.stdout)
     assert receipt["extension"]["reason"] == "40 sessions" and receipt["extension"]["operator"] == "privacy desk"
+    assert receipt["extension"]["by"] == "6w"  # recorded as it reads, whatever the spaces given
     assert "tell the data subject of the extension and its reason by the original due date" in done.stderr
     again = cli("erase", "extend", "req-jo", "--by", "1d", "--reason", "more")
     assert again.exit_code == 1 and "extended already" in again.stderr and "privacy desk" in again.stderr
@@ -217,3 +226,11 @@ def test_export_writes_one_archive_refuses_an_existing_path_and_says_when_there_
     assert twin.exit_code == 3 and "kim" not in twin.output.lower().replace("kim ", "")
     blank = cli("export", "--user", "")
     assert blank.exit_code == 1 and "user_id is empty" in blank.stderr
+
+
+def test_erasing_options_before_a_subcommand_are_refused_not_dropped() -> None:
+    _populate("hank")
+    dropped = cli("erase", "--user", "hank", "--yes", "list")
+    assert dropped.exit_code == 1 and "--user, --yes belong to `teamstore erase` itself" in dropped.output
+    listed = cli("erase", "list", "--json")
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == {"requests": []}  # none opened, none run

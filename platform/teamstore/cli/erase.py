@@ -85,7 +85,7 @@ def _render(receipt: Receipt, out: Console = console) -> None:
         if s.detail:
             out.print(f"[yellow]{name}[/]: {plain(s.detail)}")
     subject = f"subject hash {receipt.subject_hash or '(user had no subject)'}"
-    if dry:
+    if dry and receipt.request_id is None:
         out.print(f"{subject}; no request was opened (no id to look up): one started now would be due "
                   f"{receipt.due_at:%Y-%m-%d}")
     else:
@@ -156,6 +156,13 @@ def erase(
     from teamstore.erasure.requests import check_request_id
 
     if ctx.invoked_subcommand is not None:
+        given = [name for name, value in (("--user", user), ("--request-id", request_id), ("--reason", reason),
+                                          ("--dry-run", dry_run), ("--requested-by", requested_by),
+                                          ("--operator", operator), ("--yes", yes), ("--json", as_json)) if value]
+        if given:  # erasing options before a subcommand would be dropped silently: nobody would be erased
+            raise UsageError(  # type: ignore[call-arg]
+                f"{', '.join(given)} belong to `teamstore erase` itself, not to `erase {ctx.invoked_subcommand}`: "
+                f"give the subcommand's own options after it", ctx=ctx)
         return
     if user is None:
         # Click's UsageError (typed as Exception here) takes the context that prints the usage line.
@@ -215,6 +222,10 @@ def _confirm(user: str, request_id: str | None, requested_by: str | None) -> Non
     earlier, receipt = _with_coordinator(plan, None)
     if earlier is not None and earlier.status in (RequestStatus.COMPLETED, RequestStatus.NO_MATCH):
         return  # a finished request is only reported: nothing to confirm
+    if earlier is not None:  # the plan of the request it resumes: its dates, extension and attempts so far
+        receipt = receipt.model_copy(update={
+            "request_id": earlier.request_id, "received_at": earlier.received_at, "due_at": earlier.due_at,
+            "extension": earlier.extension, "attempts": earlier.attempts, "requested_by": earlier.requested_by})
     _render(receipt, err_console)
     if earlier is not None:
         err_console.print(f"this resumes request {plain(earlier.request_id)} ({earlier.status})")

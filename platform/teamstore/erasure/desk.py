@@ -145,6 +145,13 @@ def extended_due(due_at: datetime, by: str) -> datetime:
     return due_at + timedelta(days=amount * (7 if unit == "w" else 1))
 
 
+def _normal(by: str) -> str:
+    """A length :func:`extended_due` took, as the receipt records it: ``2d`` for ``" 2   d "``."""
+    found = _BY.match(by)
+    assert found is not None
+    return f"{int(found.group(1))}{found.group(2)}"
+
+
 def check_extension_reason(reason: str) -> str:
     """The reason, if it can be recorded: not blank, one line of UTF-8 text, bounded.
 
@@ -194,7 +201,7 @@ async def extend_request(
     row = await _unfinished(engine, request_id)
     new_due = _allowed(row, by, now)
     r = erasure_requests.c
-    values = {"extended_due_at": new_due, "extended_by": by.strip(), "extension_reason": reason, "extended_at": now,
+    values = {"extended_due_at": new_due, "extended_by": _normal(by), "extension_reason": reason, "extended_at": now,
               "extension_operator": operator, "updated_at": now}
     async with requests.db(engine, "extend the erasure request") as conn:
         done = await conn.execute(update(erasure_requests).where(
