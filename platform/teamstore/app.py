@@ -233,12 +233,13 @@ class App:
             lease: Also check the database leases sessions the way this process is set to.
 
         Raises:
-            SchemaNotReady: A production database is not migrated, or ``must_exist`` and there is none.
+            SchemaNotReady: A production database is not migrated, or ``must_exist`` and there is none (or
+                it holds no teamstore tables: a command that only reads never makes them).
             ConfigurationError: ``lease`` and the database records the other kind of lease.
         """
         from teamstore.db.migrate import ensure_current
 
-        await ensure_current(self.engine, migrate=self.settings.should_auto_migrate)
+        await ensure_current(self.engine, migrate=self.settings.should_auto_migrate, create=not self.must_exist)
         if lease:
             await self.state_store.check_lease_mode()
 

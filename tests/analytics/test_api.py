@@ -89,3 +89,25 @@ def test_write_report_writes_the_page_the_command_writes(ledger_env: AsyncEngine
     page = analytics.write_report(tmp_path / "cost.html", every="week", since="2026-11-01")
     text = page.read_text(encoding="utf-8")
     assert text.startswith("<!doctype html>") and 'id="cost-by-team"' in text
+
+
+@pytest.mark.parametrize("holding", ["another applications table", "nothing (an empty file)"])
+def test_a_read_never_writes_teamstores_tables_into_a_database_it_finds_none_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, holding: str
+) -> None:
+    import sqlite3
+
+    from teamstore.errors import SchemaNotReady
+
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as conn:
+        if holding.startswith("another"):
+            conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", f"sqlite:///{path.as_posix()}")
+    with pytest.raises(SchemaNotReady, match="has no teamstore tables"):
+        analytics.cost()
+    result = CliRunner().invoke(app, ["cost"], env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and "has no teamstore tables" in result.output
+    with sqlite3.connect(path) as conn:
+        tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master")]
+    assert tables == (["customers"] if holding.startswith("another") else [])

@@ -135,17 +135,30 @@ async def require_current(engine: AsyncEngine) -> None:
         )
 
 
-async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> None:
+async def ensure_current(engine: AsyncEngine, *, migrate: bool, create: bool = True) -> None:
     """Bring the database to this code's head when ``migrate`` (``Settings.should_auto_migrate``: the
     embedded default, or ``TEAMSTORE_AUTO_MIGRATE``), else check it is there.
 
+    Args:
+        engine: The database.
+        migrate: Migrate it, rather than only check it is current.
+        create: Also make teamstore's tables in a database that has none (``False`` for a caller that only
+            reads or acts on what is stored: a database teamstore never migrated, some other application's
+            file say, is left as it is).
+
     Raises:
-        SchemaNotReady: Not ``migrate`` and the database is not at head, or a newer teamstore migrated it.
+        SchemaNotReady: Not ``migrate`` and the database is not at head, or a newer teamstore migrated it;
+            or not ``create`` and it holds no teamstore tables.
         StoreUnavailable: The database failed.
     """
     head = shipped_head()
     if head is not None and await _run(engine, _at, head):
         return  # the usual case, answered without importing Alembic
+    if migrate and not create and await current_revision(engine) is None:
+        raise SchemaNotReady(
+            "the database has no teamstore tables: nothing is stored there, and a command that only reads "
+            "makes none",
+            hint="check TEAMSTORE_DATABASE_URL (or TEAMSTORE_HOME); `teamstore db upgrade` makes the tables")
     if migrate:
         await upgrade(engine)
     else:
