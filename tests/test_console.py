@@ -16,6 +16,8 @@ import pytest
     ("args", "message"),
     [
         (["run", "--team", "support_triage", "--user", "", "--session", "s1", "hi"], "error: user_id is empty"),
+        (["run", "--team", "support_triage", "--user", "a", "--session", "s1", "--continue", "--abandon", "hi"],
+         "error: --continue and --abandon are two answers to one interrupted run"),
         (["sessions", "show", "--user", "alice", "--session", "s1"], "error: the SQLite database"),
         (["transcripts", "show", "--user", "alice", "--session", "s1"], "error: the SQLite database"),
     ],

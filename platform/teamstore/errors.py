@@ -197,6 +197,11 @@ class NoInterruptedRun(StateError):
     """``continue_run()`` or ``abandon_run()`` on a session that has no interrupted run."""
 
 
+class RunCannotContinue(StateError):
+    """A session opened to continue its interrupted run (``continuing=True``) with a team the run's
+    checkpoint does not fit (another definition or version): nothing was set aside, the lease is given back."""
+
+
 class ErasureInProgress(StateError):
     """An erasure request is open for this user: saves, uploads and ledger rows are refused."""
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import update
 
 from config_registry import Registry
-from teamstore.errors import SessionBusy, StaleStateVersion, StateRejected, StoreUnavailable
+from teamstore.errors import RunCannotContinue, SessionBusy, StaleStateVersion, StateRejected, StoreUnavailable
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
 from teamstore.state.schema import sessions
@@ -79,6 +79,29 @@ async def test_a_checkpoint_from_an_older_definition_version_does_not_continue(
         assert "continues only on the version that ran it" in (s.resume.detail or "")
     row = await platform.store.get(KEY)
     assert row is not None and row.checkpoint is None and s.team_version == newer
+
+
+async def test_opened_to_continue_with_a_team_its_run_did_not_use_it_is_refused_and_the_checkpoint_stays(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    run_id = await _interrupt(platform, monkeypatch, 3)
+    before = await platform.store.get(KEY)
+    assert before is not None and before.checkpoint is not None
+    team = long_triage()
+    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
+    registry.add(TEAM, team.dump_component(), manifest(), "reword the critic", label="production")  # moved since
+    with pytest.raises(RunCannotContinue, match="nothing was set aside") as refused:
+        async with platform.session("alice", "s1", team=TEAM, continuing=True):
+            pass
+    assert "continues only on the version that ran it" in refused.value.message
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint == before.checkpoint and row.row_version == before.row_version
+    assert await platform.store.list_quarantined("alice") == []
+    async with platform.session("alice", "s1", team=f"{TEAM}@{before.team_version}", continuing=True,
+                                lease_timeout=0) as s:  # the lease was given back: the run's own version goes on
+        assert s.interrupted is not None and s.interrupted.run_id == run_id
+        await s.continue_run()
 
 
 async def test_a_second_worker_cannot_continue_a_run_the_first_still_holds(

@@ -49,6 +49,9 @@ def run(
     as_json: bool = JsonOption,
 ) -> None:
     """Resume the session, run the team on TEXT (or continue its interrupted run), save, and print the reply."""
+    if continue_run and abandon:
+        fail(InvalidTask("--continue and --abandon are two answers to one interrupted run: give one",
+                         hint="--continue finishes it; --abandon gives it up (then runs the message, if given)"))
     if continue_run == (text is not None) and not abandon:
         fail(InvalidTask("give the user's message, or --continue to finish the session's interrupted run",
                          hint="teamstore run --team T --user U --session S 'message' (or --continue)"))
@@ -69,7 +72,7 @@ async def _run_once(
     """One request: open the session, run the team on ``text`` (or continue or abandon its interrupted run),
     and describe the reply."""
     try:
-        async with platform.session(user, session, team=team) as s:
+        async with platform.session(user, session, team=team, continuing=how == "continue") as s:
             assert s.resume is not None
             resume = s.resume.as_dict()
             if how == "abandon":

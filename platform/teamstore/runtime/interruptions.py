@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from autogen_agentchat.teams import BaseGroupChat
 
 from config_registry.types import BuiltTeam
-from teamstore.errors import RunInterrupted, StateRejected
+from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
 from teamstore.events import RunContext, RunOutcome, notify_observers
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint
@@ -55,6 +55,26 @@ async def judge_at_open(
     note = f"an interrupted run cannot continue ({reason}: {why}); its checkpoint was set aside"
     detail = f"{outcome.detail}; {note}" if outcome.detail else note
     return replace(outcome, detail=detail, quarantined=True, checkpoint_refused=reason), None
+
+
+def refuse_to_continue(row: StoredSession, built: BuiltTeam, agentchat_version: str) -> None:
+    """Before anything is judged or set aside: a session opened to continue its interrupted run with a team
+    whose checkpoint that run's does not fit (a mistyped team, a label moved since) is refused, and the
+    checkpoint stays where it is for the team that ran it. A damaged checkpoint fits no team: it is left to
+    the opening, which sets it aside.
+
+    Raises:
+        RunCannotContinue: The checkpoint was written by another definition, version or library.
+    """
+    if row.checkpoint is None:
+        return
+    found = judge_checkpoint(row, built, agentchat_version)
+    if isinstance(found, Checkpoint) or found[0] == "corrupt":
+        return
+    raise RunCannotContinue(
+        f"the session's interrupted run cannot continue on {built.name}@{built.version[:12]}: {found[1]}; "
+        "nothing was set aside",
+        hint="continue it with the team and version that ran it (--team NAME@VERSION), or abandon it")
 
 
 async def read_back(store: StateStore, key: SessionKey, built: BuiltTeam) -> Checkpoint:

@@ -175,7 +175,10 @@ class Platform:
         await self.ensure_schema()
         return await self.teams.build(ref)
 
-    def session(self, user_id: str, session_id: str, team: str, *, lease_timeout: float | None = None) -> Session:
+    def session(
+        self, user_id: str, session_id: str, team: str, *, lease_timeout: float | None = None,
+        continuing: bool = False,
+    ) -> Session:
         """Open a session (use with ``async with``).
 
         Args:
@@ -183,16 +186,20 @@ class Platform:
             session_id: The session, unique per user.
             team: Registry reference of the team to build.
             lease_timeout: How long to wait for a session another worker holds.
+            continuing: It is opened to continue its interrupted run (``continue_run()``): a team that run's
+                checkpoint does not fit (a mistyped one, a label moved since) is refused as it opens
+                (``RunCannotContinue``) and the checkpoint stays, rather than being set aside.
 
         Raises:
             InvalidIdentifier: ``user_id`` or ``session_id`` is empty, too long, or holds control characters.
 
         Entering the session (``async with``) raises, before the team runs: ``SessionBusy`` (another worker
         kept it past the wait), ``ErasureInProgress``, ``TooManySessions`` (a new session for a user who
-        keeps ``max_sessions_per_user`` live ones; a resume is never refused) and ``StoreUnavailable``.
+        keeps ``max_sessions_per_user`` live ones; a resume is never refused), ``RunCannotContinue`` (with
+        ``continuing``) and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
-        return Session(self._session_deps(), user_id, session_id, team, timeout)
+        return Session(self._session_deps(), user_id, session_id, team, timeout, continuing)
 
     def _session_deps(self) -> SessionDeps:
         # Read at each opening: a store or observer swapped on the platform reaches the next session.

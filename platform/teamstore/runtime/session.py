@@ -109,8 +109,10 @@ Phase = Literal["new", "open", "closed"]
 class Session:
     """A leased, resumed session. Build it with :meth:`Platform.session`; use it as ``async with``."""
 
-    def __init__(self, deps: SessionDeps, user_id: str, session_id: str, team: str, lease_timeout: float) -> None:
+    def __init__(self, deps: SessionDeps, user_id: str, session_id: str, team: str, lease_timeout: float,
+                 continuing: bool = False) -> None:
         self._deps = deps
+        self._continuing = continuing
         self.key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
         self._team_ref = team
         if not (isinstance(lease_timeout, int | float) and 0 <= lease_timeout <= MAX_LEASE_WAIT):  # NaN fails too
@@ -222,6 +224,8 @@ class Session:
         self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds)
         try:
             await ready
+            if self._continuing:
+                interruptions.refuse_to_continue(row, built, AGENTCHAT_VERSION)
             verdict = await self._judge(row)
             await self._recall(fresh=not verdict.outcome.applied)
         except BaseException:
