@@ -12,7 +12,13 @@ import pytest
 from sqlalchemy import update
 
 from config_registry import Registry
-from teamstore.errors import RunCannotContinue, SessionBusy, StaleStateVersion, StateRejected, StoreUnavailable
+from teamstore.errors import (
+    RunCannotContinue,
+    SessionBusy,
+    StaleStateVersion,
+    StateRejected,
+    StoreUnavailable,
+)
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
 from teamstore.state.schema import sessions
