@@ -24,7 +24,7 @@ from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.conftest import prepare
 from tests.otlp_receiver import OtlpReceiver
-from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register, said
+from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, long_triage, manifest, register, said
 
 TASK = "My line drops every evening since the storm."
 
@@ -183,5 +183,28 @@ async def test_an_abandoned_run_keeps_its_turns_and_calls_on_record(
     assert header["error"] == "RunInterrupted" and len(items) == 3  # the task and the two completed turns
     rows = await _ledger(platform, run_id)
     assert sum(r.calls for r in rows) == 2 and all(r.run_failed for r in rows)
+    report = await query_costs(platform.engine, load_prices(), by="session")
+    assert report.total.runs_interrupted == 1 and report.total.runs_failed == 1
+
+
+async def test_a_run_whose_checkpoint_is_set_aside_at_open_keeps_its_paid_calls_on_record(
+    platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            assert s.interrupted is not None
+            run_id = s.interrupted.run_id
+    team = long_triage()
+    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
+    Registry(registry_path).add(TEAM, team.dump_component(), manifest(), "reword the critic", label="production")
+    async with platform.session("alice", "s1", team=TEAM) as s:  # the run cannot continue on this version
+        assert s.resume is not None and s.resume.checkpoint_refused == "definition_changed"
+    header, items = await _transcript(platform, run_id)
+    assert header["error"] == "RunInterrupted" and items == []  # its turns are read only by the version that ran them
+    rows = await _ledger(platform, run_id)
+    assert sum(r.calls for r in rows) == 2 and all(r.run_failed for r in rows)  # the two completed turns' calls
     report = await query_costs(platform.engine, load_prices(), by="session")
     assert report.total.runs_interrupted == 1 and report.total.runs_failed == 1

@@ -233,6 +233,30 @@ def _checkpoint(row: StoredSession, built: BuiltTeam, agentchat_version: str) ->
     return Checkpoint(run, states, ends, _calls(payload))
 
 
+@dataclass(frozen=True)
+class SetAsideRun:
+    """What a checkpoint set aside without being loaded still says of its run, read with no team."""
+
+    run: InterruptedRun
+    team: str
+    calls: list[ModelCall]
+
+
+def set_aside_run(row: StoredSession) -> SetAsideRun | None:
+    """The run ``row``'s checkpoint stopped (its id, team, version, start, turns and the model calls its
+    checkpoints carried), read without judging it against a team; ``None`` for one that does not read that
+    far (damaged, or of a layout this code does not read)."""
+    try:
+        payload = _payload(row)
+        run = InterruptedRun(_field(payload, "run_id", str), _field(payload, "turn", int),
+                             _field(payload, "interruptions", int),
+                             datetime.fromisoformat(_field(payload, "started_at", str)),
+                             _field(payload, "team_version", str))
+        return SetAsideRun(run, _field(payload, "team", str), _calls(payload))
+    except (StateRejected, ValueError):
+        return None
+
+
 def judge_checkpoint(
     row: StoredSession, built: BuiltTeam, agentchat_version: str
 ) -> Checkpoint | tuple[Refusal, str]:

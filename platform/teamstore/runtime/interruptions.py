@@ -13,6 +13,7 @@ that failed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -21,9 +22,9 @@ from autogen_agentchat.teams import BaseGroupChat
 
 from config_registry.types import BuiltTeam
 from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
-from teamstore.events import RunContext, RunOutcome, notify_observers
+from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.runtime import turns
-from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint
+from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint, set_aside_run
 from teamstore.runtime.resume import ResumeOutcome
 from teamstore.state.base import SessionKey, StateStore, StoredSession
 
@@ -125,6 +126,25 @@ async def report_abandoned(session: RunHost, checkpoint: Checkpoint, *, resumed:
     error = RunInterrupted(f"abandoned after turn {run.last_turn}", hint="the application gave the run up")
     outcome = RunOutcome(datetime.now(UTC), error=error, stop_reason=f"abandoned after turn {run.last_turn}",
                          model_calls=list(checkpoint.calls))
+    await notify_observers(observers, "run_finished", ctx, outcome)
+
+
+async def report_set_aside(observers: Sequence[RunObserver], row: StoredSession, why: str) -> None:
+    """Record the run whose checkpoint was just set aside unloaded, as a run that failed: the model calls its
+    checkpoints carried to the ledger and the spans (they were paid), and a transcript of no turns (they are
+    read only by the version that ran them; the checkpoint itself is in the quarantine). A checkpoint too
+    damaged to say which run it was is not recorded (nothing of it can be)."""
+    found = set_aside_run(row)
+    if found is None:
+        return
+    run = found.run
+    ctx = RunContext(run_id=run.run_id, user_id=row.user_id, session_id=row.session_id, team=found.team,
+                     team_version=run.team_version, started_at=run.started_at, interruptions=run.interruptions + 1)
+    await notify_observers(observers, "run_started", ctx)
+    error = RunInterrupted(f"set aside after turn {run.last_turn}: {why}",
+                           hint="its checkpoint is in the quarantine; it continues only on the version that ran it")
+    outcome = RunOutcome(datetime.now(UTC), error=error, stop_reason=f"set aside after turn {run.last_turn}",
+                         model_calls=list(found.calls))
     await notify_observers(observers, "run_finished", ctx, outcome)
 
 

@@ -41,6 +41,8 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
         assert verdict.outcome.detail is not None
         await store.quarantine(row, owner=owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
         deps.metrics.quarantined(verdict.outcome.outcome)
+        if row.checkpoint is not None:  # an interrupted run's, set aside with the row: it ends here
+            await interruptions.report_set_aside(deps.observers, row, verdict.outcome.outcome)
     if verdict.outcome.applied:
         try:
             await apply_states(built, verdict.states)
@@ -60,4 +62,5 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
                                                             AGENTCHAT_VERSION)
     if outcome.checkpoint_refused is not None:
         deps.metrics.quarantined(f"checkpoint {outcome.checkpoint_refused}")
+        await interruptions.report_set_aside(deps.observers, row, outcome.checkpoint_refused)
     return Opened(Verdict(outcome, verdict.states), built, checkpoint)
