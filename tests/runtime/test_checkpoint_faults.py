@@ -13,6 +13,7 @@ from sqlalchemy import update
 
 from config_registry import Registry
 from teamstore.errors import (
+    ErasureInProgress,
     RunCannotContinue,
     SessionBusy,
     StaleStateVersion,
@@ -163,6 +164,26 @@ async def _whole_run(platform: Platform, monkeypatch: pytest.MonkeyPatch) -> Any
     with counted_calls(monkeypatch):
         async with platform.session("bob", "s1", team=TEAM) as s:
             return await s.run(TASK)
+
+
+async def test_an_erasure_opened_mid_run_stops_it_without_promising_a_checkpoint_it_deletes(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from teamstore.erasure.requests import open_request
+
+    register(registry)
+
+    async def erase(n: int) -> None:  # the request opens in the third turn, before its checkpoint
+        if n == 3:
+            await open_request(platform.engine, "er-mid-run", "alice", "test", 30)
+
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call = erase
+        with pytest.raises(ErasureInProgress) as info:
+            async with platform.session("alice", "s1", team=TEAM) as s:
+                await s.run(TASK)
+    assert "nothing of it is kept" in info.value.message and "checkpoint stays" not in info.value.message
+    assert "continue the run" not in (info.value.hint or "")
 
 
 async def test_a_database_down_at_a_checkpoint_stops_the_run_with_a_typed_error_and_keeps_the_last_one(

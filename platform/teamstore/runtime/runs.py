@@ -30,7 +30,7 @@ from autogen_agentchat.teams import BaseGroupChat
 from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
-from teamstore.errors import SessionNotOpen, TeamstoreError
+from teamstore.errors import ErasureInProgress, SessionNotOpen, TeamstoreError
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
@@ -265,9 +265,13 @@ def _kept(items: Sequence[StreamItem]) -> list[StreamItem]:
 
 def _stopped(failure: TeamstoreError, checkpointed: int) -> TeamstoreError:
     """``failure`` (a checkpoint that could not be written) said as the stop of the run it was."""
-    last = f"turn {checkpointed}'s checkpoint stays" if checkpointed else "no checkpoint of this run was written"
-    message = f"the run stopped between two turns: its checkpoint could not be written ({failure.message}); {last}"
-    hint = (failure.hint or "") + ("; " if failure.hint else "") + "open the session again and continue the run"
+    if isinstance(failure, ErasureInProgress):  # the erasure deletes the checkpoints with the rest
+        message = f"the run stopped between two turns: {failure.message}; nothing of it is kept"
+        hint = failure.hint or "nothing to do: the user is being erased"
+    else:
+        last = f"turn {checkpointed}'s checkpoint stays" if checkpointed else "no checkpoint of this run was written"
+        message = f"the run stopped between two turns: its checkpoint could not be written ({failure.message}); {last}"
+        hint = (failure.hint or "") + ("; " if failure.hint else "") + "open the session again and continue the run"
     try:
         stopped: TeamstoreError = type(failure)(message, hint=hint)
     except TypeError:  # an error class with a constructor of its own: as it is
