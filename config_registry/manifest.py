@@ -90,10 +90,10 @@ class MemoryDeclaration(BaseModel):
     enabled: bool = True
     participants: list[str] = Field(min_length=1)
     writer: str
-    summary_tokens: int = Field(default=150, gt=0, le=MAX_SUMMARY_TOKENS)
+    summary_tokens: int = Field(default=150, gt=0, le=MAX_SUMMARY_TOKENS, strict=True)  # never `true` as 1
     facts: dict[str, FactType] = Field(default_factory=dict)
     scope: str | None = None
-    retention_days: float | None = Field(default=None, gt=0, le=3650)
+    retention_days: float | None = Field(default=None, gt=0, le=3650, strict=True)
 
     @field_validator("participants")
     @classmethod

@@ -69,7 +69,8 @@ def test_a_participant_that_takes_no_memory_or_a_writer_without_a_model_client_i
 
 @pytest.mark.parametrize("memory", [
     {"participants": []}, {"participants": ["triage", "triage"]}, {"summary_tokens": 0},
-    {"summary_tokens": 100_000}, {"facts": {"Ticket ID": "str"}}, {"facts": {"ticket_id": "list"}},
+    {"summary_tokens": 100_000}, {"summary_tokens": True}, {"summary_tokens": "150"}, {"retention_days": True},
+    {"facts": {"Ticket ID": "str"}}, {"facts": {"ticket_id": "list"}},
     {"facts": {f"f{i}": "str" for i in range(40)}}, {"scope": "../other"}, {"retention_days": 0},
     {"bogus": True},
 ])
