@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -43,9 +44,10 @@ RUNS = [
 TOTAL = Decimal("0.01491")
 
 
-async def seed_ledger(engine: AsyncEngine) -> None:
-    """Write the five runs (subjects, ledger rows and the session ids beside their keys)."""
-    for run_id, user, session, team, version, day, ended, rows in RUNS:
+async def seed_ledger(engine: AsyncEngine, runs: list[Any] | None = None) -> None:
+    """Write the five runs (or ``runs``, of their shape): subjects, ledger rows and the session ids beside
+    their keys."""
+    for run_id, user, session, team, version, day, ended, rows in RUNS if runs is None else runs:
         subject = await get_or_create_subject(engine, user)
         started = datetime.fromisoformat(day).replace(hour=10, tzinfo=UTC)
         common = {"run_id": run_id, "team": team, "team_version": version, "subject_key": subject,

@@ -122,3 +122,18 @@ def test_the_groupings_help_lists_are_the_ones_a_query_takes() -> None:
     from teamstore.cli.audit import GROUPINGS as LISTED
 
     assert tuple(DIMENSIONS) == LISTED
+
+
+async def test_a_limited_run_with_unpriced_tokens_shows_its_limited_cost_as_partly_unknown(
+    ledger_env: AsyncEngine,
+) -> None:
+    from tests.analytics.seed import seed_ledger
+
+    await seed_ledger(ledger_env, [("r6", "erin", "e1", "support", "v1", "2026-11-10", "limited",
+                                    [("triage", "mystery", 40, 4, 1), ("triage", "m-big", 100, 0, 1)])])
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "team", "--format", "json")
+    support = next(r for r in json.loads(out)["rows"] if r["key"] == "support")
+    assert status == 0 and support["limited_cost"] == "0.0033" and support["limited_unpriced_tokens"] == 44
+    status, table, _ = await asyncio.to_thread(_cost, "--by", "team")
+    (line,) = [line for line in table.splitlines() if line.strip().startswith("support")]
+    assert line.rstrip().endswith("0.0033 + unknown")  # the limited part, not only its priced share

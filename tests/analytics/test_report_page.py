@@ -46,6 +46,13 @@ def _marks(browser: Any, chart: str, kind: str = "rect.bar") -> list[dict[str, s
              "value": m.get_attribute("data-value")} for m in found]
 
 
+def _shown(row: dict[str, Any]) -> str:
+    """A cost as the page shows it: ``unknown`` with no priced token, ``+ unknown`` with some unpriced."""
+    if row["cost"] is None:
+        return "unknown"
+    return f"{row['cost']} + unknown" if row["unpriced_tokens"] else str(row["cost"])
+
+
 def test_the_page_renders_in_chromium_with_the_command_lines_figures(
     ledger_env: AsyncEngine, browser: Any, tmp_path: Path
 ) -> None:
@@ -67,14 +74,14 @@ def test_the_page_renders_in_chromium_with_the_command_lines_figures(
         svg = browser.find_element(By.ID, chart)
         assert svg.size["width"] > 300 and svg.size["height"] > 100, chart  # drawn, not an empty box
     by_team = {(m["x"], m["series"]): m["value"] for m in _marks(browser, "cost-by-team")}
-    assert by_team == {(r["week"], r["team"]): r["cost"] for r in expected["cost_by_team"]["rows"]}
+    assert by_team == {(r["week"], r["team"]): _shown(r) for r in expected["cost_by_team"]["rows"]}
     assert len(by_team) == 3
     by_model = _marks(browser, "cost-by-model")
     assert sorted((m["x"], m["series"], m["value"]) for m in by_model) == sorted(
-        (r["week"], r["model"], r["cost"] or "unknown") for r in expected["cost_by_model"]["rows"])
+        (r["week"], r["model"], _shown(r)) for r in expected["cost_by_model"]["rows"])
     assert len(by_model) == 5
     sessions = _marks(browser, "top-sessions")
-    assert [(m["x"], m["value"]) for m in sessions] == [(r["key"], r["cost"]) for r in expected["top_sessions"]["rows"]]
+    assert [(m["x"], m["value"]) for m in sessions] == [(r["key"], _shown(r)) for r in expected["top_sessions"]["rows"]]
     assert [m["x"] for m in sessions] == ["alice / s1", "alice / s2", "dave / d1", "bob / s1", "carol / c1"]
     per_run = _marks(browser, "tokens-per-run", "circle.point")
     weeks = expected["by_time"]["rows"]
@@ -87,11 +94,13 @@ def test_the_page_renders_in_chromium_with_the_command_lines_figures(
     assert all(b.rect["height"] > 0 for b in bars)  # every week's cost is above zero: every bar is seen
 
     # What a reader sees equals the command line's figures.
-    assert browser.find_element(By.ID, "total-cost").text.split("\n")[-1] == f"{TOTAL} USD"
+    assert browser.find_element(By.ID, "total-cost").text.split("\n")[-1] == f"{_shown(expected['by_time']['total'])} USD"
+    assert Decimal(expected["by_time"]["total"]["cost"]) == TOTAL
     assert browser.find_element(By.ID, "total-runs").text.split("\n")[-1] == "5"
     assert browser.find_element(By.ID, "total-limited").text.split("\n")[-1] == "1"
     table = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#top-sessions-table tr")][1:]
-    assert [line.split(" ")[-1] for line in table] == [r["cost"] for r in expected["top_sessions"]["rows"]]
+    rows = expected["top_sessions"]["rows"]
+    assert len(table) == len(rows) and all(line.endswith(f" {_shown(r)}") for line, r in zip(table, rows, strict=True))
     assert "No price for mystery" in browser.find_element(By.TAG_NAME, "body").text
 
 

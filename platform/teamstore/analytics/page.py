@@ -65,9 +65,15 @@ def _amount(value: Decimal | None) -> float:
     return float(value or 0)
 
 
+def _shown(row: CostRow) -> str:
+    """The row's cost as read: ``unknown`` when no token of it has a price, ``+ unknown`` when some have none."""
+    if row.cost is None:
+        return "unknown"
+    return f"{money(row.cost)} + unknown" if row.unpriced_tokens else str(money(row.cost))
+
+
 def _cost_bars(report: CostReport, every: str, series: str) -> list[svg.Bar]:
-    return [svg.Bar(r.group[every], r.group[series], _amount(r.cost), money(r.cost) or "unknown")
-            for r in report.rows]
+    return [svg.Bar(r.group[every], r.group[series], _amount(r.cost), _shown(r)) for r in report.rows]
 
 
 def _per_run(row: CostRow) -> Decimal:
@@ -93,7 +99,7 @@ def _chart(title: str, chart: str, note: str = "", series: list[str] | None = No
 
 
 def _summary(total: CostRow, currency: str) -> str:
-    cells = [("cost", f"{money(total.cost) or 'unknown'} {currency}", "total-cost"),
+    cells = [("cost", f"{_shown(total)} {currency}", "total-cost"),
              ("runs", str(total.runs), "total-runs"), ("ended by a limit", str(total.runs_limited), "total-limited"),
              ("tokens in / out", f"{total.input_tokens} / {total.output_tokens}", "total-tokens")]
     return '<div class="summary">' + "".join(
@@ -103,7 +109,7 @@ def _summary(total: CostRow, currency: str) -> str:
 def _sessions_table(report: CostReport) -> str:
     rows = "".join(
         f"<tr><td>{i}</td><td>{escape(r.key)}</td><td>{r.runs}</td><td>{r.tokens}</td>"
-        f"<td>{escape(money(r.cost) or 'unknown')}</td></tr>" for i, r in enumerate(report.rows, start=1))
+        f"<td>{escape(_shown(r))}</td></tr>" for i, r in enumerate(report.rows, start=1))
     return ('<table id="top-sessions-table"><tr><th>#</th><th>session</th><th>runs</th><th>tokens</th>'
             f"<th>cost ({escape(report.currency)})</th></tr>{rows}</table>")
 
@@ -139,8 +145,7 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
     by_team, by_model = _cost_bars(reports["cost_by_team"], every, "team"), \
         _cost_bars(reports["cost_by_model"], every, "model")
     teams, models, currency = _ranked(by_team), _ranked(by_model), reports["by_time"].currency
-    sessions = [svg.Bar(r.key, "cost", _amount(r.cost), money(r.cost) or "unknown")
-                for r in reports["top_sessions"].rows]
+    sessions = [svg.Bar(r.key, "cost", _amount(r.cost), _shown(r)) for r in reports["top_sessions"].rows]
     per_run = [svg.Bar(r.group[every], "tokens per run", float(_per_run(r)), str(_per_run(r)))
                for r in reports["by_time"].rows]
     top = reports["top_sessions"]

@@ -112,6 +112,8 @@ class CostRow:
             as ``user`` and ``session`` in a readable report, ``session_key`` in a pseudonymous one.
         cost: Exact, in the report's currency; ``None`` when none of the tokens has a price.
         limited_cost: The part of ``cost`` spent in runs ended by a limit (``None`` when ``cost`` is).
+        limited_unpriced_tokens: Of ``unpriced_tokens``, those spent in runs ended by a limit: when any, the
+            limited cost is ``limited_cost`` plus an unknown part.
         raw: The ledger's values per dimension (keys, not ids), for the readable names.
     """
 
@@ -129,11 +131,12 @@ class CostRow:
     limited_cost: Decimal | None = None
     unpriced_tokens: int = 0
     unpriced_models: list[str] = field(default_factory=list)
+    limited_unpriced_tokens: int = 0
     raw: tuple[tuple[Any, ...], ...] = field(default=(), repr=False, compare=False)
 
     FIGURES: ClassVar[tuple[str, ...]] = (
         "runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens", "output_tokens", "cost",
-        "limited_cost", "unpriced_tokens", "unpriced_models")
+        "limited_cost", "unpriced_tokens", "unpriced_models", "limited_unpriced_tokens")
 
     @property
     def runs(self) -> int:
@@ -312,6 +315,8 @@ class _Rows:
             row.output_tokens += tokens_out
             if amount is None:
                 row.unpriced_tokens += tokens_in + tokens_out
+                if values["ended_by_limit"]:
+                    row.limited_unpriced_tokens += tokens_in + tokens_out
                 if values["model"] not in row.unpriced_models:
                     row.unpriced_models.append(values["model"])
                 continue

@@ -192,7 +192,7 @@ NO_MATCH = 3
 """``teamstore cost``'s exit status when its filters match nothing (0: matched, even at cost 0; 1: an error)."""
 
 FIGURES = ["runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens",
-           "output_tokens", "cost", "limited_cost", "unpriced_tokens"]
+           "output_tokens", "cost", "limited_cost", "unpriced_tokens", "limited_unpriced_tokens"]
 _HEADINGS = ("completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost", "of which limited")
 
 
@@ -207,7 +207,7 @@ def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
     figures = row.figures()
     return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
             str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
-            figures["limited_cost"] or "unknown"]
+            _money(figures["limited_cost"], row.limited_unpriced_tokens)]
 
 
 def _render_cost_table(report: CostReport) -> None:
