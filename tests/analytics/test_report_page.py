@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
@@ -164,3 +165,29 @@ def test_a_page_that_cannot_be_written_is_refused_before_the_query_with_its_fix(
         assert result.exit_code == 1 and says in said and "fix:" in said, (output, said)
         assert "Traceback" not in said
     assert (tmp_path / "a-file").read_text() == "kept"
+
+
+def test_periods_without_runs_keep_their_place_on_the_time_axis(ledger_env: AsyncEngine, tmp_path: Path) -> None:
+    text = _write(tmp_path / "cost.html")  # runs in weeks 45, 46 and 49 only
+    for chart in ("cost-by-team", "cost-by-model", "runs-by-outcome"):
+        svg = text[text.index(f'id="{chart}"'):]
+        svg = svg[:svg.index("</svg>")]
+        labels = re.findall(r'<text class="label"[^>]*>([^<]+)</text>', svg)
+        assert [label for label in labels if label.startswith("2026-W")] == [
+            "2026-W45", "2026-W46", "2026-W47", "2026-W48", "2026-W49"], chart
+
+
+@pytest.mark.parametrize(("keys", "every", "periods"), [
+    (["2026-12-30", "2027-01-02"], "day", ["2026-12-30", "2026-12-31", "2027-01-01", "2027-01-02"]),
+    (["2026-W52", "2027-W02"], "week", ["2026-W52", "2026-W53", "2027-W01", "2027-W02"]),
+    (["2026-11", "2027-02"], "month", ["2026-11", "2026-12", "2027-01", "2027-02"]),
+    (["2026-11"], "month", ["2026-11"]),
+    (["2020-01-01", "2026-01-01"], "day", None),  # more periods than an axis lays out: the runs' own
+    (["not a day"], "day", None),
+])
+def test_a_time_axis_lays_out_every_period_from_the_first_to_the_last(
+    keys: list[str], every: str, periods: list[str] | None
+) -> None:
+    from teamstore.analytics.page import _periods
+
+    assert _periods(keys, every) == periods

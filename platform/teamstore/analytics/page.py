@@ -14,7 +14,7 @@ The page loads nothing: its Content-Security-Policy forbids every fetch and ever
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from html import escape
 from pathlib import Path
@@ -140,6 +140,33 @@ def _data_block(reports: dict[str, CostReport]) -> str:
     return f'<script type="application/json" id="report-data">{inert}</script>'
 
 
+MOST_PERIODS = 1_000
+"""The most periods a time axis lays out, idle ones included (past it, only those with runs)."""
+
+
+def _periods(keys: list[str], every: str) -> list[str] | None:
+    """Every period from the first of ``keys`` to the last (``2026-11-02``, ``2026-W45`` or ``2026-11``), so a
+    period without runs is an empty place on the axis, not left out; ``None`` when they do not read as periods
+    of ``every`` or span more than :data:`MOST_PERIODS`."""
+    try:
+        if every == "day":
+            first, last = date.fromisoformat(min(keys)), date.fromisoformat(max(keys))
+            span = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+            found = [d.isoformat() for d in span]
+        elif every == "week":
+            (fy, fw), (ly, lw) = (tuple(int(p) for p in k.split("-W")) for k in (min(keys), max(keys)))
+            first, last = date.fromisocalendar(fy, fw, 1), date.fromisocalendar(ly, lw, 1)
+            found = [f"{d.isocalendar().year}-W{d.isocalendar().week:02d}"
+                     for d in (first + timedelta(weeks=n) for n in range((last - first).days // 7 + 1))]
+        else:
+            (fy, fm), (ly, lm) = (tuple(int(p) for p in k.split("-")) for k in (min(keys), max(keys)))
+            found = [f"{(fm - 1 + n) // 12 + fy}-{(fm - 1 + n) % 12 + 1:02d}"
+                     for n in range((ly - fy) * 12 + lm - fm + 1)]
+    except ValueError:
+        return None
+    return found if 0 < len(found) <= MOST_PERIODS and set(keys) <= set(found) else None
+
+
 def render_page(reports: dict[str, CostReport], every: str) -> str:
     """The HTML page of :func:`report_data`'s reports."""
     by_team, by_model = _cost_bars(reports["cost_by_team"], every, "team"), \
@@ -149,16 +176,18 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
     per_run = [svg.Bar(r.group[every], "tokens per run", float(_per_run(r)), str(_per_run(r)))
                for r in reports["by_time"].rows]
     top = reports["top_sessions"]
+    periods = _periods([r.group[every] for r in reports["by_time"].rows], every)  # idle ones keep their place
     charts = [
-        _chart("Cost over time by team", svg.stacked_bars("cost-by-team", by_team, currency, teams), series=teams),
-        _chart("Cost over time by model", svg.stacked_bars("cost-by-model", by_model, currency, models),
+        _chart("Cost over time by team", svg.stacked_bars("cost-by-team", by_team, currency, teams, periods),
+               series=teams),
+        _chart("Cost over time by model", svg.stacked_bars("cost-by-model", by_model, currency, models, periods),
                series=models),
         _chart(f"The {len(top.rows)} costliest of {top.groups} sessions",
                svg.horizontal_bars("top-sessions", sessions, currency) + _sessions_table(top)),
         _chart("Tokens per run", svg.points("tokens-per-run", per_run, "tokens"),
                note="input and output tokens of the runs started in each period, divided by their number"),
         _chart("Runs ended by a limit", svg.stacked_bars("runs-by-outcome", _outcome_bars(reports["by_time"], every),
-                                                         "runs", list(OUTCOMES)), series=list(OUTCOMES)),
+                                                         "runs", list(OUTCOMES), periods), series=list(OUTCOMES)),
     ]
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"

@@ -81,16 +81,19 @@ def _x_labels(categories: Sequence[str], band: float) -> list[str]:
             for i, c in enumerate(categories) if i % step == 0]
 
 
-def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str] | None = None) -> str:
+def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str] | None = None,
+                 categories: Sequence[str] | None = None) -> str:
     """Bars per category, each series stacked on the last; one ``rect.bar`` per mark given.
 
     Args:
         chart_id: The SVG element's id.
-        bars: The marks; categories in the order first seen.
+        bars: The marks.
         unit: What the value axis counts (a currency, "runs").
         series: The stacking order (and colours); by default the order first seen.
+        categories: Every category in order, those without a mark given their empty place (the periods of a
+            time axis); by default the marks' own, in the order first seen.
     """
-    categories = list(dict.fromkeys(b.x for b in bars))
+    categories = list(dict.fromkeys([*(categories or ()), *(b.x for b in bars)]))
     order = list(series or dict.fromkeys(b.series for b in bars))
     colour = colours(order)
     totals = {c: sum(b.value for b in bars if b.x == c) for c in categories}
