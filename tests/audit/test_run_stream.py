@@ -187,6 +187,33 @@ async def test_an_abandoned_run_keeps_its_turns_and_calls_on_record(
     assert report.total.runs_interrupted == 1 and report.total.runs_failed == 1
 
 
+async def test_a_run_whose_checkpoint_autogen_refuses_at_continue_keeps_its_paid_calls_on_record(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from teamstore.errors import StateRejected
+    from teamstore.runtime import session as session_module
+
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            assert s.interrupted is not None
+            run_id = s.interrupted.run_id
+
+    async def refused(*args: Any) -> None:
+        raise ValueError("AutoGen's load_state refuses it")
+
+    monkeypatch.setattr(session_module, "apply_checkpoint", refused)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        with pytest.raises(StateRejected, match="its checkpoint was set aside"):
+            await s.continue_run()
+    rows = await _ledger(platform, run_id)
+    assert sum(r.calls for r in rows) == 2 and all(r.run_failed for r in rows)  # the two completed turns' calls
+    header, items = await _transcript(platform, run_id)
+    assert header["error"] == "RunInterrupted" and items == []
+
+
 async def test_a_run_whose_checkpoint_is_set_aside_at_open_keeps_its_paid_calls_on_record(
     platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

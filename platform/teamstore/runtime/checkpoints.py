@@ -224,13 +224,17 @@ def _checkpoint(row: StoredSession, built: BuiltTeam, agentchat_version: str) ->
     _fits(payload, built, agentchat_version, row)
     states, thread = _states(payload, built)
     turn, ends = _turns(payload, thread)
+    return Checkpoint(_run(payload, turn), states, ends, _calls(payload))  # its version is built's (_fits)
+
+
+def _run(payload: Mapping[str, Any], turn: int) -> InterruptedRun:
+    """The run the checkpoint ``payload`` stopped after ``turn``."""
     try:
         started = datetime.fromisoformat(_field(payload, "started_at", str))
     except ValueError:
         raise StateRejected("corrupt", "the checkpoint's started_at is not a time") from None
-    run = InterruptedRun(_field(payload, "run_id", str), turn, _field(payload, "interruptions", int), started,
-                         built.version)
-    return Checkpoint(run, states, ends, _calls(payload))
+    return InterruptedRun(_field(payload, "run_id", str), turn, _field(payload, "interruptions", int), started,
+                          _field(payload, "team_version", str))
 
 
 @dataclass(frozen=True)
@@ -248,12 +252,8 @@ def set_aside_run(row: StoredSession) -> SetAsideRun | None:
     far (damaged, or of a layout this code does not read)."""
     try:
         payload = _payload(row)
-        run = InterruptedRun(_field(payload, "run_id", str), _field(payload, "turn", int),
-                             _field(payload, "interruptions", int),
-                             datetime.fromisoformat(_field(payload, "started_at", str)),
-                             _field(payload, "team_version", str))
-        return SetAsideRun(run, _field(payload, "team", str), _calls(payload))
-    except (StateRejected, ValueError):
+        return SetAsideRun(_run(payload, _field(payload, "turn", int)), _field(payload, "team", str), _calls(payload))
+    except StateRejected:
         return None
 
 

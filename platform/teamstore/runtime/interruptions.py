@@ -13,7 +13,7 @@ that failed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from autogen_agentchat.teams import BaseGroupChat
 
 from config_registry.types import BuiltTeam
 from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
-from teamstore.events import RunContext, RunObserver, RunOutcome, notify_observers
+from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, StreamItem, notify_observers
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint, set_aside_run
 from teamstore.runtime.resume import ResumeOutcome
@@ -72,10 +72,13 @@ def refuse_to_continue(row: StoredSession, built: BuiltTeam, agentchat_version: 
     found = judge_checkpoint(row, built, agentchat_version)
     if isinstance(found, Checkpoint) or found[0] == "corrupt":
         return
+    reason, why = found
     raise RunCannotContinue(
-        f"the session's interrupted run cannot continue on {built.name}@{built.version[:12]}: {found[1]}; "
+        f"the session's interrupted run cannot continue on {built.name}@{built.version[:12]}: {why}; "
         "nothing was set aside",
-        hint="continue it with the team and version that ran it (--team NAME@VERSION), or abandon it")
+        hint="continue it with the team and version that ran it (--team NAME@VERSION), or abandon it"
+        if reason == "definition_changed" else
+        "continue it on a worker with the autogen-agentchat and teamstore versions that ran it, or abandon it")
 
 
 async def read_back(store: StateStore, key: SessionKey, built: BuiltTeam) -> Checkpoint:
@@ -93,12 +96,18 @@ async def read_back(store: StateStore, key: SessionKey, built: BuiltTeam) -> Che
     return found
 
 
-async def set_aside(store: StateStore, key: SessionKey, owner: str, run: InterruptedRun, detail: str) -> None:
-    """Quarantine the session's checkpoint of ``run``, which AutoGen refused to load."""
+async def set_aside(
+    store: StateStore, key: SessionKey, owner: str, checkpoint: Checkpoint, team: str, detail: str,
+    observers: Sequence[RunObserver],
+) -> None:
+    """Quarantine the session's checkpoint, which AutoGen refused to load, and record its run as ended there."""
     row = await store.get(key)
     if row is not None and row.checkpoint is not None:
+        run = checkpoint.run
         await store.quarantine(row, owner=owner, reason="checkpoint corrupt",
                                detail=f"run {run.run_id[:12]}: {detail}", checkpoint_only=True)
+        await _record_ended(observers, _context(key.user_id, key.session_id, team, run), [], checkpoint.calls,
+                            f"set aside after turn {run.last_turn}", "corrupt", _SET_ASIDE)
 
 
 def stopped(run: Run) -> InterruptedRun:
@@ -116,17 +125,9 @@ async def report_abandoned(session: RunHost, checkpoint: Checkpoint, *, resumed:
     team = built.team
     assert isinstance(team, BaseGroupChat)
     thread = checkpoint.agent_states[_manager(checkpoint, built)]["message_thread"]
-    ctx = RunContext(run_id=run.run_id, user_id=session.key.user_id, session_id=session.key.session_id,
-                     team=built.name, team_version=run.team_version, started_at=run.started_at,
-                     resumed=resumed, interruptions=run.interruptions + 1)
-    observers = session.observers
-    await notify_observers(observers, "run_started", ctx)
-    for item in turns.messages(team, thread):
-        await notify_observers(observers, "on_item", ctx, item)
-    error = RunInterrupted(f"abandoned after turn {run.last_turn}", hint="the application gave the run up")
-    outcome = RunOutcome(datetime.now(UTC), error=error, stop_reason=f"abandoned after turn {run.last_turn}",
-                         model_calls=list(checkpoint.calls))
-    await notify_observers(observers, "run_finished", ctx, outcome)
+    ctx = _context(session.key.user_id, session.key.session_id, built.name, run, resumed=resumed)
+    await _record_ended(session.observers, ctx, turns.messages(team, thread), checkpoint.calls,
+                        f"abandoned after turn {run.last_turn}", None, "the application gave the run up")
 
 
 async def report_set_aside(observers: Sequence[RunObserver], row: StoredSession, why: str) -> None:
@@ -135,17 +136,32 @@ async def report_set_aside(observers: Sequence[RunObserver], row: StoredSession,
     read only by the version that ran them; the checkpoint itself is in the quarantine). A checkpoint too
     damaged to say which run it was is not recorded (nothing of it can be)."""
     found = set_aside_run(row)
-    if found is None:
-        return
-    run = found.run
-    ctx = RunContext(run_id=run.run_id, user_id=row.user_id, session_id=row.session_id, team=found.team,
-                     team_version=run.team_version, started_at=run.started_at, interruptions=run.interruptions + 1)
+    if found is not None:
+        await _record_ended(observers, _context(row.user_id, row.session_id, found.team, found.run), [],
+                            found.calls, f"set aside after turn {found.run.last_turn}", why, _SET_ASIDE)
+
+
+_SET_ASIDE = "its checkpoint is in the quarantine; it continues only on the version that ran it"
+
+
+def _context(user_id: str, session_id: str, team: str, run: InterruptedRun, *, resumed: bool = False) -> RunContext:
+    return RunContext(run_id=run.run_id, user_id=user_id, session_id=session_id, team=team,
+                      team_version=run.team_version, started_at=run.started_at, resumed=resumed,
+                      interruptions=run.interruptions + 1)
+
+
+async def _record_ended(
+    observers: Sequence[RunObserver], ctx: RunContext, items: Iterable[StreamItem], calls: Sequence[ModelCall],
+    ended: str, why: str | None, hint: str,
+) -> None:
+    """Record, once, a run that stopped mid-run and ends here (abandoned or set aside) as a run that failed:
+    ``items`` to the transcript, the paid ``calls`` to the ledger and the spans."""
     await notify_observers(observers, "run_started", ctx)
-    error = RunInterrupted(f"set aside after turn {run.last_turn}: {why}",
-                           hint="its checkpoint is in the quarantine; it continues only on the version that ran it")
-    outcome = RunOutcome(datetime.now(UTC), error=error, stop_reason=f"set aside after turn {run.last_turn}",
-                         model_calls=list(found.calls))
-    await notify_observers(observers, "run_finished", ctx, outcome)
+    for item in items:
+        await notify_observers(observers, "on_item", ctx, item)
+    error = RunInterrupted(f"{ended}: {why}" if why else ended, hint=hint)
+    await notify_observers(observers, "run_finished", ctx, RunOutcome(datetime.now(UTC), error=error,
+                                                                     stop_reason=ended, model_calls=list(calls)))
 
 
 def _manager(checkpoint: Checkpoint, built: BuiltTeam) -> str:

@@ -53,6 +53,8 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
             detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
             await store.quarantine(row, owner=owner, reason="corrupt", detail=detail)
             deps.metrics.quarantined("corrupt")
+            if row.checkpoint is not None:  # an interrupted run's, set aside with the row: it ends here
+                await interruptions.report_set_aside(deps.observers, row, "corrupt")
             fresh = await deps.build_team(f"{built.name}@{built.version}")
             return Opened(Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version,
                                                 quarantined=True)), fresh)
