@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
@@ -36,6 +36,7 @@ from teamstore.export import ExportCoordinator, Section, store_exporters
 from teamstore.export.requests import get_export
 from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
+from teamstore.memory.schema import memories
 from teamstore.settings import Settings
 from teamstore.state import envelope
 from teamstore.state.schema import sessions
@@ -75,6 +76,9 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     await seed_user(platform, s3_store, ALICE_CASE, CANARY_B)  # differs only by case: never exported with alice
     await requests.open_request(engine, "req-open", ALICE, "art. 17", 30, requested_by="ticket 881")
     await extend_request(engine, "req-open", "2m", "40 sessions", operator="ana")
+    async with engine.begin() as conn:  # past its expiry, not swept yet: still held, so still hers to see
+        await conn.execute(update(memories).where(memories.c.user_id == ALICE)
+                           .values(expires_at=datetime.now(UTC) - timedelta(days=1)))
 
     done = await exporter(engine, s3_store).run(ALICE, tmp_path / "alice.zip", requested_by="subject", operator="dpo")
 

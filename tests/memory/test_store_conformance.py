@@ -22,7 +22,7 @@ from teamstore.memory.store import MemoryStore
 
 TYPES = {"ticket_id": "str", "visits": "int", "speed": "float", "replaced": "bool", "visited_on": "date"}
 T0 = datetime.now(UTC).replace(hour=9, minute=30, second=0, microsecond=0) - timedelta(days=1)
-"""Writes happen at T0 (yesterday, 09:30 UTC): what they keep for a day or more is not yet past its expiry."""
+"""Writes happen at T0 (yesterday, 09:30 UTC): what they keep for two days or more is not yet past its expiry."""
 
 
 async def put(store: MemoryStore, summary: str = "line fault", facts_: dict[str, Any] | None = None, *,
@@ -143,6 +143,7 @@ async def test_memory_past_its_expiry_reads_as_gone_and_a_write_starts_afresh_wi
     await put(store, "line fault", {"ticket_id": "1", "visits": 2}, retention=0.5)  # expired last night
     await put(store, "other", {"ticket_id": "9"}, user="bob", retention=0.5)
     assert await store.show("alice") == []  # not listed, though not swept yet
+    assert [m.summary for m in await store.show("alice", expired=True)] == ["line fault"]  # what an export holds
     assert await store.load("alice", "helpdesk") is None  # not given to a session or a writer: and deleted
     async with engine.connect() as conn:
         left = (await conn.execute(select(memories.c.user_id).union_all(select(facts.c.user_id)))).scalars().all()
@@ -151,6 +152,16 @@ async def test_memory_past_its_expiry_reads_as_gone_and_a_write_starts_afresh_wi
     kept = await store.load("alice", "helpdesk")
     assert kept is not None and kept.summary == "new ticket" and {n: f.value for n, f in kept.facts.items()} == {
         "ticket_id": "2"}  # the expired visits are not back
+
+
+async def test_a_write_read_before_the_memory_expired_does_not_renew_it(store: MemoryStore) -> None:
+    await put(store, "line fault", {"ticket_id": "1", "visits": 2}, retention=0.5)  # read, then it expired
+    with pytest.raises(StaleMemory):  # its writer's model call outlasted the memory: nothing renewed
+        await put(store, "still here?", {"visits": 3}, expected=1, now=datetime.now(UTC))
+    assert await store.load("alice", "helpdesk") is None  # read again: gone, and deleted
+    assert await put(store, "afresh", {"visits": 3}, now=datetime.now(UTC)) == 1
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and {n: f.value for n, f in kept.facts.items()} == {"visits": 3}
 
 
 async def test_an_erasure_fence_stops_every_memory_write_for_its_user(store: MemoryStore, engine: AsyncEngine) -> None:

@@ -131,7 +131,8 @@ class MemoryRows:
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
         """Write the user's memory, every scope."""
         try:
-            kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id)  # opened: plain values
+            # Opened (plain values); past its expiry too: held until swept, so it is the user's to see.
+            kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id, expired=True)
         except InvalidIdentifier:
             kept = []  # an id no session could have (erasure's wider rule): no memory was ever written for it
         found = [m.to_dict() for m in kept]

@@ -124,15 +124,15 @@ class MemoryStore:
             return None
         return found[0] if found else None
 
-    async def show(self, user_id: str, scope: str | None = None) -> list[UserMemory]:
+    async def show(self, user_id: str, scope: str | None = None, *, expired: bool = False) -> list[UserMemory]:
         """Everything kept about ``user_id`` (under one scope, or all), by scope. Damaged facts and fields
-        are listed in each memory's ``damaged``, never raised; memory past its expiry is not (the retention
-        sweep deletes it, and so does the next session's read of it).
+        are listed in each memory's ``damaged``, never raised; memory past its expiry only with ``expired``
+        (an export's: what is held, until the retention sweep or the next session's read deletes it).
 
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
         """
-        return [memory for memory in await self._read(user_id, scope) if not _expired(memory)]
+        return [memory for memory in await self._read(user_id, scope) if expired or not _expired(memory)]
 
     async def _read(self, user_id: str, scope: str | None) -> list[UserMemory]:
         check_id("user_id", user_id)
@@ -227,7 +227,8 @@ class MemoryStore:
         ``None`` if refused."""
         if expected > 0:
             stmt = (update(memories)
-                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~held(user_id), alive)
+                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~held(user_id), alive,
+                           memories.c.expires_at > now)  # past it, the memory is gone: read again, start afresh
                     .values(**row, version=expected + 1).returning(memories.c.version))
         else:  # a first write: a new row, or the row that holds only a failure (version 0)
             values = {"user_id": user_id, "scope": scope, **row, "version": 1, "created_at": now, "failures": 0}
