@@ -163,6 +163,6 @@ def test_a_terminal_narrower_than_the_figures_gets_the_table_wider_every_figure_
     assert max(len(line) for line in lines) == max(width, least)
 
 
-def test_a_table_that_fits_the_terminal_is_printed_at_the_terminals_width() -> None:
+def test_a_table_that_fits_a_wide_terminal_wraps_nothing() -> None:
     lines = _printed(200, terminal=True)
     assert max(len(line) for line in lines) <= 200 and any("x" * 70 in line for line in lines)

@@ -48,6 +48,51 @@ def test_a_command_on_a_database_that_does_not_exist_yet_creates_nothing(args: l
     assert not home.exists()
 
 
+def _crm(tmp_path: Path) -> Path:
+    """Another application's SQLite database, named by mistake."""
+    import sqlite3
+
+    other = tmp_path / "crm.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    return other
+
+
+def _tables(path: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return [name for (name,) in conn.execute("SELECT name FROM sqlite_master")]
+
+
+# `sessions restore` reads the registry first (a test below takes its platform's path); `db` is about the schema.
+@pytest.mark.parametrize("args", [a for a in ON_THE_DATABASE if a[0] != "db" and a[1:2] != ["restore"]], ids=" ".join)
+def test_a_command_on_a_database_without_teamstores_tables_makes_none(args: list[str], tmp_path: Path) -> None:
+    other = _crm(tmp_path)
+    result = runner.invoke(app, args, env={"COLUMNS": "300", "TEAMSTORE_DATABASE_URL": f"sqlite:///{other}"})
+    assert result.exit_code == 1 and "has no teamstore tables" in result.output, result.output
+    assert _tables(other) == ["customers"]
+
+
+async def test_a_platform_for_what_is_stored_makes_no_tables_where_there_are_none(tmp_path: Path) -> None:
+    from teamstore.app import App
+    from teamstore.errors import SchemaNotReady
+    from teamstore.settings import Settings
+
+    other = _crm(tmp_path)
+    settings = Settings(database_url=f"sqlite:///{other}", home=tmp_path / "home")
+    platform = App(settings, must_exist=True).platform(audit=False)  # as `sessions restore` opens it
+    try:
+        with pytest.raises(SchemaNotReady, match="has no teamstore tables"):
+            await platform.ensure_schema()
+    finally:
+        await platform.aclose()
+    assert _tables(other) == ["customers"]
+    async with App(settings).platform(audit=False) as platform:  # one that runs teams makes them, as ever
+        await platform.ensure_schema()
+    assert "ts_sessions" in _tables(other)
+
+
 ON_THE_REGISTRY = [
     ["registry", "list"],
     ["registry", "list", "--json"],

@@ -202,7 +202,7 @@ class App:
             self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
             tracer_provider=self.tracer_provider if audit else None,
             meter_provider=self.meter_provider if audit else None, store=self.state_store,
-            memory=self.memory_store, on_close=self.aclose,
+            memory=self.memory_store, on_close=self.aclose, create_tables=not self.must_exist,
         )
 
     def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:

@@ -169,7 +169,7 @@ def test_a_page_that_cannot_be_written_is_refused_before_the_query_with_its_fix(
 
 def test_periods_without_runs_keep_their_place_on_the_time_axis(ledger_env: AsyncEngine, tmp_path: Path) -> None:
     text = _write(tmp_path / "cost.html")  # runs in weeks 45, 46 and 49 only
-    for chart in ("cost-by-team", "cost-by-model", "runs-by-outcome"):
+    for chart in ("cost-by-team", "cost-by-model", "runs-by-outcome", "tokens-per-run"):
         svg = text[text.index(f'id="{chart}"'):]
         svg = svg[:svg.index("</svg>")]
         labels = re.findall(r'<text class="label"[^>]*>([^<]+)</text>', svg)

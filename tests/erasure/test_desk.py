@@ -92,6 +92,8 @@ async def test_an_id_that_matches_nothing_ends_no_match_and_says_a_near_twin_exi
         assert "no store holds anything for this id" in backups.detail and "destroyed" not in backups.detail
     plan = await coordinator(engine, folder).run("DAVE", dry_run=True)
     assert not plan.matched and plan.near_match is not None
+    (backups,) = [r for r in plan.remains_elsewhere if r.what == "database backups"]
+    assert "destroyed" not in backups.detail  # what the confirmation shows before asking
 
 
 async def test_a_request_finished_long_after_it_was_received_counts_its_backups_from_when_it_ended(

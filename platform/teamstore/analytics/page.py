@@ -184,7 +184,7 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
                series=models),
         _chart(f"The {len(top.rows)} costliest of {top.groups} sessions",
                svg.horizontal_bars("top-sessions", sessions, currency) + _sessions_table(top)),
-        _chart("Tokens per run", svg.points("tokens-per-run", per_run, "tokens"),
+        _chart("Tokens per run", svg.points("tokens-per-run", per_run, "tokens", periods),
                note="input and output tokens of the runs started in each period, divided by their number"),
         _chart("Runs ended by a limit", svg.stacked_bars("runs-by-outcome", _outcome_bars(reports["by_time"], every),
                                                          "runs", list(OUTCOMES), periods), series=list(OUTCOMES)),

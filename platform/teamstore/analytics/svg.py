@@ -136,12 +136,14 @@ def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str) -> str:
             f'width="{WIDTH}" height="{tall}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
 
 
-def points(chart_id: str, marks: Sequence[Bar], unit: str) -> str:
-    """One ``circle.point`` per mark, joined by a line, categories left to right in the order given."""
+def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[str] | None = None) -> str:
+    """One ``circle.point`` per mark, joined by a line, categories left to right in the order given
+    (``categories``: every one in order, as :func:`stacked_bars` takes them; a line crosses those without)."""
+    categories = list(dict.fromkeys([*(categories or ()), *(m.x for m in marks)]))
     top = max((m.value for m in marks), default=0.0) or 1.0
-    band = (WIDTH - LEFT - RIGHT) / max(1, len(marks))
+    band = (WIDTH - LEFT - RIGHT) / max(1, len(categories))
     scale = (HEIGHT - TOP - BOTTOM) / top
-    places = [(LEFT + band * (i + 0.5), HEIGHT - BOTTOM - m.value * scale) for i, m in enumerate(marks)]
+    places = [(LEFT + band * (categories.index(m.x) + 0.5), HEIGHT - BOTTOM - m.value * scale) for m in marks]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in places)
     body = [f'<polyline class="line" points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>']
     for (x, y), mark in zip(places, marks, strict=True):
@@ -149,7 +151,7 @@ def points(chart_id: str, marks: Sequence[Bar], unit: str) -> str:
             f'<circle class="point" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
             f'data-value="{_attr(mark.text)}" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
             f"<title>{escape(f'{mark.x}: {mark.text} {unit}')}</title></circle>")
-    return _frame(chart_id, body + _x_labels([m.x for m in marks], band), top, unit)
+    return _frame(chart_id, body + _x_labels(categories, band), top, unit)
 
 
 def legend(series: Sequence[str]) -> str:

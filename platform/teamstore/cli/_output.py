@@ -77,8 +77,8 @@ def print_table(
 ) -> None:
     """Print a table whose cells are never cut short with '...' nor folded into pieces: the ``fixed`` columns
     (numbers, times, short versions) keep their width, so a cost is never ``0.0007`` over ``75``; text wraps
-    inside its cell, never narrower than :data:`TEXT_MIN` characters (or its longest value), so an id can be
-    copied whole. A table wider than the terminal even so (or than the 80 columns rich assumes for a file or
+    inside its cell, never narrower than :data:`TEXT_MIN` characters (or its longest value), every character
+    of it shown (``--json`` gives an id on one line). A table wider than the terminal even so (or than the 80 columns rich assumes for a file or
     a pipe, or ``COLUMNS``) is printed wider: the terminal wraps its lines, every value whole. ``out`` is stdout's
     console unless given (stderr's, for what a command shows before it asks a question, so ``--json`` output
     stays one document)."""

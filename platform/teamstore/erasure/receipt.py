@@ -193,7 +193,7 @@ def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
 
 def remains_elsewhere(
     received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None,
-    *, ended_at: datetime | None = None, matched: bool = True,
+    *, matched: bool = True,
 ) -> list[Remains]:
     """What outlives the erasure by design: database backups and the tracing backend's spans.
 
@@ -203,13 +203,13 @@ def remains_elsewhere(
         content_captured: Whether the operator opted in to message content in spans.
         backups_unreadable_by: When the key-encryption key that wraps the user's data key in backups taken
             before now is destroyed, given rotations on schedule (:func:`teamstore.keys.rotation.backups_unreadable_by`).
-        ended_at: When the erasure ended (now if not given): the user's rows were live until then, so backups
-            taken up to then hold them, and the last of those expires their retention after it.
         matched: Whether any store held something for the id (``False``: a request that found nothing, whose
             receipt claims no rows and no key).
 
     Returns:
-        One entry per place, with the date it ages out or becomes unreadable.
+        One entry per place, with the date it ages out or becomes unreadable. Backups are counted from now, the
+        receipt's making (as the request ends): the user's rows were live until then, so backups taken up to
+        then hold them, and the last of those expires its retention after it.
     """
     spans = (
         "spans (wherever workers export them over OTLP) carry only the pseudonymous subject key, now "
@@ -221,23 +221,20 @@ def remains_elsewhere(
             else "; no message content is exported"
         )
     )
-    expire = (ended_at or datetime.now(UTC)) + timedelta(days=knobs.backup_retention_days)
-    backups = Remains(what="database backups", until=expire, linkable=True,
-                      detail="backups taken before the erasure still hold the rows; they expire, never restored as-is")
+    expire = datetime.now(UTC) + timedelta(days=knobs.backup_retention_days)
+    until, detail = expire, "backups taken before the erasure still hold the rows; they expire, never restored as-is"
     if not matched:
-        backups = Remains(what="database backups", until=expire, linkable=True,
-                          detail="no store holds anything for this id now; backups taken earlier may still hold "
-                          "rows of it deleted before this request (an expired session, say) until they expire")
+        detail = ("no store holds anything for this id now; backups taken earlier may still hold rows of it "
+                  "deleted before this request (an expired session, say) until they expire")
     elif backups_unreadable_by is not None:
-        backups = Remains(
-            what="database backups", until=min(expire, backups_unreadable_by), linkable=True,
-            detail="backups taken before the erasure still hold the user's rows (ids in the clear, their words "
-            "sealed under the user's data key, wrapped there by the key-encryption key of the day). The erasure "
-            "destroyed the data key; the key-encryption key is rotated out and destroyed by "
-            f"{backups_unreadable_by:%Y-%m-%d} (key rotation on schedule), from when the words in those backups are "
-            "unreadable; rows written before sealing stay readable until the backups expire "
-            f"({expire:%Y-%m-%d}). Never restore one as-is",
-        )
+        until = min(expire, backups_unreadable_by)
+        detail = ("backups taken before the erasure still hold the user's rows (ids in the clear, their words "
+                  "sealed under the user's data key, wrapped there by the key-encryption key of the day). The erasure "
+                  "destroyed the data key; the key-encryption key is rotated out and destroyed by "
+                  f"{backups_unreadable_by:%Y-%m-%d} (key rotation on schedule), from when the words in those backups "
+                  "are unreadable; rows written before sealing stay readable until the backups expire "
+                  f"({expire:%Y-%m-%d}). Never restore one as-is")
+    backups = Remains(what="database backups", until=until, linkable=True, detail=detail)
     return [
         backups,
         Remains(

@@ -85,6 +85,8 @@ class Platform:
         memory: The user-memory store; by default one on ``engine``, sealing under users' data keys.
         on_close: Awaited last by :meth:`aclose`: how the composition root closes what it built for this
             platform (engine, stores, tracer provider).
+        create_tables: Make teamstore's tables in a database that has none, where ``settings`` migrate it
+            (``False`` for a command that only acts on what is stored).
 
     Raises:
         ConfigurationError: The installed autogen-core is not one whose spans teamstore can keep from the
@@ -103,8 +105,10 @@ class Platform:
         store: StateStore | None = None,
         memory: MemoryStore | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        create_tables: bool = True,
     ) -> None:
         self.engine = engine
+        self._create_tables = create_tables
         self.registry = registry
         self._settings = settings = settings or Settings()
         self.limits = SessionLimits.from_settings(settings)
@@ -162,7 +166,8 @@ class Platform:
         async with self._schema_lock:
             if self._schema_checked:
                 return
-            await ensure_current(self.engine, migrate=self.settings.should_auto_migrate)
+            await ensure_current(self.engine, migrate=self.settings.should_auto_migrate,
+                                 create=self._create_tables)
             await self.store.check_lease_mode()  # a worker of the other kind of lease fails here, at start
             self._schema_checked = True
 
