@@ -5,6 +5,7 @@ through the same path."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ async def test_the_team_reached_around_the_session_streams_through_it(platform: 
 
 
 async def test_a_consumer_that_stops_mid_stream_leaves_nothing_half_saved_and_the_session_goes_on(
-    platform: Platform,
+    platform: Platform, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with platform.session("alice", "s1", team=TEAM) as s:
         await s.run("first request")
@@ -120,6 +121,8 @@ async def test_a_consumer_that_stops_mid_stream_leaves_nothing_half_saved_and_th
     assert stopped is not None
     header, _ = await _transcript(platform, stopped)  # the stopped run is on record as it went
     assert header["error"] in ("GeneratorExit", "CancelledError")
+    # The team stopped as asked: no handler's cancellation is logged as an error.
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 async def test_a_cancelled_streaming_consumer_task_leaves_the_session_usable(platform: Platform) -> None:
@@ -145,13 +148,15 @@ async def test_a_cancelled_streaming_consumer_task_leaves_the_session_usable(pla
 
 
 async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts_apart_in_cost(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with counted_calls(monkeypatch) as calls:
+    with counted_calls(monkeypatch) as calls, caplog.at_level(logging.ERROR, "autogen_core"):
         calls.fail_at = 4
         async with platform.session("alice", "s1", team=TEAM) as s:
             with pytest.raises(RuntimeError):
                 await s.run(TASK)
+        # A failure is still logged as one (the cancellation filter passes everything else).
+        assert [r for r in caplog.records if r.name == "autogen_core" and r.levelno == logging.ERROR]
         calls.fail_at = None
         async with platform.session("alice", "s1", team=TEAM) as s:
             result = await s.continue_run()

@@ -66,6 +66,29 @@ def keep_content_out_of_logs() -> None:
             logger.setLevel(logging.WARNING)
 
 
+class _CancelledIsNotAnError(logging.Filter):
+    """Drops autogen-core's ERROR record of a message handler that was cancelled.
+
+    autogen-core logs every exception out of an agent's handler at ERROR, with its traceback, cancellation
+    included; a session cancels its team whenever the application does (a stream it stops reading, a request
+    timeout) or an erasure stops the run, so each would read as a failure in the service's logs. The run is
+    recorded as it went (its transcript's ``error`` names the cancellation); real errors are still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and issubclass(kind, asyncio.CancelledError))
+
+
+_CANCELLED = _CancelledIsNotAnError()
+
+
+def keep_cancellation_out_of_errors() -> None:
+    """Install :class:`_CancelledIsNotAnError` on autogen-core's logger (once per process)."""
+    logger = logging.getLogger("autogen_core")
+    if _CANCELLED not in logger.filters:
+        logger.addFilter(_CANCELLED)
+
+
 class Platform:
     """Sessions over one state database, one registry and a set of audit observers.
 
@@ -134,6 +157,7 @@ class Platform:
                                  spans=self.autogen_spans)
         if not self.settings.capture_message_content:
             keep_content_out_of_logs()
+        keep_cancellation_out_of_errors()
 
     @property
     def settings(self) -> Settings:
