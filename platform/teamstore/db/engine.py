@@ -199,7 +199,7 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
     try:
         async_url = to_async_url(url)
         parsed = make_url(async_url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigurationError(  # the URL is not repeated: it may hold a password
             "the database URL is not a URL (it does not parse as scheme://user:password@host/database)",
             hint="set TEAMSTORE_DATABASE_URL to a postgresql:// URL, or unset it for the embedded SQLite default",
