@@ -14,7 +14,7 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.app import open_platform
 from teamstore.audit.metrics import call_attributes
-from teamstore.audit.otlp import protocol
+from teamstore.audit.otlp import check_endpoint, protocol
 from teamstore.audit.schema import outbox
 from teamstore.erasure.schema import erasure_requests
 from teamstore.errors import ConfigurationError, SessionBusy
@@ -175,6 +175,27 @@ def test_a_protocol_teamstore_cannot_export_over_stops_the_platform_at_start(
         open_platform(_settings(tmp_path, registry))
     assert variable in raised.value.message and value in raised.value.message
     assert "grpc" in (raised.value.hint or "") and "http/protobuf" in (raised.value.hint or "")
+
+
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                                      "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"])
+@pytest.mark.parametrize("value", ["otel-collector:4318", "ftp://u:S3cretPW@collector", "http://u:S3cretPW@[::1",
+                                   "http://collector:notaport", "http://"])
+def test_an_http_endpoint_that_is_no_url_stops_the_platform_at_start(
+    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as raised:
+        open_platform(_settings(tmp_path, registry))
+    assert variable in raised.value.message and "S3cretPW" not in str(raised.value)
+    assert "http://" in (raised.value.hint or "")
+
+
+def test_a_grpc_endpoint_may_be_host_and_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "otel-collector:4317")
+    check_endpoint("traces", "grpc")  # gRPC's exporter takes it as it is
+    with pytest.raises(ConfigurationError):
+        check_endpoint("traces", "http/protobuf")
 
 
 def test_a_signals_own_protocol_variable_overrides_the_general_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,8 @@
 
 ``http/protobuf`` (the default, port 4318) and ``grpc`` (port 4317) both work, for each signal on its own;
 any other value is refused at start with :class:`ConfigurationError` rather than ignored, so a collector
-that listens on the other protocol is never sent nothing silently. Endpoints, headers, compression,
+that listens on the other protocol is never sent nothing silently; so is an OTLP/HTTP endpoint that is no
+``http(s)://`` URL. Endpoints, headers, compression,
 certificates and temporality are read by the exporters themselves from the same variables.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 from typing import TYPE_CHECKING, Any, Literal, cast
+from urllib.parse import urlsplit
 
 from teamstore.errors import ConfigurationError, MissingExtra
 
@@ -51,6 +53,30 @@ def protocol(signal: Signal) -> Protocol:
     )
 
 
+def check_endpoint(signal: Signal, chosen: Protocol) -> None:
+    """Refuse an OTLP/HTTP endpoint that is no ``http(s)://host`` URL: the exporter would fail at every export,
+    a warning at a time, and no span or point would ever arrive. (gRPC's exporter also takes ``host:port``.)
+
+    Raises:
+        ConfigurationError: The endpoint is not such a URL. The value is not repeated: it may carry credentials.
+    """
+    name = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+    variable = name if os.environ.get(name) else "OTEL_EXPORTER_OTLP_ENDPOINT"
+    value = os.environ.get(variable, "").strip()
+    if not value or chosen == "grpc":
+        return
+    try:
+        parts = urlsplit(value)
+        fine = parts.scheme.lower() in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number, an unclosed [
+        fine = False
+    if not fine:
+        raise ConfigurationError(
+            f"{variable} is not an http:// or https:// URL with a host, so {signal} would not be exported",
+            hint="set it to the collector's URL, e.g. http://otel-collector:4318, or unset it",
+        )
+
+
 def _timeout(signal: Signal) -> float | None:
     explicit = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or os.environ.get(
         "OTEL_EXPORTER_OTLP_TIMEOUT"
@@ -71,6 +97,7 @@ _EXPORTERS: dict[Signal, tuple[str, str]] = {
 
 def _exporter(signal: Signal, what: str) -> Any:
     chosen = protocol(signal)
+    check_endpoint(signal, chosen)
     module, name = _EXPORTERS[signal]
     package = "grpc" if chosen == "grpc" else "http"
     try:
