@@ -63,8 +63,25 @@ def test_a_database_url_that_does_not_parse_is_a_configuration_error_that_hides_
     with pytest.raises(ConfigurationError) as info:
         create_engine("app:s3cret-pw@db.internal/teamstore")  # the scheme forgotten
     assert "s3cret-pw" not in info.value.message and "TEAMSTORE_DATABASE_URL" in (info.value.hint or "")
-    with pytest.raises(ConfigurationError):
-        create_engine("garbage")
+    for url in ("garbage", "postgresql://app:s3cret-pw@db.internal:notaport/teamstore"):  # ValueError: the port
+        with pytest.raises(ConfigurationError) as info:
+            create_engine(url)
+        assert "is not a URL" in info.value.message and "s3cret-pw" not in str(info.value)
+        assert info.value.__suppress_context__
+
+
+@pytest.mark.parametrize("variable", ["TEAMSTORE_HOME", "TEAMSTORE_REGISTRY_PATH", "TEAMSTORE_KEY_FILE",
+                                      "TEAMSTORE_PRICES_PATH", "TEAMSTORE_DATABASE_URL", "TEAMSTORE_KMS_KEY_ID",
+                                      "TEAMSTORE_STATE_TTL_DAYS", "TEAMSTORE_AUTO_MIGRATE"])
+def test_an_empty_variable_is_an_unset_one(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    # A deploy script's `TEAMSTORE_KEY_FILE=$UNSET` put the key file, the registry's git repository or the
+    # whole home in the working directory (Path("") is "."), or failed to parse.
+    monkeypatch.delenv(variable, raising=False)
+    unset = Settings()
+    monkeypatch.setenv(variable, "")
+    assert Settings() == unset
+    monkeypatch.setenv("TEAMSTORE_ERASURE_DUE_DAYS", "")
+    assert ErasureSettings().due_days == 30
 
 
 def test_the_command_line_reports_a_bad_setting_without_a_traceback(tmp_path: Path) -> None:

@@ -62,10 +62,11 @@ def _describe(err: Any, prefix: str) -> str:
 class Settings(TypedSettings):
     """Everything teamstore reads from the environment.
 
-    Unset paths and URLs derive from ``home``, so ``TEAMSTORE_HOME`` alone moves the embedded default.
+    Unset paths and URLs derive from ``home``, so ``TEAMSTORE_HOME`` alone moves the embedded default. An
+    empty variable is an unset one (``TEAMSTORE_KEY_FILE=`` is the default key file, never the working folder).
     """
 
-    model_config = SettingsConfigDict(env_prefix="TEAMSTORE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TEAMSTORE_", extra="ignore", env_ignore_empty=True)
 
     home: Path = Field(default=Path(".teamstore"), description="Root of the embedded default.")
     registry_path: Path | None = Field(default=None, description="Git repository of team definitions.")

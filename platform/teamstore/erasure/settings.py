@@ -21,7 +21,7 @@ from teamstore.settings import TypedSettings
 class ErasureSettings(TypedSettings):
     """Deadlines, retention of what teamstore cannot delete, and timing of the fence."""
 
-    model_config = SettingsConfigDict(env_prefix="TEAMSTORE_ERASURE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TEAMSTORE_ERASURE_", extra="ignore", env_ignore_empty=True)
 
     due_days: int = Field(default=30, gt=0, le=MAX_DAYS, description="Deadline: received + this many days.")
     backup_retention_days: int = Field(
