@@ -4,6 +4,7 @@ every fault a typed error with nothing written."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from datetime import UTC, datetime
@@ -123,6 +124,28 @@ async def test_a_missing_key_file_is_a_clear_error_and_nothing_is_written(engine
             await fresh.seal(user, b"more", "state/s1")
         assert "restore the key file" in (info.value.hint or "")
     assert not Settings().resolved_key_file.exists(), "no new key file is made over a lost one"
+    assert [r.user_id for r in await _rows(engine)] == ["alice"]
+
+
+@pytest.mark.parametrize("damage", ["cut", "not base64", "a number", "destroyed not a list"])
+async def test_a_key_file_damaged_by_hand_is_a_typed_error_and_no_new_key_is_made(
+    engine: AsyncEngine, damage: str
+) -> None:
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "state/s1")
+    path = Settings().resolved_key_file
+    doc = json.loads(path.read_text())
+    (kek_id, material), = doc["keys"].items()
+    doc["keys"][kek_id] = {"cut": material[:20], "not base64": "~" * 44, "a number": 5}.get(damage, material)
+    if damage == "destroyed not a list":
+        doc["destroyed"] = None
+    path.write_text(json.dumps(doc))
+    damaged = path.read_bytes()
+    fresh = KeyService.from_settings(engine, Settings())
+    for user in ("alice", "bob"):  # an existing user's key cannot be unwrapped, a new user's cannot be wrapped
+        with pytest.raises(KeyUnavailable) as info:
+            await fresh.seal(user, b"more", "state/s1")
+        assert "restore" in (info.value.hint or "")
+    assert path.read_bytes() == damaged, "the file is left for its backup to replace"
     assert [r.user_id for r in await _rows(engine)] == ["alice"]
 
 

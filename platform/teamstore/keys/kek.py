@@ -19,6 +19,7 @@ read is refused. Losing it makes every payload sealed under it unreadable, for g
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import fcntl
 import json
@@ -104,6 +105,22 @@ def damaged(kek_id: str) -> DataKeyDamaged:
     )
 
 
+def _material(encoded: object) -> bytes | None:
+    """A key file entry's 32 bytes of key material; ``None`` when the entry is not that (edited, cut short)."""
+    if not isinstance(encoded, str):
+        return None
+    try:
+        material = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return material if len(material) == 32 else None
+
+
+def _ids(value: object) -> bool:
+    """Whether ``value`` is a list of key ids (the file's destroyed keys)."""
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
 class LocalKeyFile:
     """The local key file: every local key-encryption key, current and retired, by id.
 
@@ -140,7 +157,15 @@ class LocalKeyFile:
                 hint="point TEAMSTORE_KEY_FILE at the key file this database was used with (restore it from its "
                 "own backup); never make a new one: the data keys wrapped by the old one would be lost",
             )
-        return LocalKek(kek_id, base64.b64decode(encoded))
+        material = _material(encoded)
+        if material is None:
+            raise KeyUnavailable(
+                f"the key file {self.path} is damaged: its entry for the key-encryption key {kek_id} is not 32 bytes "
+                "of base64",
+                hint="restore the key file from its own backup; never make a new one: the data keys wrapped by the "
+                "damaged key would be lost",
+            )
+        return LocalKek(kek_id, material)
 
     def create(self) -> str:
         """Add a new key to the file (making the file, owner-only, if there is none); its id."""
@@ -199,10 +224,10 @@ class LocalKeyFile:
         except (OSError, ValueError) as exc:
             raise KeyUnavailable(f"the key file {self.path} could not be read ({type(exc).__name__})",
                                  hint="check its permissions, or restore it from its backup") from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("keys"), dict):
+        if (not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("keys"), dict)
+                or not _ids(doc.setdefault("destroyed", []))):
             raise KeyUnavailable(f"the key file {self.path} is not a teamstore key file (format {FORMAT})",
                                  hint="restore it from its backup")
-        doc.setdefault("destroyed", [])
         return doc
 
     def _write(self, doc: dict[str, Any]) -> None:
