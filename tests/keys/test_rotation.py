@@ -116,6 +116,10 @@ async def test_a_damaged_key_row_is_reported_and_keeps_its_key_encryption_key_al
     async with engine.connect() as conn:
         kept = (await conn.execute(select(key_encryption_keys).where(key_encryption_keys.c.kek_id == first))).one()
     assert kept.retired_at is not None and kept.destroyed_at is None, "bob's key may still be restored"
+    again = await rotate(keys, retire_days=0)
+    assert again.created and again.kek_id != report.kek_id, "the damaged row holds back no later rotation"
+    assert again.damaged == [damaged] and again.rewrapped == 2
+    assert set((await _keks(engine)).values()) == {first, again.kek_id}
 
 
 async def _seal_once() -> None:

@@ -14,8 +14,9 @@ is unreadable for the erased user at most ``key_rotation_days + key_retire_days`
 ``retire``) after it, given rotations on schedule.
 
 A rotation stopped half-way (KMS unreachable, a killed process) is resumed by running it again: while some
-live data key is not under the current KEK, ``rotate`` finishes that one instead of making another. A KEK is
-destroyed only once no data key names it; a damaged row keeps its KEK alive, and is reported.
+live data key is still to move to the current KEK, ``rotate`` finishes that one instead of making another. A KEK
+is destroyed only once no data key names it; a damaged row keeps its KEK alive, and is reported (it holds back
+no later rotation).
 """
 
 from __future__ import annotations
@@ -89,15 +90,17 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
     """
     current = await keys.current_kek()
     target = await asyncio.to_thread(keys.ring.kms.resolve, to) if to is not None else None
-    resuming = await _not_under(keys.engine, current) > 0 and target in (None, current)
-    created = False
-    if not resuming and target != current:
-        new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
-        await _make_current(keys.engine, new, retire_days)
-        current, created = new, True
-    report = RotationReport(current, created)
+    report = RotationReport(current, False)
     try:
-        await _rewrap_all(keys, current, report, batch, on_batch)
+        if target in (None, current):
+            # Finish a rotation that stopped half-way rather than begin another. What this moves says whether
+            # one had stopped: a damaged row is never moved, and must not hold back every rotation after it.
+            await _rewrap_all(keys, current, report, batch, on_batch)
+        if not (report.rewrapped or report.gone) and target != current:
+            new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
+            await _make_current(keys.engine, new, retire_days)
+            report = RotationReport(new, True)
+            await _rewrap_all(keys, new, report, batch, on_batch)
     except KeyUnavailable as exc:
         raise KeyUnavailable(
             f"the rotation stopped after re-wrapping {report.rewrapped} data key(s): {exc.message}",
@@ -105,15 +108,6 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         ) from exc
     report.destroyed = await retire(keys)
     return report
-
-
-async def _not_under(engine: AsyncEngine, kek_id: str) -> int:
-    try:
-        async with engine.connect() as conn:
-            return int(await conn.scalar(select(func.count()).select_from(data_keys).where(
-                data_keys.c.kek_id != kek_id)) or 0)
-    except SQLAlchemyError as exc:
-        raise _failed(exc, "count the data keys to re-wrap") from exc
 
 
 async def _make_current(engine: AsyncEngine, kek_id: str, retire_days: int) -> None:
