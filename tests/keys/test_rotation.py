@@ -20,7 +20,7 @@ from teamstore.db.engine import create_engine
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.errors import KeyDestroyed, KeyUnavailable
 from teamstore.keys import KeyService
-from teamstore.keys.rotation import rotate, status
+from teamstore.keys.rotation import RotationReport, rotate, status
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.settings import Settings
 from tests.keys.outage import Outage
@@ -120,6 +120,45 @@ async def test_a_damaged_key_row_is_reported_and_keeps_its_key_encryption_key_al
     assert again.created and again.kek_id != report.kek_id, "the damaged row holds back no later rotation"
     assert again.damaged == [damaged] and again.rewrapped == 2
     assert set((await _keks(engine)).values()) == {first, again.kek_id}
+
+
+async def test_a_rotation_begun_while_another_makes_its_key_current_joins_that_one(
+    keys: KeyService, engine: AsyncEngine
+) -> None:
+    sealed = await _sealed_for_all(keys)
+    first, loop = await keys.current_kek(), asyncio.get_running_loop()
+    late = KeyService.from_settings(engine, Settings())
+    create, other = late.ring.create, {}
+
+    def another_rotation_first(to: str | None, like: str) -> str:
+        # Both read `first` as current; the other one makes its key current before this one does.
+        other["report"] = asyncio.run_coroutine_threadsafe(rotate(keys, retire_days=7), loop).result()
+        return create(to, like)
+
+    late.ring.create = another_rotation_first  # type: ignore[method-assign]
+    joined = await rotate(late, retire_days=7)
+    assert other["report"].created and not joined.created and joined.kek_id == other["report"].kek_id
+    states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}
+    assert states == {first: "retired", joined.kek_id: "current"}, "one rotation, one new key-encryption key"
+    assert set((await _keks(engine)).values()) == {joined.kek_id}
+    for user, blob in sealed.items():
+        assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
+
+
+async def test_keys_another_rotation_moved_meanwhile_are_not_reported_as_erased(
+    keys: KeyService, engine: AsyncEngine
+) -> None:
+    await _sealed_for_all(keys)
+    other: dict[str, RotationReport] = {}
+
+    async def another_rotation_meanwhile() -> None:
+        if not other:
+            other["report"] = await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)
+
+    report = await rotate(keys, retire_days=7, batch=1, on_batch=another_rotation_meanwhile)
+    assert not other["report"].created and other["report"].rewrapped == 3, "the other one finished this rotation"
+    assert report.created and (report.rewrapped, report.gone) == (0, 0), "no user was erased meanwhile"
+    assert set((await _keks(engine)).values()) == {report.kek_id}
 
 
 async def _seal_once() -> None:

@@ -97,10 +97,8 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
             # one had stopped: a damaged row is never moved, and must not hold back every rotation after it.
             await _rewrap_all(keys, current, report, batch, on_batch)
         if not (report.rewrapped or report.gone) and target != current:
-            new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
-            await _make_current(keys.engine, new, retire_days)
-            report = RotationReport(new, True)
-            await _rewrap_all(keys, new, report, batch, on_batch)
+            report = await _begin(keys, current, target, retire_days)
+            await _rewrap_all(keys, report.kek_id, report, batch, on_batch)
     except KeyUnavailable as exc:
         raise KeyUnavailable(
             f"the rotation stopped after re-wrapping {report.rewrapped} data key(s): {exc.message}",
@@ -110,18 +108,34 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
     return report
 
 
-async def _make_current(engine: AsyncEngine, kek_id: str, retire_days: int) -> None:
-    """Retire the current KEK (destroyed ``retire_days`` from now) and record ``kek_id`` as current, at once."""
+async def _begin(keys: KeyService, current: str, target: str | None, retire_days: int) -> RotationReport:
+    """Make a new KEK (or ``target``) current in ``current``'s place; if another rotation replaced ``current``
+    first, join that one instead (a new KEK made here for nothing is destroyed again)."""
+    new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
+    if await _make_current(keys.engine, current, new, retire_days):
+        return RotationReport(new, True)
+    if target is None:
+        await asyncio.to_thread(keys.ring.destroy, new)
+    return RotationReport(await keys.current_kek(), False)
+
+
+async def _make_current(engine: AsyncEngine, current: str, kek_id: str, retire_days: int) -> bool:
+    """Retire ``current`` (destroyed ``retire_days`` from now) and record ``kek_id`` as current, at once; False,
+    and nothing changed, when ``current`` is current no longer (another rotation came first)."""
     now, k = datetime.now(UTC), key_encryption_keys.c
     try:
         async with engine.begin() as conn:
-            await conn.execute(update(key_encryption_keys).where(k.retired_at.is_(None), k.kek_id != kek_id).values(
+            retired = await conn.execute(update(key_encryption_keys).where(
+                k.retired_at.is_(None), k.kek_id == current).values(
                 retired_at=now, destroy_after=now + timedelta(days=retire_days)))
+            if not retired.rowcount:
+                return False  # nothing written
             await conn.execute(insert_new(engine.dialect.name, key_encryption_keys).values(kek_id=kek_id, created_at=now))
             await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(
                 retired_at=None, destroy_after=None, destroyed_at=None))
     except SQLAlchemyError as exc:
         raise _failed(exc, "record the new key-encryption key") from exc
+    return True
 
 
 async def _rewrap_all(keys: KeyService, current: str, report: RotationReport, batch: int,
@@ -168,8 +182,8 @@ async def _rewrap(keys: KeyService, current: str, report: RotationReport, user_i
         raise _failed(exc, "store a re-wrapped data key") from exc
     if moved:
         report.rewrapped += 1
-    else:
-        report.gone += 1
+    elif not await keys.key_exists(key_id):
+        report.gone += 1  # else another rotation running at the same time moved it
 
 
 async def retire(keys: KeyService, now: datetime | None = None) -> list[str]:
