@@ -180,3 +180,20 @@ def test_the_keys_commands_show_rotate_and_retire(monkeypatch: pytest.MonkeyPatc
     assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {"destroyed": []}
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
     assert states == ["current", "destroyed"]
+
+
+@pytest.mark.s3
+async def test_kms_key_id_naming_a_retired_and_destroyed_key_still_serves_new_users(
+    engine: AsyncEngine, kms_key: str
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    report = await rotate(keys, retire_days=0)
+    assert report.created and len(report.destroyed) == 1, "TEAMSTORE_KMS_KEY_ID's key is destroyed"
+    fresh = KeyService.from_settings(engine, Settings())  # a worker started since, the variable as deployed
+    blob = await fresh.seal("bob", b"his words", "memory/facts")
+    assert await fresh.open("bob", blob, "memory/facts") == b"his words"
+    assert (await rotate(fresh, retire_days=0)).created
+    # Once its window ends KMS deletes the key, and the alias the variable may name with it.
+    gone = KeyService.from_settings(engine, Settings(kms_key_id="alias/deleted-with-its-key"))
+    assert await gone.open("bob", await gone.seal("bob", b"more", "memory/facts"), "memory/facts") == b"more"

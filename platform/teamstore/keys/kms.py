@@ -148,6 +148,19 @@ class KmsKeys:
         """The KEK id of the KMS key ``key`` names (an id, ARN or alias), by its ARN.
 
         Raises:
+            ConfigurationError: KMS knows no such key (or this role may not describe it), or it is not enabled.
+            KeyUnavailable: KMS failed.
+        """
+        kek_id, state = self.describe(key)
+        if state != "Enabled":
+            raise ConfigurationError(f"the KMS key {key!r} is {state}, not enabled",
+                                     hint="enable it, or name another key")
+        return kek_id
+
+    def describe(self, key: str) -> tuple[str, str]:
+        """The KEK id of the KMS key ``key`` names, and its state (``Enabled``, ``PendingDeletion``, ...).
+
+        Raises:
             ConfigurationError: KMS knows no such key (or this role may not describe it).
             KeyUnavailable: KMS failed.
         """
@@ -163,10 +176,7 @@ class KmsKeys:
                     "kms:DescribeKey, kms:Encrypt and kms:Decrypt on it",
                 ) from None
             raise unavailable(exc, "describe the key") from None
-        if meta.get("KeyState") != "Enabled":
-            raise ConfigurationError(f"the KMS key {key!r} is {meta.get('KeyState')}, not enabled",
-                                     hint="enable it, or name another key")
-        return f"{KMS}{meta['Arn']}"
+        return f"{KMS}{meta['Arn']}", str(meta.get("KeyState"))
 
     def create(self) -> str:
         """A new symmetric KMS key for a rotation (``kms:CreateKey``); its KEK id.

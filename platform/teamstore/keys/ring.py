@@ -29,6 +29,7 @@ class KeyRing:
     def __init__(self, key_file: LocalKeyFile, kms: KmsKeys | None = None, kms_key_id: str | None = None) -> None:
         self.key_file, self.kms, self.kms_key_id = key_file, kms or KmsKeys(), kms_key_id
         self._configured: str | None = None  # TEAMSTORE_KMS_KEY_ID resolved to its ARN, once per process
+        self._unusable = False  # ... or found disabled or scheduled for deletion, once per process
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KeyRing:
@@ -56,6 +57,23 @@ class KeyRing:
         if self._configured is None:
             self._configured = self.kms.resolve(self.kms_key_id)
         return self._configured
+
+    def configured_usable(self) -> str | None:
+        """:meth:`configured` if that KMS key is enabled; ``None`` when unset, or when KMS holds the key disabled
+        or scheduled for deletion (a key a rotation retired, which the deployment's variable still names).
+
+        Raises:
+            ConfigurationError: KMS knows no such key (an alias goes when its key is deleted).
+            KeyUnavailable: KMS failed.
+        """
+        if self.kms_key_id is None or self._configured is not None or self._unusable:
+            return self._configured
+        kek_id, state = self.kms.describe(self.kms_key_id)
+        if state != "Enabled":
+            self._unusable = True  # no DescribeKey for every new user's key
+            return None
+        self._configured = kek_id
+        return kek_id
 
     def bootstrap(self) -> str:
         """The KEK a database with none recorded starts with: ``TEAMSTORE_KMS_KEY_ID``'s, else the key file's

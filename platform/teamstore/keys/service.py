@@ -43,6 +43,7 @@ from teamstore.errors import (
     StoreUnavailable,
 )
 from teamstore.keys import sealed
+from teamstore.keys.kek import KMS
 from teamstore.keys.ring import KeyRing
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.settings import Settings
@@ -272,7 +273,7 @@ class KeyService:
             await self._record_first(first)
             current = await self._recorded_current()
             assert current is not None
-        configured = await asyncio.to_thread(self.ring.configured)
+        configured = await self._configured_usable()
         if configured is not None and configured != current and not await self._recorded(configured):
             raise ConfigurationError(
                 "TEAMSTORE_KMS_KEY_ID names a KMS key this database has never used: its data keys are wrapped by "
@@ -281,6 +282,26 @@ class KeyService:
                 "variable to go on as before",
             )
         return current
+
+    async def _configured_usable(self) -> str | None:
+        """The KMS key ``TEAMSTORE_KMS_KEY_ID`` names, if it could wrap data keys: only such a key, left unused,
+        is worth refusing over. The variable goes on naming the database's first KMS key after rotations have
+        retired and destroyed it (KMS then knows it disabled, then not at all: its aliases go with it)."""
+        try:
+            return await asyncio.to_thread(self.ring.configured_usable)
+        except ConfigurationError:
+            if await self._destroyed_kms():
+                return None  # the variable may well name a key this database destroyed
+            raise
+
+    async def _destroyed_kms(self) -> bool:
+        k = key_encryption_keys.c
+        try:
+            async with self.engine.connect() as conn:
+                return bool(await conn.scalar(select(exists().where(k.kek_id.startswith(KMS),
+                                                                    k.destroyed_at.is_not(None)))))
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "read the key-encryption keys") from exc
 
     async def _recorded_current(self) -> str | None:
         k = key_encryption_keys.c
