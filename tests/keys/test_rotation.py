@@ -83,6 +83,24 @@ async def test_a_rotation_kms_cut_short_is_finished_by_running_it_again(
         proxy.stop()
 
 
+async def test_a_rotation_with_the_key_file_missing_makes_no_new_file_and_changes_nothing(
+    engine: AsyncEngine
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await _sealed_for_all(keys)
+    first, path = await keys.current_kek(), Settings().resolved_key_file
+    kept = path.read_bytes()
+    path.unlink()
+    with pytest.raises(KeyUnavailable, match="missing"):
+        await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)
+    assert not path.exists(), "a new file would be overwritten by the lost one's backup, and its keys lost with it"
+    states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}
+    assert states == {first: "current"} and set((await _keks(engine)).values()) == {first}
+    path.write_bytes(kept)  # restored from its backup: the rotation runs
+    path.chmod(0o600)
+    assert (await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)).rewrapped == 3
+
+
 async def test_a_user_erased_while_a_rotation_runs_stays_erased(
     keys: KeyService, engine: AsyncEngine, tmp_path: Path
 ) -> None:

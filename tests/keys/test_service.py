@@ -153,7 +153,7 @@ async def test_another_key_file_than_the_databases_is_refused(engine: AsyncEngin
                                                                tmp_path: Any) -> None:
     await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "state/s1")
     monkeypatch.setenv("TEAMSTORE_KEY_FILE", str(tmp_path / "other.json"))
-    KeyService.from_settings(engine, Settings()).ring.key_file.create()  # a file of its own, another key in it
+    KeyService.from_settings(engine, Settings()).ring.key_file.first()  # a file of its own, another key in it
     with pytest.raises(KeyUnavailable, match="holds no key-encryption key"):
         await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
 

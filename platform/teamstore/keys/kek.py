@@ -3,7 +3,8 @@
     from teamstore.keys.kek import LocalKeyFile
 
     keys = LocalKeyFile(Path(".teamstore/key-encryption-keys.json"))
-    kek_id = keys.create()                      # a new key in the file (made owner-only, 0600)
+    kek_id = keys.first()                       # a new home's key (the file made owner-only, 0600)
+    kek_id = keys.create()                      # a rotation's new key, beside the others
     wrapped = keys.get(kek_id).wrap(data_key, key_id)
     keys.destroy(kek_id)                        # its material gone; the id kept, to say so later
 
@@ -168,12 +169,16 @@ class LocalKeyFile:
         return LocalKek(kek_id, material)
 
     def create(self) -> str:
-        """Add a new key to the file (making the file, owner-only, if there is none); its id."""
+        """Add a new key to the file (a rotation's); its id. A new home's file is made by :meth:`first`.
+
+        Raises:
+            KeyUnavailable: The file is missing or unreadable: a new file here would hold the new key alone, and
+                restoring the lost one over it (as the error says to) would lose every data key wrapped since.
+        """
         kek_id = f"{LOCAL}{secrets.token_hex(16)}"
         material = base64.b64encode(os.urandom(32)).decode("ascii")
         with self._locked():
-            doc: dict[str, Any] = (self._read() if self.path.exists()
-                                   else {"format": FORMAT, "keys": {}, "destroyed": []})
+            doc = self._read()
             doc["keys"][kek_id] = material
             self._write(doc)
         return kek_id
