@@ -101,6 +101,23 @@ async def test_a_rotation_with_the_key_file_missing_makes_no_new_file_and_change
     assert (await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)).rewrapped == 3
 
 
+async def test_a_rotation_with_another_key_file_than_the_databases_changes_neither(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await _sealed_for_all(keys)
+    first = await keys.current_kek()
+    monkeypatch.setenv("TEAMSTORE_KEY_FILE", str(tmp_path / "other.json"))
+    other = KeyService.from_settings(engine, Settings())
+    other.ring.key_file.first()  # a file of its own, another key in it
+    before = (tmp_path / "other.json").read_bytes()
+    with pytest.raises(KeyUnavailable, match="holds no key-encryption key"):
+        await rotate(other, retire_days=7)
+    assert (tmp_path / "other.json").read_bytes() == before
+    states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}
+    assert states == {first: "current"} and set((await _keks(engine)).values()) == {first}
+
+
 async def test_a_user_erased_while_a_rotation_runs_stays_erased(
     keys: KeyService, engine: AsyncEngine, tmp_path: Path
 ) -> None:

@@ -111,6 +111,9 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
 async def _begin(keys: KeyService, current: str, target: str | None, retire_days: int) -> RotationReport:
     """Make a new KEK (or ``target``) current in ``current``'s place; if another rotation replaced ``current``
     first, join that one instead (a new KEK made here for nothing is destroyed again)."""
+    # The current KEK must be where this process looks (a key file that is not the database's would take the
+    # new key, and workers given the right file could not use it).
+    await asyncio.to_thread(keys.ring.get, current)
     new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
     if await _make_current(keys.engine, current, new, retire_days):
         return RotationReport(new, True)
