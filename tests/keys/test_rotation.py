@@ -20,7 +20,7 @@ from teamstore.db.engine import create_engine
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.errors import KeyDestroyed, KeyUnavailable
 from teamstore.keys import KeyService
-from teamstore.keys.rotation import RotationReport, rotate, status
+from teamstore.keys.rotation import RotationReport, retire, rotate, status
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.settings import Settings
 from tests.keys.outage import Outage
@@ -116,6 +116,26 @@ async def test_a_rotation_with_another_key_file_than_the_databases_changes_neith
     assert (tmp_path / "other.json").read_bytes() == before
     states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}
     assert states == {first: "current"} and set((await _keks(engine)).values()) == {first}
+
+
+async def test_a_retire_with_another_key_file_than_the_databases_destroys_nothing_and_says_so(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await _sealed_for_all(keys)
+    first, path = await keys.current_kek(), Settings().resolved_key_file
+    await rotate(keys, retire_days=7)
+    monkeypatch.setenv("TEAMSTORE_KEY_FILE", str(tmp_path / "other.json"))
+    other = KeyService.from_settings(engine, Settings())
+    other.ring.key_file.first()  # a file of its own, another key in it
+    with pytest.raises(KeyUnavailable, match="holds no key-encryption key"):
+        await retire(other, now=datetime.now(UTC) + timedelta(days=8))
+    assert first in json.loads(path.read_text())["keys"], "the retired key's material is still in its file"
+    states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}
+    assert states[first] == "retired", "not recorded as destroyed while its material lives on"
+    monkeypatch.delenv("TEAMSTORE_KEY_FILE")
+    assert await retire(keys, now=datetime.now(UTC) + timedelta(days=8)) == [first]
+    assert first not in json.loads(path.read_text())["keys"]
 
 
 async def test_a_user_erased_while_a_rotation_runs_stays_erased(

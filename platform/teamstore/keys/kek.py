@@ -204,12 +204,25 @@ class LocalKeyFile:
         return str(keys[0])
 
     def destroy(self, kek_id: str) -> None:
-        """Remove ``kek_id``'s material from the file, keeping its id among the destroyed."""
+        """Remove ``kek_id``'s material from the file, keeping its id among the destroyed.
+
+        Raises:
+            KeyUnavailable: The file neither holds ``kek_id`` nor lists it as destroyed (another file): the key
+                would live on in the database's own file, while the database recorded it destroyed.
+        """
         with self._locked():
             doc = self._read()
-            if doc["keys"].pop(kek_id, None) is not None or kek_id not in doc["destroyed"]:
-                doc["destroyed"] = sorted({*doc["destroyed"], kek_id})
-                self._write(doc)
+            if kek_id in doc["destroyed"] and kek_id not in doc["keys"]:
+                return
+            if doc["keys"].pop(kek_id, None) is None:
+                raise KeyUnavailable(
+                    f"the key file {self.path} holds no key-encryption key {kek_id}, which the database retired: "
+                    "nothing was destroyed",
+                    hint="point TEAMSTORE_KEY_FILE at the key file this database is used with, then run `teamstore "
+                    "keys retire` again",
+                )
+            doc["destroyed"] = sorted({*doc["destroyed"], kek_id})
+            self._write(doc)
 
     def _read(self) -> dict[str, Any]:
         try:
