@@ -138,6 +138,20 @@ async def test_a_retire_with_another_key_file_than_the_databases_destroys_nothin
     assert first not in json.loads(path.read_text())["keys"]
 
 
+async def test_a_key_file_kept_elsewhere_behind_a_symlink_gets_the_new_key_itself(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await _sealed_for_all(keys)
+    path, kept = Settings().resolved_key_file, tmp_path / "backed-up" / "kek.json"
+    kept.parent.mkdir(mode=0o700)
+    path.rename(kept)
+    path.symlink_to(kept)
+    report = await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)
+    assert path.is_symlink(), "the link is kept"
+    assert report.kek_id in json.loads(kept.read_text())["keys"], "the file backed up holds the key now current"
+
+
 async def test_a_user_erased_while_a_rotation_runs_stays_erased(
     keys: KeyService, engine: AsyncEngine, tmp_path: Path
 ) -> None:

@@ -249,14 +249,17 @@ class LocalKeyFile:
         return doc
 
     def _write(self, doc: dict[str, Any]) -> None:
-        make_folder(self.path.parent, PRIVATE)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")  # 0600
+        # Through a symlink to the file itself (kept apart, on a volume that is backed up): replacing the link
+        # would leave the new key only here, and the backed-up file without it.
+        target = self.path.resolve()
+        make_folder(target.parent, PRIVATE)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(doc, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
