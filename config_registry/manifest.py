@@ -188,7 +188,8 @@ class Manifest(BaseModel):
     def _references(cls, value: dict[str, str]) -> dict[str, str]:
         for path, reference in value.items():
             if not SECRET_REFERENCE.fullmatch(reference):
-                raise ValueError(f"{path}: reference {reference!r} must look like 'env:VARIABLE_NAME'")
+                # Not quoted: a reference given wrong is most often the secret's value itself (PATH=$VAR).
+                raise ValueError(f"{path}: the reference is not 'env:VARIABLE_NAME' (a variable's name, not its value)")
         return value
 
     @property

@@ -16,6 +16,8 @@ from tests.registry.conftest import triage_json
 
 runner = CliRunner()
 ADD = ["registry", "add", "support_triage", "--persist", "researcher", "--context-bound", "20"]
+KEY_PATH = "participants.0.config.model_client.config.api_key"
+KEY = "sk-proj-hunter2SECRET0123456789abcd"
 
 
 def invoke(*args: str) -> Any:
@@ -147,6 +149,15 @@ def test_secret_option_stores_a_reference(registry_path: Path, monkeypatch: pyte
     shown = as_json("registry", "show", "support_triage_openai")
     assert set(shown["allowances"]["secrets"].values()) == {"env:OPENAI_API_KEY"}
     assert "sk-never-stored" not in git(registry_path, "log", "-p")
+
+
+@pytest.mark.parametrize("given", [f"{KEY_PATH}={KEY}", KEY, f"{KEY_PATH}=env:OPENAI_API_KEY {KEY}"])
+def test_a_secret_option_given_the_key_itself_is_refused_without_printing_it(registry: Registry, given: str) -> None:
+    result = invoke("registry", "add", "support_triage_openai", "--factory", "teamstore.examples:support_triage_openai",
+                    "--secret", given)
+    assert result.exit_code == 1
+    assert "env:VAR" in " ".join(result.output.split())
+    assert "hunter2" not in result.output  # a CI log keeps what a command prints
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,8 @@ def _secrets(values: list[str]) -> dict[str, str]:
     for value in values:
         path, sep, reference = value.partition("=")
         if not sep or not path or not reference:
-            raise DefinitionInvalid(
-                f"--secret {value!r} is not PATH=env:VAR",
+            raise DefinitionInvalid(  # the value is not quoted: given wrong, it may be the secret itself
+                "a --secret is not PATH=env:VAR",
                 field="secrets",
                 hint="e.g. --secret participants.0.config.model_client.config.api_key=env:OPENAI_API_KEY",
             )
