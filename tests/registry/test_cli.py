@@ -160,6 +160,16 @@ def test_a_secret_option_given_the_key_itself_is_refused_without_printing_it(reg
     assert "hunter2" not in result.output  # a CI log keeps what a command prints
 
 
+def test_a_secret_path_given_twice_with_two_references_is_refused(registry: Registry) -> None:
+    args = ["registry", "add", "support_triage_openai", "--factory", "teamstore.examples:support_triage_openai",
+            *(f"--secret=participants.{i}.config.model_client.config.api_key=env:OPENAI_API_KEY" for i in range(3))]
+    result = invoke(*args, "--secret", f"{KEY_PATH}=env:OTHER_KEY")
+    assert result.exit_code == 1
+    assert f"--secret {KEY_PATH} is given twice" in " ".join(result.output.split())
+    assert invoke("registry", "list", "--json").stdout.strip() == "[]"
+    assert invoke(*args, "--secret", f"{KEY_PATH}=env:OPENAI_API_KEY").exit_code == 0  # the same one again is no conflict
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

@@ -53,7 +53,13 @@ def _secrets(values: list[str]) -> dict[str, str]:
                 field="secrets",
                 hint="e.g. --secret participants.0.config.model_client.config.api_key=env:OPENAI_API_KEY",
             )
-        pairs[path.strip()] = reference.strip()
+        path, reference = path.strip(), reference.strip()
+        if pairs.setdefault(path, reference) != reference:  # else the last one would win unseen
+            raise DefinitionInvalid(
+                f"--secret {path} is given twice, with two references",
+                field=f"secrets.{path}",
+                hint="give each path once, with the variable the worker reads it from",
+            )
     return pairs
 
 
