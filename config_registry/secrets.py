@@ -303,6 +303,19 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
         )
 
 
+def _check_key(path: str, key: str, parent: Any) -> None:
+    """Refuse a credential as an object's key (``"metadata": {"ghp_...": "ci"}``): a key is stored as it is,
+    and no reference can stand in for it. The error names the object, not the key."""
+    found = (value_credential(key) or url_credential(key)) if isinstance(parent, dict) else None
+    if found is not None:
+        owner = path[: -len(key) - 1]  # the key may hold dots itself
+        raise DefinitionInvalid(
+            f"has a key that holds a plaintext secret ({found}); the registry never stores secrets",
+            field=f"config.{owner}" if owner else "config",
+            hint="remove it from the definition: a secret goes in a value, declared with --secret PATH=env:VARIABLE",
+        )
+
+
 def check_free_text(field: str, value: str) -> None:
     """Refuse a credential in text stored beside the definition (a commit message, a label move's
     reason, the manifest's description, owner and notes), where no reference can stand in for it.
@@ -337,6 +350,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
     result = copy.deepcopy(dict(component))
     found: set[str] = set()
     for path, key, value, parent in list(walk(result.get("config"))):
+        _check_key(path, key, parent)
         if path in secrets:
             # Whatever the definition holds there (the mask, a reference, or the key itself, as in a header
             # that dump_component() does not mask) is replaced, never written.

@@ -269,6 +269,21 @@ def test_a_credential_in_text_stored_beside_the_definition_is_refused(registry: 
     assert "hunter2" not in _everything(registry)
 
 
+@pytest.mark.parametrize(
+    "key", ["ghp_16C7e42F292c6912E7710c838347Ae178B4a", "https://svc:hunter2@proxy.example", "Bearer hunter2-0123456789"]
+)
+def test_a_credential_as_an_objects_key_is_refused_without_naming_it(registry: Registry, key: str) -> None:
+    component = dump(_openai_agent())
+    component["config"]["metadata"] = {key: "ci", "team": "support"}  # AssistantAgent's free-form metadata
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "metadata")
+    assert caught.value.field == "config.metadata"
+    assert "key" in caught.value.message
+    assert key not in f"{caught.value.message} {caught.value.hint}"
+    component["config"]["metadata"] = {"ticket_prefix": "ghp", "team": "support"}
+    registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "metadata")
+
+
 def test_a_reference_added_by_hand_is_not_resolved(registry: Registry) -> None:
     registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:K"}), "v1")
     path = registry.path / "teams" / "support_triage" / "component.json"
