@@ -57,6 +57,8 @@ def check_definition(
         )
     for field in ("description", "owner", "notes"):
         check_free_text(f"manifest.{field}", getattr(manifest, field))
+    for index, prefix in enumerate(manifest.allowed_providers):  # a module name can be a token's shape too
+        check_free_text(f"manifest.allowed_providers.{index}", prefix)
     component = component_json(component)
     for field in ("description", "label"):
         check_free_text(field, str(component.get(field) or ""))

@@ -284,6 +284,14 @@ def test_a_credential_as_an_objects_key_is_refused_without_naming_it(registry: R
     registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "metadata")
 
 
+@pytest.mark.parametrize("prefix", ["ghp_16C7e42F292c6912E7710c838347Ae178B4a", "AKIAIOSFODNN7EXAMPLE"])
+def test_a_credential_given_as_an_allowed_provider_is_refused(registry: Registry, prefix: str) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", triage_json(), triage_manifest(allowed_providers=["mycompany.", prefix]), "v1")
+    assert caught.value.field == "manifest.allowed_providers.1"
+    registry.add("support_triage", triage_json(), triage_manifest(allowed_providers=["mycompany.agents."]), "v1")
+
+
 def test_a_reference_added_by_hand_is_not_resolved(registry: Registry) -> None:
     registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:K"}), "v1")
     path = registry.path / "teams" / "support_triage" / "component.json"
