@@ -77,7 +77,8 @@ def commit_definition(
 
 
 def check_actor(field: str, actor: str | None) -> None:
-    """Refuse an author git cannot record ('<>', blanks) or would silently change (control characters)."""
+    """Refuse an author git cannot record ('<>', blanks) or would silently change (control characters), or
+    one that holds a credential."""
     if actor is None:
         return
     name = actor.partition("<")[0].strip()
@@ -87,6 +88,7 @@ def check_actor(field: str, actor: str | None) -> None:
             field=field,
             hint="give a name, optionally with an email: 'Ada Lovelace <ada@example.com>'",
         )
+    check_free_text(field, actor)  # kept in the history beside the message
 
 
 def component_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:

@@ -292,6 +292,19 @@ def test_a_credential_given_as_an_allowed_provider_is_refused(registry: Registry
     registry.add("support_triage", triage_json(), triage_manifest(allowed_providers=["mycompany.agents."]), "v1")
 
 
+def test_a_credential_given_as_who_moved_a_label_or_authored_a_version_is_refused(registry: Registry) -> None:
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    version = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.label("support_triage", version, "production", reason="release", who=f"ci {token}")
+    assert caught.value.field == "who"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2",
+                     author=f"{token} <ci@example.com>")
+    assert caught.value.field == "author"
+    assert token not in _everything(registry)
+
+
 def test_a_reference_added_by_hand_is_not_resolved(registry: Registry) -> None:
     registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:K"}), "v1")
     path = registry.path / "teams" / "support_triage" / "component.json"
