@@ -152,11 +152,12 @@ class Manifest(BaseModel):
     description: str = ""
     owner: str = ""
     persist: list[str] = Field(default_factory=list)
-    context_bound: int | None = Field(default=None, gt=0)
+    context_bound: int | None = Field(default=None, gt=0, strict=True)  # never `true` as 1, nor "20" as 20
     allowed_providers: list[str] = Field(default_factory=list)
     allow_source_code_tools: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)
-    state_ttl_days: float | None = Field(default=None, gt=0, le=3650)  # ten years, as the runtime's own setting
+    # Ten years at most, as the runtime's own setting; strict: `true` is not a day.
+    state_ttl_days: float | None = Field(default=None, gt=0, le=3650, strict=True)
     memory: MemoryDeclaration | None = None
     checkpoints: Checkpoints = "off"
     notes: str = ""

@@ -152,6 +152,16 @@ def test_team_names_are_validated(registry: Registry, name: str) -> None:
         Manifest(name=name)
 
 
+@pytest.mark.parametrize(
+    "given", [{"context_bound": True}, {"context_bound": "20"}, {"state_ttl_days": True}, {"state_ttl_days": "7"}]
+)
+def test_a_manifest_number_given_as_a_boolean_or_text_is_refused(given: dict[str, Any]) -> None:
+    # A manifest read from JSON (a file kept beside the team, or one `registry recover` reads): `true` is not a day.
+    with pytest.raises(ValidationError):
+        Manifest.model_validate({"name": "support_triage", **given})
+    assert Manifest(name="support_triage", context_bound=20, state_ttl_days=7).state_ttl_days == 7
+
+
 def test_not_a_team_component_is_refused(registry: Registry) -> None:
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add(
