@@ -50,6 +50,18 @@ def test_add_show_list_history_in_json(registry_path: Path) -> None:
     assert [row["kind"] for row in history] == ["label", "version"]
 
 
+def test_adding_the_latest_definition_again_says_no_version_was_made(registry_path: Path) -> None:
+    first = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "-m", "first")
+    assert first["new"] is True
+    again = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "-m", "second", "--label", "production")
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.stdout.split())
+    assert f"support_triage unchanged: already version {first['version'][:12]} (labels: production)" in said
+    assert "no new version was made" in said and "registered" not in said
+    assert as_json(*ADD, "--factory", "teamstore.examples:support_triage")["new"] is False
+    assert as_json(*ADD, "--factory", "teamstore.examples:support_triage_v2_prompt")["new"] is True
+
+
 def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> None:
     team_file = tmp_path / "team.json"
     team_file.write_text(json.dumps(triage_json()))

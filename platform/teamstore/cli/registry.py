@@ -164,13 +164,14 @@ def add(
     }
     try:
         manifest = _manifest(name, {**options, "secrets": _secrets(secret or []), "memory": _memory(memory)})
-        definition = _register(name, factory, file, manifest, f"register {name}" if message is None else message,
-                               label)
+        definition, new = _register(name, factory, file, manifest,
+                                    f"register {name}" if message is None else message, label)
     except TeamstoreError as exc:
         fail(exc)
     data = {
         "name": name,
         "version": definition.version,
+        "new": new,
         "labels": definition.labels,
         "fingerprints": definition.fingerprints,
     }
@@ -179,7 +180,8 @@ def add(
 
 def _register(
     name: str, factory: str | None, file: Path | None, manifest: Manifest, message: str, label: str | None
-) -> TeamDefinition:
+) -> tuple[TeamDefinition, bool]:
+    """The definition registered, and whether it is a new version (identical to the latest, it is not)."""
     if (factory is None) == (file is None):
         raise DefinitionInvalid(
             "give exactly one of --factory or --file",
@@ -187,17 +189,29 @@ def _register(
             hint="e.g. --factory teamstore.examples:support_triage",
         )
     registry = _registry(create=True)
+    before = _versions(registry, name)
     if factory is not None:
         version = registry.add_from_factory(factory, manifest, message, label=label)
     else:
         assert file is not None
         version = registry.add(name, _read_file(file), manifest, message, label=label)
-    return registry.resolve(f"{name}@{version}")
+    return registry.resolve(f"{name}@{version}"), version not in before
+
+
+def _versions(registry: Registry, name: str) -> set[str]:
+    """Every version ``name`` has (none for a new team)."""
+    from config_registry.manifest import validate_name
+
+    return {row["commit"] for row in registry.repo.log(f"teams/{validate_name(name)}/")}
 
 
 def _render_added(data: dict[str, Any]) -> None:
     labels = f" (labels: {', '.join(data['labels'])})" if data["labels"] else ""
-    console.print(f"registered [bold]{data['name']}[/] version [cyan]{_short(data['version'])}[/]{labels}")
+    if data["new"]:
+        console.print(f"registered [bold]{data['name']}[/] version [cyan]{_short(data['version'])}[/]{labels}")
+    else:  # no commit was made, and the message given is recorded nowhere
+        console.print(f"[bold]{data['name']}[/] unchanged: already version [cyan]{_short(data['version'])}[/]"
+                      f"{labels}; no new version was made")
 
 
 def _render_list(rows: list[dict[str, Any]]) -> None:
