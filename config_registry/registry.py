@@ -182,7 +182,7 @@ class Registry:
 
     def label(
         self, name: str, version_or_label: str, label: str, reason: str, who: str | None = None
-    ) -> None:
+    ) -> bool:
         """Point ``label`` at a version of ``name`` (rollback = move it back); the move is recorded.
 
         Args:
@@ -191,6 +191,9 @@ class Registry:
             label: The label to set or move, e.g. ``production``.
             reason: Why; kept in the append-only move log.
             who: Who moved it; defaults to ``GIT_AUTHOR_NAME`` or the login name.
+
+        Returns:
+            Whether the label moved: one that points at the version already stays, and nothing is recorded.
 
         Raises:
             UnknownTeam, UnknownVersion: The team or version does not exist.
@@ -206,13 +209,13 @@ class Registry:
         with self.repo.lock(self.lock_timeout):
             self._ready_to_write()
             version = self._resolve_version(name, version_or_label)
-            self._move_label(name, version, label, reason, who)
+            return self._move_label(name, version, label, reason, who)
 
-    def _move_label(self, name: str, version: str, label: str, reason: str, who: str | None) -> None:
+    def _move_label(self, name: str, version: str, label: str, reason: str, who: str | None) -> bool:
         labels = self._labels(name)
         previous = labels.get(label)
         if previous == version:
-            return
+            return False
         actor = who or default_actor()
         labels[label] = version
         record = {
@@ -231,6 +234,7 @@ class Registry:
         except BaseException:
             self.repo.discard(paths)
             raise
+        return True
 
     # --- reading -------------------------------------------------------------------------------------------
     def names(self) -> builtins.list[str]:

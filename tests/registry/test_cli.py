@@ -62,6 +62,18 @@ def test_adding_the_latest_definition_again_says_no_version_was_made(registry_pa
     assert as_json(*ADD, "--factory", "teamstore.examples:support_triage_v2_prompt")["new"] is True
 
 
+def test_a_label_that_points_at_the_version_already_says_nothing_was_moved(registry_path: Path) -> None:
+    version = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "production")["version"]
+    moved = as_json("registry", "label", "support_triage", version, "staging", "--reason", "stage it")
+    assert moved["moved"] is True
+    again = invoke("registry", "label", "support_triage", "production", "staging", "--reason", "stage it again")
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.stdout.split())
+    assert f"staging already points at {version[:12]}; nothing was moved or recorded" in said
+    assert "stage it again" not in git(registry_path, "log", "-p")
+    assert as_json("registry", "label", "support_triage", version, "staging", "--reason", "x")["moved"] is False
+
+
 def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> None:
     team_file = tmp_path / "team.json"
     team_file.write_text(json.dumps(triage_json()))

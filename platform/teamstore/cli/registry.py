@@ -407,17 +407,20 @@ def label(
     """Point LABEL at a version (rollback = move it back); every move is recorded."""
     try:
         registry = _registry()
-        registry.label(name, version, label_name, reason, who=who)
+        moved = registry.label(name, version, label_name, reason, who=who)
         target = registry.resolve(f"{name}@{label_name}").version
     except TeamstoreError as exc:
         fail(exc)
-    emit(
-        {"name": name, "label": label_name, "version": target, "reason": reason},
-        as_json=as_json,
-        render=lambda d: console.print(
-            f"{name}: {label_name} -> [cyan]{_short(d['version'])}[/] ({plain(reason)})"
-        ),
-    )
+
+    def render(data: dict[str, Any]) -> None:
+        if data["moved"]:
+            console.print(f"{name}: {label_name} -> [cyan]{_short(data['version'])}[/] ({plain(reason)})")
+        else:  # no move, so the reason is recorded nowhere
+            console.print(f"{name}: {label_name} already points at [cyan]{_short(data['version'])}[/]; nothing "
+                          "was moved or recorded")
+
+    emit({"name": name, "label": label_name, "version": target, "moved": moved, "reason": reason},
+         as_json=as_json, render=render)
 
 
 @app.command("check")
