@@ -104,6 +104,7 @@ def test_a_writer_killed_between_writing_and_committing_is_recovered_by_discardi
     assert shown.exit_code == 2  # something is left
     assert "teams/support_triage/component.json" in shown.stdout
     assert "teams/support_triage/: passes every check a registration applies" in shown.stdout
+    assert f"`{RECOVER} --commit -m WHY` commits the definitions left" in shown.stdout
     left = _left()
     assert left["locks"] == [] and left["definitions"] == [{"team": "support_triage", "passes": True, "problem": None}]
     assert git(registry.path, "status", "--porcelain") != ""  # looking changed nothing
@@ -202,6 +203,8 @@ def test_a_label_move_left_uncommitted_is_discarded_and_made_again(registry: Reg
     v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
     labels = registry.path / "labels" / "support_triage.json"
     labels.write_text(labels.read_text().replace(v1, "0" * 40))
+    shown = " ".join(_recover().stdout.split())
+    assert "nothing left can be committed as it is" in shown and "--commit" not in shown  # it would be refused
     refused = _recover("--commit", "-m", "keep it")
     assert refused.exit_code == 1 and "a label move is made again" in refused.output
     assert _recover("--discard").exit_code == 0

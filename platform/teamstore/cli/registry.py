@@ -464,8 +464,13 @@ def _render_left(data: dict[str, Any]) -> None:
             console.print(plain(f"teams/{row['team']}/: {verdict}"))
         for line in data["not_committable"]:
             console.print(plain(line))
-        console.print(f"next: `{RECOVER} --discard` goes back to the last commit; `{RECOVER} --commit -m WHY` "
-                      "commits the definitions left, only if each passes")
+        definitions = data["definitions"]
+        if definitions and all(row["passes"] for row in definitions) and not data["not_committable"]:
+            console.print(f"next: `{RECOVER} --discard` goes back to the last commit; `{RECOVER} --commit -m WHY` "
+                          "commits the definitions left")
+        else:  # --commit would refuse: a label move, a deletion, a definition that fails, or only git's locks
+            console.print(f"next: `{RECOVER} --discard` goes back to the last commit; then register or move the "
+                          "label again (nothing left can be committed as it is)")
         return
     console.print(plain(f"{done}; the registry is back to a clean checkout"))
     for team, version in data["versions"].items():
