@@ -124,6 +124,8 @@ class Registry:
         stored = check_definition(name, component, manifest)
         with self.repo.lock(self.lock_timeout):
             self._ready_to_write()
+            if label is not None:
+                self._labels(name)  # labels it cannot read refuse the label before the version is committed
             version = self._commit_definition(name, stored, manifest, message, author)
             if label is not None:
                 self._move_label(name, version, label, f"registered with label {label}: {message}", author)

@@ -128,6 +128,17 @@ def test_malformed_json_in_the_repository_is_reported_by_file(registry: Registry
     assert registry.resolve(f"support_triage@{v1}").version == v1  # older versions still read
 
 
+def test_a_version_is_not_committed_when_its_label_cannot_be_moved(registry: Registry) -> None:
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    (registry.path / "labels" / "support_triage.json").write_text("[]")  # a hand edit, committed
+    git(registry.path, "commit", "-qam", "hand edit")
+    with left_unchanged(registry.path), pytest.raises(RegistryCorrupt) as caught:
+        registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2",
+                     label="production")
+    assert "labels/support_triage.json" in caught.value.message
+    assert len(registry.history("support_triage")) == 2  # v1 and its label move: no v2 without its label
+
+
 def test_invalid_manifest_in_the_repository_is_corrupt(registry: Registry) -> None:
     registry.add("support_triage", triage_json(), triage_manifest(), "v1")
     path = registry.path / "teams" / "support_triage" / "manifest.json"
