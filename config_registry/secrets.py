@@ -72,6 +72,12 @@ _CONNECTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _.-]{0,40}")
 # A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
 # ``--token`` followed by the value.
 _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
+# An argument that sets a variable (docker's ``-e API_KEY=VALUE``, ``env API_KEY=VALUE server``) or writes a
+# header (mcp-remote's ``--header "Authorization: Bearer VALUE"``) ...
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+_HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
+# ... unless its value is left for the program to expand from its own environment (``${AUTH_TOKEN}``).
+_PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
 # A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
 # How a header or variable is written as a JSON object of its own: {"name": "X-Api-Key", "value": "..."}.
@@ -194,7 +200,8 @@ def _looks_random(text: str) -> bool:
 
 def flag_credential(items: list[Any], index: int) -> str | None:
     """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
-    the item after a bare ``--token``; ``None`` otherwise."""
+    the item after a bare ``--token``; or sets a secret variable or header (``API_KEY=VALUE``,
+    ``Authorization: Bearer VALUE``); ``None`` otherwise."""
     item = items[index]
     if not isinstance(item, str) or not item:
         return None
@@ -204,6 +211,17 @@ def flag_credential(items: list[Any], index: int) -> str | None:
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
     if previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item):
         return f"the value of the flag '--{previous.group(1)}'"
+    return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
+
+
+def _argument_credential(text: str) -> str | None:
+    """Whether an argument (or a flag's ``=`` value: ``--env=API_KEY=VALUE``) sets a variable or writes a
+    header whose name means a credential, to a value that is not a ``${VAR}`` for the program to expand."""
+    for pattern, what in ((_ASSIGNMENT, "variable"), (_HEADER_LINE, "header")):
+        found = pattern.fullmatch(text)
+        value = found.group(2).strip() if found else ""
+        if found and value and is_secret_field(found.group(1)) and not _PLACEHOLDER.fullmatch(value):
+            return f"the value of the {what} {found.group(1)!r}"
     return None
 
 

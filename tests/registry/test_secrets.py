@@ -10,6 +10,7 @@ from autogen_agentchat.conditions import TokenUsageTermination
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from config_registry import DefinitionInvalid, Registry, SecretUnavailable
+from config_registry.secrets import apply_references
 from teamstore import examples
 from teamstore.context import BoundedChatCompletionContext
 from tests.conftest import git
@@ -208,7 +209,13 @@ def test_values_that_are_credentials_are_refused_whatever_the_field(
 
 @pytest.mark.parametrize(
     ("args", "index"),
-    [(["-y", "server-github", "--token", "hunter2-SECRET"], 3), (["-y", "server-search", "--api-key=hunter2-SECRET"], 2)],
+    [
+        (["-y", "server-github", "--token", "hunter2-SECRET"], 3),
+        (["-y", "server-search", "--api-key=hunter2-SECRET"], 2),
+        (["run", "-i", "--rm", "-e", "BRAVE_API_KEY=hunter2-SECRET", "mcp/brave-search"], 4),  # docker's
+        (["run", "--env=BRAVE_API_KEY=hunter2-SECRET", "mcp/brave-search"], 1),
+        (["-y", "mcp-remote", "https://mcp.example/sse", "--header", "Authorization: Bearer hunter2-SECRET"], 4),
+    ],
 )
 def test_a_secret_flag_in_an_mcp_server_command_line_is_refused(
     registry: Registry, args: list[str], index: int
@@ -219,7 +226,7 @@ def test_a_secret_flag_in_an_mcp_server_command_line_is_refused(
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add("support_triage", component, manifest, "mcp")
     assert caught.value.field == f"config.workbench.0.config.server_params.args.{index}"
-    assert "flag" in caught.value.message
+    assert "plaintext secret (the value of the" in caught.value.message
     assert f"--secret workbench.0.config.server_params.args.{index}=env:" in (caught.value.hint or "")
 
 
@@ -315,6 +322,17 @@ def test_a_reference_added_by_hand_is_not_resolved(registry: Registry) -> None:
     with pytest.raises(DefinitionInvalid) as caught:
         registry.build("support_triage", env={"K": "sk-env", "WORKER_DB_PASSWORD": "hunter2"})
     assert caught.value.field == "config.system_message"
+
+
+def test_a_command_line_that_leaves_the_secret_to_the_servers_environment_is_stored() -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_stdio_server([
+        "-y", "mcp-remote", "https://mcp.example/sse", "--header", "Authorization: Bearer ${AUTH_TOKEN}",
+        "-e", "BRAVE_API_KEY", "LOG_LEVEL=debug",
+    ])]
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    stored = apply_references(component, manifest.secrets)  # what registration stores, before it loads the server
+    assert stored["config"]["workbench"][0]["config"]["server_params"]["args"][4] == "Authorization: Bearer ${AUTH_TOKEN}"
 
 
 # --- credentials by name and by shape, wherever they sit ------------------------------------------------
