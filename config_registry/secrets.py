@@ -80,6 +80,8 @@ _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 _PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
 # A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
+# A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
+_URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
 # How a header or variable is written as a JSON object of its own: {"name": "X-Api-Key", "value": "..."}.
 _PAIR_NAMES = ("name", "key", "header")
 
@@ -114,13 +116,14 @@ def is_secret_field(key: str) -> bool:
 def url_credential(value: str) -> str | None:
     """What makes a URL hold a credential: a user part (``https://u:pw@host``, or a token alone as in
     ``https://ghp_...@github.com``) or a query or fragment parameter with a secret-looking name
-    (``?api_key=``, ``?sig=``, ``#access_token=``); ``None`` for any other string.
+    (``?api_key=``, ``?sig=``, ``#access_token=``), also in a path given without its host
+    (``/v1/search?key=...``); ``None`` for any other string.
 
     A ``base_url`` or ``endpoint`` is not a secret-looking field, but a proxy URL with a password in it is
     a secret all the same.
     """
     value = value.strip()
-    if not _URL.match(value):
+    if not _URL.match(value) and not _URL_PATH.match(value):
         return None
     try:
         parts = urlsplit(value)

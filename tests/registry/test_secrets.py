@@ -335,6 +335,19 @@ def test_a_command_line_that_leaves_the_secret_to_the_servers_environment_is_sto
     assert stored["config"]["workbench"][0]["config"]["server_params"]["args"][4] == "Authorization: Bearer ${AUTH_TOKEN}"
 
 
+@pytest.mark.parametrize("path", ["/v1/search?api_key=hunter2-SECRET", "/hooks/run?sig=hunter2-SECRET", "/cb#access_token=hunter2"])
+def test_a_key_in_the_query_of_a_path_given_without_its_host_is_refused(path: str) -> None:
+    tool = {"provider": "autogen_ext.tools.http.HttpTool", "component_type": "tool",
+            "config": {"name": "search", "scheme": "https", "host": "api.example.com", "port": 443, "path": path}}
+    component = {**dump(_openai_agent()), "config": {**dump(_openai_agent())["config"], "tools": [tool]}}
+    with pytest.raises(DefinitionInvalid) as caught:  # before the tool is loaded
+        apply_references(component, {KEY_PATH: "env:K"})
+    assert caught.value.field == "config.tools.0.config.path"
+    assert "query parameter" in caught.value.message
+    tool["config"]["path"] = "/v1/search?q={query}&limit=5"
+    apply_references(component, {KEY_PATH: "env:K"})
+
+
 # --- credentials by name and by shape, wherever they sit ------------------------------------------------
 FUNCTIONS_KEY = "q1W2e3R4t5Y6u7I8o9P0aSdFgHjKlZxCvBnM1234567890abcdEFGH=="  # an Azure Functions key's shape
 CLOUDFLARE_KEY = "c2547eb745079dac9320b638f5e225cf483cc"  # a Cloudflare global API key's shape (37 hex)
