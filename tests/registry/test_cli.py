@@ -74,6 +74,18 @@ def test_a_label_that_points_at_the_version_already_says_nothing_was_moved(regis
     assert as_json("registry", "label", "support_triage", version, "staging", "--reason", "x")["moved"] is False
 
 
+def test_tables_show_names_and_versions_whole_at_80_columns(registry_path: Path) -> None:
+    name = "customer_support_triage_for_enterprise"
+    added = as_json("registry", "add", name, "--factory", "teamstore.examples:support_triage", "--label", "production",
+                    "--persist", "researcher", "--description", "Triage, research and critique support requests")
+    for command in (("registry", "list"), ("registry", "history", name), ("registry", "show", name)):
+        shown = runner.invoke(app, list(command), env={"COLUMNS": "80"})
+        assert shown.exit_code == 0, shown.output
+        assert "\u2026" not in shown.stdout  # nothing cut short with an ellipsis
+        assert added["version"][:12] in shown.stdout
+    assert name in runner.invoke(app, ["registry", "list"], env={"COLUMNS": "80"}).stdout
+
+
 def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> None:
     team_file = tmp_path / "team.json"
     team_file.write_text(json.dumps(triage_json()))

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from config_registry.errors import DefinitionInvalid, validation_message
-from teamstore.cli._output import JsonOption, console, emit, fail, plain
+from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.errors import TeamstoreError
 
 # The registry (git, AutoGen, pydantic models) and the settings are imported by the commands that use
@@ -215,21 +214,23 @@ def _render_added(data: dict[str, Any]) -> None:
 
 
 def _render_list(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="Registered teams")
-    for column in ("name", "kind", "latest", "labels", "persisted", "owner", "description"):
-        table.add_column(column)
-    for row in rows:
-        labels = ", ".join(f"{k}={_short(v)}" for k, v in sorted(row["labels"].items()))
-        table.add_row(
-            row["name"],
-            row["kind"],
-            _short(row["version"]),
-            labels,
-            plain(", ".join(row["persisted"])),
-            plain(row["owner"]),
-            plain(row["description"]),
-        )
-    console.print(table)
+    print_table(
+        ("name", "kind", "latest", "labels", "persisted", "owner", "description"),
+        [
+            [
+                row["name"],
+                row["kind"],
+                _short(row["version"]),
+                "\n".join(f"{k}={_short(v)}" for k, v in sorted(row["labels"].items())),
+                plain(", ".join(row["persisted"])),
+                plain(row["owner"]),
+                plain(row["description"]),
+            ]
+            for row in rows
+        ],
+        fixed=(0, 1, 2),  # a name or version cut short cannot be given to another command
+        title="Registered teams",
+    )
 
 
 @app.command("list")
@@ -280,13 +281,13 @@ def _render_definition(data: dict[str, Any]) -> None:
     _render_memory(data["name"], manifest.get("memory"))
     for path, reference in sorted(allow["secrets"].items()):
         console.print(f"secret: {plain(path)} <- {reference}")
-    table = Table(title="Participants")
-    for column in ("name", "type", "model", "context", "fingerprint"):
-        table.add_column(column)
-    for row in data["participants"]:
-        cells = (plain(row[c]) for c in ("name", "type", "model", "context"))
-        table.add_row(*cells, row["fingerprint"] or "-")
-    console.print(table)
+    print_table(
+        ("name", "type", "model", "context", "fingerprint"),
+        [[*(plain(row[c]) for c in ("name", "type", "model", "context")), row["fingerprint"] or "-"]
+         for row in data["participants"]],
+        fixed=(0,),
+        title="Participants",
+    )
 
 
 def _render_memory(name: str, memory: dict[str, Any] | None) -> None:
@@ -337,18 +338,22 @@ def show(
 
 
 def _render_history(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="History (newest first)")
-    for column in ("time", "kind", "version", "label", "who", "message / reason"):
-        table.add_column(column)
-    for row in rows:
-        label = (
-            f"{row['label']} ({_short(row['previous'])} -> {_short(row['version'])})" if row["label"] else ""
-        )
-        table.add_row(
-            str(row["time"]), row["kind"], _short(row["version"]), plain(label), plain(row["author"]),
-            plain(row["message"]),
-        )
-    console.print(table)
+    print_table(
+        ("time", "kind", "version", "label", "who", "message / reason"),
+        [
+            [
+                str(row["time"])[:19],
+                row["kind"],
+                _short(row["version"]),
+                plain(f"{row['label']} ({_short(row['previous'])} -> {_short(row['version'])})" if row["label"] else ""),
+                plain(row["author"]),
+                plain(row["message"]),
+            ]
+            for row in rows
+        ],
+        fixed=(0, 1, 2),
+        title="History (newest first)",
+    )
 
 
 @app.command("history")
