@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from config_registry.errors import DefinitionInvalid, validation_message
 from config_registry.gitrepo import GitRepo
 from config_registry.manifest import Manifest, shown, validate_name
-from config_registry.secrets import check_free_text
+from config_registry.secrets import check_free_text, known_shape
 from config_registry.validate import validate_definition
 
 TRACKED = ("teams", "labels")
@@ -59,10 +59,25 @@ def check_definition(
         check_free_text(f"manifest.{field}", getattr(manifest, field))
     for index, prefix in enumerate(manifest.allowed_providers):  # a module name can be a token's shape too
         check_free_text(f"manifest.allowed_providers.{index}", prefix)
+    _check_variables(manifest)
     component = component_json(component)
     for field in ("description", "label"):
         check_free_text(field, str(component.get(field) or ""))
     return validate_definition(component, manifest)
+
+
+def _check_variables(manifest: Manifest) -> None:
+    """A secret reference names a variable, never holds the secret: ``env:$GITHUB_TOKEN``, expanded by the
+    shell, is a valid variable name with the token in it (GitHub, Stripe and AWS keys are)."""
+    for path, reference in manifest.secrets.items():
+        shape = known_shape(reference.removeprefix("env:"))
+        if shape is not None:
+            raise DefinitionInvalid(
+                f"the reference names a variable that looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape} "
+                "itself; the registry never stores secrets",
+                field=f"secrets.{path}",
+                hint="give the variable's name, not its value: --secret PATH=env:GITHUB_TOKEN, not env:$GITHUB_TOKEN",
+            )
 
 
 def commit_definition(

@@ -348,6 +348,16 @@ def test_a_key_in_the_query_of_a_path_given_without_its_host_is_refused(path: st
     apply_references(component, {KEY_PATH: "env:K"})
 
 
+@pytest.mark.parametrize("variable", ["ghp_16C7e42F292c6912E7710c838347Ae178B4a", "AKIAIOSFODNN7EXAMPLE"])
+def test_a_reference_whose_variable_is_the_secret_itself_is_refused(registry: Registry, variable: str) -> None:
+    # `--secret PATH=env:$GITHUB_TOKEN`: the shell put the token where the variable's name goes.
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: f"env:{variable}"}), "v1")
+    assert caught.value.field == f"secrets.{KEY_PATH}"
+    assert variable not in f"{caught.value.message} {caught.value.hint}"
+    registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:GITHUB_TOKEN"}), "v1")
+
+
 # --- credentials by name and by shape, wherever they sit ------------------------------------------------
 FUNCTIONS_KEY = "q1W2e3R4t5Y6u7I8o9P0aSdFgHjKlZxCvBnM1234567890abcdEFGH=="  # an Azure Functions key's shape
 CLOUDFLARE_KEY = "c2547eb745079dac9320b638f5e225cf483cc"  # a Cloudflare global API key's shape (37 hex)
