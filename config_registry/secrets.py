@@ -62,6 +62,9 @@ _SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
 # shapes detect-secrets does not know (its OpenAI detector knows only keys with the 'T3BlbkFJ' marker):
 # OpenAI and Anthropic ``sk-``, Google ``AIza``, Hugging Face ``hf_``, GitHub's fine-grained tokens.
 _AUTHORIZATION_VALUE = re.compile(r"(bearer|basic|token)\s+\S{8,}", re.IGNORECASE)
+# A bearer token quoted inside other text (a prompt telling a tool which header to send, a commit message):
+# 16+ token characters with a digit in them ("the Bearer of bad news" is prose).
+_BEARER_IN_TEXT = re.compile(r"(?<![A-Za-z])bearer\s+([A-Za-z0-9._~+/-]{16,}=*)(?![A-Za-z0-9._~+/=-])", re.IGNORECASE)
 _KEY_SHAPE = re.compile(
     r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|github_pat_[A-Za-z0-9_]{30,}|AIza[0-9A-Za-z_-]{35}|"
     r"hf_[A-Za-z0-9]{30,})"
@@ -142,12 +145,15 @@ def url_credential(value: str) -> str | None:
 
 def value_credential(value: str) -> str | None:
     """What makes a string a credential whatever its field is called: an authorization value
-    (``Bearer ...``), a known credential shape anywhere in it (detect-secrets' detectors: AWS, GitHub,
-    GitLab, Slack, Stripe, JWTs, private-key blocks ...; and ``sk-...``, ``AIza...``, ``hf_...``), or a
-    secret part of a connection string (``...;Password=...;``); ``None`` for any other string."""
+    (``Bearer ...``, also a bearer token quoted in other text), a known credential shape anywhere in it
+    (detect-secrets' detectors: AWS, GitHub, GitLab, Slack, Stripe, JWTs, private-key blocks ...; and
+    ``sk-...``, ``AIza...``, ``hf_...``), or a secret part of a connection string (``...;Password=...;``);
+    ``None`` for any other string."""
     authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
     if authorization and _looks_random(value.split()[-1]):
         return "an HTTP authorization value"
+    if any(any(c.isdigit() for c in token) for token in _BEARER_IN_TEXT.findall(value)):
+        return "a bearer token"
     shape = known_shape(value)
     if shape is not None:
         return f"what looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape}"

@@ -358,6 +358,20 @@ def test_a_reference_whose_variable_is_the_secret_itself_is_refused(registry: Re
     registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:GITHUB_TOKEN"}), "v1")
 
 
+def test_a_bearer_token_quoted_in_a_prompt_or_a_message_is_refused(registry: Registry) -> None:
+    token = "9f8e7d6c5b4a3210fedcba98hunter2"
+    component = dump(_openai_agent())
+    component["config"]["system_message"] = f"Call the orders API with the header Authorization: Bearer {token}."
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "v1")
+    assert caught.value.field == "config.system_message" and "bearer token" in caught.value.message
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(_openai_agent()), triage_manifest(secrets={KEY_PATH: "env:K"}),
+                     f"gateway now takes Bearer {token}")
+    assert caught.value.field == "message"
+    assert "hunter2" not in _everything(registry)
+
+
 # --- credentials by name and by shape, wherever they sit ------------------------------------------------
 FUNCTIONS_KEY = "q1W2e3R4t5Y6u7I8o9P0aSdFgHjKlZxCvBnM1234567890abcdEFGH=="  # an Azure Functions key's shape
 CLOUDFLARE_KEY = "c2547eb745079dac9320b638f5e225cf483cc"  # a Cloudflare global API key's shape (37 hex)
