@@ -172,15 +172,7 @@ class Registry:
             FactoryInvalid: The factory cannot be imported, raises, or returns something that is not a team.
             DefinitionInvalid: As for :meth:`add`.
         """
-        built = _call_factory(factory)
-        try:
-            dumped = built.dump_component()
-        except Exception as exc:  # a team that cannot dump itself cannot be registered; say why
-            raise FactoryInvalid(
-                f"the team from {factory} cannot be dumped: {type(exc).__name__}: {exc}",
-                hint="every participant, model client and tool must be an AutoGen component",
-            ) from exc
-        return self.add(manifest.name, dumped, manifest, message, label=label, author=author)
+        return self.add(manifest.name, dump_factory(factory), manifest, message, label=label, author=author)
 
     def label(
         self, name: str, version_or_label: str, label: str, reason: str, who: str | None = None
@@ -479,6 +471,24 @@ def _reading(a: TeamDefinition, b: TeamDefinition, compare: Callable[[], _T]) ->
             f"{type(exc).__name__}: {exc}",
             hint="revert the hand edit with git, or register the team again",
         ) from exc
+
+
+def dump_factory(factory: str) -> ComponentModel:
+    """Build a team with ``module:function`` and return its ``dump_component()``.
+
+    Raises:
+        FactoryInvalid: The factory cannot be imported, raises, or returns something that is not a team, or
+            the team cannot be dumped.
+    """
+    built = _call_factory(factory)
+    try:
+        dumped: ComponentModel = built.dump_component()
+    except Exception as exc:  # a team that cannot dump itself cannot be registered; say why
+        raise FactoryInvalid(
+            f"the team from {factory} cannot be dumped: {type(exc).__name__}: {exc}",
+            hint="every participant, model client and tool must be an AutoGen component",
+        ) from exc
+    return dumped
 
 
 def _import_factory(factory: str) -> Callable[[], Any]:

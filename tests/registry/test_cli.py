@@ -86,6 +86,21 @@ def test_tables_show_names_and_versions_whole_at_80_columns(registry_path: Path)
     assert name in runner.invoke(app, ["registry", "list"], env={"COLUMNS": "80"}).stdout
 
 
+@pytest.mark.parametrize("refused", [
+    ("--factory", "teamstore.examples:nope"),
+    ("--factory", "teamstore.examples:support_triage", "--persist", "nobody"),
+    ("--factory", "teamstore.examples:support_triage", "--label", "Production"),
+    ("--factory", "teamstore.examples:support_triage", "-m", " "),
+])
+def test_a_first_registration_that_fails_leaves_no_registry_behind(registry_path: Path, refused: tuple[str, ...]) -> None:
+    result = invoke("registry", "add", "support_triage", *refused)
+    assert result.exit_code == 1, result.output
+    assert not registry_path.exists()
+    assert "no registry at" in " ".join(invoke("registry", "list").output.split())  # not an empty one
+    assert invoke(*ADD, "--factory", "teamstore.examples:support_triage").exit_code == 0
+    assert (registry_path / ".git").is_dir()
+
+
 def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> None:
     team_file = tmp_path / "team.json"
     team_file.write_text(json.dumps(triage_json()))

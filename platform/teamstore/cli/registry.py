@@ -187,14 +187,30 @@ def _register(
             field="source",
             hint="e.g. --factory teamstore.examples:support_triage",
         )
-    registry = _registry(create=True)
+    from config_registry.errors import RegistryNotFound
+    from config_registry.registry import dump_factory
+
+    component = _read_file(file) if file is not None else dump_factory(str(factory))
+    try:
+        registry = _registry()
+    except RegistryNotFound:
+        # The first registration makes the registry once its definition passes every check: one that fails
+        # (at a mistyped path, say) leaves no registry behind.
+        _check_first(name, component, manifest, message, label)
+        registry = _registry(create=True)
     before = _versions(registry, name)
-    if factory is not None:
-        version = registry.add_from_factory(factory, manifest, message, label=label)
-    else:
-        assert file is not None
-        version = registry.add(name, _read_file(file), manifest, message, label=label)
+    version = registry.add(name, component, manifest, message, label=label)
     return registry.resolve(f"{name}@{version}"), version not in before
+
+
+def _check_first(name: str, component: Any, manifest: Manifest, message: str, label: str | None) -> None:
+    from config_registry.manifest import validate_name
+    from config_registry.registration import check_commit, check_definition
+
+    if label is not None:
+        validate_name(label, what="label", field="label")
+    check_commit(message, None)
+    check_definition(name, component, manifest)
 
 
 def _versions(registry: Registry, name: str) -> set[str]:
