@@ -307,8 +307,24 @@ class Registry:
             )
             for row in self._versions(name)
         ]
-        entries += self._label_moves(name)
-        return sorted(entries, key=lambda e: e.time, reverse=True)
+        moves = self._label_moves(name)
+        return self._newest_first(name, entries, moves)
+
+    def _newest_first(
+        self, name: str, versions: builtins.list[HistoryEntry], moves: builtins.list[HistoryEntry]
+    ) -> builtins.list[HistoryEntry]:
+        """Versions and label moves in the order their commits were made: git keeps a version's time to the
+        second, so a version made in the second after a label move was listed before it. Each move is the one
+        commit that appended its line to the log; a log edited by hand falls back on the recorded times."""
+        commits = [row["commit"] for row in self.repo.log(f"teams/{name}/", f"labels/{name}.log.jsonl")]
+        made = {entry.commit for entry in versions}
+        moved = [commit for commit in reversed(commits) if commit not in made]  # oldest first, as the log's lines
+        if len(moved) != len(moves):
+            return sorted([*versions, *moves], key=lambda e: e.time, reverse=True)
+        rank = {commit: index for index, commit in enumerate(commits)}
+        ranked = [(rank[entry.commit], entry) for entry in versions]
+        ranked += [(rank[commit], entry) for commit, entry in zip(moved, moves, strict=True)]
+        return [entry for _rank, entry in sorted(ranked, key=lambda pair: pair[0])]
 
     def diff(self, name: str, a: str, b: str) -> SemanticDiff:
         """The semantic difference between two versions or labels of ``name``.

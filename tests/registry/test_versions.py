@@ -139,6 +139,20 @@ def test_a_version_is_not_committed_when_its_label_cannot_be_moved(registry: Reg
     assert len(registry.history("support_triage")) == 2  # v1 and its label move: no v2 without its label
 
 
+def test_history_lists_a_version_made_in_the_second_after_a_label_move_first(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1")
+    registry.label("support_triage", v1, "staging", reason="stage v1")
+    moved = registry.history("support_triage")[0].time
+    monkeypatch.setenv("GIT_AUTHOR_DATE", moved.replace(microsecond=0).isoformat())  # git keeps whole seconds
+    v2 = registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
+    registry.label("support_triage", v2, "staging", reason="stage v2")
+    assert [(e.kind, e.message) for e in registry.history("support_triage")] == [
+        ("label", "stage v2"), ("version", "v2"), ("label", "stage v1"), ("version", "v1"),
+    ]
+
+
 def test_invalid_manifest_in_the_repository_is_corrupt(registry: Registry) -> None:
     registry.add("support_triage", triage_json(), triage_manifest(), "v1")
     path = registry.path / "teams" / "support_triage" / "manifest.json"
