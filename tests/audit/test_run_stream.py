@@ -11,16 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import SelectorGroupChat
 from sqlalchemy import select
 
-from config_registry import Registry
+from config_registry import Manifest, Registry
 from teamstore.app import open_platform
 from teamstore.audit.cost import query_costs
 from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import usage
 from teamstore.audit.transcripts.record import decode, sealed_context
+from teamstore.context import BoundedChatCompletionContext
+from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.conftest import prepare
@@ -166,8 +171,9 @@ async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts
     assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
     assert header["interruptions"] == 1 and len(items) == TURNS + 1
     rows = await _ledger(platform, run_id)
-    # The three completed turns' calls came with the checkpoint; the failed call was never paid (it raised).
-    assert sum(r.calls for r in rows) == TURNS and {r.interruptions for r in rows} == {1}
+    # The three completed turns' calls came with the checkpoint, and the call that failed with them.
+    assert sum(r.calls for r in rows) == TURNS + 1 and sum(r.failed_calls for r in rows) == 1
+    assert {r.interruptions for r in rows} == {1}
     report = await query_costs(platform.engine, load_prices(), by="session")
     assert report.total.runs_interrupted == 1 and report.total.runs_limited == 1  # it ends at its message cap
 
@@ -187,7 +193,8 @@ async def test_an_abandoned_run_keeps_its_turns_and_calls_on_record(
     header, items = await _transcript(platform, run_id)
     assert header["error"] == "RunInterrupted" and len(items) == 3  # the task and the two completed turns
     rows = await _ledger(platform, run_id)
-    assert sum(r.calls for r in rows) == 2 and all(r.run_failed for r in rows)
+    assert sum(r.calls for r in rows) == 3 and sum(r.failed_calls for r in rows) == 1  # and the call that failed
+    assert all(r.run_failed for r in rows)
     report = await query_costs(platform.engine, load_prices(), by="session")
     assert report.total.runs_interrupted == 1 and report.total.runs_failed == 1
 
@@ -214,7 +221,7 @@ async def test_a_run_whose_checkpoint_autogen_refuses_at_continue_keeps_its_paid
         with pytest.raises(StateRejected, match="its checkpoint was set aside"):
             await s.continue_run()
     rows = await _ledger(platform, run_id)
-    assert sum(r.calls for r in rows) == 2 and all(r.run_failed for r in rows)  # the two completed turns' calls
+    assert sum(r.calls for r in rows) == 3 and all(r.run_failed for r in rows)  # two turns' calls, the failed one
     header, items = await _transcript(platform, run_id)
     assert header["error"] == "RunInterrupted" and items == []
 
@@ -237,6 +244,44 @@ async def test_a_run_whose_checkpoint_is_set_aside_at_open_keeps_its_paid_calls_
     header, items = await _transcript(platform, run_id)
     assert header["error"] == "RunInterrupted" and items == []  # its turns are read only by the version that ran them
     rows = await _ledger(platform, run_id)
-    assert sum(r.calls for r in rows) == 2 and all(r.run_failed for r in rows)  # the two completed turns' calls
+    assert sum(r.calls for r in rows) == 3 and all(r.run_failed for r in rows)  # two turns' calls, the failed one
     report = await query_costs(platform.engine, load_prices(), by="session")
     assert report.total.runs_interrupted == 1 and report.total.runs_failed == 1
+
+
+def _selector_team() -> SelectorGroupChat:
+    """Three offline agents whose speakers a model picks: each turn is two calls, the selection and the answer."""
+    agents = [
+        AssistantAgent(name, model_client=OfflineChatCompletionClient(),
+                       model_context=BoundedChatCompletionContext(max_messages=20, keep_first=1)
+                       if name == "researcher" else None)
+        for name in ("triage", "researcher", "critic")
+    ]
+    return SelectorGroupChat(agents, model_client=OfflineChatCompletionClient(),
+                             termination_condition=MaxMessageTermination(TURNS + 1), allow_repeated_speaker=True)
+
+
+async def test_a_run_stopped_mid_turn_keeps_the_turns_paid_calls_on_record_when_continued_or_abandoned(
+    platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Registry(registry_path).add("selector", _selector_team().dump_component(), Manifest(
+        name="selector", persist=["researcher"], context_bound=20, checkpoints="every_turn"), "v1", label="production")
+    run_ids = []
+    with counted_calls(monkeypatch) as calls:
+        for user in ("alice", "bob"):
+            calls.made, calls.fail_at = 0, 6  # turn 3's speaker is picked (a paid call), then its answer fails
+            async with platform.session(user, "s1", team="selector") as s:
+                with pytest.raises(RuntimeError):
+                    await s.run(TASK)
+                assert s.interrupted is not None and s.interrupted.last_turn == 2
+                run_ids.append(s.interrupted.run_id)
+            calls.fail_at = None
+            async with platform.session(user, "s1", team="selector") as s:
+                if user == "alice":
+                    await s.continue_run()
+                else:
+                    await s.abandon_run()
+            made = calls.made
+            rows = await _ledger(platform, run_ids[-1])
+            assert sum(r.calls for r in rows) == made and sum(r.failed_calls for r in rows) == 1
+    assert made == 6  # bob's: two turns of two calls, then turn 3's selection and its failed answer

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,8 +36,11 @@ from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, not
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, Progress, encode_checkpoint
+from teamstore.runtime.deps import to_the_end
 from teamstore.runtime.turns import StreamItem, TurnTracker
 from teamstore.state.base import SessionKey
+
+log = logging.getLogger("teamstore.session")
 
 Task = str | BaseChatMessage | Sequence[BaseChatMessage] | None
 _END = object()  # the producer's last word on the queue
@@ -127,6 +131,11 @@ class Run:
         self._calls: list[ModelCall] = []  # the run's meter's list, once the producer has made it
         self._tracker: TurnTracker | None = None
         self.checkpointed = 0  # the last turn made durable by this process
+        # The team state and turn of the checkpoint the row holds for this run, and how many of this process's
+        # calls it carries: written again with the calls made since if the run stops mid-run here.
+        self._durable: tuple[Mapping[str, Any], int, int] | None = (
+            ({"agent_states": taken_up.checkpoint.agent_states}, taken_up.checkpoint.run.last_turn, 0)
+            if taken_up else None)
         self.completed = False  # the TaskResult is out: whatever fails after it, the run did complete
         self.finished = asyncio.Event()
         self.cancelled = False
@@ -206,9 +215,10 @@ class Run:
         assert isinstance(built.team, BaseGroupChat)
         # Between two turns the team is consistent: every participant has the last answer in its buffer, and
         # the manager waits here before it picks the next speaker. AutoGen's save_state only warns about this.
-        text = encode_checkpoint(built, progress, await built.team.save_state(), completed, self._calls)
-        await self._host.write_checkpoint(text)
-        self.checkpointed = completed
+        team_state = await built.team.save_state()
+        calls = len(self._calls)
+        await self._host.write_checkpoint(encode_checkpoint(built, progress, team_state, completed, self._calls))
+        self.checkpointed, self._durable = completed, (team_state, completed, calls)
 
     @property
     def durable_turn(self) -> int:
@@ -232,11 +242,27 @@ class Run:
             with contextlib.suppress(BaseException):
                 await producer
         try:
-            if not self.interrupted:
+            if self.interrupted:
+                await self._carry_calls()
+            else:
                 outcome = RunOutcome(datetime.now(UTC), error=self._reported(exc), model_calls=self.calls)
                 await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
         finally:
             self.finished.set()
+
+    async def _carry_calls(self) -> None:
+        """The run stopped mid-run in this process (its team raised): its checkpoint is written again with the
+        model calls made since it was (a turn's paid speaker selection or tool-call round, the call that
+        failed), so the attempt that ends the run records them with the rest."""
+        failure = self._tracker.failure if self._tracker is not None else None
+        if self._durable is None or failure is not None or len(self._calls) == self._durable[2]:
+            return  # a checkpoint write failed: the database is no better placed to take this one
+        team_state, turn, _ = self._durable
+        try:
+            text = encode_checkpoint(self._host.built, self.progress, team_state, turn, self._calls)
+            await to_the_end(self._host.write_checkpoint(text))
+        except TeamstoreError as exc:  # the run's own error is the one raised; these calls stay unrecorded
+            log.warning("could not add the stopped run's last model calls to its checkpoint: %s", exc)
 
     def _reported(self, exc: BaseException) -> BaseException:
         """What the caller gets: the typed error that stopped the run at a checkpoint, rather than the
