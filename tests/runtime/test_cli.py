@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from config_registry import Registry
 from teamstore import examples
 from teamstore.cli import app
+from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
 from tests.runtime.conftest import renamed_manifest
 
 runner = CliRunner()
@@ -173,3 +174,21 @@ def test_a_new_session_past_the_per_user_bound_is_an_error_with_the_fix(
     assert readable.exit_code == 0 and "1 unexpired stored session(s) for this user, of the 1" in readable.output
     listed = json.loads(runner.invoke(app, ["sessions", "list", "--user", "alice", "--json"]).stdout)
     assert [r["session_id"] for r in listed] == ["s1"]
+
+
+def test_a_run_that_stops_mid_run_says_it_can_be_continued_and_is(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        out = runner.invoke(app, ["run", *ids, "My line drops every evening"])
+        assert out.exit_code == 1
+        said = " ".join(out.output.split())  # the console wraps lines
+        assert "stopped after turn 2 and can be continued" in said and "--continue" in said
+        assert "transcripts show" not in said  # a run not ended yet has no transcript to show
+        calls.fail_at = None
+        done = runner.invoke(app, ["run", *ids, "--continue", "--json"])
+    assert done.exit_code == 0, done.output
+    assert len(json.loads(done.stdout)["messages"]) == TURNS + 1

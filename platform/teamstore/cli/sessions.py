@@ -24,6 +24,7 @@ from teamstore.ids import check_ids
 if TYPE_CHECKING:
     from teamstore.app import App
     from teamstore.runtime.platform import Platform
+    from teamstore.runtime.session import Session
     from teamstore.state.base import StateStore
 
 T = TypeVar("T")
@@ -71,8 +72,10 @@ async def _run_once(
 ) -> dict[str, Any]:
     """One request: open the session, run the team on ``text`` (or continue or abandon its interrupted run),
     and describe the reply."""
+    opened: Session | None = None
     try:
         async with platform.session(user, session, team=team, continuing=how == "continue") as s:
+            opened = s
             assert s.resume is not None
             resume = s.resume.as_dict()
             if how == "abandon":
@@ -87,6 +90,14 @@ async def _run_once(
     except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
         # AutoGen's RuntimeError carries the agent's whole traceback after its first line.
         first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+        stopped = opened.interrupted if opened is not None else None
+        if stopped is not None:  # its checkpoint keeps the turns it completed; its transcript waits for its end
+            raise TeamstoreError(
+                f"the team's run raised {type(exc).__name__}: {first}; the run stopped after turn "
+                f"{stopped.last_turn} and can be continued",
+                hint="once the model client answers again: teamstore run --team T --user U --session S --continue "
+                "(or --abandon)",
+            ) from exc
         raise TeamstoreError(
             f"the team's run raised {type(exc).__name__}: {first}",
             hint="check the model client's endpoint, key and quota; `teamstore transcripts show --user ... "
