@@ -192,3 +192,21 @@ def test_a_run_that_stops_mid_run_says_it_can_be_continued_and_is(
         done = runner.invoke(app, ["run", *ids, "--continue", "--json"])
     assert done.exit_code == 0, done.output
     assert len(json.loads(done.stdout)["messages"]) == TURNS + 1
+
+
+def test_the_quarantine_lists_as_many_as_asked_and_says_when_more_may_follow(registry: Registry) -> None:
+    for session in ("s1", "s2"):
+        runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", session, "hello"])
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production")
+    for session in ("s1", "s2"):  # each refused as it opens, and set aside
+        runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", session, "again"])
+    listed = runner.invoke(app, ["sessions", "quarantine", "--limit", "1", "--json"])
+    assert listed.exit_code == 0, listed.output
+    (newest,) = json.loads(listed.stdout)
+    assert newest["session_id"] == "s2"
+    table = runner.invoke(app, ["sessions", "quarantine", "--limit", "1"])
+    assert "the newest 1 shown" in " ".join(table.output.split())
+    whole = runner.invoke(app, ["sessions", "quarantine"])
+    assert len(json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)) == 2
+    assert "newest" not in whole.output

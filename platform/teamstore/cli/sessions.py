@@ -154,10 +154,17 @@ def list_sessions(
 
     def render(rows: list[dict[str, Any]]) -> None:
         _render_sessions(rows)
+        _say_if_cut(rows, limit)
         if bound is not None:
             console.print(f"[dim]{plain(bound)}[/]")
 
     emit(rows, as_json=as_json, render=render)
+
+
+def _say_if_cut(rows: list[dict[str, Any]], limit: int) -> None:
+    """Say under a table that filled its ``--limit`` that older rows may not be shown."""
+    if len(rows) >= limit:
+        console.print(f"[dim]the newest {limit} shown; older ones may follow: raise --limit (or give --user)[/]")
 
 
 async def _bound_line(store: StateStore, bound: int, user: str) -> str:
@@ -224,13 +231,14 @@ def _render_session(d: dict[str, Any]) -> None:
 @sessions_app.command("quarantine")
 def list_quarantine(
     user: str | None = typer.Option(None, "--user", help="Only this user's refused states (exact id)."),
+    limit: int = typer.Option(100, "--limit", min=1, max=100_000, help="Most rows to show."),
     as_json: bool = JsonOption,
 ) -> None:
-    """List refused states that were set aside, with the reason."""
+    """List refused states that were set aside, newest first, with the reason."""
     check_ids(user_id=user)
 
     async def go(app: App) -> list[dict[str, Any]]:
-        return [vars(q) for q in await app.state_store.list_quarantined(user)]
+        return [vars(q) for q in await app.state_store.list_quarantined(user, limit)]
 
     rows = _stored(go)
 
@@ -239,6 +247,7 @@ def list_quarantine(
                     [[str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
                       plain(q["detail"]), str(q["state_bytes"]), str(q["quarantined_at"])[:19]] for q in rows],
                     fixed=(0, 5, 6), right=(0, 5))
+        _say_if_cut(rows, limit)
 
     emit(rows, as_json=as_json, render=render)
 
