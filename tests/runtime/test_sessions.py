@@ -722,6 +722,28 @@ async def test_mid_session_saves_beside_lease_renewals(platform: Platform) -> No
     assert row is not None and row.row_version == 3
 
 
+async def test_saves_at_once_write_the_snapshot_once(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("message about the ZX-81 router")
+        assert await asyncio.gather(s.save(), s.save()) == [1, 1]  # both see the one write
+        await s.run("and one more thing")
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        assert s.resume is not None and s.resume.outcome == "resumed" and s.row_version == 2
+        assert "one more thing" in json.dumps(await s.team.save_state())
+
+
+async def test_a_save_under_way_as_the_block_exits_lands_before_the_lease_is_given_back(platform: Platform) -> None:
+    for steps in range(1, 40):  # the block exits at every step of the event loop of a save the caller left running
+        async with platform.session("alice", f"s{steps}", team="support_triage") as s:
+            await s.run("message about the ZX-81 router")
+            saving = asyncio.ensure_future(s.save())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+        assert saving.result() == 1
+        row = await platform.store.get(SessionKey("alice", f"s{steps}"))
+        assert row is not None and row.row_version == 1
+
+
 async def test_a_cancelled_mid_session_save_still_lands_whole_and_the_session_goes_on(platform: Platform) -> None:
     # Cancelled at every step of the event loop in turn: the save is written whole (or not yet begun),
     # the session still holds its lease and saves at exit, and the next request resumes from it.

@@ -124,6 +124,7 @@ class Session:
         self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
         self._row_version = 0
         self._pending: str | None = None
+        self._writing = asyncio.Lock()  # one save at a time: two at once would both take the one snapshot
         self._pending_bytes = 0
         self._good_states: dict[str, Any] = {}  # what the team holds between runs: rebuilt from after a failure
         self._stale = False  # a run failed or was cancelled mid-turn: the team is built again before the next
@@ -302,16 +303,17 @@ class Session:
         finally:
             await self._stop_keeping()
         self._deps.build_ahead(self._team_ref)  # the next request's team, built while the save is on its way
-        try:
-            if self._pending is not None:
-                await self._write(release=True)
-            else:
-                if self._drop_checkpoint:
-                    await self.write_checkpoint(None)
-                await self._release()
-        except BaseException:  # whatever failed, the lease is given back
-            await self._release_quietly()
-            raise
+        async with self._writing:  # after a save still under way (one the caller did not await)
+            try:
+                if self._pending is not None:
+                    await self._write(release=True)
+                else:
+                    if self._drop_checkpoint:
+                        await self.write_checkpoint(None)
+                    await self._release()
+            except BaseException:  # whatever failed, the lease is given back
+                await self._release_quietly()
+                raise
         self._write_memory()  # after the save: memory follows what was saved
 
     async def _stop_keeping(self) -> None:
@@ -525,18 +527,20 @@ class Session:
     async def save(self) -> int:
         """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
 
-        Cancelled while it writes, it still finishes the write, and the session goes on from it.
+        Cancelled while it writes, it still finishes the write, and the session goes on from it. Saves wait for
+        one another (two at once write once), and the block's exit waits for a save under way.
         """
         self._require_open()
         await self.flush_audit()
-        if self._pending is not None:
-            # Cancelled mid-write (a request timeout), the write finishes first. Cut short, it may have saved
-            # without the session learning the new row version (its exit save would then conflict with
-            # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
-            await to_the_end(self._write(release=False))
-        elif self._drop_checkpoint:
-            await to_the_end(self.write_checkpoint(None))
-            self._drop_checkpoint = False
+        async with self._writing:
+            if self._pending is not None:
+                # Cancelled mid-write (a request timeout), the write finishes first. Cut short, it may have saved
+                # without the session learning the new row version (its exit save would then conflict with
+                # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
+                await to_the_end(self._write(release=False))
+            elif self._drop_checkpoint:
+                await to_the_end(self.write_checkpoint(None))
+                self._drop_checkpoint = False
         return self._row_version
 
     async def _write(self, *, release: bool) -> None:
