@@ -207,3 +207,15 @@ async def test_an_async_tool_reads_its_turns_key(
         await s.run(TASK)
         run_id = s.last_run_id
     assert keys.read_text().splitlines() == [f"{run_id}:2:note_turn"]  # the desk speaks in the second turn
+
+
+async def test_a_session_emptied_by_an_abandoned_first_run_is_listed_while_the_bound_counts_it(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    await _stop_after(platform, monkeypatch, turn=1)  # a new session: its row holds the checkpoint alone
+    async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+        await s.abandon_run()  # and now nothing, until it expires
+    assert await platform.store.live_sessions("alice") == 1
+    (listed,) = await platform.store.list_sessions("alice")
+    assert (listed.session_id, listed.state, listed.checkpoint) == ("s1", None, None)

@@ -164,7 +164,7 @@ def list_sessions(
 def _say_if_cut(rows: list[dict[str, Any]], limit: int) -> None:
     """Say under a table that filled its ``--limit`` that older rows may not be shown."""
     if len(rows) >= limit:
-        console.print(f"[dim]the newest {limit} shown; older ones may follow: raise --limit (or give --user)[/]")
+        console.print(f"[dim]the newest {limit} shown; older ones may follow: raise --limit[/]")
 
 
 async def _bound_line(store: StateStore, bound: int, user: str) -> str:

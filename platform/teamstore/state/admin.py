@@ -79,8 +79,11 @@ class SessionAdmin:
         return stored(key.user_id, key.session_id, rows[0]) if rows else None
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
-        """Saved rows (a state, or an interrupted run's checkpoint), most recently updated first (``user_id`` is checked as :meth:`get` checks it)."""
-        stored_anything = or_(sessions.c.state.is_not(None), sessions.c.checkpoint.is_not(None))
+        """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it): a state, an
+        interrupted run's checkpoint, or neither any more (set aside in the quarantine, or a run abandoned before
+        the session's first save) in a row the per-user bound still counts until it expires."""
+        stored_anything = or_(sessions.c.state.is_not(None), sessions.c.checkpoint.is_not(None),
+                              sessions.c.expires_at.is_not(None))
         stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns()).where(stored_anything)
         if user_id is not None:
             check_id("user_id", user_id)
