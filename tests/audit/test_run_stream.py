@@ -285,3 +285,31 @@ async def test_a_run_stopped_mid_turn_keeps_the_turns_paid_calls_on_record_when_
             rows = await _ledger(platform, run_ids[-1])
             assert sum(r.calls for r in rows) == made and sum(r.failed_calls for r in rows) == 1
     assert made == 6  # bob's: two turns of two calls, then turn 3's selection and its failed answer
+
+
+async def test_an_abandonment_cancelled_part_way_keeps_the_run_on_record_or_its_checkpoint_in_place(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import contextlib
+
+    for steps in range(1, 20):  # the request is cancelled at each step of the event loop in turn
+        session = f"s{steps}"
+        with counted_calls(monkeypatch) as calls:
+            calls.fail_at = 3
+            async with platform.session("alice", session, team=TEAM) as s:
+                with pytest.raises(RuntimeError):
+                    await s.run(TASK)
+                assert s.interrupted is not None
+                run_id = s.interrupted.run_id
+        async with platform.session("alice", session, team=TEAM) as s:
+            abandoning = asyncio.ensure_future(s.abandon_run())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            abandoning.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await abandoning
+        row = await platform.store.get(s.key)
+        assert row is not None
+        if row.checkpoint is None:  # given up: then on record, turns and paid calls
+            assert sum(r.calls for r in await _ledger(platform, run_id)) == 3

@@ -377,7 +377,7 @@ class Session:
     async def abandon_run(self) -> None:
         """Give the interrupted run up: its checkpoint is cleared (one write) and the session goes on from the
         state it had before that run. The run's completed turns go to its transcript, and the model calls it
-        paid for to the ledger, as a run that failed.
+        paid for to the ledger, as a run that failed. Cancelled once the clearing has begun, it still finishes.
 
         Raises:
             NoInterruptedRun: The session has no interrupted run.
@@ -388,7 +388,13 @@ class Session:
         if self._running:
             raise RunInProgress("this session is running a task", hint="await it before abandoning a run")
         checkpoint = await self._interrupted_checkpoint()
-        await self.write_checkpoint(None)
+        # Cancelled from here (a request timeout), it finishes: a checkpoint cleared without its run recorded
+        # would leave the run's turns and paid calls on no record at all.
+        await to_the_end(self._abandon(checkpoint))
+
+    async def _abandon(self, checkpoint: Checkpoint) -> None:
+        async with self._writing:
+            await self.write_checkpoint(None)
         self._interrupted = self._checkpoint = None
         await interruptions.report_abandoned(self, checkpoint, resumed=bool(self.resume and self.resume.applied))
 
