@@ -210,3 +210,10 @@ def test_the_quarantine_lists_as_many_as_asked_and_says_when_more_may_follow(reg
     whole = runner.invoke(app, ["sessions", "quarantine"])
     assert len(json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)) == 2
     assert "newest" not in whole.output
+
+
+def test_continuing_a_session_with_no_interrupted_run_says_what_to_do_on_the_command_line(registry: Registry) -> None:
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "--continue"])
+    said = " ".join(out.output.split())
+    assert out.exit_code == 1 and "has no interrupted run" in said
+    assert "s.interrupted" not in said and "without --continue or --abandon" in said  # not the Python API's hint

@@ -16,7 +16,7 @@ import typer
 
 from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.errors import ConfigurationError, InvalidTask, TeamstoreError
+from teamstore.errors import ConfigurationError, InvalidTask, NoInterruptedRun, TeamstoreError
 from teamstore.ids import check_ids
 
 # The database, the runtime and AutoGen are imported by the commands that use them, not with the command
@@ -85,6 +85,9 @@ async def _run_once(
             result = await (s.continue_run() if how == "continue" else s.run(text))
             run_id = s.last_run_id
             memory = s.memory.as_dict() if s.memory is not None else None
+    except NoInterruptedRun as exc:  # said for the command line, not the Python API
+        raise NoInterruptedRun(exc.message, hint="`teamstore sessions show` names a session's interrupted run; "
+                               "without one, run the message without --continue or --abandon") from None
     except TeamstoreError:
         raise
     except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
