@@ -313,3 +313,47 @@ async def test_an_abandonment_cancelled_part_way_keeps_the_run_on_record_or_its_
         assert row is not None
         if row.checkpoint is None:  # given up: then on record, turns and paid calls
             assert sum(r.calls for r in await _ledger(platform, run_id)) == 3
+
+
+async def test_a_session_cancelled_as_it_sets_a_checkpoint_aside_keeps_the_run_on_record(
+    platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            assert s.interrupted is not None
+            run_id = s.interrupted.run_id
+    team = long_triage()
+    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
+    Registry(registry_path).add(TEAM, team.dump_component(), manifest(), "reword the critic", label="production")
+
+    class SlowAudit:  # the audit's first writes are slow (an S3 upload, say): the request times out meanwhile
+        recording = asyncio.Event()
+
+        async def run_started(self, ctx: Any) -> None:
+            self.recording.set()
+            await asyncio.sleep(0.2)
+
+        async def on_item(self, ctx: Any, item: Any) -> None: ...
+
+        async def run_finished(self, ctx: Any, outcome: Any) -> None: ...
+
+    slow = SlowAudit()
+    platform.observers.insert(0, slow)
+
+    async def open_it() -> None:
+        async with platform.session("alice", "s1", team=TEAM):  # the checkpoint does not fit: set aside
+            pass
+
+    opening = asyncio.ensure_future(open_it())
+    await slow.recording.wait()  # the checkpoint is in the quarantine; its run is being recorded
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    row = await platform.store.get(s.key)
+    assert row is not None and row.checkpoint is None
+    assert sum(r.calls for r in await _ledger(platform, run_id)) == 3  # on record all the same

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from config_registry.types import BuiltTeam
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint
-from teamstore.runtime.deps import AGENTCHAT_VERSION, SessionDeps
+from teamstore.runtime.deps import AGENTCHAT_VERSION, SessionDeps, to_the_end
 from teamstore.runtime.resume import ResumeOutcome, Verdict, apply_states, judge
 from teamstore.state.base import StoredSession
 
@@ -35,14 +35,10 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
     Raises:
         StoreUnavailable: A refusal could not be set aside (the session does not open).
     """
-    store, limits = deps.store, deps.limits
-    verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, limits.state_max_bytes)
+    verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, deps.limits.state_max_bytes)
     if verdict.outcome.quarantined:
         assert verdict.outcome.detail is not None
-        await store.quarantine(row, owner=owner, reason=verdict.outcome.outcome, detail=verdict.outcome.detail)
-        deps.metrics.quarantined(verdict.outcome.outcome)
-        if row.checkpoint is not None:  # an interrupted run's, set aside with the row: it ends here
-            await interruptions.report_set_aside(deps.observers, row, verdict.outcome.outcome)
+        await to_the_end(_set_aside(row, deps, owner, verdict.outcome.outcome, verdict.outcome.detail))
     if verdict.outcome.applied:
         try:
             await apply_states(built, verdict.states)
@@ -51,18 +47,37 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
             # a nested team's state): the state is refused like any other, and the team, maybe half-loaded,
             # is built again from the same version. Only the type is kept: the message may quote content.
             detail = f"AutoGen could not load the stored state ({type(exc).__name__})"
-            await store.quarantine(row, owner=owner, reason="corrupt", detail=detail)
-            deps.metrics.quarantined("corrupt")
-            if row.checkpoint is not None:  # an interrupted run's, set aside with the row: it ends here
-                await interruptions.report_set_aside(deps.observers, row, "corrupt")
+            await to_the_end(_set_aside(row, deps, owner, "corrupt", detail))
             fresh = await deps.build_team(f"{built.name}@{built.version}")
             return Opened(Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version,
                                                 quarantined=True)), fresh)
     if row.checkpoint is None or verdict.outcome.quarantined or verdict.outcome.outcome == "expired":
         return Opened(verdict, built)  # none; set aside with the refused row; or as stale as its state
-    outcome, checkpoint = await interruptions.judge_at_open(row, verdict.outcome, built, store, owner,
-                                                            AGENTCHAT_VERSION)
-    if outcome.checkpoint_refused is not None:
-        deps.metrics.quarantined(f"checkpoint {outcome.checkpoint_refused}")
-        await interruptions.report_set_aside(deps.observers, row, outcome.checkpoint_refused)
+    judged: list[tuple[ResumeOutcome, Checkpoint | None]] = []
+    await to_the_end(_judge_checkpoint(row, verdict.outcome, built, deps, owner, judged))
+    ((outcome, checkpoint),) = judged
     return Opened(Verdict(outcome, verdict.states), built, checkpoint)
+
+
+# Each of these is awaited to its end by a session cancelled as it opens (a request timeout): a checkpoint set
+# aside without its run recorded would leave the run's paid calls on no record.
+
+
+async def _set_aside(row: StoredSession, deps: SessionDeps, owner: str, reason: str, detail: str) -> None:
+    """Quarantine the refused row and record the interrupted run whose checkpoint goes with it, if any."""
+    await deps.store.quarantine(row, owner=owner, reason=reason, detail=detail)
+    deps.metrics.quarantined(reason)
+    if row.checkpoint is not None:  # an interrupted run's, set aside with the row: it ends here
+        await interruptions.report_set_aside(deps.observers, row, reason)
+
+
+async def _judge_checkpoint(
+    row: StoredSession, outcome: ResumeOutcome, built: BuiltTeam, deps: SessionDeps, owner: str,
+    judged: list[tuple[ResumeOutcome, Checkpoint | None]],
+) -> None:
+    """Judge the interrupted run's checkpoint into ``judged``; one refused is set aside and its run recorded."""
+    found, checkpoint = await interruptions.judge_at_open(row, outcome, built, deps.store, owner, AGENTCHAT_VERSION)
+    if found.checkpoint_refused is not None:
+        deps.metrics.quarantined(f"checkpoint {found.checkpoint_refused}")
+        await interruptions.report_set_aside(deps.observers, row, found.checkpoint_refused)
+    judged.append((found, checkpoint))

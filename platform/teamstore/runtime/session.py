@@ -476,8 +476,8 @@ class Session:
         except Exception as exc:
             detail = (exc.detail if isinstance(exc, StateRejected)
                       else f"AutoGen could not load the checkpoint ({type(exc).__name__})")
-            await interruptions.set_aside(self._deps.store, self.key, self._owner, checkpoint, self._built.name, detail,
-                                          self._deps.observers)
+            await to_the_end(interruptions.set_aside(self._deps.store, self.key, self._owner, checkpoint,
+                                                     self._built.name, detail, self._deps.observers))
             self._interrupted = self._checkpoint = None
             await self._rebuild()
             raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
