@@ -23,7 +23,7 @@ from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.transcripts import session_prefix
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode, sealed_context
-from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client
+from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client, rule_id
 from teamstore.db.fence import user_holds
 from teamstore.errors import TranscriptUnavailable, UploadInDoubt
 from teamstore.keys import KeyService
@@ -145,11 +145,31 @@ async def test_retention_apply_puts_the_lifecycle_rule_and_keeps_other_rules(s3_
     rule = await store.apply_retention(days=30)
     await store.apply_retention(days=30)  # idempotent: replaced, not duplicated
     rules = {r["ID"]: r for r in client.get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]}
-    assert set(rules) == {"keep-me", RULE_ID}
-    assert rules[RULE_ID]["Expiration"]["Days"] == 30
-    assert rules[RULE_ID]["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
-    assert rules[RULE_ID]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
+    ours = rule["ID"]
+    assert set(rules) == {"keep-me", ours}
+    assert rules[ours]["Expiration"]["Days"] == 30
+    assert rules[ours]["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
+    assert rules[ours]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
     assert rule["Filter"] == {"Prefix": "transcripts/subjects/"}
+
+
+async def test_stores_under_two_prefixes_of_one_bucket_each_keep_their_own_retention_rule(s3_bucket: str) -> None:
+    client = boto3.client("s3")
+    # A rule put by a version whose every prefix's rule had one ID: replaced on its own prefix only.
+    legacy = {**lifecycle_rule("staging/subjects/", 90), "ID": RULE_ID}
+    client.put_bucket_lifecycle_configuration(Bucket=s3_bucket, LifecycleConfiguration={"Rules": [legacy]})
+    production = S3TranscriptStore.from_url(f"s3://{s3_bucket}/production")
+    staging = S3TranscriptStore.from_url(f"s3://{s3_bucket}/staging")
+    await production.apply_retention(days=30)
+    await staging.apply_retention(days=7)
+    await production.apply_retention(days=30)  # again: replaced, not duplicated
+    rules = client.get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]
+    assert sorted((r["ID"], r["Filter"]["Prefix"], r["Expiration"]["Days"]) for r in rules) == sorted([
+        (rule_id("production/subjects/"), "production/subjects/", 30),
+        (rule_id("staging/subjects/"), "staging/subjects/", 7),
+    ])
+    for store in (production, staging):
+        await store.close()
 
 
 def test_the_shipped_lifecycle_policy_matches_what_retention_apply_puts() -> None:

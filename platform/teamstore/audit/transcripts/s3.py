@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,18 +47,25 @@ from teamstore.audit.transcripts.s3_client import (
 )
 from teamstore.errors import ConfigurationError, TranscriptNotFound, TranscriptUnavailable
 
-__all__ = ["BATCH", "RULE_ID", "S3TranscriptStore", "lifecycle_rule", "make_client"]
+__all__ = ["BATCH", "RULE_ID", "S3TranscriptStore", "lifecycle_rule", "make_client", "rule_id"]
 
 RULE_ID = "teamstore-transcripts-retention"
+"""The start of every lifecycle rule's ID teamstore puts; each transcript prefix has its own rule (:func:`rule_id`)."""
 BATCH = 1000
 """Versions per ``DeleteObjects`` request: S3's limit."""
 T = TypeVar("T")
 
 
+def rule_id(prefix: str) -> str:
+    """The ID of teamstore's lifecycle rule on ``prefix``: one per prefix, so stores that share a bucket under
+    different prefixes (production and staging, say) each keep their own rule (IDs are unique in a bucket)."""
+    return f"{RULE_ID}-{hashlib.sha256(prefix.encode()).hexdigest()[:12]}"
+
+
 def lifecycle_rule(prefix: str, days: int) -> dict[str, Any]:
     """The lifecycle rule teamstore puts on the transcript prefix (also shipped in ``infra/``)."""
     return {
-        "ID": RULE_ID,
+        "ID": rule_id(prefix),
         "Filter": {"Prefix": prefix},
         "Status": "Enabled",
         "Expiration": {"Days": days},
@@ -381,7 +389,7 @@ class S3TranscriptStore:
             if error_code(exc) != "NoSuchLifecycleConfiguration":
                 raise
             rules = []
-        rules = [r for r in rules if r.get("ID") != RULE_ID] + [rule]
+        rules = [r for r in rules if not _replaced_by(r, rule)] + [rule]
         self.client.put_bucket_lifecycle_configuration(
             Bucket=self.bucket, LifecycleConfiguration={"Rules": rules}
         )
@@ -411,6 +419,15 @@ class S3TranscriptStore:
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.client.close)
+
+
+def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether ``new`` takes the place of the bucket's rule ``old``: the same ID, or the one ID every prefix's
+    rule had before each had its own, on the same prefix (another prefix's rule stays)."""
+    if old.get("ID") == new["ID"]:
+        return True
+    prefix = (old.get("Filter") or {}).get("Prefix", old.get("Prefix"))
+    return old.get("ID") == RULE_ID and prefix == new["Filter"]["Prefix"]
 
 
 def _refused(refused: list[Refusal], where: str) -> TranscriptUnavailable:
