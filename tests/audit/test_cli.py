@@ -196,6 +196,24 @@ def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
     assert "error: 1 transcript(s) still queued" in flushed.output and "fix:" in flushed.output
 
 
+def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_none() -> None:
+    home = Path(Settings().home)
+    home.mkdir(parents=True, exist_ok=True)
+    folder = home / "transcripts"
+    folder.write_text("a file where the transcript folder should be")
+    run_ids = _populate(2)  # both uploads fail: the transcripts wait in the outbox
+    folder.unlink()  # the store answers again; nobody has flushed yet
+    show = ["transcripts", "show", "--user", USER, "--session", SESSION]
+    for args in ([], ["--run", run_ids[0]]):
+        result = runner.invoke(app, [*show, *args], env={"COLUMNS": "300"})
+        assert result.exit_code == 1, result.output
+        assert "2 of the session's transcripts wait in the outbox" in result.output, args
+        assert "teamstore transcripts flush" in result.output and "check the session id" not in result.output
+    assert runner.invoke(app, ["transcripts", "flush"]).exit_code == 0
+    shown = json.loads(runner.invoke(app, [*show, "--json"]).stdout)
+    assert (shown["total"], shown["queued"]) == (2, 0)
+
+
 def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
     result = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])

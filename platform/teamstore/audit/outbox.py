@@ -170,6 +170,27 @@ async def pending(engine: AsyncEngine) -> int:
         return int(await conn.scalar(select(func.count()).select_from(outbox).where(outbox.c.body.is_not(None))) or 0)
 
 
+async def queued_under(engine: AsyncEngine, subject_key: str, prefix: str) -> int:
+    """How many of the subject's transcripts under ``prefix`` (a session's, say) wait in the outbox, not yet in
+    the store.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    stmt = select(func.count()).select_from(outbox).where(
+        outbox.c.subject_key == subject_key, outbox.c.object_key.startswith(prefix, autoescape=True),
+        outbox.c.body.is_not(None),
+    )
+    try:
+        async with engine.connect() as conn:
+            return int(await conn.scalar(stmt) or 0)
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not read the transcript outbox: {describe_failure(exc)}",
+            hint="check the database; run `teamstore db upgrade` if ts_transcript_outbox is missing",
+        ) from exc
+
+
 async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500, late_upload_s: float = 60.0) -> FlushReport:
     """Deliver queued transcripts, oldest first, each claimed first so no other flusher sends it too; stop at
     the first failure (the store is likely down).

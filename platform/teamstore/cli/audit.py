@@ -60,17 +60,24 @@ prices_app = typer.Typer(help="The versioned price table cost is derived from.",
 async def load_transcripts(
     engine: AsyncEngine, store: TranscriptStore, user: str, session: str, run: str | None, last: int = DEFAULT_RUNS,
     keys: KeyService | None = None,
-) -> RunPage:
+) -> tuple[RunPage, int]:
     """Read one session's ``last`` newest runs (or one run, by its id or a unique prefix of it), oldest
     first, and how many runs it has in all; only the runs shown are held in memory. Each sealed object is
     opened under the user's data key (``keys``; by default the environment's).
 
+    Returns:
+        The page, and how many of the session's transcripts wait in the outbox (not in the store yet, so
+        neither shown nor counted in the page's total).
+
     Raises:
-        TranscriptNotFound: The user, session or run has no transcript, or a prefix names several runs.
+        TranscriptNotFound: The user, session or run has no transcript in the store (the message says how many
+            wait in the outbox), or a prefix names several runs.
         AuditError: A run's object is not readable (the message names the run).
         KeyDestroyed, KeyUnavailable, PayloadUnreadable: A sealed object does not open.
     """
+    from teamstore.audit import outbox
     from teamstore.audit.subjects import find_subject, session_key
+    from teamstore.audit.transcripts import session_prefix
     from teamstore.audit.transcripts.pages import newest_runs, one_run
     from teamstore.audit.transcripts.record import RunKeys, sealed_context
     from teamstore.keys.service import KeyService
@@ -86,9 +93,22 @@ async def load_transcripts(
     async def opener(object_key: str, body: bytes) -> bytes:
         return await service.open(user, body, sealed_context(object_key))
 
-    if run is not None:
-        return await one_run(store, run_keys, run, opener=opener)
-    return await newest_runs(store, run_keys, last, opener=opener)
+    queued = await outbox.queued_under(engine, subject, session_prefix(run_keys))
+    try:
+        page = await (one_run(store, run_keys, run, opener=opener) if run is not None
+                      else newest_runs(store, run_keys, last, opener=opener))
+    except TranscriptNotFound as exc:
+        if not queued:
+            raise
+        raise TranscriptNotFound(f"{exc.message} ({_queued_note(queued)})", hint=_FLUSH_HINT) from exc
+    return page, queued
+
+
+_FLUSH_HINT = "`teamstore transcripts flush` delivers them (or says why the store still refuses them)"
+
+
+def _queued_note(queued: int) -> str:
+    return f"{queued} of the session's transcripts wait in the outbox, not yet in the store"
 
 
 def _content_text(message: dict[str, Any]) -> str:
@@ -138,6 +158,8 @@ def _render_transcripts(data: dict[str, Any], one: bool) -> None:
     else:
         more = "; --last N shows more, --run RUN one" if shown < total else ""
         console.print(f"the newest {shown} of the session's {total} run(s), oldest first{more}")
+    if data.get("queued"):
+        console.print(f"and {_queued_note(data['queued'])}: {_FLUSH_HINT}")
 
 
 @transcripts_app.command("show")
@@ -154,9 +176,9 @@ def transcripts_show(
     check_ids(user_id=user, session_id=session)
     if run is not None and last is not None:
         raise ConfigurationError("--last and --run each choose the runs to show", hint="give one of them")
-    page = with_app(lambda app: load_transcripts(app.engine, app.transcript_store, user, session, run,
-                                                 last or DEFAULT_RUNS, app.keys), must_exist=True)
-    emit({"runs": page.runs, "total": page.total}, as_json=as_json,
+    page, queued = with_app(lambda app: load_transcripts(app.engine, app.transcript_store, user, session, run,
+                                                         last or DEFAULT_RUNS, app.keys), must_exist=True)
+    emit({"runs": page.runs, "total": page.total, "queued": queued}, as_json=as_json,
          render=lambda data: _render_transcripts(data, one=run is not None))
 
 
