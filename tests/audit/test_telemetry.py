@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.teams import MagenticOneGroupChat
 from autogen_core import SingleThreadedAgentRuntime
+from autogen_ext.models.replay import ReplayChatCompletionClient
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver
+from teamstore.audit.schema import usage
+from teamstore.audit.stop_reasons import OTHER, recordable
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.telemetry import ScrubbingSpanExporter, setup_tracing
 from teamstore.events import RunOutcome
+from teamstore.metering import MeteredChatCompletionClient
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, metered_round_robin, observe_run, selector_team
 from tests.otlp_receiver import OtlpReceiver
@@ -95,6 +103,48 @@ async def test_the_canary_and_the_raw_user_id_never_reach_the_wire_not_even_via_
     wire = otlp_env.wire()
     assert CANARY.encode() not in wire
     assert USER.encode() not in wire and b"sess-1" not in wire
+
+
+def _magentic_one_satisfied_by(reason: str) -> MagenticOneGroupChat:
+    """A MagenticOne team whose orchestrator's model finds the request satisfied, for ``reason``."""
+    ledger = {"is_request_satisfied": {"reason": reason, "answer": True},
+              "is_in_loop": {"reason": "no", "answer": False},
+              "is_progress_being_made": {"reason": "yes", "answer": True},
+              "next_speaker": {"reason": "none", "answer": "helper"},
+              "instruction_or_question": {"reason": "none", "answer": "none"}}
+    orchestrator = ReplayChatCompletionClient(["facts", "plan", json.dumps(ledger), "final answer"])
+    helper = AssistantAgent("helper", model_client=MeteredChatCompletionClient(ReplayChatCompletionClient(["hi"]), "helper"))
+    return MagenticOneGroupChat([helper], model_client=MeteredChatCompletionClient(orchestrator, "orchestrator"))
+
+
+async def test_a_stop_reason_a_model_wrote_stays_in_the_transcript_never_in_the_ledger_or_the_spans(
+    provider: TracerProvider, otlp_env: OtlpReceiver, sqlite_engine: AsyncEngine
+) -> None:
+    # MagenticOne stops with its model's reason for the request being satisfied: the user's words, retold.
+    pseudonyms = Pseudonyms(sqlite_engine)
+    ctx = context(user_id=USER, session_id="sess-1", team="support_triage")
+    outcome = await observe_run([LedgerObserver(sqlite_engine, pseudonyms), SpanObserver(provider, pseudonyms)],
+                                _magentic_one_satisfied_by(f"the user's router {CANARY} works again"), ctx)
+    assert CANARY in (outcome.stop_reason or "")
+    provider.force_flush()
+    (run,) = _by_name(otlp_env.wait_for(lambda s: bool(_by_name(s, "invoke_agent support"))), "invoke_agent support")
+    assert run["attributes"]["teamstore.stop_reason"] == OTHER
+    assert CANARY.encode() not in otlp_env.wire()
+    async with sqlite_engine.connect() as conn:
+        recorded = set((await conn.scalars(select(usage.c.stop_reason).where(usage.c.run_id == ctx.run_id))).all())
+    assert recorded == {OTHER}
+
+
+@pytest.mark.parametrize("reason", [
+    "Text 'TERMINATE' mentioned", "Maximum number of messages 4 reached, current message count: 4",
+    "Token usage limit reached, total token count: 120, prompt token count: 100, completion token count: 20.",
+    "Handoff to user from triage detected.", "Function 'approve' was executed.", "'critic' answered",
+    "Timeout of 30 seconds reached", "Maximum number of turns 3 reached.", "Max rounds reached.",
+    "Text 'TERMINATE' mentioned, Maximum number of messages 4 reached, current message count: 4",
+    "abandoned after turn 2",
+])
+def test_the_stop_reasons_autogens_conditions_write_are_recorded_as_they_are(reason: str) -> None:
+    assert recordable(reason) == reason
 
 
 async def test_opting_in_to_content_capture_lets_autogen_message_attributes_through(

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.dml import Insert
 
 from teamstore.audit.schema import ledger_name, subject_sessions, subjects, usage
+from teamstore.audit.stop_reasons import recordable
 from teamstore.audit.subjects import SUBJECT, USER
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import describe_failure
@@ -64,7 +65,7 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
         "team_version": ctx.team_version,
         "session_key": keys.session_key,
         "subject_key": keys.subject_key,
-        "stop_reason": outcome.stop_reason[:256] if outcome.stop_reason else None,
+        "stop_reason": recordable(outcome.stop_reason),
         "ended_by_limit": outcome.ended_by_limit,
         "run_failed": outcome.error is not None,
         "started_at": ctx.started_at,

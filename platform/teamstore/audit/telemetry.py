@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from teamstore.audit.otlp import EXPORT_TIMEOUT_S, span_exporter
+from teamstore.audit.stop_reasons import recordable
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
 from teamstore.settings import Settings
@@ -192,7 +193,7 @@ def run_attributes(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> dict[
     if len(providers) == 1:  # a team whose agents call several providers has no one provider
         attributes["gen_ai.provider.name"] = providers.pop()
     if outcome.stop_reason is not None:
-        attributes["teamstore.stop_reason"] = outcome.stop_reason[:256]
+        attributes["teamstore.stop_reason"] = recordable(outcome.stop_reason)
     if outcome.error is not None:
         attributes["error.type"] = type(outcome.error).__name__
     return attributes
