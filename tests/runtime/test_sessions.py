@@ -19,6 +19,9 @@ from autogen_agentchat.agents import AssistantAgent, SocietyOfMindAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import CancellationToken
+from autogen_core.models import ModelInfo
+from autogen_ext.models.replay import ReplayChatCompletionClient
+from pydantic import BaseModel
 from sqlalchemy import insert, select, text, update
 
 from config_registry import Manifest, Registry
@@ -808,6 +811,26 @@ async def test_no_message_content_reaches_the_logs_at_info(
         await talk(fresh, "alice", "s1", "CANARY-LOGGED-4711 my card number")
     assert caplog.records  # teamstore itself logs at INFO
     assert not [r.name for r in caplog.records if "CANARY-LOGGED-4711" in r.getMessage()]
+    await fresh.aclose()
+
+
+async def test_a_failure_autogen_logs_names_its_type_never_the_words_its_message_quotes(
+    platform: Platform, registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Ticket(BaseModel):
+        category: str
+
+    fresh = Platform(platform.engine, registry, settings=platform.settings)
+    # A structured output the model got wrong: pydantic's error quotes the reply, which retells the user.
+    info = ModelInfo(vision=False, function_calling=True, json_output=True, family="unknown", structured_output=True)
+    client = ReplayChatCompletionClient(["CANARY-LOGGED-4711 says the router drops"], model_info=info)
+    team = RoundRobinGroupChat([AssistantAgent("a", model_client=client, output_content_type=Ticket)],
+                               termination_condition=MaxMessageTermination(2))
+    with caplog.at_level(logging.ERROR, "autogen_core"), pytest.raises(RuntimeError):
+        await team.run(task="my router drops")
+    (failure,) = [r for r in caplog.records if r.name == "autogen_core" and r.levelno == logging.ERROR]
+    assert "ValidationError" in failure.getMessage()  # still logged as a failure, by its type
+    assert "CANARY-LOGGED-4711" not in caplog.text
     await fresh.aclose()
 
 

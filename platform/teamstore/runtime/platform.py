@@ -55,7 +55,9 @@ _AUTOGEN_LOGGERS = ("autogen_core", "autogen_agentchat")
 
 
 def keep_content_out_of_logs() -> None:
-    """Raise AutoGen's loggers to WARNING, unless the application has set their level itself.
+    """Raise AutoGen's loggers to WARNING, unless the application has set their level itself, and keep the
+    failures autogen-core logs at ERROR without their exceptions' messages and tracebacks
+    (:class:`_FailureTypeOnly`).
 
     A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message
     content in telemetry, so a service logging at INFO does not write its users' messages to its logs.
@@ -64,6 +66,34 @@ def keep_content_out_of_logs() -> None:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
+    core = logging.getLogger("autogen_core")
+    if _TYPE_ONLY not in core.filters:
+        core.addFilter(_TYPE_ONLY)
+
+
+class _FailureTypeOnly(logging.Filter):
+    """Keeps autogen-core's ERROR record of a handler that raised, with the exception's type in place of its
+    message and traceback.
+
+    An exception's message often quotes users' words: a structured output the model got wrong is a pydantic
+    error holding the model's reply, a tool's failure its arguments. autogen-core logs it with its traceback
+    on its own logger, whatever level the application gives AutoGen. The run's transcript records the error;
+    the application gets the exception itself from the run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None or isinstance(error, asyncio.CancelledError):
+            return True
+        message, said = record.getMessage(), str(error)
+        if said:  # autogen-core puts some exceptions' text in the message itself
+            message = message.replace(said, "...")
+        record.msg = (f"{message} ({type(error).__name__}; its message and traceback are left out: they may "
+                      "quote users' words)")
+        record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
+_TYPE_ONLY = _FailureTypeOnly()
 
 
 class _CancelledIsNotAnError(logging.Filter):
