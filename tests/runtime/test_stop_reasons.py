@@ -25,6 +25,9 @@ from teamstore.runtime.session import ended_by_limit
     (None, False),
     # Completed on the message that also reached the cap: it completed.
     ("Text 'TERMINATE' mentioned, Maximum number of messages 4 reached, current message count: 4", False),
+    ("Max rounds reached.", True),  # MagenticOne's turn limit
+    # MagenticOne's model saying why the request is satisfied: completed, whatever words it uses.
+    ("The router's timeout setting was raised to the maximum number of retries the user asked for.", False),
 ])
 def test_a_run_is_limited_only_when_a_limit_stopped_it(reason: str | None, limited: bool) -> None:
     assert ended_by_limit(reason) is limited

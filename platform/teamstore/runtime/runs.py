@@ -31,6 +31,7 @@ from autogen_agentchat.teams import BaseGroupChat
 from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
+from teamstore.audit.stop_reasons import OTHER, recordable
 from teamstore.errors import ErasureInProgress, SessionNotOpen, TeamstoreError
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.metering import metered_run
@@ -44,7 +45,8 @@ log = logging.getLogger("teamstore.session")
 
 Task = str | BaseChatMessage | Sequence[BaseChatMessage] | None
 _END = object()  # the producer's last word on the queue
-_LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns")
+_LIMIT_MARKERS = ("maximum number of", "token usage limit", "timeout", "max_turns", "maximum turns",
+                  "max rounds reached")  # the last MagenticOne's turn limit
 # What AutoGen's completing conditions say (a text mentioned, a handoff, a stop message, a function run,
 # an agent answering). Combined conditions join their reasons: a run that completed on the same message
 # that reached a limit did complete.
@@ -55,7 +57,12 @@ _COMPLETION_MARKERS = (
 
 
 def ended_by_limit(stop_reason: str | None) -> bool:
-    """True when a run was stopped by a message, turn, token or time limit rather than by completing."""
+    """True when a run was stopped by a message, turn, token or time limit rather than by completing.
+
+    Only what a termination condition writes is judged: a stop reason a model wrote (MagenticOne's reason for
+    the request being satisfied) says it completed, whatever words it uses."""
+    if recordable(stop_reason) in (None, OTHER):
+        return False
     text = (stop_reason or "").lower()
     return any(marker in text for marker in _LIMIT_MARKERS) and not any(
         marker in text for marker in _COMPLETION_MARKERS
