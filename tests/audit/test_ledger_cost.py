@@ -151,7 +151,9 @@ async def test_ledger_sweep_removes_only_rows_past_retention(engine: AsyncEngine
         await conn.execute(
             update(usage)
             .where(usage.c.run_id == "old")
-            .values(finished_at=datetime.now(UTC) - timedelta(days=500))
+            .values(started_at=datetime.now(UTC) - timedelta(days=500),
+                    finished_at=datetime.now(UTC) - timedelta(days=500),
+                    day=(datetime.now(UTC) - timedelta(days=500)).date())
         )
     assert await sweep_ledger(engine, datetime.now(UTC) - timedelta(days=400), batch_size=2) == 3
     assert {r["run_id"] for r in await _rows(engine)} == {"new"}

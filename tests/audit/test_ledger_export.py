@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
-from teamstore.audit.ledger import record_usage, usage_rows
+from teamstore.audit.ledger import record_usage, sweep_ledger, usage_rows
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli import app
@@ -130,6 +130,23 @@ async def test_exporting_a_day_again_replaces_its_file_and_leaves_days_without_r
     assert set(by_day) == {str(d) for d in DAYS}  # the swept day's file stays in the warehouse
     assert by_day[str(DAYS[2])] == (await asyncio.to_thread(_cost_by_day, []))[str(DAYS[2])]
     assert not [f for f in (tmp_path / "wh").rglob(".tmp-*")]
+
+
+async def test_the_retention_sweep_takes_a_day_whole_so_its_exported_file_keeps_every_run(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    target = str(tmp_path / "wh")
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", target, "--json")
+    exported = _duckdb_by_day(tmp_path / "wh")
+    # A nightly sweep's cutoff is a time of day: the retention counts back from when it runs.
+    first, second = (datetime(d.year, d.month, d.day, 12, tzinfo=UTC) for d in DAYS[:2])
+    await sweep_ledger(engine, first)
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", target, "--json")  # the nightly export, whole window
+    assert _duckdb_by_day(tmp_path / "wh") == exported  # no day rewritten with part of its runs
+    assert await sweep_ledger(engine, second) == 4  # the next night's sweep takes the first day, whole
+    assert str(DAYS[0]) not in await asyncio.to_thread(_cost_by_day, [])
 
 
 async def test_an_erased_users_rows_are_exported_as_the_ledger_holds_them_then(

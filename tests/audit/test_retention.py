@@ -46,7 +46,9 @@ async def test_sweep_removes_old_local_transcripts_and_ledger_rows_and_keeps_rec
         await conn.execute(
             update(usage)
             .where(usage.c.run_id == "old")
-            .values(finished_at=datetime.now(UTC) - timedelta(days=401))
+            .values(started_at=datetime.now(UTC) - timedelta(days=401),
+                    finished_at=datetime.now(UTC) - timedelta(days=401),
+                    day=(datetime.now(UTC) - timedelta(days=401)).date())
         )
     report = await sweep_all(Settings(), engine, store)
     assert (report.transcripts, report.ledger_rows, report.sessions, report.quarantined) == (1, 3, 0, 0)
@@ -193,8 +195,9 @@ async def test_a_session_id_recorded_for_reports_goes_once_no_ledger_row_names_i
     await observe_run([observer], triage_team(), context(run_id="new-2", session_id="s-new"))
     async with engine.begin() as conn:
         assert await conn.scalar(select(func.count()).select_from(subject_sessions)) == 2  # once per session
+        long_ago = datetime.now(UTC) - timedelta(days=401)
         await conn.execute(update(usage).where(usage.c.run_id == "old")
-                           .values(finished_at=datetime.now(UTC) - timedelta(days=401)))
+                           .values(started_at=long_ago, finished_at=long_ago, day=long_ago.date()))
         await conn.execute(update(subject_sessions).values(created_at=datetime.now(UTC) - timedelta(days=401)))
     report = await sweep_all(Settings(), engine, LocalTranscriptStore(Path(Settings().home) / "t"))
     assert (report.ledger_rows, report.session_ids) == (3, 1)

@@ -170,7 +170,10 @@ async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]], session_
 
 
 async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: int = 5000) -> int:
-    """Delete ledger rows of runs that finished before ``older_than``, in batches.
+    """Delete ledger rows of runs that started on a day (UTC) before the one ``older_than`` falls on, in batches.
+
+    Whole days, as ``teamstore ledger export`` writes them: a day the sweep had cut through would be exported
+    again with part of its runs, over the file that held them all.
 
     Returns:
         How many rows were deleted.
@@ -182,7 +185,7 @@ async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: in
     while True:
         try:
             async with engine.begin() as conn:
-                ids = select(usage.c.id).where(usage.c.finished_at < older_than).limit(batch_size)
+                ids = select(usage.c.id).where(usage.c.day < older_than.astimezone(UTC).date()).limit(batch_size)
                 result = await conn.execute(delete(usage).where(usage.c.id.in_(ids.scalar_subquery())))
         except SQLAlchemyError as exc:
             raise StoreUnavailable(
