@@ -181,7 +181,7 @@ async def test_a_retired_key_encryption_key_stays_until_its_retirement_ends_then
                            .values(destroy_after=datetime.now(UTC) - timedelta(seconds=1)))
     from teamstore.keys.rotation import retire
 
-    assert await retire(keys) == [first]
+    assert (await retire(keys)).destroyed == [first]
     with pytest.raises(KeyDestroyed):
         await _open_as_restored(backups.restore(backup))
     states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}

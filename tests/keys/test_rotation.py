@@ -134,7 +134,7 @@ async def test_a_retire_with_another_key_file_than_the_databases_destroys_nothin
     states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}
     assert states[first] == "retired", "not recorded as destroyed while its material lives on"
     monkeypatch.delenv("TEAMSTORE_KEY_FILE")
-    assert await retire(keys, now=datetime.now(UTC) + timedelta(days=8)) == [first]
+    assert (await retire(keys, now=datetime.now(UTC) + timedelta(days=8))).destroyed == [first]
     assert first not in json.loads(path.read_text())["keys"]
 
 
@@ -246,7 +246,7 @@ def test_the_keys_commands_show_rotate_and_retire(monkeypatch: pytest.MonkeyPatc
     rotated = runner.invoke(app, ["keys", "rotate", "--json"])
     assert rotated.exit_code == 0, rotated.stdout
     assert json.loads(rotated.stdout)["rewrapped"] == 1 and len(json.loads(rotated.stdout)["destroyed"]) == 1
-    assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {"destroyed": []}
+    assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {"destroyed": [], "already_deleted": []}
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
     assert states == ["current", "destroyed"]
 

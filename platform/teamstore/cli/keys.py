@@ -66,7 +66,7 @@ def keys_rotate(
     def render(d: dict[str, Any]) -> None:
         verb = "rotated to" if d["created"] else "finished the rotation to"
         console.print(plain(f"{verb} {d['kek_id']}: {d['rewrapped']} data key(s) re-wrapped, {d['gone']} erased "
-                            f"meanwhile; destroyed {len(d['destroyed'])} retired key(s)"))
+                            f"meanwhile; destroyed {len(d['destroyed'])} retired key(s){_already_deleted(d)}"))
         if d["damaged"]:
             console.print(plain(f"{len(d['damaged'])} data key row(s) do not open under their key-encryption key "
                                 "and were left as they are (their KEK is kept): restore those ts_data_keys rows"))
@@ -79,13 +79,22 @@ def keys_retire(as_json: bool = JsonOption) -> None:
     """Destroy every retired key-encryption key whose retirement period has passed (run it daily)."""
     data = with_app(lambda a: _retired(a), must_exist=True)
     emit(data, as_json=as_json,
-         render=lambda d: console.print(plain(f"destroyed {len(d['destroyed'])} retired key-encryption key(s)")))
+         render=lambda d: console.print(plain(f"destroyed {len(d['destroyed'])} retired key-encryption key(s)"
+                                              f"{_already_deleted(d)}")))
+
+
+def _already_deleted(d: dict[str, Any]) -> str:
+    if not d["already_deleted"]:
+        return ""
+    return (f"; {len(d['already_deleted'])} of them KMS had deleted already (recorded as destroyed: what they "
+            "wrapped was beyond use)")
 
 
 async def _retired(a: App) -> dict[str, Any]:
     from teamstore.keys.rotation import retire
 
-    return {"destroyed": await retire(a.keys)}
+    done = await retire(a.keys)
+    return {"destroyed": done.destroyed, "already_deleted": done.already_deleted}
 
 
 @app.command("migrate")

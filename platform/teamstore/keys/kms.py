@@ -193,8 +193,11 @@ class KmsKeys:
             raise unavailable(exc, "create a key-encryption key") from None
         return f"{KMS}{meta['Arn']}"
 
-    def destroy(self, kek_id: str) -> None:
+    def destroy(self, kek_id: str) -> bool:
         """Schedule the KMS key's deletion with the shortest window: unusable at once, deleted after it.
+
+        Returns:
+            False when KMS has no such key (deleted once its window ended, or by hand): nothing is left to destroy.
 
         Raises:
             KeyUnavailable: KMS failed or refused.
@@ -208,5 +211,8 @@ class KmsKeys:
             self.client.schedule_key_deletion(KeyId=key, PendingWindowInDays=DELETION_WINDOW_DAYS)
         except (BotoCoreError, ClientError) as exc:
             if _code(exc) == "KMSInvalidStateException":
-                return  # already pending deletion
+                return True  # already pending deletion
+            if _code(exc) == "NotFoundException":
+                return False
             raise unavailable(exc, "schedule the retired key's deletion") from None
+        return True

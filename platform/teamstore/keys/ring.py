@@ -87,9 +87,10 @@ class KeyRing:
             return self.kms.resolve(to)
         return self.kms.create() if like.startswith(KMS) else self.key_file.create()
 
-    def destroy(self, kek_id: str) -> None:
-        """Destroy a retired KEK's material (the key file's entry; KMS: its deletion scheduled)."""
+    def destroy(self, kek_id: str) -> bool:
+        """Destroy a retired KEK's material (the key file's entry; KMS: its deletion scheduled); False when KMS
+        has no such key any more (see :meth:`KmsKeys.destroy`)."""
         if kek_id.startswith(KMS):
-            self.kms.destroy(kek_id)
-        else:
-            self.key_file.destroy(kek_id)
+            return self.kms.destroy(kek_id)
+        self.key_file.destroy(kek_id)
+        return True

@@ -33,7 +33,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import describe_failure
 from teamstore.db.statements import insert_new
-from teamstore.errors import DataKeyDamaged, KeyDestroyed, KeyUnavailable, StoreUnavailable
+from teamstore.errors import (
+    ConfigurationError,
+    DataKeyDamaged,
+    KeyDestroyed,
+    KeyUnavailable,
+    StoreUnavailable,
+)
+from teamstore.keys.kek import KMS
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
 from teamstore.settings import Settings
@@ -56,11 +63,13 @@ class RotationReport:
     damaged: list[str] = field(default_factory=list)
     """Key ids of rows their KEK did not open: left as they are, their KEK kept."""
     destroyed: list[str] = field(default_factory=list)
+    already_deleted: list[str] = field(default_factory=list)
+    """Of ``destroyed``: KMS keys KMS no longer had, recorded as destroyed."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return {"kek_id": self.kek_id, "created": self.created, "rewrapped": self.rewrapped, "gone": self.gone,
-                "damaged": self.damaged, "destroyed": self.destroyed}
+                "damaged": self.damaged, "destroyed": self.destroyed, "already_deleted": self.already_deleted}
 
 
 def _failed(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
@@ -104,7 +113,8 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
             f"the rotation stopped after re-wrapping {report.rewrapped} data key(s): {exc.message}",
             hint=f"{exc.hint or 'fix the cause'}; then run `teamstore keys rotate` again: it finishes this rotation",
         ) from exc
-    report.destroyed = await retire(keys)
+    retired = await retire(keys)
+    report.destroyed, report.already_deleted = retired.destroyed, retired.already_deleted
     return report
 
 
@@ -189,14 +199,25 @@ async def _rewrap(keys: KeyService, current: str, report: RotationReport, user_i
         report.gone += 1  # else another rotation running at the same time moved it
 
 
-async def retire(keys: KeyService, now: datetime | None = None) -> list[str]:
+@dataclass
+class Retirement:
+    """What one :func:`retire` destroyed."""
+
+    destroyed: list[str] = field(default_factory=list)
+    already_deleted: list[str] = field(default_factory=list)
+    """Of ``destroyed``: KMS keys KMS no longer had (deleted by hand, or after their window), recorded as destroyed."""
+
+
+async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
     """Destroy every retired key-encryption key whose time has come, unless a data key still names it.
 
     A data key still under it (written by a worker that read the old KEK as current just before a rotation)
-    is re-wrapped first; a damaged one keeps it alive.
+    is re-wrapped first; a damaged one keeps it alive. A KMS key KMS no longer has is beyond use already: it is
+    recorded as destroyed, once KMS has shown it still knows the current one (so the ``AWS_*`` variables name
+    the database's account and region).
 
     Returns:
-        The KEK ids destroyed now.
+        The KEK ids destroyed now, and which of them KMS had deleted already.
 
     Raises:
         KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
@@ -204,24 +225,43 @@ async def retire(keys: KeyService, now: datetime | None = None) -> list[str]:
     """
     now = now or datetime.now(UTC)
     k = key_encryption_keys.c
-    due_query = select(k.kek_id).where(k.retired_at.is_not(None), k.destroyed_at.is_(None), k.destroy_after <= now)
+    due_query = select(k.kek_id).where(k.retired_at.is_not(None), k.destroyed_at.is_(None),
+                                       k.destroy_after <= now).order_by(k.destroy_after)
     try:
         async with keys.engine.connect() as conn:
             due = [str(r[0]) for r in (await conn.execute(due_query)).all()]
     except SQLAlchemyError as exc:
         raise _failed(exc, "read the retired key-encryption keys") from exc
-    destroyed = []
+    done = Retirement()
     for kek_id in due:
         if await _still_named(keys, kek_id):
             continue
-        await asyncio.to_thread(keys.ring.destroy, kek_id)
+        if not await asyncio.to_thread(keys.ring.destroy, kek_id):
+            await _kms_knows_the_current_key(keys)
+            done.already_deleted.append(kek_id)
         try:
             async with keys.engine.begin() as conn:
                 await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(destroyed_at=now))
         except SQLAlchemyError as exc:
             raise _failed(exc, "record a destroyed key-encryption key") from exc
-        destroyed.append(kek_id)
-    return destroyed
+        done.destroyed.append(kek_id)
+    return done
+
+
+async def _kms_knows_the_current_key(keys: KeyService) -> None:
+    """Raise unless KMS has the current KEK: a retired key it lacks too may live on in another account or region."""
+    current = await keys.current_kek()
+    if not current.startswith(KMS):
+        return
+    try:
+        await asyncio.to_thread(keys.ring.kms.describe, current.removeprefix(KMS))
+    except ConfigurationError:
+        raise KeyUnavailable(
+            "KMS has neither a retired key-encryption key nor the current one: the AWS_* variables point at another "
+            "account or region than the database's keys. Nothing was recorded",
+            hint="set AWS_PROFILE / AWS_DEFAULT_REGION (or AWS_ENDPOINT_URL_KMS) to the database's KMS, then run "
+            "`teamstore keys retire` again",
+        ) from None
 
 
 async def _still_named(keys: KeyService, kek_id: str) -> bool:
