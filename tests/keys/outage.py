@@ -1,14 +1,17 @@
 """A KMS endpoint that can go away: a proxy in front of moto's server that, switched off, cuts every connection
-without an answer (as an unreachable KMS does), and switched on passes requests through again.
+without an answer (as an unreachable KMS does), and switched on passes requests through again. It also
+answers chosen operations with the error real KMS gives (moto enforces neither a key's state nor IAM).
 
     proxy = Outage(kms_endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
     proxy.down = True     # every KMS request from now on fails to get an answer
+    proxy.refuse["Decrypt"] = "DisabledException"   # every Decrypt answered so, as KMS does for a disabled key
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -21,6 +24,8 @@ class Outage:
     def __init__(self, target: str) -> None:
         self.down = False
         self.requests = 0
+        self.refuse: dict[str, str] = {}
+        """KMS operation (``Decrypt``, ``CreateKey``, ...) -> the error code to answer it with."""
         self.target = urlsplit(target)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -50,6 +55,10 @@ class Outage:
                     self.close_connection = True
                     self.connection.close()  # no answer at all
                     return
+                operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+                if operation in proxy.refuse:
+                    self._refuse(proxy.refuse[operation])
+                    return
                 upstream = http.client.HTTPConnection(proxy.target.hostname or "127.0.0.1", proxy.target.port, timeout=10)
                 upstream.request("POST", self.path, body, {k: v for k, v in self.headers.items() if k.lower() != "host"})
                 answer = upstream.getresponse()
@@ -62,5 +71,13 @@ class Outage:
                 self.end_headers()
                 self.wfile.write(data)
                 upstream.close()
+
+            def _refuse(self, code: str) -> None:
+                data = json.dumps({"__type": code, "message": f"refused by the test ({code})"}).encode()
+                self.send_response(400)
+                self.send_header("Content-Type", "application/x-amz-json-1.1")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         return Handler

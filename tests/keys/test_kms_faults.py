@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import boto3
@@ -16,13 +17,23 @@ from typer.testing import CliRunner
 
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
-from teamstore.errors import KeyUnavailable
+from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable
 from teamstore.keys import KeyService
 from teamstore.keys.rotation import retire, rotate, status
 from teamstore.keys.schema import key_encryption_keys
 from teamstore.settings import Settings
+from tests.keys.outage import Outage
 
 pytestmark = pytest.mark.s3
+
+
+@pytest.fixture
+def kms(kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Outage]:
+    """KMS (with ``TEAMSTORE_KMS_KEY_ID``'s key) behind a proxy that can refuse chosen operations."""
+    proxy = Outage(s3_env)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
+    yield proxy
+    proxy.stop()
 
 
 def _deleted_out_of_band() -> str:
@@ -65,7 +76,7 @@ async def test_retire_pointed_at_another_region_records_no_key_as_destroyed(
     await rotate(keys, retire_days=7)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")  # a KMS that has none of the database's keys
     monkeypatch.delenv("TEAMSTORE_KMS_KEY_ID")  # the database names its keys
-    with pytest.raises(KeyUnavailable, match="neither a retired key-encryption key nor the current one"):
+    with pytest.raises(KeyUnavailable, match="KMS does not show the current one either"):
         await retire(KeyService.from_settings(engine, Settings()), now=datetime.now(UTC) + timedelta(days=8))
     states = {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]}
     assert states[first] == "retired", "it lives on in its own region"
@@ -87,3 +98,94 @@ def test_keys_retire_says_which_keys_kms_had_deleted_already(kms_key: str) -> No
     assert shown.exit_code == 0, shown.output
     assert "destroyed 1 retired key-encryption key(s)" in shown.stdout
     assert "1 of them KMS had deleted already" in shown.stdout
+
+
+async def test_kms_refusing_to_make_a_rotations_key_names_the_permission_it_takes(
+    engine: AsyncEngine, kms: Outage
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    kms.refuse["CreateKey"] = "AccessDeniedException"
+    with pytest.raises(KeyUnavailable, match="refused to create") as info:
+        await rotate(keys, retire_days=7)
+    assert "kms:CreateKey" in (info.value.hint or "") and "kms:Encrypt" not in (info.value.hint or "")
+
+
+async def test_kms_refusing_to_schedule_a_deletion_names_the_permission_it_takes(
+    engine: AsyncEngine, kms: Outage
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    await rotate(keys, retire_days=7)
+    kms.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
+    with pytest.raises(KeyUnavailable, match="refused to schedule") as info:
+        await retire(keys, now=datetime.now(UTC) + timedelta(days=8))
+    assert "kms:ScheduleKeyDeletion" in (info.value.hint or "") and "kms:Encrypt" not in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(("code", "said", "fix", "wrong"), [
+    ("DisabledException", "disabled", "aws kms enable-key", "cancel-key-deletion"),
+    ("KMSInvalidStateException", "scheduled for deletion", "aws kms cancel-key-deletion", "nothing brings it back"),
+    ("NotFoundException", "deleted", "nothing brings it back", "enable-key"),
+])
+async def test_a_kek_kms_will_not_use_is_said_as_it_is_with_its_own_way_back(
+    engine: AsyncEngine, kms: Outage, code: str, said: str, fix: str, wrong: str
+) -> None:
+    blob = await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "memory/facts")
+    kms.refuse["Decrypt"] = code
+    with pytest.raises(KeyDestroyed, match=said) as info:
+        await KeyService.from_settings(engine, Settings()).open("alice", blob, "memory/facts")
+    assert fix in (info.value.hint or "") and wrong not in (info.value.hint or "")
+
+
+async def test_a_rotation_to_a_key_kms_does_not_have_says_to_name_another_with_to(
+    engine: AsyncEngine, kms: Outage
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    with pytest.raises(ConfigurationError, match="alias/no-such-key") as info:
+        await rotate(keys, to="alias/no-such-key", retire_days=7)
+    assert "--to" in (info.value.hint or "") and "TEAMSTORE_KMS_KEY_ID" not in (info.value.hint or "")
+
+
+async def test_a_rotation_kms_may_not_describe_the_key_of_names_kms_describe_key(
+    engine: AsyncEngine, kms: Outage
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    await keys.current_kek()  # TEAMSTORE_KMS_KEY_ID's key, described once per process
+    target = boto3.client("kms").create_key(Description="moved to")["KeyMetadata"]["Arn"]
+    kms.refuse["DescribeKey"] = "AccessDeniedException"
+    with pytest.raises(ConfigurationError) as info:
+        await rotate(keys, to=target, retire_days=7)
+    assert "kms:DescribeKey" in (info.value.hint or "") and "TEAMSTORE_KMS_KEY_ID" not in (info.value.hint or "")
+
+
+async def test_a_rotation_whose_old_kek_kms_has_disabled_says_to_enable_it_not_to_restore_rows(
+    engine: AsyncEngine, kms: Outage
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    blob = await keys.seal("alice", b"words", "memory/facts")
+    kms.refuse["Decrypt"] = "DisabledException"
+    report = await rotate(keys, retire_days=0)
+    assert report.damaged == [] and len(report.unusable) == 1, "the row is not damaged: its KEK is disabled"
+    kms.refuse.clear()  # enabled again: the next rotation finishes this one
+    again = await rotate(keys, retire_days=0)
+    assert not again.created and again.rewrapped == 1 and len(again.destroyed) == 1
+    assert await KeyService.from_settings(engine, Settings()).open("alice", blob, "memory/facts") == b"words"
+
+
+def test_keys_rotate_says_to_enable_an_old_kek_kms_has_disabled(kms: Outage) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_seal_once())
+    kms.refuse["Decrypt"] = "DisabledException"
+    shown = runner.invoke(app, ["keys", "rotate"])
+    assert shown.exit_code == 0, shown.output
+    assert "aws kms enable-key" in shown.stdout and "restore" not in shown.stdout
+
+
+async def _seal_once() -> None:
+    engine = create_engine(Settings().resolved_database_url)
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "memory/facts")
+    await engine.dispose()

@@ -70,6 +70,13 @@ def keys_rotate(
         if d["damaged"]:
             console.print(plain(f"{len(d['damaged'])} data key row(s) do not open under their key-encryption key "
                                 "and were left as they are (their KEK is kept): restore those ts_data_keys rows"))
+        if d["unusable"]:
+            console.print(plain(
+                f"{len(d['unusable'])} data key row(s) are under a key-encryption key that is disabled, scheduled for "
+                "deletion or destroyed, and were left as they are (`teamstore keys status` shows it holding them): if "
+                "it was disabled or retired by mistake, `aws kms cancel-key-deletion` (if its deletion is scheduled) "
+                "and `aws kms enable-key`, then run `teamstore keys rotate` again; if it is gone, what it wrapped is "
+                "beyond use"))
 
     emit(data, as_json=as_json, render=render)
 

@@ -58,15 +58,46 @@ def _code(exc: BaseException) -> str:
     return str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
 
 
-def unavailable(exc: BaseException, action: str) -> KeyUnavailable:
-    """A failed KMS request as :class:`KeyUnavailable`, named by class and error code (never a key id)."""
+def unavailable(exc: BaseException, action: str, permission: str) -> KeyUnavailable:
+    """A failed KMS request as :class:`KeyUnavailable`, named by class and error code (never a key id).
+
+    Args:
+        exc: What boto3 raised.
+        action: What was asked, to be said as "KMS refused to <action>".
+        permission: The IAM action(s) it takes, for the hint when KMS refuses it.
+    """
     code = _code(exc)
-    if code in {"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException"}:
-        return KeyUnavailable(f"KMS refused to {action} ({code})",
-                              hint="grant the worker's role kms:Encrypt, kms:Decrypt and kms:DescribeKey on the key")
+    if code == "AccessDeniedException":
+        return KeyUnavailable(f"KMS refused to {action} ({code}). Nothing was written",
+                              hint=f"grant this process's role {permission} (docs/operations.md, *Keys*, lists what "
+                              "each command needs)")
+    if code in {"UnrecognizedClientException", "InvalidSignatureException"}:
+        return KeyUnavailable(f"KMS did not accept this process's credentials to {action} ({code}). Nothing was "
+                              "written", hint="check the AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+                              "AWS_SECRET_ACCESS_KEY) and that the clock is right")
+    if code == "LimitExceededException":
+        return KeyUnavailable(f"KMS refused to {action}: a quota is reached ({code}). Nothing was written",
+                              hint="retry later; if it persists, raise the KMS quota for this account and region")
     return KeyUnavailable(
         f"KMS could not {action}: {code or type(exc).__name__}. Nothing was written",
         hint="check AWS_ENDPOINT_URL_KMS / AWS_DEFAULT_REGION, the network and KMS's health; retry once it answers",
+    )
+
+
+def _beyond_use(code: str) -> KeyDestroyed:
+    """A KMS key KMS will not use, said as what it is, with the way back where there is one."""
+    if code == "DisabledException":
+        return KeyDestroyed("the KMS key-encryption key is disabled: what it wrapped cannot be opened while it is",
+                            hint="if it was disabled by mistake, `aws kms enable-key` brings it back")
+    if code == "NotFoundException":
+        return KeyDestroyed("KMS no longer has the key-encryption key (deleted): what it wrapped is beyond use for "
+                            "good", hint="nothing brings it back: a backup older than the rotation bound reads so, "
+                            "as it should (docs/erasure.md)")
+    return KeyDestroyed(
+        f"the KMS key-encryption key is scheduled for deletion, or in another state KMS does not use ({code}): what "
+        "it wrapped is beyond use",
+        hint="a key retired on schedule: nothing to fix (docs/erasure.md, *The rotation bound*); one retired by "
+        "mistake, within its deletion window: `aws kms cancel-key-deletion`, then `aws kms enable-key`",
     )
 
 
@@ -91,7 +122,7 @@ class KmsKek:
         try:
             answer = self.client.encrypt(KeyId=self.arn, Plaintext=data_key, EncryptionContext=self._context(key_id))
         except (BotoCoreError, ClientError) as exc:
-            raise self._failed(exc, "wrap a data key") from None
+            raise self._failed(exc, "wrap a data key", "kms:Encrypt") from None
         return bytes(answer["CiphertextBlob"])
 
     def unwrap(self, wrapped: bytes, key_id: str) -> bytes:
@@ -109,18 +140,13 @@ class KmsKek:
         except (BotoCoreError, ClientError) as exc:
             if _code(exc) in {"InvalidCiphertextException", "IncorrectKeyException"}:
                 raise damaged(self.kek_id) from None
-            raise self._failed(exc, "unwrap a data key") from None
+            raise self._failed(exc, "unwrap a data key", "kms:Decrypt") from None
         return bytes(answer["Plaintext"])
 
-    def _failed(self, exc: BaseException, action: str) -> KeyDestroyed | KeyUnavailable:
+    def _failed(self, exc: BaseException, action: str, permission: str) -> KeyDestroyed | KeyUnavailable:
         if _code(exc) in _GONE:
-            return KeyDestroyed(
-                f"the KMS key-encryption key is disabled, scheduled for deletion or deleted ({_code(exc)}): what "
-                "it wrapped is beyond use",
-                hint="if it was retired by mistake and its deletion window is still open, `aws kms "
-                "cancel-key-deletion` and `aws kms enable-key` bring it back",
-            )
-        return unavailable(exc, action)
+            return _beyond_use(_code(exc))
+        return unavailable(exc, action, permission)
 
 
 class KmsKeys:
@@ -144,21 +170,33 @@ class KmsKeys:
         """The KMS KEK recorded as ``kek_id`` (``kms:<ARN>``)."""
         return KmsKek(self.client, kek_id)
 
-    def resolve(self, key: str) -> str:
+    def resolve(self, key: str, named_by: str = "TEAMSTORE_KMS_KEY_ID") -> str:
         """The KEK id of the KMS key ``key`` names (an id, ARN or alias), by its ARN.
+
+        Args:
+            key: The key's id, ARN or alias.
+            named_by: Where ``key`` came from (``TEAMSTORE_KMS_KEY_ID``, ``--to``), for the hint of an error.
 
         Raises:
             ConfigurationError: KMS knows no such key (or this role may not describe it), or it is not enabled.
             KeyUnavailable: KMS failed.
         """
-        kek_id, state = self.describe(key)
+        kek_id, state = self.describe(key, named_by)
+        if state == "PendingDeletion":
+            raise ConfigurationError(f"the KMS key {key!r} is scheduled for deletion",
+                                     hint=f"name another key in {named_by}; or, if its deletion was scheduled by "
+                                     "mistake, `aws kms cancel-key-deletion`, then `aws kms enable-key`")
         if state != "Enabled":
             raise ConfigurationError(f"the KMS key {key!r} is {state}, not enabled",
-                                     hint="enable it, or name another key")
+                                     hint=f"`aws kms enable-key`, or name another key in {named_by}")
         return kek_id
 
-    def describe(self, key: str) -> tuple[str, str]:
+    def describe(self, key: str, named_by: str = "TEAMSTORE_KMS_KEY_ID") -> tuple[str, str]:
         """The KEK id of the KMS key ``key`` names, and its state (``Enabled``, ``PendingDeletion``, ...).
+
+        Args:
+            key: The key's id, ARN or alias.
+            named_by: Where ``key`` came from, for the hint of an error.
 
         Raises:
             ConfigurationError: KMS knows no such key (or this role may not describe it).
@@ -169,13 +207,19 @@ class KmsKeys:
         try:
             meta = self.client.describe_key(KeyId=key)["KeyMetadata"]
         except (BotoCoreError, ClientError) as exc:
-            if _code(exc) in {"NotFoundException", "AccessDeniedException"}:
+            if _code(exc) == "NotFoundException":
                 raise ConfigurationError(
-                    f"KMS has no key {key!r} this worker may use ({_code(exc)})",
-                    hint="set TEAMSTORE_KMS_KEY_ID to a symmetric KMS key's id, ARN or alias, and grant the worker "
-                    "kms:DescribeKey, kms:Encrypt and kms:Decrypt on it",
+                    f"KMS has no key {key!r} (NotFoundException)",
+                    hint=f"name a symmetric KMS key's id, ARN or alias in {named_by}; an alias must be in the "
+                    "region AWS_DEFAULT_REGION names",
                 ) from None
-            raise unavailable(exc, "describe the key") from None
+            if _code(exc) == "AccessDeniedException":
+                raise ConfigurationError(
+                    f"KMS refused to describe the key {key!r} (AccessDeniedException)",
+                    hint="grant this process's role kms:DescribeKey on it, and kms:Encrypt and kms:Decrypt: every "
+                    "worker wraps and unwraps data keys under it",
+                ) from None
+            raise unavailable(exc, "describe the key", "kms:DescribeKey") from None
         return f"{KMS}{meta['Arn']}", str(meta.get("KeyState"))
 
     def create(self) -> str:
@@ -190,7 +234,7 @@ class KmsKeys:
             meta = self.client.create_key(Description="teamstore key-encryption key", KeyUsage="ENCRYPT_DECRYPT",
                                           Tags=[{"TagKey": "teamstore", "TagValue": "key-encryption-key"}])["KeyMetadata"]
         except (BotoCoreError, ClientError) as exc:
-            raise unavailable(exc, "create a key-encryption key") from None
+            raise unavailable(exc, "create a key-encryption key", "kms:CreateKey and kms:TagResource") from None
         return f"{KMS}{meta['Arn']}"
 
     def destroy(self, kek_id: str) -> bool:
@@ -214,5 +258,5 @@ class KmsKeys:
                 return True  # already pending deletion
             if _code(exc) == "NotFoundException":
                 return False
-            raise unavailable(exc, "schedule the retired key's deletion") from None
+            raise unavailable(exc, "schedule the retired key's deletion", "kms:ScheduleKeyDeletion") from None
         return True

@@ -62,6 +62,8 @@ class RotationReport:
     """Data keys deleted (their users erased) between being read and being re-wrapped."""
     damaged: list[str] = field(default_factory=list)
     """Key ids of rows their KEK did not open: left as they are, their KEK kept."""
+    unusable: list[str] = field(default_factory=list)
+    """Key ids of rows under a KEK that is disabled, scheduled for deletion or destroyed: left as they are."""
     destroyed: list[str] = field(default_factory=list)
     already_deleted: list[str] = field(default_factory=list)
     """Of ``destroyed``: KMS keys KMS no longer had, recorded as destroyed."""
@@ -69,7 +71,7 @@ class RotationReport:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return {"kek_id": self.kek_id, "created": self.created, "rewrapped": self.rewrapped, "gone": self.gone,
-                "damaged": self.damaged, "destroyed": self.destroyed, "already_deleted": self.already_deleted}
+                "damaged": self.damaged, "unusable": self.unusable, "destroyed": self.destroyed, "already_deleted": self.already_deleted}
 
 
 def _failed(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
@@ -98,7 +100,7 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         StoreUnavailable: The database failed; rerun to resume.
     """
     current = await keys.current_kek()
-    target = await asyncio.to_thread(keys.ring.kms.resolve, to) if to is not None else None
+    target = await asyncio.to_thread(keys.ring.kms.resolve, to, "--to") if to is not None else None
     report = RotationReport(current, False)
     try:
         if target in (None, current):
@@ -181,8 +183,11 @@ async def _rewrap(keys: KeyService, current: str, report: RotationReport, user_i
 
     try:
         rewrapped = await asyncio.to_thread(move)
-    except (DataKeyDamaged, KeyDestroyed):
+    except DataKeyDamaged:
         report.damaged.append(key_id)
+        return
+    except KeyDestroyed:
+        report.unusable.append(key_id)  # its KEK disabled (it may come back) or deleted: nothing to restore
         return
     d = data_keys.c
     # Only the row as read: one an erasure deleted meanwhile stays deleted (no upsert can bring it back).
@@ -254,12 +259,13 @@ async def _kms_knows_the_current_key(keys: KeyService) -> None:
     if not current.startswith(KMS):
         return
     try:
-        await asyncio.to_thread(keys.ring.kms.describe, current.removeprefix(KMS))
-    except ConfigurationError:
+        await asyncio.to_thread(keys.ring.kms.describe, current.removeprefix(KMS), "the database")
+    except ConfigurationError as exc:
         raise KeyUnavailable(
-            "KMS has neither a retired key-encryption key nor the current one: the AWS_* variables point at another "
-            "account or region than the database's keys. Nothing was recorded",
-            hint="set AWS_PROFILE / AWS_DEFAULT_REGION (or AWS_ENDPOINT_URL_KMS) to the database's KMS, then run "
+            f"a retired key-encryption key is not in KMS, and KMS does not show the current one either: {exc.message}. "
+            "Nothing was recorded",
+            hint="check that the AWS_* variables name the database's account and region (AWS_PROFILE, "
+            "AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_KMS) and that this role has kms:DescribeKey on its keys; then run "
             "`teamstore keys retire` again",
         ) from None
 
