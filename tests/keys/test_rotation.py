@@ -266,3 +266,13 @@ async def test_kms_key_id_naming_a_retired_and_destroyed_key_still_serves_new_us
     # Once its window ends KMS deletes the key, and the alias the variable may name with it.
     gone = KeyService.from_settings(engine, Settings(kms_key_id="alias/deleted-with-its-key"))
     assert await gone.open("bob", await gone.seal("bob", b"more", "memory/facts"), "memory/facts") == b"more"
+
+
+@pytest.mark.parametrize("to", ["", "  "])
+def test_keys_rotate_to_an_empty_key_name_is_refused_before_anything_is_touched(to: str) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    refused = runner.invoke(app, ["keys", "rotate", "--to", to])
+    assert refused.exit_code == 1 and "--to names no KMS key" in refused.stderr, refused.output
+    assert not Settings().resolved_key_file.exists(), "no first key-encryption key made on the way"
+    assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"] == []

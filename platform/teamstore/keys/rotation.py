@@ -96,9 +96,14 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         The report.
 
     Raises:
+        ConfigurationError: ``to`` is empty or blank, or names no KMS key this process may use (nothing changed).
         KeyUnavailable: A KEK could not be used (KMS unreachable): rerun to resume; what was re-wrapped stays.
         StoreUnavailable: The database failed; rerun to resume.
     """
+    if to is not None and not to.strip():
+        raise ConfigurationError("--to names no KMS key (it is empty). Nothing was changed",
+                                 hint="give --to a KMS key's id, ARN or alias, or leave --to out to rotate to a new "
+                                 "key like the current one")
     current = await keys.current_kek()
     target = await asyncio.to_thread(keys.ring.kms.resolve, to, "--to") if to is not None else None
     report = RotationReport(current, False)
