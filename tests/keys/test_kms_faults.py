@@ -5,6 +5,7 @@ state or its policies)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -189,3 +190,31 @@ async def _seal_once() -> None:
     engine = create_engine(Settings().resolved_database_url)
     await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "memory/facts")
     await engine.dispose()
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_keys_rotate_whose_retire_fails_says_the_rotation_is_done_and_only_retire_is_to_rerun(
+    kms: Outage, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_seal_once())
+    monkeypatch.setenv("TEAMSTORE_KEY_RETIRE_DAYS", "0")
+    kms.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
+    rotated = runner.invoke(app, ["keys", "rotate", *(["--json"] if as_json else [])])
+    assert rotated.exit_code == 2, rotated.output
+    if as_json:
+        shown = json.loads(rotated.stdout)
+        assert shown["created"] and shown["rewrapped"] == 1 and shown["destroyed"] == []
+        assert "ScheduleKeyDeletion" in shown["retire_error"]["hint"]
+        assert shown["retire_error"]["rerun"] == "teamstore keys retire"
+    else:
+        out, err = " ".join(rotated.stdout.split()), " ".join(rotated.stderr.split())
+        assert "rotated to kms:" in out and "1 data key(s) re-wrapped" in out and "retire after it failed" in out
+        assert "the rotation is done" in err and "kms:ScheduleKeyDeletion" in err
+        assert "`teamstore keys retire`" in err and "keys rotate` again" not in err
+    kms.refuse.clear()
+    retired = runner.invoke(app, ["keys", "retire", "--json"])
+    assert retired.exit_code == 0 and len(json.loads(retired.stdout)["destroyed"]) == 1
+    states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
+    assert states == ["current", "destroyed"]

@@ -11,17 +11,20 @@ See docs/erasure.md for what the rotation bound means for backups.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, plain, print_table
+from teamstore.cli._output import JsonOption, console, emit, err_console, plain, print_table
 from teamstore.cli._runner import with_app
 
 if TYPE_CHECKING:
     from teamstore.app import App
 
 # Each command imports the key machinery when it runs: `teamstore --help` imports no database layer.
+
+PARTLY_DONE = 2
+"""``keys rotate``'s exit status when the rotation is done and only the retire it runs afterwards failed."""
 
 app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, sealing older data.",
                   no_args_is_help=True)
@@ -65,8 +68,10 @@ def keys_rotate(
 
     def render(d: dict[str, Any]) -> None:
         verb = "rotated to" if d["created"] else "finished the rotation to"
+        retired = ("the retire after it failed (below)" if d["retire_error"] else
+                   f"destroyed {len(d['destroyed'])} retired key(s){_already_deleted(d)}")
         console.print(plain(f"{verb} {d['kek_id']}: {d['rewrapped']} data key(s) re-wrapped, {d['gone']} erased "
-                            f"meanwhile; destroyed {len(d['destroyed'])} retired key(s){_already_deleted(d)}"))
+                            f"meanwhile; {retired}"))
         if d["damaged"]:
             console.print(plain(f"{len(d['damaged'])} data key row(s) do not open under their key-encryption key "
                                 "and were left as they are (their KEK is kept): restore those ts_data_keys rows"))
@@ -79,6 +84,17 @@ def keys_rotate(
                 "beyond use"))
 
     emit(data, as_json=as_json, render=render)
+    if data["retire_error"] is not None:
+        _retire_failed(data["retire_error"])
+
+
+def _retire_failed(error: dict[str, Any]) -> NoReturn:
+    """The rotation is done, the retire after it failed: say so, and that only the retire is to be run again."""
+    err_console.print("[bold red]error[/]: " + plain(f"the rotation is done, but retiring the key-encryption keys "
+                                                     f"due failed: {error['message']}"))
+    err_console.print("[yellow]fix[/]: " + plain(f"{error['hint'] or 'fix the cause'}; then run `teamstore keys "
+                                                 "retire` (the rotation is not to be run again)"))
+    raise typer.Exit(PARTLY_DONE)
 
 
 @app.command("retire")

@@ -39,6 +39,7 @@ from teamstore.errors import (
     KeyDestroyed,
     KeyUnavailable,
     StoreUnavailable,
+    TeamstoreError,
 )
 from teamstore.keys.kek import KMS
 from teamstore.keys.schema import data_keys, key_encryption_keys
@@ -67,16 +68,26 @@ class RotationReport:
     destroyed: list[str] = field(default_factory=list)
     already_deleted: list[str] = field(default_factory=list)
     """Of ``destroyed``: KMS keys KMS no longer had, recorded as destroyed."""
+    retire_error: TeamstoreError | None = None
+    """Why the :func:`retire` run after the rotation failed: the rotation is done, ``teamstore keys retire`` is to
+    be run again once the cause is fixed."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return {"kek_id": self.kek_id, "created": self.created, "rewrapped": self.rewrapped, "gone": self.gone,
-                "damaged": self.damaged, "unusable": self.unusable, "destroyed": self.destroyed, "already_deleted": self.already_deleted}
+                "damaged": self.damaged, "unusable": self.unusable, "destroyed": self.destroyed, "already_deleted": self.already_deleted,
+                "retire_error": None if self.retire_error is None else {
+                    "error": type(self.retire_error).__name__, "message": self.retire_error.message,
+                    "hint": self.retire_error.hint, "rerun": "teamstore keys retire"}}
 
 
-def _failed(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
-    return StoreUnavailable(f"could not {action}: {describe_failure(exc)}",
-                            hint="check the database, then run `teamstore keys rotate` again: it resumes")
+_ROTATE_AGAIN = "run `teamstore keys rotate` again: it resumes"
+_RETIRE_AGAIN = "run `teamstore keys retire` again: it goes on where it stopped"
+_AGAIN = "run the `teamstore keys` command again: it goes on where it stopped"
+
+
+def _failed(exc: SQLAlchemyError, action: str, then: str = _ROTATE_AGAIN) -> StoreUnavailable:
+    return StoreUnavailable(f"could not {action}: {describe_failure(exc)}", hint=f"check the database, then {then}")
 
 
 async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 7, batch: int = BATCH,
@@ -93,7 +104,7 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         on_batch: Awaited after each batch is read, before it is re-wrapped (tests race an erasure here).
 
     Returns:
-        The report.
+        The report; when the rotation is done but the :func:`retire` after it failed, its ``retire_error``.
 
     Raises:
         ConfigurationError: ``to`` is empty or blank, or names no KMS key this process may use (nothing changed).
@@ -120,7 +131,11 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
             f"the rotation stopped after re-wrapping {report.rewrapped} data key(s): {exc.message}",
             hint=f"{exc.hint or 'fix the cause'}; then run `teamstore keys rotate` again: it finishes this rotation",
         ) from exc
-    retired = await retire(keys)
+    try:
+        retired = await retire(keys)
+    except TeamstoreError as exc:
+        report.retire_error = exc  # the rotation stands: only the retire is to be run again
+        return report
     report.destroyed, report.already_deleted = retired.destroyed, retired.already_deleted
     return report
 
@@ -178,7 +193,7 @@ async def _batch(engine: AsyncEngine, current: str, after: str, size: int) -> li
         async with engine.connect() as conn:
             return [(str(r[0]), str(r[1]), str(r[2]), bytes(r[3])) for r in (await conn.execute(query)).all()]
     except SQLAlchemyError as exc:
-        raise _failed(exc, "read the data keys to re-wrap") from exc
+        raise _failed(exc, "read the data keys to re-wrap", _AGAIN) from exc
 
 
 async def _rewrap(keys: KeyService, current: str, report: RotationReport, user_id: str, key_id: str, kek_id: str,
@@ -202,7 +217,7 @@ async def _rewrap(keys: KeyService, current: str, report: RotationReport, user_i
         async with keys.engine.begin() as conn:
             moved = (await conn.execute(stmt)).rowcount
     except SQLAlchemyError as exc:
-        raise _failed(exc, "store a re-wrapped data key") from exc
+        raise _failed(exc, "store a re-wrapped data key", _AGAIN) from exc
     if moved:
         report.rewrapped += 1
     elif not await keys.key_exists(key_id):
@@ -241,7 +256,7 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
         async with keys.engine.connect() as conn:
             due = [str(r[0]) for r in (await conn.execute(due_query)).all()]
     except SQLAlchemyError as exc:
-        raise _failed(exc, "read the retired key-encryption keys") from exc
+        raise _failed(exc, "read the retired key-encryption keys", _RETIRE_AGAIN) from exc
     done = Retirement()
     for kek_id in due:
         if await _still_named(keys, kek_id):
@@ -253,7 +268,7 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
             async with keys.engine.begin() as conn:
                 await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(destroyed_at=now))
         except SQLAlchemyError as exc:
-            raise _failed(exc, "record a destroyed key-encryption key") from exc
+            raise _failed(exc, "record a destroyed key-encryption key", _RETIRE_AGAIN) from exc
         done.destroyed.append(kek_id)
     return done
 
@@ -284,7 +299,7 @@ async def _still_named(keys: KeyService, kek_id: str) -> bool:
         async with keys.engine.connect() as conn:
             left = await conn.scalar(select(func.count()).select_from(data_keys).where(data_keys.c.kek_id == kek_id))
     except SQLAlchemyError as exc:
-        raise _failed(exc, "count the data keys under a retired key-encryption key") from exc
+        raise _failed(exc, "count the data keys under a retired key-encryption key", _RETIRE_AGAIN) from exc
     return bool(left)
 
 
@@ -305,7 +320,7 @@ async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: da
             made = await conn.scalar(select(k.created_at).where(k.retired_at.is_(None)).order_by(
                 k.created_at.desc()).limit(1))
     except SQLAlchemyError as exc:
-        raise _failed(exc, "read the current key-encryption key") from exc
+        raise _failed(exc, "read the current key-encryption key", _AGAIN) from exc
     made = _utc(made) or now
     next_rotation = max(made + timedelta(days=settings.key_rotation_days), now)
     return next_rotation + timedelta(days=settings.key_retire_days) + RETIRE_SLACK
@@ -331,7 +346,7 @@ async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
         async with keys.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
     except SQLAlchemyError as exc:
-        raise _failed(exc, "read the key-encryption keys") from exc
+        raise _failed(exc, "read the key-encryption keys", _AGAIN) from exc
     keks = [{"kek_id": r[0], "state": _state(r), "created_at": _utc(r[1]), "retired_at": _utc(r[2]),
              "destroy_after": _utc(r[3]), "destroyed_at": _utc(r[4]), "data_keys": int(r[5] or 0)} for r in rows]
     current = next((x for x in keks if x["state"] == "current"), None)
