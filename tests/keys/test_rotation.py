@@ -276,3 +276,11 @@ def test_keys_rotate_to_an_empty_key_name_is_refused_before_anything_is_touched(
     assert refused.exit_code == 1 and "--to names no KMS key" in refused.stderr, refused.output
     assert not Settings().resolved_key_file.exists(), "no first key-encryption key made on the way"
     assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"] == []
+
+
+def test_keys_status_on_a_database_with_no_keys_yet_says_so() -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    shown = runner.invoke(app, ["keys", "status"])
+    assert shown.exit_code == 0 and "no key-encryption key yet" in " ".join(shown.stdout.split()), shown.output
+    assert "state" not in shown.stdout, "no empty table"

@@ -38,6 +38,10 @@ def keys_status(as_json: bool = JsonOption) -> None:
     data = with_app(lambda a: status(a.keys, a.settings), must_exist=True)
 
     def render(d: dict[str, Any]) -> None:
+        if not d["keks"]:
+            console.print("no key-encryption key yet: the first is made with the first user's data key, on their "
+                          "first sealed write (TEAMSTORE_KMS_KEY_ID's KMS key, else one in the local key file)")
+            return
         print_table(("key-encryption key", "state", "data keys", "made", "destroy after"),
                     [[plain(k["kek_id"]), k["state"], str(k["data_keys"]), f"{k['created_at']:%Y-%m-%d}",
                       f"{k['destroy_after']:%Y-%m-%d}" if k["destroy_after"] else "-"] for k in d["keks"]],
