@@ -284,3 +284,29 @@ def test_keys_status_on_a_database_with_no_keys_yet_says_so() -> None:
     shown = runner.invoke(app, ["keys", "status"])
     assert shown.exit_code == 0 and "no key-encryption key yet" in " ".join(shown.stdout.split()), shown.output
     assert "state" not in shown.stdout, "no empty table"
+
+
+async def _damage_bob() -> None:
+    engine = create_engine(Settings().resolved_database_url)
+    keys = KeyService.from_settings(engine, Settings())
+    for user in ("alice", "bob"):
+        await keys.seal(user, b"words", "memory/facts")
+    async with engine.begin() as conn:
+        await conn.execute(update(data_keys).where(data_keys.c.user_id == "bob").values(wrapped=b"\x02" * 60))
+    await engine.dispose()
+
+
+def test_keys_status_warns_of_a_kek_past_its_destroy_date_that_a_damaged_row_keeps_alive(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_damage_bob())
+    monkeypatch.setenv("TEAMSTORE_KEY_RETIRE_DAYS", "0")
+    assert runner.invoke(app, ["keys", "rotate"]).exit_code == 0
+    shown = json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)
+    first = next(k["kek_id"] for k in shown["keks"] if k["state"] == "retired")
+    assert [(k["kek_id"], k["data_keys"]) for k in shown["kept_past_destroy"]] == [(first, 1)]
+    said = " ".join(runner.invoke(app, ["keys", "status"]).stdout.split())
+    assert "past its destroy date" in said and "1 data key row(s)" in said
+    assert "`teamstore keys retire`" in said and "restore" in said

@@ -50,8 +50,20 @@ def keys_status(as_json: bool = JsonOption) -> None:
             late = " (OVERDUE: run `teamstore keys rotate`)" if d["overdue"] else ""
             console.print(f"next rotation due {d['rotation_due']:%Y-%m-%d}{late}; a backup taken now is unreadable "
                           f"for a user erased now by {d['backups_unreadable_by']:%Y-%m-%d}")
+        for kept in d["kept_past_destroy"]:
+            _warn_kept(kept)
 
     emit(data, as_json=as_json, render=render)
+
+
+def _warn_kept(kept: dict[str, Any]) -> None:
+    """A retired KEK past its destroy date that data keys still name: the backup bound does not hold for it."""
+    console.print("[bold yellow]warning[/]: " + plain(
+        f"{kept['kek_id']} is past its destroy date ({kept['destroy_after']:%Y-%m-%d}) but {kept['data_keys']} data "
+        "key row(s) still name it, so it is kept and backups under it stay readable past the rotation bound: run "
+        "`teamstore keys retire` (it re-wraps what it can, then destroys the key); rows it leaves are damaged: "
+        "restore them from a database backup (or, if KMS has the key disabled, `aws kms enable-key`), then run "
+        "`teamstore keys retire` again"))
 
 
 @app.command("rotate")

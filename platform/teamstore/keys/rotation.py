@@ -333,7 +333,8 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
-    """Every key-encryption key with its state and how many data keys it wraps; when the next rotation is due.
+    """Every key-encryption key with its state and how many data keys it wraps; when the next rotation is due;
+    the retired ones past their destroy date that data keys still name (``kept_past_destroy``).
 
     Raises:
         StoreUnavailable: The database failed.
@@ -349,10 +350,13 @@ async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
         raise _failed(exc, "read the key-encryption keys", _AGAIN) from exc
     keks = [{"kek_id": r[0], "state": _state(r), "created_at": _utc(r[1]), "retired_at": _utc(r[2]),
              "destroy_after": _utc(r[3]), "destroyed_at": _utc(r[4]), "data_keys": int(r[5] or 0)} for r in rows]
-    current = next((x for x in keks if x["state"] == "current"), None)
+    current, now = next((x for x in keks if x["state"] == "current"), None), datetime.now(UTC)
     due = current["created_at"] + timedelta(days=settings.key_rotation_days) if current else None
-    return {"keks": keks, "rotation_due": due, "overdue": bool(due and due < datetime.now(UTC)),
-            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings)}
+    # A row ``retire`` could not move (damaged, or under a KEK KMS will not use) keeps its KEK past the bound.
+    kept = [{"kek_id": x["kek_id"], "data_keys": x["data_keys"], "destroy_after": x["destroy_after"]} for x in keks
+            if x["state"] == "retired" and x["data_keys"] and x["destroy_after"] and x["destroy_after"] <= now]
+    return {"keks": keks, "rotation_due": due, "overdue": bool(due and due < now),
+            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings), "kept_past_destroy": kept}
 
 
 def _state(row: Any) -> str:
