@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
-from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable
+from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable, StoreUnavailable
 from teamstore.keys import KeyService
 from teamstore.keys.rotation import retire, rotate, status
 from teamstore.keys.schema import key_encryption_keys
@@ -218,3 +218,61 @@ def test_keys_rotate_whose_retire_fails_says_the_rotation_is_done_and_only_retir
     assert retired.exit_code == 0 and len(json.loads(retired.stdout)["destroyed"]) == 1
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
     assert states == ["current", "destroyed"]
+
+
+async def _refuse_new_keks(engine: AsyncEngine) -> None:
+    """Make the database refuse every new row of ts_key_encryption_keys (as a full disk or a lost connection would
+    refuse the rotation's)."""
+    statements = {
+        "sqlite": ["CREATE TRIGGER refuse_kek BEFORE INSERT ON ts_key_encryption_keys "
+                   "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"],
+        "postgresql": ["CREATE FUNCTION refuse_kek() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'refused by the "
+                       "test'; END $$ LANGUAGE plpgsql",
+                       "CREATE TRIGGER refuse_kek BEFORE INSERT ON ts_key_encryption_keys FOR EACH ROW "
+                       "EXECUTE FUNCTION refuse_kek()"],
+    }[engine.dialect.name]
+    async with engine.begin() as conn:
+        for statement in statements:
+            await conn.execute(text(statement))
+
+
+def _watch_created(keys: KeyService) -> list[str]:
+    """The KEK ids ``keys.ring.create`` makes from now on (it still makes them)."""
+    made: list[str] = []
+    create = keys.ring.create
+
+    def recorded(to: str | None, like: str) -> str:
+        made.append(create(to, like))
+        return made[-1]
+
+    keys.ring.create = recorded  # type: ignore[method-assign]
+    return made
+
+
+async def test_a_kms_key_made_for_a_rotation_the_database_then_refused_is_scheduled_for_deletion(
+    engine: AsyncEngine, kms_key: str
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    first, made = await keys.current_kek(), _watch_created(keys)
+    await _refuse_new_keks(engine)
+    with pytest.raises(StoreUnavailable, match="made for the rotation was destroyed again"):
+        await rotate(keys, retire_days=7)
+    (new,) = made
+    assert boto3.client("kms").describe_key(KeyId=new.removeprefix("kms:"))["KeyMetadata"]["KeyState"] == (
+        "PendingDeletion"), "no unused key left to cost money"
+    assert {k["kek_id"]: k["state"] for k in (await status(keys, Settings()))["keks"]} == {first: "current"}
+
+
+async def test_a_kms_key_made_for_a_rotation_that_could_not_be_deleted_again_is_named_in_the_error(
+    engine: AsyncEngine, kms: Outage
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    made = _watch_created(keys)
+    await _refuse_new_keks(engine)
+    kms.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
+    with pytest.raises(StoreUnavailable, match="could not be destroyed") as info:
+        await rotate(keys, retire_days=7)
+    (new,) = made
+    assert f"aws kms schedule-key-deletion --key-id {new.removeprefix('kms:')}" in (info.value.hint or "")

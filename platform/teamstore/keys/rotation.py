@@ -42,6 +42,7 @@ from teamstore.errors import (
     TeamstoreError,
 )
 from teamstore.keys.kek import KMS
+from teamstore.keys.kms import DELETION_WINDOW_DAYS
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
 from teamstore.settings import Settings
@@ -147,11 +148,36 @@ async def _begin(keys: KeyService, current: str, target: str | None, retire_days
     # new key, and workers given the right file could not use it).
     await asyncio.to_thread(keys.ring.get, current)
     new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
-    if await _make_current(keys.engine, current, new, retire_days):
+    try:
+        made_current = await _make_current(keys.engine, current, new, retire_days)
+    except StoreUnavailable as exc:
+        if target is None:
+            raise await _unrecorded(keys, new, exc) from exc
+        raise
+    if made_current:
         return RotationReport(new, True)
     if target is None:
         await asyncio.to_thread(keys.ring.destroy, new)
     return RotationReport(await keys.current_kek(), False)
+
+
+async def _unrecorded(keys: KeyService, new: str, exc: StoreUnavailable) -> StoreUnavailable:
+    """The error for a new KEK the database refused to record: destroyed again (an unused KMS key costs money
+    every month), or, if that fails too, named so that the operator can."""
+    try:
+        await asyncio.to_thread(keys.ring.destroy, new)
+    except TeamstoreError:
+        if not new.startswith(KMS):
+            return StoreUnavailable(f"{exc.message}; the key file keeps an unused entry made for the rotation, "
+                                    "which does no harm", hint=exc.hint)
+        arn = new.removeprefix(KMS)
+        return StoreUnavailable(
+            f"{exc.message}; the KMS key made for the rotation is unused and could not be destroyed: {arn}",
+            hint=f"{exc.hint}; and delete that key yourself: `aws kms schedule-key-deletion --key-id {arn} "
+            f"--pending-window-in-days {DELETION_WINDOW_DAYS}`",
+        )
+    return StoreUnavailable(f"{exc.message}; the key-encryption key made for the rotation was destroyed again "
+                            "(unused)", hint=exc.hint)
 
 
 async def _make_current(engine: AsyncEngine, current: str, kek_id: str, retire_days: int) -> bool:
