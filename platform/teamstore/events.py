@@ -159,6 +159,14 @@ async def notify_later_calls(observers: Sequence[RunObserver], ctx: RunContext, 
     await asyncio.gather(*(_call(o, "later_calls", ctx, later) for o in takers))
 
 
+async def drain_observers(observers: Sequence[RunObserver]) -> None:
+    """Let every observer that has one finish its background writes (a transcript's outbox delivery)."""
+    for observer in observers:
+        drain = getattr(observer, "drain", None)
+        if drain is not None:
+            await drain()
+
+
 async def notify_observers(
     observers: Sequence[RunObserver], hook: str, ctx: RunContext, *args: StreamItem | RunOutcome
 ) -> None:

@@ -357,3 +357,23 @@ async def test_a_session_cancelled_as_it_sets_a_checkpoint_aside_keeps_the_run_o
     row = await platform.store.get(s.key)
     assert row is not None and row.checkpoint is None
     assert sum(r.calls for r in await _ledger(platform, run_id)) == 3  # on record all the same
+
+
+async def test_a_deleted_session_keeps_its_interrupted_runs_turns_and_calls_on_record(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)
+            assert s.interrupted is not None
+            run_id = s.interrupted.run_id
+    assert await platform.delete_session("alice", "s1")
+    header, items = await _transcript(platform, run_id)
+    assert header["error"] == "RunInterrupted" and header["stop_reason"] == "deleted after turn 2"
+    assert _items_said(items)[0][2] == TASK and len(items) == 3  # the task and the two completed turns
+    rows = await _ledger(platform, run_id)
+    assert sum(r.calls for r in rows) == 3 and sum(r.failed_calls for r in rows) == 1 and all(r.run_failed for r in rows)
+    assert not await platform.delete_session("alice", "s1")  # nothing left: and nothing recorded twice
+    assert len(await _ledger(platform, run_id)) == len(rows)

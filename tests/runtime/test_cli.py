@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 from typer.testing import CliRunner
 
 from config_registry import Registry
 from teamstore import examples
 from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.settings import Settings
+from teamstore.state.schema import sessions
 from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
 from tests.runtime.conftest import renamed_manifest
 
@@ -217,3 +223,52 @@ def test_continuing_a_session_with_no_interrupted_run_says_what_to_do_on_the_com
     said = " ".join(out.output.split())
     assert out.exit_code == 1 and "has no interrupted run" in said
     assert "s.interrupted" not in said and "without --continue or --abandon" in said  # not the Python API's hint
+
+
+
+def _stop_a_run(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop a run of the checkpoint team after its second turn (its third model call fails)."""
+    register(registry)
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 3
+        stopped = runner.invoke(app, ["run", "--team", TEAM, "--user", "alice", "--session", "s1", "My line drops"])
+    assert stopped.exit_code == 1
+
+
+def _only_run() -> dict:  # type: ignore[type-arg]
+    """The session's one transcript, as ``transcripts show`` lists it."""
+    shown = runner.invoke(app, ["transcripts", "show", "--user", "alice", "--session", "s1", "--json"])
+    assert shown.exit_code == 0, shown.output
+    (run,) = json.loads(shown.stdout)["runs"]
+    return run  # type: ignore[no-any-return]
+
+
+def test_a_session_deleted_with_an_interrupted_run_keeps_that_run_on_record(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stop_a_run(registry, monkeypatch)
+    done = runner.invoke(app, ["sessions", "delete", "--user", "alice", "--session", "s1"])
+    assert done.exit_code == 0, done.output
+    run = _only_run()
+    assert run["run"]["error"] == "RunInterrupted" and run["run"]["stop_reason"] == "deleted after turn 2"
+    assert len(run["items"]) == 3 and run["items"][0]["message"]["content"] == "My line drops"  # task, 2 turns
+    assert run["run"]["totals"]["model_calls"] == 3  # the two turns' calls, and the one that failed
+
+
+def test_an_expired_session_swept_with_an_interrupted_run_keeps_that_run_on_record(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def expire() -> None:
+        engine = create_engine(Settings().resolved_database_url)
+        async with engine.begin() as conn:
+            await conn.execute(update(sessions).values(expires_at=datetime.now(UTC) - timedelta(days=1)))
+        await engine.dispose()
+
+    _stop_a_run(registry, monkeypatch)
+    asyncio.run(expire())
+    swept = runner.invoke(app, ["retention", "sweep", "--json"])
+    assert swept.exit_code == 0, swept.output
+    assert json.loads(swept.stdout)["sessions"] == 1
+    run = _only_run()
+    assert run["run"]["error"] == "RunInterrupted" and run["run"]["stop_reason"] == "expired after turn 2"
+    assert len(run["items"]) == 3 and run["run"]["totals"]["model_calls"] == 3

@@ -12,7 +12,7 @@ from sqlalchemy import insert, select
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, QuarantineNotFound, StaleStateVersion
-from teamstore.state.base import CheckpointRecord, SessionKey, StateStore
+from teamstore.state.base import CheckpointRecord, SessionKey, StateStore, StoredSession
 from teamstore.state.envelope import SEALED_PREFIX
 from teamstore.state.erasure import SESSIONS
 from teamstore.state.schema import sessions
@@ -135,3 +135,34 @@ async def test_a_session_holding_only_a_checkpoint_expires_and_is_swept(store: S
     assert await store.get(KEY) is not None
     assert await store.sweep_expired() == 1
     assert await store.get(KEY) is None
+
+
+async def test_a_delete_or_a_sweep_hands_a_row_holding_a_checkpoint_to_its_ending_before_it_goes(
+    store: StateStore,
+) -> None:
+    past = CheckpointRecord("support_triage", "v1", 1, "0.7.5", {}, '{"turn":1}', datetime.now(UTC) - timedelta(days=1))
+    keys = [SessionKey("alice", f"s{n}") for n in range(4)]
+    for key in keys:
+        await acquire(store, key)
+        await store.checkpoint(key, owner="w1", expected_version=0, record=past)
+        await store.release(key, owner="w1", discard_empty=True)
+    await acquire(store, keys[3], owner="w2")  # a worker holds this one: the sweep leaves it
+    ended: list[tuple[str, str | None]] = []
+
+    async def ending(row: StoredSession) -> None:
+        assert await store.get(SessionKey(row.user_id, row.session_id)) is not None  # still there meanwhile
+        ended.append((row.session_id, row.checkpoint))  # opened, as a run reads it
+
+    assert await store.delete_session(keys[0], ending=ending)
+    assert await store.sweep_expired(batch_size=1, ending=ending) == 2
+    assert ended == [("s0", '{"turn":1}'), ("s1", '{"turn":1}'), ("s2", '{"turn":1}')]
+    assert [await store.get(k) is None for k in keys] == [True, True, True, False]
+
+    async def failing(row: StoredSession) -> None:
+        raise RuntimeError("the audit could not be reached")
+
+    await store.release(keys[3], owner="w2", discard_empty=False)
+    with pytest.raises(RuntimeError):
+        await store.sweep_expired(ending=failing)
+    assert await store.get(keys[3]) is not None  # what the ending could not record stays
+    assert await store.sweep_expired(ending=ending) == 1 and await store.get(keys[3]) is None

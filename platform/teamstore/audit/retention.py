@@ -27,8 +27,10 @@ from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
+from teamstore.keys.service import KeyService
 from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
+from teamstore.state.base import Ending
 from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
 
 
@@ -75,21 +77,27 @@ async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[
 
 
 async def sweep_all(
-    settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None
+    settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None, *,
+    keys: KeyService | None = None, ending: Ending | None = None,
 ) -> SweepReport:
-    """Remove what is past retention: local transcripts, queued transcripts, ledger rows (and the session ids
-    of sessions no ledger row names any more), expired sessions, quarantined states, expired user memory.
+    """Remove what is past retention: expired sessions, local transcripts, queued transcripts, ledger rows (and
+    the session ids of sessions no ledger row names any more), quarantined states, expired user memory.
 
     Args:
         settings: ``transcript_retention_days``, ``ledger_retention_days``, ``quarantine_retention_days``.
         engine: The state database.
         store: The transcript store (S3 ignores the sweep: its lifecycle rule expires objects).
         now: The reference time (tests); defaults to now.
+        keys: Users' data keys, which open the checkpoints handed to ``ending``.
+        ending: Handed each expired session that holds an interrupted run's checkpoint before it goes (the
+            runtime records the run: :func:`teamstore.runtime.interruptions.ending`); first, so that what it
+            records is on the same clocks as the rest.
 
     Returns:
         Counts per store and the cutoffs used.
     """
     now = now or datetime.now(UTC)
+    sessions = await sweep_expired_sessions(engine, keys=keys, ending=ending)
     transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)
     ledger_cutoff = now - timedelta(days=settings.ledger_retention_days)
     transcripts = await store.sweep(transcript_cutoff) if Capability.LOCAL_SWEEP in store.capabilities else 0
@@ -97,7 +105,6 @@ async def sweep_all(
     await purge_settled(engine)  # records of uploads that can no longer land: no transcript, not counted
     ledger_rows = await sweep_ledger(engine, ledger_cutoff)
     session_ids = await sweep_session_ids(engine, ledger_cutoff)  # the sessions no ledger row names any more
-    sessions = await sweep_expired_sessions(engine)
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
     memory = await MemoryStore(engine).sweep(now)

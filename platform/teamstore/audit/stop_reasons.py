@@ -41,7 +41,7 @@ _CONDITIONS = (
     r"An exception occurred in the runtime\.",
     r"An error occurred in the group chat\.",
     r"Max rounds reached\.",
-    r"(?:abandoned|set aside) after turn \d+",
+    r"(?:abandoned|set aside|deleted|expired) after turn \d+",
 )
 _ONE = "(?:" + "|".join(_CONDITIONS) + ")"
 # Combined conditions (`a | b`, `a & b`) join their reasons with ", ".

@@ -455,9 +455,16 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
     """Remove local and queued transcripts, ledger rows and quarantined states past retention, expired sessions
     and expired user memory."""
     from teamstore.audit.retention import sweep_all
+    from teamstore.events import drain_observers
+    from teamstore.runtime.interruptions import ending
 
     async def go(app: App) -> dict[str, Any]:
-        return asdict(await sweep_all(app.settings, app.engine, app.transcript_store))
+        observers = app.audit_observers()  # an expired session's interrupted run is recorded as it goes
+        try:
+            return asdict(await sweep_all(app.settings, app.engine, app.transcript_store, keys=app.keys,
+                                          ending=ending(observers, "expired")))
+        finally:
+            await drain_observers(observers)
 
     emit(
         with_app(go, must_exist=True),  # from a cron job, 'removed 0' would hide a mistyped TEAMSTORE_HOME

@@ -261,16 +261,25 @@ def delete_session(
     session: str = typer.Option(..., "--session", help="The session id (exact)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention)."""
+    """Delete one session's stored state and quarantined copies (transcripts and ledger keep their retention;
+    a run it left interrupted is recorded in them first, as abandoning it would)."""
 
     check_ids(user_id=user, session_id=session)
 
+    from teamstore.events import drain_observers
+    from teamstore.runtime.interruptions import ending
     from teamstore.state.base import SessionKey
 
     async def go(app: App) -> dict[str, Any]:
-        # What Platform.delete_session does: it waits for an open session as a request would.
-        deleted = await app.state_store.delete_session(SessionKey(user, session),
-                                                       wait_seconds=app.settings.lease_timeout_seconds)
+        # What Platform.delete_session does: it waits for an open session as a request would, and records the
+        # interrupted run whose checkpoint goes with the row.
+        observers = app.audit_observers()
+        try:
+            deleted = await app.state_store.delete_session(SessionKey(user, session),
+                                                           wait_seconds=app.settings.lease_timeout_seconds,
+                                                           ending=ending(observers, "deleted"))
+        finally:
+            await drain_observers(observers)
         return {"user_id": user, "session_id": session, "deleted": deleted}
 
     data = _stored(go)

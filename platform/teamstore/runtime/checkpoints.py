@@ -239,22 +239,38 @@ def _run(payload: Mapping[str, Any], turn: int) -> InterruptedRun:
 
 @dataclass(frozen=True)
 class SetAsideRun:
-    """What a checkpoint set aside without being loaded still says of its run, read with no team."""
+    """What a checkpoint set aside without being loaded still says of its run, read with no team.
+
+    Attributes:
+        thread: The run's messages so far (the task, then its completed turns) as AutoGen dumped them in the
+            manager's thread; empty when no one state of the checkpoint holds a thread.
+    """
 
     run: InterruptedRun
     team: str
     calls: list[ModelCall]
+    thread: list[Any] = field(default_factory=list)
 
 
 def set_aside_run(row: StoredSession) -> SetAsideRun | None:
-    """The run ``row``'s checkpoint stopped (its id, team, version, start, turns and the model calls its
-    checkpoints carried), read without judging it against a team; ``None`` for one that does not read that
-    far (damaged, or of a layout this code does not read)."""
+    """The run ``row``'s checkpoint stopped (its id, team, version, start, turns, the model calls its
+    checkpoints carried, and its thread), read without judging it against a team; ``None`` for one that does
+    not read that far (damaged, or of a layout this code does not read)."""
     try:
         payload = _payload(row)
-        return SetAsideRun(_run(payload, _field(payload, "turn", int)), _field(payload, "team", str), _calls(payload))
+        return SetAsideRun(_run(payload, _field(payload, "turn", int)), _field(payload, "team", str),
+                           _calls(payload), _thread(payload))
     except StateRejected:
         return None
+
+
+def _thread(payload: Mapping[str, Any]) -> list[Any]:
+    """The manager's thread, told from the participants' states with no team: the one state holding one."""
+    states = payload.get("agent_states")
+    threads = [state["message_thread"] for state in states.values()
+               if isinstance(state, dict) and isinstance(state.get("message_thread"), list)
+               ] if isinstance(states, dict) else []
+    return list(threads[0]) if len(threads) == 1 else []
 
 
 def judge_checkpoint(

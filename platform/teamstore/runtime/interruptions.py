@@ -4,11 +4,13 @@ recorded when the application abandons it.
     outcome, checkpoint = await judge_at_open(row, outcome, built, store, owner, agentchat_version)
     ...
     await report_abandoned(session, checkpoint)      # its completed turns to the transcript, its calls to the ledger
+    await store.delete_session(key, ending=ending(observers, "deleted"))   # likewise, as its row goes
 
 A run that stops mid-run (its worker died, or it raised after a checkpoint) is recorded once, by whoever ends
 it: the continuation that completes it records the whole run (its earlier turns replayed from the checkpoint,
-every model call the checkpoints carried), and abandoning it records what the checkpoint holds, as a run
-that failed.
+every model call the checkpoints carried), and abandoning it, or deleting its session (or the sweep of expired
+sessions), records what the checkpoint holds, as a run that failed. An erasure records nothing: it removes the
+user's transcripts and de-identifies their ledger rows.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
+from autogen_agentchat.messages import MessageFactory
 from autogen_agentchat.teams import BaseGroupChat
 
 from config_registry.types import BuiltTeam
@@ -25,8 +28,9 @@ from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, StreamItem, notify_observers
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint, set_aside_run
+from teamstore.runtime.deps import to_the_end
 from teamstore.runtime.resume import ResumeOutcome
-from teamstore.state.base import SessionKey, StateStore, StoredSession
+from teamstore.state.base import Ending, SessionKey, StateStore, StoredSession
 
 if TYPE_CHECKING:
     from teamstore.runtime.runs import Run, RunHost
@@ -142,6 +146,40 @@ async def report_set_aside(observers: Sequence[RunObserver], row: StoredSession,
 
 
 _SET_ASIDE = "its checkpoint is in the quarantine; it continues only on the version that ran it"
+
+
+def ending(observers: Sequence[RunObserver], how: Literal["deleted", "expired"]) -> Ending:
+    """What a delete (``deleted``) or the sweep of expired rows (``expired``) hands a row holding an
+    interrupted run's checkpoint before the row goes: :func:`report_gone` (awaited to its end)."""
+
+    async def end(row: StoredSession) -> None:
+        await to_the_end(report_gone(observers, row, how))
+
+    return end
+
+
+async def report_gone(observers: Sequence[RunObserver], row: StoredSession, how: str) -> None:
+    """Record the run whose checkpoint goes with its row (deleted, or expired and swept) as a run that failed:
+    its completed turns to the transcript and the model calls its checkpoints carried to the ledger and the
+    spans, as abandoning it does. Read with no team, its messages of AutoGen's own types are kept (a message of
+    a type the application registered with its team reads only with that team: it is left out). A checkpoint
+    too damaged to say which run it was is not recorded (nothing of it can be)."""
+    found = set_aside_run(row)
+    if found is not None:
+        await _record_ended(observers, _context(row.user_id, row.session_id, found.team, found.run),
+                            _readable(found.thread), found.calls, f"{how} after turn {found.run.last_turn}",
+                            None, f"its session was {how} before the run was continued or abandoned")
+
+
+def _readable(thread: Sequence[Any]) -> list[StreamItem]:
+    """The messages of ``thread`` AutoGen's own message types read."""
+    factory, items = MessageFactory(), []
+    for dump in thread:
+        try:
+            items.append(factory.create(dump))
+        except (ValueError, TypeError, KeyError, AttributeError):  # an application's own type, or damaged
+            continue
+    return items
 
 
 def _context(user_id: str, session_id: str, team: str, run: InterruptedRun, *, resumed: bool = False) -> RunContext:

@@ -34,12 +34,12 @@ from config_registry import Registry
 from config_registry.errors import RegistryError
 from config_registry.types import BuiltTeam
 from teamstore.db.migrate import ensure_current
-from teamstore.events import RunObserver
+from teamstore.events import RunObserver, drain_observers
 from teamstore.ids import check_id
 from teamstore.keys.service import KeyService
 from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
-from teamstore.runtime import turns
+from teamstore.runtime import interruptions, turns
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
 from teamstore.runtime.memory import MemoryService
 from teamstore.runtime.metrics import SessionMetrics
@@ -298,13 +298,16 @@ class Platform:
 
     async def delete_session(self, user_id: str, session_id: str) -> bool:
         """Delete one session's stored state and quarantined copies (a user's "delete this
-        conversation"); returns whether it had any. Waits for an open session like a request does.
+        conversation"); returns whether it had any. Waits for an open session like a request does. A run
+        the session left interrupted is recorded first, as abandoning it would: its completed turns to its
+        transcript, the model calls it paid for to the ledger.
 
         Raises:
             InvalidIdentifier, SessionBusy, ErasureInProgress, StoreUnavailable.
         """
         key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
-        return await self.store.delete_session(key, wait_seconds=self.settings.lease_timeout_seconds)
+        return await self.store.delete_session(key, wait_seconds=self.settings.lease_timeout_seconds,
+                                               ending=interruptions.ending(self.observers, "deleted"))
 
     async def show_memory(self, user_id: str, team: str | None = None) -> list[UserMemory]:
         """What is kept about ``user_id``: a summary and facts per scope (``team``: that scope alone, the team's
@@ -332,10 +335,7 @@ class Platform:
         close."""
         await self.teams.aclose()
         await self.memory.drain()
-        for observer in self.observers:
-            drain = getattr(observer, "drain", None)
-            if drain is not None:
-                await drain()
+        await drain_observers(self.observers)
         if self._owns_store:
             await self.store.aclose()
         if self._on_close is not None:

@@ -26,11 +26,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import now_utc
 from teamstore.db.fence import held
-from teamstore.errors import QuarantineNotFound, StaleStateVersion, TooManySessions
+from teamstore.errors import (
+    ErasureInProgress,
+    QuarantineNotFound,
+    SessionBusy,
+    StaleStateVersion,
+    TooManySessions,
+)
 from teamstore.ids import check_id
 from teamstore.state import statements as sql
 from teamstore.state.base import (
     Claim,
+    Ending,
     QuarantinedRow,
     Restored,
     SaveRecord,
@@ -209,11 +216,18 @@ class SessionAdmin:
         assert restored is not None
         return Restored(restored, replaced_by)
 
-    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
+    async def delete_session(
+        self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None
+    ) -> bool:
         """Delete one session's stored state and its quarantined copies, under the session's lease.
 
         What a user's "delete this conversation" needs; transcripts and the usage ledger are audit data
         with their own retention (erasing a user removes those too: ``teamstore erase``).
+
+        Args:
+            key: The session.
+            wait_seconds: How long to wait for a worker that holds the session.
+            ending: Handed the row first, under the lease, if it holds an interrupted run's checkpoint.
 
         Returns:
             Whether the session had a row.
@@ -226,16 +240,24 @@ class SessionAdmin:
         """
         check_key(key)
         async with self.held_briefly(key, Claim("", "", 0, ""), "delete", wait_seconds) as (row, owner):
-            try:
-                async with self.engine.begin() as conn:
+            if ending is not None and row.checkpoint is not None:
+                await ending(row)
+            await self._delete(key, owner, quarantined=True)
+        return row.row_version > 0
+
+    async def _delete(self, key: SessionKey, owner: str, *, quarantined: bool) -> None:
+        """Delete the session's row (and, ``quarantined``, its quarantined copies) under ``owner``'s lease,
+        and give the lease back."""
+        try:
+            async with self.engine.begin() as conn:
+                if quarantined:
                     await conn.execute(delete(quarantine).where(quarantine.c.user_id == key.user_id,
                                                                 quarantine.c.session_id == key.session_id))
-                    await conn.execute(delete(sessions).where(*sql.is_key(key.user_id, key.session_id),
-                                                              *self.rules.owned(owner)))
-            except SQLAlchemyError as exc:
-                raise unavailable(exc, "delete the session") from exc
-            await self.store.release(key, owner=owner, discard_empty=False)
-        return row.row_version > 0
+                await conn.execute(delete(sessions).where(*sql.is_key(key.user_id, key.session_id),
+                                                          *self.rules.owned(owner)))
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "delete the session") from exc
+        await self.store.release(key, owner=owner, discard_empty=False)
 
     @asynccontextmanager
     async def held_briefly(
@@ -252,19 +274,47 @@ class SessionAdmin:
             await self.store.release(key, owner=owner, discard_empty=row.row_version == 0)
             raise
 
-    async def sweep_expired(self, *, batch_size: int = 500) -> int:
-        """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted."""
+    async def sweep_expired(self, *, batch_size: int = 500, ending: Ending | None = None) -> int:
+        """Delete expired, unleased rows ``batch_size`` at a time; returns the number deleted. With ``ending``,
+        an expired row holding a checkpoint is taken under its lease, handed to ``ending``, then deleted (one a
+        worker holds is left to the next sweep)."""
         await self.check()
-        total = 0
+        total = 0 if ending is None else await self._sweep_checkpoints(ending, batch_size)
         while True:
+            stmt = sql.sweep_batch(self.rules, now_utc(), batch_size, keep_checkpoints=ending is not None)
             try:
                 async with self.engine.begin() as conn:
-                    count = int((await conn.execute(sql.sweep_batch(self.rules, now_utc(), batch_size))).rowcount or 0)
+                    count = int((await conn.execute(stmt)).rowcount or 0)
             except SQLAlchemyError as exc:
                 raise unavailable(exc, "sweep expired sessions") from exc
             total += count
             if count < batch_size:
                 return total
+
+    async def _sweep_checkpoints(self, ending: Ending, batch_size: int) -> int:
+        """Delete the expired rows that hold a checkpoint one by one, each handed to ``ending`` first."""
+        deleted, after = 0, None
+        while True:
+            rows = await self._fetch(sql.expired_checkpoints(now_utc(), after, batch_size), "sweep expired sessions")
+            keys = [SessionKey(r.user_id, r.session_id) for r in rows]
+            for key in keys:
+                deleted += await self._sweep_one(key, ending)
+            if len(keys) < batch_size:
+                return deleted
+            after = (keys[-1].user_id, keys[-1].session_id)
+
+    async def _sweep_one(self, key: SessionKey, ending: Ending) -> int:
+        try:
+            async with self.held_briefly(key, Claim("", "", 0, ""), "sweep", 0.0) as (row, owner):
+                if row.checkpoint is None or row.expires_at is None or row.expires_at >= now_utc():
+                    # Saved, continued or deleted since it was listed: not this sweep's any more.
+                    await self.store.release(key, owner=owner, discard_empty=row.row_version == 0)
+                    return 0
+                await ending(row)
+                await self._delete(key, owner, quarantined=False)
+        except (SessionBusy, ErasureInProgress):  # a worker opened it meanwhile (the next sweep looks again), or
+            return 0                             # an erasure holds the user (it removes the row itself)
+        return 1
 
     async def explain_refused_lease(self, key: SessionKey, max_sessions: int | None) -> None:
         """Raise why a row lease was refused, if not because another worker holds the session.
@@ -321,9 +371,11 @@ class AdminMethods:
         """See :meth:`SessionAdmin.restore_quarantined`."""
         return await self.admin.restore_quarantined(quarantine_id, ttl=ttl, replace=replace, wait_seconds=wait_seconds)
 
-    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
+    async def delete_session(
+        self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None
+    ) -> bool:
         """See :meth:`SessionAdmin.delete_session`."""
-        return await self.admin.delete_session(key, wait_seconds=wait_seconds)
+        return await self.admin.delete_session(key, wait_seconds=wait_seconds, ending=ending)
 
     async def get(self, key: SessionKey) -> StoredSession | None:
         """See :meth:`SessionAdmin.get`."""
@@ -345,9 +397,9 @@ class AdminMethods:
         """See :meth:`SessionAdmin.get_quarantined`."""
         return await self.admin.get_quarantined(quarantine_id)
 
-    async def sweep_expired(self, *, batch_size: int = 500) -> int:
+    async def sweep_expired(self, *, batch_size: int = 500, ending: Ending | None = None) -> int:
         """See :meth:`SessionAdmin.sweep_expired`."""
-        return await self.admin.sweep_expired(batch_size=batch_size)
+        return await self.admin.sweep_expired(batch_size=batch_size, ending=ending)
 
     async def check_lease_mode(self) -> None:
         """Refuse to lease sessions on a database that records the other kind of lease (see

@@ -13,7 +13,7 @@ in ``tests/state`` runs in full against all three.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -221,6 +221,12 @@ class Restored:
     replaced_by: int | None  # the quarantine id now holding the state the restore set aside, if any
 
 
+Ending = Callable[[StoredSession], Awaitable[None]]
+"""What the caller does with a row holding an interrupted run's checkpoint before a delete or a sweep removes
+it (the runtime records the run as ended): awaited with the row (checkpoint opened) under the session's lease.
+What it raises stops the removal, and the row stays."""
+
+
 class StateStore(Protocol):
     """Where resume state lives. Every method is one statement or one transaction."""
 
@@ -292,9 +298,11 @@ class StateStore(Protocol):
         """Put a quarantined state back as its session's state, under the session's lease."""
         ...
 
-    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
+    async def delete_session(
+        self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None
+    ) -> bool:
         """Delete one session's stored state and its quarantined copies, under the session's lease;
-        whether it had a row."""
+        whether it had a row. A row holding a checkpoint is first handed to ``ending``."""
         ...
 
     async def get(self, key: SessionKey) -> StoredSession | None:
@@ -317,8 +325,9 @@ class StateStore(Protocol):
         """One quarantined row, or ``None``."""
         ...
 
-    async def sweep_expired(self, *, batch_size: int = 500) -> int:
-        """Delete expired rows not under lease, in batches; returns how many went."""
+    async def sweep_expired(self, *, batch_size: int = 500, ending: Ending | None = None) -> int:
+        """Delete expired rows not under lease, in batches; returns how many went. With ``ending``, an expired
+        row holding a checkpoint is taken under its lease and handed to it first."""
         ...
 
     async def aclose(self) -> None:

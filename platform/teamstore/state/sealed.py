@@ -42,6 +42,7 @@ from teamstore.keys.service import DataKey, KeyService
 from teamstore.state.base import (
     CheckpointRecord,
     Claim,
+    Ending,
     QuarantinedRow,
     Restored,
     SaveRecord,
@@ -266,9 +267,11 @@ class SealedStateStore:
         opened = await self._opened(row, await self.keys.data_key(row.user_id, create=False))
         return Restored(opened, restored.replaced_by)
 
-    async def delete_session(self, key: SessionKey, *, wait_seconds: float = 0.0) -> bool:
-        """See :meth:`StateStore.delete_session`."""
-        return await self.inner.delete_session(key, wait_seconds=wait_seconds)
+    async def delete_session(
+        self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None
+    ) -> bool:
+        """See :meth:`StateStore.delete_session` (``ending`` gets the row opened, as :meth:`get` opens it)."""
+        return await self.inner.delete_session(key, wait_seconds=wait_seconds, ending=self._opening(ending))
 
     async def get(self, key: SessionKey) -> StoredSession | None:
         """The row, its state and checkpoint opened when the user's key opens them (no key is made to read)."""
@@ -293,9 +296,20 @@ class SealedStateStore:
         """See :meth:`StateStore.get_quarantined`."""
         return await self.inner.get_quarantined(quarantine_id)
 
-    async def sweep_expired(self, *, batch_size: int = 500) -> int:
-        """See :meth:`StateStore.sweep_expired`."""
-        return await self.inner.sweep_expired(batch_size=batch_size)
+    async def sweep_expired(self, *, batch_size: int = 500, ending: Ending | None = None) -> int:
+        """See :meth:`StateStore.sweep_expired` (``ending`` gets each row opened, as :meth:`get` opens it)."""
+        return await self.inner.sweep_expired(batch_size=batch_size, ending=self._opening(ending))
+
+    def _opening(self, ending: Ending | None) -> Ending | None:
+        """``ending``, handed each row with its checkpoint opened."""
+        if ending is None:
+            return None
+        given = ending
+
+        async def opened(row: StoredSession) -> None:
+            await given(await self._opened(row, await self.keys.data_key(row.user_id, create=False)))
+
+        return opened
 
     async def aclose(self) -> None:
         """Close the backend (the key service holds nothing to close)."""

@@ -344,10 +344,22 @@ LOCK_LEASES = LeaseRules(
 )
 
 
-def sweep_batch(rules: LeaseRules, now: datetime, batch_size: int) -> Any:
-    """Delete up to ``batch_size`` rows a sweep may delete. Each is checked again on the row itself: under
-    READ COMMITTED, Postgres re-evaluates only the DELETE's own conditions on a row a worker leased or
+def sweep_batch(rules: LeaseRules, now: datetime, batch_size: int, *, keep_checkpoints: bool = False) -> Any:
+    """Delete up to ``batch_size`` rows a sweep may delete (with ``keep_checkpoints``, none holding a
+    checkpoint: those go one by one, their runs recorded first). Each is checked again on the row itself:
+    under READ COMMITTED, Postgres re-evaluates only the DELETE's own conditions on a row a worker leased or
     saved since the subquery read it, never the subquery's."""
-    victims = select(sessions.c.user_id, sessions.c.session_id).where(rules.sweepable(now)).limit(batch_size)
+    kept = [sessions.c.checkpoint.is_(None)] if keep_checkpoints else []
+    victims = select(sessions.c.user_id, sessions.c.session_id).where(rules.sweepable(now), *kept).limit(batch_size)
     return delete(sessions).where(tuple_(sessions.c.user_id, sessions.c.session_id).in_(victims),
-                                  rules.sweep_recheck(now))
+                                  rules.sweep_recheck(now), *kept)
+
+
+def expired_checkpoints(now: datetime, after: tuple[str, str] | None, limit: int) -> Any:
+    """The keys of expired rows holding a checkpoint, in key order after ``after``."""
+    key = tuple_(sessions.c.user_id, sessions.c.session_id)
+    stmt = select(sessions.c.user_id, sessions.c.session_id).where(
+        sessions.c.expires_at < now, sessions.c.checkpoint.is_not(None))
+    if after is not None:
+        stmt = stmt.where(key > tuple_(literal(after[0]), literal(after[1])))
+    return stmt.order_by(sessions.c.user_id, sessions.c.session_id).limit(limit)
