@@ -890,6 +890,38 @@ async def test_two_runs_at_once_on_one_session_one_is_refused(platform: Platform
     assert sum(not isinstance(o, BaseException) for o in outcomes) == 1
 
 
+class _Gate:
+    """An observer that holds a run at its first streamed item until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.reached, self.release = asyncio.Event(), asyncio.Event()
+
+    async def run_started(self, ctx: Any) -> None:
+        pass
+
+    async def on_item(self, ctx: Any, item: Any) -> None:
+        self.reached.set()
+        await self.release.wait()
+
+    async def run_finished(self, ctx: Any, outcome: Any) -> None:
+        pass
+
+
+async def test_a_second_run_while_the_first_is_in_flight_is_refused_at_once(platform: Platform) -> None:
+    gate = _Gate()
+    platform.observers.append(gate)
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        first = asyncio.ensure_future(s.run("My router ZX-81 drops every evening"))
+        await gate.reached.wait()  # the first run is mid-run
+        second = asyncio.ensure_future(s.run("and now?"))
+        second.add_done_callback(lambda _: gate.release.set())  # the first goes on only once the second ended
+        with pytest.raises(RunInProgress):
+            await asyncio.wait_for(second, 60)  # the bound only keeps a broken build from hanging
+        result = await first
+    platform.observers.remove(gate)
+    assert "ZX-81" in researcher_reply(result)  # the first run was left to finish
+
+
 async def test_a_session_is_used_inside_its_one_block_only(platform: Platform) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     s = platform.session("alice", "s1", team="support_triage")

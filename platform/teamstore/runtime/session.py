@@ -384,7 +384,7 @@ class Session:
             RunInProgress: A run of this session is in flight.
         """
         self._require_open()
-        await self._settle()
+        await self._settle(in_flight=False)
         if self._running:
             raise RunInProgress("this session is running a task", hint="await it before abandoning a run")
         checkpoint = await self._interrupted_checkpoint()
@@ -417,7 +417,7 @@ class Session:
         linked: CancellationToken | None = None, skip: int = 0,
     ) -> AsyncGenerator[StreamItem | TaskResult, None]:
         self._require_open()
-        await self._settle()
+        await self._settle(in_flight=False)
         if not continuing:
             check_task(task, self._deps.limits.task_max_bytes)
         if self._running:
@@ -503,13 +503,16 @@ class Session:
         elif run.durable_turn:
             self._drop_checkpoint = True
 
-    async def _settle(self) -> None:
-        """Close a stream the caller left open mid-run (it stops the team), and wait for one Python is closing."""
+    async def _settle(self, *, in_flight: bool = True) -> None:
+        """Close a stream the caller left open mid-run (it stops the team), and wait for one Python is closing;
+        and for a run in flight in another task unless ``in_flight`` is false (a second run or an abandonment
+        is then refused at once with ``RunInProgress``, rather than waiting for the first to end)."""
         stream = self._open() if self._open is not None and self._running else None
-        if stream is not None and not getattr(stream, "ag_running", True):  # suspended at an item: its caller left it
+        running = stream is not None and getattr(stream, "ag_running", True)
+        if stream is not None and not running:  # suspended at an item: its caller left it
             await stream.aclose()
         run = self._run
-        if run is not None and self._running and not run.finished.is_set():
+        if run is not None and self._running and not run.finished.is_set() and (in_flight or not running):
             await run.finished.wait()
 
     async def flush_audit(self) -> None:
