@@ -55,7 +55,7 @@ async def test_a_transcript_is_sealed_before_it_leaves_the_process_and_reads_bac
     await observer.drain()
     (body,) = (await _bodies(store)).values()
     assert is_sealed(body) and CANARY.encode() not in body and CANARY.encode() not in _unpacked(body)
-    page = await load_transcripts(engine, store, "alice", "s1", None, keys=KeyService.from_settings(engine))
+    page, _ = await load_transcripts(engine, store, "alice", "s1", None, keys=KeyService.from_settings(engine))
     assert page.total == 1 and CANARY in str(page.runs[0]["items"])
     await store.close()
 
@@ -112,7 +112,7 @@ async def test_transcripts_written_before_sealing_still_read_and_keys_migrate_se
     await store.put(run_key(run_keys, "old"), body)  # an older release's transcript
     await outbox.enqueue(engine, "queued", run_key(run_keys, "queued"), subject, body, "S3 unreachable")
     keys = KeyService.from_settings(engine, Settings())
-    page = await load_transcripts(engine, store, "alice", "s1", "old", keys=keys)
+    page, _ = await load_transcripts(engine, store, "alice", "s1", "old", keys=keys)
     assert CANARY in str(page.runs[0]["items"])
     assert await seal_stored_transcripts(engine, store, keys) == 1
     assert await seal_queued_transcripts(engine, keys) == 1
