@@ -215,9 +215,9 @@ async def test_a_transcript_lands_whole_and_private_written_on_the_loop_or_off_i
     threads: list[int] = []
     original = LocalTranscriptStore._put
 
-    def spying(path: Path, data: bytes, root: Path) -> None:
+    def spying(path: Path, data: bytes, root: Path, stamp: float | None = None) -> None:
         threads.append(threading.get_ident())
-        original(path, data, root)
+        original(path, data, root, stamp)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LocalTranscriptStore, "_put", staticmethod(spying))

@@ -5,7 +5,9 @@ when the store refuses; read back by ``transcripts show``'s loader; older plain 
 from __future__ import annotations
 
 import gzip
+import os
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,19 @@ async def test_transcripts_written_before_sealing_still_read_and_keys_migrate_se
     assert await seal_stored_transcripts(engine, store, keys) == 0  # nothing left to seal
     assert await store.list_keys(subject_prefix(subject))
     await store.close()
+
+
+async def test_keys_migrate_keeps_a_transcripts_write_time_so_its_retention_is_not_restarted(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    subject = await get_or_create_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "old")
+    await store.put(key, encode({"kind": "run", "run_id": "old"}, []))  # an older release's transcript
+    written = datetime.now(UTC) - timedelta(days=80)
+    path = tmp_path / "transcripts" / key
+    os.utime(path, (written.timestamp(), written.timestamp()))
+    assert await seal_stored_transcripts(engine, store, KeyService.from_settings(engine, Settings())) == 1
+    assert is_sealed(path.read_bytes()) and path.stat().st_mtime == pytest.approx(written.timestamp(), abs=1)
+    assert await store.sweep(datetime.now(UTC) - timedelta(days=30)) == 1  # gone on its first retention's day
+

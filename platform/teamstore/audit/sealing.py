@@ -82,7 +82,9 @@ async def seal_stored_transcripts(engine: AsyncEngine, store: TranscriptStore, k
         except TranscriptNotFound:
             continue  # removed since the listing (a sweep, an erasure)
         if not is_sealed(body):
-            await store.put(stored.key, await keys.seal(user_id, body, sealed_context(stored.key)))
+            # Its first write time kept: written again, its retention must not start over.
+            sealed = await keys.seal(user_id, body, sealed_context(stored.key))
+            await store.put(stored.key, sealed, written_at=stored.modified)
             done += 1
     return done
 

@@ -62,8 +62,11 @@ class TranscriptStore(Protocol):
     url: str
     capabilities: frozenset[Capability]
 
-    async def put(self, key: str, body: bytes) -> None:
-        """Write one object (one request); overwriting the same key with the same body is harmless."""
+    async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
+        """Write one object (one request); overwriting the same key with the same body is harmless.
+        ``written_at``: when the transcript was first written, for one written again or late (``keys migrate``,
+        an outbox delivery); a store that expires objects by their write time (``LOCAL_SWEEP``) keeps it as
+        theirs, so their retention runs from it."""
 
     async def get(self, key: str) -> bytes:
         """Read one object; raises ``TranscriptNotFound`` if absent."""

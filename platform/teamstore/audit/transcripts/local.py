@@ -56,20 +56,22 @@ class LocalTranscriptStore:
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
 
-    async def put(self, key: str, body: bytes) -> None:
+    async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
         """Write ``body`` atomically at ``key``; a new root folder is its owner's only (0700). Up to
-        :data:`INLINE_WRITE_BYTES`, on the event loop.
+        :data:`INLINE_WRITE_BYTES`, on the event loop. With ``written_at``, the file's modified time is that
+        (the sweep counts retention from it), set before the file takes its name.
 
         Raises:
             StorageError: The folder is not writable.
         """
+        stamp = written_at.timestamp() if written_at is not None else None
         if len(body) <= INLINE_WRITE_BYTES:
-            self._put(self._path(key), body, self.root)
+            self._put(self._path(key), body, self.root, stamp)
         else:
-            await asyncio.to_thread(self._put, self._path(key), body, self.root)
+            await asyncio.to_thread(self._put, self._path(key), body, self.root, stamp)
 
     @staticmethod
-    def _put(path: Path, body: bytes, root: Path) -> None:
+    def _put(path: Path, body: bytes, root: Path, stamp: float | None = None) -> None:
         tmp: str | None = None
         try:
             # Objects are 0600 (mkstemp); the folders' names are subject keys, and on a shared host other
@@ -81,6 +83,8 @@ class LocalTranscriptStore:
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
+            if stamp is not None:
+                os.utime(tmp, (stamp, stamp))
             os.replace(tmp, path)
         except OSError as exc:
             if tmp is not None:  # half a transcript (disk full, say) must not outlive the failed write

@@ -132,8 +132,10 @@ class S3TranscriptStore:
         return full[len(self.prefix) + 1 :] if self.prefix else full
 
     # --- objects ---------------------------------------------------------------------------------------------
-    async def put(self, key: str, body: bytes) -> None:
-        """One ``PutObject`` (retried only after an attempt that cannot have reached S3).
+    async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
+        """One ``PutObject`` (retried only after an attempt that cannot have reached S3). ``written_at`` is
+        kept in the object's metadata (``x-amz-meta-written-at``, ISO 8601): S3 cannot set an object's
+        modified time, and its lifecycle rule counts from the upload.
 
         Raises:
             UploadInDoubt: S3 left the request unanswered: the transcript may land all the same.
@@ -148,6 +150,7 @@ class S3TranscriptStore:
             Key=full,
             Body=body,
             ContentType="application/gzip",
+            **({"Metadata": {"written-at": written_at.astimezone(UTC).isoformat()}} if written_at else {}),
         )
 
     async def get(self, key: str) -> bytes:
