@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import outbox
@@ -142,3 +142,17 @@ async def test_keys_migrate_keeps_a_transcripts_write_time_so_its_retention_is_n
     assert is_sealed(path.read_bytes()) and path.stat().st_mtime == pytest.approx(written.timestamp(), abs=1)
     assert await store.sweep(datetime.now(UTC) - timedelta(days=30)) == 1  # gone on its first retention's day
 
+
+async def test_a_transcript_delivered_late_from_the_outbox_keeps_the_time_it_was_queued(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    subject = await get_or_create_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "late")
+    await outbox.enqueue(engine, "late", key, subject, b"sealed body", "S3 unreachable")
+    queued = datetime.now(UTC) - timedelta(days=20)
+    async with engine.begin() as conn:
+        await conn.execute(update(outbox_table).values(created_at=queued))
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    assert (await outbox.flush(engine, store)).delivered == 1
+    assert (tmp_path / "transcripts" / key).stat().st_mtime == pytest.approx(queued.timestamp(), abs=1)
+    assert await store.sweep(datetime.now(UTC) - timedelta(days=10)) == 1  # on the run's clock, not delivery's

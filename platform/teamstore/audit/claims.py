@@ -51,6 +51,7 @@ class Queued:
     object_key: str
     subject_key: str
     body: bytes | None = None
+    queued_at: datetime | None = None
 
 
 def new_owner() -> str:
@@ -96,13 +97,14 @@ async def claim_next(engine: AsyncEngine, owner: str, until: datetime) -> Queued
         update(outbox)
         .where(outbox.c.run_id.in_(oldest), _claimable(outbox, now))
         .values(claimed_by=owner, claimed_until=until)
-        .returning(outbox.c.run_id, outbox.c.object_key, outbox.c.subject_key, outbox.c.body)
+        .returning(outbox.c.run_id, outbox.c.object_key, outbox.c.subject_key, outbox.c.body, outbox.c.created_at)
     )
 
     async def go() -> Queued | None:
         async with engine.begin() as conn:
             row = (await conn.execute(stmt)).first()
-        return None if row is None else Queued(row.run_id, row.object_key, row.subject_key, bytes(row.body))
+        return None if row is None else Queued(row.run_id, row.object_key, row.subject_key, bytes(row.body),
+                                               utc(row.created_at))
 
     return await _run("claim a queued transcript", go)
 

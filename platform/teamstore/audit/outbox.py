@@ -232,7 +232,8 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
             error = exc.message
             await claims.settle(engine, row.run_id, owner, None, error)
             break
-        upload = asyncio.ensure_future(store.put(row.object_key, row.body))
+        # Written as of when it was queued (its run's end): its retention runs from the run, not from here.
+        upload = asyncio.ensure_future(store.put(row.object_key, row.body, written_at=row.queued_at))
         row = Queued(row.run_id, row.object_key, row.subject_key)
         outcome = await follow(engine, store, row, owner, upload, late_upload_s)
         delivered += outcome.delivered
