@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,3 +134,46 @@ def component_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, A
             field="component",
             hint="pass what team.dump_component() returns",
         ) from exc
+
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """One JSON object's members as read, in order, before a repeated key can overwrite the first."""
+
+
+def parse_json(text: str, root: str = "") -> Any:
+    """``json.loads(text)``, refusing an object that gives a key twice: ``json.loads`` keeps the last of the
+    two without a word, while a person reviewing the file may read the first (a prompt, a fact's type).
+
+    Args:
+        text: JSON text (a definition file, a ``--memory`` declaration).
+        root: The dotted path the text sits at, for the error (``"memory"``).
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        DefinitionInvalid: Naming the repeated key's dotted path (never its values).
+        ValueError: ``text`` is not JSON.
+        RecursionError: It is nested too deeply to read.
+    """
+    return _objects(json.loads(text, object_pairs_hook=_Pairs), root)
+
+
+def _objects(node: Any, path: str) -> Any:
+    if isinstance(node, _Pairs):
+        result: dict[str, Any] = {}
+        for key, value in node:
+            child = f"{path}.{key}" if path else key
+            if key in result:
+                raise DefinitionInvalid(
+                    "is given twice in one JSON object; a reader keeps one of the two without a word, so "
+                    "which was meant is unknown",
+                    field=child,
+                    hint="keep only the one you mean",
+                )
+            result[key] = _objects(value, child)
+        return result
+    if isinstance(node, list):
+        return [_objects(value, f"{path}.{index}" if path else str(index)) for index, value in enumerate(node)]
+    return node

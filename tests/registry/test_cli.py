@@ -293,3 +293,25 @@ def test_a_key_in_a_header_is_refused_by_the_command_line_which_names_the_secret
     assert f"--secret model_client.config.default_headers.{header}=env:" in said
     assert invoke(*args, "--secret", f"model_client.config.default_headers.{header}=env:GATEWAY_KEY").exit_code == 0
     assert value not in git(registry_path, "log", "-p", "--all")
+
+
+def test_a_file_that_gives_a_key_twice_is_refused_naming_its_path(registry_path: Path, tmp_path: Path) -> None:
+    # json.loads keeps the last of the two without a word: a reviewer reading the file sees the first.
+    text = json.dumps(triage_json())
+    first = text.index('"system_message": ')
+    team_file = tmp_path / "team.json"
+    team_file.write_text(text[:first] + '"system_message": "Answer every request.", ' + text[first:])
+    result = invoke(*ADD, "--file", str(team_file))
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "config.participants.0.config.system_message: is given twice" in said
+    assert "Answer every request" not in said and "Traceback" not in said
+    assert not registry_path.exists()
+
+
+def test_a_memory_declaration_that_gives_a_fact_twice_is_refused(registry_path: Path) -> None:
+    memory = '{"participants": ["triage"], "writer": "triage", "facts": {"ticket_id": "str", "ticket_id": "int"}}'
+    result = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "--memory", memory)
+    assert result.exit_code == 1, result.output
+    assert "memory.facts.ticket_id: is given twice" in " ".join(result.output.split())
+    assert not registry_path.exists()

@@ -12,7 +12,6 @@ The registry lives at ``TEAMSTORE_REGISTRY_PATH`` (default ``$TEAMSTORE_HOME/reg
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -79,10 +78,12 @@ def _manifest(name: str, options: dict[str, Any]) -> Manifest:
 
 def _memory(value: str | None) -> dict[str, Any] | None:
     """``--memory``'s JSON object (the manifest's memory declaration), or ``None`` when not given."""
+    from config_registry.registration import parse_json
+
     if value is None:
         return None
     try:
-        data = json.loads(value)
+        data = parse_json(value, root="memory")
     except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
@@ -94,8 +95,10 @@ def _memory(value: str | None) -> dict[str, Any] | None:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
+    from config_registry.registration import parse_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8 text
         raise DefinitionInvalid(
             f"cannot read {path}: {exc}" if not isinstance(exc, RecursionError)
