@@ -93,7 +93,7 @@ class MemoryDeclaration(BaseModel):
     summary_tokens: int = Field(default=150, gt=0, le=MAX_SUMMARY_TOKENS, strict=True)  # never `true` as 1
     facts: dict[str, FactType] = Field(default_factory=dict)
     scope: str | None = None
-    retention_days: float | None = Field(default=None, gt=0, le=3650, strict=True)
+    retention_days: float | None = Field(default=None, gt=0, le=3650, strict=True, allow_inf_nan=False)
 
     @field_validator("participants")
     @classmethod
@@ -157,7 +157,7 @@ class Manifest(BaseModel):
     allow_source_code_tools: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)
     # Ten years at most, as the runtime's own setting; strict: `true` is not a day.
-    state_ttl_days: float | None = Field(default=None, gt=0, le=3650, strict=True)
+    state_ttl_days: float | None = Field(default=None, gt=0, le=3650, strict=True, allow_inf_nan=False)
     memory: MemoryDeclaration | None = None
     checkpoints: Checkpoints = "off"
     notes: str = ""

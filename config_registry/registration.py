@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 from config_registry.errors import DefinitionInvalid, validation_message
 from config_registry.gitrepo import GitRepo
 from config_registry.manifest import Manifest, shown, validate_name
-from config_registry.secrets import check_free_text, known_shape
+from config_registry.secrets import check_free_text, known_shape, walk
 from config_registry.validate import validate_definition
 
 TRACKED = ("teams", "labels")
@@ -92,6 +93,19 @@ def commit_definition(
     return repo.commit([folder], message, author)
 
 
+def _check_finite(component: dict[str, Any]) -> None:
+    """Refuse NaN and Infinity, which JSON has no word for: AutoGen's component model writes them out as
+    null, so a ``max_turns`` of NaN would be stored as no turn limit at all."""
+    for path, _key, value, _parent in walk(component):
+        if isinstance(value, float) and not math.isfinite(value):
+            said = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+            raise DefinitionInvalid(
+                f"is {said}, which JSON cannot hold: a number must be finite",
+                field=path,
+                hint="give a finite number, or null where the field may be left unset",
+            )
+
+
 def check_actor(field: str, actor: str | None) -> None:
     """Refuse an author git cannot record ('<>', blanks) or would silently change (control characters), or
     one that holds a credential."""
@@ -113,13 +127,14 @@ def component_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, A
     Raises:
         DefinitionInvalid: It is not a component.
     """
-    if isinstance(component, ComponentModel):
-        return component.model_dump(mode="json")
     if hasattr(component, "dump_component"):
-        dumped: ComponentModel = component.dump_component()
-        return dumped.model_dump(mode="json")
+        component = component.dump_component()
+    if isinstance(component, ComponentModel):
+        _check_finite(component.model_dump())
+        return component.model_dump(mode="json")
     if not isinstance(component, Mapping):
         raise DefinitionInvalid(f"expected component JSON, got {type(component).__name__}", field="component")
+    _check_finite(dict(component))
     try:
         return ComponentModel.model_validate(dict(component)).model_dump(mode="json")
     except ValidationError as exc:

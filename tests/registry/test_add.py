@@ -162,6 +162,40 @@ def test_a_manifest_number_given_as_a_boolean_or_text_is_refused(given: dict[str
     assert Manifest(name="support_triage", context_bound=20, state_ttl_days=7).state_ttl_days == 7
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize(
+    "path", ["config.max_turns", "config.participants.0.config.model_client.config.temperature"]
+)
+def test_a_number_json_cannot_hold_is_refused_naming_its_path_not_stored_as_null(
+    registry: Registry, number: float, path: str
+) -> None:
+    # AutoGen's component model writes NaN and Infinity out as null: max_turns NaN became "no turn limit".
+    component = triage_json()
+    *parents, last = path.split(".")
+    node: Any = component
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[last] = number
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(), "first")
+    assert caught.value.field == path
+    assert "a number must be finite" in caught.value.message
+    assert caught.value.hint
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf")])
+@pytest.mark.parametrize("field", ["state_ttl_days", "memory.retention_days"])
+def test_a_manifest_number_that_is_nan_or_infinite_is_refused_as_not_finite(number: float, field: str) -> None:
+    # Was "Input should be less than or equal to 3650" for NaN, which is no number at all.
+    given: dict[str, Any] = {"state_ttl_days": number} if field == "state_ttl_days" else {
+        "memory": {"participants": ["triage"], "writer": "triage", "retention_days": number}}
+    with pytest.raises(ValidationError) as caught:
+        Manifest.model_validate({"name": "support_triage", **given})
+    error = caught.value.errors()[0]
+    assert ".".join(map(str, error["loc"])) == field
+    assert error["msg"] == "Input should be a finite number"
+
+
 def test_not_a_team_component_is_refused(registry: Registry) -> None:
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add(

@@ -315,3 +315,14 @@ def test_a_memory_declaration_that_gives_a_fact_twice_is_refused(registry_path: 
     assert result.exit_code == 1, result.output
     assert "memory.facts.ticket_id: is given twice" in " ".join(result.output.split())
     assert not registry_path.exists()
+
+
+def test_a_file_with_nan_in_it_is_refused_naming_its_path(registry_path: Path, tmp_path: Path) -> None:
+    component = triage_json()
+    component["config"]["max_turns"] = float("nan")
+    team_file = tmp_path / "team.json"
+    team_file.write_text(json.dumps(component))  # Python writes NaN, which JSON has no word for
+    result = invoke(*ADD, "--file", str(team_file))
+    assert result.exit_code == 1, result.output
+    assert "config.max_turns: is NaN, which JSON cannot hold" in " ".join(result.output.split())
+    assert not registry_path.exists()
