@@ -20,6 +20,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -223,6 +224,19 @@ def flag_credential(items: list[Any], index: int) -> str | None:
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
 
 
+def command_line_credential(text: str) -> str | None:
+    """What :func:`flag_credential` finds in any word of one argument that holds a whole command line
+    (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it; ``None`` otherwise."""
+    try:
+        words = shlex.split(text)
+    except ValueError:  # an unclosed quote: the words as they stand
+        words = text.split()
+    if len(words) < 2:
+        return None
+    found = next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
+    return f"{found}, inside a command line" if found else None
+
+
 def _argument_credential(text: str) -> str | None:
     """Whether an argument (or a flag's ``=`` value: ``--env=API_KEY=VALUE``) sets a variable or writes a
     header whose name means a credential, to a value that is not a ``${VAR}`` for the program to expand."""
@@ -322,12 +336,20 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
     found = value_credential(value) if isinstance(value, str) else None
     if found is None and isinstance(parent, list):
         found = flag_credential(parent, int(key))
+    if found is None and isinstance(value, str) and _is_argument(path, parent):
+        found = command_line_credential(value)
     if found is not None:
         raise DefinitionInvalid(
             f"holds a plaintext secret ({found}); the registry never stores secrets",
             field=f"config.{path}",
             hint=f"take the value from the environment: --secret {path}=env:VARIABLE",
         )
+
+
+def _is_argument(path: str, parent: Any) -> bool:
+    """An item of an ``args`` list (an MCP stdio server's), where one item may be a whole command line for a
+    shell (``["-c", "tool --api-key VALUE serve"]``); other lists hold prose that may mention a flag."""
+    return isinstance(parent, list) and path.rsplit(".", 2)[-2:-1] == ["args"]
 
 
 def _check_key(path: str, key: str, parent: Any) -> None:

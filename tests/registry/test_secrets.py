@@ -230,6 +230,35 @@ def test_a_secret_flag_in_an_mcp_server_command_line_is_refused(
     assert f"--secret workbench.0.config.server_params.args.{index}=env:" in (caught.value.hint or "")
 
 
+@pytest.mark.parametrize(
+    ("args", "index"),
+    [
+        (["-c", "tool --api-key hunter2-SECRET serve"], 1),
+        (["run", "--rm", "mcp/tool", "sh", "-c", "tool --token=hunter2-SECRET && tool serve"], 5),
+        (["-c", "BRAVE_API_KEY=hunter2-SECRET brave-search"], 1),
+        (["-c", "mcp-remote https://mcp.example/sse --header 'Authorization: Bearer hunter2-SECRET'"], 1),
+    ],
+)
+def test_a_secret_flag_inside_one_shell_string_of_an_mcp_server_is_refused(
+    registry: Registry, args: list[str], index: int
+) -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_stdio_server(args)]
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, manifest, "mcp")
+    assert caught.value.field == f"config.workbench.0.config.server_params.args.{index}"
+    assert "plaintext secret (the value of the" in caught.value.message
+    assert "hunter2" not in str(caught.value)
+
+
+def test_prose_in_a_list_that_is_no_command_line_is_not_read_as_flags() -> None:
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"]["stop"] = ["use --token counts to size a reply"]
+    stored = apply_references(component, {KEY_PATH: "env:K"})
+    assert stored["config"]["model_client"]["config"]["stop"] == ["use --token counts to size a reply"]
+
+
 def test_words_that_resemble_credentials_are_stored(registry: Registry) -> None:
     agent = AssistantAgent(
         "researcher",
