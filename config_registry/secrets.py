@@ -211,15 +211,16 @@ def _looks_random(text: str) -> bool:
 def flag_credential(items: list[Any], index: int) -> str | None:
     """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
     the item after a bare ``--token``; or sets a secret variable or header (``API_KEY=VALUE``,
-    ``Authorization: Bearer VALUE``); ``None`` otherwise."""
+    ``Authorization: Bearer VALUE``); ``None`` otherwise, and for a ``${VAR}`` the server expands."""
     item = items[index]
     if not isinstance(item, str) or not item:
         return None
     match = _FLAG.fullmatch(item)
-    if match and match.group(2) and is_secret_field(match.group(1)):
+    if match and match.group(2) and is_secret_field(match.group(1)) and not _PLACEHOLDER.fullmatch(match.group(2)):
         return f"the value of the flag '--{match.group(1)}'"
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
-    if previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item):
+    if (previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item)
+            and not _PLACEHOLDER.fullmatch(item)):
         return f"the value of the flag '--{previous.group(1)}'"
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
 

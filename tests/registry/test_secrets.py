@@ -252,6 +252,22 @@ def test_a_secret_flag_inside_one_shell_string_of_an_mcp_server_is_refused(
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-y", "server-github", "--token", "${GITHUB_TOKEN}"],
+        ["-y", "server-github", "--token", "$GITHUB_TOKEN"],
+        ["-y", "server-search", "--api-key=${SEARCH_API_KEY}"],
+        ["-c", "tool --api-key \"${SEARCH_API_KEY}\" serve"],
+    ],
+)
+def test_a_secret_flag_whose_value_the_server_expands_from_its_environment_is_stored(args: list[str]) -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_stdio_server(args)]
+    stored = apply_references(component, {KEY_PATH: "env:K"})  # what registration stores, before it loads the server
+    assert stored["config"]["workbench"][0]["config"]["server_params"]["args"] == args
+
+
 def test_prose_in_a_list_that_is_no_command_line_is_not_read_as_flags() -> None:
     component = dump(_openai_agent())
     component["config"]["model_client"]["config"]["stop"] = ["use --token counts to size a reply"]
