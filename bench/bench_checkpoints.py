@@ -64,7 +64,7 @@ class Writes:
 
 
 async def _platform(url: str, home: Path, lease: str) -> Platform:
-    registry = Registry(home / "registry")
+    registry = Registry(home / "registry", create=True)
     for teams, delay in ((TEAMS, 0.0), (SLOW, MODEL_SECONDS)):
         for checkpoints, name in teams.items():
             manifest = example_manifest("support_escalation").model_copy(

@@ -197,7 +197,7 @@ class Teamstore(Bare):
 
         The team keeps no user memory here: the bare run and the hand-rolled persistence write none, and
         what memory costs is the returning-user benchmark's (``bench_memory``)."""
-        registry = Registry(self.home / "registry")
+        registry = Registry(self.home / "registry", create=True)
         manifest = example_manifest(TEAM).model_copy(update={"memory": None})
         registry.add(TEAM, support_triage().dump_component(), manifest, "v1", label="production")
         settings = Settings(home=self.home, database_url=self.url, registry_path=self.home / "registry",

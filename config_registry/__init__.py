@@ -2,7 +2,7 @@
 
     from config_registry import Manifest, Registry
 
-    registry = Registry("./registry")
+    registry = Registry("./registry", create=True)   # created only when asked
     registry.add("support_triage", team.dump_component(),
                  Manifest(name="support_triage", persist=["researcher"], context_bound=20),
                  "first version", label="production")

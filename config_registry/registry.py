@@ -2,7 +2,7 @@
 
     from config_registry import Manifest, Registry
 
-    registry = Registry("./registry")
+    registry = Registry("./registry", create=True)    # created only when asked; else RegistryNotFound
     version = registry.add("support_triage", team.dump_component(), Manifest(name="support_triage",
                            persist=["researcher"], context_bound=20), "first version", label="production")
     built = registry.build("support_triage@production")
@@ -61,17 +61,19 @@ class Registry:
     """A git-backed registry of team definitions.
 
     Args:
-        path: The repository folder; created with ``git init`` if absent or empty.
+        path: The repository folder.
         lock_timeout: Seconds a writer waits for another writer before :class:`RegistryConflict`.
-        create: Off to open only a registry that exists (a reader that must not make one).
+        create: Make the repository (``git init`` and a first commit) if ``path`` is absent or an empty
+            folder. Off, opening never makes one: a reader (a worker) given a mistyped path is told so,
+            rather than starting on an empty registry it made there.
 
     Raises:
         RegistryCorrupt: ``path`` exists and is not a git repository, or has uncommitted edits under
             ``teams/`` or ``labels/``.
-        RegistryNotFound: ``create`` is off and nothing is at ``path`` yet.
+        RegistryNotFound: ``create`` is off and no registry is at ``path``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0, create: bool = False) -> None:
         self.repo = GitRepo.open_or_init(Path(path), create=create)
         self.path = self.repo.path
         self.lock_timeout = lock_timeout
@@ -85,9 +87,9 @@ class Registry:
             self.repo.ensure_clean(TRACKED)
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Registry:
+    def from_path(cls, path: str | os.PathLike[str], *, lock_timeout: float = 10.0, create: bool = False) -> Registry:
         """Same as ``Registry(path)``."""
-        return cls(path, lock_timeout=lock_timeout)
+        return cls(path, lock_timeout=lock_timeout, create=create)
 
     # --- writing -------------------------------------------------------------------------------------------
     def add(

@@ -18,7 +18,7 @@ from teamstore.state.base import SessionKey
 
 
 def _registry(path: Path) -> Registry:
-    registry = Registry(path)
+    registry = Registry(path, create=True)
     registry.add("support_triage", examples.support_triage().dump_component(),
                  examples.example_manifest("support_triage"), "v1", label="production")
     return registry

@@ -73,7 +73,7 @@ def test_a_home_that_cannot_be_a_folder_is_a_configuration_error(tmp_path: Path,
         create_engine(f"sqlite:///{home / 'teamstore.db'}")
     assert "a file is in the way" in caught.value.message and "TEAMSTORE_HOME" in (caught.value.hint or "")
     with pytest.raises(RegistryError) as refused:
-        Registry(home / "registry")
+        Registry(home / "registry", create=True)
     assert "a file is in the way" in refused.value.message
 
 

@@ -270,7 +270,7 @@ async def test_closing_a_platform_closes_the_transcript_store_it_made(
 ) -> None:
     # The S3 store runs its requests on threads of its own; a platform that made the store ends them.
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
-    Registry(registry_path).add("support_triage", examples.support_triage().dump_component(),
+    Registry(registry_path, create=True).add("support_triage", examples.support_triage().dump_component(),
                                 examples.example_manifest("support_triage"), "v1", label="production")
     async with open_platform(Settings(home=tmp_path / "home", auto_migrate=True)) as platform:
         async with platform.session("alice", "s1", team="support_triage") as s:

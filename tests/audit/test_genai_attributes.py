@@ -126,7 +126,7 @@ async def test_a_teams_openai_calls_reach_the_receiver_with_provider_answering_m
     server: ModelServer, otlp_protocol_env: OtlpReceiver | GrpcOtlpReceiver, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    registry = Registry(tmp_path / "registry")
+    registry = Registry(tmp_path / "registry", create=True)
     monkeypatch.setenv("MODEL_KEY", "test-key")
     key = {"participants.0.config.model_client.config.api_key": "env:MODEL_KEY"}
     client = OpenAIChatCompletionClient(model="gpt-4o", api_key="test-key", base_url=server.base_url, max_retries=0)

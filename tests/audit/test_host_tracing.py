@@ -88,7 +88,7 @@ def nested_team() -> RoundRobinGroupChat:
 
 @pytest.fixture
 def registry(tmp_path: Path) -> Registry:
-    reg = Registry(tmp_path / "registry")
+    reg = Registry(tmp_path / "registry", create=True)
     for name, team in (("flat", flat_team()), ("nested", nested_team())):
         reg.add(name, team.dump_component(), Manifest(name=name, allow_source_code_tools=True), "v1")
     return reg

@@ -31,7 +31,7 @@ Receiver = OtlpReceiver | GrpcOtlpReceiver
 
 @pytest.fixture
 def registry(tmp_path: Path) -> Registry:
-    registry = Registry(tmp_path / "registry")
+    registry = Registry(tmp_path / "registry", create=True)
     registry.add("support_triage", examples.support_triage().dump_component(),
                  examples.example_manifest("support_triage"), "v1", label="production")
     return registry

@@ -43,7 +43,7 @@ async def platform(
     Postgres with both kinds of lease."""
     url, lease = backend
     await prepare(url, lease)
-    register(Registry(registry_path))
+    register(Registry(registry_path, create=True))
     built = open_platform(Settings(
         home=tmp_path / "home", registry_path=registry_path, database_url=url, auto_migrate=True,
         registry_refresh_seconds=0, session_lease=lease,

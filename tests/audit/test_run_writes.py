@@ -267,7 +267,7 @@ async def test_a_session_sends_the_runs_end_of_run_statement_before_it_snapshots
 
     monkeypatch.setattr(Resolver, "_check_again", checked)
     monkeypatch.setattr(session_module, "snapshot", snapshot)
-    registry = Registry(tmp_path / "registry")
+    registry = Registry(tmp_path / "registry", create=True)
     registry.add("support_triage", examples.support_triage().dump_component(),
                  examples.example_manifest("support_triage"), "v1")
     settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True, database_url=database_url)

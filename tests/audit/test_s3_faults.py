@@ -404,7 +404,7 @@ async def test_a_request_cancelled_while_the_last_runs_audit_is_written_loses_no
     from teamstore.runtime.platform import Platform
     from teamstore.settings import Settings
 
-    registry = Registry(registry_path)
+    registry = Registry(registry_path, create=True)
     registry.add("support_triage", examples.support_triage().dump_component(),
                  examples.example_manifest("support_triage"), "v1", label="production")
     store = S3TranscriptStore.from_url("s3://hung-bucket/t")

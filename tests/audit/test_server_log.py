@@ -30,7 +30,7 @@ ENGINES, SESSIONS = 4, 3
 @pytest.fixture
 def registry(registry_path: Path) -> Registry:
     """A registry holding the example support team."""
-    reg = Registry(registry_path)
+    reg = Registry(registry_path, create=True)
     reg.add("support_triage", examples.support_triage().dump_component(),
             examples.example_manifest("support_triage"), "v1", label="production")
     return reg

@@ -46,7 +46,7 @@ class User:
 def register_teams(registry_path: Path, gateway_url: str) -> None:
     """Register, as a deploy does (``teamstore demo`` too): the example support team, the order desk (a
     tool) and the gateway desk (its secrets references to the environment, its model at ``gateway_url``)."""
-    registry = Registry(registry_path)
+    registry = Registry(registry_path, create=True)
     registry.add(TRIAGE, support_triage().dump_component(), example_manifest(TRIAGE), "support triage",
                  label="production")
     desk = Manifest(name="order_desk", persist=["desk"], context_bound=20, allow_source_code_tools=True)

@@ -42,7 +42,7 @@ def test_a_secret_pasted_in_any_credential_position_never_reaches_the_registry(
     make_deployment: MakeDeployment, book: CanaryBook
 ) -> None:
     deployment = make_deployment("sqlite+local")
-    registry = Registry(deployment.registry)
+    registry = Registry(deployment.registry, create=True)
     refused = []
     for number, position in enumerate(["api_key", *PASTED_HEADERS]):
         component, secrets = _component(book, position)

@@ -23,7 +23,7 @@ KNOBS = ErasureSettings(fence_grace_seconds=0, lease_seconds=30)
 @pytest.fixture
 def registry(registry_path: Path) -> Registry:
     """A registry holding the example support team, labelled production."""
-    reg = Registry(registry_path)
+    reg = Registry(registry_path, create=True)
     reg.add("support_triage", examples.support_triage().dump_component(),
             examples.example_manifest("support_triage"), "v1", label="production")
     return reg

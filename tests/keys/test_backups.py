@@ -44,7 +44,7 @@ Restore = Callable[[], str]
 @pytest.fixture
 def registry(registry_path: Path) -> Registry:
     """The example support team, labelled production."""
-    reg = Registry(registry_path)
+    reg = Registry(registry_path, create=True)
     reg.add("support_triage", examples.support_triage().dump_component(),
             examples.example_manifest("support_triage"), "v1", label="production")
     return reg

@@ -47,7 +47,7 @@ def channel() -> str:
 @pytest.fixture
 def registry(registry_path: Path, channel: str) -> Registry:
     """A registry holding the helpdesk, its memory declared, labelled production."""
-    reg = Registry(registry_path)
+    reg = Registry(registry_path, create=True)
     reg.add(TEAM, helpdesk(channel).dump_component(), helpdesk_manifest(), "v1", label="production")
     return reg
 

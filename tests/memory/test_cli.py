@@ -30,7 +30,7 @@ def as_json(*args: str) -> Any:
 @pytest.fixture
 def ran(registry_path: Path) -> dict[str, Any]:
     """The example support team registered, and one run of alice's (its memory written as the command ends)."""
-    Registry(registry_path).add("support_triage", examples.support_triage().dump_component(),
+    Registry(registry_path, create=True).add("support_triage", examples.support_triage().dump_component(),
                                 examples.example_manifest("support_triage"), "v1", label="production")
     data: dict[str, Any] = as_json("run", "--team", "support_triage", "--user", "alice", "--session", "s1", FIRST)
     return data

@@ -19,7 +19,7 @@ DECLARED = {"ticket_id": "str", "router_model": "str"}
 async def test_every_returning_user_is_given_every_fact_in_the_first_model_call_after_expiry(
     engine: AsyncEngine, registry_path: Path, channel: str, tmp_path: Path
 ) -> None:
-    registry = Registry(registry_path)
+    registry = Registry(registry_path, create=True)
     registry.add(TEAM, helpdesk(channel).dump_component(), helpdesk_manifest(facts=DECLARED), "v1", label="production")
     stated = {f"user-{i}": {"ticket_id": f"5510{i}", "router_model": f"ZX-8{i}"} for i in range(USERS)}
     recalled = 0

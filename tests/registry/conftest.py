@@ -20,7 +20,7 @@ from tests.conftest import git
 @pytest.fixture
 def registry(registry_path: Path) -> Registry:
     """A new, empty registry in a temporary git repository."""
-    return Registry(registry_path)
+    return Registry(registry_path, create=True)
 
 
 def dump(obj: Any) -> dict[str, Any]:

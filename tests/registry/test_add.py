@@ -106,7 +106,7 @@ def test_works_without_any_git_identity(registry_path: Path, monkeypatch: pytest
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(registry_path.parent / "nohome"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    registry = Registry(registry_path)
+    registry = Registry(registry_path, create=True)
     version = registry.add("support_triage", triage_json(), triage_manifest(), "first")
     assert registry.resolve("support_triage").version == version
 

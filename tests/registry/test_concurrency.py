@@ -21,7 +21,7 @@ import sys, teamstore
 from config_registry import Registry
 from teamstore.examples import example_manifest
 path, factory, message = sys.argv[1:4]
-registry = Registry(path, lock_timeout=60)
+registry = Registry(path, lock_timeout=60, create=True)
 print(registry.add_from_factory("teamstore.examples:" + factory, example_manifest(factory), message))
 """
 
@@ -68,7 +68,7 @@ _OPENER = """
 import sys, time
 from config_registry import Registry
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all start together
-Registry(sys.argv[1])
+Registry(sys.argv[1], create=True)
 """
 
 

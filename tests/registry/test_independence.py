@@ -36,7 +36,7 @@ from config_registry.errors import DefinitionInvalid
 
 home = Path(sys.argv[1])
 plain = [json.loads((home / f"plain{i}.json").read_text()) for i in (1, 2)]
-registry = Registry(home / "registry")
+registry = Registry(home / "registry", create=True)
 first = registry.add("plain", plain[0], Manifest(name="plain"), "first", label="production")
 second = registry.add("plain", plain[1], Manifest(name="plain"), "second")
 answers = {

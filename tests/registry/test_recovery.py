@@ -133,7 +133,7 @@ def test_what_a_killed_writer_left_is_committed_as_a_registration_would_have(
 
     recovered = Registry(registry.path).resolve("support_triage")
     assert recovered.version == version != v1 and recovered.message == "the prompt change, recovered"
-    other = Registry(tmp_path / "other")  # the same registration, not interrupted
+    other = Registry(tmp_path / "other", create=True)  # the same registration, not interrupted
     uninterrupted = other.add_from_factory("teamstore.examples:support_triage_v2_prompt",
                                            examples.example_manifest("support_triage_v2_prompt"), "x")
     normal = other.resolve(f"support_triage@{uninterrupted}")

@@ -16,6 +16,7 @@ from config_registry import (
     Registry,
     RegistryCorrupt,
     RegistryError,
+    RegistryNotFound,
     UnknownTeam,
     UnknownVersion,
 )
@@ -179,7 +180,7 @@ def test_path_that_is_not_a_git_repository(tmp_path: Path) -> None:
 
 def test_folder_inside_another_repository_is_not_the_registry(tmp_path: Path) -> None:
     outer = tmp_path / "outer"
-    Registry(outer)
+    Registry(outer, create=True)
     inner = outer / "sub"
     inner.mkdir()
     (inner / "x.txt").write_text("x")
@@ -204,9 +205,25 @@ def test_uncommitted_edits_are_refused(registry: Registry) -> None:
 
 
 def test_new_registry_is_a_git_repository_with_one_commit(registry_path: Path) -> None:
-    Registry(registry_path)
+    Registry(registry_path, create=True)
     assert git(registry_path, "log", "--format=%s").strip() == "Create the teamstore registry"
     assert Registry(registry_path).list() == []
+
+
+@pytest.mark.parametrize("made", ["nothing", "an empty folder"])
+def test_opening_a_path_with_no_registry_says_so_and_leaves_nothing_behind(tmp_path: Path, made: str) -> None:
+    # A worker given a mistyped path must not start on an empty registry it made there.
+    path = tmp_path / "registry"
+    if made == "an empty folder":
+        path.mkdir()
+    with pytest.raises(RegistryNotFound) as caught:
+        Registry(path)
+    assert "no registry at" in caught.value.message
+    with pytest.raises(RegistryNotFound):
+        Registry.from_path(path)
+    assert (list(path.iterdir()) == []) if made == "an empty folder" else not path.exists()
+    Registry(path, create=True)  # made only when asked
+    assert git(path, "log", "--format=%s").strip() == "Create the teamstore registry"
 
 
 def test_a_commit_message_holding_separator_characters_keeps_its_version(registry: Registry) -> None:
@@ -372,7 +389,7 @@ def test_git_variables_of_another_repository_do_not_redirect_the_registry(
     monkeypatch.setenv("GIT_DIR", str(app / ".git"))
     monkeypatch.setenv("GIT_WORK_TREE", str(app))
     monkeypatch.setenv("GIT_INDEX_FILE", str(app / ".git" / "index"))
-    registry = Registry(registry_path)
+    registry = Registry(registry_path, create=True)
     version = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
     assert registry.resolve("support_triage@production").version == version
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):

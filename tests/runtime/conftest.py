@@ -24,7 +24,7 @@ def without_memory(manifest: Manifest) -> Manifest:
 @pytest.fixture
 def registry(registry_path: Path) -> Registry:
     """A registry with the example teams registered (without user memory) and labelled production."""
-    reg = Registry(registry_path)
+    reg = Registry(registry_path, create=True)
     reg.add("support_triage", examples.support_triage().dump_component(),
             without_memory(examples.example_manifest("support_triage")), "v1", label="production")
     reg.add("single_assistant", examples.single_assistant().dump_component(),

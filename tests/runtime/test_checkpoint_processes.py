@@ -37,7 +37,7 @@ def world(backend: tuple[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
     url, lease = backend
     asyncio.run(prepare(url, lease))
     registry = tmp_path / "registry"
-    register(Registry(registry))
+    register(Registry(registry, create=True))
     yield {
         **os.environ, "TEAMSTORE_HOME": str(tmp_path / "home"), "TEAMSTORE_DATABASE_URL": url,
         "TEAMSTORE_REGISTRY_PATH": str(registry), "TEAMSTORE_SESSION_LEASE": lease,

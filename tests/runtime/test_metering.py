@@ -138,7 +138,7 @@ def test_a_team_on_the_replay_client_has_ledger_rows_chat_spans_and_a_cost(
     asyncio.run(prepare(url, lease))
     monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
     monkeypatch.setenv("TEAMSTORE_SESSION_LEASE", lease)
-    Registry(registry_path).add("replayed", replayed_team().dump_component(), Manifest(name="replayed"), "v1")
+    Registry(registry_path, create=True).add("replayed", replayed_team().dump_component(), Manifest(name="replayed"), "v1")
     runner = CliRunner()
     ran = runner.invoke(app, ["run", "--team", "replayed", "--user", "alice", "--session", "s1", "hi", "--json"])
     assert ran.exit_code == 0, ran.output
