@@ -1,11 +1,12 @@
 """What registering a definition checks, and the write it then makes: shared by ``Registry.add`` and by
 ``registry recover``, which commits a definition an interrupted writer left only if it passes the same.
 
-    from config_registry.registration import check_commit, check_definition, commit_definition
+    from config_registry.registration import check_commit, check_definition, check_shared_memory, commit_definition
 
     check_commit("first version", author=None)
     stored = check_definition("support_triage", team.dump_component(), manifest)   # nothing written yet
     with repo.lock(timeout=10):
+        check_shared_memory(repo, "support_triage", manifest)   # against the other teams, as committed
         version = commit_definition(repo, "support_triage", stored, manifest, "first version", None)
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from autogen_core import ComponentModel
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 
 from config_registry.errors import DefinitionInvalid, validation_message
 from config_registry.gitrepo import GitRepo
-from config_registry.manifest import Manifest, shown, validate_name
+from config_registry.manifest import Manifest, MemoryDeclaration, shown, validate_name
 from config_registry.secrets import check_free_text, known_shape, walk
 from config_registry.validate import validate_definition
 
@@ -80,6 +81,60 @@ def _check_variables(manifest: Manifest) -> None:
                 field=f"secrets.{path}",
                 hint="give the variable's name, not its value: --secret PATH=env:GITHUB_TOKEN, not env:$GITHUB_TOKEN",
             )
+
+
+def check_shared_memory(repo: GitRepo, name: str, manifest: Manifest) -> None:
+    """Teams that share a memory scope give each fact one type: a value one team's writer stores would fail
+    the other's type, for every user they share. Checked against every other team's latest version and the
+    versions its labels point at (what may be running), as committed.
+
+    Raises:
+        DefinitionInvalid: Naming the fact, both teams, the other team's version and the scope.
+    """
+    if manifest.memory is None or not manifest.keeps_memory:
+        return
+    scope, facts = manifest.memory.scope_of(name), manifest.memory.facts
+    for other, where, declared in _memory_declarations(repo, name):
+        if declared.scope_of(other) != scope:
+            continue
+        for fact, kind in facts.items():
+            theirs = declared.facts.get(fact, kind)
+            if theirs != kind:
+                raise DefinitionInvalid(
+                    f"team {name!r} declares memory fact {fact!r} as {kind}, but team {other!r} ({where}) declares "
+                    f"it as {theirs} in the memory scope {scope!r} they share: a value one team stores would fail "
+                    "the other's type",
+                    field=f"memory.facts.{fact}",
+                    hint=f"declare it as {theirs}, give the fact another name, or give this team a memory scope "
+                    f"of its own; to change its type in both, first drop it from {other!r}",
+                )
+
+
+def _memory_declarations(repo: GitRepo, name: str) -> Iterator[tuple[str, str, MemoryDeclaration]]:
+    """(team, which version, its enabled memory declaration) for every other team's latest and labelled
+    versions. A manifest that does not read is passed over: no team is built from it, so it writes no memory."""
+    teams = {path.split("/")[1] for path in repo.files("HEAD", "teams/") if path.endswith("/manifest.json")}
+    for team in sorted(teams - {name}):
+        labels = _read_json(repo, "HEAD", f"labels/{team}.json")
+        versions = [("its latest version", "HEAD")] + [
+            (f"version {version[:12]}, label {label}", version)
+            for label, version in sorted(labels.items() if isinstance(labels, dict) else [])
+            if isinstance(version, str)
+        ]
+        for where, version in versions:
+            try:
+                declared = Manifest.model_validate(_read_json(repo, version, f"teams/{team}/manifest.json"))
+            except ValidationError:
+                continue
+            if declared.memory is not None and declared.keeps_memory:
+                yield team, where, declared.memory
+
+
+def _read_json(repo: GitRepo, version: str, relative: str) -> Any:
+    try:
+        return json.loads(repo.show(version, relative) or "null")
+    except ValueError:
+        return None
 
 
 def commit_definition(

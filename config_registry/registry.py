@@ -45,6 +45,7 @@ from config_registry.registration import (
     check_actor,
     check_commit,
     check_definition,
+    check_shared_memory,
     commit_definition,
 )
 from config_registry.secrets import check_free_text
@@ -128,6 +129,7 @@ class Registry:
             self._ready_to_write()
             if label is not None:
                 self._labels(name)  # labels it cannot read refuse the label before the version is committed
+            check_shared_memory(self.repo, name, manifest)  # under the lock: another team may be registering
             version = self._commit_definition(name, stored, manifest, message, author)
             if label is not None:
                 self._move_label(name, version, label, f"registered with label {label}: {message}", author)

@@ -116,6 +116,37 @@ def test_adding_facts_or_switching_memory_off_is_compatible_with_a_note(registry
     assert registry.diff("support_triage", v2, v3).memory["enabled"] == [True, False]
 
 
+def desk(**memory: Any) -> Manifest:
+    """The example team's definition registered again as "support_desk", with its own memory declaration."""
+    return manifest(**memory).model_copy(update={"name": "support_desk"})
+
+
+def test_two_teams_sharing_a_memory_scope_cannot_give_a_fact_two_types(registry: Registry) -> None:
+    # One team's stored ticket_id ("T-1") would fail the other's type, for every user they share.
+    registry.add("support_triage", triage_json(), manifest(scope="customer"), "v1")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_desk", triage_json(), desk(scope="customer", facts={"ticket_id": "int"}), "v1")
+    assert caught.value.field == "memory.facts.ticket_id"
+    said = caught.value.message
+    assert "'support_desk'" in said and "'support_triage'" in said and "'customer'" in said
+    assert "int" in said and "str" in said
+    assert caught.value.hint
+    # The same type, or a scope of its own, is fine.
+    registry.add("support_desk", triage_json(), desk(scope="customer"), "same type")
+    registry.add("support_desk", triage_json(), desk(scope="desk", facts={"ticket_id": "int"}), "own scope")
+
+
+def test_a_team_sharing_another_teams_default_scope_or_its_labelled_version_is_checked(registry: Registry) -> None:
+    v1 = registry.add("support_triage", triage_json(), manifest(), "v1", label="production")  # scope: its name
+    v2 = registry.add("support_triage", triage_json(), manifest(facts={"router_model": "str"}), "v2")
+    declared = desk(scope="support_triage", facts={"ticket_id": "int"})
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:  # production still runs v1
+        registry.add("support_desk", triage_json(), declared, "v1")
+    assert "label production" in caught.value.message and v1[:12] in caught.value.message
+    registry.label("support_triage", v2, "production", reason="v2 ships")
+    registry.add("support_desk", triage_json(), declared, "v1")  # no version in use declares ticket_id now
+
+
 def test_the_command_line_declares_memory_and_refuses_json_that_is_not_an_object(registry_path: Path) -> None:
     add = ["registry", "add", "support_triage", "--factory", "teamstore.examples:support_triage", "--persist",
            "researcher", "--context-bound", "20"]
