@@ -28,6 +28,7 @@ from teamstore.context import BoundedChatCompletionContext
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
+from teamstore.state.base import SessionKey
 from tests.conftest import prepare
 from tests.otlp_receiver import OtlpReceiver
 from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, long_triage, manifest, register, said
@@ -121,7 +122,7 @@ async def test_a_consumer_that_stops_mid_stream_leaves_nothing_half_saved_and_th
         result = await s.run("a new request")  # the session goes on, from the state before the stopped run
         state = str(await s.team.save_state())
     assert result.messages[0].to_text() == "a new request" and TASK not in state and "first request" in state
-    row = await platform.store.get(s.key)
+    row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.checkpoint is None and before is not None and TASK not in (row.state or "")
     assert stopped is not None
     header, _ = await _transcript(platform, stopped)  # the stopped run is on record as it went
@@ -148,7 +149,7 @@ async def test_a_cancelled_streaming_consumer_task_leaves_the_session_usable(pla
             await consumer
         result = await s.run("again")
     assert result.messages[0].to_text() == "again"
-    row = await platform.store.get(s.key)
+    row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.checkpoint is None and TASK not in (row.state or "")
 
 
@@ -178,16 +179,29 @@ async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts
     assert report.total.runs_interrupted == 1 and report.total.runs_limited == 1  # it ends at its message cap
 
 
-async def test_an_abandoned_run_keeps_its_turns_and_calls_on_record(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def _interrupted(platform: Platform, monkeypatch: pytest.MonkeyPatch, session: str = "s1") -> str:
+    """Run the task in ``session`` with its third model call failing: the run stops after two turns, its
+    checkpoint kept; its id."""
     with counted_calls(monkeypatch) as calls:
         calls.fail_at = 3
-        async with platform.session("alice", "s1", team=TEAM) as s:
+        async with platform.session("alice", session, team=TEAM) as s:
             with pytest.raises(RuntimeError):
                 await s.run(TASK)
             assert s.interrupted is not None
-            run_id = s.interrupted.run_id
+            return s.interrupted.run_id
+
+
+def _reword_critic(registry_path: Path) -> None:
+    """Register a new version of the team as production, one an interrupted run of the old cannot continue on."""
+    team = long_triage()
+    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
+    Registry(registry_path).add(TEAM, team.dump_component(), manifest(), "reword the critic", label="production")
+
+
+async def test_an_abandoned_run_keeps_its_turns_and_calls_on_record(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = await _interrupted(platform, monkeypatch)
     async with platform.session("alice", "s1", team=TEAM) as s:
         await s.abandon_run()
     header, items = await _transcript(platform, run_id)
@@ -205,13 +219,7 @@ async def test_a_run_whose_checkpoint_autogen_refuses_at_continue_keeps_its_paid
     from teamstore.errors import StateRejected
     from teamstore.runtime import session as session_module
 
-    with counted_calls(monkeypatch) as calls:
-        calls.fail_at = 3
-        async with platform.session("alice", "s1", team=TEAM) as s:
-            with pytest.raises(RuntimeError):
-                await s.run(TASK)
-            assert s.interrupted is not None
-            run_id = s.interrupted.run_id
+    run_id = await _interrupted(platform, monkeypatch)
 
     async def refused(*args: Any) -> None:
         raise ValueError("AutoGen's load_state refuses it")
@@ -229,16 +237,8 @@ async def test_a_run_whose_checkpoint_autogen_refuses_at_continue_keeps_its_paid
 async def test_a_run_whose_checkpoint_is_set_aside_at_open_keeps_its_paid_calls_on_record(
     platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with counted_calls(monkeypatch) as calls:
-        calls.fail_at = 3
-        async with platform.session("alice", "s1", team=TEAM) as s:
-            with pytest.raises(RuntimeError):
-                await s.run(TASK)
-            assert s.interrupted is not None
-            run_id = s.interrupted.run_id
-    team = long_triage()
-    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
-    Registry(registry_path).add(TEAM, team.dump_component(), manifest(), "reword the critic", label="production")
+    run_id = await _interrupted(platform, monkeypatch)
+    _reword_critic(registry_path)
     async with platform.session("alice", "s1", team=TEAM) as s:  # the run cannot continue on this version
         assert s.resume is not None and s.resume.checkpoint_refused == "definition_changed"
     header, items = await _transcript(platform, run_id)
@@ -295,13 +295,7 @@ async def test_an_abandonment_cancelled_part_way_keeps_the_run_on_record_or_its_
 
     for steps in range(1, 20):  # the request is cancelled at each step of the event loop in turn
         session = f"s{steps}"
-        with counted_calls(monkeypatch) as calls:
-            calls.fail_at = 3
-            async with platform.session("alice", session, team=TEAM) as s:
-                with pytest.raises(RuntimeError):
-                    await s.run(TASK)
-                assert s.interrupted is not None
-                run_id = s.interrupted.run_id
+        run_id = await _interrupted(platform, monkeypatch, session)
         async with platform.session("alice", session, team=TEAM) as s:
             abandoning = asyncio.ensure_future(s.abandon_run())
             for _ in range(steps):
@@ -320,16 +314,8 @@ async def test_a_session_cancelled_as_it_sets_a_checkpoint_aside_keeps_the_run_o
 ) -> None:
     import asyncio
 
-    with counted_calls(monkeypatch) as calls:
-        calls.fail_at = 3
-        async with platform.session("alice", "s1", team=TEAM) as s:
-            with pytest.raises(RuntimeError):
-                await s.run(TASK)
-            assert s.interrupted is not None
-            run_id = s.interrupted.run_id
-    team = long_triage()
-    team._participants[2]._description = "The critic, reworded."  # type: ignore[attr-defined]
-    Registry(registry_path).add(TEAM, team.dump_component(), manifest(), "reword the critic", label="production")
+    run_id = await _interrupted(platform, monkeypatch)
+    _reword_critic(registry_path)
 
     class SlowAudit:  # the audit's first writes are slow (an S3 upload, say): the request times out meanwhile
         recording = asyncio.Event()
@@ -354,7 +340,7 @@ async def test_a_session_cancelled_as_it_sets_a_checkpoint_aside_keeps_the_run_o
     opening.cancel()
     with pytest.raises(asyncio.CancelledError):
         await opening
-    row = await platform.store.get(s.key)
+    row = await platform.store.get(SessionKey("alice", "s1"))
     assert row is not None and row.checkpoint is None
     assert sum(r.calls for r in await _ledger(platform, run_id)) == 3  # on record all the same
 
@@ -362,13 +348,7 @@ async def test_a_session_cancelled_as_it_sets_a_checkpoint_aside_keeps_the_run_o
 async def test_a_deleted_session_keeps_its_interrupted_runs_turns_and_calls_on_record(
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with counted_calls(monkeypatch) as calls:
-        calls.fail_at = 3
-        async with platform.session("alice", "s1", team=TEAM) as s:
-            with pytest.raises(RuntimeError):
-                await s.run(TASK)
-            assert s.interrupted is not None
-            run_id = s.interrupted.run_id
+    run_id = await _interrupted(platform, monkeypatch)
     assert await platform.delete_session("alice", "s1")
     header, items = await _transcript(platform, run_id)
     assert header["error"] == "RunInterrupted" and header["stop_reason"] == "deleted after turn 2"

@@ -220,14 +220,20 @@ def test_values_that_are_credentials_are_refused_whatever_the_field(
 def test_a_secret_flag_in_an_mcp_server_command_line_is_refused(
     registry: Registry, args: list[str], index: int
 ) -> None:
+    refused = _refused_mcp_args(registry, args)
+    assert refused.field == f"config.workbench.0.config.server_params.args.{index}"
+    assert "plaintext secret (the value of the" in refused.message
+    assert f"--secret workbench.0.config.server_params.args.{index}=env:" in (refused.hint or "")
+
+
+def _refused_mcp_args(registry: Registry, args: list[str]) -> DefinitionInvalid:
+    """The error registering an agent whose MCP stdio server is started with ``args`` raises; nothing committed."""
     component = dump(_openai_agent())
     component["config"]["workbench"] = [_stdio_server(args)]
     manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add("support_triage", component, manifest, "mcp")
-    assert caught.value.field == f"config.workbench.0.config.server_params.args.{index}"
-    assert "plaintext secret (the value of the" in caught.value.message
-    assert f"--secret workbench.0.config.server_params.args.{index}=env:" in (caught.value.hint or "")
+    return caught.value
 
 
 @pytest.mark.parametrize(
@@ -242,14 +248,10 @@ def test_a_secret_flag_in_an_mcp_server_command_line_is_refused(
 def test_a_secret_flag_inside_one_shell_string_of_an_mcp_server_is_refused(
     registry: Registry, args: list[str], index: int
 ) -> None:
-    component = dump(_openai_agent())
-    component["config"]["workbench"] = [_stdio_server(args)]
-    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
-    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
-        registry.add("support_triage", component, manifest, "mcp")
-    assert caught.value.field == f"config.workbench.0.config.server_params.args.{index}"
-    assert "plaintext secret (the value of the" in caught.value.message
-    assert "hunter2" not in str(caught.value)
+    refused = _refused_mcp_args(registry, args)
+    assert refused.field == f"config.workbench.0.config.server_params.args.{index}"
+    assert "plaintext secret (the value of the" in refused.message
+    assert "hunter2" not in str(refused)
 
 
 @pytest.mark.parametrize(
