@@ -357,3 +357,30 @@ async def test_a_deleted_session_keeps_its_interrupted_runs_turns_and_calls_on_r
     assert sum(r.calls for r in rows) == 3 and sum(r.failed_calls for r in rows) == 1 and all(r.run_failed for r in rows)
     assert not await platform.delete_session("alice", "s1")  # nothing left: and nothing recorded twice
     assert len(await _ledger(platform, run_id)) == len(rows)
+
+
+async def test_a_session_reopened_once_expired_keeps_its_interrupted_run_on_record_once(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from teamstore.state.schema import sessions
+
+    run_id = await _interrupted(platform, monkeypatch)
+    async with platform.engine.begin() as conn:
+        await conn.execute(update(sessions).values(expires_at=datetime.now(UTC) - timedelta(days=1)))
+    async with platform.session("alice", "s1", team=TEAM) as s:  # a fresh start: the run cannot continue
+        assert s.resume is not None and s.resume.outcome == "expired" and s.interrupted is None
+    header, items = await _transcript(platform, run_id)
+    assert header["error"] == "RunInterrupted" and header["stop_reason"] == "expired after turn 2"
+    assert _items_said(items)[0][2] == TASK and len(items) == 3  # the task and the two completed turns
+    rows = await _ledger(platform, run_id)
+    assert sum(r.calls for r in rows) == 3 and all(r.run_failed for r in rows)
+    row = await platform.store.get(SessionKey("alice", "s1"))
+    assert row is not None and row.checkpoint is None  # cleared as it was recorded: nothing records it again
+    async with platform.engine.begin() as conn:
+        await conn.execute(update(sessions).values(expires_at=datetime.now(UTC) - timedelta(days=1)))
+    await platform.store.sweep_expired()
+    assert len(await _ledger(platform, run_id)) == len(rows)

@@ -175,10 +175,11 @@ def judge(
         # First, expired or not, with a state or without: no save could follow the row as it is, and the
         # quarantine writes its stand-ins back, so the fresh run's save finds it whole.
         return Verdict(ResumeOutcome("corrupt", version, "; ".join(row.defects), (), previous, quarantined=True))
-    if row.is_new:
+    expired = row.expires_at.isoformat() if row.expires_at is not None and row.expires_at <= now else None
+    if row.is_new and not (expired and row.checkpoint is not None):  # a first run's checkpoint expires too
         return Verdict(ResumeOutcome("new", version))
-    if row.expires_at is not None and row.expires_at <= now:
-        return Verdict(ResumeOutcome("expired", version, f"expired at {row.expires_at.isoformat()}", (), previous))
+    if expired:
+        return Verdict(ResumeOutcome("expired", version, f"expired at {expired}", (), previous))
     refusal = _refusal(row, built, agentchat_version, max_bytes)
     if refusal is None:
         try:

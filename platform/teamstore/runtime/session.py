@@ -247,7 +247,15 @@ class Session:
         self._good_states = dict(opened.verdict.states)
         self._checkpoint = opened.checkpoint
         self._interrupted = opened.checkpoint.run if opened.checkpoint else None
+        if row.checkpoint is not None and opened.verdict.outcome.outcome == "expired":
+            # Its run cannot continue past the session's TTL: it ends here, recorded as a sweep would record it.
+            await to_the_end(self._end_expired(row))
         return opened.verdict
+
+    async def _end_expired(self, row: StoredSession) -> None:
+        """Clear the expired row's checkpoint, then record its interrupted run as ended (once: cleared first)."""
+        await self.write_checkpoint(None)
+        await interruptions.report_gone(self._deps.observers, row, "expired")
 
     async def _recall(self, *, fresh: bool) -> None:
         """Give the user's memory to the receiving participants whose contexts start empty."""
