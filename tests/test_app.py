@@ -71,6 +71,16 @@ async def test_a_session_runs_on_its_deps_alone_with_no_platform(tmp_path: Path)
 
 
 async def test_platform_from_settings_is_the_composition_roots_platform(tmp_path: Path) -> None:
+    _registry(tmp_path / "home" / "registry")
     platform = open_platform(Settings(home=tmp_path / "home"), audit=False)
     await platform.aclose()
     assert platform.observers == [] and platform.settings.home == tmp_path / "home"
+
+
+def test_a_platform_on_a_registry_path_with_nothing_there_says_so_and_makes_nothing(tmp_path: Path) -> None:
+    from config_registry.errors import RegistryNotFound
+
+    settings = Settings(home=tmp_path / "home", registry_path=tmp_path / "mistyped")
+    with pytest.raises(RegistryNotFound, match="no registry at"):
+        open_platform(settings)
+    assert not (tmp_path / "mistyped").exists() and not (tmp_path / "home" / "teamstore.db").exists()

@@ -81,6 +81,7 @@ async def test_a_platform_for_what_is_stored_makes_no_tables_where_there_are_non
 
     other = _crm(tmp_path)
     settings = Settings(database_url=f"sqlite:///{other}", home=tmp_path / "home")
+    App(settings).registry(create=True)
     platform = App(settings, must_exist=True).platform(audit=False)  # as `sessions restore` opens it
     try:
         with pytest.raises(SchemaNotReady, match="has no teamstore tables"):

@@ -188,18 +188,25 @@ class App:
                                      transcripts=self.transcript_store, meter_provider=self.meter_provider,
                                      keys=self.keys)
 
-    def platform(self, *, audit: bool = True, create_registry: bool = True) -> Platform:
+    def platform(self, *, audit: bool = True, create_registry: bool = False) -> Platform:
         """A platform on these pieces; closing it closes this app.
 
         Args:
             audit: Attach the transcript, span and ledger observers.
-            create_registry: Make the registry if it does not exist (a command that only reads says so).
+            create_registry: Make the registry if it does not exist. By default a missing one is an error: a
+                worker given a mistyped path would otherwise make an empty registry and answer every request
+                'no team'.
+
+        Raises:
+            RegistryNotFound: There is no registry at the path (and ``create_registry`` is false).
         """
         from teamstore.runtime.platform import Platform
 
+        engine = self.engine  # a database that must exist and does not is said first
+        registry = self.registry(create=create_registry)
         observers = self.audit_observers() if audit else []
         return Platform(
-            self.engine, self.registry(create=create_registry), settings=self.settings, observers=observers,
+            engine, registry, settings=self.settings, observers=observers,
             tracer_provider=self.tracer_provider if audit else None,
             meter_provider=self.meter_provider if audit else None, store=self.state_store,
             memory=self.memory_store, on_close=self.aclose, create_tables=not self.must_exist,
@@ -275,6 +282,10 @@ def open_platform(settings: Settings | None = None, *, audit: bool = True) -> Pl
     Args:
         settings: Defaults to ``Settings()``.
         audit: Attach the transcript, span and ledger observers.
+
+    Raises:
+        RegistryNotFound: There is no registry at ``TEAMSTORE_REGISTRY_PATH`` (``teamstore registry add`` makes
+            it with the first team).
     """
     return App(settings).platform(audit=audit)
 

@@ -297,7 +297,7 @@ def restore_quarantined(
 
     async def go(app: App) -> dict[str, Any]:
         # The registry, which gives the team's TTL, is only read (a missing one is said, not made); no audit.
-        async with app.platform(audit=False, create_registry=False) as platform:
+        async with app.platform(audit=False) as platform:
             restored = await platform.restore_quarantined(quarantine_id, replace=replace)
         row = restored.session
         return {"restored": quarantine_id, "user_id": row.user_id, "session_id": row.session_id, "team": row.team,
