@@ -195,7 +195,8 @@ class Registry:
 
         Raises:
             UnknownTeam, UnknownVersion: The team or version does not exist.
-            DefinitionInvalid: The label name is not allowed or the reason is empty.
+            DefinitionInvalid: The label name is not allowed or the reason is empty, or the version gives a
+                memory fact another type than a team sharing its memory scope does.
         """
         validate_name(label, what="label", field="label")
         if not reason.strip():
@@ -207,6 +208,9 @@ class Registry:
         with self.repo.lock(self.lock_timeout):
             self._ready_to_write()
             version = self._resolve_version(name, version_or_label)
+            # A version whose memory facts another team now gives other types in a scope they share (a
+            # rollback to it, say) is refused as registering it would be.
+            check_shared_memory(self.repo, name, self._read(name, version).manifest)
             return self._move_label(name, version, label, reason, who)
 
     def _move_label(self, name: str, version: str, label: str, reason: str, who: str | None) -> bool:

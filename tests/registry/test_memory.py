@@ -145,6 +145,10 @@ def test_a_team_sharing_another_teams_default_scope_or_its_labelled_version_is_c
     assert "label production" in caught.value.message and v1[:12] in caught.value.message
     registry.label("support_triage", v2, "production", reason="v2 ships")
     registry.add("support_desk", triage_json(), declared, "v1")  # no version in use declares ticket_id now
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:  # nor may one again
+        registry.label("support_triage", v1, "production", reason="roll back")
+    assert caught.value.field == "memory.facts.ticket_id" and "'support_desk'" in caught.value.message
+    assert registry.resolve("support_triage@production").version == v2
 
 
 def test_the_command_line_declares_memory_and_refuses_json_that_is_not_an_object(registry_path: Path) -> None:
