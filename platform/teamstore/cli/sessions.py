@@ -50,6 +50,7 @@ def run(
     as_json: bool = JsonOption,
 ) -> None:
     """Resume the session, run the team on TEXT (or continue its interrupted run), save, and print the reply."""
+    check_ids(user_id=user, session_id=session)  # before anything is opened: the ids are the likelier mistake
     if continue_run and abandon:
         fail(InvalidTask("--continue and --abandon are two answers to one interrupted run: give one",
                          hint="--continue finishes it; --abandon gives it up (then runs the message, if given)"))
