@@ -19,6 +19,7 @@ from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state.envelope import SEALED_PREFIX
 from tests.conftest import prepare
+from tests.keys.fenced import FencedOnFirstKey
 
 SUMMARY = "CANARY alice's router ZX-81 drops every evening"
 
@@ -77,3 +78,17 @@ async def test_keys_migrate_seals_memory_written_before_sealing_once(engine: Asy
     assert await seal_saved_memory(engine, keys) == {"memories": 0, "facts": 0}
     (kept,) = await MemoryStore(engine, keys=keys).show("alice")
     assert kept.summary == SUMMARY and kept.facts["router_model"].value == "ZX-81" and kept.version == 1
+
+
+async def test_keys_migrate_leaves_memory_of_a_user_fenced_meanwhile_to_the_erasure_and_seals_the_others(
+    engine: AsyncEngine,
+) -> None:
+    await _write(MemoryStore(engine), 0, "run-1")
+    await MemoryStore(engine).write("carol", "support_triage", MemoryUpdate("carol's modem", {}), types={},
+                                    expected_version=0, run_id="run-c", team="support_triage", team_version="v1",
+                                    retention_days=30)
+    # alice has no data key yet, and none is made for a fenced user: her memory is the erasure's to delete.
+    assert await seal_saved_memory(engine, FencedOnFirstKey(engine, "alice")) == {"memories": 1, "facts": 0}
+    async with engine.connect() as conn:
+        summaries = dict((await conn.execute(select(memories.c.user_id, memories.c.summary))).all())
+    assert summaries["carol"].startswith(SEALED_PREFIX) and summaries["alice"] == SUMMARY

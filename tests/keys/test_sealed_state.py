@@ -22,6 +22,7 @@ from teamstore.state.factory import store_for
 from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sealed import seal_saved_states
 from tests.conftest import prepare
+from tests.keys.fenced import FencedOnFirstKey
 from tests.keys.outage import Outage
 from tests.state.test_checkpoint_conformance import checkpoint
 from tests.state.test_store_conformance import acquire, record
@@ -184,3 +185,19 @@ async def test_the_sessions_a_store_remembers_are_bounded_and_a_forgotten_one_is
     for name in names:
         await sealed.release(SessionKey("alice", name), owner="w2", discard_empty=False)
     assert not sealed._stored  # type: ignore[attr-defined]
+
+
+async def test_keys_migrate_leaves_a_user_fenced_meanwhile_to_the_erasure_and_seals_the_others(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine
+) -> None:
+    _, plain = stores
+    await _save(plain, CANARY, "s1")
+    key = SessionKey("bob", "s1")
+    row = await acquire(plain, key)
+    await plain.save(key, owner="w1", expected_version=row.row_version, record=record(CANARY), release=True)
+    # alice has no data key yet, and none is made for a fenced user: her row is the erasure's to delete.
+    assert await seal_saved_states(engine, FencedOnFirstKey(engine, "alice")) == {
+        "sessions": 1, "quarantine": 0, "checkpoints": 0}
+    async with engine.connect() as conn:
+        held = dict((await conn.execute(select(sessions.c.user_id, sessions.c.state))).all())
+    assert held["bob"].startswith(SEALED_PREFIX) and held["alice"] == CANARY

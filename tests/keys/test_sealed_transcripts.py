@@ -9,6 +9,7 @@ import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -24,11 +25,14 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, decode, encode, sealed_context
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.cli.audit import load_transcripts
+from teamstore.erasure import RequestStatus
 from teamstore.errors import KeyUnavailable
 from teamstore.keys import KeyService
 from teamstore.keys.sealed import is_sealed
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, observe_run, triage_team
+from tests.erasure.conftest import coordinator
+from tests.keys.fenced import FencedOnFirstKey
 from tests.keys.outage import Outage
 
 
@@ -156,3 +160,49 @@ async def test_a_transcript_delivered_late_from_the_outbox_keeps_the_time_it_was
     assert (await outbox.flush(engine, store)).delivered == 1
     assert (tmp_path / "transcripts" / key).stat().st_mtime == pytest.approx(queued.timestamp(), abs=1)
     assert await store.sweep(datetime.now(UTC) - timedelta(days=10)) == 1  # on the run's clock, not delivery's
+
+
+class _ErasedDuringPut:
+    """A transcript store whose next put lets a whole erasure of ``user`` run first: the erasure deletes the
+    object ``keys migrate`` read, and only then does the migrate's write land."""
+
+    def __init__(self, inner: TranscriptStore, engine: AsyncEngine, user: str) -> None:
+        self.inner, self.engine, self.user, self.erased = inner, engine, user, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def put(self, key: str, body: bytes, **kwargs: Any) -> None:
+        if not self.erased:
+            self.erased = True
+            receipt = await coordinator(self.engine, self.inner).run(self.user, request_id=f"req-{self.user}")
+            assert receipt.status is RequestStatus.COMPLETED
+            assert await self.inner.list_keys("") == []
+        await self.inner.put(key, body, **kwargs)
+
+
+async def test_keys_migrate_leaves_nothing_of_a_user_erased_while_it_writes_their_transcript_again(
+    engine: AsyncEngine, store: TranscriptStore
+) -> None:
+    subject = await get_or_create_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "old")
+    await store.put(key, encode({"kind": "run", "run_id": "old"}, [{"kind": "item", "message": CANARY}]))
+    racing = _ErasedDuringPut(store, engine, "alice")
+    assert await seal_stored_transcripts(engine, racing, KeyService.from_settings(engine, Settings())) == 0
+    assert racing.erased
+    assert await store.list_keys("") == []  # the late write was deleted again, not left sealed under a dead key
+    await store.close()
+
+
+async def test_keys_migrate_leaves_a_queued_transcript_of_a_user_fenced_meanwhile_to_the_erasure(
+    engine: AsyncEngine,
+) -> None:
+    body = encode({"kind": "run", "run_id": "q"}, [{"kind": "item", "message": CANARY}])
+    for user in ("alice", "bob"):
+        subject = await get_or_create_subject(engine, user)
+        await outbox.enqueue(engine, f"q-{user}", run_key(RunKeys(subject, session_key(subject, "s1")), "q"),
+                             subject, body, "S3 unreachable")
+    assert await seal_queued_transcripts(engine, FencedOnFirstKey(engine, "alice")) == 1
+    async with engine.connect() as conn:
+        bodies = dict((await conn.execute(select(outbox_table.c.run_id, outbox_table.c.body))).all())
+    assert is_sealed(bodies["q-bob"]) and bodies["q-alice"] == body

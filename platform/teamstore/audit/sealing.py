@@ -7,7 +7,11 @@
 
 Every transcript written since sealing began is sealed before it leaves the process; these seal the older
 ones. An object is found by its key (``subjects/<subject>/...``) and sealed under the data key of the user its
-subject maps to; one whose subject no longer maps to a user (erased) is left alone. On a versioned bucket the
+subject maps to; one whose subject no longer maps to a user (erased), or whose user an erasure fences, is left
+to the erasure. An erasure that fences the user while their object is being written again may have deleted it
+before the write landed: each written object is checked against the fence once it has landed, and deleted
+again if its user is fenced or erased by then (as a late outbox delivery is). A write that fails unanswered
+may still land later, sealed under the user's key: if they are erased meanwhile, beyond use. On a versioned bucket the
 plain version stays as a noncurrent version until the lifecycle rule expires it (a day), or, under Object
 Lock, until its retention ends: ``teamstore keys migrate`` says how many it wrote again.
 """
@@ -18,12 +22,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.outbox import confirm_landed
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.transcripts.base import SUBJECTS, TranscriptStore
 from teamstore.audit.transcripts.record import sealed_context
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
-from teamstore.errors import StoreUnavailable, TranscriptNotFound
+from teamstore.errors import ErasureInProgress, StoreUnavailable, TranscriptNotFound
 from teamstore.keys.sealed import is_sealed
 from teamstore.keys.service import KeyService
 
@@ -51,7 +56,10 @@ async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
     for run_id, object_key, body, user_id in rows:
         if is_sealed(body):
             continue
-        sealed = await keys.seal(user_id, body, sealed_context(object_key))
+        try:
+            sealed = await keys.seal(user_id, body, sealed_context(object_key))
+        except ErasureInProgress:
+            continue  # fenced since the read: the erasure deletes the row
         stmt = update(outbox).where(o.run_id == run_id, o.body == body, o.claimed_by.is_(None)).values(body=sealed)
         try:
             async with engine.begin() as conn:
@@ -81,11 +89,19 @@ async def seal_stored_transcripts(engine: AsyncEngine, store: TranscriptStore, k
             body = await store.get(stored.key)
         except TranscriptNotFound:
             continue  # removed since the listing (a sweep, an erasure)
-        if not is_sealed(body):
-            # Its first write time kept: written again, its retention must not start over.
+        if is_sealed(body):
+            continue
+        try:
             sealed = await keys.seal(user_id, body, sealed_context(stored.key))
-            await store.put(stored.key, sealed, written_at=stored.modified)
+        except ErasureInProgress:
+            owners[subject] = None  # fenced since the lookup: left to the erasure
+            continue
+        # Its first write time kept: written again, its retention must not start over.
+        await store.put(stored.key, sealed, written_at=stored.modified)
+        if await confirm_landed(engine, store, stored.key, subject):
             done += 1
+        else:
+            owners[subject] = None  # fenced or erased meanwhile: the object went again, and the rest are left
     return done
 
 

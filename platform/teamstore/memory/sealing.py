@@ -24,7 +24,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
-from teamstore.errors import KeyDestroyed, PayloadUnreadable, StateRejected, StoreUnavailable
+from teamstore.errors import (
+    ErasureInProgress,
+    KeyDestroyed,
+    PayloadUnreadable,
+    StateRejected,
+    StoreUnavailable,
+)
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.schema import facts, memories
 from teamstore.state.envelope import SEALED_PREFIX, is_sealed_text, seal_text, sealed_bytes
@@ -111,7 +117,11 @@ async def seal_saved_memory(engine: AsyncEngine, keys: KeyService, batch: int = 
             for row in rows:
                 *key, plain = row
                 where = summary_context(key[1]) if table is memories else fact_context(key[1], key[2])
-                text = sealed(await keys.data_key(key[0]), plain, where)
+                try:
+                    data_key = await keys.data_key(key[0])
+                except ErasureInProgress:
+                    continue  # fenced since the read (and no key yet): left to the erasure
+                text = sealed(data_key, plain, where)
                 done[name] += await _reseal(engine, table, keyed, key, column, plain, text)
             after = tuple(rows[-1][:-1])
     return done
