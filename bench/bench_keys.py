@@ -12,8 +12,14 @@ unsealed, in one run.
    noise, and each run's client CPU per cycle is printed (the difference is what sealing costs the client).
 2. The transcript write of one run (encode the gzip JSON lines, seal, write to a local folder) against the
    same write unsealed, alternating, and the seal alone in microseconds.
+3. The state's sealing inside a whole request (:mod:`bench.request_variants`: build from the registry,
+   lease+load, validate, apply, run, transcript and ledger, save+release) on Postgres: the platform as it
+   ships against the same platform whose state store seals nothing, each on a database of its own, in
+   interleaved rounds, sequential and with 16 sessions at once, with a second unsealed run as in (1). All
+   seal their transcripts ((2) times that).
 
-``BENCH_ROUNDS`` (25) and ``BENCH_SECONDS`` (0.4) change the rounds of (1).
+``BENCH_ROUNDS`` (25) and ``BENCH_SECONDS`` (0.4) change the rounds of (1); ``BENCH_REQUEST_ROUNDS`` (11)
+and ``BENCH_REQUEST_SECONDS`` (1.0) those of (3).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.common import drop_database, env_number, interleave, median_ratio, postgres_database
 from bench.cycles import Cycles, sample_state
+from bench.request_variants import Teamstore
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import encode, item_record, sealed_context
 from teamstore.keys import KeyService
@@ -138,12 +145,51 @@ async def transcript_write(folder: Path) -> None:
           f"(the seal alone {statistics.median(times['seal']) * 1e6:.1f} us)")
 
 
+class _StatesUnsealed(Teamstore):
+    """Whole requests on a platform whose state store seals nothing (its transcripts are sealed as ever)."""
+
+    label = "states unsealed"
+
+    async def setup(self, workers: int) -> None:
+        """The platform as :class:`Teamstore` makes it, its state store swapped for the backend under the seal."""
+        await super().setup(workers)
+        self.platform.store = self.platform.store.inner
+
+
+async def whole_request(folder: Path) -> None:
+    rounds, seconds = int(env_number("BENCH_REQUEST_ROUNDS", 11)), env_number("BENCH_REQUEST_SECONDS", 1.0)
+    print(f"(3) the state's sealing in a whole request on Postgres ({rounds} rounds of {seconds}s; medians):")
+    for workers in (1, 16):
+        made = {name: (Teamstore if name == "sealed" else _StatesUnsealed, *postgres_database())
+                for name in RUNS_OF_CYCLE}
+        variants = {name: kind(url, folder / f"{name}-{workers}") for name, (kind, _, url) in made.items()}
+        try:
+            for variant in variants.values():
+                await variant.setup(workers)
+            runs = {name: variant.cycle for name, variant in variants.items()}
+            await interleave(runs, workers, rounds=1, seconds=0.5, per_worker=1)  # imports, caches, first rows
+            cpu: dict[str, list[float]] = {}
+            rates = await interleave(runs, workers, rounds, seconds, per_worker=1, cpu=cpu)
+        finally:
+            for variant in variants.values():
+                await variant.close()
+            for _, server, url in made.values():
+                drop_database(server, url)
+        ratio = median_ratio(rates, "sealed", "unsealed")
+        ms = {name: statistics.median(cpu[name]) * 1e3 for name in variants}
+        print(f"    {'sequential' if workers == 1 else f'{workers} at once':<24} unsealed "
+              f"{statistics.median(rates['unsealed']):6,.1f}/s   sealed {statistics.median(rates['sealed']):6,.1f}/s   "
+              f"ratio {ratio:.3f}x ({(1 - ratio) * 100:+.1f}%); client CPU per request {ms['unsealed']:.2f} -> "
+              f"{ms['sealed']:.2f} ms; unsealed against itself {median_ratio(rates, 'unsealed again', 'unsealed'):.3f}x")
+
+
 async def run() -> None:
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         os.chmod(folder, 0o700)
         await state_cycle(folder)
         await transcript_write(folder)
+        await whole_request(folder)
 
 
 def main() -> None:
