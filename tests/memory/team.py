@@ -37,6 +37,8 @@ FACTS = {"ticket_id": "str", "router_model": "str", "visits": "int"}
 BUDGET = 60
 SECRET_WORDS = "the customer's words must stay out of every log"
 """What a failing writer's error quotes (as a provider's error may quote the request)."""
+BREAKS = "the model endpoint breaks on this task"
+"""A task holding this fails its run: every client's call (but the writer's) raises while it is in the context."""
 
 CALLS: dict[str, list[list[LLMMessage]]] = {}
 """Every model call each channel's clients made, in order (the messages as sent)."""
@@ -71,6 +73,8 @@ class ScriptedClient(OfflineChatCompletionClient):
         """Record the call, then answer (as the writer, as told)."""
         CALLS.setdefault(self._channel, []).append(list(messages))
         request = _memory_request(str(messages[-1].content)) if messages else None
+        if request is None and any(BREAKS in str(m.content) for m in messages):
+            raise RuntimeError("model endpoint down")
         if request is None or self._writer == "offline":
             return await super().create(messages)
         if self._writer == "gated":

@@ -27,6 +27,7 @@ from teamstore.state.base import SessionKey
 from teamstore.state.schema import sessions
 from tests.memory.conftest import make_platform
 from tests.memory.team import (
+    BREAKS,
     CALLS,
     GATES,
     SECRET_WORDS,
@@ -102,6 +103,22 @@ async def test_an_expired_session_is_given_the_memory_and_a_resumed_one_keeps_th
     # resumed: the researcher's stored context holds the memory already; triage's is new every run
     assert outcome == "resumed" and given is not None and given.given_to == ["triage"]
     assert len((await stored_state(platform, "alice", "s1"))[1]) == 1
+
+
+async def test_a_run_after_one_that_failed_in_the_same_block_is_given_the_memory_again(
+    platform: Platform, channel: str
+) -> None:
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    async with platform.session("alice", "s2", team=TEAM) as s:
+        with pytest.raises(RuntimeError):
+            await s.run(BREAKS)
+        since = len(CALLS[channel])
+        await s.run("Hello again")  # on the team built again after the failure
+    # triage's context is new every run and the researcher's started empty: both are given it again
+    calls = CALLS[channel][since:]
+    held = [memory_messages(call) for call in calls]
+    assert len(calls) == 2 and all(len(h) == 1 and "- ticket_id: 55102" in h[0] for h in held), held
 
 
 async def test_what_memory_adds_never_piles_up_in_stored_state(platform: Platform, engine: AsyncEngine) -> None:

@@ -104,6 +104,24 @@ def bind_memory(built: BuiltTeam) -> MemoryBinding | None:
                          _writer_client(built, declaration.writer))
 
 
+async def rebind_memory(binding: MemoryBinding, built: BuiltTeam) -> MemoryBinding:
+    """The memory of ``built``, the session's team built again (after a run that failed or was cancelled):
+    each of its components is given what the one it replaces was given as the session opened, so the runs
+    after the failure are given the memory as the first was.
+
+    Raises:
+        ConfigurationError: The writer's agent has no model client to write with.
+    """
+    again = bind_memory(built)
+    if again is None:
+        return binding
+    for name, components in again.components.items():
+        for before, component in zip(binding.components.get(name, []), components, strict=False):
+            for content in before.contents:
+                await component.add(content)
+    return again
+
+
 def _writer_client(built: BuiltTeam, name: str) -> ChatCompletionClient:
     """The writer participant's model client, metered as the memory writer's (the participant's own calls
     stay metered as its)."""

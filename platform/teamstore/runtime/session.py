@@ -67,7 +67,7 @@ from teamstore.runtime.deps import (
     save_record,
     to_the_end,
 )
-from teamstore.runtime.memory import MemoryBinding, MemoryRecall, bind_memory
+from teamstore.runtime.memory import MemoryBinding, MemoryRecall, bind_memory, rebind_memory
 from teamstore.runtime.opening import open_row
 from teamstore.runtime.resume import (
     SCHEMA_VERSION,
@@ -292,6 +292,8 @@ class Session:
         """A run failed or was cancelled mid-turn: build the team again, with the state it had before that run."""
         built = self._built
         self._use(await self._deps.build_team(f"{built.name}@{built.version}"))
+        if self._memory is not None:  # the new team's participants are given what the old one's were
+            self._memory = await rebind_memory(self._memory, self._built)
         if self._good_states:
             await apply_states(self._built, self._good_states)
         self._stale = False
