@@ -46,6 +46,8 @@ def test_show_prints_the_summary_and_each_fact_with_its_type_run_and_confirmatio
     table = runner.invoke(app, ["memory", "show", "--user", "alice", "--team", "support_triage"])
     assert table.exit_code == 0 and "ZX-81" in table.stdout and "summary: My router ZX-81" in table.stdout
     assert as_json("memory", "show", "--user", "alice", "--team", "billing")["memories"] == []
+    elsewhere = runner.invoke(app, ["memory", "show", "--user", "alice", "--team", "billing"])
+    assert elsewhere.exit_code == 0 and "nothing is kept about this user under scope 'billing'" in elsewhere.stdout
     assert "nothing is kept about this user" in runner.invoke(app, ["memory", "show", "--user", "bob"]).stdout
 
 
@@ -80,11 +82,21 @@ def test_forget_one_fact_then_everything(ran: dict[str, Any]) -> None:
     (("--user", "alice", "--fact", "ticket_id", "--all"), "say what to forget"),
     (("--user", "alice", "--fact", "mood"), "no fact 'mood' is kept about this user"),
     (("--user", "a\tb", "--all"), "user_id"),
+    (("--user", "alice", "--team", "", "--all"), "scope '' is no memory scope"),
+    (("--user", "alice", "--team", "Support Triage", "--all"), "is no memory scope"),
+    (("--user", "alice", "--fact", ""), "fact '' is no fact name"),
 ])
 def test_forget_says_what_is_wrong_and_exits_one(ran: dict[str, Any], args: tuple[str, ...], says: str) -> None:
     result = runner.invoke(app, ["memory", "forget", *args])
     assert result.exit_code == 1 and says in result.stderr and "fix:" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("scope", ["", "Support Triage", "s" * 65])
+def test_show_refuses_a_scope_no_team_can_declare(ran: dict[str, Any], scope: str) -> None:
+    result = runner.invoke(app, ["memory", "show", "--user", "alice", "--team", scope])
+    assert result.exit_code == 1 and "is no memory scope" in result.stderr and "fix:" in result.stderr
+    assert "nothing is kept" not in result.output and "Traceback" not in result.output
 
 
 def test_an_unknown_facts_error_names_the_facts_that_are_kept(ran: dict[str, Any]) -> None:

@@ -215,6 +215,18 @@ async def test_ids_are_checked_before_anything_is_read(store: MemoryStore) -> No
             await store.forget(bad)
 
 
+@pytest.mark.parametrize("scope", ["", "Helpdesk", "help desk", "x" * 65, "helpdesk\n"])
+async def test_a_scope_no_team_can_declare_is_refused_not_answered_with_nothing(store: MemoryStore, scope: str) -> None:
+    await put(store, facts_={"ticket_id": "55102"})
+    with pytest.raises(InvalidIdentifier, match="no memory scope"):
+        await store.show("alice", scope)
+    with pytest.raises(InvalidIdentifier, match="no memory scope"):
+        await store.forget("alice", scope=scope)
+    with pytest.raises(InvalidIdentifier, match="no fact name"):
+        await store.forget("alice", fact=scope or "")
+    assert [m.scope for m in await store.show("alice")] == ["helpdesk"]  # nothing was forgotten
+
+
 async def test_the_erasure_step_counts_and_removes_a_users_memory_and_no_one_elses(
     store: MemoryStore, engine: AsyncEngine
 ) -> None:

@@ -33,17 +33,21 @@ TeamOption = typer.Option(None, "--team", help="One scope: the team's name, or t
 @app.command("show")
 def show(user: str = UserOption, team: str | None = TeamOption, as_json: bool = JsonOption) -> None:
     """Print the summary and facts kept about USER, the writer's last failure, and anything damaged."""
+    from teamstore.memory.facts import check_names
+
     check_ids(user_id=user)
+    check_names(scope=team)
 
     async def go(app: App) -> dict[str, Any]:
         return {"user_id": user, "memories": [m.to_dict() for m in await app.memory_store.show(user, team)]}
 
-    emit(with_app(go, must_exist=True), as_json=as_json, render=_render)
+    emit(with_app(go, must_exist=True), as_json=as_json, render=lambda data: _render(data, team))
 
 
-def _render(data: dict[str, Any]) -> None:
+def _render(data: dict[str, Any], scope: str | None) -> None:
     if not data["memories"]:
-        console.print("nothing is kept about this user")
+        # Under one scope, "nothing" is about that scope: the user may well have memory under another.
+        console.print("nothing is kept about this user" + (plain(f" under scope {scope!r}") if scope else ""))
         return
     for memory in data["memories"]:
         console.print(plain(f"{memory['scope']}: written by {memory['team']}@{memory['team_version'][:12]}, "
@@ -72,7 +76,10 @@ def forget(
     as_json: bool = JsonOption,
 ) -> None:
     """Forget one fact kept about USER, or everything (--all); in one scope with --team."""
+    from teamstore.memory.facts import check_names
+
     check_ids(user_id=user)
+    check_names(scope=team, fact=fact)
     if (fact is None) == (not everything):
         raise ConfigurationError("say what to forget: --fact NAME or --all (not both)",
                                  hint="`teamstore memory show --user ...` lists what is kept")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from config_registry.manifest import FactType, MemoryDeclaration
-from teamstore.errors import MemoryWriteRefused
+from config_registry.manifest import FACT_NAME, NAME_PATTERN, FactType, MemoryDeclaration
+from teamstore.errors import InvalidIdentifier, MemoryWriteRefused
 
 MAX_FACT_CHARS = 500
 """The longest text value a fact keeps: a fact is an id or a name, not a paragraph."""
@@ -64,6 +64,24 @@ def check_value(name: str, kind: str, value: Any) -> Any:
             except ValueError:
                 pass
     raise FactInvalid(f"fact {name!r} is not a valid {_described(kind)}")
+
+
+def check_names(scope: str | None = None, fact: str | None = None) -> None:
+    """Refuse a scope or a fact name no manifest can declare, rather than answer "nothing kept" for it.
+
+    Raises:
+        InvalidIdentifier: ``scope`` is not a team name (1-64 lowercase letters, digits, '_' or '-'), or
+            ``fact`` not a fact name (1-64 lowercase letters, digits or '_', starting with a letter).
+    """
+    if scope is not None and not NAME_PATTERN.fullmatch(scope):
+        raise InvalidIdentifier(
+            f"scope {scope[:80]!r} is no memory scope: a scope is a team's name or the one teams declare they share",
+            hint="use 1-64 lowercase letters, digits, '_' or '-' (`teamstore memory show --user ...` lists the scopes)")
+    if fact is not None and not FACT_NAME.fullmatch(fact):
+        raise InvalidIdentifier(
+            f"fact {fact[:80]!r} is no fact name a team can declare",
+            hint="use 1-64 lowercase letters, digits or '_', starting with a letter "
+            "(`teamstore memory show --user ...` lists the facts kept)")
 
 
 def unicode(text: str) -> bool:

@@ -51,6 +51,7 @@ from teamstore.memory.facts import (
     MemoryUpdate,
     UserMemory,
     WriterFailure,
+    check_names,
     decode_value,
     encode_value,
 )
@@ -130,8 +131,10 @@ class MemoryStore:
         (an export's: what is held, until the retention sweep or the next session's read deletes it).
 
         Raises:
-            InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
+            InvalidIdentifier: ``user_id`` is not a usable id, or ``scope`` no scope a team can declare.
+            StoreUnavailable: the database failed.
         """
+        check_names(scope)
         return [memory for memory in await self._read(user_id, scope) if expired or not _expired(memory)]
 
     async def _read(self, user_id: str, scope: str | None) -> list[UserMemory]:
@@ -296,11 +299,13 @@ class MemoryStore:
         from what it read. The summary is kept: it may still mention the fact (forget everything to drop it).
 
         Raises:
-            InvalidIdentifier: ``user_id`` is not a usable id.
+            InvalidIdentifier: ``user_id`` is not a usable id, ``scope`` no scope or ``fact`` no fact name a team
+                can declare.
             MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those that are).
             StoreUnavailable: The database failed; nothing was forgotten.
         """
         check_id("user_id", user_id)
+        check_names(scope, fact)
         try:
             async with self.engine.begin() as conn:
                 if fact is not None:

@@ -314,7 +314,7 @@ class Platform:
         name unless it shares a declared scope). Damaged facts are listed, not raised.
 
         Raises:
-            InvalidIdentifier, StoreUnavailable.
+            InvalidIdentifier (the user id, or a ``team`` no scope can be named), StoreUnavailable.
         """
         return await self.memory.store.show(user_id, team)
 
@@ -322,7 +322,8 @@ class Platform:
         """Forget one fact kept about ``user_id`` (``fact``), or everything (``fact=None``), in one scope or all.
 
         Raises:
-            InvalidIdentifier, MemoryNotFound (a named fact is not kept), StoreUnavailable.
+            InvalidIdentifier (the user id, or a ``team`` or ``fact`` no manifest can declare), MemoryNotFound (a
+            named fact is not kept), StoreUnavailable.
         """
         return await self.memory.store.forget(user_id, scope=team, fact=fact)
 
