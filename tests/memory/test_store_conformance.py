@@ -4,11 +4,12 @@ fact and in full, swept by retention, fenced during an erasure, damaged rows rep
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.erasure.receipt import StepStatus
@@ -125,6 +126,32 @@ async def test_forgetting_everything_removes_one_scope_or_every_scope_and_no_one
     assert (gone.memories, gone.facts) == (1, 2) and await store.show("alice") == []
     assert (await store.forget("alice")) == type(gone)(0, 0)  # nothing left: nothing to do, no error
     assert [m.user_id for m in await store.show("bob")] == ["bob"]
+
+
+@pytest.mark.parametrize("fact", [None, "ticket_id"])
+async def test_forgetting_while_a_write_is_under_way_leaves_nothing_of_what_it_forgets(
+    store: MemoryStore, engine: AsyncEngine, fact: str | None
+) -> None:
+    await put(store, facts_={"ticket_id": "55102"})
+    # A write under way: the memory row moved on (and held by its transaction), its facts not yet written.
+    async with engine.connect() as writer:
+        await writer.begin()
+        await writer.execute(update(memories).where(memories.c.user_id == "alice").values(version=2))
+        forgetting = asyncio.create_task(store.forget("alice", fact=fact))
+        await asyncio.sleep(0.5)  # the forget has started and waits for the write's transaction
+        stored = {"user_id": "alice", "scope": "helpdesk", "type": "str", "source_run_id": "run-2",
+                  "created_at": T0, "confirmed_at": T0}
+        await writer.execute(insert(facts).values(**stored, name="router_model", value='"ZX-81"'))
+        if fact is not None:
+            await writer.execute(update(facts).where(facts.c.name == fact).values(value='"55103"'))
+        await writer.commit()
+    await forgetting
+    kept = await store.show("alice")
+    if fact is None:  # everything: the fact the write added too
+        assert kept == []
+    else:  # the fact, whatever value the write gave it; the write's other fact stays with its memory row
+        (memory,) = kept
+        assert set(memory.facts) == {"router_model"} and memory.damaged == [] and memory.version == 3
 
 
 async def test_retention_sweeps_memory_past_its_expiry_with_its_facts(store: MemoryStore) -> None:
@@ -245,3 +272,4 @@ async def test_the_erasure_step_counts_and_removes_a_users_memory_and_no_one_els
     assert (await step.remaining(ctx)).rows == 0
     async with engine.connect() as conn:
         assert (await conn.execute(select(memories.c.user_id))).scalars().all() == ["bob"]
+

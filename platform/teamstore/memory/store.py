@@ -308,10 +308,15 @@ class MemoryStore:
         check_names(scope, fact)
         try:
             async with self.engine.begin() as conn:
+                # The memory rows first, as a write takes them: a write under way finishes before the forget
+                # goes on, and what it wrote is forgotten too (taken the other way round, the facts it added
+                # stayed without their row, or the two waited for each other until the database gave up).
                 if fact is not None:
+                    await conn.execute(select(memories.c.scope).where(*_key(memories, user_id, scope))
+                                       .with_for_update())
                     return await self._forget_fact(conn, user_id, scope, fact)
-                dropped = (await conn.execute(delete(facts).where(*_key(facts, user_id, scope)))).rowcount
                 gone = (await conn.execute(delete(memories).where(*_key(memories, user_id, scope)))).rowcount
+                dropped = (await conn.execute(delete(facts).where(*_key(facts, user_id, scope)))).rowcount
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "forget the user's memory") from exc
         return Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
