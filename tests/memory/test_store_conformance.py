@@ -273,3 +273,22 @@ async def test_the_erasure_step_counts_and_removes_a_users_memory_and_no_one_els
     async with engine.connect() as conn:
         assert (await conn.execute(select(memories.c.user_id))).scalars().all() == ["bob"]
 
+
+async def test_the_erasure_step_run_while_a_write_is_under_way_leaves_nothing_behind(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, "alice's summary", {"ticket_id": "1"})
+    step, ctx = memory_step(), StepContext(engine, None, "er-1", "alice", None)  # type: ignore[arg-type]
+    await open_request(engine, "er-1", "alice", "test", 30)
+    # A write whose memory row moved on just before the fence went up: its facts are not written yet.
+    async with engine.connect() as writer:
+        await writer.begin()
+        await writer.execute(update(memories).where(memories.c.user_id == "alice").values(version=2))
+        erasing = asyncio.create_task(step.erase(ctx, prior=None))
+        await asyncio.sleep(0.5)  # the step has started and waits for the write's transaction
+        await writer.execute(insert(facts).values(
+            user_id="alice", scope="helpdesk", name="visits", type="int", value="2", source_run_id="run-2",
+            created_at=T0, confirmed_at=T0))
+        await writer.commit()
+    assert (await erasing).status is StepStatus.DELETED
+    assert (await step.remaining(ctx)).rows == 0

@@ -34,8 +34,12 @@ class UserMemoryRows:
         return total_rows, total_bytes
 
     async def delete(self, conn: AsyncConnection, user_id: str) -> None:
-        """Delete ``user_id``'s facts and summaries (committed with the caller's transaction)."""
-        for table in (facts, memories):
+        """Delete ``user_id``'s summaries and facts (committed with the caller's transaction).
+
+        The memory rows first, as a write takes them: a write that began before the fence finishes first, and
+        the facts it added are deleted with the rest (taken the other way round, they stayed behind).
+        """
+        for table in (memories, facts):
             await conn.execute(delete(table).where(table.c.user_id == user_id))
 
 
