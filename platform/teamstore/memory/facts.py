@@ -21,6 +21,7 @@ from typing import Any
 
 from config_registry.manifest import FACT_NAME, NAME_PATTERN, FactType, MemoryDeclaration
 from teamstore.errors import InvalidIdentifier, MemoryWriteRefused
+from teamstore.ids import control_character
 
 MAX_FACT_CHARS = 500
 """The longest text value a fact keeps: a fact is an id or a name, not a paragraph."""
@@ -47,7 +48,7 @@ def check_value(name: str, kind: str, value: Any) -> Any:
     Returns:
         The value: a ``str`` (at most :data:`MAX_FACT_CHARS`), ``int``, ``float``, ``bool``, or a ``date``.
     """
-    if kind == "str" and isinstance(value, str) and 0 < len(value) <= MAX_FACT_CHARS and unicode(value):
+    if kind == "str" and isinstance(value, str) and _text_fact(value):
         return value
     if kind == "int" and type(value) is int:
         return value
@@ -60,10 +61,19 @@ def check_value(name: str, kind: str, value: Any) -> Any:
             return value
         if isinstance(value, str) and len(value) == 10:
             try:
-                return date.fromisoformat(value)
+                day = date.fromisoformat(value)
             except ValueError:
-                pass
+                day = None
+            if day is not None and day.isoformat() == value:  # YYYY-MM-DD, not an ISO week date (2026-W39-4)
+                return day
     raise FactInvalid(f"fact {name!r} is not a valid {_described(kind)}")
+
+
+def _text_fact(value: str) -> bool:
+    """One line of Unicode text: the memory message lists a fact per line, and a value holding a line break
+    would give the model lines of facts no team declared."""
+    return (0 < len(value) <= MAX_FACT_CHARS and unicode(value) and control_character(value) is None
+            and value.splitlines() == [value])  # nor U+2028, U+0085 and the other breaks text may take
 
 
 def check_names(scope: str | None = None, fact: str | None = None) -> None:
@@ -96,7 +106,7 @@ def unicode(text: str) -> bool:
 
 def _described(kind: str) -> str:
     return {
-        "str": f"str (Unicode text of 1 to {MAX_FACT_CHARS} characters)", "int": "int (a whole number)",
+        "str": f"str (one line of Unicode text, 1 to {MAX_FACT_CHARS} characters)", "int": "int (a whole number)",
         "float": "float (a finite number)", "bool": "bool (true or false)", "date": "date (YYYY-MM-DD)",
     }.get(kind, f"{kind!r}, which is no fact type")
 
