@@ -220,6 +220,9 @@ async def test_a_row_damaged_by_hand_is_reported_and_never_raised(store: MemoryS
     assert reasons["ticket_id"] == "fact 'ticket_id' holds a value that is not JSON"
     assert "'visits' is not a valid int" in reasons["visits"] and "no fact type" in reasons["replaced"]
     assert "version" in reasons and ("updated_at" in reasons) == (engine.dialect.name == "sqlite")
+    # What a damaged value holds is still the user's: shown, and so exported, as the row holds it.
+    held = {d["name"]: d["stored"] for d in kept.to_dict()["damaged"]}
+    assert (held["ticket_id"], held["visits"], held["replaced"], held["version"]) == ("{55102", '"two"', "true", None)
     assert (await store.forget("alice")).facts == 3  # what is damaged can still be forgotten
 
 

@@ -59,7 +59,8 @@ def _render(data: dict[str, Any], scope: str | None) -> None:
         if rows:
             print_table(("fact", "type", "value", "from run", "last confirmed"), rows, fixed=(1, 3, 4))
         for damaged in memory["damaged"]:
-            console.print(plain(f"damaged: {damaged['name']}: {damaged['reason']} (not given to any model; "
+            held = "" if damaged["stored"] is None else f"; it holds {damaged['stored']!r}"
+            console.print(plain(f"damaged: {damaged['name']}: {damaged['reason']}{held} (not given to any model; "
                                 "forget it to clear it)"), style="yellow")
         failure = memory["failure"]
         if failure is not None:

@@ -154,10 +154,16 @@ class Fact:
 @dataclass(frozen=True)
 class DamagedFact:
     """A stored fact that cannot be used (edited by hand, or its declared type changed): never given to a
-    model, kept until a write replaces it or the user's memory is forgotten."""
+    model, kept until a write replaces it or the user's memory is forgotten.
+
+    Attributes:
+        stored: The value's text as the row holds it (opened), when it opens but is not a value of its type:
+            still held about the user, so shown and exported as it is. ``None`` when there is no such text.
+    """
 
     name: str
     reason: str
+    stored: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,7 +213,7 @@ class UserMemory:
             "team": self.team, "team_version": self.team_version, "source_run_id": self.source_run_id,
             "updated_at": _iso(self.updated_at), "expires_at": _iso(self.expires_at),
             "facts": [f.to_dict() for f in self.facts.values()],
-            "damaged": [{"name": d.name, "reason": d.reason} for d in self.damaged],
+            "damaged": [{"name": d.name, "reason": d.reason, "stored": d.stored} for d in self.damaged],
             "failure": None if failure is None else {"reason": failure.reason, "at": _iso(failure.at),
                                                       "count": failure.count},
         }

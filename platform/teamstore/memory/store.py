@@ -434,8 +434,8 @@ def _facts(rows: list[Mapping[str, Any]], damaged: list[DamagedFact]) -> dict[st
             continue
         try:
             value = decode_value(name, str(row["type"]), row["value"])
-        except FactInvalid as exc:
-            damaged.append(DamagedFact(name, str(exc)))
+        except FactInvalid as exc:  # what it holds is still the user's: kept in view (show, export)
+            damaged.append(DamagedFact(name, str(exc), row["value"] if isinstance(row["value"], str) else None))
             continue
         created, confirmed = (_moment(row[k], f"fact {name!r} {k}", damaged) for k in ("created_at", "confirmed_at"))
         if created is None or confirmed is None:
