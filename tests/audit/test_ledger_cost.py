@@ -265,6 +265,23 @@ def test_a_price_that_is_not_a_non_negative_number_is_refused(price: object) -> 
     assert "input must be a number of at least 0" in caught.value.message
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("version", "2027-01-01-negotiated-rates-of-the-enterprise-agreement-renewed-in-january"),
+    ("version", ""), ("currency", "EUR-negotiated"), ("currency", " ")])
+async def test_a_version_or_currency_the_price_rows_cannot_hold_is_refused_before_anything_is_written(
+    engine: AsyncEngine, field: str, value: str
+) -> None:
+    # A version over 64 characters or a currency over 8 made `prices sync` and `db upgrade` end in a
+    # traceback on Postgres (value too long for ts_prices) while SQLite kept them whole.
+    document = {"version": "v", "currency": "USD", "models": {
+        "m": [{"effective_from": "2026-01-01", "input": 1, "output": 2}]}, field: value}
+    with pytest.raises(ConfigurationError) as caught:
+        parse_prices(document)
+    assert f"{field} must be 1 to" in caught.value.message and caught.value.hint
+    longest = parse_prices({**document, "version": "v" * 64, "currency": "USD-2026"})
+    assert await sync_prices(engine, longest) == 1
+
+
 def test_two_prices_for_one_model_on_one_day_are_refused() -> None:
     # Which one priced the day depended on the order in the file; `prices sync` died on ts_prices' key.
     entries = [{"effective_from": "2026-01-01", "input": 1, "output": 2},

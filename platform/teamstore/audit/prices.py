@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from teamstore.audit.schema import ledger_name
+from teamstore.audit.schema import prices as price_rows
 from teamstore.errors import ConfigurationError
+
+# As long as ts_prices holds them: a longer one was refused there on Postgres (`prices sync` and
+# `db upgrade` ended in a traceback, every run logged a warning) while SQLite kept it whole.
+VERSION_CHARS: int = price_rows.c.version.type.length  # type: ignore[attr-defined]
+CURRENCY_CHARS: int = price_rows.c.currency.type.length  # type: ignore[attr-defined]
 
 GLOB = frozenset("*?[")
 """Characters that make an entry's name a pattern."""
@@ -154,6 +160,13 @@ def _history(model: str, entries: Any) -> History:
     return history
 
 
+def _label(value: Any, name: str, most: int) -> str:
+    text = str(value)
+    if not text.strip() or len(text) > most:
+        raise ValueError(f"{name} must be 1 to {most} characters, not {text!r}")
+    return text
+
+
 def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
     """Build a :class:`PriceTable` from the JSON document.
 
@@ -167,7 +180,8 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
         The table, each entry's history sorted by date, patterns longest first.
 
     Raises:
-        ConfigurationError: A field is missing or malformed, or an entry has two prices for one day.
+        ConfigurationError: A field is missing or malformed (a ``version`` of more than 64 characters, a
+            ``currency`` of more than 8, either empty), or an entry has two prices for one day.
     """
     try:
         entries = dict(data["models"])
@@ -175,13 +189,15 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
         exact = {ledger_name(m): _history(m, e) for m, e in entries.items() if not is_pattern(m)}
         patterns = sorted(((m, _history(m, e)) for m, e in entries.items() if is_pattern(m)),
                           key=lambda item: (-len(item[0]), item[0]))
-        return PriceTable(version=str(data["version"]), currency=str(data.get("currency", "USD")),
+        return PriceTable(version=_label(data["version"], "version", VERSION_CHARS),
+                          currency=_label(data.get("currency", "USD"), "currency", CURRENCY_CHARS),
                           prices=exact, patterns=tuple(patterns))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"the price table {source} is malformed: {type(exc).__name__}: {exc}",
-            hint="each model or pattern needs entries with distinct effective_from dates (YYYY-MM-DD), input "
-            "and output; see docs/analysts.md",
+            hint=f"give a version of 1 to {VERSION_CHARS} characters, a currency code of at most {CURRENCY_CHARS}, "
+            "and each model or pattern entries with distinct effective_from dates (YYYY-MM-DD), input and "
+            "output; see docs/analysts.md",
         ) from exc
 
 
