@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
+from teamstore.runtime.inspect import SEALED, describe_agents, describe_checkpoint
 from teamstore.settings import Settings
+from teamstore.state.base import StoredSession
+from teamstore.state.factory import store_for
 from teamstore.state.schema import sessions
 from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
 from tests.runtime.conftest import renamed_manifest
@@ -233,6 +237,37 @@ def _stop_a_run(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
         calls.fail_at = 3
         stopped = runner.invoke(app, ["run", "--team", TEAM, "--user", "alice", "--session", "s1", "My line drops"])
     assert stopped.exit_code == 1
+
+
+async def _listed_rows() -> list[StoredSession]:
+    engine = create_engine(Settings().resolved_database_url)
+    try:
+        return await store_for(engine).list_sessions()
+    finally:
+        await engine.dispose()
+
+
+def test_a_listing_says_a_sealed_state_was_not_opened_and_show_opens_it(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A listing opens no user's key: every state and checkpoint it held read 'unreadable (schema_mismatch)'.
+    register(registry)
+    ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
+    with counted_calls(monkeypatch) as calls:
+        assert runner.invoke(app, ["run", *ids, "My line drops"]).exit_code == 0  # a state saved
+        calls.fail_at = calls.made + 3
+        assert runner.invoke(app, ["run", *ids, "again"]).exit_code == 1  # a checkpoint beside it
+    (listed,) = json.loads(runner.invoke(app, ["sessions", "list", "--json"]).stdout)
+    assert listed["agents"] == SEALED and listed["checkpoint"] == SEALED
+    shown = runner.invoke(app, ["sessions", "show", "--user", "alice", "--session", "s1", "--json"])
+    assert shown.exit_code == 0, shown.output
+    opened = json.loads(shown.stdout)
+    assert isinstance(opened["agents"], dict) and opened["checkpoint"]["last_turn"] == 2
+    (row,) = asyncio.run(_listed_rows())
+    refused = replace(row, defects=("the stored state does not open: its data key was destroyed",),
+                      checkpoint_unreadable="its data key was destroyed")
+    assert describe_agents(refused) == "unreadable (the stored state does not open: its data key was destroyed)"
+    assert describe_checkpoint(refused) == "unreadable (its data key was destroyed)"
 
 
 def _only_run() -> dict:  # type: ignore[type-arg]

@@ -13,7 +13,10 @@ from typing import Any
 
 from teamstore.errors import StateRejected
 from teamstore.state.base import StoredSession
-from teamstore.state.envelope import decode
+from teamstore.state.envelope import decode, is_sealed_text
+
+SEALED = "sealed (a listing opens no state: `teamstore sessions show` opens it)"
+"""What a state or checkpoint a listing left sealed reads as: it is not unreadable, only not opened."""
 
 
 def _message_count(state: Mapping[str, Any]) -> int:
@@ -26,9 +29,12 @@ def _message_count(state: Mapping[str, Any]) -> int:
 
 
 def describe_agents(row: StoredSession) -> dict[str, dict[str, int]] | str:
-    """Per persisted agent, stored messages and state bytes; a reason string if the blob is unreadable."""
+    """Per persisted agent, stored messages and state bytes; a reason string if the blob is unreadable, or
+    :data:`SEALED` if it was not opened (a listing's rows)."""
     if row.state is None:
         return {}
+    if is_sealed_text(row.state):  # not opened: the row's defects say why, if it was tried
+        return f"unreadable ({'; '.join(row.defects)})" if row.defects else SEALED
     try:
         participants = decode(row.state).get("participants", {})
     except StateRejected as exc:
@@ -44,9 +50,13 @@ def describe_agents(row: StoredSession) -> dict[str, dict[str, int]] | str:
 
 def describe_checkpoint(row: StoredSession) -> dict[str, Any] | str | None:
     """The run in flight or interrupted whose checkpoint the row holds (its id, last completed turn, bytes),
-    ``None`` without one, or a reason string if it is unreadable."""
+    ``None`` without one, a reason string if it is unreadable, or :data:`SEALED` if it was not opened."""
     if row.checkpoint is None:
         return None
+    if row.checkpoint_unreadable is not None:
+        return f"unreadable ({row.checkpoint_unreadable})"
+    if is_sealed_text(row.checkpoint):
+        return SEALED
     try:
         payload = decode(row.checkpoint) if isinstance(row.checkpoint, str) else None
     except StateRejected as exc:
