@@ -69,6 +69,14 @@ def test_demo_runs_again_in_the_same_home(tmp_path: Path) -> None:
     assert "after the restore the researcher knows alice's first message again" in second.stdout
     assert second.stdout.count("quarantined: alice/") == 1
     assert "sessions left for bob: 0" in second.stdout
+    # The memory writer's share is of the sessions the table shows, not of the first run's as well.
+    cost = second.stdout.split("9. Token cost")[1].split("10. Compliance")[0]
+    rows = [[int(n) for n in cells] for cells in re.findall(r"│ \w+ +│ \S+ +│ \d+ +│ \d+ +│ (\d+) +│ (\d+) +│ (\d+) +│", cost)]
+    share = re.search(r"memory writer \(teamstore cost --by purpose\): (\d+) calls, \d+\+\d+ tokens of (\d+)\+(\d+)",
+                      " ".join(cost.split()))
+    assert len(rows) == 2 and share is not None, cost
+    assert [int(share[2]), int(share[3])] == [sum(r[1] for r in rows), sum(r[2] for r in rows)]
+    assert int(share[1]) < sum(r[0] for r in rows)
 
 
 def test_a_failing_step_is_reported_as_text(tmp_path: Path) -> None:

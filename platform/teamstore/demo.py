@@ -295,12 +295,26 @@ def _cost(sessions: dict[str, str]) -> None:
     console.print(table)
     console.print(f"[dim]prices: version {report['price_version']}; exact decimals; speaker-selection calls "
                   "included[/]")
-    by_purpose = teamstore("cost", "--by", "purpose", "--team", TEAM, "--format", "json", json_flag="")
-    writer = next((r for r in by_purpose["rows"] if r["key"] == "memory_writer"), None)
-    if writer is not None:
+    writer, total = _writer_share(sessions)
+    if writer["calls"]:
         console.print(f"  of which the memory writer (teamstore cost --by purpose): {writer['calls']} calls, "
                       f"{writer['input_tokens']}+{writer['output_tokens']} tokens of "
-                      f"{by_purpose['total']['input_tokens']}+{by_purpose['total']['output_tokens']}")
+                      f"{total['input_tokens']}+{total['output_tokens']}")
+
+
+def _writer_share(sessions: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """The memory writer's calls and tokens in the sessions shown, and all of theirs: the team's whole ledger
+    would count an earlier demo's sessions in the same home, which the table leaves out."""
+    figures = ("calls", "input_tokens", "output_tokens")
+    writer, total = dict.fromkeys(figures, 0), dict.fromkeys(figures, 0)
+    for user, session in sessions.items():
+        report = teamstore("cost", "--by", "purpose", "--team", TEAM, "--user", user, "--session", session,
+                           "--format", "json", json_flag="", ok=(0, 3))
+        for row in report["rows"]:
+            for name in figures:
+                total[name] += row[name]
+                writer[name] += row[name] if row["purpose"] == "memory_writer" else 0
+    return writer, total
 
 
 def _amount(row: dict[str, Any]) -> str:
