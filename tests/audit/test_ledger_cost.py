@@ -258,11 +258,18 @@ async def test_nothing_is_written_for_a_user_under_an_open_erasure(
     assert await find_subject(engine, "leaving") is None
 
 
-@pytest.mark.parametrize("price", [-5, "0.15", None, True, float("inf"), float("nan")])
+@pytest.mark.parametrize("price", [-5, "0.15", None, True, float("inf"), float("nan"), Decimal("1e400"), 1_000_001])
 def test_a_price_that_is_not_a_non_negative_number_is_refused(price: object) -> None:
     with pytest.raises(ConfigurationError) as caught:
         parse_prices({"version": "v", "models": {"m": [{"effective_from": "2026-01-01", "input": price, "output": 1}]}})
     assert "input must be a number of at least 0" in caught.value.message
+
+
+@pytest.mark.parametrize("models", [{}, []])
+def test_a_price_table_that_prices_no_model_is_refused(models: object) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_prices({"version": "v", "models": models})
+    assert "models names no model" in caught.value.message
 
 
 @pytest.mark.parametrize(("field", "value"), [

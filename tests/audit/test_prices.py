@@ -72,7 +72,8 @@ def test_the_shipped_table_prices_the_current_models_of_the_default_providers(mo
 
 
 # Every name autogen-ext 0.7.5's model clients know (the model-info tables and aliases of its OpenAI and
-# Anthropic clients), but Meta's Llama API models, which have no published list price.
+# Anthropic clients), but Meta's Llama API models, which have no published list price, and Anthropic's
+# retired Claude 2.0, 2.1 and Instant 1.2.
 AUTOGEN_KNOWN = [
     "gpt-3.5-turbo", "gpt-3.5-turbo-0125", "gpt-3.5-turbo-0613", "gpt-3.5-turbo-1106", "gpt-3.5-turbo-16k",
     "gpt-3.5-turbo-16k-0613", "gpt-3.5-turbo-instruct", "gpt-4", "gpt-4-0125-preview", "gpt-4-0613",

@@ -128,15 +128,22 @@ class PriceTable:
         return [p for name in sorted(every) for p in every[name]]
 
 
+MAX_PER_MILLION = 1_000_000
+"""The highest price per million tokens a table may give (one per token): past any model's, and within what
+``ts_prices`` stores exactly."""
+
+
 def _per_million(model: str, entry: dict[str, Any], side: str) -> Decimal:
     value = entry[side]
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         raise ValueError(f"{model}: {side} must be a number of at least 0 per million tokens, not {value!r}")
     # A float from a caller's dict reads as it was written (0.1, not 0.1000000000000000055...).
     amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-    if not amount.is_finite() or amount < 0:
-        # A negative, infinite or NaN price would price runs below zero or as NaN, silently.
-        raise ValueError(f"{model}: {side} must be a number of at least 0 per million tokens, not {value!r}")
+    if not amount.is_finite() or not 0 <= amount <= MAX_PER_MILLION:
+        # A negative, infinite or NaN price would price runs below zero or as NaN, silently; one past any
+        # real price (1e400 parses) is stored in ts_prices as infinity.
+        raise ValueError(f"{model}: {side} must be a number of at least 0 and at most {MAX_PER_MILLION:,} per"
+                         f" million tokens, not {value!r}")
     return amount
 
 
@@ -181,10 +188,12 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
 
     Raises:
         ConfigurationError: A field is missing or malformed (a ``version`` of more than 64 characters, a
-            ``currency`` of more than 8, either empty), or an entry has two prices for one day.
+            ``currency`` of more than 8, either empty, no model), or an entry has two prices for one day.
     """
     try:
         entries = dict(data["models"])
+        if not entries:  # a table that prices nothing would make every run's cost unknown, silently
+            raise ValueError("models names no model")
         # Keyed as the ledger stores a model's name (a long one shortened), so its price applies to it.
         exact = {ledger_name(m): _history(m, e) for m, e in entries.items() if not is_pattern(m)}
         patterns = sorted(((m, _history(m, e)) for m, e in entries.items() if is_pattern(m)),
