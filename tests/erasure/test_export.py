@@ -36,7 +36,9 @@ from teamstore.export import ExportCoordinator, Section, store_exporters
 from teamstore.export.requests import get_export
 from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
+from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import memories
+from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state import envelope
 from teamstore.state.schema import sessions
@@ -243,6 +245,27 @@ async def test_a_folder_store_hands_over_a_write_a_killed_writer_left(engine: As
     (entry,) = loaded(unpack(done.path), "transcripts/index.json")["runs"]
     assert entry["copy"] == "partial_write" and done.manifest.stores["transcripts"].records == 1
     assert b"CANARY-gil" in unpack(done.path)[entry["file"]]
+
+
+async def test_memory_facts_left_without_their_memory_row_are_exported_as_left_over_while_held(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    store, folder = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings())), LocalTranscriptStore(tmp_path)
+    await get_or_create_subject(engine, "hal")
+    await store.write("hal", "helpdesk", MemoryUpdate("line fault", {"ticket_id": "55102"}), types={"ticket_id": "str"},
+                      expected_version=0, run_id="run-1", team="helpdesk", team_version="v1", retention_days=180)
+    async with engine.begin() as conn:  # the memory row deleted by hand: its fact is left, still held about hal
+        await conn.execute(memories.delete())
+
+    done = await exporter(engine, folder).run("hal", tmp_path / "hal.zip", operator="o")
+
+    (memory,) = loaded(unpack(done.path), "memory.json")["memory"]
+    assert memory["leftover"] is True and memory["summary"] == "" and memory["version"] == 0
+    assert [(f["name"], f["value"]) for f in memory["facts"]] == [("ticket_id", "55102")]
+    assert done.manifest.stores["memory"].records == 1  # the fact: there is no memory row
+    await store.sweep()
+    swept = await exporter(engine, folder).run("hal", tmp_path / "swept.zip", operator="o")
+    assert loaded(unpack(swept.path), "memory.json")["memory"] == []
 
 
 def test_the_composition_root_exports_from_every_store_it_builds(

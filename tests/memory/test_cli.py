@@ -111,3 +111,18 @@ def test_cost_by_purpose_shows_the_memory_writer_and_the_sweep_counts_memory(ran
     swept = as_json("retention", "sweep")
     assert (swept["memories"], swept["memory_facts"]) == (0, 0)  # 180 days from now: nothing expired
     assert "expired user memories (0 facts)" in runner.invoke(app, ["retention", "sweep"]).stdout
+
+
+def test_facts_left_without_their_memory_row_are_not_shown_and_the_sweep_removes_and_counts_them(
+    ran: dict[str, Any],
+) -> None:
+    with sqlite3.connect(Settings().home / "teamstore.db") as conn:
+        conn.execute("DELETE FROM ts_user_memory")  # by hand: the two facts are left
+    assert as_json("memory", "show", "--user", "alice")["memories"] == []  # no memory of alice's exists
+    assert "nothing is kept about this user" in runner.invoke(app, ["memory", "show", "--user", "alice"]).stdout
+    swept = as_json("retention", "sweep")
+    assert (swept["memories"], swept["memory_facts"], swept["memory_leftover_facts"]) == (0, 0, 2)
+    with sqlite3.connect(Settings().home / "teamstore.db") as conn:
+        assert conn.execute("SELECT count(*) FROM ts_user_memory_facts").fetchone() == (0,)
+    said = " ".join(runner.invoke(app, ["retention", "sweep"]).stdout.split())  # as wrapped to the terminal
+    assert "0 expired user memories (0 facts), 0 leftover memory facts" in said

@@ -257,3 +257,20 @@ async def test_a_memory_row_damaged_by_hand_gives_only_what_is_sound_and_is_neve
     assert {d.name for d in kept.damaged} == {"router_model", "version"}
     assert kept.failure is not None and "damaged" in kept.failure.reason  # the writer refused to write over it
     assert kept.facts["ticket_id"].value == "55102"
+
+
+async def test_facts_left_without_their_memory_row_are_given_to_no_session_and_the_next_write_starts_clean(
+    platform: Platform, engine: AsyncEngine, channel: str
+) -> None:
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    async with engine.begin() as conn:  # the memory row deleted by hand: its facts are left
+        await conn.execute(memories.delete())
+    since = len(CALLS[channel])
+    _, given, _ = await talk(platform, "alice", "s2", "Hello again")
+    await platform.drain_memory()
+    assert given == MemoryRecall("helpdesk")  # a new session, given nothing of what is left
+    assert not any(str(m.content).startswith(HEADER) for call in CALLS[channel][since:] for m in call)
+    (kept,) = await platform.show_memory("alice")
+    assert kept.written and kept.version == 1 and kept.failure is None  # written, not refused
+    assert kept.facts == {} and not kept.leftover and "ZX-81" not in kept.summary  # nothing of the old memory

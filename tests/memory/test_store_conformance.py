@@ -19,7 +19,7 @@ from teamstore.erasure.steps.database import memory_step
 from teamstore.errors import ErasureInProgress, InvalidIdentifier, MemoryNotFound, StaleMemory
 from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import facts, memories
-from teamstore.memory.store import MemoryStore
+from teamstore.memory.store import Forgotten, MemoryStore
 
 TYPES = {"ticket_id": "str", "visits": "int", "speed": "float", "replaced": "bool", "visited_on": "date"}
 T0 = datetime.now(UTC).replace(hour=9, minute=30, second=0, microsecond=0) - timedelta(days=1)
@@ -170,7 +170,7 @@ async def test_memory_past_its_expiry_reads_as_gone_and_a_write_starts_afresh_wi
     await put(store, "line fault", {"ticket_id": "1", "visits": 2}, retention=0.5)  # expired last night
     await put(store, "other", {"ticket_id": "9"}, user="bob", retention=0.5)
     assert await store.show("alice") == []  # not listed, though not swept yet
-    assert [m.summary for m in await store.show("alice", expired=True)] == ["line fault"]  # what an export holds
+    assert [m.summary for m in await store.show("alice", held=True)] == ["line fault"]  # what an export holds
     assert await store.load("alice", "helpdesk") is None  # not given to a session or a writer: and deleted
     async with engine.connect() as conn:
         left = (await conn.execute(select(memories.c.user_id).union_all(select(facts.c.user_id)))).scalars().all()
@@ -226,15 +226,89 @@ async def test_a_row_damaged_by_hand_is_reported_and_never_raised(store: MemoryS
     assert (await store.forget("alice")).facts == 3  # what is damaged can still be forgotten
 
 
-async def test_facts_left_without_their_memory_row_are_shown_and_can_be_forgotten(
+async def leave_facts(engine: AsyncEngine, user: str = "alice") -> None:
+    """Delete the user's memory rows and leave their facts, as a hand's delete (or an older release's forget or
+    erasure racing a write) did."""
+    async with engine.begin() as conn:
+        await conn.execute(memories.delete().where(memories.c.user_id == user))
+
+
+async def stored_facts(engine: AsyncEngine) -> list[tuple[str, str, str]]:
+    async with engine.connect() as conn:
+        found = await conn.execute(select(facts.c.user_id, facts.c.scope, facts.c.name).order_by(
+            facts.c.user_id, facts.c.scope, facts.c.name))
+        return [(str(u), str(s), str(n)) for u, s, n in found.all()]
+
+
+async def test_facts_left_without_their_memory_row_are_never_loaded_nor_shown_but_exported_until_swept(
     store: MemoryStore, engine: AsyncEngine
 ) -> None:
-    await put(store, facts_={"ticket_id": "55102"})
-    async with engine.begin() as conn:
-        await conn.execute(memories.delete())
-    (orphan,) = await store.show("alice")
-    assert orphan.facts["ticket_id"].value == "55102" and orphan.damaged[0].name == "memory"
+    await put(store, facts_={"ticket_id": "55102", "visits": 2})
+    await put(store, "bob's", {"ticket_id": "9"}, user="bob")
+    await leave_facts(engine)
+    assert await store.load("alice", "helpdesk") is None  # no session is given them, nor a writer
+    assert await store.show("alice") == [] and await store.show("alice", "helpdesk") == []
+    (left,) = await store.show("alice", held=True)  # still held about alice: what an export lists
+    assert left.leftover and not left.written and (left.scope, left.summary, left.team) == ("helpdesk", "", "")
+    assert {n: f.value for n, f in left.facts.items()} == {"ticket_id": "55102", "visits": 2}
+    assert left.to_dict()["leftover"] is True and (await store.show("bob"))[0].to_dict()["leftover"] is False
+    assert await stored_facts(engine) == [("alice", "helpdesk", "ticket_id"), ("alice", "helpdesk", "visits"),
+                                          ("bob", "helpdesk", "ticket_id")]  # reading deleted nothing
+
+
+async def test_retention_sweeps_facts_left_without_their_memory_and_counts_them_apart(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, facts_={"ticket_id": "1", "visits": 2})
+    await put(store, facts_={"ticket_id": "2"}, scope="billing")
+    await put(store, facts_={"ticket_id": "3"}, user="bob", retention=1)  # expired by the sweep's time
+    await put(store, "carol's", {"ticket_id": "4"}, user="carol")
+    await leave_facts(engine)
+    swept = await store.sweep(now=T0 + timedelta(days=2), batch_size=1)  # batches of one: every batch runs
+    assert (swept.memories, swept.facts, swept.leftover_facts) == (1, 1, 3)
+    assert await stored_facts(engine) == [("carol", "helpdesk", "ticket_id")]  # written memory stays
+    assert await store.show("alice", held=True) == []
+    assert (await store.sweep(now=T0 + timedelta(days=2))).leftover_facts == 0
+
+
+async def test_the_first_write_after_facts_were_left_over_starts_clean(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, "line fault", {"ticket_id": "55102", "visits": 2})
+    await leave_facts(engine)
+    assert await put(store, "new ticket", {"ticket_id": "60001"}, run="run-2") == 1  # not refused
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and not kept.leftover and (kept.version, kept.summary) == (1, "new ticket")
+    assert {n: f.value for n, f in kept.facts.items()} == {"ticket_id": "60001"}  # the left visits are gone
+    assert kept.facts["ticket_id"].source_run_id == "run-2" and kept.damaged == []
+    assert [m.leftover for m in await store.show("alice", held=True)] == [False]
+
+
+async def test_facts_beside_a_row_holding_only_a_failure_are_left_over_too(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, "line fault", {"ticket_id": "55102"})
+    await leave_facts(engine)
+    # A writer of an older release refused the facts it found with no row, and recorded why: a row of version 0.
+    assert await store.record_failure("alice", "helpdesk", "the stored memory row is damaged", team="helpdesk",
+                                      team_version="v1", retention_days=180, now=T0)
+    kept = await store.load("alice", "helpdesk")
+    assert kept is not None and not kept.written and kept.facts == {} and kept.failure is not None
+    assert [(m.version, m.leftover, set(m.facts)) for m in await store.show("alice")] == [(0, False, set())]
+    assert [(m.leftover, set(m.facts)) for m in await store.show("alice", held=True)] == [
+        (False, set()), (True, {"ticket_id"})]
+    assert (await store.sweep(now=T0 + timedelta(days=2))).leftover_facts == 1
+    assert [m.failure is not None for m in await store.show("alice", held=True)] == [True]  # the row stays
+
+
+async def test_facts_left_without_their_memory_row_can_be_forgotten(store: MemoryStore, engine: AsyncEngine) -> None:
+    await put(store, facts_={"ticket_id": "55102", "visits": 2})
+    await put(store, facts_={"ticket_id": "7"}, scope="billing")
+    await leave_facts(engine)
+    assert (await store.forget("alice", fact="visits")) == Forgotten(memories=0, facts=1)
     assert (await store.forget("alice", scope="helpdesk")).facts == 1
+    assert (await store.forget("alice")).facts == 1
+    assert await store.show("alice", held=True) == [] and await stored_facts(engine) == []
 
 
 async def test_ids_are_checked_before_anything_is_read(store: MemoryStore) -> None:
@@ -275,6 +349,21 @@ async def test_the_erasure_step_counts_and_removes_a_users_memory_and_no_one_els
     assert (await step.remaining(ctx)).rows == 0
     async with engine.connect() as conn:
         assert (await conn.execute(select(memories.c.user_id))).scalars().all() == ["bob"]
+
+
+async def test_the_erasure_step_counts_and_removes_facts_left_without_their_memory(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, "alice's summary", {"ticket_id": "1", "visits": 2})
+    await put(store, "billing", {"ticket_id": "2"}, scope="billing")
+    await leave_facts(engine)
+    await put(store, "afresh", {"ticket_id": "3"}, scope="billing")  # one scope written again since
+    step, ctx = memory_step(), StepContext(engine, None, "er-1", "alice", None)  # type: ignore[arg-type]
+    assert (await step.enumerate(ctx)).rows == 4  # two left over, the new memory row and its fact
+    await open_request(engine, "er-1", "alice", "test", 30)
+    result = await step.erase(ctx, prior=None)
+    assert result.status is StepStatus.DELETED and result.counts.rows == 4
+    assert (await step.remaining(ctx)).rows == 0 and await stored_facts(engine) == []
 
 
 async def test_the_erasure_step_run_while_a_write_is_under_way_leaves_nothing_behind(

@@ -11,7 +11,7 @@ transcripts' clock too. Ledger rows go after ``ledger_retention_days``, and with
 recorded for sessions no ledger row names any more; expired
 resume-state sessions through the state store's own sweep; quarantined states after
 ``quarantine_retention_days``; users' memory once its own expiry passed (set at each write: its team's
-retention, else ``memory_retention_days``, after the last update).
+retention, else ``memory_retention_days``, after the last update), and facts left with no memory written.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class SweepReport:
     quarantined: int
     memories: int
     memory_facts: int
+    memory_leftover_facts: int
     transcript_cutoff: datetime
     ledger_cutoff: datetime
     quarantine_cutoff: datetime
@@ -81,7 +82,8 @@ async def sweep_all(
     keys: KeyService | None = None, ending: Ending | None = None,
 ) -> SweepReport:
     """Remove what is past retention: expired sessions, local transcripts, queued transcripts, ledger rows (and
-    the session ids of sessions no ledger row names any more), quarantined states, expired user memory.
+    the session ids of sessions no ledger row names any more), quarantined states, expired user memory and
+    memory facts left with no memory written (:meth:`teamstore.memory.store.MemoryStore.sweep`).
 
     Args:
         settings: ``transcript_retention_days``, ``ledger_retention_days``, ``quarantine_retention_days``.
@@ -109,4 +111,4 @@ async def sweep_all(
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
     memory = await MemoryStore(engine).sweep(now)
     return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, memory.memories,
-                       memory.facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff)
+                       memory.facts, memory.leftover_facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff)

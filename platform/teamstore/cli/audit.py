@@ -452,8 +452,8 @@ def retention_apply(
 
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
-    """Remove local and queued transcripts, ledger rows and quarantined states past retention, expired sessions
-    and expired user memory."""
+    """Remove local and queued transcripts, ledger rows and quarantined states past retention, expired sessions,
+    expired user memory and memory facts left with no memory written."""
     from teamstore.audit.retention import sweep_all
     from teamstore.events import drain_observers
     from teamstore.runtime.interruptions import ending
@@ -472,7 +472,8 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
         render=lambda d: console.print(
             f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "
             f"rows, {d['session_ids']} session ids, {d['sessions']} expired sessions, {d['quarantined']} "
-            f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts)"
+            f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts), "
+            f"{d['memory_leftover_facts']} leftover memory facts"
         ),
     )
 

@@ -124,20 +124,21 @@ class StateRows:
 
 class MemoryRows:
     """What teams keep about the user between sessions: each scope's summary and facts (value, type, the run
-    it came from, when last confirmed), anything damaged, and the memory writer's last failure."""
+    it came from, when last confirmed), anything damaged, the memory writer's last failure, and facts still held
+    though the memory they belonged to no longer exists (``leftover``)."""
 
     name = "memory"
 
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
         """Write the user's memory, every scope."""
         try:
-            # Opened (plain values); past its expiry too: held until swept, so it is the user's to see.
-            kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id, expired=True)
+            # Opened (plain values); past its expiry and leftover facts too: held until swept, so the user's to see.
+            kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id, held=True)
         except InvalidIdentifier:
             kept = []  # an id no session could have (erasure's wider rule): no memory was ever written for it
         found = [m.to_dict() for m in kept]
         return archive.add_json("memory.json", {"user_id": ctx.user_id, "memory": found},
-                                records=sum(1 + len(m["facts"]) for m in found))
+                                records=sum((0 if m["leftover"] else 1) + len(m["facts"]) for m in found))
 
 
 class OutboxRows:

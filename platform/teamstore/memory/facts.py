@@ -184,6 +184,9 @@ class UserMemory:
         facts: The usable facts, by name.
         damaged: Facts (or the summary, as ``summary``) that could not be read as stored.
         failure: The writer's last failure, if it ever failed.
+        leftover: The facts are kept with no memory written (no row, or one holding only a failure): left over
+            from a memory that no longer exists, never given to a session or a writer, and deleted by the next
+            write of the scope or the retention sweep. Listed only where everything held is (an export).
     """
 
     user_id: str
@@ -198,6 +201,7 @@ class UserMemory:
     facts: dict[str, Fact] = field(default_factory=dict)
     damaged: list[DamagedFact] = field(default_factory=list)
     failure: WriterFailure | None = None
+    leftover: bool = False
 
     @property
     def written(self) -> bool:
@@ -216,6 +220,7 @@ class UserMemory:
             "damaged": [{"name": d.name, "reason": d.reason, "stored": d.stored} for d in self.damaged],
             "failure": None if failure is None else {"reason": failure.reason, "at": _iso(failure.at),
                                                       "count": failure.count},
+            "leftover": self.leftover,
         }
 
 

@@ -24,6 +24,11 @@ user's data key (:mod:`teamstore.memory.sealing`) and opened when read: what the
 beside the ids, scopes, fact names and types. Rows written before sealing read as they are and are
 sealed by their next write (or ``teamstore keys migrate``). A value that does not open (sealed under a key an
 erasure destroyed, as in a restored backup) is listed as damaged, never given to a model.
+
+Facts belong to a written memory: those kept with none (no row, or one holding only a failure) are **left
+over** from a memory that no longer exists (its row deleted by hand, or by an older release's forget or erasure
+that raced a write). No session or writer is given them, ``show`` lists them only for an export, the next write
+of the scope starts without them, and the retention sweep deletes them.
 """
 
 from __future__ import annotations
@@ -68,6 +73,16 @@ class Forgotten:
 
     memories: int
     facts: int
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What the retention sweep removed: memories past their expiry (``memories``) with their ``facts``, and
+    ``leftover_facts``, facts kept with no memory written (what is left of a memory that no longer exists)."""
+
+    memories: int
+    facts: int
+    leftover_facts: int
 
 
 def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
@@ -119,23 +134,26 @@ class MemoryStore:
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
         """
-        found = await self._read(user_id, scope)
+        found = [memory for memory in await self._read(user_id, scope) if not memory.leftover]
         if found and _expired(found[0]):  # read as gone, and gone: a write must not renew it
             await self._sweep(datetime.now(UTC), 1, _key(memories, user_id, scope))
             return None
         return found[0] if found else None
 
-    async def show(self, user_id: str, scope: str | None = None, *, expired: bool = False) -> list[UserMemory]:
-        """Everything kept about ``user_id`` (under one scope, or all), by scope. Damaged facts and fields
-        are listed in each memory's ``damaged``, never raised; memory past its expiry only with ``expired``
-        (an export's: what is held, until the retention sweep or the next session's read deletes it).
+    async def show(self, user_id: str, scope: str | None = None, *, held: bool = False) -> list[UserMemory]:
+        """The memory kept about ``user_id`` (under one scope, or all), by scope. Damaged facts and fields
+        are listed in each memory's ``damaged``, never raised. With ``held`` (an export's), everything the
+        tables hold about the user: memory past its expiry too (until the sweep or the scope's next read deletes
+        it), and leftover facts (``leftover``, after the scope's memory row if it has one; until the sweep or
+        the scope's next write deletes them).
 
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id, or ``scope`` no scope a team can declare.
             StoreUnavailable: the database failed.
         """
         check_names(scope)
-        return [memory for memory in await self._read(user_id, scope) if expired or not _expired(memory)]
+        return [memory for memory in await self._read(user_id, scope)
+                if held or not (memory.leftover or _expired(memory))]
 
     async def _read(self, user_id: str, scope: str | None) -> list[UserMemory]:
         check_id("user_id", user_id)
@@ -155,10 +173,11 @@ class MemoryStore:
         by_scope: dict[str, list[Mapping[str, Any]]] = {}
         for row in kept:
             by_scope.setdefault(str(row["scope"]), []).append(row)
-        found = [_memory(row, by_scope.pop(str(row["scope"]), [])) for row in rows]
-        # Facts whose memory row is gone (deleted by hand): still the user's, shown so they can be forgotten.
-        found += [_orphans(user_id, scope, rows) for scope, rows in sorted(by_scope.items())]
-        return sorted(found, key=lambda m: m.scope)
+        # Beside a row holding only a failure, facts are left over too: the writer of an older release refused
+        # facts with no row, and recording its failure made one.
+        found = [_memory(row, by_scope.pop(str(row["scope"]), []) if row["version"] != 0 else []) for row in rows]
+        found += [_leftovers(user_id, scope, rows) for scope, rows in by_scope.items()]
+        return sorted(found, key=lambda m: (m.scope, m.leftover))
 
     # --- writing ---------------------------------------------------------------------------------------
     async def writer_key(self, user_id: str) -> DataKey | None:
@@ -182,7 +201,8 @@ class MemoryStore:
             user_id: The user. scope: The memory's scope.
             update: The new summary and the facts to set (checked values).
             types: Each fact's declared type, stored with it.
-            expected_version: The version the writer read (0: none written yet).
+            expected_version: The version the writer read (0: none written yet, and the write starts without
+                any leftover facts of the scope).
             run_id: The run the new values came from.
             team: The team writing. team_version: Its registry version.
             retention_days: The memory expires this long after this write.
@@ -212,7 +232,7 @@ class MemoryStore:
                         raise _erased()
                     raise StaleMemory("another write of this user's memory landed first",
                                       hint="read the memory again and write from what it holds now")
-                kept = await _kept_facts(conn, user_id, scope, data_key)
+                kept = await _facts_before(conn, user_id, scope, data_key, first=expected_version == 0)
                 for name, value in update.facts.items():
                     text = encode_value(value)
                     same = kept.get(name) == (types[name], text)  # compared opened: each seal is different bytes
@@ -337,16 +357,36 @@ class MemoryStore:
         return Forgotten(memories=0, facts=len(scopes))
 
     # --- retention -----------------------------------------------------------------------------------------
-    async def sweep(self, now: datetime | None = None, batch_size: int = 500) -> Forgotten:
-        """Delete memories past their expiry (their retention after the last update), with their facts.
+    async def sweep(self, now: datetime | None = None, batch_size: int = 500) -> Swept:
+        """Delete memories past their expiry (their retention after the last update), with their facts, then
+        the leftover facts: those kept with no memory written.
 
         Raises:
             StoreUnavailable: The database failed; the batches deleted before it stay deleted.
         """
-        return await self._sweep(now or datetime.now(UTC), batch_size, [])
+        expired = await self._sweep(now or datetime.now(UTC), batch_size, [])
+        return Swept(expired.memories, expired.facts, await self._sweep_leftovers(batch_size))
+
+    async def _sweep_leftovers(self, batch_size: int) -> int:
+        """Delete the facts kept with no memory written, in batches; how many."""
+        total = 0
+        while True:
+            victims = (select(facts.c.user_id, facts.c.scope, facts.c.name).where(_left_over())
+                       .limit(batch_size).correlate(None))
+            try:
+                async with self.engine.begin() as conn:
+                    # Checked again as it deletes: a first write that landed meanwhile owns the facts it wrote.
+                    result = await conn.execute(delete(facts).where(
+                        tuple_(facts.c.user_id, facts.c.scope, facts.c.name).in_(victims), _left_over()))
+            except SQLAlchemyError as exc:
+                raise _unavailable(exc, "sweep leftover memory facts") from exc
+            gone = int(result.rowcount or 0)
+            total += gone
+            if gone < batch_size:
+                return total
 
     async def _sweep(self, now: datetime, batch_size: int, where: list[Any]) -> Forgotten:
-        """:meth:`sweep`, of the memories ``where`` also holds."""
+        """Delete memories past their expiry that ``where`` also holds, with their facts."""
         total = Forgotten(0, 0)
         while True:
             victims = (select(memories.c.user_id, memories.c.scope).where(memories.c.expires_at <= now, *where)
@@ -363,6 +403,24 @@ class MemoryStore:
             total = Forgotten(total.memories + len(keys), total.facts + dropped)
             if len(keys) < batch_size:
                 return total
+
+
+def _left_over() -> ColumnElement[bool]:
+    """The fact's (user, scope) has no memory written: no row, or one holding only a writer's failure."""
+    return ~exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
+                           memories.c.version != 0)
+
+
+async def _facts_before(
+    conn: AsyncConnection, user_id: str, scope: str, data_key: DataKey | None, *, first: bool
+) -> dict[str, tuple[str, str | None]]:
+    """The facts a write keeps beside those it names (:func:`_kept_facts`). A first write keeps none: facts kept
+    with no memory written are left over from one that no longer exists, and go (merged in, they would come
+    back as the user's memory)."""
+    if first:
+        await conn.execute(delete(facts).where(*_key(facts, user_id, scope)))
+        return {}
+    return await _kept_facts(conn, user_id, scope, data_key)
 
 
 async def _kept_facts(
@@ -407,11 +465,11 @@ def _memory(row: Mapping[str, Any], fact_rows: list[Mapping[str, Any]]) -> UserM
     )
 
 
-def _orphans(user_id: str, scope: str, rows: list[Mapping[str, Any]]) -> UserMemory:
-    damaged = [DamagedFact("memory", "facts are kept with no memory row (deleted by hand)")]
-    return UserMemory(user_id=user_id, scope=scope, summary="", version=-1, team="", team_version="",
+def _leftovers(user_id: str, scope: str, rows: list[Mapping[str, Any]]) -> UserMemory:
+    damaged: list[DamagedFact] = []
+    return UserMemory(user_id=user_id, scope=scope, summary="", version=0, team="", team_version="",
                       source_run_id=None, updated_at=None, expires_at=None, facts=_facts(rows, damaged),
-                      damaged=damaged)
+                      damaged=damaged, leftover=True)
 
 
 def _expired(memory: UserMemory) -> bool:

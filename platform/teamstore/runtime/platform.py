@@ -311,7 +311,8 @@ class Platform:
 
     async def show_memory(self, user_id: str, team: str | None = None) -> list[UserMemory]:
         """What is kept about ``user_id``: a summary and facts per scope (``team``: that scope alone, the team's
-        name unless it shares a declared scope). Damaged facts are listed, not raised.
+        name unless it shares a declared scope). Damaged facts are listed, not raised; memory past its expiry and
+        facts left over from a memory that no longer exists are not (the user's export holds them until swept).
 
         Raises:
             InvalidIdentifier (the user id, or a ``team`` no scope can be named), StoreUnavailable.
