@@ -315,3 +315,22 @@ async def test_an_interrupted_runs_checkpoint_is_exported_decoded_with_its_sessi
     checkpoint = row["checkpoint"]
     assert checkpoint["kind"] == "checkpoint" and checkpoint["turn"] == 2  # decoded, not an envelope
     assert CANARY_A in json.dumps(checkpoint["agent_states"])
+
+
+async def test_a_deleted_sessions_runs_and_calls_are_exported_under_its_session_id(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, store)
+    await seed_user(platform, store, ALICE, CANARY_A, 2, 1)
+    await platform.delete_session(ALICE, "sess-0")  # its state goes; its transcripts and ledger rows stay
+
+    files = unpack((await exporter(engine, store).run(ALICE, tmp_path / "alice.zip", operator="dpo")).path)
+
+    recorded = {s["session_key"]: s["session_id"] for s in loaded(files, "subject.json")["session_ids"]}
+    assert sorted(recorded.values()) == ["sess-0", "sess-1"]
+    ledger = loaded(files, "ledger.json")["usage"]
+    assert {row["session_id"] for row in ledger} == {"sess-0", "sess-1"}
+    assert all(row["session_id"] == recorded[row["session_key"]] for row in ledger)
+    runs = [e for e in loaded(files, "transcripts/index.json")["runs"] if e["session_key"] in recorded]
+    assert {e["session_id"] for e in runs} == {"sess-0", "sess-1"}

@@ -240,15 +240,20 @@ class ExportRows:
 
 
 async def known_sessions(ctx: ExportContext) -> dict[str, str]:
-    """Session key -> session id, for the sessions the user still has a state or a quarantined row of (a
-    transcript or ledger row of another session names only its key: nothing else maps it back)."""
+    """Session key -> session id, for every session of the user whose id is known: recorded beside its key
+    with its runs' ledger rows (``ts_subject_sessions``), or held by a state or a quarantined row (runs from
+    before that record existed). A deleted or expired session's transcripts and ledger rows are named too."""
     if ctx.subject_key is None:
         return {}
     ids: set[str] = set()
     for table in (sessions, quarantine):
         query = select(table.c.session_id).where(table.c.user_id == ctx.user_id).distinct()
         ids |= {row["session_id"] for row in await read(ctx.engine, query, "resume state")}
-    return {session_key(ctx.subject_key, session_id): session_id for session_id in ids}
+    known = {session_key(ctx.subject_key, session_id): session_id for session_id in ids}
+    s = subject_sessions.c
+    recorded = await read(ctx.engine, select(s.session_key, s.session_id).where(s.subject_key == ctx.subject_key),
+                          "the session ids")
+    return {**known, **{row["session_key"]: row["session_id"] for row in recorded}}
 
 
 def resume_state() -> StateRows:
