@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import hashlib
 import json
+import re
 import stat
 import zipfile
 from datetime import UTC, datetime, timedelta
@@ -334,3 +335,16 @@ async def test_a_deleted_sessions_runs_and_calls_are_exported_under_its_session_
     assert all(row["session_id"] == recorded[row["session_key"]] for row in ledger)
     runs = [e for e in loaded(files, "transcripts/index.json")["runs"] if e["session_key"] in recorded]
     assert {e["session_id"] for e in runs} == {"sess-0", "sess-1"}
+
+
+async def test_every_time_in_an_export_says_it_is_utc(engine: AsyncEngine, registry: Registry, tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await seed_user(audited_platform(engine, registry, store), store, ALICE, CANARY_A, 1, 1)
+
+    files = unpack((await exporter(engine, store).run(ALICE, tmp_path / "alice.zip", operator="dpo")).path)
+
+    stamps = [(name, stamp) for name, data in files.items() if name.endswith(".json")
+              for stamp in re.findall(rb'"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[^"]*)"', data)]
+    assert len(stamps) > 10  # rows of every table, the manifest's own
+    assert [(name, stamp) for name, stamp in stamps if not re.search(rb"(Z|[+-]\d\d:\d\d)$", stamp)] == []
+    assert {datetime.fromisoformat(stamp.decode()).utcoffset() for _, stamp in stamps} == {timedelta(0)}

@@ -24,7 +24,7 @@ import json
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
@@ -96,11 +96,14 @@ class Section(BaseModel):
 
 
 def to_json(data: Any) -> bytes:
-    """``data`` as indented UTF-8 JSON, times in ISO 8601, keys in a stable order."""
+    """``data`` as indented UTF-8 JSON, times in ISO 8601 with their UTC offset, keys in a stable order."""
     return (json.dumps(data, default=_default, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _default(value: object) -> object:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        # Every stored time is UTC; SQLite hands it back without its zone, which a reader would take for local.
+        return value.replace(tzinfo=UTC).isoformat()
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, bytes | bytearray | memoryview):
