@@ -124,6 +124,16 @@ def test_an_empty_request_id_is_refused_not_replaced_by_a_fresh_one() -> None:
     assert json.loads(plan.stdout)["stores"]["transcripts"]["status"] == "would_erase"  # nothing was erased
 
 
+def test_a_blank_request_id_or_one_with_spaces_around_it_is_refused_with_exit_1() -> None:
+    _populate(1)
+    for bad in ("   ", "REQ-7 "):
+        for extra in ([], ["--dry-run"]):
+            result = runner.invoke(app, ["erase", "--user", USER, "--request-id", bad, "--yes", *extra])
+            assert result.exit_code == 1 and "error: request id" in result.output and "fix:" in result.output
+    listed = runner.invoke(app, ["erase", "list", "--json"])
+    assert json.loads(listed.stdout)["requests"] == []  # no request was opened
+
+
 def test_ids_that_look_like_markup_are_printed_as_given() -> None:
     _populate(1)
     done = runner.invoke(app, ["erase", "--user", USER, "--request-id", "REQ[/]7", "--yes"])  # a ticket id, not markup

@@ -222,3 +222,24 @@ async def test_a_rerun_records_who_asked_when_the_first_attempt_did_not(engine: 
         await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == "req-late-asker")
                            .values(due_at=datetime.now(UTC) - DAY))
     assert [r.overdue for r in await list_requests(engine)] == [True]
+
+
+async def test_a_new_request_id_that_is_blank_or_has_spaces_around_it_is_refused_before_anything_is_written(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    await get_or_create_subject(engine, "ivy")
+    for bad in ("   ", " REQ-7", "REQ-7 ", "REQ\x7f7"):  # a pasted ticket: a second request beside REQ-7
+        for dry_run in (False, True):
+            with pytest.raises(InvalidIdentifier, match="request id"):
+                await coordinator(engine, folder).run("ivy", request_id=bad, dry_run=dry_run)
+        with pytest.raises(InvalidIdentifier, match="request id"):
+            await requests.open_request(engine, bad, "ivy", None, 30)
+    assert await list_requests(engine) == [] and await find_subject(engine, "ivy") is not None
+
+    # A request an earlier release stored under such an id is still reached, to resume or report it.
+    async with engine.begin() as conn:
+        await conn.execute(erasure_requests.insert().values(
+            request_id=" REQ-8", user_id="ivy", status="open", received_at=datetime.now(UTC),
+            due_at=datetime.now(UTC) + 30 * DAY, updated_at=datetime.now(UTC)))
+    assert (await coordinator(engine, folder).run("ivy", request_id=" REQ-8")).status is RequestStatus.COMPLETED
+    assert (await coordinator(engine, folder).status(" REQ-8")).status is RequestStatus.COMPLETED

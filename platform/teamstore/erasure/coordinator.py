@@ -141,6 +141,8 @@ class DeletionCoordinator:
         requests.check_reason(reason)
         check_person("requested_by", requested_by)
         if dry_run:
+            if request_id is not None and await requests.get_request(self.engine, rid) is None:
+                requests.check_new_request_id(rid)  # refused as the run itself would refuse it
             return await self._dry_run(user_id, reason, requested_by)
         ran_by = current_operator(operator)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by)

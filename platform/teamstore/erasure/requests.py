@@ -93,6 +93,23 @@ def check_request_id(request_id: str) -> str:
     return request_id
 
 
+def check_new_request_id(request_id: str) -> str:
+    """Refuse an id a new request may not take: :func:`check_request_id`'s, and a blank one, one with spaces
+    around it or a DEL. A pasted ``"REQ-7 "`` would open a second request beside ``REQ-7``, and a blank one
+    lists as nothing. A request already stored under such an id (by an earlier release) is still reached.
+
+    Raises:
+        InvalidIdentifier: The id breaks either rule.
+    """
+    check_request_id(request_id)
+    if request_id.strip() != request_id or "\x7f" in request_id:
+        raise InvalidIdentifier(
+            f"request id {request_id!r} is blank, has spaces around it or holds a control character",
+            hint="give --request-id as the ticket number alone, without spaces around it",
+        )
+    return request_id
+
+
 def check_reason(reason: str | None) -> str | None:
     """Refuse a reason no database can store exactly (Postgres holds no NUL in text; no driver sends a
     lone surrogate), before anything is written, on every backend alike.
@@ -173,6 +190,7 @@ async def open_request(
         The request; ``created_now`` says whether this call created it.
 
     Raises:
+        InvalidIdentifier: The id cannot be stored, or a new request may not take it (:func:`check_new_request_id`).
         ErasureConflict: The id belongs to another user's request, or another request is open for the user.
         StoreUnavailable: The database could not be reached.
     """
@@ -183,6 +201,7 @@ async def open_request(
             await _set_requested_by(engine, request_id, requested_by)
             return RequestRow(**{**existing.__dict__, "requested_by": requested_by})
         return existing
+    check_new_request_id(request_id)
     if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)
