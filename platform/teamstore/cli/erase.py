@@ -298,11 +298,11 @@ def list_(
 def _status(value: str) -> RequestStatus:
     from teamstore.erasure import RequestStatus
 
-    try:
-        return RequestStatus(value)
-    except ValueError:
-        known = ", ".join(s.value for s in RequestStatus if s is not RequestStatus.DRY_RUN)
-        raise ConfigurationError(f"--status {value!r} is not a request status", hint=f"use one of {known}") from None
+    stored = [s for s in RequestStatus if s is not RequestStatus.DRY_RUN]  # a dry run stores no request
+    if value not in stored:
+        raise ConfigurationError(f"--status {value!r} is not a request status",
+                                 hint=f"use one of {', '.join(s.value for s in stored)}")
+    return RequestStatus(value)
 
 
 def _render_list(found: list[RequestSummary]) -> None:
