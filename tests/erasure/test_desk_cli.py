@@ -144,6 +144,11 @@ def test_on_a_terminal_an_erasure_shows_what_it_would_remove_and_erases_only_on_
     due = datetime.fromisoformat(str(row["due_at"]))
     assert f"due {due:%Y-%m-%d}" in shown and "one started now would be due" not in shown
 
+    # Another user's open request: refused before anything is shown or asked, not offered as resumed.
+    status, out, shown = _on_a_terminal("y", "erase", "--user", "fay", "--request-id", "req-gil")
+    assert status == 1 and "request 'req-gil' erases another user" in shown
+    assert "this resumes" not in shown and "cannot be undone" not in shown and "erasure dry run" not in shown
+
 
 def test_the_desk_lists_requests_by_status_and_overdue_and_extends_one_once(tmp_path: Path) -> None:
     _populate("hal", "ivy")

@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
 from teamstore.cli._runner import with_app
-from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete, ErasureRequestNotFound
+from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete
 from teamstore.ids import check_erasable_id, control_character
 from teamstore.people import check_person, current_operator
 
@@ -216,7 +216,7 @@ def _confirm(user: str, request_id: str | None, requested_by: str | None) -> Non
 
     async def plan(coordinator: DeletionCoordinator) -> tuple[Receipt | None, Receipt]:
         # A rerun of a request shows where it stands as well as what is left for the id.
-        earlier = await _earlier(coordinator, request_id)
+        earlier = await _earlier(coordinator, request_id, user)
         return earlier, await coordinator.run(user, request_id, dry_run=True, requested_by=requested_by)
 
     earlier, receipt = _with_coordinator(plan, None)
@@ -239,14 +239,18 @@ def _confirm(user: str, request_id: str | None, requested_by: str | None) -> Non
                                  hint="run it again and answer y (check the user id first), or pass --yes")
 
 
-async def _earlier(coordinator: DeletionCoordinator, request_id: str | None) -> Receipt | None:
-    """The request ``request_id`` names, if it exists."""
-    if request_id is None:
+async def _earlier(coordinator: DeletionCoordinator, request_id: str | None, user: str) -> Receipt | None:
+    """The request ``request_id`` names, if it exists.
+
+    Raises:
+        ErasureConflict: It is another user's unfinished request (the run would refuse it: nothing to ask).
+    """
+    from teamstore.erasure import requests
+
+    if request_id is None or (row := await requests.get_request(coordinator.engine, request_id)) is None:
         return None
-    try:
-        return await coordinator.status(request_id)
-    except ErasureRequestNotFound:
-        return None
+    requests.same_user(row, user)
+    return await coordinator.status(request_id)
 
 
 def _note_control_character(user: str) -> None:

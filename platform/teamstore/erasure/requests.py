@@ -196,7 +196,7 @@ async def open_request(
     """
     existing = await get_request(engine, check_request_id(request_id))
     if existing is not None:
-        _same_user(existing, user_id)
+        same_user(existing, user_id)
         if requested_by is not None and existing.requested_by is None and existing.status not in FINISHED:
             await _set_requested_by(engine, request_id, requested_by)
             return RequestRow(**{**existing.__dict__, "requested_by": requested_by})
@@ -250,7 +250,12 @@ async def _insert_request(
     return True
 
 
-def _same_user(row: RequestRow, user_id: str) -> RequestRow:
+def same_user(row: RequestRow, user_id: str) -> RequestRow:
+    """``row`` if it may be run for ``user_id``: it is unfinished for that user, or has forgotten its user.
+
+    Raises:
+        ErasureConflict: The request is open, failed or held for another user.
+    """
     if row.user_id is not None and row.user_id != user_id:
         raise ErasureConflict(
             f"request {row.request_id!r} erases another user",
