@@ -240,3 +240,17 @@ def test_erasing_options_before_a_subcommand_are_refused_not_dropped() -> None:
     assert dropped.exit_code == 1 and "--user, --yes belong to `teamstore erase` itself" in dropped.output
     listed = cli("erase", "list", "--json")
     assert listed.exit_code == 0 and json.loads(listed.stdout) == {"requests": []}  # none opened, none run
+
+
+def test_an_operator_name_the_receipt_cannot_hold_is_refused_before_the_terminal_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _populate("kit")
+    monkeypatch.setenv("TEAMSTORE_OPERATOR", "x" * 201)
+
+    status, _, shown = _on_a_terminal("y", "erase", "--user", "kit", "--request-id", "req-kit")
+
+    assert status == 1 and "operator is 201 characters long" in shown
+    assert "cannot be undone" not in shown and "erasure dry run" not in shown  # nothing asked in vain
+    assert _requests() == []
+    assert cli("erase", "--user", "kit", "--dry-run").exit_code == 0  # a dry run records no operator

@@ -176,6 +176,8 @@ def erase(
         check_request_id(request_id)
     check_person("requested_by", requested_by)
     check_person("operator", operator)
+    if not dry_run:  # who runs it goes on the receipt: a name it cannot hold is said before anything is asked
+        current_operator(operator)
     asked = not dry_run and not yes
     if asked:
         _confirm(user, request_id, requested_by)  # names any near twin itself, before it asks
