@@ -249,8 +249,14 @@ async def test_a_session_still_open_fails_the_erasure_and_keeps_the_fence_until_
             assert "still open" in (receipt.stores["resume_state"].detail or "")
             async with engine.connect() as conn:  # the fence stays: the run's writes at its end are refused
                 assert (await conn.execute(select(user_holds.c.request_id))).scalars().all() == ["req-9"]
+    # Nothing was deleted, the data key neither: the receipt must not say the backups' words are unreadable.
+    assert receipt.stores["keys"].status is StepStatus.PENDING
+    (backups,) = [r for r in receipt.remains_elsewhere if r.what == "database backups"]
+    assert "destroyed the data key" not in backups.detail and "rotated out" not in backups.detail
     again = await coordinator(engine, folder, session_wait_seconds=0.3).run("ivy", request_id="req-9")
     assert again.ok
+    (backups,) = [r for r in again.remains_elsewhere if r.what == "database backups"]
+    assert "destroyed the data key" in backups.detail  # now it is
     hits = await scan_database(engine, ["ivy", "CANARY-ivy-1"])
     assert all(v == [] for v in hits.values()), hits
     assert await folder.list_keys("") == [] and await find_subject(engine, "ivy") is None

@@ -45,6 +45,7 @@ from teamstore.erasure.receipt import (
 )
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
+from teamstore.erasure.steps.keys import KeyStep
 from teamstore.erasure.stores import check_store
 from teamstore.errors import (
     ErasureConflict,
@@ -401,7 +402,8 @@ class DeletionCoordinator:
             received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
             completed_at=datetime.now(UTC) if done else None,
             remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content,
-                                                backups_until, matched=status is not RequestStatus.NO_MATCH),
+                                                backups_until if _key_destroyed(stores) else None,
+                                                matched=status is not RequestStatus.NO_MATCH),
             requested_by=row.requested_by, attempts=attempts, extension=row.extension, near_match=near,
         )
 
@@ -423,10 +425,18 @@ class DeletionCoordinator:
         return Receipt(
             request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
             received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
-            remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content, bound,
-                                                matched=found),
+            remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content,
+                                                bound if _key_destroyed(stores) else None, matched=found),
             requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
         )
+
+
+def _key_destroyed(stores: dict[str, StoreResult]) -> bool:
+    """Whether the user's data key is destroyed (in a dry run: would be). Only then do the words in backups
+    become unreadable by the rotation bound; a request stopped before the key step, or a user with no key
+    (rows from before sealing), has backups readable until they expire."""
+    key = stores.get(KeyStep.name)
+    return key is not None and key.status in (StepStatus.ERASED, StepStatus.WOULD_ERASE)
 
 
 def _busy(request_id: str) -> ErasureConflict:
