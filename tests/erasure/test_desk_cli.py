@@ -8,9 +8,11 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +26,7 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.settings import Settings
+from tests.audit.fault_server import FaultServer
 from tests.audit.teams import context, observe_run, triage_team
 
 WIDE = {"COLUMNS": "300"}
@@ -254,3 +257,31 @@ def test_an_operator_name_the_receipt_cannot_hold_is_refused_before_the_terminal
     assert "cannot be undone" not in shown and "erasure dry run" not in shown  # nothing asked in vain
     assert _requests() == []
     assert cli("erase", "--user", "kit", "--dry-run").exit_code == 0  # a dry run records no operator
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_of_the_users_data(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """A job's timeout sends SIGTERM, a closed terminal SIGHUP: the archive written so far (the user's data,
+    readable) must go with the export, as on Ctrl-C, not stay beside the target under a hidden name."""
+    _populate("lia")
+    out = tmp_path / "out"
+    out.mkdir()
+    hanging = FaultServer("hang")  # the transcript store answers nothing: the export waits there
+    env = {**os.environ, "TEAMSTORE_TRANSCRIPTS_URL": "s3://bucket/audit", "AWS_ENDPOINT_URL": hanging.endpoint,
+           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "teamstore", "export", "--user", "lia", "-o",
+                                 str(out / "lia.zip")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not (hanging.requests and list(out.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (temporary,) = out.iterdir()
+        assert temporary.name.startswith(".lia.zip.") and temporary.name.endswith(".partial")  # states in it
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        hanging.stop()
+    assert proc.returncode != 0, err
+    assert list(out.iterdir()) == []

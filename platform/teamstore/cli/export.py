@@ -10,7 +10,11 @@ error, and no archive was left.
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -42,8 +46,10 @@ def export(
     check_erasable_id(user)  # said before the database is looked for: the id is what is wrong
     check_person("requested_by", requested_by)
     check_person("operator", operator)
-    done: Exported = with_app(
-        lambda app: app.exporter().run(user, output, requested_by=requested_by, operator=operator), must_exist=True)
+    with _stopped_as_on_ctrl_c():
+        done: Exported = with_app(
+            lambda app: app.exporter().run(user, output, requested_by=requested_by, operator=operator),
+            must_exist=True)
     data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
     emit(data, as_json=as_json, render=lambda _: _render(done))
     if not done.matched:
@@ -53,6 +59,23 @@ def export(
             err_console.print(f"[yellow]note[/]: {plain(done.manifest.near_match)}")
         suggest_near_matches(user)
         raise typer.Exit(NO_MATCH)
+
+
+@contextmanager
+def _stopped_as_on_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a job's timeout, a container stopping) and SIGHUP (the terminal closed) stop the export as
+    Ctrl-C does: the archive written so far, the user's data readable under a hidden name beside the
+    target, is removed on the way out instead of being left there (only SIGKILL leaves it)."""
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    stopping = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {signum: signal.signal(signum, stop) for signum in stopping}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _render(done: Exported) -> None:
