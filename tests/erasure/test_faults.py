@@ -253,10 +253,14 @@ async def test_a_session_still_open_fails_the_erasure_and_keeps_the_fence_until_
     assert receipt.stores["keys"].status is StepStatus.PENDING
     (backups,) = [r for r in receipt.remains_elsewhere if r.what == "database backups"]
     assert "destroyed the data key" not in backups.detail and "rotated out" not in backups.detail
+    (spans,) = [r for r in receipt.remains_elsewhere if r.what == "tracing backend"]
+    assert "mapping is deleted" not in spans.detail and "still links" in spans.detail  # the subject is kept
     again = await coordinator(engine, folder, session_wait_seconds=0.3).run("ivy", request_id="req-9")
     assert again.ok
     (backups,) = [r for r in again.remains_elsewhere if r.what == "database backups"]
     assert "destroyed the data key" in backups.detail  # now it is
+    (spans,) = [r for r in again.remains_elsewhere if r.what == "tracing backend"]
+    assert "now unlinkable (its mapping is deleted)" in spans.detail
     hits = await scan_database(engine, ["ivy", "CANARY-ivy-1"])
     assert all(v == [] for v in hits.values()), hits
     assert await folder.list_keys("") == [] and await find_subject(engine, "ivy") is None

@@ -403,7 +403,8 @@ class DeletionCoordinator:
             completed_at=datetime.now(UTC) if done else None,
             remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content,
                                                 backups_until if _key_destroyed(stores) else None,
-                                                matched=status is not RequestStatus.NO_MATCH),
+                                                matched=status is not RequestStatus.NO_MATCH,
+                                                unlinked=_done(stores, "subject")),
             requested_by=row.requested_by, attempts=attempts, extension=row.extension, near_match=near,
         )
 
@@ -437,6 +438,12 @@ def _key_destroyed(stores: dict[str, StoreResult]) -> bool:
     (rows from before sealing), has backups readable until they expire."""
     key = stores.get(KeyStep.name)
     return key is not None and key.status in (StepStatus.ERASED, StepStatus.WOULD_ERASE)
+
+
+def _done(stores: dict[str, StoreResult], step: str) -> bool:
+    """Whether ``step`` has removed what it found, or found nothing (in a dry run: would remove it)."""
+    result = stores.get(step)
+    return result is not None and result.status in (*DONE, StepStatus.WOULD_ERASE)
 
 
 def _busy(request_id: str) -> ErasureConflict:

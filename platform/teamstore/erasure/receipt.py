@@ -193,7 +193,7 @@ def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
 
 def remains_elsewhere(
     received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None,
-    *, matched: bool = True,
+    *, matched: bool = True, unlinked: bool = True,
 ) -> list[Remains]:
     """What outlives the erasure by design: database backups and the tracing backend's spans.
 
@@ -205,15 +205,18 @@ def remains_elsewhere(
             before now is destroyed, given rotations on schedule (:func:`teamstore.keys.rotation.backups_unreadable_by`).
         matched: Whether any store held something for the id (``False``: a request that found nothing, whose
             receipt claims no rows and no key).
+        unlinked: Whether the subject mapping is gone (or, in a dry run, would go): ``False`` for a request
+            that stopped before its ``subject`` step, whose spans the mapping still links to the user.
 
     Returns:
         One entry per place, with the date it ages out or becomes unreadable. Backups are counted from now, the
         receipt's making (as the request ends): the user's rows were live until then, so backups taken up to
         then hold them, and the last of those expires its retention after it.
     """
+    link = ("now unlinkable (its mapping is deleted)" if unlinked else
+            "which the subject mapping still links to the user until the request completes")
     spans = (
-        "spans (wherever workers export them over OTLP) carry only the pseudonymous subject key, now "
-        "unlinkable (its mapping is deleted)"
+        f"spans (wherever workers export them over OTLP) carry only the pseudonymous subject key, {link}"
         + (
             "; message content WAS captured (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT on): "
             "teamstore cannot delete it from the backend, it ages out with the backend's retention"
