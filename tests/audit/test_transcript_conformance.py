@@ -128,6 +128,18 @@ def test_a_store_declaring_a_capability_it_lacks_is_refused_by_name(tmp_path: Pa
     assert caught.value.hint
 
 
+async def test_a_store_on_one_machines_disk_says_whether_this_machine_has_it(
+    store: TranscriptStore, tmp_path: Path
+) -> None:
+    local = capability(store, Capability.HOST_LOCAL)
+    if local is None:
+        return  # reached the same from any machine
+    await store.put(run_key(A, "r1"), body("r1"))
+    assert await local.present()
+    elsewhere = capability(LocalTranscriptStore(tmp_path / "another-machines-disk"), Capability.HOST_LOCAL)
+    assert elsewhere is not None and not await elsewhere.present()
+
+
 async def test_versions_lists_every_copy_under_a_prefix_and_nothing_beside_it(
     transcript_backend: Backend, store: TranscriptStore
 ) -> None:

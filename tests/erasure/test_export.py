@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import re
+import shutil
 import stat
 import zipfile
 from datetime import UTC, datetime, timedelta
@@ -24,7 +25,7 @@ from config_registry import Registry
 from teamstore.app import App
 from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import usage
-from teamstore.audit.subjects import get_or_create_subject
+from teamstore.audit.subjects import get_or_create_subject, record_store
 from teamstore.audit.transcripts import record
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -348,3 +349,23 @@ async def test_every_time_in_an_export_says_it_is_utc(engine: AsyncEngine, regis
     assert len(stamps) > 10  # rows of every table, the manifest's own
     assert [(name, stamp) for name, stamp in stamps if not re.search(rb"(Z|[+-]\d\d:\d\d)$", stamp)] == []
     assert {datetime.fromisoformat(stamp.decode()).utcoffset() for _, stamp in stamps} == {timedelta(0)}
+
+
+async def test_a_recorded_transcript_folder_this_machine_does_not_have_fails_the_export(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """The workers wrote the user's transcripts to a folder of their own machine; an export run elsewhere
+    cannot read them, and must not hand over an archive that says the user has no transcript."""
+    workers = LocalTranscriptStore(tmp_path / "worker-host" / "transcripts")
+    subject = await get_or_create_subject(engine, "kai")
+    await record_store(engine, subject, workers.url)
+    await workers.put(f"{subject_prefix(subject)}sessions/{'s' * 32}/runs/r1.jsonl.gz", gzip.compress(b"{}\n"))
+    shutil.rmtree(tmp_path / "worker-host")  # as seen from the desk's machine
+    out = tmp_path / "out"
+    out.mkdir()
+
+    with pytest.raises(ExportFailed, match="could not read transcripts") as caught:
+        await exporter(engine, LocalTranscriptStore(tmp_path / "desk")).run("kai", out / "kai.zip", operator="o")
+
+    assert workers.url in caught.value.message and "TranscriptUnavailable" in caught.value.message
+    assert caught.value.hint and "where" in caught.value.hint and list(out.iterdir()) == []

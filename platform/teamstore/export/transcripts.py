@@ -28,9 +28,9 @@ from typing import Any, Literal
 from teamstore.audit.subjects import recorded_stores
 from teamstore.audit.transcripts import record, transcript_store_from_url
 from teamstore.audit.transcripts.base import Capability, TranscriptStore, run_id_of, subject_prefix
-from teamstore.audit.transcripts.capabilities import capability
+from teamstore.audit.transcripts.capabilities import capability, missing_here
 from teamstore.audit.transcripts.local import TMP_PREFIX
-from teamstore.errors import AuditError, TranscriptNotFound
+from teamstore.errors import AuditError, TranscriptNotFound, TranscriptUnavailable
 from teamstore.export.base import Archive, ExportContext, Section, as_stored
 from teamstore.export.database import known_sessions
 
@@ -56,18 +56,23 @@ class TranscriptExporter:
         """Write each copy of each run to ``transcripts/<session_key>/<run_id>.jsonl`` and an index of them.
 
         Raises:
-            TranscriptUnavailable: A store could not be listed or read.
+            TranscriptUnavailable: A store could not be listed or read, or a recorded folder is not on this
+                machine.
             ConfigurationError: A recorded store's URL is not one this process can open.
         """
         section = Section()
         runs = _Runs(await known_sessions(ctx))
         if ctx.subject_key is not None:
-            for url in await _other_stores(ctx, ctx.subject_key):
+            recorded = await _recorded_stores(ctx, ctx.subject_key)
+            for url in (store for store in recorded if store != ctx.transcripts.url):
                 other = transcript_store_from_url(url)
                 try:
+                    await _check_here(other)
                     section = section.plus(await self._store(ctx, ctx.subject_key, other, archive, runs))
                 finally:
                     await other.close()
+            if ctx.transcripts.url in recorded:
+                await _check_here(ctx.transcripts)
             section = section.plus(await self._store(ctx, ctx.subject_key, ctx.transcripts, archive, runs))
         return section.plus(archive.add_json("transcripts/index.json", {"runs": runs.index}))
 
@@ -152,8 +157,23 @@ def _run_file(key: str, body: bytes, copy: Copy, unopened: str | None = None) ->
     return entry, ("\n".join(lines) + "\n").encode("utf-8")
 
 
-async def _other_stores(ctx: ExportContext, subject_key: str) -> list[str]:
-    """The stores recorded for the subject, other than the one the export talks to, that an erasure has not
-    emptied (a service that moved its transcripts wrote some to each)."""
+async def _recorded_stores(ctx: ExportContext, subject_key: str) -> list[str]:
+    """The stores recorded for the subject that an erasure has not emptied (a service that moved its
+    transcripts wrote some to each)."""
     recorded = await recorded_stores(ctx.engine, subject_key)
-    return sorted(store for store, erased in recorded.items() if not erased and store != ctx.transcripts.url)
+    return sorted(store for store, erased in recorded.items() if not erased)
+
+
+async def _check_here(store: TranscriptStore) -> None:
+    """Refuse a folder the subject's transcripts were written to that this machine does not have (the
+    workers' own disk, seen from another host): listed, it would give nothing, as if the user had no
+    transcript there. A folder that exists but holds none of the subject's (swept) gives nothing, rightly.
+
+    Raises:
+        TranscriptUnavailable: The folder is not here.
+    """
+    if await missing_here(store):
+        raise TranscriptUnavailable(
+            f"this user's transcripts were written to {store.url}, a folder this machine does not have",
+            hint="run the export on the machine whose folder that is (or where it is mounted at the same path)",
+        )

@@ -45,6 +45,7 @@ class Capability(StrEnum):
     LIFECYCLE_RULES = "lifecycle_rules"  # expiry is enforced by the service (apply_retention)
     LOCAL_SWEEP = "local_sweep"  # expiry is enforced by sweep()
     PARTIAL_WRITES = "partial_writes"  # a writer killed mid-write leaves a temporary file: partial_writes() lists them
+    HOST_LOCAL = "host_local"  # kept on one machine's disk: present() says whether this machine has it
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ reaches into a backend's client, bucket or folder.
 | ``HOLDS`` | :class:`Holds`: whether a legal hold or a retention period protects a version | yes | no (nothing locks a file) |
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
 | ``PARTIAL_WRITES`` | :class:`PartialWrites`: temporary files a killed writer left | no (a PUT is whole or absent) | yes |
+| ``HOST_LOCAL`` | :class:`HostLocal`: whether this machine has the store at all | no (reached from anywhere) | yes |
 """
 
 from __future__ import annotations
@@ -133,12 +134,29 @@ class PartialWrites(Protocol):
         """Keys of the temporary files under ``prefix``: what erasure must remove besides the objects."""
 
 
+@runtime_checkable
+class HostLocal(Protocol):
+    """``Capability.HOST_LOCAL``: the store is kept on one machine's disk (a folder). Seen from another machine
+    (or without its mount) it is absent, and a listing there gives nothing, as if it held no transcript."""
+
+    async def present(self) -> bool:
+        """Whether this machine has the store (its folder exists here)."""
+
+
+async def missing_here(store: TranscriptStore) -> bool:
+    """Whether ``store`` is kept on one machine's disk and this machine does not have it: a store a writer put
+    transcripts in that is missing here is another machine's (nothing removes a store's folder itself)."""
+    local = capability(store, Capability.HOST_LOCAL)
+    return local is not None and not await local.present()
+
+
 PROTOCOLS: dict[Capability, type] = {
     Capability.VERSIONS: Versions,
     Capability.BATCH_DELETE: BatchDelete,
     Capability.HOLDS: Holds,
     Capability.LIFECYCLE_RULES: Lifecycle,
     Capability.PARTIAL_WRITES: PartialWrites,
+    Capability.HOST_LOCAL: HostLocal,
 }
 """The protocol each capability with methods of its own stands for."""
 
@@ -153,6 +171,8 @@ def capability(store: TranscriptStore, which: Literal[Capability.HOLDS]) -> Hold
 def capability(store: TranscriptStore, which: Literal[Capability.LIFECYCLE_RULES]) -> Lifecycle | None: ...
 @overload
 def capability(store: TranscriptStore, which: Literal[Capability.PARTIAL_WRITES]) -> PartialWrites | None: ...
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.HOST_LOCAL]) -> HostLocal | None: ...
 def capability(store: TranscriptStore, which: Capability) -> object | None:
     """``store`` typed as the protocol of ``which``, or ``None`` when the store does not declare it.
 

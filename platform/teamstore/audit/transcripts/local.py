@@ -47,7 +47,7 @@ class LocalTranscriptStore:
         root: The folder; created on first write.
     """
 
-    capabilities = frozenset({Capability.LOCAL_SWEEP, Capability.PARTIAL_WRITES})
+    capabilities = frozenset({Capability.LOCAL_SWEEP, Capability.PARTIAL_WRITES, Capability.HOST_LOCAL})
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -55,6 +55,11 @@ class LocalTranscriptStore:
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
+
+    async def present(self) -> bool:
+        """Whether the folder exists on this machine. Nothing removes the folder itself (the sweep prunes below
+        it), so one a writer put transcripts in that is missing here is another machine's disk, or unmounted."""
+        return await asyncio.to_thread(self.root.is_dir)
 
     async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
         """Write ``body`` atomically at ``key``; a new root folder is its owner's only (0700). Up to
