@@ -119,6 +119,26 @@ async def test_the_refusal_names_the_store_and_the_request_to_rerun(engine: Asyn
                                "--request-id REQ-881")
 
 
+async def test_an_erasure_on_a_machine_without_the_recorded_folder_stays_open_instead_of_finding_nothing(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """The desk's machine names the workers' folder, but that folder is on the workers' disk: listed here it
+    gives nothing, and the receipt said transcripts no_match while they stayed there."""
+    service = LocalTranscriptStore(tmp_path / "workers" / "transcripts")
+    subject = await _write_runs(engine, service)
+    (tmp_path / "workers").rename(tmp_path / "away")  # not mounted here
+    for attempt in ("run", "dry run"):
+        with pytest.raises(TranscriptStoreMismatch, match="a folder this machine does not have") as info:
+            await coordinator(engine, service).run(USER, request_id="req-away", dry_run=attempt == "dry run")
+        assert service.url in info.value.message and "run erase on the machine whose folder" in (info.value.hint or "")
+    left_open = await coordinator(engine, service).status("req-away")
+    assert left_open.status is RequestStatus.OPEN and await find_subject(engine, USER) == subject
+
+    (tmp_path / "away").rename(tmp_path / "workers")  # run where the folder is
+    receipt = await coordinator(engine, service).run(USER, request_id="req-away")
+    assert receipt.status is RequestStatus.COMPLETED and receipt.stores["transcripts"].counts.objects == 2
+
+
 async def test_a_user_who_never_ran_is_erased_whatever_the_store(engine: AsyncEngine, tmp_path: Path) -> None:
     await get_or_create_subject(engine, USER)  # a subject, no run, no transcript anywhere
     receipt = await coordinator(engine, LocalTranscriptStore(tmp_path / "anywhere")).run(USER, request_id="req-none")

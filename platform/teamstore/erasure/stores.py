@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
 from teamstore.audit.subjects import recorded_stores
 from teamstore.audit.transcripts.base import subject_prefix
+from teamstore.audit.transcripts.capabilities import missing_here
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
@@ -44,7 +45,7 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
 
     Raises:
         TranscriptStoreMismatch: Stores are recorded for the subject and this one is not among those still
-            to empty; or none is, the ledger holds runs from before stores were recorded, and this store
+            to empty, or is a folder this machine does not have; or none is, the ledger holds runs from before stores were recorded, and this store
             holds no transcript of the subject.
         StoreUnavailable: The database could not be reached.
         TranscriptUnavailable: The store could not be listed (only asked when no store is recorded).
@@ -56,6 +57,15 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
     ours = ctx.transcripts.url
     if pending and ours not in pending:
         raise mismatch(ctx, pending, f"this erasure talks to {ours}, which {_erased_or_not(recorded, ours)}")
+    if ours in pending and await missing_here(ctx.transcripts):
+        # Listed here it would give nothing: the receipt would say no_match while the transcripts stay there.
+        raise TranscriptStoreMismatch(
+            f"this user's transcripts were written to {ours}, a folder this machine does not have (another "
+            f"machine's disk, or not mounted here). {_what_stays(ctx)}",
+            hint=f"run erase on the machine whose folder that is (or where it is mounted at the same path) with "
+            f"{_same_request(ctx)}; if the folder is gone for good, create it empty here and rerun",
+            stores=(ours,),
+        )
     if not recorded:
         await _check_unrecorded(ctx, ctx.subject_key, retention_days)
 
