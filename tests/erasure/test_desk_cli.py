@@ -285,3 +285,15 @@ def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_of_the_users_
         hanging.stop()
     assert proc.returncode != 0, err
     assert list(out.iterdir()) == []
+
+
+def test_a_reason_the_receipt_cannot_hold_is_refused_before_anything_is_asked_or_written() -> None:
+    _populate("lou")
+    for reason in ("", "   ", "x" * 1001):  # an unset "$REASON", a pasted ticket body
+        refused = cli("erase", "--user", "lou", "--request-id", "req-lou", "--reason", reason, "--yes")
+        assert refused.exit_code == 1 and "error: the reason" in refused.stderr and "fix:" in refused.stderr
+    status, _, shown = _on_a_terminal("y", "erase", "--user", "lou", "--reason", "x" * 1001)
+    assert status == 1 and "error: the reason" in shown and "cannot be undone" not in shown
+    assert _requests() == []
+    done = cli("erase", "--user", "lou", "--request-id", "req-lou", "--reason", "GDPR art. 17", "--yes", "--json")
+    assert done.exit_code == 0 and json.loads(done.stdout)["reason"] == "GDPR art. 17"

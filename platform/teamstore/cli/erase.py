@@ -153,7 +153,7 @@ def erase(
     """Erase USER: destroy their data key, then delete resume state, quarantine, transcripts (every version),
     outbox, ledger link, export records and subject. On a terminal it shows what it would remove and asks
     first."""
-    from teamstore.erasure.requests import check_request_id
+    from teamstore.erasure.requests import check_reason, check_request_id
 
     if ctx.invoked_subcommand is not None:
         given = [name for name, value in (("--user", user), ("--request-id", request_id), ("--reason", reason),
@@ -174,6 +174,7 @@ def erase(
     _note_control_character(user)
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
         check_request_id(request_id)
+    check_reason(reason)
     check_person("requested_by", requested_by)
     check_person("operator", operator)
     if not dry_run:  # who runs it goes on the receipt: a name it cannot hold is said before anything is asked

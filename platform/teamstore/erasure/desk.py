@@ -33,7 +33,7 @@ from teamstore.ids import control_character
 
 MAX_MONTHS = 2
 """GDPR art. 12(3): one extension, by two further months at most."""
-MAX_REASON_CHARS = 1000
+MAX_REASON_CHARS = requests.MAX_REASON_CHARS
 UNFINISHED = (RequestStatus.OPEN, RequestStatus.FAILED)
 """Requests that can still be overdue or extended: running, killed, or failed and waiting for a rerun."""
 _BY = re.compile(r"^\s*(\d{1,3})\s*([dwm])\s*$")

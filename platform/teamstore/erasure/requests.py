@@ -43,6 +43,8 @@ from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailabl
 from teamstore.ids import lone_surrogate
 
 HOLD_REASON = "erasure"
+MAX_REASON_CHARS = 1000
+"""The longest reason an erasure or an extension records, in characters."""
 log = logging.getLogger(__name__)
 
 
@@ -111,13 +113,24 @@ def check_new_request_id(request_id: str) -> str:
 
 
 def check_reason(reason: str | None) -> str | None:
-    """Refuse a reason no database can store exactly (Postgres holds no NUL in text; no driver sends a
-    lone surrogate), before anything is written, on every backend alike.
+    """Refuse a reason the receipt cannot hold as given, before anything is written, on every backend alike:
+    blank (an unset ``"$REASON"``: leave it out instead), longer than :data:`MAX_REASON_CHARS` (the receipt is
+    printed and filed with every status), or one no database can store exactly (Postgres holds no NUL in
+    text; no driver sends a lone surrogate).
 
     Raises:
-        InvalidIdentifier: The reason holds NUL or undecodable bytes (a lone surrogate).
+        InvalidIdentifier: The reason is blank, too long, or holds NUL or undecodable bytes (a lone surrogate).
     """
-    if reason is not None and ("\x00" in reason or lone_surrogate(reason) is not None):
+    if reason is None:
+        return None
+    if not reason.strip() or len(reason) > MAX_REASON_CHARS:
+        raise InvalidIdentifier(
+            "the reason is blank" if not reason.strip() else
+            f"the reason is {len(reason)} characters long; the limit is {MAX_REASON_CHARS}",
+            hint=f"give --reason as a line of at most {MAX_REASON_CHARS} characters (the ticket holds the rest), "
+            "or leave it out",
+        )
+    if "\x00" in reason or lone_surrogate(reason) is not None:
         raise InvalidIdentifier(
             f"the reason of length {len(reason)} cannot be stored: it holds NUL or bytes that are not UTF-8 text",
             hint="pass the reason as plain text (a ticket number, say), in a UTF-8 locale",
