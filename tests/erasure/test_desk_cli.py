@@ -297,3 +297,14 @@ def test_a_reason_the_receipt_cannot_hold_is_refused_before_anything_is_asked_or
     assert _requests() == []
     done = cli("erase", "--user", "lou", "--request-id", "req-lou", "--reason", "GDPR art. 17", "--yes", "--json")
     assert done.exit_code == 0 and json.loads(done.stdout)["reason"] == "GDPR art. 17"
+
+
+def test_on_a_terminal_a_user_with_an_open_request_is_told_which_before_anything_is_asked() -> None:
+    _populate("mo")
+    asyncio.run(_open("req-mo", "mo"))  # a coordinator stopped in it
+
+    status, _, shown = _on_a_terminal("y", "erase", "--user", "mo")  # a new request for the same user
+
+    assert status == 1 and "another erasure request (req-mo) is open for this user" in shown
+    assert "--request-id req-mo" in shown and "cannot be undone" not in shown and "erasure dry run" not in shown
+    assert [r["request_id"] for r in _requests()] == ["req-mo"]

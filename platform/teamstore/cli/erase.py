@@ -246,14 +246,18 @@ async def _earlier(coordinator: DeletionCoordinator, request_id: str | None, use
     """The request ``request_id`` names, if it exists.
 
     Raises:
-        ErasureConflict: It is another user's unfinished request (the run would refuse it: nothing to ask).
+        ErasureConflict: It is another user's unfinished request, or it is new and the user has an open one
+            (the run would refuse either: nothing to ask).
     """
     from teamstore.erasure import requests
 
-    if request_id is None or (row := await requests.get_request(coordinator.engine, request_id)) is None:
+    row = await requests.get_request(coordinator.engine, request_id) if request_id is not None else None
+    if row is None:  # a new request: refused while another one of the user's is open, so say it now
+        if (other := await requests.open_request_of(coordinator.engine, user)) is not None:
+            raise requests.already_open(other)
         return None
     requests.same_user(row, user)
-    return await coordinator.status(request_id)
+    return await coordinator.status(row.request_id)
 
 
 def _note_control_character(user: str) -> None:

@@ -284,8 +284,22 @@ async def _conflict(engine: AsyncEngine, request_id: str, user_id: str) -> Erasu
             f"request {request_id!r} was opened by another process at the same moment",
             hint="let that process finish; `teamstore erase status` shows it",
         )
+    return already_open(await open_request_of(engine, user_id))
+
+
+async def open_request_of(engine: AsyncEngine, user_id: str) -> str | None:
+    """The id of the request that fences ``user_id`` now (open, failed, or stopped by its coordinator), if any.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
     async with db(engine, "read the user's hold") as conn:
-        other = await conn.scalar(select(user_holds.c.request_id).where(user_holds.c.user_id == user_id))
+        found: str | None = await conn.scalar(select(user_holds.c.request_id).where(user_holds.c.user_id == user_id))
+    return found
+
+
+def already_open(other: str | None) -> ErasureConflict:
+    """The refusal of a second request for a user whose request ``other`` is still open."""
     return ErasureConflict(
         f"another erasure request ({other or 'unknown'}) is open for this user",
         hint=f"rerun that request id to resume it: `teamstore erase --user ... --request-id {other}`",
