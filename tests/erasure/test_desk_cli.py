@@ -242,7 +242,7 @@ def test_erasing_options_before_a_subcommand_are_refused_not_dropped() -> None:
     dropped = cli("erase", "--user", "hank", "--yes", "list")
     assert dropped.exit_code == 1 and "--user, --yes belong to `teamstore erase` itself" in dropped.output
     listed = cli("erase", "list", "--json")
-    assert listed.exit_code == 0 and json.loads(listed.stdout) == {"requests": []}  # none opened, none run
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == {"requests": [], "more": False}  # none opened, none run
 
 
 def test_an_operator_name_the_receipt_cannot_hold_is_refused_before_the_terminal_asks(
@@ -308,3 +308,18 @@ def test_on_a_terminal_a_user_with_an_open_request_is_told_which_before_anything
     assert status == 1 and "another erasure request (req-mo) is open for this user" in shown
     assert "--request-id req-mo" in shown and "cannot be undone" not in shown and "erasure dry run" not in shown
     assert [r["request_id"] for r in _requests()] == ["req-mo"]
+
+
+def test_a_listing_cut_by_its_limit_says_more_requests_match() -> None:
+    _populate("nia")
+    for n in range(3):
+        assert cli("erase", "--user", f"nobody-{n}", "--request-id", f"req-{n}", "--yes").exit_code == 3
+
+    cut = cli("erase", "list", "--limit", "2")
+    assert cut.exit_code == 0 and "req-2" in cut.stdout and "req-0" not in cut.stdout
+    assert "more requests match" in cut.stdout and "--limit" in cut.stdout  # the oldest are the ones left out
+    cut_json = json.loads(cli("erase", "list", "--limit", "2", "--json").stdout)
+    assert len(cut_json["requests"]) == 2 and cut_json["more"] is True
+    whole = cli("erase", "list", "--limit", "3")
+    assert "more requests match" not in whole.stdout
+    assert json.loads(cli("erase", "list", "--limit", "3", "--json").stdout)["more"] is False

@@ -300,10 +300,13 @@ def list_(
     statuses = [_status(value) for value in status_]
     if user is not None:
         check_erasable_id(user)
+    # One more than shown, to know whether the limit cut the list: newest first, what it cuts are the oldest
+    # requests, the most overdue of the desk's queue.
     found = with_app(lambda app: list_requests(app.engine, statuses=statuses, overdue=overdue, user_id=user,
-                                               limit=limit), must_exist=True)
-    emit({"requests": [r.model_dump(mode="json") for r in found]}, as_json=as_json,
-         render=lambda _: _render_list(found))
+                                               limit=limit + 1), must_exist=True)
+    more, found = len(found) > limit, found[:limit]
+    emit({"requests": [r.model_dump(mode="json") for r in found], "more": more}, as_json=as_json,
+         render=lambda _: _render_list(found, more))
 
 
 def _status(value: str) -> RequestStatus:
@@ -316,7 +319,7 @@ def _status(value: str) -> RequestStatus:
     return RequestStatus(value)
 
 
-def _render_list(found: list[RequestSummary]) -> None:
+def _render_list(found: list[RequestSummary], more: bool) -> None:
     rows = [[r.request_id, str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
              f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
              r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(r.operators) or "-")] for r in found]
@@ -324,6 +327,9 @@ def _render_list(found: list[RequestSummary]) -> None:
                 [[plain(r[0]), *r[1:]] for r in rows], fixed=(2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
     if not found:
         console.print("no request matches")
+    elif more:
+        console.print(f"[yellow]more requests match[/]: only the newest {len(found)} are shown, and the oldest (the "
+                      "longest waiting) are left out; raise --limit")
 
 
 @app.command("extend")
