@@ -276,6 +276,10 @@ async def test_dry_run_counts_and_changes_nothing(
     assert plan.stores["resume_state"].status is StepStatus.WOULD_ERASE
     assert plan.stores["resume_state"].counts.rows == 2 and plan.stores["transcripts"].counts.objects == 2
     assert await find_subject(engine, "hank") == seeded.subject_key
+    remains = {r.what: r.detail for r in plan.remains_elsewhere}  # what an erasure would leave, said as a plan
+    assert "would destroy the data key" in remains["database backups"] and "destroyed the data" not in remains[
+        "database backups"]
+    assert "now unlinkable" not in remains["tracing backend"] and "once the erasure deletes" in remains["tracing backend"]
     async with engine.connect() as conn:
         assert (await conn.execute(select(erasure_requests))).all() == []
         assert (await conn.execute(select(user_holds))).all() == []

@@ -427,7 +427,8 @@ class DeletionCoordinator:
             request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
             received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
             remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content,
-                                                bound if _key_destroyed(stores) else None, matched=found),
+                                                bound if _key_destroyed(stores) else None, matched=found,
+                                                planned=True),
             requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
         )
 

@@ -193,7 +193,7 @@ def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
 
 def remains_elsewhere(
     received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None,
-    *, matched: bool = True, unlinked: bool = True,
+    *, matched: bool = True, unlinked: bool = True, planned: bool = False,
 ) -> list[Remains]:
     """What outlives the erasure by design: database backups and the tracing backend's spans.
 
@@ -207,13 +207,15 @@ def remains_elsewhere(
             receipt claims no rows and no key).
         unlinked: Whether the subject mapping is gone (or, in a dry run, would go): ``False`` for a request
             that stopped before its ``subject`` step, whose spans the mapping still links to the user.
+        planned: A dry run's: what an erasure would leave, said as what it would do, not as done.
 
     Returns:
         One entry per place, with the date it ages out or becomes unreadable. Backups are counted from now, the
         receipt's making (as the request ends): the user's rows were live until then, so backups taken up to
         then hold them, and the last of those expires its retention after it.
     """
-    link = ("now unlinkable (its mapping is deleted)" if unlinked else
+    link = ("unlinkable once the erasure deletes its mapping" if planned else
+            "now unlinkable (its mapping is deleted)" if unlinked else
             "which the subject mapping still links to the user until the request completes")
     spans = (
         f"spans (wherever workers export them over OTLP) carry only the pseudonymous subject key, {link}"
@@ -233,7 +235,8 @@ def remains_elsewhere(
         until = min(expire, backups_unreadable_by)
         detail = ("backups taken before the erasure still hold the user's rows (ids in the clear, their words "
                   "sealed under the user's data key, wrapped there by the key-encryption key of the day). The erasure "
-                  "destroyed the data key; the key-encryption key is rotated out and destroyed by "
+                  f"{'would destroy' if planned else 'destroyed'} the data key; the key-encryption key is rotated out "
+                  "and destroyed by "
                   f"{backups_unreadable_by:%Y-%m-%d} (key rotation on schedule), from when the words in those backups "
                   "are unreadable; rows written before sealing stay readable until the backups expire "
                   f"({expire:%Y-%m-%d}). Never restore one as-is")
