@@ -3,8 +3,10 @@ CliRunner on the embedded default."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ from typer.testing import CliRunner
 
 from config_registry import Registry
 from teamstore import examples
+from teamstore.app import App
 from teamstore.cli import app
+from teamstore.memory.facts import MemoryUpdate
 from teamstore.settings import Settings
 from teamstore.state.envelope import SEALED_PREFIX
 
@@ -49,6 +53,33 @@ def test_show_prints_the_summary_and_each_fact_with_its_type_run_and_confirmatio
     elsewhere = runner.invoke(app, ["memory", "show", "--user", "alice", "--team", "billing"])
     assert elsewhere.exit_code == 0 and "nothing is kept about this user under scope 'billing'" in elsewhere.stdout
     assert "nothing is kept about this user" in runner.invoke(app, ["memory", "show", "--user", "bob"]).stdout
+
+
+def test_show_prints_each_facts_value_in_the_table_as_its_json_reads(ran: dict[str, Any]) -> None:
+    written = {"replaced": True, "escalated": False, "visits": 2, "speed": 0.5, "visited_on": date(2026, 9, 24)}
+    types = {"replaced": "bool", "escalated": "bool", "visits": "int", "speed": "float", "visited_on": "date"}
+
+    async def write() -> None:  # facts of every type, as a team declaring them would have its writer store
+        kept = App()
+        try:
+            await kept.memory_store.write("alice", "support_triage", MemoryUpdate(FIRST, written), types=types,
+                                          expected_version=1, run_id="run-typed", team="support_triage",
+                                          team_version="v1", retention_days=180)
+        finally:
+            await kept.aclose()
+
+    asyncio.run(write())
+    (memory,) = as_json("memory", "show", "--user", "alice")["memories"]
+    values = {f["name"]: f["value"] for f in memory["facts"]}
+    assert values == {**{n: v for n, v in written.items() if n != "visited_on"}, "visited_on": "2026-09-24",
+                      "ticket_id": "55102", "router_model": "ZX-81"}
+    table = runner.invoke(app, ["memory", "show", "--user", "alice"])
+    assert table.exit_code == 0, table.output
+    rows = [line.split() for line in table.stdout.splitlines()]
+    cells = {row[0]: row[2] for row in rows if row and row[0] in values}  # fact, type, value, from run, confirmed
+    assert cells == {"replaced": "true", "escalated": "false", "visits": "2", "speed": "0.5",
+                     "visited_on": "2026-09-24", "ticket_id": "55102", "router_model": "ZX-81"}
+    assert "True" not in table.stdout and "False" not in table.stdout
 
 
 def test_show_prints_plain_values_that_the_tables_hold_sealed_under_the_users_key(ran: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@ is attached where the manifest says, and adds the memory to a model context once
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import ComponentLoader
@@ -56,6 +56,19 @@ async def test_it_adds_the_memory_to_a_context_once_and_reports_what_it_added() 
     assert message.content.splitlines() == [
         HEADER, "Summary: line fault ticket 55102, router replaced", "Facts:",
         "- ticket_id: 55102 (last confirmed 2026-11-02)", "- router_model: ZX-81 (last confirmed 2026-11-02)"]
+
+
+def test_it_gives_each_fact_as_its_json_reads_true_false_numbers_dates_and_plain_text() -> None:
+    given = memory(replaced="bool", escalated="bool", visits="int", speed="float", visited_on="date",
+                   ticket_id="str")
+    given.recall(stored(replaced=("bool", True), escalated=("bool", False), visits=("int", 2), speed=("float", 0.5),
+                        visited_on=("date", date(2026, 9, 24)), ticket_id=("str", "55102")))
+    assert given.message_text().splitlines()[3:] == [
+        "- replaced: true (last confirmed 2026-11-02)", "- escalated: false (last confirmed 2026-11-02)",
+        "- visits: 2 (last confirmed 2026-11-02)", "- speed: 0.5 (last confirmed 2026-11-02)",
+        "- visited_on: 2026-09-24 (last confirmed 2026-11-02)", "- ticket_id: 55102 (last confirmed 2026-11-02)"]
+    # the value the writer is sent, and --json shows, is the same JSON value
+    assert [(c.metadata or {})["value"] for c in given.contents[1:]] == [True, False, 2, 0.5, "2026-09-24", "55102"]
 
 
 async def test_it_gives_nothing_when_nothing_is_kept_and_adds_nothing() -> None:

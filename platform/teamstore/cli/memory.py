@@ -45,6 +45,8 @@ def show(user: str = UserOption, team: str | None = TeamOption, as_json: bool = 
 
 
 def _render(data: dict[str, Any], scope: str | None) -> None:
+    from teamstore.memory.facts import fact_text
+
     if not data["memories"]:
         # Under one scope, "nothing" is about that scope: the user may well have memory under another.
         console.print("nothing is kept about this user" + (plain(f" under scope {scope!r}") if scope else ""))
@@ -54,7 +56,7 @@ def _render(data: dict[str, Any], scope: str | None) -> None:
                             f"version {memory['version']}, updated {str(memory['updated_at'])[:19]}, "
                             f"expires {str(memory['expires_at'])[:10]}"), style="bold")
         console.print(plain(f"summary: {memory['summary'] or '(none yet)'}"))
-        rows = [[plain(f["name"]), plain(f["type"]), plain(f["value"]), plain(f["source_run_id"][:12]),
+        rows = [[plain(f["name"]), plain(f["type"]), plain(fact_text(f["value"])), plain(f["source_run_id"][:12]),
                  plain(f["confirmed_at"][:19])] for f in memory["facts"]]
         if rows:
             print_table(("fact", "type", "value", "from run", "last confirmed"), rows, fixed=(1, 3, 4))

@@ -32,7 +32,7 @@ from autogen_core.models import SystemMessage
 from pydantic import BaseModel, Field
 
 from config_registry.manifest import MemoryDeclaration
-from teamstore.memory.facts import UserMemory, estimate_tokens, shown
+from teamstore.memory.facts import UserMemory, estimate_tokens, fact_text, shown
 
 PROVIDER = "teamstore.memory.component.TeamstoreMemory"
 HEADER = "What this team knows about the user from earlier sessions (kept memory; it may be out of date):"
@@ -94,7 +94,7 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
                 left_out.append(name)
                 continue
             contents.append(MemoryContent(
-                content=f"{name}: {shown(fact.value)}", mime_type=MemoryMimeType.TEXT,
+                content=f"{name}: {fact_text(fact.value)}", mime_type=MemoryMimeType.TEXT,
                 metadata={"kind": "fact", "name": name, "type": fact.type, "value": shown(fact.value),
                           "confirmed_at": fact.confirmed_at.isoformat(), "source_run_id": fact.source_run_id},
             ))

@@ -134,6 +134,15 @@ def shown(value: Any) -> Any:
     return value.isoformat() if isinstance(value, date) else value
 
 
+def fact_text(value: Any) -> str:
+    """A checked (or :func:`shown`) value as one line of text that reads as its JSON does: ``true``/``false``,
+    numbers as JSON writes them, a date as ``YYYY-MM-DD``, text as it is (unquoted: it is one line, and the
+    fact's type says it is text). The memory table and the message a model is given both print this, so what
+    they say matches ``--json`` and what the writer is sent."""
+    value = shown(value)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 @dataclass(frozen=True)
 class Fact:
     """One fact kept about a user: its value, the run it came from, and when a run last confirmed it."""
