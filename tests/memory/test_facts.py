@@ -72,8 +72,25 @@ def test_the_writers_reply_becomes_an_update_of_its_declared_facts() -> None:
     assert update.facts == {"ticket_id": "55102", "visits": 2, "visited_on": date(2026, 9, 24), "replaced": True}
 
 
-def test_a_reply_in_a_fenced_code_block_is_read_as_its_json() -> None:
-    assert parse_update('```json\n{"summary": "ok", "facts": {}}\n```', DECLARED).summary == "ok"
+@pytest.mark.parametrize("fence", ["```json\n", "```JSON\n", "```Json\n", "```json  \n", "```JSON \t\r\n",
+                                   "``` json\n", "```\n", "```json", "````json\n"])
+def test_a_reply_in_a_fenced_code_block_is_read_as_its_json(fence: str) -> None:
+    closing = "```" if fence.count("`") == 3 else "````"
+    reply = f'{fence}{{"summary": "ok", "facts": {{"visits": 2}}}}\n{closing}'
+    assert parse_update(reply, DECLARED) == parse_update('{"summary": "ok", "facts": {"visits": 2}}', DECLARED)
+
+
+OK = '{"summary": "ok", "facts": {}}'
+
+
+@pytest.mark.parametrize("reply", [
+    f"```\nThe user said {WORDS}.\n```", f"```JSON\nThe user said {WORDS}.\n```",
+    f"```json\n{OK}\n```\nThe user said {WORDS}.", f"```python\n{OK}\n```", f"```JSONish\n{OK}\n```",
+])
+def test_prose_in_a_fenced_code_block_is_still_refused_as_prose(reply: str) -> None:
+    with pytest.raises(MemoryWriteRefused, match="prose") as raised:
+        parse_update(reply, DECLARED)
+    assert WORDS not in raised.value.message
 
 
 @pytest.mark.parametrize(("reply", "why"), [

@@ -284,16 +284,25 @@ def parse_update(text: object, declaration: MemoryDeclaration) -> MemoryUpdate:
 def _json_object(text: object) -> dict[str, Any]:
     if not isinstance(text, str):
         raise _refused("returned no text (a tool call or other content)")
-    body = text.strip()
-    if body.startswith("```"):  # a fenced block, as chat models like to write it
-        body = body.strip("`").removeprefix("json").strip()
     try:
-        data = json.loads(body)
+        data = json.loads(_unfenced(text.strip()))
     except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
         raise _refused("returned prose, not a JSON object")
     return data
+
+
+def _unfenced(body: str) -> str:
+    """The text inside a fenced code block, as chat models like to write one: a fence of backticks, a ``json``
+    tag in any case (``JSON``, ``Json``) or none, spaces after it. Any other tag stays in the text, which is then
+    no JSON: it is refused as prose, as the text it fences would be."""
+    if not body.startswith("```"):
+        return body
+    inner = body.strip("`").lstrip(" \t")
+    if inner[:4].lower() == "json":
+        inner = inner[4:]
+    return inner.strip()
 
 
 def _refused(why: str) -> MemoryWriteRefused:
