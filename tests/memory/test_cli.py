@@ -151,6 +151,8 @@ def test_facts_left_without_their_memory_row_are_not_shown_and_the_sweep_removes
         conn.execute("DELETE FROM ts_user_memory")  # by hand: the two facts are left
     assert as_json("memory", "show", "--user", "alice")["memories"] == []  # no memory of alice's exists
     assert "nothing is kept about this user" in runner.invoke(app, ["memory", "show", "--user", "alice"]).stdout
+    unknown = runner.invoke(app, ["memory", "forget", "--user", "alice", "--fact", "mood"])
+    assert unknown.exit_code == 1 and "fix: nothing is kept about this user" in unknown.stderr  # none of the two
     swept = as_json("retention", "sweep")
     assert (swept["memories"], swept["memory_facts"], swept["memory_leftover_facts"]) == (0, 0, 2)
     with sqlite3.connect(Settings().home / "teamstore.db") as conn:

@@ -311,6 +311,23 @@ async def test_facts_left_without_their_memory_row_can_be_forgotten(store: Memor
     assert await store.show("alice", held=True) == [] and await stored_facts(engine) == []
 
 
+async def test_forgetting_a_fact_not_kept_names_only_the_facts_show_lists(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, facts_={"ticket_id": "55102", "visits": 2})
+    await leave_facts(engine)  # left over: no memory shows them
+    await put(store, facts_={"speed": 0.5}, scope="billing", retention=0.5)  # past its expiry (at T0 + 12h)
+    await put(store, facts_={"replaced": True}, scope="returns")
+    assert {n for m in await store.show("alice") for n in m.facts} == {"replaced"}
+    with pytest.raises(MemoryNotFound) as raised:
+        await store.forget("alice", fact="router_model")
+    assert raised.value.hint == "the facts kept are: replaced"
+    with pytest.raises(MemoryNotFound, match="under 'helpdesk'") as raised:
+        await store.forget("alice", scope="helpdesk", fact="router_model")
+    assert raised.value.hint == "nothing is kept about this user"  # as `show --team helpdesk` says
+    assert (await store.forget("alice", fact="visits")) == Forgotten(memories=0, facts=1)  # still forgotten
+
+
 async def test_ids_are_checked_before_anything_is_read(store: MemoryStore) -> None:
     for bad in ("", "a\tb", "x" * 257):
         with pytest.raises(InvalidIdentifier):

@@ -321,7 +321,8 @@ class MemoryStore:
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id, ``scope`` no scope or ``fact`` no fact name a team
                 can declare.
-            MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those that are).
+            MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those :meth:`show`
+                lists).
             StoreUnavailable: The database failed; nothing was forgotten.
         """
         check_id("user_id", user_id)
@@ -345,8 +346,10 @@ class MemoryStore:
         where = [*_key(facts, user_id, scope), facts.c.name == fact]
         scopes = (await conn.execute(select(facts.c.scope).where(*where))).scalars().all()
         if not scopes:
-            kept = sorted(set((await conn.execute(select(facts.c.name).where(*_key(facts, user_id, scope))))
-                              .scalars().all()))
+            # What `show` lists: not a leftover fact (the user cannot see it), nor one of a memory past its expiry.
+            shown = select(facts.c.name).where(*_key(facts, user_id, scope), ~_left_over(),
+                                               ~_expired_memory(datetime.now(UTC)))
+            kept = sorted(set((await conn.execute(shown)).scalars().all()))
             raise MemoryNotFound(
                 f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
                 hint=f"the facts kept are: {', '.join(kept)}" if kept else "nothing is kept about this user")
@@ -403,6 +406,12 @@ class MemoryStore:
             total = Forgotten(total.memories + len(keys), total.facts + dropped)
             if len(keys) < batch_size:
                 return total
+
+
+def _expired_memory(now: datetime) -> ColumnElement[bool]:
+    """The fact's memory is past its expiry: read as gone until the sweep (or its scope's next read) deletes it."""
+    return exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
+                          memories.c.expires_at <= now)
 
 
 def _left_over() -> ColumnElement[bool]:
