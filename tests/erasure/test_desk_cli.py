@@ -259,12 +259,13 @@ def test_an_operator_name_the_receipt_cannot_hold_is_refused_before_the_terminal
     assert cli("erase", "--user", "kit", "--dry-run").exit_code == 0  # a dry run records no operator
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_of_the_users_data(
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_and_records_that_it_stopped(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
     """A job's timeout sends SIGTERM, a closed terminal SIGHUP: the archive written so far (the user's data,
-    readable) must go with the export, as on Ctrl-C, not stay beside the target under a hidden name."""
+    readable) must go with the export, as on Ctrl-C, not stay beside the target under a hidden name; and its
+    record must say it stopped, not `running` as if it still were."""
     _populate("lia")
     out = tmp_path / "out"
     out.mkdir()
@@ -285,6 +286,24 @@ def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_of_the_users_
         hanging.stop()
     assert proc.returncode != 0, err
     assert list(out.iterdir()) == []
+    (record,) = _export_records()
+    assert record["status"] == "failed", err
+    assert str(record["detail"]).startswith("stopped while reading transcripts"), record
+
+
+def _export_records() -> list[dict[str, object]]:
+    async def go() -> list[dict[str, object]]:
+        from sqlalchemy import select
+
+        from teamstore.export.schema import export_requests
+
+        engine = create_engine(Settings().resolved_database_url)
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(export_requests))).all()
+        await engine.dispose()
+        return [dict(row._mapping) for row in rows]
+
+    return asyncio.run(go())
 
 
 def test_a_reason_the_receipt_cannot_hold_is_refused_before_anything_is_asked_or_written() -> None:

@@ -369,3 +369,38 @@ async def test_a_recorded_transcript_folder_this_machine_does_not_have_fails_the
 
     assert workers.url in caught.value.message and "TranscriptUnavailable" in caught.value.message
     assert caught.value.hint and "where" in caught.value.hint and list(out.iterdir()) == []
+
+
+async def test_an_export_stopped_midway_records_that_it_stopped_and_where_instead_of_running(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """Ctrl-C, or SIGTERM or SIGHUP turned into it, cancels the export while it waits on a store: its record
+    must say it failed and where it stopped, not `running` as if it still were."""
+    from tests.audit.fault_server import FaultServer
+
+    hanging = FaultServer("hang")  # the transcript store answers nothing: the export waits there
+    store = S3TranscriptStore(boto3.client("s3", endpoint_url=hanging.endpoint, aws_access_key_id="test",
+                                           aws_secret_access_key="test", region_name="us-east-1"), "bucket", "audit")
+    subject = await get_or_create_subject(engine, "lia")
+    await record_store(engine, subject, store.url)
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        running = asyncio.create_task(exporter(engine, store).run("lia", out / "lia.zip", operator="o"))
+        for _ in range(600):
+            if hanging.requests:
+                break
+            await asyncio.sleep(0.05)
+        assert hanging.requests and not running.done()
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    finally:
+        hanging.stop()
+
+    assert list(out.iterdir()) == []
+    async with engine.connect() as conn:
+        (row,) = (await conn.execute(select(export_requests.c.status, export_requests.c.detail,
+                                            export_requests.c.finished_at))).all()
+    assert row.status == "failed" and row.finished_at is not None
+    assert row.detail.startswith("stopped while reading transcripts") and "lia" not in row.detail

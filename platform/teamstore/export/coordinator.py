@@ -12,11 +12,14 @@ SHA-256 of every file, when, at whose request and by whom. The manifest is also 
 record (``ts_export_requests``), which names the subject key, never the user id. A store that cannot be
 read fails the export as a whole: the archive is removed, never left partial, and the record says why. An
 id no store holds anything for (never stored, or erased) gets no archive: its manifest, status
-``no_match``, naming every store it searched, is returned and recorded, and says so.
+``no_match``, naming every store it searched, is returned and recorded, and says so. An export stopped
+midway (Ctrl-C, the CLI's SIGTERM or SIGHUP, its task cancelled) removes the archive too and records
+``failed``, saying where it stopped: only a process killed outright leaves a record ``running``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -52,6 +55,9 @@ from teamstore.people import check_person, current_operator
 log = logging.getLogger(__name__)
 FORMAT = "teamstore-export/1"
 MANIFEST = "manifest.json"
+# How a stop reaches the export: asyncio.run cancels it on Ctrl-C and when the CLI turns SIGTERM or SIGHUP into
+# KeyboardInterrupt while the loop waits; the signal raises KeyboardInterrupt itself when it lands in our code.
+_STOPS = (asyncio.CancelledError, KeyboardInterrupt)
 NOT_INCLUDED = (
     "spans in the tracing backend: they carry only the pseudonymous subject key (and no message content unless "
     "content capture was turned on), and teamstore cannot read them back",
@@ -142,8 +148,12 @@ class ExportCoordinator:
         finished = False
         try:
             subject = await find_subject(self.engine, user_id)
-            started = await requests.open_export(self.engine, export_id, subject, requested_by=requested_by,
-                                                 operator=ran_by)
+            try:
+                started = await requests.open_export(self.engine, export_id, subject, requested_by=requested_by,
+                                                     operator=ran_by)
+            except _STOPS:  # the record may have been written just before the stop
+                await self._stopped(export_id, "as it began")
+                raise
             ctx = ExportContext(self.engine, self.transcripts, user_id, subject, self.prices, export_id, self.keys)
             manifest = await self._write(ctx, archive, started, ran_by, requested_by)
             finished = True
@@ -168,6 +178,9 @@ class ExportCoordinator:
                 archive.commit()
             else:
                 archive.abort()
+        except _STOPS:
+            await self._stopped(ctx.export_id, f"while reading {store}")
+            raise
         except TeamstoreError as exc:
             await self._failed(ctx.export_id, store, exc)
             if isinstance(exc, ExportError):
@@ -197,7 +210,16 @@ class ExportCoordinator:
 
     async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> None:
         """Record the failure; a database that is gone too is only logged (the error being raised says more)."""
+        await self._record_failure(export_id, f"{store}: {type(exc).__name__}: {exc.message}")
+
+    async def _stopped(self, export_id: str, where: str) -> None:
+        """Record that the export was stopped ``where`` (``while reading transcripts``), so its record does not
+        say ``running`` for ever; the archive is removed on the way out, as for any failure."""
+        await self._record_failure(export_id, f"stopped {where} (Ctrl-C, SIGTERM or SIGHUP, or its task was "
+                                              "cancelled): no archive was left; export again")
+
+    async def _record_failure(self, export_id: str, detail: str) -> None:
         try:
-            await requests.fail_export(self.engine, export_id, f"{store}: {type(exc).__name__}: {exc.message}")
+            await requests.fail_export(self.engine, export_id, detail)
         except StoreUnavailable as recording:
             log.warning("export %s: could not record its failure: %s", export_id, recording)

@@ -6,7 +6,8 @@
     await requests.finish_export(engine, "ex-1f3c...", manifest)          # or fail_export(..., detail)
 
 A record holds the pseudonymous subject key, never the raw user id nor the archive's path (see
-:mod:`teamstore.export.schema`). An export killed midway leaves its record ``running``.
+:mod:`teamstore.export.schema`). An export stopped midway (Ctrl-C, SIGTERM, SIGHUP) records ``failed`` with
+where it stopped; only one killed outright (SIGKILL, a crash) leaves its record ``running``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ async def finish_export(engine: AsyncEngine, export_id: str, status: str, manife
 
 
 async def fail_export(engine: AsyncEngine, export_id: str, detail: str) -> None:
-    """Record that the export failed, and why (the error's message: it names no user data).
+    """Record that the export failed or was stopped, and why (the error's message: it names no user data).
 
     Raises:
         StoreUnavailable: The database could not be reached.
