@@ -224,6 +224,17 @@ async def test_a_rerun_records_who_asked_when_the_first_attempt_did_not(engine: 
     assert [r.overdue for r in await list_requests(engine)] == [True]
 
 
+async def test_a_rerun_records_the_reason_when_the_first_attempt_gave_none_and_keeps_the_first_one_given(
+    engine: AsyncEngine,
+) -> None:
+    await requests.open_request(engine, "req-why", "lu", None, 30)
+    assert (await requests.open_request(engine, "req-why", "lu", "GDPR art. 17", 30)).reason == "GDPR art. 17"
+    assert (await requests.open_request(engine, "req-why", "lu", "other", 30)).reason == "GDPR art. 17"
+    async with engine.connect() as conn:
+        stored = await conn.scalar(select(erasure_requests.c.reason).where(erasure_requests.c.request_id == "req-why"))
+    assert stored == "GDPR art. 17"
+
+
 async def test_a_new_request_id_that_is_blank_or_has_spaces_around_it_is_refused_before_anything_is_written(
     engine: AsyncEngine, folder: LocalTranscriptStore
 ) -> None:

@@ -200,13 +200,13 @@ def test_an_open_request_is_extended_once_from_the_command_line_and_the_receipt_
     assert shown.exit_code == 2 and "extended by 6w to" in shown.stdout and "40 sessions" in shown.stdout
 
 
-async def _open(request_id: str, user: str) -> None:
+async def _open(request_id: str, user: str, reason: str | None = None) -> None:
     """An open request, as one whose coordinator stopped leaves it."""
     from teamstore.erasure import requests
 
     engine = create_engine(Settings().resolved_database_url)
     try:
-        await requests.open_request(engine, request_id, user, None, 30)
+        await requests.open_request(engine, request_id, user, reason, 30)
     finally:
         await engine.dispose()
 
@@ -342,3 +342,27 @@ def test_a_listing_cut_by_its_limit_says_more_requests_match() -> None:
     whole = cli("erase", "list", "--limit", "3")
     assert "more requests match" not in whole.stdout
     assert json.loads(cli("erase", "list", "--limit", "3", "--json").stdout)["more"] is False
+
+
+def test_a_rerun_given_another_reason_or_requester_keeps_the_first_and_says_so() -> None:
+    _populate("pat", "quinn")
+    first = cli("erase", "--user", "pat", "--request-id", "req-pat", "--reason", "GDPR art. 17",
+                "--requested-by", "ticket 1", "--yes")
+    assert first.exit_code == 0, first.output
+
+    again = cli("erase", "--user", "pat", "--request-id", "req-pat", "--reason", "other", "--requested-by",
+                "ticket 2", "--yes", "--json")
+
+    assert again.exit_code == 0 and json.loads(again.stdout)["reason"] == "GDPR art. 17"
+    assert "request req-pat keeps its first reason, 'GDPR art. 17'; --reason 'other' was not recorded" in again.stderr
+    assert "keeps its first requested-by, 'ticket 1'; --requested-by 'ticket 2' was not recorded" in again.stderr
+    same = cli("erase", "--user", "pat", "--request-id", "req-pat", "--reason", "GDPR art. 17", "--yes")
+    assert same.exit_code == 0 and "note" not in same.stderr
+
+    # An open request on a terminal: said with its plan, before it asks.
+    asyncio.run(_open("req-quinn", "quinn", reason="GDPR art. 17"))
+    status, _, shown = _on_a_terminal("n", "erase", "--user", "quinn", "--request-id", "req-quinn", "--reason", "other")
+    assert status == 1, shown
+    said = "request req-quinn keeps its first reason, 'GDPR art. 17'; --reason 'other' was not recorded"
+    assert said in shown and shown.index(said) < shown.index("cannot be undone")
+    assert shown.count(said) == 1

@@ -180,13 +180,28 @@ def erase(
     if not dry_run:  # who runs it goes on the receipt: a name it cannot hold is said before anything is asked
         current_operator(operator)
     asked = not dry_run and not yes
-    if asked:
-        _confirm(user, request_id, requested_by)  # names any near twin itself, before it asks
+    # names any near twin itself, and what a rerun keeps, before it asks
+    noted = _confirm(user, request_id, reason, requested_by) if asked else False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run, requested_by=requested_by,
                                                     operator=operator), _Bars(bar))
+    if not (dry_run or noted):
+        _note_kept(receipt, reason, requested_by)
     _finish(receipt, as_json, suggest_for=None if asked else user)
+
+
+def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -> None:
+    """Say which given ``--reason`` or ``--requested-by`` a rerun did not record: a request keeps the first one
+    it was given (and a finished one is only reported), so the receipt shows the stored one, not this."""
+    for option, given, stored in (("--reason", reason, receipt.reason),
+                                  ("--requested-by", requested_by, receipt.requested_by)):
+        if given is None or given == stored:
+            continue
+        kept = (f"keeps its first {option[2:]}, {stored!r}" if stored is not None else
+                f"is {receipt.status} and has no {option[2:]}: a finished request is only reported")
+        err_console.print(f"[yellow]note[/]: request {plain(receipt.request_id)} {plain(kept)}; {option} "
+                          f"{plain(repr(given))} was not recorded")
 
 
 def suggest_near_matches(user: str) -> None:
@@ -203,8 +218,11 @@ def suggest_near_matches(user: str) -> None:
         err_console.print(f"[yellow]did you mean[/] {plain(shown)}? It differs only in {kind}.")
 
 
-def _confirm(user: str, request_id: str | None, requested_by: str | None) -> None:
+def _confirm(user: str, request_id: str | None, reason: str | None, requested_by: str | None) -> bool:
     """Show what the erasure would remove (the dry run) on stderr and ask; refuse without a terminal.
+
+    Returns:
+        Whether it said which given ``--reason`` or ``--requested-by`` the request it resumes keeps instead.
 
     Raises:
         ConfirmationNeeded: No terminal to ask on, or the answer was not yes (nothing changed, no request).
@@ -224,14 +242,18 @@ def _confirm(user: str, request_id: str | None, requested_by: str | None) -> Non
 
     earlier, receipt = _with_coordinator(plan, None)
     if earlier is not None and earlier.status in (RequestStatus.COMPLETED, RequestStatus.NO_MATCH):
-        return  # a finished request is only reported: nothing to confirm
-    if earlier is not None:  # the plan of the request it resumes: its dates, extension and attempts so far
+        return False  # a finished request is only reported: nothing to confirm
+    if earlier is not None:  # the plan of the request it resumes: its dates, extension and attempts so far,
+        # and who asked and why as the run leaves them (a request keeps the first it was given)
         receipt = receipt.model_copy(update={
             "request_id": earlier.request_id, "received_at": earlier.received_at, "due_at": earlier.due_at,
-            "extension": earlier.extension, "attempts": earlier.attempts, "requested_by": earlier.requested_by})
+            "extension": earlier.extension, "attempts": earlier.attempts,
+            "requested_by": earlier.requested_by if earlier.requested_by is not None else requested_by,
+            "reason": earlier.reason if earlier.reason is not None else reason})
     _render(receipt, err_console)
     if earlier is not None:
         err_console.print(f"this resumes request {plain(earlier.request_id)} ({earlier.status})")
+        _note_kept(receipt, reason, requested_by)
     if not receipt.matched:
         suggest_near_matches(user)
     question = ("Erase what is listed above? It cannot be undone" if receipt.matched else
@@ -240,6 +262,7 @@ def _confirm(user: str, request_id: str | None, requested_by: str | None) -> Non
         untouched = "the request stays as it was" if earlier is not None else "no request was opened"
         raise ConfirmationNeeded(f"not confirmed: nothing was erased and {untouched}",
                                  hint="run it again and answer y (check the user id first), or pass --yes")
+    return earlier is not None
 
 
 async def _earlier(coordinator: DeletionCoordinator, request_id: str | None, user: str) -> Receipt | None:

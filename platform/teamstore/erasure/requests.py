@@ -194,10 +194,11 @@ async def open_request(
         engine: The state database.
         request_id: The idempotency key.
         user_id: The raw user id (exact string).
-        reason: Free text for the receipt (keep personal data out of it).
+        reason: Free text for the receipt (keep personal data out of it); recorded as ``requested_by`` is.
         due_days: The deadline after receipt.
         requested_by: Who asked (free text); recorded when the request is created, or on a rerun of a
-            request that has none yet.
+            request that has none yet. Like ``reason``, a request's first one is kept: a rerun giving another
+            changes nothing (the receipt shows the stored one, and the command line says it was kept).
 
     Returns:
         The request; ``created_now`` says whether this call created it.
@@ -210,10 +211,13 @@ async def open_request(
     existing = await get_request(engine, check_request_id(request_id))
     if existing is not None:
         same_user(existing, user_id)
-        if requested_by is not None and existing.requested_by is None and existing.status not in FINISHED:
-            await _set_requested_by(engine, request_id, requested_by)
-            return RequestRow(**{**existing.__dict__, "requested_by": requested_by})
-        return existing
+        if existing.status in FINISHED:
+            return existing
+        missing = {name: given for name, given in (("requested_by", requested_by), ("reason", reason))
+                   if given is not None and getattr(existing, name) is None}
+        for name, given in missing.items():
+            await _fill_in(engine, request_id, name, given)
+        return RequestRow(**{**existing.__dict__, **missing})
     check_new_request_id(request_id)
     if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
@@ -222,11 +226,12 @@ async def open_request(
     return RequestRow(**{**created.__dict__, "created_now": True})
 
 
-async def _set_requested_by(engine: AsyncEngine, request_id: str, requested_by: str) -> None:
-    async with db(engine, "record who asked for the erasure") as conn:
+async def _fill_in(engine: AsyncEngine, request_id: str, column: str, value: str) -> None:
+    """Record ``column`` (who asked, or why) on a request that has none yet; one that has it keeps it."""
+    async with db(engine, f"record the erasure request's {column}") as conn:
         await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id,
-                                                          erasure_requests.c.requested_by.is_(None))
-                           .values(requested_by=requested_by))
+                                                          erasure_requests.c[column].is_(None))
+                           .values({column: value}))
 
 
 async def _insert_request(
