@@ -366,3 +366,29 @@ def test_a_rerun_given_another_reason_or_requester_keeps_the_first_and_says_so()
     said = "request req-quinn keeps its first reason, 'GDPR art. 17'; --reason 'other' was not recorded"
     assert said in shown and shown.index(said) < shown.index("cannot be undone")
     assert shown.count(said) == 1
+
+
+async def _attempted(request_id: str, user: str, operators: list[str], reason: str | None = None) -> None:
+    """An open request whose coordinators, run by ``operators`` in turn, each stopped in it."""
+    from teamstore.erasure import requests
+
+    await _open(request_id, user, reason)
+    engine = create_engine(Settings().resolved_database_url)
+    try:
+        for operator in operators:
+            await requests.start_attempt(engine, request_id, operator)
+    finally:
+        await engine.dispose()
+
+
+def test_the_listing_names_each_operator_once_in_the_order_they_first_ran_the_request() -> None:
+    _populate("ola")
+    asyncio.run(_attempted("req-ops", "ola", ["root", "dpo", "root", "root"]))
+
+    listed = cli("erase", "list")
+
+    assert listed.exit_code == 0, listed.output
+    (line,) = [line for line in listed.stdout.splitlines() if "req-ops" in line]
+    assert line.rstrip().endswith("root, dpo") and "root, root" not in line
+    (row,) = _requests()
+    assert row["operators"] == ["root", "dpo", "root", "root"]  # --json keeps every attempt's

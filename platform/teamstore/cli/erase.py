@@ -345,7 +345,8 @@ def _status(value: str) -> RequestStatus:
 def _render_list(found: list[RequestSummary], more: bool) -> None:
     rows = [[r.request_id, str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
              f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
-             r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(r.operators) or "-")] for r in found]
+             r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(dict.fromkeys(r.operators)) or "-")]
+            for r in found]  # each operator once, in the order they first ran it (--json has every attempt's)
     print_table(("request", "status", "received", "due", "extended to", "subject", "requested by", "run by"),
                 [[plain(r[0]), *r[1:]] for r in rows], fixed=(2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
     if not found:
