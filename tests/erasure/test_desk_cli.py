@@ -392,3 +392,16 @@ def test_the_listing_names_each_operator_once_in_the_order_they_first_ran_the_re
     assert line.rstrip().endswith("root, dpo") and "root, root" not in line
     (row,) = _requests()
     assert row["operators"] == ["root", "dpo", "root", "root"]  # --json keeps every attempt's
+
+
+def test_the_receipt_on_screen_shows_the_requests_reason_as_json_does() -> None:
+    _populate("rae")
+    done = cli("erase", "--user", "rae", "--request-id", "req-rae", "--reason", "GDPR art. 17 [ticket 12]", "--yes")
+    assert done.exit_code == 0, done.output
+    assert "reason: GDPR art. 17 [ticket 12]" in done.stdout  # as given, never read as markup
+    shown = cli("erase", "status", "req-rae")
+    assert shown.exit_code == 0 and "reason: GDPR art. 17 [ticket 12]" in shown.stdout
+    plan = cli("erase", "--user", "rae", "--dry-run", "--reason", "GDPR art. 17")
+    assert "reason: GDPR art. 17" in plan.stdout
+    unexplained = cli("erase", "--user", "nobody", "--request-id", "req-why-not", "--yes")
+    assert unexplained.exit_code == 3 and "reason:" not in unexplained.stdout

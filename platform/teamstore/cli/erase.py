@@ -97,12 +97,14 @@ def _render(receipt: Receipt, out: Console = console) -> None:
 
 
 def _render_desk(receipt: Receipt, out: Console) -> None:
-    """Who asked, who ran each attempt, the extension, and the verdict when nothing matched."""
+    """Who asked and why, who ran each attempt, the extension, and the verdict when nothing matched."""
     from teamstore.erasure import RequestStatus
     from teamstore.erasure.desk import extension_note
 
     if receipt.requested_by:
         out.print(f"requested by {plain(receipt.requested_by)}")
+    if receipt.reason:
+        out.print(f"reason: {plain(receipt.reason)}")
     for number, attempt in enumerate(receipt.attempts, start=1):
         ended = f", ended {attempt.ended_at:%Y-%m-%d %H:%M}Z {attempt.status or 'without a verdict'}" \
             if attempt.ended_at else ""
