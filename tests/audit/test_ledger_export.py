@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from teamstore.audit.ledger import record_usage, sweep_ledger, usage_rows
 from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
+from teamstore.audit.transcripts import transcript_store_from_settings
+from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli import app
 from teamstore.events import ModelCall, RunContext, RunOutcome
@@ -155,7 +157,9 @@ async def test_an_erased_users_rows_are_exported_as_the_ledger_holds_them_then(
     await _fill(engine)
     monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
     subject = await get_or_create_subject(engine, USERS[0])
-    await record_store(engine, subject, Settings().resolved_transcripts_url)  # as a run's transcript writer does
+    store = transcript_store_from_settings(Settings())
+    await record_store(engine, subject, store.url)  # as a run's transcript writer does, and then writes:
+    await store.put(run_key(RunKeys(subject, session_key(subject, SESSION)), "r1"), b"{}")
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "before"), "--json")
     await asyncio.to_thread(_cli, "erase", "--user", USERS[0], "--yes", "--json")
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "after"), "--json")
