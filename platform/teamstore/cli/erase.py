@@ -195,15 +195,16 @@ def erase(
 
 def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -> None:
     """Say which given ``--reason`` or ``--requested-by`` a rerun did not record: a request keeps the first one
-    it was given (and a finished one is only reported), so the receipt shows the stored one, not this."""
+    it was given (and a finished one is only reported), so the receipt shows the stored one, not this. Neither
+    value is repeated here: a reason or a requester may name the user, and stderr is often a job's log."""
     for option, given, stored in (("--reason", reason, receipt.reason),
                                   ("--requested-by", requested_by, receipt.requested_by)):
         if given is None or given == stored:
             continue
-        kept = (f"keeps its first {option[2:]}, {stored!r}" if stored is not None else
+        kept = (f"keeps the {option[2:]} it was first given (its receipt shows it)" if stored is not None else
                 f"is {receipt.status} and has no {option[2:]}: a finished request is only reported")
-        err_console.print(f"[yellow]note[/]: request {plain(receipt.request_id)} {plain(kept)}; {option} "
-                          f"{plain(repr(given))} was not recorded")
+        err_console.print(f"[yellow]note[/]: request {plain(receipt.request_id)} {plain(kept)}; the {option} "
+                          "given now was not recorded")
 
 
 def suggest_near_matches(user: str) -> None:
