@@ -288,7 +288,10 @@ def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_and_records_t
     assert list(out.iterdir()) == []
     (record,) = _export_records()
     assert record["status"] == "failed", err
-    assert str(record["detail"]).startswith("stopped while reading transcripts"), record
+    # Stopped while it waited for the store; on a slow machine the store's own timeout may come first, and
+    # the record then names that instead. Either way it is not left `running`.
+    detail = str(record["detail"])
+    assert detail.startswith(("stopped while reading transcripts", "transcripts: TranscriptUnavailable")), record
 
 
 def _export_records() -> list[dict[str, object]]:
