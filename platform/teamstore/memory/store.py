@@ -371,11 +371,16 @@ class MemoryStore:
         return Swept(expired.memories, expired.facts, await self._sweep_leftovers(batch_size))
 
     async def _sweep_leftovers(self, batch_size: int) -> int:
-        """Delete the facts kept with no memory written, in batches; how many."""
+        """Delete the facts kept with no memory written, in batches; how many.
+
+        It takes only facts no other transaction holds, and never waits for one: a first write (or a forget, or
+        an erasure) deletes the facts it holds itself, in its own order. Had the sweep waited, each could hold a
+        fact the other wanted next, and Postgres would abort one of them (a write so aborted is lost).
+        """
         total = 0
         while True:
             victims = (select(facts.c.user_id, facts.c.scope, facts.c.name).where(_left_over())
-                       .limit(batch_size).correlate(None))
+                       .limit(batch_size).with_for_update(of=facts, skip_locked=True).correlate(None))
             try:
                 async with self.engine.begin() as conn:
                     # Checked again as it deletes: a first write that landed meanwhile owns the facts it wrote.
