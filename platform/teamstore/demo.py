@@ -33,6 +33,7 @@ from config_registry import Registry
 from teamstore.app import App
 from teamstore.db.engine import redact_url
 from teamstore.examples import example_manifest, support_escalation, support_triage, support_triage_v2_renamed
+from teamstore.memory.facts import fact_text
 from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
@@ -213,7 +214,7 @@ def _memory(user: str, session: str) -> None:
         console.print(f"  summary: {escape(memory['summary'])}")
         table = Table("fact", "type", "value", "from run", "last confirmed")
         for fact in memory["facts"]:
-            table.add_row(fact["name"], fact["type"], escape(str(fact["value"])), fact["source_run_id"][:12],
+            table.add_row(fact["name"], fact["type"], escape(fact_text(fact["value"])), fact["source_run_id"][:12],
                           fact["confirmed_at"][:19])
         console.print(table)
 

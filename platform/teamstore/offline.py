@@ -12,10 +12,10 @@ same messages always give the same reply and the same token usage, with no netwo
 
 Its replies quote the earliest and the latest user request it can see, so a resumed session visibly
 remembers what came before, and name the facts a kept memory gave it (a system message listing
-``Facts:`` as ``- name: value`` lines), so a new session visibly knows its user. Asked to pick the next
-speaker (SelectorGroupChat), it names a participant; told by its system message to "say TERMINATE" when
-done, it ends its reply with TERMINATE. It declares function calling, so agents with tools or handoffs
-(``Swarm``) can be built on it, but it always answers in text and never calls a tool.
+``Facts:`` as ``- name: value`` lines, each value as JSON), so a new session visibly knows its user. Asked
+to pick the next speaker (SelectorGroupChat), it names a participant; told by its system message to "say
+TERMINATE" when done, it ends its reply with TERMINATE. It declares function calling, so agents with tools or
+handoffs (``Swarm``) can be built on it, but it always answers in text and never calls a tool.
 
 Asked to write a user's memory (the request of :mod:`teamstore.memory.writer`: a user message holding a
 JSON object with ``declared_facts`` and ``new_messages``), it answers with the JSON object the writer
@@ -73,6 +73,15 @@ def _text(message: LLMMessage) -> str:
     if isinstance(content, str):
         return content
     return " ".join(str(part) for part in content if isinstance(part, str))
+
+
+def _remembered(value: str) -> str:
+    """A fact's value as the memory message gives it (its JSON), said back: text as it is, the rest as given."""
+    try:
+        read = json.loads(value)
+    except ValueError:
+        return value
+    return read if isinstance(read, str) else value
 
 
 def count_tokens(messages: Sequence[LLMMessage]) -> int:
@@ -173,7 +182,7 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
             f"[{self.model}] ({persona[:40]}) I see {len(messages)} messages; "
             f'earliest request: "{first}"; latest: "{latest}".'
         )
-        remembered = [f"{name}={value}" for m in messages[1:] if isinstance(m, SystemMessage)
+        remembered = [f"{name}={_remembered(value)}" for m in messages[1:] if isinstance(m, SystemMessage)
                       for name, value in _REMEMBERED.findall(_text(m))]
         if remembered:
             reply += f" Remembered: {', '.join(remembered)}."

@@ -78,7 +78,7 @@ def test_show_prints_each_facts_value_in_the_table_as_its_json_reads(ran: dict[s
     rows = [line.split() for line in table.stdout.splitlines()]
     cells = {row[0]: row[2] for row in rows if row and row[0] in values}  # fact, type, value, from run, confirmed
     assert cells == {"replaced": "true", "escalated": "false", "visits": "2", "speed": "0.5",
-                     "visited_on": "2026-09-24", "ticket_id": "55102", "router_model": "ZX-81"}
+                     "visited_on": '"2026-09-24"', "ticket_id": '"55102"', "router_model": '"ZX-81"'}
     assert "True" not in table.stdout and "False" not in table.stdout
 
 

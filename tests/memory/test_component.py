@@ -49,16 +49,16 @@ async def test_it_adds_the_memory_to_a_context_once_and_reports_what_it_added() 
     await context.add_message(UserMessage(content="hello", source="user"))
     first = await given.update_context(context)
     assert [c.content for c in first.memories.results] == [
-        "line fault ticket 55102, router replaced", "ticket_id: 55102", "router_model: ZX-81"]
+        "line fault ticket 55102, router replaced", 'ticket_id: "55102"', 'router_model: "ZX-81"']
     second = await given.update_context(context)  # the next model call of the same turn, or a later run
     assert second.memories.results == []
     (message,) = [m for m in await context.get_messages() if isinstance(m, SystemMessage)]
     assert message.content.splitlines() == [
         HEADER, "Summary: line fault ticket 55102, router replaced", "Facts:",
-        "- ticket_id: 55102 (last confirmed 2026-11-02)", "- router_model: ZX-81 (last confirmed 2026-11-02)"]
+        '- ticket_id: "55102" (last confirmed 2026-11-02)', '- router_model: "ZX-81" (last confirmed 2026-11-02)']
 
 
-def test_it_gives_each_fact_as_its_json_reads_true_false_numbers_dates_and_plain_text() -> None:
+def test_it_gives_each_fact_as_its_json_reads_true_false_numbers_and_quoted_dates_and_text() -> None:
     given = memory(replaced="bool", escalated="bool", visits="int", speed="float", visited_on="date",
                    ticket_id="str")
     given.recall(stored(replaced=("bool", True), escalated=("bool", False), visits=("int", 2), speed=("float", 0.5),
@@ -66,9 +66,21 @@ def test_it_gives_each_fact_as_its_json_reads_true_false_numbers_dates_and_plain
     assert given.message_text().splitlines()[3:] == [
         "- replaced: true (last confirmed 2026-11-02)", "- escalated: false (last confirmed 2026-11-02)",
         "- visits: 2 (last confirmed 2026-11-02)", "- speed: 0.5 (last confirmed 2026-11-02)",
-        "- visited_on: 2026-09-24 (last confirmed 2026-11-02)", "- ticket_id: 55102 (last confirmed 2026-11-02)"]
+        '- visited_on: "2026-09-24" (last confirmed 2026-11-02)', '- ticket_id: "55102" (last confirmed 2026-11-02)']
     # the value the writer is sent, and --json shows, is the same JSON value
     assert [(c.metadata or {})["value"] for c in given.contents[1:]] == [True, False, 2, 0.5, "2026-09-24", "55102"]
+
+
+def test_a_text_fact_reading_like_a_boolean_number_or_null_is_given_quoted_never_as_that_value() -> None:
+    given = memory(replaced="bool", said_replaced="str", visits="int", said_visits="str", said_null="str",
+                   note="str")
+    given.recall(stored(replaced=("bool", True), said_replaced=("str", "true"), visits=("int", 42),
+                        said_visits=("str", "42"), said_null=("str", "null"), note=("str", 'the "ZX-81" \\ box')))
+    assert given.message_text().splitlines()[3:] == [
+        "- replaced: true (last confirmed 2026-11-02)", '- said_replaced: "true" (last confirmed 2026-11-02)',
+        "- visits: 42 (last confirmed 2026-11-02)", '- said_visits: "42" (last confirmed 2026-11-02)',
+        '- said_null: "null" (last confirmed 2026-11-02)',
+        '- note: "the \\"ZX-81\\" \\\\ box" (last confirmed 2026-11-02)']  # escaped as JSON: it reads back whole
 
 
 async def test_it_gives_nothing_when_nothing_is_kept_and_adds_nothing() -> None:
@@ -82,7 +94,7 @@ def test_it_leaves_out_what_is_damaged_over_budget_or_no_longer_declared_as_stor
     kept.damaged.append(DamagedFact("speed", "fact 'speed' holds a value that is not JSON"))
     given = memory(ticket_id="str", router_model="str")
     assert sorted(given.recall(kept)) == ["router_model", "speed", "summary", "visits"]
-    assert [c.content for c in given.contents] == ["ticket_id: 55102"]
+    assert [c.content for c in given.contents] == ['ticket_id: "55102"']
 
 
 async def test_add_query_and_clear_work_on_this_sessions_contents_only() -> None:

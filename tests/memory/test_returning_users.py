@@ -3,6 +3,7 @@ the first model call of their next session holds every fact the first one stated
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -33,5 +34,5 @@ async def test_every_returning_user_is_given_every_fact_in_the_first_model_call_
             _, given, outcome = await talk(platform, user, "s1", "Do you still have my ticket and router?")
             assert outcome == "expired" and given is not None
             first_call = "\n".join(str(m.content) for m in CALLS[channel][since])
-            recalled += sum(f"- {name}: {value}" in first_call for name, value in facts.items())
+            recalled += sum(f"- {name}: {json.dumps(value)}" in first_call for name, value in facts.items())
     assert recalled / (USERS * len(DECLARED)) == 1.0

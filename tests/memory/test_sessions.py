@@ -84,7 +84,7 @@ async def test_a_new_session_is_given_in_its_first_model_call_every_fact_the_las
     assert (given.given_to, given.summary, given.facts) == (["triage", "researcher"], True, ["router_model", "ticket_id"])
     first_call = CALLS[channel][since]
     (memory,) = [str(m.content) for m in first_call if isinstance(m, SystemMessage) and str(m.content).startswith(HEADER)]
-    assert "- ticket_id: 55102" in memory and "- router_model: ZX-81" in memory and FIRST in memory
+    assert '- ticket_id: "55102"' in memory and '- router_model: "ZX-81"' in memory and FIRST in memory
     triage = next(m for m in result.messages if m.source == "triage" and type(m).__name__ == "TextMessage")
     assert "ticket_id=55102" in triage.to_text()  # the offline model says what it was given
 
@@ -118,7 +118,7 @@ async def test_a_run_after_one_that_failed_in_the_same_block_is_given_the_memory
     # triage's context is new every run and the researcher's started empty: both are given it again
     calls = CALLS[channel][since:]
     held = [memory_messages(call) for call in calls]
-    assert len(calls) == 2 and all(len(h) == 1 and "- ticket_id: 55102" in h[0] for h in held), held
+    assert len(calls) == 2 and all(len(h) == 1 and '- ticket_id: "55102"' in h[0] for h in held), held
 
 
 async def test_what_memory_adds_never_piles_up_in_stored_state(platform: Platform, engine: AsyncEngine) -> None:
@@ -252,7 +252,7 @@ async def test_a_memory_row_damaged_by_hand_gives_only_what_is_sound_and_is_neve
     await platform.drain_memory()
     assert given is not None and given.facts == ["ticket_id"] and "router_model" in given.left_out
     first_call = "\n".join(str(m.content) for m in CALLS[channel][since])
-    assert "- ticket_id: 55102" in first_call and "ZX-81" not in first_call.split("Facts:")[1]
+    assert '- ticket_id: "55102"' in first_call and "ZX-81" not in first_call.split("Facts:")[1]
     (kept,) = await platform.show_memory("alice")
     assert {d.name for d in kept.damaged} == {"router_model", "version"}
     assert kept.failure is not None and "damaged" in kept.failure.reason  # the writer refused to write over it

@@ -135,12 +135,12 @@ def shown(value: Any) -> Any:
 
 
 def fact_text(value: Any) -> str:
-    """A checked (or :func:`shown`) value as one line of text that reads as its JSON does: ``true``/``false``,
-    numbers as JSON writes them, a date as ``YYYY-MM-DD``, text as it is (unquoted: it is one line, and the
-    fact's type says it is text). The memory table and the message a model is given both print this, so what
-    they say matches ``--json`` and what the writer is sent."""
-    value = shown(value)
-    return value if isinstance(value, str) else json.dumps(value)
+    """A checked (or :func:`shown`) value as its JSON reads: ``true``/``false``, numbers as JSON writes them,
+    text and a date (``"2026-09-24"``) quoted and escaped. Quoted, a text fact ``"true"``, ``"42"`` or
+    ``"null"`` never reads as the boolean, number or null it spells (a model is given no fact's type). The
+    memory table and the message a model is given both print this, so what they say matches ``--json`` and
+    what the writer is sent."""
+    return json.dumps(shown(value), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
