@@ -2,8 +2,9 @@
 
 S3 may store a PUT its client stopped waiting for (the run's deadline passed) or gave up on (read timeout):
 the :class:`HoldingProxy` holds each upload in front of moto until the test lets it land, after the client
-has moved on. Through a session run (the worker) and through an outbox flush (``transcripts flush``), on
-SQLite and Postgres, the erasure waits for it and then no version with the user's words is left.
+has moved on. Through a session run (the worker), through an outbox flush (``transcripts flush``) and through
+``keys migrate`` writing a stored transcript again, on SQLite and Postgres, the erasure waits for it and then
+no version with the user's words is left.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore.audit import outbox
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.sealing import seal_stored_transcripts
 from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -30,6 +32,8 @@ from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.receipt import Receipt
+from teamstore.errors import UploadInDoubt
+from teamstore.keys import KeyService
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.audit.fault_server import HoldingProxy
@@ -177,6 +181,31 @@ async def test_a_flush_upload_still_on_its_way_holds_the_erasure_until_it_lands_
 
         assert receipt.ok and receipt.stores["outbox"].counts.rows == 1
         assert report.delivered == 0 and await outbox.pending(engine) == 0
+    finally:
+        await late.close()
+
+
+@pytest.mark.s3
+async def test_a_keys_migrate_write_s3_left_unanswered_keeps_the_erasure_open_until_it_can_no_longer_land(
+    engine: AsyncEngine, s3_store: S3TranscriptStore, proxy: HoldingProxy
+) -> None:
+    # `keys migrate` gives up on its PUT of a transcript sealed again (read timeout), and S3 stores it later,
+    # sealed under the key the erasure destroys: no erasure may complete before it can no longer land.
+    subject = await get_or_create_subject(engine, "wes")
+    await s3_store.put(run_key(RunKeys(subject, session_key(subject, "s1")), "old"), b"CANARY")  # before sealing
+    late = _late_store(proxy, s3_store.bucket, read_timeout=1.0)
+    try:
+        with pytest.raises(UploadInDoubt):
+            await seal_stored_transcripts(engine, late, KeyService.from_settings(engine, Settings()), LATE_UPLOAD_S)
+
+        failed = await coordinator(engine, s3_store, upload_wait_seconds=0.2).run("wes", request_id="req-wes")
+        proxy.release()
+        assert await asyncio.to_thread(proxy.landed.wait, 10)
+        done = await coordinator(engine, s3_store).run("wes", request_id="req-wes")  # waits out the rest
+
+        assert failed.status is RequestStatus.FAILED and failed.stores["transcripts"].status is StepStatus.FAILED
+        assert done.ok and done.stores["transcripts"].counts.versions == 2  # the plain one and the late one
+        assert _subject_versions(s3_store, subject) == []
     finally:
         await late.close()
 

@@ -4,6 +4,7 @@ when the store refuses; read back by ``transcripts show``'s loader; older plain 
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 import uuid
@@ -15,7 +16,7 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit import outbox
+from teamstore.audit import claims, outbox
 from teamstore.audit.observer import Pseudonyms, TranscriptObserver
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
@@ -25,8 +26,10 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, decode, encode, sealed_context
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.cli.audit import load_transcripts
-from teamstore.erasure import RequestStatus
-from teamstore.errors import KeyUnavailable
+from teamstore.db.fence import user_holds
+from teamstore.erasure import RequestStatus, StepStatus
+from teamstore.erasure.receipt import Receipt
+from teamstore.errors import KeyUnavailable, TranscriptUnavailable, UploadInDoubt
 from teamstore.keys import KeyService
 from teamstore.keys.sealed import is_sealed
 from teamstore.settings import Settings
@@ -121,6 +124,7 @@ async def test_transcripts_written_before_sealing_still_read_and_keys_migrate_se
     page, _ = await load_transcripts(engine, store, "alice", "s1", "old", keys=keys)
     assert CANARY in str(page.runs[0]["items"])
     assert await seal_stored_transcripts(engine, store, keys) == 1
+    assert [row["run_id"] for row in await _outbox_rows(engine)] == ["queued"]  # the write's record went once it landed
     assert await seal_queued_transcripts(engine, keys) == 1
     stored = await store.get(run_key(run_keys, "old"))
     assert is_sealed(stored)
@@ -163,22 +167,35 @@ async def test_a_transcript_delivered_late_from_the_outbox_keeps_the_time_it_was
 
 
 class _ErasedDuringPut:
-    """A transcript store whose next put lets a whole erasure of ``user`` run first: the erasure deletes the
-    object ``keys migrate`` read, and only then does the migrate's write land."""
+    """A transcript store whose next put starts an erasure of ``user`` first and lets it fence the user: the
+    erasure runs while ``keys migrate``'s write of the object it read is on its way."""
 
     def __init__(self, inner: TranscriptStore, engine: AsyncEngine, user: str) -> None:
-        self.inner, self.engine, self.user, self.erased = inner, engine, user, False
+        self.inner, self.engine, self.user = inner, engine, user
+        self.erasing: asyncio.Task[Receipt] | None = None
+        self.landed_at: datetime | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def put(self, key: str, body: bytes, **kwargs: Any) -> None:
-        if not self.erased:
-            self.erased = True
-            receipt = await coordinator(self.engine, self.inner).run(self.user, request_id=f"req-{self.user}")
-            assert receipt.status is RequestStatus.COMPLETED
-            assert await self.inner.list_keys("") == []
+        if self.erasing is None:
+            self.erasing = asyncio.create_task(coordinator(self.engine, self.inner).run(
+                self.user, request_id=f"req-{self.user}"))
+            while not await _fenced(self.engine, self.user):
+                await asyncio.sleep(0.01)
         await self.inner.put(key, body, **kwargs)
+        self.landed_at = datetime.now(UTC)
+
+
+async def _fenced(engine: AsyncEngine, user: str) -> bool:
+    async with engine.connect() as conn:
+        return user in (await conn.scalars(select(user_holds.c.user_id))).all()
+
+
+async def _outbox_rows(engine: AsyncEngine) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        return [dict(row._mapping) for row in (await conn.execute(select(outbox_table))).all()]
 
 
 async def test_keys_migrate_leaves_nothing_of_a_user_erased_while_it_writes_their_transcript_again(
@@ -189,9 +206,121 @@ async def test_keys_migrate_leaves_nothing_of_a_user_erased_while_it_writes_thei
     await store.put(key, encode({"kind": "run", "run_id": "old"}, [{"kind": "item", "message": CANARY}]))
     racing = _ErasedDuringPut(store, engine, "alice")
     assert await seal_stored_transcripts(engine, racing, KeyService.from_settings(engine, Settings())) == 0
-    assert racing.erased
+    assert racing.erasing is not None and racing.landed_at is not None
+    receipt = await racing.erasing
+    assert receipt.status is RequestStatus.COMPLETED
+    assert receipt.completed_at is not None and receipt.completed_at > racing.landed_at  # it waited for the write
     assert await store.list_keys("") == []  # the late write was deleted again, not left sealed under a dead key
+    assert await _outbox_rows(engine) == []
     await store.close()
+
+
+class _Faulty:
+    """A folder whose puts end as ``fault`` says. ``unanswered``: as an upload S3 left unanswered, answered
+    ``UploadInDoubt``, and held back until :meth:`land` stores it, late. ``refused``: answered with an error,
+    nothing stored. ``hangs``: never ends (the process sending it is killed meanwhile)."""
+
+    def __init__(self, inner: LocalTranscriptStore, fault: str) -> None:
+        self.inner, self.fault = inner, fault
+        self.held: list[tuple[str, bytes, dict[str, Any]]] = []
+        self.started = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def put(self, key: str, body: bytes, **kwargs: Any) -> None:
+        self.started.set()
+        if self.fault == "refused":
+            raise TranscriptUnavailable("could not write transcripts: S3 answered 503 SlowDown")
+        if self.fault == "hangs":
+            await asyncio.Event().wait()
+        self.held.append((key, body, kwargs))
+        raise UploadInDoubt("S3 too slow or cut off while answering a transcript upload: it may land all the same")
+
+    async def land(self) -> None:
+        for key, body, kwargs in self.held:
+            await self.inner.put(key, body, **kwargs)
+
+
+async def _plain_transcript(engine: AsyncEngine, folder: LocalTranscriptStore, user: str) -> str:
+    """A transcript of ``user`` written before sealing; its subject."""
+    subject = await get_or_create_subject(engine, user)
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "old")
+    await folder.put(key, encode({"kind": "run", "run_id": "old"}, [{"kind": "item", "message": CANARY}]))
+    return subject
+
+
+async def test_a_keys_migrate_write_left_unanswered_holds_an_erasure_of_its_user_until_it_can_no_longer_land(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    folder = LocalTranscriptStore(tmp_path / "transcripts")
+    subject = await _plain_transcript(engine, folder, "alice")
+    late = _Faulty(folder, "unanswered")
+    with pytest.raises(UploadInDoubt, match="may land") as raised:
+        await seal_stored_transcripts(engine, late, KeyService.from_settings(engine, Settings()), late_upload_s=3.0)
+    (record,) = await _outbox_rows(engine)  # on record, with nothing of the transcript
+    assert record["body"] is None and record["subject_key"] == subject and CANARY not in str(record)
+    assert "keys migrate" in (raised.value.hint or "")
+    lands_by = await claims.in_doubt_until(engine, subject)
+    assert lands_by is not None and lands_by <= datetime.now(UTC) + timedelta(seconds=3)
+
+    failed = await coordinator(engine, folder, upload_wait_seconds=0.2).run("alice", request_id="req-alice")
+
+    transcripts = failed.stores["transcripts"]
+    assert failed.status is RequestStatus.FAILED and transcripts.status is StepStatus.FAILED
+    assert f"{lands_by:%Y-%m-%dT%H:%M:%SZ}" in (transcripts.detail or "")
+    await late.land()  # the write lands after all, sealed, while the fence stands
+    done = await coordinator(engine, folder).run("alice", request_id="req-alice")  # waits out the rest, then erases
+    assert done.ok and done.stores["outbox"].counts.rows == 1 and datetime.now(UTC) >= lands_by
+    assert await folder.list_keys("") == [] and await _outbox_rows(engine) == []
+
+
+async def test_keys_migrate_starts_no_write_for_a_user_fenced_before_it_was_on_record(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # The erasure may have looked for uploads of the user before the record was made: a write started then,
+    # and left unanswered, would land after the erasure with nothing to wait for it.
+    folder = LocalTranscriptStore(tmp_path / "transcripts")
+    await _plain_transcript(engine, folder, "alice")
+    await KeyService.from_settings(engine, Settings()).data_key("alice")
+    late = _Faulty(folder, "unanswered")
+    assert await seal_stored_transcripts(engine, late, FencedOnFirstKey(engine, "alice")) == 0
+    assert late.held == []  # left plain, to the erasure
+    assert await claims.purge_settled(engine) == 1 and await _outbox_rows(engine) == []
+
+
+async def test_a_keys_migrate_write_refused_with_an_answer_keeps_no_erasure_waiting(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    folder = LocalTranscriptStore(tmp_path / "transcripts")
+    subject = await _plain_transcript(engine, folder, "alice")
+    with pytest.raises(TranscriptUnavailable) as raised:
+        await seal_stored_transcripts(engine, _Faulty(folder, "refused"), KeyService.from_settings(engine, Settings()))
+    assert not isinstance(raised.value, UploadInDoubt) and "keys migrate" in (raised.value.hint or "")
+    assert await claims.in_doubt_until(engine, subject) is None  # nothing may land
+    assert await claims.purge_settled(engine) == 1 and await _outbox_rows(engine) == []
+
+
+async def test_a_keys_migrate_killed_mid_write_leaves_the_write_on_record_until_it_can_no_longer_land(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    folder = LocalTranscriptStore(tmp_path / "transcripts")
+    subject = await _plain_transcript(engine, folder, "alice")
+    hung = _Faulty(folder, "hangs")
+    migrating = asyncio.create_task(
+        seal_stored_transcripts(engine, hung, KeyService.from_settings(engine, Settings()), late_upload_s=60))
+    await hung.started.wait()
+    migrating.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await migrating
+    lands_by = await claims.in_doubt_until(engine, subject)
+    # The write may be stored for as long as S3 takes once the connection is gone, after a last renewal.
+    assert lands_by is not None and lands_by >= datetime.now(UTC) + timedelta(seconds=60)
+    assert await claims.purge_settled(engine) == 0  # retention keeps the record while the write may land
+    async with engine.begin() as conn:  # that time passes
+        await conn.execute(update(outbox_table).values(claimed_until=datetime.now(UTC) - timedelta(seconds=1)))
+    assert await claims.in_doubt_until(engine, subject) is None
+    assert await claims.purge_settled(engine) == 1 and await _outbox_rows(engine) == []
 
 
 async def test_keys_migrate_leaves_a_queued_transcript_of_a_user_fenced_meanwhile_to_the_erasure(

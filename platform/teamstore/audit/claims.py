@@ -7,13 +7,16 @@
     await claims.renew(engine, row.run_id, owner, later)        # while its PUT is still on its way
     await claims.settle(engine, row.run_id, owner, until=None)  # the PUT failed and stored nothing
     await claims.in_doubt_until(engine, subject_key)            # an erasure: when its last upload may land
+    await claims.hold(engine, record_id, key, subject_key, owner, until)  # an upload from outside the outbox
 
 A claim does two jobs. It lets one flusher deliver a row while the others skip it (two ``teamstore
 transcripts flush`` runs, or a worker's background flush beside one, each delivered every row). And it keeps
 an upload whose outcome is unknown on record: until ``claimed_until`` passes, the row is not delivered again
 and an erasure of its subject does not go on, because the upload may still land under the subject's prefix.
 A row whose upload is settled but may still land (delivered, or never queued because an erasure fenced its
-user) keeps no body, only the claim; :func:`purge_settled` drops it once the claim has passed.
+user) keeps no body, only the claim; :func:`purge_settled` drops it once the claim has passed. So does a row
+that never held one: :func:`hold` puts on record an upload that does not come from the outbox (``teamstore
+keys migrate`` writing a stored transcript again) before it starts.
 
 Claiming is one statement on both databases: an ``UPDATE`` of the oldest claimable row, whose choice skips
 rows other flushers have locked on Postgres (``FOR UPDATE SKIP LOCKED``); SQLite runs the whole statement
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -155,6 +158,37 @@ async def settle(
             await conn.execute(stmt)
 
     await _run("settle the claim on a queued transcript", go)
+
+
+async def hold(
+    engine: AsyncEngine, record_id: str, object_key: str, subject_key: str, owner: str, until: datetime
+) -> None:
+    """Put on record, before it starts, an upload of ``object_key`` that is not a queued transcript's: a row
+    with no body (nothing of the transcript), claimed by ``owner`` until ``until``. An erasure of the subject
+    waits for it as for any claim; :func:`renew` and :func:`settle` move it on or end it, and
+    :func:`purge_settled` drops it once it has passed, also when its sender was killed.
+
+    Args:
+        engine: The state database.
+        record_id: The row's key, a name no run has (the outbox is keyed by run id).
+        object_key: Where the upload goes.
+        subject_key: Its subject.
+        owner: From :func:`new_owner`.
+        until: When the claim passes if it is never renewed or settled.
+
+    Raises:
+        StoreUnavailable: The database failed: nothing is on record, and the upload must not start.
+    """
+    stmt = insert(outbox).values(
+        run_id=record_id, object_key=object_key, subject_key=subject_key, body=None, created_at=now_utc(),
+        attempts=0, claimed_by=owner, claimed_until=until,
+    )
+
+    async def go() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(stmt)
+
+    await _run("record an upload that may land", go)
 
 
 async def in_doubt_until(engine: AsyncEngine, subject_key: str) -> datetime | None:

@@ -113,7 +113,8 @@ outbox = Table(
     Column("run_id", String(128), primary_key=True),  # one transcript per run id, ever
     Column("object_key", String(512), nullable=False),
     Column("subject_key", String(KEY), nullable=False),
-    # NULL once delivered, or when an erasure fenced the user before it was queued: the row then only
+    # NULL once delivered, when an erasure fenced the user before it was queued, or for a write that is no
+    # queued transcript's (`keys migrate` writing a stored one again, keyed `rewrite-...`): the row then only
     # records that an upload of object_key may still land until claimed_until (migration 0009).
     Column("body", LargeBinary, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),

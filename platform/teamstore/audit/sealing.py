@@ -8,27 +8,40 @@
 Every transcript written since sealing began is sealed before it leaves the process; these seal the older
 ones. An object is found by its key (``subjects/<subject>/...``) and sealed under the data key of the user its
 subject maps to; one whose subject no longer maps to a user (erased), or whose user an erasure fences, is left
-to the erasure. An erasure that fences the user while their object is being written again may have deleted it
-before the write landed: each written object is checked against the fence once it has landed, and deleted
-again if its user is fenced or erased by then (as a late outbox delivery is). A write that fails unanswered
-may still land later, sealed under the user's key: if they are erased meanwhile, beyond use. On a versioned bucket the
-plain version stays as a noncurrent version until the lifecycle rule expires it (a day), or, under Object
-Lock, until its retention ends: ``teamstore keys migrate`` says how many it wrote again.
+to the erasure. Each write is an upload that may land until its outcome is known: it is put on record in the
+outbox before it starts (:func:`teamstore.audit.claims.hold`, a row with no body), and an erasure of its user
+waits for it, as for a queued transcript's upload. Landed, it is checked against the fence and deleted again
+if its user is fenced or erased by then (as a late outbox delivery is), and the record goes; failed with an
+answer, the record is released; left unanswered by S3, it stays until the write can no longer land
+(``late_upload_seconds``), also if ``keys migrate`` is killed meanwhile. On a versioned bucket the plain
+version stays as a noncurrent version until the lifecycle rule expires it (a day), or, under Object Lock,
+until its retention ends: ``teamstore keys migrate`` says how many it wrote again.
 """
 
 from __future__ import annotations
+
+import asyncio
+import uuid
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.outbox import confirm_landed
+from teamstore.audit import claims
+from teamstore.audit.claims import Queued
+from teamstore.audit.outbox import follow, in_flight_until
 from teamstore.audit.schema import outbox, subjects
-from teamstore.audit.transcripts.base import SUBJECTS, TranscriptStore
+from teamstore.audit.transcripts.base import SUBJECTS, StoredObject, TranscriptStore
 from teamstore.audit.transcripts.record import sealed_context
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
-from teamstore.errors import ErasureInProgress, StoreUnavailable, TranscriptNotFound
+from teamstore.errors import (
+    ErasureInProgress,
+    StoreUnavailable,
+    TranscriptNotFound,
+    TranscriptUnavailable,
+    UploadInDoubt,
+)
 from teamstore.keys.sealed import is_sealed
 from teamstore.keys.service import KeyService
 
@@ -69,13 +82,23 @@ async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
     return done
 
 
-async def seal_stored_transcripts(engine: AsyncEngine, store: TranscriptStore, keys: KeyService) -> int:
+async def seal_stored_transcripts(
+    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, late_upload_s: float = 60.0
+) -> int:
     """Write each plain transcript object again, sealed under its user's data key; how many.
 
+    Args:
+        engine: The state database.
+        store: Where the transcripts are.
+        keys: The users' data keys.
+        late_upload_s: How long S3 may still store a write it left unanswered (``late_upload_seconds``).
+
     Raises:
-        KeyUnavailable, DataKeyDamaged: A user's key could not be had. TranscriptUnavailable: the store failed.
+        KeyUnavailable, DataKeyDamaged: A user's key could not be had. UploadInDoubt: S3 left a write
+        unanswered (on record until it can no longer land). TranscriptUnavailable: the store failed.
         StoreUnavailable: The database failed.
     """
+    owner = claims.new_owner()
     owners: dict[str, str | None] = {}
     done = 0
     async for stored in store.scan(f"{SUBJECTS}/"):
@@ -96,13 +119,41 @@ async def seal_stored_transcripts(engine: AsyncEngine, store: TranscriptStore, k
         except ErasureInProgress:
             owners[subject] = None  # fenced since the lookup: left to the erasure
             continue
-        # Its first write time kept: written again, its retention must not start over.
-        await store.put(stored.key, sealed, written_at=stored.modified)
-        if await confirm_landed(engine, store, stored.key, subject):
+        if await _write_again(engine, store, stored, sealed, owner, late_upload_s):
             done += 1
         else:
-            owners[subject] = None  # fenced or erased meanwhile: the object went again, and the rest are left
+            owners[subject] = None  # fenced or erased meanwhile: left to the erasure, and so are the rest
     return done
+
+
+async def _write_again(
+    engine: AsyncEngine, store: TranscriptStore, stored: StoredObject, sealed: bytes, owner: str, late_upload_s: float
+) -> bool:
+    """Write ``sealed`` over ``stored``, on record as an upload that may land from before it starts until its
+    outcome is known; whether it stays (not if its user was fenced or erased meanwhile: then it was never
+    written, or was deleted again once it landed)."""
+    row = Queued(f"rewrite-{uuid.uuid4().hex}", stored.key, stored.key.split("/")[1])
+    await claims.hold(engine, row.run_id, row.object_key, row.subject_key, owner, in_flight_until(late_upload_s))
+    # Looked up again once on record: an erasure that fenced the user before then may have found no upload
+    # of theirs to wait for, and gone on.
+    if await _owner(engine, row.subject_key) is None:
+        await claims.settle(engine, row.run_id, owner, None)
+        return False
+    # Its first write time kept: written again, its retention must not start over.
+    upload = asyncio.ensure_future(store.put(stored.key, sealed, written_at=stored.modified))
+    outcome = await follow(engine, store, row, owner, upload, late_upload_s)
+    try:
+        upload.result()
+    except UploadInDoubt as exc:  # the store's own hints speak of the outbox
+        raise UploadInDoubt(exc.message, hint=(
+            "check AWS_ENDPOINT_URL_S3 / network, then run `teamstore keys migrate` again (it goes on); an erasure "
+            "of the transcript's user waits until the write can no longer land (TEAMSTORE_LATE_UPLOAD_SECONDS)"
+        )) from exc
+    except TranscriptUnavailable as exc:
+        raise TranscriptUnavailable(exc.message, hint=(
+            "nothing was written: check the transcript store, then run `teamstore keys migrate` again (it goes on)"
+        )) from exc
+    return outcome.delivered
 
 
 async def _owner(engine: AsyncEngine, subject_key: str) -> str | None:

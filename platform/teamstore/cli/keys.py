@@ -152,7 +152,11 @@ def keys_migrate(
 
         done: dict[str, Any] = {**await seal_saved_states(a.engine, a.keys), **await seal_saved_memory(a.engine, a.keys)}
         done["outbox"] = await seal_queued_transcripts(a.engine, a.keys)
-        done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys) if transcripts else 0
+        if transcripts:
+            late = a.settings.late_upload_seconds
+            done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys, late)
+        else:
+            done["transcripts"] = 0
         return done
 
     data = with_app(go, must_exist=True)
