@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 import zipfile
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from teamstore.export import archive
 from teamstore.settings import Settings
 from tests.audit.fault_server import FaultServer
 from tests.audit.teams import context, observe_run, triage_team
@@ -235,6 +239,65 @@ def test_export_writes_one_archive_refuses_an_existing_path_and_says_when_there_
     assert twin.exit_code == 3 and "kim" not in twin.output.lower().replace("kim ", "")
     blank = cli("export", "--user", "")
     assert blank.exit_code == 1 and "user_id is empty" in blank.stderr
+
+
+def _without_hard_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on FAT, exFAT and some network shares (no such filesystem can be mounted here)."""
+    def refused(*_: object, **__: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refused)
+
+
+@pytest.mark.parametrize(("name", "appears", "hard_links"), [
+    ("kim.zip", lambda path: path.write_bytes(b"someone's archive"), True),
+    ("kim.zip", lambda path: path.write_bytes(b"someone's archive"), False),
+    ("kim", lambda path: path.mkdir(), True),  # an empty folder: a rename would replace it
+])
+def test_export_never_replaces_what_appears_at_its_path_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, appears: Callable[[Path], object], hard_links: bool
+) -> None:
+    """The path was free when the export checked it; something is there by the time the archive is done. It
+    stays as it is, the export fails saying so, and the finished archive (the user's data) goes with it."""
+    _populate("kim")
+    if not hard_links:
+        _without_hard_links(monkeypatch)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / name
+
+    def free_then_taken(path: Path) -> bool:
+        if not path.exists():
+            appears(path)
+        return False  # what the check saw a moment before
+
+    monkeypatch.setattr(archive, "_is_taken", free_then_taken)
+    refused = cli("export", "--user", "kim", "--output", str(target))
+
+    assert refused.exit_code == 1 and f"{target} exists: an export never overwrites" in refused.stderr
+    assert [p.name for p in out.iterdir()] == [name]  # no archive, no temporary one
+    if target.is_file():
+        assert target.read_bytes() == b"someone's archive"
+    else:
+        assert list(target.iterdir()) == []
+    (record,) = _export_records()
+    assert record["status"] == "failed" and "ExportTargetExists" in str(record["detail"])
+
+
+def test_export_places_its_archive_owner_only_on_a_filesystem_without_hard_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _populate("kim")
+    _without_hard_links(monkeypatch)
+    target = tmp_path / "kim.zip"
+
+    done = cli("export", "--user", "kim", "--output", str(target))
+
+    assert done.exit_code == 0, done.output
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(("kim", ".kim"))] == ["kim.zip"]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    with zipfile.ZipFile(target) as written:
+        assert written.testzip() is None and "manifest.json" in written.namelist()
 
 
 def test_erasing_options_before_a_subcommand_are_refused_not_dropped() -> None:

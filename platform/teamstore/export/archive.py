@@ -14,11 +14,14 @@ target is never overwritten.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import secrets
 import shutil
 import zipfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,6 +31,8 @@ from teamstore.export.base import FileEntry, Section, to_json
 
 FILE_MODE = 0o600
 FOLDER_MODE = 0o700
+# What os.link raises on a filesystem that has no hard links.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 class _Recorded:
@@ -63,14 +68,35 @@ class _Recorded:
         raise NotImplementedError
 
     def _place(self) -> None:
-        """Move the finished temporary archive to the target, never over anything."""
-        if self.target.exists() or self.target.is_symlink():
-            raise taken(self.target)
+        """Move the finished temporary archive to the target, never over anything: the name was free when the
+        export began, but a file or folder may have appeared there since, and a rename would replace it.
+
+        Raises:
+            ExportTargetExists: Something is at the target now (it is left as it is).
+            ExportFailed: The archive could not be moved.
+        """
         try:
-            os.rename(self.temporary, self.target)
+            self._move()
         except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise taken(self.target) from exc
             raise ExportFailed(f"could not move the finished archive to {self.target}: {exc.strerror or exc}",
                                hint="check the permissions of the folder, then export again") from exc
+
+    def _move(self) -> None:
+        raise NotImplementedError
+
+    def _claim_and_rename(self, claim: Callable[[Path], Any], release: Callable[[Path], Any]) -> None:
+        """Take the free name with ``claim`` (which, like a link, fails on anything there), then rename the
+        archive over what it made: an empty file or folder of this export's own. ``release`` removes that again
+        if the rename fails (only while it is empty: whatever someone put in it stays)."""
+        claim(self.target)
+        try:
+            os.rename(self.temporary, self.target)
+        except OSError:
+            with contextlib.suppress(OSError):
+                release(self.target)
+            raise
 
 
 class ZipArchive(_Recorded):
@@ -86,6 +112,19 @@ class ZipArchive(_Recorded):
         info.compress_type = zipfile.ZIP_DEFLATED
         info.external_attr = (0o100000 | FILE_MODE) << 16  # unpacked owner-only too
         self._zip.writestr(info, data)
+
+    def _move(self) -> None:
+        # A hard link is made only where nothing is (a dangling symlink included), and the archive keeps its
+        # inode: its mode and bytes are those written. A filesystem without hard links (FAT, exFAT, some
+        # network shares) gets the claimed name instead.
+        try:
+            os.link(self.temporary, self.target)
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            self._claim_and_rename(_create_empty, _unlink_if_empty)
+        else:
+            self.temporary.unlink()
 
     def commit(self) -> None:
         """Finish the zip and move it into place.
@@ -139,6 +178,10 @@ class FolderArchive(_Recorded):
         with _create(path) as handle:
             handle.write(data)
 
+    def _move(self) -> None:
+        # A folder cannot be hard-linked, and a rename replaces an empty folder.
+        self._claim_and_rename(lambda path: path.mkdir(mode=FOLDER_MODE), Path.rmdir)
+
     def commit(self) -> None:
         """Move the folder into place.
 
@@ -169,7 +212,7 @@ def open_archive(target: Path) -> Writable:
         ExportFailed: Its folder does not exist or cannot be written.
     """
     try:
-        if target.exists() or target.is_symlink():
+        if _is_taken(target):
             raise taken(target)
         if not target.parent.is_dir():
             what = "is not a folder" if target.parent.exists() else "does not exist"
@@ -185,6 +228,12 @@ def taken(target: Path) -> ExportTargetExists:
                               hint="give --output a new path (or move the old archive away)")
 
 
+def _is_taken(target: Path) -> bool:
+    """Whether anything is at ``target`` (a dangling symlink too: written through, the archive would land
+    where it points). Only a first refusal: the archive is placed so that it never replaces what appears later."""
+    return target.exists() or target.is_symlink()
+
+
 def _create(path: Path) -> BinaryIO:
     """A new file opened for writing, owner-only from its first byte (never one that exists).
 
@@ -197,6 +246,15 @@ def _create(path: Path) -> BinaryIO:
     except OSError as exc:
         raise _unwritable(path, exc) from exc
     return os.fdopen(fd, "wb")
+
+
+def _create_empty(path: Path) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE))
+
+
+def _unlink_if_empty(path: Path) -> None:
+    if path.lstat().st_size == 0:
+        path.unlink()
 
 
 def _unwritable(path: Path, exc: OSError) -> ExportFailed:
