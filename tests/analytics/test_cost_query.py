@@ -3,8 +3,11 @@ SQLite and a real Postgres."""
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, update
@@ -14,6 +17,9 @@ from teamstore.analytics.query import CostQuery, cost_report, parse_when
 from teamstore.audit.cost import CostReport
 from teamstore.audit.schema import subject_sessions, subjects, usage
 from teamstore.audit.subjects import find_subject
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.erasure.steps.base import StepContext
+from teamstore.erasure.steps.database import LedgerRows
 from teamstore.errors import ConfigurationError, NoMatchingUsage
 from tests.analytics.seed import PRICES, TOTAL
 
@@ -96,8 +102,35 @@ async def test_an_erased_user_and_their_sessions_read_as_erased(ledger: AsyncEng
         await conn.execute(delete(subjects).where(subjects.c.subject_key == bob))
     assert _costs(await _report(ledger, "user"))["erased"] == D("0.0021")
     by_session = _costs(await _report(ledger, "session"))
-    assert by_session["erased / erased"] == D("0.0021") and sum(c or 0 for c in by_session.values()) == TOTAL
+    assert by_session[f"erased / erased-{'f' * 12}"] == D("0.0021") and sum(c or 0 for c in by_session.values()) == TOTAL
     assert "erased" in _costs(await _report(ledger, "user", pseudonymous=True))
+
+
+async def test_each_session_of_an_erased_user_reads_apart_under_a_label_that_names_no_one(
+    ledger: AsyncEngine, tmp_path: Path
+) -> None:
+    """Two sessions of one erased user are two rows a reader can tell apart (not two ``erased / erased``),
+    each labelled the same in every report, by the start of the key ``--pseudonymous`` shows."""
+    alice = await find_subject(ledger, "alice")
+    ctx = StepContext(ledger, LocalTranscriptStore(tmp_path), "req-1", "alice", alice)
+    async with ledger.begin() as conn:  # what the erasure's ledger, session_ids and subject steps leave
+        await LedgerRows(usage, lambda c: usage.c.subject_key == c.subject_key).delete(conn, ctx)
+        await conn.execute(delete(subject_sessions).where(subject_sessions.c.subject_key == alice))
+        await conn.execute(delete(subjects).where(subjects.c.subject_key == alice))
+
+    report = await _report(ledger, "session")
+    erased = {row.group["session"]: row.cost for row in report.rows if row.group["user"] == "erased"}
+    assert sorted(erased.values()) == [D("0.003"), D("0.00636")]  # s2 and s1, each its own row
+    assert len({row.key for row in report.rows}) == len(report.rows) == 5
+    keys = [row.key for row in (await _report(ledger, "session", pseudonymous=True)).rows]
+    for label in erased:
+        assert re.fullmatch(r"erased-[0-9a-f]{12}", label)
+        assert sum(key.startswith(label.removeprefix("erased-")) for key in keys) == 1
+    (costliest,) = (await _report(ledger, "session", top=1)).rows
+    assert costliest.group == {"user": "erased", "session": next(k for k, c in erased.items() if c == D("0.00636"))}
+    rows = report.to_dict()["rows"]  # what --format json prints
+    assert sorted(r["session"] for r in rows if r["user"] == "erased") == sorted(erased)
+    assert "alice" not in json.dumps(rows) and alice not in json.dumps(rows)
 
 
 async def test_a_session_whose_id_was_never_recorded_reads_as_its_key(ledger: AsyncEngine) -> None:

@@ -6,9 +6,11 @@
 
 The ledger holds pseudonymous keys. A subject key is read back through the subject mapping
 (``ts_subjects``), a session key through the session ids recorded beside it (``ts_subject_sessions``).
-A user erased since (the ledger's link cleared, or the mapping gone) reads as ``erased``, and so do
-their sessions. A session of a known user whose id was never recorded (run before teamstore recorded
-session ids, its resume state gone by the upgrade) reads as its session key.
+A user erased since (the ledger's link cleared, or the mapping gone) reads as ``erased``; each of their
+sessions as ``erased-`` and the start of its key in the ledger (``erased-3f9a2c1d04be``), so that every
+session stays a row of its own that a reader can tell apart and find again. A session of a known user whose
+id was never recorded (run before teamstore recorded session ids, its resume state gone by the upgrade)
+reads as its session key.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from teamstore.audit.schema import subject_sessions, subjects
 
 CHUNK = 500
 """Keys looked up per statement (an IN list well under every driver's parameter limit)."""
+ERASED_SESSION_CHARS = 12
+"""How much of an erased session's key its label shows: 48 bits, so two sessions do not read alike."""
 
 
 async def _lookup(engine: AsyncEngine, key: Column[Any], value: Column[Any], wanted: Iterable[str]) -> dict[str, str]:
@@ -69,11 +73,22 @@ async def name_rows(engine: AsyncEngine, rows: Sequence[CostRow], dims: Sequence
                 user = users.get(str(values[-1]), ERASED) if values[-1] is not None else ERASED
                 group["user"] = user
                 if dim == "session":
-                    group["session"] = ERASED if user == ERASED else sessions.get(str(values[0]), str(values[0]))
+                    key = str(values[0])
+                    group["session"] = erased_session(key) if user == ERASED else sessions.get(key, key)
             else:
                 group[name] = value
         row.group = group
         row.key = " / ".join(group.values())
+
+
+def erased_session(session_key: str) -> str:
+    """How a session of an erased user reads: ``erased-`` and the start of its key in the ledger.
+
+    The erasure gave the session's rows a fresh random key (shared by its runs), which nothing maps to the
+    user or the session id: the label names no one, stays the same in every report, and is the start of
+    the ``session_key`` a pseudonymous report shows.
+    """
+    return f"{ERASED}-{session_key[:ERASED_SESSION_CHARS]}"
 
 
 def _pairs(group: dict[str, str], dims: Sequence[str]) -> list[tuple[str, str]]:

@@ -46,7 +46,8 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
 TIME = ("day", "week", "month")
 MAX_DIMENSIONS = 2
 ERASED = "erased"
-"""How a user (and their sessions) reads once erasure has de-linked the ledger rows."""
+"""How a user reads once erasure has de-linked the ledger rows (each of their sessions reads as ``erased-``
+and the start of its key: :func:`teamstore.analytics.names.erased_session`)."""
 
 
 def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
