@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -17,6 +18,8 @@ from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import StepContext
 from teamstore.erasure.steps.database import resume_step
 from teamstore.errors import ErasureConflict
+from teamstore.memory.erasure import UserMemoryRows
+from teamstore.memory.schema import facts
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import audited_platform, seed_user
 
@@ -106,3 +109,30 @@ async def test_a_coordinator_that_lost_its_lease_mid_step_commits_nothing_of_tha
 
     assert (await resume_step().enumerate(ctx)).rows == 1  # the delete rolled back with the refused record
     assert await requests.load_steps(engine, "req-paused") == {}
+
+
+async def test_a_fact_a_memory_write_lands_as_the_memory_step_begins_is_counted_on_the_receipt(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write that passed the fence before the erasure began commits its fact while the step runs:
+    the step deletes it, so the receipt must count it too."""
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await seed_user(audited_platform(engine, registry, store), store, "rita", "CANARY-rita", 1, 1)
+    async with engine.connect() as conn:
+        held = await conn.scalar(select(func.count()).select_from(facts).where(facts.c.user_id == "rita"))
+    real_delete = UserMemoryRows.delete
+
+    async def a_fact_lands_first(self: UserMemoryRows, conn: AsyncConnection, user_id: str) -> Any:
+        now = datetime.now(UTC)
+        async with engine.begin() as writer:  # the write's own connection, committed before the delete runs
+            await writer.execute(insert(facts).values(
+                user_id=user_id, scope="support_triage", name="late_fact", type="string", value='"CANARY-rita"',
+                source_run_id="run-late", created_at=now, confirmed_at=now))
+        return await real_delete(self, conn, user_id)
+
+    monkeypatch.setattr(UserMemoryRows, "delete", a_fact_lands_first)
+    receipt = await coordinator(engine, store).run("rita", request_id="req-late-fact")
+
+    assert receipt.ok and receipt.stores["memory"].counts.rows == 1 + held + 1  # the summary, its facts, the late one
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(facts).where(facts.c.user_id == "rita")) == 0

@@ -4,12 +4,12 @@ connection.
     from teamstore.memory.erasure import USER_MEMORY
 
     async with engine.begin() as conn:                      # erasure's own transaction
-        rows, nbytes = await USER_MEMORY.count(conn, "alice")
-        await USER_MEMORY.delete(conn, "alice")
+        rows, nbytes = await USER_MEMORY.delete(conn, "alice")   # what it deleted
         ...                                                 # erasure records the step, then commits
 
 Rows are matched by the exact user id, every scope. Erasure fences the user first
-(:mod:`teamstore.db.fence`), so no memory is written while it counts and deletes.
+(:mod:`teamstore.db.fence`), so no memory write begins while it deletes; one that began before may still
+add a fact, which the delete removes and counts with the rest.
 """
 
 from __future__ import annotations
@@ -33,14 +33,20 @@ class UserMemoryRows:
             total_rows, total_bytes = total_rows + int(rows), total_bytes + int(nbytes or 0)
         return total_rows, total_bytes
 
-    async def delete(self, conn: AsyncConnection, user_id: str) -> None:
-        """Delete ``user_id``'s summaries and facts (committed with the caller's transaction).
+    async def delete(self, conn: AsyncConnection, user_id: str) -> tuple[int, int]:
+        """Delete ``user_id``'s summaries and facts (committed with the caller's transaction); how many rows
+        it deleted, and their bytes, as :meth:`count` gives them.
 
         The memory rows first, as a write takes them: a write that began before the fence finishes first, and
-        the facts it added are deleted with the rest (taken the other way round, they stayed behind).
+        the facts it added are deleted with the rest (taken the other way round, they stayed behind). What
+        was deleted is counted from the deletes themselves, so those facts are on the receipt too.
         """
-        for table in (memories, facts):
-            await conn.execute(delete(table).where(table.c.user_id == user_id))
+        total_rows = total_bytes = 0
+        for table, size in ((memories, memories.c.summary), (facts, facts.c.value)):
+            sizes = (await conn.execute(
+                delete(table).where(table.c.user_id == user_id).returning(func.length(size)))).scalars().all()
+            total_rows, total_bytes = total_rows + len(sizes), total_bytes + sum(int(n or 0) for n in sizes)
+        return total_rows, total_bytes
 
 
 USER_MEMORY = UserMemoryRows()

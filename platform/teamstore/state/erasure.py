@@ -3,8 +3,7 @@
     from teamstore.state.erasure import SESSIONS, open_sessions
 
     async with engine.begin() as conn:                      # erasure's own transaction
-        rows, nbytes = await SESSIONS.count(conn, "alice")
-        await SESSIONS.delete(conn, "alice")
+        rows, nbytes = await SESSIONS.delete(conn, "alice")     # what it deleted
         ...                                                 # erasure records the step, then commits
     await open_sessions(engine, "alice")                    # sessions a worker still holds
 
@@ -50,9 +49,11 @@ class UserRows:
         )).one()
         return int(rows), int(nbytes or 0)
 
-    async def delete(self, conn: AsyncConnection, user_id: str) -> None:
-        """Delete ``user_id``'s rows here (committed with the caller's transaction)."""
-        await conn.execute(delete(self.table).where(self._mine(user_id)))
+    async def delete(self, conn: AsyncConnection, user_id: str) -> tuple[int, int]:
+        """Delete ``user_id``'s rows here (committed with the caller's transaction); how many it deleted, and
+        their bytes, as :meth:`count` gives them."""
+        sizes = (await conn.execute(delete(self.table).where(self._mine(user_id)).returning(self.size))).scalars().all()
+        return len(sizes), sum(int(size or 0) for size in sizes)
 
 
 SESSIONS = UserRows(sessions, sessions.c.state_bytes + sessions.c.checkpoint_bytes)

@@ -58,8 +58,9 @@ class Rows(Protocol):
     async def count(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
         """How many rows the user has there, and their bytes."""
 
-    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
-        """Delete (or unlink) the user's rows there, in the step's transaction."""
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """Delete (or unlink) the user's rows there, in the step's transaction; how many it did, and their
+        bytes (what the statements changed, not a count taken before: a row may land in between)."""
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,13 @@ class TableRows:
             select(func.count(), size).select_from(self.table).where(self.where(ctx)))).one()
         return Counts(rows=int(rows), bytes=int(nbytes or 0))
 
-    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
-        """Delete the matching rows."""
-        await conn.execute(delete(self.table).where(self.where(ctx)))
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """Delete the matching rows; how many, and their bytes."""
+        statement = delete(self.table).where(self.where(ctx))
+        if self.size is None:
+            return Counts(rows=(await conn.execute(statement)).rowcount)
+        sizes = (await conn.execute(statement.returning(self.size))).scalars().all()
+        return Counts(rows=len(sizes), bytes=sum(int(size or 0) for size in sizes))
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,12 @@ class StateRows:
         rows, nbytes = await self.rows.count(conn, ctx.user_id)
         return Counts(rows=rows, bytes=nbytes)
 
-    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
-        """Delete the user's rows."""
-        if ctx.user_id is not None:
-            await self.rows.delete(conn, ctx.user_id)
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """Delete the user's rows; how many, and their state bytes."""
+        if ctx.user_id is None:
+            return Counts(rows=0, bytes=0)
+        rows, nbytes = await self.rows.delete(conn, ctx.user_id)
+        return Counts(rows=rows, bytes=nbytes)
 
 
 @dataclass(frozen=True)
@@ -129,15 +136,14 @@ class SqlDeleteStep:
             raise _unavailable(self.name, exc) from exc
 
     async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
-        """Count, delete and record in one transaction.
+        """Delete and record, in one transaction, what the delete removed.
 
         Raises:
             StoreUnavailable: The database failed; nothing of this step was committed.
         """
         try:
             async with ctx.engine.begin() as conn:
-                found = await self.rows.count(conn, ctx)
-                await self.rows.delete(conn, ctx)
+                found = await self.rows.delete(conn, ctx)
                 result = _deleted(found, prior)
                 await write_step(conn, ctx.request_id, self.name, result, ctx.owner)
         except SQLAlchemyError as exc:
@@ -163,15 +169,17 @@ class LedgerRows(TableRows):
     is shared per old session key) but nothing maps the new key to a user, a subject or a session id.
     """
 
-    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
-        """Unlink the matching rows."""
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """Unlink the matching rows; how many."""
         old_keys = (await conn.execute(
             select(usage.c.session_key).where(self.where(ctx)).distinct())).scalars().all()
+        unlinked = 0
         for old in old_keys:
-            await conn.execute(
+            unlinked += (await conn.execute(
                 update(usage).where(self.where(ctx), usage.c.session_key == old)
                 .values(subject_key=None, session_key=secrets.token_hex(16))
-            )
+            )).rowcount
+        return Counts(rows=unlinked)
 
 
 @dataclass(frozen=True)
@@ -179,9 +187,10 @@ class UnlinkRows(TableRows):
     """Clear the subject key of the user's rows in a table that keeps them as a record (who exported what,
     when): the rows stay, and nothing links them to the user any more."""
 
-    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> None:
-        """Unlink the matching rows."""
-        await conn.execute(update(self.table).where(self.where(ctx)).values(subject_key=None))
+    async def delete(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
+        """Unlink the matching rows; how many."""
+        unlinked = await conn.execute(update(self.table).where(self.where(ctx)).values(subject_key=None))
+        return Counts(rows=unlinked.rowcount)
 
 
 def resume_step() -> SqlDeleteStep:
