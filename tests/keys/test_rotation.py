@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import boto3
 import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -18,7 +19,7 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
-from teamstore.errors import KeyDestroyed, KeyUnavailable
+from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable
 from teamstore.keys import KeyService
 from teamstore.keys.rotation import RotationReport, retire, rotate, status
 from teamstore.keys.schema import data_keys, key_encryption_keys
@@ -266,6 +267,24 @@ async def test_kms_key_id_naming_a_retired_and_destroyed_key_still_serves_new_us
     # Once its window ends KMS deletes the key, and the alias the variable may name with it.
     gone = KeyService.from_settings(engine, Settings(kms_key_id="alias/deleted-with-its-key"))
     assert await gone.open("bob", await gone.seal("bob", b"more", "memory/facts"), "memory/facts") == b"more"
+
+
+@pytest.mark.s3
+async def test_a_rotation_to_the_kms_key_the_deployment_already_names_moves_the_database_to_it(
+    engine: AsyncEngine, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sealed = await _sealed_for_all(KeyService.from_settings(engine, Settings()))  # under the key file
+    target = boto3.client("kms").create_key(Description="moved to")["KeyMetadata"]["Arn"]
+    other = boto3.client("kms").create_key(Description="never used")["KeyMetadata"]["Arn"]
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", other)
+    with pytest.raises(ConfigurationError, match="never used"):
+        await rotate(KeyService.from_settings(engine, Settings()), to=target, retire_days=7)
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", target)  # set first, as the refusal of workers says to go on
+    report = await rotate(KeyService.from_settings(engine, Settings()), to=target, retire_days=7)
+    assert report.created and report.kek_id == f"kms:{target}" and report.rewrapped == 3
+    assert set((await _keks(engine)).values()) == {report.kek_id}
+    for user, blob in sealed.items():
+        assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
 
 
 @pytest.mark.parametrize("to", ["", "  "])

@@ -116,8 +116,8 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         raise ConfigurationError("--to names no KMS key (it is empty). Nothing was changed",
                                  hint="give --to a KMS key's id, ARN or alias, or leave --to out to rotate to a new "
                                  "key like the current one")
-    current = await keys.current_kek()
     target = await asyncio.to_thread(keys.ring.kms.resolve, to, "--to") if to is not None else None
+    current = await keys.current_kek(moving_to=target)
     report = RotationReport(current, False)
     try:
         if target in (None, current):

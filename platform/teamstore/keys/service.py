@@ -260,8 +260,12 @@ class KeyService:
                                     hint="nothing to fix: the user is being erased")
         return None  # another writer's key, or a rotation made another KEK current: read again
 
-    async def current_kek(self) -> str:
+    async def current_kek(self, *, moving_to: str | None = None) -> str:
         """The key-encryption key new data keys are wrapped by; a database with none records its first now.
+
+        Args:
+            moving_to: The KEK a rotation is about to make current (``keys rotate --to``): the deployment may
+                name it in ``TEAMSTORE_KMS_KEY_ID`` before it is used, and is not refused for that.
 
         Raises:
             ConfigurationError: ``TEAMSTORE_KMS_KEY_ID`` names a KMS key this database has never used.
@@ -274,7 +278,7 @@ class KeyService:
             current = await self._recorded_current()
             assert current is not None
         configured = await self._configured_usable()
-        if configured is not None and configured != current and not await self._recorded(configured):
+        if configured is not None and configured not in (current, moving_to) and not await self._recorded(configured):
             raise ConfigurationError(
                 "TEAMSTORE_KMS_KEY_ID names a KMS key this database has never used: its data keys are wrapped by "
                 f"{current}",
