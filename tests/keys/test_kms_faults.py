@@ -149,6 +149,26 @@ async def test_a_rotation_to_a_key_kms_does_not_have_says_to_name_another_with_t
     assert "--to" in (info.value.hint or "") and "TEAMSTORE_KMS_KEY_ID" not in (info.value.hint or "")
 
 
+@pytest.mark.parametrize("destroyed", [False, True])
+async def test_a_rotation_back_to_a_key_the_database_retired_is_refused_and_changes_nothing(
+    engine: AsyncEngine, kms_key: str, destroyed: bool
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    first = await keys.current_kek()
+    second = (await rotate(keys, retire_days=0 if destroyed else 7)).kek_id
+    if destroyed:  # its deletion cancelled by hand, the key enabled again: KMS would use it
+        key_id = first.rsplit("/", 1)[-1]
+        boto3.client("kms").cancel_key_deletion(KeyId=key_id)
+        boto3.client("kms").enable_key(KeyId=key_id)
+    before = (await status(keys, Settings()))["keks"]
+    with pytest.raises(ConfigurationError, match="destroyed" if destroyed else "retired") as info:
+        await rotate(keys, to=first.removeprefix("kms:"), retire_days=7)
+    assert "erasure" in info.value.message and "--to" in (info.value.hint or "")
+    assert (await status(keys, Settings()))["keks"] == before, "the backups' bound stands as receipts gave it"
+    assert await keys.current_kek() == second
+
+
 async def test_a_rotation_kms_may_not_describe_the_key_of_names_kms_describe_key(
     engine: AsyncEngine, kms: Outage
 ) -> None:

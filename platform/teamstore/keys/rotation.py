@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import describe_failure
-from teamstore.db.statements import insert_new
 from teamstore.errors import (
     ConfigurationError,
     DataKeyDamaged,
@@ -191,12 +190,27 @@ async def _make_current(engine: AsyncEngine, current: str, kek_id: str, retire_d
                 retired_at=now, destroy_after=now + timedelta(days=retire_days)))
             if not retired.rowcount:
                 return False  # nothing written
-            await conn.execute(insert_new(engine.dialect.name, key_encryption_keys).values(kek_id=kek_id, created_at=now))
-            await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(
-                retired_at=None, destroy_after=None, destroyed_at=None))
+            used = (await conn.execute(select(k.retired_at, k.destroyed_at).where(k.kek_id == kek_id))).first()
+            if used is not None:
+                raise _used_before(kek_id, _utc(used[0]), _utc(used[1]))  # the retirement above rolls back
+            await conn.execute(insert(key_encryption_keys).values(kek_id=kek_id, created_at=now))
     except SQLAlchemyError as exc:
         raise _failed(exc, "record the new key-encryption key") from exc
     return True
+
+
+def _used_before(kek_id: str, retired_at: datetime | None, destroyed_at: datetime | None) -> ConfigurationError:
+    """The error for ``--to`` a KMS key this database retired: current again, it would not be destroyed when
+    erasure receipts say backups under it become unreadable."""
+    when = (f"destroyed on {destroyed_at:%Y-%m-%d}" if destroyed_at is not None else
+            f"retired on {retired_at:%Y-%m-%d}" if retired_at is not None else "retired")
+    return ConfigurationError(
+        f"--to names a KMS key this database used before and {when} ({kek_id}): a retired key is never made "
+        "current again, or backups under it would stay readable past the date erasure receipts give. Nothing "
+        "was changed",
+        hint="give --to a KMS key this database has never used, or leave --to out to rotate to a new key like the "
+        "current one",
+    )
 
 
 async def _rewrap_all(keys: KeyService, current: str, report: RotationReport, batch: int,
