@@ -110,6 +110,7 @@ async def test_kms_refusing_to_make_a_rotations_key_names_the_permission_it_take
     with pytest.raises(KeyUnavailable, match="refused to create") as info:
         await rotate(keys, retire_days=7)
     assert "kms:CreateKey" in (info.value.hint or "") and "kms:Encrypt" not in (info.value.hint or "")
+    assert "stopped" not in info.value.message, "no rotation began: nothing is half-way"
 
 
 async def test_kms_refusing_to_schedule_a_deletion_names_the_permission_it_takes(

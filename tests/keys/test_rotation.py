@@ -102,6 +102,15 @@ async def test_a_rotation_with_the_key_file_missing_makes_no_new_file_and_change
     assert (await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)).rewrapped == 3
 
 
+async def test_a_rotation_that_could_not_begin_does_not_say_one_stopped_half_way(engine: AsyncEngine) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await _sealed_for_all(keys)
+    Settings().resolved_key_file.unlink()
+    with pytest.raises(KeyUnavailable, match="missing") as info:
+        await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)
+    assert "stopped" not in info.value.message and "finishes this rotation" not in (info.value.hint or "")
+
+
 async def test_a_rotation_with_another_key_file_than_the_databases_changes_neither(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -118,19 +118,14 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
     target = await asyncio.to_thread(keys.ring.kms.resolve, to, "--to") if to is not None else None
     current = await keys.current_kek(moving_to=target)
     report = RotationReport(current, False)
-    try:
-        if target in (None, current):
-            # Finish a rotation that stopped half-way rather than begin another. What this moves says whether
-            # one had stopped: a damaged row is never moved, and must not hold back every rotation after it.
-            await _rewrap_all(keys, current, report, batch, on_batch)
-        if not (report.rewrapped or report.gone) and target != current:
-            report = await _begin(keys, current, target, retire_days)
-            await _rewrap_all(keys, report.kek_id, report, batch, on_batch)
-    except KeyUnavailable as exc:
-        raise KeyUnavailable(
-            f"the rotation stopped after re-wrapping {report.rewrapped} data key(s): {exc.message}",
-            hint=f"{exc.hint or 'fix the cause'}; then run `teamstore keys rotate` again: it finishes this rotation",
-        ) from exc
+    if target in (None, current):
+        # Finish a rotation that stopped half-way rather than begin another. What this moves says whether
+        # one had stopped: a damaged row is never moved, and must not hold back every rotation after it.
+        await _rewrap_stopping(keys, current, report, batch, on_batch)
+    if not (report.rewrapped or report.gone) and target != current:
+        # Nothing is begun until the new KEK is current: a failure before that is said as it is.
+        report = await _begin(keys, current, target, retire_days)
+        await _rewrap_stopping(keys, report.kek_id, report, batch, on_batch)
     try:
         retired = await retire(keys)
     except TeamstoreError as exc:
@@ -138,6 +133,18 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         return report
     report.destroyed, report.already_deleted = retired.destroyed, retired.already_deleted
     return report
+
+
+async def _rewrap_stopping(keys: KeyService, current: str, report: RotationReport, batch: int,
+                           on_batch: OnBatch | None) -> None:
+    """:func:`_rewrap_all` in a rotation under way: a KEK that cannot be used stops it, to be finished by a rerun."""
+    try:
+        await _rewrap_all(keys, current, report, batch, on_batch)
+    except KeyUnavailable as exc:
+        raise KeyUnavailable(
+            f"the rotation stopped after re-wrapping {report.rewrapped} data key(s): {exc.message}",
+            hint=f"{exc.hint or 'fix the cause'}; then run `teamstore keys rotate` again: it finishes this rotation",
+        ) from exc
 
 
 async def _begin(keys: KeyService, current: str, target: str | None, retire_days: int) -> RotationReport:
