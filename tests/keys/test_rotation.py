@@ -201,6 +201,19 @@ async def test_a_damaged_key_row_is_reported_and_keeps_its_key_encryption_key_al
     assert set((await _keks(engine)).values()) == {first, again.kek_id}
 
 
+async def test_retire_names_a_due_key_encryption_key_a_damaged_row_keeps_alive(
+    keys: KeyService, engine: AsyncEngine
+) -> None:
+    await _sealed_for_all(keys)
+    first = await keys.current_kek()
+    async with engine.begin() as conn:
+        await conn.execute(update(data_keys).where(data_keys.c.user_id == "bob").values(wrapped=b"\x02" * 60))
+    await rotate(keys, retire_days=7)
+    retired = await retire(keys, now=datetime.now(UTC) + timedelta(days=8))
+    assert retired.destroyed == [] and [(k["kek_id"], k["data_keys"]) for k in retired.kept] == [(first, 1)]
+    assert retired.kept[0]["destroy_after"] < datetime.now(UTC) + timedelta(days=8)
+
+
 async def test_a_rotation_begun_while_another_makes_its_key_current_joins_that_one(
     keys: KeyService, engine: AsyncEngine
 ) -> None:
@@ -256,7 +269,8 @@ def test_the_keys_commands_show_rotate_and_retire(monkeypatch: pytest.MonkeyPatc
     rotated = runner.invoke(app, ["keys", "rotate", "--json"])
     assert rotated.exit_code == 0, rotated.stdout
     assert json.loads(rotated.stdout)["rewrapped"] == 1 and len(json.loads(rotated.stdout)["destroyed"]) == 1
-    assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {"destroyed": [], "already_deleted": []}
+    assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {
+        "destroyed": [], "already_deleted": [], "kept_past_destroy": []}
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
     assert states == ["current", "destroyed"]
 
@@ -338,3 +352,23 @@ def test_keys_status_warns_of_a_kek_past_its_destroy_date_that_a_damaged_row_kee
     said = " ".join(runner.invoke(app, ["keys", "status"]).stdout.split())
     assert "past its destroy date" in said and "1 data key row(s)" in said
     assert "`teamstore keys retire`" in said and "restore" in said
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_keys_retire_keeping_a_due_kek_says_so_and_exits_partly_done(
+    monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_damage_bob())
+    monkeypatch.setenv("TEAMSTORE_KEY_RETIRE_DAYS", "0")
+    assert runner.invoke(app, ["keys", "rotate"]).exit_code == 0
+    retired = runner.invoke(app, ["keys", "retire", *(["--json"] if as_json else [])])
+    assert retired.exit_code == 2, retired.output
+    if as_json:
+        shown = json.loads(retired.stdout)
+        assert shown["destroyed"] == [] and [k["data_keys"] for k in shown["kept_past_destroy"]] == [1]
+    else:
+        said = " ".join(retired.stdout.split())
+        assert "destroyed 0 retired key-encryption key(s)" in said
+        assert "past its destroy date" in said and "1 data key row(s)" in said and "restore" in said

@@ -278,6 +278,10 @@ class Retirement:
     destroyed: list[str] = field(default_factory=list)
     already_deleted: list[str] = field(default_factory=list)
     """Of ``destroyed``: KMS keys KMS no longer had (deleted by hand, or after their window), recorded as destroyed."""
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    """The KEKs due that data keys still name (damaged rows, or under a KEK KMS will not use), kept: backups under
+    them stay readable past the bound. Each as ``status`` gives ``kept_past_destroy``: ``kek_id``, ``data_keys``,
+    ``destroy_after``."""
 
 
 async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
@@ -289,7 +293,7 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
     the database's account and region).
 
     Returns:
-        The KEK ids destroyed now, and which of them KMS had deleted already.
+        The KEK ids destroyed now, which of them KMS had deleted already, and the KEKs due that were kept.
 
     Raises:
         KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
@@ -297,16 +301,17 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
     """
     now = now or datetime.now(UTC)
     k = key_encryption_keys.c
-    due_query = select(k.kek_id).where(k.retired_at.is_not(None), k.destroyed_at.is_(None),
-                                       k.destroy_after <= now).order_by(k.destroy_after)
+    due_query = select(k.kek_id, k.destroy_after).where(k.retired_at.is_not(None), k.destroyed_at.is_(None),
+                                                        k.destroy_after <= now).order_by(k.destroy_after)
     try:
         async with keys.engine.connect() as conn:
-            due = [str(r[0]) for r in (await conn.execute(due_query)).all()]
+            due = [(str(r[0]), _utc(r[1])) for r in (await conn.execute(due_query)).all()]
     except SQLAlchemyError as exc:
         raise _failed(exc, "read the retired key-encryption keys", _RETIRE_AGAIN) from exc
     done = Retirement()
-    for kek_id in due:
-        if await _still_named(keys, kek_id):
+    for kek_id, destroy_after in due:
+        if left := await _still_named(keys, kek_id):
+            done.kept.append({"kek_id": kek_id, "data_keys": left, "destroy_after": destroy_after})
             continue
         if not await asyncio.to_thread(keys.ring.destroy, kek_id):
             await _kms_knows_the_current_key(keys)
@@ -337,8 +342,8 @@ async def _kms_knows_the_current_key(keys: KeyService) -> None:
         ) from None
 
 
-async def _still_named(keys: KeyService, kek_id: str) -> bool:
-    """Re-wrap the data keys still under ``kek_id``; whether any is left under it (damaged)."""
+async def _still_named(keys: KeyService, kek_id: str) -> int:
+    """Re-wrap the data keys still under ``kek_id``; how many are left under it (damaged, or its KEK unusable)."""
     current = await keys.current_kek()
     report = RotationReport(current, False)
     await _rewrap_all(keys, current, report, BATCH, None)
@@ -347,7 +352,7 @@ async def _still_named(keys: KeyService, kek_id: str) -> bool:
             left = await conn.scalar(select(func.count()).select_from(data_keys).where(data_keys.c.kek_id == kek_id))
     except SQLAlchemyError as exc:
         raise _failed(exc, "count the data keys under a retired key-encryption key", _RETIRE_AGAIN) from exc
-    return bool(left)
+    return int(left or 0)
 
 
 async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: datetime | None = None) -> datetime:
