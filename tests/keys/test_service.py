@@ -168,6 +168,21 @@ async def test_the_key_file_is_its_owners_alone_and_one_others_may_read_is_refus
     assert "chmod 600" in (info.value.hint or "")
 
 
+@pytest.mark.parametrize("mode", [0o755, 0o700])
+async def test_a_key_file_setting_naming_a_folder_says_so_and_never_to_chmod_it(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, mode: int
+) -> None:
+    folder = tmp_path / "secrets"
+    folder.mkdir()
+    folder.chmod(mode)
+    monkeypatch.setenv("TEAMSTORE_KEY_FILE", str(folder))
+    with pytest.raises(ConfigurationError, match="is a folder") as info:
+        await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "state/s1")
+    assert "chmod" not in (info.value.hint or "") and "TEAMSTORE_KEY_FILE" in (info.value.hint or "")
+    assert stat.S_IMODE(folder.stat().st_mode) == mode and list(folder.iterdir()) == []
+    assert await _rows(engine, key_encryption_keys) == [], "no first key-encryption key recorded"
+
+
 @pytest.mark.s3
 async def test_a_kms_key_the_database_never_used_is_refused_with_the_way_to_move_to_it(
     engine: AsyncEngine, kms_key: str, monkeypatch: pytest.MonkeyPatch

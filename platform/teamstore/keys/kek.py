@@ -142,7 +142,7 @@ class LocalKeyFile:
         Raises:
             KeyDestroyed: The file records it as destroyed.
             KeyUnavailable: The file is missing, unreadable, or holds no such key (another file?).
-            ConfigurationError: Group or others may read the file.
+            ConfigurationError: Group or others may read the file, or it is a folder.
         """
         doc = self._read()
         encoded = doc["keys"].get(kek_id)
@@ -227,6 +227,12 @@ class LocalKeyFile:
     def _read(self) -> dict[str, Any]:
         try:
             mode = self.path.stat().st_mode
+            if stat.S_ISDIR(mode):  # before its mode: `chmod 600` on a folder is no fix
+                raise ConfigurationError(
+                    f"the key file {self.path} is a folder, not a key file",
+                    hint="set TEAMSTORE_KEY_FILE to the key file itself (key-encryption-keys.json in it, if that is "
+                    "where it is kept)",
+                )
             if mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise ConfigurationError(
                     f"the key file {self.path} may be read by other users (mode {stat.S_IMODE(mode):o})",
