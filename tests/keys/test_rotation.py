@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -100,6 +105,77 @@ async def test_a_rotation_with_the_key_file_missing_makes_no_new_file_and_change
     path.write_bytes(kept)  # restored from its backup: the rotation runs
     path.chmod(0o600)
     assert (await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)).rewrapped == 3
+
+
+_watched: list[str] = []
+_opened: list[str] = []
+_hooked: list[bool] = []
+
+
+def _count_opens(event: str, args: tuple[Any, ...]) -> None:
+    if event == "open" and _watched and args and isinstance(args[0], str | Path) and os.fspath(args[0]) in _watched:
+        _opened.append(os.fspath(args[0]))
+
+
+@contextmanager
+def _opens_of(path: Path) -> Iterator[list[str]]:
+    """Every open of ``path`` meanwhile, from any thread (an audit hook: one can never be removed, so a single
+    hook is added, and counts only while a test watches)."""
+    if not _hooked:
+        sys.addaudithook(_count_opens)
+        _hooked.append(True)
+    _opened.clear()
+    _watched[:] = [os.fspath(path)]
+    try:
+        yield _opened
+    finally:
+        _watched.clear()
+
+
+async def test_a_rotation_reads_the_key_file_a_few_times_not_once_or_twice_per_data_key(
+    engine: AsyncEngine
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    for n in range(40):
+        await keys.seal(f"user-{n}", b"words", "memory/facts")
+    with _opens_of(Settings().resolved_key_file) as opened:
+        report = await rotate(KeyService.from_settings(engine, Settings()), retire_days=7, batch=10)
+    assert report.rewrapped == 40
+    assert len(opened) <= 4, f"the key file was read {len(opened)} times to re-wrap 40 data keys"
+
+
+@pytest.mark.parametrize("change", ["removed", "restored from a backup older than the rotation", "made readable"])
+async def test_a_key_file_changed_mid_rotation_stops_it_and_a_rerun_finishes_it(
+    engine: AsyncEngine, change: str
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    sealed = await _sealed_for_all(keys)
+    path = Settings().resolved_key_file
+    before, kept, batches = path.read_bytes(), list[bytes](), 0
+
+    async def change_after_the_first_batch() -> None:
+        nonlocal batches
+        batches += 1
+        if batches == 2:
+            kept.append(path.read_bytes())
+            if change == "removed":
+                path.unlink()
+            elif change == "made readable":
+                path.chmod(0o644)
+            else:
+                path.write_bytes(before)  # the new key-encryption key, current now, is not in it
+
+    with pytest.raises(KeyUnavailable if change != "made readable" else ConfigurationError) as info:
+        await rotate(KeyService.from_settings(engine, Settings()), retire_days=7, batch=1,
+                     on_batch=change_after_the_first_batch)
+    if change != "made readable":
+        assert "stopped after re-wrapping 1 " in info.value.message, "no data key moved under a key it lacks"
+    path.write_bytes(kept[0])
+    path.chmod(0o600)
+    resumed = await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)
+    assert not resumed.created and resumed.rewrapped == 2
+    for user, blob in sealed.items():
+        assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
 
 
 async def test_a_rotation_that_could_not_begin_does_not_say_one_stopped_half_way(engine: AsyncEngine) -> None:

@@ -117,6 +117,12 @@ def _material(encoded: object) -> bytes | None:
     return material if len(material) == 32 else None
 
 
+def _identity(seen: os.stat_result) -> tuple[int, ...]:
+    """What changes whenever the file does: replaced (a new inode, as every write here makes), written in place,
+    or its mode changed (the change time)."""
+    return (seen.st_dev, seen.st_ino, seen.st_size, seen.st_mtime_ns, seen.st_ctime_ns, seen.st_mode)
+
+
 def _ids(value: object) -> bool:
     """Whether ``value`` is a list of key ids (the file's destroyed keys)."""
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
@@ -131,6 +137,9 @@ class LocalKeyFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # The file as last read by :meth:`get`, with the identity it had then (a rotation asks for two keys per
+        # data key: one stat each instead of a read and a parse, while any change to the file is still seen).
+        self._last: tuple[tuple[int, ...], dict[str, Any]] | None = None
 
     def exists(self) -> bool:
         """Whether the file is there."""
@@ -144,7 +153,7 @@ class LocalKeyFile:
             KeyUnavailable: The file is missing, unreadable, or holds no such key (another file?).
             ConfigurationError: Group or others may read the file, or it is a folder.
         """
-        doc = self._read()
+        doc = self._unchanged()
         encoded = doc["keys"].get(kek_id)
         if encoded is None:
             if kek_id in doc.get("destroyed", []):
@@ -224,7 +233,24 @@ class LocalKeyFile:
             doc["destroyed"] = sorted({*doc["destroyed"], kek_id})
             self._write(doc)
 
+    def _unchanged(self) -> dict[str, Any]:
+        """The file as :meth:`get` last read it if it is the same file, unchanged since (not replaced, written or
+        chmod'ed: each changes its identity); else read again, with every check :meth:`_read` makes."""
+        last = self._last
+        if last is not None:
+            with contextlib.suppress(OSError):  # gone or unreadable now: the read below says so
+                if _identity(self.path.stat()) == last[0]:
+                    return last[1]
+        identity, doc = self._read_with_identity()
+        self._last = (identity, doc)
+        return doc
+
     def _read(self) -> dict[str, Any]:
+        """The file as it is now, in a dict of its own (what a change to the file edits and writes back; never the
+        copy :meth:`get` keeps)."""
+        return self._read_with_identity()[1]
+
+    def _read_with_identity(self) -> tuple[tuple[int, ...], dict[str, Any]]:
         try:
             mode = self.path.stat().st_mode
             if stat.S_ISDIR(mode):  # before its mode: `chmod 600` on a folder is no fix
@@ -238,7 +264,9 @@ class LocalKeyFile:
                     f"the key file {self.path} may be read by other users (mode {stat.S_IMODE(mode):o})",
                     hint=f"chmod 600 {self.path}",
                 )
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            with self.path.open("rb") as handle:
+                identity = _identity(os.fstat(handle.fileno()))  # of the file read, were it replaced meanwhile
+                doc = json.loads(handle.read().decode("utf-8"))
         except FileNotFoundError:
             raise KeyUnavailable(
                 f"the key file {self.path} is missing, and the database's data keys are wrapped by a key in it: "
@@ -252,7 +280,7 @@ class LocalKeyFile:
                 or not _ids(doc.setdefault("destroyed", []))):
             raise KeyUnavailable(f"the key file {self.path} is not a teamstore key file (format {FORMAT})",
                                  hint="restore it from its backup")
-        return doc
+        return identity, doc
 
     def _write(self, doc: dict[str, Any]) -> None:
         # Through a symlink to the file itself (kept apart, on a volume that is backed up): replacing the link
