@@ -404,6 +404,47 @@ def test_keys_status_on_a_database_with_no_keys_yet_says_so() -> None:
     assert "state" not in shown.stdout, "no empty table"
 
 
+class _Killed(Exception):
+    """The rotation's process killed half-way."""
+
+
+async def _rotation_killed_after_one_key() -> str:
+    engine = create_engine(Settings().resolved_database_url)
+    keys = KeyService.from_settings(engine, Settings())
+    await _sealed_for_all(keys)
+    first, batches = await keys.current_kek(), 0
+
+    async def killed_after_the_first_batch() -> None:
+        nonlocal batches
+        batches += 1
+        if batches > 1:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        await rotate(keys, retire_days=7, batch=1, on_batch=killed_after_the_first_batch)
+    await engine.dispose()
+    return first
+
+
+def test_keys_status_says_a_rotation_is_unfinished_and_that_keys_rotate_finishes_it(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    first = asyncio.run(_rotation_killed_after_one_key())
+    shown = json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)
+    assert shown["rotation_unfinished"] == {"data_keys": 2, "kek_ids": [first], "rerun": "teamstore keys rotate"}
+    assert shown["kept_past_destroy"] == []
+    said = " ".join(runner.invoke(app, ["keys", "status"]).stdout.split())
+    assert "2 data key row(s) are still under retired key-encryption key(s)" in said
+    assert "a rotation is unfinished" in said and "Run `teamstore keys rotate`: it finishes it" in said
+    finished = runner.invoke(app, ["keys", "rotate", "--json"])
+    assert finished.exit_code == 0 and not json.loads(finished.stdout)["created"], finished.output
+    assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["rotation_unfinished"] is None
+    assert "unfinished" not in runner.invoke(app, ["keys", "status"]).stdout
+
+
 async def _damage_bob() -> None:
     engine = create_engine(Settings().resolved_database_url)
     keys = KeyService.from_settings(engine, Settings())

@@ -51,10 +51,21 @@ def keys_status(as_json: bool = JsonOption) -> None:
             late = " (OVERDUE: run `teamstore keys rotate`)" if d["overdue"] else ""
             console.print(f"next rotation due {d['rotation_due']:%Y-%m-%d}{late}; a backup taken now is unreadable "
                           f"for a user erased now by {d['backups_unreadable_by']:%Y-%m-%d}")
+        if d["rotation_unfinished"] is not None:
+            _warn_unfinished(d["rotation_unfinished"])
         for kept in d["kept_past_destroy"]:
             _warn_kept(kept)
 
     emit(data, as_json=as_json, render=render)
+
+
+def _warn_unfinished(unfinished: dict[str, Any]) -> None:
+    """Data keys still under a retired KEK not yet due: a rotation stopped (KMS unreachable, a killed process)."""
+    console.print("[bold yellow]warning[/]: " + plain(
+        f"{unfinished['data_keys']} data key row(s) are still under retired key-encryption key(s) "
+        f"({', '.join(unfinished['kek_ids'])}): a rotation is unfinished. Run `teamstore keys rotate`: it finishes "
+        "it (so does the daily `teamstore keys retire`, once the retired key is due). Rows a rotation reported as "
+        "damaged or under an unusable key stay there until restored, as its output said"))
 
 
 def _warn_kept(kept: dict[str, Any], *, by_retire: bool = False) -> None:

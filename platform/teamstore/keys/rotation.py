@@ -386,7 +386,8 @@ def _utc(value: datetime | None) -> datetime | None:
 
 async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
     """Every key-encryption key with its state and how many data keys it wraps; when the next rotation is due;
-    the retired ones past their destroy date that data keys still name (``kept_past_destroy``).
+    the retired ones past their destroy date that data keys still name (``kept_past_destroy``); the data keys
+    still under retired ones not yet due, a rotation unfinished (``rotation_unfinished``, else ``None``).
 
     Raises:
         StoreUnavailable: The database failed.
@@ -408,7 +409,19 @@ async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
     kept = [{"kek_id": x["kek_id"], "data_keys": x["data_keys"], "destroy_after": x["destroy_after"]} for x in keks
             if x["state"] == "retired" and x["data_keys"] and x["destroy_after"] and x["destroy_after"] <= now]
     return {"keks": keks, "rotation_due": due, "overdue": bool(due and due < now),
-            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings), "kept_past_destroy": kept}
+            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings), "kept_past_destroy": kept,
+            "rotation_unfinished": _unfinished(keks, now)}
+
+
+def _unfinished(keks: list[dict[str, Any]], now: datetime) -> dict[str, Any] | None:
+    """The data keys a rotation has yet to move: under retired KEKs not yet due (``kept_past_destroy`` names the
+    ones past due). Rows a rotation could not move (damaged, or under a KEK KMS will not use) count too."""
+    under = [x for x in keks if x["state"] == "retired" and x["data_keys"]
+             and not (x["destroy_after"] and x["destroy_after"] <= now)]
+    if not under:
+        return None
+    return {"data_keys": sum(x["data_keys"] for x in under), "kek_ids": [x["kek_id"] for x in under],
+            "rerun": "teamstore keys rotate"}
 
 
 def _state(row: Any) -> str:
