@@ -346,7 +346,7 @@ def test_the_keys_commands_show_rotate_and_retire(monkeypatch: pytest.MonkeyPatc
     assert rotated.exit_code == 0, rotated.stdout
     assert json.loads(rotated.stdout)["rewrapped"] == 1 and len(json.loads(rotated.stdout)["destroyed"]) == 1
     assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {
-        "destroyed": [], "already_deleted": [], "kept_past_destroy": []}
+        "destroyed": [], "already_deleted": [], "kept_past_destroy": [], "next_destroy_after": None}
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
     assert states == ["current", "destroyed"]
 
@@ -443,6 +443,25 @@ def test_keys_status_says_a_rotation_is_unfinished_and_that_keys_rotate_finishes
     assert finished.exit_code == 0 and not json.loads(finished.stdout)["created"], finished.output
     assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["rotation_unfinished"] is None
     assert "unfinished" not in runner.invoke(app, ["keys", "status"]).stdout
+
+
+def test_keys_retire_before_the_retirement_period_is_over_says_when_the_next_key_becomes_due(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_seal_once())
+    assert runner.invoke(app, ["keys", "rotate"]).exit_code == 0  # the first key retired for 7 days
+    (retired,) = [k for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"]
+                  if k["state"] == "retired"]
+    shown = runner.invoke(app, ["keys", "retire", "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["destroyed"] == []
+    assert json.loads(shown.stdout)["next_destroy_after"] == retired["destroy_after"]
+    said = " ".join(runner.invoke(app, ["keys", "retire"]).stdout.split())
+    due = datetime.fromisoformat(retired["destroy_after"]).astimezone(UTC)
+    assert f"the next retired key becomes due for destruction on {due:%Y-%m-%d %H:%M} UTC" in said, said
 
 
 async def _damage_bob() -> None:

@@ -11,6 +11,7 @@ See docs/erasure.md for what the rotation bound means for backups.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
@@ -133,13 +134,21 @@ def keys_retire(as_json: bool = JsonOption) -> None:
     data = with_app(lambda a: _retired(a), must_exist=True)
 
     def render(d: dict[str, Any]) -> None:
-        console.print(plain(f"destroyed {len(d['destroyed'])} retired key-encryption key(s){_already_deleted(d)}"))
+        console.print(plain(f"destroyed {len(d['destroyed'])} retired key-encryption key(s){_already_deleted(d)}; "
+                            + _next_due(d["next_destroy_after"])))
         for kept in d["kept_past_destroy"]:
             _warn_kept(kept, by_retire=True)
 
     emit(data, as_json=as_json, render=render)
     if data["kept_past_destroy"]:
         raise typer.Exit(PARTLY_DONE)  # the bound does not hold for them: a scheduled run must not pass as fine
+
+
+def _next_due(when: datetime | None) -> str:
+    if when is None:
+        return "no retired key is waiting for its destroy date"
+    return (f"the next retired key becomes due for destruction on {when:%Y-%m-%d %H:%M} UTC (the first `teamstore keys "
+            "retire` after that destroys it)")
 
 
 def _already_deleted(d: dict[str, Any]) -> str:
@@ -153,7 +162,8 @@ async def _retired(a: App) -> dict[str, Any]:
     from teamstore.keys.rotation import retire
 
     done = await retire(a.keys)
-    return {"destroyed": done.destroyed, "already_deleted": done.already_deleted, "kept_past_destroy": done.kept}
+    return {"destroyed": done.destroyed, "already_deleted": done.already_deleted, "kept_past_destroy": done.kept,
+            "next_destroy_after": done.next_destroy_after}
 
 
 @app.command("migrate")

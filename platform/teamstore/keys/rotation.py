@@ -282,6 +282,8 @@ class Retirement:
     """The KEKs due that data keys still name (damaged rows, or under a KEK KMS will not use), kept: backups under
     them stay readable past the bound. Each as ``status`` gives ``kept_past_destroy``: ``kek_id``, ``data_keys``,
     ``destroy_after``."""
+    next_destroy_after: datetime | None = None
+    """When the next retired KEK not yet due becomes due (``None`` when none waits)."""
 
 
 async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
@@ -293,7 +295,8 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
     the database's account and region).
 
     Returns:
-        The KEK ids destroyed now, which of them KMS had deleted already, and the KEKs due that were kept.
+        The KEK ids destroyed now, which of them KMS had deleted already, the KEKs due that were kept, and when
+        the next one becomes due.
 
     Raises:
         KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
@@ -301,14 +304,15 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
     """
     now = now or datetime.now(UTC)
     k = key_encryption_keys.c
-    due_query = select(k.kek_id, k.destroy_after).where(k.retired_at.is_not(None), k.destroyed_at.is_(None),
-                                                        k.destroy_after <= now).order_by(k.destroy_after)
+    retired_query = select(k.kek_id, k.destroy_after).where(k.retired_at.is_not(None), k.destroyed_at.is_(None),
+                                                            k.destroy_after.is_not(None)).order_by(k.destroy_after)
     try:
         async with keys.engine.connect() as conn:
-            due = [(str(r[0]), _utc(r[1])) for r in (await conn.execute(due_query)).all()]
+            retired = [(str(r[0]), _utc(r[1])) for r in (await conn.execute(retired_query)).all()]
     except SQLAlchemyError as exc:
         raise _failed(exc, "read the retired key-encryption keys", _RETIRE_AGAIN) from exc
-    done = Retirement()
+    due = [(kek_id, at) for kek_id, at in retired if at is not None and at <= now]
+    done = Retirement(next_destroy_after=next((at for _, at in retired if at is not None and at > now), None))
     for kek_id, destroy_after in due:
         if left := await _still_named(keys, kek_id):
             done.kept.append({"kek_id": kek_id, "data_keys": left, "destroy_after": destroy_after})
