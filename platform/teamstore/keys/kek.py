@@ -262,7 +262,11 @@ class LocalKeyFile:
             if mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise ConfigurationError(
                     f"the key file {self.path} may be read by other users (mode {stat.S_IMODE(mode):o})",
-                    hint=f"chmod 600 {self.path}",
+                    hint=f"chmod 600 {self.path}; a Kubernetes secret volume (read-only, 0644 by default) cannot "
+                    "be changed so: set the volume's `defaultMode: 0400` (its files are root's, so only a process "
+                    "running as root reads them then, and not with the pod's `fsGroup`, which adds group read); "
+                    "else keep the file on a writable volume this user owns (`keys rotate` and `keys retire` write "
+                    "it), or the key-encryption key in KMS (TEAMSTORE_KMS_KEY_ID)",
                 )
             with self.path.open("rb") as handle:
                 identity = _identity(os.fstat(handle.fileno()))  # of the file read, were it replaced meanwhile
