@@ -1,4 +1,5 @@
-"""Retention: the local sweep, the ledger sweep and the resume-state sweep in one command."""
+"""Retention: the local sweep, transcripts written again (on S3 too), the ledger sweep and the resume-state sweep
+in one command."""
 
 from __future__ import annotations
 
@@ -18,15 +19,21 @@ from teamstore.audit import outbox
 from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
+from teamstore.audit.rewrites import needs_record, record_rewrite
 from teamstore.audit.schema import outbox as outbox_table
-from teamstore.audit.schema import subject_sessions, usage
-from teamstore.audit.transcripts.base import run_key
+from teamstore.audit.schema import rewrites, subject_sessions, usage
+from teamstore.audit.sealing import seal_stored_transcripts
+from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.transcripts.base import SUBJECTS, run_key
 from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscriptStore
-from teamstore.audit.transcripts.record import RunKeys
-from teamstore.errors import StorageError, StoreUnavailable
+from teamstore.audit.transcripts.record import RunKeys, encode
+from teamstore.db.fence import user_holds
+from teamstore.errors import ErasureInProgress, StorageError, StoreUnavailable
+from teamstore.keys import KeyService
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine
 from tests.audit.teams import context, observe_run, triage_team
+from tests.audit.transcript_backends import Backend, S3Backend
 from tests.conftest import refusing, upgrade_database
 
 
@@ -227,3 +234,90 @@ async def test_a_transcript_lands_whole_and_private_written_on_the_loop_or_off_i
     written = (tmp_path / "transcripts").joinpath(*key.split("/"))
     assert stat.S_IMODE(written.stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "transcripts").stat().st_mode) == 0o700
+
+
+async def _queued(engine: AsyncEngine, run: str, key: str, subject: str, at: datetime) -> None:
+    """A plain transcript (an older release's) queued in the outbox at ``at``."""
+    await outbox.enqueue(engine, run, key, subject, encode({"kind": "run", "run_id": run}, []), "S3 unreachable")
+    async with engine.begin() as conn:
+        await conn.execute(update(outbox_table).where(outbox_table.c.run_id == run).values(created_at=at))
+
+
+async def test_a_transcript_written_again_goes_by_its_first_write_on_every_store(
+    engine: AsyncEngine, transcript_backend: Backend
+) -> None:
+    # A late delivery from the outbox, then `keys migrate` sealing it: on S3 both are uploads the lifecycle
+    # rule would count from, so each would live the whole retention again. Both go by the run's end instead.
+    store, now = transcript_backend.store, datetime.now(UTC)
+    subject = await get_or_create_subject(engine, "alice")
+    runs = ("old", "recent", "plain", "once")
+    key = {run: run_key(RunKeys(subject, session_key(subject, "s1")), run) for run in runs}
+    await _queued(engine, "old", key["old"], subject, now - timedelta(days=20))  # already past retention
+    await _queued(engine, "recent", key["recent"], subject, now - timedelta(days=5))
+    assert (await outbox.flush(engine, store)).delivered == 2
+    await store.put(key["plain"], encode({"kind": "run", "run_id": "plain"}, []))  # an older release's, today
+    assert await seal_stored_transcripts(engine, store, KeyService.from_settings(engine, Settings())) == 3
+    await store.put(key["once"], b"gz")  # written once, today: on S3 the rule expires it, not the sweep
+    ten_days = Settings(transcript_retention_days=10)
+
+    assert (await sweep_all(ten_days, engine, store)).transcripts == 1
+    assert not transcript_backend.stored(key["old"])  # nor an earlier version or a delete marker of it
+    assert await store.list_keys(f"{SUBJECTS}/") == sorted(key[run] for run in runs[1:])
+
+    # A write of it that was still on its way lands after the sweep: its record stays for the next one.
+    await store.put(key["old"], b"gz", written_at=now - timedelta(days=20))
+    # Six days on the next one's first write is 11 days old: gone, though it was uploaded today.
+    assert (await sweep_all(ten_days, engine, store, now=now + timedelta(days=6))).transcripts == 2
+    assert not transcript_backend.stored(key["recent"]) and not transcript_backend.stored(key["old"])
+    assert await store.list_keys(f"{SUBJECTS}/") == sorted([key["plain"], key["once"]])
+
+    # The one keys migrate sealed goes on its own first write's day too; the one written once only in a folder.
+    left = [key["once"]] if needs_record(store) else []
+    assert (await sweep_all(ten_days, engine, store, now=now + timedelta(days=11))).transcripts == 2 - len(left)
+    assert not transcript_backend.stored(key["plain"]) and await store.list_keys(f"{SUBJECTS}/") == left
+    async with engine.connect() as conn:  # every record dropped once its object is gone for good
+        assert (await conn.execute(select(rewrites))).all() == []
+
+
+async def test_a_transcript_written_again_while_an_erasure_fences_its_user_is_not_recorded(
+    engine: AsyncEngine, transcript_backend: Backend
+) -> None:
+    store = transcript_backend.store
+    subject = await get_or_create_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "r1")
+    async with engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC)))
+    if needs_record(store):
+        with pytest.raises(ErasureInProgress):
+            await record_rewrite(engine, store, key, subject, datetime.now(UTC))
+    else:  # a folder keeps the first write as the file's own time: nothing to record, nothing refused
+        await record_rewrite(engine, store, key, subject, datetime.now(UTC))
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(rewrites))).all() == []
+
+
+@pytest.mark.s3
+async def test_a_transcript_written_again_that_a_legal_hold_keeps_goes_at_the_first_sweep_after_the_hold(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    # Past retention but under a legal hold: S3 refuses to delete it, and every other sweep's work goes on.
+    backend = S3Backend(locked=True)
+    store, now = backend.store, datetime.now(UTC)
+    subject = await get_or_create_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(subject, "s1")), "held")
+    await _queued(engine, "held", key, subject, now - timedelta(days=20))
+    assert (await outbox.flush(engine, store)).delivered == 1
+    assert backend.hold(key)
+    await _queued(engine, "stale", key.replace("held", "stale"), subject, now - timedelta(days=40))  # never sent
+    ten_days = Settings(transcript_retention_days=10)
+
+    report = await sweep_all(ten_days, engine, store)
+    assert (report.transcripts, report.held_transcripts, report.outbox) == (0, 1, 1)
+    assert await store.list_keys(f"{SUBJECTS}/") == [key]
+
+    backend.hold(key, on=False)
+    report = await sweep_all(ten_days, engine, store, now=now + timedelta(hours=2))
+    assert (report.transcripts, report.held_transcripts) == (1, 0) and not backend.stored(key)
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(rewrites))).all() == []
+    await store.close()

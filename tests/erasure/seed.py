@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore.audit import outbox
 from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
+from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
@@ -52,8 +53,8 @@ def audited_platform(
 async def seed_user(
     platform: Platform, store: TranscriptStore, user_id: str, canary: str, sessions_n: int = 2, runs: int = 2
 ) -> Seeded:
-    """Runs through the real runtime (with the user's memory they write), an overwritten transcript, a
-    quarantined row, an outbox row and the record of an earlier export of the user."""
+    """Runs through the real runtime (with the user's memory they write), an overwritten transcript (and, on S3,
+    its record as one written again), a quarantined row, an outbox row and the record of an earlier export of the user."""
     run_ids = []
     for s in range(sessions_n):
         async with platform.session(user_id, f"sess-{s}", team="support_triage") as session:
@@ -69,7 +70,9 @@ async def seed_user(
     subject = await find_subject(platform.engine, user_id)
     assert subject is not None
     keys = await store.list_keys(subject_prefix(subject))
-    await store.put(keys[0], gzip.compress(f'{{"rewritten": "{canary}"}}'.encode()))  # an old version now exists
+    # Written again as `keys migrate` writes one (recorded first, on S3): an old version now exists.
+    await record_rewrite(platform.engine, store, keys[0], subject, datetime.now(UTC))
+    await store.put(keys[0], gzip.compress(f'{{"rewritten": "{canary}"}}'.encode()))
     await _quarantine_and_outbox(platform.engine, user_id, subject, canary, keys[0])
     await open_export(platform.engine, new_export_id(), subject, requested_by="ticket 881", operator="dpo")
     return Seeded(user_id, canary, subject, run_ids)

@@ -68,6 +68,7 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     assert stores["transcripts"].counts.bytes > 0 and stores["outbox"].counts.rows == 1
     assert stores["ledger"].counts.rows >= 4 and stores["subject"].counts.rows == 1
     assert stores["session_ids"].counts.rows == 2  # the session ids recorded beside alice's session keys
+    assert stores["rewrites"].counts.rows == 1  # the record of her transcript written again
     assert stores["exports"].counts.rows == 1  # the record of an export stays, unlinked (the scan below)
     assert all(s.verified_at is not None for s in stores.values())
     assert receipt.subject_hash and ALICE not in receipt.model_dump_json() and a.subject_key not in receipt.model_dump_json()
@@ -77,8 +78,8 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     hits = await scan_database(engine, [ALICE, a.subject_key, CANARY_A, ALICE_CASE, b.subject_key, CANARY_B])
     assert hits[ALICE] == [] and hits[a.subject_key] == [] and hits[CANARY_A] == []
     assert {"ts_sessions.user_id", "ts_subjects.user_id", "ts_quarantine.user_id"} <= set(hits[ALICE_CASE])
-    assert {"ts_usage.subject_key", "ts_transcript_outbox.subject_key", "ts_subject_sessions.subject_key"} <= set(
-        hits[b.subject_key])
+    assert {"ts_usage.subject_key", "ts_transcript_outbox.subject_key", "ts_subject_sessions.subject_key",
+            "ts_transcript_rewrites.subject_key", "ts_transcript_rewrites.object_key"} <= set(hits[b.subject_key])
     # Planted in the clear by hand (as an older release wrote them); the runtime's own saves are sealed.
     assert {"ts_quarantine.state", "ts_transcript_outbox.body"} <= set(hits[CANARY_B])
     assert "ts_sessions.state" not in hits[CANARY_B] and "ts_data_keys.user_id" in hits[ALICE_CASE]

@@ -115,6 +115,8 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert set(key) == {"key_id", "created_at", "wrapped_at"}
     subject = loaded(files, "subject.json")
     assert subject["subject"]["user_id"] == ALICE and subject["subject"]["subject_key"] == a.subject_key
+    (rewritten,) = subject["transcripts_written_again"]  # the transcript seed_user wrote again, and when first
+    assert rewritten["store"] == s3_store.url and rewritten["object_key"].startswith(subject_prefix(a.subject_key))
     assert [e["requested_by"] for e in loaded(files, "exports.json")["earlier_exports"]] == ["ticket 881"]
     (request,) = loaded(files, "erasure_requests.json")["requests"]
     assert (request["request_id"], request["requested_by"]) == ("req-open", "ticket 881")

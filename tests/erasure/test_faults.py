@@ -124,7 +124,7 @@ async def test_s3_down_fails_the_transcript_step_keeps_the_fence_and_a_rerun_fin
     statuses = {n: s.status for n, s in failed.stores.items()}
     assert statuses == {"keys": StepStatus.ERASED, "resume_state": StepStatus.ERASED, "quarantine": StepStatus.ERASED,
                         "memory": StepStatus.ERASED,
-                        "transcripts": StepStatus.FAILED, "outbox": StepStatus.PENDING,
+                        "transcripts": StepStatus.FAILED, "outbox": StepStatus.PENDING, "rewrites": StepStatus.PENDING,
                         "ledger": StepStatus.PENDING, "session_ids": StepStatus.PENDING,
                         "exports": StepStatus.PENDING, "subject": StepStatus.PENDING}
     assert "rerun the same request id" in (failed.stores["transcripts"].detail or "")

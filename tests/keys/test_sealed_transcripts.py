@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit import claims, outbox
 from teamstore.audit.observer import Pseudonyms, TranscriptObserver
 from teamstore.audit.schema import outbox as outbox_table
+from teamstore.audit.schema import rewrites
 from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
 from teamstore.audit.subjects import get_or_create_subject, session_key
 from teamstore.audit.transcripts.base import TranscriptStore, run_key, subject_prefix
@@ -212,6 +213,8 @@ async def test_keys_migrate_leaves_nothing_of_a_user_erased_while_it_writes_thei
     assert receipt.completed_at is not None and receipt.completed_at > racing.landed_at  # it waited for the write
     assert await store.list_keys("") == []  # the late write was deleted again, not left sealed under a dead key
     assert await _outbox_rows(engine) == []
+    async with engine.connect() as conn:  # its record as a transcript written again went with the erasure
+        assert (await conn.execute(select(rewrites))).all() == []
     await store.close()
 
 

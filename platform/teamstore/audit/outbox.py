@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
 from teamstore.audit.claims import Queued, held
+from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
@@ -226,14 +227,19 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
             break
         # One body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
         assert row.body is not None  # a claimable row has one
+        # Written as of when it was queued (its run's end): its retention runs from the run, not from here.
+        written_at = row.queued_at or now_utc()
         try:
             await record_store(engine, row.subject_key, store.url)  # erasure must reach every store that holds some
+            await record_rewrite(engine, store, row.object_key, row.subject_key, written_at)
+        except ErasureInProgress:
+            await claims.settle(engine, row.run_id, owner, None)  # fenced since the claim: the erasure takes the row
+            continue
         except TeamstoreError as exc:
             error = exc.message
             await claims.settle(engine, row.run_id, owner, None, error)
             break
-        # Written as of when it was queued (its run's end): its retention runs from the run, not from here.
-        upload = asyncio.ensure_future(store.put(row.object_key, row.body, written_at=row.queued_at))
+        upload = asyncio.ensure_future(store.put(row.object_key, row.body, written_at=written_at))
         row = Queued(row.run_id, row.object_key, row.subject_key)
         outcome = await follow(engine, store, row, owner, upload, late_upload_s)
         delivered += outcome.delivered

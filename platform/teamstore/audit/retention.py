@@ -3,11 +3,12 @@
     from teamstore.audit.retention import apply_transcript_retention, sweep_all
 
     rule = await apply_transcript_retention(store, days=90)   # S3: a lifecycle rule on <prefix>/subjects/
-    report = await sweep_all(settings, engine, store)         # local transcripts, outbox, ledger, sessions, quarantine
+    report = await sweep_all(settings, engine, store)         # transcripts, outbox, ledger, sessions, quarantine
 
-S3 expires transcripts itself once the lifecycle rule is in place; the local folder has no such service,
-so ``sweep`` removes its objects past retention. Transcripts still queued in the outbox go on the
-transcripts' clock too. Ledger rows go after ``ledger_retention_days``, and with them the session ids
+S3 expires transcripts itself once the lifecycle rule is in place, counting from the upload; the sweep
+deletes those written again (``keys migrate``, a late outbox delivery) once their first write is past
+retention (:mod:`teamstore.audit.rewrites`). The local folder has no such service, so the sweep removes its
+objects past retention. Transcripts still queued in the outbox go on the transcripts' clock too. Ledger rows go after ``ledger_retention_days``, and with them the session ids
 recorded for sessions no ledger row names any more; expired
 resume-state sessions through the state store's own sweep; quarantined states after
 ``quarantine_retention_days``; users' memory once its own expiry passed (set at each write: its team's
@@ -25,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.claims import purge_settled
 from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.outbox import sweep_outbox
+from teamstore.audit.rewrites import sweep_rewrites
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
 from teamstore.keys.service import KeyService
@@ -50,6 +52,8 @@ class SweepReport:
     transcript_cutoff: datetime
     ledger_cutoff: datetime
     quarantine_cutoff: datetime
+    held_transcripts: int
+    """Transcripts written again to S3, past retention, that a hold (Object Lock) keeps until a later sweep."""
 
 
 async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[str, Any]:
@@ -81,14 +85,16 @@ async def sweep_all(
     settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None, *,
     keys: KeyService | None = None, ending: Ending | None = None,
 ) -> SweepReport:
-    """Remove what is past retention: expired sessions, local transcripts, queued transcripts, ledger rows (and
-    the session ids of sessions no ledger row names any more), quarantined states, expired user memory and
-    memory facts left with no memory written (:meth:`teamstore.memory.store.MemoryStore.sweep`).
+    """Remove what is past retention: expired sessions, transcripts (on S3, those written again), queued
+    transcripts, ledger rows (and the session ids of sessions no ledger row names any more), quarantined states,
+    expired user memory and memory facts left with no memory written
+    (:meth:`teamstore.memory.store.MemoryStore.sweep`).
 
     Args:
         settings: ``transcript_retention_days``, ``ledger_retention_days``, ``quarantine_retention_days``.
         engine: The state database.
-        store: The transcript store (S3 ignores the sweep: its lifecycle rule expires objects).
+        store: The transcript store (on S3 only the transcripts written again are swept: its lifecycle rule
+            expires the others).
         now: The reference time (tests); defaults to now.
         keys: Users' data keys, which open the checkpoints handed to ``ending``.
         ending: Handed each expired session that holds an interrupted run's checkpoint before it goes (the
@@ -102,7 +108,11 @@ async def sweep_all(
     sessions = await sweep_expired_sessions(engine, keys=keys, ending=ending)
     transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)
     ledger_cutoff = now - timedelta(days=settings.ledger_retention_days)
-    transcripts = await store.sweep(transcript_cutoff) if Capability.LOCAL_SWEEP in store.capabilities else 0
+    if Capability.LOCAL_SWEEP in store.capabilities:
+        transcripts, held = await store.sweep(transcript_cutoff), 0
+    else:
+        rewritten = await sweep_rewrites(engine, store, transcript_cutoff, now)
+        transcripts, held = rewritten.removed, rewritten.held
     queued = await sweep_outbox(engine, transcript_cutoff)
     await purge_settled(engine)  # records of uploads that can no longer land: no transcript, not counted
     ledger_rows = await sweep_ledger(engine, ledger_cutoff)
@@ -111,4 +121,5 @@ async def sweep_all(
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
     memory = await MemoryStore(engine).sweep(now)
     return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, memory.memories,
-                       memory.facts, memory.leftover_facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff)
+                       memory.facts, memory.leftover_facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff,
+                       held)

@@ -5,8 +5,8 @@
     async with engine.connect() as conn:
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
-Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims), ``0010_subject_stores``
-and ``0011_subject_sessions`` (``teamstore db upgrade``), never implicitly; the first creates the
+Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims), ``0010_subject_stores``,
+``0011_subject_sessions`` and ``0016_transcript_rewrites`` (``teamstore db upgrade``), never implicitly; the first creates the
 ``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost exact on Postgres).
 """
 
@@ -125,6 +125,22 @@ outbox = Table(
     Column("claimed_by", String(64), nullable=True),
     Column("claimed_until", DateTime(timezone=True), nullable=True),
     Index("ix_ts_transcript_outbox_subject", "subject_key"),
+)
+
+# Transcripts written again (``keys migrate`` sealing a plain one, a late delivery from the outbox) to a store
+# whose retention counts from the upload (S3), with when each was first written (migration 0016): recorded
+# before the write, read by ``teamstore retention sweep``, which deletes each once that is past retention;
+# deleted with the subject by the erasure's ``rewrites`` step.
+rewrites = Table(
+    "ts_transcript_rewrites",
+    metadata,
+    Column("store", Text, nullable=False),
+    Column("object_key", String(512), nullable=False),
+    Column("subject_key", String(KEY), nullable=False),
+    Column("written_at", DateTime(timezone=True), nullable=False),  # the earliest first write given for it
+    Column("recorded_at", DateTime(timezone=True), nullable=False),  # its latest write (one may still land)
+    PrimaryKeyConstraint("store", "object_key"),
+    Index("ix_ts_transcript_rewrites_subject", "subject_key"),
 )
 
 prices = Table(

@@ -13,9 +13,10 @@ outbox before it starts (:func:`teamstore.audit.claims.hold`, a row with no body
 waits for it, as for a queued transcript's upload. Landed, it is checked against the fence and deleted again
 if its user is fenced or erased by then (as a late outbox delivery is), and the record goes; failed with an
 answer, the record is released; left unanswered by S3, it stays until the write can no longer land
-(``late_upload_seconds``), also if ``keys migrate`` is killed meanwhile. On a versioned bucket the plain
-version stays as a noncurrent version until the lifecycle rule expires it (a day), or, under Object Lock,
-until its retention ends: ``teamstore keys migrate`` says how many it wrote again.
+(``late_upload_seconds``), also if ``keys migrate`` is killed meanwhile. An object keeps its first write's
+retention (:mod:`teamstore.audit.rewrites`): one already past it is deleted by the next retention sweep. On
+a versioned bucket the plain version stays as a noncurrent version until the lifecycle rule expires it (a
+day), or, under Object Lock, until its retention ends: ``teamstore keys migrate`` says how many it wrote again.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit import claims
 from teamstore.audit.claims import Queued
 from teamstore.audit.outbox import follow, in_flight_until
+from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.transcripts.base import SUBJECTS, StoredObject, TranscriptStore
 from teamstore.audit.transcripts.record import sealed_context
@@ -116,6 +118,8 @@ async def seal_stored_transcripts(
             continue
         try:
             sealed = await keys.seal(user_id, body, sealed_context(stored.key))
+            # Its first write time kept: written again, its retention must not start over.
+            await record_rewrite(engine, store, stored.key, subject, stored.modified)
         except ErasureInProgress:
             owners[subject] = None  # fenced since the lookup: left to the erasure
             continue
@@ -139,7 +143,12 @@ async def _write_again(
     if await _owner(engine, row.subject_key) is None:
         await claims.settle(engine, row.run_id, owner, None)
         return False
-    # Its first write time kept: written again, its retention must not start over.
+    try:
+        # Its first write time kept: written again, its retention must not start over.
+        await record_rewrite(engine, store, stored.key, row.subject_key, stored.modified)
+    except ErasureInProgress:
+        await claims.settle(engine, row.run_id, owner, None)
+        return False
     upload = asyncio.ensure_future(store.put(stored.key, sealed, written_at=stored.modified))
     outcome = await follow(engine, store, row, owner, upload, late_upload_s)
     try:

@@ -452,8 +452,9 @@ def retention_apply(
 
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
-    """Remove local and queued transcripts, ledger rows and quarantined states past retention, expired sessions,
-    expired user memory and memory facts left with no memory written."""
+    """Remove transcripts past retention (local ones, and on S3 those written again), queued transcripts, ledger
+    rows and quarantined states past retention, expired sessions, expired user memory and memory facts left
+    with no memory written."""
     from teamstore.audit.retention import sweep_all
     from teamstore.events import drain_observers
     from teamstore.runtime.interruptions import ending
@@ -474,6 +475,7 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
             f"rows, {d['session_ids']} session ids, {d['sessions']} expired sessions, {d['quarantined']} "
             f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts), "
             f"{d['memory_leftover_facts']} leftover memory facts"
+            + (f"; {d['held_transcripts']} transcripts past retention kept by a hold" if d["held_transcripts"] else "")
         ),
     )
 

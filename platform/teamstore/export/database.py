@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.cost import money
-from teamstore.audit.schema import outbox, subject_sessions, subject_stores, subjects, usage
+from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_stores, subjects, usage
 from teamstore.audit.subjects import session_key
 from teamstore.audit.transcripts import record
 from teamstore.db.engine import describe_failure
@@ -192,12 +192,14 @@ class LedgerRows:
 
 class SubjectRows:
     """The subject mapping (the user id and its pseudonymous key), the session ids recorded beside the
-    session keys for readable reports, and where the user's transcripts went."""
+    session keys for readable reports, where the user's transcripts went, and which were written again when
+    they were first written (their retention's clock)."""
 
     name = "subject"
 
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
-        """Write the mapping, the session ids and the transcript stores recorded for the subject."""
+        """Write the mapping, the session ids, the transcript stores and the transcripts written again
+        recorded for the subject."""
         mapping = await read(ctx.engine, select(subjects).where(subjects.c.user_id == ctx.user_id), self.name)
         s = subject_sessions.c
         session_ids = await read(ctx.engine, select(s.session_key, s.session_id, s.created_at).where(
@@ -205,8 +207,13 @@ class SubjectRows:
         stores = await read(ctx.engine, select(subject_stores.c.store, subject_stores.c.created_at,
                                                subject_stores.c.erased_at).where(_by_subject(subject_stores)(ctx))
                             .order_by(subject_stores.c.store), self.name)
-        data = {"subject": mapping[0] if mapping else None, "session_ids": session_ids, "transcript_stores": stores}
-        return archive.add_json("subject.json", data, records=len(mapping) + len(session_ids) + len(stores))
+        r = rewrites.c
+        rewritten = await read(ctx.engine, select(r.store, r.object_key, r.written_at).where(
+            _by_subject(rewrites)(ctx)).order_by(r.store, r.object_key), self.name)
+        data = {"subject": mapping[0] if mapping else None, "session_ids": session_ids, "transcript_stores": stores,
+                "transcripts_written_again": rewritten}
+        records = len(mapping) + len(session_ids) + len(stores) + len(rewritten)
+        return archive.add_json("subject.json", data, records=records)
 
 
 class DataKeyRows:

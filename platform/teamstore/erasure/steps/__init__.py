@@ -8,9 +8,9 @@
         left = await step.remaining(ctx)              # verification: what is still there
 
 The order is fixed: the user's data key first (from then on every copy of their sealed data is beyond use,
-whatever a later step manages), then resume state, quarantine, user memory, transcripts, outbox, ledger,
-session ids, export records, and the subject mapping last, because every earlier step needs the subject key
-the mapping holds (the request keeps a copy too).
+whatever a later step manages), then resume state, quarantine, user memory, transcripts, outbox, the records
+of transcripts written again, ledger, session ids, export records, and the subject mapping last, because every
+earlier step needs the subject key the mapping holds (the request keeps a copy too).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from teamstore.erasure.steps.base import Progress, Step, StepContext
 
 __all__ = ["STEP_ORDER", "Progress", "Step", "StepContext", "build_steps"]
 
-STEP_ORDER = ("keys", "resume_state", "quarantine", "memory", "transcripts", "outbox", "ledger", "session_ids",
-              "exports", "subject")
+STEP_ORDER = ("keys", "resume_state", "quarantine", "memory", "transcripts", "outbox", "rewrites", "ledger",
+              "session_ids", "exports", "subject")
 
 
 def build_steps() -> list[Step]:
@@ -32,6 +32,7 @@ def build_steps() -> list[Step]:
         outbox_step,
         quarantine_step,
         resume_step,
+        rewrites_step,
         session_ids_step,
         subject_step,
     )
@@ -39,4 +40,4 @@ def build_steps() -> list[Step]:
     from teamstore.erasure.steps.transcripts import TranscriptStep
 
     return [KeyStep(), resume_step(), quarantine_step(), memory_step(), TranscriptStep(), outbox_step(),
-            ledger_step(), session_ids_step(), exports_step(), subject_step()]
+            rewrites_step(), ledger_step(), session_ids_step(), exports_step(), subject_step()]

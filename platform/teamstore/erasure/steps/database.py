@@ -1,5 +1,5 @@
-"""The database steps: resume state, quarantine, user memory, outbox, ledger link, session ids, export
-records' link, subject mapping.
+"""The database steps: resume state, quarantine, user memory, outbox, records of transcripts written again,
+ledger link, session ids, export records' link, subject mapping.
 
     from teamstore.erasure.steps.database import resume_step
 
@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, Table, delete, false, func, or_, select, u
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from teamstore.audit.schema import outbox, subject_sessions, subjects, usage
+from teamstore.audit.schema import outbox, rewrites, subject_sessions, subjects, usage
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
@@ -211,6 +211,12 @@ def quarantine_step() -> SqlDeleteStep:
 def outbox_step() -> SqlDeleteStep:
     """Transcripts waiting in the outbox under the user's subject."""
     return SqlDeleteStep("outbox", TableRows(outbox, _by_subject(outbox), func.length(outbox.c.body)))
+
+
+def rewrites_step() -> SqlDeleteStep:
+    """The records of the user's transcripts written again (each object's key and first write time), which
+    the retention sweep reads; after the transcripts, whose keys they name."""
+    return SqlDeleteStep("rewrites", TableRows(rewrites, _by_subject(rewrites)))
 
 
 def ledger_step() -> SqlDeleteStep:
