@@ -3,6 +3,7 @@ crash at one chosen point.
 
     python -m tests.canary.host --log-level DEBUG -- run --team support_triage --user u --session s "hi"
     python -m tests.canary.host --crash-before-rename -- run ...   # SIGKILL between temp file and rename
+    python -m tests.canary.host --path-taken-after-the-look -- export ...   # its --output appears meanwhile
 
 The root logger gets a stderr handler at the level (the command line itself only prints warnings), so
 every record the CLI, the library and AutoGen let through is in the captured stderr. The database
@@ -34,6 +35,20 @@ def _crash_before_rename() -> None:
     os.replace = crashing  # type: ignore[assignment]
 
 
+def _path_taken_after_the_look() -> None:
+    """An export's look at its ``--output`` path finds it free, and a file appears there just after (another
+    export, a sync client): the archive, once written, finds the path taken."""
+    from pathlib import Path
+
+    from teamstore.export import archive
+
+    def free_then_taken(path: Path) -> bool:
+        path.write_bytes(b"someone's archive")
+        return False
+
+    archive._is_taken = free_then_taken
+
+
 def main(argv: list[str]) -> None:
     """Parse the host's own options (up to ``--``), then run the command line on the rest."""
     split = argv.index("--")
@@ -47,6 +62,8 @@ def main(argv: list[str]) -> None:
     os.umask(0o022)  # the usual umask: modes are checked as most hosts would make them
     if "--crash-before-rename" in options:
         _crash_before_rename()
+    if "--path-taken-after-the-look" in options:
+        _path_taken_after_the_look()
     from teamstore.cli import main as teamstore_main
 
     sys.argv = ["teamstore", *command]

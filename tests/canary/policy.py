@@ -10,7 +10,8 @@ Three rules, in this order:
    operator's, not the user's: it stays with the receipt).
 3. Otherwise a canary may sit only where :data:`POLICY` names its sink, location and kind, with the
    reason it is there. Spans, metrics, logs and the server log are named nowhere: they may never hold a
-   raw id or a user's words. No sink at all may hold a user's words: every store seals them under the
+   raw id or a user's words (the CLI's stderr only for an export's error, which names the path its operator
+   gave). No sink at all may hold a user's words: every store seals them under the
    user's data key, so a scan of any store sees ciphertext only (ids, which stores are keyed by, stay).
 """
 
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tests.canary.canaries import USER_DATA, Canary, CanaryBook, Kind
-from tests.canary.sinks import DATABASE, FILES, CapturedText, Sink
+from tests.canary.sinks import CLI_STDERR, DATABASE, FILES, CapturedText, Sink
 
 IDS = frozenset({Kind.USER_ID, Kind.SESSION_ID})
 WORDS = frozenset({Kind.MESSAGE, Kind.TOOL_OUTPUT})
@@ -74,6 +75,9 @@ POLICY: tuple[Allowance, ...] = (
               "(docs/erasure.md)"),
     Allowance(DATABASE, r"\bts_export_requests\b, column (requested_by|manifest)\b", frozenset({Kind.ERASE_REASON}),
               "an export's record keeps who asked for it, as the operator gave it, beside its manifest"),
+    Allowance(CLI_STDERR, r"^teamstore export ", frozenset({Kind.USER_ID}),
+              "an export that fails says why on the operator's terminal, naming the --output path they gave, "
+              "which may name the user; its record says only where it failed and the error's type"),
     Allowance(FILES, r"(^|/)teamstore\.db(-wal|-shm|-journal)?$", IDS | {Kind.ERASE_REASON},
               "the embedded database's files hold what its tables hold (deleted rows are overwritten: "
               "secure_delete, and the write-ahead log is emptied when an erasure finishes)"),

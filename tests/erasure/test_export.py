@@ -237,6 +237,27 @@ async def test_a_store_that_cannot_be_read_fails_the_export_leaves_no_archive_an
     assert "fay" not in row.detail
 
 
+async def test_a_failed_exports_record_says_where_and_the_error_type_never_a_path_that_names_the_user(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive is done, but something appeared at its path, named after the user, just after the export
+    looked: the error raised names the path, the record (which outlives the user's erasure) does not."""
+    await get_or_create_subject(engine, "kim@example.com")
+    target = tmp_path / "kim@example.com.zip"
+
+    def free_then_taken(path: Path) -> bool:
+        path.write_bytes(b"someone's archive")
+        return False
+
+    monkeypatch.setattr("teamstore.export.archive._is_taken", free_then_taken)
+    with pytest.raises(ExportTargetExists, match=re.escape(f"{target} exists")):
+        await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("kim@example.com", target, operator="o")
+
+    async with engine.connect() as conn:
+        (row,) = (await conn.execute(select(export_requests.c.status, export_requests.c.detail))).all()
+    assert (row.status, row.detail) == ("failed", "the archive: ExportTargetExists")
+
+
 async def test_a_folder_store_hands_over_a_write_a_killed_writer_left(engine: AsyncEngine, tmp_path: Path) -> None:
     store = LocalTranscriptStore(tmp_path / "t")
     subject = await get_or_create_subject(engine, "gil")

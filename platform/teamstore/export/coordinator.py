@@ -10,7 +10,8 @@ An access request (GDPR art. 15) or a portability request (art. 20). Each export
 holds; then ``manifest.json`` says which stores were covered, how many records and bytes each gave, the
 SHA-256 of every file, when, at whose request and by whom. The manifest is also stored as the export's
 record (``ts_export_requests``), which names the subject key, never the user id. A store that cannot be
-read fails the export as a whole: the archive is removed, never left partial, and the record says why. An
+read fails the export as a whole: the archive is removed, never left partial, and the record says where
+and the error's type, never its message (raised to the caller only: it may name the archive's path). An
 id no store holds anything for (never stored, or erased) gets no archive: its manifest, status
 ``no_match``, naming every store it searched, is returned and recorded, and says so. An export stopped
 midway (Ctrl-C, the CLI's SIGTERM or SIGHUP, its task cancelled) removes the archive too and records
@@ -209,8 +210,11 @@ class ExportCoordinator:
         return manifest
 
     async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> None:
-        """Record the failure; a database that is gone too is only logged (the error being raised says more)."""
-        await self._record_failure(export_id, f"{store}: {type(exc).__name__}: {exc.message}")
+        """Record where the export failed and the error's type, never its message: that names the archive's
+        path (which often names the user) or an object key (which names the subject), and the record outlives
+        the user's erasure. The message reaches whoever ran the export, with the error raised. A database
+        that is gone too is only logged."""
+        await self._record_failure(export_id, f"{store}: {type(exc).__name__}")
 
     async def _stopped(self, export_id: str, where: str) -> None:
         """Record that the export was stopped ``where`` (``while reading transcripts``), so its record does not

@@ -72,7 +72,9 @@ async def finish_export(engine: AsyncEngine, export_id: str, status: str, manife
 
 
 async def fail_export(engine: AsyncEngine, export_id: str, detail: str) -> None:
-    """Record that the export failed or was stopped, and why (the error's message: it names no user data).
+    """Record that the export failed or was stopped, and why: ``detail`` is fixed text (where, and the error's
+    type), never an error's message, which may name the archive's path or an object key; the record outlives
+    the user's erasure.
 
     Raises:
         StoreUnavailable: The database could not be reached.

@@ -33,6 +33,6 @@ export_requests = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("manifest", JSON, nullable=True),  # the archive's manifest.json: no user id, no user content
-    Column("detail", Text, nullable=True),  # why it failed
+    Column("detail", Text, nullable=True),  # where it failed and the error's type, never the error's message
     Index("ix_ts_export_requests_subject", "subject_key"),
 )
