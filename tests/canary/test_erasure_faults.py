@@ -1,7 +1,7 @@
 """Erasure under faults: a slow S3 upload that lands after its client gave up, a wrong transcripts setting,
-a writer killed before its rename, racing first sessions and a second erasure request. Whatever the fault,
-once a receipt says ``completed`` no sink holds the user's canaries, and no log (the Postgres server's
-included) ever held a raw id."""
+a writer killed before its rename, racing first sessions and a second erasure request, an operator who names
+the user in what the receipt keeps. Whatever the fault, once a receipt says ``completed`` no sink holds the
+user's canaries, and no log (the Postgres server's included) ever held a raw id."""
 
 from __future__ import annotations
 
@@ -74,6 +74,27 @@ def test_a_writer_killed_between_its_temporary_file_and_the_rename_leaves_nothin
     )
     time.sleep(1.5)
     _settled(deployment, book, alice, "REQ-crashed-writer")
+
+
+@pytest.mark.parametrize("deployment", [
+    pytest.param("sqlite+local", id="sqlite+local"),
+    pytest.param("postgres+local", marks=pytest.mark.postgres, id="postgres+local"),
+], indirect=True)
+def test_an_erasure_whose_reason_or_requester_names_the_user_is_refused_and_the_receipt_keeps_no_id(
+    deployment: Deployment, book: CanaryBook, model_server: ModelServer
+) -> None:
+    alice = User.plant(book, "alice")
+    register_teams(deployment.registry, model_server.base_url)
+    deployment.cli("db", "upgrade", level="INFO")
+    run(deployment, alice, alice.sessions[0], alice.tasks[0])
+    named = [deployment.cli("erase", "--user", alice.user_id, "--yes", option, text, ok=(0, 1, 3))
+             for option, text in (("--requested-by", f"{alice.user_id} by mail"),
+                                  ("--reason", f"{alice.user_id.upper()} asked"))]
+
+    receipt = erase(deployment, book, alice, ok=(0, 3))
+    leaks = judge(scan(deployment.sinks(), book), erased={"alice"})
+    assert not leaks, report(leaks)
+    assert receipt["status"] == "completed" and [done.returncode for done in named] == [1, 1]
 
 
 async def _first_sessions_at_once(user: User) -> None:

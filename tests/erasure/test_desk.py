@@ -254,3 +254,30 @@ async def test_a_new_request_id_that_is_blank_or_has_spaces_around_it_is_refused
             due_at=datetime.now(UTC) + 30 * DAY, updated_at=datetime.now(UTC)))
     assert (await coordinator(engine, folder).run("ivy", request_id=" REQ-8")).status is RequestStatus.COMPLETED
     assert (await coordinator(engine, folder).status(" REQ-8")).status is RequestStatus.COMPLETED
+
+
+async def test_text_kept_with_a_request_that_names_its_user_is_refused_before_anything_is_written(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    """Why and who asked outlive the user's erasure on the receipt: the user's own id, in any letter case or
+    Unicode form, may not be in them. An id shorter than three characters is not looked for."""
+    user = "jo.kim@example.com"
+    await get_or_create_subject(engine, user)
+    for naming in ({"reason": "Jo.Kim@Example.com asked by mail"}, {"requested_by": f"data subject {user}"},
+                   {"requested_by": f"{user.upper()}'s lawyer"}):
+        for dry_run in (False, True):
+            with pytest.raises(InvalidIdentifier, match="holds the id of the user it is about") as refused:
+                await coordinator(engine, folder).run(user, dry_run=dry_run, **naming)
+            assert "kim" not in str(refused.value).lower()  # stderr may be a job's log
+    assert await list_requests(engine) == [] and await find_subject(engine, user) is not None
+
+    await requests.open_request(engine, "req-named", user, "GDPR art. 17", 30, "data subject, ticket 881")
+    with pytest.raises(InvalidIdentifier, match="holds the id"):
+        await extend_request(engine, "req-named", "1m", f"{user} has 40 sessions", operator="ana")
+    assert (await coordinator(engine, folder).status("req-named")).extension is None
+    done = await coordinator(engine, folder).run(user, request_id="req-named")
+    assert done.status is RequestStatus.COMPLETED and done.reason == "GDPR art. 17"
+
+    await get_or_create_subject(engine, "17")
+    short = await coordinator(engine, folder).run("17", reason="GDPR art. 17", requested_by="user 17")
+    assert short.status is RequestStatus.COMPLETED and short.requested_by == "user 17"

@@ -219,7 +219,7 @@ def test_export_writes_one_archive_refuses_an_existing_path_and_says_when_there_
     _populate("kim")
     target = tmp_path / "kim.zip"
 
-    done = cli("export", "--user", "kim", "--output", str(target), "--requested-by", "kim, by mail",
+    done = cli("export", "--user", "kim", "--output", str(target), "--requested-by", "data subject, by mail",
                                "--json")
 
     assert done.exit_code == 0, done.output

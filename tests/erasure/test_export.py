@@ -208,7 +208,8 @@ async def test_an_export_never_overwrites_and_refuses_bad_input_before_anything_
         await exporter(engine, store).run("erin", taken / "x.zip", operator="o")
     with pytest.raises(ExportFailed, match=r"could not create .* name too long"):
         await exporter(engine, store).run("erin", tmp_path / ("a" * 300 + ".zip"), operator="o")
-    for user, person in (("", {}), ("erin\x00", {}), ("erin", {"requested_by": "a\nb"}), ("erin", {"operator": " "})):
+    for user, person in (("", {}), ("erin\x00", {}), ("erin", {"requested_by": "a\nb"}), ("erin", {"operator": " "}),
+                         ("erin", {"requested_by": "Erin herself"})):  # the record outlives erin's erasure
         with pytest.raises(InvalidIdentifier):
             await exporter(engine, store).run(user, tmp_path / "bad.zip", **person)
     assert not (tmp_path / "bad.zip").exists()

@@ -28,7 +28,7 @@ from teamstore.cli._output import JsonOption, UsageError, console, emit, err_con
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete
 from teamstore.ids import check_erasable_id, control_character
-from teamstore.people import check_person, current_operator
+from teamstore.people import check_not_naming, check_person, current_operator
 
 # The coordinator, the desk and the request table (the database, the stores) are imported when a command
 # runs, not with the command line: `teamstore --help` starts without them.
@@ -179,6 +179,8 @@ def erase(
     check_reason(reason)
     check_person("requested_by", requested_by)
     check_person("operator", operator)
+    check_not_naming("reason", reason, user)
+    check_not_naming("requested_by", requested_by, user)
     if not dry_run:  # who runs it goes on the receipt: a name it cannot hold is said before anything is asked
         current_operator(operator)
     asked = not dry_run and not yes

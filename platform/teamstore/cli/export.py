@@ -23,7 +23,7 @@ from teamstore.cli._output import JsonOption, console, emit, err_console, plain,
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
 from teamstore.ids import check_erasable_id
-from teamstore.people import check_person
+from teamstore.people import check_not_naming, check_person
 
 if TYPE_CHECKING:
     from teamstore.export import Exported
@@ -44,7 +44,7 @@ def export(
 ) -> None:
     """Write everything teamstore holds about USER, from every store, into one machine-readable archive."""
     check_erasable_id(user)  # said before the database is looked for: the id is what is wrong
-    check_person("requested_by", requested_by)
+    check_not_naming("requested_by", check_person("requested_by", requested_by), user)
     check_person("operator", operator)
     with _stopped_as_on_ctrl_c():
         done: Exported = with_app(

@@ -58,7 +58,7 @@ from teamstore.export.nearby import near_match
 from teamstore.ids import check_erasable_id
 from teamstore.keys.rotation import backups_unreadable_by
 from teamstore.keys.service import KeyService
-from teamstore.people import check_person, current_operator
+from teamstore.people import check_not_naming, check_person, current_operator
 from teamstore.settings import Settings
 from teamstore.state.erasure import open_sessions, stored_sessions
 
@@ -131,7 +131,7 @@ class DeletionCoordinator:
 
         Raises:
             InvalidIdentifier: The user id, request id, reason, requested_by or operator cannot be stored
-                exactly.
+                exactly, or the reason or requested_by names the user.
             ErasureConflict: Another request is open for the user, or another process runs this one.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
@@ -141,6 +141,8 @@ class DeletionCoordinator:
         rid = requests.check_request_id(new_request_id() if request_id is None else request_id)
         requests.check_reason(reason)
         check_person("requested_by", requested_by)
+        check_not_naming("reason", reason, user_id)
+        check_not_naming("requested_by", requested_by, user_id)
         if dry_run:
             if request_id is not None and await requests.get_request(self.engine, rid) is None:
                 requests.check_new_request_id(rid)  # refused as the run itself would refuse it

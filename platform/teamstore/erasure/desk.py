@@ -30,6 +30,7 @@ from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
 from teamstore.errors import ErasureRequestNotFound, ExtensionRefused, InvalidIdentifier
 from teamstore.ids import control_character
+from teamstore.people import check_not_naming
 
 MAX_MONTHS = 2
 """GDPR art. 12(3): one extension, by two further months at most."""
@@ -193,12 +194,14 @@ async def extend_request(
         ExtensionRefused: Extended already; more than two months; the original due date has passed; the
             request is finished (or retained under a hold); the reason is blank; a coordinator runs it now.
         ErasureRequestNotFound: No request has that id.
-        InvalidIdentifier: The request id or the reason cannot be stored.
+        InvalidIdentifier: The request id or the reason cannot be stored, or the reason names the request's user.
         StoreUnavailable: The database could not be reached.
     """
     now = now or datetime.now(UTC)
     check_extension_reason(reason)
     row = await _unfinished(engine, request_id)
+    if row.user_id is not None:  # a request retained under a hold has forgotten it
+        check_not_naming("reason", reason, row.user_id)
     new_due = _allowed(row, by, now)
     r = erasure_requests.c
     values = {"extended_due_at": new_due, "extended_by": _normal(by), "extension_reason": reason, "extended_at": now,

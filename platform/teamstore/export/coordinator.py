@@ -51,7 +51,7 @@ from teamstore.export.nearby import near_match
 from teamstore.export.transcripts import TranscriptExporter
 from teamstore.ids import check_erasable_id
 from teamstore.keys.service import KeyService
-from teamstore.people import check_person, current_operator
+from teamstore.people import check_not_naming, check_person, current_operator
 
 log = logging.getLogger(__name__)
 FORMAT = "teamstore-export/1"
@@ -136,13 +136,14 @@ class ExportCoordinator:
             The manifest and the archive's path (``None``, and ``matched`` False, when no store held anything).
 
         Raises:
-            InvalidIdentifier: The user id, requested_by or operator cannot be used.
+            InvalidIdentifier: The user id, requested_by or operator cannot be used, or requested_by names the
+                user (the record is kept after the user's erasure).
             ExportTargetExists: ``output`` exists (nothing is overwritten).
             ExportFailed: A store could not be read, or the archive written: no archive is left.
             StoreUnavailable: The database could not be reached before anything was read.
         """
         check_erasable_id(user_id)
-        check_person("requested_by", requested_by)
+        check_not_naming("requested_by", check_person("requested_by", requested_by), user_id)
         ran_by = current_operator(operator)
         export_id = requests.new_export_id()
         archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"))
