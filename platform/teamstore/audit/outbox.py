@@ -319,7 +319,8 @@ async def forget(engine: AsyncEngine, run_id: str) -> None:
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
             f"could not drop the delivered transcript of run {run_id} from the outbox: {describe_failure(exc)}",
-            hint="nothing to fix: the next flush delivers it again, to the same key",
+            hint="nothing to fix: the next flush delivers a queued transcript again, to the same key, and a row "
+                 "that only records an upload (`keys migrate`'s) passes on its own",
         ) from exc
 
 
