@@ -37,6 +37,9 @@ def test_a_folder_url_or_a_bare_path_is_a_local_store(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("variable", "value"), [
     ("AWS_ENDPOINT_URL_S3", "minio:9000 with s3cret"),  # not a URL (botocore raised ValueError repeating it)
     ("AWS_ENDPOINT_URL_S3", "http://[key:s3cret@minio"),
+    # botocore made a client of these and failed every request: each transcript went to the outbox
+    ("AWS_ENDPOINT_URL_S3", "htps://key:s3cret@minio:9000"),
+    ("AWS_ENDPOINT_URL", "ftp://minio:9000"),
     ("AWS_DEFAULT_REGION", "eu west 1"),
     ("AWS_PROFILE", "no-such-profile"),
 ])

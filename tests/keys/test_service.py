@@ -24,7 +24,7 @@ from teamstore.errors import (
     KeyUnavailable,
     PayloadUnreadable,
 )
-from teamstore.keys import KeyService
+from teamstore.keys import KeyService, kms
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.settings import Settings
 from tests.keys.outage import Outage
@@ -199,6 +199,19 @@ async def test_a_kms_key_the_database_never_used_is_refused_with_the_way_to_move
     monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", "alias/no-such-key")
     with pytest.raises(ConfigurationError, match="no key"):
         await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
+
+
+@pytest.mark.parametrize("endpoint", ["htps://key:s3cret@kms.internal", "ftp://kms.internal", "http://[key:s3cret@kms"])
+def test_a_kms_endpoint_no_request_can_go_to_is_a_configuration_error(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # botocore made a client of the first two and failed every request: every session's opening failed as if
+    # KMS were down.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", endpoint)
+    with pytest.raises(ConfigurationError, match="AWS_ENDPOINT_URL_KMS") as info:
+        kms.make_client()
+    assert "s3cret" not in info.value.message and info.value.hint
 
 
 @pytest.mark.s3

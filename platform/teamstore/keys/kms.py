@@ -42,14 +42,20 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
 
     config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
                     retries={"total_max_attempts": max_attempts, "mode": "standard"})
+    bad_endpoint = ConfigurationError("AWS_ENDPOINT_URL_KMS (or AWS_ENDPOINT_URL) is not an http:// or https:// URL",
+                                      hint="set it to the KMS endpoint, or unset it for AWS")
     try:
-        return boto3.session.Session().client("kms", config=config)
+        client = boto3.session.Session().client("kms", config=config)
     except BotoCoreError as exc:
         raise ConfigurationError(f"could not set up the KMS client: {exc}",
                                  hint="set AWS_DEFAULT_REGION (and AWS_PROFILE, if any)") from None
     except ValueError:
-        raise ConfigurationError("AWS_ENDPOINT_URL_KMS (or AWS_ENDPOINT_URL) is not a URL",
-                                 hint="set it to the KMS endpoint, or unset it for AWS") from None
+        raise bad_endpoint from None
+    # botocore takes any scheme (htps://, ftp://) and fails each request: every
+    # session's opening would fail as if KMS were down.
+    if not client.meta.endpoint_url.lower().startswith(("http://", "https://")):
+        raise bad_endpoint
+    return client
 
 
 def _code(exc: BaseException) -> str:

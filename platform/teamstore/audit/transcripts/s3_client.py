@@ -77,7 +77,7 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         The client (``AWS_*`` variables decide credentials, region and endpoint).
 
     Raises:
-        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no URL, a malformed region,
+        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no http(s) URL, a malformed region,
             a profile that does not exist or a config file that does not parse.
         MissingExtra: boto3 is not installed.
     """
@@ -91,7 +91,7 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         retries={"total_max_attempts": max_attempts, "mode": "standard"},
     )
     try:
-        return boto3.session.Session().client("s3", config=config)
+        client = boto3.session.Session().client("s3", config=config)
     except BotoCoreError as exc:  # names the region, profile or file, never a credential
         raise ConfigurationError(
             f"could not set up the S3 client: {exc}",
@@ -99,10 +99,19 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         ) from None
     except ValueError:
         # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
-        raise ConfigurationError(
-            "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not a URL",
-            hint="set it to the S3-compatible endpoint, e.g. http://minio:9000, or unset it for AWS",
-        ) from None
+        raise _bad_endpoint() from None
+    # botocore takes any scheme (htps://, ftp://) and fails each request, so every
+    # transcript would go to the outbox as if S3 were down.
+    if not client.meta.endpoint_url.lower().startswith(("http://", "https://")):
+        raise _bad_endpoint()
+    return client
+
+
+def _bad_endpoint() -> ConfigurationError:
+    return ConfigurationError(
+        "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not an http:// or https:// URL",
+        hint="set it to the S3-compatible endpoint, e.g. http://minio:9000, or unset it for AWS",
+    )
 
 
 def error_code(exc: BaseException) -> str:
