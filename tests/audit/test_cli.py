@@ -7,16 +7,19 @@ import csv
 import io
 import json
 import threading
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 from typer.testing import CliRunner
 
 from config_registry import Registry
 from teamstore import examples
 from teamstore.app import open_platform
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
+from teamstore.audit.schema import outbox
 from teamstore.cli import app
 from teamstore.cli.audit import _cell
 from teamstore.db.engine import create_engine
@@ -194,6 +197,30 @@ def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
     assert flushed.exit_code == 1, flushed.output
     assert json.loads(flushed.stdout)["remaining"] == 1
     assert "error: 1 transcript(s) still queued" in flushed.output and "fix:" in flushed.output
+
+
+def test_a_flush_that_leaves_transcripts_an_upload_that_may_land_holds_says_until_when() -> None:
+    # It said only "still queued 1", and the doc's "run it again while remaining is above 0" ran it in a loop
+    # for as long as the upload may land.
+    home = Path(Settings().home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "transcripts").write_text("a file where the transcript folder should be")
+    _populate(1)
+    (home / "transcripts").unlink()
+    until = datetime(2999, 1, 2, 3, 4, 5, tzinfo=UTC)  # an upload of it may land until then
+
+    async def claim() -> None:
+        engine = create_engine(Settings().resolved_database_url)
+        async with engine.begin() as conn:
+            await conn.execute(update(outbox).values(claimed_by="worker-1", claimed_until=until))
+        await engine.dispose()
+
+    asyncio.run(claim())
+    flushed = runner.invoke(app, ["transcripts", "flush"], env={"COLUMNS": "300"})
+    assert flushed.exit_code == 0, flushed.output
+    assert "still queued 1; 1 of them held until 2999-01-02 03:04:05 UTC" in flushed.stdout
+    report = json.loads(runner.invoke(app, ["transcripts", "flush", "--json"]).stdout)
+    assert (report["remaining"], report["held"], report["held_until"]) == (1, 1, until.isoformat())
 
 
 def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_none() -> None:

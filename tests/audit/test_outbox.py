@@ -109,7 +109,9 @@ async def test_a_transcript_whose_upload_may_still_land_is_not_sent_again_before
                          claim=outbox.Claim("worker-1", lands_by))
     store = LocalTranscriptStore(tmp_path / "t")
 
-    assert await outbox.flush(engine, store) == outbox.FlushReport(0, 0, 1)  # it may still land: left alone
+    left = await outbox.flush(engine, store)  # it may still land: left alone, and the report says until when
+    assert (left.delivered, left.remaining, left.held) == (0, 1, 1)
+    assert left.held_until is not None and abs((left.held_until - lands_by).total_seconds()) < 0.01
     await asyncio.sleep((lands_by - datetime.now(UTC)).total_seconds() + 0.05)
     assert await outbox.flush(engine, store) == outbox.FlushReport(1, 0, 0)
     assert await store.list_keys("") == [run_key(keys, "run-ula")]

@@ -30,7 +30,7 @@ from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.db.clock import now_utc
+from teamstore.db.clock import now_utc, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held as user_held
 from teamstore.db.statements import insert_new
@@ -88,12 +88,16 @@ async def confirm_landed(engine: AsyncEngine, store: TranscriptStore, key: str, 
 
 @dataclass(frozen=True)
 class FlushReport:
-    """What one flush did."""
+    """What one flush did, and what it left: ``remaining`` transcripts still queued, of which ``held`` a claim
+    keeps from being sent until ``held_until`` (an upload of each that may still land, or another flusher
+    sending it), so a flush before then cannot send them."""
 
     delivered: int
     failed: int
     remaining: int
     last_error: str | None = None
+    held: int = 0
+    held_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -246,7 +250,18 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
         if outcome.error is not None:
             error = outcome.error
             break
-    return FlushReport(delivered, 1 if error else 0, await pending(engine), error)
+    remaining, held_now, held_until = await _left(engine)
+    return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until)
+
+
+async def _left(engine: AsyncEngine) -> tuple[int, int, datetime | None]:
+    """How many transcripts are still queued, how many of them a claim holds, and until when."""
+    claimed = outbox.c.claimed_until > now_utc()
+    stmt = select(func.count(), func.count().filter(claimed), func.max(outbox.c.claimed_until).filter(claimed)).where(
+        outbox.c.body.is_not(None))
+    async with engine.connect() as conn:
+        remaining, held_now, held_until = (await conn.execute(stmt)).one()
+    return int(remaining), int(held_now), utc(held_until)
 
 
 @dataclass(frozen=True)

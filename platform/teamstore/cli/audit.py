@@ -199,6 +199,8 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
         render=lambda d: console.print(
             f"delivered {d['delivered']}, still queued {d['remaining']}"
             + (f" (last error: {plain(d['last_error'])})" if d["last_error"] else "")
+            + (f"; {d['held']} of them held until {d['held_until']:%Y-%m-%d %H:%M:%S} UTC by an upload that may "
+               "still land or another flusher: a flush after that sends what is left" if d["held"] else "")
         ),
     )
     if data["failed"]:
