@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from config_registry import Registry, RegistryError
@@ -22,8 +23,29 @@ async def test_an_unreachable_postgres_is_told_as_such() -> None:
     engine = create_engine(f"postgresql://x@127.0.0.1:{free_port()}/x")
     with pytest.raises(StoreUnavailable) as caught:
         await current_revision(engine)
-    assert caught.value.message == "could not reach the database (OperationalError)"
+    assert caught.value.message == (
+        "could not connect to the database: nothing accepts connections at that host and port (OperationalError)")
     assert "server is up" in (caught.value.hint or "")
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("part", "told", "fix"), [
+    ("database", "the server has no such database", "createdb"),
+    ("username", "the server has no such role", "user name in TEAMSTORE_DATABASE_URL"),
+])
+async def test_a_server_that_refuses_the_connection_says_why_without_naming_it(
+    postgres_url: str, part: str, told: str, fix: str
+) -> None:
+    # The server is up and answers: "could not reach the database ... check that the server is up" sent
+    # operators looking at the wrong thing.
+    url = make_url(postgres_url).set(**{part: "no_such_one_canary"}, password="s3cret-pw")
+    engine = create_engine(url.render_as_string(hide_password=False))
+    with pytest.raises(StoreUnavailable) as caught:
+        await current_revision(engine)
+    assert caught.value.message == f"could not connect to the database: {told} (OperationalError)"
+    assert fix in (caught.value.hint or "")
+    assert "canary" not in str(caught.value) and "s3cret" not in str(caught.value)
     await engine.dispose()
 
 

@@ -83,12 +83,46 @@ def _sqlite_failure(exc: BaseException) -> tuple[str, str, str] | None:
     return (*told, code) if told else None
 
 
+# Why a connection could not be made, from libpq's text (psycopg gives a failed connection no SQLSTATE), and
+# what to do: the server up and answering "no such database" was told "check that the server is up". Only the
+# kind is told, never the text, which names the host, the role and the database.
+_CONNECT_FAILURES = (
+    (re.compile(r'database ".*" does not exist'), "the server has no such database",
+     "create it (`createdb`), or fix the database name in TEAMSTORE_DATABASE_URL; then run `teamstore db upgrade`"),
+    (re.compile(r'role ".*" does not exist'), "the server has no such role",
+     "create the role, or fix the user name in TEAMSTORE_DATABASE_URL"),
+    (re.compile("password authentication failed"), "the server refused the role's password",
+     "fix the password in TEAMSTORE_DATABASE_URL"),
+    (re.compile("no pg_hba.conf entry"), "the server's pg_hba.conf has no entry for this host, role and database",
+     "add a pg_hba.conf entry for this host, role and database, or connect as a role it allows"),
+    (re.compile("too many connections|remaining connection slots are reserved"),
+     "the server has no connection left to give",
+     "raise the server's max_connections, or lower TEAMSTORE_DB_POOL_SIZE or the number of workers"),
+    (re.compile("Connection refused"), "nothing accepts connections at that host and port",
+     "check the host and port in TEAMSTORE_DATABASE_URL and that the server is up"),
+    (re.compile("failed to resolve host|could not translate host name"), "the database host name does not resolve",
+     "fix the host in TEAMSTORE_DATABASE_URL (or the name service)"),
+)
+
+
+def _connect_failure(exc: BaseException) -> tuple[str, str] | None:
+    """(why, what to do) for a connection that could not be made for a reason libpq names."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) is not None or getattr(orig, "sqlite_errorname", None) is not None:
+        return None  # a statement's failure, whose message may quote values
+    text = str(orig)
+    return next(((why, fix) for pattern, why, fix in _CONNECT_FAILURES if pattern.search(text)), None)
+
+
 def failure_hint(exc: BaseException) -> str:
     """What to check after a database error (as :func:`describe_failure` tells it)."""
     sqlite = _sqlite_failure(exc)
     if sqlite is not None:
         return sqlite[1]
     if unreachable(exc):
+        connect = _connect_failure(exc)
+        if connect is not None:
+            return connect[1]
         return "check TEAMSTORE_DATABASE_URL and that the server is up"
     return "check what the database allows this role (its statement_timeout, lock_timeout, grants)"
 
@@ -98,6 +132,7 @@ def describe_failure(exc: BaseException) -> str:
     quote them): whether the database was reachable, the driver's error class and its code.
 
         could not reach the database (OperationalError)
+        could not connect to the database: the server has no such database (OperationalError)
         the database refused the statement (QueryCanceled, SQLSTATE 57014)
     """
     orig = getattr(exc, "orig", None) or exc
@@ -106,6 +141,9 @@ def describe_failure(exc: BaseException) -> str:
     if sqlite is not None:
         return f"{sqlite[0]} ({name}, {sqlite[2]})"
     if unreachable(exc):
+        connect = _connect_failure(exc)
+        if connect is not None:
+            return f"could not connect to the database: {connect[0]} ({name})"
         return f"could not reach the database ({name})"
     state = getattr(orig, "sqlstate", None)
     code = f"SQLSTATE {state}" if state else getattr(orig, "sqlite_errorname", "")
