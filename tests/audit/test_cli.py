@@ -187,6 +187,16 @@ def test_retention_sweep_and_flush_on_the_embedded_default() -> None:
     assert (flushed["delivered"], flushed["remaining"]) == (0, 0)
 
 
+def test_retention_apply_refuses_days_a_local_folder_would_not_keep(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It printed "days": 30 and exited 0, while `retention sweep` went on keeping transcripts for 90 days.
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPT_RETENTION_DAYS", "90")
+    refused = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert "TEAMSTORE_TRANSCRIPT_RETENTION_DAYS=30" in refused.output
+    kept = json.loads(runner.invoke(app, ["retention", "apply", "--days", "90", "--json"]).stdout)
+    assert (kept["backend"], kept["days"]) == ("local", 90)
+
+
 @pytest.mark.s3
 def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
     home = Path(Settings().home)

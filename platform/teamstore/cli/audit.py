@@ -442,11 +442,21 @@ def retention_apply(
     ),
     as_json: bool = JsonOption,
 ) -> None:
-    """Put the lifecycle rule on the transcript prefix (S3) and print it."""
+    """Put the lifecycle rule on the transcript prefix (S3) and print it; a local folder's retention is
+    TEAMSTORE_TRANSCRIPT_RETENTION_DAYS, enforced by `retention sweep`."""
     from teamstore.audit.retention import apply_transcript_retention
+    from teamstore.audit.transcripts.base import Capability
 
     async def go(app: App) -> dict[str, Any]:  # the transcript store alone: no database is opened
-        return await apply_transcript_retention(app.transcript_store, days or app.settings.transcript_retention_days)
+        setting = app.settings.transcript_retention_days
+        if days not in (None, setting) and Capability.LIFECYCLE_RULES not in app.transcript_store.capabilities:
+            # It printed "days": N and exited 0, while the sweep went on removing transcripts after the setting.
+            raise ConfigurationError(
+                f"--days {days} cannot apply to a local transcript folder: `teamstore retention sweep` removes its "
+                f"transcripts after TEAMSTORE_TRANSCRIPT_RETENTION_DAYS ({setting})",
+                hint=f"set TEAMSTORE_TRANSCRIPT_RETENTION_DAYS={days} wherever `teamstore retention sweep` runs",
+            )
+        return await apply_transcript_retention(app.transcript_store, days or setting)
 
     emit(with_app(go, must_exist=True, migrate=False), as_json=as_json,
          render=lambda d: console.print_json(dumps(d)))
