@@ -880,6 +880,30 @@ async def test_a_request_cancelled_while_the_session_closes_still_saves_and_give
     assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
 
 
+async def test_a_request_cancelled_again_and_again_while_the_session_closes_still_saves_and_gives_the_lease_back(
+    platform: Platform,
+) -> None:
+    # anyio's cancel scopes (Starlette's, FastAPI's, httpx's) cancel a task again at every turn of the event loop
+    # until it ends, not once: the exit's save and release must outlast every one of them.
+    platform.observers.append(_SlowAudit())
+    exiting = asyncio.Event()
+
+    async def handler() -> None:
+        async with platform.session("alice", "s1", team="support_triage") as s:
+            await s.run("My router ZX-81 drops every evening")
+            exiting.set()
+
+    request = asyncio.ensure_future(handler())
+    await exiting.wait()
+    while not request.done():
+        request.cancel()
+        await asyncio.sleep(0)
+    assert request.cancelled()
+    platform.observers.pop()
+    result, outcome = await talk(platform, "alice", "s1", "still broken")  # not SessionBusy for the lease TTL
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
 async def test_two_runs_at_once_on_one_session_one_is_refused(platform: Platform) -> None:
     platform.observers.append(_SlowAudit())  # the first run's audit is still being written: run() awaits it
     async with platform.session("alice", "s1", team="support_triage") as s:

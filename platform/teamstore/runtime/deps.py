@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, fields
@@ -34,15 +33,28 @@ column) moves about once per 1% of the TTL, not on every write."""
 
 
 async def to_the_end(work: Coroutine[Any, Any, None]) -> None:
-    """Await ``work`` to its end even if the caller is cancelled meanwhile; then let the cancellation through."""
+    """Await ``work`` to its end even if the caller is cancelled meanwhile, however many times; then let the
+    cancellation through.
+
+    Each wait is shielded: anyio's cancel scopes (Starlette's, FastAPI's) cancel a task again at every turn of
+    the event loop until it ends, and an unshielded wait would pass the second cancellation on to ``work``."""
     task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            with contextlib.suppress(Exception):
-                await task
-        raise
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            if not task.done():  # the caller was cancelled, not the work: it goes on
+                cancelled = exc
+                continue
+            if cancelled is None:
+                raise
+        except Exception:
+            if cancelled is None:
+                raise
+        if cancelled is not None:
+            raise cancelled
+        return
 
 
 @dataclass
