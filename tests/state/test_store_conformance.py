@@ -296,6 +296,26 @@ async def test_a_cancelled_acquire_never_keeps_the_lease(store: StateStore) -> N
         pytest.fail("the acquire never finished")
 
 
+async def test_an_acquire_cancelled_again_and_again_never_keeps_the_lease(store: StateStore) -> None:
+    # anyio's cancel scopes (Starlette's, FastAPI's) cancel a task again at every turn of the event loop until it
+    # ends: from whichever step the cancellations start, the session is free for the next worker at once.
+    key = SessionKey("alice", "s1")
+    for steps in range(400):
+        task = asyncio.create_task(acquire(store, key, owner=f"c{steps}"))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if task.done():
+            break  # it got through before this many steps: every earlier point was tried
+        while not task.done():
+            task.cancel()
+            await asyncio.sleep(0)
+        assert task.cancelled()
+        row = await acquire(store, key, owner="next", timeout=0)
+        await store.release(key, owner="next", discard_empty=row.row_version == 0)
+    else:
+        pytest.fail("the acquire never finished")
+
+
 @pytest.mark.parametrize("bad", ["lone\udcffsurrogate", "", "nul\x00", "x" * 257])
 async def test_reading_or_deleting_by_an_id_no_session_can_have_is_a_typed_error(
     store: StateStore, bad: str

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
-from typing import Any
 
 from config_registry.types import BuiltTeam
 from teamstore.errors import StorageError
@@ -30,31 +29,6 @@ AGENTCHAT_VERSION = package_version("autogen-agentchat")
 EXPIRY_SLACK = 0.01
 """A saved session expires between TTL and TTL + 1% after its last write, so its expiry (an indexed
 column) moves about once per 1% of the TTL, not on every write."""
-
-
-async def to_the_end(work: Coroutine[Any, Any, None]) -> None:
-    """Await ``work`` to its end even if the caller is cancelled meanwhile, however many times; then let the
-    cancellation through.
-
-    Each wait is shielded: anyio's cancel scopes (Starlette's, FastAPI's) cancel a task again at every turn of
-    the event loop until it ends, and an unshielded wait would pass the second cancellation on to ``work``."""
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while True:
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError as exc:
-            if not task.done():  # the caller was cancelled, not the work: it goes on
-                cancelled = exc
-                continue
-            if cancelled is None:
-                raise
-        except Exception:
-            if cancelled is None:
-                raise
-        if cancelled is not None:
-            raise cancelled
-        return
 
 
 @dataclass

@@ -28,9 +28,9 @@ from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, StreamItem, notify_observers
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint, set_aside_run
-from teamstore.runtime.deps import to_the_end
 from teamstore.runtime.resume import ResumeOutcome
 from teamstore.state.base import Ending, SessionKey, StateStore, StoredSession
+from teamstore.state.cancellation import to_the_end
 
 if TYPE_CHECKING:
     from teamstore.runtime.runs import Run, RunHost

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from config_registry.types import BuiltTeam
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint
-from teamstore.runtime.deps import AGENTCHAT_VERSION, SessionDeps, to_the_end
+from teamstore.runtime.deps import AGENTCHAT_VERSION, SessionDeps
 from teamstore.runtime.resume import ResumeOutcome, Verdict, apply_states, judge
 from teamstore.state.base import StoredSession
+from teamstore.state.cancellation import to_the_end
 
 
 @dataclass(frozen=True)

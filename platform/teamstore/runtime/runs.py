@@ -37,9 +37,9 @@ from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, not
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, Progress, encode_checkpoint
-from teamstore.runtime.deps import to_the_end
 from teamstore.runtime.turns import StreamItem, TurnTracker
 from teamstore.state.base import SessionKey
+from teamstore.state.cancellation import to_the_end
 
 log = logging.getLogger("teamstore.session")
 

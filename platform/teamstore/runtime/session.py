@@ -65,7 +65,6 @@ from teamstore.runtime.deps import (
     SessionLimits,
     checkpoint_record,
     save_record,
-    to_the_end,
 )
 from teamstore.runtime.memory import MemoryBinding, MemoryRecall, bind_memory, rebind_memory
 from teamstore.runtime.opening import open_row
@@ -81,6 +80,7 @@ from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, ended_by_limit
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.turns import StreamItem
 from teamstore.state.base import Claim, SessionKey, StoredSession
+from teamstore.state.cancellation import to_the_end
 
 if TYPE_CHECKING:
     from config_registry.types import TeamOrAgent

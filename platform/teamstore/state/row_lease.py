@@ -39,6 +39,7 @@ from teamstore.db.clock import now_utc
 from teamstore.state import statements as sql
 from teamstore.state.admin import AdminMethods, SessionAdmin
 from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.cancellation import to_the_end
 from teamstore.state.failures import unavailable
 from teamstore.state.lease_mode import LeaseModeCheck
 from teamstore.state.rows import checkpoint_params, row_lease_params, save_params, stored
@@ -140,13 +141,17 @@ class RowLeaseStore(AdminMethods):
         try:
             row = await asyncio.shield(attempt)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                taken = await attempt
-                if taken is not None:
-                    await self.release(key, owner=owner, discard_empty=stored(key.user_id, key.session_id,
-                                                                             taken).row_version == 0)
+            await to_the_end(self._give_back(key, owner, attempt))
             raise
         return stored(key.user_id, key.session_id, row) if row is not None else None
+
+    async def _give_back(self, key: SessionKey, owner: str, attempt: asyncio.Future[Any]) -> None:
+        """Once a cancelled attempt at the lease has ended, release the lease it took, if it took one."""
+        with contextlib.suppress(Exception):
+            taken = await attempt
+            if taken is not None:
+                await self.release(key, owner=owner, discard_empty=stored(key.user_id, key.session_id,
+                                                                         taken).row_version == 0)
 
     async def save(
         self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
