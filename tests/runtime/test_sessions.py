@@ -43,6 +43,7 @@ from teamstore.errors import (
     StateTooLarge,
     StoreUnavailable,
     TooManySessions,
+    UnknownTeam,
 )
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.inspect import describe_session
@@ -966,6 +967,23 @@ async def test_a_session_is_used_inside_its_one_block_only(platform: Platform) -
             pass
     result, outcome = await talk(platform, "alice", "s1", "and again")
     assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
+async def test_a_sessions_team_read_before_it_was_built_is_a_typed_error(platform: Platform) -> None:
+    # Read before the block (a service logging the version it is about to run), or after an entry that failed
+    # before a team was built: SessionNotOpen, not an AttributeError from inside the session.
+    never_entered = platform.session("alice", "s1", team="support_triage")
+    failed = platform.session("alice", "s1", team="no_such_team")
+    with pytest.raises(UnknownTeam):
+        async with failed:
+            pass
+    for s, said in ((never_entered, "not open yet"), (failed, "did not open")):
+        for read in ("team", "team_version"):
+            with pytest.raises(SessionNotOpen, match=said):
+                getattr(s, read)
+    async with never_entered as s:
+        version = s.team_version
+    assert s.team_version == version  # after its block, what it ran stays readable
 
 
 @pytest.mark.parametrize("task", ["x" * 300, "bad \udcff byte", b"bytes"])

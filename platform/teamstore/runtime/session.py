@@ -147,13 +147,19 @@ class Session:
     @property
     def team(self) -> TeamOrAgent:
         """The team (or agent) built for this session alone. Its ``run`` and ``run_stream`` are the session's:
-        called there, a run goes through the same checks, audit and checkpoints as ``s.run()``."""
-        return self._built.team
+        called there, a run goes through the same checks, audit and checkpoints as ``s.run()``.
+
+        Raises:
+            SessionNotOpen: The session has not opened (its team is built as it opens)."""
+        return self.built.team
 
     @property
     def team_version(self) -> str:
-        """The registry version the team was built from."""
-        return str(self._built.version)
+        """The registry version the team was built from.
+
+        Raises:
+            SessionNotOpen: The session has not opened (its team is built as it opens)."""
+        return str(self.built.version)
 
     @property
     def row_version(self) -> int:
@@ -169,7 +175,13 @@ class Session:
     @property
     def built(self) -> BuiltTeam:
         """The team that runs."""
-        return self._built
+        try:
+            return self._built
+        except AttributeError:  # set as the session opens, and kept once it closed
+            raise SessionNotOpen(
+                f"this session {'is not open yet' if self._phase == 'new' else 'did not open'}: its team is built "
+                "as it opens", hint="read s.team inside `async with platform.session(...) as s:`",
+            ) from None
 
     @property
     def observers(self) -> Sequence[RunObserver]:
