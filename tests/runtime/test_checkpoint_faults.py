@@ -186,6 +186,45 @@ async def test_an_erasure_opened_mid_run_stops_it_without_promising_a_checkpoint
     assert "continue the run" not in (info.value.hint or "")
 
 
+async def _move_the_row_at_the_first_call(n: int, platform: Platform) -> None:
+    if n == 1:  # another writer moved the row on: the next checkpoint write is refused
+        await _damage(platform, row_version=sessions.c.row_version + 1)
+
+
+async def test_a_run_stopped_at_its_first_checkpoint_is_not_offered_to_be_continued(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run("a first request")
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call = lambda n: _move_the_row_at_the_first_call(n, platform)
+        with pytest.raises(StaleStateVersion) as info:
+            async with platform.session("alice", "s1", team=TEAM) as s:
+                await s.run(TASK)
+    assert "no checkpoint of this run was written" in info.value.message
+    assert "continue the run" not in (info.value.hint or "")  # there is nothing to continue
+    assert "run its task again" in (info.value.hint or "")
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.interrupted is None
+
+
+async def test_a_continued_run_stopped_at_a_checkpoint_says_the_one_it_continued_from_stays(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call = lambda n: _move_the_row_at_the_first_call(n, platform)
+        with pytest.raises(StaleStateVersion) as info:
+            async with platform.session("alice", "s1", team=TEAM) as s:
+                await s.continue_run()
+    assert "turn 2's checkpoint stays" in info.value.message
+    assert "continue the run" in (info.value.hint or "")
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.interrupted is not None and s.interrupted.last_turn == 2
+
+
 async def test_a_database_down_at_a_checkpoint_stops_the_run_with_a_typed_error_and_keeps_the_last_one(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -278,7 +278,7 @@ class Run:
         if failure is None or exc is failure or isinstance(exc, asyncio.CancelledError | GeneratorExit):
             return exc
         if isinstance(failure, TeamstoreError):
-            return _stopped(failure, self.checkpointed)
+            return _stopped(failure, self.durable_turn)
         return failure
 
     def _report(self, whole: TaskResult) -> None:
@@ -296,15 +296,18 @@ def _kept(items: Sequence[StreamItem]) -> list[StreamItem]:
     return [item for item in items if not isinstance(item, ModelClientStreamingChunkEvent)]
 
 
-def _stopped(failure: TeamstoreError, checkpointed: int) -> TeamstoreError:
-    """``failure`` (a checkpoint that could not be written) said as the stop of the run it was."""
+def _stopped(failure: TeamstoreError, durable_turn: int) -> TeamstoreError:
+    """``failure`` (a checkpoint that could not be written) said as the stop of the run it was, whose last
+    checkpoint (written by this process or by the one it continues) holds ``durable_turn`` (0: none)."""
     if isinstance(failure, ErasureInProgress):  # the erasure deletes the checkpoints with the rest
         message = f"the run stopped between two turns: {failure.message}; nothing of it is kept"
         hint = failure.hint or "nothing to do: the user is being erased"
     else:
-        last = f"turn {checkpointed}'s checkpoint stays" if checkpointed else "no checkpoint of this run was written"
+        last = f"turn {durable_turn}'s checkpoint stays" if durable_turn else "no checkpoint of this run was written"
         message = f"the run stopped between two turns: its checkpoint could not be written ({failure.message}); {last}"
-        hint = (failure.hint or "") + ("; " if failure.hint else "") + "open the session again and continue the run"
+        then = ("open the session again and continue the run" if durable_turn
+                else "there is nothing of the run to continue: run its task again")
+        hint = (failure.hint or "") + ("; " if failure.hint else "") + then
     try:
         stopped: TeamstoreError = type(failure)(message, hint=hint)
     except TypeError:  # an error class with a constructor of its own: as it is
