@@ -153,6 +153,36 @@ async def test_a_cancelled_streaming_consumer_task_leaves_the_session_usable(pla
     assert row is not None and row.checkpoint is None and TASK not in (row.state or "")
 
 
+async def test_a_streaming_consumer_cancelled_again_and_again_still_puts_the_stopped_run_on_record(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # anyio's cancel scopes (a client gone from a Starlette stream) cancel the consumer again at every turn of the
+    # event loop until it ends: the run it stopped is recorded all the same, every model call it paid included.
+    import asyncio
+
+    with counted_calls(monkeypatch) as calls:
+        calls.on_call = lambda n: asyncio.sleep(0.05)  # a model that takes its time: the consumer waits on it
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            started = asyncio.Event()
+
+            async def consume() -> None:
+                async for item in s.run_stream(TASK):
+                    if getattr(item, "source", "") == "triage":
+                        started.set()
+
+            consumer = asyncio.create_task(consume())
+            await started.wait()
+            while not consumer.done():
+                consumer.cancel()
+                await asyncio.sleep(0)
+            assert consumer.cancelled()
+            stopped = s.last_run_id
+    assert stopped is not None
+    header, _ = await _transcript(platform, stopped)
+    assert header["error"] == "CancelledError"
+    assert sum(r.calls for r in await _ledger(platform, stopped)) == calls.made >= 1
+
+
 async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts_apart_in_cost(
     platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

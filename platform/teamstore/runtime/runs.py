@@ -175,7 +175,12 @@ class Run:
                 yield item
             result = await producer
         except BaseException as exc:
-            await self._stop(producer, exc)
+            # Carried through the caller's cancellations (anyio's come again at every turn of the event loop):
+            # cut short, the team's runtime would be cancelled mid-message and the run, its paid calls, not recorded.
+            try:
+                await to_the_end(self._stop(producer, exc))
+            finally:
+                self.finished.set()  # here, not in the stop's own task: the session learns it once this stream ends
             reported = self._reported(exc)
             if reported is exc:
                 raise
@@ -248,14 +253,11 @@ class Run:
             self._token.cancel()
             with contextlib.suppress(BaseException):
                 await producer
-        try:
-            if self.interrupted:
-                await self._carry_calls()
-            else:
-                outcome = RunOutcome(datetime.now(UTC), error=self._reported(exc), model_calls=self.calls)
-                await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
-        finally:
-            self.finished.set()
+        if self.interrupted:
+            await self._carry_calls()
+        else:
+            outcome = RunOutcome(datetime.now(UTC), error=self._reported(exc), model_calls=self.calls)
+            await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
 
     async def _carry_calls(self) -> None:
         """The run stopped mid-run in this process (its team raised): its checkpoint is written again with the
