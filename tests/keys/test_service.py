@@ -8,6 +8,7 @@ import json
 import os
 import stat
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -15,6 +16,7 @@ import pytest
 from sqlalchemy import event, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config_registry import Registry
 from teamstore.db.fence import user_holds
 from teamstore.errors import (
     ConfigurationError,
@@ -26,6 +28,7 @@ from teamstore.errors import (
 )
 from teamstore.keys import KeyService, kms
 from teamstore.keys.schema import data_keys, key_encryption_keys
+from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.keys.outage import Outage
 
@@ -199,6 +202,40 @@ async def test_a_kms_key_the_database_never_used_is_refused_with_the_way_to_move
     monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", "alias/no-such-key")
     with pytest.raises(ConfigurationError, match="no key"):
         await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
+
+
+@pytest.mark.s3
+async def test_a_worker_naming_a_kms_key_the_database_never_used_fails_at_start(
+    engine: AsyncEngine, kms_key: str, s3_env: str, registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It started, and only a new user's first session failed: a misconfigured worker looked healthy till then.
+    registry = Registry(registry_path, create=True)
+    async with Platform(engine, registry, settings=Settings()):
+        pass
+    assert await _rows(engine, key_encryption_keys) == [], "the start only reads: no first key-encryption key"
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "state/s1")
+    async with Platform(engine, registry, settings=Settings()):
+        pass
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", boto3.client("kms").create_key()["KeyMetadata"]["Arn"])
+    platform = Platform(engine, registry, settings=Settings())
+    try:
+        with pytest.raises(ConfigurationError, match="never used") as info:
+            await platform.__aenter__()
+        assert "keys rotate --to" in (info.value.hint or "")
+    finally:
+        await platform.aclose()
+    proxy = Outage(s3_env)  # a KMS that does not answer at start is no reason not to start
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
+    proxy.down = True
+    try:
+        async with Platform(engine, registry, settings=Settings()):
+            assert proxy.requests > 0, "KMS was asked"
+        proxy.down = False
+        with pytest.raises(ConfigurationError, match="never used"):  # a new user's first key, once it answers
+            await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
+    finally:
+        proxy.stop()
+    assert [r.user_id for r in await _rows(engine)] == ["alice"]
 
 
 @pytest.mark.parametrize("endpoint", ["htps://key:s3cret@kms.internal", "ftp://kms.internal", "http://[key:s3cret@kms"])

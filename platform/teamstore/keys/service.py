@@ -20,6 +20,7 @@ as they are by :meth:`KeyService.open`: they read, and are sealed at their next 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import time
@@ -39,6 +40,7 @@ from teamstore.errors import (
     ConfigurationError,
     ErasureInProgress,
     KeyDestroyed,
+    KeyUnavailable,
     PayloadUnreadable,
     StoreUnavailable,
 )
@@ -277,6 +279,26 @@ class KeyService:
             await self._record_first(first)
             current = await self._recorded_current()
             assert current is not None
+        await self._refuse_unused(current, moving_to)
+        return current
+
+    async def check_configured(self) -> None:
+        """Refuse now, as a worker starts, a ``TEAMSTORE_KMS_KEY_ID`` this database has never used: otherwise
+        only a new user's first data key meets it (:meth:`current_kek`), and the worker looks healthy until
+        then. It only reads: a database with no KEK yet has nothing to check (its first will be the variable's
+        key), and a KMS that does not answer now is left for the sessions to meet (``KeyUnavailable``).
+
+        Raises:
+            ConfigurationError: As :meth:`current_kek` raises it.
+            StoreUnavailable: The database failed.
+        """
+        current = await self._recorded_current()
+        if current is None:
+            return
+        with contextlib.suppress(KeyUnavailable):
+            await self._refuse_unused(current)
+
+    async def _refuse_unused(self, current: str, moving_to: str | None = None) -> None:
         configured = await self._configured_usable()
         if configured is not None and configured not in (current, moving_to) and not await self._recorded(configured):
             raise ConfigurationError(
@@ -285,7 +307,6 @@ class KeyService:
                 hint="to move them under the KMS key, run `teamstore keys rotate --to <that key>`; or unset the "
                 "variable to go on as before",
             )
-        return current
 
     async def _configured_usable(self) -> str | None:
         """The KMS key ``TEAMSTORE_KMS_KEY_ID`` names, if it could wrap data keys: only such a key, left unused,

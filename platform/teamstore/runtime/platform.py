@@ -172,7 +172,9 @@ class Platform:
             engine, pool_size=settings.db_pool_size, lease=settings.session_lease, keys=keys,
         )
         self.observers: list[RunObserver] = list(observers)
-        self.memory = MemoryService(memory if memory is not None else MemoryStore(engine, keys=keys))
+        memory = memory if memory is not None else MemoryStore(engine, keys=keys)
+        self._keys = keys if keys is not None else memory.keys  # the users' data keys the stores seal under
+        self.memory = MemoryService(memory)
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._on_close = on_close
         self._schema_checked = False
@@ -214,7 +216,8 @@ class Platform:
 
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
-        this process is set to (once per platform)."""
+        this process is set to, and that ``TEAMSTORE_KMS_KEY_ID`` names a key the database uses (once per
+        platform; see :meth:`KeyService.check_configured`)."""
         if self._schema_checked:  # every request asks: no lock once it is done
             return
         async with self._schema_lock:
@@ -223,6 +226,8 @@ class Platform:
             await ensure_current(self.engine, migrate=self.settings.should_auto_migrate,
                                  create=self._create_tables)
             await self.store.check_lease_mode()  # a worker of the other kind of lease fails here, at start
+            if self._keys is not None:
+                await self._keys.check_configured()  # so does one naming a KMS key the database never used
             self._schema_checked = True
 
     async def build_team(self, ref: str) -> BuiltTeam:
