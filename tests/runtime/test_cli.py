@@ -270,6 +270,26 @@ def test_a_listing_says_a_sealed_state_was_not_opened_and_show_opens_it(
     assert describe_checkpoint(refused) == "unreadable (its data key was destroyed)"
 
 
+def test_list_and_show_report_the_stored_size_as_state_bytes_and_show_the_opened_size_apart(
+    registry: Registry, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # show's state_bytes was the opened state's size, list's the stored (sealed, compressed) one.
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    _run("My router ZX-81 drops every evening")
+    (row,) = asyncio.run(_listed_rows())
+    stored = len((row.state or "").encode())
+    assert row.state_bytes == stored > 0
+    (listed,) = json.loads(runner.invoke(app, ["sessions", "list", "--json"]).stdout)
+    ids = ["--user", "alice", "--session", "s1"]
+    shown = json.loads(runner.invoke(app, ["sessions", "show", *ids, "--json"]).stdout)
+    assert listed["state_bytes"] == shown["state_bytes"] == stored
+    assert listed["opened_state_bytes"] is None, "a listing opens nothing"
+    assert shown["opened_state_bytes"] > stored, "the opened state is not compressed"
+    text = runner.invoke(app, ["sessions", "show", *ids], env={"COLUMNS": "200"}).stdout
+    assert f"state_bytes: {stored}\n" in text and f"opened_state_bytes: {shown['opened_state_bytes']}\n" in text
+
+
 def _only_run() -> dict:  # type: ignore[type-arg]
     """The session's one transcript, as ``transcripts show`` lists it."""
     shown = runner.invoke(app, ["transcripts", "show", "--user", "alice", "--session", "s1", "--json"])

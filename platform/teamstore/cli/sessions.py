@@ -214,8 +214,9 @@ def show_session(
 
 def _render_session(d: dict[str, Any]) -> None:
     for key in ("team", "team_version", "schema_version", "agentchat_version", "row_version", "state_bytes",
-                "updated_at", "expires_at"):
-        console.print(f"[bold]{key}[/]: {plain(d[key])}")
+                "opened_state_bytes", "updated_at", "expires_at"):
+        if d[key] is not None or key != "opened_state_bytes":  # a state that does not open: `agents` says why
+            console.print(f"[bold]{key}[/]: {plain(d[key])}")
     checkpoint = d.get("checkpoint")
     if checkpoint is not None:
         shown = checkpoint if isinstance(checkpoint, str) else (

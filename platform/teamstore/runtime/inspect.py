@@ -68,7 +68,9 @@ def describe_checkpoint(row: StoredSession) -> dict[str, Any] | str | None:
 
 
 def describe_session(row: StoredSession) -> dict[str, Any]:
-    """A JSON-ready description of a stored session."""
+    """A JSON-ready description of a stored session: ``state_bytes`` is the state's size as stored (sealed and
+    compressed), ``opened_state_bytes`` its size opened (``None`` when it was not: a listing's rows, or a state
+    that does not open)."""
     return {
         "user_id": row.user_id,
         "session_id": row.session_id,
@@ -77,7 +79,8 @@ def describe_session(row: StoredSession) -> dict[str, Any]:
         "schema_version": row.schema_version,
         "agentchat_version": row.agentchat_version,
         "row_version": row.row_version,
-        "state_bytes": row.state_bytes,
+        "state_bytes": row.state_bytes if row.stored_bytes is None else row.stored_bytes,
+        "opened_state_bytes": None if row.state is not None and is_sealed_text(row.state) else row.state_bytes,
         "agents": describe_agents(row),
         "checkpoint": describe_checkpoint(row),
         "created_at": row.created_at,

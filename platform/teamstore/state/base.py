@@ -78,6 +78,10 @@ class StoredSession:
     """Why the stored checkpoint does not open (sealed under a data key that is gone, or damaged), when it
     does not: ``checkpoint`` then holds it as stored, and the runtime sets it aside as ``corrupt`` (the state
     is judged on its own)."""
+    stored_bytes: int | None = None
+    """The state's size as stored, when the store hands the state on opened (sealed under the user's data key:
+    :class:`teamstore.state.sealed.SealedStateStore`): ``state_bytes`` is then the opened state's, which the
+    runtime's cap judges. ``None`` when ``state`` is as stored."""
 
     @property
     def key(self) -> SessionKey:

@@ -144,7 +144,7 @@ class SealedStateStore:
         if why is not None:
             row = _with(row, defects=(*row.defects, f"the stored state does not open: {why}"))
         elif state is not None:
-            row = _with(row, state=state[0], state_bytes=state[1])
+            row = _with(row, state=state[0], state_bytes=state[1], stored_bytes=row.state_bytes)
         if row.checkpoint is None:
             return row
         checkpoint, why = await self._open(row.user_id, row.checkpoint, checkpoint_context(row.session_id), data_key)
