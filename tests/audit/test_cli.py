@@ -25,6 +25,7 @@ from teamstore.cli.audit import _cell
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.settings import Settings
+from tests.audit.fault_server import FaultServer
 from tests.audit.teams import CANARY, context, observe_run, triage_team
 
 runner = CliRunner()
@@ -206,7 +207,31 @@ def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
     flushed = runner.invoke(app, ["transcripts", "flush", "--json"])
     assert flushed.exit_code == 1, flushed.output
     assert json.loads(flushed.stdout)["remaining"] == 1
-    assert "error: 1 transcript(s) still queued" in flushed.output and "fix:" in flushed.output
+    assert "error: 1 transcript(s) still queued: the last upload failed and stored nothing" in flushed.output
+    assert "fix:" in flushed.output and json.loads(flushed.stdout)["in_doubt"] is False
+
+
+def test_a_flush_whose_upload_s3_left_unanswered_says_it_may_land_not_that_it_was_refused(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said "the store refused them" of an upload S3 may well have stored.
+    home = Path(Settings().home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "transcripts").write_text("a file where the transcript folder should be")
+    _populate(1)  # the upload fails, so the transcript waits in the outbox
+    server = FaultServer("hang")  # S3 takes the PUT and answers nothing: the client's read timeout (5 s) ends it
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", "s3://audit/teamstore")
+    try:
+        flushed = runner.invoke(app, ["transcripts", "flush", "--json"], env={"COLUMNS": "300"})
+    finally:
+        server.stop()
+    assert flushed.exit_code == 1, flushed.output
+    report = json.loads(flushed.stdout)
+    assert (report["remaining"], report["held"], report["in_doubt"]) == (1, 1, True), report
+    said = " ".join(flushed.stderr.split())
+    assert "error: 1 transcript(s) still queued: the store left the last upload unanswered, and it may land" in said
+    assert "refused" not in said and "nothing is lost" in said
 
 
 def test_a_flush_that_leaves_transcripts_an_upload_that_may_land_holds_says_until_when() -> None:

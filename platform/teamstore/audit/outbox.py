@@ -98,6 +98,9 @@ class FlushReport:
     last_error: str | None = None
     held: int = 0
     held_until: datetime | None = None
+    in_doubt: bool = False
+    """The failure was an upload the store left unanswered: it may land all the same (its transcript is sent
+    again only once it no longer can), where any other failure stored nothing."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,7 @@ async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500, l
 async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_upload_s: float) -> FlushReport:
     owner = claims.new_owner()
     await claims.purge_settled(engine)
-    delivered, error = 0, None
+    delivered, error, in_doubt = 0, None, False
     for _ in range(limit):
         row = await claims.claim_next(engine, owner, in_flight_until(late_upload_s))
         if row is None:
@@ -248,10 +251,10 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
         outcome = await follow(engine, store, row, owner, upload, late_upload_s)
         delivered += outcome.delivered
         if outcome.error is not None:
-            error = outcome.error
+            error, in_doubt = outcome.error, outcome.in_doubt
             break
     remaining, held_now, held_until = await _left(engine)
-    return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until)
+    return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until, in_doubt)
 
 
 async def _left(engine: AsyncEngine) -> tuple[int, int, datetime | None]:
@@ -270,6 +273,8 @@ class Outcome:
 
     delivered: bool
     error: str | None = None
+    in_doubt: bool = False
+    """The upload was left unanswered: it may land all the same."""
 
 
 async def follow(
@@ -294,7 +299,7 @@ async def follow(
         upload.result()
     except UploadInDoubt as exc:
         await claims.settle(engine, row.run_id, owner, may_land_until(late_upload_s), exc.message)
-        return Outcome(False, exc.message)
+        return Outcome(False, exc.message, in_doubt=True)
     except TeamstoreError as exc:
         await claims.settle(engine, row.run_id, owner, None, exc.message)
         return Outcome(False, exc.message)

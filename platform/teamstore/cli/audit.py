@@ -203,9 +203,17 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
                "still land or another flusher: a flush after that sends what is left" if d["held"] else "")
         ),
     )
+    if data["failed"] and data["in_doubt"]:
+        fail(AuditError(
+            f"{data['remaining']} transcript(s) still queued: the store left the last upload unanswered, and it "
+            "may land all the same",
+            hint="nothing is lost: it stays queued, and a flush once it is no longer held (`held_until`) sends it "
+            "again if it did not land; if uploads keep going unanswered, check AWS_ENDPOINT_URL_S3, the network "
+            "and the store's health",
+        ))
     if data["failed"]:
         fail(AuditError(
-            f"{data['remaining']} transcript(s) still queued: the store refused them",
+            f"{data['remaining']} transcript(s) still queued: the last upload failed and stored nothing",
             hint="fix what the last error says (TEAMSTORE_TRANSCRIPTS_URL, credentials, permissions), then run "
             "`teamstore transcripts flush` again",
         ))
