@@ -30,8 +30,11 @@ async def pg_store(postgres_url: str) -> AsyncIterator[LockLeaseStore]:
 
 
 async def _locks(store: LockLeaseStore) -> int:
+    """Advisory locks held in the test's own database (another database on the server may hold its own)."""
+    query = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                 "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
     async with store.engine.connect() as conn:
-        return int((await conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))).scalar_one())
+        return int((await conn.execute(query)).scalar_one())
 
 
 async def test_load_writes_nothing_and_save_releases_at_commit(pg_store: LockLeaseStore) -> None:
