@@ -56,6 +56,7 @@ from teamstore.state.envelope import decode, encode
 from teamstore.state.factory import store_for
 from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sqlite import SqliteStatements
+from tests.conftest import prepare
 from tests.runtime.conftest import renamed_manifest, without_memory
 from tests.services import free_port
 
@@ -700,6 +701,34 @@ async def test_a_worker_set_to_the_other_kind_of_lease_fails_at_start(postgres_u
         await platform.ensure_schema()
     assert "TEAMSTORE_SESSION_LEASE=lock" in (info.value.hint or "")
     await platform.store.aclose()
+    await engine.dispose()
+
+
+async def test_a_platform_refused_at_start_closes_what_it_opened(
+    backend: tuple[str, str], registry: Registry, tmp_path: Path
+) -> None:
+    # The caller of a failed `async with platform:` gets no platform to close: what it opened stayed open.
+    from teamstore.errors import SchemaNotReady
+
+    url, lease = backend
+    engine = create_engine(url)
+    closed: list[str] = []
+
+    async def on_close() -> None:
+        closed.append("closed")
+
+    refused = [(Settings(home=tmp_path / "home", auto_migrate=False, session_lease=lease), SchemaNotReady)]
+    if engine.dialect.name == "postgresql":  # SQLite has one kind of lease
+        other = "row" if lease == "lock" else "lock"
+        refused.append((Settings(home=tmp_path / "home", session_lease=other), ConfigurationError))
+    for settings, error in refused:
+        platform = Platform(engine, registry, settings=settings, on_close=on_close)
+        with pytest.raises(error):
+            async with platform:
+                pytest.fail("the start was not refused")
+        assert closed == ["closed"], f"{error.__name__} left the platform open"
+        closed.clear()
+        await prepare(url, lease)  # the next refusal is the lease's, on a migrated database
     await engine.dispose()
 
 

@@ -349,7 +349,13 @@ class Platform:
             await self._on_close()
 
     async def __aenter__(self) -> Platform:
-        await self.ensure_schema()
+        """Check the database as a worker starts (:meth:`ensure_schema`); a start refused closes the platform
+        (:meth:`aclose`) before it raises, as the caller gets no platform to close."""
+        try:
+            await self.ensure_schema()
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(
