@@ -500,6 +500,22 @@ async def test_concurrent_session_gets_session_busy(platform: Platform) -> None:
             assert other.resume is not None and other.resume.outcome == "new"
 
 
+async def test_deleting_a_session_open_in_this_process_waits_for_it_and_says_so_truly(platform: Platform) -> None:
+    # "Delete this conversation" beside a request on it in the same worker was told "another worker" held it.
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("My router ZX-81 drops every evening")
+        with pytest.raises(SessionBusy) as info:
+            await platform.delete_session("alice", "s1")
+        with pytest.raises(SessionBusy) as opened:
+            async with platform.session("alice", "s1", team="support_triage"):
+                pass
+    for error in (info.value, opened.value):
+        assert "this process or another worker" in error.message, error.message
+        assert "async with platform.session" in (error.hint or "")
+    assert await stored_state(platform, "alice", "s1")  # nothing was deleted while it was open
+    assert await platform.delete_session("alice", "s1")  # and once its block ended, it is
+
+
 async def test_explicit_save_then_conflicting_writer_is_detected(platform: Platform) -> None:
     async with platform.session("alice", "s1", team="support_triage") as s:
         await s.run("hello")

@@ -249,7 +249,7 @@ class Platform:
             user_id: The user, stored exactly as given.
             session_id: The session, unique per user.
             team: Registry reference of the team to build.
-            lease_timeout: How long to wait for a session another worker holds.
+            lease_timeout: How long to wait for a session another request holds (of any worker, this one too).
             continuing: It is opened to continue its interrupted run (``continue_run()``): a team that run's
                 checkpoint does not fit (a mistyped one, a label moved since) is refused as it opens
                 (``RunCannotContinue``) and the checkpoint stays, rather than being set aside.
@@ -257,9 +257,10 @@ class Platform:
         Raises:
             InvalidIdentifier: ``user_id`` or ``session_id`` is empty, too long, or holds control characters.
 
-        Entering the session (``async with``) raises, before the team runs: ``SessionBusy`` (another worker
-        kept it past the wait), ``ErasureInProgress``, ``TooManySessions`` (a new session for a user who
-        keeps ``max_sessions_per_user`` live ones; a resume is never refused), ``RunCannotContinue`` (with
+        Entering the session (``async with``) raises, before the team runs: ``SessionBusy`` (another request,
+        of this process or another worker, kept it past the wait), ``ErasureInProgress``, ``TooManySessions``
+        (a new session for a user who keeps ``max_sessions_per_user`` live ones; a resume is never refused),
+        ``RunCannotContinue`` (with
         ``continuing``) and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
@@ -303,7 +304,8 @@ class Platform:
 
     async def delete_session(self, user_id: str, session_id: str) -> bool:
         """Delete one session's stored state and quarantined copies (a user's "delete this
-        conversation"); returns whether it had any. Waits for an open session like a request does. A run
+        conversation"); returns whether it had any. Waits for an open session like a request does, one open
+        in this process too (``SessionBusy`` once the wait is over). A run
         the session left interrupted is recorded first, as abandoning it would: its completed turns to its
         transcript, the model calls it paid for to the ledger.
 

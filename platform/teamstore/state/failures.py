@@ -50,9 +50,11 @@ def erased_in_flight() -> ErasureInProgress:
 
 
 def busy(wait_seconds: float, crashed: str) -> SessionBusy:
-    """The error for a lease still held by another worker after ``wait_seconds``; ``crashed`` says how a
-    crashed holder's lease ends."""
+    """The error for a lease still held after ``wait_seconds``; ``crashed`` says how a crashed holder's lease
+    ends. The lease does not say whose it is: another worker's, or a session this same process has open (a
+    "delete this conversation" beside a request on it), so the message holds for either."""
     return SessionBusy(
-        f"session is in use by another worker (waited {wait_seconds:.1f}s)",
-        hint=f"retry later, or raise lease_timeout_seconds; a crashed worker's lease {crashed}",
+        f"session is in use by another request, of this process or another worker (waited {wait_seconds:.1f}s)",
+        hint="retry once that request is done (a session is in use until its `async with platform.session(...)` "
+        f"block ends), or raise lease_timeout_seconds; a crashed worker's lease {crashed}",
     )
