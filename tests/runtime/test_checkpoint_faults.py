@@ -153,8 +153,10 @@ async def test_a_stale_worker_cannot_write_its_checkpoint_over_the_worker_that_t
             assert b.resume is not None and b.resume.outcome == "interrupted"
             result = await b.continue_run()
         gate.set()  # A's turn completes now; its checkpoint meets a row that moved on
-        with pytest.raises(StaleStateVersion):
+        with pytest.raises(StaleStateVersion) as info:
             await a
+    hint = info.value.hint or ""  # B continued the run already: A is not to promise it stays to be continued
+    assert "if it is still interrupted" in hint and "run again" not in hint and "rerun" not in hint, hint
     assert said(result.messages) == expected
     row = await platform.store.get(KEY)
     assert row is not None and row.checkpoint is None and row.state is not None and TASK in row.state
@@ -220,7 +222,9 @@ async def test_a_continued_run_stopped_at_a_checkpoint_says_the_one_it_continued
             async with platform.session("alice", "s1", team=TEAM) as s:
                 await s.continue_run()
     assert "turn 2's checkpoint stays" in info.value.message
-    assert "continue the run" in (info.value.hint or "")
+    hint = info.value.hint or ""
+    assert "continue the run" in hint
+    assert "run again" not in hint and "rerun" not in hint, hint  # one thing to do: the save's hint said rerun
     async with platform.session("alice", "s1", team=TEAM) as s:
         assert s.interrupted is not None and s.interrupted.last_turn == 2
 

@@ -32,7 +32,7 @@ from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
 from teamstore.audit.stop_reasons import OTHER, recordable
-from teamstore.errors import ErasureInProgress, SessionNotOpen, TeamstoreError
+from teamstore.errors import ErasureInProgress, SessionNotOpen, StaleStateVersion, TeamstoreError
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, notify_observers
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
@@ -307,15 +307,26 @@ def _stopped(failure: TeamstoreError, durable_turn: int) -> TeamstoreError:
     else:
         last = f"turn {durable_turn}'s checkpoint stays" if durable_turn else "no checkpoint of this run was written"
         message = f"the run stopped between two turns: its checkpoint could not be written ({failure.message}); {last}"
-        then = ("open the session again and continue the run" if durable_turn
-                else "there is nothing of the run to continue: run its task again")
-        hint = (failure.hint or "") + ("; " if failure.hint else "") + then
+        hint = _then(failure, durable_turn)
     try:
         stopped: TeamstoreError = type(failure)(message, hint=hint)
     except TypeError:  # an error class with a constructor of its own: as it is
         return failure
     stopped.__cause__ = failure
     return stopped
+
+
+def _then(failure: TeamstoreError, durable_turn: int) -> str:
+    """What to do about a run stopped by ``failure`` at a checkpoint, after the last one (``durable_turn``)."""
+    if isinstance(failure, StaleStateVersion):
+        # The row moved on under this worker: the store's hint is a save's ("reload the session and run again"),
+        # and the worker that moved it may have taken the run over and continued it already.
+        then = ("open the session again and continue the run if it is still interrupted (`s.interrupted`)"
+                if durable_turn else "there is nothing of the run to continue: open the session again and run its task again")
+        return f"{then}; raise lease_ttl_seconds if runs outlive the lease"
+    then = ("open the session again and continue the run" if durable_turn
+            else "there is nothing of the run to continue: run its task again")
+    return (failure.hint or "") + ("; " if failure.hint else "") + then
 
 
 class Routed(Protocol):
