@@ -288,7 +288,9 @@ class Registry:
         """
         if not isinstance(ref, str):
             raise DefinitionInvalid(f"a team reference is a string (NAME, NAME@LABEL or NAME@VERSION), "
-                                    f"not {type(ref).__name__}", field="team")
+                                    f"not {type(ref).__name__}", field="team",
+                                    hint="pass a registered team's name, e.g. team=\"support_triage\" or "
+                                    "team=\"support_triage@production\" (`teamstore registry list` lists them)")
         name, at, selector = ref.partition("@")
         if at and not selector:
             validate_name(name)

@@ -79,7 +79,8 @@ def check_erasable_id(value: object) -> str:
 
 def _checked_text(kind: str, value: object) -> str:
     if not isinstance(value, str):
-        raise InvalidIdentifier(f"{kind} must be a string, got {type(value).__name__}")
+        raise InvalidIdentifier(f"{kind} must be a string, got {type(value).__name__}",
+                                hint=f"pass {kind} as a str (a numeric id as its digits: str(id))")
     if not value:
         raise InvalidIdentifier(f"{kind} is empty", hint=f"pass a non-empty {kind}")
     if len(value) > MAX_ID_CHARS:

@@ -1045,10 +1045,11 @@ async def test_a_refused_task_runs_nothing_and_the_session_goes_on(platform: Pla
     assert "ZX-81" in researcher_reply(result)
 
 
-@pytest.mark.parametrize("wait", [-1, float("nan"), float("inf"), 10**9, "10"])
+@pytest.mark.parametrize("wait", [-1, float("nan"), float("inf"), 10**9, "10", True, False])
 async def test_a_lease_timeout_that_is_not_a_span_of_seconds_is_refused(platform: Platform, wait: object) -> None:
-    with pytest.raises(ConfigurationError, match="lease_timeout"):
+    with pytest.raises(ConfigurationError, match="lease_timeout") as info:  # True was taken as one second
         platform.session("alice", "s1", team="support_triage", lease_timeout=wait)  # type: ignore[arg-type]
+    assert info.value.hint
 
 
 @pytest.mark.parametrize("team", [None, 7, "x" * 5000])
@@ -1057,6 +1058,15 @@ async def test_a_team_reference_that_is_no_name_is_a_typed_error_kept_short(plat
         async with platform.session("alice", "s1", team=team):  # type: ignore[arg-type]
             pass
     assert len(info.value.message) < 300
+    assert info.value.hint, "it says how to name a team"
+
+
+@pytest.mark.parametrize("bad", [7, None, b"alice"])
+async def test_an_id_that_is_not_a_string_is_refused_with_how_to_pass_it(platform: Platform, bad: object) -> None:
+    for user, session in ((bad, "s1"), ("alice", bad)):
+        with pytest.raises(InvalidIdentifier, match="must be a string") as info:
+            platform.session(user, session, team="support_triage")  # type: ignore[arg-type]
+        assert "as a str" in (info.value.hint or "")
 
 
 async def test_a_state_over_a_lowered_cap_starts_fresh_instead_of_never_saving_again(platform: Platform) -> None:

@@ -115,9 +115,11 @@ class Session:
         self._continuing = continuing
         self.key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
         self._team_ref = team
-        if not (isinstance(lease_timeout, int | float) and 0 <= lease_timeout <= MAX_LEASE_WAIT):  # NaN fails too
+        # NaN fails the range too; a bool is an int to Python, but True is no span of seconds
+        if isinstance(lease_timeout, bool) or not (isinstance(lease_timeout, int | float)
+                                                   and 0 <= lease_timeout <= MAX_LEASE_WAIT):
             raise ConfigurationError(f"lease_timeout must be 0 to {MAX_LEASE_WAIT} seconds, got {lease_timeout!r}",
-                                     hint="pass how long to wait for a session another worker holds")
+                                     hint="pass how long to wait, in seconds, for a session another request holds")
         self._lease_timeout = float(lease_timeout)
         self._owner = f"{deps.worker_id}:{uuid.uuid4().hex[:12]}"
         self._built: BuiltTeam  # set when the session is entered; used only while it is open
