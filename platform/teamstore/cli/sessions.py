@@ -54,7 +54,12 @@ def run(
     if continue_run and abandon:
         fail(InvalidTask("--continue and --abandon are two answers to one interrupted run: give one",
                          hint="--continue finishes it; --abandon gives it up (then runs the message, if given)"))
-    if continue_run == (text is not None) and not abandon:
+    if continue_run and text is not None:
+        fail(InvalidTask("--continue takes no message: continuing runs the interrupted run to its end, on the "
+                         "message it was given",
+                         hint="drop the message to continue the run, then send it in the next run; or --abandon "
+                         "'message' to give the interrupted run up and run the message instead"))
+    if not continue_run and text is None and not abandon:
         fail(InvalidTask("give the user's message, or --continue to finish the session's interrupted run",
                          hint="teamstore run --team T --user U --session S 'message' (or --continue)"))
 
