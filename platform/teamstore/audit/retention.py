@@ -8,9 +8,9 @@
 S3 expires transcripts itself once the lifecycle rule is in place, counting from the upload; the sweep
 deletes those written again (``keys migrate``, a late outbox delivery) once their first write is past
 retention (:mod:`teamstore.audit.rewrites`). The local folder has no such service, so the sweep removes its
-objects past retention. Transcripts still queued in the outbox go on the transcripts' clock too. Ledger rows go after ``ledger_retention_days``, and with them the session ids
-recorded for sessions no ledger row names any more; expired
-resume-state sessions through the state store's own sweep; quarantined states after
+objects past retention. Transcripts still queued in the outbox go on the transcripts' clock too. Ledger rows
+go after ``ledger_retention_days``, and with them the session ids recorded for sessions no ledger row names
+any more; expired resume-state sessions through the state store's own sweep; quarantined states after
 ``quarantine_retention_days``; users' memory once its own expiry passed (set at each write: its team's
 retention, else ``memory_retention_days``, after the last update), and facts left with no memory written.
 """

@@ -6,8 +6,9 @@
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
 Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims), ``0010_subject_stores``,
-``0011_subject_sessions`` and ``0016_transcript_rewrites`` (``teamstore db upgrade``), never implicitly; the first creates the
-``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost exact on Postgres).
+``0011_subject_sessions`` and ``0016_transcript_rewrites`` (``teamstore db upgrade``), never implicitly; the
+first creates the ``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost
+exact on Postgres).
 """
 
 from __future__ import annotations

@@ -322,7 +322,8 @@ def _then(failure: TeamstoreError, durable_turn: int) -> str:
         # The row moved on under this worker: the store's hint is a save's ("reload the session and run again"),
         # and the worker that moved it may have taken the run over and continued it already.
         then = ("open the session again and continue the run if it is still interrupted (`s.interrupted`)"
-                if durable_turn else "there is nothing of the run to continue: open the session again and run its task again")
+                if durable_turn else
+                "there is nothing of the run to continue: open the session again and run its task again")
         return f"{then}; raise lease_ttl_seconds if runs outlive the lease"
     then = ("open the session again and continue the run" if durable_turn
             else "there is nothing of the run to continue: run its task again")
