@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from config_registry import Manifest, Registry
 from teamstore.examples import example_manifest, support_triage
 from tests.canary.canaries import CanaryBook, Kind
@@ -20,6 +22,11 @@ from tests.canary.deployment import Deployment
 from tests.canary.teams import gateway_desk, gateway_secrets, order_desk
 
 TRIAGE = "support_triage"
+ON_EACH_DATABASE = [
+    pytest.param("sqlite+local", id="sqlite+local"),
+    pytest.param("postgres+local", marks=pytest.mark.postgres, id="postgres+local"),
+]
+"""A scenario's deployments when what it checks is in the database (``indirect`` to the ``deployment`` fixture)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,13 @@ def run(deployment: Deployment, user: User, session: str, text: str, team: str =
         env: dict[str, str | None] | None = None) -> dict[str, Any]:
     """``teamstore run`` for ``user`` in a new process; its JSON."""
     return finish_run(deployment, start_run(deployment, user, session, text, team, env))
+
+
+def first_run(deployment: Deployment, user: User, gateway_url: str) -> dict[str, Any]:
+    """The teams registered, the schema migrated by ``teamstore db upgrade``, and ``user``'s first run."""
+    register_teams(deployment.registry, gateway_url)
+    deployment.cli("db", "upgrade", level="INFO")
+    return run(deployment, user, user.sessions[0], user.tasks[0])
 
 
 Run = tuple[User, str, str] | tuple[User, str, str, str, dict[str, str | None]]

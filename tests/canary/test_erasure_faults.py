@@ -27,7 +27,7 @@ from tests.audit.fault_server import HoldingProxy
 from tests.canary.canaries import CanaryBook
 from tests.canary.conftest import MakeDeployment
 from tests.canary.deployment import Deployment
-from tests.canary.flows import TRIAGE, User, erase, register_teams, run
+from tests.canary.flows import ON_EACH_DATABASE, TRIAGE, User, erase, first_run, register_teams, run
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import judge, report, scan
 from tests.conftest import upgrade_database
@@ -76,17 +76,12 @@ def test_a_writer_killed_between_its_temporary_file_and_the_rename_leaves_nothin
     _settled(deployment, book, alice, "REQ-crashed-writer")
 
 
-@pytest.mark.parametrize("deployment", [
-    pytest.param("sqlite+local", id="sqlite+local"),
-    pytest.param("postgres+local", marks=pytest.mark.postgres, id="postgres+local"),
-], indirect=True)
+@pytest.mark.parametrize("deployment", ON_EACH_DATABASE, indirect=True)
 def test_an_erasure_whose_reason_or_requester_names_the_user_is_refused_and_the_receipt_keeps_no_id(
     deployment: Deployment, book: CanaryBook, model_server: ModelServer
 ) -> None:
     alice = User.plant(book, "alice")
-    register_teams(deployment.registry, model_server.base_url)
-    deployment.cli("db", "upgrade", level="INFO")
-    run(deployment, alice, alice.sessions[0], alice.tasks[0])
+    first_run(deployment, alice, model_server.base_url)
     named = [deployment.cli("erase", "--user", alice.user_id, "--yes", option, text, ok=(0, 1, 3))
              for option, text in (("--requested-by", f"{alice.user_id} by mail"),
                                   ("--reason", f"{alice.user_id.upper()} asked"))]
@@ -108,10 +103,7 @@ async def _first_sessions_at_once(user: User) -> None:
         await asyncio.gather(*(first(session) for session in user.sessions))
 
 
-@pytest.mark.parametrize("deployment", [
-    pytest.param("sqlite+local", id="sqlite+local"),
-    pytest.param("postgres+local", marks=pytest.mark.postgres, id="postgres+local"),
-], indirect=True)
+@pytest.mark.parametrize("deployment", ON_EACH_DATABASE, indirect=True)
 async def test_racing_first_sessions_and_a_second_erasure_request_leave_no_raw_id_in_any_log(
     deployment: Deployment, book: CanaryBook, model_server: ModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,24 +7,19 @@ import pytest
 
 from tests.canary.canaries import CanaryBook
 from tests.canary.deployment import Deployment
-from tests.canary.flows import User, register_teams, run
+from tests.canary.flows import ON_EACH_DATABASE, User, first_run
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import judge, report, scan
 
 pytestmark = pytest.mark.otlp
 
 
-@pytest.mark.parametrize("deployment", [
-    pytest.param("sqlite+local", id="sqlite+local"),
-    pytest.param("postgres+local", marks=pytest.mark.postgres, id="postgres+local"),
-], indirect=True)
+@pytest.mark.parametrize("deployment", ON_EACH_DATABASE, indirect=True)
 def test_an_export_that_fails_records_no_path_that_names_the_user(
     deployment: Deployment, book: CanaryBook, model_server: ModelServer
 ) -> None:
     alice = User.plant(book, "alice")
-    register_teams(deployment.registry, model_server.base_url)
-    deployment.cli("db", "upgrade", level="INFO")
-    run(deployment, alice, alice.sessions[0], alice.tasks[0])
+    first_run(deployment, alice, model_server.base_url)
     handed_over = deployment.home.parent / "handed-over"
     handed_over.mkdir()
     target = handed_over / f"{alice.user_id}.zip"  # a desk that names archives after whose they are

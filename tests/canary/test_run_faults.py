@@ -18,7 +18,7 @@ from tests.audit.fault_server import FaultServer
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.conftest import MakeDeployment
 from tests.canary.deployment import Deployment
-from tests.canary.flows import TRIAGE, User, erase, register_teams, run
+from tests.canary.flows import ON_EACH_DATABASE, TRIAGE, User, erase, first_run, register_teams, run
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import WORDS, judge, report, scan
 from tests.canary.teams import gateway_secrets, relay_desk
@@ -28,17 +28,12 @@ pytestmark = pytest.mark.otlp
 MAX_ROW_VERSION = 2**63 - 1
 
 
-@pytest.mark.parametrize("deployment", [
-    pytest.param("sqlite+local", id="sqlite+local"),
-    pytest.param("postgres+local", marks=pytest.mark.postgres, id="postgres+local"),
-], indirect=True)
+@pytest.mark.parametrize("deployment", ON_EACH_DATABASE, indirect=True)
 def test_a_row_version_at_its_maximum_fails_closed_into_quarantine_and_erasure_leaves_nothing(
     deployment: Deployment, book: CanaryBook, model_server: ModelServer
 ) -> None:
     alice = User.plant(book, "alice")
-    register_teams(deployment.registry, model_server.base_url)
-    deployment.cli("db", "upgrade", level="INFO")
-    run(deployment, alice, alice.sessions[0], alice.tasks[0])
+    first_run(deployment, alice, model_server.base_url)
     deployment.sql("UPDATE ts_sessions SET row_version = :v", v=MAX_ROW_VERSION)  # a damaged row
     damaged = deployment.cli("run", "--team", TRIAGE, "--user", alice.user_id, "--session", alice.sessions[0],
                              alice.tasks[1], "--json", ok=(0, 1))
