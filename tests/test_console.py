@@ -158,12 +158,15 @@ def test_a_table_piped_at_80_columns_keeps_every_label_and_figure_whole() -> Non
 
 @pytest.mark.parametrize("width", [30, 50])
 def test_a_terminal_narrower_than_the_figures_gets_the_table_wider_every_figure_whole(width: int) -> None:
-    from teamstore.cli._output import TEXT_MIN
+    from teamstore.cli._output import TEXT_ROOM
 
     lines = _printed(width, terminal=True)
-    _whole("\n".join(lines))
-    least = 7 + 2 * TEXT_MIN + 47  # six columns' edges, two text columns at their least, the figures' widths
-    assert max(len(line) for line in lines) == max(width, least)
+    text = "\n".join(lines)
+    _whole(text)
+    # Its text columns get room too, not only their least: a model name is not folded over four lines.
+    assert _ROWS[0][1][:TEXT_ROOM] in text and _ROWS[1][0][:TEXT_ROOM] in text
+    assert max(len(line) for line in lines) == 7 + 2 * TEXT_ROOM + 47  # six columns' edges, the two text
+    # columns at their room, the figures' widths
 
 
 def test_a_table_that_fits_a_wide_terminal_wraps_nothing() -> None:

@@ -170,6 +170,11 @@ def test_the_desk_lists_requests_by_status_and_overdue_and_extends_one_once(tmp_
     only = cli("erase", "list", "--status", "no_match", "--json")
     assert [r["request_id"] for r in json.loads(only.stdout)["requests"]] == ["req-none"]
     assert json.loads(cli("erase", "list", "--overdue", "--json").stdout)["requests"] == []
+    empty = cli("erase", "list", "--overdue")
+    assert empty.exit_code == 0 and empty.stdout.strip() == "no request matches"  # no empty table above it
+    assert cli("erase", "--user", "ivy", "--yes").exit_code == 0  # its request id made by teamstore
+    made = json.loads(cli("erase", "list", "--json").stdout)["requests"][0]["request_id"]
+    assert made.startswith("er-") and made in cli("erase", "list").stdout  # on one line, to be copied whole
     for status in ("done", "dry_run", "OPEN"):  # a dry run stores no request: none ever has that status
         bad = cli("erase", "list", "--status", status)
         assert bad.exit_code == 1 and "is not a request status" in bad.stderr and "completed" in bad.stderr

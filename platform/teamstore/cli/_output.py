@@ -78,21 +78,25 @@ def print_table(
     """Print a table whose cells are never cut short with '...' nor folded into pieces: the ``fixed`` columns
     (numbers, times, short versions) keep their width, so a cost is never ``0.0007`` over ``75``; text wraps
     inside its cell, never narrower than :data:`TEXT_MIN` characters (or its longest value), every character
-    of it shown (``--json`` gives an id on one line). A table wider than the terminal even so (or than the 80 columns rich assumes for a file or
-    a pipe, or ``COLUMNS``) is printed wider: the terminal wraps its lines, every value whole. ``out`` is stdout's
-    console unless given (stderr's, for what a command shows before it asks a question, so ``--json`` output
+    of it shown (``--json`` gives an id on one line). A table wider than the terminal even so (or than the 80
+    columns rich assumes for a file or a pipe, or ``COLUMNS``) is printed wider, its text columns up to
+    :data:`TEXT_ROOM` characters: the terminal wraps its lines, every value whole. ``out`` is stdout's console
+    unless given (stderr's, for what a command shows before it asks a question, so ``--json`` output
     stays one document)."""
     table = Table(title=title, box=SIMPLE_HEAD, padding=0)
     least = len(headers) + 1  # the table's edges and the spaces between its columns
+    roomy = least  # the same with each text column up to TEXT_ROOM characters wide
     for i, header in enumerate(headers):
         justify: Literal["left", "right"] = "right" if i in right else "left"
         longest = max([len(row[i]) for row in rows] + [len(word) for word in header.split()])
         if i in fixed:  # a set width is never shrunk, so rich narrows (and wraps) the text columns instead
             table.add_column(header, justify=justify, width=longest, overflow="fold")
             least += longest
+            roomy += longest
         else:
             table.add_column(header, justify=justify, overflow="fold", min_width=min(longest, TEXT_MIN))
             least += min(longest, TEXT_MIN)
+            roomy += min(max(longest, len(header)), TEXT_ROOM)
     for row in rows:
         table.add_row(*row)
     shown = out or console
@@ -100,7 +104,7 @@ def print_table(
         shown.print(table)
         return
     pinned = shown._width  # rich's own: None unless the console was given a width (it reads COLUMNS otherwise)
-    shown.width = least  # rich prints no wider than its console is
+    shown.width = roomy  # rich prints no wider than its console is
     try:
         shown.print(table)
     finally:
@@ -109,6 +113,9 @@ def print_table(
 
 TEXT_MIN = 6
 """The narrowest a text column of :func:`print_table` wraps to (a shorter value keeps its own width)."""
+TEXT_ROOM = 20
+"""How wide a text column may be in a table printed wider than the terminal (its fixed columns did not fit): a
+column of six characters would fold an e-mail address over four lines."""
 
 
 def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:

@@ -352,11 +352,13 @@ def _render_list(found: list[RequestSummary], more: bool) -> None:
              f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
              r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(dict.fromkeys(r.operators)) or "-")]
             for r in found]  # each operator once, in the order they first ran it (--json has every attempt's)
-    print_table(("request", "status", "received", "due", "extended to", "subject", "requested by", "run by"),
-                [[plain(r[0]), *r[1:]] for r in rows], fixed=(2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
     if not found:
         console.print("no request matches")
-    elif more:
+        return
+    # A request id and a status keep their width: a request id folded over lines could not be copied.
+    print_table(("request", "status", "received", "due", "extended to", "subject", "requested by", "run by"),
+                [[plain(r[0]), *r[1:]] for r in rows], fixed=(0, 1, 2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
+    if more:
         console.print(f"[yellow]more requests match[/]: only the newest {len(found)} are shown, and the oldest (the "
                       "longest waiting) are left out; raise --limit")
 
