@@ -121,6 +121,18 @@ def test_only_aiosqlites_late_report_of_a_failed_open_is_dropped(capsys: pytest.
     assert "aiosqlite" not in shown and "in other" in shown  # anything else still reaches the terminal
 
 
+def test_a_groups_list_of_commands_gives_each_summary_whole_not_broken_where_its_source_wrapped() -> None:
+    from typer.testing import CliRunner
+
+    from teamstore.cli import app
+
+    shown = CliRunner().invoke(app, ["retention", "--help"], env={"COLUMNS": "200"}, terminal_width=200).stdout
+    (sweep,) = [line for line in shown.splitlines() if "│ sweep" in line]
+    assert "queued transcripts, ledger rows and quarantined states past retention" in sweep  # one line at 200
+    own = CliRunner().invoke(app, ["retention", "sweep", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "ledger rows and quarantined states" in own  # the command's own help as it was
+
+
 _HEADERS = ("team", "model", "runs", "in tokens", "cost", "of which limited")
 _ROWS = [("support_triage", "gpt-4o-mini-2024-07-18", "12", "123456", "0.000775 + unknown", "0.0010225"),
          ("s-" + "x" * 70, "gpt-4o", "3", "1160", "0.5", "0"),

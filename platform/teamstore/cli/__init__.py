@@ -13,6 +13,7 @@ Each area lives in its own module and mounts its commands here.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import traceback
@@ -92,6 +93,22 @@ erase.register(app)
 export.register(app)
 keys.register(app)
 memory.register(app)
+
+
+def _one_line_summaries(commands: typer.Typer) -> None:
+    """Give each command its docstring's first paragraph as one line for its group's list: typer's rich mode
+    keeps a docstring's line breaks there (a command's own ``--help`` joins them), which broke a summary
+    mid-sentence wherever the source wrapped it."""
+    for info in commands.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        if info.short_help is None and text:
+            info.short_help = " ".join(text.split("\n\n")[0].split())
+    for group in commands.registered_groups:
+        if group.typer_instance is not None:
+            _one_line_summaries(group.typer_instance)
+
+
+_one_line_summaries(app)
 
 
 class _OneLine(logging.Handler):
