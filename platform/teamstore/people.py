@@ -9,8 +9,8 @@
 Both are free text the operator types: a name, a role, a ticket number. They are stored as given with the
 request and printed on its receipt, so they are bounded and hold no control character (an escape sequence
 would rewrite the terminal that prints them). Keep the data subject's own identifiers out of them, as out of
-an erasure's ``--reason``: the receipt outlives the user's data. The one identifier teamstore knows, the
-user id the request is about, is refused there (:func:`check_not_naming`).
+an erasure's ``--reason`` and ``--request-id``: the receipt outlives the user's data. The one identifier
+teamstore knows, the user id the request is about, is refused there (:func:`check_not_naming`).
 """
 
 from __future__ import annotations
@@ -66,13 +66,13 @@ def check_person(kind: str, value: str | None) -> str | None:
 def check_not_naming(kind: str, value: str | None, user_id: str) -> str | None:
     """Return ``value`` (``None`` stays ``None``) unless it names ``user_id``, the user the request is about.
 
-    What an operator writes with an erasure or an export (why, who asked) is kept after the user's erasure,
-    on the receipt and the export's record, where nothing may lead back to the user. The id
+    What an operator writes with an erasure or an export (why, who asked, a new erasure's request id) is kept
+    after the user's erasure, on the receipt and the export's record, where nothing may lead back to the user. The id
     is looked for as a whole word, in any letter case or Unicode form (``Alice@Example.com`` names
     ``alice@example.com``), unless it is shorter than :data:`SHORTEST_NAMED_ID`.
 
     Args:
-        kind: What it is, for the message (``requested_by``, ``reason``).
+        kind: What it is, for the message (``requested_by``, ``reason``, ``request_id``).
         value: The text given.
         user_id: The user the request is about.
 
@@ -82,10 +82,12 @@ def check_not_naming(kind: str, value: str | None, user_id: str) -> str | None:
     if value is None or not _names(value, user_id):
         return value
     flag = f"--{kind.replace('_', '-')}"
+    instead = ("the ticket number alone" if kind == "request_id" else
+               "a role, a ticket number (the ticket holds the rest)")
     raise InvalidIdentifier(
         f"{flag} holds the id of the user it is about: it is kept as given after the user's erasure, where "
         "nothing may name them",
-        hint=f"give {flag} without the user's id: a role, a ticket number (the ticket holds the rest)",
+        hint=f"give {flag} without the user's id: {instead}",
     )
 
 

@@ -75,17 +75,17 @@ async def test_an_id_that_matches_nothing_ends_no_match_and_says_a_near_twin_exi
 ) -> None:
     dave = await get_or_create_subject(engine, "dave")
 
-    receipt = await coordinator(engine, folder).run("Dave", request_id="req-dave")
+    receipt = await coordinator(engine, folder).run("Dave", request_id="req-881")
 
     assert receipt.status is RequestStatus.NO_MATCH and receipt.ok and not receipt.matched
     assert {s.status for s in receipt.stores.values()} == {StepStatus.NO_MATCH}
     assert receipt.near_match is not None and "letter case" in receipt.near_match
-    assert "dave" not in receipt.model_dump_json().lower().replace("req-dave", "")
+    assert "dave" not in receipt.model_dump_json().lower().replace("req-881", "")
     assert await find_subject(engine, "dave") == dave  # the real dave is untouched
-    assert (await coordinator(engine, folder).status("req-dave")).status is RequestStatus.NO_MATCH
-    row = await requests.get_request(engine, "req-dave")
+    assert (await coordinator(engine, folder).status("req-881")).status is RequestStatus.NO_MATCH
+    row = await requests.get_request(engine, "req-881")
     assert row is not None and row.user_id is None  # finished: the id is forgotten like a completed one's
-    nobody = await coordinator(engine, folder).run("zed", request_id="req-zed")
+    nobody = await coordinator(engine, folder).run("zed", request_id="req-882")
     assert nobody.status is RequestStatus.NO_MATCH and nobody.near_match is None
     for found_nothing in (receipt, nobody):  # no rows held, no key destroyed: the receipt claims neither
         (backups,) = [r for r in found_nothing.remains_elsewhere if r.what == "database backups"]
@@ -281,3 +281,31 @@ async def test_text_kept_with_a_request_that_names_its_user_is_refused_before_an
     await get_or_create_subject(engine, "17")
     short = await coordinator(engine, folder).run("17", reason="GDPR art. 17", requested_by="user 17")
     assert short.status is RequestStatus.COMPLETED and short.requested_by == "user 17"
+
+
+async def test_a_new_request_id_that_names_its_user_is_refused_and_one_stored_before_still_resumes(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    """The request id is kept with the receipt and listed by `erase list` after the user's erasure, as the reason
+    is: a new request may not take one naming its user. One an earlier release stored is still reached."""
+    user = "jo.kim@example.com"
+    await get_or_create_subject(engine, user)
+    for named in (f"erase {user}", "Jo.Kim@Example.com-881"):
+        for dry_run in (False, True):
+            with pytest.raises(InvalidIdentifier, match="--request-id holds the id of the user it is about") as refused:
+                await coordinator(engine, folder).run(user, request_id=named, dry_run=dry_run)
+            assert "kim" not in str(refused.value).lower() and "ticket number alone" in (refused.value.hint or "")
+        with pytest.raises(InvalidIdentifier, match="holds the id"):
+            await requests.open_request(engine, named, user, None, 30)
+    assert await list_requests(engine) == [] and await find_subject(engine, user) is not None
+
+    async with engine.begin() as conn:  # opened by a release that did not look
+        await conn.execute(erasure_requests.insert().values(
+            request_id=f"erase {user}", user_id=user, status="open", received_at=datetime.now(UTC),
+            due_at=datetime.now(UTC) + 30 * DAY, updated_at=datetime.now(UTC)))
+    assert (await coordinator(engine, folder).run(user, request_id=f"erase {user}", dry_run=True)).matched
+    done = await coordinator(engine, folder).run(user, request_id=f"erase {user}")
+    assert done.status is RequestStatus.COMPLETED and done.request_id == f"erase {user}"
+    assert await coordinator(engine, folder).run(user, request_id=f"erase {user}") == done  # reported again
+    other = await coordinator(engine, folder).run("someone else", request_id=f"ticket of {user}")  # not about them
+    assert other.status is RequestStatus.NO_MATCH

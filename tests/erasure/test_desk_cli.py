@@ -17,7 +17,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -74,14 +74,14 @@ def _requests() -> list[dict[str, object]]:
 def test_an_id_no_store_holds_ends_no_match_with_exit_3_and_the_near_twin_named_on_stderr_only() -> None:
     _populate("dave")
 
-    done = cli("erase", "--user", "Dave", "--request-id", "req-dave", "--yes", "--json")
+    done = cli("erase", "--user", "Dave", "--request-id", "req-881", "--yes", "--json")
 
     assert done.exit_code == 3, done.output
     receipt = json.loads(done.stdout)
     assert receipt["status"] == "no_match" and "letter case" in receipt["near_match"]
     # No terminal (a job, whose output is kept in logs): the twin is said to exist, never named.
     assert "'dave'" not in done.output and "did you mean" not in done.output
-    human = cli("erase", "status", "req-dave")
+    human = cli("erase", "status", "req-881")
     assert human.exit_code == 3 and "no match: no store holds anything for this user id" in human.stdout
     assert "'dave'" not in human.output  # a stored receipt never names an id
     real = cli("erase", "--user", "dave", "--request-id", "req-real", "--yes", "--json")
@@ -133,40 +133,40 @@ def test_on_a_terminal_an_erasure_shows_what_it_would_remove_and_erases_only_on_
     assert out.strip() == ""  # (click's prompt leaves its trailing space on stdout)
     assert _requests() == []
 
-    status, out, shown = _on_a_terminal("y", "erase", "--user", "fay", "--request-id", "req-fay",
+    status, out, shown = _on_a_terminal("y", "erase", "--user", "fay", "--request-id", "req-882",
                                         "--requested-by", "ticket 4711")
     assert status == 0, shown
-    assert "erasure req-fay: completed" in out and "requested by ticket 4711" in out
+    assert "erasure req-882: completed" in out and "requested by ticket 4711" in out
     assert "attempt 1 run by privacy desk" in out
 
     status, out, shown = _on_a_terminal("n", "erase", "--user", "GIL")
     assert status == 1 and "No store holds anything for this id" in shown
     assert "did you mean 'gil'? It differs only in letter case." in shown  # named on a terminal only
-    assert [r["request_id"] for r in _requests()] == ["req-fay"]
+    assert [r["request_id"] for r in _requests()] == ["req-882"]
 
-    asyncio.run(_open("req-gil", "gil"))  # a request a coordinator stopped in: its plan shows its own dates
-    (row,) = [r for r in _requests() if r["request_id"] == "req-gil"]
-    status, out, shown = _on_a_terminal("n", "erase", "--user", "gil", "--request-id", "req-gil")
-    assert status == 1 and "this resumes request req-gil (open)" in shown
+    asyncio.run(_open("req-883", "gil"))  # a request a coordinator stopped in: its plan shows its own dates
+    (row,) = [r for r in _requests() if r["request_id"] == "req-883"]
+    status, out, shown = _on_a_terminal("n", "erase", "--user", "gil", "--request-id", "req-883")
+    assert status == 1 and "this resumes request req-883 (open)" in shown
     due = datetime.fromisoformat(str(row["due_at"]))
     assert f"due {due:%Y-%m-%d}" in shown and "one started now would be due" not in shown
 
     # Another user's open request: refused before anything is shown or asked, not offered as resumed.
-    status, out, shown = _on_a_terminal("y", "erase", "--user", "fay", "--request-id", "req-gil")
-    assert status == 1 and "request 'req-gil' erases another user" in shown
+    status, out, shown = _on_a_terminal("y", "erase", "--user", "fay", "--request-id", "req-883")
+    assert status == 1 and "request 'req-883' erases another user" in shown
     assert "this resumes" not in shown and "cannot be undone" not in shown and "erasure dry run" not in shown
 
 
 def test_the_desk_lists_requests_by_status_and_overdue_and_extends_one_once(tmp_path: Path) -> None:
     _populate("hal", "ivy")
-    assert cli("erase", "--user", "hal", "--request-id", "req-hal", "--yes",
+    assert cli("erase", "--user", "hal", "--request-id", "req-884", "--yes",
                                "--requested-by", "ticket 9").exit_code == 0
     assert cli("erase", "--user", "nobody", "--request-id", "req-none", "--yes").exit_code == 3
 
     listed = cli("erase", "list")
     assert listed.exit_code == 0 and "2 erasure request(s)" in listed.stdout
-    assert "req-hal" in listed.stdout and "ticket 9" in listed.stdout and "privacy desk" in listed.stdout
-    assert "hal" not in listed.stdout.replace("req-hal", "")  # never a user id
+    assert "req-884" in listed.stdout and "ticket 9" in listed.stdout and "privacy desk" in listed.stdout
+    assert "hal" not in listed.stdout.replace("req-884", "")  # never a user id
     only = cli("erase", "list", "--status", "no_match", "--json")
     assert [r["request_id"] for r in json.loads(only.stdout)["requests"]] == ["req-none"]
     assert json.loads(cli("erase", "list", "--overdue", "--json").stdout)["requests"] == []
@@ -179,11 +179,11 @@ def test_the_desk_lists_requests_by_status_and_overdue_and_extends_one_once(tmp_
         bad = cli("erase", "list", "--status", status)
         assert bad.exit_code == 1 and "is not a request status" in bad.stderr and "completed" in bad.stderr
 
-    finished = cli("erase", "extend", "req-hal", "--by", "2m", "--reason", "complex")
+    finished = cli("erase", "extend", "req-884", "--by", "2m", "--reason", "complex")
     assert finished.exit_code == 1 and "only an open or failed request can be extended" in finished.stderr
     unknown = cli("erase", "extend", "req-404", "--by", "2m", "--reason", "complex")
     assert unknown.exit_code == 1 and "no erasure request 'req-404'" in unknown.stderr
-    no_reason = cli("erase", "extend", "req-hal", "--by", "2m")
+    no_reason = cli("erase", "extend", "req-884", "--by", "2m")
     assert no_reason.exit_code == 1 and "--reason" in no_reason.stderr
 
 
@@ -216,6 +216,21 @@ async def _open(request_id: str, user: str, reason: str | None = None) -> None:
     engine = create_engine(Settings().resolved_database_url)
     try:
         await requests.open_request(engine, request_id, user, reason, 30)
+    finally:
+        await engine.dispose()
+
+
+async def _stored_by_an_earlier_release(request_id: str, user: str) -> None:
+    """An open request under an id no new request may take now."""
+    from teamstore.erasure.schema import erasure_requests
+
+    engine = create_engine(Settings().resolved_database_url)
+    now = datetime.now(UTC)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(erasure_requests.insert().values(
+                request_id=request_id, user_id=user, status="open", received_at=now, due_at=now + timedelta(days=30),
+                updated_at=now))
     finally:
         await engine.dispose()
 
@@ -319,7 +334,7 @@ def test_an_operator_name_the_receipt_cannot_hold_is_refused_before_the_terminal
     _populate("kit")
     monkeypatch.setenv("TEAMSTORE_OPERATOR", "x" * 201)
 
-    status, _, shown = _on_a_terminal("y", "erase", "--user", "kit", "--request-id", "req-kit")
+    status, _, shown = _on_a_terminal("y", "erase", "--user", "kit", "--request-id", "req-885")
 
     assert status == 1 and "operator is 201 characters long" in shown
     assert "cannot be undone" not in shown and "erasure dry run" not in shown  # nothing asked in vain
@@ -380,13 +395,29 @@ def _export_records() -> list[dict[str, object]]:
 def test_a_reason_the_receipt_cannot_hold_is_refused_before_anything_is_asked_or_written() -> None:
     _populate("lou")
     for reason in ("", "   ", "x" * 1001):  # an unset "$REASON", a pasted ticket body
-        refused = cli("erase", "--user", "lou", "--request-id", "req-lou", "--reason", reason, "--yes")
+        refused = cli("erase", "--user", "lou", "--request-id", "req-886", "--reason", reason, "--yes")
         assert refused.exit_code == 1 and "error: the reason" in refused.stderr and "fix:" in refused.stderr
     status, _, shown = _on_a_terminal("y", "erase", "--user", "lou", "--reason", "x" * 1001)
     assert status == 1 and "error: the reason" in shown and "cannot be undone" not in shown
     assert _requests() == []
-    done = cli("erase", "--user", "lou", "--request-id", "req-lou", "--reason", "GDPR art. 17", "--yes", "--json")
+    done = cli("erase", "--user", "lou", "--request-id", "req-886", "--reason", "GDPR art. 17", "--yes", "--json")
     assert done.exit_code == 0 and json.loads(done.stdout)["reason"] == "GDPR art. 17"
+
+
+def test_a_request_id_that_names_the_user_is_refused_as_the_reason_is_and_a_stored_one_still_resumes() -> None:
+    _populate("lou.ng", "max.ng")
+    for given in (["--reason", "erase lou.ng"], ["--request-id", "LOU.NG-881"]):
+        refused = cli("erase", "--user", "lou.ng", "--yes", *given)
+        said = " ".join(refused.stderr.split())
+        assert refused.exit_code == 1 and f"error: {given[0]} holds the id of the user it is about" in said, said
+        assert "fix:" in said and "lou.ng" not in said.lower()
+    status, _, shown = _on_a_terminal("y", "erase", "--user", "lou.ng", "--request-id", "lou.ng")
+    assert status == 1 and "--request-id holds the id" in shown and "cannot be undone" not in shown
+    assert _requests() == []
+
+    asyncio.run(_stored_by_an_earlier_release("req-max.ng", "max.ng"))  # it did not look; its coordinator stopped
+    resumed = cli("erase", "--user", "max.ng", "--request-id", "req-max.ng", "--yes", "--json")
+    assert resumed.exit_code == 0 and json.loads(resumed.stdout)["status"] == "completed", resumed.output
 
 
 def test_on_a_terminal_a_user_with_an_open_request_is_told_which_before_anything_is_asked() -> None:
@@ -417,26 +448,26 @@ def test_a_listing_cut_by_its_limit_says_more_requests_match() -> None:
 
 def test_a_rerun_given_another_reason_or_requester_keeps_the_first_and_says_so() -> None:
     _populate("pat", "quinn")
-    first = cli("erase", "--user", "pat", "--request-id", "req-pat", "--reason", "GDPR art. 17",
+    first = cli("erase", "--user", "pat", "--request-id", "req-887", "--reason", "GDPR art. 17",
                 "--requested-by", "ticket 1", "--yes")
     assert first.exit_code == 0, first.output
 
-    again = cli("erase", "--user", "pat", "--request-id", "req-pat", "--reason", "other", "--requested-by",
+    again = cli("erase", "--user", "pat", "--request-id", "req-887", "--reason", "other", "--requested-by",
                 "ticket 2", "--yes", "--json")
 
     assert again.exit_code == 0 and json.loads(again.stdout)["reason"] == "GDPR art. 17"
-    assert ("request req-pat keeps the reason it was first given (its receipt shows it); the --reason given now"
+    assert ("request req-887 keeps the reason it was first given (its receipt shows it); the --reason given now"
             " was not recorded") in again.stderr
     assert "keeps the requested-by it was first given (its receipt shows it); the --requested-by given" in again.stderr
     assert "GDPR" not in again.stderr and "other" not in again.stderr and "ticket" not in again.stderr
-    same = cli("erase", "--user", "pat", "--request-id", "req-pat", "--reason", "GDPR art. 17", "--yes")
+    same = cli("erase", "--user", "pat", "--request-id", "req-887", "--reason", "GDPR art. 17", "--yes")
     assert same.exit_code == 0 and "note" not in same.stderr
 
     # An open request on a terminal: said with its plan, before it asks.
-    asyncio.run(_open("req-quinn", "quinn", reason="GDPR art. 17"))
-    status, _, shown = _on_a_terminal("n", "erase", "--user", "quinn", "--request-id", "req-quinn", "--reason", "other")
+    asyncio.run(_open("req-888", "quinn", reason="GDPR art. 17"))
+    status, _, shown = _on_a_terminal("n", "erase", "--user", "quinn", "--request-id", "req-888", "--reason", "other")
     assert status == 1, shown
-    said = "request req-quinn keeps the reason it was first given (its receipt shows it)"
+    said = "request req-888 keeps the reason it was first given (its receipt shows it)"
     assert said in shown and shown.index(said) < shown.index("cannot be undone")
     assert shown.count(said) == 1
 
@@ -469,10 +500,10 @@ def test_the_listing_names_each_operator_once_in_the_order_they_first_ran_the_re
 
 def test_the_receipt_on_screen_shows_the_requests_reason_as_json_does() -> None:
     _populate("rae")
-    done = cli("erase", "--user", "rae", "--request-id", "req-rae", "--reason", "GDPR art. 17 [ticket 12]", "--yes")
+    done = cli("erase", "--user", "rae", "--request-id", "req-889", "--reason", "GDPR art. 17 [ticket 12]", "--yes")
     assert done.exit_code == 0, done.output
     assert "reason: GDPR art. 17 [ticket 12]" in done.stdout  # as given, never read as markup
-    shown = cli("erase", "status", "req-rae")
+    shown = cli("erase", "status", "req-889")
     assert shown.exit_code == 0 and "reason: GDPR art. 17 [ticket 12]" in shown.stdout
     plan = cli("erase", "--user", "rae", "--dry-run", "--reason", "GDPR art. 17")
     assert "reason: GDPR art. 17" in plan.stdout

@@ -83,11 +83,11 @@ async def test_a_reason_no_database_can_store_is_refused_before_anything_is_writ
     for reason in ("ticket\x00881", "ticket \udcff881"):
         for dry_run in (False, True):
             with pytest.raises(InvalidIdentifier, match="reason"):
-                await coordinator(engine, folder).run("rita", request_id="req-rita", reason=reason, dry_run=dry_run)
+                await coordinator(engine, folder).run("rita", request_id="req-881", reason=reason, dry_run=dry_run)
     async with engine.connect() as conn:
         assert (await conn.execute(select(erasure_requests))).all() == []
         assert (await conn.execute(select(user_holds))).all() == []
-    assert (await coordinator(engine, folder).run("rita", request_id="req-rita", reason="ticket 881")).ok
+    assert (await coordinator(engine, folder).run("rita", request_id="req-881", reason="ticket 881")).ok
 
 
 async def test_ids_differing_only_by_case_or_normalisation_are_other_users(
@@ -189,7 +189,7 @@ async def test_versions_under_a_retention_period_without_a_legal_hold_are_report
                             ObjectLockRetainUntilDate=datetime.now(UTC) + timedelta(days=1))
     await store.put(other, b"transcript")
 
-    receipt = await coordinator(engine, store).run("ula", request_id="req-ula")
+    receipt = await coordinator(engine, store).run("ula", request_id="req-882")
 
     transcripts = receipt.stores["transcripts"]
     assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, transcripts
@@ -355,15 +355,15 @@ async def test_a_rerun_that_meets_an_open_session_keeps_the_counts_of_what_was_e
     first = coordinator(engine, folder)
     first.after_step = die
     with pytest.raises(Killed):
-        await first.run("lena", request_id="req-lena")  # killed once resume_state is erased (2 rows)
+        await first.run("lena", request_id="req-883")  # killed once resume_state is erased (2 rows)
     async with engine.connect() as lock:  # a session lease of the user's hash (a hung worker, a hash twin)
         await lock.execute(text("SELECT pg_advisory_lock(hashtext('lena'), hashtext('other'))"))
-        blocked = await coordinator(engine, folder, session_wait_seconds=0).run("lena", request_id="req-lena")
+        blocked = await coordinator(engine, folder, session_wait_seconds=0).run("lena", request_id="req-883")
         await lock.execute(text("SELECT pg_advisory_unlock(hashtext('lena'), hashtext('other'))"))
     assert blocked.status is RequestStatus.FAILED
     assert blocked.stores["resume_state"].counts.rows == 2
 
-    done = await coordinator(engine, folder).run("lena", request_id="req-lena")
+    done = await coordinator(engine, folder).run("lena", request_id="req-883")
     assert done.ok and done.stores["resume_state"].status is StepStatus.ERASED
     assert done.stores["resume_state"].counts.rows == 2  # not 'no_match': the first attempt erased two
     await engine.dispose()
@@ -392,12 +392,12 @@ async def test_a_failed_receipt_names_no_subject_or_session_key(engine: AsyncEng
         connect_timeout=0.3, read_timeout=0.3, retries={"total_max_attempts": 1}))
 
     failed = await coordinator(engine, S3TranscriptStore(dead_client, s3_store.bucket, "audit")).run(
-        "nina", request_id="req-nina")
+        "nina", request_id="req-884")
 
     detail = failed.stores["transcripts"].detail or ""
     assert failed.stores["transcripts"].status is StepStatus.FAILED and "EndpointConnectionError" in detail
     assert "rerun the same request id" in detail
-    stored = (await coordinator(engine, s3_store).status("req-nina")).model_dump_json()
+    stored = (await coordinator(engine, s3_store).status("req-884")).model_dump_json()
     assert subject not in failed.model_dump_json() and subject not in stored
 
 
@@ -422,7 +422,7 @@ async def test_a_transcript_swept_by_retention_during_the_erasure_is_not_a_failu
     for i in range(2):
         await store.put(f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz", b"old transcript")
 
-    receipt = await coordinator(engine, store).run("olaf", request_id="req-olaf")
+    receipt = await coordinator(engine, store).run("olaf", request_id="req-885")
 
     assert receipt.ok and receipt.stores["transcripts"].status is StepStatus.ERASED, receipt.stores["transcripts"]
     assert receipt.stores["transcripts"].counts.versions == 1  # the other one was gone before it was read
@@ -463,7 +463,7 @@ async def test_versions_s3_refuses_to_delete_are_named_by_error_code_and_a_rerun
         await s3_store.put(f"{subject_prefix(subject)}sessions/s1/runs/{run}.jsonl.gz", b"transcript")
     proxy = HoldingProxy(s3_endpoint, refuse_deletes="InternalError")  # S3 failing on its side, per key
     try:
-        failed = await coordinator(engine, _late_store(proxy, s3_store.bucket)).run("wes", request_id="req-wes")
+        failed = await coordinator(engine, _late_store(proxy, s3_store.bucket)).run("wes", request_id="req-886")
     finally:
         proxy.stop()
 
@@ -471,7 +471,7 @@ async def test_versions_s3_refuses_to_delete_are_named_by_error_code_and_a_rerun
     assert failed.status is RequestStatus.FAILED and transcripts.status is StepStatus.FAILED
     assert "2 object version(s)" in (transcripts.detail or "") and "InternalError" in (transcripts.detail or "")
     assert "rerun the same request id" in (transcripts.detail or "") and subject not in (transcripts.detail or "")
-    done = await coordinator(engine, s3_store).run("wes", request_id="req-wes")
+    done = await coordinator(engine, s3_store).run("wes", request_id="req-886")
     assert done.ok and done.stores["transcripts"].counts.versions == 2
     assert _subject_versions(s3_store, subject) == []
 
@@ -531,7 +531,7 @@ async def test_a_transcript_a_killed_writer_left_as_a_temporary_file_is_erased_a
 
     dry = await coordinator(engine, folder).run("kit", dry_run=True)
     assert dry.stores["transcripts"].status is StepStatus.WOULD_ERASE
-    receipt = await coordinator(engine, folder).run("kit", request_id="req-kit")
+    receipt = await coordinator(engine, folder).run("kit", request_id="req-887")
 
     transcripts = receipt.stores["transcripts"]
     assert receipt.ok and transcripts.status is StepStatus.ERASED

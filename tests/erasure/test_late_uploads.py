@@ -68,7 +68,7 @@ async def _erase_while_it_lands(
 ) -> Receipt:
     """Start the erasure, let the held upload land while it runs (S3 stores it), check that no version of the
     subject is left once both are over, and return the receipt."""
-    erasing = asyncio.create_task(coordinator(engine, store).run(user, request_id=f"req-{user}"))
+    erasing = asyncio.create_task(coordinator(engine, store).run(user, request_id="req-late"))
     await asyncio.sleep(0.5)  # the erasure is under way
     proxy.release()
     assert await asyncio.to_thread(proxy.landed.wait, 10)
@@ -198,10 +198,10 @@ async def test_a_keys_migrate_write_s3_left_unanswered_keeps_the_erasure_open_un
         with pytest.raises(UploadInDoubt):
             await seal_stored_transcripts(engine, late, KeyService.from_settings(engine, Settings()), LATE_UPLOAD_S)
 
-        failed = await coordinator(engine, s3_store, upload_wait_seconds=0.2).run("wes", request_id="req-wes")
+        failed = await coordinator(engine, s3_store, upload_wait_seconds=0.2).run("wes", request_id="req-881")
         proxy.release()
         assert await asyncio.to_thread(proxy.landed.wait, 10)
-        done = await coordinator(engine, s3_store).run("wes", request_id="req-wes")  # waits out the rest
+        done = await coordinator(engine, s3_store).run("wes", request_id="req-881")  # waits out the rest
 
         assert failed.status is RequestStatus.FAILED and failed.stores["transcripts"].status is StepStatus.FAILED
         assert done.ok and done.stores["transcripts"].counts.versions == 2  # the plain one and the late one
@@ -220,7 +220,7 @@ async def test_an_upload_that_may_land_past_the_wait_fails_the_erasure_and_keeps
                          claim=outbox.Claim("worker-1", lands_by))
     folder = LocalTranscriptStore(tmp_path / "transcripts")
 
-    failed = await coordinator(engine, folder, upload_wait_seconds=0.3).run("wyn", request_id="req-wyn")
+    failed = await coordinator(engine, folder, upload_wait_seconds=0.3).run("wyn", request_id="req-882")
 
     transcripts = failed.stores["transcripts"]
     assert failed.status is RequestStatus.FAILED and transcripts.status is StepStatus.FAILED
@@ -229,6 +229,6 @@ async def test_an_upload_that_may_land_past_the_wait_fails_the_erasure_and_keeps
         assert (await conn.scalars(select(user_holds.c.user_id))).all() == ["wyn"]
     assert await outbox.pending(engine) == 1
 
-    done = await coordinator(engine, folder).run("wyn", request_id="req-wyn")  # waits out the rest, then erases
+    done = await coordinator(engine, folder).run("wyn", request_id="req-882")  # waits out the rest, then erases
     assert done.ok and done.stores["outbox"].counts.rows == 1
     assert datetime.now(UTC) >= lands_by

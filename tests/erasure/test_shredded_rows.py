@@ -98,7 +98,7 @@ async def test_memory_is_sealed_at_rest_and_beyond_use_once_the_key_step_ran_tho
     assert CANARY in kept.summary and kept.facts["router_model"].value == f"{CANARY}-ZX81"  # opened when read
 
     _fail_delete(monkeypatch, UserMemoryRows)
-    receipt = await coordinator(engine, folder).run("zoe", request_id="req-zoe")
+    receipt = await coordinator(engine, folder).run("zoe", request_id="req-881")
 
     assert receipt.status is RequestStatus.FAILED
     assert receipt.stores["keys"].status is StepStatus.ERASED and receipt.stores["memory"].status is StepStatus.FAILED
@@ -132,7 +132,7 @@ async def test_a_checkpoint_is_sealed_at_rest_and_beyond_use_once_the_key_step_r
         assert row is not None and row.checkpoint is not None and CANARY in row.checkpoint  # opened when read
 
         _fail_delete(monkeypatch, UserRows)  # the resume state's and quarantine's deletes
-        receipt = await coordinator(engine, folder).run("zoe", request_id="req-zoe")
+        receipt = await coordinator(engine, folder).run("zoe", request_id="req-881")
 
         assert receipt.status is RequestStatus.FAILED
         assert receipt.stores["keys"].status is StepStatus.ERASED

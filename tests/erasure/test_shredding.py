@@ -69,7 +69,7 @@ async def test_versions_under_compliance_mode_remain_after_the_erasure_and_nothi
             await s.run(f"{CANARY} the technician came")
     zoe_prefix = f"audit/subjects/{(await _subject(engine, 'zoe'))}/"
 
-    receipt = await coordinator(engine, store).run("zoe", request_id="req-zoe")
+    receipt = await coordinator(engine, store).run("zoe", request_id="req-881")
 
     transcripts = receipt.stores["transcripts"]
     assert receipt.ok and receipt.status is RequestStatus.COMPLETED, receipt

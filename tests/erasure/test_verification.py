@@ -61,6 +61,6 @@ async def test_erase_user_raises_unless_every_store_is_erased(
     await get_or_create_subject(engine, "judy")
     await engine.dispose()
     with pytest.raises(ErasureIncomplete, match="ended failed") as raised:
-        await erase_user("judy", settings=down, request_id="req-judy")
+        await erase_user("judy", settings=down, request_id="req-881")
     receipt = raised.value.receipt
     assert isinstance(receipt, Receipt) and receipt.stores["transcripts"].status is StepStatus.FAILED

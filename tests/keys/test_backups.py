@@ -146,7 +146,7 @@ async def test_a_backup_taken_before_an_erasure_is_unreadable_for_the_erased_use
 
     coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "transcripts"), Settings(),
                                       knobs=ErasureSettings(fence_grace_seconds=0))
-    receipt = await coordinator.run("zoe", request_id="req-zoe")
+    receipt = await coordinator.run("zoe", request_id="req-881")
     assert receipt.ok
     bound = next(r for r in receipt.remains_elsewhere if r.what == "database backups")
     assert bound.until <= datetime.now(UTC) + timedelta(days=Settings().key_rotation_days + Settings().key_retire_days + 1)

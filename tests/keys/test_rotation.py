@@ -247,7 +247,7 @@ async def test_a_user_erased_while_a_rotation_runs_stays_erased(
 
     async def erase_bob_meanwhile() -> None:
         if "bob" in await _keks(engine):
-            assert (await coordinator.run("bob", request_id="req-bob")).ok
+            assert (await coordinator.run("bob", request_id="req-881")).ok
 
     report = await rotate(keys, retire_days=0, on_batch=erase_bob_meanwhile)
     assert (report.rewrapped, report.gone) == (2, 1) and len(report.destroyed) == 1

@@ -182,7 +182,7 @@ class _ErasedDuringPut:
     async def put(self, key: str, body: bytes, **kwargs: Any) -> None:
         if self.erasing is None:
             self.erasing = asyncio.create_task(coordinator(self.engine, self.inner).run(
-                self.user, request_id=f"req-{self.user}"))
+                self.user, request_id="req-sealing"))
             while not await _fenced(self.engine, self.user):
                 await asyncio.sleep(0.01)
         await self.inner.put(key, body, **kwargs)
@@ -267,13 +267,13 @@ async def test_a_keys_migrate_write_left_unanswered_holds_an_erasure_of_its_user
     lands_by = await claims.in_doubt_until(engine, subject)
     assert lands_by is not None and lands_by <= datetime.now(UTC) + timedelta(seconds=3)
 
-    failed = await coordinator(engine, folder, upload_wait_seconds=0.2).run("alice", request_id="req-alice")
+    failed = await coordinator(engine, folder, upload_wait_seconds=0.2).run("alice", request_id="req-881")
 
     transcripts = failed.stores["transcripts"]
     assert failed.status is RequestStatus.FAILED and transcripts.status is StepStatus.FAILED
     assert f"{lands_by:%Y-%m-%dT%H:%M:%SZ}" in (transcripts.detail or "")
     await late.land()  # the write lands after all, sealed, while the fence stands
-    done = await coordinator(engine, folder).run("alice", request_id="req-alice")  # waits out the rest, then erases
+    done = await coordinator(engine, folder).run("alice", request_id="req-881")  # waits out the rest, then erases
     assert done.ok and done.stores["outbox"].counts.rows == 1 and datetime.now(UTC) >= lands_by
     assert await folder.list_keys("") == [] and await _outbox_rows(engine) == []
 

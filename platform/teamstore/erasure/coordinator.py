@@ -131,7 +131,7 @@ class DeletionCoordinator:
 
         Raises:
             InvalidIdentifier: The user id, request id, reason, requested_by or operator cannot be stored
-                exactly, or the reason or requested_by names the user.
+                exactly, or the reason, requested_by or a new request's id names the user.
             ErasureConflict: Another request is open for the user, or another process runs this one.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
@@ -145,7 +145,7 @@ class DeletionCoordinator:
         check_not_naming("requested_by", requested_by, user_id)
         if dry_run:
             if request_id is not None and await requests.get_request(self.engine, rid) is None:
-                requests.check_new_request_id(rid)  # refused as the run itself would refuse it
+                requests.check_new_request_id(rid, user_id)  # refused as the run itself would refuse it
             return await self._dry_run(user_id, reason, requested_by)
         ran_by = current_operator(operator)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by)

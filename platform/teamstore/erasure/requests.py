@@ -41,6 +41,7 @@ from teamstore.erasure.receipt import (
 from teamstore.erasure.schema import REQUEST_ID, erasure_attempts, erasure_requests, erasure_steps
 from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
 from teamstore.ids import lone_surrogate
+from teamstore.people import check_not_naming
 
 HOLD_REASON = "erasure"
 MAX_REASON_CHARS = 1000
@@ -95,13 +96,15 @@ def check_request_id(request_id: str) -> str:
     return request_id
 
 
-def check_new_request_id(request_id: str) -> str:
-    """Refuse an id a new request may not take: :func:`check_request_id`'s, and a blank one, one with spaces
-    around it or a DEL. A pasted ``"REQ-7 "`` would open a second request beside ``REQ-7``, and a blank one
-    lists as nothing. A request already stored under such an id (by an earlier release) is still reached.
+def check_new_request_id(request_id: str, user_id: str) -> str:
+    """Refuse an id a new request for ``user_id`` may not take: :func:`check_request_id`'s, a blank one, one
+    with spaces around it or a DEL, and one naming the user (:func:`teamstore.people.check_not_naming`: the id
+    is kept, and printed by ``erase list``, after the user's erasure). A pasted ``"REQ-7 "`` would open a
+    second request beside ``REQ-7``, and a blank one lists as nothing. A request already stored under such an
+    id (by an earlier release) is still reached, to resume or report it.
 
     Raises:
-        InvalidIdentifier: The id breaks either rule.
+        InvalidIdentifier: The id breaks a rule.
     """
     check_request_id(request_id)
     if request_id.strip() != request_id or "\x7f" in request_id:
@@ -109,6 +112,7 @@ def check_new_request_id(request_id: str) -> str:
             f"request id {request_id!r} is blank, has spaces around it or holds a control character",
             hint="give --request-id as the ticket number alone, without spaces around it",
         )
+    check_not_naming("request_id", request_id, user_id)
     return request_id
 
 
@@ -204,7 +208,8 @@ async def open_request(
         The request; ``created_now`` says whether this call created it.
 
     Raises:
-        InvalidIdentifier: The id cannot be stored, or a new request may not take it (:func:`check_new_request_id`).
+        InvalidIdentifier: The id cannot be stored, or a new request may not take it (:func:`check_new_request_id`:
+            one naming the user among them).
         ErasureConflict: The id belongs to another user's request, or another request is open for the user.
         StoreUnavailable: The database could not be reached.
     """
@@ -218,7 +223,7 @@ async def open_request(
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
         return RequestRow(**{**existing.__dict__, **missing})
-    check_new_request_id(request_id)
+    check_new_request_id(request_id, user_id)
     if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)
