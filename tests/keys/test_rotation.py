@@ -25,7 +25,7 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable
-from teamstore.keys import KeyService
+from teamstore.keys import KeyService, rotation
 from teamstore.keys.rotation import RotationReport, retire, rotate, status
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.settings import Settings
@@ -508,3 +508,84 @@ def test_keys_retire_keeping_a_due_kek_says_so_and_exits_partly_done(
         said = " ".join(retired.stdout.split())
         assert "destroyed 0 retired key-encryption key(s)" in said
         assert "past its destroy date" in said and "1 data key row(s)" in said and "restore" in said
+
+
+async def _sealed_for_all_here() -> str:
+    """Every user's data key made, under the key-encryption key the environment names; that KEK."""
+    engine = create_engine(Settings().resolved_database_url)
+    keys = KeyService.from_settings(engine, Settings())
+    await _sealed_for_all(keys)
+    first = await keys.current_kek()
+    await engine.dispose()
+    return first
+
+
+def _kek_states() -> dict[str, str]:
+    shown = json.loads(CliRunner().invoke(app, ["keys", "status", "--json"]).stdout)
+    return {k["kek_id"]: k["state"] for k in shown["keks"]}
+
+
+def test_keys_rotate_stopped_by_ctrl_c_says_what_it_re_wrapped_exits_130_and_a_rerun_resumes_it(
+    kek: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    first = asyncio.run(_sealed_for_all_here())
+    real, moved = rotation._rewrap, []
+
+    async def ctrl_c_after_one(*args: Any) -> None:
+        if moved:
+            raise KeyboardInterrupt
+        moved.append(await real(*args))
+
+    monkeypatch.setattr(rotation, "_rewrap", ctrl_c_after_one)
+    stopped = runner.invoke(app, ["keys", "rotate", "--json"])
+    said = " ".join(stopped.stderr.split())
+    assert stopped.exit_code == 130 and stopped.stdout == "", stopped.output
+    (new,) = set(_kek_states()) - {first}
+    assert f"interrupted: the rotation to {new} is unfinished: 1 data key(s) were re-wrapped" in said, said
+    assert "run `teamstore keys rotate` again: it resumes this rotation" in said
+    assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["rotation_unfinished"]["data_keys"] == 2
+
+    monkeypatch.setattr(rotation, "_rewrap", real)
+    resumed = runner.invoke(app, ["keys", "rotate", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    done = json.loads(resumed.stdout)
+    assert (done["kek_id"], done["created"], done["rewrapped"]) == (new, False, 2)
+    assert _kek_states() == {first: "retired", new: "current"}  # resumed: no third key made
+
+
+def test_keys_rotate_stopped_before_its_new_key_is_recorded_names_it_and_a_rerun_rotates_in_full(
+    kek: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    first = asyncio.run(_sealed_for_all_here())
+    made: list[str] = []
+
+    async def ctrl_c_before_the_record(engine: AsyncEngine, current: str, kek_id: str, retire_days: int) -> bool:
+        made.append(kek_id)
+        raise KeyboardInterrupt
+
+    real = rotation._make_current
+    monkeypatch.setattr(rotation, "_make_current", ctrl_c_before_the_record)
+    stopped = runner.invoke(app, ["keys", "rotate"])
+    said = " ".join(stopped.stderr.split())
+    assert stopped.exit_code == 130, stopped.output
+    (unused,) = made
+    assert f"stopped while recording its new key-encryption key {unused}: no data key was re-wrapped" in said, said
+    assert f"if `teamstore keys status` lists {unused} it resumes this rotation, else it begins another" in said
+    if kek == "kms":
+        arn = unused.removeprefix("kms:")
+        assert f"{arn} is then unused: schedule its deletion, `aws kms schedule-key-deletion --key-id {arn}" in said
+        assert boto3.client("kms").describe_key(KeyId=arn)["KeyMetadata"]["KeyState"] == "Enabled"  # left for you
+    else:
+        assert "the key file may keep an unused entry made for this one, which does no harm" in said
+    assert _kek_states() == {first: "current"}
+
+    monkeypatch.setattr(rotation, "_make_current", real)
+    rotated = runner.invoke(app, ["keys", "rotate", "--json"])
+    assert rotated.exit_code == 0, rotated.output
+    done = json.loads(rotated.stdout)
+    assert done["created"] and done["rewrapped"] == 3 and done["kek_id"] != unused
+    assert _kek_states() == {first: "retired", done["kek_id"]: "current"}

@@ -21,12 +21,17 @@ from teamstore.cli._runner import with_app
 
 if TYPE_CHECKING:
     from teamstore.app import App
+    from teamstore.keys.rotation import RotationReport
 
 # Each command imports the key machinery when it runs: `teamstore --help` imports no database layer.
 
 PARTLY_DONE = 2
 """``keys rotate``'s exit status when the rotation is done and only the retire it runs afterwards failed;
 ``keys retire``'s when it kept a key-encryption key due for destruction (data keys still name it)."""
+
+INTERRUPTED = 130
+"""``keys rotate``'s exit status when Ctrl-C stopped it (128 + SIGINT, as a shell reports it)."""
+_ROTATE_AGAIN = "run `teamstore keys rotate` again"
 
 app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, sealing older data.",
                   no_args_is_help=True)
@@ -89,13 +94,17 @@ def keys_rotate(
 ) -> None:
     """Make a new key-encryption key current and re-wrap every live data key under it; the old one is destroyed
     TEAMSTORE_KEY_RETIRE_DAYS later (by `keys retire`). Rerun to resume one that stopped."""
+    seen: list[RotationReport] = []  # the rotation's report as it goes: what a Ctrl-C says was done
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.keys.rotation import rotate
 
-        return (await rotate(a.keys, to=to, retire_days=a.settings.key_retire_days)).as_dict()
+        return (await rotate(a.keys, to=to, retire_days=a.settings.key_retire_days, watch=seen.append)).as_dict()
 
-    data = with_app(go, must_exist=True)
+    try:
+        data = with_app(go, must_exist=True)
+    except KeyboardInterrupt:
+        _interrupted(seen[-1] if seen else None, named=to is not None)
 
     def render(d: dict[str, Any]) -> None:
         verb = "rotated to" if d["created"] else "finished the rotation to"
@@ -117,6 +126,55 @@ def keys_rotate(
     emit(data, as_json=as_json, render=render)
     if data["retire_error"] is not None:
         _retire_failed(data["retire_error"])
+
+
+def _interrupted(report: RotationReport | None, *, named: bool) -> NoReturn:
+    """Ctrl-C stopped the rotation: say what it had done and what to run to go on, and exit 130. ``named``: the
+    new KEK was ``--to``'s, so none was made that could be left unused."""
+    said, fix = _interruption(report, named)
+    err_console.print("[bold red]interrupted[/]: " + plain(said))
+    err_console.print("[yellow]fix[/]: " + plain(fix))
+    raise typer.Exit(INTERRUPTED)
+
+
+def _interruption(report: RotationReport | None, named: bool) -> tuple[str, str]:
+    """What a rotation stopped at ``report.step`` had done, and what to run next."""
+    step = report.step if report is not None else "finishing"
+    if report is None or (step == "finishing" and not (report.rewrapped or report.gone)):
+        return "the rotation was stopped before it changed anything", _ROTATE_AGAIN
+    if step in ("finishing", "rewrapping"):
+        gone = f" ({report.gone} erased meanwhile)" if report.gone else ""
+        return (f"the rotation to {report.kek_id} is unfinished: {report.rewrapped} data key(s) were re-wrapped "
+                f"under it{gone}; the rest are still under the old key-encryption key, which opens them until it "
+                "is destroyed", f"{_ROTATE_AGAIN}: it resumes this rotation (`teamstore "
+                "keys status` says how many data keys are left to move)")
+    if step in ("retiring", "done"):
+        return (f"the rotation to {report.kek_id} is done ({report.rewrapped} data key(s) re-wrapped); it was "
+                "stopped while destroying the retired key-encryption keys that are due",
+                "run `teamstore keys retire` (the daily one does it too), not the rotation again: it would begin another")
+    if step == "making":
+        return ("the rotation was stopped while making its new key-encryption key: no data key was re-wrapped, "
+                "and the current key is unchanged", _ROTATE_AGAIN + ("" if named else _unused(None, report.kek_id)))
+    made = "" if not report.created else _unused(report.kek_id, report.kek_id)
+    return (f"the rotation was stopped while recording its new key-encryption key {report.kek_id}: no data key was "
+            "re-wrapped", f"{_ROTATE_AGAIN}: if `teamstore keys status` lists {report.kek_id} it resumes this "
+            f"rotation, else it begins another{made}")
+
+
+def _unused(new: str | None, like: str) -> str:
+    """What a rotation stopped before recording the KEK it made leaves: ``new`` (unknown: ``None``), made like
+    ``like``."""
+    from teamstore.keys.kek import KMS
+    from teamstore.keys.kms import DELETION_WINDOW_DAYS
+
+    if not like.startswith(KMS):
+        return "; the key file may keep an unused entry made for this one, which does no harm"
+    arn = new.removeprefix(KMS) if new is not None else "ARN"
+    which = (f"{arn} is then unused" if new is not None else "KMS may hold a key made for this one that nothing "
+             "uses (described 'teamstore key-encryption key', tagged teamstore=key-encryption-key, and not listed "
+             "by `teamstore keys status`)")
+    return (f"; {which}: schedule its deletion, `aws kms schedule-key-deletion --key-id {arn} "
+            f"--pending-window-in-days {DELETION_WINDOW_DAYS}`")
 
 
 def _retire_failed(error: dict[str, Any]) -> NoReturn:

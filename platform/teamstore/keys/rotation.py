@@ -13,10 +13,11 @@ wrapped by the old KEK, and once that is destroyed nothing can open them. So a b
 is unreadable for the erased user at most ``key_rotation_days + key_retire_days`` (and a day, for the daily
 ``retire``) after it, given rotations on schedule.
 
-A rotation stopped half-way (KMS unreachable, a killed process) is resumed by running it again: while some
-live data key is still to move to the current KEK, ``rotate`` finishes that one instead of making another. A KEK
-is destroyed only once no data key names it; a damaged row keeps its KEK alive, and is reported (it holds back
-no later rotation).
+A rotation stopped half-way (KMS unreachable, a killed process, Ctrl-C) is resumed by running it again: while
+some live data key is still to move to the current KEK, ``rotate`` finishes that one instead of making another.
+One stopped between making its new KEK and recording it leaves that KEK unused (nothing names it), and its rerun
+makes another. A KEK is destroyed only once no data key names it; a damaged row keeps its KEK alive, and is
+reported (it holds back no later rotation).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ BATCH = 500
 RETIRE_SLACK = timedelta(days=1)
 """``teamstore keys retire`` runs daily: a KEK due for destruction may wait that long for it."""
 OnBatch = Callable[[], Awaitable[None]]
+Watch = Callable[["RotationReport"], None]
 
 
 @dataclass
@@ -71,6 +73,11 @@ class RotationReport:
     retire_error: TeamstoreError | None = None
     """Why the :func:`retire` run after the rotation failed: the rotation is done, ``teamstore keys retire`` is to
     be run again once the cause is fixed."""
+    step: str = "finishing"
+    """Where the rotation is, for a ``watch`` of :func:`rotate` that reports a rotation stopped before it returns:
+    ``finishing`` one stopped earlier, ``making`` a new KEK, ``recording`` it (``kek_id`` is the new KEK, which
+    may not be recorded yet; ``created``: made for this rotation, not named by ``to``), ``rewrapping`` under
+    it, ``retiring`` the KEKs due, ``done``."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -91,7 +98,7 @@ def _failed(exc: SQLAlchemyError, action: str, then: str = _ROTATE_AGAIN) -> Sto
 
 
 async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 7, batch: int = BATCH,
-                 on_batch: OnBatch | None = None) -> RotationReport:
+                 on_batch: OnBatch | None = None, watch: Watch | None = None) -> RotationReport:
     """Make a new key-encryption key current and re-wrap every live data key under it; then :func:`retire`.
 
     Args:
@@ -102,6 +109,9 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
             before can be restored until then).
         batch: Data keys read and re-wrapped at a time.
         on_batch: Awaited after each batch is read, before it is re-wrapped (tests race an erasure here).
+        watch: Given each report the rotation keeps, as it starts one; the report is updated in place as data
+            keys are re-wrapped (``rewrapped``) and the rotation moves on (``step``), so what was done is known
+            if the rotation is stopped before it returns (Ctrl-C).
 
     Returns:
         The report; when the rotation is done but the :func:`retire` after it failed, its ``retire_error``.
@@ -117,22 +127,31 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
                                  "key like the current one")
     target = await asyncio.to_thread(keys.ring.kms.resolve, to, "--to") if to is not None else None
     current = await keys.current_kek(moving_to=target)
+    watch = watch or _unwatched
     report = RotationReport(current, False)
+    watch(report)
     if target in (None, current):
         # Finish a rotation that stopped half-way rather than begin another. What this moves says whether
         # one had stopped: a damaged row is never moved, and must not hold back every rotation after it.
         await _rewrap_stopping(keys, current, report, batch, on_batch)
     if not (report.rewrapped or report.gone) and target != current:
         # Nothing is begun until the new KEK is current: a failure before that is said as it is.
-        report = await _begin(keys, current, target, retire_days)
+        report.step = "making"
+        report = await _begin(keys, current, target, retire_days, watch)
         await _rewrap_stopping(keys, report.kek_id, report, batch, on_batch)
+    report.step = "retiring"
     try:
         retired = await retire(keys)
     except TeamstoreError as exc:
         report.retire_error = exc  # the rotation stands: only the retire is to be run again
         return report
     report.destroyed, report.already_deleted = retired.destroyed, retired.already_deleted
+    report.step = "done"
     return report
+
+
+def _unwatched(_report: RotationReport) -> None:
+    return None
 
 
 async def _rewrap_stopping(keys: KeyService, current: str, report: RotationReport, batch: int,
@@ -147,13 +166,14 @@ async def _rewrap_stopping(keys: KeyService, current: str, report: RotationRepor
         ) from exc
 
 
-async def _begin(keys: KeyService, current: str, target: str | None, retire_days: int) -> RotationReport:
+async def _begin(keys: KeyService, current: str, target: str | None, retire_days: int, watch: Watch) -> RotationReport:
     """Make a new KEK (or ``target``) current in ``current``'s place; if another rotation replaced ``current``
     first, join that one instead (a new KEK made here for nothing is destroyed again)."""
     # The current KEK must be where this process looks (a key file that is not the database's would take the
     # new key, and workers given the right file could not use it).
     await asyncio.to_thread(keys.ring.get, current)
     new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
+    watch(RotationReport(new, target is None, step="recording"))
     try:
         made_current = await _make_current(keys.engine, current, new, retire_days)
     except StoreUnavailable as exc:
@@ -161,10 +181,13 @@ async def _begin(keys: KeyService, current: str, target: str | None, retire_days
             raise await _unrecorded(keys, new, exc) from exc
         raise
     if made_current:
-        return RotationReport(new, True)
-    if target is None:
-        await asyncio.to_thread(keys.ring.destroy, new)
-    return RotationReport(await keys.current_kek(), False)
+        report = RotationReport(new, True, step="rewrapping")
+    else:
+        if target is None:
+            await asyncio.to_thread(keys.ring.destroy, new)
+        report = RotationReport(await keys.current_kek(), False, step="rewrapping")
+    watch(report)
+    return report
 
 
 async def _unrecorded(keys: KeyService, new: str, exc: StoreUnavailable) -> StoreUnavailable:
