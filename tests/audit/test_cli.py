@@ -278,10 +278,31 @@ def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_
 
 def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
-    result = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])
-    assert result.exit_code == 0, result.output
-    rule = json.loads(result.stdout)["rule"]
-    assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/subjects/"}
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPT_RETENTION_DAYS", "30")
+    for days in ([], ["--days", "30"]):
+        result = runner.invoke(app, ["retention", "apply", *days, "--json"])
+        assert result.exit_code == 0, result.output
+        rule = json.loads(result.stdout)["rule"]
+        assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/subjects/"}
+
+
+def test_retention_apply_on_s3_refuses_days_the_sweep_would_not_keep_and_puts_no_rule(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It put a rule expiring transcripts after 30 days, while the sweep of transcripts written again (and the
+    # erasure's check of the store) went on counting the setting's 90.
+    import boto3
+
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPT_RETENTION_DAYS", "90")
+    refused = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"], env={"COLUMNS": "300"})
+    said = " ".join(refused.stderr.split())
+    assert refused.exit_code == 1 and refused.stdout == "", refused.output
+    assert "--days 30 differs from TEAMSTORE_TRANSCRIPT_RETENTION_DAYS (90)" in said and "Nothing was changed" in said
+    assert "fix: set TEAMSTORE_TRANSCRIPT_RETENTION_DAYS=30" in said
+    s3 = boto3.client("s3")
+    with pytest.raises(s3.exceptions.ClientError, match="NoSuchLifecycleConfiguration"):
+        s3.get_bucket_lifecycle_configuration(Bucket=s3_bucket)
 
 
 def test_a_message_is_shown_as_text_that_the_terminal_never_acts_on() -> None:

@@ -446,28 +446,44 @@ def prices_sync(as_json: bool = JsonOption) -> None:
 @retention_app.command("apply")
 def retention_apply(
     days: int | None = typer.Option(
-        None, "--days", min=1, max=MAX_DAYS, help="Transcript retention (default: settings, 90)."
+        None, "--days", min=1, max=MAX_DAYS,
+        help="Transcript retention; only TEAMSTORE_TRANSCRIPT_RETENTION_DAYS (default 90), which it defaults to.",
     ),
     as_json: bool = JsonOption,
 ) -> None:
-    """Put the lifecycle rule on the transcript prefix (S3) and print it; a local folder's retention is
-    TEAMSTORE_TRANSCRIPT_RETENTION_DAYS, enforced by `retention sweep`."""
+    """Put the lifecycle rule for TEAMSTORE_TRANSCRIPT_RETENTION_DAYS on the transcript prefix (S3) and print it;
+    a local folder's retention is enforced by `retention sweep`."""
     from teamstore.audit.retention import apply_transcript_retention
     from teamstore.audit.transcripts.base import Capability
 
     async def go(app: App) -> dict[str, Any]:  # the transcript store alone: no database is opened
         setting = app.settings.transcript_retention_days
-        if days not in (None, setting) and Capability.LIFECYCLE_RULES not in app.transcript_store.capabilities:
-            # It printed "days": N and exited 0, while the sweep went on removing transcripts after the setting.
-            raise ConfigurationError(
-                f"--days {days} cannot apply to a local transcript folder: `teamstore retention sweep` removes its "
-                f"transcripts after TEAMSTORE_TRANSCRIPT_RETENTION_DAYS ({setting})",
-                hint=f"set TEAMSTORE_TRANSCRIPT_RETENTION_DAYS={days} wherever `teamstore retention sweep` runs",
-            )
-        return await apply_transcript_retention(app.transcript_store, days or setting)
+        if days not in (None, setting):
+            lifecycle = Capability.LIFECYCLE_RULES in app.transcript_store.capabilities
+            raise _days_not_the_setting(days, setting, lifecycle=lifecycle)
+        return await apply_transcript_retention(app.transcript_store, setting)
 
     emit(with_app(go, must_exist=True, migrate=False), as_json=as_json,
          render=lambda d: console.print_json(dumps(d)))
+
+
+def _days_not_the_setting(days: int, setting: int, *, lifecycle: bool) -> ConfigurationError:
+    """``--days`` other than the setting, which the sweep keeps: on a folder it printed ``"days": N`` and exited
+    0 while the sweep went on; on S3 it put a rule that disagreed with the sweep of transcripts written again
+    (and with the erasure's check of the store, which takes older runs to have left no transcript)."""
+    if not lifecycle:
+        return ConfigurationError(
+            f"--days {days} cannot apply to a local transcript folder: `teamstore retention sweep` removes its "
+            f"transcripts after TEAMSTORE_TRANSCRIPT_RETENTION_DAYS ({setting})",
+            hint=f"set TEAMSTORE_TRANSCRIPT_RETENTION_DAYS={days} wherever `teamstore retention sweep` runs",
+        )
+    return ConfigurationError(
+        f"--days {days} differs from TEAMSTORE_TRANSCRIPT_RETENTION_DAYS ({setting}): the S3 rule would expire "
+        f"transcripts after {days} days while `teamstore retention sweep` removes those written again after "
+        f"{setting}, and an erasure takes runs older than {setting} days to have left none. Nothing was changed",
+        hint=f"set TEAMSTORE_TRANSCRIPT_RETENTION_DAYS={days} for the service and wherever `teamstore retention "
+        "sweep` and `teamstore erase` run, then run `teamstore retention apply` there (it puts the rule for it)",
+    )
 
 
 @retention_app.command("sweep")
