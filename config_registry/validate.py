@@ -300,14 +300,37 @@ def _check_bound(name: str, participant: Mapping[str, Any], path: str, manifest:
             f"has a model context that would lose its newest tool exchange: {problem.message}",
             problem.hint,
         )
+    _check_bound_sizes(name, bound, field, manifest.context_bound)
     limit = bound.get("max_messages")
-    if manifest.context_bound is not None and (not isinstance(limit, int) or limit > manifest.context_bound):
+    if manifest.context_bound is not None and isinstance(limit, int) and limit > manifest.context_bound:
         raise _bound_error(
             name,
             f"{field}.config.max_messages",
             f"keeps up to {limit} messages, above context_bound {manifest.context_bound}",
             f"lower max_messages to {manifest.context_bound} or raise --context-bound",
         )
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # a bool is an int to Python, never a size
+
+
+def _check_bound_sizes(name: str, bound: Mapping[str, Any], field: str, context_bound: int | None) -> None:
+    """Refuse a bound field given as a bool, and a ``max_messages`` that is not a whole number when it is
+    given or ``context_bound`` caps it: a context with no check of its own would load ``true`` as 1, and
+    the round trip reads ``true`` back equal to 1."""
+    for key, value in bound.items():
+        if key == "provider":
+            continue
+        counted = key == "max_messages" and (value is not None or context_bound is not None)
+        if isinstance(value, bool) or (counted and not _is_whole(value)):
+            most = f" up to context_bound {context_bound}" if key == "max_messages" and context_bound else ""
+            raise _bound_error(
+                name,
+                f"{field}.config.{key}",
+                f"has a model context whose {key}={value!r} is not a whole number",
+                f"set {key} to a whole number{most} (not true, false or a string)",
+            )
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from autogen_agentchat.agents import AssistantAgent
+from autogen_core import Component
+from autogen_core.model_context import ChatCompletionContext
+from autogen_core.models import LLMMessage
+from pydantic import BaseModel
 
 
 def raises() -> None:
@@ -28,3 +32,32 @@ class ResearchAgent(AssistantAgent):
     """An AssistantAgent under another provider: registering it in place of one is a retype."""
 
     component_provider_override = "tests.registry.factories.ResearchAgent"
+
+
+class CountedContextConfig(BaseModel):
+    """The config of :class:`CountedContext`: one size, with no rule of its own beyond being an int."""
+
+    max_messages: int
+
+
+class CountedContext(ChatCompletionContext, Component[CountedContextConfig]):
+    """A bounding context that registers no check of its own sizes, as a third-party package's may not."""
+
+    component_type = "chat_completion_context"
+    component_config_schema = CountedContextConfig
+    component_provider_override = "tests.registry.factories.CountedContext"
+
+    def __init__(self, max_messages: int) -> None:
+        super().__init__()
+        self._max_messages = max_messages
+
+    async def get_messages(self) -> list[LLMMessage]:
+        """The newest ``max_messages`` messages."""
+        return self._messages[-self._max_messages:]
+
+    def _to_config(self) -> CountedContextConfig:
+        return CountedContextConfig(max_messages=self._max_messages)
+
+    @classmethod
+    def _from_config(cls, config: CountedContextConfig) -> CountedContext:
+        return cls(config.max_messages)

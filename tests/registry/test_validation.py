@@ -14,12 +14,14 @@ from autogen_agentchat.conditions import MaxMessageTermination, TokenUsageTermin
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.model_context import BufferedChatCompletionContext
 from autogen_core.tools import FunctionTool
+from pydantic import ValidationError
 
-from config_registry import DefinitionInvalid, Registry
+from config_registry import DefinitionInvalid, Manifest, Registry, bounds
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.offline import OfflineChatCompletionClient
 from tests.conftest import git
 from tests.registry.conftest import calling_client, dump, left_unchanged, triage_json, triage_manifest
+from tests.registry.factories import CountedContext
 
 
 def add_two(a: int, b: int) -> int:
@@ -181,6 +183,37 @@ def test_context_bound_caps_max_messages(registry: Registry) -> None:
         registry.add("support_triage", triage_json(), triage_manifest(context_bound=10), "x")
     assert caught.value.field == "config.participants.1.config.model_context.config.max_messages"
     assert "20" in caught.value.message
+
+
+@pytest.fixture
+def counted_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CountedContext as a bounding context with no check of its own sizes."""
+    monkeypatch.setitem(bounds._BOUNDING_CONTEXTS, "tests.registry.factories.CountedContext", ("max_messages",))
+
+
+@pytest.mark.usefixtures("counted_context")
+@pytest.mark.parametrize(("size", "context_bound"), [(True, 20), (True, None), ("20", 20), (None, 20)])
+def test_a_max_messages_that_is_not_a_whole_number_is_refused_though_the_context_has_no_check(
+    registry: Registry, size: object, context_bound: int | None
+) -> None:
+    agent = AssistantAgent("researcher", model_client=OfflineChatCompletionClient(), model_context=CountedContext(5))
+    component = dump(RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(2)))
+    component["config"]["participants"][0]["config"]["model_context"]["config"]["max_messages"] = size
+    manifest = Manifest(name="counted", persist=["researcher"], context_bound=context_bound,
+                        allowed_providers=["tests.registry."])
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("counted", component, manifest, "x")  # `true` loads as 1 and reads back equal to it
+    assert caught.value.field == "config.participants.0.config.model_context.config.max_messages"
+    assert f"max_messages={size!r} is not a whole number" in caught.value.message
+    assert "set max_messages to a whole number" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("field", ["context_bound", "state_ttl_days"])
+def test_a_manifest_number_given_as_a_bool_is_refused_as_a_zero_is(field: str) -> None:
+    for value in (True, 0):
+        with pytest.raises(ValidationError) as caught:
+            Manifest(name="x", **{field: value})
+        assert caught.value.errors()[0]["loc"] == (field,)
 
 
 @pytest.mark.parametrize(
