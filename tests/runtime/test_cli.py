@@ -290,6 +290,22 @@ def test_list_and_show_report_the_stored_size_as_state_bytes_and_show_the_opened
     assert f"state_bytes: {stored}\n" in text and f"opened_state_bytes: {shown['opened_state_bytes']}\n" in text
 
 
+def test_show_reports_a_checkpoints_stored_size_as_bytes_and_its_opened_size_apart_as_the_states(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # show's checkpoint bytes were the opened checkpoint's size, beside the state's stored state_bytes.
+    _stop_a_run(registry, monkeypatch)
+    (row,) = asyncio.run(_listed_rows())
+    stored = len((row.checkpoint or "").encode())
+    assert row.checkpoint_bytes == stored > 0
+    ids = ["--user", "alice", "--session", "s1"]
+    checkpoint = json.loads(runner.invoke(app, ["sessions", "show", *ids, "--json"]).stdout)["checkpoint"]
+    assert checkpoint["bytes"] == stored
+    assert checkpoint["opened_bytes"] > 0 and checkpoint["opened_bytes"] != stored, "the checkpoint was sealed"
+    text = " ".join(runner.invoke(app, ["sessions", "show", *ids], env={"COLUMNS": "200"}).stdout.split())
+    assert f"after turn 2, {stored} bytes stored, {checkpoint['opened_bytes']} opened" in text
+
+
 def _only_run() -> dict:  # type: ignore[type-arg]
     """The session's one transcript, as ``transcripts show`` lists it."""
     shown = runner.invoke(app, ["transcripts", "show", "--user", "alice", "--session", "s1", "--json"])

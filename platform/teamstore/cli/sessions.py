@@ -225,7 +225,8 @@ def _render_session(d: dict[str, Any]) -> None:
     checkpoint = d.get("checkpoint")
     if checkpoint is not None:
         shown = checkpoint if isinstance(checkpoint, str) else (
-            f"run {checkpoint['run_id']} after turn {checkpoint['last_turn']}, {checkpoint['bytes']} bytes")
+            f"run {checkpoint['run_id']} after turn {checkpoint['last_turn']}, {checkpoint['bytes']} bytes stored, "
+            f"{checkpoint['opened_bytes']} opened")
         console.print(f"[bold]checkpoint[/]: {plain(shown)}")
     console.print(f"[bold]user's live sessions[/]: {d['user_live_sessions']} of the {d['max_sessions_per_user']} "
                   "TEAMSTORE_MAX_SESSIONS_PER_USER allows")

@@ -49,8 +49,9 @@ def describe_agents(row: StoredSession) -> dict[str, dict[str, int]] | str:
 
 
 def describe_checkpoint(row: StoredSession) -> dict[str, Any] | str | None:
-    """The run in flight or interrupted whose checkpoint the row holds (its id, last completed turn, bytes),
-    ``None`` without one, a reason string if it is unreadable, or :data:`SEALED` if it was not opened."""
+    """The run in flight or interrupted whose checkpoint the row holds (its id, last completed turn, ``bytes``
+    as stored and ``opened_bytes`` opened, as the state's), ``None`` without one, a reason string if it is
+    unreadable, or :data:`SEALED` if it was not opened."""
     if row.checkpoint is None:
         return None
     if row.checkpoint_unreadable is not None:
@@ -64,7 +65,8 @@ def describe_checkpoint(row: StoredSession) -> dict[str, Any] | str | None:
     if payload is None or payload.get("kind") != "checkpoint":
         return "unreadable (not a checkpoint)"
     return {"run_id": payload.get("run_id"), "last_turn": payload.get("turn"),
-            "interruptions": payload.get("interruptions"), "bytes": row.checkpoint_bytes}
+            "interruptions": payload.get("interruptions"), "opened_bytes": row.checkpoint_bytes,
+            "bytes": row.checkpoint_bytes if row.stored_checkpoint_bytes is None else row.stored_checkpoint_bytes}
 
 
 def describe_session(row: StoredSession) -> dict[str, Any]:

@@ -82,6 +82,9 @@ class StoredSession:
     """The state's size as stored, when the store hands the state on opened (sealed under the user's data key:
     :class:`teamstore.state.sealed.SealedStateStore`): ``state_bytes`` is then the opened state's, which the
     runtime's cap judges. ``None`` when ``state`` is as stored."""
+    stored_checkpoint_bytes: int | None = None
+    """The checkpoint's size as stored, when the store hands it on opened: ``checkpoint_bytes`` is then the
+    opened checkpoint's. ``None`` when ``checkpoint`` is as stored."""
 
     @property
     def key(self) -> SessionKey:

@@ -154,7 +154,8 @@ class SealedStateStore:
             return row  # written before sealing: read as it is
         # A byte count that was not the stored checkpoint's is handed on as it was, so the runtime refuses it.
         whole = isinstance(row.checkpoint, str) and row.checkpoint_bytes == len(row.checkpoint)
-        return _with(row, checkpoint=checkpoint[0], checkpoint_bytes=checkpoint[1] if whole else row.checkpoint_bytes)
+        return _with(row, checkpoint=checkpoint[0], checkpoint_bytes=checkpoint[1] if whole else row.checkpoint_bytes,
+                     stored_checkpoint_bytes=row.checkpoint_bytes)
 
     async def _open(
         self, user_id: str, stored: str | None, where: str, data_key: DataKey | None
