@@ -34,6 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from teamstore.audit.otlp import EXPORT_TIMEOUT_S, metric_exporter
 from teamstore.audit.schema import outbox
+from teamstore.audit.telemetry import genai_call_attributes
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, StreamItem
 from teamstore.settings import Settings
 
@@ -76,17 +77,7 @@ def setup_metrics(
 
 def call_attributes(call: ModelCall, team: str) -> dict[str, Any]:
     """The GenAI client metrics' attributes of one call: no user, session or content."""
-    attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": call.provider,
-        "gen_ai.request.model": call.model,
-        "teamstore.team": team,
-    }
-    if call.response_model is not None:
-        attributes["gen_ai.response.model"] = call.response_model
-    if call.error is not None:
-        attributes["error.type"] = call.error
-    return attributes
+    return {**genai_call_attributes(call), "teamstore.team": team}
 
 
 class MetricsObserver:

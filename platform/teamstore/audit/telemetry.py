@@ -199,24 +199,33 @@ def run_attributes(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> dict[
     return attributes
 
 
-def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
-    """A model-call span's attributes."""
+def genai_call_attributes(call: ModelCall) -> dict[str, Any]:
+    """The GenAI attributes a model call's span and its metrics both carry: the operation, the provider, the
+    model asked for and the one that answered (when the client reports it), and a failed call's error type."""
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": call.provider,
-        "gen_ai.agent.name": call.agent,
         "gen_ai.request.model": call.model,
+    }
+    if call.response_model is not None:
+        attributes["gen_ai.response.model"] = call.response_model
+    if call.error is not None:
+        attributes["error.type"] = call.error
+    return attributes
+
+
+def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
+    """A model-call span's attributes."""
+    attributes: dict[str, Any] = {
+        **genai_call_attributes(call),
+        "gen_ai.agent.name": call.agent,
         "gen_ai.usage.input_tokens": call.input_tokens,
         "gen_ai.usage.output_tokens": call.output_tokens,
         "gen_ai.conversation.id": keys.session_key,
         "teamstore.purpose": call.purpose,
     }
-    if call.response_model is not None:
-        attributes["gen_ai.response.model"] = call.response_model
     if call.finish_reason is not None:
         attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
-    if call.error is not None:
-        attributes["error.type"] = call.error
     return attributes
 
 
