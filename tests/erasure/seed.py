@@ -74,7 +74,8 @@ async def seed_user(
     await record_rewrite(platform.engine, store, keys[0], subject, datetime.now(UTC))
     await store.put(keys[0], gzip.compress(f'{{"rewritten": "{canary}"}}'.encode()))
     await _quarantine_and_outbox(platform.engine, user_id, subject, canary, keys[0])
-    await open_export(platform.engine, new_export_id(), subject, requested_by="ticket 881", operator="dpo")
+    await open_export(platform.engine, new_export_id(), subject, user_id=user_id, requested_by="ticket 881",
+                      operator="dpo")
     return Seeded(user_id, canary, subject, run_ids)
 
 

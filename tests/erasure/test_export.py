@@ -18,24 +18,25 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.app import App
 from teamstore.audit.prices import load_prices
-from teamstore.audit.schema import usage
-from teamstore.audit.subjects import get_or_create_subject, record_store
+from teamstore.audit.schema import subjects, usage
+from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store
 from teamstore.audit.transcripts import record
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
+from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, requests
 from teamstore.erasure.desk import extend_request
 from teamstore.erasure.exporter import ErasureRequestsExporter
 from teamstore.errors import AuditError, ExportFailed, ExportTargetExists, InvalidIdentifier
 from teamstore.export import ExportCoordinator, Section, store_exporters
-from teamstore.export.requests import get_export
+from teamstore.export.requests import get_export, open_export
 from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
 from teamstore.memory.facts import MemoryUpdate
@@ -123,7 +124,8 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert request["extension"]["reason"] == "40 sessions"
 
     stored = await get_export(engine, done.manifest.export_id)
-    assert stored is not None and stored["status"] == "exported" and stored["subject_key"] == a.subject_key
+    # req-open fences alice: the record links no key, which the erasure would have to unlink again.
+    assert stored is not None and stored["status"] == "exported" and stored["subject_key"] is None
     assert ALICE not in json.dumps(stored, default=str) and "alice.zip" not in json.dumps(stored, default=str)
     assert done.path is not None and stat.S_IMODE(done.path.stat().st_mode) == 0o600
 
@@ -175,6 +177,35 @@ async def test_an_export_of_an_erased_user_holds_nothing_and_says_so(
         linked = dict((await conn.execute(select(export_requests.c.export_id, export_requests.c.subject_key))).all())
     assert len(linked) == 3 and set(linked.values()) == {None}  # seed_user's, before and after
     assert {before.manifest.export_id, after.manifest.export_id} <= set(linked)
+
+
+async def test_an_export_record_written_while_an_erasure_fences_the_user_or_after_it_links_no_key(
+    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, tmp_path: Path
+) -> None:
+    platform = audited_platform(engine, registry, s3_store)
+    await seed_user(platform, s3_store, ALICE, CANARY_A, 1, 1)
+    subject = await find_subject(engine, ALICE)
+    async with engine.begin() as conn:  # an erasure of alice under way: its fence is up
+        await conn.execute(insert(user_holds).values(user_id=ALICE, reason="erasure", request_id="req-1",
+                                                     created_at=datetime.now(UTC)))
+
+    during = await exporter(engine, s3_store).run(ALICE, tmp_path / "during.zip", operator="dpo")
+
+    assert during.matched and CANARY_A.encode() in b"".join(unpack(during.path).values())  # her access stands
+    recorded = await get_export(engine, during.manifest.export_id)
+    assert recorded is not None and recorded["status"] == "exported" and recorded["subject_key"] is None
+
+    # An export that read the subject key just before an erasure deleted its mapping links none either.
+    async with engine.begin() as conn:
+        await conn.execute(delete(user_holds))
+        await conn.execute(delete(subjects).where(subjects.c.subject_key == subject))
+    await open_export(engine, "ex-late", subject, user_id=ALICE, requested_by=None, operator="dpo")
+    late = await get_export(engine, "ex-late")
+    assert late is not None and late["subject_key"] is None
+    await open_export(engine, "ex-bob", await get_or_create_subject(engine, "bob"), user_id="bob", requested_by=None,
+                      operator="dpo")
+    bob = await get_export(engine, "ex-bob")
+    assert bob is not None and bob["subject_key"] == await find_subject(engine, "bob")  # linked, as ever
 
 
 async def test_an_id_that_matches_nothing_is_said_to_have_a_near_twin_when_one_holds_data(

@@ -151,8 +151,8 @@ class ExportCoordinator:
         try:
             subject = await find_subject(self.engine, user_id)
             try:
-                started = await requests.open_export(self.engine, export_id, subject, requested_by=requested_by,
-                                                     operator=ran_by)
+                started = await requests.open_export(self.engine, export_id, subject, user_id=user_id,
+                                                     requested_by=requested_by, operator=ran_by)
             except _STOPS:  # the record may have been written just before the stop
                 await self._stopped(export_id, "as it began")
                 raise

@@ -2,7 +2,8 @@
 
     from teamstore.export import requests
 
-    await requests.open_export(engine, "ex-1f3c...", subject_key, requested_by="ticket 881", operator="dpo")
+    await requests.open_export(engine, "ex-1f3c...", subject_key, user_id="alice", requested_by="ticket 881",
+                               operator="dpo")
     await requests.finish_export(engine, "ex-1f3c...", manifest)          # or fail_export(..., detail)
 
 A record holds the pseudonymous subject key, never the raw user id nor the archive's path (see
@@ -18,11 +19,13 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import DateTime, String, case, insert, literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.audit.schema import subjects
 from teamstore.db.engine import describe_failure
+from teamstore.db.fence import held
 from teamstore.errors import StoreUnavailable
 from teamstore.export.schema import export_requests
 
@@ -45,18 +48,31 @@ async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection
 
 
 async def open_export(
-    engine: AsyncEngine, export_id: str, subject_key: str | None, *, requested_by: str | None, operator: str
+    engine: AsyncEngine, export_id: str, subject_key: str | None, *, user_id: str, requested_by: str | None,
+    operator: str,
 ) -> datetime:
-    """Record that an export starts now; when it started.
+    """Record that an export of ``user_id`` starts now; when it started.
+
+    The record links the subject key only while no erasure fences the user and the key's mapping stands,
+    checked in the statement that writes it: an erasure unlinks the user's export records (its ``exports``
+    step) and then deletes the mapping, so a record written meanwhile must not link the key again (the
+    export itself goes on: a user's access stands until the erasure is done).
 
     Raises:
         StoreUnavailable: The database could not be reached (nothing is exported then).
     """
     now = datetime.now(UTC)
+    e = export_requests.c
+    recorded: Any = literal(None, String)
+    if subject_key is not None:  # the key if its mapping stands and no erasure fences the user, else NULL
+        mapped = select(subjects.c.subject_key).where(subjects.c.subject_key == subject_key).scalar_subquery()
+        recorded = case((held(user_id), literal(None, String)), else_=mapped)
+    row = select(literal(export_id, String), recorded, literal(requested_by, String), literal(operator, String),
+                 literal(RUNNING, String), literal(now, DateTime(timezone=True)))
+    stmt = insert(export_requests).from_select(
+        [e.export_id, e.subject_key, e.requested_by, e.operator, e.status, e.started_at], row)
     async with _db(engine, "record the export") as conn:
-        await conn.execute(insert(export_requests).values(
-            export_id=export_id, subject_key=subject_key, requested_by=requested_by, operator=operator,
-            status=RUNNING, started_at=now))
+        await conn.execute(stmt)
     return now
 
 
