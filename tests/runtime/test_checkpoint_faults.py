@@ -273,6 +273,8 @@ async def test_a_checkpoint_that_autogen_refuses_is_set_aside_when_continued(
         with pytest.raises(StateRejected, match="set aside"):
             await s.continue_run()
         assert s.interrupted is None
+        assert s.resume.outcome != "interrupted" and s.resume.checkpoint_refused == "corrupt", str(s.resume)
+        assert "interrupted after turn 2, was set aside" in str(s.resume)
         result = await s.run("a new request")
     assert result.messages[0].to_text() == "a new request"
     (kept,) = await platform.store.list_quarantined("alice")

@@ -128,6 +128,28 @@ async def test_abandoning_restores_the_state_from_before_the_run(
     assert "first request" in str(state) and TASK not in str(state)
 
 
+@pytest.mark.parametrize("how", ["abandoned", "continued"])
+@pytest.mark.parametrize("earlier", [False, True], ids=["first-run", "after-a-saved-run"])
+async def test_the_resume_verdict_says_what_became_of_the_interrupted_run(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, how: str, earlier: bool
+) -> None:
+    # It read "interrupted: ... continue or abandon it" to the end of the block, after either was done.
+    register(registry)
+    if earlier:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            await s.run("first request")
+    await _stop_after(platform, monkeypatch, 2)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.interrupted is not None
+        run_id = s.interrupted.run_id
+        assert str(s.resume).startswith("interrupted: ") and s.resume.applied == earlier
+        await (s.abandon_run() if how == "abandoned" else s.continue_run())
+        state = "resumed" if earlier else "new"
+        assert str(s.resume) == f"{state}: run {run_id[:12]}, interrupted after turn 2, was {how}"
+        assert s.resume.interrupted is None and s.resume.as_dict()["interrupted"] is None
+        assert s.resume.applied == earlier and not s.resume.quarantined
+
+
 async def test_continuing_in_the_same_block_after_the_run_raised(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,7 +28,7 @@ from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, StreamItem, notify_observers
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint, set_aside_run
-from teamstore.runtime.resume import ResumeOutcome
+from teamstore.runtime.resume import ResumeOutcome, waiting_note
 from teamstore.state.base import Ending, SessionKey, StateStore, StoredSession
 from teamstore.state.cancellation import to_the_end
 
@@ -50,7 +50,7 @@ async def judge_at_open(
     found = judge_checkpoint(row, built, agentchat_version)
     if isinstance(found, Checkpoint):
         run = found.run
-        detail = f"run {run.run_id[:12]} stopped after turn {run.last_turn}; continue or abandon it"
+        detail = waiting_note(run)
         if outcome.detail:
             detail = f"{outcome.detail}; {detail}"
         return ResumeOutcome("interrupted", outcome.team_version, detail, outcome.restored,

@@ -16,7 +16,7 @@ resumed whole or started fresh, never half-loaded.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -46,6 +46,9 @@ class ResumeOutcome:
     ``too_large`` (saved under a higher byte cap than today's: it could never be saved again) and ``corrupt``
     (:data:`Outcome`); ``detail`` says which participant and how. ``checkpoint_refused`` says why an
     interrupted run's checkpoint was set aside (quarantined) when the state itself could still be judged.
+
+    A session's outcome follows its interrupted run: once the run is continued, abandoned or set aside in that
+    session, it is the state's own again (:meth:`run_ended`).
     """
 
     outcome: Outcome
@@ -65,6 +68,25 @@ class ResumeOutcome:
     def __str__(self) -> str:
         return f"{self.outcome}: {self.detail}" if self.detail else self.outcome
 
+    def run_ended(self, how: str, *, refused: Refusal | None = None) -> ResumeOutcome:
+        """This outcome once the interrupted run it names no longer waits for a decision: the state's own
+        (``resumed`` when the state from before the run was loaded, else ``new``), the detail saying what
+        became of the run instead of asking for a decision.
+
+        Args:
+            how: What became of it: ``continued``, ``abandoned``, ``set aside``.
+            refused: Why its checkpoint was set aside (quarantined), if it was.
+        """
+        run = self.interrupted
+        if run is None:
+            return self
+        notes = (self.detail or "").removesuffix(waiting_note(run)).removesuffix("; ")
+        note = f"run {run.run_id[:12]}, interrupted after turn {run.last_turn}, was {how}"
+        return replace(self, outcome="resumed" if self.restored else "new", interrupted=None,
+                       detail=f"{notes}; {note}" if notes else note,
+                       quarantined=self.quarantined or refused is not None,
+                       checkpoint_refused=refused or self.checkpoint_refused)
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
         return {
@@ -78,6 +100,11 @@ class ResumeOutcome:
             "interrupted": self.interrupted.as_dict() if self.interrupted else None,
             "checkpoint_refused": self.checkpoint_refused,
         }
+
+
+def waiting_note(run: InterruptedRun) -> str:
+    """What an ``interrupted`` outcome's detail says of its run, after the state's own notes."""
+    return f"run {run.run_id[:12]} stopped after turn {run.last_turn}; continue or abandon it"
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """One user's session: take the lease, resume, run, save, release.
 
     async with platform.session("user-1", "session-1", team="support_triage") as s:
-        print(s.resume)                      # "resumed", "new", "interrupted", "definition_changed: ...", ...
+        print(s.resume)                      # "resumed", "new", "interrupted: ...", "definition_changed: ...", ...
         if s.interrupted:                    # the last run stopped mid-run (its worker died): decide
             result = await s.continue_run()  # or: await s.abandon_run()
         result = await s.run("The technician came; still not working")
@@ -45,6 +45,7 @@ from config_registry.types import BuiltTeam
 from teamstore.errors import (
     ConfigurationError,
     NoInterruptedRun,
+    Refusal,
     RunInProgress,
     RunInterrupted,
     SessionNotOpen,
@@ -420,6 +421,7 @@ class Session:
         async with self._writing:
             await self.write_checkpoint(None)
         self._interrupted = self._checkpoint = None
+        self._run_ended("abandoned")
         await interruptions.report_abandoned(self, checkpoint, resumed=bool(self.resume and self.resume.applied))
 
     def routed_stream(
@@ -503,11 +505,18 @@ class Session:
             await to_the_end(interruptions.set_aside(self._deps.store, self.key, self._owner, checkpoint,
                                                      self._built.name, detail, self._deps.observers))
             self._interrupted = self._checkpoint = None
+            self._run_ended("set aside", refused="corrupt")
             await self._rebuild()
             raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
                                            "its checkpoint was set aside") from exc
         self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
+        self._run_ended("continued")
         return TakenUp(checkpoint, so_far)
+
+    def _run_ended(self, how: str, *, refused: Refusal | None = None) -> None:
+        """The interrupted run the session opened with no longer waits: :attr:`resume` says so."""
+        if self.resume is not None:
+            self.resume = self.resume.run_ended(how, refused=refused)
 
     async def _interrupted_checkpoint(self) -> Checkpoint:
         if self._interrupted is None:
