@@ -183,6 +183,12 @@ class SessionNotOpen(StateError):
     """A Session used outside its one ``async with`` block: before it, after it, or entered twice."""
 
 
+class PlatformClosed(StateError):
+    """The platform is closing or closed (``Platform.aclose()``, the end of ``async with platform``): a session
+    is not opened on it, and a session still open when its wait for open sessions was over writes nothing more
+    (its lease was given back as the platform closed)."""
+
+
 class InvalidTask(StateError):
     """A task ``run()`` cannot take: not text or AgentChat messages, not valid Unicode, or over the size cap.
     Refused before the team runs; the session stays open and its state as it was."""

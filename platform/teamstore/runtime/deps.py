@@ -3,11 +3,14 @@
     deps = SessionDeps(store=store, observers=observers, limits=SessionLimits.from_settings(settings),
                        build_team=platform.build_team, autogen_spans=platform.autogen_spans, worker_id="w-1")
     keeper = LeaseKeeper(store, key, owner, ttl=300)     # renews every third of the TTL until stopped
+    sessions = OpenSessions()                            # what the platform's close waits for
+    await sessions.close(wait_seconds=10)                # no new session; the open ones end, or are cut off
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -15,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 
 from config_registry.types import BuiltTeam
-from teamstore.errors import StorageError
+from teamstore.errors import ConfigurationError, PlatformClosed, StorageError
 from teamstore.events import RunObserver
+from teamstore.limits import MAX_LEASE_WAIT
 from teamstore.runtime.memory import MemoryService
 from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.resume import SCHEMA_VERSION
@@ -58,6 +62,91 @@ class SessionLimits:
             setattr(self, f.name, getattr(settings, f.name))
 
 
+def check_wait(seconds: object, name: str, hint: str) -> float:
+    """``seconds`` as a wait in seconds, 0 to :data:`MAX_LEASE_WAIT`.
+
+    Raises:
+        ConfigurationError: It is not (NaN fails the range too; a bool is an int to Python, but True is no span of
+            seconds).
+    """
+    if isinstance(seconds, bool) or not (isinstance(seconds, int | float) and 0 <= seconds <= MAX_LEASE_WAIT):
+        raise ConfigurationError(f"{name} must be 0 to {MAX_LEASE_WAIT} seconds, got {seconds!r}", hint=hint)
+    return float(seconds)
+
+
+CutOff = Callable[[], Awaitable[None]]
+"""What a session still open when its platform has closed does: stop renewing and give its lease back."""
+
+
+class OpenSessions:
+    """The sessions a platform has open in this process, for its graceful close (a service's shutdown).
+
+    Once :meth:`close` begins no session opens (``PlatformClosed``); it waits for the open ones to end, then
+    has those still open give their leases back, and from then on they write nothing (:meth:`check`).
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[object, CutOff] = {}
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+        self.closing = False  # no session opens
+        self.closed = False  # the wait is over: an open session writes nothing more
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def enter(self, session: object, cut_off: CutOff) -> None:
+        """Count ``session`` open from now (its lease not taken yet) until :meth:`leave`.
+
+        Raises:
+            PlatformClosed: The platform is closing.
+        """
+        if self.closing:
+            raise PlatformClosed(
+                "the platform is closing: no session opens on it",
+                hint="a service stops taking requests before it closes its platform (its lifespan's end); "
+                "open the session on a platform that is running",
+            )
+        self._open[session] = cut_off
+        self._none_open.clear()
+
+    def leave(self, session: object) -> None:
+        """``session`` has ended (or did not open)."""
+        self._open.pop(session, None)
+        if not self._open:
+            self._none_open.set()
+
+    def check(self) -> None:
+        """Before a session writes to the store.
+
+        Raises:
+            PlatformClosed: The platform closed while the session was open.
+        """
+        if self.closed:
+            raise self.closed_under()
+
+    @staticmethod
+    def closed_under() -> PlatformClosed:
+        """What a session still open when its platform closed gets at its next write."""
+        return PlatformClosed(
+            "the platform was closed while this session was open: nothing more of it is written (what it had "
+            "not saved is lost) and its lease was given back",
+            hint="close the platform once the requests using it have ended (raise aclose(wait_seconds=...) for "
+            "longer runs); open the session again on a running platform and run again",
+        )
+
+    async def close(self, wait_seconds: float) -> int:
+        """Refuse new sessions, wait up to ``wait_seconds`` for the open ones to end, and have those still open
+        give their leases back (a save under way lands first); returns how many were still open."""
+        self.closing = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none_open.wait(), wait_seconds)
+        self.closed = True
+        left = list(self._open.values())
+        await asyncio.gather(*(cut_off() for cut_off in left))
+        return len(left)
+
+
 @dataclass(frozen=True)
 class SessionDeps:
     """What a session needs from the platform that opens it, and nothing more.
@@ -74,6 +163,8 @@ class SessionDeps:
         metrics: Where it records resume outcomes, quarantines, lease waits and state sizes.
         memory: Reads user memory into the session and writes it after; ``None``: no memory, whatever the
             manifest declares.
+        sessions: The platform's open sessions: a session counts itself in as it opens, and is refused, or
+            writes nothing more, once the platform closes.
     """
 
     store: StateStore
@@ -85,6 +176,7 @@ class SessionDeps:
     metrics: SessionMetrics = field(default_factory=SessionMetrics)
     memory: MemoryService | None = None
     build_ahead: Callable[[str], None] = lambda ref: None
+    sessions: OpenSessions = field(default_factory=OpenSessions)
 
 
 class LeaseKeeper:

@@ -41,6 +41,7 @@ from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.runtime import interruptions, turns
 from teamstore.runtime.autogen_spans import autogen_spans_to, install, provider_for_autogen
+from teamstore.runtime.deps import OpenSessions, check_wait
 from teamstore.runtime.memory import MemoryService
 from teamstore.runtime.metrics import SessionMetrics
 from teamstore.runtime.session import Session, SessionDeps, SessionLimits
@@ -52,6 +53,7 @@ from teamstore.state.factory import store_for
 # AutoGen's own loggers record every message, content included, at INFO ("autogen_core.events" and
 # "autogen_agentchat.events" among them).
 _AUTOGEN_LOGGERS = ("autogen_core", "autogen_agentchat")
+log = logging.getLogger("teamstore.platform")
 
 
 def keep_content_out_of_logs() -> None:
@@ -177,6 +179,8 @@ class Platform:
         self.memory = MemoryService(memory)
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._on_close = on_close
+        self._sessions = OpenSessions()
+        self._closing: asyncio.Future[None] | None = None
         self._schema_checked = False
         self._schema_lock = asyncio.Lock()
         self._autogen_tracing = provider_for_autogen(
@@ -261,7 +265,7 @@ class Platform:
         of this process or another worker, kept it past the wait), ``ErasureInProgress``, ``TooManySessions``
         (a new session for a user who keeps ``max_sessions_per_user`` live ones; a resume is never refused),
         ``RunCannotContinue`` (with
-        ``continuing``) and ``StoreUnavailable``.
+        ``continuing``), ``PlatformClosed`` (:meth:`aclose` has begun) and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
         return Session(self._session_deps(), user_id, session_id, team, timeout, continuing)
@@ -271,7 +275,7 @@ class Platform:
         return SessionDeps(
             store=self.store, observers=self.observers, limits=self.limits,
             build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
-            metrics=self.metrics, memory=self.memory, build_ahead=self.teams.build_ahead,
+            metrics=self.metrics, memory=self.memory, build_ahead=self.teams.build_ahead, sessions=self._sessions,
         )
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:
@@ -339,9 +343,32 @@ class Platform:
         """Wait for the memory writes in flight (sessions that closed start one in the background)."""
         await self.memory.drain()
 
-    async def aclose(self) -> None:
-        """Finish the memory writes in flight, flush telemetry and dispose of what this platform was given to
-        close."""
+    async def aclose(self, *, wait_seconds: float | None = None) -> None:
+        """Close gracefully, as a service shuts down: refuse new sessions (``PlatformClosed``), wait for the
+        sessions open in this process to end, then finish the memory writes in flight, flush telemetry and
+        dispose of what this platform was given to close. A session still open when the wait is over has its
+        lease given back and writes nothing more: its next save or checkpoint raises ``PlatformClosed``.
+        Closing again (or at once from another task) waits for the first close; a caller cancelled while it
+        waits leaves the close going on.
+
+        Args:
+            wait_seconds: The longest to wait for the open sessions to end (0 to 3600); by default
+                ``lease_timeout_seconds``, what a request waits for a session another one holds.
+
+        Raises:
+            ConfigurationError: ``wait_seconds`` is not a span of seconds in that range.
+        """
+        wait = self.settings.lease_timeout_seconds if wait_seconds is None else check_wait(
+            wait_seconds, "wait_seconds", "pass how long to wait, in seconds, for the open sessions to end")
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(wait))
+        await asyncio.shield(self._closing)
+
+    async def _close(self, wait_seconds: float) -> None:
+        left = await self._sessions.close(wait_seconds)
+        if left:
+            log.warning("closed the platform with %d session(s) still open after %gs: their leases were given "
+                        "back and they write nothing more", left, wait_seconds)
         await self.teams.aclose()
         await self.memory.drain()
         await drain_observers(self.observers)

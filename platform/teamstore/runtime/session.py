@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,18 +43,17 @@ from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
 from teamstore.errors import (
-    ConfigurationError,
     NoInterruptedRun,
     Refusal,
     RunInProgress,
     RunInterrupted,
     SessionNotOpen,
+    StaleStateVersion,
     StateRejected,
     StorageError,
 )
 from teamstore.events import RunContext, RunObserver, RunOutcome
 from teamstore.ids import check_id
-from teamstore.limits import MAX_LEASE_WAIT
 from teamstore.memory.writer import Said
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
@@ -64,6 +63,7 @@ from teamstore.runtime.deps import (
     LeaseKeeper,
     SessionDeps,
     SessionLimits,
+    check_wait,
     checkpoint_record,
     save_record,
 )
@@ -116,12 +116,8 @@ class Session:
         self._continuing = continuing
         self.key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
         self._team_ref = team
-        # NaN fails the range too; a bool is an int to Python, but True is no span of seconds
-        if isinstance(lease_timeout, bool) or not (isinstance(lease_timeout, int | float)
-                                                   and 0 <= lease_timeout <= MAX_LEASE_WAIT):
-            raise ConfigurationError(f"lease_timeout must be 0 to {MAX_LEASE_WAIT} seconds, got {lease_timeout!r}",
-                                     hint="pass how long to wait, in seconds, for a session another request holds")
-        self._lease_timeout = float(lease_timeout)
+        self._lease_timeout = check_wait(lease_timeout, "lease_timeout",
+                                         "pass how long to wait, in seconds, for a session another request holds")
         self._owner = f"{deps.worker_id}:{uuid.uuid4().hex[:12]}"
         self._built: BuiltTeam  # set when the session is entered; used only while it is open
         self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
@@ -200,10 +196,28 @@ class Session:
         return self._team_run_stream(task=task, cancellation_token=token)
 
     async def write_checkpoint(self, text: str | None) -> None:
-        """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement."""
-        self._row_version = await self._deps.store.checkpoint(
-            self.key, owner=self._owner, expected_version=self._row_version,
-            record=checkpoint_record(self._built, text, self._deps.limits))
+        """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement.
+
+        Raises:
+            PlatformClosed: The platform closed while the session was open; nothing was written.
+        """
+        with self._storing():
+            self._row_version = await self._deps.store.checkpoint(
+                self.key, owner=self._owner, expected_version=self._row_version,
+                record=checkpoint_record(self._built, text, self._deps.limits))
+
+    @contextlib.contextmanager
+    def _storing(self) -> Iterator[None]:
+        """Around each write of the session to the store: none once its platform has closed under it, and one
+        the closing cut short (its connection closed mid-statement: nothing of it landed) says so too."""
+        sessions = self._deps.sessions
+        sessions.check()
+        try:
+            yield
+        except (StorageError, StaleStateVersion) as exc:
+            if sessions.closed:
+                raise sessions.closed_under() from exc
+            raise
 
     # --- opening and closing -----------------------------------------------------------------------------
     def _require_open(self) -> None:
@@ -221,16 +235,29 @@ class Session:
                 hint="open another with platform.session(...); two at once for the same ids wait on the lease",
             )
         self._phase = "closed"  # until the lease is held: a failed entry is not retried on this object
+        self._deps.sessions.enter(self, self._cut_off)  # from here the platform's close waits for it
+        try:
+            await self._enter()
+        except BaseException:
+            self._deps.sessions.leave(self)
+            raise
+        return self
+
+    async def _enter(self) -> None:
+        """Build the team, take the lease, load and judge the row, recall the user's memory."""
         self._use(await self._deps.build_team(self._team_ref))
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
         ready = asyncio.ensure_future(ready_team(built))  # CPU work the lease+load's round trip can hold
         asked = time.perf_counter()
         try:
-            row = await store.acquire(
-                self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
-                wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
-            )
+            with self._storing():
+                row = await store.acquire(
+                    self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
+                    wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
+                )
+            # The platform closed while the lease was on its way: it is left to its TTL, as the store is closed.
+            self._deps.sessions.check()
         except Exception as exc:
             ready.cancel()  # the team is dropped with the session
             self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
@@ -252,7 +279,6 @@ class Session:
         self._deps.metrics.resumed(verdict.outcome.outcome)
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
-        return self
 
     async def _judge(self, row: StoredSession) -> Verdict:
         """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
@@ -319,7 +345,10 @@ class Session:
         self._phase = "closed"
         # Cancelled while closing (a request timeout), it finishes anyway: the last run's audit is written
         # and its state saved, and the lease never outlives the request.
-        await to_the_end(self._close())
+        try:
+            await to_the_end(self._close())
+        finally:
+            self._deps.sessions.leave(self)
 
     async def _close(self) -> None:
         try:
@@ -327,7 +356,8 @@ class Session:
             await self.flush_audit()
         finally:
             await self._stop_keeping()
-        self._deps.build_ahead(self._team_ref)  # the next request's team, built while the save is on its way
+        if not self._deps.sessions.closing:  # no next request on a closing platform
+            self._deps.build_ahead(self._team_ref)  # the next request's team, built while the save is on its way
         async with self._writing:  # after a save still under way (one the caller did not await)
             try:
                 if self._pending is not None:
@@ -339,7 +369,18 @@ class Session:
             except BaseException:  # whatever failed, the lease is given back
                 await self._release_quietly()
                 raise
-        self._write_memory()  # after the save: memory follows what was saved
+        if not self._deps.sessions.closed:
+            self._write_memory()  # after the save: memory follows what was saved
+
+    async def _cut_off(self) -> None:
+        """The platform closed with this session still open: stop renewing the lease and give it back (after a
+        save under way); the session writes nothing more (``PlatformClosed``)."""
+        await self._stop_keeping()
+        async with self._writing:
+            try:
+                await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
+            except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
+                log.warning("could not give back the lease of a session open as its platform closed: %s", exc)
 
     async def _stop_keeping(self) -> None:
         if self._keeper is not None:
@@ -589,14 +630,17 @@ class Session:
         # Taken before writing: a refused snapshot is reported once, never retried blindly at exit.
         state, self._pending = self._pending, None
         assert state is not None
-        self._row_version = await self._deps.store.save(
-            self.key, owner=self._owner, expected_version=self._row_version,
-            record=save_record(self._built, state, self._deps.limits), release=release,
-        )
+        with self._storing():
+            self._row_version = await self._deps.store.save(
+                self.key, owner=self._owner, expected_version=self._row_version,
+                record=save_record(self._built, state, self._deps.limits), release=release,
+            )
         self._drop_checkpoint = False  # a save clears the row's checkpoint
         self._deps.metrics.state_saved(self._pending_bytes)
 
     async def _release(self) -> None:
+        if self._deps.sessions.closed:  # the platform gave the lease back as it closed (_cut_off)
+            return
         await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
 
     async def _release_quietly(self) -> None:
