@@ -5,6 +5,7 @@ answers chosen operations with the error real KMS gives (moto enforces neither a
     proxy = Outage(kms_endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
     proxy.down = True     # every KMS request from now on fails to get an answer
+    proxy.answers = 2     # two more requests are answered, then it goes down
     proxy.refuse["Decrypt"] = "DisabledException"   # every Decrypt answered so, as KMS does for a disabled key
 """
 
@@ -24,6 +25,8 @@ class Outage:
     def __init__(self, target: str) -> None:
         self.down = False
         self.requests = 0
+        self.answers: int | None = None
+        """How many more requests are answered before it goes down by itself (``None``: no limit)."""
         self.refuse: dict[str, str] = {}
         """KMS operation (``Decrypt``, ``CreateKey``, ...) -> the error code to answer it with."""
         self.target = urlsplit(target)
@@ -51,6 +54,8 @@ class Outage:
             def do_POST(self) -> None:
                 proxy.requests += 1
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.answers is not None:
+                    proxy.down, proxy.answers = proxy.down or proxy.answers <= 0, proxy.answers - 1
                 if proxy.down:
                     self.close_connection = True
                     self.connection.close()  # no answer at all

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from typing import Any
 
 import boto3
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
@@ -91,6 +92,33 @@ async def test_a_rotation_kms_cut_short_is_finished_by_running_it_again(
         resumed = await rotate(keys, retire_days=0, batch=1)
         assert not resumed.created and resumed.rewrapped == 2 and len(resumed.destroyed) == 1
         assert set((await _keks(engine)).values()) == {resumed.kek_id}
+        for user, blob in sealed.items():
+            assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.s3
+async def test_a_rotation_kms_cut_short_inside_a_batch_keeps_the_keys_re_wrapped_before_it(
+    engine: AsyncEngine, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = Outage(s3_env)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
+    keys = KeyService.from_settings(engine, Settings())
+    sealed = await _sealed_for_all(keys)
+    first = await keys.current_kek()
+
+    async def outage_after_the_first_key() -> None:
+        proxy.answers = 2  # alice's Decrypt and Encrypt
+
+    try:
+        with pytest.raises(KeyUnavailable, match="stopped after re-wrapping 1 "):
+            await rotate(keys, retire_days=0, on_batch=outage_after_the_first_key)
+        (new,) = set((await _keks(engine)).values()) - {first}
+        assert await _keks(engine) == {"alice": new, "bob": first, "carol": first}, "alice's key was stored"
+        proxy.answers, proxy.down = None, False
+        resumed = await rotate(keys, retire_days=0)
+        assert not resumed.created and resumed.rewrapped == 2 and set((await _keks(engine)).values()) == {new}
         for user, blob in sealed.items():
             assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
     finally:
@@ -535,14 +563,15 @@ def test_keys_rotate_stopped_by_ctrl_c_says_what_it_re_wrapped_exits_130_and_a_r
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     first = asyncio.run(_sealed_for_all_here())
-    real, moved = rotation._rewrap, []
+    _batches_of(1, monkeypatch)
+    real, moved = rotation._rewrap_batch, []
 
     async def ctrl_c_after_one(*args: Any) -> None:
         if moved:
             raise KeyboardInterrupt
         moved.append(await real(*args))
 
-    monkeypatch.setattr(rotation, "_rewrap", ctrl_c_after_one)
+    monkeypatch.setattr(rotation, "_rewrap_batch", ctrl_c_after_one)
     stopped = runner.invoke(app, ["keys", "rotate", "--json"])
     said = " ".join(stopped.stderr.split())
     assert stopped.exit_code == 130 and stopped.stdout == "", stopped.output
@@ -551,12 +580,52 @@ def test_keys_rotate_stopped_by_ctrl_c_says_what_it_re_wrapped_exits_130_and_a_r
     assert "run `teamstore keys rotate` again: it resumes this rotation" in said
     assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["rotation_unfinished"]["data_keys"] == 2
 
-    monkeypatch.setattr(rotation, "_rewrap", real)
+    monkeypatch.setattr(rotation, "_rewrap_batch", real)
     resumed = runner.invoke(app, ["keys", "rotate", "--json"])
     assert resumed.exit_code == 0, resumed.output
     done = json.loads(resumed.stdout)
     assert (done["kek_id"], done["created"], done["rewrapped"]) == (new, False, 2)
     assert _kek_states() == {first: "retired", new: "current"}  # resumed: no third key made
+
+
+def _batches_of(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``keys rotate`` read (and re-wrap) ``size`` data keys at a time."""
+    real = rotation._batch
+
+    async def batch(engine: AsyncEngine, current: str, after: str, _size: int) -> Any:
+        return await real(engine, current, after, size)
+
+    monkeypatch.setattr(rotation, "_batch", batch)
+
+
+def test_keys_rotate_stopped_by_ctrl_c_while_a_batch_commits_counts_that_batch_as_re_wrapped(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    first = asyncio.run(_sealed_for_all_here())
+    _batches_of(2, monkeypatch)
+    real, commits = rotation._store, []
+
+    async def ctrl_c_at_the_commit(engine: AsyncEngine, *args: Any) -> tuple[int, int]:
+        def ctrl_c(_conn: Any) -> None:
+            if not commits:
+                commits.append(True)
+                signal.raise_signal(signal.SIGINT)  # as a terminal's Ctrl-C: asyncio.run cancels the rotation
+
+        event.listen(engine.sync_engine, "commit", ctrl_c)
+        try:
+            return await real(engine, *args)
+        finally:
+            event.remove(engine.sync_engine, "commit", ctrl_c)
+
+    monkeypatch.setattr(rotation, "_store", ctrl_c_at_the_commit)
+    stopped = runner.invoke(app, ["keys", "rotate", "--json"])
+    said = " ".join(stopped.stderr.split())
+    assert stopped.exit_code == 130 and commits, stopped.output
+    (new,) = set(_kek_states()) - {first}
+    assert f"the rotation to {new} is unfinished: 2 data key(s) were re-wrapped" in said, said
+    assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["rotation_unfinished"]["data_keys"] == 1
 
 
 def test_keys_rotate_stopped_before_its_new_key_is_recorded_names_it_and_a_rerun_rotates_in_full(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -243,19 +243,23 @@ def _used_before(kek_id: str, retired_at: datetime | None, destroyed_at: datetim
     )
 
 
+_Row = tuple[str, str, str, bytes]
+"""A data key as read: user id, key id, the KEK id that wraps it, the wrapped key."""
+
+
 async def _rewrap_all(keys: KeyService, current: str, report: RotationReport, batch: int,
                       on_batch: OnBatch | None) -> None:
-    """Re-wrap every data key not under ``current``, a batch at a time (by user id, so each is read once)."""
+    """Re-wrap every data key not under ``current``, a batch at a time (by user id, so each is read once): each
+    batch unwrapped and wrapped again on one thread, then stored in one transaction."""
     after = ""
     while rows := await _batch(keys.engine, current, after, batch):
         if on_batch is not None:
             await on_batch()
-        for user_id, key_id, kek_id, wrapped in rows:
-            await _rewrap(keys, current, report, user_id, key_id, kek_id, wrapped)
+        await _rewrap_batch(keys, current, report, rows)
         after = rows[-1][0]
 
 
-async def _batch(engine: AsyncEngine, current: str, after: str, size: int) -> list[tuple[str, str, str, bytes]]:
+async def _batch(engine: AsyncEngine, current: str, after: str, size: int) -> list[_Row]:
     d = data_keys.c
     query = (select(d.user_id, d.key_id, d.kek_id, d.wrapped).where(d.kek_id != current, d.user_id > after)
              .order_by(d.user_id).limit(size))
@@ -266,32 +270,76 @@ async def _batch(engine: AsyncEngine, current: str, after: str, size: int) -> li
         raise _failed(exc, "read the data keys to re-wrap", _AGAIN) from exc
 
 
-async def _rewrap(keys: KeyService, current: str, report: RotationReport, user_id: str, key_id: str, kek_id: str,
-                  wrapped: bytes) -> None:
-    def move() -> bytes:
-        return keys.ring.get(current).wrap(keys.ring.get(kek_id).unwrap(wrapped, key_id), key_id)
+@dataclass
+class _Rewrapped:
+    """A batch wrapped again under the new KEK: each row as read with its new wrapping; the rows left as they are;
+    what stopped the batch short (the rows before it are kept, to be stored)."""
 
-    try:
-        rewrapped = await asyncio.to_thread(move)
-    except DataKeyDamaged:
-        report.damaged.append(key_id)
-        return
-    except KeyDestroyed:
-        report.unusable.append(key_id)  # its KEK disabled (it may come back) or deleted: nothing to restore
-        return
+    moved: list[tuple[_Row, bytes]] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    unusable: list[str] = field(default_factory=list)
+    stopped: KeyUnavailable | ConfigurationError | None = None
+
+
+def _rewrap_on_thread(keys: KeyService, current: str, rows: list[_Row]) -> _Rewrapped:
+    """Unwrap each of ``rows`` and wrap it under ``current`` (blocking: the key file, or a KMS request each)."""
+    done = _Rewrapped()
+    for row in rows:
+        _, key_id, kek_id, wrapped = row
+        try:
+            rewrapped = keys.ring.get(current).wrap(keys.ring.get(kek_id).unwrap(wrapped, key_id), key_id)
+            done.moved.append((row, rewrapped))
+        except DataKeyDamaged:
+            done.damaged.append(key_id)
+        except KeyDestroyed:
+            done.unusable.append(key_id)  # its KEK disabled (it may come back) or deleted: nothing to restore
+        except (KeyUnavailable, ConfigurationError) as exc:
+            done.stopped = exc
+            break
+    return done
+
+
+async def _rewrap_batch(keys: KeyService, current: str, report: RotationReport, rows: list[_Row]) -> None:
+    """Re-wrap ``rows`` and store them; the report counts what was stored. A KEK that could not be used raises once
+    what was re-wrapped before it is stored."""
+    done = await asyncio.to_thread(_rewrap_on_thread, keys, current, rows)
+    report.damaged += done.damaged
+    report.unusable += done.unusable
+    if done.moved:
+        # Ctrl-C cancels the rotation: a transaction under way is waited for, so the report says whether it was
+        # stored (cancelled during its commit, it could be stored with the report saying it was not).
+        storing = asyncio.ensure_future(_store(keys.engine, current, done.moved))
+        try:
+            moved, gone = await asyncio.shield(storing)
+        except asyncio.CancelledError:
+            moved, gone = await storing
+            report.rewrapped, report.gone = report.rewrapped + moved, report.gone + gone
+            raise
+        report.rewrapped, report.gone = report.rewrapped + moved, report.gone + gone
+    if done.stopped is not None:
+        raise done.stopped
+
+
+async def _store(engine: AsyncEngine, current: str, moved: list[tuple[_Row, bytes]]) -> tuple[int, int]:
+    """Store re-wrapped data keys in one transaction; how many were stored, and how many were gone (deleted by an
+    erasure after being read; a key neither stored nor gone was moved by another rotation running meanwhile)."""
     d = data_keys.c
-    # Only the row as read: one an erasure deleted meanwhile stays deleted (no upsert can bring it back).
-    stmt = update(data_keys).where(d.user_id == user_id, d.key_id == key_id, d.kek_id == kek_id).values(
-        kek_id=current, wrapped=rewrapped, wrapped_at=datetime.now(UTC))
+    # Each over the row as read only: one an erasure deleted meanwhile stays deleted (no upsert can bring it back).
+    stmt = update(data_keys).where(d.user_id == bindparam("row_user"), d.key_id == bindparam("row_key"),
+                                   d.kek_id == bindparam("row_kek")).values(
+        kek_id=current, wrapped=bindparam("rewrapped"), wrapped_at=datetime.now(UTC))
+    params = [{"row_user": user_id, "row_key": key_id, "row_kek": kek_id, "rewrapped": rewrapped}
+              for (user_id, key_id, kek_id, _), rewrapped in moved]
     try:
-        async with keys.engine.begin() as conn:
-            moved = (await conn.execute(stmt)).rowcount
+        async with engine.begin() as conn:
+            stored = (await conn.execute(stmt, params)).rowcount
+            if stored == len(moved):
+                return stored, 0
+            key_ids = [row[1] for row, _ in moved]
+            left = await conn.scalar(select(func.count()).select_from(data_keys).where(d.key_id.in_(key_ids)))
     except SQLAlchemyError as exc:
-        raise _failed(exc, "store a re-wrapped data key", _AGAIN) from exc
-    if moved:
-        report.rewrapped += 1
-    elif not await keys.key_exists(key_id):
-        report.gone += 1  # else another rotation running at the same time moved it
+        raise _failed(exc, "store re-wrapped data keys", _AGAIN) from exc
+    return stored, len(moved) - int(left or 0)
 
 
 @dataclass
