@@ -18,6 +18,11 @@ unsealed, in one run.
    interleaved rounds, sequential and with 16 sessions at once, with a second unsealed run as in (1). All
    seal their transcripts ((2) times that).
 
+4. ``teamstore keys rotate`` over ``BENCH_ROTATE_USERS`` (3,000) data keys under the local key file, on the
+   embedded SQLite file and on Postgres: the rotation as it ships (batches of 500: a thread hop and a
+   transaction each) against batches of one key (a thread hop, a transaction and a read per key),
+   alternating, ``BENCH_ROTATE_ROUNDS`` (3) rotations each; each rotation moves every key.
+
 ``BENCH_ROUNDS`` (25) and ``BENCH_SECONDS`` (0.4) change the rounds of (1); ``BENCH_REQUEST_ROUNDS`` (11)
 and ``BENCH_REQUEST_SECONDS`` (1.0) those of (3).
 """
@@ -26,9 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import statistics
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +190,66 @@ async def whole_request(folder: Path) -> None:
               f"{ms['sealed']:.2f} ms; unsealed against itself {median_ratio(rates, 'unsealed again', 'unsealed'):.3f}x")
 
 
+ROTATIONS = {"batches of 500": 500, "batches of 1": 1}
+
+
+async def _seed(keys: KeyService, users: int) -> None:
+    """``users`` data keys under the current KEK, inserted at once (made as a user's first seal makes one)."""
+    from sqlalchemy import insert
+
+    from teamstore.keys.schema import data_keys
+
+    kek_id = await keys.current_kek()
+    kek, now = keys.ring.get(kek_id), datetime.now(UTC)
+    rows = []
+    for n in range(users):
+        key_id = secrets.token_hex(16)
+        rows.append({"user_id": f"user-{n:07}", "key_id": key_id, "kek_id": kek_id, "created_at": now,
+                     "wrapped_at": now, "wrapped": kek.wrap(os.urandom(32), key_id)})
+    async with keys.engine.begin() as conn:
+        await conn.execute(insert(data_keys), rows)
+
+
+async def _rotations(url: str, folder: Path, users: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per rotation of every data key, each batch size in turn, round by round."""
+    from teamstore.db.engine import create_engine
+    from teamstore.db.migrate import upgrade
+    from teamstore.keys.rotation import rotate
+
+    engine = create_engine(url)
+    try:
+        await upgrade(engine)
+        keys = _keys(folder)(engine)
+        await _seed(keys, users)
+        times: dict[str, list[float]] = {name: [] for name in ROTATIONS}
+        for n in range(rounds):
+            for name in list(ROTATIONS)[n % 2:] + list(ROTATIONS)[:n % 2]:
+                started = time.perf_counter()
+                report = await rotate(keys, retire_days=7, batch=ROTATIONS[name])
+                times[name].append(time.perf_counter() - started)
+                assert report.rewrapped == users, report
+        return times
+    finally:
+        await engine.dispose()
+
+
+async def key_rotation(folder: Path) -> None:
+    users, rounds = int(env_number("BENCH_ROTATE_USERS", 3000)), int(env_number("BENCH_ROTATE_ROUNDS", 3))
+    print(f"(4) `keys rotate` of {users:,} data keys (local key file), {rounds} rotations each, alternating; medians:")
+    server, url = postgres_database()
+    try:
+        on = {"SQLite": await _rotations(f"sqlite:///{(folder / 'rotate.db').as_posix()}", folder / "sqlite", users,
+                                         rounds),
+              "Postgres": await _rotations(url, folder / "postgres", users, rounds)}
+    finally:
+        drop_database(server, url)
+    for backend, times in on.items():
+        batched, one = (statistics.median(times[name]) for name in ROTATIONS)
+        print(f"    {backend:<10} batches of 500 {batched:6.2f} s ({users / batched:8,.0f} keys/s)   batches of 1 "
+              f"{one:6.2f} s ({users / one:6,.0f} keys/s)   {one / batched:5.1f}x faster; a million keys "
+              f"~{batched * 1e6 / users / 60:.1f} min")
+
+
 async def run() -> None:
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
@@ -190,6 +257,7 @@ async def run() -> None:
         await state_cycle(folder)
         await transcript_write(folder)
         await whole_request(folder)
+        await key_rotation(folder)
 
 
 def main() -> None:
