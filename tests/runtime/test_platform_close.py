@@ -126,3 +126,27 @@ async def test_a_wait_that_is_no_span_of_seconds_is_refused(platform: Platform, 
         await platform.aclose(wait_seconds=bad)  # type: ignore[arg-type]
     async with platform.session(*KEY.__dict__.values(), team=TEAM_REF):  # still open
         pass
+
+
+async def test_a_session_that_cannot_be_cut_off_does_not_keep_the_platform_from_closing(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first failure stopped the close there (teams, observers and store left open), and every later close
+    # raised it again.
+    closed: list[str] = []
+
+    async def on_close() -> None:
+        closed.append("closed")
+
+    async def broken_release(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("CANARY-4711 the release broke")
+
+    p = Platform(platform.engine, registry, settings=platform.settings, on_close=on_close)
+    with pytest.raises(PlatformClosed):
+        async with p.session("dave", "s9", team=TEAM_REF) as s:
+            await s.run("My router ZX-81 drops every evening")
+            monkeypatch.setattr(p.store, "release", broken_release)
+            await p.aclose(wait_seconds=0)
+    await p.aclose()
+    assert closed == ["closed"]
+    assert "RuntimeError" in caplog.text and "CANARY-4711" not in caplog.text
