@@ -150,3 +150,23 @@ async def test_a_session_that_cannot_be_cut_off_does_not_keep_the_platform_from_
     await p.aclose()
     assert closed == ["closed"]
     assert "RuntimeError" in caplog.text and "CANARY-4711" not in caplog.text
+
+
+async def test_a_session_waiting_for_its_lease_as_the_platform_closes_stops_waiting_and_takes_nothing(
+    platform: Platform, later: Platform
+) -> None:
+    # Its wait went on after the store was closed: once the holder let go it took the lease on the closed store
+    # (the lock lease on a connection nobody tracked) and raised PlatformClosed without giving it back, saying
+    # "its lease was given back"; the session stayed held for its TTL.
+    async with later.session(*KEY.__dict__.values(), team=TEAM_REF) as holder:
+        waiting = asyncio.ensure_future(platform.session(*KEY.__dict__.values(), team=TEAM_REF, lease_timeout=30)
+                                        .__aenter__())
+        await asyncio.sleep(0.3)  # it polls for the lease the holder keeps
+        await asyncio.wait_for(platform.aclose(wait_seconds=0.2), 5)
+        await holder.run("My router ZX-81 drops every evening")
+    await asyncio.sleep(0.6)  # a poll still going on would take the lease now
+    async with later.session(*KEY.__dict__.values(), team=TEAM_REF, lease_timeout=0) as s:
+        assert s.resume is not None and s.resume.outcome == "resumed"
+    with pytest.raises(PlatformClosed) as info:
+        await waiting
+    assert "did not open" in info.value.message and "given back" not in info.value.message

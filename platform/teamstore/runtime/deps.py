@@ -116,23 +116,27 @@ class OpenSessions:
         if not self._open:
             self._none_open.set()
 
-    def check(self) -> None:
-        """Before a session writes to the store.
+    def check(self, *, opening: bool = False) -> None:
+        """Before a session writes to the store (``opening``: before it asks for its lease).
 
         Raises:
-            PlatformClosed: The platform closed while the session was open.
+            PlatformClosed: The platform closed while the session was open (or opening).
         """
         if self.closed:
-            raise self.closed_under()
+            raise self.closed_under(opening=opening)
 
     @staticmethod
-    def closed_under() -> PlatformClosed:
-        """What a session still open when its platform closed gets at its next write."""
+    def closed_under(*, opening: bool = False) -> PlatformClosed:
+        """What a session still open (``opening``: still opening) when its platform closed gets at its next
+        write (as it opens)."""
+        hint = ("close the platform once the requests using it have ended (raise aclose(wait_seconds=...) for "
+                "longer runs); open the session again on a running platform and run again")
+        if opening:
+            return PlatformClosed("the platform was closed while this session was opening: it did not open, "
+                                  "and holds no lease", hint=hint)
         return PlatformClosed(
             "the platform was closed while this session was open: nothing more of it is written (what it had "
-            "not saved is lost) and its lease was given back",
-            hint="close the platform once the requests using it have ended (raise aclose(wait_seconds=...) for "
-            "longer runs); open the session again on a running platform and run again",
+            "not saved is lost) and its lease was given back", hint=hint,
         )
 
     async def close(self, wait_seconds: float) -> int:

@@ -137,6 +137,7 @@ class Session:
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Future[None] | None = None
         self._keeper: LeaseKeeper | None = None
+        self._acquiring: asyncio.Future[StoredSession] | None = None  # the lease asked for, once it is
         self.last_run_id: str | None = None
         self._memory: MemoryBinding | None = None
         self.memory: MemoryRecall | None = None
@@ -251,13 +252,7 @@ class Session:
         ready = asyncio.ensure_future(ready_team(built))  # CPU work the lease+load's round trip can hold
         asked = time.perf_counter()
         try:
-            with self._storing():
-                row = await store.acquire(
-                    self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
-                    wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
-                )
-            # The platform closed while the lease was on its way: it is left to its TTL, as the store is closed.
-            self._deps.sessions.check()
+            row = await self._acquire(claim)
         except Exception as exc:
             ready.cancel()  # the team is dropped with the session
             self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
@@ -279,6 +274,29 @@ class Session:
         self._deps.metrics.resumed(verdict.outcome.outcome)
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
+
+    async def _acquire(self, claim: Claim) -> StoredSession:
+        """Take the lease and load the row. The platform's close stops a wait for the lease (and gives back one
+        taken as it closed: :meth:`_cut_off`), so the store never closes under it: ``PlatformClosed``."""
+        sessions, limits = self._deps.sessions, self._deps.limits
+        sessions.check(opening=True)
+        self._acquiring = acquiring = asyncio.ensure_future(self._deps.store.acquire(
+            self.key, claim, owner=self._owner, lease_ttl=limits.lease_ttl_seconds,
+            wait_seconds=self._lease_timeout, max_sessions=limits.max_sessions_per_user,
+        ))
+        try:
+            row = await acquiring
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if sessions.closed and task is not None and not task.cancelling():  # the close's, not the caller's
+                raise sessions.closed_under(opening=True) from None
+            raise
+        except (StorageError, StaleStateVersion) as exc:
+            if sessions.closed:
+                raise sessions.closed_under(opening=True) from exc
+            raise
+        sessions.check(opening=True)  # taken as the platform closed: the close gave it back
+        return row
 
     async def _judge(self, row: StoredSession) -> Verdict:
         """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
@@ -373,12 +391,20 @@ class Session:
             self._write_memory()  # after the save: memory follows what was saved
 
     async def _cut_off(self) -> None:
-        """The platform closed with this session still open: stop renewing the lease and give it back (after a
-        save under way); the session writes nothing more (``PlatformClosed``)."""
+        """The platform closed with this session still open: stop a wait for its lease, stop renewing the lease
+        and give it back (after a save under way); the session writes nothing more (``PlatformClosed``)."""
+        acquiring = self._acquiring
+        if acquiring is None:  # not asking for its lease yet: it never will (PlatformClosed)
+            return
+        acquiring.cancel()  # a lease it was taking, the store gives back (done: no effect)
+        await asyncio.wait([acquiring])
+        if acquiring.cancelled() or acquiring.exception() is not None:
+            return  # no lease taken
+        version = max(self._row_version, acquiring.result().row_version)  # the session may not have seen it yet
         await self._stop_keeping()
         async with self._writing:
             try:
-                await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
+                await self._deps.store.release(self.key, owner=self._owner, discard_empty=version == 0)
             except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
                 log.warning("could not give back the lease of a session open as its platform closed: %s", exc)
 
