@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event, text
 
 from config_registry import Registry
+from teamstore import examples
+from teamstore.app import App
+from teamstore.db.engine import create_engine
 from teamstore.errors import ConfigurationError, PlatformClosed
+from teamstore.runtime import session as session_module
 from teamstore.runtime.platform import Platform
+from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
 from tests.runtime.checkpoint_teams import TEAM, counted_calls, register
 
@@ -170,3 +178,73 @@ async def test_a_session_waiting_for_its_lease_as_the_platform_closes_stops_wait
     with pytest.raises(PlatformClosed) as info:
         await waiting
     assert "did not open" in info.value.message and "given back" not in info.value.message
+
+
+class _FirstReply:
+    """An observer that notes the run's first agent message."""
+
+    def __init__(self) -> None:
+        self.seen = asyncio.Event()
+
+    async def run_started(self, ctx: Any) -> None:
+        pass
+
+    async def on_item(self, ctx: Any, item: Any) -> None:
+        if getattr(item, "source", "user") != "user":
+            self.seen.set()
+
+    async def run_finished(self, ctx: Any, outcome: Any) -> None:
+        pass
+
+
+async def test_closing_stops_a_run_in_flight_and_writes_its_audit_before_the_store_closes(tmp_path: Path) -> None:
+    # The team ran on (paying for its model calls), and once it finished its ledger rows and transcript were
+    # written after the observers drained and the app's engine was disposed (its pool opened connections again).
+    home = tmp_path / "home"
+    manifest = examples.example_manifest("support_escalation").model_copy(update={"checkpoints": "off", "name": "long_case"})
+    Registry(home / "registry", create=True).add(
+        "long_case", examples.support_escalation(delay_seconds=0.5).dump_component(), manifest, "v1",
+        label="production")
+    platform = App(Settings(home=home, registry_refresh_seconds=0)).platform(audit=True)
+    await platform.ensure_schema()
+    url, first, connects = str(platform.engine.url), _FirstReply(), []
+    platform.observers.append(first)
+    async with platform.session("alice", "s1", team="long_case") as s:
+        running = asyncio.ensure_future(s.run("My router ZX-81 drops every evening"))
+        await asyncio.wait_for(first.seen.wait(), 10)  # one call answered, the next in flight
+        await asyncio.wait_for(platform.aclose(wait_seconds=0.1), 20)
+        event.listen(platform.engine.sync_engine, "connect", lambda *args: connects.append(args))
+        assert running.done()  # not the six calls' 3 s
+        with pytest.raises(PlatformClosed, match="closed while this session was open"):
+            await running
+    await asyncio.sleep(0.5)
+    assert connects == []  # nothing written after the close
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            calls = (await conn.execute(text("SELECT sum(calls) FROM ts_usage"))).scalar_one()
+    finally:
+        await engine.dispose()
+    assert calls and calls >= 1  # the answered call, on the ledger as a run that failed
+
+
+async def test_a_session_still_opening_as_the_platform_closes_does_not_open(
+    platform: Platform, later: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It finished opening after the close and ran a whole request on the closed platform.
+    judged = asyncio.Event()
+    open_row = session_module.open_row
+
+    async def slow_open_row(*args: Any, **kwargs: Any) -> Any:
+        judged.set()
+        await asyncio.sleep(0.5)
+        return await open_row(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "open_row", slow_open_row)
+    opening = asyncio.ensure_future(platform.session(*KEY.__dict__.values(), team=TEAM_REF).__aenter__())
+    await asyncio.wait_for(judged.wait(), 10)
+    await platform.aclose(wait_seconds=0.05)
+    with pytest.raises(PlatformClosed, match="did not open"):
+        await opening
+    async with later.session(*KEY.__dict__.values(), team=TEAM_REF, lease_timeout=0) as s:  # the lease is free
+        assert s.resume is not None and s.resume.outcome == "new"

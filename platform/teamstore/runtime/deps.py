@@ -74,6 +74,10 @@ def check_wait(seconds: object, name: str, hint: str) -> float:
     return float(seconds)
 
 
+CUT_OFF_AUDIT_WAIT = 10.0
+"""Seconds a session cut off as its platform closes gives its stopped run to write its audit (transcript, ledger
+rows), before the platform's observers drain and its store closes."""
+
 CutOff = Callable[[], Awaitable[None]]
 """What a session still open when its platform has closed does: stop renewing and give its lease back."""
 

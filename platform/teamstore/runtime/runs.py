@@ -143,6 +143,7 @@ class Run:
         self._durable: tuple[Mapping[str, Any], int, int] | None = (
             ({"agent_states": taken_up.checkpoint.agent_states}, taken_up.checkpoint.run.last_turn, 0)
             if taken_up else None)
+        self._stopped_by: TeamstoreError | None = None  # what the run ends with once stopped (:meth:`stop`)
         self.completed = False  # the TaskResult is out: whatever fails after it, the run did complete
         self.finished = asyncio.Event()
         self.cancelled = False
@@ -190,6 +191,13 @@ class Run:
         self._report(whole)
         self.completed = True
         yield whole
+
+    def stop(self, reason: TeamstoreError) -> None:
+        """Stop the team at once (its session's platform is closing): the model calls in flight end, the run is
+        recorded as one that failed with ``reason`` (or, stopped mid-run with a checkpoint, stays interrupted),
+        and its consumer gets ``reason``."""
+        self._stopped_by = reason
+        self._token.cancel()
 
     async def _produce(self) -> TaskResult | None:
         """Run the team in this task: its meter, its turn tracker and its span route are this task's."""
@@ -246,7 +254,7 @@ class Run:
     async def _stop(self, producer: asyncio.Future[TaskResult | None] | None, exc: BaseException) -> None:
         """The run ends without a result: stop the team, let it finish stopping, and record the run unless
         it can be continued."""
-        self.cancelled = isinstance(exc, asyncio.CancelledError | GeneratorExit)
+        self.cancelled = isinstance(exc, asyncio.CancelledError | GeneratorExit) and self._stopped_by is None
         if producer is not None and not producer.done():
             # A consumer gone or cancelled: AutoGen would let the team finish its model calls before its
             # stream gives up. The token stops them now.
@@ -276,6 +284,8 @@ class Run:
     def _reported(self, exc: BaseException) -> BaseException:
         """What the caller gets: the typed error that stopped the run at a checkpoint, rather than the
         ``RuntimeError`` AutoGen turns it into; anything else as it came."""
+        if self._stopped_by is not None and not isinstance(exc, GeneratorExit) and not _caller_cancelled():
+            return self._stopped_by  # what the stop made the team raise (CancelledError, mostly)
         failure = self._tracker.failure if self._tracker is not None else None
         if failure is None or exc is failure or isinstance(exc, asyncio.CancelledError | GeneratorExit):
             return exc
@@ -291,6 +301,12 @@ class Run:
         self.audit = asyncio.ensure_future(
             notify_observers(self._host.observers, "run_finished", self.ctx, outcome))
         self.audit.add_done_callback(lambda _: self.finished.set())
+
+
+def _caller_cancelled() -> bool:
+    """Whether the task consuming the run was itself cancelled (a request's timeout), not only its team."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _kept(items: Sequence[StreamItem]) -> list[StreamItem]:

@@ -59,6 +59,7 @@ from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
 from teamstore.runtime.deps import (
     AGENTCHAT_VERSION,
+    CUT_OFF_AUDIT_WAIT,
     EXPIRY_SLACK,
     LeaseKeeper,
     SessionDeps,
@@ -266,6 +267,7 @@ class Session:
                 interruptions.refuse_to_continue(row, built, AGENTCHAT_VERSION)
             verdict = await self._judge(row)
             await self._recall(fresh=not verdict.outcome.applied)
+            self._deps.sessions.check(opening=True)  # cut off while opening: its lease was given back
         except BaseException:
             await self._stop_keeping()
             await self._release()
@@ -401,12 +403,30 @@ class Session:
         if acquiring.cancelled() or acquiring.exception() is not None:
             return  # no lease taken
         version = max(self._row_version, acquiring.result().row_version)  # the session may not have seen it yet
+        await self._stop_running()
         await self._stop_keeping()
         async with self._writing:
             try:
                 await self._deps.store.release(self.key, owner=self._owner, discard_empty=version == 0)
             except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
                 log.warning("could not give back the lease of a session open as its platform closed: %s", exc)
+
+    async def _stop_running(self) -> None:
+        """Cut off: stop the run in flight at once, and give its audit (or the last completed run's) a while to
+        be written, so that it is written before the platform's observers drain and its store closes."""
+        if self._run is not None and self._running:
+            self._run.stop(self._deps.sessions.closed_under())
+
+        async def audited() -> None:
+            if self._phase == "open":  # its block's exit settles the run itself
+                await self._settle()
+            await self.flush_audit()
+
+        try:
+            await asyncio.wait_for(audited(), CUT_OFF_AUDIT_WAIT)
+        except TimeoutError:
+            log.warning("a session cut off as its platform closed had its run's audit unwritten after %gs",
+                        CUT_OFF_AUDIT_WAIT)
 
     async def _stop_keeping(self) -> None:
         if self._keeper is not None:
@@ -540,6 +560,7 @@ class Session:
     async def _start(self, task: Task, continuing: bool, linked: CancellationToken | None) -> Run:
         """What comes before a run: the team as it should be, the last run's audit written, and, with
         checkpoints on, the last completed run saved (a checkpoint's run then starts from it)."""
+        self._deps.sessions.check()  # cut off: no run starts
         taken: TakenUp | None = None
         if continuing:
             taken = await self._take_up()
@@ -555,6 +576,7 @@ class Session:
         await self.flush_audit()
         if not continuing and self._built.manifest.checkpoints != "off" and (self._pending or self._drop_checkpoint):
             await self.save()  # the checkpoints of this run then build on the last completed one
+        self._deps.sessions.check()  # cut off while it got ready
         run = Run(self, task, resumed=bool(self.resume and self.resume.applied), taken_up=taken, linked=linked)
         self._run, self.last_run_id = run, run.ctx.run_id
         return run
