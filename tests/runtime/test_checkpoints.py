@@ -150,6 +150,30 @@ async def test_the_resume_verdict_says_what_became_of_the_interrupted_run(
         assert s.resume.applied == earlier and not s.resume.quarantined
 
 
+@pytest.mark.parametrize("then", ["abandoned", "continued"])
+async def test_the_resume_verdict_follows_a_continued_run_that_stops_again(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    # It said the run "was continued" while s.interrupted named it as waiting, and kept saying so once it was
+    # abandoned or continued again.
+    register(registry)
+    await _stop_after(platform, monkeypatch, 2)
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 2  # the continuation's second turn
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            assert s.interrupted is not None
+            run_id = s.interrupted.run_id[:12]
+            with pytest.raises(RuntimeError):
+                await s.continue_run()
+            assert s.interrupted is not None and s.interrupted.last_turn == 3
+            assert str(s.resume) == f"interrupted: run {run_id} stopped after turn 3; continue or abandon it"
+            assert s.resume is not None and s.resume.interrupted == s.interrupted
+            calls.fail_at = None
+            await (s.abandon_run() if then == "abandoned" else s.continue_run())
+            assert str(s.resume) == f"new: run {run_id}, interrupted after turn 3, was {then}"
+            assert s.resume.interrupted is None
+
+
 async def test_continuing_in_the_same_block_after_the_run_raised(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,7 +48,8 @@ class ResumeOutcome:
     interrupted run's checkpoint was set aside (quarantined) when the state itself could still be judged.
 
     A session's outcome follows its interrupted run: once the run is continued, abandoned or set aside in that
-    session, it is the state's own again (:meth:`run_ended`).
+    session, it is the state's own again (:meth:`run_ended`); once a continuation stops mid-run again, it is
+    ``interrupted`` again (:meth:`run_stopped`).
     """
 
     outcome: Outcome
@@ -86,6 +87,15 @@ class ResumeOutcome:
                        detail=f"{notes}; {note}" if notes else note,
                        quarantined=self.quarantined or refused is not None,
                        checkpoint_refused=refused or self.checkpoint_refused)
+
+    def run_stopped(self, run: InterruptedRun) -> ResumeOutcome:
+        """This outcome once the run it says was continued (:meth:`run_ended`) stops mid-run again:
+        ``interrupted`` again, naming ``run`` where it stopped now and waiting for a decision."""
+        head, continued, _ = (self.detail or "").partition(f"run {run.run_id[:12]}, interrupted after turn ")
+        if not continued:  # another run: the outcome never named it
+            return self
+        notes, note = head.removesuffix("; "), waiting_note(run)
+        return replace(self, outcome="interrupted", interrupted=run, detail=f"{notes}; {note}" if notes else note)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""

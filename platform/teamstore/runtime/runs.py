@@ -241,6 +241,11 @@ class Run:
         self.checkpointed, self._durable = completed, (team_state, completed, calls)
 
     @property
+    def continues(self) -> bool:
+        """Whether the run is the continuation of an interrupted one."""
+        return self._taken_up is not None
+
+    @property
     def durable_turn(self) -> int:
         """The last turn of the run a checkpoint holds (0: none)."""
         return self.checkpointed or (self._taken_up.checkpoint.run.last_turn if self._taken_up else 0)

@@ -622,6 +622,8 @@ class Session:
         if run.interrupted:
             self._interrupted = interruptions.stopped(run)
             self._checkpoint = None
+            if run.continues and self.resume is not None:  # the run it said was continued waits again
+                self.resume = self.resume.run_stopped(self._interrupted)
         elif run.durable_turn:
             self._drop_checkpoint = True
 
