@@ -16,7 +16,7 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.app import App
 from teamstore.db.engine import create_engine
-from teamstore.errors import ConfigurationError, PlatformClosed
+from teamstore.errors import ConfigurationError, PlatformClosed, StaleStateVersion, StoreUnavailable
 from teamstore.runtime import session as session_module
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -248,3 +248,75 @@ async def test_a_session_still_opening_as_the_platform_closes_does_not_open(
         await opening
     async with later.session(*KEY.__dict__.values(), team=TEAM_REF, lease_timeout=0) as s:  # the lease is free
         assert s.resume is not None and s.resume.outcome == "new"
+
+
+async def test_a_caller_cancelled_while_the_close_waits_leaves_the_close_going_on(
+    platform: Platform, registry: Registry
+) -> None:
+    closed: list[str] = []
+
+    async def on_close() -> None:
+        closed.append("closed")
+
+    p = Platform(platform.engine, registry, settings=platform.settings, on_close=on_close)
+    async with p.session(*KEY.__dict__.values(), team=TEAM_REF) as s:
+        await s.run("My router ZX-81 drops every evening")
+        closing = asyncio.ensure_future(p.aclose(wait_seconds=60))
+        await asyncio.sleep(0.05)
+        closing.cancel()  # a shutdown handler's own timeout
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        with pytest.raises(PlatformClosed, match="closing"):
+            async with p.session("bob", "s1", team=TEAM_REF):
+                pytest.fail("a session opened on a closing platform")
+    # The close still waited for the session, and goes on to its end once the block has saved.
+    await asyncio.wait_for(p.aclose(), 5)
+    assert closed == ["closed"]
+    row = await platform.store.get(KEY)
+    assert row is not None and row.row_version == 1
+
+
+async def test_a_save_under_way_as_the_session_is_cut_off_lands_before_its_lease_is_given_back(
+    platform: Platform, later: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saving_started = asyncio.Event()
+    save = platform.store.save
+
+    async def slow_save(*args: Any, **kwargs: Any) -> int:
+        saving_started.set()
+        await asyncio.sleep(0.3)  # the close's cut-off comes meanwhile
+        return await save(*args, **kwargs)
+
+    monkeypatch.setattr(platform.store, "save", slow_save)
+    async with platform.session(*KEY.__dict__.values(), team=TEAM_REF) as s:
+        await s.run("My router ZX-81 drops every evening")
+        saving = asyncio.ensure_future(s.save())
+        await saving_started.wait()
+        await platform.aclose(wait_seconds=0)
+        assert await saving == 1
+    async with later.session(*KEY.__dict__.values(), team=TEAM_REF, lease_timeout=0) as other:
+        assert other.resume is not None and other.resume.outcome == "resumed" and other.row_version == 1
+        assert "ZX-81" in str(await other.team.save_state())
+
+
+@pytest.mark.parametrize("cut", [StoreUnavailable, StaleStateVersion])
+async def test_a_write_the_close_cuts_short_mid_statement_is_reported_as_the_close(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, cut: type[Exception]
+) -> None:
+    # What the store raises when the close takes its connection away mid-statement: nothing of it landed.
+    writing = asyncio.Event()
+
+    async def cut_short(*args: Any, **kwargs: Any) -> int:
+        writing.set()
+        await asyncio.sleep(0.3)
+        raise cut("the connection closed under the statement", hint="nothing")
+
+    async with platform.session(*KEY.__dict__.values(), team=TEAM_REF) as s:
+        await s.run("My router ZX-81 drops every evening")
+        monkeypatch.setattr(platform.store, "save", cut_short)
+        saving = asyncio.ensure_future(s.save())
+        await writing.wait()
+        await platform.aclose(wait_seconds=0)
+        with pytest.raises(PlatformClosed, match="closed while this session was open") as info:
+            await saving
+        assert isinstance(info.value.__cause__, cut)
