@@ -185,8 +185,9 @@ class SessionNotOpen(StateError):
 
 class PlatformClosed(StateError):
     """The platform is closing or closed (``Platform.aclose()``, the end of ``async with platform``): a session
-    is not opened on it, and a session still open when its wait for open sessions was over writes nothing more
-    (its lease was given back as the platform closed)."""
+    is not opened on it (one still opening does not open), and a session still open when its wait for open
+    sessions was over has its run in flight stopped and writes nothing more (its lease was given back as the
+    platform closed)."""
 
 
 class InvalidTask(StateError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from autogen_core import CancellationToken
 from sqlalchemy import event, text
 
 from config_registry import Registry
@@ -17,6 +18,7 @@ from teamstore import examples
 from teamstore.app import App
 from teamstore.db.engine import create_engine
 from teamstore.errors import ConfigurationError, PlatformClosed, StaleStateVersion, StoreUnavailable
+from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime import session as session_module
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -320,3 +322,33 @@ async def test_a_write_the_close_cuts_short_mid_statement_is_reported_as_the_clo
         with pytest.raises(PlatformClosed, match="closed while this session was open") as info:
             await saving
         assert isinstance(info.value.__cause__, cut)
+
+
+async def test_a_run_with_checkpoints_cut_off_mid_run_stays_interrupted_for_the_next_worker(
+    platform: Platform, later: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    original, made, waiting = OfflineChatCompletionClient.create, [0], asyncio.Event()
+
+    async def create(self: OfflineChatCompletionClient, messages: Any, *,
+                     cancellation_token: CancellationToken | None = None, **kwargs: Any) -> Any:
+        made[0] += 1
+        if made[0] == 3:  # the third turn's call takes long, as a remote model's can
+            wait = asyncio.ensure_future(asyncio.sleep(30))
+            if cancellation_token is not None:
+                cancellation_token.link_future(wait)
+            waiting.set()
+            await wait
+        return await original(self, messages, cancellation_token=cancellation_token, **kwargs)
+
+    monkeypatch.setattr(OfflineChatCompletionClient, "create", create)
+    async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+        running = asyncio.ensure_future(s.run("My line drops every evening since the storm."))
+        await asyncio.wait_for(waiting.wait(), 10)
+        await asyncio.wait_for(platform.aclose(wait_seconds=0.05), 10)
+        with pytest.raises(PlatformClosed):
+            await asyncio.wait_for(running, 5)  # stopped at once, not after the 30 s call
+        assert s.interrupted is not None and s.interrupted.last_turn == 2  # not recorded as a cancelled run
+    async with later.session(*KEY.__dict__.values(), team=TEAM, lease_timeout=0) as s:
+        assert s.resume is not None and s.resume.outcome == "interrupted"
+        assert s.interrupted is not None and s.interrupted.last_turn == 2
