@@ -620,7 +620,13 @@ def test_keys_rotate_stopped_by_ctrl_c_while_a_batch_commits_counts_that_batch_a
             event.remove(engine.sync_engine, "commit", ctrl_c)
 
     monkeypatch.setattr(rotation, "_store", ctrl_c_at_the_commit)
-    stopped = runner.invoke(app, ["keys", "rotate", "--json"])
+    # Python's own SIGINT handler, which asyncio.run replaces with one cancelling the rotation: a test run
+    # started in the background by a shell inherits SIGINT ignored, and the signal would then do nothing.
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        stopped = runner.invoke(app, ["keys", "rotate", "--json"])
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     said = " ".join(stopped.stderr.split())
     assert stopped.exit_code == 130 and commits, stopped.output
     (new,) = set(_kek_states()) - {first}
