@@ -4,6 +4,7 @@ message: an unreachable database is not a refused statement, and the reverse."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,103 @@ async def test_the_description_never_quotes_the_servers_message(postgres_url: st
     assert describe_failure(caught.value) == "the database refused the statement (InvalidTextRepresentation, SQLSTATE 22P02)"
     assert not unreachable(caught.value)
     await engine.dispose()
+
+
+HBA_ROLES = {"ts_hba_password": "scram-sha-256", "ts_hba_rejected": "reject"}
+"""Roles the server's pg_hba.conf gets lines of their own for, while a test needs them (no one else logs in
+as them)."""
+
+
+@pytest.fixture
+async def hba_roles(postgres_url: str) -> AsyncIterator[None]:
+    """The server asks ``ts_hba_password`` for its password (``right-pw``) and rejects ``ts_hba_rejected``;
+    ``ts_hba_limited`` may hold no connection. Written into the server's own pg_hba.conf over SQL (so it holds
+    for a server in a container too), ahead of its lines, and the file put back as it was afterwards."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        path = str((await (await conn.execute("SHOW hba_file")).fetchone() or [""])[0])
+        original = bytes((await (await conn.execute("SELECT pg_read_binary_file(%s)", (path,))).fetchone() or [b""])[0])
+        lines = "".join(f"host all {role} 127.0.0.1/32 {method}\n" for role, method in HBA_ROLES.items())
+
+        async def write(content: bytes) -> None:
+            oid = (await (await conn.execute("SELECT lo_from_bytea(0, %s)", (content,))).fetchone() or [0])[0]
+            await conn.execute("SELECT lo_export(%s, %s)", (oid, path))
+            await conn.execute("SELECT lo_unlink(%s)", (oid,))
+            await conn.execute("SELECT pg_reload_conf()")
+
+        for role in (*HBA_ROLES, "ts_hba_limited"):
+            await conn.execute(f"DROP ROLE IF EXISTS {role}")
+        await conn.execute("CREATE ROLE ts_hba_password LOGIN PASSWORD 'right-pw'")
+        await conn.execute("CREATE ROLE ts_hba_rejected LOGIN")
+        await conn.execute("CREATE ROLE ts_hba_limited LOGIN CONNECTION LIMIT 0")
+        await write(lines.encode() + original)
+        try:
+            yield
+        finally:
+            await write(original)
+            for role in (*HBA_ROLES, "ts_hba_limited"):
+                await conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+async def _refusal(url: str) -> StoreUnavailable:
+    """The error a connection to ``url`` gets, once the server has read its pg_hba.conf again (a reload
+    is asynchronous: a connection made at once may still be let in)."""
+    for _ in range(50):
+        engine = create_engine(url)
+        try:
+            await current_revision(engine)
+        except StoreUnavailable as exc:
+            return exc
+        finally:
+            await engine.dispose()
+        await asyncio.sleep(0.1)
+    raise AssertionError("the server let the connection in")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("role", "password", "told", "fix"), [
+    ("ts_hba_password", "wrong-pw-canary", "the server refused the role's password", "fix the password"),
+    ("ts_hba_rejected", None, "the server's pg_hba.conf refuses this host, role and database",
+     "pg_hba.conf entry that lets"),
+    ("ts_hba_limited", None, "the server has no connection left to give", "max_connections"),
+])
+async def test_a_server_that_refuses_the_role_says_why_without_naming_it(
+    postgres_url: str, hba_roles: None, role: str, password: str | None, told: str, fix: str
+) -> None:
+    url = make_url(postgres_url).set(username=role, password=password)
+    caught = await _refusal(url.render_as_string(hide_password=False))
+    assert caught.message == f"could not connect to the database: {told} (OperationalError)"
+    assert fix in (caught.hint or "")
+    assert role not in str(caught) and "canary" not in str(caught)
+
+
+@pytest.mark.postgres
+async def test_the_right_password_still_connects(postgres_url: str, hba_roles: None) -> None:
+    # The refusal above is the password's, not the role's: with the right one the same role gets in.
+    url = make_url(postgres_url).set(username="ts_hba_password", password="right-pw")
+    await _refusal(make_url(postgres_url).set(username="ts_hba_password", password="wrong").render_as_string(
+        hide_password=False))  # the server has read the new lines
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        assert await current_revision(engine) is None
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize(("server_says", "told"), [
+    # libpq's text for the refusals a shared test server cannot be made to give (its own pg_hba.conf lets the
+    # suite in, and its max_connections serves the suite).
+    ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  no pg_hba.conf entry for '
+     'host "127.0.0.1", user "alice", database "app", no encryption', "the server's pg_hba.conf has no entry"),
+    ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  sorry, too many clients '
+     "already", "the server has no connection left to give"),
+    ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  remaining connection slots '
+     'are reserved for roles with the SUPERUSER attribute', "the server has no connection left to give"),
+])
+def test_libpqs_other_refusals_are_told_for_what_they_are(server_says: str, told: str) -> None:
+    import psycopg
+
+    described = describe_failure(psycopg.OperationalError(server_says))
+    assert described.startswith(f"could not connect to the database: {told}")
+    assert "alice" not in described and "127.0.0.1" not in described
