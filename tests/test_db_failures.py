@@ -139,7 +139,7 @@ async def hba_roles(postgres_url: str) -> AsyncIterator[None]:
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
         path = str((await (await conn.execute("SHOW hba_file")).fetchone() or [""])[0])
         original = bytes((await (await conn.execute("SELECT pg_read_binary_file(%s)", (path,))).fetchone() or [b""])[0])
-        lines = "".join(f"host all {role} 127.0.0.1/32 {method}\n" for role, method in HBA_ROLES.items())
+        lines = "".join(f"host all {role} all {method}\n" for role, method in HBA_ROLES.items())
 
         async def write(content: bytes) -> None:
             oid = (await (await conn.execute("SELECT lo_from_bytea(0, %s)", (content,))).fetchone() or [0])[0]
