@@ -3,11 +3,14 @@ key file or in KMS (moto's server over HTTP, the endpoint S3 uses too)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
+from tests.keys.outage import Outage
 
 
 @pytest.fixture(params=["local", pytest.param("kms", marks=pytest.mark.s3)])
@@ -22,3 +25,13 @@ def kek(request: pytest.FixtureRequest) -> str:
 def keys(engine: AsyncEngine, kek: str) -> KeyService:
     """The key service on the migrated database, as the environment (and ``kek``) describe it."""
     return KeyService.from_settings(engine, Settings())
+
+
+@pytest.fixture
+def kms_outage(kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Outage]:
+    """KMS (with ``kms_key`` as ``TEAMSTORE_KMS_KEY_ID``) reached through an :class:`Outage` proxy, which starts
+    up and passing requests through: a test sets its ``down``, ``answers`` or ``refuse`` to make KMS fail."""
+    proxy = Outage(s3_env)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
+    yield proxy
+    proxy.stop()

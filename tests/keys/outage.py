@@ -1,12 +1,11 @@
 """A KMS endpoint that can go away: a proxy in front of moto's server that, switched off, cuts every connection
 without an answer (as an unreachable KMS does), and switched on passes requests through again. It also
-answers chosen operations with the error real KMS gives (moto enforces neither a key's state nor IAM).
+answers chosen operations with the error real KMS gives (moto enforces neither a key's state nor IAM). Tests
+take it, already in front of KMS, as the ``kms_outage`` fixture (``tests/keys/conftest.py``):
 
-    proxy = Outage(kms_endpoint)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
-    proxy.down = True     # every KMS request from now on fails to get an answer
-    proxy.answers = 2     # two more requests are answered, then it goes down
-    proxy.refuse["Decrypt"] = "DisabledException"   # every Decrypt answered so, as KMS does for a disabled key
+    kms_outage.down = True     # every KMS request from now on fails to get an answer
+    kms_outage.answers = 2     # two more requests are answered, then it goes down
+    kms_outage.refuse["Decrypt"] = "DisabledException"   # every Decrypt answered so, as KMS does for a disabled key
 """
 
 from __future__ import annotations

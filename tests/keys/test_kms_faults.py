@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import boto3
@@ -26,15 +25,6 @@ from teamstore.settings import Settings
 from tests.keys.outage import Outage
 
 pytestmark = pytest.mark.s3
-
-
-@pytest.fixture
-def kms(kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Outage]:
-    """KMS (with ``TEAMSTORE_KMS_KEY_ID``'s key) behind a proxy that can refuse chosen operations."""
-    proxy = Outage(s3_env)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
-    yield proxy
-    proxy.stop()
 
 
 def _deleted_out_of_band() -> str:
@@ -102,11 +92,11 @@ def test_keys_retire_says_which_keys_kms_had_deleted_already(kms_key: str) -> No
 
 
 async def test_kms_refusing_to_make_a_rotations_key_names_the_permission_it_takes(
-    engine: AsyncEngine, kms: Outage
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     await keys.seal("alice", b"words", "memory/facts")
-    kms.refuse["CreateKey"] = "AccessDeniedException"
+    kms_outage.refuse["CreateKey"] = "AccessDeniedException"
     with pytest.raises(KeyUnavailable, match="refused to create") as info:
         await rotate(keys, retire_days=7)
     assert "kms:CreateKey" in (info.value.hint or "") and "kms:Encrypt" not in (info.value.hint or "")
@@ -114,12 +104,12 @@ async def test_kms_refusing_to_make_a_rotations_key_names_the_permission_it_take
 
 
 async def test_kms_refusing_to_schedule_a_deletion_names_the_permission_it_takes(
-    engine: AsyncEngine, kms: Outage
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     await keys.seal("alice", b"words", "memory/facts")
     await rotate(keys, retire_days=7)
-    kms.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
+    kms_outage.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
     with pytest.raises(KeyUnavailable, match="refused to schedule") as info:
         await retire(keys, now=datetime.now(UTC) + timedelta(days=8))
     assert "kms:ScheduleKeyDeletion" in (info.value.hint or "") and "kms:Encrypt" not in (info.value.hint or "")
@@ -131,17 +121,17 @@ async def test_kms_refusing_to_schedule_a_deletion_names_the_permission_it_takes
     ("NotFoundException", "deleted", "nothing brings it back", "enable-key"),
 ])
 async def test_a_kek_kms_will_not_use_is_said_as_it_is_with_its_own_way_back(
-    engine: AsyncEngine, kms: Outage, code: str, said: str, fix: str, wrong: str
+    engine: AsyncEngine, kms_outage: Outage, code: str, said: str, fix: str, wrong: str
 ) -> None:
     blob = await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "memory/facts")
-    kms.refuse["Decrypt"] = code
+    kms_outage.refuse["Decrypt"] = code
     with pytest.raises(KeyDestroyed, match=said) as info:
         await KeyService.from_settings(engine, Settings()).open("alice", blob, "memory/facts")
     assert fix in (info.value.hint or "") and wrong not in (info.value.hint or "")
 
 
 async def test_a_rotation_to_a_key_kms_does_not_have_says_to_name_another_with_to(
-    engine: AsyncEngine, kms: Outage
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     await keys.seal("alice", b"words", "memory/facts")
@@ -171,37 +161,37 @@ async def test_a_rotation_back_to_a_key_the_database_retired_is_refused_and_chan
 
 
 async def test_a_rotation_kms_may_not_describe_the_key_of_names_kms_describe_key(
-    engine: AsyncEngine, kms: Outage
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     await keys.seal("alice", b"words", "memory/facts")
     await keys.current_kek()  # TEAMSTORE_KMS_KEY_ID's key, described once per process
     target = boto3.client("kms").create_key(Description="moved to")["KeyMetadata"]["Arn"]
-    kms.refuse["DescribeKey"] = "AccessDeniedException"
+    kms_outage.refuse["DescribeKey"] = "AccessDeniedException"
     with pytest.raises(ConfigurationError) as info:
         await rotate(keys, to=target, retire_days=7)
     assert "kms:DescribeKey" in (info.value.hint or "") and "TEAMSTORE_KMS_KEY_ID" not in (info.value.hint or "")
 
 
 async def test_a_rotation_whose_old_kek_kms_has_disabled_says_to_enable_it_not_to_restore_rows(
-    engine: AsyncEngine, kms: Outage
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     blob = await keys.seal("alice", b"words", "memory/facts")
-    kms.refuse["Decrypt"] = "DisabledException"
+    kms_outage.refuse["Decrypt"] = "DisabledException"
     report = await rotate(keys, retire_days=0)
     assert report.damaged == [] and len(report.unusable) == 1, "the row is not damaged: its KEK is disabled"
-    kms.refuse.clear()  # enabled again: the next rotation finishes this one
+    kms_outage.refuse.clear()  # enabled again: the next rotation finishes this one
     again = await rotate(keys, retire_days=0)
     assert not again.created and again.rewrapped == 1 and len(again.destroyed) == 1
     assert await KeyService.from_settings(engine, Settings()).open("alice", blob, "memory/facts") == b"words"
 
 
-def test_keys_rotate_says_to_enable_an_old_kek_kms_has_disabled(kms: Outage) -> None:
+def test_keys_rotate_says_to_enable_an_old_kek_kms_has_disabled(kms_outage: Outage) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     asyncio.run(_seal_once())
-    kms.refuse["Decrypt"] = "DisabledException"
+    kms_outage.refuse["Decrypt"] = "DisabledException"
     shown = runner.invoke(app, ["keys", "rotate"])
     assert shown.exit_code == 0, shown.output
     assert "aws kms enable-key" in shown.stdout and "restore" not in shown.stdout
@@ -215,13 +205,13 @@ async def _seal_once() -> None:
 
 @pytest.mark.parametrize("as_json", [False, True])
 def test_keys_rotate_whose_retire_fails_says_the_rotation_is_done_and_only_retire_is_to_rerun(
-    kms: Outage, monkeypatch: pytest.MonkeyPatch, as_json: bool
+    kms_outage: Outage, monkeypatch: pytest.MonkeyPatch, as_json: bool
 ) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     asyncio.run(_seal_once())
     monkeypatch.setenv("TEAMSTORE_KEY_RETIRE_DAYS", "0")
-    kms.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
+    kms_outage.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
     rotated = runner.invoke(app, ["keys", "rotate", *(["--json"] if as_json else [])])
     assert rotated.exit_code == 2, rotated.output
     if as_json:
@@ -234,7 +224,7 @@ def test_keys_rotate_whose_retire_fails_says_the_rotation_is_done_and_only_retir
         assert "rotated to kms:" in out and "1 data key(s) re-wrapped" in out and "retire after it failed" in out
         assert "the rotation is done" in err and "kms:ScheduleKeyDeletion" in err
         assert "`teamstore keys retire`" in err and "keys rotate` again" not in err
-    kms.refuse.clear()
+    kms_outage.refuse.clear()
     retired = runner.invoke(app, ["keys", "retire", "--json"])
     assert retired.exit_code == 0 and len(json.loads(retired.stdout)["destroyed"]) == 1
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
@@ -286,13 +276,13 @@ async def test_a_kms_key_made_for_a_rotation_the_database_then_refused_is_schedu
 
 
 async def test_a_kms_key_made_for_a_rotation_that_could_not_be_deleted_again_is_named_in_the_error(
-    engine: AsyncEngine, kms: Outage
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     await keys.seal("alice", b"words", "memory/facts")
     made = _watch_created(keys)
     await _refuse_new_keks(engine)
-    kms.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
+    kms_outage.refuse["ScheduleKeyDeletion"] = "AccessDeniedException"
     with pytest.raises(StoreUnavailable, match="could not be destroyed") as info:
         await rotate(keys, retire_days=7)
     (new,) = made

@@ -71,10 +71,8 @@ async def test_a_rotation_rewraps_every_live_key_and_retires_the_old_key_encrypt
 
 @pytest.mark.s3
 async def test_a_rotation_kms_cut_short_is_finished_by_running_it_again(
-    engine: AsyncEngine, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
-    proxy = Outage(s3_env)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
     keys = KeyService.from_settings(engine, Settings())
     sealed = await _sealed_for_all(keys)
     batches = 0
@@ -82,47 +80,39 @@ async def test_a_rotation_kms_cut_short_is_finished_by_running_it_again(
     async def outage_after_the_first_batch() -> None:
         nonlocal batches
         batches += 1
-        proxy.down = batches > 1
+        kms_outage.down = batches > 1
 
-    try:
-        with pytest.raises(KeyUnavailable, match="stopped after re-wrapping 1") as info:
-            await rotate(keys, retire_days=0, batch=1, on_batch=outage_after_the_first_batch)
-        assert "run `teamstore keys rotate` again" in (info.value.hint or "")
-        proxy.down = False
-        resumed = await rotate(keys, retire_days=0, batch=1)
-        assert not resumed.created and resumed.rewrapped == 2 and len(resumed.destroyed) == 1
-        assert set((await _keks(engine)).values()) == {resumed.kek_id}
-        for user, blob in sealed.items():
-            assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
-    finally:
-        proxy.stop()
+    with pytest.raises(KeyUnavailable, match="stopped after re-wrapping 1") as info:
+        await rotate(keys, retire_days=0, batch=1, on_batch=outage_after_the_first_batch)
+    assert "run `teamstore keys rotate` again" in (info.value.hint or "")
+    kms_outage.down = False
+    resumed = await rotate(keys, retire_days=0, batch=1)
+    assert not resumed.created and resumed.rewrapped == 2 and len(resumed.destroyed) == 1
+    assert set((await _keks(engine)).values()) == {resumed.kek_id}
+    for user, blob in sealed.items():
+        assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
 
 
 @pytest.mark.s3
 async def test_a_rotation_kms_cut_short_inside_a_batch_keeps_the_keys_re_wrapped_before_it(
-    engine: AsyncEngine, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
-    proxy = Outage(s3_env)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
     keys = KeyService.from_settings(engine, Settings())
     sealed = await _sealed_for_all(keys)
     first = await keys.current_kek()
 
     async def outage_after_the_first_key() -> None:
-        proxy.answers = 2  # alice's Decrypt and Encrypt
+        kms_outage.answers = 2  # alice's Decrypt and Encrypt
 
-    try:
-        with pytest.raises(KeyUnavailable, match="stopped after re-wrapping 1 "):
-            await rotate(keys, retire_days=0, on_batch=outage_after_the_first_key)
-        (new,) = set((await _keks(engine)).values()) - {first}
-        assert await _keks(engine) == {"alice": new, "bob": first, "carol": first}, "alice's key was stored"
-        proxy.answers, proxy.down = None, False
-        resumed = await rotate(keys, retire_days=0)
-        assert not resumed.created and resumed.rewrapped == 2 and set((await _keks(engine)).values()) == {new}
-        for user, blob in sealed.items():
-            assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
-    finally:
-        proxy.stop()
+    with pytest.raises(KeyUnavailable, match="stopped after re-wrapping 1 "):
+        await rotate(keys, retire_days=0, on_batch=outage_after_the_first_key)
+    (new,) = set((await _keks(engine)).values()) - {first}
+    assert await _keks(engine) == {"alice": new, "bob": first, "carol": first}, "alice's key was stored"
+    kms_outage.answers, kms_outage.down = None, False
+    resumed = await rotate(keys, retire_days=0)
+    assert not resumed.created and resumed.rewrapped == 2 and set((await _keks(engine)).values()) == {new}
+    for user, blob in sealed.items():
+        assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts")
 
 
 async def test_a_rotation_with_the_key_file_missing_makes_no_new_file_and_changes_nothing(

@@ -118,22 +118,19 @@ async def test_a_sealed_state_moved_to_another_session_does_not_open_and_is_refu
 
 @pytest.mark.s3
 async def test_kms_unreachable_at_a_session_open_takes_no_lease_and_writes_nothing(
-    engine: AsyncEngine, backend: tuple[str, str], kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, backend: tuple[str, str], kms_outage: Outage
 ) -> None:
-    proxy = Outage(s3_env)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
-    proxy.down = True
+    kms_outage.down = True
     store = store_for(engine, lease=backend[1], keys=KeyService.from_settings(engine, Settings()))
     try:
         with pytest.raises(KeyUnavailable):
             await acquire(store, SessionKey(*KEY))
         assert await _raw(engine) == []
-        proxy.down = False  # nothing was left leased: the session opens at once once KMS answers
+        kms_outage.down = False  # nothing was left leased: the session opens at once once KMS answers
         row = await acquire(store, SessionKey(*KEY), timeout=0)
         assert row.is_new
     finally:
         await store.aclose()
-        proxy.stop()
 
 
 async def test_keys_migrate_seals_the_states_checkpoints_and_quarantined_copies_saved_before_sealing(

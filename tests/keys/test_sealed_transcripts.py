@@ -96,18 +96,13 @@ async def test_a_transcript_the_store_refuses_waits_in_the_outbox_sealed_and_is_
 
 @pytest.mark.s3
 async def test_kms_unreachable_at_a_run_writes_no_transcript_sealed_or_plain(
-    engine: AsyncEngine, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    engine: AsyncEngine, kms_outage: Outage, tmp_path: Path
 ) -> None:
-    proxy = Outage(s3_env)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
-    proxy.down = True
+    kms_outage.down = True
     store = LocalTranscriptStore(tmp_path / "transcripts")
     observer = TranscriptObserver(store, engine, Pseudonyms(engine), keys=KeyService.from_settings(engine))
-    try:
-        with pytest.raises(KeyUnavailable):
-            await observe_run([observer], triage_team(), context("alice", "s1"), task=f"{CANARY} my router")
-    finally:
-        proxy.stop()
+    with pytest.raises(KeyUnavailable):
+        await observe_run([observer], triage_team(), context("alice", "s1"), task=f"{CANARY} my router")
     assert await store.list_keys("") == []
     assert await outbox.pending(engine) == 0
 

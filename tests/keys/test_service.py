@@ -206,7 +206,7 @@ async def test_a_kms_key_the_database_never_used_is_refused_with_the_way_to_move
 
 @pytest.mark.s3
 async def test_a_worker_naming_a_kms_key_the_database_never_used_fails_at_start(
-    engine: AsyncEngine, kms_key: str, s3_env: str, registry_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, kms_outage: Outage, registry_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # It started, and only a new user's first session failed: a misconfigured worker looked healthy till then.
     registry = Registry(registry_path, create=True)
@@ -221,17 +221,13 @@ async def test_a_worker_naming_a_kms_key_the_database_never_used_fails_at_start(
         async with Platform(engine, registry, settings=Settings()):  # refused, and closed as it is
             pass
     assert "keys rotate --to" in (info.value.hint or "")
-    proxy = Outage(s3_env)  # a KMS that does not answer at start is no reason not to start
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
-    proxy.down = True
-    try:
-        async with Platform(engine, registry, settings=Settings()):
-            assert proxy.requests > 0, "KMS was asked"
-        proxy.down = False
-        with pytest.raises(ConfigurationError, match="never used"):  # a new user's first key, once it answers
-            await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
-    finally:
-        proxy.stop()
+    kms_outage.down = True  # a KMS that does not answer at start is no reason not to start
+    asked = kms_outage.requests
+    async with Platform(engine, registry, settings=Settings()):
+        assert kms_outage.requests > asked, "KMS was asked"
+    kms_outage.down = False
+    with pytest.raises(ConfigurationError, match="never used"):  # a new user's first key, once it answers
+        await KeyService.from_settings(engine, Settings()).seal("bob", b"words", "state/s1")
     assert [r.user_id for r in await _rows(engine)] == ["alice"]
 
 
@@ -250,25 +246,20 @@ def test_a_kms_endpoint_no_request_can_go_to_is_a_configuration_error(
 
 @pytest.mark.s3
 async def test_kms_unreachable_fails_with_a_typed_error_and_writes_nothing(
-    engine: AsyncEngine, kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, kms_outage: Outage
 ) -> None:
-    proxy = Outage(s3_env)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
-    try:
-        keys = KeyService.from_settings(engine, Settings(key_cache_seconds=60))
-        blob = await keys.seal("alice", b"words", "state/s1")
-        proxy.down = True
-        assert await keys.open("alice", blob, "state/s1") == b"words"  # the key is in memory: no KMS request
-        fresh = KeyService.from_settings(engine, Settings())
-        for user in ("alice", "bob"):
-            with pytest.raises(KeyUnavailable, match="KMS could not") as info:
-                await fresh.seal(user, b"more", "state/s1")
-            assert "retry" in (info.value.hint or "")
-        assert [r.user_id for r in await _rows(engine)] == ["alice"]
-        proxy.down = False
-        assert await fresh.open("alice", blob, "state/s1") == b"words"
-    finally:
-        proxy.stop()
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=60))
+    blob = await keys.seal("alice", b"words", "state/s1")
+    kms_outage.down = True
+    assert await keys.open("alice", blob, "state/s1") == b"words"  # the key is in memory: no KMS request
+    fresh = KeyService.from_settings(engine, Settings())
+    for user in ("alice", "bob"):
+        with pytest.raises(KeyUnavailable, match="KMS could not") as info:
+            await fresh.seal(user, b"more", "state/s1")
+        assert "retry" in (info.value.hint or "")
+    assert [r.user_id for r in await _rows(engine)] == ["alice"]
+    kms_outage.down = False
+    assert await fresh.open("alice", blob, "state/s1") == b"words"
 
 
 async def test_two_workers_making_the_same_users_first_key_at_once_end_with_one(engine: AsyncEngine) -> None:
