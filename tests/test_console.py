@@ -184,3 +184,20 @@ def test_a_terminal_narrower_than_the_figures_gets_the_table_wider_every_figure_
 def test_a_table_that_fits_a_wide_terminal_wraps_nothing() -> None:
     lines = _printed(200, terminal=True)
     assert max(len(line) for line in lines) <= 200 and any("x" * 70 in line for line in lines)
+
+
+def test_a_fixed_cell_of_several_lines_is_as_wide_as_its_longest_line() -> None:
+    # Its width was that of all its lines end to end: two labels made `registry list` wider than the terminal.
+    from rich.console import Console
+
+    from teamstore.cli._output import print_table
+
+    out = io.StringIO()
+    labels = "production=2572cbf3ded2\nstaging=8c4517c18010"
+    print_table(("name", "labels", "owner"), [("support_triage", labels, "support-platform")], fixed=(0, 1),
+                out=Console(file=out, width=80, color_system=None))
+    lines = out.getvalue().splitlines()
+    for label in labels.split():
+        assert any(label in line for line in lines), label
+    widest = len("production=2572cbf3ded2")
+    assert max(len(line) for line in lines) == 4 + len("support_triage") + widest + len("support-platform")

@@ -83,7 +83,9 @@ def test_tables_show_names_and_versions_whole_at_80_columns(registry_path: Path)
         assert shown.exit_code == 0, shown.output
         assert "\u2026" not in shown.stdout  # nothing cut short with an ellipsis
         assert added["version"][:12] in shown.stdout
-    assert name in runner.invoke(app, ["registry", "list"], env={"COLUMNS": "80"}).stdout
+    listed = runner.invoke(app, ["registry", "list"], env={"COLUMNS": "80"}).stdout
+    (row,) = [line for line in listed.splitlines() if name in line]
+    assert f"production={added['version'][:12]}" in row  # a label's version whole too
 
 
 @pytest.mark.parametrize("refused", [

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -22,7 +23,7 @@ from teamstore.state.base import StoredSession
 from teamstore.state.factory import store_for
 from teamstore.state.schema import sessions
 from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
-from tests.runtime.conftest import renamed_manifest
+from tests.runtime.conftest import renamed_manifest, without_memory
 
 runner = CliRunner()
 
@@ -129,24 +130,36 @@ def test_lease_mode_on_a_database_without_tables_says_to_migrate(
         assert "fix: run `teamstore db upgrade`" in result.output and "statement_timeout" not in result.output
 
 
-def _column(table: str, header: str, next_header: str) -> str:
-    """The text of a left-aligned column of a rich table (between two headers), its wrapped pieces joined."""
-    lines = table.splitlines()
-    head = next(i for i, line in enumerate(lines) if f" {header} " in line and f" {next_header} " in line)
-    start, end = lines[head].index(f" {header} ") + 1, lines[head].index(f" {next_header} ") + 1
-    return "".join(line[start:end].strip() for line in lines[head + 2:])
-
-
-def test_a_narrow_terminal_wraps_ids_and_never_cuts_them_short(registry: Registry) -> None:
-    # 80 columns is also what rich assumes when the output goes to a file or a pipe.
-    session = "ticket-2026-11-30-a-long-session-id-0001"
-    assert runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice@example.com", "--session", session,
-                               "hi"]).exit_code == 0
+def test_a_narrow_terminal_lists_each_session_with_its_ids_whole_on_one_line(registry: Registry) -> None:
+    # 80 columns is also what rich assumes when the output goes to a file or a pipe. The ids were folded over
+    # lines there ("support_escalati" over "on"), and could not be copied into the next command.
+    team, user, session = "support_triage_for_enterprise_customers", "alice@example.com", "ticket-2026-11-30-0001"
+    version = registry.add(team, examples.support_triage().dump_component(),
+                           without_memory(examples.example_manifest("support_triage")).model_copy(update={"name": team}),
+                           "v1", label="production")
+    assert runner.invoke(app, ["run", "--team", team, "--user", user, "--session", session, "hi"]).exit_code == 0
     listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "80"})
     assert listed.exit_code == 0, listed.output
-    assert "…" not in listed.stdout and max(len(line) for line in listed.stdout.splitlines()) <= 80
-    assert _column(listed.stdout, "user", "session") == "alice@example.com"
-    assert _column(listed.stdout, "session", "team") == session
+    assert "…" not in listed.stdout
+    (row,) = [line for line in listed.stdout.splitlines() if user in line]
+    assert session in row and team in row and version[:12] in row
+
+
+def test_a_narrow_terminal_lists_each_quarantined_state_with_its_ids_whole_on_one_line(registry: Registry) -> None:
+    user, session = "alice.longname@example.com", "ticket-2026-11-30-a-long-session-id-0001"
+    assert _run_as(user, session, "hello").exit_code == 0
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production")
+    assert _run_as(user, session, "again").exit_code == 0  # refused as it opens, and set aside
+    listed = runner.invoke(app, ["sessions", "quarantine"], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    assert "…" not in listed.stdout
+    (row,) = [line for line in listed.stdout.splitlines() if user in line]
+    assert session in row
+
+
+def _run_as(user: str, session: str, text: str) -> Any:
+    return runner.invoke(app, ["run", "--team", "support_triage", "--user", user, "--session", session, text])
 
 
 def test_a_database_path_is_printed_as_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

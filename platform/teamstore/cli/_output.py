@@ -88,7 +88,8 @@ def print_table(
     roomy = least  # the same with each text column up to TEXT_ROOM characters wide
     for i, header in enumerate(headers):
         justify: Literal["left", "right"] = "right" if i in right else "left"
-        longest = max([len(row[i]) for row in rows] + [len(word) for word in header.split()])
+        longest = max([len(line) for row in rows for line in row[i].split("\n")] +
+                      [len(word) for word in header.split()])  # a cell of several lines is as wide as its longest
         if i in fixed:  # a set width is never shrunk, so rich narrows (and wraps) the text columns instead
             table.add_column(header, justify=justify, width=longest, overflow="fold")
             least += longest

@@ -247,7 +247,7 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
             ]
             for row in rows
         ],
-        fixed=(0, 1, 2),  # a name or version cut short cannot be given to another command
+        fixed=(0, 1, 2, 3),  # a name or version (a label's too) cut short cannot be given to another command
         title="Registered teams",
     )
 

@@ -184,10 +184,12 @@ async def _bound_line(store: StateStore, bound: int, user: str) -> str:
 
 
 def _render_sessions(rows: list[dict[str, Any]]) -> None:
+    # Every column keeps its width: a user id, session id, team name or version folded over lines could not be
+    # copied into the next command (`sessions show`, `registry show`).
     print_table(("user", "session", "team", "version", "bytes", "row v", "expires"),
                 [[plain(r["user_id"]), plain(r["session_id"]), plain(r["team"]), r["team_version"][:12],
                   str(r["state_bytes"]), str(r["row_version"]), str(r["expires_at"])[:16]] for r in rows],
-                fixed=(3, 4, 5, 6), right=(4, 5))
+                fixed=(0, 1, 2, 3, 4, 5, 6), right=(4, 5))
 
 
 @sessions_app.command("show")
@@ -257,7 +259,7 @@ def list_quarantine(
         print_table(("id", "user", "session", "reason", "detail", "bytes", "when"),
                     [[str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
                       plain(q["detail"]), str(q["state_bytes"]), str(q["quarantined_at"])[:19]] for q in rows],
-                    fixed=(0, 5, 6), right=(0, 5))
+                    fixed=(0, 1, 2, 5, 6), right=(0, 5))  # the ids whole, to be given to `sessions restore`
         _say_if_cut(rows, limit)
 
     emit(rows, as_json=as_json, render=render)
