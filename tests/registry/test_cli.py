@@ -86,6 +86,10 @@ def test_tables_show_names_and_versions_whole_at_80_columns(registry_path: Path)
     listed = runner.invoke(app, ["registry", "list"], env={"COLUMNS": "80"}).stdout
     (row,) = [line for line in listed.splitlines() if name in line]
     assert f"production={added['version'][:12]}" in row  # a label's version whole too
+    history = runner.invoke(app, ["registry", "history", name], env={"COLUMNS": "80"}).stdout
+    lines = history.splitlines()
+    (moved,) = [n for n, line in enumerate(lines) if f"- -> {added['version'][:12]}" in line]  # a label move whole
+    assert "production" in lines[moved - 1]  # under its label
 
 
 @pytest.mark.parametrize("refused", [

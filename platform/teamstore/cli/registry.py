@@ -364,13 +364,14 @@ def _render_history(rows: list[dict[str, Any]]) -> None:
                 str(row["time"])[:19],
                 row["kind"],
                 _short(row["version"]),
-                plain(f"{row['label']} ({_short(row['previous'])} -> {_short(row['version'])})" if row["label"] else ""),
+                # The move on a line of its own: each version stays whole, to be copied.
+                plain(f"{row['label']}\n{_short(row['previous'])} -> {_short(row['version'])}" if row["label"] else ""),
                 plain(row["author"]),
                 plain(row["message"]),
             ]
             for row in rows
         ],
-        fixed=(0, 1, 2),
+        fixed=(0, 1, 2, 3),
         title="History (newest first)",
     )
 
