@@ -317,6 +317,68 @@ async def test_a_run_stopped_mid_turn_keeps_the_turns_paid_calls_on_record_when_
     assert made == 6  # bob's: two turns of two calls, then turn 3's selection and its failed answer
 
 
+@pytest.mark.parametrize("answer", ["given", "lost"])
+async def test_a_run_with_checkpoints_the_close_cuts_off_keeps_every_paid_call_on_record_once_when_continued(
+    platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    # The close refused the last checkpoint that carries the calls paid since the one before (turn 3's speaker
+    # selection): the continuation recorded every call but that one. A last checkpoint that lands with its answer
+    # lost (``lost``) is read by the next worker, and its calls are recorded once all the same.
+    import asyncio
+
+    from autogen_core import CancellationToken
+
+    from teamstore.errors import PlatformClosed, StoreUnavailable
+
+    Registry(registry_path).add("selector", _selector_team().dump_component(), Manifest(
+        name="selector", persist=["researcher"], context_bound=20, checkpoints="every_turn"), "v1", label="production")
+    original, made, answered, waiting = OfflineChatCompletionClient.create, [0], [0], asyncio.Event()
+
+    async def create(self: OfflineChatCompletionClient, messages: Any, *,
+                     cancellation_token: CancellationToken | None = None, **kwargs: Any) -> Any:
+        made[0] += 1
+        if made[0] == 6:  # turn 3's speaker is picked (a paid call); its answer takes long, as a remote model's can
+            wait = asyncio.ensure_future(asyncio.sleep(30))
+            if cancellation_token is not None:
+                cancellation_token.link_future(wait)
+            waiting.set()
+            await wait
+        result = await original(self, messages, cancellation_token=cancellation_token, **kwargs)
+        answered[0] += 1
+        return result
+
+    monkeypatch.setattr(OfflineChatCompletionClient, "create", create)
+    if answer == "lost":
+        checkpoint = platform.store.checkpoint
+
+        async def answer_lost(*args: Any, **kwargs: Any) -> int:
+            version = await checkpoint(*args, **kwargs)
+            if waiting.is_set():  # the last one, written as the session is cut off
+                raise StoreUnavailable("the connection closed before the commit's answer", hint="nothing")
+            return version
+
+        monkeypatch.setattr(platform.store, "checkpoint", answer_lost)
+    async with platform.session("alice", "s1", team="selector") as s:
+        running = asyncio.ensure_future(s.run(TASK))
+        await asyncio.wait_for(waiting.wait(), 10)
+        await asyncio.wait_for(platform.aclose(wait_seconds=0.05), 10)
+        with pytest.raises(PlatformClosed):
+            await asyncio.wait_for(running, 5)
+        assert s.interrupted is not None and s.interrupted.last_turn == 2
+        run_id = s.interrupted.run_id
+    assert answered[0] == 5  # two turns of two calls, and turn 3's selection
+    async with open_platform(platform.settings) as later:  # the next worker
+        assert await _ledger(later, run_id) == []  # on record once, by the attempt that ends the run
+        async with later.session("alice", "s1", team="selector") as s:
+            assert s.interrupted is not None and s.interrupted.last_turn == 2
+            await s.continue_run()
+        rows = await _ledger(later, run_id)
+    assert answered[0] == 5 + 8  # the continuation: turn 3 again, then turns 4 to 6, two calls each
+    assert sum(r.calls for r in rows) == answered[0] and sum(r.failed_calls for r in rows) == 0
+    assert sum(r.calls for r in rows if r.purpose == "speaker_selection") == 3 + 4
+    assert {r.interruptions for r in rows} == {1}
+
+
 async def test_an_abandonment_cancelled_part_way_keeps_the_run_on_record_or_its_checkpoint_in_place(
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -347,8 +347,9 @@ class Platform:
         """Close gracefully, as a service shuts down: refuse new sessions (``PlatformClosed``), wait for the
         sessions open in this process to end, then finish the memory writes in flight, flush telemetry and
         dispose of what this platform was given to close. A session still open when the wait is over has its run
-        in flight stopped (its audit written first), its lease given back, and writes nothing more: its next save
-        or checkpoint raises ``PlatformClosed``; one still opening does not open.
+        in flight stopped (its audit written first; a run with checkpoints writes its last one, with the model
+        calls paid since the one before), its lease given back, and writes nothing more: its next save or
+        checkpoint raises ``PlatformClosed``; one still opening does not open.
         Closing again (or at once from another task) waits for the first close; a caller cancelled while it
         waits leaves the close going on.
 

@@ -99,8 +99,10 @@ class RunHost(Protocol):
         """AutoGen's own ``run_stream`` of the team (the one the session routes ``s.team`` away from)."""
         ...
 
-    async def write_checkpoint(self, text: str | None) -> None:
-        """Write the run's checkpoint under the session's lease and row version."""
+    async def write_checkpoint(self, text: str | None, *, last: bool = False) -> None:
+        """Write the run's checkpoint under the session's lease and row version (``last``: the one a run stopped
+        mid-run writes with the calls paid since its checkpoint, written even as the platform's close cuts the
+        session off)."""
         ...
 
 
@@ -273,17 +275,22 @@ class Run:
             await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
 
     async def _carry_calls(self) -> None:
-        """The run stopped mid-run in this process (its team raised): its checkpoint is written again with the
-        model calls made since it was (a turn's paid speaker selection or tool-call round, the call that
-        failed), so the attempt that ends the run records them with the rest."""
+        """The run stopped mid-run in this process (its team raised, or the platform's close stopped it): its
+        checkpoint is written again with the model calls made since it was (a turn's paid speaker selection or
+        tool-call round, the call that failed), so the attempt that ends the run records them with the rest.
+
+        The ledger gets them only from there: rows written now would take the run's ledger key (run, agent,
+        model, purpose), and the record of the whole run would then be skipped as one already written.
+        """
         failure = self._tracker.failure if self._tracker is not None else None
         if self._durable is None or failure is not None or len(self._calls) == self._durable[2]:
             return  # a checkpoint write failed: the database is no better placed to take this one
         team_state, turn, _ = self._durable
         try:
             text = encode_checkpoint(self._host.built, self.progress, team_state, turn, self._calls)
-            await to_the_end(self._host.write_checkpoint(text))
+            await to_the_end(self._host.write_checkpoint(text, last=True))
         except TeamstoreError as exc:  # the run's own error is the one raised; these calls stay unrecorded
+            # (unless a write left unanswered landed: the next worker reads whichever checkpoint the row holds)
             log.warning("could not add the stopped run's last model calls to its checkpoint: %s", exc)
 
     def _reported(self, exc: BaseException) -> BaseException:

@@ -144,6 +144,7 @@ class Session:
         self.memory: MemoryRecall | None = None
         self._said: list[Said] = []  # what the completed runs said since the memory was last written
         self._last_run: tuple[RunContext, RunOutcome] | None = None
+        self._given_back = False  # the platform's close gave the lease back: not even a last checkpoint is written
 
     @property
     def team(self) -> TeamOrAgent:
@@ -197,27 +198,36 @@ class Session:
         """AutoGen's own ``run_stream`` of the team."""
         return self._team_run_stream(task=task, cancellation_token=token)
 
-    async def write_checkpoint(self, text: str | None) -> None:
+    async def write_checkpoint(self, text: str | None, *, last: bool = False) -> None:
         """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement.
+
+        Args:
+            text: The encoded checkpoint.
+            last: It is the last checkpoint of a run stopped mid-run, carrying the model calls paid since the one
+                before: once the platform has closed, it is still written until the close gives the session's
+                lease back (the close stops the run and waits for it first), so the attempt that ends the run
+                records those calls with the rest.
 
         Raises:
             PlatformClosed: The platform closed while the session was open; nothing was written.
         """
-        with self._storing():
+        with self._storing(last_word=last and not self._given_back):
             self._row_version = await self._deps.store.checkpoint(
                 self.key, owner=self._owner, expected_version=self._row_version,
                 record=checkpoint_record(self._built, text, self._deps.limits))
 
     @contextlib.contextmanager
-    def _storing(self) -> Iterator[None]:
+    def _storing(self, *, last_word: bool = False) -> Iterator[None]:
         """Around each write of the session to the store: none once its platform has closed under it, and one
-        the closing cut short (its connection closed mid-statement: nothing of it landed) says so too."""
+        the closing cut short (its connection closed mid-statement: nothing of it landed) says so too. A stopped
+        run's last checkpoint (``last_word``) is written before the close takes anything away: it fails as it is."""
         sessions = self._deps.sessions
-        sessions.check()
+        if not last_word:
+            sessions.check()
         try:
             yield
         except (StorageError, StaleStateVersion) as exc:
-            if sessions.closed:
+            if sessions.closed and not last_word:
                 raise sessions.closed_under() from exc
             raise
 
@@ -393,8 +403,9 @@ class Session:
             self._write_memory()  # after the save: memory follows what was saved
 
     async def _cut_off(self) -> None:
-        """The platform closed with this session still open: stop a wait for its lease, stop renewing the lease
-        and give it back (after a save under way); the session writes nothing more (``PlatformClosed``)."""
+        """The platform closed with this session still open: stop a wait for its lease, stop its run in flight (a
+        run with checkpoints writes its last one), stop renewing the lease and give it back (after a save under
+        way); the session writes nothing more (``PlatformClosed``)."""
         acquiring = self._acquiring
         if acquiring is None:  # not asking for its lease yet: it never will (PlatformClosed)
             return
@@ -402,10 +413,11 @@ class Session:
         await asyncio.wait([acquiring])
         if acquiring.cancelled() or acquiring.exception() is not None:
             return  # no lease taken
-        version = max(self._row_version, acquiring.result().row_version)  # the session may not have seen it yet
         await self._stop_running()
+        version = max(self._row_version, acquiring.result().row_version)  # the session may not have seen it yet
         await self._stop_keeping()
         async with self._writing:
+            self._given_back = True
             try:
                 await self._deps.store.release(self.key, owner=self._owner, discard_empty=version == 0)
             except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
@@ -413,7 +425,9 @@ class Session:
 
     async def _stop_running(self) -> None:
         """Cut off: stop the run in flight at once, and give its audit (or the last completed run's) a while to
-        be written, so that it is written before the platform's observers drain and its store closes."""
+        be written, so that it is written before the platform's observers drain and its store closes. A run with
+        checkpoints stopped mid-run writes its last one meanwhile, with the model calls paid since the one before
+        (:meth:`write_checkpoint`), while the lease is still held."""
         if self._run is not None and self._running:
             self._run.stop(self._deps.sessions.closed_under())
 
