@@ -31,7 +31,7 @@ from teamstore.app import open_platform
 from teamstore.examples import example_manifest, support_triage
 from teamstore.runtime import opening as opening_module
 from teamstore.runtime import runs as runs_module
-from teamstore.runtime import session as session_module
+from teamstore.runtime import session_runs as session_runs_module
 from teamstore.runtime.runs import Run
 from teamstore.runtime.session import Session
 from teamstore.settings import Settings
@@ -220,7 +220,7 @@ class Teamstore(Bare):
         wrap(opening_module, "judge", "validate")
         wrap(opening_module, "apply_states", "apply (load_state)")
         wrap(Run, "_produce", "run (transcript lines made, calls metered)")
-        wrap(session_module, "_head_start", "the audit's head start")
+        wrap(session_runs_module, "_head_start", "the audit's head start")
         wrap(Session, "_snapshot", "snapshot")
         wrap(runs_module, "notify_observers", "audit writes (transcript, ledger; their own time, overlapping)",
              when=lambda observers, hook, *args: hook == "run_finished")

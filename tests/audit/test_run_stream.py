@@ -247,14 +247,14 @@ async def test_a_run_whose_checkpoint_autogen_refuses_at_continue_keeps_its_paid
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from teamstore.errors import StateRejected
-    from teamstore.runtime import session as session_module
+    from teamstore.runtime import session_runs
 
     run_id = await _interrupted(platform, monkeypatch)
 
     async def refused(*args: Any) -> None:
         raise ValueError("AutoGen's load_state refuses it")
 
-    monkeypatch.setattr(session_module, "apply_checkpoint", refused)
+    monkeypatch.setattr(session_runs, "apply_checkpoint", refused)
     async with platform.session("alice", "s1", team=TEAM) as s:
         with pytest.raises(StateRejected, match="its checkpoint was set aside"):
             await s.continue_run()

@@ -249,7 +249,7 @@ async def test_a_session_sends_the_runs_end_of_run_statement_before_it_snapshots
     from teamstore import examples
     from teamstore.app import open_platform
     from teamstore.audit.observer import Pseudonyms as Resolver
-    from teamstore.runtime import session as session_module
+    from teamstore.runtime import session_runs
     from teamstore.settings import Settings
 
     order: list[str] = []
@@ -259,14 +259,14 @@ async def test_a_session_sends_the_runs_end_of_run_statement_before_it_snapshots
         order.append("end of run")
         return await sent(self, *args, **kwargs)
 
-    taken = session_module.snapshot
+    taken = session_runs.snapshot
 
     async def snapshot(*args: Any) -> Any:
         order.append("snapshot")
         return await taken(*args)
 
     monkeypatch.setattr(Resolver, "_check_again", checked)
-    monkeypatch.setattr(session_module, "snapshot", snapshot)
+    monkeypatch.setattr(session_runs, "snapshot", snapshot)
     registry = Registry(tmp_path / "registry", create=True)
     registry.add("support_triage", examples.support_triage().dump_component(),
                  examples.example_manifest("support_triage"), "v1")

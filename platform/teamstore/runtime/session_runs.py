@@ -1,0 +1,459 @@
+"""A session once open: its team, its runs (one at a time) and its saves.
+
+    result = await s.run("My router keeps dropping")   # s: an open Session (teamstore.runtime.session)
+    async for item in s.run_stream("And now?"):        # the same, item by item
+        ...
+    if s.interrupted:                                  # a run stopped mid-run: continue or abandon it
+        result = await s.continue_run()                # or: await s.abandon_run()
+    await s.save()                                     # the pending snapshot now, keeping the lease
+
+:class:`SessionRuns` is what a :class:`~teamstore.runtime.session.Session` does between opening and closing;
+the session adds how it opens and closes (its lease, its row judged, the user's memory). Each run is a
+:class:`~teamstore.runtime.runs.Run`, which streams it; this module holds what comes around the runs.
+
+``run()`` and ``run_stream()`` snapshot the opted-in participants' states right after the run completes
+(never while AutoGen's run is in flight) and check them (plain JSON, under the byte cap). The snapshot is
+written when the block exits, together with the lease release, or earlier with ``await s.save()``. A run
+that raises or is cancelled leaves nothing to save: the stored state stays as it was, and the session goes on
+from the state it had before that run. A team with per-turn checkpoints (docs/checkpoints.md) also makes each
+completed turn durable while it runs; a run that stops mid-run can then be continued or abandoned.
+
+``s.team`` is the team itself, with its ``run`` and ``run_stream`` routed through the session: called
+there, they are the session's own, with the same checks, audit and checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal
+
+from autogen_agentchat.base import TaskResult
+from autogen_agentchat.messages import BaseChatMessage
+from autogen_core import CancellationToken
+
+from config_registry.types import BuiltTeam
+from teamstore.errors import (
+    NoInterruptedRun,
+    Refusal,
+    RunInProgress,
+    RunInterrupted,
+    SessionNotOpen,
+    StaleStateVersion,
+    StateRejected,
+    StorageError,
+)
+from teamstore.events import RunContext, RunObserver, RunOutcome
+from teamstore.memory.writer import Said
+from teamstore.runtime import interruptions
+from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
+from teamstore.runtime.deps import SessionDeps, checkpoint_record, save_record
+from teamstore.runtime.memory import MemoryBinding, rebind_memory
+from teamstore.runtime.resume import ResumeOutcome, apply_states, snapshot
+from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, final_result
+from teamstore.runtime.tasks import check_task
+from teamstore.runtime.turns import StreamItem
+from teamstore.state.base import SessionKey
+from teamstore.state.cancellation import to_the_end
+
+AUDIT_HEAD_START = 4
+"""Turns of the event loop a completed run's audit is given before the session snapshots the team: its observers'
+tasks start, the end-of-run fence's task starts and its statement is sent, so the database works on it while the
+snapshot's CPU work runs. Nothing else can touch the team meanwhile (the session's run is not over: a second run
+is refused)."""
+
+
+async def _head_start() -> None:
+    """Let the event loop turn :data:`AUDIT_HEAD_START` times."""
+    for _ in range(AUDIT_HEAD_START):
+        await asyncio.sleep(0)
+
+
+Phase = Literal["new", "open", "closed"]
+"""Where a session is: not entered yet, inside its ``async with`` block, or done (it is used once)."""
+
+
+class SessionRuns:
+    """An open session's team, runs and saves. :class:`~teamstore.runtime.session.Session` builds on it.
+
+    Args:
+        deps: What the platform gives its sessions.
+        key: The session's (checked) user and session ids.
+        owner: The lease owner the session's writes go under.
+    """
+
+    def __init__(self, deps: SessionDeps, key: SessionKey, owner: str) -> None:
+        self._deps = deps
+        self.key = key
+        self._owner = owner
+        self._built: BuiltTeam  # set when the session is entered; used only while it is open
+        self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
+        self._row_version = 0
+        self._pending: str | None = None
+        self._writing = asyncio.Lock()  # one save at a time: two at once would both take the one snapshot
+        self._pending_bytes = 0
+        self._good_states: dict[str, Any] = {}  # what the team holds between runs: rebuilt from after a failure
+        self._stale = False  # a run failed or was cancelled mid-turn: the team is built again before the next
+        self._running = False
+        self._run: Run | None = None
+        self._open: weakref.ref[AsyncGenerator[Any, None]] | None = None  # the stream whose run is in flight
+        self._interrupted: InterruptedRun | None = None
+        self._checkpoint: Checkpoint | None = None  # the interrupted run's, judged (read again if None)
+        self._drop_checkpoint = False  # a cancelled run left one: the next write clears it
+        self._phase: Phase = "new"
+        self.resume: ResumeOutcome | None = None
+        self._audit: asyncio.Future[None] | None = None
+        self.last_run_id: str | None = None
+        self._memory: MemoryBinding | None = None
+        self._said: list[Said] = []  # what the completed runs said since the memory was last written
+        self._last_run: tuple[RunContext, RunOutcome] | None = None
+        self._given_back = False  # the platform's close gave the lease back: not even a last checkpoint is written
+
+    # --- what a run needs of its session (teamstore.runtime.runs.RunHost) ----------------------------------
+    @property
+    def built(self) -> BuiltTeam:
+        """The team that runs."""
+        try:
+            return self._built
+        except AttributeError:  # set as the session opens, and kept once it closed
+            raise SessionNotOpen(
+                f"this session {'is not open yet' if self._phase == 'new' else 'did not open'}: its team is built "
+                "as it opens", hint="read s.team inside `async with platform.session(...) as s:`",
+            ) from None
+
+    @property
+    def observers(self) -> Sequence[RunObserver]:
+        """The audit observers every run streams into."""
+        return self._deps.observers
+
+    def autogen_spans(self) -> AbstractContextManager[None]:
+        """The block in which AutoGen's spans go where the platform sends them."""
+        return self._deps.autogen_spans()
+
+    def team_run_stream(self, task: Task, token: CancellationToken) -> AsyncIterator[Any]:
+        """AutoGen's own ``run_stream`` of the team."""
+        return self._team_run_stream(task=task, cancellation_token=token)
+
+    async def write_checkpoint(self, text: str | None, *, last: bool = False) -> None:
+        """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement.
+
+        Args:
+            text: The encoded checkpoint.
+            last: It is the last checkpoint of a run stopped mid-run, carrying the model calls paid since the one
+                before: once the platform has closed, it is still written until the close gives the session's
+                lease back (the close stops the run and waits for it first), so the attempt that ends the run
+                records those calls with the rest.
+
+        Raises:
+            PlatformClosed: The platform closed while the session was open; nothing was written.
+        """
+        with self._storing(last_word=last and not self._given_back):
+            self._row_version = await self._deps.store.checkpoint(
+                self.key, owner=self._owner, expected_version=self._row_version,
+                record=checkpoint_record(self._built, text, self._deps.limits))
+
+    @contextlib.contextmanager
+    def _storing(self, *, last_word: bool = False) -> Iterator[None]:
+        """Around each write of the session to the store: none once its platform has closed under it, and one
+        the closing cut short (its connection closed mid-statement: nothing of it landed) says so too. A stopped
+        run's last checkpoint (``last_word``) is written before the close takes anything away: it fails as it is."""
+        sessions = self._deps.sessions
+        if not last_word:
+            sessions.check()
+        try:
+            yield
+        except (StorageError, StaleStateVersion) as exc:
+            if sessions.closed and not last_word:
+                raise sessions.closed_under() from exc
+            raise
+
+    def _require_open(self) -> None:
+        if self._phase != "open":
+            raise SessionNotOpen(
+                f"this session is {'not open yet' if self._phase == 'new' else 'closed'}",
+                hint="use it inside `async with platform.session(...) as s:`; a closed one cannot be reopened",
+            )
+
+    # --- runs --------------------------------------------------------------------------------------------
+    async def run(self, task: Task) -> TaskResult:
+        """Run the team on ``task``, streaming every item to the audit observers.
+
+        Args:
+            task: The user's text; or, as AutoGen takes them, an AgentChat message, a list of them, or
+                ``None`` to continue without a new one. Checked before the team runs
+                (:mod:`teamstore.runtime.tasks`).
+
+        Returns:
+            AutoGen's ``TaskResult``.
+
+        Raises:
+            SessionNotOpen: Called outside the session's ``async with`` block.
+            InvalidTask: ``task`` is not one of the above, not valid Unicode, or over ``task_max_bytes``;
+                nothing ran and the session stays usable.
+            RunInProgress: Another run of this session is in flight.
+            RunInterrupted: The session's last run stopped mid-run: continue or abandon it first.
+            StateNotSerializable: A persisted participant's state holds a non-JSON value (names the path).
+            StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
+            StoreUnavailable, StaleStateVersion, ErasureInProgress: A checkpoint could not be written; the run
+                stopped there, and the last one written stays (a team with checkpoints only).
+        """
+        return await final_result(self.run_stream(task))
+
+    def run_stream(self, task: Task) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """Run the team on ``task`` and yield what AutoGen's ``run_stream`` yields: every message and event
+        as it comes, then the ``TaskResult``. The same checks, audit, checkpoints and snapshot as :meth:`run`
+        (and its errors, raised while iterating). A consumer that stops early (leaves the loop, or is
+        cancelled) stops the team at once; the run is recorded as it went, nothing of it is saved, and the
+        session goes on from the state it had before the run."""
+        return self._streamed(task)
+
+    async def continue_run(self) -> TaskResult:
+        """Continue the interrupted run (:attr:`interrupted`) from its last completed turn, to its end.
+
+        The turns it completed are not run again and make no model call; the turn that was in flight when it
+        stopped runs again (tools see the same :func:`teamstore.runtime.turns.current_turn` key). The
+        ``TaskResult`` holds the whole run, its earlier turns first.
+
+        Raises:
+            NoInterruptedRun: The session has no interrupted run.
+            StateRejected: AutoGen refused the checkpoint's states after all (``corrupt``): it is set aside,
+                and the session goes on from the state before the run.
+            Otherwise as :meth:`run`.
+        """
+        return await final_result(self.continue_run_stream())
+
+    def continue_run_stream(self) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """:meth:`continue_run`, item by item: the run's earlier messages first (as it had streamed them, bar
+        token chunks), then the rest as it comes, then the ``TaskResult`` of the whole run."""
+        return self._streamed(None, continuing=True)
+
+    async def abandon_run(self) -> None:
+        """Give the interrupted run up: its checkpoint is cleared (one write) and the session goes on from the
+        state it had before that run. The run's completed turns go to its transcript, and the model calls it
+        paid for to the ledger, as a run that failed. Cancelled once the clearing has begun, it still finishes.
+
+        Raises:
+            NoInterruptedRun: The session has no interrupted run.
+            RunInProgress: A run of this session is in flight.
+        """
+        self._require_open()
+        await self._settle(in_flight=False)
+        if self._running:
+            raise RunInProgress("this session is running a task", hint="await it before abandoning a run")
+        checkpoint = await self._interrupted_checkpoint()
+        # Cancelled from here (a request timeout), it finishes: a checkpoint cleared without its run recorded
+        # would leave the run's turns and paid calls on no record at all.
+        await to_the_end(self._abandon(checkpoint))
+
+    async def _abandon(self, checkpoint: Checkpoint) -> None:
+        async with self._writing:
+            await self.write_checkpoint(None)
+        self._interrupted = self._checkpoint = None
+        self._run_ended("abandoned")
+        await interruptions.report_abandoned(self, checkpoint, resumed=bool(self.resume and self.resume.applied))
+
+    def routed_stream(
+        self, task: Task, linked: CancellationToken | None, skip: int
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        """A run started through the team (``s.team.run_stream``), as the session runs it."""
+        return self._streamed(task, linked=linked, skip=skip)
+
+    def _streamed(self, task: Task, **how: Any) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        # The stream knows itself (weakly: a caller that leaves it lets Python close it, which stops the team),
+        # so that the session's next step can close it if the caller left it open mid-run.
+        me: list[weakref.ref[AsyncGenerator[Any, None]]] = []
+        stream = self._stream(task, me=me, **how)
+        me.append(weakref.ref(stream))
+        return stream
+
+    async def _stream(
+        self, task: Task, *, me: list[weakref.ref[AsyncGenerator[Any, None]]], continuing: bool = False,
+        linked: CancellationToken | None = None, skip: int = 0,
+    ) -> AsyncGenerator[StreamItem | TaskResult, None]:
+        self._require_open()
+        await self._settle(in_flight=False)
+        if not continuing:
+            check_task(task, self._deps.limits.task_max_bytes)
+        if self._running:
+            raise RunInProgress("this session is already running a task", hint="await the first run before the next")
+        self._running, self._open = True, me[0]  # before the first await: a second run meanwhile is refused
+        run: Run | None = None
+        try:
+            run = await self._start(task, continuing, linked)
+            async with contextlib.aclosing(run.stream()) as items:
+                async for item in items:
+                    if isinstance(item, TaskResult):
+                        self._audit = run.audit
+                        await _head_start()  # the audit's statement goes out before the snapshot's work
+                        await self._snapshot()
+                        self._remember(run, item)
+                    elif skip:
+                        skip -= 1
+                        continue
+                    yield item
+        except BaseException:
+            if run is not None:
+                self._after_failure(run)
+            raise
+        finally:
+            self._running = False
+
+    async def _start(self, task: Task, continuing: bool, linked: CancellationToken | None) -> Run:
+        """What comes before a run: the team as it should be, the last run's audit written, and, with
+        checkpoints on, the last completed run saved (a checkpoint's run then starts from it)."""
+        self._deps.sessions.check()  # cut off: no run starts
+        taken: TakenUp | None = None
+        if continuing:
+            taken = await self._take_up()
+        elif self._interrupted is not None:
+            raise RunInterrupted(
+                f"this session's run {self._interrupted.run_id[:12]} stopped after turn "
+                f"{self._interrupted.last_turn} and can be continued",
+                hint="continue it (s.continue_run(), `teamstore run --continue`) or abandon it "
+                "(s.abandon_run(), `teamstore run --abandon`) before a new run",
+            )
+        elif self._stale:
+            await self._rebuild()
+        await self.flush_audit()
+        if not continuing and self._built.manifest.checkpoints != "off" and (self._pending or self._drop_checkpoint):
+            await self.save()  # the checkpoints of this run then build on the last completed one
+        self._deps.sessions.check()  # cut off while it got ready
+        run = Run(self, task, resumed=bool(self.resume and self.resume.applied), taken_up=taken, linked=linked)
+        self._run, self.last_run_id = run, run.ctx.run_id
+        return run
+
+    async def _take_up(self) -> TakenUp:
+        """The interrupted run's checkpoint, applied to a clean team; one AutoGen refuses is set aside."""
+        checkpoint = await self._interrupted_checkpoint()
+        if self._stale:
+            await self._rebuild()
+        try:
+            so_far = await apply_checkpoint(self._built, checkpoint)
+        except Exception as exc:
+            detail = (exc.detail if isinstance(exc, StateRejected)
+                      else f"AutoGen could not load the checkpoint ({type(exc).__name__})")
+            await to_the_end(interruptions.set_aside(self._deps.store, self.key, self._owner, checkpoint,
+                                                     self._built.name, detail, self._deps.observers))
+            self._interrupted = self._checkpoint = None
+            self._run_ended("set aside", refused="corrupt")
+            await self._rebuild()
+            raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
+                                           "its checkpoint was set aside") from exc
+        self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
+        self._run_ended("continued")
+        return TakenUp(checkpoint, so_far)
+
+    def _run_ended(self, how: str, *, refused: Refusal | None = None) -> None:
+        """The interrupted run the session opened with no longer waits: :attr:`resume` says so."""
+        if self.resume is not None:
+            self.resume = self.resume.run_ended(how, refused=refused)
+
+    async def _interrupted_checkpoint(self) -> Checkpoint:
+        if self._interrupted is None:
+            raise NoInterruptedRun("this session has no interrupted run",
+                                   hint="check s.interrupted (or s.resume.interrupted) first")
+        if self._checkpoint is None:  # the run stopped in this block: its checkpoint is read back
+            self._checkpoint = await interruptions.read_back(self._deps.store, self.key, self._built)
+        return self._checkpoint
+
+    def _after_failure(self, run: Run) -> None:
+        """A run raised or was cancelled: the team may be mid-turn, so it is built again before the next run;
+        one that can be continued waits for a decision, and the checkpoint of one that cannot is cleared."""
+        self._stale = True
+        if run.interrupted:
+            self._interrupted = interruptions.stopped(run)
+            self._checkpoint = None
+            if run.continues and self.resume is not None:  # the run it said was continued waits again
+                self.resume = self.resume.run_stopped(self._interrupted)
+        elif run.durable_turn:
+            self._drop_checkpoint = True
+
+    async def _settle(self, *, in_flight: bool = True) -> None:
+        """Close a stream the caller left open mid-run (it stops the team), and wait for one Python is closing;
+        and for a run in flight in another task unless ``in_flight`` is false (a second run or an abandonment
+        is then refused at once with ``RunInProgress``, rather than waiting for the first to end)."""
+        stream = self._open() if self._open is not None and self._running else None
+        running = stream is not None and getattr(stream, "ag_running", True)
+        if stream is not None and not running:  # suspended at an item: its caller left it
+            await stream.aclose()
+        run = self._run
+        if run is not None and self._running and not run.finished.is_set() and (in_flight or not running):
+            await run.finished.wait()
+
+    async def flush_audit(self) -> None:
+        """Wait until the last run's transcript, ledger rows and spans are written (or queued)."""
+        task = self._audit
+        if task is not None:
+            # Shielded: a request cancelled while it waits here must not cancel the writes half-way (the
+            # transcript would be neither uploaded nor queued). They stay pending; the block's exit awaits them.
+            future = asyncio.ensure_future(task)
+            try:
+                await asyncio.shield(future)
+            finally:
+                if future.done():
+                    self._audit = None
+
+    async def _snapshot(self) -> None:
+        taken = await snapshot(self._built, self._deps.limits.state_max_bytes)
+        if taken is not None:  # a refused one raised: the last snapshot that fit (if any) still saves
+            (self._pending, self._good_states), self._pending_bytes = taken, len(taken[0].encode())
+
+    def _remember(self, run: Run, result: TaskResult) -> None:
+        """A run completed: what it said joins what the memory writer reads once the block has saved."""
+        if self._memory is None or run.outcome is None:
+            return
+        self._said += [Said(m.source, m.to_model_text()) for m in result.messages if isinstance(m, BaseChatMessage)]
+        self._last_run = (run.ctx, run.outcome)
+
+    # --- the team between runs, and its saves ------------------------------------------------------------
+    def _use(self, built: BuiltTeam) -> None:
+        """Take ``built`` as the session's team, its ``run`` and ``run_stream`` routed through the session."""
+        self._built = built
+        self._team_run_stream = built.team.run_stream
+        route = TeamRoute(self)
+        built.team.run_stream = route.run_stream  # type: ignore[method-assign]
+        built.team.run = route.run  # type: ignore[method-assign]
+
+    async def _rebuild(self) -> None:
+        """A run failed or was cancelled mid-turn: build the team again, with the state it had before that run."""
+        built = self._built
+        self._use(await self._deps.build_team(f"{built.name}@{built.version}"))
+        if self._memory is not None:  # the new team's participants are given what the old one's were
+            self._memory = await rebind_memory(self._memory, self._built)
+        if self._good_states:
+            await apply_states(self._built, self._good_states)
+        self._stale = False
+
+    async def save(self) -> int:
+        """Write the pending snapshot now (after the last run's audit), keeping the lease; returns the row version.
+
+        Cancelled while it writes, it still finishes the write, and the session goes on from it. Saves wait for
+        one another (two at once write once), and the block's exit waits for a save under way.
+        """
+        self._require_open()
+        await self.flush_audit()
+        async with self._writing:
+            if self._pending is not None:
+                # Cancelled mid-write (a request timeout), the write finishes first. Cut short, it may have saved
+                # without the session learning the new row version (its exit save would then conflict with
+                # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
+                await to_the_end(self._write(release=False))
+            elif self._drop_checkpoint:
+                await to_the_end(self.write_checkpoint(None))
+                self._drop_checkpoint = False
+        return self._row_version
+
+    async def _write(self, *, release: bool) -> None:
+        # Taken before writing: a refused snapshot is reported once, never retried blindly at exit.
+        state, self._pending = self._pending, None
+        assert state is not None
+        with self._storing():
+            self._row_version = await self._deps.store.save(
+                self.key, owner=self._owner, expected_version=self._row_version,
+                record=save_record(self._built, state, self._deps.limits), release=release,
+            )
+        self._drop_checkpoint = False  # a save clears the row's checkpoint
+        self._deps.metrics.state_saved(self._pending_bytes)
