@@ -317,18 +317,21 @@ async def test_a_run_stopped_mid_turn_keeps_the_turns_paid_calls_on_record_when_
     assert made == 6  # bob's: two turns of two calls, then turn 3's selection and its failed answer
 
 
-@pytest.mark.parametrize("answer", ["given", "lost"])
+@pytest.mark.parametrize("how", ["answered", "answer lost", "as its block exits", "slower than the cut-off's wait"])
 async def test_a_run_with_checkpoints_the_close_cuts_off_keeps_every_paid_call_on_record_once_when_continued(
-    platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str
+    platform: Platform, registry_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     # The close refused the last checkpoint that carries the calls paid since the one before (turn 3's speaker
     # selection): the continuation recorded every call but that one. A last checkpoint that lands with its answer
-    # lost (``lost``) is read by the next worker, and its calls are recorded once all the same.
+    # lost is read by the next worker, and its calls are recorded once all the same. The close also waits for it
+    # when the session's block is exiting (its exit waits for the run), and when it takes longer than the cut-off
+    # gives the run to stop: the lease is given back, and the store closed, only after it.
     import asyncio
 
     from autogen_core import CancellationToken
 
     from teamstore.errors import PlatformClosed, StoreUnavailable
+    from teamstore.runtime import session as session_module
 
     Registry(registry_path).add("selector", _selector_team().dump_component(), Manifest(
         name="selector", persist=["researcher"], context_bound=20, checkpoints="every_turn"), "v1", label="production")
@@ -348,24 +351,31 @@ async def test_a_run_with_checkpoints_the_close_cuts_off_keeps_every_paid_call_o
         return result
 
     monkeypatch.setattr(OfflineChatCompletionClient, "create", create)
-    if answer == "lost":
-        checkpoint = platform.store.checkpoint
+    checkpoint = platform.store.checkpoint
 
-        async def answer_lost(*args: Any, **kwargs: Any) -> int:
-            version = await checkpoint(*args, **kwargs)
-            if waiting.is_set():  # the last one, written as the session is cut off
-                raise StoreUnavailable("the connection closed before the commit's answer", hint="nothing")
-            return version
+    async def last_written(*args: Any, **kwargs: Any) -> int:  # the last one, written as the session is cut off
+        if waiting.is_set() and how == "slower than the cut-off's wait":
+            await asyncio.sleep(0.5)
+        version = await checkpoint(*args, **kwargs)
+        if waiting.is_set() and how == "answer lost":
+            raise StoreUnavailable("the connection closed before the commit's answer", hint="nothing")
+        return version
 
-        monkeypatch.setattr(platform.store, "checkpoint", answer_lost)
+    monkeypatch.setattr(platform.store, "checkpoint", last_written)
+    if how == "slower than the cut-off's wait":
+        monkeypatch.setattr(session_module, "CUT_OFF_AUDIT_WAIT", 0.05)
+    closing: asyncio.Future[None] | None = None
     async with platform.session("alice", "s1", team="selector") as s:
         running = asyncio.ensure_future(s.run(TASK))
         await asyncio.wait_for(waiting.wait(), 10)
-        await asyncio.wait_for(platform.aclose(wait_seconds=0.05), 10)
-        with pytest.raises(PlatformClosed):
-            await asyncio.wait_for(running, 5)
-        assert s.interrupted is not None and s.interrupted.last_turn == 2
-        run_id = s.interrupted.run_id
+        closing = asyncio.ensure_future(platform.aclose(wait_seconds=0.05))
+        if how != "as its block exits":
+            await asyncio.wait_for(closing, 10)
+    await asyncio.wait_for(closing, 10)
+    with pytest.raises(PlatformClosed):
+        await asyncio.wait_for(running, 5)
+    assert s.interrupted is not None and s.interrupted.last_turn == 2
+    run_id = s.interrupted.run_id
     assert answered[0] == 5  # two turns of two calls, and turn 3's selection
     async with open_platform(platform.settings) as later:  # the next worker
         assert await _ledger(later, run_id) == []  # on record once, by the attempt that ends the run

@@ -76,7 +76,8 @@ def check_wait(seconds: object, name: str, hint: str) -> float:
 
 CUT_OFF_AUDIT_WAIT = 10.0
 """Seconds a session cut off as its platform closes gives its stopped run to write its audit (transcript, ledger
-rows), before the platform's observers drain and its store closes."""
+rows), before the platform's observers drain and its store closes. A last checkpoint the stopped run has begun to
+write (the model calls it paid since the one before) is waited for past it: the lease is given back after it."""
 
 CutOff = Callable[[], Awaitable[None]]
 """What a session still open when its platform has closed does: stop renewing and give its lease back."""

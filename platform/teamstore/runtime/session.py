@@ -266,6 +266,8 @@ class Session(SessionRuns):
         async def audited() -> None:
             if self._phase == "open":  # its block's exit settles the run itself
                 await self._settle()
+            elif self._run is not None and self._running:  # the exit waits for it: so does the lease's release
+                await self._run.finished.wait()
             await self.flush_audit()
 
         try:

@@ -144,16 +144,19 @@ class SessionRuns:
             text: The encoded checkpoint.
             last: It is the last checkpoint of a run stopped mid-run, carrying the model calls paid since the one
                 before: once the platform has closed, it is still written until the close gives the session's
-                lease back (the close stops the run and waits for it first), so the attempt that ends the run
-                records those calls with the rest.
+                lease back (the close stops the run and waits for it first, and gives the lease back only once
+                this write, begun, has ended), so the attempt that ends the run records those calls with the rest.
 
         Raises:
             PlatformClosed: The platform closed while the session was open; nothing was written.
         """
-        with self._storing(last_word=last and not self._given_back):
-            self._row_version = await self._deps.store.checkpoint(
-                self.key, owner=self._owner, expected_version=self._row_version,
-                record=checkpoint_record(self._built, text, self._deps.limits))
+        # The last one holds the session's writes (nothing that holds them waits for a run): a close whose wait for
+        # the stopped run is over gives the lease back, and closes the store, only after it.
+        async with self._writing if last else contextlib.nullcontext():
+            with self._storing(last_word=last and not self._given_back):
+                self._row_version = await self._deps.store.checkpoint(
+                    self.key, owner=self._owner, expected_version=self._row_version,
+                    record=checkpoint_record(self._built, text, self._deps.limits))
 
     @contextlib.contextmanager
     def _storing(self, *, last_word: bool = False) -> Iterator[None]:
