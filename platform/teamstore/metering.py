@@ -240,7 +240,8 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        """Delegate, then record usage (or the error type, with zero tokens)."""
+        """Delegate, then record usage (or the error type, with zero tokens: a call cancelled while it waited for
+        its answer, as a stopped run's is, was made all the same, and is on record as ``CancelledError``)."""
         started, t0 = datetime.now(UTC), time.perf_counter()
         answered: list[str] = []
         token = _answering.set(answered)
@@ -253,7 +254,7 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                 extra_create_args=extra_create_args,
                 cancellation_token=cancellation_token,
             )
-        except Exception as exc:
+        except BaseException as exc:  # a cancellation too: the request went out, and may be billed
             self._record(started, t0, None, type(exc).__name__, answered)
             raise
         finally:
@@ -271,7 +272,8 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         extra_create_args: Mapping[str, Any] = {},
         cancellation_token: CancellationToken | None = None,
     ) -> AsyncGenerator[str | CreateResult, None]:
-        """Delegate the stream; record usage from the final result."""
+        """Delegate the stream; record usage from the final result (a stream cancelled, or left by its reader,
+        before its final result is on record with the error type, as :meth:`create` records a failed call)."""
         started, t0 = datetime.now(UTC), time.perf_counter()
         final: CreateResult | None = None
         answered: list[str] = []  # a stream's end event carries no model: it stays unknown
@@ -287,7 +289,10 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                 if isinstance(chunk, CreateResult):
                     final = chunk
                 yield chunk
-        except Exception as exc:
+        except GeneratorExit:  # its reader stopped reading: answered if the final result came first
+            self._record(started, t0, final, None if final is not None else "GeneratorExit", answered)
+            raise
+        except BaseException as exc:  # a failure, or a cancellation: the request went out, and may be billed
             self._record(started, t0, final, type(exc).__name__, answered)
             raise
         self._record(started, t0, final, None, answered)

@@ -122,6 +122,58 @@ async def test_a_cache_is_metered_at_the_client_it_holds_so_each_call_to_a_model
     assert len(meter.calls) == 1  # the second answer came from the cache: no model was called
 
 
+class _SlowClient(OfflineChatCompletionClient):
+    """Answers once ``answer`` is set, as a remote model answers late; streams one chunk, then the result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked, self.answer = asyncio.Event(), asyncio.Event()
+
+    async def create(self, messages, **kwargs):  # type: ignore[no-untyped-def]
+        self.asked.set()
+        await self.answer.wait()
+        return await super().create(messages, **kwargs)
+
+    async def create_stream(self, messages, **kwargs):  # type: ignore[no-untyped-def]
+        yield "router"
+        self.asked.set()
+        await self.answer.wait()
+        yield await super().create(messages, **kwargs)
+
+
+async def test_a_call_cancelled_while_it_waits_for_its_answer_is_on_record_as_made_and_unanswered() -> None:
+    # A stopped run's call went out to the model: it used to leave no trace, as if it was never made.
+    slow = _SlowClient()
+    client = MeteredChatCompletionClient(slow, agent="triage")
+    with metered_run() as meter:
+        waiting = asyncio.ensure_future(client.create([UserMessage(content="router down", source="user")]))
+        await asyncio.wait_for(slow.asked.wait(), 5)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    [call] = meter.calls
+    assert call.error == "CancelledError" and call.agent == "triage"
+    assert (call.input_tokens, call.output_tokens, call.finish_reason) == (0, 0, None)  # its usage is unknown
+
+
+async def test_a_stream_stopped_before_its_result_is_on_record_unanswered_and_one_read_to_its_result_answered(
+) -> None:
+    slow = _SlowClient()
+    client = MeteredChatCompletionClient(slow, agent="triage")
+    messages = [UserMessage(content="router down", source="user")]
+    with metered_run() as meter:
+        stream = client.create_stream(messages)
+        assert await anext(stream) == "router"
+        await stream.aclose()  # its reader stopped before the final result
+        slow.answer.set()
+        read = client.create_stream(messages)
+        chunks = [await anext(read), await anext(read)]
+        await read.aclose()  # left as soon as the result came: it was answered
+    stopped, answered = meter.calls
+    assert stopped.error == "GeneratorExit" and stopped.input_tokens == 0
+    assert answered.error is None and answered.input_tokens == chunks[-1].usage.prompt_tokens > 0
+
+
 def test_a_provider_that_does_not_import_is_judged_by_its_component_type() -> None:
     assert is_model_client({"provider": "no_such_module.Client", "component_type": "model"})
     assert not is_model_client({"provider": "no_such_module.Tool", "component_type": "tool"})
