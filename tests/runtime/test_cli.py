@@ -141,8 +141,41 @@ def test_a_narrow_terminal_lists_each_session_with_its_ids_whole_on_one_line(reg
     listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "80"})
     assert listed.exit_code == 0, listed.output
     assert "…" not in listed.stdout
-    (row,) = [line for line in listed.stdout.splitlines() if user in line]
-    assert session in row and team in row and version[:12] in row
+    _fits_with_ids_whole(listed.stdout, 80, user, session, team, version[:12])
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_demos_sessions_are_listed_within_the_terminal_with_every_id_whole(
+    registry: Registry, columns: int
+) -> None:
+    # The demo's two sessions of alice made an 82-column table: on an 80-column terminal (or a pipe) each of its
+    # lines wrapped. Too narrow for the table, each session is a block of lines; wide enough, the table stays.
+    escalation = registry.add("support_escalation", examples.support_escalation().dump_component(),
+                              without_memory(examples.example_manifest("support_escalation")), "v1",
+                              label="production")
+    triage = registry.resolve("support_triage@production").version
+    demo = {"ticket-210206-a": ("support_triage", triage), "case-210206": ("support_escalation", escalation)}
+    for session, (team, _) in demo.items():
+        ran = runner.invoke(app, ["run", "--team", team, "--user", "alice", "--session", session, "hi"])
+        assert ran.exit_code == 0, ran.output
+    listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": str(columns)})
+    assert listed.exit_code == 0, listed.output
+    for session, (team, version) in demo.items():
+        _fits_with_ids_whole(listed.stdout, columns, "alice", session, team, version[:12])
+        if columns == 200:  # one line per session, as before
+            assert any(session in line and team in line and version[:12] in line for line in listed.stdout.splitlines())
+        else:
+            assert f"session: {session}" in listed.stdout.splitlines()
+    as_json = runner.invoke(app, ["sessions", "list", "--json"], env={"COLUMNS": str(columns)}).stdout
+    assert {row["session_id"] for row in json.loads(as_json)} == set(demo)  # one document, whatever the width
+
+
+def _fits_with_ids_whole(text: str, columns: int, *ids: str) -> None:
+    """No line of ``text`` is wider than the terminal, and each id is whole on one of them."""
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= columns, text
+    for value in ids:
+        assert any(value in line for line in lines), (value, text)
 
 
 def test_a_narrow_terminal_lists_each_quarantined_state_with_its_ids_whole_on_one_line(registry: Registry) -> None:

@@ -20,6 +20,7 @@ from rich.box import SIMPLE_HEAD
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from teamstore.errors import TeamstoreError
 
@@ -74,15 +75,17 @@ def print_table(
     right: Collection[int] = (),
     title: str | None = None,
     out: Console | None = None,
+    narrow: Literal["wider", "blocks"] = "wider",
 ) -> None:
     """Print a table whose cells are never cut short with '...' nor folded into pieces: the ``fixed`` columns
     (numbers, times, short versions) keep their width, so a cost is never ``0.0007`` over ``75``; text wraps
     inside its cell, never narrower than :data:`TEXT_MIN` characters (or its longest value), every character
     of it shown (``--json`` gives an id on one line). A table wider than the terminal even so (or than the 80
     columns rich assumes for a file or a pipe, or ``COLUMNS``) is printed wider, its text columns up to
-    :data:`TEXT_ROOM` characters: the terminal wraps its lines, every value whole. ``out`` is stdout's console
-    unless given (stderr's, for what a command shows before it asks a question, so ``--json`` output
-    stays one document)."""
+    :data:`TEXT_ROOM` characters: the terminal wraps its lines, every value whole. With ``narrow="blocks"`` a
+    table that does not fit with its text columns that wide (a description in six-character lines reads no
+    better than a wrapped table) is one block of ``header: value`` lines per row instead (:func:`_print_blocks`). ``out`` is stdout's console unless given (stderr's, for what a
+    command shows before it asks a question, so ``--json`` output stays one document)."""
     table = Table(title=title, box=SIMPLE_HEAD, padding=0)
     least = len(headers) + 1  # the table's edges and the spaces between its columns
     roomy = least  # the same with each text column up to TEXT_ROOM characters wide
@@ -101,6 +104,9 @@ def print_table(
     for row in rows:
         table.add_row(*row)
     shown = out or console
+    if narrow == "blocks" and shown.width < roomy:
+        _print_blocks(headers, rows, fixed=fixed, title=title, out=shown)
+        return
     if shown.width >= least:
         shown.print(table)
         return
@@ -110,6 +116,30 @@ def print_table(
         shown.print(table)
     finally:
         shown._width = pinned
+
+
+def _print_blocks(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, fixed: Collection[int], title: str | None, out: Console
+) -> None:
+    """Print each row as lines of ``header: value``, a blank line between rows (as ``sessions show`` prints
+    one session): a table on a terminal too narrow for it. A value of a ``fixed`` column keeps each of its lines
+    whole on one line, to be copied (only one wider than the terminal leaves it to the terminal to wrap); text
+    wraps at the terminal's width, under its own first line."""
+    label = max(len(header) for header in headers) + 2  # "header: ", the values aligned after the longest
+    room = max(out.width - label, TEXT_MIN)
+    if title is not None:
+        out.print(Text(title, style="italic"))
+    for row in rows:
+        out.print()
+        for i, (header, cell) in enumerate(zip(headers, row, strict=True)):
+            value = out.render_str(cell, highlight=False)  # its markup read as a table cell's is
+            lines = value.split("\n") if i in fixed else value.wrap(out, room)
+            for k, line in enumerate(lines):
+                shown = Text.assemble((f"{header}:".ljust(label) if k == 0 else " " * label, "bold"), line)
+                shown.rstrip()
+                out.print(shown, soft_wrap=True)  # soft: never cut nor folded, however long
+    if rows:
+        out.print()
 
 
 TEXT_MIN = 6

@@ -249,6 +249,7 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
         ],
         fixed=(0, 1, 2, 3),  # a name or version (a label's too) cut short cannot be given to another command
         title="Registered teams",
+        narrow="blocks",  # seven columns: a table line the terminal wraps is unreadable
     )
 
 

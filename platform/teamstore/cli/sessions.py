@@ -185,11 +185,12 @@ async def _bound_line(store: StateStore, bound: int, user: str) -> str:
 
 def _render_sessions(rows: list[dict[str, Any]]) -> None:
     # Every column keeps its width: a user id, session id, team name or version folded over lines could not be
-    # copied into the next command (`sessions show`, `registry show`).
+    # copied into the next command (`sessions show`, `registry show`). On a terminal too narrow for the row,
+    # each session is a block of lines instead of a table line the terminal would wrap.
     print_table(("user", "session", "team", "version", "bytes", "row v", "expires"),
                 [[plain(r["user_id"]), plain(r["session_id"]), plain(r["team"]), r["team_version"][:12],
                   str(r["state_bytes"]), str(r["row_version"]), str(r["expires_at"])[:16]] for r in rows],
-                fixed=(0, 1, 2, 3, 4, 5, 6), right=(4, 5))
+                fixed=(0, 1, 2, 3, 4, 5, 6), right=(4, 5), narrow="blocks")
 
 
 @sessions_app.command("show")
