@@ -28,7 +28,7 @@ from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, StreamItem, notify_observers
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, judge_checkpoint, set_aside_run
-from teamstore.runtime.resume import ResumeOutcome, waiting_note
+from teamstore.runtime.resume import ResumeOutcome
 from teamstore.state.base import Ending, SessionKey, StateStore, StoredSession
 from teamstore.state.cancellation import to_the_end
 
@@ -49,12 +49,7 @@ async def judge_at_open(
     """
     found = judge_checkpoint(row, built, agentchat_version)
     if isinstance(found, Checkpoint):
-        run = found.run
-        detail = waiting_note(run)
-        if outcome.detail:
-            detail = f"{outcome.detail}; {detail}"
-        return ResumeOutcome("interrupted", outcome.team_version, detail, outcome.restored,
-                             outcome.previous_team_version, interrupted=run), found
+        return outcome.run_waits(found.run), found
     reason, why = found
     await store.quarantine(row, owner=owner, reason=f"checkpoint {reason}", detail=why, checkpoint_only=True)
     note = f"an interrupted run cannot continue ({reason}: {why}); its checkpoint was set aside"

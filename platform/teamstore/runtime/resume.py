@@ -47,9 +47,10 @@ class ResumeOutcome:
     (:data:`Outcome`); ``detail`` says which participant and how. ``checkpoint_refused`` says why an
     interrupted run's checkpoint was set aside (quarantined) when the state itself could still be judged.
 
-    A session's outcome follows its interrupted run: once the run is continued, abandoned or set aside in that
-    session, it is the state's own again (:meth:`run_ended`); once a continuation stops mid-run again, it is
-    ``interrupted`` again (:meth:`run_stopped`).
+    A session's outcome follows its interrupted run: it is ``interrupted`` while the run waits for a decision
+    (:meth:`run_waits`); once the run is continued, abandoned or set aside in that session, it is the state's
+    own again (:meth:`run_ended`); once a continuation stops mid-run again, it is ``interrupted`` again
+    (:meth:`run_stopped`). ``detail`` is built from what the outcome keeps of the run, never read back.
     """
 
     outcome: Outcome
@@ -60,6 +61,11 @@ class ResumeOutcome:
     quarantined: bool = False
     interrupted: InterruptedRun | None = None
     checkpoint_refused: Refusal | None = None
+    notes: str | None = field(default=None, compare=False, repr=False)
+    """The state's own notes: ``detail`` before what it says of a run (the one ``interrupted`` or ``ended``
+    names); unset while it says nothing of one, when ``detail`` is all the state's own."""
+    ended: tuple[InterruptedRun, str] | None = field(default=None, compare=False, repr=False)
+    """The run :meth:`run_ended` last said no longer waits, and what became of it (``continued``, ...)."""
 
     @property
     def applied(self) -> bool:
@@ -68,6 +74,17 @@ class ResumeOutcome:
 
     def __str__(self) -> str:
         return f"{self.outcome}: {self.detail}" if self.detail else self.outcome
+
+    @property
+    def _own_notes(self) -> str | None:
+        return self.detail if self.interrupted is None and self.ended is None else self.notes
+
+    def run_waits(self, run: InterruptedRun) -> ResumeOutcome:
+        """This outcome with ``run`` stopped mid-run and waiting for a decision: ``interrupted``, naming it, the
+        detail asking for the decision after the state's own notes."""
+        notes = self._own_notes
+        return replace(self, outcome="interrupted", interrupted=run, notes=notes, ended=None,
+                       detail=_joined(notes, _waiting_note(run)))
 
     def run_ended(self, how: str, *, refused: Refusal | None = None) -> ResumeOutcome:
         """This outcome once the interrupted run it names no longer waits for a decision: the state's own
@@ -81,21 +98,19 @@ class ResumeOutcome:
         run = self.interrupted
         if run is None:
             return self
-        notes = (self.detail or "").removesuffix(waiting_note(run)).removesuffix("; ")
-        note = f"run {run.run_id[:12]}, interrupted after turn {run.last_turn}, was {how}"
-        return replace(self, outcome="resumed" if self.restored else "new", interrupted=None,
-                       detail=f"{notes}; {note}" if notes else note,
+        notes = self._own_notes
+        return replace(self, outcome="resumed" if self.restored else "new", interrupted=None, notes=notes,
+                       ended=(run, how), detail=_joined(notes, _ended_note(run, how)),
                        quarantined=self.quarantined or refused is not None,
                        checkpoint_refused=refused or self.checkpoint_refused)
 
     def run_stopped(self, run: InterruptedRun) -> ResumeOutcome:
         """This outcome once the run it says was continued (:meth:`run_ended`) stops mid-run again:
-        ``interrupted`` again, naming ``run`` where it stopped now and waiting for a decision."""
-        head, continued, _ = (self.detail or "").partition(f"run {run.run_id[:12]}, interrupted after turn ")
-        if not continued:  # another run: the outcome never named it
+        ``interrupted`` again, naming ``run`` where it stopped now and waiting for a decision. Another run
+        leaves it as it is: the outcome never named it."""
+        if self.ended is None or self.ended[0].run_id != run.run_id:
             return self
-        notes, note = head.removesuffix("; "), waiting_note(run)
-        return replace(self, outcome="interrupted", interrupted=run, detail=f"{notes}; {note}" if notes else note)
+        return self.run_waits(run)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -112,9 +127,17 @@ class ResumeOutcome:
         }
 
 
-def waiting_note(run: InterruptedRun) -> str:
+def _waiting_note(run: InterruptedRun) -> str:
     """What an ``interrupted`` outcome's detail says of its run, after the state's own notes."""
     return f"run {run.run_id[:12]} stopped after turn {run.last_turn}; continue or abandon it"
+
+
+def _ended_note(run: InterruptedRun, how: str) -> str:
+    return f"run {run.run_id[:12]}, interrupted after turn {run.last_turn}, was {how}"
+
+
+def _joined(notes: str | None, note: str) -> str:
+    return f"{notes}; {note}" if notes else note
 
 
 @dataclass
