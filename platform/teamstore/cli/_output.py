@@ -84,8 +84,9 @@ def print_table(
     columns rich assumes for a file or a pipe, or ``COLUMNS``) is printed wider, its text columns up to
     :data:`TEXT_ROOM` characters: the terminal wraps its lines, every value whole. With ``narrow="blocks"`` a
     table that does not fit with its text columns that wide (a description in six-character lines reads no
-    better than a wrapped table) is one block of ``header: value`` lines per row instead (:func:`_print_blocks`). ``out`` is stdout's console unless given (stderr's, for what a
-    command shows before it asks a question, so ``--json`` output stays one document)."""
+    better than a wrapped table) is one block of ``header: value`` lines per row instead (:func:`_print_blocks`).
+    ``out`` is stdout's console unless given (stderr's, for what a command shows before it asks a question, so
+    ``--json`` output stays one document)."""
     table = Table(title=title, box=SIMPLE_HEAD, padding=0)
     least = len(headers) + 1  # the table's edges and the spaces between its columns
     roomy = least  # the same with each text column up to TEXT_ROOM characters wide
