@@ -208,9 +208,9 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         return str(name or type(self._inner).__name__)
 
     def _record(
-        self, started: datetime, t0: float, result: CreateResult | None, error: str | None, answered: list[str]
+        self, started: datetime, t0: float, result: CreateResult | None, error: str | None, answered: list[str],
+        meter: Meter | None,
     ) -> None:
-        meter = _current.get()
         if meter is None:
             return
         usage = result.usage if result is not None else None
@@ -255,11 +255,11 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                 cancellation_token=cancellation_token,
             )
         except BaseException as exc:  # a cancellation too: the request went out, and may be billed
-            self._record(started, t0, None, type(exc).__name__, answered)
+            self._record(started, t0, None, type(exc).__name__, answered, _current.get())
             raise
         finally:
             _answering.reset(token)
-        self._record(started, t0, result, None, answered)
+        self._record(started, t0, result, None, answered, _current.get())
         return result
 
     async def create_stream(
@@ -275,6 +275,7 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         """Delegate the stream; record usage from the final result (a stream cancelled, or left by its reader,
         before its final result is on record with the error type, as :meth:`create` records a failed call)."""
         started, t0 = datetime.now(UTC), time.perf_counter()
+        meter = _current.get()  # the run that asked: a stream left unread is closed from wherever it is collected
         final: CreateResult | None = None
         answered: list[str] = []  # a stream's end event carries no model: it stays unknown
         try:
@@ -290,12 +291,12 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                     final = chunk
                 yield chunk
         except GeneratorExit:  # its reader stopped reading: answered if the final result came first
-            self._record(started, t0, final, None if final is not None else "GeneratorExit", answered)
+            self._record(started, t0, final, None if final is not None else "GeneratorExit", answered, meter)
             raise
         except BaseException as exc:  # a failure, or a cancellation: the request went out, and may be billed
-            self._record(started, t0, final, type(exc).__name__, answered)
+            self._record(started, t0, final, type(exc).__name__, answered, meter)
             raise
-        self._record(started, t0, final, None, answered)
+        self._record(started, t0, final, None, answered, meter)
 
     async def close(self) -> None:
         """Close the wrapped client."""

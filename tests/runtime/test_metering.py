@@ -174,6 +174,17 @@ async def test_a_stream_stopped_before_its_result_is_on_record_unanswered_and_on
     assert answered.error is None and answered.input_tokens == chunks[-1].usage.prompt_tokens > 0
 
 
+async def test_a_stream_closed_from_another_run_is_on_record_with_the_run_that_asked_for_it() -> None:
+    # A stream left unread is closed wherever it is collected: its call belongs to the run that made it.
+    client = MeteredChatCompletionClient(_SlowClient(), agent="triage")
+    with metered_run() as asking:
+        stream = client.create_stream([UserMessage(content="router down", source="user")])
+        await anext(stream)
+    with metered_run() as other:
+        await stream.aclose()
+    assert [c.error for c in asking.calls] == ["GeneratorExit"] and other.calls == []
+
+
 def test_a_provider_that_does_not_import_is_judged_by_its_component_type() -> None:
     assert is_model_client({"provider": "no_such_module.Client", "component_type": "model"})
     assert not is_model_client({"provider": "no_such_module.Tool", "component_type": "tool"})
