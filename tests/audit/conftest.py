@@ -3,6 +3,7 @@ the services plugin's)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +14,11 @@ from teamstore.audit.transcripts import TranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from tests.audit.transcript_backends import BACKENDS, Backend, LocalBackend, S3Backend
+
+
+def still_running() -> list[asyncio.Future[object]]:
+    """The tasks of the running event loop that have not ended, but the caller's."""
+    return [task for task in asyncio.all_tasks() if task is not asyncio.current_task() and not task.done()]
 
 
 @pytest.fixture

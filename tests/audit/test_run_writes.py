@@ -22,7 +22,8 @@ from teamstore.audit.transcripts import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress
-from teamstore.events import RunContext
+from teamstore.events import RunContext, drain_observers
+from tests.audit.conftest import still_running
 from tests.audit.teams import context, observe_run, triage_team
 
 
@@ -220,6 +221,21 @@ async def test_a_subject_replaced_mid_run_gets_nothing_written_under_the_old_one
                          return_exceptions=True)
     assert await _ledger(engine, run.run_id) == set()
     assert await transcripts.store.list_keys(subject_prefix(old)) == []
+
+
+async def test_a_run_fenced_from_its_start_leaves_nothing_running_once_its_audit_is_drained(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver]
+) -> None:
+    # The user's data key, fetched as the run started, is never used: the run's end finds the user fenced. The
+    # drain (a platform's close) waits for the fetch, so its connection is back in the pool before the engine is
+    # disposed, not dropped unclosed when the event loop's shutdown cancels it mid-statement.
+    _, ledger, transcripts = audit
+    await _hold(engine, "kit")
+    with pytest.raises(ErasureInProgress):
+        await observe_run([ledger, transcripts], triage_team(), context(user_id="kit"))
+    await drain_observers([ledger, transcripts])
+    assert still_running() == []
+    assert engine.pool.checkedout() == 0
 
 
 def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path) -> None:

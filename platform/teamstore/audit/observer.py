@@ -256,7 +256,7 @@ class TranscriptObserver:
         self._runs_since_check = (
             flush_every  # check once soon after start: a previous process may have queued
         )
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()  # what drain() waits for
         self._noted: OrderedDict[str, None] = OrderedDict()  # subjects whose store is recorded already
         self._noted_size = 4096
 
@@ -268,6 +268,9 @@ class TranscriptObserver:
         self.pseudonyms.prefetch(ctx)
         fetch = asyncio.ensure_future(self.keys.data_key(ctx.user_id))
         fetch.add_done_callback(_seen)  # a run ended by a fence never awaits it
+        # Nor may a run cut off before its end: :meth:`drain` waits for it, so its connection is back in the pool
+        # before the engine is disposed, not dropped when the event loop's shutdown cancels it.
+        self._track(fetch)
         self._data_keys[ctx.run_id] = fetch
 
     async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
@@ -384,7 +387,10 @@ class TranscriptObserver:
             log.info("transcript of run %s was delivered late; dropped from the outbox", row.run_id)
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        self._track(asyncio.get_running_loop().create_task(coro))
+
+    def _track(self, task: asyncio.Future[Any]) -> None:
+        """Have :meth:`drain` wait for ``task``, work of this observer's own that nothing else may await."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -400,7 +406,8 @@ class TranscriptObserver:
             self._runs_since_check = self.flush_every  # the store answers again: keep draining next run
 
     async def drain(self) -> None:
-        """Wait for background outbox deliveries (call before shutdown), for at most ``drain_timeout_s``.
+        """Wait for background outbox deliveries, and the data-key fetches of runs that ended without using
+        theirs (call before shutdown, before the engine is disposed), for at most ``drain_timeout_s``.
 
         A slow store could otherwise hold the shutdown for as long as the whole outbox takes. Deliveries
         still running then are cancelled; their transcripts stay queued for the next flush. Then the
