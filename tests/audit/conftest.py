@@ -22,6 +22,17 @@ def still_running() -> list[asyncio.Future[object]]:
 
 
 @pytest.fixture
+async def nothing_left_running() -> AsyncIterator[None]:
+    """Fail a test that leaves a task running once its databases are disposed (requested first, with
+    ``pytest.mark.usefixtures``, its teardown comes after theirs): an audit built without a platform is drained as
+    :meth:`teamstore.runtime.platform.Platform.aclose` drains it. Left running, an outbox flush holds a pooled
+    connection across the engine's disposal; the event loop's shutdown cancels it mid-statement, and the
+    connection is dropped unclosed (SQLAlchemy warns when the garbage collector finds it, tests later)."""
+    yield
+    assert not still_running(), f"tasks left running after the test: {still_running()}"
+
+
+@pytest.fixture
 async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     """A migrated SQLite database, for tests whose subject is not the database."""
     eng = create_engine(f"sqlite:///{(tmp_path / 'audit.db').as_posix()}")

@@ -19,6 +19,7 @@ from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.errors import ConfigurationError, ErasureInProgress
+from teamstore.events import drain_observers
 from tests.audit.teams import context, metered_round_robin, observe_run, selector_team, triage_team
 
 PRICES = parse_prices(
@@ -240,6 +241,7 @@ def test_the_shipped_price_table_has_offline_small_and_real_models() -> None:
     assert table.lookup("not-a-model", datetime.now(UTC).date()) is None
 
 
+@pytest.mark.usefixtures("nothing_left_running")
 async def test_nothing_is_written_for_a_user_under_an_open_erasure(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
@@ -254,6 +256,7 @@ async def test_nothing_is_written_for_a_user_under_an_open_erasure(
     observers = [LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)]
     with pytest.raises(ErasureInProgress):
         await observe_run(observers, triage_team(), context(user_id="leaving"))
+    await drain_observers(observers)
     assert await _rows(engine) == [] and await store.list_keys("") == []
     assert await find_subject(engine, "leaving") is None
 

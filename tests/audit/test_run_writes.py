@@ -26,6 +26,9 @@ from teamstore.events import RunContext, drain_observers
 from tests.audit.conftest import still_running
 from tests.audit.teams import context, observe_run, triage_team
 
+# The audit fixture drains its observers as a platform does: no flush a run started outlives the engine.
+pytestmark = pytest.mark.usefixtures("nothing_left_running")
+
 
 async def _ledger(engine: AsyncEngine, run_id: str) -> set[tuple[str | None, str]]:
     async with engine.connect() as conn:
@@ -43,8 +46,9 @@ async def _erase_subject(engine: AsyncEngine, user_id: str) -> None:
 async def audit(engine: AsyncEngine, tmp_path: Path) -> tuple[Pseudonyms, LedgerObserver, TranscriptObserver]:
     pseudonyms = Pseudonyms(engine)
     store = LocalTranscriptStore(tmp_path / "transcripts")
-    yield pseudonyms, LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)
-    await pseudonyms.aclose()
+    observers = LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)
+    yield pseudonyms, *observers
+    await drain_observers(observers)  # as a platform closes: the outbox flush a run started ends first
 
 
 async def test_the_ledger_of_a_user_seen_before_is_written_without_waiting_for_the_runs_lookup(
