@@ -242,6 +242,20 @@ async def test_a_run_fenced_from_its_start_leaves_nothing_running_once_its_audit
     assert engine.pool.checkedout() == 0
 
 
+async def test_the_audits_close_waits_for_the_key_lookups_under_way_so_their_connections_go_back_to_the_pool(
+    engine: AsyncEngine,
+) -> None:
+    # A run's keys are looked up as it starts; a close before anything awaits them (a run cut off before its end)
+    # used to leave the lookup running while the engine was disposed, its connection then dropped unclosed.
+    pseudonyms = Pseudonyms(engine)
+    pseudonyms.prefetch(context(user_id="lena"))
+    pseudonyms.prefetch(context(user_id="kit"))
+    await pseudonyms.aclose()
+    assert still_running() == []
+    assert engine.pool.checkedout() == 0
+    assert await find_subject(engine, "lena") is not None  # each lookup ended: the new user's subject is made
+
+
 def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path) -> None:
     # The audit's own SQLite connections each have a thread; an application that never closes its platform
     # must not be held open by them at exit (as SQLAlchemy's engine is not).

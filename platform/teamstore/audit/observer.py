@@ -69,6 +69,11 @@ def run_writes(engine: AsyncEngine, pool_size: int = 20) -> RunWrites:
     return SqliteRunWrites(engine)
 
 
+LOOKUP_WAIT_SECONDS = 5.0
+"""The longest :meth:`Pseudonyms.aclose` waits for key lookups under way (one round trip each) before it
+cancels them."""
+
+
 class Pseudonyms:
     """Resolves a run's subject and session keys once, shared by the observers of one platform.
 
@@ -211,8 +216,18 @@ class Pseudonyms:
             if task is not None and not task.done():
                 task.cancel()
 
-    async def aclose(self) -> None:
-        """Close the connections the audit's statements opened (they open again if needed)."""
+    async def aclose(self, wait_seconds: float = LOOKUP_WAIT_SECONDS) -> None:
+        """Wait for the key lookups still under way (a run's that was cut off before its end never awaits its own),
+        cancelling those still running after ``wait_seconds``, so that their connections are back in the pool
+        before the engine is disposed; then close the connections the audit's statements opened (they open again
+        if needed)."""
+        pending = [task for tasks in (self._runs, self._fences) for task in tasks.values() if not task.done()]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=wait_seconds)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
         await self.writes.aclose()
 
 
