@@ -29,6 +29,7 @@ from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscrip
 from teamstore.audit.transcripts.record import RunKeys, encode
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, StorageError, StoreUnavailable
+from teamstore.events import drain_observers
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine
@@ -46,6 +47,7 @@ async def test_sweep_removes_old_local_transcripts_and_ledger_rows_and_keeps_rec
     old, new = context(run_id="old"), context(run_id="new")
     await observe_run(observers, triage_team(), old)
     await observe_run(observers, triage_team(), new)
+    await drain_observers(observers)  # as a platform's close: nothing of the audit's is left running
     (old_file,) = [p for p in (tmp_path / "transcripts").rglob("old.jsonl.gz")]
     past = time.time() - 91 * 86400
     os.utime(old_file, (past, past))

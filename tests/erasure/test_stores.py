@@ -32,6 +32,7 @@ from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.errors import TranscriptStoreMismatch
+from teamstore.events import drain_observers
 from teamstore.settings import Settings
 from teamstore.state.schema import store_settings
 from tests.audit.teams import context, observe_run, triage_team
@@ -47,6 +48,7 @@ async def _write_runs(engine: AsyncEngine, store: TranscriptStore, user: str = U
     observers = [LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)]
     for n in range(runs):
         await observe_run(observers, triage_team(), context(user_id=user, session_id=f"s{n}"), "my router drops")
+    await drain_observers(observers)  # as a platform's close: nothing of the audit's is left running
     subject = await find_subject(engine, user)
     assert subject is not None and len(await store.list_keys(subject_prefix(subject))) == runs
     return subject

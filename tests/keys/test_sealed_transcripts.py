@@ -85,6 +85,7 @@ async def test_a_transcript_the_store_refuses_waits_in_the_outbox_sealed_and_is_
     keys = KeyService.from_settings(engine, Settings())
     observer = TranscriptObserver(LocalTranscriptStore(blocked), engine, Pseudonyms(engine), keys=keys)
     await observe_run([observer], triage_team(), context("alice", "s1"), task=f"{CANARY} my router")
+    await observer.drain()  # as a platform's close: its flush of the outbox is over
     async with engine.connect() as conn:
         (queued,) = (await conn.execute(select(outbox_table.c.body))).scalars().all()
     assert is_sealed(queued) and CANARY.encode() not in queued
@@ -103,6 +104,7 @@ async def test_kms_unreachable_at_a_run_writes_no_transcript_sealed_or_plain(
     observer = TranscriptObserver(store, engine, Pseudonyms(engine), keys=KeyService.from_settings(engine))
     with pytest.raises(KeyUnavailable):
         await observe_run([observer], triage_team(), context("alice", "s1"), task=f"{CANARY} my router")
+    await observer.drain()
     assert await store.list_keys("") == []
     assert await outbox.pending(engine) == 0
 
