@@ -154,6 +154,14 @@ def registry_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+def fits_with_ids_whole(text: str, columns: int, *ids: str) -> None:
+    """A CLI's output at ``columns``: no line of ``text`` is wider than the terminal, and each id (to be copied into the next command) is whole on one of them."""
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= columns, text
+    for value in ids:
+        assert any(value in line for line in lines), (value, text)
+
+
 def git(path: Path, *args: str) -> str:
     """Run git in ``path`` and return its stdout (for tests that inspect the repository)."""
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from config_registry import Registry
 from teamstore import examples
 from teamstore.cli import app
-from tests.conftest import git
+from tests.conftest import fits_with_ids_whole, git
 from tests.registry.conftest import triage_json
 
 runner = CliRunner()
@@ -85,7 +85,7 @@ def test_tables_show_names_and_versions_whole_at_80_columns(registry_path: Path)
         assert "\u2026" not in shown.stdout  # nothing cut short with an ellipsis
         assert added["version"][:12] in shown.stdout
     listed = runner.invoke(app, ["registry", "list"], env={"COLUMNS": "80"}).stdout
-    _fits_with_ids_whole(listed, 80, name, added["version"][:12], f"production={added['version'][:12]}")
+    fits_with_ids_whole(listed, 80, name, added["version"][:12], f"production={added['version'][:12]}")
     history = runner.invoke(app, ["registry", "history", name], env={"COLUMNS": "80"}).stdout
     lines = history.splitlines()
     (moved,) = [n for n, line in enumerate(lines) if f"- -> {added['version'][:12]}" in line]  # a label move whole
@@ -111,7 +111,7 @@ def test_the_demos_teams_are_listed_within_the_terminal_with_every_version_whole
     assert listed.exit_code == 0, listed.output
     teams = {"support_triage": (v2, v1), "support_escalation": (escalation, escalation)}
     for name, (latest, production) in teams.items():
-        _fits_with_ids_whole(listed.stdout, columns, name, latest[:12], f"production={production[:12]}")
+        fits_with_ids_whole(listed.stdout, columns, name, latest[:12], f"production={production[:12]}")
         row = [line for line in listed.stdout.splitlines() if name in line]
         if columns == 200:  # one line per team, as before
             assert any(latest[:12] in line and f"production={production[:12]}" in line for line in row)
@@ -119,13 +119,6 @@ def test_the_demos_teams_are_listed_within_the_terminal_with_every_version_whole
             assert row == [f"name:        {name}"]
     assert {row["name"] for row in as_json("registry", "list")} == set(teams)
 
-
-def _fits_with_ids_whole(text: str, columns: int, *ids: str) -> None:
-    """No line of ``text`` is wider than the terminal, and each id is whole on one of them."""
-    lines = text.splitlines()
-    assert max(len(line) for line in lines) <= columns, text
-    for value in ids:
-        assert any(value in line for line in lines), (value, text)
 
 
 @pytest.mark.parametrize("refused", [

@@ -22,6 +22,7 @@ from teamstore.settings import Settings
 from teamstore.state.base import StoredSession
 from teamstore.state.factory import store_for
 from teamstore.state.schema import sessions
+from tests.conftest import fits_with_ids_whole
 from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
 from tests.runtime.conftest import renamed_manifest, without_memory
 
@@ -141,7 +142,7 @@ def test_a_narrow_terminal_lists_each_session_with_its_ids_whole_on_one_line(reg
     listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": "80"})
     assert listed.exit_code == 0, listed.output
     assert "…" not in listed.stdout
-    _fits_with_ids_whole(listed.stdout, 80, user, session, team, version[:12])
+    fits_with_ids_whole(listed.stdout, 80, user, session, team, version[:12])
 
 
 @pytest.mark.parametrize("columns", [80, 200])
@@ -161,7 +162,7 @@ def test_the_demos_sessions_are_listed_within_the_terminal_with_every_id_whole(
     listed = runner.invoke(app, ["sessions", "list"], env={"COLUMNS": str(columns)})
     assert listed.exit_code == 0, listed.output
     for session, (team, version) in demo.items():
-        _fits_with_ids_whole(listed.stdout, columns, "alice", session, team, version[:12])
+        fits_with_ids_whole(listed.stdout, columns, "alice", session, team, version[:12])
         if columns == 200:  # one line per session, as before
             assert any(session in line and team in line and version[:12] in line for line in listed.stdout.splitlines())
         else:
@@ -169,13 +170,6 @@ def test_the_demos_sessions_are_listed_within_the_terminal_with_every_id_whole(
     as_json = runner.invoke(app, ["sessions", "list", "--json"], env={"COLUMNS": str(columns)}).stdout
     assert {row["session_id"] for row in json.loads(as_json)} == set(demo)  # one document, whatever the width
 
-
-def _fits_with_ids_whole(text: str, columns: int, *ids: str) -> None:
-    """No line of ``text`` is wider than the terminal, and each id is whole on one of them."""
-    lines = text.splitlines()
-    assert max(len(line) for line in lines) <= columns, text
-    for value in ids:
-        assert any(value in line for line in lines), (value, text)
 
 
 def test_a_narrow_terminal_lists_each_quarantined_state_with_its_ids_whole_on_one_line(registry: Registry) -> None:
