@@ -12,9 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.ledger import sweep_ledger
-from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.observer import LedgerObserver, TranscriptObserver
 from teamstore.audit.price_sync import sync_prices
 from teamstore.audit.prices import load_prices, parse_prices
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore

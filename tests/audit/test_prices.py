@@ -13,9 +13,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
-from teamstore.audit.observer import LedgerObserver, Pseudonyms, build_audit_observers
+from teamstore.audit.observer import LedgerObserver, build_audit_observers
 from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.prices import PriceTable, load_prices, parse_prices
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.cli import app
 from teamstore.errors import ConfigurationError
 from teamstore.settings import Settings

@@ -16,7 +16,8 @@ from autogen_core import FunctionCall, Image
 from PIL import Image as PILImage
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.observer import Pseudonyms, TranscriptObserver
+from teamstore.audit.observer import TranscriptObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.transcripts.base import check_key, run_key, safe_segment
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import PLACEHOLDER, RunKeys, decode, encode, item_record, to_json_safe

@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import subjects, usage
 from teamstore.audit.subjects import find_subject, session_key
 from teamstore.audit.transcripts import subject_prefix
@@ -282,7 +283,7 @@ async def test_a_session_sends_the_runs_end_of_run_statement_before_it_snapshots
     from config_registry import Registry
     from teamstore import examples
     from teamstore.app import open_platform
-    from teamstore.audit.observer import Pseudonyms as Resolver
+    from teamstore.audit.pseudonyms import Pseudonyms as Resolver
     from teamstore.runtime import session_runs
     from teamstore.settings import Settings
 

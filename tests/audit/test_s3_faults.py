@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit import outbox
-from teamstore.audit.observer import Pseudonyms, TranscriptObserver
+from teamstore.audit.observer import TranscriptObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.transcripts import session_prefix
 from teamstore.audit.transcripts.base import run_key

@@ -9,7 +9,7 @@ import unicodedata
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.observer import Pseudonyms
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import InvalidIdentifier

@@ -19,7 +19,8 @@ from opentelemetry.trace import Status, StatusCode
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver
+from teamstore.audit.observer import LedgerObserver, SpanObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import usage
 from teamstore.audit.stop_reasons import OTHER, recordable
 from teamstore.audit.subjects import find_subject, session_key

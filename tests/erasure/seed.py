@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit import outbox
-from teamstore.audit.observer import LedgerObserver, Pseudonyms, SpanObserver, TranscriptObserver
+from teamstore.audit.observer import LedgerObserver, SpanObserver, TranscriptObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import find_subject

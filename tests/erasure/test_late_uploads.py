@@ -22,7 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit import outbox
-from teamstore.audit.observer import LedgerObserver, Pseudonyms, TranscriptObserver
+from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.sealing import seal_stored_transcripts
 from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
 from teamstore.audit.transcripts.base import run_key

@@ -17,7 +17,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
-from teamstore.audit.observer import Pseudonyms, TranscriptObserver
+from teamstore.audit.observer import TranscriptObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import rewrites
 from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts

@@ -14,7 +14,7 @@ Each is written once (:func:`teamstore.audit.subjects.subject_lookup`,
 module only sends them. On Postgres they are compiled
 once for psycopg and sent in autocommit on a pool of the audit's own (:class:`teamstore.state.direct.DirectPool`):
 one round trip each, the end of a run's one statement (:mod:`teamstore.audit.run_writes_postgres`, which
-imports this module, never the other way: :class:`teamstore.audit.observer.Pseudonyms` picks the backend),
+imports this module, never the other way: :class:`teamstore.audit.pseudonyms.Pseudonyms` picks the backend),
 where the engine's checkout ping, ``BEGIN``, the statement and the ``ROLLBACK`` or ``COMMIT`` took four or
 five, and SQLAlchemy's client work cost more than the statements. On SQLite, on connections of the audit's
 own, on the event loop (:mod:`teamstore.state.direct_sqlite`), where SQLAlchemy's adapter made five or six
