@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import fits_with_ids_whole
+
 
 def _demo(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
@@ -20,8 +22,15 @@ def _demo(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=240, check=False)
 
 
+def _cost_rows(cost: str) -> list[tuple[str, ...]]:
+    """The rows of the demo's cost table: user, session, runs completed, ended by limit, model calls, tokens in,
+    tokens out, cost."""
+    return re.findall(r"^ (\w+) +(\S+) +(\d+) +(\d+) +(\d+) +(\d+) +(\d+) +(\S+(?: \+ unknown)?) *$", cost, re.M)
+
+
 def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
-    proc = _demo(tmp_path)
+    # On an 80-column terminal: every line fits, its tables included, and the session ids are whole.
+    proc = _demo(tmp_path, COLUMNS="80")
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr
     assert "context came back" in out
@@ -38,8 +47,12 @@ def test_demo_runs_end_to_end_offline(tmp_path: Path) -> None:
     assert "6 model calls for six turns" in killed and "1 interrupted run" in killed
     assert "…" in out.split("8. The audit trail")[1].split("9. Token cost")[0]  # a long message says it is cut
     cost = out.split("9. Token cost")[1].split("10. Compliance")[0]
-    for user in ("alice", "bob"):  # each session by its own ids, its cost an exact decimal
-        assert re.search(rf"│ {user} +│ \S+ +│ .* │ 0\.\d+ +│", cost), cost
+    rows = _cost_rows(cost)
+    assert [row[0] for row in rows] == ["alice", "bob"], cost  # each session by its own ids, its cost an exact decimal
+    assert all(re.fullmatch(r"ticket-\d+-[ab]", row[1]) and re.fullmatch(r"0\.\d+", row[-1]) for row in rows), cost
+    sessions = [row[1] for row in rows]
+    fits_with_ids_whole(out, 80, *sessions)
+    fits_with_ids_whole(out.split("6. What is stored")[1].split("7. A worker")[0], 80, *sessions)
     assert "of which the memory writer (teamstore cost --by purpose):" in cost
     memory = out.split("5. Memory outlives the session")[1].split("6. What is stored")[0]
     assert "resume: expired" in memory
@@ -71,7 +84,7 @@ def test_demo_runs_again_in_the_same_home(tmp_path: Path) -> None:
     assert "sessions left for bob: 0" in second.stdout
     # The memory writer's share is of the sessions the table shows, not of the first run's as well.
     cost = second.stdout.split("9. Token cost")[1].split("10. Compliance")[0]
-    rows = [[int(n) for n in cells] for cells in re.findall(r"│ \w+ +│ \S+ +│ \d+ +│ \d+ +│ (\d+) +│ (\d+) +│ (\d+) +│", cost)]
+    rows = [[int(n) for n in row[4:7]] for row in _cost_rows(cost)]  # model calls, tokens in, tokens out
     share = re.search(r"memory writer \(teamstore cost --by purpose\): (\d+) calls, \d+\+\d+ tokens of (\d+)\+(\d+)",
                       " ".join(cost.split()))
     assert len(rows) == 2 and share is not None, cost

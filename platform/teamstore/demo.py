@@ -9,6 +9,9 @@ state, lets a session expire and shows the new one knowing its user from the mem
 stored, kills a worker in the middle of a long checkpointed run and continues the run in a new process,
 shows a run's transcript and the cost per session (the memory writer's apart), and erases one user with a
 verified receipt.
+
+It prints at the terminal's width (``COLUMNS`` when set), its tables as blocks of ``name: value`` lines where
+they do not fit; written to a file or a pipe, at 120 columns.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-from rich.table import Table
+from rich.text import Text
 
 from config_registry import Registry
 from teamstore.app import App
+from teamstore.cli._output import plain, print_table
 from teamstore.db.engine import redact_url
 from teamstore.examples import example_manifest, support_escalation, support_triage, support_triage_v2_renamed
 from teamstore.memory.facts import fact_text
@@ -38,7 +42,9 @@ from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
 
-console = Console(width=120)
+console = Console()
+if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+    console.width = 120  # written to a file or a pipe: the width a log has always had, not rich's 80
 TEAM = "support_triage"
 LONG = "support_escalation"
 MODEL_SECONDS = 0.6  # each model call of the long case takes this long, so a worker can be killed mid-run
@@ -61,7 +67,11 @@ def teamstore(*args: str, ok: tuple[int, ...] = (0,), json_flag: str = "--json",
 
 
 def _step(title: str) -> None:
-    console.rule(f"[bold cyan]{title}")
+    if len(title) + 4 <= console.width:
+        console.rule(f"[bold cyan]{title}")
+    else:  # a rule cuts a title longer than itself short with '…'
+        console.rule()
+        console.print(title, style="bold cyan")
 
 
 def _show_run(user: str, text: str, data: dict[str, Any]) -> None:
@@ -115,22 +125,33 @@ def _quarantined(user: str, session: str) -> list[dict[str, Any]]:
 
 
 def _stored(sessions: dict[str, str]) -> None:
-    table = Table("user", "session", "team version", "row v", "bytes", "persisted agent: messages", "expires")
+    rows = []
     for user, session in sessions.items():
         d = teamstore("sessions", "show", "--user", user, "--session", session)
         agents = d["agents"] if isinstance(d["agents"], dict) else {}
         summary = ", ".join(f"{n}: {a['messages']}" for n, a in agents.items())
-        table.add_row(user, session, d["team_version"][:12], str(d["row_version"]), str(d["state_bytes"]),
-                      summary, str(d["expires_at"])[:19])
-    console.print(table)
+        rows.append([plain(user), plain(session), d["team_version"][:12], str(d["row_version"]),
+                     str(d["state_bytes"]), plain(summary), str(d["expires_at"])[:19]])
+    # The ids whole, to be copied into the next command: a block per session where the table does not fit.
+    print_table(("user", "session", "team version", "row v", "bytes", "persisted agent: messages", "expires"),
+                rows, fixed=(0, 1, 2, 3, 4, 6), right=(3, 4), out=console, narrow="blocks")
+
+
+def _where(settings: Settings) -> None:
+    """The stores the demo writes to, in a frame if their paths fit in one."""
+    where = (f"registry  {settings.resolved_registry_path}\ndatabase  {redact_url(settings.resolved_database_url)}\n"
+             f"transcripts {settings.resolved_transcripts_url}")
+    if max(len(line) for line in where.splitlines()) + 4 <= console.width:
+        console.print(Panel.fit(Text(where), title="teamstore demo"))  # Text: a '[' in TEAMSTORE_HOME is not markup
+    else:  # a path folded inside a frame's borders could not be copied
+        console.print("teamstore demo", style="bold")
+        console.print(Text(where))
 
 
 def run_demo() -> None:
     """Run the whole demo; every step but registration happens in a fresh process."""
     settings = Settings()
-    console.print(Panel.fit(escape(  # paths as given: a '[' in TEAMSTORE_HOME is not markup
-        f"registry  {settings.resolved_registry_path}\ndatabase  {redact_url(settings.resolved_database_url)}\n"
-        f"transcripts {settings.resolved_transcripts_url}"), title="teamstore demo"))
+    _where(settings)
     stamp = time.strftime("%H%M%S")
     sessions = {"alice": f"ticket-{stamp}-a", "bob": f"ticket-{stamp}-b"}
 
@@ -172,7 +193,7 @@ def run_demo() -> None:
         console.print("  [green]after the restore the researcher knows alice's first message again[/]")
     _run("bob", sessions["bob"], "Thanks, that is all.")
 
-    _step("5. Memory outlives the session: alice's expires, the team starts fresh but knows her")
+    _step("5. Memory outlives the session: alice's expires, the next one knows her")
     _memory("alice", sessions["alice"])
 
     _step("6. What is stored")
@@ -180,10 +201,10 @@ def run_demo() -> None:
     for q in _quarantined("alice", sessions["alice"]):
         console.print(f"quarantined: alice/{q['session_id']} reason={q['reason']}: {escape(q['detail'])}")
 
-    _step("7. A worker is killed in the middle of a long run; a new process continues it")
+    _step("7. A worker is killed mid-run; a new process continues the run")
     _interrupted(settings, "alice", f"case-{stamp}")
 
-    _step("8. The audit trail: alice's first run, as stored (one compressed object per run)")
+    _step("8. The audit trail: alice's first run as stored, one compressed object")
     _transcript("alice", sessions["alice"])
 
     _step("9. Token cost per session, from the usage ledger")
@@ -212,11 +233,10 @@ def _memory(user: str, session: str) -> None:
         console.print(f"teamstore memory show --user {user}: scope {memory['scope']}, version {memory['version']}, "
                       f"expires {memory['expires_at'][:10]}")
         console.print(f"  summary: {escape(memory['summary'])}")
-        table = Table("fact", "type", "value", "from run", "last confirmed")
-        for fact in memory["facts"]:
-            table.add_row(fact["name"], fact["type"], escape(fact_text(fact["value"])), fact["source_run_id"][:12],
-                          fact["confirmed_at"][:19])
-        console.print(table)
+        rows = [[plain(fact["name"]), plain(fact["type"]), plain(fact_text(fact["value"])),
+                 fact["source_run_id"][:12], fact["confirmed_at"][:19]] for fact in memory["facts"]]
+        print_table(("fact", "type", "value", "from run", "last confirmed"), rows, fixed=(1, 3, 4), out=console,
+                    narrow="blocks")
 
 
 def _interrupted(settings: Settings, user: str, session: str) -> None:
@@ -245,7 +265,7 @@ def _interrupted(settings: Settings, user: str, session: str) -> None:
         before = datetime.fromisoformat(message["created_at"]) < killed_at
         where = "[dim]from the killed worker[/]" if before else "[green]this process[/]"
         label = "task" if n == 0 else f"turn {n}"
-        console.print(f"  {label} {message['source']} ({where}): {escape(message['content'][:70])}")
+        _print_cut(f"  {label} {message['source']} ({where}): ", message["content"], 70)
     total = teamstore("cost", "--user", user, "--session", session, "--format", "json", json_flag="")["total"]
     console.print(f"  ledger: {total['calls']} model calls for six turns (turns 1-2 were not run again; turn 3, in "
                   f"flight when the worker died, was), {total['runs_interrupted']} interrupted run")
@@ -277,23 +297,26 @@ def _transcript(user: str, session: str) -> None:
         message = item.get("message") or {}
         usage = message.get("models_usage") or {}
         tokens = f" [dim]({usage['prompt_tokens']}+{usage['completion_tokens']} tokens)[/]" if usage else ""
-        content = str(message.get("content", ""))
-        shown = content if len(content) <= 90 else content[:89] + "…"  # cut, and says so
-        console.print(f"  {item['source']}{tokens}: {escape(shown)}")
+        _print_cut(f"  {item['source']}{tokens}: ", str(message.get("content", "")), 90)
     console.print(f"  stop: {record.get('stop_reason')}; ended by a limit: {record.get('ended_by_limit')}")
+
+
+def _print_cut(head: str, text: str, most: int) -> None:
+    """Print ``head`` (markup), then ``text`` in at most ``most`` characters and in what is left of the line
+    (never under 10): a message a line. Cut, it ends in '…'."""
+    room = max(min(most, console.width - console.render_str(head).cell_len), 10)
+    console.print(head + escape(text if len(text) <= room else text[:room - 1] + "…"))
 
 
 def _cost(sessions: dict[str, str]) -> None:
     # One report names every session by its user's and its own id (read back through the subject mapping).
     report = teamstore("cost", "--by", "session", "--team", TEAM, "--format", "json", json_flag="")
-    table = Table("user", "session", "runs completed", "ended by limit", "model calls", "tokens in", "tokens out",
-                  f"cost ({report['currency']})")
-    for row in report["rows"]:
-        if sessions.get(row["user"]) != row["session"]:
-            continue  # an earlier demo's session in the same home
-        table.add_row(row["user"], row["session"], str(row["runs_completed"]), str(row["runs_limited"]),
-                      str(row["calls"]), str(row["input_tokens"]), str(row["output_tokens"]), _amount(row))
-    console.print(table)
+    figures = ("runs_completed", "runs_limited", "calls", "input_tokens", "output_tokens")
+    shown = [row for row in report["rows"] if sessions.get(row["user"]) == row["session"]]  # not an earlier demo's
+    rows = [[plain(row["user"]), plain(row["session"]), *(str(row[k]) for k in figures), _amount(row)] for row in shown]
+    print_table(("user", "session", "runs completed", "ended by limit", "model calls", "tokens in", "tokens out",
+                 f"cost ({report['currency']})"), rows, fixed=range(8), right=range(2, 8), out=console,
+                narrow="blocks")
     console.print(f"[dim]prices: version {report['price_version']}; exact decimals; speaker-selection calls "
                   "included[/]")
     writer, total = _writer_share(sessions)
@@ -328,13 +351,11 @@ def _amount(row: dict[str, Any]) -> str:
 def _erase(user: str, session: str) -> None:
     receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", "--yes",
                         "--requested-by", "demo: the user", ok=(0, 2))
-    table = Table("store", "status", "rows", "objects", "versions", "bytes")
-    for store, step in receipt["stores"].items():
-        counts = step["counts"]
-        table.add_row(store, step["status"], str(counts["rows"]), str(counts["objects"]), str(counts["versions"]),
-                      str(counts["bytes"]))
+    rows = [[store, step["status"], *(str(step["counts"][k]) for k in ("rows", "objects", "versions", "bytes"))]
+            for store, step in receipt["stores"].items()]
     console.print(f"receipt {receipt['request_id']}: {receipt['status']}, due {receipt['due_at'][:10]}")
-    console.print(table)
+    print_table(("store", "status", "rows", "objects", "versions", "bytes"), rows, fixed=range(6), right=range(2, 6),
+                out=console, narrow="blocks")
     for item in receipt["remains_elsewhere"]:
         console.print(f"  remains by design: {item['what']} until {item['until'][:10]} - {item['detail']}")
     left = teamstore("sessions", "list", "--user", user)
