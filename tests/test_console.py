@@ -4,6 +4,7 @@ its tables keep every figure and label whole, on a narrow terminal and through a
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +34,36 @@ def test_a_typed_error_is_a_message_and_a_status(tmp_path: Path, args: list[str]
     assert proc.returncode == 1, proc.stderr
     assert message in proc.stderr and "fix:" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "kind", "code"),
+    [
+        (["sessions", "show", "--user", "alice", "--session", "s1", "--json"], "SchemaNotReady", 1),
+        (["erase", "status", "er-nope", "--json"], "SchemaNotReady", 1),
+        (["run", "--team", "support_triage", "--user", "", "--session", "s1", "hi", "--json"], "InvalidIdentifier", 1),
+    ],
+)
+def test_a_typed_error_under_json_is_stdouts_one_document(tmp_path: Path, args: list[str], kind: str,
+                                                          code: int) -> None:
+    # A script reading stdout gets the error to read, as it would a result; people still read stderr.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == code, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert (error["type"], error["exit_code"]) == (kind, code)
+    assert error["message"] and error["fix"] and f"error: {error['message'][:30]}" in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_error_without_json_writes_nothing_to_stdout(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", "sessions", "show", "--user", "a", "--session", "s"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and proc.stdout == "" and "error:" in proc.stderr
 
 
 @pytest.mark.parametrize("args", [["erase", "--usr", "alice"], ["registry", "check", "t", "--form", "a", "--to", "b"]])

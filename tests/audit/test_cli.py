@@ -192,7 +192,7 @@ def test_retention_apply_refuses_days_a_local_folder_would_not_keep(monkeypatch:
     # It printed "days": 30 and exited 0, while `retention sweep` went on keeping transcripts for 90 days.
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPT_RETENTION_DAYS", "90")
     refused = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"])
-    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.exit_code == 1 and json.loads(refused.stdout)["error"]["exit_code"] == 1
     assert "TEAMSTORE_TRANSCRIPT_RETENTION_DAYS=30" in refused.output
     kept = json.loads(runner.invoke(app, ["retention", "apply", "--days", "90", "--json"]).stdout)
     assert (kept["backend"], kept["days"]) == ("local", 90)
@@ -297,7 +297,7 @@ def test_retention_apply_on_s3_refuses_days_the_sweep_would_not_keep_and_puts_no
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPT_RETENTION_DAYS", "90")
     refused = runner.invoke(app, ["retention", "apply", "--days", "30", "--json"], env={"COLUMNS": "300"})
     said = " ".join(refused.stderr.split())
-    assert refused.exit_code == 1 and refused.stdout == "", refused.output
+    assert refused.exit_code == 1 and json.loads(refused.stdout)["error"]["exit_code"] == 1, refused.output
     assert "--days 30 differs from TEAMSTORE_TRANSCRIPT_RETENTION_DAYS (90)" in said and "Nothing was changed" in said
     assert "fix: set TEAMSTORE_TRANSCRIPT_RETENTION_DAYS=30" in said
     s3 = boto3.client("s3")

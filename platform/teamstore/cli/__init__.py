@@ -23,7 +23,7 @@ import typer
 from typer.core import TyperGroup
 
 from teamstore.cli import audit, erase, export, keys, ledger, memory, registry, sessions
-from teamstore.cli._output import UsageError, err_console, fail, plain
+from teamstore.cli._output import JsonOutput, UsageError, err_console, fail, plain
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
 
@@ -40,6 +40,7 @@ class _Commands(TyperGroup):
             _usage_failed(exc)
 
     def invoke(self, ctx: Any) -> Any:
+        JsonOutput.reset()  # one command per process, but a test's runner invokes many
         try:
             return super().invoke(ctx)
         except TeamstoreError as exc:

@@ -30,7 +30,26 @@ UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__
 console = Console()
 err_console = Console(stderr=True)
 
-JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
+
+class JsonOutput:
+    """What the command running asked of stdout: whether ``--json`` was given, and whether its document was
+    written, so that a failure under ``--json`` is itself one JSON document (:func:`fail`) and never a second one."""
+
+    asked = False
+    written = False
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.asked = cls.written = False
+
+
+def _asked_for_json(value: bool) -> bool:
+    JsonOutput.asked = JsonOutput.asked or value
+    return value
+
+
+JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.",
+                          callback=_asked_for_json)
 
 
 def _default(value: object) -> object:
@@ -154,12 +173,18 @@ def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:
     """Print ``data`` as JSON when asked, otherwise through ``render``."""
     if as_json:
         sys.stdout.write(dumps(data) + "\n")
+        JsonOutput.written = True
     else:
         render(data)
 
 
 def fail(exc: TeamstoreError, code: int = 1) -> NoReturn:
-    """Print a typed error with its fix and exit non-zero."""
+    """Print a typed error with its fix and exit non-zero. Under ``--json``, when the command wrote no document
+    yet, the error is also stdout's one document: ``{"error": {"type", "message", "fix", "exit_code"}}``."""
+    if JsonOutput.asked and not JsonOutput.written:
+        sys.stdout.write(dumps({"error": {"type": type(exc).__name__, "message": exc.message, "fix": exc.hint,
+                                          "exit_code": code}}) + "\n")
+        JsonOutput.written = True
     # The message quotes ids as the user gave them: printed as text, never read as rich markup.
     err_console.print(f"[bold red]error[/]: {plain(exc.message)}")
     if exc.hint:
