@@ -5,8 +5,11 @@ for the same filters (SQLite and a real Postgres)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import re
+import stat
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +23,7 @@ from teamstore.audit.ledger import record_usage
 from teamstore.audit.subjects import get_or_create_subject, session_key
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
+from teamstore.errors import ReportNotWritten
 from tests.analytics.seed import TOTAL
 
 runner = CliRunner()
@@ -165,6 +169,45 @@ def test_a_page_that_cannot_be_written_is_refused_before_the_query_with_its_fix(
         assert result.exit_code == 1 and says in said and "fix:" in said, (output, said)
         assert "Traceback" not in said
     assert (tmp_path / "a-file").read_text() == "kept"
+
+
+def test_the_page_is_owner_only_and_a_second_one_replaces_the_first_whole(
+    ledger_env: AsyncEngine, tmp_path: Path
+) -> None:
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    page = folder / "cost.html"
+    page.write_text("last week's page", encoding="utf-8")
+    page.chmod(0o644)
+    before = os.umask(0o022)  # the usual umask, which made the page readable by everyone
+    try:
+        with page.open(encoding="utf-8") as reader:  # a reader of the old page, as the new one is written
+            text = _write(page)
+            assert reader.read() == "last week's page"  # replaced, not rewritten in place under the reader
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600 and "alice / s1" in text
+    assert [p.name for p in folder.iterdir()] == ["cost.html"]  # nothing left beside it
+    said = runner.invoke(app, ["cost", "report", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "owner-only (0600); one already there is replaced" in said
+
+
+def test_a_page_that_fails_as_it_is_written_leaves_the_old_one_and_nothing_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from teamstore.analytics.page import write_page
+
+    page = tmp_path / "cost.html"
+    page.write_text("last week's page", encoding="utf-8")
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(ReportNotWritten, match="No space left on device"):
+        write_page(page, "<html>this week's page</html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["cost.html"]
+    assert page.read_text(encoding="utf-8") == "last week's page"
 
 
 def test_periods_without_runs_keep_their_place_on_the_time_axis(ledger_env: AsyncEngine, tmp_path: Path) -> None:

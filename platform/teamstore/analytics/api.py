@@ -121,7 +121,7 @@ def write_report(path: str | Path, *, every: str = "day", top: int = 10, pseudon
     """Write the HTML cost report ``teamstore cost report`` writes: one self-contained page of charts.
 
     Args:
-        path: The file to write.
+        path: The file to write, owner-only (``0600``); one already there is replaced whole.
         every: The time scale of the charts: ``day``, ``week`` or ``month``.
         top: How many of the costliest sessions to chart.
         pseudonymous: Users and sessions as keys (for a page that leaves the analysts' hands).

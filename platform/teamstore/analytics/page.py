@@ -13,7 +13,10 @@ The page loads nothing: its Content-Security-Policy forbids every fetch and ever
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from html import escape
@@ -218,13 +221,27 @@ def report_target(path: str | Path) -> Path:
 
 
 def write_page(target: Path, html: str) -> None:
-    """Write ``html`` to ``target`` (from :func:`report_target`).
+    """Write ``html`` to ``target`` (from :func:`report_target`), owner-only (``0600``, as an export is): a
+    readable page names users and sessions. The page is written beside the target and moved over it, so a
+    reader sees the old page or the new one whole, never half of one. A file already there is replaced, as a
+    page regenerated on a schedule needs (a symlink there is replaced itself: the page is not written through
+    it to wherever it points).
 
     Raises:
         ReportNotWritten: The file could not be written; nothing else was changed.
     """
     try:
-        target.write_text(html, encoding="utf-8")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600, whatever the umask
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(html)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:  # half a page (a full disk, an interrupt) must not stay beside the target
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as exc:
         raise _not_written(target, exc) from exc
 

@@ -359,7 +359,8 @@ def cost(
 
 @cost_app.command("report")
 def cost_report_page(
-    output: str = typer.Option(..., "--output", "-o", help="The HTML file to write."),
+    output: str = typer.Option(..., "--output", "-o",
+                               help="The HTML file to write, owner-only (0600); one already there is replaced."),
     every: str = typer.Option("day", "--every", help="Time scale of the charts: day | week | month."),
     top: int = typer.Option(10, "--top", min=1, help="How many of the costliest sessions to chart."),
     session: str | None = SessionOption,
