@@ -135,6 +135,17 @@ def test_an_unknown_facts_error_names_the_facts_that_are_kept(ran: dict[str, Any
     assert "the facts kept are: router_model, ticket_id" in result.stderr
 
 
+def test_an_unknown_facts_error_says_only_a_summary_is_kept_when_no_fact_is(ran: dict[str, Any]) -> None:
+    for fact in ("ticket_id", "router_model"):
+        assert runner.invoke(app, ["memory", "forget", "--user", "alice", "--fact", fact]).exit_code == 0
+    result = runner.invoke(app, ["memory", "forget", "--user", "alice", "--fact", "ticket_id"])
+    said = " ".join(result.stderr.split())  # as one line: the terminal wraps it
+    assert result.exit_code == 1 and "error: no fact 'ticket_id' is kept about this user" in said
+    assert "fix: no fact is kept about this user, only a summary: forgetting everything (--all) drops it" in said
+    everything = runner.invoke(app, ["memory", "forget", "--user", "alice", "--all"])
+    assert "forgot 0 fact(s) and 1 summary row(s)" in everything.stdout  # the summary the fix named
+
+
 def test_cost_by_purpose_shows_the_memory_writer_and_the_sweep_counts_memory(ran: dict[str, Any]) -> None:
     report = json.loads(runner.invoke(app, ["cost", "--by", "purpose", "--format", "json"]).stdout)
     writer = next(r for r in report["rows"] if r["key"] == "memory_writer")

@@ -115,6 +115,26 @@ async def test_forgetting_a_fact_not_kept_names_the_facts_that_are(store: Memory
         await store.forget("bob", fact="ticket_id")
 
 
+async def test_forgetting_a_fact_of_a_user_with_no_facts_says_what_is_kept_instead(store: MemoryStore) -> None:
+    await put(store, "line fault")  # a summary, no fact
+    await store.record_failure("bob", "helpdesk", "the writer returned prose", team="helpdesk", team_version="v1",
+                               retention_days=180)
+    await put(store, "old", user="carol", retention=0.5)  # past its expiry (at T0 + 12h): shown as nothing
+    hints = {}
+    for user in ("alice", "bob", "carol", "dave"):
+        with pytest.raises(MemoryNotFound) as raised:
+            await store.forget(user, fact="ticket_id")
+        hints[user] = raised.value.hint
+    assert hints == {
+        "alice": "no fact is kept about this user, only a summary: forgetting everything (--all) drops it",
+        "bob": "nothing is kept about this user but the memory writer's last failure",
+        "carol": "nothing is kept about this user", "dave": "nothing is kept about this user"}
+    with pytest.raises(MemoryNotFound) as raised:
+        await store.forget("alice", scope="billing", fact="ticket_id")
+    assert raised.value.hint == "nothing is kept about this user under 'billing'"  # its summary is elsewhere
+    assert await store.forget("alice") == Forgotten(memories=1, facts=0)  # the summary the hint named
+
+
 async def test_forgetting_everything_removes_one_scope_or_every_scope_and_no_one_elses(store: MemoryStore) -> None:
     await put(store, facts_={"ticket_id": "1", "visits": 1})
     await put(store, facts_={"ticket_id": "2"}, scope="billing")
@@ -324,7 +344,7 @@ async def test_forgetting_a_fact_not_kept_names_only_the_facts_show_lists(
     assert raised.value.hint == "the facts kept are: replaced"
     with pytest.raises(MemoryNotFound, match="under 'helpdesk'") as raised:
         await store.forget("alice", scope="helpdesk", fact="router_model")
-    assert raised.value.hint == "nothing is kept about this user"  # as `show --team helpdesk` says
+    assert raised.value.hint == "nothing is kept about this user under 'helpdesk'"  # as `show --team` says
     assert (await store.forget("alice", fact="visits")) == Forgotten(memories=0, facts=1)  # still forgotten
 
 

@@ -322,7 +322,7 @@ class MemoryStore:
             InvalidIdentifier: ``user_id`` is not a usable id, ``scope`` no scope or ``fact`` no fact name a team
                 can declare.
             MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those :meth:`show`
-                lists).
+                lists or, with none, says whether a summary or only the writer's last failure is kept).
             StoreUnavailable: The database failed; nothing was forgotten.
         """
         check_id("user_id", user_id)
@@ -346,13 +346,8 @@ class MemoryStore:
         where = [*_key(facts, user_id, scope), facts.c.name == fact]
         scopes = (await conn.execute(select(facts.c.scope).where(*where))).scalars().all()
         if not scopes:
-            # What `show` lists: not a leftover fact (the user cannot see it), nor one of a memory past its expiry.
-            shown = select(facts.c.name).where(*_key(facts, user_id, scope), ~_left_over(),
-                                               ~_expired_memory(datetime.now(UTC)))
-            kept = sorted(set((await conn.execute(shown)).scalars().all()))
-            raise MemoryNotFound(
-                f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
-                hint=f"the facts kept are: {', '.join(kept)}" if kept else "nothing is kept about this user")
+            raise MemoryNotFound(f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
+                                 hint=await _what_is_kept(conn, user_id, scope))
         await conn.execute(delete(facts).where(*where))
         await conn.execute(update(memories).where(memories.c.user_id == user_id, memories.c.scope.in_(scopes),
                                                   memories.c.version > 0)
@@ -411,6 +406,25 @@ class MemoryStore:
             total = Forgotten(total.memories + len(keys), total.facts + dropped)
             if len(keys) < batch_size:
                 return total
+
+
+async def _what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) -> str:
+    """What :meth:`MemoryStore.show` lists of the user's memory, said when a fact named is not kept: the facts;
+    else whether a summary (or only the writer's last failure) is, which forgetting everything still removes."""
+    now = datetime.now(UTC)
+    # Not a leftover fact (the user cannot see it), nor one of a memory past its expiry.
+    shown = select(facts.c.name).where(*_key(facts, user_id, scope), ~_left_over(), ~_expired_memory(now))
+    kept = sorted(set((await conn.execute(shown)).scalars().all()))
+    if kept:
+        return f"the facts kept are: {', '.join(kept)}"
+    rows = select(memories.c.version).where(*_key(memories, user_id, scope), memories.c.expires_at > now)
+    versions = (await conn.execute(rows)).scalars().all()
+    under = f" under {scope!r}" if scope else ""
+    if any(version != 0 for version in versions):
+        return f"no fact is kept about this user{under}, only a summary: forgetting everything (--all) drops it"
+    if versions:  # rows of version 0 only: the writer failed before it ever wrote
+        return f"nothing is kept about this user{under} but the memory writer's last failure"
+    return f"nothing is kept about this user{under}"
 
 
 def _expired_memory(now: datetime) -> ColumnElement[bool]:
