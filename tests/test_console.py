@@ -22,6 +22,7 @@ import pytest
         (["run", "--team", "support_triage", "--user", "a", "--session", "s1", "--continue", "hi"],
          "error: --continue takes no message"),
         (["run", "--team", "support_triage", "--user", "a", "--session", "s1"], "error: give the user's message"),
+        (["run", "--team", "support_triage", "--user", "a", "--session", "s1", ""], "error: the task is empty"),
         (["sessions", "show", "--user", "alice", "--session", "s1"], "error: the SQLite database"),
         (["transcripts", "show", "--user", "alice", "--session", "s1"], "error: the SQLite database"),
     ],

@@ -191,7 +191,8 @@ class PlatformClosed(StateError):
 
 
 class InvalidTask(StateError):
-    """A task ``run()`` cannot take: not text or AgentChat messages, not valid Unicode, or over the size cap.
+    """A task ``run()`` cannot take: not text or AgentChat messages, empty or only whitespace, not valid
+    Unicode, or over the size cap.
     Refused before the team runs; the session stays open and its state as it was."""
 
 

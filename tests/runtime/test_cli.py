@@ -270,6 +270,27 @@ def test_continuing_a_session_with_no_interrupted_run_says_what_to_do_on_the_com
 
 
 
+@pytest.mark.parametrize("text", ["", " \n\t"])
+def test_an_empty_message_is_refused_before_anything_is_opened(registry: Registry, text: str) -> None:
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", text])
+    said = " ".join(out.output.split())
+    assert out.exit_code == 1 and "error: the task is" in said and "fix: pass the user's message" in said
+    assert not (Settings().home / "teamstore.db").exists()  # no database made, no session leased, no model called
+
+
+def test_an_empty_message_after_abandon_is_refused_and_the_interrupted_run_can_still_be_continued(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stop_a_run(registry, monkeypatch)
+    ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
+    refused = runner.invoke(app, ["run", *ids, "--abandon", ""])
+    assert refused.exit_code == 1 and "the task is empty" in " ".join(refused.output.split())
+    with counted_calls(monkeypatch) as calls:
+        done = runner.invoke(app, ["run", *ids, "--continue", "--json"])  # not given up for the empty message
+    assert done.exit_code == 0, done.output
+    assert len(json.loads(done.stdout)["messages"]) == TURNS + 1 and calls.made > 0
+
+
 def _stop_a_run(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop a run of the checkpoint team after its second turn (its third model call fails)."""
     register(registry)

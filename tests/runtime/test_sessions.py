@@ -1016,7 +1016,7 @@ async def test_a_sessions_team_read_before_it_was_built_is_a_typed_error(platfor
     assert s.team_version == version  # after its block, what it ran stays readable
 
 
-@pytest.mark.parametrize("task", ["x" * 300, "bad \udcff byte", b"bytes"])
+@pytest.mark.parametrize("task", ["x" * 300, "bad \udcff byte", b"bytes", "", "  \n"])
 async def test_a_refused_task_runs_nothing_and_the_session_goes_on(platform: Platform, task: object) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     before = await stored_state(platform, "alice", "s1")
@@ -1028,6 +1028,17 @@ async def test_a_refused_task_runs_nothing_and_the_session_goes_on(platform: Pla
         assert await stored_state(platform, "alice", "s1") == before
         result = await s.run("still broken")  # the same session goes on, from the state it had
     assert "ZX-81" in researcher_reply(result)
+
+
+async def test_an_empty_task_is_refused_however_the_team_is_run(platform: Platform) -> None:
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        with pytest.raises(InvalidTask, match="the task is empty"):
+            await s.team.run(task="")  # reaching around the session checks the same
+        with pytest.raises(InvalidTask, match="only whitespace"):
+            async for _ in s.run_stream(" "):
+                pass
+        assert s.last_run_id is None
+        await s.run(None)  # no new task, as AutoGen takes it: the team goes on from where it is
 
 
 @pytest.mark.parametrize("wait", [-1, float("nan"), float("inf"), 10**9, "10", True, False])

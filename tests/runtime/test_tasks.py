@@ -11,7 +11,7 @@ from teamstore.runtime.tasks import check_task
 
 @pytest.mark.parametrize(
     "task",
-    [None, "", "My router drops", "x" * 500, "ü" * 250, TextMessage(source="user", content="hi"),
+    [None, "My router drops", " hi ", "x" * 500, "ü" * 250, TextMessage(source="user", content="hi"),
      [TextMessage(source="user", content="a"), MultiModalMessage(source="user", content=["b"])]],
 )
 def test_what_autogen_takes_passes(task: object) -> None:
@@ -21,6 +21,8 @@ def test_what_autogen_takes_passes(task: object) -> None:
 @pytest.mark.parametrize(
     ("task", "says"),
     [
+        ("", "the task is empty"),  # an unset shell variable: no request to spend model calls on
+        (" \n\t\u3000", "the task is only whitespace (4 characters)"),
         (b"bytes", "got bytes"),
         (12, "got int"),
         ({"content": "hi"}, "got dict"),

@@ -62,6 +62,10 @@ def run(
     if not continue_run and text is None and not abandon:
         fail(InvalidTask("give the user's message, or --continue to finish the session's interrupted run",
                          hint="teamstore run --team T --user U --session S 'message' (or --continue)"))
+    if text is not None:  # before anything is opened or leased (and before --abandon gives a run up for it)
+        from teamstore.runtime.tasks import check_not_blank
+
+        check_not_blank(text)
 
     async def go(app: App) -> dict[str, Any]:
         # The platform checks the schema and the lease mode as it opens, and closes the app as it closes.

@@ -194,8 +194,8 @@ class SessionRuns:
 
         Raises:
             SessionNotOpen: Called outside the session's ``async with`` block.
-            InvalidTask: ``task`` is not one of the above, not valid Unicode, or over ``task_max_bytes``;
-                nothing ran and the session stays usable.
+            InvalidTask: ``task`` is not one of the above, text that is empty or only whitespace, not valid
+                Unicode, or over ``task_max_bytes``; nothing ran and the session stays usable.
             RunInProgress: Another run of this session is in flight.
             RunInterrupted: The session's last run stopped mid-run: continue or abandon it first.
             StateNotSerializable: A persisted participant's state holds a non-JSON value (names the path).

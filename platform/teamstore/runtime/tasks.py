@@ -6,9 +6,10 @@
     check_task(b"bytes", max_bytes=262_144)                      # raises InvalidTask
 
 A task is what AutoGen's ``run()`` takes: text, one AgentChat message, a list of them, or ``None`` to
-continue without a new one. Text must be valid Unicode (a lone surrogate, what a shell makes of
-undecodable bytes, cannot be saved, uploaded or sent to a model) and at most ``max_bytes`` in UTF-8;
-a message is measured as its JSON (images included).
+continue without a new one. Text must say something (empty or only whitespace, what an unset shell
+variable gives, would spend the team's model calls on no request), be valid Unicode (a lone surrogate, what
+a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model) and be at most
+``max_bytes`` in UTF-8; a message is measured as its JSON (images included).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ def check_task(task: Any, max_bytes: int) -> None:
     """Refuse a task AutoGen would refuse or teamstore could not keep.
 
     Raises:
-        InvalidTask: Not text, a message or a list of messages; text holding a lone surrogate; over
-            ``max_bytes``.
+        InvalidTask: Not text, a message or a list of messages; text empty or only whitespace, or holding a
+            lone surrogate; over ``max_bytes``.
     """
     if task is None:
         return
     if isinstance(task, str):
+        check_not_blank(task)
         surrogate = lone_surrogate(task)
         if surrogate is not None:
             raise InvalidTask(
@@ -62,6 +64,20 @@ def check_task(task: Any, max_bytes: int) -> None:
     if size > max_bytes:
         raise InvalidTask(f"the task's messages are {size:,} bytes as JSON; the limit is {max_bytes:,}",
                           hint=_TOO_LARGE_HINT)
+
+
+def check_not_blank(text: str) -> None:
+    """Refuse text that asks nothing: empty, or only whitespace.
+
+    Raises:
+        InvalidTask: ``text`` is empty or only whitespace.
+    """
+    if not text.strip():
+        raise InvalidTask(
+            "the task is empty" if not text else f"the task is only whitespace ({len(text)} characters)",
+            hint="pass the user's message (a shell variable that is unset or empty gives none); to finish an "
+            "interrupted run, continue it (s.continue_run(), `teamstore run --continue`)",
+        )
 
 
 def _describe(task: Any) -> str:
