@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from teamstore.audit.transcripts import TranscriptStore
     from teamstore.erasure.coordinator import DeletionCoordinator
     from teamstore.erasure.receipt import Receipt
-    from teamstore.erasure.steps import Progress
+    from teamstore.erasure.steps import Notice, Progress
     from teamstore.events import RunObserver
     from teamstore.export.coordinator import ExportCoordinator
     from teamstore.keys.service import KeyService
@@ -212,12 +212,13 @@ class App:
             memory=self.memory_store, on_close=self.aclose, create_tables=not self.must_exist,
         )
 
-    def erasure(self, progress: Progress | None = None) -> DeletionCoordinator:
-        """The deletion coordinator over the database, the transcript store and the users' keys."""
+    def erasure(self, progress: Progress | None = None, notice: Notice | None = None) -> DeletionCoordinator:
+        """The deletion coordinator over the database, the transcript store and the users' keys; ``progress`` and
+        ``notice`` hear how its steps advance and what it waits for."""
         from teamstore.erasure.coordinator import DeletionCoordinator
 
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress,
-                                   keys=self.keys)
+                                   keys=self.keys, notice=notice)
 
     def exporter(self) -> ExportCoordinator:
         """The export coordinator over every store: those below it, and the erasure requests.

@@ -10,14 +10,16 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config_registry import Registry
 from teamstore.audit.subjects import find_subject, get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.desk import add_months, extend_request, list_requests
 from teamstore.erasure.schema import erasure_requests
-from teamstore.errors import ErasureRequestNotFound, ExtensionRefused, InvalidIdentifier
+from teamstore.errors import ErasureInProgress, ErasureRequestNotFound, ExtensionRefused, InvalidIdentifier
 from teamstore.export.nearby import difference
 from tests.erasure.conftest import coordinator
+from tests.erasure.seed import audited_platform
 
 DAY = timedelta(days=1)
 
@@ -160,6 +162,29 @@ async def test_a_request_is_extended_once_by_at_most_two_months_with_a_reason(
     assert status.extension == extended.extension and status.effective_due_at == extended.extension.due_at
     done = await coordinator(engine, folder).run("frida", request_id="req-ext")
     assert done.extension == extended.extension  # on the stored receipt too
+
+
+async def test_a_failed_request_extended_after_its_receipt_was_stored_shows_the_extension_until_it_completes(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    platform = audited_platform(engine, registry, folder)
+    with pytest.raises(ErasureInProgress):  # the session's save at its end meets the fence
+        async with platform.session("uma", "s1", team="support_triage") as session:
+            await session.run("my router keeps dropping")
+            failed = await coordinator(engine, folder, session_wait_seconds=0).run("uma", request_id="req-held")
+    assert failed.status is RequestStatus.FAILED and failed.extension is None
+
+    extended = await extend_request(engine, "req-held", "30d", "a session of the user was held", operator="ana")
+
+    assert extended.extension is not None
+    shown = await coordinator(engine, folder).status("req-held")
+    assert shown.status is RequestStatus.FAILED and shown.extension == extended.extension
+    assert shown.effective_due_at == extended.extension.due_at == shown.due_at + 30 * DAY
+    done = await coordinator(engine, folder).run("uma", request_id="req-held")
+    assert done.status is RequestStatus.COMPLETED and done.extension == extended.extension
+    assert await coordinator(engine, folder).status("req-held") == done
+    with pytest.raises(ExtensionRefused, match="is completed: only an open or failed request"):
+        await extend_request(engine, "req-held", "1d", "more", operator="ana")
 
 
 async def test_an_extension_is_refused_after_the_original_due_date_for_a_finished_request_and_while_it_runs(

@@ -347,8 +347,8 @@ def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_and_records_t
     tmp_path: Path, signum: signal.Signals
 ) -> None:
     """A job's timeout sends SIGTERM, a closed terminal SIGHUP: the archive written so far (the user's data,
-    readable) must go with the export, as on Ctrl-C, not stay beside the target under a hidden name; and its
-    record must say it stopped, not `running` as if it still were."""
+    readable) must go with the export, as on Ctrl-C, not stay beside the target under a hidden name; its record
+    must say it stopped, not `running` as if it still were; and the command says so, exiting 128 + the signal."""
     _populate("lia")
     out = tmp_path / "out"
     out.mkdir()
@@ -375,6 +375,11 @@ def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_and_records_t
     # the record then names that instead. Either way it is not left `running`.
     detail = str(record["detail"])
     assert detail.startswith(("stopped while reading transcripts", "transcripts: TranscriptUnavailable")), record
+    if detail.startswith("stopped"):
+        said = " ".join(err.decode().split())
+        assert proc.returncode == 128 + signum, said
+        assert (f"interrupted: the export was stopped ({signal.Signals(signum).name}) before it finished: nothing "
+                "usable was written") in said and "fix: export again" in said
 
 
 def _export_records() -> list[dict[str, object]]:

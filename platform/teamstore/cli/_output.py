@@ -51,6 +51,9 @@ def _asked_for_json(value: bool) -> bool:
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.",
                           callback=_asked_for_json)
 
+INTERRUPTED = 130
+"""A command's exit status when Ctrl-C stopped it (128 + SIGINT, as a shell reports it)."""
+
 
 def _default(value: object) -> object:
     if isinstance(value, datetime | date):
@@ -189,4 +192,11 @@ def fail(exc: TeamstoreError, code: int = 1) -> NoReturn:
     err_console.print(f"[bold red]error[/]: {plain(exc.message)}")
     if exc.hint:
         err_console.print(f"[yellow]fix[/]: {plain(exc.hint)}")
+    raise typer.Exit(code)
+
+
+def interrupted(said: str, fix: str, code: int = INTERRUPTED) -> NoReturn:
+    """Say what a command stopped by Ctrl-C (or another stop) had done and what to run to go on; exit ``code``."""
+    err_console.print("[bold red]interrupted[/]: " + plain(said))
+    err_console.print("[yellow]fix[/]: " + plain(fix))
     raise typer.Exit(code)

@@ -11,20 +11,32 @@ On a terminal, an erasure shows what it would remove (the dry run's counts) and 
 come). Exit status 0: every store ``erased``, or ``shredded`` (what remains is sealed under the destroyed
 key) (the request ``completed``); 3: no store held anything for the id (``no_match``); 2: a ``failed`` or
 ``retained_under_hold`` request (and, for ``status``, one still ``open``), which rerunning the same
-``--request-id`` resumes; 1: an error before the request ran.
+``--request-id`` resumes; 1: an error before the request ran; 130: Ctrl-C stopped it (it says where the
+request stands and the command that resumes it). Before each wait (the fence grace, the workers' cached data
+keys) it says on stderr what it waits for and how long.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from teamstore.cli._output import JsonOption, UsageError, console, emit, err_console, fail, plain, print_table
+from teamstore.cli._output import (
+    JsonOption,
+    UsageError,
+    console,
+    emit,
+    err_console,
+    fail,
+    interrupted,
+    plain,
+    print_table,
+)
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete
 from teamstore.ids import check_erasable_id, control_character
@@ -46,11 +58,12 @@ app = typer.Typer(
 
 
 def _with_coordinator(
-    fn: Callable[[DeletionCoordinator], Awaitable[T]], progress: Callable[[str, int, int | None], None] | None
+    fn: Callable[[DeletionCoordinator], Awaitable[T]], progress: Callable[[str, int, int | None], None] | None,
+    notice: Callable[[str], None] | None = None,
 ) -> T:
     # Every request is about what is stored: on a database that does not exist yet (a mistyped
     # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
-    return with_app(lambda app: fn(app.erasure(progress)), must_exist=True)
+    return with_app(lambda app: fn(app.erasure(progress, notice)), must_exist=True)
 
 
 class _Bars:
@@ -66,6 +79,11 @@ class _Bars:
                 return
             self.tasks[step] = self.bar.add_task(step, total=total)
         self.bar.update(self.tasks[step], completed=done, total=total)
+
+
+def _say(line: str) -> None:
+    """What the erasure waits for and how long, on stderr (``--json`` keeps stdout to the receipt)."""
+    err_console.print(f"[dim]{plain(line)}[/]")
 
 
 def _render(receipt: Receipt, out: Console = console) -> None:
@@ -186,13 +204,48 @@ def erase(
     asked = not dry_run and not yes
     # names any near twin itself, and what a rerun keeps, before it asks
     noted = _confirm(user, request_id, reason, requested_by) if asked else False
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
-        receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run, requested_by=requested_by,
-                                                    operator=operator), _Bars(bar))
+    if request_id is None and not dry_run:  # made here, not by the run: a Ctrl-C must be able to name it
+        from teamstore.erasure.coordinator import new_request_id
+
+        request_id = new_request_id()
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True) as bar:
+            receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run, requested_by=requested_by,
+                                                        operator=operator), _Bars(bar), _say)
+    except KeyboardInterrupt:
+        if dry_run or request_id is None:
+            interrupted("the dry run was stopped; a dry run changes nothing", "run it again")
+        _interrupted(request_id, yes)
     if not (dry_run or noted):
         _note_kept(receipt, reason, requested_by)
     _finish(receipt, as_json, suggest_for=None if asked else user)
+
+
+def _interrupted(request_id: str, yes: bool) -> NoReturn:
+    """Ctrl-C stopped the erasure: say where it left request ``request_id`` (as stored: the stop may have
+    come before the request was opened, or after it ended) and the command that resumes it; exit 130."""
+    from teamstore.erasure import RequestStatus, requests
+
+    async def stored(coordinator: DeletionCoordinator) -> RequestStatus | None:
+        row = await requests.get_request(coordinator.engine, request_id)
+        return row.status if row is not None else None
+
+    rerun = f"`teamstore erase --user ... --request-id {request_id}{' --yes' if yes else ''}` (the same user id)"
+    try:
+        status = _with_coordinator(stored, None)
+    except (typer.Exit, KeyboardInterrupt):  # the database did not answer (its error is printed above)
+        interrupted(f"erasure request {request_id} was stopped, and where it stands could not be read",
+                    f"`teamstore erase status {request_id}` says once the database answers; resume it: {rerun}")
+    if status is None:
+        interrupted(f"the erasure was stopped before request {request_id} was opened: nothing was changed, and the "
+                    "user is not fenced", f"run it again: {rerun}")
+    if status in (RequestStatus.OPEN, RequestStatus.FAILED):
+        interrupted(f"erasure request {request_id} was stopped before it finished: it is {status}, and the user "
+                    "stays fenced (their new sessions, saves and uploads are refused) until it completes",
+                    f"resume it: {rerun}; the steps it finished are not run again")
+    interrupted(f"erasure request {request_id} had ended {status} when it was stopped",
+                f"`teamstore erase status {request_id}` prints its receipt")
 
 
 def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -> None:

@@ -5,7 +5,7 @@
 
 Exit status 0: the archive holds the user's data; 3: no store holds anything for the id (never stored, or
 erased): no archive is written, and the manifest printed (and recorded) names every store searched; 1: an
-error, and no archive was left.
+error, and no archive was left; 130 (143 on SIGTERM, 129 on SIGHUP): stopped, and no archive was left.
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, plain, print_table
+from teamstore.cli._output import JsonOption, console, emit, err_console, interrupted, plain, print_table
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
 from teamstore.ids import check_erasable_id
 from teamstore.people import check_not_naming, check_person
 
 if TYPE_CHECKING:
+    from teamstore.app import App
     from teamstore.export import Exported
 
 NO_MATCH = 3
@@ -46,10 +47,19 @@ def export(
     check_erasable_id(user)  # said before the database is looked for: the id is what is wrong
     check_not_naming("requested_by", check_person("requested_by", requested_by), user)
     check_person("operator", operator)
-    with _stopped_as_on_ctrl_c():
-        done: Exported = with_app(
-            lambda app: app.exporter().run(user, output, requested_by=requested_by, operator=operator),
-            must_exist=True)
+    finished: list[Exported] = []  # an export that ends just as the stop comes is whole: it is reported
+
+    async def go(app: App) -> Exported:
+        finished.append(await app.exporter().run(user, output, requested_by=requested_by, operator=operator))
+        return finished[0]
+
+    try:
+        with _stopped_as_on_ctrl_c():
+            done = with_app(go, must_exist=True)
+    except KeyboardInterrupt as stop:
+        if not finished:
+            _stopped(stop)
+        done = finished[0]
     data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
     emit(data, as_json=as_json, render=lambda _: _render(done))
     if not done.matched:
@@ -76,6 +86,15 @@ def _stopped_as_on_ctrl_c() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _stopped(stop: KeyboardInterrupt) -> NoReturn:
+    """Say that the export stopped and left nothing usable; exit 128 + the signal's number (130 on Ctrl-C)."""
+    name = str(stop.args[0]) if stop.args else ""  # _stopped_as_on_ctrl_c names SIGTERM and SIGHUP
+    signum = signal.Signals[name] if name in signal.Signals.__members__ else signal.SIGINT
+    interrupted(f"the export was stopped ({signum.name}) before it finished: nothing usable was written (the part "
+                "of the archive written so far was removed)", "export again (`teamstore export --user ...`, "
+                "with the same options)", 128 + signum)
 
 
 def _render(done: Exported) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, plain, print_table
+from teamstore.cli._output import JsonOption, console, emit, err_console, interrupted, plain, print_table
 from teamstore.cli._runner import with_app
 
 if TYPE_CHECKING:
@@ -29,8 +29,6 @@ PARTLY_DONE = 2
 """``keys rotate``'s exit status when the rotation is done and only the retire it runs afterwards failed;
 ``keys retire``'s when it kept a key-encryption key due for destruction (data keys still name it)."""
 
-INTERRUPTED = 130
-"""``keys rotate``'s exit status when Ctrl-C stopped it (128 + SIGINT, as a shell reports it)."""
 _ROTATE_AGAIN = "run `teamstore keys rotate` again"
 
 app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, sealing older data.",
@@ -131,10 +129,7 @@ def keys_rotate(
 def _interrupted(report: RotationReport | None, *, named: bool) -> NoReturn:
     """Ctrl-C stopped the rotation: say what it had done and what to run to go on, and exit 130. ``named``: the
     new KEK was ``--to``'s, so none was made that could be left unused."""
-    said, fix = _interruption(report, named)
-    err_console.print("[bold red]interrupted[/]: " + plain(said))
-    err_console.print("[yellow]fix[/]: " + plain(fix))
-    raise typer.Exit(INTERRUPTED)
+    interrupted(*_interruption(report, named))
 
 
 def _interruption(report: RotationReport | None, named: bool) -> tuple[str, str]:

@@ -44,7 +44,8 @@ from teamstore.erasure.receipt import (
     subject_hash,
 )
 from teamstore.erasure.settings import ErasureSettings
-from teamstore.erasure.steps import Progress, Step, StepContext, build_steps
+from teamstore.erasure.steps import Notice, Progress, Step, StepContext, build_steps
+from teamstore.erasure.steps.base import seconds
 from teamstore.erasure.steps.keys import KeyStep
 from teamstore.erasure.stores import check_store
 from teamstore.errors import (
@@ -82,6 +83,7 @@ class DeletionCoordinator:
         settings: Shared settings (content capture, transcript retention).
         knobs: Erasure settings; ``ErasureSettings()`` (the environment) by default.
         progress: Called as steps advance (the CLI draws a progress bar with it).
+        notice: Called before each wait with a line saying what for and how long (the CLI prints it on stderr).
         after_step: Called with each step's name once its result is recorded (tests inject crashes here).
         keys: Users' data keys (the key step destroys the user's); by default the service ``settings`` describe.
     """
@@ -96,12 +98,14 @@ class DeletionCoordinator:
         progress: Progress | None = None,
         after_step: Callable[[str], None] | None = None,
         keys: KeyService | None = None,
+        notice: Notice | None = None,
     ) -> None:
         self.engine = engine
         self.transcripts = transcripts
         self.settings = settings or Settings()
         self.knobs = knobs or ErasureSettings()
         self.progress = progress
+        self.notice = notice
         self.after_step = after_step
         self.keys = keys or KeyService.from_settings(engine, self.settings)
         self.steps: list[Step] = build_steps()
@@ -170,10 +174,10 @@ class DeletionCoordinator:
 
     async def _attempt(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
         """Resume the request; an attempt stopped without a receipt (taken over, another transcript store to
-        empty first, the database gone) is still marked ended, with no status."""
+        empty first, the database gone, its task cancelled by Ctrl-C) is still marked ended, with no status."""
         try:
             return await self._resume(row, owner, attempt)
-        except TeamstoreError:
+        except (TeamstoreError, asyncio.CancelledError):
             try:
                 await requests.end_attempt(self.engine, row.request_id, attempt)
             except StoreUnavailable as exc:  # the error being raised says more; this one is only logged
@@ -197,7 +201,7 @@ class DeletionCoordinator:
                 f"`teamstore erase status {row.request_id}` prints the old receipt",
             )
         if row.status in FINISHED and row.receipt is not None:
-            return Receipt.model_validate(row.receipt)  # already done: report, never act twice
+            return _stored(row)  # already done: report, never act twice
         return None
 
     @asynccontextmanager
@@ -236,7 +240,7 @@ class DeletionCoordinator:
                 f"no erasure request {request_id!r}", hint="check the id printed by `teamstore erase`"
             )
         if row.receipt is not None:
-            return Receipt.model_validate(row.receipt)
+            return _stored(row)
         steps = await requests.load_steps(self.engine, request_id)
         return self._receipt(row, steps, RequestStatus.OPEN, attempts=await requests.load_attempts(self.engine, request_id))
 
@@ -245,7 +249,10 @@ class DeletionCoordinator:
         # deadline: wait out what is left of it, on a rerun straight after a killed first attempt too.
         left = (row.received_at + timedelta(seconds=self.knobs.fence_grace_seconds) - datetime.now(UTC)).total_seconds()
         if left > 0:
-            await asyncio.sleep(min(left, self.knobs.fence_grace_seconds))
+            wait = min(left, self.knobs.fence_grace_seconds)
+            self._say(f"fence up; waiting {seconds(wait)} for writes that passed the fence check just before it "
+                      "(TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS)")
+            await asyncio.sleep(wait)
         ctx = await self._context(row, owner)
         recorded = await requests.load_steps(self.engine, row.request_id)
         if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
@@ -310,11 +317,16 @@ class DeletionCoordinator:
         None can open meanwhile (the fence refuses them), so once none is open none writes again.
         """
         deadline = time.monotonic() + self.knobs.session_wait_seconds
+        said = False
         while True:  # other processes hold the sessions: poll the database
             still_open = await open_sessions(self.engine, user_id)
             left = deadline - time.monotonic()
             if not still_open or left <= 0:
                 return still_open
+            if not said:
+                self._say(f"waiting up to {seconds(left)} for {still_open} open session(s) of the user to end "
+                          "(TEAMSTORE_ERASURE_SESSION_WAIT_SECONDS)")
+                said = True
             await asyncio.sleep(min(_SESSION_POLL_SECONDS, left))
 
     async def _wait_for_uploads(self, subject_key: str) -> datetime | None:
@@ -324,10 +336,15 @@ class DeletionCoordinator:
         None can start meanwhile (the fence refuses claims), so once none may land none will.
         """
         deadline = time.monotonic() + self.knobs.upload_wait_seconds
+        said = False
         while (lands_by := await claims.in_doubt_until(self.engine, subject_key)) is not None:
             left = deadline - time.monotonic()
             if left <= 0:
                 return lands_by
+            if not said:
+                self._say(f"waiting up to {seconds(left)} for uploads of the user's transcripts that may still land "
+                          "(TEAMSTORE_ERASURE_UPLOAD_WAIT_SECONDS)")
+                said = True
             # Polled rather than slept out: an upload on its way moves its claim on, and one that ends
             # settles it early.
             await asyncio.sleep(min(_UPLOAD_POLL_SECONDS, left, (lands_by - datetime.now(UTC)).total_seconds()))
@@ -357,7 +374,13 @@ class DeletionCoordinator:
             await requests.set_subject(self.engine, row.request_id, subject, subject_hash(subject, self.knobs))
         kwargs: dict[str, Any] = {"progress": self.progress} if self.progress else {}
         return StepContext(self.engine, self.transcripts, row.request_id, row.user_id, subject, owner=owner,
-                           keys=self.keys, **kwargs)
+                           keys=self.keys, notice=self._say, **kwargs)
+
+    def _say(self, line: str) -> None:
+        """Say what the run waits for, before it waits: in the log, and to ``notice``."""
+        log.info("erasure: %s", line)
+        if self.notice is not None:
+            self.notice(line)
 
     async def _run_step(self, step: Step, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
         try:
@@ -433,6 +456,12 @@ class DeletionCoordinator:
                                                 planned=True),
             requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
         )
+
+
+def _stored(row: requests.RequestRow) -> Receipt:
+    """The receipt stored when the request last ended, with the extension recorded since: a failed request
+    may be extended after its receipt was written (its rerun stores a new one)."""
+    return Receipt.model_validate(row.receipt).model_copy(update={"extension": row.extension})
 
 
 def _key_destroyed(stores: dict[str, StoreResult]) -> bool:

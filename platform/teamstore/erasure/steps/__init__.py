@@ -15,9 +15,9 @@ earlier step needs the subject key the mapping holds (the request keeps a copy t
 
 from __future__ import annotations
 
-from teamstore.erasure.steps.base import Progress, Step, StepContext
+from teamstore.erasure.steps.base import Notice, Progress, Step, StepContext
 
-__all__ = ["STEP_ORDER", "Progress", "Step", "StepContext", "build_steps"]
+__all__ = ["STEP_ORDER", "Notice", "Progress", "Step", "StepContext", "build_steps"]
 
 STEP_ORDER = ("keys", "resume_state", "quarantine", "memory", "transcripts", "outbox", "rewrites", "ledger",
               "session_ids", "exports", "subject")

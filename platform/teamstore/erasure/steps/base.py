@@ -17,8 +17,22 @@ Progress = Callable[[str, int, int | None], None]
 """``progress(step, done, total)``: called as a step advances (``total`` may be unknown)."""
 
 
+Notice = Callable[[str], None]
+"""``notice(line)``: called before the run waits, with one line saying what for, how long and which setting
+decides it (the CLI prints it on stderr: a wait of half a minute must not pass for a hang)."""
+
+
 def _no_progress(step: str, done: int, total: int | None) -> None:
     """Progress sink that ignores updates."""
+
+
+def _no_notice(line: str) -> None:
+    """Notice sink that ignores what the run says."""
+
+
+def seconds(value: float) -> str:
+    """A wait as a notice says it: ``2.5 s``, ``30 s``."""
+    return f"{round(value, 1):g} s"
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,7 @@ class StepContext:
     progress: Progress = _no_progress
     owner: str | None = None  # the coordinator's lease: step records are written only while it holds it
     keys: KeyService | None = None  # users' data keys: the key step forgets and outwaits them
+    notice: Notice = _no_notice
 
 
 class Step(Protocol):

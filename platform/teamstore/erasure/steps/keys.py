@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.requests import write_step
-from teamstore.erasure.steps.base import StepContext
+from teamstore.erasure.steps.base import StepContext, seconds
 from teamstore.errors import StoreUnavailable
 from teamstore.keys.schema import data_keys
 
@@ -70,7 +70,9 @@ class KeyStep:
         counts = found.plus(prior.counts) if prior is not None else found
         if ctx.keys is not None and ctx.user_id is not None:
             ctx.keys.forget(ctx.user_id)
-        if counts.rows and ctx.keys is not None:
+        if counts.rows and ctx.keys is not None and ctx.keys.cache_seconds > 0:
+            ctx.notice(f"data key destroyed; waiting {seconds(ctx.keys.cache_seconds)} for workers' cached data keys "
+                       "to expire (TEAMSTORE_KEY_CACHE_SECONDS)")
             await asyncio.sleep(ctx.keys.cache_seconds)  # the fleet's caches: one setting, the same everywhere
         ctx.progress(self.name, found.rows, found.rows)
         return StoreResult(status=StepStatus.DELETED, counts=counts)

@@ -1,0 +1,116 @@
+"""``teamstore erase`` while it runs, on SQLite and a real Postgres: what it says before each wait, what a Ctrl-C
+leaves and says, and the extension of a request that failed (a session of the user held open)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import pytest
+from click.testing import Result
+
+from config_registry import Registry
+from teamstore import open_platform
+from teamstore.errors import ErasureInProgress
+from tests.erasure.test_desk_cli import WIDE, _populate, _requests, cli
+
+
+@pytest.fixture(autouse=True, params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def _desk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded default's SQLite, or a fresh Postgres database, for every command the test runs."""
+    if request.param == "postgres":
+        monkeypatch.setenv("TEAMSTORE_DATABASE_URL", request.getfixturevalue("postgres_url"))
+    monkeypatch.setenv("TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS", "0")
+    monkeypatch.setenv("TEAMSTORE_OPERATOR", "privacy desk")
+
+
+async def _while_a_session_is_open(user: str, *args: str) -> Result:
+    """``teamstore *args`` while a session of ``user`` is open (a run that began before the fence): its save at
+    the end is refused."""
+    async with open_platform() as platform:
+        with pytest.raises(ErasureInProgress):
+            async with platform.session(user, "s-held", team="support_triage@production") as session:
+                await session.run("my router keeps dropping")
+                done = await asyncio.to_thread(cli, *args)
+    return done
+
+
+def test_a_failed_request_extended_afterwards_shows_the_extension_on_its_receipt_until_it_completes(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _populate("uma")
+    monkeypatch.setenv("TEAMSTORE_ERASURE_SESSION_WAIT_SECONDS", "0.5")
+    failed = asyncio.run(_while_a_session_is_open("uma", "erase", "--user", "uma", "--request-id", "req-held",
+                                                  "--yes", "--json"))
+    assert failed.exit_code == 2 and json.loads(failed.stdout)["status"] == "failed", failed.output
+    assert ("waiting up to 0.5 s for 1 open session(s) of the user to end (TEAMSTORE_ERASURE_SESSION_WAIT_SECONDS)"
+            in failed.stderr)
+
+    extended = cli("erase", "extend", "req-held", "--by", "30d", "--reason", "a session of the user was held")
+
+    assert extended.exit_code == 0, extended.output
+    receipt = json.loads(cli("erase", "status", "req-held", "--json").stdout)
+    due = datetime.fromisoformat(receipt["due_at"]) + timedelta(days=30)
+    assert receipt["status"] == "failed" and receipt["extension"]["due_at"] == due.isoformat().replace("+00:00", "Z")
+    assert receipt["extension"]["reason"] == "a session of the user was held"
+    line = f"extended by 30d to {due:%Y-%m-%d} on "
+    assert line in extended.stdout and line in cli("erase", "status", "req-held").stdout
+    done = cli("erase", "--user", "uma", "--request-id", "req-held", "--yes", "--json")
+    assert done.exit_code == 0 and json.loads(done.stdout)["extension"] == receipt["extension"], done.output
+    assert line in cli("erase", "status", "req-held").stdout
+    refused = cli("erase", "extend", "req-held", "--by", "1d", "--reason", "more")
+    assert refused.exit_code == 1 and "is completed: only an open or failed request can be extended" in refused.stderr
+
+
+def test_an_erasure_says_on_stderr_what_it_waits_for_and_how_long_and_json_stays_one_document(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _populate("wes")
+    monkeypatch.setenv("TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS", "1")
+
+    done = cli("erase", "--user", "wes", "--yes", "--json")
+
+    assert done.exit_code == 0 and json.loads(done.stdout)["status"] == "completed", done.output
+    assert re.search(r"fence up; waiting (0\.\d|1) s for writes that passed the fence check just before it "
+                     r"\(TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS\)", done.stderr), done.stderr
+    assert ("data key destroyed; waiting 0.2 s for workers' cached data keys to expire (TEAMSTORE_KEY_CACHE_SECONDS)"
+            in done.stderr)  # tests' TEAMSTORE_KEY_CACHE_SECONDS
+
+
+def test_ctrl_c_on_an_erasure_names_the_request_says_it_stays_open_and_a_rerun_of_that_id_completes() -> None:
+    _populate("vic")
+    env = {**os.environ, **WIDE, "TEAMSTORE_KEY_CACHE_SECONDS": "60"}  # the signal lands while it waits
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", "erase", "--user", "vic", "--yes"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        while (line := proc.stderr.readline()) and "cached data keys" not in line:
+            seen.append(line)
+        assert line, seen
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    said = " ".join(err.split())
+
+    assert proc.returncode == 130, said
+    found = re.search(r"interrupted: erasure request (er-[0-9a-f]{24}) was stopped before it finished: it is open, "
+                      r"and the user stays fenced", said)
+    assert found is not None, said
+    request_id = found.group(1)
+    assert f"fix: resume it: `teamstore erase --user ... --request-id {request_id} --yes`" in said
+    assert [(r["request_id"], r["status"]) for r in _requests()] == [(request_id, "open")]
+    done = cli("erase", "--user", "vic", "--request-id", request_id, "--yes", "--json")
+    assert done.exit_code == 0, done.output
+    receipt = json.loads(done.stdout)
+    assert receipt["status"] == "completed" and receipt["stores"]["keys"]["counts"]["rows"] == 1
+    first, second = receipt["attempts"]
+    assert first["ended_at"] is not None and first["status"] is None  # stopped: ended without a verdict
+    assert second["status"] == "completed"
