@@ -35,6 +35,7 @@ ON_THE_DATABASE = [
     ["erase", "extend", "REQ-1", "--by", "2m", "--reason", "complex"],
     ["export", "--user", "alice"],  # an archive saying 'nothing held' would mislead as much
     ["erase", "status", "REQ-1"],
+    ["keys", "status"],  # a health check: it must not make the database, nor a key file, to look at
 ]
 
 

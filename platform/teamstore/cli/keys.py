@@ -1,6 +1,7 @@
 """``teamstore keys``: the key-encryption keys that wrap users' data keys.
 
-    teamstore keys status                 # every KEK, how many data keys each wraps, when to rotate next
+    teamstore keys status                 # every KEK, how many data keys each wraps, when to rotate next, and
+                                          # whether each in use can be used now (a health check: exit 2 if not)
     teamstore keys rotate                 # every key_rotation_days (schedule it); --to KMS_KEY to move to KMS
     teamstore keys retire                 # daily (schedule it): destroys the retired KEKs that are due
     teamstore keys migrate                # seal what was written before sealing (states, checkpoints, memory,
@@ -29,6 +30,11 @@ PARTLY_DONE = 2
 """``keys rotate``'s exit status when the rotation is done and only the retire it runs afterwards failed;
 ``keys retire``'s when it kept a key-encryption key due for destruction (data keys still name it)."""
 
+UNUSABLE = 2
+"""``keys status``'s exit status when a key-encryption key in use (current, or wrapping live data keys) cannot be
+used now: the key file missing, readable by others or without the key; KMS unreachable, refusing, or the key
+disabled. What it found is printed all the same, and each cause with its fix on stderr."""
+
 _ROTATE_AGAIN = "run `teamstore keys rotate` again"
 
 app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, sealing older data.",
@@ -37,10 +43,16 @@ app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, seali
 
 @app.command("status")
 def keys_status(as_json: bool = JsonOption) -> None:
-    """Every key-encryption key: current, retired (destroyed when) or destroyed, and the data keys it wraps."""
-    from teamstore.keys.rotation import status
+    """Every key-encryption key: current, retired (destroyed when) or destroyed, the data keys it wraps, and whether
+    each one in use can be used now (a health check: exits 2 when one cannot)."""
 
-    data = with_app(lambda a: status(a.keys, a.settings), must_exist=True)
+    async def go(a: App) -> dict[str, Any]:
+        from teamstore.keys.health import with_health
+        from teamstore.keys.rotation import status
+
+        return await with_health(a.keys, await status(a.keys, a.settings))
+
+    data = with_app(go, must_exist=True)
 
     def render(d: dict[str, Any]) -> None:
         if not d["keks"]:
@@ -48,8 +60,9 @@ def keys_status(as_json: bool = JsonOption) -> None:
                           "first sealed write (TEAMSTORE_KMS_KEY_ID's KMS key, else one in the local key file)")
             return
         print_table(("key-encryption key", "state", "data keys", "made", "destroy after"),
-                    [[plain(k["kek_id"]), k["state"], str(k["data_keys"]), f"{k['created_at']:%Y-%m-%d}",
-                      f"{k['destroy_after']:%Y-%m-%d}" if k["destroy_after"] else "-"] for k in d["keks"]],
+                    [[plain(k["kek_id"]), k["state"] + _HEALTH[k["health"]], str(k["data_keys"]),
+                      f"{k['created_at']:%Y-%m-%d}", f"{k['destroy_after']:%Y-%m-%d}" if k["destroy_after"] else "-"]
+                     for k in d["keks"]],
                     fixed=(1, 2, 3, 4), right=(2,))
         if d["rotation_due"] is not None:
             late = " (OVERDUE: run `teamstore keys rotate`)" if d["overdue"] else ""
@@ -61,6 +74,28 @@ def keys_status(as_json: bool = JsonOption) -> None:
             _warn_kept(kept)
 
     emit(data, as_json=as_json, render=render)
+    if not data["healthy"]:
+        _unusable(data["keks"])
+
+
+_HEALTH = {"ok": ", ok", "unusable": ", UNUSABLE", "unchecked": ""}
+"""A KEK's ``health`` as the table shows it, after its state (``unchecked``: not in use, neither current nor
+wrapping data keys). In a column of its own it would push a local KEK's id onto two lines at 80 columns."""
+
+
+def _unusable(keks: list[dict[str, Any]]) -> NoReturn:
+    """Say why each KEK in use cannot be used and how to fix it, once for the KEKs that share a cause (a key file
+    that is missing fails each of its keys alike); exit :data:`UNUSABLE`."""
+    causes: dict[tuple[str, str | None], list[str]] = {}
+    for k in keks:
+        if k["problem"] is not None:
+            causes.setdefault((k["problem"]["message"], k["problem"]["hint"]), []).append(k["kek_id"])
+    for (message, hint), kek_ids in causes.items():
+        which = f"key-encryption keys {', '.join(kek_ids)}" if len(kek_ids) > 1 else f"key-encryption key {kek_ids[0]}"
+        err_console.print("[bold red]error[/]: " + plain(f"the {which} cannot be used now: {message}"))
+        if hint:
+            err_console.print("[yellow]fix[/]: " + plain(hint))
+    raise typer.Exit(UNUSABLE)
 
 
 def _warn_unfinished(unfinished: dict[str, Any]) -> None:

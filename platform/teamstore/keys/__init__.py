@@ -12,7 +12,8 @@ sealed data beyond use: versions S3 may not delete, and backups once the key-enc
 rotated out and destroyed (``teamstore keys rotate``, ``teamstore keys retire``; :mod:`teamstore.keys.rotation`).
 
 Modules: ``sealed`` (the payload format), ``schema`` (the tables), ``kek`` and ``kms`` (key-encryption keys),
-``ring`` (which KEK lives where), ``service`` (data keys, the cache), ``rotation`` (rotate, retire, the bound).
+``ring`` (which KEK lives where), ``service`` (data keys, the cache), ``rotation`` (rotate, retire, the bound),
+``health`` (whether the KEKs in use can be used now: ``teamstore keys status``).
 """
 
 from __future__ import annotations
