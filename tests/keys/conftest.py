@@ -3,6 +3,7 @@ key file or in KMS (moto's server over HTTP, the endpoint S3 uses too)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
 from tests.keys.outage import Outage
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_given_back() -> Iterator[None]:
+    """Ctrl-C as it was before the test: ``keys rotate`` run in this process ignores it from the end of its
+    rotation on, as it does in its own process until it exits, and pytest would stay deaf to it."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
 
 
 @pytest.fixture(params=["local", pytest.param("kms", marks=pytest.mark.s3)])

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -622,6 +623,45 @@ def test_keys_rotate_stopped_by_ctrl_c_while_a_batch_commits_counts_that_batch_a
     (new,) = set(_kek_states()) - {first}
     assert f"the rotation to {new} is unfinished: 2 data key(s) were re-wrapped" in said, said
     assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["rotation_unfinished"]["data_keys"] == 1
+
+
+def test_a_ctrl_c_as_keys_rotate_returns_says_the_rotation_is_done_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_sealed_for_all_here())
+    real = rotation.rotate
+
+    async def ctrl_c_as_it_returns(*args: Any, **kwargs: Any) -> RotationReport:
+        report = await real(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # as a terminal's: asyncio.run cancels what the command does next
+        return report
+
+    monkeypatch.setattr(rotation, "rotate", ctrl_c_as_it_returns)
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)  # as above: never inherited ignored
+    try:
+        done = runner.invoke(app, ["keys", "rotate"], env={"COLUMNS": "300"})
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    assert done.exit_code == 0, done.output
+    assert "rotated to local:" in done.stdout and "3 data key(s) re-wrapped" in done.stdout
+    assert "interrupted" not in done.stderr
+
+
+def test_a_ctrl_c_once_keys_rotate_has_said_it_is_done_changes_neither_its_output_nor_its_status() -> None:
+    assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_sealed_for_all_here())
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", "keys", "rotate"],
+                            env={**os.environ, "COLUMNS": "300"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)  # as the process closes up and exits
+    rest, err = proc.communicate(timeout=60)
+    assert first.startswith("rotated to local:") and "3 data key(s) re-wrapped" in first + rest, first + rest
+    assert proc.returncode == 0, err
+    assert "KeyboardInterrupt" not in err and "Traceback" not in err and "interrupted" not in err, err
 
 
 def test_keys_rotate_stopped_before_its_new_key_is_recorded_names_it_and_a_rerun_rotates_in_full(

@@ -12,6 +12,8 @@ See docs/erasure.md for what the rotation bound means for backups.
 
 from __future__ import annotations
 
+import signal
+import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -132,12 +134,19 @@ def keys_rotate(
     async def go(a: App) -> dict[str, Any]:
         from teamstore.keys.rotation import rotate
 
-        return (await rotate(a.keys, to=to, retire_days=a.settings.key_retire_days, watch=seen.append)).as_dict()
+        report = await rotate(a.keys, to=to, retire_days=a.settings.key_retire_days, watch=seen.append)
+        _deaf_to_ctrl_c()
+        return report.as_dict()
 
     try:
         data = with_app(go, must_exist=True)
     except KeyboardInterrupt:
-        _interrupted(seen[-1] if seen else None, named=to is not None)
+        report = seen[-1] if seen else None
+        if report is None or report.step != "done":
+            _interrupted(report, named=to is not None)
+        # It met the rotation as it returned, before it could be ignored: the rotation is over, and is said so.
+        _deaf_to_ctrl_c()
+        data = report.as_dict()
 
     def render(d: dict[str, Any]) -> None:
         verb = "rotated to" if d["created"] else "finished the rotation to"
@@ -161,6 +170,16 @@ def keys_rotate(
         _retire_failed(data["retire_error"])
 
 
+def _deaf_to_ctrl_c() -> None:
+    """Ignore Ctrl-C (SIGINT) from here until the process exits: the rotation is over and stored, and what is left
+    is closing the database and saying so. Python's own handler would turn a Ctrl-C now into a traceback from the
+    interpreter's exit ("Exception ignored in: <module 'threading'>") with status 0, the report cut short with
+    130, or, once the interpreter has put the signal's default back, the process killed by SIGINT after "rotated
+    to ..." was printed. Ignored, it is left unchanged as the interpreter shuts down."""
+    if threading.current_thread() is threading.main_thread():  # where signal handlers are set (and run)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _interrupted(report: RotationReport | None, *, named: bool) -> NoReturn:
     """Ctrl-C stopped the rotation: say what it had done and what to run to go on, and exit 130. ``named``: the
     new KEK was ``--to``'s, so none was made that could be left unused."""
@@ -178,7 +197,7 @@ def _interruption(report: RotationReport | None, named: bool) -> tuple[str, str]
                 f"under it{gone}; the rest are still under the old key-encryption key, which opens them until it "
                 "is destroyed", f"{_ROTATE_AGAIN}: it resumes this rotation (`teamstore "
                 "keys status` says how many data keys are left to move)")
-    if step in ("retiring", "done"):
+    if step == "retiring":
         return (f"the rotation to {report.kek_id} is done ({report.rewrapped} data key(s) re-wrapped); it was "
                 "stopped while destroying the retired key-encryption keys that are due",
                 "run `teamstore keys retire` (the daily one does it too), not the rotation again: it would begin another")

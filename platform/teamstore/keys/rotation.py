@@ -77,7 +77,7 @@ class RotationReport:
     """Where the rotation is, for a ``watch`` of :func:`rotate` that reports a rotation stopped before it returns:
     ``finishing`` one stopped earlier, ``making`` a new KEK, ``recording`` it (``kek_id`` is the new KEK, which
     may not be recorded yet; ``created``: made for this rotation, not named by ``to``), ``rewrapping`` under
-    it, ``retiring`` the KEKs due, ``done``."""
+    it, ``retiring`` the KEKs due, ``done`` (returned; ``retire_error`` says whether the retire failed)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -144,6 +144,7 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         retired = await retire(keys)
     except TeamstoreError as exc:
         report.retire_error = exc  # the rotation stands: only the retire is to be run again
+        report.step = "done"
         return report
     report.destroyed, report.already_deleted = retired.destroyed, retired.already_deleted
     report.step = "done"
