@@ -174,7 +174,7 @@ _ROWS = [("support_triage", "gpt-4o-mini-2024-07-18", "12", "123456", "0.000775 
 def _printed(width: int, terminal: bool) -> list[str]:
     from rich.console import Console
 
-    from teamstore.cli._output import print_table
+    from teamstore.terminal import print_table
 
     out = io.StringIO()
     print_table(_HEADERS, _ROWS, fixed=range(2, 6), right=range(2, 6),
@@ -184,7 +184,7 @@ def _printed(width: int, terminal: bool) -> list[str]:
 
 def _whole(text: str) -> None:
     """Every figure in ``text`` whole, and every text cell's first TEXT_MIN characters on one line."""
-    from teamstore.cli._output import TEXT_MIN
+    from teamstore.terminal import TEXT_MIN
 
     for row in _ROWS:
         for cell in row[2:]:
@@ -202,7 +202,7 @@ def test_a_table_piped_at_80_columns_keeps_every_label_and_figure_whole() -> Non
 
 @pytest.mark.parametrize("width", [30, 50])
 def test_a_terminal_narrower_than_the_figures_gets_the_table_wider_every_figure_whole(width: int) -> None:
-    from teamstore.cli._output import TEXT_ROOM
+    from teamstore.terminal import TEXT_ROOM
 
     lines = _printed(width, terminal=True)
     text = "\n".join(lines)
@@ -222,7 +222,7 @@ def test_a_fixed_cell_of_several_lines_is_as_wide_as_its_longest_line() -> None:
     # Its width was that of all its lines end to end: two labels made `registry list` wider than the terminal.
     from rich.console import Console
 
-    from teamstore.cli._output import print_table
+    from teamstore.terminal import print_table
 
     out = io.StringIO()
     labels = "production=2572cbf3ded2\nstaging=8c4517c18010"

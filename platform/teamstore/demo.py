@@ -34,13 +34,13 @@ from rich.text import Text
 
 from config_registry import Registry
 from teamstore.app import App
-from teamstore.cli._output import plain, print_table
 from teamstore.db.engine import redact_url
 from teamstore.examples import example_manifest, support_escalation, support_triage, support_triage_v2_renamed
 from teamstore.memory.facts import fact_text
 from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
+from teamstore.terminal import plain, print_table
 
 console = Console()
 if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():

@@ -332,8 +332,8 @@ def test_a_message_is_shown_as_text_that_the_terminal_never_acts_on() -> None:
 
 
 def test_a_run_that_raised_says_so_in_the_readable_transcript() -> None:
-    from teamstore.cli._output import console
     from teamstore.cli.audit import _render_transcripts
+    from teamstore.terminal import console
 
     run = {"run_id": "r1", "team": "t", "team_version": "v", "started_at": "2026-11-30T00:00:00+00:00",
            "stop_reason": None, "ended_by_limit": False, "error": "RuntimeError",

@@ -23,9 +23,10 @@ import typer
 from typer.core import TyperGroup
 
 from teamstore.cli import audit, erase, export, keys, ledger, memory, registry, sessions
-from teamstore.cli._output import JsonOutput, UsageError, err_console, fail, plain
+from teamstore.cli._output import JsonOutput, UsageError, err_console, fail
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
+from teamstore.terminal import plain
 
 
 class _Commands(TyperGroup):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, dumps, emit, fail, plain, print_table
+from teamstore.cli._output import JsonOption, dumps, emit, fail
 from teamstore.cli._runner import with_app
 from teamstore.errors import (
     AuditError,
@@ -31,6 +31,7 @@ from teamstore.errors import (
 )
 from teamstore.ids import check_ids
 from teamstore.limits import DEFAULT_RUNS, MAX_DAYS, MAX_RUNS
+from teamstore.terminal import console, plain, print_table
 
 # The database, the stores, the cost query and the price table are imported by the commands that use them,
 # not with the command line: `teamstore --help` starts without them.

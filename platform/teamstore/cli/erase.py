@@ -26,21 +26,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from teamstore.cli._output import (
-    JsonOption,
-    UsageError,
-    console,
-    emit,
-    err_console,
-    fail,
-    interrupted,
-    plain,
-    print_table,
-)
+from teamstore.cli._output import JsonOption, UsageError, emit, err_console, fail, interrupted
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete
 from teamstore.ids import check_erasable_id, control_character
 from teamstore.people import check_not_naming, check_person, current_operator
+from teamstore.terminal import console, plain, print_table
 
 # The coordinator, the desk and the request table (the database, the stores) are imported when a command
 # runs, not with the command line: `teamstore --help` starts without them.

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, interrupted, plain, print_table
+from teamstore.cli._output import JsonOption, emit, err_console, interrupted
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
 from teamstore.ids import check_erasable_id
 from teamstore.people import check_not_naming, check_person
+from teamstore.terminal import console, plain, print_table
 
 if TYPE_CHECKING:
     from teamstore.app import App

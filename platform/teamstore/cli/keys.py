@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, err_console, interrupted, plain, print_table
+from teamstore.cli._output import JsonOption, emit, err_console, interrupted
 from teamstore.cli._runner import with_app
+from teamstore.terminal import console, plain, print_table
 
 if TYPE_CHECKING:
     from teamstore.app import App

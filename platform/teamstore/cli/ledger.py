@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, plain, print_table
+from teamstore.cli._output import JsonOption, emit
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError
+from teamstore.terminal import console, plain, print_table
 
 if TYPE_CHECKING:
     from teamstore.app import App

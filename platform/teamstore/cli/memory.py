@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, plain, print_table
+from teamstore.cli._output import JsonOption, emit
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError
 from teamstore.ids import check_ids
+from teamstore.terminal import console, plain, print_table
 
 # The database layer is imported by the commands, when they run: `teamstore --help` does not pay for it.
 if TYPE_CHECKING:

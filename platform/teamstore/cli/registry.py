@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from config_registry.errors import DefinitionInvalid, validation_message
-from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
+from teamstore.cli._output import JsonOption, emit, fail
 from teamstore.errors import TeamstoreError
+from teamstore.terminal import console, plain, print_table
 
 # The registry (git, AutoGen, pydantic models) and the settings are imported by the commands that use
 # them, not with the command line.

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from teamstore.cli._output import JsonOption, console, emit, fail, plain, print_table
+from teamstore.cli._output import JsonOption, emit, fail
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, InvalidTask, NoInterruptedRun, TeamstoreError
 from teamstore.ids import check_ids
+from teamstore.terminal import console, plain, print_table
 
 # The database, the runtime and AutoGen are imported by the commands that use them, not with the command
 # line: `teamstore --help` and the commands that need none of them start without paying for them.
