@@ -113,3 +113,30 @@ def test_the_demo_fails_when_its_erasure_does_not_complete(monkeypatch: pytest.M
     with pytest.raises(SystemExit) as ended:
         demo._erase("bob", "s1")
     assert ended.value.code == 2  # the receipt is shown, and the main job says it did not finish
+
+
+def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> None:
+    # Pointed at a service's real stores, it would move their production label and erase their user bob.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
+
+    def teamstore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=240, check=False)
+
+    for name in ("support_triage", "billing"):
+        assert teamstore("registry", "add", name, "--factory", "teamstore.examples:support_triage",
+                         "--persist", "researcher", "--message", "v1", "--label", "production").returncode == 0
+    assert teamstore("db", "upgrade").returncode == 0
+    assert teamstore("run", "--team", "support_triage", "--user", "bob", "--session", "real-1", "hi").returncode == 0
+    assert teamstore("run", "--team", "support_triage", "--user", "carol", "--session", "c-1", "hi").returncode == 0
+    labelled = teamstore("registry", "show", "support_triage@production", "--json").stdout
+
+    refused = teamstore("demo")
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 1, refused.stdout
+    assert "1 other team(s) in its registry and 1 other user(s) in its database" in said
+    assert "fix: run it on a throwaway home" in said and "Traceback" not in said
+    # Nothing was touched: the real bob keeps his session, the label stays where it was.
+    assert teamstore("sessions", "show", "--user", "bob", "--session", "real-1").returncode == 0
+    assert teamstore("registry", "show", "support_triage@production", "--json").stdout == labelled

@@ -10,8 +10,9 @@ stored, kills a worker in the middle of a long checkpointed run and continues th
 shows a run's transcript and the cost per session (the memory writer's apart), and erases one user with a
 verified receipt.
 
-It prints at the terminal's width (``COLUMNS`` when set), its tables as blocks of ``name: value`` lines where
-they do not fit; written to a file or a pipe, at 120 columns.
+It runs on stores of its own (an empty home, or one only the demo used): stores holding other teams or users
+are refused before anything is written. It prints at the terminal's width (``COLUMNS`` when set), its tables
+as blocks of ``name: value`` lines where they do not fit; written to a file or a pipe, at 120 columns.
 """
 
 from __future__ import annotations
@@ -31,15 +32,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
+from sqlalchemy import inspect, select
 
 from config_registry import Registry
+from config_registry.errors import RegistryNotFound
 from teamstore.app import App
+from teamstore.audit.schema import subjects
 from teamstore.db.engine import redact_url
+from teamstore.errors import ConfigurationError, SchemaNotReady
 from teamstore.examples import example_manifest, support_escalation, support_triage, support_triage_v2_renamed
 from teamstore.memory.facts import fact_text
+from teamstore.memory.schema import memories
 from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
+from teamstore.state.schema import sessions as sessions_table
 from teamstore.terminal import plain, print_table
 
 console = Console()
@@ -47,6 +54,8 @@ if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
     console.width = 120  # written to a file or a pipe: the width a log has always had, not rich's 80
 TEAM = "support_triage"
 LONG = "support_escalation"
+DEMO_USERS = ("alice", "bob")
+"""The users the demo makes (and bob, erases): a database holding any other is not the demo's (:func:`_refuse_others`)."""
 MODEL_SECONDS = 0.6  # each model call of the long case takes this long, so a worker can be killed mid-run
 LEASE_SECONDS = 3.0  # the killed worker's lease TTL
 
@@ -139,8 +148,10 @@ def _stored(sessions: dict[str, str]) -> None:
 
 def _where(settings: Settings) -> None:
     """The stores the demo writes to, in a frame if their paths fit in one."""
-    where = (f"registry  {settings.resolved_registry_path}\ndatabase  {redact_url(settings.resolved_database_url)}\n"
-             f"transcripts {settings.resolved_transcripts_url}")
+    keys = f"KMS {settings.kms_key_id}" if settings.kms_key_id else f"key file {settings.resolved_key_file}"
+    exported = "OTLP (OTEL_* variables)" if settings.otlp_configured or settings.otlp_metrics_configured else "none"
+    where = (f"registry    {settings.resolved_registry_path}\ndatabase    {redact_url(settings.resolved_database_url)}\n"
+             f"transcripts {settings.resolved_transcripts_url}\nkeys        {keys}\ntelemetry   {exported}")
     if max(len(line) for line in where.splitlines()) + 4 <= console.width:
         console.print(Panel.fit(Text(where), title="teamstore demo"))  # Text: a '[' in TEAMSTORE_HOME is not markup
     else:  # a path folded inside a frame's borders could not be copied
@@ -148,12 +159,55 @@ def _where(settings: Settings) -> None:
         console.print(Text(where))
 
 
+def _refuse_others(settings: Settings) -> None:
+    """Refuse stores that hold what the demo did not make: it moves its teams' ``production`` label (to a
+    breaking version and back), and erases bob, so pointed at a service's real stores it would break their
+    sessions and erase a real user of that name. Read-only: it creates no database and no registry.
+
+    Raises:
+        ConfigurationError: The registry holds other teams, or the database other users.
+    """
+    try:
+        teams = len(set(Registry(settings.resolved_registry_path).names()) - {TEAM, LONG})
+    except RegistryNotFound:
+        teams = 0  # no registry yet
+    users = asyncio.run(_others_users(settings))
+    held = [f"{teams} other team(s) in its registry"] if teams else []
+    held += [f"{users} other user(s) in its database"] if users else []
+    if held:
+        raise ConfigurationError(
+            f"teamstore demo runs on stores of its own, and these hold {' and '.join(held)}: it relabels its "
+            "example teams and erases its user bob, which would break other sessions and erase a real user",
+            hint="run it on a throwaway home (TEAMSTORE_HOME=$(mktemp -d) teamstore demo), or point "
+                 "TEAMSTORE_DATABASE_URL, TEAMSTORE_TRANSCRIPTS_URL and TEAMSTORE_REGISTRY_PATH at stores for the demo alone",
+        )
+
+
+async def _others_users(settings: Settings) -> int:
+    """How many users the database holds besides the demo's own (alice, bob); 0 for no database yet."""
+    app = App(settings, must_exist=True)
+    try:
+        async with app.engine.connect() as conn:
+            present = set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+            users: set[str] = set()
+            for table in (subjects, sessions_table, memories):
+                if table.name in present:
+                    query = select(table.c.user_id).where(table.c.user_id.not_in(DEMO_USERS)).distinct().limit(100)
+                    users.update((await conn.execute(query)).scalars())
+            return len(users)
+    except SchemaNotReady:
+        return 0  # no database file yet: nothing to refuse
+    finally:
+        await app.aclose()
+
+
 def run_demo() -> None:
     """Run the whole demo; every step but registration happens in a fresh process."""
     settings = Settings()
     _where(settings)
+    _refuse_others(settings)
     stamp = time.strftime("%H%M%S")
-    sessions = {"alice": f"ticket-{stamp}-a", "bob": f"ticket-{stamp}-b"}
+    sessions = dict(zip(DEMO_USERS, (f"ticket-{stamp}-a", f"ticket-{stamp}-b"), strict=True))
 
     migrated = teamstore("db", "upgrade")
     console.print(f"database schema: {migrated['from'] or 'empty'} -> {migrated['to']} (teamstore db upgrade)")
@@ -221,7 +275,8 @@ def _memory(user: str, session: str) -> None:
     """The session is saved with a TTL of two seconds (the demo's clock), left to expire, and opened again."""
     ttl_days = str(EXPIRES_AFTER_S / 86_400)
     _run(user, session, "Thanks, I will wait for the technician.", env={"TEAMSTORE_STATE_TTL_DAYS": ttl_days})
-    console.print(f"  [dim]saved with a {EXPIRES_AFTER_S:g}s TTL (TEAMSTORE_STATE_TTL_DAYS={ttl_days}); waiting...[/]")
+    console.print(f"  [dim]saved with a {EXPIRES_AFTER_S:g}s TTL (TEAMSTORE_STATE_TTL_DAYS={float(ttl_days):.2e}, "
+                  "in days); waiting...[/]")
     time.sleep(EXPIRES_AFTER_S + 0.5)
     data = _run(user, session, "Hello, any news?")
     triage = _said_by(data, "triage")
