@@ -71,6 +71,14 @@ async def test_a_transcript_is_sealed_before_it_leaves_the_process_and_reads_bac
     await store.close()
 
 
+def _content_type(store: TranscriptStore, key: str) -> str | None:
+    """The object's content type on S3 (``None`` for a folder, which keeps none)."""
+    if not isinstance(store, S3TranscriptStore):
+        return None
+    head = store.client.head_object(Bucket=store.bucket, Key=f"{store.prefix}/{key}")
+    return str(head["ContentType"])
+
+
 def _unpacked(body: bytes) -> bytes:
     try:
         return gzip.decompress(body)
@@ -118,6 +126,7 @@ async def test_transcripts_written_before_sealing_still_read_and_keys_migrate_se
     body = encode({"kind": "run", "run_id": "old", "started_at": "2026-01-01T00:00:00+00:00"},
                   [{"kind": "item", "seq": 0, "message": {"content": CANARY}}])
     await store.put(run_key(run_keys, "old"), body)  # an older release's transcript
+    assert _content_type(store, run_key(run_keys, "old")) in ("application/gzip", None)
     await outbox.enqueue(engine, "queued", run_key(run_keys, "queued"), subject, body, "S3 unreachable")
     keys = KeyService.from_settings(engine, Settings())
     page, _ = await load_transcripts(engine, store, "alice", "s1", "old", keys=keys)
@@ -127,6 +136,8 @@ async def test_transcripts_written_before_sealing_still_read_and_keys_migrate_se
     assert await seal_queued_transcripts(engine, keys) == 1
     stored = await store.get(run_key(run_keys, "old"))
     assert is_sealed(stored)
+    # Sealed, it is no longer gzip, and S3 says so (a `zcat` of it would read nothing).
+    assert _content_type(store, run_key(run_keys, "old")) in ("application/octet-stream", None)
     assert decode(await keys.open("alice", stored, sealed_context(run_key(run_keys, "old"))))[0]["run_id"] == "old"
     async with engine.connect() as conn:
         assert is_sealed((await conn.execute(select(outbox_table.c.body))).scalar_one())

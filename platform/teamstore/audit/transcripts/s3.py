@@ -53,6 +53,9 @@ RULE_ID = "teamstore-transcripts-retention"
 """The start of every lifecycle rule's ID teamstore puts; each transcript prefix has its own rule (:func:`rule_id`)."""
 BATCH = 1000
 """Versions per ``DeleteObjects`` request: S3's limit."""
+GZIP_MAGIC = b"\x1f\x8b"
+"""How a transcript written before sealing begins (its content type says gzip; a sealed one's, bytes)."""
+
 T = TypeVar("T")
 
 
@@ -149,7 +152,7 @@ class S3TranscriptStore:
             Bucket=self.bucket,
             Key=full,
             Body=body,
-            ContentType="application/gzip",
+            ContentType="application/gzip" if body[:2] == GZIP_MAGIC else "application/octet-stream",  # sealed
             **({"Metadata": {"written-at": written_at.astimezone(UTC).isoformat()}} if written_at else {}),
         )
 
