@@ -198,3 +198,24 @@ def test_keys_status_says_why_a_kms_key_cannot_be_used_how_to_fix_it_and_exits_2
     assert f"error: the key-encryption key kms:{kms_key} cannot be used now: {current['problem']['message']}" in err, err
     assert f"fix: {current['problem']['hint']}" in err
     assert not Settings().resolved_key_file.exists()
+
+
+@pytest.mark.s3
+def test_keys_status_refuses_a_kms_key_the_database_never_used_as_every_worker_would(
+    database_url: str, kms_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The data keys are under the local key file; the variable then names a KMS key: each run is refused with a
+    # ConfigurationError, and the health check said all was well.
+    monkeypatch.delenv("TEAMSTORE_KMS_KEY_ID")
+    _home(database_url, monkeypatch, "alice")
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", kms_key)
+    as_json, shown, text = _status()
+    assert as_json.exit_code == 2 and text.exit_code == 2, as_json.output + text.output
+    assert not shown["healthy"] and shown["configured"]["error"] == "ConfigurationError"
+    assert [k["health"] for k in shown["keks"]] == ["ok"]  # the key file itself is fine
+    err = " ".join(text.stderr.split())
+    assert "error: TEAMSTORE_KMS_KEY_ID names a KMS key this database has never used" in err, err
+    assert "fix: to move them under the KMS key, run `teamstore keys rotate --to <that key>`" in err
+    monkeypatch.delenv("TEAMSTORE_KMS_KEY_ID")
+    as_json, shown, _ = _status()
+    assert as_json.exit_code == 0 and shown["healthy"] and shown["configured"] is None

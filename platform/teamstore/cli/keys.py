@@ -78,7 +78,7 @@ def keys_status(as_json: bool = JsonOption) -> None:
 
     emit(data, as_json=as_json, render=render)
     if not data["healthy"]:
-        _unusable(data["keks"])
+        _unusable(data)
 
 
 _HEALTH = {"ok": ", ok", "unusable": ", UNUSABLE", "unchecked": ""}
@@ -86,11 +86,15 @@ _HEALTH = {"ok": ", ok", "unusable": ", UNUSABLE", "unchecked": ""}
 wrapping data keys). In a column of its own it would push a local KEK's id onto two lines at 80 columns."""
 
 
-def _unusable(keks: list[dict[str, Any]]) -> NoReturn:
-    """Say why each KEK in use cannot be used and how to fix it, once for the KEKs that share a cause (a key file
-    that is missing fails each of its keys alike); exit :data:`UNUSABLE`."""
+def _unusable(shown: dict[str, Any]) -> NoReturn:
+    """Say why the configured KEK, and each KEK in use, cannot be used and how to fix it, once for the KEKs that
+    share a cause (a key file that is missing fails each of its keys alike); exit :data:`UNUSABLE`."""
+    if shown["configured"] is not None:
+        err_console.print("[bold red]error[/]: " + plain(shown["configured"]["message"]))
+        if shown["configured"]["hint"]:
+            err_console.print("[yellow]fix[/]: " + plain(shown["configured"]["hint"]))
     causes: dict[tuple[str, str | None], list[str]] = {}
-    for k in keks:
+    for k in shown["keks"]:
         if k["problem"] is not None:
             causes.setdefault((k["problem"]["message"], k["problem"]["hint"]), []).append(k["kek_id"])
     for (message, hint), kek_ids in causes.items():

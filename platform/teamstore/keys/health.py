@@ -67,12 +67,18 @@ async def check(keys: KeyService, kek_ids: list[str]) -> dict[str, EncryptionErr
 async def with_health(keys: KeyService, shown: dict[str, Any]) -> dict[str, Any]:
     """``shown`` (:func:`teamstore.keys.rotation.status`'s) with each KEK's ``health`` (``ok``, ``unusable``, or
     ``unchecked``: not in use) and ``problem`` (``None``, or the ``error``, ``message`` and ``hint`` of why it
-    cannot be used), and ``healthy``: whether every KEK in use can be used."""
+    cannot be used); ``configured``, the same for the KEK the settings name (``TEAMSTORE_KMS_KEY_ID``: one this
+    database never used is refused by every worker); and ``healthy``: whether all of them can be used."""
     checked = in_use(shown["keks"])
     unusable = await check(keys, checked)
     keks = [{**k, "health": _health(k["kek_id"], checked, unusable), "problem": _problem(unusable.get(k["kek_id"]))}
             for k in shown["keks"]]
-    return {**shown, "keks": keks, "healthy": not unusable}
+    try:  # a TEAMSTORE_KMS_KEY_ID this database never used: every worker refuses to start on it
+        await keys.check_configured()
+        configured = None
+    except ConfigurationError as exc:
+        configured = exc
+    return {**shown, "keks": keks, "configured": _problem(configured), "healthy": not unusable and configured is None}
 
 
 def _health(kek_id: str, checked: list[str], unusable: dict[str, Any]) -> str:
