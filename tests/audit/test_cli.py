@@ -198,6 +198,13 @@ def test_retention_apply_refuses_days_a_local_folder_would_not_keep(monkeypatch:
     assert (kept["backend"], kept["days"]) == ("local", 90)
 
 
+def test_retention_apply_tells_a_person_what_keeps_a_local_folders_transcripts() -> None:
+    # Without --json it printed the JSON document all the same.
+    said = runner.invoke(app, ["retention", "apply"], env={"COLUMNS": "300"})
+    assert said.exit_code == 0, said.output
+    assert "are kept 90 days by `teamstore retention sweep`" in said.stdout and "{" not in said.stdout
+
+
 @pytest.mark.s3
 def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
     home = Path(Settings().home)
@@ -284,6 +291,9 @@ def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pyte
         assert result.exit_code == 0, result.output
         rule = json.loads(result.stdout)["rule"]
         assert rule["Expiration"] == {"Days": 30} and rule["Filter"] == {"Prefix": "teamstore/subjects/"}
+    said = runner.invoke(app, ["retention", "apply"], env={"COLUMNS": "300"})
+    assert said.exit_code == 0 and f"put on s3://{s3_bucket}/teamstore" in said.stdout, said.output
+    assert "under teamstore/subjects/ expire 30 days after they are written" in said.stdout and "{" not in said.stdout
 
 
 def test_retention_apply_on_s3_refuses_days_the_sweep_would_not_keep_and_puts_no_rule(

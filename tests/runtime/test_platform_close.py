@@ -58,6 +58,17 @@ async def test_closing_refuses_new_sessions_and_waits_for_the_open_ones_to_end(
         assert "technician" in str(await s.team.save_state())
 
 
+async def test_a_closed_platform_says_it_has_closed_and_that_a_lifespan_builds_its_own(platform: Platform) -> None:
+    # It said "is closing" long after the close had ended: a test suite opening a second lifespan on a platform
+    # built at import read that as a shutdown still under way.
+    await platform.aclose()
+    with pytest.raises(PlatformClosed) as info:
+        async with platform.session(*KEY.__dict__.values(), team=TEAM_REF):
+            pytest.fail("a session opened on a closed platform")
+    assert "has closed" in info.value.message and "closing" not in info.value.message
+    assert "per lifespan" in (info.value.hint or "")
+
+
 async def test_a_session_open_past_the_wait_writes_nothing_and_its_lease_is_free(
     platform: Platform, later: Platform
 ) -> None:

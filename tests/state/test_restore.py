@@ -113,3 +113,14 @@ async def test_two_restores_of_one_state_restore_it_once(store: StateStore, monk
     assert outcomes == ["QuarantineNotFound", "Restored"]
     assert (await store.get(KEY)).state == '{"old":1}'  # type: ignore[union-attr]
     assert await store.list_quarantined() == []  # no copy of the restored state set aside by the loser
+
+
+async def test_a_restored_state_keeps_the_users_words_out_of_its_repr(store: StateStore) -> None:
+    # A service logging what restore_quarantined returned wrote the user's decrypted conversation to its logs.
+    qid = await _quarantined(store, state='{"said":"CANARY-5150 my router"}')
+    restored = await store.restore_quarantined(qid, ttl=TTL)
+    assert "CANARY-5150" in restored.session.state  # type: ignore[operator]  # opened, as the session needs it
+    assert "CANARY-5150" not in repr(restored) and "CANARY-5150" not in str(restored)
+    assert f"state_bytes={restored.session.state_bytes}" in repr(restored)  # its size says what was restored
+    row = await acquire(store, KEY, owner="w3")  # opened by the sealed store (a copy made through __dict__)
+    assert "CANARY-5150" in row.state and "CANARY-5150" not in repr(row)

@@ -64,7 +64,8 @@ async def test_second_worker_waits_then_gets_session_busy(store: StateStore) -> 
     with pytest.raises(SessionBusy) as info:
         await acquire(store, key, owner="w2", timeout=0.3)
     assert asyncio.get_running_loop().time() - started >= 0.3
-    assert info.value.hint
+    # It named "lease_timeout_seconds", which is neither the variable nor the argument a service sets.
+    assert "TEAMSTORE_LEASE_TIMEOUT_SECONDS" in (info.value.hint or "") and "lease_timeout=" in (info.value.hint or "")
 
 
 async def test_waiting_worker_gets_the_lease_once_released(store: StateStore) -> None:

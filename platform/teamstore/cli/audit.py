@@ -465,8 +465,20 @@ def retention_apply(
             raise _days_not_the_setting(days, setting, lifecycle=lifecycle)
         return await apply_transcript_retention(app.transcript_store, setting)
 
-    emit(with_app(go, must_exist=True, migrate=False), as_json=as_json,
-         render=lambda d: console.print_json(dumps(d)))
+    emit(with_app(go, must_exist=True, migrate=False), as_json=as_json, render=_print_retention)
+
+
+def _print_retention(applied: dict[str, Any]) -> None:
+    """What ``retention apply`` did, in a sentence (``--json`` gives the rule as put)."""
+    days, url = applied["days"], plain(applied["url"])
+    if applied["backend"] == "s3":
+        rule = applied["rule"]
+        console.print(f"lifecycle rule {plain(rule['ID'])} put on {url}: transcripts under "
+                      f"{plain(rule['Filter']['Prefix'])} expire {days} days after they are written (older versions "
+                      "a day after they are replaced); the bucket's other rules were kept", soft_wrap=True)
+        return
+    console.print(f"transcripts in {url} are kept {days} days by `teamstore retention sweep`: a local folder has no "
+                  "lifecycle service, so schedule the sweep", soft_wrap=True)
 
 
 def _days_not_the_setting(days: int, setting: int, *, lifecycle: bool) -> ConfigurationError:

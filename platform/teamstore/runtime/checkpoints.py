@@ -3,16 +3,16 @@ to a freshly built team so the run goes on where it stopped.
 
     from teamstore.runtime.checkpoints import Progress, encode_checkpoint, judge_checkpoint, apply_checkpoint
 
-    text = encode_checkpoint(built, progress, await team.save_state(), turn=3)    # between turns 3 and 4
+    text = encode_checkpoint(built, progress, await team.save_state(), turn=3, calls=calls)  # after turn 3
     found = judge_checkpoint(row, built, agentchat_version)   # Checkpoint, or (refusal, detail); never raises
     so_far = await apply_checkpoint(built, found)             # the run's messages before the interruption
 
 What a checkpoint holds (docs/checkpoints.md): the state of every participant (persisted or not: the run
 goes on with all of them) and of the group chat manager, whose thread is cut to this run's messages (the
 task first), so it is bounded by the run; the run's id, when it started, how many times it was continued,
-the turn reached, where each turn ended in the thread, and the run's model calls so far (no content). Its
-fingerprint is the definition's exact version and its persisted participants: a checkpoint applies only to
-the version that wrote it, judged with the same fail-closed rules as a stored state.
+the turn reached, where each turn ended in the thread, and the run's model calls so far (``calls``, no
+content). Its fingerprint is the definition's exact version and its persisted participants: a checkpoint
+applies only to the version that wrote it, judged with the same fail-closed rules as a stored state.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class Checkpoint:
     """A judged checkpoint: the run it interrupted and what continuing it needs."""
 
     run: InterruptedRun
-    agent_states: dict[str, Any]
+    agent_states: dict[str, Any] = field(repr=False)  # the run's messages: never in a repr (a log line)
     turn_ends: list[int]
     calls: list[ModelCall]
 

@@ -106,6 +106,12 @@ class OpenSessions:
         Raises:
             PlatformClosed: The platform is closing.
         """
+        if self.closed:
+            raise PlatformClosed(
+                "the platform has closed: no session opens on it",
+                hint="a platform is not opened again once closed: build one per lifespan (open_platform() "
+                "inside it, not at import) and open the session on a platform that is running",
+            )
         if self.closing:
             raise PlatformClosed(
                 "the platform is closing: no session opens on it",

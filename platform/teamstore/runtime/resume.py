@@ -1,13 +1,13 @@
 """Decide whether a stored session may be resumed, and move state in and out of a built team.
 
-    from teamstore.runtime.resume import judge, apply_states, capture_states
+    from teamstore.runtime.resume import apply_states, capture_states, judge, snapshot
 
-    verdict = judge(row, built, now)              # ResumeOutcome, never raises on bad data
-    if verdict.applied:
-        await apply_states(built, states)
+    verdict = judge(row, built, now, agentchat_version)   # a Verdict; never raises on bad stored data
+    if verdict.outcome.applied:
+        await apply_states(built, verdict.states)
     ...
     states = await capture_states(built, message_buffer_cap=20)
-    text, states = await snapshot(built, max_bytes=262_144)   # the same, encoded and checked against the cap
+    taken = await snapshot(built, max_bytes=262_144)   # (text, states): encoded, checked against the cap; or None
 
 Nothing is loaded until every persisted participant's state has passed validation: a session is
 resumed whole or started fresh, never half-loaded.
@@ -145,7 +145,7 @@ class Verdict:
     """A judged row: the outcome and, when it may resume, the validated states."""
 
     outcome: ResumeOutcome
-    states: dict[str, Any] = field(default_factory=dict)
+    states: dict[str, Any] = field(default_factory=dict, repr=False)  # the conversation: never in a repr
 
 
 def _minor(version: str) -> str:

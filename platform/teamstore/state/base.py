@@ -56,13 +56,13 @@ class StoredSession:
     agentchat_version: str
     fingerprints: Mapping[str, str] | None
     """Persisted participant -> fingerprint; ``None`` when the stored value is not that (a damaged row)."""
-    state: str | None
+    state: str | None = field(repr=False)  # the user's conversation: never in a repr (a log line); see state_bytes
     state_bytes: int
     row_version: int
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None
-    checkpoint: str | None = None
+    checkpoint: str | None = field(default=None, repr=False)  # as ``state``: checkpoint_bytes says its size
     """The checkpoint of a run that has not completed (a team with per-turn checkpoints), as stored: raw
     text, judged by the runtime before it is used; ``None`` when no run is in flight or interrupted."""
     checkpoint_bytes: int = 0
@@ -170,7 +170,7 @@ class SaveRecord:
     schema_version: int
     agentchat_version: str
     fingerprints: Mapping[str, str]
-    state: str
+    state: str = field(repr=False)  # the user's conversation: never in a repr (a log line)
     expires_at: datetime
     expiry_slack: timedelta = timedelta(0)
 
@@ -193,7 +193,7 @@ class CheckpointRecord:
     schema_version: int
     agentchat_version: str
     fingerprints: Mapping[str, str]
-    checkpoint: str | None
+    checkpoint: str | None = field(repr=False)  # the run's messages so far: never in a repr (a log line)
     expires_at: datetime
     expiry_slack: timedelta = timedelta(0)
 

@@ -56,5 +56,6 @@ def busy(wait_seconds: float, crashed: str) -> SessionBusy:
     return SessionBusy(
         f"session is in use by another request, of this process or another worker (waited {wait_seconds:.1f}s)",
         hint="retry once that request is done (a session is in use until its `async with platform.session(...)` "
-        f"block ends), or raise lease_timeout_seconds; a crashed worker's lease {crashed}",
+        f"block ends), or wait longer: TEAMSTORE_LEASE_TIMEOUT_SECONDS, or platform.session(..., lease_timeout=...) "
+        f"for one request; a crashed worker's lease {crashed}",
     )
