@@ -3,9 +3,12 @@
     from teamstore import open_platform
 
     platform = open_platform()
-    async with platform.session("user-1", "session-1", team="support_triage") as s:
-        result = await s.run("My router keeps dropping")
-        print(s.resume.outcome, result.messages[-1])
+    async with platform:                  # closing waits for the user-memory writes in flight
+        async with platform.session("user-1", "session-1", team="support_triage") as s:
+            result = await s.run("My router keeps dropping")
+            print(s.resume.outcome, result.messages[-1].to_text())
+
+A web service builds its platform in its lifespan and shares it: docs/services.md.
 """
 
 from __future__ import annotations

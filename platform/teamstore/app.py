@@ -6,8 +6,10 @@ build what they need here. Each piece is built once, only when first
 asked for, and :meth:`App.aclose` closes what was built and nothing else:
 
     from teamstore.app import App
+    from teamstore.settings import Settings
 
-    app = App(Settings(), must_exist=True)     # only reads: an SQLite file that is not there is not made
+    settings = Settings()
+    app = App(settings, must_exist=True)     # only reads: an SQLite file that is not there is not made
     try:
         await app.ensure_schema()              # migrate the embedded database, else check it is current
         rows = await app.state_store.list_sessions("alice", 10)

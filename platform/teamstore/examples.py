@@ -1,6 +1,6 @@
 """Example teams that run offline, and the manifests they are registered with.
 
-    from teamstore.examples import support_triage, example_manifest
+    from teamstore.examples import example_manifest, support_escalation, support_triage
 
     team = support_triage()
     result = await team.run(task="My router keeps dropping")

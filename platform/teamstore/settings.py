@@ -4,7 +4,7 @@
 
     settings = Settings()                 # ./.teamstore: SQLite, a local transcript folder, no exporter
     settings = Settings(home="/srv/ts")   # or TEAMSTORE_HOME=/srv/ts
-    print(settings.database_url, settings.transcripts_url)
+    print(settings.resolved_database_url, settings.resolved_transcripts_url)   # the defaults filled in
 
 Names: ``TEAMSTORE_HOME``, ``TEAMSTORE_REGISTRY_PATH``, ``TEAMSTORE_DATABASE_URL``,
 ``TEAMSTORE_TRANSCRIPTS_URL`` and the other ``TEAMSTORE_*`` fields below; S3 credentials and endpoints

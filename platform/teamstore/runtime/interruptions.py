@@ -3,7 +3,7 @@ recorded when the application abandons it.
 
     outcome, checkpoint = await judge_at_open(row, outcome, built, store, owner, agentchat_version)
     ...
-    await report_abandoned(session, checkpoint)      # its completed turns to the transcript, its calls to the ledger
+    await report_abandoned(session, checkpoint, resumed=False)   # its turns to the transcript, calls to the ledger
     await store.delete_session(key, ending=ending(observers, "deleted"))   # likewise, as its row goes
 
 A run that stops mid-run (its worker died, or it raised after a checkpoint) is recorded once, by whoever ends

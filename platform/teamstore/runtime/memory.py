@@ -1,6 +1,6 @@
 """User memory in a session: given to the participants the manifest names, written after the runs are saved.
 
-    memory = MemoryService(MemoryStore(engine))
+    memory = MemoryService(MemoryStore(engine, keys=keys))   # keys: the users' data keys (App.keys)
     binding = bind_memory(built)                       # None: the team keeps no memory
     recall = await memory.recall(binding, "alice", fresh=True, persisted=built.persisted)
     memory.schedule(binding, ctx, outcome, said, observers=..., limits=...)   # when the session's block exits

@@ -7,12 +7,17 @@
         async with platform.session("user-1", "s-1", team="support_triage") as s:
             result = await s.run("hello")
 
-Or with pieces the caller owns:
-
-    platform = Platform(engine=my_engine, registry=Registry(path), settings=Settings())
-
 ``open_platform`` is the composition root's (:class:`teamstore.app.App`): it builds the engine, the state
-and transcript stores, the audit observers and the tracer provider, and hands them in here.
+and transcript stores, the audit observers and the tracer provider, and hands them in here, and closes them
+with the platform. Built by hand on pieces the caller owns (and closes, after the platform), a platform keeps
+an audit trail only if it is handed the observers:
+
+    transcripts = transcript_store_from_settings(settings)                         # teamstore.audit.transcripts
+    observers = build_audit_observers(settings, my_engine, transcripts=transcripts)  # teamstore.audit.observer
+    platform = Platform(my_engine, Registry(path), settings=settings, observers=observers)
+
+Without ``observers`` its sessions run and save but leave no transcript, no ledger row and no span: prefer
+``open_platform(settings)``.
 """
 
 from __future__ import annotations
@@ -128,7 +133,8 @@ class Platform:
         engine: The state database; the caller owns it (:func:`teamstore.open_platform` hands it to ``on_close``).
         registry: The config registry teams are built from.
         settings: Limits and defaults (TTL, byte cap, lease timeouts).
-        observers: Audit observers every run streams into (transcripts, spans, ledger).
+        observers: Audit observers every run streams into (transcripts, spans, ledger): none by default, and then
+            no run leaves any (:func:`teamstore.audit.observer.build_audit_observers` makes them).
         tracer_provider: teamstore's own provider (:func:`teamstore.audit.telemetry.setup_tracing`), if it
             exports spans. AutoGen's spans of this platform's teams go to it, or nowhere when there is
             none: never to a global provider the host installed (unless content capture is opted in).
