@@ -1,5 +1,5 @@
 """``teamstore erase`` while it runs, on SQLite and a real Postgres: what it says before each wait, what a Ctrl-C
-leaves and says, and the extension of a request that failed (a session of the user held open)."""
+(or SIGTERM, SIGHUP) leaves and says, and the extension of a request that failed (a session of the user held open)."""
 
 from __future__ import annotations
 
@@ -83,24 +83,35 @@ def test_an_erasure_says_on_stderr_what_it_waits_for_and_how_long_and_json_stays
             in done.stderr)  # tests' TEAMSTORE_KEY_CACHE_SECONDS
 
 
-def test_ctrl_c_on_an_erasure_names_the_request_says_it_stays_open_and_a_rerun_of_that_id_completes() -> None:
+@pytest.mark.parametrize(("signum", "background"), [
+    (signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGHUP, False),
+    (signal.SIGTERM, True),  # started with SIGINT ignored, as a shell starts a job in the background
+])
+def test_an_erasure_stopped_by_ctrl_c_sigterm_or_sighup_names_the_request_and_its_rerun_resumes_at_once(
+    signum: signal.Signals, background: bool
+) -> None:
+    """Ctrl-C, a cancelled CI job's SIGTERM and a dropped ssh session's SIGHUP stop an erasure alike: it says where
+    the request stands, exits 128 + the signal, and gives the request's lease back, so the rerun it names resumes
+    right away rather than being refused as "being run by another coordinator" until the lease (120 s) expires."""
     _populate("vic")
     env = {**os.environ, **WIDE, "TEAMSTORE_KEY_CACHE_SECONDS": "60"}  # the signal lands while it waits
+    ctrl_c = signal.SIG_IGN if background else signal.SIG_DFL  # set, not inherited from how pytest was started
     proc = subprocess.Popen([sys.executable, "-m", "teamstore", "erase", "--user", "vic", "--yes"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, ctrl_c))
     try:
         assert proc.stderr is not None
         seen = []
         while (line := proc.stderr.readline()) and "cached data keys" not in line:
             seen.append(line)
         assert line, seen
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     said = " ".join(err.split())
 
-    assert proc.returncode == 130, said
+    assert proc.returncode == 128 + signum, said
     found = re.search(r"interrupted: erasure request (er-[0-9a-f]{24}) was stopped before it finished: it is open, "
                       r"and the user stays fenced", said)
     assert found is not None, said

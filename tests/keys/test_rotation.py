@@ -589,9 +589,12 @@ def _batches_of(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rotation, "_batch", batch)
 
 
-def test_keys_rotate_stopped_by_ctrl_c_while_a_batch_commits_counts_that_batch_as_re_wrapped(
-    monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_keys_rotate_stopped_by_ctrl_c_sigterm_or_sighup_while_a_batch_commits_counts_that_batch_as_re_wrapped(
+    monkeypatch: pytest.MonkeyPatch, signum: signal.Signals
 ) -> None:
+    """SIGTERM (a scheduled job cancelled) and SIGHUP (the ssh session dropped) stop it as Ctrl-C does: the batch
+    under way is stored and counted, and the exit status is 128 + the signal."""
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     first = asyncio.run(_sealed_for_all_here())
@@ -602,7 +605,7 @@ def test_keys_rotate_stopped_by_ctrl_c_while_a_batch_commits_counts_that_batch_a
         def ctrl_c(_conn: Any) -> None:
             if not commits:
                 commits.append(True)
-                signal.raise_signal(signal.SIGINT)  # as a terminal's Ctrl-C: asyncio.run cancels the rotation
+                signal.raise_signal(signum)  # as a terminal's Ctrl-C: asyncio.run cancels the rotation
 
         event.listen(engine.sync_engine, "commit", ctrl_c)
         try:
@@ -613,15 +616,18 @@ def test_keys_rotate_stopped_by_ctrl_c_while_a_batch_commits_counts_that_batch_a
     monkeypatch.setattr(rotation, "_store", ctrl_c_at_the_commit)
     # Python's own SIGINT handler, which asyncio.run replaces with one cancelling the rotation: a test run
     # started in the background by a shell inherits SIGINT ignored, and the signal would then do nothing.
-    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGTERM or SIGHUP left to the test's own handler fails the command, rather than end the test run.
+    previous = {s: signal.signal(s, _unhandled) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         stopped = runner.invoke(app, ["keys", "rotate", "--json"])
     finally:
-        signal.signal(signal.SIGINT, ignored)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     said = " ".join(stopped.stderr.split())
-    assert stopped.exit_code == 130 and commits, stopped.output
+    assert stopped.exit_code == 128 + signum and commits, stopped.output
     (new,) = set(_kek_states()) - {first}
-    assert f"the rotation to {new} is unfinished: 2 data key(s) were re-wrapped" in said, said
+    assert f"interrupted: the rotation to {new} is unfinished: 2 data key(s) were re-wrapped" in said, said
     assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["rotation_unfinished"]["data_keys"] == 1
 
 
@@ -662,6 +668,10 @@ def test_a_ctrl_c_once_keys_rotate_has_said_it_is_done_changes_neither_its_outpu
     assert first.startswith("rotated to local:") and "3 data key(s) re-wrapped" in first + rest, first + rest
     assert proc.returncode == 0, err
     assert "KeyboardInterrupt" not in err and "Traceback" not in err and "interrupted" not in err, err
+
+
+def _unhandled(signum: int, _frame: object) -> None:
+    raise RuntimeError(f"{signal.Signals(signum).name} was not handled by the command")
 
 
 def test_keys_rotate_stopped_before_its_new_key_is_recorded_names_it_and_a_rerun_rotates_in_full(

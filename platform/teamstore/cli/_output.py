@@ -1,5 +1,5 @@
-"""Shared output for the CLI: ``--json`` for machines, typed errors as exit codes (tables for people are
-:mod:`teamstore.terminal`'s).
+"""Shared output for the CLI: ``--json`` for machines, typed errors and stops as exit codes (tables for
+people are :mod:`teamstore.terminal`'s).
 
     from teamstore.cli._output import emit, fail
 
@@ -9,10 +9,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 import typer
@@ -49,6 +53,7 @@ JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON ins
 
 INTERRUPTED = 130
 """A command's exit status when Ctrl-C stopped it (128 + SIGINT, as a shell reports it)."""
+_STOPPING = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)  # no SIGHUP on Windows
 
 
 def _default(value: object) -> object:
@@ -91,6 +96,76 @@ def fail(exc: TeamstoreError, code: int = 1) -> NoReturn:
     if exc.hint:
         err_console.print(f"[yellow]fix[/]: {plain(exc.hint)}")
     raise typer.Exit(code)
+
+
+class Stop:
+    """Which signal stopped a command run under :func:`stopped_as_on_ctrl_c`: Ctrl-C's unless another came."""
+
+    def __init__(self) -> None:
+        self.signum = signal.SIGINT
+
+    @property
+    def name(self) -> str:
+        return self.signum.name
+
+    @property
+    def code(self) -> int:
+        """The exit status a shell reports for the signal: 128 + its number (130, 143 on SIGTERM, 129 on SIGHUP)."""
+        return 128 + self.signum
+
+
+@contextmanager
+def stopped_as_on_ctrl_c() -> Iterator[Stop]:
+    """While the block runs, SIGTERM (a job cancelled or timed out, a container stopping, ``kill``) and SIGHUP
+    (the terminal or the ssh session closed) stop the command as Ctrl-C does, rather than end the process
+    where it stands: each is handed to SIGINT's handler. Under ``asyncio.run`` that handler cancels the
+    command's task, so its cleanup runs (a lease released, a partial archive removed) before
+    ``KeyboardInterrupt`` reaches the command, which says where it stopped (:func:`interrupted`, exit
+    ``Stop.code``). With SIGINT ignored (a job a script started in the background) there is no such handler,
+    and the event loop raises ``KeyboardInterrupt`` instead, to the same end. A second signal, like a second
+    Ctrl-C, raises ``KeyboardInterrupt`` at once.
+
+    Yields:
+        The :class:`Stop` that names the first signal that came (SIGINT until one does).
+    """
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        # Only the main thread sets (and runs) signal handlers: a command run on another thread (a test's, an
+        # embedding program's) is left to how that program handles them.
+        yield stop
+        return
+
+    def as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+        if stop.signum is signal.SIGINT:
+            stop.signum = signal.Signals(signum)
+        ctrl_c = signal.getsignal(signal.SIGINT)
+        if callable(ctrl_c):
+            ctrl_c(signal.SIGINT, frame)
+            return
+        _interrupt_from_the_loop()  # SIGINT ignored (a job a script started in the background): no handler
+
+    previous = {signum: signal.signal(signum, as_ctrl_c) for signum in _STOPPING}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _interrupt_from_the_loop() -> None:
+    """Raise ``KeyboardInterrupt`` from the running event loop, between callbacks, never from the middle of the
+    command's own code (where it would skip the cleanup that only a cancellation runs): ``asyncio.run`` then
+    cancels the command's task and waits for it, as it does on Ctrl-C. With no loop running, raise it here."""
+    import asyncio  # loaded already when a loop runs; imported here so that `teamstore --help` does not load it
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise KeyboardInterrupt from None
+    loop.call_soon_threadsafe(interrupt)
 
 
 def interrupted(said: str, fix: str, code: int = INTERRUPTED) -> NoReturn:

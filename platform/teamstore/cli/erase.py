@@ -11,9 +11,9 @@ On a terminal, an erasure shows what it would remove (the dry run's counts) and 
 come). Exit status 0: every store ``erased``, or ``shredded`` (what remains is sealed under the destroyed
 key) (the request ``completed``); 3: no store held anything for the id (``no_match``); 2: a ``failed`` or
 ``retained_under_hold`` request (and, for ``status``, one still ``open``), which rerunning the same
-``--request-id`` resumes; 1: an error before the request ran; 130: Ctrl-C stopped it (it says where the
-request stands and the command that resumes it). Before each wait (the fence grace, the workers' cached data
-keys) it says on stderr what it waits for and how long.
+``--request-id`` resumes; 1: an error before the request ran; 130 (143 on SIGTERM, 129 on SIGHUP): stopped,
+its lease given back (it says where the request stands and the command that resumes it). Before each wait
+(the fence grace, the workers' cached data keys) it says on stderr what it waits for and how long.
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from teamstore.cli._output import JsonOption, UsageError, emit, err_console, fail, interrupted
+from teamstore.cli._output import (
+    JsonOption,
+    UsageError,
+    emit,
+    err_console,
+    fail,
+    interrupted,
+    stopped_as_on_ctrl_c,
+)
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete
 from teamstore.ids import check_erasable_id, control_character
@@ -195,27 +203,32 @@ def erase(
     asked = not dry_run and not yes
     # names any near twin itself, and what a rerun keeps, before it asks
     noted = _confirm(user, request_id, reason, requested_by) if asked else False
-    if request_id is None and not dry_run:  # made here, not by the run: a Ctrl-C must be able to name it
+    if request_id is None and not dry_run:  # made here, not by the run: a stop must be able to name it
         from teamstore.erasure.coordinator import new_request_id
 
         request_id = new_request_id()
-    try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err_console, transient=True) as bar:
-            receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run, requested_by=requested_by,
-                                                        operator=operator), _Bars(bar), _say)
-    except KeyboardInterrupt:
-        if dry_run or request_id is None:
-            interrupted("the dry run was stopped; a dry run changes nothing", "run it again")
-        _interrupted(request_id, yes)
+    # SIGTERM (a job cancelled, `kill`) and SIGHUP (the ssh session dropped) too: the request's lease is given
+    # back on the way out, so a rerun resumes at once instead of being refused until the lease expires.
+    with stopped_as_on_ctrl_c() as stop:
+        try:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err_console, transient=True) as bar:
+                receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run,
+                                                            requested_by=requested_by, operator=operator),
+                                            _Bars(bar), _say)
+        except KeyboardInterrupt:
+            if dry_run or request_id is None:
+                interrupted("the dry run was stopped; a dry run changes nothing", "run it again", stop.code)
+            _interrupted(request_id, yes, stop.code)
     if not (dry_run or noted):
         _note_kept(receipt, reason, requested_by)
     _finish(receipt, as_json, suggest_for=None if asked else user)
 
 
-def _interrupted(request_id: str, yes: bool) -> NoReturn:
-    """Ctrl-C stopped the erasure: say where it left request ``request_id`` (as stored: the stop may have
-    come before the request was opened, or after it ended) and the command that resumes it; exit 130."""
+def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
+    """Ctrl-C (or SIGTERM, SIGHUP) stopped the erasure: say where it left request ``request_id`` (as stored: the
+    stop may have come before the request was opened, or after it ended) and the command that resumes it; exit
+    ``code``."""
     from teamstore.erasure import RequestStatus, requests
 
     async def stored(coordinator: DeletionCoordinator) -> RequestStatus | None:
@@ -227,16 +240,17 @@ def _interrupted(request_id: str, yes: bool) -> NoReturn:
         status = _with_coordinator(stored, None)
     except (typer.Exit, KeyboardInterrupt):  # the database did not answer (its error is printed above)
         interrupted(f"erasure request {request_id} was stopped, and where it stands could not be read",
-                    f"`teamstore erase status {request_id}` says once the database answers; resume it: {rerun}")
+                    f"`teamstore erase status {request_id}` says once the database answers; resume it: {rerun}",
+                    code)
     if status is None:
         interrupted(f"the erasure was stopped before request {request_id} was opened: nothing was changed, and the "
-                    "user is not fenced", f"run it again: {rerun}")
+                    "user is not fenced", f"run it again: {rerun}", code)
     if status in (RequestStatus.OPEN, RequestStatus.FAILED):
         interrupted(f"erasure request {request_id} was stopped before it finished: it is {status}, and the user "
                     "stays fenced (their new sessions, saves and uploads are refused) until it completes",
-                    f"resume it: {rerun}; the steps it finished are not run again")
+                    f"resume it: {rerun}; the steps it finished are not run again", code)
     interrupted(f"erasure request {request_id} had ended {status} when it was stopped",
-                f"`teamstore erase status {request_id}` prints its receipt")
+                f"`teamstore erase status {request_id}` prints its receipt", code)
 
 
 def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -> None:

@@ -10,16 +10,12 @@ error, and no archive was left; 130 (143 on SIGTERM, 129 on SIGHUP): stopped, an
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, emit, err_console, interrupted
+from teamstore.cli._output import JsonOption, Stop, emit, err_console, interrupted, stopped_as_on_ctrl_c
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
 from teamstore.ids import check_erasable_id
@@ -54,13 +50,15 @@ def export(
         finished.append(await app.exporter().run(user, output, requested_by=requested_by, operator=operator))
         return finished[0]
 
-    try:
-        with _stopped_as_on_ctrl_c():
+    # SIGTERM and SIGHUP too: the archive written so far, the user's data readable under a hidden name beside
+    # the target, is removed on the way out instead of being left there (only SIGKILL leaves it).
+    with stopped_as_on_ctrl_c() as stop:
+        try:
             done = with_app(go, must_exist=True)
-    except KeyboardInterrupt as stop:
-        if not finished:
-            _stopped(stop)
-        done = finished[0]
+        except KeyboardInterrupt:
+            if not finished:
+                _stopped(stop)
+            done = finished[0]
     data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
     emit(data, as_json=as_json, render=lambda _: _render(done))
     if not done.matched:
@@ -72,30 +70,11 @@ def export(
         raise typer.Exit(NO_MATCH)
 
 
-@contextmanager
-def _stopped_as_on_ctrl_c() -> Iterator[None]:
-    """SIGTERM (a job's timeout, a container stopping) and SIGHUP (the terminal closed) stop the export as
-    Ctrl-C does: the archive written so far, the user's data readable under a hidden name beside the
-    target, is removed on the way out instead of being left there (only SIGKILL leaves it)."""
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    stopping = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
-    previous = {signum: signal.signal(signum, stop) for signum in stopping}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _stopped(stop: KeyboardInterrupt) -> NoReturn:
+def _stopped(stop: Stop) -> NoReturn:
     """Say that the export stopped and left nothing usable; exit 128 + the signal's number (130 on Ctrl-C)."""
-    name = str(stop.args[0]) if stop.args else ""  # _stopped_as_on_ctrl_c names SIGTERM and SIGHUP
-    signum = signal.Signals[name] if name in signal.Signals.__members__ else signal.SIGINT
-    interrupted(f"the export was stopped ({signum.name}) before it finished: nothing usable was written (the part "
+    interrupted(f"the export was stopped ({stop.name}) before it finished: nothing usable was written (the part "
                 "of the archive written so far was removed)", "export again (`teamstore export --user ...`, "
-                "with the same options)", 128 + signum)
+                "with the same options)", stop.code)
 
 
 def _render(done: Exported) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, emit, err_console, interrupted
+from teamstore.cli._output import JsonOption, emit, err_console, interrupted, stopped_as_on_ctrl_c
 from teamstore.cli._runner import with_app
 from teamstore.terminal import console, plain, print_table
 
@@ -134,7 +134,7 @@ def keys_rotate(
 ) -> None:
     """Make a new key-encryption key current and re-wrap every live data key under it; the old one is destroyed
     TEAMSTORE_KEY_RETIRE_DAYS later (by `keys retire`). Rerun to resume one that stopped."""
-    seen: list[RotationReport] = []  # the rotation's report as it goes: what a Ctrl-C says was done
+    seen: list[RotationReport] = []  # the rotation's report as it goes: what a stop says was done
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.keys.rotation import rotate
@@ -143,15 +143,18 @@ def keys_rotate(
         _deaf_to_ctrl_c()
         return report.as_dict()
 
-    try:
-        data = with_app(go, must_exist=True)
-    except KeyboardInterrupt:
-        report = seen[-1] if seen else None
-        if report is None or report.step != "done":
-            _interrupted(report, named=to is not None)
-        # It met the rotation as it returned, before it could be ignored: the rotation is over, and is said so.
-        _deaf_to_ctrl_c()
-        data = report.as_dict()
+    # SIGTERM (a scheduled job cancelled, `kill`) and SIGHUP (the ssh session dropped) too: a batch being stored
+    # is waited for, so what is said to be re-wrapped is what was.
+    with stopped_as_on_ctrl_c() as stop:
+        try:
+            data = with_app(go, must_exist=True)
+        except KeyboardInterrupt:
+            report = seen[-1] if seen else None
+            if report is None or report.step != "done":
+                _interrupted(report, named=to is not None, code=stop.code)
+            # It met the rotation as it returned, before it could be ignored: the rotation is over, and is said so.
+            _deaf_to_ctrl_c()
+            data = report.as_dict()
 
     def render(d: dict[str, Any]) -> None:
         verb = "rotated to" if d["created"] else "finished the rotation to"
@@ -185,10 +188,10 @@ def _deaf_to_ctrl_c() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _interrupted(report: RotationReport | None, *, named: bool) -> NoReturn:
-    """Ctrl-C stopped the rotation: say what it had done and what to run to go on, and exit 130. ``named``: the
-    new KEK was ``--to``'s, so none was made that could be left unused."""
-    interrupted(*_interruption(report, named))
+def _interrupted(report: RotationReport | None, *, named: bool, code: int) -> NoReturn:
+    """Ctrl-C (or SIGTERM, SIGHUP) stopped the rotation: say what it had done and what to run to go on, and exit
+    ``code``. ``named``: the new KEK was ``--to``'s, so none was made that could be left unused."""
+    interrupted(*_interruption(report, named), code)
 
 
 def _interruption(report: RotationReport | None, named: bool) -> tuple[str, str]:

@@ -174,7 +174,7 @@ class DeletionCoordinator:
 
     async def _attempt(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
         """Resume the request; an attempt stopped without a receipt (taken over, another transcript store to
-        empty first, the database gone, its task cancelled by Ctrl-C) is still marked ended, with no status."""
+        empty first, the database gone, its task cancelled by a stop) is still marked ended, with no status."""
         try:
             return await self._resume(row, owner, attempt)
         except (TeamstoreError, asyncio.CancelledError):

@@ -56,8 +56,9 @@ from teamstore.people import check_not_naming, check_person, current_operator
 log = logging.getLogger(__name__)
 FORMAT = "teamstore-export/1"
 MANIFEST = "manifest.json"
-# How a stop reaches the export: asyncio.run cancels it on Ctrl-C and when the CLI turns SIGTERM or SIGHUP into
-# KeyboardInterrupt while the loop waits; the signal raises KeyboardInterrupt itself when it lands in our code.
+# How a stop reaches the export: asyncio.run cancels it on Ctrl-C, and on SIGTERM or SIGHUP, which the CLI hands to
+# Ctrl-C's handler (or, with SIGINT ignored, turns into KeyboardInterrupt raised by the event loop); a program that
+# raises KeyboardInterrupt from its own handler may have it land in the export's code.
 _STOPS = (asyncio.CancelledError, KeyboardInterrupt)
 NOT_INCLUDED = (
     "spans in the tracing backend: they carry only the pseudonymous subject key (and no message content unless "

@@ -307,8 +307,9 @@ async def _rewrap_batch(keys: KeyService, current: str, report: RotationReport, 
     report.damaged += done.damaged
     report.unusable += done.unusable
     if done.moved:
-        # Ctrl-C cancels the rotation: a transaction under way is waited for, so the report says whether it was
-        # stored (cancelled during its commit, it could be stored with the report saying it was not).
+        # A stop (Ctrl-C, the CLI's SIGTERM or SIGHUP) cancels the rotation: a transaction under way is waited
+        # for, so the report says whether it was stored (cancelled during its commit, it could be stored with the
+        # report saying it was not).
         storing = asyncio.ensure_future(_store(keys.engine, current, done.moved))
         try:
             moved, gone = await asyncio.shield(storing)
