@@ -151,7 +151,7 @@ class Deployment:
         return self.finish(self.start(*args, **options), ok=ok)
 
     def cli_json(self, *args: str, ok: Sequence[int] = (0,), **options: Any) -> Any:
-        """Run ``teamstore ARGS --json``; its JSON output."""
+        """Run ``teamstore ARGS --json``; its JSON output (``{"error": ...}`` for a command that failed)."""
         done = self.cli(*args, "--json", ok=ok, **options)
         return json.loads(done.stdout) if done.stdout.strip() else None
 
