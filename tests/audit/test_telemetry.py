@@ -49,13 +49,16 @@ async def _run_on_runtime(provider: TracerProvider, engine: AsyncEngine, task: s
     runtime = SingleThreadedAgentRuntime(tracer_provider=provider)
     team = metered_round_robin(runtime=runtime)
     pseudonyms = Pseudonyms(engine)
+    ledger = LedgerObserver(engine, pseudonyms)
     outcome = await observe_run(
-        [LedgerObserver(engine, pseudonyms), SpanObserver(provider, pseudonyms)],
+        [ledger, SpanObserver(provider, pseudonyms)],
         team,
         context(user_id=USER, session_id="sess-1", team="support_triage"),
         task,
         runtime=runtime,
     )
+    await ledger.drain()  # as a platform's close does: nothing holds a connection past the test's engine
+    await pseudonyms.aclose()
     provider.force_flush()
     return outcome
 
