@@ -271,8 +271,10 @@ def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_
     folder = home / "transcripts"
     folder.write_text("a file where the transcript folder should be")
     run_ids = _populate(2)  # both uploads fail: the transcripts wait in the outbox
-    folder.unlink()  # the store answers again; nobody has flushed yet
     show = ["transcripts", "show", "--user", USER, "--session", SESSION]
+    down = runner.invoke(app, show, env={"COLUMNS": "300"})  # the store still refuses: its fix, and what waits
+    assert down.exit_code == 1 and "2 of the session's transcripts wait in the outbox" in down.stderr, down.output
+    folder.unlink()  # the store answers again; nobody has flushed yet
     for args in ([], ["--run", run_ids[0]]):
         result = runner.invoke(app, [*show, *args], env={"COLUMNS": "300"})
         assert result.exit_code == 1, result.output
@@ -281,6 +283,18 @@ def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_
     assert runner.invoke(app, ["transcripts", "flush"]).exit_code == 0
     shown = json.loads(runner.invoke(app, [*show, "--json"]).stdout)
     assert (shown["total"], shown["queued"]) == (2, 0)
+
+
+@pytest.mark.s3
+def test_a_session_whose_bucket_is_missing_says_so_and_what_waits_in_the_outbox(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}-gone/teamstore")  # no such bucket
+    _populate(1)  # the upload is refused: the transcript waits in the outbox
+    down = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION], env={"COLUMNS": "300"})
+    said = " ".join(down.stderr.split())
+    assert down.exit_code == 1 and "1 of the session's transcripts wait in the outbox" in said, down.output
+    assert "bucket" in said and CANARY not in down.output
 
 
 def test_retention_apply_on_s3_prints_the_rule(s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,8 +26,10 @@ from teamstore.errors import (
     AuditError,
     ConfigurationError,
     NoMatchingUsage,
+    StorageError,
     TeamstoreError,
     TranscriptNotFound,
+    TranscriptUnavailable,
 )
 from teamstore.ids import check_ids
 from teamstore.limits import DEFAULT_RUNS, MAX_DAYS, MAX_RUNS
@@ -74,6 +76,7 @@ async def load_transcripts(
         TranscriptNotFound: The user, session or run has no transcript in the store (the message says how many
             wait in the outbox), or a prefix names several runs.
         AuditError: A run's object is not readable (the message names the run).
+        StorageError, TranscriptUnavailable: The store failed (the message says how many wait in the outbox).
         KeyDestroyed, KeyUnavailable, PayloadUnreadable: A sealed object does not open.
     """
     from teamstore.audit import outbox
@@ -102,6 +105,10 @@ async def load_transcripts(
         if not queued:
             raise
         raise TranscriptNotFound(f"{exc.message} ({_queued_note(queued)})", hint=_FLUSH_HINT) from exc
+    except (TranscriptUnavailable, StorageError) as exc:  # the store's own fix first; what waits goes once it answers
+        if not queued:
+            raise
+        raise type(exc)(f"{exc.message} ({_queued_note(queued)})", hint=exc.hint) from exc
     return page, queued
 
 
