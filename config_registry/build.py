@@ -28,18 +28,13 @@ from typing import Any
 
 from autogen_agentchat.base import ChatAgent, Team
 
+from config_registry.allowlist import check_providers, check_source_code
 from config_registry.errors import DefinitionInvalid
+from config_registry.participants import participant_names, participants
+from config_registry.roundtrip import load
 from config_registry.secrets import references, resolve_references
 from config_registry.types import BuiltTeam, TeamDefinition, TeamOrAgent
-from config_registry.validate import (
-    check_memory,
-    check_persisted,
-    check_providers,
-    check_source_code,
-    load,
-    participant_names,
-    participants,
-)
+from config_registry.validate import check_memory, check_persisted
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -14,10 +14,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from config_registry.allowlist import code_tools
 from config_registry.fingerprint import fingerprint_inputs
+from config_registry.participants import participant_names, participants
 from config_registry.secrets import references
 from config_registry.types import KIND_NAMES, TeamDefinition
-from config_registry.validate import code_tools, participant_names, participants
 
 
 @dataclass

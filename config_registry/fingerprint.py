@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from config_registry.bounds import bound_of
-from config_registry.validate import participant_names, participants
+from config_registry.participants import participant_names, participants
 
 FINGERPRINT_CHARS = 32
 

@@ -8,37 +8,28 @@
     built = registry.build("support_triage@production")
     report = registry.check("support_triage", "production", version)
 
-Layout: ``teams/<name>/component.json`` and ``manifest.json``; ``labels/<name>.json`` (label -> version)
-and ``labels/<name>.log.jsonl`` (every move: who, when, why). A version is the last commit that touched
-``teams/<name>/``, so moving a label never changes a version.
+:class:`Registry` is the API: it checks, takes the write lock, and resolves ``name@label`` and
+``name@version``. How its files lie in git (a version is the last commit that touched ``teams/<name>/``,
+so moving a label never changes a version) and how they are read is :mod:`config_registry.layout`.
 """
 
 from __future__ import annotations
 
 import builtins
-import importlib
-import json
 import os
-import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from autogen_core import ComponentModel
-from pydantic import ValidationError
 
 from config_registry.build import Transform, build_team
 from config_registry.diff import CompatibilityReport, SemanticDiff, compatibility, semantic_diff
-from config_registry.errors import (
-    DefinitionInvalid,
-    FactoryInvalid,
-    RegistryCorrupt,
-    UnknownTeam,
-    UnknownVersion,
-)
-from config_registry.fingerprint import fingerprints
-from config_registry.gitrepo import GitRepo, default_actor
+from config_registry.errors import DefinitionInvalid, RegistryCorrupt, UnknownVersion
+from config_registry.factory import dump_factory
+from config_registry.gitrepo import GitRepo
+from config_registry.layout import label_moves, move_label, read_definition, read_labels, team_names, versions
 from config_registry.manifest import Manifest, shown, validate_name
 from config_registry.registration import (
     TRACKED,
@@ -50,10 +41,11 @@ from config_registry.registration import (
 )
 from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
-from config_registry.validate import kind_of
+
+# The registry, and dump_factory, which the command line still imports from here.
+__all__ = ["DEFAULT_LABEL", "Registry", "dump_factory"]
 
 _T = TypeVar("_T")
-_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
 
 DEFAULT_LABEL = "production"
 
@@ -128,11 +120,12 @@ class Registry:
         with self.repo.lock(self.lock_timeout):
             self._ready_to_write()
             if label is not None:
-                self._labels(name)  # labels it cannot read refuse the label before the version is committed
+                # Labels it cannot read refuse the label before the version is committed.
+                read_labels(self.repo, name)
             check_shared_memory(self.repo, name, manifest)  # under the lock: another team may be registering
             version = self._commit_definition(name, stored, manifest, message, author)
             if label is not None:
-                self._move_label(name, version, label, f"registered with label {label}: {message}", author)
+                move_label(self.repo, name, version, label, f"registered with label {label}: {message}", author)
         return version
 
     def _ready_to_write(self) -> None:
@@ -211,41 +204,13 @@ class Registry:
             # A version whose memory facts another team now gives other types in a scope they share (a
             # rollback to it, say) is refused as registering it would be.
             check_shared_memory(self.repo, name, self._read(name, version).manifest)
-            return self._move_label(name, version, label, reason, who)
-
-    def _move_label(self, name: str, version: str, label: str, reason: str, who: str | None) -> bool:
-        labels = self._labels(name)
-        previous = labels.get(label)
-        if previous == version:
-            return False
-        actor = who or default_actor()
-        labels[label] = version
-        record = {
-            "label": label,
-            "version": version,
-            "previous": previous,
-            "who": actor,
-            "when": datetime.now(UTC).isoformat(),
-            "why": reason,
-        }
-        paths = [f"labels/{name}.json", f"labels/{name}.log.jsonl"]
-        try:
-            self.repo.write_json(paths[0], labels)
-            self.repo.append_line(paths[1], record)
-            self.repo.commit(paths, f"label {name} {label} -> {version[:12]}: {reason}", who)
-        except BaseException:
-            self.repo.discard(paths)
-            raise
-        return True
+            return move_label(self.repo, name, version, label, reason, who)
 
     # --- reading -------------------------------------------------------------------------------------------
     def names(self) -> builtins.list[str]:
         """Every registered team name, sorted: as committed, so a reader never sees a team a writer has
         put in the working tree but not yet committed."""
-        return sorted(
-            parts[1] for parts in (path.split("/") for path in self.repo.files("HEAD", "teams/"))
-            if len(parts) == 3 and parts[2] == "manifest.json"
-        )
+        return team_names(self.repo)
 
     def list(self) -> builtins.list[TeamSummary]:
         """A summary of every team: latest version, labels, owner, persisted participants."""
@@ -260,7 +225,7 @@ class Registry:
                     description=definition.manifest.description,
                     owner=definition.manifest.owner,
                     persisted=list(definition.manifest.persist),
-                    labels=self._labels(name),
+                    labels=read_labels(self.repo, name),
                     time=definition.time,
                 )
             )
@@ -315,9 +280,9 @@ class Registry:
                 time=datetime.fromisoformat(row["time"]),
                 message=row["message"],
             )
-            for row in self._versions(name)
+            for row in versions(self.repo, name)
         ]
-        moves = self._label_moves(name)
+        moves = label_moves(self.repo, name)
         return self._newest_first(name, entries, moves)
 
     def _newest_first(
@@ -361,27 +326,17 @@ class Registry:
         return build_team(self.resolve(ref), transform=transform, env=env)
 
     # --- internals ----------------------------------------------------------------------------------------
-    def _versions(self, name: str) -> builtins.list[dict[str, str]]:
-        validate_name(name)
-        rows = self.repo.log(f"teams/{name}/")
-        if not rows:
-            raise UnknownTeam(
-                f"no team named {name!r} is registered",
-                hint=f"see 'teamstore registry list'; known: {', '.join(self.names()) or 'none'}",
-            )
-        return rows
-
     def _latest(self, name: str) -> str:
-        return self._versions(name)[0]["commit"]
+        return versions(self.repo, name)[0]["commit"]
 
     def _resolve_version(self, name: str, selector: str | None) -> str:
-        versions = [row["commit"] for row in self._versions(name)]
-        labels = self._labels(name)
+        made = [row["commit"] for row in versions(self.repo, name)]
+        labels = read_labels(self.repo, name)
         if selector is None:
-            return self._labelled(name, DEFAULT_LABEL, labels, versions) if DEFAULT_LABEL in labels else versions[0]
+            return self._labelled(name, DEFAULT_LABEL, labels, made) if DEFAULT_LABEL in labels else made[0]
         if selector in labels:
-            return self._labelled(name, selector, labels, versions)
-        matches = [v for v in versions if len(selector) >= 7 and v.startswith(selector.lower())]
+            return self._labelled(name, selector, labels, made)
+        matches = [v for v in made if len(selector) >= 7 and v.startswith(selector.lower())]
         if len(matches) == 1:
             return matches[0]
         raise UnknownVersion(
@@ -402,89 +357,8 @@ class Registry:
             )
         return version
 
-    def _read_json(self, version: str, relative: str, *, missing_ok: bool = False) -> Any:
-        text = self.repo.show(version, relative)
-        if text is None:
-            if missing_ok:
-                return None
-            raise RegistryCorrupt(
-                f"{relative} is missing at version {version[:12]}",
-                hint="restore it with git, or register the team again",
-            )
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RegistryCorrupt(
-                f"{relative} at version {version[:12]} is not valid JSON: {exc.msg} at line {exc.lineno}",
-                hint="fix or revert the file with git (git log -p -- " + relative + ")",
-            ) from exc
-
     def _read(self, name: str, version: str) -> TeamDefinition:
-        component = self._read_json(version, f"teams/{name}/component.json")
-        raw_manifest = self._read_json(version, f"teams/{name}/manifest.json")
-        try:
-            manifest = Manifest.model_validate(raw_manifest)
-            kind = kind_of(component)
-            prints = fingerprints(component, manifest.persist)
-        except (ValidationError, DefinitionInvalid, TypeError, AttributeError) as exc:
-            raise RegistryCorrupt(
-                f"teams/{name}/ at version {version[:12]} is not a valid definition: {exc}",
-                hint="revert the hand edit with git, or register the team again",
-            ) from exc
-        row = next((r for r in self._versions(name) if r["commit"] == version), None)
-        return TeamDefinition(
-            name=name,
-            version=version,
-            component=component,
-            manifest=manifest,
-            fingerprints=prints,
-            labels=sorted(k for k, v in self._labels(name).items() if v == version),
-            kind=kind,
-            author=row["author"] if row else "",
-            time=datetime.fromisoformat(row["time"]) if row else None,
-            message=row["message"] if row else "",
-        )
-
-    def _labels(self, name: str) -> dict[str, str]:
-        # As committed (a writer may have the file in the working tree before its commit lands).
-        labels = self._read_json("HEAD", f"labels/{name}.json", missing_ok=True)
-        if labels is None:
-            return {}
-        if not isinstance(labels, dict) or not all(
-            isinstance(v, str) and _FULL_SHA.fullmatch(v) for v in labels.values()
-        ):
-            raise RegistryCorrupt(
-                f"labels/{name}.json is not an object of label -> full version sha", hint="revert it with git"
-            )
-        return {str(k): str(v) for k, v in labels.items()}
-
-    def _label_moves(self, name: str) -> builtins.list[HistoryEntry]:
-        text = self.repo.show("HEAD", f"labels/{name}.log.jsonl") or ""
-        moves = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            try:
-                r = json.loads(line)
-                wrong = [k for k in ("who", "why", "label", "version") if not isinstance(r[k], str)]
-                if wrong or not isinstance(r["previous"], str | None):
-                    raise TypeError(f"{(wrong or ['previous'])[0]!r} is not text")
-                when = datetime.fromisoformat(r["when"])
-                moves.append(
-                    HistoryEntry(
-                        kind="label",
-                        commit="",
-                        author=r["who"],
-                        time=when if when.tzinfo is not None else when.replace(tzinfo=UTC),
-                        message=r["why"],
-                        label=r["label"],
-                        version=r["version"],
-                        previous=r["previous"],
-                    )
-                )
-            except (ValueError, KeyError, TypeError) as exc:  # ValueError: bad JSON, or a time that is not ISO
-                raise RegistryCorrupt(
-                    f"labels/{name}.log.jsonl line {number} is malformed: {exc}", hint="revert it with git"
-                ) from exc
-        return moves
+        return read_definition(self.repo, name, version)
 
 
 def _reading(a: TeamDefinition, b: TeamDefinition, compare: Callable[[], _T]) -> _T:
@@ -497,66 +371,3 @@ def _reading(a: TeamDefinition, b: TeamDefinition, compare: Callable[[], _T]) ->
             f"{type(exc).__name__}: {exc}",
             hint="revert the hand edit with git, or register the team again",
         ) from exc
-
-
-def dump_factory(factory: str) -> ComponentModel:
-    """Build a team with ``module:function`` and return its ``dump_component()``.
-
-    Raises:
-        FactoryInvalid: The factory cannot be imported, raises, or returns something that is not a team, or
-            the team cannot be dumped.
-    """
-    built = _call_factory(factory)
-    try:
-        dumped: ComponentModel = built.dump_component()
-    except Exception as exc:  # a team that cannot dump itself cannot be registered; say why
-        raise FactoryInvalid(
-            f"the team from {factory} cannot be dumped: {type(exc).__name__}: {exc}",
-            hint="every participant, model client and tool must be an AutoGen component",
-        ) from exc
-    return dumped
-
-
-def _import_factory(factory: str) -> Callable[[], Any]:
-    module_name, _, function_name = factory.partition(":")
-    if not module_name or not function_name:
-        raise FactoryInvalid(
-            f"factory {factory!r} is not 'module:function'", hint="e.g. mypackage.teams:support_triage"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise FactoryInvalid(
-            f"cannot import factory {factory}: {exc}", hint="check the module path and function name"
-        ) from exc
-    except (Exception, SystemExit) as exc:  # the module is the caller's code: its import may fail in any way
-        raise FactoryInvalid(
-            f"importing the factory's module {module_name!r} raised {type(exc).__name__}: {exc}",
-            hint="fix the module so that it imports cleanly",
-        ) from exc
-    function = getattr(module, function_name, None)
-    if function is None:
-        raise FactoryInvalid(
-            f"cannot import factory {factory}: module {module_name!r} has no {function_name!r}",
-            hint="check the module path and function name",
-        )
-    return function  # type: ignore[no-any-return]
-
-
-def _call_factory(factory: str) -> Any:
-    from autogen_agentchat.base import ChatAgent, Team
-
-    function = _import_factory(factory)
-    try:
-        built = function()
-    except (Exception, SystemExit) as exc:  # the factory is the caller's code: any failure is a typed error
-        raise FactoryInvalid(
-            f"factory {factory} raised {type(exc).__name__}: {exc}",
-            hint="fix the factory so that it builds the team without arguments",
-        ) from exc
-    if not isinstance(built, Team | ChatAgent):
-        raise FactoryInvalid(
-            f"factory {factory} returned a {type(built).__name__}, not a team or agent",
-            hint="return an AutoGen team (e.g. RoundRobinGroupChat) or an AssistantAgent",
-        )
-    return built

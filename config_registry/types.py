@@ -51,8 +51,8 @@ class TeamDefinition:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (what ``teamstore registry show --json`` prints)."""
+        from config_registry.allowlist import code_tools
         from config_registry.secrets import references
-        from config_registry.validate import code_tools
 
         return {
             "name": self.name,

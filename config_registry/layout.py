@@ -1,0 +1,192 @@
+"""The registry's files in its git repository: read as committed, a label move written as one commit.
+
+    from config_registry.layout import read_definition, read_labels, versions
+
+    rows = versions(repo, "support_triage")                 # newest first: commit, author, time, message
+    definition = read_definition(repo, "support_triage", rows[0]["commit"])
+    read_labels(repo, "support_triage")                     # {"production": "<full sha>"}
+
+Layout: ``teams/<name>/component.json`` and ``manifest.json``; ``labels/<name>.json`` (label -> version)
+and ``labels/<name>.log.jsonl`` (every move: who, when, why). A version is the last commit that touched
+``teams/<name>/``, so moving a label never changes a version. A file that does not read as a registration
+wrote it (a hand edit) is :class:`RegistryCorrupt`, with how to repair it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from config_registry.errors import DefinitionInvalid, RegistryCorrupt, UnknownTeam
+from config_registry.fingerprint import fingerprints
+from config_registry.gitrepo import GitRepo, default_actor
+from config_registry.manifest import Manifest, validate_name
+from config_registry.participants import kind_of
+from config_registry.types import HistoryEntry, TeamDefinition
+
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
+
+
+def team_names(repo: GitRepo) -> list[str]:
+    """Every registered team name, sorted: as committed, so a reader never sees a team a writer has
+    put in the working tree but not yet committed."""
+    return sorted(
+        parts[1] for parts in (path.split("/") for path in repo.files("HEAD", "teams/"))
+        if len(parts) == 3 and parts[2] == "manifest.json"
+    )
+
+
+def versions(repo: GitRepo, name: str) -> list[dict[str, str]]:
+    """Every version of ``name``, newest first (``commit``, ``author``, ``time``, ``message``).
+
+    Raises:
+        UnknownTeam: No such team.
+    """
+    validate_name(name)
+    rows = repo.log(f"teams/{name}/")
+    if not rows:
+        raise UnknownTeam(
+            f"no team named {name!r} is registered",
+            hint=f"see 'teamstore registry list'; known: {', '.join(team_names(repo)) or 'none'}",
+        )
+    return rows
+
+
+def read_json(repo: GitRepo, version: str, relative: str, *, missing_ok: bool = False) -> Any:
+    """The JSON file ``relative`` as committed at ``version`` (``None`` if missing and ``missing_ok``).
+
+    Raises:
+        RegistryCorrupt: The file is missing, or is not valid JSON.
+    """
+    text = repo.show(version, relative)
+    if text is None:
+        if missing_ok:
+            return None
+        raise RegistryCorrupt(
+            f"{relative} is missing at version {version[:12]}",
+            hint="restore it with git, or register the team again",
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RegistryCorrupt(
+            f"{relative} at version {version[:12]} is not valid JSON: {exc.msg} at line {exc.lineno}",
+            hint="fix or revert the file with git (git log -p -- " + relative + ")",
+        ) from exc
+
+
+def read_definition(repo: GitRepo, name: str, version: str) -> TeamDefinition:
+    """The definition ``version`` of ``name`` holds, with its labels and commit.
+
+    Raises:
+        RegistryCorrupt: A file is missing, not valid JSON, or not a definition a registration stores.
+    """
+    component = read_json(repo, version, f"teams/{name}/component.json")
+    raw_manifest = read_json(repo, version, f"teams/{name}/manifest.json")
+    try:
+        manifest = Manifest.model_validate(raw_manifest)
+        kind = kind_of(component)
+        prints = fingerprints(component, manifest.persist)
+    except (ValidationError, DefinitionInvalid, TypeError, AttributeError) as exc:
+        raise RegistryCorrupt(
+            f"teams/{name}/ at version {version[:12]} is not a valid definition: {exc}",
+            hint="revert the hand edit with git, or register the team again",
+        ) from exc
+    row = next((r for r in versions(repo, name) if r["commit"] == version), None)
+    return TeamDefinition(
+        name=name,
+        version=version,
+        component=component,
+        manifest=manifest,
+        fingerprints=prints,
+        labels=sorted(k for k, v in read_labels(repo, name).items() if v == version),
+        kind=kind,
+        author=row["author"] if row else "",
+        time=datetime.fromisoformat(row["time"]) if row else None,
+        message=row["message"] if row else "",
+    )
+
+
+def read_labels(repo: GitRepo, name: str) -> dict[str, str]:
+    """Label -> version of ``name``, as committed (a writer may have the file in the working tree before
+    its commit lands).
+
+    Raises:
+        RegistryCorrupt: The file is not an object of label -> full version sha.
+    """
+    labels = read_json(repo, "HEAD", f"labels/{name}.json", missing_ok=True)
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict) or not all(
+        isinstance(v, str) and _FULL_SHA.fullmatch(v) for v in labels.values()
+    ):
+        raise RegistryCorrupt(
+            f"labels/{name}.json is not an object of label -> full version sha", hint="revert it with git"
+        )
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def label_moves(repo: GitRepo, name: str) -> list[HistoryEntry]:
+    """Every label move of ``name`` in the order it was logged (oldest first).
+
+    Raises:
+        RegistryCorrupt: A line of the move log is malformed.
+    """
+    text = repo.show("HEAD", f"labels/{name}.log.jsonl") or ""
+    moves = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            r = json.loads(line)
+            wrong = [k for k in ("who", "why", "label", "version") if not isinstance(r[k], str)]
+            if wrong or not isinstance(r["previous"], str | None):
+                raise TypeError(f"{(wrong or ['previous'])[0]!r} is not text")
+            when = datetime.fromisoformat(r["when"])
+            moves.append(
+                HistoryEntry(
+                    kind="label",
+                    commit="",
+                    author=r["who"],
+                    time=when if when.tzinfo is not None else when.replace(tzinfo=UTC),
+                    message=r["why"],
+                    label=r["label"],
+                    version=r["version"],
+                    previous=r["previous"],
+                )
+            )
+        except (ValueError, KeyError, TypeError) as exc:  # ValueError: bad JSON, or a time that is not ISO
+            raise RegistryCorrupt(
+                f"labels/{name}.log.jsonl line {number} is malformed: {exc}", hint="revert it with git"
+            ) from exc
+    return moves
+
+
+def move_label(repo: GitRepo, name: str, version: str, label: str, reason: str, who: str | None) -> bool:
+    """Point ``label`` at ``version`` and log the move, in one commit (under the write lock); ``False``,
+    with nothing written, when it points there already."""
+    labels = read_labels(repo, name)
+    previous = labels.get(label)
+    if previous == version:
+        return False
+    actor = who or default_actor()
+    labels[label] = version
+    record = {
+        "label": label,
+        "version": version,
+        "previous": previous,
+        "who": actor,
+        "when": datetime.now(UTC).isoformat(),
+        "why": reason,
+    }
+    paths = [f"labels/{name}.json", f"labels/{name}.log.jsonl"]
+    try:
+        repo.write_json(paths[0], labels)
+        repo.append_line(paths[1], record)
+        repo.commit(paths, f"label {name} {label} -> {version[:12]}: {reason}", who)
+    except BaseException:
+        repo.discard(paths)
+        raise
+    return True
