@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from teamstore.audit.cost import DIMENSIONS
-from teamstore.cli.audit import GROUPINGS
+from teamstore.cli.cost import GROUPINGS
 from teamstore.db.migrate import head_revision, shipped_head
 
 HEAVY = ("asyncio", "sqlalchemy", "alembic", "autogen_core", "autogen_agentchat", "boto3", "opentelemetry", "pydantic",

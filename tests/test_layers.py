@@ -76,7 +76,7 @@ def _imports(path: Path, base: Path) -> Iterator[Import]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # `from teamstore.cli import audit` imports the module teamstore.cli.audit
+            # `from teamstore.cli import cost` imports the module teamstore.cli.cost
             targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
         else:
             continue

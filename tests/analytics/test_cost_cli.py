@@ -119,7 +119,7 @@ def test_options_before_the_report_command_are_refused_not_ignored(ledger_env: A
 
 def test_the_groupings_help_lists_are_the_ones_a_query_takes() -> None:
     from teamstore.audit.cost import DIMENSIONS
-    from teamstore.cli.audit import GROUPINGS as LISTED
+    from teamstore.cli.cost import GROUPINGS as LISTED
 
     assert tuple(DIMENSIONS) == LISTED
 

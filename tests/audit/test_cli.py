@@ -21,7 +21,7 @@ from teamstore.app import open_platform
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.audit.schema import outbox
 from teamstore.cli import app
-from teamstore.cli.audit import _cell
+from teamstore.cli.cost import _cell
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.settings import Settings
@@ -356,7 +356,7 @@ def test_a_message_is_shown_as_text_that_the_terminal_never_acts_on() -> None:
 
 
 def test_a_run_that_raised_says_so_in_the_readable_transcript() -> None:
-    from teamstore.cli.audit import _render_transcripts
+    from teamstore.cli.transcripts import _render_transcripts
     from teamstore.terminal import console
 
     run = {"run_id": "r1", "team": "t", "team_version": "v", "started_at": "2026-11-30T00:00:00+00:00",
@@ -397,7 +397,7 @@ def _s3_threads() -> list[str]:
 def test_cost_csv_never_hands_a_spreadsheet_a_formula(capsys: pytest.CaptureFixture[str]) -> None:
     # Team, agent and model names come from definitions; a spreadsheet would run '=...' as a formula.
     from teamstore.audit.cost import CostReport, CostRow
-    from teamstore.cli.audit import _write_csv
+    from teamstore.cli.cost import _write_csv
 
     name = '=HYPERLINK("http://x","y")'
     row = CostRow(key=name, group={"model": name}, calls=1, cost=Decimal("0.5"), unpriced_models=["@sum(1)"])

@@ -27,7 +27,7 @@ from teamstore.audit.transcripts.base import TranscriptStore, run_key, subject_p
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, decode, encode, sealed_context
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
-from teamstore.cli.audit import load_transcripts
+from teamstore.cli.transcripts import load_transcripts
 from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.receipt import Receipt

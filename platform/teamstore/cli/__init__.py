@@ -22,7 +22,19 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from teamstore.cli import audit, erase, export, keys, ledger, memory, registry, sessions
+from teamstore.cli import (
+    cost,
+    erase,
+    export,
+    keys,
+    ledger,
+    memory,
+    prices,
+    registry,
+    retention,
+    sessions,
+    transcripts,
+)
 from teamstore.cli._output import JsonOutput, UsageError, err_console, fail
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.ids import lone_surrogate
@@ -89,7 +101,10 @@ app = typer.Typer(
 )
 app.add_typer(registry.app, name="registry")
 sessions.register(app)
-audit.register(app)
+transcripts.register(app)
+retention.register(app)
+prices.register(app)
+cost.register(app)
 ledger.register(app)
 erase.register(app)
 export.register(app)

@@ -17,10 +17,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from config_registry.errors import DefinitionInvalid, validation_message
+from config_registry.errors import DefinitionInvalid
 from teamstore.cli._output import JsonOption, emit, fail
+from teamstore.cli._registry_options import build_manifest, parse_memory, parse_secrets, read_component
+from teamstore.cli._registry_render import (
+    render_added,
+    render_definition,
+    render_history,
+    render_left,
+    render_list,
+    short,
+)
 from teamstore.errors import TeamstoreError
-from teamstore.terminal import console, plain, print_table
+from teamstore.terminal import console, plain
 
 # The registry (git, AutoGen, pydantic models) and the settings are imported by the commands that use
 # them, not with the command line.
@@ -36,80 +45,6 @@ def _registry(*, create: bool = False) -> Registry:
     from teamstore.app import App
 
     return App().registry(create=create)
-
-
-def _short(version: str | None) -> str:
-    return version[:12] if version else "-"
-
-
-def _secrets(values: list[str]) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for value in values:
-        path, sep, reference = value.partition("=")
-        if not sep or not path or not reference:
-            raise DefinitionInvalid(  # the value is not quoted: given wrong, it may be the secret itself
-                "a --secret is not PATH=env:VAR",
-                field="secrets",
-                hint="e.g. --secret participants.0.config.model_client.config.api_key=env:OPENAI_API_KEY",
-            )
-        path, reference = path.strip(), reference.strip()
-        if pairs.setdefault(path, reference) != reference:  # else the last one would win unseen
-            raise DefinitionInvalid(
-                f"--secret {path} is given twice, with two references",
-                field=f"secrets.{path}",
-                hint="give each path once, with the variable the worker reads it from",
-            )
-    return pairs
-
-
-def _manifest(name: str, options: dict[str, Any]) -> Manifest:
-    from pydantic import ValidationError
-
-    from config_registry import Manifest
-
-    try:
-        return Manifest(name=name, **options)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "manifest"
-        raise DefinitionInvalid(
-            validation_message(error), field=field, hint="see 'teamstore registry add --help'"
-        ) from exc
-
-
-def _memory(value: str | None) -> dict[str, Any] | None:
-    """``--memory``'s JSON object (the manifest's memory declaration), or ``None`` when not given."""
-    from config_registry.registration import parse_json
-
-    if value is None:
-        return None
-    try:
-        data = parse_json(value, root="memory")
-    except (ValueError, RecursionError):
-        data = None
-    if not isinstance(data, dict):
-        raise DefinitionInvalid(
-            "--memory is not a JSON object", field="memory",
-            hint='e.g. --memory \'{"participants": ["triage"], "writer": "triage", "facts": {"ticket_id": "str"}}\'',
-        )
-    return data
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    from config_registry.registration import parse_json
-
-    try:
-        data = parse_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8 text
-        raise DefinitionInvalid(
-            f"cannot read {path}: {exc}" if not isinstance(exc, RecursionError)
-            else f"cannot read {path}: its JSON is nested too deeply",
-            field="file",
-            hint="pass the JSON that team.dump_component() returns",
-        ) from exc
-    if not isinstance(data, dict):
-        raise DefinitionInvalid(f"{path} does not hold a JSON object", field="file")
-    return data
 
 
 @app.command("add")
@@ -166,7 +101,8 @@ def add(
         "checkpoints": checkpoints,
     }
     try:
-        manifest = _manifest(name, {**options, "secrets": _secrets(secret or []), "memory": _memory(memory)})
+        references, memory_declared = parse_secrets(secret or []), parse_memory(memory)
+        manifest = build_manifest(name, {**options, "secrets": references, "memory": memory_declared})
         definition, new = _register(name, factory, file, manifest,
                                     f"register {name}" if message is None else message, label)
     except TeamstoreError as exc:
@@ -178,7 +114,7 @@ def add(
         "labels": definition.labels,
         "fingerprints": definition.fingerprints,
     }
-    emit(data, as_json=as_json, render=_render_added)
+    emit(data, as_json=as_json, render=render_added)
 
 
 def _register(
@@ -194,7 +130,7 @@ def _register(
     from config_registry.errors import RegistryNotFound
     from config_registry.registry import dump_factory
 
-    component = _read_file(file) if file is not None else dump_factory(str(factory))
+    component = read_component(file) if file is not None else dump_factory(str(factory))
     try:
         registry = _registry()
     except RegistryNotFound:
@@ -224,36 +160,6 @@ def _versions(registry: Registry, name: str) -> set[str]:
     return {row["commit"] for row in registry.repo.log(f"teams/{validate_name(name)}/")}
 
 
-def _render_added(data: dict[str, Any]) -> None:
-    labels = f" (labels: {', '.join(data['labels'])})" if data["labels"] else ""
-    if data["new"]:
-        console.print(f"registered [bold]{data['name']}[/] version [cyan]{_short(data['version'])}[/]{labels}")
-    else:  # no commit was made, and the message given is recorded nowhere
-        console.print(f"[bold]{data['name']}[/] unchanged: already version [cyan]{_short(data['version'])}[/]"
-                      f"{labels}; no new version was made")
-
-
-def _render_list(rows: list[dict[str, Any]]) -> None:
-    print_table(
-        ("name", "kind", "latest", "labels", "persisted", "owner", "description"),
-        [
-            [
-                row["name"],
-                row["kind"],
-                _short(row["version"]),
-                "\n".join(f"{k}={_short(v)}" for k, v in sorted(row["labels"].items())),
-                plain(", ".join(row["persisted"])),
-                plain(row["owner"]),
-                plain(row["description"]),
-            ]
-            for row in rows
-        ],
-        fixed=(0, 1, 2, 3),  # a name or version (a label's too) cut short cannot be given to another command
-        title="Registered teams",
-        narrow="blocks",  # seven columns: a table line the terminal wraps is unreadable
-    )
-
-
 @app.command("list")
 def list_teams(as_json: bool = JsonOption) -> None:
     """Every registered team with its latest version and labels."""
@@ -274,53 +180,7 @@ def list_teams(as_json: bool = JsonOption) -> None:
         }
         for s in summaries
     ]
-    emit(rows, as_json=as_json, render=_render_list)
-
-
-def _render_definition(data: dict[str, Any]) -> None:
-    manifest, allow = data["manifest"], data["allowances"]
-    console.print(f"[bold]{data['name']}[/] {data['kind']} version [cyan]{data['version']}[/]")
-    console.print(
-        f"labels: {', '.join(data['labels']) or '-'}   registered by {plain(data['author'])} at {data['time']}"
-    )
-    # A definition's texts are its author's: shown as text (plain()), never as markup or escape sequences.
-    console.print(f"message: {plain(data['message'])}")
-    console.print(
-        f"description: {plain(manifest['description'] or '-')}   owner: {plain(manifest['owner'] or '-')}"
-    )
-    console.print(
-        f"persist: {plain(', '.join(manifest['persist']) or '-')}   "
-        f"context_bound: {manifest['context_bound']}   "
-        f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}   "
-        f"checkpoints: {manifest['checkpoints']}"
-    )
-    console.print(
-        f"allow_source_code_tools: {allow['allow_source_code_tools']}  "
-        f"source-code tools: {plain(', '.join(allow['source_code_tools']) or 'none')}"
-    )
-    console.print(f"allowed providers (extra): {', '.join(allow['allowed_providers']) or 'none'}")
-    _render_memory(data["name"], manifest.get("memory"))
-    for path, reference in sorted(allow["secrets"].items()):
-        console.print(f"secret: {plain(path)} <- {reference}")
-    print_table(
-        ("name", "type", "model", "context", "fingerprint"),
-        [[*(plain(row[c]) for c in ("name", "type", "model", "context")), row["fingerprint"] or "-"]
-         for row in data["participants"]],
-        fixed=(0,),
-        title="Participants",
-    )
-
-
-def _render_memory(name: str, memory: dict[str, Any] | None) -> None:
-    if memory is None:
-        console.print("memory: none")
-        return
-    facts = ", ".join(f"{n}: {t}" for n, t in memory["facts"].items()) or "none"
-    console.print(plain(
-        f"memory: {'on' if memory['enabled'] else 'off'}, scope {memory['scope'] or name}, given to "
-        f"{', '.join(memory['participants'])}, written by {memory['writer']}'s model client, summary "
-        f"{memory['summary_tokens']} tokens, facts {facts}, retention "
-        f"{memory['retention_days'] or 'the runtime default'} days"))
+    emit(rows, as_json=as_json, render=render_list)
 
 
 def _participant_rows(definition: Any) -> list[dict[str, Any]]:
@@ -355,27 +215,7 @@ def show(
         data = {**definition.to_dict(), "participants": _participant_rows(definition)}
     except TeamstoreError as exc:
         fail(exc)
-    emit(data, as_json=as_json, render=_render_definition)
-
-
-def _render_history(rows: list[dict[str, Any]]) -> None:
-    print_table(
-        ("time", "kind", "version", "label", "who", "message / reason"),
-        [
-            [
-                str(row["time"])[:19],
-                row["kind"],
-                _short(row["version"]),
-                # The move on a line of its own: each version stays whole, to be copied.
-                plain(f"{row['label']}\n{_short(row['previous'])} -> {_short(row['version'])}" if row["label"] else ""),
-                plain(row["author"]),
-                plain(row["message"]),
-            ]
-            for row in rows
-        ],
-        fixed=(0, 1, 2, 3),
-        title="History (newest first)",
-    )
+    emit(data, as_json=as_json, render=render_definition)
 
 
 @app.command("history")
@@ -398,7 +238,7 @@ def history(name: str = typer.Argument(...), as_json: bool = JsonOption) -> None
         }
         for e in entries
     ]
-    emit(rows, as_json=as_json, render=_render_history)
+    emit(rows, as_json=as_json, render=render_history)
 
 
 @app.command("diff")
@@ -415,7 +255,7 @@ def diff(
         fail(exc)
 
     def render(data: dict[str, Any]) -> None:
-        console.print(f"[bold]{name}[/] {_short(data['a'])} -> {_short(data['b'])}")
+        console.print(f"[bold]{name}[/] {short(data['a'])} -> {short(data['b'])}")
         for line in data["changes"] or ["no semantic change"]:
             console.print(f"  - {plain(line)}")
 
@@ -441,9 +281,9 @@ def label(
 
     def render(data: dict[str, Any]) -> None:
         if data["moved"]:
-            console.print(f"{name}: {label_name} -> [cyan]{_short(data['version'])}[/] ({plain(reason)})")
+            console.print(f"{name}: {label_name} -> [cyan]{short(data['version'])}[/] ({plain(reason)})")
         else:  # no move, so the reason is recorded nowhere
-            console.print(f"{name}: {label_name} already points at [cyan]{_short(data['version'])}[/]; nothing "
+            console.print(f"{name}: {label_name} already points at [cyan]{short(data['version'])}[/]; nothing "
                           "was moved or recorded")
 
     emit({"name": name, "label": label_name, "version": target, "moved": moved, "reason": reason},
@@ -465,7 +305,7 @@ def check(
 
     def render(data: dict[str, Any]) -> None:
         verdict = "[green]compatible[/]" if data["compatible"] else "[red]INCOMPATIBLE[/]"
-        console.print(f"{name} {_short(data['a'])} -> {_short(data['b'])}: {verdict}")
+        console.print(f"{name} {short(data['a'])} -> {short(data['b'])}: {verdict}")
         for line in data["reasons"]:
             console.print(f"  - {plain(line)}")
         for line in data["notes"]:
@@ -474,37 +314,6 @@ def check(
     emit(report.to_dict(), as_json=as_json, render=render)
     if not report.compatible:
         raise typer.Exit(2)
-
-
-def _render_left(data: dict[str, Any]) -> None:
-    if data["clean"] and data["action"] == "inspect":
-        console.print(plain(f"registry {data['registry']}: nothing to recover"))
-        return
-    done = {"discard": "discarded", "commit": "committed"}.get(data["action"])
-    if data["locks"]:
-        console.print(plain(f"git lock files a killed git command left in .git: {', '.join(data['locks'])}"))
-    for row in data["files"]:
-        console.print(plain(f"  {row['status']} {row['path']}"))
-    if done is None:
-        for row in data["definitions"]:
-            verdict = row["problem"] or "passes every check a registration applies"
-            console.print(plain(f"teams/{row['team']}/: {verdict}"))
-        for line in data["not_committable"]:
-            console.print(plain(line))
-        definitions = data["definitions"]
-        if definitions and all(row["passes"] for row in definitions) and not data["not_committable"]:
-            console.print(f"next: `{RECOVER} --discard` goes back to the last commit; `{RECOVER} --commit -m WHY` "
-                          "commits the definitions left")
-        else:  # --commit would refuse: a label move, a deletion, a definition that fails, or only git's locks
-            console.print(f"next: `{RECOVER} --discard` goes back to the last commit; then register or move the "
-                          "label again (nothing left can be committed as it is)")
-        return
-    console.print(plain(f"{done}; the registry is back to a clean checkout"))
-    for team, version in data["versions"].items():
-        console.print(plain(f"{team}: version {_short(version)}" if version else f"{team}: as committed already"))
-
-
-RECOVER = "teamstore registry recover"
 
 
 @app.command("recover")
@@ -545,6 +354,6 @@ def recover(
         "not_committable": left.not_committable,
         "versions": versions,
     }
-    emit(data, as_json=as_json, render=_render_left)
+    emit(data, as_json=as_json, render=render_left)
     if not discard and not commit and not left.clean:
         raise typer.Exit(2)

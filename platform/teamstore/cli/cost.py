@@ -1,0 +1,217 @@
+"""``teamstore cost``: token usage and cost from the ledger, as a table, CSV, JSON or one HTML page.
+
+    teamstore cost --by team,model --since 7d --top 10 --format csv     # exit 3: the filters match nothing
+    teamstore cost --by session --user alice --format json
+    teamstore cost report --since 30d --every week --output cost.html    # one self-contained HTML page
+
+Cost is derived from the price table (``teamstore prices``); a model it has no price for is counted in
+tokens, its cost shown as unknown.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import typer
+
+from teamstore.cli._output import dumps, fail
+from teamstore.cli._runner import with_app
+from teamstore.errors import ConfigurationError, NoMatchingUsage, TeamstoreError
+from teamstore.terminal import console, plain, print_table
+
+# The database, the cost query and the price table are imported by the commands that use them, not with the
+# command line: `teamstore --help` starts without them.
+if TYPE_CHECKING:
+    from teamstore.analytics.query import CostQuery
+    from teamstore.app import App
+    from teamstore.audit.cost import CostReport, CostRow
+
+GROUPINGS = ("session", "user", "team", "version", "model", "agent", "purpose", "day", "week", "month")
+"""``teamstore.audit.cost.DIMENSIONS``, named here for ``--help`` (a test keeps the two equal)."""
+
+NO_MATCH = 3
+"""``teamstore cost``'s exit status when its filters match nothing (0: matched, even at cost 0; 1: an error)."""
+
+FIGURES = ["runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens",
+           "output_tokens", "cost", "limited_cost", "unpriced_tokens", "limited_unpriced_tokens"]
+_HEADINGS = ("completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost", "of which limited")
+
+
+def _money(value: str | None, unpriced: int) -> str:
+    if value is None:
+        return "unknown"
+    return value + (" + unknown" if unpriced else "")
+
+
+def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
+    group = ["total", *[""] * (len(report.fields) - 1)] if total else [row.group.get(f, "") for f in report.fields]
+    figures = row.figures()
+    return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
+            str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
+            _money(figures["limited_cost"], row.limited_unpriced_tokens)]
+
+
+def _render_cost_table(report: CostReport) -> None:
+    rows = [_table_cells(report, row, False) for row in report.rows] + [_table_cells(report, report.total, True)]
+    width = len(report.fields)
+    numbers = range(width, width + len(_HEADINGS))
+    print_table((*report.fields, *_HEADINGS), rows, fixed=numbers, right=numbers,
+                title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
+    if report.top is not None and report.groups > len(report.rows):
+        console.print(f"the {len(report.rows)} costliest of {report.groups} groups; the total counts all of them")
+    unknown = sorted(set(report.total.unpriced_models))
+    if unknown:
+        console.print(
+            f"[yellow]no price for {plain(', '.join(unknown))}: their tokens are counted, their cost is "
+            "unknown[/]"
+        )
+
+
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    """A CSV cell a spreadsheet reads as meant: a string it would read as a formula (a team, agent or model
+    name starting with '=') gets a leading apostrophe; an amount is written in plain decimals."""
+    if value is None:
+        return ""
+    if isinstance(value, float):  # plain decimals: 0.0000674, never 6.74e-05
+        return f"{value:.12f}".rstrip("0").rstrip(".") or "0"
+    if isinstance(value, Decimal):
+        from teamstore.audit.cost import money
+
+        return money(value)
+    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
+
+
+def _write_csv(report: CostReport) -> None:
+    """One line per group, then the total (its first group column reads ``total``); money as exact text."""
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow([*report.fields, *FIGURES, "unpriced_models", "currency", "price_version"])
+    lines = [([row.group.get(f, "") for f in report.fields], row) for row in report.rows]
+    lines.append((["total", *[""] * (len(report.fields) - 1)], report.total))
+    for group, row in lines:
+        figures = row.figures()
+        cells = [_cell(v) for v in group] + [_cell(figures[c]) for c in FIGURES]
+        writer.writerow([*cells, _cell(";".join(row.unpriced_models)), report.currency, report.price_version])
+
+
+def _print_report(report: CostReport, fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(dumps(report.to_dict()) + "\n")
+    elif fmt == "csv":
+        _write_csv(report)
+    else:
+        _render_cost_table(report)
+
+
+async def _report_or_empty(app: App, query: CostQuery) -> tuple[CostReport, NoMatchingUsage | None]:
+    from teamstore.analytics.query import cost_report
+    from teamstore.audit.cost import CostReport
+    from teamstore.audit.prices import load_prices
+
+    try:
+        return await cost_report(app.engine, load_prices(app.settings.prices_path), query), None
+    except NoMatchingUsage as exc:
+        if not isinstance(exc.report, CostReport):
+            raise
+        return exc.report, exc
+
+
+_BY = f"Group by one or two of {'|'.join(GROUPINGS)}, e.g. team,model."
+_WHEN = "YYYY-MM-DD, an ISO timestamp (UTC unless it says), or back from now: 24h, 7d, 2w."
+_PSEUDONYMOUS = "Users and sessions as pseudonymous keys, not the application's ids (for reports that leave your hands)."
+cost_app = typer.Typer(help="Token usage and cost from the ledger, and an HTML report of it. Exit status: 0 "
+                       "when the filters match (even at cost 0), 3 when they match nothing, 1 on an error.")
+
+
+# The filters `cost` and `cost report` share.
+SessionOption = typer.Option(None, "--session", help="One session (needs --user).")
+UserOption = typer.Option(None, "--user", help="One user (exact id).")
+TeamOption = typer.Option(None, "--team", help="One team.")
+ModelOption = typer.Option(None, "--model", help="One model (as the ledger names it).")
+SinceOption = typer.Option(None, "--since", help=f"Runs started at or after: {_WHEN}")
+UntilOption = typer.Option(None, "--until", help=f"Runs started before: {_WHEN}")
+
+
+@cost_app.callback(invoke_without_command=True)
+def cost(
+    ctx: typer.Context,
+    by: str = typer.Option("session", "--by", help=_BY),
+    session: str | None = SessionOption,
+    user: str | None = UserOption,
+    team: str | None = TeamOption,
+    model: str | None = ModelOption,
+    since: str | None = SinceOption,
+    until: str | None = UntilOption,
+    top: int | None = typer.Option(None, "--top", help="Only the N costliest groups (ties by tokens)."),
+    pseudonymous: bool = typer.Option(False, "--pseudonymous", help=_PSEUDONYMOUS),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json."),
+) -> None:
+    """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
+    if ctx.invoked_subcommand is not None:
+        if ctx.params != {p.name: p.get_default(ctx) for p in ctx.command.params}:
+            raise ConfigurationError(f"options given before `{ctx.invoked_subcommand}` are not its options",
+                                     hint=f"put them after it: teamstore cost {ctx.invoked_subcommand} --since 7d ...")
+        return
+    if fmt not in {"table", "csv", "json"}:
+        raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
+    from teamstore.analytics.query import CostQuery
+
+    query = CostQuery.build(by, user=user, session=session, team=team, model=model, since=since, until=until,
+                            top=top, pseudonymous=pseudonymous)
+    report, missing = with_app(lambda app: _report_or_empty(app, query), must_exist=True)
+    _print_report(report, fmt)
+    if missing is not None:  # printed all the same, so a pipe gets its header; the status says it is empty
+        fail(missing, code=NO_MATCH)
+
+
+@cost_app.command("report")
+def cost_report_page(
+    output: str = typer.Option(..., "--output", "-o",
+                               help="The HTML file to write, owner-only (0600); one already there is replaced."),
+    every: str = typer.Option("day", "--every", help="Time scale of the charts: day | week | month."),
+    top: int = typer.Option(10, "--top", min=1, help="How many of the costliest sessions to chart."),
+    session: str | None = SessionOption,
+    user: str | None = UserOption,
+    team: str | None = TeamOption,
+    model: str | None = ModelOption,
+    since: str | None = SinceOption,
+    until: str | None = UntilOption,
+    pseudonymous: bool = typer.Option(False, "--pseudonymous", help=_PSEUDONYMOUS),
+) -> None:
+    """Write one self-contained HTML page (no server, nothing fetched): cost over time by team and by model,
+    the costliest sessions, tokens per run, and runs ended by a limit."""
+    from teamstore.analytics.page import report_page, report_target, write_page
+    from teamstore.audit.prices import load_prices
+
+    filters = {"user": user, "session": session, "team": team, "model": model, "since": since, "until": until}
+    try:
+        target = report_target(output)
+    except TeamstoreError as exc:
+        fail(exc)
+
+    async def go(app: App) -> str | NoMatchingUsage:
+        try:
+            return await report_page(app.engine, load_prices(app.settings.prices_path), every=every, top=top,
+                                     pseudonymous=pseudonymous, **filters)
+        except NoMatchingUsage as exc:
+            return exc
+
+    page = with_app(go, must_exist=True)
+    if isinstance(page, NoMatchingUsage):
+        fail(page, code=NO_MATCH)  # no page for nothing: an old one at --output is left as it was
+    try:
+        write_page(target, page)
+    except TeamstoreError as exc:
+        fail(exc)
+    console.print(plain(f"wrote {output} ({len(page.encode('utf-8'))} bytes)"))
+
+
+
+def register(app: typer.Typer) -> None:
+    """Mount this module's commands on the main app."""
+    app.add_typer(cost_app, name="cost")
