@@ -42,9 +42,6 @@ from config_registry.registration import (
 from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
 
-# The registry, and dump_factory, which the command line still imports from here.
-__all__ = ["DEFAULT_LABEL", "Registry", "dump_factory"]
-
 _T = TypeVar("_T")
 
 DEFAULT_LABEL = "production"

@@ -30,16 +30,6 @@ from config_registry.participants import (
 from config_registry.roundtrip import check_round_trip, component_class, normalise
 from config_registry.secrets import apply_references
 
-# Its checks, and the two readers of participants that the command line still imports from here.
-__all__ = [
-    "check_checkpoints",
-    "check_memory",
-    "check_persisted",
-    "participant_names",
-    "participants",
-    "validate_definition",
-]
-
 
 def _bound_error(name: str, field: str, message: str, hint: str) -> DefinitionInvalid:
     return DefinitionInvalid(f"persisted participant {name!r} {message}", field=field, hint=hint)

@@ -128,7 +128,7 @@ def _register(
             hint="e.g. --factory teamstore.examples:support_triage",
         )
     from config_registry.errors import RegistryNotFound
-    from config_registry.registry import dump_factory
+    from config_registry.factory import dump_factory
 
     component = read_component(file) if file is not None else dump_factory(str(factory))
     try:
@@ -184,7 +184,7 @@ def list_teams(as_json: bool = JsonOption) -> None:
 
 
 def _participant_rows(definition: Any) -> list[dict[str, Any]]:
-    from config_registry.validate import participant_names, participants
+    from config_registry.participants import participant_names, participants
 
     rows = []
     component = definition.component
