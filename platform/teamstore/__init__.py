@@ -18,9 +18,7 @@ from typing import Any
 
 from config_registry.bounds import BoundProblem, register_bounding_context
 from config_registry.extensions import register_provider_prefix
-
-BOUNDING_PROVIDER = "teamstore.context.BoundedChatCompletionContext"
-BOUND_FIELDS = ("max_messages", "keep_first")
+from teamstore.limits import BOUND_FIELDS, BOUNDING_PROVIDER
 
 
 def _check_bound(config: Mapping[str, Any]) -> BoundProblem | None:

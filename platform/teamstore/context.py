@@ -28,11 +28,11 @@ from autogen_core.model_context import ChatCompletionContext, ChatCompletionCont
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, LLMMessage
 from pydantic import BaseModel, Field, model_validator
 
-import teamstore
 from config_registry.bounds import BoundingContext, BoundProblem, register_bounding_context
 from teamstore.errors import ContextBoundInvalid
+from teamstore.limits import BOUND_FIELDS, BOUNDING_PROVIDER
 
-PROVIDER = teamstore.BOUNDING_PROVIDER  # registered by the package root, before this module loads
+PROVIDER = BOUNDING_PROVIDER  # registered by the package root, before this module loads
 # AutoGen writes a tool call's results as one message, so a whole exchange is two messages.
 EXCHANGE = 2
 
@@ -259,7 +259,7 @@ def _registry_check(config: Mapping[str, Any]) -> BoundProblem | None:
     return size_problem(config.get("max_messages"), config.get("keep_first", 0))
 
 
-BOUNDING = BoundingContext(teamstore.BOUND_FIELDS, check=_registry_check)
+BOUNDING = BoundingContext(BOUND_FIELDS, check=_registry_check)
 """What the registry knows of this context: the ``config_registry.bounding_contexts`` entry point in
 pyproject.toml points here, so a process using the registry alone loads it when a definition names it."""
 

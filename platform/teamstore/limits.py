@@ -1,4 +1,5 @@
-"""The bounds settings, the runtime and the command line share, importable with nothing else.
+"""The bounds settings the runtime and the command line share, and the bounded context's name and sizes,
+importable with nothing else.
 
     from teamstore.limits import MAX_DAYS
 
@@ -24,3 +25,7 @@ DEFAULT_RUNS = 10
 """How many of a session's newest runs a transcript page shows unless asked for another number."""
 MAX_RUNS = 1000
 """The most runs one transcript page holds (each is read whole into memory)."""
+BOUNDING_PROVIDER = "teamstore.context.BoundedChatCompletionContext"
+"""The provider of teamstore's bounded model context, as a team's definition names it."""
+BOUND_FIELDS = ("max_messages", "keep_first")
+"""The fields of that context's config that bound what it keeps (the registry checks them at ``add``)."""
