@@ -19,10 +19,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Column, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.cost import ERASED, CostRow
 from teamstore.audit.schema import subject_sessions, subjects
+from teamstore.db.snapshot import reading
 
 CHUNK = 500
 """Keys looked up per statement (an IN list well under every driver's parameter limit)."""
@@ -30,12 +31,12 @@ ERASED_SESSION_CHARS = 12
 """How much of an erased session's key its label shows: 48 bits, so two sessions do not read alike."""
 
 
-async def _lookup(engine: AsyncEngine, key: Column[Any], value: Column[Any], wanted: Iterable[str]) -> dict[str, str]:
+async def _lookup(conn: AsyncConnection, key: Column[Any], value: Column[Any],
+                  wanted: Iterable[str]) -> dict[str, str]:
     keys, found = sorted(set(wanted)), {}
-    async with engine.connect() as conn:
-        for start in range(0, len(keys), CHUNK):
-            query = select(key, value).where(key.in_(keys[start:start + CHUNK]))
-            found.update({str(k): str(v) for k, v in (await conn.execute(query)).all()})
+    for start in range(0, len(keys), CHUNK):
+        query = select(key, value).where(key.in_(keys[start:start + CHUNK]))
+        found.update({str(k): str(v) for k, v in (await conn.execute(query)).all()})
     return found
 
 
@@ -50,11 +51,12 @@ def _keys(rows: Sequence[CostRow], dims: Sequence[str]) -> tuple[set[str], set[s
     return subject_keys, session_keys
 
 
-async def name_rows(engine: AsyncEngine, rows: Sequence[CostRow], dims: Sequence[str]) -> None:
+async def name_rows(source: AsyncEngine | AsyncConnection, rows: Sequence[CostRow], dims: Sequence[str]) -> None:
     """Rewrite each row's ``group`` and ``key`` with users' and sessions' own ids.
 
     Args:
-        engine: The state database.
+        source: The state database, or the connection of the snapshot the rows were read in (a user
+            erased since then would otherwise read as a live one, or the other way round).
         rows: Rows of a report grouped by ``dims`` (their ``raw`` values are the ledger's).
         dims: The report's dimensions.
 
@@ -64,8 +66,9 @@ async def name_rows(engine: AsyncEngine, rows: Sequence[CostRow], dims: Sequence
     if not {"session", "user"} & set(dims):
         return
     subject_keys, session_keys = _keys(rows, dims)
-    users = await _lookup(engine, subjects.c.subject_key, subjects.c.user_id, subject_keys)
-    sessions = await _lookup(engine, subject_sessions.c.session_key, subject_sessions.c.session_id, session_keys)
+    async with reading(source) as conn:
+        users = await _lookup(conn, subjects.c.subject_key, subjects.c.user_id, subject_keys)
+        sessions = await _lookup(conn, subject_sessions.c.session_key, subject_sessions.c.session_id, session_keys)
     for row in rows:
         group: dict[str, str] = {}
         for dim, values, (name, value) in zip(dims, row.raw, _pairs(row.group, dims), strict=True):

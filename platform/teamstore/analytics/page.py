@@ -29,6 +29,7 @@ from teamstore.analytics import svg
 from teamstore.analytics.query import CostQuery, cost_report
 from teamstore.audit.cost import TIME, CostReport, CostRow, money
 from teamstore.audit.prices import PriceTable
+from teamstore.db.snapshot import read_snapshot
 from teamstore.errors import ConfigurationError, ReportNotWritten
 
 OUTCOMES = ("completed", "ended by a limit", "failed")
@@ -46,7 +47,8 @@ td,th{padding:3px 10px;border-bottom:1px solid #e3e3e3;text-align:right} td:nth-
 
 async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,
                       pseudonymous: bool = False, now: datetime | None = None, **filters: Any) -> dict[str, CostReport]:
-    """The four reports the page shows, each as ``teamstore cost`` gives it for the same filters.
+    """The four reports the page shows, each as ``teamstore cost`` gives it for the same filters, all read in
+    one snapshot of the database: runs recorded meanwhile are in none of them, so their totals agree.
 
     Raises:
         ConfigurationError: ``every`` is not day, week or month, or a filter is malformed.
@@ -55,13 +57,12 @@ async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "
     if every not in TIME:
         raise ConfigurationError(f"cannot chart costs every {every!r}", hint="use day, week or month")
     now = now or datetime.now(UTC)  # one instant for the four: '7d' means the same window in each
-
-    async def report(by: tuple[str, ...], top_n: int | None = None) -> CostReport:
-        query = CostQuery.build(by, top=top_n, pseudonymous=pseudonymous, now=now, **filters)
-        return await cost_report(engine, prices, query)
-
-    return {"by_time": await report((every,)), "cost_by_team": await report((every, "team")),
-            "cost_by_model": await report((every, "model")), "top_sessions": await report(("session",), top)}
+    shapes = {"by_time": ((every,), None), "cost_by_team": ((every, "team"), None),
+              "cost_by_model": ((every, "model"), None), "top_sessions": (("session",), top)}
+    queries = {name: CostQuery.build(by, top=top_n, pseudonymous=pseudonymous, now=now, **filters)
+               for name, (by, top_n) in shapes.items()}
+    async with read_snapshot(engine) as conn:
+        return {name: await cost_report(conn, prices, query) for name, query in queries.items()}
 
 
 def _amount(value: Decimal | None) -> float:

@@ -23,14 +23,17 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, literal, select, true
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.analytics.names import name_rows
 from teamstore.audit.cost import CostFilter, CostReport, CostRow, group_fields, parse_by, query_costs
 from teamstore.audit.prices import PriceTable
-from teamstore.audit.schema import usage
-from teamstore.audit.subjects import find_subject, session_key
-from teamstore.errors import ConfigurationError, NoMatchingUsage
+from teamstore.audit.schema import subjects, usage
+from teamstore.audit.subjects import session_key
+from teamstore.db.engine import describe_failure, failure_hint
+from teamstore.db.snapshot import reading
+from teamstore.errors import ConfigurationError, NoMatchingUsage, StoreUnavailable
 from teamstore.ids import check_ids
 
 When = str | date | datetime | None
@@ -114,11 +117,12 @@ class CostQuery:
         return cls(parse_by(by), user, session, team, model, start, end, top, pseudonymous, given)
 
 
-async def cost_report(engine: AsyncEngine, prices: PriceTable, query: CostQuery) -> CostReport:
-    """The report ``query`` asks for.
+async def cost_report(source: AsyncEngine | AsyncConnection, prices: PriceTable, query: CostQuery) -> CostReport:
+    """The report ``query`` asks for, every figure and name of it read in one snapshot of the database.
 
     Args:
-        engine: The state database.
+        source: The state database, or a connection of :func:`~teamstore.db.snapshot.read_snapshot` that
+            the report shares with the caller's others (the HTML page's four agree).
         prices: The price table.
         query: From :meth:`CostQuery.build`.
 
@@ -127,17 +131,27 @@ async def cost_report(engine: AsyncEngine, prices: PriceTable, query: CostQuery)
 
     Raises:
         NoMatchingUsage: Nothing in the ledger matches; the message says which filter, with near names.
+        StoreUnavailable: The database could not be read.
     """
-    where = await _filter(engine, query)
-    report = await query_costs(engine, prices, query.by, where) if where is not None else None
+    try:
+        async with reading(source) as conn:
+            return await _report(conn, prices, query)
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not read the ledger: {describe_failure(exc)}",
+                               hint=failure_hint(exc)) from exc
+
+
+async def _report(conn: AsyncConnection, prices: PriceTable, query: CostQuery) -> CostReport:
+    where = await _filter(conn, query)
+    report = await query_costs(conn, prices, query.by, where) if where is not None else None
     if report is None or not report.rows:
-        empty = report or await query_costs(engine, prices, query.by, CostFilter(subject_key=""))
+        empty = report or await query_costs(conn, prices, query.by, CostFilter(subject_key=""))
         _finish(empty, query)
-        raise await _no_match(engine, query, where, empty)
+        raise await _no_match(conn, query, where, empty)
     if query.top is not None:
         report.rows = sorted(report.rows, key=_costliest)[: query.top]
     if not query.pseudonymous:
-        await name_rows(engine, report.rows, query.by)
+        await name_rows(conn, report.rows, query.by)
     if query.top is None:
         report.rows.sort(key=lambda r: r.key)
     _finish(report, query)
@@ -153,11 +167,14 @@ def _finish(report: CostReport, query: CostQuery) -> None:
     report.readable, report.top, report.filters = not query.pseudonymous, query.top, dict(query.given)
 
 
-async def _filter(engine: AsyncEngine, query: CostQuery) -> CostFilter | None:
+async def _filter(conn: AsyncConnection, query: CostQuery) -> CostFilter | None:
     """The ledger filter; ``None`` when the user given has no subject (never ran, or erased)."""
-    subject = await find_subject(engine, query.user) if query.user is not None else None
-    if query.user is not None and subject is None:
-        return None
+    subject = None
+    if query.user is not None:  # read in the report's snapshot, like the ledger rows it selects
+        found = await conn.scalar(select(subjects.c.subject_key).where(subjects.c.user_id == query.user))
+        if found is None:
+            return None
+        subject = str(found)
     return CostFilter(
         session_key=session_key(subject, query.session) if subject and query.session is not None else None,
         subject_key=subject, team=query.team, model=query.model, since=query.since, until=query.until)
@@ -173,25 +190,24 @@ def true_if_empty(clauses: list[ColumnElement[bool]]) -> ColumnElement[bool]:
     return and_(*clauses) if clauses else true()
 
 
-async def _no_match(engine: AsyncEngine, query: CostQuery, where: CostFilter | None,
+async def _no_match(conn: AsyncConnection, query: CostQuery, where: CostFilter | None,
                     report: CostReport) -> NoMatchingUsage:
-    async with engine.connect() as conn:
-        if not await _any(conn, []):
-            return NoMatchingUsage("the ledger holds no runs yet", report=report, hint=(
-                "runs are recorded when a team runs with the audit trail on (`teamstore run`, a Platform's "
-                "sessions); check TEAMSTORE_DATABASE_URL names the service's database"))
-        if where is None or (where.subject_key is not None
-                             and not await _any(conn, [usage.c.subject_key == where.subject_key])):
-            # Never the id itself, nor anyone else's: this line may reach a log.
-            return NoMatchingUsage("the ledger holds no run of the user given with --user", report=report,
-                                   hint="user ids are matched exactly (case, accents and spaces count)")
-        if where.session_key is not None and not await _any(conn, [usage.c.session_key == where.session_key]):
-            return NoMatchingUsage("the ledger holds no run of that session of the user", report=report,
-                                   hint="session ids are matched exactly, and are only unique per user")
-        for name, value in (("team", query.team), ("model", query.model)):
-            if value is not None and not await _any(conn, [usage.c[name] == value]):
-                return await _unknown_name(conn, name, value, report)
-        return await _empty_window(conn, query, where, report)
+    if not await _any(conn, []):
+        return NoMatchingUsage("the ledger holds no runs yet", report=report, hint=(
+            "runs are recorded when a team runs with the audit trail on (`teamstore run`, a Platform's "
+            "sessions); check TEAMSTORE_DATABASE_URL names the service's database"))
+    if where is None or (where.subject_key is not None
+                         and not await _any(conn, [usage.c.subject_key == where.subject_key])):
+        # Never the id itself, nor anyone else's: this line may reach a log.
+        return NoMatchingUsage("the ledger holds no run of the user given with --user", report=report,
+                               hint="user ids are matched exactly (case, accents and spaces count)")
+    if where.session_key is not None and not await _any(conn, [usage.c.session_key == where.session_key]):
+        return NoMatchingUsage("the ledger holds no run of that session of the user", report=report,
+                               hint="session ids are matched exactly, and are only unique per user")
+    for name, value in (("team", query.team), ("model", query.model)):
+        if value is not None and not await _any(conn, [usage.c[name] == value]):
+            return await _unknown_name(conn, name, value, report)
+    return await _empty_window(conn, query, where, report)
 
 
 async def _unknown_name(conn: AsyncConnection, name: str, value: str, report: CostReport) -> NoMatchingUsage:

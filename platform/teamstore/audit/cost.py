@@ -24,10 +24,11 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from sqlalchemy import ColumnElement, Select, and_, case, func, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import usage
+from teamstore.db.snapshot import reading
 from teamstore.errors import ConfigurationError, MissingExtra
 
 DIMENSIONS: dict[str, tuple[str, ...]] = {
@@ -224,22 +225,20 @@ def _columns(dims: Sequence[str], *extra: str) -> list[str]:
     return list(dict.fromkeys([c for d in dims for c in DIMENSIONS[d]] + list(extra)))
 
 
-async def _token_groups(engine: AsyncEngine, names: list[str], where: CostFilter) -> list[Any]:
+async def _token_groups(conn: AsyncConnection, names: list[str], where: CostFilter) -> list[Any]:
     cols = [usage.c[n] for n in names]
     sums = [func.sum(usage.c.calls), func.sum(usage.c.input_tokens), func.sum(usage.c.output_tokens)]
     query = _filtered(select(*cols, *sums), where).group_by(*cols)
-    async with engine.connect() as conn:
-        return list((await conn.execute(query)).all())
+    return list((await conn.execute(query)).all())
 
 
-async def _run_groups(engine: AsyncEngine, names: list[str], where: CostFilter) -> list[Any]:
+async def _run_groups(conn: AsyncConnection, names: list[str], where: CostFilter) -> list[Any]:
     """Distinct runs per group of ``names``, then how many of them were interrupted (continued or abandoned
     from a checkpoint)."""
     cols = [usage.c[n] for n in names]
     interrupted = func.count(func.distinct(case((usage.c.interruptions > 0, usage.c.run_id))))
     query = _filtered(select(*cols, func.count(func.distinct(usage.c.run_id)), interrupted), where).group_by(*cols)
-    async with engine.connect() as conn:
-        return list((await conn.execute(query)).all())
+    return list((await conn.execute(query)).all())
 
 
 def as_date(day: Any) -> date:
@@ -336,6 +335,22 @@ def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted:
         row.runs_completed += runs
 
 
+async def _sum(conn: AsyncConnection, rows: _Rows, where: CostFilter) -> None:
+    """Add the ledger's tokens and runs to ``rows`` and their total (on one connection: one snapshot)."""
+    token_cols = _columns(rows.dims, "model", "day", "ended_by_limit")
+    for record in await _token_groups(conn, token_cols, where):
+        values = dict(zip(token_cols, record, strict=False))
+        rows.add_tokens(values, (record[-3], record[-2], record[-1]))
+    run_cols = _columns(rows.dims, "ended_by_limit", "run_failed")
+    for record in await _run_groups(conn, run_cols, where):
+        values = dict(zip(run_cols, record, strict=False))
+        _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
+                  int(record[-1]))
+    # Counted again without grouping: a run that used two models must count once in the total.
+    for limited, failed, runs, interrupted in await _run_groups(conn, ["ended_by_limit", "run_failed"], where):
+        _add_runs(rows.total, bool(limited), bool(failed), int(runs), int(interrupted))
+
+
 def _settle(row: CostRow) -> None:
     if row.cost is None and row.unpriced_tokens == 0:
         row.cost = Decimal(0)  # no tokens at all (an empty report's total): nothing was spent, which is known
@@ -344,12 +359,16 @@ def _settle(row: CostRow) -> None:
 
 
 async def query_costs(
-    engine: AsyncEngine, prices: PriceTable, by: str | Sequence[str] = "session", where: CostFilter | None = None
+    source: AsyncEngine | AsyncConnection, prices: PriceTable, by: str | Sequence[str] = "session",
+    where: CostFilter | None = None,
 ) -> CostReport:
     """Token usage and cost grouped by one or two dimensions, users and sessions as pseudonymous keys.
 
+    Its queries read one snapshot of the ledger, so the rows and the total agree while runs are recorded.
+
     Args:
-        engine: The state database.
+        source: The state database, or a connection of :func:`~teamstore.db.snapshot.read_snapshot` whose
+            snapshot the report shares with the caller's other queries.
         prices: The price table to apply.
         by: One or two of session, user, team, version, model, agent, purpose, day, week, month
             (``"team,model"``).
@@ -365,18 +384,8 @@ async def query_costs(
     dims = parse_by(by)
     where = where or CostFilter()
     rows = _Rows(dims, prices)
-    token_cols = _columns(dims, "model", "day", "ended_by_limit")
-    for record in await _token_groups(engine, token_cols, where):
-        values = dict(zip(token_cols, record, strict=False))
-        rows.add_tokens(values, (record[-3], record[-2], record[-1]))
-    run_cols = _columns(dims, "ended_by_limit", "run_failed")
-    for record in await _run_groups(engine, run_cols, where):
-        values = dict(zip(run_cols, record, strict=False))
-        _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
-                  int(record[-1]))
-    # Counted again without grouping: a run that used two models must count once in the total.
-    for limited, failed, runs, interrupted in await _run_groups(engine, ["ended_by_limit", "run_failed"], where):
-        _add_runs(rows.total, bool(limited), bool(failed), int(runs), int(interrupted))
+    async with reading(source) as conn:
+        await _sum(conn, rows, where)
     ordered = sorted(rows.groups.values(), key=lambda r: r.key)
     for row in (*ordered, rows.total):
         _settle(row)
