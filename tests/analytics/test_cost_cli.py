@@ -137,3 +137,29 @@ async def test_a_limited_run_with_unpriced_tokens_shows_its_limited_cost_as_part
     status, table, _ = await asyncio.to_thread(_cost, "--by", "team")
     (line,) = [line for line in table.splitlines() if line.strip().startswith("support")]
     assert line.rstrip().endswith("0.0033 + unknown")  # the limited part, not only its priced share
+
+
+async def test_a_live_user_named_erased_reads_apart_from_the_erased_in_the_table_and_csv(
+    ledger_env: AsyncEngine,
+) -> None:
+    from sqlalchemy import delete, update
+
+    from teamstore.audit.schema import subject_sessions, subjects, usage
+    from teamstore.audit.subjects import find_subject
+    from tests.analytics.seed import seed_ledger
+
+    await seed_ledger(ledger_env, [("r6", "erased", "s1", "support", "v1", "2026-11-10", "completed",
+                                    [("triage", "m-big", 1000, 0, 1)])])
+    bob = await find_subject(ledger_env, "bob")
+    async with ledger_env.begin() as conn:  # bob erased: what the erasure's steps leave
+        await conn.execute(update(usage).where(usage.c.subject_key == bob).values(subject_key=None))
+        await conn.execute(delete(subject_sessions).where(subject_sessions.c.subject_key == bob))
+        await conn.execute(delete(subjects).where(subjects.c.subject_key == bob))
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "user", "--format", "csv")
+    users = {line["user"]: line["cost"] for line in csv.DictReader(io.StringIO(out))}
+    assert status == 0 and (users["erased"], users["'erased"]) == ("0.0021", "0.003") and len(users) == 6
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "session", "--format", "csv")
+    sessions = [(line["user"], line["session"]) for line in csv.DictReader(io.StringIO(out))]
+    assert ("'erased", "s1") in sessions and [s for u, s in sessions if u == "erased"] != ["s1"]
+    status, table, _ = await asyncio.to_thread(_cost, "--by", "user")
+    assert [line.split()[0] for line in table.splitlines() if "erased" in line] == ["'erased", "erased"]

@@ -21,7 +21,7 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.database import LedgerRows
 from teamstore.errors import ConfigurationError, NoMatchingUsage
-from tests.analytics.seed import PRICES, TOTAL
+from tests.analytics.seed import PRICES, TOTAL, seed_ledger
 
 D = Decimal
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -131,6 +131,32 @@ async def test_each_session_of_an_erased_user_reads_apart_under_a_label_that_nam
     rows = report.to_dict()["rows"]  # what --format json prints
     assert sorted(r["session"] for r in rows if r["user"] == "erased") == sorted(erased)
     assert "alice" not in json.dumps(rows) and alice not in json.dumps(rows)
+
+
+async def test_a_live_user_whose_id_is_erased_keeps_her_rows_and_sessions_apart_from_the_erased(
+    ledger: AsyncEngine,
+) -> None:
+    """Only rows the erasure de-linked read as erased: a live user whose id is ``erased`` keeps her session
+    ids, and reads as ``'erased`` (an id that starts with ``'`` gets one more) in every format."""
+    await seed_ledger(ledger, [
+        ("r6", "erased", "s1", "support", "v1", "2026-11-09", "completed", [("triage", "m-big", 1000, 0, 1)]),
+        ("r7", "'erased", "s1", "support", "v1", "2026-11-09", "completed", [("triage", "m-big", 0, 100, 1)])])
+    bob = await find_subject(ledger, "bob")
+    async with ledger.begin() as conn:  # bob erased: what the erasure's steps leave
+        await conn.execute(update(usage).where(usage.c.subject_key == bob).values(subject_key=None,
+                                                                                   session_key="f" * 32))
+        await conn.execute(delete(subject_sessions).where(subject_sessions.c.subject_key == bob))
+        await conn.execute(delete(subjects).where(subjects.c.subject_key == bob))
+
+    by_user = _costs(await _report(ledger, "user"))
+    assert (by_user["erased"], by_user["'erased"], by_user["''erased"]) == (D("0.0021"), D("0.003"), D("0.0015"))
+    by_session = _costs(await _report(ledger, "session"))
+    assert by_session["'erased / s1"] == D("0.003") and by_session["''erased / s1"] == D("0.0015")
+    assert by_session[f"erased / erased-{'f' * 12}"] == D("0.0021")
+    assert sum(key.startswith("erased / ") for key in by_session) == 1
+    rows = (await _report(ledger, "user")).to_dict()["rows"]  # what --format json prints
+    assert sorted(r["user"] for r in rows) == sorted(["alice", "carol", "dave", "erased", "'erased", "''erased"])
+    assert (await _report(ledger, "team", user="erased")).total.cost == D("0.003")  # found by her own id
 
 
 async def test_a_session_whose_id_was_never_recorded_reads_as_its_key(ledger: AsyncEngine) -> None:

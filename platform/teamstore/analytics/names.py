@@ -8,7 +8,8 @@ The ledger holds pseudonymous keys. A subject key is read back through the subje
 (``ts_subjects``), a session key through the session ids recorded beside it (``ts_subject_sessions``).
 A user erased since (the ledger's link cleared, or the mapping gone) reads as ``erased``; each of their
 sessions as ``erased-`` and the start of its key in the ledger (``erased-3f9a2c1d04be``), so that every
-session stays a row of its own that a reader can tell apart and find again. A session of a known user whose
+session stays a row of its own that a reader can tell apart and find again. A live user whose id is itself
+``erased`` reads as ``'erased`` (:func:`user_label`), her sessions by their ids. A session of a known user whose
 id was never recorded (run before teamstore recorded session ids, its resume state gone by the upgrade)
 reads as its session key.
 """
@@ -73,15 +74,22 @@ async def name_rows(source: AsyncEngine | AsyncConnection, rows: Sequence[CostRo
         group: dict[str, str] = {}
         for dim, values, (name, value) in zip(dims, row.raw, _pairs(row.group, dims), strict=True):
             if dim in ("session", "user"):
-                user = users.get(str(values[-1]), ERASED) if values[-1] is not None else ERASED
-                group["user"] = user
+                # Erased is what the ledger says (its link cleared, or the mapping gone), never a user id.
+                user = users.get(str(values[-1])) if values[-1] is not None else None
+                group["user"] = ERASED if user is None else user_label(user)
                 if dim == "session":
                     key = str(values[0])
-                    group["session"] = erased_session(key) if user == ERASED else sessions.get(key, key)
+                    group["session"] = erased_session(key) if user is None else sessions.get(key, key)
             else:
                 group[name] = value
         row.group = group
         row.key = " / ".join(group.values())
+
+
+def user_label(user_id: str) -> str:
+    """How a live user reads: her id, unless it could be taken for the erased (``erased``, which reads
+    ``'erased``) or for an id so marked (one starting with ``'`` gets one ``'`` more), so no two read alike."""
+    return f"'{user_id}" if user_id == ERASED or user_id.startswith("'") else user_id
 
 
 def erased_session(session_key: str) -> str:
