@@ -111,3 +111,18 @@ def test_a_read_never_writes_teamstores_tables_into_a_database_it_finds_none_in(
     with sqlite3.connect(path) as conn:
         tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master")]
     assert tables == (["customers"] if holding.startswith("another") else [])
+
+
+def test_the_notebook_example_says_what_its_plot_needs_beyond_the_analytics_extra() -> None:
+    """pandas' ``.plot()`` draws with matplotlib, which the ``analytics`` extra does not install: the docs'
+    example that plots must say so, not leave the reader a ModuleNotFoundError."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    extra = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"]["analytics"]
+    section = (root / "docs" / "analysts.md").read_text(encoding="utf-8").split("## In Python and notebooks")[1]
+    section = section.split("\n## ")[0]
+    assert "pip install 'teamstore[analytics]'" in section
+    if ".plot(" in section and not any(need.startswith("matplotlib") for need in extra):
+        assert "pip install matplotlib" in section
