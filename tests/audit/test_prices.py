@@ -166,3 +166,28 @@ def test_db_upgrade_writes_the_prices_so_the_view_needs_no_sync() -> None:
     assert versions[0] == 1 and versions[1] == sum(len(h) for h in load_prices().prices.values())
     shown = CliRunner().invoke(app, ["prices", "sync", "--json"])  # still there, and idempotent
     assert shown.exit_code == 0, shown.output
+
+
+PRICED = [{"effective_from": "2024-01-01", "input": 1, "output": 2}]
+
+
+@pytest.mark.parametrize("models", [
+    {"offline-small": []},                           # prices nothing: every cost would read unknown
+    {"gpt-4o": PRICED, "gpt-4o-mini": []},           # one name of several with no price
+    {"gpt-4o-*": PRICED, "gpt-4o-2024-*": []},       # an empty pattern would hide the shorter one that prices
+])
+def test_a_model_or_pattern_with_no_price_entry_is_refused_with_its_fix(models: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_prices({"version": "v1", "currency": "EUR", "models": models})
+    (empty,) = [name for name, entries in models.items() if not entries]
+    assert f"{empty}: no price entry" in caught.value.message and "one or more entries" in caught.value.hint
+
+
+def test_a_price_file_that_prices_nothing_fails_the_command_with_its_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text('{"version":"v1","currency":"EUR","models":{"offline-small":[]}}', encoding="utf-8")
+    monkeypatch.setenv("TEAMSTORE_PRICES_PATH", str(path))
+    result = CliRunner().invoke(app, ["prices", "show"])
+    assert result.exit_code == 1 and "offline-small: no price entry" in result.output and "fix:" in result.output

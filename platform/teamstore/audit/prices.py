@@ -159,6 +159,10 @@ def _parse_entry(model: str, entry: dict[str, Any]) -> Price:
 
 def _history(model: str, entries: Any) -> History:
     history = tuple(sorted((_parse_entry(model, e) for e in entries), key=lambda p: p.effective_from))
+    if not history:
+        # A name with no price would price nothing: a whole table of them made every cost unknown, and an
+        # empty pattern hid the shorter patterns that do price its models.
+        raise ValueError(f"{model}: no price entry (give it one, or leave the name out)")
     for earlier, later in pairwise(history):
         if earlier.effective_from == later.effective_from:
             # Which of the two priced that day would depend on their order in the file (and ts_prices,
@@ -188,7 +192,8 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
 
     Raises:
         ConfigurationError: A field is missing or malformed (a ``version`` of more than 64 characters, a
-            ``currency`` of more than 8, either empty, no model), or an entry has two prices for one day.
+            ``currency`` of more than 8, either empty, no model, a model or pattern with no entry), or an
+            entry has two prices for one day.
     """
     try:
         entries = dict(data["models"])
@@ -205,8 +210,8 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
         raise ConfigurationError(
             f"the price table {source} is malformed: {type(exc).__name__}: {exc}",
             hint=f"give a version of 1 to {VERSION_CHARS} characters, a currency code of at most {CURRENCY_CHARS}, "
-            "and each model or pattern entries with distinct effective_from dates (YYYY-MM-DD), input and "
-            "output; see docs/analysts.md",
+            "and each model or pattern one or more entries with distinct effective_from dates (YYYY-MM-DD), "
+            "input and output; see docs/analysts.md",
         ) from exc
 
 
