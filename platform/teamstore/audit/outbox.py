@@ -19,13 +19,14 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import case, delete, exists, func, literal, null, select
+from sqlalchemy import ColumnElement, case, delete, exists, func, literal, null, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
-from teamstore.audit.claims import Queued, held
+from teamstore.audit.claims import Queued
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
@@ -52,6 +53,12 @@ def may_land_until(late_upload_s: float) -> datetime:
     return now_utc() + timedelta(seconds=late_upload_s)
 
 
+def writable(subject_key: Any) -> ColumnElement[bool]:
+    """True while the subject is still its user's and no erasure fences the user: false from an erasure's fence
+    on, and for good once it deleted the subject (a worker may hold the key from before it)."""
+    return exists().where(subjects.c.subject_key == subject_key, ~user_held(subjects.c.user_id))
+
+
 async def confirm_landed(engine: AsyncEngine, store: TranscriptStore, key: str, subject_key: str) -> bool:
     """Keep a transcript that landed after its fence check had long passed, unless its user has been fenced
     or erased since: then delete it again, since the erasure may have looked at the store before it landed.
@@ -66,11 +73,9 @@ async def confirm_landed(engine: AsyncEngine, store: TranscriptStore, key: str, 
         True if it stays, also when the database cannot say (a transcript is never deleted on a guess);
         False if it was removed, or was to be and S3 refused (logged with the key to delete by hand).
     """
-    mapped = select(literal(1)).where(
-        subjects.c.subject_key == subject_key, ~user_held(subjects.c.user_id))
     try:
         async with engine.connect() as conn:
-            if await conn.scalar(select(exists(mapped))):
+            if await conn.scalar(select(writable(subject_key))):
                 return True
     except SQLAlchemyError as exc:
         log.error("could not check whether a late transcript's user was erased meanwhile (%s); it stays at %s",
@@ -125,17 +130,19 @@ async def enqueue(
         body: The gzip JSON-lines object.
         error: Why the upload failed (no content, just the error).
         claim: An upload of it that may still land: the row stays claimed until ``claim.until`` (no flusher
-            sends it, an erasure waits). It is recorded even while an erasure fences the user, without the
-            body: the erasure must know what may land.
+            sends it, an erasure waits). It is recorded even while an erasure fences the user, or after one
+            deleted the subject, without the body: the erasure must know what may land, and the sender deletes
+            it again when it lands.
 
     Returns:
         True if queued now, False if the run was already queued.
 
     Raises:
-        ErasureInProgress: An erasure fences the subject's user; the body was not queued.
+        ErasureInProgress: An erasure fences the subject's user, or deleted the subject (a worker that held its
+            key from before the erasure); the body was not queued.
         StoreUnavailable: The database is down too; the caller logs it (the transcript is lost).
     """
-    fenced = held(subject_key)
+    fenced = ~writable(subject_key)
     row = {
         "run_id": literal(run_id, outbox.c.run_id.type),
         "object_key": literal(object_key, outbox.c.object_key.type),
@@ -148,7 +155,8 @@ async def enqueue(
         "claimed_by": literal(claim.owner if claim else None, outbox.c.claimed_by.type),
         "claimed_until": literal(claim.until if claim else None, outbox.c.claimed_until.type),
     }
-    # One statement: without a claim the row goes in only if no erasure fences the user at that instant.
+    # One statement: without a claim the row goes in only if the subject is still its user's and no erasure
+    # fences them at that instant.
     source = select(*(value.label(name) for name, value in row.items()))
     # A run already queued is skipped, never refused: a refusal is an error the server logs, key and all.
     stmt = insert_new(engine.dialect.name, outbox).from_select(list(row), source if claim else source.where(~fenced))
@@ -166,7 +174,7 @@ async def enqueue(
         ) from exc
     if queued is None or queued[0] is None:
         raise ErasureInProgress(
-            f"transcript of run {run_id} not queued: an erasure is open for its user",
+            f"transcript of run {run_id} not queued: an erasure is open for its user, or erased them",
             hint="nothing to fix: the user is being erased",
         )
     return True

@@ -20,7 +20,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, select, update
+from sqlalchemy import Select, exists, literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,7 +28,7 @@ from teamstore.audit.schema import subject_stores, subjects
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.db.statements import insert_new
-from teamstore.errors import StoreUnavailable
+from teamstore.errors import ErasureInProgress, StoreUnavailable
 from teamstore.ids import check_id
 from teamstore.state.statements import Param
 
@@ -111,27 +111,41 @@ async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
     return str(found)
 
 
-async def record_store(engine: AsyncEngine, subject_key: str, store: str) -> None:
+async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, erasing: bool = False) -> None:
     """Record that ``store`` receives transcripts of the subject, before the first of them is written there.
 
     An erasure reads these records to know every store it must reach (:func:`recorded_stores`). Recording one
-    already recorded changes nothing.
+    already recorded changes nothing. The record is written only while the subject's mapping exists, in the
+    insert's own statement: a worker still holding a subject key an erasure deleted records nothing after the
+    erasure's receipt (which forgets the subject's stores).
 
     Args:
         engine: The state database.
         subject_key: The subject.
         store: The store's ``url`` (``s3://bucket/prefix``, or a folder's resolved ``file://`` URL).
+        erasing: The subject's erasure records the store it empties, for its own rerun, also after an earlier
+            attempt deleted the mapping.
 
     Raises:
+        ErasureInProgress: The subject's mapping is gone (an erasure deleted it): write no transcript there.
         StoreUnavailable: The database could not be reached: write no transcript there.
     """
-    stmt = insert_new(engine.dialect.name, subject_stores).values(
-        subject_key=subject_key, store=store, created_at=datetime.now(UTC))
+    c = subject_stores.c
+    row = {"subject_key": literal(subject_key, c.subject_key.type), "store": literal(store, c.store.type),
+           "created_at": literal(datetime.now(UTC), c.created_at.type)}
+    mapped = exists().where(subjects.c.subject_key == subject_key)
+    source = select(*(value.label(name) for name, value in row.items()))
+    stmt = insert_new(engine.dialect.name, subject_stores).from_select(
+        list(row), source if erasing else source.where(mapped))
     try:
         async with engine.begin() as conn:
-            await conn.execute(stmt)
+            recorded = (await conn.execute(stmt.returning(c.subject_key))).first() is not None
+            gone = not recorded and not erasing and not await conn.scalar(select(mapped))
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
+    if gone:
+        raise ErasureInProgress("no transcript store is recorded for a subject an erasure deleted",
+                                hint="nothing to fix: the user was erased; write nothing of theirs")
 
 
 async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bool]:

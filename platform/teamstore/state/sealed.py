@@ -16,6 +16,9 @@ moves it back as it is.
 
 * Opening a session fetches the user's data key first (made now for a new user): an unreachable KMS or a
   missing key file fails the opening before the team runs, with nothing leased or written.
+* A save or checkpoint seals under that key and never makes one: a worker whose session an erasure removed
+  meanwhile (it lost its lease, and the erasure destroyed the key) is refused with ``ErasureInProgress`` and
+  writes nothing, also once the erasure has finished and lifted its fence.
 * A row saved before sealing (codec ``json``) reads as it is; its next save seals it (a checkpoint written
   before sealing, likewise: the run's next checkpoint, or the save after it, replaces it).
 * A sealed checkpoint that does not open is named in the row's ``checkpoint_unreadable``: the runtime sets it
@@ -108,6 +111,20 @@ class SealedStateStore:
     async def _key(self, user_id: str) -> DataKey:
         return self.keys.in_memory(user_id) or await self.keys.data_key(user_id)
 
+    async def _opened_with(self, user_id: str) -> DataKey:
+        """The data key the session was opened with (:meth:`acquire` fetched or made it), never made here: a
+        worker that lost its lease saves and checkpoints too, after an erasure that lifted its fence again, and
+        a key made then would outlive the erasure's receipt.
+
+        Raises:
+            ErasureInProgress: The user has no data key any more: an erasure removed them since the session
+                opened. Nothing is written.
+        """
+        data_key = self.keys.in_memory(user_id) or await self.keys.data_key(user_id, create=False)
+        if data_key is None:
+            raise erased_since_opened()
+        return data_key
+
     async def acquire(
         self, key: SessionKey, claim: Claim, *, owner: str, lease_ttl: float, wait_seconds: float,
         max_sessions: int | None = None,
@@ -180,8 +197,9 @@ class SealedStateStore:
 
         Raises:
             KeyUnavailable, DataKeyDamaged: The state could not be sealed: nothing was written.
+            ErasureInProgress: The user was erased since the session opened: nothing was written.
         """
-        data_key = await self._key(key.user_id)
+        data_key = await self._opened_with(key.user_id)
         text = seal_text(data_key.seal(record.state.encode("utf-8"), context(key.session_id), compress=True))
         where = (key.user_id, key.session_id, owner)
         try:
@@ -201,10 +219,11 @@ class SealedStateStore:
 
         Raises:
             KeyUnavailable, DataKeyDamaged: The checkpoint could not be sealed: nothing was written.
+            ErasureInProgress: The user was erased since the session opened: nothing was written.
         """
         text = record.checkpoint
         if text is not None:
-            data_key = await self._key(key.user_id)
+            data_key = await self._opened_with(key.user_id)
             text = seal_text(data_key.seal(text.encode("utf-8"), checkpoint_context(key.session_id), compress=True))
             record = _with(record, checkpoint=text)
         written = await self.inner.checkpoint(key, owner=owner, expected_version=expected_version, record=record)
@@ -315,6 +334,15 @@ class SealedStateStore:
     async def aclose(self) -> None:
         """Close the backend (the key service holds nothing to close)."""
         await self.inner.aclose()
+
+
+def erased_since_opened() -> ErasureInProgress:
+    """The error for a save or checkpoint of a session whose user an erasure removed since it opened (their data
+    key is gone with the rest)."""
+    return ErasureInProgress(
+        "the user was erased while this session was open (their data key no longer exists): nothing was saved",
+        hint="nothing to fix: the erasure removed the session with the rest of the user's data",
+    )
 
 
 def _plain(text: object) -> bool:

@@ -180,7 +180,7 @@ class TranscriptStep:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
         # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
         # to this store again, even for transcripts written before stores were recorded.
-        await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url)
+        await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url, erasing=True)
         view = view_of(ctx.transcripts)
         versions = await view.versions(subject_prefix(ctx.subject_key))
         counts = _carry(_counts(versions), prior)
