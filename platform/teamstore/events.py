@@ -65,6 +65,9 @@ class ModelCall:
     """The model that answered, when the client reports it (``gpt-4o-2024-08-06`` for ``gpt-4o``)."""
     finish_reason: str | None = None
     """Why the model stopped (``stop``, ``length``, ``function_calls``...); ``None`` when the call failed."""
+    attempt: int = 0
+    """Which attempt at its run made it: 0 the first, ``n`` the run's ``n``-th continuation from a checkpoint. The
+    ledger keys its rows by it, so a call recorded by an earlier attempt is never counted again by a later one."""
 
 
 @dataclass(frozen=True)

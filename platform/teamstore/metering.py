@@ -46,9 +46,10 @@ PROVIDER = "teamstore.metering.MeteredChatCompletionClient"
 class Meter:
     """Collects the model calls of one run. Listeners (spans) are told of each call as it ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, attempt: int = 0) -> None:
         self.calls: list[ModelCall] = []
         self.listeners: list[Any] = []
+        self.attempt = attempt  # the attempt at the run its calls are made in (ModelCall.attempt)
 
     def record(self, call: ModelCall) -> None:
         """Add a call and tell the listeners."""
@@ -162,9 +163,10 @@ def _tap_response_models() -> _ResponseModelTap:
 
 
 @contextlib.contextmanager
-def metered_run() -> Iterator[Meter]:
-    """Make a fresh :class:`Meter` current for the calls made inside the block."""
-    meter = Meter()
+def metered_run(attempt: int = 0) -> Iterator[Meter]:
+    """Make a fresh :class:`Meter` current for the calls made inside the block (made in ``attempt`` at their run:
+    0 the first, ``n`` its ``n``-th continuation from a checkpoint)."""
+    meter = Meter(attempt)
     token = _current.set(meter)
     try:
         yield meter
@@ -227,6 +229,7 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
                 provider=self._provider,
                 response_model=answered[-1] if answered else None,
                 finish_reason=str(result.finish_reason) if result is not None and error is None else None,
+                attempt=meter.attempt,
             )
         )
 

@@ -488,3 +488,80 @@ async def test_a_session_reopened_once_expired_keeps_its_interrupted_run_on_reco
         await conn.execute(update(sessions).values(expires_at=datetime.now(UTC) - timedelta(days=1)))
     await platform.store.sweep_expired()
     assert len(await _ledger(platform, run_id)) == len(rows)
+
+
+class _Killed(BaseException):
+    """The worker dies here (SIGKILL): nothing of it runs past this point."""
+
+
+@pytest.mark.parametrize("transcripts", ["folder", pytest.param("s3", marks=pytest.mark.s3)])
+async def test_a_run_whose_worker_died_after_recording_it_before_its_save_is_continued_and_on_record_once(
+    backend: tuple[str, str], tmp_path: Path, registry_path: Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest, transcripts: str,
+) -> None:
+    # The run ended and its ledger rows and transcript landed; the worker died before the save that clears the
+    # checkpoint, which still said turn 5. Continued, turn 6 ran again: the continuation's ledger rows were
+    # skipped as the run's rows already written (its calls and its interruptions lost), and S3 held the run's
+    # transcript twice.
+    url, lease = backend
+    await prepare(url, lease)
+    register(Registry(registry_path, create=True))
+    versions = _Versions() if transcripts == "s3" and request.getfixturevalue("s3_env") else None
+    settings = Settings(
+        home=tmp_path / "home", registry_path=registry_path, database_url=url, auto_migrate=True,
+        registry_refresh_seconds=0, session_lease=lease,
+        transcripts_url=versions.url if versions is not None else None,
+    )
+    with counted_calls(monkeypatch) as calls:
+        async with open_platform(settings) as first:
+            save = first.store.save
+
+            async def killed(*args: Any, **kwargs: Any) -> int:
+                raise _Killed
+
+            monkeypatch.setattr(first.store, "save", killed)
+            with pytest.raises(_Killed):
+                async with first.session("alice", "s1", team=TEAM) as s:
+                    await s.run(TASK)
+                    run_id = s.last_run_id
+            monkeypatch.setattr(first.store, "save", save)
+        assert calls.made == TURNS and run_id is not None
+        async with open_platform(settings) as later:  # the next worker
+            async with later.session("alice", "s1", team=TEAM, continuing=True) as s:
+                assert s.interrupted is not None and s.interrupted.last_turn == TURNS - 1
+                result = await s.continue_run()
+            assert len(result.messages) == TURNS + 1
+            assert calls.made == TURNS + 1  # the last turn, again
+            rows = await _ledger(later, run_id)
+            report = await query_costs(later.engine, load_prices(), by="session")
+            async with later.session("alice", "s1", team=TEAM) as s:  # nothing left to continue
+                assert s.interrupted is None
+            stored = (versions.of(run_id) if versions is not None
+                      else [p for p in (tmp_path / "home").rglob(f"{run_id}*") if p.is_file()])
+            header, _ = await _transcript(later, run_id)
+    assert sum(r.calls for r in rows) == calls.made  # the repeated turn's call included
+    assert {(r.attempt, r.interruptions, r.calls) for r in rows if r.attempt} == {(1, 1, 1)}
+    total = report.total
+    assert total.calls == calls.made and total.runs_interrupted == 1
+    assert (total.runs_limited, total.runs_completed, total.runs_failed) == (1, 0, 0)  # one run, once
+    assert len(stored) == 1  # written once: by the attempt that ended the run first
+    assert header["interruptions"] == 0
+
+
+class _Versions:
+    """A versioned bucket on the S3 endpoint, and the versions of a run's transcript it holds."""
+
+    def __init__(self) -> None:
+        import uuid
+
+        import boto3
+
+        self.client, self.bucket = boto3.client("s3"), f"ts-{uuid.uuid4().hex[:12]}"
+        self.client.create_bucket(Bucket=self.bucket)
+        self.client.put_bucket_versioning(Bucket=self.bucket, VersioningConfiguration={"Status": "Enabled"})
+        self.url = f"s3://{self.bucket}/teamstore"
+
+    def of(self, run_id: str) -> list[str]:
+        pages = self.client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix="teamstore/")
+        return [v["VersionId"] for page in pages for v in page.get("Versions", []) if run_id in v["Key"]]
+

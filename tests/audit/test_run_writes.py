@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from teamstore.audit.transcripts import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress
-from teamstore.events import RunContext, drain_observers
+from teamstore.events import ModelCall, RunContext, RunOutcome, drain_observers
 from tests.audit.conftest import still_running
 from tests.audit.teams import context, observe_run, triage_team
 
@@ -205,6 +206,28 @@ async def test_the_runs_ledger_rows_are_written_by_the_end_of_run_fence_itself(
     assert calls[:1] == ["subject"]  # as the run started
     if engine.dialect.name == "postgresql":
         assert calls == ["subject", "end_of_run"]
+
+
+async def test_a_record_sent_again_adds_nothing_and_a_continuation_adds_only_the_calls_not_yet_recorded(
+    engine: AsyncEngine, audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver]
+) -> None:
+    # The run ended and was recorded, and its worker died before the save that clears its checkpoint (turn 5):
+    # the continuation carries turns 1-5's calls, recorded already, and makes turn 6's again.
+    _, ledger, _ = audit
+
+    def calls(attempt: int, count: int) -> list[ModelCall]:
+        return [ModelCall("triage", "offline-small", 10, 5, datetime.now(UTC), 0.1, attempt=attempt)] * count
+
+    run = context(user_id="ivy")
+    ended = RunOutcome(datetime.now(UTC), model_calls=calls(0, 6))
+    continued = replace(run, interruptions=1)
+    carried = RunOutcome(datetime.now(UTC), model_calls=[*calls(0, 5), *calls(1, 1)])
+    for ctx, outcome in ((run, ended), (run, ended), (continued, carried), (continued, carried)):
+        await ledger.run_finished(ctx, outcome)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(usage.c.attempt, usage.c.interruptions, usage.c.calls).where(
+            usage.c.run_id == run.run_id))).all()
+    assert sorted(tuple(r) for r in rows) == [(0, 0, 6), (1, 1, 1)]
 
 
 async def test_a_subject_replaced_mid_run_gets_nothing_written_under_the_old_one(

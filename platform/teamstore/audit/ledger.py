@@ -1,9 +1,9 @@
-"""The usage ledger: token counts per run, agent, model and purpose, for cost queries.
+"""The usage ledger: token counts per run, attempt, agent, model and purpose, for cost queries.
 
     from teamstore.audit.ledger import usage_insert, usage_params, usage_rows
 
-    rows = usage_rows(ctx, outcome, keys)    # pure: one row per (agent, model, purpose)
-    stmt = usage_insert("postgresql", len(rows))   # one INSERT, fenced; a repeated run id is ignored
+    rows = usage_rows(ctx, outcome, keys)    # pure: one row per (attempt, agent, model, purpose)
+    stmt = usage_insert("postgresql", len(rows))   # one INSERT, fenced; a row already recorded is skipped
     added = (await conn.execute(stmt, usage_params(rows, user_id, keys.subject_key))).rowcount
     await record_usage(engine, rows, ctx.session_id)   # rows as given, unfenced: seeding and backfills
 
@@ -50,11 +50,16 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
         keys: Pseudonymous keys (the raw user and session ids are never stored here).
 
     Returns:
-        One row per (agent, model, purpose); empty when the run made no model call.
+        One row per attempt at the run that made calls (``attempt``: 0 the first, ``n`` its ``n``-th continuation
+        from a checkpoint), agent, model and purpose; empty when the run made no model call. A continued run's
+        record holds the calls its checkpoint carried under the attempts that made them: those an earlier
+        attempt recorded already (it ended the run, and its worker died before the save that clears the
+        checkpoint) take that attempt's key, and are skipped as recorded.
     """
-    totals: dict[tuple[str, str, str], list[int]] = {}
+    totals: dict[tuple[int, str, str, str], list[int]] = {}
     for call in outcome.model_calls:
-        entry = totals.setdefault((ledger_name(call.agent), ledger_name(call.model), call.purpose), [0, 0, 0, 0])
+        group = (call.attempt, ledger_name(call.agent), ledger_name(call.model), call.purpose)
+        entry = totals.setdefault(group, [0, 0, 0, 0])
         entry[0] += 1
         entry[1] += 1 if call.error else 0
         entry[2] += call.input_tokens
@@ -76,6 +81,7 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
     return [
         {
             **common,
+            "attempt": n,
             "agent": a,
             "model": m,
             "purpose": p,
@@ -84,7 +90,7 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
             "input_tokens": i,
             "output_tokens": o,
         }
-        for (a, m, p), (c, f, i, o) in totals.items()
+        for (n, a, m, p), (c, f, i, o) in totals.items()
     ]
 
 
@@ -94,12 +100,14 @@ def usage_insert(dialect: str, count: int) -> Insert:
     The rows (parameters ``<column>_<i>``, :func:`usage_params`) are written only while the user ``u`` still
     has the subject ``subject`` they are keyed by (an erasure deletes the mapping, and a user who comes back
     gets a new subject) and no erasure holds ``u``: so rows keyed by a subject remembered from an earlier run
-    are checked in the write itself, and ``0`` rows written says to look the subject up again. The same run
-    reported twice is skipped rather than refused (a refusal is an error the server logs, with the key).
+    are checked in the write itself, and ``0`` rows written says to look the subject up again. A row already
+    recorded (the same run, attempt, agent, model and purpose: the same record sent again, or the calls a
+    continuation's checkpoint carried that the attempt before it recorded) is skipped rather than refused (a
+    refusal is an error the server logs, with the key).
 
     Args:
         dialect: ``postgresql`` or ``sqlite``.
-        count: How many rows (one per agent, model and purpose of the run).
+        count: How many rows (one per attempt, agent, model and purpose of the run).
     """
     selects = [select(*(Param(f"{name}_{i}", usage.c[name].type).label(name) for name in LEDGER_COLUMNS))
                for i in range(count)]

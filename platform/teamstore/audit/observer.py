@@ -41,7 +41,7 @@ from teamstore.audit.subjects import record_store
 from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
 from teamstore.audit.transcripts.record import RunKeys, encode_lines, item_line, run_record, sealed_context
-from teamstore.errors import ErasureInProgress, TeamstoreError, UploadInDoubt
+from teamstore.errors import ErasureInProgress, TeamstoreError, TranscriptNotFound, UploadInDoubt
 from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.settings import Settings
@@ -121,7 +121,8 @@ class TranscriptObserver:
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """Encode and upload the transcript, the end-of-run fence checked beside the upload; on failure queue it
         in the outbox. An upload that the fence then refuses is deleted again (or, still on its way, recorded
-        as one that may land, and deleted when it does).
+        as one that may land, and deleted when it does). A run taken up again from its checkpoint whose
+        transcript the attempt that ended it wrote already (in the store, or in the outbox) writes none.
 
         Raises:
             ErasureInProgress: An erasure fences the user (the runtime logs it); nothing stays written.
@@ -131,13 +132,15 @@ class TranscriptObserver:
         lines = self._items.pop(ctx.run_id, [])
         fetch = self._data_keys.pop(ctx.run_id, None)
         keys = await self.pseudonyms.run_keys(ctx)  # ErasureInProgress: the runtime logs it, nothing written
+        row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
+        if ctx.interruptions and await self._written(row):
+            return
         fence = asyncio.ensure_future(self.pseudonyms.writable(ctx))
         fence.add_done_callback(_seen)  # a run whose data key or store record fails never awaits it
         # KeyUnavailable, DataKeyDamaged: the runtime logs it; nothing is written, sealed or not.
         data_key = await (fetch if fetch is not None else self.keys.data_key(ctx.user_id))
         await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
         header = run_record(ctx, outcome, keys, len(lines))
-        row = Queued(ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key)
         if sum(map(len, lines)) <= INLINE_ENCODE_CHARS:
             # The fence's statement (with the ledger's rows) leaves first: the database works on it meanwhile.
             await asyncio.sleep(0)
@@ -160,6 +163,29 @@ class TranscriptObserver:
         if self._runs_since_check >= self.flush_every:
             self._runs_since_check = 0
             self._spawn(self._flush_quietly())
+
+    async def _written(self, row: Queued) -> bool:
+        """Whether the transcript of a run taken up again (continued, abandoned, or gone with its session) is
+        written already, in the store or queued in the outbox: the attempt before ended the run and wrote it, and
+        its worker died before the save that clears the checkpoint. A run's transcript is written once: the first
+        stands. Where that cannot be told (the store or the database fails), it is written as usual."""
+        try:
+            found = await outbox.holds(self.engine, row.run_id) or await self._stored(row.object_key)
+        except TeamstoreError as exc:
+            log.warning("transcript of run %s: could not tell whether an earlier attempt wrote it (%s); "
+                        "writing it", row.run_id, exc)
+            return False
+        if found:
+            log.info("transcript of run %s was written by the attempt that ended the run; not written again",
+                     row.run_id)
+        return found
+
+    async def _stored(self, key: str) -> bool:
+        try:
+            await self.store.get(key)
+        except TranscriptNotFound:
+            return False
+        return True
 
     async def _landed(self, upload: asyncio.Future[None]) -> TeamstoreError | TimeoutError | None:
         """Wait for ``upload`` up to the deadline: ``None`` if it landed, else why not (a ``TimeoutError`` for one
@@ -299,7 +325,7 @@ class LedgerObserver:
         """Usage comes from the metered calls, not the stream."""
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """One INSERT of the run's rows (per agent, model and purpose); none for a fenced user.
+        """One INSERT of the run's rows (per attempt, agent, model and purpose); none for a fenced user.
 
         Where the run's keys were looked up as it started, the insert is part of the end-of-run fence's
         statement (:meth:`Pseudonyms.record_usage`). Otherwise, with the user's subject remembered, it does

@@ -186,6 +186,22 @@ async def pending(engine: AsyncEngine) -> int:
         return int(await conn.scalar(select(func.count()).select_from(outbox).where(outbox.c.body.is_not(None))) or 0)
 
 
+async def holds(engine: AsyncEngine, run_id: str) -> bool:
+    """Whether the outbox has a row of ``run_id``: its transcript waits there, or an upload of it may still land.
+
+    Raises:
+        StoreUnavailable: The database failed.
+    """
+    try:
+        async with engine.connect() as conn:
+            return bool(await conn.scalar(select(exists().where(outbox.c.run_id == run_id))))
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(
+            f"could not read the transcript outbox: {describe_failure(exc)}",
+            hint="check the database; run `teamstore db upgrade` if ts_transcript_outbox is missing",
+        ) from exc
+
+
 async def queued_under(engine: AsyncEngine, subject_key: str, prefix: str) -> int:
     """How many of the subject's transcripts under ``prefix`` (a session's, say) wait in the outbox, not yet in
     the store.

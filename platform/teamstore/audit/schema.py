@@ -6,9 +6,9 @@
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
 Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims), ``0010_subject_stores``,
-``0011_subject_sessions`` and ``0016_transcript_rewrites`` (``teamstore db upgrade``), never implicitly; the
-first creates the ``session_costs`` view for BI tools (documented in docs/analysts.md; 0007 makes its cost
-exact on Postgres).
+``0011_subject_sessions``, ``0016_transcript_rewrites`` and ``0017_usage_attempts`` (the ledger's attempts;
+``teamstore db upgrade``), never implicitly; the first creates the ``session_costs`` view for BI tools
+(documented in docs/analysts.md; 0007 makes its cost exact on Postgres).
 """
 
 from __future__ import annotations
@@ -100,7 +100,11 @@ usage = Table(
     Column("day", Date, nullable=False),
     # How many times the run was continued from its checkpoint after its worker died (migration 0014).
     Column("interruptions", Integer, nullable=False, default=0, server_default="0"),
-    UniqueConstraint("run_id", "agent", "model", "purpose", name="uq_ts_usage_run"),
+    # The attempt at the run that made the row's calls: 0 the first, n its n-th continuation (migration 0017).
+    Column("attempt", Integer, nullable=False, default=0, server_default="0"),
+    # A record sent again adds nothing, nor do the calls a continuation's checkpoint carried once the attempt
+    # that made them recorded them (it ended the run, and died before the save that clears the checkpoint).
+    UniqueConstraint("run_id", "attempt", "agent", "model", "purpose", name="uq_ts_usage_run_attempt"),
     Index("ix_ts_usage_session", "session_key"),
     Index("ix_ts_usage_subject", "subject_key"),
     Index("ix_ts_usage_team_day", "team", "team_version", "day"),

@@ -10,8 +10,8 @@ to a freshly built team so the run goes on where it stopped.
 What a checkpoint holds (docs/checkpoints.md): the state of every participant (persisted or not: the run
 goes on with all of them) and of the group chat manager, whose thread is cut to this run's messages (the
 task first), so it is bounded by the run; the run's id, when it started, how many times it was continued,
-the turn reached, where each turn ended in the thread, and the run's model calls so far (``calls``, no
-content). Its fingerprint is the definition's exact version and its persisted participants: a checkpoint
+the turn reached, where each turn ended in the thread, and the run's model calls so far, each with the
+attempt that made it (``calls``, no content). Its fingerprint is the definition's exact version and its persisted participants: a checkpoint
 applies only to the version that wrote it, judged with the same fail-closed rules as a stored state.
 """
 

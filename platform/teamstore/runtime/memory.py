@@ -196,7 +196,7 @@ class MemoryService:
     ) -> None:
         started = datetime.now(UTC)
         retention = binding.declaration.retention_days or limits.memory_retention_days
-        with metered_run() as meter:
+        with metered_run(ctx.interruptions) as meter:
             try:
                 result = await write_memory(
                     self.store, binding.writer, user_id=ctx.user_id, team=ctx.team, team_version=ctx.team_version,

@@ -205,7 +205,7 @@ class Run:
         """Run the team in this task: its meter, its turn tracker and its span route are this task's."""
         host = self._host
         try:
-            with metered_run() as meter, host.autogen_spans():
+            with metered_run(self.progress.interruptions) as meter, host.autogen_spans():
                 self._calls = meter.calls
                 team = host.built.team
                 if isinstance(team, BaseGroupChat):
@@ -279,8 +279,8 @@ class Run:
         checkpoint is written again with the model calls made since it was (a turn's paid speaker selection or
         tool-call round, the call that failed), so the attempt that ends the run records them with the rest.
 
-        The ledger gets them only from there: rows written now would take the run's ledger key (run, agent,
-        model, purpose), and the record of the whole run would then be skipped as one already written.
+        The ledger gets them only from there: a run is recorded once, by the attempt that ends it, its
+        transcript, run span and ledger rows together (docs/checkpoints.md, "The audit side").
         """
         failure = self._tracker.failure if self._tracker is not None else None
         if self._durable is None or failure is not None or len(self._calls) == self._durable[2]:

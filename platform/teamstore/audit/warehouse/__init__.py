@@ -154,7 +154,7 @@ async def _export_day(engine: AsyncEngine, sink: PartitionSink, day: date) -> Pa
     key = partition_key(day)
     staged = await asyncio.to_thread(sink.stage, key)
     columns = [usage.c[name] for name, _ in COLUMNS]
-    order = (usage.c.started_at, usage.c.run_id, usage.c.agent, usage.c.model, usage.c.purpose)
+    order = (usage.c.started_at, usage.c.run_id, usage.c.attempt, usage.c.agent, usage.c.model, usage.c.purpose)
     query = select(*columns).where(usage.c.day == day).order_by(*order).execution_options(yield_per=BATCH_ROWS)
     try:
         writer = await asyncio.to_thread(PartitionWriter, staged)

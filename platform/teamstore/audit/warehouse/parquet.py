@@ -30,6 +30,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("ended_by_limit", "bool"),
     ("run_failed", "bool"),
     ("interruptions", "int32"),  # how many times the run was continued from its checkpoint (docs/checkpoints.md)
+    ("attempt", "int32"),  # which attempt at the run made the row's calls: 0 the first, n its n-th continuation
     ("started_at", "timestamp"),
     ("finished_at", "timestamp"),
 )
