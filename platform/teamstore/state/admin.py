@@ -7,9 +7,10 @@ restore, deleting a session, sweeping expired rows, and saying why a lease or a 
     await admin.list_sessions("alice")
 
 It runs SQLAlchemy Core statements on the engine (both databases); what differs between the kinds of
-lease comes in as :class:`teamstore.state.statements.LeaseRules`. A restore or a delete takes the
-session's lease through the store that holds this admin, as a run takes it, so neither ever overlaps a
-run. The backends expose these methods through :class:`AdminMethods`.
+lease comes in as :class:`teamstore.state.statements.LeaseRules`. Leases and expiries are compared on
+the clock they were written on (:func:`teamstore.db.clock.shared_now`: on Postgres, the server's). A
+restore or a delete takes the session's lease through the store that holds this admin, as a run takes it,
+so neither ever overlaps a run. The backends expose these methods through :class:`AdminMethods`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy import Row, case, delete, exists, insert, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import now_utc
+from teamstore.db.clock import now_utc, shared_now
 from teamstore.db.fence import held
 from teamstore.errors import (
     ErasureInProgress,
@@ -72,6 +73,10 @@ class SessionAdmin:
     def __init__(self, engine: AsyncEngine, rules: sql.LeaseRules, store: StateStore, check: LeaseModeCheck) -> None:
         self.engine, self.rules, self.store, self.check = engine, rules, store, check
 
+    def _now(self) -> Any:
+        """The time to compare leases and expiries at, in a statement: the server's ``now()`` on Postgres."""
+        return shared_now(self.engine.dialect.name)
+
     async def _fetch(self, stmt: Any, action: str = "read sessions") -> list[Row[Any]]:
         try:
             async with self.engine.connect() as conn:
@@ -102,7 +107,7 @@ class SessionAdmin:
         """How many unexpired stored sessions ``user_id`` keeps: what the per-user bound counts
         (``user_id`` is checked as :meth:`get` checks it)."""
         check_id("user_id", user_id)
-        rows = await self._fetch(select(sql.live_count(user_id, now_utc())))
+        rows = await self._fetch(select(sql.live_count(user_id, self._now())))
         return int(rows[0][0])
 
     async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
@@ -281,7 +286,7 @@ class SessionAdmin:
         await self.check()
         total = 0 if ending is None else await self._sweep_checkpoints(ending, batch_size)
         while True:
-            stmt = sql.sweep_batch(self.rules, now_utc(), batch_size, keep_checkpoints=ending is not None)
+            stmt = sql.sweep_batch(self.rules, self._now(), batch_size, keep_checkpoints=ending is not None)
             try:
                 async with self.engine.begin() as conn:
                     count = int((await conn.execute(stmt)).rowcount or 0)
@@ -295,7 +300,7 @@ class SessionAdmin:
         """Delete the expired rows that hold a checkpoint one by one, each handed to ``ending`` first."""
         deleted, after = 0, None
         while True:
-            rows = await self._fetch(sql.expired_checkpoints(now_utc(), after, batch_size), "sweep expired sessions")
+            rows = await self._fetch(sql.expired_checkpoints(self._now(), after, batch_size), "sweep expired sessions")
             keys = [SessionKey(r.user_id, r.session_id) for r in rows]
             for key in keys:
                 deleted += await self._sweep_one(key, ending)
@@ -306,7 +311,7 @@ class SessionAdmin:
     async def _sweep_one(self, key: SessionKey, ending: Ending) -> int:
         try:
             async with self.held_briefly(key, Claim("", "", 0, ""), "sweep", 0.0) as (row, owner):
-                if row.checkpoint is None or row.expires_at is None or row.expires_at >= now_utc():
+                if row.checkpoint is None or not await self._expired(key):
                     # Saved, continued or deleted since it was listed: not this sweep's any more.
                     await self.store.release(key, owner=owner, discard_empty=row.row_version == 0)
                     return 0
@@ -316,6 +321,12 @@ class SessionAdmin:
             return 0                             # an erasure holds the user (it removes the row itself)
         return 1
 
+    async def _expired(self, key: SessionKey) -> bool:
+        """Whether the session's row is past its expiry now."""
+        query = select(sessions.c.expires_at < self._now()).where(*sql.is_key(key.user_id, key.session_id))
+        rows = await self._fetch(query, "sweep expired sessions")
+        return bool(rows and rows[0][0])
+
     async def explain_refused_lease(self, key: SessionKey, max_sessions: int | None) -> None:
         """Raise why a row lease was refused, if not because another worker holds the session.
 
@@ -323,7 +334,7 @@ class SessionAdmin:
             ErasureInProgress: An erasure request holds the user.
             TooManySessions: The session has no live row and its user keeps ``max_sessions`` live ones.
         """
-        now = now_utc()
+        now = self._now()
         query = select(held(key.user_id))
         if max_sessions is not None:  # counted only for a session without a live row, as by the lease statement
             mine = exists().where(*sql.is_key(key.user_id, key.session_id), sql.live(now))

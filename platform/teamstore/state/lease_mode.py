@@ -19,7 +19,7 @@ from sqlalchemy import BigInteger, Boolean, cast, column, delete, func, select, 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import now_utc
+from teamstore.db.clock import now_utc, shared_now
 from teamstore.errors import ConfigurationError, SessionBusy
 from teamstore.state.failures import unavailable
 from teamstore.state.schema import sessions, store_settings
@@ -130,7 +130,7 @@ async def count_open(conn: Any, mode: str, user_id: str | None = None) -> int:
     if mode == "lock":
         return int((await conn.execute(_open_locks(user_id))).scalar_one())
     query = select(func.count()).select_from(sessions).where(
-        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > now_utc())
+        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > shared_now(conn.dialect.name))
     if user_id is not None:
         query = query.where(sessions.c.user_id == user_id)
     return int((await conn.execute(query)).scalar_one())

@@ -29,20 +29,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import now_utc
 from teamstore.state import statements as sql
 from teamstore.state.admin import AdminMethods, SessionAdmin
 from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.cancellation import to_the_end
 from teamstore.state.failures import unavailable
 from teamstore.state.lease_mode import LeaseModeCheck
-from teamstore.state.rows import checkpoint_params, row_lease_params, save_params, stored
+from teamstore.state.rows import checkpoint_params, lease_params, row_lease_params, save_params, stored
 from teamstore.state.waiting import Waiting
 
 
@@ -81,7 +79,8 @@ class RowStatements(Protocol):
         ...
 
 
-_RENEW, _RELEASE, _DISCARD = sql.renew_row(), sql.release_row(), sql.discard_row()
+_RENEW = {dialect: sql.renew_row(dialect) for dialect in (sql.SQLITE, sql.POSTGRES)}
+_RELEASE, _DISCARD = sql.release_row(), sql.discard_row()
 
 
 class RowLeaseStore(AdminMethods):
@@ -191,12 +190,12 @@ class RowLeaseStore(AdminMethods):
         return int(row[0])
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
-        """Move the lease's end to ``lease_ttl`` from now, if ``owner`` still holds it."""
-        params = {"u": key.user_id, "s": key.session_id, "owner": owner,
-                  "until": now_utc() + timedelta(seconds=lease_ttl)}
+        """Move the lease's end to ``lease_ttl`` from now (on Postgres, the server's now), if ``owner`` still
+        holds it."""
         try:
             async with self.engine.begin() as conn:
-                return bool((await conn.execute(_RENEW, params)).rowcount)
+                renew = _RENEW[self.engine.dialect.name]
+                return bool((await conn.execute(renew, lease_params(key, owner, lease_ttl))).rowcount)
         except SQLAlchemyError as exc:
             raise unavailable(exc, "renew the session lease") from exc
 

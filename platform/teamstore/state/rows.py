@@ -6,13 +6,14 @@
     row = stored(key.user_id, key.session_id, values)                  # values: SESSION_COLUMNS, in order
 
 The parameter names are those of :mod:`teamstore.state.statements`; a statement takes the ones it names
-and ignores the rest.
+and ignores the rest. A lease's end and an expiry go both as a time on this host's clock (SQLite's
+statements write it) and as a length from now (Postgres's add it to the server's clock).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -103,10 +104,10 @@ def row_lease_params(
     key: SessionKey, claim: Claim, owner: str, lease_ttl: float, max_sessions: int | None
 ) -> dict[str, Any]:
     """The inputs of :func:`teamstore.state.statements.acquire_row`."""
-    now = now_utc()
+    now, lease_for = now_utc(), timedelta(seconds=lease_ttl)
     return {
-        "u": key.user_id, "s": key.session_id, "owner": owner, "now": now,
-        "until": now + timedelta(seconds=lease_ttl), "max": max_sessions,
+        "u": key.user_id, "s": key.session_id, "owner": owner, "now": now, "until": now + lease_for,
+        "lease_for": lease_for, "max": max_sessions,
         "v_team": claim.team, "v_team_version": claim.team_version, "v_schema_version": claim.schema_version,
         "v_agentchat_version": claim.agentchat_version, "v_fingerprints": _fingerprints(claim.fingerprints),
     }
@@ -118,14 +119,27 @@ def lock_params(key: SessionKey, lease_ttl: float, max_sessions: int | None) -> 
             "max": max_sessions}
 
 
+def lease_params(key: SessionKey, owner: str, lease_ttl: float) -> dict[str, Any]:
+    """The inputs of :func:`teamstore.state.statements.renew_row`."""
+    lease_for = timedelta(seconds=lease_ttl)
+    return {"u": key.user_id, "s": key.session_id, "owner": owner, "until": now_utc() + lease_for,
+            "lease_for": lease_for}
+
+
+def _expiry(now: datetime, record: SaveRecord | CheckpointRecord) -> dict[str, Any]:
+    """The record's expiry window, as times and as lengths from ``now``."""
+    return {"v_expires_at": record.expires_at, "v_expires_latest": record.expires_latest,
+            "v_expires_in": record.expires_at - now, "v_expires_latest_in": record.expires_latest - now}
+
+
 def save_params(key: SessionKey, expected_version: int, record: SaveRecord, *, owner: str = "") -> dict[str, Any]:
     """The inputs of every save statement (``owner`` for row leases)."""
+    now = now_utc()
     return {
-        "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner, "now": now_utc(),
+        "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner, "now": now,
         "v_team": record.team, "v_team_version": record.team_version, "v_schema_version": record.schema_version,
         "v_agentchat_version": record.agentchat_version, "v_fingerprints": _fingerprints(record.fingerprints),
-        "v_state": record.state, "v_state_bytes": len(record.state.encode()), "v_expires_at": record.expires_at,
-        "v_expires_latest": record.expires_latest,
+        "v_state": record.state, "v_state_bytes": len(record.state.encode()), **_expiry(now, record),
     }
 
 
@@ -133,11 +147,11 @@ def checkpoint_params(
     key: SessionKey, expected_version: int, record: CheckpointRecord, *, owner: str = ""
 ) -> dict[str, Any]:
     """The inputs of every checkpoint statement (``owner`` for row leases)."""
-    text = record.checkpoint
+    text, now = record.checkpoint, now_utc()
     return {
-        "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner, "now": now_utc(),
+        "u": key.user_id, "s": key.session_id, "version": expected_version, "owner": owner, "now": now,
         "v_team": record.team, "v_team_version": record.team_version, "v_schema_version": record.schema_version,
         "v_agentchat_version": record.agentchat_version, "v_fingerprints": _fingerprints(record.fingerprints),
         "v_checkpoint": text, "v_checkpoint_bytes": len(text.encode()) if text is not None else 0,
-        "v_expires_at": record.expires_at, "v_expires_latest": record.expires_latest,
+        **_expiry(now, record),
     }

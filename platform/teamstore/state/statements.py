@@ -13,7 +13,10 @@ Where the databases differ, the builders take the dialect:
 
 * Postgres counts a user's live sessions through ``ts_live_sessions`` (migration 0008), which, unlike a
   subquery, costs nothing unless the ``CASE`` reaches it; SQLite through the subquery it stands for.
-* Postgres stamps a save with the server's ``now()``; SQLite with the caller's clock (``now``).
+* Postgres writes and compares every time in a session row (its lease, its expiry, its stamps) on the
+  server's ``now()``, with a lease's or an expiry's length (``lease_for``, ``v_expires_in``..) as an
+  interval added to it: workers on hosts whose clocks disagree still exclude each other. SQLite, one
+  machine's file, takes the caller's clock (``now``, ``until``, ``v_expires_at``..).
 * Postgres's row-lease write skips its WAL flush (``synchronous_commit`` off for its transaction alone).
 * Advisory-lock leases (Postgres only) take the lock and read the row in one statement, and hand the
   lock over to the save's transaction, so its commit releases it.
@@ -23,12 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Interval,
     Text,
     and_,
     case,
@@ -86,6 +89,10 @@ CHECKPOINTED = ("checkpoint", "checkpoint_bytes")
 """What a checkpoint write sets (each as the parameter ``v_<column>``); a save clears both."""
 VALUE = {name: Param(f"v_{name}", sessions.c[name].type) for name in (*SAVED, *CHECKPOINTED, "expires_at")}
 EXPIRES_LATEST = Param("v_expires_latest", sessions.c.expires_at.type)
+LENGTHS = {UNTIL.key: Param("lease_for", Interval()), "v_expires_at": Param("v_expires_in", Interval()),
+           "v_expires_latest": Param("v_expires_latest_in", Interval())}
+"""A lease's end and the expiry window's ends as lengths from the caller's now, by the name of the time they
+stand for: Postgres adds them to the server's ``now()``."""
 SESSION_COLUMNS = ("state", "row_version", "team", "team_version", "schema_version", "agentchat_version",
                    "fingerprints", "state_bytes", "created_at", "updated_at", "expires_at", "checkpoint",
                    "checkpoint_bytes")
@@ -109,6 +116,20 @@ def never_saved() -> Any:
     return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
 
 
+def now_in(dialect: str) -> Any:
+    """The time a statement writes and compares leases and expiries at: the server's on Postgres, the
+    caller's (``now``) on SQLite (module doc)."""
+    return func.now() if dialect == POSTGRES else NOW
+
+
+def later(dialect: str, at: Param) -> Any:
+    """The time ``at`` (a lease's end, an expiry) as the statement writes it: on Postgres, its length
+    from the caller's clock (:data:`LENGTHS`) added to the server's ``now()``."""
+    if dialect != POSTGRES:
+        return at
+    return func.now() + cast(LENGTHS[at.key], Interval)  # typed: the server never guesses a parameter's type
+
+
 def live(now: Any) -> Any:
     """A stored session that has not expired: what the per-user bound counts. A row made to lease a new
     session has no expiry until its first save, so it does not count."""
@@ -127,8 +148,8 @@ def room(dialect: str) -> Any:
     """Whether the session may be opened under the per-user bound ``max`` (NULL: no bound): its own row is
     live (a resume, never refused), or its user keeps fewer live sessions than ``max``. The count sits in
     the CASE's last branch, which neither database evaluates for a resume."""
-    resumed = exists().where(*is_key(), live(NOW))
-    return case((LIMIT.is_(None), true()), (resumed, true()), else_=live_count(USER, NOW, dialect) < LIMIT)
+    resumed = exists().where(*is_key(), live(now_in(dialect)))
+    return case((LIMIT.is_(None), true()), (resumed, true()), else_=live_count(USER, now_in(dialect), dialect) < LIMIT)
 
 
 def acquire_row(dialect: str) -> Any:
@@ -143,8 +164,9 @@ def acquire_row(dialect: str) -> Any:
     """
     values: dict[str, Any] = {"user_id": USER, "session_id": SESSION, **{n: VALUE[n] for n in CLAIMED},
                               "state": null(), "state_bytes": literal(0), "row_version": literal(0),
-                              "created_at": NOW, "updated_at": NOW, "expires_at": null(), "checkpoint": null(),
-                              "checkpoint_bytes": literal(0), "lease_owner": OWNER, "lease_until": UNTIL}
+                              "created_at": now_in(dialect), "updated_at": now_in(dialect), "expires_at": null(),
+                              "checkpoint": null(), "checkpoint_bytes": literal(0), "lease_owner": OWNER,
+                              "lease_until": later(dialect, UNTIL)}
     allowed = [~held(USER), room(dialect)]
     if dialect == POSTGRES:  # the lease write does not wait for its flush (module doc of postgres_row)
         allowed.insert(1, func.set_config("synchronous_commit", "off", True).is_not(None))
@@ -153,7 +175,7 @@ def acquire_row(dialect: str) -> Any:
     return stmt.on_conflict_do_update(
         index_elements=[sessions.c.user_id, sessions.c.session_id],
         set_={"lease_owner": stmt.excluded.lease_owner, "lease_until": stmt.excluded.lease_until},
-        where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < NOW,
+        where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now_in(dialect),
                   sessions.c.lease_owner == stmt.excluded.lease_owner),
     ).returning(*read_columns())
 
@@ -162,9 +184,9 @@ def _moved_on(dialect: str) -> dict[str, Any]:
     """What every write of a session row moves on: its version, its time, and its expiry, which moves only
     when the stored one is outside the record's window (most writes then leave the expiry index alone, and
     Postgres can update the row in place)."""
-    kept = sessions.c.expires_at.between(VALUE["expires_at"], EXPIRES_LATEST)
-    return {"row_version": sessions.c.row_version + 1, "updated_at": func.now() if dialect == POSTGRES else NOW,
-            "expires_at": case((kept, sessions.c.expires_at), else_=EXPIRES_LATEST)}
+    kept = sessions.c.expires_at.between(later(dialect, VALUE["expires_at"]), later(dialect, EXPIRES_LATEST))
+    return {"row_version": sessions.c.row_version + 1, "updated_at": now_in(dialect),
+            "expires_at": case((kept, sessions.c.expires_at), else_=later(dialect, EXPIRES_LATEST))}
 
 
 def _saved_values(dialect: str) -> dict[str, Any]:
@@ -200,9 +222,10 @@ def checkpoint_row(dialect: str) -> Any:
             .values(_checkpointed_values(dialect)).returning(sessions.c.row_version))
 
 
-def renew_row() -> Any:
-    """Move ``owner``'s row lease on to ``until``."""
-    return update(sessions).where(*is_key(), sessions.c.lease_owner == OWNER).values(lease_until=UNTIL)
+def renew_row(dialect: str) -> Any:
+    """Move ``owner``'s row lease on to ``until`` (on Postgres, ``lease_for`` from the server's ``now()``)."""
+    return update(sessions).where(*is_key(), sessions.c.lease_owner == OWNER).values(
+        lease_until=later(dialect, UNTIL))
 
 
 def release_row() -> Any:
@@ -278,7 +301,7 @@ def _first_write(written: dict[str, Any]) -> Any:
     user is held: ``INSERT .. ON CONFLICT DO NOTHING`` (a row someone else wrote meanwhile is not overwritten)."""
     values = {"user_id": USER, "session_id": SESSION, **{n: VALUE[n] for n in CLAIMED}, "state": null(),
               "state_bytes": literal(0), **written, "row_version": literal(1), "created_at": func.now(),
-              "updated_at": func.now(), "expires_at": EXPIRES_LATEST}
+              "updated_at": func.now(), "expires_at": later(POSTGRES, EXPIRES_LATEST)}
     source = select(*(value.label(name) for name, value in values.items())).where(~held(USER))
     return (dialect_insert(POSTGRES)(sessions).from_select(list(values), source)
             .on_conflict_do_nothing(index_elements=[sessions.c.user_id, sessions.c.session_id]))
@@ -312,16 +335,17 @@ class LeaseRules:
 
     Attributes:
         owned: Conditions that let a statement touch the row only while ``owner`` holds its lease.
-        sweepable: Which rows a sweep may delete at ``now``.
+        sweepable: Which rows a sweep may delete at ``now`` (:func:`teamstore.db.clock.shared_now`: on Postgres
+            the server's ``now()``, the clock the leases and expiries were written on).
         sweep_recheck: What a sweep checks again on each row it deletes.
     """
 
     owned: Callable[[str], list[Any]]
-    sweepable: Callable[[datetime], Any]
-    sweep_recheck: Callable[[datetime], Any]
+    sweepable: Callable[[Any], Any]
+    sweep_recheck: Callable[[Any], Any]
 
 
-def _row_sweepable(now: datetime) -> Any:
+def _row_sweepable(now: Any) -> Any:
     # Expired, or made for a new session by a worker that never saved it (it crashed), and in both cases
     # not leased to a live worker. Checked again as a whole on each row: the lease lives in the row, so a
     # row leased after the sweep read it must be kept.
@@ -344,7 +368,7 @@ LOCK_LEASES = LeaseRules(
 )
 
 
-def sweep_batch(rules: LeaseRules, now: datetime, batch_size: int, *, keep_checkpoints: bool = False) -> Any:
+def sweep_batch(rules: LeaseRules, now: Any, batch_size: int, *, keep_checkpoints: bool = False) -> Any:
     """Delete up to ``batch_size`` rows a sweep may delete (with ``keep_checkpoints``, none holding a
     checkpoint: those go one by one, their runs recorded first). Each is checked again on the row itself:
     under READ COMMITTED, Postgres re-evaluates only the DELETE's own conditions on a row a worker leased or
@@ -355,7 +379,7 @@ def sweep_batch(rules: LeaseRules, now: datetime, batch_size: int, *, keep_check
                                   rules.sweep_recheck(now), *kept)
 
 
-def expired_checkpoints(now: datetime, after: tuple[str, str] | None, limit: int) -> Any:
+def expired_checkpoints(now: Any, after: tuple[str, str] | None, limit: int) -> Any:
     """The keys of expired rows holding a checkpoint, in key order after ``after``."""
     key = tuple_(sessions.c.user_id, sessions.c.session_id)
     stmt = select(sessions.c.user_id, sessions.c.session_id).where(
