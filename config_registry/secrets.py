@@ -29,19 +29,27 @@ from config_registry.errors import DefinitionInvalid, SecretUnavailable
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
-# A config key, HTTP header, environment variable or connection-string part names a credential when its
-# last word is one of these ("api_key", "x-functions-key", "X-Auth-Token", "clientSecret", "Cookie",
-# "X-Hub-Signature-256", "DB_PWD"), or when one of the unambiguous words is anywhere in it
-# ("webhook_secret_b64", "password_hash"). Names are split into words at '-', '_', '.', spaces and
-# camelCase boundaries ("XApiKey": x, api, key), case ignored; trailing numbers are dropped.
+# A config key, HTTP header, environment variable or connection-string part names a credential when, case
+# and separators ignored, one of these is anywhere in it ("clientsecret", "DBPASSWORD", "webhook_secret_b64") ...
+_CREDENTIAL_TEXT = ("secret", "password", "passwd", "passphrase", "credential")
+# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD"),
+# unless "key" follows an identifier's word or "token" a count's (below) ...
 _CREDENTIAL_LAST = frozenset({
-    "key", "keys", "apikey", "apikeys", "token", "tokens", "secret", "secrets", "password", "passwords",
-    "passwd", "pwd", "passphrase", "credential", "credentials", "auth", "authorization", "bearer", "cookie",
+    "key", "keys", "apikey", "apikeys", "token", "tokens", "pwd", "auth", "authorization", "bearer", "cookie",
     "cookies", "signature", "session",
 })
-_CREDENTIAL_ANYWHERE = frozenset({
-    "secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential", "credentials", "apikey",
-})
+# ... or its last word ends with one of these compounds written as one word ("x-accesstoken", "privatekey",
+# "XAPIKEY"), or it has the word "apikey" anywhere ("apikey_header"). Names are split into words at '-',
+# '_', '.', spaces and camelCase boundaries ("XApiKey": x, api, key); trailing numbers are dropped.
+_CREDENTIAL_COMPOUNDS = tuple(
+    compound + plural
+    for compound in (
+        "apikey", "accesskey", "privatekey", "authkey", "signingkey", "sessionkey", "accesstoken", "authtoken",
+        "apitoken", "bearertoken", "idtoken", "refreshtoken", "sessiontoken", "securitytoken", "csrftoken",
+        "xsrftoken", "oauthtoken", "bearer", "authorization",
+    )
+    for plural in ("", "s")
+)
 # After these words "key" names an identifier ("cache_key", "public_key", "sort_key") ...
 _IDENTIFIER_KEY = frozenset({
     "public", "cache", "sort", "primary", "partition", "foreign", "idempotency", "dedup", "routing", "lookup",
@@ -98,18 +106,19 @@ def _words(name: str) -> list[str]:
 
 
 def is_secret_field(key: str) -> bool:
-    """True for names that mean a credential: config keys (``api_key``, ``azure_ad_token``, ``openaiApiKey``),
-    HTTP headers (``Authorization``, ``x-functions-key``, ``X-Auth-Key``, ``Cookie``), environment variables
-    (``DB_PWD``) and connection-string parts (``AccountKey``). Counts and limits (``max_tokens``,
-    ``token_limit``) and identifiers (``cache_key``, ``public_key``) are not."""
+    """True for names that mean a credential: config keys (``api_key``, ``azure_ad_token``, ``openaiApiKey``,
+    ``clientsecret``), HTTP headers (``Authorization``, ``x-functions-key``, ``X-Auth-Key``, ``x-accesstoken``,
+    ``Cookie``), environment variables (``DB_PWD``, ``DBPASSWORD``) and connection-string parts
+    (``AccountKey``). Counts and limits (``max_tokens``, ``token_limit``) and identifiers (``cache_key``,
+    ``public_key``, ``key_id``) are not."""
     words = _words(key)
     if not words:
         return False
-    if _CREDENTIAL_ANYWHERE.intersection(words):
+    if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
         return True
     last, before = words[-1], set(words[:-1])
     if last not in _CREDENTIAL_LAST:
-        return False
+        return last.endswith(_CREDENTIAL_COMPOUNDS)
     if last in ("key", "keys"):
         return not before & _IDENTIFIER_KEY
     if last in ("token", "tokens"):

@@ -116,6 +116,25 @@ def test_secrets_in_http_headers_are_refused_in_plaintext(registry: Registry, he
     assert "sk-live-SECRET" not in _everything(registry)
 
 
+@pytest.mark.parametrize(
+    "header",
+    ["clientsecret", "CLIENTSECRET", "secretkey", "x-secretkey", "DBPASSWORD", "mypassword", "x-accesstoken",
+     "x-authtoken", "privatekey", "accesskey", "x-csrftoken", "XAPIKEY"],
+)
+def test_a_credential_whose_name_is_written_as_one_word_is_refused_in_a_header(registry: Registry, header: str) -> None:
+    value = "q7Rz9LmX2vPk4TnW8sYb3HcJ"  # no shape gives it away: only the header's name does
+    agent = AssistantAgent(
+        "researcher",
+        model_client=OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="sk-live-123", default_headers={header: value}),
+        model_context=BoundedChatCompletionContext(20),
+    )
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "one-word header")
+    assert caught.value.field == f"config.model_client.config.default_headers.{header}"
+    assert f"{header!r}" in caught.value.message and "credential" in caught.value.message
+    assert value not in _everything(registry)
+
+
 def test_declared_path_must_exist(registry: Registry) -> None:
     manifest = triage_manifest(secrets={KEY_PATH: "env:K", "model_client.config.nope": "env:X"})
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
@@ -529,6 +548,8 @@ def test_settings_names_and_urls_that_hold_no_credential_are_stored(registry: Re
         "token_limit": "4096", "max_total_token": "8000", "eos_token": "</s>", "cache_key": "router-faq",
         "public_key": "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n",
         "session_id": "support-desk", "fallback_url": "http://203.0.113.7:8000/v1",
+        "key_id": "kid-2026-01", "tokenizer": "cl100k_base", "keep_first": "2", "AccessKeyId": "AKID-PUBLIC",
+        "access_token_url": "https://login.example/oauth/token",
     }
     registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "no credentials")
     stored = registry.resolve("support_triage").component["config"]["model_client"]["config"]
