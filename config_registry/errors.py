@@ -57,7 +57,8 @@ class RegistryCorrupt(RegistryError):
 
 
 class RegistryNotFound(RegistryError):
-    """No registry exists at the path yet (a reader never makes one; the first registration does)."""
+    """No registry exists at the path yet (a reader never makes one; the first registration does), or the path
+    is a git repository that is not a registry (a project's checkout), where none is ever made."""
 
 
 class RegistryConflict(RegistryError):

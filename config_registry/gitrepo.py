@@ -96,7 +96,8 @@ class GitRepo:
 
         Raises:
             RegistryCorrupt: ``path`` is a file, or a non-empty folder that is not a git repository's top level.
-            RegistryNotFound: ``create`` is off and ``path`` is absent or an empty folder.
+            RegistryNotFound: ``create`` is off and ``path`` is absent or an empty folder; or ``path`` is
+                another git repository, one that is no registry (a project's checkout).
         """
         path = Path(path).expanduser().absolute()
         if path.exists() and not path.is_dir():
@@ -119,6 +120,8 @@ class GitRepo:
                     f"registry path {path} exists but is not a git repository",
                     hint="point TEAMSTORE_REGISTRY_PATH at an empty folder, a new path or an existing registry",
                 )
+            elif not repo._is_registry():
+                raise _not_a_registry(path)
         return repo
 
     @contextlib.contextmanager
@@ -148,6 +151,17 @@ class GitRepo:
                 f"git config --global --add safe.directory {self.path}",
             )
         return result.returncode == 0 and Path(result.stdout.strip()).resolve() == self.path.resolve()
+
+    def _is_registry(self) -> bool:
+        """A repository this module made (the README it commits first, under :data:`_README`'s title), or one
+        that holds teams or labels; one with nothing in it at all is an empty registry. Any other repository
+        is someone's project: registering there would commit ``teams/`` onto its branch."""
+        if not self.has_commits():
+            return set(self.dirty(["."])) <= {"README.md"}  # a registry stopped before its first commit
+        readme = self.show("HEAD", "README.md") or ""
+        return readme.startswith(_README.partition("\n")[0] + "\n") or bool(
+            self.files("HEAD", "teams") or self.files("HEAD", "labels")
+        )
 
     def _make_folder(self) -> None:
         try:
@@ -371,6 +385,16 @@ def _not_found(path: Path) -> RegistryNotFound:
         f"no registry at {path}: it does not exist yet, so no team is registered there",
         hint="`teamstore registry add` creates it with the first team; if it should exist, check "
         "TEAMSTORE_HOME and TEAMSTORE_REGISTRY_PATH",
+    )
+
+
+def _not_a_registry(path: Path) -> RegistryNotFound:
+    return RegistryNotFound(
+        f"no registry at {path}: it is a git repository but not a teamstore registry (no README.md that "
+        "`teamstore registry` made, nothing under teams/ or labels/), and registering there would commit onto "
+        "its branch",
+        hint="point TEAMSTORE_REGISTRY_PATH at the registry's own checkout, or at a new path or an empty folder, "
+        "where `teamstore registry add` creates one",
     )
 
 

@@ -136,6 +136,21 @@ def test_a_first_registration_that_fails_leaves_no_registry_behind(registry_path
     assert (registry_path / ".git").is_dir()
 
 
+def test_a_registry_path_at_another_projects_repository_lists_nothing_and_registers_nothing(registry_path: Path) -> None:
+    registry_path.mkdir()
+    git(registry_path, "init", "-q")
+    (registry_path / "main.py").write_text("print('hello')\n")
+    git(registry_path, "add", "main.py")
+    git(registry_path, "commit", "-qm", "first")
+    head = git(registry_path, "rev-parse", "HEAD")
+    for command in (("registry", "list"), (*ADD, "--factory", "teamstore.examples:support_triage")):
+        result = invoke(*command)
+        assert result.exit_code == 1, result.output
+        assert "not a teamstore registry" in " ".join(result.output.split())
+    assert git(registry_path, "rev-parse", "HEAD") == head
+    assert not (registry_path / "teams").exists()
+
+
 def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> None:
     team_file = tmp_path / "team.json"
     team_file.write_text(json.dumps(triage_json()))

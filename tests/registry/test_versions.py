@@ -188,6 +188,36 @@ def test_folder_inside_another_repository_is_not_the_registry(tmp_path: Path) ->
         Registry(inner)
 
 
+def _project(path: Path) -> str:
+    """A git repository of someone's project, with one commit: its HEAD."""
+    path.mkdir()
+    git(path, "init", "-q")
+    (path / "main.py").write_text("print('hello')\n")
+    git(path, "add", "main.py")
+    git(path, "commit", "-qm", "first")
+    return git(path, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("create", [False, True])
+def test_another_projects_git_repository_is_not_taken_for_a_registry(tmp_path: Path, create: bool) -> None:
+    path = tmp_path / "proj"
+    head = _project(path)
+    with pytest.raises(RegistryNotFound) as caught:
+        Registry(path, create=create)
+    assert "not a teamstore registry" in caught.value.message
+    assert "TEAMSTORE_REGISTRY_PATH" in (caught.value.hint or "")
+    assert git(path, "rev-parse", "HEAD") == head
+    assert git(path, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_a_registry_is_known_by_its_readme_or_by_its_teams(registry: Registry) -> None:
+    assert Registry(registry.path).list() == []  # a new one: only its README
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    git(registry.path, "rm", "-q", "README.md")
+    git(registry.path, "commit", "-qm", "no README")
+    assert [t.name for t in Registry(registry.path).list()] == ["support_triage"]
+
+
 def test_uncommitted_edits_are_refused(registry: Registry) -> None:
     registry.add("support_triage", triage_json(), triage_manifest(), "v1")
     path = registry.path / "teams" / "support_triage" / "manifest.json"
