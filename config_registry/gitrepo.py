@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -268,11 +269,35 @@ class GitRepo:
             RegistryCorrupt: HEAD is detached (a checkout of a commit, a rebase in progress).
         """
         if self.has_commits() and not self.git("symbolic-ref", "-q", "HEAD", check=False).strip():
+            where, branch = shlex.quote(str(self.path)), self.detached_from()
+            checkout = (
+                f"git -C {where} checkout {shlex.quote(branch)}" if branch
+                else f"git -C {where} checkout BRANCH, one that `git -C {where} branch` lists"
+            )
             raise RegistryCorrupt(
                 f"registry {self.path} has a detached HEAD; a commit made now would be on no branch",
-                hint="check out the registry's branch (git -C <registry> checkout main), finishing or aborting "
-                "any rebase first",
+                hint=f"check out the registry's branch ({checkout}), finishing or aborting any rebase first",
             )
+
+    def detached_from(self) -> str | None:
+        """The branch a detached HEAD belongs to: the one a rebase in progress rewrites, else the branch last
+        checked out, else the only branch (or the only one holding HEAD); ``None`` when none is one."""
+        git_dir = self.git_dir()
+        for state in ("rebase-merge", "rebase-apply"):
+            rebasing = git_dir / state / "head-name"
+            if rebasing.is_file() and rebasing.read_text().startswith("refs/heads/"):
+                return rebasing.read_text().strip().removeprefix("refs/heads/")
+        branches = self._branches()
+        previous = self.git("rev-parse", "--symbolic-full-name", "@{-1}", check=False).strip()
+        if previous.startswith("refs/heads/") and previous.removeprefix("refs/heads/") in branches:
+            return previous.removeprefix("refs/heads/")
+        holding = self._branches("--contains", "HEAD")
+        found = branches if len(branches) == 1 else holding
+        return found[0] if len(found) == 1 else None
+
+    def _branches(self, *where: str) -> list[str]:
+        refs = self.git("for-each-ref", "--format=%(refname)", *where, "refs/heads/", check=False)
+        return [ref.removeprefix("refs/heads/") for ref in refs.splitlines()]
 
     @contextlib.contextmanager
     def lock(self, timeout: float) -> Iterator[None]:

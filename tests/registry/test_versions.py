@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -329,7 +330,7 @@ def test_nothing_is_committed_on_a_detached_head(registry: Registry) -> None:
     head = git(registry.path, "rev-parse", "HEAD")
     with pytest.raises(RegistryCorrupt, match="detached HEAD") as caught:
         registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
-    assert "checkout main" in (caught.value.hint or "")
+    assert f"git -C {registry.path} checkout main" in (caught.value.hint or "")
     with pytest.raises(RegistryCorrupt, match="detached HEAD"):
         registry.label("support_triage", v1, "canary", reason="x")
     assert git(registry.path, "rev-parse", "HEAD") == head
@@ -338,6 +339,21 @@ def test_nothing_is_committed_on_a_detached_head(registry: Registry) -> None:
     git(registry.path, "checkout", "-q", "main")
     v2 = registry.add("support_triage", dump(examples.support_triage_v2_prompt()), triage_manifest(), "v2")
     assert [h.version for h in registry.history("support_triage") if h.kind == "version"] == [v2, v1]
+
+
+def test_on_a_detached_head_the_fix_names_the_registrys_own_branch(registry: Registry) -> None:
+    git(registry.path, "branch", "-m", "main", "master")
+    v1 = registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    git(registry.path, "branch", "review")  # another branch at the same commit
+    git(registry.path, "checkout", "-q", "--detach", "master")
+    with pytest.raises(RegistryCorrupt, match="detached HEAD") as caught:
+        registry.label("support_triage", v1, "canary", reason="x")
+    hint = caught.value.hint or ""
+    assert f"git -C {registry.path} checkout master" in hint and "checkout main" not in hint
+    command = hint[hint.index("(") + 1:hint.index(")")]
+    subprocess.run(shlex.split(command), check=True, capture_output=True)  # what the fix says
+    registry.label("support_triage", v1, "canary", reason="on master again")
+    assert git(registry.path, "branch", "--show-current").strip() == "master"
 
 
 def test_a_long_ref_is_not_echoed_whole(registry: Registry) -> None:
