@@ -30,6 +30,7 @@ from autogen_agentchat.base import ChatAgent, Team
 
 from config_registry.allowlist import check_providers, check_source_code
 from config_registry.errors import DefinitionInvalid
+from config_registry.missing import install_hint
 from config_registry.participants import participant_names, participants
 from config_registry.roundtrip import load
 from config_registry.secrets import references, resolve_references
@@ -176,7 +177,7 @@ def _load(definition: TeamDefinition, runnable: dict[str, Any]) -> TeamOrAgent:
         raise DefinitionInvalid(
             f"version {definition.version[:12]} of {definition.name!r} does not load: {type(exc).__name__}: {exc}",
             field="component",
-            hint="check the transform, or register a fixed version and move the label to it",
+            hint=install_hint(exc) or "check the transform, or register a fixed version and move the label to it",
         ) from exc
     expected = Team if definition.kind == "team" else ChatAgent
     if not isinstance(team, expected):

@@ -18,6 +18,7 @@ from typing import Any
 from autogen_core import ComponentModel
 
 from config_registry.errors import FactoryInvalid
+from config_registry.missing import install_hint
 
 
 def dump_factory(factory: str) -> ComponentModel:
@@ -25,7 +26,7 @@ def dump_factory(factory: str) -> ComponentModel:
 
     Raises:
         FactoryInvalid: The factory cannot be imported, raises, or returns something that is not a team, or
-            the team cannot be dumped.
+            the team cannot be dumped (a package it needs to dump itself missing: the hint says what to install).
     """
     built = _call_factory(factory)
     try:
@@ -33,7 +34,7 @@ def dump_factory(factory: str) -> ComponentModel:
     except Exception as exc:  # a team that cannot dump itself cannot be registered; say why
         raise FactoryInvalid(
             f"the team from {factory} cannot be dumped: {type(exc).__name__}: {exc}",
-            hint="every participant, model client and tool must be an AutoGen component",
+            hint=install_hint(exc) or "every participant, model client and tool must be an AutoGen component",
         ) from exc
     return dumped
 

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from config_registry.allowlist import source_code_tools
 from config_registry.errors import DefinitionInvalid
+from config_registry.missing import install_hint
 from config_registry.secrets import mask_references, walk
 
 SOURCE_CODE_TOOL = "autogen_core.tools.FunctionTool"
@@ -118,7 +119,8 @@ def _load_or_explain(component: Any, path: str) -> Any:
         raise DefinitionInvalid(
             f"load_component() fails: {type(exc).__name__}: {exc}",
             field=path or "provider",
-            hint="check the JSON against the component's config schema; dump it with team.dump_component()",
+            hint=install_hint(exc)
+            or "check the JSON against the component's config schema; dump it with team.dump_component()",
         ) from exc
 
 

@@ -61,3 +61,15 @@ class CountedContext(ChatCompletionContext, Component[CountedContextConfig]):
     @classmethod
     def _from_config(cls, config: CountedContextConfig) -> CountedContext:
         return cls(config.max_messages)
+
+
+def azure_agent() -> AssistantAgent:
+    """An agent on Azure OpenAI: dumping its model client imports the ``azure`` package (autogen-ext's
+    ``azure`` extra)."""
+    from autogen_ext.models.openai import AzureOpenAIChatCompletionClient
+
+    client = AzureOpenAIChatCompletionClient(
+        model="gpt-4o", azure_deployment="gpt-4o", api_version="2024-06-01",
+        azure_endpoint="https://example.openai.azure.com", api_key="sk-live-123",
+    )
+    return AssistantAgent("researcher", model_client=client)

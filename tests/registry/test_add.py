@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from importlib.abc import MetaPathFinder
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import HandoffTermination, MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat, Swarm
+from autogen_ext.models.openai import OpenAIChatCompletionClient
 from pydantic import ValidationError
 
 from config_registry import FactoryInvalid, Manifest, Registry, UnknownTeam
@@ -134,6 +137,65 @@ def test_bad_factories_are_refused(registry: Registry, factory: str, fragment: s
         registry.add_from_factory(factory, triage_manifest(), "bad")
     assert fragment in caught.value.message
     assert caught.value.hint
+
+
+class _NoAzure(MetaPathFinder):
+    """Finds no ``azure`` package, as Python's own finders do where it is not installed."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name.partition(".")[0] == "azure":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+@pytest.fixture
+def without_azure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as one without autogen-ext's ``azure`` extra, whether or not it is installed here."""
+    for name in [n for n in sys.modules if n.partition(".")[0] == "azure" or n.startswith("autogen_ext.auth.azure")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NoAzure(), *sys.meta_path])
+
+
+AZURE_CLIENT = {
+    "provider": "autogen_ext.models.openai.AzureOpenAIChatCompletionClient", "component_type": "model",
+    "version": 1, "component_version": 1,
+    "config": {"model": "gpt-4o", "azure_deployment": "gpt-4o", "api_version": "2024-06-01",
+               "azure_endpoint": "https://example.openai.azure.com", "api_key": "**********"},
+}
+
+
+@pytest.mark.usefixtures("without_azure")
+def test_a_team_that_needs_a_missing_package_is_told_to_install_it(registry: Registry) -> None:
+    install = 'pip install "autogen-ext[azure]"'
+    with left_unchanged(registry.path), pytest.raises(FactoryInvalid) as caught:
+        registry.add_from_factory("tests.registry.factories:azure_agent", triage_manifest(), "azure")
+    assert "cannot be dumped: ModuleNotFoundError" in caught.value.message
+    assert "'azure'" in (caught.value.hint or "") and install in (caught.value.hint or "")
+    assert "AutoGen component" not in (caught.value.hint or "")
+    # Registered as JSON, it is refused at the round trip with the same fix.
+    agent = dump(AssistantAgent("researcher", model_client=OfflineChatCompletionClient()))
+    agent["config"]["model_client"] = AZURE_CLIENT
+    manifest = Manifest(name="researcher", secrets={"model_client.config.api_key": "env:AZURE_OPENAI_API_KEY"})
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as refused:
+        registry.add("researcher", agent, manifest, "azure")
+    assert refused.value.field == "config.model_client"
+    assert "'azure'" in (refused.value.hint or "") and install in (refused.value.hint or "")
+
+
+@pytest.mark.usefixtures("without_azure")
+def test_a_stored_team_that_needs_a_missing_package_is_told_to_install_it_at_build(registry: Registry) -> None:
+    manifest = Manifest(name="researcher", secrets={"model_client.config.api_key": "env:AZURE_OPENAI_API_KEY"})
+    agent = AssistantAgent("researcher", model_client=OpenAIChatCompletionClient(model="gpt-4o", api_key="sk-1"))
+    registry.add("researcher", dump(agent), manifest, "openai")
+    path = registry.path / "teams" / "researcher" / "component.json"
+    stored = json.loads(path.read_text())
+    stored["config"]["model_client"] = {**AZURE_CLIENT, "config": {
+        **AZURE_CLIENT["config"], "api_key": {"$secret": "env:AZURE_OPENAI_API_KEY"}}}
+    path.write_text(json.dumps(stored))
+    git(registry.path, "commit", "-qam", "moved to Azure on a machine with the azure extra")
+    with pytest.raises(DefinitionInvalid) as caught:
+        registry.build("researcher", env={"AZURE_OPENAI_API_KEY": "sk-env"})
+    assert "ModuleNotFoundError" in caught.value.message
+    assert 'pip install "autogen-ext[azure]"' in (caught.value.hint or "")
 
 
 def test_manifest_name_must_match(registry: Registry) -> None:
