@@ -17,6 +17,7 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from config_registry import Registry
 from tests.canary.canaries import Canary, CanaryBook, Kind
 from tests.canary.deployment import Deployment
 from tests.canary.policy import Hit, judge, layers, scan
@@ -63,8 +64,7 @@ def _plant_in_s3(deployment: Deployment, body: str, key: str) -> None:
 
 
 def _plant_in_git(repo: Path, text: str, dangling: str) -> None:
-    repo.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    Registry(repo, create=True)  # a registry, as the CLI made it (another git repository is refused as one)
     (repo / "team.json").write_text(json.dumps({"note": text}))
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(repo), "commit", "-qm", "one"], check=True)
