@@ -46,6 +46,8 @@ from tests.conftest import KEY_CACHE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120
+SOURCES = os.pathsep.join([str(ROOT / "platform"), str(ROOT)])
+"""The CLI processes' import path: this checkout's teamstore and config_registry, whatever is installed."""
 
 
 @dataclass
@@ -58,6 +60,8 @@ class Deployment:
         database_url: A Postgres database (``postgresql://``); ``None`` for the embedded SQLite file.
         server_url: The Postgres server's URL (its log is a sink).
         s3_endpoint: The S3 endpoint when transcripts go to S3; ``None`` for the local folder.
+        kms_key: The KMS key (ARN, on the same endpoint) users' data keys are wrapped by; ``None`` for the
+            local key file. :meth:`use_kms` makes one.
     """
 
     home: Path
@@ -65,6 +69,7 @@ class Deployment:
     database_url: str | None = None
     server_url: str | None = None
     s3_endpoint: str | None = None
+    kms_key: str | None = None
     buckets: list[str] = field(default_factory=list)
     extra_sinks: list[Sink] = field(default_factory=list)
     cli_stderr: CapturedText = field(default_factory=lambda: CapturedText(CLI_STDERR))
@@ -96,11 +101,24 @@ class Deployment:
         return boto3.client("s3", endpoint_url=self.s3_endpoint, region_name="us-east-1",
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
+    def kms_client(self) -> Any:
+        """A plain boto3 KMS client on the endpoint (the suite's own)."""
+        import boto3
+
+        return boto3.client("kms", endpoint_url=self.s3_endpoint, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def use_kms(self) -> str:
+        """Wrap users' data keys by a new KMS key on the endpoint (``TEAMSTORE_KMS_KEY_ID``); its ARN."""
+        assert self.s3_endpoint is not None, "KMS is served by the S3 endpoint's moto server"
+        self.kms_key = str(self.kms_client().create_key(Description="canary")["KeyMetadata"]["Arn"])
+        return self.kms_key
+
     def environment(self, **extra: str | None) -> dict[str, str]:
         """The variables of a process of this deployment; ``None`` in ``extra`` removes one."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TEAMSTORE_", "OTEL_", "AWS_", "GATEWAY_"))}
         env.update(TEAMSTORE_HOME=str(self.home), OTEL_EXPORTER_OTLP_ENDPOINT=self.receiver.endpoint,
-                   OTEL_SERVICE_NAME="canary", PYTHONPATH=str(ROOT), OPENAI_API_KEY="",
+                   OTEL_SERVICE_NAME="canary", PYTHONPATH=SOURCES, OPENAI_API_KEY="",
                    TEAMSTORE_KEY_CACHE_SECONDS=KEY_CACHE_SECONDS)
         if self.database_url:
             env["TEAMSTORE_DATABASE_URL"] = self.database_url
@@ -109,6 +127,8 @@ class Deployment:
         if self.s3_endpoint:
             env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
                        AWS_ENDPOINT_URL_S3=self.s3_endpoint)
+        if self.kms_key:
+            env.update(TEAMSTORE_KMS_KEY_ID=self.kms_key, AWS_ENDPOINT_URL_KMS=str(self.s3_endpoint))
         for key, value in extra.items():
             if value is None:
                 env.pop(key, None)

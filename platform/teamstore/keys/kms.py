@@ -19,6 +19,7 @@ from typing import Any
 
 from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable, MissingExtra
 from teamstore.keys.kek import KMS, damaged
+from teamstore.logs import keep_request_bodies_out_of_logs
 
 DELETION_WINDOW_DAYS = 7
 """The shortest wait KMS allows between scheduling a key's deletion and deleting it."""
@@ -40,6 +41,7 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError
 
+    keep_request_bodies_out_of_logs()  # Encrypt's and Decrypt's bodies hold data keys in plain
     config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
                     retries={"total_max_attempts": max_attempts, "mode": "standard"})
     bad_endpoint = ConfigurationError("AWS_ENDPOINT_URL_KMS (or AWS_ENDPOINT_URL) is not an http:// or https:// URL",

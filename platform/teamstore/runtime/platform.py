@@ -42,6 +42,7 @@ from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver, drain_observers
 from teamstore.ids import check_id
 from teamstore.keys.service import KeyService
+from teamstore.logs import keep_request_bodies_out_of_logs
 from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.runtime import interruptions, turns
@@ -199,6 +200,7 @@ class Platform:
                                  spans=self.autogen_spans)
         if not self.settings.capture_message_content:
             keep_content_out_of_logs()
+        keep_request_bodies_out_of_logs()  # also for clients the caller made: KMS's bodies hold data keys
         keep_cancellation_out_of_errors()
 
     @property

@@ -23,6 +23,7 @@ from teamstore.errors import (
     TranscriptUnavailable,
     UploadInDoubt,
 )
+from teamstore.logs import keep_request_bodies_out_of_logs
 
 RETRY_GUARD = "teamstore-no-retry-after-unanswered-put"
 """The id of the ``needs-retry`` hook that ends the retries of a PUT S3 may have received."""
@@ -84,6 +85,8 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     boto3 = _boto3()
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError
+
+    keep_request_bodies_out_of_logs()
 
     config = Config(
         connect_timeout=connect_timeout,
