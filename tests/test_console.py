@@ -118,7 +118,7 @@ def test_a_run_whose_model_endpoint_is_down_is_an_error_line_not_tracebacks(tmp_
                            "--user", "alice", "--session", "s1", "hi"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 1
-    assert "error: the team's run raised" in proc.stderr and "Connection error" in proc.stderr
+    assert "error: the team's run raised RuntimeError (an agent's APIConnectionError, at " in proc.stderr
     assert "fix:" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -5,6 +5,7 @@ the secrets the runtime resolved from the environment in their headers.
     env["GATEWAY_URL"] = server.base_url
     ...
     assert server.saw("x-functions-key", secret)     # the secret really went out
+    server.rejecting = True                           # from now on a 400 that quotes the request's last message
     server.stop()
 """
 
@@ -20,10 +21,13 @@ REPLY = "Your order is on its way. TERMINATE"
 
 
 class ModelServer:
-    """Answers every ``POST .../chat/completions`` with one short completion, and keeps the headers."""
+    """Answers every ``POST .../chat/completions`` with one short completion, and keeps the headers; or, while
+    ``rejecting``, refuses it with an error that quotes the request's last message, as a provider's content
+    filter or validation does."""
 
     def __init__(self, model: str = "gpt-4o-mini") -> None:
         self.model = model  # the model the answers say they come from
+        self.rejecting = False
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -50,17 +54,25 @@ class ModelServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) or b"{}")
                 with server._lock:
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
-                body = json.dumps({
+                if server.rejecting:
+                    said = (request.get("messages") or [{}])[-1].get("content", "")
+                    self._answer(400, {"error": {"message": f"provider rejected request: {said}",
+                                                 "type": "invalid_request_error"}})
+                    return
+                self._answer(200, {
                     "id": "chatcmpl-canary", "object": "chat.completion", "created": int(time.time()),
                     "model": server.model,
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": REPLY}}],
                     "usage": {"prompt_tokens": 21, "completion_tokens": 9, "total_tokens": 30},
-                }).encode()
-                self.send_response(200)
+                })
+
+            def _answer(self, status: int, document: dict[str, Any]) -> None:
+                body = json.dumps(document).encode()
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -1,5 +1,5 @@
 """Runs and deliveries under faults: a damaged row version, two flushes at once, a model client that calls
-itself something else than "model", a home made by the first command. Each leaves canaries only where the
+itself something else than "model", one whose error quotes the user's words, a home made by the first command. Each leaves canaries only where the
 policy lets them be, and does what the audit trail promises (one delivery, every run metered, a home no
 other user can read)."""
 
@@ -14,13 +14,24 @@ import pytest
 
 from config_registry import Manifest, Registry
 from teamstore.app import open_platform
+from teamstore.cli.sessions import CONTENT_CAPTURE
 from tests.audit.fault_server import FaultServer
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.conftest import MakeDeployment
 from tests.canary.deployment import Deployment
-from tests.canary.flows import ON_EACH_DATABASE, TRIAGE, User, erase, first_run, register_teams, run
+from tests.canary.flows import (
+    ON_EACH_DATABASE,
+    TRIAGE,
+    User,
+    erase,
+    first_run,
+    gateway_env,
+    register_teams,
+    run,
+)
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import WORDS, judge, report, scan
+from tests.canary.sinks import CapturedText
 from tests.canary.teams import gateway_secrets, relay_desk
 from tests.conftest import upgrade_database
 
@@ -167,3 +178,28 @@ def test_the_home_the_first_command_creates_is_its_owners_only(
     leaks = judge(scan(deployment.sinks(), book))
     assert not leaks, report(leaks)
     assert modes == {"home": 0o700, "teamstore.db": 0o600, "transcripts": 0o700}, {k: oct(v) for k, v in modes.items()}
+
+
+def test_a_run_whose_model_client_quotes_the_users_words_in_its_error_fails_without_them_unless_opted_in(
+    make_deployment: MakeDeployment, book: CanaryBook, model_server: ModelServer
+) -> None:
+    deployment = make_deployment("sqlite+local")
+    bob = User.plant(book, "bob")
+    register_teams(deployment.registry, model_server.base_url)
+    env = gateway_env(book)
+    model_server.rejecting = True  # "provider rejected request: <the user's words>"
+    asked = ("run", "--team", "gateway_desk", "--user", bob.user_id, "--session")
+    failed = deployment.cli(*asked, bob.sessions[0], bob.tasks[0], "--json", ok=(1,), env=env)
+    said = deployment.cli(*asked, bob.sessions[1], bob.tasks[1], ok=(1,), env=env)  # the error line, for a person
+    output = CapturedText("cli --json output")
+    output.add("teamstore run --json", failed.stdout)
+    deployment.extra_sinks.append(output)
+    leaks = judge(scan(deployment.sinks(), book))
+    assert not leaks, report(leaks)
+    error = json.loads(failed.stdout)["error"]
+    assert "raised BadRequestError (at " in error["message"], error  # its type, and where it was raised
+    assert f"{CONTENT_CAPTURE}=true" in error["fix"], error
+    assert "error: the team's run raised" in said.stderr and "BadRequestError" in said.stderr
+
+    opted = deployment.cli(*asked, bob.sessions[2], bob.tasks[2], ok=(1,), env={**env, CONTENT_CAPTURE: "true"})
+    assert f"provider rejected request: {bob.tasks[2]}" in " ".join(opted.stderr.split()), opted.stderr

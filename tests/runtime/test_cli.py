@@ -237,6 +237,8 @@ def test_a_run_that_stops_mid_run_says_it_can_be_continued_and_is(
         assert out.exit_code == 1
         said = " ".join(out.output.split())  # the console wraps lines
         assert "stopped after turn 2 and can be continued" in said and "--continue" in said
+        assert "raised RuntimeError (an agent's ConnectionError, at checkpoint_teams.py:" in said
+        assert "the model endpoint went away" not in said  # a message may quote the user: left out, unless opted in
         assert "transcripts show" not in said  # a run not ended yet has no transcript to show
         calls.fail_at = None
         done = runner.invoke(app, ["run", *ids, "--continue", "--json"])

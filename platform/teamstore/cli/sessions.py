@@ -9,7 +9,10 @@
 
 from __future__ import annotations
 
+import re
+import traceback
 from collections.abc import Awaitable, Callable
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
@@ -29,6 +32,11 @@ if TYPE_CHECKING:
     from teamstore.state.base import StateStore
 
 T = TypeVar("T")
+CONTENT_CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The operator's opt-in to users' words in telemetry, and in a failed run's error (docs/operations.md)."""
+# AutoGen raises an agent's exception again as a RuntimeError reading "Type: message\nTraceback:\n<its traceback>".
+_AGENTS_TRACEBACK = "\nTraceback:\n"
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.MULTILINE)
 
 sessions_app = typer.Typer(help="Stored resume state, one row per (user, session).", no_args_is_help=True)
 db_app = typer.Typer(help="The state database's schema.", no_args_is_help=True)
@@ -102,20 +110,18 @@ async def _run_once(
     except TeamstoreError:
         raise
     except Exception as exc:  # the team's own failure (a model endpoint down, a tool raising): said, not a traceback
-        # AutoGen's RuntimeError carries the agent's whole traceback after its first line.
-        first = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+        said, see = _team_failure(exc, with_message=platform.settings.capture_message_content)
         stopped = opened.interrupted if opened is not None else None
         if stopped is not None:  # its checkpoint keeps the turns it completed; its transcript waits for its end
             raise TeamstoreError(
-                f"the team's run raised {type(exc).__name__}: {first}; the run stopped after turn "
-                f"{stopped.last_turn} and can be continued",
+                f"{said}; the run stopped after turn {stopped.last_turn} and can be continued",
                 hint="once the model client answers again: teamstore run --team T --user U --session S --continue "
-                "(or --abandon)",
+                f"(or --abandon){see}",
             ) from exc
         raise TeamstoreError(
-            f"the team's run raised {type(exc).__name__}: {first}",
+            said,
             hint="check the model client's endpoint, key and quota; `teamstore transcripts show --user ... "
-            "--session ...` shows the run up to the failure",
+            f"--session ...` shows the run up to the failure{see}",
         ) from exc
     usage = [m.models_usage for m in result.messages if m.models_usage]
     last = result.messages[-1]
@@ -136,6 +142,40 @@ async def _run_once(
             "output_tokens": sum(u.completion_tokens for u in usage),
         },
     }
+
+
+def _team_failure(exc: Exception, *, with_message: bool) -> tuple[str, str]:
+    """The team's failure as the command line says it, and what to add to the fix to see its message.
+
+    The exception's type and where it was raised are said; its message only when the operator opted in to
+    content capture. A model client's or a tool's message often quotes the user's words (a provider's refusal
+    repeats the request), and the error line and ``--json`` reach terminals, CI logs and tickets. AutoGen's log
+    filter leaves the same message out; the Python API's caller gets the exception itself."""
+    text = str(exc)
+    first = next(iter(text.splitlines()), "")
+    said = f"the team's run raised {type(exc).__name__}"
+    message = first
+    if _AGENTS_TRACEBACK in text:  # an agent's exception, which AutoGen raises again as a RuntimeError
+        kind, _, message = first.partition(": ")
+        where = _raised_at(_FRAME.findall(text))
+        said += f" (an agent's {kind}, {where})" if where else f" (an agent's {kind})"
+    else:
+        where = _raised_at([(f.filename, str(f.lineno), f.name) for f in traceback.extract_tb(exc.__traceback__)])
+        said += f" ({where})" if where else ""
+    if with_message:
+        return (f"{said}: {message}" if message else said), ""
+    if not message:
+        return said, ""
+    return f"{said}; its message is left out: it may quote the user's words", (
+        f"; to see it, run again with {CONTENT_CAPTURE}=true (docs/operations.md, *Opting in to content capture*)")
+
+
+def _raised_at(frames: list[tuple[str, str, str]]) -> str:
+    """``at FILE:LINE in FUNCTION`` of the innermost of ``frames`` (file, line, function); without any, ``""``."""
+    if not frames:
+        return ""
+    file, line, function = frames[-1]
+    return f"at {PurePath(file).name}:{line} in {function}"
 
 
 def _render_run(data: dict[str, Any]) -> None:
