@@ -222,3 +222,33 @@ def test_libpqs_other_refusals_are_told_for_what_they_are(server_says: str, told
     described = describe_failure(psycopg.OperationalError(server_says))
     assert described.startswith(f"could not connect to the database: {told}")
     assert "alice" not in described and "127.0.0.1" not in described
+
+
+@pytest.mark.parametrize(("code", "told", "fix"), [
+    ("SQLITE_IOERR_SHMSIZE", "could not grow its shared-memory file (-shm, beside the database): its disk is full",
+     "free space on the disk"),
+    ("SQLITE_IOERR_SHMOPEN", "could not open its shared-memory file", "write access to the SQLite file's folder"),
+    ("SQLITE_IOERR_SHMMAP", "could not map its shared-memory file", "local disk"),
+    ("SQLITE_IOERR_LOCK", "the file system refused SQLite's file lock", "local disk"),
+    ("SQLITE_IOERR_WRITE", "could not read or write its files (a disk I/O error)", "system log for I/O errors"),
+    ("SQLITE_IOERR", "could not read or write its files (a disk I/O error)", "free space"),
+    ("SQLITE_READONLY_DBMOVED", "the SQLite file was moved or deleted while it was open", "put the file back"),
+    ("SQLITE_READONLY_DIRECTORY", "the SQLite file cannot be written", "write access to the file and its folder"),
+    ("SQLITE_CANTOPEN_NOTEMPDIR", "no folder for its temporary files", "SQLITE_TMPDIR"),
+    ("SQLITE_CANTOPEN_FULLPATH", "cannot be resolved to a full path", "TEAMSTORE_DATABASE_URL"),
+    ("SQLITE_FULL", "the disk holding the SQLite file is full", "free space on its disk"),
+])
+def test_sqlites_disk_file_and_lock_failures_are_told_with_a_fix_for_sqlite(code: str, told: str, fix: str) -> None:
+    # A full disk under the shared-memory file was told to check Postgres's statement_timeout and grants.
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from teamstore.db.engine import failure_hint
+
+    error = sqlite3.OperationalError("disk I/O error")
+    error.sqlite_errorname = code
+    failure = OperationalError("PRAGMA journal_mode=WAL", None, error)
+    assert told in describe_failure(failure) and describe_failure(failure).endswith(f"(OperationalError, {code})")
+    assert fix in failure_hint(failure)
+    assert "statement_timeout" not in failure_hint(failure)

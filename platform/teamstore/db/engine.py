@@ -57,19 +57,53 @@ def unreachable(exc: BaseException) -> bool:
     return state.startswith(_UNREACHABLE) if state else sqlite is None
 
 
-# What an SQLite error code means for the embedded database, and what to do about it.
+# What an SQLite error code means for the embedded database, and what to do about it. Matched by prefix, in
+# order: an extended code (SQLITE_IOERR_SHMSIZE) before its primary one (SQLITE_IOERR), which stands for the
+# extended codes not named.
+_LOCAL_DISK = ("keep the SQLite file on a local disk (a network file system does not give SQLite the file locks and "
+               "shared memory its WAL mode needs), or use PostgreSQL")
 _SQLITE_FAILURES = {
     "SQLITE_NOTADB": ("the SQLite file is not a database",
                       "move the file aside (keep it if it matters) and teamstore creates a new one, or point "
                       "TEAMSTORE_DATABASE_URL at the right file"),
     "SQLITE_CORRUPT": ("the SQLite file is damaged",
                        "restore it from a backup, or move it aside and teamstore creates a new one"),
+    "SQLITE_READONLY_DBMOVED": ("the SQLite file was moved or deleted while it was open",
+                                "put the file back (or restore it from a backup), then start the process again"),
     "SQLITE_READONLY": ("the SQLite file cannot be written",
                         "give this process write access to the file and its folder (SQLite writes -wal and "
                         "-shm files beside it)"),
     "SQLITE_FULL": ("the disk holding the SQLite file is full", "free space on its disk"),
+    "SQLITE_IOERR_SHMSIZE": ("SQLite could not grow its shared-memory file (-shm, beside the database): its disk "
+                             "is full", "free space on the disk holding the SQLite file"),
+    "SQLITE_IOERR_SHMOPEN": ("SQLite could not open its shared-memory file (-shm, beside the database)",
+                             "give this process write access to the SQLite file's folder (SQLite makes its -wal "
+                             "and -shm files there)"),
+    "SQLITE_IOERR_SHMMAP": ("SQLite could not map its shared-memory file (-shm) into memory", _LOCAL_DISK),
+    "SQLITE_IOERR_SHMLOCK": ("the file system refused SQLite's lock on its shared-memory file (-shm)", _LOCAL_DISK),
+    **dict.fromkeys(("SQLITE_IOERR_LOCK", "SQLITE_IOERR_RDLOCK", "SQLITE_IOERR_UNLOCK", "SQLITE_IOERR_CHECKRESERVEDLOCK"),
+                    ("the file system refused SQLite's file lock", _LOCAL_DISK)),
+    "SQLITE_IOERR_NOMEM": ("SQLite ran out of memory", "give the process more memory, or run fewer sessions at once"),
+    "SQLITE_IOERR_CORRUPTFS": ("the file system holding the SQLite file is damaged",
+                               "repair the file system (fsck), then restore the SQLite file from a backup if it "
+                               "does not open"),
+    "SQLITE_IOERR": ("SQLite could not read or write its files (a disk I/O error)",
+                     "check the disk holding the SQLite file and its -wal and -shm files: its free space, and the "
+                     "system log for I/O errors"),
+    "SQLITE_NOMEM": ("SQLite ran out of memory", "give the process more memory, or run fewer sessions at once"),
+    "SQLITE_PROTOCOL": ("SQLite's WAL locks kept failing (another process kept taking them)",
+                        "retry; if it persists, " + _LOCAL_DISK),
+    "SQLITE_PERM": ("the operating system denied access to the SQLite file",
+                    "give this process read and write access to the file and its folder"),
     "SQLITE_BUSY": ("another process held SQLite's write lock for too long",
                     "SQLite serves one writer at a time: for many workers, use PostgreSQL"),
+    "SQLITE_CANTOPEN_NOTEMPDIR": ("SQLite found no folder for its temporary files",
+                                  "set SQLITE_TMPDIR (or TMPDIR) to a folder this process may write"),
+    "SQLITE_CANTOPEN_ISDIR": ("a folder is where the SQLite file should be",
+                              "move the folder aside, or point TEAMSTORE_DATABASE_URL at a file"),
+    "SQLITE_CANTOPEN_FULLPATH": ("the SQLite file's path cannot be resolved to a full path",
+                                 "check the path in TEAMSTORE_DATABASE_URL (or TEAMSTORE_HOME): every folder on "
+                                 "it must exist and be readable by this process"),
     "SQLITE_CANTOPEN": ("the SQLite file cannot be opened",
                         "check that its folder exists and this process may write there"),
 }
