@@ -29,6 +29,8 @@ Facts belong to a written memory: those kept with none (no row, or one holding o
 over** from a memory that no longer exists (its row deleted by hand, or by an older release's forget or erasure
 that raced a write). No session or writer is given them, ``show`` lists them only for an export, the next write
 of the scope starts without them, and the retention sweep deletes them.
+
+The statements are :mod:`teamstore.memory.statements`; rows are read into memories by :mod:`teamstore.memory.rows`.
 """
 
 from __future__ import annotations
@@ -38,8 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, exists, literal, select, true, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -47,22 +48,22 @@ from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
 from teamstore.ids import check_id
-from teamstore.keys.schema import data_keys
 from teamstore.keys.service import DataKey, KeyService
-from teamstore.memory.facts import (
-    DamagedFact,
-    Fact,
-    FactInvalid,
-    MemoryUpdate,
-    UserMemory,
-    WriterFailure,
-    check_names,
-    decode_value,
-    encode_value,
-)
+from teamstore.memory.facts import MemoryUpdate, UserMemory, check_names, encode_value
+from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
 from teamstore.memory.schema import facts, memories
-from teamstore.memory.sealing import Unopened, fact_context, opened, opened_under, sealed, summary_context
-from teamstore.state.schema import DAMAGED
+from teamstore.memory.sealing import fact_context, opened, opened_under, sealed, summary_context
+from teamstore.memory.statements import (
+    delete_expired,
+    delete_leftovers,
+    expired_memory,
+    fact_upsert,
+    failure_upsert,
+    key_alive,
+    left_over,
+    of_user,
+    row_write,
+)
 
 FAILURE_CHARS = 512
 
@@ -100,20 +101,6 @@ def _erased() -> ErasureInProgress:
                              hint="nothing to do: an erasure removed the user's memory with the rest")
 
 
-def _alive(user_id: str, key: DataKey | None) -> ColumnElement[bool]:
-    """The data key a write seals under still exists. An erasure that ran whole while a writer waited for its
-    model (its fence lifted again before the write) destroyed that key: the write must not bring back what it
-    erased, nor land under a key made for the user since."""
-    if key is None:
-        return true()
-    return exists().where(data_keys.c.user_id == user_id, data_keys.c.key_id == key.key_id)
-
-
-def _key(table: Any, user_id: str, scope: str | None) -> list[Any]:
-    clauses = [table.c.user_id == user_id]
-    return clauses if scope is None else [*clauses, table.c.scope == scope]
-
-
 class MemoryStore:
     """Users' memory (summary and facts per user and scope) in the state database.
 
@@ -125,7 +112,7 @@ class MemoryStore:
 
     def __init__(self, engine: AsyncEngine, keys: KeyService | None = None) -> None:
         self.engine, self.keys = engine, keys
-        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        self._dialect = engine.dialect.name
 
     # --- reading ---------------------------------------------------------------------------------------
     async def load(self, user_id: str, scope: str) -> UserMemory | None:
@@ -135,8 +122,8 @@ class MemoryStore:
             InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
         """
         found = [memory for memory in await self._read(user_id, scope) if not memory.leftover]
-        if found and _expired(found[0]):  # read as gone, and gone: a write must not renew it
-            await self._sweep(datetime.now(UTC), 1, _key(memories, user_id, scope))
+        if found and past_expiry(found[0]):  # read as gone, and gone: a write must not renew it
+            await self._sweep(datetime.now(UTC), 1, of_user(memories, user_id, scope))
             return None
         return found[0] if found else None
 
@@ -153,15 +140,15 @@ class MemoryStore:
         """
         check_names(scope)
         return [memory for memory in await self._read(user_id, scope)
-                if held or not (memory.leftover or _expired(memory))]
+                if held or not (memory.leftover or past_expiry(memory))]
 
     async def _read(self, user_id: str, scope: str | None) -> list[UserMemory]:
         check_id("user_id", user_id)
         try:
             async with self.engine.connect() as conn:
-                found_rows = (await conn.execute(select(memories).where(*_key(memories, user_id, scope))
+                found_rows = (await conn.execute(select(memories).where(*of_user(memories, user_id, scope))
                                                  .order_by(memories.c.scope))).mappings().all()
-                found_facts = (await conn.execute(select(facts).where(*_key(facts, user_id, scope))
+                found_facts = (await conn.execute(select(facts).where(*of_user(facts, user_id, scope))
                                                   .order_by(facts.c.scope, facts.c.name))).mappings().all()
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "read the user's memory") from exc
@@ -175,8 +162,8 @@ class MemoryStore:
             by_scope.setdefault(str(row["scope"]), []).append(row)
         # Beside a row holding only a failure, facts are left over too: the writer of an older release refused
         # facts with no row, and recording its failure made one.
-        found = [_memory(row, by_scope.pop(str(row["scope"]), []) if row["version"] != 0 else []) for row in rows]
-        found += [_leftovers(user_id, scope, rows) for scope, rows in by_scope.items()]
+        found = [memory_of(row, by_scope.pop(str(row["scope"]), []) if row["version"] != 0 else []) for row in rows]
+        found += [leftovers_of(user_id, scope, rows) for scope, rows in by_scope.items()]
         return sorted(found, key=lambda m: (m.scope, m.leftover))
 
     # --- writing ---------------------------------------------------------------------------------------
@@ -219,13 +206,14 @@ class MemoryStore:
         """
         now = now or datetime.now(UTC)
         data_key = key or await self.writer_key(user_id)
-        alive = _alive(user_id, data_key)
+        alive = key_alive(user_id, data_key)
         summary = sealed(data_key, update.summary, summary_context(scope))
         row = {"summary": summary, "team": team, "team_version": team_version, "source_run_id": run_id,
                "updated_at": now, "expires_at": now + timedelta(days=retention_days)}
         try:
             async with self.engine.begin() as conn:
-                if await self._write_row(conn, user_id, scope, row, expected_version, now, alive) is None:
+                stmt = row_write(self._dialect, user_id, scope, row, expected_version, now, alive)
+                if (await conn.execute(stmt)).scalar() is None:
                     if await conn.scalar(select(held(user_id))):
                         raise _fenced()
                     if not await conn.scalar(select(alive)):
@@ -237,52 +225,11 @@ class MemoryStore:
                     text = encode_value(value)
                     same = kept.get(name) == (types[name], text)  # compared opened: each seal is different bytes
                     stored = sealed(data_key, text, fact_context(scope, name))
-                    await conn.execute(self._fact_upsert(user_id, scope, name, types[name], stored, same, run_id, now))
+                    await conn.execute(fact_upsert(self._dialect, user_id, scope, name, types[name], stored, same,
+                                                   run_id, now))
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "write the user's memory") from exc
         return expected_version + 1
-
-    async def _write_row(
-        self, conn: AsyncConnection, user_id: str, scope: str, row: dict[str, Any], expected: int, now: datetime,
-        alive: ColumnElement[bool],
-    ) -> int | None:
-        """The version-checked, fenced write of the memory row (while ``alive`` holds): its new version, or
-        ``None`` if refused."""
-        if expected > 0:
-            stmt = (update(memories)
-                    .where(*_key(memories, user_id, scope), memories.c.version == expected, ~held(user_id), alive,
-                           memories.c.expires_at > now)  # past it, the memory is gone: read again, start afresh
-                    .values(**row, version=expected + 1).returning(memories.c.version))
-        else:  # a first write: a new row, or the row that holds only a failure (version 0)
-            values = {"user_id": user_id, "scope": scope, **row, "version": 1, "created_at": now, "failures": 0}
-            stmt = self._fenced_insert(user_id, values, alive)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[memories.c.user_id, memories.c.scope],
-                set_={**{k: stmt.excluded[k] for k in row}, "version": 1}, where=memories.c.version == 0,
-            ).returning(memories.c.version)
-        version = (await conn.execute(stmt)).scalar()
-        return None if version is None else int(version)
-
-    def _fenced_insert(self, user_id: str, values: dict[str, Any], alive: ColumnElement[bool]) -> Any:
-        """``INSERT INTO ts_user_memory SELECT <values> WHERE NOT <fenced> AND <alive>``: the fence, the key's
-        check and the write in one."""
-        columns = [memories.c[name] for name in values]
-        chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~held(user_id), alive)
-        return self._insert(memories).from_select(columns, chosen)
-
-    def _fact_upsert(
-        self, user_id: str, scope: str, name: str, kind: str, value: str, same: bool, run_id: str, now: datetime
-    ) -> Any:
-        """Write a fact's (sealed) value; ``same``: it is confirmed with the value it had, so it still comes from
-        the run that first stated it (its value is written again all the same: a plain one is sealed now)."""
-        stmt = self._insert(facts).values(user_id=user_id, scope=scope, name=name, type=kind, value=value,
-                                          source_run_id=run_id, created_at=now, confirmed_at=now)
-        changed = {} if same else {"type": stmt.excluded.type, "source_run_id": stmt.excluded.source_run_id,
-                                   "created_at": stmt.excluded.created_at}
-        return stmt.on_conflict_do_update(
-            index_elements=[facts.c.user_id, facts.c.scope, facts.c.name],
-            set_={"value": stmt.excluded.value, "confirmed_at": now, **changed},
-        )
 
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
@@ -300,11 +247,7 @@ class MemoryStore:
                   "team_version": team_version, "created_at": now, "updated_at": now,
                   "expires_at": now + timedelta(days=retention_days), "failure": reason[:FAILURE_CHARS],
                   "failed_at": now, "failures": 1}
-        stmt = self._fenced_insert(user_id, values, _alive(user_id, key))
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[memories.c.user_id, memories.c.scope],
-            set_={"failure": stmt.excluded.failure, "failed_at": now, "failures": memories.c.failures + 1},
-        ).returning(memories.c.version)
+        stmt = failure_upsert(self._dialect, user_id, values, key_alive(user_id, key), now)
         try:
             async with self.engine.begin() as conn:
                 return (await conn.execute(stmt)).first() is not None
@@ -333,17 +276,17 @@ class MemoryStore:
                 # goes on, and what it wrote is forgotten too (taken the other way round, the facts it added
                 # stayed without their row, or the two waited for each other until the database gave up).
                 if fact is not None:
-                    await conn.execute(select(memories.c.scope).where(*_key(memories, user_id, scope))
+                    await conn.execute(select(memories.c.scope).where(*of_user(memories, user_id, scope))
                                        .with_for_update())
                     return await self._forget_fact(conn, user_id, scope, fact)
-                gone = (await conn.execute(delete(memories).where(*_key(memories, user_id, scope)))).rowcount
-                dropped = (await conn.execute(delete(facts).where(*_key(facts, user_id, scope)))).rowcount
+                gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
+                dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "forget the user's memory") from exc
         return Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
 
     async def _forget_fact(self, conn: AsyncConnection, user_id: str, scope: str | None, fact: str) -> Forgotten:
-        where = [*_key(facts, user_id, scope), facts.c.name == fact]
+        where = [*of_user(facts, user_id, scope), facts.c.name == fact]
         scopes = (await conn.execute(select(facts.c.scope).where(*where))).scalars().all()
         if not scopes:
             raise MemoryNotFound(f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
@@ -374,13 +317,9 @@ class MemoryStore:
         """
         total = 0
         while True:
-            victims = (select(facts.c.user_id, facts.c.scope, facts.c.name).where(_left_over())
-                       .limit(batch_size).with_for_update(of=facts, skip_locked=True).correlate(None))
             try:
                 async with self.engine.begin() as conn:
-                    # Checked again as it deletes: a first write that landed meanwhile owns the facts it wrote.
-                    result = await conn.execute(delete(facts).where(
-                        tuple_(facts.c.user_id, facts.c.scope, facts.c.name).in_(victims), _left_over()))
+                    result = await conn.execute(delete_leftovers(batch_size))
             except SQLAlchemyError as exc:
                 raise _unavailable(exc, "sweep leftover memory facts") from exc
             gone = int(result.rowcount or 0)
@@ -392,14 +331,9 @@ class MemoryStore:
         """Delete memories past their expiry that ``where`` also holds, with their facts."""
         total = Forgotten(0, 0)
         while True:
-            victims = (select(memories.c.user_id, memories.c.scope).where(memories.c.expires_at <= now, *where)
-                       .limit(batch_size))
             try:
                 async with self.engine.begin() as conn:
-                    keys = (await conn.execute(
-                        delete(memories).where(tuple_(memories.c.user_id, memories.c.scope).in_(victims),
-                                               memories.c.expires_at <= now)
-                        .returning(memories.c.user_id, memories.c.scope))).all()
+                    keys = (await conn.execute(delete_expired(now, batch_size, where))).all()
                     dropped = await _delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
             except SQLAlchemyError as exc:
                 raise _unavailable(exc, "sweep expired memory") from exc
@@ -413,11 +347,11 @@ async def _what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) 
     else whether a summary (or only the writer's last failure) is, which forgetting everything still removes."""
     now = datetime.now(UTC)
     # Not a leftover fact (the user cannot see it), nor one of a memory past its expiry.
-    shown = select(facts.c.name).where(*_key(facts, user_id, scope), ~_left_over(), ~_expired_memory(now))
+    shown = select(facts.c.name).where(*of_user(facts, user_id, scope), ~left_over(), ~expired_memory(now))
     kept = sorted(set((await conn.execute(shown)).scalars().all()))
     if kept:
         return f"the facts kept are: {', '.join(kept)}"
-    rows = select(memories.c.version).where(*_key(memories, user_id, scope), memories.c.expires_at > now)
+    rows = select(memories.c.version).where(*of_user(memories, user_id, scope), memories.c.expires_at > now)
     versions = (await conn.execute(rows)).scalars().all()
     under = f" under {scope!r}" if scope else ""
     if any(version != 0 for version in versions):
@@ -427,18 +361,6 @@ async def _what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) 
     return f"nothing is kept about this user{under}"
 
 
-def _expired_memory(now: datetime) -> ColumnElement[bool]:
-    """The fact's memory is past its expiry: read as gone until the sweep (or its scope's next read) deletes it."""
-    return exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
-                          memories.c.expires_at <= now)
-
-
-def _left_over() -> ColumnElement[bool]:
-    """The fact's (user, scope) has no memory written: no row, or one holding only a writer's failure."""
-    return ~exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
-                           memories.c.version != 0)
-
-
 async def _facts_before(
     conn: AsyncConnection, user_id: str, scope: str, data_key: DataKey | None, *, first: bool
 ) -> dict[str, tuple[str, str | None]]:
@@ -446,7 +368,7 @@ async def _facts_before(
     with no memory written are left over from one that no longer exists, and go (merged in, they would come
     back as the user's memory)."""
     if first:
-        await conn.execute(delete(facts).where(*_key(facts, user_id, scope)))
+        await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))
         return {}
     return await _kept_facts(conn, user_id, scope, data_key)
 
@@ -455,7 +377,7 @@ async def _kept_facts(
     conn: AsyncConnection, user_id: str, scope: str, data_key: DataKey | None
 ) -> dict[str, tuple[str, str | None]]:
     """Each fact kept under ``scope``: its type and its value's JSON text, opened (``None``: it does not open)."""
-    query = select(facts.c.name, facts.c.type, facts.c.value).where(*_key(facts, user_id, scope))
+    query = select(facts.c.name, facts.c.type, facts.c.value).where(*of_user(facts, user_id, scope))
     return {str(name): (str(kind), opened_under(data_key, value, fact_context(scope, str(name))))
             for name, kind, value in (await conn.execute(query)).all()}
 
@@ -465,66 +387,3 @@ async def _delete_facts_of(conn: AsyncConnection, keys: Sequence[tuple[str, str]
         return 0
     result = await conn.execute(delete(facts).where(tuple_(facts.c.user_id, facts.c.scope).in_(keys)))
     return int(result.rowcount or 0)
-
-
-def _memory(row: Mapping[str, Any], fact_rows: list[Mapping[str, Any]]) -> UserMemory:
-    damaged: list[DamagedFact] = []
-    summary = row["summary"]
-    if isinstance(summary, Unopened):
-        damaged.append(DamagedFact("summary", f"the summary does not open: {summary.why}"))
-        summary = ""
-    elif not isinstance(summary, str):
-        damaged.append(DamagedFact("summary", "the summary is not text"))
-        summary = ""
-    version = row["version"]
-    if type(version) is not int or version < 0:
-        damaged.append(DamagedFact("version", "the row version is not a whole number >= 0"))
-        version = -1  # no write can follow it: the memory must be forgotten first
-    failure = row["failure"]
-    return UserMemory(
-        user_id=str(row["user_id"]), scope=str(row["scope"]), summary=summary, version=version,
-        team=str(row["team"]), team_version=str(row["team_version"]), source_run_id=row["source_run_id"],
-        updated_at=_moment(row["updated_at"], "updated_at", damaged),
-        expires_at=_moment(row["expires_at"], "expires_at", damaged),
-        facts=_facts(fact_rows, damaged), damaged=damaged,
-        failure=None if failure is None else WriterFailure(
-            str(failure), _moment(row["failed_at"], "failed_at", damaged),
-            row["failures"] if type(row["failures"]) is int else 0),
-    )
-
-
-def _leftovers(user_id: str, scope: str, rows: list[Mapping[str, Any]]) -> UserMemory:
-    damaged: list[DamagedFact] = []
-    return UserMemory(user_id=user_id, scope=scope, summary="", version=0, team="", team_version="",
-                      source_run_id=None, updated_at=None, expires_at=None, facts=_facts(rows, damaged),
-                      damaged=damaged, leftover=True)
-
-
-def _expired(memory: UserMemory) -> bool:
-    return memory.expires_at is not None and memory.expires_at <= datetime.now(UTC)
-
-
-def _moment(value: Any, name: str, damaged: list[DamagedFact]) -> datetime | None:
-    if value is DAMAGED or (value is not None and not isinstance(value, datetime)):
-        damaged.append(DamagedFact(name, f"{name} is not a time"))
-        return None
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
-
-
-def _facts(rows: list[Mapping[str, Any]], damaged: list[DamagedFact]) -> dict[str, Fact]:
-    found: dict[str, Fact] = {}
-    for row in rows:
-        name = str(row["name"])
-        if isinstance(row["value"], Unopened):
-            damaged.append(DamagedFact(name, f"its value does not open: {row['value'].why}"))
-            continue
-        try:
-            value = decode_value(name, str(row["type"]), row["value"])
-        except FactInvalid as exc:  # what it holds is still the user's: kept in view (show, export)
-            damaged.append(DamagedFact(name, str(exc), row["value"] if isinstance(row["value"], str) else None))
-            continue
-        created, confirmed = (_moment(row[k], f"fact {name!r} {k}", damaged) for k in ("created_at", "confirmed_at"))
-        if created is None or confirmed is None:
-            continue
-        found[name] = Fact(name, str(row["type"]), value, str(row["source_run_id"]), created, confirmed)
-    return found

@@ -1,0 +1,128 @@
+"""The user-memory SQL the store runs, each statement written once in SQLAlchemy Core, for both databases.
+Pure: nothing here touches a database.
+
+    from teamstore.memory.statements import key_alive, of_user, row_write
+
+    stmt = row_write("postgresql", "alice", "support_triage", row, expected=3, now=now,
+                     alive=key_alive("alice", data_key))
+    version = (await conn.execute(stmt)).scalar()          # None: refused (stale, fenced, or erased)
+
+Every write carries its own checks in its ``WHERE``: the version the writer read, no erasure fence on the user
+(:func:`teamstore.db.fence.held`), and the data key it seals under still there (:func:`key_alive`). A fact is
+**left over** when its (user, scope) has no memory written (:func:`left_over`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, delete, exists, literal, select, true, tuple_, update
+
+from teamstore.db.fence import held
+from teamstore.db.statements import dialect_insert
+from teamstore.keys.schema import data_keys
+from teamstore.keys.service import DataKey
+from teamstore.memory.schema import facts, memories
+
+
+def of_user(table: Any, user_id: str, scope: str | None) -> list[Any]:
+    """The clauses picking ``user_id``'s rows of ``table``, under ``scope`` (``None``: every scope)."""
+    clauses = [table.c.user_id == user_id]
+    return clauses if scope is None else [*clauses, table.c.scope == scope]
+
+
+def key_alive(user_id: str, key: DataKey | None) -> ColumnElement[bool]:
+    """The data key a write seals under still exists. An erasure that ran whole while a writer waited for its
+    model (its fence lifted again before the write) destroyed that key: the write must not bring back what it
+    erased, nor land under a key made for the user since."""
+    if key is None:
+        return true()
+    return exists().where(data_keys.c.user_id == user_id, data_keys.c.key_id == key.key_id)
+
+
+def expired_memory(now: datetime) -> ColumnElement[bool]:
+    """The fact's memory is past its expiry: read as gone until the sweep (or its scope's next read) deletes it."""
+    return exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
+                          memories.c.expires_at <= now)
+
+
+def left_over() -> ColumnElement[bool]:
+    """The fact's (user, scope) has no memory written: no row, or one holding only a writer's failure."""
+    return ~exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
+                           memories.c.version != 0)
+
+
+def row_write(
+    dialect: str, user_id: str, scope: str, row: dict[str, Any], expected: int, now: datetime,
+    alive: ColumnElement[bool],
+) -> Any:
+    """The version-checked, fenced write of the memory row (while ``alive`` holds), returning its new version:
+    no row if refused."""
+    if expected > 0:
+        return (update(memories)
+                .where(*of_user(memories, user_id, scope), memories.c.version == expected, ~held(user_id), alive,
+                       memories.c.expires_at > now)  # past it, the memory is gone: read again, start afresh
+                .values(**row, version=expected + 1).returning(memories.c.version))
+    # A first write: a new row, or the row that holds only a failure (version 0).
+    values = {"user_id": user_id, "scope": scope, **row, "version": 1, "created_at": now, "failures": 0}
+    stmt = fenced_insert(dialect, user_id, values, alive)
+    return stmt.on_conflict_do_update(
+        index_elements=[memories.c.user_id, memories.c.scope],
+        set_={**{k: stmt.excluded[k] for k in row}, "version": 1}, where=memories.c.version == 0,
+    ).returning(memories.c.version)
+
+
+def failure_upsert(
+    dialect: str, user_id: str, values: dict[str, Any], alive: ColumnElement[bool], now: datetime
+) -> Any:
+    """Record the writer's failure (``values``: a whole row, for a user with none), its summary and facts
+    untouched, returning the row's version: no row when fenced or erased."""
+    stmt = fenced_insert(dialect, user_id, values, alive)
+    return stmt.on_conflict_do_update(
+        index_elements=[memories.c.user_id, memories.c.scope],
+        set_={"failure": stmt.excluded.failure, "failed_at": now, "failures": memories.c.failures + 1},
+    ).returning(memories.c.version)
+
+
+def fenced_insert(dialect: str, user_id: str, values: dict[str, Any], alive: ColumnElement[bool]) -> Any:
+    """``INSERT INTO ts_user_memory SELECT <values> WHERE NOT <fenced> AND <alive>``: the fence, the key's
+    check and the write in one."""
+    columns = [memories.c[name] for name in values]
+    chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~held(user_id), alive)
+    return dialect_insert(dialect)(memories).from_select(columns, chosen)
+
+
+def fact_upsert(
+    dialect: str, user_id: str, scope: str, name: str, kind: str, value: str, same: bool, run_id: str,
+    now: datetime,
+) -> Any:
+    """Write a fact's (sealed) value; ``same``: it is confirmed with the value it had, so it still comes from
+    the run that first stated it (its value is written again all the same: a plain one is sealed now)."""
+    stmt = dialect_insert(dialect)(facts).values(user_id=user_id, scope=scope, name=name, type=kind, value=value,
+                                                 source_run_id=run_id, created_at=now, confirmed_at=now)
+    changed = {} if same else {"type": stmt.excluded.type, "source_run_id": stmt.excluded.source_run_id,
+                               "created_at": stmt.excluded.created_at}
+    return stmt.on_conflict_do_update(
+        index_elements=[facts.c.user_id, facts.c.scope, facts.c.name],
+        set_={"value": stmt.excluded.value, "confirmed_at": now, **changed},
+    )
+
+
+def delete_expired(now: datetime, batch_size: int, where: Sequence[Any]) -> Any:
+    """Delete a batch of memories past their expiry that ``where`` also holds, returning their (user, scope)."""
+    victims = (select(memories.c.user_id, memories.c.scope).where(memories.c.expires_at <= now, *where)
+               .limit(batch_size))
+    return (delete(memories).where(tuple_(memories.c.user_id, memories.c.scope).in_(victims),
+                                   memories.c.expires_at <= now)
+            .returning(memories.c.user_id, memories.c.scope))
+
+
+def delete_leftovers(batch_size: int) -> Any:
+    """Delete a batch of leftover facts, those no other transaction holds (it never waits for one)."""
+    victims = (select(facts.c.user_id, facts.c.scope, facts.c.name).where(left_over())
+               .limit(batch_size).with_for_update(of=facts, skip_locked=True).correlate(None))
+    # Checked again as it deletes: a first write that landed meanwhile owns the facts it wrote.
+    return delete(facts).where(tuple_(facts.c.user_id, facts.c.scope, facts.c.name).in_(victims), left_over())
+
