@@ -479,13 +479,13 @@ def test_a_rerun_given_another_reason_or_requester_keeps_the_first_and_says_so()
 
 async def _attempted(request_id: str, user: str, operators: list[str], reason: str | None = None) -> None:
     """An open request whose coordinators, run by ``operators`` in turn, each stopped in it."""
-    from teamstore.erasure import requests
+    from teamstore.erasure import record
 
     await _open(request_id, user, reason)
     engine = create_engine(Settings().resolved_database_url)
     try:
         for operator in operators:
-            await requests.start_attempt(engine, request_id, operator)
+            await record.start_attempt(engine, request_id, operator)
     finally:
         await engine.dispose()
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit.transcripts.local import LocalTranscriptStore
-from teamstore.erasure import RequestStatus, StepStatus, requests
+from teamstore.erasure import RequestStatus, StepStatus, record, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import StepContext
 from teamstore.erasure.steps.database import resume_step
@@ -108,7 +108,7 @@ async def test_a_coordinator_that_lost_its_lease_mid_step_commits_nothing_of_tha
         await resume_step().erase(ctx, prior=None)
 
     assert (await resume_step().enumerate(ctx)).rows == 1  # the delete rolled back with the refused record
-    assert await requests.load_steps(engine, "req-paused") == {}
+    assert await record.load_steps(engine, "req-paused") == {}
 
 
 async def test_a_fact_a_memory_write_lands_as_the_memory_step_begins_is_counted_on_the_receipt(

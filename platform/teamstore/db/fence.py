@@ -11,7 +11,7 @@ and the write are one statement and no write slips in between an erasure's fence
 state stores' leases and saves (on SQLite and Postgres, whichever way they reach the database), the audit
 pseudonym lookup, outbox claims and the re-check of a late transcript. Statements sent as raw text
 (``teamstore.state.direct``) are compiled from these same expressions, so the fence is written here
-only. Erasure opens and lifts a hold in ``teamstore.erasure.requests``.
+only. Erasure opens a hold in ``teamstore.erasure.requests`` and lifts it in ``teamstore.erasure.record``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit import claims
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.erasure import requests
+from teamstore.erasure import record, requests
 from teamstore.erasure.receipt import (
     DONE,
     FINISHED,
@@ -166,7 +166,7 @@ class DeletionCoordinator:
             row = fresh
             if (finished := await self._finished(row, user_id)) is not None:
                 return finished
-            attempt = await requests.start_attempt(self.engine, rid, ran_by)
+            attempt = await record.start_attempt(self.engine, rid, ran_by)
             async with self._keeping_lease(rid, owner):
                 return await self._attempt(row, owner, attempt)
         finally:
@@ -179,7 +179,7 @@ class DeletionCoordinator:
             return await self._resume(row, owner, attempt)
         except (TeamstoreError, asyncio.CancelledError):
             try:
-                await requests.end_attempt(self.engine, row.request_id, attempt)
+                await record.end_attempt(self.engine, row.request_id, attempt)
             except StoreUnavailable as exc:  # the error being raised says more; this one is only logged
                 log.warning("erasure %s: could not record the end of attempt %d: %s", row.request_id, attempt, exc)
             raise
@@ -241,8 +241,8 @@ class DeletionCoordinator:
             )
         if row.receipt is not None:
             return _stored(row)
-        steps = await requests.load_steps(self.engine, request_id)
-        return self._receipt(row, steps, RequestStatus.OPEN, attempts=await requests.load_attempts(self.engine, request_id))
+        steps = await record.load_steps(self.engine, request_id)
+        return self._receipt(row, steps, RequestStatus.OPEN, attempts=await record.load_attempts(self.engine, request_id))
 
     async def _resume(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
         # Writes that checked the fence just before it went up (with the request) land within their
@@ -254,7 +254,7 @@ class DeletionCoordinator:
                       "(TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS)")
             await asyncio.sleep(wait)
         ctx = await self._context(row, owner)
-        recorded = await requests.load_steps(self.engine, row.request_id)
+        recorded = await record.load_steps(self.engine, row.request_id)
         if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
             # A run that began before the fence may still write when it ends: not while the fence stands.
             return await self._fail_early(row, ctx, recorded, (owner, attempt), "resume_state", (
@@ -284,7 +284,7 @@ class DeletionCoordinator:
         else:
             await self._final_check(ctx, results)
         receipt = await self._closing(row, results, _request_status(results), ctx.subject_key, attempt)
-        if not await requests.finish(self.engine, row, receipt, owner, ctx.subject_key, attempt):
+        if not await record.finish(self.engine, row, receipt, owner, ctx.subject_key, attempt):
             raise requests.taken_over(row.request_id)
         await requests.truncate_sqlite_log(self.engine)
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
@@ -298,7 +298,7 @@ class DeletionCoordinator:
         that found nothing anywhere, whether a near-identical id holds data."""
         now = datetime.now(UTC)
         attempts = [a.model_copy(update={"ended_at": now, "status": status}) if n == attempt else a
-                    for n, a in enumerate(await requests.load_attempts(self.engine, row.request_id), start=1)]
+                    for n, a in enumerate(await record.load_attempts(self.engine, row.request_id), start=1)]
         near = await near_match(self.engine, row.user_id) if status is RequestStatus.NO_MATCH and row.user_id else None
         bound = await backups_unreadable_by(self.engine, self.settings)
         return self._receipt(row, results, status, subject_key, attempts=attempts, near=near, backups_until=bound)
@@ -360,10 +360,10 @@ class DeletionCoordinator:
         # What an earlier attempt erased stays counted: the rerun adds to it, never restarts from zero.
         before = recorded.get(step)
         result = StoreResult(status=StepStatus.FAILED, counts=before.counts if before else Counts(), detail=detail)
-        await requests.record_step(self.engine, row.request_id, step, result, owner)
+        await record.record_step(self.engine, row.request_id, step, result, owner)
         log.error("erasure %s: %s", row.request_id, detail)
         receipt = await self._closing(row, {**recorded, step: result}, RequestStatus.FAILED, ctx.subject_key, attempt)
-        if not await requests.finish(self.engine, row, receipt, owner, attempt=attempt):
+        if not await record.finish(self.engine, row, receipt, owner, attempt=attempt):
             raise requests.taken_over(row.request_id)
         return receipt
 
@@ -390,12 +390,12 @@ class DeletionCoordinator:
             raise  # taken over, or another store to empty first: the request stays open, nothing more recorded
         except TeamstoreError as exc:
             log.error("erasure %s: step %s failed: %s", ctx.request_id, step.name, exc)
-            recorded = (await requests.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
+            recorded = (await record.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
             counts = recorded.counts if recorded is not None else Counts()
             result = StoreResult(status=StepStatus.FAILED, counts=counts, detail=str(exc))
         else:
             result = verdict(deleted, left)
-        await requests.record_step(self.engine, ctx.request_id, step.name, result, ctx.owner)
+        await record.record_step(self.engine, ctx.request_id, step.name, result, ctx.owner)
         log.info("erasure %s: %s %s %s", ctx.request_id, step.name, result.status, result.counts.model_dump())
         return result
 
@@ -411,7 +411,7 @@ class DeletionCoordinator:
                     continue
                 detail = f"verification found {left.unexpected} item(s) after deletion; rerun the same request id"
             results[step.name] = results[step.name].model_copy(update={"status": StepStatus.FAILED, "detail": detail})
-            await requests.record_step(self.engine, ctx.request_id, step.name, results[step.name], ctx.owner)
+            await record.record_step(self.engine, ctx.request_id, step.name, results[step.name], ctx.owner)
             log.error("erasure %s: final verification of %s failed: %s", ctx.request_id, step.name, detail)
 
     def _receipt(

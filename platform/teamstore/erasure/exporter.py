@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from teamstore.erasure import requests
+from teamstore.erasure import record, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.export.base import Archive, ExportContext, Section
 
@@ -36,8 +36,8 @@ class ErasureRequestsExporter:
         found = []
         for mapping in (row._mapping for row in rows):
             row = requests.row_of(mapping)
-            steps = await requests.load_steps(ctx.engine, row.request_id)
-            attempts = await requests.load_attempts(ctx.engine, row.request_id)
+            steps = await record.load_steps(ctx.engine, row.request_id)
+            attempts = await record.load_attempts(ctx.engine, row.request_id)
             found.append({
                 "request_id": row.request_id, "status": row.status, "received_at": row.received_at,
                 "due_at": row.due_at, "reason": row.reason, "requested_by": row.requested_by,

@@ -1,14 +1,16 @@
-"""The durable erasure request: open or resume it, lease it, record each step, finish it.
+"""The durable erasure request: check its ids and reason, open or resume it, read it, lease it.
 
     from teamstore.erasure import requests
 
     row = await requests.open_request(engine, "req-1", "alice", reason="GDPR art. 17", due_days=30)
     if await requests.claim(engine, "req-1", owner="host:123", lease_seconds=120):
-        await requests.record_step(engine, "req-1", "resume_state", StoreResult(...))
+        ...                       # run it: teamstore.erasure.record records each step, and finishes it
+        await requests.release(engine, "req-1", owner="host:123")
 
 Opening inserts the request row and the user's ``ts_user_holds`` row in one transaction: from that
-commit on the runtime refuses new sessions, saves, transcript uploads and ledger rows for the user.
-Every function raises ``teamstore.errors`` types only.
+commit on the runtime refuses new sessions, saves, transcript uploads and ledger rows for the user, until
+the request finishes (:func:`teamstore.erasure.record.finish`). Every function raises ``teamstore.errors``
+types only.
 """
 
 from __future__ import annotations
@@ -20,25 +22,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, insert, or_, select, text, update
+from sqlalchemy import or_, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from teamstore.audit.schema import subject_stores
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import user_holds
-from teamstore.db.statements import dialect_insert, insert_new
-from teamstore.erasure.receipt import (
-    FINISHED,
-    Attempt,
-    Counts,
-    Extension,
-    Receipt,
-    RequestStatus,
-    StepStatus,
-    StoreResult,
-)
-from teamstore.erasure.schema import REQUEST_ID, erasure_attempts, erasure_requests, erasure_steps
+from teamstore.db.statements import insert_new
+from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
+from teamstore.erasure.schema import REQUEST_ID, erasure_requests
 from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
 from teamstore.ids import lone_surrogate
 from teamstore.people import check_not_naming
@@ -351,17 +343,6 @@ async def set_subject(engine: AsyncEngine, request_id: str, subject_key: str | N
                            .values(subject_key=subject_key, subject_hash=hashed))
 
 
-async def load_steps(engine: AsyncEngine, request_id: str) -> dict[str, StoreResult]:
-    """Every recorded step of the request, by store name."""
-    async with db(engine, "read the erasure steps") as conn:
-        rows = (await conn.execute(select(erasure_steps).where(erasure_steps.c.request_id == request_id))).all()
-    return {
-        r.store: StoreResult(status=StepStatus(r.status), counts=Counts(**r.counts), detail=r.detail,
-                             verified_at=utc(r.verified_at))
-        for r in rows
-    }
-
-
 def taken_over(request_id: str) -> ErasureConflict:
     """The error for a coordinator that finds another one holds its request's lease now."""
     return ErasureConflict(
@@ -370,44 +351,6 @@ def taken_over(request_id: str) -> ErasureConflict:
         hint=f"`teamstore erase status {request_id}` shows the other run; rerun the same request id if it "
         "is no longer running",
     )
-
-
-async def write_step(
-    conn: AsyncConnection, request_id: str, store: str, result: StoreResult, owner: str | None = None
-) -> None:
-    """Record one step inside the caller's transaction (so a SQL delete and its record commit together).
-
-    With ``owner``, only while that coordinator still holds the request's lease: the check locks the
-    request row until the transaction ends, so a coordinator that lost its lease mid-step commits nothing.
-
-    Raises:
-        ErasureConflict: Another coordinator holds the lease now (the caller's transaction rolls back).
-    """
-    if owner is not None:
-        r = erasure_requests.c
-        held = await conn.execute(update(erasure_requests).where(r.request_id == request_id, r.owner == owner)
-                                  .values(updated_at=datetime.now(UTC)))
-        if not held.rowcount:
-            raise taken_over(request_id)
-    values = {"status": str(result.status), "counts": result.counts.model_dump(), "detail": result.detail,
-              "updated_at": datetime.now(UTC), "verified_at": result.verified_at}
-    # An upsert: no insert that could meet a row of the same key and fail with the request id in the log.
-    stmt = dialect_insert(conn.dialect.name)(erasure_steps).values(request_id=request_id, store=store, **values)
-    await conn.execute(stmt.on_conflict_do_update(index_elements=[erasure_steps.c.request_id, erasure_steps.c.store],
-                                                  set_=values))
-
-
-async def record_step(
-    engine: AsyncEngine, request_id: str, store: str, result: StoreResult, owner: str | None = None
-) -> None:
-    """Record one step in its own transaction (with ``owner``, only while it holds the lease).
-
-    Raises:
-        ErasureConflict: Another coordinator holds the lease now.
-        StoreUnavailable: The database could not be reached.
-    """
-    async with db(engine, "record the erasure step") as conn:
-        await write_step(conn, request_id, store, result, owner)
 
 
 async def truncate_sqlite_log(engine: AsyncEngine) -> None:
@@ -425,95 +368,3 @@ async def truncate_sqlite_log(engine: AsyncEngine) -> None:
     if busy:
         log.warning("could not empty the SQLite write-ahead log after an erasure (another process was reading): "
                     "run `sqlite3 teamstore.db 'PRAGMA wal_checkpoint(TRUNCATE)'` when it is idle")
-
-
-async def finish(
-    engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str, subject_key: str | None = None,
-    attempt: int | None = None,
-) -> bool:
-    """Store the receipt; unless failed, lift the fence and forget the raw user id.
-
-    A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
-    the legal hold is lifted, and the record of the subject's transcript stores, so the rerun talks to
-    them. A ``failed`` request keeps all of it and its fence: rerun it to resume. A completed (or
-    ``no_match``) one forgets the subject's stores with its key.
-
-    Args:
-        engine: The state database.
-        row: The request.
-        receipt: What to store.
-        owner: The coordinator's lease: nothing is written unless it still holds it.
-        subject_key: The subject the request erased, if it had one.
-        attempt: This run's attempt number: it is ended with the receipt's status, in the same transaction.
-
-    Returns:
-        False (and nothing written) if another coordinator has taken the request over.
-
-    Raises:
-        StoreUnavailable: The database could not be reached.
-    """
-    values: dict[str, Any] = {"status": receipt.status, "receipt": receipt.model_dump(mode="json"),
-                              "updated_at": datetime.now(UTC), "completed_at": receipt.completed_at}
-    if receipt.status is not RequestStatus.FAILED:
-        values["user_id"] = None
-        if receipt.status in FINISHED:
-            values["subject_key"] = None
-    r = erasure_requests.c
-    async with db(engine, "finish the erasure request") as conn:
-        stored = await conn.execute(update(erasure_requests)
-                                    .where(r.request_id == row.request_id, r.owner == owner).values(**values))
-        if not stored.rowcount:
-            return False  # nothing was written: no fence lifted on another coordinator's behalf
-        if receipt.status is not RequestStatus.FAILED and row.user_id is not None:
-            await conn.execute(delete(user_holds).where(
-                user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
-        if receipt.status in FINISHED and subject_key is not None:
-            await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == subject_key))
-        if attempt is not None:
-            await _end_attempt(conn, row.request_id, attempt, receipt.status)
-    return True
-
-
-async def start_attempt(engine: AsyncEngine, request_id: str, operator: str) -> int:
-    """Record that ``operator`` runs the request now (called under its lease); the attempt's number.
-
-    Raises:
-        StoreUnavailable: The database could not be reached.
-    """
-    a = erasure_attempts.c
-    async with db(engine, "record who runs the erasure") as conn:
-        last = await conn.scalar(select(func.max(a.attempt)).where(a.request_id == request_id))
-        number = int(last or 0) + 1
-        await conn.execute(insert(erasure_attempts).values(request_id=request_id, attempt=number, operator=operator,
-                                                           started_at=datetime.now(UTC)))
-    return number
-
-
-async def _end_attempt(conn: AsyncConnection, request_id: str, attempt: int, status: RequestStatus | None) -> None:
-    a = erasure_attempts.c
-    await conn.execute(update(erasure_attempts).where(a.request_id == request_id, a.attempt == attempt)
-                       .values(ended_at=datetime.now(UTC), status=status))
-
-
-async def end_attempt(engine: AsyncEngine, request_id: str, attempt: int) -> None:
-    """Mark an attempt that stopped without a verdict (taken over, another store to empty first) as ended.
-
-    Raises:
-        StoreUnavailable: The database could not be reached.
-    """
-    async with db(engine, "record the end of the erasure attempt") as conn:
-        await _end_attempt(conn, request_id, attempt, None)
-
-
-async def load_attempts(engine: AsyncEngine, request_id: str) -> list[Attempt]:
-    """Every attempt of the request, first first.
-
-    Raises:
-        StoreUnavailable: The database could not be reached.
-    """
-    a = erasure_attempts.c
-    async with db(engine, "read the erasure attempts") as conn:
-        rows = (await conn.execute(select(erasure_attempts).where(a.request_id == request_id)
-                                   .order_by(a.attempt))).all()
-    return [Attempt(operator=r.operator, started_at=utc(r.started_at) or datetime.now(UTC), ended_at=utc(r.ended_at),
-                    status=RequestStatus(r.status) if r.status else None) for r in rows]

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from teamstore.audit.schema import outbox, rewrites, subject_sessions, subjects, usage
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.requests import write_step
+from teamstore.erasure.record import write_step
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable
 from teamstore.export.schema import export_requests

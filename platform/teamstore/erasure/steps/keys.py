@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.requests import write_step
+from teamstore.erasure.record import write_step
 from teamstore.erasure.steps.base import StepContext, seconds
 from teamstore.errors import StoreUnavailable
 from teamstore.keys.schema import data_keys

@@ -36,7 +36,7 @@ from teamstore.audit.transcripts.capabilities import (
     capability,
 )
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.requests import record_step
+from teamstore.erasure.record import record_step
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.stores import mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable

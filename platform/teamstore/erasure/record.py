@@ -1,0 +1,179 @@
+"""What a run of an erasure request records: each step's result, who ran each attempt, and the receipt it
+finishes with.
+
+    from teamstore.erasure import record
+
+    attempt = await record.start_attempt(engine, "req-1", operator="dpo")       # under the request's lease
+    await record.record_step(engine, "req-1", "resume_state", StoreResult(...), owner="host:123")
+    if not await record.finish(engine, row, receipt, owner="host:123", attempt=attempt):
+        ...                                           # another coordinator took the request over
+
+A step is recorded in the caller's transaction (:func:`write_step`), so a SQL delete and its record commit
+together, and only while the coordinator still holds the lease (:mod:`teamstore.erasure.requests`). Finishing
+stores the receipt and, unless the request failed, lifts the fence its opening raised. Every function raises
+``teamstore.errors`` types only.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from teamstore.audit.schema import subject_stores
+from teamstore.db.fence import user_holds
+from teamstore.db.statements import dialect_insert
+from teamstore.erasure.receipt import (
+    FINISHED,
+    Attempt,
+    Counts,
+    Receipt,
+    RequestStatus,
+    StepStatus,
+    StoreResult,
+)
+from teamstore.erasure.requests import RequestRow, db, taken_over, utc
+from teamstore.erasure.schema import erasure_attempts, erasure_requests, erasure_steps
+
+
+async def write_step(
+    conn: AsyncConnection, request_id: str, store: str, result: StoreResult, owner: str | None = None
+) -> None:
+    """Record one step inside the caller's transaction (so a SQL delete and its record commit together).
+
+    With ``owner``, only while that coordinator still holds the request's lease: the check locks the
+    request row until the transaction ends, so a coordinator that lost its lease mid-step commits nothing.
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now (the caller's transaction rolls back).
+    """
+    if owner is not None:
+        r = erasure_requests.c
+        held = await conn.execute(update(erasure_requests).where(r.request_id == request_id, r.owner == owner)
+                                  .values(updated_at=datetime.now(UTC)))
+        if not held.rowcount:
+            raise taken_over(request_id)
+    values = {"status": str(result.status), "counts": result.counts.model_dump(), "detail": result.detail,
+              "updated_at": datetime.now(UTC), "verified_at": result.verified_at}
+    # An upsert: no insert that could meet a row of the same key and fail with the request id in the log.
+    stmt = dialect_insert(conn.dialect.name)(erasure_steps).values(request_id=request_id, store=store, **values)
+    await conn.execute(stmt.on_conflict_do_update(index_elements=[erasure_steps.c.request_id, erasure_steps.c.store],
+                                                  set_=values))
+
+
+async def record_step(
+    engine: AsyncEngine, request_id: str, store: str, result: StoreResult, owner: str | None = None
+) -> None:
+    """Record one step in its own transaction (with ``owner``, only while it holds the lease).
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now.
+        StoreUnavailable: The database could not be reached.
+    """
+    async with db(engine, "record the erasure step") as conn:
+        await write_step(conn, request_id, store, result, owner)
+
+
+async def load_steps(engine: AsyncEngine, request_id: str) -> dict[str, StoreResult]:
+    """Every recorded step of the request, by store name."""
+    async with db(engine, "read the erasure steps") as conn:
+        rows = (await conn.execute(select(erasure_steps).where(erasure_steps.c.request_id == request_id))).all()
+    return {
+        r.store: StoreResult(status=StepStatus(r.status), counts=Counts(**r.counts), detail=r.detail,
+                             verified_at=utc(r.verified_at))
+        for r in rows
+    }
+
+
+async def start_attempt(engine: AsyncEngine, request_id: str, operator: str) -> int:
+    """Record that ``operator`` runs the request now (called under its lease); the attempt's number.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    a = erasure_attempts.c
+    async with db(engine, "record who runs the erasure") as conn:
+        last = await conn.scalar(select(func.max(a.attempt)).where(a.request_id == request_id))
+        number = int(last or 0) + 1
+        await conn.execute(insert(erasure_attempts).values(request_id=request_id, attempt=number, operator=operator,
+                                                           started_at=datetime.now(UTC)))
+    return number
+
+
+async def _end_attempt(conn: AsyncConnection, request_id: str, attempt: int, status: RequestStatus | None) -> None:
+    a = erasure_attempts.c
+    await conn.execute(update(erasure_attempts).where(a.request_id == request_id, a.attempt == attempt)
+                       .values(ended_at=datetime.now(UTC), status=status))
+
+
+async def end_attempt(engine: AsyncEngine, request_id: str, attempt: int) -> None:
+    """Mark an attempt that stopped without a verdict (taken over, another store to empty first) as ended.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    async with db(engine, "record the end of the erasure attempt") as conn:
+        await _end_attempt(conn, request_id, attempt, None)
+
+
+async def load_attempts(engine: AsyncEngine, request_id: str) -> list[Attempt]:
+    """Every attempt of the request, first first.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    a = erasure_attempts.c
+    async with db(engine, "read the erasure attempts") as conn:
+        rows = (await conn.execute(select(erasure_attempts).where(a.request_id == request_id)
+                                   .order_by(a.attempt))).all()
+    return [Attempt(operator=r.operator, started_at=utc(r.started_at) or datetime.now(UTC), ended_at=utc(r.ended_at),
+                    status=RequestStatus(r.status) if r.status else None) for r in rows]
+
+
+async def finish(
+    engine: AsyncEngine, row: RequestRow, receipt: Receipt, owner: str, subject_key: str | None = None,
+    attempt: int | None = None,
+) -> bool:
+    """Store the receipt; unless failed, lift the fence and forget the raw user id.
+
+    A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
+    the legal hold is lifted, and the record of the subject's transcript stores, so the rerun talks to
+    them. A ``failed`` request keeps all of it and its fence: rerun it to resume. A completed (or
+    ``no_match``) one forgets the subject's stores with its key.
+
+    Args:
+        engine: The state database.
+        row: The request.
+        receipt: What to store.
+        owner: The coordinator's lease: nothing is written unless it still holds it.
+        subject_key: The subject the request erased, if it had one.
+        attempt: This run's attempt number: it is ended with the receipt's status, in the same transaction.
+
+    Returns:
+        False (and nothing written) if another coordinator has taken the request over.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    values: dict[str, Any] = {"status": receipt.status, "receipt": receipt.model_dump(mode="json"),
+                              "updated_at": datetime.now(UTC), "completed_at": receipt.completed_at}
+    if receipt.status is not RequestStatus.FAILED:
+        values["user_id"] = None
+        if receipt.status in FINISHED:
+            values["subject_key"] = None
+    r = erasure_requests.c
+    async with db(engine, "finish the erasure request") as conn:
+        stored = await conn.execute(update(erasure_requests)
+                                    .where(r.request_id == row.request_id, r.owner == owner).values(**values))
+        if not stored.rowcount:
+            return False  # nothing was written: no fence lifted on another coordinator's behalf
+        if receipt.status is not RequestStatus.FAILED and row.user_id is not None:
+            await conn.execute(delete(user_holds).where(
+                user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
+        if receipt.status in FINISHED and subject_key is not None:
+            await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == subject_key))
+        if attempt is not None:
+            await _end_attempt(conn, row.request_id, attempt, receipt.status)
+    return True
