@@ -10,6 +10,11 @@ A run opens (or resumes) the durable request, which fences the user (``ts_user_h
 store in turn: enumerate, delete, verify by re-querying. After the last step (the subject mapping) every
 store is re-queried once more; anything found fails the request. Running the same request id again
 resumes a failed or killed request and only reports a finished one: it never acts twice.
+
+This module drives that run: the lease, the attempt, the steps in order, and the dry run. What it waits out
+before deleting is :mod:`teamstore.erasure.waits`; each step's verdict, the request's status and the receipt are
+:mod:`teamstore.erasure.verdict`; what it stores, :mod:`teamstore.erasure.requests` and
+:mod:`teamstore.erasure.record`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import asyncio
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -27,7 +31,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit import claims
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.erasure import record, requests
@@ -45,9 +48,9 @@ from teamstore.erasure.receipt import (
 )
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Notice, Progress, Step, StepContext, build_steps
-from teamstore.erasure.steps.base import seconds
-from teamstore.erasure.steps.keys import KeyStep
 from teamstore.erasure.stores import check_store
+from teamstore.erasure.verdict import key_destroyed, receipt_of, request_status, stored_receipt, verdict
+from teamstore.erasure.waits import Waits
 from teamstore.errors import (
     ErasureConflict,
     ErasureRequestNotFound,
@@ -61,12 +64,9 @@ from teamstore.keys.rotation import backups_unreadable_by
 from teamstore.keys.service import KeyService
 from teamstore.people import check_not_naming, check_person, current_operator
 from teamstore.settings import Settings
-from teamstore.state.erasure import open_sessions, stored_sessions
+from teamstore.state.erasure import stored_sessions
 
 log = logging.getLogger(__name__)
-FINAL = frozenset({StepStatus.ERASED, StepStatus.SHREDDED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
-_SESSION_POLL_SECONDS = 0.25
-_UPLOAD_POLL_SECONDS = 1.0
 
 
 def new_request_id() -> str:
@@ -201,7 +201,7 @@ class DeletionCoordinator:
                 f"`teamstore erase status {row.request_id}` prints the old receipt",
             )
         if row.status in FINISHED and row.receipt is not None:
-            return _stored(row)  # already done: report, never act twice
+            return stored_receipt(row)  # already done: report, never act twice
         return None
 
     @asynccontextmanager
@@ -240,28 +240,22 @@ class DeletionCoordinator:
                 f"no erasure request {request_id!r}", hint="check the id printed by `teamstore erase`"
             )
         if row.receipt is not None:
-            return _stored(row)
+            return stored_receipt(row)
         steps = await record.load_steps(self.engine, request_id)
         return self._receipt(row, steps, RequestStatus.OPEN, attempts=await record.load_attempts(self.engine, request_id))
 
     async def _resume(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
-        # Writes that checked the fence just before it went up (with the request) land within their
-        # deadline: wait out what is left of it, on a rerun straight after a killed first attempt too.
-        left = (row.received_at + timedelta(seconds=self.knobs.fence_grace_seconds) - datetime.now(UTC)).total_seconds()
-        if left > 0:
-            wait = min(left, self.knobs.fence_grace_seconds)
-            self._say(f"fence up; waiting {seconds(wait)} for writes that passed the fence check just before it "
-                      "(TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS)")
-            await asyncio.sleep(wait)
+        waits = Waits(self.engine, self.knobs, self._say)
+        await waits.fence_grace(row.received_at)
         ctx = await self._context(row, owner)
         recorded = await record.load_steps(self.engine, row.request_id)
-        if row.user_id is not None and (still_open := await self._wait_for_sessions(row.user_id)):
+        if row.user_id is not None and (still_open := await waits.sessions(row.user_id)):
             # A run that began before the fence may still write when it ends: not while the fence stands.
             return await self._fail_early(row, ctx, recorded, (owner, attempt), "resume_state", (
                 f"{still_open} session(s) of the user were still open after {self.knobs.session_wait_seconds:g}s "
                 "(runs that began before this request); their saves, transcripts and ledger rows are "
                 "refused while it is open. Rerun the same request id once they end"))
-        if ctx.subject_key is not None and (lands_by := await self._wait_for_uploads(ctx.subject_key)):
+        if ctx.subject_key is not None and (lands_by := await waits.uploads(ctx.subject_key)):
             # Listed now, the transcripts could miss an upload that lands afterwards, with no one to delete it.
             return await self._fail_early(row, ctx, recorded, (owner, attempt), "transcripts", (
                 f"an upload of the user's transcripts may still land until {lands_by:%Y-%m-%dT%H:%M:%SZ} (S3 left "
@@ -283,7 +277,7 @@ class DeletionCoordinator:
                 break
         else:
             await self._final_check(ctx, results)
-        receipt = await self._closing(row, results, _request_status(results), ctx.subject_key, attempt)
+        receipt = await self._closing(row, results, request_status(results), ctx.subject_key, attempt)
         if not await record.finish(self.engine, row, receipt, owner, ctx.subject_key, attempt):
             raise requests.taken_over(row.request_id)
         await requests.truncate_sqlite_log(self.engine)
@@ -310,45 +304,6 @@ class DeletionCoordinator:
         if subject is not None and subject != erasing:
             return True
         return await stored_sessions(self.engine, user_id) > 0
-
-    async def _wait_for_sessions(self, user_id: str) -> int:
-        """Wait up to ``session_wait_seconds`` for the user's open sessions to end; how many are still open.
-
-        None can open meanwhile (the fence refuses them), so once none is open none writes again.
-        """
-        deadline = time.monotonic() + self.knobs.session_wait_seconds
-        said = False
-        while True:  # other processes hold the sessions: poll the database
-            still_open = await open_sessions(self.engine, user_id)
-            left = deadline - time.monotonic()
-            if not still_open or left <= 0:
-                return still_open
-            if not said:
-                self._say(f"waiting up to {seconds(left)} for {still_open} open session(s) of the user to end "
-                          "(TEAMSTORE_ERASURE_SESSION_WAIT_SECONDS)")
-                said = True
-            await asyncio.sleep(min(_SESSION_POLL_SECONDS, left))
-
-    async def _wait_for_uploads(self, subject_key: str) -> datetime | None:
-        """Wait up to ``upload_wait_seconds`` until no upload of the subject's transcripts can still land (an
-        outbox row claimed for it); the latest time one still may, if one still may after the wait.
-
-        None can start meanwhile (the fence refuses claims), so once none may land none will.
-        """
-        deadline = time.monotonic() + self.knobs.upload_wait_seconds
-        said = False
-        while (lands_by := await claims.in_doubt_until(self.engine, subject_key)) is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return lands_by
-            if not said:
-                self._say(f"waiting up to {seconds(left)} for uploads of the user's transcripts that may still land "
-                          "(TEAMSTORE_ERASURE_UPLOAD_WAIT_SECONDS)")
-                said = True
-            # Polled rather than slept out: an upload on its way moves its claim on, and one that ends
-            # settles it early.
-            await asyncio.sleep(min(_UPLOAD_POLL_SECONDS, left, (lands_by - datetime.now(UTC)).total_seconds()))
-        return None
 
     async def _fail_early(
         self, row: requests.RequestRow, ctx: StepContext, recorded: dict[str, StoreResult], run: tuple[str, int],
@@ -419,19 +374,10 @@ class DeletionCoordinator:
         subject_key: str | None = None, *, attempts: list[Attempt], near: str | None = None,
         backups_until: datetime | None = None,
     ) -> Receipt:
-        stores = {s.name: results.get(s.name) or StoreResult(status=StepStatus.PENDING) for s in self.steps}
-        done = status in (*FINISHED, RequestStatus.RETAINED_UNDER_HOLD)
-        return Receipt(
-            request_id=row.request_id, status=status,
-            subject_hash=row.subject_hash or subject_hash(subject_key or row.subject_key, self.knobs),
-            received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
-            completed_at=datetime.now(UTC) if done else None,
-            remains_elsewhere=remains_elsewhere(row.received_at, self.knobs, self.settings.capture_message_content,
-                                                backups_until if _key_destroyed(stores) else None,
-                                                matched=status is not RequestStatus.NO_MATCH,
-                                                unlinked=_done(stores, "subject")),
-            requested_by=row.requested_by, attempts=attempts, extension=row.extension, near_match=near,
-        )
+        """The request's receipt over this coordinator's steps (:func:`teamstore.erasure.verdict.receipt_of`)."""
+        return receipt_of(row, results, status, subject_key, steps=[s.name for s in self.steps], knobs=self.knobs,
+                          capture=self.settings.capture_message_content, attempts=attempts, near=near,
+                          backups_until=backups_until)
 
     async def _dry_run(self, user_id: str, reason: str | None, requested_by: str | None) -> Receipt:
         """What a request would find, with no request id: none is stored, so none could be looked up later.
@@ -452,30 +398,10 @@ class DeletionCoordinator:
             request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
             received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
             remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content,
-                                                bound if _key_destroyed(stores) else None, matched=found,
+                                                bound if key_destroyed(stores) else None, matched=found,
                                                 planned=True),
             requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
         )
-
-
-def _stored(row: requests.RequestRow) -> Receipt:
-    """The receipt stored when the request last ended, with the extension recorded since: a failed request
-    may be extended after its receipt was written (its rerun stores a new one)."""
-    return Receipt.model_validate(row.receipt).model_copy(update={"extension": row.extension})
-
-
-def _key_destroyed(stores: dict[str, StoreResult]) -> bool:
-    """Whether the user's data key is destroyed (in a dry run: would be). Only then do the words in backups
-    become unreadable by the rotation bound; a request stopped before the key step, or a user with no key
-    (rows from before sealing), has backups readable until they expire."""
-    key = stores.get(KeyStep.name)
-    return key is not None and key.status in (StepStatus.ERASED, StepStatus.WOULD_ERASE)
-
-
-def _done(stores: dict[str, StoreResult], step: str) -> bool:
-    """Whether ``step`` has removed what it found, or found nothing (in a dry run: would remove it)."""
-    result = stores.get(step)
-    return result is not None and result.status in (*DONE, StepStatus.WOULD_ERASE)
 
 
 def _busy(request_id: str) -> ErasureConflict:
@@ -484,45 +410,3 @@ def _busy(request_id: str) -> ErasureConflict:
         hint=f"wait for it (`teamstore erase status {request_id}`); a killed run's lease expires after "
         "the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same request id",
     )
-
-
-def verdict(deleted: StoreResult, left: Counts) -> StoreResult:
-    """A step's status from what it deleted and what verification still found.
-
-    Args:
-        deleted: The step's result after deleting (counts of what it found).
-        left: What an independent re-query found afterwards.
-
-    Returns:
-        ``failed`` if anything not under a hold is left; ``retained_under_hold`` if held objects that can
-        still be read are; ``shredded`` if only held objects sealed under the user's destroyed key are;
-        ``no_match`` if nothing was ever found; else ``erased``.
-    """
-    now = datetime.now(UTC)
-    unexpected = left.unexpected
-    counts = deleted.counts.model_copy(update={"retained": left.retained, "unreadable": left.unreadable})
-    if unexpected > 0:
-        return StoreResult(status=StepStatus.FAILED, counts=counts, verified_at=now,
-                           detail=f"verification found {unexpected} item(s) left after deletion; "
-                           "rerun the same request id")
-    if left.retained:
-        return StoreResult(status=StepStatus.RETAINED_UNDER_HOLD, counts=counts, verified_at=now,
-                           detail=f"{left.retained} object version(s) under S3 Object Lock or a legal hold, written "
-                           "before sealing (readable); rerun the same request id once the hold is lifted")
-    if left.unreadable:
-        return StoreResult(status=StepStatus.SHREDDED, counts=counts, verified_at=now,
-                           detail=f"{left.unreadable} object version(s) remain under S3 Object Lock or a legal hold "
-                           "until it ends, sealed under the user's destroyed data key: unreadable by anyone")
-    status = StepStatus.NO_MATCH if counts.total == 0 else StepStatus.ERASED
-    return StoreResult(status=status, counts=counts, verified_at=now)
-
-
-def _request_status(results: dict[str, StoreResult]) -> RequestStatus:
-    statuses = {r.status for r in results.values()}
-    if StepStatus.FAILED in statuses or not statuses <= FINAL:
-        return RequestStatus.FAILED
-    if StepStatus.RETAINED_UNDER_HOLD in statuses:
-        return RequestStatus.RETAINED_UNDER_HOLD
-    if statuses == {StepStatus.NO_MATCH}:
-        return RequestStatus.NO_MATCH  # nothing anywhere: said as such, since the id may be mistyped
-    return RequestStatus.COMPLETED
