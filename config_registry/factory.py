@@ -19,6 +19,7 @@ from autogen_core import ComponentModel
 
 from config_registry.errors import FactoryInvalid
 from config_registry.missing import install_hint
+from config_registry.validate import check_nothing_dropped
 
 
 def dump_factory(factory: str) -> ComponentModel:
@@ -27,8 +28,11 @@ def dump_factory(factory: str) -> ComponentModel:
     Raises:
         FactoryInvalid: The factory cannot be imported, raises, or returns something that is not a team, or
             the team cannot be dumped (a package it needs to dump itself missing: the hint says what to install).
+        DefinitionInvalid: Its dump would leave out what decides how it behaves (a ``selector_func``, a
+            tool's closure): :func:`config_registry.validate.check_nothing_dropped`.
     """
     built = _call_factory(factory)
+    check_nothing_dropped(built)  # while the team object is at hand: its dump has lost what this looks for
     try:
         dumped: ComponentModel = built.dump_component()
     except Exception as exc:  # a team that cannot dump itself cannot be registered; say why

@@ -24,7 +24,7 @@ from config_registry.errors import DefinitionInvalid, validation_message
 from config_registry.gitrepo import GitRepo
 from config_registry.manifest import Manifest, MemoryDeclaration, shown, validate_name
 from config_registry.secrets import check_free_text, known_shape, walk
-from config_registry.validate import validate_definition
+from config_registry.validate import check_nothing_dropped, validate_definition
 
 TRACKED = ("teams", "labels")
 """The folders registrations and label moves write; nothing else in the repository is theirs."""
@@ -180,9 +180,11 @@ def component_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, A
     """``component`` (a component, its model or its JSON) as AutoGen component JSON.
 
     Raises:
-        DefinitionInvalid: It is not a component.
+        DefinitionInvalid: It is not a component, or it is a team object whose dump leaves out what decides
+            how it behaves (:func:`~config_registry.validate.check_nothing_dropped`).
     """
     if hasattr(component, "dump_component"):
+        check_nothing_dropped(component)
         component = component.dump_component()
     if isinstance(component, ComponentModel):
         _check_finite(component.model_dump())

@@ -8,7 +8,11 @@ Order matters: providers and source-code tools are checked on the raw JSON first
 (:mod:`config_registry.allowlist`), because ``load_component()`` imports whatever module a ``provider``
 names and executes ``FunctionTool`` source; the round trip (:mod:`config_registry.roundtrip`) comes last.
 Between them, the checks here: what the manifest declares (persisted participants and their bounds,
-memory, checkpoints) holds for the definition.
+memory, checkpoints) holds for the definition, and every team in it stops.
+
+One check needs the team object itself, since the JSON has lost what it looks for:
+:func:`check_nothing_dropped` refuses a team whose dump leaves out what decides how it behaves (a
+``selector_func``, a tool's closure). Registering a team object or a factory's team runs it first.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from config_registry.participants import (
     participants,
 )
 from config_registry.roundtrip import check_round_trip, component_class, normalise
-from config_registry.secrets import apply_references
+from config_registry.secrets import apply_references, walk
 
 
 def _bound_error(name: str, field: str, message: str, hint: str) -> DefinitionInvalid:
@@ -192,6 +196,91 @@ def check_checkpoints(component: Mapping[str, Any], manifest: Manifest) -> None:
         )
 
 
+# AutoGen's teams that run until their termination condition or max_turns ends them: with neither, a run
+# never returns. (A GraphFlow ends when its graph has no next node; a cycle in one needs a conditional exit.)
+_NEVER_STOP_BY_THEMSELVES = ("RoundRobinGroupChat", "SelectorGroupChat", "Swarm", "MagenticOneGroupChat")
+
+
+def check_stops(component: Mapping[str, Any]) -> None:
+    """Every AutoGen team in the definition (a nested one too) has a termination condition or a ``max_turns``.
+
+    Raises:
+        DefinitionInvalid: A RoundRobinGroupChat, SelectorGroupChat, Swarm or MagenticOneGroupChat has
+            neither, naming its config's path.
+    """
+    teams = [("", component)] + [(f"{path}.", value) for path, _key, value, _parent in walk(component)
+                                  if isinstance(value, Mapping) and value.get("component_type") == "team"]
+    for path, team in teams:
+        provider = str(team.get("provider", ""))
+        kind = provider.rsplit(".", 1)[-1]
+        if kind not in _NEVER_STOP_BY_THEMSELVES or not provider.startswith("autogen_agentchat."):
+            continue
+        config = json_object(team.get("config"))
+        if config.get("termination_condition") is None and config.get("max_turns") is None:
+            raise DefinitionInvalid(
+                f"{kind} {config.get('name') or ''!r} has neither a termination condition nor max_turns: "
+                "its run would never return",
+                field=f"{path}config",
+                hint="give it termination_condition= (e.g. TextMentionTermination('TERMINATE') | "
+                "MaxMessageTermination(20)) or max_turns=N, or both",
+            )
+
+
+def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
+    """Refuse a team object whose ``dump_component()`` leaves out what decides how it behaves, so that what is
+    registered would run otherwise than the object it was dumped from: a ``SelectorGroupChat``'s
+    ``selector_func`` or ``candidate_func`` (AutoGen's dump drops them, and the registered team picks its
+    speakers by the model instead), or a ``FunctionTool`` whose function reads a variable of the code around
+    it (its stored source code holds the function alone: the registered tool fails with ``NameError``).
+
+    Args:
+        team: The team or agent, as built (a factory's, or the one given to ``Registry.add``).
+        path: Where ``team`` sits in the definition's JSON (nested teams, agents and tools).
+        owner: The agent a tool belongs to, to name it.
+
+    Raises:
+        DefinitionInvalid: Naming the team or participant, what its dump leaves out, and the fix.
+    """
+    here = f"{path}." if path else ""
+    who = f"{type(team).__name__} {getattr(team, 'name', '')!r}"
+    for dropped, does in (("selector_func", "picks the next speaker"), ("candidate_func", "narrows the candidates")):
+        if getattr(team, f"_{dropped}", None) is not None:
+            raise DefinitionInvalid(
+                f"{who} has a {dropped}, which {does} in this process only: AutoGen's dump_component() leaves "
+                "it out, so the registered team would choose its speakers by the model and the selector prompt",
+                field=f"{here}config.{dropped}",
+                hint=f"drop {dropped} and express the selection in the selector_prompt, or in a component "
+                "that is registered with the team",
+            )
+    _check_self_contained(team, owner, path)
+    for index, participant in enumerate(getattr(team, "_participants", None) or []):
+        check_nothing_dropped(participant, f"{here}config.participants.{index}")
+    for attribute in ("team", "agent"):  # a SocietyOfMindAgent's team, a TeamTool's or an AgentTool's
+        inner = getattr(team, f"_{attribute}", None)
+        if inner is not None and hasattr(inner, "dump_component"):
+            check_nothing_dropped(inner, f"{here}config.{attribute}")
+    for index, workbench in enumerate(getattr(team, "_workbench", None) or []):
+        for number, tool in enumerate(getattr(workbench, "_tools", None) or []):
+            check_nothing_dropped(tool, f"{here}config.workbench.{index}.config.tools.{number}", owner=who)
+
+
+def _check_self_contained(tool: Any, owner: str, path: str) -> None:
+    from autogen_core.tools import FunctionTool
+
+    code = getattr(getattr(tool, "_func", None), "__code__", None)
+    if not isinstance(tool, FunctionTool) or code is None or not code.co_freevars:
+        return
+    names = ", ".join(code.co_freevars)
+    raise DefinitionInvalid(
+        f"tool {tool.name!r} of {owner or 'the agent'} is a FunctionTool whose function uses {names} from the "
+        "code around it (a closure): its stored source code holds the function alone, so the registered tool "
+        "would fail with NameError when called",
+        field=f"{path}.config.source_code" if path else "config.source_code",
+        hint=f"make the tool self-contained: define {names} inside the function or pass it as an argument "
+        "(modules it needs go in global_imports)",
+    )
+
+
 def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dict[str, Any]:
     """Run every check and return the JSON to store (secrets as references).
 
@@ -212,5 +301,6 @@ def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dic
     check_persisted(stored, manifest)
     check_memory(stored, manifest)
     check_checkpoints(stored, manifest)
+    check_stops(stored)
     check_round_trip(stored)
     return stored

@@ -1,12 +1,19 @@
-"""Factories that misbehave, for ``add_from_factory`` tests."""
+"""Factories that misbehave, for ``add_from_factory`` tests: they fail, or build a team the registry must refuse."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat
 from autogen_core import Component
 from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import LLMMessage
+from autogen_core.tools import FunctionTool
 from pydantic import BaseModel
+
+from teamstore.offline import OfflineChatCompletionClient
 
 
 def raises() -> None:
@@ -73,3 +80,34 @@ def azure_agent() -> AssistantAgent:
         azure_endpoint="https://example.openai.azure.com", api_key="sk-live-123",
     )
     return AssistantAgent("researcher", model_client=client)
+
+
+def _desk_agent(name: str, **kwargs: Any) -> AssistantAgent:
+    return AssistantAgent(name, model_client=OfflineChatCompletionClient(), description=f"the {name}", **kwargs)
+
+
+def selected_by_function() -> SelectorGroupChat:
+    """A SelectorGroupChat whose speakers a function picks: always the planner."""
+    return SelectorGroupChat([_desk_agent("accountant"), _desk_agent("planner")],
+                             model_client=OfflineChatCompletionClient(), selector_func=lambda messages: "planner",
+                             termination_condition=MaxMessageTermination(3))
+
+
+def narrowed_by_function() -> SelectorGroupChat:
+    """A SelectorGroupChat whose candidates a function narrows to the planner."""
+    return SelectorGroupChat([_desk_agent("accountant"), _desk_agent("planner")],
+                             model_client=OfflineChatCompletionClient(), candidate_func=lambda messages: ["planner"],
+                             termination_condition=MaxMessageTermination(3))
+
+
+def tool_with_a_closure() -> RoundRobinGroupChat:
+    """An accountant whose conversion tool reads ``rate`` from the factory around it."""
+    rate = 1.08
+
+    def to_dollars(euros: float) -> float:
+        """Euros in dollars."""
+        return euros * rate
+
+    accountant = _desk_agent("accountant", tools=[FunctionTool(to_dollars, description="convert")])
+    return RoundRobinGroupChat([_desk_agent("planner"), accountant], termination_condition=MaxMessageTermination(3))
+

@@ -1,4 +1,5 @@
-"""Validation on register: allow-listed providers, source-code tools, persisted participants, round trip."""
+"""Validation on register: allow-listed providers, source-code tools, persisted participants, teams that stop,
+what a dump leaves out, round trip."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.agents import AssistantAgent, SocietyOfMindAgent
 from autogen_agentchat.conditions import MaxMessageTermination, TokenUsageTermination
-from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_agentchat.teams import MagenticOneGroupChat, RoundRobinGroupChat, SelectorGroupChat, Swarm
 from autogen_core.model_context import BufferedChatCompletionContext
 from autogen_core.tools import FunctionTool
 from pydantic import ValidationError
@@ -20,6 +21,7 @@ from config_registry import DefinitionInvalid, Manifest, Registry, bounds
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.offline import OfflineChatCompletionClient
 from tests.conftest import git
+from tests.registry import factories
 from tests.registry.conftest import calling_client, dump, left_unchanged, triage_json, triage_manifest
 from tests.registry.factories import CountedContext
 
@@ -339,3 +341,71 @@ def test_malformed_json_is_a_definition_error_not_a_traceback(
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add("support_triage", team, triage_manifest(), "malformed")
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(("factory", "dropped"), [("selected_by_function", "selector_func"),
+                                                   ("narrowed_by_function", "candidate_func")])
+def test_a_team_whose_speakers_a_function_picks_is_refused_since_its_dump_leaves_the_function_out(
+    registry: Registry, factory: str, dropped: str
+) -> None:
+    """AutoGen's dump drops the function: the registered team would let the model pick (accountant, then planner)
+    where the factory's team always picks the planner."""
+    manifest = Manifest(name="desk")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add_from_factory(f"tests.registry.factories:{factory}", manifest, "desk")
+    assert caught.value.field == f"config.{dropped}"
+    assert f"SelectorGroupChat 'SelectorGroupChat' has a {dropped}" in caught.value.message
+    assert "dump_component() leaves it out" in caught.value.message
+    assert "selector_prompt" in (caught.value.hint or "")
+    team = getattr(factories, factory)()
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid):
+        registry.add("desk", team, manifest, "desk")  # the team object, not its dump
+    registry.add("desk", dump(team), manifest, "desk")  # its dump has lost the function: nothing to tell
+
+
+def test_a_function_picking_the_speakers_of_a_team_inside_an_agent_is_refused_naming_where_it_is(
+    registry: Registry,
+) -> None:
+    client = OfflineChatCompletionClient()
+    mind = SocietyOfMindAgent("mind", team=factories.selected_by_function(), model_client=client)
+    team = RoundRobinGroupChat([mind], termination_condition=MaxMessageTermination(2))
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("desk", team, Manifest(name="desk"), "desk")
+    assert caught.value.field == "config.participants.0.config.team.config.selector_func"
+
+
+def test_a_function_tool_that_uses_a_variable_of_the_code_around_it_is_refused_as_it_would_fail_when_called(
+    registry: Registry,
+) -> None:
+    manifest = Manifest(name="desk", allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add_from_factory("tests.registry.factories:tool_with_a_closure", manifest, "desk")
+    assert caught.value.field == "config.participants.1.config.workbench.0.config.tools.0.config.source_code"
+    assert ("tool 'to_dollars' of AssistantAgent 'accountant' is a FunctionTool whose function uses rate from the "
+            "code around it") in caught.value.message
+    assert "make the tool self-contained: define rate inside the function" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("kind", ["round_robin", "selector", "swarm", "magentic_one", "nested", "society"])
+def test_a_team_that_never_stops_is_refused_naming_both_ways_to_stop(registry: Registry, kind: str) -> None:
+    agents = [AssistantAgent(name, model_client=calling_client()) for name in ("planner", "accountant")]
+    client = OfflineChatCompletionClient()
+    team = {
+        "round_robin": lambda: RoundRobinGroupChat(agents),
+        "selector": lambda: SelectorGroupChat(agents, model_client=client),
+        "swarm": lambda: Swarm(agents),
+        "magentic_one": lambda: MagenticOneGroupChat(agents, model_client=client, max_turns=None),
+        "nested": lambda: RoundRobinGroupChat([RoundRobinGroupChat(agents)], max_turns=2),
+        "society": lambda: RoundRobinGroupChat(
+            [SocietyOfMindAgent("mind", team=RoundRobinGroupChat(agents), model_client=client)], max_turns=2),
+    }[kind]()
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("desk", dump(team), Manifest(name="desk"), "desk")
+    inner = {"nested": "config.participants.0.", "society": "config.participants.0.config.team."}.get(kind, "")
+    assert caught.value.field == f"{inner}config"
+    assert "has neither a termination condition nor max_turns: its run would never return" in caught.value.message
+    assert "termination_condition=" in (caught.value.hint or "") and "max_turns=N" in (caught.value.hint or "")
+    with_turns = dump(team)
+    stopping = with_turns["config"]["participants"][0] if inner else with_turns
+    (stopping["config"]["team"] if kind == "society" else stopping)["config"]["max_turns"] = 4
+    registry.add("desk", with_turns, Manifest(name="desk"), "desk")
