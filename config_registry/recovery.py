@@ -34,6 +34,7 @@ from config_registry.registration import (
     TRACKED,
     check_commit,
     check_definition,
+    check_owner,
     check_shared_memory,
     commit_definition,
 )
@@ -151,6 +152,7 @@ def _check(repo: GitRepo, team: str) -> Definition:
                 validation_message(error), field="manifest." + ".".join(str(p) for p in error["loc"])
             ) from exc
         stored = check_definition(team, component, manifest)
+        check_owner(repo, team, manifest)
         check_shared_memory(repo, team, manifest)
     except DefinitionInvalid as exc:
         return Definition(team, exc.message)

@@ -1,11 +1,13 @@
 """What registering a definition checks, and the write it then makes: shared by ``Registry.add`` and by
 ``registry recover``, which commits a definition an interrupted writer left only if it passes the same.
 
-    from config_registry.registration import check_commit, check_definition, check_shared_memory, commit_definition
+    from config_registry.registration import (check_commit, check_definition, check_owner, check_shared_memory,
+                                               commit_definition)
 
     check_commit("first version", author=None)
     stored = check_definition("support_triage", team.dump_component(), manifest)   # nothing written yet
     with repo.lock(timeout=10):
+        check_owner(repo, "support_triage", manifest)           # against the latest version, as committed
         check_shared_memory(repo, "support_triage", manifest)   # against the other teams, as committed
         version = commit_definition(repo, "support_triage", stored, manifest, "first version", None)
 """
@@ -81,6 +83,27 @@ def _check_variables(manifest: Manifest) -> None:
                 field=f"secrets.{path}",
                 hint="give the variable's name, not its value: --secret PATH=env:GITHUB_TOKEN, not env:$GITHUB_TOKEN",
             )
+
+
+def check_owner(repo: GitRepo, name: str, manifest: Manifest) -> None:
+    """A team registered already with an owner is registered again only by that owner: the same name chosen
+    by another team would otherwise replace its definition, and a label moved with it would serve that team's
+    users another team. Checked against the latest version, as committed (under the write lock).
+
+    Raises:
+        DefinitionInvalid: Naming the current owner, and the two ways on.
+    """
+    current = _read_json(repo, "HEAD", f"teams/{name}/manifest.json")
+    owner = current.get("owner") if isinstance(current, dict) else None
+    if not isinstance(owner, str) or not owner or owner == manifest.owner:
+        return
+    given = f"owner {shown(manifest.owner)}" if manifest.owner else "no owner"
+    raise DefinitionInvalid(
+        f"team {name!r} is registered already, owned by {shown(owner)}; this registration gives {given}, and "
+        "would replace that team's definition",
+        field="owner",
+        hint=f"register your team under another name; or, to change {name!r} itself, pass --owner {shown(owner)}",
+    )
 
 
 def check_shared_memory(repo: GitRepo, name: str, manifest: Manifest) -> None:

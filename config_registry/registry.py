@@ -28,14 +28,17 @@ from config_registry.build import Transform, build_team
 from config_registry.diff import CompatibilityReport, SemanticDiff, compatibility, semantic_diff
 from config_registry.errors import DefinitionInvalid, RegistryCorrupt, UnknownVersion
 from config_registry.factory import dump_factory
+from config_registry.fingerprint import fingerprints
 from config_registry.gitrepo import GitRepo
 from config_registry.layout import label_moves, move_label, read_definition, read_labels, team_names, versions
 from config_registry.manifest import Manifest, shown, validate_name
+from config_registry.participants import kind_of
 from config_registry.registration import (
     TRACKED,
     check_actor,
     check_commit,
     check_definition,
+    check_owner,
     check_shared_memory,
     commit_definition,
 )
@@ -90,22 +93,27 @@ class Registry:
         message: str,
         label: str | None = None,
         author: str | None = None,
+        *,
+        allow_incompatible: bool = False,
     ) -> str:
         """Validate and register a definition; one commit.
 
         Args:
             name: The team's registry name (must equal ``manifest.name``).
-            component: ``team.dump_component()`` or its JSON.
+            component: The team (or agent) itself, ``team.dump_component()`` or its JSON.
             manifest: What the definition declares (persisted participants, allow-lists, secrets ...).
             message: The commit message: why this version exists.
             label: Also point this label at the new version.
             author: ``"Name <email>"``; defaults to ``GIT_AUTHOR_*`` or ``teamstore``.
+            allow_incompatible: Move ``label`` even when the sessions saved under the version it points at
+                would not resume under the new one (:meth:`check`); they then start fresh.
 
         Returns:
             The version (full commit sha). Registering an unchanged definition returns the current version.
 
         Raises:
-            DefinitionInvalid: A check failed; nothing was written.
+            DefinitionInvalid: A check failed; nothing was written. Among them: the team is registered
+                already with another owner, or ``label`` would move across an incompatible change.
             RegistryConflict: Another writer held the lock too long.
             RegistryCorrupt: The repository has uncommitted edits or lock files a killed git left
                 (``teamstore registry recover``).
@@ -116,14 +124,38 @@ class Registry:
         stored = check_definition(name, component, manifest)
         with self.repo.lock(self.lock_timeout):
             self._ready_to_write()
+            check_owner(self.repo, name, manifest)
             if label is not None:
                 # Labels it cannot read refuse the label before the version is committed.
-                read_labels(self.repo, name)
+                labels = read_labels(self.repo, name)
+                if label in labels and not allow_incompatible:
+                    self._check_label_move(name, label, labels[label], stored, manifest)
             check_shared_memory(self.repo, name, manifest)  # under the lock: another team may be registering
             version = self._commit_definition(name, stored, manifest, message, author)
             if label is not None:
                 move_label(self.repo, name, version, label, f"registered with label {label}: {message}", author)
         return version
+
+    def _check_label_move(
+        self, name: str, label: str, current: str, stored: dict[str, Any], manifest: Manifest
+    ) -> None:
+        """Refuse to move ``label`` from ``current`` to the definition being registered when sessions saved under
+        ``current`` would not resume under it (what ``registry check`` reports): every session of the label's
+        users would start fresh, its state in quarantine."""
+        now = read_definition(self.repo, name, current)  # as committed, under the write lock
+        new = TeamDefinition(name=name, version="", component=stored, manifest=manifest,
+                             fingerprints=fingerprints(stored, manifest.persist), kind=kind_of(stored))
+        report = _reading(now, new, lambda: compatibility(now, new))
+        if report.compatible:
+            return
+        raise DefinitionInvalid(
+            f"label {label!r} points at version {current[:12]}, and the sessions saved under it would not resume "
+            f"under this definition: {'; '.join(report.reasons)}. Moving the label would start every one of them "
+            "afresh (their state kept in quarantine)",
+            field="label",
+            hint=f"register it without --label {label} (or under another label) and run `teamstore registry check "
+            f"{name} --from {label} --to <version>`; to move {label} anyway, pass --allow-incompatible",
+        )
 
     def _ready_to_write(self) -> None:
         """Under the write lock: what an interrupted write left (uncommitted files, git's lock files) or a
@@ -149,6 +181,8 @@ class Registry:
         message: str,
         label: str | None = None,
         author: str | None = None,
+        *,
+        allow_incompatible: bool = False,
     ) -> str:
         """Build a team with ``module:function`` and register its dump.
 
@@ -158,6 +192,7 @@ class Registry:
             message: The commit message.
             label: Also point this label at the new version.
             author: As for :meth:`add`.
+            allow_incompatible: As for :meth:`add`.
 
         Returns:
             The version.
@@ -166,7 +201,8 @@ class Registry:
             FactoryInvalid: The factory cannot be imported, raises, or returns something that is not a team.
             DefinitionInvalid: As for :meth:`add`.
         """
-        return self.add(manifest.name, dump_factory(factory), manifest, message, label=label, author=author)
+        return self.add(manifest.name, dump_factory(factory), manifest, message, label=label, author=author,
+                        allow_incompatible=allow_incompatible)
 
     def label(
         self, name: str, version_or_label: str, label: str, reason: str, who: str | None = None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -376,3 +379,98 @@ def test_a_file_with_nan_in_it_is_refused_naming_its_path(registry_path: Path, t
     assert result.exit_code == 1, result.output
     assert "config.max_turns: is NaN, which JSON cannot hold" in " ".join(result.output.split())
     assert not registry_path.exists()
+
+
+def test_another_teams_registration_under_a_name_in_use_is_refused_naming_its_owner(registry_path: Path) -> None:
+    """Two teams picking one name: the second used to become the first's production version, serving its users
+    another team (and quarantining every session)."""
+    first = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--owner", "support-platform",
+                    "--label", "production")
+    clash = invoke(*ADD, "--factory", "teamstore.examples:support_triage_v2_prompt", "--owner", "billing-platform",
+                   "--label", "production")
+    said = " ".join(clash.output.split())
+    assert clash.exit_code == 1, said
+    assert ("owner: team 'support_triage' is registered already, owned by 'support-platform'; this registration "
+            "gives owner 'billing-platform'") in said
+    assert "fix: register your team under another name; or, to change 'support_triage' itself, pass --owner " \
+           "'support-platform'" in said
+    unnamed = invoke(*ADD, "--factory", "teamstore.examples:support_triage_v2_prompt", "--label", "production")
+    assert unnamed.exit_code == 1 and "gives no owner" in unnamed.output
+    assert as_json("registry", "show", "support_triage@production")["version"] == first["version"]
+    assert len(as_json("registry", "history", "support_triage")) == 2  # the first version and its label
+    own = as_json(*ADD, "--factory", "teamstore.examples:support_triage_v2_prompt", "--owner", "support-platform",
+                  "--label", "production")
+    assert own["new"] is True and own["labels"] == ["production"]
+
+
+def test_a_label_moved_by_add_across_an_incompatible_change_is_refused_unless_allowed(registry_path: Path) -> None:
+    v1 = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "production")["version"]
+    renamed = ["registry", "add", "support_triage", "--factory", "teamstore.examples:support_triage_v2_renamed",
+               "--persist", "investigator", "--context-bound", "20", "--label", "production"]
+    refused = invoke(*renamed)
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 1, said
+    assert (f"label: label 'production' points at version {v1[:12]}, and the sessions saved under it would not "
+            "resume under this definition: persisted participant 'researcher' was renamed or removed") in said
+    assert "pass --allow-incompatible" in said and "teamstore registry check support_triage --from production" in said
+    assert [row["kind"] for row in as_json("registry", "history", "support_triage")] == ["label", "version"]
+    staged = as_json(*renamed[:-1], "staging")  # under another label: nothing was serving it
+    moved = as_json(*renamed, "--allow-incompatible")
+    assert moved["version"] == staged["version"] and moved["labels"] == ["production", "staging"]
+
+
+def test_persist_given_again_adds_participants_and_a_second_label_is_refused(
+    registry_path: Path, tmp_path: Path
+) -> None:
+    team = triage_json()
+    bounded = team["config"]["participants"][1]["config"]["model_context"]
+    for participant in team["config"]["participants"]:
+        participant["config"]["model_context"] = bounded
+    (tmp_path / "team.json").write_text(json.dumps(team))
+    added = as_json("registry", "add", "support_triage", "--file", str(tmp_path / "team.json"), "--context-bound",
+                    "20", "--persist", "researcher", "--persist", "critic,triage")
+    assert as_json("registry", "show", "support_triage")["manifest"]["persist"] == ["researcher", "critic", "triage"]
+    twice = invoke(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "staging", "--label",
+                   "production")
+    said = " ".join(twice.output.split())
+    assert twice.exit_code == 1, said
+    assert "label: --label is given 2 times ('staging', 'production')" in said
+    assert "teamstore registry label NAME <version> production --reason WHY" in said
+    assert as_json("registry", "list")[0]["labels"] == {}
+    assert as_json("registry", "list")[0]["version"] == added["version"]
+
+
+def test_a_factory_in_the_current_folder_is_imported_by_the_teamstore_script(
+    registry_path: Path, tmp_path: Path
+) -> None:
+    """The console script puts its own folder first on sys.path, where `python -m` puts the current one."""
+    folder = tmp_path / "desk"
+    folder.mkdir()
+    (folder / "billing_desk_team.py").write_text(
+        "from teamstore.examples import support_triage\n\n\ndef billing_desk():\n    return support_triage()\n")
+    script = Path(sys.executable).with_name("teamstore")
+    env = {**os.environ, "TEAMSTORE_REGISTRY_PATH": str(registry_path), "COLUMNS": "300"}
+    done = subprocess.run([str(script), "registry", "add", "billing_desk", "--factory",
+                           "billing_desk_team:billing_desk", "--json"],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["name"] == "billing_desk"
+    missing = subprocess.run([str(script), "registry", "add", "billing_desk", "--factory", "billing_desk_team:build"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    said = " ".join(missing.stderr.split())
+    assert missing.returncode == 1, said
+    assert "No module named 'billing_desk_team'" in said
+    assert (f"fix: module 'billing_desk_team' must be importable from the current folder ({tmp_path}) or "
+            "PYTHONPATH") in said
+
+
+def test_a_factorys_team_that_would_run_otherwise_once_registered_is_refused_by_the_command_line(
+    registry_path: Path,
+) -> None:
+    closure = invoke("registry", "add", "desk", "--factory", "tests.registry.factories:tool_with_a_closure",
+                     "--allow-source-code-tools")
+    said = " ".join(closure.output.split())
+    assert closure.exit_code == 1, said
+    assert "is a FunctionTool whose function uses rate from the code around it" in said
+    assert "fix: make the tool self-contained" in said
+    assert not registry_path.exists()  # a first registration refused leaves no registry behind

@@ -39,7 +39,7 @@ def test_a_quarantined_state_is_restored_from_the_command_line(registry: Registr
     v1 = registry.resolve("support_triage@production").version
     _run("My router ZX-81 drops every evening")
     registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
-                 "rename researcher", label="production")
+                 "rename researcher", label="production", allow_incompatible=True)
     assert _run("hello again")["resume"]["outcome"] == "definition_changed"
     registry.label("support_triage", v1, "production", reason="roll back the rename")
     (kept,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
@@ -176,7 +176,7 @@ def test_a_narrow_terminal_lists_each_quarantined_state_with_its_ids_whole_on_on
     user, session = "alice.longname@example.com", "ticket-2026-11-30-a-long-session-id-0001"
     assert _run_as(user, session, "hello").exit_code == 0
     registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
-                 "rename researcher", label="production")
+                 "rename researcher", label="production", allow_incompatible=True)
     assert _run_as(user, session, "again").exit_code == 0  # refused as it opens, and set aside
     listed = runner.invoke(app, ["sessions", "quarantine"], env={"COLUMNS": "80"})
     assert listed.exit_code == 0, listed.output
@@ -250,7 +250,7 @@ def test_the_quarantine_lists_as_many_as_asked_and_says_when_more_may_follow(reg
     for session in ("s1", "s2"):
         runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", session, "hello"])
     registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
-                 "rename researcher", label="production")
+                 "rename researcher", label="production", allow_incompatible=True)
     for session in ("s1", "s2"):  # each refused as it opens, and set aside
         runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", session, "again"])
     listed = runner.invoke(app, ["sessions", "quarantine", "--limit", "1", "--json"])

@@ -187,7 +187,7 @@ async def test_renamed_persisted_agent_fails_closed_and_keeps_the_old_state(
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     before = await raw_state(platform, "alice", "s1")
     registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
-                 "rename researcher", label="production")
+                 "rename researcher", label="production", allow_incompatible=True)
     result, outcome = await talk(platform, "alice", "s1", "hello again")
     assert outcome.outcome == "definition_changed" and outcome.quarantined
     assert "researcher" in (outcome.detail or "") and "renamed" in (outcome.detail or "")
@@ -204,7 +204,7 @@ async def test_after_a_rollback_the_quarantined_state_is_restored_and_resumes(
     v1 = registry.resolve("support_triage@production").version
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
-                 "rename researcher", label="production")
+                 "rename researcher", label="production", allow_incompatible=True)
     _, outcome = await talk(platform, "alice", "s1", "hello again")  # fails closed, goes on fresh, saves
     assert outcome.quarantined
     registry.label("support_triage", v1, "production", reason="roll back the rename")
@@ -276,7 +276,7 @@ async def test_a_team_turned_into_a_single_agent_fails_closed_as_a_definition_ch
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     researcher = examples.support_triage().dump_component().model_dump()["config"]["participants"][1]
     v2 = registry.add("support_triage", researcher, without_memory(examples.example_manifest("support_triage")),
-                      "the researcher alone", label="production")
+                      "the researcher alone", label="production", allow_incompatible=True)
     report = registry.check("support_triage", v1, v2)
     assert not report.compatible and "from a team to a single agent" in report.reasons[0]
     _, outcome = await talk(platform, "alice", "s1", "hello")

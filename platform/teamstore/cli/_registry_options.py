@@ -1,6 +1,6 @@
 """What ``teamstore registry add`` is given, read into the pieces of a registration: the manifest, its
-secret references and memory declaration, and a team's JSON from a file. A wrong value is a
-:class:`~config_registry.errors.DefinitionInvalid` that names its field.
+secret references and memory declaration, its label, and a team's JSON from a file or its factory's dump.
+A wrong value is a :class:`~config_registry.errors.DefinitionInvalid` that names its field.
 
     from teamstore.cli._registry_options import build_manifest, parse_secrets
 
@@ -10,13 +10,18 @@ secret references and memory declaration, and a team's JSON from a file. A wrong
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from config_registry.errors import DefinitionInvalid, validation_message
+from config_registry.errors import DefinitionInvalid, FactoryInvalid, validation_message
 
-# pydantic and the registry's models are imported when `add` reads its options, not with the command line.
+# pydantic, AutoGen and the registry's models are imported when `add` reads its options, not with the command
+# line.
 if TYPE_CHECKING:
+    from autogen_core import ComponentModel
+
     from config_registry import Manifest
 
 
@@ -88,3 +93,49 @@ def read_component(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DefinitionInvalid(f"{path} does not hold a JSON object", field="file")
     return data
+
+
+def one_label(labels: list[str] | None) -> str | None:
+    """The one ``--label`` given, if any. A registration moves one label: given twice, the last would win unseen.
+
+    Raises:
+        DefinitionInvalid: More than one label was given.
+    """
+    if not labels:
+        return None
+    if len(labels) > 1:
+        raise DefinitionInvalid(
+            f"--label is given {len(labels)} times ({', '.join(map(repr, labels))}); a registration points one "
+            "label at its version",
+            field="label",
+            hint=f"give one --label, then point the others at the version it reports: teamstore registry label "
+            f"NAME <version> {labels[1]} --reason WHY",
+        )
+    return labels[0]
+
+
+def dump_factory_here(factory: str) -> ComponentModel:
+    """:func:`config_registry.factory.dump_factory`, with the current folder first on ``sys.path`` as
+    ``python -m`` puts it (and uvicorn its app folder): the ``teamstore`` script puts its own folder there
+    instead, so a factory module beside the caller did not import.
+
+    Raises:
+        FactoryInvalid: As ``dump_factory``; a factory module that is not found says where it is looked for.
+        DefinitionInvalid: As ``dump_factory``.
+    """
+    from config_registry.factory import dump_factory
+
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:  # "" is the current folder, as `python -c` puts it
+        sys.path.insert(0, here)
+    try:
+        return dump_factory(factory)
+    except FactoryInvalid as exc:
+        missing = exc.__cause__.name if isinstance(exc.__cause__, ModuleNotFoundError) else None
+        module = factory.partition(":")[0]
+        if missing is None or not (module == missing or module.startswith(f"{missing}.")):
+            raise  # found, but something it imports is not: its own message names what
+        raise FactoryInvalid(
+            exc.message, hint=f"module {module!r} must be importable from the current folder ({here}) or "
+            "PYTHONPATH: run the command from the folder that holds it, or add that folder to PYTHONPATH",
+        ) from exc.__cause__

@@ -19,7 +19,14 @@ import typer
 
 from config_registry.errors import DefinitionInvalid
 from teamstore.cli._output import JsonOption, emit, fail
-from teamstore.cli._registry_options import build_manifest, parse_memory, parse_secrets, read_component
+from teamstore.cli._registry_options import (
+    build_manifest,
+    dump_factory_here,
+    one_label,
+    parse_memory,
+    parse_secrets,
+    read_component,
+)
 from teamstore.cli._registry_render import (
     render_added,
     render_definition,
@@ -54,9 +61,9 @@ def add(
     file: Annotated[
         Path | None, typer.Option("--file", help="A JSON file from team.dump_component().")
     ] = None,
-    persist: str = typer.Option(
-        "", "--persist", help="Participants opted in to resume state, comma separated."
-    ),
+    persist: Annotated[list[str] | None, typer.Option(
+        "--persist", help="Participants opted in to resume state: repeatable, or comma separated."
+    )] = None,
     context_bound: int | None = typer.Option(
         None, "--context-bound", help="Most messages a persisted context keeps."
     ),
@@ -85,12 +92,18 @@ def add(
     message: str | None = typer.Option(
         None, "--message", "-m", help="Why this version exists (commit message); omitted: 'register NAME'."
     ),
-    label: str | None = typer.Option(None, "--label", help="Also point this label at the new version."),
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", help="Also point this label at the new version (one label)."
+    )] = None,
+    allow_incompatible: bool = typer.Option(
+        False, "--allow-incompatible", help="Move --label even if sessions saved under the version it points at "
+        "would not resume under the new one (`registry check`): they start fresh."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Validate and register a team definition from a factory or a JSON file."""
     options = {
-        "persist": [p.strip() for p in persist.split(",") if p.strip()],
+        "persist": [p.strip() for given in persist or [] for p in given.split(",") if p.strip()],
         "context_bound": context_bound,
         "allowed_providers": allow_provider or [],
         "allow_source_code_tools": allow_source_code_tools,
@@ -104,7 +117,8 @@ def add(
         references, memory_declared = parse_secrets(secret or []), parse_memory(memory)
         manifest = build_manifest(name, {**options, "secrets": references, "memory": memory_declared})
         definition, new = _register(name, factory, file, manifest,
-                                    f"register {name}" if message is None else message, label)
+                                    f"register {name}" if message is None else message, one_label(label),
+                                    allow_incompatible)
     except TeamstoreError as exc:
         fail(exc)
     data = {
@@ -118,7 +132,8 @@ def add(
 
 
 def _register(
-    name: str, factory: str | None, file: Path | None, manifest: Manifest, message: str, label: str | None
+    name: str, factory: str | None, file: Path | None, manifest: Manifest, message: str, label: str | None,
+    allow_incompatible: bool,
 ) -> tuple[TeamDefinition, bool]:
     """The definition registered, and whether it is a new version (identical to the latest, it is not)."""
     if (factory is None) == (file is None):
@@ -128,9 +143,8 @@ def _register(
             hint="e.g. --factory teamstore.examples:support_triage",
         )
     from config_registry.errors import RegistryNotFound
-    from config_registry.factory import dump_factory
 
-    component = read_component(file) if file is not None else dump_factory(str(factory))
+    component = read_component(file) if file is not None else dump_factory_here(str(factory))
     try:
         registry = _registry()
     except RegistryNotFound:
@@ -139,7 +153,7 @@ def _register(
         _check_first(name, component, manifest, message, label)
         registry = _registry(create=True)
     before = _versions(registry, name)
-    version = registry.add(name, component, manifest, message, label=label)
+    version = registry.add(name, component, manifest, message, label=label, allow_incompatible=allow_incompatible)
     return registry.resolve(f"{name}@{version}"), version not in before
 
 
