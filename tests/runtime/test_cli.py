@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -406,3 +412,49 @@ def test_an_expired_session_swept_with_an_interrupted_run_keeps_that_run_on_reco
     run = _only_run()
     assert run["run"]["error"] == "RunInterrupted" and run["run"]["stop_reason"] == "expired after turn 2"
     assert len(run["items"]) == 3 and run["run"]["totals"]["model_calls"] == 3
+
+
+def _lease_owner(user: str, session: str) -> str | None:
+    """Who holds the session's lease in the embedded database, read as another process would (read-only: none
+    is made before the run makes it)."""
+    database = Settings().resolved_database_url.partition(":///")[2]
+    try:
+        with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
+            row = conn.execute("SELECT lease_owner FROM ts_sessions WHERE user_id = ? AND session_id = ?",
+                               (user, session)).fetchone()
+    except sqlite3.OperationalError:  # not made yet, or not migrated yet
+        return None
+    return row[0] if row else None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_run_stopped_by_ctrl_c_sigterm_or_sighup_gives_the_sessions_lease_back_and_says_so(
+    registry: Registry, signum: signal.Signals
+) -> None:
+    """A container stopping sends SIGTERM, `timeout` too: the run used to end where it stood (exit 143) with the
+    session's lease held, and the session's next request was refused as busy until the lease's TTL ran out."""
+    slow = examples.support_escalation(delay_seconds=3.0)  # each model call takes 3 s: the signal lands mid-run
+    manifest = examples.example_manifest("support_escalation").model_copy(update={"checkpoints": "off"})
+    registry.add("support_escalation", slow.dump_component(), manifest, "slow", label="production")
+    ids = ["--team", "support_escalation", "--user", "alice", "--session", "s1"]
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", "run", *ids, "My line drops"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while _lease_owner("alice", "s1") is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _lease_owner("alice", "s1") is not None, proc.stderr.read() if proc.poll() is not None else ""
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    said = " ".join(err.split())
+
+    assert proc.returncode == 128 + signum, said
+    assert (f"interrupted: stopped ({signum.name}) before it finished: the session's lease was given back" in said)
+    assert _lease_owner("alice", "s1") is None
+    fast = examples.support_escalation()
+    registry.add("support_escalation", fast.dump_component(), manifest, "fast", label="production")
+    again = runner.invoke(app, ["run", *ids, "My line drops", "--json"], env={"TEAMSTORE_LEASE_TIMEOUT_SECONDS": "0"})
+    assert again.exit_code == 0, again.output  # at once: not SessionBusy

@@ -8,7 +8,8 @@
 
 ``with_app`` builds an :class:`teamstore.app.App` from the environment, brings or checks the schema, runs the
 command's work on it and closes what was built; a typed error becomes the ``error:``/``fix:`` lines and
-exit status 1.
+exit status 1. ``with_app_stoppable`` does the same for a command that holds a session's lease: SIGTERM and
+SIGHUP stop it as Ctrl-C does, so the lease is given back on the way out.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from teamstore.cli._output import fail
+from teamstore.cli._output import fail, interrupted, stopped_as_on_ctrl_c
 from teamstore.errors import TeamstoreError
 
 if TYPE_CHECKING:
@@ -61,3 +62,26 @@ def with_app(fn: Callable[[App], Awaitable[T]], *, must_exist: bool, migrate: bo
         return asyncio.run(main())
     except TeamstoreError as exc:
         fail(exc)  # inside the command, so the exit is a status without a traceback
+
+
+def with_app_stoppable(fn: Callable[[App], Awaitable[T]], *, said: str, fix: str, must_exist: bool,
+                       migrate: bool = True, lease: bool = False) -> T:
+    """:func:`with_app` for a command that holds a session's lease (a run, a restore, a delete). SIGTERM (a
+    container stopping, ``timeout``, a job cancelled) and SIGHUP (the terminal closed) stop it as Ctrl-C does:
+    its task is cancelled, the session's block gives the lease back, and the command says so and exits 128 + the
+    signal's number. Ended where it stood instead, it left the lease held until its TTL: the session's next
+    request was refused as busy.
+
+    Args:
+        fn, must_exist, migrate, lease: As for :func:`with_app`.
+        said: What a stop leaves, said after "stopped (SIGTERM) before it finished".
+        fix: What to run to go on.
+
+    Returns:
+        What ``fn`` returned.
+    """
+    with stopped_as_on_ctrl_c() as stop:
+        try:
+            return with_app(fn, must_exist=must_exist, migrate=migrate, lease=lease)
+        except KeyboardInterrupt:
+            interrupted(f"stopped ({stop.name}) before it finished: {said}", fix, stop.code)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from teamstore.cli._output import JsonOption, emit, fail
-from teamstore.cli._runner import with_app
+from teamstore.cli._runner import with_app, with_app_stoppable
 from teamstore.errors import ConfigurationError, InvalidTask, NoInterruptedRun, TeamstoreError
 from teamstore.ids import check_ids
 from teamstore.terminal import console, plain, print_table
@@ -82,7 +82,12 @@ def run(
             return await _run_once(platform, text, team=team, user=user, session=session,
                                    how="continue" if continue_run else "abandon" if abandon else "run")
 
-    data = with_app(go, must_exist=False, migrate=False)  # a run writes: the embedded database is made if need be
+    # A run writes: the embedded database is made if need be.
+    data = with_app_stoppable(
+        go, must_exist=False, migrate=False,
+        said="the session's lease was given back, and it keeps what it saved before this run",
+        fix="run it again; `teamstore sessions show --user ... --session ...` says whether the run can "
+        "be continued (--continue)")
     emit(data, as_json=as_json, render=lambda d: _render_run(d))
 
 
@@ -338,7 +343,8 @@ def delete_session(
             await drain_observers(observers)
         return {"user_id": user, "session_id": session, "deleted": deleted}
 
-    data = _stored(go)
+    data = with_app_stoppable(go, must_exist=True, lease=True, said="the session's lease was given back, and "
+                              "its state was deleted only if the deletion had ended", fix="delete it again")
     emit(data, as_json=as_json, render=lambda d: console.print(plain(
         f"session {d['user_id']!r}/{d['session_id']!r}: " + ("deleted" if d["deleted"] else "nothing stored"))))
 
@@ -361,7 +367,9 @@ def restore_quarantined(
                 "replaced_by": restored.replaced_by}
 
     # Only a database that exists holds quarantined states; the platform checks the schema as it opens.
-    data = with_app(go, must_exist=True, migrate=False)
+    data = with_app_stoppable(go, must_exist=True, migrate=False, said="the session's lease was given back; "
+                              "`teamstore sessions quarantine` lists the state if it was not restored",
+                              fix="restore it again if it is still listed")
 
     def render(d: dict[str, Any]) -> None:
         console.print(plain(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
