@@ -63,7 +63,8 @@ class Registry:
     Raises:
         RegistryCorrupt: ``path`` exists and is not a git repository, or has uncommitted edits under
             ``teams/`` or ``labels/``.
-        RegistryNotFound: ``create`` is off and no registry is at ``path``.
+        RegistryNotFound: ``create`` is off and no registry is at ``path``; or, ``create`` on or off, ``path``
+            is another project's git repository (no registry README, no ``teams/`` or ``labels/``).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, lock_timeout: float = 10.0, create: bool = False) -> None:
