@@ -1,11 +1,15 @@
 """A worker that lost its lease to an erasure and goes on afterwards (a process paused past its lease, woken
-once the erasure has finished and lifted its fence) brings nothing of the user back: no data key, no record of
-a transcript store, no queued transcript. On SQLite and a real Postgres (with both kinds of lease for the
-resume state)."""
+once the erasure has finished and lifted its fence) brings nothing of the user back: no data key, no subject,
+no record of a transcript store, no queued transcript, no ledger row, no memory. Its session refuses to run
+again or to start its memory writer. On SQLite and a real Postgres (with both kinds of lease for the resume
+state)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +17,30 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config_registry import Registry
 from teamstore.audit import outbox
 from teamstore.audit.claims import new_owner
+from teamstore.audit.observer import LedgerObserver
+from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import outbox as outbox_table
-from teamstore.audit.schema import subject_stores
+from teamstore.audit.schema import subject_stores, usage
 from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.erasure import RequestStatus
 from teamstore.errors import ErasureInProgress, StaleStateVersion
+from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
+from teamstore.memory.schema import facts, memories
+from teamstore.runtime.memory import WRITER
+from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey, StateStore
 from teamstore.state.factory import store_for
 from tests.conftest import prepare
 from tests.erasure.conftest import coordinator
+from tests.erasure.seed import audited_platform
 from tests.state.test_checkpoint_conformance import checkpoint
 from tests.state.test_store_conformance import acquire, record
 
@@ -155,3 +167,98 @@ async def test_a_transcript_is_never_queued_for_a_subject_an_erasure_deleted(
     async with engine.connect() as conn:
         bodies = (await conn.scalars(select(outbox_table.c.body).where(outbox_table.c.subject_key == subject))).all()
     assert bodies == [None]
+
+
+# --- a session whose lease was lost ----------------------------------------------------------------------------
+TTL = 1.0
+"""The sessions' lease (seconds): renewed every third of it while the worker lives; it runs out while it hangs."""
+
+
+@pytest.fixture
+async def platform(state_engine: AsyncEngine, backend: tuple[str, str], registry: Registry,
+                   folder: LocalTranscriptStore) -> AsyncIterator[Platform]:
+    """A platform whose runs write transcripts to ``folder``, ledger rows and the support team's memory."""
+    p = audited_platform(state_engine, registry, folder, session_lease=backend[1], lease_ttl_seconds=TTL)
+    yield p
+    await p.aclose()
+
+
+def _hung_while_erased(url: str, folder: LocalTranscriptStore, user: str) -> None:
+    """The worker hangs (its event loop blocked, no renewal goes out) while another process waits out the lease
+    of its open session and erases the user, then wakes."""
+    async def erase_elsewhere() -> None:
+        engine = create_engine(url)
+        try:
+            await _erased(engine, folder, user)
+        finally:
+            await engine.dispose()
+
+    elsewhere = threading.Thread(target=asyncio.run, args=(erase_elsewhere(),))
+    elsewhere.start()
+    elsewhere.join()
+
+
+async def _nothing_of_theirs(engine: AsyncEngine, folder: LocalTranscriptStore, user: str) -> None:
+    """Nothing of ``user`` is stored anywhere: no key, subject, ledger row still linked, transcript or memory."""
+    assert await _count(engine, usage, usage.c.subject_key.is_not(None)) == 0
+    assert await folder.list_keys("") == []
+    assert await _count(engine, memories, memories.c.user_id == user) == 0
+    assert await _count(engine, facts, facts.c.user_id == user) == 0
+    await _nothing_left(engine, folder, user)
+
+
+async def test_a_session_that_lost_its_lease_to_an_erasure_refuses_to_run_and_makes_nothing_of_the_user(
+    state_engine: AsyncEngine, backend: tuple[str, str], platform: Platform, folder: LocalTranscriptStore
+) -> None:
+    async with platform.session("uma", "s1", team="support_triage") as s:
+        _hung_while_erased(backend[0], folder, "uma")
+        with pytest.raises(StaleStateVersion, match="lease was lost"):
+            await s.run("my router drops every evening")
+        with pytest.raises(StaleStateVersion, match="lease was lost"):  # and so on, however often it is asked
+            await s.run("still there?")
+    await platform.drain_memory()
+    await _nothing_of_theirs(state_engine, folder, "uma")
+
+
+async def test_a_session_saved_before_it_lost_its_lease_to_an_erasure_starts_no_memory_writer(
+    state_engine: AsyncEngine, backend: tuple[str, str], platform: Platform, folder: LocalTranscriptStore
+) -> None:
+    with pytest.raises(StaleStateVersion, match="lease was lost"):  # the block's end: its memory is not written
+        async with platform.session("uma", "s1", team="support_triage") as s:
+            await s.run("my router drops every evening")
+            await s.save()  # the state is saved: leaving the block has only the lease to give back
+            _hung_while_erased(backend[0], folder, "uma")
+    await platform.drain_memory()
+    await _nothing_of_theirs(state_engine, folder, "uma")
+
+
+async def test_a_user_back_after_the_erasure_opens_a_new_session_and_runs_afresh(
+    state_engine: AsyncEngine, backend: tuple[str, str], platform: Platform, folder: LocalTranscriptStore
+) -> None:
+    async with platform.session("uma", "s1", team="support_triage") as s:
+        _hung_while_erased(backend[0], folder, "uma")
+        with pytest.raises(StaleStateVersion):
+            await s.run("my router drops every evening")
+    async with platform.session("uma", "s2", team="support_triage") as back:
+        await back.run("hello again")
+    await platform.drain_memory()
+    assert await find_subject(state_engine, "uma") is not None
+    assert len(await _keys_of(state_engine, "uma")) == 1
+    assert await _count(state_engine, memories, memories.c.user_id == "uma") == 1
+
+
+async def test_the_memory_writers_late_ledger_rows_never_make_an_erased_users_subject_again(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    now = datetime.now(UTC)
+    ctx = RunContext(run_id="run-1", user_id="uma", session_id="s1", team="support_triage", team_version="v1",
+                     started_at=now)
+    await get_or_create_subject(engine, "uma")  # the run's, whose keys this process no longer holds
+    await _erased(engine, folder, "uma")
+    call = ModelCall(agent=WRITER, model="gpt-4o", input_tokens=10, output_tokens=5, started_at=now, duration_s=0.1,
+                     purpose=WRITER)
+    later = LaterCalls(RunOutcome(finished_at=now), [call], WRITER, now, now)
+    with pytest.raises(ErasureInProgress):
+        await LedgerObserver(engine, Pseudonyms(engine)).later_calls(ctx, later)
+    assert await _count(engine, usage) == 0
+    await _nothing_left(engine, folder, "uma")

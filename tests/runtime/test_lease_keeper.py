@@ -1,11 +1,15 @@
 """The lease keeper: a session's lease renewed every third of its TTL while it is open, never after it closes;
-a renewal that fails is tried again at the next, a lease found lost is not renewed any more."""
+a renewal that fails is tried again at the next, a lease found lost is not renewed any more, and refuses what
+the session would do next."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
-from teamstore.errors import StoreUnavailable
+import pytest
+
+from teamstore.errors import StaleStateVersion, StoreUnavailable
 from teamstore.runtime.deps import LeaseKeeper
 from teamstore.state.base import SessionKey
 
@@ -67,3 +71,24 @@ async def test_stopping_waits_for_a_renewal_under_way() -> None:
     release.set()
     await asyncio.wait_for(stopping, 5)
     assert done == ["renewed"]
+
+
+async def test_a_lease_found_lost_refuses_what_the_session_does_next() -> None:
+    leases = Leases(False)
+    keeper = LeaseKeeper(leases, KEY, "w-1/abc", 0.15)  # type: ignore[arg-type]
+    await keeper.check()  # just taken: held, and the store is not asked
+    assert leases.calls == []
+    await asyncio.sleep(0.1)  # the renewal found it lost
+    with pytest.raises(StaleStateVersion, match="lease was lost"):
+        await keeper.check()
+    await keeper.stop()
+
+
+async def test_a_worker_that_hung_past_its_lease_asks_the_store_before_it_goes_on() -> None:
+    leases = Leases(False)
+    keeper = LeaseKeeper(leases, KEY, "w-1/abc", 0.3)  # type: ignore[arg-type]
+    time.sleep(0.25)  # the event loop blocked: no renewal went out, and none is due to run before the check
+    with pytest.raises(StaleStateVersion, match="lease was lost"):
+        await keeper.check()
+    assert len(leases.calls) == 1
+    await keeper.stop()

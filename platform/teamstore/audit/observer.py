@@ -359,7 +359,7 @@ class LedgerObserver:
         """The memory writer's calls, under the run's id with their own agent and purpose (so a session's
         cost includes them, and ``--by purpose`` shows them apart); none for a fenced user."""
         outcome = later.as_outcome()
-        await self._insert(ctx, outcome, await self.pseudonyms.writable(ctx))
+        await self._insert(ctx, outcome, await self.pseudonyms.after_run(ctx))
         await self._price(outcome)
 
     async def _insert(self, ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> bool:
@@ -422,7 +422,7 @@ class SpanObserver:
 
     async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
         """A span for the later work (``memory_writer``) with one child span per model call."""
-        emit_later_spans(self.tracer, ctx, later, await self.pseudonyms.writable(ctx))
+        emit_later_spans(self.tracer, ctx, later, await self.pseudonyms.after_run(ctx))
 
 
 def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], lines: list[str]) -> bytes:

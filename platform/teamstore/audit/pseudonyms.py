@@ -112,6 +112,24 @@ class Pseudonyms:
             _bound(self._fences, self._cache_size)
         return await asyncio.shield(fence)
 
+    async def after_run(self, ctx: RunContext) -> RunKeys:
+        """The keys of a run that has ended, for work done on its behalf afterwards (the memory writer's), once
+        it is known that the user still has the run's subject and no erasure holds them. Never creates the
+        subject: the run made it, and one missing now was erased since (with the run's keys dropped from this
+        process's memory, the subject is looked up, and found gone).
+
+        Raises:
+            ErasureInProgress: The user is fenced, or was erased since the run: nothing may be written for them.
+            StoreUnavailable: The database could not be reached.
+        """
+        if ctx.run_id in self._runs or ctx.run_id in self._fences:
+            return await self.writable(ctx)
+        subject, fenced = await self.writes.subject(ctx.user_id)
+        if fenced or subject is None:
+            self.forget_subject(ctx.user_id)
+            raise _fenced()
+        return RunKeys(subject, session_key(subject, ctx.session_id))
+
     async def record_usage(self, ctx: RunContext, rows_for: Callable[[RunKeys], list[dict[str, Any]]]) -> tuple[RunKeys, bool]:
         """The end-of-run fence (as :meth:`writable`) with the run's ledger rows written in the same statement
         where the fence is not checked yet; the keys, and whether all the rows were written (if not, the

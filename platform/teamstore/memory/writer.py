@@ -137,7 +137,7 @@ def _call_failed(why: str) -> MemoryWriteRefused:
 async def write_memory(
     store: MemoryStore, client: ChatCompletionClient, *, user_id: str, team: str, team_version: str,
     declaration: MemoryDeclaration, run_id: str, messages: Sequence[Said], retention_days: float,
-    call_seconds: float = 60.0,
+    call_seconds: float = 60.0, key: DataKey | None = None,
 ) -> WriteOutcome:
     """Update the user's memory from ``messages``; a refusal is recorded on the memory, never raised.
 
@@ -150,6 +150,9 @@ async def write_memory(
         messages: What the runs added since the last write.
         retention_days: How long the memory lives after this write.
         call_seconds: The longest one model call may take.
+        key: The data key to seal under, taken by the session that started the writer as it opened; none is
+            made then, and nothing lands once it is gone. Without it, the user's key is taken now (made for a
+            user with none).
 
     Raises:
         StoreUnavailable: The database failed (the failure could not be recorded either).
@@ -157,7 +160,7 @@ async def write_memory(
     scope = declaration.scope_of(team)
     try:
         # Taken first: an erasure that runs whole while the model is asked destroys it, and nothing lands.
-        key = await store.writer_key(user_id)
+        key = key or await store.writer_key(user_id)
     except ErasureInProgress:
         return WriteOutcome("fenced")
     for _attempt in range(ATTEMPTS):

@@ -3,6 +3,7 @@
     deps = SessionDeps(store=store, observers=observers, limits=SessionLimits.from_settings(settings),
                        build_team=platform.build_team, autogen_spans=platform.autogen_spans, worker_id="w-1")
     keeper = LeaseKeeper(store, key, owner, ttl=300)     # renews every third of the TTL until stopped
+    await keeper.check()                                 # StaleStateVersion once the lease is lost
     sessions = OpenSessions()                            # what the platform's close waits for
     await sessions.close(wait_seconds=10)                # no new session; the open ones end, or are cut off
 """
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 
 from config_registry.types import BuiltTeam
-from teamstore.errors import ConfigurationError, PlatformClosed, StorageError
+from teamstore.errors import ConfigurationError, PlatformClosed, StaleStateVersion, StorageError
 from teamstore.events import RunObserver
 from teamstore.limits import MAX_LEASE_WAIT
 from teamstore.runtime.memory import MemoryService
@@ -202,18 +203,25 @@ class LeaseKeeper:
     """Renews a session's lease every third of its TTL while the session is open: a live worker keeps its
     session however long a run takes; a crashed or hung one stops renewing and loses it.
 
+    A lease found lost stays lost: :meth:`check` refuses whatever the session would do next. A worker hung past
+    its lease may wake with its next renewal not due yet, so :meth:`check` also asks the store itself once the
+    lease was last known held longer ago than a keeper on time lets it be.
+
     Args:
         store: Where the lease is.
         key: The session.
         owner: The lease's owner (this opening of the session).
         ttl: The lease's time to live, in seconds.
+        since: When (``loop.time()``) the lease was asked for; now if not given.
     """
 
-    def __init__(self, store: StateStore, key: SessionKey, owner: str, ttl: float) -> None:
+    def __init__(self, store: StateStore, key: SessionKey, owner: str, ttl: float, since: float | None = None) -> None:
         self._store, self._key, self._owner, self._ttl = store, key, owner, ttl
         self._loop = asyncio.get_running_loop()
         self._renewal: asyncio.Task[None] | None = None
         self._stopped = False
+        self.lost = False
+        self._held_at = self._loop.time() if since is None else since  # the store last said it is held
         # A timer rather than a task that sleeps: a session that closes before the first renewal is due (most
         # requests) costs one timer handle, cancelled.
         self._timer = self._loop.call_later(ttl / 3, self._due)
@@ -223,7 +231,7 @@ class LeaseKeeper:
 
     async def _renew(self) -> None:
         try:
-            held = await self._store.renew(self._key, owner=self._owner, lease_ttl=self._ttl)
+            held = await self._held()
         except StorageError as exc:
             log.warning("could not renew the session lease; retrying: %s", exc)
             held = True
@@ -232,6 +240,31 @@ class LeaseKeeper:
         elif not self._stopped:
             self._timer = self._loop.call_later(self._ttl / 3, self._due)
 
+    async def _held(self) -> bool:
+        asked = self._loop.time()
+        held = await self._store.renew(self._key, owner=self._owner, lease_ttl=self._ttl)
+        if held:
+            self._held_at = max(self._held_at, asked)
+        else:
+            self.lost = True
+        return held
+
+    async def check(self) -> None:
+        """Before the session runs its team or hands work on (a memory write): refuse once its lease is lost.
+
+        Raises:
+            StaleStateVersion: The lease was lost (its worker hung past it, or the database ended it): another
+                worker, or an erasure, may have the session now. Nothing was run or written.
+            StoreUnavailable: The lease was last known held too long ago and the store could not say whether it
+                still is.
+        """
+        # A keeper on time renews every third of the TTL: two thirds without word from the store means this
+        # process stopped (hung, or every renewal failed) and the lease may have run out.
+        if not self.lost and self._loop.time() - self._held_at > self._ttl * 2 / 3:
+            await self._held()
+        if self.lost:
+            raise lease_lost()
+
     async def stop(self) -> None:
         """Stop renewing, once a renewal under way has ended (the lease itself is given back by the save or the
         release)."""
@@ -239,6 +272,15 @@ class LeaseKeeper:
         self._timer.cancel()
         if self._renewal is not None:
             await self._renewal
+
+
+def lease_lost() -> StaleStateVersion:
+    """The error for a session that goes on after its lease was lost."""
+    return StaleStateVersion(
+        "this session's lease was lost (held past lease_ttl_seconds without renewal, or ended by the database): "
+        "another worker or an erasure may have the session now, so nothing more of it runs or is written",
+        hint="open the session again and run again; raise lease_ttl_seconds if workers pause longer than it",
+    )
 
 
 def _expiry(built: BuiltTeam, limits: SessionLimits) -> tuple[datetime, timedelta]:

@@ -3,7 +3,8 @@
     memory = MemoryService(MemoryStore(engine, keys=keys))   # keys: the users' data keys (App.keys)
     binding = bind_memory(built)                       # None: the team keeps no memory
     recall = await memory.recall(binding, "alice", fresh=True, persisted=built.persisted)
-    memory.schedule(binding, ctx, outcome, said, observers=..., limits=...)   # when the session's block exits
+    key = await memory.writer_key("alice")            # as the session opens, under its lease
+    memory.schedule(binding, ctx, outcome, said, key, observers=..., limits=...)   # when the session's block exits
     await memory.drain()                               # before the process ends (Platform.aclose does it)
 
 When it is read: a participant is given the memory when its model context starts empty, in a new or
@@ -11,7 +12,9 @@ expired session (or one whose state was refused), and on every run for a partici
 persisted. A persisted participant of a resumed session already holds it, once, in its stored context.
 
 When it is written: once per session, when its block exits, after its state is saved and its lease
-released, from what its runs added (the previous memory plus those messages). It runs off the user's path,
+released, from what its runs added (the previous memory plus those messages), sealed under the data key the
+session opened with: a writer never makes one, so one started for a user erased meanwhile writes nothing. It
+runs off the user's path,
 in the background; :meth:`MemoryService.drain` awaits what is in flight. Because it is written while the
 session is live, a session that later expires loses nothing its memory was to keep; docs/memory.md weighs
 this against the other moments it could run.
@@ -32,6 +35,7 @@ from config_registry.manifest import MemoryDeclaration
 from config_registry.types import BuiltTeam
 from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, notify_later_calls
+from teamstore.keys.service import DataKey
 from teamstore.memory.component import TeamstoreMemory
 from teamstore.memory.store import MemoryStore
 from teamstore.memory.writer import Said, WriteOutcome, write_memory
@@ -173,13 +177,24 @@ class MemoryService:
                 facts |= {str(k["name"]) for k in kinds if k.get("kind") == "fact"}
         return MemoryRecall(binding.scope, given, summary, sorted(facts), sorted(left_out))
 
+    async def writer_key(self, user_id: str) -> DataKey | None:
+        """The data key the user's memory is sealed under (``None``: stored unsealed), made now for a new user.
+        A session takes it as it opens, under its lease, and hands it to the writer it starts (:meth:`schedule`).
+
+        Raises:
+            ErasureInProgress: An erasure fences the user. KeyUnavailable, DataKeyDamaged: The key cannot be had.
+        """
+        return await self.store.writer_key(user_id)
+
     def schedule(
-        self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: Sequence[Said], *,
-        observers: Sequence[RunObserver], limits: MemoryLimits,
+        self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: Sequence[Said],
+        key: DataKey | None, *, observers: Sequence[RunObserver], limits: MemoryLimits,
     ) -> None:
-        """Write the user's memory from ``said`` in the background (the run ``ctx`` is the last they end with)."""
+        """Write the user's memory from ``said`` in the background (the run ``ctx`` is the last they end with),
+        sealed under ``key`` (:meth:`writer_key`, as the session opened): the write lands only while that key
+        exists, and no key is made for it."""
         task = asyncio.get_running_loop().create_task(
-            self._write(binding, ctx, outcome, list(said), observers, limits))
+            self._write(binding, ctx, outcome, list(said), key, observers, limits))
         self._writes.add(task)
         task.add_done_callback(self._done)
 
@@ -191,7 +206,7 @@ class MemoryService:
             log.error("memory writer failed unexpectedly (%s); the user's memory is unchanged", type(exc).__name__)
 
     async def _write(
-        self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: list[Said],
+        self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: list[Said], key: DataKey | None,
         observers: Sequence[RunObserver], limits: MemoryLimits,
     ) -> None:
         started = datetime.now(UTC)
@@ -201,7 +216,7 @@ class MemoryService:
                 result = await write_memory(
                     self.store, binding.writer, user_id=ctx.user_id, team=ctx.team, team_version=ctx.team_version,
                     declaration=binding.declaration, run_id=ctx.run_id, messages=said, retention_days=retention,
-                    call_seconds=limits.memory_writer_timeout_seconds)
+                    call_seconds=limits.memory_writer_timeout_seconds, key=key)
             except TeamstoreError as exc:  # the database failed: not even the failure could be recorded
                 result = WriteOutcome("failed", reason=exc.message)
             except Exception as exc:  # a fault of the writer itself: logged (the type only: its message may

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from teamstore.errors import SessionNotOpen, StaleStateVersion, StorageError
 from teamstore.ids import check_id
+from teamstore.keys.service import DataKey
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import InterruptedRun
 from teamstore.runtime.deps import (
@@ -71,9 +72,9 @@ class Session(SessionRuns):
         self._team_ref = team
         self._lease_timeout = check_wait(lease_timeout, "lease_timeout",
                                          "pass how long to wait, in seconds, for a session another request holds")
-        self._keeper: LeaseKeeper | None = None
         self._acquiring: asyncio.Future[StoredSession] | None = None  # the lease asked for, once it is
         self.memory: MemoryRecall | None = None
+        self._memory_key: DataKey | None = None  # the user's, as the session opened: the memory writer's
 
     @property
     def team(self) -> TeamOrAgent:
@@ -125,7 +126,7 @@ class Session(SessionRuns):
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
         ready = asyncio.ensure_future(ready_team(built))  # CPU work the lease+load's round trip can hold
-        asked = time.perf_counter()
+        asked, asked_at = time.perf_counter(), asyncio.get_running_loop().time()
         try:
             row = await self._acquire(claim)
         except Exception as exc:
@@ -134,7 +135,7 @@ class Session(SessionRuns):
             raise
         self._deps.metrics.lease_waited(time.perf_counter() - asked)
         self._row_version = row.row_version
-        self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds)
+        self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds, since=asked_at)
         try:
             await ready
             if self._continuing:
@@ -199,6 +200,9 @@ class Session(SessionRuns):
         if service is not None and self._memory is not None:
             self.memory = await service.recall(self._memory, self.key.user_id, fresh=fresh,
                                                persisted=self._built.persisted)
+            # Taken (made for a new user) under the lease: the writer this session starts never makes one, so
+            # it brings nothing back of a user an erasure removed after the lease was lost.
+            self._memory_key = await service.writer_key(self.key.user_id)
 
     # --- closing -----------------------------------------------------------------------------------------
     async def __aexit__(
@@ -213,9 +217,12 @@ class Session(SessionRuns):
             self._deps.sessions.leave(self)
 
     async def _close(self) -> None:
+        lost: StaleStateVersion | None = None
         try:
             await self._settle()
             await self.flush_audit()
+            if self._said:  # the memory writer is handed what the runs said only while the lease is held
+                lost = await self._lost_lease()
         finally:
             await self._stop_keeping()
         if not self._deps.sessions.closing:  # no next request on a closing platform
@@ -231,6 +238,8 @@ class Session(SessionRuns):
             except BaseException:  # whatever failed, the lease is given back
                 await self._release_quietly()
                 raise
+        if lost is not None:  # saved before the lease was lost (s.save()): the memory is not written
+            raise lost
         if not self._deps.sessions.closed:
             self._write_memory()  # after the save: memory follows what was saved
 
@@ -276,6 +285,19 @@ class Session(SessionRuns):
             log.warning("a session cut off as its platform closed had its run's audit unwritten after %gs",
                         CUT_OFF_AUDIT_WAIT)
 
+    async def _lost_lease(self) -> StaleStateVersion | None:
+        """Why the memory writer may not start: the lease was lost (``None``: it is held). A store that cannot say
+        is logged, and the memory waits for the user's next session."""
+        try:
+            await self._check_lease()
+        except StaleStateVersion as exc:
+            return exc
+        except StorageError as exc:
+            log.warning("could not learn whether the session still holds its lease (%s); its memory is not "
+                        "written now", exc)
+            self._said = []
+        return None
+
     async def _stop_keeping(self) -> None:
         if self._keeper is not None:
             await self._keeper.stop()
@@ -287,7 +309,8 @@ class Session(SessionRuns):
         self._said = []
         if service is None or binding is None or not said or last is None:
             return
-        service.schedule(binding, *last, said, observers=self._deps.observers, limits=self._deps.limits)
+        service.schedule(binding, *last, said, self._memory_key, observers=self._deps.observers,
+                         limits=self._deps.limits)
 
     async def _release(self) -> None:
         if self._deps.sessions.closed:  # the platform gave the lease back as it closed (_cut_off)

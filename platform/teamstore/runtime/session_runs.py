@@ -50,7 +50,7 @@ from teamstore.events import RunContext, RunObserver, RunOutcome
 from teamstore.memory.writer import Said
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
-from teamstore.runtime.deps import SessionDeps, checkpoint_record, save_record
+from teamstore.runtime.deps import LeaseKeeper, SessionDeps, checkpoint_record, save_record
 from teamstore.runtime.memory import MemoryBinding, rebind_memory
 from teamstore.runtime.resume import ResumeOutcome, apply_states, snapshot
 from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, final_result
@@ -111,6 +111,7 @@ class SessionRuns:
         self._said: list[Said] = []  # what the completed runs said since the memory was last written
         self._last_run: tuple[RunContext, RunOutcome] | None = None
         self._given_back = False  # the platform's close gave the lease back: not even a last checkpoint is written
+        self._keeper: LeaseKeeper | None = None  # renews the lease while the session is open
 
     # --- what a run needs of its session (teamstore.runtime.runs.RunHost) ----------------------------------
     @property
@@ -173,6 +174,17 @@ class SessionRuns:
                 raise sessions.closed_under() from exc
             raise
 
+    async def _check_lease(self) -> None:
+        """Refuse to go on once the session's lease is lost: a run started then (or a memory write handed on)
+        could write the user back after an erasure that took the session meanwhile.
+
+        Raises:
+            StaleStateVersion: The lease was lost; nothing was run or written.
+            StoreUnavailable: Whether the lease is still held could not be learned.
+        """
+        if self._keeper is not None:
+            await self._keeper.check()
+
     def _require_open(self) -> None:
         if self._phase != "open":
             raise SessionNotOpen(
@@ -202,6 +214,8 @@ class SessionRuns:
             StateTooLarge: The persisted state is over ``state_max_bytes``; the previous state is kept.
             StoreUnavailable, StaleStateVersion, ErasureInProgress: A checkpoint could not be written; the run
                 stopped there, and the last one written stays (a team with checkpoints only).
+            StaleStateVersion: The session's lease was lost before the run (its worker paused past
+                ``lease_ttl_seconds``): nothing ran; open the session again.
         """
         return await final_result(self.run_stream(task))
 
@@ -324,6 +338,7 @@ class SessionRuns:
         if not continuing and self._built.manifest.checkpoints != "off" and (self._pending or self._drop_checkpoint):
             await self.save()  # the checkpoints of this run then build on the last completed one
         self._deps.sessions.check()  # cut off while it got ready
+        await self._check_lease()  # last: what the run's audit looks up as it starts is looked up under the lease
         run = Run(self, task, resumed=bool(self.resume and self.resume.applied), taken_up=taken, linked=linked)
         self._run, self.last_run_id = run, run.ctx.run_id
         return run
