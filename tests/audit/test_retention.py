@@ -73,8 +73,9 @@ async def test_sweep_drops_transcripts_queued_in_the_outbox_past_transcript_rete
 ) -> None:
     # A store that refused them for months (a missing permission nobody fixed) must not keep users'
     # messages in the database past the retention they would have had once delivered.
+    subject = await get_or_create_subject(engine, "alice")  # a transcript is queued only for a live subject
     for run in ("queued-long-ago", "queued-today"):
-        await outbox.enqueue(engine, run, run_key(RunKeys("a" * 32, "b" * 32), run), "a" * 32, b"gz", "denied")
+        await outbox.enqueue(engine, run, run_key(RunKeys(subject, "b" * 32), run), subject, b"gz", "denied")
     async with engine.begin() as conn:
         await conn.execute(update(outbox_table).where(outbox_table.c.run_id == "queued-long-ago")
                            .values(created_at=datetime.now(UTC) - timedelta(days=91)))
