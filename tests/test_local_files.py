@@ -37,8 +37,8 @@ async def test_a_new_sqlite_database_and_its_wal_are_readable_by_their_owner_onl
     await upgrade_database(f"sqlite:///{database}")
     engine = create_engine(f"sqlite:///{database}")
     async with engine.begin() as conn:  # a write, so the -wal and -shm files exist while it is open
-        await conn.execute(text("INSERT INTO ts_subjects (user_id, subject_key, created_at) "
-                                "VALUES ('alice', 'k', CURRENT_TIMESTAMP)"))
+        await conn.execute(text("INSERT INTO ts_subjects (user_id, subject_key, session_secret, created_at) "
+                                "VALUES ('alice', 'k', 's', CURRENT_TIMESTAMP)"))
         assert mode(database) == 0o600
         assert mode(database.parent) == 0o700
         for extra in ("-wal", "-shm"):

@@ -18,12 +18,16 @@ import teamstore.db.fence
 import teamstore.erasure.schema
 import teamstore.keys.schema
 import teamstore.state.schema  # noqa: F401  (each registers its tables on the metadata)
+from teamstore.audit.pseudonyms import Pseudonyms
+from teamstore.audit.subjects import new_subject_key
+from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import create_engine
 from teamstore.db.metadata import metadata
 from teamstore.db.migrate import alembic_config, current_revision, head_revision, require_current, upgrade
 from teamstore.errors import SchemaNotReady
 from teamstore.state.base import SessionKey
 from teamstore.state.factory import store_for
+from tests.audit.teams import context
 from tests.state.test_store_conformance import acquire, record
 
 HAS_LZ4 = importlib.import_module("teamstore.migrations.versions.0006_state_lz4").HAS_LZ4
@@ -140,3 +144,34 @@ async def test_a_new_sqlite_file_held_by_another_connection_is_switched_to_wal_o
         release.cancel()
         holder.close()
         await engine.dispose()
+
+
+async def test_a_subject_made_before_session_secrets_keeps_its_session_keys_and_a_new_one_gets_a_secret(
+    database_url: str,
+) -> None:
+    # Migration 0018: a session run before the upgrade and again after has one key (its transcripts, ledger
+    # rows and recorded id stay together); a subject made after keys its sessions with a secret of its own.
+    earlier_key = importlib.import_module("teamstore.migrations.versions.0011_subject_sessions")._session_key
+    engine = create_engine(database_url)
+    await upgrade(engine, "0017")
+    subject, session = new_subject_key(), "ticket-182025-a"
+    async with engine.begin() as conn:  # as the audit before 0018 wrote them
+        await conn.execute(text("INSERT INTO ts_subjects (user_id, subject_key, created_at) "
+                                "VALUES ('old', :subject, CURRENT_TIMESTAMP)"), {"subject": subject})
+        await conn.execute(text("INSERT INTO ts_subject_sessions (session_key, subject_key, session_id, created_at) "
+                                "VALUES (:key, :subject, :session, CURRENT_TIMESTAMP)"),
+                           {"key": earlier_key(subject, session), "subject": subject, "session": session})
+    assert await upgrade(engine) == head_revision()
+    pseudonyms = Pseudonyms(engine)
+    try:
+        old = await pseudonyms.writable(context(user_id="old", session_id=session))
+        new = await pseudonyms.writable(context(user_id="new", session_id=session))
+    finally:
+        await pseudonyms.aclose()
+    assert old == RunKeys(subject, earlier_key(subject, session))
+    async with engine.connect() as conn:
+        recorded = await conn.scalar(text("SELECT session_id FROM ts_subject_sessions WHERE session_key = :key"),
+                                     {"key": old.session_key})
+    assert recorded == session
+    assert new.session_key != earlier_key(new.subject_key, session)  # not confirmable from the subject key
+    await engine.dispose()

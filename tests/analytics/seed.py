@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.ledger import record_usage
 from teamstore.audit.prices import parse_prices
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import ensure_subject, session_key
 
 PRICES = parse_prices({"version": "hand-1", "currency": "USD", "models": {
     "m-big": [{"effective_from": "2020-01-01", "input": 3, "output": 15}],
@@ -48,10 +48,10 @@ async def seed_ledger(engine: AsyncEngine, runs: list[Any] | None = None) -> Non
     """Write the five runs (or ``runs``, of their shape): subjects, ledger rows and the session ids beside
     their keys."""
     for run_id, user, session, team, version, day, ended, rows in RUNS if runs is None else runs:
-        subject = await get_or_create_subject(engine, user)
+        subject, secret = await ensure_subject(engine, user)
         started = datetime.fromisoformat(day).replace(hour=10, tzinfo=UTC)
         common = {"run_id": run_id, "team": team, "team_version": version, "subject_key": subject,
-                  "session_key": session_key(subject, session), "stop_reason": None,
+                  "session_key": session_key(secret, session), "stop_reason": None,
                   "ended_by_limit": ended == "limited", "run_failed": ended == "failed", "started_at": started,
                   "finished_at": started, "day": started.date(), "purpose": "agent", "failed_calls": 0}
         await record_usage(engine, [{**common, "agent": agent, "model": model, "input_tokens": tokens_in,

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from teamstore.audit.ledger import record_usage
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import Subject, ensure_subject, session_key
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from tests.analytics.seed import TOTAL
@@ -59,10 +59,25 @@ def test_top_keeps_the_costliest_and_every_format_keeps_the_whole_total(ledger_e
     assert "the 2 costliest of 5 groups; the total counts all of them" in table
 
 
-def test_pseudonymous_reports_hold_no_user_or_session_id(ledger_env: AsyncEngine) -> None:
+async def _subject_of(database_url: str, user: str) -> Subject:
+    engine = create_engine(database_url)
+    try:
+        return await ensure_subject(engine, user)
+    finally:
+        await engine.dispose()
+
+
+def test_pseudonymous_reports_hold_no_user_or_session_id(ledger_env: AsyncEngine, database_url: str) -> None:
+    subject, secret = asyncio.run(_subject_of(database_url, "alice"))
     for fmt in ("json", "csv", "table"):
         code, out, _ = _cost("--by", "session", "--user", "alice", "--pseudonymous", "--format", fmt)
         assert code == 0 and "alice" not in out and " s1" not in out and "s2" not in out, fmt
+        assert secret not in out, fmt
+    # The subject key is published beside the session keys: the session ids must not be confirmable from it.
+    rows = json.loads(_cost("--by", "user,session", "--user", "alice", "--pseudonymous", "--format", "json")[1])["rows"]
+    assert {r["subject_key"] for r in rows} == {subject}
+    assert {r["session_key"] for r in rows} == {session_key(secret, s) for s in ("s1", "s2")}
+    assert not {session_key(subject, s) for s in ("s1", "s2")} & {r["session_key"] for r in rows}
     readable = json.loads(_cost("--by", "session", "--user", "alice", "--format", "json")[1])
     assert readable["filters"] == {"user": "alice"} and readable["rows"][0]["session"] == "s1"
 
@@ -88,11 +103,11 @@ def test_a_filter_that_matches_nothing_exits_3_and_says_why(
 
 async def _free_run(url: str) -> None:
     engine = create_engine(url)
-    subject = await get_or_create_subject(engine, "erin")
+    subject, secret = await ensure_subject(engine, "erin")
     started = datetime(2026, 11, 20, 10, tzinfo=UTC)
     await record_usage(engine, [{
         "run_id": "free", "team": "free", "team_version": "v1", "subject_key": subject,
-        "session_key": session_key(subject, "e1"), "stop_reason": None, "ended_by_limit": False, "run_failed": False,
+        "session_key": session_key(secret, "e1"), "stop_reason": None, "ended_by_limit": False, "run_failed": False,
         "started_at": started, "finished_at": started, "day": started.date(), "purpose": "agent", "failed_calls": 0,
         "agent": "triage", "model": "m-free", "input_tokens": 10, "output_tokens": 5, "calls": 1}], "e1")
     await engine.dispose()

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from teamstore.audit.ledger import record_usage
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.errors import ReportNotWritten
@@ -132,11 +132,11 @@ def test_a_pseudonymous_page_names_no_user_or_session(ledger_env: AsyncEngine, t
 
 async def _odd_names(url: str) -> None:
     engine = create_engine(url)
-    subject = await get_or_create_subject(engine, "eve")
+    subject, secret = await ensure_subject(engine, "eve")
     started = datetime(2026, 11, 20, 10, tzinfo=UTC)
     await record_usage(engine, [{
         "run_id": "odd", "team": "<img src=x onerror=alert(1)>", "team_version": "v1", "subject_key": subject,
-        "session_key": session_key(subject, "</script><b>"), "stop_reason": None, "ended_by_limit": False,
+        "session_key": session_key(secret, "</script><b>"), "stop_reason": None, "ended_by_limit": False,
         "run_failed": False, "started_at": started, "finished_at": started, "day": started.date(),
         "purpose": "agent", "failed_calls": 0, "agent": "a", "model": "m-big", "input_tokens": 1, "output_tokens": 1,
         "calls": 1}], "</script><b>")

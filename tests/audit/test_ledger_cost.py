@@ -17,7 +17,7 @@ from teamstore.audit.price_sync import sync_prices
 from teamstore.audit.prices import load_prices, parse_prices
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import usage
-from teamstore.audit.subjects import find_subject, session_key
+from teamstore.audit.subjects import ensure_subject, find_subject, session_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.errors import ConfigurationError, ErasureInProgress
 from teamstore.events import drain_observers
@@ -48,9 +48,9 @@ async def test_a_run_writes_one_row_per_agent_and_model_with_pseudonymous_keys(e
     rows = await _rows(engine)
     assert {r["agent"] for r in rows} == {"triage", "researcher", "critic"}
     assert sum(int(r["input_tokens"]) for r in rows) == outcome.input_tokens > 0  # type: ignore[call-overload]
-    subject = await find_subject(engine, "alice")
+    subject, secret = await ensure_subject(engine, "alice")
     assert {r["subject_key"] for r in rows} == {subject}
-    assert {r["session_key"] for r in rows} == {session_key(str(subject), "s1")}
+    assert {r["session_key"] for r in rows} == {session_key(secret, "s1")}
     assert all("alice" not in str(v) and v != "s1" for r in rows for v in r.values())
     await observer.run_finished(ctx, outcome)  # reported twice: the first record stands
     assert len(await _rows(engine)) == 3
@@ -171,15 +171,14 @@ async def test_the_session_costs_view_prices_sessions_in_sql(engine: AsyncEngine
     assert await sync_prices(engine, load_prices()) > 0
     async with engine.connect() as conn:
         rows = {r.session_key: r for r in (await conn.execute(text("SELECT * FROM session_costs"))).all()}
-    subject = str(await find_subject(engine, "alice"))
-    alice = rows[session_key(subject, "s1")]
+    alice = rows[session_key((await ensure_subject(engine, "alice")).session_secret, "s1")]
     assert (alice.runs, alice.runs_ended_by_limit, alice.unpriced_tokens) == (2, 1, 0)
     report = await query_costs(
         engine, load_prices(), by="session", where=CostFilter(session_key=alice.session_key)
     )
     assert float(alice.cost) == pytest.approx(float(report.total.cost or 0))
     assert alice.price_version == load_prices().version
-    bob = rows[session_key(str(await find_subject(engine, "bob")), "s1")]
+    bob = rows[session_key((await ensure_subject(engine, "bob")).session_secret, "s1")]
     assert bob.cost is None and bob.unpriced_tokens > 0
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from teamstore.audit.ledger import record_usage, sweep_ledger, usage_rows
-from teamstore.audit.subjects import get_or_create_subject, record_store, session_key
+from teamstore.audit.subjects import ensure_subject, record_store, session_key
 from teamstore.audit.transcripts import transcript_store_from_settings
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys
@@ -33,13 +33,13 @@ SESSION = "ticket-CANARY-4411"
 
 async def _record_run(engine: AsyncEngine, user: str, day: date, hour: int, tokens: int,
                       stop: str = "done", models: tuple[str, ...] = ("gpt-4o", "gpt-4o-mini")) -> None:
-    subject = await get_or_create_subject(engine, user)
+    subject, secret = await ensure_subject(engine, user)
     started = datetime(day.year, day.month, day.day, hour, 30, tzinfo=UTC)
     calls = [ModelCall("triage", model, tokens * (i + 1), tokens // 2, started, 0.5) for i, model in enumerate(models)]
     ctx = RunContext(f"run-{user[:3]}-{day}-{hour}", user, SESSION, "support_triage", "v1", started)
     outcome = RunOutcome(started + timedelta(seconds=3), stop_reason=stop, model_calls=calls,
                          ended_by_limit=stop.startswith("Maximum"))
-    await record_usage(engine, usage_rows(ctx, outcome, RunKeys(subject, session_key(subject, SESSION))))
+    await record_usage(engine, usage_rows(ctx, outcome, RunKeys(subject, session_key(secret, SESSION))))
 
 
 async def _fill(engine: AsyncEngine) -> None:
@@ -112,8 +112,14 @@ async def test_the_files_are_typed_and_hold_pseudonymous_keys_only(
                    f"'{tmp_path.as_posix()}/wh/day=2026-11-28/*.parquet')")
     assert hour == 0
     raw = b"".join(f.read_bytes() for f in files if f.is_file())
-    for secret in (*USERS, SESSION):
+    session_secrets = [(await ensure_subject(engine, user)).session_secret for user in USERS]
+    for secret in (*USERS, SESSION, *session_secrets):
         assert secret.encode() not in raw
+    # Each row publishes its subject key beside its session key: the session id must not be confirmable.
+    pairs = duckdb.sql(f"SELECT DISTINCT subject_key, session_key FROM read_parquet("
+                       f"'{tmp_path.as_posix()}/wh/**/*.parquet', hive_partitioning = true)").fetchall()
+    assert len(pairs) == len(USERS)
+    assert all(session_key(subject, SESSION) != key for subject, key in pairs)
 
 
 async def test_exporting_a_day_again_replaces_its_file_and_leaves_days_without_rows_as_they_are(
@@ -156,10 +162,10 @@ async def test_an_erased_users_rows_are_exported_as_the_ledger_holds_them_then(
 ) -> None:
     await _fill(engine)
     monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
-    subject = await get_or_create_subject(engine, USERS[0])
+    subject, secret = await ensure_subject(engine, USERS[0])
     store = transcript_store_from_settings(Settings())
     await record_store(engine, subject, store.url)  # as a run's transcript writer does, and then writes:
-    await store.put(run_key(RunKeys(subject, session_key(subject, SESSION)), "r1"), b"{}")
+    await store.put(run_key(RunKeys(subject, session_key(secret, SESSION)), "r1"), b"{}")
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "before"), "--json")
     await asyncio.to_thread(_cli, "erase", "--user", USERS[0], "--yes", "--json")
     await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "after"), "--json")

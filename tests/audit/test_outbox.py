@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
 from teamstore.audit.schema import outbox as outbox_table
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import ensure_subject, get_or_create_subject, session_key
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
@@ -43,8 +43,8 @@ async def test_a_flush_holds_one_queued_transcript_in_memory_at_a_time(engine: A
     # Huge transcripts are the ones that miss the upload deadline and queue: a flush that read its whole
     # batch (500 bodies) at once needed gigabytes when the outbox held a few hundred of them.
     size, count = 4 << 20, 12
-    subject = await get_or_create_subject(engine, "big")
-    keys = RunKeys(subject, session_key(subject, "s1"))
+    subject, secret = await ensure_subject(engine, "big")
+    keys = RunKeys(subject, session_key(secret, "s1"))
     for n in range(count):
         run = f"run-{n}"
         await outbox.enqueue(engine, run, run_key(keys, run), subject, os.urandom(size), "upload took over 2s")
@@ -60,8 +60,8 @@ async def test_a_flush_holds_one_queued_transcript_in_memory_at_a_time(engine: A
 
 
 async def _queue_many(engine: AsyncEngine, count: int) -> list[str]:
-    subject = await get_or_create_subject(engine, "many")
-    keys = RunKeys(subject, session_key(subject, "s1"))
+    subject, secret = await ensure_subject(engine, "many")
+    keys = RunKeys(subject, session_key(secret, "s1"))
     runs = [f"run-{n:04d}" for n in range(count)]
     for run in runs:
         await outbox.enqueue(engine, run, run_key(keys, run), subject, os.urandom(256), "S3 unreachable")
@@ -102,8 +102,8 @@ async def test_two_flush_processes_at_once_deliver_each_queued_transcript_once(
 async def test_a_transcript_whose_upload_may_still_land_is_not_sent_again_before_it_no_longer_can(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    subject = await get_or_create_subject(engine, "ula")
-    keys = RunKeys(subject, session_key(subject, "s1"))
+    subject, secret = await ensure_subject(engine, "ula")
+    keys = RunKeys(subject, session_key(secret, "s1"))
     lands_by = datetime.now(UTC) + timedelta(seconds=1)
     await outbox.enqueue(engine, "run-ula", run_key(keys, "run-ula"), subject, b"gz", "S3 left it unanswered",
                          claim=outbox.Claim("worker-1", lands_by))

@@ -24,7 +24,7 @@ from teamstore.audit.rewrites import needs_record, record_rewrite
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import rewrites, subject_sessions, usage
 from teamstore.audit.sealing import seal_stored_transcripts
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.audit.transcripts.base import SUBJECTS, run_key
 from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, encode
@@ -73,7 +73,7 @@ async def test_sweep_drops_transcripts_queued_in_the_outbox_past_transcript_rete
 ) -> None:
     # A store that refused them for months (a missing permission nobody fixed) must not keep users'
     # messages in the database past the retention they would have had once delivered.
-    subject = await get_or_create_subject(engine, "alice")  # a transcript is queued only for a live subject
+    subject, _ = await ensure_subject(engine, "alice")  # a transcript is queued only for a live subject
     for run in ("queued-long-ago", "queued-today"):
         await outbox.enqueue(engine, run, run_key(RunKeys(subject, "b" * 32), run), subject, b"gz", "denied")
     async with engine.begin() as conn:
@@ -253,9 +253,9 @@ async def test_a_transcript_written_again_goes_by_its_first_write_on_every_store
     # A late delivery from the outbox, then `keys migrate` sealing it: on S3 both are uploads the lifecycle
     # rule would count from, so each would live the whole retention again. Both go by the run's end instead.
     store, now = transcript_backend.store, datetime.now(UTC)
-    subject = await get_or_create_subject(engine, "alice")
+    subject, secret = await ensure_subject(engine, "alice")
     runs = ("old", "recent", "plain", "once")
-    key = {run: run_key(RunKeys(subject, session_key(subject, "s1")), run) for run in runs}
+    key = {run: run_key(RunKeys(subject, session_key(secret, "s1")), run) for run in runs}
     await _queued(engine, "old", key["old"], subject, now - timedelta(days=20))  # already past retention
     await _queued(engine, "recent", key["recent"], subject, now - timedelta(days=5))
     assert (await outbox.flush(engine, store)).delivered == 2
@@ -287,8 +287,8 @@ async def test_a_transcript_written_again_while_an_erasure_fences_its_user_is_no
     engine: AsyncEngine, transcript_backend: Backend
 ) -> None:
     store = transcript_backend.store
-    subject = await get_or_create_subject(engine, "alice")
-    key = run_key(RunKeys(subject, session_key(subject, "s1")), "r1")
+    subject, secret = await ensure_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "r1")
     async with engine.begin() as conn:
         await conn.execute(insert(user_holds).values(user_id="alice", reason="erasure", created_at=datetime.now(UTC)))
     if needs_record(store):
@@ -307,8 +307,8 @@ async def test_a_transcript_written_again_that_a_legal_hold_keeps_goes_at_the_fi
     # Past retention but under a legal hold: S3 refuses to delete it, and every other sweep's work goes on.
     backend = S3Backend(locked=True)
     store, now = backend.store, datetime.now(UTC)
-    subject = await get_or_create_subject(engine, "alice")
-    key = run_key(RunKeys(subject, session_key(subject, "s1")), "held")
+    subject, secret = await ensure_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "held")
     await _queued(engine, "held", key, subject, now - timedelta(days=20))
     assert (await outbox.flush(engine, store)).delivered == 1
     assert backend.hold(key)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.observer import LedgerObserver, TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import subjects, usage
-from teamstore.audit.subjects import find_subject, session_key
+from teamstore.audit.subjects import ensure_subject, find_subject, session_key
 from teamstore.audit.transcripts import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.fence import user_holds
@@ -67,8 +67,8 @@ async def test_the_ledger_of_a_user_seen_before_is_written_without_waiting_for_t
 
     monkeypatch.setattr(pseudonyms, "writable", no_lookup)
     await ledger.run_finished(second, outcome)
-    subject = str(await find_subject(engine, "ann"))
-    assert await _ledger(engine, second.run_id) == {(subject, session_key(subject, "s2"))}
+    subject, secret = await ensure_subject(engine, "ann")
+    assert await _ledger(engine, second.run_id) == {(subject, session_key(secret, "s2"))}
 
 
 async def test_an_erased_users_remembered_subject_is_never_written_to_again(
@@ -83,9 +83,9 @@ async def test_an_erased_users_remembered_subject_is_never_written_to_again(
 
     second = context(user_id="bea")
     await observe_run([ledger, transcripts], triage_team(), second)
-    new = str(await find_subject(engine, "bea"))
+    new, secret = await ensure_subject(engine, "bea")
     assert new != old
-    assert await _ledger(engine, second.run_id) == {(new, session_key(new, second.session_id))}
+    assert await _ledger(engine, second.run_id) == {(new, session_key(secret, second.session_id))}
     assert not any(second.run_id in key for key in await transcripts.store.list_keys(subject_prefix(old)))
     assert any(second.run_id in key for key in await transcripts.store.list_keys(subject_prefix(new)))
 
@@ -103,7 +103,9 @@ async def test_a_subject_replaced_by_another_workers_lookup_is_not_written_to(
         await other.aclose()
     run = context(user_id="cy")
     await observe_run([ledger], triage_team(), run)
-    assert await _ledger(engine, run.run_id) == {(replaced, session_key(replaced, run.session_id))}
+    subject, secret = await ensure_subject(engine, "cy")
+    assert subject == replaced
+    assert await _ledger(engine, run.run_id) == {(replaced, session_key(secret, run.session_id))}
 
 
 async def test_a_fenced_user_gets_no_ledger_row_even_with_the_subject_remembered(
@@ -199,8 +201,8 @@ async def test_the_runs_ledger_rows_are_written_by_the_end_of_run_fence_itself(
         monkeypatch.setattr(pseudonyms.writes, name, counted)
     run = context(user_id="hal")
     await observe_run([ledger, transcripts], triage_team(), run)
-    subject = str(await find_subject(engine, "hal"))
-    assert await _ledger(engine, run.run_id) == {(subject, session_key(subject, run.session_id))}
+    subject, secret = await ensure_subject(engine, "hal")
+    assert await _ledger(engine, run.run_id) == {(subject, session_key(secret, run.session_id))}
     assert len(await transcripts.store.list_keys(subject_prefix(subject))) == 1
     assert calls.count("end_of_run") == 1
     assert calls[:1] == ["subject"]  # as the run started

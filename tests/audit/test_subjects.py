@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import re
 import unicodedata
 
@@ -10,7 +12,13 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.pseudonyms import Pseudonyms
-from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
+from teamstore.audit.subjects import (
+    ensure_subject,
+    find_subject,
+    get_or_create_subject,
+    lookup_subject,
+    session_key,
+)
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import InvalidIdentifier
 from tests.audit.teams import context
@@ -38,18 +46,31 @@ async def test_ids_differing_by_case_or_unicode_normalisation_are_different_user
 
 
 async def test_concurrent_first_runs_of_one_user_agree_on_one_subject(engine: AsyncEngine) -> None:
-    keys = await asyncio.gather(*(get_or_create_subject(engine, "racer") for _ in range(8)))
-    assert len(set(keys)) == 1
+    subjects = await asyncio.gather(*(ensure_subject(engine, "racer") for _ in range(8)))
+    assert len(set(subjects)) == 1 and subjects[0] == await lookup_subject(engine, "racer")
+
+
+async def test_a_session_key_cannot_be_confirmed_from_the_published_subject_key_and_a_guessed_id(
+    engine: AsyncEngine,
+) -> None:
+    # The subject key is published beside the session key (ledger, object keys, spans): anyone holding both
+    # who guesses a ticket-style session id must not be able to check the guess.
+    subject, secret = await ensure_subject(engine, "alice")
+    published = session_key(secret, "ticket-182025-a")
+    assert HEX32.match(secret) and secret != subject
+    assert hmac.new(subject.encode(), b"ticket-182025-a", hashlib.sha256).hexdigest()[:32] != published
+    assert session_key(subject, "ticket-182025-a") != published
+    assert secret not in repr(await lookup_subject(engine, "alice"))  # nor in a log line naming the subject
 
 
 @pytest.mark.parametrize("user_id", ["a/b", "../../etc", "ü🙂 名前", "x" * 256])
 async def test_awkward_user_ids_are_stored_exactly_and_never_appear_in_keys(
     engine: AsyncEngine, user_id: str
 ) -> None:
-    key = await get_or_create_subject(engine, user_id)
+    key, secret = await ensure_subject(engine, user_id)
     assert HEX32.match(key)
     assert await find_subject(engine, user_id) == key
-    assert HEX32.match(session_key(key, "../s/ü"))
+    assert HEX32.match(session_key(secret, "../s/ü"))
 
 
 async def test_empty_oversized_or_undecodable_user_ids_are_refused(engine: AsyncEngine) -> None:
@@ -78,5 +99,5 @@ async def test_a_run_whose_key_lookup_leaves_the_cache_while_awaited_still_gets_
     await asyncio.sleep(0)  # the first run's observers now await its lookup
     pseudonyms.prefetch(context(user_id="gus"))  # another run ends meanwhile
     keys = await waiting
-    subject = await find_subject(sqlite_engine, "fay")
-    assert keys == RunKeys(str(subject), session_key(str(subject), first.session_id))
+    subject, secret = await ensure_subject(sqlite_engine, "fay")
+    assert keys == RunKeys(subject, session_key(secret, first.session_id))

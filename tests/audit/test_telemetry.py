@@ -23,7 +23,7 @@ from teamstore.audit.observer import LedgerObserver, SpanObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import usage
 from teamstore.audit.stop_reasons import OTHER, recordable
-from teamstore.audit.subjects import find_subject, session_key
+from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.audit.telemetry import ScrubbingSpanExporter, setup_tracing
 from teamstore.events import RunOutcome
 from teamstore.metering import MeteredChatCompletionClient
@@ -80,11 +80,13 @@ async def test_one_span_per_run_and_per_model_call_with_genai_attributes(
         lambda s: len(_by_name(s, "chat ")) == 2 and bool(_by_name(s, "invoke_agent support"))
     )
     (run,) = _by_name(spans, "invoke_agent support_triage")
-    subject = str(await find_subject(sqlite_engine, USER))
+    subject, secret = await ensure_subject(sqlite_engine, USER)
     attrs = run["attributes"]
     assert attrs["gen_ai.operation.name"] == "invoke_agent"
-    assert attrs["gen_ai.conversation.id"] == session_key(subject, "sess-1")
+    assert attrs["gen_ai.conversation.id"] == session_key(secret, "sess-1")
     assert attrs["teamstore.subject"] == subject
+    # The span publishes both keys: the session id must not be confirmable from them.
+    assert attrs["gen_ai.conversation.id"] != session_key(subject, "sess-1")
     assert (attrs["teamstore.team"], attrs["teamstore.team_version"]) == ("support_triage", "v1")
     assert attrs["teamstore.ended_by_limit"] is False and "teamstore.stop_reason" in attrs
     assert attrs["gen_ai.usage.input_tokens"] == outcome.input_tokens
@@ -107,6 +109,7 @@ async def test_the_canary_and_the_raw_user_id_never_reach_the_wire_not_even_via_
     wire = otlp_env.wire()
     assert CANARY.encode() not in wire
     assert USER.encode() not in wire and b"sess-1" not in wire
+    assert (await ensure_subject(sqlite_engine, USER)).session_secret.encode() not in wire
 
 
 def _magentic_one_satisfied_by(reason: str) -> MagenticOneGroupChat:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.audit.schema import subjects
-from teamstore.audit.subjects import get_or_create_subject, new_subject_key
+from teamstore.audit.subjects import get_or_create_subject, new_session_secret, new_subject_key
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
@@ -180,6 +180,7 @@ def test_erasing_an_id_with_a_control_character_says_that_no_session_can_have_it
         await upgrade(engine)
         async with engine.begin() as conn:
             await conn.execute(insert(subjects).values(user_id=user, subject_key=new_subject_key(),
+                                                       session_secret=new_session_secret(),
                                                        created_at=datetime.now(UTC)))
         await engine.dispose()
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore.analytics.query import CostQuery, cost_report
 from teamstore.audit.prices import load_prices
-from teamstore.audit.subjects import find_subject
+from teamstore.audit.subjects import ensure_subject, find_subject
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.fence import user_holds
@@ -55,6 +55,7 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     tracer.force_flush()
     spans = otlp_env.wait_for(lambda s: sum(x["attributes"].get("teamstore.subject") == a.subject_key for x in s) >= 4)
     b_before = await counts(engine, b.user_id, b.subject_key)
+    a_secret, b_secret = [(await ensure_subject(engine, user)).session_secret for user in (ALICE, ALICE_CASE)]
     b_versions = _subject_versions(all_versions(s3_store.client, s3_store.bucket), b.subject_key)
     assert len(b_versions) == 5 and b_before["sessions"] == 2
 
@@ -72,11 +73,16 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     assert stores["exports"].counts.rows == 1  # the record of an export stays, unlinked (the scan below)
     assert all(s.verified_at is not None for s in stores.values())
     assert receipt.subject_hash and ALICE not in receipt.model_dump_json() and a.subject_key not in receipt.model_dump_json()
+    assert a_secret not in receipt.model_dump_json()
     assert (receipt.due_at - receipt.received_at).days == 30
 
     # Raw SQL over every table of the database: nothing of Alice, everything of the other user.
-    hits = await scan_database(engine, [ALICE, a.subject_key, CANARY_A, ALICE_CASE, b.subject_key, CANARY_B])
+    hits = await scan_database(engine, [ALICE, a.subject_key, CANARY_A, ALICE_CASE, b.subject_key, CANARY_B,
+                                        a_secret, b_secret])
     assert hits[ALICE] == [] and hits[a.subject_key] == [] and hits[CANARY_A] == []
+    # Her session secret went with her subject: nothing left can confirm a guessed session id of hers. The
+    # other user's is in the subject mapping and nowhere else.
+    assert hits[a_secret] == [] and hits[b_secret] == ["ts_subjects.session_secret"]
     assert {"ts_sessions.user_id", "ts_subjects.user_id", "ts_quarantine.user_id"} <= set(hits[ALICE_CASE])
     assert {"ts_usage.subject_key", "ts_transcript_outbox.subject_key", "ts_subject_sessions.subject_key",
             "ts_transcript_rewrites.subject_key", "ts_transcript_rewrites.object_key"} <= set(hits[b.subject_key])
@@ -105,6 +111,7 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     assert any(s["attributes"].get("teamstore.subject") == a.subject_key for s in spans)
     wire = otlp_env.wire()
     assert ALICE.encode() not in wire and CANARY_A.encode() not in wire
+    assert a_secret.encode() not in wire and b_secret.encode() not in wire
 
     # The fence is lifted and the request keeps no raw id: Alice may start over as a new subject.
     async with engine.connect() as conn:

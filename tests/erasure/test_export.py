@@ -25,7 +25,7 @@ from config_registry import Registry
 from teamstore.app import App
 from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import subjects, usage
-from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store
+from teamstore.audit.subjects import find_subject, get_or_create_subject, lookup_subject, record_store
 from teamstore.audit.transcripts import record
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -116,6 +116,9 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert set(key) == {"key_id", "created_at", "wrapped_at"}
     subject = loaded(files, "subject.json")
     assert subject["subject"]["user_id"] == ALICE and subject["subject"]["subject_key"] == a.subject_key
+    found = await lookup_subject(engine, ALICE)  # the secret her session keys are keyed by stays in the database
+    assert found is not None and found.session_secret.encode() not in b"".join(files.values())
+    assert set(subject["subject"]) == {"user_id", "subject_key", "created_at"}
     (rewritten,) = subject["transcripts_written_again"]  # the transcript seed_user wrote again, and when first
     assert rewritten["store"] == s3_store.url and rewritten["object_key"].startswith(subject_prefix(a.subject_key))
     assert [e["requested_by"] for e in loaded(files, "exports.json")["earlier_exports"]] == ["ticket 881"]

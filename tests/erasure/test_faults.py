@@ -20,7 +20,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit.schema import subjects
-from teamstore.audit.subjects import find_subject, get_or_create_subject, new_subject_key, session_key
+from teamstore.audit.subjects import (
+    ensure_subject,
+    find_subject,
+    get_or_create_subject,
+    new_session_secret,
+    new_subject_key,
+    session_key,
+)
 from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
@@ -68,6 +75,7 @@ async def test_an_id_with_a_control_character_that_an_earlier_audit_stored_is_st
         await get_or_create_subject(engine, user)  # the one id rule: no new subject gets such an id
     async with engine.begin() as conn:  # as an earlier release's audit stored it
         await conn.execute(insert(subjects).values(user_id=user, subject_key=new_subject_key(),
+                                                   session_secret=new_session_secret(),
                                                    created_at=datetime.now(UTC)))
     receipt = await coordinator(engine, folder).run(user, request_id="req-legacy")
     assert receipt.ok and receipt.stores["subject"].status is StepStatus.ERASED
@@ -516,8 +524,8 @@ _KILLED_WRITER = textwrap.dedent("""
 async def test_a_transcript_a_killed_writer_left_as_a_temporary_file_is_erased_and_counted(
     engine: AsyncEngine, folder: LocalTranscriptStore
 ) -> None:
-    subject = await get_or_create_subject(engine, "kit")
-    key = run_key(RunKeys(subject, session_key(subject, "s1")), "r1")
+    subject, secret = await ensure_subject(engine, "kit")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "r1")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(folder.root), key, "CANARY-kit words"],
                               env=env, stdout=subprocess.PIPE, text=True)

@@ -25,7 +25,7 @@ from teamstore.audit import outbox
 from teamstore.audit.observer import LedgerObserver, TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.sealing import seal_stored_transcripts
-from teamstore.audit.subjects import find_subject, get_or_create_subject, session_key
+from teamstore.audit.subjects import ensure_subject, find_subject, session_key
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
@@ -140,8 +140,8 @@ async def test_a_run_upload_still_on_its_way_holds_the_erasure_until_it_lands_an
 
 
 async def _queue(engine: AsyncEngine, user: str) -> str:
-    subject = await get_or_create_subject(engine, user)
-    keys = RunKeys(subject, session_key(subject, "s1"))
+    subject, secret = await ensure_subject(engine, user)
+    keys = RunKeys(subject, session_key(secret, "s1"))
     await outbox.enqueue(engine, f"run-{user}", run_key(keys, f"run-{user}"), subject, b"CANARY", "S3 down")
     return subject
 
@@ -192,8 +192,8 @@ async def test_a_keys_migrate_write_s3_left_unanswered_keeps_the_erasure_open_un
 ) -> None:
     # `keys migrate` gives up on its PUT of a transcript sealed again (read timeout), and S3 stores it later,
     # sealed under the key the erasure destroys: no erasure may complete before it can no longer land.
-    subject = await get_or_create_subject(engine, "wes")
-    await s3_store.put(run_key(RunKeys(subject, session_key(subject, "s1")), "old"), b"CANARY")  # before sealing
+    subject, secret = await ensure_subject(engine, "wes")
+    await s3_store.put(run_key(RunKeys(subject, session_key(secret, "s1")), "old"), b"CANARY")  # before sealing
     late = _late_store(proxy, s3_store.bucket, read_timeout=1.0)
     try:
         with pytest.raises(UploadInDoubt):
@@ -214,8 +214,8 @@ async def test_a_keys_migrate_write_s3_left_unanswered_keeps_the_erasure_open_un
 async def test_an_upload_that_may_land_past_the_wait_fails_the_erasure_and_keeps_the_fence(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    subject = await get_or_create_subject(engine, "wyn")
-    keys = RunKeys(subject, session_key(subject, "s1"))
+    subject, secret = await ensure_subject(engine, "wyn")
+    keys = RunKeys(subject, session_key(secret, "s1"))
     lands_by = datetime.now(UTC) + timedelta(seconds=2)
     await outbox.enqueue(engine, "run-wyn", run_key(keys, "run-wyn"), subject, b"CANARY", "S3 left it unanswered",
                          claim=outbox.Claim("worker-1", lands_by))

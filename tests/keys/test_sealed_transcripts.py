@@ -22,7 +22,7 @@ from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import rewrites
 from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.audit.transcripts.base import TranscriptStore, run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, decode, encode, sealed_context
@@ -121,8 +121,8 @@ async def test_kms_unreachable_at_a_run_writes_no_transcript_sealed_or_plain(
 async def test_transcripts_written_before_sealing_still_read_and_keys_migrate_seals_them(
     engine: AsyncEngine, store: TranscriptStore
 ) -> None:
-    subject = await get_or_create_subject(engine, "alice")
-    run_keys = RunKeys(subject, session_key(subject, "s1"))
+    subject, secret = await ensure_subject(engine, "alice")
+    run_keys = RunKeys(subject, session_key(secret, "s1"))
     body = encode({"kind": "run", "run_id": "old", "started_at": "2026-01-01T00:00:00+00:00"},
                   [{"kind": "item", "seq": 0, "message": {"content": CANARY}}])
     await store.put(run_key(run_keys, "old"), body)  # an older release's transcript
@@ -150,8 +150,8 @@ async def test_keys_migrate_keeps_a_transcripts_write_time_so_its_retention_is_n
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
     store = LocalTranscriptStore(tmp_path / "transcripts")
-    subject = await get_or_create_subject(engine, "alice")
-    key = run_key(RunKeys(subject, session_key(subject, "s1")), "old")
+    subject, secret = await ensure_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "old")
     await store.put(key, encode({"kind": "run", "run_id": "old"}, []))  # an older release's transcript
     written = datetime.now(UTC) - timedelta(days=80)
     path = tmp_path / "transcripts" / key
@@ -164,8 +164,8 @@ async def test_keys_migrate_keeps_a_transcripts_write_time_so_its_retention_is_n
 async def test_a_transcript_delivered_late_from_the_outbox_keeps_the_time_it_was_queued(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    subject = await get_or_create_subject(engine, "alice")
-    key = run_key(RunKeys(subject, session_key(subject, "s1")), "late")
+    subject, secret = await ensure_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "late")
     await outbox.enqueue(engine, "late", key, subject, b"sealed body", "S3 unreachable")
     queued = datetime.now(UTC) - timedelta(days=20)
     async with engine.begin() as conn:
@@ -211,8 +211,8 @@ async def _outbox_rows(engine: AsyncEngine) -> list[dict[str, Any]]:
 async def test_keys_migrate_leaves_nothing_of_a_user_erased_while_it_writes_their_transcript_again(
     engine: AsyncEngine, store: TranscriptStore
 ) -> None:
-    subject = await get_or_create_subject(engine, "alice")
-    key = run_key(RunKeys(subject, session_key(subject, "s1")), "old")
+    subject, secret = await ensure_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "old")
     await store.put(key, encode({"kind": "run", "run_id": "old"}, [{"kind": "item", "message": CANARY}]))
     racing = _ErasedDuringPut(store, engine, "alice")
     assert await seal_stored_transcripts(engine, racing, KeyService.from_settings(engine, Settings())) == 0
@@ -256,8 +256,8 @@ class _Faulty:
 
 async def _plain_transcript(engine: AsyncEngine, folder: LocalTranscriptStore, user: str) -> str:
     """A transcript of ``user`` written before sealing; its subject."""
-    subject = await get_or_create_subject(engine, user)
-    key = run_key(RunKeys(subject, session_key(subject, "s1")), "old")
+    subject, secret = await ensure_subject(engine, user)
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "old")
     await folder.put(key, encode({"kind": "run", "run_id": "old"}, [{"kind": "item", "message": CANARY}]))
     return subject
 
@@ -340,8 +340,8 @@ async def test_keys_migrate_leaves_a_queued_transcript_of_a_user_fenced_meanwhil
 ) -> None:
     body = encode({"kind": "run", "run_id": "q"}, [{"kind": "item", "message": CANARY}])
     for user in ("alice", "bob"):
-        subject = await get_or_create_subject(engine, user)
-        await outbox.enqueue(engine, f"q-{user}", run_key(RunKeys(subject, session_key(subject, "s1")), "q"),
+        subject, secret = await ensure_subject(engine, user)
+        await outbox.enqueue(engine, f"q-{user}", run_key(RunKeys(subject, session_key(secret, "s1")), "q"),
                              subject, body, "S3 unreachable")
     assert await seal_queued_transcripts(engine, FencedOnFirstKey(engine, "alice")) == 1
     async with engine.connect() as conn:

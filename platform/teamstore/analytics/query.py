@@ -30,7 +30,7 @@ from teamstore.analytics.names import name_rows
 from teamstore.audit.cost import CostFilter, CostReport, CostRow, group_fields, parse_by, query_costs
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import subjects, usage
-from teamstore.audit.subjects import session_key
+from teamstore.audit.subjects import session_key, subject_of
 from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.db.snapshot import reading
 from teamstore.errors import ConfigurationError, NoMatchingUsage, StoreUnavailable
@@ -171,13 +171,14 @@ async def _filter(conn: AsyncConnection, query: CostQuery) -> CostFilter | None:
     """The ledger filter; ``None`` when the user given has no subject (never ran, or erased)."""
     subject = None
     if query.user is not None:  # read in the report's snapshot, like the ledger rows it selects
-        found = await conn.scalar(select(subjects.c.subject_key).where(subjects.c.user_id == query.user))
-        if found is None:
+        row = (await conn.execute(select(subjects.c.subject_key, subjects.c.session_secret)
+                                  .where(subjects.c.user_id == query.user))).first()
+        subject = None if row is None else subject_of(*row)
+        if subject is None:
             return None
-        subject = str(found)
-    return CostFilter(
-        session_key=session_key(subject, query.session) if subject and query.session is not None else None,
-        subject_key=subject, team=query.team, model=query.model, since=query.since, until=query.until)
+    session = None if subject is None or query.session is None else session_key(subject.session_secret, query.session)
+    return CostFilter(session_key=session, subject_key=subject.key if subject else None, team=query.team,
+                      model=query.model, since=query.since, until=query.until)
 
 
 async def _any(conn: AsyncConnection, clauses: list[ColumnElement[bool]]) -> bool:

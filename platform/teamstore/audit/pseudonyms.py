@@ -8,8 +8,9 @@ platform, and the end-of-run fence against an erasure.
     keys = await pseudonyms.writable(ctx)    # as it ends: raises ErasureInProgress if an erasure holds the user
     await pseudonyms.aclose()                # before the engine is disposed
 
-The subject key stands for the user in the ledger, the transcript's object key and the spans; the user's id is
-written only to ``ts_subjects``, which an erasure deletes.
+The subject key stands for the user in the ledger, the transcript's object key and the spans; the user's id,
+and the session secret the session keys are keyed by, are written only to ``ts_subjects``, which an erasure
+deletes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.run_writes import RunWrites, SqliteRunWrites
-from teamstore.audit.subjects import get_or_create_subject, session_key
+from teamstore.audit.subjects import Subject, ensure_subject, session_key
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import ErasureInProgress
 from teamstore.events import RunContext
@@ -50,7 +51,7 @@ cancels them."""
 class Pseudonyms:
     """Resolves a run's subject and session keys once, shared by the observers of one platform.
 
-    It also remembers each user's subject key (a bounded LRU) for the ledger, whose insert checks in its own
+    It also remembers each user's subject (a bounded LRU) for the ledger, whose insert checks in its own
     ``WHERE`` that the user still has that subject and no erasure holds them: a subject remembered from
     before an erasure (which deletes the mapping) writes nothing, and the insert then looks the subject up
     again. What the lookup is the fence of (the transcript's upload, the spans) never uses the remembered key.
@@ -66,7 +67,7 @@ class Pseudonyms:
         self.writes = run_writes(engine, pool_size)
         self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run started
         self._fences: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run ended
-        self._subjects: OrderedDict[str, str] = OrderedDict()
+        self._subjects: OrderedDict[str, Subject] = OrderedDict()
         self._cache_size = cache_size
 
     def prefetch(self, ctx: RunContext) -> None:
@@ -128,7 +129,7 @@ class Pseudonyms:
         if fenced or subject is None:
             self.forget_subject(ctx.user_id)
             raise _fenced()
-        return RunKeys(subject, session_key(subject, ctx.session_id))
+        return _keys(subject, ctx)
 
     async def record_usage(self, ctx: RunContext, rows_for: Callable[[RunKeys], list[dict[str, Any]]]) -> tuple[RunKeys, bool]:
         """The end-of-run fence (as :meth:`writable`) with the run's ledger rows written in the same statement
@@ -165,7 +166,7 @@ class Pseudonyms:
         finally:
             if written is not None and not written.done():
                 written.set_result(bool(rows) and added == len(rows))
-        if fenced or subject != keys.subject_key:
+        if fenced or subject is None or subject.key != keys.subject_key:
             self.forget_subject(ctx.user_id)
             raise _fenced()
         return keys
@@ -178,7 +179,7 @@ class Pseudonyms:
         """The keys of the user's subject as last looked up in this process, if any: only for a write that
         checks the subject and the fence itself (the ledger's insert)."""
         subject = self._subjects.get(ctx.user_id)
-        return None if subject is None else RunKeys(subject, session_key(subject, ctx.session_id))
+        return None if subject is None else _keys(subject, ctx)
 
     def forget_subject(self, user_id: str) -> None:
         """Stop using the remembered subject of ``user_id`` (a write found it is no longer the user's)."""
@@ -190,15 +191,15 @@ class Pseudonyms:
         self._subjects.move_to_end(ctx.user_id)
         while len(self._subjects) > self._cache_size:
             self._subjects.popitem(last=False)
-        return RunKeys(subject, session_key(subject, ctx.session_id))
+        return _keys(subject, ctx)
 
-    async def _subject(self, user_id: str) -> str:
+    async def _subject(self, user_id: str) -> Subject:
         # One round trip for the common case: the subject exists and no erasure fences the user.
         subject, fenced = await self.writes.subject(user_id)
         if fenced:
             self.forget_subject(user_id)
             raise _fenced()
-        return subject if subject is not None else await get_or_create_subject(self.engine, user_id)
+        return subject if subject is not None else await ensure_subject(self.engine, user_id)
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
@@ -220,6 +221,10 @@ class Pseudonyms:
             if late:
                 await asyncio.wait(late)
         await self.writes.aclose()
+
+
+def _keys(subject: Subject, ctx: RunContext) -> RunKeys:
+    return RunKeys(subject.key, session_key(subject.session_secret, ctx.session_id))
 
 
 def _bound(tasks: OrderedDict[str, asyncio.Task[RunKeys]], size: int) -> None:

@@ -5,8 +5,8 @@ end-of-run fence, and once per session the session's id beside its key.
 
     writes = SqliteRunWrites(engine)          # or PostgresRunWrites(engine, pool_size=20)
     subject, fenced = await writes.subject("alice")                       # one round trip
-    subject, fenced, added = await writes.end_of_run(rows, user_id="alice", subject_key=subject)
-    await writes.name_session(user_id="alice", subject_key=subject, session_key=key, session_id="s-1")
+    subject, fenced, added = await writes.end_of_run(rows, user_id="alice", subject_key=subject.key)
+    await writes.name_session(user_id="alice", subject_key=subject.key, session_key=key, session_id="s-1")
     await writes.aclose()
 
 Each is written once (:func:`teamstore.audit.subjects.subject_lookup`,
@@ -34,7 +34,7 @@ from sqlalchemy.sql.dml import Insert
 
 from teamstore.audit.ledger import session_name_insert, usage_insert, usage_params
 from teamstore.audit.schema import usage
-from teamstore.audit.subjects import subject_lookup
+from teamstore.audit.subjects import Subject, subject_lookup, subject_of
 from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.errors import StoreUnavailable
 from teamstore.state.direct_sqlite import SqlitePool, SqliteStatement, for_sqlite
@@ -61,8 +61,8 @@ def _sqlite_insert(count: int) -> SqliteStatement:
 class RunWrites(Protocol):
     """How the audit sends its per-run statements to the database."""
 
-    async def subject(self, user_id: str) -> tuple[str | None, bool]:
-        """The user's subject key (``None`` if none yet) and whether an erasure holds the user.
+    async def subject(self, user_id: str) -> tuple[Subject | None, bool]:
+        """The user's subject (``None`` if none yet) and whether an erasure holds the user.
 
         Raises:
             StoreUnavailable: The database could not be reached.
@@ -79,8 +79,8 @@ class RunWrites(Protocol):
         """
         ...
 
-    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[str | None, bool, int]:
-        """The end-of-run fence and the run's ledger rows at once: the user's subject key and whether an
+    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[Subject | None, bool, int]:
+        """The end-of-run fence and the run's ledger rows at once: the user's subject and whether an
         erasure holds the user (as :meth:`subject`), and how many of ``rows`` were written (as
         :meth:`insert_usage`; none unless the subject is still ``subject_key`` and no erasure holds the user).
 
@@ -121,17 +121,17 @@ class SqliteRunWrites:
         self.engine = engine
         self._direct = SqlitePool.for_engine(engine, pool_size)
 
-    async def subject(self, user_id: str) -> tuple[str | None, bool]:
+    async def subject(self, user_id: str) -> tuple[Subject | None, bool]:
         """See :meth:`RunWrites.subject`."""
         try:
             if self._direct is not None:
-                (subject, fenced), = await self._direct.fetch(_SQLITE_LOOKUP, {"u": user_id})
+                (key, secret, fenced), = await self._direct.fetch(_SQLITE_LOOKUP, {"u": user_id})
             else:
                 async with self.engine.connect() as conn:
-                    subject, fenced = (await conn.execute(_LOOKUP, {"u": user_id})).one()
+                    key, secret, fenced = (await conn.execute(_LOOKUP, {"u": user_id})).one()
         except (SQLAlchemyError, sqlite3.Error) as exc:
             raise unavailable(exc, "resolve the audit subject") from exc
-        return (None if subject is None else str(subject)), bool(fenced)
+        return subject_of(key, secret), bool(fenced)
 
     async def insert_usage(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> int:
         """See :meth:`RunWrites.insert_usage`."""
@@ -145,11 +145,11 @@ class SqliteRunWrites:
             raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
         return int(result.rowcount or 0)
 
-    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[str | None, bool, int]:
+    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[Subject | None, bool, int]:
         """See :meth:`RunWrites.end_of_run`: the lookup, then the insert (each on the loop, microseconds;
         SQLite has no INSERT inside a query)."""
         subject, fenced = await self.subject(user_id)
-        if fenced or subject != subject_key:
+        if fenced or subject is None or subject.key != subject_key:
             return subject, fenced, 0
         return subject, fenced, await self.insert_usage(rows, user_id=user_id, subject_key=subject_key)
 

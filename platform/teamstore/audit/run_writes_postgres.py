@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.ledger import session_name_insert, usage_insert, usage_params
 from teamstore.audit.run_writes import session_name_params, unavailable
 from teamstore.audit.schema import usage
-from teamstore.audit.subjects import subject_lookup
+from teamstore.audit.subjects import Subject, subject_lookup, subject_of
 from teamstore.state.direct import DirectPool, Statement, for_psycopg
 
 _CONNECTION_WAIT = 10.0  # each connection is held for one statement
@@ -37,7 +37,7 @@ def _postgres_insert(count: int) -> Statement:
 @functools.lru_cache(maxsize=64)
 def _postgres_end(count: int) -> Statement:
     """The end-of-run fence with the fenced ledger insert of ``count`` rows in the same statement (and the same
-    snapshot): ``(subject, held, rows written)``."""
+    snapshot): ``(subject key, session secret, held, rows written)``."""
     written = usage_insert("postgresql", count).returning(usage.c.id).cte("written")
     return for_psycopg(subject_lookup().add_columns(select(func.count()).select_from(written).scalar_subquery()))
 
@@ -74,14 +74,14 @@ class PostgresRunWrites:
             await self._pool.checkin(conn)
             return row, cursor.rowcount
 
-    async def subject(self, user_id: str) -> tuple[str | None, bool]:
+    async def subject(self, user_id: str) -> tuple[Subject | None, bool]:
         """See :meth:`RunWrites.subject`."""
         try:
             row, _ = await self._run(_LOOKUP, {"u": user_id})
         except psycopg.Error as exc:
             raise unavailable(exc, "resolve the audit subject") from exc
-        assert row is not None  # a SELECT of two expressions and no FROM: always one row
-        return (None if row[0] is None else str(row[0])), bool(row[1])
+        assert row is not None  # a SELECT of three expressions and no FROM: always one row
+        return subject_of(row[0], row[1]), bool(row[2])
 
     async def insert_usage(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> int:
         """See :meth:`RunWrites.insert_usage`."""
@@ -91,14 +91,14 @@ class PostgresRunWrites:
             raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
         return max(added, 0)
 
-    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[str | None, bool, int]:
+    async def end_of_run(self, rows: list[dict[str, Any]], *, user_id: str, subject_key: str) -> tuple[Subject | None, bool, int]:
         """See :meth:`RunWrites.end_of_run`: one statement, the insert in a ``WITH`` beside the lookup."""
         try:
             row, _ = await self._run(_postgres_end(len(rows)), usage_params(rows, user_id, subject_key))
         except psycopg.Error as exc:
             raise unavailable(exc, f"write the usage ledger for run {rows[0]['run_id']}") from exc
-        assert row is not None  # a SELECT of three expressions and no FROM: always one row
-        return (None if row[0] is None else str(row[0])), bool(row[1]), int(row[2])
+        assert row is not None  # a SELECT of four expressions and no FROM: always one row
+        return subject_of(row[0], row[1]), bool(row[2]), int(row[3])
 
     async def name_session(self, *, user_id: str, subject_key: str, session_key: str, session_id: str) -> None:
         """See :meth:`RunWrites.name_session`."""

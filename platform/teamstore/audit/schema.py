@@ -6,9 +6,9 @@
         rows = (await conn.execute(select(usage).where(usage.c.team == "support_triage"))).all()
 
 Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims), ``0010_subject_stores``,
-``0011_subject_sessions``, ``0016_transcript_rewrites`` and ``0017_usage_attempts`` (the ledger's attempts;
-``teamstore db upgrade``), never implicitly; the first creates the ``session_costs`` view for BI tools
-(documented in docs/analysts.md; 0007 makes its cost exact on Postgres).
+``0011_subject_sessions``, ``0016_transcript_rewrites``, ``0017_usage_attempts`` (the ledger's attempts) and
+``0018_session_secrets`` (``teamstore db upgrade``), never implicitly; the first creates the ``session_costs`` view
+for BI tools (documented in docs/analysts.md; 0007 makes its cost exact on Postgres).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ subjects = Table(
     Column("user_id", String(MAX_ID_CHARS), primary_key=True),
     Column("subject_key", String(KEY), nullable=False, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # Keys the subject's session keys (migration 0018): published nowhere, deleted with the row by an erasure.
+    Column("session_secret", String(KEY), nullable=False),
 )
 
 # Which transcript stores (``s3://bucket/prefix``, or a folder's ``file://`` URL) each subject's transcripts

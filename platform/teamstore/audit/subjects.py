@@ -1,15 +1,21 @@
 """Pseudonymous keys: a random subject key per user, a keyed hash per session.
 
-    from teamstore.audit.subjects import get_or_create_subject, find_subject, session_key
+    from teamstore.audit.subjects import ensure_subject, lookup_subject, session_key
 
-    subject = await get_or_create_subject(engine, "alice@example.com")   # random, stored in ts_subjects
-    key = session_key(subject, "session-42")                              # HMAC of the session id
+    subject, secret = await ensure_subject(engine, "alice@example.com")   # both random, stored in ts_subjects
+    key = session_key(secret, "session-42")                               # HMAC of the session id
     prefix = subject_prefix(subject)          # every transcript object of the user, without a scan
     await record_store(engine, subject, store.url)     # before the first upload there: erasure reaches it
 
 User ids are matched exactly: no case folding and no unicode normalisation, so ``"Alice"`` and ``"alice"``
-(or NFC and NFD forms of one name) are different users. The session key is an HMAC keyed by the subject
-key, so once erasure deletes the subject row nobody can link a session key back to a session id.
+(or NFC and NFD forms of one name) are different users.
+
+The subject key is published: in the ledger and its exports, transcripts' object keys and spans, each beside
+session keys. So the session key is an HMAC keyed by a second random value of the subject, its session
+secret, which is kept only in ``ts_subjects`` and deleted with the subject by an erasure: without it a
+guessed session id cannot be checked against a session key, and after the erasure nobody has it. Subjects
+made before migration 0018 got their subject key as their secret, so that their sessions keep the keys they
+had: a guessable session id of theirs stays confirmable from what was published, even after an erasure.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import hashlib
 import hmac
 import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, exists, literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -36,30 +42,68 @@ USER, SUBJECT = Param("u", subjects.c.user_id.type), Param("subject", subjects.c
 """The inputs of the audit's statements on a run's path: the raw user id and a subject key."""
 
 
+class Subject(NamedTuple):
+    """A user's subject: the key that stands for the user wherever the audit writes, and the secret that keys
+    the user's session keys (never written anywhere but ``ts_subjects``)."""
+
+    key: str
+    session_secret: str
+
+    def __repr__(self) -> str:  # a subject in a log line or a traceback must not carry its secret
+        return f"Subject(key={self.key!r}, session_secret=...)"
+
+
 def new_subject_key() -> str:
     """A fresh random subject key (128 bits, hex)."""
     return secrets.token_hex(16)
 
 
-def session_key(subject_key: str, session_id: str) -> str:
+def new_session_secret() -> str:
+    """A fresh random session secret (128 bits, hex), drawn independently of the subject key."""
+    return secrets.token_hex(16)
+
+
+def session_key(session_secret: str, session_id: str) -> str:
     """The pseudonymous key of one session of one subject.
 
     Args:
-        subject_key: From :func:`get_or_create_subject` or :func:`find_subject`.
+        session_secret: The subject's :attr:`Subject.session_secret`, from :func:`ensure_subject` or
+            :func:`lookup_subject`.
         session_id: The raw session id, matched exactly.
 
     Returns:
-        32 hex characters: HMAC-SHA256 of the session id keyed by the subject key.
+        32 hex characters: HMAC-SHA256 of the session id keyed by the session secret.
     """
-    digest = hmac.new(subject_key.encode("utf-8"), session_id.encode("utf-8"), hashlib.sha256)
+    digest = hmac.new(session_secret.encode("utf-8"), session_id.encode("utf-8"), hashlib.sha256)
     return digest.hexdigest()[:32]
 
 
 def subject_lookup() -> Select[Any]:
-    """The subject key of the user ``u`` (``NULL`` if none) and whether an erasure holds ``u``: one row, one
-    round trip, the end-of-run fence of the audit's writes."""
-    found = select(subjects.c.subject_key).where(subjects.c.user_id == USER).scalar_subquery()
-    return select(found, held(USER))
+    """The subject key and session secret of the user ``u`` (``NULL`` if none) and whether an erasure holds
+    ``u``: one row, one round trip, the end-of-run fence of the audit's writes."""
+    s = subjects.c
+    key = select(s.subject_key).where(s.user_id == USER).scalar_subquery()
+    secret = select(s.session_secret).where(s.user_id == USER).scalar_subquery()
+    return select(key, secret, held(USER))
+
+
+def subject_of(key: Any, secret: Any) -> Subject | None:
+    """The subject of a row's key and secret columns (``None`` if the row had no subject)."""
+    return None if key is None else Subject(str(key), str(secret))
+
+
+async def lookup_subject(engine: AsyncEngine, user_id: str) -> Subject | None:
+    """The subject of ``user_id`` (key and session secret), or ``None`` if the user never ran (or was erased).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    try:
+        async with engine.connect() as conn:
+            row = (await conn.execute(_by_user(user_id))).first()
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+    return None if row is None else subject_of(*row)
 
 
 async def find_subject(engine: AsyncEngine, user_id: str) -> str | None:
@@ -68,47 +112,55 @@ async def find_subject(engine: AsyncEngine, user_id: str) -> str | None:
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    try:
-        async with engine.connect() as conn:
-            found = await conn.scalar(select(subjects.c.subject_key).where(subjects.c.user_id == user_id))
-    except SQLAlchemyError as exc:
-        raise _unavailable(exc) from exc
-    return str(found) if found is not None else None
+    subject = await lookup_subject(engine, user_id)
+    return None if subject is None else subject.key
 
 
-async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
-    """The subject key of ``user_id``, created on first use; safe under concurrent workers.
+async def ensure_subject(engine: AsyncEngine, user_id: str) -> Subject:
+    """The subject of ``user_id``, created on first use with a random key and session secret; safe under
+    concurrent workers.
 
     Args:
         engine: The state database.
         user_id: The raw user id (exact string).
 
     Returns:
-        The subject key.
+        The subject's key and session secret.
 
     Raises:
         InvalidIdentifier: The id breaks the id rule (:mod:`teamstore.ids`).
         StoreUnavailable: The database could not be reached.
     """
     check_id("user_id", user_id)
-    existing = await find_subject(engine, user_id)
+    existing = await lookup_subject(engine, user_id)
     if existing is not None:
         return existing
     # Workers racing on a new user's first runs must not let the insert fail: Postgres would log the
     # violated key, the raw id, where erasure never reaches. The first insert wins; the others read it.
     stmt = insert_new(engine.dialect.name, subjects).values(
-        user_id=user_id, subject_key=new_subject_key(), created_at=datetime.now(UTC))
+        user_id=user_id, subject_key=new_subject_key(), session_secret=new_session_secret(),
+        created_at=datetime.now(UTC))
     try:
         async with engine.begin() as conn:
             await conn.execute(stmt)
             # A statement of its own: under READ COMMITTED it sees the row the winner committed.
-            found = await conn.scalar(select(subjects.c.subject_key).where(subjects.c.user_id == user_id))
+            row = (await conn.execute(_by_user(user_id))).first()
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
-    if found is None:  # a random key of 128 bits already taken: never seen, but never a silent None
+    if row is None:  # a random key of 128 bits already taken: never seen, but never a silent None
         raise StoreUnavailable("could not create an audit subject: its random key was taken",
                                hint="run again: the next key is drawn afresh")
-    return str(found)
+    return Subject(str(row[0]), str(row[1]))
+
+
+async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
+    """The subject key of ``user_id``, created on first use (:func:`ensure_subject`).
+
+    Raises:
+        InvalidIdentifier: The id breaks the id rule (:mod:`teamstore.ids`).
+        StoreUnavailable: The database could not be reached.
+    """
+    return (await ensure_subject(engine, user_id)).key
 
 
 async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, erasing: bool = False) -> None:
@@ -176,6 +228,10 @@ async def mark_store_erased(engine: AsyncEngine, subject_key: str, store: str) -
                                .values(erased_at=datetime.now(UTC)))
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
+
+
+def _by_user(user_id: str) -> Select[Any]:
+    return select(subjects.c.subject_key, subjects.c.session_secret).where(subjects.c.user_id == user_id)
 
 
 def _unavailable(exc: Exception) -> StoreUnavailable:

@@ -62,7 +62,7 @@ async def load_transcripts(
         KeyDestroyed, KeyUnavailable, PayloadUnreadable: A sealed object does not open.
     """
     from teamstore.audit import outbox
-    from teamstore.audit.subjects import find_subject, session_key
+    from teamstore.audit.subjects import lookup_subject, session_key
     from teamstore.audit.transcripts import session_prefix
     from teamstore.audit.transcripts.pages import newest_runs, one_run
     from teamstore.audit.transcripts.record import RunKeys, sealed_context
@@ -70,11 +70,12 @@ async def load_transcripts(
 
     if run == "":
         raise TranscriptNotFound("--run is empty", hint="give a run id, or omit --run for the newest runs")
-    subject = await find_subject(engine, user)
-    if subject is None:
+    found = await lookup_subject(engine, user)
+    if found is None:
         raise TranscriptNotFound("no audit data for that user", hint="check the user id (matched exactly)")
+    subject = found.key
     service = keys or KeyService.from_settings(engine)
-    run_keys = RunKeys(subject, session_key(subject, session))
+    run_keys = RunKeys(subject, session_key(found.session_secret, session))
 
     async def opener(object_key: str, body: bytes) -> bytes:
         return await service.open(user, body, sealed_context(object_key))

@@ -2,7 +2,8 @@
 
     from teamstore.db.statements import insert_new
 
-    stmt = insert_new(conn.dialect.name, subjects).values(user_id=user, subject_key=key, created_at=now)
+    stmt = insert_new(conn.dialect.name, subjects).values(user_id=user, subject_key=key, session_secret=secret,
+                                                          created_at=now)
     added = (await conn.execute(stmt.returning(subjects.c.subject_key))).first()   # None: the key was taken
 
 On Postgres a statement that breaks a unique key is an ERROR, and the server writes the key's value to its

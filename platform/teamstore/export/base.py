@@ -23,7 +23,7 @@ import gzip
 import json
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Protocol
 
@@ -46,6 +46,8 @@ class ExportContext:
         transcripts: The transcript store.
         user_id: The raw user id, matched exactly.
         subject_key: The user's pseudonymous subject key (``None``: the user never ran with audit, or was erased).
+        session_secret: The subject's session secret (``None`` with the key), to find the session keys of the
+            session ids known; never written to the archive.
         prices: The price table the ledger's costs are worked out with.
         export_id: This export's id (its own record is left out of the user's previous exports).
         keys: Users' data keys: what a store holds sealed is opened before it is written (:meth:`opened`).
@@ -55,6 +57,7 @@ class ExportContext:
     transcripts: TranscriptStore
     user_id: str
     subject_key: str | None
+    session_secret: str | None = field(repr=False)
     prices: PriceTable
     export_id: str
     keys: KeyService | None = None

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.prices import PriceTable
-from teamstore.audit.subjects import find_subject
+from teamstore.audit.subjects import lookup_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.errors import ExportError, ExportFailed, StoreUnavailable, TeamstoreError
 from teamstore.export import requests
@@ -150,14 +150,17 @@ class ExportCoordinator:
         archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"))
         finished = False
         try:
-            subject = await find_subject(self.engine, user_id)
+            found = await lookup_subject(self.engine, user_id)
+            subject = found.key if found is not None else None
             try:
                 started = await requests.open_export(self.engine, export_id, subject, user_id=user_id,
                                                      requested_by=requested_by, operator=ran_by)
             except _STOPS:  # the record may have been written just before the stop
                 await self._stopped(export_id, "as it began")
                 raise
-            ctx = ExportContext(self.engine, self.transcripts, user_id, subject, self.prices, export_id, self.keys)
+            secret = found.session_secret if found is not None else None
+            ctx = ExportContext(self.engine, self.transcripts, user_id, subject, secret, self.prices, export_id,
+                                self.keys)
             manifest = await self._write(ctx, archive, started, ran_by, requested_by)
             finished = True
         finally:

@@ -200,7 +200,9 @@ class SubjectRows:
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
         """Write the mapping, the session ids, the transcript stores and the transcripts written again
         recorded for the subject."""
-        mapping = await read(ctx.engine, select(subjects).where(subjects.c.user_id == ctx.user_id), self.name)
+        m = subjects.c  # never the session secret: it stays in the database, and goes with the subject
+        mapping = await read(ctx.engine, select(m.user_id, m.subject_key, m.created_at)
+                             .where(m.user_id == ctx.user_id), self.name)
         s = subject_sessions.c
         session_ids = await read(ctx.engine, select(s.session_key, s.session_id, s.created_at).where(
             _by_subject(subject_sessions)(ctx)).order_by(s.created_at, s.session_key), self.name)
@@ -250,13 +252,14 @@ async def known_sessions(ctx: ExportContext) -> dict[str, str]:
     """Session key -> session id, for every session of the user whose id is known: recorded beside its key
     with its runs' ledger rows (``ts_subject_sessions``), or held by a state or a quarantined row (runs from
     before that record existed). A deleted or expired session's transcripts and ledger rows are named too."""
-    if ctx.subject_key is None:
+    secret = ctx.session_secret
+    if ctx.subject_key is None or secret is None:
         return {}
     ids: set[str] = set()
     for table in (sessions, quarantine):
         query = select(table.c.session_id).where(table.c.user_id == ctx.user_id).distinct()
         ids |= {row["session_id"] for row in await read(ctx.engine, query, "resume state")}
-    known = {session_key(ctx.subject_key, session_id): session_id for session_id in ids}
+    known = {session_key(secret, session_id): session_id for session_id in ids}
     s = subject_sessions.c
     recorded = await read(ctx.engine, select(s.session_key, s.session_id).where(s.subject_key == ctx.subject_key),
                           "the session ids")
