@@ -29,7 +29,7 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.erasure import RequestStatus
 from teamstore.errors import ErasureInProgress, StaleStateVersion
-from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
+from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, drain_observers
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
 from teamstore.memory.schema import facts, memories
@@ -227,6 +227,7 @@ async def test_a_session_saved_before_it_lost_its_lease_to_an_erasure_starts_no_
         async with platform.session("uma", "s1", team="support_triage") as s:
             await s.run("my router drops every evening")
             await s.save()  # the state is saved: leaving the block has only the lease to give back
+            await drain_observers(platform.observers)  # the run's audit writes done: none holds SQLite's lock
             _hung_while_erased(backend[0], folder, "uma")
     await platform.drain_memory()
     await _nothing_of_theirs(state_engine, folder, "uma")
