@@ -548,6 +548,79 @@ async def test_a_run_whose_worker_died_after_recording_it_before_its_save_is_con
     assert header["interruptions"] == 0
 
 
+class _Records:
+    """An audit observer that keeps each run's end as the observers were handed it (to send a record again)."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[Any, Any]] = []
+
+    async def run_started(self, ctx: Any) -> None: ...
+
+    async def on_item(self, ctx: Any, item: Any) -> None: ...
+
+    async def run_finished(self, ctx: Any, outcome: Any) -> None:
+        self.ended.append((ctx, outcome))
+
+
+async def _dies_before_its_save(platform: Platform, monkeypatch: pytest.MonkeyPatch, *, continuing: bool) -> str:
+    """Run the task (or continue the interrupted run) to its end in ``platform``, its record written; the worker
+    dies in the save after it, which would have cleared the checkpoint. Returns the run's id."""
+    save = platform.store.save
+
+    async def killed(*args: Any, **kwargs: Any) -> int:
+        raise _Killed
+
+    monkeypatch.setattr(platform.store, "save", killed)
+    with pytest.raises(_Killed):
+        async with platform.session("alice", "s1", team=TEAM, continuing=continuing) as s:
+            await (s.continue_run() if continuing else s.run(TASK))
+            run_id = s.last_run_id
+    monkeypatch.setattr(platform.store, "save", save)
+    assert run_id is not None
+    return run_id
+
+
+async def test_every_take_up_of_a_run_whose_continuation_died_before_its_save_is_on_record_once(
+    backend: tuple[str, str], tmp_path: Path, registry_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first worker and then the first continuation both ended the run, recorded it, and died before the save
+    # that clears the checkpoint (still turn 5's). The second continuation took it up from that checkpoint as the
+    # same attempt as the first: its ledger rows met the first continuation's key and its turn 6 went unrecorded.
+    from teamstore.audit.observer import LedgerObserver
+
+    url, lease = backend
+    await prepare(url, lease)
+    register(Registry(registry_path, create=True))
+    settings = Settings(home=tmp_path / "home", registry_path=registry_path, database_url=url, auto_migrate=True,
+                        registry_refresh_seconds=0, session_lease=lease)
+    records = _Records()
+    with counted_calls(monkeypatch) as calls:
+        async with open_platform(settings) as first:
+            run_id = await _dies_before_its_save(first, monkeypatch, continuing=False)
+        for _ in range(2):  # a continuation dies the same way, twice over
+            async with open_platform(settings) as next_worker:
+                next_worker.observers.append(records)
+                assert await _dies_before_its_save(next_worker, monkeypatch, continuing=True) == run_id
+        async with open_platform(settings) as last:
+            async with last.session("alice", "s1", team=TEAM, continuing=True) as s:
+                assert s.interrupted is not None and s.interrupted.last_turn == TURNS - 1
+                await s.continue_run()
+            rows = await _ledger(last, run_id)
+            ledger = next(o for o in last.observers if isinstance(o, LedgerObserver))
+            for ctx, outcome in records.ended:  # each continuation's record, sent again
+                await ledger.run_finished(ctx, outcome)
+            again = await _ledger(last, run_id)
+            report = await query_costs(last.engine, load_prices(), by="session")
+            header, _ = await _transcript(last, run_id)
+    assert calls.made == TURNS + 3  # the last turn, once by each of the three take-ups
+    assert sum(r.calls for r in rows) == calls.made
+    assert sorted((r.attempt, r.interruptions, r.calls) for r in rows if r.attempt) == [(1, 1, 1), (2, 2, 1), (3, 3, 1)]
+    assert sorted(tuple(r) for r in again) == sorted(tuple(r) for r in rows)  # a record sent again adds nothing
+    assert report.total.calls == calls.made and report.total.runs_interrupted == 1
+    assert header["interruptions"] == 0  # the transcript is the first attempt's, written once
+    assert len([p for p in (tmp_path / "home").rglob(f"{run_id}*") if p.is_file()]) == 1
+
+
 class _Versions:
     """A versioned bucket on the S3 endpoint, and the versions of a run's transcript it holds."""
 

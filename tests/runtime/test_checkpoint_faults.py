@@ -229,6 +229,27 @@ async def test_a_continued_run_stopped_at_a_checkpoint_says_the_one_it_continued
         assert s.interrupted is not None and s.interrupted.last_turn == 2
 
 
+async def test_a_take_up_whose_checkpoint_cannot_be_written_back_runs_nothing_and_the_run_still_waits(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    real = platform.store.checkpoint
+
+    async def down(*args: Any, **kwargs: Any) -> int:
+        raise StoreUnavailable("the database went away", hint="check the database")
+
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            monkeypatch.setattr(platform.store, "checkpoint", down)
+            with pytest.raises(StoreUnavailable):
+                await s.continue_run()
+            assert calls.made == 0 and s.interrupted is not None and s.interrupted.last_turn == 2
+            monkeypatch.setattr(platform.store, "checkpoint", real)
+            result = await s.continue_run()  # the database is back: the same block takes the run up
+    assert len(result.messages) == 7 and calls.made == 4  # turn 3 again, then turns 4 to 6
+
+
 async def test_a_database_down_at_a_checkpoint_stops_the_run_with_a_typed_error_and_keeps_the_last_one(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

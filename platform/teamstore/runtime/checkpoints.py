@@ -6,6 +6,7 @@ to a freshly built team so the run goes on where it stopped.
     text = encode_checkpoint(built, progress, await team.save_state(), turn=3, calls=calls)  # after turn 3
     found = judge_checkpoint(row, built, agentchat_version)   # Checkpoint, or (refusal, detail); never raises
     so_far = await apply_checkpoint(built, found)             # the run's messages before the interruption
+    text = encode_take_up(built, found)                       # the same, as the attempt taking it up
 
 What a checkpoint holds (docs/checkpoints.md): the state of every participant (persisted or not: the run
 goes on with all of them) and of the group chat manager, whose thread is cut to this run's messages (the
@@ -44,7 +45,7 @@ class InterruptedRun:
     Attributes:
         run_id: The run's id (the one its transcript, ledger rows and spans carry).
         last_turn: The last turn it completed (1 for the first turn after the task).
-        interruptions: How many times it was continued before (0: it was interrupted once, now).
+        interruptions: How many times it was taken up again before (0: it was interrupted once, now).
         started_at: When the run started.
         team_version: The definition version that ran it (and alone can continue it).
     """
@@ -131,6 +132,15 @@ def encode_checkpoint(
     }
     check_json(payload, "checkpoint")
     return encode(payload)
+
+
+def encode_take_up(built: BuiltTeam, checkpoint: Checkpoint) -> str:
+    """``checkpoint`` as the attempt taking it up writes it back before it makes any model call: the same run,
+    turn, states and calls, with one more take-up counted. A worker that dies in this attempt, even after it
+    recorded the run, leaves a checkpoint whose next take-up is an attempt of its own (docs/checkpoints.md,
+    "The audit side")."""
+    return encode_checkpoint(built, checkpoint.progress, {"agent_states": checkpoint.agent_states},
+                             checkpoint.run.last_turn, [])
 
 
 def _manager_name(agent_states: Mapping[str, Any], built: BuiltTeam) -> str:

@@ -49,7 +49,7 @@ from teamstore.errors import (
 from teamstore.events import RunContext, RunObserver, RunOutcome
 from teamstore.memory.writer import Said
 from teamstore.runtime import interruptions
-from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint
+from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint, encode_take_up
 from teamstore.runtime.deps import LeaseKeeper, SessionDeps, checkpoint_record, save_record
 from teamstore.runtime.memory import MemoryBinding, rebind_memory
 from teamstore.runtime.resume import ResumeOutcome, apply_states, snapshot
@@ -238,6 +238,8 @@ class SessionRuns:
             NoInterruptedRun: The session has no interrupted run.
             StateRejected: AutoGen refused the checkpoint's states after all (``corrupt``): it is set aside,
                 and the session goes on from the state before the run.
+            StoreUnavailable, StaleStateVersion, ErasureInProgress: The checkpoint could not be written back with
+                this take-up counted: nothing ran, and the run is still interrupted.
             Otherwise as :meth:`run`.
         """
         return await final_result(self.continue_run_stream())
@@ -360,9 +362,23 @@ class SessionRuns:
             await self._rebuild()
             raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
                                            "its checkpoint was set aside") from exc
+        await self._count_take_up(checkpoint)
         self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
         self._run_ended("continued")
         return TakenUp(checkpoint, so_far)
+
+    async def _count_take_up(self, checkpoint: Checkpoint) -> None:
+        """Write the checkpoint back with this take-up counted, before the continuation makes any model call: the
+        ledger keys a run's rows by the attempt (the checkpoint's count of take-ups), and a continuation that
+        recorded the run and died before the save that clears it would otherwise leave the next take-up its own
+        number, that one's calls skipped as recorded. On failure nothing ran and the run is still interrupted.
+        """
+        try:
+            async with self._writing:
+                await to_the_end(self.write_checkpoint(encode_take_up(self._built, checkpoint)))
+        except BaseException:
+            self._stale = True  # the checkpoint is loaded into the team: built again before what comes next
+            raise
 
     def _run_ended(self, how: str, *, refused: Refusal | None = None) -> None:
         """The interrupted run the session opened with no longer waits: :attr:`resume` says so."""
