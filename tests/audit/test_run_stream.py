@@ -184,7 +184,7 @@ async def test_a_streaming_consumer_cancelled_again_and_again_still_puts_the_sto
 
 
 async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts_apart_in_cost(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, otlp_env: OtlpReceiver
 ) -> None:
     with counted_calls(monkeypatch) as calls, caplog.at_level(logging.ERROR, "autogen_core"):
         calls.fail_at = 4
@@ -207,6 +207,11 @@ async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts
     assert {r.interruptions for r in rows} == {1}
     report = await query_costs(platform.engine, load_prices(), by="session")
     assert report.total.runs_interrupted == 1 and report.total.runs_limited == 1  # it ends at its message cap
+    # One span per call, those the checkpoint carried told apart by the attempt that made them.
+    spans = otlp_env.wait_for(lambda s: len([x for x in s if x["name"].startswith("chat ")]) >= TURNS + 1)
+    (run,) = [x for x in spans if x["attributes"].get("teamstore.run_id") == run_id]
+    chats = [x["attributes"] for x in spans if x["parent_span_id"] == run["span_id"]]
+    assert sorted((a["teamstore.attempt"], a["teamstore.carried"]) for a in chats) == [(0, True)] * 4 + [(1, False)] * 3
 
 
 async def _interrupted(platform: Platform, monkeypatch: pytest.MonkeyPatch, session: str = "s1") -> str:

@@ -214,8 +214,10 @@ def genai_call_attributes(call: ModelCall) -> dict[str, Any]:
     return attributes
 
 
-def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
-    """A model-call span's attributes."""
+def call_attributes(call: ModelCall, keys: RunKeys, attempt: int = 0) -> dict[str, Any]:
+    """A model-call span's attributes, in the record of attempt ``attempt`` at its run: the attempt that made the
+    call (``teamstore.attempt``), and whether an earlier one did and the record carries it from the run's
+    checkpoint (``teamstore.carried``; docs/checkpoints.md, "The audit side")."""
     attributes: dict[str, Any] = {
         **genai_call_attributes(call),
         "gen_ai.agent.name": call.agent,
@@ -223,6 +225,8 @@ def call_attributes(call: ModelCall, keys: RunKeys) -> dict[str, Any]:
         "gen_ai.usage.output_tokens": call.output_tokens,
         "gen_ai.conversation.id": keys.session_key,
         "teamstore.purpose": call.purpose,
+        "teamstore.attempt": call.attempt,
+        "teamstore.carried": call.attempt < attempt,
     }
     if call.finish_reason is not None:
         attributes["gen_ai.response.finish_reasons"] = [call.finish_reason]
@@ -244,13 +248,15 @@ def emit_run_spans(tracer: trace.Tracer, ctx: RunContext, outcome: RunOutcome, k
         start_time=_ns(ctx.started_at),
         attributes=run_attributes(ctx, outcome, keys),
     )
-    _emit_calls(tracer, run_span, outcome.model_calls, keys)
+    _emit_calls(tracer, run_span, outcome.model_calls, keys, ctx.interruptions)
     if outcome.error is not None:
         run_span.set_status(Status(StatusCode.ERROR))
     run_span.end(end_time=_ns(outcome.finished_at))
 
 
-def _emit_calls(tracer: trace.Tracer, parent_span: trace.Span, calls: list[ModelCall], keys: RunKeys) -> None:
+def _emit_calls(
+    tracer: trace.Tracer, parent_span: trace.Span, calls: list[ModelCall], keys: RunKeys, attempt: int
+) -> None:
     parent = trace.set_span_in_context(parent_span)
     for call in calls:
         span = tracer.start_span(
@@ -258,7 +264,7 @@ def _emit_calls(tracer: trace.Tracer, parent_span: trace.Span, calls: list[Model
             context=parent,
             kind=SpanKind.CLIENT,
             start_time=_ns(call.started_at),
-            attributes=call_attributes(call, keys),
+            attributes=call_attributes(call, keys, attempt),
         )
         if call.error is not None:
             span.set_status(Status(StatusCode.ERROR))
@@ -288,7 +294,7 @@ def emit_later_spans(tracer: trace.Tracer, ctx: RunContext, later: LaterCalls, k
         attributes["error.type"] = later.error_type
     span = tracer.start_span(f"{later.purpose} {ctx.team}", kind=SpanKind.INTERNAL,
                              start_time=_ns(later.started_at), attributes=attributes)
-    _emit_calls(tracer, span, later.calls, keys)
+    _emit_calls(tracer, span, later.calls, keys, ctx.interruptions)
     if later.error_type is not None:
         span.set_status(Status(StatusCode.ERROR))
     span.end(end_time=_ns(later.finished_at))
