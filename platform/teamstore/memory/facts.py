@@ -81,17 +81,23 @@ def check_names(scope: str | None = None, fact: str | None = None) -> None:
 
     Raises:
         InvalidIdentifier: ``scope`` is not a team name (1-64 lowercase letters, digits, '_' or '-'), or
-            ``fact`` not a fact name (1-64 lowercase letters, digits or '_', starting with a letter).
+            ``fact`` not a fact name (1-64 lowercase letters, digits or '_', starting with a letter); either is not
+            a string.
     """
-    if scope is not None and not NAME_PATTERN.fullmatch(scope):
+    if scope is not None and not (isinstance(scope, str) and NAME_PATTERN.fullmatch(scope)):
         raise InvalidIdentifier(
-            f"scope {scope[:80]!r} is no memory scope: a scope is a team's name or the one teams declare they share",
+            f"scope {_shown(scope)} is no memory scope: a scope is a team's name or the one teams declare they share",
             hint="use 1-64 lowercase letters, digits, '_' or '-' (`teamstore memory show --user ...` lists the scopes)")
-    if fact is not None and not FACT_NAME.fullmatch(fact):
+    if fact is not None and not (isinstance(fact, str) and FACT_NAME.fullmatch(fact)):
         raise InvalidIdentifier(
-            f"fact {fact[:80]!r} is no fact name a team can declare",
+            f"fact {_shown(fact)} is no fact name a team can declare",
             hint="use 1-64 lowercase letters, digits or '_', starting with a letter "
             "(`teamstore memory show --user ...` lists the facts kept)")
+
+
+def _shown(name: object) -> str:
+    """A refused scope or fact name as a message quotes it: text cut to 80 characters, anything else by its type."""
+    return repr(name[:80]) if isinstance(name, str) else f"of type {type(name).__name__}"
 
 
 def unicode(text: str) -> bool:
