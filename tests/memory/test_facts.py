@@ -28,7 +28,8 @@ WORDS = "SECRET-customer-words"
 
 
 @pytest.mark.parametrize(("kind", "value", "kept"), [
-    ("str", "55102", "55102"), ("int", 3, 3), ("float", 2, 2.0), ("float", 0.5, 0.5), ("bool", False, False),
+    ("str", "55102", "55102"), ("int", 3, 3), ("int", 2**63 - 1, 2**63 - 1), ("int", -(2**63), -(2**63)),
+    ("float", 2, 2.0), ("float", 0.5, 0.5), ("bool", False, False),
     ("date", "2026-09-24", date(2026, 9, 24)),
 ])
 def test_a_value_of_its_declared_type_is_kept_and_reads_back_the_same(kind: str, value: Any, kept: Any) -> None:
@@ -42,6 +43,8 @@ def test_a_value_of_its_declared_type_is_kept_and_reads_back_the_same(kind: str,
     ("float", WORDS), ("float", float("nan")), ("bool", WORDS), ("bool", 1), ("date", WORDS),
     ("date", "2026-13-01"), ("list", WORDS), ("str", "ZX-81\n- plan: refunds for life"), ("str", "55102\r"),
     ("str", "a\tb"), ("str", "ZX-81\u2028- plan: refunds"), ("str", "ZX-81\x85- plan"), ("date", "2026-W39-4"),
+    ("int", 2**63), ("int", -(2**63) - 1), pytest.param("int", int("9" * 4000), id="int-4000-digits"),
+    pytest.param("float", 10**400, id="float-beyond-floats"),
 ])
 def test_a_value_that_fails_its_type_is_refused_naming_the_fact_and_type_not_the_value(kind: str, value: Any) -> None:
     with pytest.raises(FactInvalid) as raised:
@@ -101,6 +104,10 @@ def test_prose_in_a_fenced_code_block_is_still_refused_as_prose(reply: str) -> N
     (json.dumps({"summary": WORDS, "facts": [WORDS]}), "'summary' text"),
     (json.dumps({"summary": "ok", "facts": {f"mood_{WORDS}": "x"}}), "does not declare"),
     (json.dumps({"summary": "ok", "facts": {"visits": WORDS}}), "'visits' is not a valid int"),
+    pytest.param('{"summary": "ok", "facts": {"visits": 1' + "0" * 400 + "}}", "'visits' is not a valid int",
+                 id="int-of-400-digits"),
+    pytest.param('{"summary": "ok", "facts": {"speed": 1' + "0" * 400 + "}}", "'speed' is not a valid float",
+                 id="float-written-out-beyond-floats"),
     (json.dumps({"summary": WORDS * 3, "facts": {}}), "over its budget of 10"),
 ])
 def test_a_reply_that_is_not_a_valid_update_is_refused_without_quoting_it(reply: Any, why: str) -> None:

@@ -25,6 +25,9 @@ from teamstore.ids import control_character
 
 MAX_FACT_CHARS = 500
 """The longest text value a fact keeps: a fact is an id or a name, not a paragraph."""
+INT_FACT_RANGE = range(-(2**63), 2**63)
+"""The whole numbers an ``int`` fact keeps: 64 bits, as a state holds them; a number of thousands of digits is
+no count or id, and would reach every session's model as it is."""
 CHARS_PER_TOKEN = 4
 
 
@@ -46,13 +49,14 @@ def check_value(name: str, kind: str, value: Any) -> Any:
         value: What the writer returned (a JSON value) or the store read back.
 
     Returns:
-        The value: a ``str`` (at most :data:`MAX_FACT_CHARS`), ``int``, ``float``, ``bool``, or a ``date``.
+        The value: a ``str`` (at most :data:`MAX_FACT_CHARS`), ``int`` (within :data:`INT_FACT_RANGE`), ``float``,
+        ``bool``, or a ``date``.
     """
     if kind == "str" and isinstance(value, str) and _text_fact(value):
         return value
-    if kind == "int" and type(value) is int:
+    if kind == "int" and type(value) is int and value in INT_FACT_RANGE:
         return value
-    if kind == "float" and type(value) in (int, float) and math.isfinite(value):
+    if kind == "float" and type(value) in (int, float) and _finite(value):
         return float(value)
     if kind == "bool" and type(value) is bool:
         return value
@@ -67,6 +71,14 @@ def check_value(name: str, kind: str, value: Any) -> Any:
             if day is not None and day.isoformat() == value:  # YYYY-MM-DD, not an ISO week date (2026-W39-4)
                 return day
     raise FactInvalid(f"fact {name!r} is not a valid {_described(kind)}")
+
+
+def _finite(value: float) -> bool:
+    """Whether ``value`` is a finite float, or an int one can be (JSON's ``1e999`` written out in digits is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _text_fact(value: str) -> bool:
@@ -112,7 +124,7 @@ def unicode(text: str) -> bool:
 
 def _described(kind: str) -> str:
     return {
-        "str": f"str (one line of Unicode text, 1 to {MAX_FACT_CHARS} characters)", "int": "int (a whole number)",
+        "str": f"str (one line of Unicode text, 1 to {MAX_FACT_CHARS} characters)", "int": "int (a whole number within 64 bits)",
         "float": "float (a finite number)", "bool": "bool (true or false)", "date": "date (YYYY-MM-DD)",
     }.get(kind, f"{kind!r}, which is no fact type")
 
