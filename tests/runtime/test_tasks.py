@@ -12,7 +12,8 @@ from teamstore.runtime.tasks import check_task
 @pytest.mark.parametrize(
     "task",
     [None, "My router drops", " hi ", "x" * 500, "ü" * 250, TextMessage(source="user", content="hi"),
-     [TextMessage(source="user", content="a"), MultiModalMessage(source="user", content=["b"])]],
+     [TextMessage(source="user", content="a"), MultiModalMessage(source="user", content=["b"])],
+     [TextMessage(source="user", content=""), TextMessage(source="user", content="a")]],
 )
 def test_what_autogen_takes_passes(task: object) -> None:
     check_task(task, max_bytes=500)
@@ -33,6 +34,9 @@ def test_what_autogen_takes_passes(task: object) -> None:
         ("x" * 201, "201 bytes; the limit is 200"),
         ("ü" * 101, "202 bytes"),  # measured in UTF-8, not in characters
         (TextMessage(source="user", content="\ud800"), "message 0 (TextMessage)"),
+        (TextMessage(source="user", content=""), "the task's message is empty or only whitespace"),
+        ([TextMessage(source="user", content=" "), TextMessage(source="agent", content="\n")],
+         "the task's messages are empty or only whitespace"),
         ([TextMessage(source="user", content="x" * 150)] * 2, "messages are"),
     ],
 )

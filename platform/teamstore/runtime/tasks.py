@@ -7,7 +7,8 @@
 
 A task is what AutoGen's ``run()`` takes: text, one AgentChat message, a list of them, or ``None`` to
 continue without a new one. Text must say something (empty or only whitespace, what an unset shell
-variable gives, would spend the team's model calls on no request), be valid Unicode (a lone surrogate, what
+variable gives, would spend the team's model calls on no request; so would messages that are all text
+messages of no text), be valid Unicode (a lone surrogate, what
 a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model) and be at most
 ``max_bytes`` in UTF-8; a message is measured as its JSON (images included).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autogen_agentchat.messages import BaseChatMessage
+from autogen_agentchat.messages import BaseChatMessage, BaseTextChatMessage
 from pydantic_core import PydanticSerializationError
 
 from teamstore.errors import InvalidTask
@@ -30,8 +31,8 @@ def check_task(task: Any, max_bytes: int) -> None:
     """Refuse a task AutoGen would refuse or teamstore could not keep.
 
     Raises:
-        InvalidTask: Not text, a message or a list of messages; text empty or only whitespace, or holding a
-            lone surrogate; over ``max_bytes``.
+        InvalidTask: Not text, a message or a list of messages; text empty or only whitespace (or every
+            message a text message that is), or holding a lone surrogate; over ``max_bytes``.
     """
     if task is None:
         return
@@ -53,6 +54,11 @@ def check_task(task: Any, max_bytes: int) -> None:
         raise InvalidTask(
             f"a task is text, an AgentChat message or a non-empty list of them; got {_describe(task)}",
             hint="pass the user's text as a str",
+        )
+    if all(isinstance(m, BaseTextChatMessage) and not m.content.strip() for m in messages):
+        raise InvalidTask(
+            f"the task's {'message is' if len(messages) == 1 else 'messages are'} empty or only whitespace",
+            hint="pass the user's message (a form field left empty or unset gives none)",
         )
     size = 0
     for i, message in enumerate(messages):
