@@ -5,7 +5,7 @@ with their leases given back and nothing half-written."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,25 @@ async def test_a_closed_platform_says_it_has_closed_and_that_a_lifespan_builds_i
             pytest.fail("a session opened on a closed platform")
     assert "has closed" in info.value.message and "closing" not in info.value.message
     assert "per lifespan" in (info.value.hint or "")
+
+
+async def test_a_closed_platform_does_not_open_again_nor_take_a_call_on_its_closed_store(platform: Platform) -> None:
+    # Each went on against the disposed engine, which opened a new pool that nothing would close; entering it again
+    # succeeded, and the first session then said the platform had closed.
+    async with platform.session(*KEY.__dict__.values(), team=TEAM_REF) as s:
+        await s.run("My router ZX-81 drops every evening")
+    await platform.aclose()
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "it does not open again": platform.__aenter__,
+        "it deletes no session": lambda: platform.delete_session(*KEY.__dict__.values()),
+        "it shows no memory": lambda: platform.show_memory(KEY.user_id),
+        "it forgets no memory": lambda: platform.forget_memory(KEY.user_id),
+        "it restores no state": lambda: platform.restore_quarantined(1),
+    }
+    for what, call in calls.items():
+        with pytest.raises(PlatformClosed, match=f"the platform has closed: {what}") as info:
+            await call()
+        assert "per lifespan" in (info.value.hint or "")
 
 
 async def test_a_session_open_past_the_wait_writes_nothing_and_its_lease_is_free(

@@ -107,20 +107,29 @@ class OpenSessions:
         Raises:
             PlatformClosed: The platform is closing.
         """
+        self.refuse_once_closing("no session opens on it")
+        self._open[session] = cut_off
+        self._none_open.clear()
+
+    def refuse_once_closing(self, what: str) -> None:
+        """Refuse what the platform was asked (``what`` it does not do) once its close has begun: its store, and
+        the engine under it, are being closed (or are), and nothing would close what a call opened on them again.
+
+        Raises:
+            PlatformClosed: The platform is closing, or has closed.
+        """
         if self.closed:
             raise PlatformClosed(
-                "the platform has closed: no session opens on it",
+                f"the platform has closed: {what}",
                 hint="a platform is not opened again once closed: build one per lifespan (open_platform() "
-                "inside it, not at import) and open the session on a platform that is running",
+                "inside it, not at import) and use a platform that is running",
             )
         if self.closing:
             raise PlatformClosed(
-                "the platform is closing: no session opens on it",
+                f"the platform is closing: {what}",
                 hint="a service stops taking requests before it closes its platform (its lifespan's end); "
-                "open the session on a platform that is running",
+                "use a platform that is running",
             )
-        self._open[session] = cut_off
-        self._none_open.clear()
 
     def leave(self, session: object) -> None:
         """``session`` has ended (or did not open)."""

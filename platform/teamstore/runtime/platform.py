@@ -298,7 +298,9 @@ class Platform:
         Raises:
             QuarantineNotFound, StaleStateVersion, SessionBusy, ErasureInProgress, StoreUnavailable: see
                 :meth:`teamstore.state.base.StateStore.restore_quarantined`.
+            PlatformClosed: :meth:`aclose` has begun.
         """
+        self._sessions.refuse_once_closing("it restores no state")
         found = await self.store.get_quarantined(quarantine_id)
         ttl_days = self.settings.state_ttl_days if found is None else await self._ttl_days(found.team, found.team_version)
         return await self.store.restore_quarantined(
@@ -322,9 +324,10 @@ class Platform:
         transcript, the model calls it paid for to the ledger.
 
         Raises:
-            InvalidIdentifier, SessionBusy, ErasureInProgress, StoreUnavailable.
+            InvalidIdentifier, SessionBusy, ErasureInProgress, StoreUnavailable, PlatformClosed.
         """
         key = SessionKey(check_id("user_id", user_id), check_id("session_id", session_id))
+        self._sessions.refuse_once_closing("it deletes no session")
         return await self.store.delete_session(key, wait_seconds=self.settings.lease_timeout_seconds,
                                                ending=interruptions.ending(self.observers, "deleted"))
 
@@ -334,8 +337,9 @@ class Platform:
         facts left over from a memory that no longer exists are not (the user's export holds them until swept).
 
         Raises:
-            InvalidIdentifier (the user id, or a ``team`` no scope can be named), StoreUnavailable.
+            InvalidIdentifier (the user id, or a ``team`` no scope can be named), StoreUnavailable, PlatformClosed.
         """
+        self._sessions.refuse_once_closing("it shows no memory")
         return await self.memory.store.show(user_id, team)
 
     async def forget_memory(self, user_id: str, *, team: str | None = None, fact: str | None = None) -> Forgotten:
@@ -343,8 +347,9 @@ class Platform:
 
         Raises:
             InvalidIdentifier (the user id, or a ``team`` or ``fact`` no manifest can declare), MemoryNotFound (a
-            named fact is not kept), StoreUnavailable.
+            named fact is not kept), StoreUnavailable, PlatformClosed.
         """
+        self._sessions.refuse_once_closing("it forgets no memory")
         return await self.memory.store.forget(user_id, scope=team, fact=fact)
 
     async def drain_memory(self) -> None:
@@ -389,7 +394,12 @@ class Platform:
 
     async def __aenter__(self) -> Platform:
         """Check the database as a worker starts (:meth:`ensure_schema`); a start refused closes the platform
-        (:meth:`aclose`) before it raises, as the caller gets no platform to close."""
+        (:meth:`aclose`) before it raises, as the caller gets no platform to close.
+
+        Raises:
+            PlatformClosed: The platform has been closed (or is closing): it does not open again.
+        """
+        self._sessions.refuse_once_closing("it does not open again")
         try:
             await self.ensure_schema()
         except BaseException:
