@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
-from teamstore.audit import outbox
+from teamstore.audit import claims, outbox
 from teamstore.audit.observer import LedgerObserver, TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.sealing import seal_stored_transcripts
@@ -216,9 +216,10 @@ async def test_an_upload_that_may_land_past_the_wait_fails_the_erasure_and_keeps
 ) -> None:
     subject, secret = await ensure_subject(engine, "wyn")
     keys = RunKeys(subject, session_key(secret, "s1"))
-    lands_by = datetime.now(UTC) + timedelta(seconds=2)
     await outbox.enqueue(engine, "run-wyn", run_key(keys, "run-wyn"), subject, b"CANARY", "S3 left it unanswered",
-                         claim=outbox.Claim("worker-1", lands_by))
+                         claim=outbox.Claim("worker-1", timedelta(seconds=2)))
+    lands_by = await claims.in_doubt_until(engine, subject)
+    assert lands_by is not None
     folder = LocalTranscriptStore(tmp_path / "transcripts")
 
     failed = await coordinator(engine, folder, upload_wait_seconds=0.3).run("wyn", request_id="req-882")

@@ -160,7 +160,7 @@ async def test_a_transcript_is_never_queued_for_a_subject_an_erasure_deleted(
         await outbox.enqueue(engine, "run-1", f"subjects/{subject}/s/run-1.jsonl.gz", subject, b"sealed", "down")
     assert await _count(engine, outbox_table, outbox_table.c.subject_key == subject) == 0
     # An upload that may still land is recorded (its sender deletes it when it lands), without the transcript.
-    claim = outbox.Claim(new_owner(), outbox.may_land_until(60))
+    claim = outbox.Claim(new_owner(), outbox.may_land_for(60))
     with pytest.raises(ErasureInProgress):
         await outbox.enqueue(engine, "run-2", f"subjects/{subject}/s/run-2.jsonl.gz", subject, b"sealed", "late",
                              claim)

@@ -1,14 +1,12 @@
 """Workers on hosts whose clocks disagree still exclude each other on Postgres: every lease and expiry is
-written and compared on the server's clock. A skewed host is this process with the clock the state store
-reads moved (the database's own clock is left alone); the worker holding the session runs before the move."""
+written and compared on the server's clock. A skewed host is this process with its clock moved
+(:func:`tests.clocks.host_clock`); the worker holding the session runs before the move."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -19,8 +17,9 @@ from teamstore.db.engine import create_engine
 from teamstore.errors import SessionBusy
 from teamstore.state.base import Claim, SessionKey, StateStore
 from teamstore.state.factory import store_for
-from teamstore.state.schema import sessions
+from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sweep import sweep_expired_sessions
+from tests.clocks import host_clock
 from tests.conftest import prepare
 from tests.state.test_store_conformance import record
 
@@ -29,22 +28,6 @@ CLAIM = Claim("support_triage", "v1", 1, "0.7.5", {"researcher": "fp-1"})
 KEY = SessionKey("alice", "s1")
 SKEW = timedelta(minutes=6)
 LEASE_TTL = 300.0  # the default lease: shorter than the skew
-
-
-@contextmanager
-def host_clock(offset: timedelta) -> Iterator[None]:
-    """The clock the state store reads on this host, ``offset`` away from the database's."""
-    real = clock.now_utc
-
-    def skewed() -> datetime:
-        return real() + offset
-
-    readers = [module for name, module in list(sys.modules.items())
-               if name.startswith("teamstore") and getattr(module, "now_utc", None) is real]
-    with pytest.MonkeyPatch.context() as patch:
-        for module in readers:
-            patch.setattr(module, "now_utc", skewed)
-        yield
 
 
 @pytest.fixture
@@ -156,3 +139,14 @@ async def test_an_expiry_saved_on_a_skewed_host_counts_from_the_database_clock(
     finally:
         await store.aclose()
         await engine.dispose()
+
+
+async def test_a_state_quarantined_on_a_host_whose_clock_runs_behind_is_stamped_on_the_database_clock(
+    engine: AsyncEngine, worker: StateStore
+) -> None:
+    row = await worker.acquire(KEY, CLAIM, owner="a", lease_ttl=LEASE_TTL, wait_seconds=0)
+    with host_clock(-SKEW):  # its retention counts from the stamp: a sweep on another host reads it
+        await worker.quarantine(row, owner="a", reason="corrupt", detail="test")
+    async with engine.connect() as conn:
+        age = (await conn.execute(select(func.now() - quarantine.c.quarantined_at))).scalar_one()
+    assert timedelta(0) <= age < timedelta(seconds=5)

@@ -3,11 +3,11 @@
     from teamstore.audit import claims
 
     owner = claims.new_owner()
-    row = await claims.claim_next(engine, owner, until)        # the oldest queued transcript nobody else holds
-    await claims.renew(engine, row.run_id, owner, later)        # while its PUT is still on its way
-    await claims.settle(engine, row.run_id, owner, until=None)  # the PUT failed and stored nothing
+    row = await claims.claim_next(engine, owner, lasting)       # the oldest queued transcript nobody else holds
+    await claims.renew(engine, row.run_id, owner, lasting)      # while its PUT is still on its way
+    await claims.settle(engine, row.run_id, owner, None)        # the PUT failed and stored nothing
     await claims.in_doubt_until(engine, subject_key)            # an erasure: when its last upload may land
-    await claims.hold(engine, record_id, key, subject_key, owner, until)  # an upload from outside the outbox
+    await claims.hold(engine, record_id, key, subject_key, owner, lasting)  # an upload from outside the outbox
 
 A claim does two jobs. It lets one flusher deliver a row while the others skip it (two ``teamstore
 transcripts flush`` runs, or a worker's background flush beside one, each delivered every row). And it keeps
@@ -20,7 +20,9 @@ keys migrate`` writing a stored transcript again) before it starts.
 
 Claiming is one statement on both databases: an ``UPDATE`` of the oldest claimable row, whose choice skips
 rows other flushers have locked on Postgres (``FOR UPDATE SKIP LOCKED``); SQLite runs the whole statement
-under its one write lock.
+under its one write lock. A claim is given as a length (``lasting``): its end is written, and every claim
+checked, on the database's clock (:func:`teamstore.db.clock.shared_now`: on Postgres the server's), so
+flushers, workers and erasures on hosts whose clocks disagree still agree on which claims stand.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, and_, delete, exists, func, insert, or_, select, update
@@ -39,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, subjects
 from teamstore.db import fence
-from teamstore.db.clock import now_utc, utc
+from teamstore.db.clock import now_utc, shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
 from teamstore.errors import StoreUnavailable
 
@@ -77,13 +79,13 @@ async def _run(what: str, fn: Callable[[], Awaitable[T]]) -> T:
         ) from exc
 
 
-async def claim_next(engine: AsyncEngine, owner: str, until: datetime) -> Queued | None:
+async def claim_next(engine: AsyncEngine, owner: str, lasting: timedelta) -> Queued | None:
     """Claim the oldest queued transcript that nobody holds and no erasure fences, with its body.
 
     Args:
         engine: The state database.
         owner: From :func:`new_owner`.
-        until: When the claim passes if it is never renewed or settled.
+        lasting: How long from now the claim lasts if it is never renewed or settled.
 
     Returns:
         The row, or ``None`` when none is left to claim.
@@ -91,15 +93,16 @@ async def claim_next(engine: AsyncEngine, owner: str, until: datetime) -> Queued
     Raises:
         StoreUnavailable: The database failed.
     """
-    now = now_utc()
+    dialect = engine.dialect.name
+    now = shared_now(dialect)
     queued = outbox.alias("queued")
     oldest = select(queued.c.run_id).where(_claimable(queued, now)).order_by(queued.c.created_at).limit(1)
-    if engine.dialect.name == "postgresql":
+    if dialect == "postgresql":
         oldest = oldest.with_for_update(skip_locked=True)
     stmt = (
         update(outbox)
         .where(outbox.c.run_id.in_(oldest), _claimable(outbox, now))
-        .values(claimed_by=owner, claimed_until=until)
+        .values(claimed_by=owner, claimed_until=shared_later(dialect, lasting))
         .returning(outbox.c.run_id, outbox.c.object_key, outbox.c.subject_key, outbox.c.body, outbox.c.created_at)
     )
 
@@ -112,13 +115,13 @@ async def claim_next(engine: AsyncEngine, owner: str, until: datetime) -> Queued
     return await _run("claim a queued transcript", go)
 
 
-def _claimable(table: Any, now: datetime) -> ColumnElement[bool]:
+def _claimable(table: Any, now: Any) -> ColumnElement[bool]:
     unclaimed = or_(table.c.claimed_until.is_(None), table.c.claimed_until < now)
     return and_(table.c.body.is_not(None), unclaimed, ~held(table.c.subject_key))
 
 
-async def renew(engine: AsyncEngine, run_id: str, owner: str, until: datetime) -> bool:
-    """Move ``owner``'s claim on the row to ``until``, if it still holds it and it has not passed.
+async def renew(engine: AsyncEngine, run_id: str, owner: str, lasting: timedelta) -> bool:
+    """Move ``owner``'s claim on the row on to ``lasting`` from now, if it still holds it and it has not passed.
 
     Returns:
         False if the claim had passed or the row is gone (an erasure that waited it out may have gone on).
@@ -126,10 +129,11 @@ async def renew(engine: AsyncEngine, run_id: str, owner: str, until: datetime) -
     Raises:
         StoreUnavailable: The database failed.
     """
+    dialect = engine.dialect.name
     stmt = (
         update(outbox)
-        .where(outbox.c.run_id == run_id, outbox.c.claimed_by == owner, outbox.c.claimed_until > now_utc())
-        .values(claimed_until=until)
+        .where(outbox.c.run_id == run_id, outbox.c.claimed_by == owner, outbox.c.claimed_until > shared_now(dialect))
+        .values(claimed_until=shared_later(dialect, lasting))
     )
 
     async def go() -> bool:
@@ -140,15 +144,17 @@ async def renew(engine: AsyncEngine, run_id: str, owner: str, until: datetime) -
 
 
 async def settle(
-    engine: AsyncEngine, run_id: str, owner: str, until: datetime | None, error: str | None = None
+    engine: AsyncEngine, run_id: str, owner: str, lasting: timedelta | None, error: str | None = None
 ) -> None:
-    """Settle ``owner``'s claim once its upload has ended: keep it until ``until`` if the upload may still
-    land, or release it (``None``) if it cannot. ``error`` counts a failed attempt and says why.
+    """Settle ``owner``'s claim once its upload has ended: keep it for ``lasting`` from now if the upload may
+    still land, or release it (``None``) if it cannot. ``error`` counts a failed attempt and says why.
 
     Raises:
         StoreUnavailable: The database failed (the claim then passes by itself).
     """
-    values: dict[str, Any] = {"claimed_until": until, "claimed_by": owner if until is not None else None}
+    values: dict[str, Any] = {"claimed_until": None, "claimed_by": None}
+    if lasting is not None:
+        values.update(claimed_until=shared_later(engine.dialect.name, lasting), claimed_by=owner)
     if error is not None:
         values.update(attempts=outbox.c.attempts + 1, last_error=error[:512])
     stmt = update(outbox).where(outbox.c.run_id == run_id, outbox.c.claimed_by == owner).values(**values)
@@ -161,10 +167,10 @@ async def settle(
 
 
 async def hold(
-    engine: AsyncEngine, record_id: str, object_key: str, subject_key: str, owner: str, until: datetime
+    engine: AsyncEngine, record_id: str, object_key: str, subject_key: str, owner: str, lasting: timedelta
 ) -> None:
     """Put on record, before it starts, an upload of ``object_key`` that is not a queued transcript's: a row
-    with no body (nothing of the transcript), claimed by ``owner`` until ``until``. An erasure of the subject
+    with no body (nothing of the transcript), claimed by ``owner`` for ``lasting``. An erasure of the subject
     waits for it as for any claim; :func:`renew` and :func:`settle` move it on or end it, and
     :func:`purge_settled` drops it once it has passed, also when its sender was killed.
 
@@ -174,14 +180,14 @@ async def hold(
         object_key: Where the upload goes.
         subject_key: Its subject.
         owner: From :func:`new_owner`.
-        until: When the claim passes if it is never renewed or settled.
+        lasting: How long from now the claim lasts if it is never renewed or settled.
 
     Raises:
         StoreUnavailable: The database failed: nothing is on record, and the upload must not start.
     """
     stmt = insert(outbox).values(
         run_id=record_id, object_key=object_key, subject_key=subject_key, body=None, created_at=now_utc(),
-        attempts=0, claimed_by=owner, claimed_until=until,
+        attempts=0, claimed_by=owner, claimed_until=shared_later(engine.dialect.name, lasting),
     )
 
     async def go() -> None:
@@ -192,13 +198,14 @@ async def hold(
 
 
 async def in_doubt_until(engine: AsyncEngine, subject_key: str) -> datetime | None:
-    """The latest time an upload of the subject's transcripts may still land, if any may.
+    """The latest time an upload of the subject's transcripts may still land, if any may (on the database's
+    clock: on Postgres the server's).
 
     Raises:
         StoreUnavailable: The database failed.
     """
     stmt = select(func.max(outbox.c.claimed_until)).where(
-        outbox.c.subject_key == subject_key, outbox.c.claimed_until > now_utc()
+        outbox.c.subject_key == subject_key, outbox.c.claimed_until > shared_now(engine.dialect.name)
     )
 
     async def go() -> datetime | None:
@@ -215,7 +222,8 @@ async def purge_settled(engine: AsyncEngine) -> int:
         StoreUnavailable: The database failed.
     """
     stmt = delete(outbox).where(
-        outbox.c.body.is_(None), or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < now_utc())
+        outbox.c.body.is_(None),
+        or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until < shared_now(engine.dialect.name)),
     )
 
     async def go() -> int:

@@ -229,9 +229,9 @@ class TranscriptObserver:
         self._runs_since_check = self.flush_every
         claim = None
         if in_flight:
-            claim = outbox.Claim(self.owner, outbox.in_flight_until(self.late_upload_s))
+            claim = outbox.Claim(self.owner, outbox.in_flight_for(self.late_upload_s))
         elif isinstance(exc, UploadInDoubt):
-            claim = outbox.Claim(self.owner, outbox.may_land_until(self.late_upload_s))
+            claim = outbox.Claim(self.owner, outbox.may_land_for(self.late_upload_s))
         try:
             await outbox.enqueue(self.engine, row.run_id, row.object_key, row.subject_key, body, reason, claim)
         finally:

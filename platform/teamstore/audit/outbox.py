@@ -31,7 +31,7 @@ from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.db.clock import now_utc, utc
+from teamstore.db.clock import now_utc, shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held as user_held
 from teamstore.db.statements import insert_new
@@ -42,15 +42,15 @@ RENEW_SECONDS = 10.0
 """An upload still on its way renews its row's claim this often."""
 
 
-def in_flight_until(late_upload_s: float) -> datetime:
-    """The claim of an upload still on its way: past the next two renewals, plus the time S3 may take to store
-    it once its connection is gone (the process sending it may be killed just after renewing)."""
-    return now_utc() + timedelta(seconds=2 * RENEW_SECONDS + late_upload_s)
+def in_flight_for(late_upload_s: float) -> timedelta:
+    """How long the claim of an upload still on its way lasts: past the next two renewals, plus the time S3 may
+    take to store it once its connection is gone (the process sending it may be killed just after renewing)."""
+    return timedelta(seconds=2 * RENEW_SECONDS + late_upload_s)
 
 
-def may_land_until(late_upload_s: float) -> datetime:
-    """The claim of an upload that ended unanswered: S3 may store it for ``late_upload_s`` more."""
-    return now_utc() + timedelta(seconds=late_upload_s)
+def may_land_for(late_upload_s: float) -> timedelta:
+    """How long the claim of an upload that ended unanswered lasts: S3 may store it for ``late_upload_s`` more."""
+    return timedelta(seconds=late_upload_s)
 
 
 def writable(subject_key: Any) -> ColumnElement[bool]:
@@ -110,10 +110,11 @@ class FlushReport:
 
 @dataclass(frozen=True)
 class Claim:
-    """An upload of a queued transcript that may be on its way: who sends it, and until when it may land."""
+    """An upload of a queued transcript that may be on its way: who sends it, and for how long from now it may
+    land (counted on the database's clock, :mod:`teamstore.audit.claims`)."""
 
     owner: str
-    until: datetime
+    lasting: timedelta
 
 
 async def enqueue(
@@ -129,7 +130,7 @@ async def enqueue(
         subject_key: Its subject (so erasure can remove queued transcripts too).
         body: The gzip JSON-lines object.
         error: Why the upload failed (no content, just the error).
-        claim: An upload of it that may still land: the row stays claimed until ``claim.until`` (no flusher
+        claim: An upload of it that may still land: the row stays claimed for ``claim.lasting`` (no flusher
             sends it, an erasure waits). It is recorded even while an erasure fences the user, or after one
             deleted the subject, without the body: the erasure must know what may land, and the sender deletes
             it again when it lands.
@@ -153,7 +154,8 @@ async def enqueue(
         "attempts": literal(1, outbox.c.attempts.type),
         "last_error": literal(error[:512], outbox.c.last_error.type),
         "claimed_by": literal(claim.owner if claim else None, outbox.c.claimed_by.type),
-        "claimed_until": literal(claim.until if claim else None, outbox.c.claimed_until.type),
+        "claimed_until": (shared_later(engine.dialect.name, claim.lasting) if claim
+                          else literal(None, outbox.c.claimed_until.type)),
     }
     # One statement: without a claim the row goes in only if the subject is still its user's and no erasure
     # fences them at that instant.
@@ -253,7 +255,7 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
     await claims.purge_settled(engine)
     delivered, error, in_doubt = 0, None, False
     for _ in range(limit):
-        row = await claims.claim_next(engine, owner, in_flight_until(late_upload_s))
+        row = await claims.claim_next(engine, owner, in_flight_for(late_upload_s))
         if row is None:
             break
         # One body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
@@ -283,7 +285,7 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
 
 async def _left(engine: AsyncEngine) -> tuple[int, int, datetime | None]:
     """How many transcripts are still queued, how many of them a claim holds, and until when."""
-    claimed = outbox.c.claimed_until > now_utc()
+    claimed = outbox.c.claimed_until > shared_now(engine.dialect.name)
     stmt = select(func.count(), func.count().filter(claimed), func.max(outbox.c.claimed_until).filter(claimed)).where(
         outbox.c.body.is_not(None))
     async with engine.connect() as conn:
@@ -322,7 +324,7 @@ async def follow(
     try:
         upload.result()
     except UploadInDoubt as exc:
-        await claims.settle(engine, row.run_id, owner, may_land_until(late_upload_s), exc.message)
+        await claims.settle(engine, row.run_id, owner, may_land_for(late_upload_s), exc.message)
         return Outcome(False, exc.message, in_doubt=True)
     except TeamstoreError as exc:
         await claims.settle(engine, row.run_id, owner, None, exc.message)
@@ -340,7 +342,7 @@ async def _keep_claimed(
     """Wait for ``upload``, renewing the row's claim every ``RENEW_SECONDS`` meanwhile."""
     while not (await asyncio.wait({upload}, timeout=RENEW_SECONDS))[0]:
         try:
-            renewed = await claims.renew(engine, run_id, owner, in_flight_until(late_upload_s))
+            renewed = await claims.renew(engine, run_id, owner, in_flight_for(late_upload_s))
         except StoreUnavailable as exc:
             log.warning("could not renew the claim on the transcript of run %s; retrying: %s", run_id, exc.message)
             continue

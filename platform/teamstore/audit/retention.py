@@ -18,7 +18,7 @@ retention, else ``memory_retention_days``, after the last update), and facts lef
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,6 +29,7 @@ from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.rewrites import sweep_rewrites
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
+from teamstore.db.clock import database_now
 from teamstore.keys.service import KeyService
 from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
@@ -95,7 +96,9 @@ async def sweep_all(
         engine: The state database.
         store: The transcript store (on S3 only the transcripts written again are swept: its lifecycle rule
             expires the others).
-        now: The reference time (tests); defaults to now.
+        now: The reference time (tests); defaults to now on the database's clock
+            (:func:`teamstore.db.clock.database_now`: on Postgres the server's, on which quarantined states are
+            stamped), whatever this host's says.
         keys: Users' data keys, which open the checkpoints handed to ``ending``.
         ending: Handed each expired session that holds an interrupted run's checkpoint before it goes (the
             runtime records the run: :func:`teamstore.runtime.interruptions.ending`); first, so that what it
@@ -104,7 +107,7 @@ async def sweep_all(
     Returns:
         Counts per store and the cutoffs used.
     """
-    now = now or datetime.now(UTC)
+    now = now or await database_now(engine)
     sessions = await sweep_expired_sessions(engine, keys=keys, ending=ending)
     transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)
     ledger_cutoff = now - timedelta(days=settings.ledger_retention_days)

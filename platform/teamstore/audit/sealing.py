@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
 from teamstore.audit.claims import Queued
-from teamstore.audit.outbox import follow, in_flight_until
+from teamstore.audit.outbox import follow, in_flight_for
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.transcripts.base import SUBJECTS, StoredObject, TranscriptStore
@@ -137,7 +137,7 @@ async def _write_again(
     outcome is known; whether it stays (not if its user was fenced or erased meanwhile: then it was never
     written, or was deleted again once it landed)."""
     row = Queued(f"rewrite-{uuid.uuid4().hex}", stored.key, stored.key.split("/")[1])
-    await claims.hold(engine, row.run_id, row.object_key, row.subject_key, owner, in_flight_until(late_upload_s))
+    await claims.hold(engine, row.run_id, row.object_key, row.subject_key, owner, in_flight_for(late_upload_s))
     # Looked up again once on record: an erasure that fenced the user before then may have found no upload
     # of theirs to wait for, and gone on.
     if await _owner(engine, row.subject_key) is None:

@@ -1,17 +1,24 @@
 """Time as teamstore stores it: UTC, timezone-aware, on both databases.
 
-    from teamstore.db.clock import now_utc, shared_now, utc
+    from teamstore.db.clock import database_now, now_utc, shared_later, shared_now, utc
 
     row_time = utc(row.updated_at)   # SQLite hands back naive datetimes
     stmt = select(sessions).where(sessions.c.lease_until < shared_now(engine.dialect.name))
+    stmt = update(outbox).values(claimed_until=shared_later(engine.dialect.name, timedelta(seconds=80)))
+    cutoff = await database_now(engine) - timedelta(days=30)
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func
+from sqlalchemy import DateTime, Interval, func, literal, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.db.engine import describe_failure
+from teamstore.errors import StoreUnavailable
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -38,3 +45,29 @@ def shared_now(dialect: str) -> Any:
         dialect: ``engine.dialect.name`` (``postgresql`` or ``sqlite``).
     """
     return func.now() if dialect == "postgresql" else now_utc()
+
+
+def shared_later(dialect: str, length: timedelta) -> Any:
+    """``length`` after :func:`shared_now`, as an expression to write or compare in a statement (a lease's or a
+    claim's end, a retirement's date): on Postgres the server's ``now()`` plus it."""
+    if dialect == "postgresql":
+        return func.now() + literal(length, Interval())
+    return literal(now_utc() + length, DateTime(timezone=True))
+
+
+async def database_now(engine: AsyncEngine) -> datetime:
+    """The current time on the clock :func:`shared_now` reads, for a time worked out outside a statement (a
+    sweep's cutoffs, which it reports): on Postgres the server's, one round trip; on SQLite :func:`now_utc`.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    if engine.dialect.name != "postgresql":
+        return now_utc()
+    try:
+        async with engine.connect() as conn:
+            now: datetime = (await conn.execute(select(func.now()))).scalar_one()
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not read the database's clock: {describe_failure(exc)}",
+                               hint="check the database, then run the command again") from exc
+    return now

@@ -26,6 +26,7 @@ from sqlalchemy import or_, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.db.clock import shared_later, shared_now
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import user_holds
 from teamstore.db.statements import insert_new
@@ -309,19 +310,21 @@ def already_open(other: str | None) -> ErasureConflict:
 
 
 async def claim(engine: AsyncEngine, request_id: str, owner: str, lease_seconds: float) -> bool:
-    """Take (or renew) the request's lease; False if another live coordinator holds it.
+    """Take (or renew) the request's lease; False if another live coordinator holds it. The lease is written and
+    checked on the database's clock (on Postgres the server's): coordinators on hosts whose clocks disagree
+    still exclude each other.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    now = datetime.now(UTC)
-    r = erasure_requests.c
+    dialect, r = engine.dialect.name, erasure_requests.c
+    now = shared_now(dialect)
     async with db(engine, "lease the erasure request") as conn:
         result = await conn.execute(
             update(erasure_requests)
             .where(r.request_id == request_id)
             .where(or_(r.owner.is_(None), r.owner == owner, r.lease_until < now))
-            .values(owner=owner, lease_until=now + timedelta(seconds=lease_seconds), updated_at=now)
+            .values(owner=owner, lease_until=shared_later(dialect, timedelta(seconds=lease_seconds)), updated_at=now)
         )
     return bool(result.rowcount)
 

@@ -32,6 +32,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.clock import database_now, shared_later, shared_now
 from teamstore.db.engine import describe_failure
 from teamstore.errors import (
     ConfigurationError,
@@ -212,13 +213,15 @@ async def _unrecorded(keys: KeyService, new: str, exc: StoreUnavailable) -> Stor
 
 async def _make_current(engine: AsyncEngine, current: str, kek_id: str, retire_days: int) -> bool:
     """Retire ``current`` (destroyed ``retire_days`` from now) and record ``kek_id`` as current, at once; False,
-    and nothing changed, when ``current`` is current no longer (another rotation came first)."""
-    now, k = datetime.now(UTC), key_encryption_keys.c
+    and nothing changed, when ``current`` is current no longer (another rotation came first). The times are the
+    database's (on Postgres the server's), which :func:`retire` judges them by."""
+    dialect, k = engine.dialect.name, key_encryption_keys.c
+    now = shared_now(dialect)
     try:
         async with engine.begin() as conn:
             retired = await conn.execute(update(key_encryption_keys).where(
                 k.retired_at.is_(None), k.kek_id == current).values(
-                retired_at=now, destroy_after=now + timedelta(days=retire_days)))
+                retired_at=now, destroy_after=shared_later(dialect, timedelta(days=retire_days))))
             if not retired.rowcount:
                 return False  # nothing written
             used = (await conn.execute(select(k.retired_at, k.destroyed_at).where(k.kek_id == kek_id))).first()
@@ -367,6 +370,11 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
     recorded as destroyed, once KMS has shown it still knows the current one (so the ``AWS_*`` variables name
     the database's account and region).
 
+    Args:
+        keys: The key service.
+        now: The time to judge what is due against (tests); by default now on the database's clock (on Postgres
+            the server's, on which rotations write when a KEK is due), whatever this host's says.
+
     Returns:
         The KEK ids destroyed now, which of them KMS had deleted already, the KEKs due that were kept, and when
         the next one becomes due.
@@ -375,7 +383,7 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
         KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
         StoreUnavailable: The database failed.
     """
-    now = now or datetime.now(UTC)
+    now = now or await database_now(keys.engine)
     k = key_encryption_keys.c
     retired_query = select(k.kek_id, k.destroy_after).where(k.retired_at.is_not(None), k.destroyed_at.is_(None),
                                                             k.destroy_after.is_not(None)).order_by(k.destroy_after)

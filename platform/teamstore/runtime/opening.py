@@ -10,9 +10,9 @@ judged, each refusal set aside in the quarantine.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from config_registry.types import BuiltTeam
+from teamstore.db.clock import now_utc
 from teamstore.runtime import interruptions
 from teamstore.runtime.checkpoints import Checkpoint
 from teamstore.runtime.deps import AGENTCHAT_VERSION, SessionDeps
@@ -36,7 +36,8 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
     Raises:
         StoreUnavailable: A refusal could not be set aside (the session does not open).
     """
-    verdict = judge(row, built, datetime.now(UTC), AGENTCHAT_VERSION, deps.limits.state_max_bytes)
+    # Judged on the clock the row's expiry was written on (the database server's on Postgres), not this host's.
+    verdict = judge(row, built, row.read_at or now_utc(), AGENTCHAT_VERSION, deps.limits.state_max_bytes)
     if verdict.outcome.quarantined:
         assert verdict.outcome.detail is not None
         await to_the_end(_set_aside(row, deps, owner, verdict.outcome.outcome, verdict.outcome.detail))

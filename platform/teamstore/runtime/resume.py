@@ -222,7 +222,8 @@ def judge(
     Args:
         row: The session row just read.
         built: The freshly built team.
-        now: The current time (UTC).
+        now: The time to judge the row's expiry against: when it was read, on the clock its expiry was written
+            on (:attr:`teamstore.state.base.StoredSession.read_at`).
         agentchat_version: The running autogen-agentchat version.
         max_bytes: The state byte cap in force (``state_max_bytes``); a bigger stored state is refused.
 

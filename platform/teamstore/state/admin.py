@@ -87,7 +87,7 @@ class SessionAdmin:
     async def get(self, key: SessionKey) -> StoredSession | None:
         """Read one row without the lease (see :meth:`teamstore.state.base.StateStore.get`)."""
         check_key(key)
-        rows = await self._fetch(select(*sql.read_columns()).where(*sql.is_key(key.user_id, key.session_id)))
+        rows = await self._fetch(select(*sql.read_columns(self._now())).where(*sql.is_key(key.user_id, key.session_id)))
         return stored(key.user_id, key.session_id, rows[0]) if rows else None
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
@@ -96,7 +96,7 @@ class SessionAdmin:
         the session's first save) in a row the per-user bound still counts until it expires."""
         stored_anything = or_(sessions.c.state.is_not(None), sessions.c.checkpoint.is_not(None),
                               sessions.c.expires_at.is_not(None))
-        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns()).where(stored_anything)
+        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns(self._now())).where(stored_anything)
         if user_id is not None:
             check_id("user_id", user_id)
             stmt = stmt.where(sessions.c.user_id == user_id)
@@ -137,7 +137,7 @@ class SessionAdmin:
             "team": row.team, "team_version": row.team_version, "schema_version": row.schema_version,
             "agentchat_version": row.agentchat_version, "fingerprints": dict(row.fingerprints or {}),
             "state": state, "state_bytes": 0 if checkpoint_only else row.state_bytes,
-            "row_version": row.row_version, "quarantined_at": now_utc(), "checkpoint": row.checkpoint,
+            "row_version": row.row_version, "quarantined_at": self._now(), "checkpoint": row.checkpoint,
         }
         cleared: dict[str, Any] = {"checkpoint": None, "checkpoint_bytes": 0}
         if not checkpoint_only:

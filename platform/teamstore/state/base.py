@@ -85,6 +85,10 @@ class StoredSession:
     stored_checkpoint_bytes: int | None = None
     """The checkpoint's size as stored, when the store hands it on opened: ``checkpoint_bytes`` is then the
     opened checkpoint's. ``None`` when ``checkpoint`` is as stored."""
+    read_at: datetime | None = None
+    """When the row was read, on the clock its expiry was written on: on Postgres the server's (the statement
+    that read it returns its ``now()``), on SQLite this machine's. The runtime judges the expiry against it, so
+    workers on hosts whose clocks disagree judge a session alike. ``None`` for a row made by hand, not read."""
 
     @property
     def key(self) -> SessionKey:

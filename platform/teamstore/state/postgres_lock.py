@@ -62,7 +62,7 @@ _ACQUIRE, _RELEASE, _RENEW = for_psycopg(sql.acquire_lock()), for_psycopg(sql.re
 _SAVE = {(release, existing): for_psycopg(sql.save_locked(existing=existing, release=release))
          for release in (True, False) for existing in (True, False)}
 _CHECKPOINT = {existing: for_psycopg(sql.checkpoint_locked(existing=existing)) for existing in (True, False)}
-_READ = slice(1, 1 + len(sql.SESSION_COLUMNS))  # where the row's columns sit in the load's result
+_READ = slice(1, 2 + len(sql.SESSION_COLUMNS))  # where the row's columns and read_at sit in the load's result
 _COUNT = _READ.stop  # then the user's live sessions, if counted
 
 

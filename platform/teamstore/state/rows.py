@@ -3,7 +3,7 @@
     from teamstore.state.rows import save_params, stored
 
     params = save_params(key, expected_version, record, owner="w-1")   # the inputs of any save statement
-    row = stored(key.user_id, key.session_id, values)                  # values: SESSION_COLUMNS, in order
+    row = stored(key.user_id, key.session_id, values)                  # values: SESSION_COLUMNS, then read_at
 
 The parameter names are those of :mod:`teamstore.state.statements`; a statement takes the ones it names
 and ignores the rest. A lease's end and an expiry go both as a time on this host's clock (SQLite's
@@ -39,10 +39,11 @@ back, so the row is whole again."""
 
 
 def stored(user_id: str, session_id: str, values: Sequence[Any]) -> StoredSession:
-    """The session row ``values`` (its :data:`teamstore.state.statements.SESSION_COLUMNS`, in order), judged
-    by :func:`teamstore.state.base.checked`: every backend's load, read and listing maps its rows here."""
+    """The session row ``values`` (its :data:`teamstore.state.statements.SESSION_COLUMNS`, in order, then the
+    time it was read), judged by :func:`teamstore.state.base.checked`: every backend's load, read and listing
+    maps its rows here."""
     (state, version, team, team_version, schema, agentchat, fingerprints, size, created, updated, expires,
-     checkpoint, checkpoint_bytes) = values
+     checkpoint, checkpoint_bytes, read_at) = values
     damaged: tuple[str, ...] = ()
     if any(value is DAMAGED for value in (schema, size, version, created, updated, expires)):
         # Only SQLite keeps a value of the wrong type in a column; its column types read it as DAMAGED.
@@ -69,6 +70,7 @@ def stored(user_id: str, session_id: str, values: Sequence[Any]) -> StoredSessio
         checkpoint_bytes=-1 if checkpoint_bytes is DAMAGED else int(checkpoint_bytes or 0),
         damaged=damaged,
         defects=(f"the row's {', '.join(damaged)} hold values of the wrong type",) if damaged else (),
+        read_at=utc(read_at),
     ))
 
 
@@ -76,7 +78,7 @@ def new_session(key: SessionKey, claim: Claim) -> StoredSession:
     """A session that has no row yet (advisory-lock leases write it at its first save), as ``claim`` makes it."""
     now = now_utc()
     return StoredSession(key.user_id, key.session_id, claim.team, claim.team_version, claim.schema_version,
-                         claim.agentchat_version, dict(claim.fingerprints), None, 0, 0, now, now, None)
+                         claim.agentchat_version, dict(claim.fingerprints), None, 0, 0, now, now, None, read_at=now)
 
 
 def quarantined(m: Mapping[str, Any] | RowMapping) -> QuarantinedRow:

@@ -15,8 +15,10 @@ Where the databases differ, the builders take the dialect:
   subquery, costs nothing unless the ``CASE`` reaches it; SQLite through the subquery it stands for.
 * Postgres writes and compares every time in a session row (its lease, its expiry, its stamps) on the
   server's ``now()``, with a lease's or an expiry's length (``lease_for``, ``v_expires_in``..) as an
-  interval added to it: workers on hosts whose clocks disagree still exclude each other. SQLite, one
-  machine's file, takes the caller's clock (``now``, ``until``, ``v_expires_at``..).
+  interval added to it, and a load returns that ``now()`` with the row (``read_at``), which the runtime
+  judges the row's expiry against: workers on hosts whose clocks disagree still exclude each other, and
+  judge a session alike. SQLite, one machine's file, takes the caller's clock (``now``, ``until``,
+  ``v_expires_at``..).
 * Postgres's row-lease write skips its WAL flush (``synchronous_commit`` off for its transaction alone).
 * Advisory-lock leases (Postgres only) take the lock and read the row in one statement, and hand the
   lock over to the save's transaction, so its commit releases it.
@@ -30,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     DateTime,
     Interval,
     Text,
@@ -96,14 +99,22 @@ stand for: Postgres adds them to the server's ``now()``."""
 SESSION_COLUMNS = ("state", "row_version", "team", "team_version", "schema_version", "agentchat_version",
                    "fingerprints", "state_bytes", "created_at", "updated_at", "expires_at", "checkpoint",
                    "checkpoint_bytes")
-"""What every load reads of a row, in this order (:func:`teamstore.state.rows.stored` maps it). The
-fingerprints are read as text, on both databases, and parsed once, by the mapper."""
+"""What every load reads of a row, in this order, followed by the time of the read (``read_at``:
+:func:`teamstore.state.rows.stored` maps them). The fingerprints are read as text, on both databases, and
+parsed once, by the mapper."""
 
 
-def read_columns() -> list[Any]:
-    """:data:`SESSION_COLUMNS` of ``ts_sessions``, to select or return."""
-    return [cast(sessions.c.fingerprints, Text) if name == "fingerprints" else sessions.c[name]
-            for name in SESSION_COLUMNS]
+def read_columns(now: Any) -> list[Any]:
+    """:data:`SESSION_COLUMNS` of ``ts_sessions`` and ``now`` (:func:`now_in`, or
+    :func:`teamstore.db.clock.shared_now`) as ``read_at``, to select or return: the row's expiry is judged
+    against the clock it was written on."""
+    return [*(cast(sessions.c.fingerprints, Text) if name == "fingerprints" else sessions.c[name]
+              for name in SESSION_COLUMNS), _read_at(now)]
+
+
+def _read_at(now: Any) -> Any:
+    """``now`` (an expression, or a time of this machine's) as the column ``read_at``."""
+    return (now if isinstance(now, ColumnElement) else literal(now, _TIME)).label("read_at")
 
 
 def is_key(user_id: Any = USER, session_id: Any = SESSION) -> tuple[Any, Any]:
@@ -177,7 +188,7 @@ def acquire_row(dialect: str) -> Any:
         set_={"lease_owner": stmt.excluded.lease_owner, "lease_until": stmt.excluded.lease_until},
         where=or_(sessions.c.lease_owner.is_(None), sessions.c.lease_until < now_in(dialect),
                   sessions.c.lease_owner == stmt.excluded.lease_owner),
-    ).returning(*read_columns())
+    ).returning(*read_columns(now_in(dialect)))
 
 
 def _moved_on(dialect: str) -> dict[str, Any]:
@@ -268,8 +279,8 @@ def acquire_lock() -> Any:
     not_live = (row.c.expires_at > func.now()).is_not(True)  # no row, or an expired one
     count = case((and_(lock.c.locked, LIMIT.is_not(None), not_live), live_count(USER, func.now(), POSTGRES)))
     timer = _lease_timer(case((lock.c.locked, TTL_MS), else_="0"))
-    return select(lock.c.locked, *(row.c[name] for name in SESSION_COLUMNS), count, timer).select_from(
-        lock.outerjoin(row, true()))
+    return select(lock.c.locked, *(row.c[name] for name in SESSION_COLUMNS), _read_at(func.now()), count,
+                  timer).select_from(lock.outerjoin(row, true()))
 
 
 def save_locked(*, existing: bool, release: bool) -> Any:
