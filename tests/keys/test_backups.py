@@ -28,8 +28,9 @@ from teamstore.db.migrate import upgrade
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.errors import KeyDestroyed
 from teamstore.keys import KeyService
-from teamstore.keys.rotation import rotate, status
+from teamstore.keys.rotation import rotate
 from teamstore.keys.schema import key_encryption_keys
+from teamstore.keys.status import status
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.envelope import sealed_bytes

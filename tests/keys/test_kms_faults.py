@@ -19,8 +19,9 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable, StoreUnavailable
 from teamstore.keys import KeyService
-from teamstore.keys.rotation import retire, rotate, status
+from teamstore.keys.rotation import retire, rotate
 from teamstore.keys.schema import key_encryption_keys
+from teamstore.keys.status import status
 from teamstore.settings import Settings
 from tests.keys.outage import Outage
 

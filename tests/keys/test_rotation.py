@@ -28,8 +28,9 @@ from teamstore.db.engine import create_engine
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable
 from teamstore.keys import KeyService, rotation
-from teamstore.keys.rotation import RotationReport, retire, rotate, status
+from teamstore.keys.rotation import RotationReport, retire, rotate
 from teamstore.keys.schema import data_keys, key_encryption_keys
+from teamstore.keys.status import status
 from teamstore.settings import Settings
 from tests.keys.outage import Outage
 

@@ -51,7 +51,7 @@ def keys_status(as_json: bool = JsonOption) -> None:
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.keys.health import with_health
-        from teamstore.keys.rotation import status
+        from teamstore.keys.status import status
 
         return await with_health(a.keys, await status(a.keys, a.settings))
 

@@ -60,8 +60,8 @@ from teamstore.errors import (
 )
 from teamstore.export.nearby import near_match
 from teamstore.ids import check_erasable_id
-from teamstore.keys.rotation import backups_unreadable_by
 from teamstore.keys.service import KeyService
+from teamstore.keys.status import backups_unreadable_by
 from teamstore.people import check_not_naming, check_person, current_operator
 from teamstore.settings import Settings
 from teamstore.state.erasure import stored_sessions

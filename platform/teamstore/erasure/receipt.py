@@ -202,7 +202,7 @@ def remains_elsewhere(
         knobs: The retention periods.
         content_captured: Whether the operator opted in to message content in spans.
         backups_unreadable_by: When the key-encryption key that wraps the user's data key in backups taken
-            before now is destroyed, given rotations on schedule (:func:`teamstore.keys.rotation.backups_unreadable_by`).
+            before now is destroyed, given rotations on schedule (:func:`teamstore.keys.status.backups_unreadable_by`).
         matched: Whether any store held something for the id (``False``: a request that found nothing, whose
             receipt claims no rows and no key).
         unlinked: Whether the subject mapping is gone (or, in a dry run, would go): ``False`` for a request

@@ -1,7 +1,7 @@
 """Whether the key-encryption keys in use can be used now: what ``teamstore keys status`` checks.
 
     from teamstore.keys.health import with_health
-    from teamstore.keys.rotation import status
+    from teamstore.keys.status import status
 
     shown = await with_health(keys, await status(keys, settings))
     shown["healthy"]                          # False: a KEK in use cannot be used; each KEK says why in "problem"
@@ -65,7 +65,7 @@ async def check(keys: KeyService, kek_ids: list[str]) -> dict[str, EncryptionErr
 
 
 async def with_health(keys: KeyService, shown: dict[str, Any]) -> dict[str, Any]:
-    """``shown`` (:func:`teamstore.keys.rotation.status`'s) with each KEK's ``health`` (``ok``, ``unusable``, or
+    """``shown`` (:func:`teamstore.keys.status.status`'s) with each KEK's ``health`` (``ok``, ``unusable``, or
     ``unchecked``: not in use) and ``problem`` (``None``, or the ``error``, ``message`` and ``hint`` of why it
     cannot be used); ``configured``, the same for the KEK the settings name (``TEAMSTORE_KMS_KEY_ID``: one this
     database never used is refused by every worker); and ``healthy``: whether all of them can be used."""

@@ -1,10 +1,10 @@
-"""Rotating the key-encryption key, retiring the old ones, and the bound this puts on backups.
+"""Rotating the key-encryption key and retiring the old ones (the bound this puts on backups, and the keys'
+status: :mod:`teamstore.keys.status`).
 
-    from teamstore.keys.rotation import rotate, retire, backups_unreadable_by
+    from teamstore.keys.rotation import rotate, retire
 
     report = await rotate(keys, retire_days=7)         # `teamstore keys rotate`: every 21 days (schedule it)
     gone = await retire(keys)                          # `teamstore keys retire`: daily; destroys what is due
-    when = await backups_unreadable_by(keys.engine, settings)
 
 A rotation makes a new key-encryption key current (a new entry in the key file, a new KMS key, or the KMS key
 ``to`` names), marks the old one retired, to be destroyed ``retire_days`` later, and re-wraps every live data
@@ -32,7 +32,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import database_now, shared_later, shared_now
+from teamstore.db.clock import database_now, shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
 from teamstore.errors import (
     ConfigurationError,
@@ -46,7 +46,6 @@ from teamstore.keys.kek import KMS
 from teamstore.keys.kms import DELETION_WINDOW_DAYS
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
-from teamstore.settings import Settings
 
 BATCH = 500
 RETIRE_SLACK = timedelta(days=1)
@@ -91,10 +90,12 @@ class RotationReport:
 
 _ROTATE_AGAIN = "run `teamstore keys rotate` again: it resumes"
 _RETIRE_AGAIN = "run `teamstore keys retire` again: it goes on where it stopped"
-_AGAIN = "run the `teamstore keys` command again: it goes on where it stopped"
+AGAIN = "run the `teamstore keys` command again: it goes on where it stopped"
+"""The hint's rerun, for a failure of any ``teamstore keys`` command that resumes where it stopped."""
 
 
-def _failed(exc: SQLAlchemyError, action: str, then: str = _ROTATE_AGAIN) -> StoreUnavailable:
+def store_failed(exc: SQLAlchemyError, action: str, then: str = _ROTATE_AGAIN) -> StoreUnavailable:
+    """The error for a failed statement of a ``teamstore keys`` command: what failed, and what to run again."""
     return StoreUnavailable(f"could not {action}: {describe_failure(exc)}", hint=f"check the database, then {then}")
 
 
@@ -226,10 +227,10 @@ async def _make_current(engine: AsyncEngine, current: str, kek_id: str, retire_d
                 return False  # nothing written
             used = (await conn.execute(select(k.retired_at, k.destroyed_at).where(k.kek_id == kek_id))).first()
             if used is not None:
-                raise _used_before(kek_id, _utc(used[0]), _utc(used[1]))  # the retirement above rolls back
+                raise _used_before(kek_id, utc(used[0]), utc(used[1]))  # the retirement above rolls back
             await conn.execute(insert(key_encryption_keys).values(kek_id=kek_id, created_at=now))
     except SQLAlchemyError as exc:
-        raise _failed(exc, "record the new key-encryption key") from exc
+        raise store_failed(exc, "record the new key-encryption key") from exc
     return True
 
 
@@ -271,7 +272,7 @@ async def _batch(engine: AsyncEngine, current: str, after: str, size: int) -> li
         async with engine.connect() as conn:
             return [(str(r[0]), str(r[1]), str(r[2]), bytes(r[3])) for r in (await conn.execute(query)).all()]
     except SQLAlchemyError as exc:
-        raise _failed(exc, "read the data keys to re-wrap", _AGAIN) from exc
+        raise store_failed(exc, "read the data keys to re-wrap", AGAIN) from exc
 
 
 @dataclass
@@ -343,7 +344,7 @@ async def _store(engine: AsyncEngine, current: str, moved: list[tuple[_Row, byte
             key_ids = [row[1] for row, _ in moved]
             left = await conn.scalar(select(func.count()).select_from(data_keys).where(d.key_id.in_(key_ids)))
     except SQLAlchemyError as exc:
-        raise _failed(exc, "store re-wrapped data keys", _AGAIN) from exc
+        raise store_failed(exc, "store re-wrapped data keys", AGAIN) from exc
     return stored, len(moved) - int(left or 0)
 
 
@@ -389,9 +390,9 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
                                                             k.destroy_after.is_not(None)).order_by(k.destroy_after)
     try:
         async with keys.engine.connect() as conn:
-            retired = [(str(r[0]), _utc(r[1])) for r in (await conn.execute(retired_query)).all()]
+            retired = [(str(r[0]), utc(r[1])) for r in (await conn.execute(retired_query)).all()]
     except SQLAlchemyError as exc:
-        raise _failed(exc, "read the retired key-encryption keys", _RETIRE_AGAIN) from exc
+        raise store_failed(exc, "read the retired key-encryption keys", _RETIRE_AGAIN) from exc
     due = [(kek_id, at) for kek_id, at in retired if at is not None and at <= now]
     done = Retirement(next_destroy_after=next((at for _, at in retired if at is not None and at > now), None))
     for kek_id, destroy_after in due:
@@ -405,7 +406,7 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
             async with keys.engine.begin() as conn:
                 await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(destroyed_at=now))
         except SQLAlchemyError as exc:
-            raise _failed(exc, "record a destroyed key-encryption key", _RETIRE_AGAIN) from exc
+            raise store_failed(exc, "record a destroyed key-encryption key", _RETIRE_AGAIN) from exc
         done.destroyed.append(kek_id)
     return done
 
@@ -436,80 +437,5 @@ async def _still_named(keys: KeyService, kek_id: str) -> int:
         async with keys.engine.connect() as conn:
             left = await conn.scalar(select(func.count()).select_from(data_keys).where(data_keys.c.kek_id == kek_id))
     except SQLAlchemyError as exc:
-        raise _failed(exc, "count the data keys under a retired key-encryption key", _RETIRE_AGAIN) from exc
+        raise store_failed(exc, "count the data keys under a retired key-encryption key", _RETIRE_AGAIN) from exc
     return int(left or 0)
-
-
-async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: datetime | None = None) -> datetime:
-    """The latest time a backup taken now stays readable for a user erased now, given rotations on schedule.
-
-    The user's data key in such a backup is wrapped by the KEK current now (or an older one). That one is
-    replaced at the next rotation (due ``key_rotation_days`` after it was made, or now if overdue) and destroyed
-    ``key_retire_days`` after that, by the next daily ``teamstore keys retire``.
-
-    Raises:
-        StoreUnavailable: The database failed.
-    """
-    now = now or datetime.now(UTC)
-    k = key_encryption_keys.c
-    try:
-        async with engine.connect() as conn:
-            made = await conn.scalar(select(k.created_at).where(k.retired_at.is_(None)).order_by(
-                k.created_at.desc()).limit(1))
-    except SQLAlchemyError as exc:
-        raise _failed(exc, "read the current key-encryption key", _AGAIN) from exc
-    made = _utc(made) or now
-    next_rotation = max(made + timedelta(days=settings.key_rotation_days), now)
-    return next_rotation + timedelta(days=settings.key_retire_days) + RETIRE_SLACK
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
-
-
-async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
-    """Every key-encryption key with its state and how many data keys it wraps; when the next rotation is due;
-    the retired ones past their destroy date that data keys still name (``kept_past_destroy``); the data keys
-    still under retired ones not yet due, a rotation unfinished (``rotation_unfinished``, else ``None``).
-
-    Raises:
-        StoreUnavailable: The database failed.
-    """
-    k, d = key_encryption_keys.c, data_keys.c
-    counted = select(d.kek_id, func.count().label("n")).group_by(d.kek_id).subquery()
-    query = (select(k.kek_id, k.created_at, k.retired_at, k.destroy_after, k.destroyed_at, counted.c.n)
-             .outerjoin_from(key_encryption_keys, counted, counted.c.kek_id == k.kek_id).order_by(k.created_at))
-    try:
-        async with keys.engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
-    except SQLAlchemyError as exc:
-        raise _failed(exc, "read the key-encryption keys", _AGAIN) from exc
-    keks = [{"kek_id": r[0], "state": _state(r), "created_at": _utc(r[1]), "retired_at": _utc(r[2]),
-             "destroy_after": _utc(r[3]), "destroyed_at": _utc(r[4]), "data_keys": int(r[5] or 0)} for r in rows]
-    current, now = next((x for x in keks if x["state"] == "current"), None), datetime.now(UTC)
-    due = current["created_at"] + timedelta(days=settings.key_rotation_days) if current else None
-    # A row ``retire`` could not move (damaged, or under a KEK KMS will not use) keeps its KEK past the bound.
-    kept = [{"kek_id": x["kek_id"], "data_keys": x["data_keys"], "destroy_after": x["destroy_after"]} for x in keks
-            if x["state"] == "retired" and x["data_keys"] and x["destroy_after"] and x["destroy_after"] <= now]
-    return {"keks": keks, "rotation_due": due, "overdue": bool(due and due < now),
-            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings), "kept_past_destroy": kept,
-            "rotation_unfinished": _unfinished(keks, now)}
-
-
-def _unfinished(keks: list[dict[str, Any]], now: datetime) -> dict[str, Any] | None:
-    """The data keys a rotation has yet to move: under retired KEKs not yet due (``kept_past_destroy`` names the
-    ones past due). Rows a rotation could not move (damaged, or under a KEK KMS will not use) count too."""
-    under = [x for x in keks if x["state"] == "retired" and x["data_keys"]
-             and not (x["destroy_after"] and x["destroy_after"] <= now)]
-    if not under:
-        return None
-    return {"data_keys": sum(x["data_keys"] for x in under), "kek_ids": [x["kek_id"] for x in under],
-            "rerun": "teamstore keys rotate"}
-
-
-def _state(row: Any) -> str:
-    if row[4] is not None:
-        return "destroyed"
-    return "retired" if row[2] is not None else "current"
