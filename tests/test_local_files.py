@@ -94,3 +94,17 @@ async def test_whichever_store_is_made_first_the_home_is_its_owners_only(
         await _first_transcript(home)
     assert mode(home) == 0o700
     assert mode(home.parent) == 0o700  # made on the way as well
+
+
+async def test_the_folders_under_an_existing_transcript_root_are_their_owners_only_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "transcripts"
+    root.mkdir(mode=0o755)  # made by the operator (or a package) before the first write
+    os.umask(0)
+    await LocalTranscriptStore(root).put("subjects/abc/sessions/def/runs/r1.jsonl.gz", b"x")
+    assert mode(root) == 0o755
+    for folder in ("subjects", "subjects/abc", "subjects/abc/sessions", "subjects/abc/sessions/def",
+                   "subjects/abc/sessions/def/runs"):
+        assert mode(root / folder) == 0o700, folder
+    assert mode(root / "subjects/abc/sessions/def/runs/r1.jsonl.gz") == 0o600

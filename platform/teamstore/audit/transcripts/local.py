@@ -79,12 +79,13 @@ class LocalTranscriptStore:
     def _put(path: Path, body: bytes, root: Path, stamp: float | None = None) -> None:
         tmp: str | None = None
         try:
-            # Objects are 0600 (mkstemp); the folders' names are subject keys, and on a shared host other
-            # users need not list whose transcripts exist or how many runs each has.
+            # Objects are 0600 (mkstemp) and every folder 0700, whatever the umask: the folders' names are
+            # subject keys, and on a shared host other users need not list whose transcripts exist or how many
+            # runs each has, nor put files in them (a root an operator made keeps its own mode).
             if not root.is_dir():
                 make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
             if not path.parent.is_dir():  # a stat: cheaper than the mkdir that fails on every write after the first
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_folder(path.parent, PRIVATE)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
