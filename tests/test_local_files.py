@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
+from teamstore.errors import StorageError
 from tests.conftest import upgrade_database
 
 
@@ -108,3 +110,53 @@ async def test_the_folders_under_an_existing_transcript_root_are_their_owners_on
                    "subjects/abc/sessions/def/runs"):
         assert mode(root / folder) == 0o700, folder
     assert mode(root / "subjects/abc/sessions/def/runs/r1.jsonl.gz") == 0o600
+
+
+RUNS = "subjects/abc/sessions/def/runs"
+
+
+async def test_the_transcript_folder_follows_no_symlink_planted_below_its_root(tmp_path: Path) -> None:
+    # A link in a user's folder would put whatever it points at in that user's export, or a write outside.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await store.put(f"{RUNS}/r1.jsonl.gz", b"mine")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.jsonl.gz").write_bytes(b"not a transcript")
+    runs = tmp_path / "transcripts" / RUNS
+    (runs / "r2.jsonl.gz").symlink_to(outside / "secret.jsonl.gz")
+    (runs / ".tmp-r3.jsonl.gz.x").symlink_to(outside / "secret.jsonl.gz")
+    (runs.parent.parent / "linked").symlink_to(outside)
+
+    assert await store.list_keys("subjects/") == [f"{RUNS}/r1.jsonl.gz"]
+    assert [o.key async for o in store.scan("subjects/")] == [f"{RUNS}/r1.jsonl.gz"]
+    assert await store.partial_writes("subjects/") == []
+    assert await store.list_keys("subjects/abc/sessions/linked") == []
+    assert await store.get(f"{RUNS}/r1.jsonl.gz") == b"mine"
+    for key in (f"{RUNS}/r2.jsonl.gz", "subjects/abc/sessions/linked/secret.jsonl.gz"):
+        with pytest.raises(StorageError, match="symbolic link"):
+            await store.get(key)
+    with pytest.raises(StorageError, match="symbolic link"):
+        await store.put("subjects/abc/sessions/linked/runs/r4.jsonl.gz", b"x")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.jsonl.gz"]
+
+
+async def test_a_transcript_root_that_is_a_symlink_is_used_as_its_operator_chose(tmp_path: Path) -> None:
+    (tmp_path / "volume").mkdir(mode=0o700)
+    (tmp_path / "transcripts").symlink_to(tmp_path / "volume")
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await store.put(f"{RUNS}/r1.jsonl.gz", b"mine")
+    assert await store.list_keys("") == [f"{RUNS}/r1.jsonl.gz"]
+    assert await store.get(f"{RUNS}/r1.jsonl.gz") == b"mine"
+
+
+async def test_the_sweep_does_not_follow_a_subjects_folder_that_is_a_symlink(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "old.jsonl.gz").write_bytes(b"someone else's")
+    os.utime(elsewhere / "old.jsonl.gz", (0, 0))
+    (tmp_path / "transcripts").mkdir(mode=0o700)
+    (tmp_path / "transcripts" / "subjects").symlink_to(elsewhere)
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    with pytest.raises(StorageError, match="symbolic link"):
+        await store.sweep(datetime.now(UTC))
+    assert (elsewhere / "old.jsonl.gz").exists()

@@ -307,6 +307,28 @@ async def test_a_folder_store_hands_over_a_write_a_killed_writer_left(engine: As
     assert b"CANARY-gil" in unpack(done.path)[entry["file"]]
 
 
+async def test_a_symlink_planted_in_a_users_transcript_folder_hands_over_nothing_it_points_at(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "gil")
+    await store.put(f"{subject_prefix(subject)}sessions/{'s' * 32}/runs/run1.jsonl.gz",
+                    gzip.compress(b'{"kind": "run", "text": "CANARY-gil"}\n'))
+    secret = tmp_path / "service-owners-file"
+    secret.write_text("NOT-GILS-ssh-key")
+    runs = tmp_path / "t" / subject_prefix(subject) / "sessions" / ("s" * 32) / "runs"
+    (runs / "planted.jsonl.gz").symlink_to(secret)
+    (runs / ".tmp-planted.jsonl.gz.x").symlink_to(secret)
+    (tmp_path / "t" / subject_prefix(subject) / "sessions" / ("p" * 32)).symlink_to(tmp_path)
+
+    done = await exporter(engine, store).run("gil", tmp_path / "gil.zip", operator="o")
+
+    files = unpack(done.path)
+    assert not any(b"NOT-GILS" in data for data in files.values())
+    (entry,) = loaded(files, "transcripts/index.json")["runs"]
+    assert entry["run_id"] == "run1" and b"CANARY-gil" in files[entry["file"]]
+
+
 async def test_memory_facts_left_without_their_memory_row_are_exported_as_left_over_while_held(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:

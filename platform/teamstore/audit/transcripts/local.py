@@ -10,6 +10,10 @@ Writes go to a temporary file and are renamed into place, so a reader never sees
 temporary file sits beside its object, inside the subject's folder, and is named after it
 (``.tmp-<run>.jsonl.gz.<random>``): a writer killed before the rename leaves it there, where erasure finds it
 (:meth:`LocalTranscriptStore.partial_writes`) and the retention sweep removes it once it is an hour old.
+
+teamstore makes no symbolic link below the root (the root itself may be one), and follows none there: a link
+planted in a user's folder would hand whatever file it points at to that user's export, or take a write out of
+the folder. Listings step over links; reading or writing through one is refused.
 """
 
 from __future__ import annotations
@@ -56,6 +60,25 @@ class LocalTranscriptStore:
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
 
+    def _link_on_way(self, path: Path) -> Path | None:
+        """``path``, or the first folder between it and the root, if it is a symbolic link."""
+        below = len(path.relative_to(self.root).parts)  # the root itself may be a link: an operator's choice
+        return next((step for step in [path, *path.parents][:below] if step.is_symlink()), None)
+
+    def _no_link(self, path: Path) -> None:
+        """Refuse ``path`` if it, or a folder between it and the root, is a symbolic link.
+
+        Raises:
+            StorageError: One is.
+        """
+        link = self._link_on_way(path)
+        if link is not None:
+            raise StorageError(
+                f"{link.relative_to(self.root).as_posix()} in the transcript folder is a symbolic link, which "
+                "teamstore never makes and does not follow",
+                hint="remove the link, and check who else can write to TEAMSTORE_TRANSCRIPTS_URL",
+            )
+
     async def present(self) -> bool:
         """Whether the folder exists on this machine. Nothing removes the folder itself (the sweep prunes below
         it), so one a writer put transcripts in that is missing here is another machine's disk, or unmounted."""
@@ -67,13 +90,15 @@ class LocalTranscriptStore:
         (the sweep counts retention from it), set before the file takes its name.
 
         Raises:
-            StorageError: The folder is not writable.
+            StorageError: The folder is not writable, or a folder on the way is a symbolic link.
         """
         stamp = written_at.timestamp() if written_at is not None else None
+        path = self._path(key)
+        self._no_link(path.parent)  # a few lstat calls, on the loop: as cheap as the stat in _put
         if len(body) <= INLINE_WRITE_BYTES:
-            self._put(self._path(key), body, self.root, stamp)
+            self._put(path, body, self.root, stamp)
         else:
-            await asyncio.to_thread(self._put, self._path(key), body, self.root, stamp)
+            await asyncio.to_thread(self._put, path, body, self.root, stamp)
 
     @staticmethod
     def _put(path: Path, body: bytes, root: Path, stamp: float | None = None) -> None:
@@ -106,16 +131,24 @@ class LocalTranscriptStore:
 
         Raises:
             TranscriptNotFound: No object there.
-            StorageError: It exists but cannot be read.
+            StorageError: It exists but cannot be read, or it (or a folder on its way) is a symbolic link.
         """
+        return await asyncio.to_thread(self._read, key)
+
+    def _read(self, key: str) -> bytes:
         path = self._path(key)
         try:
-            return await asyncio.to_thread(path.read_bytes)
+            self._no_link(path)
+            # O_NOFOLLOW: a link put there since the look above is refused too.
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:
+                return handle.read()
         except FileNotFoundError as exc:
             raise TranscriptNotFound(
                 f"no transcript at {key}", hint="check the user, session and run id"
             ) from exc
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                self._no_link(path)  # says which
             raise StorageError(
                 f"could not read transcript {key}: {exc}", hint="check folder permissions"
             ) from exc
@@ -125,21 +158,14 @@ class LocalTranscriptStore:
         return await asyncio.to_thread(self._list, prefix)
 
     def _list(self, prefix: str) -> list[str]:
-        base = self._path(prefix.rstrip("/")) if prefix else self.root
-        if not base.is_dir():
-            return []
-        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob(f"*{SUFFIX}") if p.is_file())
+        return sorted(self._key(entry) for entry in self._files(prefix) if entry.name.endswith(SUFFIX))
 
     async def partial_writes(self, prefix: str) -> list[str]:
         """Keys of the temporary files under ``prefix`` that writers left (killed before the rename), sorted."""
         return await asyncio.to_thread(self._list_partial, prefix)
 
     def _list_partial(self, prefix: str) -> list[str]:
-        base = self._path(prefix.rstrip("/")) if prefix else self.root
-        if not base.is_dir():
-            return []
-        found = (p for p in base.rglob(f"{TMP_PREFIX}*") if p.is_file())
-        return sorted(p.relative_to(self.root).as_posix() for p in found)
+        return sorted(self._key(entry) for entry in self._files(prefix) if entry.name.startswith(TMP_PREFIX))
 
     async def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
         """Objects under ``prefix`` with their modification times, read from the folder a page at a time.
@@ -147,13 +173,33 @@ class LocalTranscriptStore:
         Raises:
             StorageError: A folder could not be read.
         """
-        found = self._walk(self._path(prefix.rstrip("/")) if prefix else self.root)
+        found = self._walk(prefix)
         while page := await asyncio.to_thread(list, itertools.islice(found, _PAGE)):
             for stored in page:
                 yield stored
 
-    def _walk(self, base: Path) -> Iterator[StoredObject]:
+    def _walk(self, prefix: str) -> Iterator[StoredObject]:
+        for entry in self._files(prefix):
+            if entry.name.endswith(SUFFIX):
+                try:
+                    modified = entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue  # removed since the folder was read (a sweep, an erasure)
+                except OSError as exc:
+                    raise _unlisted(exc) from exc
+                yield StoredObject(self._key(entry), datetime.fromtimestamp(modified, UTC))
+
+    def _files(self, prefix: str) -> Iterator[os.DirEntry[str]]:
+        """The files under ``prefix``, a folder at a time, following no symbolic link (to a folder or a file):
+        under a prefix reached through one, none.
+
+        Raises:
+            StorageError: A folder could not be read.
+        """
         # os.scandir, not rglob or os.walk: those read a whole folder into a list first.
+        base = self._path(prefix.rstrip("/")) if prefix else self.root
+        if self._link_on_way(base) is not None:
+            return
         folders = [os.fspath(base)]
         while folders:
             try:
@@ -161,18 +207,15 @@ class LocalTranscriptStore:
                     for entry in entries:
                         if entry.is_dir(follow_symlinks=False):
                             folders.append(entry.path)
-                        elif entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False):
-                            try:
-                                modified = entry.stat(follow_symlinks=False).st_mtime
-                            except FileNotFoundError:
-                                continue  # removed since the folder was read (a sweep, an erasure)
-                            key = Path(entry.path).relative_to(self.root).as_posix()
-                            yield StoredObject(key, datetime.fromtimestamp(modified, UTC))
-            except FileNotFoundError:
+                        elif entry.is_file(follow_symlinks=False):
+                            yield entry
+            except (FileNotFoundError, NotADirectoryError):
                 continue  # no such folder (nothing stored), or removed meanwhile
             except OSError as exc:
-                raise StorageError(f"could not list transcripts: {exc.strerror or exc}",
-                                   hint="check folder permissions") from exc
+                raise _unlisted(exc) from exc
+
+    def _key(self, entry: os.DirEntry[str]) -> str:
+        return Path(entry.path).relative_to(self.root).as_posix()
 
     async def delete(self, key: str) -> int:
         """Delete the object at ``key`` and the folders it leaves empty.
@@ -215,12 +258,14 @@ class LocalTranscriptStore:
         Safe beside other sweeps, erasures and writers: what another one removed first is stepped over.
 
         Raises:
-            StorageError: A file or folder could not be removed (permissions, read-only file system).
+            StorageError: A file or folder could not be removed (permissions, read-only file system), or
+                ``subjects/`` is a symbolic link.
         """
         return await asyncio.to_thread(self._sweep, older_than.astimezone(UTC).timestamp())
 
     def _sweep(self, cutoff: float) -> int:
         removed, stale = 0, max(cutoff, time.time() - STALE_TMP_SECONDS)
+        self._no_link(self.root / SUBJECTS)  # os.walk follows its top: the sweep would unlink files elsewhere
         try:
             # Bottom-up, so each folder is looked at after its contents; os.walk skips folders that vanish.
             for folder, _dirs, files in os.walk(self.root / SUBJECTS, topdown=False):
@@ -238,6 +283,10 @@ class LocalTranscriptStore:
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _unlisted(exc: OSError) -> StorageError:
+    return StorageError(f"could not list transcripts: {exc.strerror or exc}", hint="check folder permissions")
 
 
 def _remove_older(path: str, cutoff: float) -> bool:
