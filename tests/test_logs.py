@@ -1,14 +1,18 @@
 """The AWS SDK's loggers are held at INFO wherever teamstore makes a boto3 client, unless the application set
-their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG)."""
+their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG); and
+teamstore's own log lines quote no user's words."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import pytest
+from autogen_agentchat.messages import TextMessage
 
 from teamstore.audit.transcripts.s3_client import make_client as s3_client
+from teamstore.events import RunContext, notify_observers
 from teamstore.keys.kms import make_client as kms_client
 from teamstore.logs import AWS_SDK_LOGGERS
 
@@ -44,3 +48,19 @@ def test_an_application_that_sets_botocore_to_debug_itself_keeps_it(monkeypatch:
     kms_client()
     assert logging.getLogger("botocore").level == logging.DEBUG
     assert logging.getLogger("boto3").level == logging.INFO
+
+
+class _Broken:
+    async def on_item(self, ctx: RunContext, item: TextMessage) -> None:
+        raise ValueError(f"cannot encode {item.content!r}")
+
+
+async def test_an_observer_failing_with_an_untyped_error_is_logged_by_its_type_never_its_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ctx = RunContext("r1", "alice", "s1", "t", "v1", datetime.now(UTC))
+    with caplog.at_level(logging.ERROR, "teamstore"):
+        await notify_observers([_Broken()], "on_item", ctx, TextMessage(content="my PIN is 4711", source="user"))
+    (record,) = caplog.records
+    assert "_Broken.on_item failed: ValueError at test_logs.py:" in record.getMessage()
+    assert record.exc_info is None and "4711" not in caplog.text

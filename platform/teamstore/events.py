@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -193,5 +195,10 @@ async def _call(
         # An audit observer must never fail a user's run; each one keeps its own outbox for retries. A
         # typed error's message names no user and no content; its chained cause might, so no traceback.
         log.error("observer %s.%s failed: %s", type(observer).__name__, hook, exc)
-    except Exception:
-        log.exception("observer %s.%s failed", type(observer).__name__, hook)
+    except Exception as exc:
+        # Not one of teamstore's typed errors: its message may quote the item or the ids it was handed (a
+        # KeyError, a ValueError of an encoder), so the log says its type and where it was raised, not what.
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        log.error("observer %s.%s failed: %s at %s:%s (its message and traceback are left out: they may quote "
+                  "users' words)", type(observer).__name__, hook, type(exc).__name__,
+                  os.path.basename(frame.filename), frame.lineno)
