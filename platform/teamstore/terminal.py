@@ -33,8 +33,14 @@ def plain(value: object) -> str:
     a terminal would act on shown escaped (``\\x1b``). Ids, names and messages come from users, models and
     registry authors; printed as they are, ``[/]`` would crash the command and an escape sequence could
     rewrite or hide what the operator reads. ``--json`` keeps values exact (:func:`dumps`)."""
-    text = UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
-    return escape(text)
+    return escape(inert(value))
+
+
+def inert(value: object) -> str:
+    """``value`` with every character of :data:`UNSAFE` written as its escape (``\\u202e``), so it is shown,
+    not acted on: a right-to-left override in a name would otherwise turn the figures after it around
+    (a terminal's or a browser's; the HTML report shows names through this too)."""
+    return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
 
 
 def print_table(

@@ -151,6 +151,36 @@ def test_names_that_look_like_markup_are_shown_as_text(ledger_env: AsyncEngine, 
     assert text.count("</script>") == 1 and "\\u003c/script>\\u003cb>" in text  # the data block stays whole
 
 
+async def _reordering_names(url: str) -> None:
+    engine = create_engine(url)
+    subject, secret = await ensure_subject(engine, "eve")
+    started = datetime(2026, 11, 20, 10, tzinfo=UTC)
+    await record_usage(engine, [{
+        "run_id": "rlo", "team": "team\u202e", "team_version": "v1", "subject_key": subject,
+        "session_key": session_key(secret, "s\u202e9"), "stop_reason": None, "ended_by_limit": False,
+        "run_failed": False, "started_at": started, "finished_at": started, "day": started.date(),
+        "purpose": "agent", "failed_calls": 0, "agent": "a", "model": "m\u202e", "input_tokens": 1,
+        "output_tokens": 1, "calls": 1}], "s\u202e9")
+    await engine.dispose()
+
+
+def test_a_name_with_a_bidirectional_override_is_shown_escaped_and_turns_no_figure_around(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    asyncio.run(_reordering_names(database_url))
+    page = tmp_path / "cost.html"
+    _write(page)
+    browser.get(page.as_uri())
+    body = browser.find_element(By.TAG_NAME, "body").text
+    titles = browser.execute_script("return [...document.querySelectorAll('title')].map(t => t.textContent)")
+    assert "\u202e" not in body + "".join(titles)  # an override would show the figures after it reversed
+    assert "eve / s\\u202e9" in body and "No price for mystery, m\\u202e" in body and "team\\u202e" in body
+    marks = _marks(browser, "top-sessions")
+    assert "eve / s\u202e9" in [m["x"] for m in marks]  # the page's data keep each name exact
+
+
 def test_nothing_to_chart_exits_3_and_writes_no_page(ledger_env: AsyncEngine, tmp_path: Path) -> None:
     page = tmp_path / "cost.html"
     result = runner.invoke(app, ["cost", "report", "--team", "suport", "--output", str(page)])

@@ -19,7 +19,6 @@ import os
 import tempfile
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +97,8 @@ def _ranked(series: list[svg.Bar]) -> list[str]:
 
 
 def _chart(title: str, chart: str, note: str = "", series: list[str] | None = None) -> str:
-    return (f"<section><h2>{escape(title)}</h2>{chart}{svg.legend(series) if series else ''}"
-            + (f'<p class="note">{escape(note)}</p>' if note else "") + "</section>")
+    return (f"<section><h2>{svg.shown(title)}</h2>{chart}{svg.legend(series) if series else ''}"
+            + (f'<p class="note">{svg.shown(note)}</p>' if note else "") + "</section>")
 
 
 def _summary(total: CostRow, currency: str) -> str:
@@ -107,34 +106,34 @@ def _summary(total: CostRow, currency: str) -> str:
              ("runs", str(total.runs), "total-runs"), ("ended by a limit", str(total.runs_limited), "total-limited"),
              ("tokens in / out", f"{total.input_tokens} / {total.output_tokens}", "total-tokens")]
     return '<div class="summary">' + "".join(
-        f'<div id="{key}">{escape(label)}<b>{escape(value)}</b></div>' for label, value, key in cells) + "</div>"
+        f'<div id="{key}">{svg.shown(label)}<b>{svg.shown(value)}</b></div>' for label, value, key in cells) + "</div>"
 
 
 def _sessions_table(report: CostReport) -> str:
     rows = "".join(
-        f"<tr><td>{i}</td><td>{escape(r.key)}</td><td>{r.runs}</td><td>{r.tokens}</td>"
-        f"<td>{escape(_shown(r))}</td></tr>" for i, r in enumerate(report.rows, start=1))
+        f"<tr><td>{i}</td><td>{svg.shown(r.key)}</td><td>{r.runs}</td><td>{r.tokens}</td>"
+        f"<td>{svg.shown(_shown(r))}</td></tr>" for i, r in enumerate(report.rows, start=1))
     return ('<table id="top-sessions-table"><tr><th>#</th><th>session</th><th>runs</th><th>tokens</th>'
-            f"<th>cost ({escape(report.currency)})</th></tr>{rows}</table>")
+            f"<th>cost ({svg.shown(report.currency)})</th></tr>{rows}</table>")
 
 
 def _header(reports: dict[str, CostReport], every: str) -> str:
     first = reports["by_time"]
     shown = ", ".join(f"{k} {v}" for k, v in first.filters.items()) or "the whole ledger"
     made = datetime.now(UTC).isoformat(timespec="seconds")
-    return (f"<h1>Cost report</h1><p class=\"meta\">{escape(shown)} · every {escape(every)} · prices "
-            f"{escape(first.price_version)} ({escape(first.currency)}) · made {escape(made)}</p>")
+    return (f"<h1>Cost report</h1><p class=\"meta\">{svg.shown(shown)} · every {svg.shown(every)} · prices "
+            f"{svg.shown(first.price_version)} ({svg.shown(first.currency)}) · made {svg.shown(made)}</p>")
 
 
 def _footer(reports: dict[str, CostReport]) -> str:
     total = reports["by_time"].total
     unpriced = sorted(set(total.unpriced_models))
-    warn = (f'<p class="warn">No price for {escape(", ".join(unpriced))}: their {total.unpriced_tokens} tokens '
+    warn = (f'<p class="warn">No price for {svg.shown(", ".join(unpriced))}: their {total.unpriced_tokens} tokens '
             "are counted, their cost is unknown.</p>") if unpriced else ""
     who = ("Users and sessions are named by the application's own ids. Erasure cannot reach a copy of this "
            "page: write it with --pseudonymous when it leaves the analysts' hands."
            if reports["by_time"].readable else "Users and sessions appear as pseudonymous keys only.")
-    return f'{warn}<p class="note">{escape(who)}</p>'
+    return f'{warn}<p class="note">{svg.shown(who)}</p>'
 
 
 def _data_block(reports: dict[str, CostReport]) -> str:

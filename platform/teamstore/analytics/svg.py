@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
+from teamstore.terminal import inert
+
 WIDTH, HEIGHT = 760, 280
 LEFT, RIGHT, TOP, BOTTOM = 70, 16, 14, 46
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -48,7 +50,14 @@ def colours(series: Sequence[str]) -> dict[str, str]:
 
 
 def _attr(value: object) -> str:
+    """An attribute's value, exact: ``data-*`` carry the figures and names as the report gives them."""
     return escape(str(value), quote=True)
+
+
+def shown(value: object) -> str:
+    """Text a reader sees, as text: markup escaped, and the characters that would reorder or hide what is
+    around them (bidirectional overrides, controls) written as their escapes (:func:`teamstore.terminal.inert`)."""
+    return escape(inert(value))
 
 
 def _short(text: str, most: int = 28) -> str:
@@ -61,9 +70,9 @@ def _frame(chart_id: str, body: list[str], top: float, unit: str) -> str:
     axis = [
         f'<line class="axis" x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#888"/>',
         f'<text class="tick" x="{LEFT - 6}" y="{base}" text-anchor="end">0</text>',
-        f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{escape(_number(top))}</text>',
+        f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{shown(_number(top))}</text>',
         # On its own line above the top figure, which is right-aligned to the axis and may be long.
-        f'<text class="unit" x="4" y="{TOP - 3}">{escape(unit)}</text>',
+        f'<text class="unit" x="4" y="{TOP - 3}">{shown(unit)}</text>',
     ]
     return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
             f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
@@ -77,7 +86,7 @@ def _number(value: float) -> str:
 def _x_labels(categories: Sequence[str], band: float) -> list[str]:
     step = max(1, -(-len(categories) // MOST_LABELS))  # at most a dozen labels under the bars
     return [f'<text class="label" x="{LEFT + band * (i + 0.5):.1f}" y="{HEIGHT - BOTTOM + 16}" '
-            f'text-anchor="middle">{escape(_short(c, 12))}</text>'
+            f'text-anchor="middle">{shown(_short(c, 12))}</text>'
             for i, c in enumerate(categories) if i % step == 0]
 
 
@@ -110,7 +119,7 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
             f'<rect class="bar" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
             f'data-value="{_attr(bar.text)}" x="{LEFT + band * categories.index(bar.x) + band * 0.12:.1f}" '
             f'y="{y:.1f}" width="{band * 0.76:.1f}" height="{height:.1f}" fill="{colour[bar.series]}">'
-            f"<title>{escape(f'{bar.x} · {bar.series}: {bar.text} {unit}')}</title></rect>")
+            f"<title>{shown(f'{bar.x} · {bar.series}: {bar.text} {unit}')}</title></rect>")
     return _frame(chart_id, body + _x_labels(categories, band), top, unit)
 
 
@@ -127,10 +136,10 @@ def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str) -> str:
         y = TOP + i * height
         body.append(
             f'<text class="label" x="{left - 6}" y="{y + height * 0.7:.1f}" text-anchor="end">'
-            f"{escape(_short(bar.x, 30))}</text>"
+            f"{shown(_short(bar.x, 30))}</text>"
             f'<rect class="bar" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
             f'data-value="{_attr(bar.text)}" x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
-            f'height="{height - 4:.1f}" fill="{PALETTE[0]}"><title>{escape(f"{bar.x}: {bar.text} {unit}")}</title>'
+            f'height="{height - 4:.1f}" fill="{PALETTE[0]}"><title>{shown(f"{bar.x}: {bar.text} {unit}")}</title>'
             "</rect>")
     return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {tall}" '
             f'width="{WIDTH}" height="{tall}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
@@ -150,12 +159,12 @@ def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[
         body.append(
             f'<circle class="point" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
             f'data-value="{_attr(mark.text)}" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
-            f"<title>{escape(f'{mark.x}: {mark.text} {unit}')}</title></circle>")
+            f"<title>{shown(f'{mark.x}: {mark.text} {unit}')}</title></circle>")
     return _frame(chart_id, body + _x_labels(categories, band), top, unit)
 
 
 def legend(series: Sequence[str]) -> str:
     """The colour of each series, as an HTML list under a chart."""
-    items = "".join(f'<li><span class="swatch" style="background:{c}"></span>{escape(name)}</li>'
+    items = "".join(f'<li><span class="swatch" style="background:{c}"></span>{shown(name)}</li>'
                     for name, c in colours(series).items())
     return f'<ul class="legend">{items}</ul>'
