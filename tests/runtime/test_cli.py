@@ -8,8 +8,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -284,6 +285,55 @@ def test_an_empty_message_is_refused_before_anything_is_opened(registry: Registr
     said = " ".join(out.output.split())
     assert out.exit_code == 1 and "error: the task is" in said and "fix: pass the user's message" in said
     assert not (Settings().home / "teamstore.db").exists()  # no database made, no session leased, no model called
+
+
+def test_a_message_given_as_dash_is_read_from_stdin_and_kept_off_the_command_line(registry: Registry) -> None:
+    args = ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-", "--json"]
+    out = runner.invoke(app, args, input="My router ZX-81 drops every evening\n")
+    assert out.exit_code == 0, out.output
+    asked = json.loads(out.stdout)["messages"][0]
+    assert (asked["source"], asked["content"]) == ("user", "My router ZX-81 drops every evening")
+
+
+@pytest.mark.parametrize("text", ["", " \n\t\n"])
+def test_an_empty_message_on_stdin_is_refused_as_an_empty_argument_is(registry: Registry, text: str) -> None:
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-"],
+                        input=text)
+    said = " ".join(out.output.split())
+    assert out.exit_code == 1 and "error: the task is" in said and "fix: pass the user's message" in said
+    assert not (Settings().home / "teamstore.db").exists()
+
+
+def test_an_endless_stdin_is_refused_once_past_the_task_limit(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_TASK_MAX_BYTES", "100000")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "teamstore", "run", "--team", "support_triage", "--user", "alice", "--session", "s1",
+         "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stdin, stderr = proc.stdin, proc.stderr
+    assert stdin is not None and stderr is not None
+
+    def write_until_refused() -> None:  # a stream with no end: the command must stop reading, not hold it all
+        with suppress(BrokenPipeError, ValueError):
+            while True:
+                stdin.write(b"x" * 65_536)
+
+    writer = threading.Thread(target=write_until_refused, daemon=True)
+    writer.start()
+    try:
+        said = " ".join(stderr.read().decode().split())
+        assert proc.wait(timeout=120) == 1
+    finally:
+        proc.kill()
+    assert "error: the task read is over the limit of 100,000 bytes" in said and "TEAMSTORE_TASK_MAX_BYTES" in said
+    assert not (Settings().home / "teamstore.db").exists()
+
+
+def test_a_message_on_stdin_that_is_not_utf8_is_refused(registry: Registry) -> None:
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-"],
+                        input=b"caf\xe9")
+    assert out.exit_code == 1 and "error: the task read is not UTF-8" in " ".join(out.output.split())
 
 
 def test_an_empty_message_after_abandon_is_refused_and_the_interrupted_run_can_still_be_continued(

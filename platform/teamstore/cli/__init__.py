@@ -1,7 +1,7 @@
 """The ``teamstore`` command.
 
     teamstore registry list
-    teamstore run --team support_triage --user u1 --session s1 "My router keeps dropping"
+    teamstore run --team support_triage --user u1 --session s1 - < message.txt
     teamstore cost --by session --format csv
     teamstore memory show --user u1
     teamstore ledger export --to s3://warehouse/teamstore/ledger

@@ -2,7 +2,7 @@
 
     teamstore db upgrade
     teamstore db lease-mode row          # Postgres: switch session leases (while no session is open)
-    teamstore run --team support_triage --user alice --session s1 "My router keeps dropping" --json
+    teamstore run --team support_triage --user alice --session s1 - --json < message.txt
     teamstore sessions list --user alice
     teamstore sessions show --user alice --session s1
 """
@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import PurePath
@@ -50,7 +51,8 @@ def _stored(fn: Callable[[App], Awaitable[T]]) -> T:
 
 
 def run(
-    text: str | None = typer.Argument(None, help="The user's message (none with --continue or --abandon)."),
+    text: str | None = typer.Argument(
+        None, help="The user's message, or - to read it from stdin (none with --continue or --abandon)."),
     team: str = typer.Option(..., "--team", help="Registry reference: NAME, NAME@VERSION or NAME@LABEL."),
     user: str = typer.Option(..., "--user", help="The user id."),
     session: str = typer.Option(..., "--session", help="The session id."),
@@ -70,11 +72,9 @@ def run(
                          "'message' to give the interrupted run up and run the message instead"))
     if not continue_run and text is None and not abandon:
         fail(InvalidTask("give the user's message, or --continue to finish the session's interrupted run",
-                         hint="teamstore run --team T --user U --session S 'message' (or --continue)"))
+                         hint="teamstore run --team T --user U --session S - < message.txt (or --continue)"))
     if text is not None:  # before anything is opened or leased (and before --abandon gives a run up for it)
-        from teamstore.runtime.tasks import check_not_blank
-
-        check_not_blank(text)
+        text = _message(text)
 
     async def go(app: App) -> dict[str, Any]:
         # The platform checks the schema and the lease mode as it opens, and closes the app as it closes.
@@ -89,6 +89,20 @@ def run(
         fix="run it again; `teamstore sessions show --user ... --session ...` says whether the run can "
         "be continued (--continue)")
     emit(data, as_json=as_json, render=lambda d: _render_run(d))
+
+
+def _message(text: str) -> str:
+    """The message given, or for ``-`` the one on stdin: an argument is on view to every user of the host
+    (``ps``, ``/proc/*/cmdline``) and kept in the shell's history. Either is refused if blank; stdin is read
+    no further than the task limit the runtime enforces."""
+    from teamstore.runtime.tasks import check_not_blank, read_task
+
+    if text != "-":
+        check_not_blank(text)
+        return text
+    from teamstore.settings import Settings
+
+    return read_task(sys.stdin.buffer, max_bytes=Settings().task_max_bytes)
 
 
 async def _run_once(

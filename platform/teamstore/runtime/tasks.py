@@ -1,9 +1,12 @@
 """What ``Session.run()`` accepts as a task, checked before the team runs (and before a token is spent).
 
-    from teamstore.runtime.tasks import check_task
+    import sys
+
+    from teamstore.runtime.tasks import check_task, read_task
 
     check_task("My router keeps dropping", max_bytes=262_144)   # returns None
     check_task(b"bytes", max_bytes=262_144)                      # raises InvalidTask
+    text = read_task(sys.stdin.buffer, max_bytes=262_144)        # a message piped in (`teamstore run -`)
 
 A task is what AutoGen's ``run()`` takes: text, one AgentChat message, a list of them, or ``None`` to
 continue without a new one. Text must say something (empty or only whitespace, what an unset shell
@@ -16,7 +19,7 @@ a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from autogen_agentchat.messages import BaseChatMessage, BaseTextChatMessage
 from pydantic_core import PydanticSerializationError
@@ -84,6 +87,29 @@ def check_not_blank(text: str) -> None:
             hint="pass the user's message (a shell variable that is unset or empty gives none); to finish an "
             "interrupted run, continue it (s.continue_run(), `teamstore run --continue`)",
         )
+
+
+def read_task(stream: BinaryIO, max_bytes: int) -> str:
+    """Read a text task from ``stream`` to its end, reading no more than one over ``max_bytes`` (and a
+    final newline): a stream past the limit is refused as soon as it is, not held in memory whole.
+
+    One final newline, which ``echo`` and a here-document add, is not part of the task.
+
+    Raises:
+        InvalidTask: The stream holds more than ``max_bytes`` (its final newline aside), is not UTF-8, or
+            is empty or only whitespace.
+    """
+    data = stream.read(max_bytes + 2)
+    data = data.removesuffix(b"\n")
+    if len(data) > max_bytes:
+        raise InvalidTask(f"the task read is over the limit of {max_bytes:,} bytes", hint=_TOO_LARGE_HINT)
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise InvalidTask(f"the task read is not UTF-8 (byte {exc.start:,} is not)",
+                          hint="send the message as UTF-8 text") from None
+    check_not_blank(text)
+    return text
 
 
 def _describe(task: Any) -> str:
