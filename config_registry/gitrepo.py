@@ -17,14 +17,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shlex
+import stat
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from config_registry.errors import (
     RegistryConflict,
@@ -33,7 +35,9 @@ from config_registry.errors import (
     RegistryNotFound,
     folder_failure,
 )
-from config_registry.folders import make_folder
+from config_registry.folders import SHARED, make_folder, umask
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_NAME = "teamstore"
 DEFAULT_EMAIL = "teamstore@localhost"
@@ -43,6 +47,10 @@ RECOVER_HINT = (
     "to the last commit, or `teamstore registry recover --commit -m WHY` commits the definitions left if each "
     "passes every check a registration applies (docs/registry.md)"
 )
+FILE_MODE = 0o644
+"""The mode of the files the registry writes (less the umask); its folders are :data:`SHARED` (0755)."""
+_OTHERS_WRITE = 0o022
+_checked: set[Path] = set()  # registries whose modes this process has checked (and warned of, once)
 _README = """# teamstore registry
 
 Team definitions managed by `teamstore registry`. One folder per team under `teams/`
@@ -68,7 +76,10 @@ def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
         k: v for k, v in os.environ.items()
         if k not in _REPOSITORY_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
     }
-    return subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    # Git makes the repository's files and folders under the umask: with no write bit for others, whatever the
+    # caller's, so no one else can plant a hook, a config or an object (a umask stricter than that is kept).
+    return subprocess.run(command, capture_output=True, text=True, check=False, env=env,
+                          umask=umask() | _OTHERS_WRITE)
 
 
 def dump_json(data: Any) -> str:
@@ -123,6 +134,7 @@ class GitRepo:
                 )
             elif not repo._is_registry():
                 raise _not_a_registry(path)
+        repo._check_modes()
         return repo
 
     @contextlib.contextmanager
@@ -164,9 +176,35 @@ class GitRepo:
             self.files("HEAD", "teams") or self.files("HEAD", "labels")
         )
 
+    def _check_modes(self) -> None:
+        """Warn, once a process, of a registry that others than its owner may write: writing to it is running
+        code on every worker that builds its teams. A repository git shares with a group on purpose
+        (``core.sharedRepository``) is warned of only where everyone may write."""
+        if self.path in _checked:
+            return
+        _checked.add(self.path)
+        loose = 0o002 if self._shared_with_group() else _OTHERS_WRITE
+        found = [(path, mode) for path, mode in _modes(self.path) if mode & loose]
+        if found:
+            named = ", ".join(str(path.relative_to(self.path)) for path, _mode in found[:3])
+            logger.warning(
+                "%s may write to the registry %s (%s%s); write access to the registry is code execution on the "
+                "workers (docs/operations.md); fix: chmod -R go-w %s",
+                "everyone" if any(mode & 0o002 for _path, mode in found) else "its group", self.path, named,
+                f" and {len(found) - 3} more" if len(found) > 3 else "", shlex.quote(str(self.path)),
+            )
+
+    def _shared_with_group(self) -> bool:
+        shared = self.git("config", "--get", "core.sharedRepository", check=False).strip().lower()
+        if shared in ("", "umask", "false", "no", "off", "0"):
+            return False
+        if shared.startswith("0") and set(shared) <= set("01234567"):  # a mode: does it let the group write?
+            return bool(int(shared, 8) & 0o020)
+        return True  # group, all, world, everybody, true, 1, 2
+
     def _make_folder(self) -> None:
         try:
-            make_folder(self.path)  # the registry keeps the usual mode; a home made on the way is private
+            make_folder(self.path, SHARED)  # not writable by others; a home made on the way is private
         except OSError as exc:  # a file on the way (TEAMSTORE_HOME itself, say), no permission, a read-only disk
             raise RegistryError(
                 f"cannot make the registry folder {str(self.path)!r}: {folder_failure(exc)}",
@@ -176,7 +214,8 @@ class GitRepo:
     def _init(self) -> None:
         self.git("init", "-q")
         self.git("symbolic-ref", "HEAD", "refs/heads/main")
-        (self.path / "README.md").write_text(_README, encoding="utf-8")
+        with self._open("README.md", os.O_TRUNC) as handle:
+            handle.write(_README)
         self.commit(["README.md"], "Create the teamstore registry")
 
     def git(self, *args: str, check: bool = True) -> str:
@@ -308,7 +347,7 @@ class GitRepo:
         """
         lock_path = self.git_dir() / LOCK_FILE
         try:
-            handle = open(lock_path, "a+")  # noqa: SIM115  (closed by the with below)
+            handle = os.fdopen(os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, FILE_MODE), "a+")
         except OSError as exc:  # a read-only mount, no permission
             raise RegistryError(
                 f"cannot take the registry's write lock {lock_path}: {exc.strerror or type(exc).__name__}",
@@ -342,16 +381,20 @@ class GitRepo:
 
     def write_json(self, relative: str, data: Any) -> None:
         """Write ``data`` as stable JSON at ``relative`` (folders created)."""
-        target = self.path / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(dump_json(data), encoding="utf-8")
+        with self._open(relative, os.O_TRUNC) as handle:
+            handle.write(dump_json(data))
 
     def append_line(self, relative: str, data: Any) -> None:
         """Append one compact JSON line to ``relative`` (an append-only log)."""
-        target = self.path / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("a", encoding="utf-8") as handle:
+        with self._open(relative, os.O_APPEND) as handle:
             handle.write(json.dumps(data, sort_keys=True, ensure_ascii=False) + "\n")
+
+    def _open(self, relative: str, how: int) -> IO[str]:
+        """``relative`` opened for writing (``os.O_TRUNC`` or ``os.O_APPEND``), made 0644 and its folders 0755
+        (less the umask) if missing: whatever the umask, no one else may write what the registry holds."""
+        target = self.path / relative
+        make_folder(target.parent, SHARED, above=SHARED)
+        return os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | how, FILE_MODE), "w", encoding="utf-8")
 
     def commit(self, paths: Sequence[str], message: str, author: str | None = None) -> str | None:
         """Commit ``paths``; return the new sha, or ``None`` if nothing changed.
@@ -403,6 +446,19 @@ class GitRepo:
             dict(zip(("commit", "author", "time", "message"), fields[i:i + 4], strict=True))
             for i in range(0, len(fields) - 3, 4)
         ]
+
+
+def _modes(top: Path) -> Iterator[tuple[Path, int]]:
+    """``top`` and every file and folder under it (``.git`` included), with its permission bits; links (whose
+    own bits mean nothing) are neither given nor followed, and what goes meanwhile (git packing) is left out."""
+    for folder, _folders, files in os.walk(top):  # each folder is walked itself, so it is given once, there
+        for path in (Path(folder), *(Path(folder, name) for name in files)):
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISLNK(mode):
+                yield path, stat.S_IMODE(mode)
 
 
 def _not_found(path: Path) -> RegistryNotFound:
