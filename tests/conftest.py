@@ -7,7 +7,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,28 @@ def fits_with_ids_whole(text: str, columns: int, *ids: str) -> None:
 def git(path: Path, *args: str) -> str:
     """Run git in ``path`` and return its stdout (for tests that inspect the repository)."""
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout
+
+
+@contextmanager
+def undeletable(folder: Path) -> Iterator[None]:
+    """Nothing in ``folder`` can be deleted within the block, the kernel refusing it: by the folder's mode (0500)
+    for any user but root; root, whom no mode stops, gets a read-only bind mount of the folder onto itself (the
+    test is skipped where root may not mount)."""
+    if os.geteuid() != 0:
+        mode = folder.stat().st_mode
+        folder.chmod(0o500)
+        try:
+            yield
+        finally:
+            folder.chmod(mode)
+        return
+    if subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True, check=False).returncode:
+        pytest.skip("as root, only a read-only mount stops a delete, and this host lets no test mount one")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True, capture_output=True)
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
 
 
 # --- a real browser ---------------------------------------------------------------------------------------

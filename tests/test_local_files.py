@@ -18,7 +18,7 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.errors import StorageError
-from tests.conftest import upgrade_database
+from tests.conftest import undeletable, upgrade_database
 
 
 @pytest.fixture(autouse=True)
@@ -160,3 +160,33 @@ async def test_the_sweep_does_not_follow_a_subjects_folder_that_is_a_symlink(tmp
     with pytest.raises(StorageError, match="symbolic link"):
         await store.sweep(datetime.now(UTC))
     assert (elsewhere / "old.jsonl.gz").exists()
+
+
+async def test_a_prefix_that_cannot_be_deleted_raises_naming_it_and_deleting_again_finishes(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    kept = "subjects/abc/sessions/s1/runs/r1.jsonl.gz"
+    for key in ("subjects/abc/sessions/s0/runs/r0.jsonl.gz", kept, "subjects/xyz/sessions/s0/runs/r0.jsonl.gz"):
+        await store.put(key, b"x")
+
+    with undeletable(tmp_path / "transcripts" / "subjects/abc/sessions/s1/runs"), \
+            pytest.raises(StorageError, match=r"^could not delete the transcripts under subjects/abc/: ") as info:
+        await store.delete_prefix("subjects/abc/")
+    assert "s1" not in info.value.message and "r1" not in info.value.message  # the prefix, nothing below it
+    assert await store.list_keys("subjects/") == [kept, "subjects/xyz/sessions/s0/runs/r0.jsonl.gz"]
+
+    assert await store.delete_prefix("subjects/abc/") == 1
+    assert await store.delete_prefix("subjects/abc/") == 0  # gone already: an erasure's rerun is not a failure
+    assert await store.list_keys("subjects/") == ["subjects/xyz/sessions/s0/runs/r0.jsonl.gz"]
+
+
+async def test_a_prefix_whose_folder_is_a_symlink_is_not_deleted_and_says_so(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await store.put(f"{RUNS}/r1.jsonl.gz", b"mine")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.jsonl.gz").write_bytes(b"someone else's")
+    (tmp_path / "transcripts" / "subjects" / "linked").symlink_to(outside)
+
+    with pytest.raises(StorageError, match="subjects/linked in the transcript folder is a symbolic link"):
+        await store.delete_prefix("subjects/linked/")
+    assert (outside / "kept.jsonl.gz").exists() and (tmp_path / "transcripts" / "subjects" / "linked").is_symlink()

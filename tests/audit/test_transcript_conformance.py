@@ -67,6 +67,16 @@ async def test_delete_prefix_removes_one_subject_and_keeps_the_others(store: Tra
     assert await store.list_keys(subject_prefix(B.subject_key)) == [run_key(B, "r3")]
 
 
+async def test_delete_prefix_again_or_of_a_subject_never_stored_deletes_nothing_and_succeeds(
+    store: TranscriptStore,
+) -> None:
+    # An erasure rerun deletes the subject's prefix again: what is gone already is not a failure.
+    await store.put(run_key(A, "r1"), body("r1"))
+    assert await store.delete_prefix(subject_prefix(A.subject_key)) == 1
+    assert await store.delete_prefix(subject_prefix(A.subject_key)) == 0
+    assert await store.delete_prefix(subject_prefix(B.subject_key)) == 0
+
+
 async def test_delete_removes_one_run_and_keeps_the_rest(store: TranscriptStore) -> None:
     for run in ("r1", "r1-later", "r2"):
         await store.put(run_key(A, run), body(run))

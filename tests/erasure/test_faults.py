@@ -38,6 +38,7 @@ from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import ErasureConflict, ErasureInProgress, ErasureRequestNotFound, InvalidIdentifier
 from tests.audit.fault_server import HoldingProxy
+from tests.conftest import undeletable
 from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import all_versions, audited_platform, counts, scan_database, seed_user
 from tests.services import free_port
@@ -434,6 +435,31 @@ async def test_a_transcript_swept_by_retention_during_the_erasure_is_not_a_failu
 
     assert receipt.ok and receipt.stores["transcripts"].status is StepStatus.ERASED, receipt.stores["transcripts"]
     assert receipt.stores["transcripts"].counts.versions == 1  # the other one was gone before it was read
+    assert await store.list_keys("") == []
+
+
+async def test_a_transcript_folder_that_cannot_be_deleted_fails_the_step_and_a_rerun_finishes(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "petra")
+    for i in range(2):
+        await store.put(f"{subject_prefix(subject)}sessions/s{i}/runs/r{i}.jsonl.gz", b"transcript")
+
+    with undeletable(store.root.joinpath(*f"{subject_prefix(subject)}sessions/s1/runs".split("/"))):
+        failed = await coordinator(engine, store).run("petra", request_id="req-886")
+
+    transcripts = failed.stores["transcripts"]
+    detail = transcripts.detail or ""
+    assert failed.status is RequestStatus.FAILED and transcripts.status is StepStatus.FAILED
+    assert detail.startswith(f"could not delete all of the subject's transcripts in {store.url}: ")
+    assert "rerun the same request id" in detail and subject not in failed.model_dump_json()
+    assert await find_subject(engine, "petra") == subject  # kept until the transcripts are gone
+    assert len(await store.list_keys(subject_prefix(subject))) == 1  # what could be deleted was
+
+    done = await coordinator(engine, store).run("petra", request_id="req-886")
+    assert done.ok and done.stores["transcripts"].status is StepStatus.ERASED
+    assert done.stores["transcripts"].counts.versions == 2  # both, the one deleted by the first attempt too
     assert await store.list_keys("") == []
 
 

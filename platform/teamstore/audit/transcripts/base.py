@@ -84,8 +84,9 @@ class TranscriptStore(Protocol):
         A version the backend refuses to delete raises ``TranscriptUnavailable`` (the others are gone)."""
 
     async def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix``; returns how many were removed. A version the backend refuses
-        to delete raises ``TranscriptUnavailable`` naming how many and why (the others are gone)."""
+        """Delete every object under ``prefix``; returns how many were removed (0 for a prefix deleted already,
+        as an erasure's rerun finds it). A version the backend refuses to delete raises ``TranscriptUnavailable``
+        naming how many and why (the others are gone); a local folder, ``StorageError``."""
 
     async def sweep(self, older_than: datetime) -> int:
         """Remove objects last written before ``older_than`` (backends with ``LOCAL_SWEEP``)."""

@@ -13,7 +13,7 @@ temporary file sits beside its object, inside the subject's folder, and is named
 
 teamstore makes no symbolic link below the root (the root itself may be one), and follows none there: a link
 planted in a user's folder would hand whatever file it points at to that user's export, or take a write out of
-the folder. Listings step over links; reading or writing through one is refused.
+the folder. Listings step over links; reading, writing or deleting a prefix through one is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import errno
 import itertools
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -243,11 +244,28 @@ class LocalTranscriptStore:
         return 1
 
     async def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix`` and the folder itself."""
-        keys = await self.list_keys(prefix)
+        """Delete every object under ``prefix`` and the folder itself. A prefix with nothing under it any more
+        (an erasure rerun after it was deleted) is deleted already: 0.
+
+        Raises:
+            StorageError: Something under it could not be removed (what could is gone), or it or a folder
+                on its way is a symbolic link; named by the prefix, never by what is below it.
+        """
+        return await asyncio.to_thread(self._delete_prefix, prefix)
+
+    def _delete_prefix(self, prefix: str) -> int:
         base = self._path(prefix.rstrip("/"))
-        await asyncio.to_thread(shutil.rmtree, base, True)
-        return len(keys)
+        self._no_link(base)
+        removed = len(self._list(prefix))
+        try:
+            _remove_tree(base)
+        except OSError as exc:
+            raise StorageError(
+                f"could not delete the transcripts under {prefix}: {exc.strerror or type(exc).__name__}",
+                hint="check that this user may delete files under TEAMSTORE_TRANSCRIPTS_URL (and that no folder "
+                "in it is a mount point or read-only), then delete again",
+            ) from exc
+        return removed
 
     async def sweep(self, older_than: datetime) -> int:
         """Remove objects whose modification time is before ``older_than``; prune empty folders.
@@ -287,6 +305,27 @@ class LocalTranscriptStore:
 
 def _unlisted(exc: OSError) -> StorageError:
     return StorageError(f"could not list transcripts: {exc.strerror or exc}", hint="check folder permissions")
+
+
+def _remove_tree(base: Path) -> None:
+    """Remove ``base`` and everything below it, following no link; what is gone already (all of it, or what
+    a sweep took meanwhile) is removed all the same.
+
+    Raises:
+        OSError: The first thing that could not be removed (after removing all that could).
+    """
+    failed: list[BaseException] = []
+
+    def note(_function: object, _path: object, exc: BaseException) -> None:
+        if not isinstance(exc, FileNotFoundError):
+            failed.append(exc)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(base, onexc=note)
+    else:
+        shutil.rmtree(base, onerror=lambda function, path, info: note(function, path, info[1]))
+    if failed:
+        raise failed[0]
 
 
 def _remove_older(path: str, cutoff: float) -> bool:

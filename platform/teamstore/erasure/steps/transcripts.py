@@ -134,9 +134,23 @@ class PlainObjects:
         return found
 
     async def delete(self, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
-        """Remove the batch's subject folders; reports nothing refused (a folder error raises)."""
+        """Remove the batch's subject folders; reports nothing refused (a folder error raises).
+
+        Raises:
+            TranscriptUnavailable: Something could not be removed (named by the reason, never by key: the
+                subject key is in the path, and this text is in the receipt); a rerun removes what is left.
+        """
         for prefix in sorted({v.key.split("/sessions/")[0] + "/" for v in batch}):
-            await self.store.delete_prefix(prefix)
+            try:
+                await self.store.delete_prefix(prefix)
+            except TeamstoreError as exc:
+                cause = exc.__cause__
+                why = cause.strerror if isinstance(cause, OSError) and cause.strerror else type(exc).__name__
+                raise TranscriptUnavailable(
+                    f"could not delete all of the subject's transcripts in {self.store.url}: {why}",
+                    hint="check that the erasing user may delete files in the transcript folder, then rerun the "
+                    "same request id",
+                ) from exc
         return {}
 
     async def held(self, version: ObjectVersion) -> HoldStatus:
