@@ -72,6 +72,22 @@ async def test_a_checkpoint_damaged_by_hand_is_set_aside_and_the_state_before_th
     assert kept.reason.startswith("checkpoint ") and kept.state_bytes == 0 and kept.checkpoint_bytes > 0
 
 
+async def test_a_new_sessions_checkpoint_set_aside_as_corrupt_leaves_no_row_the_bound_counts(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    platform.settings = platform.settings.model_copy(update={"max_sessions_per_user": 1})
+    await _interrupt(platform, monkeypatch, 2)  # a new session: its row holds the checkpoint alone
+    await _damage(platform, checkpoint="{not json", checkpoint_bytes=9)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.outcome == "new" and s.resume.checkpoint_refused == "corrupt"
+    assert await platform.store.get(KEY) is None
+    (kept,) = await platform.store.list_quarantined("alice")
+    assert kept.reason == "checkpoint corrupt" and kept.checkpoint_bytes == 9  # set aside as the row held it
+    async with platform.session("alice", "s2", team=TEAM) as s:  # nothing counts against the bound of one
+        assert s.resume is not None and s.resume.outcome == "new"
+
+
 async def test_a_checkpoint_from_an_older_definition_version_does_not_continue(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,8 +100,10 @@ async def test_a_checkpoint_from_an_older_definition_version_does_not_continue(
         assert s.resume is not None and s.resume.outcome == "new"
         assert s.resume.checkpoint_refused == "definition_changed" and run_id[:12] not in str(s.interrupted)
         assert "continues only on the version that ran it" in (s.resume.detail or "")
-    row = await platform.store.get(KEY)
-    assert row is not None and row.checkpoint is None and s.team_version == newer
+    assert s.team_version == newer
+    assert await platform.store.get(KEY) is None  # a new session's: with its checkpoint set aside it held nothing
+    (kept,) = await platform.store.list_quarantined("alice")
+    assert kept.reason == "checkpoint definition_changed" and kept.checkpoint_bytes > 0
 
 
 async def test_opened_to_continue_with_a_team_its_run_did_not_use_it_is_refused_and_the_checkpoint_stays(

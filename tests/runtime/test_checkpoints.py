@@ -1,15 +1,20 @@
 """Per-turn checkpoints through the managed session, on SQLite and Postgres with both kinds of lease: each
 completed turn durable before the next starts, an interrupted run reported, continued to the transcript of
-an uninterrupted one, or abandoned; the tools' idempotency key."""
+an uninterrupted one, or abandoned; the tools' idempotency key; no row left by a new session whose only run was
+cancelled or abandoned."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
+from autogen_core import CancellationToken
 
 from config_registry import Registry
 from teamstore.errors import NoInterruptedRun, RunInterrupted
+from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.runtime.platform import Platform
 from teamstore.runtime.turns import current_turn
@@ -255,13 +260,78 @@ async def test_an_async_tool_reads_its_turns_key(
     assert keys.read_text().splitlines() == [f"{run_id}:2:note_turn"]  # the desk speaks in the second turn
 
 
-async def test_a_session_emptied_by_an_abandoned_first_run_is_listed_while_the_bound_counts_it(
+async def test_a_new_session_emptied_by_abandoning_its_first_run_leaves_no_row(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register(registry)
     await _stop_after(platform, monkeypatch, turn=1)  # a new session: its row holds the checkpoint alone
+    assert await platform.store.live_sessions("alice") == 1  # kept: the run can be continued
     async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
-        await s.abandon_run()  # and now nothing, until it expires
-    assert await platform.store.live_sessions("alice") == 1
-    (listed,) = await platform.store.list_sessions("alice")
-    assert (listed.session_id, listed.state, listed.checkpoint) == ("s1", None, None)
+        await s.abandon_run()  # and now nothing: the session ends without a row
+    assert await platform.store.get(KEY) is None and await platform.store.live_sessions("alice") == 0
+
+
+def _hold_turn_two(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Have turn 2's model call (turn 1's checkpoint is in the row by then) wait until its CancellationToken stops
+    it, as a real client's call does; returns an event set once it waits."""
+    original, waiting, made = OfflineChatCompletionClient.create, asyncio.Event(), [0]
+
+    async def create(self: OfflineChatCompletionClient, messages: Any, *,
+                     cancellation_token: CancellationToken | None = None, **kwargs: Any) -> Any:
+        made[0] += 1
+        if made[0] == 2:
+            waiting.set()
+            wait = asyncio.ensure_future(asyncio.sleep(30))
+            if cancellation_token is not None:
+                cancellation_token.link_future(wait)
+            await wait
+        return await original(self, messages, cancellation_token=cancellation_token, **kwargs)
+
+    monkeypatch.setattr(OfflineChatCompletionClient, "create", create)
+    return waiting
+
+
+async def _cancel_after_the_first_checkpoint(platform: Platform, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Run alice's session and cancel the run (its task, as a request's timeout or a client gone does, or its
+    CancellationToken) while turn 2 waits for its model, turn 1's checkpoint stored."""
+    waiting = _hold_turn_two(monkeypatch)
+    async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+        token = CancellationToken()
+        running = asyncio.ensure_future(s.team.run(task=TASK, cancellation_token=token))
+        await waiting.wait()
+        row = await platform.store.get(KEY)
+        assert row is not None and row.checkpoint is not None
+        started = time.monotonic()
+        running.cancel() if how == "task" else token.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert time.monotonic() - started < 5  # not the 30 s the model call would have taken
+        assert s.interrupted is None  # a cancelled run is over: nothing to continue
+
+
+@pytest.mark.parametrize("how", ["task", "token"], ids=["request-cancelled", "token-cancelled"])
+async def test_a_new_session_whose_only_run_is_cancelled_after_a_checkpoint_leaves_no_row(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    register(registry)
+    platform.settings = platform.settings.model_copy(update={"max_sessions_per_user": 1})
+    await _cancel_after_the_first_checkpoint(platform, monkeypatch, how)
+    assert await platform.store.get(KEY) is None  # nothing was saved: nothing is stored
+    assert await platform.store.list_sessions("alice") == []
+    assert await platform.store.live_sessions("alice") == 0
+    async with platform.session("alice", "s2", team=TEAM) as s:  # the bound of one counts nothing against it
+        assert s.resume is not None and s.resume.outcome == "new"
+        await s.run(TASK)
+    assert [row.session_id for row in await platform.store.list_sessions("alice")] == ["s2"]
+
+
+async def test_a_cancelled_run_keeps_the_row_of_a_session_that_saved_before(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run("first request")
+    before = await platform.store.get(KEY)
+    await _cancel_after_the_first_checkpoint(platform, monkeypatch, "task")
+    row = await platform.store.get(KEY)
+    assert before is not None and row is not None and row.state == before.state and row.checkpoint is None

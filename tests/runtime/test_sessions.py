@@ -219,6 +219,24 @@ async def test_after_a_rollback_the_quarantined_state_is_restored_and_resumes(
     assert aside.id == restored.replaced_by and aside.reason == "replaced"
 
 
+async def test_a_session_whose_state_is_set_aside_and_that_saves_nothing_leaves_no_row_and_restores_later(
+    platform: Platform, registry: Registry
+) -> None:
+    v1 = registry.resolve("support_triage@production").version
+    await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production", allow_incompatible=True)
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        assert s.resume is not None and s.resume.quarantined  # and no run: the session saves nothing
+    assert await platform.store.get(SessionKey("alice", "s1")) is None
+    assert await platform.store.live_sessions("alice") == 0
+    registry.label("support_triage", v1, "production", reason="roll back the rename")
+    (kept,) = await platform.store.list_quarantined("alice")
+    await platform.restore_quarantined(kept.id)  # nothing saved since: no replace needed
+    result, outcome = await talk(platform, "alice", "s1", "the technician came")
+    assert outcome.outcome == "resumed" and "ZX-81" in researcher_reply(result)
+
+
 async def test_compatible_change_keeps_resuming(platform: Platform, registry: Registry) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     registry.add("support_triage", examples.support_triage_v2_prompt().dump_component(),

@@ -66,6 +66,41 @@ async def test_a_checkpoint_written_as_none_clears_it_and_keeps_the_lease(store:
     await store.save(KEY, owner="w1", expected_version=version, record=record(), release=True)
 
 
+async def test_a_release_removes_a_row_left_holding_neither_a_state_nor_a_checkpoint(store: StateStore) -> None:
+    # A new session's only run wrote a checkpoint (the row now has a version and an expiry), then left none.
+    await acquire(store, KEY)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint(None))
+    await store.release(KEY, owner="w1", discard_empty=True)
+    assert await store.get(KEY) is None and await store.live_sessions("alice") == 0
+    row = await acquire(store, SessionKey("alice", "s2"), max_sessions=1)  # nothing counts against the bound
+    assert row.is_new
+
+
+async def test_a_release_keeps_a_row_holding_a_checkpoint_or_a_state(store: StateStore) -> None:
+    await acquire(store, KEY)
+    await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    await store.release(KEY, owner="w1", discard_empty=True)  # an interrupted run, to be continued
+    row = await acquire(store, KEY, owner="w2")
+    assert row.checkpoint == '{"turn":1}'
+    await store.save(KEY, owner="w2", expected_version=row.row_version, record=record('{"after":1}'), release=False)
+    await store.release(KEY, owner="w2", discard_empty=True)
+    stored = await store.get(KEY)
+    assert stored is not None and stored.state == '{"after":1}' and stored.checkpoint is None
+
+
+async def test_a_release_leaves_an_emptied_row_another_worker_took_over(store: StateStore) -> None:
+    await acquire(store, KEY, owner="w1", ttl=0.05)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint(None))
+    await asyncio.sleep(0.2)  # w1's lease runs out (an advisory lock's with its connection, ended by the server)
+    row = await acquire(store, KEY, owner="w2", timeout=2)
+    await store.release(KEY, owner="w1", discard_empty=True)  # late: the row is w2's now
+    await store.save(KEY, owner="w2", expected_version=row.row_version, record=record('{"w":2}'), release=True)
+    stored = await store.get(KEY)
+    assert stored is not None and stored.state == '{"w":2}'
+
+
 async def test_a_stale_worker_cannot_write_a_checkpoint_over_a_newer_one(store: StateStore) -> None:
     await acquire(store, KEY, owner="w1", ttl=0.05)
     await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint('{"turn":1}'))

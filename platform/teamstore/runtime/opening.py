@@ -28,6 +28,8 @@ class Opened:
     verdict: Verdict
     built: BuiltTeam
     checkpoint: Checkpoint | None = None
+    state_set_aside: bool = False
+    """The row's state went to the quarantine (with its checkpoint): the row holds neither now."""
 
 
 async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owner: str) -> Opened:
@@ -52,9 +54,10 @@ async def open_row(row: StoredSession, built: BuiltTeam, deps: SessionDeps, owne
             await to_the_end(_set_aside(row, deps, owner, "corrupt", detail))
             fresh = await deps.build_team(f"{built.name}@{built.version}")
             return Opened(Verdict(ResumeOutcome("corrupt", built.version, detail, (), row.team_version,
-                                                quarantined=True)), fresh)
+                                                quarantined=True)), fresh, state_set_aside=True)
     if row.checkpoint is None or verdict.outcome.quarantined or verdict.outcome.outcome == "expired":
-        return Opened(verdict, built)  # none; set aside with the refused row; or as stale as its state
+        # none; set aside with the refused row; or as stale as its state
+        return Opened(verdict, built, state_set_aside=verdict.outcome.quarantined)
     judged: list[tuple[ResumeOutcome, Checkpoint | None]] = []
     await to_the_end(_judge_checkpoint(row, verdict.outcome, built, deps, owner, judged))
     ((outcome, checkpoint),) = judged

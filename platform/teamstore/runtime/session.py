@@ -134,7 +134,7 @@ class Session(SessionRuns):
             self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
             raise
         self._deps.metrics.lease_waited(time.perf_counter() - asked)
-        self._row_version = row.row_version
+        self._row_version, self._holds_state = row.row_version, not row.is_new
         self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds, since=asked_at)
         try:
             await ready
@@ -178,6 +178,7 @@ class Session(SessionRuns):
     async def _judge(self, row: StoredSession) -> Verdict:
         """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
         opened = await open_row(row, self._built, self._deps, self._owner)
+        self._holds_state = not (row.is_new or opened.state_set_aside)
         if opened.built is not self._built:  # AutoGen refused a state teamstore passed: built afresh
             self._use(opened.built)
         self._good_states = dict(opened.verdict.states)
@@ -255,12 +256,12 @@ class Session(SessionRuns):
         if acquiring.cancelled() or acquiring.exception() is not None:
             return  # no lease taken
         await self._stop_running()
-        version = max(self._row_version, acquiring.result().row_version)  # the session may not have seen it yet
         await self._stop_keeping()
         async with self._writing:
             self._given_back = True
             try:
-                await self._deps.store.release(self.key, owner=self._owner, discard_empty=version == 0)
+                # The session may not have read the row yet: then it may hold nothing (the release checks it).
+                await self._deps.store.release(self.key, owner=self._owner, discard_empty=not self._holds_state)
             except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
                 log.warning("could not give back the lease of a session open as its platform closed: %s", exc)
 
@@ -315,7 +316,9 @@ class Session(SessionRuns):
     async def _release(self) -> None:
         if self._deps.sessions.closed:  # the platform gave the lease back as it closed (_cut_off)
             return
-        await self._deps.store.release(self.key, owner=self._owner, discard_empty=self._row_version == 0)
+        # A row left holding nothing (no state saved or kept, and no checkpoint: a first run cancelled or abandoned,
+        # a refusal set aside) goes with the lease: nothing is stored, so nothing is left for the per-user bound.
+        await self._deps.store.release(self.key, owner=self._owner, discard_empty=not self._holds_state)
 
     async def _release_quietly(self) -> None:
         try:

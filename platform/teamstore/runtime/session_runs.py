@@ -92,6 +92,7 @@ class SessionRuns:
         self._built: BuiltTeam  # set when the session is entered; used only while it is open
         self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
         self._row_version = 0
+        self._holds_state = False  # the row holds a saved state, as far as the session knows: it stays at release
         self._pending: str | None = None
         self._writing = asyncio.Lock()  # one save at a time: two at once would both take the one snapshot
         self._pending_bytes = 0
@@ -490,4 +491,5 @@ class SessionRuns:
                 record=save_record(self._built, state, self._deps.limits), release=release,
             )
         self._drop_checkpoint = False  # a save clears the row's checkpoint
+        self._holds_state = True
         self._deps.metrics.state_saved(self._pending_bytes)

@@ -92,8 +92,8 @@ class SessionAdmin:
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
         """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it): a state, an
-        interrupted run's checkpoint, or neither any more (set aside in the quarantine, or a run abandoned before
-        the session's first save) in a row the per-user bound still counts until it expires."""
+        interrupted run's checkpoint, or neither any more in a row the per-user bound counts (emptied while its
+        session is open, or by a worker that died before its release removed it)."""
         stored_anything = or_(sessions.c.state.is_not(None), sessions.c.checkpoint.is_not(None),
                               sessions.c.expires_at.is_not(None))
         stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns(self._now())).where(stored_anything)
@@ -276,7 +276,7 @@ class SessionAdmin:
         try:
             yield row, owner
         except BaseException:
-            await self.store.release(key, owner=owner, discard_empty=row.row_version == 0)
+            await self.store.release(key, owner=owner, discard_empty=row.is_new)
             raise
 
     async def sweep_expired(self, *, batch_size: int = 500, ending: Ending | None = None) -> int:
@@ -313,7 +313,7 @@ class SessionAdmin:
             async with self.held_briefly(key, Claim("", "", 0, ""), "sweep", 0.0) as (row, owner):
                 if row.checkpoint is None or not await self._expired(key):
                     # Saved, continued or deleted since it was listed: not this sweep's any more.
-                    await self.store.release(key, owner=owner, discard_empty=row.row_version == 0)
+                    await self.store.release(key, owner=owner, discard_empty=row.is_new)
                     return 0
                 await ending(row)
                 await self._delete(key, owner, quarantined=False)

@@ -292,7 +292,9 @@ class StateStore(Protocol):
         ...
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
-        """Give the lease back; ``discard_empty`` removes a row that never got a state."""
+        """Give the lease back; ``discard_empty`` removes the row instead if it holds neither a state nor a
+        checkpoint (pass it whenever the row may hold nothing: the statement itself checks the row, so a row
+        that holds something, or that another worker took over, stays)."""
         ...
 
     async def quarantine(

@@ -58,7 +58,8 @@ from teamstore.state.lease_mode import LeaseModeCheck
 from teamstore.state.rows import checkpoint_params, lock_params, new_session, save_params, stored
 from teamstore.state.waiting import Waiting
 
-_ACQUIRE, _RELEASE, _RENEW = for_psycopg(sql.acquire_lock()), for_psycopg(sql.release_lock()), for_psycopg(sql.touch())
+_ACQUIRE, _RENEW = for_psycopg(sql.acquire_lock()), for_psycopg(sql.touch())
+_RELEASE = {discard: for_psycopg(sql.release_lock(discard_empty=discard)) for discard in (True, False)}
 _SAVE = {(release, existing): for_psycopg(sql.save_locked(existing=existing, release=release))
          for release in (True, False) for existing in (True, False)}
 _CHECKPOINT = {existing: for_psycopg(sql.checkpoint_locked(existing=existing)) for existing in (True, False)}
@@ -154,7 +155,7 @@ class LockLeaseStore(AdminMethods):
         """Give back the lock of a load refused after taking it; a connection that cannot is closed,
         which frees the lock as well."""
         try:
-            await self._execute(cursor, _RELEASE, params)
+            await self._execute(cursor, _RELEASE[False], params)
         except BaseException as exc:
             await self._direct.checkin(conn, discard=True)
             if not isinstance(exc, psycopg.Error):
@@ -248,12 +249,13 @@ class LockLeaseStore(AdminMethods):
         return True
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
-        """Give the lock back (no row is ever written for a session that never saved)."""
+        """Give the lock back in one statement; with ``discard_empty``, the same statement removes the row if it
+        holds neither a state nor a checkpoint (a new session's only run wrote checkpoints and left none)."""
         lease = self._leases.pop((key, owner), None)
         if lease is None:
             return
         try:
-            await self._execute(lease.cursor, _RELEASE, {"u": key.user_id, "s": key.session_id})
+            await self._execute(lease.cursor, _RELEASE[discard_empty], {"u": key.user_id, "s": key.session_id})
         except BaseException as exc:
             await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error) and not lease.overdue:

@@ -149,8 +149,7 @@ class RowLeaseStore(AdminMethods):
         with contextlib.suppress(Exception):
             taken = await attempt
             if taken is not None:
-                await self.release(key, owner=owner, discard_empty=stored(key.user_id, key.session_id,
-                                                                         taken).row_version == 0)
+                await self.release(key, owner=owner, discard_empty=stored(key.user_id, key.session_id, taken).is_new)
 
     async def save(
         self, key: SessionKey, *, owner: str, expected_version: int, record: SaveRecord, release: bool
@@ -200,7 +199,9 @@ class RowLeaseStore(AdminMethods):
             raise unavailable(exc, "renew the session lease") from exc
 
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
-        """Give the lease back in one statement; with ``discard_empty``, a never-saved row is removed instead."""
+        """Give the lease back in one statement; with ``discard_empty``, a row still ``owner``'s that holds neither
+        a state nor a checkpoint is removed instead (that statement first: the release follows it only if it
+        removed nothing)."""
         params = {"u": key.user_id, "s": key.session_id, "owner": owner}
         try:
             async with self.engine.begin() as conn:

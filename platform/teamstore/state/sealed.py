@@ -141,7 +141,7 @@ class SealedStateStore:
         try:
             opened = await self._opened(row, data_key)
         except BaseException:
-            await self.inner.release(key, owner=owner, discard_empty=row.row_version == 0)
+            await self.inner.release(key, owner=owner, discard_empty=row.is_new)
             raise
         self._hold((key.user_id, key.session_id, owner), (row.state, row.checkpoint))
         return opened

@@ -127,6 +127,13 @@ def never_saved() -> Any:
     return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
 
 
+def holds_nothing() -> Any:
+    """A row holding neither a state nor a checkpoint: a new session's lease row, or one emptied since (a first
+    run cancelled or abandoned after its checkpoints, a checkpoint or state set aside in the quarantine). The
+    per-user bound would count it until it expires with nothing in it, so the session's release removes it."""
+    return and_(sessions.c.state.is_(None), sessions.c.checkpoint.is_(None))
+
+
 def now_in(dialect: str) -> Any:
     """The time a statement writes and compares leases and expiries at: the server's on Postgres, the
     caller's (``now``) on SQLite (module doc)."""
@@ -143,7 +150,7 @@ def later(dialect: str, at: Param) -> Any:
 
 def live(now: Any) -> Any:
     """A stored session that has not expired: what the per-user bound counts. A row made to lease a new
-    session has no expiry until its first save, so it does not count."""
+    session has no expiry until its first save or checkpoint, so it does not count."""
     return sessions.c.expires_at > now
 
 
@@ -246,8 +253,9 @@ def release_row() -> Any:
 
 
 def discard_row() -> Any:
-    """Remove the row ``owner`` made for a new session that was never saved (its lease goes with it)."""
-    return delete(sessions).where(*is_key(), sessions.c.lease_owner == OWNER, never_saved())
+    """Remove ``owner``'s row if it holds nothing (:func:`holds_nothing`); its lease goes with it. Checked on the
+    row itself: one that a worker which took the lease over has saved meanwhile is not ``owner``'s any more."""
+    return delete(sessions).where(*is_key(), sessions.c.lease_owner == OWNER, holds_nothing())
 
 
 def _lock_key(user_id: Any, session_id: Any) -> tuple[Any, Any]:
@@ -330,9 +338,19 @@ def checkpoint_locked(*, existing: bool) -> Any:
     return stmt.returning(sessions.c.row_version)
 
 
-def release_lock() -> Any:
-    """Give a session's advisory lock back and disarm the lease timer."""
-    return select(func.pg_advisory_unlock(*_lock_key(USER, SESSION)), _lease_timer("0"))
+def release_lock(*, discard_empty: bool = False) -> Any:
+    """Give a session's advisory lock back and disarm the lease timer, in one statement.
+
+    With ``discard_empty``, the same statement removes the session's row if it holds nothing
+    (:func:`holds_nothing`), the lock handed over to its transaction first as :func:`save_locked` hands it
+    over: no other worker can take the session and read the row between the unlock and the delete's commit.
+    """
+    unlock = (func.pg_advisory_unlock(*_lock_key(USER, SESSION)), _lease_timer("0"))
+    if not discard_empty:
+        return select(*unlock)
+    discard = delete(sessions).where(*is_key(), holds_nothing()).cte("discarded")
+    handover = select(func.pg_advisory_xact_lock(*_lock_key(USER, SESSION))).offset(0).subquery("handover")
+    return select(*unlock).select_from(handover).add_cte(discard)
 
 
 def touch() -> Any:
