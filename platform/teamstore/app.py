@@ -229,12 +229,18 @@ class App:
             ConfigurationError: The price table (``TEAMSTORE_PRICES_PATH``) cannot be read.
         """
         from teamstore.audit.prices import load_prices
+        from teamstore.audit.transcripts import LocalTranscriptStore
         from teamstore.erasure.exporter import ErasureRequestsExporter
         from teamstore.export.coordinator import ExportCoordinator, store_exporters
 
         exporters = [*store_exporters(), ErasureRequestsExporter()]
+        # The folders teamstore's stores live in: an archive there would be backed up with them, out of an
+        # erasure's reach.
+        keep_out = [self.settings.home, self.settings.resolved_registry_path]
+        if isinstance(self.transcript_store, LocalTranscriptStore):
+            keep_out.append(self.transcript_store.root)
         return ExportCoordinator(self.engine, self.transcript_store, exporters, load_prices(self.settings.prices_path),
-                                 keys=self.keys)
+                                 keys=self.keys, keep_out=keep_out)
 
     async def ensure_schema(self, *, lease: bool = False) -> None:
         """Migrate the embedded database (or any, with ``TEAMSTORE_AUTO_MIGRATE``), else check it is current.

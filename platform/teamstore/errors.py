@@ -341,3 +341,9 @@ class ExportFailed(ExportError):
 
 class ExportTargetExists(ExportError):
     """The archive's path is taken: an export never overwrites a file or folder."""
+
+
+class ExportTargetInStore(ExportError):
+    """The archive's path is inside a folder teamstore keeps its stores in (the home, the registry, a transcript
+    folder): there the user's data, readable, would sit beside the sealed stores, in their backups, where an
+    erasure of the user never looks."""

@@ -304,6 +304,26 @@ def test_export_never_replaces_what_appears_at_its_path_while_it_runs(
     assert (record["status"], record["detail"]) == ("failed", "the archive: ExportTargetExists")
 
 
+def test_export_refuses_a_path_inside_the_folders_teamstore_keeps_its_stores_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive holds the user's data opened: in the home, the registry or the transcript folder it would be
+    backed up with the sealed stores, and the user's erasure would never find it."""
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", str(tmp_path / "transcripts"))
+    _populate("kim")
+    home = Path(os.environ["TEAMSTORE_HOME"])
+    (tmp_path / "to-home").symlink_to(home)
+    for target in (home / "kim.zip", home / "registry" / "kim", tmp_path / "transcripts" / "kim.zip",
+                   tmp_path / "to-home" / "kim.zip"):
+        refused = cli("export", "--user", "kim", "--output", str(target))
+        assert refused.exit_code == 1, refused.output
+        assert "where teamstore keeps its stores" in refused.stderr and "give --output a path outside" in refused.stderr
+        assert not target.exists()
+    assert not [p for p in (home, tmp_path / "transcripts") for p in p.rglob("*kim*")]
+    assert _export_records() == []  # refused before anything was read
+    assert cli("export", "--user", "kim", "--output", str(tmp_path / "kim.zip")).exit_code == 0
+
+
 def test_export_places_its_archive_owner_only_on_a_filesystem_without_hard_links(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

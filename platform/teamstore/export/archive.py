@@ -21,12 +21,12 @@ import os
 import secrets
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from teamstore.errors import ExportFailed, ExportTargetExists
+from teamstore.errors import ExportFailed, ExportTargetExists, ExportTargetInStore
 from teamstore.export.base import FileEntry, Section, to_json
 
 FILE_MODE = 0o600
@@ -204,14 +204,20 @@ class FolderArchive(_Recorded):
 Writable = ZipArchive | FolderArchive
 
 
-def open_archive(target: Path) -> Writable:
+def open_archive(target: Path, keep_out: Sequence[Path] = ()) -> Writable:
     """A new archive that will be ``target`` once committed: a zip file if its name ends ``.zip``, else a folder.
+
+    Args:
+        target: Where the archive goes.
+        keep_out: Folders it must not go into: those teamstore keeps its stores in.
 
     Raises:
         ExportTargetExists: ``target`` exists (an export never overwrites).
+        ExportTargetInStore: ``target`` is inside one of ``keep_out`` (symlinks followed).
         ExportFailed: Its folder does not exist or cannot be written.
     """
     try:
+        _outside(target, keep_out)
         if _is_taken(target):
             raise taken(target)
         if not target.parent.is_dir():
@@ -220,6 +226,19 @@ def open_archive(target: Path) -> Writable:
     except OSError as exc:  # a name too long, a folder this user may not enter
         raise _unwritable(target, exc) from exc
     return ZipArchive(target) if target.suffix.lower() == ".zip" else FolderArchive(target)
+
+
+def _outside(target: Path, keep_out: Sequence[Path]) -> None:
+    # The archive holds the user's data opened: inside a store's folder it would be backed up with the store,
+    # and no erasure would find it there.
+    where = target.resolve()
+    for folder in keep_out:
+        if where.is_relative_to(folder.resolve()):
+            raise ExportTargetInStore(
+                f"{target} is inside {folder}, where teamstore keeps its stores: the archive holds the user's data "
+                "readable, and there it would sit beside the sealed stores, in their backups, out of reach of the "
+                "user's erasure",
+                hint=f"give --output a path outside {folder}")
 
 
 def taken(target: Path) -> ExportTargetExists:

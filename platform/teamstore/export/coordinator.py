@@ -115,12 +115,14 @@ class ExportCoordinator:
         prices: The price table for the ledger's costs.
         keys: Users' data keys, which sealed states and transcripts are opened with; by default the service the
             environment's settings describe.
+        keep_out: Folders no archive is written into: those the stores live in (the composition root names them).
     """
 
     def __init__(self, engine: AsyncEngine, transcripts: TranscriptStore, exporters: Sequence[Exporter],
-                 prices: PriceTable, *, keys: KeyService | None = None) -> None:
+                 prices: PriceTable, *, keys: KeyService | None = None, keep_out: Sequence[Path] = ()) -> None:
         self.engine, self.transcripts, self.exporters, self.prices = engine, transcripts, list(exporters), prices
         self.keys = keys or KeyService.from_settings(engine)
+        self.keep_out = list(keep_out)
 
     async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
                   operator: str | None = None) -> Exported:
@@ -140,6 +142,7 @@ class ExportCoordinator:
             InvalidIdentifier: The user id, requested_by or operator cannot be used, or requested_by names the
                 user (the record is kept after the user's erasure).
             ExportTargetExists: ``output`` exists (nothing is overwritten).
+            ExportTargetInStore: ``output`` is inside a folder of ``keep_out``.
             ExportFailed: A store could not be read, or the archive written: no archive is left.
             StoreUnavailable: The database could not be reached before anything was read.
         """
@@ -147,7 +150,7 @@ class ExportCoordinator:
         check_not_naming("requested_by", check_person("requested_by", requested_by), user_id)
         ran_by = current_operator(operator)
         export_id = requests.new_export_id()
-        archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"))
+        archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"), self.keep_out)
         finished = False
         try:
             found = await lookup_subject(self.engine, user_id)
