@@ -39,6 +39,7 @@ from teamstore.export import ExportCoordinator, Section, store_exporters
 from teamstore.export.requests import get_export, open_export
 from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
+from teamstore.keys.schema import data_keys
 from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import memories
 from teamstore.memory.store import MemoryStore
@@ -327,6 +328,25 @@ async def test_a_symlink_planted_in_a_users_transcript_folder_hands_over_nothing
     assert not any(b"NOT-GILS" in data for data in files.values())
     (entry,) = loaded(files, "transcripts/index.json")["runs"]
     assert entry["run_id"] == "run1" and b"CANARY-gil" in files[entry["file"]]
+
+
+async def test_an_export_of_a_user_whose_data_key_is_gone_never_says_it_opened_their_data_under_it(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "t")
+    await seed_user(audited_platform(engine, registry, store), store, "ida", "CANARY-ida", 1, 1)
+    held = loaded(unpack((await exporter(engine, store).run("ida", tmp_path / "a.zip", operator="o")).path), "keys.json")
+    assert len(held["data_keys"]) == 1 and "was opened for this export" in held["note"]
+    async with engine.begin() as conn:  # as an erasure stopped after its keys step leaves it
+        await conn.execute(delete(data_keys).where(data_keys.c.user_id == "ida"))
+
+    files = unpack((await exporter(engine, store).run("ida", tmp_path / "b.zip", operator="o")).path)
+
+    keys = loaded(files, "keys.json")
+    assert keys["data_keys"] == [] and "holds no data key" in keys["note"]
+    assert "opened" not in keys["note"].replace("nothing above was opened", "")
+    (state, *_) = loaded(files, "resume_state.json")["resume_state"]
+    assert state["state"] is None and "beyond use" in state["state_unreadable"]
 
 
 async def test_memory_facts_left_without_their_memory_row_are_exported_as_left_over_while_held(

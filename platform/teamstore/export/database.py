@@ -219,7 +219,8 @@ class SubjectRows:
 
 
 class DataKeyRows:
-    """That teamstore holds a data key for the user (its id and dates): never the key, wrapped or not."""
+    """That teamstore holds a data key for the user (its id and dates), or that it holds none: never the key,
+    wrapped or not."""
 
     name = "keys"
 
@@ -229,7 +230,10 @@ class DataKeyRows:
         rows = await read(ctx.engine, select(d.key_id, d.created_at, d.wrapped_at).where(d.user_id == ctx.user_id),
                           self.name)
         note = ("every state, run checkpoint, memory value and transcript above is stored sealed (AES-256-GCM) under "
-                "this key, and was opened for this export; the key itself is never handed out")
+                "this key, and was opened for this export; the key itself is never handed out") if rows else (
+                "teamstore holds no data key for this user (none was made, or an erasure destroyed it): nothing "
+                "above was opened under one; what was written before sealing is handed over as stored, and what is "
+                "sealed under a destroyed key is handed over as stored, saying beside it that it is beyond use")
         return archive.add_json("keys.json", {"user_id": ctx.user_id, "data_keys": rows, "note": note},
                                 records=len(rows))
 
