@@ -89,13 +89,14 @@ async def test_an_id_that_matches_nothing_ends_no_match_and_says_a_near_twin_exi
     assert row is not None and row.user_id is None  # finished: the id is forgotten like a completed one's
     nobody = await coordinator(engine, folder).run("zed", request_id="req-882")
     assert nobody.status is RequestStatus.NO_MATCH and nobody.near_match is None
-    for found_nothing in (receipt, nobody):  # no rows held, no key destroyed: the receipt claims neither
-        (backups,) = [r for r in found_nothing.remains_elsewhere if r.what == "database backups"]
-        assert "no store holds anything for this id" in backups.detail and "destroyed" not in backups.detail
     plan = await coordinator(engine, folder).run("DAVE", dry_run=True)
     assert not plan.matched and plan.near_match is not None
-    (backups,) = [r for r in plan.remains_elsewhere if r.what == "database backups"]
-    assert "destroyed" not in backups.detail  # what the confirmation shows before asking
+    for found_nothing in (receipt, nobody, plan):  # no rows, no key, no mapping: the receipt claims none gone
+        remains = {r.what: r.detail for r in found_nothing.remains_elsewhere}
+        assert "no store holds anything for this id" in remains["database backups"]
+        assert "destroyed" not in remains["database backups"]
+        assert "no subject mapping of this id is stored" in remains["tracing backend"]
+        assert "deleted" not in remains["tracing backend"] and "deletes" not in remains["tracing backend"]
 
 
 async def test_a_request_finished_long_after_it_was_received_counts_its_backups_from_when_it_ended(

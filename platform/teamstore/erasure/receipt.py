@@ -214,7 +214,8 @@ def remains_elsewhere(
         receipt's making (as the request ends): the user's rows were live until then, so backups taken up to
         then hold them, and the last of those expires its retention after it.
     """
-    link = ("unlinkable once the erasure deletes its mapping" if planned else
+    link = ("and no subject mapping of this id is stored to link one to it" if not matched else
+            "unlinkable once the erasure deletes its mapping" if planned else
             "now unlinkable (its mapping is deleted)" if unlinked else
             "which the subject mapping still links to the user until the request completes")
     spans = (
