@@ -150,8 +150,12 @@ async def test_a_request_is_extended_once_by_at_most_two_months_with_a_reason(
     for reason in ("x" * 1001, "line\nbreak", "nul\x00"):
         with pytest.raises(InvalidIdentifier, match="reason"):
             await extend_request(engine, "req-ext", "2m", reason, operator="ana", now=soon)
-    with pytest.raises(ErasureRequestNotFound):
+    with pytest.raises(ErasureRequestNotFound) as unknown:
         await extend_request(engine, "req-none", "2m", "complex", operator="ana", now=soon)
+    assert "did you mean" not in (unknown.value.hint or "")
+    with pytest.raises(ErasureRequestNotFound) as typed:  # in another letter case, pasted with a space
+        await extend_request(engine, " REQ-Ext", "2m", "complex", operator="ana", now=soon)
+    assert "did you mean 'req-ext'?" in (typed.value.hint or "")
 
     extended = await extend_request(engine, "req-ext", "2m", "40 sessions in two stores", operator="ana", now=soon)
     assert extended.extension is not None and extended.extension.due_at == add_months(row.due_at, 2)

@@ -183,6 +183,10 @@ def test_the_desk_lists_requests_by_status_and_overdue_and_extends_one_once(tmp_
     assert finished.exit_code == 1 and "only an open or failed request can be extended" in finished.stderr
     unknown = cli("erase", "extend", "req-404", "--by", "2m", "--reason", "complex")
     assert unknown.exit_code == 1 and "no erasure request 'req-404'" in unknown.stderr
+    assert "did you mean" not in unknown.stderr
+    for command in (("status", "REQ-884"), ("extend", " Req-884", "--by", "2m", "--reason", "complex")):
+        typed = cli("erase", *command)  # the ticket's id typed in another letter case, or pasted with a space
+        assert typed.exit_code == 1 and "did you mean 'req-884'? Request ids match exactly" in typed.stderr
     no_reason = cli("erase", "extend", "req-884", "--by", "2m")
     assert no_reason.exit_code == 1 and "--reason" in no_reason.stderr
 

@@ -53,7 +53,6 @@ from teamstore.erasure.verdict import key_destroyed, receipt_of, request_status,
 from teamstore.erasure.waits import Waits
 from teamstore.errors import (
     ErasureConflict,
-    ErasureRequestNotFound,
     StoreUnavailable,
     TeamstoreError,
     TranscriptStoreMismatch,
@@ -236,9 +235,7 @@ class DeletionCoordinator:
         """
         row = await requests.get_request(self.engine, requests.check_request_id(request_id))
         if row is None:
-            raise ErasureRequestNotFound(
-                f"no erasure request {request_id!r}", hint="check the id printed by `teamstore erase`"
-            )
+            raise await requests.not_found(self.engine, request_id)
         if row.receipt is not None:
             return stored_receipt(row)
         steps = await record.load_steps(self.engine, request_id)

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
-from teamstore.errors import ErasureRequestNotFound, ExtensionRefused, InvalidIdentifier
+from teamstore.errors import ExtensionRefused, InvalidIdentifier
 from teamstore.ids import control_character
 from teamstore.people import check_not_naming
 
@@ -220,8 +220,7 @@ async def extend_request(
 async def _unfinished(engine: AsyncEngine, request_id: str) -> requests.RequestRow:
     row = await requests.get_request(engine, requests.check_request_id(request_id))
     if row is None:
-        raise ErasureRequestNotFound(f"no erasure request {request_id!r}",
-                                     hint="check the id (`teamstore erase list` shows every request)")
+        raise await requests.not_found(engine, request_id)
     if row.status in FINISHED or row.status is RequestStatus.RETAINED_UNDER_HOLD:
         raise ExtensionRefused(
             f"request {request_id!r} is {row.status}: only an open or failed request can be extended",

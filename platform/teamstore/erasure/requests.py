@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, text, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -32,7 +32,7 @@ from teamstore.db.fence import user_holds
 from teamstore.db.statements import insert_new
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests
-from teamstore.errors import ErasureConflict, InvalidIdentifier, StoreUnavailable
+from teamstore.errors import ErasureConflict, ErasureRequestNotFound, InvalidIdentifier, StoreUnavailable
 from teamstore.ids import lone_surrogate
 from teamstore.people import check_not_naming
 
@@ -179,6 +179,25 @@ async def get_request(engine: AsyncEngine, request_id: str) -> RequestRow | None
         found = (await conn.execute(select(erasure_requests).where(
             erasure_requests.c.request_id == request_id))).first()
     return row_of(found._mapping) if found is not None else None
+
+
+async def not_found(engine: AsyncEngine, request_id: str) -> ErasureRequestNotFound:
+    """The refusal for an id no request has, naming the stored ids that differ from it only in letter case or
+    surrounding spaces (``req-7`` typed for the ticket's ``REQ-7``): request ids match exactly, and the desk
+    lists every one of them anyway (SQLite folds ASCII letters only, as for user ids).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    r = erasure_requests.c
+    async with db(engine, "read the erasure requests") as conn:
+        near = (await conn.execute(select(r.request_id).where(
+            func.lower(func.trim(r.request_id)) == request_id.strip().lower()).order_by(r.request_id).limit(3)
+        )).scalars().all()
+    hint = "check the id (`teamstore erase list` shows every request)"
+    if near:
+        hint = f"did you mean {' or '.join(repr(found) for found in near)}? Request ids match exactly"
+    return ErasureRequestNotFound(f"no erasure request {request_id!r}", hint=hint)
 
 
 async def open_request(
