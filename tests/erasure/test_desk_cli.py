@@ -263,6 +263,8 @@ def test_export_writes_one_archive_refuses_an_existing_path_and_says_when_there_
     assert twin.exit_code == 3 and "kim" not in twin.output.lower().replace("kim ", "")
     blank = cli("export", "--user", "")
     assert blank.exit_code == 1 and "user_id is empty" in blank.stderr
+    nowhere = cli("export", "--user", "kim", "--output", "")  # an unset "$OUT": not '.', the working folder
+    assert nowhere.exit_code == 1 and "Invalid value for '--output': it is empty" in nowhere.stderr
 
 
 def _without_hard_links(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,7 +33,7 @@ OutputOption = typer.Option(None, "--output", "-o", help="A new .zip file, or a 
 
 def export(
     user: str = typer.Option(..., "--user", help="The user id, exactly as the service stores it."),
-    output: Path | None = OutputOption,
+    output: str | None = OutputOption,
     requested_by: str | None = typer.Option(
         None, "--requested-by", help="Who asked: the data subject, a representative, a ticket (recorded)."),
     operator: str | None = typer.Option(
@@ -41,13 +41,17 @@ def export(
     as_json: bool = JsonOption,
 ) -> None:
     """Write everything teamstore holds about USER, from every store, into one machine-readable archive."""
+    if output == "":  # an unset "$OUT": as a path it would be '.', the working folder, refused as existing
+        raise typer.BadParameter("it is empty: give the archive's new path, or leave --output out for "
+                                 "teamstore-export-<id>.zip here", param_hint="'--output'")
     check_erasable_id(user)  # said before the database is looked for: the id is what is wrong
     check_not_naming("requested_by", check_person("requested_by", requested_by), user)
     check_person("operator", operator)
     finished: list[Exported] = []  # an export that ends just as the stop comes is whole: it is reported
 
     async def go(app: App) -> Exported:
-        finished.append(await app.exporter().run(user, output, requested_by=requested_by, operator=operator))
+        finished.append(await app.exporter().run(user, Path(output) if output is not None else None,
+                                                 requested_by=requested_by, operator=operator))
         return finished[0]
 
     # SIGTERM and SIGHUP too: the archive written so far, the user's data readable under a hidden name beside
