@@ -157,6 +157,33 @@ def test_on_a_terminal_an_erasure_shows_what_it_would_remove_and_erases_only_on_
     assert "this resumes" not in shown and "cannot be undone" not in shown and "erasure dry run" not in shown
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_while_the_terminal_asks_exits_as_a_stop_and_opens_nothing(signum: signal.Signals) -> None:
+    """Ctrl-C at the question (or the job cancelled, the ssh session closed) ends the command as a stop of the
+    erasure does: the signal's exit status and a line saying nothing was erased."""
+    _populate("hal")
+    primary, secondary = os.openpty()
+    shown = bytearray()
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", "erase", "--user", "hal", "--request-id", "req-q"],
+                            stdin=secondary, stderr=secondary, stdout=subprocess.DEVNULL, env={**os.environ, **WIDE})
+    os.close(secondary)  # the process holds the terminal now: reading ends (EIO) once it exits
+    try:
+        while b"[y/N]" not in shown:
+            shown.extend(os.read(primary, 4096))
+        proc.send_signal(signum)
+        with contextlib.suppress(OSError):
+            while chunk := os.read(primary, 4096):
+                shown.extend(chunk)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        os.close(primary)
+    said = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", shown.decode("utf-8", "replace")).split())
+    assert proc.returncode == 128 + signum, said
+    assert "stopped at its question: nothing was erased and no request was opened" in said
+    assert _requests() == []
+
+
 def test_the_desk_lists_requests_by_status_and_overdue_and_extends_one_once(tmp_path: Path) -> None:
     _populate("hal", "ivy")
     assert cli("erase", "--user", "hal", "--request-id", "req-884", "--yes",

@@ -321,11 +321,24 @@ def _confirm(user: str, request_id: str | None, reason: str | None, requested_by
         suggest_near_matches(user)
     question = ("Erase what is listed above? It cannot be undone" if receipt.matched else
                 "No store holds anything for this id. File a no_match receipt for it")
-    if not typer.confirm(question, default=False, err=True):
-        untouched = "the request stays as it was" if earlier is not None else "no request was opened"
+    untouched = "the request stays as it was" if earlier is not None else "no request was opened"
+    if not _answered_yes(question, untouched):
         raise ConfirmationNeeded(f"not confirmed: nothing was erased and {untouched}",
                                  hint="run it again and answer y (check the user id first), or pass --yes")
     return earlier is not None
+
+
+def _answered_yes(question: str, untouched: str) -> bool:
+    """Ask ``question``; a stop while it waits (Ctrl-C, SIGTERM, SIGHUP) ends the command as a stop of the
+    erasure does, its exit status the signal's, and input that ends (Ctrl-D) is no answer."""
+    with stopped_as_on_ctrl_c() as stop:
+        try:
+            return typer.confirm(question, default=False, err=True)
+        except typer.Abort as exc:  # click turns both into Abort: the cause tells a stop from input that ended
+            if not isinstance(exc.__context__, KeyboardInterrupt):
+                return False
+    interrupted(f"the erasure was stopped at its question: nothing was erased and {untouched}",
+                "run it again and answer y, or pass --yes", stop.code)
 
 
 async def _earlier(coordinator: DeletionCoordinator, request_id: str | None, user: str) -> Receipt | None:
