@@ -167,7 +167,16 @@ async def test_an_export_of_an_erased_user_holds_nothing_and_says_so(
     before = await exporter(engine, s3_store).run(ALICE, tmp_path / "before", operator="dpo")  # a folder
     assert before.matched and (tmp_path / "before" / "manifest.json").is_file()
     assert stat.S_IMODE((tmp_path / "before").stat().st_mode) == 0o700
+    runs = loaded(unpack(before.path), "transcripts/index.json")["runs"]
+    pseudonyms = {run["session_key"] for run in runs} | {run["run_id"] for run in runs}
     assert (await coordinator(engine, s3_store).run(ALICE, request_id="req-gone")).status is RequestStatus.COMPLETED
+    # Its record stays, naming none of the session keys and run ids that spans and held objects still carry.
+    kept = await get_export(engine, before.manifest.export_id)
+    assert kept is not None and not [p for p in pseudonyms if p in json.dumps(kept["manifest"])]
+    assert sorted(entry["sha256"] for entry in kept["manifest"]["files"].values()) == sorted(
+        entry.sha256 for entry in before.manifest.files.values())
+    names = kept["manifest"]["stores"]["transcripts"]["files"]
+    assert names[-1] == "transcripts/index.json" and all(re.fullmatch(r"transcripts/run-\d\.[.\w]+", n) for n in names[:-1])
 
     after = await exporter(engine, s3_store).run(ALICE, tmp_path / "after.zip", operator="dpo")
 

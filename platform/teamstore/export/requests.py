@@ -109,3 +109,26 @@ async def get_export(engine: AsyncEngine, export_id: str) -> dict[str, Any] | No
     async with _db(engine, "read the export's record") as conn:
         found = (await conn.execute(select(export_requests).where(export_requests.c.export_id == export_id))).first()
     return dict(found._mapping) if found is not None else None
+
+
+def without_pseudonyms(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``manifest`` with the session keys and run ids in its transcripts' file names replaced by their order
+    (``transcripts/<session_key>/<run_id>.jsonl`` -> ``transcripts/run-1.jsonl``), for a record that an erasure
+    unlinks: spans in the tracing backend and objects a legal hold keeps carry the same keys and ids, and the
+    record says at whose request the export was made. Sizes and checksums stay."""
+    if manifest is None:
+        return None
+    named = {name for name in manifest.get("files", {}) if _names_a_run(name)} | {
+        name for store in manifest.get("stores", {}).values() for name in store.get("files", []) if _names_a_run(name)}
+    # Numbered by run, so that the copies of one run (<run_id>.2.jsonl, ...) still read as one run's.
+    order = {stem: n for n, stem in enumerate(sorted({name.partition(".")[0] for name in named}), start=1)}
+    renamed = {name: f"transcripts/run-{order[name.partition('.')[0]]}.{name.partition('.')[2]}" for name in named}
+    stores = {store_name: {**store, "files": [renamed.get(name, name) for name in store.get("files", [])]}
+              for store_name, store in manifest.get("stores", {}).items()}
+    files = {renamed.get(name, name): entry for name, entry in manifest.get("files", {}).items()}
+    return {**manifest, "stores": stores, "files": files}
+
+
+def _names_a_run(name: str) -> bool:
+    return name.startswith("transcripts/") and name.count("/") == 2
+

@@ -30,6 +30,7 @@ from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import write_step
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable
+from teamstore.export.requests import without_pseudonyms
 from teamstore.export.schema import export_requests
 from teamstore.memory.erasure import USER_MEMORY, UserMemoryRows
 from teamstore.state import erasure as state
@@ -183,14 +184,18 @@ class LedgerRows(TableRows):
 
 
 @dataclass(frozen=True)
-class UnlinkRows(TableRows):
-    """Clear the subject key of the user's rows in a table that keeps them as a record (who exported what,
-    when): the rows stay, and nothing links them to the user any more."""
+class ExportRecordRows(TableRows):
+    """Unlink the records of the user's exports: subject key cleared, and the session keys and run ids their
+    manifests name files by replaced (:func:`teamstore.export.requests.without_pseudonyms`)."""
 
     async def delete(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
-        """Unlink the matching rows; how many."""
-        unlinked = await conn.execute(update(self.table).where(self.where(ctx)).values(subject_key=None))
-        return Counts(rows=unlinked.rowcount)
+        """Unlink the matching records; how many."""
+        e = export_requests.c
+        found = (await conn.execute(select(e.export_id, e.manifest).where(self.where(ctx)))).all()
+        for export_id, manifest in found:
+            await conn.execute(update(export_requests).where(e.export_id == export_id)
+                               .values(subject_key=None, manifest=without_pseudonyms(manifest)))
+        return Counts(rows=len(found))
 
 
 def resume_step() -> SqlDeleteStep:
@@ -231,8 +236,9 @@ def session_ids_step() -> SqlDeleteStep:
 
 def exports_step() -> SqlDeleteStep:
     """The export records' link to the user (``ts_export_requests``: who exported the user's data, when, at
-    whose request; the rows stay, de-identified, with their manifests, which hold no user data)."""
-    return SqlDeleteStep("exports", UnlinkRows(export_requests, _by_subject(export_requests)))
+    whose request; the rows stay, de-identified, with their manifests, which hold no user data and, from
+    then on, none of the user's session keys or run ids)."""
+    return SqlDeleteStep("exports", ExportRecordRows(export_requests, _by_subject(export_requests)))
 
 
 def subject_step() -> SqlDeleteStep:
