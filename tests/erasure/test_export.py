@@ -207,6 +207,9 @@ async def test_an_export_record_written_while_an_erasure_fences_the_user_or_afte
     assert during.matched and CANARY_A.encode() in b"".join(unpack(during.path).values())  # her access stands
     recorded = await get_export(engine, during.manifest.export_id)
     assert recorded is not None and recorded["status"] == "exported" and recorded["subject_key"] is None
+    runs = loaded(unpack(during.path), "transcripts/index.json")["runs"]  # nor her session keys and run ids
+    kept = json.dumps(recorded["manifest"])
+    assert runs and not [run for run in runs if run["session_key"] in kept or run["run_id"] in kept]
 
     # An export that read the subject key just before an erasure deleted its mapping links none either.
     async with engine.begin() as conn:

@@ -77,14 +77,19 @@ async def open_export(
 
 
 async def finish_export(engine: AsyncEngine, export_id: str, status: str, manifest: dict[str, Any]) -> None:
-    """Record the export's outcome (``exported`` or ``no_match``) and its manifest.
+    """Record the export's outcome (``exported`` or ``no_match``) and its manifest: as it is while the record
+    links the user's subject key, else :func:`without_pseudonyms` (an erasure fenced the user when the export
+    began, or unlinked the record since: nothing may tie it to the subject's session keys and run ids).
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
+    e, now = export_requests.c, datetime.now(UTC)
     async with _db(engine, "record the export's manifest") as conn:
-        await conn.execute(update(export_requests).where(export_requests.c.export_id == export_id).values(
-            status=status, manifest=manifest, finished_at=datetime.now(UTC)))
+        for linked, written in ((e.subject_key.is_not(None), manifest),
+                                (e.subject_key.is_(None), without_pseudonyms(manifest))):
+            await conn.execute(update(export_requests).where(e.export_id == export_id, linked).values(
+                status=status, manifest=written, finished_at=now))
 
 
 async def fail_export(engine: AsyncEngine, export_id: str, detail: str) -> None:

@@ -189,13 +189,16 @@ class ExportRecordRows(TableRows):
     manifests name files by replaced (:func:`teamstore.export.requests.without_pseudonyms`)."""
 
     async def delete(self, conn: AsyncConnection, ctx: StepContext) -> Counts:
-        """Unlink the matching records; how many."""
+        """Unlink the matching records; how many. A record an export finishes between the read and the update
+        (its status changed) is read again, so its new manifest is the one rewritten."""
         e = export_requests.c
-        found = (await conn.execute(select(e.export_id, e.manifest).where(self.where(ctx)))).all()
-        for export_id, manifest in found:
-            await conn.execute(update(export_requests).where(e.export_id == export_id)
-                               .values(subject_key=None, manifest=without_pseudonyms(manifest)))
-        return Counts(rows=len(found))
+        unlinked = 0
+        while found := (await conn.execute(select(e.export_id, e.status, e.manifest).where(self.where(ctx)))).all():
+            for export_id, status, manifest in found:
+                unlinked += (await conn.execute(
+                    update(export_requests).where(e.export_id == export_id, e.status == status, self.where(ctx))
+                    .values(subject_key=None, manifest=without_pseudonyms(manifest)))).rowcount
+        return Counts(rows=unlinked)
 
 
 def resume_step() -> SqlDeleteStep:
