@@ -38,7 +38,7 @@ from teamstore.events import RunObserver, RunOutcome, notify_observers
 from teamstore.examples import support_triage
 from teamstore.metering import metered_run, wrap_model_clients
 from teamstore.settings import Settings
-from tests.audit.teams import context
+from tests.audit.teams import context, open_session
 from tests.otlp_receiver import OtlpReceiver
 
 RUNS = 200
@@ -56,6 +56,7 @@ async def _observed_run(observers: list[RunObserver], team: Any) -> tuple[float,
     session awaits them before its state save and lease release.
     """
     ctx = context(user_id=f"user-{time.perf_counter_ns() % 97}", session_id="s1")
+    await open_session(observers, ctx)  # as its session opened, before the run: the user's subject and data key
     started = time.perf_counter()
     for observer in observers:
         await notify_observers([observer], "run_started", ctx)

@@ -31,6 +31,7 @@ from teamstore.app import open_platform
 from teamstore.examples import example_manifest, support_triage
 from teamstore.runtime import opening as opening_module
 from teamstore.runtime import runs as runs_module
+from teamstore.runtime import session as session_module
 from teamstore.runtime import session_runs as session_runs_module
 from teamstore.runtime.runs import Run
 from teamstore.runtime.session import Session
@@ -209,13 +210,15 @@ class Teamstore(Bare):
     def _wrap(self) -> None:
         # A session reaches the platform only through its SessionDeps, read from the platform as each session
         # opens: the platform's build_team and store are wrapped on the objects themselves, and the runtime
-        # modules' own names where they call them (judge and apply_states at open, notify_observers in a run).
+        # modules' own names where they call them (notify_opening, judge and apply_states at open,
+        # notify_observers in a run).
         # The definition cache looks the registry up (in a thread) ahead of the requests that need it: its
         # lookups are timed, and not counted in the request.
         wrap, store = self.phases.wrap, self.platform.store
         wrap(self.platform, "build_team", "build from registry")
         wrap(self.platform.teams, "_build_spare", "the next team built ahead (in the background, overlapping)")
         wrap(self.platform.teams, "_resolve", "registry lookups (in the background, overlapping)")
+        wrap(session_module, "notify_opening", "the audit's subject and data key, before the lease")
         wrap(store, "acquire", "lease+load")
         wrap(opening_module, "judge", "validate")
         wrap(opening_module, "apply_states", "apply (load_state)")

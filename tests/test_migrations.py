@@ -164,8 +164,10 @@ async def test_a_subject_made_before_session_secrets_keeps_its_session_keys_and_
     assert await upgrade(engine) == head_revision()
     pseudonyms = Pseudonyms(engine)
     try:
-        old = await pseudonyms.writable(context(user_id="old", session_id=session))
-        new = await pseudonyms.writable(context(user_id="new", session_id=session))
+        runs = context(user_id="old", session_id=session), context(user_id="new", session_id=session)
+        for run in runs:  # each session opens: "new" gets its subject
+            await pseudonyms.open_session(run.user_id, run.run_id)
+        old, new = [await pseudonyms.writable(run) for run in runs]
     finally:
         await pseudonyms.aclose()
     assert old == RunKeys(subject, earlier_key(subject, session))

@@ -6,6 +6,11 @@ fail: a failing one is logged and the run goes on, so an observer that must not 
 outbox. Model calls reach the run's outcome as :class:`ModelCall` records, made at the model-client
 boundary (:mod:`teamstore.metering`).
 
+An observer makes what a session's runs will need of the user (the audit's subject) as the session opens,
+before it asks for its lease (:class:`OpeningObserver`, :func:`notify_opening`), never as a run starts: a
+worker that hung past its lease while the user was erased would make it again after the erasure. A failure
+there is raised, and the session does not open.
+
 This module sits below ``runtime``, ``audit`` and ``metering``: each of them depends on it, none on
 another through it.
 
@@ -86,6 +91,9 @@ class RunContext:
     interruptions: int = 0
     """How many times the run was continued from its checkpoint after it stopped mid-run (a worker died, the
     database failed at a checkpoint): such a run's record holds the turns of every attempt."""
+    opening: str | None = None
+    """The opening of the session the run belongs to, as :func:`notify_opening` named it (unique to it); ``None``
+    for a run recorded outside an open session (the sweep's or a delete's of an interrupted run)."""
 
 
 @dataclass
@@ -162,6 +170,31 @@ async def notify_later_calls(observers: Sequence[RunObserver], ctx: RunContext, 
     """Tell every observer that takes them of ``later``'s calls, concurrently; a failing one is logged."""
     takers = [o for o in observers if isinstance(o, LaterCallsObserver)]
     await asyncio.gather(*(_call(o, "later_calls", ctx, later) for o in takers))
+
+
+@runtime_checkable
+class OpeningObserver(Protocol):
+    """An observer that makes what a session's runs will need of the user as the session opens (the audit's
+    subject), so that a run never makes it."""
+
+    async def session_opening(self, user_id: str, session_id: str, opening: str) -> None:
+        """Called as a session opens, before it asks for its lease; ``opening`` is what its runs'
+        :attr:`RunContext.opening` will be."""
+
+
+async def notify_opening(observers: Sequence[RunObserver], user_id: str, session_id: str, opening: str) -> None:
+    """Tell every observer that takes it that a session is opening, concurrently, before it asks for its lease.
+
+    Raises:
+        TeamstoreError: What the first failing observer raised (``ErasureInProgress``, ``StoreUnavailable``...),
+            once all have ended: the session does not open, since its runs would not make what was missing.
+    """
+    takers = [o for o in observers if isinstance(o, OpeningObserver)]
+    ended = await asyncio.gather(*(o.session_opening(user_id, session_id, opening) for o in takers),
+                                 return_exceptions=True)
+    for outcome in ended:
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 async def drain_observers(observers: Sequence[RunObserver]) -> None:

@@ -13,7 +13,7 @@ from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat, SelectorGroupChat
 from autogen_core import AgentRuntime, SingleThreadedAgentRuntime
 
-from teamstore.events import RunContext, RunObserver, RunOutcome
+from teamstore.events import RunContext, RunObserver, RunOutcome, notify_opening
 from teamstore.examples import support_triage
 from teamstore.metering import MeteredChatCompletionClient, metered_run, wrap_model_clients
 from teamstore.offline import OfflineChatCompletionClient
@@ -50,14 +50,20 @@ def selector_team() -> Team:
     return BaseGroupChat.load_component(wrap_model_clients(team.dump_component().model_dump()))
 
 
+NEW_OPENING = "new"
+"""``context(opening=NEW_OPENING)``: a run of a session opening of its own (the default)."""
+
+
 def context(
     user_id: str = "alice",
     session_id: str = "s1",
     run_id: str | None = None,
     team: str = "support_triage",
     team_version: str = "v1",
+    opening: str | None = NEW_OPENING,
 ) -> RunContext:
-    """A run context as the runtime would build it."""
+    """A run context as the runtime would build it: by default, the one run of a session opening of its own
+    (:func:`observe_run` opens it); ``opening=None`` for a run recorded outside an open session."""
     return RunContext(
         run_id=run_id or uuid.uuid4().hex,
         user_id=user_id,
@@ -65,7 +71,15 @@ def context(
         team=team,
         team_version=team_version,
         started_at=datetime.now(UTC),
+        opening=uuid.uuid4().hex if opening == NEW_OPENING else opening,
     )
+
+
+async def open_session(observers: Sequence[RunObserver], ctx: RunContext) -> None:
+    """Tell ``observers`` that the session of ``ctx`` opens (as it opened), as the runtime does before the lease:
+    the user's subject is made there, never by a run."""
+    assert ctx.opening is not None, "a run recorded outside an open session has no opening to tell"
+    await notify_opening(observers, ctx.user_id, ctx.session_id, ctx.opening)
 
 
 async def observe_run(
@@ -76,11 +90,14 @@ async def observe_run(
     ended_by_limit: bool = False,
     runtime: SingleThreadedAgentRuntime | None = None,
 ) -> RunOutcome:
-    """Run ``team`` on ``task`` under a meter, feeding every streamed item to the observers like the runtime does.
+    """Run ``team`` on ``task`` under a meter, feeding every streamed item to the observers like the runtime does;
+    first, the run's session opening is told to them (which makes the user's subject), as a session's is.
 
     A caller-owned ``runtime`` is started inside the meter's context: its message loop is a task that copies
     the context it starts in, so a runtime started outside the meter would make its model calls unmetered.
     """
+    if ctx.opening is not None:
+        await open_session(observers, ctx)
     for observer in observers:
         await observer.run_started(ctx)
     result: TaskResult | None = None

@@ -21,7 +21,14 @@ from teamstore.audit.subjects import ensure_subject, find_subject, session_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.errors import ConfigurationError, ErasureInProgress
 from teamstore.events import drain_observers
-from tests.audit.teams import context, metered_round_robin, observe_run, selector_team, triage_team
+from tests.audit.teams import (
+    context,
+    metered_round_robin,
+    observe_run,
+    open_session,
+    selector_team,
+    triage_team,
+)
 
 PRICES = parse_prices(
     {
@@ -113,6 +120,7 @@ async def test_prices_apply_by_effective_date_and_filters_narrow_by_time(engine:
     ctx = context()
     outcome = await observe_run([], triage_team(), ctx)
     ledger = LedgerObserver(engine, Pseudonyms(engine))
+    await open_session([ledger], ctx)
     await ledger.run_finished(ctx, outcome)
     late = context(run_id="late")
     late = type(late)(**{**late.__dict__, "started_at": datetime(2031, 1, 1, tzinfo=UTC)})
@@ -132,7 +140,9 @@ async def test_time_filters_compare_instants_whatever_their_offset(engine: Async
     ctx = context()
     ctx = type(ctx)(**{**ctx.__dict__, "started_at": datetime(2026, 11, 30, 0, 4, 39, tzinfo=UTC)})
     outcome = await observe_run([], triage_team(), ctx)
-    await LedgerObserver(engine, Pseudonyms(engine)).run_finished(ctx, outcome)
+    ledger = LedgerObserver(engine, Pseudonyms(engine))
+    await open_session([ledger], ctx)
+    await ledger.run_finished(ctx, outcome)
     plus_two, minus_five = timezone(timedelta(hours=2)), timezone(timedelta(hours=-5))
     for where, runs in (
         (CostFilter(since=datetime(2026, 11, 30, 1, 0, tzinfo=plus_two)), 1),  # 23:00Z

@@ -23,7 +23,7 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import PLACEHOLDER, RunKeys, decode, encode, item_record, to_json_safe
 from teamstore.errors import AuditError, InvalidIdentifier
 from teamstore.events import RunOutcome
-from tests.audit.teams import context
+from tests.audit.teams import context, open_session
 
 KEYS = RunKeys("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210")
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
@@ -107,6 +107,7 @@ async def test_a_huge_transcript_is_encoded_without_stalling_the_workers_other_s
     observer = TranscriptObserver(LocalTranscriptStore(tmp_path / "t"), sqlite_engine, Pseudonyms(sqlite_engine),
                                   upload_deadline_s=60)
     ctx = context()
+    await open_session([observer], ctx)
     await observer.run_started(ctx)
     for _ in range(300):  # about 27 MB of messages
         await observer.on_item(ctx, TextMessage(source="user", content=text))

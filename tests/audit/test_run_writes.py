@@ -26,7 +26,7 @@ from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress
 from teamstore.events import ModelCall, RunContext, RunOutcome, drain_observers
 from tests.audit.conftest import still_running
-from tests.audit.teams import context, observe_run, triage_team
+from tests.audit.teams import context, observe_run, open_session, triage_team
 
 # The audit fixture drains its observers as a platform does: no flush a run started outlives the engine.
 pytestmark = pytest.mark.usefixtures("nothing_left_running")
@@ -96,12 +96,12 @@ async def test_a_subject_replaced_by_another_workers_lookup_is_not_written_to(
     _, ledger, _ = audit
     await observe_run([ledger], triage_team(), context(user_id="cy"))
     await _erase_subject(engine, "cy")
-    other = Pseudonyms(engine)  # another worker: the user's next run there makes a new subject
+    other = Pseudonyms(engine)  # another worker: the user's next session there makes a new subject
     try:
-        replaced = (await other.writable(context(user_id="cy"))).subject_key
+        replaced = (await other.open_session("cy", "elsewhere")).key
     finally:
         await other.aclose()
-    run = context(user_id="cy")
+    run = context(user_id="cy", opening=None)  # no opening's subject: the ledger goes by the remembered one
     await observe_run([ledger], triage_team(), run)
     subject, secret = await ensure_subject(engine, "cy")
     assert subject == replaced
@@ -135,6 +135,7 @@ async def test_the_transcript_is_written_beside_the_end_of_run_fence_not_after_i
 ) -> None:
     pseudonyms, _, transcripts = audit
     run = context(user_id="fay")
+    await open_session([transcripts], run)
     events: list[str] = []
     lookup = pseudonyms.writes.subject
 
@@ -160,8 +161,10 @@ async def test_the_transcript_is_written_beside_the_end_of_run_fence_not_after_i
 
 
 async def _started(audit: tuple[Pseudonyms, LedgerObserver, TranscriptObserver], run: RunContext) -> str:
-    """Start ``run`` in the transcript and ledger observers; the subject looked up as it started."""
+    """Open ``run``'s session and start ``run`` in the transcript and ledger observers; the subject looked up as
+    it started."""
     pseudonyms, ledger, transcripts = audit
+    await open_session((transcripts, ledger), run)
     for observer in (transcripts, ledger):
         await observer.run_started(run)
     return (await pseudonyms.run_keys(run)).subject_key
@@ -191,6 +194,8 @@ async def test_the_runs_ledger_rows_are_written_by_the_end_of_run_fence_itself(
     # and writes the ledger rows: the transcript's upload waits on that, and the ledger writes nothing more.
     pseudonyms, ledger, transcripts = audit
     calls: list[str] = []
+    run = context(user_id="hal")
+    await open_session([ledger, transcripts], run)  # before the run's statements are counted
     for name in ("subject", "insert_usage", "end_of_run"):
         sent = getattr(pseudonyms.writes, name)
 
@@ -199,7 +204,6 @@ async def test_the_runs_ledger_rows_are_written_by_the_end_of_run_fence_itself(
             return await _sent(*args, **kwargs)
 
         monkeypatch.setattr(pseudonyms.writes, name, counted)
-    run = context(user_id="hal")
     await observe_run([ledger, transcripts], triage_team(), run)
     subject, secret = await ensure_subject(engine, "hal")
     assert await _ledger(engine, run.run_id) == {(subject, session_key(secret, run.session_id))}
@@ -221,6 +225,7 @@ async def test_a_record_sent_again_adds_nothing_and_a_continuation_adds_only_the
         return [ModelCall("triage", "offline-small", 10, 5, datetime.now(UTC), 0.1, attempt=attempt)] * count
 
     run = context(user_id="ivy")
+    await open_session([ledger], run)
     ended = RunOutcome(datetime.now(UTC), model_calls=calls(0, 6))
     continued = replace(run, interruptions=1)
     carried = RunOutcome(datetime.now(UTC), model_calls=[*calls(0, 5), *calls(1, 1)])
@@ -243,7 +248,7 @@ async def test_a_subject_replaced_mid_run_gets_nothing_written_under_the_old_one
     await _erase_subject(engine, "jo")
     other = Pseudonyms(engine)
     try:
-        await other.writable(context(user_id="jo"))  # the user's next run elsewhere makes a new subject
+        await other.open_session("jo", "elsewhere")  # the user's next session elsewhere makes a new subject
     finally:
         await other.aclose()
     outcome = await observe_run([], triage_team(), run)
@@ -272,14 +277,17 @@ async def test_the_audits_close_waits_for_the_key_lookups_under_way_so_their_con
     engine: AsyncEngine,
 ) -> None:
     # A run's keys are looked up as it starts; a close before anything awaits them (a run cut off before its end)
-    # used to leave the lookup running while the engine was disposed, its connection then dropped unclosed.
+    # used to leave the lookup running while the engine was disposed, its connection then dropped unclosed. So
+    # may a session's opening, cut off by the close as it looks up (and makes) the user's subject.
     pseudonyms = Pseudonyms(engine)
-    pseudonyms.prefetch(context(user_id="lena"))
+    await ensure_subject(engine, "kit")
+    opening = asyncio.ensure_future(pseudonyms.open_session("lena", "opening-1"))
+    await asyncio.sleep(0)  # the opening's lookup is under way
     pseudonyms.prefetch(context(user_id="kit"))
     await pseudonyms.aclose()
     assert still_running() == []
     assert engine.pool.checkedout() == 0
-    assert await find_subject(engine, "lena") is not None  # each lookup ended: the new user's subject is made
+    assert await find_subject(engine, "lena") == (await opening).key  # the opening ended: the subject is made
 
 
 def test_a_process_that_never_closes_its_audit_writes_still_exits(tmp_path: Path) -> None:

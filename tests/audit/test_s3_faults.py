@@ -293,6 +293,7 @@ async def test_later_runs_flush_the_outbox_opportunistically(
     store = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
     pseudonyms = Pseudonyms(sqlite_engine)
     queued = context(user_id="carol")
+    await pseudonyms.open_session(queued.user_id, "earlier")  # the session of the run whose transcript waits
     keys = await pseudonyms.writable(queued)
     await outbox.enqueue(
         sqlite_engine, queued.run_id, run_key(keys, queued.run_id), keys.subject_key, b"gz", "down"
@@ -381,6 +382,7 @@ async def test_shutdown_does_not_wait_for_a_slow_store_to_take_the_whole_outbox(
     pseudonyms = Pseudonyms(sqlite_engine)
     try:
         queued = [context(user_id="hal") for _ in range(40)]
+        await pseudonyms.open_session("hal", "earlier")  # the session of the runs whose transcripts wait
         for ctx in queued:
             keys = await pseudonyms.writable(ctx)
             await outbox.enqueue(sqlite_engine, ctx.run_id, run_key(keys, ctx.run_id), keys.subject_key, b"gz", "down")

@@ -7,6 +7,8 @@ import hashlib
 import hmac
 import re
 import unicodedata
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -20,7 +22,8 @@ from teamstore.audit.subjects import (
     session_key,
 )
 from teamstore.audit.transcripts.record import RunKeys
-from teamstore.errors import InvalidIdentifier
+from teamstore.db.fence import user_holds
+from teamstore.errors import ErasureInProgress, InvalidIdentifier
 from tests.audit.teams import context
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -48,6 +51,34 @@ async def test_ids_differing_by_case_or_unicode_normalisation_are_different_user
 async def test_concurrent_first_runs_of_one_user_agree_on_one_subject(engine: AsyncEngine) -> None:
     subjects = await asyncio.gather(*(ensure_subject(engine, "racer") for _ in range(8)))
     assert len(set(subjects)) == 1 and subjects[0] == await lookup_subject(engine, "racer")
+
+
+async def test_a_run_never_makes_its_users_subject_the_opening_of_its_session_does(engine: AsyncEngine) -> None:
+    pseudonyms = Pseudonyms(engine)
+    try:
+        run = context(user_id="ida")
+        with pytest.raises(ErasureInProgress, match="erased while this session was open"):
+            await pseudonyms.writable(run)
+        assert await find_subject(engine, "ida") is None
+        assert run.opening is not None
+        opened = await pseudonyms.open_session("ida", run.opening)
+        assert (await pseudonyms.writable(replace(run, run_id="next"))).subject_key == opened.key
+    finally:
+        await pseudonyms.aclose()
+
+
+async def test_no_subject_is_made_for_a_user_an_erasure_holds(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(user_holds.insert().values(user_id="hana", reason="erasure", created_at=datetime.now(UTC)))
+    pseudonyms = Pseudonyms(engine)
+    try:
+        with pytest.raises(ErasureInProgress, match="no session may start"):
+            await pseudonyms.open_session("hana", "opening-1")
+    finally:
+        await pseudonyms.aclose()
+    with pytest.raises(ErasureInProgress, match="erasure request holds"):
+        await ensure_subject(engine, "hana")
+    assert await find_subject(engine, "hana") is None
 
 
 async def test_a_session_key_cannot_be_confirmed_from_the_published_subject_key_and_a_guessed_id(
@@ -94,10 +125,12 @@ async def test_a_run_whose_key_lookup_leaves_the_cache_while_awaited_still_gets_
     # run's observers must get its keys: a cancelled lookup would surface as CancelledError in the user's
     # session, which would then neither save its state nor give its lease back.
     pseudonyms = Pseudonyms(sqlite_engine, cache_size=1)
-    first = context(user_id="fay")
+    first, other = context(user_id="fay"), context(user_id="gus")
+    for ctx in (first, other):  # each user's session opened
+        await pseudonyms.open_session(ctx.user_id, ctx.run_id)
     waiting = asyncio.ensure_future(pseudonyms.writable(first))
     await asyncio.sleep(0)  # the first run's observers now await its lookup
-    pseudonyms.prefetch(context(user_id="gus"))  # another run ends meanwhile
+    pseudonyms.prefetch(other)  # another run ends meanwhile
     keys = await waiting
     subject, secret = await ensure_subject(sqlite_engine, "fay")
     assert keys == RunKeys(subject, session_key(secret, first.session_id))

@@ -33,6 +33,7 @@ from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, drai
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
 from teamstore.memory.schema import facts, memories
+from teamstore.runtime.deps import LeaseKeeper
 from teamstore.runtime.memory import WRITER
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -183,13 +184,18 @@ async def platform(state_engine: AsyncEngine, backend: tuple[str, str], registry
     await p.aclose()
 
 
-def _hung_while_erased(url: str, folder: LocalTranscriptStore, user: str) -> None:
+def _hung_while_erased(url: str, folder: LocalTranscriptStore, user: str, *, back: bool = False) -> None:
     """The worker hangs (its event loop blocked, no renewal goes out) while another process waits out the lease
-    of its open session and erases the user, then wakes."""
+    of its open session and erases the user (``back``: then the user's next session there opens, with a new
+    subject), then wakes."""
     async def erase_elsewhere() -> None:
         engine = create_engine(url)
         try:
             await _erased(engine, folder, user)
+            if back:
+                elsewhere = Pseudonyms(engine)
+                await elsewhere.open_session(user, "elsewhere")
+                await elsewhere.aclose()
         finally:
             await engine.dispose()
 
@@ -231,6 +237,54 @@ async def test_a_session_saved_before_it_lost_its_lease_to_an_erasure_starts_no_
             _hung_while_erased(backend[0], folder, "uma")
     await platform.drain_memory()
     await _nothing_of_theirs(state_engine, folder, "uma")
+
+
+def _hangs_after_its_lease_check(monkeypatch: pytest.MonkeyPatch, url: str, folder: LocalTranscriptStore,
+                                 user: str, *, back: bool = False) -> None:
+    """The worker's next lease check passes, then the worker hangs (as :func:`_hung_while_erased`) before the run
+    it checked for starts: its audit looks the user's subject up only once the erasure has finished."""
+    checked = LeaseKeeper.check
+
+    async def then_hang(keeper: LeaseKeeper) -> None:
+        await checked(keeper)
+        monkeypatch.setattr(LeaseKeeper, "check", checked)  # once
+        _hung_while_erased(url, folder, user, back=back)
+
+    monkeypatch.setattr(LeaseKeeper, "check", then_hang)
+
+
+async def test_a_run_whose_worker_hung_past_its_lease_check_while_the_user_was_erased_makes_no_subject(
+    state_engine: AsyncEngine, backend: tuple[str, str], platform: Platform, folder: LocalTranscriptStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ErasureInProgress, match="erased while this session was open"):
+        async with platform.session("uma", "s1", team="support_triage") as s:
+            assert await find_subject(state_engine, "uma") is not None  # made as the session opened
+            _hangs_after_its_lease_check(monkeypatch, backend[0], folder, "uma")
+            await s.run("my router drops every evening")
+    await drain_observers(platform.observers)
+    await platform.drain_memory()
+    await _nothing_of_theirs(state_engine, folder, "uma")
+    assert await _count(state_engine, outbox_table) == 0
+
+
+async def test_a_run_whose_worker_hung_past_its_lease_check_writes_nothing_under_the_subject_of_the_user_back(
+    state_engine: AsyncEngine, backend: tuple[str, str], platform: Platform, folder: LocalTranscriptStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ErasureInProgress, match="erased while this session was open"):
+        async with platform.session("uma", "s1", team="support_triage") as s:
+            opened_with = await find_subject(state_engine, "uma")
+            _hangs_after_its_lease_check(monkeypatch, backend[0], folder, "uma", back=True)
+            await s.run("my router drops every evening")
+    await drain_observers(platform.observers)
+    await platform.drain_memory()
+    back = await find_subject(state_engine, "uma")  # made as the user's next session opened, elsewhere
+    assert back is not None and back != opened_with
+    assert await _count(state_engine, usage) == 0
+    assert await folder.list_keys("") == []
+    assert await _count(state_engine, outbox_table) == 0
+    assert await _count(state_engine, subject_stores) == 0
 
 
 async def test_a_user_back_after_the_erasure_opens_a_new_session_and_runs_afresh(

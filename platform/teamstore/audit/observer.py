@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -99,13 +100,24 @@ class TranscriptObserver:
         self._noted: OrderedDict[str, None] = OrderedDict()  # subjects whose store is recorded already
         self._noted_size = 4096
 
+    async def session_opening(self, user_id: str, session_id: str, opening: str) -> None:
+        """As a session opens, before its lease: the user's subject and data key, each made now for a new user
+        (concurrently; the state store's own fetch of the key then finds it in memory, when they share the key
+        service). The session's runs never make either.
+
+        Raises:
+            ErasureInProgress: An erasure holds the user. KeyUnavailable, DataKeyDamaged, StoreUnavailable.
+        """
+        await _all(self.pseudonyms.open_session(user_id, opening), self.keys.data_key(user_id))
+
     async def run_started(self, ctx: RunContext) -> None:
         """Start the run's buffer, and meanwhile look up its keys and fetch the user's data key: the transcript
         is sealed under the key had at the run's start, even if the key-encryption key cannot be reached at its
-        end."""
+        end. The key is never made here (its session made it as it opened): one missing now was destroyed by an
+        erasure since, and the run writes nothing."""
         self._items[ctx.run_id] = []
         self.pseudonyms.prefetch(ctx)
-        fetch = asyncio.ensure_future(self.keys.data_key(ctx.user_id))
+        fetch = asyncio.ensure_future(self._data_key(ctx))
         fetch.add_done_callback(_seen)  # a run ended by a fence never awaits it
         # Nor may a run cut off before its end: :meth:`drain` waits for it, so its connection is back in the pool
         # before the engine is disposed, not dropped when the event loop's shutdown cancels it.
@@ -137,8 +149,8 @@ class TranscriptObserver:
             return
         fence = asyncio.ensure_future(self.pseudonyms.writable(ctx))
         fence.add_done_callback(_seen)  # a run whose data key or store record fails never awaits it
-        # KeyUnavailable, DataKeyDamaged: the runtime logs it; nothing is written, sealed or not.
-        data_key = await (fetch if fetch is not None else self.keys.data_key(ctx.user_id))
+        # KeyUnavailable, DataKeyDamaged, ErasureInProgress: the runtime logs it; nothing is written.
+        data_key = await (fetch if fetch is not None else self._data_key(ctx))
         await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
         header = run_record(ctx, outcome, keys, len(lines))
         if sum(map(len, lines)) <= INLINE_ENCODE_CHARS:
@@ -163,6 +175,14 @@ class TranscriptObserver:
         if self._runs_since_check >= self.flush_every:
             self._runs_since_check = 0
             self._spawn(self._flush_quietly())
+
+    async def _data_key(self, ctx: RunContext) -> DataKey:
+        data_key = await self.keys.data_key(ctx.user_id, create=False)
+        if data_key is None:
+            raise ErasureInProgress(
+                "the user was erased while this session was open (their data key no longer exists): no "
+                "transcript is written", hint="nothing to fix: the erasure removed the user's data")
+        return data_key
 
     async def _written(self, row: Queued) -> bool:
         """Whether the transcript of a run taken up again (continued, abandoned, or gone with its session) is
@@ -318,6 +338,15 @@ class LedgerObserver:
         self.cache_size = cache_size
         self._named: OrderedDict[str, float] = OrderedDict()  # session key -> when its id was recorded
 
+    async def session_opening(self, user_id: str, session_id: str, opening: str) -> None:
+        """As a session opens, before its lease: the user's subject (made now for a new user; shared with the
+        other observers of the platform). The session's runs never make it.
+
+        Raises:
+            ErasureInProgress: An erasure holds the user. StoreUnavailable.
+        """
+        await self.pseudonyms.open_session(user_id, opening)
+
     async def run_started(self, ctx: RunContext) -> None:
         """Nothing before the run: keys are resolved at its end, off the result's path."""
 
@@ -406,6 +435,10 @@ class SpanObserver:
         self.tracer = tracer_provider.get_tracer(TRACER)
         self.pseudonyms = pseudonyms
 
+    async def session_opening(self, user_id: str, session_id: str, opening: str) -> None:
+        """As a session opens, before its lease: the user's subject (:meth:`LedgerObserver.session_opening`)."""
+        await self.pseudonyms.open_session(user_id, opening)
+
     async def run_started(self, ctx: RunContext) -> None:
         """Nothing to do before the run."""
 
@@ -428,6 +461,13 @@ class SpanObserver:
 def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], lines: list[str]) -> bytes:
     """The run's transcript object: encoded (gzip JSON lines), then sealed for its place in the store."""
     return data_key.seal(encode_lines(header, lines), sealed_context(object_key))
+
+
+async def _all(*steps: Awaitable[Any]) -> None:
+    """Await ``steps`` concurrently, each to its end; then raise what the first that failed raised."""
+    for outcome in await asyncio.gather(*steps, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 def _seen(task: asyncio.Future[Any]) -> None:

@@ -4,13 +4,16 @@ platform, and the end-of-run fence against an erasure.
     from teamstore.audit.pseudonyms import Pseudonyms
 
     pseudonyms = Pseudonyms(engine)
+    await pseudonyms.open_session("alice", opening)   # as the session opens, before its lease: made if new
     pseudonyms.prefetch(ctx)                 # as the run starts, while its lease is held
     keys = await pseudonyms.writable(ctx)    # as it ends: raises ErasureInProgress if an erasure holds the user
     await pseudonyms.aclose()                # before the engine is disposed
 
 The subject key stands for the user in the ledger, the transcript's object key and the spans; the user's id,
 and the session secret the session keys are keyed by, are written only to ``ts_subjects``, which an erasure
-deletes.
+deletes. A subject is made only as a session opens, before the session asks for its lease; a run (and all that
+is done on its behalf) never makes one, and finds the subject its session opened with or writes nothing: a worker
+that hung past its lease while the user was erased brings no subject back when it wakes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from teamstore.audit.subjects import Subject, ensure_subject, session_key
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.errors import ErasureInProgress
 from teamstore.events import RunContext
+from teamstore.state.failures import erasure_open
 
 
 def run_writes(engine: AsyncEngine, pool_size: int = 20) -> RunWrites:
@@ -47,9 +51,18 @@ LOOKUP_WAIT_SECONDS = 5.0
 """The longest :meth:`Pseudonyms.aclose` waits for key lookups under way (one round trip each) before it
 cancels them."""
 
+OPENINGS_KEPT = 10_000
+"""The most session openings whose subject a :class:`Pseudonyms` keeps for their runs. A run of an opening
+forgotten (this many sessions opened after it) still never makes a subject, but no longer tells a subject made
+since its session opened (the user erased and back) from the one it opened with."""
+
 
 class Pseudonyms:
     """Resolves a run's subject and session keys once, shared by the observers of one platform.
+
+    The subject is looked up, and made for a new user, as the session opens (:meth:`open_session`), and kept
+    for the session's runs. A run's lookups never make one: a subject missing then, or not the one the session
+    opened with, was erased since (``ErasureInProgress``, nothing written).
 
     It also remembers each user's subject (a bounded LRU) for the ledger, whose insert checks in its own
     ``WHERE`` that the user still has that subject and no erasure holds them: a subject remembered from
@@ -68,7 +81,48 @@ class Pseudonyms:
         self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run started
         self._fences: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run ended
         self._subjects: OrderedDict[str, Subject] = OrderedDict()
+        self._opening: dict[str, asyncio.Task[Subject]] = {}  # each opening's lookup, while it is under way
+        self._opened: OrderedDict[str, Subject] = OrderedDict()  # each session opening's subject, for its runs
         self._cache_size = cache_size
+
+    async def open_session(self, user_id: str, opening: str) -> Subject:
+        """The user's subject as a session opens, before it asks for its lease: looked up (with whether an
+        erasure holds the user: one round trip), and made for a user who has none; kept for the session's runs.
+        The observers sharing this resolver each call it for one opening: it is looked up once.
+
+        Made before the lease and never after it: a worker that hangs past its lease once it holds one makes
+        nothing of the user when it wakes, after an erasure that took the session meanwhile.
+
+        Args:
+            user_id: The raw user id.
+            opening: The opening's name (:attr:`RunContext.opening` of its runs).
+
+        Raises:
+            ErasureInProgress: An erasure holds the user: the session does not open.
+            InvalidIdentifier: The id breaks the id rule (:mod:`teamstore.ids`).
+            StoreUnavailable: The database could not be reached.
+        """
+        opened = self._opened.get(opening)
+        if opened is not None:
+            return opened
+        task = self._opening.get(opening)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(user_id, opening))
+            self._opening[opening] = task
+            task.add_done_callback(lambda _: self._opening.pop(opening, None))
+        return await asyncio.shield(task)
+
+    async def _open(self, user_id: str, opening: str) -> Subject:
+        subject, fenced = await self.writes.subject(user_id)
+        if fenced:  # the lease would be refused too: refused before it is asked for
+            self.forget_subject(user_id)
+            raise erasure_open()
+        if subject is None:
+            subject = await ensure_subject(self.engine, user_id)
+        self._remember(user_id, subject)
+        self._opened[opening] = subject
+        _bound(self._opened, OPENINGS_KEPT)
+        return subject
 
     def prefetch(self, ctx: RunContext) -> None:
         """Start resolving the run's keys (once per run; every observer shares the lookup). Called as the run
@@ -90,7 +144,8 @@ class Pseudonyms:
         return await asyncio.shield(self._runs[ctx.run_id])
 
     async def writable(self, ctx: RunContext) -> RunKeys:
-        """The run's keys, once it is known that no erasure holds the user now; creates the subject on first use.
+        """The run's keys, once it is known that no erasure holds the user now and that the user still has the
+        subject the run's session opened with.
 
         Observers call this when the run has ended, so the lookup (subject and ``EXISTS`` on the hold, one
         round trip, shared by the observers) is the end-of-run fence: an erasure that opened while the run was
@@ -98,7 +153,8 @@ class Pseudonyms:
         are looked up once, which is the fence itself.
 
         Raises:
-            ErasureInProgress: The user is fenced: nothing may be written for them.
+            ErasureInProgress: The user is fenced, or was erased since the session opened: nothing may be
+                written for them.
             StoreUnavailable: The database could not be reached.
         """
         fence = self._fences.get(ctx.run_id)
@@ -115,9 +171,8 @@ class Pseudonyms:
 
     async def after_run(self, ctx: RunContext) -> RunKeys:
         """The keys of a run that has ended, for work done on its behalf afterwards (the memory writer's), once
-        it is known that the user still has the run's subject and no erasure holds them. Never creates the
-        subject: the run made it, and one missing now was erased since (with the run's keys dropped from this
-        process's memory, the subject is looked up, and found gone).
+        it is known that the user still has the run's subject and no erasure holds them. With the run's keys
+        dropped from this process's memory, the subject is looked up, and one gone is not made again.
 
         Raises:
             ErasureInProgress: The user is fenced, or was erased since the run: nothing may be written for them.
@@ -125,11 +180,7 @@ class Pseudonyms:
         """
         if ctx.run_id in self._runs or ctx.run_id in self._fences:
             return await self.writable(ctx)
-        subject, fenced = await self.writes.subject(ctx.user_id)
-        if fenced or subject is None:
-            self.forget_subject(ctx.user_id)
-            raise _fenced()
-        return _keys(subject, ctx)
+        return _keys(await self._subject(ctx), ctx)
 
     async def record_usage(self, ctx: RunContext, rows_for: Callable[[RunKeys], list[dict[str, Any]]]) -> tuple[RunKeys, bool]:
         """The end-of-run fence (as :meth:`writable`) with the run's ledger rows written in the same statement
@@ -168,7 +219,7 @@ class Pseudonyms:
                 written.set_result(bool(rows) and added == len(rows))
         if fenced or subject is None or subject.key != keys.subject_key:
             self.forget_subject(ctx.user_id)
-            raise _fenced()
+            raise _fenced() if fenced else _erased_since_opened()
         return keys
 
     def looked_up(self, ctx: RunContext) -> bool:
@@ -176,9 +227,10 @@ class Pseudonyms:
         return ctx.run_id in self._runs
 
     def remembered(self, ctx: RunContext) -> RunKeys | None:
-        """The keys of the user's subject as last looked up in this process, if any: only for a write that
-        checks the subject and the fence itself (the ledger's insert)."""
-        subject = self._subjects.get(ctx.user_id)
+        """The keys of the subject the run's session opened with, else of the user's subject as last looked up
+        in this process, if any: only for a write that checks the subject and the fence itself (the ledger's
+        insert)."""
+        subject = self._opened_with(ctx) or self._subjects.get(ctx.user_id)
         return None if subject is None else _keys(subject, ctx)
 
     def forget_subject(self, user_id: str) -> None:
@@ -186,20 +238,28 @@ class Pseudonyms:
         self._subjects.pop(user_id, None)
 
     async def _resolve(self, ctx: RunContext) -> RunKeys:
-        subject = await self._subject(ctx.user_id)
-        self._subjects[ctx.user_id] = subject
-        self._subjects.move_to_end(ctx.user_id)
-        while len(self._subjects) > self._cache_size:
-            self._subjects.popitem(last=False)
+        subject = await self._subject(ctx)
+        self._remember(ctx.user_id, subject)
         return _keys(subject, ctx)
 
-    async def _subject(self, user_id: str) -> Subject:
-        # One round trip for the common case: the subject exists and no erasure fences the user.
-        subject, fenced = await self.writes.subject(user_id)
-        if fenced:
-            self.forget_subject(user_id)
-            raise _fenced()
-        return subject if subject is not None else await ensure_subject(self.engine, user_id)
+    def _remember(self, user_id: str, subject: Subject) -> None:
+        self._subjects[user_id] = subject
+        self._subjects.move_to_end(user_id)
+        while len(self._subjects) > self._cache_size:
+            self._subjects.popitem(last=False)
+
+    def _opened_with(self, ctx: RunContext) -> Subject | None:
+        """The subject the run's session opened with (``None``: not opened here, or forgotten)."""
+        return None if ctx.opening is None else self._opened.get(ctx.opening)
+
+    async def _subject(self, ctx: RunContext) -> Subject:
+        """The user's subject for a run: never made here (its session made it as it opened)."""
+        subject, fenced = await self.writes.subject(ctx.user_id)  # one round trip, the fence with it
+        opened = self._opened_with(ctx)
+        if fenced or subject is None or (opened is not None and subject.key != opened.key):
+            self.forget_subject(ctx.user_id)
+            raise _fenced() if fenced else _erased_since_opened()
+        return subject
 
     def forget(self, run_id: str) -> None:
         """Drop a finished run's cached keys."""
@@ -213,7 +273,8 @@ class Pseudonyms:
         cancelling those still running after ``wait_seconds``, so that their connections are back in the pool
         before the engine is disposed; then close the connections the audit's statements opened (they open again
         if needed)."""
-        pending = [task for tasks in (self._runs, self._fences) for task in tasks.values() if not task.done()]
+        pending = [task for tasks in (self._runs, self._fences, self._opening) for task in tasks.values()
+                   if not task.done()]
         if pending:
             _, late = await asyncio.wait(pending, timeout=wait_seconds)
             for task in late:
@@ -227,7 +288,7 @@ def _keys(subject: Subject, ctx: RunContext) -> RunKeys:
     return RunKeys(subject.key, session_key(subject.session_secret, ctx.session_id))
 
 
-def _bound(tasks: OrderedDict[str, asyncio.Task[RunKeys]], size: int) -> None:
+def _bound(tasks: OrderedDict[str, Any], size: int) -> None:
     # Dropped, never cancelled: a lookup still in flight has observers awaiting it, and a cancel would reach
     # the user's session as CancelledError. It ends on its own.
     while len(tasks) > size:
@@ -238,4 +299,14 @@ def _fenced() -> ErasureInProgress:
     return ErasureInProgress(
         "an erasure is open for this user: no transcript, ledger row or span is written",
         hint="wait for `teamstore erase` to finish",
+    )
+
+
+def _erased_since_opened() -> ErasureInProgress:
+    """The error for a run whose user no longer has the subject its session opened with: an erasure deleted it
+    since (a worker that hung past its lease, woken after the erasure)."""
+    return ErasureInProgress(
+        "the user was erased while this session was open (the audit subject it opened with is gone): no "
+        "transcript, ledger row or span is written",
+        hint="nothing to fix: the erasure removed the session with the rest of the user's data",
     )

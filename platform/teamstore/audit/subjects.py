@@ -118,7 +118,9 @@ async def find_subject(engine: AsyncEngine, user_id: str) -> str | None:
 
 async def ensure_subject(engine: AsyncEngine, user_id: str) -> Subject:
     """The subject of ``user_id``, created on first use with a random key and session secret; safe under
-    concurrent workers.
+    concurrent workers. Never created for a user an erasure holds (the insert checks the fence in its own
+    statement). A session makes it as it opens (:meth:`teamstore.audit.pseudonyms.Pseudonyms.open_session`);
+    its runs never do.
 
     Args:
         engine: The state database.
@@ -129,28 +131,37 @@ async def ensure_subject(engine: AsyncEngine, user_id: str) -> Subject:
 
     Raises:
         InvalidIdentifier: The id breaks the id rule (:mod:`teamstore.ids`).
+        ErasureInProgress: The user has no subject and an erasure holds them: none is made.
         StoreUnavailable: The database could not be reached.
     """
     check_id("user_id", user_id)
     existing = await lookup_subject(engine, user_id)
     if existing is not None:
         return existing
-    # Workers racing on a new user's first runs must not let the insert fail: Postgres would log the
+    # Workers racing on a new user's first sessions must not let the insert fail: Postgres would log the
     # violated key, the raw id, where erasure never reaches. The first insert wins; the others read it.
-    stmt = insert_new(engine.dialect.name, subjects).values(
-        user_id=user_id, subject_key=new_subject_key(), session_secret=new_session_secret(),
-        created_at=datetime.now(UTC))
+    s = subjects.c
+    row = {"user_id": literal(user_id, s.user_id.type),
+           "subject_key": literal(new_subject_key(), s.subject_key.type),
+           "session_secret": literal(new_session_secret(), s.session_secret.type),
+           "created_at": literal(datetime.now(UTC), s.created_at.type)}
+    source = select(*(value.label(name) for name, value in row.items())).where(~held(user_id))
+    stmt = insert_new(engine.dialect.name, subjects).from_select(list(row), source)
     try:
         async with engine.begin() as conn:
             await conn.execute(stmt)
             # A statement of its own: under READ COMMITTED it sees the row the winner committed.
-            row = (await conn.execute(_by_user(user_id))).first()
+            key, secret, fenced = (await conn.execute(subject_lookup(), {USER.key: user_id})).one()
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
-    if row is None:  # a random key of 128 bits already taken: never seen, but never a silent None
-        raise StoreUnavailable("could not create an audit subject: its random key was taken",
-                               hint="run again: the next key is drawn afresh")
-    return Subject(str(row[0]), str(row[1]))
+    if key is not None:
+        return Subject(str(key), str(secret))
+    if fenced:
+        raise ErasureInProgress("no audit subject is made for a user an erasure request holds",
+                                hint="nothing to fix: the user is being erased; they may start over after it")
+    # A random key of 128 bits already taken: never seen, but never a silent None.
+    raise StoreUnavailable("could not create an audit subject: its random key was taken",
+                           hint="run again: the next key is drawn afresh")
 
 
 async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:

@@ -105,8 +105,9 @@ async def set_aside(
         run = checkpoint.run
         await store.quarantine(row, owner=owner, reason="checkpoint corrupt",
                                detail=f"run {run.run_id[:12]}: {detail}", checkpoint_only=True)
-        await _record_ended(observers, _context(key.user_id, key.session_id, team, run), [], checkpoint.calls,
-                            f"set aside after turn {run.last_turn}", "corrupt", _SET_ASIDE)
+        ctx = _context(key.user_id, key.session_id, team, run, opening=owner)
+        await _record_ended(observers, ctx, [], checkpoint.calls, f"set aside after turn {run.last_turn}", "corrupt",
+                            _SET_ASIDE)
 
 
 def stopped(run: Run) -> InterruptedRun:
@@ -124,20 +125,22 @@ async def report_abandoned(session: RunHost, checkpoint: Checkpoint, *, resumed:
     team = built.team
     assert isinstance(team, BaseGroupChat)
     thread = checkpoint.agent_states[_manager(checkpoint, built)]["message_thread"]
-    ctx = _context(session.key.user_id, session.key.session_id, built.name, run, resumed=resumed)
+    ctx = _context(session.key.user_id, session.key.session_id, built.name, run, resumed=resumed,
+                   opening=session.opening)
     await _record_ended(session.observers, ctx, turns.messages(team, thread), checkpoint.calls,
                         f"abandoned after turn {run.last_turn}", None, "the application gave the run up")
 
 
-async def report_set_aside(observers: Sequence[RunObserver], row: StoredSession, why: str) -> None:
-    """Record the run whose checkpoint was just set aside unloaded, as a run that failed: the model calls its
-    checkpoints carried to the ledger and the spans (they were paid), and a transcript of no turns (they are
-    read only by the version that ran them; the checkpoint itself is in the quarantine). A checkpoint too
-    damaged to say which run it was is not recorded (nothing of it can be)."""
+async def report_set_aside(observers: Sequence[RunObserver], row: StoredSession, why: str, opening: str) -> None:
+    """Record the run whose checkpoint was just set aside unloaded as the session ``opening`` opened, as a run
+    that failed: the model calls its checkpoints carried to the ledger and the spans (they were paid), and a
+    transcript of no turns (they are read only by the version that ran them; the checkpoint itself is in the
+    quarantine). A checkpoint too damaged to say which run it was is not recorded (nothing of it can be)."""
     found = set_aside_run(row)
     if found is not None:
-        await _record_ended(observers, _context(row.user_id, row.session_id, found.team, found.run), [],
-                            found.calls, f"set aside after turn {found.run.last_turn}", why, _SET_ASIDE)
+        ctx = _context(row.user_id, row.session_id, found.team, found.run, opening=opening)
+        await _record_ended(observers, ctx, [], found.calls, f"set aside after turn {found.run.last_turn}", why,
+                            _SET_ASIDE)
 
 
 _SET_ASIDE = "its checkpoint is in the quarantine; it continues only on the version that ran it"
@@ -153,17 +156,21 @@ def ending(observers: Sequence[RunObserver], how: Literal["deleted", "expired"])
     return end
 
 
-async def report_gone(observers: Sequence[RunObserver], row: StoredSession, how: str) -> None:
-    """Record the run whose checkpoint goes with its row (deleted, or expired and swept) as a run that failed:
-    its completed turns to the transcript and the model calls its checkpoints carried to the ledger and the
-    spans, as abandoning it does. Read with no team, its messages of AutoGen's own types are kept (a message of
-    a type the application registered with its team reads only with that team: it is left out). A checkpoint
-    too damaged to say which run it was is not recorded (nothing of it can be)."""
+async def report_gone(
+    observers: Sequence[RunObserver], row: StoredSession, how: str, opening: str | None = None
+) -> None:
+    """Record the run whose checkpoint goes with its row (deleted, or expired and swept; ``opening``: found expired
+    by that opening of the session) as a run that failed: its completed turns to the transcript and the model
+    calls its checkpoints carried to the ledger and the spans, as abandoning it does. Read with no team, its
+    messages of AutoGen's own types are kept (a message of a type the application registered with its team reads
+    only with that team: it is left out). A checkpoint too damaged to say which run it was is not recorded
+    (nothing of it can be)."""
     found = set_aside_run(row)
     if found is not None:
-        await _record_ended(observers, _context(row.user_id, row.session_id, found.team, found.run),
-                            _readable(found.thread), found.calls, f"{how} after turn {found.run.last_turn}",
-                            None, f"its session was {how} before the run was continued or abandoned")
+        ctx = _context(row.user_id, row.session_id, found.team, found.run, opening=opening)
+        await _record_ended(observers, ctx, _readable(found.thread), found.calls,
+                            f"{how} after turn {found.run.last_turn}", None,
+                            f"its session was {how} before the run was continued or abandoned")
 
 
 def _readable(thread: Sequence[Any]) -> list[StreamItem]:
@@ -177,10 +184,13 @@ def _readable(thread: Sequence[Any]) -> list[StreamItem]:
     return items
 
 
-def _context(user_id: str, session_id: str, team: str, run: InterruptedRun, *, resumed: bool = False) -> RunContext:
+def _context(
+    user_id: str, session_id: str, team: str, run: InterruptedRun, *, resumed: bool = False,
+    opening: str | None = None,
+) -> RunContext:
     return RunContext(run_id=run.run_id, user_id=user_id, session_id=session_id, team=team,
                       team_version=run.team_version, started_at=run.started_at, resumed=resumed,
-                      interruptions=run.interruptions + 1)
+                      interruptions=run.interruptions + 1, opening=opening)
 
 
 async def _record_ended(

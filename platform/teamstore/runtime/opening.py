@@ -73,7 +73,7 @@ async def _set_aside(row: StoredSession, deps: SessionDeps, owner: str, reason: 
     await deps.store.quarantine(row, owner=owner, reason=reason, detail=detail)
     deps.metrics.quarantined(reason)
     if row.checkpoint is not None:  # an interrupted run's, set aside with the row: it ends here
-        await interruptions.report_set_aside(deps.observers, row, reason)
+        await interruptions.report_set_aside(deps.observers, row, reason, owner)
 
 
 async def _judge_checkpoint(
@@ -84,5 +84,5 @@ async def _judge_checkpoint(
     found, checkpoint = await interruptions.judge_at_open(row, outcome, built, deps.store, owner, AGENTCHAT_VERSION)
     if found.checkpoint_refused is not None:
         deps.metrics.quarantined(f"checkpoint {found.checkpoint_refused}")
-        await interruptions.report_set_aside(deps.observers, row, found.checkpoint_refused)
+        await interruptions.report_set_aside(deps.observers, row, found.checkpoint_refused, owner)
     judged.append((found, checkpoint))

@@ -82,6 +82,11 @@ class RunHost(Protocol):
     key: SessionKey
 
     @property
+    def opening(self) -> str:
+        """The session's opening, as the observers were told of it (:attr:`RunContext.opening`)."""
+        ...
+
+    @property
     def built(self) -> BuiltTeam:
         """The team that runs."""
         ...
@@ -132,7 +137,7 @@ class Run:
         built, p = host.built, self.progress
         self.ctx = RunContext(run_id=p.run_id, user_id=host.key.user_id, session_id=host.key.session_id,
                               team=built.name, team_version=built.version, started_at=p.started_at, resumed=resumed,
-                              interruptions=p.interruptions)
+                              interruptions=p.interruptions, opening=host.opening)
         self._token = CancellationToken()
         if linked is not None:
             linked.add_callback(self._token.cancel)

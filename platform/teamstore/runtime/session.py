@@ -9,7 +9,8 @@
             ...
     # leaving the block saves the persisted participants and releases the lease, in one statement
 
-This module holds how a session opens and closes. Entering the block builds the team, takes the lease, loads
+This module holds how a session opens and closes. Entering the block builds the team, has the observers make
+what its runs will need of the user (:func:`teamstore.events.notify_opening`), takes the lease, loads
 and judges the row (:mod:`teamstore.runtime.opening`) and recalls the user's memory; leaving it waits for the
 last run's audit, then writes the pending snapshot together with the lease release; the platform's close cuts
 off a session still open. What the session does while open (its runs, the snapshot after each, an interrupted
@@ -30,6 +31,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from teamstore.errors import SessionNotOpen, StaleStateVersion, StorageError
+from teamstore.events import notify_opening
 from teamstore.ids import check_id
 from teamstore.keys.service import DataKey
 from teamstore.runtime import interruptions
@@ -121,11 +123,17 @@ class Session(SessionRuns):
         return self
 
     async def _enter(self) -> None:
-        """Build the team, take the lease, load and judge the row, recall the user's memory."""
+        """Build the team, have the observers ready the user's audit, take the lease, load and judge the row,
+        recall the user's memory."""
         self._use(await self._deps.build_team(self._team_ref))
         built, store, limits = self._built, self._deps.store, self._deps.limits
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
-        ready = asyncio.ensure_future(ready_team(built))  # CPU work the lease+load's round trip can hold
+        ready = asyncio.ensure_future(ready_team(built))  # CPU work the round trips below can hold
+        try:
+            await self._before_lease()
+        except BaseException:
+            ready.cancel()
+            raise
         asked, asked_at = time.perf_counter(), asyncio.get_running_loop().time()
         try:
             row = await self._acquire(claim)
@@ -151,6 +159,14 @@ class Session(SessionRuns):
         self._deps.metrics.resumed(verdict.outcome.outcome)
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
+
+    async def _before_lease(self) -> None:
+        """Have the observers make what the session's runs will need of the user (the audit's subject and data
+        key; one round trip when the user has them). Before the lease, never after it: a worker that hangs past
+        its lease once it holds one, while the user is erased, makes nothing of the user when it wakes; its runs
+        never make any of it, and write nothing once it is gone."""
+        self._deps.sessions.check(opening=True)
+        await notify_opening(self._deps.observers, self.key.user_id, self.key.session_id, self._owner)
 
     async def _acquire(self, claim: Claim) -> StoredSession:
         """Take the lease and load the row. The platform's close stops a wait for the lease (and gives back one
@@ -192,7 +208,7 @@ class Session(SessionRuns):
     async def _end_expired(self, row: StoredSession) -> None:
         """Clear the expired row's checkpoint, then record its interrupted run as ended (once: cleared first)."""
         await self.write_checkpoint(None)
-        await interruptions.report_gone(self._deps.observers, row, "expired")
+        await interruptions.report_gone(self._deps.observers, row, "expired", self._owner)
 
     async def _recall(self, *, fresh: bool) -> None:
         """Give the user's memory to the receiving participants whose contexts start empty."""

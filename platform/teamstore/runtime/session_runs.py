@@ -131,6 +131,11 @@ class SessionRuns:
         """The audit observers every run streams into."""
         return self._deps.observers
 
+    @property
+    def opening(self) -> str:
+        """This opening of the session (its lease owner), as the observers were told of it as it opened."""
+        return self._owner
+
     def autogen_spans(self) -> AbstractContextManager[None]:
         """The block in which AutoGen's spans go where the platform sends them."""
         return self._deps.autogen_spans()
