@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.pseudonyms import Pseudonyms
+from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import (
     ensure_subject,
     find_subject,
@@ -63,6 +64,41 @@ async def test_a_run_never_makes_its_users_subject_the_opening_of_its_session_do
         assert run.opening is not None
         opened = await pseudonyms.open_session("ida", run.opening)
         assert (await pseudonyms.writable(replace(run, run_id="next"))).subject_key == opened.key
+    finally:
+        await pseudonyms.aclose()
+
+
+async def test_a_subject_looked_up_moments_ago_opens_the_next_session_without_a_statement_and_never_outlives_it(
+    engine: AsyncEngine,
+) -> None:
+    pseudonyms = Pseudonyms(engine, fresh_seconds=0.3)
+    lookups: list[str] = []
+    looked_up = pseudonyms.writes.subject
+
+    async def counted(user_id: str):  # type: ignore[no-untyped-def]
+        lookups.append(user_id)
+        return await looked_up(user_id)
+
+    pseudonyms.writes.subject = counted  # type: ignore[method-assign]
+    try:
+        first = await pseudonyms.open_session("ivo", "opening-1")
+        assert await pseudonyms.open_session("ivo", "opening-2") == first and lookups == ["ivo"]
+        # The user is erased (the mapping deleted) while this process still holds the subject: an opening in
+        # that moment uses it, but its run finds it gone, writes nothing and forgets it.
+        async with engine.begin() as conn:
+            await conn.execute(subjects.delete().where(subjects.c.user_id == "ivo"))
+        stale = context(user_id="ivo", opening="opening-3")
+        assert await pseudonyms.open_session("ivo", "opening-3") == first
+        with pytest.raises(ErasureInProgress):
+            await pseudonyms.writable(stale)
+        assert await find_subject(engine, "ivo") is None  # the run made nothing
+        before = len(lookups)
+        again = await pseudonyms.open_session("ivo", "opening-4")  # looked up: the user is back, a new subject
+        assert again.key != first.key and len(lookups) == before + 1
+        assert await pseudonyms.open_session("ivo", "opening-5") == again and len(lookups) == before + 1
+        await asyncio.sleep(0.35)
+        await pseudonyms.open_session("ivo", "opening-6")  # past fresh_seconds: looked up again
+        assert len(lookups) == before + 2
     finally:
         await pseudonyms.aclose()
 

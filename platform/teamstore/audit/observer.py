@@ -504,7 +504,7 @@ def build_audit_observers(
         MissingExtra: The transcripts URL needs a package that is not installed.
         ConfigurationError: The transcripts URL is not supported.
     """
-    pseudonyms = Pseudonyms(engine, pool_size=settings.db_pool_size)
+    pseudonyms = Pseudonyms(engine, pool_size=settings.db_pool_size, fresh_seconds=settings.key_cache_seconds)
     store = transcript_store_from_settings(settings) if transcripts is None else transcripts
     observers: list[RunObserver] = [
         LedgerObserver(engine, pseudonyms, PriceSync(lambda: load_prices(settings.prices_path))),

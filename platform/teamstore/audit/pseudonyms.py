@@ -19,6 +19,7 @@ that hung past its lease while the user was erased brings no subject back when i
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -73,10 +74,19 @@ class Pseudonyms:
         engine: The state database (``ts_subjects``, ``ts_user_holds``).
         cache_size: How many runs' keys, and how many users' subject keys, are kept.
         pool_size: On Postgres, the most connections the audit's statements open at once.
+        fresh_seconds: How long a subject looked up in this process opens the user's next sessions without
+            looking it up again (``TEAMSTORE_KEY_CACHE_SECONDS``, how long the user's data key stays in memory
+            too); 0 looks it up at every opening. An erasure outlasts it: its key step waits that long after
+            the fence, during which no lookup finds the subject, so no process opens a session with a subject
+            from before an erasure once it has ended. A run still looks its subject up, and writes nothing when
+            it is gone.
     """
 
-    def __init__(self, engine: AsyncEngine, cache_size: int = 1024, *, pool_size: int = 20) -> None:
+    def __init__(self, engine: AsyncEngine, cache_size: int = 1024, *, pool_size: int = 20,
+                 fresh_seconds: float = 0.0) -> None:
         self.engine = engine
+        self._fresh_seconds = fresh_seconds
+        self._looked_up: dict[str, float] = {}  # when each remembered subject was last looked up (monotonic)
         self.writes = run_writes(engine, pool_size)
         self._runs: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run started
         self._fences: OrderedDict[str, asyncio.Task[RunKeys]] = OrderedDict()  # as each run ended
@@ -113,13 +123,15 @@ class Pseudonyms:
         return await asyncio.shield(task)
 
     async def _open(self, user_id: str, opening: str) -> Subject:
-        subject, fenced = await self.writes.subject(user_id)
-        if fenced:  # the lease would be refused too: refused before it is asked for
-            self.forget_subject(user_id)
-            raise erasure_open()
-        if subject is None:
-            subject = await ensure_subject(self.engine, user_id)
-        self._remember(user_id, subject)
+        subject = self._fresh(user_id)
+        if subject is None:  # the lease checks the fence too, so a fresh subject needs no round trip here
+            subject, fenced = await self.writes.subject(user_id)
+            if fenced:  # the lease would be refused too: refused before it is asked for
+                self.forget_subject(user_id)
+                raise erasure_open()
+            if subject is None:
+                subject = await ensure_subject(self.engine, user_id)
+            self._remember(user_id, subject)
         self._opened[opening] = subject
         _bound(self._opened, OPENINGS_KEPT)
         return subject
@@ -236,6 +248,14 @@ class Pseudonyms:
     def forget_subject(self, user_id: str) -> None:
         """Stop using the remembered subject of ``user_id`` (a write found it is no longer the user's)."""
         self._subjects.pop(user_id, None)
+        self._looked_up.pop(user_id, None)
+
+    def _fresh(self, user_id: str) -> Subject | None:
+        """The user's subject if this process looked it up less than ``fresh_seconds`` ago."""
+        at = self._looked_up.get(user_id)
+        if at is None or time.monotonic() - at >= self._fresh_seconds:
+            return None
+        return self._subjects.get(user_id)
 
     async def _resolve(self, ctx: RunContext) -> RunKeys:
         subject = await self._subject(ctx)
@@ -245,8 +265,9 @@ class Pseudonyms:
     def _remember(self, user_id: str, subject: Subject) -> None:
         self._subjects[user_id] = subject
         self._subjects.move_to_end(user_id)
+        self._looked_up[user_id] = time.monotonic()
         while len(self._subjects) > self._cache_size:
-            self._subjects.popitem(last=False)
+            self._looked_up.pop(self._subjects.popitem(last=False)[0], None)
 
     def _opened_with(self, ctx: RunContext) -> Subject | None:
         """The subject the run's session opened with (``None``: not opened here, or forgotten)."""
