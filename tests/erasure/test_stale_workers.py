@@ -34,7 +34,7 @@ from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
 from teamstore.memory.schema import facts, memories
 from teamstore.runtime.deps import LeaseKeeper
-from teamstore.runtime.memory import WRITER
+from teamstore.runtime.memory import WRITER, MemoryService
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey, StateStore
@@ -285,6 +285,26 @@ async def test_a_run_whose_worker_hung_past_its_lease_check_writes_nothing_under
     assert await folder.list_keys("") == []
     assert await _count(state_engine, outbox_table) == 0
     assert await _count(state_engine, subject_stores) == 0
+
+
+async def test_a_session_whose_worker_hung_between_its_lease_and_its_memory_makes_no_data_key(
+    state_engine: AsyncEngine, backend: tuple[str, str], platform: Platform, folder: LocalTranscriptStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recall = MemoryService.recall
+
+    async def then_hang(service: MemoryService, *args: Any, **kwargs: Any) -> Any:
+        recalled = await recall(service, *args, **kwargs)
+        _hung_while_erased(backend[0], folder, "uma")  # the lease is held: the session takes its memory's key next
+        return recalled
+
+    monkeypatch.setattr(MemoryService, "recall", then_hang)
+    with pytest.raises(ErasureInProgress, match="erased while this session was open"):
+        async with platform.session("uma", "s1", team="support_triage") as s:
+            await s.run("my router drops every evening")
+    await drain_observers(platform.observers)
+    await platform.drain_memory()
+    await _nothing_of_theirs(state_engine, folder, "uma")
 
 
 async def test_a_user_back_after_the_erasure_opens_a_new_session_and_runs_afresh(

@@ -7,8 +7,8 @@
     text = await keys.open("alice", blob, "memory/facts")              # the same context, or it does not open
     key = await keys.data_key("alice")                                  # for many payloads: key.seal(...) / .open()
 
-A data key is 32 random bytes (AES-256-GCM), made on a user's first sealed write and stored only wrapped by
-the current key-encryption key (``ts_data_keys``). An unwrapped key stays in this process's memory for
+A data key is 32 random bytes (AES-256-GCM), made as a user's first session opens (before its lease) and
+stored only wrapped by the current key-encryption key (``ts_data_keys``). An unwrapped key stays in this process's memory for
 ``key_cache_seconds``, so a session's cycle costs no KMS request; an erasure keeps its fence up that long after
 destroying the key, so no worker seals under a destroyed key once the fence is lifted.
 

@@ -167,15 +167,30 @@ class MemoryStore:
         return sorted(found, key=lambda m: (m.scope, m.leftover))
 
     # --- writing ---------------------------------------------------------------------------------------
-    async def writer_key(self, user_id: str) -> DataKey | None:
+    async def writer_key(self, user_id: str, *, create: bool = True) -> DataKey | None:
         """The data key a writer seals under, taken before it reads the memory and asks its model: its write
         and its failure land only while that key exists (``None`` when memory is stored unsealed).
 
+        Args:
+            user_id: The user.
+            create: Make the key for a user who has none. Off for a session's writer: its session made the
+                key as it opened, before its lease, and one missing once the lease is held was destroyed since.
+
         Raises:
-            ErasureInProgress: An erasure fences the user (and no key of theirs is held).
+            ErasureInProgress: An erasure fences the user (and no key of theirs is held), or (``create`` off)
+                the user has no key: erased since their session opened. Nothing is made.
             KeyUnavailable, DataKeyDamaged: The key cannot be had.
         """
-        return await self.keys.data_key(user_id) if self.keys is not None else None
+        if self.keys is None:
+            return None
+        key = await self.keys.data_key(user_id, create=create)
+        if key is None:
+            raise ErasureInProgress(
+                "the user was erased while this session was open (their data key no longer exists): their memory "
+                "is neither read further nor written",
+                hint="nothing to fix: the erasure removed the session with the rest of the user's data",
+            )
+        return key
 
     async def write(
         self, user_id: str, scope: str, update: MemoryUpdate, *, types: Mapping[str, str], expected_version: int,

@@ -178,13 +178,15 @@ class MemoryService:
         return MemoryRecall(binding.scope, given, summary, sorted(facts), sorted(left_out))
 
     async def writer_key(self, user_id: str) -> DataKey | None:
-        """The data key the user's memory is sealed under (``None``: stored unsealed), made now for a new user.
-        A session takes it as it opens, under its lease, and hands it to the writer it starts (:meth:`schedule`).
+        """The data key the user's memory is sealed under (``None``: stored unsealed). A session takes it as it
+        opens, under its lease, and hands it to the writer it starts (:meth:`schedule`); it is never made here:
+        the session made it before its lease, so one missing now was destroyed by an erasure since.
 
         Raises:
-            ErasureInProgress: An erasure fences the user. KeyUnavailable, DataKeyDamaged: The key cannot be had.
+            ErasureInProgress: An erasure fences the user, or erased them since the session opened.
+            KeyUnavailable, DataKeyDamaged: The key cannot be had.
         """
-        return await self.store.writer_key(user_id)
+        return await self.store.writer_key(user_id, create=False)
 
     def schedule(
         self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: Sequence[Said],

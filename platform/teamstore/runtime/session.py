@@ -217,8 +217,8 @@ class Session(SessionRuns):
         if service is not None and self._memory is not None:
             self.memory = await service.recall(self._memory, self.key.user_id, fresh=fresh,
                                                persisted=self._built.persisted)
-            # Taken (made for a new user) under the lease: the writer this session starts never makes one, so
-            # it brings nothing back of a user an erasure removed after the lease was lost.
+            # Taken under the lease, never made (the opening made it, before the lease): neither this session nor
+            # the writer it starts brings back a key of a user an erasure removed after the lease was lost.
             self._memory_key = await service.writer_key(self.key.user_id)
 
     # --- closing -----------------------------------------------------------------------------------------
