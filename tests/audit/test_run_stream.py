@@ -413,9 +413,10 @@ async def test_an_abandonment_cancelled_part_way_keeps_the_run_on_record_or_its_
             with contextlib.suppress(asyncio.CancelledError):
                 await abandoning
         row = await platform.store.get(s.key)
-        assert row is not None
-        if row.checkpoint is None:  # given up: then on record, turns and paid calls
+        if row is None:  # given up (the row of a session that never saved a state goes): on record, every call
             assert sum(r.calls for r in await _ledger(platform, run_id)) == 3
+        else:  # or not yet: the checkpoint stays, to be continued or abandoned again
+            assert row.checkpoint is not None and await _ledger(platform, run_id) == []
 
 
 async def test_a_session_cancelled_as_it_sets_a_checkpoint_aside_keeps_the_run_on_record(
@@ -449,8 +450,7 @@ async def test_a_session_cancelled_as_it_sets_a_checkpoint_aside_keeps_the_run_o
     opening.cancel()
     with pytest.raises(asyncio.CancelledError):
         await opening
-    row = await platform.store.get(SessionKey("alice", "s1"))
-    assert row is not None and row.checkpoint is None
+    assert await platform.store.get(SessionKey("alice", "s1")) is None  # set aside, and nothing saved: no row
     assert sum(r.calls for r in await _ledger(platform, run_id)) == 3  # on record all the same
 
 
@@ -487,8 +487,8 @@ async def test_a_session_reopened_once_expired_keeps_its_interrupted_run_on_reco
     assert _items_said(items)[0][2] == TASK and len(items) == 3  # the task and the two completed turns
     rows = await _ledger(platform, run_id)
     assert sum(r.calls for r in rows) == 3 and all(r.run_failed for r in rows)
-    row = await platform.store.get(SessionKey("alice", "s1"))
-    assert row is not None and row.checkpoint is None  # cleared as it was recorded: nothing records it again
+    # Cleared as it was recorded, and the fresh start saved nothing: no row is left to record it again.
+    assert await platform.store.get(SessionKey("alice", "s1")) is None
     async with platform.engine.begin() as conn:
         await conn.execute(update(sessions).values(expires_at=datetime.now(UTC) - timedelta(days=1)))
     await platform.store.sweep_expired()
