@@ -164,8 +164,10 @@ def test_a_stop_while_the_terminal_asks_exits_as_a_stop_and_opens_nothing(signum
     _populate("hal")
     primary, secondary = os.openpty()
     shown = bytearray()
+    # SIGINT set, not inherited from how pytest was started (a shell starts a background job with it ignored).
     proc = subprocess.Popen([sys.executable, "-m", "teamstore", "erase", "--user", "hal", "--request-id", "req-q"],
-                            stdin=secondary, stderr=secondary, stdout=subprocess.DEVNULL, env={**os.environ, **WIDE})
+                            stdin=secondary, stderr=secondary, stdout=subprocess.DEVNULL, env={**os.environ, **WIDE},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(secondary)  # the process holds the terminal now: reading ends (EIO) once it exits
     try:
         while b"[y/N]" not in shown:
