@@ -26,9 +26,11 @@ from autogen_agentchat.teams import BaseGroupChat
 
 from bench.common import drop_database, otlp_receiver, postgres_database, s3_endpoint
 from teamstore.audit.cost import CostFilter, query_costs
-from teamstore.audit.observer import LedgerObserver, SpanObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.prices import load_prices
 from teamstore.audit.pseudonyms import Pseudonyms
+from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client

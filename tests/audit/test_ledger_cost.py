@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.cost import CostFilter, query_costs
 from teamstore.audit.ledger import sweep_ledger
-from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.price_sync import sync_prices
 from teamstore.audit.prices import load_prices, parse_prices
 from teamstore.audit.pseudonyms import Pseudonyms

@@ -13,7 +13,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
-from teamstore.audit.observer import LedgerObserver, build_audit_observers
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import build_audit_observers
 from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.prices import PriceTable, load_prices, parse_prices
 from teamstore.audit.pseudonyms import Pseudonyms

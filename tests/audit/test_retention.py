@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import outbox
 from teamstore.audit.ledger import sweep_ledger
-from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.rewrites import needs_record, record_rewrite

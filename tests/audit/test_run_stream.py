@@ -591,7 +591,7 @@ async def test_every_take_up_of_a_run_whose_continuation_died_before_its_save_is
     # The first worker and then the first continuation both ended the run, recorded it, and died before the save
     # that clears the checkpoint (still turn 5's). The second continuation took it up from that checkpoint as the
     # same attempt as the first: its ledger rows met the first continuation's key and its turn 6 went unrecorded.
-    from teamstore.audit.observer import LedgerObserver
+    from teamstore.audit.ledger_observer import LedgerObserver
 
     url, lease = backend
     await prepare(url, lease)

@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import subjects, usage
 from teamstore.audit.subjects import ensure_subject, find_subject, session_key

@@ -14,7 +14,8 @@ import pytest
 
 from config_registry import Registry
 from teamstore import examples
-from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore

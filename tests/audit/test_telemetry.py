@@ -19,9 +19,10 @@ from opentelemetry.trace import Status, StatusCode
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.observer import LedgerObserver, SpanObserver
+from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import usage
+from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.stop_reasons import OTHER, recordable
 from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.audit.telemetry import ScrubbingSpanExporter, setup_tracing

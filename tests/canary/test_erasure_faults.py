@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.app import open_platform
-from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.transcripts.s3 import S3TranscriptStore
 from teamstore.db.engine import create_engine

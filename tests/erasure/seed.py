@@ -14,10 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit import outbox
-from teamstore.audit.observer import LedgerObserver, SpanObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import usage
+from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.events import RunObserver

@@ -22,7 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit import claims, outbox
-from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.sealing import seal_stored_transcripts
 from teamstore.audit.subjects import ensure_subject, find_subject, session_key

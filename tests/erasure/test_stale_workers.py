@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore.audit import outbox
 from teamstore.audit.claims import new_owner
-from teamstore.audit.observer import LedgerObserver
+from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import subject_stores, usage

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from teamstore import erase_user
 from teamstore.audit import outbox
-from teamstore.audit.observer import LedgerObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, subject_stores, usage
 from teamstore.audit.subjects import find_subject, get_or_create_subject, recorded_stores

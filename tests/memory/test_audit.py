@@ -16,11 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit.cost import query_costs
-from teamstore.audit.observer import LedgerObserver, SpanObserver, TranscriptObserver
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.prices import load_prices
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.retention import sweep_all
 from teamstore.audit.schema import subjects, usage
+from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure.coordinator import DeletionCoordinator

@@ -1,5 +1,6 @@
-"""The audit observers the session runtime streams every run into: transcript, ledger, spans (sharing one
-:class:`~teamstore.audit.pseudonyms.Pseudonyms` for the run's keys).
+"""The transcript's observer, and the audit trail a platform streams every run into: transcript, ledger
+(:mod:`~teamstore.audit.ledger_observer`), spans (:mod:`~teamstore.audit.span_observer`) and metrics, sharing
+one :class:`~teamstore.audit.pseudonyms.Pseudonyms` for the run's keys.
 
     from teamstore.audit.observer import build_audit_observers
     from teamstore.audit.telemetry import setup_tracing
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable
 from datetime import UTC, datetime
@@ -32,26 +32,23 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
-from teamstore.audit.ledger import usage_rows
+from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.metrics import MetricsObserver
 from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.prices import load_prices
 from teamstore.audit.pseudonyms import Pseudonyms
-from teamstore.audit.schema import ledger_name
+from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.subjects import record_store
-from teamstore.audit.telemetry import TRACER, emit_later_spans, emit_run_spans
 from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
-from teamstore.audit.transcripts.record import RunKeys, encode_lines, item_line, run_record, sealed_context
+from teamstore.audit.transcripts.record import encode_lines, item_line, run_record, sealed_context
 from teamstore.errors import ErasureInProgress, TeamstoreError, TranscriptNotFound, UploadInDoubt
-from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, StreamItem
+from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.settings import Settings
 
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 5.0
 """How long a shutdown waits for background outbox deliveries; what is left stays queued."""
-RENAME_AFTER_S = 3600.0
-"""How long the ledger trusts that it recorded a session's id (``ts_subject_sessions``) before it writes it again."""
 INLINE_ENCODE_CHARS = 64 * 1024
 """A transcript up to this size is compressed on the event loop (about a millisecond); a larger one in a thread."""
 
@@ -317,145 +314,6 @@ class TranscriptObserver:
                     "outbox delivery stopped for shutdown after %.0fs; the rest stays queued", self.drain_timeout_s
                 )
                 return
-
-
-class LedgerObserver:
-    """Writes the run's token usage to the ledger at the end of the run, and the session id beside its key.
-
-    Args:
-        engine: The state database.
-        pseudonyms: The shared key resolver.
-        prices: Keeps ``ts_prices`` pricing the models recorded (the ``session_costs`` view); ``None``
-            leaves it alone.
-        cache_size: How many sessions' recorded ids it remembers.
-    """
-
-    def __init__(self, engine: AsyncEngine, pseudonyms: Pseudonyms, prices: PriceSync | None = None,
-                 cache_size: int = 4096) -> None:
-        self.engine = engine
-        self.pseudonyms = pseudonyms
-        self.prices = prices
-        self.cache_size = cache_size
-        self._named: OrderedDict[str, float] = OrderedDict()  # session key -> when its id was recorded
-
-    async def session_opening(self, user_id: str, session_id: str, opening: str) -> None:
-        """As a session opens, before its lease: the user's subject (made now for a new user; shared with the
-        other observers of the platform). The session's runs never make it.
-
-        Raises:
-            ErasureInProgress: An erasure holds the user. StoreUnavailable.
-        """
-        await self.pseudonyms.open_session(user_id, opening)
-
-    async def run_started(self, ctx: RunContext) -> None:
-        """Nothing before the run: keys are resolved at its end, off the result's path."""
-
-    async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
-        """Usage comes from the metered calls, not the stream."""
-
-    async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """One INSERT of the run's rows (per attempt, agent, model and purpose); none for a fenced user.
-
-        Where the run's keys were looked up as it started, the insert is part of the end-of-run fence's
-        statement (:meth:`Pseudonyms.record_usage`). Otherwise, with the user's subject remembered, it does
-        not wait for a lookup: it checks the subject and the fence itself. When it writes nothing (an erasure
-        holds the user, deleted the subject since, or the run is recorded already), the subject is looked
-        up, and the rows written with it.
-        """
-        keys = await self._record(ctx, outcome)
-        if outcome.model_calls:  # a session is named where its ledger rows are
-            await self._name_session(ctx, keys)
-        await self._price(outcome)
-
-    async def _record(self, ctx: RunContext, outcome: RunOutcome) -> RunKeys:
-        """The run's rows: in the end-of-run fence's own statement where the run's keys were looked up as it
-        started, else with the remembered subject first; the keys they were written with."""
-        if self.pseudonyms.looked_up(ctx):
-            checked, written = await self.pseudonyms.record_usage(ctx, lambda keys: usage_rows(ctx, outcome, keys))
-            if not written:
-                await self._insert(ctx, outcome, checked)
-            return checked
-        keys = self.pseudonyms.remembered(ctx)
-        if keys is not None:
-            if await self._insert(ctx, outcome, keys):
-                return keys
-            self.pseudonyms.forget_subject(ctx.user_id)
-        keys = await self.pseudonyms.writable(ctx)  # ErasureInProgress: the runtime logs it, nothing written
-        await self._insert(ctx, outcome, keys)
-        return keys
-
-    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
-        """The memory writer's calls, under the run's id with their own agent and purpose (so a session's
-        cost includes them, and ``--by purpose`` shows them apart); none for a fenced user."""
-        outcome = later.as_outcome()
-        await self._insert(ctx, outcome, await self.pseudonyms.after_run(ctx))
-        await self._price(outcome)
-
-    async def _insert(self, ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> bool:
-        """Write the run's rows keyed by ``keys``; whether all of them were written (or there were none)."""
-        rows = usage_rows(ctx, outcome, keys)
-        if not rows:
-            return True
-        added = await self.pseudonyms.writes.insert_usage(rows, user_id=ctx.user_id, subject_key=keys.subject_key)
-        return added == len(rows)
-
-    async def _name_session(self, ctx: RunContext, keys: RunKeys) -> None:
-        """Record the session's id beside its key, once per session in this process (and again after
-        :data:`RENAME_AFTER_S`, so a retention sweep that removed it while the session lived is undone)."""
-        now = time.monotonic()
-        named = self._named.get(keys.session_key)
-        if named is not None and now - named < RENAME_AFTER_S:
-            return
-        await self.pseudonyms.writes.name_session(user_id=ctx.user_id, subject_key=keys.subject_key,
-                                                  session_key=keys.session_key, session_id=ctx.session_id)
-        self._named[keys.session_key] = now
-        self._named.move_to_end(keys.session_key)
-        while len(self._named) > self.cache_size:
-            self._named.popitem(last=False)
-
-    async def _price(self, outcome: RunOutcome) -> None:
-        """Keep ``ts_prices`` pricing the models the run recorded (the ``session_costs`` view)."""
-        if self.prices is None or not outcome.model_calls:
-            return
-        try:
-            await self.prices.ensure(self.engine, {ledger_name(call.model) for call in outcome.model_calls})
-        except (TeamstoreError, SQLAlchemyError) as exc:  # the ledger row is written; prices can wait
-            log.warning("could not write the prices of the run's models for the session_costs view: %s "
-                        "(the next run tries again; `teamstore prices sync` does it now)", exc)
-
-    async def drain(self) -> None:
-        """At shutdown: close the connections the audit's statements opened."""
-        await self.pseudonyms.aclose()
-
-
-class SpanObserver:
-    """Emits the run span and one child span per model call when the run ends."""
-
-    def __init__(self, tracer_provider: TracerProvider, pseudonyms: Pseudonyms) -> None:
-        self.tracer = tracer_provider.get_tracer(TRACER)
-        self.pseudonyms = pseudonyms
-
-    async def session_opening(self, user_id: str, session_id: str, opening: str) -> None:
-        """As a session opens, before its lease: the user's subject (:meth:`LedgerObserver.session_opening`)."""
-        await self.pseudonyms.open_session(user_id, opening)
-
-    async def run_started(self, ctx: RunContext) -> None:
-        """Nothing to do before the run."""
-
-    async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
-        """Spans carry no content: items are ignored."""
-
-    async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """Record the spans (queued for export off the run's path).
-
-        The run's cached keys are left to the resolver's LRU: observers finish concurrently, so none of
-        them may drop keys another is still waiting on.
-        """
-        emit_run_spans(self.tracer, ctx, outcome, await self.pseudonyms.writable(ctx))
-
-    async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:
-        """A span for the later work (``memory_writer``) with one child span per model call."""
-        emit_later_spans(self.tracer, ctx, later, await self.pseudonyms.after_run(ctx))
 
 
 def _sealed(data_key: DataKey, object_key: str, header: dict[str, Any], lines: list[str]) -> bytes:
