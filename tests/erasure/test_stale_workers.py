@@ -33,12 +33,14 @@ from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, drai
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
 from teamstore.memory.schema import facts, memories
+from teamstore.runtime import session as session_module
 from teamstore.runtime.deps import LeaseKeeper
 from teamstore.runtime.memory import WRITER, MemoryService
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey, StateStore
 from teamstore.state.factory import store_for
+from teamstore.state.schema import quarantine
 from tests.conftest import prepare
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import audited_platform
@@ -337,3 +339,24 @@ async def test_the_memory_writers_late_ledger_rows_never_make_an_erased_users_su
         await LedgerObserver(engine, Pseudonyms(engine)).later_calls(ctx, later)
     assert await _count(engine, usage) == 0
     await _nothing_left(engine, folder, "uma")
+
+
+async def test_a_session_whose_worker_hung_between_its_lease_and_a_refusal_sets_nothing_of_the_user_aside(
+    state_engine: AsyncEngine, backend: tuple[str, str], platform: Platform, folder: LocalTranscriptStore,
+    worker: StateStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await _stale_session(worker)  # a stored state that is no team's: the session sets it aside as it opens
+    judged = session_module.open_row
+
+    async def hang_then_judge(*args: Any, **kwargs: Any) -> Any:
+        _hung_while_erased(backend[0], folder, "uma")  # the lease is held and the row read: the refusal comes next
+        return await judged(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "open_row", hang_then_judge)
+    with pytest.raises(StaleStateVersion, match="not set aside"):  # the session does not open
+        async with platform.session("uma", "s1", team="support_triage"):
+            pass
+    await drain_observers(platform.observers)
+    await platform.drain_memory()
+    assert await _count(state_engine, quarantine, quarantine.c.user_id == "uma") == 0
+    await _nothing_of_theirs(state_engine, folder, "uma")

@@ -8,8 +8,8 @@ theirs is written, queued or delivered.
 
 Every statement that writes for a user carries :func:`held` (negated) in its own ``WHERE``, so the check
 and the write are one statement and no write slips in between an erasure's fence and its deletes: the
-state stores' leases and saves (on SQLite and Postgres, whichever way they reach the database), the audit
-pseudonym lookup, outbox claims and the re-check of a late transcript. Statements sent as raw text
+state stores' leases, saves and quarantine copies (on SQLite and Postgres, whichever way they reach the
+database), the audit pseudonym lookup, outbox claims and the re-check of a late transcript. Statements sent as raw text
 (``teamstore.state.direct``) are compiled from these same expressions, so the fence is written here
 only. Erasure opens a hold in ``teamstore.erasure.requests`` and lifts it in ``teamstore.erasure.record``.
 """

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Row, case, delete, exists, insert, or_, select, update
+from sqlalchemy import ColumnElement, Row, case, delete, exists, insert, literal, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -130,29 +130,57 @@ class SessionAdmin:
         self, row: StoredSession, *, owner: str, reason: str, detail: str, checkpoint_only: bool = False
     ) -> int:
         """Copy the refused row to ``ts_quarantine`` and clear its state and checkpoint, in one transaction;
-        returns its id. With ``checkpoint_only``, the row's checkpoint alone is set aside and cleared."""
+        returns its id. With ``checkpoint_only``, the row's checkpoint alone is set aside and cleared.
+
+        The copy is written only while the session's row is still there (with row leases, still ``owner``'s)
+        and no erasure holds the user, checked in the insert's own statement: a worker that hung past its lease
+        while the user was erased sets nothing of theirs aside when it wakes.
+
+        Raises:
+            ErasureInProgress: An erasure holds the user: nothing was set aside.
+            StaleStateVersion: The row is gone, or (row leases) another worker took it over: nothing was set
+                aside.
+            StoreUnavailable: The database failed.
+        """
+        key = SessionKey(row.user_id, row.session_id)
         state = None if checkpoint_only else row.state
-        record = {
-            "user_id": row.user_id, "session_id": row.session_id, "reason": reason[:64], "detail": detail,
-            "team": row.team, "team_version": row.team_version, "schema_version": row.schema_version,
-            "agentchat_version": row.agentchat_version, "fingerprints": dict(row.fingerprints or {}),
-            "state": state, "state_bytes": 0 if checkpoint_only else row.state_bytes,
-            "row_version": row.row_version, "quarantined_at": self._now(), "checkpoint": row.checkpoint,
-        }
+        kept = exists().where(*sql.is_key(key.user_id, key.session_id), *self.rules.owned(owner))
+        stmt = insert(quarantine).from_select(*_quarantine_source(row, state, checkpoint_only, reason, detail,
+                                                                  self._now(), kept)).returning(quarantine.c.id)
         cleared: dict[str, Any] = {"checkpoint": None, "checkpoint_bytes": 0}
         if not checkpoint_only:
             # A damaged column is written back with what it read as, so the row is whole again.
             cleared.update({name: getattr(row, name) for name in row.damaged}, state=None, state_bytes=0)
-        clear = update(sessions).where(*sql.is_key(row.user_id, row.session_id), *self.rules.owned(owner)).values(
+        clear = update(sessions).where(*sql.is_key(key.user_id, key.session_id), *self.rules.owned(owner)).values(
             cleared)
         try:
             async with self.engine.begin() as conn:
-                added = await conn.execute(insert(quarantine).values(record))
-                await conn.execute(clear)
+                added = (await conn.execute(stmt)).scalar()
+                if added is not None:
+                    await conn.execute(clear)
         except SQLAlchemyError as exc:
             raise unavailable(exc, "quarantine a refused state") from exc
-        assert added.inserted_primary_key is not None
-        return int(added.inserted_primary_key[0])
+        if added is None:
+            await self._explain_lost_quarantine(key)
+        return int(added)
+
+    async def _explain_lost_quarantine(self, key: SessionKey) -> NoReturn:
+        """Raise why a quarantine set nothing aside.
+
+        Raises:
+            ErasureInProgress: An erasure request holds the user.
+            StaleStateVersion: The row is gone or another worker holds it.
+        """
+        if (await self._fetch(select(held(key.user_id)), "check the user for an erasure"))[0][0]:
+            raise ErasureInProgress(
+                "an erasure request is open for this user: the refused state was not set aside",
+                hint="nothing to fix: the erasure removes the session with the rest of the user's data",
+            )
+        raise StaleStateVersion(
+            "the session's row is gone or no longer this worker's (its lease was lost: an erasure, a delete or "
+            "another worker took the session): the refused state was not set aside",
+            hint="open the session again; raise lease_ttl_seconds if workers pause longer than it",
+        )
 
     async def restore_quarantined(
         self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
@@ -361,6 +389,24 @@ class SessionAdmin:
             "(another writer saved, or this worker's lease expired and was taken over)",
             hint="reload the session and run again; raise lease_ttl_seconds if runs outlive the lease",
         )
+
+
+def _quarantine_source(
+    row: StoredSession, state: str | None, checkpoint_only: bool, reason: str, detail: str, now: Any, kept: Any
+) -> tuple[list[str], Any]:
+    """The columns of ``row``'s quarantine copy, and the one-row ``SELECT`` of their values that
+    :meth:`SessionAdmin.quarantine` inserts: none unless ``kept`` holds and no erasure holds the user."""
+    q = quarantine.c
+    record: dict[str, Any] = {
+        "user_id": row.user_id, "session_id": row.session_id, "reason": reason[:64], "detail": detail,
+        "team": row.team, "team_version": row.team_version, "schema_version": row.schema_version,
+        "agentchat_version": row.agentchat_version, "fingerprints": dict(row.fingerprints or {}),
+        "state": state, "state_bytes": 0 if checkpoint_only else row.state_bytes,
+        "row_version": row.row_version, "quarantined_at": now, "checkpoint": row.checkpoint,
+    }
+    values = [(v if isinstance(v, ColumnElement) else literal(v, q[name].type)).label(name)
+              for name, v in record.items()]
+    return list(record), select(*values).where(kept, ~held(row.user_id))
 
 
 class AdminMethods:
