@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.clock import shared_now
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
@@ -206,10 +207,12 @@ async def extend_request(
     r = erasure_requests.c
     values = {"extended_due_at": new_due, "extended_by": _normal(by), "extension_reason": reason, "extended_at": now,
               "extension_operator": operator, "updated_at": now}
+    # A coordinator's lease is written on the database's clock (requests.claim): judged on it, not on this host's.
+    lease_passed = or_(r.owner.is_(None), r.lease_until < shared_now(engine.dialect.name))
     async with requests.db(engine, "extend the erasure request") as conn:
         done = await conn.execute(update(erasure_requests).where(
             r.request_id == request_id, r.extended_due_at.is_(None), r.status.in_([str(s) for s in UNFINISHED]),
-            r.due_at >= now, or_(r.owner.is_(None), r.lease_until < now)).values(**values))
+            r.due_at >= now, lease_passed).values(**values))
     if not done.rowcount:  # changed since it was read: say what changed
         raise _refusal(await _unfinished(engine, request_id), now, busy=True)
     extended = await requests.get_request(engine, request_id)
