@@ -330,6 +330,16 @@ def test_an_endless_stdin_is_refused_once_past_the_task_limit(
     assert not (Settings().home / "teamstore.db").exists()
 
 
+def test_a_message_given_as_dash_to_a_command_started_with_no_stdin_is_refused_as_such(registry: Registry) -> None:
+    command = ("exec \"$0\" -m teamstore run --team support_triage --user alice --session s1 - <&-")  # stdin closed
+    done = subprocess.run(["sh", "-c", command, sys.executable], capture_output=True, text=True, timeout=120)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1, said
+    assert "error: the message is read from stdin (-), but the command was started with no stdin" in said
+    assert "Traceback" not in said
+    assert not (Settings().home / "teamstore.db").exists()
+
+
 def test_a_message_on_stdin_that_is_not_utf8_is_refused(registry: Registry) -> None:
     out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-"],
                         input=b"caf\xe9")

@@ -100,6 +100,9 @@ def _message(text: str) -> str:
     if text != "-":
         check_not_blank(text)
         return text
+    if sys.stdin is None:  # started with its stdin closed (`<&-`, a service manager's): Python then has none
+        raise InvalidTask("the message is read from stdin (-), but the command was started with no stdin",
+                          hint="send the message on stdin (`teamstore run ... - < message.txt`)")
     from teamstore.settings import Settings
 
     return read_task(sys.stdin.buffer, max_bytes=Settings().task_max_bytes)
