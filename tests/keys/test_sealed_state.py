@@ -8,12 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import create_engine
-from teamstore.errors import KeyUnavailable, StaleStateVersion
+from teamstore.errors import ErasureInProgress, KeyUnavailable, StaleStateVersion
 from teamstore.keys import KeyService
+from teamstore.keys.schema import data_keys
 from teamstore.settings import Settings
 from teamstore.state import sealed as sealed_module
 from teamstore.state.base import SessionKey, StateStore
@@ -182,6 +183,27 @@ async def test_the_sessions_a_store_remembers_are_bounded_and_a_forgotten_one_is
     for name in names:
         await sealed.release(SessionKey("alice", name), owner="w2", discard_empty=False)
     assert not sealed._stored  # type: ignore[attr-defined]
+
+
+async def test_a_forgotten_session_whose_user_lost_their_key_since_it_opened_is_not_set_aside_under_a_new_key(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker that hung past an erasure (which destroyed alice's key) quarantines a row it no longer remembers:
+    # sealing the copy needs her key, and none may be made for her again.
+    sealed, _ = stores
+    monkeypatch.setattr(sealed_module, "HELD_MAX", 0)
+    await _save(sealed, CANARY)
+    row = await acquire(sealed, SessionKey(*KEY), owner="w2")
+    assert not sealed._stored  # type: ignore[attr-defined]  # forgotten at once
+    async with engine.begin() as conn:
+        await conn.execute(delete(data_keys).where(data_keys.c.user_id == "alice"))
+    sealed.keys.forget("alice")  # type: ignore[attr-defined]  # as the erasure's key step has every worker do
+    with pytest.raises(ErasureInProgress):
+        await sealed.quarantine(row, owner="w2", reason="corrupt", detail="by hand")
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(data_keys.c.user_id))).all() == []
+    assert await _raw(engine, quarantine) == []
+    await sealed.release(SessionKey(*KEY), owner="w2", discard_empty=False)
 
 
 async def test_keys_migrate_leaves_a_user_fenced_meanwhile_to_the_erasure_and_seals_the_others(

@@ -246,7 +246,12 @@ class SealedStateStore:
     ) -> int:
         """Set the refused state (and checkpoint) aside exactly as the row held them: sealed, or as written
         before sealing (see :meth:`StateStore.quarantine`). What this store never read from the row is sealed
-        first."""
+        first.
+
+        Raises:
+            ErasureInProgress: That needed the user's data key, and an erasure destroyed it since the session
+                opened: nothing was set aside.
+        """
         where = (row.user_id, row.session_id, owner)
         held = self._stored.pop(where, None)
         quarantined = await self.inner.quarantine(await self._as_held(row, held), owner=owner, reason=reason,
@@ -272,8 +277,10 @@ class SealedStateStore:
         return _with(row, **changes) if changes else row
 
     async def _sealed_copy(self, user_id: str, text: str | None, where: str) -> str:
+        """``text`` sealed under the key the session was opened with (never one made here: a worker that hung
+        past an erasure would make the erased user a key again)."""
         assert text is not None
-        data_key = await self.keys.data_key(user_id)
+        data_key = await self._opened_with(user_id)
         return seal_text(data_key.seal(text.encode("utf-8"), where, compress=True))
 
     async def restore_quarantined(
