@@ -16,6 +16,7 @@ from teamstore.db.migrate import upgrade
 from teamstore.keys import KeyService
 from teamstore.keys.rotation import retire, rotate
 from teamstore.keys.schema import key_encryption_keys
+from teamstore.keys.status import status
 from teamstore.settings import Settings
 from tests.clocks import host_clock
 
@@ -71,3 +72,28 @@ async def test_a_retire_on_a_host_whose_clock_runs_behind_destroys_a_key_that_is
     with host_clock(-SKEW):
         done = await retire(keys)
     assert done.destroyed == [first]
+
+
+async def _rotation_due_in(engine: AsyncEngine, left: timedelta) -> None:
+    """Make the current key-encryption key's rotation due ``left`` from now by the database's clock."""
+    made = func.now() - literal(timedelta(days=Settings().key_rotation_days) - left, Interval())
+    async with engine.begin() as conn:
+        await conn.execute(update(key_encryption_keys).where(k.retired_at.is_(None)).values(created_at=made))
+
+
+async def test_keys_status_on_a_host_whose_clock_runs_ahead_does_not_call_a_rotation_not_yet_due_overdue(
+    keys: KeyService,
+) -> None:
+    await keys.current_kek()
+    await _rotation_due_in(keys.engine, timedelta(minutes=3))
+    with host_clock(SKEW):
+        assert (await status(keys, Settings()))["overdue"] is False
+
+
+async def test_keys_status_on_a_host_whose_clock_runs_behind_calls_a_rotation_past_due_overdue(
+    keys: KeyService,
+) -> None:
+    await keys.current_kek()
+    await _rotation_due_in(keys.engine, -timedelta(minutes=3))
+    with host_clock(-SKEW):
+        assert (await status(keys, Settings()))["overdue"] is True

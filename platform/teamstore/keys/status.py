@@ -11,14 +11,14 @@ Rotating and retiring are :mod:`teamstore.keys.rotation`.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import utc
+from teamstore.db.clock import database_now, utc
 from teamstore.keys.rotation import AGAIN, RETIRE_SLACK, store_failed
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
@@ -32,10 +32,16 @@ async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: da
     replaced at the next rotation (due ``key_rotation_days`` after it was made, or now if overdue) and destroyed
     ``key_retire_days`` after that, by the next daily ``teamstore keys retire``.
 
+    Args:
+        engine: The database the key tables are in.
+        settings: The rotation and retirement periods.
+        now: The time to reckon from; by default the database's (:func:`~teamstore.db.clock.database_now`), on
+            which rotations and retirements are written.
+
     Raises:
         StoreUnavailable: The database failed.
     """
-    now = now or datetime.now(UTC)
+    now = now or await database_now(engine)
     k = key_encryption_keys.c
     try:
         async with engine.connect() as conn:
@@ -67,13 +73,14 @@ async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
         raise store_failed(exc, "read the key-encryption keys", AGAIN) from exc
     keks = [{"kek_id": r[0], "state": _state(r), "created_at": utc(r[1]), "retired_at": utc(r[2]),
              "destroy_after": utc(r[3]), "destroyed_at": utc(r[4]), "data_keys": int(r[5] or 0)} for r in rows]
-    current, now = next((x for x in keks if x["state"] == "current"), None), datetime.now(UTC)
+    # On the clock rotations and retirements write (Postgres: the server's), not this host's.
+    current, now = next((x for x in keks if x["state"] == "current"), None), await database_now(keys.engine)
     due = current["created_at"] + timedelta(days=settings.key_rotation_days) if current else None
     # A row ``retire`` could not move (damaged, or under a KEK KMS will not use) keeps its KEK past the bound.
     kept = [{"kek_id": x["kek_id"], "data_keys": x["data_keys"], "destroy_after": x["destroy_after"]} for x in keks
             if x["state"] == "retired" and x["data_keys"] and x["destroy_after"] and x["destroy_after"] <= now]
     return {"keks": keks, "rotation_due": due, "overdue": bool(due and due < now),
-            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings), "kept_past_destroy": kept,
+            "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings, now), "kept_past_destroy": kept,
             "rotation_unfinished": _unfinished(keks, now)}
 
 
