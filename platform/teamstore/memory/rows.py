@@ -3,7 +3,7 @@
     from teamstore.memory.rows import memory_of, past_expiry
 
     memory = memory_of(row, fact_rows)        # row: a ts_user_memory row, its values opened; fact_rows: its facts
-    if past_expiry(memory):                   # read as gone
+    if past_expiry(memory, read_at):          # read as gone (read_at: the database's clock, read with the row)
         ...
 
 What does not read as it should (a value that does not open, a fact that fails its type, a time or a version
@@ -57,9 +57,11 @@ def leftovers_of(user_id: str, scope: str, rows: list[Mapping[str, Any]]) -> Use
                       damaged=damaged, leftover=True)
 
 
-def past_expiry(memory: UserMemory) -> bool:
-    """Whether ``memory`` is past its expiry: read as gone."""
-    return memory.expires_at is not None and memory.expires_at <= datetime.now(UTC)
+def past_expiry(memory: UserMemory, now: datetime | None) -> bool:
+    """Whether ``memory`` is past its expiry at ``now``, the time its row was read at on the clock its expiry
+    was written on (on Postgres the server's: workers on hosts whose clocks disagree judge it alike; ``None``:
+    no row was read): read as gone."""
+    return memory.expires_at is not None and now is not None and memory.expires_at <= now
 
 
 def _moment(value: Any, name: str, damaged: list[DamagedFact]) -> datetime | None:

@@ -10,21 +10,27 @@ Pure: nothing here touches a database.
 Every write carries its own checks in its ``WHERE``: the version the writer read, no erasure fence on the user
 (:func:`teamstore.db.fence.held`), and the data key it seals under still there (:func:`key_alive`). A fact is
 **left over** when its (user, scope) has no memory written (:func:`left_over`).
+
+Times are written and compared on the database's clock (:func:`teamstore.db.clock.shared_now`: on Postgres the
+server's ``now()``), so the ``now`` the builders take is an expression there; a read selects that clock with its
+rows (:func:`read_at`): workers on hosts whose clocks disagree judge a memory's expiry alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, delete, exists, literal, select, true, tuple_, update
 
+from teamstore.db.clock import shared_later, shared_now
 from teamstore.db.fence import held
 from teamstore.db.statements import dialect_insert
 from teamstore.keys.schema import data_keys
 from teamstore.keys.service import DataKey
 from teamstore.memory.schema import facts, memories
+from teamstore.state.schema import Timestamp
 
 
 def of_user(table: Any, user_id: str, scope: str | None) -> list[Any]:
@@ -42,7 +48,22 @@ def key_alive(user_id: str, key: DataKey | None) -> ColumnElement[bool]:
     return exists().where(data_keys.c.user_id == user_id, data_keys.c.key_id == key.key_id)
 
 
-def expired_memory(now: datetime) -> ColumnElement[bool]:
+def write_times(dialect: str, now: datetime | None, retention: timedelta) -> tuple[Any, Any]:
+    """A write's time and the expiry its ``retention`` sets: on the database's clock (on Postgres the server's
+    ``now()``, as expressions), or from ``now`` when the caller gives one (tests)."""
+    at = now if now is not None else shared_now(dialect)
+    if isinstance(at, datetime):  # the caller's, or this machine's (SQLite): one instant for both
+        return at, at + retention
+    return at, shared_later(dialect, retention)
+
+
+def read_at(dialect: str) -> Any:
+    """The database's clock as the column ``read_at``, selected with the memory rows a read judges by it."""
+    now = shared_now(dialect)
+    return (now if isinstance(now, ColumnElement) else literal(now, Timestamp())).label("read_at")
+
+
+def expired_memory(now: Any) -> ColumnElement[bool]:
     """The fact's memory is past its expiry: read as gone until the sweep (or its scope's next read) deletes it."""
     return exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
                           memories.c.expires_at <= now)
@@ -55,7 +76,7 @@ def left_over() -> ColumnElement[bool]:
 
 
 def row_write(
-    dialect: str, user_id: str, scope: str, row: dict[str, Any], expected: int, now: datetime,
+    dialect: str, user_id: str, scope: str, row: dict[str, Any], expected: int, now: Any,
     alive: ColumnElement[bool],
 ) -> Any:
     """The version-checked, fenced write of the memory row (while ``alive`` holds), returning its new version:
@@ -74,9 +95,7 @@ def row_write(
     ).returning(memories.c.version)
 
 
-def failure_upsert(
-    dialect: str, user_id: str, values: dict[str, Any], alive: ColumnElement[bool], now: datetime
-) -> Any:
+def failure_upsert(dialect: str, user_id: str, values: dict[str, Any], alive: ColumnElement[bool], now: Any) -> Any:
     """Record the writer's failure (``values``: a whole row, for a user with none), its summary and facts
     untouched, returning the row's version: no row when fenced or erased."""
     stmt = fenced_insert(dialect, user_id, values, alive)
@@ -90,13 +109,17 @@ def fenced_insert(dialect: str, user_id: str, values: dict[str, Any], alive: Col
     """``INSERT INTO ts_user_memory SELECT <values> WHERE NOT <fenced> AND <alive>``: the fence, the key's
     check and the write in one."""
     columns = [memories.c[name] for name in values]
-    chosen = select(*(literal(values[c.name], c.type) for c in columns)).where(~held(user_id), alive)
+    chosen = select(*(_value(values[c.name], c.type) for c in columns)).where(~held(user_id), alive)
     return dialect_insert(dialect)(memories).from_select(columns, chosen)
 
 
+def _value(value: Any, kind: Any) -> Any:
+    """A value to insert, or an expression (the database's clock) as it is."""
+    return value if isinstance(value, ColumnElement) else literal(value, kind)
+
+
 def fact_upsert(
-    dialect: str, user_id: str, scope: str, name: str, kind: str, value: str, same: bool, run_id: str,
-    now: datetime,
+    dialect: str, user_id: str, scope: str, name: str, kind: str, value: str, same: bool, run_id: str, now: Any,
 ) -> Any:
     """Write a fact's (sealed) value; ``same``: it is confirmed with the value it had, so it still comes from
     the run that first stated it (its value is written again all the same: a plain one is sealed now)."""
@@ -110,7 +133,7 @@ def fact_upsert(
     )
 
 
-def delete_expired(now: datetime, batch_size: int, where: Sequence[Any]) -> Any:
+def delete_expired(now: Any, batch_size: int, where: Sequence[Any]) -> Any:
     """Delete a batch of memories past their expiry that ``where`` also holds, returning their (user, scope)."""
     victims = (select(memories.c.user_id, memories.c.scope).where(memories.c.expires_at <= now, *where)
                .limit(batch_size))

@@ -37,13 +37,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.db.clock import shared_now, utc
 from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
@@ -62,7 +63,9 @@ from teamstore.memory.statements import (
     key_alive,
     left_over,
     of_user,
+    read_at,
     row_write,
+    write_times,
 )
 
 FAILURE_CHARS = 512
@@ -121,9 +124,10 @@ class MemoryStore:
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
         """
-        found = [memory for memory in await self._read(user_id, scope) if not memory.leftover]
-        if found and past_expiry(found[0]):  # read as gone, and gone: a write must not renew it
-            await self._sweep(datetime.now(UTC), 1, of_user(memories, user_id, scope))
+        kept, at = await self._read(user_id, scope)
+        found = [memory for memory in kept if not memory.leftover]
+        if found and past_expiry(found[0], at):  # read as gone, and gone: a write must not renew it
+            await self._sweep(at, 1, of_user(memories, user_id, scope))
             return None
         return found[0] if found else None
 
@@ -139,14 +143,18 @@ class MemoryStore:
             StoreUnavailable: the database failed.
         """
         check_names(scope)
-        return [memory for memory in await self._read(user_id, scope)
-                if held or not (memory.leftover or past_expiry(memory))]
+        kept, at = await self._read(user_id, scope)
+        return [memory for memory in kept if held or not (memory.leftover or past_expiry(memory, at))]
 
-    async def _read(self, user_id: str, scope: str | None) -> list[UserMemory]:
+    async def _read(self, user_id: str, scope: str | None) -> tuple[list[UserMemory], datetime | None]:
+        """The user's memories (under ``scope``, or all), and the database's clock as their rows were read
+        (``None``: no row was): their expiry is judged against it, not this host's clock, and without a round
+        trip of its own."""
         check_id("user_id", user_id)
         try:
             async with self.engine.connect() as conn:
-                found_rows = (await conn.execute(select(memories).where(*of_user(memories, user_id, scope))
+                found_rows = (await conn.execute(select(memories, read_at(self._dialect))
+                                                 .where(*of_user(memories, user_id, scope))
                                                  .order_by(memories.c.scope))).mappings().all()
                 found_facts = (await conn.execute(select(facts).where(*of_user(facts, user_id, scope))
                                                   .order_by(facts.c.scope, facts.c.name))).mappings().all()
@@ -164,7 +172,8 @@ class MemoryStore:
         # facts with no row, and recording its failure made one.
         found = [memory_of(row, by_scope.pop(str(row["scope"]), []) if row["version"] != 0 else []) for row in rows]
         found += [leftovers_of(user_id, scope, rows) for scope, rows in by_scope.items()]
-        return sorted(found, key=lambda m: (m.scope, m.leftover))
+        at = utc(found_rows[0]["read_at"]) if found_rows else None
+        return sorted(found, key=lambda m: (m.scope, m.leftover)), at
 
     # --- writing ---------------------------------------------------------------------------------------
     async def writer_key(self, user_id: str, *, create: bool = True) -> DataKey | None:
@@ -208,7 +217,7 @@ class MemoryStore:
             run_id: The run the new values came from.
             team: The team writing. team_version: Its registry version.
             retention_days: The memory expires this long after this write.
-            now: The write's time (tests).
+            now: The write's time (tests); by default the database's (on Postgres the server's ``now()``).
             key: The data key to seal under (:meth:`writer_key`, taken when the writer started); the user's
                 current one if not given.
 
@@ -219,15 +228,15 @@ class MemoryStore:
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was written.
             StoreUnavailable: The database failed; nothing was written.
         """
-        now = now or datetime.now(UTC)
+        at, expires = write_times(self._dialect, now, timedelta(days=retention_days))
         data_key = key or await self.writer_key(user_id)
         alive = key_alive(user_id, data_key)
         summary = sealed(data_key, update.summary, summary_context(scope))
         row = {"summary": summary, "team": team, "team_version": team_version, "source_run_id": run_id,
-               "updated_at": now, "expires_at": now + timedelta(days=retention_days)}
+               "updated_at": at, "expires_at": expires}
         try:
             async with self.engine.begin() as conn:
-                stmt = row_write(self._dialect, user_id, scope, row, expected_version, now, alive)
+                stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive)
                 if (await conn.execute(stmt)).scalar() is None:
                     if await conn.scalar(select(held(user_id))):
                         raise _fenced()
@@ -241,7 +250,7 @@ class MemoryStore:
                     same = kept.get(name) == (types[name], text)  # compared opened: each seal is different bytes
                     stored = sealed(data_key, text, fact_context(scope, name))
                     await conn.execute(fact_upsert(self._dialect, user_id, scope, name, types[name], stored, same,
-                                                   run_id, now))
+                                                   run_id, at))
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "write the user's memory") from exc
         return expected_version + 1
@@ -257,12 +266,11 @@ class MemoryStore:
         Raises:
             StoreUnavailable: The database failed.
         """
-        now = now or datetime.now(UTC)
+        at, expires = write_times(self._dialect, now, timedelta(days=retention_days))
         values = {"user_id": user_id, "scope": scope, "summary": "", "version": 0, "team": team,
-                  "team_version": team_version, "created_at": now, "updated_at": now,
-                  "expires_at": now + timedelta(days=retention_days), "failure": reason[:FAILURE_CHARS],
-                  "failed_at": now, "failures": 1}
-        stmt = failure_upsert(self._dialect, user_id, values, key_alive(user_id, key), now)
+                  "team_version": team_version, "created_at": at, "updated_at": at, "expires_at": expires,
+                  "failure": reason[:FAILURE_CHARS], "failed_at": at, "failures": 1}
+        stmt = failure_upsert(self._dialect, user_id, values, key_alive(user_id, key), at)
         try:
             async with self.engine.begin() as conn:
                 return (await conn.execute(stmt)).first() is not None
@@ -317,10 +325,15 @@ class MemoryStore:
         """Delete memories past their expiry (their retention after the last update), with their facts, then
         the leftover facts: those kept with no memory written.
 
+        Args:
+            now: The time to judge expiry at; by default the database's (on Postgres the server's ``now()``,
+                in each batch's statement).
+            batch_size: How many memories, and leftover facts, each transaction deletes.
+
         Raises:
             StoreUnavailable: The database failed; the batches deleted before it stay deleted.
         """
-        expired = await self._sweep(now or datetime.now(UTC), batch_size, [])
+        expired = await self._sweep(now if now is not None else shared_now(self._dialect), batch_size, [])
         return Swept(expired.memories, expired.facts, await self._sweep_leftovers(batch_size))
 
     async def _sweep_leftovers(self, batch_size: int) -> int:
@@ -342,8 +355,9 @@ class MemoryStore:
             if gone < batch_size:
                 return total
 
-    async def _sweep(self, now: datetime, batch_size: int, where: list[Any]) -> Forgotten:
-        """Delete memories past their expiry that ``where`` also holds, with their facts."""
+    async def _sweep(self, now: Any, batch_size: int, where: list[Any]) -> Forgotten:
+        """Delete memories past their expiry at ``now`` (a time, or the database's clock) that ``where`` also
+        holds, with their facts."""
         total = Forgotten(0, 0)
         while True:
             try:
@@ -360,7 +374,7 @@ class MemoryStore:
 async def _what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) -> str:
     """What :meth:`MemoryStore.show` lists of the user's memory, said when a fact named is not kept: the facts;
     else whether a summary (or only the writer's last failure) is, which forgetting everything still removes."""
-    now = datetime.now(UTC)
+    now = shared_now(conn.dialect.name)  # the clock show judges expiry by
     # Not a leftover fact (the user cannot see it), nor one of a memory past its expiry.
     shown = select(facts.c.name).where(*of_user(facts, user_id, scope), ~left_over(), ~expired_memory(now))
     kept = sorted(set((await conn.execute(shown)).scalars().all()))
