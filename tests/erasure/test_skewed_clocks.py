@@ -1,27 +1,33 @@
 """Erasure coordinators on hosts whose clocks disagree with the database's still exclude each other (Postgres): a
 request's lease is written and checked on the server's clock, by them and by an extension (which a running
-request refuses). A skewed host is this process with its clock moved
-(:func:`tests.clocks.host_clock`)."""
+request refuses), and so is its receipt, from which the fence's grace counts. A skewed host is this process with
+its clock moved (:func:`tests.clocks.host_clock`)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import requests
 from teamstore.erasure.desk import extend_request
+from teamstore.erasure.schema import erasure_requests
+from teamstore.erasure.settings import ErasureSettings
+from teamstore.erasure.waits import Waits
 from teamstore.errors import ExtensionRefused
 from tests.clocks import host_clock
 
 pytestmark = pytest.mark.postgres
 SKEW = timedelta(minutes=6)
 LEASE_SECONDS = 120.0  # the default lease: shorter than the skew
+GRACE_SECONDS = 1.0
 
 
 @pytest.fixture
@@ -67,3 +73,33 @@ async def test_a_request_whose_coordinators_lease_passed_is_extended_from_a_host
     with host_clock(-SKEW):
         extended = await extend_request(engine, "req-1", "30d", "a complex request", operator="ana")
     assert extended.extension is not None
+
+
+async def _waited_out_the_fence_grace(engine: AsyncEngine, row: requests.RequestRow) -> float:
+    """How long a rerun of ``row`` (its first coordinator died before it leased it) waits for writes that passed
+    the fence check just before it went up."""
+    started = time.monotonic()
+    await Waits(engine, ErasureSettings(fence_grace_seconds=GRACE_SECONDS), say=lambda _notice: None).fence_grace(
+        row.received_at)
+    return time.monotonic() - started
+
+
+async def test_a_rerun_on_a_host_whose_clock_runs_ahead_still_waits_out_the_fence_grace(
+    engine: AsyncEngine,
+) -> None:
+    opened = await requests.open_request(engine, "req-2", "bob", None, 30)
+    with host_clock(SKEW):
+        assert await _waited_out_the_fence_grace(engine, opened) > GRACE_SECONDS / 2
+
+
+async def test_a_request_opened_on_a_host_whose_clock_runs_behind_is_received_on_the_database_clock(
+    engine: AsyncEngine,
+) -> None:
+    with host_clock(-SKEW):
+        opened = await requests.open_request(engine, "req-2", "bob", None, 30)
+    r = erasure_requests.c
+    async with engine.connect() as conn:
+        age, due = (await conn.execute(select(func.now() - r.received_at, r.due_at - r.received_at)
+                                       .where(r.request_id == "req-2"))).one()
+    assert timedelta(0) <= age < timedelta(seconds=5) and due == timedelta(days=30)
+    assert await _waited_out_the_fence_grace(engine, opened) > GRACE_SECONDS / 2  # a rerun on another host

@@ -261,12 +261,14 @@ async def _insert_request(
     Neither insert may fail on the key: Postgres would log the key, the raw user id, where erasure never
     reaches it. So each skips a taken key, and a skipped one rolls the transaction back.
     """
-    now = datetime.now(UTC)
+    # On the database's clock (on Postgres the server's): the fence's grace counts from received_at, on whichever
+    # host resumes the request (:meth:`teamstore.erasure.waits.Waits.fence_grace`).
+    dialect = engine.dialect.name
+    now = shared_now(dialect)
     values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
-              "received_at": now, "due_at": now + timedelta(days=due_days), "updated_at": now,
+              "received_at": now, "due_at": shared_later(dialect, timedelta(days=due_days)), "updated_at": now,
               "requested_by": requested_by}
     hold = {"user_id": user_id, "reason": HOLD_REASON, "request_id": request_id, "created_at": now}
-    dialect = engine.dialect.name
     async with engine.connect() as conn:
         try:
             async with conn.begin() as transaction:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
+from teamstore.db.clock import database_now
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Notice
 from teamstore.erasure.steps.base import seconds
@@ -41,10 +42,19 @@ class Waits:
     say: Notice
 
     async def fence_grace(self, received_at: datetime) -> None:
-        """Wait out what is left of the fence's grace after the request was received at ``received_at``."""
+        """Wait out what is left of the fence's grace after the request was received at ``received_at``, on the
+        clock it was stamped on (on Postgres the server's: a rerun on another host whose clock runs ahead still
+        waits).
+
+        Raises:
+            StoreUnavailable: The database's clock could not be read.
+        """
         # Writes that checked the fence just before it went up (with the request) land within their
         # deadline: wait out what is left of it, on a rerun straight after a killed first attempt too.
-        left = (received_at + timedelta(seconds=self.knobs.fence_grace_seconds) - datetime.now(UTC)).total_seconds()
+        if self.knobs.fence_grace_seconds <= 0:
+            return
+        now = await database_now(self.engine)
+        left = (received_at + timedelta(seconds=self.knobs.fence_grace_seconds) - now).total_seconds()
         if left > 0:
             wait = min(left, self.knobs.fence_grace_seconds)
             self.say(f"fence up; waiting {seconds(wait)} for writes that passed the fence check just before it "
