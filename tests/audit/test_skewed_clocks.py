@@ -5,8 +5,9 @@ with its clock moved (:func:`tests.clocks.host_clock`)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import Interval, func, insert, literal, select
@@ -14,6 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
 from teamstore.audit.retention import sweep_all
+from teamstore.audit.rewrites import SETTLED, record_rewrite
+from teamstore.audit.schema import rewrites
 from teamstore.audit.subjects import ensure_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
@@ -99,3 +102,15 @@ async def test_an_erasure_sees_an_upload_that_may_still_land_whatever_the_hosts_
     async with engine.connect() as conn:
         now = (await conn.execute(select(func.now()))).scalar_one()
     assert lands_by is not None and timedelta(seconds=55) < lands_by - now <= timedelta(seconds=60)
+
+
+async def test_a_transcript_written_again_on_a_host_whose_clock_runs_an_hour_behind_is_recorded_on_the_database_clock(
+    engine: AsyncEngine,
+) -> None:
+    # Recorded an hour and more in the past, the record would look settled to the sweep while the write may land.
+    s3 = SimpleNamespace(url="s3://audit/teamstore", capabilities=frozenset())  # counts retention from the upload
+    with host_clock(-2 * SETTLED):
+        await record_rewrite(engine, s3, "t/k1", "subject-1", written_at=datetime.now(UTC))  # type: ignore[arg-type]
+    async with engine.connect() as conn:
+        age = (await conn.execute(select(func.now() - rewrites.c.recorded_at))).scalar_one()
+    assert timedelta(0) <= age < timedelta(seconds=5)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, case, delete, exists, literal, select
+from sqlalchemy import and_, case, delete, exists, func, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -77,7 +77,9 @@ async def record_rewrite(
         "object_key": literal(key, r.object_key.type),
         "subject_key": literal(subject_key, r.subject_key.type),
         "written_at": literal(utc(written_at), r.written_at.type),
-        "recorded_at": literal(now_utc(), r.recorded_at.type),
+        # On the clock the sweep's SETTLED counts on: a host running an hour behind must not record a write that
+        # may still land as one already settled.
+        "recorded_at": func.now() if engine.dialect.name == "postgresql" else literal(now_utc(), r.recorded_at.type),
     }
     fenced = exists().where(subjects.c.subject_key == subject_key, held(subjects.c.user_id))
     insert = dialect_insert(engine.dialect.name)(rewrites)
