@@ -5,11 +5,13 @@ write seals them (a fact confirmed with the value it had keeps the run that firs
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.keys import KeyService
 from teamstore.memory.facts import MemoryUpdate
@@ -19,7 +21,7 @@ from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state.envelope import SEALED_PREFIX
 from tests.conftest import prepare
-from tests.keys.fenced import FencedOnFirstKey
+from tests.keys.fenced import ErasedOnFirstKey, FencedOnFirstKey, data_key_users
 
 SUMMARY = "CANARY alice's router ZX-81 drops every evening"
 
@@ -92,3 +94,16 @@ async def test_keys_migrate_leaves_memory_of_a_user_fenced_meanwhile_to_the_eras
     async with engine.connect() as conn:
         summaries = dict((await conn.execute(select(memories.c.user_id, memories.c.summary))).all())
     assert summaries["carol"].startswith(SEALED_PREFIX) and summaries["alice"] == SUMMARY
+
+
+async def test_keys_migrate_makes_no_data_key_for_a_user_whose_erasure_ended_after_it_read_their_memory(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    await _write(MemoryStore(engine), 0, "run-1")
+    await MemoryStore(engine).write("carol", "support_triage", MemoryUpdate("carol's modem", {}), types={},
+                                    expected_version=0, run_id="run-c", team="support_triage", team_version="v1",
+                                    retention_days=30)
+    keys = ErasedOnFirstKey(engine, LocalTranscriptStore(tmp_path / "transcripts"), "alice")
+    assert await seal_saved_memory(engine, keys) == {"memories": 1, "facts": 0}
+    assert keys.receipt is not None
+    assert await data_key_users(engine) == ["carol"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.errors import ErasureInProgress, KeyUnavailable, StaleStateVersion
 from teamstore.keys import KeyService
@@ -23,7 +25,7 @@ from teamstore.state.factory import store_for
 from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sealed import seal_saved_states
 from tests.conftest import prepare
-from tests.keys.fenced import FencedOnFirstKey
+from tests.keys.fenced import ErasedOnFirstKey, FencedOnFirstKey, data_key_users
 from tests.keys.outage import Outage
 from tests.state.test_checkpoint_conformance import checkpoint
 from tests.state.test_store_conformance import acquire, record
@@ -220,3 +222,19 @@ async def test_keys_migrate_leaves_a_user_fenced_meanwhile_to_the_erasure_and_se
     async with engine.connect() as conn:
         held = dict((await conn.execute(select(sessions.c.user_id, sessions.c.state))).all())
     assert held["bob"].startswith(SEALED_PREFIX) and held["alice"] == CANARY
+
+
+async def test_keys_migrate_makes_no_data_key_for_a_user_whose_erasure_ended_after_it_read_their_state(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine, tmp_path: Path
+) -> None:
+    _, plain = stores
+    await _save(plain, CANARY, "s1")
+    key = SessionKey("bob", "s1")
+    row = await acquire(plain, key)
+    await plain.save(key, owner="w1", expected_version=row.row_version, record=record(CANARY), release=True)
+    # alice's erasure runs from start to end between the read of her state and the making of her data key: a key
+    # made then, her raw id with it, would outlive the receipt.
+    keys = ErasedOnFirstKey(engine, LocalTranscriptStore(tmp_path / "transcripts"), "alice")
+    assert await seal_saved_states(engine, keys) == {"sessions": 1, "quarantine": 0, "checkpoints": 0}
+    assert keys.receipt is not None
+    assert await data_key_users(engine) == ["bob"]

@@ -37,7 +37,7 @@ from teamstore.keys.sealed import is_sealed
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, observe_run, triage_team
 from tests.erasure.conftest import coordinator
-from tests.keys.fenced import FencedOnFirstKey
+from tests.keys.fenced import ErasedOnFirstKey, FencedOnFirstKey, data_key_users
 from tests.keys.outage import Outage
 
 
@@ -347,3 +347,32 @@ async def test_keys_migrate_leaves_a_queued_transcript_of_a_user_fenced_meanwhil
     async with engine.connect() as conn:
         bodies = dict((await conn.execute(select(outbox_table.c.run_id, outbox_table.c.body))).all())
     assert is_sealed(bodies["q-bob"]) and bodies["q-alice"] == body
+
+
+async def test_keys_migrate_makes_no_data_key_for_a_user_whose_erasure_ended_after_it_read_their_queued_transcript(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    body = encode({"kind": "run", "run_id": "q"}, [{"kind": "item", "message": CANARY}])
+    for user in ("alice", "bob"):
+        subject, secret = await ensure_subject(engine, user)
+        await outbox.enqueue(engine, f"q-{user}", run_key(RunKeys(subject, session_key(secret, "s1")), "q"),
+                             subject, body, "S3 unreachable")
+    keys = ErasedOnFirstKey(engine, LocalTranscriptStore(tmp_path / "transcripts"), "alice")
+    assert await seal_queued_transcripts(engine, keys) == 1
+    assert keys.receipt is not None
+    assert await data_key_users(engine) == ["bob"]
+    assert [row["run_id"] for row in await _outbox_rows(engine)] == ["q-bob"]
+
+
+async def test_keys_migrate_makes_no_data_key_for_a_user_whose_erasure_ended_after_it_read_their_transcript(
+    engine: AsyncEngine, store: TranscriptStore
+) -> None:
+    subject, secret = await ensure_subject(engine, "alice")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "old")
+    await store.put(key, encode({"kind": "run", "run_id": "old"}, [{"kind": "item", "message": CANARY}]))
+    keys = ErasedOnFirstKey(engine, store, "alice")
+    assert await seal_stored_transcripts(engine, store, keys) == 0
+    assert keys.receipt is not None
+    assert await data_key_users(engine) == []
+    assert await store.list_keys("") == [] and await _outbox_rows(engine) == []
+    await store.close()

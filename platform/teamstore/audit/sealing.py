@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -72,9 +72,12 @@ async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
         if is_sealed(body):
             continue
         try:
-            sealed = await keys.seal(user_id, body, sealed_context(object_key))
+            data_key = await keys.key_to_seal(user_id, exists().where(o.run_id == run_id))
         except ErasureInProgress:
             continue  # fenced since the read: the erasure deletes the row
+        if data_key is None:
+            continue  # the row went since the read (delivered, or its user erased): no key is made for it
+        sealed = data_key.seal(body, sealed_context(object_key))
         stmt = update(outbox).where(o.run_id == run_id, o.body == body, o.claimed_by.is_(None)).values(body=sealed)
         try:
             async with engine.begin() as conn:
@@ -117,12 +120,17 @@ async def seal_stored_transcripts(
         if is_sealed(body):
             continue
         try:
-            sealed = await keys.seal(user_id, body, sealed_context(stored.key))
-            # Its first write time kept: written again, its retention must not start over.
-            await record_rewrite(engine, store, stored.key, subject, stored.modified)
+            data_key = await keys.key_to_seal(user_id, exists().where(
+                subjects.c.subject_key == subject, subjects.c.user_id == user_id))
+            if data_key is not None:
+                # Its first write time kept: written again, its retention must not start over.
+                await record_rewrite(engine, store, stored.key, subject, stored.modified)
         except ErasureInProgress:
-            owners[subject] = None  # fenced since the lookup: left to the erasure
+            data_key = None
+        if data_key is None:
+            owners[subject] = None  # fenced or erased since the lookup: left to the erasure
             continue
+        sealed = data_key.seal(body, sealed_context(stored.key))
         if await _write_again(engine, store, stored, sealed, owner, late_upload_s):
             done += 1
         else:

@@ -12,8 +12,9 @@ stored only wrapped by the current key-encryption key (``ts_data_keys``). An unw
 ``key_cache_seconds``, so a session's cycle costs no KMS request; an erasure keeps its fence up that long after
 destroying the key, so no worker seals under a destroyed key once the fence is lifted.
 
-A key is never made for a user an erasure fences (the insert checks the fence in its own statement), and never
-made over an existing row, damaged or not. Payloads written before sealing (no magic bytes) are handed back
+A key is never made for a user an erasure fences (the insert checks the fence in its own statement), never
+made over an existing row, damaged or not, and, to seal what was stored before sealing, only while that is still
+stored (:meth:`KeyService.key_to_seal`). Payloads written before sealing (no magic bytes) are handed back
 as they are by :meth:`KeyService.open`: they read, and are sealed at their next write.
 """
 
@@ -29,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Literal, overload
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import exists, literal, select
+from sqlalchemy import ColumnElement, exists, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -97,6 +98,10 @@ def destroyed_key() -> KeyDestroyed:
         "this payload is sealed under a data key that no longer exists (its user was erased): it is beyond use",
         hint="nothing to fix: what an erasure could not delete (a backup, an object under a hold) stays unreadable",
     )
+
+
+class _Gone(Exception):
+    """What a new data key was to seal is no longer stored (:meth:`KeyService.key_to_seal`)."""
 
 
 def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
@@ -198,6 +203,36 @@ class KeyService:
         raise StoreUnavailable("could not make the user's data key: other writers kept changing it",
                                hint="retry; a key rotation may have been running")
 
+    async def key_to_seal(self, user_id: str, stored: ColumnElement[bool]) -> DataKey | None:
+        """``user_id``'s data key to seal what they stored before sealing (``teamstore keys migrate``): made now
+        only while ``stored`` holds, checked in the statement that makes it, beside the erasure's fence.
+
+        ``stored`` says that what is being sealed is still there (an ``EXISTS`` over its row, or over the
+        user's subject mapping). Read before an erasure of the user began, and sealed after it ended (the fence
+        lifted again), it no longer holds: no key is made then, since one would outlive the erasure's receipt,
+        the raw user id with it.
+
+        Returns:
+            The key; ``None`` when the user has none and ``stored`` no longer holds (nothing left to seal).
+
+        Raises:
+            ErasureInProgress: An erasure fences the user, who has no key.
+            KeyUnavailable, DataKeyDamaged, KeyDestroyed: The key-encryption key cannot open the row.
+            StoreUnavailable: The database failed.
+        """
+        for _ in range(_ATTEMPTS):
+            key = await self.data_key(user_id, create=False)
+            if key is not None:
+                return key
+            try:
+                made = await self._make(user_id, stored)
+            except _Gone:
+                return None
+            if made is not None:
+                return self._remember(made)
+        raise StoreUnavailable("could not make the user's data key: other writers kept changing it",
+                               hint="retry; a key rotation may have been running")
+
     def in_memory(self, user_id: str) -> DataKey | None:
         """``user_id``'s data key if this process holds it unwrapped now (no I/O; a state's load and save ask
         this first)."""
@@ -238,8 +273,13 @@ class KeyService:
         material = await asyncio.to_thread(lambda: self.ring.get(kek_id).unwrap(wrapped, key_id))
         return DataKey(user_id, key_id, AESGCM(material))
 
-    async def _make(self, user_id: str) -> DataKey | None:
-        """Make, wrap and insert a new data key; ``None`` when another writer's key or a rotation came first."""
+    async def _make(self, user_id: str, stored: ColumnElement[bool] | None = None) -> DataKey | None:
+        """Make, wrap and insert a new data key (only while ``stored`` holds, when given); ``None`` when another
+        writer's key or a rotation came first.
+
+        Raises:
+            ErasureInProgress: The user is fenced. _Gone: ``stored`` no longer holds.
+        """
         kek_id = await self.current_kek()
         key_id, material = secrets.token_hex(16), os.urandom(32)
         wrapped = await asyncio.to_thread(lambda: self.ring.get(kek_id).wrap(material, key_id))
@@ -248,18 +288,22 @@ class KeyService:
         row = {"user_id": literal(user_id, data_keys.c.user_id.type), "key_id": literal(key_id),
                "kek_id": literal(kek_id, data_keys.c.kek_id.type), "wrapped": literal(wrapped, data_keys.c.wrapped.type),
                "created_at": literal(now, data_keys.c.created_at.type), "wrapped_at": literal(now, data_keys.c.wrapped_at.type)}
-        source = select(*(value.label(name) for name, value in row.items())).where(~held(user_id), current)
+        guards = [~held(user_id), current, *([stored] if stored is not None else [])]
+        source = select(*(value.label(name) for name, value in row.items())).where(*guards)
         stmt = insert_new(self.engine.dialect.name, data_keys).from_select(list(row), source)
         try:
             async with self.engine.begin() as conn:
                 if (await conn.execute(stmt.returning(data_keys.c.key_id))).first() is not None:
                     return DataKey(user_id, key_id, AESGCM(material))
                 fenced = await conn.scalar(select(held(user_id)))
+                gone = stored is not None and not await conn.scalar(select(stored))
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "store the user's new data key") from exc
         if fenced:
             raise ErasureInProgress("no data key is made for a user an erasure request holds",
                                     hint="nothing to fix: the user is being erased")
+        if gone:
+            raise _Gone
         return None  # another writer's key, or a rotation made another KEK current: read again
 
     async def current_kek(self, *, moving_to: str | None = None) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, literal, select, tuple_, update
+from sqlalchemy import Table, exists, literal, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -118,9 +118,12 @@ async def seal_saved_memory(engine: AsyncEngine, keys: KeyService, batch: int = 
                 *key, plain = row
                 where = summary_context(key[1]) if table is memories else fact_context(key[1], key[2])
                 try:
-                    data_key = await keys.data_key(key[0])
+                    data_key = await keys.key_to_seal(key[0], exists().where(
+                        *(c == v for c, v in zip(keyed, key, strict=True))))
                 except ErasureInProgress:
                     continue  # fenced since the read (and no key yet): left to the erasure
+                if data_key is None:
+                    continue  # the row went since the read (an erasure ended meanwhile): no key is made for it
                 text = sealed(data_key, plain, where)
                 done[name] += await _reseal(engine, table, keyed, key, column, plain, text)
             after = tuple(rows[-1][:-1])

@@ -34,7 +34,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Table, literal, select, tuple_, update
+from sqlalchemy import Table, exists, literal, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -384,9 +384,11 @@ async def seal_saved_states(engine: AsyncEngine, keys: KeyService, batch: int = 
         while rows := await _plain_rows(engine, table, ident, column, after, batch):
             for user_id, key, session_id, plain in rows:
                 try:
-                    data_key = await keys.data_key(user_id)
+                    data_key = await keys.key_to_seal(user_id, exists().where(table.c.user_id == user_id, ident == key))
                 except ErasureInProgress:
                     continue  # fenced since the read (and no key yet): left to the erasure
+                if data_key is None:
+                    continue  # the row went since the read (an erasure ended meanwhile): no key is made for it
                 text = seal_text(data_key.seal(plain.encode("utf-8"), where(session_id), compress=True))
                 sealed[name] += await _reseal(engine, table, ident, column, (user_id, key), plain, text)
             after = (rows[-1][0], rows[-1][1])
