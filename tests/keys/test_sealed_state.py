@@ -3,6 +3,9 @@ reads back, rows from before sealing, quarantined copies, and an unreachable key
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -11,8 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from typer.testing import CliRunner
 
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.errors import ErasureInProgress, KeyUnavailable, StaleStateVersion
 from teamstore.keys import KeyService
@@ -238,3 +243,33 @@ async def test_keys_migrate_makes_no_data_key_for_a_user_whose_erasure_ended_aft
     assert await seal_saved_states(engine, keys) == {"sessions": 1, "quarantine": 0, "checkpoints": 0}
     assert keys.receipt is not None
     assert await data_key_users(engine) == ["bob"]
+
+
+async def _saved_unsealed(url: str) -> None:
+    """alice's state as an older release saved it, before sealing."""
+    engine = create_engine(url)
+    plain = store_for(engine, lease="row")
+    await _save(plain, CANARY)
+    await plain.aclose()
+    await engine.dispose()
+
+
+def test_keys_migrate_leaves_no_unsealed_page_in_sqlites_files_while_a_worker_keeps_the_database_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pages a write changes go to the write-ahead log, and reach the database file only at a checkpoint: while
+    # a worker keeps the database open, the log's older frames (and the file) still held the state as it was.
+    db, wal = tmp_path / "teamstore.db", tmp_path / "teamstore.db-wal"
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", f"sqlite:///{db}")
+    assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0
+    worker = sqlite3.connect(db)
+    try:
+        worker.execute("SELECT count(*) FROM ts_sessions").fetchall()
+        asyncio.run(_saved_unsealed(f"sqlite:///{db}"))
+        assert b"ZX-81" in db.read_bytes() + wal.read_bytes()
+        result = CliRunner().invoke(app, ["keys", "migrate", "--no-transcripts", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["sessions"] == 1
+        assert b"ZX-81" not in db.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    finally:
+        worker.close()

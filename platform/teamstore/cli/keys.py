@@ -292,6 +292,7 @@ def keys_migrate(
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
+        from teamstore.db.engine import empty_sqlite_log
         from teamstore.memory.sealing import seal_saved_memory
         from teamstore.state.sealed import seal_saved_states
 
@@ -302,6 +303,7 @@ def keys_migrate(
             done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys, late)
         else:
             done["transcripts"] = 0
+        await empty_sqlite_log(a.engine, "sealing")  # its older frames hold the rows as they were, unsealed
         return done
 
     data = with_app(go, must_exist=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import sqlite3
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.util import await_only
@@ -30,6 +31,8 @@ from config_registry.errors import folder_failure
 from config_registry.folders import PRIVATE, make_folder
 from teamstore.errors import ConfigurationError, MissingExtra, SchemaNotReady
 from teamstore.settings import to_async_url
+
+log = logging.getLogger(__name__)
 
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 # libpq also takes the password (and the client key's passphrase) as a query parameter:
@@ -184,6 +187,25 @@ def describe_failure(exc: BaseException) -> str:
     state = getattr(orig, "sqlstate", None)
     code = f"SQLSTATE {state}" if state else getattr(orig, "sqlite_errorname", "")
     return f"the database refused the statement ({name}, {code})"
+
+
+async def empty_sqlite_log(engine: AsyncEngine, after: str) -> bool:
+    """On SQLite, checkpoint and empty the write-ahead log: its older frames, and until a checkpoint the database
+    file's pages, still hold rows as they were before ``after`` (an erasure deleted them, ``keys migrate`` sealed
+    them), for as long as any process keeps the database open. Nothing to do on Postgres (its log is recycled;
+    dead rows go at the next vacuum). Whether the log was emptied; a warning says so when not."""
+    if engine.dialect.name != "sqlite":
+        return True
+    try:
+        async with engine.connect() as conn:
+            busy = (await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))).scalar()
+    except SQLAlchemyError as exc:
+        log.warning("could not truncate the SQLite write-ahead log after %s: %s", after, describe_failure(exc))
+        return False
+    if busy:
+        log.warning("could not empty the SQLite write-ahead log after %s (another process was reading): run "
+                    "`sqlite3 teamstore.db 'PRAGMA wal_checkpoint(TRUNCATE)'` when it is idle", after)
+    return not busy
 
 
 SQLITE_PRAGMAS = ("busy_timeout=10000", "journal_mode=WAL", "synchronous=NORMAL", "secure_delete=ON")

@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.db.engine import empty_sqlite_log
 from teamstore.erasure import record, requests
 from teamstore.erasure.receipt import (
     DONE,
@@ -277,7 +278,7 @@ class DeletionCoordinator:
         receipt = await self._closing(row, results, request_status(results), ctx.subject_key, attempt)
         if not await record.finish(self.engine, row, receipt, owner, ctx.subject_key, attempt):
             raise requests.taken_over(row.request_id)
-        await requests.truncate_sqlite_log(self.engine)
+        await empty_sqlite_log(self.engine, "an erasure")
         log.info("erasure %s finished: %s", row.request_id, receipt.status)
         return receipt
 

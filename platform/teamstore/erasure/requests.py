@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -375,20 +375,3 @@ def taken_over(request_id: str) -> ErasureConflict:
         hint=f"`teamstore erase status {request_id}` shows the other run; rerun the same request id if it "
         "is no longer running",
     )
-
-
-async def truncate_sqlite_log(engine: AsyncEngine) -> None:
-    """On SQLite, checkpoint and empty the write-ahead log: its older frames still hold the pages of the
-    rows an erasure deleted, for as long as the service runs. Nothing to do on Postgres (its log is
-    recycled; dead rows go at the next vacuum)."""
-    if engine.dialect.name != "sqlite":
-        return
-    try:
-        async with engine.connect() as conn:
-            busy = (await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))).scalar()
-    except SQLAlchemyError as exc:
-        log.warning("could not truncate the SQLite write-ahead log after an erasure: %s", describe_failure(exc))
-        return
-    if busy:
-        log.warning("could not empty the SQLite write-ahead log after an erasure (another process was reading): "
-                    "run `sqlite3 teamstore.db 'PRAGMA wal_checkpoint(TRUNCATE)'` when it is idle")
