@@ -177,3 +177,25 @@ async def test_a_subject_made_before_session_secrets_keeps_its_session_keys_and_
     assert recorded == session
     assert new.session_key != earlier_key(new.subject_key, session)  # not confirmable from the subject key
     await engine.dispose()
+
+
+async def test_an_upgrade_a_view_of_ones_own_stops_names_the_migration_and_the_view_and_is_undone_whole(
+    database_url: str,
+) -> None:
+    # The operator's own view over session_costs, which 0007 makes again on Postgres and 0017 around the ledger's
+    # rebuild on SQLite: the upgrade said only "the database refused the statement" and to check the role's grants.
+    engine = create_engine(database_url)
+    await upgrade(engine, "0006")
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE VIEW my_costs AS SELECT * FROM session_costs"))
+    stopped_at = "0007" if engine.dialect.name == "postgresql" else "0017"
+    with pytest.raises(SchemaNotReady) as caught:
+        await upgrade(engine)
+    assert f"migration {stopped_at} stopped" in caught.value.message and "my_costs" in caught.value.message
+    assert "still at migration 0006" in caught.value.message
+    assert f"says of migration {stopped_at}" in caught.value.hint and "drop it" in caught.value.hint
+    assert await current_revision(engine) == "0006"
+    async with engine.begin() as conn:
+        await conn.execute(text("DROP VIEW my_costs"))
+    assert await upgrade(engine) == head_revision()
+    await engine.dispose()

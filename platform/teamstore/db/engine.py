@@ -153,6 +153,12 @@ def _connect_failure(exc: BaseException) -> tuple[str, str] | None:
     return next(((why, fix) for pattern, why, fix in _CONNECT_FAILURES if pattern.search(text)), None)
 
 
+def refused_statement(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database refusing a statement, as :func:`describe_failure` tells it: not an
+    unreachable database, nor a failure of SQLite's file (locked, full, unreadable)."""
+    return not unreachable(exc) and _sqlite_failure(exc) is None
+
+
 def failure_hint(exc: BaseException) -> str:
     """What to check after a database error (as :func:`describe_failure` tells it)."""
     sqlite = _sqlite_failure(exc)

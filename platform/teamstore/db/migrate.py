@@ -22,8 +22,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.engine import describe_failure, failure_hint
-from teamstore.errors import SchemaNotReady, StoreUnavailable
+from teamstore.db.engine import describe_failure, failure_hint, refused_statement
+from teamstore.errors import SchemaNotReady, StorageError, StoreUnavailable
 
 # Alembic (with Mako and Pygments behind it) is imported when a migration runs or a revision is looked up,
 # not for a command whose database is already current (see ensure_current).
@@ -64,7 +64,7 @@ MIGRATION_LOCK = 7_460_617_270_001
 """The advisory lock key (Postgres) that serialises migrations of one database."""
 
 
-def _upgrade(connection: Connection, target: str) -> None:
+def _upgrade(connection: Connection, target: str, applied: list[str] | None = None) -> None:
     # Processes starting together on a fresh database (two `teamstore run` in a new home, workers rolling
     # out) each found it empty and ran the same CREATE TABLE; all but one failed ("table already exists").
     # The migration takes the database's write lock first, so a second one waits, then finds it done.
@@ -75,7 +75,9 @@ def _upgrade(connection: Connection, target: str) -> None:
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
     from alembic import command
 
-    command.upgrade(alembic_config(connection), target)
+    config = alembic_config(connection)
+    config.attributes["applied"] = applied
+    command.upgrade(config, target)
 
 
 def _current(connection: Connection) -> str | None:
@@ -111,9 +113,50 @@ async def upgrade(engine: AsyncEngine, target: str = "head") -> str | None:
     before: str | None = await _run(engine, _current)
     if before is not None and not ships(before):
         raise _newer(before)
-    await _run(engine, _upgrade, target)
+    applied: list[str] = []
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_upgrade, target, applied)
+    except SQLAlchemyError as exc:
+        raise _stopped(exc, before, applied) from exc
     after: str | None = await _run(engine, _current)
     return after
+
+
+def _stopped(exc: SQLAlchemyError, before: str | None, applied: list[str]) -> StorageError:
+    """The error for an upgrade the database refused: which migration it stopped at, and that it was undone whole
+    (every migration of one upgrade runs in one transaction)."""
+    if not refused_statement(exc):  # a lost connection, a locked or full file...
+        return StoreUnavailable(describe_failure(exc), hint=failure_hint(exc))
+    failed = _after(applied[-1] if applied else before)
+    return SchemaNotReady(
+        f"migration {failed} stopped: {describe_failure(exc)}{_own_words(exc)}; the upgrade was undone whole, and "
+        f"the database is still at {f'migration {before}' if before else 'no migration'}",
+        hint=f"read what docs/operations.md (Database tables) says of migration {failed}: an object of your own "
+        "that depends on a table or view it rebuilds (a view over session_costs or ts_usage) stops it; drop it, "
+        "run `teamstore db upgrade` again, then create it again. Otherwise check what the database allows this "
+        "role (its grants, statement_timeout, lock_timeout)")
+
+
+def _own_words(exc: SQLAlchemyError) -> str:
+    """The database's own message where it names schema objects only (an object that depends on one a migration
+    drops, a view no longer valid), never values: Postgres's ``2BP01``, SQLite's plain ``SQLITE_ERROR``."""
+    orig = getattr(exc, "orig", None)
+    diag = getattr(orig, "diag", None)
+    if getattr(orig, "sqlstate", None) == "2BP01" and diag is not None and diag.message_primary:
+        detail = " ".join((diag.message_detail or "").split())
+        return f": {diag.message_primary}" + (f" ({detail})" if detail else "")
+    if getattr(orig, "sqlite_errorname", None) == "SQLITE_ERROR" and str(orig):
+        return f": {orig}"
+    return ""
+
+
+def _after(revision: str | None) -> str:
+    """The migration that follows ``revision`` (``None``: the first)."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return next((s.revision for s in scripts.walk_revisions() if s.down_revision == revision), head_revision())
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
