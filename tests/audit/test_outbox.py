@@ -11,10 +11,11 @@ import sys
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
@@ -23,6 +24,7 @@ from teamstore.audit.subjects import ensure_subject, get_or_create_subject, sess
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
+from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, StoreUnavailable
 from tests.conftest import refusing, upgrade_database
@@ -57,6 +59,41 @@ async def test_a_flush_holds_one_queued_transcript_in_memory_at_a_time(engine: A
         tracemalloc.stop()
     assert (report.delivered, report.remaining) == (count, 0)
     assert peak < 5 * size, f"peak {peak >> 20} MiB for {count} transcripts of {size >> 20} MiB"
+
+
+@pytest.mark.postgres
+async def test_a_flusher_claims_the_oldest_of_a_deep_outbox_through_its_index_not_by_sorting_it(
+    postgres_url: str,
+) -> None:
+    # After an S3 outage the outbox holds hundreds of thousands of transcripts; a claim that read and sorted all
+    # of them to find the oldest took a quarter of a second each, and draining the outbox took days.
+    await upgrade_database(postgres_url)
+    engine = create_engine(postgres_url)
+    try:
+        subject, _ = await ensure_subject(engine, "deep")
+        async with engine.begin() as conn:
+            await conn.execute(text(
+                "INSERT INTO ts_transcript_outbox (run_id, object_key, subject_key, body, created_at, attempts) "
+                "SELECT 'run-' || n, 'subjects/' || :subject || '/sessions/s/' || n || '.jsonl.gz', :subject, "
+                "'\\x1f8b'::bytea, now() - n * interval '1 second', 1 FROM generate_series(1, 20000) AS n"),
+                {"subject": subject})
+            await conn.execute(text("ANALYZE ts_transcript_outbox"))
+        sent: list[tuple[str, Any]] = []
+
+        def note(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            if statement.lstrip().upper().startswith("UPDATE"):
+                sent.append((statement, parameters))
+
+        event.listen(engine.sync_engine, "before_cursor_execute", note)
+        claimed = await claims.claim_next(engine, "flusher", timedelta(seconds=60))
+        event.remove(engine.sync_engine, "before_cursor_execute", note)
+        assert claimed is not None and claimed.run_id == "run-20000"  # the oldest
+        ((statement, parameters),) = sent
+        async with engine.connect() as conn:
+            plan = "\n".join((await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).scalars())
+    finally:
+        await engine.dispose()
+    assert "ix_ts_transcript_outbox_created_at" in plan and "Sort" not in plan, plan
 
 
 async def _queue_many(engine: AsyncEngine, count: int) -> list[str]:

@@ -132,6 +132,8 @@ outbox = Table(
     Column("claimed_by", String(64), nullable=True),
     Column("claimed_until", DateTime(timezone=True), nullable=True),
     Index("ix_ts_transcript_outbox_subject", "subject_key"),
+    # Flushers claim the oldest transcript first (migration 0021): without it, each claim sorted the whole outbox.
+    Index("ix_ts_transcript_outbox_created_at", "created_at"),
 )
 
 # Transcripts written again (``keys migrate`` sealing a plain one, a late delivery from the outbox) to a store
