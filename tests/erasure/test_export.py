@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import stat
+import tracemalloc
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,7 +26,14 @@ from config_registry import Registry
 from teamstore.app import App
 from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import subjects, usage
-from teamstore.audit.subjects import find_subject, get_or_create_subject, lookup_subject, record_store
+from teamstore.audit.subjects import (
+    ensure_subject,
+    find_subject,
+    get_or_create_subject,
+    lookup_subject,
+    record_store,
+    session_key,
+)
 from teamstore.audit.transcripts import record
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -408,6 +416,44 @@ def _state_row(user_id: str) -> dict[str, Any]:
             "schema_version": 1, "agentchat_version": "0.7.5", "fingerprints": {}, "state": state,
             "state_bytes": len(state.encode()), "row_version": 1, "created_at": now, "updated_at": now,
             "expires_at": now + timedelta(days=1)}
+
+
+async def test_a_heavy_users_export_holds_a_few_of_their_rows_in_memory_at_a_time_never_every_one(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # Tens of thousands of runs are hundreds of thousands of ledger rows, and a state per session: read whole,
+    # each table and its JSON text were in memory at once, gigabytes for such a user.
+    subject, secret = await ensure_subject(engine, "heavy")
+    started, runs, sessions_kept = datetime(2026, 11, 2, 10, tzinfo=UTC), 12_000, 300
+    ledger = [{"run_id": f"r{n}", "agent": "triage", "model": "m-big", "purpose": "agent", "calls": 1,
+               "failed_calls": 0, "input_tokens": 100, "output_tokens": 10, "team": "support_triage",
+               "team_version": "v1", "session_key": session_key(secret, f"s{n % sessions_kept}"),
+               "subject_key": subject, "stop_reason": None, "ended_by_limit": False, "run_failed": False,
+               "started_at": started, "finished_at": started, "day": started.date(), "interruptions": 0,
+               "attempt": 0} for n in range(runs)]
+    note = "the customer's router drops every evening; " * 75  # a state of ~3 KB
+    async with engine.begin() as conn:
+        await conn.execute(insert(usage), ledger)
+        await conn.execute(insert(sessions), [
+            {**_state_row("heavy"), "session_id": f"s{n}", "state": envelope.encode({"agents": {"triage": {
+                "note": f"{note}{n}"}}})} for n in range(sessions_kept)])
+    coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), store_exporters(), load_prices(),
+                                    keys=KeyService.from_settings(engine))
+
+    tracemalloc.start()
+    try:
+        done = await coordinator.run("heavy", tmp_path / "heavy.zip", operator="dpo")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    files = unpack(done.path)
+    assert len(loaded(files, "ledger.json")["usage"]) == runs and done.manifest.stores["ledger"].records == runs
+    states = loaded(files, "resume_state.json")["resume_state"]
+    assert [s["session_id"] for s in states] == sorted(f"s{n}" for n in range(sessions_kept))
+    assert all(s["state"]["agents"]["triage"]["note"].startswith(note) for s in states)
+    written = len(files["ledger.json"]) + len(files["resume_state.json"])
+    assert peak < written / 4, f"peak {peak >> 20} MiB to write {written >> 20} MiB"
 
 
 async def test_an_interrupted_runs_checkpoint_is_exported_decoded_with_its_session(

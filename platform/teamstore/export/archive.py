@@ -4,6 +4,8 @@
 
     archive = open_archive(Path("alice.zip"))       # a folder for a path without .zip
     archive.add_json("resume_state.json", rows, records=len(rows))
+    with archive.open("ledger.json") as out:        # a file too large to hold, a piece at a time
+        out.write(b"...")
     archive.commit()                                # or archive.abort(): nothing is left
 
 Files are written under a temporary name beside the target (``.alice.zip.<random>.partial``), created
@@ -21,10 +23,11 @@ import os
 import secrets
 import shutil
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from teamstore.errors import ExportFailed, ExportTargetExists, ExportTargetInStore
 from teamstore.export.base import FileEntry, Section, to_json
@@ -33,6 +36,37 @@ FILE_MODE = 0o600
 FOLDER_MODE = 0o700
 # What os.link raises on a filesystem that has no hard links.
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+class FileWriter:
+    """One file of the archive as it is written: its bytes counted and hashed on their way to it.
+
+    Args:
+        handle: The file (or the zip file's member) open for writing.
+        failed: The error for a write that failed.
+    """
+
+    def __init__(self, handle: IO[bytes], failed: Callable[[OSError], ExportFailed]) -> None:
+        self._handle, self._failed = handle, failed
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` to the file.
+
+        Raises:
+            ExportFailed: It could not be written (disk full, permissions).
+        """
+        try:
+            self._handle.write(data)
+        except OSError as exc:
+            raise self._failed(exc) from exc
+        self._sha256.update(data)
+        self.size += len(data)
+
+    def entry(self) -> FileEntry:
+        """The file's size and SHA-256, for the manifest."""
+        return FileEntry(bytes=self.size, sha256=self._sha256.hexdigest())
 
 
 class _Recorded:
@@ -49,22 +83,52 @@ class _Recorded:
         Raises:
             ExportFailed: The file could not be written (disk full, permissions).
         """
-        if name in self.files or name.startswith("/") or ".." in name.split("/"):
-            raise ExportFailed(f"the archive already holds {name!r} or the name is not relative",
-                               hint="report this: each store writes its own files")
-        try:
-            self._write(name, data)
-        except OSError as exc:
-            raise ExportFailed(f"could not write {name} into {self.temporary}: {exc.strerror or exc}",
-                               hint="check the space and permissions where the archive goes, then export again") from exc
-        self.files[name] = FileEntry(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        with self._writing(name, len(data)) as out:
+            out.write(data)
         return Section(records=records, bytes=len(data), files=[name])
 
     def add_json(self, name: str, data: Any, records: int = 0) -> Section:
         """Write ``data`` as JSON."""
         return self.add(name, to_json(data), records)
 
-    def _write(self, name: str, data: bytes) -> None:
+    def open(self, name: str) -> contextlib.AbstractContextManager[FileWriter]:
+        """Write one file a piece at a time, as it is made (one too large to hold whole); its size and SHA-256 go
+        into the manifest once the block ends. No other file is written meanwhile.
+
+        Raises:
+            ExportFailed: The file could not be written (disk full, permissions).
+        """
+        return self._writing(name, None)
+
+    @contextmanager
+    def _writing(self, name: str, size: int | None) -> Iterator[FileWriter]:
+        if name in self.files or name.startswith("/") or ".." in name.split("/"):
+            raise ExportFailed(f"the archive already holds {name!r} or the name is not relative",
+                               hint="report this: each store writes its own files")
+
+        def failed(exc: OSError) -> ExportFailed:
+            return ExportFailed(f"could not write {name} into {self.temporary}: {exc.strerror or exc}",
+                                hint="check the space and permissions where the archive goes, then export again")
+
+        try:
+            handle = self._open(name, size)
+        except OSError as exc:
+            raise failed(exc) from exc
+        out = FileWriter(handle, failed)
+        try:
+            yield out
+        except BaseException:
+            with contextlib.suppress(OSError, ValueError):  # the export fails with what stopped it
+                handle.close()
+            raise
+        try:
+            handle.close()
+        except OSError as exc:
+            raise failed(exc) from exc
+        self.files[name] = out.entry()
+
+    def _open(self, name: str, size: int | None) -> IO[bytes]:
+        """The new file ``name`` open for writing; ``size``: its bytes, when known before they are written."""
         raise NotImplementedError
 
     def _place(self) -> None:
@@ -107,11 +171,14 @@ class ZipArchive(_Recorded):
         self._file = _create(self.temporary)
         self._zip = zipfile.ZipFile(self._file, "w", compression=zipfile.ZIP_DEFLATED)
 
-    def _write(self, name: str, data: bytes) -> None:
+    def _open(self, name: str, size: int | None) -> IO[bytes]:
         info = zipfile.ZipInfo(name, date_time=_now_for_zip())
         info.compress_type = zipfile.ZIP_DEFLATED
         info.external_attr = (0o100000 | FILE_MODE) << 16  # unpacked owner-only too
-        self._zip.writestr(info, data)
+        if size is not None:  # as writestr writes it
+            info.file_size = size
+        # A file of unknown size may pass 2 GiB, which takes ZIP64's sizes (written whatever its size then).
+        return self._zip.open(info, "w", force_zip64=size is None)
 
     def _move(self) -> None:
         # A hard link is made only where nothing is (a dangling symlink included), and the archive keeps its
@@ -168,15 +235,14 @@ class FolderArchive(_Recorded):
         except OSError as exc:
             raise _unwritable(self.temporary, exc) from exc
 
-    def _write(self, name: str, data: bytes) -> None:
+    def _open(self, name: str, size: int | None) -> IO[bytes]:
         path = self.temporary.joinpath(*name.split("/"))
         for parent in reversed(path.relative_to(self.temporary).parents[:-1]):
             folder = self.temporary / parent
             if not folder.exists():
                 folder.mkdir(mode=FOLDER_MODE)
                 folder.chmod(FOLDER_MODE)
-        with _create(path) as handle:
-            handle.write(data)
+        return _create(path)
 
     def _move(self) -> None:
         # A folder cannot be hard-linked, and a rename replaces an empty folder.

@@ -12,8 +12,9 @@
 A new store joins the export with one exporter, listed where the composition root builds the export
 (``teamstore.app.App.exporter``): the manifest names every store an export covered, so a store left out
 shows. An exporter reads everything its store holds for the user (decoded, as JSON a machine can read),
-writes it with :meth:`Archive.add_json` or :meth:`Archive.add`, and raises a ``teamstore.errors`` type when
-its store cannot be read: the export then fails as a whole, and leaves no archive.
+writes it with :meth:`Archive.add_json` or :meth:`Archive.add` (a user's rows that may not fit in memory, with
+:func:`add_json_rows`, a row at a time), and raises a ``teamstore.errors`` type when its store cannot be read:
+the export then fails as a whole, and leaves no archive.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import secrets
 import zlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Protocol
@@ -100,7 +103,46 @@ class Section(BaseModel):
 
 def to_json(data: Any) -> bytes:
     """``data`` as indented UTF-8 JSON, times in ISO 8601 with their UTC offset, keys in a stable order."""
-    return (json.dumps(data, default=_default, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    return (_ENCODER.encode(data) + "\n").encode("utf-8")
+
+
+_NEXT_ROW = ",\n    "
+"""What stands between two rows of :func:`add_json_rows`'s list, as :func:`to_json` writes it."""
+_WRITE_BYTES = 1 << 16
+"""The rows :func:`add_json_rows` gathers before it writes them (one write each: hashed and compressed at once)."""
+
+
+async def add_json_rows(archive: Archive, name: str, data: dict[str, Any], key: str,
+                        rows: AsyncIterable[dict[str, Any]]) -> Section:
+    """Write ``data`` with ``key`` holding the list of ``rows``, the same bytes :meth:`Archive.add_json` writes,
+    a row at a time as ``rows`` gives them: a heavy user's states or ledger rows run to gigabytes, and are
+    never all in memory at once.
+
+    Returns:
+        The file's section, a record per row.
+
+    Raises:
+        ExportFailed: The file could not be written.
+    """
+    # to_json's text split where the list's one item goes; each row stands there as to_json indents an item
+    # of that list (a JSON string holds no line break, so indenting every line of the row's text is safe).
+    marker = secrets.token_hex(16)
+    head, tail = to_json({**data, key: [marker]}).decode("utf-8").split(json.dumps(marker))
+    records, gathered, pending = 0, [head], len(head)
+    with archive.open(name) as out:
+        async for row in rows:
+            text = _ENCODER.encode(row).replace("\n", "\n    ")
+            gathered += [text] if records == 0 else [_NEXT_ROW, text]
+            records, pending = records + 1, pending + len(text)
+            if pending >= _WRITE_BYTES:
+                out.write("".join(gathered).encode("utf-8"))
+                gathered, pending = [], 0
+        if records:
+            out.write("".join([*gathered, tail]).encode("utf-8"))
+        else:
+            out.write(to_json({**data, key: []}))
+        size = out.size
+    return Section(records=records, bytes=size, files=[name])
 
 
 def _default(value: object) -> object:
@@ -112,6 +154,9 @@ def _default(value: object) -> object:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", "backslashreplace")
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+_ENCODER = json.JSONEncoder(default=_default, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def as_stored(body: bytes) -> dict[str, str]:
@@ -128,6 +173,17 @@ def as_stored(body: bytes) -> dict[str, str]:
         return {"as_stored_base64": base64.b64encode(body).decode("ascii")}
 
 
+class FileOut(Protocol):
+    """One file of an archive being written (:meth:`Archive.open`)."""
+
+    size: int
+    """The bytes written so far."""
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` to the file."""
+        ...
+
+
 class Archive(Protocol):
     """Where an export's files go (a zip file or a folder); each file's size and checksum are recorded."""
 
@@ -137,6 +193,10 @@ class Archive(Protocol):
 
     def add_json(self, name: str, data: Any, records: int = 0) -> Section:
         """Write ``data`` as JSON (see :func:`to_json`)."""
+        ...
+
+    def open(self, name: str) -> AbstractContextManager[FileOut]:
+        """Write one file a piece at a time (``with archive.open(name) as out: out.write(...)``)."""
         ...
 
 
