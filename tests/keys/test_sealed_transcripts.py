@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
+import tracemalloc
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -333,6 +334,27 @@ async def test_a_keys_migrate_killed_mid_write_leaves_the_write_on_record_until_
         await conn.execute(update(outbox_table).values(claimed_until=datetime.now(UTC) - timedelta(seconds=1)))
     assert await claims.in_doubt_until(engine, subject) is None
     assert await claims.purge_settled(engine) == 1 and await _outbox_rows(engine) == []
+
+
+async def test_keys_migrate_holds_one_queued_transcript_in_memory_at_a_time(engine: AsyncEngine) -> None:
+    # The transcripts that queue are the large ones, and an outage fills the outbox with them: read all at once
+    # to be sealed, they were gigabytes.
+    size, count = 2 << 20, 24
+    subject, secret = await ensure_subject(engine, "big")
+    run_keys = RunKeys(subject, session_key(secret, "s1"))
+    for n in range(count):
+        await outbox.enqueue(engine, f"q-{n:02d}", run_key(run_keys, f"q-{n:02d}"), subject, os.urandom(size),
+                             "S3 unreachable")
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.data_key("big")
+    tracemalloc.start()
+    try:
+        sealed = await seal_queued_transcripts(engine, keys)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sealed == count and all(is_sealed(row["body"]) for row in await _outbox_rows(engine))
+    assert peak < 10 * size, f"peak {peak >> 20} MiB for {count} transcripts of {size >> 20} MiB"
 
 
 async def test_keys_migrate_leaves_a_queued_transcript_of_a_user_fenced_meanwhile_to_the_erasure(

@@ -59,16 +59,11 @@ async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
     Raises:
         KeyUnavailable, DataKeyDamaged: A user's key could not be had. StoreUnavailable: the database failed.
     """
-    o, s = outbox.c, subjects.c
-    query = (select(o.run_id, o.object_key, o.body, s.user_id).join_from(outbox, subjects, s.subject_key == o.subject_key)
-             .where(o.body.is_not(None), o.claimed_by.is_(None), ~held(s.user_id)))
-    try:
-        async with engine.connect() as conn:
-            rows = [(str(r[0]), str(r[1]), bytes(r[2]), str(r[3])) for r in (await conn.execute(query)).all()]
-    except SQLAlchemyError as exc:
-        raise _failed(exc, "read the outbox") from exc
-    done = 0
-    for run_id, object_key, body, user_id in rows:
+    o = outbox.c
+    done, after = 0, ""
+    while (row := await _next_queued(engine, after)) is not None:
+        run_id, object_key, body, user_id = row
+        after = run_id
         if is_sealed(body):
             continue
         try:
@@ -85,6 +80,22 @@ async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
         except SQLAlchemyError as exc:
             raise _failed(exc, "seal a queued transcript") from exc
     return done
+
+
+async def _next_queued(engine: AsyncEngine, after: str) -> tuple[str, str, bytes, str] | None:
+    """The next outbox row after run id ``after`` holding a transcript that no flusher has claimed and no erasure
+    fences, with its body and user. One at a time: the transcripts that queue are the large ones, and an
+    outbox an outage filled holds gigabytes of them."""
+    o, s = outbox.c, subjects.c
+    query = (select(o.run_id, o.object_key, o.body, s.user_id).join_from(outbox, subjects, s.subject_key == o.subject_key)
+             .where(o.run_id > after, o.body.is_not(None), o.claimed_by.is_(None), ~held(s.user_id))
+             .order_by(o.run_id).limit(1))
+    try:
+        async with engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+    except SQLAlchemyError as exc:
+        raise _failed(exc, "read the outbox") from exc
+    return None if row is None else (str(row[0]), str(row[1]), bytes(row[2]), str(row[3]))
 
 
 async def seal_stored_transcripts(
