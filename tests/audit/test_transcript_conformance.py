@@ -51,6 +51,17 @@ async def test_list_keys_finds_a_session_runs_and_nothing_of_other_sessions(stor
     assert await store.list_keys(session_prefix(RunKeys("c" * 32, "1" * 32))) == []
 
 
+async def test_scan_gives_each_object_under_a_prefix_with_its_size_and_write_time(store: TranscriptStore) -> None:
+    written = {run_key(A, run): body(run) + bytes(n) for n, run in enumerate(("r1", "r2", "r3"))}
+    before = datetime.now(UTC).replace(microsecond=0)
+    for key, data in written.items():
+        await store.put(key, data)
+    await store.put(run_key(B, "r4"), body("r4"))
+    found = {o.key: o async for o in store.scan(subject_prefix(A.subject_key))}
+    assert {key: o.size for key, o in found.items()} == {key: len(data) for key, data in written.items()}
+    assert all(before - timedelta(seconds=1) <= o.modified <= datetime.now(UTC) for o in found.values())
+
+
 async def test_putting_the_same_run_twice_leaves_one_object(store: TranscriptStore) -> None:
     key = run_key(A, "r1")
     await store.put(key, body("r1"))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import unicodedata
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from teamstore.audit.subjects import (
     new_subject_key,
     session_key,
 )
-from teamstore.audit.transcripts.base import run_key, subject_prefix
+from teamstore.audit.transcripts.base import StoredObject, run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
@@ -415,12 +416,13 @@ class SweptMeanwhile(LocalTranscriptStore):
 
     swept = False
 
-    async def list_keys(self, prefix: str) -> list[str]:
-        keys = await super().list_keys(prefix)
-        if keys and not self.swept:
+    async def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
+        listed = [stored async for stored in super().scan(prefix)]
+        if listed and not self.swept:
             self.swept = True
-            await self.delete_prefix(keys[0].rsplit("/", 1)[0] + "/")
-        return keys
+            await self.delete_prefix(listed[0].key.rsplit("/", 1)[0] + "/")
+        for stored in listed:
+            yield stored
 
 
 async def test_a_transcript_swept_by_retention_during_the_erasure_is_not_a_failure(
@@ -434,7 +436,7 @@ async def test_a_transcript_swept_by_retention_during_the_erasure_is_not_a_failu
     receipt = await coordinator(engine, store).run("olaf", request_id="req-885")
 
     assert receipt.ok and receipt.stores["transcripts"].status is StepStatus.ERASED, receipt.stores["transcripts"]
-    assert receipt.stores["transcripts"].counts.versions == 1  # the other one was gone before it was read
+    assert receipt.stores["transcripts"].counts.versions == 2  # as listed: one was gone before it was deleted
     assert await store.list_keys("") == []
 
 

@@ -1,5 +1,6 @@
-"""Erasing a user with thousands of sessions: the statements an erasure sends do not grow with the user's
-sessions, on SQLite and a real Postgres."""
+"""Erasing a user with thousands of sessions and runs: the statements an erasure sends do not grow with the
+user's sessions, and it sizes their transcripts in a folder without reading them, on SQLite and a real
+Postgres."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import usage
 from teamstore.audit.subjects import ensure_subject, session_key
+from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import RunKeys
+from teamstore.erasure.receipt import StepStatus
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.database import UNLINK_BATCH, ledger_step
+from teamstore.erasure.steps.transcripts import TranscriptStep
 
 
 def _ledger_rows(subject: str, secret: str, sessions: int, runs_each: int) -> list[dict[str, Any]]:
@@ -63,3 +68,37 @@ async def test_the_ledger_of_a_user_with_thousands_of_sessions_is_unlinked_in_a_
     # Each session's rows share one new key of their own, which no session key of the user's is.
     assert linked == 0 and kept == 6 and len(unlinked) == sessions and {n for _, n in unlinked} == {2}
     assert not {key for key, _ in unlinked} & {session_key(heavy_secret, f"s{s}") for s in range(sessions)}
+
+
+class CountedReads(LocalTranscriptStore):
+    """A transcript folder that counts the objects read from it."""
+
+    reads = 0
+
+    async def get(self, key: str) -> bytes:
+        self.reads += 1
+        return await super().get(key)
+
+
+async def test_an_erasure_sizes_a_users_transcripts_in_a_folder_by_listing_them_never_by_reading_them(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # Each of an erasure's listings read every transcript whole to learn its size: for a user with tens of
+    # thousands of runs, gigabytes read each time, before anything was deleted.
+    store = CountedReads(tmp_path / "t")
+    subject, secret = await ensure_subject(engine, "heavy")
+    written = 0
+    for n in range(300):
+        body = bytes(100 + n)
+        await store.put(run_key(RunKeys(subject, session_key(secret, f"s{n % 7}")), f"r{n}"), body)
+        written += len(body)
+    ctx = StepContext(engine, store, "req-heavy", "heavy", subject)
+
+    found = await TranscriptStep().enumerate(ctx)
+    result = await TranscriptStep().erase(ctx, None)
+    left = await TranscriptStep().remaining(ctx)
+
+    assert (found.objects, found.versions, found.bytes) == (300, 300, written)
+    assert result.status is StepStatus.DELETED and result.counts.bytes == written
+    assert left.objects == 0 and await store.list_keys(subject_prefix(subject)) == []
+    assert store.reads == 0

@@ -50,10 +50,12 @@ class Capability(StrEnum):
 
 @dataclass(frozen=True)
 class StoredObject:
-    """One object as a listing shows it: its key and when it was last written (UTC; to the second on S3)."""
+    """One object as a listing shows it: its key, when it was last written (UTC; to the second on S3) and its
+    size in bytes."""
 
     key: str
     modified: datetime
+    size: int
 
 
 @runtime_checkable
@@ -76,7 +78,7 @@ class TranscriptStore(Protocol):
         """Keys under ``prefix`` (relative to the store), sorted."""
 
     def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
-        """Objects under ``prefix`` with their write times, in no set order, a page at a time: a caller
+        """Objects under ``prefix`` with their write times and sizes, in no set order, a page at a time: a caller
         that keeps only some of them holds only those (and one page) in memory."""
 
     async def delete(self, key: str) -> int:

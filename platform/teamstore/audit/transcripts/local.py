@@ -169,7 +169,7 @@ class LocalTranscriptStore:
         return sorted(self._key(entry) for entry in self._files(prefix) if entry.name.startswith(TMP_PREFIX))
 
     async def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
-        """Objects under ``prefix`` with their modification times, read from the folder a page at a time.
+        """Objects under ``prefix`` with their modification times and sizes, read from the folder a page at a time.
 
         Raises:
             StorageError: A folder could not be read.
@@ -183,12 +183,12 @@ class LocalTranscriptStore:
         for entry in self._files(prefix):
             if entry.name.endswith(SUFFIX):
                 try:
-                    modified = entry.stat(follow_symlinks=False).st_mtime
+                    found = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # removed since the folder was read (a sweep, an erasure)
                 except OSError as exc:
                     raise _unlisted(exc) from exc
-                yield StoredObject(self._key(entry), datetime.fromtimestamp(modified, UTC))
+                yield StoredObject(self._key(entry), datetime.fromtimestamp(found.st_mtime, UTC), found.st_size)
 
     def _files(self, prefix: str) -> Iterator[os.DirEntry[str]]:
         """The files under ``prefix``, a folder at a time, following no symbolic link (to a folder or a file):

@@ -179,7 +179,7 @@ class S3TranscriptStore:
         return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
 
     async def scan(self, prefix: str) -> AsyncIterator[StoredObject]:
-        """Objects under ``prefix`` with their ``LastModified`` (whole seconds), one ``ListObjectsV2``
+        """Objects under ``prefix`` with their ``LastModified`` (whole seconds) and size, one ``ListObjectsV2``
         page (1,000 keys) at a time.
 
         Raises:
@@ -189,7 +189,7 @@ class S3TranscriptStore:
         while True:
             page = await self._call("list", prefix, self._list_page, full, token)
             for obj in page.get("Contents", []):
-                yield StoredObject(self._relative(obj["Key"]), obj["LastModified"].astimezone(UTC))
+                yield StoredObject(self._relative(obj["Key"]), obj["LastModified"].astimezone(UTC), int(obj.get("Size", 0)))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or token is None:
                 return

@@ -111,14 +111,21 @@ class PlainObjects:
         self.store, self.partial = store, partial
 
     async def versions(self, prefix: str) -> list[ObjectVersion]:
-        """Every object under ``prefix`` with its size, and every temporary file a killed writer left there.
+        """Every object under ``prefix`` with its size as listed, and every temporary file a killed writer left
+        there (read for its size: no listing gives it).
 
         Raises:
-            TranscriptUnavailable: An object could not be read (named by count, never by key).
+            TranscriptUnavailable: A temporary file could not be read (named by count, never by key).
         """
-        keys = await self.store.list_keys(prefix)
+        # Sized by the listing: read for it, a heavy user's tens of thousands of transcripts were read whole at
+        # each of an erasure's listings.
+        found = sorted([ObjectVersion(o.key, "null", o.size) async for o in self.store.scan(prefix)],
+                       key=lambda v: v.key)
         if self.partial is not None:
-            keys += await self.partial.partial_writes(prefix)
+            found += await self._sized(await self.partial.partial_writes(prefix))
+        return found
+
+    async def _sized(self, keys: list[str]) -> list[ObjectVersion]:
         found: list[ObjectVersion] = []
         for key in keys:
             try:
