@@ -10,13 +10,14 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import event, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import outbox
-from teamstore.audit.ledger import sweep_ledger
+from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
@@ -29,6 +30,7 @@ from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.audit.transcripts.base import SUBJECTS, run_key
 from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, encode
+from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, StorageError, StoreUnavailable
 from teamstore.events import drain_observers
@@ -215,6 +217,83 @@ async def test_a_session_id_recorded_for_reports_goes_once_no_ledger_row_names_i
     assert (report.ledger_rows, report.session_ids) == (3, 1)
     async with engine.connect() as conn:
         assert (await conn.execute(select(subject_sessions.c.session_id))).scalars().all() == ["s-new"]
+
+
+def _session_ids(subject: str, names: list[str], created_at: datetime) -> list[dict[str, Any]]:
+    return [{"session_key": f"key-{name}", "subject_key": subject, "session_id": name, "created_at": created_at}
+            for name in names]
+
+
+async def test_session_ids_are_swept_in_batches_past_old_sessions_whose_runs_are_still_kept(
+    engine: AsyncEngine,
+) -> None:
+    # One DELETE of every session id past the cutoff held the table for as long as it took to delete tens of
+    # millions of them, the first time a sweep ran.
+    subject, _ = await ensure_subject(engine, "ines")
+    now = datetime.now(UTC)
+    still_run, gone, recent = [f"s{n:02d}" for n in range(4)], [f"s{n:02d}" for n in range(4, 12)], ["t1", "t2"]
+    async with engine.begin() as conn:
+        for n, name in enumerate(still_run + gone):  # the four oldest still have their runs in the ledger
+            await conn.execute(insert(subject_sessions).values(
+                _session_ids(subject, [name], now - timedelta(days=500 - n))))
+        await conn.execute(insert(subject_sessions).values(_session_ids(subject, recent, now)))
+        await conn.execute(insert(usage), [{
+            "run_id": f"r-{name}", "agent": "triage", "model": "m", "purpose": "agent", "calls": 1, "failed_calls": 0,
+            "input_tokens": 1, "output_tokens": 1, "team": "support", "team_version": "v1",
+            "session_key": f"key-{name}", "subject_key": subject, "stop_reason": None, "ended_by_limit": False,
+            "run_failed": False, "started_at": now, "finished_at": now, "day": now.date(), "interruptions": 0,
+            "attempt": 0} for name in still_run])
+    deletes: list[Any] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE"):
+            deletes.append(parameters)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", note)
+    try:
+        removed = await sweep_session_ids(engine, now - timedelta(days=400), batch_size=3)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", note)
+
+    assert removed == len(gone) and len(deletes) == 3  # 3 + 3 + 2
+    async with engine.connect() as conn:
+        left = (await conn.execute(select(subject_sessions.c.session_id))).scalars().all()
+    assert sorted(left) == sorted(still_run + recent)
+
+
+@pytest.mark.postgres
+async def test_the_session_id_sweep_reads_the_old_ones_through_their_index_not_the_whole_table(
+    postgres_url: str,
+) -> None:
+    await upgrade_database(postgres_url)
+    engine = create_engine(postgres_url)
+    try:
+        subject, _ = await ensure_subject(engine, "ines")
+        async with engine.begin() as conn:
+            await conn.execute(text(
+                "INSERT INTO ts_subject_sessions (session_key, subject_key, session_id, created_at) "
+                "SELECT 'key-' || n, :subject, 's' || n, now() - n * interval '1 hour' "
+                "FROM generate_series(1, 20000) AS n"), {"subject": subject})
+            await conn.execute(text("ANALYZE ts_subject_sessions"))
+        sent: list[tuple[str, Any]] = []
+
+        def note(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            if statement.lstrip().upper().startswith("SELECT"):
+                sent.append((statement, parameters))
+
+        cutoff = datetime.now(UTC) - timedelta(days=700)
+        async with engine.connect() as conn:
+            old = await conn.scalar(select(func.count()).where(subject_sessions.c.created_at < cutoff))
+        event.listen(engine.sync_engine, "before_cursor_execute", note)
+        removed = await sweep_session_ids(engine, cutoff, batch_size=100)
+        event.remove(engine.sync_engine, "before_cursor_execute", note)
+        assert old and removed == old and len(sent) == old // 100 + 1
+        statement, parameters = sent[-1]
+        async with engine.connect() as conn:
+            plan = "\n".join((await conn.exec_driver_sql("EXPLAIN " + statement, parameters)).scalars())
+    finally:
+        await engine.dispose()
+    assert "ix_ts_subject_sessions_created_at" in plan and "Seq Scan on ts_subject_sessions" not in plan, plan
 
 
 @pytest.mark.parametrize("size", [100, INLINE_WRITE_BYTES + 1])

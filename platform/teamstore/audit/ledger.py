@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, select, union_all
+from sqlalchemy import ColumnElement, Select, and_, delete, exists, literal, select, tuple_, union_all
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.dml import Insert
@@ -206,23 +206,50 @@ async def sweep_ledger(engine: AsyncEngine, older_than: datetime, batch_size: in
             return removed
 
 
-async def sweep_session_ids(engine: AsyncEngine, older_than: datetime) -> int:
-    """Delete the session ids recorded before ``older_than`` whose session has no ledger row left.
+async def sweep_session_ids(engine: AsyncEngine, older_than: datetime, batch_size: int = 5000) -> int:
+    """Delete the session ids recorded before ``older_than`` whose session has no ledger row left, in batches.
+
+    Each batch takes the next ones in the order they were recorded (``ix_ts_subject_sessions_created_at``,
+    migration 0021), after the last one the batch before it looked at: an old session whose ledger rows are still
+    kept (it went on running) is looked at once per sweep, not again by every batch.
 
     Returns:
         How many were deleted.
 
     Raises:
-        StoreUnavailable: The database failed.
+        StoreUnavailable: The database failed; the batches deleted before it stay deleted.
     """
+    removed, after = 0, None
+    while True:
+        try:
+            async with engine.begin() as conn:
+                found = (await conn.execute(_unnamed_sessions(older_than, after, batch_size))).all()
+                if found:
+                    # Checked again as it deletes: a run of the session recorded meanwhile keeps its id.
+                    result = await conn.execute(delete(subject_sessions).where(
+                        subject_sessions.c.session_key.in_([key for _, key in found]), _unnamed(older_than)))
+                    removed += result.rowcount or 0
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"could not sweep the recorded session ids after removing {removed}: {describe_failure(exc)}",
+                hint="check the database and run `teamstore retention sweep` again",
+            ) from exc
+        if len(found) < batch_size:
+            return removed
+        after = tuple(found[-1])
+
+
+def _unnamed(older_than: datetime) -> ColumnElement[bool]:
+    """A session id recorded before ``older_than`` that no ledger row names any more."""
     c = subject_sessions.c
-    gone = ~exists().where(usage.c.session_key == c.session_key)
-    try:
-        async with engine.begin() as conn:
-            result = await conn.execute(delete(subject_sessions).where(c.created_at < older_than, gone))
-    except SQLAlchemyError as exc:
-        raise StoreUnavailable(
-            f"could not sweep the recorded session ids: {describe_failure(exc)}",
-            hint="check the database and run `teamstore retention sweep` again",
-        ) from exc
-    return result.rowcount or 0
+    return and_(c.created_at < older_than, ~exists().where(usage.c.session_key == c.session_key))
+
+
+def _unnamed_sessions(older_than: datetime, after: tuple[Any, ...] | None, limit: int) -> Select[Any]:
+    """The next ``limit`` session ids :func:`_unnamed` holds for, as (recorded, key), after ``after``."""
+    c = subject_sessions.c
+    query = select(c.created_at, c.session_key).where(_unnamed(older_than))
+    if after is not None:
+        query = query.where(tuple_(c.created_at, c.session_key)
+                            > tuple_(literal(after[0], c.created_at.type), literal(after[1], c.session_key.type)))
+    return query.order_by(c.created_at, c.session_key).limit(limit)

@@ -73,6 +73,8 @@ subject_sessions = Table(
     Column("session_id", String(MAX_ID_CHARS), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_ts_subject_sessions_subject", "subject_key"),
+    # The retention sweep takes the old ones in the order they were recorded (migration 0021).
+    Index("ix_ts_subject_sessions_created_at", "created_at", "session_key"),
 )
 
 SUBJECT_STORES_SINCE = "subject_stores_since"
