@@ -210,7 +210,7 @@ async def sweep_session_ids(engine: AsyncEngine, older_than: datetime, batch_siz
     """Delete the session ids recorded before ``older_than`` whose session has no ledger row left, in batches.
 
     Each batch takes the next ones in the order they were recorded (``ix_ts_subject_sessions_created_at``,
-    migration 0021), after the last one the batch before it looked at: an old session whose ledger rows are still
+    migration 0019), after the last one the batch before it looked at: an old session whose ledger rows are still
     kept (it went on running) is looked at once per sweep, not again by every batch.
 
     Returns:

@@ -73,7 +73,7 @@ subject_sessions = Table(
     Column("session_id", String(MAX_ID_CHARS), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_ts_subject_sessions_subject", "subject_key"),
-    # The retention sweep takes the old ones in the order they were recorded (migration 0021).
+    # The retention sweep takes the old ones in the order they were recorded (migration 0019).
     Index("ix_ts_subject_sessions_created_at", "created_at", "session_key"),
 )
 
@@ -134,7 +134,7 @@ outbox = Table(
     Column("claimed_by", String(64), nullable=True),
     Column("claimed_until", DateTime(timezone=True), nullable=True),
     Index("ix_ts_transcript_outbox_subject", "subject_key"),
-    # Flushers claim the oldest transcript first (migration 0021): without it, each claim sorted the whole outbox.
+    # Flushers claim the oldest transcript first (migration 0019): without it, each claim sorted the whole outbox.
     Index("ix_ts_transcript_outbox_created_at", "created_at"),
 )
 

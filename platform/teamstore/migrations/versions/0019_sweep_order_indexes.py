@@ -15,7 +15,7 @@ Each index is built under its table's lock: instant on the usual near-empty outb
 millions of rows (workers' transcripts wait to be queued meanwhile) and on tens of millions of session ids
 (workers' first run of a session waits to record its id).
 
-Revision ID: 0021
+Revision ID: 0019
 Revises: 0018
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0021"
+revision = "0019"
 down_revision = "0018"
 branch_labels = None
 depends_on = None
