@@ -280,6 +280,12 @@ async def test_expiry_moves_only_when_it_leaves_the_window_and_never_lands_short
     assert shorter < first
 
 
+FREED_WITHIN = 2.0
+"""How long the next worker waits for a session a cancelled acquire let go of. A lock lease whose statement was cut
+short is let go by closing its connection, and the server frees the lock as it ends that session, a moment later
+(longer on a loaded machine); a lease kept would hold for its whole 60 s."""
+
+
 async def test_a_cancelled_acquire_never_keeps_the_lease(store: StateStore) -> None:
     # Cancelled at every step of the event loop in turn, from before the statement is sent to after its
     # answer came back: whatever the database did, the session is free for the next worker at once.
@@ -293,7 +299,7 @@ async def test_a_cancelled_acquire_never_keeps_the_lease(store: StateStore) -> N
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        row = await acquire(store, key, owner="next", timeout=0)
+        row = await acquire(store, key, owner="next", timeout=FREED_WITHIN)
         await store.release(key, owner="next", discard_empty=row.row_version == 0)
     else:
         pytest.fail("the acquire never finished")
@@ -313,7 +319,7 @@ async def test_an_acquire_cancelled_again_and_again_never_keeps_the_lease(store:
             task.cancel()
             await asyncio.sleep(0)
         assert task.cancelled()
-        row = await acquire(store, key, owner="next", timeout=0)
+        row = await acquire(store, key, owner="next", timeout=FREED_WITHIN)
         await store.release(key, owner="next", discard_empty=row.row_version == 0)
     else:
         pytest.fail("the acquire never finished")
