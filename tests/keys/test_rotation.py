@@ -18,7 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
@@ -32,6 +32,7 @@ from teamstore.keys.rotation import RotationReport, retire, rotate
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.status import status
 from teamstore.settings import Settings
+from tests.keys.damaged import damage_wrapped_key
 from tests.keys.outage import Outage
 
 USERS = ("alice", "bob", "carol")
@@ -44,14 +45,6 @@ async def _sealed_for_all(keys: KeyService) -> dict[str, bytes]:
 async def _keks(engine: AsyncEngine) -> dict[str, str]:
     async with engine.connect() as conn:
         return {r.user_id: r.kek_id for r in (await conn.execute(select(data_keys))).all()}
-
-
-async def _damage_wrapped_key(engine: AsyncEngine, user: str) -> str:
-    """Overwrite ``user``'s wrapped data key with bytes no key encryption key opens; its key id."""
-    async with engine.begin() as conn:
-        await conn.execute(update(data_keys).where(data_keys.c.user_id == user).values(wrapped=b"\x02" * 60))
-        damaged: str = await conn.scalar(select(data_keys.c.key_id).where(data_keys.c.user_id == user))
-    return damaged
 
 
 async def test_a_rotation_rewraps_every_live_key_and_retires_the_old_key_encryption_key(
@@ -291,7 +284,7 @@ async def test_a_damaged_key_row_is_reported_and_keeps_its_key_encryption_key_al
 ) -> None:
     await _sealed_for_all(keys)
     first = await keys.current_kek()
-    damaged = await _damage_wrapped_key(engine, "bob")
+    damaged = await damage_wrapped_key(engine, "bob")
     report = await rotate(keys, retire_days=0)
     assert report.damaged == [damaged] and report.rewrapped == 2 and report.destroyed == []
     async with engine.connect() as conn:
@@ -308,7 +301,7 @@ async def test_retire_names_a_due_key_encryption_key_a_damaged_row_keeps_alive(
 ) -> None:
     await _sealed_for_all(keys)
     first = await keys.current_kek()
-    await _damage_wrapped_key(engine, "bob")
+    await damage_wrapped_key(engine, "bob")
     await rotate(keys, retire_days=7)
     retired = await retire(keys, now=datetime.now(UTC) + timedelta(days=8))
     assert retired.destroyed == [] and [(k["kek_id"], k["data_keys"]) for k in retired.kept] == [(first, 1)]
@@ -494,7 +487,7 @@ async def _damage_bob() -> None:
     keys = KeyService.from_settings(engine, Settings())
     for user in ("alice", "bob"):
         await keys.seal(user, b"words", "memory/facts")
-    await _damage_wrapped_key(engine, "bob")
+    await damage_wrapped_key(engine, "bob")
     await engine.dispose()
 
 

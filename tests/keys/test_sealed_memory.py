@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.keys import KeyService
+from teamstore.keys.passed_over import PassedOver
 from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import facts, memories
 from teamstore.memory.sealing import seal_saved_memory
@@ -21,6 +22,7 @@ from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state.envelope import SEALED_PREFIX
 from tests.conftest import prepare
+from tests.keys.damaged import with_damaged_key
 from tests.keys.fenced import ErasedOnFirstKey, FencedOnFirstKey, data_key_users
 
 SUMMARY = "CANARY alice's router ZX-81 drops every evening"
@@ -80,6 +82,25 @@ async def test_keys_migrate_seals_memory_written_before_sealing_once(engine: Asy
     assert await seal_saved_memory(engine, keys) == {"memories": 0, "facts": 0}
     (kept,) = await MemoryStore(engine, keys=keys).show("alice")
     assert kept.summary == SUMMARY and kept.facts["router_model"].value == "ZX-81" and kept.version == 1
+
+
+async def test_keys_migrate_passes_over_a_user_whose_key_row_is_damaged_and_seals_everyone_elses_memory(
+    engine: AsyncEngine,
+) -> None:
+    await _write(MemoryStore(engine), 0, "run-1")  # alice's summary and fact, read before carol's
+    await MemoryStore(engine).write("carol", "support_triage", MemoryUpdate("carol's modem", {}), types={},
+                                    expected_version=0, run_id="run-c", team="support_triage", team_version="v1",
+                                    retention_days=30)
+    damaged = await with_damaged_key(engine, "alice")
+    passed = PassedOver()
+    keys = KeyService.from_settings(engine, Settings())
+    assert await seal_saved_memory(engine, keys, passed=passed) == {"memories": 1, "facts": 0}
+    assert passed.as_dict() == {"damaged": [damaged], "unusable": []}, "her row, once, by its key id"
+    async with engine.connect() as conn:
+        summaries = dict((await conn.execute(select(memories.c.user_id, memories.c.summary))).all())
+        values = (await conn.execute(select(facts.c.value))).scalars().all()
+    assert summaries["alice"] == SUMMARY and values == ['"ZX-81"'], "left as it was, for a rerun once restored"
+    assert summaries["carol"].startswith(SEALED_PREFIX)
 
 
 async def test_keys_migrate_leaves_memory_of_a_user_fenced_meanwhile_to_the_erasure_and_seals_the_others(

@@ -21,6 +21,7 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.errors import ErasureInProgress, KeyUnavailable, StaleStateVersion
 from teamstore.keys import KeyService
+from teamstore.keys.passed_over import PassedOver
 from teamstore.keys.schema import data_keys
 from teamstore.settings import Settings
 from teamstore.state import sealed as sealed_module
@@ -30,6 +31,7 @@ from teamstore.state.factory import store_for
 from teamstore.state.schema import quarantine, sessions
 from teamstore.state.sealed import seal_saved_states
 from tests.conftest import prepare
+from tests.keys.damaged import with_damaged_key
 from tests.keys.fenced import ErasedOnFirstKey, FencedOnFirstKey, data_key_users
 from tests.keys.outage import Outage
 from tests.state.test_checkpoint_conformance import checkpoint
@@ -245,6 +247,51 @@ async def test_keys_migrate_makes_no_data_key_for_a_user_whose_erasure_ended_aft
     assert await data_key_users(engine) == ["bob"]
 
 
+async def _saved_by_alice_and_bob(store: StateStore) -> None:
+    """Two states of alice's and one of bob's, saved before sealing (alice's are read first)."""
+    await _save(store, CANARY, "s1")
+    await _save(store, CANARY, "s2")
+    key = SessionKey("bob", "s1")
+    row = await acquire(store, key)
+    await store.save(key, owner="w1", expected_version=row.row_version, record=record(CANARY), release=True)
+
+
+async def _states(engine: AsyncEngine) -> dict[tuple[str, str], str]:
+    async with engine.connect() as conn:
+        return {(r[0], r[1]): r[2] for r in (await conn.execute(
+            select(sessions.c.user_id, sessions.c.session_id, sessions.c.state))).all()}
+
+
+async def test_keys_migrate_passes_over_a_user_whose_key_row_is_damaged_and_seals_everyone_elses_state(
+    stores: tuple[StateStore, StateStore], engine: AsyncEngine
+) -> None:
+    _, plain = stores
+    await _saved_by_alice_and_bob(plain)
+    damaged = await with_damaged_key(engine, "alice")
+    passed = PassedOver()
+    keys = KeyService.from_settings(engine, Settings())
+    assert await seal_saved_states(engine, keys, passed=passed) == {"sessions": 1, "quarantine": 0, "checkpoints": 0}
+    assert passed.as_dict() == {"damaged": [damaged], "unusable": []}, "her row, once, by its key id"
+    held = await _states(engine)
+    assert held["alice", "s1"] == held["alice", "s2"] == CANARY, "left as it was, for a rerun once restored"
+    assert held["bob", "s1"].startswith(SEALED_PREFIX)
+
+
+@pytest.mark.s3
+async def test_keys_migrate_stops_when_kms_cannot_be_reached_instead_of_passing_users_over(
+    engine: AsyncEngine, stores: tuple[StateStore, StateStore], kms_outage: Outage
+) -> None:
+    _, plain = stores
+    await _saved_by_alice_and_bob(plain)
+    await KeyService.from_settings(engine, Settings()).data_key("alice")  # under the KMS key
+    kms_outage.down = True
+    passed = PassedOver()
+    with pytest.raises(KeyUnavailable):
+        await seal_saved_states(engine, KeyService.from_settings(engine, Settings()), passed=passed)
+    assert not passed.as_dict()["damaged"] and not passed.as_dict()["unusable"]
+    assert set((await _states(engine)).values()) == {CANARY}
+
+
 async def _saved_unsealed(url: str) -> None:
     """alice's state as an older release saved it, before sealing."""
     engine = create_engine(url)
@@ -273,3 +320,35 @@ def test_keys_migrate_leaves_no_unsealed_page_in_sqlites_files_while_a_worker_ke
         assert b"ZX-81" not in db.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
     finally:
         worker.close()
+
+
+async def _damaged_alice_and_bob(url: str, lease: str) -> str:
+    """alice's and bob's states saved before sealing, alice's key row damaged; its key id."""
+    engine = create_engine(url)
+    plain = store_for(engine, lease=lease)
+    try:
+        await _saved_by_alice_and_bob(plain)
+        return await with_damaged_key(engine, "alice")
+    finally:
+        await plain.aclose()
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_keys_migrate_reports_the_users_it_passed_over_without_naming_them_and_exits_2(
+    backend: tuple[str, str], monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", backend[0])
+    asyncio.run(prepare(*backend))
+    damaged = asyncio.run(_damaged_alice_and_bob(*backend))
+    result = CliRunner().invoke(app, ["keys", "migrate", "--no-transcripts", *(["--json"] if as_json else [])])
+    assert result.exit_code == 2, result.output
+    assert "alice" not in result.output and "bob" not in result.output
+    if as_json:
+        shown = json.loads(result.stdout)
+        assert shown["sessions"] == 1 and shown["damaged"] == [damaged] and shown["unusable"] == []
+    else:
+        said = " ".join(result.stdout.split())
+        assert "sealed 1 session state(s)" in said
+        assert "1 user(s) were passed over" in said and "Restore those ts_data_keys rows" in said
+        assert "teamstore keys migrate` again" in said

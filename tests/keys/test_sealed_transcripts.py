@@ -34,10 +34,12 @@ from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.receipt import Receipt
 from teamstore.errors import KeyUnavailable, TranscriptUnavailable, UploadInDoubt
 from teamstore.keys import KeyService
+from teamstore.keys.passed_over import PassedOver
 from teamstore.keys.sealed import is_sealed
 from teamstore.settings import Settings
 from tests.audit.teams import CANARY, context, observe_run, triage_team
 from tests.erasure.conftest import coordinator
+from tests.keys.damaged import with_damaged_key
 from tests.keys.fenced import ErasedOnFirstKey, FencedOnFirstKey, data_key_users
 from tests.keys.outage import Outage
 
@@ -355,6 +357,32 @@ async def test_keys_migrate_holds_one_queued_transcript_in_memory_at_a_time(engi
         tracemalloc.stop()
     assert sealed == count and all(is_sealed(row["body"]) for row in await _outbox_rows(engine))
     assert peak < 10 * size, f"peak {peak >> 20} MiB for {count} transcripts of {size >> 20} MiB"
+
+
+async def test_keys_migrate_passes_over_a_user_whose_key_row_is_damaged_and_seals_everyone_elses_transcripts(
+    engine: AsyncEngine, store: TranscriptStore
+) -> None:
+    body = encode({"kind": "run", "run_id": "q"}, [{"kind": "item", "message": CANARY}])
+    objects = {}
+    for user in ("alice", "bob"):  # alice's queued one read first
+        subject, secret = await ensure_subject(engine, user)
+        keys_of = RunKeys(subject, session_key(secret, "s1"))
+        await outbox.enqueue(engine, f"q-{user}", run_key(keys_of, "q"), subject, body, "S3 unreachable")
+        objects[user] = [run_key(keys_of, "old-1"), run_key(keys_of, "old-2")]
+        for key in objects[user]:
+            await store.put(key, body)  # an older release's transcripts
+    damaged = await with_damaged_key(engine, "alice")
+    passed = PassedOver()
+    keys = KeyService.from_settings(engine, Settings())
+    assert await seal_queued_transcripts(engine, keys, passed=passed) == 1
+    assert await seal_stored_transcripts(engine, store, keys, passed=passed) == 2
+    assert passed.as_dict() == {"damaged": [damaged], "unusable": []}, "her row, once, by its key id"
+    async with engine.connect() as conn:
+        bodies = dict((await conn.execute(select(outbox_table.c.run_id, outbox_table.c.body))).all())
+    assert bodies["q-alice"] == body and is_sealed(bodies["q-bob"])
+    assert [await store.get(key) for key in objects["alice"]] == [body, body], "left as they were"
+    assert all(is_sealed(stored) for stored in [await store.get(key) for key in objects["bob"]])
+    await store.close()
 
 
 async def test_keys_migrate_leaves_a_queued_transcript_of_a_user_fenced_meanwhile_to_the_erasure(

@@ -44,6 +44,7 @@ from teamstore.errors import (
     TranscriptUnavailable,
     UploadInDoubt,
 )
+from teamstore.keys.passed_over import PassedOver, key_to_seal
 from teamstore.keys.sealed import is_sealed
 from teamstore.keys.service import KeyService
 
@@ -53,11 +54,15 @@ def _failed(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
                             hint="check the database, then run `teamstore keys migrate` again (it goes on)")
 
 
-async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
+async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService, *, passed: PassedOver | None = None) -> int:
     """Seal the outbox bodies queued before sealing, each only while no flusher has it claimed; how many.
 
+    ``passed`` keeps a user whose key row does not open (damaged, or under a KEK KMS will not use), their bodies
+    left as they are; without it, that raises.
+
     Raises:
-        KeyUnavailable, DataKeyDamaged: A user's key could not be had. StoreUnavailable: the database failed.
+        KeyUnavailable: The key-encryption key could not be used. DataKeyDamaged, KeyDestroyed: a user's key
+        row does not open, and no ``passed`` was given. StoreUnavailable: the database failed.
     """
     o = outbox.c
     done, after = 0, ""
@@ -67,11 +72,11 @@ async def seal_queued_transcripts(engine: AsyncEngine, keys: KeyService) -> int:
         if is_sealed(body):
             continue
         try:
-            data_key = await keys.key_to_seal(user_id, exists().where(o.run_id == run_id))
+            data_key = await key_to_seal(keys, user_id, exists().where(o.run_id == run_id), passed)
         except ErasureInProgress:
             continue  # fenced since the read: the erasure deletes the row
         if data_key is None:
-            continue  # the row went since the read (delivered, or its user erased): no key is made for it
+            continue  # the row went since the read (delivered, or its user erased), or its user is passed over
         sealed = data_key.seal(body, sealed_context(object_key))
         stmt = update(outbox).where(o.run_id == run_id, o.body == body, o.claimed_by.is_(None)).values(body=sealed)
         try:
@@ -99,7 +104,8 @@ async def _next_queued(engine: AsyncEngine, after: str) -> tuple[str, str, bytes
 
 
 async def seal_stored_transcripts(
-    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, late_upload_s: float = 60.0
+    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, late_upload_s: float = 60.0, *,
+    passed: PassedOver | None = None,
 ) -> int:
     """Write each plain transcript object again, sealed under its user's data key; how many.
 
@@ -108,9 +114,12 @@ async def seal_stored_transcripts(
         store: Where the transcripts are.
         keys: The users' data keys.
         late_upload_s: How long S3 may still store a write it left unanswered (``late_upload_seconds``).
+        passed: Where a user whose key row does not open (damaged, or under a KEK KMS will not use) is kept,
+            their objects left as they are; without it, that raises.
 
     Raises:
-        KeyUnavailable, DataKeyDamaged: A user's key could not be had. UploadInDoubt: S3 left a write
+        KeyUnavailable: The key-encryption key could not be used. DataKeyDamaged, KeyDestroyed: a user's key
+        row does not open, and no ``passed`` was given. UploadInDoubt: S3 left a write
         unanswered (on record until it can no longer land). TranscriptUnavailable: the store failed.
         StoreUnavailable: The database failed.
     """
@@ -131,15 +140,15 @@ async def seal_stored_transcripts(
         if is_sealed(body):
             continue
         try:
-            data_key = await keys.key_to_seal(user_id, exists().where(
-                subjects.c.subject_key == subject, subjects.c.user_id == user_id))
+            data_key = await key_to_seal(keys, user_id, exists().where(
+                subjects.c.subject_key == subject, subjects.c.user_id == user_id), passed)
             if data_key is not None:
                 # Its first write time kept: written again, its retention must not start over.
                 await record_rewrite(engine, store, stored.key, subject, stored.modified)
         except ErasureInProgress:
             data_key = None
         if data_key is None:
-            owners[subject] = None  # fenced or erased since the lookup: left to the erasure
+            owners[subject] = None  # fenced or erased since the lookup (left to the erasure), or passed over
             continue
         sealed = data_key.seal(body, sealed_context(stored.key))
         if await _write_again(engine, store, stored, sealed, owner, late_upload_s):

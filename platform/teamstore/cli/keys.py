@@ -5,7 +5,7 @@
     teamstore keys rotate                 # every key_rotation_days (schedule it); --to KMS_KEY to move to KMS
     teamstore keys retire                 # daily (schedule it): destroys the retired KEKs that are due
     teamstore keys migrate                # seal what was written before sealing (states, checkpoints, memory,
-                                          # transcripts)
+                                          # transcripts); exit 2 if a user's damaged key row left theirs unsealed
 
 See docs/erasure.md for what the rotation bound means for backups.
 """
@@ -37,6 +37,10 @@ UNUSABLE = 2
 """``keys status``'s exit status when a key-encryption key in use (current, or wrapping live data keys) cannot be
 used now: the key file missing, readable by others or without the key; KMS unreachable, refusing, or the key
 disabled. What it found is printed all the same, and each cause with its fix on stderr."""
+
+LEFT_UNSEALED = 2
+"""``keys migrate``'s exit status when it passed users over (their data key row damaged, or under a key-encryption
+key KMS will not use): it sealed everyone else's data, and theirs is left as it was."""
 
 _ROTATE_AGAIN = "run `teamstore keys rotate` again"
 
@@ -288,29 +292,56 @@ def keys_migrate(
     as_json: bool = JsonOption,
 ) -> None:
     """Seal what was written before sealing: stored and quarantined states and run checkpoints, users' memory,
-    queued and stored transcripts."""
+    queued and stored transcripts. A user whose data key row does not open is passed over and reported (exit 2)."""
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
         from teamstore.db.engine import empty_sqlite_log
+        from teamstore.keys.passed_over import PassedOver
         from teamstore.memory.sealing import seal_saved_memory
         from teamstore.state.sealed import seal_saved_states
 
-        done: dict[str, Any] = {**await seal_saved_states(a.engine, a.keys), **await seal_saved_memory(a.engine, a.keys)}
-        done["outbox"] = await seal_queued_transcripts(a.engine, a.keys)
+        passed = PassedOver()
+        done: dict[str, Any] = {**await seal_saved_states(a.engine, a.keys, passed=passed),
+                                **await seal_saved_memory(a.engine, a.keys, passed=passed)}
+        done["outbox"] = await seal_queued_transcripts(a.engine, a.keys, passed=passed)
         if transcripts:
             late = a.settings.late_upload_seconds
-            done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys, late)
+            done["transcripts"] = await seal_stored_transcripts(a.engine, a.transcript_store, a.keys, late,
+                                                                passed=passed)
         else:
             done["transcripts"] = 0
         await empty_sqlite_log(a.engine, "sealing")  # its older frames hold the rows as they were, unsealed
-        return done
+        return {**done, **passed.as_dict()}
 
     data = with_app(go, must_exist=True)
-    emit(data, as_json=as_json, render=lambda d: console.print(plain(
-        f"sealed {d['sessions']} session state(s), {d['quarantine']} quarantined state(s), {d['checkpoints']} run "
-        f"checkpoint(s), {d['memories']} memory summar(ies) and {d['facts']} fact value(s), {d['outbox']} queued and "
-        f"{d['transcripts']} stored transcript(s)")))
+
+    def render(d: dict[str, Any]) -> None:
+        console.print(plain(
+            f"sealed {d['sessions']} session state(s), {d['quarantine']} quarantined state(s), {d['checkpoints']} "
+            f"run checkpoint(s), {d['memories']} memory summar(ies) and {d['facts']} fact value(s), {d['outbox']} "
+            f"queued and {d['transcripts']} stored transcript(s)"))
+        _warn_passed_over(d)
+
+    emit(data, as_json=as_json, render=render)
+    if data["damaged"] or data["unusable"]:
+        raise typer.Exit(LEFT_UNSEALED)  # a scheduled run must not pass as done
+
+
+def _warn_passed_over(d: dict[str, Any]) -> None:
+    """The users ``keys migrate`` passed over, by count (``--json`` names their key rows, never the users)."""
+    if d["damaged"]:
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"{len(d['damaged'])} user(s) were passed over, their data left unsealed: their data key row does not "
+            "open under its key-encryption key. Restore those ts_data_keys rows from a database backup (`--json` "
+            "gives their key ids in `damaged`), then run `teamstore keys migrate` again"))
+    if d["unusable"]:
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"{len(d['unusable'])} user(s) were passed over, their data left unsealed: their data key row is under "
+            "a key-encryption key that is disabled, scheduled for deletion or destroyed (`--json` gives their key "
+            "ids in `unusable`). If it was disabled or retired by mistake, `aws kms cancel-key-deletion` (if its "
+            "deletion is scheduled) and `aws kms enable-key`, then run `teamstore keys migrate` again; if it is "
+            "gone, their data key is beyond use and erasing those users removes what they stored"))
 
 
 def register(root: typer.Typer) -> None:

@@ -259,6 +259,16 @@ class KeyService:
                 self._cache.popitem(last=False)
         return key
 
+    async def key_id(self, user_id: str) -> str | None:
+        """The id of ``user_id``'s data key row, read without opening it (``None``: they have none). It names
+        no user: reports name a row by it.
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        row = await self._row(user_id)
+        return row[0] if row is not None else None
+
     async def _row(self, user_id: str) -> tuple[str, str, bytes] | None:
         query = select(data_keys.c.key_id, data_keys.c.kek_id, data_keys.c.wrapped).where(
             data_keys.c.user_id == user_id)

@@ -31,6 +31,7 @@ from teamstore.errors import (
     StateRejected,
     StoreUnavailable,
 )
+from teamstore.keys.passed_over import PassedOver, key_to_seal
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.schema import facts, memories
 from teamstore.state.envelope import SEALED_PREFIX, is_sealed_text, seal_text, sealed_bytes
@@ -96,17 +97,27 @@ def opened_under(data_key: DataKey | None, stored: Any, where: str) -> str | Non
         return None
 
 
-async def seal_saved_memory(engine: AsyncEngine, keys: KeyService, batch: int = 200) -> dict[str, int]:
+async def seal_saved_memory(
+    engine: AsyncEngine, keys: KeyService, batch: int = 200, *, passed: PassedOver | None = None
+) -> dict[str, int]:
     """Seal the summaries and fact values written before sealing (``teamstore keys migrate``).
 
     Each value is rewritten only if it is still as read (a write meanwhile sealed its own), without a new
     version; a user an erasure fences is left to the erasure.
 
+    Args:
+        engine: The state database.
+        keys: The users' data keys.
+        batch: Rows read at a time.
+        passed: Where a user whose key row does not open (damaged, or under a KEK KMS will not use) is kept,
+            their memory left as it is; without it, that raises.
+
     Returns:
         How many summaries (``memories``) and fact values (``facts``) were sealed.
 
     Raises:
-        KeyUnavailable, DataKeyDamaged: A user's key could not be had (rerun: what was sealed stays sealed).
+        KeyUnavailable: The key-encryption key could not be used (rerun: what was sealed stays sealed).
+        DataKeyDamaged, KeyDestroyed: A user's key row does not open, and no ``passed`` was given.
         StoreUnavailable: The database failed.
     """
     done = {"memories": 0, "facts": 0}
@@ -118,12 +129,12 @@ async def seal_saved_memory(engine: AsyncEngine, keys: KeyService, batch: int = 
                 *key, plain = row
                 where = summary_context(key[1]) if table is memories else fact_context(key[1], key[2])
                 try:
-                    data_key = await keys.key_to_seal(key[0], exists().where(
-                        *(c == v for c, v in zip(keyed, key, strict=True))))
+                    data_key = await key_to_seal(keys, key[0], exists().where(
+                        *(c == v for c, v in zip(keyed, key, strict=True))), passed)
                 except ErasureInProgress:
                     continue  # fenced since the read (and no key yet): left to the erasure
                 if data_key is None:
-                    continue  # the row went since the read (an erasure ended meanwhile): no key is made for it
+                    continue  # the row went since the read (an erasure ended meanwhile), or its user is passed over
                 text = sealed(data_key, plain, where)
                 done[name] += await _reseal(engine, table, keyed, key, column, plain, text)
             after = tuple(rows[-1][:-1])

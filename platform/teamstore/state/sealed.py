@@ -40,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, KeyDestroyed, PayloadUnreadable, StateRejected
+from teamstore.keys.passed_over import PassedOver, key_to_seal
 from teamstore.keys.sealed import open_sealed
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.state.base import (
@@ -363,18 +364,28 @@ _SAVED = ((sessions, "sessions", "state", context), (quarantine, "quarantine", "
 and its sealed context."""
 
 
-async def seal_saved_states(engine: AsyncEngine, keys: KeyService, batch: int = 200) -> dict[str, int]:
+async def seal_saved_states(
+    engine: AsyncEngine, keys: KeyService, batch: int = 200, *, passed: PassedOver | None = None
+) -> dict[str, int]:
     """Seal the states and run checkpoints saved before sealing, in ``ts_sessions`` and ``ts_quarantine``
     (``teamstore keys migrate``).
 
     Each row is rewritten only if it is still as read (a session that saved meanwhile sealed its own state),
     without a new row version; a user an erasure fences is left to the erasure.
 
+    Args:
+        engine: The state database.
+        keys: The users' data keys.
+        batch: Rows read at a time.
+        passed: Where a user whose key row does not open (damaged, or under a KEK KMS will not use) is kept,
+            their rows left as they are; without it, that raises.
+
     Returns:
         How many states of each table, and how many checkpoints, were sealed.
 
     Raises:
-        KeyUnavailable, DataKeyDamaged: A user's key could not be had (rerun: what was sealed stays sealed).
+        KeyUnavailable: The key-encryption key could not be used (rerun: what was sealed stays sealed).
+        DataKeyDamaged, KeyDestroyed: A user's key row does not open, and no ``passed`` was given.
         StoreUnavailable: The database failed.
     """
     sealed = {"sessions": 0, "quarantine": 0, "checkpoints": 0}
@@ -384,11 +395,12 @@ async def seal_saved_states(engine: AsyncEngine, keys: KeyService, batch: int = 
         while rows := await _plain_rows(engine, table, ident, column, after, batch):
             for user_id, key, session_id, plain in rows:
                 try:
-                    data_key = await keys.key_to_seal(user_id, exists().where(table.c.user_id == user_id, ident == key))
+                    data_key = await key_to_seal(keys, user_id, exists().where(table.c.user_id == user_id,
+                                                                                ident == key), passed)
                 except ErasureInProgress:
                     continue  # fenced since the read (and no key yet): left to the erasure
                 if data_key is None:
-                    continue  # the row went since the read (an erasure ended meanwhile): no key is made for it
+                    continue  # the row went since the read (an erasure ended meanwhile), or its user is passed over
                 text = seal_text(data_key.seal(plain.encode("utf-8"), where(session_id), compress=True))
                 sealed[name] += await _reseal(engine, table, ident, column, (user_id, key), plain, text)
             after = (rows[-1][0], rows[-1][1])
