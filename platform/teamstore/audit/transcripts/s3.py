@@ -32,6 +32,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -327,7 +328,8 @@ class S3TranscriptStore:
         return [Refusal(version, code) for version, code in found if code is not None]
 
     async def hold(self, version: ObjectVersion) -> HoldStatus:
-        """Whether Object Lock protects ``version``: a legal hold, or a retention date still ahead.
+        """Whether Object Lock protects ``version``: a legal hold, or a retention date still ahead on S3's clock
+        (the ``Date`` of its answer; this host's clock only when it gives none).
 
         Raises:
             TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
@@ -349,7 +351,7 @@ class S3TranscriptStore:
         if head.get("ObjectLockLegalHoldStatus") == "ON":
             return HoldStatus.HELD
         until = head.get("ObjectLockRetainUntilDate")
-        return HoldStatus.HELD if until and until > datetime.now(UTC) else HoldStatus.FREE
+        return HoldStatus.HELD if until and until > _s3_now(head) else HoldStatus.FREE
 
     def _head(self, version: ObjectVersion) -> dict[str, Any]:
         from botocore.exceptions import ClientError
@@ -425,6 +427,23 @@ class S3TranscriptStore:
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self.client.close)
+
+
+def _s3_now(answer: dict[str, Any]) -> datetime:
+    """The time on S3's clock when it gave ``answer`` (its ``Date`` header); this host's when it gave none.
+
+    S3 ends a retention period by its own clock. Judged by this host's, one running ahead took a locked version
+    for free (an erasure or a retention sweep then failed on S3's refusal, "no hold explains it"), and one running
+    behind took a free version for held (kept, and reported retained or unreadable, instead of deleted).
+    """
+    date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        said = parsedate_to_datetime(date) if date else None
+    except (TypeError, ValueError):
+        said = None  # not an HTTP date: judged as if none were given
+    if said is None:
+        return datetime.now(UTC)
+    return said.replace(tzinfo=UTC) if said.tzinfo is None else said.astimezone(UTC)
 
 
 def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:
