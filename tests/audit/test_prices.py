@@ -9,7 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
@@ -192,3 +192,35 @@ def test_a_price_file_that_prices_nothing_fails_the_command_with_its_fix(
     monkeypatch.setenv("TEAMSTORE_PRICES_PATH", str(path))
     result = CliRunner().invoke(app, ["prices", "show"])
     assert result.exit_code == 1 and "offline-small: no price entry" in result.output and "fix:" in result.output
+
+
+async def test_a_run_writing_a_new_price_version_reads_no_ledger_row_and_keeps_earlier_models_priced(
+    engine: AsyncEngine,
+) -> None:
+    earlier = LedgerObserver(engine, Pseudonyms(engine), PriceSync(lambda: TABLE))
+    await observe_run([earlier], metered_round_robin(model="gpt-4o-2024-08-06"), context(session_id="a"))
+    newer = parse_prices({"version": "2027-01-01", "models": {
+        "gpt-4o": [{"effective_from": "2024-05-13", "input": 4, "output": 12}],
+        "gpt-4o-2024-*": [{"effective_from": "2024-08-06", "input": 2, "output": 8}]}})
+    statements: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:  # the first run of a process with a new version: with millions of ledger rows, a pass over them stalled it
+        later = LedgerObserver(engine, Pseudonyms(engine), PriceSync(lambda: newer))
+        await observe_run([later], metered_round_robin(model="gpt-4o"), context(session_id="b"))
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert [s for s in statements if "ts_usage" in s and s.lstrip().upper().startswith("SELECT")] == []
+    # The model only the earlier run recorded is priced under the new version all the same.
+    view = await _view(engine)
+    assert len(view) == 2 and all(cost is not None and version == "2027-01-01" for cost, version in view)
+
+
+async def test_db_upgrade_prices_every_model_of_the_ledger_under_a_new_version(engine: AsyncEngine) -> None:
+    await observe_run([LedgerObserver(engine, Pseudonyms(engine))], metered_round_robin(model="gpt-4o-2024-08-06"),
+                      context())  # recorded with no price sync: no version names the model
+    await PriceSync(lambda: TABLE, whole_ledger=True).ensure(engine, ())
+    assert [version for cost, version in await _view(engine) if cost is not None] == ["2026-12-01"]

@@ -11,6 +11,11 @@ The view joins each ledger row to ``ts_prices`` by the model's exact name, so a 
 remember a sync: ``teamstore db upgrade`` and the first run a process records write the table's version
 if the database holds none as new, and each model a process records for the first time gets its rows.
 The database keeps the greatest version it was given: a process with an older table writes nothing.
+
+Only ``db upgrade`` and ``prices sync`` read the ledger's model names (one pass over every row). A run writes
+a new version for the models ``ts_prices`` already names and its own, so no run waits on that pass: every
+model an earlier version priced stays priced, and a model no earlier version priced is priced once it is
+recorded again or by the next ``db upgrade`` or ``prices sync``.
 """
 
 from __future__ import annotations
@@ -63,6 +68,11 @@ async def _ledger_models(conn: AsyncConnection) -> list[str]:
     return [str(m) for m in (await conn.execute(select(usage.c.model).distinct())).scalars()]
 
 
+async def _priced_models(conn: AsyncConnection) -> list[str]:
+    # ts_prices holds a row per model and price entry: a few hundred rows, where the ledger may hold millions.
+    return [str(m) for m in (await conn.execute(select(prices.c.model).distinct())).scalars()]
+
+
 async def _newer_version(conn: AsyncConnection, version: str) -> str | None:
     # Compared in SQL, under the database's collation, as the view's MAX(version) compares.
     found = await conn.scalar(select(func.max(prices.c.version)).where(prices.c.version > version))
@@ -105,10 +115,13 @@ class PriceSync:
 
     Args:
         load: Returns the price table (read when first needed: a malformed file fails no run).
+        whole_ledger: Write a new version for every model the ledger names (``db upgrade``), which reads
+            every ledger row once; else for the models ``ts_prices`` names (a run's path).
     """
 
-    def __init__(self, load: Callable[[], PriceTable]) -> None:
+    def __init__(self, load: Callable[[], PriceTable], *, whole_ledger: bool = False) -> None:
         self._load = load
+        self._whole_ledger = whole_ledger
         self._table: PriceTable | None = None
         self._newer: str | None = None  # the database prices with a later version than ours: leave it
         self._known: set[str] = set()
@@ -140,11 +153,15 @@ class PriceSync:
 
     async def _first(self, conn: AsyncConnection, table: PriceTable) -> set[str]:
         """What the first call writes: nothing if the database holds this version or a later one, else the
-        whole table, its patterns written out for the models the ledger holds."""
+        whole table, its patterns written out for the models an earlier version priced (or, with
+        ``whole_ledger``, the ledger holds)."""
         self._newer = await _newer_version(conn, table.version)
         if self._newer is not None:
             log.warning("ts_prices holds price version %s, later than this process's %s: the session_costs "
                         "view prices with it", self._newer, table.version)
             return set()
         held = await conn.scalar(select(func.count()).select_from(prices).where(prices.c.version == table.version))
-        return set() if held else {*table.prices, *await _ledger_models(conn)}
+        if held:
+            return set()
+        models = await (_ledger_models(conn) if self._whole_ledger else _priced_models(conn))
+        return {*table.prices, *models}

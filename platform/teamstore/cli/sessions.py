@@ -412,7 +412,8 @@ def db_upgrade(as_json: bool = JsonOption) -> None:
         before = await current_revision(app.engine)
         after = await upgrade(app.engine)
         table = load_prices(app.settings.prices_path)
-        await PriceSync(lambda: table).ensure(app.engine, ())  # the session_costs view prices with it at once
+        # The session_costs view prices with it at once, every model of the ledger (runs read no ledger for it).
+        await PriceSync(lambda: table, whole_ledger=True).ensure(app.engine, ())
         return {"database": redact_url(app.settings.resolved_database_url), "from": before, "to": after,
                 "prices": table.version}
 
