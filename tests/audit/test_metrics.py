@@ -142,6 +142,12 @@ async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database
                 {"request_id": "fresh", "status": "open", "received_at": now, "due_at": now + timedelta(days=30),
                  "updated_at": now},
             ])
+            await conn.execute(insert(erasure_requests).values(  # given its own keys: an executemany takes the first row's
+                request_id="extended", status="failed", received_at=now - timedelta(days=40),
+                due_at=now - timedelta(days=10), extended_due_at=now + timedelta(days=50), updated_at=now))
+            await conn.execute(insert(erasure_requests).values(
+                request_id="just-done", status="no_match", received_at=now - timedelta(days=1),
+                due_at=now + timedelta(days=29), completed_at=now - timedelta(hours=1), updated_at=now))
     points = otlp_protocol_env.wait_for_metrics(lambda p: bool(_named(p, "teamstore.outbox.depth")))
     (depth,) = _named(points, "teamstore.outbox.depth")
     (age,) = _named(points, "teamstore.outbox.oldest_age")
@@ -149,8 +155,9 @@ async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database
     assert 20 * 60 <= age["value"] < 25 * 60
     by_status = {p["attributes"]["teamstore.erasure.status"]: p["value"]
                  for p in _named(points, "teamstore.erasure.requests")}
-    assert by_status == {"open": 2, "completed": 1, "failed": 0, "retained_under_hold": 0}
-    assert [p["value"] for p in _named(points, "teamstore.erasure.requests.overdue")] == [1]
+    assert by_status == {"open": 2, "failed": 1, "retained_under_hold": 0}
+    assert [p["value"] for p in _named(points, "teamstore.erasure.requests.overdue")] == [1]  # "late" only
+    assert [p["value"] for p in _named(points, "teamstore.erasure.requests.completed")] == [1]  # "just-done"
 
 
 async def test_no_metric_carries_a_user_id_a_session_id_or_the_users_words(

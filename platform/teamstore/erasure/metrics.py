@@ -4,15 +4,20 @@
 
     observe_erasures(meter_provider.get_meter("teamstore"), create_reader(engine))
 
-``teamstore.erasure.requests`` counts requests by ``teamstore.erasure.status`` (``open``, ``completed``,
-``failed``, ``retained_under_hold``); ``teamstore.erasure.requests.overdue`` counts those not completed
-whose deadline (``due_at``) has passed: the figure to alert on. Requests carry no user id into a metric.
+``teamstore.erasure.requests`` counts the requests still standing by ``teamstore.erasure.status`` (``open``,
+``failed``, ``retained_under_hold``); ``teamstore.erasure.requests.overdue`` counts the open and failed ones
+whose deadline (the extended one, if any) has passed: the figure to alert on;
+``teamstore.erasure.requests.completed`` counts those finished in the last day. Requests carry no user id into
+a metric.
+
+Each reads the requests of a few statuses through ``ix_ts_erasure_requests_status`` (migration 0020): every
+request ever made stays in the table, and counting them all at each collection read all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -20,35 +25,59 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.engine import Engine
 
 from teamstore.audit.metrics import read_quietly
-from teamstore.erasure.receipt import RequestStatus
+from teamstore.erasure.desk import UNFINISHED, effective_due
+from teamstore.erasure.receipt import FINISHED, RequestStatus
 from teamstore.erasure.schema import erasure_requests
 
-STATUSES = (RequestStatus.OPEN, RequestStatus.COMPLETED, RequestStatus.FAILED, RequestStatus.RETAINED_UNDER_HOLD)
-"""Every status a stored request can have (a dry run stores none); each is reported, 0 included."""
+STATUSES = (RequestStatus.OPEN, RequestStatus.FAILED, RequestStatus.RETAINED_UNDER_HOLD)
+"""The statuses of a request still standing; each is reported, 0 included. Finished ones (``completed``,
+``no_match``) are counted over the last :data:`COMPLETED_WITHIN` only: they grow with every request ever made."""
+
+COMPLETED_WITHIN = timedelta(days=1)
+
+
+def standing_query() -> Select[Any]:
+    """The requests still standing, counted by status."""
+    r = erasure_requests.c
+    return select(r.status, func.count()).where(r.status.in_([str(s) for s in STATUSES])).group_by(r.status)
+
+
+def overdue_query(now: datetime) -> Select[Any]:
+    """The open and failed requests whose deadline in force (as ``erasure list`` shows it) was before ``now``."""
+    r = erasure_requests.c
+    return select(func.count()).where(r.status.in_([str(s) for s in UNFINISHED]), effective_due() < now)
+
+
+def completed_query(now: datetime) -> Select[Any]:
+    """The requests that finished in the :data:`COMPLETED_WITHIN` before ``now``."""
+    r = erasure_requests.c
+    return select(func.count()).where(r.status.in_([str(s) for s in FINISHED]), r.completed_at >= now - COMPLETED_WITHIN)
 
 
 def observe_erasures(meter: Meter, reader: Engine) -> None:
-    """Register the two erasure gauges on ``meter``; each collection runs one small query per gauge."""
+    """Register the erasure gauges on ``meter``; each collection runs one small query per gauge."""
 
     def by_status(_options: CallbackOptions) -> Iterable[Observation]:
-        query = select(erasure_requests.c.status, func.count()).group_by(erasure_requests.c.status)
-        found = read_quietly(lambda: _rows(reader, query), "erasure requests")
+        found = read_quietly(lambda: _rows(reader, standing_query()), "erasure requests")
         if found is None:
             return []
         counts = {str(status): int(count) for status, count in found}
         return [Observation(counts.get(str(s), 0), {"teamstore.erasure.status": str(s)}) for s in STATUSES]
 
-    def overdue(_options: CallbackOptions) -> Iterable[Observation]:
-        query = select(func.count()).where(
-            erasure_requests.c.status != str(RequestStatus.COMPLETED), erasure_requests.c.due_at < datetime.now(UTC)
-        )
-        found = read_quietly(lambda: _rows(reader, query), "overdue erasure requests")
-        return [] if found is None else [Observation(int(found[0][0] or 0))]
+    def count(query: Callable[[datetime], Select[Any]], what: str) -> Callable[[CallbackOptions], list[Observation]]:
+        def observe(_options: CallbackOptions) -> list[Observation]:
+            found = read_quietly(lambda: _rows(reader, query(datetime.now(UTC))), what)
+            return [] if found is None else [Observation(int(found[0][0] or 0))]
+        return observe
 
     meter.create_observable_gauge("teamstore.erasure.requests", [by_status], unit="{request}",
-                                  description="Erasure requests by status.")
-    meter.create_observable_gauge("teamstore.erasure.requests.overdue", [overdue], unit="{request}",
-                                  description="Erasure requests not completed whose deadline has passed.")
+                                  description="Erasure requests still standing, by status.")
+    meter.create_observable_gauge("teamstore.erasure.requests.overdue",
+                                  [count(overdue_query, "overdue erasure requests")], unit="{request}",
+                                  description="Open and failed erasure requests whose deadline has passed.")
+    meter.create_observable_gauge("teamstore.erasure.requests.completed",
+                                  [count(completed_query, "completed erasure requests")], unit="{request}",
+                                  description="Erasure requests finished in the last day.")
 
 
 def _rows(reader: Engine, query: Select[Any]) -> list[tuple[Any, ...]]:

@@ -15,7 +15,7 @@ extension of the due date, and ``ts_erasure_attempts`` (who ran each attempt of 
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, DateTime, Integer, PrimaryKeyConstraint, String, Table, Text
+from sqlalchemy import JSON, Column, DateTime, Index, Integer, PrimaryKeyConstraint, String, Table, Text
 
 from teamstore.db.metadata import metadata
 from teamstore.ids import MAX_ID_CHARS
@@ -48,6 +48,8 @@ erasure_requests = Table(
     Column("extension_reason", Text, nullable=True),
     Column("extended_at", DateTime(timezone=True), nullable=True),
     Column("extension_operator", String(MAX_PERSON_CHARS), nullable=True),
+    # The metrics' gauges read the requests of a few statuses, finished ones by when (migration 0020).
+    Index("ix_ts_erasure_requests_status", "status", "completed_at"),
 )
 
 # One row per run of a request (a rerun resumes it: a second attempt), with who ran it and how it ended.
