@@ -14,7 +14,7 @@ from sqlalchemy import delete, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.analytics.query import CostQuery, cost_report, parse_when
-from teamstore.audit.cost import CostReport
+from teamstore.audit.cost import CostReport, _Rows, costliest, query_costs
 from teamstore.audit.schema import subject_sessions, subjects, usage
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -199,6 +199,28 @@ async def test_top_keeps_the_costliest_groups_ties_by_tokens_and_the_total_count
         ("alice / s1", D("0.00636")), ("alice / s2", D("0.003")), ("dave / d1", D("0.003"))]
     assert (report.top, report.groups, report.total.cost) == (3, 5, TOTAL)
     assert [row.key for row in (await _report(ledger, "model", top=1)).rows] == ["m-big"]
+
+
+async def test_top_sessions_are_priced_one_session_at_a_time_and_agree_with_the_whole_report(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = [(f"r{i}", f"user{i % 3}", f"s{i}", "support", "v1", f"2026-11-{1 + i % 9:02d}", "limited" if i % 4 else
+             "completed", [("triage", "m-big", 100 * (i % 7), 10 * i, 1), ("critic", "m-small-2024", 50 * i, 5, 1)])
+            for i in range(24)]
+    await seed_ledger(engine, runs)
+    whole = await query_costs(engine, PRICES, "session")
+    held: list[int] = []
+    add_tokens = _Rows.add_tokens
+
+    def counting(rows: _Rows, values: dict[str, object], sums: tuple[object, object, object]) -> None:
+        held.append(len(rows.groups))
+        add_tokens(rows, values, sums)
+
+    monkeypatch.setattr(_Rows, "add_tokens", counting)
+    top = await query_costs(engine, PRICES, "session", top=3)
+    # A report of millions of sessions held every one of them to keep three.
+    assert max(held) <= 2 * 3 + 1
+    assert top.rows == sorted(whole.rows, key=costliest)[:3] and (top.groups, top.total) == (24, whole.total)
 
 
 @pytest.mark.parametrize(("filters", "message", "suggestions"), [

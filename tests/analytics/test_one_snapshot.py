@@ -26,12 +26,12 @@ def land_a_run_before_each_count(engine: AsyncEngine, monkeypatch: pytest.Monkey
     landed: list[str] = []
     count: Callable[..., Awaitable[list[Any]]] = cost._run_groups
 
-    async def land_then_count(conn: Any, names: list[str], where: Any) -> list[Any]:
+    async def land_then_count(conn: Any, names: list[str], where: Any, *among: Any) -> list[Any]:
         user = f"late-{len(landed)}"
         await seed_ledger(engine, [(f"r-{user}", user, "s1", "support", "v1", "2026-11-09", "completed",
                                     [("triage", "m-big", 1000, 100, 1)])])
         landed.append(user)
-        return await count(conn, names, where)
+        return await count(conn, names, where, *among)
 
     monkeypatch.setattr(cost, "_run_groups", land_then_count)
     return landed

@@ -19,7 +19,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, literal, select, true
@@ -27,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.analytics.names import name_rows
-from teamstore.audit.cost import CostFilter, CostReport, CostRow, group_fields, parse_by, query_costs
+from teamstore.audit.cost import CostFilter, CostReport, group_fields, parse_by, query_costs
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import subjects, usage
 from teamstore.audit.subjects import session_key, subject_of
@@ -143,23 +142,17 @@ async def cost_report(source: AsyncEngine | AsyncConnection, prices: PriceTable,
 
 async def _report(conn: AsyncConnection, prices: PriceTable, query: CostQuery) -> CostReport:
     where = await _filter(conn, query)
-    report = await query_costs(conn, prices, query.by, where) if where is not None else None
+    report = await query_costs(conn, prices, query.by, where, top=query.top) if where is not None else None
     if report is None or not report.rows:
         empty = report or await query_costs(conn, prices, query.by, CostFilter(subject_key=""))
         _finish(empty, query)
         raise await _no_match(conn, query, where, empty)
-    if query.top is not None:
-        report.rows = sorted(report.rows, key=_costliest)[: query.top]
     if not query.pseudonymous:
         await name_rows(conn, report.rows, query.by)
     if query.top is None:
         report.rows.sort(key=lambda r: r.key)
     _finish(report, query)
     return report
-
-
-def _costliest(row: CostRow) -> tuple[Decimal, int, str]:
-    return -(row.cost or Decimal(0)), -row.tokens, row.key
 
 
 def _finish(report: CostReport, query: CostQuery) -> None:

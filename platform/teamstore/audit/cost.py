@@ -23,7 +23,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Select, and_, case, func, select
+from sqlalchemy import ColumnElement, Select, and_, case, false, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.prices import PriceTable
@@ -232,13 +232,14 @@ async def _token_groups(conn: AsyncConnection, names: list[str], where: CostFilt
     return list((await conn.execute(query)).all())
 
 
-async def _run_groups(conn: AsyncConnection, names: list[str], where: CostFilter) -> list[Any]:
-    """Distinct runs per group of ``names``, then how many of them were interrupted (continued or abandoned
-    from a checkpoint)."""
+async def _run_groups(conn: AsyncConnection, names: list[str], where: CostFilter,
+                      among: ColumnElement[bool] | None = None) -> list[Any]:
+    """Distinct runs per group of ``names`` (of the groups ``among`` picks, if given), then how many of them
+    were interrupted (continued or abandoned from a checkpoint)."""
     cols = [usage.c[n] for n in names]
     interrupted = func.count(func.distinct(case((usage.c.interruptions > 0, usage.c.run_id))))
     query = _filtered(select(*cols, func.count(func.distinct(usage.c.run_id)), interrupted), where).group_by(*cols)
-    return list((await conn.execute(query)).all())
+    return list((await conn.execute(query if among is None else query.where(among))).all())
 
 
 def as_date(day: Any) -> date:
@@ -298,8 +299,26 @@ class _Rows:
         self.groups: dict[tuple[tuple[Any, ...], ...], CostRow] = {}
         self.total = CostRow(key="total")
 
+    def raw(self, values: dict[str, Any]) -> tuple[tuple[Any, ...], ...]:
+        """The group of a ledger record's ``values``."""
+        return tuple(_dim_value(d, values) for d in self.dims)
+
+    def keep(self, top: int) -> None:
+        """Forget all but the ``top`` costliest groups."""
+        self.groups = dict(sorted(self.groups.items(), key=lambda item: costliest(item[1]))[:top])
+
+    def matches(self, raw: tuple[tuple[Any, ...], ...]) -> ColumnElement[bool]:
+        """The ledger rows of the group ``raw`` (of dimensions whose groups are their columns' values)."""
+        clauses = []
+        for dim, values in zip(self.dims, raw, strict=True):
+            for name, value in zip(DIMENSIONS[dim], values, strict=True):
+                column = usage.c[name]
+                value = as_date(value) if dim == "day" else value
+                clauses.append(column.is_(None) if value is None else column == value)
+        return and_(*clauses)
+
     def row(self, values: dict[str, Any]) -> CostRow:
-        raw = tuple(_dim_value(d, values) for d in self.dims)
+        raw = self.raw(values)
         if raw not in self.groups:
             group = pseudonymous_group(self.dims, raw)
             self.groups[raw] = CostRow(key=" / ".join(group.values()), group=group, raw=raw)
@@ -341,14 +360,47 @@ async def _sum(conn: AsyncConnection, rows: _Rows, where: CostFilter) -> None:
     for record in await _token_groups(conn, token_cols, where):
         values = dict(zip(token_cols, record, strict=False))
         rows.add_tokens(values, (record[-3], record[-2], record[-1]))
+    await _sum_runs(conn, rows, where)
+
+
+async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: int) -> int:
+    """As :func:`_sum`, keeping only the ``top`` costliest groups: the ledger's tokens are read in the groups'
+    order, each group priced whole before the next begins, so ``rows`` holds at most twice ``top`` of them
+    however many there are. Returns how many groups there were."""
+    token_cols = _columns(rows.dims, "model", "day", "ended_by_limit")
+    cols = [usage.c[n] for n in token_cols]
+    sums = [func.sum(usage.c.calls), func.sum(usage.c.input_tokens), func.sum(usage.c.output_tokens)]
+    query = _filtered(select(*cols, *sums), where).group_by(*cols).order_by(*(usage.c[n] for n in _columns(rows.dims)))
+    groups, current = 0, None
+    async for record in await conn.stream(query):
+        values = dict(zip(token_cols, record, strict=False))
+        raw = rows.raw(values)
+        if raw != current:  # every group in rows is whole: the costliest may be kept
+            groups, current = groups + 1, raw
+            if len(rows.groups) >= 2 * top:
+                rows.keep(top)
+        rows.add_tokens(values, (record[-3], record[-2], record[-1]))
+    rows.keep(top)
+    await _sum_runs(conn, rows, where, among=or_(false(), *(rows.matches(raw) for raw in rows.groups)))
+    return groups
+
+
+async def _sum_runs(conn: AsyncConnection, rows: _Rows, where: CostFilter,
+                    among: ColumnElement[bool] | None = None) -> None:
+    """Add the runs of ``rows``' groups (``among`` picks them, if given) and of the total."""
     run_cols = _columns(rows.dims, "ended_by_limit", "run_failed")
-    for record in await _run_groups(conn, run_cols, where):
+    for record in await _run_groups(conn, run_cols, where, among):
         values = dict(zip(run_cols, record, strict=False))
         _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
                   int(record[-1]))
     # Counted again without grouping: a run that used two models must count once in the total.
     for limited, failed, runs, interrupted in await _run_groups(conn, ["ended_by_limit", "run_failed"], where):
         _add_runs(rows.total, bool(limited), bool(failed), int(runs), int(interrupted))
+
+
+def costliest(row: CostRow) -> tuple[Decimal, int, str]:
+    """Sorts rows costliest first, ties by tokens, then by the ledger's key (an unknown cost as 0)."""
+    return -(row.cost or Decimal(0)), -row.tokens, row.key
 
 
 def _settle(row: CostRow) -> None:
@@ -360,7 +412,7 @@ def _settle(row: CostRow) -> None:
 
 async def query_costs(
     source: AsyncEngine | AsyncConnection, prices: PriceTable, by: str | Sequence[str] = "session",
-    where: CostFilter | None = None,
+    where: CostFilter | None = None, top: int | None = None,
 ) -> CostReport:
     """Token usage and cost grouped by one or two dimensions, users and sessions as pseudonymous keys.
 
@@ -373,9 +425,11 @@ async def query_costs(
         by: One or two of session, user, team, version, model, agent, purpose, day, week, month
             (``"team,model"``).
         where: Filters; ``None`` for the whole ledger.
+        top: Keep only the ``top`` costliest groups (ties by tokens, then by key), priced one group at a time
+            so that a report of millions of sessions holds a few of them at once; ``None`` keeps every group.
 
     Returns:
-        Rows sorted by key, plus a total row that counts each run once; runs ended by a limit are counted
+        Rows sorted by key (the costliest first with ``top``), plus a total row that counts each run once; runs ended by a limit are counted
         apart from completed ones.
 
     Raises:
@@ -385,9 +439,15 @@ async def query_costs(
     where = where or CostFilter()
     rows = _Rows(dims, prices)
     async with reading(source) as conn:
-        await _sum(conn, rows, where)
+        if top is not None and not {"week", "month"} & set(dims):  # a week's or month's days are no one group
+            groups = await _sum_top(conn, rows, where, top)
+        else:
+            await _sum(conn, rows, where)
+            groups = len(rows.groups)
     ordered = sorted(rows.groups.values(), key=lambda r: r.key)
+    if top is not None:
+        ordered = sorted(ordered, key=costliest)[:top]
     for row in (*ordered, rows.total):
         _settle(row)
     return CostReport(by=",".join(dims), price_version=prices.version, currency=prices.currency, rows=ordered,
-                      total=rows.total, fields=group_fields(dims), groups=len(ordered))
+                      total=rows.total, fields=group_fields(dims), groups=groups)
