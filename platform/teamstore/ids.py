@@ -5,19 +5,25 @@
     check_id("user_id", "alice")          # returns "alice"
     check_id("user_id", "a\\tb")           # raises InvalidIdentifier: a control character
 
-**An id is 1 to 256 characters of text**: no control character (U+0000-U+001F, U+007F) and no lone
-surrogate. Sessions, their stores, the audit's subjects and the command line all check ids by this
+**An id is 1 to 256 characters of text**: no control character (U+0000-U+001F, U+007F), no lone
+surrogate, not blank (only spaces or invisible characters), and no space or invisible character at its
+start or end (:func:`invisible`: a pasted ``"alice "`` would be a second user beside ``alice``, looking
+the same). Sessions, their stores, the audit's subjects and the command line all check ids by this
 rule; the tables' id columns are sized by :data:`MAX_ID_CHARS`. Ids are stored exactly as given: ``/``,
 ``..`` and unicode are fine because an id is only ever a bound parameter or hashed, never a path. No
 case folding and no unicode normalisation: two ids that differ in either are two different users.
 
-Erasure accepts a little more (:func:`check_erasable_id`): every id an earlier release could have stored.
-No release ever admitted a control character in a session's ids, but the audit's own check used to
-admit every one but NUL, so a subject (and the transcripts and ledger rows keyed by it) may exist for
-such a user id; it must stay erasable.
+Erasure and export accept a little more (:func:`check_erasable_id`): every id an earlier release could
+have stored. No release ever admitted a control character in a session's ids, but the audit's own check
+used to admit every one but NUL, so a subject (and the transcripts and ledger rows keyed by it) may exist
+for such a user id; and sessions were opened under blank ids and ids with spaces around them until this
+rule refused them. What is stored under such an id must stay erasable; :func:`refusal` tells the caller
+that the id is one of these, so that it can refuse the id when nothing is stored under it.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 from teamstore.errors import InvalidIdentifier
 
@@ -36,17 +42,38 @@ def check_id(kind: str, value: object) -> str:
         The same string, unchanged.
 
     Raises:
-        InvalidIdentifier: Not a string, empty, longer than 256 characters, or holding NUL, another
-            control character or a lone surrogate.
+        InvalidIdentifier: Not a string, empty, longer than 256 characters, holding NUL, another control
+            character or a lone surrogate, blank, or with a space or an invisible character at its start or end.
     """
     text = _checked_text(kind, value)
+    refused = refusal(kind, text)
+    if refused is not None:
+        raise refused
+    return text
+
+
+def refusal(kind: str, text: str) -> InvalidIdentifier | None:
+    """Why :func:`check_id` refuses ``text``, a string :func:`check_erasable_id` admits, if it does: a control
+    character, a blank id, or a space or an invisible character at its start or end. ``None`` for an id a
+    session can have. Its message says what is wrong (``user_id is blank ...``), never the id.
+    """
     bad = control_character(text)
     if bad is not None:
-        raise InvalidIdentifier(
-            f"{kind} contains the control character U+{ord(bad):04X}",
-            hint="strip NUL and control characters from ids",
+        return InvalidIdentifier(f"{kind} holds the control character U+{ord(bad):04X}",
+                                 hint="strip NUL and control characters from ids")
+    if all(invisible(c) for c in text):
+        return InvalidIdentifier(
+            f"{kind} is blank: it holds only spaces or invisible characters",
+            hint=f"pass the {kind} itself (a variable that is unset, or padded, gives a blank one)",
         )
-    return text
+    edge = next(((c, where) for c, where in ((text[0], "start"), (text[-1], "end")) if invisible(c)), None)
+    if edge is not None:
+        return InvalidIdentifier(
+            f"{kind} has U+{ord(edge[0]):04X}, a space or an invisible character, at its {edge[1]}",
+            hint=f"strip spaces and invisible characters from around the {kind}: a {kind} and the same one "
+            "with a space after it would be two different ones",
+        )
+    return None
 
 
 def check_ids(*, user_id: str | None = None, session_id: str | None = None) -> None:
@@ -63,9 +90,10 @@ def check_ids(*, user_id: str | None = None, session_id: str | None = None) -> N
 
 
 def check_erasable_id(value: object) -> str:
-    """Return ``value`` if an erasure may look for it: any id :func:`check_id` admits, and any id with a
-    control character other than NUL, which earlier releases' audit could store as a subject (no session
-    can have one: :func:`control_character` tells whether the caller should say so).
+    """Return ``value`` if an erasure or an export may look for it: any id :func:`check_id` admits, and any
+    id it refuses only for what :func:`refusal` names (a control character other than NUL, blank, spaces
+    around it), which earlier releases could store. No session can have one now: the caller asks
+    :func:`refusal`, to say so, and to refuse the id when nothing is stored under it.
 
     Raises:
         InvalidIdentifier: Not a string, empty, longer than 256 characters, holding NUL or a lone
@@ -95,6 +123,12 @@ def _checked_text(kind: str, value: object) -> str:
             hint="pass ids as valid Unicode (check how the client encodes them)",
         )
     return value
+
+
+def invisible(character: str) -> bool:
+    """Whether ``character`` shows as nothing: whitespace (U+0020, U+00A0, U+3000, ...) or a formatting
+    character (category Cf: U+200B zero width space, U+FEFF byte order mark, U+202E right-to-left override)."""
+    return character.isspace() or unicodedata.category(character) == "Cf"
 
 
 def control_character(value: str) -> str | None:

@@ -16,6 +16,7 @@ from teamstore.app import open_platform
 from teamstore.audit.metrics import call_attributes
 from teamstore.audit.otlp import check_endpoint, protocol
 from teamstore.audit.schema import outbox
+from teamstore.erasure.desk import list_requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.errors import ConfigurationError, SessionBusy
 from teamstore.events import ModelCall
@@ -141,6 +142,12 @@ async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database
                  "due_at": now - timedelta(days=10), "updated_at": now},
                 {"request_id": "fresh", "status": "open", "received_at": now, "due_at": now + timedelta(days=30),
                  "updated_at": now},
+                # Past their original due date, none of them overdue: answered (nothing held for the id), held
+                # under a legal hold, and extended to a date still ahead (`erase list --overdue` agrees).
+                {"request_id": "answered", "status": "no_match", "received_at": now - timedelta(days=40),
+                 "due_at": now - timedelta(days=10), "updated_at": now},
+                {"request_id": "held", "status": "retained_under_hold", "received_at": now - timedelta(days=40),
+                 "due_at": now - timedelta(days=10), "updated_at": now},
             ])
             await conn.execute(insert(erasure_requests).values(  # given its own keys: an executemany takes the first row's
                 request_id="extended", status="failed", received_at=now - timedelta(days=40),
@@ -148,6 +155,7 @@ async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database
             await conn.execute(insert(erasure_requests).values(
                 request_id="just-done", status="no_match", received_at=now - timedelta(days=1),
                 due_at=now + timedelta(days=29), completed_at=now - timedelta(hours=1), updated_at=now))
+        listed = [r.request_id for r in await list_requests(platform.engine, overdue=True)]
     points = otlp_protocol_env.wait_for_metrics(lambda p: bool(_named(p, "teamstore.outbox.depth")))
     (depth,) = _named(points, "teamstore.outbox.depth")
     (age,) = _named(points, "teamstore.outbox.oldest_age")
@@ -155,9 +163,10 @@ async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database
     assert 20 * 60 <= age["value"] < 25 * 60
     by_status = {p["attributes"]["teamstore.erasure.status"]: p["value"]
                  for p in _named(points, "teamstore.erasure.requests")}
-    assert by_status == {"open": 2, "failed": 1, "retained_under_hold": 0}
+    assert by_status == {"open": 2, "failed": 1, "retained_under_hold": 1}
     assert [p["value"] for p in _named(points, "teamstore.erasure.requests.overdue")] == [1]  # "late" only
     assert [p["value"] for p in _named(points, "teamstore.erasure.requests.completed")] == [1]  # "just-done"
+    assert listed == ["late"]  # the one definition of overdue
 
 
 async def test_no_metric_carries_a_user_id_a_session_id_or_the_users_words(

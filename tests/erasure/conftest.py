@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore import examples
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
-from teamstore.erasure import DeletionCoordinator, ErasureSettings
+from teamstore.erasure import DeletionCoordinator, ErasureSettings, Receipt
 from teamstore.erasure.steps import Progress
+from teamstore.keys import KeyService
+from teamstore.settings import Settings
 
 # No in-flight writes to wait for in most tests; the race test sets its own grace.
 KNOBS = ErasureSettings(fence_grace_seconds=0, lease_seconds=30)
@@ -54,3 +60,44 @@ async def s3_store(s3_env: str) -> AsyncIterator[S3TranscriptStore]:
 def coordinator(engine: AsyncEngine, store: Any, progress: Progress | None = None, **knobs: Any) -> DeletionCoordinator:
     """A coordinator with test knobs (no fence grace unless given)."""
     return DeletionCoordinator(engine, store, knobs=KNOBS.model_copy(update=knobs), progress=progress)
+
+
+@dataclass
+class KeyWaits:
+    """Erasures of a user who has a data key, whose ``keys`` step waits ``cache_seconds`` for workers' cached
+    copies of it: what each run said before it waited, and when its ``keys`` step was done (``time.monotonic``)."""
+
+    engine: AsyncEngine
+    store: Any
+    cache_seconds: float
+    said: list[tuple[float, str]] = field(default_factory=list)
+    keys_done: list[float] = field(default_factory=list)
+
+    def coordinator(self) -> DeletionCoordinator:
+        keys = KeyService.from_settings(self.engine, Settings(key_cache_seconds=self.cache_seconds))
+        coordinator = DeletionCoordinator(self.engine, self.store, knobs=KNOBS, keys=keys,
+                                          notice=lambda line: self.said.append((time.monotonic(), line)))
+        coordinator.after_step = lambda step: self.keys_done.append(time.monotonic()) if step == "keys" else None
+        return coordinator
+
+    async def make_key(self, user: str) -> None:
+        await self.coordinator().keys.data_key(user)
+
+    def began(self) -> list[float]:
+        """When each wait for the cached data keys was said to begin."""
+        return [at for at, line in self.said if "cached data keys" in line]
+
+    async def stopped_in_its_wait(self, user: str, request_id: str, after: float) -> None:
+        """Erase ``user``, stopped (as Ctrl-C stops it) ``after`` seconds into the ``keys`` step's wait."""
+        run = asyncio.create_task(self.coordinator().run(user, request_id=request_id))
+        while not self.began():
+            assert not run.done(), run
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(after)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        assert not self.keys_done  # stopped before the step was done
+
+    async def rerun(self, user: str, request_id: str) -> Receipt:
+        return await self.coordinator().run(user, request_id=request_id)

@@ -3,20 +3,28 @@ verdict for an id that matches nothing, on SQLite and a real Postgres."""
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
-from teamstore.audit.subjects import find_subject, get_or_create_subject
+from teamstore.audit.schema import subjects
+from teamstore.audit.subjects import find_subject, get_or_create_subject, new_session_secret, new_subject_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.desk import add_months, extend_request, list_requests
 from teamstore.erasure.schema import erasure_requests
-from teamstore.errors import ErasureInProgress, ErasureRequestNotFound, ExtensionRefused, InvalidIdentifier
+from teamstore.errors import (
+    ErasureConflict,
+    ErasureInProgress,
+    ErasureRequestNotFound,
+    ExtensionRefused,
+    InvalidIdentifier,
+)
 from teamstore.export.nearby import difference
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import audited_platform
@@ -269,7 +277,7 @@ async def test_a_new_request_id_that_is_blank_or_has_spaces_around_it_is_refused
     engine: AsyncEngine, folder: LocalTranscriptStore
 ) -> None:
     await get_or_create_subject(engine, "ivy")
-    for bad in ("   ", " REQ-7", "REQ-7 ", "REQ\x7f7"):  # a pasted ticket: a second request beside REQ-7
+    for bad in ("   ", " REQ-7", "REQ-7 ", "REQ\x7f7", "\ufeffREQ-7", "REQ-7\u200b"):  # a second request beside REQ-7
         for dry_run in (False, True):
             with pytest.raises(InvalidIdentifier, match="request id"):
                 await coordinator(engine, folder).run("ivy", request_id=bad, dry_run=dry_run)
@@ -339,3 +347,83 @@ async def test_a_new_request_id_that_names_its_user_is_refused_and_one_stored_be
     assert await coordinator(engine, folder).run(user, request_id=f"erase {user}") == done  # reported again
     other = await coordinator(engine, folder).run("someone else", request_id=f"ticket of {user}")  # not about them
     assert other.status is RequestStatus.NO_MATCH
+
+
+async def test_status_says_a_request_is_overdue_as_the_listing_does_judged_each_time_it_is_read(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    platform = audited_platform(engine, registry, folder)
+    with pytest.raises(ErasureInProgress):  # the session's save at its end meets the fence
+        async with platform.session("uma", "s1", team="support_triage") as session:
+            await session.run("my router keeps dropping")
+            failed = await coordinator(engine, folder, session_wait_seconds=0).run("uma", request_id="req-failed")
+    assert failed.status is RequestStatus.FAILED and not failed.overdue
+    await requests.open_request(engine, "req-open", "vic", None, 30)
+    await coordinator(engine, folder).run("nobody", request_id="req-none")
+    async with engine.begin() as conn:  # every one of them past its due date
+        await conn.execute(update(erasure_requests).values(due_at=datetime.now(UTC) - DAY))
+
+    shown = {rid: await coordinator(engine, folder).status(rid) for rid in ("req-failed", "req-open", "req-none")}
+
+    assert {rid: r.overdue for rid, r in shown.items()} == {"req-failed": True, "req-open": True, "req-none": False}
+    assert {r.request_id: r.overdue for r in await list_requests(engine)} == {rid: r.overdue for rid, r in shown.items()}
+    async with engine.connect() as conn:  # a stored receipt does not keep it: it would go stale
+        stored = await conn.scalar(select(erasure_requests.c.receipt).where(erasure_requests.c.request_id == "req-failed"))
+    assert "overdue" not in stored
+    async with engine.begin() as conn:  # extended (as `erase extend` records it): the extended date is in force
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == "req-failed").values(
+            extended_due_at=datetime.now(UTC) + DAY, extended_by="30d", extension_reason="complex",
+            extended_at=datetime.now(UTC) - 2 * DAY, extension_operator="ana"))
+    assert not (await coordinator(engine, folder).status("req-failed")).overdue
+    assert [r.request_id for r in await list_requests(engine, overdue=True)] == ["req-open"]
+
+
+async def test_a_new_request_id_differing_from_a_stored_one_only_in_letter_case_or_spaces_is_refused_naming_it(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    await get_or_create_subject(engine, "ivy")
+    await get_or_create_subject(engine, "jo")
+    await requests.open_request(engine, "REQ-7", "ivy", None, 30)
+    async with engine.begin() as conn:  # stored by an earlier release, with a space the rule now refuses
+        await conn.execute(erasure_requests.insert().values(
+            request_id="REQ-8 ", user_id="kim", status="open", received_at=datetime.now(UTC),
+            due_at=datetime.now(UTC) + 30 * DAY, updated_at=datetime.now(UTC)))
+    for twin, stored in (("req-7", "REQ-7"), ("Req-7", "REQ-7"), ("req-8", "REQ-8 ")):
+        for dry_run in (False, True):
+            with pytest.raises(ErasureConflict, match="only in letter case or surrounding spaces") as refused:
+                await coordinator(engine, folder).run("jo", request_id=twin, dry_run=dry_run)
+            hint = refused.value.hint or ""
+            assert repr(stored) in refused.value.message and f"teamstore erase status {shlex.quote(stored)}" in hint
+        with pytest.raises(ErasureConflict, match=repr(stored)):
+            await requests.open_request(engine, twin, "jo", None, 30)
+    assert sorted(r.request_id for r in await list_requests(engine)) == ["REQ-7", "REQ-8 "]
+
+    # The exact id still resumes its own request, and an id differing in more than case is a new one.
+    assert (await coordinator(engine, folder).run("ivy", request_id="REQ-7")).status is RequestStatus.COMPLETED
+    assert (await coordinator(engine, folder).run("jo", request_id="REQ-7b")).status is RequestStatus.COMPLETED
+
+
+async def test_a_user_id_no_session_can_have_is_erased_only_while_something_is_stored_under_it(
+    engine: AsyncEngine, folder: LocalTranscriptStore
+) -> None:
+    await get_or_create_subject(engine, "dave")
+    for typed, why in (("   ", "is blank"), ("\u200b", "is blank"), (" dave", "U\\+0020, a space or an invisible "
+                       "character, at its start"), ("dave\u00a0", "at its end"), ("da\x01ve", "control character")):
+        for dry_run in (False, True):
+            with pytest.raises(InvalidIdentifier, match=why) as refused:
+                await coordinator(engine, folder).run(typed, dry_run=dry_run)
+            assert "nothing is stored under it" in refused.value.message
+        with pytest.raises(InvalidIdentifier, match=why):
+            await requests.open_request(engine, "req-typed", typed, None, 30)
+    assert await list_requests(engine) == []
+
+    async with engine.begin() as conn:  # as an earlier release stored them, when sessions could have such ids
+        for legacy in ("   ", "dave "):
+            await conn.execute(insert(subjects).values(user_id=legacy, subject_key=new_subject_key(),
+                                                       session_secret=new_session_secret(), created_at=datetime.now(UTC)))
+    for legacy in ("   ", "dave "):
+        assert (await coordinator(engine, folder).run(legacy, dry_run=True)).matched
+        done = await coordinator(engine, folder).run(legacy)
+        assert done.status is RequestStatus.COMPLETED and done.stores["subject"].status is StepStatus.ERASED
+        assert await find_subject(engine, legacy) is None
+    assert await find_subject(engine, "dave") is not None  # exact ids: the real dave is untouched

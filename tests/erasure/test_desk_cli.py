@@ -288,8 +288,10 @@ def test_export_writes_one_archive_refuses_an_existing_path_and_says_when_there_
     gone = cli("export", "--user", "kim", "--output", str(tmp_path / "after.zip"))
     assert gone.exit_code == 3 and "no store holds anything for this user id" in gone.stderr
     assert "no archive was written" in gone.stderr and not (tmp_path / "after.zip").exists()
-    twin = cli("export", "--user", "KIM ")
-    assert twin.exit_code == 3 and "kim" not in twin.output.lower().replace("kim ", "")
+    twin = cli("export", "--user", "KIM")
+    assert twin.exit_code == 3 and "kim" not in twin.output.lower()
+    pasted = cli("export", "--user", "KIM ")  # no session can have it, and nothing is stored under it
+    assert pasted.exit_code == 1 and "kim" not in pasted.output.lower() and "at its end" in pasted.stderr
     blank = cli("export", "--user", "")
     assert blank.exit_code == 1 and "user_id is empty" in blank.stderr
     nowhere = cli("export", "--user", "kim", "--output", "")  # an unset "$OUT": not '.', the working folder
@@ -569,3 +571,68 @@ def test_the_receipt_on_screen_shows_the_requests_reason_as_json_does() -> None:
     assert "reason: GDPR art. 17" in plan.stdout
     unexplained = cli("erase", "--user", "nobody", "--request-id", "req-why-not", "--yes")
     assert unexplained.exit_code == 3 and "reason:" not in unexplained.stdout
+
+
+async def _past_due(request_id: str) -> None:
+    from sqlalchemy import update
+
+    from teamstore.erasure.schema import erasure_requests
+
+    engine = create_engine(Settings().resolved_database_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id)
+                               .values(due_at=datetime.now(UTC) - timedelta(days=2)))
+    finally:
+        await engine.dispose()
+
+
+def test_status_says_a_request_past_its_due_date_is_overdue_with_the_date_as_the_listing_does() -> None:
+    _populate("ola")
+    asyncio.run(_open("req-late", "ola"))  # a coordinator stopped in it
+    on_time = cli("erase", "status", "req-late", "--json")
+    assert on_time.exit_code == 2 and json.loads(on_time.stdout)["overdue"] is False
+    asyncio.run(_past_due("req-late"))
+
+    shown = cli("erase", "status", "req-late")
+    as_json = json.loads(cli("erase", "status", "req-late", "--json").stdout)
+
+    due = datetime.fromisoformat(as_json["due_at"])
+    assert shown.exit_code == 2 and "erasure req-late: open OVERDUE" in shown.stdout
+    assert f"overdue: due {due:%Y-%m-%d} and still open" in shown.stdout
+    assert f"erasure req-late is open, and overdue (due {due:%Y-%m-%d})" in " ".join(shown.stderr.split())
+    assert as_json["overdue"] is True and as_json["status"] == "open"
+    (listed,) = json.loads(cli("erase", "list", "--overdue", "--json").stdout)["requests"]
+    assert listed["request_id"] == "req-late" and listed["overdue"] is True
+    done = cli("erase", "--user", "ola", "--request-id", "req-late", "--yes", "--json")
+    assert done.exit_code == 0 and json.loads(done.stdout)["overdue"] is False  # answered, late, but not overdue
+    assert "OVERDUE" not in cli("erase", "status", "req-late").stdout
+
+
+def test_a_new_request_id_differing_from_a_stored_one_only_in_letter_case_is_refused_naming_the_stored_one() -> None:
+    _populate("pia", "quinn")
+    assert cli("erase", "--user", "pia", "--request-id", "REQ-2026-0042", "--yes").exit_code == 0
+    for extra in ([], ["--dry-run"]):
+        refused = cli("erase", "--user", "quinn", "--request-id", "req-2026-0042", "--yes", *extra)
+        said = " ".join(refused.stderr.split())
+        assert refused.exit_code == 1, refused.output
+        assert "request id 'req-2026-0042' differs from the stored request 'REQ-2026-0042' only in letter case" in said
+        assert "fix:" in said and "teamstore erase status REQ-2026-0042" in said
+    status, _, shown = _on_a_terminal("y", "erase", "--user", "quinn", "--request-id", "Req-2026-0042")
+    assert status == 1 and "'REQ-2026-0042' only in letter case" in shown and "cannot be undone" not in shown
+    assert [r["request_id"] for r in _requests()] == ["REQ-2026-0042"]
+
+
+def test_a_blank_user_id_or_one_with_spaces_around_it_is_refused_wherever_a_user_id_is_given(tmp_path: Path) -> None:
+    _populate("rae")
+    for user in ("   ", " rae", "rae\u200b"):
+        for command in (["erase", "--user", user, "--yes"], ["erase", "--user", user, "--dry-run"],
+                        ["export", "--user", user, "--output", str(tmp_path / "x.zip")],
+                        ["memory", "show", "--user", user], ["memory", "forget", "--user", user, "--all"],
+                        ["sessions", "list", "--user", user]):
+            refused = cli(*command)
+            said = " ".join(refused.stderr.split())
+            assert refused.exit_code == 1 and "error: user_id " in said and "fix:" in said, (command, refused.output)
+            assert "is blank" in said or "a space or an invisible character" in said
+    assert _requests() == [] and not (tmp_path / "x.zip").exists()
+    assert cli("erase", "--user", "rae", "--yes").exit_code == 0  # the exact id

@@ -49,11 +49,11 @@ from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
 from teamstore.memory.facts import MemoryUpdate
-from teamstore.memory.schema import memories
+from teamstore.memory.schema import facts, memories
 from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state import envelope
-from teamstore.state.schema import sessions
+from teamstore.state.schema import quarantine, sessions
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import audited_platform, seed_user
 from tests.services import free_port
@@ -271,6 +271,31 @@ async def test_an_export_never_overwrites_and_refuses_bad_input_before_anything_
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).select_from(export_requests)) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link.zip", "taken.zip"]  # nothing left behind
+
+
+async def test_a_user_id_no_session_can_have_is_exported_only_while_something_is_stored_under_it(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "t")
+    platform = audited_platform(engine, registry, store)
+    await seed_user(platform, store, "erin", CANARY_A)
+    async with engine.connect() as conn:
+        records = await conn.scalar(select(func.count()).select_from(export_requests))
+    for typed in ("   ", " erin", "erin\ufeff"):  # an unset or padded variable, a pasted id
+        with pytest.raises(InvalidIdentifier, match="nothing is stored under it"):
+            await exporter(engine, store).run(typed, tmp_path / "typed.zip", operator="o")
+    assert not (tmp_path / "typed.zip").exists()
+    async with engine.connect() as conn:  # no record of a no-match export either
+        assert await conn.scalar(select(func.count()).select_from(export_requests)) == records
+
+    async with engine.begin() as conn:  # erin's data, as an earlier release kept it under a pasted id
+        for table in (subjects, sessions, quarantine, memories, facts, data_keys):
+            await conn.execute(update(table).where(table.c.user_id == "erin").values(user_id="erin "))
+    done = await exporter(engine, store).run("erin ", tmp_path / "erin.zip", operator="o")
+    files = unpack(done.path)
+    assert done.matched and loaded(files, "resume_state.json")["resume_state"]
+    (memory,) = loaded(files, "memory.json")["memory"]  # memory is read as every other store is
+    assert CANARY_A in memory["summary"]
 
 
 async def test_a_store_that_cannot_be_read_fails_the_export_leaves_no_archive_and_records_why(

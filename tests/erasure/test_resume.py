@@ -23,7 +23,7 @@ from teamstore.db.migrate import upgrade
 from teamstore.erasure import Receipt, RequestStatus, StepStatus
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import ErasureConflict, ErasureInProgress
-from tests.erasure.conftest import coordinator
+from tests.erasure.conftest import KeyWaits, coordinator
 from tests.erasure.seed import audited_platform, scan_database, seed_user
 
 USER, CANARY = "bob@example.com", "CANARY-bob-0b1c"
@@ -146,3 +146,24 @@ async def test_a_finished_request_id_reused_for_another_user_with_data_is_a_conf
     assert await coordinator(engine, folder).run("carol", request_id="req-1") == first  # reported, not rerun
     assert await coordinator(engine, folder).run("nobody", request_id="req-1") == first  # nothing to miss
     assert (await coordinator(engine, folder).run("dave", request_id="req-2")).ok
+
+
+async def test_a_rerun_of_a_request_stopped_in_its_key_wait_waits_only_what_is_left_of_it(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """The key step waits TEAMSTORE_KEY_CACHE_SECONDS after destroying the key, so that no worker still holds it
+    in memory when the fence comes down. A rerun waits what is left of that time, counted from when the first
+    attempt began the wait: never less (the guarantee), and no longer."""
+    waits = KeyWaits(engine, LocalTranscriptStore(tmp_path / "t"), cache_seconds=2.0)
+    await waits.make_key("lee")
+    await waits.stopped_in_its_wait("lee", "req-wait", after=1.2)
+    stopped = await coordinator(engine, waits.store).status("req-wait")
+    assert stopped.status is RequestStatus.OPEN and stopped.stores["keys"].status is StepStatus.DELETED
+
+    receipt = await waits.rerun("lee", "req-wait")
+
+    assert receipt.status is RequestStatus.COMPLETED and receipt.stores["keys"].counts.rows == 1
+    began, (done,) = waits.began(), waits.keys_done
+    assert done - began[0] >= waits.cache_seconds  # no cached copy of the key outlives the fence
+    assert done - began[-1] < 1.4  # the 0.8 s left (and a little), not the whole 2 s again
+    assert "waiting the" in waits.said[-1][1] and "left of 2 s" in waits.said[-1][1]

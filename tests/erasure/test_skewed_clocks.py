@@ -1,7 +1,8 @@
 """Erasure coordinators on hosts whose clocks disagree with the database's still exclude each other (Postgres): a
 request's lease is written and checked on the server's clock, by them and by an extension (which a running
-request refuses), and so is its receipt, from which the fence's grace counts. A skewed host is this process with
-its clock moved (:func:`tests.clocks.host_clock`)."""
+request refuses), and so is its receipt, from which the fence's grace counts; and a rerun on such a host waits out
+what is left of the key step's wait, counted on the server's clock too. A skewed host is this process with its
+clock moved (:func:`tests.clocks.host_clock`)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,23 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.erasure import requests
+from teamstore.erasure import RequestStatus, requests
 from teamstore.erasure.desk import extend_request
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.waits import Waits
 from teamstore.errors import ExtensionRefused
 from tests.clocks import host_clock
+from tests.erasure.conftest import KeyWaits
 
 pytestmark = pytest.mark.postgres
 SKEW = timedelta(minutes=6)
@@ -103,3 +107,21 @@ async def test_a_request_opened_on_a_host_whose_clock_runs_behind_is_received_on
                                        .where(r.request_id == "req-2"))).one()
     assert timedelta(0) <= age < timedelta(seconds=5) and due == timedelta(days=30)
     assert await _waited_out_the_fence_grace(engine, opened) > GRACE_SECONDS / 2  # a rerun on another host
+
+
+@pytest.mark.parametrize("skew", [SKEW, -SKEW], ids=["ahead", "behind"])
+async def test_a_rerun_on_a_host_whose_clock_disagrees_waits_what_is_left_of_the_key_wait_on_the_servers_clock(
+    engine: AsyncEngine, tmp_path: Path, skew: timedelta
+) -> None:
+    """On a host ahead, the wait's start would look long past (the key step done while workers may still hold the
+    erased key); on a host behind, not begun yet (the whole wait again)."""
+    waits = KeyWaits(engine, LocalTranscriptStore(tmp_path / "t"), cache_seconds=2.0)
+    await waits.make_key("lee")
+    await waits.stopped_in_its_wait("lee", "req-wait", after=1.2)
+
+    with host_clock(skew):
+        receipt = await waits.rerun("lee", "req-wait")
+
+    assert receipt.status is RequestStatus.COMPLETED
+    began, (done,) = waits.began(), waits.keys_done
+    assert done - began[0] >= waits.cache_seconds and done - began[-1] < 1.4

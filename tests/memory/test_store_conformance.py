@@ -17,6 +17,7 @@ from teamstore.erasure.requests import open_request
 from teamstore.erasure.steps import StepContext
 from teamstore.erasure.steps.database import memory_step
 from teamstore.errors import ErasureInProgress, InvalidIdentifier, MemoryNotFound, StaleMemory
+from teamstore.keys.schema import data_keys
 from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import facts, memories
 from teamstore.memory.store import Forgotten, MemoryStore
@@ -349,11 +350,26 @@ async def test_forgetting_a_fact_not_kept_names_only_the_facts_show_lists(
 
 
 async def test_ids_are_checked_before_anything_is_read(store: MemoryStore) -> None:
-    for bad in ("", "a\tb", "x" * 257):
+    for bad in ("", "a\tb", "x" * 257, "   ", "alice "):
         with pytest.raises(InvalidIdentifier):
             await store.show(bad)
         with pytest.raises(InvalidIdentifier):
             await store.forget(bad)
+        with pytest.raises(InvalidIdentifier):
+            await store.load(bad, "helpdesk")
+
+
+async def test_memory_kept_under_an_id_no_session_can_have_now_is_still_what_an_export_reads(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, facts_={"ticket_id": "55102"})
+    async with engine.begin() as conn:  # as an earlier release kept it, for a session opened under a pasted id
+        for table in (memories, facts, data_keys):
+            await conn.execute(update(table).where(table.c.user_id == "alice").values(user_id="alice "))
+    with pytest.raises(InvalidIdentifier, match="at its end"):
+        await store.show("alice ")
+    (kept,) = await store.show("alice ", held=True)
+    assert kept.summary == "line fault" and kept.facts["ticket_id"].value == "55102"
 
 
 @pytest.mark.parametrize("scope", ["", "Helpdesk", "help desk", "x" * 65, "helpdesk\n"])

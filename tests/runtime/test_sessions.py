@@ -545,7 +545,8 @@ async def test_explicit_save_then_conflicting_writer_is_detected(platform: Platf
             await s.save()
 
 
-@pytest.mark.parametrize("bad", ["", "x" * 257, "nul\x00byte", "tab\tid", "lone\ud800surrogate"])
+@pytest.mark.parametrize("bad", ["", "x" * 257, "nul\x00byte", "tab\tid", "lone\ud800surrogate", "   ", "pasted ",
+                                 "\u200bhidden"])
 async def test_bad_ids_are_refused(platform: Platform, bad: str) -> None:
     with pytest.raises(InvalidIdentifier):
         platform.session(bad, "s1", team="support_triage")

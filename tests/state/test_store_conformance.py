@@ -325,7 +325,7 @@ async def test_an_acquire_cancelled_again_and_again_never_keeps_the_lease(store:
         pytest.fail("the acquire never finished")
 
 
-@pytest.mark.parametrize("bad", ["lone\udcffsurrogate", "", "nul\x00", "x" * 257])
+@pytest.mark.parametrize("bad", ["lone\udcffsurrogate", "", "nul\x00", "x" * 257, "   ", " s1"])
 async def test_reading_or_deleting_by_an_id_no_session_can_have_is_a_typed_error(
     store: StateStore, bad: str
 ) -> None:

@@ -37,7 +37,7 @@ from teamstore.cli._output import (
 )
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, ConfirmationNeeded, ErasureIncomplete
-from teamstore.ids import check_erasable_id, control_character
+from teamstore.ids import check_erasable_id, refusal
 from teamstore.people import check_not_naming, check_person, current_operator
 from teamstore.terminal import console, plain, print_table
 
@@ -97,7 +97,7 @@ def _render(receipt: Receipt, out: Console = console) -> None:
     print_table(("store", "status", "rows", "objects", "versions", "markers", "bytes", "held", "verified"), rows,
                 fixed=range(9), right=range(2, 9), out=out,
                 title="erasure dry run (nothing changed or stored)" if dry else
-                f"erasure {plain(receipt.request_id)}: {receipt.status}")
+                f"erasure {plain(receipt.request_id)}: {receipt.status}{' OVERDUE' if receipt.overdue else ''}")
     for name, s in receipt.stores.items():
         if s.detail:
             out.print(f"[yellow]{name}[/]: {plain(s.detail)}")
@@ -107,6 +107,9 @@ def _render(receipt: Receipt, out: Console = console) -> None:
                   f"{receipt.due_at:%Y-%m-%d}")
     else:
         out.print(f"{subject}; received {receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
+    if receipt.overdue:
+        extended = " (its extended due date)" if receipt.extension is not None else ""
+        out.print(f"[bold red]overdue[/]: due {receipt.effective_due_at:%Y-%m-%d}{extended} and still {receipt.status}")
     _render_desk(receipt, out)
     for remains in receipt.remains_elsewhere:
         out.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} until "
@@ -152,7 +155,8 @@ def _finish(receipt: Receipt, as_json: bool, suggest_for: str | None = None) -> 
             "it is lifted",
             RequestStatus.OPEN: f"it is still running, or its coordinator stopped: rerun {rerun} to resume",
         }.get(receipt.status, f"read the detail lines above, fix the cause, then rerun {rerun} to resume")
-        fail(ErasureIncomplete(f"erasure {receipt.request_id} is {receipt.status}", hint=hint), INCOMPLETE)
+        late = f", and overdue (due {receipt.effective_due_at:%Y-%m-%d})" if receipt.overdue else ""
+        fail(ErasureIncomplete(f"erasure {receipt.request_id} is {receipt.status}{late}", hint=hint), INCOMPLETE)
 
 
 @app.callback()
@@ -190,7 +194,7 @@ def erase(
             ctx=ctx,
         )
     check_erasable_id(user)  # before the database is looked for: the id is what is wrong
-    _note_control_character(user)
+    _note_unusable(user)
     if request_id is not None:  # an empty one (an unset "$TICKET") is an error, not a request for a fresh id
         check_request_id(request_id)
     check_reason(reason)
@@ -310,7 +314,7 @@ def _confirm(user: str, request_id: str | None, reason: str | None, requested_by
         # and who asked and why as the run leaves them (a request keeps the first it was given)
         receipt = receipt.model_copy(update={
             "request_id": earlier.request_id, "received_at": earlier.received_at, "due_at": earlier.due_at,
-            "extension": earlier.extension, "attempts": earlier.attempts,
+            "extension": earlier.extension, "attempts": earlier.attempts, "overdue": earlier.overdue,
             "requested_by": earlier.requested_by if earlier.requested_by is not None else requested_by,
             "reason": earlier.reason if earlier.reason is not None else reason})
     _render(receipt, err_console)
@@ -359,14 +363,14 @@ async def _earlier(coordinator: DeletionCoordinator, request_id: str | None, use
     return await coordinator.status(row.request_id)
 
 
-def _note_control_character(user: str) -> None:
-    """Say why an id no session can have is still erased: earlier releases' audit could store it."""
-    bad = control_character(user)
-    if bad is not None:
-        err_console.print(
-            f"[yellow]note[/]: the user id holds the control character U+{ord(bad):04X}: no session can have "
-            "such an id, but audit records an earlier release made may; erasing those"
-        )
+def _note_unusable(user: str) -> None:
+    """Say why an id no session can have now (a control character, blank, spaces around it) is still erased:
+    earlier releases could store data under it (with none stored, the run refuses it)."""
+    refused = refusal("the user id", user)
+    if refused is not None:
+        err_console.print(f"[yellow]note[/]: {plain(refused.message)}: no session can have such an id now, but an "
+                          "earlier release may have stored data under it: erase finds that, and refuses an id "
+                          "nothing is stored under")
 
 
 @app.command("status")
@@ -374,7 +378,8 @@ def status(
     request_id: str = typer.Argument(..., help="The request id printed by `teamstore erase`."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Show a request's receipt, or its progress if it is still open (exit status 2 until it completes)."""
+    """Show a request's receipt, or its progress if it is still open (exit status 2 until it completes), and
+    whether it is overdue (open or failed past its due date)."""
     receipt = _with_coordinator(lambda c: c.status(request_id), None)
     _finish(receipt, as_json)  # an open request is not erased yet: never exit 0 for it
 

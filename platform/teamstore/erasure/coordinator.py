@@ -118,8 +118,9 @@ class DeletionCoordinator:
 
         Args:
             user_id: The raw user id, matched exactly (no case folding, no unicode normalisation). Any id an
-                earlier release could have stored is accepted, a control character included
-                (:func:`teamstore.ids.check_erasable_id`): no session has such an id, audit records may.
+                earlier release could have stored is accepted (:func:`teamstore.ids.check_erasable_id`), one no
+                session can have now (a control character, blank, spaces around it) only while something is
+                stored under it.
             request_id: Idempotency key; a fresh one when omitted.
             reason: Free text stored with the request (keep personal data out of it).
             dry_run: Only enumerate: print what would be removed, change nothing, store nothing. No request
@@ -135,8 +136,10 @@ class DeletionCoordinator:
 
         Raises:
             InvalidIdentifier: The user id, request id, reason, requested_by or operator cannot be stored
-                exactly, or the reason, requested_by or a new request's id names the user.
-            ErasureConflict: Another request is open for the user, or another process runs this one.
+                exactly, or the reason, requested_by or a new request's id names the user, or (for a new request
+                or a dry run) the user id is one no session can have now and nothing is stored under it.
+            ErasureConflict: Another request is open for the user, or another process runs this one, or a new
+                request's id differs from a stored request's only in letter case or surrounding spaces.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
         check_erasable_id(user_id)
@@ -148,8 +151,8 @@ class DeletionCoordinator:
         check_not_naming("reason", reason, user_id)
         check_not_naming("requested_by", requested_by, user_id)
         if dry_run:
-            if request_id is not None and await requests.get_request(self.engine, rid) is None:
-                requests.check_new_request_id(rid, user_id)  # refused as the run itself would refuse it
+            if request_id is None or await requests.get_request(self.engine, rid) is None:
+                await requests.check_new_request(self.engine, request_id, user_id)  # as the run would refuse it
             return await self._dry_run(user_id, reason, requested_by)
         ran_by = current_operator(operator)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by)

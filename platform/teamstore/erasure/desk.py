@@ -67,6 +67,17 @@ def effective_due() -> ColumnElement[Any]:
     return func.coalesce(r.extended_due_at, r.due_at)
 
 
+def is_overdue(status: RequestStatus, due_at: datetime, now: datetime) -> bool:
+    """Whether a request is overdue at ``now``: unfinished (open or failed) and past ``due_at``, its due date in
+    force (the extended one, if extended). The one definition; :func:`overdue_clause` says the same in SQL."""
+    return status in UNFINISHED and due_at < now
+
+
+def overdue_clause(now: datetime) -> ColumnElement[bool]:
+    """:func:`is_overdue` in SQL, over ``ts_erasure_requests`` (``erase list --overdue``, the overdue gauge)."""
+    return and_(erasure_requests.c.status.in_([str(s) for s in UNFINISHED]), effective_due() < now)
+
+
 async def list_requests(
     engine: AsyncEngine, *, statuses: Collection[RequestStatus] = (), overdue: bool = False,
     user_id: str | None = None, limit: int = 100, now: datetime | None = None,
@@ -90,7 +101,7 @@ async def list_requests(
     if statuses:
         query = query.where(r.status.in_([str(s) for s in statuses]))
     if overdue:
-        query = query.where(_overdue(now))
+        query = query.where(overdue_clause(now))
     if user_id is not None:
         query = query.where(r.user_id == user_id)
     async with requests.db(engine, "list the erasure requests") as conn:
@@ -105,16 +116,12 @@ async def list_requests(
     return [_summary(row._mapping, operators.get(row.request_id, []), now) for row in rows]
 
 
-def _overdue(now: datetime) -> ColumnElement[bool]:
-    return and_(erasure_requests.c.status.in_([str(s) for s in UNFINISHED]), effective_due() < now)
-
-
 def _summary(mapping: Any, operators: list[str], now: datetime) -> RequestSummary:
     row = requests.row_of(mapping)
     return RequestSummary(
         request_id=row.request_id, status=row.status, received_at=row.received_at, due_at=row.due_at,
         extended_due_at=row.extension.due_at if row.extension else None,
-        overdue=row.status in UNFINISHED and row.effective_due_at < now,
+        overdue=is_overdue(row.status, row.effective_due_at, now),
         subject=row.subject_hash[:SUBJECT_CHARS] if row.subject_hash else None, requested_by=row.requested_by,
         operators=operators, completed_at=row.completed_at,
         extension_reason=row.extension.reason if row.extension else None,

@@ -5,8 +5,8 @@
     observe_erasures(meter_provider.get_meter("teamstore"), create_reader(engine))
 
 ``teamstore.erasure.requests`` counts the requests still standing by ``teamstore.erasure.status`` (``open``,
-``failed``, ``retained_under_hold``); ``teamstore.erasure.requests.overdue`` counts the open and failed ones
-whose deadline (the extended one, if any) has passed: the figure to alert on;
+``failed``, ``retained_under_hold``); ``teamstore.erasure.requests.overdue`` counts the overdue ones (open
+or failed past their due date in force: :func:`teamstore.erasure.desk.is_overdue`): the figure to alert on;
 ``teamstore.erasure.requests.completed`` counts those finished in the last day. Requests carry no user id into
 a metric.
 
@@ -25,7 +25,7 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.engine import Engine
 
 from teamstore.audit.metrics import read_quietly
-from teamstore.erasure.desk import UNFINISHED, effective_due
+from teamstore.erasure.desk import overdue_clause
 from teamstore.erasure.receipt import FINISHED, RequestStatus
 from teamstore.erasure.schema import erasure_requests
 
@@ -44,8 +44,7 @@ def standing_query() -> Select[Any]:
 
 def overdue_query(now: datetime) -> Select[Any]:
     """The open and failed requests whose deadline in force (as ``erasure list`` shows it) was before ``now``."""
-    r = erasure_requests.c
-    return select(func.count()).where(r.status.in_([str(s) for s in UNFINISHED]), effective_due() < now)
+    return select(func.count()).select_from(erasure_requests).where(overdue_clause(now))
 
 
 def completed_query(now: datetime) -> Select[Any]:

@@ -149,6 +149,9 @@ class Receipt(BaseModel):
     near_match: str | None = None
     """When no store held anything: whether a stored id differs from this one only in letter case, Unicode
     form or surrounding spaces (said in words, never naming the id)."""
+    overdue: bool = False
+    """Whether the request is past its due date in force (:attr:`effective_due_at`) while open or failed
+    (:func:`teamstore.erasure.desk.is_overdue`), judged when the receipt is made or read: it is never stored."""
 
     @property
     def ok(self) -> bool:

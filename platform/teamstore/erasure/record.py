@@ -23,6 +23,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.schema import subject_stores
+from teamstore.db.clock import shared_now
 from teamstore.db.fence import user_holds
 from teamstore.db.statements import dialect_insert
 from teamstore.erasure.receipt import (
@@ -50,17 +51,57 @@ async def write_step(
         ErasureConflict: Another coordinator holds the lease now (the caller's transaction rolls back).
     """
     if owner is not None:
-        r = erasure_requests.c
-        held = await conn.execute(update(erasure_requests).where(r.request_id == request_id, r.owner == owner)
-                                  .values(updated_at=datetime.now(UTC)))
-        if not held.rowcount:
-            raise taken_over(request_id)
+        await _holding(conn, request_id, owner)
     values = {"status": str(result.status), "counts": result.counts.model_dump(), "detail": result.detail,
               "updated_at": datetime.now(UTC), "verified_at": result.verified_at}
     # An upsert: no insert that could meet a row of the same key and fail with the request id in the log.
     stmt = dialect_insert(conn.dialect.name)(erasure_steps).values(request_id=request_id, store=store, **values)
     await conn.execute(stmt.on_conflict_do_update(index_elements=[erasure_steps.c.request_id, erasure_steps.c.store],
                                                   set_=values))
+
+
+async def _holding(conn: AsyncConnection, request_id: str, owner: str) -> None:
+    """Check, in the caller's transaction, that ``owner`` still holds the request's lease, locking its row until
+    the transaction ends.
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now.
+    """
+    r = erasure_requests.c
+    held = await conn.execute(update(erasure_requests).where(r.request_id == request_id, r.owner == owner)
+                              .values(updated_at=datetime.now(UTC)))
+    if not held.rowcount:
+        raise taken_over(request_id)
+
+
+async def start_wait(engine: AsyncEngine, request_id: str, store: str, owner: str | None = None) -> None:
+    """Record that the step ``store`` begins its wait now, on the database's clock (:func:`shared_now`: on Postgres
+    the server's, which a rerun on another host reads too); with ``owner``, only while it holds the lease. Called
+    in a transaction of its own, after what the wait is for has committed: on Postgres ``now()`` is when its
+    transaction began. A step with no record yet records nothing (a rerun then waits the whole time).
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now.
+        StoreUnavailable: The database could not be reached.
+    """
+    s = erasure_steps.c
+    async with db(engine, "record the erasure step's wait") as conn:
+        if owner is not None:
+            await _holding(conn, request_id, owner)
+        await conn.execute(update(erasure_steps).where(s.request_id == request_id, s.store == store)
+                           .values(wait_started_at=shared_now(conn.dialect.name)))
+
+
+async def wait_started(engine: AsyncEngine, request_id: str, store: str) -> datetime | None:
+    """When the step ``store`` began its wait (:func:`start_wait`), if an earlier attempt recorded it.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    s = erasure_steps.c
+    async with db(engine, "read the erasure step's wait") as conn:
+        began = await conn.scalar(select(s.wait_started_at).where(s.request_id == request_id, s.store == store))
+    return utc(began)
 
 
 async def record_step(
@@ -157,7 +198,8 @@ async def finish(
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    values: dict[str, Any] = {"status": receipt.status, "receipt": receipt.model_dump(mode="json"),
+    # Whether it is overdue is judged each time it is read (teamstore.erasure.verdict.stored_receipt), not kept.
+    values: dict[str, Any] = {"status": receipt.status, "receipt": receipt.model_dump(mode="json", exclude={"overdue"}),
                               "updated_at": datetime.now(UTC), "completed_at": receipt.completed_at}
     if receipt.status is not RequestStatus.FAILED:
         values["user_id"] = None

@@ -16,6 +16,7 @@ types only.
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ from teamstore.db.statements import insert_new
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, InvalidIdentifier, StoreUnavailable
-from teamstore.ids import lone_surrogate
+from teamstore.export.nearby import check_stored_if_unusable
+from teamstore.ids import invisible, lone_surrogate
 from teamstore.people import check_not_naming
 
 HOLD_REASON = "erasure"
@@ -91,7 +93,7 @@ def check_request_id(request_id: str) -> str:
 
 def check_new_request_id(request_id: str, user_id: str) -> str:
     """Refuse an id a new request for ``user_id`` may not take: :func:`check_request_id`'s, a blank one, one
-    with spaces around it or a DEL, and one naming the user (:func:`teamstore.people.check_not_naming`: the id
+    with spaces or invisible characters around it (:func:`teamstore.ids.invisible`: U+FEFF, U+200B) or a DEL, and one naming the user (:func:`teamstore.people.check_not_naming`: the id
     is kept, and printed by ``erase list``, after the user's erasure). A pasted ``"REQ-7 "`` would open a
     second request beside ``REQ-7``, and a blank one lists as nothing. A request already stored under such an
     id (by an earlier release) is still reached, to resume or report it.
@@ -100,9 +102,10 @@ def check_new_request_id(request_id: str, user_id: str) -> str:
         InvalidIdentifier: The id breaks a rule.
     """
     check_request_id(request_id)
-    if request_id.strip() != request_id or "\x7f" in request_id:
+    if invisible(request_id[0]) or invisible(request_id[-1]) or "\x7f" in request_id:
         raise InvalidIdentifier(
-            f"request id {request_id!r} is blank, has spaces around it or holds a control character",
+            f"request id {request_id!r} is blank, has spaces (or invisible characters) around it or holds a "
+            "control character",
             hint="give --request-id as the ticket number alone, without spaces around it",
         )
     check_not_naming("request_id", request_id, user_id)
@@ -181,10 +184,10 @@ async def get_request(engine: AsyncEngine, request_id: str) -> RequestRow | None
     return row_of(found._mapping) if found is not None else None
 
 
-async def not_found(engine: AsyncEngine, request_id: str) -> ErasureRequestNotFound:
-    """The refusal for an id no request has, naming the stored ids that differ from it only in letter case or
-    surrounding spaces (``req-7`` typed for the ticket's ``REQ-7``): request ids match exactly, and the desk
-    lists every one of them anyway (SQLite folds ASCII letters only, as for user ids).
+async def near_ids(engine: AsyncEngine, request_id: str) -> list[str]:
+    """The stored request ids, other than ``request_id`` itself, that differ from it only in letter case or
+    surrounding spaces (at most three): ``REQ-7`` for ``req-7``. The desk lists every request id anyway (SQLite
+    folds ASCII letters only, as for user ids).
 
     Raises:
         StoreUnavailable: The database could not be reached.
@@ -192,12 +195,48 @@ async def not_found(engine: AsyncEngine, request_id: str) -> ErasureRequestNotFo
     r = erasure_requests.c
     async with db(engine, "read the erasure requests") as conn:
         near = (await conn.execute(select(r.request_id).where(
-            func.lower(func.trim(r.request_id)) == request_id.strip().lower()).order_by(r.request_id).limit(3)
-        )).scalars().all()
+            func.lower(func.trim(r.request_id)) == request_id.strip().lower(), r.request_id != request_id)
+            .order_by(r.request_id).limit(3))).scalars().all()
+    return list(near)
+
+
+async def not_found(engine: AsyncEngine, request_id: str) -> ErasureRequestNotFound:
+    """The refusal for an id no request has, naming the stored ids that differ from it only in letter case or
+    surrounding spaces (``req-7`` typed for the ticket's ``REQ-7``): request ids match exactly.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
     hint = "check the id (`teamstore erase list` shows every request)"
-    if near:
+    if near := await near_ids(engine, request_id):
         hint = f"did you mean {' or '.join(repr(found) for found in near)}? Request ids match exactly"
     return ErasureRequestNotFound(f"no erasure request {request_id!r}", hint=hint)
+
+
+async def check_new_request(engine: AsyncEngine, request_id: str | None, user_id: str) -> None:
+    """Refuse what a new request (or a dry run, ``request_id`` ``None`` when it names none) may not take: an id
+    :func:`check_new_request_id` refuses; an id that differs from a stored request's only in letter case or
+    surrounding spaces (``req-7`` beside the ticket's ``REQ-7``: a second request where the officer meant the
+    first); and a user id no session can have with nothing stored under it
+    (:func:`teamstore.export.nearby.check_stored_if_unusable`).
+
+    Raises:
+        InvalidIdentifier: The request id breaks a rule, or the user id is unusable and matches nothing.
+        ErasureConflict: A stored request's id differs from this one only in letter case or spaces.
+        StoreUnavailable: The database could not be reached.
+    """
+    if request_id is not None:
+        check_new_request_id(request_id, user_id)
+    await check_stored_if_unusable(engine, user_id)
+    if request_id is None or not (twins := await near_ids(engine, request_id)):
+        return
+    named = " and ".join(repr(twin) for twin in twins)
+    raise ErasureConflict(
+        f"request id {request_id!r} differs from the stored request {named} only in letter case or surrounding "
+        "spaces: it would open a second request beside it",
+        hint=f"to resume or report that request, give its id exactly as stored (`teamstore erase status "
+        f"{shlex.quote(twins[0])}`); for another request, choose an id that differs in more than letter case",
+    )
 
 
 async def open_request(
@@ -220,9 +259,11 @@ async def open_request(
         The request; ``created_now`` says whether this call created it.
 
     Raises:
-        InvalidIdentifier: The id cannot be stored, or a new request may not take it (:func:`check_new_request_id`:
-            one naming the user among them).
-        ErasureConflict: The id belongs to another user's request, or another request is open for the user.
+        InvalidIdentifier: The id cannot be stored, or a new request may not take it (:func:`check_new_request`:
+            one naming the user among them), or the user id is one no session can have and nothing is stored
+            under it.
+        ErasureConflict: The id belongs to another user's request, or differs from a stored request's only in
+            letter case or spaces (a new one), or another request is open for the user.
         StoreUnavailable: The database could not be reached.
     """
     existing = await get_request(engine, check_request_id(request_id))
@@ -235,7 +276,7 @@ async def open_request(
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
         return RequestRow(**{**existing.__dict__, **missing})
-    check_new_request_id(request_id, user_id)
+    await check_new_request(engine, request_id, user_id)
     if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)

@@ -10,7 +10,8 @@ subject key, because a resumed request needs both to find what is left; on compl
 and only a keyed hash of the subject stays, in the stored receipt. ``user_id`` is unique, so one user
 has at most one open request (completed requests have ``NULL`` there). Created by migration
 ``0003_erasure`` (``teamstore db upgrade``), never implicitly; migration ``0012`` adds who asked, the one
-extension of the due date, and ``ts_erasure_attempts`` (who ran each attempt of a request).
+extension of the due date, and ``ts_erasure_attempts`` (who ran each attempt of a request); ``0021`` when a
+step began its wait.
 """
 
 from __future__ import annotations
@@ -75,5 +76,8 @@ erasure_steps = Table(
     Column("detail", Text, nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("verified_at", DateTime(timezone=True), nullable=True),
+    # When the step began the wait it ends with, on the database's clock (migration 0021): the ``keys`` step's,
+    # for workers' cached data keys; a rerun waits only what is left of it.
+    Column("wait_started_at", DateTime(timezone=True), nullable=True),
     PrimaryKeyConstraint("request_id", "store"),
 )

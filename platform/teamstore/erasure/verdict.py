@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from teamstore.erasure.desk import is_overdue
 from teamstore.erasure.receipt import (
     DONE,
     FINISHED,
@@ -90,11 +91,12 @@ def receipt_of(
     and what remains elsewhere (``capture``: message content is captured)."""
     stores = {name: results.get(name) or StoreResult(status=StepStatus.PENDING) for name in steps}
     done = status in (*FINISHED, RequestStatus.RETAINED_UNDER_HOLD)
+    now = datetime.now(UTC)
     return Receipt(
         request_id=row.request_id, status=status,
         subject_hash=row.subject_hash or subject_hash(subject_key or row.subject_key, knobs),
         received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
-        completed_at=datetime.now(UTC) if done else None,
+        completed_at=now if done else None, overdue=is_overdue(status, row.effective_due_at, now),
         remains_elsewhere=remains_elsewhere(row.received_at, knobs, capture,
                                             backups_until if key_destroyed(stores) else None,
                                             matched=status is not RequestStatus.NO_MATCH,
@@ -104,9 +106,10 @@ def receipt_of(
 
 
 def stored_receipt(row: RequestRow) -> Receipt:
-    """The receipt stored when the request last ended, with the extension recorded since: a failed request
-    may be extended after its receipt was written (its rerun stores a new one)."""
-    return Receipt.model_validate(row.receipt).model_copy(update={"extension": row.extension})
+    """The receipt stored when the request last ended, with the extension recorded since (a failed request
+    may be extended after its receipt was written: its rerun stores a new one), and whether it is overdue now."""
+    return Receipt.model_validate(row.receipt).model_copy(update={
+        "extension": row.extension, "overdue": is_overdue(row.status, row.effective_due_at, datetime.now(UTC))})
 
 
 def key_destroyed(stores: dict[str, StoreResult]) -> bool:

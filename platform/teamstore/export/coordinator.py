@@ -47,7 +47,7 @@ from teamstore.export.database import (
     quarantined,
     resume_state,
 )
-from teamstore.export.nearby import near_match
+from teamstore.export.nearby import check_stored_if_unusable, near_match
 from teamstore.export.transcripts import TranscriptExporter
 from teamstore.ids import check_erasable_id
 from teamstore.keys.service import KeyService
@@ -129,7 +129,8 @@ class ExportCoordinator:
         """Export ``user_id`` into a new archive at ``output``.
 
         Args:
-            user_id: The raw user id, matched exactly (as an erasure matches it).
+            user_id: The raw user id, matched exactly (as an erasure matches it); one no session can have now
+                (blank, spaces around it, a control character) only while something is stored under it.
             output: A new ``.zip`` file, or a new folder for any other name; by default
                 ``teamstore-export-<export id>.zip`` in the working folder.
             requested_by: Who asked (the data subject, a representative, a ticket): free text, recorded.
@@ -140,7 +141,8 @@ class ExportCoordinator:
 
         Raises:
             InvalidIdentifier: The user id, requested_by or operator cannot be used, or requested_by names the
-                user (the record is kept after the user's erasure).
+                user (the record is kept after the user's erasure), or the user id is one no session can have
+                and nothing is stored under it.
             ExportTargetExists: ``output`` exists (nothing is overwritten).
             ExportTargetInStore: ``output`` is inside a folder of ``keep_out``.
             ExportFailed: A store could not be read, or the archive written: no archive is left.
@@ -149,6 +151,7 @@ class ExportCoordinator:
         check_erasable_id(user_id)
         check_not_naming("requested_by", check_person("requested_by", requested_by), user_id)
         ran_by = current_operator(operator)
+        await check_stored_if_unusable(self.engine, user_id)  # before a record or an archive is begun
         export_id = requests.new_export_id()
         archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"), self.keep_out)
         finished = False

@@ -31,7 +31,7 @@ from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_s
 from teamstore.audit.subjects import session_key
 from teamstore.audit.transcripts import record
 from teamstore.db.engine import describe_failure
-from teamstore.errors import AuditError, InvalidIdentifier, StateRejected, StoreUnavailable
+from teamstore.errors import AuditError, StateRejected, StoreUnavailable
 from teamstore.export.base import Archive, ExportContext, Section, add_json_rows, as_stored
 from teamstore.export.schema import export_requests
 from teamstore.keys.schema import data_keys
@@ -164,11 +164,8 @@ class MemoryRows:
 
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
         """Write the user's memory, every scope."""
-        try:
-            # Opened (plain values); past its expiry and leftover facts too: held until swept, so the user's to see.
-            kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id, held=True)
-        except InvalidIdentifier:
-            kept = []  # an id no session could have (erasure's wider rule): no memory was ever written for it
+        # Opened (plain values); past its expiry and leftover facts too: held until swept, so the user's to see.
+        kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id, held=True)
         found = [m.to_dict() for m in kept]
         return archive.add_json("memory.json", {"user_id": ctx.user_id, "memory": found},
                                 records=sum((0 if m["leftover"] else 1) + len(m["facts"]) for m in found))

@@ -18,22 +18,33 @@ each in the four Unicode normalisation forms and trimmed) by equality, which the
 in the subject mapping, the resume state and the quarantine, and compares letter case in SQL across the
 subject mapping (one row per user: a scan of it), so ``dAvE`` for ``Dave`` is found too (SQLite folds ASCII
 letters only; Postgres folds what its collation knows).
+
+An id no session can have now (:func:`teamstore.ids.refusal`: blank, spaces around it, a control character) is
+erased or exported only while something is stored under it exactly, by an earlier release
+(:func:`check_stored_if_unusable`); otherwise it is refused as a mistyped id, before a request or a record is
+opened for it.
 """
 
 from __future__ import annotations
 
 import unicodedata
 
-from sqlalchemy import ColumnElement, Table, func, or_, select
+from sqlalchemy import ColumnElement, Table, exists, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import subjects
 from teamstore.db.engine import describe_failure
-from teamstore.errors import StoreUnavailable
+from teamstore.errors import InvalidIdentifier, StoreUnavailable
+from teamstore.ids import refusal
+from teamstore.keys.schema import data_keys
+from teamstore.memory.schema import facts, memories
 from teamstore.state.schema import quarantine, sessions
 
 TABLES: tuple[Table, ...] = (subjects, sessions, quarantine)
+KEYED_BY_USER: tuple[Table, ...] = (subjects, sessions, quarantine, data_keys, memories, facts)
+"""Every store keyed by the raw user id. The rest (transcripts, outbox, ledger, exports) are keyed by the user's
+subject, whose mapping (``ts_subjects``) an erasure deletes last: none holds anything once it is gone."""
 _MOST = 20  # twins read per table: enough to say what kind of difference, never listed
 
 
@@ -108,3 +119,35 @@ async def near_match(engine: AsyncEngine, user_id: str) -> str | None:
         return None
     return (f"a stored user id differs from this one only in {' / '.join(kinds)}: check the id exactly as the "
             "service stores it (ids match exactly)")
+
+
+async def stored_under(engine: AsyncEngine, user_id: str) -> bool:
+    """Whether any store holds something under exactly ``user_id`` (one query).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    query = select(or_(*(exists().where(table.c.user_id == user_id) for table in KEYED_BY_USER)))
+    try:
+        async with engine.connect() as conn:
+            return bool(await conn.scalar(query))
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not look for what is stored under the user id: {describe_failure(exc)}",
+                               hint="check the database, then run the command again") from exc
+
+
+async def check_stored_if_unusable(engine: AsyncEngine, user_id: str) -> None:
+    """Refuse ``user_id`` if no session can have it now (:func:`teamstore.ids.refusal`) and nothing is stored
+    under it: only an earlier release could have stored data under such an id, and without any it is a mistyped
+    one (an unset or padded variable, a pasted space) that a no-match receipt or record would only answer.
+
+    Raises:
+        InvalidIdentifier: The id is blank, has a space or an invisible character around it or holds a
+            control character, and no store holds anything under it.
+        StoreUnavailable: The database could not be reached.
+    """
+    refused = refusal("user_id", user_id)
+    if refused is None or await stored_under(engine, user_id):
+        return
+    raise InvalidIdentifier(f"{refused.message}, and nothing is stored under it: no session can have such an id",
+                            hint=refused.hint)

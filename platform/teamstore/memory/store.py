@@ -48,7 +48,7 @@ from teamstore.db.clock import shared_now, utc
 from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
-from teamstore.ids import check_id
+from teamstore.ids import check_erasable_id, check_id
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.facts import MemoryUpdate, UserMemory, check_names, encode_value
 from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
@@ -124,7 +124,7 @@ class MemoryStore:
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id. StoreUnavailable: the database failed.
         """
-        kept, at = await self._read(user_id, scope)
+        kept, at = await self._read(check_id("user_id", user_id), scope)
         found = [memory for memory in kept if not memory.leftover]
         if found and past_expiry(found[0], at):  # read as gone, and gone: a write must not renew it
             await self._sweep(at, 1, of_user(memories, user_id, scope))
@@ -135,22 +135,26 @@ class MemoryStore:
         """The memory kept about ``user_id`` (under one scope, or all), by scope. Damaged facts and fields
         are listed in each memory's ``damaged``, never raised. With ``held`` (an export's), everything the
         tables hold about the user: memory past its expiry too (until the sweep or the scope's next read deletes
-        it), and leftover facts (``leftover``, after the scope's memory row if it has one; until the sweep or
-        the scope's next write deletes them).
+        it), leftover facts (``leftover``, after the scope's memory row if it has one; until the sweep or
+        the scope's next write deletes them), and memory an earlier release kept under an id no session can
+        have now (:func:`teamstore.ids.check_erasable_id`: blank, spaces around it).
 
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id, or ``scope`` no scope a team can declare.
             StoreUnavailable: the database failed.
         """
         check_names(scope)
+        if held:
+            check_erasable_id(user_id)
+        else:
+            check_id("user_id", user_id)
         kept, at = await self._read(user_id, scope)
         return [memory for memory in kept if held or not (memory.leftover or past_expiry(memory, at))]
 
     async def _read(self, user_id: str, scope: str | None) -> tuple[list[UserMemory], datetime | None]:
-        """The user's memories (under ``scope``, or all), and the database's clock as their rows were read
+        """The user's memories (under ``scope``, or all), opened, and the database's clock as their rows were read
         (``None``: no row was): their expiry is judged against it, not this host's clock, and without a round
-        trip of its own."""
-        check_id("user_id", user_id)
+        trip of its own. The caller has checked ``user_id``."""
         try:
             async with self.engine.connect() as conn:
                 found_rows = (await conn.execute(select(memories, read_at(self._dialect))

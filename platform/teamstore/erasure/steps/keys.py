@@ -8,21 +8,31 @@ It runs right after the fence and before every delete: once it is done, every co
 (transcript versions under Object Lock or a legal hold, backups of the database once the key-encryption key of
 their time is destroyed) is unreadable, whatever the later steps manage. The row is deleted in the same
 transaction as the step's record, so a kill leaves both or neither; a rerun finds nothing more and carries the
-count. Other workers may still hold the key in memory for ``key_cache_seconds``: the step waits that long
-after the delete before it is done, so the fence (which refuses every write for the user) outlasts every
-cached copy, and no worker seals under a destroyed key after the request completes.
+count. Other workers may still hold the key in memory for ``key_cache_seconds`` (and the user's subject, looked
+up before the fence went up: :class:`teamstore.audit.pseudonyms.Pseudonyms`): the step waits that long after the
+delete before it is done, so the fence (which refuses every write for the user) outlasts every cached copy, and
+no worker seals under a destroyed key, or opens a session with the erased subject, after the request completes.
+
+The wait is counted from a moment recorded after the delete has committed, on the database's clock
+(:func:`teamstore.erasure.record.start_wait`): a rerun of a request stopped during the wait (Ctrl-C, a kill)
+waits only what is left of it, measured on that same clock whichever host it runs on, so it ends no earlier
+than the wait the first attempt began would have. A rerun that deletes a key again, or finds no moment
+recorded (stopped between the delete and the record, or before migration 0021), waits the whole time from
+now: later, never sooner.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from teamstore.db.clock import database_now
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.record import write_step
+from teamstore.erasure.record import start_wait, wait_started, write_step
 from teamstore.erasure.steps.base import StepContext, seconds
 from teamstore.errors import StoreUnavailable
 from teamstore.keys.schema import data_keys
@@ -54,7 +64,8 @@ class KeyStep:
         """Delete the user's data key and record it, in one transaction; then outwait the workers' caches.
 
         Raises:
-            StoreUnavailable: The database failed; nothing of this step was committed.
+            StoreUnavailable: The database failed (if before the delete committed, nothing of this step was).
+            ErasureConflict: Another coordinator took the request over.
         """
         found = Counts()
         if ctx.user_id is not None:
@@ -71,11 +82,32 @@ class KeyStep:
         if ctx.keys is not None and ctx.user_id is not None:
             ctx.keys.forget(ctx.user_id)
         if counts.rows and ctx.keys is not None and ctx.keys.cache_seconds > 0:
-            ctx.notice(f"data key destroyed; waiting {seconds(ctx.keys.cache_seconds)} for workers' cached data keys "
-                       "to expire (TEAMSTORE_KEY_CACHE_SECONDS)")
-            await asyncio.sleep(ctx.keys.cache_seconds)  # the fleet's caches: one setting, the same everywhere
+            # the fleet's caches: one setting, the same everywhere
+            await self._outwait(ctx, ctx.keys.cache_seconds, resumed=not found.rows)
         ctx.progress(self.name, found.rows, found.rows)
         return StoreResult(status=StepStatus.DELETED, counts=counts)
+
+    async def _outwait(self, ctx: StepContext, cache: float, *, resumed: bool) -> None:
+        """Wait until ``cache`` seconds have passed since the wait began: from now, recorded, unless this attempt
+        deleted nothing (``resumed``) and an earlier one recorded when it began, then only what is left of it.
+
+        Raises:
+            ErasureConflict: Another coordinator took the request over.
+            StoreUnavailable: The database failed.
+        """
+        began = await wait_started(ctx.engine, ctx.request_id, self.name) if resumed else None
+        if began is None:
+            ctx.notice(f"data key destroyed; waiting {seconds(cache)} for workers' cached data keys to expire "
+                       "(TEAMSTORE_KEY_CACHE_SECONDS)")
+            await start_wait(ctx.engine, ctx.request_id, self.name, ctx.owner)
+            await asyncio.sleep(cache)
+            return
+        # At most the whole time: a database clock set back since must not stretch it.
+        left = min(cache, (began + timedelta(seconds=cache) - await database_now(ctx.engine)).total_seconds())
+        if left > 0:
+            ctx.notice(f"data key destroyed by an earlier attempt; waiting the {seconds(left)} left of "
+                       f"{seconds(cache)} for workers' cached data keys to expire (TEAMSTORE_KEY_CACHE_SECONDS)")
+            await asyncio.sleep(left)
 
     async def remaining(self, ctx: StepContext) -> Counts:
         """Re-count on a fresh connection."""
