@@ -9,7 +9,7 @@ time it was applied is kept in ``ts_store_settings`` (``subject_stores_since``),
 the runs the ledger holds from before it.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 """
 
 from __future__ import annotations
