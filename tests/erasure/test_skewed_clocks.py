@@ -13,14 +13,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Interval, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import RequestStatus, requests
-from teamstore.erasure.desk import extend_request
+from teamstore.erasure.desk import extend_request, list_requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.waits import Waits
@@ -125,3 +125,32 @@ async def test_a_rerun_on_a_host_whose_clock_disagrees_waits_what_is_left_of_the
     assert receipt.status is RequestStatus.COMPLETED
     began, (done,) = waits.began(), waits.keys_done
     assert done - began[0] >= waits.cache_seconds and done - began[-1] < 1.4
+
+
+async def _due_in(engine: AsyncEngine, request_id: str, left: timedelta) -> None:
+    """Make ``request_id`` fall due ``left`` from now by the database's clock (before now if negative)."""
+    r = erasure_requests.c
+    async with engine.begin() as conn:
+        await conn.execute(update(erasure_requests).where(r.request_id == request_id).values(
+            due_at=func.now() + literal(left, Interval())))
+
+
+async def test_the_desk_on_a_host_whose_clock_runs_ahead_neither_lists_as_overdue_nor_refuses_to_extend_a_request_not_yet_due(
+    engine: AsyncEngine,
+) -> None:
+    await _due_in(engine, "req-1", timedelta(minutes=3))
+    with host_clock(SKEW):
+        assert await list_requests(engine, overdue=True) == []
+        assert not (await list_requests(engine))[0].overdue
+        extended = await extend_request(engine, "req-1", "30d", "a complex request", operator="ana")
+    assert extended.extension is not None
+
+
+async def test_the_desk_on_a_host_whose_clock_runs_behind_lists_a_request_past_its_due_date_as_overdue(
+    engine: AsyncEngine,
+) -> None:
+    await _due_in(engine, "req-1", -timedelta(minutes=3))
+    with host_clock(-SKEW):
+        assert [r.request_id for r in await list_requests(engine, overdue=True)] == ["req-1"]
+        with pytest.raises(ExtensionRefused, match="too late to extend"):
+            await extend_request(engine, "req-1", "30d", "a complex request", operator="ana")

@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.db.clock import database_now
 from teamstore.db.engine import empty_sqlite_log
 from teamstore.erasure import record, requests
 from teamstore.erasure.receipt import (
@@ -241,7 +242,7 @@ class DeletionCoordinator:
         if row is None:
             raise await requests.not_found(self.engine, request_id)
         if row.receipt is not None:
-            return stored_receipt(row)
+            return stored_receipt(row, await database_now(self.engine))  # due dates are on the database's clock
         steps = await record.load_steps(self.engine, request_id)
         return self._receipt(row, steps, RequestStatus.OPEN, attempts=await record.load_attempts(self.engine, request_id))
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Collection
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import shared_now
+from teamstore.db.clock import database_now, shared_now
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
@@ -73,8 +73,9 @@ def is_overdue(status: RequestStatus, due_at: datetime, now: datetime) -> bool:
     return status in UNFINISHED and due_at < now
 
 
-def overdue_clause(now: datetime) -> ColumnElement[bool]:
-    """:func:`is_overdue` in SQL, over ``ts_erasure_requests`` (``erase list --overdue``, the overdue gauge)."""
+def overdue_clause(now: Any) -> ColumnElement[bool]:
+    """:func:`is_overdue` in SQL, over ``ts_erasure_requests`` (``erase list --overdue``, the overdue gauge);
+    ``now`` a time or the database's clock (:func:`~teamstore.db.clock.shared_now`)."""
     return and_(erasure_requests.c.status.in_([str(s) for s in UNFINISHED]), effective_due() < now)
 
 
@@ -90,12 +91,13 @@ async def list_requests(
         overdue: Only unfinished requests (open or failed) whose due date in force has passed.
         user_id: Only the request open or failed for this exact id (finished requests forget the id).
         limit: At most this many.
-        now: The time to judge ``overdue`` against (tests); now by default.
+        now: The time to judge ``overdue`` against (tests); by default the database's, on which requests are
+            received and fall due.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    now = now or datetime.now(UTC)
+    now = now or await database_now(engine)
     r = erasure_requests.c
     query = select(erasure_requests).order_by(r.received_at.desc(), r.request_id).limit(limit)
     if statuses:
@@ -193,7 +195,8 @@ async def extend_request(
         by: How long: ``30d``, ``6w``, ``2m``.
         reason: Why (recorded, shown on the receipt: it is what the data subject is told).
         operator: Who extends it.
-        now: The time the rules are judged at (tests); now by default.
+        now: The time the rules are judged at (tests); by default the database's, on which the request's due
+            date was set.
 
     Returns:
         The request as stored after the extension.
@@ -205,7 +208,7 @@ async def extend_request(
         InvalidIdentifier: The request id or the reason cannot be stored, or the reason names the request's user.
         StoreUnavailable: The database could not be reached.
     """
-    now = now or datetime.now(UTC)
+    now = now or await database_now(engine)
     check_extension_reason(reason)
     row = await _unfinished(engine, request_id)
     if row.user_id is not None:  # a request retained under a hold has forgotten it

@@ -17,7 +17,7 @@ request ever made stays in the table, and counting them all at each collection r
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -25,6 +25,7 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.engine import Engine
 
 from teamstore.audit.metrics import read_quietly
+from teamstore.db.clock import shared_now
 from teamstore.erasure.desk import overdue_clause
 from teamstore.erasure.receipt import FINISHED, RequestStatus
 from teamstore.erasure.schema import erasure_requests
@@ -42,12 +43,12 @@ def standing_query() -> Select[Any]:
     return select(r.status, func.count()).where(r.status.in_([str(s) for s in STATUSES])).group_by(r.status)
 
 
-def overdue_query(now: datetime) -> Select[Any]:
+def overdue_query(now: Any) -> Select[Any]:
     """The open and failed requests whose deadline in force (as ``erasure list`` shows it) was before ``now``."""
     return select(func.count()).select_from(erasure_requests).where(overdue_clause(now))
 
 
-def completed_query(now: datetime) -> Select[Any]:
+def completed_query(now: Any) -> Select[Any]:
     """The requests that finished in the :data:`COMPLETED_WITHIN` before ``now``."""
     r = erasure_requests.c
     return select(func.count()).where(r.status.in_([str(s) for s in FINISHED]), r.completed_at >= now - COMPLETED_WITHIN)
@@ -63,9 +64,10 @@ def observe_erasures(meter: Meter, reader: Engine) -> None:
         counts = {str(status): int(count) for status, count in found}
         return [Observation(counts.get(str(s), 0), {"teamstore.erasure.status": str(s)}) for s in STATUSES]
 
-    def count(query: Callable[[datetime], Select[Any]], what: str) -> Callable[[CallbackOptions], list[Observation]]:
+    def count(query: Callable[[Any], Select[Any]], what: str) -> Callable[[CallbackOptions], list[Observation]]:
         def observe(_options: CallbackOptions) -> list[Observation]:
-            found = read_quietly(lambda: _rows(reader, query(datetime.now(UTC))), what)
+            # On the clock requests are received and fall due on (Postgres: the server's), not this host's.
+            found = read_quietly(lambda: _rows(reader, query(shared_now(reader.dialect.name))), what)
             return [] if found is None else [Observation(int(found[0][0] or 0))]
         return observe
 

@@ -105,11 +105,12 @@ def receipt_of(
     )
 
 
-def stored_receipt(row: RequestRow) -> Receipt:
+def stored_receipt(row: RequestRow, now: datetime | None = None) -> Receipt:
     """The receipt stored when the request last ended, with the extension recorded since (a failed request
-    may be extended after its receipt was written: its rerun stores a new one), and whether it is overdue now."""
+    may be extended after its receipt was written: its rerun stores a new one), and whether it is overdue at
+    ``now`` (the database's time, where the caller has it; else this host's)."""
     return Receipt.model_validate(row.receipt).model_copy(update={
-        "extension": row.extension, "overdue": is_overdue(row.status, row.effective_due_at, datetime.now(UTC))})
+        "extension": row.extension, "overdue": is_overdue(row.status, row.effective_due_at, now or datetime.now(UTC))})
 
 
 def key_destroyed(stores: dict[str, StoreResult]) -> bool:
