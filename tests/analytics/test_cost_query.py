@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,7 +14,8 @@ from sqlalchemy import delete, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.analytics.query import CostQuery, cost_report, parse_when
-from teamstore.audit.cost import CostReport, _Rows, costliest, query_costs
+from teamstore.audit.cost import CostReport, CostRow, _Rows, costliest, query_costs
+from teamstore.audit.prices import parse_prices
 from teamstore.audit.schema import subject_sessions, subjects, usage
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -221,6 +222,59 @@ async def test_top_sessions_are_priced_one_session_at_a_time_and_agree_with_the_
     # A report of millions of sessions held every one of them to keep three.
     assert max(held) <= 2 * 3 + 1
     assert top.rows == sorted(whole.rows, key=costliest)[:3] and (top.groups, top.total) == (24, whole.total)
+
+
+SPANNING = ("week", "month", "session,month", "month,session", "week,team", "user,week", "model,month")
+"""Groupings by weeks or months, whose groups each gather several days of the ledger."""
+CHANGING = parse_prices({"version": "hand-2", "currency": "USD", "models": {  # m-big's price changes mid-month
+    "m-big": [{"effective_from": "2020-01-01", "input": 3, "output": 15},
+              {"effective_from": "2026-02-17", "input": 2, "output": 11}],
+    "m-small-*": [{"effective_from": "2020-01-01", "input": Decimal("0.15"), "output": Decimal("0.60")}],
+}})
+
+
+async def _seed_months(engine: AsyncEngine) -> None:
+    """Six sessions of three users with a run every five days for ten months across a new year (ISO week
+    2026-W01 starts on 2025-12-29), some ended by a limit or failed, some with a model that has no price."""
+    start = date(2025, 11, 3)
+    await seed_ledger(engine, [
+        (f"r{i}", f"user{i % 3}", f"s{i % 6}", f"team{i % 2}", "v1", (start + timedelta(days=5 * i)).isoformat(),
+         ("completed", "limited", "failed")[i % 3 if i % 4 else 0],
+         [("triage", "m-big", 100 * (i % 7), 10 * i, 1), ("critic", "mystery" if i % 5 == 0 else "m-small-2024",
+                                                          50 * i, 5, 1)])
+        for i in range(60)])
+
+
+async def test_top_weeks_and_months_are_priced_one_group_at_a_time_and_hold_at_most_twice_top(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _seed_months(engine)
+    whole = await query_costs(engine, CHANGING, "session,month")
+    held: list[int] = []
+    row = _Rows.row
+
+    def counting(rows: _Rows, values: dict[str, object]) -> CostRow:  # each record's tokens, then its runs
+        held.append(len(rows.groups))
+        return row(rows, values)
+
+    monkeypatch.setattr(_Rows, "row", counting)
+    top = await query_costs(engine, CHANGING, "session,month", top=3)
+    # Years of ledger by session and month held every (session, month) to keep three.
+    assert len(whole.rows) > 50 and max(held) <= 2 * 3 + 1
+    assert top.rows == sorted(whole.rows, key=costliest)[:3] and (top.groups, top.total) == (whole.groups, whole.total)
+
+
+async def test_top_weeks_and_months_alone_or_with_another_dimension_are_the_whole_reports_costliest(
+    engine: AsyncEngine,
+) -> None:
+    await _seed_months(engine)
+    for by in SPANNING:
+        whole = await query_costs(engine, CHANGING, by)
+        for n in (1, 4, len(whole.rows) + 1):
+            top = await query_costs(engine, CHANGING, by, top=n)
+            assert top.rows == sorted(whole.rows, key=costliest)[:n], (by, n)
+            assert (top.groups, top.total) == (whole.groups, whole.total), (by, n)
+        assert all(row.runs for row in whole.rows) and whole.total.unpriced_tokens, by
 
 
 @pytest.mark.parametrize(("filters", "message", "suggestions"), [

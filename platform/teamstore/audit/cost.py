@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar
 
@@ -45,6 +45,8 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
 }
 """Each dimension and the ledger columns it groups by."""
 TIME = ("day", "week", "month")
+SPANS = ("week", "month")
+"""The time scales whose groups span several days."""
 MAX_DIMENSIONS = 2
 ERASED = "erased"
 """How a user reads once erasure has de-linked the ledger rows (each of their sessions reads as ``erased-``
@@ -256,6 +258,17 @@ def bucket(day: Any, scale: str) -> str:
     return f"{found.year}-{found.month:02d}" if scale == "month" else found.isoformat()
 
 
+def days_of(label: str, scale: str) -> tuple[date, date]:
+    """The first day of the ``week`` or ``month`` whose :func:`bucket` label is ``label``, and the day after
+    its last."""
+    if scale == "week":
+        year, week = label.split("-W")
+        first = date.fromisocalendar(int(year), int(week), 1)
+        return first, first + timedelta(days=7)
+    first = date.fromisoformat(f"{label}-01")
+    return first, (first + timedelta(days=31)).replace(day=1)
+
+
 def _dim_value(dim: str, values: dict[str, Any]) -> tuple[Any, ...]:
     if dim in TIME:
         return (bucket(values["day"], dim),)
@@ -308,9 +321,13 @@ class _Rows:
         self.groups = dict(sorted(self.groups.items(), key=lambda item: costliest(item[1]))[:top])
 
     def matches(self, raw: tuple[tuple[Any, ...], ...]) -> ColumnElement[bool]:
-        """The ledger rows of the group ``raw`` (of dimensions whose groups are their columns' values)."""
+        """The ledger rows of the group ``raw`` (a week or a month as the range of its days)."""
         clauses = []
         for dim, values in zip(self.dims, raw, strict=True):
+            if dim in SPANS:
+                first, after = days_of(values[0], dim)
+                clauses += [usage.c.day >= first, usage.c.day < after]
+                continue
             for name, value in zip(DIMENSIONS[dim], values, strict=True):
                 column = usage.c[name]
                 value = as_date(value) if dim == "day" else value
@@ -363,6 +380,14 @@ async def _sum(conn: AsyncConnection, rows: _Rows, where: CostFilter) -> None:
     await _sum_runs(conn, rows, where)
 
 
+def _group_order(dims: Sequence[str]) -> list[str]:
+    """The ledger columns that bring each group's records together when read in their order. A week's or
+    a month's days follow one another, so reading by day within the other dimension's values does it."""
+    if not set(SPANS) & set(dims):
+        return _columns(dims)
+    return _columns([d for d in dims if d not in TIME], "day")
+
+
 async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: int) -> int:
     """As :func:`_sum`, keeping only the ``top`` costliest groups: the ledger's tokens are read in the groups'
     order, each group priced whole before the next begins, so ``rows`` holds at most twice ``top`` of them
@@ -370,7 +395,8 @@ async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: i
     token_cols = _columns(rows.dims, "model", "day", "ended_by_limit")
     cols = [usage.c[n] for n in token_cols]
     sums = [func.sum(usage.c.calls), func.sum(usage.c.input_tokens), func.sum(usage.c.output_tokens)]
-    query = _filtered(select(*cols, *sums), where).group_by(*cols).order_by(*(usage.c[n] for n in _columns(rows.dims)))
+    order = [usage.c[n] for n in _group_order(rows.dims)]
+    query = _filtered(select(*cols, *sums), where).group_by(*cols).order_by(*order)
     groups, current = 0, None
     async for record in await conn.stream(query):
         values = dict(zip(token_cols, record, strict=False))
@@ -439,7 +465,7 @@ async def query_costs(
     where = where or CostFilter()
     rows = _Rows(dims, prices)
     async with reading(source) as conn:
-        if top is not None and not {"week", "month"} & set(dims):  # a week's or month's days are no one group
+        if top is not None:
             groups = await _sum_top(conn, rows, where, top)
         else:
             await _sum(conn, rows, where)
