@@ -1,14 +1,17 @@
-"""Two coordinators on one request: a slow step keeps its lease, and a request finished meanwhile is only reported."""
+"""Two coordinators on one request: a slow step keeps its lease, and a request finished meanwhile is only reported;
+and two officers filing twin request ids at once open one request."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config_registry import Registry
@@ -136,3 +139,47 @@ async def test_a_fact_a_memory_write_lands_as_the_memory_step_begins_is_counted_
     assert receipt.ok and receipt.stores["memory"].counts.rows == 1 + held + 1  # the summary, its facts, the late one
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).select_from(facts).where(facts.c.user_id == "rita")) == 0
+
+
+@asynccontextmanager
+async def holds_waiting(engine: AsyncEngine) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
+    """Writes to ``ts_user_holds`` wait while the block runs (on SQLite, every write): a filing that has read the
+    stored ids stops at its insert. Yields a wait until ``n`` connections wait on a lock (on SQLite, a pause)."""
+    async with engine.connect() as holder:
+        if engine.dialect.name == "sqlite":
+            await holder.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            await holder.begin()
+            await holder.exec_driver_sql("LOCK TABLE ts_user_holds IN SHARE MODE")
+
+        async def waiting(n: int) -> None:
+            if engine.dialect.name == "sqlite":
+                await asyncio.sleep(0.5)
+                return
+            for _ in range(500):
+                async with engine.connect() as watcher:  # the holder's transaction would see one snapshot of it
+                    if await watcher.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                                                 "'Lock' AND datname = current_database()")) >= n:
+                        return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"fewer than {n} filings waited")
+
+        yield waiting
+        await holder.rollback()
+
+
+async def test_twin_request_ids_filed_at_the_same_instant_open_one_request_and_the_other_is_refused_naming_it(
+    engine: AsyncEngine,
+) -> None:
+    async with holds_waiting(engine) as waiting:
+        filings = [asyncio.create_task(requests.open_request(engine, request_id, user, None, 30))
+                   for request_id, user in (("REQ-9", "ivy"), ("req-9", "jo"))]
+        await waiting(2)  # each has looked for the other's id, or waits to look
+    outcomes = await asyncio.gather(*filings, return_exceptions=True)
+
+    opened = [o for o in outcomes if isinstance(o, requests.RequestRow)]
+    refused = [o for o in outcomes if isinstance(o, ErasureConflict)]
+    assert len(opened) == 1 and len(refused) == 1, outcomes
+    assert repr(opened[0].request_id) in refused[0].message and "only in letter case" in refused[0].message
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(erasure_requests.c.request_id))).scalars().all() == [opened[0].request_id]

@@ -192,11 +192,15 @@ async def near_ids(engine: AsyncEngine, request_id: str) -> list[str]:
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    r = erasure_requests.c
     async with db(engine, "read the erasure requests") as conn:
-        near = (await conn.execute(select(r.request_id).where(
-            func.lower(func.trim(r.request_id)) == request_id.strip().lower(), r.request_id != request_id)
-            .order_by(r.request_id).limit(3))).scalars().all()
+        return await _near_ids(conn, request_id)
+
+
+async def _near_ids(conn: AsyncConnection, request_id: str) -> list[str]:
+    r = erasure_requests.c
+    near = (await conn.execute(select(r.request_id).where(
+        func.lower(func.trim(r.request_id)) == request_id.strip().lower(), r.request_id != request_id)
+        .order_by(r.request_id).limit(3))).scalars().all()
     return list(near)
 
 
@@ -228,10 +232,14 @@ async def check_new_request(engine: AsyncEngine, request_id: str | None, user_id
     if request_id is not None:
         check_new_request_id(request_id, user_id)
     await check_stored_if_unusable(engine, user_id)
-    if request_id is None or not (twins := await near_ids(engine, request_id)):
-        return
+    if request_id is not None and (twins := await near_ids(engine, request_id)):
+        raise twin_of(request_id, twins)
+
+
+def twin_of(request_id: str, twins: list[str]) -> ErasureConflict:
+    """The refusal of a new request id that differs from the stored ``twins`` only in letter case or spaces."""
     named = " and ".join(repr(twin) for twin in twins)
-    raise ErasureConflict(
+    return ErasureConflict(
         f"request id {request_id!r} differs from the stored request {named} only in letter case or surrounding "
         "spaces: it would open a second request beside it",
         hint=f"to resume or report that request, give its id exactly as stored (`teamstore erase status "
@@ -276,7 +284,8 @@ async def open_request(
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
         return RequestRow(**{**existing.__dict__, **missing})
-    await check_new_request(engine, request_id, user_id)
+    check_new_request_id(request_id, user_id)
+    await check_stored_if_unusable(engine, user_id)
     if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)
@@ -301,6 +310,10 @@ async def _insert_request(
 
     Neither insert may fail on the key: Postgres would log the key, the raw user id, where erasure never
     reaches it. So each skips a taken key, and a skipped one rolls the transaction back.
+
+    Raises:
+        ErasureConflict: A stored request's id differs from this one only in letter case or spaces.
+        StoreUnavailable: The database could not be reached.
     """
     # On the database's clock (on Postgres the server's): the fence's grace counts from received_at, on whichever
     # host resumes the request (:meth:`teamstore.erasure.waits.Waits.fence_grace`).
@@ -313,6 +326,8 @@ async def _insert_request(
     async with engine.connect() as conn:
         try:
             async with conn.begin() as transaction:
+                if twins := await _twins_locked(conn, request_id):
+                    raise twin_of(request_id, twins)
                 opened = await conn.execute(insert_new(dialect, erasure_requests).values(**values)
                                             .returning(erasure_requests.c.request_id))
                 held = opened.first() is not None and (await conn.execute(
@@ -326,6 +341,19 @@ async def _insert_request(
                 hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
             ) from exc
     return True
+
+
+async def _twins_locked(conn: AsyncConnection, request_id: str) -> list[str]:
+    """The stored ids differing from ``request_id`` only in letter case or spaces (:func:`near_ids`), read under
+    a lock that a filing of any of its twins takes too, until the caller's transaction ends: two officers
+    filing ``REQ-7`` and ``req-7`` at the same instant would each find the other not yet stored. No unique
+    index does it: databases hold twins filed before ids were compared this way, and those must still resume.
+    On Postgres a transaction-scoped advisory lock on the folded id; on SQLite the database's write lock."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(request_id.strip().lower()))))
+    else:
+        await conn.exec_driver_sql("BEGIN IMMEDIATE")  # pysqlite would open the transaction only at the insert
+    return await _near_ids(conn, request_id)
 
 
 def same_user(row: RequestRow, user_id: str) -> RequestRow:
