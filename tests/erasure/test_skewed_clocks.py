@@ -1,8 +1,9 @@
 """Erasure coordinators on hosts whose clocks disagree with the database's still exclude each other (Postgres): a
 request's lease is written and checked on the server's clock, by them and by an extension (which a running
-request refuses), and so is its receipt, from which the fence's grace counts; and a rerun on such a host waits out
-what is left of the key step's wait, counted on the server's clock too. A skewed host is this process with its
-clock moved (:func:`tests.clocks.host_clock`)."""
+request refuses), and so is its receipt, from which the fence's grace counts, and so are a run's verdict on
+whether it is overdue and its completion; and a rerun on such a host waits out what is left of the key step's
+wait, counted on the server's clock too. A skewed host is this process with its clock moved
+(:func:`tests.clocks.host_clock`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 from sqlalchemy import Interval, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit import claims
+from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
@@ -26,7 +29,7 @@ from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.waits import Waits
 from teamstore.errors import ExtensionRefused
 from tests.clocks import host_clock
-from tests.erasure.conftest import KeyWaits
+from tests.erasure.conftest import KeyWaits, coordinator
 
 pytestmark = pytest.mark.postgres
 SKEW = timedelta(minutes=6)
@@ -154,3 +157,32 @@ async def test_the_desk_on_a_host_whose_clock_runs_behind_lists_a_request_past_i
         assert [r.request_id for r in await list_requests(engine, overdue=True)] == ["req-1"]
         with pytest.raises(ExtensionRefused, match="too late to extend"):
             await extend_request(engine, "req-1", "30d", "a complex request", operator="ana")
+
+
+@pytest.mark.parametrize("skew", [SKEW, -SKEW], ids=["ahead", "behind"])
+async def test_a_run_ending_on_a_host_whose_clock_disagrees_judges_it_overdue_and_completes_it_on_the_servers_clock(
+    engine: AsyncEngine, tmp_path: Path, skew: timedelta
+) -> None:
+    """Due three minutes after the server's now on a host ahead (which would call it overdue), three minutes
+    before it on a host behind (which would not)."""
+    folder = LocalTranscriptStore(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "dora")
+    await claims.hold(engine, "upload-dora", "audit/dora", subject, "uploader", timedelta(minutes=30))
+    await requests.open_request(engine, "req-3", "dora", None, 30)
+    await _due_in(engine, "req-3", skew / 2)
+
+    with host_clock(skew):  # an upload that may still land fails the run: its receipt says whether it is overdue
+        failed = await coordinator(engine, folder, upload_wait_seconds=0).run("dora", request_id="req-3")
+    assert failed.status is RequestStatus.FAILED and failed.overdue is (skew < timedelta(0))
+
+    await claims.settle(engine, "upload-dora", "uploader", None)
+    with host_clock(skew):
+        done = await coordinator(engine, folder).run("dora", request_id="req-3")
+    r = erasure_requests.c
+    async with engine.connect() as conn:
+        server_now, stored = (await conn.execute(select(func.now(), r.completed_at)
+                                                 .where(r.request_id == "req-3"))).one()
+    assert done.status is RequestStatus.COMPLETED and done.completed_at == stored
+    assert done.completed_at is not None and timedelta(0) <= server_now - done.completed_at < timedelta(seconds=5)
+    assert all(step.verified_at is None or abs(server_now - step.verified_at) < timedelta(seconds=5)
+               for step in done.stores.values())

@@ -244,7 +244,8 @@ class DeletionCoordinator:
         if row.receipt is not None:
             return stored_receipt(row, await database_now(self.engine))  # due dates are on the database's clock
         steps = await record.load_steps(self.engine, request_id)
-        return self._receipt(row, steps, RequestStatus.OPEN, attempts=await record.load_attempts(self.engine, request_id))
+        return self._receipt(row, steps, RequestStatus.OPEN, attempts=await record.load_attempts(self.engine, request_id),
+                             now=await database_now(self.engine))
 
     async def _resume(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
         waits = Waits(self.engine, self.knobs, self._say)
@@ -291,13 +292,15 @@ class DeletionCoordinator:
         subject_key: str | None, attempt: int,
     ) -> Receipt:
         """The receipt a finishing attempt stores: its own attempt ended with ``status``, and for a request
-        that found nothing anywhere, whether a near-identical id holds data."""
-        now = datetime.now(UTC)
+        that found nothing anywhere, whether a near-identical id holds data. It is completed, and judged overdue
+        or not, on the database's clock, as the request was received and falls due."""
+        now = await database_now(self.engine)
         attempts = [a.model_copy(update={"ended_at": now, "status": status}) if n == attempt else a
                     for n, a in enumerate(await record.load_attempts(self.engine, row.request_id), start=1)]
         near = await near_match(self.engine, row.user_id) if status is RequestStatus.NO_MATCH and row.user_id else None
         bound = await backups_unreadable_by(self.engine, self.settings)
-        return self._receipt(row, results, status, subject_key, attempts=attempts, near=near, backups_until=bound)
+        return self._receipt(row, results, status, subject_key, attempts=attempts, now=now, near=near,
+                             backups_until=bound)
 
     async def _holds_data(self, user_id: str, erasing: str | None) -> bool:
         """Whether ``user_id`` has a subject (other than the one a held request still erases) or stored
@@ -351,7 +354,7 @@ class DeletionCoordinator:
             counts = recorded.counts if recorded is not None else Counts()
             result = StoreResult(status=StepStatus.FAILED, counts=counts, detail=str(exc))
         else:
-            result = verdict(deleted, left)
+            result = verdict(deleted, left, await database_now(self.engine))
         await record.record_step(self.engine, ctx.request_id, step.name, result, ctx.owner)
         log.info("erasure %s: %s %s %s", ctx.request_id, step.name, result.status, result.counts.model_dump())
         return result
@@ -373,12 +376,12 @@ class DeletionCoordinator:
 
     def _receipt(
         self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,
-        subject_key: str | None = None, *, attempts: list[Attempt], near: str | None = None,
+        subject_key: str | None = None, *, attempts: list[Attempt], now: datetime, near: str | None = None,
         backups_until: datetime | None = None,
     ) -> Receipt:
         """The request's receipt over this coordinator's steps (:func:`teamstore.erasure.verdict.receipt_of`)."""
         return receipt_of(row, results, status, subject_key, steps=[s.name for s in self.steps], knobs=self.knobs,
-                          capture=self.settings.capture_message_content, attempts=attempts, near=near,
+                          capture=self.settings.capture_message_content, attempts=attempts, now=now, near=near,
                           backups_until=backups_until)
 
     async def _dry_run(self, user_id: str, reason: str | None, requested_by: str | None) -> Receipt:

@@ -53,7 +53,7 @@ async def write_step(
     if owner is not None:
         await _holding(conn, request_id, owner)
     values = {"status": str(result.status), "counts": result.counts.model_dump(), "detail": result.detail,
-              "updated_at": datetime.now(UTC), "verified_at": result.verified_at}
+              "updated_at": shared_now(conn.dialect.name), "verified_at": result.verified_at}
     # An upsert: no insert that could meet a row of the same key and fail with the request id in the log.
     stmt = dialect_insert(conn.dialect.name)(erasure_steps).values(request_id=request_id, store=store, **values)
     await conn.execute(stmt.on_conflict_do_update(index_elements=[erasure_steps.c.request_id, erasure_steps.c.store],
@@ -69,7 +69,7 @@ async def _holding(conn: AsyncConnection, request_id: str, owner: str) -> None:
     """
     r = erasure_requests.c
     held = await conn.execute(update(erasure_requests).where(r.request_id == request_id, r.owner == owner)
-                              .values(updated_at=datetime.now(UTC)))
+                              .values(updated_at=shared_now(conn.dialect.name)))
     if not held.rowcount:
         raise taken_over(request_id)
 
@@ -139,14 +139,14 @@ async def start_attempt(engine: AsyncEngine, request_id: str, operator: str) -> 
         last = await conn.scalar(select(func.max(a.attempt)).where(a.request_id == request_id))
         number = int(last or 0) + 1
         await conn.execute(insert(erasure_attempts).values(request_id=request_id, attempt=number, operator=operator,
-                                                           started_at=datetime.now(UTC)))
+                                                           started_at=shared_now(conn.dialect.name)))
     return number
 
 
 async def _end_attempt(conn: AsyncConnection, request_id: str, attempt: int, status: RequestStatus | None) -> None:
     a = erasure_attempts.c
     await conn.execute(update(erasure_attempts).where(a.request_id == request_id, a.attempt == attempt)
-                       .values(ended_at=datetime.now(UTC), status=status))
+                       .values(ended_at=shared_now(conn.dialect.name), status=status))
 
 
 async def end_attempt(engine: AsyncEngine, request_id: str, attempt: int) -> None:
@@ -200,7 +200,7 @@ async def finish(
     """
     # Whether it is overdue is judged each time it is read (teamstore.erasure.verdict.stored_receipt), not kept.
     values: dict[str, Any] = {"status": receipt.status, "receipt": receipt.model_dump(mode="json", exclude={"overdue"}),
-                              "updated_at": datetime.now(UTC), "completed_at": receipt.completed_at}
+                              "updated_at": shared_now(engine.dialect.name), "completed_at": receipt.completed_at}
     if receipt.status is not RequestStatus.FAILED:
         values["user_id"] = None
         if receipt.status in FINISHED:

@@ -3,10 +3,11 @@ status from its steps, and the receipt assembled from them.
 
     from teamstore.erasure.verdict import receipt_of, request_status, verdict
 
-    result = verdict(deleted, left)          # left: what an independent re-query found after the delete
+    now = await database_now(engine)         # teamstore.db.clock: on Postgres the server's
+    result = verdict(deleted, left, now)     # left: what an independent re-query found after the delete
     status = request_status({"resume_state": result, ...})
     receipt = receipt_of(row, results, status, steps=["resume_state", ...], knobs=knobs, capture=False,
-                         attempts=attempts)
+                         attempts=attempts, now=now)
 
 A request completes only when every store is erased, shredded or ``no_match``; anything left that no hold
 explains fails it, and one that found nothing anywhere ends ``no_match`` (the id may be mistyped). What the
@@ -39,19 +40,19 @@ from teamstore.erasure.steps.keys import KeyStep
 FINAL = frozenset({StepStatus.ERASED, StepStatus.SHREDDED, StepStatus.NO_MATCH, StepStatus.RETAINED_UNDER_HOLD})
 
 
-def verdict(deleted: StoreResult, left: Counts) -> StoreResult:
+def verdict(deleted: StoreResult, left: Counts, now: datetime) -> StoreResult:
     """A step's status from what it deleted and what verification still found.
 
     Args:
         deleted: The step's result after deleting (counts of what it found).
         left: What an independent re-query found afterwards.
+        now: When it was verified, on the database's clock (:func:`teamstore.db.clock.database_now`).
 
     Returns:
         ``failed`` if anything not under a hold is left; ``retained_under_hold`` if held objects that can
         still be read are; ``shredded`` if only held objects sealed under the user's destroyed key are;
         ``no_match`` if nothing was ever found; else ``erased``.
     """
-    now = datetime.now(UTC)
     unexpected = left.unexpected
     counts = deleted.counts.model_copy(update={"retained": left.retained, "unreadable": left.unreadable})
     if unexpected > 0:
@@ -84,14 +85,15 @@ def request_status(results: dict[str, StoreResult]) -> RequestStatus:
 
 def receipt_of(
     row: RequestRow, results: dict[str, StoreResult], status: RequestStatus, subject_key: str | None = None, *,
-    steps: Sequence[str], knobs: ErasureSettings, capture: bool, attempts: list[Attempt], near: str | None = None,
-    backups_until: datetime | None = None,
+    steps: Sequence[str], knobs: ErasureSettings, capture: bool, attempts: list[Attempt], now: datetime,
+    near: str | None = None, backups_until: datetime | None = None,
 ) -> Receipt:
     """The receipt of the request ``row`` at ``status``: one result per step (``pending`` for those not run),
-    and what remains elsewhere (``capture``: message content is captured)."""
+    and what remains elsewhere (``capture``: message content is captured). ``now`` is on the database's clock
+    (:func:`teamstore.db.clock.database_now`), as the request's due date is: the receipt is completed then, and
+    overdue if its due date has passed by then."""
     stores = {name: results.get(name) or StoreResult(status=StepStatus.PENDING) for name in steps}
     done = status in (*FINISHED, RequestStatus.RETAINED_UNDER_HOLD)
-    now = datetime.now(UTC)
     return Receipt(
         request_id=row.request_id, status=status,
         subject_hash=row.subject_hash or subject_hash(subject_key or row.subject_key, knobs),
