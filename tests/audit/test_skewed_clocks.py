@@ -1,6 +1,6 @@
 """The retention sweep and the transcript outbox's claims on a host whose clock disagrees with the database's
-(Postgres): quarantined states age, and claims stand or pass, on the server's clock. A skewed host is this process
-with its clock moved (:func:`tests.clocks.host_clock`)."""
+(Postgres): quarantined states, queued transcripts and session ids age, and claims stand or pass, on the server's
+clock. A skewed host is this process with its clock moved (:func:`tests.clocks.host_clock`)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,25 @@ from sqlalchemy import Interval, func, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims, outbox
+from teamstore.audit.ledger import record_usage, usage_rows
+from teamstore.audit.pseudonyms import run_writes
 from teamstore.audit.retention import sweep_all
 from teamstore.audit.rewrites import SETTLED, record_rewrite
-from teamstore.audit.schema import rewrites
-from teamstore.audit.subjects import ensure_subject
+from teamstore.audit.schema import outbox as outbox_table
+from teamstore.audit.schema import rewrites, subject_sessions
+from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from teamstore.events import ModelCall, RunContext, RunOutcome
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine
 from tests.clocks import host_clock
 
 pytestmark = pytest.mark.postgres
 SKEW = timedelta(minutes=6)
+DAY = timedelta(days=1)
 CLAIM = outbox.in_flight_for(60)  # a claim on an upload on its way: shorter than the skew
 
 
@@ -114,3 +120,35 @@ async def test_a_transcript_written_again_on_a_host_whose_clock_runs_an_hour_beh
     async with engine.connect() as conn:
         age = (await conn.execute(select(func.now() - rewrites.c.recorded_at))).scalar_one()
     assert timedelta(0) <= age < timedelta(seconds=5)
+
+
+async def _ages(engine: AsyncEngine) -> dict[str, list[timedelta]]:
+    """How long ago, by the database's clock, each row of the tables retention sweeps by ``created_at`` was made."""
+    async with engine.connect() as conn:
+        return {table.name: list((await conn.scalars(select(func.now() - table.c.created_at))).all())
+                for table in (outbox_table, subject_sessions)}
+
+
+@pytest.mark.parametrize("offset", [-DAY, DAY], ids=["behind", "ahead"])
+async def test_rows_retention_sweeps_by_when_they_were_made_are_stamped_on_the_database_clock_on_a_skewed_host(
+    engine: AsyncEngine, offset: timedelta
+) -> None:
+    """Stamped a day ahead, a queued transcript or a session's id would outlive its retention by a day; a day
+    behind, the sweep would take it a day early."""
+    subject, secret = await ensure_subject(engine, "alice")
+    started = datetime.now(UTC)
+    ctx = RunContext("run-1", "alice", "s1", "support_triage", "v1", started)
+    calls = [ModelCall("triage", "gpt-4o", 10, 5, started, 0.5)]
+    writes = run_writes(engine)
+    with host_clock(offset):
+        await outbox.enqueue(engine, "run-1", f"subjects/{subject}/run-1", subject, b"gz", "S3 unreachable")
+        await claims.hold(engine, "upload-2", f"subjects/{subject}/run-2", subject, "worker-1", CLAIM)
+        await record_usage(engine, usage_rows(ctx, RunOutcome(started, model_calls=calls),
+                                              RunKeys(subject, session_key(secret, "s1"))), "s1")
+        await writes.name_session(user_id="alice", subject_key=subject, session_key=session_key(secret, "s2"),
+                                  session_id="s2")
+    await writes.aclose()
+
+    ages = await _ages(engine)
+    assert len(ages["ts_transcript_outbox"]) == 2 and len(ages["ts_subject_sessions"]) == 2
+    assert all(timedelta(0) <= age < timedelta(seconds=5) for table in ages.values() for age in table), ages

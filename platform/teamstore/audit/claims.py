@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, subjects
 from teamstore.db import fence
-from teamstore.db.clock import now_utc, shared_later, shared_now, utc
+from teamstore.db.clock import shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
 from teamstore.errors import StoreUnavailable
 
@@ -186,8 +186,8 @@ async def hold(
         StoreUnavailable: The database failed: nothing is on record, and the upload must not start.
     """
     stmt = insert(outbox).values(
-        run_id=record_id, object_key=object_key, subject_key=subject_key, body=None, created_at=now_utc(),
-        attempts=0, claimed_by=owner, claimed_until=shared_later(engine.dialect.name, lasting),
+        run_id=record_id, object_key=object_key, subject_key=subject_key, body=None,
+        created_at=shared_now(engine.dialect.name), attempts=0, claimed_by=owner, claimed_until=shared_later(engine.dialect.name, lasting),
     )
 
     async def go() -> None:

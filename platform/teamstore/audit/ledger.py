@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, delete, exists, literal, select, tuple_, union_all
+from sqlalchemy import ColumnElement, Select, and_, delete, exists, func, literal, select, tuple_, union_all
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.dml import Insert
@@ -30,6 +30,7 @@ from teamstore.audit.schema import ledger_name, subject_sessions, subjects, usag
 from teamstore.audit.stop_reasons import recordable
 from teamstore.audit.subjects import SUBJECT, USER
 from teamstore.audit.transcripts.record import RunKeys
+from teamstore.db.clock import shared_now
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.db.statements import insert_new
@@ -131,13 +132,16 @@ def session_name_insert(dialect: str) -> Insert:
     """The INSERT of a session's id beside its key (``ts_subject_sessions``), fenced as :func:`usage_insert`
     is: written only while the user ``u`` still has the subject ``subject`` and no erasure holds ``u``, so an
     erasure that deleted the mapping is never followed by a session id it would not find. A session already
-    named is skipped. Parameters: ``u``, ``subject``, ``session_key``, ``session_id``, ``created_at``.
+    named is skipped. Parameters: ``u``, ``subject``, ``session_key``, ``session_id``, and on SQLite ``created_at``.
     """
     values = select(
         Param("session_key", subject_sessions.c.session_key.type).label("session_key"),
         SUBJECT.label("subject_key"),
         Param("session_id", subject_sessions.c.session_id.type).label("session_id"),
-        Param("created_at", subject_sessions.c.created_at.type).label("created_at"),
+        # On the database's clock, as the sweep's cutoff is (on SQLite, this host's: the statement is compiled
+        # once, so the time is a parameter).
+        (func.now() if dialect == "postgresql" else Param("created_at", subject_sessions.c.created_at.type))
+        .label("created_at"),
     ).subquery("v")
     mapped = exists().where(subjects.c.user_id == USER, subjects.c.subject_key == SUBJECT)
     insert_: Insert = insert_new(dialect, subject_sessions).from_select(
@@ -169,7 +173,7 @@ async def record_usage(engine: AsyncEngine, rows: list[dict[str, Any]], session_
                 # In the run's own transaction: under the erasure fence exactly as its ledger rows are.
                 await conn.execute(insert_new(engine.dialect.name, subject_sessions).values(
                     session_key=rows[0]["session_key"], subject_key=rows[0]["subject_key"],
-                    session_id=session_id, created_at=datetime.now(UTC)))
+                    session_id=session_id, created_at=shared_now(engine.dialect.name)))
     except SQLAlchemyError as exc:
         raise StoreUnavailable(
             f"could not write the usage ledger for run {rows[0]['run_id']}: {describe_failure(exc)}",

@@ -31,7 +31,7 @@ from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.db.clock import now_utc, shared_later, shared_now, utc
+from teamstore.db.clock import now_utc, shared_later, shared_now, shared_now_as, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held as user_held
 from teamstore.db.statements import insert_new
@@ -150,7 +150,9 @@ async def enqueue(
         "subject_key": literal(subject_key, outbox.c.subject_key.type),
         "body": literal(body, outbox.c.body.type) if claim is None else case((fenced, null()), else_=literal(
             body, outbox.c.body.type)),
-        "created_at": literal(now_utc(), outbox.c.created_at.type),
+        # On the database's clock, as the sweep's cutoff is: a host running a day ahead must not queue a
+        # transcript the next sweep takes for one past its retention.
+        "created_at": shared_now_as(engine.dialect.name, outbox.c.created_at.type),
         "attempts": literal(1, outbox.c.attempts.type),
         "last_error": literal(error[:512], outbox.c.last_error.type),
         "claimed_by": literal(claim.owner if claim else None, outbox.c.claimed_by.type),

@@ -27,14 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, case, delete, exists, func, literal, select
+from sqlalchemy import and_, case, delete, exists, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import rewrites, subjects
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import HoldStatus, capability
-from teamstore.db.clock import now_utc, utc
+from teamstore.db.clock import shared_now_as, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.db.statements import dialect_insert
@@ -79,7 +79,7 @@ async def record_rewrite(
         "written_at": literal(utc(written_at), r.written_at.type),
         # On the clock the sweep's SETTLED counts on: a host running an hour behind must not record a write that
         # may still land as one already settled.
-        "recorded_at": func.now() if engine.dialect.name == "postgresql" else literal(now_utc(), r.recorded_at.type),
+        "recorded_at": shared_now_as(engine.dialect.name, r.recorded_at.type),
     }
     fenced = exists().where(subjects.c.subject_key == subject_key, held(subjects.c.user_id))
     insert = dialect_insert(engine.dialect.name)(rewrites)

@@ -5,6 +5,7 @@
     row_time = utc(row.updated_at)   # SQLite hands back naive datetimes
     stmt = select(sessions).where(sessions.c.lease_until < shared_now(engine.dialect.name))
     stmt = update(outbox).values(claimed_until=shared_later(engine.dialect.name, timedelta(seconds=80)))
+    row = select(shared_now_as(engine.dialect.name, outbox.c.created_at.type).label("created_at"), ...)
     cutoff = await database_now(engine) - timedelta(days=30)
 """
 
@@ -45,6 +46,13 @@ def shared_now(dialect: str) -> Any:
         dialect: ``engine.dialect.name`` (``postgresql`` or ``sqlite``).
     """
     return func.now() if dialect == "postgresql" else now_utc()
+
+
+def shared_now_as(dialect: str, type_: Any) -> Any:
+    """:func:`shared_now` as a column of ``type_`` that a ``SELECT`` can carry (an ``INSERT .. SELECT``'s): on
+    Postgres the server's ``now()``; on SQLite :func:`now_utc` bound as ``type_``, as SQLite's own clock would be
+    text of another form than the stored times."""
+    return func.now() if dialect == "postgresql" else literal(now_utc(), type_)
 
 
 def shared_later(dialect: str, length: timedelta) -> Any:
