@@ -187,6 +187,25 @@ async def test_retention_apply_at_the_bucket_root_expires_only_transcripts(s3_bu
     await store.close()
 
 
+async def test_delete_prefix_of_many_listing_pages_removes_every_version_and_marker(s3_bucket: str) -> None:
+    # Deleting each page before the next was listed left the rest: the next page starts after the last version
+    # of the one before, and an S3-compatible server (moto) finds nothing after a version that is gone.
+    client = boto3.client("s3")
+    client.put_bucket_versioning(Bucket=s3_bucket, VersioningConfiguration={"Status": "Enabled"})
+    store = S3TranscriptStore(make_client(), s3_bucket, "audit", page_size=3)
+    keys = [run_key(RunKeys("a" * 32, "1" * 32), f"r{n}") for n in range(4)]
+    for key in keys * 2:
+        await store.put(key, b"transcript")
+    await store.delete(keys[0])
+    await store.put(keys[0], b"transcript")
+    client.delete_object(Bucket=s3_bucket, Key=f"audit/{keys[1]}")  # a delete marker, not counted as removed
+
+    assert await store.delete_prefix("subjects/") == 7
+    assert client.list_object_versions(Bucket=s3_bucket).get("Versions", []) == []
+    assert client.list_object_versions(Bucket=s3_bucket).get("DeleteMarkers", []) == []
+    await store.close()
+
+
 async def _outbox_rows(engine: AsyncEngine) -> list[str]:
     async with engine.connect() as conn:
         return list((await conn.scalars(select(outbox_table.c.run_id))).all())

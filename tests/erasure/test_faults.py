@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -205,6 +206,48 @@ async def test_versions_under_a_retention_period_without_a_legal_hold_are_report
     assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, transcripts
     assert transcripts.status is StepStatus.RETAINED_UNDER_HOLD and transcripts.counts.retained == 1
     assert await store.list_keys(subject_prefix(subject)) == [kept]
+    await store.close()
+
+
+@pytest.mark.s3
+async def test_a_history_of_many_pages_is_erased_a_page_at_a_time_its_held_versions_counted_and_kept(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit", page_size=4)
+    subject = await get_or_create_subject(engine, "hugo")
+    keys = [f"{subject_prefix(subject)}sessions/s{i % 2}/runs/r{i}.jsonl.gz" for i in range(7)]
+    for key in keys:
+        for write in range(2):
+            await store.put(key, b"transcript %d" % write)
+    for key in keys[5:]:
+        store.client.delete_object(Bucket=store.bucket, Key=f"audit/{key}")  # a delete marker on top
+    held = [store.client.list_object_versions(Bucket=store.bucket, Prefix=f"audit/{keys[i]}")["Versions"][-1]
+            for i in (0, 3, 6)]  # the first version of three keys, on different pages of the listing
+    for version in held:
+        store.client.put_object_legal_hold(Bucket=store.bucket, Key=version["Key"], VersionId=version["VersionId"],
+                                           LegalHold={"Status": "ON"})
+    listed, deleted, outstanding = [0], [0], [0]
+
+    def page_listed(parsed: dict[str, Any], **_: Any) -> None:
+        listed[0] += len(parsed.get("Versions", [])) + len(parsed.get("DeleteMarkers", []))
+        outstanding[0] = max(outstanding[0], listed[0] - deleted[0])
+
+    def deleting(params: dict[str, Any], **_: Any) -> None:
+        deleted[0] += len(params["Delete"]["Objects"])
+
+    store.client.meta.events.register("after-call.s3.ListObjectVersions", page_listed)
+    store.client.meta.events.register("before-parameter-build.s3.DeleteObjects", deleting)
+
+    receipt = await coordinator(engine, store).run("hugo", request_id="req-pages")
+
+    transcripts = receipt.stores["transcripts"]
+    assert transcripts.status is StepStatus.RETAINED_UNDER_HOLD, transcripts
+    assert transcripts.counts.model_dump() == {"rows": 0, "objects": 7, "versions": 14, "delete_markers": 2,
+                                               "bytes": 14 * len(b"transcript 0"), "retained": 3, "unreadable": 0}
+    # The first erasure listing held two pages at most (the one being deleted, the next one listed past it).
+    assert outstanding[0] <= 2 * 4 and deleted[0] == 16
+    left = all_versions(store.client, store.bucket)
+    assert sorted(v["VersionId"] for v in left) == sorted(v["VersionId"] for v in held)
     await store.close()
 
 

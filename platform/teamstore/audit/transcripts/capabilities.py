@@ -14,7 +14,7 @@ reaches into a backend's client, bucket or folder.
 
 | capability | protocol | S3 | local folder |
 |---|---|---|---|
-| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix, and any version's bytes | yes | no (one copy per object) |
+| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix (all at once or page by page), and any version's bytes | yes | no (one copy per object) |
 | ``BATCH_DELETE`` | :class:`BatchDelete`: remove given versions, reporting each one refused | yes | no |
 | ``HOLDS`` | :class:`Holds`: whether a legal hold or a retention period protects a version | yes | no (nothing locks a file) |
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
@@ -24,7 +24,7 @@ reaches into a backend's client, bucket or folder.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol, overload, runtime_checkable
@@ -69,6 +69,14 @@ class Versions(Protocol):
 
     async def versions(self, prefix: str) -> list[ObjectVersion]:
         """Every version and delete marker under ``prefix`` (relative to the store), in no set order.
+
+        Raises:
+            TranscriptUnavailable: The store could not be listed; the message names no key.
+        """
+
+    def version_pages(self, prefix: str) -> AsyncIterator[list[ObjectVersion]]:
+        """The same, a listing page at a time (at least one, perhaps empty): what a caller walking a prefix of
+        any size holds. Each page may be deleted as it comes; the pages after it are listed all the same.
 
         Raises:
             TranscriptUnavailable: The store could not be listed; the message names no key.

@@ -256,7 +256,7 @@ class LocalTranscriptStore:
     def _delete_prefix(self, prefix: str) -> int:
         base = self._path(prefix.rstrip("/"))
         self._no_link(base)
-        removed = len(self._list(prefix))
+        removed = sum(1 for entry in self._files(prefix) if entry.name.endswith(SUFFIX))  # counted, not kept
         try:
             _remove_tree(base)
         except OSError as exc:

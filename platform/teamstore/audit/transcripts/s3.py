@@ -18,7 +18,8 @@ it is never sent again by the client's retries (two copies in flight, either of 
 fails with ``UploadInDoubt`` so the caller treats it as one that may land.
 
 Versions are listed (``ListObjectVersions``, paged) and deleted (``DeleteObjects``, 1,000 per request) here
-alone: :meth:`S3TranscriptStore.delete`, :meth:`~S3TranscriptStore.delete_prefix` and the capabilities erasure
+alone, a page at a time (:meth:`S3TranscriptStore.version_pages`: a heavy user's history never sits in memory
+whole): :meth:`S3TranscriptStore.delete`, :meth:`~S3TranscriptStore.delete_prefix` and the capabilities erasure
 uses (:mod:`teamstore.audit.transcripts.capabilities`) share them, and every ``DeleteObjects`` answer's
 ``Errors`` list is read: a version S3 refused is reported (``delete_versions``) or raised, never taken as gone.
 """
@@ -53,7 +54,7 @@ __all__ = ["BATCH", "RULE_ID", "S3TranscriptStore", "lifecycle_rule", "make_clie
 RULE_ID = "teamstore-transcripts-retention"
 """The start of every lifecycle rule's ID teamstore puts; each transcript prefix has its own rule (:func:`rule_id`)."""
 BATCH = 1000
-"""Versions per ``DeleteObjects`` request: S3's limit."""
+"""Versions per ``DeleteObjects`` request: S3's limit, and the versions a ``ListObjectVersions`` page holds."""
 GZIP_MAGIC = b"\x1f\x8b"
 """How a transcript written before sealing begins (its content type says gzip; a sealed one's, bytes)."""
 
@@ -89,6 +90,8 @@ class S3TranscriptStore:
         client: A boto3 S3 client the caller owns (see :func:`make_client`).
         bucket: The bucket; it must exist.
         prefix: Key prefix inside the bucket, without a trailing slash ("" for the bucket root).
+        page_size: Versions per ``ListObjectVersions`` page (S3 gives at most 1,000, its default); a listing, and
+            an erasure deleting as it lists, holds two pages at most.
     """
 
     capabilities = frozenset({
@@ -96,10 +99,11 @@ class S3TranscriptStore:
         Capability.LIFECYCLE_RULES,
     })
 
-    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+    def __init__(self, client: Any, bucket: str, prefix: str = "", *, page_size: int = BATCH) -> None:
         self.client = client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
+        self.page_size = page_size
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         # A request S3 leaves hanging holds its thread until the client's timeouts end, long after the run
         # gave up on it (the upload deadline). Own threads, as many as the client has connections, keep a
@@ -233,7 +237,7 @@ class S3TranscriptStore:
 
     def _delete_prefix(self, prefix: str) -> int:
         removed, refused = 0, []
-        for page in self._version_pages(prefix):  # a page at a time: a prefix may hold millions
+        for page in _read_ahead(self._version_pages(prefix)):  # a page at a time: a prefix may hold millions
             page_refused = self._delete_batches(page)
             refused += page_refused
             kept = {r.version for r in page_refused}
@@ -259,10 +263,25 @@ class S3TranscriptStore:
     def _list_versions(self, prefix: str) -> list[ObjectVersion]:
         return [version for page in self._version_pages(prefix) for version in page]
 
+    async def version_pages(self, prefix: str) -> AsyncIterator[list[ObjectVersion]]:
+        """The versions and delete markers under ``prefix``, one ``ListObjectVersions`` page at a time (at least
+        one page, perhaps empty). Each page is handed over once the next has been listed, so the caller may
+        delete each as it comes.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
+        """
+        check_key(prefix)
+        pages = _read_ahead(self._version_pages(prefix))
+        while (page := await self._versioned("list object versions", next, pages, None)) is not None:
+            yield page
+
     def _version_pages(self, prefix: str) -> Iterator[list[ObjectVersion]]:
         """The versions and delete markers under ``prefix`` (relative keys), one listing page at a time."""
         paginator = self.client.get_paginator("list_object_versions")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._full(prefix)):
+        pages = paginator.paginate(Bucket=self.bucket, Prefix=self._full(prefix),
+                                   PaginationConfig={"PageSize": self.page_size})
+        for page in pages:
             yield [ObjectVersion(self._relative(v["Key"]), v["VersionId"], int(v.get("Size", 0)))
                    for v in page.get("Versions", [])] + [
                 ObjectVersion(self._relative(m["Key"]), m["VersionId"], 0, delete_marker=True)
@@ -444,6 +463,19 @@ def _s3_now(answer: dict[str, Any]) -> datetime:
     if said is None:
         return datetime.now(UTC)
     return said.replace(tzinfo=UTC) if said.tzinfo is None else said.astimezone(UTC)
+
+
+def _read_ahead(pages: Iterator[list[ObjectVersion]]) -> Iterator[list[ObjectVersion]]:
+    """``pages``, each handed over once the one after it has been listed.
+
+    The next page is asked for after the last version of this one (``KeyMarker`` and ``VersionIdMarker``): once
+    that version is deleted, S3-compatible servers need not find the place it held (moto, for one, then answers
+    with nothing), and the rest of the prefix would go unlisted. Listed one page ahead, the marker still exists.
+    """
+    ahead = next(pages, None)
+    while ahead is not None:
+        page, ahead = ahead, next(pages, None)
+        yield page
 
 
 def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:

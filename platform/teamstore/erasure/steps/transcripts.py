@@ -7,21 +7,25 @@
 The step only orchestrates: it asks the store what it supports (``Capability``) and calls the typed
 methods of :mod:`teamstore.audit.transcripts.capabilities`, never a backend's client. A store that lists
 versions and deletes them in batches (S3: ``Capability.VERSIONS`` and ``BATCH_DELETE``) has every version
-and delete marker under the subject's prefix listed and deleted, 1,000 at a time; a version it refuses to
-delete is reported, with its count, when a hold explains it (``Capability.HOLDS``: a legal hold or an
-unexpired retention), and fails the step otherwise. A held version sealed under a data key that no longer
-exists (the key step destroyed the user's first; the version's header says which key) is ``unreadable``;
-one written before sealing can still be read, and is ``retained``. Other stores (the local folder) have no versions:
-their objects are listed and removed, with the temporary files a killed writer left
-(``Capability.PARTIAL_WRITES``), which hold whole transcripts too.
+and delete marker under the subject's prefix listed and deleted a page (1,000) at a time, so the step holds a
+page or two whatever the user's history; a version it refuses to delete is reported, with its count, when a
+hold explains it (``Capability.HOLDS``: a legal hold or an unexpired retention), and fails the step otherwise.
+A held version sealed under a data key that no longer exists (the key step destroyed the user's first; the
+version's header says which key) is ``unreadable``; one written before sealing can still be read, and is
+``retained``. Other stores (the local folder) have no versions: their objects are counted a page at a time,
+with the temporary files a killed writer left (``Capability.PARTIAL_WRITES``), which hold whole transcripts
+too, then the subject's folder is removed at once.
 
-The counts are recorded (status ``enumerated``) before anything is deleted, so a rerun after a kill
-reports what the first attempt found, not just what was left.
+The counts are recorded (status ``enumerated``) before anything they count is deleted: for a folder once, for
+a store with versions as each page is listed, before it is deleted. A rerun after a kill then reports no less
+than the first attempt found, not just what was left.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, Awaitable
+from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from teamstore.audit.subjects import mark_store_erased, record_store
@@ -42,16 +46,83 @@ from teamstore.erasure.stores import mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 from teamstore.keys.sealed import HEADER_BYTES, key_id_of
 
-BATCH = 1000
-"""Versions deleted between two progress reports (S3 takes as many in one request)."""
+PAGE = 1000
+"""Objects of a folder counted per page (as many as an S3 listing page holds)."""
 T = TypeVar("T")
 
 
-def _counts(versions: list[ObjectVersion], retained: int = 0, unreadable: int = 0) -> Counts:
-    real = [v for v in versions if not v.delete_marker]
-    return Counts(objects=len({v.key for v in versions}), versions=len(real),
-                  delete_markers=len(versions) - len(real), bytes=sum(v.size for v in real), retained=retained,
-                  unreadable=unreadable)
+@dataclass
+class Tally:
+    """What listing pages held, counted as they come and none of them kept.
+
+    A listing gives a key's versions together and the keys in order, so a key seen on the last page and
+    again on this one is the only one counted twice otherwise (a folder's keys each appear once).
+    """
+
+    objects: int = 0
+    versions: int = 0
+    delete_markers: int = 0
+    bytes: int = 0
+    last_key: str | None = None
+
+    def add(self, page: list[ObjectVersion]) -> None:
+        """Count one page."""
+        keys = {v.key for v in page}
+        real = [v for v in page if not v.delete_marker]
+        self.objects += len(keys - {self.last_key})
+        self.versions += len(real)
+        self.delete_markers += len(page) - len(real)
+        self.bytes += sum(v.size for v in real)
+        self.last_key = max(keys, default=self.last_key)
+
+    @property
+    def listed(self) -> int:
+        """Versions and delete markers counted so far."""
+        return self.versions + self.delete_markers
+
+    def counts(self, retained: int = 0, unreadable: int = 0) -> Counts:
+        """The counts so far, with what remains under a hold."""
+        return Counts(objects=self.objects, versions=self.versions, delete_markers=self.delete_markers,
+                      bytes=self.bytes, retained=retained, unreadable=unreadable)
+
+
+@dataclass
+class Kept:
+    """The versions the store refused to delete, page after page: how many a hold explains (still readable, or
+    sealed under a destroyed key), and how many nothing explains, by the store's error codes."""
+
+    retained: int = 0
+    unreadable: int = 0
+    unexplained: int = 0
+    codes: set[str] = field(default_factory=set)
+
+    async def add(self, ctx: StepContext, view: View, refused: dict[ObjectVersion, str]) -> None:
+        """Ask about each version refused on one page."""
+        for version, code in refused.items():
+            state = await view.held(version)
+            if state is HoldStatus.FREE:
+                self.unexplained += 1
+                self.codes.add(code)
+            elif state is HoldStatus.HELD:
+                beyond_use = await _beyond_use(ctx, view, version)
+                self.unreadable += beyond_use
+                self.retained += not beyond_use
+
+    def check(self) -> None:
+        """Fail when a refusal no hold explains (once every page had its deletable versions deleted).
+
+        Raises:
+            TranscriptUnavailable: Some version was refused and no hold explains it.
+        """
+        if self.unexplained:
+            # Counted and named by the store's error codes, never by key: a key holds the subject and session
+            # keys, and this text is in the receipt.
+            raise TranscriptUnavailable(
+                f"S3 refused to delete {self.unexplained} object version(s) of the subject "
+                f"({', '.join(sorted(self.codes))}) and no hold explains it",
+                hint="rerun the same request id; if S3 keeps refusing with AccessDenied, grant "
+                "s3:DeleteObjectVersion on the transcript prefix",
+            )
 
 
 async def _rerunnable(call: Awaitable[T]) -> T:
@@ -75,9 +146,12 @@ class VersionedObjects:
     def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None) -> None:
         self.listing, self.deleter, self.holds = listing, deleter, holds
 
-    async def versions(self, prefix: str) -> list[ObjectVersion]:
-        """Every version and delete marker under ``prefix``."""
-        return await _rerunnable(self.listing.versions(prefix))
+    async def pages(self, prefix: str) -> AsyncGenerator[list[ObjectVersion]]:
+        """Every version and delete marker under ``prefix``, a listing page at a time (each may be deleted as
+        it comes)."""
+        pages = self.listing.version_pages(prefix)
+        while (page := await _rerunnable(anext(pages, None))) is not None:
+            yield page
 
     async def delete(self, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
         """Delete the batch; returns the versions the store did not confirm as deleted, with its error code."""
@@ -110,20 +184,24 @@ class PlainObjects:
     def __init__(self, store: TranscriptStore, partial: PartialWrites | None) -> None:
         self.store, self.partial = store, partial
 
-    async def versions(self, prefix: str) -> list[ObjectVersion]:
-        """Every object under ``prefix`` with its size as listed, and every temporary file a killed writer left
-        there (read for its size: no listing gives it).
+    async def pages(self, prefix: str) -> AsyncGenerator[list[ObjectVersion]]:
+        """Every object under ``prefix`` with its size as listed, :data:`PAGE` at a time, then every temporary
+        file a killed writer left there (read for its size: no listing gives it); at least one page.
 
         Raises:
             TranscriptUnavailable: A temporary file could not be read (named by count, never by key).
         """
         # Sized by the listing: read for it, a heavy user's tens of thousands of transcripts were read whole at
         # each of an erasure's listings.
-        found = sorted([ObjectVersion(o.key, "null", o.size) async for o in self.store.scan(prefix)],
-                       key=lambda v: v.key)
+        page: list[ObjectVersion] = []
+        async for found in self.store.scan(prefix):
+            page.append(ObjectVersion(found.key, "null", found.size))
+            if len(page) == PAGE:
+                yield page
+                page = []
         if self.partial is not None:
-            found += await self._sized(await self.partial.partial_writes(prefix))
-        return found
+            page += await self._sized(await self.partial.partial_writes(prefix))
+        yield page
 
     async def _sized(self, keys: list[str]) -> list[ObjectVersion]:
         found: list[ObjectVersion] = []
@@ -140,25 +218,23 @@ class PlainObjects:
             found.append(ObjectVersion(key, "null", size))
         return found
 
-    async def delete(self, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
-        """Remove the batch's subject folders; reports nothing refused (a folder error raises).
+    async def delete_folder(self, prefix: str) -> None:
+        """Remove the subject's folder, and everything in it, at once (so the folder is counted in full first).
 
         Raises:
             TranscriptUnavailable: Something could not be removed (named by the reason, never by key: the
                 subject key is in the path, and this text is in the receipt); a rerun removes what is left.
         """
-        for prefix in sorted({v.key.split("/sessions/")[0] + "/" for v in batch}):
-            try:
-                await self.store.delete_prefix(prefix)
-            except TeamstoreError as exc:
-                cause = exc.__cause__
-                why = cause.strerror if isinstance(cause, OSError) and cause.strerror else type(exc).__name__
-                raise TranscriptUnavailable(
-                    f"could not delete all of the subject's transcripts in {self.store.url}: {why}",
-                    hint="check that the erasing user may delete files in the transcript folder, then rerun the "
-                    "same request id",
-                ) from exc
-        return {}
+        try:
+            await self.store.delete_prefix(prefix)
+        except TeamstoreError as exc:
+            cause = exc.__cause__
+            why = cause.strerror if isinstance(cause, OSError) and cause.strerror else type(exc).__name__
+            raise TranscriptUnavailable(
+                f"could not delete all of the subject's transcripts in {self.store.url}: {why}",
+                hint="check that the erasing user may delete files in the transcript folder, then rerun the "
+                "same request id",
+            ) from exc
 
     async def held(self, version: ObjectVersion) -> HoldStatus:
         """Nothing holds a plain object."""
@@ -189,10 +265,13 @@ class TranscriptStep:
         """Count versions, markers and bytes under the subject prefix."""
         if ctx.subject_key is None:
             return Counts()
-        return _counts(await view_of(ctx.transcripts).versions(subject_prefix(ctx.subject_key)))
+        tally = Tally()
+        async for page in view_of(ctx.transcripts).pages(subject_prefix(ctx.subject_key)):
+            tally.add(page)
+        return tally.counts()
 
     async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
-        """Record the enumeration, delete in batches of 1,000, classify what the store refused.
+        """Record the enumeration and delete, a page of 1,000 at a time; classify what the store refused.
 
         Raises:
             TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold.
@@ -203,19 +282,43 @@ class TranscriptStep:
         # to this store again, even for transcripts written before stores were recorded.
         await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url, erasing=True)
         view = view_of(ctx.transcripts)
-        versions = await view.versions(subject_prefix(ctx.subject_key))
-        counts = _carry(_counts(versions), prior)
-        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
-                          ctx.owner)
-        refused: dict[ObjectVersion, str] = {}
-        for start in range(0, len(versions), BATCH):
-            refused |= await view.delete(versions[start : start + BATCH])
-            ctx.progress(self.name, min(start + BATCH, len(versions)), len(versions))
-        retained, unreadable = await _classify(ctx, view, refused)
-        result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(
-            update={"retained": retained, "unreadable": unreadable}))
+        tally, kept = Tally(), Kept()
+        if isinstance(view, PlainObjects):
+            await self._erase_folder(ctx, view, prior, tally)
+        else:
+            await self._erase_pages(ctx, view, prior, tally, kept)
+        kept.check()
+        result = StoreResult(status=StepStatus.DELETED, counts=_carry(tally.counts(), prior).model_copy(
+            update={"retained": kept.retained, "unreadable": kept.unreadable}))
         await self._other_stores(ctx, view, result)
         return result
+
+    async def _erase_pages(self, ctx: StepContext, view: VersionedObjects, prior: StoreResult | None, tally: Tally,
+                           kept: Kept) -> None:
+        """Each listing page counted and recorded, then deleted and its refusals asked about, then the next."""
+        assert ctx.subject_key is not None  # erase() returned earlier without one
+        deleted = 0
+        async for page in view.pages(subject_prefix(ctx.subject_key)):
+            tally.add(page)
+            await self._enumerated(ctx, _carry(tally.counts(), prior))
+            await kept.add(ctx, view, await view.delete(page))
+            deleted += len(page)
+            ctx.progress(self.name, deleted, tally.listed)  # the total grows as pages are listed
+
+    async def _erase_folder(self, ctx: StepContext, view: PlainObjects, prior: StoreResult | None,
+                            tally: Tally) -> None:
+        """Count the whole folder, record it, then remove it at once (nothing in it is ever refused)."""
+        assert ctx.subject_key is not None  # erase() returned earlier without one
+        async for page in view.pages(subject_prefix(ctx.subject_key)):
+            tally.add(page)
+        await self._enumerated(ctx, _carry(tally.counts(), prior))
+        if tally.listed:
+            await view.delete_folder(subject_prefix(ctx.subject_key))
+            ctx.progress(self.name, tally.listed, tally.listed)
+
+    async def _enumerated(self, ctx: StepContext, counts: Counts) -> None:
+        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
+                          ctx.owner)
 
     async def _other_stores(self, ctx: StepContext, view: View, result: StoreResult) -> None:
         """Stop the request, open, while another store still holds some of the subject's transcripts.
@@ -230,7 +333,7 @@ class TranscriptStep:
         others = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
         if not others:
             return
-        if not await view.versions(subject_prefix(ctx.subject_key)):
+        if await _nothing_left(view, subject_prefix(ctx.subject_key)):
             await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
         await record_step(ctx.engine, ctx.request_id, self.name, result, ctx.owner)
         raise mismatch(ctx, others, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
@@ -248,10 +351,14 @@ class TranscriptStep:
         if others := [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
             raise mismatch(ctx, others, f"this erasure talks to {ctx.transcripts.url} alone")
         view = view_of(ctx.transcripts)
-        left = await view.versions(subject_prefix(ctx.subject_key))
-        held = [v for v in left if await view.held(v) is HoldStatus.HELD]
-        beyond_use = [v for v in held if await _beyond_use(ctx, view, v)]
-        return _counts(left, retained=len(held) - len(beyond_use), unreadable=len(beyond_use))
+        left, held, beyond_use = Tally(), 0, 0
+        async for page in view.pages(subject_prefix(ctx.subject_key)):
+            left.add(page)
+            for version in page:
+                if await view.held(version) is HoldStatus.HELD:
+                    held += 1
+                    beyond_use += await _beyond_use(ctx, view, version)
+        return left.counts(retained=held - beyond_use, unreadable=beyond_use)
 
 
 def _carry(found: Counts, prior: StoreResult | None) -> Counts:
@@ -264,27 +371,15 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
     return found.widest(prior.counts.model_copy(update=left_over))
 
 
+async def _nothing_left(view: View, prefix: str) -> bool:
+    """Whether ``prefix`` holds nothing, asked of its first listing page alone."""
+    async with aclosing(view.pages(prefix)) as pages:
+        async for page in pages:
+            return not page
+    return True
+
+
 async def _beyond_use(ctx: StepContext, view: View, version: ObjectVersion) -> bool:
     """Whether a held version is sealed under a data key that no longer exists (the key step destroyed it)."""
     key_id = await view.sealed_under(version)
     return key_id is not None and ctx.keys is not None and not await ctx.keys.key_exists(key_id)
-
-
-async def _classify(ctx: StepContext, view: View, refused: dict[ObjectVersion, str]) -> tuple[int, int]:
-    """How many refused versions a hold explains, as (still readable, sealed under a destroyed key); any
-    other refusal fails the step."""
-    states = {version: await view.held(version) for version in refused}
-    unexplained = [version for version, state in states.items() if state is HoldStatus.FREE]
-    if unexplained:
-        # Counted and named by the store's error codes, never by key: a key holds the subject and session keys,
-        # and this text is in the receipt.
-        codes = ", ".join(sorted({refused[v] for v in unexplained}))
-        raise TranscriptUnavailable(
-            f"S3 refused to delete {len(unexplained)} object version(s) of the subject ({codes}) and no "
-            "hold explains it",
-            hint="rerun the same request id; if S3 keeps refusing with AccessDenied, grant s3:DeleteObjectVersion "
-            "on the transcript prefix",
-        )
-    held = [version for version, state in states.items() if state is HoldStatus.HELD]
-    beyond_use = sum([await _beyond_use(ctx, view, version) for version in held])
-    return len(held) - beyond_use, beyond_use
