@@ -226,15 +226,21 @@ async def test_a_history_of_many_pages_is_erased_a_page_at_a_time_its_held_versi
     for version in held:
         store.client.put_object_legal_hold(Bucket=store.bucket, Key=version["Key"], VersionId=version["VersionId"],
                                            LegalHold={"Status": "ON"})
-    listed, deleted, outstanding = [0], [0], [0]
+    passes: list[dict[str, int]] = []  # each listing from the prefix's start: versions listed and deleted in it
+
+    def listing(params: dict[str, Any], **_: Any) -> None:
+        if "KeyMarker" not in params:
+            passes.append({"listed": 0, "deleted": 0, "outstanding": 0})
 
     def page_listed(parsed: dict[str, Any], **_: Any) -> None:
-        listed[0] += len(parsed.get("Versions", [])) + len(parsed.get("DeleteMarkers", []))
-        outstanding[0] = max(outstanding[0], listed[0] - deleted[0])
+        now = passes[-1]
+        now["listed"] += len(parsed.get("Versions", [])) + len(parsed.get("DeleteMarkers", []))
+        now["outstanding"] = max(now["outstanding"], now["listed"] - now["deleted"])
 
     def deleting(params: dict[str, Any], **_: Any) -> None:
-        deleted[0] += len(params["Delete"]["Objects"])
+        passes[-1]["deleted"] += len(params["Delete"]["Objects"])
 
+    store.client.meta.events.register("before-parameter-build.s3.ListObjectVersions", listing)
     store.client.meta.events.register("after-call.s3.ListObjectVersions", page_listed)
     store.client.meta.events.register("before-parameter-build.s3.DeleteObjects", deleting)
 
@@ -244,11 +250,53 @@ async def test_a_history_of_many_pages_is_erased_a_page_at_a_time_its_held_versi
     assert transcripts.status is StepStatus.RETAINED_UNDER_HOLD, transcripts
     assert transcripts.counts.model_dump() == {"rows": 0, "objects": 7, "versions": 14, "delete_markers": 2,
                                                "bytes": 14 * len(b"transcript 0"), "retained": 3, "unreadable": 0}
-    # The first erasure listing held two pages at most (the one being deleted, the next one listed past it).
-    assert outstanding[0] <= 2 * 4 and deleted[0] == 16
+    # The erasure counted every page first (deleting nothing), then listed them again and deleted each page
+    # holding two at most: the one being deleted, and the next one listed past it.
+    counting, erasing = passes[0], passes[1]
+    assert counting == {"listed": 16, "deleted": 0, "outstanding": 16}, passes
+    assert erasing["deleted"] == 16 and erasing["outstanding"] <= 2 * 4, passes
     left = all_versions(store.client, store.bucket)
     assert sorted(v["VersionId"] for v in left) == sorted(v["VersionId"] for v in held)
     await store.close()
+
+
+@pytest.mark.s3
+async def test_an_erasure_killed_between_two_pages_deletions_reports_every_version_on_its_rerun(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    bucket = versioned_bucket(lock=False)
+    store = S3TranscriptStore(make_client(), bucket, "audit", page_size=4)
+    subject = await get_or_create_subject(engine, "ines")
+    for i in range(5):
+        for write in range(2):
+            await store.put(f"{subject_prefix(subject)}sessions/s0/runs/r{i}.jsonl.gz", b"transcript %d" % write)
+
+    class Killed(BaseException):
+        pass
+
+    deletes = [0]
+
+    def die_at_the_second_page(**_: Any) -> None:
+        deletes[0] += 1
+        if deletes[0] == 2:
+            raise Killed("the process died with one page of the user's versions deleted")
+
+    store.client.meta.events.register("before-parameter-build.s3.DeleteObjects", die_at_the_second_page)
+    with pytest.raises(Killed):
+        await coordinator(engine, store).run("ines", request_id="req-killed-pages")
+    left = store.client.list_object_versions(Bucket=bucket, Prefix="audit/").get("Versions", [])
+    assert len(left) == 10 - 4  # the first page went before the kill
+
+    rerun = S3TranscriptStore(make_client(), bucket, "audit", page_size=4)
+    receipt = await coordinator(engine, rerun).run("ines", request_id="req-killed-pages")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.ok and transcripts.status is StepStatus.ERASED, transcripts
+    # What the first attempt counted before deleting anything, not the first page alone nor what was left.
+    assert (transcripts.counts.objects, transcripts.counts.versions) == (5, 10)
+    assert not rerun.client.list_object_versions(Bucket=bucket, Prefix="audit/").get("Versions")
+    await store.close()
+    await rerun.close()
 
 
 async def test_two_erasures_of_one_user_at_once_one_wins_the_other_conflicts(
