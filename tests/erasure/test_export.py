@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore.app import App
 from teamstore.audit.prices import load_prices
-from teamstore.audit.schema import subjects, usage
+from teamstore.audit.schema import rewrites, subjects, usage
 from teamstore.audit.subjects import (
     ensure_subject,
     find_subject,
@@ -44,6 +44,7 @@ from teamstore.erasure.desk import extend_request
 from teamstore.erasure.exporter import ErasureRequestsExporter
 from teamstore.errors import AuditError, ExportFailed, ExportTargetExists, InvalidIdentifier
 from teamstore.export import ExportCoordinator, Section, store_exporters
+from teamstore.export.base import to_json
 from teamstore.export.requests import get_export, open_export
 from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
@@ -339,6 +340,33 @@ async def test_a_failed_exports_record_says_where_and_the_error_type_never_a_pat
     assert (row.status, row.detail) == ("failed", "the archive: ExportTargetExists")
 
 
+async def test_a_versioned_buckets_copies_are_written_as_each_listing_page_comes_not_once_every_page_is_listed(
+    engine: AsyncEngine, s3_store: S3TranscriptStore, tmp_path: Path
+) -> None:
+    # Listed whole first, a heavy user's versions (and the index of every copy) were all in memory at once.
+    store = S3TranscriptStore(s3_store.client, s3_store.bucket, "audit", page_size=2)
+    subject = await get_or_create_subject(engine, "gil")
+    runs = f"{subject_prefix(subject)}sessions/{'s' * 32}/runs"
+    for n in range(4):  # 8 versions: 4 listing pages of 2
+        for text in ("first", "second"):
+            await store.put(f"{runs}/run{n}.jsonl.gz", gzip.compress(f'{{"kind": "run", "text": "{text} {n}"}}\n'.encode()))
+    calls: list[str] = []
+    store.client.meta.events.register("after-call.s3.ListObjectVersions", lambda **_: calls.append("list"))
+    store.client.meta.events.register(
+        "before-parameter-build.s3.GetObject", lambda params, **_: calls.append("read version" * ("VersionId" in params)))
+
+    done = await exporter(engine, store).run("gil", tmp_path / "gil.zip", operator="o")
+
+    assert calls.index("read version") < max(n for n, call in enumerate(calls) if call == "list")
+    files = unpack(done.path)
+    index = loaded(files, "transcripts/index.json")
+    assert files["transcripts/index.json"] == to_json(index)  # the bytes add_json writes
+    assert [(e["run_id"], e["copy"]) for e in index["runs"]] == [
+        *((f"run{n}", "current") for n in range(4)), *((f"run{n}", "earlier_version") for n in range(4))]
+    assert all(b"first" in files[e["file"]] for e in index["runs"] if e["copy"] == "earlier_version")
+    assert done.manifest.stores["transcripts"].records == 8 and "transcripts/index.json" in done.manifest.files
+
+
 async def test_a_folder_store_hands_over_a_write_a_killed_writer_left(engine: AsyncEngine, tmp_path: Path) -> None:
     store = LocalTranscriptStore(tmp_path / "t")
     subject = await get_or_create_subject(engine, "gil")
@@ -457,8 +485,11 @@ async def test_a_heavy_users_export_holds_a_few_of_their_rows_in_memory_at_a_tim
                "started_at": started, "finished_at": started, "day": started.date(), "interruptions": 0,
                "attempt": 0} for n in range(runs)]
     note = "the customer's router drops every evening; " * 75  # a state of ~3 KB
+    rewritten = [{"store": "s3://audit/teamstore", "subject_key": subject, "written_at": started, "recorded_at": started,
+                  "object_key": f"{subject_prefix(subject)}sessions/{'s' * 32}/runs/r{n}.jsonl.gz"} for n in range(runs)]
     async with engine.begin() as conn:
         await conn.execute(insert(usage), ledger)
+        await conn.execute(insert(rewrites), rewritten)  # `keys migrate` sealed every run's transcript
         await conn.execute(insert(sessions), [
             {**_state_row("heavy"), "session_id": f"s{n}", "state": envelope.encode({"agents": {"triage": {
                 "note": f"{note}{n}"}}})} for n in range(sessions_kept)])
@@ -477,7 +508,9 @@ async def test_a_heavy_users_export_holds_a_few_of_their_rows_in_memory_at_a_tim
     states = loaded(files, "resume_state.json")["resume_state"]
     assert [s["session_id"] for s in states] == sorted(f"s{n}" for n in range(sessions_kept))
     assert all(s["state"]["agents"]["triage"]["note"].startswith(note) for s in states)
-    written = len(files["ledger.json"]) + len(files["resume_state.json"])
+    assert len(loaded(files, "subject.json")["transcripts_written_again"]) == runs
+    assert done.manifest.stores["subject"].records == 1 + runs
+    written = len(files["ledger.json"]) + len(files["resume_state.json"]) + len(files["subject.json"])
     assert peak < written / 4, f"peak {peak >> 20} MiB to write {written >> 20} MiB"
 
 

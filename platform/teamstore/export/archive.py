@@ -6,12 +6,16 @@
     archive.add_json("resume_state.json", rows, records=len(rows))
     with archive.open("ledger.json") as out:        # a file too large to hold, a piece at a time
         out.write(b"...")
+    with archive.spool() as index:                  # lines to write once other files are written
+        index.write_line(b"...")
     archive.commit()                                # or archive.abort(): nothing is left
 
 Files are written under a temporary name beside the target (``.alice.zip.<random>.partial``), created
 owner-only (``0600``; folders ``0700``), and moved to the target only once every store has been read and
 the manifest written: a failed export leaves nothing, never a partial archive that looks complete. The
-target is never overwritten.
+target is never overwritten. What an exporter spools (``archive.spool()``) is in a file beside them that
+has no name (``tempfile.TemporaryFile``, owner-only): it is gone once the exporter is done with it, or once the
+process ends, however it ends.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -69,6 +74,42 @@ class FileWriter:
         return FileEntry(bytes=self.size, sha256=self._sha256.hexdigest())
 
 
+class LineSpool:
+    """Lines kept on disk instead of in memory: an unnamed owner-only file (:meth:`_Recorded.spool`).
+
+    Args:
+        handle: The file, open for reading and writing.
+        failed: The error for a write or read that failed.
+    """
+
+    def __init__(self, handle: IO[bytes], failed: Callable[[OSError], ExportFailed]) -> None:
+        self._handle, self._failed = handle, failed
+
+    def write_line(self, line: bytes) -> None:
+        """Append ``line`` (which holds no line break).
+
+        Raises:
+            ExportFailed: It could not be written (disk full).
+        """
+        try:
+            self._handle.write(line + b"\n")
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
+    def lines(self) -> Iterator[bytes]:
+        """Every line written so far, in order, a line at a time.
+
+        Raises:
+            ExportFailed: The file could not be read back.
+        """
+        try:
+            self._handle.seek(0)
+            for line in self._handle:
+                yield line.rstrip(b"\n")
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
+
 class _Recorded:
     """What both kinds of archive share: the files written so far, with their sizes and checksums."""
 
@@ -99,6 +140,27 @@ class _Recorded:
             ExportFailed: The file could not be written (disk full, permissions).
         """
         return self._writing(name, None)
+
+    @contextmanager
+    def spool(self) -> Iterator[LineSpool]:
+        """Lines to keep until they can be written into the archive: in a file beside it that has no name, which
+        no other process can open and which goes when the block ends or the process does (a kill included).
+
+        Raises:
+            ExportFailed: The file could not be made, written or read.
+        """
+        folder = self.target.parent
+
+        def failed(exc: OSError) -> ExportFailed:
+            return ExportFailed(f"could not keep the export's working file in {folder}: {exc.strerror or exc}",
+                                hint="check the space and permissions where the archive goes, then export again")
+
+        with contextlib.ExitStack() as stack:
+            try:  # mode 0600, and unlinked (or O_TMPFILE) from the start
+                handle = stack.enter_context(tempfile.TemporaryFile(dir=folder))
+            except OSError as exc:
+                raise failed(exc) from exc
+            yield LineSpool(handle, failed)
 
     @contextmanager
     def _writing(self, name: str, size: int | None) -> Iterator[FileWriter]:

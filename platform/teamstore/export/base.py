@@ -24,7 +24,7 @@ import gzip
 import json
 import secrets
 import zlib
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -184,6 +184,18 @@ class FileOut(Protocol):
         ...
 
 
+class Spool(Protocol):
+    """Lines an exporter keeps until its own file can be written (:meth:`Archive.spool`)."""
+
+    def write_line(self, line: bytes) -> None:
+        """Append one line (``line`` holds no line break)."""
+        ...
+
+    def lines(self) -> Iterator[bytes]:
+        """Every line written, in order, without its line break."""
+        ...
+
+
 class Archive(Protocol):
     """Where an export's files go (a zip file or a folder); each file's size and checksum are recorded."""
 
@@ -197,6 +209,11 @@ class Archive(Protocol):
 
     def open(self, name: str) -> AbstractContextManager[FileOut]:
         """Write one file a piece at a time (``with archive.open(name) as out: out.write(...)``)."""
+        ...
+
+    def spool(self) -> AbstractContextManager[Spool]:
+        """Keep lines out of memory until they can be written (an index of files written meanwhile: only one file
+        is written at a time); gone when the block ends."""
         ...
 
 

@@ -244,12 +244,12 @@ class SubjectRows:
                                                subject_stores.c.erased_at).where(_by_subject(subject_stores)(ctx))
                             .order_by(subject_stores.c.store), self.name)
         r = rewrites.c
-        rewritten = await read(ctx.engine, select(r.store, r.object_key, r.written_at).where(
-            _by_subject(rewrites)(ctx)).order_by(r.store, r.object_key), self.name)
-        data = {"subject": mapping[0] if mapping else None, "session_ids": session_ids, "transcript_stores": stores,
-                "transcripts_written_again": rewritten}
-        records = len(mapping) + len(session_ids) + len(stores) + len(rewritten)
-        return archive.add_json("subject.json", data, records=records)
+        query = select(r.store, r.object_key, r.written_at).where(_by_subject(rewrites)(ctx)).order_by(
+            r.store, r.object_key)
+        data = {"subject": mapping[0] if mapping else None, "session_ids": session_ids, "transcript_stores": stores}
+        async with streamed(ctx.engine, query, self.name) as rewritten:  # a row per run, once `keys migrate` sealed them
+            written = await add_json_rows(archive, "subject.json", data, "transcripts_written_again", rewritten)
+        return written.model_copy(update={"records": written.records + len(mapping) + len(session_ids) + len(stores)})
 
 
 class DataKeyRows:

@@ -15,26 +15,34 @@ retention removed stays a version until the bucket's rule expires it), and one t
 whose bytes another copy of the same run already gave is written once; each other copy gets a file of its
 own (``<run_id>.2.jsonl``, ...) and says in the index what it is (``current``, ``earlier_version``,
 ``partial_write``).
+
+No copy waits in memory for another: earlier versions are listed a page at a time (two pages held,
+:meth:`~teamstore.audit.transcripts.capabilities.Versions.version_pages`) and each copy is written as it is read;
+the index's entries wait in the archive's spool (an unnamed file, gone when the export ends however it ends) and
+are written into ``transcripts/index.json`` last, a few at a time. What still grows with the subject's history
+is a few hundred bytes a copy: its key among the current objects listed, its digest (a copy is written once) and
+its file's line in the manifest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from teamstore.audit.subjects import recorded_stores
 from teamstore.audit.transcripts import record, transcript_store_from_url
 from teamstore.audit.transcripts.base import Capability, TranscriptStore, run_id_of, subject_prefix
-from teamstore.audit.transcripts.capabilities import capability, missing_here
+from teamstore.audit.transcripts.capabilities import Versions, capability, missing_here
 from teamstore.audit.transcripts.local import TMP_PREFIX
 from teamstore.errors import AuditError, TranscriptNotFound, TranscriptUnavailable
-from teamstore.export.base import Archive, ExportContext, Section, as_stored
+from teamstore.export.base import Archive, ExportContext, Section, Spool, add_json_rows, as_stored
 from teamstore.export.database import known_sessions
 
 Copy = Literal["current", "earlier_version", "partial_write"]
+INDEX = "transcripts/index.json"
 
 
 @dataclass
@@ -42,7 +50,7 @@ class _Runs:
     """What the export has written so far: the index, and which bytes of which run it holds already."""
 
     sessions_of: dict[str, str]
-    index: list[dict[str, Any]] = field(default_factory=list)
+    index: Spool  # an entry a line, until the index is written: a heavy user's would not fit in memory
     seen: set[tuple[str, str]] = field(default_factory=set)  # (key, sha256): the same bytes are written once
     copies: dict[str, int] = field(default_factory=dict)  # files written per run (its stem), so far
 
@@ -60,21 +68,26 @@ class TranscriptExporter:
                 machine.
             ConfigurationError: A recorded store's URL is not one this process can open.
         """
+        with archive.spool() as index:
+            runs = _Runs(await known_sessions(ctx), index)
+            section = Section() if ctx.subject_key is None else await self._stores(ctx, ctx.subject_key, archive, runs)
+            written = await add_json_rows(archive, INDEX, {}, "runs", _entries(index.lines()))
+        return section.plus(written.model_copy(update={"records": 0}))  # the index's entries are not records
+
+    async def _stores(self, ctx: ExportContext, subject_key: str, archive: Archive, runs: _Runs) -> Section:
+        """Every store the subject's transcripts were recorded going to, the export's own last."""
         section = Section()
-        runs = _Runs(await known_sessions(ctx))
-        if ctx.subject_key is not None:
-            recorded = await _recorded_stores(ctx, ctx.subject_key)
-            for url in (store for store in recorded if store != ctx.transcripts.url):
-                other = transcript_store_from_url(url)
-                try:
-                    await _check_here(other)
-                    section = section.plus(await self._store(ctx, ctx.subject_key, other, archive, runs))
-                finally:
-                    await other.close()
-            if ctx.transcripts.url in recorded:
-                await _check_here(ctx.transcripts)
-            section = section.plus(await self._store(ctx, ctx.subject_key, ctx.transcripts, archive, runs))
-        return section.plus(archive.add_json("transcripts/index.json", {"runs": runs.index}))
+        recorded = await _recorded_stores(ctx, subject_key)
+        for url in (store for store in recorded if store != ctx.transcripts.url):
+            other = transcript_store_from_url(url)
+            try:
+                await _check_here(other)
+                section = section.plus(await self._store(ctx, subject_key, other, archive, runs))
+            finally:
+                await other.close()
+        if ctx.transcripts.url in recorded:
+            await _check_here(ctx.transcripts)
+        return section.plus(await self._store(ctx, subject_key, ctx.transcripts, archive, runs))
 
     async def _store(self, ctx: ExportContext, subject_key: str, store: TranscriptStore, archive: Archive,
                      runs: _Runs) -> Section:
@@ -92,13 +105,20 @@ class TranscriptExporter:
             entry.update(session_id=runs.sessions_of.get(entry["session_key"]), store=store.url,
                          version_id=version_id, sha256_as_stored=digest)
             section = section.plus(archive.add(entry["file"], data, records=1))
-            runs.index.append(entry)
+            runs.index.write_line(json.dumps(entry, ensure_ascii=False).encode("utf-8"))
         return section
 
 
+async def _entries(lines: Iterable[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """The index's entries, back from the spool."""
+    for line in lines:
+        yield json.loads(line)
+
+
 async def _copies(store: TranscriptStore, prefix: str) -> AsyncIterator[tuple[str, Copy, str | None, bytes]]:
-    """Every copy under ``prefix`` the store still holds: current objects first, then earlier versions and
-    partial writes. A copy removed since the listing (its retention ran out) is skipped."""
+    """Every copy under ``prefix`` the store still holds: current objects first, then earlier versions (a listing
+    page at a time, each read as it comes) and partial writes. A copy removed since the listing (its retention ran
+    out) is skipped."""
     for key in await store.list_keys(prefix):
         try:
             yield key, "current", None, await store.get(key)
@@ -106,18 +126,26 @@ async def _copies(store: TranscriptStore, prefix: str) -> AsyncIterator[tuple[st
             continue
     versions = capability(store, Capability.VERSIONS)
     if versions is not None:
-        for version in await versions.versions(prefix):
-            if version.delete_marker:
-                continue
-            try:
-                yield version.key, "earlier_version", version.version_id, await versions.read_version(version)
-            except TranscriptNotFound:
-                continue
+        async for earlier in _versions(versions, prefix):
+            yield earlier
     partial = capability(store, Capability.PARTIAL_WRITES)
     if partial is not None:
         for key in await partial.partial_writes(prefix):
             try:
                 yield key, "partial_write", None, await store.get(key)
+            except TranscriptNotFound:
+                continue
+
+
+async def _versions(versions: Versions, prefix: str) -> AsyncIterator[tuple[str, Copy, str | None, bytes]]:
+    """Every version under ``prefix`` (the current ones too, which the caller has written already), each read as
+    its listing page comes: a versioned bucket may hold a user's history many times over."""
+    async for page in versions.version_pages(prefix):
+        for version in page:
+            if version.delete_marker:
+                continue
+            try:
+                yield version.key, "earlier_version", version.version_id, await versions.read_version(version)
             except TranscriptNotFound:
                 continue
 
