@@ -1,13 +1,16 @@
 """What only Postgres needs of the memory store: writers and the retention sweep that take the same fact rows
-never wait for each other in a circle (Postgres would abort one of them as a deadlock)."""
+never wait for each other in a circle (Postgres would abort one of them as a deadlock), and each batch of the
+sweep reads only the facts it looks at, and their memory rows, whatever Postgres plans."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import insert, select, text
+from sqlalchemy import event, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.db.engine import create_engine
@@ -69,3 +72,47 @@ async def test_the_sweep_and_a_first_write_replacing_the_same_leftover_facts_bot
     assert await stored_facts(engine) == [("alice", "helpdesk", "ticket_id")]
     (kept,) = await store.show("alice", held=True)
     assert not kept.leftover and {n: f.value for n, f in kept.facts.items()} == {"ticket_id": "60001"}
+
+
+def _scans(node: dict[str, Any]) -> Iterator[tuple[str, int]]:
+    """Each table a plan node read, with how many rows it read there (kept, or removed by its filter)."""
+    if "Relation Name" in node:
+        kept = node["Actual Rows"] * node["Actual Loops"]
+        yield node["Relation Name"], kept + node.get("Rows Removed by Filter", 0) * node["Actual Loops"]
+    for child in node.get("Plans", []):
+        yield from _scans(child)
+
+
+async def test_each_batch_of_the_leftover_sweep_reads_its_own_facts_and_their_memory_rows_only(
+    engine: AsyncEngine,
+) -> None:
+    store = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
+    async with engine.begin() as conn:  # 2,000 users of 10 facts each; every tenth user's are left over
+        await conn.execute(text(
+            "INSERT INTO ts_user_memory_facts (user_id, scope, name, type, value, source_run_id, created_at, "
+            "confirmed_at) SELECT 'u' || lpad((n / 10)::text, 5, '0'), 'helpdesk', 'f' || n % 10, 'int', '1', "
+            "'run-0', now(), now() FROM generate_series(0, 19999) AS n"))
+        await conn.execute(text(
+            "INSERT INTO ts_user_memory (user_id, scope, summary, version, team, team_version, created_at, "
+            "updated_at, expires_at, failures) SELECT 'u' || lpad(u::text, 5, '0'), 'helpdesk', '', 1, 'helpdesk', "
+            "'v1', now(), now(), now() + interval '180 days', 0 FROM generate_series(0, 1999) AS u WHERE u % 10 > 0"))
+        await conn.execute(text("ANALYZE ts_user_memory_facts"))
+        await conn.execute(text("ANALYZE ts_user_memory"))
+    sent: list[tuple[str, Any]] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE FROM TS_USER_MEMORY_FACTS"):
+            sent.append((statement, parameters))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", note)
+    try:
+        swept = await store.sweep(now=T0, batch_size=500)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", note)
+    assert (swept.leftover_facts, len(sent)) == (2000, 40)
+    statement, parameters = sent[len(sent) // 2]  # a batch far into the table: those before it are not read
+    async with engine.connect() as conn:
+        plan = (await conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters)).scalar()
+        await conn.rollback()  # the batch's facts are gone already: it deletes nothing, but reads as it did
+    read = list(_scans((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]))
+    assert read and all(rows <= 500 for _, rows in read), read

@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import event, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.erasure.receipt import StepStatus
@@ -290,6 +290,39 @@ async def test_retention_sweeps_facts_left_without_their_memory_and_counts_them_
     assert await stored_facts(engine) == [("carol", "helpdesk", "ticket_id")]  # written memory stays
     assert await store.show("alice", held=True) == []
     assert (await store.sweep(now=T0 + timedelta(days=2))).leftover_facts == 0
+
+
+@pytest.mark.parametrize("left_over", ["every third", "all", "none"])
+async def test_the_leftover_sweep_looks_at_each_fact_once_however_many_are_left_over(
+    store: MemoryStore, engine: AsyncEngine, left_over: str
+) -> None:
+    scopes = [f"team_{i:02d}" for i in range(26)]
+    left = {"every third": scopes[::3], "all": scopes, "none": []}[left_over]
+    async with engine.begin() as conn:
+        await conn.execute(insert(facts), [
+            {"user_id": "alice", "scope": scope, "name": "ticket_id", "type": "str", "value": '"1"',
+             "source_run_id": "run-0", "created_at": T0, "confirmed_at": T0} for scope in scopes])
+        written = [scope for scope in scopes if scope not in left]
+        if written:
+            await conn.execute(insert(memories), [
+                {"user_id": "alice", "scope": scope, "summary": "", "version": 1, "team": "helpdesk",
+                 "team_version": "v1", "source_run_id": "run-0", "created_at": T0, "updated_at": T0,
+                 "expires_at": T0 + timedelta(days=180), "failures": 0} for scope in written])
+    deletes: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith(f"DELETE FROM {facts.name.upper()}"):
+            deletes.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", note)
+    try:
+        swept = await store.sweep(now=T0, batch_size=4)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", note)
+    # Batches of 4 walk the 26 facts once (the 7th takes the last 2), wherever the leftovers are: none is
+    # looked at again by a later batch, and a table with none left over costs the same one pass.
+    assert (swept.leftover_facts, len(deletes)) == (len(left), 7)
+    assert await stored_facts(engine) == [("alice", scope, "ticket_id") for scope in written]
 
 
 async def test_the_first_write_after_facts_were_left_over_starts_clean(

@@ -69,10 +69,11 @@ def expired_memory(now: Any) -> ColumnElement[bool]:
                           memories.c.expires_at <= now)
 
 
-def left_over() -> ColumnElement[bool]:
-    """The fact's (user, scope) has no memory written: no row, or one holding only a writer's failure."""
+def left_over(*among: ColumnElement[bool]) -> ColumnElement[bool]:
+    """The fact's (user, scope) has no memory written: no row, or one holding only a writer's failure.
+    ``among``: clauses on the memory rows that hold for the fact's own, which narrow those Postgres reads."""
     return ~exists().where(memories.c.user_id == facts.c.user_id, memories.c.scope == facts.c.scope,
-                           memories.c.version != 0)
+                           memories.c.version != 0, *among)
 
 
 def row_write(
@@ -142,10 +143,42 @@ def delete_expired(now: Any, batch_size: int, where: Sequence[Any]) -> Any:
             .returning(memories.c.user_id, memories.c.scope))
 
 
-def delete_leftovers(batch_size: int) -> Any:
-    """Delete a batch of leftover facts, those no other transaction holds (it never waits for one)."""
-    victims = (select(facts.c.user_id, facts.c.scope, facts.c.name).where(left_over())
-               .limit(batch_size).with_for_update(of=facts, skip_locked=True).correlate(None))
-    # Checked again as it deletes: a first write that landed meanwhile owns the facts it wrote.
-    return delete(facts).where(tuple_(facts.c.user_id, facts.c.scope, facts.c.name).in_(victims), left_over())
+FACT_KEY = (facts.c.user_id, facts.c.scope, facts.c.name)
+"""The facts table's primary key, in its order: the order the leftover sweep walks the facts in."""
 
+
+def leftover_window(after: Sequence[Any] | None, batch_size: int) -> Any:
+    """The key of the ``batch_size``-th fact after ``after`` (``None``: from the first) and of the one past it:
+    where a batch of the leftover sweep ends, and whether any fact is left beyond it. Fewer than two rows:
+    the batch runs to the end of the table."""
+    keys = select(*FACT_KEY).where(*_keys_between(after, None))
+    return keys.order_by(*FACT_KEY).offset(batch_size - 1).limit(2)
+
+
+def delete_leftovers(after: Sequence[Any] | None, upto: Sequence[Any] | None, batch_size: int) -> Any:
+    """Delete the leftover facts whose key comes after ``after`` and not after ``upto`` (``None``: from the first,
+    to the last; ``batch_size`` at most), those no other transaction holds (it never waits for one)."""
+    # Bounded by their user ids too, the facts and the memory rows they are matched with: Postgres then reads
+    # only those in the span (from two row comparisons it guesses a quarter of the table, and matched the facts
+    # with every memory row). In key order and limited, as it tells how few facts that is.
+    leftover = left_over(*_users_between(memories, after, upto))
+    victims = (select(*FACT_KEY).where(*_keys_between(after, upto), *_users_between(facts, after, upto), leftover)
+               .order_by(*FACT_KEY).limit(batch_size).with_for_update(of=facts, skip_locked=True).correlate(None))
+    # Checked again as it deletes: a first write that landed meanwhile owns the facts it wrote.
+    return delete(facts).where(tuple_(*FACT_KEY).in_(victims), leftover)
+
+
+def _keys_between(after: Sequence[Any] | None, upto: Sequence[Any] | None) -> list[ColumnElement[bool]]:
+    """The facts whose key comes after ``after`` and not after ``upto`` (``None``: no bound), as row comparisons
+    on the primary key, which its index answers."""
+    def key(values: Sequence[Any]) -> Any:
+        return tuple_(*(literal(v, c.type) for v, c in zip(values, FACT_KEY, strict=True)))
+    return ([] if after is None else [tuple_(*FACT_KEY) > key(after)]) + (
+        [] if upto is None else [tuple_(*FACT_KEY) <= key(upto)])
+
+
+def _users_between(table: Any, after: Sequence[Any] | None, upto: Sequence[Any] | None) -> list[ColumnElement[bool]]:
+    """The rows of ``table`` whose user id is between those of the fact keys ``after`` and ``upto`` (inclusive)."""
+    user = table.c.user_id
+    return ([] if after is None else [user >= literal(after[0], user.type)]) + (
+        [] if upto is None else [user <= literal(upto[0], user.type)])
