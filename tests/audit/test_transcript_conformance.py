@@ -213,6 +213,18 @@ async def test_every_listed_version_reads_back_as_written_even_under_a_delete_ma
         await listing.read_version(gone)
 
 
+async def test_a_listed_version_reads_only_its_first_bytes_when_only_those_are_asked_for(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    listing = capability(store, Capability.VERSIONS)
+    if listing is None:
+        return
+    await store.put(run_key(A, "r1"), body("first"))
+    (version,) = await listing.versions(subject_prefix(A.subject_key))
+    assert await listing.read_version(version, length=10) == body("first")[:10]
+    assert await listing.read_version(version, length=10**6) == body("first")  # past its end: all there is
+
+
 async def test_delete_versions_removes_what_it_is_given_and_nothing_else(
     transcript_backend: Backend, store: TranscriptStore
 ) -> None:

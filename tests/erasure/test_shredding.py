@@ -7,6 +7,7 @@ open them afterwards. The key-encryption key lives in the local key file or in K
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -23,7 +24,7 @@ from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.errors import KeyDestroyed, PayloadUnreadable
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
-from teamstore.keys.sealed import is_sealed, key_id_of, open_sealed
+from teamstore.keys.sealed import HEADER_BYTES, is_sealed, key_id_of, open_sealed
 from teamstore.settings import Settings
 from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import audited_platform, seed_user
@@ -93,6 +94,40 @@ async def test_versions_under_compliance_mode_remain_after_the_erasure_and_nothi
                 open_sealed(aead, body, context)
         assert key_id_of(body) is not None and not await keys.key_exists(key_id_of(body) or "")
     await platform.aclose()
+    await store.close()
+
+
+@pytest.mark.s3
+async def test_a_held_long_transcript_is_judged_unreadable_from_its_header_alone(
+    engine: AsyncEngine, registry: Registry, s3_env: str
+) -> None:
+    client = make_client()
+    asked: list[str | None] = []  # the Range of each GetObject, None for a whole object
+    got: list[int] = []
+
+    def getting(params: dict[str, Any], **_: Any) -> None:
+        asked.append(params["headers"].get("Range"))
+
+    def answered(parsed: dict[str, Any], **_: Any) -> None:
+        got.append(int(parsed["ContentLength"]))
+
+    store = S3TranscriptStore(client, _compliance_bucket(), "audit")
+    platform = audited_platform(engine, registry, store)
+    async with platform.session("zoe", "s1", team="support_triage") as s:
+        await s.run(f"{CANARY} {os.urandom(120_000).hex()}")  # random: compressed, still 120 kB
+    await platform.aclose()
+    (locked,) = _versions(store.bucket, f"audit/subjects/{await _subject(engine, 'zoe')}/")
+    client.meta.events.register("before-call.s3.GetObject", getting)
+    client.meta.events.register("after-call.s3.GetObject", answered)
+
+    receipt = await coordinator(engine, store).run("zoe", request_id="req-long")
+
+    transcripts = receipt.stores["transcripts"]
+    assert transcripts.status is StepStatus.SHREDDED, transcripts
+    assert (transcripts.counts.unreadable, transcripts.counts.retained) == (1, 0)
+    # Each time the step judged the held version (erasing it, then checking what is left), it read the header.
+    assert locked["Size"] > 100_000 and asked and set(asked) == {f"bytes=0-{HEADER_BYTES - 1}"}
+    assert set(got) == {HEADER_BYTES}
     await store.close()
 
 

@@ -14,7 +14,7 @@ reaches into a backend's client, bucket or folder.
 
 | capability | protocol | S3 | local folder |
 |---|---|---|---|
-| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix (all at once or page by page), and any version's bytes | yes | no (one copy per object) |
+| ``VERSIONS`` | :class:`Versions`: every version and delete marker under a prefix (all at once or page by page), and any version's bytes, or its first ones | yes | no (one copy per object) |
 | ``BATCH_DELETE`` | :class:`BatchDelete`: remove given versions, reporting each one refused | yes | no |
 | ``HOLDS`` | :class:`Holds`: whether a legal hold or a retention period protects a version | yes | no (nothing locks a file) |
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
@@ -82,8 +82,9 @@ class Versions(Protocol):
             TranscriptUnavailable: The store could not be listed; the message names no key.
         """
 
-    async def read_version(self, version: ObjectVersion) -> bytes:
-        """The bytes of one version as stored (an earlier version of a key, or one under a delete marker).
+    async def read_version(self, version: ObjectVersion, *, length: int | None = None) -> bytes:
+        """The bytes of one version as stored (an earlier version of a key, or one under a delete marker): all of
+        them, or with ``length`` only the first ``length`` (fewer if the version is shorter), as one ranged read.
 
         Raises:
             TranscriptNotFound: No such version any more (deleted since the listing), or a delete marker.

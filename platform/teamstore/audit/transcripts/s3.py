@@ -287,8 +287,9 @@ class S3TranscriptStore:
                 ObjectVersion(self._relative(m["Key"]), m["VersionId"], 0, delete_marker=True)
                 for m in page.get("DeleteMarkers", [])]
 
-    async def read_version(self, version: ObjectVersion) -> bytes:
-        """One ``GetObject`` of ``version`` (an export reads every copy S3 still keeps, not only the current).
+    async def read_version(self, version: ObjectVersion, *, length: int | None = None) -> bytes:
+        """One ``GetObject`` of ``version`` (an export reads every copy S3 still keeps, not only the current);
+        with ``length``, a ranged one of its first ``length`` bytes (a header, without the transcript after it).
 
         Raises:
             TranscriptNotFound: No such version any more, or a delete marker (which holds no bytes).
@@ -296,26 +297,29 @@ class S3TranscriptStore:
         """
         check_key(version.key)
         body = None if version.delete_marker else await self._versioned("read an object version",
-                                                                       self._read_version, version)
+                                                                       self._read_version, version, length)
         if body is None:
             raise TranscriptNotFound("that transcript version is gone (deleted since it was listed) or is a delete "
                                      "marker", hint="list the versions again; only what is listed now can be read")
         return body
 
-    def _read_version(self, version: ObjectVersion) -> bytes | None:
+    def _read_version(self, version: ObjectVersion, length: int | None) -> bytes | None:
         from botocore.exceptions import ClientError
 
         full = self._full(version.key)
+        ranged = {} if length is None else {"Range": f"bytes=0-{length - 1}"}
         try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=full, VersionId=version.version_id)
+            answer = self.client.get_object(Bucket=self.bucket, Key=full, VersionId=version.version_id, **ranged)
         except ClientError as exc:
             code = error_code(exc)
             if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
                 return None
+            if code in {"InvalidRange", "416"} and ranged:
+                return b""  # an empty version: no byte for the range to start at
             if version.version_id != "null" or code not in {"400", "InvalidArgument"}:
                 raise
             # A bucket that never had versioning (as in _head): its one copy of the key is this version.
-            answer = self.client.get_object(Bucket=self.bucket, Key=full)
+            answer = self.client.get_object(Bucket=self.bucket, Key=full, **ranged)
         return bytes(answer["Body"].read())
 
     async def delete_versions(self, versions: Sequence[ObjectVersion]) -> list[Refusal]:

@@ -165,10 +165,11 @@ class VersionedObjects:
     async def sealed_under(self, version: ObjectVersion) -> str | None:
         """The data key ``version`` is sealed under (hex), or ``None`` if it is not sealed (or is gone)."""
         try:
-            body = await _rerunnable(self.listing.read_version(version))
+            # Its header only: a held version may be a heavy user's long transcript, read for a few bytes.
+            header = await _rerunnable(self.listing.read_version(version, length=HEADER_BYTES))
         except TranscriptNotFound:
             return None
-        return key_id_of(body[:HEADER_BYTES])
+        return key_id_of(header)
 
 
 class PlainObjects:
