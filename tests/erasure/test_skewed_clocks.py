@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,14 +22,14 @@ from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.erasure import RequestStatus, requests
+from teamstore.erasure import Receipt, RequestStatus, requests
 from teamstore.erasure.desk import extend_request, list_requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.waits import Waits
 from teamstore.errors import ExtensionRefused
 from tests.clocks import host_clock
-from tests.erasure.conftest import KeyWaits, coordinator
+from tests.erasure.conftest import KNOBS, KeyWaits, coordinator
 
 pytestmark = pytest.mark.postgres
 SKEW = timedelta(minutes=6)
@@ -186,3 +186,25 @@ async def test_a_run_ending_on_a_host_whose_clock_disagrees_judges_it_overdue_an
     assert done.completed_at is not None and timedelta(0) <= server_now - done.completed_at < timedelta(seconds=5)
     assert all(step.verified_at is None or abs(server_now - step.verified_at) < timedelta(seconds=5)
                for step in done.stores.values())
+    assert _backups_until(done) - done.completed_at == timedelta(days=KNOBS.backup_retention_days)
+
+
+@pytest.mark.parametrize("skew", [SKEW, -SKEW], ids=["ahead", "behind"])
+async def test_a_dry_run_on_a_host_whose_clock_disagrees_gives_the_times_a_request_filed_now_would_have_on_the_servers_clock(
+    engine: AsyncEngine, tmp_path: Path, skew: timedelta
+) -> None:
+    folder = LocalTranscriptStore(tmp_path / "t")
+    await get_or_create_subject(engine, "emil")
+    with host_clock(skew):
+        planned = await coordinator(engine, folder).run("emil", dry_run=True)
+    async with engine.connect() as conn:
+        server_now = (await conn.execute(select(func.now()))).scalar_one()
+    assert planned.status is RequestStatus.DRY_RUN
+    assert timedelta(0) <= server_now - planned.received_at < timedelta(seconds=5)
+    assert planned.due_at - planned.received_at == timedelta(days=KNOBS.due_days)
+    assert _backups_until(planned) - planned.received_at == timedelta(days=KNOBS.backup_retention_days)
+
+
+def _backups_until(receipt: Receipt) -> datetime:
+    """When the receipt says the backups holding the user's rows expire."""
+    return next(left.until for left in receipt.remains_elsewhere if left.what == "database backups")

@@ -26,7 +26,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -396,15 +396,15 @@ class DeletionCoordinator:
             counts = await step.enumerate(ctx)
             status = StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH
             stores[step.name] = StoreResult(status=status, counts=counts)
-        now = datetime.now(UTC)
+        now = await database_now(self.engine)  # as a request filed now would be received, on Postgres the server's
         found = any(result.status is not StepStatus.NO_MATCH for result in stores.values())
         bound = await backups_unreadable_by(self.engine, self.settings, now)
         return Receipt(
             request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
             received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
             remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content,
-                                                bound if key_destroyed(stores) else None, matched=found,
-                                                planned=True),
+                                                bound if key_destroyed(stores) else None, now=now,
+                                                matched=found, planned=True),
             requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
         )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
@@ -196,7 +196,7 @@ def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
 
 def remains_elsewhere(
     received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None,
-    *, matched: bool = True, unlinked: bool = True, planned: bool = False,
+    *, now: datetime, matched: bool = True, unlinked: bool = True, planned: bool = False,
 ) -> list[Remains]:
     """What outlives the erasure by design: database backups and the tracing backend's spans.
 
@@ -206,6 +206,7 @@ def remains_elsewhere(
         content_captured: Whether the operator opted in to message content in spans.
         backups_unreadable_by: When the key-encryption key that wraps the user's data key in backups taken
             before now is destroyed, given rotations on schedule (:func:`teamstore.keys.status.backups_unreadable_by`).
+        now: The receipt's making, on the database's clock (on Postgres the server's, which received the request).
         matched: Whether any store held something for the id (``False``: a request that found nothing, whose
             receipt claims no rows and no key).
         unlinked: Whether the subject mapping is gone (or, in a dry run, would go): ``False`` for a request
@@ -230,7 +231,7 @@ def remains_elsewhere(
             else "; no message content is exported"
         )
     )
-    expire = datetime.now(UTC) + timedelta(days=knobs.backup_retention_days)
+    expire = now + timedelta(days=knobs.backup_retention_days)
     until, detail = expire, "backups taken before the erasure still hold the rows; they expire, never restored as-is"
     if not matched:
         detail = ("no store holds anything for this id now; backups taken earlier may still hold rows of it "

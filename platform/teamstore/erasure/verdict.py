@@ -100,7 +100,7 @@ def receipt_of(
         received_at=row.received_at, due_at=row.due_at, reason=row.reason, stores=stores,
         completed_at=now if done else None, overdue=is_overdue(status, row.effective_due_at, now),
         remains_elsewhere=remains_elsewhere(row.received_at, knobs, capture,
-                                            backups_until if key_destroyed(stores) else None,
+                                            backups_until if key_destroyed(stores) else None, now=now,
                                             matched=status is not RequestStatus.NO_MATCH,
                                             unlinked=_done(stores, "subject")),
         requested_by=row.requested_by, attempts=attempts, extension=row.extension, near_match=near,
