@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, literal, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -350,7 +350,9 @@ async def _twins_locked(conn: AsyncConnection, request_id: str) -> list[str]:
     index does it: databases hold twins filed before ids were compared this way, and those must still resume.
     On Postgres a transaction-scoped advisory lock on the folded id; on SQLite the database's write lock."""
     if conn.dialect.name == "postgresql":
-        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(request_id.strip().lower()))))
+        # Folded in SQL, as _near_ids compares: twins by its rule take the same lock, whatever Python's fold says.
+        folded = func.lower(func.trim(literal(request_id, erasure_requests.c.request_id.type)))
+        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(folded))))
     else:
         await conn.exec_driver_sql("BEGIN IMMEDIATE")  # pysqlite would open the transaction only at the insert
     return await _near_ids(conn, request_id)
