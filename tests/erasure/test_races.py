@@ -168,6 +168,27 @@ async def holds_waiting(engine: AsyncEngine) -> AsyncIterator[Callable[[int], Aw
         await holder.rollback()
 
 
+@pytest.mark.parametrize("first, second", [("id-9", "İD-9"), ("İD-9", "id-9")])
+async def test_an_id_the_database_folds_to_a_stored_ids_twin_is_refused_whichever_was_filed_first(
+    engine: AsyncEngine, first: str, second: str
+) -> None:
+    """Beyond ASCII the database's ``lower`` and Python's disagree (``İ``: ``i`` on a Postgres whose locale is
+    UTF-8's, ``i̇`` in Python, itself on SQLite and under a ``C`` locale): twins are what the database's fold
+    makes equal, in either order."""
+    async with engine.connect() as conn:
+        twins = bool(await conn.scalar(select(func.lower(func.trim(first)) == func.lower(func.trim(second)))))
+    await requests.open_request(engine, first, "ivy", None, 30)
+
+    if twins:
+        with pytest.raises(ErasureConflict, match="only in letter case"):
+            await requests.open_request(engine, second, "jo", None, 30)
+    else:
+        await requests.open_request(engine, second, "jo", None, 30)
+    async with engine.connect() as conn:
+        stored = (await conn.execute(select(erasure_requests.c.request_id))).scalars().all()
+    assert sorted(stored) == sorted([first] if twins else [first, second])
+
+
 async def test_twin_request_ids_filed_at_the_same_instant_open_one_request_and_the_other_is_refused_naming_it(
     engine: AsyncEngine,
 ) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, literal, or_, select, update
+from sqlalchemy import ColumnElement, func, literal, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -199,9 +199,15 @@ async def near_ids(engine: AsyncEngine, request_id: str) -> list[str]:
 async def _near_ids(conn: AsyncConnection, request_id: str) -> list[str]:
     r = erasure_requests.c
     near = (await conn.execute(select(r.request_id).where(
-        func.lower(func.trim(r.request_id)) == request_id.strip().lower(), r.request_id != request_id)
+        func.lower(func.trim(r.request_id)) == folded(request_id), r.request_id != request_id)
         .order_by(r.request_id).limit(3))).scalars().all()
     return list(near)
+
+
+def folded(request_id: str) -> ColumnElement[str]:
+    """``request_id`` as twins compare, folded by the database as it folds the stored ids (its ``lower`` and
+    Python's disagree beyond ASCII: ``İ``, or every letter but ASCII's under a ``C`` locale)."""
+    return func.lower(func.trim(literal(request_id, erasure_requests.c.request_id.type)))
 
 
 async def not_found(engine: AsyncEngine, request_id: str) -> ErasureRequestNotFound:
@@ -350,9 +356,7 @@ async def _twins_locked(conn: AsyncConnection, request_id: str) -> list[str]:
     index does it: databases hold twins filed before ids were compared this way, and those must still resume.
     On Postgres a transaction-scoped advisory lock on the folded id; on SQLite the database's write lock."""
     if conn.dialect.name == "postgresql":
-        # Folded in SQL, as _near_ids compares: twins by its rule take the same lock, whatever Python's fold says.
-        folded = func.lower(func.trim(literal(request_id, erasure_requests.c.request_id.type)))
-        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(folded))))
+        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(folded(request_id)))))
     else:
         await conn.exec_driver_sql("BEGIN IMMEDIATE")  # pysqlite would open the transaction only at the insert
     return await _near_ids(conn, request_id)
