@@ -299,6 +299,34 @@ async def test_an_erasure_killed_between_two_pages_deletions_reports_every_versi
     await rerun.close()
 
 
+@pytest.mark.s3
+async def test_a_version_written_between_the_erasures_count_and_its_deletion_is_deleted_and_counted(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    bucket = versioned_bucket(lock=False)
+    store = S3TranscriptStore(make_client(), bucket, "audit", page_size=4)
+    subject = await get_or_create_subject(engine, "jana")
+    key = f"{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"
+    for write in range(5):
+        await store.put(key, b"transcript %d" % write)
+    starts = [0]
+
+    def late_write(params: dict[str, Any], **_: Any) -> None:
+        if "KeyMarker" not in params:
+            starts[0] += 1
+            if starts[0] == 2:  # the deleting listing begins: a write the count did not see lands first
+                make_client().put_object(Bucket=bucket, Key=f"audit/{key}", Body=b"transcript 5")
+
+    store.client.meta.events.register("before-parameter-build.s3.ListObjectVersions", late_write)
+    receipt = await coordinator(engine, store).run("jana", request_id="req-late-version")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.ok and transcripts.status is StepStatus.ERASED, transcripts
+    assert (transcripts.counts.objects, transcripts.counts.versions) == (1, 6)
+    assert not store.client.list_object_versions(Bucket=bucket, Prefix="audit/").get("Versions")
+    await store.close()
+
+
 async def test_two_erasures_of_one_user_at_once_one_wins_the_other_conflicts(
     engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
 ) -> None:

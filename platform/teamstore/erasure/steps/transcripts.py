@@ -265,13 +265,15 @@ class TranscriptStep:
         """Count versions, markers and bytes under the subject prefix."""
         if ctx.subject_key is None:
             return Counts()
-        tally = Tally()
-        async for page in view_of(ctx.transcripts).pages(subject_prefix(ctx.subject_key)):
-            tally.add(page)
-        return tally.counts()
+        return (await _tallied(view_of(ctx.transcripts), subject_prefix(ctx.subject_key))).counts()
 
     async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
-        """Record the enumeration and delete, a page of 1,000 at a time; classify what the store refused.
+        """Count every page and record the whole; then delete, a page of 1,000 at a time, and classify what the
+        store refused.
+
+        Counting first costs one more listing request per 1,000 versions, and keeps a rerun's counts whole: a
+        record written page by page, as each was deleted, would leave a rerun after a kill both the pages deleted
+        before it (recorded) and those left (found), never the page being deleted.
 
         Raises:
             TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold.
@@ -281,49 +283,38 @@ class TranscriptStep:
         # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
         # to this store again, even for transcripts written before stores were recorded.
         await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url, erasing=True)
-        view = view_of(ctx.transcripts)
-        tally, kept = Tally(), Kept()
+        view, prefix = view_of(ctx.transcripts), subject_prefix(ctx.subject_key)
+        tally = await _tallied(view, prefix)
+        counts = _carry(tally.counts(), prior)
+        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
+                          ctx.owner)
+        kept = Kept()
         if isinstance(view, PlainObjects):
-            await self._erase_folder(ctx, view, prior, tally)
+            await self._erase_folder(ctx, view, prefix, tally.listed)
         else:
-            await self._erase_pages(ctx, view, prior, tally, kept)
+            counts = counts.widest(await self._erase_pages(ctx, view, prefix, tally.listed, kept))
         kept.check()
-        result = StoreResult(status=StepStatus.DELETED, counts=_carry(tally.counts(), prior).model_copy(
+        result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(
             update={"retained": kept.retained, "unreadable": kept.unreadable}))
         await self._other_stores(ctx, view, result)
         return result
 
-    async def _erase_pages(self, ctx: StepContext, view: VersionedObjects, prior: StoreResult | None, tally: Tally,
-                           kept: Kept) -> None:
-        """Every listing page counted and the whole recorded; then each page listed again, deleted and its
-        refusals asked about. Counting first costs one more listing request per 1,000 versions, and keeps a
-        rerun's counts whole: a record written page by page, as each was deleted, would leave a rerun after a kill
-        both the pages deleted before it (recorded) and those left (found), never the page being deleted."""
-        assert ctx.subject_key is not None  # erase() returned earlier without one
-        prefix = subject_prefix(ctx.subject_key)
+    async def _erase_pages(self, ctx: StepContext, view: VersionedObjects, prefix: str, counted: int, kept: Kept
+                           ) -> Counts:
+        """Each page listed again, deleted, and its refusals asked about; what this listing held, counted too (a
+        version that landed after the count is deleted, and counted)."""
+        deleting = Tally()
         async for page in view.pages(prefix):
-            tally.add(page)
-        await self._enumerated(ctx, _carry(tally.counts(), prior))
-        deleted = 0
-        async for page in view.pages(prefix):
+            deleting.add(page)
             await kept.add(ctx, view, await view.delete(page))
-            deleted += len(page)
-            ctx.progress(self.name, deleted, max(deleted, tally.listed))
+            ctx.progress(self.name, deleting.listed, max(deleting.listed, counted))
+        return deleting.counts()
 
-    async def _erase_folder(self, ctx: StepContext, view: PlainObjects, prior: StoreResult | None,
-                            tally: Tally) -> None:
-        """Count the whole folder, record it, then remove it at once (nothing in it is ever refused)."""
-        assert ctx.subject_key is not None  # erase() returned earlier without one
-        async for page in view.pages(subject_prefix(ctx.subject_key)):
-            tally.add(page)
-        await self._enumerated(ctx, _carry(tally.counts(), prior))
-        if tally.listed:
-            await view.delete_folder(subject_prefix(ctx.subject_key))
-            ctx.progress(self.name, tally.listed, tally.listed)
-
-    async def _enumerated(self, ctx: StepContext, counts: Counts) -> None:
-        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
-                          ctx.owner)
+    async def _erase_folder(self, ctx: StepContext, view: PlainObjects, prefix: str, counted: int) -> None:
+        """Remove the counted folder at once (nothing in it is ever refused)."""
+        if counted:
+            await view.delete_folder(prefix)
+            ctx.progress(self.name, counted, counted)
 
     async def _other_stores(self, ctx: StepContext, view: View, result: StoreResult) -> None:
         """Stop the request, open, while another store still holds some of the subject's transcripts.
@@ -364,6 +355,14 @@ class TranscriptStep:
                     held += 1
                     beyond_use += await _beyond_use(ctx, view, version)
         return left.counts(retained=held - beyond_use, unreadable=beyond_use)
+
+
+async def _tallied(view: View, prefix: str) -> Tally:
+    """Every version and delete marker under ``prefix`` counted, a listing page at a time."""
+    tally = Tally()
+    async for page in view.pages(prefix):
+        tally.add(page)
+    return tally
 
 
 def _carry(found: Counts, prior: StoreResult | None) -> Counts:
