@@ -13,7 +13,7 @@ import pytest
 
 from teamstore.audit.transcripts import Capability, TranscriptStore, run_key, session_prefix, subject_prefix
 from teamstore.audit.transcripts.base import run_id_of
-from teamstore.audit.transcripts.capabilities import PROTOCOLS, HoldStatus, capability
+from teamstore.audit.transcripts.capabilities import PROTOCOLS, HoldStatus, ObjectVersion, capability
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, decode, encode
 from teamstore.errors import ConfigurationError, InvalidIdentifier, TranscriptNotFound, TranscriptUnavailable
@@ -183,6 +183,37 @@ async def test_versions_lists_every_copy_under_a_prefix_and_nothing_beside_it(
     assert {v.key for v in found} == {run_key(A, "r1")} | ({run_key(A2, "r2")} if transcript_backend.locks else set())
     assert len(body("r1, written again")) in {v.size for v in found if v.key == run_key(A, "r1")}
     assert await listing.versions(subject_prefix("c" * 32)) == []
+
+
+async def test_version_pages_give_what_versions_lists_a_page_at_a_time_each_deletable_as_it_comes(
+    transcript_backend: Backend, store: TranscriptStore
+) -> None:
+    listing, deleter = capability(store, Capability.VERSIONS), capability(store, Capability.BATCH_DELETE)
+    if listing is None or deleter is None:
+        return
+    if hasattr(store, "page_size"):
+        store.page_size = 2  # several pages of a few versions
+    for run in ("r1", "r2", "r3"):
+        await store.put(run_key(A, run), body(run))
+        await store.put(run_key(A, run), body(f"{run}, written again"))
+    await store.put(run_key(B, "r4"), body("r4"))
+    prefix = subject_prefix(A.subject_key)
+
+    pages = [page async for page in listing.version_pages(prefix)]
+    def names(versions: list[ObjectVersion]) -> list[str]:
+        return sorted(f"{v.key}@{v.version_id}" for v in versions)
+
+    assert len(pages) > 1 or not hasattr(store, "page_size")
+    assert names([v for page in pages for v in page]) == names(await listing.versions(prefix))
+    assert [page async for page in listing.version_pages(subject_prefix("c" * 32))] == [[]]
+
+    deleted = 0
+    async for page in listing.version_pages(prefix):  # each page deleted before the next is asked for
+        assert await deleter.delete_versions(page) == []
+        deleted += len(page)
+    assert deleted == sum(len(page) for page in pages) and await listing.versions(prefix) == []
+    assert transcript_backend.stored(prefix) == []
+    assert await store.list_keys(subject_prefix(B.subject_key)) == [run_key(B, "r4")]
 
 
 async def test_every_listed_version_reads_back_as_written_even_under_a_delete_marker(
