@@ -38,6 +38,7 @@ from teamstore.events import drain_observers
 from teamstore.settings import Settings
 from teamstore.state.schema import store_settings
 from tests.audit.teams import context, observe_run, triage_team
+from tests.clocks import host_clock
 from tests.erasure.conftest import coordinator, versioned_bucket
 
 USER = "erin@example.com"
@@ -241,6 +242,25 @@ async def test_runs_from_before_stores_were_recorded_and_past_retention_left_no_
     await _before_stores_were_recorded(engine, subject, finished_days_ago=91)  # retention: 90 days
     receipt = await coordinator(engine, LocalTranscriptStore(tmp_path / "elsewhere")).run(USER, request_id="req-aged")
     assert receipt.status is RequestStatus.COMPLETED
+
+
+@pytest.mark.parametrize("skew", [timedelta(days=2), timedelta(days=-2)], ids=["host-ahead", "host-behind"])
+async def test_runs_from_before_stores_were_recorded_count_within_the_retention_on_the_databases_clock(
+    engine: AsyncEngine, tmp_path: Path, skew: timedelta
+) -> None:
+    """The retention sweep counts its 90 days on the database's clock (on Postgres the server's), so the erasure
+    does: a host two days ahead took runs 89 days old for swept, and one two days behind runs 91 days old for
+    kept (SQLite shares its host's clock, and the window moves with it)."""
+    subject = await _write_runs(engine, LocalTranscriptStore(tmp_path / "service"))
+    days = 89 if skew > timedelta(0) else 91
+    await _before_stores_were_recorded(engine, subject, finished_days_ago=days)
+    other = LocalTranscriptStore(tmp_path / "elsewhere")
+    with host_clock(skew if engine.dialect.name == "postgresql" else timedelta(0)):
+        if days == 89:
+            with pytest.raises(TranscriptStoreMismatch, match=r"the ledger holds 2 run\(s\)"):
+                await coordinator(engine, other).run(USER, request_id="req-edge")
+        else:
+            assert (await coordinator(engine, other).run(USER, request_id="req-edge")).status is RequestStatus.COMPLETED
 
 
 def test_erase_without_the_services_transcripts_setting_is_refused_by_the_command_line_and_the_library(

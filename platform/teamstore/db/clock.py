@@ -57,7 +57,8 @@ def shared_now_as(dialect: str, type_: Any) -> Any:
 
 def shared_later(dialect: str, length: timedelta) -> Any:
     """``length`` after :func:`shared_now`, as an expression to write or compare in a statement (a lease's or a
-    claim's end, a retirement's date): on Postgres the server's ``now()`` plus it."""
+    claim's end, a retirement's date; a negative ``length`` is that long before, a window's start): on Postgres
+    the server's ``now()`` plus it."""
     if dialect == "postgresql":
         return func.now() + literal(length, Interval())
     return literal(now_utc() + length, DateTime(timezone=True))

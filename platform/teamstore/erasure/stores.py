@@ -14,7 +14,7 @@ transcript retention, the store talked to must hold some of the subject's transc
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,6 +23,7 @@ from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
 from teamstore.audit.subjects import recorded_stores
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.capabilities import missing_here
+from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
@@ -109,9 +110,10 @@ def _same_request(ctx: StepContext) -> str:
 
 
 async def _unrecorded_runs(ctx: StepContext, retention_days: int) -> int:
-    """Runs of the subject the ledger holds from before stores were recorded, within the retention."""
+    """Runs of the subject the ledger holds from before stores were recorded, within the retention: on the
+    database's clock, as the retention sweep counts its days (a host a day ahead missed a day of them)."""
     since = select(store_settings.c.updated_at).where(store_settings.c.name == SUBJECT_STORES_SINCE).scalar_subquery()
-    oldest = datetime.now(UTC) - timedelta(days=retention_days)
+    oldest = shared_later(ctx.engine.dialect.name, -timedelta(days=retention_days))
     query = select(func.count(func.distinct(usage.c.run_id))).where(
         usage.c.subject_key == ctx.subject_key, usage.c.finished_at < since, usage.c.finished_at >= oldest)
     try:
