@@ -180,10 +180,12 @@ def _ensure_committable(left: Left) -> None:
             "nothing was committed: " + "; ".join(left.not_committable),
             hint="discard them with `teamstore registry recover --discard`, then register or move the label again",
         )
+    if left.clean:
+        raise RegistryCorrupt("no definition is left to commit: the registry has nothing to recover",
+                              hint="nothing needs recovering: register or move the label as usual")
     if not left.definitions:
         raise RegistryCorrupt(
-            "no definition is left to commit" + (f" (only git's lock files: {', '.join(left.locks)})" if left.locks
-                                                 else ": the registry has nothing to recover"),
+            f"no definition is left to commit (only git's lock files: {', '.join(left.locks)})",
             hint="`teamstore registry recover --discard` removes lock files left by a killed git command",
         )
 

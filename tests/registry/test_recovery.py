@@ -215,8 +215,11 @@ def test_recover_on_a_clean_registry_changes_nothing(registry: Registry) -> None
     registry.add("support_triage", triage_json(), triage_manifest(), "v1")
     head = git(registry.path, "rev-parse", "HEAD")
     assert _recover().exit_code == 0 and "nothing to recover" in _recover().stdout
-    assert _recover("--discard").exit_code == 0
+    discarded = _recover("--discard")
+    assert discarded.exit_code == 0 and "nothing to recover" in discarded.stdout
+    assert "discarded" not in discarded.stdout  # there was nothing to throw away
     nothing = _recover("--commit", "-m", "x")
     assert nothing.exit_code == 1 and "nothing to recover" in nothing.output
+    assert "lock files" not in nothing.output  # none are there: the fix names no way out of nothing
     assert _recover("--discard", "--commit", "-m", "x").exit_code == 1
     assert git(registry.path, "rev-parse", "HEAD") == head

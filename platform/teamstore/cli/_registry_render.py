@@ -119,7 +119,7 @@ def render_history(rows: list[dict[str, Any]]) -> None:
 
 
 def render_left(data: dict[str, Any]) -> None:
-    if data["clean"] and data["action"] == "inspect":
+    if data["clean"]:  # --discard found nothing to throw away either
         console.print(plain(f"registry {data['registry']}: nothing to recover"))
         return
     done = {"discard": "discarded", "commit": "committed"}.get(data["action"])
