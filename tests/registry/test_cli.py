@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -474,3 +475,12 @@ def test_a_factorys_team_that_would_run_otherwise_once_registered_is_refused_by_
     assert "is a FunctionTool whose function uses rate from the code around it" in said
     assert "fix: make the tool self-contained" in said
     assert not registry_path.exists()  # a first registration refused leaves no registry behind
+
+
+@pytest.mark.parametrize("command", ["history", "diff", "label", "check"])
+def test_every_argument_of_the_registry_commands_says_what_it_takes(command: str) -> None:
+    shown = runner.invoke(app, ["registry", command, "--help"], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.output
+    arguments = shown.stdout.split("Arguments")[1].split("╰")[0]
+    assert "[required]" in arguments
+    assert re.search(r"<str>\s+\[required\]", arguments) is None, arguments  # an argument with no help

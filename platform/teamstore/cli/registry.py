@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from config_registry import Manifest, Registry, TeamDefinition
 
 app = typer.Typer(help="Team definitions, versioned in git.", no_args_is_help=True)
+NAME_HELP = "The team's registry name."
 
 
 def _registry(*, create: bool = False) -> Registry:
@@ -56,7 +57,7 @@ def _registry(*, create: bool = False) -> Registry:
 
 @app.command("add")
 def add(
-    name: str = typer.Argument(..., help="The team's registry name."),
+    name: str = typer.Argument(..., help=NAME_HELP),
     factory: str | None = typer.Option(None, "--factory", help="module:function that builds the team."),
     file: Annotated[
         Path | None, typer.Option("--file", help="A JSON file from team.dump_component().")
@@ -233,7 +234,7 @@ def show(
 
 
 @app.command("history")
-def history(name: str = typer.Argument(...), as_json: bool = JsonOption) -> None:
+def history(name: str = typer.Argument(..., help=NAME_HELP), as_json: bool = JsonOption) -> None:
     """Every version of a team and every label move (who, when, why)."""
     try:
         entries = _registry().history(name)
@@ -257,9 +258,9 @@ def history(name: str = typer.Argument(...), as_json: bool = JsonOption) -> None
 
 @app.command("diff")
 def diff(
-    name: str = typer.Argument(...),
-    a: str = typer.Argument(...),
-    b: str = typer.Argument(...),
+    name: str = typer.Argument(..., help=NAME_HELP),
+    a: str = typer.Argument(..., help="From: a version (a sha, or 7+ hex digits of one) or a label."),
+    b: str = typer.Argument(..., help="To: a version or a label."),
     as_json: bool = JsonOption,
 ) -> None:
     """What changed between two versions or labels, by meaning (participants, prompts, models, tools ...)."""
@@ -278,9 +279,11 @@ def diff(
 
 @app.command("label")
 def label(
-    name: str = typer.Argument(...),
+    name: str = typer.Argument(..., help=NAME_HELP),
     version: str = typer.Argument(..., help="A version or another label."),
-    label_name: str = typer.Argument(..., metavar="LABEL"),
+    label_name: str = typer.Argument(
+        ..., metavar="LABEL", help="The label to point at it (made on first use)."
+    ),
     reason: str = typer.Option(..., "--reason", help="Why (kept in the move log, shown by history)."),
     who: str | None = typer.Option(None, "--who", help="Who moves it (default: GIT_AUTHOR_NAME or login)."),
     as_json: bool = JsonOption,
@@ -306,7 +309,7 @@ def label(
 
 @app.command("check")
 def check(
-    name: str = typer.Argument(...),
+    name: str = typer.Argument(..., help=NAME_HELP),
     from_ref: str = typer.Option(..., "--from", help="Version or label the state was saved under."),
     to_ref: str = typer.Option(..., "--to", help="Version or label it would be loaded under."),
     as_json: bool = JsonOption,
