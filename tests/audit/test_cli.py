@@ -32,7 +32,7 @@ runner = CliRunner()
 USER, SESSION = "Zoë/../admin", "sess/1"
 
 
-def _populate(runs: int = 2) -> list[str]:
+def _populate(runs: int = 2, team_version: str = "v1") -> list[str]:
     async def go() -> list[str]:
         settings = Settings()
         engine = create_engine(settings.resolved_database_url)
@@ -40,7 +40,7 @@ def _populate(runs: int = 2) -> list[str]:
         observers = build_audit_observers(settings, engine)
         ids = []
         for n in range(runs):
-            ctx = context(user_id=USER, session_id=SESSION)
+            ctx = context(user_id=USER, session_id=SESSION, team_version=team_version)
             await observe_run(observers, triage_team(), ctx, f"router down {CANARY}", ended_by_limit=n == 1)
             ids.append(ctx.run_id)
         for observer in observers:
@@ -145,6 +145,18 @@ def test_cost_as_csv_and_json_counts_limit_ended_runs_apart() -> None:
     assert report["rows"] == [] and report["total"]["cost"] == "0" and report["total"]["limited_cost"] == "0"
     table = runner.invoke(app, ["cost", "--by", "day", "--since", "2000-01-01"])
     assert table.exit_code == 0 and "total" in table.stdout
+
+
+def test_cost_by_version_shows_a_registry_version_as_the_registrys_tables_do_and_keeps_it_whole_elsewhere() -> None:
+    sha = "43ffe07b92f46c1d8e0a5b3f9c2d7e1a6b4c8d0f"  # a registry version: a commit's sha
+    _populate(team_version=sha)
+    table = runner.invoke(app, ["cost", "--by", "version"], env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    assert f"support_triage@{sha[:12]}" in table.stdout and sha[12:] not in table.stdout  # whole, on one line
+    as_json = json.loads(runner.invoke(app, ["cost", "--by", "version", "--format", "json"]).stdout)
+    assert [row["key"] for row in as_json["rows"]] == [f"support_triage@{sha}"]
+    as_csv = runner.invoke(app, ["cost", "--by", "version", "--format", "csv"])
+    assert next(csv.DictReader(io.StringIO(as_csv.stdout)))["version"] == f"support_triage@{sha}"
 
 
 def test_cost_refuses_a_session_without_its_user_and_bad_dates() -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from teamstore.cli._output import dumps, fail
+from teamstore.cli._registry_render import short
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, NoMatchingUsage, TeamstoreError
 from teamstore.terminal import console, plain, print_table
@@ -47,18 +48,30 @@ def _money(value: str | None, unpriced: int) -> str:
 
 
 def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
-    group = ["total", *[""] * (len(report.fields) - 1)] if total else [row.group.get(f, "") for f in report.fields]
+    group = ["total", *[""] * (len(report.fields) - 1)] if total else [_group_cell(f, row.group.get(f, ""))
+                                                                         for f in report.fields]
     figures = row.figures()
     return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
             str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
             _money(figures["limited_cost"], row.limited_unpriced_tokens)]
 
 
+def _group_cell(field: str, value: str) -> str:
+    """A group as the table shows it: a team version as the registry's tables show one (``team@`` and its first
+    12 characters, which ``registry show`` takes), where the whole sha wrapped into a column of fragments. CSV
+    and JSON keep it whole."""
+    if field != "version":
+        return value
+    team, at, version = value.rpartition("@")
+    return f"{team}{at}{short(version)}" if at and len(version) == 40 else value
+
+
 def _render_cost_table(report: CostReport) -> None:
     rows = [_table_cells(report, row, False) for row in report.rows] + [_table_cells(report, report.total, True)]
     width = len(report.fields)
     numbers = range(width, width + len(_HEADINGS))
-    print_table((*report.fields, *_HEADINGS), rows, fixed=numbers, right=numbers,
+    versions = [i for i, field in enumerate(report.fields) if field == "version"]  # whole: `registry show` takes one
+    print_table((*report.fields, *_HEADINGS), rows, fixed=[*versions, *numbers], right=numbers,
                 title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
     if report.top is not None and report.groups > len(report.rows):
         console.print(f"the {len(report.rows)} costliest of {report.groups} groups; the total counts all of them")
