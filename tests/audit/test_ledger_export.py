@@ -235,6 +235,8 @@ async def test_a_destination_that_fails_mid_export_is_a_typed_error_and_leaves_n
     (["--to", "ftp://host/x"], "cannot export to ftp://"),
     (["--to", ""], "no destination given"),
     (["--to", " "], "no destination given"),
+    (["--to", "file://wh"], "names no folder"),  # the host "wh" and no path: it went to the working directory
+    (["--to", "file://elsewhere/srv/wh"], "names no folder"),
 ])
 def test_a_window_that_is_not_whole_days_or_a_destination_teamstore_cannot_write_is_refused(
     args: list[str], says: str, tmp_path: Path

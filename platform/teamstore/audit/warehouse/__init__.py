@@ -83,7 +83,8 @@ def destination_from_url(url: str) -> PartitionSink:
     """The destination ``url`` names: ``s3://bucket/prefix``, ``file:///folder`` or a folder's path.
 
     Raises:
-        ConfigurationError: An empty destination, an S3 URL without a bucket, or another scheme.
+        ConfigurationError: An empty destination, a file URL that names no folder (``file://name``, where the
+            name is taken for a host), an S3 URL without a bucket, or another scheme.
         MissingExtra: S3 without boto3.
     """
     if not url.strip():
@@ -99,9 +100,21 @@ def destination_from_url(url: str) -> PartitionSink:
     if parsed.scheme in ("", "file"):
         from teamstore.audit.warehouse.local import LocalPartitions
 
-        return LocalPartitions(Path(unquote(parsed.path) if parsed.scheme == "file" else url).expanduser())
+        folder = _folder(parsed.netloc, unquote(parsed.path)) if parsed.scheme else url
+        return LocalPartitions(Path(folder).expanduser())
     raise ConfigurationError(f"cannot export to {parsed.scheme}:// URLs",
                              hint="give a folder, a file:/// URL or s3://bucket/prefix")
+
+
+def _folder(host: str, path: str) -> str:
+    # file://warehouse reads as the host "warehouse" and no path: the files went to the working directory,
+    # and file://host/srv/x to /srv/x on this machine, with the export reported done.
+    if host not in ("", "localhost") or not path:
+        raise ConfigurationError(
+            "the destination names no folder: a file URL has three slashes before an absolute path",
+            hint="give file:///srv/warehouse/ledger, or a plain path",
+        )
+    return path
 
 
 async def export_ledger(
