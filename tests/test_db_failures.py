@@ -30,6 +30,23 @@ async def test_an_unreachable_postgres_is_told_as_such() -> None:
     await engine.dispose()
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://x@127.0.0.1:99999/x",
+    "postgresql://x@127.0.0.1:{port}/x?sslmode=bogus",
+    "postgresql://x@127.0.0.1:{port}/x?no_such_option=1",
+    "postgresql://x@127.0.0.1:{port}/x?connect_timeout=soon",
+])
+async def test_a_url_whose_port_or_options_libpq_refuses_says_so_not_that_the_server_is_down(url: str) -> None:
+    # libpq refuses these before connecting: "check that the server is up" sent operators to a server that was.
+    engine = create_engine(url.format(port=free_port()))
+    with pytest.raises(StoreUnavailable) as caught:
+        await current_revision(engine)
+    assert caught.value.message.startswith(
+        "could not connect to the database: the URL's port or connection options (after '?') are not valid")
+    assert "options after '?' in TEAMSTORE_DATABASE_URL" in (caught.value.hint or "")
+    await engine.dispose()
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize(("part", "told", "fix"), [
     ("database", "the server has no such database", "createdb"),

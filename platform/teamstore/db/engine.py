@@ -141,6 +141,11 @@ _CONNECT_FAILURES = (
      "check the host and port in TEAMSTORE_DATABASE_URL and that the server is up"),
     (re.compile("failed to resolve host|could not translate host name"), "the database host name does not resolve",
      "fix the host in TEAMSTORE_DATABASE_URL (or the name service)"),
+    # Refused before anything was sent (a port past 65535, sslmode=bogus, an unknown ?option), or by the server
+    # at startup (options=-c statement_timeout=abc): the server may well be up.
+    (re.compile(r"invalid (port number|connection option|URI query parameter|\w+ value|value for parameter)|bad value for"),
+     "the URL's port or connection options (after '?') are not valid",
+     "fix the port and the options after '?' in TEAMSTORE_DATABASE_URL (libpq's connection parameters)"),
 )
 
 
