@@ -93,6 +93,18 @@ def test_the_command_line_reports_a_bad_setting_without_a_traceback(tmp_path: Pa
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite:///:memory:", "sqlite+aiosqlite:///:memory:"])
+def test_an_in_memory_sqlite_database_is_refused_as_one_that_keeps_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
+    result = CliRunner().invoke(app, ["db", "upgrade"])  # it reported the upgrade done, of nothing kept
+    assert result.exit_code == 1
+    assert "error: TEAMSTORE_DATABASE_URL: an in-memory SQLite database keeps nothing" in result.output
+    assert "Traceback" not in result.output
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [

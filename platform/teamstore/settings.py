@@ -159,6 +159,17 @@ class Settings(TypedSettings):
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
 
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _kept(cls, value: str | None) -> str | None:
+        # sqlite:// (and sqlite:///:memory:) is a database that lasts one connection: `db upgrade` "succeeded"
+        # on one that was gone as it returned, and a run failed with "its random key was taken".
+        scheme, _, rest = (value or "").partition("://")
+        if scheme.startswith("sqlite") and rest.partition("?")[0] in ("", "/", "/:memory:"):
+            raise ValueError("an in-memory SQLite database keeps nothing past one connection; name a file, e.g. "
+                             "sqlite:////srv/teamstore/teamstore.db, or unset it for $TEAMSTORE_HOME/teamstore.db")
+        return value
+
     @property
     def resolved_registry_path(self) -> Path:
         """The registry repository, ``$TEAMSTORE_HOME/registry`` unless set."""
