@@ -290,8 +290,7 @@ async def open_request(
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
         return RequestRow(**{**existing.__dict__, **missing})
-    check_new_request_id(request_id, user_id)
-    await check_stored_if_unusable(engine, user_id)
+    await check_new_request(engine, request_id, user_id)  # its twins are read again under the filing's lock
     if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)

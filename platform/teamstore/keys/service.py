@@ -26,6 +26,7 @@ import os
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Literal, overload
 
@@ -191,17 +192,9 @@ class KeyService:
         key = self._cached(user_id)
         if key is not None:
             return key
-        for _ in range(_ATTEMPTS):
-            row = await self._row(user_id)
-            if row is not None:
-                return self._remember(await self._unwrap(user_id, *row))
-            if not create:
-                return None
-            made = await self._make(user_id)
-            if made is not None:
-                return self._remember(made)
-        raise StoreUnavailable("could not make the user's data key: other writers kept changing it",
-                               hint="retry; a key rotation may have been running")
+        if not create:
+            return await self._from_row(user_id)
+        return await self._read_or_make(user_id, lambda: self._from_row(user_id))
 
     async def key_to_seal(self, user_id: str, stored: ColumnElement[bool]) -> DataKey | None:
         """``user_id``'s data key to seal what they stored before sealing (``teamstore keys migrate``): made now
@@ -220,14 +213,28 @@ class KeyService:
             KeyUnavailable, DataKeyDamaged, KeyDestroyed: The key-encryption key cannot open the row.
             StoreUnavailable: The database failed.
         """
+        try:
+            return await self._read_or_make(user_id, lambda: self.data_key(user_id, create=False), stored)
+        except _Gone:
+            return None
+
+    async def _read_or_make(
+        self, user_id: str, read: Callable[[], Awaitable[DataKey | None]], stored: ColumnElement[bool] | None = None
+    ) -> DataKey:
+        """The key ``read`` finds, else one made now (only while ``stored`` holds, when given); read again when
+        another writer's key or a rotation came first.
+
+        Raises:
+            ErasureInProgress: The user is fenced. _Gone: ``stored`` no longer holds.
+            KeyUnavailable, DataKeyDamaged, KeyDestroyed: As ``read`` raises them, or the key-encryption key
+                cannot wrap the new key.
+            StoreUnavailable: The database failed, or other writers came first at every attempt.
+        """
         for _ in range(_ATTEMPTS):
-            key = await self.data_key(user_id, create=False)
+            key = await read()
             if key is not None:
                 return key
-            try:
-                made = await self._make(user_id, stored)
-            except _Gone:
-                return None
+            made = await self._make(user_id, stored)
             if made is not None:
                 return self._remember(made)
         raise StoreUnavailable("could not make the user's data key: other writers kept changing it",
@@ -268,6 +275,11 @@ class KeyService:
         """
         row = await self._row(user_id)
         return row[0] if row is not None else None
+
+    async def _from_row(self, user_id: str) -> DataKey | None:
+        """``user_id``'s key unwrapped from its row, and kept in memory; ``None`` when they have none."""
+        row = await self._row(user_id)
+        return self._remember(await self._unwrap(user_id, *row)) if row is not None else None
 
     async def _row(self, user_id: str) -> tuple[str, str, bytes] | None:
         query = select(data_keys.c.key_id, data_keys.c.kek_id, data_keys.c.wrapped).where(
