@@ -19,6 +19,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
+from teamstore.db.engine import create_engine
 from teamstore.memory.component import HEADER
 from teamstore.memory.schema import facts, memories
 from teamstore.runtime.memory import MemoryRecall
@@ -274,3 +275,22 @@ async def test_facts_left_without_their_memory_row_are_given_to_no_session_and_t
     (kept,) = await platform.show_memory("alice")
     assert kept.written and kept.version == 1 and kept.failure is None  # written, not refused
     assert kept.facts == {} and not kept.leftover and "ZX-81" not in kept.summary  # nothing of the old memory
+
+
+async def test_a_write_cut_off_by_the_end_of_an_event_loop_whose_platform_never_closed_says_to_close_it(
+    engine: AsyncEngine, database_url: str, registry: Registry, channel: str, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    register(registry, channel, writer="gated")
+    GATES[channel] = asyncio.Barrier(2)  # no second writer comes: the write is in flight when the loop ends
+
+    async def forgetful() -> None:  # a script that runs a session and never closes its platform
+        own = create_engine(database_url)
+        await talk(make_platform(own, registry, tmp_path), "alice", "s1", FIRST)
+        await own.dispose()
+
+    with caplog.at_level(logging.WARNING, logger="teamstore.memory"):
+        await asyncio.to_thread(asyncio.run, forgetful())  # asyncio.run cancels the write still in flight
+    said = [r.getMessage() for r in caplog.records if r.name == "teamstore.memory"]
+    assert said and "memory write was cancelled" in said[0] and "await platform.aclose()" in said[0]
+    assert await make_platform(engine, registry, tmp_path).memory.store.load("alice", TEAM) is None

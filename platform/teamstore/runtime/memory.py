@@ -202,7 +202,13 @@ class MemoryService:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._writes.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
+        if task.cancelled():
+            # Nothing of teamstore's cancels a write: its event loop ended under it (asyncio.run cancels what is
+            # left), the platform never closed, and the user's update is gone without a trace but this.
+            log.warning("a memory write was cancelled before it ended; the user's memory keeps what it had. Close "
+                        "the platform before its event loop ends (async with platform, or await platform.aclose()): "
+                        "closing waits for the memory writes in flight")
+        elif (exc := task.exception()) is not None:
             # A fault of the writer itself (its expected failures are recorded on the memory): the type only,
             # since its message may quote the request.
             log.error("memory writer failed unexpectedly (%s); the user's memory is unchanged", type(exc).__name__)
