@@ -209,13 +209,13 @@ class Teamstore(Bare):
 
     def _wrap(self) -> None:
         # A session reaches the platform only through its SessionDeps, read from the platform as each session
-        # opens: the platform's build_team and store are wrapped on the objects themselves, and the runtime
+        # opens: the platform's _build_team and store are wrapped on the objects themselves, and the runtime
         # modules' own names where they call them (notify_opening, judge and apply_states at open,
         # notify_observers in a run).
         # The definition cache looks the registry up (in a thread) ahead of the requests that need it: its
         # lookups are timed, and not counted in the request.
         wrap, store = self.phases.wrap, self.platform.store
-        wrap(self.platform, "build_team", "build from registry")
+        wrap(self.platform, "_build_team", "build from registry")
         wrap(self.platform.teams, "_build_spare", "the next team built ahead (in the background, overlapping)")
         wrap(self.platform.teams, "_resolve", "registry lookups (in the background, overlapping)")
         wrap(session_module, "notify_opening", "the audit's subject and data key, before the lease")

@@ -81,6 +81,8 @@ async def test_a_closed_platform_does_not_open_again_nor_take_a_call_on_its_clos
         "it shows no memory": lambda: platform.show_memory(KEY.user_id),
         "it forgets no memory": lambda: platform.forget_memory(KEY.user_id),
         "it restores no state": lambda: platform.restore_quarantined(1),
+        "it builds no team": lambda: platform.build_team(TEAM_REF),
+        "it checks no schema": platform.ensure_schema,
     }
     for what, call in calls.items():
         with pytest.raises(PlatformClosed, match=f"the platform has closed: {what}") as info:

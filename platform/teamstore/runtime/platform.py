@@ -229,7 +229,16 @@ class Platform:
     async def ensure_schema(self) -> None:
         """Migrate the embedded database, or check a production one is migrated and leases sessions the way
         this process is set to, and that ``TEAMSTORE_KMS_KEY_ID`` names a key the database uses (once per
-        platform; see :meth:`KeyService.check_configured`)."""
+        platform; see :meth:`KeyService.check_configured`).
+
+        Raises:
+            PlatformClosed: :meth:`aclose` has begun: the engine is being disposed of, and a check now would open
+                connections on it that nothing closes.
+        """
+        self._sessions.refuse_once_closing("it checks no schema")
+        await self._check_schema()
+
+    async def _check_schema(self) -> None:
         if self._schema_checked:  # every request asks: no lock once it is done
             return
         async with self._schema_lock:
@@ -247,8 +256,17 @@ class Platform:
 
         Definitions are cached: a pinned version forever (it cannot change), a name or label for
         ``registry_refresh_seconds`` so a moved label reaches every worker within that time.
+
+        Raises:
+            PlatformClosed: :meth:`aclose` has begun (a team built now would run on no platform).
+            RegistryError: ``ref`` does not resolve, a secret is unavailable, or the definition does not load.
         """
-        await self.ensure_schema()
+        self._sessions.refuse_once_closing("it builds no team")
+        return await self._build_team(ref)
+
+    async def _build_team(self, ref: str) -> BuiltTeam:
+        # The sessions' builds: one the close cuts off while it opens says so itself (Session._acquire).
+        await self._check_schema()
         return await self.teams.build(ref)
 
     def session(
@@ -282,7 +300,7 @@ class Platform:
         # Read at each opening: a store or observer swapped on the platform reaches the next session.
         return SessionDeps(
             store=self.store, observers=self.observers, limits=self.limits,
-            build_team=self.build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
+            build_team=self._build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
             metrics=self.metrics, memory=self.memory, build_ahead=self.teams.build_ahead, sessions=self._sessions,
         )
 
