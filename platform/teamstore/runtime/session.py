@@ -106,6 +106,13 @@ class Session(SessionRuns):
         return self._interrupted
 
     # --- opening -----------------------------------------------------------------------------------------
+    def __enter__(self) -> Session:
+        raise SessionNotOpen("a Session is opened with `async with`, not `with`: it takes its lease and loads "
+                             "its state over the network", hint="write `async with platform.session(...) as s:`")
+
+    def __exit__(self, *exc: object) -> None:
+        """Never reached: :meth:`__enter__` refuses (Python asks for both before it enters)."""
+
     async def __aenter__(self) -> Session:
         if self._phase != "new":
             raise SessionNotOpen(
