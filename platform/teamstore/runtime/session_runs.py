@@ -230,7 +230,9 @@ class SessionRuns:
         as it comes, then the ``TaskResult``. The same checks, audit, checkpoints and snapshot as :meth:`run`
         (and its errors, raised while iterating). A consumer that stops early (leaves the loop, or is
         cancelled) stops the team at once; the run is recorded as it went, nothing of it is saved, and the
-        session goes on from the state it had before the run."""
+        session goes on from the state it had before the run. So does one that leaves the stream suspended at an
+        item and starts another run of the session, or leaves its block: the first stream then ends where it
+        was (its iteration yields nothing more, no ``TaskResult``)."""
         return self._streamed(task)
 
     async def continue_run(self) -> TaskResult:
