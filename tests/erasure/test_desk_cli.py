@@ -96,6 +96,9 @@ def test_without_a_terminal_an_erasure_needs_yes_and_changes_nothing() -> None:
     assert _requests() == []
     plan = cli("erase", "--user", "erin", "--dry-run", "--json")  # a dry run never asks
     assert plan.exit_code == 0 and json.loads(plan.stdout)["status"] == "dry_run"
+    assert plan.stderr == ""  # no progress bar, nor the blank line one left, in a job's log
+    done = cli("erase", "--user", "erin", "--request-id", "req-y", "--yes")
+    assert done.exit_code == 0 and done.stderr.strip() and "" not in done.stderr.splitlines()  # its notes only
 
 
 def _on_a_terminal(answer: str, *args: str) -> tuple[int, str, str]:

@@ -216,7 +216,7 @@ def erase(
     with stopped_as_on_ctrl_c() as stop:
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err_console, transient=True) as bar:
+                          console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
                 receipt = _with_coordinator(lambda c: c.run(user, request_id, reason, dry_run,
                                                             requested_by=requested_by, operator=operator),
                                             _Bars(bar), _say)
