@@ -24,7 +24,7 @@ from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.errors import ReportNotWritten
-from tests.analytics.seed import TOTAL
+from tests.analytics.seed import TOTAL, seed_ledger
 
 runner = CliRunner()
 FILTERS = ["--since", "2026-11-01", "--until", "2027-01-01"]
@@ -264,3 +264,35 @@ def test_a_time_axis_lays_out_every_period_from_the_first_to_the_last(
     from teamstore.analytics.page import _periods
 
     assert _periods(keys, every) == periods
+
+
+LONG = "a-team-with-a-name-nobody-thought-would-ever-be-shown-in-a-chart_v2"
+
+
+async def _long_names(url: str) -> None:
+    engine = create_engine(url)
+    await seed_ledger(engine, [
+        ("long", "user-with-a-long-identifier-0123456789abcdef0123456789@example.com", "session-" + "x" * 60, LONG,
+         "v1", "2026-11-20", "completed", [("a", "mystery", 185152000000000, 28708000000000, 1)])])
+    await engine.dispose()
+
+
+def test_on_a_phone_the_page_is_laid_out_at_the_phones_width_and_long_names_wrap_inside_it(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path
+) -> None:
+    asyncio.run(_long_names(database_url))
+    page = tmp_path / "cost.html"
+    _write(page)
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    browser.get(page.as_uri())
+    width, wide = browser.execute_script(
+        "return [document.documentElement.clientWidth, document.documentElement.scrollWidth]")
+    assert width == 390  # laid out for the phone, not at a desktop's 980 pixels shrunk to fit
+    assert wide <= width  # no name, table or figure runs off the side of the screen
+    lines = browser.execute_script(  # the lines each word of a figure's cell is drawn on
+        "return [...document.querySelectorAll('#top-sessions-table td:not(:nth-child(2))')].flatMap(td => {"
+        " const text = td.firstChild; return [...text.data.matchAll(/\\S+/g)].map(m => {"
+        " const r = document.createRange(); r.setStart(text, m.index); r.setEnd(text, m.index + m[0].length);"
+        " return r.getClientRects().length }) })")
+    assert lines and set(lines) == {1}  # a name wraps; a figure is never broken across lines

@@ -32,8 +32,9 @@ from teamstore.db.snapshot import read_snapshot
 from teamstore.errors import ConfigurationError, ReportNotWritten
 
 OUTCOMES = ("completed", "ended by a limit", "failed")
+# A name or figure longer than a phone is wide breaks anywhere rather than push the page off the side.
 STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:820px;color:#222}
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;padding:0 12px;max-width:820px;color:#222}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 6px} .meta{color:#555;margin:0 0 16px}
 .summary{display:flex;gap:24px;flex-wrap:wrap} .summary div{background:#f4f6f8;padding:8px 12px;border-radius:6px}
 .summary b{display:block;font-size:18px} svg.chart{max-width:100%;height:auto;background:#fcfcfc}
@@ -41,6 +42,8 @@ svg text{font-size:11px;fill:#444} .legend{list-style:none;padding:0;display:fle
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px} table{border-collapse:collapse}
 td,th{padding:3px 10px;border-bottom:1px solid #e3e3e3;text-align:right} td:nth-child(2),th:nth-child(2){text-align:left}
 .note{color:#555;font-size:12px} .warn{color:#8a5a00}
+td{font-variant-numeric:tabular-nums} td:nth-child(2),.legend li,.summary b,.meta,.warn{overflow-wrap:anywhere}
+@media (max-width:480px){td,th{padding:3px 4px}}
 """
 
 
@@ -193,6 +196,7 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
                                                          "runs", list(OUTCOMES), periods), series=list(OUTCOMES)),
     ]
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             f"<title>teamstore cost report</title><style>{STYLE}</style></head><body>"
             + _header(reports, every) + _summary(reports["by_time"].total, currency) + "".join(charts)
