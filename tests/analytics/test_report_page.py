@@ -296,3 +296,20 @@ def test_on_a_phone_the_page_is_laid_out_at_the_phones_width_and_long_names_wrap
         " const r = document.createRange(); r.setStart(text, m.index); r.setEnd(text, m.index + m[0].length);"
         " return r.getClientRects().length }) })")
     assert lines and set(lines) == {1}  # a name wraps; a figure is never broken across lines
+
+
+def test_a_cost_chart_with_no_priced_cost_says_so_and_what_to_do_not_an_empty_box_scaled_to_1(
+    ledger_env: AsyncEngine, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    page = tmp_path / "cost.html"
+    _write(page, "--model", "mystery")  # the one model with no price
+    browser.get(page.as_uri())
+    for chart in ("cost-by-team", "cost-by-model", "top-sessions"):
+        svg = browser.find_element(By.ID, chart)
+        said = svg.find_element(By.CSS_SELECTOR, "text.empty")
+        assert said.is_displayed() and "have no price. Add them to the price table" in said.text, chart
+        assert [t.text for t in svg.find_elements(By.CSS_SELECTOR, "text.tick")] in ([], ["0"]), chart  # no "1 USD"
+    assert browser.find_elements(By.CSS_SELECTOR, "svg#tokens-per-run text.empty") == []  # it has tokens to draw
+    assert "No price for mystery" in browser.find_element(By.TAG_NAME, "body").text

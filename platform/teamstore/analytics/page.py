@@ -38,7 +38,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;padding:0 12px;max-wid
 h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 6px} .meta{color:#555;margin:0 0 16px}
 .summary{display:flex;gap:24px;flex-wrap:wrap} .summary div{background:#f4f6f8;padding:8px 12px;border-radius:6px}
 .summary b{display:block;font-size:18px} svg.chart{max-width:100%;height:auto;background:#fcfcfc}
-svg text{font-size:11px;fill:#444} .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px}
+svg text{font-size:11px;fill:#444} svg text.empty{font-size:13px;fill:#555} .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px} table{border-collapse:collapse}
 td,th{padding:3px 10px;border-bottom:1px solid #e3e3e3;text-align:right} td:nth-child(2),th:nth-child(2){text-align:left}
 .note{color:#555;font-size:12px} .warn{color:#8a5a00}
@@ -97,6 +97,13 @@ def _ranked(series: list[svg.Bar]) -> list[str]:
     for bar in series:
         totals[bar.series] = totals.get(bar.series, 0.0) + bar.value
     return sorted(totals, key=lambda name: (-totals[name], name))
+
+
+def _no_cost(total: CostRow) -> str:
+    """What a cost chart with nothing above 0 says, and what to do about it."""
+    if total.unpriced_tokens:
+        return "No cost to draw: these runs' models have no price. Add them to the price table (named below)."
+    return "No cost to draw: every run here cost 0 (free models, or no tokens)."
 
 
 def _chart(title: str, chart: str, note: str = "", series: list[str] | None = None) -> str:
@@ -183,14 +190,16 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
                for r in reports["by_time"].rows]
     top = reports["top_sessions"]
     periods = _periods([r.group[every] for r in reports["by_time"].rows], every)  # idle ones keep their place
+    no_cost = _no_cost(reports["by_time"].total)
     charts = [
-        _chart("Cost over time by team", svg.stacked_bars("cost-by-team", by_team, currency, teams, periods),
-               series=teams),
-        _chart("Cost over time by model", svg.stacked_bars("cost-by-model", by_model, currency, models, periods),
-               series=models),
+        _chart("Cost over time by team",
+               svg.stacked_bars("cost-by-team", by_team, currency, teams, periods, no_cost), series=teams),
+        _chart("Cost over time by model",
+               svg.stacked_bars("cost-by-model", by_model, currency, models, periods, no_cost), series=models),
         _chart(f"The {len(top.rows)} costliest of {top.groups} sessions",
-               svg.horizontal_bars("top-sessions", sessions, currency) + _sessions_table(top)),
-        _chart("Tokens per run", svg.points("tokens-per-run", per_run, "tokens", periods),
+               svg.horizontal_bars("top-sessions", sessions, currency, no_cost) + _sessions_table(top)),
+        _chart("Tokens per run", svg.points("tokens-per-run", per_run, "tokens", periods,
+                                            "No tokens to draw: these runs used none."),
                note="input and output tokens of the runs started in each period, divided by their number"),
         _chart("Runs ended by a limit", svg.stacked_bars("runs-by-outcome", _outcome_bars(reports["by_time"], every),
                                                          "runs", list(OUTCOMES), periods), series=list(OUTCOMES)),

@@ -64,19 +64,28 @@ def _short(text: str, most: int = 28) -> str:
     return text if len(text) <= most else text[: most - 1] + "\u2026"
 
 
-def _frame(chart_id: str, body: list[str], top: float, unit: str) -> str:
-    """The SVG element around ``body``: the value axis (0 and the top figure) and the baseline."""
+def _frame(chart_id: str, body: list[str], top: float, unit: str, empty: str = "") -> str:
+    """The SVG element around ``body``: the value axis (0 and the top figure) and the baseline; with no
+    figure above 0 (``top`` 0), no top figure but ``empty``, saying why, across the chart."""
     base = HEIGHT - BOTTOM
     axis = [
         f'<line class="axis" x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#888"/>',
         f'<text class="tick" x="{LEFT - 6}" y="{base}" text-anchor="end">0</text>',
-        f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{shown(_number(top))}</text>',
         # On its own line above the top figure, which is right-aligned to the axis and may be long.
         f'<text class="unit" x="4" y="{TOP - 3}">{shown(unit)}</text>',
     ]
+    if top:
+        axis.append(f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{shown(_number(top))}</text>')
+    else:
+        axis.append(_empty(empty, LEFT + (WIDTH - LEFT - RIGHT) / 2, (TOP + base) / 2))
     return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
             f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
             + "".join(axis + body) + "</svg>")
+
+
+def _empty(text: str, x: float, y: float) -> str:
+    """Why a chart has nothing above 0 to draw, in its middle (nothing when not given)."""
+    return f'<text class="empty" x="{x:.1f}" y="{y:.1f}" text-anchor="middle">{shown(text)}</text>' if text else ""
 
 
 def _number(value: float) -> str:
@@ -91,7 +100,7 @@ def _x_labels(categories: Sequence[str], band: float) -> list[str]:
 
 
 def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str] | None = None,
-                 categories: Sequence[str] | None = None) -> str:
+                 categories: Sequence[str] | None = None, empty: str = "") -> str:
     """Bars per category, each series stacked on the last; one ``rect.bar`` per mark given.
 
     Args:
@@ -101,14 +110,15 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
         series: The stacking order (and colours); by default the order first seen.
         categories: Every category in order, those without a mark given their empty place (the periods of a
             time axis); by default the marks' own, in the order first seen.
+        empty: Why nothing is drawn, shown when no mark is above 0 (every cost 0 or unknown).
     """
     categories = list(dict.fromkeys([*(categories or ()), *(b.x for b in bars)]))
     order = list(series or dict.fromkeys(b.series for b in bars))
     colour = colours(order)
     totals = {c: sum(b.value for b in bars if b.x == c) for c in categories}
-    top = max(totals.values(), default=0.0) or 1.0
+    top = max(totals.values(), default=0.0)
     band = (WIDTH - LEFT - RIGHT) / max(1, len(categories))
-    scale = (HEIGHT - TOP - BOTTOM) / top
+    scale = (HEIGHT - TOP - BOTTOM) / (top or 1.0)
     filled = dict.fromkeys(categories, 0.0)
     body = []
     for bar in sorted(bars, key=lambda b: (categories.index(b.x), order.index(b.series))):
@@ -120,18 +130,19 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
             f'data-value="{_attr(bar.text)}" x="{LEFT + band * categories.index(bar.x) + band * 0.12:.1f}" '
             f'y="{y:.1f}" width="{band * 0.76:.1f}" height="{height:.1f}" fill="{colour[bar.series]}">'
             f"<title>{shown(f'{bar.x} · {bar.series}: {bar.text} {unit}')}</title></rect>")
-    return _frame(chart_id, body + _x_labels(categories, band), top, unit)
+    return _frame(chart_id, body + _x_labels(categories, band), top, unit, empty)
 
 
-def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str) -> str:
+def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str, empty: str = "") -> str:
     """One ``rect.bar`` per mark, top to bottom in the order given, its category written to its left; the
-    chart as tall as its bars need (a few sessions leave no empty box), at most :data:`HEIGHT`."""
+    chart as tall as its bars need (a few sessions leave no empty box), at most :data:`HEIGHT`; ``empty``
+    beside them when none is above 0."""
     rows = max(1, len(bars))
     height = min(26.0, (HEIGHT - TOP - BOTTOM) / rows)
     tall = max(MIN_HEIGHT, round(TOP + rows * height + TOP))
-    left, top = 210, max((b.value for b in bars), default=0.0) or 1.0
-    scale = (WIDTH - left - RIGHT) / top
-    body = []
+    left, top = 210, max((b.value for b in bars), default=0.0)
+    scale = (WIDTH - left - RIGHT) / (top or 1.0)
+    body = [] if top else [_empty(empty, (left + WIDTH - RIGHT) / 2, tall / 2)]
     for i, bar in enumerate(bars):
         y = TOP + i * height
         body.append(
@@ -145,13 +156,15 @@ def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str) -> str:
             f'width="{WIDTH}" height="{tall}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
 
 
-def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[str] | None = None) -> str:
+def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[str] | None = None,
+           empty: str = "") -> str:
     """One ``circle.point`` per mark, joined by a line, categories left to right in the order given
-    (``categories``: every one in order, as :func:`stacked_bars` takes them; a line crosses those without)."""
+    (``categories``: every one in order, as :func:`stacked_bars` takes them; a line crosses those without;
+    ``empty`` as it takes it)."""
     categories = list(dict.fromkeys([*(categories or ()), *(m.x for m in marks)]))
-    top = max((m.value for m in marks), default=0.0) or 1.0
+    top = max((m.value for m in marks), default=0.0)
     band = (WIDTH - LEFT - RIGHT) / max(1, len(categories))
-    scale = (HEIGHT - TOP - BOTTOM) / top
+    scale = (HEIGHT - TOP - BOTTOM) / (top or 1.0)
     places = [(LEFT + band * (categories.index(m.x) + 0.5), HEIGHT - BOTTOM - m.value * scale) for m in marks]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in places)
     body = [f'<polyline class="line" points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>']
@@ -160,7 +173,7 @@ def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[
             f'<circle class="point" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
             f'data-value="{_attr(mark.text)}" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
             f"<title>{shown(f'{mark.x}: {mark.text} {unit}')}</title></circle>")
-    return _frame(chart_id, body + _x_labels(categories, band), top, unit)
+    return _frame(chart_id, body + _x_labels(categories, band), top, unit, empty)
 
 
 def legend(series: Sequence[str]) -> str:
