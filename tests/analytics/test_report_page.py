@@ -313,3 +313,20 @@ def test_a_cost_chart_with_no_priced_cost_says_so_and_what_to_do_not_an_empty_bo
         assert [t.text for t in svg.find_elements(By.CSS_SELECTOR, "text.tick")] in ([], ["0"]), chart  # no "1 USD"
     assert browser.find_elements(By.CSS_SELECTOR, "svg#tokens-per-run text.empty") == []  # it has tokens to draw
     assert "No price for mystery" in browser.find_element(By.TAG_NAME, "body").text
+
+
+def test_a_screen_reader_hears_each_chart_named_by_its_heading_and_each_mark_by_its_figure(
+    ledger_env: AsyncEngine, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    page = tmp_path / "cost.html"
+    _write(page)
+    browser.get(page.as_uri())
+    for chart, heading in (("cost-by-team", "Cost over time by team"), ("tokens-per-run", "Tokens per run"),
+                           ("top-sessions", "The 5 costliest of 5 sessions")):
+        assert browser.find_element(By.ID, chart).accessible_name == heading
+    mark = browser.find_element(By.CSS_SELECTOR, 'svg#cost-by-team rect.bar[data-x="2026-W49"]')
+    assert mark.aria_role == "image" and mark.accessible_name == "2026-W49 · sales: 0.0021 + unknown USD"
+    point = browser.find_element(By.CSS_SELECTOR, 'svg#tokens-per-run circle.point[data-x="2026-W49"]')
+    assert point.accessible_name == "2026-W49: 11055.0 tokens"

@@ -106,8 +106,10 @@ def _no_cost(total: CostRow) -> str:
     return "No cost to draw: every run here cost 0 (free models, or no tokens)."
 
 
-def _chart(title: str, chart: str, note: str = "", series: list[str] | None = None) -> str:
-    return (f"<section><h2>{svg.shown(title)}</h2>{chart}{svg.legend(series) if series else ''}"
+def _chart(chart_id: str, title: str, chart: str, note: str = "", series: list[str] | None = None) -> str:
+    """A chart under its heading, which names it to a screen reader (``aria-labelledby``)."""
+    return (f'<section><h2 id="{chart_id}-title">{svg.shown(title)}</h2>{chart}'
+            + (svg.legend(series) if series else "")
             + (f'<p class="note">{svg.shown(note)}</p>' if note else "") + "</section>")
 
 
@@ -192,17 +194,18 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
     periods = _periods([r.group[every] for r in reports["by_time"].rows], every)  # idle ones keep their place
     no_cost = _no_cost(reports["by_time"].total)
     charts = [
-        _chart("Cost over time by team",
+        _chart("cost-by-team", "Cost over time by team",
                svg.stacked_bars("cost-by-team", by_team, currency, teams, periods, no_cost), series=teams),
-        _chart("Cost over time by model",
+        _chart("cost-by-model", "Cost over time by model",
                svg.stacked_bars("cost-by-model", by_model, currency, models, periods, no_cost), series=models),
-        _chart(f"The {len(top.rows)} costliest of {top.groups} sessions",
+        _chart("top-sessions", f"The {len(top.rows)} costliest of {top.groups} sessions",
                svg.horizontal_bars("top-sessions", sessions, currency, no_cost) + _sessions_table(top)),
-        _chart("Tokens per run", svg.points("tokens-per-run", per_run, "tokens", periods,
-                                            "No tokens to draw: these runs used none."),
+        _chart("tokens-per-run", "Tokens per run",
+               svg.points("tokens-per-run", per_run, "tokens", periods, "No tokens to draw: these runs used none."),
                note="input and output tokens of the runs started in each period, divided by their number"),
-        _chart("Runs ended by a limit", svg.stacked_bars("runs-by-outcome", _outcome_bars(reports["by_time"], every),
-                                                         "runs", list(OUTCOMES), periods), series=list(OUTCOMES)),
+        _chart("runs-by-outcome", "Runs ended by a limit",
+               svg.stacked_bars("runs-by-outcome", _outcome_bars(reports["by_time"], every), "runs", list(OUTCOMES),
+                                periods), series=list(OUTCOMES)),
     ]
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -5,7 +5,8 @@
     svg = stacked_bars("cost-by-team", [Bar("2026-11-30", "support_triage", 0.12, "0.12")], unit="USD")
 
 Every mark carries its exact figure (``data-value``), its category (``data-x``) and its series
-(``data-series``), and a ``<title>`` a browser shows on hover: the page's figures can be read back and
+(``data-series``), and a ``<title>`` a browser shows on hover and a screen reader reads as the mark's name (each
+chart is a group named by the heading ``<chart id>-title`` of the page): the page's figures can be read back and
 compared with ``teamstore cost``'s. Text is escaped; a label too long for the chart is shortened there
 and given whole in its title.
 """
@@ -78,7 +79,8 @@ def _frame(chart_id: str, body: list[str], top: float, unit: str, empty: str = "
         axis.append(f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{shown(_number(top))}</text>')
     else:
         axis.append(_empty(empty, LEFT + (WIDTH - LEFT - RIGHT) / 2, (TOP + base) / 2))
-    return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
+    return (f'<svg id="{_attr(chart_id)}" class="chart" role="group" aria-labelledby="{_attr(chart_id)}-title" '
+            f'viewBox="0 0 {WIDTH} {HEIGHT}" '
             f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
             + "".join(axis + body) + "</svg>")
 
@@ -126,7 +128,7 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
         y = HEIGHT - BOTTOM - filled[bar.x] - height
         filled[bar.x] += height
         body.append(
-            f'<rect class="bar" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
+            f'<rect class="bar" role="img" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
             f'data-value="{_attr(bar.text)}" x="{LEFT + band * categories.index(bar.x) + band * 0.12:.1f}" '
             f'y="{y:.1f}" width="{band * 0.76:.1f}" height="{height:.1f}" fill="{colour[bar.series]}">'
             f"<title>{shown(f'{bar.x} · {bar.series}: {bar.text} {unit}')}</title></rect>")
@@ -148,11 +150,12 @@ def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str, empty: str = 
         body.append(
             f'<text class="label" x="{left - 6}" y="{y + height * 0.7:.1f}" text-anchor="end">'
             f"{shown(_short(bar.x, 30))}</text>"
-            f'<rect class="bar" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
+            f'<rect class="bar" role="img" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
             f'data-value="{_attr(bar.text)}" x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
             f'height="{height - 4:.1f}" fill="{PALETTE[0]}"><title>{shown(f"{bar.x}: {bar.text} {unit}")}</title>'
             "</rect>")
-    return (f'<svg id="{_attr(chart_id)}" class="chart" role="img" viewBox="0 0 {WIDTH} {tall}" '
+    return (f'<svg id="{_attr(chart_id)}" class="chart" role="group" aria-labelledby="{_attr(chart_id)}-title" '
+            f'viewBox="0 0 {WIDTH} {tall}" '
             f'width="{WIDTH}" height="{tall}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
 
 
@@ -170,7 +173,7 @@ def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[
     body = [f'<polyline class="line" points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>']
     for (x, y), mark in zip(places, marks, strict=True):
         body.append(
-            f'<circle class="point" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
+            f'<circle class="point" role="img" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
             f'data-value="{_attr(mark.text)}" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
             f"<title>{shown(f'{mark.x}: {mark.text} {unit}')}</title></circle>")
     return _frame(chart_id, body + _x_labels(categories, band), top, unit, empty)
