@@ -330,3 +330,18 @@ def test_a_screen_reader_hears_each_chart_named_by_its_heading_and_each_mark_by_
     assert mark.aria_role == "image" and mark.accessible_name == "2026-W49 · sales: 0.0021 + unknown USD"
     point = browser.find_element(By.CSS_SELECTOR, 'svg#tokens-per-run circle.point[data-x="2026-W49"]')
     assert point.accessible_name == "2026-W49: 11055.0 tokens"
+
+
+def test_printed_a_chart_is_kept_whole_on_one_page_under_its_heading(
+    ledger_env: AsyncEngine, browser: Any, tmp_path: Path
+) -> None:
+    page = tmp_path / "cost.html"
+    _write(page)
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    browser.get(page.as_uri())
+    kept = browser.execute_script(
+        "return [...document.querySelectorAll('svg.chart')].map(svg => { const section = svg.closest('section');"
+        " return [svg.id, getComputedStyle(section).breakInside,"
+        " getComputedStyle(section.querySelector('h2')).breakAfter] })")
+    assert kept == [[chart, "avoid", "avoid"] for chart in (
+        "cost-by-team", "cost-by-model", "top-sessions", "tokens-per-run", "runs-by-outcome")]

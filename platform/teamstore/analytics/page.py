@@ -44,6 +44,7 @@ td,th{padding:3px 10px;border-bottom:1px solid #e3e3e3;text-align:right} td:nth-
 .note{color:#555;font-size:12px} .warn{color:#8a5a00}
 td{font-variant-numeric:tabular-nums} td:nth-child(2),.legend li,.summary b,.meta,.warn{overflow-wrap:anywhere}
 @media (max-width:480px){td,th{padding:3px 4px}}
+@media print{section{break-inside:avoid} h2{break-after:avoid}}
 """
 
 
