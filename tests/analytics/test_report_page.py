@@ -345,3 +345,25 @@ def test_printed_a_chart_is_kept_whole_on_one_page_under_its_heading(
         " getComputedStyle(section.querySelector('h2')).breakAfter] })")
     assert kept == [[chart, "avoid", "avoid"] for chart in (
         "cost-by-team", "cost-by-model", "top-sessions", "tokens-per-run", "runs-by-outcome")]
+
+
+async def _giant_and_tiny(url: str) -> None:
+    engine = create_engine(url)
+    await seed_ledger(engine, [
+        ("giant", "eve", "g1", "giant", "v1", "2026-11-20", "completed", [("a", "m-big", 185152000000000, 0, 1)]),
+        ("tiny", "eve", "t1", "tiny", "v1", "2026-11-20", "completed", [("a", "m-small-2024", 1, 0, 1)])])
+    await engine.dispose()
+
+
+@pytest.mark.parametrize(("team", "top"), [("giant", "555.5M"), ("tiny", "0.00000015")])
+def test_an_axis_gives_its_top_figure_as_a_reader_reads_one_never_as_an_exponent(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path, team: str, top: str
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    asyncio.run(_giant_and_tiny(database_url))
+    page = tmp_path / "cost.html"
+    _write(page, "--team", team)  # 185152000000000 tokens at 3 USD a million: 555456000 USD; 1 at 0.15: 0.00000015
+    browser.get(page.as_uri())
+    ticks = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg#cost-by-team text.tick")]
+    assert ticks == ["0", top]

@@ -13,6 +13,7 @@ and given whole in its title.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -91,6 +92,12 @@ def _empty(text: str, x: float, y: float) -> str:
 
 
 def _number(value: float) -> str:
+    """An axis figure to four significant digits, as a reader reads one: 34.7M, 0.0000015, never 3.47e+07."""
+    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= max(size, 1e4):  # up to 9999 the four digits are the figure itself
+            return f"{value / size:.4g}{suffix}"
+    if 0 < value < 1e-4:  # where the 'g' format turns to an exponent
+        return f"{value:.{3 - math.floor(math.log10(value))}f}".rstrip("0")
     return f"{value:.4g}"
 
 
