@@ -367,3 +367,29 @@ def test_an_axis_gives_its_top_figure_as_a_reader_reads_one_never_as_an_exponent
     browser.get(page.as_uri())
     ticks = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg#cost-by-team text.tick")]
     assert ticks == ["0", top]
+
+
+async def _twelve_teams(url: str) -> None:
+    engine = create_engine(url)
+    await seed_ledger(engine, [(f"t{n}", "eve", f"s{n}", f"team-{n:02d}", "v1", "2026-11-20", "completed",
+                                [("a", "m-big", 1000 * (20 - n), 0, 1)]) for n in range(12)])
+    await engine.dispose()
+
+
+def test_past_ten_teams_no_two_share_a_colour_and_the_smallest_are_named_together_in_grey(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    asyncio.run(_twelve_teams(database_url))
+    page = tmp_path / "cost.html"
+    _write(page, "--user", "eve")  # twelve teams, team-00 the costliest
+    browser.get(page.as_uri())
+    legend = browser.find_elements(By.CSS_SELECTOR, "#cost-by-team ~ ul.legend li")
+    swatches = [li.find_element(By.CLASS_NAME, "swatch").value_of_css_property("background-color") for li in legend]
+    assert len(set(swatches)) == len(swatches) == 10  # one colour, one item
+    assert legend[-1].text == "the other 3: team-09, team-10, team-11"
+    fills = {m.get_attribute("data-series"): m.get_attribute("fill")
+             for m in browser.find_elements(By.CSS_SELECTOR, "svg#cost-by-team rect.bar")}
+    assert len(fills) == 12 and len(set(fills.values())) == 10
+    assert fills["team-09"] == fills["team-11"] != fills["team-00"]

@@ -47,8 +47,10 @@ class Bar:
 
 
 def colours(series: Sequence[str]) -> dict[str, str]:
-    """A colour per series, in the order given (the palette repeats past ten)."""
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
+    """A colour per series, in the order given; past ten, the first nine keep theirs and the rest share the
+    palette's last, grey, so no two series a reader tells apart by colour look alike."""
+    folded = len(series) > len(PALETTE)
+    return {name: PALETTE[min(i, len(PALETTE) - 1) if folded else i] for i, name in enumerate(series)}
 
 
 def _attr(value: object) -> str:
@@ -187,7 +189,13 @@ def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[
 
 
 def legend(series: Sequence[str]) -> str:
-    """The colour of each series, as an HTML list under a chart."""
-    items = "".join(f'<li><span class="swatch" style="background:{c}"></span>{shown(name)}</li>'
-                    for name, c in colours(series).items())
-    return f'<ul class="legend">{items}</ul>'
+    """The colour of each series, as an HTML list under a chart; those sharing the grey of :func:`colours`
+    in one item naming them all."""
+    shared = PALETTE[-1] if len(series) > len(PALETTE) else None
+    named = [(name, c) for name, c in colours(series).items() if c != shared]
+    rest = [name for name, c in colours(series).items() if c == shared]
+    items = [f'<li><span class="swatch" style="background:{c}"></span>{shown(name)}</li>' for name, c in named]
+    if rest:
+        items.append(f'<li><span class="swatch" style="background:{shared}"></span>'
+                     f"{shown(f'the other {len(rest)}: ' + ', '.join(rest))}</li>")
+    return f'<ul class="legend">{"".join(items)}</ul>'
