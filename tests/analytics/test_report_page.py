@@ -393,3 +393,16 @@ def test_past_ten_teams_no_two_share_a_colour_and_the_smallest_are_named_togethe
              for m in browser.find_elements(By.CSS_SELECTOR, "svg#cost-by-team rect.bar")}
     assert len(fills) == 12 and len(set(fills.values())) == 10
     assert fills["team-09"] == fills["team-11"] != fills["team-00"]
+
+
+def test_the_page_says_which_periods_its_runs_started_in_and_which_price_table_it_used(
+    ledger_env: AsyncEngine, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    page = tmp_path / "cost.html"
+    result = runner.invoke(app, ["cost", "report", "--every", "week", "--output", str(page)])  # the whole ledger
+    assert result.exit_code == 0, result.output
+    browser.get(page.as_uri())
+    meta = browser.find_element(By.CSS_SELECTOR, "p.meta").text
+    assert meta.startswith("the whole ledger · runs started 2026-W45 to 2026-W49 · every week · prices hand-1 (USD)")

@@ -133,6 +133,9 @@ def _sessions_table(report: CostReport) -> str:
 def _header(reports: dict[str, CostReport], every: str) -> str:
     first = reports["by_time"]
     shown = ", ".join(f"{k} {v}" for k, v in first.filters.items()) or "the whole ledger"
+    periods = sorted({r.group[every] for r in first.rows})  # the filters may be open-ended: say what was found
+    if periods:
+        shown += f" · runs started {periods[0]}" + (f" to {periods[-1]}" if len(periods) > 1 else "")
     made = datetime.now(UTC).isoformat(timespec="seconds")
     return (f"<h1>Cost report</h1><p class=\"meta\">{svg.shown(shown)} · every {svg.shown(every)} · prices "
             f"{svg.shown(first.price_version)} ({svg.shown(first.currency)}) · made {svg.shown(made)}</p>")
