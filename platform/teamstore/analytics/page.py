@@ -122,9 +122,14 @@ def _summary(total: CostRow, currency: str) -> str:
         f'<div id="{key}">{svg.shown(label)}<b>{svg.shown(value)}</b></div>' for label, value, key in cells) + "</div>"
 
 
+def _parts(row: CostRow) -> str:
+    """The row's name (user / session), each part its own run of text (``<bdi>``), as :func:`svg.isolated`."""
+    return " / ".join(f"<bdi>{svg.shown(part)}</bdi>" for part in row.group.values())
+
+
 def _sessions_table(report: CostReport) -> str:
     rows = "".join(
-        f"<tr><td>{i}</td><td>{svg.shown(r.key)}</td><td>{r.runs}</td><td>{r.tokens}</td>"
+        f"<tr><td>{i}</td><td>{_parts(r)}</td><td>{r.runs}</td><td>{r.tokens}</td>"
         f"<td>{svg.shown(_shown(r))}</td></tr>" for i, r in enumerate(report.rows, start=1))
     return ('<table id="top-sessions-table"><tr><th>#</th><th>session</th><th>runs</th><th>tokens</th>'
             f"<th>cost ({svg.shown(report.currency)})</th></tr>{rows}</table>")

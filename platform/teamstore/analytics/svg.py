@@ -64,6 +64,13 @@ def shown(value: object) -> str:
     return escape(inert(value))
 
 
+def isolated(text: str) -> str:
+    """``text`` as :func:`shown` gives it, each part of a name joined by `` / `` (a user and a session) set apart
+    as its own run of text (U+2068 ... U+2069): a right-to-left name stays in its place, and the id or figure
+    after it is not drawn on its other side (``42 / مستخدم`` for the user مستخدم's session 42)."""
+    return " / ".join(f"\u2068{shown(part)}\u2069" for part in text.split(" / "))
+
+
 def _short(text: str, most: int = 28) -> str:
     return text if len(text) <= most else text[: most - 1] + "\u2026"
 
@@ -140,7 +147,7 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
             f'<rect class="bar" role="img" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
             f'data-value="{_attr(bar.text)}" x="{LEFT + band * categories.index(bar.x) + band * 0.12:.1f}" '
             f'y="{y:.1f}" width="{band * 0.76:.1f}" height="{height:.1f}" fill="{colour[bar.series]}">'
-            f"<title>{shown(f'{bar.x} · {bar.series}: {bar.text} {unit}')}</title></rect>")
+            f"<title>{isolated(bar.x)} · {isolated(bar.series)}: {shown(f'{bar.text} {unit}')}</title></rect>")
     return _frame(chart_id, body + _x_labels(categories, band), top, unit, empty)
 
 
@@ -158,10 +165,11 @@ def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str, empty: str = 
         y = TOP + i * height
         body.append(
             f'<text class="label" x="{left - 6}" y="{y + height * 0.7:.1f}" text-anchor="end">'
-            f"{shown(_short(bar.x, 30))}</text>"
+            f"{isolated(_short(bar.x, 30))}</text>"
             f'<rect class="bar" role="img" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
             f'data-value="{_attr(bar.text)}" x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
-            f'height="{height - 4:.1f}" fill="{PALETTE[0]}"><title>{shown(f"{bar.x}: {bar.text} {unit}")}</title>'
+            f'height="{height - 4:.1f}" fill="{PALETTE[0]}">'
+            f'<title>{isolated(bar.x)}: {shown(f"{bar.text} {unit}")}</title>'
             "</rect>")
     return (f'<svg id="{_attr(chart_id)}" class="chart" role="group" aria-labelledby="{_attr(chart_id)}-title" '
             f'viewBox="0 0 {WIDTH} {tall}" '
@@ -184,7 +192,7 @@ def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[
         body.append(
             f'<circle class="point" role="img" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
             f'data-value="{_attr(mark.text)}" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
-            f"<title>{shown(f'{mark.x}: {mark.text} {unit}')}</title></circle>")
+            f"<title>{isolated(mark.x)}: {shown(f'{mark.text} {unit}')}</title></circle>")
     return _frame(chart_id, body + _x_labels(categories, band), top, unit, empty)
 
 
