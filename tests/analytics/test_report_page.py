@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import json
 import os
 import re
@@ -441,3 +442,24 @@ def test_a_right_to_left_user_is_read_before_their_session_as_the_page_names_it(
     for shown in (cell, label):  # as "alice / 7" reads: the user on the left, "/", then the session
         assert browser.execute_script(LEFT_OF, shown, "مستخدم", "/"), shown.tag_name
         assert browser.execute_script(LEFT_OF, shown, "/", "42"), shown.tag_name
+
+
+def test_the_labels_under_a_year_of_days_stand_apart(ledger_env: AsyncEngine, database_url: str, browser: Any,
+                                                     tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    async def a_year(url: str) -> None:
+        engine = create_engine(url)
+        await seed_ledger(engine, [(f"y{day}", "eve", "y", "yearly", "v1", day, "completed", [("a", "m-big", 9, 9, 1)])
+                                   for day in ("2026-01-01", "2026-12-31")])
+        await engine.dispose()
+
+    asyncio.run(a_year(database_url))
+    page = tmp_path / "cost.html"
+    result = runner.invoke(app, ["cost", "report", "--team", "yearly", "--output", str(page)])  # every day
+    assert result.exit_code == 0, result.output
+    browser.get(page.as_uri())
+    labels = browser.find_elements(By.CSS_SELECTOR, "svg#cost-by-team text.label")
+    assert labels[0].text == "2026-01-01" and len(labels) >= 6
+    edges = [(label.rect["x"], label.rect["x"] + label.rect["width"]) for label in labels]
+    assert all(right + 4 <= left for (_, right), (left, _) in itertools.pairwise(edges)), edges

@@ -25,6 +25,8 @@ LEFT, RIGHT, TOP, BOTTOM = 70, 16, 14, 46
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 MOST_LABELS = 12
+CHAR_WIDTH, LABEL_GAP = 7, 12
+"""The most a character of an axis label takes (11px text) and the least room between two labels."""
 MIN_HEIGHT = 120
 """The least height of a chart of horizontal bars (one session's)."""
 
@@ -111,7 +113,9 @@ def _number(value: float) -> str:
 
 
 def _x_labels(categories: Sequence[str], band: float) -> list[str]:
-    step = max(1, -(-len(categories) // MOST_LABELS))  # at most a dozen labels under the bars
+    longest = max((len(_short(c, 12)) for c in categories), default=1)
+    fit = int((WIDTH - LEFT - RIGHT) // (longest * CHAR_WIDTH + LABEL_GAP))  # so no two labels touch
+    step = max(1, -(-len(categories) // max(1, min(MOST_LABELS, fit))))  # at most a dozen labels under the bars
     return [f'<text class="label" x="{LEFT + band * (i + 0.5):.1f}" y="{HEIGHT - BOTTOM + 16}" '
             f'text-anchor="middle">{shown(_short(c, 12))}</text>'
             for i, c in enumerate(categories) if i % step == 0]
