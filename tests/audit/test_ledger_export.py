@@ -202,6 +202,22 @@ async def test_an_export_to_s3_is_one_put_per_day_and_queries_like_the_folder(
     assert _duckdb_by_day(tmp_path / "copy" / "exports" / "ledger") == await asyncio.to_thread(_cost_by_day, [])
 
 
+@pytest.mark.s3
+async def test_an_export_to_an_s3_that_does_not_answer_says_to_check_the_endpoint_not_permissions(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, s3_bucket: str
+) -> None:
+    from tests.services import free_port
+
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    result = await asyncio.to_thread(runner.invoke, app, ["ledger", "export", "--to", f"s3://{s3_bucket}/l", "--json"])
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    assert "EndpointConnectionError" in error["message"] and "AWS_ENDPOINT_URL_S3" in error["fix"]
+    assert "s3:PutObject" not in error["fix"]  # it said to check the credentials and s3:PutObject
+
+
 @pytest.mark.parametrize("fails", ["open", "write"])
 async def test_a_destination_that_fails_mid_export_is_a_typed_error_and_leaves_no_staged_file(
     engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fails: str

@@ -107,6 +107,42 @@ async def test_access_denied_names_the_permission_to_grant(deny_server: FaultSer
     assert "s3:PutObject" not in caught.value.hint
 
 
+async def test_an_unreachable_s3_names_the_endpoint_and_only_a_refusal_names_permissions(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An erasure's version-level requests said to grant s3:ListBucketVersions... when nothing answered, and a
+    # read or `retention apply` that transcripts wait in the outbox, where nothing was queued.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    store = S3TranscriptStore.from_url("s3://any/prefix")
+    with pytest.raises(TranscriptUnavailable, match="EndpointConnectionError") as listing:
+        await store.versions("subjects/")
+    with pytest.raises(TranscriptUnavailable, match="unreachable") as reading:
+        await store.list_keys("subjects/")
+    with pytest.raises(TranscriptUnavailable, match="unreachable") as writing:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    for caught in (listing, reading):
+        assert caught.value.hint and "AWS_ENDPOINT_URL_S3" in caught.value.hint
+        assert "s3:" not in caught.value.hint and "outbox" not in caught.value.hint
+    assert writing.value.hint and "AWS_ENDPOINT_URL_S3" in writing.value.hint and "outbox" in writing.value.hint
+    await store.close()
+
+
+async def test_a_version_request_s3_refuses_names_the_permissions(deny_server: FaultServer) -> None:
+    store = S3TranscriptStore.from_url("s3://locked/prefix")
+    with pytest.raises(TranscriptUnavailable, match="AccessDenied") as denied:
+        await store.versions("subjects/")
+    assert denied.value.hint and "s3:ListBucketVersions" in denied.value.hint
+    await store.close()
+
+
+async def test_a_version_request_to_a_missing_bucket_says_to_create_it(s3_env: str) -> None:
+    store = S3TranscriptStore.from_url("s3://no-such-bucket-here/prefix")
+    with pytest.raises(TranscriptUnavailable, match="NoSuchBucket") as missing:
+        await store.versions("subjects/")
+    assert missing.value.hint and "create the bucket" in missing.value.hint and "s3:" not in missing.value.hint
+    await store.close()
+
+
 async def test_slow_s3_times_out_within_the_configured_read_timeout(slow_server: FaultServer) -> None:
     store = S3TranscriptStore(make_client(read_timeout=0.5, max_attempts=1), "slow-bucket", "p")
     started = time.monotonic()

@@ -137,7 +137,30 @@ def describe(exc: BaseException) -> str:
 
 def without_keys(exc: Exception, action: str, bucket: str) -> TranscriptUnavailable:
     """A failed version-level request (``action``: "list object versions", ...) as an error naming no key."""
-    return TranscriptUnavailable(f"could not {action} in bucket {bucket!r}: {describe(exc)}", hint=VERSIONS_NEED)
+    return TranscriptUnavailable(f"could not {action} in bucket {bucket!r}: {describe(exc)}",
+                                 hint=fix_for(exc, VERSIONS_NEED))
+
+
+def fix_for(exc: BaseException, permissions: str) -> str:
+    """What to do about a failed request, by its kind: ``permissions`` (what to grant) only when S3 refused
+    access, since an endpoint that does not answer or a missing bucket is no permission to grant."""
+    from botocore.exceptions import (
+        BotoCoreError,
+        CredentialRetrievalError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
+
+    code = error_code(exc)
+    if code == "NoSuchBucket":
+        return "create the bucket or fix the URL that names it"
+    if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch"} or isinstance(
+        exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError
+    ):
+        return "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the process a role"
+    if isinstance(exc, BotoCoreError):
+        return "check AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) and the network: S3 did not answer"
+    return permissions
 
 
 def translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
@@ -152,11 +175,12 @@ def translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
 
     if isinstance(exc, ClientError):
         return _answered(exc, action, bucket, key)
+    # Only a failed upload leaves a transcript in the outbox: a read or `retention apply` queues nothing.
+    queued = "; transcripts wait in the outbox (teamstore transcripts flush)" if action == "write" else ""
     if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
         return TranscriptUnavailable(
             f"could not {action} transcripts: no usable AWS credentials ({type(exc).__name__})",
-            hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the worker a role; "
-            "transcripts wait in the outbox (teamstore transcripts flush)",
+            hint=fix_for(exc, "") + queued,
         )
     if action == "write" and unanswered(exc):
         return UploadInDoubt(
@@ -168,7 +192,7 @@ def translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
     if isinstance(exc, BotoCoreError):
         return TranscriptUnavailable(
             f"could not {action} transcripts: S3 unreachable or too slow ({type(exc).__name__})",
-            hint="check AWS_ENDPOINT_URL_S3 / network; transcripts wait in the outbox (teamstore transcripts flush)",
+            hint=fix_for(exc, "") + queued,
         )
     if isinstance(exc, StorageError | TranscriptUnavailable):
         return exc

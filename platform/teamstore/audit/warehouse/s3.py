@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from teamstore.audit.transcripts.s3_client import describe, make_client
+from teamstore.audit.transcripts.s3_client import describe, fix_for, make_client
 from teamstore.errors import LedgerExportFailed
 
 
@@ -52,7 +52,7 @@ class S3Partitions:
         except (BotoCoreError, ClientError) as exc:  # named by class and S3's code: botocore's text quotes URLs
             raise LedgerExportFailed(
                 f"could not upload {key!r} to bucket {self.bucket!r}: {describe(exc)}",
-                hint="check the AWS_* credentials and s3:PutObject on the prefix, then export again",
+                hint=f"{fix_for(exc, 'grant s3:PutObject on the prefix')}, then export again",
             ) from None
         finally:
             self.discard(staged)
