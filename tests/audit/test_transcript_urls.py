@@ -51,3 +51,16 @@ def test_aws_variables_that_cannot_make_a_client_are_a_configuration_error(
     with pytest.raises(ConfigurationError) as caught:
         transcript_store_from_url("s3://audit/teamstore")
     assert "s3cret" not in caught.value.message and caught.value.hint
+
+
+def test_a_key_id_without_its_secret_says_to_set_both_not_the_region(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # It said to fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE, none of which was wrong.
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "")  # as an unset shell variable leaves it
+    with pytest.raises(ConfigurationError, match="AWS_SECRET_ACCESS_KEY") as caught:
+        transcript_store_from_url("s3://audit/teamstore")
+    assert "AKIDEXAMPLE" not in caught.value.message
+    assert caught.value.hint and "AWS_SECRET_ACCESS_KEY" in caught.value.hint and "REGION" not in caught.value.hint

@@ -244,6 +244,19 @@ def test_a_kms_endpoint_no_request_can_go_to_is_a_configuration_error(
     assert "s3cret" not in info.value.message and info.value.hint
 
 
+def test_a_key_id_without_its_secret_says_to_set_both_not_the_region(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said to set AWS_DEFAULT_REGION: an operator who left the secret empty looked at the region.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "")  # as an unset shell variable leaves it
+    with pytest.raises(ConfigurationError, match="AWS_SECRET_ACCESS_KEY") as info:
+        kms.make_client()
+    assert "AKIDEXAMPLE" not in info.value.message
+    assert info.value.hint and "AWS_SECRET_ACCESS_KEY" in info.value.hint and "REGION" not in info.value.hint
+
+
 @pytest.mark.s3
 async def test_kms_unreachable_fails_with_a_typed_error_and_writes_nothing(
     engine: AsyncEngine, kms_outage: Outage

@@ -39,7 +39,7 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     except ImportError as exc:
         raise MissingExtra("key-encryption keys in AWS KMS", "kms", "boto3") from exc
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError
+    from botocore.exceptions import BotoCoreError, PartialCredentialsError
 
     keep_request_bodies_out_of_logs()  # Encrypt's and Decrypt's bodies hold data keys in plain
     config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
@@ -49,8 +49,11 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     try:
         client = boto3.session.Session().client("kms", config=config)
     except BotoCoreError as exc:
-        raise ConfigurationError(f"could not set up the KMS client: {exc}",
-                                 hint="set AWS_DEFAULT_REGION (and AWS_PROFILE, if any)") from None
+        # A key id without its secret (or the reverse) is refused here too, and is no matter of the region.
+        partial = isinstance(exc, PartialCredentialsError)
+        raise ConfigurationError(f"could not set up the KMS client: {exc}", hint=(
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY together (an empty one counts as missing), or unset both "
+            "for a profile or a role") if partial else "set AWS_DEFAULT_REGION (and AWS_PROFILE, if any)") from None
     except ValueError:
         raise bad_endpoint from None
     # botocore takes any scheme (htps://, ftp://) and fails each request: every

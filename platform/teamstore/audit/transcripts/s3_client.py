@@ -36,6 +36,9 @@ _NEEDS = {
 }
 """What an access-denied request of each kind needs."""
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+PARTIAL_CREDENTIALS = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY together (an empty one counts as missing), "
+                       "or unset both for a profile or a role")
+"""The fix for a key id without its secret (or the reverse), which botocore refuses as it makes a client."""
 VERSIONS_NEED = "fix S3 access (s3:ListBucketVersions, s3:DeleteObjectVersion, s3:GetObjectVersion)"
 """What the version-level requests need, as their errors' hint says."""
 
@@ -84,7 +87,7 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     """
     boto3 = _boto3()
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError
+    from botocore.exceptions import BotoCoreError, PartialCredentialsError
 
     keep_request_bodies_out_of_logs()
 
@@ -95,10 +98,11 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     )
     try:
         client = boto3.session.Session().client("s3", config=config)
-    except BotoCoreError as exc:  # names the region, profile or file, never a credential
+    except BotoCoreError as exc:  # names the region, profile, file or missing variable, never a credential
         raise ConfigurationError(
             f"could not set up the S3 client: {exc}",
-            hint="fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE (or unset them)",
+            hint=PARTIAL_CREDENTIALS if isinstance(exc, PartialCredentialsError)
+            else "fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE (or unset them)",
         ) from None
     except ValueError:
         # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
