@@ -4,6 +4,7 @@ their required attributes, the runtime's own metrics, database gauges, and an un
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,11 +19,12 @@ from teamstore.audit.otlp import check_endpoint, protocol
 from teamstore.audit.schema import outbox
 from teamstore.erasure.desk import list_requests
 from teamstore.erasure.schema import erasure_requests
-from teamstore.errors import ConfigurationError, SessionBusy
+from teamstore.errors import ConfigurationError, SessionBusy, StoreUnavailable
 from teamstore.events import ModelCall
 from teamstore.settings import Settings
 from teamstore.state.schema import sessions
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Point
+from tests.services import free_port
 from tests.services.session import Services
 
 pytestmark = pytest.mark.otlp
@@ -167,6 +169,24 @@ async def test_the_outbox_and_erasure_requests_are_gauges_read_from_the_database
     assert [p["value"] for p in _named(points, "teamstore.erasure.requests.overdue")] == [1]  # "late" only
     assert [p["value"] for p in _named(points, "teamstore.erasure.requests.completed")] == [1]  # "just-done"
     assert listed == ["late"]  # the one definition of overdue
+
+
+async def test_a_database_that_does_not_answer_is_one_warning_per_collection_not_one_per_gauge(
+    otlp_env: OtlpReceiver, tmp_path: Path, registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker (or `teamstore run`) started against a database nothing answers for closed with a last
+    # collection: five warnings, one per gauge, each after a connection attempt of its own, then the real error.
+    platform = open_platform(_settings(tmp_path, registry, f"postgresql://x@127.0.0.1:{free_port()}/x"))
+    with caplog.at_level(logging.WARNING, logger="teamstore.audit.metrics"), pytest.raises(StoreUnavailable):
+        async with platform:
+            pass
+    said = [r.getMessage() for r in caplog.records if r.name == "teamstore.audit.metrics"]
+    assert len(said) == 1 and "OperationalError" in said[0], said
+    # A platform on a database that answers still reports every gauge.
+    async with open_platform(_settings(tmp_path, registry)):
+        pass
+    points = otlp_env.wait_for_metrics(lambda p: bool(_named(p, "teamstore.erasure.requests.completed")))
+    assert _named(points, "teamstore.outbox.depth")
 
 
 async def test_no_metric_carries_a_user_id_a_session_id_or_the_users_words(

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+import weakref
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +46,9 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 """``gen_ai.client.token.usage``'s bucket boundaries, as the conventions give them."""
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 """``gen_ai.client.operation.duration``'s bucket boundaries (seconds), as the conventions give them."""
+QUIET_AFTER_FAILURE_S = 1.0
+"""How long after a gauge's failed read the others skip theirs: longer than one collection's reads take."""
+_failed_at: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 
 
 def setup_metrics(
@@ -136,11 +141,11 @@ def observe_outbox(meter: Meter, reader: Engine) -> None:
         return int(count or 0), oldest
 
     def depth(_options: CallbackOptions) -> Iterable[Observation]:
-        found = read_quietly(read, "outbox depth")
+        found = read_quietly(read, "outbox depth", reader)
         return [] if found is None else [Observation(found[0])]
 
     def oldest_age(_options: CallbackOptions) -> Iterable[Observation]:
-        found = read_quietly(read, "outbox age")
+        found = read_quietly(read, "outbox age", reader)
         if found is None:
             return []
         oldest = found[1]
@@ -155,11 +160,23 @@ def observe_outbox(meter: Meter, reader: Engine) -> None:
                                   description="How long the oldest transcript in the outbox has waited.")
 
 
-def read_quietly(read: Any, what: str) -> Any:
+def read_quietly(read: Any, what: str, reader: Engine) -> Any:
     """``read()``, or ``None`` when the database does not answer: a collection reports what it can, and
-    the failure is logged (without the statement's values), never raised into the metrics reader."""
-    try:
-        return read()
-    except SQLAlchemyError as exc:
-        log.warning("metrics: could not read the %s from the database: %s", what, type(exc).__name__)
+    the failure is logged (without the statement's values), never raised into the metrics reader.
+
+    Once a read through ``reader`` has failed, the reads that follow within :data:`QUIET_AFTER_FAILURE_S` (the
+    rest of that collection's gauges) are not tried: each would wait for the same database, and log the same
+    failure again (five warnings ahead of a command's own error saying the database is down).
+    """
+    failed = _failed_at.get(reader)
+    if failed is not None and time.monotonic() - failed < QUIET_AFTER_FAILURE_S:
         return None
+    try:
+        found = read()
+    except SQLAlchemyError as exc:
+        _failed_at[reader] = time.monotonic()
+        log.warning("metrics: could not read the %s from the database: %s; the database gauges report nothing "
+                    "this collection", what, type(exc).__name__)
+        return None
+    _failed_at.pop(reader, None)
+    return found

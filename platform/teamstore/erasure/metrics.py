@@ -58,7 +58,7 @@ def observe_erasures(meter: Meter, reader: Engine) -> None:
     """Register the erasure gauges on ``meter``; each collection runs one small query per gauge."""
 
     def by_status(_options: CallbackOptions) -> Iterable[Observation]:
-        found = read_quietly(lambda: _rows(reader, standing_query()), "erasure requests")
+        found = read_quietly(lambda: _rows(reader, standing_query()), "erasure requests", reader)
         if found is None:
             return []
         counts = {str(status): int(count) for status, count in found}
@@ -67,7 +67,7 @@ def observe_erasures(meter: Meter, reader: Engine) -> None:
     def count(query: Callable[[Any], Select[Any]], what: str) -> Callable[[CallbackOptions], list[Observation]]:
         def observe(_options: CallbackOptions) -> list[Observation]:
             # On the clock requests are received and fall due on (Postgres: the server's), not this host's.
-            found = read_quietly(lambda: _rows(reader, query(shared_now(reader.dialect.name))), what)
+            found = read_quietly(lambda: _rows(reader, query(shared_now(reader.dialect.name))), what, reader)
             return [] if found is None else [Observation(int(found[0][0] or 0))]
         return observe
 
