@@ -38,7 +38,13 @@ from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, StepStatus, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
-from teamstore.errors import ErasureConflict, ErasureInProgress, ErasureRequestNotFound, InvalidIdentifier
+from teamstore.errors import (
+    ErasureConflict,
+    ErasureInProgress,
+    ErasureRequestNotFound,
+    InvalidIdentifier,
+    TranscriptUnavailable,
+)
 from tests.audit.fault_server import HoldingProxy
 from tests.conftest import undeletable
 from tests.erasure.conftest import coordinator, versioned_bucket
@@ -128,6 +134,10 @@ async def test_s3_down_fails_the_transcript_step_keeps_the_fence_and_a_rerun_fin
     dead_client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{free_port()}", config=Config(
         connect_timeout=0.3, read_timeout=0.3, retries={"total_max_attempts": 1}))
     down = S3TranscriptStore(dead_client, s3_store.bucket, "audit")
+    with pytest.raises(TranscriptUnavailable) as planned:  # a dry run has no request id to rerun
+        await coordinator(engine, down).run("dave", dry_run=True)
+    assert planned.value.hint and planned.value.hint.endswith("then run the dry run again")
+    assert "request id" not in planned.value.hint and "AWS_ENDPOINT_URL_S3" in planned.value.hint
 
     failed = await coordinator(engine, down).run("dave", request_id="req-down")
 

@@ -262,10 +262,22 @@ class TranscriptStep:
     name = "transcripts"
 
     async def enumerate(self, ctx: StepContext) -> Counts:
-        """Count versions, markers and bytes under the subject prefix."""
+        """Count versions, markers and bytes under the subject prefix.
+
+        Raises:
+            TranscriptUnavailable: The store could not be reached; a dry run's fix says to run it again, as it
+                has no request to rerun.
+        """
         if ctx.subject_key is None:
             return Counts()
-        return (await _tallied(view_of(ctx.transcripts), subject_prefix(ctx.subject_key))).counts()
+        try:
+            return (await _tallied(view_of(ctx.transcripts), subject_prefix(ctx.subject_key))).counts()
+        except TranscriptUnavailable as exc:
+            cause = exc.__cause__  # the store's own error, before _rerunnable named the request
+            if ctx.request_id or not isinstance(cause, TranscriptUnavailable):
+                raise
+            raise TranscriptUnavailable(cause.message, hint=f"{cause.hint or 'fix the transcript store'}, then run "
+                                        "the dry run again") from cause
 
     async def erase(self, ctx: StepContext, prior: StoreResult | None) -> StoreResult:
         """Count every page and record the whole; then delete, a page of 1,000 at a time, and classify what the
