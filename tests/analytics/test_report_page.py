@@ -325,7 +325,7 @@ def test_a_screen_reader_hears_each_chart_named_by_its_heading_and_each_mark_by_
     _write(page)
     browser.get(page.as_uri())
     for chart, heading in (("cost-by-team", "Cost over time by team"), ("tokens-per-run", "Tokens per run"),
-                           ("top-sessions", "The 5 costliest of 5 sessions")):
+                           ("top-sessions", "The 5 sessions by cost")):
         assert browser.find_element(By.ID, chart).accessible_name == heading
     mark = browser.find_element(By.CSS_SELECTOR, 'svg#cost-by-team rect.bar[data-x="2026-W49"]')
     unmarked = str.maketrans("", "", "\u2068\u2069")  # the marks that keep a right-to-left name in its place
@@ -409,6 +409,12 @@ def test_the_page_says_which_periods_its_runs_started_in_and_which_price_table_i
     browser.get(page.as_uri())
     meta = browser.find_element(By.CSS_SELECTOR, "p.meta").text
     assert meta.startswith("the whole ledger · runs started 2026-W45 to 2026-W49 · every week · prices hand-1 (USD)")
+    page.unlink()
+    result = runner.invoke(app, ["cost", "report", "--every", "week", "--output", str(page), *FILTERS])
+    assert result.exit_code == 0, result.output
+    browser.get(page.as_uri())
+    meta = browser.find_element(By.CSS_SELECTOR, "p.meta").text  # the days given, as given
+    assert meta.startswith("since 2026-11-01, until 2027-01-01 · runs started"), meta
 
 
 async def _right_to_left_user(url: str) -> None:

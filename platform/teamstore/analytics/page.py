@@ -135,9 +135,18 @@ def _sessions_table(report: CostReport) -> str:
             f"<th>cost ({svg.shown(report.currency)})</th></tr>{rows}</table>")
 
 
+def _top_title(shown: int, of: int) -> str:
+    """The costliest sessions' heading: "the 1 costliest of 1 sessions" said as English would say it."""
+    if shown < of:
+        return f"The {shown} costliest of {of} sessions"
+    return "The session by cost" if of == 1 else f"The {of} sessions by cost"
+
+
 def _header(reports: dict[str, CostReport], every: str) -> str:
     first = reports["by_time"]
-    shown = ", ".join(f"{k} {v}" for k, v in first.filters.items()) or "the whole ledger"
+    # A day given as --since or --until (midnight UTC) is said as that day, not as a timestamp.
+    shown = ", ".join(f"{k} {str(v).removesuffix('T00:00:00+00:00')}" for k, v in first.filters.items()) \
+        or "the whole ledger"
     periods = sorted({r.group[every] for r in first.rows})  # the filters may be open-ended: say what was found
     if periods:
         shown += f" · runs started {periods[0]}" + (f" to {periods[-1]}" if len(periods) > 1 else "")
@@ -207,7 +216,7 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
                svg.stacked_bars("cost-by-team", by_team, currency, teams, periods, no_cost), series=teams),
         _chart("cost-by-model", "Cost over time by model",
                svg.stacked_bars("cost-by-model", by_model, currency, models, periods, no_cost), series=models),
-        _chart("top-sessions", f"The {len(top.rows)} costliest of {top.groups} sessions",
+        _chart("top-sessions", _top_title(len(top.rows), top.groups),
                svg.horizontal_bars("top-sessions", sessions, currency, no_cost) + _sessions_table(top)),
         _chart("tokens-per-run", "Tokens per run",
                svg.points("tokens-per-run", per_run, "tokens", periods, "No tokens to draw: these runs used none."),
