@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from sqlalchemy import select
@@ -157,6 +157,8 @@ def test_cli_shows_and_switches_the_mode(postgres_url: str, monkeypatch: pytest.
     assert shown.exit_code == 0 and json.loads(shown.stdout)["mode"] == "lock"
     switched = runner.invoke(app, ["db", "lease-mode", "row"])
     assert switched.exit_code == 0 and "lock -> row" in switched.stdout
+    # This process is still set to lock leases: the output says what every worker needs before it starts.
+    assert "set TEAMSTORE_SESSION_LEASE=row on every worker" in " ".join(switched.stdout.split())
     refused = runner.invoke(app, ["db", "lease-mode", "exclusive"])
     assert refused.exit_code != 0 and "not one of" in refused.output
     assert json.loads(runner.invoke(app, ["db", "lease-mode", "--json"]).stdout)["from"] == "row"
@@ -182,6 +184,21 @@ async def test_a_switch_to_locks_clears_new_sessions_a_crashed_row_worker_left(p
     row = await locks.acquire(KEY, CLAIM, owner="w1", lease_ttl=30, wait_seconds=1)
     assert await locks.save(KEY, owner="w1", expected_version=row.row_version, record=record(), release=True) == 1
     await locks.aclose()
+    await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_switch_a_killed_row_workers_lease_holds_up_says_when_that_lease_runs_out(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    await upgrade(engine)
+    await set_lease_mode(engine, "row")
+    await _abandon_a_new_session(store_for(engine, lease="row"), KEY, ttl=120)  # every worker stopped since
+    async with engine.connect() as conn:
+        until = (await conn.execute(select(sessions.c.lease_until))).scalar_one()
+    with pytest.raises(SessionBusy) as info:
+        await set_lease_mode(engine, "lock")
+    assert f"the last runs out at {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" in (info.value.hint or "")
+    assert await lease_mode(engine) == "row"
     await engine.dispose()
 
 

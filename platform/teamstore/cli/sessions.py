@@ -485,6 +485,9 @@ def db_lease_mode(
         change = f"{d['from']} -> {d['mode']}" if d["from"] != d["mode"] else d["mode"]
         console.print(plain(f"{d['database']}: session lease {change} "
                             f"(TEAMSTORE_SESSION_LEASE here: {d['this_process']})"))
+        if d["this_process"] != d["mode"]:  # every worker started so refuses the database's sessions
+            console.print(plain(f"set TEAMSTORE_SESSION_LEASE={d['mode']} on every worker and wherever teamstore "
+                                "commands run, then start them again: one set otherwise refuses to start"))
 
     emit(data, as_json=as_json, render=render)
 

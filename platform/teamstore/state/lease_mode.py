@@ -13,6 +13,7 @@ lease sessions on a database that serves the other kind.
 from __future__ import annotations
 
 import time
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, cast, column, delete, func, select, table, update
@@ -136,6 +137,22 @@ async def count_open(conn: Any, mode: str, user_id: str | None = None) -> int:
     return int((await conn.execute(query)).scalar_one())
 
 
+async def _when_row_leases_end(conn: Any, mode: str) -> str:
+    """For row leases, when the last open one runs out: a killed worker's leases outlive it (an advisory lock
+    goes with its connection), so with every worker stopped the switch waits for that moment."""
+    if mode != "row":
+        return ""
+    last = (await conn.execute(select(func.max(sessions.c.lease_until)).where(
+        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > shared_now(conn.dialect.name)))).scalar()
+    if last is None:
+        return ""
+    if last.tzinfo is None:  # SQLite keeps the UTC time it was given, without its zone
+        last = last.replace(tzinfo=UTC)
+    return (f". A worker killed without closing keeps its sessions' leases until they run out "
+            f"(TEAMSTORE_LEASE_TTL_SECONDS after its last renewal): the last runs out at "
+            f"{last.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC, then switch")
+
+
 async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
     """Switch how the database's sessions are leased; returns the mode it had.
 
@@ -166,7 +183,7 @@ async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
                 raise SessionBusy(
                     f"{open_now} session(s) are open under {previous!r} leases; the mode was not changed",
                     hint="stop every worker, then switch; start them again with TEAMSTORE_SESSION_LEASE="
-                    f"{mode}",
+                    f"{mode}" + await _when_row_leases_end(conn, previous),
                 )
             if mode == "lock":
                 # Rows a row-lease worker made for a new session and never saved (it crashed): with locks,
