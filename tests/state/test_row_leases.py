@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC
 
 import pytest
+from sqlalchemy import select
 
 from teamstore.db.engine import create_engine
 from teamstore.errors import SessionBusy
 from teamstore.state.base import Claim, SessionKey, StateStore
 from teamstore.state.factory import store_for
+from teamstore.state.schema import sessions
 from tests.conftest import prepare
 from tests.state.test_store_conformance import record
 
@@ -29,6 +32,18 @@ async def row_store(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[S
     yield store
     await store.aclose()
     await engine.dispose()
+
+
+async def test_a_session_a_killed_worker_holds_is_refused_saying_when_its_lease_runs_out(row_store: StateStore) -> None:
+    key = SessionKey("alice", "s1")
+    await row_store.acquire(key, CLAIM, owner="killed", lease_ttl=120, wait_seconds=1)  # never released
+    async with row_store.engine.connect() as conn:  # type: ignore[attr-defined]
+        until = (await conn.execute(select(sessions.c.lease_until))).scalar_one()
+    if until.tzinfo is None:  # SQLite's
+        until = until.replace(tzinfo=UTC)
+    with pytest.raises(SessionBusy) as info:
+        await row_store.acquire(key, CLAIM, owner="w2", lease_ttl=60, wait_seconds=0.1)
+    assert f"this one's at {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" in (info.value.hint or "")
 
 
 async def test_an_owner_takes_its_own_lease_again_at_once(row_store: StateStore) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any, NoReturn
 
 from sqlalchemy import ColumnElement, Row, case, delete, exists, insert, literal, or_, select, update
@@ -89,6 +89,19 @@ class SessionAdmin:
         check_key(key)
         rows = await self._fetch(select(*sql.read_columns(self._now())).where(*sql.is_key(key.user_id, key.session_id)))
         return stored(key.user_id, key.session_id, rows[0]) if rows else None
+
+    async def lease_ends(self, key: SessionKey) -> str:
+        """How the row lease another worker holds on ``key`` ends, for :class:`SessionBusy`: a killed worker's
+        lease outlives it, so the error says when it runs out (a live holder renews it)."""
+        rows = await self._fetch(select(sessions.c.lease_until).where(
+            *sql.is_key(key.user_id, key.session_id), sessions.c.lease_owner.is_not(None)), "read the session's lease")
+        until = rows[0][0] if rows else None
+        if until is None:
+            return "expires on its own"
+        if until.tzinfo is None:  # SQLite keeps the UTC time it was given, without its zone
+            until = until.replace(tzinfo=UTC)
+        return (f"expires on its own, this one's at {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC unless its holder "
+                "renews it (TEAMSTORE_LEASE_TTL_SECONDS after each renewal)")
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
         """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it): a state, an

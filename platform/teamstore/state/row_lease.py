@@ -126,7 +126,8 @@ class RowLeaseStore(AdminMethods):
             if row is not None:
                 return row
             await self.admin.explain_refused_lease(key, max_sessions)
-            await waiting.pause_or_give_up(crashed="expires on its own")
+            crashed = await self.admin.lease_ends(key) if not waiting.left else "expires on its own"
+            await waiting.pause_or_give_up(crashed=crashed)
 
     async def _attempt(
         self, key: SessionKey, claim: Claim, owner: str, ttl: float, seconds: float, max_sessions: int | None
