@@ -6,6 +6,7 @@ import asyncio
 import csv
 import io
 import json
+import socket
 import threading
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -228,6 +229,27 @@ def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
     assert json.loads(flushed.stdout)["remaining"] == 1
     assert "error: 1 transcript(s) still queued: the last upload failed and stored nothing" in flushed.output
     assert "fix:" in flushed.output and json.loads(flushed.stdout)["in_doubt"] is False
+
+
+def test_a_flush_s3_does_not_answer_gives_the_fix_for_that_not_a_list_of_guesses(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its fix named TEAMSTORE_TRANSCRIPTS_URL, credentials and permissions, none of which was wrong.
+    home = Path(Settings().home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "transcripts").write_text("a file where the transcript folder should be")
+    _populate(1)  # the upload fails, so the transcript waits in the outbox
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens there once the socket is closed
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", "s3://audit/teamstore")
+    flushed = runner.invoke(app, ["transcripts", "flush", "--json"], env={"COLUMNS": "300"})
+    assert flushed.exit_code == 1, flushed.output
+    report = json.loads(flushed.stdout)
+    assert report["remaining"] == 1 and "AWS_ENDPOINT_URL_S3" in report["last_hint"]
+    fix = " ".join(flushed.stderr.split()).split("fix: ", 1)[1]
+    assert "AWS_ENDPOINT_URL_S3" in fix and "permissions" not in fix and "`teamstore transcripts flush` again" in fix
 
 
 def test_a_flush_whose_upload_s3_left_unanswered_says_it_may_land_not_that_it_was_refused(

@@ -106,6 +106,8 @@ class FlushReport:
     in_doubt: bool = False
     """The failure was an upload the store left unanswered: it may land all the same (its transcript is sent
     again only once it no longer can), where any other failure stored nothing."""
+    last_hint: str | None = None
+    """How to fix ``last_error``, as the store's error says it (an unreachable endpoint, a missing bucket...)."""
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ async def flush(engine: AsyncEngine, store: TranscriptStore, limit: int = 500, l
 async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_upload_s: float) -> FlushReport:
     owner = claims.new_owner()
     await claims.purge_settled(engine)
-    delivered, error, in_doubt = 0, None, False
+    delivered, error, hint, in_doubt = 0, None, None, False
     for _ in range(limit):
         row = await claims.claim_next(engine, owner, in_flight_for(late_upload_s))
         if row is None:
@@ -271,7 +273,7 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
             await claims.settle(engine, row.run_id, owner, None)  # fenced since the claim: the erasure takes the row
             continue
         except TeamstoreError as exc:
-            error = exc.message
+            error, hint = exc.message, exc.hint
             await claims.settle(engine, row.run_id, owner, None, error)
             break
         upload = asyncio.ensure_future(store.put(row.object_key, row.body, written_at=written_at))
@@ -279,10 +281,10 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
         outcome = await follow(engine, store, row, owner, upload, late_upload_s)
         delivered += outcome.delivered
         if outcome.error is not None:
-            error, in_doubt = outcome.error, outcome.in_doubt
+            error, hint, in_doubt = outcome.error, outcome.hint, outcome.in_doubt
             break
     remaining, held_now, held_until = await _left(engine)
-    return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until, in_doubt)
+    return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until, in_doubt, hint)
 
 
 async def _left(engine: AsyncEngine) -> tuple[int, int, datetime | None]:
@@ -303,6 +305,8 @@ class Outcome:
     error: str | None = None
     in_doubt: bool = False
     """The upload was left unanswered: it may land all the same."""
+    hint: str | None = None
+    """How to fix ``error``."""
 
 
 async def follow(
@@ -327,10 +331,10 @@ async def follow(
         upload.result()
     except UploadInDoubt as exc:
         await claims.settle(engine, row.run_id, owner, may_land_for(late_upload_s), exc.message)
-        return Outcome(False, exc.message, in_doubt=True)
+        return Outcome(False, exc.message, in_doubt=True, hint=exc.hint)
     except TeamstoreError as exc:
         await claims.settle(engine, row.run_id, owner, None, exc.message)
-        return Outcome(False, exc.message)
+        return Outcome(False, exc.message, hint=exc.hint)
     if not await confirm_landed(engine, store, row.object_key, row.subject_key):
         await claims.settle(engine, row.run_id, owner, None)  # removed again: the erasure takes the row
         return Outcome(False)

@@ -205,8 +205,8 @@ def transcripts_flush(as_json: bool = JsonOption) -> None:
     if data["failed"]:
         fail(AuditError(
             f"{data['remaining']} transcript(s) still queued: the last upload failed and stored nothing",
-            hint="fix what the last error says (TEAMSTORE_TRANSCRIPTS_URL, credentials, permissions), then run "
-            "`teamstore transcripts flush` again",
+            hint=f"{data['last_hint'] or 'fix what the last error says'}; then run `teamstore transcripts flush` "
+            "again",
         ))
 
 
