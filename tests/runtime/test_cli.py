@@ -271,6 +271,14 @@ def test_the_quarantine_lists_as_many_as_asked_and_says_when_more_may_follow(reg
     assert "newest" not in whole.output
 
 
+def test_an_empty_quarantine_says_it_holds_nothing_rather_than_printing_an_empty_table(registry: Registry) -> None:
+    runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "hello"])
+    listed = runner.invoke(app, ["sessions", "quarantine", "--user", "alice"])
+    assert listed.exit_code == 0, listed.output
+    assert listed.output.strip() == "no refused state is set aside for this user"
+    assert json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout) == []
+
+
 def test_continuing_a_session_with_no_interrupted_run_says_what_to_do_on_the_command_line(registry: Registry) -> None:
     out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "--continue"])
     said = " ".join(out.output.split())

@@ -324,6 +324,9 @@ def list_quarantine(
     rows = _stored(go)
 
     def render(rows: list[dict[str, Any]]) -> None:
+        if not rows:  # an empty table would leave the reader asking whether the listing worked
+            console.print(f"no refused state is set aside{' for this user' if user is not None else ''}")
+            return
         print_table(("id", "user", "session", "reason", "detail", "bytes", "when"),
                     [[str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
                       plain(q["detail"]), str(q["state_bytes"]), str(q["quarantined_at"])[:19]] for q in rows],
