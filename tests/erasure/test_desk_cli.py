@@ -242,7 +242,7 @@ def test_an_open_request_is_extended_once_from_the_command_line_and_the_receipt_
     (row,) = _requests()
     assert row["extended_due_at"] is not None and row["extension_reason"] == "40 sessions"
     shown = cli("erase", "status", "req-jo")
-    assert shown.exit_code == 2 and "extended by 6w to" in shown.stdout and "40 sessions" in shown.stdout
+    assert shown.exit_code == 2 and "extended by 6 weeks to" in shown.stdout and "40 sessions" in shown.stdout
 
 
 async def _open(request_id: str, user: str, reason: str | None = None) -> None:

@@ -59,7 +59,7 @@ def test_a_failed_request_extended_afterwards_shows_the_extension_on_its_receipt
     due = datetime.fromisoformat(receipt["due_at"]) + timedelta(days=30)
     assert receipt["status"] == "failed" and receipt["extension"]["due_at"] == due.isoformat().replace("+00:00", "Z")
     assert receipt["extension"]["reason"] == "a session of the user was held"
-    line = f"extended by 30d to {due:%Y-%m-%d} on "
+    line = f"extended by 30 days to {due:%Y-%m-%d} on "
     assert line in extended.stdout and line in cli("erase", "status", "req-held").stdout
     done = cli("erase", "--user", "uma", "--request-id", "req-held", "--yes", "--json")
     assert done.exit_code == 0 and json.loads(done.stdout)["extension"] == receipt["extension"], done.output

@@ -284,5 +284,14 @@ def extension_note(extension: Extension | None) -> str | None:
     """One line on the receipt about the extension, if any."""
     if extension is None:
         return None
-    return (f"extended by {extension.by} to {extension.due_at:%Y-%m-%d} on {extension.extended_at:%Y-%m-%d} by "
-            f"{extension.operator}: {extension.reason}")
+    return (f"extended by {_in_words(extension.by)} to {extension.due_at:%Y-%m-%d} on "
+            f"{extension.extended_at:%Y-%m-%d} by {extension.operator}: {extension.reason}")
+
+
+def _in_words(by: str) -> str:
+    """A recorded length as the desk reads it: ``2 months`` for ``2m`` (which also reads as two minutes)."""
+    found = _BY.match(by)
+    if found is None:  # recorded by a release that wrote it otherwise: shown as stored
+        return by
+    amount, unit = int(found.group(1)), {"d": "day", "w": "week", "m": "month"}[found.group(2)]
+    return f"{amount} {unit}{'' if amount == 1 else 's'}"
