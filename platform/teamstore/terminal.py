@@ -63,7 +63,8 @@ def print_table(
     better than a wrapped table) is one block of ``header: value`` lines per row instead (:func:`_print_blocks`).
     ``out`` is stdout's console unless given (stderr's, for what a command shows before it asks a question, so
     ``--json`` output stays one document)."""
-    table = Table(title=title, box=SIMPLE_HEAD, padding=0)
+    # As wide as its title at least: rich folds a longer title onto two lines ("export ex-...: " over "exported").
+    table = Table(title=title, box=SIMPLE_HEAD, padding=0, min_width=len(title) if title else None)
     least = len(headers) + 1  # the table's edges and the spaces between its columns
     roomy = least  # the same with each text column up to TEXT_ROOM characters wide
     for i, header in enumerate(headers):

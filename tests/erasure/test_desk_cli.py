@@ -301,6 +301,16 @@ def test_export_writes_one_archive_refuses_an_existing_path_and_says_when_there_
     assert nowhere.exit_code == 1 and "Invalid value for '--output': it is empty" in nowhere.stderr
 
 
+def test_an_exports_title_names_its_id_and_status_on_one_line_on_an_80_column_terminal(tmp_path: Path) -> None:
+    _populate("lea")
+
+    done = CliRunner().invoke(app, ["export", "--user", "lea", "--output", str(tmp_path / "lea.zip")],
+                              env={"COLUMNS": "80"})
+
+    assert done.exit_code == 0, done.output
+    assert re.search(r"export ex-[0-9a-f]+: exported", done.stdout), done.stdout
+
+
 def _without_hard_links(monkeypatch: pytest.MonkeyPatch) -> None:
     """As on FAT, exFAT and some network shares (no such filesystem can be mounted here)."""
     def refused(*_: object, **__: object) -> None:
