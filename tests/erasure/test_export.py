@@ -13,6 +13,7 @@ import stat
 import tracemalloc
 import zipfile
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -552,6 +553,29 @@ async def test_a_deleted_sessions_runs_and_calls_are_exported_under_its_session_
     assert all(row["session_id"] == recorded[row["session_key"]] for row in ledger)
     runs = [e for e in loaded(files, "transcripts/index.json")["runs"] if e["session_key"] in recorded]
     assert {e["session_id"] for e in runs} == {"sess-0", "sess-1"}
+
+
+async def test_an_exports_ledger_says_what_the_users_calls_cost_in_all_and_per_session(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, store)
+    await seed_user(platform, store, ALICE, CANARY_A, 2, 2)
+    await seed_user(platform, store, ALICE_CASE, CANARY_B, 1, 1)  # another user's calls are in no total
+
+    ledger = loaded(unpack((await exporter(engine, store).run(ALICE, tmp_path / "a.zip", operator="dpo")).path),
+                    "ledger.json")
+
+    rows, totals = ledger["usage"], ledger["totals"]
+    assert totals["calls"] == sum(r["calls"] for r in rows) and totals["unpriced_calls"] == 0
+    assert Decimal(totals["cost"]) == sum(Decimal(r["cost"]) for r in rows) > 0
+    assert (totals["input_tokens"], totals["output_tokens"]) == (sum(r["input_tokens"] for r in rows),
+                                                                  sum(r["output_tokens"] for r in rows))
+    assert [s["session_id"] for s in totals["by_session"]] == ["sess-0", "sess-1"]
+    for session in totals["by_session"]:
+        own = [r for r in rows if r["session_key"] == session["session_key"]]
+        assert Decimal(session["cost"]) == sum(Decimal(r["cost"]) for r in own)
+        assert session["calls"] == sum(r["calls"] for r in own)
 
 
 async def test_every_time_in_an_export_says_it_is_utc(engine: AsyncEngine, registry: Registry, tmp_path: Path) -> None:

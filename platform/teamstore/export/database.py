@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Table, false, select
+from sqlalchemy import ColumnElement, Select, Table, false, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncResult
 
@@ -219,9 +220,38 @@ class LedgerRows:
             row["session_id"] = sessions_of.get(row["session_key"])
             return row
 
+        totals = await self._totals(ctx, sessions_of)
         async with streamed(ctx.engine, query, self.name) as rows:
-            data = {"currency": ctx.prices.currency, "price_version": ctx.prices.version}
+            data = {"currency": ctx.prices.currency, "price_version": ctx.prices.version, "totals": totals}
             return await add_json_rows(archive, "ledger.json", data, "usage", (priced(row) async for row in rows))
+
+    async def _totals(self, ctx: ExportContext, sessions_of: dict[str, str]) -> dict[str, Any]:
+        """What the rows below add up to, in all and per session: the user asks what they cost, not for a sum
+        to work out by hand. Summed by model and day in the database (a few rows however long the history),
+        each priced as its rows are; ``unpriced_calls`` are calls of a model the price table does not know."""
+        u = usage.c
+        query = (select(u.session_key, u.model, u.day, func.sum(u.calls).label("calls"),
+                        func.sum(u.input_tokens).label("input_tokens"), func.sum(u.output_tokens).label("output_tokens"))
+                 .where(_by_subject(usage)(ctx)).group_by(u.session_key, u.model, u.day))
+        per_session: dict[str, dict[str, Any]] = {}
+        for row in await read(ctx.engine, query, self.name):
+            entry = per_session.setdefault(row["session_key"], {
+                "session_id": sessions_of.get(row["session_key"]), "session_key": row["session_key"], "calls": 0,
+                "input_tokens": 0, "output_tokens": 0, "cost": Decimal(0), "unpriced_calls": 0})
+            calls, tokens_in, tokens_out = int(row["calls"]), int(row["input_tokens"]), int(row["output_tokens"])
+            entry.update(calls=entry["calls"] + calls, input_tokens=entry["input_tokens"] + tokens_in,
+                         output_tokens=entry["output_tokens"] + tokens_out)
+            price = ctx.prices.lookup(row["model"], row["day"])
+            if price is None:
+                entry["unpriced_calls"] += calls
+            else:
+                entry["cost"] += price.cost(tokens_in, tokens_out)
+        sessions = sorted(per_session.values(), key=lambda e: (e["session_id"] or "", e["session_key"]))
+        overall = {name: sum((e[name] for e in sessions), Decimal(0) if name == "cost" else 0)
+                   for name in ("calls", "input_tokens", "output_tokens", "cost", "unpriced_calls")}
+        for entry in [overall, *sessions]:
+            entry["cost"] = money(entry["cost"])
+        return {**overall, "by_session": sessions}
 
 
 class SubjectRows:
