@@ -83,6 +83,7 @@ def test_an_id_no_store_holds_ends_no_match_with_exit_3_and_the_near_twin_named_
     assert "'dave'" not in done.output and "did you mean" not in done.output
     human = cli("erase", "status", "req-881")
     assert human.exit_code == 3 and "no match: no store holds anything for this user id" in human.stdout
+    assert "subject hash none (no pseudonymous key was stored for this id)" in human.stdout
     assert "'dave'" not in human.output  # a stored receipt never names an id
     real = cli("erase", "--user", "dave", "--request-id", "req-real", "--yes", "--json")
     assert real.exit_code == 0 and json.loads(real.stdout)["status"] == "completed"  # dave was untouched before

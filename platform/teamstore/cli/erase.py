@@ -101,7 +101,7 @@ def _render(receipt: Receipt, out: Console = console) -> None:
     for name, s in receipt.stores.items():
         if s.detail:
             out.print(f"[yellow]{name}[/]: {plain(s.detail)}")
-    subject = f"subject hash {receipt.subject_hash or '(user had no subject)'}"
+    subject = f"subject hash {receipt.subject_hash or 'none (no pseudonymous key was stored for this id)'}"
     if dry and receipt.request_id is None:
         out.print(f"{subject}; no request was opened (no id to look up): one started now would be due "
                   f"{receipt.due_at:%Y-%m-%d}")
