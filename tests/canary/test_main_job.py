@@ -98,7 +98,7 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
     assert not after, report(after)
     page = readable.read_text(encoding="utf-8")
     assert alice.user_id in page  # bob's sessions, under no name: each its own row, by its new ledger key
-    assert re.search(r"<td>erased / erased-[0-9a-f]{12}</td>", page), page
+    assert re.search(r"<td><bdi>erased</bdi> / <bdi>erased-[0-9a-f]{12}</bdi></td>", page), page
 
 
 # Where the export hands over what each sink location holds (the embedded database's files hold what its
