@@ -53,6 +53,15 @@ def _populate(runs: int = 2, team_version: str = "v1") -> list[str]:
     return asyncio.run(go())
 
 
+def _queued(runs: int) -> list[str]:
+    """``runs`` runs whose uploads fail (a file stands where the transcript folder should be), so their
+    transcripts wait in the outbox; their run ids."""
+    home = Path(Settings().home)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "transcripts").write_text("a file where the transcript folder should be")
+    return _populate(runs)
+
+
 def test_transcripts_show_prints_a_session_readably_and_as_json() -> None:
     run_ids = _populate()
     shown = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION, "--json"])
@@ -220,10 +229,7 @@ def test_retention_apply_tells_a_person_what_keeps_a_local_folders_transcripts()
 
 @pytest.mark.s3
 def test_a_flush_the_store_still_refuses_says_so_with_a_fix() -> None:
-    home = Path(Settings().home)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "transcripts").write_text("a file where the transcript folder should be")
-    _populate(1)  # the upload fails, so the transcript waits in the outbox
+    _queued(1)
     flushed = runner.invoke(app, ["transcripts", "flush", "--json"])
     assert flushed.exit_code == 1, flushed.output
     assert json.loads(flushed.stdout)["remaining"] == 1
@@ -235,10 +241,7 @@ def test_a_flush_s3_does_not_answer_gives_the_fix_for_that_not_a_list_of_guesses
     s3_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Its fix named TEAMSTORE_TRANSCRIPTS_URL, credentials and permissions, none of which was wrong.
-    home = Path(Settings().home)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "transcripts").write_text("a file where the transcript folder should be")
-    _populate(1)  # the upload fails, so the transcript waits in the outbox
+    _queued(1)
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # nothing listens there once the socket is closed
@@ -256,10 +259,7 @@ def test_a_flush_whose_upload_s3_left_unanswered_says_it_may_land_not_that_it_wa
     s3_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # It said "the store refused them" of an upload S3 may well have stored.
-    home = Path(Settings().home)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "transcripts").write_text("a file where the transcript folder should be")
-    _populate(1)  # the upload fails, so the transcript waits in the outbox
+    _queued(1)
     server = FaultServer("hang")  # S3 takes the PUT and answers nothing: the client's read timeout (5 s) ends it
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", "s3://audit/teamstore")
@@ -279,9 +279,7 @@ def test_a_flush_that_leaves_transcripts_an_upload_that_may_land_holds_says_unti
     # It said only "still queued 1", and the doc's "run it again while remaining is above 0" ran it in a loop
     # for as long as the upload may land.
     home = Path(Settings().home)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "transcripts").write_text("a file where the transcript folder should be")
-    _populate(1)
+    _queued(1)
     (home / "transcripts").unlink()
     until = datetime(2999, 1, 2, 3, 4, 5, tzinfo=UTC)  # an upload of it may land until then
 
@@ -300,11 +298,8 @@ def test_a_flush_that_leaves_transcripts_an_upload_that_may_land_holds_says_unti
 
 
 def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_none() -> None:
-    home = Path(Settings().home)
-    home.mkdir(parents=True, exist_ok=True)
-    folder = home / "transcripts"
-    folder.write_text("a file where the transcript folder should be")
-    run_ids = _populate(2)  # both uploads fail: the transcripts wait in the outbox
+    folder = Path(Settings().home) / "transcripts"
+    run_ids = _queued(2)
     show = ["transcripts", "show", "--user", USER, "--session", SESSION]
     down = runner.invoke(app, show, env={"COLUMNS": "300"})  # the store still refuses: its fix, and what waits
     assert down.exit_code == 1 and "2 of the session's transcripts wait in the outbox" in down.stderr, down.output
