@@ -4,10 +4,12 @@ A backup taken before an erasure holds the erased user's rows, their states seal
 and that key wrapped by the key-encryption key of the day. Restored before a rotation, it opens (what the
 rotation is for); once ``keys rotate`` has re-wrapped the live keys under a new KEK and the old one is
 retired and destroyed, the same backup's copy of the user's key opens no more, and neither does anything
-sealed under it."""
+sealed under it. Restored over a rotation, a database does not record the key that rotation made: ``keys
+retire`` destroys it all the same once it is old enough, and the backups taken under it open no more."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import uuid
@@ -28,7 +30,7 @@ from teamstore.db.migrate import upgrade
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.errors import KeyDestroyed
 from teamstore.keys import KeyService
-from teamstore.keys.rotation import rotate
+from teamstore.keys.rotation import retire, rotate
 from teamstore.keys.schema import key_encryption_keys
 from teamstore.keys.status import status
 from teamstore.runtime.platform import Platform
@@ -204,3 +206,44 @@ async def test_a_retired_kms_key_is_scheduled_for_deletion_with_the_shortest_win
     platform = Platform(engine, registry, settings=Settings())
     async with platform, platform.session("zoe", "s1", team="support_triage") as s:
         assert s.resume is not None and s.resume.outcome == "resumed"
+
+
+def _made_days_ago(kek_id: str, days: int) -> None:
+    """Date the key file's ``kek_id`` ``days`` back, as if made then (the time a test cannot wait)."""
+    path = Settings().resolved_key_file
+    doc = json.loads(path.read_text())
+    doc["made"][kek_id] = (datetime.now(UTC) - timedelta(days=days)).isoformat()
+    path.write_text(json.dumps(doc))
+
+
+async def test_a_database_restored_from_before_a_rotation_destroys_the_key_it_made_once_it_is_old_enough(
+    live: tuple[AsyncEngine, Backups], registry: Registry
+) -> None:
+    engine, backups = live
+    await _users_talk(engine, registry)
+    before = backups.take()
+    first = await KeyService.from_settings(engine, Settings()).current_kek()
+    made = (await rotate(KeyService.from_settings(engine, Settings()), retire_days=7)).kek_id
+    under_the_new_key = backups.take()
+
+    url = backups.restore(before)  # the operator goes back to the backup from before the rotation
+    restored = create_engine(url)
+    try:
+        keys = KeyService.from_settings(restored, Settings())
+        shown = await status(keys, Settings())
+        assert [u["kek_id"] for u in shown["unrecorded"]] == [made], "the restored database has no row for it"
+        kept = await retire(keys, retire_days=7)
+        assert kept.unrecorded_destroyed == [] and [u.kek_id for u in kept.unrecorded_kept] == [made]
+        assert CANARY.encode() in await _open_as_restored(backups.restore(under_the_new_key)), "new: kept"
+
+        _made_days_ago(made, 8)  # the retirement period passes
+        done = await retire(keys, retire_days=7)
+        assert done.unrecorded_destroyed == [made] and done.unrecorded_kept == [] and done.destroyed == []
+        with pytest.raises(KeyDestroyed):
+            await _open_as_restored(backups.restore(under_the_new_key))
+        assert (await status(keys, Settings()))["unrecorded"] == []
+        assert await keys.current_kek() == first, "the restored database's own key is untouched"
+        assert CANARY.encode() in await _open_as_restored(url)
+    finally:
+        await restored.dispose()
+

@@ -364,7 +364,8 @@ def test_the_keys_commands_show_rotate_and_retire(monkeypatch: pytest.MonkeyPatc
     assert rotated.exit_code == 0, rotated.stdout
     assert json.loads(rotated.stdout)["rewrapped"] == 1 and len(json.loads(rotated.stdout)["destroyed"]) == 1
     assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {
-        "destroyed": [], "already_deleted": [], "kept_past_destroy": [], "next_destroy_after": None}
+        "destroyed": [], "already_deleted": [], "kept_past_destroy": [], "next_destroy_after": None,
+        "unrecorded_destroyed": [], "unrecorded_kept": []}
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
     assert states == ["current", "destroyed"]
 
@@ -687,13 +688,13 @@ def test_keys_rotate_stopped_before_its_new_key_is_recorded_names_it_and_a_rerun
     assert stopped.exit_code == 130, stopped.output
     (unused,) = made
     assert f"stopped while recording its new key-encryption key {unused}: no data key was re-wrapped" in said, said
-    assert f"if `teamstore keys status` lists {unused} it resumes this rotation, else it begins another" in said
+    assert f"if `teamstore keys status` shows {unused} as current it resumes this rotation, else it begins another" in said
     if kek == "kms":
         arn = unused.removeprefix("kms:")
         assert f"{arn} is then unused: schedule its deletion, `aws kms schedule-key-deletion --key-id {arn}" in said
         assert boto3.client("kms").describe_key(KeyId=arn)["KeyMetadata"]["KeyState"] == "Enabled"  # left for you
     else:
-        assert "the key file may keep an unused entry made for this one, which does no harm" in said
+        assert "the key file may keep an unused entry made for this one, which `teamstore keys retire` destroys" in said
     assert _kek_states() == {first: "current"}
 
     monkeypatch.setattr(rotation, "_make_current", real)

@@ -79,6 +79,7 @@ def keys_status(as_json: bool = JsonOption) -> None:
             _warn_unfinished(d["rotation_unfinished"])
         for kept in d["kept_past_destroy"]:
             _warn_kept(kept)
+        _warn_unrecorded(d)
 
     emit(data, as_json=as_json, render=render)
     if not data["healthy"]:
@@ -128,6 +129,25 @@ def _warn_kept(kept: dict[str, Any], *, by_retire: bool = False) -> None:
         f"key row(s) still name it, so it is kept and backups under it stay readable past the rotation bound: {left}: "
         "restore them from a database backup (or, if KMS has the key disabled, `aws kms enable-key`), then run "
         "`teamstore keys retire` again"))
+
+
+def _warn_unrecorded(d: dict[str, Any]) -> None:
+    """Keys in the key file the database does not record: made after the backup it was restored from (or by a
+    rotation stopped before recording its key). Backups taken under them stay readable while they exist."""
+    if d["unrecorded_problem"] is not None:
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"could not look for key-encryption keys the database does not record: {d['unrecorded_problem']['message']}"
+            f" ({d['unrecorded_problem']['hint'] or 'fix the key file'})"))
+    for u in d["unrecorded"] or []:
+        made = f"made {u['made_at']:%Y-%m-%d}" if u["made_at"] else "undated (made before the key file kept dates)"
+        when = (f"from {u['destroy_after']:%Y-%m-%d %H:%M} UTC on" if u["destroy_after"] else
+                "once it is TEAMSTORE_KEY_RETIRE_DAYS old, counted from the first run, which dates it")
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"the key file holds {u['kek_id']} ({made}), which this database does not record: a rotation made it after "
+            "the backup this database was restored from (or stopped before recording it), and backups taken under it "
+            f"stay readable while it exists. The daily `teamstore keys retire` destroys it {when}. If another database "
+            "uses this key file, copy the file for that one and point its TEAMSTORE_KEY_FILE at the copy before then, "
+            "or it loses its key"))
 
 
 @app.command("rotate")
@@ -218,7 +238,7 @@ def _interruption(report: RotationReport | None, named: bool) -> tuple[str, str]
                 "and the current key is unchanged", _ROTATE_AGAIN + ("" if named else _unused(None, report.kek_id)))
     made = "" if not report.created else _unused(report.kek_id, report.kek_id)
     return (f"the rotation was stopped while recording its new key-encryption key {report.kek_id}: no data key was "
-            "re-wrapped", f"{_ROTATE_AGAIN}: if `teamstore keys status` lists {report.kek_id} it resumes this "
+            "re-wrapped", f"{_ROTATE_AGAIN}: if `teamstore keys status` shows {report.kek_id} as current it resumes this "
             f"rotation, else it begins another{made}")
 
 
@@ -229,7 +249,8 @@ def _unused(new: str | None, like: str) -> str:
     from teamstore.keys.kms import DELETION_WINDOW_DAYS
 
     if not like.startswith(KMS):
-        return "; the key file may keep an unused entry made for this one, which does no harm"
+        return ("; the key file may keep an unused entry made for this one, which `teamstore keys retire` destroys "
+                "once it is TEAMSTORE_KEY_RETIRE_DAYS old")
     arn = new.removeprefix(KMS) if new is not None else "ARN"
     which = (f"{arn} is then unused" if new is not None else "KMS may hold a key made for this one that nothing "
              "uses (described 'teamstore key-encryption key', tagged teamstore=key-encryption-key, and not listed "
@@ -249,12 +270,21 @@ def _retire_failed(error: dict[str, Any]) -> NoReturn:
 
 @app.command("retire")
 def keys_retire(as_json: bool = JsonOption) -> None:
-    """Destroy every retired key-encryption key whose retirement period has passed (run it daily)."""
+    """Destroy every retired key-encryption key whose retirement period has passed (run it daily), and every key
+    of the key file the database does not record (after a restore) once it is TEAMSTORE_KEY_RETIRE_DAYS old."""
     data = with_app(lambda a: _retired(a), must_exist=True)
 
     def render(d: dict[str, Any]) -> None:
         console.print(plain(f"destroyed {len(d['destroyed'])} retired key-encryption key(s){_already_deleted(d)}; "
                             + _next_due(d["next_destroy_after"])))
+        if d["unrecorded_destroyed"]:
+            console.print(plain(
+                f"destroyed {len(d['unrecorded_destroyed'])} key-encryption key(s) of the key file that this database "
+                f"does not record, made TEAMSTORE_KEY_RETIRE_DAYS ago or more (after the backup it was restored "
+                f"from): {', '.join(d['unrecorded_destroyed'])}"))
+        for u in d["unrecorded_kept"]:
+            console.print(plain(f"the key file's {u['kek_id']}, which this database does not record, is destroyed "
+                                f"by the first `teamstore keys retire` from {u['destroy_after']:%Y-%m-%d %H:%M} UTC on"))
         for kept in d["kept_past_destroy"]:
             _warn_kept(kept, by_retire=True)
 
@@ -280,9 +310,10 @@ def _already_deleted(d: dict[str, Any]) -> str:
 async def _retired(a: App) -> dict[str, Any]:
     from teamstore.keys.rotation import retire
 
-    done = await retire(a.keys)
+    done = await retire(a.keys, retire_days=a.settings.key_retire_days)
     return {"destroyed": done.destroyed, "already_deleted": done.already_deleted, "kept_past_destroy": done.kept,
-            "next_destroy_after": done.next_destroy_after}
+            "next_destroy_after": done.next_destroy_after, "unrecorded_destroyed": done.unrecorded_destroyed,
+            "unrecorded_kept": [u.as_dict() for u in done.unrecorded_kept]}
 
 
 @app.command("migrate")

@@ -12,9 +12,13 @@ Every method here is blocking (file I/O, or a KMS request in :mod:`teamstore.key
 calls them on a thread. A KEK's id says where it lives (``local:`` here, ``kms:`` in AWS KMS); the database
 records the ids and which one is current, never the material.
 
-The key file is JSON: ``{"format": 1, "keys": {"local:<hex>": "<base64 of 32 bytes>"}, "destroyed": [...]}``.
-It is written whole to a temporary file and moved into place, owner-only; a file that group or others may
-read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
+The key file is JSON: ``{"format": 1, "keys": {"local:<hex>": "<base64 of 32 bytes>"}, "made": {"local:<hex>":
+"<ISO time>"}, "destroyed": [...]}``. ``made`` dates each key (this host's clock), so that ``keys retire`` can
+destroy one the database does not record once it is old enough (:mod:`teamstore.keys.unrecorded`); it sits beside
+``keys`` rather than in each entry so that a version from before it still reads and writes the file. A key
+without a date (made before it, or by such a version) is dated when the file is next written: never older than
+it is. The file is written whole to a temporary file and moved into place, owner-only; a file that group or
+others may read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import secrets
 import stat
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -128,6 +133,25 @@ def _ids(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
+def _made(doc: dict[str, Any], kek_id: str) -> datetime | None:
+    """When the file's key ``kek_id`` was made; ``None`` when the file does not say (or not as a time)."""
+    made = doc.get("made")
+    written = made.get(kek_id) if isinstance(made, dict) else None
+    try:
+        when = datetime.fromisoformat(written) if isinstance(written, str) else None
+    except ValueError:
+        return None
+    return when if when is not None and when.tzinfo is not None else None
+
+
+def _dated(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with every key it holds dated: an undated one (or one whose date does not read) now, the dates
+    of keys it no longer holds dropped. Dating an old key now only ever keeps it longer."""
+    now = datetime.now(UTC).isoformat()
+    doc["made"] = {kek_id: (when.isoformat() if (when := _made(doc, kek_id)) else now) for kek_id in doc["keys"]}
+    return doc
+
+
 class LocalKeyFile:
     """The local key file: every local key-encryption key, current and retired, by id.
 
@@ -189,7 +213,7 @@ class LocalKeyFile:
         with self._locked():
             doc = self._read()
             doc["keys"][kek_id] = material
-            self._write(doc)
+            self._write(doc)  # dated now, with it
         return kek_id
 
     def first(self) -> str:
@@ -211,6 +235,23 @@ class LocalKeyFile:
                 hint="point TEAMSTORE_KEY_FILE (or TEAMSTORE_DATABASE_URL) at the pair that belongs together",
             )
         return str(keys[0])
+
+    def made(self) -> dict[str, datetime | None]:
+        """Every key the file holds (not destroyed), with when it was made (``None``: undated, until the next
+        write dates it). Read afresh, with every check :meth:`get` makes.
+
+        Raises:
+            KeyUnavailable, ConfigurationError: As :meth:`get` raises them for the file.
+        """
+        doc = self._read()
+        return {str(kek_id): _made(doc, kek_id) for kek_id in doc["keys"]}
+
+    def date_undated(self) -> None:
+        """Date the file's undated keys now (writing it only if one is)."""
+        with self._locked():
+            doc = self._read()
+            if any(_made(doc, kek_id) is None for kek_id in doc["keys"]):
+                self._write(doc)
 
     def destroy(self, kek_id: str) -> None:
         """Remove ``kek_id``'s material from the file, keeping its id among the destroyed.
@@ -294,7 +335,7 @@ class LocalKeyFile:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(doc, handle)
+                json.dump(_dated(doc), handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, target)

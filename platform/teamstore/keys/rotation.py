@@ -16,7 +16,7 @@ is unreadable for the erased user at most ``key_rotation_days + key_retire_days`
 A rotation stopped half-way (KMS unreachable, a killed process, Ctrl-C) is resumed by running it again: while
 some live data key is still to move to the current KEK, ``rotate`` finishes that one instead of making another.
 One stopped between making its new KEK and recording it leaves that KEK unused (nothing names it), and its rerun
-makes another. A KEK is destroyed only once no data key names it; a damaged row keeps its KEK alive, and is
+makes another; ``retire`` destroys a key file's such entry once it is old enough (:mod:`teamstore.keys.unrecorded`). A KEK is destroyed only once no data key names it; a damaged row keeps its KEK alive, and is
 reported (it holds back no later rotation).
 """
 
@@ -46,6 +46,7 @@ from teamstore.keys.kek import KMS
 from teamstore.keys.kms import DELETION_WINDOW_DAYS
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
+from teamstore.keys.unrecorded import Unrecorded, retire_unrecorded
 
 BATCH = 500
 RETIRE_SLACK = timedelta(days=1)
@@ -201,7 +202,8 @@ async def _unrecorded(keys: KeyService, new: str, exc: StoreUnavailable) -> Stor
     except TeamstoreError:
         if not new.startswith(KMS):
             return StoreUnavailable(f"{exc.message}; the key file keeps an unused entry made for the rotation, "
-                                    "which does no harm", hint=exc.hint)
+                                    "which `teamstore keys retire` destroys once it is TEAMSTORE_KEY_RETIRE_DAYS old",
+                                    hint=exc.hint)
         arn = new.removeprefix(KMS)
         return StoreUnavailable(
             f"{exc.message}; the KMS key made for the rotation is unused and could not be destroyed: {arn}",
@@ -361,9 +363,14 @@ class Retirement:
     ``destroy_after``."""
     next_destroy_after: datetime | None = None
     """When the next retired KEK not yet due becomes due (``None`` when none waits)."""
+    unrecorded_destroyed: list[str] = field(default_factory=list)
+    """Keys of the key file the database does not record (made after the backup it was restored from), destroyed
+    now (:mod:`teamstore.keys.unrecorded`)."""
+    unrecorded_kept: list[Unrecorded] = field(default_factory=list)
+    """Those not yet due, each with when it will be."""
 
 
-async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
+async def retire(keys: KeyService, now: datetime | None = None, retire_days: int | None = None) -> Retirement:
     """Destroy every retired key-encryption key whose time has come, unless a data key still names it.
 
     A data key still under it (written by a worker that read the old KEK as current just before a rotation)
@@ -371,14 +378,19 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
     recorded as destroyed, once KMS has shown it still knows the current one (so the ``AWS_*`` variables name
     the database's account and region).
 
+    With ``retire_days``, it then destroys the key file's keys the database does not record once they are that
+    old (:func:`~teamstore.keys.unrecorded.retire_unrecorded`): ``teamstore keys retire`` does, the retire a
+    rotation runs at its end does not.
+
     Args:
         keys: The key service.
         now: The time to judge what is due against (tests); by default now on the database's clock (on Postgres
             the server's, on which rotations write when a KEK is due), whatever this host's says.
+        retire_days: ``TEAMSTORE_KEY_RETIRE_DAYS``, to destroy the unrecorded keys that old; ``None`` leaves them.
 
     Returns:
-        The KEK ids destroyed now, which of them KMS had deleted already, the KEKs due that were kept, and when
-        the next one becomes due.
+        The KEK ids destroyed now, which of them KMS had deleted already, the KEKs due that were kept, when the
+        next one becomes due, and the unrecorded keys destroyed and kept.
 
     Raises:
         KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
@@ -408,6 +420,8 @@ async def retire(keys: KeyService, now: datetime | None = None) -> Retirement:
         except SQLAlchemyError as exc:
             raise store_failed(exc, "record a destroyed key-encryption key", _RETIRE_AGAIN) from exc
         done.destroyed.append(kek_id)
+    if retire_days is not None:
+        done.unrecorded_destroyed, done.unrecorded_kept = await retire_unrecorded(keys, retire_days)
     return done
 
 

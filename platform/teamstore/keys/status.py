@@ -19,9 +19,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, utc
+from teamstore.errors import ConfigurationError, EncryptionError
 from teamstore.keys.rotation import AGAIN, RETIRE_SLACK, store_failed
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
+from teamstore.keys.unrecorded import unrecorded
 from teamstore.settings import Settings
 
 
@@ -57,7 +59,9 @@ async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: da
 async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
     """Every key-encryption key with its state and how many data keys it wraps; when the next rotation is due;
     the retired ones past their destroy date that data keys still name (``kept_past_destroy``); the data keys
-    still under retired ones not yet due, a rotation unfinished (``rotation_unfinished``, else ``None``).
+    still under retired ones not yet due, a rotation unfinished (``rotation_unfinished``, else ``None``); the
+    key file's keys the database does not record (``unrecorded``: after a restore, each with when ``keys retire``
+    destroys it; ``None``, and why in ``unrecorded_problem``, when the key file could not be read).
 
     Raises:
         StoreUnavailable: The database failed.
@@ -81,7 +85,18 @@ async def status(keys: KeyService, settings: Settings) -> dict[str, Any]:
             if x["state"] == "retired" and x["data_keys"] and x["destroy_after"] and x["destroy_after"] <= now]
     return {"keks": keks, "rotation_due": due, "overdue": bool(due and due < now),
             "backups_unreadable_by": await backups_unreadable_by(keys.engine, settings, now), "kept_past_destroy": kept,
-            "rotation_unfinished": _unfinished(keks, now)}
+            "rotation_unfinished": _unfinished(keks, now), **await _unrecorded(keys, settings.key_retire_days)}
+
+
+async def _unrecorded(keys: KeyService, retire_days: int) -> dict[str, Any]:
+    """``unrecorded`` and ``unrecorded_problem``: a key file that cannot be read is said so, not taken for one
+    holding nothing unrecorded (the health check says it too, for a KEK in use)."""
+    try:
+        found = await unrecorded(keys, retire_days)
+    except (EncryptionError, ConfigurationError) as exc:
+        return {"unrecorded": None, "unrecorded_problem": {"error": type(exc).__name__, "message": exc.message,
+                                                           "hint": exc.hint}}
+    return {"unrecorded": [u.as_dict() for u in found], "unrecorded_problem": None}
 
 
 def _unfinished(keks: list[dict[str, Any]], now: datetime) -> dict[str, Any] | None:

@@ -1,0 +1,107 @@
+"""Key-encryption keys in the local key file that the database does not record: made by rotations after the
+backup it was restored from (the restored database has no row for them), or by a rotation stopped between making
+its key and recording it. Backups taken under them stay readable while they exist, so they are destroyed too.
+
+    from teamstore.keys.unrecorded import retire_unrecorded, unrecorded
+
+    waiting = await unrecorded(keys, retire_days=7)       # `teamstore keys status` warns of each
+    gone, kept = await retire_unrecorded(keys, retire_days=7)   # `teamstore keys retire` destroys those due
+
+One is due once it is ``retire_days`` old (and at least :data:`FLOOR`), by the date the key file gives it (this
+host's clock, which wrote it). So a backup taken under it becomes unreadable no later than under a key the
+database had retired: it was made at most ``retire_days`` before. Never a newer one: a rotation makes its key
+before it records it, and the key file is read before the database, so a key made meanwhile is new. One without
+a date (made before the file kept dates) is dated by the first ``retire`` that sees it, and waits from then.
+
+Only the key file, never KMS: the tag a rotation gives the KMS keys it makes is the same for every teamstore
+database in the account and region, and a database restored beside the live one (staging, an investigation) would
+take the live one's keys for its own unrecorded ones. For the same reason a key file belongs to one database: a
+copy of a database run beside it gets a copy of the key file, never the file itself (docs/operations.md, *Keys*).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from teamstore.keys.kek import LOCAL
+from teamstore.keys.schema import key_encryption_keys
+from teamstore.keys.service import KeyService
+
+FLOOR = timedelta(days=1)
+"""The least age at which an unrecorded key is destroyed, whatever ``retire_days`` (0 in tests) says: a rotation
+records its new key within seconds of making it, and one stopped in between keeps its key that long."""
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """A key in the key file the database does not record."""
+
+    kek_id: str
+    made_at: datetime | None
+    """When it was made (``None``: undated, made before the key file kept dates)."""
+    destroy_after: datetime | None
+    """When ``keys retire`` destroys it (``None`` until it is dated)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {"kek_id": self.kek_id, "made_at": self.made_at, "destroy_after": self.destroy_after}
+
+
+async def unrecorded(keys: KeyService, retire_days: int) -> list[Unrecorded]:
+    """The keys in the local key file that the database does not record, oldest first; none when the database
+    records no local key (it has never used the file) or no current one (a new database starts with the file's).
+
+    Args:
+        keys: The key service (its engine and key file).
+        retire_days: ``TEAMSTORE_KEY_RETIRE_DAYS``: how old an unrecorded key is when it is destroyed.
+
+    Raises:
+        KeyUnavailable, ConfigurationError: The key file cannot be read (as :meth:`LocalKeyFile.get` says).
+        StoreUnavailable: The database failed.
+    """
+    from teamstore.keys.rotation import AGAIN, store_failed  # rotation imports this module
+
+    key_file = keys.ring.key_file
+    if not await asyncio.to_thread(key_file.exists):
+        return []
+    held = await asyncio.to_thread(key_file.made)  # before the database: a key recorded meanwhile is seen so
+    k = key_encryption_keys.c
+    try:
+        async with keys.engine.connect() as conn:
+            rows = (await conn.execute(select(k.kek_id, k.retired_at))).all()
+    except SQLAlchemyError as exc:
+        raise store_failed(exc, "read the key-encryption keys", AGAIN) from exc
+    recorded = {str(r[0]) for r in rows}
+    if not any(r[1] is None for r in rows) or not any(kek_id.startswith(LOCAL) for kek_id in recorded):
+        return []
+    wait = max(timedelta(days=retire_days), FLOOR)
+    found = [Unrecorded(kek_id, made, made + wait if made is not None else None)
+             for kek_id, made in held.items() if kek_id not in recorded]
+    return sorted(found, key=lambda u: (u.made_at is not None, u.made_at or datetime.min.replace(tzinfo=UTC)))
+
+
+async def retire_unrecorded(keys: KeyService, retire_days: int) -> tuple[list[str], list[Unrecorded]]:
+    """Destroy the unrecorded keys that are due (:func:`unrecorded`); date the undated ones first.
+
+    Returns:
+        The ids of the keys destroyed, and the unrecorded keys kept (not yet due), each with its destroy date.
+
+    Raises:
+        KeyUnavailable, ConfigurationError: The key file cannot be read or written.
+        StoreUnavailable: The database failed.
+    """
+    found = await unrecorded(keys, retire_days)
+    if any(u.made_at is None for u in found):
+        await asyncio.to_thread(keys.ring.key_file.date_undated)  # they wait from now on: never taken for old
+        found = await unrecorded(keys, retire_days)
+    now = datetime.now(UTC)  # the key file's dates are this host's
+    due = [u for u in found if u.destroy_after is not None and u.destroy_after <= now]
+    for u in due:
+        await asyncio.to_thread(keys.ring.key_file.destroy, u.kek_id)
+    return [u.kek_id for u in due], [u for u in found if u not in due]

@@ -1,0 +1,105 @@
+"""Keys of the local key file that the database does not record (after a restore: a backup restored over a
+rotation is in ``test_backups``), on SQLite and a real Postgres: ``keys status`` warns of each, ``keys retire``
+destroys each once it is ``TEAMSTORE_KEY_RETIRE_DAYS`` old, never a newer one nor one it cannot date."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+from typer.testing import CliRunner
+
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.keys import KeyService
+from teamstore.keys.kek import LocalKeyFile
+from teamstore.keys.rotation import retire
+from teamstore.keys.status import status
+from teamstore.settings import Settings
+
+
+def _key_file() -> LocalKeyFile:
+    return LocalKeyFile(Settings().resolved_key_file)
+
+
+def _edit(change: dict[str, object]) -> None:
+    """Change the key file's document at the top level (mode kept: the file is written in place)."""
+    path = Settings().resolved_key_file
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+
+
+def _made_days_ago(kek_id: str, days: int) -> None:
+    made = json.loads(Settings().resolved_key_file.read_text())["made"]
+    _edit({"made": {**made, kek_id: (datetime.now(UTC) - timedelta(days=days)).isoformat()}})
+
+
+async def test_a_key_a_rotation_has_made_but_not_yet_recorded_is_kept_whatever_the_retirement_period(
+    engine: AsyncEngine
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    made = _key_file().create()  # a rotation's new key, a moment before it records it
+    shown = (await status(keys, Settings()))["unrecorded"]
+    assert [u["kek_id"] for u in shown] == [made] and shown[0]["made_at"] > datetime.now(UTC) - timedelta(minutes=1)
+    done = await retire(keys, retire_days=0)
+    assert done.unrecorded_destroyed == [] and [u.kek_id for u in done.unrecorded_kept] == [made]
+    assert made in _key_file().made(), "its material is still there"
+
+
+async def test_an_undated_key_from_before_the_file_kept_dates_is_dated_by_retire_and_kept(
+    engine: AsyncEngine
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    blob = await keys.seal("alice", b"words", "memory/facts")
+    made = _key_file().create()
+    _edit({"made": {}})  # the file as a version before dates wrote it
+    shown = (await status(keys, Settings()))["unrecorded"]
+    assert shown == [{"kek_id": made, "made_at": None, "destroy_after": None}]
+    done = await retire(keys, retire_days=0)
+    assert done.unrecorded_destroyed == [] and [u.kek_id for u in done.unrecorded_kept] == [made]
+    dated = _key_file().made()
+    assert all(when is not None and when > datetime.now(UTC) - timedelta(minutes=1) for when in dated.values())
+    assert (await retire(keys, retire_days=0)).unrecorded_destroyed == [], "it waits from when it was dated"
+    assert await KeyService.from_settings(engine, Settings()).open("alice", blob, "memory/facts") == b"words"
+
+
+async def test_a_database_that_records_no_key_yet_leaves_the_key_file_alone(engine: AsyncEngine) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    only = _key_file().first()  # restored from before its first user: its first key is the file's only one
+    _made_days_ago(only, 30)
+    assert (await status(keys, Settings()))["unrecorded"] == []
+    assert (await retire(keys, retire_days=0)).unrecorded_destroyed == []
+    assert await keys.current_kek() == only
+
+
+async def _sealed_and_an_unrecorded_key() -> str:
+    engine = create_engine(Settings().resolved_database_url)
+    await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "memory/facts")
+    await engine.dispose()
+    return _key_file().create()
+
+
+def test_keys_status_warns_of_an_unrecorded_key_and_keys_retire_destroys_it_once_due(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    made = asyncio.run(_sealed_and_an_unrecorded_key())
+    shown = runner.invoke(app, ["keys", "status"])
+    said = " ".join(shown.stdout.split())
+    assert shown.exit_code == 0, shown.output
+    assert f"the key file holds {made}" in said and "which this database does not record" in said
+    assert "The daily `teamstore keys retire` destroys it from" in said and "If another database uses" in said
+    assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout)["unrecorded_destroyed"] == []
+
+    _made_days_ago(made, 8)
+    retired = runner.invoke(app, ["keys", "retire"])
+    assert retired.exit_code == 0 and made in retired.stdout, retired.output
+    assert "does not record" in " ".join(retired.stdout.split())
+    assert made not in _key_file().made()
+    assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["unrecorded"] == []
+    assert "does not record" not in runner.invoke(app, ["keys", "status"]).stdout
