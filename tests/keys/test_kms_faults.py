@@ -253,8 +253,8 @@ def _watch_created(keys: KeyService) -> list[str]:
     made: list[str] = []
     create = keys.ring.create
 
-    def recorded(to: str | None, like: str) -> str:
-        made.append(create(to, like))
+    def recorded(to: str | None, like: str, made_by: str | None = None) -> str:
+        made.append(create(to, like, made_by))
         return made[-1]
 
     keys.ring.create = recorded  # type: ignore[method-assign]

@@ -316,10 +316,10 @@ async def test_a_rotation_begun_while_another_makes_its_key_current_joins_that_o
     late = KeyService.from_settings(engine, Settings())
     create, other = late.ring.create, {}
 
-    def another_rotation_first(to: str | None, like: str) -> str:
+    def another_rotation_first(to: str | None, like: str, made_by: str | None = None) -> str:
         # Both read `first` as current; the other one makes its key current before this one does.
         other["report"] = asyncio.run_coroutine_threadsafe(rotate(keys, retire_days=7), loop).result()
-        return create(to, like)
+        return create(to, like, made_by)
 
     late.ring.create = another_rotation_first  # type: ignore[method-assign]
     joined = await rotate(late, retire_days=7)

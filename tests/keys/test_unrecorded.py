@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,6 +15,8 @@ from typer.testing import CliRunner
 
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
+from teamstore.db.identity import database_id
+from teamstore.db.migrate import upgrade
 from teamstore.keys import KeyService
 from teamstore.keys.kek import LocalKeyFile
 from teamstore.keys.rotation import retire
@@ -41,7 +44,7 @@ async def test_a_key_a_rotation_has_made_but_not_yet_recorded_is_kept_whatever_t
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     await keys.seal("alice", b"words", "memory/facts")
-    made = _key_file().create()  # a rotation's new key, a moment before it records it
+    made = _key_file().create(await database_id(engine))  # a rotation's new key, a moment before it records it
     shown = (await status(keys, Settings()))["unrecorded"]
     assert [u["kek_id"] for u in shown] == [made] and shown[0]["made_at"] > datetime.now(UTC) - timedelta(minutes=1)
     done = await retire(keys, retire_days=0)
@@ -54,14 +57,14 @@ async def test_an_undated_key_from_before_the_file_kept_dates_is_dated_by_retire
 ) -> None:
     keys = KeyService.from_settings(engine, Settings())
     blob = await keys.seal("alice", b"words", "memory/facts")
-    made = _key_file().create()
+    made = _key_file().create(await database_id(engine))
     _edit({"made": {}})  # the file as a version before dates wrote it
     shown = (await status(keys, Settings()))["unrecorded"]
-    assert shown == [{"kek_id": made, "made_at": None, "destroy_after": None}]
+    assert shown == [{"kek_id": made, "made_at": None, "destroy_after": None, "made_here": True}]
     done = await retire(keys, retire_days=0)
     assert done.unrecorded_destroyed == [] and [u.kek_id for u in done.unrecorded_kept] == [made]
     dated = _key_file().made()
-    assert all(when is not None and when > datetime.now(UTC) - timedelta(minutes=1) for when in dated.values())
+    assert all(made.at is not None and made.at > datetime.now(UTC) - timedelta(minutes=1) for made in dated.values())
     assert (await retire(keys, retire_days=0)).unrecorded_destroyed == [], "it waits from when it was dated"
     assert await KeyService.from_settings(engine, Settings()).open("alice", blob, "memory/facts") == b"words"
 
@@ -78,8 +81,9 @@ async def test_a_database_that_records_no_key_yet_leaves_the_key_file_alone(engi
 async def _sealed_and_an_unrecorded_key() -> str:
     engine = create_engine(Settings().resolved_database_url)
     await KeyService.from_settings(engine, Settings()).seal("alice", b"words", "memory/facts")
+    made = _key_file().create(await database_id(engine))
     await engine.dispose()
-    return _key_file().create()
+    return made
 
 
 def test_keys_status_warns_of_an_unrecorded_key_and_keys_retire_destroys_it_once_due(
@@ -103,3 +107,51 @@ def test_keys_status_warns_of_an_unrecorded_key_and_keys_retire_destroys_it_once
     assert made not in _key_file().made()
     assert json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["unrecorded"] == []
     assert "does not record" not in runner.invoke(app, ["keys", "status"]).stdout
+
+
+async def test_a_key_another_database_sharing_the_file_made_is_never_destroyed_and_status_says_whose_it_is(
+    engine: AsyncEngine
+) -> None:
+    # A second home pointed at this key file rotated: its keys are unrecorded here, and this database's retire
+    # destroyed them a week later, the other database's current key with them.
+    keys = KeyService.from_settings(engine, Settings())
+    blob = await keys.seal("alice", b"words", "memory/facts")
+    theirs = _key_file().create("0" * 32)  # another database's rotation
+    unmarked = _key_file().create()  # a key no rotation marked (made before the file kept makers)
+    for kek_id in (theirs, unmarked):
+        _made_days_ago(kek_id, 400)
+    shown = {u["kek_id"]: u for u in (await status(keys, Settings()))["unrecorded"]}
+    assert {k: (u["made_here"], u["destroy_after"]) for k, u in shown.items()} == {
+        theirs: (False, None), unmarked: (False, None)}
+    done = await retire(keys, retire_days=0)
+    assert done.unrecorded_destroyed == [] and {u.kek_id for u in done.unrecorded_kept} == {theirs, unmarked}
+    assert {theirs, unmarked} <= set(_key_file().made())
+    assert await KeyService.from_settings(engine, Settings()).open("alice", blob, "memory/facts") == b"words"
+
+
+def test_keys_status_says_a_key_another_database_made_is_never_destroyed_and_what_to_do(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    asyncio.run(_sealed_and_an_unrecorded_key())
+    theirs = _key_file().create("f" * 32)
+    said = " ".join(runner.invoke(app, ["keys", "status"]).stdout.split())
+    assert f"the key file holds {theirs}" in said and "which this database neither records nor made" in said
+    assert "`teamstore keys retire` never destroys it" in said and "Give each database a key file of its own" in said
+    _made_days_ago(theirs, 30)
+    retired = " ".join(runner.invoke(app, ["keys", "retire"]).stdout.split())
+    assert f"the key file's {theirs}, which this database neither records nor made, is kept" in retired
+    assert theirs in _key_file().made()
+
+
+async def test_a_database_keeps_its_id_and_another_database_has_its_own(engine: AsyncEngine, tmp_path: Path) -> None:
+    ours = await database_id(engine)
+    assert ours == await database_id(engine) and len(ours) == 32
+    other = create_engine(f"sqlite:///{(tmp_path / 'other.db').as_posix()}")
+    await upgrade(other)
+    try:
+        assert await database_id(other) not in {ours, ""}
+    finally:
+        await other.dispose()

@@ -140,6 +140,14 @@ def _warn_unrecorded(d: dict[str, Any]) -> None:
             f" ({d['unrecorded_problem']['hint'] or 'fix the key file'})"))
     for u in d["unrecorded"] or []:
         made = f"made {u['made_at']:%Y-%m-%d}" if u["made_at"] else "undated (made before the key file kept dates)"
+        if not u["made_here"]:
+            console.print("[bold yellow]warning[/]: " + plain(
+                f"the key file holds {u['kek_id']} ({made}), which this database neither records nor made: another "
+                "database that shares this key file made it, or a rotation from before the file marked its keys. "
+                "`teamstore keys retire` never destroys it. Give each database a key file of its own (copy the file, "
+                "and point the other's TEAMSTORE_KEY_FILE at the copy); if the key is this database's from before a "
+                "restore, delete its id from the file's `keys` once the backups taken under it are no longer wanted"))
+            continue
         when = (f"from {u['destroy_after']:%Y-%m-%d %H:%M} UTC on" if u["destroy_after"] else
                 "once it is TEAMSTORE_KEY_RETIRE_DAYS old, counted from the first run, which dates it")
         console.print("[bold yellow]warning[/]: " + plain(
@@ -283,8 +291,13 @@ def keys_retire(as_json: bool = JsonOption) -> None:
                 f"does not record, made TEAMSTORE_KEY_RETIRE_DAYS ago or more (after the backup it was restored "
                 f"from): {', '.join(d['unrecorded_destroyed'])}"))
         for u in d["unrecorded_kept"]:
-            console.print(plain(f"the key file's {u['kek_id']}, which this database does not record, is destroyed "
-                                f"by the first `teamstore keys retire` from {u['destroy_after']:%Y-%m-%d %H:%M} UTC on"))
+            if not u["made_here"]:
+                console.print(plain(f"the key file's {u['kek_id']}, which this database neither records nor made, is "
+                                    "kept (see `teamstore keys status`)"))
+            else:
+                console.print(plain(f"the key file's {u['kek_id']}, which this database does not record, is destroyed "
+                                    f"by the first `teamstore keys retire` from {u['destroy_after']:%Y-%m-%d %H:%M} "
+                                    "UTC on"))
         for kept in d["kept_past_destroy"]:
             _warn_kept(kept, by_retire=True)
 

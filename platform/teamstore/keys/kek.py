@@ -13,11 +13,12 @@ calls them on a thread. A KEK's id says where it lives (``local:`` here, ``kms:`
 records the ids and which one is current, never the material.
 
 The key file is JSON: ``{"format": 1, "keys": {"local:<hex>": "<base64 of 32 bytes>"}, "made": {"local:<hex>":
-"<ISO time>"}, "destroyed": [...]}``. ``made`` dates each key (this host's clock), so that ``keys retire`` can
-destroy one the database does not record once it is old enough (:mod:`teamstore.keys.unrecorded`); it sits beside
-``keys`` rather than in each entry so that a version from before it still reads and writes the file. A key
-without a date (made before it, or by such a version) is dated when the file is next written: never older than
-it is. The file is written whole to a temporary file and moved into place, owner-only; a file that group or
+"<ISO time>"}, "made_by": {"local:<hex>": "<database id>"}, "destroyed": [...]}``. ``made`` dates each key (this
+host's clock) and ``made_by`` names the database whose rotation made it (:mod:`teamstore.db.identity`), so that
+``keys retire`` can destroy a key its database does not record, made by that database, once it is old enough
+(:mod:`teamstore.keys.unrecorded`). Both sit beside ``keys`` rather than in each entry so that a version from
+before them still reads and writes the file. A key without a date (made before them, or by such a version) is
+dated when the file is next written: never older than it is; one without a maker is never destroyed so. The file is written whole to a temporary file and moved into place, owner-only; a file that group or
 others may read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
 """
 
@@ -35,7 +36,7 @@ import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -144,12 +145,30 @@ def _made(doc: dict[str, Any], kek_id: str) -> datetime | None:
     return when if when is not None and when.tzinfo is not None else None
 
 
+def _maker(doc: dict[str, Any], kek_id: str) -> str | None:
+    """The database whose rotation made the file's key ``kek_id``; ``None`` when the file does not say."""
+    makers = doc.get("made_by")
+    maker = makers.get(kek_id) if isinstance(makers, dict) else None
+    return maker if isinstance(maker, str) else None
+
+
 def _dated(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` with every key it holds dated: an undated one (or one whose date does not read) now, the dates
-    of keys it no longer holds dropped. Dating an old key now only ever keeps it longer."""
+    and makers of keys it no longer holds dropped. Dating an old key now only ever keeps it longer."""
     now = datetime.now(UTC).isoformat()
     doc["made"] = {kek_id: (when.isoformat() if (when := _made(doc, kek_id)) else now) for kek_id in doc["keys"]}
+    doc["made_by"] = {kek_id: maker for kek_id in doc["keys"] if (maker := _maker(doc, kek_id)) is not None}
     return doc
+
+
+class Made(NamedTuple):
+    """When a key of the file was made, and by which database's rotation."""
+
+    at: datetime | None
+    """``None``: undated (made before the file kept dates), until the next write dates it."""
+    by: str | None
+    """The database id (:mod:`teamstore.db.identity`); ``None`` for a key no rotation marked (a new home's
+    first key, or one made before the file kept makers)."""
 
 
 class LocalKeyFile:
@@ -201,8 +220,9 @@ class LocalKeyFile:
             )
         return LocalKek(kek_id, material)
 
-    def create(self) -> str:
-        """Add a new key to the file (a rotation's); its id. A new home's file is made by :meth:`first`.
+    def create(self, made_by: str | None = None) -> str:
+        """Add a new key to the file (a rotation's, marked with its database's id ``made_by``); its id. A new
+        home's file is made by :meth:`first`.
 
         Raises:
             KeyUnavailable: The file is missing or unreadable: a new file here would hold the new key alone, and
@@ -213,6 +233,9 @@ class LocalKeyFile:
         with self._locked():
             doc = self._read()
             doc["keys"][kek_id] = material
+            if made_by is not None:
+                makers = doc.get("made_by")
+                doc["made_by"] = {**(makers if isinstance(makers, dict) else {}), kek_id: made_by}
             self._write(doc)  # dated now, with it
         return kek_id
 
@@ -236,15 +259,15 @@ class LocalKeyFile:
             )
         return str(keys[0])
 
-    def made(self) -> dict[str, datetime | None]:
-        """Every key the file holds (not destroyed), with when it was made (``None``: undated, until the next
-        write dates it). Read afresh, with every check :meth:`get` makes.
+    def made(self) -> dict[str, Made]:
+        """Every key the file holds (not destroyed), with when it was made and by which database's rotation.
+        Read afresh, with every check :meth:`get` makes.
 
         Raises:
             KeyUnavailable, ConfigurationError: As :meth:`get` raises them for the file.
         """
         doc = self._read()
-        return {str(kek_id): _made(doc, kek_id) for kek_id in doc["keys"]}
+        return {str(kek_id): Made(_made(doc, kek_id), _maker(doc, kek_id)) for kek_id in doc["keys"]}
 
     def date_undated(self) -> None:
         """Date the file's undated keys now (writing it only if one is)."""

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
+from teamstore.db.identity import database_id
 from teamstore.errors import (
     ConfigurationError,
     DataKeyDamaged,
@@ -176,7 +177,10 @@ async def _begin(keys: KeyService, current: str, target: str | None, retire_days
     # The current KEK must be where this process looks (a key file that is not the database's would take the
     # new key, and workers given the right file could not use it).
     await asyncio.to_thread(keys.ring.get, current)
-    new: str = target if target is not None else await asyncio.to_thread(keys.ring.create, None, current)
+    if target is None:
+        new = await asyncio.to_thread(keys.ring.create, None, current, await database_id(keys.engine))
+    else:
+        new = target
     watch(RotationReport(new, target is None, step="recording"))
     try:
         made_current = await _make_current(keys.engine, current, new, retire_days)

@@ -7,16 +7,20 @@ its key and recording it. Backups taken under them stay readable while they exis
     waiting = await unrecorded(keys, retire_days=7)       # `teamstore keys status` warns of each
     gone, kept = await retire_unrecorded(keys, retire_days=7)   # `teamstore keys retire` destroys those due
 
-One is due once it is ``retire_days`` old (and at least :data:`FLOOR`), by the date the key file gives it (this
-host's clock, which wrote it). So a backup taken under it becomes unreadable no later than under a key the
+One is destroyed only if this database's rotation made it: the key file marks each key a rotation makes with its
+database's id (:mod:`teamstore.db.identity`), which a restore keeps and no other database has. So the keys of
+another database that shares the file (a second home pointed at the same ``TEAMSTORE_KEY_FILE``) are only warned
+of, never destroyed, and neither is a key no rotation marked (made before the file kept makers). One of this
+database's is due once it is ``retire_days`` old (and at least :data:`FLOOR`), by the date the key file gives it
+(this host's clock, which wrote it). So a backup taken under it becomes unreadable no later than under a key the
 database had retired: it was made at most ``retire_days`` before. Never a newer one: a rotation makes its key
 before it records it, and the key file is read before the database, so a key made meanwhile is new. One without
 a date (made before the file kept dates) is dated by the first ``retire`` that sees it, and waits from then.
 
 Only the key file, never KMS: the tag a rotation gives the KMS keys it makes is the same for every teamstore
-database in the account and region, and a database restored beside the live one (staging, an investigation) would
-take the live one's keys for its own unrecorded ones. For the same reason a key file belongs to one database: a
-copy of a database run beside it gets a copy of the key file, never the file itself (docs/operations.md, *Keys*).
+database in the account and region, and a KMS key made before marked no database. A copy of a database restored
+beside the live one (staging, an investigation) has the live one's id: it gets a copy of the key file, never the
+file itself, or it would take the live one's newer keys for its own (docs/operations.md, *Keys*).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from teamstore.db.identity import database_id
 from teamstore.keys.kek import LOCAL
 from teamstore.keys.schema import key_encryption_keys
 from teamstore.keys.service import KeyService
@@ -46,11 +51,14 @@ class Unrecorded:
     made_at: datetime | None
     """When it was made (``None``: undated, made before the key file kept dates)."""
     destroy_after: datetime | None
-    """When ``keys retire`` destroys it (``None`` until it is dated)."""
+    """When ``keys retire`` destroys it (``None`` until it is dated, and for a key this database did not make)."""
+    ours: bool
+    """Whether this database's rotation made it (else another database's, or one no rotation marked)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
-        return {"kek_id": self.kek_id, "made_at": self.made_at, "destroy_after": self.destroy_after}
+        return {"kek_id": self.kek_id, "made_at": self.made_at, "destroy_after": self.destroy_after,
+                "made_here": self.ours}
 
 
 async def unrecorded(keys: KeyService, retire_days: int) -> list[Unrecorded]:
@@ -80,14 +88,16 @@ async def unrecorded(keys: KeyService, retire_days: int) -> list[Unrecorded]:
     recorded = {str(r[0]) for r in rows}
     if not any(r[1] is None for r in rows) or not any(kek_id.startswith(LOCAL) for kek_id in recorded):
         return []
-    wait = max(timedelta(days=retire_days), FLOOR)
-    found = [Unrecorded(kek_id, made, made + wait if made is not None else None)
+    wait, ours = max(timedelta(days=retire_days), FLOOR), await database_id(keys.engine)
+    found = [Unrecorded(kek_id, made.at, made.at + wait if made.at is not None and made.by == ours else None,
+                        made.by == ours)
              for kek_id, made in held.items() if kek_id not in recorded]
     return sorted(found, key=lambda u: (u.made_at is not None, u.made_at or datetime.min.replace(tzinfo=UTC)))
 
 
 async def retire_unrecorded(keys: KeyService, retire_days: int) -> tuple[list[str], list[Unrecorded]]:
-    """Destroy the unrecorded keys that are due (:func:`unrecorded`); date the undated ones first.
+    """Destroy the unrecorded keys this database made that are due (:func:`unrecorded`); date the undated ones
+    first.
 
     Returns:
         The ids of the keys destroyed, and the unrecorded keys kept (not yet due), each with its destroy date.
