@@ -469,3 +469,34 @@ def test_the_labels_under_a_year_of_days_stand_apart(ledger_env: AsyncEngine, da
     assert labels[0].text == "2026-01-01" and len(labels) >= 6
     edges = [(label.rect["x"], label.rect["x"] + label.rect["width"]) for label in labels]
     assert all(right + 4 <= left for (_, right), (left, _) in itertools.pairwise(edges)), edges
+
+
+CHARTS = ("cost-by-team", "cost-by-model", "top-sessions", "tokens-per-run", "runs-by-outcome")
+CHART_TEXT = """
+return [...document.querySelectorAll('svg text')].filter(t => t.getClientRects().length).map(t => {
+  const svg = t.closest('svg').getBoundingClientRect(), box = t.getBoundingClientRect();
+  return [t.closest('svg').id, t.textContent, parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a,
+          box.left >= svg.left - 1 && box.right <= svg.right + 1] })
+"""
+
+
+@pytest.mark.parametrize("args", [(), ("--model", "mystery")], ids=["costs", "no-priced-cost"])
+def test_on_a_phone_each_chart_is_drawn_for_its_width_with_text_as_large_as_on_a_desktop(
+    ledger_env: AsyncEngine, browser: Any, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    page = tmp_path / "cost.html"
+    _write(page, *args)
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    browser.get(page.as_uri())
+    shown = browser.execute_script(CHART_TEXT)  # each text drawn: its chart, its size on the screen, inside it
+    assert [(chart, text, round(size, 1)) for chart, text, size, _ in shown if size < 10.5] == []  # not 5px
+    assert [(chart, text) for chart, text, _, inside in shown if not inside] == []  # no label cut off at a side
+    assert {chart for chart, *_ in shown} == {f"{chart}-small" for chart in CHARTS}  # one of each, the phone's
+    for chart in CHARTS:  # the phone's chart has the desktop's marks, figures and names
+        kind = "circle.point" if chart == "tokens-per-run" else "rect.bar"
+        assert _marks(browser, f"{chart}-small", kind) == _marks(browser, chart, kind), chart
+    width, wide = browser.execute_script(
+        "return [document.documentElement.clientWidth, document.documentElement.scrollWidth]")
+    assert wide <= width == 390
+

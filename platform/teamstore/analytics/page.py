@@ -7,7 +7,8 @@
 Four reports of the same filters make the page: cost by time and team, by time and model, the costliest
 sessions, and by time alone (tokens per run, and runs completed, ended by a limit or failed). Each is
 embedded whole as the JSON ``teamstore cost --format json`` prints for it (``<script type=
-"application/json" id="report-data">``), and the charts are inline SVG whose marks carry their figures.
+"application/json" id="report-data">``), and the charts are inline SVG whose marks carry their figures, each
+drawn for a desktop and for a phone (:mod:`teamstore.analytics.svg`).
 The page loads nothing: its Content-Security-Policy forbids every fetch and every script.
 """
 
@@ -17,8 +18,10 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +35,15 @@ from teamstore.db.snapshot import read_snapshot
 from teamstore.errors import ConfigurationError, ReportNotWritten
 
 OUTCOMES = ("completed", "ended by a limit", "failed")
-# A name or figure longer than a phone is wide breaks anywhere rather than push the page off the side.
+# A chart is drawn twice: a phone shows the narrow one at its drawn size, as the wide one scaled to its
+# screen would have text a few pixels high. A name or figure longer than a phone is wide breaks anywhere
+# rather than push the page off the side.
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;padding:0 12px;max-width:820px;color:#222}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 6px} .meta{color:#555;margin:0 0 16px}
 .summary{display:flex;gap:24px;flex-wrap:wrap} .summary div{background:#f4f6f8;padding:8px 12px;border-radius:6px}
-.summary b{display:block;font-size:18px} svg.chart{max-width:100%;height:auto;background:#fcfcfc}
+.summary b{display:block;font-size:18px} svg.chart,svg.small-chart{max-width:100%;height:auto;background:#fcfcfc}
+svg.small-chart{display:none} @media screen and (max-width:719.98px){svg.chart{display:none} svg.small-chart{display:block}}
 svg text{font-size:11px;fill:#444} svg text.empty{font-size:13px;fill:#555} .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px} table{border-collapse:collapse}
 td,th{padding:3px 10px;border-bottom:1px solid #e3e3e3;text-align:right} td:nth-child(2),th:nth-child(2){text-align:left}
@@ -105,6 +111,11 @@ def _no_cost(total: CostRow) -> str:
     if total.unpriced_tokens:
         return "No cost to draw: these runs' models have no price. Add them to the price table (named below)."
     return "No cost to draw: every run here cost 0 (free models, or no tokens)."
+
+
+def _drawn(draw: Callable[..., str]) -> str:
+    """A chart in both :class:`svg.Layout` s (``draw`` takes ``layout``): the style shows the one that fits."""
+    return draw(layout=svg.WIDE) + draw(layout=svg.SMALL)
 
 
 def _chart(chart_id: str, title: str, chart: str, note: str = "", series: list[str] | None = None) -> str:
@@ -213,17 +224,21 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
     no_cost = _no_cost(reports["by_time"].total)
     charts = [
         _chart("cost-by-team", "Cost over time by team",
-               svg.stacked_bars("cost-by-team", by_team, currency, teams, periods, no_cost), series=teams),
+               _drawn(partial(svg.stacked_bars, "cost-by-team", by_team, currency, teams, periods, no_cost)),
+               series=teams),
         _chart("cost-by-model", "Cost over time by model",
-               svg.stacked_bars("cost-by-model", by_model, currency, models, periods, no_cost), series=models),
+               _drawn(partial(svg.stacked_bars, "cost-by-model", by_model, currency, models, periods, no_cost)),
+               series=models),
         _chart("top-sessions", _top_title(len(top.rows), top.groups),
-               svg.horizontal_bars("top-sessions", sessions, currency, no_cost) + _sessions_table(top)),
+               _drawn(partial(svg.horizontal_bars, "top-sessions", sessions, currency, no_cost))
+               + _sessions_table(top)),
         _chart("tokens-per-run", "Tokens per run",
-               svg.points("tokens-per-run", per_run, "tokens", periods, "No tokens to draw: these runs used none."),
+               _drawn(partial(svg.points, "tokens-per-run", per_run, "tokens", periods,
+                              "No tokens to draw: these runs used none.")),
                note="input and output tokens of the runs started in each period, divided by their number"),
         _chart("runs-by-outcome", "Runs ended by a limit",
-               svg.stacked_bars("runs-by-outcome", _outcome_bars(reports["by_time"], every), "runs", list(OUTCOMES),
-                                periods), series=list(OUTCOMES)),
+               _drawn(partial(svg.stacked_bars, "runs-by-outcome", _outcome_bars(reports["by_time"], every), "runs",
+                              list(OUTCOMES), periods)), series=list(OUTCOMES)),
     ]
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

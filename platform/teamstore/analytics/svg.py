@@ -4,6 +4,10 @@
 
     svg = stacked_bars("cost-by-team", [Bar("2026-11-30", "support_triage", 0.12, "0.12")], unit="USD")
 
+A page draws each chart in both :class:`Layout` s: :data:`WIDE` for a desktop and for print, :data:`SMALL` for
+a phone, where the wide one scaled down to the screen would leave its text a few pixels high. Its style shows
+one of them (``svg.chart`` or ``svg.small-chart``), so a screen reader hears only the one shown.
+
 Every mark carries its exact figure (``data-value``), its category (``data-x``) and its series
 (``data-series``), and a ``<title>`` a browser shows on hover and a screen reader reads as the mark's name (each
 chart is a group named by the heading ``<chart id>-title`` of the page): the page's figures can be read back and
@@ -14,6 +18,7 @@ and given whole in its title.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -25,10 +30,37 @@ LEFT, RIGHT, TOP, BOTTOM = 70, 16, 14, 46
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 MOST_LABELS = 12
-CHAR_WIDTH, LABEL_GAP = 7, 12
-"""The most a character of an axis label takes (11px text) and the least room between two labels."""
+CHAR_WIDTH, LABEL_GAP, EMPTY_CHAR_WIDTH = 7, 12, 7
+"""The most a character of an axis label takes (11px text), the least room between two labels, and the most a
+character of a chart's 13px "nothing to draw" takes."""
 MIN_HEIGHT = 120
 """The least height of a chart of horizontal bars (one session's)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How wide a chart is drawn, and what fits in it.
+
+    Attributes:
+        width: The chart's width, in the pixels of its 11px text.
+        left: Room for the value axis's figures, left of the marks.
+        names: Room for a horizontal bar's name, left of its bar.
+        name_chars: The most characters of such a name written there (the whole name is in the mark's title).
+        suffix: Added to the chart's id, so both layouts of a chart are on one page.
+        css_class: The SVG element's class, which the page's style shows on its screens.
+    """
+
+    width: int
+    left: int
+    names: int
+    name_chars: int
+    suffix: str
+    css_class: str
+
+
+WIDE = Layout(WIDTH, LEFT, 210, 30, "", "chart")
+SMALL = Layout(360, 52, 140, 19, "-small", "small-chart")
+"""A phone's chart: at 360 pixels it is drawn at about the size of its text, not scaled to half of it."""
 
 
 @dataclass(frozen=True)
@@ -77,29 +109,40 @@ def _short(text: str, most: int = 28) -> str:
     return text if len(text) <= most else text[: most - 1] + "\u2026"
 
 
-def _frame(chart_id: str, body: list[str], top: float, unit: str, empty: str = "") -> str:
+def _svg(chart_id: str, layout: Layout, height: float, body: list[str]) -> str:
+    """The SVG element of a chart in ``layout``, drawn at its own size, named by the heading ``<chart id>-title``."""
+    return (f'<svg id="{_attr(chart_id + layout.suffix)}" class="{layout.css_class}" role="group" '
+            f'aria-labelledby="{_attr(chart_id)}-title" viewBox="0 0 {layout.width} {height}" '
+            f'width="{layout.width}" height="{height}" xmlns="http://www.w3.org/2000/svg">' + "".join(body) + "</svg>")
+
+
+def _frame(chart_id: str, body: list[str], top: float, unit: str, empty: str, layout: Layout) -> str:
     """The SVG element around ``body``: the value axis (0 and the top figure) and the baseline; with no
     figure above 0 (``top`` 0), no top figure but ``empty``, saying why, across the chart."""
-    base = HEIGHT - BOTTOM
+    base, left = HEIGHT - BOTTOM, layout.left
     axis = [
-        f'<line class="axis" x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="#888"/>',
-        f'<text class="tick" x="{LEFT - 6}" y="{base}" text-anchor="end">0</text>',
+        f'<line class="axis" x1="{left}" y1="{base}" x2="{layout.width - RIGHT}" y2="{base}" stroke="#888"/>',
+        f'<text class="tick" x="{left - 6}" y="{base}" text-anchor="end">0</text>',
         # On its own line above the top figure, which is right-aligned to the axis and may be long.
         f'<text class="unit" x="4" y="{TOP - 3}">{shown(unit)}</text>',
     ]
     if top:
-        axis.append(f'<text class="tick" x="{LEFT - 6}" y="{TOP + 10}" text-anchor="end">{shown(_number(top))}</text>')
+        axis.append(f'<text class="tick" x="{left - 6}" y="{TOP + 10}" text-anchor="end">{shown(_number(top))}</text>')
     else:
-        axis.append(_empty(empty, LEFT + (WIDTH - LEFT - RIGHT) / 2, (TOP + base) / 2))
-    return (f'<svg id="{_attr(chart_id)}" class="chart" role="group" aria-labelledby="{_attr(chart_id)}-title" '
-            f'viewBox="0 0 {WIDTH} {HEIGHT}" '
-            f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
-            + "".join(axis + body) + "</svg>")
+        axis.append(_empty(empty, left + (layout.width - left - RIGHT) / 2, (TOP + base) / 2, layout.width - left))
+    return _svg(chart_id, layout, HEIGHT, axis + body)
 
 
-def _empty(text: str, x: float, y: float) -> str:
-    """Why a chart has nothing above 0 to draw, in its middle (nothing when not given)."""
-    return f'<text class="empty" x="{x:.1f}" y="{y:.1f}" text-anchor="middle">{shown(text)}</text>' if text else ""
+def _empty(text: str, x: float, y: float, room: float) -> str:
+    """Why a chart has nothing above 0 to draw, in its middle (nothing when not given), in as many lines of
+    its 13px text as ``room`` needs: SVG text does not wrap by itself."""
+    if not text:
+        return ""
+    lines = textwrap.wrap(text, max(12, int(room // EMPTY_CHAR_WIDTH)))
+    first = y - (len(lines) - 1) * 8
+    return (f'<text class="empty" x="{x:.1f}" y="{first:.1f}" text-anchor="middle">'
+            + "".join(f'<tspan x="{x:.1f}" dy="{16 if i else 0}">{shown(line)}</tspan>' for i, line in enumerate(lines))
+            + "</text>")
 
 
 def _number(value: float) -> str:
@@ -112,34 +155,42 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _x_labels(categories: Sequence[str], band: float) -> list[str]:
+def _x_labels(categories: Sequence[str], band: float, layout: Layout) -> list[str]:
     longest = max((len(_short(c, 12)) for c in categories), default=1)
-    fit = int((WIDTH - LEFT - RIGHT) // (longest * CHAR_WIDTH + LABEL_GAP))  # so no two labels touch
+    fit = int((layout.width - layout.left - RIGHT) // (longest * CHAR_WIDTH + LABEL_GAP))  # so no two labels touch
     step = max(1, -(-len(categories) // max(1, min(MOST_LABELS, fit))))  # at most a dozen labels under the bars
-    return [f'<text class="label" x="{LEFT + band * (i + 0.5):.1f}" y="{HEIGHT - BOTTOM + 16}" '
+    return [f'<text class="label" x="{layout.left + band * (i + 0.5):.1f}" y="{HEIGHT - BOTTOM + 16}" '
             f'text-anchor="middle">{shown(_short(c, 12))}</text>'
             for i, c in enumerate(categories) if i % step == 0]
 
 
+def _mark(kind: str, mark: Bar, colour: str, place: str, title: str) -> str:
+    """One mark, with its figures and its title."""
+    tag = "rect" if kind == "bar" else "circle"
+    return (f'<{tag} class="{kind}" role="img" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
+            f'data-value="{_attr(mark.text)}" {place} fill="{colour}"><title>{title}</title></{tag}>')
+
+
 def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str] | None = None,
-                 categories: Sequence[str] | None = None, empty: str = "") -> str:
+                 categories: Sequence[str] | None = None, empty: str = "", *, layout: Layout = WIDE) -> str:
     """Bars per category, each series stacked on the last; one ``rect.bar`` per mark given.
 
     Args:
-        chart_id: The SVG element's id.
+        chart_id: The SVG element's id (with ``layout``'s suffix).
         bars: The marks.
         unit: What the value axis counts (a currency, "runs").
         series: The stacking order (and colours); by default the order first seen.
         categories: Every category in order, those without a mark given their empty place (the periods of a
             time axis); by default the marks' own, in the order first seen.
         empty: Why nothing is drawn, shown when no mark is above 0 (every cost 0 or unknown).
+        layout: How wide it is drawn.
     """
     categories = list(dict.fromkeys([*(categories or ()), *(b.x for b in bars)]))
     order = list(series or dict.fromkeys(b.series for b in bars))
     colour = colours(order)
     totals = {c: sum(b.value for b in bars if b.x == c) for c in categories}
     top = max(totals.values(), default=0.0)
-    band = (WIDTH - LEFT - RIGHT) / max(1, len(categories))
+    band = (layout.width - layout.left - RIGHT) / max(1, len(categories))
     scale = (HEIGHT - TOP - BOTTOM) / (top or 1.0)
     filled = dict.fromkeys(categories, 0.0)
     body = []
@@ -147,57 +198,51 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
         height = bar.value * scale
         y = HEIGHT - BOTTOM - filled[bar.x] - height
         filled[bar.x] += height
-        body.append(
-            f'<rect class="bar" role="img" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
-            f'data-value="{_attr(bar.text)}" x="{LEFT + band * categories.index(bar.x) + band * 0.12:.1f}" '
-            f'y="{y:.1f}" width="{band * 0.76:.1f}" height="{height:.1f}" fill="{colour[bar.series]}">'
-            f"<title>{isolated(bar.x)} · {isolated(bar.series)}: {shown(f'{bar.text} {unit}')}</title></rect>")
-    return _frame(chart_id, body + _x_labels(categories, band), top, unit, empty)
+        body.append(_mark(
+            "bar", bar, colour[bar.series],
+            f'x="{layout.left + band * categories.index(bar.x) + band * 0.12:.1f}" y="{y:.1f}" '
+            f'width="{band * 0.76:.1f}" height="{height:.1f}"',
+            f"{isolated(bar.x)} · {isolated(bar.series)}: {shown(f'{bar.text} {unit}')}"))
+    return _frame(chart_id, body + _x_labels(categories, band, layout), top, unit, empty, layout)
 
 
-def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str, empty: str = "") -> str:
+def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str, empty: str = "", *,
+                    layout: Layout = WIDE) -> str:
     """One ``rect.bar`` per mark, top to bottom in the order given, its category written to its left; the
     chart as tall as its bars need (a few sessions leave no empty box), at most :data:`HEIGHT`; ``empty``
     beside them when none is above 0."""
     rows = max(1, len(bars))
     height = min(26.0, (HEIGHT - TOP - BOTTOM) / rows)
     tall = max(MIN_HEIGHT, round(TOP + rows * height + TOP))
-    left, top = 210, max((b.value for b in bars), default=0.0)
-    scale = (WIDTH - left - RIGHT) / (top or 1.0)
-    body = [] if top else [_empty(empty, (left + WIDTH - RIGHT) / 2, tall / 2)]
+    left, top = layout.names, max((b.value for b in bars), default=0.0)
+    scale = (layout.width - left - RIGHT) / (top or 1.0)
+    body = [] if top else [_empty(empty, layout.width / 2, tall / 2, layout.width)]
     for i, bar in enumerate(bars):
         y = TOP + i * height
         body.append(
             f'<text class="label" x="{left - 6}" y="{y + height * 0.7:.1f}" text-anchor="end">'
-            f"{isolated(_short(bar.x, 30))}</text>"
-            f'<rect class="bar" role="img" data-x="{_attr(bar.x)}" data-series="{_attr(bar.series)}" '
-            f'data-value="{_attr(bar.text)}" x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
-            f'height="{height - 4:.1f}" fill="{PALETTE[0]}">'
-            f'<title>{isolated(bar.x)}: {shown(f"{bar.text} {unit}")}</title>'
-            "</rect>")
-    return (f'<svg id="{_attr(chart_id)}" class="chart" role="group" aria-labelledby="{_attr(chart_id)}-title" '
-            f'viewBox="0 0 {WIDTH} {tall}" '
-            f'width="{WIDTH}" height="{tall}" xmlns="http://www.w3.org/2000/svg">{"".join(body)}</svg>')
+            f"{isolated(_short(bar.x, layout.name_chars))}</text>"
+            + _mark("bar", bar, PALETTE[0], f'x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
+                    f'height="{height - 4:.1f}"', f'{isolated(bar.x)}: {shown(f"{bar.text} {unit}")}'))
+    return _svg(chart_id, layout, tall, body)
 
 
 def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[str] | None = None,
-           empty: str = "") -> str:
+           empty: str = "", *, layout: Layout = WIDE) -> str:
     """One ``circle.point`` per mark, joined by a line, categories left to right in the order given
     (``categories``: every one in order, as :func:`stacked_bars` takes them; a line crosses those without;
-    ``empty`` as it takes it)."""
+    ``empty`` and ``layout`` as it takes them)."""
     categories = list(dict.fromkeys([*(categories or ()), *(m.x for m in marks)]))
     top = max((m.value for m in marks), default=0.0)
-    band = (WIDTH - LEFT - RIGHT) / max(1, len(categories))
+    band = (layout.width - layout.left - RIGHT) / max(1, len(categories))
     scale = (HEIGHT - TOP - BOTTOM) / (top or 1.0)
-    places = [(LEFT + band * (categories.index(m.x) + 0.5), HEIGHT - BOTTOM - m.value * scale) for m in marks]
+    places = [(layout.left + band * (categories.index(m.x) + 0.5), HEIGHT - BOTTOM - m.value * scale) for m in marks]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in places)
     body = [f'<polyline class="line" points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>']
-    for (x, y), mark in zip(places, marks, strict=True):
-        body.append(
-            f'<circle class="point" role="img" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
-            f'data-value="{_attr(mark.text)}" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}">'
-            f"<title>{isolated(mark.x)}: {shown(f'{mark.text} {unit}')}</title></circle>")
-    return _frame(chart_id, body + _x_labels(categories, band), top, unit, empty)
+    body += [_mark("point", mark, PALETTE[0], f'cx="{x:.1f}" cy="{y:.1f}" r="4"',
+                   f"{isolated(mark.x)}: {shown(f'{mark.text} {unit}')}")
+             for (x, y), mark in zip(places, marks, strict=True)]
+    return _frame(chart_id, body + _x_labels(categories, band, layout), top, unit, empty, layout)
 
 
 def legend(series: Sequence[str]) -> str:
