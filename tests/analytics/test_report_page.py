@@ -500,3 +500,69 @@ def test_on_a_phone_each_chart_is_drawn_for_its_width_with_text_as_large_as_on_a
         "return [document.documentElement.clientWidth, document.documentElement.scrollWidth]")
     assert wide <= width == 390
 
+
+def _rgb(css: str) -> tuple[float, ...]:
+    return tuple(float(n) for n in re.findall(r"[\d.]+", css)[:3])
+
+
+def _luminance(css: str) -> float:
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in _rgb(css))]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _contrast(one: str, other: str) -> float:
+    """WCAG 2's contrast ratio of two computed colours (``rgb(r, g, b)``)."""
+    light, dark = sorted((_luminance(one), _luminance(other)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+COLOURS = """
+const style = (selector, property) => [...document.querySelectorAll(selector)]
+  .filter(e => e.getClientRects().length).map(e => getComputedStyle(e)[property]);
+// the page's background: the body's, else the root's, else the browser's canvas (white, as the page declares none)
+const page = [document.body, document.documentElement].map(e => getComputedStyle(e).backgroundColor)
+  .find(c => c !== 'rgba(0, 0, 0, 0)') || 'rgb(255, 255, 255)';
+return {page, chart: style('svg.chart, svg.small-chart', 'backgroundColor')[0],
+  text: style('body, h1, h2, .meta, .summary div, .summary b, td, th, .legend li, .note, .warn', 'color'),
+  labels: style('svg text', 'fill'), axis: style('svg .axis', 'stroke'),
+  marks: [...style('svg .bar, svg .point', 'fill'), ...style('svg .line', 'stroke')],
+  swatches: style('.swatch', 'backgroundColor')};
+"""
+
+
+def _seen(browser: Any, page: Path, media: str = "screen") -> dict[str, Any]:
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                            {"media": media, "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    browser.get(page.as_uri())
+    seen: dict[str, Any] = browser.execute_script(COLOURS)
+    return seen
+
+
+def test_in_a_dark_scheme_the_page_is_dark_its_text_reads_4_5_to_1_and_its_marks_3_to_1(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path
+) -> None:
+    asyncio.run(_twelve_teams(database_url))  # every colour of the palette, the shared grey among them
+    page = tmp_path / "cost.html"
+    _write(page)
+    seen = _seen(browser, page)
+    assert _luminance(seen["page"]) < 0.02 and _luminance(seen["chart"]) < 0.02, seen
+    assert "No price for mystery" in browser.find_element("tag name", "body").text  # the warning is among them
+    low = [(c, round(_contrast(c, seen["page"]), 2)) for c in seen["text"] if _contrast(c, seen["page"]) < 4.5]
+    assert low == []
+    low = [(c, round(_contrast(c, seen["chart"]), 2)) for c in seen["labels"] if _contrast(c, seen["chart"]) < 4.5]
+    assert low == []
+    assert len(set(seen["marks"])) == 10 and set(seen["swatches"]) == set(seen["marks"])  # nine, and the grey
+    marks = seen["marks"] + seen["axis"]
+    low = [(c, round(_contrast(c, seen["chart"]), 2)) for c in marks if _contrast(c, seen["chart"]) < 3]
+    assert low == []
+    low = [(c, round(_contrast(c, seen["page"]), 2)) for c in seen["swatches"] if _contrast(c, seen["page"]) < 3]
+    assert low == []
+
+
+def test_printed_with_a_dark_scheme_the_page_stays_light(ledger_env: AsyncEngine, browser: Any,
+                                                          tmp_path: Path) -> None:
+    page = tmp_path / "cost.html"
+    _write(page)
+    seen = _seen(browser, page, media="print")
+    assert _luminance(seen["page"]) > 0.9 and _luminance(seen["chart"]) > 0.9, seen
+    assert all(_contrast(c, seen["page"]) >= 4.5 for c in seen["text"]), seen["text"]

@@ -8,7 +8,7 @@ Four reports of the same filters make the page: cost by time and team, by time a
 sessions, and by time alone (tokens per run, and runs completed, ended by a limit or failed). Each is
 embedded whole as the JSON ``teamstore cost --format json`` prints for it (``<script type=
 "application/json" id="report-data">``), and the charts are inline SVG whose marks carry their figures, each
-drawn for a desktop and for a phone (:mod:`teamstore.analytics.svg`).
+drawn for a desktop and for a phone (:mod:`teamstore.analytics.svg`). Its colours have a light and a dark scheme.
 The page loads nothing: its Content-Security-Policy forbids every fetch and every script.
 """
 
@@ -35,23 +35,36 @@ from teamstore.db.snapshot import read_snapshot
 from teamstore.errors import ConfigurationError, ReportNotWritten
 
 OUTCOMES = ("completed", "ended by a limit", "failed")
+# The colours are custom properties, so a dark scheme (on a screen only: a printed page stays light) is the same
+# rules with other values. A mark's colour is its palette place's (class hue0 to hue9), as its legend swatch's;
+# the light ones are written first, so the dark scheme's, after them, win.
 # A chart is drawn twice: a phone shows the narrow one at its drawn size, as the wide one scaled to its
 # screen would have text a few pixels high. A name or figure longer than a phone is wide breaks anywhere
 # rather than push the page off the side.
-STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;padding:0 12px;max-width:820px;color:#222}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 6px} .meta{color:#555;margin:0 0 16px}
-.summary{display:flex;gap:24px;flex-wrap:wrap} .summary div{background:#f4f6f8;padding:8px 12px;border-radius:6px}
-.summary b{display:block;font-size:18px} svg.chart,svg.small-chart{max-width:100%;height:auto;background:#fcfcfc}
+STYLE = (
+    "".join(f".hue{i}{{--c:{c}}}" for i, c in enumerate(svg.PALETTE)) + """
+:root{color-scheme:light dark;--bg:#fff;--text:#222;--muted:#555;--label:#444;--panel:#f4f6f8;--chart:#fcfcfc;
+--rule:#e3e3e3;--axis:#888;--warn:#8a5a00}
+@media screen and (prefers-color-scheme:dark){:root{--bg:#121417;--text:#e4e6ea;--muted:#aeb4bd;--label:#c0c6ce;
+--panel:#1f2329;--chart:#1b1e23;--rule:#383e46;--axis:#9aa0a8;--warn:#f0b45a}"""
+    + "".join(f".hue{i}{{--c:{c}}}" for i, c in enumerate(svg.DARK_PALETTE)) + """}
+@media print{:root{color-scheme:light}}
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;padding:0 12px;max-width:820px;color:var(--text);
+background:var(--bg)}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 6px} .meta{color:var(--muted);margin:0 0 16px}
+.summary{display:flex;gap:24px;flex-wrap:wrap} .summary div{background:var(--panel);padding:8px 12px;border-radius:6px}
+.summary b{display:block;font-size:18px} svg.chart,svg.small-chart{max-width:100%;height:auto;background:var(--chart)}
 svg.small-chart{display:none} @media screen and (max-width:719.98px){svg.chart{display:none} svg.small-chart{display:block}}
-svg text{font-size:11px;fill:#444} svg text.empty{font-size:13px;fill:#555} .legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px}
+svg text{font-size:11px;fill:var(--label)} svg text.empty{font-size:13px;fill:var(--muted)} svg .axis{stroke:var(--axis)}
+svg .bar,svg .point{fill:var(--c)} svg .line{stroke:var(--c)} .swatch{background:var(--c)}
+.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px} table{border-collapse:collapse}
-td,th{padding:3px 10px;border-bottom:1px solid #e3e3e3;text-align:right} td:nth-child(2),th:nth-child(2){text-align:left}
-.note{color:#555;font-size:12px} .warn{color:#8a5a00}
+td,th{padding:3px 10px;border-bottom:1px solid var(--rule);text-align:right} td:nth-child(2),th:nth-child(2){text-align:left}
+.note{color:var(--muted);font-size:12px} .warn{color:var(--warn)}
 td{font-variant-numeric:tabular-nums} td:nth-child(2),.legend li,.summary b,.meta,.warn{overflow-wrap:anywhere}
 @media (max-width:480px){td,th{padding:3px 4px}}
 @media print{section{break-inside:avoid} h2{break-after:avoid}}
-"""
+""")
 
 
 async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,

@@ -6,7 +6,8 @@
 
 A page draws each chart in both :class:`Layout` s: :data:`WIDE` for a desktop and for print, :data:`SMALL` for
 a phone, where the wide one scaled down to the screen would leave its text a few pixels high. Its style shows
-one of them (``svg.chart`` or ``svg.small-chart``), so a screen reader hears only the one shown.
+one of them (``svg.chart`` or ``svg.small-chart``), so a screen reader hears only the one shown. A mark's class
+names its place in the palette (``hue0`` to ``hue9``), by which the style colours it for a light or dark scheme.
 
 Every mark carries its exact figure (``data-value``), its category (``data-x``) and its series
 (``data-series``), and a ``<title>`` a browser shows on hover and a screen reader reads as the mark's name (each
@@ -29,6 +30,9 @@ WIDTH, HEIGHT = 760, 280
 LEFT, RIGHT, TOP, BOTTOM = 70, 16, 14, 46
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
+DARK_PALETTE = ("#6a9bd1", *PALETTE[1:-1], "#8b9097")
+"""The same series on a dark background: the blue lighter, so it stands 3:1 from it as every other colour does,
+and the shared grey darker, so the series it folds together stay behind the named ones."""
 MOST_LABELS = 12
 CHAR_WIDTH, LABEL_GAP, EMPTY_CHAR_WIDTH = 7, 12, 7
 """The most a character of an axis label takes (11px text), the least room between two labels, and the most a
@@ -80,11 +84,11 @@ class Bar:
     text: str
 
 
-def colours(series: Sequence[str]) -> dict[str, str]:
-    """A colour per series, in the order given; past ten, the first nine keep theirs and the rest share the
-    palette's last, grey, so no two series a reader tells apart by colour look alike."""
+def slots(series: Sequence[str]) -> dict[str, int]:
+    """A place in the palette per series (its colour, in :data:`PALETTE` or :data:`DARK_PALETTE`), in the order given; past ten, the first nine keep theirs and the rest
+    share the palette's last, grey, so no two series a reader tells apart by colour look alike."""
     folded = len(series) > len(PALETTE)
-    return {name: PALETTE[min(i, len(PALETTE) - 1) if folded else i] for i, name in enumerate(series)}
+    return {name: min(i, len(PALETTE) - 1) if folded else i for i, name in enumerate(series)}
 
 
 def _attr(value: object) -> str:
@@ -164,11 +168,12 @@ def _x_labels(categories: Sequence[str], band: float, layout: Layout) -> list[st
             for i, c in enumerate(categories) if i % step == 0]
 
 
-def _mark(kind: str, mark: Bar, colour: str, place: str, title: str) -> str:
-    """One mark, with its figures and its title."""
+def _mark(kind: str, mark: Bar, slot: int, place: str, title: str) -> str:
+    """One mark of the series in palette place ``slot`` (its class ``hue<slot>``, by which a page's style gives
+    it the colour of its scheme), with its figures and its title."""
     tag = "rect" if kind == "bar" else "circle"
-    return (f'<{tag} class="{kind}" role="img" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
-            f'data-value="{_attr(mark.text)}" {place} fill="{colour}"><title>{title}</title></{tag}>')
+    return (f'<{tag} class="{kind} hue{slot}" role="img" data-x="{_attr(mark.x)}" data-series="{_attr(mark.series)}" '
+            f'data-value="{_attr(mark.text)}" {place} fill="{PALETTE[slot]}"><title>{title}</title></{tag}>')
 
 
 def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str] | None = None,
@@ -187,7 +192,7 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
     """
     categories = list(dict.fromkeys([*(categories or ()), *(b.x for b in bars)]))
     order = list(series or dict.fromkeys(b.series for b in bars))
-    colour = colours(order)
+    slot = slots(order)
     totals = {c: sum(b.value for b in bars if b.x == c) for c in categories}
     top = max(totals.values(), default=0.0)
     band = (layout.width - layout.left - RIGHT) / max(1, len(categories))
@@ -199,7 +204,7 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
         y = HEIGHT - BOTTOM - filled[bar.x] - height
         filled[bar.x] += height
         body.append(_mark(
-            "bar", bar, colour[bar.series],
+            "bar", bar, slot[bar.series],
             f'x="{layout.left + band * categories.index(bar.x) + band * 0.12:.1f}" y="{y:.1f}" '
             f'width="{band * 0.76:.1f}" height="{height:.1f}"',
             f"{isolated(bar.x)} · {isolated(bar.series)}: {shown(f'{bar.text} {unit}')}"))
@@ -222,7 +227,7 @@ def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str, empty: str = 
         body.append(
             f'<text class="label" x="{left - 6}" y="{y + height * 0.7:.1f}" text-anchor="end">'
             f"{isolated(_short(bar.x, layout.name_chars))}</text>"
-            + _mark("bar", bar, PALETTE[0], f'x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
+            + _mark("bar", bar, 0, f'x="{left}" y="{y + 2:.1f}" width="{bar.value * scale:.1f}" '
                     f'height="{height - 4:.1f}"', f'{isolated(bar.x)}: {shown(f"{bar.text} {unit}")}'))
     return _svg(chart_id, layout, tall, body)
 
@@ -238,21 +243,21 @@ def points(chart_id: str, marks: Sequence[Bar], unit: str, categories: Sequence[
     scale = (HEIGHT - TOP - BOTTOM) / (top or 1.0)
     places = [(layout.left + band * (categories.index(m.x) + 0.5), HEIGHT - BOTTOM - m.value * scale) for m in marks]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in places)
-    body = [f'<polyline class="line" points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>']
-    body += [_mark("point", mark, PALETTE[0], f'cx="{x:.1f}" cy="{y:.1f}" r="4"',
+    body = [f'<polyline class="line hue0" points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>']
+    body += [_mark("point", mark, 0, f'cx="{x:.1f}" cy="{y:.1f}" r="4"',
                    f"{isolated(mark.x)}: {shown(f'{mark.text} {unit}')}")
              for (x, y), mark in zip(places, marks, strict=True)]
     return _frame(chart_id, body + _x_labels(categories, band, layout), top, unit, empty, layout)
 
 
 def legend(series: Sequence[str]) -> str:
-    """The colour of each series, as an HTML list under a chart; those sharing the grey of :func:`colours`
-    in one item naming them all."""
-    shared = PALETTE[-1] if len(series) > len(PALETTE) else None
-    named = [(name, c) for name, c in colours(series).items() if c != shared]
-    rest = [name for name, c in colours(series).items() if c == shared]
-    items = [f'<li><span class="swatch" style="background:{c}"></span>{shown(name)}</li>' for name, c in named]
+    """The colour of each series, as an HTML list under a chart (a swatch of class ``hue<slot>``, as its marks);
+    those sharing the grey of :func:`slots` in one item naming them all."""
+    shared = len(PALETTE) - 1 if len(series) > len(PALETTE) else None
+    named = [(name, slot) for name, slot in slots(series).items() if slot != shared]
+    rest = [name for name, slot in slots(series).items() if slot == shared]
+    items = [f'<li><span class="swatch hue{slot}"></span>{shown(name)}</li>' for name, slot in named]
     if rest:
-        items.append(f'<li><span class="swatch" style="background:{shared}"></span>'
+        items.append(f'<li><span class="swatch hue{shared}"></span>'
                      f"{shown(f'the other {len(rest)}: ' + ', '.join(rest))}</li>")
     return f'<ul class="legend">{"".join(items)}</ul>'
