@@ -1,9 +1,11 @@
 """The migrations on SQLite and a real Postgres: they build exactly the declared schema, come down to
-nothing and go up again, and on Postgres store session states with lz4 (migration 0006)."""
+nothing and go up again, on Postgres store session states with lz4 (migration 0006), and keep erasure requests
+filed as twins before request ids were unique as twins compare them (migration 0022)."""
 
 from __future__ import annotations
 
 import importlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 import teamstore.audit.schema
 import teamstore.db.fence
@@ -24,7 +27,8 @@ from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import create_engine
 from teamstore.db.metadata import metadata
 from teamstore.db.migrate import alembic_config, current_revision, head_revision, require_current, upgrade
-from teamstore.errors import SchemaNotReady
+from teamstore.erasure import requests
+from teamstore.errors import ErasureConflict, SchemaNotReady
 from teamstore.state.base import SessionKey
 from teamstore.state.factory import store_for
 from tests.audit.teams import context
@@ -198,4 +202,37 @@ async def test_an_upgrade_a_view_of_ones_own_stops_names_the_migration_and_the_v
     async with engine.begin() as conn:
         await conn.execute(text("DROP VIEW my_costs"))
     assert await upgrade(engine) == head_revision()
+    await engine.dispose()
+
+
+async def test_request_ids_filed_as_twins_before_0022_keep_resuming_and_the_oldest_keeps_their_folded_id(
+    database_url: str,
+) -> None:
+    # Migration 0022 makes the folded request id unique. Twins filed before it stay: the oldest takes the folded
+    # id, the others none; each still resumes under its exact id, and a new twin of theirs is refused naming them.
+    engine = create_engine(database_url)
+    await upgrade(engine, "0021")
+    now = datetime.now(UTC)
+    filed = [("req-7", None, "completed"), ("REQ-7", "ivy", "open"), ("Req-7 ", None, "completed"),
+             ("İD-1", None, "completed"), ("id-1", None, "completed")]
+    async with engine.begin() as conn:  # oldest first
+        for age, (request_id, user_id, status) in enumerate(reversed(filed)):
+            received = now - timedelta(minutes=age)
+            await conn.execute(text(
+                "INSERT INTO ts_erasure_requests (request_id, user_id, status, received_at, due_at, updated_at) "
+                "VALUES (:request_id, :user_id, :status, :received, :received, :received)"),
+                {"request_id": request_id, "user_id": user_id, "status": status, "received": received})
+    assert await upgrade(engine) == head_revision()
+
+    async with engine.connect() as conn:
+        folded = dict((await conn.execute(text("SELECT request_id, folded_id FROM ts_erasure_requests"))).all())
+    assert folded == {"req-7": "req-7", "REQ-7": None, "Req-7 ": None, "İD-1": "İd-1", "id-1": "id-1"}
+    assert not (await requests.open_request(engine, "REQ-7", "ivy", None, 30)).created_now  # resumed, as it was
+    with pytest.raises(ErasureConflict, match="'REQ-7' and 'Req-7 ' and 'req-7' only in letter case"):
+        await requests.open_request(engine, "rEq-7", "jo", None, 30)
+    with pytest.raises(IntegrityError):  # the database itself refuses a second request of a folded id
+        async with engine.begin() as conn:
+            await conn.execute(text(
+                "INSERT INTO ts_erasure_requests (request_id, status, received_at, due_at, updated_at, folded_id) "
+                "VALUES ('rEq-7', 'open', :now, :now, :now, 'req-7')"), {"now": now})
     await engine.dispose()

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from config_registry import Registry
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure import RequestStatus, StepStatus, record, requests
-from teamstore.erasure.schema import erasure_requests
+from teamstore.erasure.schema import erasure_requests, folded_id
 from teamstore.erasure.steps import StepContext
 from teamstore.erasure.steps.database import resume_step
 from teamstore.errors import ErasureConflict
@@ -168,15 +168,16 @@ async def holds_waiting(engine: AsyncEngine) -> AsyncIterator[Callable[[int], Aw
         await holder.rollback()
 
 
-@pytest.mark.parametrize("first, second", [("id-9", "İD-9"), ("İD-9", "id-9")])
-async def test_an_id_the_database_folds_to_a_stored_ids_twin_is_refused_whichever_was_filed_first(
-    engine: AsyncEngine, first: str, second: str
+@pytest.mark.parametrize("first, second, twins", [
+    ("REQ-9", "req-9", True), ("req-9", "Req-9", True),
+    ("id-9", "İD-9", False), ("İD-9", "id-9", False), ("Ä-9", "ä-9", False), ("ǅ-9", "ǆ-9", False),
+])
+async def test_request_ids_are_twins_by_ascii_letter_case_alone_on_every_database_whichever_was_filed_first(
+    engine: AsyncEngine, first: str, second: str, twins: bool
 ) -> None:
-    """Beyond ASCII the database's ``lower`` and Python's disagree (``İ``: ``i`` on a Postgres whose locale is
-    UTF-8's, ``i̇`` in Python, itself on SQLite and under a ``C`` locale): twins are what the database's fold
-    makes equal, in either order."""
-    async with engine.connect() as conn:
-        twins = bool(await conn.scalar(select(func.lower(func.trim(first)) == func.lower(func.trim(second)))))
+    """Beyond ASCII the databases' ``lower`` and Python's disagree (``İ``: ``i`` on a Postgres whose locale is
+    UTF-8's, ``i̇`` in Python, itself on SQLite and under a ``C`` locale; ``Ä`` is ``ä`` but on SQLite): twins
+    are the ids whose ASCII letters alone differ in case, on SQLite and Postgres alike."""
     await requests.open_request(engine, first, "ivy", None, 30)
 
     if twins:
@@ -185,8 +186,30 @@ async def test_an_id_the_database_folds_to_a_stored_ids_twin_is_refused_whicheve
     else:
         await requests.open_request(engine, second, "jo", None, 30)
     async with engine.connect() as conn:
-        stored = (await conn.execute(select(erasure_requests.c.request_id))).scalars().all()
-    assert sorted(stored) == sorted([first] if twins else [first, second])
+        stored = dict((await conn.execute(select(erasure_requests.c.request_id, erasure_requests.c.folded_id))).all())
+    assert stored == {request_id: folded_id(request_id) for request_id in ([first] if twins else [first, second])}
+
+
+async def test_a_twin_filed_after_the_check_looked_is_refused_by_the_database_as_the_check_refuses_it(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process files ``REQ-9`` between this filing's look for twins and its insert: the unique folded id
+    skips the insert, and the filing is refused naming the twin (never a database error, nor a second request)."""
+    check = requests.check_new_request
+
+    async def twin_filed_meanwhile(engine: AsyncEngine, request_id: str | None, user_id: str) -> None:
+        await check(engine, request_id, user_id)
+        if request_id == "req-9":
+            await requests.open_request(engine, "REQ-9", "ivy", None, 30)
+
+    monkeypatch.setattr(requests, "check_new_request", twin_filed_meanwhile)
+    with pytest.raises(ErasureConflict, match="differs from the stored request 'REQ-9' only in letter case") as refused:
+        await requests.open_request(engine, "req-9", "jo", None, 30)
+
+    assert "teamstore erase status REQ-9" in (refused.value.hint or "")
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(erasure_requests.c.request_id))).scalars().all() == ["REQ-9"]
+    assert await requests.open_request_of(engine, "jo") is None  # nor was jo fenced
 
 
 async def test_twin_request_ids_filed_at_the_same_instant_open_one_request_and_the_other_is_refused_naming_it(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -32,7 +32,7 @@ from teamstore.db.engine import describe_failure
 from teamstore.db.fence import user_holds
 from teamstore.db.statements import insert_new
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
-from teamstore.erasure.schema import REQUEST_ID, erasure_requests
+from teamstore.erasure.schema import REQUEST_ID, erasure_requests, folded_id
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, InvalidIdentifier, StoreUnavailable
 from teamstore.export.nearby import check_stored_if_unusable
 from teamstore.ids import invisible, lone_surrogate
@@ -185,29 +185,19 @@ async def get_request(engine: AsyncEngine, request_id: str) -> RequestRow | None
 
 
 async def near_ids(engine: AsyncEngine, request_id: str) -> list[str]:
-    """The stored request ids, other than ``request_id`` itself, that differ from it only in letter case or
-    surrounding spaces (at most three): ``REQ-7`` for ``req-7``. The desk lists every request id anyway (SQLite
-    folds ASCII letters only, as for user ids).
+    """The stored request ids, other than ``request_id`` itself, that are its twins (at most three): they differ from
+    it only in ASCII letter case or spaces around it (:func:`teamstore.erasure.schema.folded_id`), ``REQ-7`` for
+    ``req-7``.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
+    # Twins filed before migration 0022 keep no folded id but the oldest's: they are few, and folded here.
+    r, folded = erasure_requests.c, folded_id(request_id)
     async with db(engine, "read the erasure requests") as conn:
-        return await _near_ids(conn, request_id)
-
-
-async def _near_ids(conn: AsyncConnection, request_id: str) -> list[str]:
-    r = erasure_requests.c
-    near = (await conn.execute(select(r.request_id).where(
-        func.lower(func.trim(r.request_id)) == folded(request_id), r.request_id != request_id)
-        .order_by(r.request_id).limit(3))).scalars().all()
-    return list(near)
-
-
-def folded(request_id: str) -> ColumnElement[str]:
-    """``request_id`` as twins compare, folded by the database as it folds the stored ids (its ``lower`` and
-    Python's disagree beyond ASCII: ``İ``, or every letter but ASCII's under a ``C`` locale)."""
-    return func.lower(func.trim(literal(request_id, erasure_requests.c.request_id.type)))
+        found = (await conn.execute(select(r.request_id).where(
+            or_(r.folded_id == folded, r.folded_id.is_(None)), r.request_id != request_id))).scalars().all()
+    return sorted(twin for twin in found if folded_id(twin) == folded)[:3]
 
 
 async def not_found(engine: AsyncEngine, request_id: str) -> ErasureRequestNotFound:
@@ -290,7 +280,7 @@ async def open_request(
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
         return RequestRow(**{**existing.__dict__, **missing})
-    await check_new_request(engine, request_id, user_id)  # its twins are read again under the filing's lock
+    await check_new_request(engine, request_id, user_id)  # a twin filed meanwhile is refused by the insert
     if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)
@@ -311,13 +301,13 @@ async def _insert_request(
     requested_by: str | None = None,
 ) -> bool:
     """Insert the request and the user's hold in one transaction; False (and nothing written) if either key
-    is taken: the request id, or the user's open request or hold.
+    is taken: the request id or its folded id (a twin's, filed since :func:`check_new_request` looked), or the
+    user's open request or hold.
 
     Neither insert may fail on the key: Postgres would log the key, the raw user id, where erasure never
     reaches it. So each skips a taken key, and a skipped one rolls the transaction back.
 
     Raises:
-        ErasureConflict: A stored request's id differs from this one only in letter case or spaces.
         StoreUnavailable: The database could not be reached.
     """
     # On the database's clock (on Postgres the server's): the fence's grace counts from received_at, on whichever
@@ -326,13 +316,11 @@ async def _insert_request(
     now = shared_now(dialect)
     values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
               "received_at": now, "due_at": shared_later(dialect, timedelta(days=due_days)), "updated_at": now,
-              "requested_by": requested_by}
+              "requested_by": requested_by, "folded_id": folded_id(request_id)}
     hold = {"user_id": user_id, "reason": HOLD_REASON, "request_id": request_id, "created_at": now}
     async with engine.connect() as conn:
         try:
             async with conn.begin() as transaction:
-                if twins := await _twins_locked(conn, request_id):
-                    raise twin_of(request_id, twins)
                 opened = await conn.execute(insert_new(dialect, erasure_requests).values(**values)
                                             .returning(erasure_requests.c.request_id))
                 held = opened.first() is not None and (await conn.execute(
@@ -346,19 +334,6 @@ async def _insert_request(
                 hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
             ) from exc
     return True
-
-
-async def _twins_locked(conn: AsyncConnection, request_id: str) -> list[str]:
-    """The stored ids differing from ``request_id`` only in letter case or spaces (:func:`near_ids`), read under
-    a lock that a filing of any of its twins takes too, until the caller's transaction ends: two officers
-    filing ``REQ-7`` and ``req-7`` at the same instant would each find the other not yet stored. No unique
-    index does it: databases hold twins filed before ids were compared this way, and those must still resume.
-    On Postgres a transaction-scoped advisory lock on the folded id; on SQLite the database's write lock."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(folded(request_id)))))
-    else:
-        await conn.exec_driver_sql("BEGIN IMMEDIATE")  # pysqlite would open the transaction only at the insert
-    return await _near_ids(conn, request_id)
 
 
 def same_user(row: RequestRow, user_id: str) -> RequestRow:
@@ -376,12 +351,15 @@ def same_user(row: RequestRow, user_id: str) -> RequestRow:
 
 
 async def _conflict(engine: AsyncEngine, request_id: str, user_id: str) -> ErasureConflict:
+    """Why the insert of a new request was skipped: its id, a twin's, or the user's open request."""
     raced = await get_request(engine, request_id)
     if raced is not None and raced.user_id == user_id:
         return ErasureConflict(
             f"request {request_id!r} was opened by another process at the same moment",
             hint="let that process finish; `teamstore erase status` shows it",
         )
+    if twins := await near_ids(engine, request_id):
+        return twin_of(request_id, twins)
     return already_open(await open_request_of(engine, user_id))
 
 

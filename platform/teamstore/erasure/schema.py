@@ -11,10 +11,12 @@ and only a keyed hash of the subject stays, in the stored receipt. ``user_id`` i
 has at most one open request (completed requests have ``NULL`` there). Created by migration
 ``0003_erasure`` (``teamstore db upgrade``), never implicitly; migration ``0012`` adds who asked, the one
 extension of the due date, and ``ts_erasure_attempts`` (who ran each attempt of a request); ``0021`` when a
-step began its wait.
+step began its wait; ``0022`` the folded id twins share (:func:`folded_id`), unique.
 """
 
 from __future__ import annotations
+
+import string
 
 from sqlalchemy import JSON, Column, DateTime, Index, Integer, PrimaryKeyConstraint, String, Table, Text
 
@@ -24,6 +26,17 @@ from teamstore.people import MAX_PERSON_CHARS
 
 REQUEST_ID = 128
 KEY = 64
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def folded_id(request_id: str) -> str:
+    """``request_id`` as twins compare: without the spaces (U+0020) around it, its ASCII letters in lower case and
+    every other character as it is. ``REQ-7``, ``req-7`` and ``"Req-7 "`` are twins; ``İD-9`` and ``id-9``, or
+    ``Ä-1`` and ``ä-1``, are not. Folded here and stored (``folded_id``) rather than by the database: Postgres's
+    ``lower`` folds what its locale says (``Ä`` under UTF-8's, not under ``C``) and SQLite's ASCII alone, so
+    twins would depend on the database they were filed in."""
+    return request_id.strip(" ").translate(_ASCII_LOWER)
+
 
 erasure_requests = Table(
     "ts_erasure_requests",
@@ -49,8 +62,12 @@ erasure_requests = Table(
     Column("extension_reason", Text, nullable=True),
     Column("extended_at", DateTime(timezone=True), nullable=True),
     Column("extension_operator", String(MAX_PERSON_CHARS), nullable=True),
+    # The request id as twins compare (folded_id()): unique, so no two filings open twin requests. NULL on the
+    # younger of twins filed before migration 0022, which keep resuming under their exact ids.
+    Column("folded_id", String(REQUEST_ID), nullable=True),
     # The metrics' gauges read the requests of a few statuses, finished ones by when (migration 0020).
     Index("ix_ts_erasure_requests_status", "status", "completed_at"),
+    Index("uq_ts_erasure_requests_folded_id", "folded_id", unique=True),
 )
 
 # One row per run of a request (a rerun resumes it: a second attempt), with who ran it and how it ended.
