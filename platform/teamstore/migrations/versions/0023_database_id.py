@@ -5,8 +5,8 @@ it, so ``teamstore keys retire`` destroys a key the database does not record (ma
 restored from) only if this database made it, never the keys of another database sharing the file
 (:mod:`teamstore.keys.unrecorded`). Made here, so that every backup taken from this revision on holds it.
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
