@@ -106,7 +106,7 @@ async def test_a_refused_state_is_quarantined_as_the_row_held_it_and_restores_wh
     qid = await sealed.quarantine(row, owner="w2", reason="definition_changed", detail="renamed")
     await sealed.release(SessionKey(*KEY), owner="w2", discard_empty=False)
     assert await _raw(engine, quarantine) == [at_rest]  # the very sealed bytes, never opened on the way
-    assert (await sealed.get_quarantined(qid)).state_bytes == len(CANARY)  # type: ignore[union-attr]
+    assert (await sealed.get_quarantined(qid)).state_bytes == len(at_rest)  # type: ignore[union-attr]
     await sealed.restore_quarantined(qid, ttl=timedelta(days=1))
     row = await acquire(sealed, SessionKey(*KEY), owner="w3")
     assert row.state == CANARY and not row.defects

@@ -67,6 +67,33 @@ def test_a_quarantined_state_is_restored_from_the_command_line(registry: Registr
     assert missing.exit_code == 1 and "no quarantined state has id 999999" in missing.output
 
 
+def test_the_quarantine_lists_a_state_s_stored_size_and_its_restore_gives_the_same_and_the_opened_one(
+    registry: Registry,
+) -> None:
+    v1 = registry.resolve("support_triage@production").version
+    _run("My router ZX-81 drops every evening")
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production", allow_incompatible=True)
+    _run("hello again")  # refused as it opens (definition_changed), and set aside
+    registry.label("support_triage", v1, "production", reason="roll back the rename")
+    (refused,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
+    first = json.loads(runner.invoke(app, ["sessions", "restore", str(refused["id"]), "--replace", "--json"]).stdout)
+    (replaced,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)  # set aside by it
+
+    again = runner.invoke(app, ["sessions", "restore", str(replaced["id"]), "--replace"])
+    shown = json.loads(runner.invoke(app, ["sessions", "show", "--user", "alice", "--session", "s1",
+                                           "--json"]).stdout)
+    # Each state the listing gave is restored at that stored size, as `sessions show` then gives it.
+    assert first["state_bytes"] == refused["state_bytes"]
+    assert shown["state_bytes"] == replaced["state_bytes"] < shown["opened_state_bytes"]
+    assert (f"{shown['state_bytes']} bytes stored, {shown['opened_state_bytes']} opened"
+            in " ".join(again.stdout.split()))
+    assert first["opened_state_bytes"] > first["state_bytes"]
+    runner.invoke(app, ["sessions", "restore", str(refused["id"]), "--replace"])  # to list the one it replaced
+    header = runner.invoke(app, ["sessions", "quarantine"]).stdout.split("─")[0]
+    assert "stored" in header and "bytes" in header
+
+
 def test_a_session_is_deleted_from_the_command_line(registry: Registry) -> None:
     _run("My router ZX-81 drops every evening")
     done = runner.invoke(app, ["sessions", "delete", "--user", "alice", "--session", "s1", "--json"])

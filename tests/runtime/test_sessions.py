@@ -1088,7 +1088,7 @@ async def test_an_id_that_is_not_a_string_is_refused_with_how_to_pass_it(platfor
 
 async def test_a_state_over_a_lowered_cap_starts_fresh_instead_of_never_saving_again(platform: Platform) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
-    stored = await stored_state(platform, "alice", "s1")
+    stored, at_rest = await stored_state(platform, "alice", "s1"), await raw_state(platform, "alice", "s1")
     platform.settings = platform.settings.model_copy(update={"state_max_bytes": len(stored) - 1})
     result, outcome = await talk(platform, "alice", "s1", "hello again")  # saves: the fresh state is small
     assert outcome.outcome == "too_large" and outcome.quarantined
@@ -1096,7 +1096,7 @@ async def test_a_state_over_a_lowered_cap_starts_fresh_instead_of_never_saving_a
     assert "ZX-81" not in researcher_reply(result)
     assert await stored_state(platform, "alice", "s1") != stored
     (refused,) = await platform.store.list_quarantined(user_id="alice")
-    assert (refused.reason, refused.state_bytes) == ("too_large", len(stored.encode()))  # set aside, not lost
+    assert (refused.reason, refused.state_bytes) == ("too_large", len(at_rest))  # set aside as stored, not lost
     platform.settings = platform.settings.model_copy(update={"state_max_bytes": 1_000_000})
     await platform.restore_quarantined(refused.id, replace=True)  # once the cap is raised again, it comes back
     result, outcome = await talk(platform, "alice", "s1", "still broken")

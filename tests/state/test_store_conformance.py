@@ -127,10 +127,10 @@ async def test_quarantine_moves_the_state_aside_with_reason(store: StateStore) -
     row = await acquire(store, key, owner="w2")
     await store.quarantine(row, owner="w2", reason="corrupt", detail="researcher: not an agent state")
     kept = await store.list_quarantined("alice")
-    assert [(q.reason, q.session_id, q.state_bytes) for q in kept] == [("corrupt", "s1", 14)]
     async with store.engine.connect() as conn:
         raw = (await conn.execute(select(quarantine.c.state))).scalar_one()
     assert is_sealed_text(raw) and "garbage" not in raw  # set aside sealed, as the row held it
+    assert [(q.reason, q.session_id, q.state_bytes) for q in kept] == [("corrupt", "s1", len(raw))]  # its size
     current = await store.get(key)
     assert current is not None and current.state is None and current.row_version == 1
 

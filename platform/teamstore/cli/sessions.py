@@ -327,7 +327,8 @@ def list_quarantine(
         if not rows:  # an empty table would leave the reader asking whether the listing worked
             console.print(f"no refused state is set aside{' for this user' if user is not None else ''}")
             return
-        print_table(("id", "user", "session", "reason", "detail", "bytes", "when"),
+        # "stored": sealed and compressed, as `sessions list` and `show` give state_bytes and a restore stores it.
+        print_table(("id", "user", "session", "reason", "detail", "stored bytes", "when"),
                     [[str(q["id"]), plain(q["user_id"]), plain(q["session_id"]), plain(q["reason"]),
                       plain(q["detail"]), str(q["state_bytes"]), str(q["quarantined_at"])[:19]] for q in rows],
                     fixed=(0, 1, 2, 5, 6), right=(0, 5))  # the ids whole, to be given to `sessions restore`
@@ -375,15 +376,20 @@ def restore_quarantined(
     replace: bool = typer.Option(False, "--replace", help="Quarantine the state the session saved since."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Put a quarantined state back as its session's state; the next run validates it again."""
+    """Put a quarantined state back as its session's state; the next run validates it again. Its sizes are
+    given as `sessions show` gives them: stored (what `sessions quarantine` lists) and opened."""
+
+    from teamstore.runtime.inspect import describe_session
 
     async def go(app: App) -> dict[str, Any]:
         # The registry, which gives the team's TTL, is only read (a missing one is said, not made); no audit.
         async with app.platform(audit=False) as platform:
             restored = await platform.restore_quarantined(quarantine_id, replace=replace)
         row = restored.session
+        shown = describe_session(row)
         return {"restored": quarantine_id, "user_id": row.user_id, "session_id": row.session_id, "team": row.team,
-                "team_version": row.team_version, "row_version": row.row_version, "state_bytes": row.state_bytes,
+                "team_version": row.team_version, "row_version": row.row_version,
+                "state_bytes": shown["state_bytes"], "opened_state_bytes": shown["opened_state_bytes"],
                 "replaced_by": restored.replaced_by}
 
     # Only a database that exists holds quarantined states; the platform checks the schema as it opens.
@@ -393,12 +399,18 @@ def restore_quarantined(
 
     def render(d: dict[str, Any]) -> None:
         console.print(plain(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
-                             f"{d['session_id']!r} ({d['team']}@{d['team_version']}, {d['state_bytes']} bytes, "
+                             f"{d['session_id']!r} ({d['team']}@{d['team_version']}, {_sizes(d)}, "
                              f"row version {d['row_version']})"))
         if d["replaced_by"] is not None:
             console.print(f"the state it replaced is quarantined as {d['replaced_by']}")
 
     emit(data, as_json=as_json, render=render)
+
+
+def _sizes(d: dict[str, Any]) -> str:
+    """A restored state's sizes in words: stored, as the quarantine listed it, and opened."""
+    opened = d["opened_state_bytes"]
+    return f"{d['state_bytes']} bytes stored, " + (f"{opened} opened" if opened is not None else "does not open")
 
 
 @db_app.command("upgrade")

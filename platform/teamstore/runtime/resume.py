@@ -191,7 +191,7 @@ def _refusal(
         return "definition_changed", change
     if max_bytes is not None and row.state_bytes > max_bytes:
         # Resumed, every save of this session would be refused (StateTooLarge) and it would never move on.
-        return "too_large", f"stored state is {row.state_bytes:,} bytes, over today's cap of {max_bytes:,}"
+        return "too_large", f"the state is {row.state_bytes:,} bytes opened, over today's cap of {max_bytes:,}"
     return None
 
 

@@ -262,14 +262,17 @@ class SealedStateStore:
         return quarantined
 
     async def _as_held(self, row: StoredSession, held: Held | None) -> StoredSession:
-        """``row`` with its state and checkpoint as the row held them (the state's own size stays, as listings
-        show it); a plain one this store never read from the row is sealed."""
+        """``row`` with its state and checkpoint as the row held them, and ``state_bytes`` the size of the state
+        as set aside (as a session row's is: the quarantine lists it, and a restore stores those very bytes); a
+        plain one this store never read from the row is sealed."""
         state, checkpoint = held if held is not None else (None, None)
         changes: dict[str, Any] = {}
         if isinstance(state, str) and state != row.state:
             changes["state"] = state
         elif state is None and _plain(row.state):
             changes["state"] = await self._sealed_copy(row.user_id, row.state, context(row.session_id))
+        if "state" in changes:
+            changes["state_bytes"] = len(changes["state"].encode("utf-8"))
         if isinstance(checkpoint, str) and checkpoint != row.checkpoint:
             changes["checkpoint"] = checkpoint
         elif checkpoint is None and _plain(row.checkpoint):
