@@ -404,6 +404,8 @@ def _amount(row: dict[str, Any]) -> str:
 
 
 def _erase(user: str, session: str) -> None:
+    from teamstore.erasure.receipt import Remains
+
     receipt = teamstore("erase", "--user", user, "--reason", "demo: user asked to be forgotten", "--yes",
                         "--requested-by", "demo: the user", ok=(0, 2))
     rows = [[store, step["status"], *(str(step["counts"][k]) for k in ("rows", "objects", "versions", "bytes"))]
@@ -411,8 +413,8 @@ def _erase(user: str, session: str) -> None:
     console.print(f"receipt {receipt['request_id']}: {receipt['status']}, due {receipt['due_at'][:10]}")
     print_table(("store", "status", "rows", "objects", "versions", "bytes"), rows, fixed=range(6), right=range(2, 6),
                 out=console, narrow="blocks")
-    for item in receipt["remains_elsewhere"]:
-        console.print(f"  remains by design: {item['what']} until {item['until'][:10]} - {item['detail']}")
+    for item in map(Remains.model_validate, receipt["remains_elsewhere"]):
+        console.print(f"  remains by design: {item.what} {item.dates()} - {item.detail}")
     left = teamstore("sessions", "list", "--user", user)
     console.print(f"  sessions left for {user}: {len(left)}")
     if receipt["status"] != "completed":  # shown above with its reasons; the main job did not do its job

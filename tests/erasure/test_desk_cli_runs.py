@@ -125,3 +125,21 @@ def test_an_erasure_stopped_by_ctrl_c_sigterm_or_sighup_names_the_request_and_it
     first, second = receipt["attempts"]
     assert first["ended_at"] is not None and first["status"] is None  # stopped: ended without a verdict
     assert second["status"] == "completed"
+
+
+def test_a_receipt_says_when_the_words_in_backups_become_unreadable_and_apart_when_their_ids_expire(
+    registry: Registry,
+) -> None:
+    _populate("vic")
+    done = cli("erase", "--user", "vic", "--request-id", "req-bk", "--reason", "art. 17", "--yes", "--json")
+    assert done.exit_code == 0, done.output
+    backups = next(r for r in json.loads(done.stdout)["remains_elsewhere"] if r["what"] == "database backups")
+    words, ids = (datetime.fromisoformat(backups[k]) for k in ("unreadable_by", "expires_at"))
+    assert words < ids  # the rotation bound (29 days by default) comes before the backups' expiry (35)
+    assert datetime.fromisoformat(backups["until"]) == words  # as receipts have always given it
+
+    shown = " ".join(cli("erase", "status", "req-bk").stdout.split())
+    assert (f"database backups (the user's words in them unreadable by {words:%Y-%m-%d}; ids readable until "
+            f"{ids:%Y-%m-%d}, when they expire):") in shown
+    spans = next(r for r in json.loads(done.stdout)["remains_elsewhere"] if r["what"] == "tracing backend")
+    assert spans["unreadable_by"] is None and spans["expires_at"] == spans["until"]

@@ -112,8 +112,8 @@ def _render(receipt: Receipt, out: Console = console) -> None:
         out.print(f"[bold red]overdue[/]: due {receipt.effective_due_at:%Y-%m-%d}{extended} and still {receipt.status}")
     _render_desk(receipt, out)
     for remains in receipt.remains_elsewhere:
-        out.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} until "
-                  f"{remains.until:%Y-%m-%d}: {plain(remains.detail)}")
+        out.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} {remains.dates()}: "
+                  f"{plain(remains.detail)}")
 
 
 def _render_desk(receipt: Receipt, out: Console) -> None:

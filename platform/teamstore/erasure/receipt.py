@@ -106,8 +106,23 @@ class Remains(BaseModel):
 
     what: str
     until: datetime
+    """The first of ``unreadable_by`` and ``expires_at``: kept as receipts have always given it. It is not when
+    the place ends for backups with ``unreadable_by``: their ids stay readable until ``expires_at``."""
     linkable: bool
     detail: str
+    expires_at: datetime | None = None
+    """When the place drops what it holds (the backups expire; the tracing backend's retention ends): until
+    then the ids in it stay readable. ``None`` in a receipt made before this field, whose ``until`` it was."""
+    unreadable_by: datetime | None = None
+    """When the user's words in it become unreadable, the key that opens them destroyed (for backups, the
+    rotation bound); ``None`` when nothing in it is sealed under a key the erasure destroyed."""
+
+    def dates(self) -> str:
+        """Which date is which, in words (``until D`` for an entry with one, or made before there were two)."""
+        if self.unreadable_by is None or self.expires_at is None:
+            return f"until {self.until:%Y-%m-%d}"
+        return (f"(the user's words in them unreadable by {self.unreadable_by:%Y-%m-%d}; ids readable until "
+                f"{self.expires_at:%Y-%m-%d}, when they expire)")
 
 
 class Attempt(BaseModel):
@@ -232,26 +247,20 @@ def remains_elsewhere(
         )
     )
     expire = now + timedelta(days=knobs.backup_retention_days)
-    until, detail = expire, "backups taken before the erasure still hold the rows; they expire, never restored as-is"
+    unreadable_by, detail = None, "backups taken before the erasure still hold the rows; they expire, never restored as-is"
     if not matched:
         detail = ("no store holds anything for this id now; backups taken earlier may still hold rows of it "
                   "deleted before this request (an expired session, say) until they expire")
     elif backups_unreadable_by is not None:
-        until = min(expire, backups_unreadable_by)
+        unreadable_by = min(expire, backups_unreadable_by)
+        # The dates are the entry's own fields (Remains.dates says them): the detail says why, not when.
         detail = ("backups taken before the erasure still hold the user's rows (ids in the clear, their words "
                   "sealed under the user's data key, wrapped there by the key-encryption key of the day). The erasure "
                   f"{'would destroy' if planned else 'destroyed'} the data key; the key-encryption key is rotated out "
-                  "and destroyed by "
-                  f"{backups_unreadable_by:%Y-%m-%d} (key rotation on schedule), from when the words in those backups "
-                  "are unreadable; rows written before sealing stay readable until the backups expire "
-                  f"({expire:%Y-%m-%d}). Never restore one as-is")
-    backups = Remains(what="database backups", until=until, linkable=True, detail=detail)
-    return [
-        backups,
-        Remains(
-            what="tracing backend",
-            until=received_at + timedelta(days=knobs.tracing_retention_days),
-            linkable=False,
-            detail=spans,
-        ),
-    ]
+                  "and destroyed by the date the words are unreadable by (key rotation on schedule). The ids, and rows "
+                  "written before sealing, stay readable until the backups expire. Never restore one as-is")
+    backups = Remains(what="database backups", until=unreadable_by or expire, linkable=True, detail=detail,
+                      expires_at=expire, unreadable_by=unreadable_by)
+    spans_end = received_at + timedelta(days=knobs.tracing_retention_days)
+    return [backups, Remains(what="tracing backend", until=spans_end, linkable=False, detail=spans,
+                             expires_at=spans_end)]
