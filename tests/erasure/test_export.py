@@ -46,6 +46,7 @@ from teamstore.erasure.exporter import ErasureRequestsExporter
 from teamstore.errors import AuditError, ExportFailed, ExportTargetExists, InvalidIdentifier
 from teamstore.export import ExportCoordinator, Section, store_exporters
 from teamstore.export.base import to_json
+from teamstore.export.guide import OTHER
 from teamstore.export.requests import get_export, open_export
 from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
@@ -106,6 +107,7 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert CANARY_B.encode() not in b"".join(files.values()) and ALICE_CASE.encode() not in b"".join(files.values())
     assert ALICE not in json.dumps(manifest) and CANARY_A not in json.dumps(manifest)
     assert (manifest["operator"], manifest["requested_by"]) == ("dpo", "subject")
+    _the_guide_says_what_each_file_holds(files, manifest)
 
     states = loaded(files, "resume_state.json")
     assert states["user_id"] == ALICE and sorted(s["session_id"] for s in states["resume_state"]) == ["sess-0", "sess-1"]
@@ -142,6 +144,18 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert stored is not None and stored["status"] == "exported" and stored["subject_key"] is None
     assert ALICE not in json.dumps(stored, default=str) and "alice.zip" not in json.dumps(stored, default=str)
     assert done.path is not None and stat.S_IMODE(done.path.stat().st_mode) == 0o600
+
+
+def _the_guide_says_what_each_file_holds(files: dict[str, bytes], manifest: dict[str, Any]) -> None:
+    """README.txt, covered by the manifest as every other file, names each file and folder the archive holds
+    with what it holds (none left to the catch-all), in words for the user, never the user's data."""
+    assert "README.txt" in manifest["files"]
+    said = files["README.txt"].decode()
+    held = {name.split("/")[0] + "/" if "/" in name else name for name in files} - {"README.txt"}
+    assert held >= {"transcripts/", "manifest.json", "resume_state.json"}
+    assert all(f"\n{name}\n    " in said for name in held) and OTHER not in said
+    assert "transcripts/index.json says which conversation" in " ".join(said.split())
+    assert ALICE not in said and CANARY_A not in said
 
 
 async def _transcripts_match_the_store(

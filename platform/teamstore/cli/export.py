@@ -88,7 +88,8 @@ def _render(done: Exported) -> None:
                              for name, s in manifest.stores.items()]
     print_table(("store", "records", "bytes", "files"), rows, fixed=(1, 2), right=(1, 2),
                 title=f"export {manifest.export_id}: {manifest.status}")
-    where = (f"archive {plain(done.path)} (owner-only), with manifest.json: a SHA-256 per file" if done.path else
+    where = (f"archive {plain(done.path)} (owner-only), with README.txt (what each file holds, in plain words, "
+             "for the user) and manifest.json (a SHA-256 per file)" if done.path else
              "no archive: nothing to hand over from the stores above")
     console.print(f"{where}; run by {plain(manifest.operator)}" +
                   (f", requested by {plain(manifest.requested_by)}" if manifest.requested_by else ""))

@@ -7,7 +7,8 @@
     print(done.manifest.status, done.manifest.stores["transcripts"].records, done.path)
 
 An access request (GDPR art. 15) or a portability request (art. 20). Each exporter writes what its store
-holds; then ``manifest.json`` says which stores were covered, how many records and bytes each gave, the
+holds; then ``README.txt`` says in plain words what each file holds (:mod:`teamstore.export.guide`), and
+``manifest.json`` says which stores were covered, how many records and bytes each gave, the
 SHA-256 of every file, when, at whose request and by whom. The manifest is also stored as the export's
 record (``ts_export_requests``), which names the subject key, never the user id. A store that cannot be
 read fails the export as a whole: the archive is removed, never left partial, and the record says where
@@ -47,6 +48,7 @@ from teamstore.export.database import (
     quarantined,
     resume_state,
 )
+from teamstore.export.guide import GUIDE, guide
 from teamstore.export.nearby import check_stored_if_unusable, near_match
 from teamstore.export.transcripts import TranscriptExporter
 from teamstore.ids import check_erasable_id
@@ -211,6 +213,8 @@ class ExportCoordinator:
         matched = any(section.records for section in stores.values())
         if not matched:  # nothing to hand over: the stores searched are the answer, and no archive is left
             stores = {name: Section() for name in stores}
+        else:  # written before the manifest, which gives its SHA-256 as every other file's
+            archive.add(GUIDE, guide(archive.files))
         manifest = Manifest(
             export_id=ctx.export_id, status="exported" if matched else "no_match", started_at=started,
             finished_at=datetime.now(UTC), operator=people[0], requested_by=people[1], stores=stores,
