@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,6 +164,30 @@ def test_a_groups_list_of_commands_gives_each_summary_whole_not_broken_where_its
     assert "queued transcripts, ledger rows and quarantined states past retention" in sweep  # one line at 200
     own = CliRunner().invoke(app, ["retention", "sweep", "--help"], env={"COLUMNS": "200"}).stdout
     assert "ledger rows and quarantined states" in own  # the command's own help as it was
+
+
+def test_every_commands_help_shows_a_flag_with_no_value_placeholder_and_an_option_with_its_type() -> None:
+    import typer.main
+    from typer.core import TyperOption
+    from typer.testing import CliRunner
+
+    from teamstore.cli import app
+
+    def paths(command: Any, path: tuple[str, ...] = ()) -> Any:
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from paths(sub, (*path, name))
+
+    for path, command in paths(typer.main.get_command(app)):
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        assert "<bool>" not in shown.stdout, path
+        if any(isinstance(p, TyperOption) and not p.is_flag for p in command.params):
+            assert "<" in shown.stdout, path  # a value's type is still shown
+    erase = CliRunner().invoke(app, ["erase", "--help"], env={"COLUMNS": "200"}, terminal_width=200).stdout
+    (json_line,) = [line for line in erase.splitlines() if "│ --json" in line]
+    (user_line,) = [line for line in erase.splitlines() if "│ --user" in line]
+    assert "<" not in json_line and "<str>" in user_line
 
 
 _HEADERS = ("team", "model", "runs", "in tokens", "cost", "of which limited")

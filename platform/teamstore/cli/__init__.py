@@ -20,7 +20,8 @@ import traceback
 from typing import Any, NoReturn
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.models import DefaultPlaceholder
 
 from teamstore.cli import (
     cost,
@@ -41,7 +42,28 @@ from teamstore.ids import lone_surrogate
 from teamstore.terminal import plain
 
 
-class _Commands(TyperGroup):
+class _FlagsTakeNoValue:
+    """Help that shows a flag (``--json``, ``--yes``, ``--help``) with no value placeholder: typer's rich help
+    gives every option its type, ``<bool>`` too, which reads as if the flag wanted a value. An empty metavar is
+    what the help shows instead; errors name an option by its flag, never by its metavar."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]  # mixed into a typer command class
+        for param in params:
+            if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _Command(_FlagsTakeNoValue, TyperCommand):
+    """A command whose help shows flags without a placeholder."""
+
+
+class _Group(_FlagsTakeNoValue, TyperGroup):
+    """A group (its callback's options too) whose help shows flags without a placeholder."""
+
+
+class _Commands(_FlagsTakeNoValue, TyperGroup):
     """Every command's typed errors become a message, a fix and exit status 1, never a traceback; so do
     usage errors (a mistyped option), since status 2 is an outcome of `erase` and `registry check`."""
 
@@ -126,6 +148,22 @@ def _one_line_summaries(commands: typer.Typer) -> None:
 
 
 _one_line_summaries(app)
+
+
+def _without_flag_placeholders(commands: typer.Typer) -> None:
+    """Build every command and group below ``commands`` with :class:`_FlagsTakeNoValue`, so no option needs
+    marking by hand (one added later included)."""
+    for info in commands.registered_commands:
+        if info.cls is TyperCommand:  # what typer gives a command declared without one
+            info.cls = _Command
+    for group in commands.registered_groups:
+        if isinstance(group.cls, DefaultPlaceholder):
+            group.cls = _Group
+        if group.typer_instance is not None:
+            _without_flag_placeholders(group.typer_instance)
+
+
+_without_flag_placeholders(app)
 
 
 class _OneLine(logging.Handler):
