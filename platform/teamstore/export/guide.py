@@ -19,11 +19,12 @@ OPENING = """\
 A copy of the data we hold about you
 ====================================
 
-This folder (or zip file) holds everything our service stores about you, as it was when the copy was made.
+This folder (or zip file) holds everything our service stores about you, as it was when the copy
+was made.
 
-How to read it: the files ending in .json and .jsonl are plain text in a common format called JSON. Any text
-editor opens them; a web browser shows .json files laid out neatly. Every date and time is in UTC (universal
-time), written like 2026-12-05T09:22:00Z. Your words appear as you wrote them.
+How to read it: the files ending in .json and .jsonl are plain text in a common format called JSON.
+Any text editor opens them; a web browser shows .json files laid out neatly. Every date and time is
+in UTC (universal time), written like 2026-12-05T09:22:00Z or 2026-12-05T09:22:00+00:00.
 
 What each file holds:
 """
