@@ -9,7 +9,6 @@ retire`` destroys it all the same once it is old enough, and the backups taken u
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import uuid
@@ -38,6 +37,7 @@ from teamstore.settings import Settings
 from teamstore.state.envelope import sealed_bytes
 from teamstore.state.schema import sessions
 from teamstore.state.sealed import context
+from tests.keys.key_file import made_days_ago
 from tests.services import require_or_skip
 
 CANARY = "CANARY-zoe-backup-91c2"
@@ -208,14 +208,6 @@ async def test_a_retired_kms_key_is_scheduled_for_deletion_with_the_shortest_win
         assert s.resume is not None and s.resume.outcome == "resumed"
 
 
-def _made_days_ago(kek_id: str, days: int) -> None:
-    """Date the key file's ``kek_id`` ``days`` back, as if made then (the time a test cannot wait)."""
-    path = Settings().resolved_key_file
-    doc = json.loads(path.read_text())
-    doc["made"][kek_id] = (datetime.now(UTC) - timedelta(days=days)).isoformat()
-    path.write_text(json.dumps(doc))
-
-
 async def test_a_database_restored_from_before_a_rotation_destroys_the_key_it_made_once_it_is_old_enough(
     live: tuple[AsyncEngine, Backups], registry: Registry
 ) -> None:
@@ -236,7 +228,7 @@ async def test_a_database_restored_from_before_a_rotation_destroys_the_key_it_ma
         assert kept.unrecorded_destroyed == [] and [u.kek_id for u in kept.unrecorded_kept] == [made]
         assert CANARY.encode() in await _open_as_restored(backups.restore(under_the_new_key)), "new: kept"
 
-        _made_days_ago(made, 8)  # the retirement period passes
+        made_days_ago(made, 8)  # the retirement period passes
         done = await retire(keys, retire_days=7)
         assert done.unrecorded_destroyed == [made] and done.unrecorded_kept == [] and done.destroyed == []
         with pytest.raises(KeyDestroyed):

@@ -22,6 +22,7 @@ from teamstore.keys.kek import LocalKeyFile
 from teamstore.keys.rotation import retire
 from teamstore.keys.status import status
 from teamstore.settings import Settings
+from tests.keys.key_file import made_days_ago
 
 
 def _key_file() -> LocalKeyFile:
@@ -32,11 +33,6 @@ def _edit(change: dict[str, object]) -> None:
     """Change the key file's document at the top level (mode kept: the file is written in place)."""
     path = Settings().resolved_key_file
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
-
-
-def _made_days_ago(kek_id: str, days: int) -> None:
-    made = json.loads(Settings().resolved_key_file.read_text())["made"]
-    _edit({"made": {**made, kek_id: (datetime.now(UTC) - timedelta(days=days)).isoformat()}})
 
 
 async def test_a_key_a_rotation_has_made_but_not_yet_recorded_is_kept_whatever_the_retirement_period(
@@ -72,7 +68,7 @@ async def test_an_undated_key_from_before_the_file_kept_dates_is_dated_by_retire
 async def test_a_database_that_records_no_key_yet_leaves_the_key_file_alone(engine: AsyncEngine) -> None:
     keys = KeyService.from_settings(engine, Settings())
     only = _key_file().first()  # restored from before its first user: its first key is the file's only one
-    _made_days_ago(only, 30)
+    made_days_ago(only, 30)
     assert (await status(keys, Settings()))["unrecorded"] == []
     assert (await retire(keys, retire_days=0)).unrecorded_destroyed == []
     assert await keys.current_kek() == only
@@ -100,7 +96,7 @@ def test_keys_status_warns_of_an_unrecorded_key_and_keys_retire_destroys_it_once
     assert "The daily `teamstore keys retire` destroys it from" in said and "If another database uses" in said
     assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout)["unrecorded_destroyed"] == []
 
-    _made_days_ago(made, 8)
+    made_days_ago(made, 8)
     retired = runner.invoke(app, ["keys", "retire"])
     assert retired.exit_code == 0 and made in retired.stdout, retired.output
     assert "does not record" in " ".join(retired.stdout.split())
@@ -119,7 +115,7 @@ async def test_a_key_another_database_sharing_the_file_made_is_never_destroyed_a
     theirs = _key_file().create("0" * 32)  # another database's rotation
     unmarked = _key_file().create()  # a key no rotation marked (made before the file kept makers)
     for kek_id in (theirs, unmarked):
-        _made_days_ago(kek_id, 400)
+        made_days_ago(kek_id, 400)
     shown = {u["kek_id"]: u for u in (await status(keys, Settings()))["unrecorded"]}
     assert {k: (u["made_here"], u["destroy_after"]) for k, u in shown.items()} == {
         theirs: (False, None), unmarked: (False, None)}
@@ -140,7 +136,7 @@ def test_keys_status_says_a_key_another_database_made_is_never_destroyed_and_wha
     said = " ".join(runner.invoke(app, ["keys", "status"]).stdout.split())
     assert f"the key file holds {theirs}" in said and "which this database neither records nor made" in said
     assert "`teamstore keys retire` never destroys it" in said and "Give each database a key file of its own" in said
-    _made_days_ago(theirs, 30)
+    made_days_ago(theirs, 30)
     retired = " ".join(runner.invoke(app, ["keys", "retire"]).stdout.split())
     assert f"the key file's {theirs}, which this database neither records nor made, is kept" in retired
     assert theirs in _key_file().made()
