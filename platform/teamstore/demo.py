@@ -49,7 +49,7 @@ from teamstore.state.base import SessionKey
 from teamstore.state.schema import sessions as sessions_table
 from teamstore.terminal import plain, print_table
 
-console = Console()
+console = Console(emoji=False)
 if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
     console.width = 120  # written to a file or a pipe: the width a log has always had, not rich's 80
 TEAM = "support_triage"

@@ -19,8 +19,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-console = Console()
-"""stdout's console: what :func:`print_table` prints to unless given another."""
+console = Console(emoji=False)
+"""stdout's console: what :func:`print_table` prints to unless given another. Never reads ``:name:`` as an
+emoji code: a factory ``billing:x`` in an error would otherwise print as ``billing❌``."""
 
 # What a terminal would act on rather than show: C0 controls but newline and tab (ESC starts escape sequences
 # that move the cursor, erase lines, set the title or the clipboard), DEL, C1 controls (U+009B is a one-

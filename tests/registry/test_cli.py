@@ -184,6 +184,15 @@ def test_a_definitions_texts_are_shown_as_text_that_the_terminal_never_acts_on(r
     assert "description: \\x1b]0;title\\x07desc" in shown
 
 
+def test_colons_in_errors_and_texts_are_shown_as_written_never_as_emoji(registry_path: Path) -> None:
+    refused = invoke(*ADD, "--factory", "billing_teams:x")
+    assert refused.exit_code == 1
+    assert "cannot import factory billing_teams:x: No module named" in " ".join(refused.output.split())
+    assert invoke(*ADD, "--factory", "teamstore.examples:support_triage", "--owner", "ops:smile:").exit_code == 0
+    shown = runner.invoke(app, ["registry", "show", "support_triage"], env={"COLUMNS": "300"}).stdout
+    assert "owner: ops:smile:" in shown
+
+
 def test_rename_diff_check_and_rollback(registry_path: Path) -> None:
     v1 = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "production")["version"]
     v2 = as_json(

@@ -28,7 +28,7 @@ from teamstore.terminal import UNSAFE, plain
 # Click's usage error, whether typer vendors click (0.17+) or uses it: BadParameter's base class.
 UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, emoji=False)  # ":x:" in a message is text, as in terminal.console
 
 
 class JsonOutput:
