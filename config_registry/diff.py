@@ -165,11 +165,15 @@ def _summary(component: dict[str, Any] | None) -> str:
         return "none"
     cls = str(component.get("provider", "?")).rsplit(".", 1)[-1]
     config = component.get("config") or {}
-    if "conditions" in config:
-        inner = f" {config.get('operator', 'or')} ".join(_summary(c) for c in config["conditions"])
-        return f"({inner})"
-    simple = {k: v for k, v in sorted(config.items()) if isinstance(v, str | int | float | bool)}
+    if "conditions" in config:  # AutoGen's `a & b` and `a | b`: the provider says which
+        operator = " and " if cls == "AndTerminationCondition" else " or "
+        return f"({operator.join(_summary(c) for c in config['conditions'])})"
+    simple = {k: v for k, v in sorted(config.items()) if _scalar(v) or (isinstance(v, list) and all(map(_scalar, v)))}
     return f"{cls}({', '.join(f'{k}={v}' for k, v in simple.items())})"
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool)
 
 
 def _model(agent: dict[str, Any]) -> str:
@@ -321,14 +325,16 @@ def semantic_diff(a: TeamDefinition, b: TeamDefinition) -> SemanticDiff:
     common = [n for n in pa if n in pb]
     if common != [n for n in pb if n in pa]:  # who speaks first in a round robin, for one
         diff.order = [common, [n for n in pb if n in pa]]
-    team_other = _other_changes(a.component, b.component,
-                                ("provider", "config.participants", "config.termination_condition"))
-    if team_other:
-        diff.other["team"] = team_other
     ta = _summary((a.component.get("config") or {}).get("termination_condition"))
     tb = _summary((b.component.get("config") or {}).get("termination_condition"))
     if ta != tb:
         diff.termination = [ta, tb]
+    # A change the summary does not show (a list-valued setting, such as a SourceMatchTermination's
+    # sources) is reported by its path, as a participant's is.
+    skip = ("provider", "config.participants") + (("config.termination_condition",) if diff.termination else ())
+    team_other = _other_changes(a.component, b.component, skip)
+    if team_other:
+        diff.other["team"] = team_other
     for (key, x), (_k, y) in zip(_flat(a), _flat(b), strict=True):
         if x != y:
             target = diff.persistence if key.startswith("persistence.") else diff.allowances

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autogen_agentchat.conditions import SourceMatchTermination
+
 from config_registry import Registry
 from teamstore import examples
 from teamstore.offline import OfflineChatCompletionClient
@@ -137,6 +139,31 @@ def test_diff_covers_tools_termination_and_allowances(registry: Registry) -> Non
     assert diff.allowances == {"allowed_providers": [[], ["mycompany.agents."]]}
     assert "allowance: allowed_providers [] -> ['mycompany.agents.']" in diff.to_dict()["changes"]
     assert registry.diff("support_triage", v1, v1).changed is False
+
+
+def test_diff_tells_termination_conditions_joined_by_and_from_those_joined_by_or(registry: Registry) -> None:
+    v1 = _add(registry, triage_json(), "either")
+    component = triage_json()
+    component["config"]["termination_condition"]["provider"] = "autogen_agentchat.base.AndTerminationCondition"
+    component["config"]["termination_condition"]["label"] = "AndTerminationCondition"
+    v2 = _add(registry, component, "both")
+    diff = registry.diff("support_triage", v1, v2)
+    assert diff.termination is not None
+    before, after = diff.termination
+    assert ") or MaxMessageTermination(" in before and ") and MaxMessageTermination(" in after
+
+
+def test_diff_shows_which_sources_a_termination_condition_listens_to(registry: Registry) -> None:
+    def ended_by(source: str) -> dict[str, Any]:
+        component = triage_json()
+        component["config"]["termination_condition"]["config"]["conditions"][0] = dump(SourceMatchTermination([source]))
+        return component
+
+    v1, v2 = _add(registry, ended_by("critic"), "critic ends"), _add(registry, ended_by("triage"), "triage ends")
+    diff = registry.diff("support_triage", v1, v2)
+    assert diff.termination is not None
+    before, after = diff.termination
+    assert "sources=['critic']" in before and "sources=['triage']" in after
 
 
 def test_newly_persisted_participant_is_compatible_with_a_note(registry: Registry) -> None:
