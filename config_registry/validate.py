@@ -230,7 +230,8 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
     """Refuse a team object whose ``dump_component()`` leaves out what decides how it behaves, so that what is
     registered would run otherwise than the object it was dumped from: a ``SelectorGroupChat``'s
     ``selector_func`` or ``candidate_func`` (AutoGen's dump drops them, and the registered team picks its
-    speakers by the model instead), or a ``FunctionTool`` whose function reads a variable of the code around
+    speakers by the model instead), a ``TextMentionTermination``'s ``sources`` (the registered team stops
+    when anyone mentions the text), or a ``FunctionTool`` whose function reads a variable of the code around
     it (its stored source code holds the function alone: the registered tool fails with ``NameError``).
 
     Args:
@@ -252,6 +253,7 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
                 hint=f"drop {dropped} and express the selection in the selector_prompt, or in a component "
                 "that is registered with the team",
             )
+    _check_termination(getattr(team, "_termination_condition", None), f"{here}config.termination_condition", who)
     _check_self_contained(team, owner, path)
     for index, participant in enumerate(getattr(team, "_participants", None) or []):
         check_nothing_dropped(participant, f"{here}config.participants.{index}")
@@ -262,6 +264,25 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
     for index, workbench in enumerate(getattr(team, "_workbench", None) or []):
         for number, tool in enumerate(getattr(workbench, "_tools", None) or []):
             check_nothing_dropped(tool, f"{here}config.workbench.{index}.config.tools.{number}", owner=who)
+
+
+def _check_termination(condition: Any, path: str, who: str) -> None:
+    """Refuse a ``TextMentionTermination`` given ``sources``: AutoGen 0.7's dump keeps its text alone."""
+    from autogen_agentchat.conditions import TextMentionTermination
+
+    for index, inner in enumerate(getattr(condition, "_conditions", None) or []):  # `a | b`, `a & b`
+        _check_termination(inner, f"{path}.config.conditions.{index}", who)
+    sources = getattr(condition, "_sources", None)
+    if isinstance(condition, TextMentionTermination) and sources is not None:
+        text = condition._termination_text
+        raise DefinitionInvalid(
+            f"{who} ends on {text!r} mentioned by {', '.join(map(repr, sources))} only: AutoGen's dump_component() "
+            f"leaves a TextMentionTermination's sources out, so the registered team would stop when any "
+            f"participant mentions {text!r}",
+            field=f"{path}.config.sources",
+            hint=f"drop sources= and ask only the agents that should end the run to say {text!r} (in their "
+            "system message)",
+        )
 
 
 def _check_self_contained(tool: Any, owner: str, path: str) -> None:

@@ -68,9 +68,10 @@ def _triage_team(
                 description=f"The {name} of the support team.",
             )
         )
-    # The critic closes a normal run; the message cap is only the safety net (a run it ends counts as
-    # ended by a limit in the ledger).
-    done = TextMentionTermination("TERMINATE", sources=["critic"]) | MaxMessageTermination(8)
+    # The critic closes a normal run (only its prompt asks for TERMINATE: sources=["critic"] would be lost
+    # when the team is registered); the message cap is only the safety net (a run it ends counts as ended
+    # by a limit in the ledger).
+    done = TextMentionTermination("TERMINATE") | MaxMessageTermination(8)
     return RoundRobinGroupChat(agents, termination_condition=done)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent, SocietyOfMindAgent
-from autogen_agentchat.conditions import MaxMessageTermination, TokenUsageTermination
+from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination, TokenUsageTermination
 from autogen_agentchat.teams import MagenticOneGroupChat, RoundRobinGroupChat, SelectorGroupChat, Swarm
 from autogen_core.model_context import BufferedChatCompletionContext
 from autogen_core.tools import FunctionTool
@@ -372,6 +372,22 @@ def test_a_function_picking_the_speakers_of_a_team_inside_an_agent_is_refused_na
     with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
         registry.add("desk", team, Manifest(name="desk"), "desk")
     assert caught.value.field == "config.participants.0.config.team.config.selector_func"
+
+
+def test_a_text_mention_termination_listening_to_some_sources_is_refused_since_its_dump_leaves_them_out(
+    registry: Registry,
+) -> None:
+    """The registered team would stop when the planner, not only the accountant, says APPROVED."""
+    agents = [AssistantAgent(name, model_client=OfflineChatCompletionClient()) for name in ("planner", "accountant")]
+    heard = TextMentionTermination("APPROVED", sources=["accountant"])
+    team = RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(6) | heard)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("desk", team, Manifest(name="desk"), "desk")
+    assert caught.value.field == "config.termination_condition.config.conditions.1.config.sources"
+    assert "ends on 'APPROVED' mentioned by 'accountant' only" in caught.value.message
+    assert "drop sources=" in (caught.value.hint or "")
+    team = RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(6) | TextMentionTermination("APPROVED"))
+    registry.add("desk", team, Manifest(name="desk"), "desk")
 
 
 def test_a_function_tool_that_uses_a_variable_of_the_code_around_it_is_refused_as_it_would_fail_when_called(
