@@ -160,6 +160,9 @@ def test_the_command_line_declares_memory_and_refuses_json_that_is_not_an_object
     assert "memory: on, scope support_triage, given to triage, researcher, written by triage's model" in \
         " ".join(shown.stdout.split())
     for bad, says in (("[1]", "--memory is not a JSON object"), ('{"writer": "triage"}', "participants"),
+                      ('{"participants": ["triage"], "writer": "triage",}', "--memory is not JSON: Expecting "
+                       "property name"),
+                      ('{"participants": ' * 2000, "--memory is nested too deeply"),
                       (json.dumps({**MEMORY, "participants": ["ghost"]}), "'ghost', which is not a participant")):
         result = runner.invoke(app, [*add, "--memory", bad])
         assert result.exit_code == 1 and says in result.stderr.replace("\n", " "), result.stderr

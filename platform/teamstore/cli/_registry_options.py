@@ -66,15 +66,14 @@ def parse_memory(value: str | None) -> dict[str, Any] | None:
 
     if value is None:
         return None
+    example = 'e.g. --memory \'{"participants": ["triage"], "writer": "triage", "facts": {"ticket_id": "str"}}\''
     try:
         data = parse_json(value, root="memory")
-    except (ValueError, RecursionError):
-        data = None
+    except (ValueError, RecursionError) as exc:  # say where it went wrong: a trailing comma, the shell's quoting
+        problem = "is nested too deeply" if isinstance(exc, RecursionError) else f"is not JSON: {exc}"
+        raise DefinitionInvalid(f"--memory {problem}", field="memory", hint=example) from exc
     if not isinstance(data, dict):
-        raise DefinitionInvalid(
-            "--memory is not a JSON object", field="memory",
-            hint='e.g. --memory \'{"participants": ["triage"], "writer": "triage", "facts": {"ticket_id": "str"}}\'',
-        )
+        raise DefinitionInvalid("--memory is not a JSON object", field="memory", hint=example)
     return data
 
 
