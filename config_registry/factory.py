@@ -12,6 +12,7 @@ not a team or an agent, is a :class:`FactoryInvalid` saying which.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +81,17 @@ def _call_factory(factory: str) -> Any:
             f"factory {factory} raised {type(exc).__name__}: {exc}",
             hint="fix the factory so that it builds the team without arguments",
         ) from exc
+    if inspect.iscoroutine(built):
+        built.close()  # never to be awaited: closed now, Python does not warn about it at exit
+        raise FactoryInvalid(
+            f"factory {factory} is an async function: calling it returned a coroutine, not a team or agent",
+            hint="make it a plain `def` that returns the team: the registry calls it and does not await it",
+        )
+    if isinstance(built, type):
+        raise FactoryInvalid(
+            f"factory {factory} returned the class {built.__name__} itself, not a team or agent",
+            hint=f"return an instance: {built.__name__}([...participants], termination_condition=...)",
+        )
     if not isinstance(built, Team | ChatAgent):
         raise FactoryInvalid(
             f"factory {factory} returned a {type(built).__name__}, not a team or agent",

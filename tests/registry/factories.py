@@ -31,6 +31,16 @@ def not_a_team() -> dict[str, str]:
     return {"provider": "autogen_agentchat.teams.RoundRobinGroupChat"}
 
 
+async def built_later() -> RoundRobinGroupChat:
+    """An async factory: calling it gives a coroutine, which the registry does not await."""
+    return tool_with_a_closure()
+
+
+def the_class_itself() -> type[RoundRobinGroupChat]:
+    """A factory that returns the team's class rather than a team."""
+    return RoundRobinGroupChat
+
+
 class NotAComponent:
     """A class that an allow-listed provider may name but that is not an AutoGen component."""
 

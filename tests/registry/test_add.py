@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
+import warnings
 from importlib.abc import MetaPathFinder
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,8 @@ def test_add_from_factory(registry: Registry) -> None:
         ("tests.registry.factories:raises", "raised RuntimeError"),
         ("tests.registry.factories:exits", "raised SystemExit"),
         ("tests.registry.factories:not_a_team", "returned a dict"),
+        ("tests.registry.factories:built_later", "is an async function: calling it returned a coroutine"),
+        ("tests.registry.factories:the_class_itself", "returned the class RoundRobinGroupChat itself"),
         ("tests.registry.factories:missing", "cannot import"),
         ("no_such_module_xyz:build", "cannot import"),
         ("tests.registry.factory_fails_on_import:build", "raised RuntimeError"),
@@ -137,6 +141,15 @@ def test_bad_factories_are_refused(registry: Registry, factory: str, fragment: s
         registry.add_from_factory(factory, triage_manifest(), "bad")
     assert fragment in caught.value.message
     assert caught.value.hint
+
+
+def test_an_async_factory_is_refused_without_a_warning_about_its_coroutine(registry: Registry) -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(FactoryInvalid):
+            registry.add_from_factory("tests.registry.factories:built_later", triage_manifest(), "bad")
+        gc.collect()  # a coroutine left unclosed warns when it is collected
+    assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == []
 
 
 class _NoAzure(MetaPathFinder):
