@@ -13,7 +13,9 @@ same messages always give the same reply and the same token usage, with no netwo
 Its replies quote the earliest and the latest user request it can see, so a resumed session visibly
 remembers what came before, and name the facts a kept memory gave it (a system message listing
 ``Facts:`` as ``- name: value`` lines, each value as JSON), so a new session visibly knows its user. Asked
-to pick the next speaker (SelectorGroupChat), it names a participant; told by its system message to "say
+to pick the next speaker (SelectorGroupChat), it names a participant: at once with AutoGen's selector prompt,
+at the second attempt with a custom ``selector_prompt`` (AutoGen's retry names the candidates), so such a team
+needs ``max_selector_attempts`` of 2 or more (3 by default). Told by its system message to "say
 TERMINATE" when done, it ends its reply with TERMINATE. It declares function calling, so agents with tools or
 handoffs (``Swarm``) can be built on it, but it always answers in text and never calls a tool.
 
@@ -50,6 +52,8 @@ from pydantic import BaseModel, Field
 
 PROVIDER = "teamstore.offline.OfflineChatCompletionClient"
 _SELECT = re.compile(r"select the next role from \[?([^\]\n]+?)\]? to play", re.IGNORECASE)
+# AutoGen's words when it asks again: a custom selector_prompt is not recognised, but its retry names the candidates.
+_RESELECT = re.compile(r"select (?:only one |a different name )?from: \[([^\]\n]+)\]", re.IGNORECASE)
 _REMEMBERED = re.compile(r"^- (\w+): (.*?)(?: \(last confirmed [^)]*\))?$", re.MULTILINE)
 _VALUE = {  # what follows a fact's first word, by the fact's type
     "str": r"[\s#:=]*(?:\w+\s+){0,2}?([A-Za-z0-9][\w./-]*\d[\w./-]*|\d[\w./-]*)",
@@ -165,7 +169,7 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         request = _memory_request(last) if messages and isinstance(messages[-1], UserMessage) else None
         if request is not None:
             return _write_memory(request)
-        choice = _SELECT.search(last)
+        choice = _SELECT.search(last) or _RESELECT.search(last)
         if choice:
             names = [n.strip(" '\"") for n in choice.group(1).split(",") if n.strip(" '\"")]
             digest = int(hashlib.sha256(str(len(messages)).encode()).hexdigest(), 16)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import logging
+
+import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
-from autogen_agentchat.teams import Swarm
+from autogen_agentchat.teams import SelectorGroupChat, Swarm
 from autogen_core.models import ChatCompletionClient, CreateResult, SystemMessage, UserMessage
 from autogen_core.tools import FunctionTool
 
@@ -30,6 +34,21 @@ async def test_picks_a_participant_when_asked_to_select_a_speaker() -> None:
     prompt = "Read the above conversation. Then select the next role from ['triage', 'critic'] to play. Only return the role."
     reply = await OfflineChatCompletionClient().create([UserMessage(content=prompt, source="user")])
     assert reply.content in {"triage", "critic"}
+
+
+async def test_picks_every_speaker_of_a_selector_group_chat_with_a_selector_prompt_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agents = [AssistantAgent(name, model_client=OfflineChatCompletionClient(), description=f"the {name}")
+              for name in ("planner", "coder", "tester")]
+    team = SelectorGroupChat(agents, model_client=OfflineChatCompletionClient(), max_selector_attempts=2,
+                             selector_prompt="Choose who speaks next among {participants}.\n{roles}\n{history}",
+                             allow_repeated_speaker=False, termination_condition=MaxMessageTermination(7))
+    with caplog.at_level(logging.WARNING):
+        result = await team.run(task="ship the release")
+    speakers = [m.source for m in result.messages[1:]]
+    assert len(speakers) == 6 and all(a != b for a, b in itertools.pairwise(speakers))
+    assert "failed to select a speaker" not in caplog.text
 
 
 async def test_stream_ends_with_the_same_result() -> None:
