@@ -411,6 +411,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
     for path, key, value, parent in list(walk(result.get("config"))):
         _check_key(path, key, parent)
         if path in secrets:
+            _check_one_value(path, value)
             # Whatever the definition holds there (the mask, a reference, or the key itself, as in a header
             # that dump_component() does not mask) is replaced, never written.
             found.add(path)
@@ -425,6 +426,21 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
             hint="give the dotted path under the component's 'config', as printed by 'teamstore registry show'",
         )
     return result
+
+
+def _check_one_value(path: str, value: Any) -> None:
+    """A reference stands for one string: at an object (a whole model client) or a list, the team would load
+    with a string where AutoGen expects the object, and fail with a validation error far from the cause."""
+    if not isinstance(value, dict | list) or is_reference(value):
+        return
+    inner = next((p for p, key, v, _ in walk(value) if isinstance(v, str) and is_secret_field(key)), None)
+    raise DefinitionInvalid(
+        f"holds {'an object' if isinstance(value, dict) else 'a list'}, not one value: a secret reference stands "
+        "for one string read from the environment",
+        field=f"secrets.{path}",
+        hint="declare the string field inside it that holds the credential"
+        + (f": --secret {path}.{inner}=env:VAR" if inner else ""),
+    )
 
 
 def _replace_references(node: Any, replace: Any) -> Any:

@@ -142,6 +142,15 @@ def test_declared_path_must_exist(registry: Registry) -> None:
     assert caught.value.field == "secrets.model_client.config.nope"
 
 
+def test_a_secret_declared_at_an_object_is_refused_naming_the_field_inside_it(registry: Registry) -> None:
+    manifest = triage_manifest(secrets={"model_client": "env:OPENAI_API_KEY"})
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", dump(_openai_agent()), manifest, "whole client")
+    assert caught.value.field == "secrets.model_client"
+    assert "holds an object, not one value" in caught.value.message
+    assert caught.value.hint is not None and caught.value.hint.endswith(f"--secret {KEY_PATH}=env:VAR")
+
+
 def test_openai_example_registers_with_its_manifest(
     registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
