@@ -402,12 +402,15 @@ class GitRepo:
         Args:
             paths: Files or folders to stage and commit.
             message: The commit message.
-            author: ``"Name <email>"`` or a bare name; defaults to ``GIT_AUTHOR_*`` or ``teamstore``.
+            author: ``"Name <email>"`` or a bare name; defaults to ``GIT_AUTHOR_*``, else the login name, as a
+                label move's actor does (:func:`default_actor`).
         """
         self.git("add", "-A", "--", *paths)
         if not self.git("diff", "--cached", "--name-only", "--", *paths).strip():
             return None
         args = ["commit", "-q", "--no-verify", "-m", message]
+        if not author and not os.environ.get("GIT_AUTHOR_NAME"):  # git reads GIT_AUTHOR_* itself
+            author = default_actor()
         if author:
             args.append(f"--author={normalise_author(author)}")
         self.git(*args, "--", *paths)

@@ -105,7 +105,7 @@ class Registry:
             manifest: What the definition declares (persisted participants, allow-lists, secrets ...).
             message: The commit message: why this version exists.
             label: Also point this label at the new version.
-            author: ``"Name <email>"``; defaults to ``GIT_AUTHOR_*`` or ``teamstore``.
+            author: ``"Name <email>"``; defaults to ``GIT_AUTHOR_*``, else the login name (as a label move's).
             allow_incompatible: Move ``label`` even when the sessions saved under the version it points at
                 would not resume under the new one (:meth:`check`); they then start fresh.
 

@@ -116,6 +116,19 @@ def test_works_without_any_git_identity(registry_path: Path, monkeypatch: pytest
     assert registry.resolve("support_triage").version == version
 
 
+def test_a_version_is_authored_by_who_registers_it_as_its_label_move_is(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GIT_AUTHOR_NAME")
+    monkeypatch.delenv("GIT_AUTHOR_EMAIL")
+    for variable in ("LOGNAME", "USER", "LNAME", "USERNAME"):  # where getpass looks for the login name first
+        monkeypatch.setenv(variable, "ada")
+    registry.add("support_triage", triage_json(), triage_manifest(), "first", label="staging")
+    version, move = sorted(registry.history("support_triage"), key=lambda entry: entry.kind, reverse=True)
+    assert (version.kind, version.author) == ("version", "ada <ada@teamstore.invalid>")
+    assert (move.kind, move.author) == ("label", "ada")
+
+
 def test_add_from_factory(registry: Registry) -> None:
     version = registry.add_from_factory("teamstore.examples:support_triage", triage_manifest(), "from code")
     assert registry.resolve("support_triage").version == version
