@@ -231,7 +231,8 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
     registered would run otherwise than the object it was dumped from: a ``SelectorGroupChat``'s
     ``selector_func`` or ``candidate_func`` (AutoGen's dump drops them, and the registered team picks its
     speakers by the model instead), a ``TextMentionTermination``'s ``sources`` (the registered team stops
-    when anyone mentions the text), or a ``FunctionTool`` whose function reads a variable of the code around
+    when anyone mentions the text), a ``GraphFlow`` edge's condition function (the registered edge is
+    always taken), or a ``FunctionTool`` whose function reads a variable of the code around
     it (its stored source code holds the function alone: the registered tool fails with ``NameError``).
 
     Args:
@@ -254,6 +255,7 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
                 "that is registered with the team",
             )
     _check_termination(getattr(team, "_termination_condition", None), f"{here}config.termination_condition", who)
+    _check_edges(getattr(team, "_graph", None), f"{here}config.graph", who)
     _check_self_contained(team, owner, path)
     for index, participant in enumerate(getattr(team, "_participants", None) or []):
         check_nothing_dropped(participant, f"{here}config.participants.{index}")
@@ -283,6 +285,20 @@ def _check_termination(condition: Any, path: str, who: str) -> None:
             hint=f"drop sources= and ask only the agents that should end the run to say {text!r} (in their "
             "system message)",
         )
+
+
+def _check_edges(graph: Any, path: str, who: str) -> None:
+    """Refuse a GraphFlow edge whose condition is a function: AutoGen's dump writes the edge unconditional."""
+    for name, node in (getattr(graph, "nodes", None) or {}).items():
+        for index, edge in enumerate(node.edges):
+            if getattr(edge, "condition_function", None) is not None:
+                raise DefinitionInvalid(
+                    f"the edge {name} -> {edge.target} of {who} has a function as its condition: AutoGen's "
+                    "dump_component() leaves it out, so the registered graph would always take that edge",
+                    field=f"{path}.nodes.{name}.edges.{index}.condition",
+                    hint="give the condition as a string the source agent's message must contain "
+                    "(add_edge(a, b, condition='APPROVE'))",
+                )
 
 
 def _check_self_contained(tool: Any, owner: str, path: str) -> None:

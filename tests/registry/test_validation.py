@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from autogen_agentchat.agents import AssistantAgent, SocietyOfMindAgent
 from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination, TokenUsageTermination
-from autogen_agentchat.teams import MagenticOneGroupChat, RoundRobinGroupChat, SelectorGroupChat, Swarm
+from autogen_agentchat.teams import (
+    DiGraphBuilder,
+    GraphFlow,
+    MagenticOneGroupChat,
+    RoundRobinGroupChat,
+    SelectorGroupChat,
+    Swarm,
+)
 from autogen_core.model_context import BufferedChatCompletionContext
 from autogen_core.tools import FunctionTool
 from pydantic import ValidationError
@@ -388,6 +395,25 @@ def test_a_text_mention_termination_listening_to_some_sources_is_refused_since_i
     assert "drop sources=" in (caught.value.hint or "")
     team = RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(6) | TextMentionTermination("APPROVED"))
     registry.add("desk", team, Manifest(name="desk"), "desk")
+
+
+def test_a_graph_edge_whose_condition_is_a_function_is_refused_since_its_dump_leaves_the_function_out(
+    registry: Registry,
+) -> None:
+    """The registered graph would hand every draft to both the editor and the publisher."""
+    def graph(approved: Any, rejected: Any) -> GraphFlow:
+        draft, edit, publish = (AssistantAgent(n, model_client=OfflineChatCompletionClient())
+                                for n in ("draft", "edit", "publish"))
+        builder = DiGraphBuilder().add_node(draft).add_node(edit).add_node(publish)
+        builder.add_edge(draft, edit, condition=approved).add_edge(draft, publish, condition=rejected)
+        return GraphFlow(builder.get_participants(), graph=builder.build(), max_turns=3)
+
+    team = graph(lambda m: "APPROVE" in m.to_text(), lambda m: "APPROVE" not in m.to_text())
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("desk", team, Manifest(name="desk"), "desk")
+    assert caught.value.field == "config.graph.nodes.draft.edges.0.condition"
+    assert "the edge draft -> edit of GraphFlow 'GraphFlow' has a function as its condition" in caught.value.message
+    registry.add("desk", graph("APPROVE", "REJECT"), Manifest(name="desk"), "desk")  # a string condition is kept
 
 
 def test_a_function_tool_that_uses_a_variable_of_the_code_around_it_is_refused_as_it_would_fail_when_called(
