@@ -231,7 +231,8 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
     registered would run otherwise than the object it was dumped from: a ``SelectorGroupChat``'s
     ``selector_func`` or ``candidate_func`` (AutoGen's dump drops them, and the registered team picks its
     speakers by the model instead), a ``TextMentionTermination``'s ``sources`` (the registered team stops
-    when anyone mentions the text), a ``GraphFlow`` edge's condition function (the registered edge is
+    when anyone mentions the text), an ``AssistantAgent``'s ``tool_call_summary_formatter``, a ``GraphFlow``
+    edge's condition function (the registered edge is
     always taken), or a ``FunctionTool`` whose function reads a variable of the code around
     it (its stored source code holds the function alone: the registered tool fails with ``NameError``).
 
@@ -254,6 +255,15 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
                 hint=f"drop {dropped} and express the selection in the selector_prompt, or in a component "
                 "that is registered with the team",
             )
+    if getattr(team, "_tool_call_summary_formatter", None) is not None:
+        raise DefinitionInvalid(
+            f"{who} has a tool_call_summary_formatter, which writes its tool results in this process only: "
+            "AutoGen's dump_component() leaves it out, so the registered agent would write them as "
+            "tool_call_summary_format says",
+            field=f"{here}config.tool_call_summary_formatter",
+            hint="drop tool_call_summary_formatter and give a tool_call_summary_format string "
+            "(with {tool_name}, {arguments}, {result}, {is_error})",
+        )
     _check_termination(getattr(team, "_termination_condition", None), f"{here}config.termination_condition", who)
     _check_edges(getattr(team, "_graph", None), f"{here}config.graph", who)
     _check_self_contained(team, owner, path)

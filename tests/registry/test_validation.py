@@ -397,6 +397,21 @@ def test_a_text_mention_termination_listening_to_some_sources_is_refused_since_i
     registry.add("desk", team, Manifest(name="desk"), "desk")
 
 
+def test_an_agent_whose_tool_results_a_function_writes_is_refused_since_its_dump_leaves_the_function_out(
+    registry: Registry,
+) -> None:
+    def clerk(**writes: Any) -> RoundRobinGroupChat:
+        agent = AssistantAgent("clerk", model_client=calling_client(), **writes)
+        return RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(2))
+
+    team = clerk(tool_call_summary_formatter=lambda call, result: f"{call.name}: {result.content}")
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("desk", team, Manifest(name="desk"), "desk")
+    assert caught.value.field == "config.participants.0.config.tool_call_summary_formatter"
+    assert "tool_call_summary_format string" in (caught.value.hint or "")
+    registry.add("desk", clerk(tool_call_summary_format="{tool_name}: {result}"), Manifest(name="desk"), "desk")
+
+
 def test_a_graph_edge_whose_condition_is_a_function_is_refused_since_its_dump_leaves_the_function_out(
     registry: Registry,
 ) -> None:
