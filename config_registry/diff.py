@@ -39,6 +39,7 @@ class SemanticDiff:
     system_messages: dict[str, list[str]] = field(default_factory=dict)
     models: dict[str, list[str]] = field(default_factory=dict)
     tools: dict[str, list[list[str]]] = field(default_factory=dict)
+    handoffs: dict[str, list[list[str]]] = field(default_factory=dict)
     model_contexts: dict[str, list[Any]] = field(default_factory=dict)
     termination: list[Any] | None = None
     persistence: dict[str, list[Any]] = field(default_factory=dict)
@@ -69,6 +70,9 @@ class SemanticDiff:
         out += [f"{n}: model {a} -> {b}" for n, (a, b) in self.models.items()]
         for n, (added, removed) in self.tools.items():
             out += [f"{n}: tool {t!r} added" for t in added] + [f"{n}: tool {t!r} removed" for t in removed]
+        for n, (added, removed) in self.handoffs.items():
+            out += [f"{n}: handoff to {t!r} added" for t in added]
+            out += [f"{n}: handoff to {t!r} removed" for t in removed]
         out += [f"{n}: model context {a} -> {b}" for n, (a, b) in self.model_contexts.items()]
         if self.termination:
             out.append(f"termination {self.termination[0]} -> {self.termination[1]}")
@@ -193,6 +197,12 @@ def _tools(agent: dict[str, Any]) -> set[str]:
     return found
 
 
+def _handoffs(agent: dict[str, Any]) -> set[str]:
+    """Whom a Swarm participant can hand off to."""
+    handoffs = (agent.get("config") or {}).get("handoffs") or []
+    return {str(h.get("target")) for h in handoffs if isinstance(h, dict)}
+
+
 def _renames(old: list[str], new: list[str], a: dict[str, Any], b: dict[str, Any]) -> dict[str, str]:
     """A removed and an added participant at the same position with the same agent type: a rename."""
     removed, added = [n for n in old if n not in new], [n for n in new if n not in old]
@@ -269,6 +279,9 @@ def _compare_participant(diff: SemanticDiff, label: str, x: dict[str, Any], y: d
     tx, ty = _tools(x), _tools(y)
     if tx != ty:
         diff.tools[label] = [sorted(ty - tx), sorted(tx - ty)]
+    hx, hy = _handoffs(x), _handoffs(y)
+    if hx != hy:
+        diff.handoffs[label] = [sorted(hy - hx), sorted(hx - hy)]
     if _summary(cx.get("model_context")) != _summary(cy.get("model_context")):
         diff.model_contexts[label] = [_summary(cx.get("model_context")), _summary(cy.get("model_context"))]
     skip = ["provider", "config.name", "config.system_message", "config.model_client.provider",
@@ -277,6 +290,8 @@ def _compare_participant(diff: SemanticDiff, label: str, x: dict[str, Any], y: d
         skip.append("config.model_context")
     if label in diff.tools:  # added or removed tools are reported by name; their other fields would be noise
         skip += ["config.tools", "config.workbench"]
+    if label in diff.handoffs:  # likewise by target: each handoff's name, message and description follow it
+        skip.append("config.handoffs")
     other = _other_changes(x, y, tuple(skip))
     if other:
         diff.other[label] = other

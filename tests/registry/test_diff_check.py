@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autogen_agentchat.conditions import SourceMatchTermination
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination, SourceMatchTermination
+from autogen_agentchat.teams import Swarm
 
-from config_registry import Registry
+from config_registry import Manifest, Registry
 from teamstore import examples
 from teamstore.offline import OfflineChatCompletionClient
-from tests.registry.conftest import dump, triage_json, triage_manifest
+from tests.registry.conftest import calling_client, dump, triage_json, triage_manifest
 from tests.registry.factories import ResearchAgent
 
 
@@ -164,6 +166,18 @@ def test_diff_shows_which_sources_a_termination_condition_listens_to(registry: R
     assert diff.termination is not None
     before, after = diff.termination
     assert "sources=['critic']" in before and "sources=['triage']" in after
+
+
+def test_diff_names_the_handoffs_added_and_removed_by_their_target(registry: Registry) -> None:
+    def desk(planner_hands_to: list[str]) -> dict[str, Any]:
+        planner = AssistantAgent("planner", model_client=calling_client(), handoffs=planner_hands_to)
+        accountant = AssistantAgent("accountant", model_client=calling_client(), handoffs=["planner"])
+        return dump(Swarm([planner, accountant], termination_condition=MaxMessageTermination(4)))
+
+    v1 = registry.add("desk", desk(["accountant"]), Manifest(name="desk"), "v1")
+    v2 = registry.add("desk", desk(["accountant", "user"]), Manifest(name="desk"), "v2")
+    assert registry.diff("desk", v1, v2).lines() == ["planner: handoff to 'user' added"]
+    assert registry.diff("desk", v2, v1).lines() == ["planner: handoff to 'user' removed"]
 
 
 def test_newly_persisted_participant_is_compatible_with_a_note(registry: Registry) -> None:
