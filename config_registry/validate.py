@@ -17,7 +17,10 @@ One check needs the team object itself, since the JSON has lost what it looks fo
 
 from __future__ import annotations
 
+import builtins
+import dis
 from collections.abc import Mapping
+from types import CodeType
 from typing import Any
 
 from config_registry.allowlist import check_providers, check_source_code
@@ -233,8 +236,9 @@ def check_nothing_dropped(team: Any, path: str = "", owner: str = "") -> None:
     speakers by the model instead), a ``TextMentionTermination``'s ``sources`` (the registered team stops
     when anyone mentions the text), an ``AssistantAgent``'s ``tool_call_summary_formatter``, a ``GraphFlow``
     edge's condition function (the registered edge is
-    always taken), or a ``FunctionTool`` whose function reads a variable of the code around
-    it (its stored source code holds the function alone: the registered tool fails with ``NameError``).
+    always taken), or a ``FunctionTool`` whose function reads a variable of the code around it or of its
+    module that its ``global_imports`` do not bind (its stored source code holds the function alone: the
+    registered tool fails with ``NameError``).
 
     Args:
         team: The team or agent, as built (a factory's, or the one given to ``Registry.add``).
@@ -314,18 +318,57 @@ def _check_edges(graph: Any, path: str, who: str) -> None:
 def _check_self_contained(tool: Any, owner: str, path: str) -> None:
     from autogen_core.tools import FunctionTool
 
-    code = getattr(getattr(tool, "_func", None), "__code__", None)
-    if not isinstance(tool, FunctionTool) or code is None or not code.co_freevars:
+    func = getattr(tool, "_func", None)
+    code = getattr(func, "__code__", None)
+    if not isinstance(tool, FunctionTool) or func is None or code is None:
         return
-    names = ", ".join(code.co_freevars)
-    raise DefinitionInvalid(
-        f"tool {tool.name!r} of {owner or 'the agent'} is a FunctionTool whose function uses {names} from the "
-        "code around it (a closure): its stored source code holds the function alone, so the registered tool "
-        "would fail with NameError when called",
-        field=f"{path}.config.source_code" if path else "config.source_code",
-        hint=f"make the tool self-contained: define {names} inside the function or pass it as an argument "
-        "(modules it needs go in global_imports)",
-    )
+    field = f"{path}.config.source_code" if path else "config.source_code"
+    if code.co_freevars:
+        names = ", ".join(code.co_freevars)
+        raise DefinitionInvalid(
+            f"tool {tool.name!r} of {owner or 'the agent'} is a FunctionTool whose function uses {names} from the "
+            "code around it (a closure): its stored source code holds the function alone, so the registered tool "
+            "would fail with NameError when called",
+            field=field,
+            hint=f"make the tool self-contained: define {names} inside the function or pass it as an argument "
+            "(modules it needs go in global_imports)",
+        )
+    # Loading runs the source with the tool's global_imports alone: a module or constant the function reads from
+    # its module is not there.
+    unbound = _globals_read(code) & set(func.__globals__)
+    unbound -= set(dir(builtins)) | _imported(tool._global_imports) | {func.__name__}
+    if unbound:
+        names = ", ".join(sorted(unbound))
+        raise DefinitionInvalid(
+            f"tool {tool.name!r} of {owner or 'the agent'} is a FunctionTool whose function reads {names} from its "
+            "module: its stored source code holds the function and its global_imports alone, so the registered "
+            "tool would fail with NameError when called",
+            field=field,
+            hint=f"name the modules in global_imports (FunctionTool(..., global_imports=['json'])) and define "
+            f"the constants inside the function: {names}",
+        )
+
+
+def _globals_read(code: CodeType) -> set[str]:
+    """The global names a function's code (and the code nested in it: comprehensions, inner functions) reads."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _globals_read(const)
+    return names
+
+
+def _imported(imports: Any) -> set[str]:
+    """The names a FunctionTool's ``global_imports`` bind (``"json"``, ``ImportFromModule``, ``Alias``)."""
+    names: set[str] = set()
+    for item in imports or ():
+        if isinstance(item, str):
+            names.add(item.split(".")[0])
+        elif hasattr(item, "imports"):
+            names |= {x if isinstance(x, str) else x.alias for x in item.imports}
+        elif hasattr(item, "alias"):
+            names.add(item.alias)
+    return names
 
 
 def validate_definition(component: Mapping[str, Any], manifest: Manifest) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from autogen_agentchat.agents import AssistantAgent
@@ -121,3 +122,25 @@ def tool_with_a_closure() -> RoundRobinGroupChat:
     accountant = _desk_agent("accountant", tools=[FunctionTool(to_dollars, description="convert")])
     return RoundRobinGroupChat([_desk_agent("planner"), accountant], termination_condition=MaxMessageTermination(3))
 
+
+
+def _order_status(order_id: str) -> str:
+    """The order's status, as JSON."""
+    return json.dumps({"order": order_id, "status": "shipped"})
+
+
+def _order_status_importing(order_id: str) -> str:
+    """The order's status, as JSON, with json among the tool's global_imports."""
+    return json.dumps({"order": order_id, "status": "shipped"})
+
+
+def tool_reading_its_module() -> RoundRobinGroupChat:
+    """A clerk whose tool reads ``json`` from this module without naming it in global_imports."""
+    clerk = _desk_agent("clerk", tools=[FunctionTool(_order_status, description="status")])
+    return RoundRobinGroupChat([clerk], termination_condition=MaxMessageTermination(3))
+
+
+def tool_importing_what_it_reads() -> RoundRobinGroupChat:
+    """The same clerk, its tool naming ``json`` in global_imports."""
+    tool = FunctionTool(_order_status_importing, description="status", global_imports=["json"])
+    return RoundRobinGroupChat([_desk_agent("clerk", tools=[tool])], termination_condition=MaxMessageTermination(3))

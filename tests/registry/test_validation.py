@@ -20,6 +20,7 @@ from autogen_agentchat.teams import (
     SelectorGroupChat,
     Swarm,
 )
+from autogen_core import CancellationToken
 from autogen_core.model_context import BufferedChatCompletionContext
 from autogen_core.tools import FunctionTool
 from pydantic import ValidationError
@@ -441,6 +442,22 @@ def test_a_function_tool_that_uses_a_variable_of_the_code_around_it_is_refused_a
     assert ("tool 'to_dollars' of AssistantAgent 'accountant' is a FunctionTool whose function uses rate from the "
             "code around it") in caught.value.message
     assert "make the tool self-contained: define rate inside the function" in (caught.value.hint or "")
+
+
+async def test_a_function_tool_that_reads_a_module_of_its_own_module_is_refused_until_global_imports_names_it(
+    registry: Registry,
+) -> None:
+    manifest = Manifest(name="desk", allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add_from_factory("tests.registry.factories:tool_reading_its_module", manifest, "desk")
+    assert caught.value.field == "config.participants.0.config.workbench.0.config.tools.0.config.source_code"
+    assert "tool '_order_status' of AssistantAgent 'clerk' is a FunctionTool whose function reads json from its " \
+        "module" in caught.value.message
+    registry.add_from_factory("tests.registry.factories:tool_importing_what_it_reads", manifest, "desk")
+    clerk = registry.build("desk").participants["clerk"]
+    tool = clerk._workbench[0]._tools[0]  # type: ignore[attr-defined]
+    assert json.loads(await tool.run_json({"order_id": "42"}, CancellationToken())) == {
+        "order": "42", "status": "shipped"}
 
 
 @pytest.mark.parametrize("kind", ["round_robin", "selector", "swarm", "magentic_one", "nested", "society"])
