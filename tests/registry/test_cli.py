@@ -168,6 +168,17 @@ def test_add_from_file_and_table_output(registry_path: Path, tmp_path: Path) -> 
     assert "state_ttl_days: 2" in shown.stdout
 
 
+def test_a_file_with_a_byte_order_mark_is_read_and_one_in_utf16_is_refused_naming_the_encoding(
+    registry_path: Path, tmp_path: Path
+) -> None:
+    team_file = tmp_path / "team.json"
+    team_file.write_text(json.dumps(triage_json()), encoding="utf-16")  # what PowerShell's '>' writes
+    refused = invoke(*ADD, "--file", str(team_file))
+    assert refused.exit_code == 1 and "save it as UTF-8" in " ".join(refused.output.split())
+    team_file.write_text(json.dumps(triage_json()), encoding="utf-8-sig")  # UTF-8 behind a byte order mark
+    assert as_json(*ADD, "--file", str(team_file))["new"] is True
+
+
 def test_a_definitions_texts_are_shown_as_text_that_the_terminal_never_acts_on(registry_path: Path) -> None:
     # A hostile (or careless) definition: markup and escape sequences in its message, owner and description
     # must neither break 'show', 'list' and 'history' nor hide or rewrite what a reviewer reads there.

@@ -80,14 +80,15 @@ def parse_memory(value: str | None) -> dict[str, Any] | None:
 def read_component(path: Path) -> dict[str, Any]:
     from config_registry.registration import parse_json
 
-    try:
-        data = parse_json(path.read_text(encoding="utf-8"))
+    try:  # utf-8-sig: a byte order mark, as some Windows editors write, is read past (RFC 8259 allows it)
+        data = parse_json(path.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8 text
         raise DefinitionInvalid(
             f"cannot read {path}: {exc}" if not isinstance(exc, RecursionError)
             else f"cannot read {path}: its JSON is nested too deeply",
             field="file",
-            hint="pass the JSON that team.dump_component() returns",
+            hint="save it as UTF-8 (PowerShell's '>' writes UTF-16: use Set-Content -Encoding utf8)"
+            if isinstance(exc, UnicodeDecodeError) else "pass the JSON that team.dump_component() returns",
         ) from exc
     if not isinstance(data, dict):
         raise DefinitionInvalid(f"{path} does not hold a JSON object", field="file")
