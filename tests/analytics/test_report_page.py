@@ -480,11 +480,20 @@ return [...document.querySelectorAll('svg text')].filter(t => t.getClientRects()
 """
 
 
-@pytest.mark.parametrize("args", [(), ("--model", "mystery")], ids=["costs", "no-priced-cost"])
+async def _a_small_cost(url: str) -> None:
+    engine = create_engine(url)  # 111 output tokens of m-big: 0.001665, an axis figure of eight characters
+    await seed_ledger(engine, [("t1", "eve", "t", "tiny", "v1", "2026-11-20", "completed", [("a", "m-big", 0, 111, 1)])])
+    await engine.dispose()
+
+
+@pytest.mark.parametrize("args", [(), ("--model", "mystery"), ("--team", "tiny")],
+                         ids=["costs", "no-priced-cost", "a-long-figure"])
 def test_on_a_phone_each_chart_is_drawn_for_its_width_with_text_as_large_as_on_a_desktop(
-    ledger_env: AsyncEngine, browser: Any, tmp_path: Path, args: tuple[str, ...]
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path, args: tuple[str, ...]
 ) -> None:
     page = tmp_path / "cost.html"
+    if "tiny" in args:
+        asyncio.run(_a_small_cost(database_url))  # its top figure was cut to ".001665" at the phone chart's left
     _write(page, *args)
     browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                             {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})

@@ -63,8 +63,9 @@ class Layout:
 
 
 WIDE = Layout(WIDTH, LEFT, 210, 30, "", "chart")
-SMALL = Layout(360, 52, 140, 19, "-small", "small-chart")
-"""A phone's chart: at 360 pixels it is drawn at about the size of its text, not scaled to half of it."""
+SMALL = Layout(360, LEFT, 140, 19, "-small", "small-chart")
+"""A phone's chart: at 360 pixels it is drawn at about the size of its text, not scaled to half of it. Its value
+axis keeps the desktop's room: a figure such as 0.0000015 is as long on a phone."""
 
 
 @dataclass(frozen=True)
