@@ -58,6 +58,26 @@ async def test_it_adds_the_memory_to_a_context_once_and_reports_what_it_added() 
         '- ticket_id: "55102" (last confirmed 2026-11-02)', '- router_model: "ZX-81" (last confirmed 2026-11-02)']
 
 
+async def test_a_held_memory_message_is_rewritten_in_place_only_once_it_gives_what_is_no_longer_kept() -> None:
+    given = memory()
+    given.recall(stored(ticket_id=("str", "55102"), router_model=("str", "ZX-81")))
+    context = BoundedChatCompletionContext(max_messages=20, keep_first=1)
+    await context.add_message(UserMessage(content="hello", source="user"))
+    await given.update_context(context)
+    await context.add_message(UserMessage(content="and then", source="user"))
+    before = await context.get_messages()
+    # the memory moved on (a new summary, a fact confirmed) but still keeps all it gives: left as it is
+    assert not await memory().withdraw_forgotten(
+        context, stored("router replaced twice", ticket_id=("str", "55102"), router_model=("str", "ZX-81")))
+    assert await context.get_messages() == before
+    assert await memory().withdraw_forgotten(context, stored(router_model=("str", "ZX-81")))  # ticket_id forgotten
+    after = await context.get_messages()
+    assert [type(m).__name__ for m in after] == ["UserMessage", "SystemMessage", "UserMessage"]
+    assert "ticket_id" not in str(after[1].content) and '- router_model: "ZX-81"' in str(after[1].content)
+    assert await memory().withdraw_forgotten(context, None)  # everything forgotten: the message goes
+    assert [type(m).__name__ for m in await context.get_messages()] == ["UserMessage", "UserMessage"]
+
+
 def test_it_gives_each_fact_as_its_json_reads_true_false_numbers_and_quoted_dates_and_text() -> None:
     given = memory(replaced="bool", escalated="bool", visits="int", speed="float", visited_on="date",
                    ticket_id="str")

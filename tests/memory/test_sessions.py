@@ -161,6 +161,34 @@ async def test_a_long_resumed_session_stores_one_memory_message_and_flat_bytes(
     assert max(sizes[14:]) - min(sizes[14:]) <= 40 and max(sizes[14:]) <= max(sizes[:14]), sizes
 
 
+async def test_a_resumed_session_stops_giving_what_the_user_forgot_and_keeps_one_memory_message(
+    platform: Platform, channel: str
+) -> None:
+    def researchers_memory(since: int) -> list[str]:
+        calls = [call for call in CALLS[channel][since:] if "You are researcher" in str(call[0].content)]
+        return memory_messages(calls[0])
+
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    await talk(platform, "alice", "s2", "Hello, any news?")  # the researcher's stored context holds the memory
+    await platform.drain_memory()
+    await platform.forget_memory("alice", fact="ticket_id")
+    async with platform.session("alice", "s2", team=TEAM) as s:
+        with pytest.raises(RuntimeError):
+            await s.run(BREAKS)  # the team is built again, with the state the session opened with
+        since = len(CALLS[channel])
+        await s.run("Still there?")
+    (held,) = researchers_memory(since)
+    assert "ticket_id" not in held and '- router_model: "ZX-81"' in held
+    assert [m for m in (await stored_state(platform, "alice", "s2"))[1] if "ticket_id" in m] == []
+    await platform.drain_memory()
+    await platform.forget_memory("alice")
+    since = len(CALLS[channel])
+    await talk(platform, "alice", "s2", "Anyone?")
+    assert researchers_memory(since) == []
+    assert (await stored_state(platform, "alice", "s2"))[1] == []
+
+
 @pytest.mark.parametrize("mode", WRITER_MODES)
 async def test_a_failing_writer_never_fails_the_run_and_leaves_the_previous_memory(
     platform: Platform, registry: Registry, channel: str, mode: WriterMode, caplog: pytest.LogCaptureFixture

@@ -22,12 +22,13 @@ what stores memory.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Self
 
 from autogen_core import CancellationToken, Component
 from autogen_core.memory import Memory, MemoryContent, MemoryMimeType, MemoryQueryResult, UpdateContextResult
-from autogen_core.model_context import ChatCompletionContext
+from autogen_core.model_context import ChatCompletionContext, ChatCompletionContextState
 from autogen_core.models import SystemMessage
 from pydantic import BaseModel, Field
 
@@ -36,6 +37,13 @@ from teamstore.memory.facts import UserMemory, estimate_tokens, fact_text, shown
 
 PROVIDER = "teamstore.memory.component.TeamstoreMemory"
 HEADER = "What this team knows about the user from earlier sessions (kept memory; it may be out of date):"
+_FACT_LINE = re.compile(r"^- ([^:\s]+): ", re.MULTILINE)
+
+
+def _gives(text: str) -> tuple[bool, set[str]]:
+    """Whether a memory message gives a summary, and the facts it gives by name (a summary line that reads like
+    a fact counts as one: both sides of a comparison count it alike)."""
+    return text.startswith(f"{HEADER}\nSummary: "), set(_FACT_LINE.findall(text))
 
 
 class TeamstoreMemoryConfig(BaseModel):
@@ -132,6 +140,40 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
             return UpdateContextResult(memories=MemoryQueryResult(results=[]))
         await model_context.add_message(SystemMessage(content=text))
         return UpdateContextResult(memories=MemoryQueryResult(results=list(self._contents)))
+
+    async def withdraw_forgotten(self, model_context: ChatCompletionContext, memory: UserMemory | None) -> bool:
+        """Rewrite a memory message ``model_context`` holds that gives what is no longer kept (a fact forgotten or
+        no longer given, a summary forgotten) to what is kept now, in its place, or drop it when nothing is.
+
+        A persisted participant of a resumed session is not given the memory again: its stored context holds
+        the message it was given. One that still gives only what is kept stays as it is, however the memory
+        moved on since, so the stored context (and a provider's prompt cache) is rewritten only after a forget.
+
+        Args:
+            model_context: The participant's context, as the session restored it.
+            memory: What the store holds now (``None``: nothing).
+
+        Returns:
+            Whether the context changed.
+        """
+        now = TeamstoreMemory(self.scope, self._config.summary_tokens, self._config.facts)
+        if memory is not None:
+            now.recall(memory)
+        text = now.message_text()
+        summary, facts = _gives(text)
+        held = ChatCompletionContextState.model_validate(await model_context.save_state()).messages
+        kept: list[Any] = []
+        for message in held:
+            if isinstance(message, SystemMessage) and message.content.startswith(HEADER):
+                had_summary, had_facts = _gives(message.content)
+                if (had_summary and not summary) or had_facts - facts:
+                    kept += [SystemMessage(content=text)] if text else []
+                    continue
+            kept.append(message)
+        if kept == held:
+            return False
+        await model_context.load_state(ChatCompletionContextState(messages=kept).model_dump())
+        return True
 
     async def query(
         self, query: str | MemoryContent = "", cancellation_token: CancellationToken | None = None, **kwargs: Any

@@ -9,7 +9,8 @@
 
 When it is read: a participant is given the memory when its model context starts empty, in a new or
 expired session (or one whose state was refused), and on every run for a participant whose context is not
-persisted. A persisted participant of a resumed session already holds it, once, in its stored context.
+persisted. A persisted participant of a resumed session already holds it, once, in its stored context;
+that message is rewritten only once it gives what is no longer kept (a fact the user forgot).
 
 When it is written: once per session, when its block exits, after its state is saved and its lease
 released, from what its runs added (the previous memory plus those messages), sealed under the data key the
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import ChatCompletionClient
 
 from config_registry.manifest import MemoryDeclaration
@@ -37,6 +39,7 @@ from teamstore.errors import ConfigurationError, TeamstoreError
 from teamstore.events import LaterCalls, RunContext, RunObserver, RunOutcome, notify_later_calls
 from teamstore.keys.service import DataKey
 from teamstore.memory.component import TeamstoreMemory
+from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import MemoryStore
 from teamstore.memory.writer import Said, WriteOutcome, write_memory
 from teamstore.metering import MeteredChatCompletionClient, metered_run
@@ -57,12 +60,14 @@ WRITER = "memory_writer"
 
 @dataclass(frozen=True)
 class MemoryBinding:
-    """One session's memory: the declaration, the components it feeds, the client that writes it."""
+    """One session's memory: the declaration, the components it feeds, the client that writes it, and the
+    model contexts of the participants it feeds."""
 
     declaration: MemoryDeclaration
     scope: str
     components: dict[str, list[TeamstoreMemory]]
     writer: ChatCompletionClient
+    contexts: dict[str, ChatCompletionContext] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,12 @@ def bind_memory(built: BuiltTeam) -> MemoryBinding | None:
         name: [m for m in getattr(built.participants[name], "_memory", None) or [] if isinstance(m, TeamstoreMemory)]
         for name in declaration.participants
     }
+    contexts = {  # AssistantAgent's, which the session's restored state fills
+        name: context for name in declaration.participants
+        if isinstance(context := getattr(built.participants[name], "_model_context", None), ChatCompletionContext)
+    }
     return MemoryBinding(declaration, declaration.scope_of(built.name), components,
-                         _writer_client(built, declaration.writer))
+                         _writer_client(built, declaration.writer), contexts)
 
 
 async def rebind_memory(binding: MemoryBinding, built: BuiltTeam) -> MemoryBinding:
@@ -124,6 +133,14 @@ async def rebind_memory(binding: MemoryBinding, built: BuiltTeam) -> MemoryBindi
             for content in before.contents:
                 await component.add(content)
     return again
+
+
+async def _withdraw(binding: MemoryBinding, names: Sequence[str], stored: UserMemory | None) -> None:
+    """Rewrite what the contexts of ``names`` hold of the memory to give nothing ``stored`` no longer keeps."""
+    kept = stored if stored is not None and stored.written else None
+    for name in names:
+        for component in binding.components.get(name, []) if name in binding.contexts else []:
+            await component.withdraw_forgotten(binding.contexts[name], kept)
 
 
 def _writer_client(built: BuiltTeam, name: str) -> ChatCompletionClient:
@@ -152,7 +169,8 @@ class MemoryService:
     async def recall(
         self, binding: MemoryBinding, user_id: str, *, fresh: bool, persisted: Sequence[str]
     ) -> MemoryRecall:
-        """Give the user's memory to each receiving participant whose context starts empty.
+        """Give the user's memory to each receiving participant whose context starts empty; in a resumed
+        session, rewrite a persisted participant's stored memory message that gives what is no longer kept.
 
         Args:
             binding: The session's memory.
@@ -164,7 +182,9 @@ class MemoryService:
             StoreUnavailable: The database failed.
         """
         receivers = [n for n in binding.declaration.participants if fresh or n not in persisted]
-        stored = await self.store.load(user_id, binding.scope) if receivers else None
+        holders = [] if fresh else [n for n in binding.declaration.participants if n in persisted]
+        stored = await self.store.load(user_id, binding.scope) if receivers or holders else None
+        await _withdraw(binding, holders, stored)
         if stored is None or not stored.written:
             return MemoryRecall(binding.scope)
         given, summary, facts, left_out = [], False, set(), set()
@@ -176,6 +196,17 @@ class MemoryService:
                 summary = summary or any(k.get("kind") == "summary" for k in kinds)
                 facts |= {str(k["name"]) for k in kinds if k.get("kind") == "fact"}
         return MemoryRecall(binding.scope, given, summary, sorted(facts), sorted(left_out))
+
+    async def withdraw_forgotten(self, binding: MemoryBinding, user_id: str, *, persisted: Sequence[str]) -> None:
+        """Rewrite a persisted participant's memory message that gives what is no longer kept (after its team
+        was built again and given the state the session opened with, which holds the message as it was).
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        holders = [n for n in binding.declaration.participants if n in persisted]
+        if holders:
+            await _withdraw(binding, holders, await self.store.load(user_id, binding.scope))
 
     async def writer_key(self, user_id: str) -> DataKey | None:
         """The data key the user's memory is sealed under (``None``: stored unsealed). A session takes it as it

@@ -467,6 +467,8 @@ class SessionRuns:
             self._memory = await rebind_memory(self._memory, self._built)
         if self._good_states:
             await apply_states(self._built, self._good_states)
+        if self._memory is not None and self._deps.memory is not None:  # what was forgotten stays withdrawn
+            await self._deps.memory.withdraw_forgotten(self._memory, self.key.user_id, persisted=self._built.persisted)
         self._stale = False
 
     async def save(self) -> int:
