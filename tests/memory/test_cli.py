@@ -98,6 +98,9 @@ def test_a_new_session_run_says_what_memory_it_was_given(ran: dict[str, Any]) ->
     assert data["memory"]["given_to"] == ["triage", "researcher"]
     assert data["memory"]["facts"] == ["router_model", "ticket_id"]
     assert "ticket_id=55102" in data["reply"] or any("ticket_id=55102" in m["content"] for m in data["messages"])
+    given = [m["content"] for m in data["messages"] if m["type"] == "MemoryQueryEvent"]
+    # what each was given, a line an item, as the model reads it (not AutoGen's repr of MemoryContent)
+    assert given == [f'{FIRST}\nrouter_model: "ZX-81"\nticket_id: "55102"'] * 2
 
 
 def test_forget_one_fact_then_everything(ran: dict[str, Any]) -> None:

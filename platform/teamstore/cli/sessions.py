@@ -27,6 +27,8 @@ from teamstore.terminal import console, plain, print_table
 # The database, the runtime and AutoGen are imported by the commands that use them, not with the command
 # line: `teamstore --help` and the commands that need none of them start without paying for them.
 if TYPE_CHECKING:
+    from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
+
     from teamstore.app import App
     from teamstore.runtime.platform import Platform
     from teamstore.runtime.session import Session
@@ -151,7 +153,7 @@ async def _run_once(
         "reply": getattr(last, "content", str(last)),
         "speaker": last.source,
         "messages": [
-            {"source": m.source, "type": type(m).__name__, "content": m.to_text(),
+            {"source": m.source, "type": type(m).__name__, "content": _message_text(m),
              "created_at": m.created_at.isoformat()} for m in result.messages
         ],
         "resume": resume,
@@ -164,6 +166,16 @@ async def _run_once(
             "output_tokens": sum(u.completion_tokens for u in usage),
         },
     }
+
+
+def _message_text(message: BaseAgentEvent | BaseChatMessage) -> str:
+    """A message's text; the memory a participant was given, one item a line (AutoGen's ``to_text()`` of a
+    ``MemoryQueryEvent`` is the Python repr of its list)."""
+    from autogen_agentchat.messages import MemoryQueryEvent
+
+    if isinstance(message, MemoryQueryEvent):
+        return "\n".join(str(item.content) for item in message.content)
+    return message.to_text()
 
 
 def _team_failure(exc: Exception, *, with_message: bool) -> tuple[str, str]:
