@@ -82,6 +82,24 @@ def test_show_prints_each_facts_value_in_the_table_as_its_json_reads(ran: dict[s
     assert "True" not in table.stdout and "False" not in table.stdout
 
 
+def test_show_says_nothing_was_written_yet_when_the_first_write_failed(ran: dict[str, Any]) -> None:
+    async def fail() -> None:  # bob's first write failed: his row holds only the failure
+        kept = App()
+        try:
+            await kept.memory_store.record_failure("bob", "support_triage", "the memory writer's model call failed",
+                                                   team="support_triage", team_version="v1", retention_days=180)
+        finally:
+            await kept.aclose()
+
+    asyncio.run(fail())
+    table = runner.invoke(app, ["memory", "show", "--user", "bob"])
+    assert table.exit_code == 0, table.output
+    said = " ".join(table.stdout.split())
+    assert "support_triage: nothing written yet; last tried by support_triage@v1" in said and "written by" not in said
+    assert "writer failed 1 time(s)" in said
+    assert "support_triage: written by support_triage@" in runner.invoke(app, ["memory", "show", "--user", "alice"]).stdout
+
+
 def test_show_prints_plain_values_that_the_tables_hold_sealed_under_the_users_key(ran: dict[str, Any]) -> None:
     with sqlite3.connect(Settings().home / "teamstore.db") as conn:
         stored = [*conn.execute("SELECT summary FROM ts_user_memory"), *conn.execute("SELECT value FROM ts_user_memory_facts")]

@@ -53,7 +53,9 @@ def _render(data: dict[str, Any], scope: str | None) -> None:
         console.print("nothing is kept about this user" + (plain(f" under scope {scope!r}") if scope else ""))
         return
     for memory in data["memories"]:
-        console.print(plain(f"{memory['scope']}: written by {memory['team']}@{memory['team_version'][:12]}, "
+        # Version 0: a row holding only a writer's failure, nothing written yet (UserMemory.written).
+        by = "written by" if memory["version"] != 0 else "nothing written yet; last tried by"
+        console.print(plain(f"{memory['scope']}: {by} {memory['team']}@{memory['team_version'][:12]}, "
                             f"version {memory['version']}, updated {str(memory['updated_at'])[:19]}, "
                             f"expires {str(memory['expires_at'])[:10]}"), style="bold")
         console.print(plain(f"summary: {memory['summary'] or '(none yet)'}"))
