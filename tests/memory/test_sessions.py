@@ -39,6 +39,7 @@ from tests.memory.team import (
     helpdesk_manifest,
     memory_messages,
 )
+from tests.runtime.checkpoint_teams import counted_calls
 
 FIRST = "My router ZX-81 drops the connection every evening (ticket 55102)."
 
@@ -187,6 +188,29 @@ async def test_a_resumed_session_stops_giving_what_the_user_forgot_and_keeps_one
     await talk(platform, "alice", "s2", "Anyone?")
     assert researchers_memory(since) == []
     assert (await stored_state(platform, "alice", "s2"))[1] == []
+
+
+async def test_a_run_continued_after_the_user_forgot_a_fact_is_not_given_it_by_its_checkpoint(
+    platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry.add(TEAM, helpdesk(channel, messages=5).dump_component(),
+                 helpdesk_manifest().model_copy(update={"checkpoints": "every_turn"}), "checkpoints",
+                 label="production")
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 2  # triage's turn completes (and is checkpointed), the researcher's call fails
+        async with platform.session("alice", "s2", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run("Hello, any news?")
+            assert s.interrupted is not None
+    await platform.forget_memory("alice", fact="ticket_id")
+    since = len(CALLS[channel])
+    async with platform.session("alice", "s2", team=TEAM, continuing=True) as s:
+        await s.continue_run()
+    held = [memory_messages(call) for call in CALLS[channel][since:]]
+    assert len(held) == 3 and all(len(h) == 1 for h in held), held  # one memory message in each call
+    assert not [h for h in held if "ticket_id" in h[0]], held
 
 
 @pytest.mark.parametrize("mode", WRITER_MODES)

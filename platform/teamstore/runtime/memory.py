@@ -197,16 +197,17 @@ class MemoryService:
                 facts |= {str(k["name"]) for k in kinds if k.get("kind") == "fact"}
         return MemoryRecall(binding.scope, given, summary, sorted(facts), sorted(left_out))
 
-    async def withdraw_forgotten(self, binding: MemoryBinding, user_id: str, *, persisted: Sequence[str]) -> None:
-        """Rewrite a persisted participant's memory message that gives what is no longer kept (after its team
-        was built again and given the state the session opened with, which holds the message as it was).
+    async def withdraw_forgotten(self, binding: MemoryBinding, user_id: str, *, restored: Sequence[str]) -> None:
+        """Rewrite the memory message that the contexts of ``restored`` hold once it gives what is no longer
+        kept: after the team was built again and given the state the session opened with, or given an
+        interrupted run's checkpoint, each holding the message as it was then.
 
         Raises:
             StoreUnavailable: The database failed.
         """
-        holders = [n for n in binding.declaration.participants if n in persisted]
-        if holders:
-            await _withdraw(binding, holders, await self.store.load(user_id, binding.scope))
+        names = [n for n in binding.declaration.participants if n in restored]
+        if names:
+            await _withdraw(binding, names, await self.store.load(user_id, binding.scope))
 
     async def writer_key(self, user_id: str) -> DataKey | None:
         """The data key the user's memory is sealed under (``None``: stored unsealed). A session takes it as it

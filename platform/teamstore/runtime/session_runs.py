@@ -370,6 +370,9 @@ class SessionRuns:
             await self._rebuild()
             raise StateRejected("corrupt", f"interrupted run {checkpoint.run.run_id[:12]} cannot continue: {detail}; "
                                            "its checkpoint was set aside") from exc
+        if self._memory is not None and self._deps.memory is not None:  # every participant's context as it was
+            await self._deps.memory.withdraw_forgotten(self._memory, self.key.user_id,
+                                                       restored=self._memory.declaration.participants)
         await self._count_take_up(checkpoint)
         self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
         self._run_ended("continued")
@@ -468,7 +471,7 @@ class SessionRuns:
         if self._good_states:
             await apply_states(self._built, self._good_states)
         if self._memory is not None and self._deps.memory is not None:  # what was forgotten stays withdrawn
-            await self._deps.memory.withdraw_forgotten(self._memory, self.key.user_id, persisted=self._built.persisted)
+            await self._deps.memory.withdraw_forgotten(self._memory, self.key.user_id, restored=self._built.persisted)
         self._stale = False
 
     async def save(self) -> int:
