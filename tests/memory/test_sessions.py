@@ -213,6 +213,28 @@ async def test_a_run_continued_after_the_user_forgot_a_fact_is_not_given_it_by_i
     assert not [h for h in held if "ticket_id" in h[0]], held
 
 
+async def test_a_continued_run_gives_the_memory_as_it_is_now_in_place_of_the_copy_its_checkpoint_holds(
+    platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry.add(TEAM, helpdesk(channel, messages=5).dump_component(),
+                 helpdesk_manifest().model_copy(update={"checkpoints": "every_turn"}), "checkpoints",
+                 label="production")
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 2  # triage's turn is checkpointed with the memory it was given
+        async with platform.session("alice", "s2", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run("Hello, any news?")
+    await talk(platform, "alice", "s3", "A new ticket: 77777.")  # another session moves the memory on
+    await platform.drain_memory()
+    since = len(CALLS[channel])
+    async with platform.session("alice", "s2", team=TEAM, continuing=True) as s:
+        await s.continue_run()
+    held = [memory_messages(call) for call in CALLS[channel][since:]]
+    assert len(held) == 3 and all(len(h) == 1 and "77777" in h[0] for h in held), held
+
+
 @pytest.mark.parametrize("mode", WRITER_MODES)
 async def test_a_failing_writer_never_fails_the_run_and_leaves_the_previous_memory(
     platform: Platform, registry: Registry, channel: str, mode: WriterMode, caplog: pytest.LogCaptureFixture

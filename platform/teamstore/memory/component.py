@@ -11,8 +11,8 @@ The runtime attaches one to each participant the team's manifest names (:func:`a
 component JSON before it is loaded) and gives it the user's memory when the participant's model context
 starts empty: in a new or expired session, and on every run for a participant whose context is not
 persisted. ``AssistantAgent`` calls :meth:`TeamstoreMemory.update_context` before each model call; it adds
-the memory as one system message, and never a second copy of the same message, so a persisted context
-holds at most one and what is stored stays flat run after run.
+the memory as one system message, and never a second (an older copy a context holds is replaced in its
+place), so a persisted context holds at most one and what is stored stays flat run after run.
 
 Its component config is the declaration alone (scope, budget, fact types): a dumped team never carries a
 user's memory. What :meth:`add` is given lives in this object, for this session only; the memory writer is
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
-from typing import Any, Self
+from collections.abc import Callable, Mapping
+from typing import Any, Self, TypeGuard
 
 from autogen_core import CancellationToken, Component
 from autogen_core.memory import Memory, MemoryContent, MemoryMimeType, MemoryQueryResult, UpdateContextResult
 from autogen_core.model_context import ChatCompletionContext, ChatCompletionContextState
-from autogen_core.models import SystemMessage
+from autogen_core.models import LLMMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from config_registry.manifest import MemoryDeclaration
@@ -38,6 +38,28 @@ from teamstore.memory.facts import UserMemory, estimate_tokens, fact_text, shown
 PROVIDER = "teamstore.memory.component.TeamstoreMemory"
 HEADER = "What this team knows about the user from earlier sessions (kept memory; it may be out of date):"
 _FACT_LINE = re.compile(r"^- ([^:\s]+): ", re.MULTILINE)
+
+
+def _is_memory(message: LLMMessage) -> TypeGuard[SystemMessage]:
+    return isinstance(message, SystemMessage) and message.content.startswith(HEADER)
+
+
+async def _rewrite_held(model_context: ChatCompletionContext, rewrite: Callable[[str], str | None]) -> bool:
+    """Rewrite each memory message ``model_context`` stores to ``rewrite(its text)`` in its place (``None``: drop
+    it), keeping one copy of each text; whether anything changed."""
+    held = ChatCompletionContextState.model_validate(await model_context.save_state()).messages
+    kept: list[LLMMessage] = []
+    for message in held:
+        if _is_memory(message):
+            text = rewrite(message.content)
+            if text is None or any(_is_memory(m) and m.content == text for m in kept):
+                continue
+            message = message if text == message.content else SystemMessage(content=text)
+        kept.append(message)
+    if kept == held:
+        return False
+    await model_context.load_state(ChatCompletionContextState(messages=kept).model_dump())
+    return True
 
 
 def _gives(text: str) -> tuple[bool, set[str]]:
@@ -127,7 +149,8 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
         return "\n".join(lines)
 
     async def update_context(self, model_context: ChatCompletionContext) -> UpdateContextResult:
-        """Add the memory as one system message, unless the context holds that message already.
+        """Add the memory as one system message, unless the context holds that message already; in place of an
+        older copy it holds (the one an interrupted run's checkpoint was given), never beside it.
 
         Returns:
             What was added (empty when nothing was: AutoGen then emits no ``MemoryQueryEvent``).
@@ -135,10 +158,13 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
         text = self.message_text()
         if not text:
             return UpdateContextResult(memories=MemoryQueryResult(results=[]))
-        held = await model_context.get_messages()
-        if any(isinstance(m, SystemMessage) and m.content == text for m in held):
+        held = [m for m in await model_context.get_messages() if _is_memory(m)]
+        if any(m.content == text for m in held):
             return UpdateContextResult(memories=MemoryQueryResult(results=[]))
-        await model_context.add_message(SystemMessage(content=text))
+        if held:  # an older copy (an interrupted run's checkpoint holds the one it was given): this one instead
+            await _rewrite_held(model_context, lambda _: text)
+        else:
+            await model_context.add_message(SystemMessage(content=text))
         return UpdateContextResult(memories=MemoryQueryResult(results=list(self._contents)))
 
     async def withdraw_forgotten(self, model_context: ChatCompletionContext, memory: UserMemory | None) -> bool:
@@ -161,19 +187,12 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
             now.recall(memory)
         text = now.message_text()
         summary, facts = _gives(text)
-        held = ChatCompletionContextState.model_validate(await model_context.save_state()).messages
-        kept: list[Any] = []
-        for message in held:
-            if isinstance(message, SystemMessage) and message.content.startswith(HEADER):
-                had_summary, had_facts = _gives(message.content)
-                if (had_summary and not summary) or had_facts - facts:
-                    kept += [SystemMessage(content=text)] if text else []
-                    continue
-            kept.append(message)
-        if kept == held:
-            return False
-        await model_context.load_state(ChatCompletionContextState(messages=kept).model_dump())
-        return True
+
+        def renewed(held: str) -> str | None:
+            had_summary, had_facts = _gives(held)
+            return (text or None) if (had_summary and not summary) or had_facts - facts else held
+
+        return await _rewrite_held(model_context, renewed)
 
     async def query(
         self, query: str | MemoryContent = "", cancellation_token: CancellationToken | None = None, **kwargs: Any
