@@ -182,6 +182,8 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
         Returns:
             Whether the context changed.
         """
+        if not any(_is_memory(m) for m in await model_context.get_messages()):
+            return False  # nothing to rewrite: the state is not copied
         now = TeamstoreMemory(self.scope, self._config.summary_tokens, self._config.facts)
         if memory is not None:
             now.recall(memory)
