@@ -14,6 +14,7 @@ from sqlalchemy import update
 from config_registry import Registry
 from teamstore.errors import (
     ErasureInProgress,
+    NoInterruptedRun,
     RunCannotContinue,
     SessionBusy,
     StaleStateVersion,
@@ -104,6 +105,22 @@ async def test_a_checkpoint_from_an_older_definition_version_does_not_continue(
     assert await platform.store.get(KEY) is None  # a new session's: with its checkpoint set aside it held nothing
     (kept,) = await platform.store.list_quarantined("alice")
     assert kept.reason == "checkpoint definition_changed" and kept.checkpoint_bytes > 0
+
+
+async def test_abandoning_a_run_set_aside_as_the_session_opened_gives_it_up_once(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RunCannotContinue says "or abandon it"; abandon_run() on the moved label then raised NoInterruptedRun.
+    register(registry)
+    await _interrupt(platform, monkeypatch, 3)
+    register(registry, checkpoints="off", message="checkpoints off")  # the label moves between crash and continue
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.interrupted is None and s.resume is not None and s.resume.checkpoint_refused == "definition_changed"
+        await s.abandon_run()  # already given up as the session opened: nothing to write
+        with pytest.raises(NoInterruptedRun):
+            await s.abandon_run()
+        result = await s.run("A new question")
+    assert result.messages[0].to_text() == "A new question"
 
 
 async def test_opened_to_continue_with_a_team_its_run_did_not_use_it_is_refused_and_the_checkpoint_stays(

@@ -553,3 +553,23 @@ def test_a_run_stopped_by_ctrl_c_sigterm_or_sighup_gives_the_sessions_lease_back
     registry.add("support_escalation", fast.dump_component(), manifest, "fast", label="production")
     again = runner.invoke(app, ["run", *ids, "My line drops", "--json"], env={"TEAMSTORE_LEASE_TIMEOUT_SECONDS": "0"})
     assert again.exit_code == 0, again.output  # at once: not SessionBusy
+
+
+@pytest.mark.parametrize("message", [None, "A new question"], ids=["abandon", "abandon-then-run"])
+def test_abandoning_a_run_the_moved_label_cannot_continue_gives_it_up_as_the_refusal_says(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch, message: str | None
+) -> None:
+    # The refusal to continue says "or abandon it"; --abandon then said "this session has no interrupted run" and
+    # exited 1, the message unrun: the session's opening with the new version had set the checkpoint aside.
+    _stop_a_run(registry, monkeypatch)
+    register(registry, checkpoints="off", message="checkpoints off")  # production moves between crash and continue
+    ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
+    refused = runner.invoke(app, ["run", *ids, "--continue"])
+    assert refused.exit_code == 1 and "or abandon it" in " ".join(refused.output.split())
+    gave_up = runner.invoke(app, ["run", *ids, "--abandon", *([message] if message else []), "--json"])
+    assert gave_up.exit_code == 0, gave_up.output
+    data = json.loads(gave_up.stdout)
+    assert data["resume"]["checkpoint_refused"] == "definition_changed"
+    assert (data["messages"][0]["content"] == message) if message else (data["abandoned"] is None)
+    again = runner.invoke(app, ["run", *ids, "--abandon"])  # given up once: nothing is left to abandon
+    assert again.exit_code == 1 and "no interrupted run" in again.output

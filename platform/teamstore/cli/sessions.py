@@ -217,7 +217,9 @@ def _render_run(data: dict[str, Any]) -> None:
     note = f" ({resume['detail']})" if resume["detail"] else ""
     console.print(f"[dim]resume: {plain(resume['outcome'] + note)}[/]")
     if "abandoned" in data:
-        console.print(f"abandoned run {plain(data['abandoned']['run_id'])}")
+        run = data["abandoned"]  # None: the session's opening ended the run (the resume line says how)
+        console.print(f"abandoned run {plain(run['run_id'])}" if run else "the interrupted run was given up as the "
+                      "session opened: nothing is left to abandon")
         return
     console.print(f"[bold]{plain(data['speaker'])}[/]: {plain(data['reply'])}")
 

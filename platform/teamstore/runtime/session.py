@@ -207,6 +207,7 @@ class Session(SessionRuns):
         self._good_states = dict(opened.verdict.states)
         self._checkpoint = opened.checkpoint
         self._interrupted = opened.checkpoint.run if opened.checkpoint else None
+        self._given_up = row.checkpoint is not None and opened.checkpoint is None
         if row.checkpoint is not None and opened.verdict.outcome.outcome == "expired":
             # Its run cannot continue past the session's TTL: it ends here, recorded as a sweep would record it.
             await to_the_end(self._end_expired(row))

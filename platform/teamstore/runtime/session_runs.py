@@ -104,6 +104,7 @@ class SessionRuns:
         self._interrupted: InterruptedRun | None = None
         self._checkpoint: Checkpoint | None = None  # the interrupted run's, judged (read again if None)
         self._drop_checkpoint = False  # a cancelled run left one: the next write clears it
+        self._given_up = False  # the session opened on a run that could not wait (set aside, expired): ended there
         self._phase: Phase = "new"
         self.resume: ResumeOutcome | None = None
         self._audit: asyncio.Future[None] | None = None
@@ -261,6 +262,8 @@ class SessionRuns:
         """Give the interrupted run up: its checkpoint is cleared (one write) and the session goes on from the
         state it had before that run. The run's completed turns go to its transcript, and the model calls it
         paid for to the ledger, as a run that failed. Cancelled once the clearing has begun, it still finishes.
+        A run the session's opening already ended (its checkpoint set aside: it does not fit the team, a label
+        moved since the run; or the session had expired) is given up already: the first call then returns.
 
         Raises:
             NoInterruptedRun: The session has no interrupted run.
@@ -270,6 +273,9 @@ class SessionRuns:
         await self._settle(in_flight=False)
         if self._running:
             raise RunInProgress("this session is running a task", hint="await it before abandoning a run")
+        if self._interrupted is None and self._given_up:  # what RunCannotContinue's "or abandon it" leads to
+            self._given_up = False
+            return
         checkpoint = await self._interrupted_checkpoint()
         # Cancelled from here (a request timeout), it finishes: a checkpoint cleared without its run recorded
         # would leave the run's turns and paid calls on no record at all.
@@ -332,6 +338,7 @@ class SessionRuns:
         """What comes before a run: the team as it should be, the last run's audit written, and, with
         checkpoints on, the last completed run saved (a checkpoint's run then starts from it)."""
         self._deps.sessions.check()  # cut off: no run starts
+        self._given_up = False  # a run of the block's own: an abandonment after it is about that run
         taken: TakenUp | None = None
         if continuing:
             taken = await self._take_up()
