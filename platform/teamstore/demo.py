@@ -313,9 +313,9 @@ def _interrupted(settings: Settings, user: str, session: str) -> None:
     console.print(f"  stored: the run's checkpoint after turn {stored['last_turn']} ({stored['bytes']:,} bytes)")
     data = teamstore("run", "--team", LONG, "--user", user, "--session", session, "--continue")
     console.print(f"  the dead worker's lease ran out ({LEASE_SECONDS:g}s TTL here) and a new process took the session over")
-    resume = data["resume"]
-    console.print(f"  a new process: resume [yellow]{resume['outcome']}[/] (run {resume['interrupted']['run_id'][:12]} "
-                  f"stopped after turn {resume['interrupted']['last_turn']}): teamstore run --continue")
+    run = data["continued"]
+    console.print(f"  a new process: resume [yellow]interrupted[/] (run {run['run_id'][:12]} stopped after turn "
+                  f"{run['last_turn']}): teamstore run --continue")
     for n, message in enumerate(data["messages"]):
         before = datetime.fromisoformat(message["created_at"]) < killed_at
         where = "[dim]from the killed worker[/]" if before else "[green]this process[/]"

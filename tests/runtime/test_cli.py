@@ -277,7 +277,10 @@ def test_a_run_that_stops_mid_run_says_it_can_be_continued_and_is(
         calls.fail_at = None
         done = runner.invoke(app, ["run", *ids, "--continue", "--json"])
     assert done.exit_code == 0, done.output
-    assert len(json.loads(done.stdout)["messages"]) == TURNS + 1
+    data = json.loads(done.stdout)
+    assert len(data["messages"]) == TURNS + 1 and data["continued"]["last_turn"] == 2
+    # The verdict as the command leaves the session: it read "stopped after turn 2; continue or abandon it".
+    assert data["resume"]["interrupted"] is None and "interrupted after turn 2, was continued" in data["resume"]["detail"]
 
 
 def test_the_quarantine_lists_as_many_as_asked_and_says_when_more_may_follow(registry: Registry) -> None:

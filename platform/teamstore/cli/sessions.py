@@ -120,12 +120,14 @@ async def _run_once(
         async with platform.session(user, session, team=team, continuing=how == "continue") as s:
             opened = s
             assert s.resume is not None
-            resume = s.resume.as_dict()
+            waiting = s.resume.as_dict()["interrupted"]  # the run the session opened on, waiting for a decision
             if how == "abandon":
                 await s.abandon_run()
                 if text is None:
-                    return {"abandoned": resume["interrupted"], "resume": resume, "row_version": s.row_version}
+                    return {"abandoned": waiting, "resume": s.resume.as_dict(), "row_version": s.row_version}
             result = await (s.continue_run() if how == "continue" else s.run(text))
+            # As it stands after the command: a continued run no longer asks to be continued or abandoned.
+            resume = s.resume.as_dict()
             run_id = s.last_run_id
             memory = s.memory.as_dict() if s.memory is not None else None
     except NoInterruptedRun as exc:  # said for the command line, not the Python API
@@ -157,6 +159,7 @@ async def _run_once(
              "created_at": m.created_at.isoformat()} for m in result.messages
         ],
         "resume": resume,
+        **({"continued": waiting} if how == "continue" else {}),
         "memory": memory,
         "run_id": run_id,
         "row_version": s.row_version,
