@@ -376,6 +376,30 @@ async def test_an_erasure_racing_a_live_session_refuses_its_save_and_leaves_noth
     assert await find_subject(engine, "gina") is None
 
 
+async def test_a_session_a_dead_worker_leased_fails_the_erasure_saying_when_its_lease_runs_out(
+    engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
+) -> None:
+    # It said "still open ... rerun once they end" of a session no worker would ever end: a killed worker's row
+    # lease (SQLite's, or TEAMSTORE_SESSION_LEASE=row) runs out only at its TTL.
+    from sqlalchemy import update
+
+    from teamstore.state.lease_mode import recorded_mode
+    from teamstore.state.schema import sessions
+
+    async with engine.connect() as conn:
+        if await recorded_mode(conn) != "row":
+            pytest.skip("an advisory lock goes with its dead worker's connection")
+    async with audited_platform(engine, registry, folder).session("rex", "s1", team="support_triage") as s:
+        await s.run("CANARY-rex-1 hello")
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+    async with engine.begin() as conn:  # as a worker killed mid-run leaves its lease
+        await conn.execute(update(sessions).values(lease_owner="killed-worker", lease_until=until))
+    receipt = await coordinator(engine, folder, session_wait_seconds=0).run("rex", request_id="req-4471")
+    assert receipt.status is RequestStatus.FAILED
+    detail = receipt.stores["resume_state"].detail or ""
+    assert "still open" in detail and f"the last at {until:%Y-%m-%dT%H:%M:%SZ}" in detail
+
+
 async def test_a_session_still_open_fails_the_erasure_and_keeps_the_fence_until_a_rerun(
     engine: AsyncEngine, registry: Registry, folder: LocalTranscriptStore
 ) -> None:

@@ -254,10 +254,14 @@ class DeletionCoordinator:
         recorded = await record.load_steps(self.engine, row.request_id)
         if row.user_id is not None and (still_open := await waits.sessions(row.user_id)):
             # A run that began before the fence may still write when it ends: not while the fence stands.
+            ends = await waits.sessions_end(row.user_id)
+            dead = (f"; a worker that died holding one (killed, its node lost) keeps it until its lease runs out "
+                    f"(TEAMSTORE_LEASE_TTL_SECONDS after its last renewal), the last at {ends:%Y-%m-%dT%H:%M:%SZ}"
+                    if ends is not None else "")
             return await self._fail_early(row, ctx, recorded, (owner, attempt), "resume_state", (
                 f"{still_open} session(s) of the user were still open after {self.knobs.session_wait_seconds:g}s "
                 "(runs that began before this request); their saves, transcripts and ledger rows are "
-                "refused while it is open. Rerun the same request id once they end"))
+                f"refused while it is open{dead}. Rerun the same request id once they end"))
         if ctx.subject_key is not None and (lands_by := await waits.uploads(ctx.subject_key)):
             # Listed now, the transcripts could miss an upload that lands afterwards, with no one to delete it.
             return await self._fail_early(row, ctx, recorded, (owner, attempt), "transcripts", (

@@ -27,7 +27,7 @@ from teamstore.db.clock import database_now
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Notice
 from teamstore.erasure.steps.base import seconds
-from teamstore.state.erasure import open_sessions
+from teamstore.state.erasure import open_sessions, open_sessions_end
 
 _SESSION_POLL_SECONDS = 0.25
 _UPLOAD_POLL_SECONDS = 1.0
@@ -78,6 +78,11 @@ class Waits:
                          "(TEAMSTORE_ERASURE_SESSION_WAIT_SECONDS)")
                 said = True
             await asyncio.sleep(min(_SESSION_POLL_SECONDS, left))
+
+    async def sessions_end(self, user_id: str) -> datetime | None:
+        """When the last of the user's open sessions' row leases runs out if nothing renews it (a worker that died
+        holding it); ``None`` under advisory locks, which go with their worker's connection."""
+        return await open_sessions_end(self.engine, user_id)
 
     async def uploads(self, subject_key: str) -> datetime | None:
         """Wait up to ``upload_wait_seconds`` until no upload of the subject's transcripts can still land (an

@@ -14,6 +14,7 @@ session opens or saves while it counts and deletes.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, delete, func, select
@@ -21,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.state.failures import unavailable
-from teamstore.state.lease_mode import count_open, recorded_mode
+from teamstore.state.lease_mode import count_open, last_row_lease_end, recorded_mode
 from teamstore.state.schema import quarantine, sessions
 
 
@@ -74,6 +75,21 @@ async def stored_sessions(engine: AsyncEngine, user_id: str) -> int:
             return sum([(await rows.count(conn, user_id))[0] for rows in (SESSIONS, QUARANTINED)])
     except SQLAlchemyError as exc:
         raise unavailable(exc, "count the user's sessions") from exc
+
+
+async def open_sessions_end(engine: AsyncEngine, user_id: str) -> datetime | None:
+    """When the last of ``user_id``'s open sessions' row leases runs out (a crashed worker's, if nothing renews it);
+    ``None`` with none open, or under advisory locks (they go with their worker's connection).
+
+    Raises:
+        StoreUnavailable: The database failed.
+        ConfigurationError: No lease mode is recorded (run ``teamstore db upgrade``).
+    """
+    try:
+        async with engine.connect() as conn:
+            return await last_row_lease_end(conn, await recorded_mode(conn), user_id)
+    except SQLAlchemyError as exc:
+        raise unavailable(exc, "read when the user's session leases run out") from exc
 
 
 async def open_sessions(engine: AsyncEngine, user_id: str) -> int:

@@ -13,7 +13,7 @@ lease sessions on a database that serves the other kind.
 from __future__ import annotations
 
 import time
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, cast, column, delete, func, select, table, update
@@ -137,20 +137,31 @@ async def count_open(conn: Any, mode: str, user_id: str | None = None) -> int:
     return int((await conn.execute(query)).scalar_one())
 
 
-async def _when_row_leases_end(conn: Any, mode: str) -> str:
-    """For row leases, when the last open one runs out: a killed worker's leases outlive it (an advisory lock
-    goes with its connection), so with every worker stopped the switch waits for that moment."""
+async def last_row_lease_end(conn: Any, mode: str, user_id: str | None = None) -> datetime | None:
+    """For row leases, when the last open one (of ``user_id`` only, if given) runs out; ``None`` with none open
+    or under advisory locks. A killed worker's row leases outlive it (an advisory lock goes with its connection)."""
     if mode != "row":
-        return ""
-    last = (await conn.execute(select(func.max(sessions.c.lease_until)).where(
-        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > shared_now(conn.dialect.name)))).scalar()
+        return None
+    query = select(func.max(sessions.c.lease_until)).where(
+        sessions.c.lease_owner.is_not(None), sessions.c.lease_until > shared_now(conn.dialect.name))
+    if user_id is not None:
+        query = query.where(sessions.c.user_id == user_id)
+    last = (await conn.execute(query)).scalar()
     if last is None:
-        return ""
+        return None
     if last.tzinfo is None:  # SQLite keeps the UTC time it was given, without its zone
         last = last.replace(tzinfo=UTC)
+    return last.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+async def _when_row_leases_end(conn: Any, mode: str) -> str:
+    """For row leases, when the last open one runs out: with every worker stopped the switch waits for it."""
+    last = await last_row_lease_end(conn, mode)
+    if last is None:
+        return ""
     return (f". A worker killed without closing keeps its sessions' leases until they run out "
             f"(TEAMSTORE_LEASE_TTL_SECONDS after its last renewal): the last runs out at "
-            f"{last.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC, then switch")
+            f"{last:%Y-%m-%d %H:%M:%S} UTC, then switch")
 
 
 async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
