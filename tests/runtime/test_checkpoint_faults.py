@@ -137,6 +137,7 @@ async def test_opened_to_continue_with_a_team_its_run_did_not_use_it_is_refused_
         async with platform.session("alice", "s1", team=TEAM, continuing=True):
             pass
     assert "continues only on the version that ran it" in refused.value.message
+    assert f"(--team {TEAM}@{before.team_version[:12]})" in (refused.value.hint or "")  # the reference to give
     row = await platform.store.get(KEY)
     assert row is not None and row.checkpoint == before.checkpoint and row.row_version == before.row_version
     assert await platform.store.list_quarantined("alice") == []

@@ -72,10 +72,12 @@ def refuse_to_continue(row: StoredSession, built: BuiltTeam, agentchat_version: 
     if isinstance(found, Checkpoint) or found[0] == "corrupt":
         return
     reason, why = found
+    ran = set_aside_run(row)  # it reads: a damaged one was left to the opening
+    ref = f"{ran.team}@{ran.run.team_version[:12]}" if ran is not None else "NAME@VERSION"
     raise RunCannotContinue(
         f"the session's interrupted run cannot continue on {built.name}@{built.version[:12]}: {why}; "
         "nothing was set aside",
-        hint="continue it with the team and version that ran it (--team NAME@VERSION), or abandon it"
+        hint=f"continue it with the team and version that ran it (--team {ref}), or abandon it"
         if reason == "definition_changed" else
         "continue it on a worker with the autogen-agentchat and teamstore versions that ran it, or abandon it")
 
