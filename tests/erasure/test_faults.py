@@ -383,13 +383,13 @@ async def test_a_session_a_dead_worker_leased_fails_the_erasure_saying_when_its_
     # lease (SQLite's, or TEAMSTORE_SESSION_LEASE=row) runs out only at its TTL.
     from sqlalchemy import update
 
-    from teamstore.state.lease_mode import recorded_mode
+    from teamstore.state.lease_mode import set_lease_mode
     from teamstore.state.schema import sessions
 
-    async with engine.connect() as conn:
-        if await recorded_mode(conn) != "row":
-            pytest.skip("an advisory lock goes with its dead worker's connection")
-    async with audited_platform(engine, registry, folder).session("rex", "s1", team="support_triage") as s:
+    if engine.dialect.name == "postgresql":  # its advisory locks go with a dead worker's connection: row leases
+        await set_lease_mode(engine, "row")
+    platform = audited_platform(engine, registry, folder, session_lease="row")
+    async with platform, platform.session("rex", "s1", team="support_triage") as s:
         await s.run("CANARY-rex-1 hello")
     until = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
     async with engine.begin() as conn:  # as a worker killed mid-run leaves its lease
