@@ -190,20 +190,28 @@ async def test_a_resumed_session_stops_giving_what_the_user_forgot_and_keeps_one
     assert (await stored_state(platform, "alice", "s2"))[1] == []
 
 
-async def test_a_run_continued_after_the_user_forgot_a_fact_is_not_given_it_by_its_checkpoint(
+async def _interrupted_after_triages_turn(
     platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """alice's memory written from a first session, then her run in ``s2`` interrupted: triage's turn completes
+    and is checkpointed with the memory it was given, the researcher's call fails."""
     registry.add(TEAM, helpdesk(channel, messages=5).dump_component(),
                  helpdesk_manifest().model_copy(update={"checkpoints": "every_turn"}), "checkpoints",
                  label="production")
     await talk(platform, "alice", "s1", FIRST)
     await platform.drain_memory()
     with counted_calls(monkeypatch) as calls:
-        calls.fail_at = 2  # triage's turn completes (and is checkpointed), the researcher's call fails
+        calls.fail_at = 2
         async with platform.session("alice", "s2", team=TEAM) as s:
             with pytest.raises(RuntimeError):
                 await s.run("Hello, any news?")
             assert s.interrupted is not None
+
+
+async def test_a_run_continued_after_the_user_forgot_a_fact_is_not_given_it_by_its_checkpoint(
+    platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _interrupted_after_triages_turn(platform, registry, channel, monkeypatch)
     await platform.forget_memory("alice", fact="ticket_id")
     since = len(CALLS[channel])
     async with platform.session("alice", "s2", team=TEAM, continuing=True) as s:
@@ -216,16 +224,7 @@ async def test_a_run_continued_after_the_user_forgot_a_fact_is_not_given_it_by_i
 async def test_a_continued_run_gives_the_memory_as_it_is_now_in_place_of_the_copy_its_checkpoint_holds(
     platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    registry.add(TEAM, helpdesk(channel, messages=5).dump_component(),
-                 helpdesk_manifest().model_copy(update={"checkpoints": "every_turn"}), "checkpoints",
-                 label="production")
-    await talk(platform, "alice", "s1", FIRST)
-    await platform.drain_memory()
-    with counted_calls(monkeypatch) as calls:
-        calls.fail_at = 2  # triage's turn is checkpointed with the memory it was given
-        async with platform.session("alice", "s2", team=TEAM) as s:
-            with pytest.raises(RuntimeError):
-                await s.run("Hello, any news?")
+    await _interrupted_after_triages_turn(platform, registry, channel, monkeypatch)
     await talk(platform, "alice", "s3", "A new ticket: 77777.")  # another session moves the memory on
     await platform.drain_memory()
     since = len(CALLS[channel])
