@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
@@ -149,5 +150,9 @@ async def test_a_database_keeps_its_id_and_another_database_has_its_own(engine: 
     await upgrade(other)
     try:
         assert await database_id(other) not in {ours, ""}
+        async with other.begin() as conn:  # a database whose id went (deleted by hand) is given a new one, once
+            await conn.execute(text("DELETE FROM ts_store_settings WHERE name = 'database_id'"))
+        again = await database_id(other)
+        assert len(again) == 32 and again == await database_id(other)
     finally:
         await other.dispose()

@@ -38,12 +38,16 @@ async def database_id(engine: AsyncEngine) -> str:
         StoreUnavailable: The database failed (or is not at head: run ``teamstore db upgrade``).
     """
     dialect = engine.dialect.name
+    stored = select(_settings.c.value).where(_settings.c.name == NAME)
     made = dialect_insert(dialect)(_settings).values(name=NAME, value=secrets.token_hex(16),
                                                      updated_at=shared_now(dialect))
     try:
+        async with engine.connect() as conn:  # read first: a status check writes nothing (migration 0023 made it)
+            if (found := (await conn.execute(stored)).scalar_one_or_none()) is not None:
+                return str(found)
         async with engine.begin() as conn:
             await conn.execute(made.on_conflict_do_nothing(index_elements=["name"]))
-            return str((await conn.execute(select(_settings.c.value).where(_settings.c.name == NAME))).scalar_one())
+            return str((await conn.execute(stored)).scalar_one())
     except SQLAlchemyError as exc:
         raise StoreUnavailable(f"could not read the database's id: {describe_failure(exc)}",
                                hint="check the database, and run `teamstore db upgrade`") from exc
