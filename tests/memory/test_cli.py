@@ -110,8 +110,8 @@ def test_show_prints_plain_values_that_the_tables_hold_sealed_under_the_users_ke
 
 
 def test_a_new_session_run_says_what_memory_it_was_given(ran: dict[str, Any]) -> None:
-    assert ran["memory"] == {"scope": "support_triage", "given_to": [], "summary": False, "facts": [],
-                             "left_out": []}
+    assert ran["memory"] == {"scope": "support_triage", "given_to": [], "summary": False,
+                             "summary_cut": False, "facts": [], "left_out": []}
     data = as_json("run", "--team", "support_triage", "--user", "alice", "--session", "s2", "Hello again")
     assert data["memory"]["given_to"] == ["triage", "researcher"]
     assert data["memory"]["facts"] == ["router_model", "ticket_id"]

@@ -14,7 +14,7 @@ from autogen_core.models import SystemMessage, UserMessage
 from config_registry import MemoryDeclaration
 from teamstore.context import BoundedChatCompletionContext
 from teamstore.memory.component import HEADER, PROVIDER, TeamstoreMemory, attach_memory
-from teamstore.memory.facts import DamagedFact, Fact, UserMemory
+from teamstore.memory.facts import DamagedFact, Fact, UserMemory, cut_to_budget
 from tests.memory.team import helpdesk
 
 NOW = datetime(2026, 11, 2, tzinfo=UTC)
@@ -109,12 +109,14 @@ async def test_it_gives_nothing_when_nothing_is_kept_and_adds_nothing() -> None:
     assert result.memories.results == [] and await context.get_messages() == []
 
 
-def test_it_leaves_out_what_is_damaged_over_budget_or_no_longer_declared_as_stored() -> None:
+def test_it_leaves_out_what_is_damaged_or_no_longer_declared_as_stored_and_cuts_a_summary_over_budget() -> None:
     kept = stored("x" * 200, ticket_id=("str", "55102"), visits=("int", 2), router_model=("int", 81))
     kept.damaged.append(DamagedFact("speed", "fact 'speed' holds a value that is not JSON"))
     given = memory(ticket_id="str", router_model="str")
-    assert sorted(given.recall(kept)) == ["router_model", "speed", "summary", "visits"]
-    assert [c.content for c in given.contents] == ['ticket_id: "55102"']
+    assert sorted(given.recall(kept)) == ["router_model", "speed", "visits"]
+    summary = given.contents[0]
+    assert [c.content for c in given.contents[1:]] == ['ticket_id: "55102"']
+    assert summary.content == cut_to_budget("x" * 200, 20) and (summary.metadata or {})["cut"] is True
 
 
 async def test_add_query_and_clear_work_on_this_sessions_contents_only() -> None:

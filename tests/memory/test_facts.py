@@ -15,6 +15,7 @@ from teamstore.memory.facts import (
     MAX_FACT_CHARS,
     FactInvalid,
     check_value,
+    cut_to_budget,
     decode_value,
     encode_value,
     estimate_tokens,
@@ -115,6 +116,20 @@ def test_a_reply_that_is_not_a_valid_update_is_refused_without_quoting_it(reply:
         parse_update(reply, DECLARED)
     assert why in raised.value.message and "previous memory is kept" in raised.value.message
     assert WORDS not in raised.value.message and WORDS not in (raised.value.hint or "")
+
+
+@pytest.mark.parametrize(("text", "budget", "given"), [
+    ("Ticket 55102 is open. The router RX-900 blinks red.", 20, "Ticket 55102 is open. The router RX-900 blinks red."),
+    ("Ticket 55102 is open. The router RX-900 blinks red.", 10, "Ticket 55102 is open.\u2026"),
+    ("Version 3.5 of the firmware is installed", 3, "Version 3.5\u2026"),  # a point inside a number ends no sentence
+    ("Ticket 55102 is open", 3, "Ticket\u2026"),
+    ("abcdefghijklmnop", 2, "abcdefg\u2026"),
+    ("\u5de5\u5355\u5df2\u5f00\u3002\u8def\u7531\u5668\u4e00\u76f4\u95ea\u7ea2\u706f\u3002", 2,
+     "\u5de5\u5355\u5df2\u5f00\u3002\u2026"),
+])
+def test_a_summary_over_its_budget_is_cut_at_a_sentence_else_a_word_and_marked(text: str, budget: int,
+                                                                                 given: str) -> None:
+    assert cut_to_budget(text, budget) == given and estimate_tokens(given) <= budget
 
 
 def test_a_summarys_size_is_about_four_characters_a_token_whatever_the_model() -> None:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore.db.engine import create_engine
 from teamstore.memory.component import HEADER
+from teamstore.memory.facts import cut_to_budget, estimate_tokens
 from teamstore.memory.schema import facts, memories
 from teamstore.runtime.memory import MemoryRecall
 from teamstore.runtime.platform import Platform
@@ -298,6 +299,29 @@ async def test_memory_shared_under_a_declared_scope_reaches_the_other_team(
         await s.run("hi")
         assert s.memory is not None and s.memory.scope == "support" and s.memory.facts == ["router_model", "ticket_id"]
     assert [m.scope for m in await platform.show_memory("alice")] == ["support"]
+
+
+async def test_a_team_sharing_the_scope_under_a_smaller_budget_is_given_the_summary_cut_to_it(
+    platform: Platform, registry: Registry, channel: str
+) -> None:
+    register(registry, channel, scope="support")
+    registry.add("helpdesk_two", helpdesk(channel).dump_component(),
+                 helpdesk_manifest(scope="support", summary_tokens=6).model_copy(update={"name": "helpdesk_two"}),
+                 "two", label="production")
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    (kept,) = await platform.show_memory("alice")
+    assert estimate_tokens(kept.summary) > 6  # written under the first team's budget
+    since = len(CALLS[channel])
+    async with platform.session("alice", "s9", team="helpdesk_two") as s:
+        await s.run("hi")
+        assert s.memory is not None and (s.memory.summary, s.memory.summary_cut) == (True, True)
+        assert s.memory.left_out == []
+    (memory,) = [str(m.content) for m in CALLS[channel][since]
+                 if isinstance(m, SystemMessage) and str(m.content).startswith(HEADER)]
+    given = memory.split("Summary: ", 1)[1].split("\n", 1)[0]
+    assert given == cut_to_budget(kept.summary, 6) and given.endswith("\u2026") and estimate_tokens(given) <= 6
+    assert kept.summary.startswith(given[:-1])
 
 
 async def test_a_writer_that_does_not_answer_in_time_is_recorded_and_changes_nothing(

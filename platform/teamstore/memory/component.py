@@ -33,7 +33,7 @@ from autogen_core.models import LLMMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from config_registry.manifest import MemoryDeclaration
-from teamstore.memory.facts import UserMemory, estimate_tokens, fact_text, shown
+from teamstore.memory.facts import UserMemory, cut_to_budget, fact_text, shown
 
 PROVIDER = "teamstore.memory.component.TeamstoreMemory"
 HEADER = "What this team knows about the user from earlier sessions (kept memory; it may be out of date):"
@@ -72,7 +72,7 @@ class TeamstoreMemoryConfig(BaseModel):
     """The declaration a :class:`TeamstoreMemory` serves (never a user's memory)."""
 
     scope: str = Field(description="The memory's name: the team's, or one several teams share.")
-    summary_tokens: int = Field(default=150, gt=0, description="The summary's budget; a longer one is not given.")
+    summary_tokens: int = Field(default=150, gt=0, description="The summary's budget; a longer one is given cut to it.")
     facts: dict[str, str] = Field(default_factory=dict, description="Declared fact name -> type.")
 
 
@@ -105,7 +105,7 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
         return list(self._contents)
 
     def recall(self, memory: UserMemory) -> list[str]:
-        """Give the participant ``memory``: its summary, if within budget, and every declared fact of its
+        """Give the participant ``memory``: its summary, cut to the budget, and every declared fact of its
         declared type; returns what was left out, by name (damaged or no longer declared as stored).
 
         Args:
@@ -113,12 +113,13 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
         """
         left_out = [d.name for d in memory.damaged]
         contents: list[MemoryContent] = []
-        summary = memory.summary.strip()
-        if summary and estimate_tokens(summary) <= self._config.summary_tokens:
-            contents.append(MemoryContent(content=summary, mime_type=MemoryMimeType.TEXT,
-                                          metadata={"kind": "summary", "scope": self.scope}))
-        elif summary:
-            left_out.append("summary")  # over today's budget (edited by hand, or the budget was lowered)
+        if summary := memory.summary.strip():
+            # Over today's budget (written by a team sharing the scope under a larger one, the budget lowered
+            # since, or edited by hand): given cut to it, as the budget bounds what a model call is sent.
+            given = cut_to_budget(summary, self._config.summary_tokens)
+            contents.append(MemoryContent(content=given, mime_type=MemoryMimeType.TEXT,
+                                          metadata={"kind": "summary", "scope": self.scope,
+                                                    "cut": given != summary}))
         for name, fact in memory.facts.items():
             if self._config.facts.get(name) != fact.type:
                 left_out.append(name)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from itertools import takewhile
 from typing import Any
 
 from config_registry.manifest import FACT_NAME, NAME_PATTERN, FactType, MemoryDeclaration
@@ -38,6 +40,27 @@ class FactInvalid(ValueError):
 def estimate_tokens(text: str) -> int:
     """The summary's size as its budget counts it: one token per four characters, rounded up."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def cut_to_budget(text: str, budget: int) -> str:
+    """``text`` cut to ``budget`` tokens: its sentences that fit, else its words that fit, else its characters,
+    then an ellipsis (counted within the budget); ``text`` itself when it fits.
+
+    Args:
+        text: A summary (stripped).
+        budget: Its budget in tokens (at least 1).
+    """
+    if estimate_tokens(text) <= budget:
+        return text
+    room = budget * CHARS_PER_TOKEN - 1  # the ellipsis takes one character
+    for boundary in (_SENTENCE_END, _WORD_END):
+        if ends := list(takewhile(room.__ge__, (m.end() for m in boundary.finditer(text)))):
+            return text[:ends[-1]].rstrip() + "\u2026"
+    return text[:room].rstrip() + "\u2026"
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[\u3002\uff01\uff1f]")  # a full-width stop needs no space after
+_WORD_END = re.compile(r"\S(?=\s)")
 
 
 def check_value(name: str, kind: str, value: Any) -> Any:

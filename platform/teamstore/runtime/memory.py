@@ -78,8 +78,9 @@ class MemoryRecall:
         scope: The memory's name.
         given_to: The participants given it in this session.
         summary: Whether a summary was given.
+        summary_cut: Whether it was given cut to a participant's budget (it is over it).
         facts: The facts given, by name.
-        left_out: What is stored but was not given (damaged, over budget, no longer declared as stored).
+        left_out: What is stored but was not given (damaged, or no longer declared as stored).
     """
 
     scope: str
@@ -87,11 +88,12 @@ class MemoryRecall:
     summary: bool = False
     facts: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
+    summary_cut: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view (``teamstore run --json``)."""
-        return {"scope": self.scope, "given_to": self.given_to, "summary": self.summary, "facts": self.facts,
-                "left_out": self.left_out}
+        return {"scope": self.scope, "given_to": self.given_to, "summary": self.summary,
+                "summary_cut": self.summary_cut, "facts": self.facts, "left_out": self.left_out}
 
 
 def bind_memory(built: BuiltTeam) -> MemoryBinding | None:
@@ -187,15 +189,16 @@ class MemoryService:
         await _withdraw(binding, holders, stored)
         if stored is None or not stored.written:
             return MemoryRecall(binding.scope)
-        given, summary, facts, left_out = [], False, set(), set()
+        given, summary, cut, facts, left_out = [], False, False, set(), set()
         for name in receivers:
             for component in binding.components.get(name, []):
                 left_out |= set(component.recall(stored))
                 given += [name] if component.contents else []
                 kinds = [(c.metadata or {}) for c in component.contents]
                 summary = summary or any(k.get("kind") == "summary" for k in kinds)
+                cut = cut or any(k.get("kind") == "summary" and k.get("cut") for k in kinds)
                 facts |= {str(k["name"]) for k in kinds if k.get("kind") == "fact"}
-        return MemoryRecall(binding.scope, given, summary, sorted(facts), sorted(left_out))
+        return MemoryRecall(binding.scope, given, summary, sorted(facts), sorted(left_out), summary_cut=cut)
 
     async def withdraw_forgotten(self, binding: MemoryBinding, user_id: str, *, restored: Sequence[str]) -> None:
         """Rewrite the memory message that the contexts of ``restored`` hold once it gives what is no longer
