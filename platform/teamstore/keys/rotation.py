@@ -33,7 +33,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, shared_later, shared_now, utc
-from teamstore.db.engine import describe_failure
 from teamstore.db.identity import database_id
 from teamstore.errors import (
     ConfigurationError,
@@ -43,6 +42,7 @@ from teamstore.errors import (
     StoreUnavailable,
     TeamstoreError,
 )
+from teamstore.keys.failures import AGAIN, RETIRE_AGAIN, store_failed
 from teamstore.keys.kek import KMS
 from teamstore.keys.kms import DELETION_WINDOW_DAYS
 from teamstore.keys.schema import data_keys, key_encryption_keys
@@ -88,17 +88,6 @@ class RotationReport:
                 "retire_error": None if self.retire_error is None else {
                     "error": type(self.retire_error).__name__, "message": self.retire_error.message,
                     "hint": self.retire_error.hint, "rerun": "teamstore keys retire"}}
-
-
-_ROTATE_AGAIN = "run `teamstore keys rotate` again: it resumes"
-_RETIRE_AGAIN = "run `teamstore keys retire` again: it goes on where it stopped"
-AGAIN = "run the `teamstore keys` command again: it goes on where it stopped"
-"""The hint's rerun, for a failure of any ``teamstore keys`` command that resumes where it stopped."""
-
-
-def store_failed(exc: SQLAlchemyError, action: str, then: str = _ROTATE_AGAIN) -> StoreUnavailable:
-    """The error for a failed statement of a ``teamstore keys`` command: what failed, and what to run again."""
-    return StoreUnavailable(f"could not {action}: {describe_failure(exc)}", hint=f"check the database, then {then}")
 
 
 async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 7, batch: int = BATCH,
@@ -408,7 +397,7 @@ async def retire(keys: KeyService, now: datetime | None = None, retire_days: int
         async with keys.engine.connect() as conn:
             retired = [(str(r[0]), utc(r[1])) for r in (await conn.execute(retired_query)).all()]
     except SQLAlchemyError as exc:
-        raise store_failed(exc, "read the retired key-encryption keys", _RETIRE_AGAIN) from exc
+        raise store_failed(exc, "read the retired key-encryption keys", RETIRE_AGAIN) from exc
     due = [(kek_id, at) for kek_id, at in retired if at is not None and at <= now]
     done = Retirement(next_destroy_after=next((at for _, at in retired if at is not None and at > now), None))
     for kek_id, destroy_after in due:
@@ -422,7 +411,7 @@ async def retire(keys: KeyService, now: datetime | None = None, retire_days: int
             async with keys.engine.begin() as conn:
                 await conn.execute(update(key_encryption_keys).where(k.kek_id == kek_id).values(destroyed_at=now))
         except SQLAlchemyError as exc:
-            raise store_failed(exc, "record a destroyed key-encryption key", _RETIRE_AGAIN) from exc
+            raise store_failed(exc, "record a destroyed key-encryption key", RETIRE_AGAIN) from exc
         done.destroyed.append(kek_id)
     if retire_days is not None:
         done.unrecorded_destroyed, done.unrecorded_kept = await retire_unrecorded(keys, retire_days)
@@ -455,5 +444,5 @@ async def _still_named(keys: KeyService, kek_id: str) -> int:
         async with keys.engine.connect() as conn:
             left = await conn.scalar(select(func.count()).select_from(data_keys).where(data_keys.c.kek_id == kek_id))
     except SQLAlchemyError as exc:
-        raise store_failed(exc, "count the data keys under a retired key-encryption key", _RETIRE_AGAIN) from exc
+        raise store_failed(exc, "count the data keys under a retired key-encryption key", RETIRE_AGAIN) from exc
     return int(left or 0)

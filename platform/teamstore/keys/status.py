@@ -20,7 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, utc
 from teamstore.errors import ConfigurationError, EncryptionError
-from teamstore.keys.rotation import AGAIN, RETIRE_SLACK, store_failed
+from teamstore.keys.failures import AGAIN, store_failed
+from teamstore.keys.rotation import RETIRE_SLACK
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
 from teamstore.keys.unrecorded import unrecorded

@@ -34,6 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from teamstore.db.identity import database_id
+from teamstore.keys.failures import AGAIN, store_failed
 from teamstore.keys.kek import LOCAL
 from teamstore.keys.schema import key_encryption_keys
 from teamstore.keys.service import KeyService
@@ -73,8 +74,6 @@ async def unrecorded(keys: KeyService, retire_days: int) -> list[Unrecorded]:
         KeyUnavailable, ConfigurationError: The key file cannot be read (as :meth:`LocalKeyFile.get` says).
         StoreUnavailable: The database failed.
     """
-    from teamstore.keys.rotation import AGAIN, store_failed  # rotation imports this module
-
     key_file = keys.ring.key_file
     if not await asyncio.to_thread(key_file.exists):
         return []
