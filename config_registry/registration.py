@@ -133,9 +133,20 @@ def check_shared_memory(repo: GitRepo, name: str, manifest: Manifest) -> None:
                 )
 
 
-def _memory_declarations(repo: GitRepo, name: str) -> Iterator[tuple[str, str, MemoryDeclaration]]:
-    """(team, which version, its enabled memory declaration) for every other team's latest and labelled
-    versions. A manifest that does not read is passed over: no team is built from it, so it writes no memory."""
+def declared_facts(repo: GitRepo, scope: str) -> frozenset[str]:
+    """The memory facts that teams declare under ``scope`` in their latest and labelled versions, as committed,
+    memory switched on or off (a team that switched it off keeps the declaration, and may switch it back on).
+    A fact outside them is kept by no team that may be running (a team pinned to an older version aside)."""
+    return frozenset(fact for team, _, declared in _memory_declarations(repo, "", switched_off=True)
+                     if declared.scope_of(team) == scope for fact in declared.facts)
+
+
+def _memory_declarations(
+    repo: GitRepo, name: str, *, switched_off: bool = False
+) -> Iterator[tuple[str, str, MemoryDeclaration]]:
+    """(team, which version, its memory declaration: enabled ones, and ``switched_off`` ones too) for every team
+    but ``name``, its latest and labelled versions. A manifest that does not read is passed over: no team is
+    built from it, so it writes no memory."""
     teams = {path.split("/")[1] for path in repo.files("HEAD", "teams/") if path.endswith("/manifest.json")}
     for team in sorted(teams - {name}):
         labels = _read_json(repo, "HEAD", f"labels/{team}.json")
@@ -149,7 +160,7 @@ def _memory_declarations(repo: GitRepo, name: str) -> Iterator[tuple[str, str, M
                 declared = Manifest.model_validate(_read_json(repo, version, f"teams/{team}/manifest.json"))
             except ValidationError:
                 continue
-            if declared.memory is not None and declared.keeps_memory:
+            if declared.memory is not None and (declared.keeps_memory or switched_off):
                 yield team, where, declared.memory
 
 

@@ -41,6 +41,7 @@ from config_registry.registration import (
     check_owner,
     check_shared_memory,
     commit_definition,
+    declared_facts,
 )
 from config_registry.secrets import check_free_text
 from config_registry.types import BuiltTeam, HistoryEntry, TeamDefinition, TeamSummary
@@ -71,6 +72,7 @@ class Registry:
         self.repo = GitRepo.open_or_init(Path(path), create=create)
         self.path = self.repo.path
         self.lock_timeout = lock_timeout
+        self._declared: dict[str, tuple[str, frozenset[str]]] = {}  # scope -> (the HEAD read, its facts)
         # Under the write lock: another process's registration writes files just before committing
         # them, and must not read as a hand edit. A read-only checkout (a worker's volume) has no
         # writer in it to wait for, and no lock file can be made there.
@@ -277,6 +279,19 @@ class Registry:
         """
         version = self.version_of(ref)  # checks ref first
         return self._read(ref.partition("@")[0], version)
+
+    def memory_facts(self, scope: str) -> frozenset[str]:
+        """The memory facts teams declare under ``scope`` in their latest and labelled versions, memory switched
+        on or off: what a memory writer keeps of the scope's facts. Read again once the registry moved on.
+
+        Raises:
+            RegistryError: git failed.
+        """
+        head = self.repo.git("rev-parse", "HEAD") if self.repo.has_commits() else ""
+        cached = self._declared.get(scope)
+        if cached is None or cached[0] != head:
+            cached = self._declared[scope] = (head, declared_facts(self.repo, scope))
+        return cached[1]
 
     def version_of(self, ref: str) -> str:
         """The version ``ref`` resolves to, without reading the definition: what a cache of definitions

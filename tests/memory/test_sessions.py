@@ -271,6 +271,35 @@ async def test_a_team_that_no_longer_declares_memory_gives_none_and_leaves_what_
     assert (await platform.forget_memory("alice")).memories == 1
 
 
+async def test_a_fact_no_team_declares_any_more_is_deleted_by_the_next_write(
+    platform: Platform, registry: Registry, channel: str
+) -> None:
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    register(registry, channel, facts={"ticket_id": "str"})
+    _, given, _ = await talk(platform, "alice", "s2", "Hello")
+    assert given is not None and given.left_out == ["router_model"]  # not given; until the write, still kept
+    await platform.drain_memory()
+    (kept,) = await platform.show_memory("alice")
+    assert list(kept.facts) == ["ticket_id"] and kept.version == 2
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["kept-by-another-team", "kept-by-a-team-switched-off"])
+async def test_a_fact_another_team_sharing_the_scope_declares_is_kept_by_a_write_that_no_longer_does(
+    platform: Platform, registry: Registry, channel: str, enabled: bool
+) -> None:
+    register(registry, channel, scope="support")
+    other = helpdesk_manifest(scope="support", enabled=enabled).model_copy(update={"name": "helpdesk_two"})
+    registry.add("helpdesk_two", helpdesk(channel).dump_component(), other, "two", label="production")
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    register(registry, channel, scope="support", facts={"ticket_id": "str"})
+    await talk(platform, "alice", "s2", "Hello")
+    await platform.drain_memory()
+    (kept,) = await platform.show_memory("alice")
+    assert sorted(kept.facts) == ["router_model", "ticket_id"] and kept.version == 2
+
+
 async def test_two_sessions_of_one_user_finishing_at_once_lose_no_fact_update(
     engine: AsyncEngine, registry: Registry, channel: str, tmp_path: Path
 ) -> None:

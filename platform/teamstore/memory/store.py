@@ -35,7 +35,7 @@ The statements are :mod:`teamstore.memory.statements`; rows are read into memori
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -209,7 +209,7 @@ class MemoryStore:
     async def write(
         self, user_id: str, scope: str, update: MemoryUpdate, *, types: Mapping[str, str], expected_version: int,
         run_id: str, team: str, team_version: str, retention_days: float, now: datetime | None = None,
-        key: DataKey | None = None,
+        key: DataKey | None = None, declared: Collection[str] | None = None,
     ) -> int:
         """Store ``update`` if the memory is still at ``expected_version``; returns the new version.
 
@@ -225,6 +225,8 @@ class MemoryStore:
             now: The write's time (tests); by default the database's (on Postgres the server's ``now()``).
             key: The data key to seal under (:meth:`writer_key`, taken when the writer started); the user's
                 current one if not given.
+            declared: The facts some team still declares under ``scope``; this write deletes the user's others
+                of the scope (``None``: it deletes none).
 
         Raises:
             StaleMemory: Another write landed since ``expected_version`` was read; nothing was written.
@@ -256,6 +258,9 @@ class MemoryStore:
                     stored = sealed(data_key, text, fact_context(scope, name))
                     await conn.execute(fact_upsert(self._dialect, user_id, scope, name, types[name], stored, same,
                                                    run_id, at))
+                if declared is not None:
+                    await conn.execute(delete(facts).where(*of_user(facts, user_id, scope),
+                                                           facts.c.name.not_in(sorted({*declared, *update.facts}))))
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "write the user's memory") from exc
         return expected_version + 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -137,7 +137,7 @@ def _call_failed(why: str) -> MemoryWriteRefused:
 async def write_memory(
     store: MemoryStore, client: ChatCompletionClient, *, user_id: str, team: str, team_version: str,
     declaration: MemoryDeclaration, run_id: str, messages: Sequence[Said], retention_days: float,
-    call_seconds: float = 60.0, key: DataKey | None = None,
+    call_seconds: float = 60.0, key: DataKey | None = None, declared: Collection[str] | None = None,
 ) -> WriteOutcome:
     """Update the user's memory from ``messages``; a refusal is recorded on the memory, never raised.
 
@@ -153,6 +153,9 @@ async def write_memory(
         key: The data key to seal under, taken by the session that started the writer as it opened; none is
             made then, and nothing lands once it is gone. Without it, the user's key is taken now (made for a
             user with none).
+        declared: The facts the teams sharing the scope declare (:meth:`config_registry.Registry.memory_facts`):
+            a write deletes the user's facts of the scope that neither they nor ``declaration`` declare.
+            ``None`` (the registry could not be read) deletes none.
 
     Raises:
         StoreUnavailable: The database failed (the failure could not be recorded either).
@@ -172,7 +175,8 @@ async def write_memory(
             update = await ask_writer(client, previous, messages, declaration, call_seconds)
             version = await store.write(
                 user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
-                run_id=run_id, team=team, team_version=team_version, retention_days=retention_days, key=key)
+                run_id=run_id, team=team, team_version=team_version, retention_days=retention_days, key=key,
+                declared=None if declared is None else {*declared, *declaration.facts})
         except StaleMemory:
             continue  # another session wrote first: read what it stored, and write from that
         except ErasureInProgress:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import ChatCompletionClient
 
+from config_registry.errors import RegistryError
 from config_registry.manifest import MemoryDeclaration
 from config_registry.types import BuiltTeam
 from teamstore.errors import ConfigurationError, TeamstoreError
@@ -162,10 +163,13 @@ class MemoryService:
 
     Args:
         store: The memory store.
+        declared: Scope -> the facts teams declare under it (:meth:`config_registry.Registry.memory_facts`):
+            a write deletes a user's facts that no team declares any more. Without it, none are deleted.
     """
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore, declared: Callable[[str], Collection[str]] | None = None) -> None:
         self.store = store
+        self._declared = declared
         self._writes: set[asyncio.Task[None]] = set()
 
     async def recall(
@@ -254,12 +258,13 @@ class MemoryService:
     ) -> None:
         started = datetime.now(UTC)
         retention = binding.declaration.retention_days or limits.memory_retention_days
+        declared = await self._declared_facts(binding.scope)
         with metered_run(ctx.interruptions) as meter:
             try:
                 result = await write_memory(
                     self.store, binding.writer, user_id=ctx.user_id, team=ctx.team, team_version=ctx.team_version,
                     declaration=binding.declaration, run_id=ctx.run_id, messages=said, retention_days=retention,
-                    call_seconds=limits.memory_writer_timeout_seconds, key=key)
+                    call_seconds=limits.memory_writer_timeout_seconds, key=key, declared=declared)
             except TeamstoreError as exc:  # the database failed: not even the failure could be recorded
                 result = WriteOutcome("failed", reason=exc.message)
             except Exception as exc:  # a fault of the writer itself: logged (the type only: its message may
@@ -269,6 +274,17 @@ class MemoryService:
         later = LaterCalls(outcome, list(meter.calls), WRITER, started, datetime.now(UTC),
                            error_type="MemoryWriteRefused" if result.status == "failed" else None)
         await notify_later_calls(observers, ctx, later)
+
+    async def _declared_facts(self, scope: str) -> Collection[str] | None:
+        """The facts teams declare under ``scope``; ``None`` (delete none) when the registry cannot say."""
+        if self._declared is None:
+            return None
+        try:
+            return await asyncio.to_thread(self._declared, scope)
+        except RegistryError as exc:
+            log.warning("memory facts no team declares are kept for now: the registry could not be read (%s)",
+                        type(exc).__name__)
+            return None
 
     async def drain(self) -> None:
         """Wait for the memory writes in flight (each ends on its own: its model call has a timeout)."""

@@ -183,7 +183,7 @@ class Platform:
         self.observers: list[RunObserver] = list(observers)
         memory = memory if memory is not None else MemoryStore(engine, keys=keys)
         self._keys = keys if keys is not None else memory.keys  # the users' data keys the stores seal under
-        self.memory = MemoryService(memory)
+        self.memory = MemoryService(memory, registry.memory_facts)
         self.worker_id = f"{socket.gethostname()[:24]}:{os.getpid()}"
         self._on_close = on_close
         self._sessions = OpenSessions()
