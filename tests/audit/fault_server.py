@@ -16,10 +16,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-DENIED = (
-    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
-    b"<Message>Access Denied</Message><RequestId>T1</RequestId></Error>"
-)
+
+def refusal(code: str = "AccessDenied", message: str = "Access Denied") -> bytes:
+    """S3's error document for ``code``."""
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+            "<RequestId>T1</RequestId></Error>").encode()
+
+
+DENIED = refusal()
 
 
 class _LocalServer:
@@ -46,12 +50,14 @@ class _LocalServer:
 
 
 class FaultServer(_LocalServer):
-    """``mode`` is ``"deny"`` (403 AccessDenied), ``"slow"`` (sleep ``delay`` seconds, then 200), ``"hang"``
-    (answer nothing until :meth:`stop`) or ``"truncate"`` (promise an object, send a few bytes, hang up)."""
+    """``mode`` is ``"deny"`` (403 with ``refused``, AccessDenied's document by default), ``"slow"`` (sleep
+    ``delay`` seconds, then 200), ``"hang"`` (answer nothing until :meth:`stop`) or ``"truncate"`` (promise an
+    object, send a few bytes, hang up)."""
 
-    def __init__(self, mode: str, delay: float = 3.0) -> None:
+    def __init__(self, mode: str, delay: float = 3.0, refused: bytes = DENIED) -> None:
         self.mode = mode
         self.delay = delay
+        self.refused = refused
         self.requests = 0
         super().__init__()
 
@@ -74,7 +80,7 @@ class FaultServer(_LocalServer):
                     time.sleep(server.delay)
                     status, payload = 200, b""
                 else:
-                    status, payload = 403, DENIED
+                    status, payload = 403, server.refused
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/xml")

@@ -28,7 +28,7 @@ from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle
 from teamstore.db.fence import user_holds
 from teamstore.errors import TranscriptUnavailable, UploadInDoubt
 from teamstore.keys import KeyService
-from tests.audit.fault_server import FaultServer, HoldingProxy
+from tests.audit.fault_server import FaultServer, HoldingProxy, refusal
 from tests.audit.teams import context, observe_run, triage_team
 from tests.services import free_port
 
@@ -105,6 +105,42 @@ async def test_access_denied_names_the_permission_to_grant(deny_server: FaultSer
         await store.apply_retention(30)
     assert caught.value.hint and "s3:PutLifecycleConfiguration" in caught.value.hint
     assert "s3:PutObject" not in caught.value.hint
+
+
+@pytest.mark.parametrize("code", ["InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"])
+async def test_credentials_s3_refuses_say_to_fix_the_credentials_not_to_grant_a_permission(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    # A wrong key id or secret said 'access denied' and to grant the worker's role s3:PutObject.
+    server = next(_serve(monkeypatch, "deny", refused=refusal(code, "The credentials are not valid")))
+    store = S3TranscriptStore.from_url("s3://audit/prefix")
+    with pytest.raises(TranscriptUnavailable, match=f"S3 refused the AWS credentials \\({code}\\)") as writing:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    with pytest.raises(TranscriptUnavailable, match=code) as listing:  # an erasure's request: its code, no key
+        await store.versions("subjects/")
+    assert writing.value.hint and "AWS_SECRET_ACCESS_KEY" in writing.value.hint and "outbox" in writing.value.hint
+    assert listing.value.hint and "AWS_SECRET_ACCESS_KEY" in listing.value.hint
+    assert "grant" not in writing.value.hint + listing.value.hint and "s3:" not in writing.value.hint + listing.value.hint
+    await store.close()
+    server.stop()
+
+
+@pytest.mark.parametrize("code", ["AuthorizationHeaderMalformed", "PermanentRedirect"])
+async def test_a_bucket_in_another_region_says_to_set_the_region(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    # It said 'S3 said AuthorizationHeaderMalformed: ...' with no fix at all.
+    message = "the region 'us-east-1' is wrong; expecting 'eu-west-1'"
+    server = next(_serve(monkeypatch, "deny", refused=refusal(code, message)))
+    store = S3TranscriptStore.from_url("s3://audit/prefix")
+    with pytest.raises(TranscriptUnavailable, match="not in the region the client uses") as writing:
+        await store.put(run_key(KEYS, "r1"), b"x")
+    with pytest.raises(TranscriptUnavailable) as listing:
+        await store.versions("subjects/")
+    for caught in (writing, listing):
+        assert caught.value.hint and "AWS_DEFAULT_REGION" in caught.value.hint and "s3:" not in caught.value.hint
+    await store.close()
+    server.stop()
 
 
 async def test_an_unreachable_s3_names_the_endpoint_and_only_a_refusal_names_permissions(

@@ -36,6 +36,14 @@ _NEEDS = {
 }
 """What an access-denied request of each kind needs."""
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+_CREDENTIALS_REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+"""S3's codes for credentials it does not take: a key id it does not know, a secret that is not the key id's, an
+expired or malformed session token. No permission granted fixes them."""
+_WRONG_REGION = {"AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException"}
+"""S3's codes for a request signed for, or sent to, another region than the bucket's (botocore follows AWS's own
+redirects; an S3-compatible endpoint answers with these)."""
+CREDENTIALS_FIX = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the process a role"
+REGION_FIX = "set AWS_DEFAULT_REGION (or AWS_REGION) to the bucket's region, and AWS_ENDPOINT_URL_S3 to its endpoint"
 PARTIAL_CREDENTIALS = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY together (an empty one counts as missing), "
                        "or unset both for a profile or a role")
 """The fix for a key id without its secret (or the reverse), which botocore refuses as it makes a client."""
@@ -158,10 +166,12 @@ def fix_for(exc: BaseException, permissions: str) -> str:
     code = error_code(exc)
     if code == "NoSuchBucket":
         return "create the bucket or fix the URL that names it"
-    if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch"} or isinstance(
+    if code in _CREDENTIALS_REFUSED or isinstance(
         exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError
     ):
-        return "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the process a role"
+        return CREDENTIALS_FIX
+    if code in _WRONG_REGION:
+        return REGION_FIX
     if isinstance(exc, BotoCoreError):
         return "check AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) and the network: S3 did not answer"
     return permissions
@@ -177,10 +187,10 @@ def translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
         PartialCredentialsError,
     )
 
-    if isinstance(exc, ClientError):
-        return _answered(exc, action, bucket, key)
     # Only a failed upload leaves a transcript in the outbox: a read or `retention apply` queues nothing.
     queued = "; transcripts wait in the outbox (teamstore transcripts flush)" if action == "write" else ""
+    if isinstance(exc, ClientError):
+        return _answered(exc, action, bucket, key, queued)
     if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
         return TranscriptUnavailable(
             f"could not {action} transcripts: no usable AWS credentials ({type(exc).__name__})",
@@ -203,8 +213,9 @@ def translate(exc: Exception, action: str, bucket: str, key: str) -> Exception:
     return TranscriptUnavailable(f"could not {action} transcripts: {type(exc).__name__}: {exc}")
 
 
-def _answered(exc: Exception, action: str, bucket: str, key: str) -> Exception:
-    """S3's own error answer (a ``ClientError``) as a teamstore error."""
+def _answered(exc: Exception, action: str, bucket: str, key: str, queued: str) -> Exception:
+    """S3's own error answer (a ``ClientError``) as a teamstore error (``queued`` ends a fix of credentials: a
+    key S3 does not take fails every upload alike)."""
     code = error_code(exc)
     if code in _NOT_FOUND:
         return TranscriptNotFound(f"no transcript at {key}", hint="check the user, session and run id")
@@ -213,7 +224,17 @@ def _answered(exc: Exception, action: str, bucket: str, key: str) -> Exception:
             f"could not {action} transcripts: bucket {bucket!r} does not exist",
             hint="create the bucket or fix TEAMSTORE_TRANSCRIPTS_URL",
         )
-    if code in {"AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
+    if code in _CREDENTIALS_REFUSED:  # no role's permission fixes a key S3 does not know
+        return TranscriptUnavailable(
+            f"could not {action} transcripts in bucket {bucket!r}: S3 refused the AWS credentials ({code})",
+            hint=f"{CREDENTIALS_FIX} that S3 accepts{queued}",
+        )
+    if code in _WRONG_REGION:
+        return TranscriptUnavailable(
+            f"could not {action} transcripts: bucket {bucket!r} is not in the region the client uses ({code})",
+            hint=REGION_FIX + queued,
+        )
+    if code in {"AccessDenied", "AllAccessDisabled"}:
         return TranscriptUnavailable(
             f"could not {action} transcripts in bucket {bucket!r}: access denied ({code})",
             hint=f"grant the worker's role {_NEEDS[action]}",
