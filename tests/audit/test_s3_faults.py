@@ -26,7 +26,7 @@ from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode, sealed_context
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client, rule_id
 from teamstore.db.fence import user_holds
-from teamstore.errors import TranscriptUnavailable, UploadInDoubt
+from teamstore.errors import ConfigurationError, TranscriptUnavailable, UploadInDoubt
 from teamstore.keys import KeyService
 from tests.audit.fault_server import FaultServer, HoldingProxy, refusal
 from tests.audit.teams import context, observe_run, triage_team
@@ -59,6 +59,18 @@ def test_the_client_has_short_timeouts_and_few_retries(s3_env: str) -> None:
     config = make_client().meta.config
     assert config.connect_timeout <= 5 and config.read_timeout <= 5
     assert config.retries["total_max_attempts"] <= 3
+
+
+def test_the_standard_aws_retry_variables_decide_the_attempts(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The client's own Config outranked them: AWS_MAX_ATTEMPTS=5 gave 2 attempts without a word.
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "5")
+    monkeypatch.setenv("AWS_RETRY_MODE", "adaptive")
+    assert make_client().meta.config.retries == {"total_max_attempts": 5, "mode": "adaptive"}
+    for wrong in ("0", "many"):
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", wrong)
+        with pytest.raises(ConfigurationError, match="AWS_MAX_ATTEMPTS") as caught:
+            make_client()
+        assert caught.value.hint and "unset it" in caught.value.hint
 
 
 async def test_unreachable_s3_fails_fast_with_a_typed_error(

@@ -83,14 +83,16 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     Args:
         connect_timeout: Seconds to open a connection.
         read_timeout: Seconds to wait for a response.
-        max_attempts: Total attempts per request, the first included.
+        max_attempts: Total attempts per request, the first included, unless ``AWS_MAX_ATTEMPTS`` (or the
+            profile's ``max_attempts``) says otherwise.
 
     Returns:
-        The client (``AWS_*`` variables decide credentials, region and endpoint).
+        The client (``AWS_*`` variables decide credentials, region, endpoint and retries).
 
     Raises:
         ConfigurationError: The ``AWS_*`` variables name an endpoint that is no http(s) URL, a malformed region,
-            a profile that does not exist or a config file that does not parse.
+            a profile that does not exist, a config file that does not parse or attempts that are no whole
+            number from 1.
         MissingExtra: boto3 is not installed.
     """
     boto3 = _boto3()
@@ -99,18 +101,19 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
 
     keep_request_bodies_out_of_logs()
 
-    config = Config(
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        retries={"total_max_attempts": max_attempts, "mode": "standard"},
-    )
     try:
-        client = boto3.session.Session().client("s3", config=config)
+        session = boto3.session.Session()
+        # A client's Config outranks the AWS_* variables: read AWS_MAX_ATTEMPTS and AWS_RETRY_MODE (or the
+        # profile's) here, or they would be ignored without a word.
+        attempts, mode = _retries(session._session, max_attempts)
+        config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
+                        retries={"total_max_attempts": attempts, "mode": mode})
+        client = session.client("s3", config=config)
     except BotoCoreError as exc:  # names the region, profile, file or missing variable, never a credential
         raise ConfigurationError(
             f"could not set up the S3 client: {exc}",
             hint=PARTIAL_CREDENTIALS if isinstance(exc, PartialCredentialsError)
-            else "fix AWS_DEFAULT_REGION, AWS_PROFILE or AWS_CONFIG_FILE (or unset them)",
+            else "fix AWS_DEFAULT_REGION, AWS_PROFILE, AWS_RETRY_MODE or AWS_CONFIG_FILE (or unset them)",
         ) from None
     except ValueError:
         # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
@@ -120,6 +123,26 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     if not client.meta.endpoint_url.lower().startswith(("http://", "https://")):
         raise _bad_endpoint()
     return client
+
+
+def _retries(session: Any, max_attempts: int) -> tuple[int, Any]:
+    """The client's retry policy, attempts and mode: ``max_attempts`` in standard mode, unless the ``AWS_*`` variables or the profile
+    set their own (``AWS_MAX_ATTEMPTS``, ``AWS_RETRY_MODE``).
+
+    Raises:
+        ConfigurationError: The attempts set there are no whole number from 1.
+    """
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        attempts = session.get_config_variable("max_attempts")
+        mode = session.get_config_variable("retry_mode")
+    except (ValueError, BotoCoreError):
+        attempts = 0
+    if attempts is not None and attempts < 1:
+        raise ConfigurationError("AWS_MAX_ATTEMPTS (or the profile's max_attempts) is no whole number from 1",
+                                 hint="set it to the attempts per request, the first included (e.g. 3), or unset it")
+    return attempts or max_attempts, mode or "standard"
 
 
 def _bad_endpoint() -> ConfigurationError:
