@@ -314,6 +314,24 @@ def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_
     assert (shown["total"], shown["queued"]) == (2, 0)
 
 
+def test_a_transcript_folder_this_machine_does_not_have_is_said_to_be_elsewhere_not_an_unknown_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said "no transcript for that session" and to check the session id, which was right.
+    folder = tmp_path / "workers-disk"
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", folder.as_uri())
+    run_ids = _populate(1)
+    folder.rename(tmp_path / "unmounted")  # seen from another machine, or with the disk not mounted
+    show = ["transcripts", "show", "--user", USER, "--session", SESSION]
+    for args in ([], ["--run", run_ids[0]]):
+        result = runner.invoke(app, [*show, *args], env={"COLUMNS": "300"})
+        said = " ".join(result.stderr.split())
+        assert result.exit_code == 1 and "a folder this machine does not have" in said, result.output
+        assert "check the session id" not in said and "on the machine whose folder that is" in said
+    (tmp_path / "unmounted").rename(folder)
+    assert json.loads(runner.invoke(app, [*show, "--json"]).stdout)["total"] == 1
+
+
 @pytest.mark.s3
 def test_a_session_whose_bucket_is_missing_says_so_and_what_waits_in_the_outbox(
     s3_bucket: str, monkeypatch: pytest.MonkeyPatch

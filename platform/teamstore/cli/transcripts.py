@@ -64,6 +64,7 @@ async def load_transcripts(
     from teamstore.audit import outbox
     from teamstore.audit.subjects import lookup_subject, session_key
     from teamstore.audit.transcripts import session_prefix
+    from teamstore.audit.transcripts.capabilities import missing_here
     from teamstore.audit.transcripts.pages import newest_runs, one_run
     from teamstore.audit.transcripts.record import RunKeys, sealed_context
     from teamstore.keys.service import KeyService
@@ -85,6 +86,8 @@ async def load_transcripts(
         page = await (one_run(store, run_keys, run, opener=opener) if run is not None
                       else newest_runs(store, run_keys, last, opener=opener))
     except TranscriptNotFound as exc:
+        if not queued and await missing_here(store):  # not "check the session id": the folder is not here at all
+            raise _not_here(store.url) from exc
         if not queued:
             raise
         raise TranscriptNotFound(f"{exc.message} ({_queued_note(queued)})", hint=_FLUSH_HINT) from exc
@@ -93,6 +96,16 @@ async def load_transcripts(
             raise
         raise type(exc)(f"{exc.message} ({_queued_note(queued)})", hint=exc.hint) from exc
     return page, queued
+
+
+def _not_here(url: str) -> TranscriptUnavailable:
+    """The error of a session read from a folder store this machine does not have."""
+    return TranscriptUnavailable(
+        f"the transcripts are kept in {url}, a folder this machine does not have (another machine's disk, or not "
+        "mounted here)",
+        hint="run `teamstore transcripts show` on the machine whose folder that is (or where it is mounted at the "
+        "same path)",
+    )
 
 
 _FLUSH_HINT = "`teamstore transcripts flush` delivers them (or says why the store still refuses them)"
