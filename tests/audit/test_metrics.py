@@ -103,6 +103,25 @@ async def test_each_model_call_gives_genai_client_metrics_with_the_required_attr
         s["attributes"]["gen_ai.usage.input_tokens"] for s in spans if s["name"].startswith("chat "))
 
 
+@pytest.mark.parametrize("variables", [
+    {"OTEL_RESOURCE_ATTRIBUTES": "service.name=support-api,deployment.environment.name=prod"},
+    {"OTEL_RESOURCE_ATTRIBUTES": "service.name=old-name,deployment.environment.name=prod",
+     "OTEL_SERVICE_NAME": "support-api"},
+])
+async def test_spans_and_metrics_carry_the_resource_the_standard_variables_name(
+    otlp_env: OtlpReceiver, tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str],
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    await _one_run(tmp_path, registry)
+    points = otlp_env.wait_for_metrics(lambda p: bool(_named(p, "gen_ai.client.token.usage")))
+    spans = otlp_env.wait_for(lambda s: any(x["name"].startswith("invoke_agent") for x in s))
+    for resource in [p["resource"] for p in points] + [s["resource"] for s in spans]:
+        assert resource["service.name"] == "support-api"
+        assert resource["deployment.environment.name"] == "prod"
+
+
 async def test_sessions_report_resume_outcomes_quarantines_lease_waits_and_state_sizes(
     otlp_protocol_env: Receiver, tmp_path: Path, registry: Registry, database_url: str
 ) -> None:

@@ -29,12 +29,11 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from teamstore.audit.otlp import EXPORT_TIMEOUT_S, metric_exporter
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, metric_exporter, resource
 from teamstore.audit.schema import outbox
 from teamstore.audit.telemetry import genai_call_attributes
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, StreamItem
@@ -73,8 +72,7 @@ def setup_metrics(
         # exporters' short deadline unless OTEL_METRIC_EXPORT_TIMEOUT says otherwise.
         timeout = None if os.environ.get("OTEL_METRIC_EXPORT_TIMEOUT") else EXPORT_TIMEOUT_S * 1000
         readers = [PeriodicExportingMetricReader(metric_exporter(), export_timeout_millis=timeout)]
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "teamstore")})
-    provider = SdkMeterProvider(metric_readers=list(readers), resource=resource)
+    provider = SdkMeterProvider(metric_readers=list(readers), resource=resource())
     if install_global:
         metrics.set_meter_provider(provider)
     return provider

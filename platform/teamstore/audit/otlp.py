@@ -1,9 +1,10 @@
 """OTLP exporters for spans and metrics, over the protocol the standard ``OTEL_*`` variables name.
 
-    from teamstore.audit.otlp import span_exporter, metric_exporter
+    from teamstore.audit.otlp import metric_exporter, resource, span_exporter
 
     exporter = span_exporter()      # OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL
     reader = PeriodicExportingMetricReader(metric_exporter())
+    provider = TracerProvider(resource=resource())   # service.name as OTEL_* say, else "teamstore"
 
 ``http/protobuf`` (the default, port 4318) and ``grpc`` (port 4317) both work, for each signal on its own;
 any other value is refused at start with :class:`ConfigurationError` rather than ignored, so a collector
@@ -19,6 +20,8 @@ import os
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
 from teamstore.errors import ConfigurationError, MissingExtra
 
 if TYPE_CHECKING:
@@ -28,9 +31,21 @@ if TYPE_CHECKING:
 Signal = Literal["traces", "metrics"]
 Protocol = Literal["grpc", "http/protobuf"]
 PROTOCOLS: tuple[Protocol, ...] = ("http/protobuf", "grpc")
+DEFAULT_SERVICE_NAME = "teamstore"
 EXPORT_TIMEOUT_S = 2.0
 """The exporters' deadline unless ``OTEL_EXPORTER_OTLP(_SIGNAL)_TIMEOUT`` sets one: they retry within it,
 in the processor's or reader's thread, never a run's."""
+
+
+def resource() -> Resource:
+    """The resource of teamstore's spans and metrics: what ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``
+    say (the SDK reads both, the latter winning for ``service.name``), named ``teamstore`` when neither names
+    the service."""
+    detected = Resource.create()
+    # Resource.create names a service nobody named "unknown_service[:<executable>]": only then is it ours to name.
+    if str(detected.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        return detected.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return detected
 
 
 def protocol(signal: Signal) -> Protocol:

@@ -17,18 +17,16 @@ the operator opted in with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from teamstore.audit.otlp import EXPORT_TIMEOUT_S, span_exporter
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, resource, span_exporter
 from teamstore.audit.stop_reasons import recordable
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
@@ -152,7 +150,7 @@ def setup_tracing(
         if not settings.otlp_configured:
             return None
         exporter = otlp_exporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": _service_name()}))
+    provider = TracerProvider(resource=resource())
     scrubbing = ScrubbingSpanExporter(exporter, capture_content=settings.capture_message_content)
     provider.add_span_processor(
         BatchSpanProcessor(
@@ -162,10 +160,6 @@ def setup_tracing(
     if install_global:
         trace.set_tracer_provider(provider)
     return provider
-
-
-def _service_name() -> str:
-    return os.environ.get("OTEL_SERVICE_NAME", "teamstore")
 
 
 def _ns(moment: datetime) -> int:
