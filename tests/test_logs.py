@@ -1,20 +1,30 @@
 """The AWS SDK's loggers are held at INFO wherever teamstore makes a boto3 client, unless the application set
-their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG); and
-teamstore's own log lines quote no user's words."""
+their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG);
+SQLAlchemy at DEBUG logs teamstore's rows without their values; and teamstore's own log lines quote no user's
+words."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from autogen_agentchat.messages import TextMessage
+from sqlalchemy import select
 
+from config_registry import Registry
+from teamstore import examples
+from teamstore.app import open_platform
+from teamstore.audit.schema import subjects
 from teamstore.audit.transcripts.s3_client import make_client as s3_client
+from teamstore.db.engine import create_engine
 from teamstore.events import RunContext, notify_observers
 from teamstore.keys.kms import make_client as kms_client
+from teamstore.keys.schema import data_keys
 from teamstore.logs import AWS_SDK_LOGGERS
+from teamstore.settings import Settings
 
 
 @pytest.fixture
@@ -48,6 +58,29 @@ def test_an_application_that_sets_botocore_to_debug_itself_keeps_it(monkeypatch:
     kms_client()
     assert logging.getLogger("botocore").level == logging.DEBUG
     assert logging.getLogger("boto3").level == logging.INFO
+
+
+async def test_sqlalchemy_at_debug_logs_the_rows_teamstore_reads_without_their_values(
+    database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = Registry(tmp_path / "registry", create=True)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True,
+                        database_url=database_url)
+    with caplog.at_level(logging.DEBUG, "sqlalchemy.engine"):
+        for _ in range(2):  # the second platform reads the user's subject and wrapped data key back
+            platform = open_platform(settings)
+            async with platform, platform.session("alice@example.com", "s1", team="support_triage") as s:
+                await s.run("My router keeps dropping")
+    engine = create_engine(database_url)
+    async with engine.connect() as conn:
+        subject_key = (await conn.execute(select(subjects.c.subject_key))).scalar_one()
+        wrapped = (await conn.execute(select(data_keys.c.wrapped))).scalar_one()
+    await engine.dispose()
+    rows = {r.getMessage() for r in caplog.records if r.getMessage().startswith("Row")}
+    assert rows == {"Row [values hidden: they hold users' ids and keys]"}
+    assert subject_key not in caplog.text and repr(bytes(wrapped))[2:-1] not in caplog.text
 
 
 class _Broken:

@@ -40,6 +40,34 @@ _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 _QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
 
 
+LOGGING_NAME = "teamstore"
+"""The ``logging_name`` of teamstore's engines: SQLAlchemy logs them on ``sqlalchemy.engine.Engine.teamstore``."""
+
+
+class _RowValuesHidden(logging.Filter):
+    """Logs each row SQLAlchemy reads without its values, as ``hide_parameters`` logs statements.
+
+    At DEBUG (``sqlalchemy.engine`` set to DEBUG, or ``echo="debug"``) SQLAlchemy logs every row it reads, and
+    teamstore's rows hold user and session ids, subject keys and wrapped data keys: a log that kept a user's
+    wrapped key would open that user's data after an erasure destroyed the key."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Row %r":
+            record.msg, record.args = "Row [values hidden: they hold users' ids and keys]", None
+        return True
+
+
+_ROWS_HIDDEN = _RowValuesHidden()
+
+
+def _hide_row_values() -> str:
+    """Install :class:`_RowValuesHidden` on the logger of teamstore's engines (once); returns their logging name."""
+    logger = logging.getLogger(f"sqlalchemy.engine.Engine.{LOGGING_NAME}")
+    if _ROWS_HIDDEN not in logger.filters:
+        logger.addFilter(_ROWS_HIDDEN)
+    return LOGGING_NAME
+
+
 def redact_url(url: str) -> str:
     """A database URL safe to print: the password, in the userinfo or the query, is replaced by ``***``."""
     return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
@@ -314,6 +342,7 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
     # Bound values (user ids, session ids, whole states) stay out of error messages and SQL logs: an
     # exception chained under a typed error, or logged with its traceback, carries only the SQL.
     kwargs.setdefault("hide_parameters", True)
+    kwargs.setdefault("logging_name", _hide_row_values())  # and the rows' values
     if parsed.get_backend_name() == "postgresql":
         try:
             import psycopg  # noqa: F401
@@ -360,10 +389,12 @@ def create_reader(engine: AsyncEngine) -> Engine:
     if url.get_backend_name() == "sqlite":
         database = url.database or ":memory:"
         sync_url = url.set(drivername="sqlite", database=f"file:{database}", query={"mode": "ro", "uri": "true"})
-        reader = create_sync_engine(sync_url, poolclass=NullPool, hide_parameters=True)
+        reader = create_sync_engine(sync_url, poolclass=NullPool, hide_parameters=True,
+                                    logging_name=_hide_row_values())
         event.listen(reader, "connect", _busy_timeout)
         return reader
-    return create_sync_engine(url.set(drivername="postgresql+psycopg"), poolclass=NullPool, hide_parameters=True)
+    return create_sync_engine(url.set(drivername="postgresql+psycopg"), poolclass=NullPool, hide_parameters=True,
+                              logging_name=_hide_row_values())
 
 
 def _busy_timeout(dbapi_connection: Any, _record: Any) -> None:
