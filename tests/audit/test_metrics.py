@@ -232,6 +232,23 @@ def test_a_protocol_teamstore_cannot_export_over_stops_the_platform_at_start(
     assert "grpc" in (raised.value.hint or "") and "http/protobuf" in (raised.value.hint or "")
 
 
+@pytest.mark.parametrize("variables", [
+    {"OTEL_BSP_MAX_QUEUE_SIZE": "0"},
+    {"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4096"},  # over the default queue of 2048
+    {"OTEL_METRIC_EXPORT_INTERVAL": "0"},
+])
+def test_batch_and_interval_settings_the_sdk_refuses_stop_the_platform_at_start_naming_the_variable(
+    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigurationError) as raised:
+        open_platform(_settings(tmp_path, registry))
+    ((name, value),) = variables.items()
+    assert f"{name}={value!r}" in raised.value.message and name in (raised.value.hint or "")
+
+
 @pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                                       "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"])
 @pytest.mark.parametrize("value", ["otel-collector:4318", "ftp://u:S3cretPW@collector", "http://u:S3cretPW@[::1",

@@ -33,7 +33,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from teamstore.audit.otlp import EXPORT_TIMEOUT_S, metric_exporter, resource
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, metric_exporter, refused_settings, resource
 from teamstore.audit.schema import outbox
 from teamstore.audit.telemetry import genai_call_attributes
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, StreamItem
@@ -62,7 +62,8 @@ def setup_metrics(
             keeps its own metrics, and teamstore's go where teamstore's settings send them.
 
     Raises:
-        ConfigurationError: OTLP is configured over a protocol teamstore cannot export over.
+        ConfigurationError: OTLP is configured over a protocol teamstore cannot export over, or with an
+            ``OTEL_METRIC_EXPORT_INTERVAL`` the SDK refuses.
         MissingExtra: OTLP is configured but the exporter package is missing.
     """
     if readers is None:
@@ -71,7 +72,11 @@ def setup_metrics(
         # The interval comes from OTEL_METRIC_EXPORT_INTERVAL (the reader reads it); an export gets the
         # exporters' short deadline unless OTEL_METRIC_EXPORT_TIMEOUT says otherwise.
         timeout = None if os.environ.get("OTEL_METRIC_EXPORT_TIMEOUT") else EXPORT_TIMEOUT_S * 1000
-        readers = [PeriodicExportingMetricReader(metric_exporter(), export_timeout_millis=timeout)]
+        exporter = metric_exporter()
+        try:
+            readers = [PeriodicExportingMetricReader(exporter, export_timeout_millis=timeout)]
+        except ValueError as exc:  # an interval the SDK read from OTEL_METRIC_EXPORT_INTERVAL and will not take
+            raise refused_settings("metric reader", ("OTEL_METRIC_EXPORT_INTERVAL",), "milliseconds above 0", exc) from None
     provider = SdkMeterProvider(metric_readers=list(readers), resource=resource())
     if install_global:
         metrics.set_meter_provider(provider)

@@ -92,6 +92,21 @@ def check_endpoint(signal: Signal, chosen: Protocol) -> None:
         )
 
 
+def refused_settings(what: str, variables: tuple[str, ...], rule: str, exc: ValueError) -> ConfigurationError:
+    """The error for settings the OpenTelemetry SDK refuses when ``what`` is built (it raises a bare
+    ``ValueError`` that names none of the variables), with the variables and their values.
+
+    Args:
+        what: What the SDK refused to build. variables: The ``OTEL_*`` variables it read.
+        rule: What their values must be. exc: The SDK's refusal.
+    """
+    given = ", ".join(f"{name}={os.environ[name]!r}" for name in variables if name in os.environ)
+    return ConfigurationError(
+        f"the OpenTelemetry SDK refuses the {what}'s settings ({given or 'its defaults'}): {exc}",
+        hint=f"set {' and '.join(variables)} to {rule}, or unset them",
+    )
+
+
 def _timeout(signal: Signal) -> float | None:
     explicit = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or os.environ.get(
         "OTEL_EXPORTER_OTLP_TIMEOUT"

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from teamstore.audit.otlp import EXPORT_TIMEOUT_S, resource, span_exporter
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, refused_settings, resource, span_exporter
 from teamstore.audit.stop_reasons import recordable
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
@@ -49,6 +49,8 @@ CONTENT_KEYS = frozenset(
 )
 CONTENT_PREFIXES = ("gen_ai.prompt.", "gen_ai.completion.", "llm.prompts", "llm.completions")
 IDENTITY_PREFIXES = ("user.", "enduser.", "session.")
+BATCH_VARIABLES = ("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+"""What the span batch processor reads from the environment (teamstore sets its delay and timeout itself)."""
 
 
 def is_content_key(key: str) -> bool:
@@ -143,20 +145,25 @@ def setup_tracing(
         exporter is wrapped in :class:`ScrubbingSpanExporter`; ``None`` when nothing is to be exported.
 
     Raises:
-        ConfigurationError: OTLP is configured over a protocol teamstore cannot export over.
+        ConfigurationError: OTLP is configured over a protocol teamstore cannot export over, or
+            ``OTEL_BSP_*`` sizes the SDK refuses.
         MissingExtra: OTLP is configured but the exporter package is missing.
     """
     if exporter is None:
         if not settings.otlp_configured:
             return None
         exporter = otlp_exporter()
-    provider = TracerProvider(resource=resource())
     scrubbing = ScrubbingSpanExporter(exporter, capture_content=settings.capture_message_content)
-    provider.add_span_processor(
-        BatchSpanProcessor(
+    try:
+        processor = BatchSpanProcessor(
             scrubbing, schedule_delay_millis=1000, export_timeout_millis=EXPORT_TIMEOUT_S * 1000
         )
-    )
+    except ValueError as exc:  # a queue or batch size the SDK read from OTEL_BSP_* and will not take
+        raise refused_settings("span batch processor", BATCH_VARIABLES,
+                               "whole numbers above 0, the batch size at most the queue size (2048 unless set)",
+                               exc) from None
+    provider = TracerProvider(resource=resource())
+    provider.add_span_processor(processor)
     if install_global:
         trace.set_tracer_provider(provider)
     return provider
