@@ -1,20 +1,26 @@
 """The AWS SDK's loggers are held at INFO wherever teamstore makes a boto3 client, unless the application set
 their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG);
-SQLAlchemy at DEBUG logs teamstore's rows without their values; and teamstore's own log lines quote no user's
-words."""
+SQLAlchemy at DEBUG logs teamstore's rows without their values; no Python warning quotes a tool call's
+arguments; and teamstore's own log lines quote no user's words."""
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from autogen_agentchat.messages import TextMessage
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.messages import TextMessage, ToolCallExecutionEvent
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core.tools import FunctionTool
+from autogen_ext.models.openai import OpenAIChatCompletionClient
 from sqlalchemy import select
 
-from config_registry import Registry
+from config_registry import Manifest, Registry
 from teamstore import examples
 from teamstore.app import open_platform
 from teamstore.audit.schema import subjects
@@ -25,6 +31,9 @@ from teamstore.keys.kms import make_client as kms_client
 from teamstore.keys.schema import data_keys
 from teamstore.logs import AWS_SDK_LOGGERS
 from teamstore.settings import Settings
+from tests.canary.model_server import ModelServer
+
+WORDS = "CANARY-my-landlord-Jane-Doe"
 
 
 @pytest.fixture
@@ -81,6 +90,39 @@ async def test_sqlalchemy_at_debug_logs_the_rows_teamstore_reads_without_their_v
     rows = {r.getMessage() for r in caplog.records if r.getMessage().startswith("Row")}
     assert rows == {"Row [values hidden: they hold users' ids and keys]"}
     assert subject_key not in caplog.text and repr(bytes(wrapped))[2:-1] not in caplog.text
+
+
+async def lookup(query: str) -> str:
+    """Look a support ticket up."""
+    return "no ticket matches"
+
+
+def _gateway_team(base_url: str) -> RoundRobinGroupChat:
+    client = OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="k", base_url=base_url)
+    agent = AssistantAgent("desk", model_client=client, tools=[FunctionTool(lookup, description="Look a ticket up.")])
+    return RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(4))
+
+
+async def test_a_gateway_answering_tool_arguments_as_an_object_gives_no_warning_that_quotes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = ModelServer()
+    server.calling = ("lookup", {"query": WORDS})
+    monkeypatch.setenv("GATEWAY_KEY", "k")
+    registry = Registry(tmp_path / "registry", create=True)
+    registry.add("desk", _gateway_team(server.base_url).dump_component(), Manifest(
+        name="desk", allow_source_code_tools=True,
+        secrets={"participants.0.config.model_client.config.api_key": "env:GATEWAY_KEY"}), "v1")
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")  # every warning Python would show, on stderr or to logging
+        platform = open_platform(Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True))
+        try:
+            async with platform, platform.session("alice", "s1", team="desk") as s:
+                result = await s.run("Where is my ticket?")
+        finally:
+            server.stop()
+    assert any(isinstance(m, ToolCallExecutionEvent) for m in result.messages)  # AutoGen took the call
+    assert not [str(w.message)[:80] for w in shown if WORDS in str(w.message)]
 
 
 class _Broken:

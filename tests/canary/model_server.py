@@ -6,6 +6,7 @@ the secrets the runtime resolved from the environment in their headers.
     ...
     assert server.saw("x-functions-key", secret)     # the secret really went out
     server.rejecting = True                           # from now on a 400 that quotes the request's last message
+    server.calling = ("lookup", {"query": "..."})     # a tool call first, its arguments a JSON object
     server.stop()
 """
 
@@ -28,6 +29,9 @@ class ModelServer:
     def __init__(self, model: str = "gpt-4o-mini") -> None:
         self.model = model  # the model the answers say they come from
         self.rejecting = False
+        # A tool to call, with its arguments as a JSON object rather than the string OpenAI sends, as some
+        # OpenAI-compatible gateways answer: asked while the conversation's last message is no tool's result.
+        self.calling: tuple[str, dict[str, Any]] | None = None
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -62,11 +66,18 @@ class ModelServer:
                     self._answer(400, {"error": {"message": f"provider rejected request: {said}",
                                                  "type": "invalid_request_error"}})
                     return
+                last = (request.get("messages") or [{}])[-1]
+                if server.calling is not None and last.get("role") != "tool":
+                    name, arguments = server.calling
+                    message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": "call-1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+                    finish = "tool_calls"
+                else:
+                    message, finish = {"role": "assistant", "content": REPLY}, "stop"
                 self._answer(200, {
                     "id": "chatcmpl-canary", "object": "chat.completion", "created": int(time.time()),
                     "model": server.model,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": REPLY}}],
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                     "usage": {"prompt_tokens": 21, "completion_tokens": 9, "total_tokens": 30},
                 })
 

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import socket
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -77,6 +78,27 @@ def keep_content_out_of_logs() -> None:
     core = logging.getLogger("autogen_core")
     if _TYPE_ONLY not in core.filters:
         core.addFilter(_TYPE_ONLY)
+
+
+# Python warnings that quote what a model answered: AutoGen's OpenAI client warns, and pydantic under it warns,
+# when a gateway answers a tool call with its arguments as a JSON object rather than a string (AutoGen converts
+# them and the call goes on). The arguments come from the user's words, and each call's warning differs, so
+# Python shows every one: on stderr, or in the logs of a service that captures warnings.
+_CONTENT_WARNINGS = (
+    r"Tool call function arguments field is not a string",
+    r"Pydantic serializer warnings:\s+PydanticSerializationUnexpectedValue\(Expected `str` - serialized value may not "
+    r"be as expected \[field_name='arguments'",
+)
+
+
+def keep_content_out_of_warnings() -> None:
+    """Ignore the warnings of :data:`_CONTENT_WARNINGS` (process-wide, as Python's warning filters are).
+
+    A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message content
+    in telemetry.
+    """
+    for message in _CONTENT_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
 
 
 class _FailureTypeOnly(logging.Filter):
@@ -200,6 +222,7 @@ class Platform:
                                  spans=self.autogen_spans)
         if not self.settings.capture_message_content:
             keep_content_out_of_logs()
+            keep_content_out_of_warnings()
         keep_request_bodies_out_of_logs()  # also for clients the caller made: KMS's bodies hold data keys
         keep_cancellation_out_of_errors()
 
