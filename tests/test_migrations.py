@@ -127,6 +127,34 @@ async def test_processes_migrating_one_fresh_database_at_once_all_succeed(databa
             await engine.dispose()
 
 
+async def test_an_upgrade_that_waited_for_another_says_it_applied_nothing(database_url: str) -> None:
+    """Two `teamstore db upgrade` at once (two deploy jobs): the one that waited for the other's migrations found
+    them applied. Both said "0021 -> 0023", as if each had migrated the database."""
+    import asyncio
+
+    from teamstore.db.migrate import MIGRATION_LOCK
+
+    engine = create_engine(database_url)
+    await upgrade(engine, "0021")
+    engines = [create_engine(database_url) for _ in range(2)]
+    applied: list[list[str]] = [[], []]
+    try:
+        async with engine.connect() as holder:  # the lock an upgrade takes, held until both wait for it
+            if holder.dialect.name == "sqlite":
+                await holder.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                await holder.execute(text(f"SELECT pg_advisory_lock({MIGRATION_LOCK})"))
+            waiting = [asyncio.create_task(upgrade(e, applied=a)) for e, a in zip(engines, applied, strict=True)]
+            await asyncio.sleep(1)
+            await holder.exec_driver_sql("ROLLBACK" if holder.dialect.name == "sqlite"
+                                         else f"SELECT pg_advisory_unlock({MIGRATION_LOCK})")
+        assert await asyncio.gather(*waiting) == [head_revision()] * 2
+    finally:
+        for each in (engine, *engines):
+            await each.dispose()
+    assert sorted(applied) == [[], ["0022", "0023"]]
+
+
 async def test_a_new_sqlite_file_held_by_another_connection_is_switched_to_wal_once_it_is_let_go(
     tmp_path: Any,
 ) -> None:

@@ -24,6 +24,7 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
+from teamstore.db.migrate import head_revision
 from teamstore.runtime.inspect import SEALED, describe_agents, describe_checkpoint
 from teamstore.settings import Settings
 from teamstore.state.base import StoredSession
@@ -140,7 +141,11 @@ def test_db_commands_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     fresh = runner.invoke(app, ["db", "current"], env={"COLUMNS": "300"})
     assert fresh.exit_code == 0 and "at empty, this code needs" in fresh.stdout and "db upgrade" in fresh.stdout
     assert "None" not in fresh.stdout
-    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    upgraded = runner.invoke(app, ["db", "upgrade"], env={"COLUMNS": "300"})
+    assert upgraded.exit_code == 0 and f"empty -> {head_revision()}, {int(head_revision())} migrations applied" \
+        in upgraded.stdout, upgraded.output
+    again = runner.invoke(app, ["db", "upgrade"], env={"COLUMNS": "300"})  # it said "0023 -> 0023"
+    assert again.exit_code == 0 and f"at {head_revision()} already, no migration applied" in again.stdout
     assert "up to date" in runner.invoke(app, ["db", "current"]).stdout
     for mode in ("lock", "bogus"):  # SQLite has row leases only
         refused = runner.invoke(app, ["db", "lease-mode", mode])

@@ -435,23 +435,34 @@ def db_upgrade(as_json: bool = JsonOption) -> None:
     """Apply every pending migration to TEAMSTORE_DATABASE_URL (the only way production tables change)."""
 
     from teamstore.db.engine import redact_url
-    from teamstore.db.migrate import current_revision, upgrade
+    from teamstore.db.migrate import revision_before, upgrade
 
     async def go(app: App) -> dict[str, Any]:
         from teamstore.audit.price_sync import PriceSync
         from teamstore.audit.prices import load_prices
 
-        before = await current_revision(app.engine)
-        after = await upgrade(app.engine)
+        applied: list[str] = []
+        after = await upgrade(app.engine, applied=applied)
         table = load_prices(app.settings.prices_path)
         # The session_costs view prices with it at once, every model of the ledger (runs read no ledger for it).
         await PriceSync(lambda: table, whole_ledger=True).ensure(app.engine, ())
+        # From what this upgrade found once it held the migration lock: an upgrade that waited for another
+        # one found the database migrated, and applied nothing.
+        before = revision_before(applied[0]) if applied else after
         return {"database": redact_url(app.settings.resolved_database_url), "from": before, "to": after,
-                "prices": table.version}
+                "applied": applied, "prices": table.version}
 
     data = with_app(go, must_exist=False, migrate=False)  # it is the migration: it makes the database
-    emit(data, as_json=as_json, render=lambda d: console.print(
-        plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}; prices {d['prices']}")))
+    emit(data, as_json=as_json, render=_render_upgrade)
+
+
+def _render_upgrade(d: dict[str, Any]) -> None:
+    if d["applied"]:
+        count = len(d["applied"])
+        console.print(plain(f"{d['database']}: {d['from'] or 'empty'} -> {d['to']}, {count} migration"
+                            f"{'s' if count > 1 else ''} applied; prices {d['prices']}"))
+    else:
+        console.print(plain(f"{d['database']}: at {d['to']} already, no migration applied; prices {d['prices']}"))
 
 
 @db_app.command("current")

@@ -103,8 +103,14 @@ def _newer(current: str) -> SchemaNotReady:
     )
 
 
-async def upgrade(engine: AsyncEngine, target: str = "head") -> str | None:
+async def upgrade(engine: AsyncEngine, target: str = "head", *, applied: list[str] | None = None) -> str | None:
     """Apply every migration up to ``target``; returns the revision the database is then at.
+
+    Args:
+        engine: The database.
+        target: The revision to reach.
+        applied: Filled with the migrations this call applied, in order: none when another process's upgrade,
+            which this one waited for, had already applied them.
 
     Raises:
         SchemaNotReady: A newer teamstore migrated the database past what this code ships.
@@ -113,7 +119,8 @@ async def upgrade(engine: AsyncEngine, target: str = "head") -> str | None:
     before: str | None = await _run(engine, _current)
     if before is not None and not ships(before):
         raise _newer(before)
-    applied: list[str] = []
+    if applied is None:
+        applied = []
     try:
         async with engine.begin() as conn:
             await conn.run_sync(_upgrade, target, applied)
@@ -149,6 +156,17 @@ def _own_words(exc: SQLAlchemyError) -> str:
     if getattr(orig, "sqlite_errorname", None) == "SQLITE_ERROR" and str(orig):
         return f": {orig}"
     return ""
+
+
+def revision_before(revision: str) -> str | None:
+    """The migration ``revision`` follows (``None``: it is the first)."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config()).get_revision(revision)
+    assert script is not None
+    down = script.down_revision
+    assert down is None or isinstance(down, str)  # one straight line of migrations
+    return down
 
 
 def _after(revision: str | None) -> str:
