@@ -170,6 +170,35 @@ def test_lease_mode_on_a_database_without_tables_says_to_migrate(
         assert "fix: run `teamstore db upgrade`" in result.output and "statement_timeout" not in result.output
 
 
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_db_current_names_the_migrations_an_upgrade_would_apply(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # The notes of each one may ask for a step before the upgrade (docs/operations.md, Upgrading, step 1); it
+    # said only "at 0021, this code needs 0023".
+    from teamstore.db.migrate import revision_before, upgrade
+
+    url = f"sqlite:///{tmp_path / 'old.db'}" if database == "sqlite" else request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
+
+    async def migrate_to(target: str) -> None:
+        engine = create_engine(url)
+        await upgrade(engine, target)
+        await engine.dispose()
+
+    last = head_revision()
+    next_to_last = revision_before(last)
+    start = revision_before(next_to_last or "")
+    asyncio.run(migrate_to(start or ""))
+    shown = runner.invoke(app, ["db", "current"], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.output
+    assert f"at {start}, this code needs {last}; pending: {next_to_last}, {last}." in shown.stdout
+    assert "docs/operations.md (Database tables), then run `teamstore db upgrade`" in shown.stdout
+    assert json.loads(runner.invoke(app, ["db", "current", "--json"]).stdout)["pending"] == [next_to_last, last]
+    asyncio.run(migrate_to("head"))
+    assert json.loads(runner.invoke(app, ["db", "current", "--json"]).stdout)["pending"] == []
+
+
 def test_a_narrow_terminal_lists_each_session_with_its_ids_whole_on_one_line(registry: Registry) -> None:
     # 80 columns is also what rich assumes when the output goes to a file or a pipe. The ids were folded over
     # lines there ("support_escalati" over "on"), and could not be copied into the next command.

@@ -470,11 +470,12 @@ def db_current(as_json: bool = JsonOption) -> None:
     """Show the database's migration revision and the one this code needs."""
 
     from teamstore.db.engine import redact_url
-    from teamstore.db.migrate import current_revision, head_revision
+    from teamstore.db.migrate import current_revision, head_revision, pending, ships
 
     async def go(app: App) -> dict[str, Any]:
-        return {"database": redact_url(app.settings.resolved_database_url),
-                "current": await current_revision(app.engine), "head": head_revision()}
+        current = await current_revision(app.engine)
+        return {"database": redact_url(app.settings.resolved_database_url), "current": current,
+                "head": head_revision(), "pending": pending(current) if current is None or ships(current) else []}
 
     data = with_app(go, must_exist=True, migrate=False)  # it reports the revision, whatever it is
     emit(data, as_json=as_json, render=_render_current)
@@ -488,9 +489,12 @@ def _render_current(d: dict[str, Any]) -> None:
     elif d["current"] is not None and not ships(d["current"]):
         console.print(plain(f"{d['database']}: at {d['current']}, newer than this code ({d['head']}): run the "
                             "teamstore version that migrated it"))
-    else:  # an empty database has no revision (JSON null)
-        console.print(plain(f"{d['database']}: at {d['current'] or 'empty'}, this code needs {d['head']}: "
-                            "run `teamstore db upgrade`"))
+    elif d["current"] is None:  # an empty database has no revision (JSON null)
+        console.print(plain(f"{d['database']}: at empty, this code needs {d['head']}: run `teamstore db upgrade`"))
+    else:  # each pending migration's notes may ask for a step first (a view to drop, grants)
+        console.print(plain(f"{d['database']}: at {d['current']}, this code needs {d['head']}; pending: "
+                            f"{', '.join(d['pending'])}. Read their notes in docs/operations.md (Database tables), "
+                            "then run `teamstore db upgrade`"))
 
 
 @db_app.command("lease-mode")

@@ -169,6 +169,14 @@ def revision_before(revision: str) -> str | None:
     return down
 
 
+def pending(current: str | None) -> list[str]:
+    """The migrations this code ships that a database at ``current`` (``None``: empty) has not had, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return [script.revision for script in scripts.iterate_revisions("head", current or "base")][::-1]
+
+
 def _after(revision: str | None) -> str:
     """The migration that follows ``revision`` (``None``: the first)."""
     from alembic.script import ScriptDirectory
