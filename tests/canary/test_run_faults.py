@@ -14,7 +14,7 @@ import pytest
 
 from config_registry import Manifest, Registry
 from teamstore.app import open_platform
-from teamstore.cli.sessions import CONTENT_CAPTURE
+from teamstore.cli.run import CONTENT_CAPTURE
 from tests.audit.fault_server import FaultServer
 from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.conftest import MakeDeployment

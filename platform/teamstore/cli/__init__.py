@@ -25,6 +25,7 @@ from typer.models import DefaultPlaceholder
 
 from teamstore.cli import (
     cost,
+    db,
     erase,
     export,
     keys,
@@ -33,6 +34,7 @@ from teamstore.cli import (
     prices,
     registry,
     retention,
+    run,
     sessions,
     transcripts,
 )
@@ -122,7 +124,9 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(registry.app, name="registry")
+run.register(app)
 sessions.register(app)
+db.register(app)
 transcripts.register(app)
 retention.register(app)
 prices.register(app)
