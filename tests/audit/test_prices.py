@@ -194,6 +194,34 @@ def test_a_price_file_that_prices_nothing_fails_the_command_with_its_fix(
     assert result.exit_code == 1 and "offline-small: no price entry" in result.output and "fix:" in result.output
 
 
+@pytest.mark.parametrize(("text", "said"), [
+    # A model listed twice: JSON keeps the later list, and the days only the first priced read unpriced.
+    ('{"version":"v1","models":{"m":[{"effective_from":"2020-01-01","input":3,"output":15}],'
+     '"m":[{"effective_from":"2026-11-16","input":2,"output":10}]}}', "'m' is given twice"),
+    ('{"version":"v1","models":{"m":[{"effective_from":"2020-01-01","input":3,"output":1,"input":30}]}}',
+     "'input' is given twice"),
+])
+def test_a_price_file_naming_a_model_or_a_field_twice_is_refused(tmp_path: Path, text: str, said: str) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigurationError) as caught:
+        load_prices(path)
+    assert said in caught.value.message and "once" in caught.value.hint
+
+
+@pytest.mark.parametrize(("entries", "said"), [
+    # A rate teamstore does not price by would be left out of every cost while the file seemed to set it.
+    ([{**PRICED[0], "cached_input": 0.5}], "m: unknown field 'cached_input'"),
+    ([{"effective_from": "2024-01-01", "input": 1}], "m: an entry has no 'output'"),
+    ({"effective_from": "2024-01-01", "input": 1, "output": 2}, "m: its entries must be a list"),
+    ([3], "m: an entry must be an object"),
+])
+def test_a_price_entry_of_another_shape_is_refused_naming_its_model(entries: object, said: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_prices({"version": "v1", "models": {"m": entries}})
+    assert said in caught.value.message
+
+
 async def test_a_run_writing_a_new_price_version_reads_no_ledger_row_and_keeps_earlier_models_priced(
     engine: AsyncEngine,
 ) -> None:

@@ -147,7 +147,22 @@ def _per_million(model: str, entry: dict[str, Any], side: str) -> Decimal:
     return amount
 
 
-def _parse_entry(model: str, entry: dict[str, Any]) -> Price:
+ENTRY_FIELDS = ("effective_from", "input", "output", "source")
+"""What a price entry says; :func:`_parse_entry` refuses any other field."""
+
+
+def _parse_entry(model: str, entry: Any) -> Price:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{model}: an entry must be an object of {', '.join(ENTRY_FIELDS)}, not {entry!r}")
+    unknown = sorted(set(entry) - set(ENTRY_FIELDS))
+    if unknown:
+        # A field teamstore does not price by (a cached-input or batch rate) would be left out of every cost
+        # while the file seemed to set it.
+        raise ValueError(f"{model}: unknown field {', '.join(map(repr, unknown))} (an entry gives "
+                         f"{', '.join(ENTRY_FIELDS)}; cached-input and batch rates are not priced)")
+    missing = [name for name in ENTRY_FIELDS[:3] if name not in entry]
+    if missing:
+        raise ValueError(f"{model}: an entry has no {' and no '.join(map(repr, missing))}")
     return Price(
         model=model,
         effective_from=date.fromisoformat(str(entry["effective_from"])),
@@ -158,6 +173,8 @@ def _parse_entry(model: str, entry: dict[str, Any]) -> Price:
 
 
 def _history(model: str, entries: Any) -> History:
+    if not isinstance(entries, list):
+        raise ValueError(f"{model}: its entries must be a list of entries, not {entries!r}")
     history = tuple(sorted((_parse_entry(model, e) for e in entries), key=lambda p: p.effective_from))
     if not history:
         # A name with no price would price nothing: a whole table of them made every cost unknown, and an
@@ -192,8 +209,9 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
 
     Raises:
         ConfigurationError: A field is missing or malformed (a ``version`` of more than 64 characters, a
-            ``currency`` of more than 8, either empty, no model, a model or pattern with no entry), or an
-            entry has two prices for one day.
+            ``currency`` of more than 8, either empty, no model, a model or pattern with no entry, an entry
+            with a field other than effective_from, input, output and source), or an entry has two prices
+            for one day.
     """
     try:
         entries = dict(data["models"])
@@ -215,6 +233,21 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
         ) from exc
 
 
+class _Repeated(ValueError):
+    """A name given twice in one JSON object of the price file."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose names are all different: JSON keeps the last of a repeated one, so a model listed
+    twice (or an entry's price given twice) would lose the first silently, and the runs it priced with it."""
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise _Repeated(f"{name!r} is given twice in one object")
+        found[name] = value
+    return found
+
+
 def load_prices(path: Path | None = None) -> PriceTable:
     """Load the price table from ``path``, or the one shipped with teamstore.
 
@@ -225,14 +258,21 @@ def load_prices(path: Path | None = None) -> PriceTable:
         The parsed table, its prices exact decimals as written in the file.
 
     Raises:
-        ConfigurationError: The file is missing, not JSON, or malformed.
+        ConfigurationError: The file is missing, not JSON, names a model or an entry's field twice, or is
+            malformed.
     """
     try:
         if path is None:
             text = resources.files("teamstore").joinpath("data/prices.json").read_text(encoding="utf-8")
         else:
             text = path.read_text(encoding="utf-8")
-        data = json.loads(text, parse_float=Decimal)
+        data = json.loads(text, parse_float=Decimal, object_pairs_hook=_unique)
+    except _Repeated as exc:
+        raise ConfigurationError(
+            f"the price table {path or 'shipped with teamstore'} is malformed: {exc}",
+            hint="name each model or pattern once, all its prices in one list of entries (and each field of an "
+            "entry once); see docs/analysts.md",
+        ) from exc
     except (OSError, ValueError) as exc:
         raise ConfigurationError(
             f"could not read the price table {path or 'shipped with teamstore'}: {exc}",
