@@ -178,3 +178,14 @@ async def test_a_live_user_named_erased_reads_apart_from_the_erased_in_the_table
     assert ("'erased", "s1") in sessions and [s for u, s in sessions if u == "erased"] != ["s1"]
     status, table, _ = await asyncio.to_thread(_cost, "--by", "user")
     assert [line.split()[0] for line in table.splitlines() if "erased" in line] == ["'erased", "erased"]
+
+
+
+@pytest.mark.parametrize("by", ["day", "day,team"])
+def test_a_table_a_little_wider_than_the_terminal_shows_each_day_whole(ledger_env: AsyncEngine, by: str) -> None:
+    # Two columns short of the table's own width: the text columns are narrowed to fit, never the day's.
+    args = ["cost", "--by", by, "--model", "m-big"]
+    width = max(len(line.rstrip()) for line in runner.invoke(app, args, env={"COLUMNS": "200"}).stdout.splitlines())
+    result = runner.invoke(app, args, env={"COLUMNS": str(width - 2)})
+    assert result.exit_code == 0, result.output
+    assert "2026-11-02" in result.stdout and "2026-11-09" in result.stdout, result.stdout

@@ -70,8 +70,9 @@ def _render_cost_table(report: CostReport) -> None:
     rows = [_table_cells(report, row, False) for row in report.rows] + [_table_cells(report, report.total, True)]
     width = len(report.fields)
     numbers = range(width, width + len(_HEADINGS))
-    versions = [i for i, field in enumerate(report.fields) if field == "version"]  # whole: `registry show` takes one
-    print_table((*report.fields, *_HEADINGS), rows, fixed=[*versions, *numbers], right=numbers,
+    # Whole: `registry show` takes a version; a day folded into `2026-1` over `1-15` reads as neither.
+    whole = [i for i, field in enumerate(report.fields) if field in {"version", "day", "week", "month"}]
+    print_table((*report.fields, *_HEADINGS), rows, fixed=[*whole, *numbers], right=numbers,
                 title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
     if report.top is not None and report.groups > len(report.rows):
         console.print(f"the {len(report.rows)} costliest of {report.groups} groups; the total counts all of them")
