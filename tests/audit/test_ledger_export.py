@@ -140,6 +140,21 @@ async def test_exporting_a_day_again_replaces_its_file_and_leaves_days_without_r
     assert not [f for f in (tmp_path / "wh").rglob(".tmp-*")]
 
 
+async def test_an_export_killed_before_its_rename_leaves_nothing_a_readers_glob_counts(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from teamstore.audit.warehouse.local import LocalPartitions
+
+    await _fill(engine)
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "wh"), "--json")
+    # The next night's export is killed with each day's file written and not yet renamed over the old one.
+    monkeypatch.setattr(LocalPartitions, "commit", lambda self, key, staged: None)
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "wh"), "--json")
+    assert len(list((tmp_path / "wh").rglob(".tmp-*"))) == len(DAYS)  # left behind, as by a kill
+    assert _duckdb_by_day(tmp_path / "wh") == await asyncio.to_thread(_cost_by_day, [])
+
+
 async def test_the_retention_sweep_takes_a_day_whole_so_its_exported_file_keeps_every_run(
     engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

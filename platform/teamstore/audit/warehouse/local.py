@@ -30,7 +30,9 @@ class LocalPartitions:
         except OSError as exc:
             raise LedgerExportFailed(f"cannot make the export folder {str(target.parent)!r}: {exc.strerror}",
                                hint="give a folder this process can write to") from None
-        return target.parent / f".tmp-{uuid.uuid4().hex}-{target.name}"
+        # Not named *.parquet: an export killed before its rename leaves this file behind, and a reader's
+        # `**/*.parquet` (DuckDB reads dot-files too) would count its day twice, or fail on half a file.
+        return target.parent / f".tmp-{uuid.uuid4().hex}-{target.stem}"
 
     def commit(self, key: str, staged: Path) -> None:
         """Rename ``staged`` over the partition's file (atomic on POSIX filesystems)."""
