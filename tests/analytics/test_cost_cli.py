@@ -8,6 +8,7 @@ import csv
 import io
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,6 +18,7 @@ from teamstore.audit.ledger import record_usage
 from teamstore.audit.subjects import Subject, ensure_subject, session_key
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
+from tests.analytics.conftest import PRICE_FILE
 from tests.analytics.seed import TOTAL
 from tests.analytics.test_cost_query import GROUPINGS
 
@@ -189,3 +191,15 @@ def test_a_table_a_little_wider_than_the_terminal_shows_each_day_whole(ledger_en
     result = runner.invoke(app, args, env={"COLUMNS": str(width - 2)})
     assert result.exit_code == 0, result.output
     assert "2026-11-02" in result.stdout and "2026-11-09" in result.stdout, result.stdout
+
+
+def test_the_table_says_since_when_a_model_it_could_not_price_has_a_price(
+    ledger_env: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # m-big's negotiated rate starts on the 5th: the runs of the 2nd have none, though `prices show` lists it.
+    prices = {**PRICE_FILE, "models": {**PRICE_FILE["models"],
+                                       "m-big": [{"effective_from": "2026-11-05", "input": 3, "output": 15}]}}
+    (tmp_path / "later.json").write_text(json.dumps(prices), encoding="utf-8")
+    monkeypatch.setenv("TEAMSTORE_PRICES_PATH", str(tmp_path / "later.json"))
+    code, table, _ = _cost("--by", "model")
+    assert code == 0 and "no price for m-big before 2026-11-05, mystery:" in table, table

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from teamstore.analytics.query import CostQuery
     from teamstore.app import App
     from teamstore.audit.cost import CostReport, CostRow
+    from teamstore.audit.prices import PriceTable
 
 GROUPINGS = ("session", "user", "team", "version", "model", "agent", "purpose", "day", "week", "month")
 """``teamstore.audit.cost.DIMENSIONS``, named here for ``--help`` (a test keeps the two equal)."""
@@ -66,7 +67,7 @@ def _group_cell(field: str, value: str) -> str:
     return f"{team}{at}{short(version)}" if at and len(version) == 40 else value
 
 
-def _render_cost_table(report: CostReport) -> None:
+def _render_cost_table(report: CostReport, prices: PriceTable) -> None:
     rows = [_table_cells(report, row, False) for row in report.rows] + [_table_cells(report, report.total, True)]
     width = len(report.fields)
     numbers = range(width, width + len(_HEADINGS))
@@ -76,12 +77,19 @@ def _render_cost_table(report: CostReport) -> None:
                 title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
     if report.top is not None and report.groups > len(report.rows):
         console.print(f"the {len(report.rows)} costliest of {report.groups} groups; the total counts all of them")
-    unknown = sorted(set(report.total.unpriced_models))
+    unknown = [_unpriced(model, prices) for model in sorted(set(report.total.unpriced_models))]
     if unknown:
         console.print(
             f"[yellow]no price for {plain(', '.join(unknown))}: their tokens are counted, their cost is "
             "unknown[/]"
         )
+
+
+def _unpriced(model: str, prices: PriceTable) -> str:
+    """A model the report has no price for, and since when the table prices it, if it does: the day a run
+    started predates its first entry (``prices show`` lists the model all the same)."""
+    history = prices.history(model)
+    return model if not history else f"{model} before {history[0].effective_from.isoformat()}"
 
 
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -113,26 +121,27 @@ def _write_csv(report: CostReport) -> None:
         writer.writerow([*cells, _cell(";".join(row.unpriced_models)), report.currency, report.price_version])
 
 
-def _print_report(report: CostReport, fmt: str) -> None:
+def _print_report(report: CostReport, prices: PriceTable, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(dumps(report.to_dict()) + "\n")
     elif fmt == "csv":
         _write_csv(report)
     else:
-        _render_cost_table(report)
+        _render_cost_table(report, prices)
 
 
-async def _report_or_empty(app: App, query: CostQuery) -> tuple[CostReport, NoMatchingUsage | None]:
+async def _report_or_empty(app: App, query: CostQuery) -> tuple[CostReport, PriceTable, NoMatchingUsage | None]:
     from teamstore.analytics.query import cost_report
     from teamstore.audit.cost import CostReport
     from teamstore.audit.prices import load_prices
 
+    prices = load_prices(app.settings.prices_path)
     try:
-        return await cost_report(app.engine, load_prices(app.settings.prices_path), query), None
+        return await cost_report(app.engine, prices, query), prices, None
     except NoMatchingUsage as exc:
         if not isinstance(exc.report, CostReport):
             raise
-        return exc.report, exc
+        return exc.report, prices, exc
 
 
 _BY = f"Group by one or two of {'|'.join(GROUPINGS)}, e.g. team,model."
@@ -177,8 +186,8 @@ def cost(
 
     query = CostQuery.build(by, user=user, session=session, team=team, model=model, since=since, until=until,
                             top=top, pseudonymous=pseudonymous)
-    report, missing = with_app(lambda app: _report_or_empty(app, query), must_exist=True)
-    _print_report(report, fmt)
+    report, prices, missing = with_app(lambda app: _report_or_empty(app, query), must_exist=True)
+    _print_report(report, prices, fmt)
     if missing is not None:  # printed all the same, so a pipe gets its header; the status says it is empty
         fail(missing, code=NO_MATCH)
 
