@@ -8,7 +8,8 @@
    both variants side by side in one process, alternating, many runs; transcripts to a local folder, ledger
    in SQLite (the embedded default), spans exported over OTLP/HTTP to a local receiver.
 3. The cost query over 1,000,000 ledger rows on Postgres (one session, one user, one user by team and model),
-   indexed vs a forced full scan, as a ratio; and two whole-ledger aggregates (by day, by week and team).
+   indexed vs a forced full scan, as a ratio; two whole-ledger aggregates (by day, by week and team); and the
+   10 costliest sessions of the whole ledger.
 """
 
 from __future__ import annotations
@@ -166,12 +167,12 @@ FROM (SELECT g, timestamptz '2026-01-01' + (g % 90) * interval '1 day' + (g % 86
 """
 
 
-async def _time_query(engine: Any, where: CostFilter, by: str, repeat: int = 7) -> float:
+async def _time_query(engine: Any, where: CostFilter, by: str, repeat: int = 7, top: int | None = None) -> float:
     prices = load_prices()
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
-        await query_costs(engine, prices, by=by, where=where)
+        await query_costs(engine, prices, by=by, where=where, top=top)
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1000
 
@@ -202,6 +203,8 @@ async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
             figures[f"{name}_ratio"] = figures[f"{name}_full_scan_ms"] / figures[f"{name}_indexed_ms"]
         figures["whole_ledger_by_day_ms"] = await _time_query(engine, CostFilter(), "day", repeat=1)
         figures["whole_ledger_by_week_team_ms"] = await _time_query(engine, CostFilter(), "week,team", repeat=1)
+        # Every session's tokens streamed through Python, a few of them kept: `cost --by session --top 10`.
+        figures["whole_ledger_top_sessions_ms"] = await _time_query(engine, CostFilter(), "session", repeat=1, top=10)
         await engine.dispose()
         await scan.dispose()
         return figures
@@ -251,3 +254,5 @@ def main() -> None:
         )
     print(f"whole-ledger cost by day (full aggregate): {costs['whole_ledger_by_day_ms']:.0f} ms")
     print(f"whole-ledger cost by week,team (full aggregate): {costs['whole_ledger_by_week_team_ms']:.0f} ms")
+    print(f"whole-ledger cost by session, the 10 costliest (every session streamed): "
+          f"{costs['whole_ledger_top_sessions_ms']:.0f} ms")

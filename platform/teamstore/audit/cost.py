@@ -388,6 +388,10 @@ def _group_order(dims: Sequence[str]) -> list[str]:
     return _columns([d for d in dims if d not in TIME], "day")
 
 
+STREAM_ROWS = 5_000
+"""Ledger groups read at a time by a ``top`` report: a few megabytes, however many groups there are."""
+
+
 async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: int) -> int:
     """As :func:`_sum`, keeping only the ``top`` costliest groups: the ledger's tokens are read in the groups'
     order, each group priced whole before the next begins, so ``rows`` holds at most twice ``top`` of them
@@ -398,14 +402,16 @@ async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: i
     order = [usage.c[n] for n in _group_order(rows.dims)]
     query = _filtered(select(*cols, *sums), where).group_by(*cols).order_by(*order)
     groups, current = 0, None
-    async for record in await conn.stream(query):
-        values = dict(zip(token_cols, record, strict=False))
-        raw = rows.raw(values)
-        if raw != current:  # every group in rows is whole: the costliest may be kept
-            groups, current = groups + 1, raw
-            if len(rows.groups) >= 2 * top:
-                rows.keep(top)
-        rows.add_tokens(values, (record[-3], record[-2], record[-1]))
+    result = await conn.stream(query)
+    async for batch in result.partitions(STREAM_ROWS):  # a row at a time cost a trip to the driver's thread each
+        for record in batch:
+            values = dict(zip(token_cols, record, strict=False))
+            raw = rows.raw(values)
+            if raw != current:  # every group in rows is whole: the costliest may be kept
+                groups, current = groups + 1, raw
+                if len(rows.groups) >= 2 * top:
+                    rows.keep(top)
+            rows.add_tokens(values, (record[-3], record[-2], record[-1]))
     rows.keep(top)
     await _sum_runs(conn, rows, where, among=or_(false(), *(rows.matches(raw) for raw in rows.groups)))
     return groups
