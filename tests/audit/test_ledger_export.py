@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,43 @@ async def test_duckdb_over_the_exported_folder_gives_the_totals_teamstore_cost_g
     assert exported == expected and expected
     assert report["rows"] == sum(p["rows"] for p in report["partitions"])
     assert sorted(p["key"] for p in report["partitions"]) == [f"day={d}/part-00000.parquet" for d in expected]
+
+
+# An exact name whose first price comes after the first day (so that day is unpriced, not priced by a pattern),
+# a price change in the window, a longer pattern beside a shorter one, and a model with no price at all.
+WAREHOUSE_PRICES = {"version": "w-1", "currency": "USD", "models": {
+    "gpt-4o": [{"effective_from": "2026-11-29", "input": 2.5, "output": 10}],
+    "gpt-4o-*": [{"effective_from": "2020-01-01", "input": 0.15, "output": 0.6},
+                 {"effective_from": "2026-11-30", "input": 0.1, "output": 0.4}],
+    "gpt-*": [{"effective_from": "2020-01-01", "input": 100, "output": 100}],
+}}
+
+
+def _docs_pricing_query() -> str:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "analysts.md").read_text(encoding="utf-8")
+    section = guide.split("## Exporting the ledger to a warehouse")[1].split("\n## ")[0]
+    (query,) = [block for block in section.split("```sql\n")[1:] if "prices.json" in block]
+    return query.split("```")[0]
+
+
+async def test_the_guides_duckdb_query_prices_the_export_as_teamstore_cost_does(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    await _fill(engine)
+    await _record_run(engine, USERS[0], DAYS[2], 9, 77, models=("in-house-llm",))
+    (tmp_path / "prices.json").write_text(json.dumps(WAREHOUSE_PRICES), encoding="utf-8")
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    monkeypatch.setenv("TEAMSTORE_PRICES_PATH", str(tmp_path / "prices.json"))
+    await asyncio.to_thread(_cli, "ledger", "export", "--to", str(tmp_path / "wh"), "--json")
+    table = await asyncio.to_thread(runner.invoke, app, ["prices", "show", "--json"])
+    (tmp_path / "shown.json").write_text(table.stdout, encoding="utf-8")
+    query = (_docs_pricing_query().replace("'prices.json'", f"'{(tmp_path / 'shown.json').as_posix()}'")
+             .replace("'warehouse/ledger/", f"'{(tmp_path / 'wh').as_posix()}/"))
+    priced = {str(day): (cost, unpriced) for day, cost, unpriced in duckdb.sql(query).fetchall()}
+    report = await asyncio.to_thread(_cli, "cost", "--by", "day", "--format", "json")
+    expected = {r["key"]: (None if r["cost"] is None else Decimal(r["cost"]), r["unpriced_tokens"])
+                for r in report["rows"]}
+    assert priced == expected and expected[str(DAYS[0])][1] and expected[str(DAYS[2])][1]  # gpt-4o, in-house-llm
 
 
 async def test_the_files_are_typed_and_hold_pseudonymous_keys_only(
