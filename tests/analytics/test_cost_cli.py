@@ -103,6 +103,14 @@ def test_a_filter_that_matches_nothing_exits_3_and_says_why(
     assert empty["rows"] == [] and empty["total"]["cost"] == "0"
 
 
+def test_an_empty_window_names_the_span_of_the_runs_in_utc_whatever_the_connections_time_zone(
+    ledger_env: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGTZ", "Asia/Tokyo")  # libpq's default for the session's TimeZone, as a BI host may set
+    code, _out, err = _cost("--since", "2030-01-01")
+    assert code == 3 and "2026-11-02T10:00:00+00:00 and 2026-12-01T10:00:00+00:00" in " ".join(err.split()), err
+
+
 async def _free_run(url: str) -> None:
     engine = create_engine(url)
     subject, secret = await ensure_subject(engine, "erin")

@@ -234,4 +234,8 @@ def _day(moment: datetime | None) -> str:
 
 
 def _moment(value: Any) -> str:
-    return value.isoformat(timespec="seconds") if isinstance(value, datetime) else str(value)[:19]
+    """A stored time in UTC, as the window beside it is: Postgres hands it back in the connection's TimeZone
+    (a BI-minded PGTZ), SQLite as the UTC it stored."""
+    if not isinstance(value, datetime):
+        return str(value)[:19]
+    return (value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)).isoformat(timespec="seconds")
