@@ -15,7 +15,7 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.app import open_platform
 from teamstore.audit.metrics import call_attributes
-from teamstore.audit.otlp import check_endpoint, protocol
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, check_endpoint, export_timeout, protocol
 from teamstore.audit.schema import outbox
 from teamstore.erasure.desk import list_requests
 from teamstore.erasure.schema import erasure_requests
@@ -247,6 +247,32 @@ def test_batch_and_interval_settings_the_sdk_refuses_stop_the_platform_at_start_
         open_platform(_settings(tmp_path, registry))
     ((name, value),) = variables.items()
     assert f"{name}={value!r}" in raised.value.message and name in (raised.value.hint or "")
+
+
+@pytest.mark.parametrize("chosen", ["http/protobuf", "grpc"])
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                                      "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_METRIC_EXPORT_TIMEOUT",
+                                      "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"])
+@pytest.mark.parametrize("value", ["10s", "-5"])
+def test_a_timeout_or_size_that_is_no_number_above_0_stops_the_platform_at_start_naming_the_variable(
+    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, chosen: str, variable: str, value: str
+) -> None:
+    # The SDK would take its own default (10 s, 30 s for a metric export) over teamstore's 2 s, with a warning.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", chosen)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as raised:
+        open_platform(_settings(tmp_path, registry))
+    assert f"{variable}={value!r}" in raised.value.message and variable in (raised.value.hint or "")
+
+
+def test_an_exporters_timeout_is_its_signals_variable_else_the_general_one_else_2_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert export_timeout("traces") == EXPORT_TIMEOUT_S == 2.0
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "7")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0.5")
+    assert (export_timeout("traces"), export_timeout("metrics")) == (0.5, 7.0)
 
 
 @pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

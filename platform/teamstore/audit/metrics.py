@@ -18,7 +18,6 @@ and exports over OTLP (``http/protobuf`` or ``grpc``) every ``OTEL_METRIC_EXPORT
 from __future__ import annotations
 
 import logging
-import os
 import time
 import weakref
 from collections.abc import Iterable, Sequence
@@ -33,7 +32,13 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from teamstore.audit.otlp import EXPORT_TIMEOUT_S, metric_exporter, refused_settings, resource
+from teamstore.audit.otlp import (
+    EXPORT_TIMEOUT_S,
+    metric_exporter,
+    positive_number,
+    refused_settings,
+    resource,
+)
 from teamstore.audit.schema import outbox
 from teamstore.audit.telemetry import genai_call_attributes
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome, StreamItem
@@ -63,7 +68,7 @@ def setup_metrics(
 
     Raises:
         ConfigurationError: OTLP is configured over a protocol teamstore cannot export over, or with an
-            ``OTEL_METRIC_EXPORT_INTERVAL`` the SDK refuses.
+            ``OTEL_METRIC_EXPORT_INTERVAL`` the SDK refuses or a timeout that is no number above 0.
         MissingExtra: OTLP is configured but the exporter package is missing.
     """
     if readers is None:
@@ -71,7 +76,7 @@ def setup_metrics(
             return None
         # The interval comes from OTEL_METRIC_EXPORT_INTERVAL (the reader reads it); an export gets the
         # exporters' short deadline unless OTEL_METRIC_EXPORT_TIMEOUT says otherwise.
-        timeout = None if os.environ.get("OTEL_METRIC_EXPORT_TIMEOUT") else EXPORT_TIMEOUT_S * 1000
+        timeout = positive_number("OTEL_METRIC_EXPORT_TIMEOUT", "milliseconds") or EXPORT_TIMEOUT_S * 1000
         exporter = metric_exporter()
         try:
             readers = [PeriodicExportingMetricReader(exporter, export_timeout_millis=timeout)]

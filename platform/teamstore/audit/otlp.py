@@ -9,13 +9,14 @@
 ``http/protobuf`` (the default, port 4318) and ``grpc`` (port 4317) both work, for each signal on its own;
 any other value is refused at start with :class:`ConfigurationError` rather than ignored, so a collector
 that listens on the other protocol is never sent nothing silently; so is an OTLP/HTTP endpoint that is no
-``http(s)://`` URL. Endpoints, headers, compression,
+``http(s)://`` URL, and a timeout that is no number of seconds above 0. Endpoints, headers, compression,
 certificates and temporality are read by the exporters themselves from the same variables.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
@@ -107,11 +108,41 @@ def refused_settings(what: str, variables: tuple[str, ...], rule: str, exc: Valu
     )
 
 
-def _timeout(signal: Signal) -> float | None:
-    explicit = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_TIMEOUT"
-    )
-    return None if explicit else EXPORT_TIMEOUT_S
+def positive_number(variable: str, unit: str, *, whole: bool = False) -> float | None:
+    """The number ``variable`` gives, ``None`` when it is unset or blank.
+
+    The SDK reads a value that is no number as its own default, with a warning (a traceback for the batch
+    sizes): for the exporters' and the metric reader's timeouts, 10 or 30 s in place of teamstore's 2 s.
+
+    Raises:
+        ConfigurationError: The value is no number (``whole``: no whole number) of ``unit`` above 0.
+    """
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return None
+    try:
+        number = float(int(value) if whole else float(value))
+    except ValueError:
+        number = math.nan
+    if not 0 < number < math.inf:
+        kind = "whole number" if whole else "number"
+        raise ConfigurationError(f"{variable}={value!r} is not a {kind} of {unit} above 0",
+                                 hint=f"set {variable} to a {kind} of {unit}, or unset it")
+    return number
+
+
+def export_timeout(signal: Signal) -> float:
+    """The ``signal`` exporter's deadline in seconds: ``OTEL_EXPORTER_OTLP_<SIGNAL>_TIMEOUT``, else
+    ``OTEL_EXPORTER_OTLP_TIMEOUT``, else :data:`EXPORT_TIMEOUT_S`. (The Python exporters read seconds, where
+    the OpenTelemetry specification says milliseconds.)
+
+    Raises:
+        ConfigurationError: The variable is no number of seconds above 0.
+    """
+    name = f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT"
+    variable = name if os.environ.get(name, "").strip() else "OTEL_EXPORTER_OTLP_TIMEOUT"
+    seconds = positive_number(variable, "seconds")
+    return EXPORT_TIMEOUT_S if seconds is None else seconds
 
 
 def _missing(what: str) -> MissingExtra:
@@ -134,14 +165,15 @@ def _exporter(signal: Signal, what: str) -> Any:
         exporter = getattr(importlib.import_module(f"opentelemetry.exporter.otlp.proto.{package}.{module}"), name)
     except ImportError as exc:
         raise _missing(f"OTLP {what} export over {chosen}") from exc
-    return exporter(timeout=_timeout(signal))
+    return exporter(timeout=export_timeout(signal))
 
 
 def span_exporter() -> SpanExporter:
     """An OTLP span exporter over the configured protocol.
 
     Raises:
-        ConfigurationError: An unknown protocol. MissingExtra: the exporter package is not installed.
+        ConfigurationError: An unknown protocol, an endpoint that is no URL, a timeout that is no number.
+        MissingExtra: The exporter package is not installed.
     """
     return cast("SpanExporter", _exporter("traces", "span"))
 
@@ -150,6 +182,7 @@ def metric_exporter() -> MetricExporter:
     """An OTLP metric exporter over the configured protocol.
 
     Raises:
-        ConfigurationError: An unknown protocol. MissingExtra: the exporter package is not installed.
+        ConfigurationError: An unknown protocol, an endpoint that is no URL, a timeout that is no number.
+        MissingExtra: The exporter package is not installed.
     """
     return cast("MetricExporter", _exporter("metrics", "metric"))

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from teamstore.audit.otlp import EXPORT_TIMEOUT_S, refused_settings, resource, span_exporter
+from teamstore.audit.otlp import EXPORT_TIMEOUT_S, positive_number, refused_settings, resource, span_exporter
 from teamstore.audit.stop_reasons import recordable
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.events import LaterCalls, ModelCall, RunContext, RunOutcome
@@ -146,7 +146,7 @@ def setup_tracing(
 
     Raises:
         ConfigurationError: OTLP is configured over a protocol teamstore cannot export over, or
-            ``OTEL_BSP_*`` sizes the SDK refuses.
+            ``OTEL_BSP_*`` sizes the SDK refuses or that are no whole numbers.
         MissingExtra: OTLP is configured but the exporter package is missing.
     """
     if exporter is None:
@@ -154,6 +154,8 @@ def setup_tracing(
             return None
         exporter = otlp_exporter()
     scrubbing = ScrubbingSpanExporter(exporter, capture_content=settings.capture_message_content)
+    for variable in BATCH_VARIABLES:  # the SDK logs a traceback for one that is no number, and takes its default
+        positive_number(variable, "spans", whole=True)
     try:
         processor = BatchSpanProcessor(
             scrubbing, schedule_delay_millis=1000, export_timeout_millis=EXPORT_TIMEOUT_S * 1000
