@@ -1,7 +1,7 @@
 """The AWS SDK's loggers are held at INFO wherever teamstore makes a boto3 client, unless the application set
 their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG);
 SQLAlchemy at DEBUG logs teamstore's rows without their values; no Python warning quotes a tool call's
-arguments; and teamstore's own log lines quote no user's words."""
+arguments, nor AutoGen's warning a message part; and teamstore's own log lines quote no user's words."""
 
 from __future__ import annotations
 
@@ -123,6 +123,19 @@ async def test_a_gateway_answering_tool_arguments_as_an_object_gives_no_warning_
             server.stop()
     assert any(isinstance(m, ToolCallExecutionEvent) for m in result.messages)  # AutoGen took the call
     assert not [str(w.message)[:80] for w in shown if WORDS in str(w.message)]
+
+
+async def test_the_openai_clients_warning_of_a_part_it_cannot_count_leaves_the_part_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = Registry(tmp_path / "registry", create=True)
+    await open_platform(Settings(home=tmp_path / "home", registry_path=registry.path)).aclose()
+    with caplog.at_level(logging.WARNING, "autogen_core.trace"):
+        part = {"type": "text", "text": WORDS}  # as autogen-ext's OpenAI client words it, counting a message's tokens
+        logging.getLogger("autogen_core.trace").warning(f"Could not convert {part} to string, skipping.")
+    (record,) = caplog.records
+    assert record.getMessage().startswith("Could not convert a message part to string, skipping")
+    assert WORDS not in caplog.text
 
 
 class _Broken:

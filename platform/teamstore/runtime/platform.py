@@ -64,9 +64,10 @@ log = logging.getLogger("teamstore.platform")
 
 
 def keep_content_out_of_logs() -> None:
-    """Raise AutoGen's loggers to WARNING, unless the application has set their level itself, and keep the
+    """Raise AutoGen's loggers to WARNING, unless the application has set their level itself, keep the
     failures autogen-core logs at ERROR without their exceptions' messages and tracebacks
-    (:class:`_FailureTypeOnly`).
+    (:class:`_FailureTypeOnly`), and the message parts AutoGen's OpenAI client warns of out of its warning
+    (:class:`_PartLeftOut`).
 
     A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message
     content in telemetry, so a service logging at INFO does not write its users' messages to its logs.
@@ -78,6 +79,9 @@ def keep_content_out_of_logs() -> None:
     core = logging.getLogger("autogen_core")
     if _TYPE_ONLY not in core.filters:
         core.addFilter(_TYPE_ONLY)
+    trace = logging.getLogger("autogen_core.trace")  # a logger's filters see only the records logged on it
+    if _PART_LEFT_OUT not in trace.filters:
+        trace.addFilter(_PART_LEFT_OUT)
 
 
 # Python warnings that quote what a model answered: AutoGen's OpenAI client warns, and pydantic under it warns,
@@ -124,6 +128,25 @@ class _FailureTypeOnly(logging.Filter):
 
 
 _TYPE_ONLY = _FailureTypeOnly()
+
+
+class _PartLeftOut(logging.Filter):
+    """Keeps the WARNING autogen-ext's OpenAI client logs on ``autogen_core.trace`` when it cannot count a
+    message part's tokens (``Could not convert {part} to string, skipping.``), without the part: it is a piece
+    of a message, users' words included."""
+
+    _SAID = ("Could not convert ", " to string, skipping.")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = record.msg
+        if isinstance(said, str) and said.startswith(self._SAID[0]) and said.endswith(self._SAID[1]):
+            record.msg = ("Could not convert a message part to string, skipping (the part is left out: it may quote "
+                          "users' words)")
+            record.args = None
+        return True
+
+
+_PART_LEFT_OUT = _PartLeftOut()
 
 
 class _CancelledIsNotAnError(logging.Filter):
