@@ -1,7 +1,8 @@
 """The AWS SDK's loggers are held at INFO wherever teamstore makes a boto3 client, unless the application set
 their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG);
 SQLAlchemy at DEBUG logs teamstore's rows without their values; no Python warning quotes a tool call's
-arguments, nor AutoGen's warning a message part; and teamstore's own log lines quote no user's words."""
+arguments, nor AutoGen's warning a message part; httpx's and urllib3's request lines hide their query's values;
+and teamstore's own log lines quote no user's words."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from teamstore.db.engine import create_engine
 from teamstore.events import RunContext, notify_observers
 from teamstore.keys.kms import make_client as kms_client
 from teamstore.keys.schema import data_keys
-from teamstore.logs import AWS_SDK_LOGGERS
+from teamstore.logs import AWS_SDK_LOGGERS, keep_query_values_out_of_logs
 from teamstore.settings import Settings
 from tests.canary.model_server import ModelServer
 
@@ -123,6 +124,46 @@ async def test_a_gateway_answering_tool_arguments_as_an_object_gives_no_warning_
             server.stop()
     assert any(isinstance(m, ToolCallExecutionEvent) for m in result.messages)  # AutoGen took the call
     assert not [str(w.message)[:80] for w in shown if WORDS in str(w.message)]
+
+
+async def test_a_gateway_key_in_the_model_clients_base_url_is_in_no_request_line_httpx_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = ModelServer()
+    base_url = f"{server.base_url}?api-key=GATEWAY-S3CRET"  # as some gateways (and Azure's) take their key
+    monkeypatch.setenv("GATEWAY_URL", base_url)
+    monkeypatch.setenv("GATEWAY_KEY", "k")
+    registry = Registry(tmp_path / "registry", create=True)
+    config = "participants.0.config.model_client.config"
+    registry.add("desk", _gateway_team(base_url).dump_component(), Manifest(
+        name="desk", allow_source_code_tools=True,
+        secrets={f"{config}.api_key": "env:GATEWAY_KEY", f"{config}.base_url": "env:GATEWAY_URL"}), "v1")
+    platform = open_platform(Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True))
+    try:
+        with caplog.at_level(logging.DEBUG, "httpx2"), caplog.at_level(logging.DEBUG, "httpx"):
+            async with platform, platform.session("alice", "s1", team="desk") as s:
+                await s.run("Where is my ticket?")
+    finally:
+        server.stop()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("HTTP Request: POST")]
+    assert lines and all("?api-key=***" in line for line in lines)
+    assert "GATEWAY-S3CRET" not in caplog.text
+
+
+def test_a_url_logged_by_urllib3_or_httpx_keeps_its_query_names_and_hides_their_values(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keep_query_values_out_of_logs()
+    with caplog.at_level(logging.DEBUG):  # as urllib3 logs a retry, and each request at DEBUG
+        logging.getLogger("urllib3.connectionpool").warning(
+            "Retrying (%r) after connection broken by '%r': %s", "Retry(total=1)", "ConnectTimeout()",
+            "/v1/traces?code=COLLECTOR-S3CRET&region=eu")
+        logging.getLogger("urllib3.connectionpool").debug(
+            '%s://%s:%s "%s %s %s" %s %s', "https", "collector", 443, "POST", "/v1/traces?code=COLLECTOR-S3CRET",
+            "HTTP/1.1", 200, 2)
+    retry, request = (r.getMessage() for r in caplog.records)
+    assert retry == "Retrying ('Retry(total=1)') after connection broken by ''ConnectTimeout()'': /v1/traces?code=***&region=***"
+    assert request == 'https://collector:443 "POST /v1/traces?code=*** HTTP/1.1" 200 2'
 
 
 async def test_the_openai_clients_warning_of_a_part_it_cannot_count_leaves_the_part_out(

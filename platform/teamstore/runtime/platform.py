@@ -43,7 +43,7 @@ from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver, drain_observers
 from teamstore.ids import check_id
 from teamstore.keys.service import KeyService
-from teamstore.logs import keep_request_bodies_out_of_logs
+from teamstore.logs import keep_query_values_out_of_logs, keep_request_bodies_out_of_logs
 from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.runtime import interruptions, turns
@@ -247,6 +247,7 @@ class Platform:
             keep_content_out_of_logs()
             keep_content_out_of_warnings()
         keep_request_bodies_out_of_logs()  # also for clients the caller made: KMS's bodies hold data keys
+        keep_query_values_out_of_logs()  # a gateway's key in a model client's base_url, on every request's line
         keep_cancellation_out_of_errors()
 
     @property
