@@ -33,7 +33,7 @@ from config_registry.errors import DefinitionInvalid
 from config_registry.missing import install_hint
 from config_registry.participants import participant_names, participants
 from config_registry.roundtrip import load
-from config_registry.secrets import references, resolve_references
+from config_registry.secrets import MASK, references, resolve_references
 from config_registry.types import BuiltTeam, TeamDefinition, TeamOrAgent
 from config_registry.validate import check_memory, check_persisted
 
@@ -68,7 +68,8 @@ class PreparedDefinition:
             DefinitionInvalid: The JSON does not load.
         """
         runnable = resolve_references(self.component, os.environ if env is None else env)  # a new copy
-        return _built(self.definition, _load(self.definition, runnable), dict(self.agent_types))
+        masked = functools.partial(_masked, self.component, self.variables) if self.variables else None
+        return _built(self.definition, _load(self.definition, runnable, masked), dict(self.agent_types))
 
     @functools.cached_property
     def variables(self) -> tuple[str, ...]:
@@ -123,7 +124,14 @@ def build_team(
     runnable = resolve_references(definition.component, os.environ if env is None else env)
     runnable = transform(runnable) if transform is not None else runnable
     check_providers(runnable, definition.manifest)  # again, as loaded: a reference may not name a module
-    return _built(definition, _load(definition, runnable), _agent_types(definition.component))
+    variables = tuple(ref.removeprefix("env:") for ref in references(definition.component).values())
+
+    def masked() -> dict[str, Any]:
+        component = _masked(definition.component, variables)
+        return transform(component) if transform is not None else component
+
+    return _built(definition, _load(definition, runnable, masked if variables else None),
+                  _agent_types(definition.component))
 
 
 def _check_stored(definition: TeamDefinition, component: Mapping[str, Any]) -> None:
@@ -170,21 +178,45 @@ def _check_declared_references(definition: TeamDefinition, component: Mapping[st
             )
 
 
-def _load(definition: TeamDefinition, runnable: dict[str, Any]) -> TeamOrAgent:
+def _load(
+    definition: TeamDefinition, runnable: dict[str, Any], masked: Callable[[], dict[str, Any]] | None
+) -> TeamOrAgent:
+    """Load ``runnable``; ``masked`` makes the same JSON with every secret as :data:`MASK`, for the error."""
     try:
         team = load(runnable)
     except Exception as exc:  # a loader failure is reported as a definition problem, with its cause
-        raise DefinitionInvalid(
-            f"version {definition.version[:12]} of {definition.name!r} does not load: {type(exc).__name__}: {exc}",
+        error = DefinitionInvalid(
+            f"version {definition.version[:12]} of {definition.name!r} does not load: {_failure(exc, masked)}",
             field="component",
             hint=install_hint(exc) or "check the transform, or register a fixed version and move the label to it",
-        ) from exc
+        )
+        if masked is None:
+            raise error from exc
+        raise error from None  # its message, and its traceback's, may quote the secrets
     expected = Team if definition.kind == "team" else ChatAgent
     if not isinstance(team, expected):
         raise DefinitionInvalid(
             f"built a {type(team).__name__}, not a {definition.kind}", field="component_type"
         )
     return team
+
+
+def _masked(component: Mapping[str, Any], variables: tuple[str, ...]) -> dict[str, Any]:
+    return resolve_references(component, dict.fromkeys(variables, MASK))
+
+
+def _failure(exc: Exception, masked: Callable[[], dict[str, Any]] | None) -> str:
+    """What the loader said, without the secrets it was given: pydantic quotes the input it refused
+    (``input_value={'api_key': 'sk-live-...', ...}`` for a missing field), so a definition with secrets is
+    said as it fails with each secret masked, or by the exception's type alone when it fails only with them."""
+    if masked is None:
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        load(masked())
+    except Exception as again:
+        if type(again) is type(exc):  # the same failure, which the secrets did not cause: its message quotes none
+            return f"{type(exc).__name__}: {again}"
+    return f"{type(exc).__name__} (its message is left out: it may quote the team's secrets)"
 
 
 def _agent_types(component: Mapping[str, Any]) -> dict[str, str]:

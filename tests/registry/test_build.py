@@ -3,16 +3,19 @@ prepared definition is checked and transformed once, and each of its builds load
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
+from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from config_registry import BuiltTeam, DefinitionInvalid, Registry, SecretUnavailable
+from config_registry import BuiltTeam, DefinitionInvalid, Manifest, Registry, SecretUnavailable
 from config_registry.build import prepare
 from teamstore import examples
 from tests.conftest import git
-from tests.registry.conftest import triage_json, triage_manifest
+from tests.registry.conftest import dump, triage_json, triage_manifest
 
 
 @pytest.fixture
@@ -147,3 +150,30 @@ def test_a_prepared_definitions_transform_sees_its_secret_references_and_each_bu
     assert seen == [{"$secret": "env:OPENAI_API_KEY"}] * 3  # transformed once, not at every build
     with pytest.raises(SecretUnavailable):
         prepared.build(env={})
+
+
+def _without_the_model(component: dict[str, Any]) -> dict[str, Any]:
+    """A transform that loses the model client's model (or a definition edited by hand, or loaded by another
+    AutoGen): pydantic's error quotes the config it was given."""
+    changed = copy.deepcopy(component)
+    del changed["config"]["participants"][0]["config"]["model_client"]["config"]["model"]
+    return changed
+
+
+@pytest.mark.parametrize("how", ["build", "prepared"])
+def test_a_definition_that_does_not_load_is_said_without_the_secrets_resolved_into_it(
+    registry: Registry, how: str
+) -> None:
+    client = OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="k", base_url="https://gateway.example/v1")
+    registry.add("desk", dump(RoundRobinGroupChat([AssistantAgent("desk", model_client=client)], max_turns=1)),
+                 Manifest(name="desk", secrets={"participants.0.config.model_client.config.api_key": "env:DESK_KEY"}),
+                 "v1")
+    env = {"DESK_KEY": "sk-S3CRET"}
+    with pytest.raises(DefinitionInvalid) as raised:
+        if how == "build":
+            registry.build("desk", transform=_without_the_model, env=env)
+        else:
+            prepare(registry.resolve("desk"), transform=_without_the_model).build(env)
+    said = str(raised.value)
+    assert "Field required" in said and "**********" in said and "S3CRET" not in said
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__  # no traceback quotes them
