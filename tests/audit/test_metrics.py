@@ -266,6 +266,18 @@ def test_a_timeout_or_size_that_is_no_number_above_0_stops_the_platform_at_start
     assert f"{variable}={value!r}" in raised.value.message and variable in (raised.value.hint or "")
 
 
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"])
+def test_a_signals_timeout_set_to_nothing_stops_a_platform_exporting_over_grpc_naming_the_variable(
+    tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv(variable, "")  # the gRPC exporter would fail with a bare ValueError
+    with pytest.raises(ConfigurationError) as raised:
+        open_platform(_settings(tmp_path, registry))
+    assert variable in raised.value.message and variable in (raised.value.hint or "")
+
+
 def test_an_exporters_timeout_is_its_signals_variable_else_the_general_one_else_2_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -145,6 +145,15 @@ def export_timeout(signal: Signal) -> float:
     return EXPORT_TIMEOUT_S if seconds is None else seconds
 
 
+def _check_blank_timeout(signal: Signal, chosen: Protocol) -> None:
+    """Refuse a signal's timeout variable set to nothing over gRPC, whose exporter reads it itself (a bare
+    ``ValueError`` then, as it builds): a deployment template often sets a variable it has no value for."""
+    name = f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT"
+    if chosen == "grpc" and name in os.environ and not os.environ[name].strip():
+        raise ConfigurationError(f"{name} is set but empty, which the gRPC exporter cannot read",
+                                 hint=f"unset {name}, or set it to a number of seconds")
+
+
 def _missing(what: str) -> MissingExtra:
     return MissingExtra(what, "otel", "opentelemetry-exporter-otlp")
 
@@ -159,6 +168,7 @@ _EXPORTERS: dict[Signal, tuple[str, str]] = {
 def _exporter(signal: Signal, what: str) -> Any:
     chosen = protocol(signal)
     check_endpoint(signal, chosen)
+    _check_blank_timeout(signal, chosen)
     module, name = _EXPORTERS[signal]
     package = "grpc" if chosen == "grpc" else "http"
     try:
