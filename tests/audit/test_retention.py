@@ -16,6 +16,8 @@ import pytest
 from sqlalchemy import event, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config_registry import Registry
+from teamstore import examples
 from teamstore.audit import outbox
 from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.ledger_observer import LedgerObserver
@@ -30,16 +32,18 @@ from teamstore.audit.subjects import ensure_subject, session_key
 from teamstore.audit.transcripts.base import SUBJECTS, run_key
 from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, encode
+from teamstore.db.clock import database_now
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, StorageError, StoreUnavailable
 from teamstore.events import drain_observers
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
-from teamstore.state.schema import quarantine
+from teamstore.state.schema import quarantine, sessions
 from tests.audit.teams import context, observe_run, triage_team
 from tests.audit.transcript_backends import Backend, S3Backend
 from tests.conftest import refusing, upgrade_database
+from tests.erasure.seed import audited_platform, scan_database, seed_user
 
 
 async def test_sweep_removes_old_local_transcripts_and_ledger_rows_and_keeps_recent_ones(
@@ -405,3 +409,29 @@ async def test_a_transcript_written_again_that_a_legal_hold_keeps_goes_at_the_fi
     async with engine.connect() as conn:
         assert (await conn.execute(select(rewrites))).all() == []
     await store.close()
+
+
+async def test_once_every_retention_has_passed_a_user_is_left_only_where_the_retention_docs_say(
+    engine: AsyncEngine, registry_path: Path, tmp_path: Path
+) -> None:
+    # Every store a run, a memory writer, a refused state, an outage, a rewrite and an export fill, then a
+    # sweep past every retention. What survives it outlives any retention by design (docs/operations.md,
+    # Retention): a store added without a sweep, or a sweep that misses a table, shows up here.
+    registry = Registry(registry_path, create=True)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    platform = audited_platform(engine, registry, store)
+    user = await seed_user(platform, store, "quiet-user", "CANARY-retained")
+    await platform.aclose()
+    async with engine.begin() as conn:  # expired on the database's clock, which the session sweep reads
+        await conn.execute(update(sessions).values(expires_at=await database_now(engine) - timedelta(days=1)))
+
+    await sweep_all(Settings(), engine, store, now=await database_now(engine) + timedelta(days=4000))
+
+    found = await scan_database(engine, [user.user_id, user.subject_key, user.canary])
+    assert sorted(found[user.user_id]) == ["ts_data_keys.user_id", "ts_subjects.user_id"]
+    assert sorted(found[user.subject_key]) == [
+        "ts_export_requests.subject_key", "ts_subject_stores.subject_key", "ts_subjects.subject_key"]
+    assert found[user.canary] == []
+    assert [p for p in (tmp_path / "transcripts").rglob("*") if p.is_file()] == []
