@@ -86,6 +86,17 @@ def test_an_interrupted_runs_checkpoint_is_sealed_in_the_session_row_and_erasure
     assert alice.user_id in {h.canary.token for h in before if "ts_sessions" in h.location}  # the row is scanned
     assert not [h for h in before if h.canary.kind in WORDS], "the checkpoint holds the run's words sealed only"
 
+    # The retention sweep opens the expired row's checkpoint to record its run, in a process of its own.
+    deployment.sql("UPDATE ts_sessions SET expires_at = created_at WHERE session_id = :s", s=alice.sessions[0])
+    assert deployment.cli_json("retention", "sweep", "--json")["sessions"] == 1
+    shown = deployment.cli_json("transcripts", "show", "--user", alice.user_id, "--session", alice.sessions[0],
+                                "--json")
+    assert shown["total"] == 1 and alice.tasks[0] in json.dumps(shown, ensure_ascii=False), (
+        "the swept session's interrupted run is recorded, sealed, and opens again")
+    swept = scan(deployment.sinks(), book)
+    assert not judge(swept), report(judge(swept))
+    assert not [h for h in swept if h.canary.kind in WORDS], "the run the sweep recorded holds the words sealed only"
+
     assert erase(deployment, book, alice)["status"] == "completed"
     after = judge(scan(deployment.sinks(), book), erased={"alice"})
     assert not after, report(after)
