@@ -17,13 +17,25 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from teamstore import examples
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.db.engine import create_engine
 from teamstore.erasure import DeletionCoordinator, ErasureSettings, Receipt
 from teamstore.erasure.steps import Progress
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
+from tests.conftest import prepare
 
 # No in-flight writes to wait for in most tests; the race test sets its own grace.
 KNOBS = ErasureSettings(fence_grace_seconds=0, lease_seconds=30)
+
+
+@pytest.fixture
+async def state_engine(backend: tuple[str, str]) -> AsyncIterator[AsyncEngine]:
+    """The backend's migrated database, its kind of session lease recorded: SQLite, and Postgres with
+    advisory-lock leases and with row leases (the erasure waits for open sessions as each kind counts them)."""
+    await prepare(*backend)
+    eng = create_engine(backend[0])
+    yield eng
+    await eng.dispose()
 
 
 @pytest.fixture

@@ -45,21 +45,22 @@ def _gunzipped(data: bytes) -> bytes:
 
 
 async def test_erase_one_user_everywhere_and_keep_the_other(
-    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, otlp_env: OtlpReceiver
+    state_engine: AsyncEngine, backend: tuple[str, str], registry: Registry, s3_store: S3TranscriptStore,
+    otlp_env: OtlpReceiver,
 ) -> None:
     tracer = setup_tracing(Settings())
     assert tracer is not None
-    platform = audited_platform(engine, registry, s3_store, tracer)
+    platform = audited_platform(state_engine, registry, s3_store, tracer, session_lease=backend[1])
     a = await seed_user(platform, s3_store, ALICE, CANARY_A)
     b = await seed_user(platform, s3_store, ALICE_CASE, CANARY_B)
     tracer.force_flush()
     spans = otlp_env.wait_for(lambda s: sum(x["attributes"].get("teamstore.subject") == a.subject_key for x in s) >= 4)
-    b_before = await counts(engine, b.user_id, b.subject_key)
-    a_secret, b_secret = [(await ensure_subject(engine, user)).session_secret for user in (ALICE, ALICE_CASE)]
+    b_before = await counts(state_engine, b.user_id, b.subject_key)
+    a_secret, b_secret = [(await ensure_subject(state_engine, user)).session_secret for user in (ALICE, ALICE_CASE)]
     b_versions = _subject_versions(all_versions(s3_store.client, s3_store.bucket), b.subject_key)
     assert len(b_versions) == 5 and b_before["sessions"] == 2
 
-    receipt = await coordinator(engine, s3_store).run(ALICE, request_id="req-e2e", reason="art. 17")
+    receipt = await coordinator(state_engine, s3_store).run(ALICE, request_id="req-e2e", reason="art. 17")
 
     assert receipt.ok and receipt.status is RequestStatus.COMPLETED, receipt.model_dump_json(indent=1)
     stores = receipt.stores
@@ -77,7 +78,7 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     assert (receipt.due_at - receipt.received_at).days == 30
 
     # Raw SQL over every table of the database: nothing of Alice, everything of the other user.
-    hits = await scan_database(engine, [ALICE, a.subject_key, CANARY_A, ALICE_CASE, b.subject_key, CANARY_B,
+    hits = await scan_database(state_engine, [ALICE, a.subject_key, CANARY_A, ALICE_CASE, b.subject_key, CANARY_B,
                                         a_secret, b_secret])
     assert hits[ALICE] == [] and hits[a.subject_key] == [] and hits[CANARY_A] == []
     # Her session secret went with her subject: nothing left can confirm a guessed session id of hers. The
@@ -89,10 +90,10 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     # Planted in the clear by hand (as an older release wrote them); the runtime's own saves are sealed.
     assert {"ts_quarantine.state", "ts_transcript_outbox.body"} <= set(hits[CANARY_B])
     assert "ts_sessions.state" not in hits[CANARY_B] and "ts_data_keys.user_id" in hits[ALICE_CASE]
-    assert await counts(engine, b.user_id, b.subject_key) == b_before
+    assert await counts(state_engine, b.user_id, b.subject_key) == b_before
 
     # The cost report still counts Alice's runs, under no name; the other user's read as the application's ids.
-    by_session = await cost_report(engine, load_prices(), CostQuery.build("session"))
+    by_session = await cost_report(state_engine, load_prices(), CostQuery.build("session"))
     names = [(row.group["user"], row.group["session"]) for row in by_session.rows]
     erased = {session for user, session in names if user == "erased" and session.startswith("erased-")}
     assert len(names) == 4 and len(erased) == 2  # her two sessions, told apart by the keys the erasure gave them
@@ -114,17 +115,17 @@ async def test_erase_one_user_everywhere_and_keep_the_other(
     assert a_secret.encode() not in wire and b_secret.encode() not in wire
 
     # The fence is lifted and the request keeps no raw id: Alice may start over as a new subject.
-    async with engine.connect() as conn:
+    async with state_engine.connect() as conn:
         row = (await conn.execute(select(erasure_requests))).one()
         assert (row.user_id, row.subject_key, row.status) == (None, None, "completed")
         assert await conn.scalar(select(user_holds.c.user_id).where(user_holds.c.user_id == ALICE)) is None
     async with platform.session(ALICE, "sess-new", team="support_triage") as s:
         await s.run("hello again")
-    assert await find_subject(engine, ALICE) not in (None, a.subject_key)
+    assert await find_subject(state_engine, ALICE) not in (None, a.subject_key)
 
     # The finished request is only ever reported; run again for a user with data (Alice's new session)
     # it is refused rather than answered with a receipt that would not cover that data.
-    assert await coordinator(engine, s3_store).status("req-e2e") == receipt
+    assert await coordinator(state_engine, s3_store).status("req-e2e") == receipt
     with pytest.raises(ErasureConflict, match="finished"):
-        await coordinator(engine, s3_store).run(ALICE, request_id="req-e2e")
+        await coordinator(state_engine, s3_store).run(ALICE, request_id="req-e2e")
     tracer.shutdown()

@@ -86,18 +86,19 @@ def loaded(files: dict[str, bytes], name: str) -> Any:
 
 
 async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing_of_another(
-    engine: AsyncEngine, registry: Registry, s3_store: S3TranscriptStore, tmp_path: Path
+    state_engine: AsyncEngine, backend: tuple[str, str], registry: Registry, s3_store: S3TranscriptStore,
+    tmp_path: Path,
 ) -> None:
-    platform = audited_platform(engine, registry, s3_store)
+    platform = audited_platform(state_engine, registry, s3_store, session_lease=backend[1])
     a = await seed_user(platform, s3_store, ALICE, CANARY_A)
     await seed_user(platform, s3_store, ALICE_CASE, CANARY_B)  # differs only by case: never exported with alice
-    await requests.open_request(engine, "req-open", ALICE, "art. 17", 30, requested_by="ticket 881")
-    await extend_request(engine, "req-open", "2m", "40 sessions", operator="ana")
-    async with engine.begin() as conn:  # past its expiry, not swept yet: still held, so still hers to see
+    await requests.open_request(state_engine, "req-open", ALICE, "art. 17", 30, requested_by="ticket 881")
+    await extend_request(state_engine, "req-open", "2m", "40 sessions", operator="ana")
+    async with state_engine.begin() as conn:  # past its expiry, not swept yet: still held, so still hers to see
         await conn.execute(update(memories).where(memories.c.user_id == ALICE)
                            .values(expires_at=datetime.now(UTC) - timedelta(days=1)))
 
-    done = await exporter(engine, s3_store).run(ALICE, tmp_path / "alice.zip", requested_by="subject", operator="dpo")
+    done = await exporter(state_engine, s3_store).run(ALICE, tmp_path / "alice.zip", requested_by="subject", operator="dpo")
 
     files = unpack(done.path)
     manifest = loaded(files, "manifest.json")
@@ -117,11 +118,11 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert manifest["stores"]["memory"]["records"] == 1 + len(memory["facts"])
     (held,) = loaded(files, "quarantine.json")["quarantine"]
     assert held["session_id"] == "sess-old" and CANARY_A in held["state_as_stored"] and held["state_unreadable"]
-    await _transcripts_match_the_store(files, s3_store, a.subject_key, a.run_ids, KeyService.from_settings(engine))
+    await _transcripts_match_the_store(files, s3_store, a.subject_key, a.run_ids, KeyService.from_settings(state_engine))
     (waiting,) = loaded(files, "outbox.json")["waiting_transcripts"]
     assert CANARY_A in json.dumps(waiting)
     ledger = loaded(files, "ledger.json")
-    async with engine.connect() as conn:
+    async with state_engine.connect() as conn:
         rows = await conn.scalar(select(func.count()).select_from(usage).where(usage.c.subject_key == a.subject_key))
     assert len(ledger["usage"]) == rows == manifest["stores"]["ledger"]["records"] and rows >= 4
     assert {row["session_id"] for row in ledger["usage"]} == {"sess-0", "sess-1"}
@@ -129,7 +130,7 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert set(key) == {"key_id", "created_at", "wrapped_at"}
     subject = loaded(files, "subject.json")
     assert subject["subject"]["user_id"] == ALICE and subject["subject"]["subject_key"] == a.subject_key
-    found = await lookup_subject(engine, ALICE)  # the secret her session keys are keyed by stays in the database
+    found = await lookup_subject(state_engine, ALICE)  # the secret her session keys are keyed by stays in the database
     assert found is not None and found.session_secret.encode() not in b"".join(files.values())
     assert set(subject["subject"]) == {"user_id", "subject_key", "created_at"}
     (rewritten,) = subject["transcripts_written_again"]  # the transcript seed_user wrote again, and when first
@@ -139,7 +140,7 @@ async def test_an_export_holds_what_every_store_holds_about_the_user_and_nothing
     assert (request["request_id"], request["requested_by"]) == ("req-open", "ticket 881")
     assert request["extension"]["reason"] == "40 sessions"
 
-    stored = await get_export(engine, done.manifest.export_id)
+    stored = await get_export(state_engine, done.manifest.export_id)
     # req-open fences alice: the record links no key, which the erasure would have to unlink again.
     assert stored is not None and stored["status"] == "exported" and stored["subject_key"] is None
     assert ALICE not in json.dumps(stored, default=str) and "alice.zip" not in json.dumps(stored, default=str)

@@ -41,7 +41,6 @@ from teamstore.settings import Settings
 from teamstore.state.base import SessionKey, StateStore
 from teamstore.state.factory import store_for
 from teamstore.state.schema import quarantine
-from tests.conftest import prepare
 from tests.erasure.conftest import coordinator
 from tests.erasure.seed import audited_platform
 from tests.state.test_checkpoint_conformance import checkpoint
@@ -55,15 +54,6 @@ STATE = '{"envelope":1,"codec":"json","data":{"said":"my router drops"}}'
 def folder(tmp_path: Path) -> LocalTranscriptStore:
     (tmp_path / "transcripts").mkdir()
     return LocalTranscriptStore(tmp_path / "transcripts")
-
-
-@pytest.fixture
-async def state_engine(backend: tuple[str, str]) -> AsyncIterator[AsyncEngine]:
-    """The backend's migrated database, its lease mode set."""
-    await prepare(*backend)
-    eng = create_engine(backend[0])
-    yield eng
-    await eng.dispose()
 
 
 @pytest.fixture
