@@ -31,6 +31,8 @@ from teamstore.settings import Settings
 # Each piece's modules are imported when the piece is first built: a command that reads the ledger does
 # not import AutoGen, boto3 or OpenTelemetry's exporters, and `teamstore --help` imports none of this.
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
     from sqlalchemy.engine import Engine
@@ -221,6 +223,17 @@ class App:
 
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress,
                                    keys=self.keys, notice=notice)
+
+    async def forget_quiet_users(self, now: datetime) -> tuple[int, int]:
+        """Forget the users nothing is left of (:func:`teamstore.erasure.quiet.forget_quiet_users`), under the
+        erasure's fence grace; how many it forgot, and how many it found quiet but kept. The retention sweep's last
+        step."""
+        from teamstore.erasure.quiet import forget_quiet_users
+        from teamstore.erasure.settings import ErasureSettings
+
+        quiet = await forget_quiet_users(self.engine, self.transcript_store, self.keys,
+                                         grace_seconds=ErasureSettings().fence_grace_seconds, now=now)
+        return quiet.forgotten, quiet.kept
 
     def exporter(self) -> ExportCoordinator:
         """The export coordinator over every store: those below it, and the erasure requests.

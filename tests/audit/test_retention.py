@@ -35,6 +35,7 @@ from teamstore.audit.transcripts.record import RunKeys, encode
 from teamstore.db.clock import database_now
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
+from teamstore.erasure.quiet import forget_quiet_users
 from teamstore.errors import ErasureInProgress, StorageError, StoreUnavailable
 from teamstore.events import drain_observers
 from teamstore.keys import KeyService
@@ -411,27 +412,49 @@ async def test_a_transcript_written_again_that_a_legal_hold_keeps_goes_at_the_fi
     await store.close()
 
 
-async def test_once_every_retention_has_passed_a_user_is_left_only_where_the_retention_docs_say(
-    engine: AsyncEngine, registry_path: Path, tmp_path: Path
+@pytest.mark.parametrize("transcript_backend", ["local", pytest.param("s3", marks=pytest.mark.s3)], indirect=True)
+async def test_once_every_retention_has_passed_a_user_is_forgotten_whole(
+    engine: AsyncEngine, registry_path: Path, transcript_backend: Backend
 ) -> None:
     # Every store a run, a memory writer, a refused state, an outage, a rewrite and an export fill, then a
     # sweep past every retention. What survives it outlives any retention by design (docs/operations.md,
-    # Retention): a store added without a sweep, or a sweep that misses a table, shows up here.
+    # Retention): a store added without a sweep, or a sweep that misses a table, shows up here. Nothing left of
+    # the user, the sweep forgets their ids and destroys their data key too.
     registry = Registry(registry_path, create=True)
     registry.add("support_triage", examples.support_triage().dump_component(),
                  examples.example_manifest("support_triage"), "v1", label="production")
-    store = LocalTranscriptStore(tmp_path / "transcripts")
+    store = transcript_backend.store
     platform = audited_platform(engine, registry, store)
     user = await seed_user(platform, store, "quiet-user", "CANARY-retained")
     await platform.aclose()
     async with engine.begin() as conn:  # expired on the database's clock, which the session sweep reads
         await conn.execute(update(sessions).values(expires_at=await database_now(engine) - timedelta(days=1)))
+    keys = KeyService.from_settings(engine, Settings())
+    later = await database_now(engine) + timedelta(days=4000)
 
-    await sweep_all(Settings(), engine, store, now=await database_now(engine) + timedelta(days=4000))
+    async def forget(now: datetime) -> tuple[int, int]:
+        quiet = await forget_quiet_users(engine, store, keys, grace_seconds=0, now=now)
+        return quiet.forgotten, quiet.kept
+
+    report = await sweep_all(Settings(), engine, store, now=later, keys=keys, forget=forget)
+
+    prefix = f"{SUBJECTS}/{user.subject_key}/"
+    if transcript_backend.stored(prefix):  # S3: the transcripts written once are its lifecycle rule's to expire
+        assert (report.forgotten_users, report.quiet_users_kept) == (0, 1)  # listed, as an erasure verifies
+        found = await scan_database(engine, [user.user_id])
+        assert sorted(found[user.user_id]) == ["ts_data_keys.user_id", "ts_subjects.user_id"]
+        for copy in transcript_backend.stored(prefix):  # as the rule expires them
+            key, version = copy.rsplit("@", 1)
+            assert isinstance(transcript_backend, S3Backend)
+            transcript_backend.client.delete_object(Bucket=transcript_backend.bucket,
+                                                    Key=f"{transcript_backend.prefix}/{key}", VersionId=version)
+        report = await sweep_all(Settings(), engine, store, now=later, keys=keys, forget=forget)
+    assert (report.forgotten_users, report.quiet_users_kept) == (1, 0)
 
     found = await scan_database(engine, [user.user_id, user.subject_key, user.canary])
-    assert sorted(found[user.user_id]) == ["ts_data_keys.user_id", "ts_subjects.user_id"]
-    assert sorted(found[user.subject_key]) == [
-        "ts_export_requests.subject_key", "ts_subject_stores.subject_key", "ts_subjects.subject_key"]
-    assert found[user.canary] == []
-    assert [p for p in (tmp_path / "transcripts").rglob("*") if p.is_file()] == []
+    assert found == {user.user_id: [], user.subject_key: [], user.canary: []}
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(user_holds))).all() == []  # the sweep's fence is lifted
+    assert transcript_backend.stored(f"{SUBJECTS}/") == []
+    # Another sweep finds no one; a later erasure of the id finds nothing held.
+    assert (await sweep_all(Settings(), engine, store, now=later, keys=keys, forget=forget)).forgotten_users == 0

@@ -17,6 +17,7 @@ retention, else ``memory_retention_days``, after the last update), and facts lef
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,6 +56,18 @@ class SweepReport:
     quarantine_cutoff: datetime
     held_transcripts: int
     """Transcripts written again to S3, past retention, that a hold (Object Lock) keeps until a later sweep."""
+    forgotten_users: int = 0
+    """Users nothing was left of, whose subject mapping, data key and transcript-store record went
+    (:mod:`teamstore.erasure.quiet`)."""
+    quiet_users_kept: int = 0
+    """Users the forgetting found quiet in the database but kept: a session opened meanwhile, a transcript is
+    still in the store, or another transcript store is recorded for them (run the sweep with that one too)."""
+
+
+Forget = Callable[[datetime], Awaitable[tuple[int, int]]]
+"""Forgets the users nothing is left of, once the rest is swept (given the sweep's reference time); how many it
+forgot, and how many it found quiet but kept (the composition root hands in
+:func:`teamstore.erasure.quiet.forget_quiet_users`)."""
 
 
 async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[str, Any]:
@@ -84,7 +97,7 @@ async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[
 
 async def sweep_all(
     settings: Settings, engine: AsyncEngine, store: TranscriptStore, now: datetime | None = None, *,
-    keys: KeyService | None = None, ending: Ending | None = None,
+    keys: KeyService | None = None, ending: Ending | None = None, forget: Forget | None = None,
 ) -> SweepReport:
     """Remove what is past retention: expired sessions, transcripts (on S3, those written again), queued
     transcripts, ledger rows (and the session ids of sessions no ledger row names any more), quarantined states,
@@ -103,6 +116,7 @@ async def sweep_all(
         ending: Handed each expired session that holds an interrupted run's checkpoint before it goes (the
             runtime records the run: :func:`teamstore.runtime.interruptions.ending`); first, so that what it
             records is on the same clocks as the rest.
+        forget: Forgets the users nothing is left of, last, once the rest is swept.
 
     Returns:
         Counts per store and the cutoffs used.
@@ -123,6 +137,7 @@ async def sweep_all(
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
     memory = await MemoryStore(engine).sweep(now)
+    forgotten, kept = await forget(now) if forget is not None else (0, 0)
     return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, memory.memories,
                        memory.facts, memory.leftover_facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff,
-                       held)
+                       held, forgotten, kept)

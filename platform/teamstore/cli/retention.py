@@ -85,7 +85,7 @@ def _days_not_the_setting(days: int, setting: int, *, lifecycle: bool) -> Config
 def retention_sweep(as_json: bool = JsonOption) -> None:
     """Remove transcripts past retention (local ones, and on S3 those written again), queued transcripts, ledger
     rows and quarantined states past retention, expired sessions, expired user memory and memory facts left
-    with no memory written."""
+    with no memory written; then forget the users nothing is left of (their ids and data key)."""
     from teamstore.audit.retention import sweep_all
     from teamstore.events import drain_observers
     from teamstore.runtime.interruptions import ending
@@ -94,7 +94,8 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
         observers = app.audit_observers()  # an expired session's interrupted run is recorded as it goes
         try:
             return asdict(await sweep_all(app.settings, app.engine, app.transcript_store, keys=app.keys,
-                                          ending=ending(observers, "expired")))
+                                          ending=ending(observers, "expired"),
+                                          forget=app.forget_quiet_users))
         finally:
             await drain_observers(observers)
 
@@ -107,6 +108,9 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
             f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts), "
             f"{d['memory_leftover_facts']} leftover memory facts"
             + (f"; {d['held_transcripts']} transcripts past retention kept by a hold" if d["held_transcripts"] else "")
+            + f"; forgot {d['forgotten_users']} users nothing was left of"
+            + (f" ({d['quiet_users_kept']} kept: a session opened meanwhile, a transcript still stored, or another "
+               "transcript store recorded for them)" if d["quiet_users_kept"] else "")
         ),
     )
 

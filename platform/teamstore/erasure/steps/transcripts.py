@@ -341,7 +341,7 @@ class TranscriptStep:
         others = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
         if not others:
             return
-        if await _nothing_left(view, subject_prefix(ctx.subject_key)):
+        if await nothing_left(view, subject_prefix(ctx.subject_key)):
             await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
         await record_step(ctx.engine, ctx.request_id, self.name, result, ctx.owner)
         raise mismatch(ctx, others, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
@@ -387,7 +387,7 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
     return found.widest(prior.counts.model_copy(update=left_over))
 
 
-async def _nothing_left(view: View, prefix: str) -> bool:
+async def nothing_left(view: View, prefix: str) -> bool:
     """Whether ``prefix`` holds nothing, asked of its first listing page alone."""
     async with aclosing(view.pages(prefix)) as pages:
         async for page in pages:

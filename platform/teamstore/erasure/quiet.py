@@ -1,0 +1,252 @@
+"""Forgetting a quiet user: once retention has removed all of a user's data, their ids go too.
+
+    from teamstore.erasure.quiet import forget_quiet_users
+
+    report = await forget_quiet_users(engine, store, keys, grace_seconds=2.5)   # report.forgotten: how many
+
+``teamstore retention sweep`` runs it after its other sweeps. A user is quiet when nothing of theirs is left in
+any store: no stored or quarantined session, no memory or fact, no transcript queued or in doubt in the outbox,
+no ledger row, recorded session id or record of a transcript written again, and no transcript in the store this
+process talks to (listed under the subject's prefix, as an erasure verifies it), which must be the only store
+their transcripts went to. A user an erasure or export request is open for, or was ever asked for by a request
+that still names them, is left alone. For a quiet user the subject mapping (``ts_subjects``: the raw id and the
+subject key), the data key (``ts_data_keys``: the raw id, so any copy left in a backup or under Object Lock is
+beyond use) and the record of their transcript stores go, and the records of their exports are unlinked as an
+erasure unlinks them.
+
+It reuses the erasure's fence (:mod:`teamstore.db.fence`), with a hold of its own reason and no request: the
+holds go up only while nothing remains (checked in the insert's statement), then, after ``grace_seconds`` for
+writes that passed their check just before, everything is checked again (a session that took its lease meanwhile
+keeps its user: the sweep backs off and lifts that hold). The data keys are deleted, the sweep waits out the
+workers' key caches as an erasure does, and the mappings go with the holds, one transaction per user. A session
+opening for the user meanwhile is refused as under an erasure, for that half minute; its next opening starts the
+user afresh (a new subject and data key). Nothing of the users is recorded: the sweep reports how many it forgot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, delete, exists, literal, not_, or_, select, union
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_stores, subjects, usage
+from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
+from teamstore.db.engine import describe_failure
+from teamstore.db.fence import user_holds
+from teamstore.db.statements import insert_new
+from teamstore.erasure.schema import erasure_requests
+from teamstore.erasure.steps.base import StepContext
+from teamstore.erasure.steps.database import exports_step
+from teamstore.erasure.steps.transcripts import nothing_left, view_of
+from teamstore.errors import StoreUnavailable
+from teamstore.export.schema import export_requests
+from teamstore.keys.schema import data_keys
+from teamstore.keys.service import KeyService
+from teamstore.memory.schema import facts, memories
+from teamstore.state.schema import quarantine, sessions
+
+HOLD_REASON = "retention"
+"""The reason of the fence a sweep puts up while it forgets a user (an erasure's is ``erasure``)."""
+NEW_SUBJECT = timedelta(hours=1)
+"""A subject or data key younger than this is never forgotten: a first session makes both just before it takes
+its lease, so for a moment a brand-new user has nothing else stored."""
+EXPORT_RUNS = timedelta(days=1)
+"""An export record still ``running`` this long after it began was killed (SIGKILL, a crash): it no longer keeps
+its user from being forgotten."""
+BATCH = 200
+"""Users fenced, checked and forgotten together (one grace and one key-cache wait per batch)."""
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """What one pass did: users forgotten, and users found quiet but kept (a session opened meanwhile, a
+    transcript found in the store, another transcript store recorded for them)."""
+
+    forgotten: int
+    kept: int
+
+
+@dataclass(frozen=True)
+class _User:
+    user_id: str
+    subject_key: str | None
+
+
+def _nothing_stored(
+    user_id: ColumnElement[str], subject_key: ColumnElement[str | None], before: datetime, *, fenced: bool = False
+) -> ColumnElement[bool]:
+    """Nothing of the user left in any table of the database (transcript stores are listed apart), no erasure
+    request naming them, no export of theirs under way (one still ``running`` that began less than
+    :data:`EXPORT_RUNS` before ``before``; an older one was killed), and no hold on them (``fenced``: none but
+    the sweep's)."""
+    by_user = [exists().where(table.c.user_id == user_id) for table in (sessions, quarantine, memories, facts)]
+    by_subject = [exists().where(table.c.subject_key == subject_key)
+                  for table in (outbox, usage, subject_sessions, rewrites)]
+    requests = exists().where(or_(erasure_requests.c.user_id == user_id, erasure_requests.c.subject_key == subject_key))
+    exporting = exists().where(export_requests.c.subject_key == subject_key, export_requests.c.status == "running",
+                       export_requests.c.started_at >= before - EXPORT_RUNS)
+    holds = exists().where(user_holds.c.user_id == user_id, *([user_holds.c.reason != HOLD_REASON] if fenced else []))
+    return not_(or_(*by_user, *by_subject, requests, exporting, holds))
+
+
+def _candidates(before: datetime, limit: int) -> Any:
+    """Every user with a subject mapping or a data key and nothing stored, whose subject and key are older than
+    ``before`` (a first session makes them just before its lease: not yet a quiet user)."""
+    subject = select(subjects.c.subject_key).where(subjects.c.user_id == data_keys.c.user_id).scalar_subquery()
+    with_subject = select(subjects.c.user_id, subjects.c.subject_key).where(
+        subjects.c.created_at < before, _nothing_stored(subjects.c.user_id, subjects.c.subject_key, before))
+    key_only = select(data_keys.c.user_id, literal(None, subjects.c.subject_key.type)).where(
+        data_keys.c.created_at < before, subject.is_(None),
+        _nothing_stored(data_keys.c.user_id, literal(None, subjects.c.subject_key.type), before))
+    return union(with_subject, key_only).limit(limit)
+
+
+def _mine(user_id: str) -> ColumnElement[bool]:
+    """The sweep's own hold on the user."""
+    return exists().where(user_holds.c.user_id == user_id, user_holds.c.reason == HOLD_REASON)
+
+
+def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
+    return StoreUnavailable(f"the retention sweep could not {action}: {describe_failure(exc)}",
+                            hint="check the database and run the sweep again (it resumes with what is left)")
+
+
+async def forget_quiet_users(
+    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, *, grace_seconds: float, now: datetime | None = None,
+) -> Quiet:
+    """Forget every quiet user (see the module): subject mapping, data key, transcript-store record.
+
+    Args:
+        engine: The state database.
+        store: The transcript store this process talks to (its listing verifies that none of a user's
+            transcripts is left there).
+        keys: Users' data keys: the sweep forgets those it destroys, and outwaits the workers' caches
+            (``cache_seconds``).
+        grace_seconds: How long writes that passed the fence's check just before it went up may take to land
+            (``TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS``).
+        now: The reference time (default: now): only a subject or key made :data:`NEW_SUBJECT` before it is
+            considered.
+
+    Raises:
+        StoreUnavailable: The database failed (a hold of the sweep's may stay up: the next sweep lifts it).
+        TranscriptUnavailable: The store could not be listed.
+    """
+    before = (now or datetime.now(UTC)) - NEW_SUBJECT
+    forgotten = kept = 0
+    await _lift_stale_holds(engine)
+    while batch := await _fence(engine, before):
+        if grace_seconds > 0:
+            await asyncio.sleep(grace_seconds)
+        quiet = [user for user in batch if await _still_quiet(engine, store, user, before)]
+        kept += len(batch) - len(quiet)
+        await _lift(engine, [user.user_id for user in batch if user not in quiet])
+        destroyed = await _destroy_keys(engine, quiet)
+        for user in quiet:
+            keys.forget(user.user_id)
+        if destroyed and keys.cache_seconds > 0:
+            await asyncio.sleep(keys.cache_seconds)  # the fleet's caches: one setting, the same everywhere
+        for user in quiet:
+            await _forget(engine, store, user)
+        forgotten += len(quiet)
+        if len(batch) < BATCH:
+            break
+    if forgotten or kept:
+        log.info("retention sweep: forgot %d quiet user(s); kept %d", forgotten, kept)
+    return Quiet(forgotten, kept)
+
+
+async def _lift_stale_holds(engine: AsyncEngine) -> None:
+    """Lift the holds an earlier sweep left up when it stopped mid-way (killed, the database gone): the users it
+    had not forgotten yet are considered afresh."""
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(delete(user_holds).where(user_holds.c.reason == HOLD_REASON))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc, "lift the holds of an earlier sweep") from exc
+
+
+async def _fence(engine: AsyncEngine, before: datetime) -> list[_User]:
+    """Put the sweep's hold on up to :data:`BATCH` quiet users, each only while nothing of theirs is stored
+    (checked in the insert's own statement); the users fenced."""
+    try:
+        async with engine.begin() as conn:
+            found = (await conn.execute(_candidates(before, BATCH))).all()
+            fenced: list[_User] = []
+            for user_id, subject_key in found:
+                row = {"user_id": literal(user_id, user_holds.c.user_id.type),
+                       "reason": literal(HOLD_REASON, user_holds.c.reason.type),
+                       "created_at": literal(datetime.now(UTC), user_holds.c.created_at.type)}
+                source = select(*(value.label(name) for name, value in row.items())).where(
+                    _nothing_stored(literal(user_id, user_holds.c.user_id.type),
+                                    literal(subject_key, subjects.c.subject_key.type), before))
+                stmt = insert_new(engine.dialect.name, user_holds).from_select(list(row), source)
+                if (await conn.execute(stmt.returning(user_holds.c.user_id))).first() is not None:
+                    fenced.append(_User(str(user_id), None if subject_key is None else str(subject_key)))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc, "fence the quiet users") from exc
+    return fenced
+
+
+async def _still_quiet(engine: AsyncEngine, store: TranscriptStore, user: _User, before: datetime) -> bool:
+    """Whether nothing of the user is stored now that the hold is up (a lease taken just before it is seen
+    here): in the database, in the recorded transcript stores, and under the subject's prefix of ``store``."""
+    u = literal(user.user_id, user_holds.c.user_id.type)
+    s = literal(user.subject_key, subjects.c.subject_key.type)
+    others = exists().where(subject_stores.c.subject_key == s, subject_stores.c.store != store.url,
+                            subject_stores.c.erased_at.is_(None))
+    try:
+        async with engine.connect() as conn:
+            if not await conn.scalar(select(and_(_nothing_stored(u, s, before, fenced=True), ~others))):
+                return False
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc, "check the quiet users again") from exc
+    return user.subject_key is None or await nothing_left(view_of(store), subject_prefix(user.subject_key))
+
+
+async def _lift(engine: AsyncEngine, user_ids: list[str]) -> None:
+    """Lift the sweep's holds on ``user_ids`` (kept: the sweep backs off)."""
+    if not user_ids:
+        return
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(delete(user_holds).where(user_holds.c.user_id.in_(user_ids),
+                                                        user_holds.c.reason == HOLD_REASON))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc, "lift its holds") from exc
+
+
+async def _destroy_keys(engine: AsyncEngine, users: list[_User]) -> int:
+    """Delete the users' data keys while the sweep's hold stands; how many it deleted."""
+    destroyed = 0
+    try:
+        async with engine.begin() as conn:
+            for user in users:
+                result = await conn.execute(delete(data_keys).where(data_keys.c.user_id == user.user_id,
+                                                                    _mine(user.user_id)))
+                destroyed += int(result.rowcount or 0)
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc, "destroy the quiet users' data keys") from exc
+    return destroyed
+
+
+async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User) -> None:
+    """Delete the user's subject mapping and transcript-store record, unlink their export records, and lift the
+    hold: one transaction, so a user is forgotten whole or not at all."""
+    try:
+        async with engine.begin() as conn:
+            if user.subject_key is not None:
+                ctx = StepContext(engine, store, "", user.user_id, user.subject_key)
+                await exports_step().rows.delete(conn, ctx)
+                await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == user.subject_key))
+                await conn.execute(delete(subjects).where(subjects.c.subject_key == user.subject_key))
+            await conn.execute(delete(user_holds).where(user_holds.c.user_id == user.user_id,
+                                                        user_holds.c.reason == HOLD_REASON))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc, "forget a quiet user") from exc
