@@ -35,8 +35,10 @@ from teamstore.audit.transcripts.record import RunKeys, encode
 from teamstore.db.clock import database_now
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
+from teamstore.erasure import DeletionCoordinator
+from teamstore.erasure.quiet import HOLD_REASON as QUIET_HOLD
 from teamstore.erasure.quiet import forget_quiet_users
-from teamstore.errors import ErasureInProgress, StorageError, StoreUnavailable
+from teamstore.errors import ErasureConflict, ErasureInProgress, StorageError, StoreUnavailable
 from teamstore.events import drain_observers
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
@@ -458,3 +460,17 @@ async def test_once_every_retention_has_passed_a_user_is_forgotten_whole(
     assert transcript_backend.stored(f"{SUBJECTS}/") == []
     # Another sweep finds no one; a later erasure of the id finds nothing held.
     assert (await sweep_all(Settings(), engine, store, now=later, keys=keys, forget=forget)).forgotten_users == 0
+
+
+async def test_an_erasure_filed_while_the_sweep_forgets_its_user_says_so_and_to_rerun(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # The sweep's fence has no request: "another erasure request (unknown) is open" named none to resume.
+    await ensure_subject(engine, "quiet-user")
+    async with engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="quiet-user", reason=QUIET_HOLD,
+                                                     created_at=datetime.now(UTC)))
+    coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), Settings())
+    with pytest.raises(ErasureConflict, match="retention sweep is forgetting this user") as caught:
+        await coordinator.run("quiet-user", "REQ-2026-7")
+    assert "unknown" not in caught.value.message and "in a minute" in (caught.value.hint or "")

@@ -375,7 +375,13 @@ async def open_request_of(engine: AsyncEngine, user_id: str) -> str | None:
 
 
 def already_open(other: str | None) -> ErasureConflict:
-    """The refusal of a second request for a user whose request ``other`` is still open."""
+    """The refusal of a second request for a user whose request ``other`` is still open (``None``: the hold is the
+    retention sweep's, forgetting a user nothing is left of, :mod:`teamstore.erasure.quiet`)."""
+    if other is None:
+        return ErasureConflict(
+            "the retention sweep is forgetting this user right now (nothing of theirs was left)",
+            hint="rerun this command in a minute: it then finds nothing held (no_match)",
+        )
     return ErasureConflict(
         f"another erasure request ({other or 'unknown'}) is open for this user",
         hint=f"rerun that request id to resume it: `teamstore erase --user ... --request-id {other}`",
