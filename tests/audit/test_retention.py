@@ -34,9 +34,8 @@ from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscrip
 from teamstore.audit.transcripts.record import RunKeys, encode
 from teamstore.db.clock import database_now
 from teamstore.db.engine import create_engine
-from teamstore.db.fence import user_holds
-from teamstore.erasure import DeletionCoordinator
-from teamstore.erasure.quiet import HOLD_REASON as QUIET_HOLD
+from teamstore.db.fence import RETENTION, user_holds
+from teamstore.erasure import DeletionCoordinator, quiet
 from teamstore.erasure.quiet import forget_quiet_users
 from teamstore.errors import ErasureConflict, ErasureInProgress, StorageError, StoreUnavailable
 from teamstore.events import drain_observers
@@ -468,9 +467,59 @@ async def test_an_erasure_filed_while_the_sweep_forgets_its_user_says_so_and_to_
     # The sweep's fence has no request: "another erasure request (unknown) is open" named none to resume.
     await ensure_subject(engine, "quiet-user")
     async with engine.begin() as conn:
-        await conn.execute(insert(user_holds).values(user_id="quiet-user", reason=QUIET_HOLD,
+        await conn.execute(insert(user_holds).values(user_id="quiet-user", reason=RETENTION,
                                                      created_at=datetime.now(UTC)))
     coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), Settings())
     with pytest.raises(ErasureConflict, match="retention sweep is forgetting this user") as caught:
         await coordinator.run("quiet-user", "REQ-2026-7")
     assert "unknown" not in caught.value.message and "in a minute" in (caught.value.hint or "")
+
+
+async def test_a_user_returning_while_the_sweep_forgets_them_waits_and_starts_afresh(
+    engine: AsyncEngine, registry_path: Path, tmp_path: Path
+) -> None:
+    # The sweep's hold refused the returning user's opening as if an erasure were open ("an erasure request is
+    # open for this user"); the opening now waits for the sweep to end, then makes the user anew.
+    registry = Registry(registry_path, create=True)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    store = LocalTranscriptStore(tmp_path / "t")
+    before = (await ensure_subject(engine, "quiet-user")).key
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0.5))
+    later = await database_now(engine) + timedelta(days=1)
+    sweep = asyncio.create_task(forget_quiet_users(engine, store, keys, grace_seconds=1.0, now=later))
+    while not (await _holds(engine)):  # the sweep's hold is up: the user's ids are about to go
+        await asyncio.sleep(0.02)
+    platform = audited_platform(engine, registry, store)
+    try:
+        async with platform.session("quiet-user", "back", team="support_triage") as s:
+            assert sweep.done()  # it opened once the sweep had forgotten the user
+            await s.run("I am back")
+    finally:
+        await platform.aclose()
+    assert (await sweep).forgotten == 1
+    after = (await ensure_subject(engine, "quiet-user")).key
+    assert after != before and await _holds(engine) == []
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(sessions.c.session_id).where(sessions.c.user_id == "quiet-user"))).all()
+
+
+async def _holds(engine: AsyncEngine) -> list[Any]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(user_holds.c.user_id, user_holds.c.reason))).all())
+
+
+async def test_a_sweep_goes_on_past_the_quiet_users_it_keeps_and_ends(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Users kept (a transcript of theirs is still in the store) were fenced again batch after batch: with a full
+    # batch of them, the sweep never ended.
+    monkeypatch.setattr(quiet, "BATCH", 2)
+    store = LocalTranscriptStore(tmp_path / "t")
+    for n in range(5):
+        subject = await ensure_subject(engine, f"quiet-{n}")
+        await store.put(run_key(RunKeys(subject.key, "b" * 32), "r1"), b"transcript")
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
+    later = await database_now(engine) + timedelta(days=1)
+    report = await asyncio.wait_for(forget_quiet_users(engine, store, keys, grace_seconds=0, now=later), 30)
+    assert (report.forgotten, report.kept) == (0, 5) and await _holds(engine) == []

@@ -1,5 +1,5 @@
-"""The erasure fence: while a user has a row in ``ts_user_holds`` (an open erasure request), nothing of
-theirs is written, queued or delivered.
+"""The erasure fence: while a user has a row in ``ts_user_holds`` (an open erasure request, or the retention
+sweep forgetting them), nothing of theirs is written, queued or delivered.
 
     from teamstore.db.fence import held, user_holds
 
@@ -31,6 +31,18 @@ user_holds = Table(
     Column("request_id", String(128), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
+
+
+ERASURE = "erasure"
+"""The reason of an erasure request's hold."""
+RETENTION = "retention"
+"""The reason of the retention sweep's hold while it forgets a user nothing is left of
+(:mod:`teamstore.erasure.quiet`): a session opening for the user waits for it to end, then starts them afresh."""
+
+
+def forgetting(user_id: Any) -> ColumnElement[bool]:
+    """``EXISTS`` the retention sweep's hold on ``user_id`` (see :data:`RETENTION`)."""
+    return exists().where(user_holds.c.user_id == user_id, user_holds.c.reason == RETENTION)
 
 
 def held(user_id: Any) -> ColumnElement[bool]:

@@ -19,7 +19,7 @@ holds go up only while nothing remains (checked in the insert's statement), then
 writes that passed their check just before, everything is checked again (a session that took its lease meanwhile
 keeps its user: the sweep backs off and lifts that hold). The data keys are deleted, the sweep waits out the
 workers' key caches as an erasure does, and the mappings go with the holds, one transaction per user. A session
-opening for the user meanwhile is refused as under an erasure, for that half minute; its next opening starts the
+opening for the user meanwhile waits for the hold to go (:data:`teamstore.db.fence.RETENTION`), then starts the
 user afresh (a new subject and data key). Nothing of the users is recorded: the sweep reports how many it forgot.
 """
 
@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_stores, subjects, usage
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.db.engine import describe_failure
-from teamstore.db.fence import user_holds
+from teamstore.db.fence import RETENTION, forgetting, user_holds
 from teamstore.db.statements import insert_new
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps.base import StepContext
@@ -51,8 +51,6 @@ from teamstore.keys.service import KeyService
 from teamstore.memory.schema import facts, memories
 from teamstore.state.schema import quarantine, sessions
 
-HOLD_REASON = "retention"
-"""The reason of the fence a sweep puts up while it forgets a user (an erasure's is ``erasure``)."""
 NEW_SUBJECT = timedelta(hours=1)
 """A subject or data key younger than this is never forgotten: a first session makes both just before it takes
 its lease, so for a moment a brand-new user has nothing else stored."""
@@ -92,25 +90,23 @@ def _nothing_stored(
     requests = exists().where(or_(erasure_requests.c.user_id == user_id, erasure_requests.c.subject_key == subject_key))
     exporting = exists().where(export_requests.c.subject_key == subject_key, export_requests.c.status == "running",
                        export_requests.c.started_at >= before - EXPORT_RUNS)
-    holds = exists().where(user_holds.c.user_id == user_id, *([user_holds.c.reason != HOLD_REASON] if fenced else []))
+    holds = exists().where(user_holds.c.user_id == user_id, *([user_holds.c.reason != RETENTION] if fenced else []))
     return not_(or_(*by_user, *by_subject, requests, exporting, holds))
 
 
-def _candidates(before: datetime, limit: int) -> Any:
-    """Every user with a subject mapping or a data key and nothing stored, whose subject and key are older than
-    ``before`` (a first session makes them just before its lease: not yet a quiet user)."""
+def _candidates(before: datetime, limit: int, after: str | None) -> Any:
+    """The first ``limit`` users after ``after`` (in id order) with a subject mapping or a data key and nothing
+    stored, whose subject and key are older than ``before`` (a first session makes them just before its lease:
+    not yet a quiet user)."""
     subject = select(subjects.c.subject_key).where(subjects.c.user_id == data_keys.c.user_id).scalar_subquery()
     with_subject = select(subjects.c.user_id, subjects.c.subject_key).where(
         subjects.c.created_at < before, _nothing_stored(subjects.c.user_id, subjects.c.subject_key, before))
     key_only = select(data_keys.c.user_id, literal(None, subjects.c.subject_key.type)).where(
         data_keys.c.created_at < before, subject.is_(None),
         _nothing_stored(data_keys.c.user_id, literal(None, subjects.c.subject_key.type), before))
-    return union(with_subject, key_only).limit(limit)
-
-
-def _mine(user_id: str) -> ColumnElement[bool]:
-    """The sweep's own hold on the user."""
-    return exists().where(user_holds.c.user_id == user_id, user_holds.c.reason == HOLD_REASON)
+    found = union(with_subject, key_only).subquery()
+    later = [found.c.user_id > after] if after is not None else []
+    return select(found).where(*later).order_by(found.c.user_id).limit(limit)
 
 
 def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
@@ -141,25 +137,34 @@ async def forget_quiet_users(
     before = (now or datetime.now(UTC)) - NEW_SUBJECT
     forgotten = kept = 0
     await _lift_stale_holds(engine)
-    while batch := await _fence(engine, before):
-        if grace_seconds > 0:
-            await asyncio.sleep(grace_seconds)
-        quiet = [user for user in batch if await _still_quiet(engine, store, user, before)]
-        kept += len(batch) - len(quiet)
-        await _lift(engine, [user.user_id for user in batch if user not in quiet])
-        destroyed = await _destroy_keys(engine, quiet)
-        for user in quiet:
-            keys.forget(user.user_id)
-        if destroyed and keys.cache_seconds > 0:
-            await asyncio.sleep(keys.cache_seconds)  # the fleet's caches: one setting, the same everywhere
-        for user in quiet:
-            await _forget(engine, store, user)
-        forgotten += len(quiet)
-        if len(batch) < BATCH:
+    after: str | None = None  # a user kept is not fenced again by this pass: it goes on past them, in id order
+    while True:
+        batch, after = await _fence(engine, before, after)
+        if batch:
+            if grace_seconds > 0:
+                await asyncio.sleep(grace_seconds)
+            quiet = [user for user in batch if await _still_quiet(engine, store, user, before)]
+            kept += len(batch) - len(quiet)
+            await _lift(engine, [user.user_id for user in batch if user not in quiet])
+            forgotten += await _forget_all(engine, store, keys, quiet)
+        if after is None:
             break
     if forgotten or kept:
         log.info("retention sweep: forgot %d quiet user(s); kept %d", forgotten, kept)
     return Quiet(forgotten, kept)
+
+
+async def _forget_all(engine: AsyncEngine, store: TranscriptStore, keys: KeyService, quiet: list[_User]) -> int:
+    """Destroy the data keys of ``quiet`` (fenced, checked again), outwait the workers' key caches, then forget
+    each user; how many were forgotten."""
+    destroyed = await _destroy_keys(engine, quiet)
+    for user in quiet:
+        keys.forget(user.user_id)
+    if destroyed and keys.cache_seconds > 0:
+        await asyncio.sleep(keys.cache_seconds)  # the fleet's caches: one setting, the same everywhere
+    for user in quiet:
+        await _forget(engine, store, user)
+    return len(quiet)
 
 
 async def _lift_stale_holds(engine: AsyncEngine) -> None:
@@ -167,21 +172,22 @@ async def _lift_stale_holds(engine: AsyncEngine) -> None:
     had not forgotten yet are considered afresh."""
     try:
         async with engine.begin() as conn:
-            await conn.execute(delete(user_holds).where(user_holds.c.reason == HOLD_REASON))
+            await conn.execute(delete(user_holds).where(user_holds.c.reason == RETENTION))
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "lift the holds of an earlier sweep") from exc
 
 
-async def _fence(engine: AsyncEngine, before: datetime) -> list[_User]:
-    """Put the sweep's hold on up to :data:`BATCH` quiet users, each only while nothing of theirs is stored
-    (checked in the insert's own statement); the users fenced."""
+async def _fence(engine: AsyncEngine, before: datetime, after: str | None) -> tuple[list[_User], str | None]:
+    """Put the sweep's hold on the quiet users among the next :data:`BATCH` after ``after``, each only while
+    nothing of theirs is stored (checked in the insert's own statement); the users fenced, and the last id looked
+    at (``None``: there are no more)."""
     try:
         async with engine.begin() as conn:
-            found = (await conn.execute(_candidates(before, BATCH))).all()
+            found = (await conn.execute(_candidates(before, BATCH, after))).all()
             fenced: list[_User] = []
             for user_id, subject_key in found:
                 row = {"user_id": literal(user_id, user_holds.c.user_id.type),
-                       "reason": literal(HOLD_REASON, user_holds.c.reason.type),
+                       "reason": literal(RETENTION, user_holds.c.reason.type),
                        "created_at": literal(datetime.now(UTC), user_holds.c.created_at.type)}
                 source = select(*(value.label(name) for name, value in row.items())).where(
                     _nothing_stored(literal(user_id, user_holds.c.user_id.type),
@@ -191,7 +197,7 @@ async def _fence(engine: AsyncEngine, before: datetime) -> list[_User]:
                     fenced.append(_User(str(user_id), None if subject_key is None else str(subject_key)))
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "fence the quiet users") from exc
-    return fenced
+    return fenced, str(found[-1][0]) if len(found) == BATCH else None
 
 
 async def _still_quiet(engine: AsyncEngine, store: TranscriptStore, user: _User, before: datetime) -> bool:
@@ -217,7 +223,7 @@ async def _lift(engine: AsyncEngine, user_ids: list[str]) -> None:
     try:
         async with engine.begin() as conn:
             await conn.execute(delete(user_holds).where(user_holds.c.user_id.in_(user_ids),
-                                                        user_holds.c.reason == HOLD_REASON))
+                                                        user_holds.c.reason == RETENTION))
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "lift its holds") from exc
 
@@ -229,7 +235,7 @@ async def _destroy_keys(engine: AsyncEngine, users: list[_User]) -> int:
         async with engine.begin() as conn:
             for user in users:
                 result = await conn.execute(delete(data_keys).where(data_keys.c.user_id == user.user_id,
-                                                                    _mine(user.user_id)))
+                                                                    forgetting(user.user_id)))
                 destroyed += int(result.rowcount or 0)
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "destroy the quiet users' data keys") from exc
@@ -247,6 +253,6 @@ async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User) -> N
                 await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == user.subject_key))
                 await conn.execute(delete(subjects).where(subjects.c.subject_key == user.subject_key))
             await conn.execute(delete(user_holds).where(user_holds.c.user_id == user.user_id,
-                                                        user_holds.c.reason == HOLD_REASON))
+                                                        user_holds.c.reason == RETENTION))
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "forget a quiet user") from exc

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.db.clock import shared_later, shared_now
 from teamstore.db.engine import describe_failure
-from teamstore.db.fence import user_holds
+from teamstore.db.fence import ERASURE, user_holds
 from teamstore.db.statements import insert_new
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests, folded_id
@@ -38,7 +38,6 @@ from teamstore.export.nearby import check_stored_if_unusable
 from teamstore.ids import invisible, lone_surrogate
 from teamstore.people import check_not_naming
 
-HOLD_REASON = "erasure"
 MAX_REASON_CHARS = 1000
 """The longest reason an erasure or an extension records, in characters."""
 log = logging.getLogger(__name__)
@@ -317,7 +316,7 @@ async def _insert_request(
     values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
               "received_at": now, "due_at": shared_later(dialect, timedelta(days=due_days)), "updated_at": now,
               "requested_by": requested_by, "folded_id": folded_id(request_id)}
-    hold = {"user_id": user_id, "reason": HOLD_REASON, "request_id": request_id, "created_at": now}
+    hold = {"user_id": user_id, "reason": ERASURE, "request_id": request_id, "created_at": now}
     async with engine.connect() as conn:
         try:
             async with conn.begin() as transaction:

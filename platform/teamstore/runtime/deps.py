@@ -51,6 +51,7 @@ class SessionLimits:
     state_ttl_days: float
     memory_retention_days: float
     memory_writer_timeout_seconds: float
+    key_cache_seconds: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SessionLimits:
@@ -194,6 +195,9 @@ class SessionDeps:
             manifest declares.
         sessions: The platform's open sessions: a session counts itself in as it opens, and is refused, or
             writes nothing more, once the platform closes.
+        forgetting: Whether the retention sweep is forgetting a user (:data:`teamstore.db.fence.RETENTION`): a
+            session refused by that hold as it opens waits for it to end and opens again, the user afresh.
+            ``None``: a refusal is raised as it is.
     """
 
     store: StateStore
@@ -206,6 +210,7 @@ class SessionDeps:
     memory: MemoryService | None = None
     build_ahead: Callable[[str], None] = lambda ref: None
     sessions: OpenSessions = field(default_factory=OpenSessions)
+    forgetting: Callable[[str], Awaitable[bool]] | None = None
 
 
 class LeaseKeeper:

@@ -34,11 +34,13 @@ from types import TracebackType
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from config_registry.errors import RegistryError
 from config_registry.types import BuiltTeam
+from teamstore.db.fence import forgetting
 from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver, drain_observers
 from teamstore.ids import check_id
@@ -349,7 +351,13 @@ class Platform:
             store=self.store, observers=self.observers, limits=self.limits,
             build_team=self._build_team, autogen_spans=self.autogen_spans, worker_id=self.worker_id,
             metrics=self.metrics, memory=self.memory, build_ahead=self.teams.build_ahead, sessions=self._sessions,
+            forgetting=self._forgetting,
         )
+
+    async def _forgetting(self, user_id: str) -> bool:
+        """Whether the retention sweep's hold is on ``user_id`` (asked only once an opening was refused)."""
+        async with self.engine.connect() as conn:
+            return bool(await conn.scalar(select(forgetting(user_id))))
 
     async def restore_quarantined(self, quarantine_id: int, *, replace: bool = False) -> Restored:
         """Put a quarantined state back as its session's state, e.g. after rolling back the change that

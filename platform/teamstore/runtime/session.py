@@ -30,7 +30,7 @@ import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from teamstore.errors import SessionNotOpen, StaleStateVersion, StorageError
+from teamstore.errors import ErasureInProgress, SessionNotOpen, StaleStateVersion, StorageError
 from teamstore.events import notify_opening
 from teamstore.ids import check_id
 from teamstore.keys.service import DataKey
@@ -59,6 +59,10 @@ if TYPE_CHECKING:
 __all__ = ["EXPIRY_SLACK", "Session", "SessionDeps", "SessionLimits", "ended_by_limit"]
 
 log = logging.getLogger("teamstore.session")
+FORGETTING_WAIT = 60.0
+"""Seconds an opening refused by the retention sweep's hold waits for it past the workers' key caches (which the
+sweep outwaits before it forgets the user): its fence grace and the forgetting itself take a few."""
+FORGETTING_POLL = 0.5
 
 
 class Session(SessionRuns):
@@ -137,18 +141,10 @@ class Session(SessionRuns):
         claim = Claim(built.name, built.version, SCHEMA_VERSION, AGENTCHAT_VERSION, built.fingerprints)
         ready = asyncio.ensure_future(ready_team(built))  # CPU work the round trips below can hold
         try:
-            await self._before_lease()
+            row, asked_at = await self._lease(claim)
         except BaseException:
-            ready.cancel()
-            raise
-        asked, asked_at = time.perf_counter(), asyncio.get_running_loop().time()
-        try:
-            row = await self._acquire(claim)
-        except Exception as exc:
             ready.cancel()  # the team is dropped with the session
-            self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
             raise
-        self._deps.metrics.lease_waited(time.perf_counter() - asked)
         self._row_version, self._holds_state = row.row_version, not row.is_new
         self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds, since=asked_at)
         try:
@@ -166,6 +162,41 @@ class Session(SessionRuns):
         self._deps.metrics.resumed(verdict.outcome.outcome)
         self._phase = "open"
         log.info("session opened: team=%s version=%s resume=%s", built.name, built.version[:12], verdict.outcome.outcome)
+
+    async def _lease(self, claim: Claim) -> tuple[StoredSession, float]:
+        """Ready the user's audit, take the lease and load the row; the row, and when the lease was asked for.
+        Refused by the retention sweep forgetting the user (nothing of theirs was left), it waits for the sweep
+        to end and opens again: the user starts afresh, with a new subject and data key."""
+        retried = False
+        while True:
+            try:
+                await self._before_lease()
+                asked, asked_at = time.perf_counter(), asyncio.get_running_loop().time()
+                try:
+                    row = await self._acquire(claim)
+                except Exception as exc:
+                    self._deps.metrics.lease_waited(time.perf_counter() - asked, exc)
+                    raise
+                self._deps.metrics.lease_waited(time.perf_counter() - asked)
+                return row, asked_at
+            except ErasureInProgress:
+                if retried or not await self._forgotten():
+                    raise
+                retried = True
+
+    async def _forgotten(self) -> bool:
+        """Whether the opening's refusal was the retention sweep's, now ended (it was waited for: as long as the
+        sweep outwaits the workers' key caches, and a minute more)."""
+        forgetting = self._deps.forgetting
+        if forgetting is None or not await forgetting(self.key.user_id):
+            return False
+        until = time.monotonic() + self._deps.limits.key_cache_seconds + FORGETTING_WAIT
+        while await forgetting(self.key.user_id):
+            if time.monotonic() > until:
+                return False
+            await asyncio.sleep(FORGETTING_POLL)
+            self._deps.sessions.check(opening=True)  # the platform closing ends the wait
+        return True
 
     async def _before_lease(self) -> None:
         """Have the observers make what the session's runs will need of the user (the audit's subject and data
