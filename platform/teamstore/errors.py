@@ -248,6 +248,11 @@ class UploadInDoubt(TranscriptUnavailable):
     longer), never as one that failed."""
 
 
+class TranscriptFolderElsewhere(TranscriptUnavailable):
+    """The transcript folder a command would write into or sweep is not on this machine (another machine's
+    disk, or not mounted here), or was made for another state database."""
+
+
 class UnknownPrice(AuditError):
     """A model is missing from the price table."""
 

@@ -21,10 +21,14 @@ from teamstore import examples
 from teamstore.app import open_platform
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
 from teamstore.audit.schema import outbox
+from teamstore.audit.transcripts.base import run_key
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import RunKeys
 from teamstore.cli import app
 from teamstore.cli.cost import _cell
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from teamstore.errors import StorageError
 from teamstore.settings import Settings
 from tests.audit.fault_server import FaultServer
 from tests.audit.teams import CANARY, context, observe_run, triage_team
@@ -290,7 +294,7 @@ def test_a_flush_that_leaves_transcripts_an_upload_that_may_land_holds_says_unti
         await engine.dispose()
 
     asyncio.run(claim())
-    flushed = runner.invoke(app, ["transcripts", "flush"], env={"COLUMNS": "300"})
+    flushed = runner.invoke(app, ["transcripts", "flush", "--make-folder"], env={"COLUMNS": "300"})
     assert flushed.exit_code == 0, flushed.output
     assert "still queued 1; 1 of them held until 2999-01-02 03:04:05 UTC" in flushed.stdout
     report = json.loads(runner.invoke(app, ["transcripts", "flush", "--json"]).stdout)
@@ -309,7 +313,8 @@ def test_a_session_whose_transcripts_wait_in_the_outbox_says_so_not_that_it_has_
         assert result.exit_code == 1, result.output
         assert "2 of the session's transcripts wait in the outbox" in result.output, args
         assert "teamstore transcripts flush" in result.output and "check the session id" not in result.output
-    assert runner.invoke(app, ["transcripts", "flush"]).exit_code == 0
+    # No run made the folder on this machine since (the file stood there): making it is the operator's call.
+    assert runner.invoke(app, ["transcripts", "flush", "--make-folder"]).exit_code == 0
     shown = json.loads(runner.invoke(app, [*show, "--json"]).stdout)
     assert (shown["total"], shown["queued"]) == (2, 0)
 
@@ -330,6 +335,72 @@ def test_a_transcript_folder_this_machine_does_not_have_is_said_to_be_elsewhere_
         assert "check the session id" not in said and "on the machine whose folder that is" in said
     (tmp_path / "unmounted").rename(folder)
     assert json.loads(runner.invoke(app, [*show, "--json"]).stdout)["total"] == 1
+
+
+def test_a_flush_on_a_machine_without_the_transcript_folder_delivers_nothing_there_unless_told_to_make_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It made the folder there and delivered into it: the transcripts landed on that machine's disk, where
+    # show, export and erase on the workers' machine never find them.
+    folder = tmp_path / "workers-disk"
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", folder.as_uri())
+    folder.write_text("the workers' upload fails: their transcript waits in the outbox")
+    _populate(1)
+    folder.unlink()  # as this machine sees the workers' folder: not at all
+    refused = runner.invoke(app, ["transcripts", "flush", "--json"], env={"COLUMNS": "300"})
+    said = " ".join(refused.stderr.split())
+    assert refused.exit_code == 1 and "a folder this machine does not have" in said, refused.output
+    assert json.loads(refused.stdout)["error"]["type"] == "TranscriptFolderElsewhere" and str(folder) in said
+    assert "--make-folder" in said and not folder.exists()
+    made = runner.invoke(app, ["transcripts", "flush", "--make-folder", "--json"])
+    assert (json.loads(made.stdout)["delivered"], made.exit_code) == (1, 0), made.output
+    shown = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION, "--json"])
+    assert json.loads(shown.stdout)["total"] == 1
+
+
+def test_a_retention_sweep_on_a_machine_without_the_transcript_folder_says_so_not_removed_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It printed "removed 0 transcripts" while the workers' folder, elsewhere, was never swept.
+    folder = tmp_path / "workers-disk"
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", folder.as_uri())
+    _populate(1)
+    folder.rename(tmp_path / "unmounted")
+    refused = runner.invoke(app, ["retention", "sweep"], env={"COLUMNS": "300"})
+    said = " ".join(refused.stderr.split())
+    assert refused.exit_code == 1 and "a folder this machine does not have" in said, refused.output
+    assert "removed" not in refused.stdout and "run it on the machine whose folder that is" in said
+
+
+def test_a_sweep_or_flush_of_a_folder_another_database_made_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "shared-path"
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", folder.as_uri())
+    _populate(1)
+    marker = folder / ".teamstore-folder"
+    ours = json.loads(marker.read_text())["database_id"]
+    marker.write_text(json.dumps({"database_id": "f" * 32}))  # the folder of another deployment at the same path
+    refused = runner.invoke(app, ["retention", "sweep"], env={"COLUMNS": "300"})
+    said = " ".join(refused.stderr.split())
+    assert refused.exit_code == 1 and "belongs to another teamstore database" in said, refused.output
+    assert "f" * 32 in said and ours in said
+
+
+def test_a_file_where_the_transcript_folder_should_be_is_named_not_file_exists(tmp_path: Path) -> None:
+    # A run's upload said "could not write transcript <run>.jsonl.gz: File exists", and the sweep "removed 0".
+    folder = tmp_path / "transcripts"
+    folder.write_text("not a folder")
+
+    async def go() -> None:
+        store = LocalTranscriptStore(folder)
+        for attempt in (store.put(run_key(RunKeys("a" * 32, "b" * 32), "r1"), b"body"),
+                        store.sweep(datetime.now(UTC)), store.present()):
+            with pytest.raises(StorageError, match="is not a folder: a file") as caught:
+                await attempt
+            assert "move that file away" in (caught.value.hint or "")
+
+    asyncio.run(go())
 
 
 @pytest.mark.s3

@@ -159,6 +159,12 @@ async def test_a_store_on_one_machines_disk_says_whether_this_machine_has_it(
     assert await local.present()
     elsewhere = capability(LocalTranscriptStore(tmp_path / "another-machines-disk"), Capability.HOST_LOCAL)
     assert elsewhere is not None and not await elsewhere.present()
+    assert await local.owner() is None  # written to without a run's marker: whose, it does not say
+    await local.make_here("a" * 32)
+    await local.make_here("b" * 32)  # a second maker keeps the first one's marker
+    assert await local.owner() == "a" * 32 and await store.list_keys("") == [run_key(A, "r1")]
+    await elsewhere.make_here("c" * 32)
+    assert await elsewhere.present() and await elsewhere.owner() == "c" * 32
 
 
 async def test_versions_lists_every_copy_under_a_prefix_and_nothing_beside_it(

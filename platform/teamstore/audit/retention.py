@@ -27,7 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.claims import purge_settled
 from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.outbox import sweep_outbox
+from teamstore.audit.placement import check_here
 from teamstore.audit.rewrites import sweep_rewrites
+from teamstore.audit.subjects import store_in_use
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
 from teamstore.db.clock import database_now
@@ -120,7 +122,13 @@ async def sweep_all(
 
     Returns:
         Counts per store and the cutoffs used.
+
+    Raises:
+        TranscriptFolderElsewhere: The transcripts are in a folder this machine does not have, or one made for
+            another database (nothing is swept: a sweep here would report a clean 0 and leave the folder as is).
     """
+    if Capability.LOCAL_SWEEP in store.capabilities and await store_in_use(engine, store.url):
+        await check_here(store, engine, doing="sweep")  # a folder never written to has nothing to sweep anywhere
     now = now or await database_now(engine)
     sessions = await sweep_expired_sessions(engine, keys=keys, ending=ending)
     transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)

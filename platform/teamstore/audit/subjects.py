@@ -226,6 +226,20 @@ async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bo
     return {str(store): erased is not None for store, erased in rows}
 
 
+async def store_in_use(engine: AsyncEngine, store: str) -> bool:
+    """Whether ``store`` is recorded for any subject it still holds transcripts of (none an erasure emptied).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    c = subject_stores.c
+    try:
+        async with engine.connect() as conn:
+            return bool(await conn.scalar(select(exists().where(c.store == store, c.erased_at.is_(None)))))
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+
+
 async def mark_store_erased(engine: AsyncEngine, subject_key: str, store: str) -> None:
     """Record that an erasure emptied ``store`` of the subject (while another store still holds some).
 

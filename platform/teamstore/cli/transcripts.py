@@ -187,12 +187,22 @@ def transcripts_show(
 
 
 @transcripts_app.command("flush")
-def transcripts_flush(as_json: bool = JsonOption) -> None:
+def transcripts_flush(
+    make_folder: bool = typer.Option(
+        False, "--make-folder",
+        help="Make the transcript folder on this machine if it has none (by default a flush refuses: the "
+        "folder is on the workers' machine).",
+    ),
+    as_json: bool = JsonOption,
+) -> None:
     """Deliver transcripts waiting in the outbox (queued while the store was unreachable)."""
     from teamstore.audit import outbox
+    from teamstore.audit.placement import check_here
 
     async def go(app: App) -> dict[str, Any]:
         store = app.transcript_store
+        if await outbox.pending(app.engine):  # delivered here, they would be where the workers never look
+            await check_here(store, app.engine, doing="deliver the queued transcripts into", make=make_folder)
         report = await outbox.flush(app.engine, store, late_upload_s=app.settings.late_upload_seconds)
         return {**asdict(report), "store": store.url}
 

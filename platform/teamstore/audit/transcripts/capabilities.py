@@ -19,7 +19,7 @@ reaches into a backend's client, bucket or folder.
 | ``HOLDS`` | :class:`Holds`: whether a legal hold or a retention period protects a version | yes | no (nothing locks a file) |
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
 | ``PARTIAL_WRITES`` | :class:`PartialWrites`: temporary files a killed writer left | no (a PUT is whole or absent) | yes |
-| ``HOST_LOCAL`` | :class:`HostLocal`: whether this machine has the store at all | no (reached from anywhere) | yes |
+| ``HOST_LOCAL`` | :class:`HostLocal`: whether this machine has the store at all, and which database it belongs to | no (reached from anywhere) | yes |
 """
 
 from __future__ import annotations
@@ -149,7 +149,26 @@ class HostLocal(Protocol):
     (or without its mount) it is absent, and a listing there gives nothing, as if it held no transcript."""
 
     async def present(self) -> bool:
-        """Whether this machine has the store (its folder exists here)."""
+        """Whether this machine has the store (its folder exists here).
+
+        Raises:
+            StorageError: Something other than the store stands where it belongs (a file at the folder's path).
+        """
+
+    async def owner(self) -> str | None:
+        """The id of the state database the store here was made for (:func:`teamstore.db.identity.database_id`),
+        or ``None`` if it records none (made by hand, or before stores recorded it).
+
+        Raises:
+            StorageError: The record cannot be read.
+        """
+
+    async def make_here(self, database_id: str) -> None:
+        """Make the store on this machine if it has none, recording ``database_id`` unless one is recorded.
+
+        Raises:
+            StorageError: It could not be made.
+        """
 
 
 async def missing_here(store: TranscriptStore) -> bool:

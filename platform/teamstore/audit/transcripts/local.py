@@ -14,6 +14,10 @@ temporary file sits beside its object, inside the subject's folder, and is named
 teamstore makes no symbolic link below the root (the root itself may be one), and follows none there: a link
 planted in a user's folder would hand whatever file it points at to that user's export, or take a write out of
 the folder. Listings step over links; reading, writing or deleting a prefix through one is refused.
+
+The folder holds a small marker, ``.teamstore-folder``, naming the state database it belongs to
+(:meth:`LocalTranscriptStore.make_here`): a folder is one machine's disk, and a command that would deliver into
+or sweep it (:mod:`teamstore.audit.placement`) tells the workers' folder from one it would only make here.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import itertools
+import json
 import os
 import shutil
 import sys
@@ -36,6 +41,9 @@ from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, Store
 from teamstore.errors import StorageError, TranscriptNotFound
 
 TMP_PREFIX = ".tmp-"
+MARKER = ".teamstore-folder"
+"""The file at the root naming the state database the folder belongs to (outside ``subjects/``: no sweep, listing
+or erasure sees it)."""
 STALE_TMP_SECONDS = 3600
 """A temporary file this old belongs to a writer that died: a write takes seconds, never an hour."""
 INLINE_WRITE_BYTES = 64 * 1024
@@ -82,8 +90,65 @@ class LocalTranscriptStore:
 
     async def present(self) -> bool:
         """Whether the folder exists on this machine. Nothing removes the folder itself (the sweep prunes below
-        it), so one a writer put transcripts in that is missing here is another machine's disk, or unmounted."""
-        return await asyncio.to_thread(self.root.is_dir)
+        it), so one a writer put transcripts in that is missing here is another machine's disk, or unmounted.
+
+        Raises:
+            StorageError: Something other than a folder stands at its path.
+        """
+        return await asyncio.to_thread(self._present)
+
+    def _present(self) -> bool:
+        if self.root.is_dir():
+            return True
+        if self.root.exists() or self.root.is_symlink():
+            raise _not_a_folder(self.root)
+        return False
+
+    async def owner(self) -> str | None:
+        """The id of the state database the folder's marker names; ``None`` when it has no marker (or no folder).
+
+        Raises:
+            StorageError: The marker cannot be read, or something other than a folder stands at its path.
+        """
+        return await asyncio.to_thread(self._owner)
+
+    def _owner(self) -> str | None:
+        if not self._present():
+            return None
+        try:
+            found = json.loads((self.root / MARKER).read_text(encoding="utf-8")).get("database_id")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, AttributeError) as exc:
+            raise StorageError(
+                f"the transcript folder's marker {self.root / MARKER} cannot be read: {exc}",
+                hint="remove it: the next run here writes it again, naming this machine's database",
+            ) from exc
+        return str(found) if found else None
+
+    async def make_here(self, database_id: str) -> None:
+        """Make the folder (owner-only) if this machine has none, and give it a marker naming ``database_id``
+        if it has none; a marker there already is kept (two makers at once keep the first).
+
+        Raises:
+            StorageError: The folder or its marker could not be made (a file in the way, no permission).
+        """
+        await asyncio.to_thread(self._make_here, database_id)
+
+    def _make_here(self, database_id: str) -> None:
+        try:
+            if not self._present():
+                make_folder(self.root, PRIVATE)
+            fd = os.open(self.root / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise StorageError(
+                f"could not make the transcript folder {self.root}: {exc.strerror or exc}",
+                hint="check that TEAMSTORE_TRANSCRIPTS_URL names a folder this user may create and write",
+            ) from exc
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"database_id": database_id}, handle)
 
     async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
         """Write ``body`` atomically at ``key``; a new root folder is its owner's only (0700). Up to
@@ -122,6 +187,8 @@ class LocalTranscriptStore:
             if tmp is not None:  # half a transcript (disk full, say) must not outlive the failed write
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+            if root.exists() and not root.is_dir():  # "File exists" named neither the file nor what to do
+                raise _not_a_folder(root) from exc
             raise StorageError(
                 f"could not write transcript {path.name}: {exc.strerror or exc}",
                 hint="check that TEAMSTORE_TRANSCRIPTS_URL names a writable folder",
@@ -276,13 +343,14 @@ class LocalTranscriptStore:
         Safe beside other sweeps, erasures and writers: what another one removed first is stepped over.
 
         Raises:
-            StorageError: A file or folder could not be removed (permissions, read-only file system), or
-                ``subjects/`` is a symbolic link.
+            StorageError: A file or folder could not be removed (permissions, read-only file system),
+                ``subjects/`` is a symbolic link, or a file stands at the folder's path.
         """
         return await asyncio.to_thread(self._sweep, older_than.astimezone(UTC).timestamp())
 
     def _sweep(self, cutoff: float) -> int:
         removed, stale = 0, max(cutoff, time.time() - STALE_TMP_SECONDS)
+        self._present()  # a file at the root's path would be swept as an empty folder: "removed 0"
         self._no_link(self.root / SUBJECTS)  # os.walk follows its top: the sweep would unlink files elsewhere
         try:
             # Bottom-up, so each folder is looked at after its contents; os.walk skips folders that vanish.
@@ -301,6 +369,13 @@ class LocalTranscriptStore:
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _not_a_folder(root: Path) -> StorageError:
+    return StorageError(
+        f"the transcript folder {root} is not a folder: a file (or a link to one) stands at its path",
+        hint="move that file away, or set TEAMSTORE_TRANSCRIPTS_URL to the folder the transcripts belong in",
+    )
 
 
 def _unlisted(exc: OSError) -> StorageError:

@@ -1,0 +1,77 @@
+"""Whether this machine holds the transcript store a command would write into or sweep.
+
+    from teamstore.audit.placement import check_here, make_here
+
+    await make_here(store, engine)                       # a worker's first transcript: the folder is made here
+    await check_here(store, engine, doing="deliver the queued transcripts into")   # flush, sweep: never made
+
+A folder store is one machine's disk. Seen from another machine (or without its mount) it is absent, and a
+command that made it there would deliver transcripts where nothing on the workers' machine finds them, or sweep
+nothing and report a clean 0. So a folder is made only by a run, or by an operator on purpose
+(``teamstore transcripts flush --make-folder``), with a marker naming the state database's id
+(:func:`teamstore.db.identity.database_id`); a folder whose marker names another database is another
+deployment's. A store reached from anywhere (S3) is always here.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.transcripts.base import Capability, TranscriptStore
+from teamstore.audit.transcripts.capabilities import capability
+from teamstore.db.identity import database_id
+from teamstore.errors import StorageError, TranscriptFolderElsewhere
+
+
+async def make_here(store: TranscriptStore, engine: AsyncEngine) -> None:
+    """Make a folder store on this machine if it has none, marked as this database's (a marker added to one
+    made without). Nothing for a store reached from anywhere.
+
+    Raises:
+        StorageError: The folder could not be made. StoreUnavailable: The database's id could not be read.
+    """
+    local = capability(store, Capability.HOST_LOCAL)
+    if local is not None and (not await local.present() or await local.owner() is None):
+        await local.make_here(await database_id(engine))
+
+
+async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str, make: bool = False) -> None:
+    """Refuse a command that would ``doing`` a folder store this machine does not have, or one another
+    database's workers made; with ``make``, make a missing one here instead (the operator's choice).
+
+    Args:
+        store: The transcript store.
+        engine: The state database.
+        doing: What the command would do, as "... the folder" reads (``"sweep"``).
+        make: Make the folder here when it is missing.
+
+    Raises:
+        TranscriptFolderElsewhere: The folder is not here, or its marker names another database.
+        StorageError: The folder's marker cannot be read (a file standing at the folder's path is left to the
+            command's own write or sweep, which refuses it).
+        StoreUnavailable: The database's id could not be read.
+    """
+    local = capability(store, Capability.HOST_LOCAL)
+    if local is None:
+        return
+    try:
+        here = await local.present()
+    except StorageError:
+        return  # a file at the folder's path: the command's own write or sweep refuses it, and says so
+    ours = await database_id(engine)
+    if not here:
+        if not make:
+            raise TranscriptFolderElsewhere(
+                f"the transcripts are kept in {store.url}, a folder this machine does not have (another machine's "
+                f"disk, or not mounted here): this command would {doing} it",
+                hint="run it on the machine whose folder that is (or where it is mounted at the same path); to make "
+                "the folder here on purpose, run `teamstore transcripts flush --make-folder`",
+            )
+    elif (owner := await local.owner()) not in (None, ours):
+        raise TranscriptFolderElsewhere(
+            f"the transcript folder {store.url} belongs to another teamstore database (its marker names "
+            f"{owner}, this database is {ours}): this command would {doing} it",
+            hint="point TEAMSTORE_DATABASE_URL and TEAMSTORE_TRANSCRIPTS_URL at a database and the folder its "
+            "workers write to",
+        )
+    await local.make_here(ours)
