@@ -244,6 +244,24 @@ def test_a_kms_endpoint_no_request_can_go_to_is_a_configuration_error(
     assert "s3cret" not in info.value.message and info.value.hint
 
 
+def test_the_standard_aws_retry_variables_decide_the_kms_clients_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The client's own Config outranked them: AWS_MAX_ATTEMPTS=5 gave 2 attempts without a word, as S3's did.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert kms.make_client().meta.config.retries == {"total_max_attempts": 2, "mode": "standard"}
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "5")
+    monkeypatch.setenv("AWS_RETRY_MODE", "adaptive")
+    assert kms.make_client().meta.config.retries == {"total_max_attempts": 5, "mode": "adaptive"}
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "0")
+    with pytest.raises(ConfigurationError, match="AWS_MAX_ATTEMPTS") as caught:
+        kms.make_client()
+    assert caught.value.hint and "unset it" in caught.value.hint
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    monkeypatch.setenv("AWS_RETRY_MODE", "eager")
+    with pytest.raises(ConfigurationError, match="could not set up the KMS client") as caught:
+        kms.make_client()
+    assert caught.value.hint and "AWS_RETRY_MODE" in caught.value.hint
+
+
 def test_a_key_id_without_its_secret_says_to_set_both_not_the_region(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from teamstore.aws import client_config
 from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable, MissingExtra
 from teamstore.keys.kek import KMS, damaged
 from teamstore.logs import keep_request_bodies_out_of_logs
@@ -27,33 +28,36 @@ _GONE = {"KMSInvalidStateException", "DisabledException", "NotFoundException"}
 
 
 def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_attempts: int = 2) -> Any:
-    """A boto3 KMS client with short timeouts and few retries (``AWS_*`` variables decide the rest;
-    ``AWS_ENDPOINT_URL_KMS`` or ``AWS_ENDPOINT_URL`` point it at another endpoint).
+    """A boto3 KMS client with short timeouts and few retries (``AWS_*`` variables decide the rest, the
+    attempts and retry mode included: :func:`teamstore.aws.client_config`; ``AWS_ENDPOINT_URL_KMS`` or
+    ``AWS_ENDPOINT_URL`` point it at another endpoint).
 
     Raises:
         MissingExtra: boto3 is not installed.
-        ConfigurationError: The ``AWS_*`` variables cannot make a client (no region, a bad endpoint).
+        ConfigurationError: The ``AWS_*`` variables cannot make a client (no region, a bad endpoint, a retry
+            mode botocore does not know, attempts that are no whole number from 1).
     """
     try:
         import boto3
     except ImportError as exc:
         raise MissingExtra("key-encryption keys in AWS KMS", "kms", "boto3") from exc
-    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, PartialCredentialsError
 
     keep_request_bodies_out_of_logs()  # Encrypt's and Decrypt's bodies hold data keys in plain
-    config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
-                    retries={"total_max_attempts": max_attempts, "mode": "standard"})
     bad_endpoint = ConfigurationError("AWS_ENDPOINT_URL_KMS (or AWS_ENDPOINT_URL) is not an http:// or https:// URL",
                                       hint="set it to the KMS endpoint, or unset it for AWS")
     try:
-        client = boto3.session.Session().client("kms", config=config)
+        session = boto3.session.Session()
+        config = client_config(session, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                               max_attempts=max_attempts)
+        client = session.client("kms", config=config)
     except BotoCoreError as exc:
         # A key id without its secret (or the reverse) is refused here too, and is no matter of the region.
         partial = isinstance(exc, PartialCredentialsError)
         raise ConfigurationError(f"could not set up the KMS client: {exc}", hint=(
             "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY together (an empty one counts as missing), or unset both "
-            "for a profile or a role") if partial else "set AWS_DEFAULT_REGION (and AWS_PROFILE, if any)") from None
+            "for a profile or a role") if partial else "fix AWS_DEFAULT_REGION, AWS_PROFILE, AWS_RETRY_MODE or "
+            "AWS_CONFIG_FILE (or unset them)") from None
     except ValueError:
         raise bad_endpoint from None
     # botocore takes any scheme (htps://, ftp://) and fails each request: every

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from teamstore.aws import client_config
 from teamstore.errors import (
     ConfigurationError,
     MissingExtra,
@@ -96,18 +97,14 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         MissingExtra: boto3 is not installed.
     """
     boto3 = _boto3()
-    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, PartialCredentialsError
 
     keep_request_bodies_out_of_logs()
 
     try:
         session = boto3.session.Session()
-        # A client's Config outranks the AWS_* variables: read AWS_MAX_ATTEMPTS and AWS_RETRY_MODE (or the
-        # profile's) here, or they would be ignored without a word.
-        attempts, mode = _retries(session._session, max_attempts)
-        config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
-                        retries={"total_max_attempts": attempts, "mode": mode})
+        config = client_config(session, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                               max_attempts=max_attempts)
         client = session.client("s3", config=config)
     except BotoCoreError as exc:  # names the region, profile, file or missing variable, never a credential
         raise ConfigurationError(
@@ -123,26 +120,6 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     if not client.meta.endpoint_url.lower().startswith(("http://", "https://")):
         raise _bad_endpoint()
     return client
-
-
-def _retries(session: Any, max_attempts: int) -> tuple[int, Any]:
-    """The client's retry policy, attempts and mode: ``max_attempts`` in standard mode, unless the ``AWS_*`` variables or the profile
-    set their own (``AWS_MAX_ATTEMPTS``, ``AWS_RETRY_MODE``).
-
-    Raises:
-        ConfigurationError: The attempts set there are no whole number from 1.
-    """
-    from botocore.exceptions import BotoCoreError
-
-    try:
-        attempts = session.get_config_variable("max_attempts")
-        mode = session.get_config_variable("retry_mode")
-    except (ValueError, BotoCoreError):
-        attempts = 0
-    if attempts is not None and attempts < 1:
-        raise ConfigurationError("AWS_MAX_ATTEMPTS (or the profile's max_attempts) is no whole number from 1",
-                                 hint="set it to the attempts per request, the first included (e.g. 3), or unset it")
-    return attempts or max_attempts, mode or "standard"
 
 
 def _bad_endpoint() -> ConfigurationError:
