@@ -173,3 +173,19 @@ async def test_an_upload_that_may_land_is_recorded_without_its_transcript_while_
     found = await claims.in_doubt_until(engine, subject)
     assert found is not None and abs((found - lands_by).total_seconds()) < 1
     assert await outbox.pending(engine) == 0
+
+
+async def test_a_flush_says_which_queued_transcripts_wait_for_their_users_erasure(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # It reported remaining 1 and held 0, and the doc said to run it again while remaining is above held: a
+    # loop that spun until the erasure ended.
+    subject, secret = await ensure_subject(engine, "era")
+    key = run_key(RunKeys(subject, session_key(secret, "s1")), "run-era")
+    await outbox.enqueue(engine, "run-era", key, subject, b"CANARY-era", "S3 unreachable")
+    async with engine.begin() as conn:
+        await conn.execute(user_holds.insert().values(user_id="era", reason="erasure", created_at=datetime.now(UTC)))
+    store = LocalTranscriptStore(tmp_path / "t")
+    report = await outbox.flush(engine, store)
+    assert (report.delivered, report.remaining, report.held, report.erasing) == (0, 1, 0, 1)
+    assert await store.list_keys("") == []

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, delete, exists, func, literal, null, select
+from sqlalchemy import ColumnElement, and_, case, delete, exists, func, literal, null, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -108,6 +108,9 @@ class FlushReport:
     again only once it no longer can), where any other failure stored nothing."""
     last_hint: str | None = None
     """How to fix ``last_error``, as the store's error says it (an unreachable endpoint, a missing bucket...)."""
+    erasing: int = 0
+    """Of ``remaining``, those not ``held`` whose user an open erasure fences: no flush sends them, and the
+    erasure deletes them."""
 
 
 @dataclass(frozen=True)
@@ -283,18 +286,22 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
         if outcome.error is not None:
             error, hint, in_doubt = outcome.error, outcome.hint, outcome.in_doubt
             break
-    remaining, held_now, held_until = await _left(engine)
-    return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until, in_doubt, hint)
+    remaining, held_now, held_until, erasing = await _left(engine)
+    return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until, in_doubt, hint, erasing)
 
 
-async def _left(engine: AsyncEngine) -> tuple[int, int, datetime | None]:
-    """How many transcripts are still queued, how many of them a claim holds, and until when."""
-    claimed = outbox.c.claimed_until > shared_now(engine.dialect.name)
-    stmt = select(func.count(), func.count().filter(claimed), func.max(outbox.c.claimed_until).filter(claimed)).where(
-        outbox.c.body.is_not(None))
+async def _left(engine: AsyncEngine) -> tuple[int, int, datetime | None, int]:
+    """How many transcripts are still queued, how many of them a claim holds, until when, and how many of the
+    others an erasure fences."""
+    now = shared_now(engine.dialect.name)
+    claimed = outbox.c.claimed_until > now
+    fenced = and_(or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now),
+                  claims.held(outbox.c.subject_key))
+    stmt = select(func.count(), func.count().filter(claimed), func.max(outbox.c.claimed_until).filter(claimed),
+                  func.count().filter(fenced)).where(outbox.c.body.is_not(None))
     async with engine.connect() as conn:
-        remaining, held_now, held_until = (await conn.execute(stmt)).one()
-    return int(remaining), int(held_now), utc(held_until)
+        remaining, held_now, held_until, erasing = (await conn.execute(stmt)).one()
+    return int(remaining), int(held_now), utc(held_until), int(erasing)
 
 
 @dataclass(frozen=True)

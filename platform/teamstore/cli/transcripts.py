@@ -215,6 +215,8 @@ def transcripts_flush(
             + (f" (last error: {plain(d['last_error'])})" if d["last_error"] else "")
             + (f"; {d['held']} of them held until {d['held_until']:%Y-%m-%d %H:%M:%S} UTC by an upload that may "
                "still land or another flusher: a flush after that sends what is left" if d["held"] else "")
+            + (f"; {d['erasing']} of them wait for the open erasure of their user, which deletes them"
+               if d["erasing"] else "")
         ),
     )
     if data["failed"] and data["in_doubt"]:
