@@ -23,7 +23,7 @@ from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import rewrites
 from teamstore.audit.sealing import seal_queued_transcripts, seal_stored_transcripts
-from teamstore.audit.subjects import ensure_subject, session_key
+from teamstore.audit.subjects import ensure_subject, record_store, session_key
 from teamstore.audit.transcripts.base import TranscriptStore, run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, decode, encode, sealed_context
@@ -32,7 +32,7 @@ from teamstore.cli.transcripts import load_transcripts
 from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.receipt import Receipt
-from teamstore.errors import KeyUnavailable, TranscriptUnavailable, UploadInDoubt
+from teamstore.errors import KeyUnavailable, TranscriptFolderElsewhere, TranscriptUnavailable, UploadInDoubt
 from teamstore.keys import KeyService
 from teamstore.keys.passed_over import PassedOver
 from teamstore.keys.sealed import is_sealed
@@ -426,3 +426,18 @@ async def test_keys_migrate_makes_no_data_key_for_a_user_whose_erasure_ended_aft
     assert await data_key_users(engine) == []
     assert await store.list_keys("") == [] and await _outbox_rows(engine) == []
     await store.close()
+
+
+async def test_keys_migrate_on_a_machine_without_the_transcript_folder_says_so_not_sealed_0(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # It reported 0 stored transcripts sealed, while the plain ones stayed so on the workers' disk.
+    folder = LocalTranscriptStore(tmp_path / "workers-disk")
+    subject = await _plain_transcript(engine, folder, "alice")
+    await record_store(engine, subject, folder.url)
+    (tmp_path / "workers-disk").rename(tmp_path / "unmounted")
+    keys = KeyService.from_settings(engine, Settings())
+    with pytest.raises(TranscriptFolderElsewhere, match="a folder this machine does not have"):
+        await seal_stored_transcripts(engine, folder, keys)
+    (tmp_path / "unmounted").rename(tmp_path / "workers-disk")
+    assert await seal_stored_transcripts(engine, folder, keys) == 1

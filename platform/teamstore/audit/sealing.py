@@ -31,8 +31,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit import claims
 from teamstore.audit.claims import Queued
 from teamstore.audit.outbox import follow, in_flight_for
+from teamstore.audit.placement import check_here
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
+from teamstore.audit.subjects import store_in_use
 from teamstore.audit.transcripts.base import SUBJECTS, StoredObject, TranscriptStore
 from teamstore.audit.transcripts.record import sealed_context
 from teamstore.db.engine import describe_failure
@@ -121,8 +123,12 @@ async def seal_stored_transcripts(
         KeyUnavailable: The key-encryption key could not be used. DataKeyDamaged, KeyDestroyed: a user's key
         row does not open, and no ``passed`` was given. UploadInDoubt: S3 left a write
         unanswered (on record until it can no longer land). TranscriptUnavailable: the store failed.
+        TranscriptFolderElsewhere: The transcripts are in a folder this machine does not have (or another
+        database's).
         StoreUnavailable: The database failed.
     """
+    if await store_in_use(engine, store.url):  # listed here, a folder elsewhere would give a clean 0
+        await check_here(store, engine, doing="seal the stored transcripts in")
     owner = claims.new_owner()
     owners: dict[str, str | None] = {}
     done = 0
