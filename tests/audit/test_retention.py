@@ -28,16 +28,23 @@ from teamstore.audit.rewrites import needs_record, record_rewrite
 from teamstore.audit.schema import outbox as outbox_table
 from teamstore.audit.schema import rewrites, subject_sessions, usage
 from teamstore.audit.sealing import seal_stored_transcripts
-from teamstore.audit.subjects import ensure_subject, session_key
+from teamstore.audit.subjects import ensure_subject, record_store, session_key
 from teamstore.audit.transcripts.base import SUBJECTS, run_key
 from teamstore.audit.transcripts.local import INLINE_WRITE_BYTES, LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys, encode
 from teamstore.db.clock import database_now
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import RETENTION, user_holds
+from teamstore.db.identity import database_id
 from teamstore.erasure import DeletionCoordinator, quiet
 from teamstore.erasure.quiet import forget_quiet_users
-from teamstore.errors import ErasureConflict, ErasureInProgress, StorageError, StoreUnavailable
+from teamstore.errors import (
+    ErasureConflict,
+    ErasureInProgress,
+    StorageError,
+    StoreUnavailable,
+    TranscriptFolderElsewhere,
+)
 from teamstore.events import drain_observers
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
@@ -523,3 +530,21 @@ async def test_a_sweep_goes_on_past_the_quiet_users_it_keeps_and_ends(
     later = await database_now(engine) + timedelta(days=1)
     report = await asyncio.wait_for(forget_quiet_users(engine, store, keys, grace_seconds=0, now=later), 30)
     assert (report.forgotten, report.kept) == (0, 5) and await _holds(engine) == []
+
+
+async def test_a_sweep_of_a_folder_written_to_that_this_machine_lacks_or_another_database_made_is_refused(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # It swept nothing and reported "removed 0": the workers' folder, elsewhere, kept everything.
+    store = LocalTranscriptStore(tmp_path / "workers-disk")
+    assert (await sweep_all(Settings(), engine, store)).transcripts == 0  # written to by nobody: nothing to sweep
+    subject, _secret = await ensure_subject(engine, "ida")
+    await record_store(engine, subject, store.url)
+    with pytest.raises(TranscriptFolderElsewhere, match="a folder this machine does not have"):
+        await sweep_all(Settings(), engine, store)
+    await store.make_here("f" * 32)  # another database's folder at the same path
+    with pytest.raises(TranscriptFolderElsewhere, match="another teamstore database"):
+        await sweep_all(Settings(), engine, store)
+    (tmp_path / "workers-disk" / ".teamstore-folder").unlink()  # made by hand: taken as ours, and marked
+    assert (await sweep_all(Settings(), engine, store)).transcripts == 0
+    assert await store.owner() == await database_id(engine)
