@@ -370,6 +370,8 @@ def test_a_retention_sweep_on_a_machine_without_the_transcript_folder_says_so_no
     said = " ".join(refused.stderr.split())
     assert refused.exit_code == 1 and "a folder this machine does not have" in said, refused.output
     assert "removed" not in refused.stdout and "run it on the machine whose folder that is" in said
+    assert runner.invoke(app, ["transcripts", "flush", "--make-folder"]).exit_code == 0  # as its fix says, on purpose
+    assert json.loads(runner.invoke(app, ["retention", "sweep", "--json"]).stdout)["transcripts"] == 0
 
 
 def test_a_sweep_or_flush_of_a_folder_another_database_made_is_refused(

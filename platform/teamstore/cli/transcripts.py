@@ -201,7 +201,9 @@ def transcripts_flush(
 
     async def go(app: App) -> dict[str, Any]:
         store = app.transcript_store
-        if await outbox.pending(app.engine):  # delivered here, they would be where the workers never look
+        # Delivered here, queued transcripts would be where the workers never look; asked to, it makes the folder
+        # all the same (what retention sweep's refusal says to run).
+        if make_folder or await outbox.pending(app.engine):
             await check_here(store, app.engine, doing="deliver the queued transcripts into", make=make_folder)
         report = await outbox.flush(app.engine, store, late_upload_s=app.settings.late_upload_seconds)
         return {**asdict(report), "store": store.url}
