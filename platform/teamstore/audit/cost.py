@@ -7,9 +7,11 @@ month), derived from the ledger at query time, in exact decimals.
     for row in report.rows:
         print(row.group, row.runs_completed, row.runs_limited, row.runs_interrupted, row.cost, report.price_version)
 
-Tokens are summed in SQL (using the ledger's indexes when a filter names a session, user or team); prices
-are applied per (model, day) in Python so a price change mid-period is honoured, and weeks and months are
-rolled up from days (a run belongs to the day it started). A model missing from the price table leaves
+Tokens are summed in SQL (using the ledger's indexes when a filter names a session, user or team) per group,
+model and price period: the days on which one price of the model was in force (a run belongs to the day it
+started). Python then prices those sums exactly, so a price change mid-group is honoured and the rows read
+are groups x models x prices, however many runs and days there are; weeks and months are rolled up from
+days. A model missing from the price table leaves
 its tokens counted and its cost unknown (``unpriced_tokens``); every report names the price version it
 used. Users and sessions are pseudonymous keys here: :mod:`teamstore.analytics` reads them as the
 application's ids.
@@ -23,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Select, and_, case, false, func, or_, select
+from sqlalchemy import ColumnElement, Date, Select, and_, case, false, func, literal, null, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.prices import PriceTable
@@ -106,7 +108,7 @@ def _as_utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-@dataclass
+@dataclass(slots=True)  # a full listing holds one per group: hundreds of thousands
 class CostRow:
     """One group of the report (or its total).
 
@@ -225,13 +227,6 @@ def _filtered(query: Select[Any], where: CostFilter) -> Select[Any]:
 
 def _columns(dims: Sequence[str], *extra: str) -> list[str]:
     return list(dict.fromkeys([c for d in dims for c in DIMENSIONS[d]] + list(extra)))
-
-
-async def _token_groups(conn: AsyncConnection, names: list[str], where: CostFilter) -> list[Any]:
-    cols = [usage.c[n] for n in names]
-    sums = [func.sum(usage.c.calls), func.sum(usage.c.input_tokens), func.sum(usage.c.output_tokens)]
-    query = _filtered(select(*cols, *sums), where).group_by(*cols)
-    return list((await conn.execute(query)).all())
 
 
 async def _run_groups(conn: AsyncConnection, names: list[str], where: CostFilter,
@@ -373,10 +368,11 @@ def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted:
 
 async def _sum(conn: AsyncConnection, rows: _Rows, where: CostFilter) -> None:
     """Add the ledger's tokens and runs to ``rows`` and their total (on one connection: one snapshot)."""
-    token_cols = _columns(rows.dims, "model", "day", "ended_by_limit")
-    for record in await _token_groups(conn, token_cols, where):
-        values = dict(zip(token_cols, record, strict=False))
-        rows.add_tokens(values, (record[-3], record[-2], record[-1]))
+    query, token_cols = await _token_query(conn, rows, where)
+    result = await conn.stream(query)
+    async for batch in result.partitions(STREAM_ROWS):
+        for record in batch:
+            rows.add_tokens(_values(token_cols, record), (record[-3], record[-2], record[-1]))
     await _sum_runs(conn, rows, where)
 
 
@@ -389,23 +385,62 @@ def _group_order(dims: Sequence[str]) -> list[str]:
 
 
 STREAM_ROWS = 5_000
-"""Ledger groups read at a time by a ``top`` report: a few megabytes, however many groups there are."""
+"""Ledger groups read at a time: a few megabytes, however many groups there are."""
+BEFORE_ANY_PRICE = date.min
+"""The price day of tokens no entry prices: :meth:`PriceTable.lookup` has no price on it."""
+
+
+def price_period(prices: PriceTable, models: Sequence[str]) -> ColumnElement[Any]:
+    """The first day of the price in force for a ledger row's model on the row's day (``NULL`` before the
+    model's first entry, or for a model the table does not price). Tokens summed by it are priced as the
+    rows' days would price them, one sum per price instead of one per day."""
+    whens: list[tuple[ColumnElement[bool], ColumnElement[Any]]] = []
+    for model in models:
+        # Latest first: the first entry in force on the day is the one lookup() picks.
+        for price in reversed(prices.history(model) or ()):
+            day = literal(price.effective_from, Date)
+            whens.append((and_(usage.c.model == model, usage.c.day >= day), day))
+    return case(*whens, else_=null()) if whens else null()
+
+
+async def _token_query(conn: AsyncConnection, rows: _Rows, where: CostFilter,
+                       ordered: bool = False) -> tuple[Select[Any], list[str]]:
+    """The ledger's tokens summed per group, model, price day and whether a limit ended the run (in the
+    groups' order if ``ordered``): a report's time dimension sums them per day, any other per price period (a few rows per
+    group and model, however many days its runs span). Returns the query and its group's columns."""
+    token_cols = _columns(rows.dims, "model", "day", "ended_by_limit")
+    day: ColumnElement[Any] = usage.c.day
+    if not set(TIME) & set(rows.dims):
+        models = (await conn.execute(_filtered(select(usage.c.model).distinct(), where))).scalars().all()
+        day = price_period(rows.prices, models)
+    # A subquery, so that GROUP BY names the period's column (Postgres does not match a CASE's parameters
+    # in GROUP BY to those of the same CASE in the select list).
+    picked = [usage.c[n] for n in token_cols if n != "day"]
+    ledger = _filtered(select(*picked, day.label("day"), usage.c.calls, usage.c.input_tokens,
+                              usage.c.output_tokens), where).subquery()
+    cols = [ledger.c[n] for n in token_cols]
+    sums = [func.sum(ledger.c.calls), func.sum(ledger.c.input_tokens), func.sum(ledger.c.output_tokens)]
+    query = select(*cols, *sums).group_by(*cols)
+    return (query.order_by(*(ledger.c[n] for n in _group_order(rows.dims))) if ordered else query), token_cols
+
+
+def _values(token_cols: list[str], record: Any) -> dict[str, Any]:
+    values = dict(zip(token_cols, record, strict=False))
+    if values["day"] is None:
+        values["day"] = BEFORE_ANY_PRICE
+    return values
 
 
 async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: int) -> int:
     """As :func:`_sum`, keeping only the ``top`` costliest groups: the ledger's tokens are read in the groups'
     order, each group priced whole before the next begins, so ``rows`` holds at most twice ``top`` of them
     however many there are. Returns how many groups there were."""
-    token_cols = _columns(rows.dims, "model", "day", "ended_by_limit")
-    cols = [usage.c[n] for n in token_cols]
-    sums = [func.sum(usage.c.calls), func.sum(usage.c.input_tokens), func.sum(usage.c.output_tokens)]
-    order = [usage.c[n] for n in _group_order(rows.dims)]
-    query = _filtered(select(*cols, *sums), where).group_by(*cols).order_by(*order)
+    query, token_cols = await _token_query(conn, rows, where, ordered=True)
     groups, current = 0, None
     result = await conn.stream(query)
     async for batch in result.partitions(STREAM_ROWS):  # a row at a time cost a trip to the driver's thread each
         for record in batch:
-            values = dict(zip(token_cols, record, strict=False))
+            values = _values(token_cols, record)
             raw = rows.raw(values)
             if raw != current:  # every group in rows is whole: the costliest may be kept
                 groups, current = groups + 1, raw
@@ -436,6 +471,7 @@ def costliest(row: CostRow) -> tuple[Decimal, int, str]:
 
 
 def _settle(row: CostRow) -> None:
+    row.unpriced_models.sort()  # in the order the database gave, else
     if row.cost is None and row.unpriced_tokens == 0:
         row.cost = Decimal(0)  # no tokens at all (an empty report's total): nothing was spent, which is known
     # Unknown when the cost is (no priced tokens at all), like the cost; else 0 when no limit spent any.
