@@ -19,7 +19,7 @@ application's ids.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -230,16 +230,13 @@ def _columns(dims: Sequence[str], *extra: str) -> list[str]:
 
 
 async def _run_groups(conn: AsyncConnection, names: list[str], where: CostFilter,
-                      among: ColumnElement[bool] | None = None) -> AsyncIterator[Any]:
+                      among: ColumnElement[bool] | None = None) -> list[Any]:
     """Distinct runs per group of ``names`` (of the groups ``among`` picks, if given), then how many of them
-    were interrupted (continued or abandoned from a checkpoint); read in batches, as the tokens are."""
+    were interrupted (continued or abandoned from a checkpoint)."""
     cols = [usage.c[n] for n in names]
     interrupted = func.count(func.distinct(case((usage.c.interruptions > 0, usage.c.run_id))))
     query = _filtered(select(*cols, func.count(func.distinct(usage.c.run_id)), interrupted), where).group_by(*cols)
-    result = await conn.stream(query if among is None else query.where(among))
-    async for batch in result.partitions(STREAM_ROWS):
-        for record in batch:
-            yield record
+    return list((await conn.execute(query if among is None else query.where(among))).all())
 
 
 def as_date(day: Any) -> date:
@@ -459,12 +456,12 @@ async def _sum_runs(conn: AsyncConnection, rows: _Rows, where: CostFilter,
                     among: ColumnElement[bool] | None = None) -> None:
     """Add the runs of ``rows``' groups (``among`` picks them, if given) and of the total."""
     run_cols = _columns(rows.dims, "ended_by_limit", "run_failed")
-    async for record in _run_groups(conn, run_cols, where, among):
+    for record in await _run_groups(conn, run_cols, where, among):
         values = dict(zip(run_cols, record, strict=False))
         _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
                   int(record[-1]))
     # Counted again without grouping: a run that used two models must count once in the total.
-    async for limited, failed, runs, interrupted in _run_groups(conn, ["ended_by_limit", "run_failed"], where):
+    for limited, failed, runs, interrupted in await _run_groups(conn, ["ended_by_limit", "run_failed"], where):
         _add_runs(rows.total, bool(limited), bool(failed), int(runs), int(interrupted))
 
 
