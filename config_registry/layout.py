@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +30,7 @@ from config_registry.manifest import Manifest, validate_name
 from config_registry.participants import kind_of
 from config_registry.types import HistoryEntry, TeamDefinition
 
+DEFINITION_FILES = ("component.json", "manifest.json")
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 repositories
 
 
@@ -62,7 +65,11 @@ def read_json(repo: GitRepo, version: str, relative: str, *, missing_ok: bool = 
     Raises:
         RegistryCorrupt: The file is missing, or is not valid JSON.
     """
-    text = repo.show(version, relative)
+    return _loaded(repo.show(version, relative), version, relative, missing_ok=missing_ok)
+
+
+def _loaded(text: str | None, version: str, relative: str, *, missing_ok: bool = False) -> Any:
+    """``text``, the file ``relative`` at ``version`` (``None``: missing), as JSON; see :func:`read_json`."""
     if text is None:
         if missing_ok:
             return None
@@ -85,8 +92,25 @@ def read_definition(repo: GitRepo, name: str, version: str) -> TeamDefinition:
     Raises:
         RegistryCorrupt: A file is missing, not valid JSON, or not a definition a registration stores.
     """
-    component = read_json(repo, version, f"teams/{name}/component.json")
-    raw_manifest = read_json(repo, version, f"teams/{name}/manifest.json")
+    texts = repo.show_many([(version, f"teams/{name}/{file}") for file in DEFINITION_FILES])
+    row = next((r for r in versions(repo, name) if r["commit"] == version), None)
+    definition = definition_of(name, version, texts, row)
+    return replace(definition, labels=sorted(k for k, v in read_labels(repo, name).items() if v == version))
+
+
+def definition_of(
+    name: str, version: str, texts: Sequence[str | None], row: Mapping[str, str] | None,
+    labels: Mapping[str, str] | None = None,
+) -> TeamDefinition:
+    """The definition in ``texts`` (``component.json``'s and ``manifest.json``'s at ``version``, ``None`` where
+    missing), with its commit's ``row`` from :func:`versions` and the team's ``labels`` as read.
+
+    Raises:
+        RegistryCorrupt: As :func:`read_definition`.
+    """
+    component, raw_manifest = (
+        _loaded(text, version, f"teams/{name}/{file}") for text, file in zip(texts, DEFINITION_FILES, strict=True)
+    )
     try:
         manifest = Manifest.model_validate(raw_manifest)
         kind = kind_of(component)
@@ -96,14 +120,13 @@ def read_definition(repo: GitRepo, name: str, version: str) -> TeamDefinition:
             f"teams/{name}/ at version {version[:12]} is not a valid definition: {exc}",
             hint="revert the hand edit with git, or register the team again",
         ) from exc
-    row = next((r for r in versions(repo, name) if r["commit"] == version), None)
     return TeamDefinition(
         name=name,
         version=version,
         component=component,
         manifest=manifest,
         fingerprints=prints,
-        labels=sorted(k for k, v in read_labels(repo, name).items() if v == version),
+        labels=sorted(k for k, v in (labels or {}).items() if v == version),
         kind=kind,
         author=row["author"] if row else "",
         time=datetime.fromisoformat(row["time"]) if row else None,
@@ -118,7 +141,16 @@ def read_labels(repo: GitRepo, name: str) -> dict[str, str]:
     Raises:
         RegistryCorrupt: The file is not an object of label -> full version sha.
     """
-    labels = read_json(repo, "HEAD", f"labels/{name}.json", missing_ok=True)
+    return labels_of(name, repo.show("HEAD", f"labels/{name}.json"))
+
+
+def labels_of(name: str, text: str | None) -> dict[str, str]:
+    """``labels/<name>.json``'s ``text`` as committed (``None``: there is none) as label -> version.
+
+    Raises:
+        RegistryCorrupt: As :func:`read_labels`.
+    """
+    labels = _loaded(text, "HEAD", f"labels/{name}.json", missing_ok=True)
     if labels is None:
         return {}
     if not isinstance(labels, dict) or not all(
@@ -128,6 +160,28 @@ def read_labels(repo: GitRepo, name: str) -> dict[str, str]:
             f"labels/{name}.json is not an object of label -> full version sha", hint="revert it with git"
         )
     return {str(k): str(v) for k, v in labels.items()}
+
+
+def latest_versions(repo: GitRepo) -> dict[str, dict[str, str]] | None:
+    """Each team's latest version, its row as :func:`versions` gives it, from one walk of the history rather
+    than one a team. ``None`` when the history holds a merge (a registry pulled into, say): which merge is a
+    version is then git's history simplification's to say, so each team's own history is read instead."""
+    if not repo.has_commits() or repo.git("rev-list", "--merges", "-1", "HEAD").strip():
+        return None
+    # -z ends every field and name in NUL; a commit's fields open with \x01, which no path under teams/ does.
+    out = repo.git("log", "-z", "--no-renames", "--name-only", "--format=%x01%H%x00%an <%ae>%x00%aI%x00%s",
+                   "--", "teams/")
+    latest: dict[str, dict[str, str]] = {}
+    fields, at = out.split("\x00"), 0
+    while at + 3 < len(fields):
+        row = dict(zip(("commit", "author", "time", "message"), fields[at:at + 4], strict=True))
+        row["commit"], at = row["commit"].removeprefix("\x01"), at + 4
+        while at < len(fields) and not fields[at].startswith("\x01"):
+            parts = fields[at].lstrip("\n").split("/")
+            if len(parts) > 2 and parts[0] == "teams":
+                latest.setdefault(parts[1], row)
+            at += 1
+    return latest
 
 
 def label_moves(repo: GitRepo, name: str) -> list[HistoryEntry]:

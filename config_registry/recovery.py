@@ -28,9 +28,9 @@ from pydantic import ValidationError
 
 from config_registry.errors import DefinitionInvalid, RegistryCorrupt, validation_message
 from config_registry.gitrepo import GitRepo
+from config_registry.layout import DEFINITION_FILES
 from config_registry.manifest import Manifest
 from config_registry.registration import (
-    DEFINITION_FILES,
     TRACKED,
     check_commit,
     check_definition,

@@ -30,7 +30,6 @@ from config_registry.validate import check_nothing_dropped, validate_definition
 
 TRACKED = ("teams", "labels")
 """The folders registrations and label moves write; nothing else in the repository is theirs."""
-DEFINITION_FILES = ("component.json", "manifest.json")
 
 
 def check_commit(message: str, author: str | None) -> None:
@@ -147,26 +146,40 @@ def _memory_declarations(
     """(team, which version, its memory declaration: enabled ones, and ``switched_off`` ones too) for every team
     but ``name``, its latest and labelled versions. A manifest that does not read is passed over: no team is
     built from it, so it writes no memory."""
-    teams = {path.split("/")[1] for path in repo.files("HEAD", "teams/") if path.endswith("/manifest.json")}
-    for team in sorted(teams - {name}):
-        labels = _read_json(repo, "HEAD", f"labels/{team}.json")
-        versions = [("its latest version", "HEAD")] + [
-            (f"version {version[:12]}, label {label}", version)
-            for label, version in sorted(labels.items() if isinstance(labels, dict) else [])
-            if isinstance(version, str)
-        ]
-        for where, version in versions:
-            try:
-                declared = Manifest.model_validate(_read_json(repo, version, f"teams/{team}/manifest.json"))
-            except ValidationError:
-                continue
-            if declared.memory is not None and (declared.keeps_memory or switched_off):
-                yield team, where, declared.memory
+    teams = sorted({path.split("/")[1] for path in repo.files("HEAD", "teams/") if path.endswith("/manifest.json")}
+                   - {name})
+    # Two reads for every team's files (labels, then manifests), not a git process a file.
+    labels = repo.show_many([("HEAD", f"labels/{team}.json") for team in teams])
+    wanted = [
+        (team, where, version) for team, text in zip(teams, labels, strict=True)
+        for where, version in _latest_and_labelled(_json(text))
+    ]
+    manifests = repo.show_many([(version, f"teams/{team}/manifest.json") for team, _where, version in wanted])
+    for (team, where, _version), text in zip(wanted, manifests, strict=True):
+        try:
+            declared = Manifest.model_validate(_json(text))
+        except ValidationError:
+            continue
+        if declared.memory is not None and (declared.keeps_memory or switched_off):
+            yield team, where, declared.memory
+
+
+def _latest_and_labelled(labels: Any) -> list[tuple[str, str]]:
+    """(which version, its commit) for a team's latest version and those its ``labels`` (as read) point at."""
+    return [("its latest version", "HEAD")] + [
+        (f"version {version[:12]}, label {label}", version)
+        for label, version in sorted(labels.items() if isinstance(labels, dict) else [])
+        if isinstance(version, str)
+    ]
 
 
 def _read_json(repo: GitRepo, version: str, relative: str) -> Any:
+    return _json(repo.show(version, relative))
+
+
+def _json(text: str | None) -> Any:
     try:
-        return json.loads(repo.show(version, relative) or "null")
+        return json.loads(text or "null")
     except ValueError:
         return None
 
