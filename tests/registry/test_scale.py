@@ -56,6 +56,9 @@ def test_list_memory_facts_and_the_shared_memory_check_do_not_start_a_git_proces
     _register(registry, 3, 9)
     assert counts() == few  # 3 teams, then 10: a process a file or a history a team would grow with them
     assert registry.memory_facts("customer") == {"ticket_id"}
+    for row in registry.list():  # as each team's own history and files say
+        latest = registry.resolve(f"{row.name}@{versions(registry.repo, row.name)[0]['commit']}")
+        assert (row.version, row.time, row.labels) == (latest.version, latest.time, {"production": latest.version})
 
 
 def test_a_history_with_a_merge_lists_each_teams_latest_version_as_its_own_history_says(
