@@ -86,16 +86,27 @@ def _loaded(text: str | None, version: str, relative: str, *, missing_ok: bool =
         ) from exc
 
 
-def read_definition(repo: GitRepo, name: str, version: str) -> TeamDefinition:
+def read_definition(
+    repo: GitRepo, name: str, version: str, *, rows: Sequence[Mapping[str, str]] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> TeamDefinition:
     """The definition ``version`` of ``name`` holds, with its labels and commit.
+
+    Args:
+        repo: The registry's repository.
+        name: The team.
+        version: The version's commit.
+        rows: The team's :func:`versions`, when read already; else they are read.
+        labels: The team's :func:`read_labels`, when read already; else they are read.
 
     Raises:
         RegistryCorrupt: A file is missing, not valid JSON, or not a definition a registration stores.
     """
     texts = repo.show_many([(version, f"teams/{name}/{file}") for file in DEFINITION_FILES])
-    row = next((r for r in versions(repo, name) if r["commit"] == version), None)
+    row = next((r for r in (versions(repo, name) if rows is None else rows) if r["commit"] == version), None)
     definition = definition_of(name, version, texts, row)
-    return replace(definition, labels=sorted(k for k, v in read_labels(repo, name).items() if v == version))
+    labels = read_labels(repo, name) if labels is None else labels
+    return replace(definition, labels=sorted(k for k, v in labels.items() if v == version))
 
 
 def definition_of(

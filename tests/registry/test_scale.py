@@ -26,7 +26,7 @@ def _register(registry: Registry, first: int, last: int) -> None:
         registry.add(f"desk-{index}", triage_json(), manifest, "v1", label="production")
 
 
-def _git_processes(monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any]) -> int:
+def _git_commands(monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any]) -> list[list[str]]:
     started: list[list[str]] = []
     run = subprocess.run
 
@@ -37,7 +37,11 @@ def _git_processes(monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any]) -> 
     with monkeypatch.context() as patched:
         patched.setattr(subprocess, "run", counting)
         call()
-    return sum(command[0] == "git" for command in started)
+    return [command for command in started if command[0] == "git"]
+
+
+def _git_processes(monkeypatch: pytest.MonkeyPatch, call: Callable[[], Any]) -> int:
+    return len(_git_commands(monkeypatch, call))
 
 
 def test_list_memory_facts_and_the_shared_memory_check_do_not_start_a_git_process_per_team(
@@ -59,6 +63,12 @@ def test_list_memory_facts_and_the_shared_memory_check_do_not_start_a_git_proces
     for row in registry.list():  # as each team's own history and files say
         latest = registry.resolve(f"{row.name}@{versions(registry.repo, row.name)[0]['commit']}")
         assert (row.version, row.time, row.labels) == (latest.version, latest.time, {"production": latest.version})
+
+
+def test_resolving_a_label_walks_the_teams_history_once(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    _register(registry, 0, 1)
+    commands = _git_commands(monkeypatch, lambda: registry.resolve("desk-0@production"))
+    assert sum("log" in command for command in commands) == 1  # every version of the team, from all history
 
 
 def test_a_history_with_a_merge_lists_each_teams_latest_version_as_its_own_history_says(
