@@ -470,6 +470,11 @@ class GitRepo:
             found.append(_text(body) if header[1] == b"blob" else self.show(*pair))
         return found
 
+    def head(self) -> str:
+        """The commit HEAD is at now (``"HEAD"`` in a repository without commits): reads pinned to it see one
+        state of the registry, whatever a writer commits meanwhile."""
+        return self.git("rev-parse", "--verify", "-q", "HEAD", check=False).strip() or "HEAD"
+
     def has_commits(self) -> bool:
         """False for a repository created but never committed to (it has no history yet)."""
         result = _run(["git", "-C", str(self.path), "rev-parse", "--verify", "-q", "HEAD"])
@@ -480,13 +485,13 @@ class GitRepo:
         result = _run(["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix])
         return [p for p in result.stdout.split("\x00") if p] if result.returncode == 0 else []
 
-    def log(self, *paths: str) -> list[dict[str, str]]:
-        """Commits touching ``paths``, newest first: sha, author, ISO time, subject."""
+    def log(self, *paths: str, at: str = "HEAD") -> list[dict[str, str]]:
+        """Commits touching ``paths`` in the history of ``at``, newest first: sha, author, ISO time, subject."""
         # Fields and commits end in NUL, the one character git keeps out of names and messages (any other
         # separator could sit in a commit message, and that commit would drop out of the history).
         if not self.has_commits():
             return []
-        out = self.git("log", "-z", "--format=%H%x00%an <%ae>%x00%aI%x00%s", "--", *paths)
+        out = self.git("log", "-z", "--format=%H%x00%an <%ae>%x00%aI%x00%s", at, "--", *paths)
         fields = out.split("\x00")
         return [
             dict(zip(("commit", "author", "time", "message"), fields[i:i + 4], strict=True))

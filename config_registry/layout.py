@@ -43,14 +43,15 @@ def team_names(repo: GitRepo) -> list[str]:
     )
 
 
-def versions(repo: GitRepo, name: str) -> list[dict[str, str]]:
-    """Every version of ``name``, newest first (``commit``, ``author``, ``time``, ``message``).
+def versions(repo: GitRepo, name: str, *, at: str = "HEAD") -> list[dict[str, str]]:
+    """Every version of ``name`` as of the commit ``at``, newest first (``commit``, ``author``, ``time``,
+    ``message``).
 
     Raises:
         UnknownTeam: No such team.
     """
     validate_name(name)
-    rows = repo.log(f"teams/{name}/")
+    rows = repo.log(f"teams/{name}/", at=at)
     if not rows:
         raise UnknownTeam(
             f"no team named {name!r} is registered",
@@ -145,14 +146,14 @@ def definition_of(
     )
 
 
-def read_labels(repo: GitRepo, name: str) -> dict[str, str]:
+def read_labels(repo: GitRepo, name: str, *, at: str = "HEAD") -> dict[str, str]:
     """Label -> version of ``name``, as committed (a writer may have the file in the working tree before
-    its commit lands).
+    its commit lands) at the commit ``at``.
 
     Raises:
         RegistryCorrupt: The file is not an object of label -> full version sha.
     """
-    return labels_of(name, repo.show("HEAD", f"labels/{name}.json"))
+    return labels_of(name, repo.show(at, f"labels/{name}.json"))
 
 
 def labels_of(name: str, text: str | None) -> dict[str, str]:

@@ -414,9 +414,12 @@ class Registry:
     def _resolve(
         self, name: str, selector: str | None
     ) -> tuple[str, builtins.list[dict[str, str]], dict[str, str]]:
-        rows = versions(self.repo, name)
+        # Both as of one commit: a registration committing its version and moving a label between the two
+        # reads left a worker with a label pointing at a version it had not seen (RegistryCorrupt).
+        head = self.repo.head()
+        rows = versions(self.repo, name, at=head)
         made = [row["commit"] for row in rows]
-        labels = read_labels(self.repo, name)
+        labels = read_labels(self.repo, name, at=head)
         if selector is None:
             found = self._labelled(name, DEFAULT_LABEL, labels, made) if DEFAULT_LABEL in labels else made[0]
             return found, rows, labels

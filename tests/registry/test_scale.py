@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from config_registry import MemoryDeclaration, Registry
+from config_registry.gitrepo import GitRepo
 from config_registry.layout import read_definition, versions
 from teamstore import examples
 from tests.conftest import git
@@ -69,6 +70,25 @@ def test_resolving_a_label_walks_the_teams_history_once(registry: Registry, monk
     _register(registry, 0, 1)
     commands = _git_commands(monkeypatch, lambda: registry.resolve("desk-0@production"))
     assert sum("log" in command for command in commands) == 1  # every version of the team, from all history
+
+
+def test_a_label_moved_while_a_worker_resolves_it_is_read_before_or_after_the_move_never_as_corrupt(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _register(registry, 0, 1)
+    before = registry.resolve("desk-0@production").version
+    log = GitRepo.log
+
+    def registered_meanwhile(repo: GitRepo, *paths: str, **kwargs: Any) -> list[dict[str, str]]:
+        rows = log(repo, *paths, **kwargs)  # the worker has read the team's versions; now a registration lands
+        monkeypatch.setattr(GitRepo, "log", log)
+        manifest = registry.resolve("desk-0").manifest.model_copy(update={"description": "v2"})
+        Registry(registry.path).add("desk-0", triage_json(), manifest, "v2", label="production")
+        return rows
+
+    monkeypatch.setattr(GitRepo, "log", registered_meanwhile)
+    assert registry.resolve("desk-0@production").version == before
+    assert registry.resolve("desk-0@production").version != before  # the next lookup sees the move
 
 
 def test_a_history_with_a_merge_lists_each_teams_latest_version_as_its_own_history_says(
