@@ -485,13 +485,15 @@ class GitRepo:
         result = _run(["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix])
         return [p for p in result.stdout.split("\x00") if p] if result.returncode == 0 else []
 
-    def log(self, *paths: str, at: str = "HEAD") -> list[dict[str, str]]:
-        """Commits touching ``paths`` in the history of ``at``, newest first: sha, author, ISO time, subject."""
+    def log(self, *paths: str, at: str = "HEAD", limit: int | None = None) -> list[dict[str, str]]:
+        """Commits touching ``paths`` in the history of ``at`` (the ``limit`` newest), newest first: sha,
+        author, ISO time, subject."""
         # Fields and commits end in NUL, the one character git keeps out of names and messages (any other
         # separator could sit in a commit message, and that commit would drop out of the history).
         if not self.has_commits():
             return []
-        out = self.git("log", "-z", "--format=%H%x00%an <%ae>%x00%aI%x00%s", at, "--", *paths)
+        count = [f"-{limit}"] if limit is not None else []
+        out = self.git("log", *count, "-z", "--format=%H%x00%an <%ae>%x00%aI%x00%s", at, "--", *paths)
         fields = out.split("\x00")
         return [
             dict(zip(("commit", "author", "time", "message"), fields[i:i + 4], strict=True))

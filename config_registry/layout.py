@@ -87,27 +87,19 @@ def _loaded(text: str | None, version: str, relative: str, *, missing_ok: bool =
         ) from exc
 
 
-def read_definition(
-    repo: GitRepo, name: str, version: str, *, rows: Sequence[Mapping[str, str]] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> TeamDefinition:
+def read_definition(repo: GitRepo, name: str, version: str) -> TeamDefinition:
     """The definition ``version`` of ``name`` holds, with its labels and commit.
-
-    Args:
-        repo: The registry's repository.
-        name: The team.
-        version: The version's commit.
-        rows: The team's :func:`versions`, when read already; else they are read.
-        labels: The team's :func:`read_labels`, when read already; else they are read.
 
     Raises:
         RegistryCorrupt: A file is missing, not valid JSON, or not a definition a registration stores.
     """
     texts = repo.show_many([(version, f"teams/{name}/{file}") for file in DEFINITION_FILES])
-    row = next((r for r in (versions(repo, name) if rows is None else rows) if r["commit"] == version), None)
-    definition = definition_of(name, version, texts, row)
-    labels = read_labels(repo, name) if labels is None else labels
-    return replace(definition, labels=sorted(k for k, v in labels.items() if v == version))
+    # The version's own commit, if it is one of the team's: the last to touch the team as of it. Not every
+    # version's (one walk of the whole history each time a worker resolves a team).
+    definition = definition_of(name, version, texts, None)  # a file missing or out of shape is said first
+    row = next((r for r in repo.log(f"teams/{name}/", at=version, limit=1) if r["commit"] == version), None)
+    labels = sorted(k for k, v in read_labels(repo, name).items() if v == version)
+    return replace(definition, labels=labels, **_commit(row))
 
 
 def definition_of(
@@ -140,10 +132,14 @@ def definition_of(
         fingerprints=prints,
         labels=sorted(k for k, v in (labels or {}).items() if v == version),
         kind=kind,
-        author=row["author"] if row else "",
-        time=datetime.fromisoformat(row["time"]) if row else None,
-        message=row["message"] if row else "",
+        **_commit(row),
     )
+
+
+def _commit(row: Mapping[str, str] | None) -> dict[str, Any]:
+    """A :class:`TeamDefinition`'s author, time and message from its commit's row (blank without one)."""
+    return {"author": row["author"] if row else "", "time": datetime.fromisoformat(row["time"]) if row else None,
+            "message": row["message"] if row else ""}
 
 
 def read_labels(repo: GitRepo, name: str, *, at: str = "HEAD") -> dict[str, str]:

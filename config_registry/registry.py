@@ -302,9 +302,8 @@ class Registry:
             RegistryCorrupt: A stored file is missing or not valid JSON.
             DefinitionInvalid: ``ref`` is not a string.
         """
-        version, rows, labels = self._resolved(ref)  # checks ref first
-        # The history and labels the version was found in: reading them again would walk the history twice.
-        return read_definition(self.repo, ref.partition("@")[0], version, rows=rows, labels=labels)
+        version = self.version_of(ref)  # checks ref first
+        return self._read(ref.partition("@")[0], version)
 
     def memory_facts(self, scope: str) -> frozenset[str]:
         """The memory facts teams declare under ``scope`` in their latest and labelled versions, memory switched
@@ -326,10 +325,6 @@ class Registry:
         Raises:
             UnknownTeam, UnknownVersion, DefinitionInvalid: As :meth:`resolve`.
         """
-        return self._resolved(ref)[0]
-
-    def _resolved(self, ref: str) -> tuple[str, builtins.list[dict[str, str]], dict[str, str]]:
-        """The version ``ref`` resolves to, with the team's versions and labels it was found among."""
         if not isinstance(ref, str):
             raise DefinitionInvalid(f"a team reference is a string (NAME, NAME@LABEL or NAME@VERSION), "
                                     f"not {type(ref).__name__}", field="team",
@@ -342,7 +337,7 @@ class Registry:
                 f"{ref!r} names no version or label after '@'",
                 hint=f"use {name!r} (label production, else the latest version), {name}@<label> or {name}@<version>",
             )
-        return self._resolve(name, selector or None)
+        return self._resolve_version(name, selector or None)
 
     def history(self, name: str) -> builtins.list[HistoryEntry]:
         """Every version of ``name`` and every label move, newest first.
@@ -409,25 +404,18 @@ class Registry:
         return versions(self.repo, name)[0]["commit"]
 
     def _resolve_version(self, name: str, selector: str | None) -> str:
-        return self._resolve(name, selector)[0]
-
-    def _resolve(
-        self, name: str, selector: str | None
-    ) -> tuple[str, builtins.list[dict[str, str]], dict[str, str]]:
         # Both as of one commit: a registration committing its version and moving a label between the two
         # reads left a worker with a label pointing at a version it had not seen (RegistryCorrupt).
         head = self.repo.head()
-        rows = versions(self.repo, name, at=head)
-        made = [row["commit"] for row in rows]
+        made = [row["commit"] for row in versions(self.repo, name, at=head)]
         labels = read_labels(self.repo, name, at=head)
         if selector is None:
-            found = self._labelled(name, DEFAULT_LABEL, labels, made) if DEFAULT_LABEL in labels else made[0]
-            return found, rows, labels
+            return self._labelled(name, DEFAULT_LABEL, labels, made) if DEFAULT_LABEL in labels else made[0]
         if selector in labels:
-            return self._labelled(name, selector, labels, made), rows, labels
+            return self._labelled(name, selector, labels, made)
         matches = [v for v in made if len(selector) >= 7 and v.startswith(selector.lower())]
         if len(matches) == 1:
-            return matches[0], rows, labels
+            return matches[0]
         raise UnknownVersion(
             f"{shown(selector)} is not a label or a unique version (7+ hex digits) of team {name!r}"
             + (" (ambiguous prefix)" if matches else ""),
