@@ -428,9 +428,7 @@ async def test_once_every_retention_has_passed_a_user_is_forgotten_whole(
     # sweep past every retention. What survives it outlives any retention by design (docs/operations.md,
     # Retention): a store added without a sweep, or a sweep that misses a table, shows up here. Nothing left of
     # the user, the sweep forgets their ids and destroys their data key too.
-    registry = Registry(registry_path, create=True)
-    registry.add("support_triage", examples.support_triage().dump_component(),
-                 examples.example_manifest("support_triage"), "v1", label="production")
+    registry = support_registry(registry_path)
     store = transcript_backend.store
     platform = audited_platform(engine, registry, store)
     user = await seed_user(platform, store, "quiet-user", "CANARY-retained")
@@ -487,9 +485,7 @@ async def test_a_user_returning_while_the_sweep_forgets_them_waits_and_starts_af
 ) -> None:
     # The sweep's hold refused the returning user's opening as if an erasure were open ("an erasure request is
     # open for this user"); the opening now waits for the sweep to end, then makes the user anew.
-    registry = Registry(registry_path, create=True)
-    registry.add("support_triage", examples.support_triage().dump_component(),
-                 examples.example_manifest("support_triage"), "v1", label="production")
+    registry = support_registry(registry_path)
     store = LocalTranscriptStore(tmp_path / "t")
     before = (await ensure_subject(engine, "quiet-user")).key
     keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0.5))
@@ -509,6 +505,14 @@ async def test_a_user_returning_while_the_sweep_forgets_them_waits_and_starts_af
     assert after != before and await _holds(engine) == []
     async with engine.connect() as conn:
         assert (await conn.execute(select(sessions.c.session_id).where(sessions.c.user_id == "quiet-user"))).all()
+
+
+def support_registry(path: Path) -> Registry:
+    """A registry holding the example support team, labelled production."""
+    registry = Registry(path, create=True)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    return registry
 
 
 async def _holds(engine: AsyncEngine) -> list[Any]:
