@@ -35,7 +35,7 @@ CONFIG_REGISTRY = ROOT / "config_registry"
 
 LAYERS: list[set[str]] = [
     {"errors", "limits"},
-    {"ids", "settings", "terminal", "logs"},
+    {"ids", "settings", "terminal", "logs", "aws"},
     {"db", "events", "context", "offline", "people"},
     {"keys"},
     {"state", "migrations", "examples"},
