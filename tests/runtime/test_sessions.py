@@ -768,10 +768,11 @@ async def test_a_platform_refused_at_start_closes_what_it_opened(
 
 
 async def test_a_live_session_keeps_its_lease_past_the_ttl(platform: Platform) -> None:
-    platform.settings = platform.settings.model_copy(update={"lease_ttl_seconds": 0.6})
+    # A renewal every third of the TTL: 0.5 s of slack for a loop a loaded machine stalls (0.6 s left 0.2 s).
+    platform.settings = platform.settings.model_copy(update={"lease_ttl_seconds": 1.5})
     async with platform.session("alice", "s1", team="support_triage") as s:
         await s.run("My router ZX-81 drops every evening")
-        await asyncio.sleep(1.8)  # three TTLs: a slow run, or a slow caller
+        await asyncio.sleep(4.5)  # three TTLs: a slow run, or a slow caller
         with pytest.raises(SessionBusy):  # still ours: another request for it waits, then gives up
             async with platform.session("alice", "s1", team="support_triage", lease_timeout=0.2):
                 pass
