@@ -199,6 +199,45 @@ def test_db_current_names_the_migrations_an_upgrade_would_apply(
     assert json.loads(runner.invoke(app, ["db", "current", "--json"]).stdout)["pending"] == []
 
 
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_db_current_check_fails_a_deploy_check_on_a_schema_behind_or_ahead_of_the_code(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # A deploy script could not tell: `db current` exited 0 with migrations pending, and with a database a newer
+    # release had migrated. Without --check it stays a report (status 0).
+    from sqlalchemy import text
+
+    from teamstore.db.migrate import revision_before, upgrade
+
+    url = f"sqlite:///{tmp_path / 'deploy.db'}" if database == "sqlite" else request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
+
+    async def migrate_to(target: str, stamp: str | None = None) -> None:
+        engine = create_engine(url)
+        await upgrade(engine, target)
+        if stamp is not None:  # what a newer teamstore's upgrade leaves
+            async with engine.begin() as conn:
+                await conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": stamp})
+        await engine.dispose()
+
+    def check(*flags: str) -> Any:
+        return runner.invoke(app, ["db", "current", "--check", *flags], env={"COLUMNS": "300"})
+
+    asyncio.run(migrate_to(revision_before(head_revision()) or ""))
+    behind = check()
+    assert behind.exit_code == 2 and "then run `teamstore db upgrade`" in behind.stdout, behind.output
+    assert json.loads(check("--json").stdout)["state"] == "behind" and check("--json").exit_code == 2
+    assert runner.invoke(app, ["db", "current"]).exit_code == 0
+    asyncio.run(migrate_to("head"))
+    current = check("--json")
+    assert current.exit_code == 0 and json.loads(current.stdout)["state"] == "up_to_date", current.output
+    asyncio.run(migrate_to("head", stamp="9999"))
+    ahead = check()
+    assert ahead.exit_code == 3 and "at 9999, newer than this code" in ahead.stdout, ahead.output
+    shown = json.loads(check("--json").stdout)
+    assert (shown["state"], shown["current"], shown["pending"]) == ("ahead", "9999", [])
+
+
 def test_a_narrow_terminal_lists_each_session_with_its_ids_whole_on_one_line(registry: Registry) -> None:
     # 80 columns is also what rich assumes when the output goes to a file or a pipe. The ids were folded over
     # lines there ("support_escalati" over "on"), and could not be copied into the next command.

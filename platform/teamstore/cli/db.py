@@ -1,6 +1,7 @@
 """``teamstore db``: the state database's schema and its session lease mode.
 
     teamstore db current                 # the revision, and the migrations an upgrade would apply
+    teamstore db current --check         # the same, exit status 2 when the schema is behind the code, 3 ahead
     teamstore db upgrade
     teamstore db lease-mode row          # Postgres: switch session leases (while no session is open)
 """
@@ -59,28 +60,45 @@ def _render_upgrade(d: dict[str, Any]) -> None:
         console.print(plain(f"{d['database']}: at {d['to']} already, no migration applied; prices {d['prices']}"))
 
 
+BEHIND = 2
+"""``db current --check``'s exit status for a database this code's migrations have not reached (or an empty one)."""
+AHEAD = 3
+"""``db current --check``'s exit status for a database a newer teamstore migrated past this code."""
+
+
 @db_app.command("current")
-def db_current(as_json: bool = JsonOption) -> None:
-    """Show the database's migration revision and the one this code needs."""
+def db_current(
+    check: bool = typer.Option(
+        False, "--check",
+        help=f"Exit with status {BEHIND} when the database is behind this code (run `teamstore db upgrade`) and "
+        f"{AHEAD} when a newer teamstore migrated it, for a deploy check; 0 only when it is at this code's head."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Show the database's migration revision and the one this code needs (it migrates nothing).
+
+    With --check the exit status says whether this code may run on it (docs/operations.md, Upgrading).
+    """
 
     from teamstore.db.engine import redact_url
     from teamstore.db.migrate import current_revision, head_revision, pending, ships
 
     async def go(app: App) -> dict[str, Any]:
-        current = await current_revision(app.engine)
-        return {"database": redact_url(app.settings.resolved_database_url), "current": current,
-                "head": head_revision(), "pending": pending(current) if current is None or ships(current) else []}
+        current, head = await current_revision(app.engine), head_revision()
+        ahead = current is not None and not ships(current)
+        return {"database": redact_url(app.settings.resolved_database_url), "current": current, "head": head,
+                "pending": [] if ahead else pending(current),
+                "state": "up_to_date" if current == head else "ahead" if ahead else "behind"}
 
     data = with_app(go, must_exist=True, migrate=False)  # it reports the revision, whatever it is
     emit(data, as_json=as_json, render=_render_current)
+    if check and data["state"] != "up_to_date":
+        raise typer.Exit(AHEAD if data["state"] == "ahead" else BEHIND)
 
 
 def _render_current(d: dict[str, Any]) -> None:
-    from teamstore.db.migrate import ships
-
-    if d["current"] == d["head"]:
+    if d["state"] == "up_to_date":
         console.print(plain(f"{d['database']}: at {d['head']}, up to date"))
-    elif d["current"] is not None and not ships(d["current"]):
+    elif d["state"] == "ahead":
         console.print(plain(f"{d['database']}: at {d['current']}, newer than this code ({d['head']}): run the "
                             "teamstore version that migrated it"))
     elif d["current"] is None:  # an empty database has no revision (JSON null)
