@@ -15,6 +15,7 @@ import zipfile
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -354,6 +355,31 @@ async def test_a_failed_exports_record_says_where_and_the_error_type_never_a_pat
     async with engine.connect() as conn:
         (row,) = (await conn.execute(select(export_requests.c.status, export_requests.c.detail))).all()
     assert (row.status, row.detail) == ("failed", "the archive: ExportTargetExists")
+
+
+async def test_a_full_disk_under_the_exports_working_file_fails_the_export_leaves_nothing_and_records_why(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transcript index waits in an unnamed file beside the archive. On a full disk (``/dev/full``: every
+    write ENOSPC) its lines sit in the file's buffer, reading them back fails, and so does closing the file,
+    which writes the buffer out once more: the export must still fail with what stopped it and say so in its
+    record, not end in a raw OSError with the record left ``running`` as if it were still under way."""
+    store = LocalTranscriptStore(tmp_path / "t")
+    await seed_user(audited_platform(engine, registry, store), store, "gus", "CANARY-gus", 1, 1)
+    # The spool closes what it opens, as it closes its own file.
+    full = SimpleNamespace(TemporaryFile=lambda **_: open("/dev/full", "w+b"))  # noqa: SIM115
+    monkeypatch.setattr("teamstore.export.archive.tempfile", full)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    with pytest.raises(ExportFailed, match="No space left on device") as caught:
+        await exporter(engine, store).run("gus", out / "gus.zip", operator="o")
+
+    assert caught.value.hint and "space" in caught.value.hint and list(out.iterdir()) == []
+    async with engine.connect() as conn:
+        (row,) = (await conn.execute(select(export_requests.c.status, export_requests.c.detail)
+                                     .where(export_requests.c.status != "running"))).all()  # seed_user's is
+    assert (row.status, row.detail) == ("failed", "transcripts: ExportFailed")
 
 
 async def test_a_versioned_buckets_copies_are_written_as_each_listing_page_comes_not_once_every_page_is_listed(

@@ -155,12 +155,22 @@ class _Recorded:
             return ExportFailed(f"could not keep the export's working file in {folder}: {exc.strerror or exc}",
                                 hint="check the space and permissions where the archive goes, then export again")
 
-        with contextlib.ExitStack() as stack:
-            try:  # mode 0600, and unlinked (or O_TMPFILE) from the start
-                handle = stack.enter_context(tempfile.TemporaryFile(dir=folder))
-            except OSError as exc:
-                raise failed(exc) from exc
+        # Mode 0600, and unlinked (or O_TMPFILE) from the start. Closed below rather than by a with block, whose
+        # close would replace the error that ended the block with the close's own on a full disk.
+        try:
+            handle = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115
+        except OSError as exc:
+            raise failed(exc) from exc
+        try:
             yield LineSpool(handle, failed)
+        except BaseException:  # the export fails with what stopped it; the file goes either way
+            with contextlib.suppress(OSError, ValueError):
+                handle.close()
+            raise
+        try:
+            handle.close()
+        except OSError as exc:
+            raise failed(exc) from exc
 
     @contextmanager
     def _writing(self, name: str, size: int | None) -> Iterator[FileWriter]:
