@@ -382,6 +382,33 @@ async def test_a_full_disk_under_the_exports_working_file_fails_the_export_leave
     assert (row.status, row.detail) == ("failed", "transcripts: ExportFailed")
 
 
+async def test_an_export_a_fault_stops_that_no_store_typed_records_it_failed_and_where_not_running(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever stops an export (here an OSError no store turned into a typed error, as a bug or an unforeseen
+    fault would), its record says it failed and in which store, never ``running`` as if it still were."""
+    store = LocalTranscriptStore(tmp_path / "t")
+    await seed_user(audited_platform(engine, registry, store), store, "hal", "CANARY-hal", 1, 1)
+    done = exporter(engine, store)
+    memory = next(e for e in done.exporters if e.name == "memory")
+
+    async def broken(*_: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(memory, "export", broken)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    with pytest.raises(OSError, match="Input/output error"):
+        await done.run("hal", out / "hal.zip", operator="o")
+
+    assert list(out.iterdir()) == []
+    async with engine.connect() as conn:
+        (row,) = (await conn.execute(select(export_requests.c.status, export_requests.c.detail)
+                                     .where(export_requests.c.status != "running"))).all()  # seed_user's is
+    assert (row.status, row.detail) == ("failed", "memory: OSError")
+
+
 async def test_a_versioned_buckets_copies_are_written_as_each_listing_page_comes_not_once_every_page_is_listed(
     engine: AsyncEngine, s3_store: S3TranscriptStore, tmp_path: Path
 ) -> None:

@@ -203,6 +203,9 @@ class ExportCoordinator:
                 f"the export could not read {store} ({type(exc).__name__}: {exc.message}); no archive was written",
                 hint=exc.hint or "fix the store, then export again",
             ) from exc
+        except Exception as exc:  # a fault no store turned into a typed error: recorded all the same, raised as it is
+            await self._record_failure(ctx.export_id, f"{store}: {type(exc).__name__}")
+            raise
         return manifest
 
     @staticmethod
