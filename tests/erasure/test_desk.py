@@ -248,6 +248,28 @@ async def test_the_listing_filters_by_status_and_overdue_and_finds_an_open_reque
     assert await list_requests(engine, user_id="ivy") == []  # finished: the id is forgotten
 
 
+async def test_the_overdue_queue_lists_the_longest_overdue_first_so_a_limit_leaves_out_the_latest_due(
+    engine: AsyncEngine,
+) -> None:
+    """Newest first, a capped overdue list would leave out the requests that have waited longest: the ones the
+    desk must answer first. An extension counts: the due date in force orders the queue."""
+    rows = {}
+    for request_id, user_id in (("req-1", "ada"), ("req-2", "bo"), ("req-3", "cy")):
+        rows[request_id] = await requests.open_request(engine, request_id, user_id, None, 30)
+    await extend_request(engine, "req-1", "1m", "complex", operator="ana")
+    base = rows["req-1"].due_at
+    async with engine.begin() as conn:  # req-2 fell due first, then req-3, then req-1 (extended past the others)
+        for request_id, due in (("req-2", base - DAY * 5), ("req-3", base - DAY * 3)):
+            await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id)
+                               .values(due_at=due))
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == "req-1")
+                           .values(due_at=base - DAY * 9, extended_due_at=base - DAY))
+    later = base + DAY
+
+    assert [r.request_id for r in await list_requests(engine, overdue=True, now=later)] == ["req-2", "req-3", "req-1"]
+    assert [r.request_id for r in await list_requests(engine, overdue=True, now=later, limit=1)] == ["req-2"]
+
+
 async def test_a_rerun_records_who_asked_when_the_first_attempt_did_not(engine: AsyncEngine) -> None:
     await requests.open_request(engine, "req-late-asker", "lu", None, 30)
     row = await requests.open_request(engine, "req-late-asker", "lu", None, 30, requested_by="ticket 9")

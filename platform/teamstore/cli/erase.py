@@ -392,10 +392,10 @@ StatusOption = typer.Option([], "--status", help="Only requests in this status (
 def list_(
     status_: list[str] = StatusOption,
     overdue: bool = typer.Option(False, "--overdue", help="Only open or failed requests past their due date "
-                                 "(the extended one, if extended)."),
+                                 "(the extended one, if extended), the longest overdue first."),
     user: str | None = typer.Option(None, "--user", help="Only the open or failed request of this exact user id "
                                     "(never printed; finished requests have forgotten it)."),
-    limit: int = typer.Option(100, "--limit", min=1, max=10_000, help="At most this many, newest first."),
+    limit: int = typer.Option(100, "--limit", min=1, max=10_000, help="At most this many: the newest (with --overdue, the longest overdue)."),
     as_json: bool = JsonOption,
 ) -> None:
     """List erasure requests: received, due (and extended due), status, who asked and who ran them."""
@@ -404,13 +404,13 @@ def list_(
     statuses = [_status(value) for value in status_]
     if user is not None:
         check_erasable_id(user)
-    # One more than shown, to know whether the limit cut the list: newest first, what it cuts are the oldest
-    # requests, the most overdue of the desk's queue.
+    # One more than shown, to know whether the limit cut the list (newest first, it cuts the oldest requests;
+    # with --overdue, longest overdue first, the ones that fell due last).
     found = with_app(lambda app: list_requests(app.engine, statuses=statuses, overdue=overdue, user_id=user,
                                                limit=limit + 1), must_exist=True)
     more, found = len(found) > limit, found[:limit]
     emit({"requests": [r.model_dump(mode="json") for r in found], "more": more}, as_json=as_json,
-         render=lambda _: _render_list(found, more))
+         render=lambda _: _render_list(found, more, overdue))
 
 
 def _status(value: str) -> RequestStatus:
@@ -423,7 +423,7 @@ def _status(value: str) -> RequestStatus:
     return RequestStatus(value)
 
 
-def _render_list(found: list[RequestSummary], more: bool) -> None:
+def _render_list(found: list[RequestSummary], more: bool, overdue: bool) -> None:
     rows = [[r.request_id, str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
              f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
              r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(dict.fromkeys(r.operators)) or "-")]
@@ -434,7 +434,9 @@ def _render_list(found: list[RequestSummary], more: bool) -> None:
     # A request id and a status keep their width: a request id folded over lines could not be copied.
     print_table(("request", "status", "received", "due", "extended to", "subject", "requested by", "run by"),
                 [[plain(r[0]), *r[1:]] for r in rows], fixed=(0, 1, 2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
-    if more:
+    if more and overdue:
+        console.print(f"[yellow]more requests match[/]: only the {len(found)} longest overdue are shown; raise --limit")
+    elif more:
         console.print(f"[yellow]more requests match[/]: only the newest {len(found)} are shown, and the oldest (the "
                       "longest waiting) are left out; raise --limit")
 

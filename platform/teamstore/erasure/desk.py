@@ -83,7 +83,8 @@ async def list_requests(
     engine: AsyncEngine, *, statuses: Collection[RequestStatus] = (), overdue: bool = False,
     user_id: str | None = None, limit: int = 100, now: datetime | None = None,
 ) -> list[RequestSummary]:
-    """Requests, newest first.
+    """Requests, newest first; with ``overdue``, the longest overdue first (the desk's queue, in the order to
+    work it: what ``limit`` leaves out is what falls due last).
 
     Args:
         engine: The state database.
@@ -99,7 +100,8 @@ async def list_requests(
     """
     now = now or await database_now(engine)
     r = erasure_requests.c
-    query = select(erasure_requests).order_by(r.received_at.desc(), r.request_id).limit(limit)
+    order = (effective_due(), r.received_at, r.request_id) if overdue else (r.received_at.desc(), r.request_id)
+    query = select(erasure_requests).order_by(*order).limit(limit)
     if statuses:
         query = query.where(r.status.in_([str(s) for s in statuses]))
     if overdue:
