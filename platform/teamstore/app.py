@@ -111,7 +111,8 @@ class App:
             from teamstore.state.factory import store_for
 
             self._state_store = store_for(
-                self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease, keys=self.keys
+                self.engine, pool_size=self.settings.db_pool_size, lease=self.settings.session_lease, keys=self.keys,
+                check_seconds=self.settings.db_check_seconds,
             )
         return self._state_store
 

@@ -104,6 +104,12 @@ class Settings(TypedSettings):
         "it saves (the fastest); 'row' leases it in its row (a commit per load, no connection held during "
         "the run). Must match the database ('teamstore db lease-mode'). SQLite always leases in the row.",
     )
+    db_check_seconds: float = Field(
+        default=30.0, ge=0, le=3600,
+        description="How often a running worker reads the database's migration and lease mode again, at a session's "
+        "opening: from the first opening after a newer release's `teamstore db upgrade` (or a restore from an older "
+        "backup, or `teamstore db lease-mode`) it refuses new sessions. 0 reads them at every opening.",
+    )
     registry_refresh_seconds: float = Field(
         default=5.0, ge=0, le=86_400, description="How long a worker trusts its cached NAME or NAME@LABEL resolution."
     )

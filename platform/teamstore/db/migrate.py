@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
+from sqlalchemy import String, column, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+
+VERSION_TABLE = table("alembic_version", column("version_num", String))
+"""Where Alembic records the database's migration: for a statement that reads it beside something else
+(:func:`require_revision`)."""
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -94,12 +99,12 @@ async def _run(engine: AsyncEngine, fn: Any, *args: Any) -> Any:
         raise StoreUnavailable(describe_failure(exc), hint=failure_hint(exc)) from exc
 
 
-def _newer(current: str) -> SchemaNotReady:
+def _newer(current: str, hint: str = "run the teamstore version that migrated this database, or a newer one; "
+           "this one would misread its tables") -> SchemaNotReady:
     return SchemaNotReady(
         f"the database is at migration {current}, which this code does not ship (its newest is "
         f"{head_revision()}): a newer teamstore migrated it",
-        hint="run the teamstore version that migrated this database, or a newer one; this one would "
-        "misread its tables",
+        hint=hint,
     )
 
 
@@ -202,6 +207,31 @@ async def require_current(engine: AsyncEngine) -> None:
             + f"; this code needs migration {head_revision()}",
             hint="run `teamstore db upgrade` (production databases are never migrated implicitly)",
         )
+
+
+def require_revision(revisions: Sequence[str]) -> None:
+    """For a process already running: raise :class:`SchemaNotReady` unless ``revisions`` (what the caller read
+    from :data:`VERSION_TABLE`) are this code's head. A newer release's ``teamstore db upgrade`` (or a restore
+    from a backup older than this version) has changed the tables under the process, which would misread them.
+
+    Answered without importing Alembic while the database is at head.
+
+    Raises:
+        SchemaNotReady: The database is at another migration, or records none.
+    """
+    head = shipped_head() or head_revision()
+    if list(revisions) == [head]:
+        return
+    current = max(revisions, default=None)
+    if current is not None and not ships(current):
+        raise _newer(current, hint="stop this process and run the version that migrated the database (or a newer "
+                     "one); until then it takes no new session, as it would misread the tables")
+    raise SchemaNotReady(
+        (f"the database is at migration {current}" if current else "the database records no migration")
+        + f"; this code needs migration {head} (restored from a backup older than this version?)",
+        hint=f"run `teamstore db upgrade`, or run the version the database is at; until it is at {head} again this "
+        "process takes no new session",
+    )
 
 
 async def ensure_current(engine: AsyncEngine, *, migrate: bool, create: bool = True) -> None:

@@ -226,6 +226,7 @@ class Platform:
         keys = KeyService.from_settings(engine, settings) if store is None or memory is None else None
         self.store: StateStore = store if store is not None else store_for(
             engine, pool_size=settings.db_pool_size, lease=settings.session_lease, keys=keys,
+            check_seconds=settings.db_check_seconds,
         )
         self.observers: list[RunObserver] = list(observers)
         memory = memory if memory is not None else MemoryStore(engine, keys=keys)
@@ -340,7 +341,9 @@ class Platform:
         of this process or another worker, kept it past the wait), ``ErasureInProgress``, ``TooManySessions``
         (a new session for a user who keeps ``max_sessions_per_user`` live ones; a resume is never refused),
         ``RunCannotContinue`` (with
-        ``continuing``), ``PlatformClosed`` (:meth:`aclose` has begun) and ``StoreUnavailable``.
+        ``continuing``), ``PlatformClosed`` (:meth:`aclose` has begun), ``SchemaNotReady`` (the database was
+        migrated past this code, or back, since the platform checked it last: ``TEAMSTORE_DB_CHECK_SECONDS``)
+        and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
         return Session(self._session_deps(), user_id, session_id, team, timeout, continuing)

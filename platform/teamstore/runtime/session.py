@@ -204,6 +204,9 @@ class Session(SessionRuns):
         its lease once it holds one, while the user is erased, makes nothing of the user when it wakes; its runs
         never make any of it, and write nothing once it is gone."""
         self._deps.sessions.check(opening=True)
+        # A database a newer release migrated (or restored from an older backup) since the last check refuses
+        # here, before the audit makes anything of the user; between two checks this is a clock reading.
+        await self._deps.store.check_lease_mode()
         await notify_opening(self._deps.observers, self.key.user_id, self.key.session_id, self._owner)
 
     async def _acquire(self, claim: Claim) -> StoredSession:

@@ -472,6 +472,6 @@ class AdminMethods:
         return await self.admin.sweep_expired(batch_size=batch_size, ending=ending)
 
     async def check_lease_mode(self) -> None:
-        """Refuse to lease sessions on a database that records the other kind of lease (see
+        """Refuse to lease sessions on a database that records the other kind of lease or another migration (see
         :class:`teamstore.state.lease_mode.LeaseModeCheck`)."""
         await self.admin.check()

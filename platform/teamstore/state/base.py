@@ -247,10 +247,12 @@ class StateStore(Protocol):
         ...
 
     async def check_lease_mode(self) -> None:
-        """Refuse to lease sessions on a database that records the other kind of lease (asked at most
-        every few seconds; :mod:`teamstore.state.lease_mode`).
+        """Refuse to lease sessions on a database that records the other kind of lease, or that is at another
+        migration than this code's newest (read again at most every ``TEAMSTORE_DB_CHECK_SECONDS``;
+        :class:`teamstore.state.lease_mode.LeaseModeCheck`).
 
         Raises:
+            SchemaNotReady: A newer release migrated the database, or it was restored from an older backup.
             ConfigurationError: The database records the other kind of lease.
             StoreUnavailable: The database failed.
         """

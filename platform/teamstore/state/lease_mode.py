@@ -7,7 +7,8 @@
 
 The two kinds of lease do not see each other, so the database records which one it serves
 (``ts_store_settings``, migration 0005): every store checks it (:class:`LeaseModeCheck`) and refuses to
-lease sessions on a database that serves the other kind.
+lease sessions on a database that serves the other kind. The same statement reads the database's migration,
+so a process left running while a newer release migrates the database refuses too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import now_utc, shared_now
+from teamstore.db.engine import refused_statement
+from teamstore.db.migrate import VERSION_TABLE, require_current, require_revision
 from teamstore.errors import ConfigurationError, SessionBusy
 from teamstore.state.failures import unavailable
 from teamstore.state.schema import sessions, store_settings
@@ -28,6 +31,9 @@ from teamstore.state.statements import never_saved
 
 LEASE_MODES = ("lock", "row")
 _LEASE_SETTING = "session_lease"
+CHECK_SECONDS = 30.0
+"""How often a running process reads the database's lease mode and migration again, by default
+(``TEAMSTORE_DB_CHECK_SECONDS``)."""
 
 
 def known(mode: str) -> str:
@@ -51,6 +57,10 @@ async def recorded_mode(conn: Any) -> str:
     value = (await conn.execute(
         select(store_settings.c.value).where(store_settings.c.name == _LEASE_SETTING)
     )).scalar_one_or_none()
+    return _known_mode(value)
+
+
+def _known_mode(value: Any) -> str:
     if value is None:
         raise ConfigurationError("the database records no session lease mode", hint="run 'teamstore db upgrade'")
     return str(value)
@@ -71,33 +81,39 @@ async def lease_mode(engine: AsyncEngine) -> str:
 
 
 class LeaseModeCheck:
-    """A store's check that the database serves its kind of lease, asked at most once every
-    ``recheck_seconds``: a worker left running across ``teamstore db lease-mode`` starts refusing within
-    that time.
+    """A store's check that the database serves its kind of lease and is at this code's migration, asked at
+    most once every ``recheck_seconds``: a worker left running across ``teamstore db lease-mode``, or across a
+    newer release's ``teamstore db upgrade`` (or a restore from an older backup), starts refusing within that
+    time. Both are read in one statement; between two reads a check costs a clock reading. A check that
+    refused is not remembered: each one after it reads again, so the worker takes sessions again once the
+    database is back at its migration.
 
     Args:
         engine: The state database.
         lease: The store's kind of lease.
+        recheck_seconds: How long a passed check holds (``TEAMSTORE_DB_CHECK_SECONDS``); 0 reads every time.
     """
 
-    recheck_seconds = 30.0
-
-    def __init__(self, engine: AsyncEngine, lease: str) -> None:
-        self.engine, self.lease = engine, lease
+    def __init__(self, engine: AsyncEngine, lease: str, recheck_seconds: float = CHECK_SECONDS) -> None:
+        self.engine, self.lease, self.recheck_seconds = engine, lease, recheck_seconds
         self._checked_at: float | None = None
 
     async def __call__(self) -> None:
-        """Refuse to lease sessions on a database that serves the other kind of lease.
+        """Refuse to lease sessions on a database that serves the other kind of lease, or that is at another
+        migration than this code's newest.
 
         Raises:
+            SchemaNotReady: The database is at another migration (a newer release migrated it, or it was
+                restored from an older backup).
             ConfigurationError: The database records the other kind of lease.
             StoreUnavailable: The database failed.
         """
         now = time.monotonic()
         if self._checked_at is not None and now - self._checked_at < self.recheck_seconds:
             return
-        recorded = await lease_mode(self.engine)
-        if recorded != self.lease:
+        revisions, recorded = await self._read()
+        require_revision(revisions)  # first: a migrated database may record the lease mode otherwise
+        if _known_mode(recorded) != self.lease:
             raise ConfigurationError(
                 f"this database's sessions are leased by {recorded!r}, and this process is set to "
                 f"{self.lease!r}: the two kinds of worker would not see each other's leases",
@@ -105,6 +121,19 @@ class LeaseModeCheck:
                 f"'teamstore db lease-mode {self.lease}'",
             )
         self._checked_at = now
+
+    async def _read(self) -> tuple[list[str], str | None]:
+        """The database's migration (the rows of Alembic's table) and its lease mode, in one statement."""
+        query = select(VERSION_TABLE.c.version_num, store_settings.c.value).select_from(
+            VERSION_TABLE.outerjoin(store_settings, store_settings.c.name == _LEASE_SETTING))
+        try:
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        except SQLAlchemyError as exc:
+            if refused_statement(exc):  # a table this code reads is gone or not there yet: say which migration
+                await require_current(self.engine)
+            raise unavailable(exc, "check the database's migration and session lease mode") from exc
+        return [str(row[0]) for row in rows], (rows[0][1] if rows else None)
 
 
 _PG_LOCKS = table("pg_locks", column("locktype"), column("granted", Boolean), column("objsubid"),
@@ -169,7 +198,7 @@ async def set_lease_mode(engine: AsyncEngine, mode: str) -> str:
 
     Refused while any session is open under the current mode. Stop every worker first and start them
     again with ``TEAMSTORE_SESSION_LEASE`` set to ``mode``: a worker still running keeps leasing the old
-    way until its next check of the mode (:attr:`LeaseModeCheck.recheck_seconds`, then it refuses).
+    way until its next check of the mode (``TEAMSTORE_DB_CHECK_SECONDS``, then it refuses).
     Meanwhile its saves still check the row version, so no update is lost, but two workers could run one
     session at once.
 

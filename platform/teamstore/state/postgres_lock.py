@@ -54,7 +54,7 @@ from teamstore.state.admin import AdminMethods, SessionAdmin
 from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.direct import DirectPool, Statement, execute, for_psycopg
 from teamstore.state.failures import erasure_open, unavailable
-from teamstore.state.lease_mode import LeaseModeCheck
+from teamstore.state.lease_mode import CHECK_SECONDS, LeaseModeCheck
 from teamstore.state.rows import checkpoint_params, lock_params, new_session, save_params, stored
 from teamstore.state.waiting import Waiting
 
@@ -88,13 +88,15 @@ class LockLeaseStore(AdminMethods):
             (quarantine, listing, sweeps). The leases use the store's own connection pool to the same
             database, closed by :meth:`aclose`.
         pool_size: Most connections the store holds, so the most sessions this process runs at once.
+        check_seconds: How often the database's lease mode and migration are read again
+            (:class:`teamstore.state.lease_mode.LeaseModeCheck`).
     """
 
     lease = "lock"
 
-    def __init__(self, engine: AsyncEngine, pool_size: int = 20) -> None:
+    def __init__(self, engine: AsyncEngine, pool_size: int = 20, check_seconds: float = CHECK_SECONDS) -> None:
         self.engine = engine
-        self.lease_check = LeaseModeCheck(engine, self.lease)
+        self.lease_check = LeaseModeCheck(engine, self.lease, check_seconds)
         self.admin = SessionAdmin(engine, sql.LOCK_LEASES, self, self.lease_check)
         self._direct = DirectPool(
             engine, pool_size, holds="sessions",

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.state import statements as sql
 from teamstore.state.direct import DirectPool, Statement, execute, for_psycopg
 from teamstore.state.failures import unavailable
+from teamstore.state.lease_mode import CHECK_SECONDS
 from teamstore.state.row_lease import RowLeaseStore
 
 _CONNECTION_WAIT = 10.0  # a save waits this long for a pooled connection (each is held for one statement)
@@ -99,6 +100,7 @@ class PostgresRowStatements:
         await self._direct.close()
 
 
-def postgres_row_store(engine: AsyncEngine, pool_size: int = 20) -> RowLeaseStore:
-    """The state store with row leases on a Postgres ``engine`` (the caller owns it)."""
-    return RowLeaseStore(engine, PostgresRowStatements(engine, pool_size))
+def postgres_row_store(engine: AsyncEngine, pool_size: int = 20, check_seconds: float = CHECK_SECONDS) -> RowLeaseStore:
+    """The state store with row leases on a Postgres ``engine`` (the caller owns it); ``check_seconds`` as
+    :class:`RowLeaseStore`."""
+    return RowLeaseStore(engine, PostgresRowStatements(engine, pool_size), check_seconds)

@@ -39,7 +39,7 @@ from teamstore.state.admin import AdminMethods, SessionAdmin
 from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
 from teamstore.state.cancellation import to_the_end
 from teamstore.state.failures import unavailable
-from teamstore.state.lease_mode import LeaseModeCheck
+from teamstore.state.lease_mode import CHECK_SECONDS, LeaseModeCheck
 from teamstore.state.rows import checkpoint_params, lease_params, row_lease_params, save_params, stored
 from teamstore.state.waiting import Waiting
 
@@ -89,13 +89,15 @@ class RowLeaseStore(AdminMethods):
     Args:
         engine: The state database (the caller's); used for everything off the hot path.
         statements: How the backend sends the lease and save statements.
+        check_seconds: How often the database's lease mode and migration are read again
+            (:class:`teamstore.state.lease_mode.LeaseModeCheck`).
     """
 
     lease = "row"
 
-    def __init__(self, engine: AsyncEngine, statements: RowStatements) -> None:
+    def __init__(self, engine: AsyncEngine, statements: RowStatements, check_seconds: float = CHECK_SECONDS) -> None:
         self.engine, self.statements = engine, statements
-        self.lease_check = LeaseModeCheck(engine, self.lease)
+        self.lease_check = LeaseModeCheck(engine, self.lease, check_seconds)
         self.admin = SessionAdmin(engine, sql.ROW_LEASES, self, self.lease_check)
 
     async def acquire(

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.state import statements as sql
 from teamstore.state.direct_sqlite import SqlitePool, SqliteStatement, for_sqlite
 from teamstore.state.failures import unavailable
+from teamstore.state.lease_mode import CHECK_SECONDS
 from teamstore.state.row_lease import RowLeaseStore
 
 _ACQUIRE = sql.acquire_row(sql.SQLITE)  # built once: constructing the lease statement costs more than running it
@@ -77,6 +78,6 @@ class SqliteStatements:
             await self._direct.close()
 
 
-def sqlite_store(engine: AsyncEngine) -> RowLeaseStore:
-    """The state store on an SQLite ``engine`` (the caller owns it)."""
-    return RowLeaseStore(engine, SqliteStatements(engine))
+def sqlite_store(engine: AsyncEngine, check_seconds: float = CHECK_SECONDS) -> RowLeaseStore:
+    """The state store on an SQLite ``engine`` (the caller owns it); ``check_seconds`` as :class:`RowLeaseStore`."""
+    return RowLeaseStore(engine, SqliteStatements(engine), check_seconds)
