@@ -25,6 +25,7 @@ from teamstore.audit.prices import load_prices
 from teamstore.audit.schema import usage
 from teamstore.audit.transcripts.record import decode, sealed_context
 from teamstore.context import BoundedChatCompletionContext
+from teamstore.errors import RunInterrupted
 from teamstore.offline import OfflineChatCompletionClient
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -108,9 +109,10 @@ async def test_the_team_reached_around_the_session_streams_through_it(platform: 
     assert await _ledger(platform, second)
 
 
-async def test_a_consumer_that_stops_mid_stream_leaves_nothing_half_saved_and_the_session_goes_on(
-    platform: Platform, caplog: pytest.LogCaptureFixture
+async def test_a_consumer_that_stops_mid_stream_of_a_team_without_checkpoints_leaves_the_session_going_on(
+    platform: Platform, registry_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    register(Registry(registry_path), checkpoints="off")
     async with platform.session("alice", "s1", team=TEAM) as s:
         await s.run("first request")
     before = await platform.store.get(s.key)
@@ -119,6 +121,7 @@ async def test_a_consumer_that_stops_mid_stream_leaves_nothing_half_saved_and_th
             if getattr(item, "source", "") == "researcher":
                 break  # the user pressed stop
         stopped = s.last_run_id
+        assert s.interrupted is None  # no turn of it was kept: nothing to continue
         result = await s.run("a new request")  # the session goes on, from the state before the stopped run
         state = str(await s.team.save_state())
     assert result.messages[0].to_text() == "a new request" and TASK not in state and "first request" in state
@@ -131,9 +134,12 @@ async def test_a_consumer_that_stops_mid_stream_leaves_nothing_half_saved_and_th
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-async def test_a_cancelled_streaming_consumer_task_leaves_the_session_usable(platform: Platform) -> None:
+async def test_a_cancelled_streaming_consumer_task_leaves_a_team_without_checkpoints_usable(
+    platform: Platform, registry_path: Path
+) -> None:
     import asyncio
 
+    register(Registry(registry_path), checkpoints="off")
     async with platform.session("alice", "s1", team=TEAM) as s:
         started = asyncio.Event()
 
@@ -153,11 +159,37 @@ async def test_a_cancelled_streaming_consumer_task_leaves_the_session_usable(pla
     assert row is not None and row.checkpoint is None and TASK not in (row.state or "")
 
 
-async def test_a_streaming_consumer_cancelled_again_and_again_still_puts_the_stopped_run_on_record(
+async def test_a_run_whose_consumer_stops_after_a_checkpoint_is_continued_and_on_record_once(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with counted_calls(monkeypatch) as calls:
+        calls.hold_at = 3  # turn 3's answer waits: turns 1 and 2 are in the row, and in the stream
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            async for item in s.run_stream(TASK):
+                if getattr(item, "source", "") == "researcher":
+                    break  # the user pressed stop; the stream, left unread, is closed as the block exits
+            run_id = s.last_run_id
+        assert run_id is not None and await _ledger(platform, run_id) == []  # the attempt that ends it records it
+        calls.hold_at = None
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            assert s.interrupted is not None and s.interrupted.run_id == run_id and s.interrupted.last_turn == 2
+            result = await s.continue_run()
+    header, items = await _transcript(platform, run_id)
+    assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
+    assert header["error"] is None and header["interruptions"] == 1 and len(items) == TURNS + 1
+    rows = await _ledger(platform, run_id)
+    # Every call once: turn 3's, if it had begun when the stream was closed, stopped waiting for its answer (on
+    # record as a failed call), and made again by the continuation.
+    assert sum(r.calls for r in rows) == calls.made and sum(r.failed_calls for r in rows) == calls.made - TURNS
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_streaming_consumer_cancelled_again_and_again_leaves_its_run_continuable_and_on_record_once(
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # anyio's cancel scopes (a client gone from a Starlette stream) cancel the consumer again at every turn of the
-    # event loop until it ends: the run it stopped is recorded all the same, every model call it paid included.
+    # event loop until it ends: the run it stopped stays continuable all the same, every model call it paid kept
+    # in its checkpoint and on record once, when the run ends.
     import asyncio
 
     with counted_calls(monkeypatch) as calls:
@@ -176,11 +208,71 @@ async def test_a_streaming_consumer_cancelled_again_and_again_still_puts_the_sto
                 consumer.cancel()
                 await asyncio.sleep(0)
             assert consumer.cancelled()
-            stopped = s.last_run_id
-    assert stopped is not None
-    header, _ = await _transcript(platform, stopped)
-    assert header["error"] == "CancelledError"
-    assert sum(r.calls for r in await _ledger(platform, stopped)) == calls.made >= 1
+            assert s.interrupted is not None
+            stopped = s.interrupted.run_id
+        assert await _ledger(platform, stopped) == []
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            await s.continue_run()
+    header, items = await _transcript(platform, stopped)
+    assert header["error"] is None and header["interruptions"] == 1 and len(items) == TURNS + 1
+    assert sum(r.calls for r in await _ledger(platform, stopped)) == calls.made >= TURNS
+
+
+@pytest.mark.parametrize("how", ["aclose", "task"], ids=["stream-closed", "task-cancelled"])
+async def test_a_continuation_cancelled_mid_stream_stays_continuable_and_the_run_is_on_record_once(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, otlp_env: OtlpReceiver, how: str
+) -> None:
+    # A service streams the continuation of an interrupted run to a phone, whose connection drops: the server
+    # closes the stream (or cancels its task). The turns the run completed before, and those the continuation
+    # completed, stay; the next continuation runs none of them again.
+    import asyncio
+
+    run_id = await _interrupted(platform, monkeypatch)  # after turn 2: 3 calls, the third failed
+    with counted_calls(monkeypatch) as calls:
+        calls.hold_at = 3  # the continuation's third call (turn 5) waits: turns 3 and 4 are in the row
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            stream = s.continue_run_stream()
+            if how == "aclose":
+                got = [await anext(stream) for _ in range(5)]  # the task, turns 1 and 2 again, turns 3 and 4
+                await calls.holding.wait()
+                await stream.aclose()
+            else:
+                got = []
+
+                async def consume() -> None:
+                    async for item in stream:
+                        got.append(item)
+
+                consumer = asyncio.ensure_future(consume())
+                await calls.holding.wait()
+                consumer.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await consumer
+            assert len(got) == 5
+            assert s.interrupted is not None and s.interrupted.run_id == run_id and s.interrupted.last_turn == 4
+            assert s.resume is not None and s.resume.outcome == "interrupted"
+            with pytest.raises(RunInterrupted, match="was cancelled after turn 4"):
+                await s.run("something else")
+        assert calls.made == 3
+        assert await _ledger(platform, run_id) == []  # not on record yet, nor its transcript
+        with pytest.raises(AssertionError, match="no transcript"):
+            await _transcript(platform, run_id)
+        calls.hold_at, calls.made = None, 0
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            assert s.interrupted is not None and s.interrupted.last_turn == 4
+            result = await s.continue_run()
+    assert calls.made == 2  # turn 5 again, and turn 6: turns 1 to 4 made no call again
+    header, items = await _transcript(platform, run_id)
+    assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
+    assert header["interruptions"] == 2 and len(items) == TURNS + 1
+    rows = await _ledger(platform, run_id)
+    # 3 of the first attempt (its third failed), 3 of the cancelled one (turn 5's, stopped, failed), 2 of the last.
+    assert sum(r.calls for r in rows) == 8 and sum(r.failed_calls for r in rows) == 2
+    assert {r.attempt: sum(x.calls for x in rows if x.attempt == r.attempt) for r in rows} == {0: 3, 1: 3, 2: 2}
+    spans = otlp_env.wait_for(lambda s: len([x for x in s if x["name"].startswith("chat ")]) >= 8)
+    (run,) = [x for x in spans if x["attributes"].get("teamstore.run_id") == run_id]
+    chats = [x["attributes"] for x in spans if x["parent_span_id"] == run["span_id"]]
+    assert sorted(a["teamstore.attempt"] for a in chats) == [0, 0, 0, 1, 1, 1, 2, 2]
 
 
 async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts_apart_in_cost(

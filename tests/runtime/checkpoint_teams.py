@@ -3,6 +3,7 @@ and what makes its model calls fail or count, as a test needs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,29 +46,43 @@ def register(registry: Registry, checkpoints: str = "every_turn", message: str =
 
 
 class Calls:
-    """Every model call the offline client answers in this process, and a call at which it fails instead."""
+    """Every model call the offline client is asked in this process, a call at which it fails instead, and one
+    at which it waits for its answer until its run's cancellation token stops it (``holding`` is set then)."""
 
     def __init__(self) -> None:
         self.made = 0
         self.fail_at: int | None = None
+        self.hold_at: int | None = None
+        self.holding = asyncio.Event()
         self.seen: list[Any] = []
         self.on_call: Callable[[int], Any] | None = None
 
 
 @contextmanager
 def counted_calls(monkeypatch: Any) -> Iterator[Calls]:
-    """Count (and on demand fail) the offline client's calls; ``on_call`` runs before each one is answered."""
+    """Count (and on demand fail or hold) the offline client's calls; ``on_call`` runs before each one is answered.
+    Like a real client's request, a call is cancelled by its run's cancellation token (the offline client answers
+    at once, whatever the token says)."""
     calls = Calls()
     original = OfflineChatCompletionClient.create
 
     async def create(self: OfflineChatCompletionClient, messages: Any, **kwargs: Any) -> Any:
         calls.made += 1
+        token = kwargs.get("cancellation_token")
+        if token is not None and token.is_cancelled():
+            raise asyncio.CancelledError
         if calls.on_call is not None:
             result = calls.on_call(calls.made)
             if hasattr(result, "__await__"):
                 await result
         if calls.fail_at is not None and calls.made == calls.fail_at:
             raise ConnectionError("the model endpoint went away")
+        if calls.hold_at is not None and calls.made == calls.hold_at:
+            calls.holding.set()
+            waiting = asyncio.ensure_future(asyncio.sleep(30))
+            if token is not None:
+                token.link_future(waiting)
+            await waiting
         return await original(self, messages, **kwargs)
 
     monkeypatch.setattr(OfflineChatCompletionClient, "create", create)

@@ -1,7 +1,8 @@
 """Per-turn checkpoints through the managed session, on SQLite and Postgres with both kinds of lease: each
 completed turn durable before the next starts, an interrupted run reported, continued to the transcript of
-an uninterrupted one, or abandoned; the tools' idempotency key; no row left by a new session whose only run was
-cancelled or abandoned."""
+an uninterrupted one, or abandoned; a run cancelled after a checkpoint continued from it like one whose worker
+died, one cancelled before any over; the tools' idempotency key; no row left by a new session whose only run was
+abandoned."""
 
 from __future__ import annotations
 
@@ -291,9 +292,9 @@ def _hold_turn_two(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     return waiting
 
 
-async def _cancel_after_the_first_checkpoint(platform: Platform, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+async def _cancel_after_the_first_checkpoint(platform: Platform, monkeypatch: pytest.MonkeyPatch, how: str) -> str:
     """Run alice's session and cancel the run (its task, as a request's timeout or a client gone does, or its
-    CancellationToken) while turn 2 waits for its model, turn 1's checkpoint stored."""
+    CancellationToken) while turn 2 waits for its model, turn 1's checkpoint stored; returns the run's id."""
     waiting = _hold_turn_two(monkeypatch)
     async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
         token = CancellationToken()
@@ -306,26 +307,49 @@ async def _cancel_after_the_first_checkpoint(platform: Platform, monkeypatch: py
         with pytest.raises(asyncio.CancelledError):
             await running
         assert time.monotonic() - started < 5  # not the 30 s the model call would have taken
-        assert s.interrupted is None  # a cancelled run is over: nothing to continue
+        # The turn it completed was paid for: the run waits to be continued, as if its worker had died.
+        assert s.interrupted is not None and s.interrupted.last_turn == 1
+        with pytest.raises(RunInterrupted, match="was cancelled after turn 1 and can be continued"):
+            await s.run("something else")
+        return s.interrupted.run_id
 
 
 @pytest.mark.parametrize("how", ["task", "token"], ids=["request-cancelled", "token-cancelled"])
-async def test_a_new_session_whose_only_run_is_cancelled_after_a_checkpoint_leaves_no_row(
+async def test_a_first_run_cancelled_after_a_checkpoint_continues_from_it_in_the_next_session(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     register(registry)
+    expected, expected_calls = await _uninterrupted(platform, monkeypatch)
+    run_id = await _cancel_after_the_first_checkpoint(platform, monkeypatch, how)
+    row = await platform.store.get(KEY)
+    assert row is not None and row.state is None and row.checkpoint is not None  # kept: the run can be continued
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+            assert s.interrupted is not None and s.interrupted.run_id == run_id and s.interrupted.last_turn == 1
+            result = await s.continue_run()
+    assert said(result.messages) == expected
+    assert calls.made == expected_calls - 1  # turn 1 made no call again
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and row.state is not None
+
+
+async def test_a_new_session_whose_cancelled_first_run_is_abandoned_leaves_no_row_the_bound_counts(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
     platform.settings = platform.settings.model_copy(update={"max_sessions_per_user": 1})
-    await _cancel_after_the_first_checkpoint(platform, monkeypatch, how)
-    assert await platform.store.get(KEY) is None  # nothing was saved: nothing is stored
-    assert await platform.store.list_sessions("alice") == []
-    assert await platform.store.live_sessions("alice") == 0
+    await _cancel_after_the_first_checkpoint(platform, monkeypatch, "task")
+    assert await platform.store.live_sessions("alice") == 1  # the interrupted run counts until it is decided
+    async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+        await s.abandon_run()
+    assert await platform.store.get(KEY) is None and await platform.store.live_sessions("alice") == 0
     async with platform.session("alice", "s2", team=TEAM) as s:  # the bound of one counts nothing against it
         assert s.resume is not None and s.resume.outcome == "new"
         await s.run(TASK)
     assert [row.session_id for row in await platform.store.list_sessions("alice")] == ["s2"]
 
 
-async def test_a_cancelled_run_keeps_the_row_of_a_session_that_saved_before(
+async def test_a_cancelled_run_keeps_the_state_saved_before_beside_its_checkpoint(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register(registry)
@@ -334,4 +358,70 @@ async def test_a_cancelled_run_keeps_the_row_of_a_session_that_saved_before(
     before = await platform.store.get(KEY)
     await _cancel_after_the_first_checkpoint(platform, monkeypatch, "task")
     row = await platform.store.get(KEY)
-    assert before is not None and row is not None and row.state == before.state and row.checkpoint is None
+    assert before is not None and row is not None and row.state == before.state and row.checkpoint is not None
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.outcome == "interrupted" and s.resume.applied
+        await s.abandon_run()
+    row = await platform.store.get(KEY)
+    assert row is not None and row.state == before.state and row.checkpoint is None
+
+
+@pytest.mark.parametrize("checkpoints", ["every_turn", "off"])
+async def test_a_run_cancelled_with_no_checkpoint_of_it_is_over_and_the_session_goes_on(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, checkpoints: str
+) -> None:
+    # Cancelled in its first turn (every_turn: no turn was made durable), or in its second on a team without
+    # checkpoints: nothing of the run can be continued, so it is over, and the next run runs.
+    register(registry, checkpoints=checkpoints)
+    with counted_calls(monkeypatch) as calls:
+        calls.hold_at = 1 if checkpoints != "off" else 2
+        async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+            running = asyncio.ensure_future(s.run(TASK))
+            await calls.holding.wait()
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            assert s.interrupted is None
+            result = await s.run("something else")
+    assert result.messages[0].to_text() == "something else"
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and TASK not in (row.state or "")
+
+
+async def test_a_cancel_while_a_checkpoint_is_being_written_waits_for_it_and_continues_from_it(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cancel arrives while turn 2's checkpoint is on its way to the database: the write is not cut short, and
+    # the turn it made durable counts (taken as one that did not land, turn 2 would run again, and its calls
+    # be paid twice; cut short, the write could land unknown to the session).
+    register(registry)
+    expected, expected_calls = await _uninterrupted(platform, monkeypatch)
+    checkpoint, writing, release, written = platform.store.checkpoint, asyncio.Event(), asyncio.Event(), [0]
+
+    async def slow_checkpoint(*args: Any, **kwargs: Any) -> int:
+        written[0] += 1
+        if written[0] == 2:  # turn 2's
+            writing.set()
+            await release.wait()
+        return await checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(platform.store, "checkpoint", slow_checkpoint)
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+            running = asyncio.ensure_future(s.run(TASK))
+            await writing.wait()
+            running.cancel()
+            for _ in range(5):
+                await asyncio.sleep(0)
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            assert s.interrupted is not None and s.interrupted.last_turn == 2
+        first = calls.made
+        row = await platform.store.get(KEY)
+        assert row is not None and describe_checkpoint(row)["last_turn"] == 2  # type: ignore[index]
+        calls.made = 0
+        async with platform.session(*KEY.__dict__.values(), team=TEAM) as s:
+            result = await s.continue_run()
+    assert said(result.messages) == expected
+    assert first == 2 and calls.made == expected_calls - 2  # turns 1 and 2; turn 3 never started

@@ -259,9 +259,11 @@ class Run:
 
     @property
     def interrupted(self) -> bool:
-        """Whether the run stopped mid-run with a checkpoint to continue from (it raised, and was not
-        cancelled): it is then recorded once, by the attempt that completes it or by its abandonment."""
-        return not (self.cancelled or self.completed) and self.durable_turn > 0
+        """Whether the run stopped mid-run with a checkpoint to continue from (it raised, was cancelled, or the
+        platform's close stopped it): it is then recorded once, by the attempt that completes it or by its
+        abandonment. A cancelled run is no different: its completed turns were paid for, and a client gone
+        mid-stream (a phone's connection dropped) is no reason to give them up."""
+        return not self.completed and self.durable_turn > 0
 
     async def _stop(self, producer: asyncio.Future[TaskResult | None] | None, exc: BaseException) -> None:
         """The run ends without a result: stop the team, let it finish stopping, and record the run unless
@@ -269,7 +271,9 @@ class Run:
         self.cancelled = isinstance(exc, asyncio.CancelledError | GeneratorExit) and self._stopped_by is None
         if producer is not None and not producer.done():
             # A consumer gone or cancelled: AutoGen would let the team finish its model calls before its
-            # stream gives up. The token stops them now.
+            # stream gives up. The token stops them now. A checkpoint write in flight is not cut short: AutoGen
+            # stops its runtime once idle, so the producer ends only once the write has, and the turn it made
+            # durable counts (never a checkpoint that may have landed taken as one that did not).
             self._token.cancel()
             with contextlib.suppress(BaseException):
                 await producer
@@ -280,8 +284,8 @@ class Run:
             await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
 
     async def _carry_calls(self) -> None:
-        """The run stopped mid-run in this process (its team raised, or the platform's close stopped it): its
-        checkpoint is written again with the model calls made since it was (a turn's paid speaker selection or
+        """The run stopped mid-run in this process (its team raised, it was cancelled, or the platform's close
+        stopped it): its checkpoint is written again with the model calls made since it was (a turn's paid speaker selection or
         tool-call round, the call that failed), so the attempt that ends the run records them with the rest.
 
         The ledger gets them only from there: a run is recorded once, by the attempt that ends it, its

@@ -374,8 +374,9 @@ class Session(SessionRuns):
     async def _release(self) -> None:
         if self._deps.sessions.closed:  # the platform gave the lease back as it closed (_cut_off)
             return
-        # A row left holding nothing (no state saved or kept, and no checkpoint: a first run cancelled or abandoned,
-        # a refusal set aside) goes with the lease: nothing is stored, so nothing is left for the per-user bound.
+        # A row left holding nothing (no state saved or kept, and no checkpoint: a first run cancelled before its
+        # first checkpoint, or abandoned, a refusal set aside) goes with the lease: nothing is stored, so nothing
+        # is left for the per-user bound.
         await self._deps.store.release(self.key, owner=self._owner, discard_empty=not self._holds_state)
 
     async def _release_quietly(self) -> None:

@@ -16,7 +16,8 @@ the session adds how it opens and closes (its lease, its row judged, the user's 
 written when the block exits, together with the lease release, or earlier with ``await s.save()``. A run
 that raises or is cancelled leaves nothing to save: the stored state stays as it was, and the session goes on
 from the state it had before that run. A team with per-turn checkpoints (docs/checkpoints.md) also makes each
-completed turn durable while it runs; a run that stops mid-run can then be continued or abandoned.
+completed turn durable while it runs; a run that stops mid-run after one (it raised, or was cancelled) can then
+be continued or abandoned.
 
 ``s.team`` is the team itself, with its ``run`` and ``run_stream`` routed through the session: called
 there, they are the session's own, with the same checks, audit and checkpoints.
@@ -103,7 +104,8 @@ class SessionRuns:
         self._open: weakref.ref[AsyncGenerator[Any, None]] | None = None  # the stream whose run is in flight
         self._interrupted: InterruptedRun | None = None
         self._checkpoint: Checkpoint | None = None  # the interrupted run's, judged (read again if None)
-        self._drop_checkpoint = False  # a cancelled run left one: the next write clears it
+        self._drop_checkpoint = False  # a run that completed, then failed its snapshot, left one: the next write clears it
+        self._stopped_by_cancel = False  # the interrupted run stopped in this block because it was cancelled
         self._given_up = False  # the session opened on a run that could not wait (set aside, expired): ended there
         self._phase: Phase = "new"
         self.resume: ResumeOutcome | None = None
@@ -230,10 +232,12 @@ class SessionRuns:
         """Run the team on ``task`` and yield what AutoGen's ``run_stream`` yields: every message and event
         as it comes, then the ``TaskResult``. The same checks, audit, checkpoints and snapshot as :meth:`run`
         (and its errors, raised while iterating). A consumer that stops early (leaves the loop, or is
-        cancelled) stops the team at once; the run is recorded as it went, nothing of it is saved, and the
-        session goes on from the state it had before the run. So does one that leaves the stream suspended at an
-        item and starts another run of the session, or leaves its block: the first stream then ends where it
-        was (its iteration yields nothing more, no ``TaskResult``)."""
+        cancelled) stops the team at once, and nothing of the run is saved. Without a checkpoint of the run (a
+        team without checkpoints, or stopped in its first turn), the run is recorded as it went and the session
+        goes on from the state it had before it; after one, the run is interrupted, as if its worker had died
+        (:attr:`interrupted`: continue or abandon it). So does one that leaves the stream suspended at an item and
+        starts another run of the session, or leaves its block: the first stream then ends where it was (its
+        iteration yields nothing more, no ``TaskResult``)."""
         return self._streamed(task)
 
     async def continue_run(self) -> TaskResult:
@@ -241,7 +245,8 @@ class SessionRuns:
 
         The turns it completed are not run again and make no model call; the turn that was in flight when it
         stopped runs again (tools see the same :func:`teamstore.runtime.turns.current_turn` key). The
-        ``TaskResult`` holds the whole run, its earlier turns first.
+        ``TaskResult`` holds the whole run, its earlier turns first. Cancelled (its stream closed early, its task
+        cancelled), it stays interrupted, from the last turn it completed: continue it again, or abandon it.
 
         Raises:
             NoInterruptedRun: The session has no interrupted run.
@@ -343,8 +348,9 @@ class SessionRuns:
         if continuing:
             taken = await self._take_up()
         elif self._interrupted is not None:
+            how = "was cancelled" if self._stopped_by_cancel else "stopped"
             raise RunInterrupted(
-                f"this session's run {self._interrupted.run_id[:12]} stopped after turn "
+                f"this session's run {self._interrupted.run_id[:12]} {how} after turn "
                 f"{self._interrupted.last_turn} and can be continued",
                 hint="continue it (s.continue_run(), `teamstore run --continue`) or abandon it "
                 "(s.abandon_run(), `teamstore run --abandon`) before a new run",
@@ -396,6 +402,9 @@ class SessionRuns:
                 await to_the_end(self.write_checkpoint(encode_take_up(self._built, checkpoint)))
         except BaseException:
             self._stale = True  # the checkpoint is loaded into the team: built again before what comes next
+            # The write may have landed (cancelled once it had begun, it finished; a store that failed mid-write
+            # cannot say): the next take-up or abandonment reads back the one the row holds.
+            self._checkpoint = None
             raise
 
     def _run_ended(self, how: str, *, refused: Refusal | None = None) -> None:
@@ -413,10 +422,12 @@ class SessionRuns:
 
     def _after_failure(self, run: Run) -> None:
         """A run raised or was cancelled: the team may be mid-turn, so it is built again before the next run;
-        one that can be continued waits for a decision, and the checkpoint of one that cannot is cleared."""
+        one that can be continued (a checkpoint of it is written) waits for a decision, and the checkpoint of one
+        that cannot (it completed, then failed its snapshot) is cleared."""
         self._stale = True
         if run.interrupted:
             self._interrupted = interruptions.stopped(run)
+            self._stopped_by_cancel = run.cancelled
             self._checkpoint = None
             if run.continues and self.resume is not None:  # the run it said was continued waits again
                 self.resume = self.resume.run_stopped(self._interrupted)
