@@ -27,6 +27,9 @@ another through it.
         async def later_calls(self, ctx: RunContext, later: LaterCalls) -> None:   # optional
             print(later.purpose, len(later.calls))
 
+        async def run_stopped(self, ctx: RunContext) -> None:   # optional: stopped mid-run, to be continued
+            print("stopped", ctx.run_id)
+
 Work done on a run's behalf after it ended (the memory writer, once the session saved) reaches the
 observers that take it through :func:`notify_later_calls`, as :class:`LaterCalls`: its model calls are
 metered like the run's own, under the run's id.
@@ -170,6 +173,23 @@ async def notify_later_calls(observers: Sequence[RunObserver], ctx: RunContext, 
     """Tell every observer that takes them of ``later``'s calls, concurrently; a failing one is logged."""
     takers = [o for o in observers if isinstance(o, LaterCallsObserver)]
     await asyncio.gather(*(_call(o, "later_calls", ctx, later) for o in takers))
+
+
+@runtime_checkable
+class StoppedRunObserver(Protocol):
+    """An observer that holds something of a run between its start and its end (the transcript's buffer), and
+    lets it go when the run stops mid-run, to be continued: ``run_finished`` then comes only from the attempt
+    that ends the run, perhaps in another process, and a continuation streams the earlier items again."""
+
+    async def run_stopped(self, ctx: RunContext) -> None:
+        """Called once when the run stopped mid-run with a checkpoint to continue from (no ``run_finished``)."""
+
+
+async def notify_run_stopped(observers: Sequence[RunObserver], ctx: RunContext) -> None:
+    """Tell every observer that takes it that the run stopped mid-run; a failing one is logged."""
+    for observer in observers:
+        if isinstance(observer, StoppedRunObserver):
+            await _call(observer, "run_stopped", ctx)
 
 
 @runtime_checkable

@@ -255,6 +255,8 @@ async def test_a_continuation_cancelled_mid_stream_stays_continuable_and_the_run
                 await s.run("something else")
         assert calls.made == 3
         assert await _ledger(platform, run_id) == []  # not on record yet, nor its transcript
+        observer = next(o for o in platform.observers if isinstance(o, TranscriptObserver))
+        assert run_id not in observer._items and run_id not in observer._data_keys  # nor held in memory meanwhile
         with pytest.raises(AssertionError, match="no transcript"):
             await _transcript(platform, run_id)
         calls.hold_at, calls.made = None, 0

@@ -129,6 +129,13 @@ class TranscriptObserver:
         buffer = self._items.setdefault(ctx.run_id, [])
         buffer.append(item_line(len(buffer), item, datetime.now(UTC)))
 
+    async def run_stopped(self, ctx: RunContext) -> None:
+        """The run stopped mid-run, to be continued (here or in another process): its buffer and key fetch go.
+        The attempt that ends it streams the earlier items again, and writes its one transcript; a worker whose
+        clients drop one stream after another holds none of their words meanwhile."""
+        self._items.pop(ctx.run_id, None)
+        self._data_keys.pop(ctx.run_id, None)
+
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
         """Encode and upload the transcript, the end-of-run fence checked beside the upload; on failure queue it
         in the outbox. An upload that the fence then refuses is deleted again (or, still on its way, recorded

@@ -33,7 +33,14 @@ from autogen_core import CancellationToken
 from config_registry.types import BuiltTeam
 from teamstore.audit.stop_reasons import OTHER, recordable
 from teamstore.errors import ErasureInProgress, SessionNotOpen, StaleStateVersion, TeamstoreError
-from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, notify_observers
+from teamstore.events import (
+    ModelCall,
+    RunContext,
+    RunObserver,
+    RunOutcome,
+    notify_observers,
+    notify_run_stopped,
+)
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
 from teamstore.runtime.checkpoints import Checkpoint, Progress, encode_checkpoint
@@ -279,6 +286,7 @@ class Run:
                 await producer
         if self.interrupted:
             await self._carry_calls()
+            await notify_run_stopped(self._host.observers, self.ctx)
         else:
             outcome = RunOutcome(datetime.now(UTC), error=self._reported(exc), model_calls=self.calls)
             await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
