@@ -15,9 +15,14 @@ remembers what came before, and name the facts a kept memory gave it (a system m
 ``Facts:`` as ``- name: value`` lines, each value as JSON), so a new session visibly knows its user. Asked
 to pick the next speaker (SelectorGroupChat), it names a participant: at once with AutoGen's selector prompt,
 at the second attempt with a custom ``selector_prompt`` (AutoGen's retry names the candidates), so such a team
-needs ``max_selector_attempts`` of 2 or more (3 by default). Told by its system message to "say
-TERMINATE" when done, it ends its reply with TERMINATE. It declares function calling, so agents with tools or
-handoffs (``Swarm``) can be built on it, but it always answers in text and never calls a tool.
+needs ``max_selector_attempts`` of 2 or more (3 by default); which one it names follows the conversation, so
+turns go to different speakers. Told by its system message to "say TERMINATE" when done, it ends its reply
+with TERMINATE. Told by its system message to "hand off to NAME" and offered that handoff (``Swarm``), it
+hands off in its first reply to each request of the user; told to "call TOOL" and offered that tool, it calls
+it once per request of the user, each string argument the latest word of the request holding a digit (an
+order number), each number that digit run. Asked for MagenticOne's progress ledger, it answers in the JSON the
+orchestrator expects: each participant speaks once per request of the user, in order, then the request is
+satisfied.
 
 Asked to write a user's memory (the request of :mod:`teamstore.memory.writer`: a user message holding a
 JSON object with ``declared_facts`` and ``new_messages``), it answers with the JSON object the writer
@@ -35,10 +40,11 @@ import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal, Self
 
-from autogen_core import CancellationToken, Component
+from autogen_core import CancellationToken, Component, FunctionCall
 from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
+    FunctionExecutionResultMessage,
     LLMMessage,
     ModelCapabilities,
     ModelFamily,
@@ -54,6 +60,10 @@ PROVIDER = "teamstore.offline.OfflineChatCompletionClient"
 _SELECT = re.compile(r"select the next role from \[?([^\]\n]+?)\]? to play", re.IGNORECASE)
 # AutoGen's words when it asks again: a custom selector_prompt is not recognised, but its retry names the candidates.
 _RESELECT = re.compile(r"select (?:only one |a different name )?from: \[([^\]\n]+)\]", re.IGNORECASE)
+_HANDOFF = re.compile(r"\bhand off to (\w+)", re.IGNORECASE)
+_CALL = re.compile(r"\bcall (\w+)", re.IGNORECASE)
+_LEDGER = re.compile(r"Who should speak next\? \(select from: ([^)\n]+)\)")
+_DIGITS = re.compile(r"[A-Za-z0-9][\w./-]*\d[\w./-]*|\d[\w./-]*")
 _REMEMBERED = re.compile(r"^- (\w+): (.*?)(?: \(last confirmed [^)]*\))?$", re.MULTILINE)
 _VALUE = {  # what follows a fact's first word, by the fact's type
     "str": r"[\s#:=]*(?:\w+\s+){0,2}?([A-Za-z0-9][\w./-]*\d[\w./-]*|\d[\w./-]*)",
@@ -139,6 +149,52 @@ def _fact(name: str, kind: str, texts: Sequence[str]) -> Any:
     return int(value) if kind == "int" else float(value) if kind == "float" else value
 
 
+def _since_request(messages: Sequence[LLMMessage]) -> Sequence[LLMMessage] | None:
+    """What followed the user's latest request (agents' turns also arrive as UserMessages, from their
+    names), or ``None`` when the user has made none."""
+    latest = [i for i, m in enumerate(messages) if isinstance(m, UserMessage) and m.source == "user"]
+    return messages[latest[-1] + 1:] if latest else None
+
+
+def _tool_named(tools: Sequence[Tool | ToolSchema], name: str) -> ToolSchema | None:
+    """The schema of the offered tool called ``name`` (case ignored), if one is."""
+    for tool in tools:
+        schema = tool.schema if isinstance(tool, Tool) else tool
+        if schema["name"].lower() == name.lower():
+            return schema
+    return None
+
+
+def _arguments(schema: ToolSchema, request: str) -> dict[str, Any]:
+    """A tool's required arguments read from the user's request: strings as its latest word holding a digit
+    (the request itself when none does), numbers as that word's first digit run, booleans as true."""
+    found = _DIGITS.findall(request)
+    word = found[-1].rstrip(".,;:") if found else request
+    digits = re.search(r"\d+", word)
+    parameters: Mapping[str, Any] = schema.get("parameters") or {}
+    arguments: dict[str, Any] = {}
+    for name in parameters.get("required", []):
+        kind = dict(parameters.get("properties", {}).get(name, {})).get("type", "string")
+        number = int(digits.group()) if digits else 0
+        arguments[name] = number if kind in ("integer", "number") else True if kind == "boolean" else word
+    return arguments
+
+
+def _ledger(names: Sequence[str], messages: Sequence[LLMMessage]) -> str:
+    """MagenticOne's progress ledger: the participants speak once each, in order, then it is satisfied."""
+    spoken = {m.source for m in messages if isinstance(m, UserMessage)}
+    waiting = [name for name in names if name not in spoken]
+
+    def answer(value: bool | str) -> dict[str, Any]:
+        return {"reason": "offline", "answer": value}
+
+    return json.dumps({
+        "is_request_satisfied": answer(not waiting), "is_in_loop": answer(False),
+        "is_progress_being_made": answer(True), "next_speaker": answer(waiting[0] if waiting else names[0]),
+        "instruction_or_question": answer("Work on the request."),
+    })
+
+
 class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCompletionClientConfig]):
     """Deterministic replies computed from the conversation; reports token usage like a real client.
 
@@ -169,10 +225,15 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         request = _memory_request(last) if messages and isinstance(messages[-1], UserMessage) else None
         if request is not None:
             return _write_memory(request)
+        ledger = _LEDGER.search(last)
+        if ledger:
+            return _ledger([n.strip() for n in ledger.group(1).split(",") if n.strip()], messages)
         choice = _SELECT.search(last) or _RESELECT.search(last)
         if choice:
             names = [n.strip(" '\"") for n in choice.group(1).split(",") if n.strip(" '\"")]
-            digest = int(hashlib.sha256(str(len(messages)).encode()).hexdigest(), 16)
+            # The whole request, history and all: a count of messages alone picks the same speaker every turn.
+            history = "\n".join(_text(m) for m in messages)
+            digest = int(hashlib.sha256(history.encode()).hexdigest(), 16)
             return names[digest % len(names)] if names else ""
         asked = [m for m in messages if isinstance(m, UserMessage)]
         # Other agents' turns also arrive as UserMessages; prefer what the human said.
@@ -195,15 +256,35 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
             reply += " TERMINATE"
         return reply
 
-    def _result(self, messages: Sequence[LLMMessage]) -> CreateResult:
-        content = self._reply(messages)
-        usage = RequestUsage(prompt_tokens=count_tokens(messages), completion_tokens=4 + len(content) // 4)
+    def _call(self, messages: Sequence[LLMMessage], tools: Sequence[Tool | ToolSchema]) -> list[FunctionCall]:
+        """The handoff or tool call the system message asks for, in the first reply to the user's request
+        (a tool: until its result is in)."""
+        since = _since_request(messages)
+        if not tools or since is None:
+            return []
+        told = " ".join(_text(m) for m in messages if isinstance(m, SystemMessage))
+        asked = [(f"transfer_to_{n}", not since) for n in _HANDOFF.findall(told)]
+        asked += [(n, not any(isinstance(m, FunctionExecutionResultMessage) for m in since)) for n in _CALL.findall(told)]
+        request = _text(messages[-len(since) - 1])
+        for name, due in asked:
+            schema = _tool_named(tools, name)
+            if due and schema is not None:
+                call_id = "call_" + hashlib.sha256(f"{len(messages)}:{name}".encode()).hexdigest()[:16]
+                return [FunctionCall(id=call_id, name=schema["name"], arguments=json.dumps(_arguments(schema, request)))]
+        return []
+
+    def _result(self, messages: Sequence[LLMMessage], tools: Sequence[Tool | ToolSchema] = ()) -> CreateResult:
+        calls = self._call(messages, tools)
+        content: str | list[FunctionCall] = calls or self._reply(messages)
+        said = " ".join(f"{c.name}({c.arguments})" for c in calls) if calls else str(content)
+        usage = RequestUsage(prompt_tokens=count_tokens(messages), completion_tokens=4 + len(said) // 4)
         self._last = usage
         self._total = RequestUsage(
             prompt_tokens=self._total.prompt_tokens + usage.prompt_tokens,
             completion_tokens=self._total.completion_tokens + usage.completion_tokens,
         )
-        return CreateResult(finish_reason="stop", content=content, usage=usage, cached=False)
+        return CreateResult(finish_reason="function_calls" if calls else "stop", content=content, usage=usage,
+                            cached=False)
 
     async def create(
         self,
@@ -221,7 +302,7 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
             if cancellation_token is not None:
                 cancellation_token.link_future(waiting)
             await waiting
-        return self._result(messages)
+        return self._result(messages, tools)
 
     async def create_stream(
         self,
@@ -234,11 +315,11 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
         cancellation_token: CancellationToken | None = None,
         include_usage: bool | None = None,
     ) -> AsyncGenerator[str | CreateResult, None]:
-        """Stream the same reply as :meth:`create`, word by word, then the result."""
-        result = self._result(messages)
-        assert isinstance(result.content, str)
-        for word in result.content.split(" "):
-            yield word + " "
+        """Stream the same reply as :meth:`create`, word by word (a call: none), then the result."""
+        result = self._result(messages, tools)
+        if isinstance(result.content, str):
+            for word in result.content.split(" "):
+                yield word + " "
         yield result
 
     async def close(self) -> None:
@@ -267,8 +348,7 @@ class OfflineChatCompletionClient(ChatCompletionClient, Component[OfflineChatCom
 
     @property
     def model_info(self) -> ModelInfo:
-        """Text only, no JSON mode; function calling is declared (AssistantAgent refuses tools and handoffs
-        without it) though the client never calls a tool."""
+        """Text only, no JSON mode; function calling (AssistantAgent refuses tools and handoffs without it)."""
         return ModelInfo(
             vision=False,
             function_calling=True,
