@@ -417,8 +417,9 @@ def compatibility(a: TeamDefinition, b: TeamDefinition) -> CompatibilityReport:
     _memory_compatibility(a, b, report)
     if a.version != b.version and a.manifest.checkpoints != "off":
         # A checkpoint holds every participant's and the manager's state mid-run, shaped by its exact version.
-        report.notes.append("runs interrupted under a cannot be continued under b: a run's checkpoint applies "
-                            "only to the version that wrote it (the state from before the run still loads)")
+        report.notes.append(f"runs interrupted under {a.version[:12]} cannot be continued under {b.version[:12]}: "
+                            "a run's checkpoint applies only to the version that wrote it (the state from before "
+                            "the run still loads)")
     if a.manifest.checkpoints != b.manifest.checkpoints:
         report.notes.append(f"checkpoints {a.manifest.checkpoints} -> {b.manifest.checkpoints}")
     report.compatible = not report.reasons
