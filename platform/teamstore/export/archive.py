@@ -155,22 +155,12 @@ class _Recorded:
             return ExportFailed(f"could not keep the export's working file in {folder}: {exc.strerror or exc}",
                                 hint="check the space and permissions where the archive goes, then export again")
 
-        # Mode 0600, and unlinked (or O_TMPFILE) from the start. Closed below rather than by a with block, whose
-        # close would replace the error that ended the block with the close's own on a full disk.
-        try:
-            handle = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115
+        try:  # mode 0600, and unlinked (or O_TMPFILE) from the start
+            handle = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115  # closed by _closed_after
         except OSError as exc:
             raise failed(exc) from exc
-        try:
+        with _closed_after(handle, failed):
             yield LineSpool(handle, failed)
-        except BaseException:  # the export fails with what stopped it; the file goes either way
-            with contextlib.suppress(OSError, ValueError):
-                handle.close()
-            raise
-        try:
-            handle.close()
-        except OSError as exc:
-            raise failed(exc) from exc
 
     @contextmanager
     def _writing(self, name: str, size: int | None) -> Iterator[FileWriter]:
@@ -187,16 +177,8 @@ class _Recorded:
         except OSError as exc:
             raise failed(exc) from exc
         out = FileWriter(handle, failed)
-        try:
+        with _closed_after(handle, failed):
             yield out
-        except BaseException:
-            with contextlib.suppress(OSError, ValueError):  # the export fails with what stopped it
-                handle.close()
-            raise
-        try:
-            handle.close()
-        except OSError as exc:
-            raise failed(exc) from exc
         self.files[name] = out.entry()
 
     def _open(self, name: str, size: int | None) -> IO[bytes]:
@@ -422,3 +404,20 @@ def _unwritable(path: Path, exc: OSError) -> ExportFailed:
 def _now_for_zip() -> tuple[int, int, int, int, int, int]:
     now = datetime.now(UTC)
     return (now.year, now.month, now.day, now.hour, now.minute, now.second)
+
+
+@contextmanager
+def _closed_after(handle: IO[bytes], failed: Callable[[OSError], ExportFailed]) -> Iterator[None]:
+    """Close ``handle`` as the block ends. After a failure quietly: the export fails with what stopped it, not
+    with the close's own error (on a full disk the close writes the buffer out once more, and fails too); after
+    success, a close that fails is the export's failure (``failed``)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError, ValueError):
+            handle.close()
+        raise
+    try:
+        handle.close()
+    except OSError as exc:
+        raise failed(exc) from exc
