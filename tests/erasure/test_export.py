@@ -482,13 +482,18 @@ async def test_an_export_of_a_user_whose_data_key_is_gone_never_says_it_opened_t
     async with engine.begin() as conn:  # as an erasure stopped after its keys step leaves it
         await conn.execute(delete(data_keys).where(data_keys.c.user_id == "ida"))
 
-    files = unpack((await exporter(engine, store).run("ida", tmp_path / "b.zip", operator="o")).path)
+    done = await exporter(engine, store).run("ida", tmp_path / "b.zip", operator="o")
+    files = unpack(done.path)
 
     keys = loaded(files, "keys.json")
     assert keys["data_keys"] == [] and "holds no data key" in keys["note"]
     assert "opened" not in keys["note"].replace("nothing above was opened", "")
     (state, *_) = loaded(files, "resume_state.json")["resume_state"]
     assert state["state"] is None and "beyond use" in state["state_unreadable"]
+    # Its facts no longer open, and are listed as damaged: still records held about her, and counted as such.
+    (memory,) = loaded(files, "memory.json")["memory"]
+    assert memory["facts"] == [] and memory["damaged"]
+    assert done.manifest.stores["memory"].records == 1 + len(memory["damaged"])
 
 
 async def test_memory_facts_left_without_their_memory_row_are_exported_as_left_over_while_held(

@@ -158,7 +158,7 @@ class StateRows:
 
 class MemoryRows:
     """What teams keep about the user between sessions: each scope's summary and facts (value, type, the run
-    it came from, when last confirmed), anything damaged, the memory writer's last failure, and facts still held
+    it came from, when last confirmed), anything damaged (counted among the records: still held about the user), the memory writer's last failure, and facts still held
     though the memory they belonged to no longer exists (``leftover``)."""
 
     name = "memory"
@@ -169,7 +169,8 @@ class MemoryRows:
         kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id, held=True)
         found = [m.to_dict() for m in kept]
         return archive.add_json("memory.json", {"user_id": ctx.user_id, "memory": found},
-                                records=sum((0 if m["leftover"] else 1) + len(m["facts"]) for m in found))
+                                records=sum((0 if m["leftover"] else 1) + len(m["facts"]) + len(m["damaged"])
+                                            for m in found))
 
 
 class OutboxRows:
