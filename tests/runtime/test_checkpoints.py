@@ -134,6 +134,42 @@ async def test_abandoning_restores_the_state_from_before_the_run(
     assert "first request" in str(state) and TASK not in str(state)
 
 
+async def test_a_continuation_cancelled_as_it_loads_the_checkpoint_then_abandoned_runs_on_the_state_before_it(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelled after AutoGen loaded the checkpoint into the team, before the take-up was written: the team holds
+    # the interrupted run's turns, and must be built again before the abandonment and the next run.
+    import teamstore.runtime.session_runs as session_runs
+
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run("first request")
+    await _stop_after(platform, monkeypatch, 3)
+    loaded, real = asyncio.Event(), session_runs.apply_checkpoint
+
+    async def load_then_wait(*args: Any) -> Any:
+        so_far = await real(*args)
+        loaded.set()
+        await asyncio.Event().wait()  # the cancel comes here
+        return so_far
+
+    monkeypatch.setattr(session_runs, "apply_checkpoint", load_then_wait)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        continuing = asyncio.ensure_future(s.continue_run())
+        await loaded.wait()
+        assert TASK in str(await s.team.save_state())  # the checkpoint is in the team
+        continuing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await continuing
+        assert s.interrupted is not None and s.interrupted.last_turn == 3
+        await s.abandon_run()
+        await s.run("second request")
+        state = (await s.team.save_state())["agent_states"]["researcher"]
+    assert "first request" in str(state) and "second request" in str(state) and TASK not in str(state)
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and TASK not in str(row.state)
+
+
 @pytest.mark.parametrize("how", ["abandoned", "continued"])
 @pytest.mark.parametrize("earlier", [False, True], ids=["first-run", "after-a-saved-run"])
 async def test_the_resume_verdict_says_what_became_of_the_interrupted_run(

@@ -371,6 +371,9 @@ class SessionRuns:
         checkpoint = await self._interrupted_checkpoint()
         if self._stale:
             await self._rebuild()
+        # From here until the take-up is written, the team holds the checkpoint, or part of it: stopped anywhere
+        # in between (cancelled, say), it is built again before what comes next (an abandonment, a new run).
+        self._stale = True
         try:
             so_far = await apply_checkpoint(self._built, checkpoint)
         except Exception as exc:
@@ -387,6 +390,7 @@ class SessionRuns:
             await self._deps.memory.withdraw_forgotten(self._memory, self.key.user_id,
                                                        restored=self._memory.declaration.participants)
         await self._count_take_up(checkpoint)
+        self._stale = False  # the continuation runs on the team as the checkpoint left it
         self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
         self._run_ended("continued")
         return TakenUp(checkpoint, so_far)
@@ -401,7 +405,6 @@ class SessionRuns:
             async with self._writing:
                 await to_the_end(self.write_checkpoint(encode_take_up(self._built, checkpoint)))
         except BaseException:
-            self._stale = True  # the checkpoint is loaded into the team: built again before what comes next
             # The write may have landed (cancelled once it had begun, it finished; a store that failed mid-write
             # cannot say): the next take-up or abandonment reads back the one the row holds.
             self._checkpoint = None
