@@ -115,6 +115,21 @@ class KeyDestroyed(EncryptionError):
     good."""
 
 
+class KeyDeletionRefused(EncryptionError):
+    """``teamstore keys retire`` did not schedule the deletion of a retired KMS key-encryption key: another
+    database marks it as one it wraps its users' data keys under, or its marks could not be read. Nothing was
+    scheduled; the key stays retired, and the next ``keys retire`` tries again.
+
+    Attributes:
+        kek_id: The retired key-encryption key (``kms:<ARN>``).
+        other_databases: How many other databases mark it (``None``: its marks could not be read).
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, kek_id: str, other_databases: int | None) -> None:
+        super().__init__(message, hint=hint)
+        self.kek_id, self.other_databases = kek_id, other_databases
+
+
 class PayloadUnreadable(EncryptionError):
     """A sealed payload does not open: its bytes were damaged, or it was sealed for another user, place or
     purpose than the one it was read as."""

@@ -365,7 +365,7 @@ def test_the_keys_commands_show_rotate_and_retire(monkeypatch: pytest.MonkeyPatc
     assert json.loads(rotated.stdout)["rewrapped"] == 1 and len(json.loads(rotated.stdout)["destroyed"]) == 1
     assert json.loads(runner.invoke(app, ["keys", "retire", "--json"]).stdout) == {
         "destroyed": [], "already_deleted": [], "kept_past_destroy": [], "next_destroy_after": None,
-        "unrecorded_destroyed": [], "unrecorded_kept": []}
+        "unrecorded_destroyed": [], "unrecorded_kept": [], "refused": []}
     states = sorted(k["state"] for k in json.loads(runner.invoke(app, ["keys", "status", "--json"]).stdout)["keks"])
     assert states == ["current", "destroyed"]
 

@@ -55,9 +55,11 @@ def keys_status(as_json: bool = JsonOption) -> None:
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.keys.health import with_health
+        from teamstore.keys.marks import with_marks
         from teamstore.keys.status import status
 
-        return await with_health(a.keys, await status(a.keys, a.settings))
+        shown = await with_health(a.keys, await status(a.keys, a.settings))
+        return await with_marks(a.keys.ring, a.engine, shown)  # a key from before the marks is marked here
 
     data = with_app(go, must_exist=True)
 
@@ -80,6 +82,7 @@ def keys_status(as_json: bool = JsonOption) -> None:
         for kept in d["kept_past_destroy"]:
             _warn_kept(kept)
         _warn_unrecorded(d)
+        _warn_unmarked(d)
 
     emit(data, as_json=as_json, render=render)
     if not data["healthy"]:
@@ -129,6 +132,18 @@ def _warn_kept(kept: dict[str, Any], *, by_retire: bool = False) -> None:
         f"key row(s) still name it, so it is kept and backups under it stay readable past the rotation bound: {left}: "
         "restore them from a database backup (or, if KMS has the key disabled, `aws kms enable-key`), then run "
         "`teamstore keys retire` again"))
+
+
+def _warn_unmarked(d: dict[str, Any]) -> None:
+    """KMS keys in use that KMS would not mark as this database's: another database's `keys retire` cannot see that
+    this one uses them."""
+    for k in d["keks"]:
+        if k["marked"] is False:
+            problem = k["mark_problem"]
+            console.print("[bold yellow]warning[/]: " + plain(
+                f"the KMS key {k['kek_id']} is not marked as this database's ({problem['message']}): another database "
+                "given the same key cannot see that this one uses it, and its `teamstore keys retire` could schedule "
+                f"the key's deletion. Fix: {problem['hint'] or 'retry'}; the next `teamstore keys status` marks it"))
 
 
 def _warn_unrecorded(d: dict[str, Any]) -> None:
@@ -302,7 +317,10 @@ def keys_retire(as_json: bool = JsonOption) -> None:
             _warn_kept(kept, by_retire=True)
 
     emit(data, as_json=as_json, render=render)
-    if data["kept_past_destroy"]:
+    for refused in data["refused"]:
+        err_console.print("[bold red]error[/]: " + plain(refused["message"]))
+        err_console.print("[yellow]fix[/]: " + plain(refused["hint"]))
+    if data["kept_past_destroy"] or data["refused"]:
         raise typer.Exit(PARTLY_DONE)  # the bound does not hold for them: a scheduled run must not pass as fine
 
 
@@ -326,7 +344,9 @@ async def _retired(a: App) -> dict[str, Any]:
     done = await retire(a.keys, retire_days=a.settings.key_retire_days)
     return {"destroyed": done.destroyed, "already_deleted": done.already_deleted, "kept_past_destroy": done.kept,
             "next_destroy_after": done.next_destroy_after, "unrecorded_destroyed": done.unrecorded_destroyed,
-            "unrecorded_kept": [u.as_dict() for u in done.unrecorded_kept]}
+            "unrecorded_kept": [u.as_dict() for u in done.unrecorded_kept],
+            "refused": [{"kek_id": r.kek_id, "other_databases": r.other_databases, "error": type(r).__name__,
+                         "message": r.message, "hint": r.hint} for r in done.refused]}
 
 
 @app.command("migrate")

@@ -11,6 +11,9 @@ names only the data key's id (CloudTrail logs it), never a user. A KEK is record
 alias, since an alias can be pointed at another key. Retiring one schedules its deletion with the shortest
 window KMS allows (7 days): it cannot be used from that moment, and is gone when the window ends.
 Requests have short timeouts and few retries, so an unreachable KMS fails a session's opening fast.
+
+Each database marks the KMS keys it wraps data keys under with a tag of its own (:func:`mark_of`), so that one
+database's ``keys retire`` can see another still uses a key (:mod:`teamstore.keys.marks`).
 """
 
 from __future__ import annotations
@@ -18,13 +21,35 @@ from __future__ import annotations
 from typing import Any
 
 from teamstore.aws import client_config
-from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable, MissingExtra
+from teamstore.errors import (
+    ConfigurationError,
+    KeyDeletionRefused,
+    KeyDestroyed,
+    KeyUnavailable,
+    MissingExtra,
+)
 from teamstore.keys.kek import KMS, damaged
 from teamstore.logs import keep_request_bodies_out_of_logs
 
 DELETION_WINDOW_DAYS = 7
 """The shortest wait KMS allows between scheduling a key's deletion and deleting it."""
 _GONE = {"KMSInvalidStateException", "DisabledException", "NotFoundException"}
+MARK_PREFIX = "teamstore-database-"
+"""The tag key a database marks its KMS keys with is this and its id (:mod:`teamstore.db.identity`)."""
+MARK_VALUE = "wraps-data-keys"
+_MADE = {"TagKey": "teamstore", "TagValue": "key-encryption-key"}
+"""The tag every KMS key a rotation makes has, whichever database made it (IAM grants workers its keys by it)."""
+
+
+def mark_of(database: str) -> str:
+    """The tag key by which the database ``database`` (its id) marks a KMS key it wraps data keys under."""
+    return f"{MARK_PREFIX}{database}"
+
+
+def _key_id(kek_id: str) -> str:
+    """The KMS key id of a KEK id (``kms:<ARN>``): KMS takes the ARN too, but some KMS-compatible servers (moto's)
+    take only the id for some requests."""
+    return kek_id.removeprefix(KMS).rsplit(":key/", 1)[-1]
 
 
 def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_attempts: int = 2) -> Any:
@@ -237,17 +262,22 @@ class KmsKeys:
             raise unavailable(exc, "describe the key", "kms:DescribeKey") from None
         return f"{KMS}{meta['Arn']}", str(meta.get("KeyState"))
 
-    def create(self) -> str:
+    def create(self, marked_by: str | None = None) -> str:
         """A new symmetric KMS key for a rotation (``kms:CreateKey``); its KEK id.
+
+        Args:
+            marked_by: The id of the database the key is made for: the key is made marked as its
+                (:func:`mark_of`).
 
         Raises:
             KeyUnavailable: KMS failed or refused.
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
+        tags = [_MADE, *([{"TagKey": mark_of(marked_by), "TagValue": MARK_VALUE}] if marked_by else [])]
         try:
             meta = self.client.create_key(Description="teamstore key-encryption key", KeyUsage="ENCRYPT_DECRYPT",
-                                          Tags=[{"TagKey": "teamstore", "TagValue": "key-encryption-key"}])["KeyMetadata"]
+                                          Tags=tags)["KeyMetadata"]
         except (BotoCoreError, ClientError) as exc:
             raise unavailable(exc, "create a key-encryption key", "kms:CreateKey and kms:TagResource") from None
         return f"{KMS}{meta['Arn']}"
@@ -264,10 +294,7 @@ class KmsKeys:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            # By key id: KMS takes the ARN too, but some KMS-compatible servers (moto's) take only the id here.
-            arn = kek_id.removeprefix(KMS)
-            key = arn.rsplit(":key/", 1)[-1]
-            self.client.schedule_key_deletion(KeyId=key, PendingWindowInDays=DELETION_WINDOW_DAYS)
+            self.client.schedule_key_deletion(KeyId=_key_id(kek_id), PendingWindowInDays=DELETION_WINDOW_DAYS)
         except (BotoCoreError, ClientError) as exc:
             if _code(exc) == "KMSInvalidStateException":
                 return True  # already pending deletion
@@ -275,3 +302,50 @@ class KmsKeys:
                 return False
             raise unavailable(exc, "schedule the retired key's deletion", "kms:ScheduleKeyDeletion") from None
         return True
+
+    def mark(self, kek_id: str, database: str) -> None:
+        """Tag the KMS key as one the database ``database`` (its id) wraps data keys under (``kms:TagResource``;
+        marking it again changes nothing).
+
+        Raises:
+            KeyUnavailable: KMS failed or refused (``AccessDeniedException``: the role lacks kms:TagResource).
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.tag_resource(KeyId=_key_id(kek_id), Tags=[{"TagKey": mark_of(database), "TagValue": MARK_VALUE}])
+        except (BotoCoreError, ClientError) as exc:
+            raise unavailable(exc, "mark the key-encryption key as this database's", "kms:TagResource") from None
+
+    def marked_by(self, kek_id: str) -> set[str] | None:
+        """The ids of the databases that mark the KMS key as one they wrap data keys under
+        (``kms:ListResourceTags``), read before its deletion is scheduled; ``None`` when KMS has no such key.
+
+        Raises:
+            KeyDeletionRefused: KMS refused to list the tags (the role lacks kms:ListResourceTags): the deletion
+                is refused too, since another database may still use the key.
+            KeyUnavailable: KMS failed otherwise.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        found: set[str] = set()
+        asked: dict[str, Any] = {"KeyId": _key_id(kek_id)}
+        try:
+            while True:
+                page = self.client.list_resource_tags(**asked)
+                found |= {str(t["TagKey"]).removeprefix(MARK_PREFIX) for t in page.get("Tags", [])
+                          if str(t["TagKey"]).startswith(MARK_PREFIX)}
+                if not page.get("Truncated") or not page.get("NextMarker"):
+                    return found
+                asked["Marker"] = page["NextMarker"]
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) == "NotFoundException":
+                return None
+            if _code(exc) == "AccessDeniedException":
+                raise KeyDeletionRefused(
+                    f"the deletion of the retired KMS key-encryption key {kek_id.removeprefix(KMS)} was not scheduled: "
+                    "KMS refused to list its tags (AccessDeniedException), so whether another database still wraps its "
+                    "users' data keys under it is unknown", hint="grant this process's role kms:ListResourceTags on the "
+                    "keys it retires, then run `teamstore keys retire` again", kek_id=kek_id, other_databases=None,
+                ) from None
+            raise unavailable(exc, "read the key-encryption key's tags", "kms:ListResourceTags") from None

@@ -82,10 +82,10 @@ class KeyRing:
 
     def create(self, to: str | None, like: str, made_by: str | None = None) -> str:
         """A new KEK for a rotation: the KMS key ``to`` names; else one like the current KEK ``like`` (a new key
-        in the key file, marked as made by the database ``made_by``, or a new KMS key)."""
+        in the key file or a new KMS key, either marked as the database ``made_by``'s)."""
         if to is not None:
             return self.kms.resolve(to)
-        return self.kms.create() if like.startswith(KMS) else self.key_file.create(made_by)
+        return self.kms.create(made_by) if like.startswith(KMS) else self.key_file.create(made_by)
 
     def destroy(self, kek_id: str) -> bool:
         """Destroy a retired KEK's material (the key file's entry; KMS: its deletion scheduled); False when KMS

@@ -37,6 +37,7 @@ from teamstore.db.identity import database_id
 from teamstore.errors import (
     ConfigurationError,
     DataKeyDamaged,
+    KeyDeletionRefused,
     KeyDestroyed,
     KeyUnavailable,
     StoreUnavailable,
@@ -45,6 +46,7 @@ from teamstore.errors import (
 from teamstore.keys.failures import AGAIN, RETIRE_AGAIN, store_failed
 from teamstore.keys.kek import KMS
 from teamstore.keys.kms import DELETION_WINDOW_DAYS
+from teamstore.keys.marks import mark, refusal
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.service import KeyService
 from teamstore.keys.unrecorded import Unrecorded, retire_unrecorded
@@ -140,6 +142,8 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
         report.step = "done"
         return report
     report.destroyed, report.already_deleted = retired.destroyed, retired.already_deleted
+    if retired.refused:
+        report.retire_error = retired.refused[0]  # the rotation stands; `keys retire` says the rest
     report.step = "done"
     return report
 
@@ -178,6 +182,8 @@ async def _begin(keys: KeyService, current: str, target: str | None, retire_days
             raise await _unrecorded(keys, new, exc) from exc
         raise
     if made_current:
+        if target is not None:
+            await mark(keys.ring, keys.engine, new)  # a key made here was made marked
         report = RotationReport(new, True, step="rewrapping")
     else:
         if target is None:
@@ -361,13 +367,17 @@ class Retirement:
     now (:mod:`teamstore.keys.unrecorded`)."""
     unrecorded_kept: list[Unrecorded] = field(default_factory=list)
     """Those not yet due, each with when it will be."""
+    refused: list[KeyDeletionRefused] = field(default_factory=list)
+    """The KMS keys due whose deletion was not scheduled: another database marks them, or their marks could not
+    be read (:mod:`teamstore.keys.marks`). They stay retired, to be tried again by the next ``retire``."""
 
 
 async def retire(keys: KeyService, now: datetime | None = None, retire_days: int | None = None) -> Retirement:
     """Destroy every retired key-encryption key whose time has come, unless a data key still names it.
 
     A data key still under it (written by a worker that read the old KEK as current just before a rotation)
-    is re-wrapped first; a damaged one keeps it alive. A KMS key KMS no longer has is beyond use already: it is
+    is re-wrapped first; a damaged one keeps it alive. A KMS key another database marks as one it wraps data keys
+    under is kept too, and so is one whose marks KMS will not list (``refused``); the other keys due go on. A KMS key KMS no longer has is beyond use already: it is
     recorded as destroyed, once KMS has shown it still knows the current one (so the ``AWS_*`` variables name
     the database's account and region).
 
@@ -382,8 +392,9 @@ async def retire(keys: KeyService, now: datetime | None = None, retire_days: int
         retire_days: ``TEAMSTORE_KEY_RETIRE_DAYS``, to destroy the unrecorded keys that old; ``None`` leaves them.
 
     Returns:
-        The KEK ids destroyed now, which of them KMS had deleted already, the KEKs due that were kept, when the
-        next one becomes due, and the unrecorded keys destroyed and kept.
+        The KEK ids destroyed now, which of them KMS had deleted already, the KEKs due that were kept (data keys
+        name them, or their deletion was refused), when the next one becomes due, and the unrecorded keys
+        destroyed and kept.
 
     Raises:
         KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
@@ -400,9 +411,13 @@ async def retire(keys: KeyService, now: datetime | None = None, retire_days: int
         raise store_failed(exc, "read the retired key-encryption keys", RETIRE_AGAIN) from exc
     due = [(kek_id, at) for kek_id, at in retired if at is not None and at <= now]
     done = Retirement(next_destroy_after=next((at for _, at in retired if at is not None and at > now), None))
+    ours = await database_id(keys.engine) if any(kek_id.startswith(KMS) for kek_id, _ in due) else ""
     for kek_id, destroy_after in due:
         if left := await _still_named(keys, kek_id):
             done.kept.append({"kek_id": kek_id, "data_keys": left, "destroy_after": destroy_after})
+            continue
+        if (refused := await refusal(keys.ring, kek_id, ours)) is not None:
+            done.refused.append(refused)  # another database may wrap its data keys under it: the others go on
             continue
         if not await asyncio.to_thread(keys.ring.destroy, kek_id):
             await _kms_knows_the_current_key(keys)

@@ -48,6 +48,7 @@ from teamstore.errors import (
 )
 from teamstore.keys import sealed
 from teamstore.keys.kek import KMS
+from teamstore.keys.marks import mark
 from teamstore.keys.ring import KeyRing
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.settings import Settings
@@ -345,6 +346,7 @@ class KeyService:
             await self._record_first(first)
             current = await self._recorded_current()
             assert current is not None
+            await mark(self.ring, self.engine, current)  # refused, it is logged: the session goes on without it
         await self._refuse_unused(current, moving_to)
         return current
 
