@@ -29,6 +29,7 @@ from teamstore.keys.status import status
 from teamstore.settings import Settings
 from tests.conftest import _create_database, _drop_database
 from tests.keys.outage import Outage
+from tests.keys.test_kms_faults import _seal_once
 
 pytestmark = pytest.mark.s3
 
@@ -169,12 +170,6 @@ async def test_retire_refuses_to_delete_a_kms_key_whose_marks_kms_will_not_list(
     assert _state(old) == "Enabled"
     del kms_outage.refuse["ListResourceTags"]
     assert (await retire(keys, now=_later(8))).destroyed == [old] and _state(old) == "PendingDeletion"
-
-
-async def _seal_once() -> None:
-    eng = create_engine(Settings().resolved_database_url)
-    await KeyService.from_settings(eng, Settings()).seal("alice", b"words", "memory/facts")
-    await eng.dispose()
 
 
 def test_keys_status_says_a_kms_key_it_could_not_mark_is_not_marked_and_what_to_grant(kms_outage: Outage) -> None:
