@@ -37,13 +37,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_stores, subjects, usage
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.capabilities import holds_any
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import RETENTION, forgetting, user_holds
 from teamstore.db.statements import insert_new
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.database import exports_step
-from teamstore.erasure.steps.transcripts import nothing_left, view_of
 from teamstore.errors import StoreUnavailable
 from teamstore.export.schema import export_requests
 from teamstore.keys.schema import data_keys
@@ -213,7 +213,7 @@ async def _still_quiet(engine: AsyncEngine, store: TranscriptStore, user: _User,
                 return False
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "check the quiet users again") from exc
-    return user.subject_key is None or await nothing_left(view_of(store), subject_prefix(user.subject_key))
+    return user.subject_key is None or not await holds_any(store, subject_prefix(user.subject_key))
 
 
 async def _lift(engine: AsyncEngine, user_ids: list[str]) -> None:

@@ -6,8 +6,9 @@
 
 An erasure talks to one transcript store, the one its settings name. Every writer records a store for a
 subject before its first transcript goes there (``ts_subject_stores``, migration 0010), so the
-coordinator knows each store that holds some: it refuses to run while one of them is not its own, and
-never completes, or drops the subject mapping, while a store it has not emptied still holds some. For
+coordinator knows each store that holds some: it refuses to run while one of them is not its own, unless
+its own holds some all the same (listed under the subject's prefix: a file no record names, restored or copied
+back), and never completes, or drops the subject mapping, while a store it has not emptied still holds some. For
 runs from before stores were recorded, the ledger says they happened: unless they are older than the
 transcript retention, the store talked to must hold some of the subject's transcripts.
 """
@@ -22,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
 from teamstore.audit.subjects import recorded_stores
 from teamstore.audit.transcripts.base import subject_prefix
-from teamstore.audit.transcripts.capabilities import missing_here
+from teamstore.audit.transcripts.capabilities import holds_any, missing_here
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.steps.base import StepContext
@@ -46,10 +47,12 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
 
     Raises:
         TranscriptStoreMismatch: Stores are recorded for the subject and this one is not among those still
-            to empty, or is a folder this machine does not have; or none is, the ledger holds runs from before stores were recorded, and this store
-            holds no transcript of the subject.
+            to empty (nor holds any of the subject's transcripts all the same), or is a folder this machine does
+            not have; or none is, the ledger holds runs from before stores were recorded, and this store holds no
+            transcript of the subject.
         StoreUnavailable: The database could not be reached.
-        TranscriptUnavailable: The store could not be listed (only asked when no store is recorded).
+        TranscriptUnavailable, StorageError: The store could not be listed (asked only when it is not a store
+            still to empty).
     """
     if ctx.subject_key is None:
         return  # the user never ran: no transcript anywhere
@@ -57,6 +60,10 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
     pending = sorted(store for store, erased in recorded.items() if not erased)
     ours = ctx.transcripts.url
     if pending and ours not in pending:
+        # Asked of the store, under the subject's prefix: it may hold some no record names (a file restored or
+        # copied back, a folder a request emptied filled again). Erased here first, the step then names the others.
+        if await holds_any(ctx.transcripts, subject_prefix(ctx.subject_key)):
+            return
         raise mismatch(ctx, pending, f"this erasure talks to {ours}, which {_erased_or_not(recorded, ours)}")
     if ours in pending and await missing_here(ctx.transcripts):
         # Listed here it would give nothing: the receipt would say no_match while the transcripts stay there.

@@ -27,10 +27,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.errors import ConfigurationError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,33 @@ async def missing_here(store: TranscriptStore) -> bool:
     transcripts in that is missing here is another machine's (nothing removes a store's folder itself)."""
     local = capability(store, Capability.HOST_LOCAL)
     return local is not None and not await local.present()
+
+
+async def holds_any(store: TranscriptStore, prefix: str) -> bool:
+    """Whether ``store`` holds anything under ``prefix``, found where it lies rather than by any record of what
+    was written there: a version or delete marker (``VERSIONS``), else a current object, or a temporary file a
+    killed writer left (``PARTIAL_WRITES``). Each listing stops at its first page.
+
+    Raises:
+        TranscriptUnavailable, StorageError: The store could not be listed (named by the store, never by key).
+    """
+    versions = capability(store, Capability.VERSIONS)
+    if versions is not None:
+        return bool(await _first(versions.version_pages(prefix)))
+    if await _first(store.scan(prefix)) is not None:
+        return True
+    partial = capability(store, Capability.PARTIAL_WRITES)
+    return partial is not None and bool(await partial.partial_writes(prefix))
+
+
+async def _first(items: AsyncIterator[T]) -> T | None:
+    """The first of ``items`` (``None`` if none), the listing closed after it rather than left to the collector."""
+    try:
+        return await anext(items, None)
+    finally:
+        close = getattr(items, "aclose", None)
+        if close is not None:
+            await close()
 
 
 PROTOCOLS: dict[Capability, type] = {

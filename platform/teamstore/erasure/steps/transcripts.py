@@ -23,7 +23,6 @@ listed again and deleted, so a rerun after a kill reports what the first attempt
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -37,6 +36,7 @@ from teamstore.audit.transcripts.capabilities import (
     PartialWrites,
     Versions,
     capability,
+    holds_any,
 )
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import record_step
@@ -308,7 +308,7 @@ class TranscriptStep:
         kept.check()
         result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(
             update={"retained": kept.retained, "unreadable": kept.unreadable}))
-        await self._other_stores(ctx, view, result)
+        await self._other_stores(ctx, result)
         return result
 
     async def _erase_pages(self, ctx: StepContext, view: VersionedObjects, prefix: str, counted: int, kept: Kept
@@ -328,7 +328,7 @@ class TranscriptStep:
             await view.delete_folder(prefix)
             ctx.progress(self.name, counted, counted)
 
-    async def _other_stores(self, ctx: StepContext, view: View, result: StoreResult) -> None:
+    async def _other_stores(self, ctx: StepContext, result: StoreResult) -> None:
         """Stop the request, open, while another store still holds some of the subject's transcripts.
 
         This store is marked emptied once a listing finds nothing left in it, and the step is recorded as
@@ -341,7 +341,7 @@ class TranscriptStep:
         others = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
         if not others:
             return
-        if await nothing_left(view, subject_prefix(ctx.subject_key)):
+        if not await _rerunnable(holds_any(ctx.transcripts, subject_prefix(ctx.subject_key))):
             await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
         await record_step(ctx.engine, ctx.request_id, self.name, result, ctx.owner)
         raise mismatch(ctx, others, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
@@ -385,14 +385,6 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
         return found.plus(prior.counts.model_copy(update=left_over))
     # enumerated or failed earlier: what is listed now is a subset of what was recorded then
     return found.widest(prior.counts.model_copy(update=left_over))
-
-
-async def nothing_left(view: View, prefix: str) -> bool:
-    """Whether ``prefix`` holds nothing, asked of its first listing page alone."""
-    async with aclosing(view.pages(prefix)) as pages:
-        async for page in pages:
-            return not page
-    return True
 
 
 async def _beyond_use(ctx: StepContext, view: View, version: ObjectVersion) -> bool:
