@@ -5,11 +5,11 @@ from __future__ import annotations
 import gzip
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
-from sqlalchemy import func, insert, inspect, select, text
+from sqlalchemy import func, insert, inspect, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
@@ -143,3 +143,64 @@ def all_versions(client: Any, bucket: str) -> list[dict[str, Any]]:
     for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
         found += page.get("Versions", []) + page.get("DeleteMarkers", [])
     return found
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A request of :func:`desk_queue`, as the desk's listing must order it."""
+
+    request_id: str
+    status: str
+    received_at: datetime
+    effective_due_at: datetime
+
+    @property
+    def overdue(self) -> bool:
+        return self.status in ("open", "failed")  # every due date of the queue has passed
+
+
+# (received, due, extended due) in days after the queue's start, and the status; ids deliberately out of step
+# with the times, several requests received at the same moment and several falling due at the same one (an
+# extension among them, due when another request's original due date is).
+_QUEUE = {
+    "req-01": (3, 40, None, "open"), "req-02": (1, 41, None, "failed"), "req-03": (3, 40, None, "completed"),
+    "req-04": (2, 42, None, "open"), "req-05": (1, 38, 40, "open"), "req-06": (3, 40, None, "open"),
+    "req-07": (0, 42, None, "failed"), "req-08": (2, 41, None, "open"), "req-09": (3, 40, None, "no_match"),
+    "req-10": (1, 42, None, "open"), "req-11": (0, 41, None, "open"), "req-12": (2, 40, None, "failed"),
+}
+
+
+async def desk_queue(engine: AsyncEngine) -> list[Queued]:
+    """Twelve erasure requests with ties in when they were received and when they fall due, all due 150 days
+    and more ago: finished ones without their user id, as a finished request forgets it."""
+    from teamstore.erasure import requests
+    from teamstore.erasure.schema import erasure_requests
+
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=200)
+    queued = []
+    for n, (request_id, (received, due, extended, status)) in enumerate(_QUEUE.items()):
+        await requests.open_request(engine, request_id, f"queued-{n}", None, 30)
+        values: dict[str, Any] = {"received_at": start + timedelta(days=received), "status": status,
+                                  "due_at": start + timedelta(days=due)}
+        if extended is not None:
+            values |= {"extended_due_at": start + timedelta(days=extended), "extended_by": "2d",
+                       "extension_reason": "complex", "extended_at": start, "extension_operator": "ana"}
+        if status in ("completed", "no_match"):
+            values["user_id"] = None
+        async with engine.begin() as conn:
+            await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id)
+                               .values(**values))
+        queued.append(Queued(request_id, status, values["received_at"],
+                             start + timedelta(days=extended if extended is not None else due)))
+    return queued
+
+
+def newest_first(queued: list[Queued]) -> list[str]:
+    """The listing's order: newest first, ties by request id."""
+    return [q.request_id for q in sorted(queued, key=lambda q: (-q.received_at.timestamp(), q.request_id))]
+
+
+def longest_overdue_first(queued: list[Queued]) -> list[str]:
+    """``--overdue``'s order: the due date in force, then when received, then the request id."""
+    return [q.request_id for q in sorted((q for q in queued if q.overdue),
+                                         key=lambda q: (q.effective_due_at, q.received_at, q.request_id))]

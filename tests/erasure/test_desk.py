@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import insert, select, update
@@ -16,7 +17,7 @@ from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import find_subject, get_or_create_subject, new_session_secret, new_subject_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.erasure import RequestStatus, StepStatus, requests
-from teamstore.erasure.desk import add_months, extend_request, list_requests
+from teamstore.erasure.desk import add_months, extend_request, list_requests, near_user_match
 from teamstore.erasure.schema import erasure_requests
 from teamstore.errors import (
     ErasureConflict,
@@ -25,9 +26,9 @@ from teamstore.errors import (
     ExtensionRefused,
     InvalidIdentifier,
 )
-from teamstore.export.nearby import difference
+from teamstore.export.nearby import difference, near_match
 from tests.erasure.conftest import coordinator
-from tests.erasure.seed import audited_platform
+from tests.erasure.seed import audited_platform, desk_queue, longest_overdue_first, newest_first
 
 DAY = timedelta(days=1)
 
@@ -268,6 +269,81 @@ async def test_the_overdue_queue_lists_the_longest_overdue_first_so_a_limit_leav
 
     assert [r.request_id for r in await list_requests(engine, overdue=True, now=later)] == ["req-2", "req-3", "req-1"]
     assert [r.request_id for r in await list_requests(engine, overdue=True, now=later, limit=1)] == ["req-2"]
+
+
+async def _walk(engine: AsyncEngine, limit: int, **filters: Any) -> list[list[str]]:
+    """Every page of a listing, each after the last request id of the one before, until one comes back empty."""
+    pages: list[list[str]] = []
+    after = None
+    while page := [r.request_id for r in await list_requests(engine, limit=limit, after=after, **filters)]:
+        assert len(page) <= limit
+        pages.append(page)
+        after = page[-1]
+    return pages
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5])
+async def test_the_listing_is_read_page_after_page_each_request_once_in_order_whatever_ties_its_times(
+    engine: AsyncEngine, limit: int
+) -> None:
+    queued = await desk_queue(engine)
+    unfinished = [RequestStatus.OPEN, RequestStatus.FAILED]
+    expected = {
+        "all": ({}, newest_first(queued)),
+        "overdue": ({"overdue": True}, longest_overdue_first(queued)),
+        "failed": ({"statuses": [RequestStatus.FAILED]}, [i for i in newest_first(queued) if i in ("req-02", "req-07", "req-12")]),
+        "overdue open": ({"overdue": True, "statuses": [RequestStatus.OPEN]},
+                         [i for i in longest_overdue_first(queued) if i not in ("req-02", "req-07", "req-12")]),
+        "overdue unfinished": ({"overdue": True, "statuses": unfinished}, longest_overdue_first(queued)),
+    }
+    assert expected["overdue"][1][:4] == ["req-05", "req-12", "req-01", "req-06"]  # ties on due date, then receipt
+
+    for name, (filters, order) in expected.items():
+        pages = await _walk(engine, limit, **filters)
+        seen = [request_id for page in pages for request_id in page]
+        assert seen == order, name  # each once, none skipped, in the listing's order
+        assert [r.request_id for r in await list_requests(engine, limit=100, **filters)] == order, name
+
+
+async def test_a_page_after_a_request_that_has_since_finished_goes_on_where_that_request_stood(
+    engine: AsyncEngine,
+) -> None:
+    queued = await desk_queue(engine)
+    first = [r.request_id for r in await list_requests(engine, overdue=True, limit=3)]
+    async with engine.begin() as conn:  # the page's last request is answered before the next page is read
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == first[-1])
+                           .values(status="completed", user_id=None))
+    rest = [r.request_id for r in await list_requests(engine, overdue=True, after=first[-1], limit=100)]
+    assert first + rest == longest_overdue_first(queued)
+
+
+async def test_a_page_after_an_unknown_or_malformed_request_id_is_refused_naming_a_near_one(
+    engine: AsyncEngine,
+) -> None:
+    await desk_queue(engine)
+    with pytest.raises(ErasureRequestNotFound) as unknown:
+        await list_requests(engine, after="req-99")
+    assert unknown.value.message == "--after 'req-99' names no erasure request"
+    assert unknown.value.hint is not None and "last request id a page listed" in unknown.value.hint
+    with pytest.raises(ErasureRequestNotFound, match="did you mean 'req-04'"):
+        await list_requests(engine, after="REQ-04")
+    for malformed in ("", "x" * 129, "req\n04"):
+        with pytest.raises(InvalidIdentifier, match="--after: request id of length"):
+            await list_requests(engine, after=malformed)
+
+
+async def test_a_user_id_with_no_request_is_told_of_a_near_twin_among_stored_ids_and_open_requests(
+    engine: AsyncEngine,
+) -> None:
+    await get_or_create_subject(engine, "dave")
+    await requests.open_request(engine, "req-q", "Quinn", None, 30)  # nothing stored under it but the request
+
+    assert await list_requests(engine, user_id="Dave") == []
+    assert "only in letter case" in (await near_user_match(engine, "Dave") or "")
+    said = await near_user_match(engine, "quinn")
+    assert said is not None and "only in letter case" in said and "Quinn" not in said
+    assert await near_match(engine, "quinn") is None  # the stores alone hold no twin: the request is one
+    assert await near_user_match(engine, "erin") is None
 
 
 async def test_a_rerun_records_who_asked_when_the_first_attempt_did_not(engine: AsyncEngine) -> None:

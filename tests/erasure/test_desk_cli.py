@@ -10,6 +10,7 @@ import json
 import os
 import re
 import select
+import shlex
 import signal
 import stat
 import subprocess
@@ -33,6 +34,7 @@ from teamstore.export import archive
 from teamstore.settings import Settings
 from tests.audit.fault_server import FaultServer
 from tests.audit.teams import context, observe_run, triage_team
+from tests.erasure.seed import Queued, desk_queue, longest_overdue_first, newest_first
 
 WIDE = {"COLUMNS": "300"}
 
@@ -405,7 +407,7 @@ def test_erasing_options_before_a_subcommand_are_refused_not_dropped() -> None:
     dropped = cli("erase", "--user", "hank", "--yes", "list")
     assert dropped.exit_code == 1 and "--user, --yes belong to `teamstore erase` itself" in dropped.output
     listed = cli("erase", "list", "--json")
-    assert listed.exit_code == 0 and json.loads(listed.stdout) == {"requests": [], "more": False}  # none opened, none run
+    assert listed.exit_code == 0 and json.loads(listed.stdout)["requests"] == []  # none opened, none run
 
 
 def test_an_operator_name_the_receipt_cannot_hold_is_refused_before_the_terminal_asks(
@@ -529,6 +531,114 @@ def test_a_listing_cut_by_its_limit_says_more_requests_match() -> None:
     whole = cli("erase", "list", "--limit", "3")
     assert "more requests match" not in whole.stdout
     assert json.loads(cli("erase", "list", "--limit", "3", "--json").stdout)["more"] is False
+
+
+async def _queue(database_url: str) -> list[Queued]:
+    engine = create_engine(database_url)
+    try:
+        await upgrade(engine)
+        return await desk_queue(engine)
+    finally:
+        await engine.dispose()
+
+
+def _walk_json(*args: str) -> list[str]:
+    """Every request of ``erase list *args --json``, page after page, each asked for with the page's ``next``."""
+    seen: list[str] = []
+    after: list[str] = []
+    while True:
+        page = json.loads(cli("erase", "list", *args, "--json", *after).stdout)
+        seen += [r["request_id"] for r in page["requests"]]
+        assert page["more"] is (page["next"] is not None) and page["near_match"] is None
+        if page["next"] is None:
+            return seen
+        assert page["next"] == seen[-1]
+        after = ["--after", page["next"]]
+
+
+def _walk_screen(*args: str) -> list[str]:
+    """Every request of ``erase list *args`` on screen, page after page, each asked for by the command the
+    footer of the page before prints (on a line of its own, to be copied whole)."""
+    seen: list[str] = []
+    command = ["erase", "list", *args]
+    while True:
+        shown = cli(*command)
+        assert shown.exit_code == 0, shown.output
+        seen += re.findall(r"^ (req-\d\d) ", shown.stdout, re.MULTILINE)
+        lines = shown.stdout.splitlines()
+        if "the next page:" not in shown.stdout:
+            return seen
+        footer = lines.index(next(line for line in lines if line.endswith("the next page:")))
+        printed = shlex.split(lines[footer + 1])
+        assert printed[:3] == ["teamstore", "erase", "list"] and printed[-1] == f"--after={seen[-1]}"
+        command = printed[1:]
+
+
+def test_the_desk_reads_every_page_of_a_listing_by_the_command_each_page_names(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database_url)
+    queued = asyncio.run(_queue(database_url))
+    failed = ("req-02", "req-07", "req-12")
+    for args, order in (
+        ((), newest_first(queued)),
+        (("--overdue",), longest_overdue_first(queued)),
+        (("--status", "failed"), [i for i in newest_first(queued) if i in failed]),
+        (("--overdue", "--status", "open"), [i for i in longest_overdue_first(queued) if i not in failed]),
+    ):
+        assert _walk_json(*args, "--limit", "5") == order, args  # each request once, in the listing's order
+        assert _walk_screen(*args, "--limit", "2") == order, args
+
+    first = cli("erase", "list", "--overdue", "--limit", "4")
+    assert "4 shown, the ones that fall due later follow" in first.stdout
+    assert "teamstore erase list --overdue --limit=4 --after=req-06\n" in first.stdout
+    assert "older ones follow" in cli("erase", "list", "--limit", "4").stdout
+    oldest = newest_first(queued)[-1]
+    last = json.loads(cli("erase", "list", "--limit", "4", "--after", oldest, "--json").stdout)
+    assert last == {"requests": [], "more": False, "next": None, "near_match": None}  # the oldest: nothing after it
+    for cursor, said in (("req-99", "--after 'req-99' names no erasure request"), ("REQ-01", "did you mean 'req-01'?"),
+                         ("", "--after: request id of length 0 cannot be used")):
+        refused = cli("erase", "list", "--after", cursor)
+        assert refused.exit_code == 1 and said in " ".join(refused.stderr.split()), refused.output
+
+
+def test_a_user_id_with_no_request_is_told_whether_a_near_twin_exists_never_naming_it_off_a_terminal() -> None:
+    _populate("dave")
+    asyncio.run(_open("req-q", "Quinn"))  # nothing stored under it but its request
+    for user, twin in (("Dave", "dave"), ("quinn", "Quinn")):
+        listed = cli("erase", "list", "--user", user)
+        assert listed.exit_code == 0 and listed.stdout.startswith("no request matches\n"), listed.output
+        assert "note: a stored user id differs from this one only in letter case" in listed.stdout
+        assert twin not in listed.output and "did you mean" not in listed.output
+        as_json = json.loads(cli("erase", "list", "--user", user, "--json").stdout)
+        assert as_json["requests"] == [] and "only in letter case" in as_json["near_match"]
+        assert twin not in str(as_json)
+    assert cli("erase", "list", "--user", "erin").stdout == "no request matches\n"
+    assert json.loads(cli("erase", "list", "--user", "Quinn", "--json").stdout)["near_match"] is None
+
+    status, out, shown = _on_a_terminal("", "erase", "list", "--user", "quinn")
+    assert status == 0 and "did you mean 'Quinn'? It differs only in letter case." in shown
+    assert "'Quinn'" not in out  # stdout may be a file or a pipe: the id only on the terminal's stderr
+
+
+def test_list_filters_that_can_never_match_or_are_given_twice_are_refused_saying_why() -> None:
+    _populate("ann")
+    assert cli("erase", "--user", "ann", "--request-id", "req-a1", "--yes").exit_code == 0
+    for args, said in (
+        (("--overdue", "--status", "completed"), "--status completed with --overdue can list nothing: only an open "
+         "or failed request can be overdue"),
+        (("--user", "ann", "--status", "open", "--status", "no_match"), "--status no_match with --user can list "
+         "nothing: only an open or failed request keeps its user's id"),
+        (("--user", "ann", "--user", "bob"), "--user is given 2 times"),
+        (("--after", "req-a1", "--after", "req-x"), "--after is given 2 times"),
+        (("--status", "open,failed"), "give --status once per status: --status open --status failed"),
+        (("--status", ""), "--status '' is not a request status"),
+    ):
+        refused = cli("erase", "list", *args)
+        assert refused.exit_code == 1 and said in " ".join(refused.stderr.split()), (args, refused.output)
+        assert refused.stdout == ""
+    twice = json.loads(cli("erase", "list", "--status", "completed", "--status", "completed", "--json").stdout)
+    assert [r["request_id"] for r in twice["requests"]] == ["req-a1"]
 
 
 def test_a_rerun_given_another_reason_or_requester_keeps_the_first_and_says_so() -> None:

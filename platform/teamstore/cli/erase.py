@@ -18,8 +18,9 @@ its lease given back (it says where the request stands and the command that resu
 
 from __future__ import annotations
 
+import shlex
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
@@ -44,6 +45,9 @@ from teamstore.terminal import console, plain, print_table
 # The coordinator, the desk and the request table (the database, the stores) are imported when a command
 # runs, not with the command line: `teamstore --help` starts without them.
 if TYPE_CHECKING:
+    from sqlalchemy import Table
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from teamstore.erasure import DeletionCoordinator, Receipt, RequestStatus
     from teamstore.erasure.desk import RequestSummary
 
@@ -271,15 +275,16 @@ def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -
                           "given now was not recorded")
 
 
-def suggest_near_matches(user: str) -> None:
+def suggest_near_matches(user: str, tables: Sequence[Table] | None = None) -> None:
     """On a terminal, name the stored ids that differ from ``user`` only in letter case, Unicode form or
     surrounding spaces: the ones the operator may have meant. Only there: a job's output is kept in its
-    logs, where another user's id must never go (the receipt says it in words, without the id)."""
-    from teamstore.export.nearby import near_matches
+    logs, where another user's id must never go (the receipt says it in words, without the id). ``tables``:
+    where to look (:func:`teamstore.export.nearby.near_matches`; by default the stores keyed by the id)."""
+    from teamstore.export.nearby import TABLES, near_matches
 
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return
-    twins = with_app(lambda app: near_matches(app.engine, user), must_exist=True)
+    twins = with_app(lambda app: near_matches(app.engine, user, tables or TABLES), must_exist=True)
     for stored, kind in twins.items():
         shown = repr(stored) if stored.isascii() else f"{stored!r} ({stored!a})"  # Unicode forms look alike
         err_console.print(f"[yellow]did you mean[/] {plain(shown)}? It differs only in {kind}.")
@@ -386,6 +391,12 @@ def status(
 
 StatusOption = typer.Option([], "--status", help="Only requests in this status (repeatable): open, failed, completed, "
                             "no_match, retained_under_hold.")
+# Lists, so that one given twice is refused (_one) rather than the last winning unseen.
+UserOption = typer.Option([], "--user", help="Only the open or failed request of this exact user id (never printed; "
+                          "finished requests have forgotten it).")
+AfterOption = typer.Option([], "--after", help="The next page: the requests after this request id, the last one a "
+                           "page listed (the footer and `next` in --json name it).")
+DEFAULT_LIMIT = 100
 
 
 @app.command("list")
@@ -393,24 +404,64 @@ def list_(
     status_: list[str] = StatusOption,
     overdue: bool = typer.Option(False, "--overdue", help="Only open or failed requests past their due date "
                                  "(the extended one, if extended), the longest overdue first."),
-    user: str | None = typer.Option(None, "--user", help="Only the open or failed request of this exact user id "
-                                    "(never printed; finished requests have forgotten it)."),
-    limit: int = typer.Option(100, "--limit", min=1, max=10_000, help="At most this many: the newest (with --overdue, the longest overdue)."),
+    user: list[str] = UserOption,
+    after: list[str] = AfterOption,
+    limit: int = typer.Option(DEFAULT_LIMIT, "--limit", min=1, max=10_000,
+                              help="At most this many on a page: the newest (with --overdue, the longest overdue)."),
     as_json: bool = JsonOption,
 ) -> None:
     """List erasure requests: received, due (and extended due), status, who asked and who ran them."""
-    from teamstore.erasure.desk import list_requests
+    from teamstore.erasure.desk import list_requests, near_user_match
 
-    statuses = [_status(value) for value in status_]
-    if user is not None:
-        check_erasable_id(user)
-    # One more than shown, to know whether the limit cut the list (newest first, it cuts the oldest requests;
-    # with --overdue, longest overdue first, the ones that fell due last).
-    found = with_app(lambda app: list_requests(app.engine, statuses=statuses, overdue=overdue, user_id=user,
-                                               limit=limit + 1), must_exist=True)
+    statuses = _statuses(status_, overdue=overdue, user=bool(user))
+    one_user, cursor = _one("--user", user), _one("--after", after)
+    if one_user is not None:
+        check_erasable_id(one_user)
+
+    async def listing(engine: AsyncEngine) -> tuple[list[RequestSummary], str | None]:
+        # One more than shown, to know whether the limit cut the list (newest first, it cuts the oldest requests;
+        # with --overdue, longest overdue first, the ones that fell due last).
+        found = await list_requests(engine, statuses=statuses, overdue=overdue, user_id=one_user, after=cursor,
+                                    limit=limit + 1)
+        near = await near_user_match(engine, one_user) if one_user is not None and not found else None
+        return found, near
+
+    found, near = with_app(lambda app: listing(app.engine), must_exist=True)
     more, found = len(found) > limit, found[:limit]
-    emit({"requests": [r.model_dump(mode="json") for r in found], "more": more}, as_json=as_json,
-         render=lambda _: _render_list(found, more, overdue))
+    following = found[-1].request_id if more else None
+    command = _next_page(statuses, overdue, limit, following) if following is not None else None
+    emit({"requests": [r.model_dump(mode="json") for r in found], "more": more, "next": following,
+          "near_match": near}, as_json=as_json, render=lambda _: _render_list(found, overdue, command, near))
+    if one_user is not None and not found:
+        from teamstore.erasure.desk import NEAR_TABLES
+
+        suggest_near_matches(one_user, NEAR_TABLES)
+
+
+def _one(option: str, given: list[str]) -> str | None:
+    """The one value of ``option`` given, if any: given twice, the last would win unseen."""
+    if len(given) > 1:
+        raise ConfigurationError(f"{option} is given {len(given)} times: erase list takes one",
+                                 hint=f"give {option} once (run the list once per value)")
+    return given[0] if given else None
+
+
+def _statuses(given: list[str], *, overdue: bool, user: bool) -> list[RequestStatus]:
+    """The ``--status`` values, refused when one could never be listed with ``--overdue`` or ``--user`` (only an
+    open or failed request is overdue, or keeps its user's id): the empty list would read as "none exist"."""
+    from teamstore.erasure.desk import UNFINISHED
+
+    statuses = list(dict.fromkeys(_status(value) for value in given))
+    never = [str(s) for s in statuses if s not in UNFINISHED]
+    for given_with, flag, why in ((overdue, "--overdue", "only an open or failed request can be overdue"),
+                                  (user, "--user", "only an open or failed request keeps its user's id")):
+        if never and given_with:
+            raise ConfigurationError(
+                f"--status {', '.join(never)} with {flag} can list nothing: {why}",
+                hint=f"drop --status {never[0]} (or {flag}): `teamstore erase list --status {never[0]}` lists "
+                "those requests, by id and subject hash",
+            )
+    return statuses
 
 
 def _status(value: str) -> RequestStatus:
@@ -418,27 +469,37 @@ def _status(value: str) -> RequestStatus:
 
     stored = [s for s in RequestStatus if s is not RequestStatus.DRY_RUN]  # a dry run stores no request
     if value not in stored:
+        several = "; give --status once per status: --status open --status failed" if "," in value else ""
         raise ConfigurationError(f"--status {value!r} is not a request status",
-                                 hint=f"use one of {', '.join(s.value for s in stored)}")
+                                 hint=f"use one of {', '.join(s.value for s in stored)}{several}")
     return RequestStatus(value)
 
 
-def _render_list(found: list[RequestSummary], more: bool, overdue: bool) -> None:
+def _next_page(statuses: list[RequestStatus], overdue: bool, limit: int, after: str) -> str:
+    """The command that lists the next page: the same filters, after the page's last request."""
+    return shlex.join(["teamstore", "erase", "list", *(f"--status={s}" for s in statuses),
+                       *(["--overdue"] if overdue else []), *([f"--limit={limit}"] if limit != DEFAULT_LIMIT else []),
+                       f"--after={after}"])
+
+
+def _render_list(found: list[RequestSummary], overdue: bool, command: str | None, near: str | None) -> None:
     rows = [[r.request_id, str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
              f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
              r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(dict.fromkeys(r.operators)) or "-")]
             for r in found]  # each operator once, in the order they first ran it (--json has every attempt's)
     if not found:
         console.print("no request matches")
+        if near:  # in words, never the id (a job's log): a terminal is also told which id (suggest_near_matches)
+            console.print(f"[yellow]note[/]: {plain(near)}")
         return
     # A request id and a status keep their width: a request id folded over lines could not be copied.
     print_table(("request", "status", "received", "due", "extended to", "subject", "requested by", "run by"),
                 [[plain(r[0]), *r[1:]] for r in rows], fixed=(0, 1, 2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
-    if more and overdue:
-        console.print(f"[yellow]more requests match[/]: only the {len(found)} longest overdue are shown; raise --limit")
-    elif more:
-        console.print(f"[yellow]more requests match[/]: only the newest {len(found)} are shown, and the oldest (the "
-                      "longest waiting) are left out; raise --limit")
+    if command is None:
+        return
+    left = "the ones that fall due later follow" if overdue else "older ones follow"
+    console.print(f"[yellow]more requests match[/]: {len(found)} shown, {left}; the next page:")
+    console.print(plain(command), soft_wrap=True)  # on a line of its own, never folded: it is copied whole
 
 
 @app.command("extend")

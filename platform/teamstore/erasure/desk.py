@@ -2,7 +2,9 @@
 
     from teamstore.erasure.desk import extend_request, list_requests
 
-    overdue = await list_requests(engine, overdue=True)
+    overdue = await list_requests(engine, overdue=True, limit=100)
+    if len(overdue) == 100:  # a full page: the next one starts after its last request
+        following = await list_requests(engine, overdue=True, limit=100, after=overdue[-1].request_id)
     row = await extend_request(engine, "REQ-2026-0042", "2m", "complex request: 40 sessions", operator="dpo")
 
 GDPR art. 12(3): a request is answered within one month of receipt, extendable once "by two further months
@@ -10,7 +12,9 @@ where necessary", the data subject told of the extension and its reasons within 
 extension is refused when the request was extended already, when it would end more than two calendar months
 after the original due date, once the original due date has passed, for a request that is finished, and
 without a reason. A listing never shows a raw user id, not even an open request's: only the first
-characters of its subject hash (``--user`` finds an open request by the exact id without printing it).
+characters of its subject hash (``--user`` finds an open request by the exact id without printing it, and
+when it finds none says whether a near-identical id is stored, in words). A listing pages by keyset: the next
+page starts after the last request id of the one before, in the same order.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, FromClause, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, shared_now
@@ -30,6 +34,7 @@ from teamstore.erasure import requests
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
 from teamstore.errors import ExtensionRefused, InvalidIdentifier
+from teamstore.export.nearby import TABLES, near_match
 from teamstore.ids import control_character
 from teamstore.people import check_not_naming
 
@@ -40,6 +45,9 @@ UNFINISHED = (RequestStatus.OPEN, RequestStatus.FAILED)
 """Requests that can still be overdue or extended: running, killed, or failed and waiting for a rerun."""
 _BY = re.compile(r"^\s*(\d{1,3})\s*([dwm])\s*$")
 SUBJECT_CHARS = 12
+NEAR_TABLES = (*TABLES, erasure_requests)
+"""Where ``erase list --user`` looks for a near twin of an id that found no request: the stores keyed by the
+raw id, and the requests themselves (an open or failed one keeps its user's id)."""
 
 
 class RequestSummary(BaseModel):
@@ -61,10 +69,9 @@ class RequestSummary(BaseModel):
     extension_reason: str | None
 
 
-def effective_due() -> ColumnElement[Any]:
+def effective_due(table: FromClause = erasure_requests) -> ColumnElement[Any]:
     """The due date in force, in SQL: the extended one if there is one."""
-    r = erasure_requests.c
-    return func.coalesce(r.extended_due_at, r.due_at)
+    return func.coalesce(table.c.extended_due_at, table.c.due_at)
 
 
 def is_overdue(status: RequestStatus, due_at: datetime, now: datetime) -> bool:
@@ -81,33 +88,43 @@ def overdue_clause(now: Any) -> ColumnElement[bool]:
 
 async def list_requests(
     engine: AsyncEngine, *, statuses: Collection[RequestStatus] = (), overdue: bool = False,
-    user_id: str | None = None, limit: int = 100, now: datetime | None = None,
+    user_id: str | None = None, after: str | None = None, limit: int = 100, now: datetime | None = None,
 ) -> list[RequestSummary]:
     """Requests, newest first; with ``overdue``, the longest overdue first (the desk's queue, in the order to
-    work it: what ``limit`` leaves out is what falls due last).
+    work it: what ``limit`` leaves out is what falls due last). Requests received (or due) at the same moment
+    are in the order of their ids, so a page ends at one place: the next page is the one ``after`` the last
+    request id of this one.
 
     Args:
         engine: The state database.
         statuses: Only these (all when empty).
         overdue: Only unfinished requests (open or failed) whose due date in force has passed.
         user_id: Only the request open or failed for this exact id (finished requests forget the id).
+        after: Only the requests after this one in the listing's order (the last request id of the page
+            before); it need not match the filters (it may have finished since its page was read).
         limit: At most this many.
         now: The time to judge ``overdue`` against (tests); by default the database's, on which requests are
             received and fall due.
 
     Raises:
+        InvalidIdentifier: ``after`` is not a request id.
+        ErasureRequestNotFound: No request has the id ``after``.
         StoreUnavailable: The database could not be reached.
     """
+    if after is not None:
+        await _check_after(engine, after)
     now = now or await database_now(engine)
     r = erasure_requests.c
-    order = (effective_due(), r.received_at, r.request_id) if overdue else (r.received_at.desc(), r.request_id)
-    query = select(erasure_requests).order_by(*order).limit(limit)
+    order = _order(erasure_requests, overdue)
+    query = select(erasure_requests).order_by(*(key.desc() if desc else key for key, desc in order)).limit(limit)
     if statuses:
         query = query.where(r.status.in_([str(s) for s in statuses]))
     if overdue:
         query = query.where(overdue_clause(now))
     if user_id is not None:
         query = query.where(r.user_id == user_id)
+    if after is not None:
+        query = query.where(_after(after, overdue))
     async with requests.db(engine, "list the erasure requests") as conn:
         rows = (await conn.execute(query)).all()
         ids = [row.request_id for row in rows]
@@ -118,6 +135,58 @@ async def list_requests(
     for request_id, operator in ran:
         operators.setdefault(request_id, []).append(operator)
     return [_summary(row._mapping, operators.get(row.request_id, []), now) for row in rows]
+
+
+def _order(table: FromClause, overdue: bool) -> list[tuple[ColumnElement[Any], bool]]:
+    """The listing's order over ``table``, as (key, descending) pairs: the request id last, so no two requests
+    tie. The same keys order a page and say where the next one starts (:func:`_after`)."""
+    c = table.c
+    if overdue:
+        return [(effective_due(table), False), (c.received_at, False), (c.request_id, False)]
+    return [(c.received_at, True), (c.request_id, False)]
+
+
+def _after(request_id: str, overdue: bool) -> ColumnElement[bool]:
+    """The requests that come after ``request_id`` in the listing's order. Its keys are read in SQL, compared
+    as stored: a time read back and bound again could differ from the stored one in its last digits."""
+    cursor = erasure_requests.alias("page_end")
+    at = [select(key).where(cursor.c.request_id == request_id).scalar_subquery()
+          for key, _ in _order(cursor, overdue)]
+    return _beyond([(key, mark, desc) for (key, desc), mark in zip(_order(erasure_requests, overdue), at, strict=True)])
+
+
+def _beyond(keys: list[tuple[ColumnElement[Any], ColumnElement[Any], bool]]) -> ColumnElement[bool]:
+    """Past the marks in the order of ``keys``: past the first, or equal to it and past the rest."""
+    (key, mark, desc), *rest = keys
+    past = key < mark if desc else key > mark
+    return or_(past, and_(key == mark, _beyond(rest))) if rest else past
+
+
+async def _check_after(engine: AsyncEngine, after: str) -> None:
+    """Refuse a cursor that names no request: a page after it would be a guess.
+
+    Raises:
+        InvalidIdentifier: It is not a request id.
+        ErasureRequestNotFound: No request has that id.
+    """
+    how = "give --after the last request id a page listed (its footer, or `next` in --json, names it)"
+    try:
+        requests.check_request_id(after)
+    except InvalidIdentifier as exc:
+        raise InvalidIdentifier(f"--after: {exc.message}", hint=how) from exc
+    if await requests.get_request(engine, after) is None:
+        raise await requests.not_found(engine, after, given_as="--after", hint=how)
+
+
+async def near_user_match(engine: AsyncEngine, user_id: str) -> str | None:
+    """Whether a stored user id, or an open or failed request's, differs from ``user_id`` only in letter case,
+    Unicode form or surrounding spaces, in words that never name it (:func:`teamstore.export.nearby.near_match`):
+    what the desk is told when ``--user`` finds no request.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    return await near_match(engine, user_id, NEAR_TABLES)
 
 
 def _summary(mapping: Any, operators: list[str], now: datetime) -> RequestSummary:

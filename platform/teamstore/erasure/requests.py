@@ -199,17 +199,21 @@ async def near_ids(engine: AsyncEngine, request_id: str) -> list[str]:
     return sorted(twin for twin in found if folded_id(twin) == folded)[:3]
 
 
-async def not_found(engine: AsyncEngine, request_id: str) -> ErasureRequestNotFound:
+async def not_found(
+    engine: AsyncEngine, request_id: str, *, given_as: str = "",
+    hint: str = "check the id (`teamstore erase list` shows every request)",
+) -> ErasureRequestNotFound:
     """The refusal for an id no request has, naming the stored ids that differ from it only in letter case or
-    surrounding spaces (``req-7`` typed for the ticket's ``REQ-7``): request ids match exactly.
+    surrounding spaces (``req-7`` typed for the ticket's ``REQ-7``): request ids match exactly. ``given_as``
+    names the option it was given as (``--after``); ``hint`` is the fix when no stored id is near it.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    hint = "check the id (`teamstore erase list` shows every request)"
     if near := await near_ids(engine, request_id):
         hint = f"did you mean {' or '.join(repr(found) for found in near)}? Request ids match exactly"
-    return ErasureRequestNotFound(f"no erasure request {request_id!r}", hint=hint)
+    given = f"{given_as} {request_id!r} names no erasure request" if given_as else f"no erasure request {request_id!r}"
+    return ErasureRequestNotFound(given, hint=hint)
 
 
 async def check_new_request(engine: AsyncEngine, request_id: str | None, user_id: str) -> None:

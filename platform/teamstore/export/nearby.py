@@ -28,6 +28,7 @@ opened for it.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, Table, exists, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -83,10 +84,16 @@ def _loose(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-async def near_matches(engine: AsyncEngine, user_id: str) -> dict[str, str]:
+async def near_matches(engine: AsyncEngine, user_id: str, tables: Sequence[Table] = TABLES) -> dict[str, str]:
     """The stored user ids that differ from ``user_id`` only in letter case, Unicode form or surrounding
     spaces (at most a few per table), each with how it differs. For an operator's terminal only: never
     stored, logged or put on a receipt.
+
+    Args:
+        engine: The database.
+        user_id: The id that matched nothing.
+        tables: Where to look, each with a ``user_id`` column: the stores keyed by the raw id unless told
+            (the desk's listing adds the erasure requests, the table it searches).
 
     Raises:
         StoreUnavailable: The database could not be reached.
@@ -94,7 +101,7 @@ async def near_matches(engine: AsyncEngine, user_id: str) -> dict[str, str]:
     found: set[str] = set()
     try:
         async with engine.connect() as conn:
-            for table in TABLES:
+            for table in tables:
                 col = table.c.user_id
                 where: ColumnElement[bool] = col.in_(sorted(variants(user_id)))
                 if table is subjects:  # one row per user: folded letter case is worth a scan here
@@ -107,14 +114,15 @@ async def near_matches(engine: AsyncEngine, user_id: str) -> dict[str, str]:
     return {stored: kind for stored in sorted(found) if (kind := difference(user_id, stored)) is not None}
 
 
-async def near_match(engine: AsyncEngine, user_id: str) -> str | None:
+async def near_match(engine: AsyncEngine, user_id: str, tables: Sequence[Table] = TABLES) -> str | None:
     """A sentence saying that a stored user id differs from ``user_id`` only in letter case, Unicode form or
     surrounding spaces, and how, without naming it (it goes on the receipt); ``None`` when none does.
+    ``tables`` as for :func:`near_matches`.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    kinds = sorted(set((await near_matches(engine, user_id)).values()))
+    kinds = sorted(set((await near_matches(engine, user_id, tables)).values()))
     if not kinds:
         return None
     return (f"a stored user id differs from this one only in {' / '.join(kinds)}: check the id exactly as the "
