@@ -389,12 +389,12 @@ def status(
     _finish(receipt, as_json)  # an open request is not erased yet: never exit 0 for it
 
 
-StatusOption = typer.Option([], "--status", help="Only requests in this status (repeatable): open, failed, completed, "
+StatusOption = typer.Option([], "--status", metavar="STATUS", help="Only requests in this status (repeatable): open, failed, completed, "
                             "no_match, retained_under_hold.")
 # Lists, so that one given twice is refused (_one) rather than the last winning unseen.
-UserOption = typer.Option([], "--user", help="Only the open or failed request of this exact user id (never printed; "
+UserOption = typer.Option([], "--user", metavar="USER_ID", help="Only the open or failed request of this exact user id (never printed; "
                           "finished requests have forgotten it).")
-AfterOption = typer.Option([], "--after", help="The next page: the requests after this request id, the last one a "
+AfterOption = typer.Option([], "--after", metavar="REQUEST_ID", help="The next page: the requests after this request id, the last one a "
                            "page listed (the footer and `next` in --json name it).")
 DEFAULT_LIMIT = 100
 
