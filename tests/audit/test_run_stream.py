@@ -277,6 +277,75 @@ async def test_a_continuation_cancelled_mid_stream_stays_continuable_and_the_run
     assert sorted(a["teamstore.attempt"] for a in chats) == [0, 0, 0, 1, 1, 1, 2, 2]
 
 
+
+def _first_checkpoint_answer_lost(platform: Platform, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """The run's first checkpoint write waits until released, then lands, and the database's answer is lost
+    (``StoreUnavailable``: its outcome unknown to the session); returns (writing, release) events."""
+    import asyncio
+
+    from teamstore.errors import StoreUnavailable
+
+    checkpoint, writing, release, written = platform.store.checkpoint, asyncio.Event(), asyncio.Event(), [0]
+
+    async def answer_lost(*args: Any, **kwargs: Any) -> int:
+        written[0] += 1
+        if written[0] > 1:
+            return await checkpoint(*args, **kwargs)
+        writing.set()
+        await release.wait()
+        await checkpoint(*args, **kwargs)
+        raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
+
+    monkeypatch.setattr(platform.store, "checkpoint", answer_lost)
+    return writing, release
+
+
+@pytest.mark.parametrize("cancelled", [True, False], ids=["cancelled", "database-failed"])
+async def test_a_run_whose_first_checkpoint_lands_unanswered_is_continued_and_on_record_once(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, otlp_env: OtlpReceiver, cancelled: bool
+) -> None:
+    # The request is cancelled (or not) while turn 1's checkpoint is written; the write lands, but its answer is
+    # lost. Taken as a write that did not land, the run was recorded at the stop (its run span exported) and
+    # again by its continuation.
+    import asyncio
+
+    from teamstore.errors import StoreUnavailable
+
+    writing, release = _first_checkpoint_answer_lost(platform, monkeypatch)
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            running = asyncio.ensure_future(s.run(TASK))
+            await writing.wait()
+            if cancelled:
+                running.cancel()
+                for _ in range(5):
+                    await asyncio.sleep(0)
+            release.set()
+            with pytest.raises(asyncio.CancelledError if cancelled else StoreUnavailable) as info:
+                await running
+            if not cancelled:
+                assert "but it landed; turn 1's checkpoint stays" in str(info.value)
+                assert "continue the run" in (info.value.hint or "")  # type: ignore[attr-defined]
+            assert s.interrupted is not None and s.interrupted.last_turn == 1
+            run_id = s.interrupted.run_id
+        assert await _ledger(platform, run_id) == []  # not recorded at the stop
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            assert s.interrupted is not None and s.interrupted.run_id == run_id and s.interrupted.last_turn == 1
+            result = await s.continue_run()
+    assert calls.made == TURNS  # turn 1 made no call again
+    header, items = await _transcript(platform, run_id)
+    assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
+    assert header["error"] is None and header["interruptions"] == 1 and len(items) == TURNS + 1
+    rows = await _ledger(platform, run_id)
+    assert sum(r.calls for r in rows) == TURNS and {r.attempt for r in rows} == {0, 1}
+    spans = otlp_env.wait_for(lambda found: any(
+        x["attributes"].get("teamstore.run_id") == run_id and x["attributes"].get("teamstore.interruptions") == 1
+        for x in found))
+    (run,) = [x for x in spans if x["attributes"].get("teamstore.run_id") == run_id]  # exported once
+    chats = [x["attributes"] for x in spans if x["parent_span_id"] == run["span_id"]]
+    assert sorted(a["teamstore.attempt"] for a in chats) == [0] + [1] * (TURNS - 1)
+
+
 async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts_apart_in_cost(
     platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, otlp_env: OtlpReceiver
 ) -> None:

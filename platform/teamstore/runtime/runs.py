@@ -32,7 +32,13 @@ from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
 from teamstore.audit.stop_reasons import OTHER, recordable
-from teamstore.errors import ErasureInProgress, SessionNotOpen, StaleStateVersion, TeamstoreError
+from teamstore.errors import (
+    ErasureInProgress,
+    SessionNotOpen,
+    StaleStateVersion,
+    StoreUnavailable,
+    TeamstoreError,
+)
 from teamstore.events import (
     ModelCall,
     RunContext,
@@ -43,7 +49,7 @@ from teamstore.events import (
 )
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
-from teamstore.runtime.checkpoints import Checkpoint, Progress, encode_checkpoint
+from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, Progress, encode_checkpoint
 from teamstore.runtime.turns import StreamItem, TurnTracker
 from teamstore.state.base import SessionKey
 from teamstore.state.cancellation import to_the_end
@@ -117,6 +123,11 @@ class RunHost(Protocol):
         session off)."""
         ...
 
+    async def stored_checkpoint(self) -> InterruptedRun | None:
+        """The run (and turn) of the checkpoint the session's row holds, read back from the row (``None``: it holds
+        none that reads)."""
+        ...
+
 
 @dataclass(frozen=True)
 class TakenUp:
@@ -157,6 +168,7 @@ class Run:
         self._durable: tuple[Mapping[str, Any], int, int] | None = (
             ({"agent_states": taken_up.checkpoint.agent_states}, taken_up.checkpoint.run.last_turn, 0)
             if taken_up else None)
+        self._being_written: tuple[Mapping[str, Any], int, int] | None = None  # the checkpoint being written, likewise
         self._stopped_by: TeamstoreError | None = None  # what the run ends with once stopped (:meth:`stop`)
         self.completed = False  # the TaskResult is out: whatever fails after it, the run did complete
         self.finished = asyncio.Event()
@@ -250,9 +262,10 @@ class Run:
         # Between two turns the team is consistent: every participant has the last answer in its buffer, and
         # the manager waits here before it picks the next speaker. AutoGen's save_state only warns about this.
         team_state = await built.team.save_state()
-        calls = len(self._calls)
-        await self._host.write_checkpoint(encode_checkpoint(built, progress, team_state, completed, self._calls))
-        self.checkpointed, self._durable = completed, (team_state, completed, calls)
+        text = encode_checkpoint(built, progress, team_state, completed, self._calls)
+        self._being_written = (team_state, completed, len(self._calls))
+        await self._host.write_checkpoint(text)
+        self.checkpointed, self._durable, self._being_written = completed, self._being_written, None
 
     @property
     def continues(self) -> bool:
@@ -284,12 +297,30 @@ class Run:
             self._token.cancel()
             with contextlib.suppress(BaseException):
                 await producer
+        await self._landed_after_all()
         if self.interrupted:
             await self._carry_calls()
             await notify_run_stopped(self._host.observers, self.ctx)
         else:
             outcome = RunOutcome(datetime.now(UTC), error=self._reported(exc), model_calls=self.calls)
             await notify_observers(self._host.observers, "run_finished", self.ctx, outcome)
+
+    async def _landed_after_all(self) -> None:
+        """A checkpoint write the database left unanswered (``StoreUnavailable``: its outcome unknown) may have
+        landed: the row is read back, and this run's checkpoint found there counts as written, so the run waits to
+        be continued and is recorded once, by the attempt that ends it (taken as one that did not land, the run
+        would be recorded at this stop and again by its continuation). A row that cannot be read either leaves the
+        run recorded here: were the write lost, nothing would ever record its paid calls."""
+        failure = self._tracker.failure if self._tracker is not None else None
+        if self._being_written is None or not isinstance(failure, StoreUnavailable):
+            return
+        try:
+            found = await self._host.stored_checkpoint()
+        except TeamstoreError as exc:
+            log.warning("could not read back whether the stopped run's last checkpoint was written: %s", exc)
+            return
+        if found is not None and found.run_id == self.ctx.run_id and found.last_turn == self._being_written[1]:
+            self.checkpointed, self._durable = found.last_turn, self._being_written
 
     async def _carry_calls(self) -> None:
         """The run stopped mid-run in this process (its team raised, it was cancelled, or the platform's close
@@ -319,7 +350,8 @@ class Run:
         if failure is None or exc is failure or isinstance(exc, asyncio.CancelledError | GeneratorExit):
             return exc
         if isinstance(failure, TeamstoreError):
-            return _stopped(failure, self.durable_turn)
+            landed = self._being_written is not None and self.checkpointed == self._being_written[1]
+            return _stopped(failure, self.durable_turn, landed=landed)
         return failure
 
     def _report(self, whole: TaskResult) -> None:
@@ -343,15 +375,18 @@ def _kept(items: Sequence[StreamItem]) -> list[StreamItem]:
     return [item for item in items if not isinstance(item, ModelClientStreamingChunkEvent)]
 
 
-def _stopped(failure: TeamstoreError, durable_turn: int) -> TeamstoreError:
+def _stopped(failure: TeamstoreError, durable_turn: int, *, landed: bool = False) -> TeamstoreError:
     """``failure`` (a checkpoint that could not be written) said as the stop of the run it was, whose last
-    checkpoint (written by this process or by the one it continues) holds ``durable_turn`` (0: none)."""
+    checkpoint (written by this process or by the one it continues) holds ``durable_turn`` (0: none); ``landed``:
+    the write ``failure`` left unanswered was found in the row all the same."""
     if isinstance(failure, ErasureInProgress):  # the erasure deletes the checkpoints with the rest
         message = f"the run stopped between two turns: {failure.message}; nothing of it is kept"
         hint = failure.hint or "nothing to do: the user is being erased"
     else:
         last = f"turn {durable_turn}'s checkpoint stays" if durable_turn else "no checkpoint of this run was written"
-        message = f"the run stopped between two turns: its checkpoint could not be written ({failure.message}); {last}"
+        written = "its checkpoint's write was left unanswered" if landed else "its checkpoint could not be written"
+        landed_anyway = ", but it landed" if landed else ""
+        message = f"the run stopped between two turns: {written} ({failure.message}){landed_anyway}; {last}"
         hint = _then(failure, durable_turn)
     try:
         stopped: TeamstoreError = type(failure)(message, hint=hint)

@@ -50,7 +50,13 @@ from teamstore.errors import (
 from teamstore.events import RunContext, RunObserver, RunOutcome
 from teamstore.memory.writer import Said
 from teamstore.runtime import interruptions
-from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, apply_checkpoint, encode_take_up
+from teamstore.runtime.checkpoints import (
+    Checkpoint,
+    InterruptedRun,
+    apply_checkpoint,
+    encode_take_up,
+    set_aside_run,
+)
 from teamstore.runtime.deps import LeaseKeeper, SessionDeps, checkpoint_record, save_record
 from teamstore.runtime.memory import MemoryBinding, rebind_memory
 from teamstore.runtime.resume import ResumeOutcome, apply_states, snapshot
@@ -167,6 +173,17 @@ class SessionRuns:
                 self._row_version = await self._deps.store.checkpoint(
                     self.key, owner=self._owner, expected_version=self._row_version,
                     record=checkpoint_record(self._built, text, self._deps.limits))
+
+    async def stored_checkpoint(self) -> InterruptedRun | None:
+        """The run (and turn) of the checkpoint the session's row holds, read back from the row (``None``: it holds
+        none that reads).
+
+        Raises:
+            StoreUnavailable: The row could not be read.
+        """
+        row = await self._deps.store.get(self.key)
+        found = set_aside_run(row) if row is not None else None
+        return found.run if found is not None else None
 
     @contextlib.contextmanager
     def _storing(self, *, last_word: bool = False) -> Iterator[None]:
