@@ -346,6 +346,33 @@ async def test_a_run_whose_first_checkpoint_lands_unanswered_is_continued_and_on
     assert sorted(a["teamstore.attempt"] for a in chats) == [0] + [1] * (TURNS - 1)
 
 
+async def test_a_stream_left_in_an_aclosing_block_says_at_once_that_its_run_waits_to_be_continued(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Leaving `async for` does not close a stream: contextlib.aclosing does, as the block ends, and the run has
+    # stopped by then (docs/checkpoints.md, "A run the application cancels").
+    import contextlib
+
+    with counted_calls(monkeypatch) as calls:
+        calls.hold_at = 3  # turn 3's answer waits: turns 1 and 2 are in the row
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            async with contextlib.aclosing(s.run_stream(TASK)) as stream:
+                async for item in stream:
+                    if getattr(item, "source", "") == "researcher":
+                        await calls.holding.wait()
+                        break  # the user pressed stop
+            assert s.interrupted is not None and s.interrupted.last_turn == 2
+            run_id = s.interrupted.run_id
+            assert await _ledger(platform, run_id) == []
+            with pytest.raises(RunInterrupted, match="was cancelled after turn 2"):
+                await s.run("something else")
+            calls.hold_at = None
+            result = await s.continue_run()  # in the same block
+    header, items = await _transcript(platform, run_id)
+    assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
+    assert header["error"] is None and header["interruptions"] == 1 and len(items) == TURNS + 1
+    assert sum(r.calls for r in await _ledger(platform, run_id)) == calls.made
+
 async def test_an_interrupted_run_is_one_run_with_every_turn_and_call_and_counts_apart_in_cost(
     platform: Platform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, otlp_env: OtlpReceiver
 ) -> None:

@@ -248,8 +248,9 @@ class SessionRuns:
     def run_stream(self, task: Task) -> AsyncGenerator[StreamItem | TaskResult, None]:
         """Run the team on ``task`` and yield what AutoGen's ``run_stream`` yields: every message and event
         as it comes, then the ``TaskResult``. The same checks, audit, checkpoints and snapshot as :meth:`run`
-        (and its errors, raised while iterating). A consumer that stops early (leaves the loop, or is
-        cancelled) stops the team at once, and nothing of the run is saved. Without a checkpoint of the run (a
+        (and its errors, raised while iterating). A consumer that stops early (closes the stream, or is
+        cancelled) stops the team at once, and nothing of the run is saved; leaving the loop does not close it
+        (``contextlib.aclosing`` does: docs/checkpoints.md). Without a checkpoint of the run (a
         team without checkpoints, or stopped in its first turn), the run is recorded as it went and the session
         goes on from the state it had before it; after one, the run is interrupted, as if its worker had died
         (:attr:`interrupted`: continue or abandon it). So does one that leaves the stream suspended at an item and
