@@ -346,6 +346,34 @@ async def test_a_run_whose_first_checkpoint_lands_unanswered_is_continued_and_on
     assert sorted(a["teamstore.attempt"] for a in chats) == [0] + [1] * (TURNS - 1)
 
 
+async def test_a_run_whose_checkpoint_landed_unanswered_is_continued_in_the_same_block(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The session goes on from the row the unanswered write left: on the version it held before, the continuation's
+    # first write would find the row changed under it (StaleStateVersion).
+    import asyncio
+
+    from teamstore.errors import StoreUnavailable
+
+    writing, release = _first_checkpoint_answer_lost(platform, monkeypatch)
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            running = asyncio.ensure_future(s.run(TASK))
+            await writing.wait()
+            release.set()
+            with pytest.raises(StoreUnavailable, match="but it landed"):
+                await running
+            assert s.interrupted is not None
+            run_id = s.interrupted.run_id
+            result = await s.continue_run()
+            assert s.interrupted is None
+    assert calls.made == TURNS
+    header, items = await _transcript(platform, run_id)
+    assert header["error"] is None and header["interruptions"] == 1
+    assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
+    assert sum(r.calls for r in await _ledger(platform, run_id)) == TURNS
+
+
 async def test_a_stream_left_in_an_aclosing_block_says_at_once_that_its_run_waits_to_be_continued(
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,7 +49,7 @@ from teamstore.events import (
 )
 from teamstore.metering import metered_run
 from teamstore.runtime import turns
-from teamstore.runtime.checkpoints import Checkpoint, InterruptedRun, Progress, encode_checkpoint
+from teamstore.runtime.checkpoints import Checkpoint, Progress, encode_checkpoint
 from teamstore.runtime.turns import StreamItem, TurnTracker
 from teamstore.state.base import SessionKey
 from teamstore.state.cancellation import to_the_end
@@ -123,9 +123,10 @@ class RunHost(Protocol):
         session off)."""
         ...
 
-    async def stored_checkpoint(self) -> InterruptedRun | None:
-        """The run (and turn) of the checkpoint the session's row holds, read back from the row (``None``: it holds
-        none that reads)."""
+    async def checkpoint_landed(self, run_id: str, turn: int) -> bool:
+        """Whether the session's row, read back, holds run ``run_id``'s checkpoint of ``turn`` (a write left
+        unanswered that landed); if so the session goes on from that row's version, as the write's answer would
+        have had it."""
         ...
 
 
@@ -315,12 +316,12 @@ class Run:
         if self._being_written is None or not isinstance(failure, StoreUnavailable):
             return
         try:
-            found = await self._host.stored_checkpoint()
+            landed = await self._host.checkpoint_landed(self.ctx.run_id, self._being_written[1])
         except TeamstoreError as exc:
             log.warning("could not read back whether the stopped run's last checkpoint was written: %s", exc)
             return
-        if found is not None and found.run_id == self.ctx.run_id and found.last_turn == self._being_written[1]:
-            self.checkpointed, self._durable = found.last_turn, self._being_written
+        if landed:
+            self.checkpointed, self._durable = self._being_written[1], self._being_written
 
     async def _carry_calls(self) -> None:
         """The run stopped mid-run in this process (its team raised, it was cancelled, or the platform's close

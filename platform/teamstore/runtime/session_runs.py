@@ -174,16 +174,21 @@ class SessionRuns:
                     self.key, owner=self._owner, expected_version=self._row_version,
                     record=checkpoint_record(self._built, text, self._deps.limits))
 
-    async def stored_checkpoint(self) -> InterruptedRun | None:
-        """The run (and turn) of the checkpoint the session's row holds, read back from the row (``None``: it holds
-        none that reads).
+    async def checkpoint_landed(self, run_id: str, turn: int) -> bool:
+        """Whether the session's row, read back, holds run ``run_id``'s checkpoint of ``turn``: a write left
+        unanswered (``StoreUnavailable``) that landed. If so the session goes on from that row's version, as the
+        write's answer would have had it: a continuation in the same block writes on it, where the version the
+        session held would find the row changed under it.
 
         Raises:
             StoreUnavailable: The row could not be read.
         """
         row = await self._deps.store.get(self.key)
         found = set_aside_run(row) if row is not None else None
-        return found.run if found is not None else None
+        if row is None or found is None or (found.run.run_id, found.run.last_turn) != (run_id, turn):
+            return False
+        self._row_version = row.row_version
+        return True
 
     @contextlib.contextmanager
     def _storing(self, *, last_word: bool = False) -> Iterator[None]:
