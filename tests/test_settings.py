@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine, redact_url
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.errors import ConfigurationError
+from teamstore.people import OPERATOR_VARIABLE
 from teamstore.settings import Settings
 
 
@@ -131,3 +133,42 @@ def test_the_db_commands_hide_a_password_given_in_the_query(
         assert out.exit_code == 0, out.output
         assert "s3cret-pw" not in out.output
         assert json.loads(out.stdout)["database"].endswith("?password=***")
+
+
+def _settings_table() -> dict[str, str]:
+    """The README's settings table: each variable it names -> the default shown for it (``A`` / ``B`` rows
+    give each of two variables its own)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = text.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    shown: dict[str, str] = {}
+    for row in table.splitlines():
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        if len(cells) < 2 or not cells[0].startswith("`"):
+            continue
+        names, defaults = re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[0]), cells[1].split(" / ")
+        for name, default in zip(names, defaults if len(defaults) == len(names) else [cells[1]] * len(names),
+                                 strict=True):
+            shown[name] = default
+    return shown
+
+
+def _declared_defaults() -> dict[str, object]:
+    declared: dict[str, object] = {OPERATOR_VARIABLE: None}
+    for model in (Settings, ErasureSettings):
+        prefix = str(model.model_config.get("env_prefix", ""))
+        for field, info in model.model_fields.items():
+            declared[f"{prefix}{field}".upper()] = info.default
+    return declared
+
+
+def test_the_readme_settings_table_names_every_variable_with_the_default_the_code_uses() -> None:
+    # The table is where a bad setting's error sends the reader ("see the settings table in the README"):
+    # every variable teamstore reads has a row there, and a fixed default is shown as the code has it.
+    shown = _settings_table()
+    for variable, default in _declared_defaults().items():
+        assert variable in shown, f"{variable} has no row in README.md's settings table"
+        if isinstance(default, bool) or not isinstance(default, int | float | str):
+            continue  # unset or a path: said in words ("$TEAMSTORE_HOME/registry", "on for SQLite only")
+        if isinstance(default, int | float):
+            default = int(default) if float(default).is_integer() else default
+        assert shown[variable] == f"`{default}`", f"{variable}: README shows {shown[variable]}, the code {default}"
