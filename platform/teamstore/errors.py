@@ -79,6 +79,11 @@ class InvalidIdentifier(TeamstoreError):
     """A user id, session id or request id is empty, too long or contains forbidden characters."""
 
 
+class InvalidCursor(TeamstoreError):
+    """A listing's cursor (``sessions list --after``) is not one a listing gave: cut short, altered, or made by
+    hand. Its message says what is wrong with it, never the cursor (it holds a user's and a session's ids)."""
+
+
 # --- storage -----------------------------------------------------------------------------------------------
 class StorageError(TeamstoreError):
     """A store could not be read or written (database down, bucket missing, access denied)."""

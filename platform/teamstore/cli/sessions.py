@@ -1,6 +1,7 @@
 """``teamstore sessions``: stored resume state, one row per (user, session), and its quarantine.
 
     teamstore sessions list --user alice
+    teamstore sessions list --limit 500 --after CURSOR     # the next page: the footer (or --json) gives CURSOR
     teamstore sessions show --user alice --session s1
     teamstore sessions quarantine --user alice
 """
@@ -40,33 +41,46 @@ def _stored(fn: Callable[[App], Awaitable[T]]) -> T:
 def list_sessions(
     user: str | None = typer.Option(None, "--user", help="Only this user's sessions (exact id)."),
     limit: int = typer.Option(100, "--limit", min=1, max=100_000, help="Most rows to show."),
+    after: str | None = typer.Option(None, "--after", metavar="CURSOR",
+                                     help="Go on after the row this cursor names (the footer's, or a row's "
+                                          "`cursor` under --json)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """List saved sessions, most recently updated first; for one user, also how many count against their bound."""
+    """List saved sessions, most recently updated first, a page at a time; for one user, also how many count
+    against their bound."""
     check_ids(user_id=user)
 
     from teamstore.runtime.inspect import describe_session
 
-    async def go(app: App) -> tuple[list[dict[str, Any]], str | None]:
+    async def go(app: App) -> tuple[list[dict[str, Any]], str | None, str | None]:
         store = app.state_store
-        rows = [describe_session(r) for r in await store.list_sessions(user, limit)]
-        return rows, await _bound_line(store, app.settings.max_sessions_per_user, user) if user is not None else None
+        page = await store.list_sessions_page(user, limit, after=after)
+        rows = [{**describe_session(r), "cursor": c} for r, c in zip(page.sessions, page.cursors, strict=True)]
+        bound = await _bound_line(store, app.settings.max_sessions_per_user, user) if user is not None else None
+        return rows, page.next, bound
 
-    rows, bound = _stored(go)
+    rows, following, bound = _stored(go)
 
     def render(rows: list[dict[str, Any]]) -> None:
         _render_sessions(rows)
-        _say_if_cut(rows, limit)
+        if following is not None:
+            _say_if_cut(rows, limit, f"--after {following}")
         if bound is not None:
             console.print(f"[dim]{plain(bound)}[/]")
 
     emit(rows, as_json=as_json, render=render)
 
 
-def _say_if_cut(rows: list[dict[str, Any]], limit: int) -> None:
-    """Say under a table that filled its ``--limit`` that older rows may not be shown."""
-    if len(rows) >= limit:
+def _say_if_cut(rows: list[dict[str, Any]], limit: int, next_page: str | None = None) -> None:
+    """Say under a table that filled its ``--limit`` that older rows follow, and the option that lists them:
+    ``next_page`` where the listing pages, else a larger ``--limit``. On one line whatever the terminal's
+    width, so that the option is copied whole."""
+    if len(rows) < limit:
+        return
+    if next_page is None:
         console.print(f"[dim]the newest {limit} shown; older ones may follow: raise --limit[/]")
+    else:
+        console.print(f"[dim]{limit} shown; older ones follow: {plain(next_page)}[/]", soft_wrap=True)
 
 
 async def _bound_line(store: StateStore, bound: int, user: str) -> str:

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import ColumnElement, Row, case, delete, exists, insert, literal, or_, select, update
+from sqlalchemy import ColumnElement, Row, case, delete, exists, insert, literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -43,11 +43,13 @@ from teamstore.state.base import (
     Restored,
     SaveRecord,
     SessionKey,
+    SessionPage,
     StateStore,
     StoredSession,
 )
 from teamstore.state.failures import check_key, erased_in_flight, erasure_open, unavailable
 from teamstore.state.lease_mode import LeaseModeCheck
+from teamstore.state.listing import cursor_of, listing, position
 from teamstore.state.rows import quarantined, stored
 from teamstore.state.schema import quarantine, sessions
 
@@ -107,14 +109,27 @@ class SessionAdmin:
         """Saved rows, most recently updated first (``user_id`` is checked as :meth:`get` checks it): a state, an
         interrupted run's checkpoint, or neither any more in a row the per-user bound counts (emptied while its
         session is open, or by a worker that died before its release removed it)."""
-        stored_anything = or_(sessions.c.state.is_not(None), sessions.c.checkpoint.is_not(None),
-                              sessions.c.expires_at.is_not(None))
-        stmt = select(sessions.c.user_id, sessions.c.session_id, *sql.read_columns(self._now())).where(stored_anything)
+        return (await self.list_sessions_page(user_id, limit)).sessions
+
+    async def list_sessions_page(
+        self, user_id: str | None = None, limit: int = 100, *, after: str | None = None
+    ) -> SessionPage:
+        """:meth:`list_sessions` a page at a time, after the row whose cursor is ``after``
+        (:mod:`teamstore.state.listing`). One row more than the page is read, to tell whether more follow.
+
+        Raises:
+            InvalidCursor: ``after`` is not a cursor a listing of this kind of database gave.
+            InvalidIdentifier: ``user_id`` is an id no session can have.
+            StoreUnavailable: The database failed.
+        """
         if user_id is not None:
             check_id("user_id", user_id)
-            stmt = stmt.where(sessions.c.user_id == user_id)
-        rows = await self._fetch(stmt.order_by(sessions.c.updated_at.desc()).limit(limit))
-        return [stored(r.user_id, r.session_id, tuple(r)[2:]) for r in rows]
+        place = None if after is None else position(after, self.engine.dialect.name)
+        rows = await self._fetch(listing(self._now(), user_id=user_id, after=place, limit=limit + 1))
+        shown = rows[:limit]
+        cursors = [cursor_of(r.listed_at, r.user_id, r.session_id) for r in shown]
+        return SessionPage([stored(r.user_id, r.session_id, tuple(r)[2:-1]) for r in shown], cursors,
+                           cursors[-1] if len(rows) > limit else None)
 
     async def live_sessions(self, user_id: str) -> int:
         """How many unexpired stored sessions ``user_id`` keeps: what the per-user bound counts
@@ -454,6 +469,12 @@ class AdminMethods:
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
         """See :meth:`SessionAdmin.list_sessions`."""
         return await self.admin.list_sessions(user_id, limit)
+
+    async def list_sessions_page(
+        self, user_id: str | None = None, limit: int = 100, *, after: str | None = None
+    ) -> SessionPage:
+        """See :meth:`SessionAdmin.list_sessions_page`."""
+        return await self.admin.list_sessions_page(user_id, limit, after=after)
 
     async def live_sessions(self, user_id: str) -> int:
         """See :meth:`SessionAdmin.live_sessions`."""

@@ -238,6 +238,18 @@ it (the runtime records the run as ended): awaited with the row (checkpoint open
 What it raises stops the removal, and the row stays."""
 
 
+@dataclass(frozen=True)
+class SessionPage:
+    """One page of :meth:`StateStore.list_sessions_page`, newest first."""
+
+    sessions: list[StoredSession]
+    cursors: list[str]
+    """One per session, in the same order: given as ``after``, the listing goes on with the rows after that one
+    (:mod:`teamstore.state.listing`; it holds the session's ids)."""
+    next: str | None
+    """The last session's cursor when more rows follow it; ``None`` on the last page."""
+
+
 class StateStore(Protocol):
     """Where resume state lives. Every method is one statement or one transaction."""
 
@@ -326,6 +338,16 @@ class StateStore(Protocol):
 
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
         """Rows, newest first, optionally for one user."""
+        ...
+
+    async def list_sessions_page(
+        self, user_id: str | None = None, limit: int = 100, *, after: str | None = None
+    ) -> SessionPage:
+        """Up to ``limit`` rows, newest first, optionally for one user, after the row whose cursor is ``after``.
+
+        Raises:
+            InvalidCursor: ``after`` is not a cursor a listing of this kind of database gave.
+        """
         ...
 
     async def live_sessions(self, user_id: str) -> int:

@@ -92,6 +92,21 @@ class Timestamp(TypeDecorator[Any]):
         return read
 
 
+class StoredTime(TypeDecorator[Any]):
+    """A timestamp exactly as the database keeps it, neither parsed nor formatted: on SQLite the stored text (or
+    whatever a damaged row holds), on Postgres the driver's time. The session listing's cursor carries a row's
+    ``updated_at`` so, and compares it so: a page ends exactly after its last row, a damaged one too."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        return None
+
+
 class Count(TypeDecorator[Any]):
     """An integer column that reads a value of another type (text, a float) as :data:`DAMAGED`."""
 
@@ -135,6 +150,8 @@ sessions = Table(
     PrimaryKeyConstraint("user_id", "session_id"),
 )
 Index("ix_ts_sessions_expires_at", sessions.c.expires_at)
+# The listing's order, most recently updated first (read backwards; migration 0024).
+Index("ix_ts_sessions_updated_at", sessions.c.updated_at, sessions.c.user_id, sessions.c.session_id)
 
 quarantine = Table(
     "ts_quarantine",

@@ -51,6 +51,7 @@ from teamstore.state.base import (
     Restored,
     SaveRecord,
     SessionKey,
+    SessionPage,
     StateStore,
     StoredSession,
 )
@@ -314,6 +315,12 @@ class SealedStateStore:
     async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
         """Rows as stored (sealed; ``state_bytes`` the stored size): a listing opens nothing."""
         return await self.inner.list_sessions(user_id, limit)
+
+    async def list_sessions_page(
+        self, user_id: str | None = None, limit: int = 100, *, after: str | None = None
+    ) -> SessionPage:
+        """Rows as stored, as :meth:`list_sessions` gives them, a page at a time."""
+        return await self.inner.list_sessions_page(user_id, limit, after=after)
 
     async def live_sessions(self, user_id: str) -> int:
         """See :meth:`StateStore.live_sessions`."""
