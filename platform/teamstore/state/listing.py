@@ -6,7 +6,8 @@
     text = cursor_of(row.listed_at, row.user_id, row.session_id)     # where the next page starts
 
 Rows come most recently updated first, ties broken by user id, then session id (all three descending): a total
-order, the one ``ix_ts_sessions_updated_at`` (migration 0024) holds, read backwards. A cursor is one row's place
+order. No index holds it (every save moves ``updated_at``: indexed, each save would write the index too), so the
+database keeps the newest of every row it reads (a top-N sort) for a listing of every user. A cursor is one row's place
 in it: the row's ``updated_at`` as the database keeps it (:class:`teamstore.state.schema.StoredTime`) and its two
 ids. The page after it holds the rows strictly after that place, so no row is listed twice or left out when
 many share a time. A row saved while a listing is walked moves ahead of the cursor, and that walk does not

@@ -150,8 +150,6 @@ sessions = Table(
     PrimaryKeyConstraint("user_id", "session_id"),
 )
 Index("ix_ts_sessions_expires_at", sessions.c.expires_at)
-# The listing's order, most recently updated first (read backwards; migration 0024).
-Index("ix_ts_sessions_updated_at", sessions.c.updated_at, sessions.c.user_id, sessions.c.session_id)
 
 quarantine = Table(
     "ts_quarantine",

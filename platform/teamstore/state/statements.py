@@ -200,8 +200,8 @@ def acquire_row(dialect: str) -> Any:
 
 def _moved_on(dialect: str) -> dict[str, Any]:
     """What every write of a session row moves on: its version, its time, and its expiry, which moves only
-    when the stored one is outside the record's window (on SQLite most writes then leave the expiry index alone;
-    on Postgres every write changes the indexed ``updated_at``, so none is a HOT update: migration 0024)."""
+    when the stored one is outside the record's window (most writes then leave the expiry index alone, and
+    Postgres can update the row in place)."""
     kept = sessions.c.expires_at.between(later(dialect, VALUE["expires_at"]), later(dialect, EXPIRES_LATEST))
     return {"row_version": sessions.c.row_version + 1, "updated_at": now_in(dialect),
             "expires_at": case((kept, sessions.c.expires_at), else_=later(dialect, EXPIRES_LATEST))}
