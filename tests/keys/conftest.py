@@ -1,16 +1,20 @@
 """Fixtures of the key suite: a key service on SQLite and a real Postgres, its key-encryption key in the local
-key file or in KMS (moto's server over HTTP, the endpoint S3 uses too)."""
+key file or in KMS (moto's server over HTTP, the endpoint S3 uses too); a live database with its backups."""
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.engine import create_engine
+from teamstore.db.migrate import upgrade
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
+from tests.keys.backups import Backups
 from tests.keys.outage import Outage
 
 
@@ -45,3 +49,16 @@ def kms_outage(kms_key: str, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> It
     monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", proxy.endpoint)
     yield proxy
     proxy.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def live(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[AsyncEngine, Backups]]:
+    """The live database (migrated) and how to back it up and restore it."""
+    if request.param == "sqlite":
+        url, server = f"sqlite:///{(tmp_path / 'live.db').as_posix()}", None
+    else:
+        url, server = request.getfixturevalue("postgres_url"), request.getfixturevalue("postgres_server")
+    engine = create_engine(url)
+    await upgrade(engine)
+    yield engine, Backups(url, tmp_path, server)
+    await engine.dispose()

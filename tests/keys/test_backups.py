@@ -9,10 +9,7 @@ retire`` destroys it all the same once it is old enough, and the backups taken u
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,7 +22,6 @@ from config_registry import Registry
 from teamstore import examples
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
-from teamstore.db.migrate import upgrade
 from teamstore.erasure import DeletionCoordinator, ErasureSettings
 from teamstore.errors import KeyDestroyed
 from teamstore.keys import KeyService
@@ -37,8 +33,8 @@ from teamstore.settings import Settings
 from teamstore.state.envelope import sealed_bytes
 from teamstore.state.schema import sessions
 from teamstore.state.sealed import context
+from tests.keys.backups import Backups
 from tests.keys.key_file import made_days_ago
-from tests.services import require_or_skip
 
 CANARY = "CANARY-zoe-backup-91c2"
 Restore = Callable[[], str]
@@ -51,62 +47,6 @@ def registry(registry_path: Path) -> Registry:
     reg.add("support_triage", examples.support_triage().dump_component(),
             examples.example_manifest("support_triage"), "v1", label="production")
     return reg
-
-
-def _binary(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None)
-    if found is None:
-        require_or_skip(f"{name} is not installed (apt-get install postgresql-client)")
-    return str(found)
-
-
-class Backups:
-    """Take a backup of a database the way an operator does, and restore it somewhere new."""
-
-    def __init__(self, url: str, tmp: Path, server: str | None) -> None:
-        self.url, self.tmp, self.server = url, tmp, server
-
-    def take(self) -> Path:
-        """A copy of the SQLite files, or a ``pg_dump``."""
-        if self.server is None:
-            folder = self.tmp / f"backup-{uuid.uuid4().hex[:6]}"
-            folder.mkdir()
-            source = Path(self.url.removeprefix("sqlite:///"))
-            for suffix in ("", "-wal", "-shm"):
-                if Path(f"{source}{suffix}").exists():
-                    shutil.copy2(f"{source}{suffix}", folder / f"{source.name}{suffix}")
-            return folder / source.name
-        dump = self.tmp / f"dump-{uuid.uuid4().hex[:6]}.sql"
-        subprocess.run([_binary("pg_dump"), "--no-owner", "--no-privileges", "-f", str(dump), self.url],
-                       check=True, capture_output=True, timeout=120)
-        return dump
-
-    def restore(self, backup: Path) -> str:
-        """A new database holding ``backup``; its URL."""
-        if self.server is None:
-            return f"sqlite:///{backup.as_posix()}"
-        import psycopg
-
-        name = f"restored_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(self.server, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        url = f"{self.server.rpartition('/')[0]}/{name}"
-        subprocess.run([_binary("psql"), "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", str(backup)],
-                       check=True, capture_output=True, timeout=120)
-        return url
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def live(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[AsyncEngine, Backups]]:
-    """The live database (migrated) and how to back it up and restore it."""
-    if request.param == "sqlite":
-        url, server = f"sqlite:///{(tmp_path / 'live.db').as_posix()}", None
-    else:
-        url, server = request.getfixturevalue("postgres_url"), request.getfixturevalue("postgres_server")
-    engine = create_engine(url)
-    await upgrade(engine)
-    yield engine, Backups(url, tmp_path, server)
-    await engine.dispose()
 
 
 async def _users_talk(engine: AsyncEngine, registry: Registry) -> None:

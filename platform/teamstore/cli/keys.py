@@ -49,7 +49,15 @@ app = typer.Typer(help="Key-encryption keys: status, rotation, retirement, seali
 
 
 @app.command("status")
-def keys_status(as_json: bool = JsonOption) -> None:
+def keys_status(
+    find_unrecorded: bool = typer.Option(
+        False, "--find-unrecorded", help="Also look through the account's KMS keys for those marked as this "
+        "database's that it does not record (after a restore: the keys rotations made after the backup). One "
+        "ListKeys page and a ListResourceTags per key: not for the health check. Never deletes one."),
+    max_keys: int = typer.Option(1000, "--max-keys", min=1, help="With --find-unrecorded: how many of the account's "
+                                 "KMS keys to look at, at most (a ListResourceTags each)."),  # unrecorded_kms.MAX_KEYS
+    as_json: bool = JsonOption,
+) -> None:
     """Every key-encryption key: current, retired (destroyed when) or destroyed, the data keys it wraps, and whether
     each one in use can be used now (a health check: exits 2 when one cannot)."""
 
@@ -57,9 +65,11 @@ def keys_status(as_json: bool = JsonOption) -> None:
         from teamstore.keys.health import with_health
         from teamstore.keys.marks import with_marks
         from teamstore.keys.status import status
+        from teamstore.keys.unrecorded_kms import find
 
         shown = await with_health(a.keys, await status(a.keys, a.settings))
-        return await with_marks(a.keys.ring, a.engine, shown)  # a key from before the marks is marked here
+        shown = await with_marks(a.keys.ring, a.engine, shown)  # a key from before the marks is marked here
+        return {**shown, "unrecorded_kms": (await find(a.keys, max_keys)).as_dict() if find_unrecorded else None}
 
     data = with_app(go, must_exist=True)
 
@@ -83,6 +93,8 @@ def keys_status(as_json: bool = JsonOption) -> None:
             _warn_kept(kept)
         _warn_unrecorded(d)
         _warn_unmarked(d)
+        if d["unrecorded_kms"] is not None:
+            _say_unrecorded_kms(d["unrecorded_kms"])
 
     emit(data, as_json=as_json, render=render)
     if not data["healthy"]:
@@ -171,6 +183,39 @@ def _warn_unrecorded(d: dict[str, Any]) -> None:
             f"stay readable while it exists. The daily `teamstore keys retire` destroys it {when}. If another database "
             "uses this key file, copy the file for that one and point its TEAMSTORE_KEY_FILE at the copy before then, "
             "or it loses its key"))
+
+
+def _say_unrecorded_kms(found: dict[str, Any]) -> None:
+    """What ``--find-unrecorded`` found among the account's KMS keys: each one marked as this database's that it
+    does not record, with what to do; how far it looked; and why it could not, if KMS refused or failed."""
+    if not found["uses_kms"]:
+        console.print("no KMS key to look for: this database uses none (TEAMSTORE_KMS_KEY_ID is unset and it records "
+                      "no KMS key)")
+        return
+    for k in found["keys"]:
+        made = f"made {k['created_at']:%Y-%m-%d}" if k["created_at"] else "its date unknown: KMS would not describe it"
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"the KMS key {k['arn']} ({made}, {k['key_state'] or 'state unknown'}) is marked as this database's "
+            f"({found['mark']}) but the database does not record it: a rotation made it after the backup this "
+            "database was restored from (or stopped before recording it), and backups taken under it stay readable "
+            f"while it exists. {found['never_deleted']}. What to do: "
+            f"{k['fix']}"))
+    if found["problem"] is not None:
+        problem = found["problem"]
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"could not look for KMS keys marked as this database's that it does not record: {problem['message']}. "
+            f"Fix: {problem['hint'] or 'retry'}"))
+    elif not found["keys"]:
+        console.print(f"none of the {found['examined']} KMS key(s) looked at (the account's, in this region) is "
+                      "marked as this database's and unrecorded")
+    if not found["complete"] and found["problem"] is None:
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"looked at only {found['examined']} of the account's KMS keys (--max-keys): the others were not searched;"
+            " rerun with a higher --max-keys to look through them all"))
+    if found["tags_refused"] and found["problem"] is None:
+        console.print("[bold yellow]warning[/]: " + plain(
+            f"{found['tags_refused']} KMS key(s) would not show their tags (kms:ListResourceTags refused on them): a "
+            "key of this database among them is not found. Grant kms:ListResourceTags on them to look there too"))
 
 
 @app.command("rotate")

@@ -14,7 +14,8 @@ rotated out and destroyed (``teamstore keys rotate``, ``teamstore keys retire``;
 Modules: ``sealed`` (the payload format), ``schema`` (the tables), ``kek`` and ``kms`` (key-encryption keys),
 ``ring`` (which KEK lives where), ``service`` (data keys, the cache), ``rotation`` (rotate, retire, the bound),
 ``health`` (whether the KEKs in use can be used now: ``teamstore keys status``), ``unrecorded`` (the key file's keys the
-database does not record, as after a restore).
+database does not record, as after a restore), ``unrecorded_kms`` (the KMS keys it marks and does not record),
+``marks`` (each database's tag on the KMS keys it uses).
 """
 
 from __future__ import annotations

@@ -328,16 +328,8 @@ class KmsKeys:
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        found: set[str] = set()
-        asked: dict[str, Any] = {"KeyId": _key_id(kek_id)}
         try:
-            while True:
-                page = self.client.list_resource_tags(**asked)
-                found |= {str(t["TagKey"]).removeprefix(MARK_PREFIX) for t in page.get("Tags", [])
-                          if str(t["TagKey"]).startswith(MARK_PREFIX)}
-                if not page.get("Truncated") or not page.get("NextMarker"):
-                    return found
-                asked["Marker"] = page["NextMarker"]
+            return self._marks(_key_id(kek_id))
         except (BotoCoreError, ClientError) as exc:
             if _code(exc) == "NotFoundException":
                 return None
@@ -349,3 +341,77 @@ class KmsKeys:
                     "keys it retires, then run `teamstore keys retire` again", kek_id=kek_id, other_databases=None,
                 ) from None
             raise unavailable(exc, "read the key-encryption key's tags", "kms:ListResourceTags") from None
+
+    def _marks(self, key_id: str) -> set[str]:
+        """The ids of the databases that mark the KMS key ``key_id``, read over every page of its tags (boto3's
+        errors raised as they come)."""
+        found: set[str] = set()
+        asked: dict[str, Any] = {"KeyId": key_id}
+        while True:
+            page = self.client.list_resource_tags(**asked)
+            found |= {str(t["TagKey"]).removeprefix(MARK_PREFIX) for t in page.get("Tags", [])
+                      if str(t["TagKey"]).startswith(MARK_PREFIX)}
+            if not page.get("Truncated") or not page.get("NextMarker"):
+                return found
+            asked["Marker"] = page["NextMarker"]
+
+    def account_keys(self, limit: int) -> tuple[list[str], bool]:
+        """The ARNs of at most ``limit`` KMS keys of the account and region (``kms:ListKeys``, 1,000 a page), and
+        whether they are all of them.
+
+        Raises:
+            KeyUnavailable: KMS failed or refused.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        arns: list[str] = []
+        asked: dict[str, Any] = {"Limit": min(max(limit, 1), 1000)}
+        try:
+            while len(arns) < limit:
+                page = self.client.list_keys(**asked)
+                arns += [str(k["KeyArn"]) for k in page.get("Keys", [])]
+                if not page.get("Truncated") or not page.get("NextMarker"):
+                    return arns[:limit], len(arns) <= limit
+                asked["Marker"] = page["NextMarker"]
+        except (BotoCoreError, ClientError) as exc:
+            raise unavailable(exc, "list the account's KMS keys", "kms:ListKeys") from None
+        return arns[:limit], False
+
+    def marked_keys(self, database: str, arns: list[str]) -> tuple[list[str], int]:
+        """Those of the KMS keys ``arns`` that the database ``database`` marks (``kms:ListResourceTags`` on each),
+        and how many would not show their tags (``AccessDeniedException``: a role granted it only on some keys).
+        A key KMS no longer has is left out.
+
+        Raises:
+            KeyUnavailable: KMS failed otherwise.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        marked, refused = [], 0
+        for arn in arns:
+            try:
+                if database in self._marks(_key_id(arn)):
+                    marked.append(arn)
+            except (BotoCoreError, ClientError) as exc:
+                if _code(exc) == "AccessDeniedException":
+                    refused += 1
+                elif _code(exc) != "NotFoundException":
+                    raise unavailable(exc, "read a KMS key's tags", "kms:ListResourceTags") from None
+        return marked, refused
+
+    def metadata(self, kek_id: str) -> dict[str, Any] | None:
+        """What KMS says of the key ``kek_id`` (``kms:DescribeKey``: its ``KeyState``, ``CreationDate``,
+        ``DeletionDate``...); ``None`` when KMS will not say (no such key any more, or the role may not describe
+        it).
+
+        Raises:
+            KeyUnavailable: KMS failed otherwise.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return dict(self.client.describe_key(KeyId=_key_id(kek_id))["KeyMetadata"])
+        except (BotoCoreError, ClientError) as exc:
+            if _code(exc) in {"NotFoundException", "AccessDeniedException"}:
+                return None
+            raise unavailable(exc, "describe a KMS key", "kms:DescribeKey") from None

@@ -14,8 +14,9 @@ marks before scheduling its deletion and refuses while another database marks it
 the marks cannot be read: a deletion cannot be undone once its window ends.
 
 A mark KMS refuses (the role lacks ``kms:TagResource``) fails no session: it is logged once per key and process,
-and ``keys status`` says the key is not marked and what to grant. The local key file has no marks: a key file
-shared by two databases is handled by :mod:`teamstore.keys.unrecorded`.
+and ``keys status`` says the key is not marked and what to grant. ``keys status --find-unrecorded`` looks for
+the keys marked as this database's that it does not record (:mod:`teamstore.keys.unrecorded_kms`). The local key
+file has no marks: a key file shared by two databases is handled by :mod:`teamstore.keys.unrecorded`.
 """
 
 from __future__ import annotations

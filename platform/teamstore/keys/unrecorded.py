@@ -17,10 +17,10 @@ database had retired: it was made at most ``retire_days`` before. Never a newer 
 before it records it, and the key file is read before the database, so a key made meanwhile is new. One without
 a date (made before the file kept dates) is dated by the first ``retire`` that sees it, and waits from then.
 
-Only the key file, never KMS: the tag a rotation gives the KMS keys it makes is the same for every teamstore
-database in the account and region, and a KMS key made before marked no database. A copy of a database restored
-beside the live one (staging, an investigation) has the live one's id: it gets a copy of the key file, never the
-file itself, or it would take the live one's newer keys for its own (docs/operations.md, *Keys*).
+Only the key file. A copy of a database restored beside the live one (staging, an investigation) has the live
+one's id: it gets a copy of the key file, never the file itself, or it would take the live one's newer keys for its
+own (docs/operations.md, *Keys*). It shares KMS with the live one all the same, so KMS keys are only found
+(:mod:`teamstore.keys.unrecorded_kms`), never deleted.
 """
 
 from __future__ import annotations
