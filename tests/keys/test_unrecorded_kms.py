@@ -166,6 +166,7 @@ def test_keys_status_says_which_permission_kms_refused_to_find_unrecorded_keys_a
     assert shown.exit_code == 0 and shown.exception is None, shown.output
     said = " ".join(shown.stdout.split())
     assert "could not look for KMS keys marked as this database's" in said and permission in said
+    assert "Nothing was written" not in said, "a search that only reads says nothing of writing"
     assert "current, ok" in said and "next rotation due" in said, "the rest of keys status is there"
     document = json.loads(runner.invoke(app, ["keys", "status", "--find-unrecorded", "--json"]).stdout)
     assert document["healthy"] is True and document["unrecorded_kms"]["keys"] == []

@@ -98,28 +98,31 @@ def _code(exc: BaseException) -> str:
     return str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
 
 
-def unavailable(exc: BaseException, action: str, permission: str) -> KeyUnavailable:
+def unavailable(exc: BaseException, action: str, permission: str, *, reading: bool = False) -> KeyUnavailable:
     """A failed KMS request as :class:`KeyUnavailable`, named by class and error code (never a key id).
 
     Args:
         exc: What boto3 raised.
         action: What was asked, to be said as "KMS refused to <action>".
         permission: The IAM action(s) it takes, for the hint when KMS refuses it.
+        reading: The request only read (a listing, tags, a description): the message does not go on to say that
+            nothing was written, which a command that writes nothing would only puzzle over.
     """
     code = _code(exc)
+    written = "" if reading else ". Nothing was written"
     if code == "AccessDeniedException":
-        return KeyUnavailable(f"KMS refused to {action} ({code}). Nothing was written",
+        return KeyUnavailable(f"KMS refused to {action} ({code}){written}",
                               hint=f"grant this process's role {permission} (docs/operations.md, *Keys*, lists what "
                               "each command needs)")
     if code in {"UnrecognizedClientException", "InvalidSignatureException"}:
-        return KeyUnavailable(f"KMS did not accept this process's credentials to {action} ({code}). Nothing was "
-                              "written", hint="check the AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+        return KeyUnavailable(f"KMS did not accept this process's credentials to {action} ({code}){written}",
+                              hint="check the AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
                               "AWS_SECRET_ACCESS_KEY) and that the clock is right")
     if code == "LimitExceededException":
-        return KeyUnavailable(f"KMS refused to {action}: a quota is reached ({code}). Nothing was written",
+        return KeyUnavailable(f"KMS refused to {action}: a quota is reached ({code}){written}",
                               hint="retry later; if it persists, raise the KMS quota for this account and region")
     return KeyUnavailable(
-        f"KMS could not {action}: {code or type(exc).__name__}. Nothing was written",
+        f"KMS could not {action}: {code or type(exc).__name__}{written}",
         hint="check AWS_ENDPOINT_URL_KMS / AWS_DEFAULT_REGION, the network and KMS's health; retry once it answers",
     )
 
@@ -374,7 +377,7 @@ class KmsKeys:
                     return arns[:limit], len(arns) <= limit
                 asked["Marker"] = page["NextMarker"]
         except (BotoCoreError, ClientError) as exc:
-            raise unavailable(exc, "list the account's KMS keys", "kms:ListKeys") from None
+            raise unavailable(exc, "list the account's KMS keys", "kms:ListKeys", reading=True) from None
         return arns[:limit], False
 
     def marked_keys(self, database: str, arns: list[str]) -> tuple[list[str], int]:
@@ -396,7 +399,7 @@ class KmsKeys:
                 if _code(exc) == "AccessDeniedException":
                     refused += 1
                 elif _code(exc) != "NotFoundException":
-                    raise unavailable(exc, "read a KMS key's tags", "kms:ListResourceTags") from None
+                    raise unavailable(exc, "read a KMS key's tags", "kms:ListResourceTags", reading=True) from None
         return marked, refused
 
     def metadata(self, kek_id: str) -> dict[str, Any] | None:
@@ -414,4 +417,4 @@ class KmsKeys:
         except (BotoCoreError, ClientError) as exc:
             if _code(exc) in {"NotFoundException", "AccessDeniedException"}:
                 return None
-            raise unavailable(exc, "describe a KMS key", "kms:DescribeKey") from None
+            raise unavailable(exc, "describe a KMS key", "kms:DescribeKey", reading=True) from None
