@@ -1,0 +1,273 @@
+"""The web service docs/services.md builds, from the guide's own code, under a real uvicorn and driven over real
+HTTP, on SQLite and Postgres with both kinds of lease: a conversation, its stream, errors as the statuses the
+guide's table gives, a client that drops the stream, two requests for one session, an erasure under way, and a
+SIGTERM with a request in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from teamstore.db.engine import create_engine
+from teamstore.db.fence import held
+from tests.conftest import prepare
+from tests.web.guide import TURNS, GuideServer, register_team, write_guide_files
+
+TEXT = "My router keeps dropping"
+SOURCES = ["user", *["triage", "researcher", "critic"] * 2]
+"""Who says what in one whole run of the registered team: the task, then its six turns."""
+
+Serve = Callable[..., GuideServer]
+
+
+@pytest.fixture
+def app_folder(tmp_path: Path) -> Path:
+    """The guide's files (``service.py``, ``test_service.py``), as the guide shows them."""
+    return write_guide_files(tmp_path / "app")
+
+
+@pytest.fixture
+async def serve(backend: tuple[str, str], app_folder: Path, monkeypatch: pytest.MonkeyPatch
+                ) -> AsyncIterator[Serve]:
+    """Start the guide's service on the backend (``serve(delay_seconds, lease_timeout, *uvicorn_args)``); this
+    process reads the same database and home. Every server is stopped at the end."""
+    url, lease = backend
+    await prepare(url, lease)  # production migrates by `teamstore db upgrade`, never at a worker's start
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
+    monkeypatch.setenv("TEAMSTORE_SESSION_LEASE", lease)
+    home = Path(os.environ["TEAMSTORE_HOME"])
+    servers: list[GuideServer] = []
+
+    def start(delay_seconds: float = 0.05, lease_timeout: float = 2.0, *uvicorn_args: str) -> GuideServer:
+        if not (home / "registry").exists():
+            register_team(home, delay_seconds)
+        env = {**os.environ, "TEAMSTORE_LEASE_TIMEOUT_SECONDS": str(lease_timeout)}
+        servers.append(GuideServer(app_folder, env, *uvicorn_args))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def session_url(server: GuideServer, user: str = "alice", session: str = "t-1") -> str:
+    return f"{server.url}/users/{user}/sessions/{session}"
+
+
+async def read_stream(client: httpx.AsyncClient, url: str, text: str = TEXT, keep: int | None = None
+                      ) -> list[dict[str, Any]]:
+    """The NDJSON lines of a streamed run; with ``keep``, only the first ``keep``, the connection then closed
+    as a client that goes away closes it."""
+    lines: list[dict[str, Any]] = []
+    async with client.stream("POST", f"{url}/stream", json={"text": text}) as said:
+        assert said.status_code == 200 and said.headers["content-type"] == "application/x-ndjson"
+        async for line in said.aiter_lines():
+            lines.append(json.loads(line))
+            if len(lines) == keep:
+                break
+    return lines
+
+
+async def transcripts(user: str, session: str) -> list[dict[str, Any]]:
+    """The session's transcripts as ``teamstore transcripts show`` reads them (oldest first)."""
+    from teamstore.analytics.api import on_app
+    from teamstore.cli.transcripts import load_transcripts
+
+    page, queued = await on_app(None, lambda app: load_transcripts(
+        app.engine, app.transcript_store, user, session, None, 10, app.keys))
+    assert queued == 0
+    return list(page.runs)
+
+
+async def runs_interrupted(user: str, session: str) -> int:
+    """``runs_interrupted`` of the session in ``teamstore cost``."""
+    from teamstore.analytics.api import on_app, report_on
+    from teamstore.analytics.query import CostQuery
+
+    report = await on_app(None, lambda app: report_on(app, CostQuery.build("session", user=user, session=session),
+                                                      False))
+    return report.total.runs_interrupted
+
+
+def test_the_guide_s_own_tests_pass_against_the_guide_s_service(app_folder: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+         "test_service.py"], cwd=app_folder, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(app_folder), *sys.path])})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 passed" in done.stdout
+
+
+async def test_a_conversation_goes_on_across_requests_and_streams_as_lines(serve: Serve) -> None:
+    server = serve()
+    async with httpx.AsyncClient(timeout=30) as client:
+        url = session_url(server)
+        first = await client.post(f"{url}/messages", json={"text": TEXT})
+        assert first.status_code == 200 and first.json()["resume"] == "new"
+        assert first.json()["reply"].startswith("[offline-small] (You are critic)")
+        second = await client.post(f"{url}/messages", json={"text": "Still broken"})
+        assert second.json()["resume"] == "resumed"
+        lines = await read_stream(client, url, "Now it is fine")
+    assert [line["source"] for line in lines[:-1]] == SOURCES and lines[0]["text"] == "Now it is fine"
+    assert lines[-1] == {"done": lines[-1]["done"], "resume": "resumed"} and "7" in lines[-1]["done"]
+
+
+async def test_bad_input_is_a_422_naming_the_error_and_the_session_is_as_it_was(serve: Serve) -> None:
+    server = serve()
+    async with httpx.AsyncClient(timeout=30) as client:
+        blank = await client.post(f"{session_url(server)}/messages", json={"text": "  "})
+        assert (blank.status_code, blank.json()["error"]) == (422, "InvalidTask")
+        spaced = await client.post(f"{session_url(server, user=' alice')}/messages", json={"text": TEXT})
+        assert (spaced.status_code, spaced.json()["error"]) == (422, "InvalidIdentifier")
+        assert "hint" not in spaced.json()  # the fix is for whoever runs the service: logs, not the response
+        lines = await read_stream(client, session_url(server), " ")
+        assert lines == [{"error": "InvalidTask", "status": 422, "message": lines[0]["message"]}]
+        after = await client.post(f"{session_url(server)}/messages", json={"text": TEXT})
+    assert after.json()["resume"] == "new"
+
+
+async def test_a_second_request_for_a_session_in_use_is_a_409_and_the_first_run_is_kept(serve: Serve) -> None:
+    server = serve(delay_seconds=0.3, lease_timeout=0.3)  # a run of ~2 s; the second waits 0.3 s for it
+    url = session_url(server)
+    async with httpx.AsyncClient(timeout=30) as client, client.stream(
+            "POST", f"{url}/stream", json={"text": TEXT}) as first:
+        lines = first.aiter_lines()
+        assert json.loads(await anext(lines))["source"] == "user"  # the session is open, its run under way
+        busy = await client.post(f"{url}/messages", json={"text": "Hello?"})
+        assert (busy.status_code, busy.json()["error"]) == (409, "SessionBusy")
+        streamed = await read_stream(client, url, "Hello?")
+        assert [(line["error"], line["status"]) for line in streamed] == [("SessionBusy", 409)]
+        rest = [json.loads(line) async for line in lines]
+        assert rest[-1]["resume"] == "new" and len(rest) == TURNS + 1
+        after = await client.post(f"{url}/messages", json={"text": "Hello?"})
+    assert after.json()["resume"] == "resumed"
+
+
+async def test_a_client_that_drops_the_stream_leaves_the_run_to_the_continue_endpoint_recorded_once(
+    serve: Serve,
+) -> None:
+    server = serve(delay_seconds=0.2)
+    url = session_url(server, "bob", "s-1")
+    async with httpx.AsyncClient(timeout=30) as client:
+        seen = await read_stream(client, url, keep=3)  # the task and two turns, then the phone's connection drops
+        assert [line["source"] for line in seen] == SOURCES[:3]
+        refused = await client.post(f"{url}/messages", json={"text": "Are you there?"})
+        assert refused.status_code == 409 and refused.json()["error"] == "RunInterrupted"
+        assert refused.json()["continue"] == "/users/bob/sessions/s-1/continue"
+        continued = await client.post(f"{server.url}{refused.json()['continue']}")
+        assert continued.status_code == 200 and continued.json()["reply"].startswith("[offline-small] (You are critic)")
+        again = await client.post(f"{server.url}{refused.json()['continue']}")
+        assert (again.status_code, again.json()["error"]) == (409, "NoInterruptedRun")
+        after = await client.post(f"{url}/messages", json={"text": "Are you there?"})
+        assert after.status_code == 200 and after.json()["resume"] == "resumed"
+    assert server.terminate()  # the audit written in the background is drained at shutdown
+    dropped, last = await transcripts("bob", "s-1")
+    assert [item["source"] for item in dropped["items"]] == SOURCES  # the one run, whole, written once
+    assert dropped["items"][0]["message"]["content"] == TEXT and not dropped["run"]["error"]
+    assert last["items"][0]["message"]["content"] == "Are you there?"
+    assert await runs_interrupted("bob", "s-1") == 1
+
+
+async def test_an_erasure_under_way_is_a_409_for_a_new_request_and_for_the_run_it_met(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from teamstore import erase_user
+
+    monkeypatch.setenv("TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS", "0.5")
+    server = serve(delay_seconds=0.2)
+    async with httpx.AsyncClient(timeout=30) as client, client.stream(
+            "POST", f"{session_url(server, 'erin')}/stream", json={"text": TEXT}) as running:
+        lines = running.aiter_lines()
+        assert json.loads(await anext(lines))["source"] == "user"
+        erasure = asyncio.ensure_future(erase_user("erin", reason="GDPR art. 17"))
+        await _fenced("erin")
+        new = await client.post(f"{session_url(server, 'erin', 't-2')}/messages", json={"text": TEXT})
+        assert (new.status_code, new.json()["error"]) == (409, "ErasureInProgress")
+        last = [json.loads(line) async for line in lines][-1]
+        assert (last["error"], last["status"]) == ("ErasureInProgress", 409)
+        receipt = await erasure
+    assert receipt.ok
+
+
+async def _fenced(user: str) -> None:
+    """Wait until an erasure fences ``user``."""
+    engine = create_engine(os.environ["TEAMSTORE_DATABASE_URL"])
+    try:
+        for _ in range(600):
+            async with engine.connect() as conn:
+                if (await conn.execute(select(held(user)))).scalar_one():
+                    return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no erasure fenced {user}")
+    finally:
+        await engine.dispose()
+
+
+async def test_a_sigterm_lets_the_request_in_flight_finish_and_the_next_worker_resumes_the_session(
+    serve: Serve,
+) -> None:
+    server = serve(delay_seconds=0.2)
+    url = session_url(server)
+    async with httpx.AsyncClient(timeout=30) as client, client.stream(
+            "POST", f"{url}/stream", json={"text": TEXT}) as running:
+        lines = running.aiter_lines()
+        assert json.loads(await anext(lines))["source"] == "user"
+        stopping = asyncio.get_running_loop().run_in_executor(None, server.terminate)
+        rest = [json.loads(line) async for line in lines]
+        assert rest[-1]["resume"] == "new" and len(rest) == TURNS + 1  # the run finished and was saved
+        assert await stopping
+    following = serve()  # the next worker: the session's lease was given back
+    async with httpx.AsyncClient(timeout=30) as client:
+        after = await client.post(f"{session_url(following)}/messages", json={"text": "Still broken"})
+    assert after.status_code == 200 and after.json()["resume"] == "resumed"
+
+
+async def test_a_sigterm_past_the_server_s_grace_leaves_the_run_to_the_next_worker_s_continue_endpoint(
+    serve: Serve,
+) -> None:
+    server = serve(0.4, 2.0, "--timeout-graceful-shutdown", "1")  # a run of ~2.4 s, one second of grace
+    url = session_url(server)
+    async with httpx.AsyncClient(timeout=30) as client, client.stream(
+            "POST", f"{url}/stream", json={"text": TEXT}) as running:
+        lines = running.aiter_lines()
+        for _ in range(2):  # the task and the first turn: a checkpoint of the run is stored
+            await anext(lines)
+        stopping = asyncio.get_running_loop().run_in_executor(None, server.terminate)
+        with pytest.raises(httpx.RemoteProtocolError):  # the server cut the response off at its grace's end
+            _ = [line async for line in lines]
+        assert await stopping
+    following = serve()
+    async with httpx.AsyncClient(timeout=30) as client:
+        refused = await client.post(f"{session_url(following)}/messages", json={"text": "Still broken"})
+        assert (refused.status_code, refused.json()["error"]) == (409, "RunInterrupted")
+        continued = await client.post(f"{following.url}{refused.json()['continue']}")
+        assert continued.status_code == 200
+    assert following.terminate()
+    (run,) = await transcripts("alice", "t-1")
+    assert [item["source"] for item in run["items"]] == SOURCES
+
+
+
+async def test_a_client_that_gives_up_on_a_plain_request_leaves_its_run_to_finish_and_be_saved(serve: Serve) -> None:
+    server = serve(delay_seconds=0.2)  # a run of ~1.2 s
+    url = session_url(server)
+    async with httpx.AsyncClient(timeout=0.5) as impatient:
+        with pytest.raises(httpx.ReadTimeout):  # the client's timeout closes its connection mid-run
+            await impatient.post(f"{url}/messages", json={"text": TEXT})
+    async with httpx.AsyncClient(timeout=30) as client:
+        retried = await client.post(f"{url}/messages", json={"text": TEXT})  # waits for the run, then resumes it
+    assert retried.status_code == 200 and retried.json()["resume"] == "resumed"
+    assert server.terminate()
+    first, second = await transcripts("alice", "t-1")
+    assert [item["source"] for item in first["items"]] == SOURCES and not first["run"]["error"]
+    assert [item["source"] for item in second["items"]] == SOURCES  # the retry: a run of its own after it
