@@ -57,9 +57,10 @@ TURNS = 6
 def register_team(home: Path, delay_seconds: float) -> None:
     """Register the team the guide's service runs (``support_triage@production``) in ``home``'s registry: the
     example escalation team under that name, checkpointed after every turn, each model call taking
-    ``delay_seconds`` (so a request can be caught mid-run)."""
+    ``delay_seconds`` (so a request can be caught mid-run). Registered again with another delay, it is a new
+    version of the team, labelled production."""
     manifest = example_manifest("support_escalation").model_copy(update={"name": "support_triage"})
-    Registry(home / "registry", create=True).add(
+    Registry(home / "registry", create=not (home / "registry").exists()).add(
         "support_triage", support_escalation(delay_seconds).dump_component(), manifest, "first version",
         label="production")
 

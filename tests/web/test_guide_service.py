@@ -28,6 +28,9 @@ SOURCES = ["user", *["triage", "researcher", "critic"] * 2]
 """Who says what in one whole run of the registered team: the task, then its six turns."""
 
 Serve = Callable[..., GuideServer]
+both_databases = pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                                         indirect=True)
+"""For what no kind of lease changes: SQLite and Postgres (with lock leases) only, to keep the suite short."""
 
 
 @pytest.fixture
@@ -39,8 +42,9 @@ def app_folder(tmp_path: Path) -> Path:
 @pytest.fixture
 async def serve(backend: tuple[str, str], app_folder: Path, monkeypatch: pytest.MonkeyPatch
                 ) -> AsyncIterator[Serve]:
-    """Start the guide's service on the backend (``serve(delay_seconds, lease_timeout, *uvicorn_args)``); this
-    process reads the same database and home. Every server is stopped at the end."""
+    """Start the guide's service on the backend (``serve(delay_seconds, lease_timeout, *uvicorn_args, **env)``,
+    ``env`` being more ``TEAMSTORE_*`` settings); this process reads the same database and home. Every server is
+    stopped at the end."""
     url, lease = backend
     await prepare(url, lease)  # production migrates by `teamstore db upgrade`, never at a worker's start
     monkeypatch.setenv("TEAMSTORE_DATABASE_URL", url)
@@ -48,10 +52,12 @@ async def serve(backend: tuple[str, str], app_folder: Path, monkeypatch: pytest.
     home = Path(os.environ["TEAMSTORE_HOME"])
     servers: list[GuideServer] = []
 
-    def start(delay_seconds: float = 0.05, lease_timeout: float = 2.0, *uvicorn_args: str) -> GuideServer:
+    def start(delay_seconds: float = 0.05, lease_timeout: float = 2.0, *uvicorn_args: str, **settings: str
+              ) -> GuideServer:
         if not (home / "registry").exists():
             register_team(home, delay_seconds)
-        env = {**os.environ, "TEAMSTORE_LEASE_TIMEOUT_SECONDS": str(lease_timeout)}
+        env = {**os.environ, "TEAMSTORE_LEASE_TIMEOUT_SECONDS": str(lease_timeout),
+               **{f"TEAMSTORE_{name.upper()}": value for name, value in settings.items()}}
         servers.append(GuideServer(app_folder, env, *uvicorn_args))
         return servers[-1]
 
@@ -108,6 +114,7 @@ def test_the_guide_s_own_tests_pass_against_the_guide_s_service(app_folder: Path
     assert "3 passed" in done.stdout
 
 
+@both_databases
 async def test_a_conversation_goes_on_across_requests_and_streams_as_lines(serve: Serve) -> None:
     server = serve()
     async with httpx.AsyncClient(timeout=30) as client:
@@ -122,8 +129,9 @@ async def test_a_conversation_goes_on_across_requests_and_streams_as_lines(serve
     assert lines[-1] == {"done": lines[-1]["done"], "resume": "resumed"} and "7" in lines[-1]["done"]
 
 
+@both_databases
 async def test_bad_input_is_a_422_naming_the_error_and_the_session_is_as_it_was(serve: Serve) -> None:
-    server = serve()
+    server = serve(max_sessions_per_user="1")
     async with httpx.AsyncClient(timeout=30) as client:
         blank = await client.post(f"{session_url(server)}/messages", json={"text": "  "})
         assert (blank.status_code, blank.json()["error"]) == (422, "InvalidTask")
@@ -133,7 +141,9 @@ async def test_bad_input_is_a_422_naming_the_error_and_the_session_is_as_it_was(
         lines = await read_stream(client, session_url(server), " ")
         assert lines == [{"error": "InvalidTask", "status": 422, "message": lines[0]["message"]}]
         after = await client.post(f"{session_url(server)}/messages", json={"text": TEXT})
-    assert after.json()["resume"] == "new"
+        assert after.json()["resume"] == "new"
+        another = await client.post(f"{session_url(server, session='t-2')}/messages", json={"text": TEXT})
+    assert (another.status_code, another.json()["error"]) == (409, "TooManySessions")  # her one live session
 
 
 async def test_a_second_request_for_a_session_in_use_is_a_409_and_the_first_run_is_kept(serve: Serve) -> None:
@@ -178,6 +188,7 @@ async def test_a_client_that_drops_the_stream_leaves_the_run_to_the_continue_end
     assert await runs_interrupted("bob", "s-1") == 1
 
 
+@both_databases
 async def test_an_erasure_under_way_is_a_409_for_a_new_request_and_for_the_run_it_met(
     serve: Serve, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -258,6 +269,7 @@ async def test_a_sigterm_past_the_server_s_grace_leaves_the_run_to_the_next_work
 
 
 
+@both_databases
 async def test_a_client_that_gives_up_on_a_plain_request_leaves_its_run_to_finish_and_be_saved(serve: Serve) -> None:
     server = serve(delay_seconds=0.2)  # a run of ~1.2 s
     url = session_url(server)
@@ -271,3 +283,22 @@ async def test_a_client_that_gives_up_on_a_plain_request_leaves_its_run_to_finis
     first, second = await transcripts("alice", "t-1")
     assert [item["source"] for item in first["items"]] == SOURCES and not first["run"]["error"]
     assert [item["source"] for item in second["items"]] == SOURCES  # the retry: a run of its own after it
+
+
+
+@both_databases
+async def test_a_run_interrupted_before_a_release_is_a_409_at_the_continue_endpoint_and_a_new_message_runs_on(
+    serve: Serve,
+) -> None:
+    server = serve(0.2, 2.0, registry_refresh_seconds="0")
+    url = session_url(server, "bob", "s-1")
+    async with httpx.AsyncClient(timeout=30) as client:
+        await read_stream(client, url, keep=3)
+        register_team(Path(os.environ["TEAMSTORE_HOME"]), delay_seconds=0.1)  # a new version labelled production
+        refused = await client.post(f"{url}/continue")
+        assert (refused.status_code, refused.json()["error"]) == (409, "RunCannotContinue")
+        assert "a run continues only on the version that ran it" in refused.json()["message"]
+        new = await client.post(f"{url}/messages", json={"text": "Are you there?"})
+        assert new.status_code == 200  # the interrupted run is set aside; the new version runs
+        gone = await client.post(f"{url}/continue")
+    assert (gone.status_code, gone.json()["error"]) == (409, "NoInterruptedRun")
