@@ -8,6 +8,9 @@ the canary enters through the tool's output and appears nowhere in the definitio
 that does not answer: its runs stop after their first turn, and a checkpoint holding the user's words waits
 in the session row to be continued or abandoned.
 
+``note_taker``: an agent of a platform team's own (a component outside AutoGen) that notes when each topic was
+raised, keyed by the user's words, as datetimes: a state that is not JSON, refused when the session saves.
+
 ``gateway_desk``: one agent on ``OpenAIChatCompletionClient`` behind a gateway that wants its key in
 ``api_key`` and in headers (``x-functions-key``, ``X-Auth-Key``, ``api-key``); every secret is left
 empty here and registered as a reference to the environment. Its model is the local model server
@@ -16,12 +19,17 @@ empty here and registered as a reference to the environment. Its model is the lo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from autogen_agentchat.agents import AssistantAgent
-from autogen_core import FunctionCall
+from autogen_agentchat.agents import AssistantAgent, BaseChatAgent
+from autogen_agentchat.base import Response
+from autogen_agentchat.messages import BaseChatMessage, TextMessage
+from autogen_core import CancellationToken, Component, ComponentModel, FunctionCall
 from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage
 from autogen_core.tools import FunctionTool
+from pydantic import BaseModel
 
 from teamstore.context import BoundedChatCompletionContext
 
@@ -96,3 +104,52 @@ def relay_desk() -> RoundRobinGroupChat:
                             model_context=BoundedChatCompletionContext(max_messages=20),
                             system_message="You are triage. Say what the problem is.")
     return Team([triage, gateway_desk(base_url="http://127.0.0.1:9/v1")], termination_condition=MaxMessageTermination(4))
+
+
+class NoteTakerConfig(BaseModel):
+    """The note taker's settings: its name and its (bounded) model context."""
+
+    name: str
+    model_context: ComponentModel
+
+
+class NoteTaker(BaseChatAgent, Component[NoteTakerConfig]):
+    """Notes when each topic the user raised was raised, keyed by the user's words; its ``save_state`` returns
+    the datetimes themselves, which are no JSON: the kind of bug a team's own agent ships with."""
+
+    component_type = "agent"
+    component_config_schema = NoteTakerConfig
+    component_provider_override = "tests.canary.teams.NoteTaker"
+
+    def __init__(self, name: str, model_context: BoundedChatCompletionContext | None = None) -> None:
+        super().__init__(name, "Takes notes.")
+        self._context = model_context or BoundedChatCompletionContext(max_messages=20)
+        self._notes: dict[str, datetime] = {}
+
+    @property
+    def produced_message_types(self) -> Sequence[type[BaseChatMessage]]:
+        return (TextMessage,)
+
+    async def on_messages(self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken) -> Response:
+        for message in messages:
+            if isinstance(message, TextMessage):
+                self._notes[message.content] = datetime.now(UTC)
+        return Response(chat_message=TextMessage(content="Noted.", source=self.name))
+
+    async def on_reset(self, cancellation_token: CancellationToken) -> None:
+        self._notes.clear()
+
+    async def save_state(self) -> Mapping[str, Any]:
+        return {"type": "NoteTakerState", "notes": dict(self._notes)}
+
+    def _to_config(self) -> NoteTakerConfig:
+        return NoteTakerConfig(name=self.name, model_context=self._context.dump_component())
+
+    @classmethod
+    def _from_config(cls, config: NoteTakerConfig) -> NoteTaker:
+        return cls(config.name, BoundedChatCompletionContext.load_component(config.model_context))
+
+
+def note_taker() -> NoteTaker:
+    """The note desk's one agent (persisted, with a bounded context as teamstore asks)."""
+    return NoteTaker("notes", BoundedChatCompletionContext(max_messages=20))

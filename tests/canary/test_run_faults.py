@@ -1,5 +1,6 @@
 """Runs and deliveries under faults: a damaged row version, two flushes at once, a model client that calls
-itself something else than "model", one whose error quotes the user's words, a home made by the first command. Each leaves canaries only where the
+itself something else than "model", one whose error quotes the user's words, an agent whose state is keyed by
+them and is no JSON, a home made by the first command. Each leaves canaries only where the
 policy lets them be, and does what the audit trail promises (one delivery, every run metered, a home no
 other user can read)."""
 
@@ -32,7 +33,7 @@ from tests.canary.flows import (
 from tests.canary.model_server import ModelServer
 from tests.canary.policy import WORDS, judge, report, scan
 from tests.canary.sinks import CapturedText
-from tests.canary.teams import gateway_secrets, relay_desk
+from tests.canary.teams import gateway_secrets, note_taker, relay_desk
 from tests.conftest import upgrade_database
 
 pytestmark = pytest.mark.otlp
@@ -214,3 +215,25 @@ def test_a_run_whose_model_client_quotes_the_users_words_in_its_error_fails_with
 
     opted = deployment.cli(*asked, bob.sessions[2], bob.tasks[2], ok=(1,), env={**env, CONTENT_CAPTURE: "true"})
     assert f"provider rejected request: {bob.tasks[2]}" in " ".join(opted.stderr.split()), opted.stderr
+
+
+def test_a_state_keyed_by_the_users_words_that_is_no_json_is_refused_without_quoting_them(
+    make_deployment: MakeDeployment, book: CanaryBook, model_server: ModelServer
+) -> None:
+    deployment = make_deployment("sqlite+local")
+    bob = User.plant(book, "bob")
+    register_teams(deployment.registry, model_server.base_url)
+    notes = Manifest(name="note_desk", persist=["notes"], context_bound=20, allowed_providers=["tests.canary."])
+    Registry(deployment.registry).add("note_desk", note_taker().dump_component(), notes, "note desk", label="production")
+    asked = ("run", "--team", "note_desk", "--user", bob.user_id, "--session")
+    failed = deployment.cli(*asked, bob.sessions[0], bob.tasks[0], "--json", ok=(1,))
+    said = deployment.cli(*asked, bob.sessions[1], bob.tasks[1], ok=(1,))  # the error line, for a person
+    output = CapturedText("cli --json output")
+    output.add("teamstore run --json", failed.stdout)
+    deployment.extra_sinks.append(output)
+    leaks = judge(scan(deployment.sinks(), book))
+    assert not leaks, report(leaks)
+    error = json.loads(failed.stdout)["error"]
+    assert (error["type"], error["message"]) == (
+        "StateNotSerializable", "notes.notes{key 1} holds a datetime, which is not JSON"), error
+    assert "error: notes.notes{key 1} holds a datetime" in said.stderr, said.stderr

@@ -470,7 +470,7 @@ class _Colour(enum.StrEnum):
 @pytest.mark.parametrize(
     ("poison", "what"),
     [(b"\x00", "bytes"), (_Colour.RED, "_Colour, a str subclass"), (2**70, "integer beyond 64 bits"),
-     (collections.OrderedDict(a=1), "OrderedDict, a dict subclass"), ({1: "a"}, "non-string key")],
+     (collections.OrderedDict(a=1), "OrderedDict, a dict subclass"), ({1: "a"}, "{key 1} is a key of type int")],
     ids=["bytes", "str-enum", "huge-int", "ordered-dict", "int-key"],
 )
 async def test_non_json_state_names_the_agent_and_path(platform: Platform, poison: object, what: str) -> None:

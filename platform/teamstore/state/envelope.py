@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import binascii
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,9 @@ SEALED_PREFIX = f'{{"envelope":{ENVELOPE_VERSION},"codec":"{SEALED_CODEC}","data
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads and writes
 _PLAIN = {str: "str", int: "int", float: "float", dict: "dict", list: "list", tuple: "list"}
+# A key the path of a refused value names: a field's name, as AutoGen's states and pydantic models have them.
+# Any other key is data (an agent of a team's own may key what it keeps by the user's words): named by position.
+_NAMED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 def check_json(value: Any, path: str) -> None:
@@ -41,6 +45,10 @@ def check_json(value: Any, path: str) -> None:
     ``int`` within 64 bits, finite ``float``, ``list``/``tuple`` and ``dict`` with ``str`` keys. A
     subclass (a ``StrEnum``, an ``OrderedDict``, a named tuple) is refused: it would read back as
     something else.
+
+    The path names a dict's key only when it is a field's name (ASCII letters, digits and ``_``); any other
+    key by its place in the dict (``notes{key 3}``): the message is shown and logged, and a key may be a
+    user's words.
 
     Args:
         value: The structure to check.
@@ -63,10 +71,11 @@ def check_json(value: Any, path: str) -> None:
             check_json(item, f"{path}[{i}]")
         return
     if kind is dict:
-        for key, item in value.items():
+        for place, (key, item) in enumerate(value.items(), 1):
             if type(key) is not str:
-                raise StateNotSerializable(f"{path} has a non-string key {key!r}")
-            check_json(item, f"{path}.{key}")
+                raise StateNotSerializable(f"{path}{{key {place}}} is a key of type {type(key).__name__}, not a "
+                                           "string", hint="key the state's objects by strings")
+            check_json(item, f"{path}.{key}" if _NAMED_KEY.fullmatch(key) else f"{path}{{key {place}}}")
         return
     base = next((name for plain, name in _PLAIN.items() if isinstance(value, plain)), None)
     if base is not None:
