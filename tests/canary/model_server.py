@@ -23,8 +23,8 @@ REPLY = "Your order is on its way. TERMINATE"
 
 class ModelServer:
     """Answers every ``POST .../chat/completions`` with one short completion, and keeps the headers; or, while
-    ``rejecting``, refuses it with an error that quotes the request's last message, as a provider's content
-    filter or validation does."""
+    ``rejecting``, refuses it (or a ``POST .../responses``) with an error that quotes the request's last message,
+    as a provider's content filter or validation does."""
 
     def __init__(self, model: str = "gpt-4o-mini") -> None:
         self.model = model  # the model the answers say they come from
@@ -61,8 +61,9 @@ class ModelServer:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) or b"{}")
                 with server._lock:
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
-                if server.rejecting:
-                    said = (request.get("messages") or [{}])[-1].get("content", "")
+                if server.rejecting:  # the last message of a chat completion, or of a response's input
+                    last = (request.get("messages") or request.get("input") or [{}])[-1]
+                    said = last.get("content", "") if isinstance(last, dict) else last
                     self._answer(400, {"error": {"message": f"provider rejected request: {said}",
                                                  "type": "invalid_request_error"}})
                     return

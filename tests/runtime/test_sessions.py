@@ -900,6 +900,31 @@ async def test_a_failure_autogen_logs_names_its_type_never_the_words_its_message
     await fresh.aclose()
 
 
+async def test_an_openai_agents_failed_request_autogen_logs_names_its_type_never_the_words_it_quotes(
+    platform: Platform, registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    from autogen_ext.agents.openai import OpenAIAgent
+    from openai import AsyncOpenAI
+
+    from tests.canary.model_server import ModelServer
+
+    server = ModelServer()
+    server.rejecting = True  # a 400 quoting the request, as a provider's content filter answers
+    fresh = Platform(platform.engine, registry, settings=platform.settings)
+    client = AsyncOpenAI(base_url=server.base_url, api_key="not-a-key", max_retries=0)
+    agent = OpenAIAgent("a", description="answers", client=client, model="gpt-4o-mini", instructions="Help.")
+    try:
+        with caplog.at_level(logging.ERROR):
+            await agent.run(task="CANARY-LOGGED-4711 my router drops")
+    finally:
+        server.stop()
+        await client.close()
+        await fresh.aclose()
+    (failure,) = [r for r in caplog.records if r.name == "autogen_agentchat.events" and r.levelno == logging.ERROR]
+    assert "BadRequestError" in failure.getMessage()  # still logged as a failure, by its type
+    assert "CANARY-LOGGED-4711" not in caplog.text
+
+
 async def test_a_failing_database_error_in_a_log_carries_no_bound_values(platform: Platform) -> None:
     from sqlalchemy import text as sql_text
     from sqlalchemy.exc import DBAPIError

@@ -78,9 +78,12 @@ def keep_content_out_of_logs() -> None:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
-    core = logging.getLogger("autogen_core")
-    if _TYPE_ONLY not in core.filters:
-        core.addFilter(_TYPE_ONLY)
+    # A logger's filters see only the records logged on it: autogen-ext's OpenAIAgent logs its API failure, the
+    # provider's error quoting the request included, at ERROR on AgentChat's events logger.
+    for name in (*_AUTOGEN_LOGGERS, "autogen_core.events", "autogen_agentchat.events"):
+        logger = logging.getLogger(name)
+        if _TYPE_ONLY not in logger.filters:
+            logger.addFilter(_TYPE_ONLY)
     trace = logging.getLogger("autogen_core.trace")  # a logger's filters see only the records logged on it
     if _PART_LEFT_OUT not in trace.filters:
         trace.addFilter(_PART_LEFT_OUT)
@@ -108,8 +111,8 @@ def keep_content_out_of_warnings() -> None:
 
 
 class _FailureTypeOnly(logging.Filter):
-    """Keeps autogen-core's ERROR record of a handler that raised, with the exception's type in place of its
-    message and traceback.
+    """Keeps autogen-core's ERROR record of a handler that raised (and autogen-ext's OpenAIAgent's of a failed
+    request), with the exception's type in place of its message and traceback.
 
     An exception's message often quotes users' words: a structured output the model got wrong is a pydantic
     error holding the model's reply, a tool's failure its arguments. autogen-core logs it with its traceback
