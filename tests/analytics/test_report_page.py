@@ -394,8 +394,10 @@ def test_past_ten_teams_no_two_share_a_colour_and_the_smallest_are_named_togethe
     assert legend[-1].text == "the other 3: team-09, team-10, team-11"
     fills = {m.get_attribute("data-series"): m.get_attribute("fill")
              for m in browser.find_elements(By.CSS_SELECTOR, "svg#cost-by-team rect.bar")}
-    assert len(fills) == 12 and len(set(fills.values())) == 10
-    assert fills["team-09"] == fills["team-11"] != fills["team-00"]
+    assert len(fills) == len(set(fills.values())) == 10  # the three in grey are one mark, their sum
+    assert "team-09" not in fills and fills["the other 3"] != fills["team-00"]
+    grey = browser.find_element(By.CSS_SELECTOR, 'svg#cost-by-team rect.bar[data-series="the other 3"]')
+    assert grey.get_attribute("data-value") == "0.09"  # 11000, 10000 and 9000 tokens in at 3 USD a million
 
 
 def test_the_page_says_which_periods_its_runs_started_in_and_which_price_table_it_used(
@@ -575,3 +577,216 @@ def test_printed_with_a_dark_scheme_the_page_stays_light(ledger_env: AsyncEngine
     seen = _seen(browser, page, media="print")
     assert _luminance(seen["page"]) > 0.9 and _luminance(seen["chart"]) > 0.9, seen
     assert all(_contrast(c, seen["page"]) >= 4.5 for c in seen["text"]), seen["text"]
+
+
+HOSTILE = ("<script>alert(1)</script>", "\"quoted' <b>id</b>", "مستخدم", "🙂 emoji", "u" * 256)
+"""User ids a page must show as written: markup, quotes, right-to-left text, an emoji, the longest id."""
+
+
+async def _fifty_sessions(url: str) -> None:
+    engine = create_engine(url)  # 55 sessions, the fifty costliest charted; 12 teams, some with long names
+    await seed_ledger(engine, [
+        (f"h{n}", HOSTILE[n % len(HOSTILE)], f"s-{n}-<img src=x onerror=alert(2)>",
+         (LONG if n % 2 else "فريق") + f"-{n % 12}", "v1", f"2026-11-{1 + n % 28:02d}", "completed",
+         [("a", "m-big", 1000 * (n + 1), 10, 1)]) for n in range(55)])
+    await engine.dispose()
+
+
+OVERLAPS = """
+const out = [];
+for (const svg of document.querySelectorAll('svg')) {
+  if (!svg.getClientRects().length) continue;
+  const texts = [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBoundingClientRect()]);
+  texts.forEach(([one, a], i) => texts.slice(i + 1).forEach(([other, b]) => {
+    if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+      out.push([svg.id, one, other]) })) }
+return out;
+"""
+OFF_SCREEN = """
+const width = document.documentElement.clientWidth;
+return [...document.querySelectorAll('body *')].filter(e => e.getClientRects().length
+  && e.getBoundingClientRect().right > width + 1 && !e.closest('.scroll')).map(e => e.tagName + '#' + e.id);
+"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_fifty_sessions_of_odd_long_names_overlap_nothing_run_nothing_and_read_as_written(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path, width: int
+) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    asyncio.run(_fifty_sessions(database_url))
+    page = tmp_path / "cost.html"
+    _write(page, "--top", "50")
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 720})
+    browser.get(page.as_uri())
+    assert browser.get_log("browser") == []  # no negative bar height, nothing refused by the policy
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.accept()
+    assert browser.execute_script(OVERLAPS) == []  # fifty names beside fifty bars, each on its own line
+    browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+    assert browser.execute_script(OFF_SCREEN) == []  # only a table in its own scrolling box runs past the side
+    wide, shown = browser.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert wide <= shown
+    labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg[id^=top-sessions] text.label")]
+    titles = browser.execute_script("return [...document.querySelectorAll('svg[id^=top-sessions] .bar title')]"
+                                    ".map(t => t.textContent)")
+    assert [label for label in labels if "u" * 20 in label and len(label) > 40] == []  # cut short on the chart
+    assert any("u" * 256 in title for title in titles)  # and whole in its mark's title
+    assert browser.execute_script("return document.querySelectorAll('img, script:not(#report-data)').length") == 0
+    assert browser.execute_script("return [...document.querySelectorAll('b')].every(b => b.closest('.summary'))")
+    table = browser.find_element(By.ID, "top-sessions-table").text
+    for name in ("<script>alert(1)</script>", "\"quoted' <b>id</b>", "🙂 emoji", "<img src=x onerror=alert(2)>"):
+        assert name in table, name  # shown as the text it is
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#top-sessions-table tr")) == 51
+
+
+def test_more_than_fifty_sessions_are_refused_with_the_command_that_lists_them(ledger_env: AsyncEngine,
+                                                                                tmp_path: Path) -> None:
+    page = tmp_path / "cost.html"
+    result = runner.invoke(app, ["cost", "report", "--top", "51", "--output", str(page)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "the page charts 1 to 50 sessions" in said and "--by session --top N" in said
+    assert not page.exists()
+
+
+FIGURES = """
+const table = document.getElementById(arguments[0] + '-table'), heads = [...table.rows[0].cells].map(c => c.textContent);
+return [...table.rows].slice(1).flatMap(row => [...row.cells].slice(1).map((cell, i) =>
+  [row.cells[0].textContent, heads[i + 1], cell.textContent])).filter(([, , value]) => value !== '-');
+"""
+FOCUSED = """
+const e = document.activeElement;
+return [e.tagName, e.closest('section') ? e.closest('section').querySelector('h2').id : null];
+"""
+
+
+def test_a_reviewer_finds_a_language_a_title_named_charts_their_figures_as_tables_and_focus_in_reading_order(
+    ledger_env: AsyncEngine, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    page = tmp_path / "cost.html"
+    _write(page)
+    browser.get(page.as_uri())
+    assert browser.execute_script("return [document.documentElement.lang, document.title]") == [
+        "en", "teamstore cost report"]
+    for chart in CHARTS:  # named by its heading; its legend says each series in words, not by colour alone
+        assert browser.find_element(By.ID, chart).accessible_name, chart
+    for item in browser.find_elements(By.CSS_SELECTOR, "ul.legend li"):
+        assert item.text.strip()
+    for chart in ("cost-by-team", "cost-by-model", "runs-by-outcome"):  # each mark's figure is in its table
+        marks = _marks(browser, chart)
+        shown = browser.execute_script(FIGURES, chart)
+        assert sorted(shown) == sorted([m["x"], m["series"], m["value"]] for m in marks), chart
+    points = _marks(browser, "tokens-per-run", "circle.point")
+    assert browser.execute_script(FIGURES, "tokens-per-run") == [[m["x"], "tokens per run", m["value"]] for m in points]
+    table = browser.find_element(By.ID, "cost-by-team-table")
+    assert not table.is_displayed()  # folded away under its summary until asked for
+    body = browser.find_element(By.TAG_NAME, "body")
+    stops = []
+    for _ in range(5):  # Tab from the top: each chart's table, in the order of the charts
+        body.send_keys(Keys.TAB) if not stops else browser.switch_to.active_element.send_keys(Keys.TAB)
+        stops.append(browser.execute_script(FOCUSED))
+    assert stops[:4] == [["SUMMARY", f"{chart}-title"] for chart in
+                         ("cost-by-team", "cost-by-model", "tokens-per-run", "runs-by-outcome")]
+    browser.execute_script("document.querySelector('section').querySelector('summary').focus()")
+    browser.switch_to.active_element.send_keys(Keys.ENTER)  # opened by the keyboard
+    assert table.is_displayed()
+    browser.switch_to.active_element.send_keys(Keys.TAB)  # then its box, which the arrow keys scroll
+    assert browser.execute_script("return [document.activeElement.className, document.activeElement.contains("
+                                  "document.getElementById('cost-by-team-table'))]") == ["scroll", True]
+    assert browser.switch_to.active_element.accessible_name == "Cost over time by team"
+
+
+async def _many_teams(url: str) -> None:
+    engine = create_engine(url)  # bob: 10 teams; eve: 120 teams, in the same week, one session each
+    await seed_ledger(engine, [(f"b{n}", "bob", "b", f"team-{n:03d}", "v1", "2026-11-20", "completed",
+                                [("a", "m-big", 1000 + n, 0, 1)]) for n in range(10)]
+                      + [(f"e{n}", "eve", "e", f"team-{n:03d}", "v1", "2026-11-20", "completed",
+                          [("a", "m-big", 1000 + n, 0, 1)]) for n in range(120)])
+    await engine.dispose()
+
+
+def test_a_page_of_120_teams_draws_as_many_marks_as_one_of_ten_and_embeds_at_most_its_cap_of_rows(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from teamstore.analytics import page as page_module
+
+    asyncio.run(_many_teams(database_url))
+    monkeypatch.setattr(page_module, "MOST_EMBEDDED_ROWS", 20)
+    few, many = tmp_path / "few.html", tmp_path / "many.html"
+    sizes = [len(_write(path, "--user", user).encode()) for path, user in ((few, "bob"), (many, "eve"))]
+    assert sizes[1] - sizes[0] < 110 * 100  # each team past the tenth: its name in the legend, not a mark
+    browser.get(many.as_uri())
+    assert browser.get_log("browser") == []
+    assert len(_marks(browser, "cost-by-team")) == 10
+    grey = browser.find_element(By.CSS_SELECTOR, 'svg#cost-by-team rect.bar[data-series="the other 111"]')
+    rows = _cli("--by", "week,team", "--user", "eve")["rows"][:111]  # the cheapest: team-000 to team-110
+    assert Decimal(grey.get_attribute("data-value")) == sum(Decimal(r["cost"]) for r in rows)
+    embedded = json.loads(browser.find_element(By.ID, "report-data").get_attribute("textContent"))
+    assert len(embedded["cost_by_team"]["rows"]) == 20 and embedded["cost_by_team"]["rows_left_out"] == 100
+    assert embedded["cost_by_team"]["rows"][-1]["team"] == "team-119"  # the latest (last by key) are kept
+    assert "rows_left_out" not in embedded["by_time"]
+
+
+A4 = {"paperWidth": 8.27, "paperHeight": 11.69, "marginTop": 0.4, "marginBottom": 0.4, "marginLeft": 0.4,
+      "marginRight": 0.4}
+
+
+def _pages(pdf: bytes) -> int:
+    return len(re.findall(rb"/Type\s*/Page(?!s)", pdf))
+
+
+def test_printed_the_page_is_a_pdf_of_a_few_pages_no_chart_or_table_row_cut_across_two(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path
+) -> None:
+    import base64
+
+    asyncio.run(_fifty_sessions(database_url))
+    page = tmp_path / "cost.html"
+    _write(page, "--top", "50", "--every", "week")
+    browser.get(page.as_uri())
+    browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")  # as left open
+    pdf = base64.b64decode(browser.execute_cdp_cmd("Page.printToPDF", A4)["data"])
+    assert pdf.startswith(b"%PDF-") and 3 <= _pages(pdf) <= 8, _pages(pdf)
+    # At A4's printed width (7.47in, 717px) in print media: each chart fits on a page (10.89in, 1045px) and
+    # is kept whole, as each row of a table is; the figures' tables, a screen's, are not printed.
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 717, "height": 1045, "deviceScaleFactor": 1, "mobile": False})
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    seen = browser.execute_script(
+        "return {charts: [...document.querySelectorAll('svg.chart')].map(s => [s.id, s.getBoundingClientRect()"
+        ".height <= 1045, getComputedStyle(s).breakInside]), rows: [...new Set([...document.querySelectorAll("
+        "'#top-sessions-table tr')].map(r => getComputedStyle(r).breakInside))], figures: [...document"
+        ".querySelectorAll('details.figures')].map(d => d.getClientRects().length)}")
+    assert seen["charts"] == [[chart, True, "avoid"] for chart in CHARTS]
+    assert seen["rows"] == ["avoid"] and set(seen["figures"]) == {0}
+
+
+def test_right_to_left_teams_named_together_in_grey_read_in_their_order(
+    ledger_env: AsyncEngine, database_url: str, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    async def seed(url: str) -> None:
+        engine = create_engine(url)  # the three cheapest, named together, are right-to-left: فريق-1, فريق-2, فريق-3
+        names = [f"team-{n:02d}" for n in range(9)] + ["فريق-1", "فريق-2", "فريق-3"]
+        await seed_ledger(engine, [(f"t{n}", "eve", f"s{n}", name, "v1", "2026-11-20", "completed",
+                                    [("a", "m-big", 1000 * (20 - n), 0, 1)]) for n, name in enumerate(names)])
+        await engine.dispose()
+
+    asyncio.run(seed(database_url))
+    page = tmp_path / "cost.html"
+    _write(page, "--user", "eve")
+    browser.get(page.as_uri())
+    grey = browser.find_elements(By.CSS_SELECTOR, "#cost-by-team ~ ul.legend li")[-1]
+    assert grey.text.startswith("the other 3: ")
+    assert browser.execute_script(LEFT_OF, grey, "فريق-1", "فريق-2")  # not "2-فريق ,1-فريق", swapped by the comma
+    assert browser.execute_script(LEFT_OF, grey, "فريق-2", "فريق-3")

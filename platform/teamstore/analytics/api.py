@@ -123,7 +123,7 @@ def write_report(path: str | Path, *, every: str = "day", top: int = 10, pseudon
     Args:
         path: The file to write, owner-only (``0600``); one already there is replaced whole.
         every: The time scale of the charts: ``day``, ``week`` or ``month``.
-        top: How many of the costliest sessions to chart.
+        top: How many of the costliest sessions to chart, 1 to 50.
         pseudonymous: Users and sessions as keys (for a page that leaves the analysts' hands).
         settings: As for :func:`cost`.
         **filters: ``user``, ``session``, ``team``, ``model``, ``since``, ``until`` as for :func:`cost`.

@@ -63,8 +63,16 @@ td,th{padding:3px 10px;border-bottom:1px solid var(--rule);text-align:right} td:
 .note{color:var(--muted);font-size:12px} .warn{color:var(--warn)}
 td{font-variant-numeric:tabular-nums} td:nth-child(2),.legend li,.summary b,.meta,.warn{overflow-wrap:anywhere}
 @media (max-width:480px){td,th{padding:3px 4px}}
-@media print{section{break-inside:avoid} h2{break-after:avoid}}
+details.figures{margin:6px 0} details.figures summary{cursor:pointer;color:var(--muted)}
+.scroll{overflow-x:auto;max-width:100%} .scroll th[scope=row]{text-align:left;white-space:nowrap}
+.scroll td{text-align:right} .scroll th[scope=col]{min-width:7em;vertical-align:bottom;overflow-wrap:anywhere}
+@media print{section{break-inside:avoid} h2{break-after:avoid} svg,tr{break-inside:avoid}
+details.figures{display:none}}
 """)
+
+
+MOST_TOP = 50
+"""The most sessions the page charts: fifty bars are a page tall, each name legible beside its bar."""
 
 
 async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,
@@ -73,11 +81,15 @@ async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "
     one snapshot of the database: runs recorded meanwhile are in none of them, so their totals agree.
 
     Raises:
-        ConfigurationError: ``every`` is not day, week or month, or a filter is malformed.
+        ConfigurationError: ``every`` is not day, week or month, ``top`` is not 1 to :data:`MOST_TOP`, or a
+            filter is malformed.
         NoMatchingUsage: Nothing matches the filters.
     """
     if every not in TIME:
         raise ConfigurationError(f"cannot chart costs every {every!r}", hint="use day, week or month")
+    if not 1 <= top <= MOST_TOP:
+        raise ConfigurationError(f"--top {top}: the page charts 1 to {MOST_TOP} sessions", hint=(
+            f"give --top {MOST_TOP} or fewer; `teamstore cost --by session --top N` lists more"))
     now = now or datetime.now(UTC)  # one instant for the four: '7d' means the same window in each
     shapes = {"by_time": ((every,), None), "cost_by_team": ((every, "team"), None),
               "cost_by_model": ((every, "model"), None), "top_sessions": (("session",), top)}
@@ -93,13 +105,35 @@ def _amount(value: Decimal | None) -> float:
 
 def _shown(row: CostRow) -> str:
     """The row's cost as read: ``unknown`` when no token of it has a price, ``+ unknown`` when some have none."""
-    if row.cost is None:
+    return _said(row.cost, row.unpriced_tokens > 0)
+
+
+def _said(cost: Decimal | None, unpriced: bool) -> str:
+    if cost is None:
         return "unknown"
-    return f"{money(row.cost)} + unknown" if row.unpriced_tokens else str(money(row.cost))
+    return f"{money(cost)} + unknown" if unpriced else str(money(cost))
 
 
-def _cost_bars(report: CostReport, every: str, series: str) -> list[svg.Bar]:
-    return [svg.Bar(r.group[every], r.group[series], _amount(r.cost), _shown(r)) for r in report.rows]
+def _cost_bars(report: CostReport, every: str, series: str, ranked: list[str]) -> tuple[list[svg.Bar], list[str]]:
+    """The marks of cost by ``every`` and ``series``, and the series they stack. Past ten series, the ninth
+    costliest on are one mark per period, their sum (named :func:`svg.other`, drawn in the grey the legend
+    gives them): a chart of 300 teams has as many marks as one of ten, not a stack of slivers."""
+    kept = ranked if len(ranked) <= len(svg.PALETTE) else ranked[:len(svg.PALETTE) - 1]
+    named = set(kept)
+    bars = [svg.Bar(r.group[every], r.group[series], _amount(r.cost), _shown(r))
+            for r in report.rows if r.group[series] in named]
+    rest: dict[str, list[CostRow]] = {}
+    for row in report.rows:
+        if row.group[series] not in named:
+            rest.setdefault(row.group[every], []).append(row)
+    if not rest:
+        return bars, kept
+    folded = svg.other(len(ranked) - len(kept))
+    for period, rows in rest.items():
+        priced = [r.cost for r in rows if r.cost is not None]
+        cost = sum(priced, Decimal(0)) if priced else None
+        bars.append(svg.Bar(period, folded, _amount(cost), _said(cost, any(r.unpriced_tokens for r in rows))))
+    return bars, [*kept, folded]
 
 
 def _per_run(row: CostRow) -> Decimal:
@@ -111,11 +145,11 @@ def _outcome_bars(report: CostReport, every: str) -> list[svg.Bar]:
             for name, n in zip(OUTCOMES, (r.runs_completed, r.runs_limited, r.runs_failed), strict=True)]
 
 
-def _ranked(series: list[svg.Bar]) -> list[str]:
+def _ranked(report: CostReport, series: str) -> list[str]:
     """Series by their whole cost, the largest at the bottom of each stack and first in the legend."""
     totals: dict[str, float] = {}
-    for bar in series:
-        totals[bar.series] = totals.get(bar.series, 0.0) + bar.value
+    for row in report.rows:
+        totals[row.group[series]] = totals.get(row.group[series], 0.0) + _amount(row.cost)
     return sorted(totals, key=lambda name: (-totals[name], name))
 
 
@@ -131,11 +165,13 @@ def _drawn(draw: Callable[..., str]) -> str:
     return draw(layout=svg.WIDE) + draw(layout=svg.SMALL)
 
 
-def _chart(chart_id: str, title: str, chart: str, note: str = "", series: list[str] | None = None) -> str:
-    """A chart under its heading, which names it to a screen reader (``aria-labelledby``)."""
+def _chart(chart_id: str, title: str, chart: str, note: str = "", series: list[str] | None = None,
+           figures: str = "") -> str:
+    """A chart under its heading, which names it to a screen reader (``aria-labelledby``), then its legend
+    and its figures as a table (:func:`svg.table`)."""
     return (f'<section><h2 id="{chart_id}-title">{svg.shown(title)}</h2>{chart}'
             + (svg.legend(series) if series else "")
-            + (f'<p class="note">{svg.shown(note)}</p>' if note else "") + "</section>")
+            + (f'<p class="note">{svg.shown(note)}</p>' if note else "") + figures + "</section>")
 
 
 def _summary(total: CostRow, currency: str) -> str:
@@ -190,8 +226,23 @@ def _footer(reports: dict[str, CostReport]) -> str:
     return f'{warn}<p class="note">{svg.shown(who)}</p>'
 
 
+MOST_EMBEDDED_ROWS = 5_000
+"""The most rows of each report the page embeds: a year of days by fifty teams is some 18,000, megabytes
+of JSON no chart needs (it draws at most ten series). Past it, the latest rows are kept."""
+
+
+def _embedded(report: CostReport) -> dict[str, Any]:
+    """The report as ``teamstore cost --format json`` prints it, cut to its last :data:`MOST_EMBEDDED_ROWS`
+    rows (by period: the latest) with ``rows_left_out`` saying how many were left out."""
+    data = report.to_dict()
+    left_out = len(data["rows"]) - MOST_EMBEDDED_ROWS
+    if left_out > 0:
+        data["rows"], data["rows_left_out"] = data["rows"][left_out:], left_out
+    return data
+
+
 def _data_block(reports: dict[str, CostReport]) -> str:
-    text = json.dumps({name: r.to_dict() for name, r in reports.items()}, sort_keys=True, ensure_ascii=False)
+    text = json.dumps({name: _embedded(r) for name, r in reports.items()}, sort_keys=True, ensure_ascii=False)
     # Inside <script>, '</script>' or '<!--' in a name would end or bend the block: '<' is written escaped.
     inert = text.replace("<", "\\u003c")
     return f'<script type="application/json" id="report-data">{inert}</script>'
@@ -226,32 +277,35 @@ def _periods(keys: list[str], every: str) -> list[str] | None:
 
 def render_page(reports: dict[str, CostReport], every: str) -> str:
     """The HTML page of :func:`report_data`'s reports."""
-    by_team, by_model = _cost_bars(reports["cost_by_team"], every, "team"), \
-        _cost_bars(reports["cost_by_model"], every, "model")
-    teams, models, currency = _ranked(by_team), _ranked(by_model), reports["by_time"].currency
+    teams, models = _ranked(reports["cost_by_team"], "team"), _ranked(reports["cost_by_model"], "model")
+    (by_team, team_marks), (by_model, model_marks) = _cost_bars(reports["cost_by_team"], every, "team", teams), \
+        _cost_bars(reports["cost_by_model"], every, "model", models)
+    currency = reports["by_time"].currency
     sessions = [svg.Bar(r.key, "cost", _amount(r.cost), _shown(r)) for r in reports["top_sessions"].rows]
     per_run = [svg.Bar(r.group[every], "tokens per run", float(_per_run(r)), str(_per_run(r)))
                for r in reports["by_time"].rows]
+    outcomes = _outcome_bars(reports["by_time"], every)
     top = reports["top_sessions"]
     periods = _periods([r.group[every] for r in reports["by_time"].rows], every)  # idle ones keep their place
     no_cost = _no_cost(reports["by_time"].total)
     charts = [
         _chart("cost-by-team", "Cost over time by team",
-               _drawn(partial(svg.stacked_bars, "cost-by-team", by_team, currency, teams, periods, no_cost)),
-               series=teams),
+               _drawn(partial(svg.stacked_bars, "cost-by-team", by_team, currency, team_marks, periods, no_cost)),
+               series=teams, figures=svg.table("cost-by-team", by_team, currency, team_marks, periods)),
         _chart("cost-by-model", "Cost over time by model",
-               _drawn(partial(svg.stacked_bars, "cost-by-model", by_model, currency, models, periods, no_cost)),
-               series=models),
+               _drawn(partial(svg.stacked_bars, "cost-by-model", by_model, currency, model_marks, periods, no_cost)),
+               series=models, figures=svg.table("cost-by-model", by_model, currency, model_marks, periods)),
         _chart("top-sessions", _top_title(len(top.rows), top.groups),
                _drawn(partial(svg.horizontal_bars, "top-sessions", sessions, currency, no_cost))
                + _sessions_table(top)),
         _chart("tokens-per-run", "Tokens per run",
                _drawn(partial(svg.points, "tokens-per-run", per_run, "tokens", periods,
                               "No tokens to draw: these runs used none.")),
-               note="input and output tokens of the runs started in each period, divided by their number"),
+               note="input and output tokens of the runs started in each period, divided by their number",
+               figures=svg.table("tokens-per-run", per_run, "tokens", ["tokens per run"], periods)),
         _chart("runs-by-outcome", "Runs ended by a limit",
-               _drawn(partial(svg.stacked_bars, "runs-by-outcome", _outcome_bars(reports["by_time"], every), "runs",
-                              list(OUTCOMES), periods)), series=list(OUTCOMES)),
+               _drawn(partial(svg.stacked_bars, "runs-by-outcome", outcomes, "runs", list(OUTCOMES), periods)),
+               series=list(OUTCOMES), figures=svg.table("runs-by-outcome", outcomes, "runs", list(OUTCOMES), periods)),
     ]
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

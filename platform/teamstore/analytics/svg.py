@@ -39,6 +39,9 @@ CHAR_WIDTH, LABEL_GAP, EMPTY_CHAR_WIDTH = 7, 12, 7
 character of a chart's 13px "nothing to draw" takes."""
 MIN_HEIGHT = 120
 """The least height of a chart of horizontal bars (one session's)."""
+ROW_HEIGHT, MIN_ROW_HEIGHT = 26, 18
+"""The height of a horizontal bar's row, and the least it may shrink to for many of them (past it the chart
+grows instead): under 18 pixels a name's 11px text would touch the next one's."""
 
 
 @dataclass(frozen=True)
@@ -215,10 +218,10 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
 def horizontal_bars(chart_id: str, bars: Sequence[Bar], unit: str, empty: str = "", *,
                     layout: Layout = WIDE) -> str:
     """One ``rect.bar`` per mark, top to bottom in the order given, its category written to its left; the
-    chart as tall as its bars need (a few sessions leave no empty box), at most :data:`HEIGHT`; ``empty``
-    beside them when none is above 0."""
+    chart as tall as its bars need: a few sessions leave no empty box, and many no less than
+    :data:`MIN_ROW_HEIGHT` each, so no two names overlap; ``empty`` beside them when none is above 0."""
     rows = max(1, len(bars))
-    height = min(26.0, (HEIGHT - TOP - BOTTOM) / rows)
+    height = max(MIN_ROW_HEIGHT, min(ROW_HEIGHT, (HEIGHT - TOP - BOTTOM) / rows))
     tall = max(MIN_HEIGHT, round(TOP + rows * height + TOP))
     left, top = layout.names, max((b.value for b in bars), default=0.0)
     scale = (layout.width - left - RIGHT) / (top or 1.0)
@@ -257,8 +260,37 @@ def legend(series: Sequence[str]) -> str:
     shared = len(PALETTE) - 1 if len(series) > len(PALETTE) else None
     named = [(name, slot) for name, slot in slots(series).items() if slot != shared]
     rest = [name for name, slot in slots(series).items() if slot == shared]
-    items = [f'<li><span class="swatch hue{slot}"></span>{shown(name)}</li>' for name, slot in named]
-    if rest:
-        items.append(f'<li><span class="swatch hue{shared}"></span>'
-                     f"{shown(f'the other {len(rest)}: ' + ', '.join(rest))}</li>")
+    items = [f'<li><span class="swatch hue{slot}"></span><bdi>{shown(name)}</bdi></li>' for name, slot in named]
+    if rest:  # each name its own run of text: a right-to-left one does not swap places with its neighbours
+        items.append(f'<li><span class="swatch hue{shared}"></span>{shown(other(len(rest)))}: '
+                     + ", ".join(f"<bdi>{shown(name)}</bdi>" for name in rest) + "</li>")
     return f'<ul class="legend">{"".join(items)}</ul>'
+
+
+def other(count: int) -> str:
+    """The name of the series that :func:`slots` folds into its grey: ``the other 3``."""
+    return f"the other {count}"
+
+
+def table(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str],
+          categories: Sequence[str] | None = None) -> str:
+    """A chart's figures as a table (a row per category, a column per series), for a screen reader and for a
+    reader who wants the figures: in a ``<details>`` under the chart, in a box that scrolls sideways (by the
+    keyboard too) on a screen too narrow for its columns.
+
+    Args:
+        chart_id: The chart's id; the table's is ``<chart id>-table``.
+        bars: The chart's marks.
+        unit: What the figures count, said in the heading row.
+        series: The columns, in order.
+        categories: The rows, in order (those without a mark left out); by default the marks' own.
+    """
+    cells = {(b.x, b.series): b.text for b in bars}
+    rows = [c for c in dict.fromkeys([*(categories or ()), *(b.x for b in bars)]) if any(
+        (c, s) in cells for s in series)]
+    head = "<th></th>" + "".join(f'<th scope="col"><bdi>{shown(s)}</bdi></th>' for s in series)
+    body = "".join(f'<tr><th scope="row"><bdi>{shown(c)}</bdi></th>'
+                   + "".join(f"<td>{shown(cells.get((c, s), '-'))}</td>" for s in series) + "</tr>" for c in rows)
+    return (f'<details class="figures"><summary>The figures as a table ({shown(unit)})</summary>'
+            f'<div class="scroll" role="region" tabindex="0" aria-labelledby="{_attr(chart_id)}-title">'
+            f'<table id="{_attr(chart_id)}-table"><tr>{head}</tr>{body}</table></div></details>')

@@ -197,7 +197,7 @@ def cost_report_page(
     output: str = typer.Option(..., "--output", "-o",
                                help="The HTML file to write, owner-only (0600); one already there is replaced."),
     every: str = typer.Option("day", "--every", help="Time scale of the charts: day | week | month."),
-    top: int = typer.Option(10, "--top", min=1, help="How many of the costliest sessions to chart."),
+    top: int = typer.Option(10, "--top", min=1, help="How many of the costliest sessions to chart (1 to 50)."),
     session: str | None = SessionOption,
     user: str | None = UserOption,
     team: str | None = TeamOption,
