@@ -224,7 +224,7 @@ async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
 def _per_day() -> Iterator[None]:
     """The ledger's tokens summed per day instead of per price period: the query as it was before."""
     period = cost.price_period
-    cost.price_period = lambda prices, models: usage.c.day  # type: ignore[assignment]
+    cost.price_period = lambda periods: (usage, usage.c.day)  # type: ignore[assignment]
     try:
         yield
     finally:

@@ -16,13 +16,14 @@ reads as its session key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Column, select
+from sqlalchemy import Column, ColumnElement, FromClause, Subquery, case, func, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.cost import ERASED, CostRow
+from teamstore.audit.cost_sql import Label, key_labels
 from teamstore.audit.schema import subject_sessions, subjects
 from teamstore.db.snapshot import reading
 
@@ -71,19 +72,70 @@ async def name_rows(source: AsyncEngine | AsyncConnection, rows: Sequence[CostRo
         users = await _lookup(conn, subjects.c.subject_key, subjects.c.user_id, subject_keys)
         sessions = await _lookup(conn, subject_sessions.c.session_key, subject_sessions.c.session_id, session_keys)
     for row in rows:
-        group: dict[str, str] = {}
-        for dim, values, (name, value) in zip(dims, row.raw, _pairs(row.group, dims), strict=True):
-            if dim in ("session", "user"):
-                # Erased is what the ledger says (its link cleared, or the mapping gone), never a user id.
-                user = users.get(str(values[-1])) if values[-1] is not None else None
-                group["user"] = ERASED if user is None else user_label(user)
-                if dim == "session":
-                    key = str(values[0])
-                    group["session"] = erased_session(key) if user is None else sessions.get(key, key)
-            else:
-                group[name] = value
-        row.group = group
-        row.key = " / ".join(group.values())
+        _rename(row, dims, lambda key: users.get(str(key)), sessions.get)
+
+
+def _rename(row: CostRow, dims: Sequence[str], user_of: Callable[[Any], str | None],
+            session_of: Callable[[str], str | None]) -> None:
+    """Rewrite the row's ``group`` and ``key`` with the user of its subject key and the id of its session key
+    (``None``: none is known)."""
+    group: dict[str, str] = {}
+    for dim, values, (name, value) in zip(dims, row.raw, _pairs(row.group, dims), strict=True):
+        if dim in ("session", "user"):
+            # Erased is what the ledger says (its link cleared, or the mapping gone), never a user id.
+            user = user_of(values[-1]) if values[-1] is not None else None
+            group["user"] = ERASED if user is None else user_label(user)
+            if dim == "session":
+                key, session = str(values[0]), session_of(str(values[0]))
+                group["session"] = erased_session(key) if user is None else key if session is None else session
+        else:
+            group[name] = value
+    row.group = group
+    row.key = " / ".join(group.values())
+
+
+class ReadableNames:
+    """A streamed report's users and sessions by the application's ids
+    (:class:`~teamstore.audit.cost.Naming`): the groups come joined to the subject mapping and the session
+    ids, in the order of the names :func:`name_rows` would give them, each row named as it would name it.
+
+    Args:
+        dims: The report's dimensions.
+    """
+
+    def __init__(self, dims: Sequence[str]) -> None:
+        self.dims = tuple(dims)
+
+    def joined(self, groups: Subquery) -> tuple[FromClause, list[ColumnElement[Any]]]:
+        """``groups`` joined to the user of each subject key and the id of each session key."""
+        if not {"session", "user"} & set(self.dims):
+            return groups, []
+        source = groups.outerjoin(subjects, subjects.c.subject_key == groups.c.subject_key)
+        if "session" not in self.dims:
+            return source, [subjects.c.user_id]
+        source = source.outerjoin(subject_sessions, subject_sessions.c.session_key == groups.c.session_key)
+        return source, [subjects.c.user_id, subject_sessions.c.session_id]
+
+    def labels(self, dim: str, groups: FromClause) -> list[Label]:
+        """The SQL of :func:`user_label` and :func:`erased_session` (and a session's id) for users and
+        sessions; any other dimension as a pseudonymous report shows it."""
+        if dim not in ("session", "user"):
+            return key_labels(dim, groups)
+        user = subjects.c.user_id
+        quoted = or_(user == ERASED, func.substr(user, 1, 1) == "'")
+        found: list[Label] = [("user", case((user.is_(None), literal(ERASED)), (quoted, literal("'") + user),
+                                            else_=user))]
+        if dim == "session":
+            erased = literal(f"{ERASED}-") + func.substr(groups.c.session_key, 1, ERASED_SESSION_CHARS)
+            found.append(("session", case((user.is_(None), erased),
+                                          else_=func.coalesce(subject_sessions.c.session_id, groups.c.session_key))))
+        return found
+
+    def name(self, row: CostRow, names: Sequence[Any]) -> None:
+        """Rename ``row`` from the user id and session id :meth:`joined` read for it."""
+        if names:
+            session = names[1] if len(names) > 1 else None
+            _rename(row, self.dims, lambda _key: names[0], lambda _key: session)
 
 
 def user_label(user_id: str) -> str:

@@ -6,6 +6,11 @@
     query = CostQuery.build(by="team,model", since="7d", top=10)
     report = await cost_report(engine, load_prices(), query)     # NoMatchingUsage if nothing matches
 
+    async with cost_listing(engine, load_prices(), CostQuery.build(by="session")) as listing:
+        async for row in listing.rows():                          # every group, one at a time
+            print(row.key, row.cost)
+        missing = await listing.missing()                         # NoMatchingUsage, or None
+
 Dates are ``YYYY-MM-DD``, an ISO timestamp (UTC unless it says otherwise), or a time before now: ``24h``,
 ``7d``, ``2w``. ``top`` keeps the groups that cost most (ties by tokens, then by the ledger's key); the
 total still counts every group. Users and sessions read as the application's ids unless the query is
@@ -16,7 +21,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -25,8 +31,16 @@ from sqlalchemy import ColumnElement, and_, func, literal, select, true
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from teamstore.analytics.names import name_rows
-from teamstore.audit.cost import CostFilter, CostReport, group_fields, parse_by, query_costs
+from teamstore.analytics.names import ReadableNames, name_rows
+from teamstore.audit.cost import (
+    CostFilter,
+    CostReport,
+    CostRow,
+    CostStream,
+    group_fields,
+    parse_by,
+    query_costs,
+)
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import subjects, usage
 from teamstore.audit.subjects import session_key, subject_of
@@ -153,6 +167,72 @@ async def _report(conn: AsyncConnection, prices: PriceTable, query: CostQuery) -
         report.rows.sort(key=lambda r: r.key)
     _finish(report, query)
     return report
+
+
+@dataclass
+class CostListing:
+    """A report of every group (no ``top``), its rows read one at a time: however many groups there are, a
+    listing holds one of them at a time.
+
+    Attributes:
+        report: The report without its rows: what it groups by, its prices, filters and (if counted) groups;
+            its ``total`` is complete once :meth:`rows` has been read to its end.
+    """
+
+    report: CostReport
+    _stream: CostStream
+    _conn: AsyncConnection
+    _query: CostQuery
+    _where: CostFilter | None
+    _read: int = 0
+
+    async def rows(self) -> AsyncIterator[CostRow]:
+        """The rows sorted by their group's key, as :func:`cost_report` sorts them."""
+        async for row in self._stream:
+            self._read += 1
+            yield row
+
+    async def missing(self) -> NoMatchingUsage | None:
+        """After :meth:`rows`: why nothing matched (as :func:`cost_report` raises it), or ``None`` when
+        something did."""
+        if self._read:
+            return None
+        return await _no_match(self._conn, self._query, self._where, self.report)
+
+
+@asynccontextmanager
+async def cost_listing(source: AsyncEngine | AsyncConnection, prices: PriceTable, query: CostQuery, *,
+                       count: bool = False) -> AsyncIterator[CostListing]:
+    """Every group ``query`` asks for, streamed from one snapshot of the database inside the block.
+
+    Args:
+        source: The state database, or a connection of :func:`~teamstore.db.snapshot.read_snapshot`.
+        prices: The price table.
+        query: From :meth:`CostQuery.build`, without ``top`` (:func:`cost_report` keeps the costliest).
+        count: Count the groups first (``report.groups``; one more query), for output that names how many
+            before it lists them.
+
+    Yields:
+        The listing.
+
+    Raises:
+        ConfigurationError: ``query`` has a ``top``.
+        StoreUnavailable: The database could not be read.
+    """
+    if query.top is not None:
+        raise ConfigurationError("a listing of every group has no --top", hint="use cost_report for the costliest")
+    try:
+        async with reading(source) as conn:
+            where = await _filter(conn, query)
+            stream = CostStream(conn, prices, query.by, CostFilter(subject_key="") if where is None else where,
+                                None if query.pseudonymous else ReadableNames(query.by))
+            report = CostReport(by=",".join(query.by), price_version=prices.version, currency=prices.currency,
+                                rows=[], total=stream.total, groups=await stream.count() if count else 0)
+            _finish(report, query)
+            yield CostListing(report, stream, conn, query, where)
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not read the ledger: {describe_failure(exc)}",
+                               hint=failure_hint(exc)) from exc
 
 
 def _finish(report: CostReport, query: CostQuery) -> None:

@@ -19,40 +19,41 @@ application's ids.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from sqlalchemy import ColumnElement, Date, Select, and_, case, false, func, literal, null, or_, select
+from sqlalchemy import ColumnElement, FromClause, Select, Subquery, and_, false, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from teamstore.audit.cost_sql import (
+    DIMENSIONS,
+    ERASED,
+    RUNS,
+    SPANS,
+    TIME,
+    CostFilter,
+    Label,
+    columns,
+    filtered,
+    group_count,
+    group_rows,
+    key_labels,
+    key_order,
+    price_period,
+    run_counts,
+    token_sums,
+)
+from teamstore.audit.price_periods import price_periods
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import usage
 from teamstore.db.snapshot import reading
 from teamstore.errors import ConfigurationError, MissingExtra
 
-DIMENSIONS: dict[str, tuple[str, ...]] = {
-    "session": ("session_key", "subject_key"),  # a session's user comes with it, for readable reports
-    "user": ("subject_key",),
-    "team": ("team",),
-    "version": ("team", "team_version"),
-    "model": ("model",),
-    "agent": ("agent",),
-    "purpose": ("purpose",),  # agent, speaker_selection, memory_writer: what each kind of call costs
-    "day": ("day",),
-    "week": ("day",),
-    "month": ("day",),
-}
-"""Each dimension and the ledger columns it groups by."""
-TIME = ("day", "week", "month")
-SPANS = ("week", "month")
-"""The time scales whose groups span several days."""
+__all__ = ["DIMENSIONS", "ERASED", "TIME", "CostFilter", "CostReport", "CostRow", "CostStream", "query_costs"]
 MAX_DIMENSIONS = 2
-ERASED = "erased"
-"""How a user reads once erasure has de-linked the ledger rows (each of their sessions reads as ``erased-``
-and the start of its key: :func:`teamstore.analytics.names.erased_session`)."""
 
 
 def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
@@ -73,39 +74,6 @@ def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
         raise ConfigurationError(f"cannot group costs by {','.join(names)!r}: two time scales",
                                  hint="use one of day, week or month")
     return names
-
-
-@dataclass(frozen=True)
-class CostFilter:
-    """Which ledger rows a query covers; ``None`` means any."""
-
-    session_key: str | None = None
-    subject_key: str | None = None
-    team: str | None = None
-    model: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-
-    def clauses(self, dates: bool = True) -> list[ColumnElement[bool]]:
-        """SQL conditions for the set fields (without the time window unless ``dates``)."""
-        pairs = [
-            (self.session_key, usage.c.session_key),
-            (self.subject_key, usage.c.subject_key),
-            (self.team, usage.c.team),
-            (self.model, usage.c.model),
-        ]
-        found: list[ColumnElement[bool]] = [col == value for value, col in pairs if value is not None]
-        if dates and self.since is not None:
-            found.append(usage.c.started_at >= _as_utc(self.since))
-        if dates and self.until is not None:
-            found.append(usage.c.started_at < _as_utc(self.until))
-        return found
-
-
-def _as_utc(moment: datetime) -> datetime:
-    """The same instant in UTC (a naive time is taken as UTC): SQLite compares the wall-clock text it
-    stores, and every stored time is UTC, so an offset like +02:00 must be applied before comparing."""
-    return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 @dataclass(slots=True)  # a full listing holds one per group: hundreds of thousands
@@ -220,22 +188,10 @@ class CostReport:
         }
 
 
-def _filtered(query: Select[Any], where: CostFilter) -> Select[Any]:
-    clauses = where.clauses()
-    return query.where(and_(*clauses)) if clauses else query
-
-
-def _columns(dims: Sequence[str], *extra: str) -> list[str]:
-    return list(dict.fromkeys([c for d in dims for c in DIMENSIONS[d]] + list(extra)))
-
-
 async def _run_groups(conn: AsyncConnection, names: list[str], where: CostFilter,
                       among: ColumnElement[bool] | None = None) -> list[Any]:
-    """Distinct runs per group of ``names`` (of the groups ``among`` picks, if given), then how many of them
-    were interrupted (continued or abandoned from a checkpoint)."""
-    cols = [usage.c[n] for n in names]
-    interrupted = func.count(func.distinct(case((usage.c.interruptions > 0, usage.c.run_id))))
-    query = _filtered(select(*cols, func.count(func.distinct(usage.c.run_id)), interrupted), where).group_by(*cols)
+    """:func:`~teamstore.audit.cost_sql.run_counts` of the groups ``among`` picks, if given."""
+    query = run_counts(names, where)
     return list((await conn.execute(query if among is None else query.where(among))).all())
 
 
@@ -366,22 +322,12 @@ def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted:
         row.runs_completed += runs
 
 
-async def _sum(conn: AsyncConnection, rows: _Rows, where: CostFilter) -> None:
-    """Add the ledger's tokens and runs to ``rows`` and their total (on one connection: one snapshot)."""
-    query, token_cols = await _token_query(conn, rows, where)
-    result = await conn.stream(query)
-    async for batch in result.partitions(STREAM_ROWS):
-        for record in batch:
-            rows.add_tokens(_values(token_cols, record), (record[-3], record[-2], record[-1]))
-    await _sum_runs(conn, rows, where)
-
-
 def _group_order(dims: Sequence[str]) -> list[str]:
     """The ledger columns that bring each group's records together when read in their order. A week's or
     a month's days follow one another, so reading by day within the other dimension's values does it."""
     if not set(SPANS) & set(dims):
-        return _columns(dims)
-    return _columns([d for d in dims if d not in TIME], "day")
+        return columns(dims)
+    return columns([d for d in dims if d not in TIME], "day")
 
 
 STREAM_ROWS = 5_000
@@ -390,38 +336,26 @@ BEFORE_ANY_PRICE = date.min
 """The price day of tokens no entry prices: :meth:`PriceTable.lookup` has no price on it."""
 
 
-def price_period(prices: PriceTable, models: Sequence[str]) -> ColumnElement[Any]:
-    """The first day of the price in force for a ledger row's model on the row's day (``NULL`` before the
-    model's first entry, or for a model the table does not price). Tokens summed by it are priced as the
-    rows' days would price them, one sum per price instead of one per day."""
-    whens: list[tuple[ColumnElement[bool], ColumnElement[Any]]] = []
-    for model in models:
-        # Latest first: the first entry in force on the day is the one lookup() picks.
-        for price in reversed(prices.history(model) or ()):
-            day = literal(price.effective_from, Date)
-            whens.append((and_(usage.c.model == model, usage.c.day >= day), day))
-    return case(*whens, else_=null()) if whens else null()
+async def ledger_models(conn: AsyncConnection, where: CostFilter) -> list[str]:
+    """The model names of the ledger rows ``where`` picks."""
+    return [str(m) for m in (await conn.execute(filtered(select(usage.c.model).distinct(), where))).scalars()]
 
 
-async def _token_query(conn: AsyncConnection, rows: _Rows, where: CostFilter,
-                       ordered: bool = False) -> tuple[Select[Any], list[str]]:
-    """The ledger's tokens summed per group, model, price day and whether a limit ended the run (in the
-    groups' order if ``ordered``): a report's time dimension sums them per day, any other per price period (a few rows per
-    group and model, however many days its runs span). Returns the query and its group's columns."""
-    token_cols = _columns(rows.dims, "model", "day", "ended_by_limit")
-    day: ColumnElement[Any] = usage.c.day
-    if not set(TIME) & set(rows.dims):
-        models = (await conn.execute(_filtered(select(usage.c.model).distinct(), where))).scalars().all()
-        day = price_period(rows.prices, models)
-    # A subquery, so that GROUP BY names the period's column (Postgres does not match a CASE's parameters
-    # in GROUP BY to those of the same CASE in the select list).
-    picked = [usage.c[n] for n in token_cols if n != "day"]
-    ledger = _filtered(select(*picked, day.label("day"), usage.c.calls, usage.c.input_tokens,
-                              usage.c.output_tokens), where).subquery()
-    cols = [ledger.c[n] for n in token_cols]
-    sums = [func.sum(ledger.c.calls), func.sum(ledger.c.input_tokens), func.sum(ledger.c.output_tokens)]
-    query = select(*cols, *sums).group_by(*cols)
-    return (query.order_by(*(ledger.c[n] for n in _group_order(rows.dims))) if ordered else query), token_cols
+async def priced_ledger(conn: AsyncConnection, dims: Sequence[str], prices: PriceTable,
+                        where: CostFilter) -> tuple[FromClause, ColumnElement[Any]]:
+    """The ledger and its price day for :func:`~teamstore.audit.cost_sql.token_sums`: joined to the price
+    periods of the models ``where`` picks, unless a time dimension sums the tokens per day."""
+    if set(TIME) & set(dims):
+        return usage, usage.c.day
+    return price_period(await price_periods(conn, prices, await ledger_models(conn, where)))
+
+
+async def _token_query(conn: AsyncConnection, rows: _Rows, where: CostFilter) -> tuple[Select[Any], list[str]]:
+    """:func:`token_sums` of ``rows``' groups, in the groups' order."""
+    query, token_cols = token_sums(rows.dims, where, *await priced_ledger(conn, rows.dims, rows.prices, where))
+    order = _group_order(rows.dims)
+    subquery = query.subquery()
+    return select(subquery).order_by(*(subquery.c[n] for n in order)), token_cols
 
 
 def _values(token_cols: list[str], record: Any) -> dict[str, Any]:
@@ -435,7 +369,7 @@ async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: i
     """As :func:`_sum`, keeping only the ``top`` costliest groups: the ledger's tokens are read in the groups'
     order, each group priced whole before the next begins, so ``rows`` holds at most twice ``top`` of them
     however many there are. Returns how many groups there were."""
-    query, token_cols = await _token_query(conn, rows, where, ordered=True)
+    query, token_cols = await _token_query(conn, rows, where)
     groups, current = 0, None
     result = await conn.stream(query)
     async for batch in result.partitions(STREAM_ROWS):  # a row at a time cost a trip to the driver's thread each
@@ -453,16 +387,20 @@ async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: i
 
 
 async def _sum_runs(conn: AsyncConnection, rows: _Rows, where: CostFilter,
-                    among: ColumnElement[bool] | None = None) -> None:
-    """Add the runs of ``rows``' groups (``among`` picks them, if given) and of the total."""
-    run_cols = _columns(rows.dims, "ended_by_limit", "run_failed")
+                    among: ColumnElement[bool]) -> None:
+    """Add the runs of ``rows``' groups (``among`` picks them) and of the total."""
+    run_cols = columns(rows.dims, "ended_by_limit", "run_failed")
     for record in await _run_groups(conn, run_cols, where, among):
         values = dict(zip(run_cols, record, strict=False))
         _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
                   int(record[-1]))
+    await _total_runs(conn, rows.total, where)
+
+
+async def _total_runs(conn: AsyncConnection, total: CostRow, where: CostFilter) -> None:
     # Counted again without grouping: a run that used two models must count once in the total.
     for limited, failed, runs, interrupted in await _run_groups(conn, ["ended_by_limit", "run_failed"], where):
-        _add_runs(rows.total, bool(limited), bool(failed), int(runs), int(interrupted))
+        _add_runs(total, bool(limited), bool(failed), int(runs), int(interrupted))
 
 
 def costliest(row: CostRow) -> tuple[Decimal, int, str]:
@@ -505,17 +443,108 @@ async def query_costs(
     """
     dims = parse_by(by)
     where = where or CostFilter()
-    rows = _Rows(dims, prices)
     async with reading(source) as conn:
-        if top is not None:
-            groups = await _sum_top(conn, rows, where, top)
+        if top is None:
+            stream = CostStream(conn, prices, dims, where)
+            ordered = [row async for row in stream]
+            total, groups = stream.total, len(ordered)
         else:
-            await _sum(conn, rows, where)
-            groups = len(rows.groups)
-    ordered = sorted(rows.groups.values(), key=lambda r: r.key)
-    if top is not None:
-        ordered = sorted(ordered, key=costliest)[:top]
-    for row in (*ordered, rows.total):
-        _settle(row)
+            rows = _Rows(dims, prices)
+            groups = await _sum_top(conn, rows, where, top)
+            ordered, total = sorted(rows.groups.values(), key=costliest)[:top], rows.total
+            for row in (*ordered, total):
+                _settle(row)
     return CostReport(by=",".join(dims), price_version=prices.version, currency=prices.currency, rows=ordered,
-                      total=rows.total, fields=group_fields(dims), groups=groups)
+                      total=total, fields=group_fields(dims), groups=groups)
+
+
+class Naming(Protocol):
+    """How a :class:`CostStream` shows users and sessions other than as their keys (a readable report's ids):
+    the SQL that orders the groups by those names and reads them, and the rows renamed with them."""
+
+    def labels(self, dim: str, groups: FromClause) -> list[Label]:
+        """Each column the dimension is shown in and the SQL of its text (as
+        :func:`~teamstore.audit.cost_sql.key_labels`)."""
+
+    def joined(self, groups: Subquery) -> tuple[FromClause, list[ColumnElement[Any]]]:
+        """``groups`` joined to what holds the names, and the columns that read them."""
+
+    def name(self, row: CostRow, names: Sequence[Any]) -> None:
+        """Rewrite the row's ``group`` and ``key`` from the ``names`` its columns read."""
+
+
+class CostStream:
+    """Every group of a report, read and priced one at a time in the order of their keys: however many groups
+    there are, it holds one of them (and a few thousand of the database's rows) at a time.
+
+        stream = CostStream(conn, prices, ("session",), CostFilter(since=start))
+        async for row in stream:        # settled rows, sorted by key
+            print(row.key, row.cost)
+        print(stream.total.cost)        # complete once every row has been read
+
+    Each group's token sums and run counts come in one ordered read (a server-side cursor on Postgres), the
+    total's runs in one more query at the end, on the caller's connection (one snapshot).
+
+    Args:
+        conn: A connection of :func:`~teamstore.db.snapshot.read_snapshot`.
+        prices: The price table.
+        dims: The dimensions (:func:`parse_by`).
+        where: The filters.
+        naming: Users and sessions by names other than their keys, the groups in the order of those.
+    """
+
+    def __init__(self, conn: AsyncConnection, prices: PriceTable, dims: Sequence[str], where: CostFilter,
+                 naming: Naming | None = None) -> None:
+        self.conn, self.where, self.naming = conn, where, naming
+        self._rows = _Rows(dims, prices)
+        self._group = columns(dims)
+        self.total = self._rows.total
+        """The total of every group; complete once the stream has been read to its end."""
+
+    async def count(self) -> int:
+        """How many groups the stream holds (one more query)."""
+        return int(await self.conn.scalar(group_count(self.conn.dialect.name, self._rows.dims, self.where)) or 0)
+
+    async def _query(self) -> Select[Any]:
+        dims = self._rows.dims
+        groups = group_rows(dims, self.where, *await priced_ledger(self.conn, dims, self._rows.prices, self.where))
+        source, names = self.naming.joined(groups) if self.naming else (groups, [])
+        keys = key_order(self.conn.dialect.name, dims, groups, self.naming.labels if self.naming else key_labels)
+        # Then the group's own columns: two groups of one key (two erased sessions' labels) stay apart.
+        own = [groups.c[n] for n in columns([d for d in dims if d not in TIME])]
+        return select(groups, *names).select_from(source).order_by(*keys, *own, groups.c.kind)
+
+    async def __aiter__(self) -> AsyncIterator[CostRow]:
+        width = len(self._group) + 8  # the group's columns, the kind and the seven figures; then the names
+        current: tuple[tuple[Any, ...], ...] | None = None
+        names: Sequence[Any] = ()
+        result = await self.conn.stream(await self._query())
+        async for batch in result.partitions(STREAM_ROWS):  # a row at a time cost a trip to the driver's thread
+            for record in batch:
+                raw = self._rows.raw(self._add(record))
+                if raw != current:
+                    if current is not None:
+                        yield self._done(current, names)
+                    current, names = raw, tuple(record[width:])
+        if current is not None:
+            yield self._done(current, names)
+        await _total_runs(self.conn, self.total, self.where)
+        _settle(self.total)
+
+    def _add(self, record: Any) -> dict[str, Any]:
+        """Add a record of :func:`~teamstore.audit.cost_sql.group_rows` to its group and the total."""
+        values = dict(zip(self._group, record, strict=False))
+        kind, model, day, limited, failed, a, b, c = record[len(self._group):len(self._group) + 8]
+        if kind == RUNS:
+            _add_runs(self._rows.row(values), bool(limited), bool(failed), int(a), int(b))
+            return values
+        values |= {"model": model, "day": BEFORE_ANY_PRICE if day is None else day, "ended_by_limit": limited}
+        self._rows.add_tokens(values, (a, b, c))
+        return values
+
+    def _done(self, raw: tuple[tuple[Any, ...], ...], names: Sequence[Any]) -> CostRow:
+        row = self._rows.groups.pop(raw)
+        _settle(row)
+        if self.naming is not None:
+            self.naming.name(row, names)
+        return row

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import typer
 
@@ -68,13 +69,25 @@ def _group_cell(field: str, value: str) -> str:
 
 
 def _render_cost_table(report: CostReport, prices: PriceTable) -> None:
-    rows = [_table_cells(report, row, False) for row in report.rows] + [_table_cells(report, report.total, True)]
+    _table_page(report, report.rows, first=True, last=True)
+    _table_notes(report, prices)
+
+
+def _table_page(report: CostReport, rows: Sequence[CostRow], *, first: bool, last: bool) -> None:
+    """A table of ``rows``: the first page under the report's title, the last one ending with its total."""
+    cells = [_table_cells(report, row, False) for row in rows]
+    if last:
+        cells.append(_table_cells(report, report.total, True))
     width = len(report.fields)
     numbers = range(width, width + len(_HEADINGS))
     # Whole: `registry show` takes a version; a day folded into `2026-1` over `1-15` reads as neither.
     whole = [i for i, field in enumerate(report.fields) if field in {"version", "day", "week", "month"}]
-    print_table((*report.fields, *_HEADINGS), rows, fixed=[*whole, *numbers], right=numbers,
-                title=plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})"))
+    title = plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})") if first else None
+    print_table((*report.fields, *_HEADINGS), cells, fixed=[*whole, *numbers], right=numbers, title=title)
+
+
+def _table_notes(report: CostReport, prices: PriceTable) -> None:
+    """The lines under the table: how many groups ``--top`` left out, the models with no price."""
     if report.top is not None and report.groups > len(report.rows):
         console.print(f"the {len(report.rows)} costliest of {report.groups} groups; the total counts all of them")
     unknown = [_unpriced(model, prices) for model in sorted(set(report.total.unpriced_models))]
@@ -109,25 +122,111 @@ def _cell(value: object) -> object:
     return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
 
 
-def _write_csv(report: CostReport) -> None:
+class _Output(Protocol):
+    """A report's output, written a row at a time."""
+
+    def row(self, row: CostRow) -> None:
+        """Write one group's row."""
+
+    def end(self) -> None:
+        """Write what follows the rows (the total)."""
+
+
+class _Csv:
     """One line per group, then the total (its first group column reads ``total``); money as exact text."""
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow([*report.fields, *FIGURES, "unpriced_models", "currency", "price_version"])
-    lines = [([row.group.get(f, "") for f in report.fields], row) for row in report.rows]
-    lines.append((["total", *[""] * (len(report.fields) - 1)], report.total))
-    for group, row in lines:
+
+    def __init__(self, report: CostReport, prices: PriceTable | None = None) -> None:
+        self.report, self.writer = report, csv.writer(sys.stdout, lineterminator="\n")
+        self.writer.writerow([*report.fields, *FIGURES, "unpriced_models", "currency", "price_version"])
+
+    def row(self, row: CostRow, group: Sequence[str] | None = None) -> None:
         figures = row.figures()
-        cells = [_cell(v) for v in group] + [_cell(figures[c]) for c in FIGURES]
-        writer.writerow([*cells, _cell(";".join(row.unpriced_models)), report.currency, report.price_version])
+        cells = [_cell(v) for v in group or [row.group.get(f, "") for f in self.report.fields]]
+        cells += [_cell(figures[c]) for c in FIGURES]
+        self.writer.writerow([*cells, _cell(";".join(row.unpriced_models)), self.report.currency,
+                              self.report.price_version])
+
+    def end(self) -> None:
+        self.row(self.report.total, ["total", *[""] * (len(self.report.fields) - 1)])
+
+
+class _Json:
+    """The document ``json.dumps`` of :meth:`CostReport.to_dict` gives, written a row at a time: the keys
+    before ``rows`` (sorted: ``groups`` among them, counted first), each row, then ``top`` and the total."""
+
+    _ROWS = '\n  "rows": []'
+
+    def __init__(self, report: CostReport, prices: PriceTable) -> None:
+        self.report, self.rows = report, 0
+        sys.stdout.write(self._around()[0] + '\n  "rows": [')
+
+    def row(self, row: CostRow) -> None:
+        item = dumps({**row.group, "key": row.key, **row.figures()}).replace("\n", "\n    ")
+        sys.stdout.write(("," if self.rows else "") + "\n    " + item)
+        self.rows += 1
+
+    def end(self) -> None:
+        sys.stdout.write(("\n  ]" if self.rows else "]") + self._around()[1] + "\n")
+
+    def _around(self) -> list[str]:
+        """The document before its rows and after them."""
+        return dumps({**self.report.to_dict(), "rows": []}).split(self._ROWS)
+
+
+class _Table:
+    """The table, in pages of :data:`TABLE_PAGE` rows (each as wide as its own rows need): only the first
+    under the title, only the last with the total."""
+
+    def __init__(self, report: CostReport, prices: PriceTable) -> None:
+        self.report, self.prices, self.first = report, prices, True
+        self.rows: list[CostRow] = []
+
+    def row(self, row: CostRow) -> None:
+        if len(self.rows) == TABLE_PAGE:
+            _table_page(self.report, self.rows, first=self.first, last=False)
+            self.rows, self.first = [], False
+        self.rows.append(row)
+
+    def end(self) -> None:
+        _table_page(self.report, self.rows, first=self.first, last=True)
+        _table_notes(self.report, self.prices)
+
+
+TABLE_PAGE = 1_000
+"""Rows of a listing's table printed at once: a table is as wide as its widest row, known only once read."""
+_OUTPUTS: dict[str, Callable[[CostReport, PriceTable], _Output]] = {"table": _Table, "csv": _Csv, "json": _Json}
+
+
+def _write_csv(report: CostReport) -> None:
+    """The report as CSV (:class:`_Csv`)."""
+    out = _Csv(report)
+    for row in report.rows:
+        out.row(row)
+    out.end()
 
 
 def _print_report(report: CostReport, prices: PriceTable, fmt: str) -> None:
-    if fmt == "json":
-        sys.stdout.write(dumps(report.to_dict()) + "\n")
-    elif fmt == "csv":
-        _write_csv(report)
-    else:
+    if fmt == "table":  # the --top report's rows are all there: one table, and its note on the groups left out
         _render_cost_table(report, prices)
+        return
+    out = _OUTPUTS[fmt](report, prices)
+    for row in report.rows:
+        out.row(row)
+    out.end()
+
+
+async def _print_listing(app: App, query: CostQuery, fmt: str) -> NoMatchingUsage | None:
+    """Print every group as it is read from the ledger; why nothing matched, if nothing did."""
+    from teamstore.analytics.query import cost_listing
+    from teamstore.audit.prices import load_prices
+
+    prices = load_prices(app.settings.prices_path)
+    async with cost_listing(app.engine, prices, query, count=fmt == "json") as listing:
+        out = _OUTPUTS[fmt](listing.report, prices)
+        async for row in listing.rows():
+            out.row(row)
+        out.end()
+        return await listing.missing()
 
 
 async def _report_or_empty(app: App, query: CostQuery) -> tuple[CostReport, PriceTable, NoMatchingUsage | None]:
@@ -186,8 +285,11 @@ def cost(
 
     query = CostQuery.build(by, user=user, session=session, team=team, model=model, since=since, until=until,
                             top=top, pseudonymous=pseudonymous)
-    report, prices, missing = with_app(lambda app: _report_or_empty(app, query), must_exist=True)
-    _print_report(report, prices, fmt)
+    if top is None:  # every group: printed as read, however many there are
+        missing = with_app(lambda app: _print_listing(app, query, fmt), must_exist=True)
+    else:
+        report, prices, missing = with_app(lambda app: _report_or_empty(app, query), must_exist=True)
+        _print_report(report, prices, fmt)
     if missing is not None:  # printed all the same, so a pipe gets its header; the status says it is empty
         fail(missing, code=NO_MATCH)
 
