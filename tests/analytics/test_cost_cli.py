@@ -89,7 +89,8 @@ def test_pseudonymous_reports_hold_no_user_or_session_id(ledger_env: AsyncEngine
     (["--model", "m-bgi"], "no model named 'm-bgi' is in the ledger", "did you mean 'm-big'?"),
     (["--user", "nobody"], "the ledger holds no run of the user given with --user", "matched exactly"),
     (["--user", "alice", "--session", "s9"], "the ledger holds no run of that session of the user", "unique per user"),
-    (["--since", "2030-01-01"], "no run matching these filters started in", "widen --since/--until"),
+    (["--since", "2026-12-02"], "no run matching these filters started in", "widen --since/--until"),
+    (["--since", "2099-01-01"], "--since 2099-01-01T00:00:00+00:00 is in the future", "give a time before now"),
 ])
 def test_a_filter_that_matches_nothing_exits_3_and_says_why(
     ledger_env: AsyncEngine, args: list[str], error: str, fix: str

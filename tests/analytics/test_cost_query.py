@@ -283,7 +283,8 @@ async def test_top_weeks_and_months_alone_or_with_another_dimension_are_the_whol
     ({"team": "suport"}, "no team named 'suport' is in the ledger", ("support",)),
     ({"model": "m-bgi"}, "no model named 'm-bgi' is in the ledger", ("m-big",)),
     ({"team": "sales", "model": "m-big"}, "no run matches these filters together (each matches runs on its own)", ()),
-    ({"since": "2030-01-01"}, "no run matching these filters started in [2030-01-01T00:00:00+00:00, ...)", ()),
+    ({"since": "2026-12-02"}, "no run matching these filters started in [2026-12-02T00:00:00+00:00, ...)", ()),
+    ({"since": "2099-01-01"}, "--since 2099-01-01T00:00:00+00:00 is in the future: no run has started since", ()),
     ({"since": "3w", "until": "2w"}, "no run matching these filters started in [2026-11-11T12:00:00+00:00, "
                                      "2026-11-18T12:00:00+00:00)", ()),
 ])

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.cost import CostFilter, query_costs
+from teamstore.audit.cost import CostFilter, parse_by, query_costs
 from teamstore.audit.ledger import sweep_ledger
 from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.observer import TranscriptObserver
@@ -330,3 +330,23 @@ async def test_a_model_name_longer_than_the_ledger_column_keeps_its_usage(engine
     assert await sync_prices(engine, priced) == 1
     by_model = await query_costs(engine, priced, by="model")
     assert sorted(row.cost is not None for row in by_model.rows) == [False, True]
+
+
+@pytest.mark.parametrize(("document", "said"), [
+    ([], "it must be one JSON object of version, currency and models, not a list"),
+    ({"version": "v"}, "it has no 'models'"),
+    ({"models": {"m": [{"effective_from": "2026-01-01", "input": 1, "output": 1}]}}, "it has no 'version'"),
+    ({"version": "v", "models": [["m", []]]}, "models must be an object of model names"),
+    ({"version": "v", "models": {"m": [{"effective_from": "2026-13-01", "input": 1, "output": 1}]}},
+     "m: effective_from must be a day as YYYY-MM-DD, not '2026-13-01'"),
+])
+def test_a_malformed_price_file_is_refused_in_its_own_terms(document: object, said: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_prices(document)  # type: ignore[arg-type]
+    assert said in caught.value.message and "Error" not in caught.value.message  # no Python exception's name
+
+
+def test_a_misspelt_grouping_is_refused_with_the_one_it_meant() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_by("team,sesion")
+    assert caught.value.hint is not None and caught.value.hint.startswith("did you mean 'session'?")

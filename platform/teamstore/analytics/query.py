@@ -304,6 +304,11 @@ async def _empty_window(conn: AsyncConnection, query: CostQuery, where: CostFilt
         return NoMatchingUsage("no run matches these filters together (each matches runs on its own)",
                                hint="drop one of --user, --team and --model", report=report)
     window = f"[{_day(query.since)}, {_day(query.until)})"
+    if query.since is not None and query.since > datetime.now(UTC):  # said as such: "widen" alone misled
+        return NoMatchingUsage(
+            f"--since {query.since.isoformat()} is in the future: no run has started since", report=report,
+            hint=f"give a time before now (these filters' runs started between {_moment(first)} and "
+            f"{_moment(last)}), or a time back from now: --since 7d")
     return NoMatchingUsage(
         f"no run matching these filters started in {window}", report=report,
         hint=f"their runs started between {_moment(first)} and {_moment(last)}: widen --since/--until")

@@ -19,6 +19,7 @@ application's ids.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -62,11 +63,13 @@ def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
     Raises:
         ConfigurationError: An unknown or repeated dimension, more than two, or two times (day and week).
     """
-    names = tuple(n.strip() for n in (by.split(",") if isinstance(by, str) else by))
+    names = tuple(n.strip() for n in (by.split(",") if isinstance(by, str) else by) if n.strip())
     unknown = [n for n in names if n not in DIMENSIONS]
     if unknown or not names:
+        near = [m for n in unknown for m in difflib.get_close_matches(n, DIMENSIONS, n=1)]
         raise ConfigurationError(f"cannot group costs by {','.join(unknown) or 'nothing'!r}",
-                                 hint=f"use one or two of {', '.join(DIMENSIONS)}, e.g. --by team,model")
+                                 hint=(f"did you mean {' and '.join(map(repr, near))}? " if near else "")
+                                 + f"use one or two of {', '.join(DIMENSIONS)}, e.g. --by team,model")
     if len(names) > MAX_DIMENSIONS or len(set(names)) < len(names):
         raise ConfigurationError(f"cannot group costs by {','.join(names)!r}",
                                  hint="give one dimension or two different ones, e.g. --by team,model")

@@ -165,11 +165,20 @@ def _parse_entry(model: str, entry: Any) -> Price:
         raise ValueError(f"{model}: an entry has no {' and no '.join(map(repr, missing))}")
     return Price(
         model=model,
-        effective_from=date.fromisoformat(str(entry["effective_from"])),
+        effective_from=_day(model, entry["effective_from"]),
         input_per_million=_per_million(model, entry, "input"),
         output_per_million=_per_million(model, entry, "output"),
         source=str(entry.get("source", "")),
     )
+
+
+def _day(model: str, value: Any) -> date:
+    if isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(str(value))
+    except ValueError as exc:  # date's own words ("month must be in 1..12") named neither the model nor the field
+        raise ValueError(f"{model}: effective_from must be a day as YYYY-MM-DD, not {value!r}") from exc
 
 
 def _history(model: str, entries: Any) -> History:
@@ -214,9 +223,8 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
             for one day.
     """
     try:
+        _check_document(data)
         entries = dict(data["models"])
-        if not entries:  # a table that prices nothing would make every run's cost unknown, silently
-            raise ValueError("models names no model")
         # Keyed as the ledger stores a model's name (a long one shortened), so its price applies to it.
         exact = {ledger_name(m): _history(m, e) for m, e in entries.items() if not is_pattern(m)}
         patterns = sorted(((m, _history(m, e)) for m, e in entries.items() if is_pattern(m)),
@@ -225,12 +233,27 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> PriceTable:
                           currency=_label(data.get("currency", "USD"), "currency", CURRENCY_CHARS),
                           prices=exact, patterns=tuple(patterns))
     except (KeyError, TypeError, ValueError) as exc:
+        said = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         raise ConfigurationError(
-            f"the price table {source} is malformed: {type(exc).__name__}: {exc}",
+            f"the price table {source} is malformed: {said}",
             hint=f"give a version of 1 to {VERSION_CHARS} characters, a currency code of at most {CURRENCY_CHARS}, "
             "and each model or pattern one or more entries with distinct effective_from dates (YYYY-MM-DD), "
             "input and output; see docs/analysts.md",
         ) from exc
+
+
+def _check_document(data: Any) -> None:
+    """The document's shape, said in its own terms (a list read as the table said ``list indices must be
+    integers``; a table without models said ``KeyError: 'models'``)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"it must be one JSON object of version, currency and models, not a {type(data).__name__}")
+    for name in ("version", "models"):
+        if name not in data:
+            raise ValueError(f"it has no {name!r}")
+    if not data["models"]:  # a table that prices nothing would make every run's cost unknown, silently
+        raise ValueError("models names no model")
+    if not isinstance(data["models"], dict):
+        raise ValueError("models must be an object of model names (or patterns) and their lists of entries")
 
 
 class _Repeated(ValueError):
