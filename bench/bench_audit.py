@@ -12,6 +12,9 @@
 4. Every session's cost (``cost --by session``, whole and ``--top 10``) on those rows and on 200,000 rows in
    SQLite, the ledger's tokens summed per price period (as ``teamstore cost`` does) against per day (as it did
    before), alternating: time and peak memory (``tracemalloc``, in a run of its own).
+5. The full listing as ``teamstore cost`` prints it, streamed (each row let go once printed), against the
+   whole report in memory, on SQLite with one run per session: peak memory at 20,000 and 200,000 sessions
+   (bounded: the two streamed peaks alike, the whole report's growing with the sessions).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from autogen_agentchat.teams import BaseGroupChat
 
 from bench.common import drop_database, otlp_receiver, postgres_database, s3_endpoint
 from teamstore.audit import cost
-from teamstore.audit.cost import CostFilter, query_costs
+from teamstore.audit.cost import CostFilter, CostStream, query_costs
 from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.prices import load_prices
@@ -262,16 +265,16 @@ async def every_session(engine: Any, rounds: int = 3) -> dict[str, float]:
     return figures
 
 
-def _fill_sqlite(path: Path, rows: int) -> None:
-    """The Postgres fill's shape, ``rows`` of it: 30 rows a session, three a run, 90 days."""
+def _fill_sqlite(path: Path, rows: int, per_session: int = 30) -> None:
+    """The Postgres fill's shape, ``rows`` of it: ``per_session`` rows a session (30: three a run), 90 days."""
     start = datetime(2026, 1, 1, tzinfo=UTC)
     models, agents = ("offline-small", "gpt-4o", "gpt-4o-mini"), ("triage", "researcher", "critic")
 
     def row(g: int) -> tuple[Any, ...]:
         ts = start + timedelta(days=g % 90, seconds=g % 86400)
         stamp = ts.strftime("%Y-%m-%d %H:%M:%S.%f")
-        return (f"run-{g // 3}", agents[g % 3], models[(g // 3) % 3], "agent", 1, 0, 100 + g % 500, 50 + g % 200,
-                "support_triage", f"v{g % 3}", _md5(f"s{g // 30}"), _md5(f"u{g // 300}"), "max messages",
+        return (f"run-{g // min(3, per_session)}", agents[g % 3], models[(g // 3) % 3], "agent", 1, 0, 100 + g % 500, 50 + g % 200,
+                "support_triage", f"v{g % 3}", _md5(f"s{g // per_session}"), _md5(f"u{g // 300}"), "max messages",
                 g % 10 == 0, False, stamp, (ts + timedelta(seconds=5)).strftime("%Y-%m-%d %H:%M:%S.%f"),
                 ts.date().isoformat())
 
@@ -292,6 +295,41 @@ async def every_session_sqlite(tmp: Path, rows: int = 200_000) -> dict[str, floa
         return await every_session(engine)
     finally:
         await engine.dispose()
+
+
+async def _listing_peak(engine: Any, streamed: bool) -> tuple[float, float]:
+    """Seconds and peak Python memory (MB) of every session's row, streamed or held as one report."""
+    from teamstore.db.snapshot import read_snapshot
+
+    prices = load_prices()
+    tracemalloc.start()
+    started = time.perf_counter()
+    if streamed:
+        async with read_snapshot(engine) as conn:
+            async for _row in CostStream(conn, prices, ("session",), CostFilter()):
+                pass  # printed and let go, as `teamstore cost` does
+    else:
+        await query_costs(engine, prices, "session")
+    took, peak = time.perf_counter() - started, tracemalloc.get_traced_memory()[1] / 1e6
+    tracemalloc.stop()
+    return took, peak
+
+
+async def listing_memory(tmp: Path) -> dict[int, dict[str, float]]:
+    """:func:`_listing_peak` both ways on SQLite ledgers of 20,000 and 200,000 one-run sessions."""
+    figures: dict[int, dict[str, float]] = {}
+    for sessions in (20_000, 200_000):
+        path = tmp / f"listing-{sessions}.db"
+        engine = create_engine(f"sqlite:///{path.as_posix()}")
+        await upgrade(engine)
+        _fill_sqlite(path, sessions, per_session=1)
+        try:
+            for name, streamed in (("stream", True), ("whole", False)):
+                took, peak = await _listing_peak(engine, streamed)
+                figures.setdefault(sessions, {}).update({f"{name}_s": took, f"{name}_mb": peak})
+        finally:
+            await engine.dispose()
+    return figures
 
 
 def _print_every_session(label: str, figures: dict[str, float]) -> None:
@@ -349,3 +387,8 @@ def main() -> None:
         sqlite = asyncio.run(every_session_sqlite(Path(folder)))
     print("cost --by session on 200,000 ledger rows, 6,667 sessions (SQLite), median of 3 alternating:")
     _print_every_session("SQLite", sqlite)
+    with tempfile.TemporaryDirectory() as folder:
+        listing = asyncio.run(listing_memory(Path(folder)))
+    for sessions, shown in listing.items():
+        print(f"full listing of {sessions:,} one-run sessions (SQLite): streamed {shown['stream_s']:.1f} s, peak "
+              f"{shown['stream_mb']:.0f} MB; held whole {shown['whole_s']:.1f} s, peak {shown['whole_mb']:.0f} MB")

@@ -53,7 +53,8 @@ from teamstore.audit.schema import usage
 from teamstore.db.snapshot import reading
 from teamstore.errors import ConfigurationError, MissingExtra
 
-__all__ = ["DIMENSIONS", "ERASED", "TIME", "CostFilter", "CostReport", "CostRow", "CostStream", "query_costs"]
+__all__ = ["DIMENSIONS", "ERASED", "TIME", "CostFilter", "CostReport", "CostRow", "CostStream", "price_period",
+           "query_costs"]
 MAX_DIMENSIONS = 2
 
 
