@@ -177,3 +177,14 @@ async def test_a_ledger_of_more_models_than_the_drivers_take_parameters_is_price
         (row,) = report.rows
         assert (row.calls, row.cost, row.unpriced_tokens) == (calls, Decimal(2 * calls), 0)
 
+
+
+async def test_the_costliest_of_more_groups_than_one_query_can_name_have_their_runs(engine: AsyncEngine) -> None:
+    # The runs of the groups kept were counted in one query naming each of them: an OR of over 1,000 groups, which
+    # SQLite refused ("Expression tree is too large").
+    runs = [(f"r{i}", "alice", f"s{i:04d}", "support", "v1", "2026-11-02", "completed",
+             [("triage", "m-big", 100 + i, 10, 1)]) for i in range(1_100)]
+    await seed_ledger(engine, runs)
+    report = await query_costs(engine, PRICES, "session", top=1_050)
+    assert len(report.rows) == 1_050 and all(row.runs == 1 for row in report.rows)
+    assert report.rows[0].tokens == 100 + 1_099 + 10 and report.total.runs == 1_100

@@ -386,18 +386,25 @@ async def _sum_top(conn: AsyncConnection, rows: _Rows, where: CostFilter, top: i
                     rows.keep(top)
             rows.add_tokens(values, (record[-3], record[-2], record[-1]))
     rows.keep(top)
-    await _sum_runs(conn, rows, where, among=or_(false(), *(rows.matches(raw) for raw in rows.groups)))
+    await _sum_runs(conn, rows, where, [rows.matches(raw) for raw in rows.groups])
     return groups
 
 
+GROUPS_AT_ONCE = 200
+"""The groups one query counts the runs of: SQLite refuses an expression more than 1,000 deep, which an ``OR`` of
+1,000 groups is."""
+
+
 async def _sum_runs(conn: AsyncConnection, rows: _Rows, where: CostFilter,
-                    among: ColumnElement[bool]) -> None:
-    """Add the runs of ``rows``' groups (``among`` picks them) and of the total."""
+                    matches: list[ColumnElement[bool]]) -> None:
+    """Add the runs of ``rows``' groups (each of ``matches`` picks one) and of the total."""
     run_cols = columns(rows.dims, "ended_by_limit", "run_failed")
-    for record in await _run_groups(conn, run_cols, where, among):
-        values = dict(zip(run_cols, record, strict=False))
-        _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]), int(record[-2]),
-                  int(record[-1]))
+    for start in range(0, len(matches), GROUPS_AT_ONCE):
+        among = or_(false(), *matches[start:start + GROUPS_AT_ONCE])
+        for record in await _run_groups(conn, run_cols, where, among):
+            values = dict(zip(run_cols, record, strict=False))
+            _add_runs(rows.row(values), bool(values["ended_by_limit"]), bool(values["run_failed"]),
+                      int(record[-2]), int(record[-1]))
     await _total_runs(conn, rows.total, where)
 
 
