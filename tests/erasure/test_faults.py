@@ -198,6 +198,34 @@ async def test_objects_under_a_legal_hold_are_reported_retained_never_erased(
 
 
 @pytest.mark.s3
+async def test_an_erasure_asks_about_each_held_version_once_per_attempt_and_a_rerun_asks_again(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    # Erasing, verifying and the final check each sent a HEAD and read the version's first bytes: three of each.
+    store, subject, _keys, held = await _with_first_held(engine, "ivy", 3)
+    asked: list[tuple[str, str, str | None]] = []  # (operation, key, version id) of each request sent
+
+    def sending(model: Any, params: dict[str, Any], **_: Any) -> None:
+        if model.name in {"HeadObject", "GetObject"}:
+            asked.append((model.name, params["Key"], params.get("VersionId")))
+
+    store.client.meta.events.register("provide-client-params.s3", sending)
+    (locked,) = store.client.list_object_versions(Bucket=store.bucket, Prefix=held["Key"])["Versions"]
+    version = (held["Key"], locked["VersionId"])
+
+    for attempt in (1, 2):  # a rerun while the hold stands: a new attempt reads again, once
+        receipt = await coordinator(engine, store).run("ivy", request_id="req-heads")
+        assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+        assert receipt.stores["transcripts"].counts.retained == 1
+        assert sorted(asked) == [("GetObject", *version), ("HeadObject", *version)], (attempt, asked)
+        asked.clear()
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, store).run("ivy", request_id="req-heads")
+    assert after.ok and await store.list_keys(subject_prefix(subject)) == [], after
+    await store.close()
+
+
+@pytest.mark.s3
 async def test_versions_under_a_retention_period_without_a_legal_hold_are_reported_retained(
     engine: AsyncEngine, s3_env: str
 ) -> None:

@@ -4,12 +4,13 @@ progress callback (apart from the steps, so a step and what it asks of the store
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.transcripts.base import TranscriptStore
+from teamstore.audit.transcripts.capabilities import ObjectVersion
 from teamstore.erasure.receipt import Counts, StoreResult
 from teamstore.keys.service import KeyService
 
@@ -35,6 +36,23 @@ def seconds(value: float) -> str:
     return f"{round(value, 1):g} s"
 
 
+@dataclass
+class HeldVersions:
+    """What the store said of the transcript versions it holds under a lock, kept for one erasure attempt: its
+    erasing, its verification and its final check ask about each such version once between them, not once each
+    (a HEAD and a read of the version's first bytes). A rerun asks again.
+
+    Only held versions are kept: a version found free, or gone, is asked about again whenever it is listed. A
+    version id names bytes that never change, so the data key its header names is always the same; a lock that
+    ends while the attempt runs reads as ending just after it (the receipt says such versions remain until their
+    lock ends, as it says of one that ends a moment after the final check).
+    """
+
+    held: set[ObjectVersion] = field(default_factory=set)
+    sealed_under: dict[ObjectVersion, str | None] = field(default_factory=dict)
+    """The data key each held version's header names (hex), ``None`` for one not sealed."""
+
+
 @dataclass(frozen=True)
 class StepContext:
     """What every step needs: where to look and whose data to look for."""
@@ -48,6 +66,7 @@ class StepContext:
     owner: str | None = None  # the coordinator's lease: step records are written only while it holds it
     keys: KeyService | None = None  # users' data keys: the key step forgets and outwaits them
     notice: Notice = _no_notice
+    held: HeldVersions = field(default_factory=HeldVersions)  # this attempt's: the context is made per attempt
 
 
 class Step(Protocol):

@@ -40,7 +40,7 @@ from teamstore.audit.transcripts.capabilities import (
 )
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import record_step
-from teamstore.erasure.steps.base import StepContext
+from teamstore.erasure.steps.base import HeldVersions, StepContext
 from teamstore.erasure.stores import mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 from teamstore.keys.sealed import HEADER_BYTES, key_id_of
@@ -142,8 +142,10 @@ class VersionedObjects:
         holds: The store's ``Capability.HOLDS``, or None (then nothing it refuses is explained by a hold).
     """
 
-    def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None) -> None:
+    def __init__(self, listing: Versions, deleter: BatchDelete, holds: Holds | None,
+                 seen: HeldVersions | None = None) -> None:
         self.listing, self.deleter, self.holds = listing, deleter, holds
+        self.seen = seen if seen is not None else HeldVersions()
 
     async def pages(self, prefix: str) -> AsyncGenerator[list[ObjectVersion]]:
         """Every version and delete marker under ``prefix``, a listing page at a time (each may be deleted as
@@ -157,19 +159,31 @@ class VersionedObjects:
         return {refusal.version: refusal.code for refusal in await _rerunnable(self.deleter.delete_versions(batch))}
 
     async def held(self, version: ObjectVersion) -> HoldStatus:
-        """Whether a hold protects the version (``FREE`` when the store has no holds)."""
+        """Whether a hold protects the version (``FREE`` when the store has no holds); a version this attempt
+        found held already is not asked about again (:class:`~teamstore.erasure.steps.base.HeldVersions`)."""
         if self.holds is None:
             return HoldStatus.FREE
-        return await _rerunnable(self.holds.hold(version))
+        if version in self.seen.held:
+            return HoldStatus.HELD
+        state = await _rerunnable(self.holds.hold(version))
+        if state is HoldStatus.HELD:
+            self.seen.held.add(version)
+        return state
 
     async def sealed_under(self, version: ObjectVersion) -> str | None:
-        """The data key ``version`` is sealed under (hex), or ``None`` if it is not sealed (or is gone)."""
+        """The data key ``version`` is sealed under (hex), or ``None`` if it is not sealed (or is gone); read once
+        per attempt for a held version."""
+        if version in self.seen.sealed_under:
+            return self.seen.sealed_under[version]
         try:
             # Its header only: a held version may be a heavy user's long transcript, read for a few bytes.
             header = await _rerunnable(self.listing.read_version(version, length=HEADER_BYTES))
         except TranscriptNotFound:
-            return None
-        return key_id_of(header)
+            return None  # gone since: not kept, as nothing about it is known for later
+        key_id = key_id_of(header)
+        if version in self.seen.held:
+            self.seen.sealed_under[version] = key_id
+        return key_id
 
 
 class PlainObjects:
@@ -248,11 +262,12 @@ class PlainObjects:
 View = VersionedObjects | PlainObjects
 
 
-def view_of(store: TranscriptStore) -> View:
-    """How the step reaches ``store``, by its declared capabilities."""
+def view_of(store: TranscriptStore, seen: HeldVersions | None = None) -> View:
+    """How the step reaches ``store``, by its declared capabilities; ``seen``: the held versions the attempt
+    found so far, which it adds to."""
     listing, deleter = capability(store, Capability.VERSIONS), capability(store, Capability.BATCH_DELETE)
     if listing is not None and deleter is not None:
-        return VersionedObjects(listing, deleter, capability(store, Capability.HOLDS))
+        return VersionedObjects(listing, deleter, capability(store, Capability.HOLDS), seen)
     return PlainObjects(store, capability(store, Capability.PARTIAL_WRITES))
 
 
@@ -271,7 +286,7 @@ class TranscriptStep:
         if ctx.subject_key is None:
             return Counts()
         try:
-            return (await _tallied(view_of(ctx.transcripts), subject_prefix(ctx.subject_key))).counts()
+            return (await _tallied(view_of(ctx.transcripts, ctx.held), subject_prefix(ctx.subject_key))).counts()
         except TranscriptUnavailable as exc:
             cause = exc.__cause__  # the store's own error, before _rerunnable named the request
             if ctx.request_id or not isinstance(cause, TranscriptUnavailable):
@@ -295,7 +310,7 @@ class TranscriptStep:
         # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
         # to this store again, even for transcripts written before stores were recorded.
         await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url, erasing=True)
-        view, prefix = view_of(ctx.transcripts), subject_prefix(ctx.subject_key)
+        view, prefix = view_of(ctx.transcripts, ctx.held), subject_prefix(ctx.subject_key)
         tally = await _tallied(view, prefix)
         counts = _carry(tally.counts(), prior)
         await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
@@ -358,7 +373,7 @@ class TranscriptStep:
             return Counts()
         if others := [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
             raise mismatch(ctx, others, f"this erasure talks to {ctx.transcripts.url} alone")
-        view = view_of(ctx.transcripts)
+        view = view_of(ctx.transcripts, ctx.held)
         left, held, beyond_use = Tally(), 0, 0
         async for page in view.pages(subject_prefix(ctx.subject_key)):
             left.add(page)
