@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, insert, select, text, update
+from sqlalchemy import delete, event, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
@@ -25,8 +25,8 @@ from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.retention import apply_transcript_retention, sweep_all
 from teamstore.audit.rewrites import needs_record, record_rewrite
+from teamstore.audit.schema import SUBJECT_STORES_SINCE, rewrites, subject_sessions, subject_stores, usage
 from teamstore.audit.schema import outbox as outbox_table
-from teamstore.audit.schema import rewrites, subject_sessions, usage
 from teamstore.audit.sealing import seal_stored_transcripts
 from teamstore.audit.subjects import ensure_subject, record_store, session_key
 from teamstore.audit.transcripts.base import SUBJECTS, run_key
@@ -48,7 +48,7 @@ from teamstore.errors import (
 from teamstore.events import drain_observers
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
-from teamstore.state.schema import quarantine, sessions
+from teamstore.state.schema import quarantine, sessions, store_settings
 from tests.audit.teams import context, observe_run, triage_team
 from tests.audit.transcript_backends import Backend, S3Backend
 from tests.conftest import refusing, upgrade_database
@@ -226,7 +226,10 @@ async def test_a_session_id_recorded_for_reports_goes_once_no_ledger_row_names_i
         await conn.execute(update(usage).where(usage.c.run_id == "old")
                            .values(started_at=long_ago, finished_at=long_ago, day=long_ago.date()))
         await conn.execute(update(subject_sessions).values(created_at=datetime.now(UTC) - timedelta(days=401)))
-    report = await sweep_all(Settings(), engine, LocalTranscriptStore(Path(Settings().home) / "t"))
+    store = LocalTranscriptStore(Path(Settings().home) / "t")
+    # Runs older than the database's record of stores, as runs from before it read: their folder must be here.
+    await store.make_here(await database_id(engine))
+    report = await sweep_all(Settings(), engine, store)
     assert (report.ledger_rows, report.session_ids) == (3, 1)
     async with engine.connect() as conn:
         assert (await conn.execute(select(subject_sessions.c.session_id))).scalars().all() == ["s-new"]
@@ -534,6 +537,40 @@ async def test_a_sweep_goes_on_past_the_quiet_users_it_keeps_and_ends(
     later = await database_now(engine) + timedelta(days=1)
     report = await asyncio.wait_for(forget_quiet_users(engine, store, keys, grace_seconds=0, now=later), 30)
     assert (report.forgotten, report.kept) == (0, 5) and await _holds(engine) == []
+
+
+async def test_a_sweep_of_a_folder_no_user_is_recorded_for_is_refused_elsewhere_once_transcripts_were_written_there(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # With no user recorded for the folder it swept nothing and reported "removed 0" on a machine without it:
+    # runs from before stores were recorded wrote there too, and a user an erasure emptied it of was written there.
+    folder = tmp_path / "workers-disk"
+    store = LocalTranscriptStore(folder)
+    assert (await sweep_all(Settings(), engine, store)).transcripts == 0  # never written to anywhere: 0 is right
+    assert not folder.exists()  # and the sweep did not make it here
+    pseudonyms = Pseudonyms(engine)
+    observers = [LedgerObserver(engine, pseudonyms), TranscriptObserver(store, engine, pseudonyms)]
+    await observe_run(observers, triage_team(), context(run_id="old"))
+    await drain_observers(observers)
+    async with engine.begin() as conn:  # as if it ran before migration 0010: no store recorded for it
+        await conn.execute(delete(subject_stores))
+        await conn.execute(update(store_settings).where(store_settings.c.name == SUBJECT_STORES_SINCE)
+                           .values(updated_at=datetime.now(UTC) + timedelta(days=1)))
+    folder.rename(tmp_path / "unmounted")  # the sweep's machine, as it sees the workers' folder
+    with pytest.raises(TranscriptFolderElsewhere, match="a folder this machine does not have"):
+        await sweep_all(Settings(), engine, store)
+    with pytest.raises(TranscriptFolderElsewhere, match="a folder this machine does not have"):
+        await seal_stored_transcripts(engine, store, KeyService.from_settings(engine, Settings()))
+    subject, _secret = await ensure_subject(engine, "ida")
+    await record_store(engine, subject, store.url)
+    async with engine.begin() as conn:  # no run before stores were recorded; an erasure emptied the folder of ida
+        await conn.execute(delete(usage))
+        await conn.execute(update(subject_stores).values(erased_at=datetime.now(UTC)))
+    with pytest.raises(TranscriptFolderElsewhere, match="a folder this machine does not have"):
+        await sweep_all(Settings(), engine, store)
+    (tmp_path / "unmounted").rename(folder)  # on the workers' machine it sweeps
+    assert (await sweep_all(Settings(), engine, store)).transcripts == 0
+    assert list(folder.rglob("old.jsonl.gz"))  # within retention: kept
 
 
 async def test_a_sweep_of_a_folder_written_to_that_this_machine_lacks_or_another_database_made_is_refused(

@@ -29,7 +29,7 @@ from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.outbox import sweep_outbox
 from teamstore.audit.placement import check_here
 from teamstore.audit.rewrites import sweep_rewrites
-from teamstore.audit.subjects import store_in_use
+from teamstore.audit.subjects import store_ever_written
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
 from teamstore.db.clock import database_now
@@ -124,11 +124,14 @@ async def sweep_all(
         Counts per store and the cutoffs used.
 
     Raises:
-        TranscriptFolderElsewhere: The transcripts are in a folder this machine does not have, or one made for
-            another database (nothing is swept: a sweep here would report a clean 0 and leave the folder as is).
+        TranscriptFolderElsewhere: Transcripts were ever written to the folder (:func:`store_ever_written`) and
+            this machine does not have it, or it was made for another database (nothing is swept: a sweep here
+            would report a clean 0 and leave the folder as is).
     """
-    if Capability.LOCAL_SWEEP in store.capabilities and await store_in_use(engine, store.url):
-        await check_here(store, engine, doing="sweep")  # a folder never written to has nothing to sweep anywhere
+    if Capability.LOCAL_SWEEP in store.capabilities and await store_ever_written(engine, store.url):
+        # Written to once, the folder is on the workers' machine for good (nothing removes it), even with no user
+        # recorded there now. One never written to has nothing to sweep anywhere: 0 is the truth.
+        await check_here(store, engine, doing="sweep")
     now = now or await database_now(engine)
     sessions = await sweep_expired_sessions(engine, keys=keys, ending=ending)
     transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)

@@ -34,7 +34,7 @@ from teamstore.audit.outbox import follow, in_flight_for
 from teamstore.audit.placement import check_here
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
-from teamstore.audit.subjects import store_in_use
+from teamstore.audit.subjects import store_ever_written
 from teamstore.audit.transcripts.base import SUBJECTS, StoredObject, TranscriptStore
 from teamstore.audit.transcripts.record import sealed_context
 from teamstore.db.engine import describe_failure
@@ -127,7 +127,7 @@ async def seal_stored_transcripts(
         database's).
         StoreUnavailable: The database failed.
     """
-    if await store_in_use(engine, store.url):  # listed here, a folder elsewhere would give a clean 0
+    if await store_ever_written(engine, store.url):  # listed here, a folder elsewhere would give a clean 0
         await check_here(store, engine, doing="seal the stored transcripts in")
     owner = claims.new_owner()
     owners: dict[str, str | None] = {}

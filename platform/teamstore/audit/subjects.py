@@ -26,16 +26,17 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, exists, literal, select, update
+from sqlalchemy import Select, exists, literal, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.schema import subject_stores, subjects
+from teamstore.audit.schema import SUBJECT_STORES_SINCE, subject_stores, subjects, usage
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.db.statements import insert_new
 from teamstore.errors import ErasureInProgress, StoreUnavailable
 from teamstore.ids import check_id
+from teamstore.state.schema import store_settings
 from teamstore.state.statements import Param
 
 USER, SUBJECT = Param("u", subjects.c.user_id.type), Param("subject", subjects.c.subject_key.type)
@@ -226,16 +227,21 @@ async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bo
     return {str(store): erased is not None for store, erased in rows}
 
 
-async def store_in_use(engine: AsyncEngine, store: str) -> bool:
-    """Whether ``store`` is recorded for any subject it still holds transcripts of (none an erasure emptied).
+async def store_ever_written(engine: AsyncEngine, store: str) -> bool:
+    """Whether transcripts of this database may ever have been written to ``store``: it is recorded for a subject
+    (one an erasure has emptied it of too), or the ledger holds runs from before stores were recorded (migration
+    0010), whose transcripts went to a store no record names. A database that never wrote a transcript anywhere
+    has neither.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    c = subject_stores.c
+    since = select(store_settings.c.updated_at).where(store_settings.c.name == SUBJECT_STORES_SINCE).scalar_subquery()
+    recorded = exists().where(subject_stores.c.store == store)
+    unrecorded = exists().where(usage.c.finished_at < since)
     try:
         async with engine.connect() as conn:
-            return bool(await conn.scalar(select(exists().where(c.store == store, c.erased_at.is_(None)))))
+            return bool(await conn.scalar(select(or_(recorded, unrecorded))))
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
 
