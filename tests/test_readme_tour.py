@@ -220,6 +220,8 @@ def test_every_command_of_the_readme_tour_runs_in_order(
     assert steps.used == {"registry diff", "run --team support_escalation", "sessions quarantine", "erase extend"}
     memory = next(done.stdout for line, done in said.items() if line.startswith("memory show"))
     assert "ticket_id" in memory and "55102" in memory  # the writer kept the fact the tour then forgets
+    extended = " ".join(next(done.stdout for line, done in said.items() if line.startswith("erase extend")).split())
+    assert "subject hash not known yet" in extended, "stopped in its first wait, bob's erasure had not looked up his key"
     restored = next(done.stdout for line, done in said.items() if line.startswith("sessions restore"))
     assert "restored quarantined state" in restored
     assert (cwd / "cost.html").stat().st_size > 0 and (cwd / "alice.zip").stat().st_size > 0

@@ -105,7 +105,7 @@ def _render(receipt: Receipt, out: Console = console) -> None:
     for name, s in receipt.stores.items():
         if s.detail:
             out.print(f"[yellow]{name}[/]: {plain(s.detail)}")
-    subject = f"subject hash {receipt.subject_hash or 'none (no pseudonymous key was stored for this id)'}"
+    subject = f"subject hash {receipt.subject_hash or _no_subject(receipt)}"
     if dry and receipt.request_id is None:
         out.print(f"{subject}; no request was opened (no id to look up): one started now would be due "
                   f"{receipt.due_at:%Y-%m-%d}")
@@ -118,6 +118,16 @@ def _render(receipt: Receipt, out: Console = console) -> None:
     for remains in receipt.remains_elsewhere:
         out.print(f"{'would remain' if dry else 'remains'} by design: {remains.what} {remains.dates()}: "
                   f"{plain(remains.detail)}")
+
+
+def _no_subject(receipt: Receipt) -> str:
+    """Why a receipt names no subject hash: an open or failed request may not have looked the key up yet (one
+    stopped in its first wait), a finished one found none stored."""
+    from teamstore.erasure import RequestStatus
+
+    if receipt.status in (RequestStatus.OPEN, RequestStatus.FAILED):
+        return "not known yet (looked up as the erasure runs)"
+    return "none (no pseudonymous key was stored for this id)"
 
 
 def _render_desk(receipt: Receipt, out: Console) -> None:
