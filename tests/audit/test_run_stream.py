@@ -300,13 +300,15 @@ def _first_checkpoint_answer_lost(platform: Platform, monkeypatch: pytest.Monkey
     return writing, release
 
 
+@pytest.mark.parametrize("at_once", [False, True], ids=["continued-later", "continued-in-the-block"])
 @pytest.mark.parametrize("cancelled", [True, False], ids=["cancelled", "database-failed"])
 async def test_a_run_whose_first_checkpoint_lands_unanswered_is_continued_and_on_record_once(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch, otlp_env: OtlpReceiver, cancelled: bool
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, otlp_env: OtlpReceiver, cancelled: bool, at_once: bool
 ) -> None:
     # The request is cancelled (or not) while turn 1's checkpoint is written; the write lands, but its answer is
     # lost. Taken as a write that did not land, the run was recorded at the stop (its run span exported) and
-    # again by its continuation.
+    # again by its continuation. Continued in the same block, the session goes on from the row the write left:
+    # on the version it held before, the continuation found the row changed under it (StaleStateVersion).
     import asyncio
 
     from teamstore.errors import StoreUnavailable
@@ -328,10 +330,13 @@ async def test_a_run_whose_first_checkpoint_lands_unanswered_is_continued_and_on
                 assert "continue the run" in (info.value.hint or "")  # type: ignore[attr-defined]
             assert s.interrupted is not None and s.interrupted.last_turn == 1
             run_id = s.interrupted.run_id
-        assert await _ledger(platform, run_id) == []  # not recorded at the stop
-        async with platform.session("alice", "s1", team=TEAM) as s:
-            assert s.interrupted is not None and s.interrupted.run_id == run_id and s.interrupted.last_turn == 1
-            result = await s.continue_run()
+            assert await _ledger(platform, run_id) == []  # not recorded at the stop
+            if at_once:
+                result = await s.continue_run()
+        if not at_once:
+            async with platform.session("alice", "s1", team=TEAM) as s:
+                assert s.interrupted is not None and s.interrupted.run_id == run_id and s.interrupted.last_turn == 1
+                result = await s.continue_run()
     assert calls.made == TURNS  # turn 1 made no call again
     header, items = await _transcript(platform, run_id)
     assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
@@ -344,34 +349,6 @@ async def test_a_run_whose_first_checkpoint_lands_unanswered_is_continued_and_on
     (run,) = [x for x in spans if x["attributes"].get("teamstore.run_id") == run_id]  # exported once
     chats = [x["attributes"] for x in spans if x["parent_span_id"] == run["span_id"]]
     assert sorted(a["teamstore.attempt"] for a in chats) == [0] + [1] * (TURNS - 1)
-
-
-async def test_a_run_whose_checkpoint_landed_unanswered_is_continued_in_the_same_block(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The session goes on from the row the unanswered write left: on the version it held before, the continuation's
-    # first write would find the row changed under it (StaleStateVersion).
-    import asyncio
-
-    from teamstore.errors import StoreUnavailable
-
-    writing, release = _first_checkpoint_answer_lost(platform, monkeypatch)
-    with counted_calls(monkeypatch) as calls:
-        async with platform.session("alice", "s1", team=TEAM) as s:
-            running = asyncio.ensure_future(s.run(TASK))
-            await writing.wait()
-            release.set()
-            with pytest.raises(StoreUnavailable, match="but it landed"):
-                await running
-            assert s.interrupted is not None
-            run_id = s.interrupted.run_id
-            result = await s.continue_run()
-            assert s.interrupted is None
-    assert calls.made == TURNS
-    header, items = await _transcript(platform, run_id)
-    assert header["error"] is None and header["interruptions"] == 1
-    assert _items_said(items) == [(t, src, text) for t, src, text in said(result.messages)]
-    assert sum(r.calls for r in await _ledger(platform, run_id)) == TURNS
 
 
 async def test_a_stream_left_in_an_aclosing_block_says_at_once_that_its_run_waits_to_be_continued(
