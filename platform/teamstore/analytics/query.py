@@ -37,10 +37,10 @@ from teamstore.audit.cost import (
     CostReport,
     CostRow,
     CostStream,
-    group_fields,
     parse_by,
     query_costs,
 )
+from teamstore.audit.cost_groups import group_fields
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.schema import subjects, usage
 from teamstore.audit.subjects import session_key, subject_of
