@@ -351,6 +351,39 @@ async def test_a_run_whose_first_checkpoint_lands_unanswered_is_continued_and_on
     assert sorted(a["teamstore.attempt"] for a in chats) == [0] + [1] * (TURNS - 1)
 
 
+async def test_a_run_whose_unanswered_checkpoint_cannot_be_read_back_says_so_and_is_on_record_at_its_stop(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database answers neither the write nor the read-back: whether turn 1's checkpoint landed is not known.
+    # The run is recorded at its stop (were the write lost, nothing would ever record its paid call), and the
+    # error says what is known, not that no checkpoint was written.
+    import asyncio
+
+    from teamstore.errors import StoreUnavailable
+
+    writing, release = _first_checkpoint_answer_lost(platform, monkeypatch)
+
+    async def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the database is unreachable", hint="check the database")
+
+    monkeypatch.setattr(platform.store, "settle", unreadable)
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            running = asyncio.ensure_future(s.run(TASK))
+            await writing.wait()
+            release.set()
+            with pytest.raises(StoreUnavailable) as info:
+                await running
+            run_id = s.last_run_id
+    message, hint = str(info.value), info.value.hint or ""  # type: ignore[attr-defined]
+    assert "the row could not be read back to learn whether it landed" in message
+    assert "no checkpoint of this run was written, unless this one landed" in message
+    assert "could not be written" not in message and "`s.interrupted` says whether" in hint
+    assert run_id is not None and sum(r.calls for r in await _ledger(platform, run_id)) == calls.made == 1
+    async with platform.session("alice", "s1", team=TEAM) as s:  # it did land: the row says so
+        assert s.interrupted is not None and s.interrupted.run_id == run_id and s.interrupted.last_turn == 1
+
+
 async def test_a_stream_left_in_an_aclosing_block_says_at_once_that_its_run_waits_to_be_continued(
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:

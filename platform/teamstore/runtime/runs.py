@@ -124,9 +124,9 @@ class RunHost(Protocol):
         ...
 
     async def checkpoint_landed(self, run_id: str, turn: int) -> bool:
-        """Whether the session's row, read back, holds run ``run_id``'s checkpoint of ``turn`` (a write left
-        unanswered that landed); if so the session goes on from that row's version, as the write's answer would
-        have had it."""
+        """Whether the session's row, read back once no write of the session's can still land, holds run
+        ``run_id``'s checkpoint of ``turn`` (a write left unanswered that landed); the session goes on from the
+        version it was read back at."""
         ...
 
 
@@ -170,6 +170,7 @@ class Run:
             ({"agent_states": taken_up.checkpoint.agent_states}, taken_up.checkpoint.run.last_turn, 0)
             if taken_up else None)
         self._being_written: tuple[Mapping[str, Any], int, int] | None = None  # the checkpoint being written, likewise
+        self._not_read_back = False  # that write was left unanswered, and whether it landed could not be learned
         self._stopped_by: TeamstoreError | None = None  # what the run ends with once stopped (:meth:`stop`)
         self.completed = False  # the TaskResult is out: whatever fails after it, the run did complete
         self.finished = asyncio.Event()
@@ -311,7 +312,7 @@ class Run:
         landed: the row is read back, and this run's checkpoint found there counts as written, so the run waits to
         be continued and is recorded once, by the attempt that ends it (taken as one that did not land, the run
         would be recorded at this stop and again by its continuation). A row that cannot be read either leaves the
-        run recorded here: were the write lost, nothing would ever record its paid calls."""
+        run recorded here (were the write lost, nothing would ever record its paid calls), and its error says so."""
         failure = self._tracker.failure if self._tracker is not None else None
         if self._being_written is None or not isinstance(failure, StoreUnavailable):
             return
@@ -319,6 +320,7 @@ class Run:
             landed = await self._host.checkpoint_landed(self.ctx.run_id, self._being_written[1])
         except TeamstoreError as exc:
             log.warning("could not read back whether the stopped run's last checkpoint was written: %s", exc)
+            self._not_read_back = True
             return
         if landed:
             self.checkpointed, self._durable = self._being_written[1], self._being_written
@@ -352,7 +354,7 @@ class Run:
             return exc
         if isinstance(failure, TeamstoreError):
             landed = self._being_written is not None and self.checkpointed == self._being_written[1]
-            return _stopped(failure, self.durable_turn, landed=landed)
+            return _stopped(failure, self.durable_turn, landed=None if self._not_read_back else landed)
         return failure
 
     def _report(self, whole: TaskResult) -> None:
@@ -376,13 +378,21 @@ def _kept(items: Sequence[StreamItem]) -> list[StreamItem]:
     return [item for item in items if not isinstance(item, ModelClientStreamingChunkEvent)]
 
 
-def _stopped(failure: TeamstoreError, durable_turn: int, *, landed: bool = False) -> TeamstoreError:
+def _stopped(failure: TeamstoreError, durable_turn: int, *, landed: bool | None = False) -> TeamstoreError:
     """``failure`` (a checkpoint that could not be written) said as the stop of the run it was, whose last
     checkpoint (written by this process or by the one it continues) holds ``durable_turn`` (0: none); ``landed``:
-    the write ``failure`` left unanswered was found in the row all the same."""
+    the write ``failure`` left unanswered was found in the row all the same (``None``: the row could not be read
+    back to learn whether it was)."""
     if isinstance(failure, ErasureInProgress):  # the erasure deletes the checkpoints with the rest
         message = f"the run stopped between two turns: {failure.message}; nothing of it is kept"
         hint = failure.hint or "nothing to do: the user is being erased"
+    elif landed is None:
+        last = (f"turn {durable_turn}'s checkpoint stays, or the next one's if it landed" if durable_turn
+                else "no checkpoint of this run was written, unless this one landed")
+        message = (f"the run stopped between two turns: its checkpoint's write was left unanswered "
+                   f"({failure.message}), and the row could not be read back to learn whether it landed; {last}")
+        hint = ((failure.hint + "; ") if failure.hint else "") + (
+            "open the session again: `s.interrupted` says whether its row holds a checkpoint of the run to continue")
     else:
         last = f"turn {durable_turn}'s checkpoint stays" if durable_turn else "no checkpoint of this run was written"
         written = "its checkpoint's write was left unanswered" if landed else "its checkpoint could not be written"

@@ -175,20 +175,21 @@ class SessionRuns:
                     record=checkpoint_record(self._built, text, self._deps.limits))
 
     async def checkpoint_landed(self, run_id: str, turn: int) -> bool:
-        """Whether the session's row, read back, holds run ``run_id``'s checkpoint of ``turn``: a write left
-        unanswered (``StoreUnavailable``) that landed. If so the session goes on from that row's version, as the
+        """Whether the session's row holds run ``run_id``'s checkpoint of ``turn`` once no write of the session's
+        can still land (:meth:`teamstore.state.base.StateStore.settle`): a write left unanswered
+        (``StoreUnavailable``) that landed. The session goes on from the version the row was read back at, as the
         write's answer would have had it: a continuation in the same block writes on it, where the version the
         session held would find the row changed under it.
 
         Raises:
-            StoreUnavailable: The row could not be read.
+            StoreUnavailable: The row could not be read, or a write still running did not end in time.
         """
-        row = await self._deps.store.get(self.key)
-        found = set_aside_run(row) if row is not None else None
-        if row is None or found is None or (found.run.run_id, found.run.last_turn) != (run_id, turn):
+        row = await self._deps.store.settle(self.key, owner=self._owner)
+        if row is None:
             return False
         self._row_version = row.row_version
-        return True
+        found = set_aside_run(row)
+        return found is not None and (found.run.run_id, found.run.last_turn) == (run_id, turn)
 
     @contextlib.contextmanager
     def _storing(self, *, last_word: bool = False) -> Iterator[None]:

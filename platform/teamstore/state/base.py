@@ -21,6 +21,8 @@ from typing import Any, Protocol
 import orjson
 
 ROW_VERSION_MAX = 2**63 - 1
+SETTLE_SECONDS = 10
+"""How long :meth:`StateStore.settle` waits for a write still running (on Postgres) before giving up on it."""
 """The largest row version either database's column holds (a signed 64-bit integer): a row at it could never
 be saved again, since every save adds one."""
 
@@ -298,6 +300,21 @@ class StateStore(Protocol):
             StaleStateVersion: The row moved on (another worker took the session over, or saved).
             ErasureInProgress: An erasure request holds this user.
             StoreUnavailable: The database failed; the row holds the checkpoint it held before.
+        """
+        ...
+
+    async def settle(self, key: SessionKey, *, owner: str) -> StoredSession | None:
+        """Read the row once no write ``owner`` sent can still land: after a write whose answer was lost
+        (``StoreUnavailable``), whether it landed. A read alone does not say: on Postgres a statement whose
+        connection was given up on can still be running, and commit after the read. Row leases move the row's
+        version on under ``owner``'s lease (a write sent before then names the old one); advisory-lock leases
+        end the server process of the connection given up on, if it still holds the session's lock. Either
+        waits up to :data:`SETTLE_SECONDS` for a write the server is still running. A row read back after a
+        write that landed carries the version that write gave it, or the one after.
+
+        Raises:
+            StoreUnavailable: The database failed, or a write still running did not end in time: whether it
+                landed is not known.
         """
         ...
 

@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, cast, column, delete, func, select, table, update
+from sqlalchemy import BigInteger, cast, delete, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -27,7 +27,7 @@ from teamstore.db.migrate import VERSION_TABLE, require_current, require_revisio
 from teamstore.errors import ConfigurationError, SessionBusy
 from teamstore.state.failures import unavailable
 from teamstore.state.schema import sessions, store_settings
-from teamstore.state.statements import never_saved
+from teamstore.state.statements import PG_LOCKS, as_lock_id, held_advisory_locks, never_saved
 
 LEASE_MODES = ("lock", "row")
 _LEASE_SETTING = "session_lease"
@@ -136,22 +136,13 @@ class LeaseModeCheck:
         return [str(row[0]) for row in rows], (rows[0][1] if rows else None)
 
 
-_PG_LOCKS = table("pg_locks", column("locktype"), column("granted", Boolean), column("objsubid"),
-                  column("database"), column("classid"))
-_PG_DATABASE = table("pg_database", column("oid"), column("datname"))
-
-
 def _open_locks(user_id: str | None) -> Any:
     """Sessions open under advisory-lock leases in this database, as the server's lock table shows them.
     A session's lock is keyed (hashtext(user), hashtext(session)): ``classid`` is the user's hash, so a
     user whose hash collides counts too (a rare, safe overcount)."""
-    here = select(_PG_DATABASE.c.oid).where(_PG_DATABASE.c.datname == func.current_database()).scalar_subquery()
-    query = select(func.count()).select_from(_PG_LOCKS).where(
-        _PG_LOCKS.c.locktype == "advisory", _PG_LOCKS.c.granted, _PG_LOCKS.c.objsubid == 2,
-        _PG_LOCKS.c.database == here)
+    query = select(func.count()).select_from(PG_LOCKS).where(held_advisory_locks())
     if user_id is not None:
-        user_hash = cast(func.hashtext(user_id), BigInteger).op("&")(2**32 - 1)
-        query = query.where(cast(_PG_LOCKS.c.classid, BigInteger) == user_hash)
+        query = query.where(cast(PG_LOCKS.c.classid, BigInteger) == as_lock_id(func.hashtext(user_id)))
     return query
 
 

@@ -46,12 +46,20 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncRawCursor
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
 from teamstore.state import statements as sql
 from teamstore.state.admin import AdminMethods, SessionAdmin
-from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import (
+    SETTLE_SECONDS,
+    CheckpointRecord,
+    Claim,
+    SaveRecord,
+    SessionKey,
+    StoredSession,
+)
 from teamstore.state.direct import DirectPool, Statement, execute, for_psycopg
 from teamstore.state.failures import erasure_open, unavailable
 from teamstore.state.lease_mode import CHECK_SECONDS, LeaseModeCheck
@@ -63,6 +71,7 @@ _RELEASE = {discard: for_psycopg(sql.release_lock(discard_empty=discard)) for di
 _SAVE = {(release, existing): for_psycopg(sql.save_locked(existing=existing, release=release))
          for release in (True, False) for existing in (True, False)}
 _CHECKPOINT = {existing: for_psycopg(sql.checkpoint_locked(existing=existing)) for existing in (True, False)}
+_END_LOST_HOLDER = sql.end_lost_holder()
 _READ = slice(1, 2 + len(sql.SESSION_COLUMNS))  # where the row's columns and read_at sit in the load's result
 _COUNT = _READ.stop  # then the user's live sessions, if counted
 
@@ -73,6 +82,7 @@ class _Lease:
     cursor: Any
     taken: float
     ttl: float
+    pid: int  # the connection's server process (known from its start: a broken connection may not say)
 
     @property
     def overdue(self) -> bool:
@@ -103,6 +113,7 @@ class LockLeaseStore(AdminMethods):
             needs="an advisory-lock lease (the server's idle_session_timeout ends a stalled worker's)",
         )
         self._leases: dict[tuple[SessionKey, str], _Lease] = {}
+        self._given_up: dict[tuple[SessionKey, str], int] = {}  # the server process of a checkpoint write cut off
 
     async def _execute(self, cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         return await execute(cursor, stmt, params)
@@ -122,7 +133,7 @@ class LockLeaseStore(AdminMethods):
                 await self._unlock(conn, cursor, params)
                 raise TooManySessions(counted, max_sessions)
             if locked:
-                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl)
+                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl, conn.info.backend_pid)
                 values = row[_READ]
                 return new_session(key, claim) if values[1] is None else stored(key.user_id, key.session_id, values)
             await self._direct.checkin(conn)
@@ -211,6 +222,7 @@ class LockLeaseStore(AdminMethods):
             row = await self._execute(lease.cursor, _CHECKPOINT[expected_version > 0], params)
         except BaseException as exc:
             self._leases.pop((key, owner), None)
+            self._given_up[(key, owner)] = lease.pid  # what settle() ends, if it still runs
             await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error):
                 raise self._lost(exc, lease, "write the run's checkpoint") from exc
@@ -237,6 +249,32 @@ class LockLeaseStore(AdminMethods):
             )
         return unavailable(exc, action)
 
+    async def settle(self, key: SessionKey, *, owner: str) -> StoredSession | None:
+        """The row once no write ``owner`` sent can still land: the server process of the connection a checkpoint
+        write was cut off on (its lease went with it) is ended first, if it still holds the session's lock
+        (:func:`teamstore.state.statements.end_lost_holder`); one gone already holds nothing that can land.
+
+        Raises:
+            StoreUnavailable: The database failed, or that process did not end within :data:`SETTLE_SECONDS`:
+                whether its write landed is not known.
+        """
+        pid = self._given_up.get((key, owner))
+        if pid is not None:
+            params = {"u": key.user_id, "s": key.session_id, "pid": pid, "wait_ms": SETTLE_SECONDS * 1000}
+            try:
+                async with self.engine.connect() as conn:
+                    ended = (await conn.execute(_END_LOST_HOLDER, params)).scalar()
+            except SQLAlchemyError as exc:
+                raise unavailable(exc, "end the connection the checkpoint write was cut off on") from exc
+            if ended is False:
+                raise StoreUnavailable(
+                    f"the database had not ended the connection the checkpoint write was cut off on within "
+                    f"{SETTLE_SECONDS}s: whether the write landed is not known",
+                    hint="check the database's load and pg_stat_activity; the session's next opening reads "
+                         "whichever checkpoint its row holds")
+            self._given_up.pop((key, owner), None)
+        return await self.get(key)
+
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """Any statement on the held connection restarts the server's lease timer: send a trivial one."""
         lease = self._leases.get((key, owner))
@@ -253,6 +291,7 @@ class LockLeaseStore(AdminMethods):
     async def release(self, key: SessionKey, *, owner: str, discard_empty: bool) -> None:
         """Give the lock back in one statement; with ``discard_empty``, the same statement removes the row if it
         holds neither a state nor a checkpoint (a new session's only run wrote checkpoints and left none)."""
+        self._given_up.pop((key, owner), None)
         lease = self._leases.pop((key, owner), None)
         if lease is None:
             return

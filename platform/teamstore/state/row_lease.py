@@ -31,12 +31,21 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.db.clock import now_utc
 from teamstore.state import statements as sql
 from teamstore.state.admin import AdminMethods, SessionAdmin
-from teamstore.state.base import CheckpointRecord, Claim, SaveRecord, SessionKey, StoredSession
+from teamstore.state.base import (
+    SETTLE_SECONDS,
+    CheckpointRecord,
+    Claim,
+    SaveRecord,
+    SessionKey,
+    StoredSession,
+)
 from teamstore.state.cancellation import to_the_end
 from teamstore.state.failures import unavailable
 from teamstore.state.lease_mode import CHECK_SECONDS, LeaseModeCheck
@@ -80,6 +89,7 @@ class RowStatements(Protocol):
 
 
 _RENEW = {dialect: sql.renew_row(dialect) for dialect in (sql.SQLITE, sql.POSTGRES)}
+_SETTLE = {dialect: sql.settle_row(dialect) for dialect in (sql.SQLITE, sql.POSTGRES)}
 _RELEASE, _DISCARD = sql.release_row(), sql.discard_row()
 
 
@@ -190,6 +200,28 @@ class RowLeaseStore(AdminMethods):
         if row is None:
             await self.admin.explain_lost_save(key, expected_version)
         return int(row[0])
+
+    async def settle(self, key: SessionKey, *, owner: str) -> StoredSession | None:
+        """The row once no write ``owner`` sent can still land: its version moved on under ``owner``'s lease
+        (:func:`teamstore.state.statements.settle_row`), after any such write the server is still running;
+        read as it stands when the lease is not ``owner``'s any more (no write of ``owner``'s matches it).
+
+        Raises:
+            StoreUnavailable: The database failed, or a write still running held the row past
+                :data:`SETTLE_SECONDS`: whether it landed is not known.
+        """
+        dialect = self.engine.dialect.name
+        params = {"u": key.user_id, "s": key.session_id, "owner": owner, "now": now_utc()}
+        try:
+            async with self.engine.begin() as conn:
+                if dialect == sql.POSTGRES:
+                    await conn.execute(select(func.set_config("lock_timeout", f"{SETTLE_SECONDS}s", True)))
+                row = (await conn.execute(_SETTLE[dialect], params)).first()
+        except SQLAlchemyError as exc:
+            raise unavailable(exc, "read the session's row back") from exc
+        if row is None:
+            return await self.get(key)
+        return stored(key.user_id, key.session_id, row)
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """Move the lease's end to ``lease_ttl`` from now (on Postgres, the server's now), if ``owner`` still

@@ -307,7 +307,13 @@ class SealedStateStore:
 
     async def get(self, key: SessionKey) -> StoredSession | None:
         """The row, its state and checkpoint opened when the user's key opens them (no key is made to read)."""
-        row = await self.inner.get(key)
+        return await self._opened_row(await self.inner.get(key), key)
+
+    async def settle(self, key: SessionKey, *, owner: str) -> StoredSession | None:
+        """See :meth:`StateStore.settle` (the row opened, as :meth:`get` opens it)."""
+        return await self._opened_row(await self.inner.settle(key, owner=owner), key)
+
+    async def _opened_row(self, row: StoredSession | None, key: SessionKey) -> StoredSession | None:
         if row is None or (row.state is None and row.checkpoint is None):
             return row
         return await self._opened(row, await self.keys.data_key(key.user_id, create=False))

@@ -32,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     ColumnElement,
     DateTime,
     Interval,
@@ -47,6 +48,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    table,
     true,
     tuple_,
     update,
@@ -240,6 +242,15 @@ def checkpoint_row(dialect: str) -> Any:
             .values(_checkpointed_values(dialect)).returning(sessions.c.row_version))
 
 
+def settle_row(dialect: str) -> Any:
+    """Move the row's version on, if ``owner`` still holds its row lease, and read it back, in one statement:
+    ``UPDATE .. SET row_version = row_version + 1 WHERE lease_owner = :owner RETURNING`` the row. A write of
+    ``owner``'s whose answer was lost and that has not landed yet names the version before, so it can no longer
+    land; one the server is still running holds the row, and this statement waits for it to end first."""
+    return (update(sessions).where(*is_key(), sessions.c.lease_owner == OWNER)
+            .values(row_version=sessions.c.row_version + 1).returning(*read_columns(now_in(dialect))))
+
+
 def renew_row(dialect: str) -> Any:
     """Move ``owner``'s row lease on to ``until`` (on Postgres, ``lease_for`` from the server's ``now()``)."""
     return update(sessions).where(*is_key(), sessions.c.lease_owner == OWNER).values(
@@ -262,6 +273,36 @@ def _lock_key(user_id: Any, session_id: Any) -> tuple[Any, Any]:
     """A session's advisory lock: (hashtext(user), hashtext(session)), so ``classid`` is the user's hash
     (``teamstore.state.lease_mode`` counts a user's open sessions by it)."""
     return func.hashtext(user_id), func.hashtext(session_id)
+
+
+PG_LOCKS = table("pg_locks", column("locktype"), column("granted", Boolean), column("objsubid"), column("database"),
+                 column("classid"), column("objid"), column("pid"))
+PG_DATABASE = table("pg_database", column("oid"), column("datname"))
+PID, WAIT_MS = Param("pid", BigInteger()), Param("wait_ms", BigInteger())
+
+
+def held_advisory_locks() -> Any:
+    """The session locks (:func:`_lock_key`) granted in this database, as the server's lock table shows them."""
+    here = select(PG_DATABASE.c.oid).where(PG_DATABASE.c.datname == func.current_database()).scalar_subquery()
+    return and_(PG_LOCKS.c.locktype == "advisory", PG_LOCKS.c.granted, PG_LOCKS.c.objsubid == 2,
+                PG_LOCKS.c.database == here)
+
+
+def as_lock_id(value: Any) -> Any:
+    """``hashtext``'s signed 32 bits as ``pg_locks`` shows them (an unsigned oid)."""
+    return cast(value, BigInteger).op("&")(2**32 - 1)
+
+
+def end_lost_holder() -> Any:
+    """End the server process ``pid`` if it still holds the session's advisory lock, waiting up to ``wait_ms``
+    for it to exit: a connection this worker gave up on mid-statement, whose statement the server may still be
+    running. One row, true, when it ended in time; false when it had not; no row when no such process holds
+    the lock (it has ended already). Once it has ended, nothing it was sent can still land."""
+    user_hash, session_hash = _lock_key(USER, SESSION)
+    return select(func.pg_terminate_backend(PG_LOCKS.c.pid, WAIT_MS)).where(
+        held_advisory_locks(), PG_LOCKS.c.pid == PID,
+        cast(PG_LOCKS.c.classid, BigInteger) == as_lock_id(user_hash),
+        cast(PG_LOCKS.c.objid, BigInteger) == as_lock_id(session_hash))
 
 
 def _lease_timer(value: Any) -> Any:

@@ -1,0 +1,159 @@
+"""Reading a session's row back once nothing its worker sent can still land (``StateStore.settle``): after a
+checkpoint write whose answer was lost, whether it landed. On Postgres a statement whose connection the worker
+gave up on can still be running on the server, and a plain read taken then would say it had not landed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from teamstore.db.engine import create_engine
+from teamstore.errors import StaleStateVersion, StoreUnavailable
+from teamstore.state.base import SessionKey, StateStore
+from teamstore.state.factory import store_for
+from teamstore.state.postgres_lock import LockLeaseStore
+from teamstore.state.row_lease import RowLeaseStore
+from tests.conftest import prepare
+from tests.state.test_checkpoint_conformance import checkpoint
+from tests.state.test_store_conformance import acquire, record
+
+KEY = SessionKey("alice", "s1")
+
+
+async def test_a_row_settled_after_a_checkpoint_holds_it_and_writes_go_on_from_the_version_read(
+    store: StateStore,
+) -> None:
+    await acquire(store, KEY)
+    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint())
+    settled = await store.settle(KEY, owner="w1")
+    assert settled is not None and settled.checkpoint == '{"turn":1}' and settled.state == '{"before":1}'
+    assert settled.row_version >= version
+    version = await store.checkpoint(KEY, owner="w1", expected_version=settled.row_version,
+                                     record=checkpoint('{"turn":2}'))
+    await store.save(KEY, owner="w1", expected_version=version, record=record('{"after":1}'), release=True)
+    row = await store.get(KEY)
+    assert row is not None and row.state == '{"after":1}' and row.checkpoint is None
+
+
+async def test_under_a_row_lease_a_write_sent_before_the_settle_can_no_longer_land(
+    store: StateStore, lease: str
+) -> None:
+    if lease != "row":  # an advisory lock's store ends the connection instead (below)
+        assert store.lease == "lock"
+        return
+    await acquire(store, KEY)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    settled = await store.settle(KEY, owner="w1")
+    assert settled is not None and settled.row_version == version + 1
+    # The same write, arriving late (held up on the network), names the version before the settle.
+    with pytest.raises(StaleStateVersion):
+        await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint('{"turn":9}'))
+    row = await store.get(KEY)
+    assert row is not None and row.checkpoint == '{"turn":1}' and row.row_version == settled.row_version
+
+
+async def test_a_row_another_worker_leases_is_read_as_it_stands(store: StateStore, lease: str) -> None:
+    await acquire(store, KEY, owner="w2")
+    version = await store.checkpoint(KEY, owner="w2", expected_version=0, record=checkpoint())
+    settled = await store.settle(KEY, owner="w1")
+    assert settled is not None and settled.checkpoint == '{"turn":1}' and settled.row_version == version
+    await store.checkpoint(KEY, owner="w2", expected_version=version, record=checkpoint('{"turn":2}'))  # still its
+
+
+async def test_a_session_with_no_row_settles_to_none(store: StateStore) -> None:
+    assert await store.settle(SessionKey("alice", "never"), owner="w1") is None
+
+
+# --- a write the server is still running when the worker gives up on its connection -----------------------
+
+
+@pytest.fixture(params=["lock", "row"])
+async def pg(request: pytest.FixtureRequest, postgres_url: str) -> AsyncIterator[tuple[Any, Any]]:
+    """A Postgres store with each kind of lease (unsealed: the rows are read as written), and its engine."""
+    await prepare(postgres_url, request.param)
+    engine = create_engine(postgres_url)
+    store = store_for(engine, pool_size=2, lease=request.param)
+    yield store, engine
+    await store.aclose()
+    await engine.dispose()
+
+
+def _in_flight(store: Any) -> Any:
+    """The connection the store's one statement in flight runs on."""
+    if isinstance(store, LockLeaseStore):
+        return store._leases[(KEY, "w1")].conn
+    assert isinstance(store, RowLeaseStore)
+    (conn,) = store.statements._direct._out  # type: ignore[attr-defined]
+    return conn
+
+
+def _cut(conn: Any) -> None:
+    """The network between the worker and the server fails: the worker's end of the socket is shut, and the
+    server, busy with the statement, does not notice until it answers."""
+    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+async def _waiting_on_the_row(engine: Any) -> int:
+    """The server process of the worker's statement, once it waits for the row."""
+    for _ in range(500):
+        async with engine.connect() as conn:
+            pid = (await conn.execute(text(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'teamstore-state' "
+                "AND wait_event_type = 'Lock' AND query LIKE 'UPDATE ts_sessions%'"))).scalar()
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.02)
+    raise AssertionError("the checkpoint write never waited for the row")
+
+
+async def _gone(engine: Any, pid: int) -> None:
+    for _ in range(500):
+        async with engine.connect() as conn:
+            if (await conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid})).scalar() == 0:
+                return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"server process {pid} never ended")
+
+
+@pytest.mark.postgres
+async def test_a_checkpoint_write_cut_off_while_the_server_runs_it_is_settled_for_good(pg: tuple[Any, Any]) -> None:
+    # The write waits for the row (another transaction holds it) when the worker's connection fails. A plain
+    # read then finds no checkpoint, and the write lands once the row is free: the run would be recorded at its
+    # stop and again by its continuation. Under a row lease the settle waits for the write and reads what it
+    # left; under an advisory lock it ends the write's server process (the lease went with its connection), so
+    # the write never lands. Either way what the settle reads is what the row keeps.
+    store, engine = pg
+    await acquire(store, KEY)
+    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+    async with engine.connect() as holder:
+        await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
+        writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
+                                                         record=checkpoint()))
+        pid = await _waiting_on_the_row(engine)
+        _cut(_in_flight(store))
+        with pytest.raises(StoreUnavailable):
+            await writing
+        settling = asyncio.ensure_future(store.settle(KEY, owner="w1"))
+        if store.lease == "lock":
+            settled = await settling  # the write's process ended: nothing to wait for
+        else:
+            await asyncio.sleep(0.3)  # the settle waits behind the write, which waits for the row
+        await holder.commit()
+    settled = await settling
+    await _gone(engine, pid)  # whatever the write's process was going to do, it has done
+    row = await store.get(KEY)
+    assert settled is not None and row is not None
+    assert (row.checkpoint, row.row_version) == (settled.checkpoint, settled.row_version)
+    if store.lease == "row":
+        assert settled.checkpoint == '{"turn":1}' and settled.row_version == version + 2
+    else:
+        assert settled.checkpoint is None and settled.row_version == version
+    assert row.state == '{"before":1}'
