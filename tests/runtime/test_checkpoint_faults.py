@@ -286,6 +286,33 @@ async def test_a_take_up_whose_checkpoint_cannot_be_written_back_runs_nothing_an
     assert len(result.messages) == 7 and calls.made == 4  # turn 3 again, then turns 4 to 6
 
 
+async def test_a_take_up_whose_write_lands_unanswered_is_taken_up_again_in_the_same_block(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The take-up's write lands, but the database's answer is lost. The same block takes the run up again from
+    # the row as it was read back (the take-up counted in it), on the version the row was read back at: on the
+    # version it held before, the second take-up found the row changed under it (StaleStateVersion).
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    real = platform.store.checkpoint
+
+    async def answer_lost(*args: Any, **kwargs: Any) -> int:
+        await real(*args, **kwargs)
+        raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
+
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            monkeypatch.setattr(platform.store, "checkpoint", answer_lost)
+            with pytest.raises(StoreUnavailable):
+                await s.continue_run()
+            assert calls.made == 0 and s.interrupted is not None and s.interrupted.last_turn == 2
+            monkeypatch.setattr(platform.store, "checkpoint", real)
+            result = await s.continue_run()
+    assert len(result.messages) == 7 and calls.made == 4  # turn 3 again, then turns 4 to 6
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and row.state is not None
+
+
 async def test_a_database_down_at_a_checkpoint_stops_the_run_with_a_typed_error_and_keeps_the_last_one(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

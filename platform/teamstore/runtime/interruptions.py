@@ -82,13 +82,12 @@ def refuse_to_continue(row: StoredSession, built: BuiltTeam, agentchat_version: 
         "continue it on a worker with the autogen-agentchat and teamstore versions that ran it, or abandon it")
 
 
-async def read_back(store: StateStore, key: SessionKey, built: BuiltTeam) -> Checkpoint:
-    """The checkpoint of a run that stopped in this session block, read back from the session's row.
+def read_back(row: StoredSession | None, built: BuiltTeam) -> Checkpoint:
+    """The checkpoint of a run that stopped in this session block, read back from the session's ``row``.
 
     Raises:
         StateRejected: It does not read as one (it was set aside meanwhile, or damaged).
     """
-    row = await store.get(key)
     if row is None or row.checkpoint is None:
         raise StateRejected("corrupt", "the interrupted run's checkpoint is no longer in the session's row")
     found = judge_checkpoint(row, built, row.agentchat_version)

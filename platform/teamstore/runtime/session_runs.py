@@ -443,8 +443,13 @@ class SessionRuns:
         if self._interrupted is None:
             raise NoInterruptedRun("this session has no interrupted run",
                                    hint="check s.interrupted (or s.resume.interrupted) first")
-        if self._checkpoint is None:  # the run stopped in this block: its checkpoint is read back
-            self._checkpoint = await interruptions.read_back(self._deps.store, self.key, self._built)
+        if self._checkpoint is None:  # the run stopped in this block, or a take-up's write failed: read back
+            # once nothing written since can still land, and gone on from the version it was read at (a write left
+            # unanswered may have landed: a take-up counted, a run's last calls carried)
+            row = await self._deps.store.settle(self.key, owner=self._owner)
+            if row is not None:
+                self._row_version = row.row_version
+            self._checkpoint = interruptions.read_back(row, self._built)
         return self._checkpoint
 
     def _after_failure(self, run: Run) -> None:
