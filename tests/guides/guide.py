@@ -100,17 +100,17 @@ def commands(guide: str) -> list[Command]:
             continue
         pending = ""
         for line in block["code"].replace("\\\n", " ").splitlines():
+            if not pending and not line.startswith("teamstore "):
+                continue
             pending += ("\n" if pending else "") + line
             try:
                 words = shlex.split(pending, comments=True)
             except ValueError:  # a quote that closes on a later line
                 continue
-            pending = ""
-            if words and words[0] == "teamstore":
-                output = None
-                if ">" in words:
-                    words, output = words[:words.index(">")], words[words.index(">") + 1]
-                found.append(Command(words[1:], output))
+            pending, output = "", None
+            if ">" in words:
+                words, output = words[:words.index(">")], words[words.index(">") + 1]
+            found.append(Command(words[1:], output))
         assert not pending, f"docs/{guide}: a quote never closed: {pending}"
     return found
 
