@@ -146,7 +146,7 @@ def single_assistant() -> AssistantAgent:
 def support_triage_openai() -> RoundRobinGroupChat:
     """The support team on ``gpt-4o-mini`` through ``OpenAIChatCompletionClient``.
 
-    The key is read from ``OPENAI_API_KEY`` (a placeholder when unset, so it builds offline); register it
+    The key is read from ``OPENAI_API_KEY`` (a placeholder when unset or blank, so it builds offline); register it
     with ``--secret <path>.api_key=env:OPENAI_API_KEY`` for each participant's model client.
 
     Returns:
@@ -155,7 +155,7 @@ def support_triage_openai() -> RoundRobinGroupChat:
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
     client = OpenAIChatCompletionClient(
-        model="gpt-4o-mini", api_key=os.environ.get("OPENAI_API_KEY", "sk-placeholder")
+        model="gpt-4o-mini", api_key=os.environ.get("OPENAI_API_KEY") or "sk-placeholder"
     )
     return _triage_team(client=client)
 
