@@ -29,6 +29,7 @@ from teamstore.audit.cost import CostReport, _Rows, costliest, query_costs
 from teamstore.audit.prices import parse_prices
 from teamstore.audit.schema import subject_sessions, subjects, usage
 from teamstore.audit.subjects import find_subject
+from tests.analytics.seed import PRICES as PRICED_FROM_2020
 from tests.analytics.seed import seed_ledger
 
 D = Decimal
@@ -159,3 +160,20 @@ async def test_a_sessions_runs_on_many_days_at_one_price_reach_python_as_one_sum
         feb, mar = range(28), range(28, 40)
         expected = sum(D(1000 * i * 3 + 10 * i * 15) for i in feb) + sum(D(1000 * i * 2 + 10 * i * 10) for i in mar)
         assert report.rows[0].cost == expected.scaleb(-6) and report.rows[0].runs_completed == 40
+
+
+async def test_costs_by_year_sum_each_years_days_whole_and_with_top(engine: AsyncEngine) -> None:
+    # 1000 in and 100 out: 0.0045 of m-big, 0.00021 of m-small-2024 at seed.py's prices.
+    # 2024-12-30 and 2025-01-01 are both in ISO week 2025-W01: a year is the calendar's, not the ISO week's.
+    runs = [(f"r{day}", "eve", "s", team, "v1", day, "completed", [("a", model, 1000, 100, 1)])
+            for day, team, model in (("2024-12-30", "north", "m-big"), ("2025-01-01", "north", "m-big"),
+                                     ("2025-12-31", "south", "m-small-2024"), ("2026-06-01", "south", "m-big"))]
+    await seed_ledger(engine, runs)
+    big, small = D("0.0045"), D("0.00021")
+    by_year = await cost_report(engine, PRICED_FROM_2020, CostQuery.build("year"))
+    assert {r.key: (r.cost, r.runs) for r in by_year.rows} == {
+        "2024": (big, 1), "2025": (big + small, 2), "2026": (big, 1)}
+    top = await cost_report(engine, PRICED_FROM_2020, CostQuery.build("year,team", top=2))
+    assert [(r.key, r.cost, r.runs) for r in top.rows] == [
+        ("2024 / north", big, 1), ("2025 / north", big, 1)]
+    assert top.groups == 4 and top.total.cost == by_year.total.cost == 3 * big + small

@@ -78,7 +78,7 @@ def cost(
     """Token usage and cost from the ledger, as ``teamstore cost`` gives it.
 
     Args:
-        by: One or two of session, user, team, version, model, agent, day, week, month
+        by: One or two of session, user, team, version, model, agent, purpose, day, week, month, year
             (``"team,model"`` or ``("team", "model")``).
         user: Only this user (the exact id).
         session: Only this session of ``user``.

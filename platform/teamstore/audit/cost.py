@@ -1,5 +1,5 @@
 """Cost grouped by one or two dimensions (session, user, team, version, model, agent, purpose, day, week,
-month), derived from the ledger at query time, in exact decimals.
+month, year), derived from the ledger at query time, in exact decimals.
 
     from teamstore.audit.cost import CostFilter, query_costs
 
@@ -10,8 +10,8 @@ month), derived from the ledger at query time, in exact decimals.
 Tokens are summed in SQL (using the ledger's indexes when a filter names a session, user or team) per group,
 model and price period: the days on which one price of the model was in force (a run belongs to the day it
 started). Python then prices those sums exactly, so a price change mid-group is honoured and the rows read
-are groups x models x prices, however many runs and days there are; weeks and months are rolled up from
-days. A model missing from the price table leaves
+are groups x models x prices, however many runs and days there are; weeks, months and years are rolled up
+from days. A model missing from the price table leaves
 its tokens counted and its cost unknown (``unpriced_tokens``); every report names the price version it
 used. Users and sessions are pseudonymous keys here: :mod:`teamstore.analytics` reads them as the
 application's ids.
@@ -77,7 +77,7 @@ def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
                                  hint="give one dimension or two different ones, e.g. --by team,model")
     if sum(n in TIME for n in names) > 1:
         raise ConfigurationError(f"cannot group costs by {','.join(names)!r}: two time scales",
-                                 hint="use one of day, week or month")
+                                 hint="use one of day, week, month or year")
     return names
 
 
@@ -217,7 +217,7 @@ class _Rows:
         self.groups = dict(sorted(self.groups.items(), key=lambda item: costliest(item[1]))[:top])
 
     def matches(self, raw: tuple[tuple[Any, ...], ...]) -> ColumnElement[bool]:
-        """The ledger rows of the group ``raw`` (a week or a month as the range of its days)."""
+        """The ledger rows of the group ``raw`` (a week, a month or a year as the range of its days)."""
         clauses = []
         for dim, values in zip(self.dims, raw, strict=True):
             if dim in SPANS:
@@ -268,8 +268,8 @@ def _add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted:
 
 
 def _group_order(dims: Sequence[str]) -> list[str]:
-    """The ledger columns that bring each group's records together when read in their order. A week's or
-    a month's days follow one another, so reading by day within the other dimension's values does it."""
+    """The ledger columns that bring each group's records together when read in their order. The days of a
+    week, a month or a year follow one another, so reading by day within the other dimension's values does it."""
     if not set(SPANS) & set(dims):
         return columns(dims)
     return columns([d for d in dims if d not in TIME], "day")
@@ -380,7 +380,7 @@ async def query_costs(
         source: The state database, or a connection of :func:`~teamstore.db.snapshot.read_snapshot` whose
             snapshot the report shares with the caller's other queries.
         prices: The price table to apply.
-        by: One or two of session, user, team, version, model, agent, purpose, day, week, month
+        by: One or two of session, user, team, version, model, agent, purpose, day, week, month, year
             (``"team,model"``).
         where: Filters; ``None`` for the whole ledger.
         top: Keep only the ``top`` costliest groups (ties by tokens, then by key), priced one group at a time

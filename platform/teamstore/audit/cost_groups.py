@@ -1,4 +1,4 @@
-"""A cost group's labels: the day, week or month a ledger day falls in, the days of a week or month, the columns
+"""A cost group's labels: the day, week, month or year a ledger day falls in, the days of a week, month or year, the columns
 a group is shown in, and a group's pseudonymous values. Pure: nothing here reads the ledger.
 
     from teamstore.audit.cost_groups import bucket, days_of
@@ -22,21 +22,26 @@ def as_date(day: Any) -> date:
 
 
 def bucket(day: Any, scale: str) -> str:
-    """The label of the ``day``, ``week`` (ISO, ``2026-W48``) or ``month`` (``2026-11``) holding ``day``."""
+    """The label of the ``day``, ``week`` (ISO, ``2026-W48``), ``month`` (``2026-11``) or ``year`` (``2026``)
+    holding ``day``."""
     found = as_date(day)
     if scale == "week":
         year, week, _ = found.isocalendar()
         return f"{year}-W{week:02d}"
+    if scale == "year":
+        return str(found.year)
     return f"{found.year}-{found.month:02d}" if scale == "month" else found.isoformat()
 
 
 def days_of(label: str, scale: str) -> tuple[date, date]:
-    """The first day of the ``week`` or ``month`` whose :func:`bucket` label is ``label``, and the day after
-    its last."""
+    """The first day of the ``week``, ``month`` or ``year`` whose :func:`bucket` label is ``label``, and the day
+    after its last."""
     if scale == "week":
         year, week = label.split("-W")
         first = date.fromisocalendar(int(year), int(week), 1)
         return first, first + timedelta(days=7)
+    if scale == "year":
+        return date(int(label), 1, 1), date(int(label) + 1, 1, 1)
     first = date.fromisoformat(f"{label}-01")
     return first, (first + timedelta(days=31)).replace(day=1)
 

@@ -6,8 +6,8 @@ and the order of a report's groups by their keys. :mod:`teamstore.audit.cost` ru
     groups = group_rows(("team",), CostFilter(team="support"), usage, usage.c.day)
     query = select(groups).order_by(*key_order("sqlite", ("team",), groups), groups.c.kind)
 
-Each dimension names the ledger columns it groups by (:data:`DIMENSIONS`); a week or a month groups the
-days it holds.
+Each dimension names the ledger columns it groups by (:data:`DIMENSIONS`); a week, a month or a year groups
+the days it holds.
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "day": ("day",),
     "week": ("day",),
     "month": ("day",),
+    "year": ("day",),
 }
 """Each dimension and the ledger columns it groups by."""
-TIME = ("day", "week", "month")
-SPANS = ("week", "month")
+TIME = ("day", "week", "month", "year")
+SPANS = ("week", "month", "year")
 """The time scales whose groups span several days."""
 ERASED = "erased"
 """How a user reads once erasure has de-linked the ledger rows (each of their sessions reads as ``erased-``
@@ -175,15 +176,17 @@ def key_labels(dim: str, groups: FromClause) -> list[Label]:
 
 
 def period_start(dialect: str, dim: str, day: ColumnElement[Any]) -> ColumnElement[Any]:
-    """The first day of the ``day``, ``week`` (ISO: Mondays) or ``month`` holding ``day``: in the order of
-    their labels (``2026-W48``, ``2026-11``)."""
+    """The first day of the ``day``, ``week`` (ISO: Mondays), ``month`` or ``year`` holding ``day``: in the order
+    of their labels (``2026-W48``, ``2026-11``, ``2026``)."""
     if dim == "day":
         return day
     if dialect == "postgresql":
         return func.date_trunc(literal_column(f"'{dim}'"), day)
-    # SQLite holds days as ISO text: to the next Sunday (the day itself if one), back six; or the month's text.
-    return func.date(day, literal_column("'weekday 0'"), literal_column("'-6 days'")) if dim == "week" \
-        else func.substr(day, 1, 7)
+    # SQLite holds days as ISO text: to the next Sunday (the day itself if one), back six; or the month's or
+    # the year's text.
+    if dim == "week":
+        return func.date(day, literal_column("'weekday 0'"), literal_column("'-6 days'"))
+    return func.substr(day, 1, 7 if dim == "month" else 4)
 
 
 def key_order(dialect: str, dims: Sequence[str], groups: FromClause,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from teamstore.audit.cost import CostReport, CostRow
     from teamstore.audit.prices import PriceTable
 
-GROUPINGS = ("session", "user", "team", "version", "model", "agent", "purpose", "day", "week", "month")
+GROUPINGS = ("session", "user", "team", "version", "model", "agent", "purpose", "day", "week", "month", "year")
 """``teamstore.audit.cost.DIMENSIONS``, named here for ``--help`` (a test keeps the two equal)."""
 
 NO_MATCH = 3
@@ -81,7 +81,7 @@ def _table_page(report: CostReport, rows: Sequence[CostRow], *, first: bool, las
     width = len(report.fields)
     numbers = range(width, width + len(_HEADINGS))
     # Whole: `registry show` takes a version; a day folded into `2026-1` over `1-15` reads as neither.
-    whole = [i for i, field in enumerate(report.fields) if field in {"version", "day", "week", "month"}]
+    whole = [i for i, field in enumerate(report.fields) if field in {"version", "day", "week", "month", "year"}]
     title = plain(f"cost by {report.by} ({report.currency}, prices {report.price_version})") if first else None
     print_table((*report.fields, *_HEADINGS), cells, fixed=[*whole, *numbers], right=numbers, title=title)
 
