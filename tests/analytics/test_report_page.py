@@ -11,7 +11,7 @@ import json
 import os
 import re
 import stat
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -256,15 +256,18 @@ def test_periods_without_runs_keep_their_place_on_the_time_axis(ledger_env: Asyn
     (["2026-W52", "2027-W02"], "week", ["2026-W52", "2026-W53", "2027-W01", "2027-W02"]),
     (["2026-11", "2027-02"], "month", ["2026-11", "2026-12", "2027-01", "2027-02"]),
     (["2026-11"], "month", ["2026-11"]),
+    (["2026-01", "2026-02"], "month", ["2026-01", "2026-02"]),
+    (["2025-12", "2027-01"], "month", ["2025-12", *(f"2026-{m:02d}" for m in range(1, 13)), "2027-01"]),
+    (["2019", "2022"], "year", ["2019", "2020", "2021", "2022"]),
     (["2020-01-01", "2026-01-01"], "day", None),  # more periods than an axis lays out: the runs' own
     (["not a day"], "day", None),
 ])
 def test_a_time_axis_lays_out_every_period_from_the_first_to_the_last(
     keys: list[str], every: str, periods: list[str] | None
 ) -> None:
-    from teamstore.analytics.page import _periods
+    from teamstore.analytics.periods import periods as laid_out
 
-    assert _periods(keys, every) == periods
+    assert laid_out(keys, every) == periods
 
 
 LONG = "a-team-with-a-name-nobody-thought-would-ever-be-shown-in-a-chart_v2"
@@ -452,17 +455,20 @@ def test_a_right_to_left_user_is_read_before_their_session_as_the_page_names_it(
         assert browser.execute_script(LEFT_OF, shown, "/", "42"), shown.tag_name
 
 
-def test_the_labels_under_a_year_of_days_stand_apart(ledger_env: AsyncEngine, database_url: str, browser: Any,
-                                                     tmp_path: Path) -> None:
+def test_the_labels_under_the_most_days_a_chart_draws_stand_apart(ledger_env: AsyncEngine, database_url: str,
+                                                                  browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
-    async def a_year(url: str) -> None:
+    from teamstore.analytics.page import MOST_BARS
+
+    async def the_most_days(url: str) -> None:
         engine = create_engine(url)
-        await seed_ledger(engine, [(f"y{day}", "eve", "y", "yearly", "v1", day, "completed", [("a", "m-big", 9, 9, 1)])
-                                   for day in ("2026-01-01", "2026-12-31")])
+        days = [date(2026, 1, 1), date(2026, 1, 1) + timedelta(days=MOST_BARS - 1)]
+        await seed_ledger(engine, [(f"y{day}", "eve", "y", "yearly", "v1", day.isoformat(), "completed",
+                                    [("a", "m-big", 9, 9, 1)]) for day in days])
         await engine.dispose()
 
-    asyncio.run(a_year(database_url))
+    asyncio.run(the_most_days(database_url))
     page = tmp_path / "cost.html"
     result = runner.invoke(app, ["cost", "report", "--team", "yearly", "--output", str(page)])  # every day
     assert result.exit_code == 0, result.output

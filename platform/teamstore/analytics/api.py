@@ -122,7 +122,8 @@ def write_report(path: str | Path, *, every: str = "day", top: int = 10, pseudon
 
     Args:
         path: The file to write, owner-only (``0600``); one already there is replaced whole.
-        every: The time scale of the charts: ``day``, ``week`` or ``month``.
+        every: The time scale of the charts: ``day``, ``week``, ``month`` or ``year`` (a longer one when the
+            runs span more than :data:`~teamstore.analytics.page.MOST_BARS` of it).
         top: How many of the costliest sessions to chart, 1 to 50.
         pseudonymous: Users and sessions as keys (for a page that leaves the analysts' hands).
         settings: As for :func:`cost`.

@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.analytics import svg
+from teamstore.analytics.periods import drawn_scale, periods
 from teamstore.analytics.query import CostQuery, cost_report
 from teamstore.audit.cost import TIME, CostReport, CostRow, money
 from teamstore.audit.prices import PriceTable
@@ -66,6 +67,7 @@ td{font-variant-numeric:tabular-nums} td:nth-child(2),.legend li,.summary b,.met
 details.figures{margin:6px 0} details.figures summary{cursor:pointer;color:var(--muted)}
 .scroll{overflow-x:auto;max-width:100%} .scroll th[scope=row]{text-align:left;white-space:nowrap}
 .scroll td{text-align:right} .scroll th[scope=col]{min-width:7em;vertical-align:bottom;overflow-wrap:anywhere}
+.scroll caption{text-align:left;color:var(--muted)}
 @media print{section{break-inside:avoid} h2{break-after:avoid} svg,tr{break-inside:avoid}
 details.figures{display:none}}
 """)
@@ -73,6 +75,9 @@ details.figures{display:none}}
 
 MOST_TOP = 50
 """The most sessions the page charts: fifty bars are a page tall, each name legible beside its bar."""
+MOST_BARS = min(svg.most_bars(layout) for layout in (svg.WIDE, svg.SMALL))
+"""The most periods a time chart draws (104: a phone's chart is the narrowest), each bar at least
+:data:`svg.MIN_BAR_WIDTH` wide; a longer span is drawn at a coarser scale (:func:`drawn_scale`)."""
 
 
 async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,
@@ -80,23 +85,33 @@ async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "
     """The four reports the page shows, each as ``teamstore cost`` gives it for the same filters, all read in
     one snapshot of the database: runs recorded meanwhile are in none of them, so their totals agree.
 
+    The time reports are by ``every`` unless their runs span more than :data:`MOST_BARS` periods of it: then by
+    the first coarser scale they span at most that many of (:func:`drawn_scale`), which ``by_time``'s ``by``
+    names. Every figure is the ledger's either way, summed over longer periods.
+
     Raises:
-        ConfigurationError: ``every`` is not day, week or month, ``top`` is not 1 to :data:`MOST_TOP`, or a
-            filter is malformed.
+        ConfigurationError: ``every`` is not day, week, month or year, ``top`` is not 1 to :data:`MOST_TOP`, or
+            a filter is malformed.
         NoMatchingUsage: Nothing matches the filters.
     """
     if every not in TIME:
-        raise ConfigurationError(f"cannot chart costs every {every!r}", hint="use day, week or month")
+        raise ConfigurationError(f"cannot chart costs every {every!r}", hint="use day, week, month or year")
     if not 1 <= top <= MOST_TOP:
         raise ConfigurationError(f"--top {top}: the page charts 1 to {MOST_TOP} sessions", hint=(
             f"give --top {MOST_TOP} or fewer; `teamstore cost --by session --top N` lists more"))
     now = now or datetime.now(UTC)  # one instant for the four: '7d' means the same window in each
-    shapes = {"by_time": ((every,), None), "cost_by_team": ((every, "team"), None),
-              "cost_by_model": ((every, "model"), None), "top_sessions": (("session",), top)}
-    queries = {name: CostQuery.build(by, top=top_n, pseudonymous=pseudonymous, now=now, **filters)
-               for name, (by, top_n) in shapes.items()}
+
+    def query(by: tuple[str, ...], top: int | None = None) -> CostQuery:
+        return CostQuery.build(by, top=top, pseudonymous=pseudonymous, now=now, **filters)
+
     async with read_snapshot(engine) as conn:
-        return {name: await cost_report(conn, prices, query) for name, query in queries.items()}
+        by_time = await cost_report(conn, prices, query((every,)))
+        drawn = drawn_scale([r.group[every] for r in by_time.rows], every, MOST_BARS)
+        if drawn != every:  # the same snapshot summed by longer periods: the same runs, the same total
+            by_time = await cost_report(conn, prices, query((drawn,)))
+        shapes = {"cost_by_team": query((drawn, "team")), "cost_by_model": query((drawn, "model")),
+                  "top_sessions": query(("session",), top=top)}
+        return {"by_time": by_time} | {name: await cost_report(conn, prices, q) for name, q in shapes.items()}
 
 
 def _amount(value: Decimal | None) -> float:
@@ -227,7 +242,7 @@ def _footer(reports: dict[str, CostReport]) -> str:
 
 
 MOST_EMBEDDED_ROWS = 5_000
-"""The most rows of each report the page embeds: a year of days by fifty teams is some 18,000, megabytes
+"""The most rows of each report the page embeds: a hundred days by a hundred teams is some 10,000, megabytes
 of JSON no chart needs (it draws at most ten series). Past it, the latest rows are kept."""
 
 
@@ -248,35 +263,24 @@ def _data_block(reports: dict[str, CostReport]) -> str:
     return f'<script type="application/json" id="report-data">{inert}</script>'
 
 
-MOST_PERIODS = 1_000
-"""The most periods a time axis lays out, idle ones included (past it, only those with runs)."""
+def _coarser(reports: dict[str, CostReport], asked: str) -> str:
+    """Why the time charts are drawn by a longer period than ``asked``, and how to get each one; empty when
+    they are not."""
+    drawn = reports["by_time"].by
+    if drawn == asked:
+        return ""
+    keys = [r.group[drawn] for r in reports["by_time"].rows]
+    return (f"Drawn by {drawn}, not by {asked}: from {min(keys)} to {max(keys)} there are more {asked}s than the "
+            f"{MOST_BARS} bars a chart draws legibly. `teamstore cost --by {asked}` with the same filters lists "
+            f"each {asked}.")
 
 
-def _periods(keys: list[str], every: str) -> list[str] | None:
-    """Every period from the first of ``keys`` to the last (``2026-11-02``, ``2026-W45`` or ``2026-11``), so a
-    period without runs is an empty place on the axis, not left out; ``None`` when they do not read as periods
-    of ``every`` or span more than :data:`MOST_PERIODS`."""
-    try:
-        if every == "day":
-            first, last = date.fromisoformat(min(keys)), date.fromisoformat(max(keys))
-            span = [first + timedelta(days=n) for n in range((last - first).days + 1)]
-            found = [d.isoformat() for d in span]
-        elif every == "week":
-            (fy, fw), (ly, lw) = (tuple(int(p) for p in k.split("-W")) for k in (min(keys), max(keys)))
-            first, last = date.fromisocalendar(fy, fw, 1), date.fromisocalendar(ly, lw, 1)
-            found = [f"{d.isocalendar().year}-W{d.isocalendar().week:02d}"
-                     for d in (first + timedelta(weeks=n) for n in range((last - first).days // 7 + 1))]
-        else:
-            (fy, fm), (ly, lm) = (tuple(int(p) for p in k.split("-")) for k in (min(keys), max(keys)))
-            found = [f"{(fm - 1 + n) // 12 + fy}-{(fm - 1 + n) % 12 + 1:02d}"
-                     for n in range((ly - fy) * 12 + lm - fm + 1)]
-    except ValueError:
-        return None
-    return found if 0 < len(found) <= MOST_PERIODS and set(keys) <= set(found) else None
-
-
-def render_page(reports: dict[str, CostReport], every: str) -> str:
-    """The HTML page of :func:`report_data`'s reports."""
+def render_page(reports: dict[str, CostReport], asked: str) -> str:
+    """The HTML page of :func:`report_data`'s reports, their time scale ``asked`` for (they may be by a longer
+    one: their ``by`` says)."""
+    every = reports["by_time"].by
+    coarser = _coarser(reports, asked)
+    table = partial(svg.table, caption=coarser)
     teams, models = _ranked(reports["cost_by_team"], "team"), _ranked(reports["cost_by_model"], "model")
     (by_team, team_marks), (by_model, model_marks) = _cost_bars(reports["cost_by_team"], every, "team", teams), \
         _cost_bars(reports["cost_by_model"], every, "model", models)
@@ -286,32 +290,33 @@ def render_page(reports: dict[str, CostReport], every: str) -> str:
                for r in reports["by_time"].rows]
     outcomes = _outcome_bars(reports["by_time"], every)
     top = reports["top_sessions"]
-    periods = _periods([r.group[every] for r in reports["by_time"].rows], every)  # idle ones keep their place
+    axis = periods([r.group[every] for r in reports["by_time"].rows], every)  # idle ones keep their place
     no_cost = _no_cost(reports["by_time"].total)
     charts = [
         _chart("cost-by-team", "Cost over time by team",
-               _drawn(partial(svg.stacked_bars, "cost-by-team", by_team, currency, team_marks, periods, no_cost)),
-               series=teams, figures=svg.table("cost-by-team", by_team, currency, team_marks, periods)),
+               _drawn(partial(svg.stacked_bars, "cost-by-team", by_team, currency, team_marks, axis, no_cost)),
+               series=teams, figures=table("cost-by-team", by_team, currency, team_marks, axis)),
         _chart("cost-by-model", "Cost over time by model",
-               _drawn(partial(svg.stacked_bars, "cost-by-model", by_model, currency, model_marks, periods, no_cost)),
-               series=models, figures=svg.table("cost-by-model", by_model, currency, model_marks, periods)),
+               _drawn(partial(svg.stacked_bars, "cost-by-model", by_model, currency, model_marks, axis, no_cost)),
+               series=models, figures=table("cost-by-model", by_model, currency, model_marks, axis)),
         _chart("top-sessions", _top_title(len(top.rows), top.groups),
                _drawn(partial(svg.horizontal_bars, "top-sessions", sessions, currency, no_cost))
                + _sessions_table(top)),
         _chart("tokens-per-run", "Tokens per run",
-               _drawn(partial(svg.points, "tokens-per-run", per_run, "tokens", periods,
+               _drawn(partial(svg.points, "tokens-per-run", per_run, "tokens", axis,
                               "No tokens to draw: these runs used none.")),
                note="input and output tokens of the runs started in each period, divided by their number",
-               figures=svg.table("tokens-per-run", per_run, "tokens", ["tokens per run"], periods)),
+               figures=table("tokens-per-run", per_run, "tokens", ["tokens per run"], axis)),
         _chart("runs-by-outcome", "Runs ended by a limit",
-               _drawn(partial(svg.stacked_bars, "runs-by-outcome", outcomes, "runs", list(OUTCOMES), periods)),
-               series=list(OUTCOMES), figures=svg.table("runs-by-outcome", outcomes, "runs", list(OUTCOMES), periods)),
+               _drawn(partial(svg.stacked_bars, "runs-by-outcome", outcomes, "runs", list(OUTCOMES), axis)),
+               series=list(OUTCOMES), figures=table("runs-by-outcome", outcomes, "runs", list(OUTCOMES), axis)),
     ]
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             f"<title>teamstore cost report</title><style>{STYLE}</style></head><body>"
-            + _header(reports, every) + _summary(reports["by_time"].total, currency) + "".join(charts)
+            + _header(reports, every) + (f'<p class="note" id="drawn-by">{svg.shown(coarser)}</p>' if coarser else "")
+            + _summary(reports["by_time"].total, currency) + "".join(charts)
             + _footer(reports) + _data_block(reports) + "</body></html>\n")
 
 

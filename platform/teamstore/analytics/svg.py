@@ -37,6 +37,9 @@ MOST_LABELS = 12
 CHAR_WIDTH, LABEL_GAP, EMPTY_CHAR_WIDTH = 7, 12, 7
 """The most a character of an axis label takes (11px text), the least room between two labels, and the most a
 character of a chart's 13px "nothing to draw" takes."""
+BAR_SHARE, MIN_BAR_WIDTH = 0.76, 2
+"""The share of its category's room a stacked bar takes (the rest is the gap beside it), and the least width of
+one, in pixels of its chart's drawn size: narrower, a bar is a hairline no one can point at or tell apart."""
 MIN_HEIGHT = 120
 """The least height of a chart of horizontal bars (one session's)."""
 ROW_HEIGHT, MIN_ROW_HEIGHT = 26, 18
@@ -86,6 +89,11 @@ class Bar:
     series: str
     value: float
     text: str
+
+
+def most_bars(layout: Layout) -> int:
+    """The most categories :func:`stacked_bars` draws in ``layout`` each at least :data:`MIN_BAR_WIDTH` wide."""
+    return int((layout.width - layout.left - RIGHT) * BAR_SHARE // MIN_BAR_WIDTH)
 
 
 def slots(series: Sequence[str]) -> dict[str, int]:
@@ -209,8 +217,8 @@ def stacked_bars(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence
         filled[bar.x] += height
         body.append(_mark(
             "bar", bar, slot[bar.series],
-            f'x="{layout.left + band * categories.index(bar.x) + band * 0.12:.1f}" y="{y:.1f}" '
-            f'width="{band * 0.76:.1f}" height="{height:.1f}"',
+            f'x="{layout.left + band * categories.index(bar.x) + band * (1 - BAR_SHARE) / 2:.1f}" y="{y:.1f}" '
+            f'width="{band * BAR_SHARE:.1f}" height="{height:.1f}"',
             f"{isolated(bar.x)} · {isolated(bar.series)}: {shown(f'{bar.text} {unit}')}"))
     return _frame(chart_id, body + _x_labels(categories, band, layout), top, unit, empty, layout)
 
@@ -273,7 +281,7 @@ def other(count: int) -> str:
 
 
 def table(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str],
-          categories: Sequence[str] | None = None) -> str:
+          categories: Sequence[str] | None = None, caption: str = "") -> str:
     """A chart's figures as a table (a row per category, a column per series), for a screen reader and for a
     reader who wants the figures: in a ``<details>`` under the chart, in a box that scrolls sideways (by the
     keyboard too) on a screen too narrow for its columns.
@@ -284,6 +292,8 @@ def table(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str],
         unit: What the figures count, said in the heading row.
         series: The columns, in order.
         categories: The rows, in order (those without a mark left out); by default the marks' own.
+        caption: What a reader of the table should know first (the scale it was drawn at, when not the one
+            asked for), as its ``<caption>``, which a screen reader reads with it.
     """
     cells = {(b.x, b.series): b.text for b in bars}
     rows = [c for c in dict.fromkeys([*(categories or ()), *(b.x for b in bars)]) if any(
@@ -293,4 +303,5 @@ def table(chart_id: str, bars: Sequence[Bar], unit: str, series: Sequence[str],
                    + "".join(f"<td>{shown(cells.get((c, s), '-'))}</td>" for s in series) + "</tr>" for c in rows)
     return (f'<details class="figures"><summary>The figures as a table ({shown(unit)})</summary>'
             f'<div class="scroll" role="region" tabindex="0" aria-labelledby="{_attr(chart_id)}-title">'
-            f'<table id="{_attr(chart_id)}-table"><tr>{head}</tr>{body}</table></div></details>')
+            f'<table id="{_attr(chart_id)}-table">' + (f"<caption>{shown(caption)}</caption>" if caption else "")
+            + f"<tr>{head}</tr>{body}</table></div></details>")

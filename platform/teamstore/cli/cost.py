@@ -298,7 +298,8 @@ def cost(
 def cost_report_page(
     output: str = typer.Option(..., "--output", "-o",
                                help="The HTML file to write, owner-only (0600); one already there is replaced."),
-    every: str = typer.Option("day", "--every", help="Time scale of the charts: day | week | month."),
+    every: str = typer.Option("day", "--every", help=(
+        "Time scale of the charts: day | week | month | year (a longer one when the runs span more than 104).")),
     top: int = typer.Option(10, "--top", min=1, help="How many of the costliest sessions to chart (1 to 50)."),
     session: str | None = SessionOption,
     user: str | None = UserOption,
