@@ -6,6 +6,8 @@ take it, already in front of KMS, as the ``kms_outage`` fixture (``tests/keys/co
     kms_outage.down = True     # every KMS request from now on fails to get an answer
     kms_outage.answers = 2     # two more requests are answered, then it goes down
     kms_outage.refuse["Decrypt"] = "DisabledException"   # every Decrypt answered so, as KMS does for a disabled key
+    kms_outage.unanswered.add("ListKeys")   # every ListKeys cut without an answer, the other operations answered
+    kms_outage.slow["ListKeys"] = 6.0       # every ListKeys answered six seconds late
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +31,10 @@ class Outage:
         """How many more requests are answered before it goes down by itself (``None``: no limit)."""
         self.refuse: dict[str, str] = {}
         """KMS operation (``Decrypt``, ``CreateKey``, ...) -> the error code to answer it with."""
+        self.unanswered: set[str] = set()
+        """KMS operations whose requests are cut without an answer, as if KMS were down for them alone."""
+        self.slow: dict[str, float] = {}
+        """KMS operation -> how many seconds each of its requests waits before it is passed on."""
         self.target = urlsplit(target)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -60,6 +67,11 @@ class Outage:
                     self.connection.close()  # no answer at all
                     return
                 operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+                if operation in proxy.unanswered:
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                time.sleep(proxy.slow.get(operation, 0.0))
                 if operation in proxy.refuse:
                     self._refuse(proxy.refuse[operation])
                     return

@@ -10,6 +10,7 @@ import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from teamstore.cli import app
+from teamstore.cli.keys import NOT_SEARCHED, UNUSABLE
 from teamstore.db.engine import create_engine
 from teamstore.db.identity import database_id
 from teamstore.keys import KeyService
@@ -154,26 +156,78 @@ def test_keys_status_finds_a_restores_kms_key_only_when_asked_and_says_what_to_d
     assert "looked at only 1 of the account's KMS keys" in " ".join(bounded.stdout.split())
 
 
+def _status(runner: CliRunner, *args: str) -> Any:
+    return runner.invoke(app, ["keys", "status", "--find-unrecorded", *args])
+
+
 @pytest.mark.parametrize(("refused", "permission"), [("ListKeys", "kms:ListKeys"),
                                                       ("ListResourceTags", "kms:ListResourceTags")])
-def test_keys_status_says_which_permission_kms_refused_to_find_unrecorded_keys_and_the_rest_stands(
+def test_keys_status_exits_1_naming_the_permission_kms_refused_to_find_unrecorded_keys_and_prints_the_rest(
     kms_alone: str, kms_outage: Outage, refused: str, permission: str
 ) -> None:
     runner = CliRunner()
     _restored_over_a_rotation(runner)
     kms_outage.refuse[refused] = "AccessDeniedException"
-    shown = runner.invoke(app, ["keys", "status", "--find-unrecorded"])
-    assert shown.exit_code == 0 and shown.exception is None, shown.output
-    said = " ".join(shown.stdout.split())
-    assert "could not look for KMS keys marked as this database's" in said and permission in said
-    assert "Nothing was written" not in said, "a search that only reads says nothing of writing"
+    shown = _status(runner)
+    assert shown.exit_code == NOT_SEARCHED == 1, shown.output
+    assert isinstance(shown.exception, SystemExit), shown.exception  # a status, not a crash
+    said, err = " ".join(shown.stdout.split()), " ".join(shown.stderr.split())
+    assert err.startswith("error: could not look for KMS keys marked as this database's") and permission in err
+    assert "fix: grant this process's role" in err
+    assert "Nothing was written" not in err, "a search that only reads says nothing of writing"
     assert "current, ok" in said and "next rotation due" in said, "the rest of keys status is there"
-    document = json.loads(runner.invoke(app, ["keys", "status", "--find-unrecorded", "--json"]).stdout)
+    assert "did not finish" in said and "none of the" not in said, "no 'none found' for a search that did not look"
+    as_json = _status(runner, "--json")
+    assert as_json.exit_code == NOT_SEARCHED
+    document = json.loads(as_json.stdout)
     assert document["healthy"] is True and document["unrecorded_kms"]["keys"] == []
     assert document["unrecorded_kms"]["problem"]["error"] == "KeyUnavailable"
     assert document["unrecorded_kms"]["complete"] is False
     assert permission in document["unrecorded_kms"]["problem"]["hint"]
     kms_outage.refuse.clear()
-    again = json.loads(runner.invoke(app, ["keys", "status", "--find-unrecorded", "--json"]).stdout)
-    assert again["unrecorded_kms"]["problem"] is None and len(again["unrecorded_kms"]["keys"]) == 1
+    again = _status(runner, "--json")
+    assert again.exit_code == 0 and again.stderr == ""
+    assert json.loads(again.stdout)["unrecorded_kms"]["problem"] is None
+    assert len(json.loads(again.stdout)["unrecorded_kms"]["keys"]) == 1
 
+
+def test_keys_status_exits_1_when_kms_does_not_answer_the_search_and_2_when_the_key_in_use_fails_too(
+    kms_alone: str, kms_outage: Outage
+) -> None:
+    runner = CliRunner()
+    _restored_over_a_rotation(runner)
+    kms_outage.unanswered.add("ListKeys")  # KMS answers the health check's Encrypt and Decrypt, not the search
+    shown = _status(runner, "--json")
+    assert shown.exit_code == NOT_SEARCHED, shown.output
+    document = json.loads(shown.stdout)
+    assert document["healthy"] is True and document["unrecorded_kms"]["complete"] is False
+    assert "KMS could not list the account's KMS keys" in document["unrecorded_kms"]["problem"]["message"]
+    assert "AWS_ENDPOINT_URL_KMS" in " ".join(shown.stderr.split())
+
+    kms_outage.down = True  # nothing answered: the key in use cannot be used either, which says more
+    down = _status(runner)
+    assert down.exit_code == UNUSABLE, down.output
+    err = " ".join(down.stderr.split())
+    assert "could not look for KMS keys marked as this database's" in err and "cannot be used now" in err
+
+
+def test_keys_status_says_a_kms_too_slow_for_the_search_did_not_answer(kms_alone: str, kms_outage: Outage) -> None:
+    runner = CliRunner()
+    _restored_over_a_rotation(runner)
+    kms_outage.slow["ListKeys"] = 6.0  # past the client's 5 seconds to read an answer, each of its two attempts
+    shown = _status(runner)
+    assert shown.exit_code == NOT_SEARCHED, shown.output
+    err = " ".join(shown.stderr.split())
+    assert "error: could not look for KMS keys marked as this database's that it does not record: KMS did not " \
+           "answer in time to list the account's KMS keys (ReadTimeoutError)" in err, err
+    assert "fix: KMS is slow or out of reach" in err and "retry once it answers" in err
+
+
+@pytest.mark.parametrize(("given", "code", "said"), [("0", 1, "--max-keys"), ("-5", 1, "--max-keys"),
+                                                     ("many", 1, "--max-keys"), ("1", 0, "looked at only 1 of")])
+def test_keys_status_max_keys_takes_1_or_more(kms_alone: str, given: str, code: int, said: str) -> None:
+    runner = CliRunner()
+    _restored_over_a_rotation(runner)
+    shown = _status(runner, "--max-keys", given)
+    assert shown.exit_code == code, shown.output
+    assert said in " ".join((shown.stdout if code == 0 else shown.stderr).split())

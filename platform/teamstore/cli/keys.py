@@ -1,7 +1,8 @@
 """``teamstore keys``: the key-encryption keys that wrap users' data keys.
 
     teamstore keys status                 # every KEK, how many data keys each wraps, when to rotate next, and
-                                          # whether each in use can be used now (a health check: exit 2 if not)
+                                          # whether each in use can be used now (a health check: exit 2 if not);
+                                          # --find-unrecorded: exit 1 when KMS refused or failed the search
     teamstore keys rotate                 # every key_rotation_days (schedule it); --to KMS_KEY to move to KMS
     teamstore keys retire                 # daily (schedule it): destroys the retired KEKs that are due
     teamstore keys migrate                # seal what was written before sealing (states, checkpoints, memory,
@@ -38,6 +39,12 @@ UNUSABLE = 2
 used now: the key file missing, readable by others or without the key; KMS unreachable, refusing, or the key
 disabled. What it found is printed all the same, and each cause with its fix on stderr."""
 
+NOT_SEARCHED = 1
+"""``keys status --find-unrecorded``'s exit status when KMS refused or failed the search (a missing permission, KMS
+unreachable): the status of every command that could not do what was asked. What it could read is printed all the
+same (``problem`` in ``--json``), the cause and its fix on stderr; a key in use that cannot be used exits
+:data:`UNUSABLE` instead."""
+
 LEFT_UNSEALED = 2
 """``keys migrate``'s exit status when it passed users over (their data key row damaged, or under a key-encryption
 key KMS will not use): it sealed everyone else's data, and theirs is left as it was."""
@@ -59,7 +66,8 @@ def keys_status(
     as_json: bool = JsonOption,
 ) -> None:
     """Every key-encryption key: current, retired (destroyed when) or destroyed, the data keys it wraps, and whether
-    each one in use can be used now (a health check: exits 2 when one cannot)."""
+    each one in use can be used now (a health check: exits 2 when one cannot; 1 when KMS refused or failed the
+    search --find-unrecorded asked for)."""
 
     async def go(a: App) -> dict[str, Any]:
         from teamstore.keys.health import with_health
@@ -97,13 +105,25 @@ def keys_status(
             _say_unrecorded_kms(d["unrecorded_kms"])
 
     emit(data, as_json=as_json, render=render)
+    search = data["unrecorded_kms"]
+    if search is not None and search["problem"] is not None:
+        _not_searched(search["problem"])
     if not data["healthy"]:
         _unusable(data)
+    if search is not None and search["problem"] is not None:
+        raise typer.Exit(NOT_SEARCHED)
 
 
 _HEALTH = {"ok": ", ok", "unusable": ", UNUSABLE", "unchecked": ""}
 """A KEK's ``health`` as the table shows it, after its state (``unchecked``: not in use, neither current nor
 wrapping data keys). In a column of its own it would push a local KEK's id onto two lines at 80 columns."""
+
+
+def _not_searched(problem: dict[str, Any]) -> None:
+    """Why ``--find-unrecorded`` could not look through the account's KMS keys (or all of them), and its fix."""
+    err_console.print("[bold red]error[/]: " + plain(
+        f"could not look for KMS keys marked as this database's that it does not record: {problem['message']}"))
+    err_console.print("[yellow]fix[/]: " + plain(f"{problem['hint'] or 'retry'}, then run it again"))
 
 
 def _unusable(shown: dict[str, Any]) -> NoReturn:
@@ -187,7 +207,8 @@ def _warn_unrecorded(d: dict[str, Any]) -> None:
 
 def _say_unrecorded_kms(found: dict[str, Any]) -> None:
     """What ``--find-unrecorded`` found among the account's KMS keys: each one marked as this database's that it
-    does not record, with what to do; how far it looked; and why it could not, if KMS refused or failed."""
+    does not record, with what to do, and how far it looked (why it could not, if KMS refused or failed, is said on
+    stderr: :func:`_not_searched`)."""
     if not found["uses_kms"]:
         console.print("no KMS key to look for: this database uses none (TEAMSTORE_KMS_KEY_ID is unset and it records "
                       "no KMS key)")
@@ -201,10 +222,8 @@ def _say_unrecorded_kms(found: dict[str, Any]) -> None:
             f"while it exists. {found['never_deleted']}. What to do: "
             f"{k['fix']}"))
     if found["problem"] is not None:
-        problem = found["problem"]
-        console.print("[bold yellow]warning[/]: " + plain(
-            f"could not look for KMS keys marked as this database's that it does not record: {problem['message']}. "
-            f"Fix: {problem['hint'] or 'retry'}"))
+        console.print("the search of the account's KMS keys did not finish (the error below says why): a key of "
+                      "this database among those it did not look at is not found")
     elif not found["keys"]:
         console.print(f"none of the {found['examined']} KMS key(s) looked at (the account's, in this region) is "
                       "marked as this database's and unrecorded")

@@ -98,6 +98,12 @@ def _code(exc: BaseException) -> str:
     return str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
 
 
+def _timed_out(exc: BaseException) -> bool:
+    from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+    return isinstance(exc, ConnectTimeoutError | ReadTimeoutError)
+
+
 def unavailable(exc: BaseException, action: str, permission: str, *, reading: bool = False) -> KeyUnavailable:
     """A failed KMS request as :class:`KeyUnavailable`, named by class and error code (never a key id).
 
@@ -121,6 +127,10 @@ def unavailable(exc: BaseException, action: str, permission: str, *, reading: bo
     if code == "LimitExceededException":
         return KeyUnavailable(f"KMS refused to {action}: a quota is reached ({code}){written}",
                               hint="retry later; if it persists, raise the KMS quota for this account and region")
+    if _timed_out(exc):
+        return KeyUnavailable(f"KMS did not answer in time to {action} ({type(exc).__name__}){written}",
+                              hint="KMS is slow or out of reach: check AWS_ENDPOINT_URL_KMS / AWS_DEFAULT_REGION, the "
+                              "network and KMS's health; retry once it answers")
     return KeyUnavailable(
         f"KMS could not {action}: {code or type(exc).__name__}{written}",
         hint="check AWS_ENDPOINT_URL_KMS / AWS_DEFAULT_REGION, the network and KMS's health; retry once it answers",
