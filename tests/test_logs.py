@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
@@ -193,3 +194,31 @@ async def test_an_observer_failing_with_an_untyped_error_is_logged_by_its_type_n
     (record,) = caplog.records
     assert "_Broken.on_item failed: ValueError at test_logs.py:" in record.getMessage()
     assert record.exc_info is None and "4711" not in caplog.text
+
+
+async def test_autogens_records_leave_failures_out_under_a_record_factory_set_since_and_one_that_replaced_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = Registry(tmp_path / "registry", create=True)
+    settings = Settings(home=tmp_path / "home", registry_path=registry.path)
+    await open_platform(settings).aclose()
+    before = logging.getLogRecordFactory()
+
+    def applications(*args: Any, **kwargs: Any) -> logging.LogRecord:  # set since, calling the one it replaces
+        return before(*args, **kwargs)
+
+    logging.setLogRecordFactory(applications)
+    try:
+        await open_platform(settings).aclose()  # not wrapped again: the chain still leaves content out
+        assert logging.getLogRecordFactory() is applications
+        logging.setLogRecordFactory(logging.LogRecord)  # one that replaced it without calling it
+        await open_platform(settings).aclose()
+        with caplog.at_level(logging.ERROR, "autogen_ext"):
+            try:
+                raise ValueError(WORDS)
+            except ValueError:
+                logging.getLogger("autogen_ext.tools.mcp._actor").exception("Exception in MCP actor task")
+    finally:
+        logging.setLogRecordFactory(before)
+    (record,) = caplog.records
+    assert record.getMessage().startswith("Exception in MCP actor task (ValueError;") and WORDS not in caplog.text

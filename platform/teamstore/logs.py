@@ -1,9 +1,10 @@
-"""What the libraries teamstore talks to AWS, model providers and collectors through may log.
+"""What the libraries teamstore talks to AWS, model providers and collectors through may log, and what AutoGen may.
 
     from teamstore.logs import keep_query_values_out_of_logs, keep_request_bodies_out_of_logs
 
     keep_request_bodies_out_of_logs()    # botocore, boto3 and s3transfer held at INFO, unless set already
     keep_query_values_out_of_logs()      # httpx's and urllib3's request lines without their query's values
+    keep_content_out_of_logs()           # AutoGen's loggers at WARNING, their failures by type only
 
 At DEBUG botocore logs the body of every request it sends and every answer it parses. KMS's ``Encrypt``
 and ``Decrypt`` carry a user's data key in plain (their ``Plaintext``), so a service logging at DEBUG would
@@ -13,8 +14,12 @@ Every boto3 client teamstore makes, and every ``Platform``, holds these loggers 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import sys
+from collections.abc import Callable
+from typing import Any
 
 AWS_SDK_LOGGERS = ("botocore", "boto3", "s3transfer")
 """The AWS SDK's loggers: at DEBUG they log requests' and answers' bodies and parameters."""
@@ -80,3 +85,132 @@ def keep_query_values_out_of_logs() -> None:
         logger = logging.getLogger(name)
         if _HIDDEN not in logger.filters:
             logger.addFilter(_HIDDEN)
+
+
+AUTOGEN_PACKAGES = ("autogen_core", "autogen_agentchat", "autogen_ext")
+"""AutoGen's packages: their loggers are named after them (``autogen_core.events``, ``autogen_ext.tools.mcp._actor``)
+and log users' words: messages and tool calls at INFO and DEBUG, failures whose messages quote them at ERROR."""
+
+
+def keep_content_out_of_logs() -> None:
+    """Raise each of :data:`AUTOGEN_PACKAGES`' loggers to WARNING, unless the application has set its level itself,
+    and install :class:`_AutoGenRecords` (once per process), which leaves out what the records it lets through may
+    quote of users' words, on every logger of those packages, those made later included.
+
+    A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message content
+    in telemetry, so a service logging at INFO (or DEBUG) does not write its users' messages to its logs.
+    """
+    for name in AUTOGEN_PACKAGES:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+    current = logging.getLogRecordFactory()
+    if not _leaves_content_out(current):
+        logging.setLogRecordFactory(_AutoGenRecords(current))
+
+
+def _is_autogens(name: str) -> bool:
+    return name.partition(".")[0] in AUTOGEN_PACKAGES
+
+
+class _AutoGenRecords:
+    """The log record factory (:func:`logging.setLogRecordFactory`) that passes each record of an AutoGen logger
+    through :func:`_leave_content_out`, and makes every other as the factory it replaced does.
+
+    A logger's filters see only the records logged on that very logger, and AutoGen logs on dozens, some made
+    only once a team's component is loaded (``autogen_ext.tools.mcp._actor``, ``autogen_ext.memory.*``); the
+    record factory sees each record of each logger as it is made, while the failure it reports is still the
+    one being handled. A factory an application sets later keeps this one working by calling the one it
+    replaces, as Python's documentation asks (OpenTelemetry's logging instrumentation does).
+    """
+
+    def __init__(self, made_by: Callable[..., logging.LogRecord]) -> None:
+        self.made_by = made_by
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.made_by(*args, **kwargs)
+        if _is_autogens(record.name):
+            _leave_content_out(record)
+        return record
+
+
+def _leaves_content_out(factory: Callable[..., logging.LogRecord]) -> bool:
+    """Whether records ``factory`` makes for AutoGen's loggers leave a failure's message out: ours, or one that
+    calls ours (a factory set since, that chains)."""
+    probe = ValueError("probe")
+    record = factory("autogen_core", logging.ERROR, __file__, 0, "probe", None, (ValueError, probe, None))
+    return record.exc_info is None
+
+
+def _leave_content_out(record: logging.LogRecord) -> None:
+    """Keep ``record`` without the words it may quote: a failure's message and traceback (its type stays), and
+    the message part autogen-ext's OpenAI client warns it cannot count (:func:`_part_left_out`).
+
+    A failure is the record's own exception (``exc_info``), or, for a record that has none, the exception
+    being handled as it is logged, when the record's message holds that exception's text: autogen-ext's
+    ChromaDB and mem0 memories log ``f"Failed to add content to ChromaDB: {e}"`` at ERROR, Azure AI Search
+    ``f"Error processing search document: {e}"`` at WARNING. A cancellation is left as it is: it says nothing,
+    and :class:`_CancelledIsNotAnError` drops autogen-core's record of one."""
+    try:
+        traced = record.exc_info[1] if record.exc_info else None
+        error = traced
+        if error is None and isinstance(record.msg, str):  # an event object (the metering tap reads them) stays
+            error = sys.exc_info()[1]
+        if error is not None and not isinstance(error, asyncio.CancelledError):
+            _type_only(record, error, traced=traced is not None)
+        _part_left_out(record)
+    except Exception:  # a record whose message does not format: a handler would report it, never the caller
+        record.msg, record.args, record.exc_info, record.exc_text = (
+            "a record of AutoGen's whose message could not be read (left out: it may quote users' words)",
+            None, None, None)
+
+
+def _type_only(record: logging.LogRecord, error: BaseException, *, traced: bool) -> None:
+    """The record with ``error``'s type in place of its message (wherever the record's message quotes it) and of
+    its traceback. An exception's message often quotes users' words: a structured output the model got wrong is
+    a pydantic error holding the model's reply, a tool's failure its arguments, a provider's refusal the request."""
+    message = shown = record.getMessage()
+    for said in (repr(error), str(error)):  # autogen-core puts some exceptions' text in the message itself
+        if said:
+            shown = shown.replace(said, "...")
+    if not traced and shown == message:  # logged while handling a failure it does not quote
+        return
+    what = "its message and traceback are left out: they" if traced else "its message is left out: it"
+    record.msg = f"{shown} ({type(error).__name__}; {what} may quote users' words)"
+    record.args, record.exc_info, record.exc_text = None, None, None
+
+
+_COULD_NOT_CONVERT = ("Could not convert ", " to string, skipping.")
+
+
+def _part_left_out(record: logging.LogRecord) -> None:
+    """The WARNING autogen-ext's OpenAI client logs when it cannot count a message part's tokens (``Could not
+    convert {part} to string, skipping.``), without the part: it is a piece of a message, users' words included."""
+    said = record.msg
+    if isinstance(said, str) and said.startswith(_COULD_NOT_CONVERT[0]) and said.endswith(_COULD_NOT_CONVERT[1]):
+        record.msg = ("Could not convert a message part to string, skipping (the part is left out: it may quote "
+                      "users' words)")
+        record.args = None
+
+
+class _CancelledIsNotAnError(logging.Filter):
+    """Drops autogen-core's ERROR record of a message handler that was cancelled.
+
+    autogen-core logs every exception out of an agent's handler at ERROR, with its traceback, cancellation
+    included; a session cancels its team whenever the application does (a stream it stops reading, a request
+    timeout) or an erasure stops the run, so each would read as a failure in the service's logs. The run is
+    recorded as it went (its transcript's ``error`` names the cancellation); real errors are still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and issubclass(kind, asyncio.CancelledError))
+
+
+_CANCELLED = _CancelledIsNotAnError()
+
+
+def keep_cancellation_out_of_errors() -> None:
+    """Install :class:`_CancelledIsNotAnError` on autogen-core's logger (once per process)."""
+    logger = logging.getLogger("autogen_core")
+    if _CANCELLED not in logger.filters:
+        logger.addFilter(_CANCELLED)

@@ -45,7 +45,12 @@ from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver, drain_observers
 from teamstore.ids import check_id
 from teamstore.keys.service import KeyService
-from teamstore.logs import keep_query_values_out_of_logs, keep_request_bodies_out_of_logs
+from teamstore.logs import (
+    keep_cancellation_out_of_errors,
+    keep_content_out_of_logs,
+    keep_query_values_out_of_logs,
+    keep_request_bodies_out_of_logs,
+)
 from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.runtime import interruptions, turns
@@ -59,34 +64,7 @@ from teamstore.settings import Settings
 from teamstore.state.base import Restored, SessionKey, StateStore
 from teamstore.state.factory import store_for
 
-# AutoGen's own loggers record every message, content included, at INFO ("autogen_core.events" and
-# "autogen_agentchat.events" among them).
-_AUTOGEN_LOGGERS = ("autogen_core", "autogen_agentchat")
 log = logging.getLogger("teamstore.platform")
-
-
-def keep_content_out_of_logs() -> None:
-    """Raise AutoGen's loggers to WARNING, unless the application has set their level itself, keep the
-    failures autogen-core logs at ERROR without their exceptions' messages and tracebacks
-    (:class:`_FailureTypeOnly`), and the message parts AutoGen's OpenAI client warns of out of its warning
-    (:class:`_PartLeftOut`).
-
-    A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message
-    content in telemetry, so a service logging at INFO does not write its users' messages to its logs.
-    """
-    for name in _AUTOGEN_LOGGERS:
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
-    # A logger's filters see only the records logged on it: autogen-ext's OpenAIAgent logs its API failure, the
-    # provider's error quoting the request included, at ERROR on AgentChat's events logger.
-    for name in (*_AUTOGEN_LOGGERS, "autogen_core.events", "autogen_agentchat.events"):
-        logger = logging.getLogger(name)
-        if _TYPE_ONLY not in logger.filters:
-            logger.addFilter(_TYPE_ONLY)
-    trace = logging.getLogger("autogen_core.trace")  # a logger's filters see only the records logged on it
-    if _PART_LEFT_OUT not in trace.filters:
-        trace.addFilter(_PART_LEFT_OUT)
 
 
 # Python warnings that quote what a model answered: AutoGen's OpenAI client warns, and pydantic under it warns,
@@ -108,73 +86,6 @@ def keep_content_out_of_warnings() -> None:
     """
     for message in _CONTENT_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
-
-
-class _FailureTypeOnly(logging.Filter):
-    """Keeps autogen-core's ERROR record of a handler that raised (and autogen-ext's OpenAIAgent's of a failed
-    request), with the exception's type in place of its message and traceback.
-
-    An exception's message often quotes users' words: a structured output the model got wrong is a pydantic
-    error holding the model's reply, a tool's failure its arguments. autogen-core logs it with its traceback
-    on its own logger, whatever level the application gives AutoGen. The run's transcript records the error;
-    the application gets the exception itself from the run."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if error is None or isinstance(error, asyncio.CancelledError):
-            return True
-        message, said = record.getMessage(), str(error)
-        if said:  # autogen-core puts some exceptions' text in the message itself
-            message = message.replace(said, "...")
-        record.msg = (f"{message} ({type(error).__name__}; its message and traceback are left out: they may "
-                      "quote users' words)")
-        record.args, record.exc_info, record.exc_text = None, None, None
-        return True
-
-
-_TYPE_ONLY = _FailureTypeOnly()
-
-
-class _PartLeftOut(logging.Filter):
-    """Keeps the WARNING autogen-ext's OpenAI client logs on ``autogen_core.trace`` when it cannot count a
-    message part's tokens (``Could not convert {part} to string, skipping.``), without the part: it is a piece
-    of a message, users' words included."""
-
-    _SAID = ("Could not convert ", " to string, skipping.")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        said = record.msg
-        if isinstance(said, str) and said.startswith(self._SAID[0]) and said.endswith(self._SAID[1]):
-            record.msg = ("Could not convert a message part to string, skipping (the part is left out: it may quote "
-                          "users' words)")
-            record.args = None
-        return True
-
-
-_PART_LEFT_OUT = _PartLeftOut()
-
-
-class _CancelledIsNotAnError(logging.Filter):
-    """Drops autogen-core's ERROR record of a message handler that was cancelled.
-
-    autogen-core logs every exception out of an agent's handler at ERROR, with its traceback, cancellation
-    included; a session cancels its team whenever the application does (a stream it stops reading, a request
-    timeout) or an erasure stops the run, so each would read as a failure in the service's logs. The run is
-    recorded as it went (its transcript's ``error`` names the cancellation); real errors are still logged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        kind = record.exc_info[0] if record.exc_info else None
-        return not (kind is not None and issubclass(kind, asyncio.CancelledError))
-
-
-_CANCELLED = _CancelledIsNotAnError()
-
-
-def keep_cancellation_out_of_errors() -> None:
-    """Install :class:`_CancelledIsNotAnError` on autogen-core's logger (once per process)."""
-    logger = logging.getLogger("autogen_core")
-    if _CANCELLED not in logger.filters:
-        logger.addFilter(_CANCELLED)
 
 
 class Platform:
