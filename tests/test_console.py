@@ -258,3 +258,39 @@ def test_a_fixed_cell_of_several_lines_is_as_wide_as_its_longest_line() -> None:
         assert any(label in line for line in lines), label
     widest = len("production=2572cbf3ded2")
     assert max(len(line) for line in lines) == 4 + len("support_triage") + widest + len("support-platform")
+
+
+@pytest.mark.parametrize("command", [[sys.executable, "-m", "teamstore"], [str(Path(sys.executable).with_name("teamstore"))]],
+                         ids=["python -m teamstore", "installed script"])
+@pytest.mark.parametrize(
+    ("args", "error", "fix"),
+    [(["-my landlord Jane Doe"], "error: No such option: -m", "goes after `--`"),
+     (["--my landlord Jane Doe"], "error: No such option: an argument starts with '-' and is no option of this command",
+      "goes after `--`"),
+     (["my", "landlord Jane Doe"], "error: more arguments than the command takes", "one quoted argument")],
+    ids=["short", "long", "extra"],
+)
+def test_a_message_read_as_an_option_or_as_extra_arguments_is_refused_without_quoting_it(
+    tmp_path: Path, command: list[str], args: list[str], error: str, fix: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="300")
+    proc = subprocess.run([*command, "run", "--team", "t", "--user", "u", "--session", "s", *args], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    usage, said, advice = proc.stderr.splitlines()
+    assert usage.startswith("Usage: ") and said.startswith(error), proc.stderr
+    assert fix in advice and "or on stdin (`-`)" in advice, proc.stderr
+    assert not [word for word in ("landlord", "Jane", "Doe") if word in proc.stderr], proc.stderr
+    assert not (tmp_path / "home").exists()  # refused before anything was opened
+
+
+def test_a_mistyped_option_is_still_named_with_the_one_it_may_be() -> None:
+    from typer.testing import CliRunner
+
+    from teamstore.cli import app
+
+    out = CliRunner().invoke(app, ["run", "--team", "t", "--user", "u", "--session", "s", "--jsn", "hi"])
+    assert out.exit_code == 1 and "error: No such option: --jsn (Possible options: --json)" in out.output
+    out = CliRunner().invoke(app, ["run", "--team", "t", "--user", "u", "--session", "s", "--", "--my words", "--x"])
+    assert "more arguments than the command takes" in out.output and "my words" not in out.output

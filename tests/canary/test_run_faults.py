@@ -237,3 +237,17 @@ def test_a_state_keyed_by_the_users_words_that_is_no_json_is_refused_without_quo
     assert (error["type"], error["message"]) == (
         "StateNotSerializable", "notes.notes{key 1} holds a datetime, which is not JSON"), error
     assert "error: notes.notes{key 1} holds a datetime" in said.stderr, said.stderr
+
+
+def test_a_message_that_reads_as_an_option_or_as_extra_arguments_is_refused_without_quoting_it(
+    make_deployment: MakeDeployment, book: CanaryBook
+) -> None:
+    deployment = make_deployment("sqlite+local")
+    bob = User.plant(book, "bob")
+    asked = ("run", "--team", TRIAGE, "--user", bob.user_id, "--session", bob.sessions[0])
+    dashed = book.plant(Kind.MESSAGE, "bob's message that starts with a dash", owner="bob", shape="--my router {} drops")
+    refused = [deployment.cli(*asked, dashed, ok=(1,)), deployment.cli(*asked, f"-{bob.tasks[0]}", ok=(1,)),
+               deployment.cli(*asked, "my router", bob.tasks[1], ok=(1,))]
+    leaks = judge(scan(deployment.sinks(), book))
+    assert not leaks, report(leaks)
+    assert all("`--`" in " ".join(r.stderr.split()) or "one quoted argument" in r.stderr for r in refused)

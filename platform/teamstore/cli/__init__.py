@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import threading
 import traceback
 from typing import Any, NoReturn
@@ -92,10 +93,36 @@ def _usage_failed(exc: Exception) -> NoReturn:
     ctx = getattr(exc, "ctx", None)
     if type(exc).__name__ == "NoArgsIsHelpError" or ctx is None:
         raise exc  # a bare group prints its help
+    said, fix = _unquoted(exc, ctx)
     err_console.print(plain(ctx.get_usage()), highlight=False)
-    err_console.print(f"[bold red]error[/]: {plain(exc.format_message())}")  # type: ignore[attr-defined]
-    err_console.print(f"[yellow]fix[/]: {plain(f'see `{ctx.command_path} --help`')}")
+    err_console.print(f"[bold red]error[/]: {plain(said)}")
+    err_console.print(f"[yellow]fix[/]: {plain(f'see `{ctx.command_path} --help`{fix}')}")
     raise typer.Exit(1)
+
+
+# An unknown option is named when it is one letter, or a typo of one of the command's own (click suggests it).
+_ONE_LETTER = re.compile(r"-[A-Za-z0-9]")
+
+
+def _unquoted(exc: Exception, ctx: Any) -> tuple[str, str]:
+    """A usage error's message without an argument that may be a user's words, and what to add to its fix.
+
+    A message that starts with ``-`` (``teamstore run ... "-my words"``) reads as an unknown option, and words
+    past the last argument as extra arguments: click quotes either, and a command's error line may be logged or
+    seen by others."""
+    said: str = exc.format_message()  # type: ignore[attr-defined]
+    takes_text = any(p.name == "text" for p in ctx.command.params)  # a user's message (teamstore run)
+    if type(exc).__name__ == "NoSuchOption":
+        option, close = getattr(exc, "option_name", ""), getattr(exc, "possibilities", None)
+        if not (close or _ONE_LETTER.fullmatch(option)):
+            said = ("No such option: an argument starts with '-' and is no option of this command (not repeated "
+                    "here: it may be a user's words)")
+        dashes = f"; text that starts with '-' goes after `--` (`{ctx.command_path} [OPTIONS] -- TEXT`), or on stdin (`-`)"
+        return said, dashes if takes_text else ""
+    if said.startswith("Got unexpected extra argument"):
+        said = "more arguments than the command takes (not repeated here: they may be a user's words)"
+        return said, "; pass text that holds spaces as one quoted argument, or on stdin (`-`)" if takes_text else ""
+    return said, ""
 
 
 def _check_text(args: list[str]) -> None:
