@@ -10,6 +10,7 @@ from autogen_agentchat.messages import HandoffMessage, ToolCallSummaryMessage
 
 from config_registry import Manifest, Registry
 from teamstore.runtime.platform import Platform
+from teamstore.state.envelope import field_names
 from tests import team_kinds
 from tests.runtime.checkpoint_teams import counted_calls, said
 
@@ -75,3 +76,25 @@ async def test_every_kind_of_team_with_checkpoints_continues_a_stopped_run_witho
             result = await s.continue_run()
     assert said(result.messages) == expected
     assert calls.made - stopped == whole - (THIRD_TURN_CALL[kind] - 1)  # the two completed turns made no call
+
+
+def _keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value).union(*(_keys(item) for item in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(item) for item in value))
+    return set()
+
+
+@pytest.mark.parametrize("kind", team_kinds.KINDS)
+async def test_every_key_of_every_kind_of_teams_state_is_one_a_refused_values_path_names(
+    platform: Platform, registry: Registry, kind: str
+) -> None:
+    # A state that is no JSON is refused naming its path by the keys that are no user's words: AutoGen's own
+    # states must read by name for the error to be of use.
+    _register(registry, kind)
+    async with platform.session("alice", "s1", team=kind) as s:
+        await s.run(TASK)
+        state = await s.team.save_state()
+    agents = set(state["agent_states"])  # the participants and the manager: the team's definition names them
+    assert _keys(state) - field_names() - agents == set()

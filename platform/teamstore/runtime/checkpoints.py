@@ -130,7 +130,7 @@ def encode_checkpoint(
         "agent_states": agent_states, "turn_ends": list(progress.turn_ends),
         "calls": [_call_record(c) for c in (*progress.carried, *calls)],
     }
-    check_json(payload, "checkpoint")
+    check_json(payload, "checkpoint", {*payload, *built.participants, manager})  # words of the code and definition
     return encode(payload)
 
 

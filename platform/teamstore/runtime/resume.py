@@ -328,7 +328,7 @@ async def capture_states(built: BuiltTeam, message_buffer_cap: int) -> dict[str,
         agent_states = team_state["agent_states"]
         states = {n: _cap_buffer(agent_states[n], message_buffer_cap) for n in built.persisted}
     for name, state in states.items():
-        check_json(state, name)
+        check_json(state, name, built.participants)
     return states
 
 

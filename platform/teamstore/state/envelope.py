@@ -15,12 +15,15 @@ rows, read as they are and sealed at their next save.
 from __future__ import annotations
 
 import binascii
+import dataclasses
 import math
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
 from teamstore.errors import StateNotSerializable, StateRejected
 
@@ -33,12 +36,18 @@ SEALED_PREFIX = f'{{"envelope":{ENVELOPE_VERSION},"codec":"{SEALED_CODEC}","data
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads and writes
 _PLAIN = {str: "str", int: "int", float: "float", dict: "dict", list: "list", tuple: "list"}
-# A key the path of a refused value names: a field's name, as AutoGen's states and pydantic models have them.
-# Any other key is data (an agent of a team's own may key what it keeps by the user's words): named by position.
 _NAMED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# Where a state's models are defined: their fields' names are the keys a refused value's path names.
+_SCHEMA_PACKAGES = frozenset({"autogen_core", "autogen_agentchat", "autogen_ext", "teamstore", "config_registry"})
+# Keys AutoGen saves with no model declaring them: GraphFlow's manager state (tests/runtime/test_team_kinds.py
+# finds every key of every kind of team's state among the names).
+_UNDECLARED = frozenset({"remaining", "enqueued_any", "ready"})
+
+Step = int | tuple[str, int]
+"""One step of a path: a list's index, or a dict's key with its place in the dict (1 for the first)."""
 
 
-def check_json(value: Any, path: str) -> None:
+def check_json(value: Any, path: str, names: Collection[str] = ()) -> None:
     """Raise :class:`StateNotSerializable` naming the first path whose value is not plain JSON.
 
     Plain means exactly what the codec writes and reads back as itself: ``None``, ``bool``, ``str``,
@@ -46,47 +55,98 @@ def check_json(value: Any, path: str) -> None:
     subclass (a ``StrEnum``, an ``OrderedDict``, a named tuple) is refused: it would read back as
     something else.
 
-    The path names a dict's key only when it is a field's name (ASCII letters, digits and ``_``); any other
-    key by its place in the dict (``notes{key 3}``): the message is shown and logged, and a key may be a
-    user's words.
+    The message is shown and logged, and an agent of a team's own may key what it keeps by a user's words (a
+    first name, a topic), so the path names a dict's key only when it was a word before any user said
+    anything: a field's name of AutoGen's and teamstore's models, or of any AutoGen state (``BaseState``) a
+    team's own agent declares (:func:`field_names`), or one of ``names``. Any other key is named by its place
+    in its dict (``notes{key 3}``).
 
     Args:
         value: The structure to check.
         path: Where it starts, e.g. ``researcher``.
+        names: More keys that may be named: the team's participants' names, which key a team's states.
     """
+    found = _refused(value)
+    if found is None:
+        return
+    steps, said, hint = found
+    named = field_names() | set(names)
+    where = path + "".join(_shown(step, named) for step in reversed(steps))
+    raise StateNotSerializable(f"{where}{said}", hint=hint)
+
+
+def _shown(step: Step, named: set[str]) -> str:
+    if isinstance(step, int):
+        return f"[{step}]"
+    key, place = step
+    return f".{key}" if key in named and _NAMED_KEY.fullmatch(key) else f"{{key {place}}}"
+
+
+def _refused(value: Any) -> tuple[list[Step], str, str | None] | None:
+    """The first value under ``value`` that is not plain JSON: its path's steps (innermost first), what is wrong
+    and the fix; ``None`` when everything is."""
     kind = type(value)
     if value is None or kind is bool or kind is str:
-        return
+        return None
     if kind is int:
-        if not _INT_MIN <= value <= _INT_MAX:
-            raise StateNotSerializable(f"{path} is an integer beyond 64 bits, which the state codec cannot hold",
-                                       hint="store it as a string")
-        return
+        return None if _INT_MIN <= value <= _INT_MAX else (
+            [], " is an integer beyond 64 bits, which the state codec cannot hold", "store it as a string")
     if kind is float:
-        if not math.isfinite(value):
-            raise StateNotSerializable(f"{path} is {value}, which JSON cannot hold")
-        return
+        return None if math.isfinite(value) else ([], f" is {value}, which JSON cannot hold", None)
     if kind is list or kind is tuple:
-        for i, item in enumerate(value):
-            check_json(item, f"{path}[{i}]")
-        return
+        return _first_refused((i, item) for i, item in enumerate(value))
     if kind is dict:
-        for place, (key, item) in enumerate(value.items(), 1):
+        for place, key in enumerate(value, 1):
             if type(key) is not str:
-                raise StateNotSerializable(f"{path}{{key {place}}} is a key of type {type(key).__name__}, not a "
-                                           "string", hint="key the state's objects by strings")
-            check_json(item, f"{path}.{key}" if _NAMED_KEY.fullmatch(key) else f"{path}{{key {place}}}")
-        return
+                return ([("", place)], f" is a key of type {type(key).__name__}, not a string",
+                        "key the state's objects by strings")
+        return _first_refused(((key, place), item) for place, (key, item) in enumerate(value.items(), 1))
     base = next((name for plain, name in _PLAIN.items() if isinstance(value, plain)), None)
     if base is not None:
-        raise StateNotSerializable(
-            f"{path} holds a {kind.__name__}, a {base} subclass, which would not read back as itself",
-            hint=f"store its plain value ({base}(x)) in the state",
-        )
-    raise StateNotSerializable(
-        f"{path} holds a {kind.__name__}, which is not JSON",
-        hint="keep custom message types and tool results to plain JSON values",
-    )
+        return ([], f" holds a {kind.__name__}, a {base} subclass, which would not read back as itself",
+                f"store its plain value ({base}(x)) in the state")
+    return [], f" holds a {kind.__name__}, which is not JSON", "keep custom message types and tool results to plain JSON values"
+
+
+def _first_refused(items: Iterable[tuple[Step, Any]]) -> tuple[list[Step], str, str | None] | None:
+    for step, item in items:
+        found = _refused(item)
+        if found is not None:
+            found[0].append(step)
+            return found
+    return None
+
+
+def field_names() -> set[str]:
+    """The names (and aliases) of the fields of every pydantic model and dataclass that AutoGen's and teamstore's
+    loaded modules define or import, and of every AutoGen state (``BaseState``) loaded, wherever it is defined
+    (and the few keys GraphFlow saves with no model): the keys of what AutoGen's agents, teams, model contexts
+    and messages save."""
+    # What AutoGen's states hold (a built team has them loaded; imported here so the names never depend on it).
+    import autogen_agentchat.messages  # noqa: F401
+    import autogen_core.model_context
+    import autogen_core.models  # noqa: F401
+    from autogen_agentchat.state import BaseState
+
+    classes: list[type] = [BaseState]
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in _SCHEMA_PACKAGES and module is not None:
+            classes += [found for found in vars(module).values() if isinstance(found, type)]
+    found_names = set(_UNDECLARED)
+    for cls in (*classes, *_subclasses(BaseState)):
+        if issubclass(cls, BaseModel):
+            found_names.update(cls.model_fields)
+            found_names.update(field.alias for field in cls.model_fields.values() if field.alias)
+        elif dataclasses.is_dataclass(cls):
+            found_names.update(field.name for field in dataclasses.fields(cls))
+    return found_names
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    sub: type
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
 
 
 # orjson would turn dates, dataclasses and str/int subclasses into JSON silently (and read back as
