@@ -157,3 +157,99 @@ async def test_a_checkpoint_write_cut_off_while_the_server_runs_it_is_settled_fo
     else:
         assert settled.checkpoint is None and settled.row_version == version
     assert row.state == '{"before":1}'
+
+
+@pytest.mark.postgres
+async def test_a_row_held_past_the_settles_wait_says_whether_the_write_landed_is_not_known(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under a row lease the settle waits for whatever holds the row (a write still running) up to its own
+    # lock_timeout: past it, the error says what is not known, not that the role's lock_timeout refused a
+    # statement; and that lock_timeout stays the settle's (the pooled connection keeps the one it had).
+    from teamstore.state import row_lease
+
+    monkeypatch.setattr(row_lease, "SETTLE_SECONDS", 1)
+    await prepare(postgres_url, "row")
+    engine, other = create_engine(postgres_url, pool_size=1, max_overflow=0), create_engine(postgres_url)
+    store = store_for(engine, pool_size=2, lease="row")
+    try:
+        async with engine.connect() as conn:
+            before = (await conn.execute(text("SHOW lock_timeout"))).scalar()
+        await acquire(store, KEY)
+        version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+        async with other.connect() as holder:
+            await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
+            with pytest.raises(StoreUnavailable) as info:
+                await store.settle(KEY, owner="w1")
+        assert "held the session's row past 1s: whether the checkpoint write left unanswered landed is not known" \
+            in str(info.value)
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SHOW lock_timeout"))).scalar() == before
+        row = await store.get(KEY)
+        assert row is not None and row.row_version == version and row.checkpoint == '{"turn":1}'
+    finally:
+        await store.aclose()
+        await engine.dispose()
+        await other.dispose()
+
+
+@pytest.fixture
+async def unable_to_terminate(postgres_url: str) -> AsyncIterator[str]:
+    """``postgres_url`` (migrated for advisory-lock leases) as a role the database does not let call
+    ``pg_terminate_backend``, not even on its own connections (as some managed databases keep it)."""
+    await prepare(postgres_url, "lock")
+    role = f"ts_no_terminate_{os.getpid()}"
+    admin = create_engine(postgres_url)
+    async with admin.begin() as conn:
+        await conn.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        for grant in (f"GRANT USAGE ON SCHEMA public TO {role}", f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}",
+                      f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}",
+                      "REVOKE EXECUTE ON FUNCTION pg_terminate_backend(integer, bigint) FROM PUBLIC"):
+            await conn.execute(text(grant))
+    scheme, _, rest = postgres_url.partition("://")
+    yield f"{scheme}://{role}@{rest.partition('@')[2]}"
+    async with admin.begin() as conn:
+        await conn.execute(text(f"DROP OWNED BY {role}"))
+    async with admin.connect() as conn:  # its connections first: a role that has any cannot be dropped
+        await conn.execute(text(f"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '{role}'"))
+        await conn.commit()
+    async with admin.begin() as conn:
+        await conn.execute(text(f"DROP ROLE {role}"))
+    await admin.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_lost_connection_the_role_may_not_end_is_outwaited_and_the_write_read_as_it_landed(
+    unable_to_terminate: str, postgres_url: str
+) -> None:
+    # The role may not end its own server processes: the settle waits for the process of the write cut off to
+    # end on its own (its statement done, it finds its client gone), and reads the row once it has. The write
+    # waits for the row when it is cut off, and lands when the row comes free: the settle reads it there.
+    engine, admin = create_engine(unable_to_terminate), create_engine(postgres_url)
+    store = store_for(engine, pool_size=2, lease="lock")
+    try:
+        await acquire(store, KEY)
+        version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+        async with admin.connect() as holder:
+            await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
+            writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
+                                                             record=checkpoint()))
+            pid = await _waiting_on_the_row(admin)
+            _cut(_in_flight(store))
+            with pytest.raises(StoreUnavailable):
+                await writing
+            settling = asyncio.ensure_future(store.settle(KEY, owner="w1"))
+            await asyncio.sleep(0.3)  # the settle finds it may not end the write's process, and waits for it
+            assert not settling.done()
+            await holder.commit()
+        settled = await settling
+        await _gone(admin, pid)
+        row = await store.get(KEY)
+        assert settled is not None and row is not None
+        assert (row.checkpoint, row.row_version) == (settled.checkpoint, settled.row_version)
+        assert settled.checkpoint == '{"turn":1}' and settled.row_version == version + 1
+    finally:
+        await store.aclose()
+        await engine.dispose()
+        await admin.dispose()

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 import orjson
 
 ROW_VERSION_MAX = 2**63 - 1
-SETTLE_SECONDS = 10
-"""How long :meth:`StateStore.settle` waits for a write still running (on Postgres) before giving up on it."""
 """The largest row version either database's column holds (a signed 64-bit integer): a row at it could never
 be saved again, since every save adds one."""
+SETTLE_SECONDS = 10
+"""How long :meth:`StateStore.settle` waits for a write still running (on Postgres) before giving up on it."""
 
 
 @dataclass(frozen=True)

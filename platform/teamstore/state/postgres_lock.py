@@ -39,6 +39,7 @@ direct or through a session-mode pooler (a transaction-mode pooler cannot keep a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ from teamstore.state.base import (
     StoredSession,
 )
 from teamstore.state.direct import DirectPool, Statement, execute, for_psycopg
-from teamstore.state.failures import erasure_open, unavailable
+from teamstore.state.failures import erasure_open, landing_unknown, unavailable
 from teamstore.state.lease_mode import CHECK_SECONDS, LeaseModeCheck
 from teamstore.state.rows import checkpoint_params, lock_params, new_session, save_params, stored
 from teamstore.state.waiting import Waiting
@@ -71,7 +72,9 @@ _RELEASE = {discard: for_psycopg(sql.release_lock(discard_empty=discard)) for di
 _SAVE = {(release, existing): for_psycopg(sql.save_locked(existing=existing, release=release))
          for release in (True, False) for existing in (True, False)}
 _CHECKPOINT = {existing: for_psycopg(sql.checkpoint_locked(existing=existing)) for existing in (True, False)}
-_END_LOST_HOLDER = sql.end_lost_holder()
+_END_LOST_HOLDER, _LOST_HOLDER_STAYS = sql.end_lost_holder(), sql.lost_holder_stays()
+_NOT_ALLOWED = "42501"  # the SQLSTATE of a function the role may not call (insufficient_privilege)
+_HOLDER_POLL = 0.1  # how often a lost connection the database would not end is looked for again
 _READ = slice(1, 2 + len(sql.SESSION_COLUMNS))  # where the row's columns and read_at sit in the load's result
 _COUNT = _READ.stop  # then the user's live sessions, if counted
 
@@ -252,28 +255,55 @@ class LockLeaseStore(AdminMethods):
     async def settle(self, key: SessionKey, *, owner: str) -> StoredSession | None:
         """The row once no write ``owner`` sent can still land: the server process of the connection a checkpoint
         write was cut off on (its lease went with it) is ended first, if it still holds the session's lock
-        (:func:`teamstore.state.statements.end_lost_holder`); one gone already holds nothing that can land.
+        (:func:`teamstore.state.statements.end_lost_holder`); one gone already holds nothing that can land. A
+        database that will not let the role end it (``pg_terminate_backend`` refused) is waited on instead, for
+        that process to end on its own.
 
         Raises:
-            StoreUnavailable: The database failed, or that process did not end within :data:`SETTLE_SECONDS`:
-                whether its write landed is not known.
+            StoreUnavailable: The database failed, or that process still held the lock :data:`SETTLE_SECONDS`
+                later: whether its write landed is not known.
         """
         pid = self._given_up.get((key, owner))
         if pid is not None:
-            params = {"u": key.user_id, "s": key.session_id, "pid": pid, "wait_ms": SETTLE_SECONDS * 1000}
-            try:
-                async with self.engine.connect() as conn:
-                    ended = (await conn.execute(_END_LOST_HOLDER, params)).scalar()
-            except SQLAlchemyError as exc:
-                raise unavailable(exc, "end the connection the checkpoint write was cut off on") from exc
-            if ended is False:
-                raise StoreUnavailable(
-                    f"the database had not ended the connection the checkpoint write was cut off on within "
-                    f"{SETTLE_SECONDS}s: whether the write landed is not known",
-                    hint="check the database's load and pg_stat_activity; the session's next opening reads "
-                         "whichever checkpoint its row holds")
+            await self._end_lost_holder({"u": key.user_id, "s": key.session_id, "pid": pid,
+                                         "wait_ms": SETTLE_SECONDS * 1000})
             self._given_up.pop((key, owner), None)
         return await self.get(key)
+
+    async def _end_lost_holder(self, params: Mapping[str, Any]) -> None:
+        """End (or else outwait) the server process ``params["pid"]`` while it holds the session's lock."""
+        refused = False
+        try:
+            async with self.engine.connect() as conn:
+                ended = (await conn.execute(_END_LOST_HOLDER, params)).scalar()
+        except SQLAlchemyError as exc:
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) != _NOT_ALLOWED:
+                raise unavailable(exc, "end the connection the checkpoint write was cut off on") from exc
+            refused, ended = True, False  # a managed database's role, say, kept from pg_terminate_backend
+        if ended is not False or not await self._lost_holder_stays(params, SETTLE_SECONDS if refused else 0):
+            return  # ended, or gone by itself (just before the signal, or while outwaited)
+        if refused:
+            raise landing_unknown(
+                f"the connection the checkpoint write was cut off on still held the session {SETTLE_SECONDS}s "
+                "later, and the database does not let this role end it (pg_terminate_backend)",
+                hint="grant the role EXECUTE on pg_terminate_backend(integer, bigint), or lease sessions in their "
+                     "rows (TEAMSTORE_SESSION_LEASE=row), whose read-back needs no such right")
+        raise landing_unknown(f"the database had not ended the connection the checkpoint write was cut off on "
+                              f"within {SETTLE_SECONDS}s")
+
+    async def _lost_holder_stays(self, params: Mapping[str, Any], seconds: float) -> bool:
+        """Whether the server process ``params["pid"]`` still holds the session's lock ``seconds`` from now (it is
+        asked again every :data:`_HOLDER_POLL` seconds until then; 0: once)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                async with self.engine.connect() as conn:
+                    stays = bool((await conn.execute(_LOST_HOLDER_STAYS, params)).scalar())
+            except SQLAlchemyError as exc:
+                raise unavailable(exc, "learn whether the connection the checkpoint write was cut off on ended") from exc
+            if not stays or time.monotonic() >= deadline:
+                return stays
+            await asyncio.sleep(_HOLDER_POLL)
 
     async def renew(self, key: SessionKey, *, owner: str, lease_ttl: float) -> bool:
         """Any statement on the held connection restarts the server's lease timer: send a trivial one."""
@@ -311,4 +341,5 @@ class LockLeaseStore(AdminMethods):
         for lease in self._leases.values():
             await lease.conn.close()
         self._leases.clear()
+        self._given_up.clear()
         await self._direct.close()

@@ -47,7 +47,7 @@ from teamstore.state.base import (
     StoredSession,
 )
 from teamstore.state.cancellation import to_the_end
-from teamstore.state.failures import unavailable
+from teamstore.state.failures import landing_unknown, unavailable
 from teamstore.state.lease_mode import CHECK_SECONDS, LeaseModeCheck
 from teamstore.state.rows import checkpoint_params, lease_params, row_lease_params, save_params, stored
 from teamstore.state.waiting import Waiting
@@ -91,6 +91,7 @@ class RowStatements(Protocol):
 _RENEW = {dialect: sql.renew_row(dialect) for dialect in (sql.SQLITE, sql.POSTGRES)}
 _SETTLE = {dialect: sql.settle_row(dialect) for dialect in (sql.SQLITE, sql.POSTGRES)}
 _RELEASE, _DISCARD = sql.release_row(), sql.discard_row()
+_LOCK_NOT_AVAILABLE = "55P03"  # the SQLSTATE of a Postgres wait cut short by lock_timeout
 
 
 class RowLeaseStore(AdminMethods):
@@ -218,6 +219,8 @@ class RowLeaseStore(AdminMethods):
                     await conn.execute(select(func.set_config("lock_timeout", f"{SETTLE_SECONDS}s", True)))
                 row = (await conn.execute(_SETTLE[dialect], params)).first()
         except SQLAlchemyError as exc:
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) == _LOCK_NOT_AVAILABLE:  # our lock_timeout, not the role's
+                raise landing_unknown(f"a write still running held the session's row past {SETTLE_SECONDS}s") from exc
             raise unavailable(exc, "read the session's row back") from exc
         if row is None:
             return await self.get(key)

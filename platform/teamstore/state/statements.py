@@ -293,16 +293,26 @@ def as_lock_id(value: Any) -> Any:
     return cast(value, BigInteger).op("&")(2**32 - 1)
 
 
+def _lost_holder() -> Any:
+    """The server process ``pid``, if it still holds the session's advisory lock (:func:`_lock_key`)."""
+    user_hash, session_hash = _lock_key(USER, SESSION)
+    return and_(held_advisory_locks(), PG_LOCKS.c.pid == PID,
+                cast(PG_LOCKS.c.classid, BigInteger) == as_lock_id(user_hash),
+                cast(PG_LOCKS.c.objid, BigInteger) == as_lock_id(session_hash))
+
+
 def end_lost_holder() -> Any:
     """End the server process ``pid`` if it still holds the session's advisory lock, waiting up to ``wait_ms``
     for it to exit: a connection this worker gave up on mid-statement, whose statement the server may still be
-    running. One row, true, when it ended in time; false when it had not; no row when no such process holds
-    the lock (it has ended already). Once it has ended, nothing it was sent can still land."""
-    user_hash, session_hash = _lock_key(USER, SESSION)
-    return select(func.pg_terminate_backend(PG_LOCKS.c.pid, WAIT_MS)).where(
-        held_advisory_locks(), PG_LOCKS.c.pid == PID,
-        cast(PG_LOCKS.c.classid, BigInteger) == as_lock_id(user_hash),
-        cast(PG_LOCKS.c.objid, BigInteger) == as_lock_id(session_hash))
+    running. One row, true, when it ended in time; false when it had not (or had exited just before the signal:
+    :func:`lost_holder_stays` tells); no row when no such process holds the lock (it has ended already). Once it
+    has ended, nothing it was sent can still land."""
+    return select(func.pg_terminate_backend(PG_LOCKS.c.pid, WAIT_MS)).where(_lost_holder())
+
+
+def lost_holder_stays() -> Any:
+    """Whether the server process ``pid`` still holds the session's advisory lock (one row, true, if so)."""
+    return select(exists().where(_lost_holder()))
 
 
 def _lease_timer(value: Any) -> Any:
