@@ -253,3 +253,35 @@ async def test_a_lost_connection_the_role_may_not_end_is_outwaited_and_the_write
         await store.aclose()
         await engine.dispose()
         await admin.dispose()
+
+
+async def test_a_checkpoint_that_landed_unanswered_is_what_a_quarantine_after_the_settle_sets_aside(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sealed store remembers what the open session's row holds, so a quarantine sets aside those very bytes.
+    # A write whose answer was lost told it nothing; the settle read what the row holds (turn 2's checkpoint),
+    # and the checkpoint refused after it is turn 2's as the row held it, not turn 1's.
+    from sqlalchemy import select
+
+    from teamstore.state.schema import quarantine, sessions
+
+    await acquire(store, KEY)
+    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint())
+    inner = store.inner  # type: ignore[attr-defined]
+    real = inner.checkpoint
+
+    async def answer_lost(*args: Any, **kwargs: Any) -> int:
+        await real(*args, **kwargs)
+        raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
+
+    monkeypatch.setattr(inner, "checkpoint", answer_lost)
+    with pytest.raises(StoreUnavailable):
+        await store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint('{"turn":2}'))
+    async with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        held = (await conn.execute(select(sessions.c.checkpoint))).scalar_one()
+    settled = await store.settle(KEY, owner="w1")
+    assert settled is not None and settled.checkpoint == '{"turn":2}'
+    await store.quarantine(settled, owner="w1", reason="checkpoint corrupt", detail="refused", checkpoint_only=True)
+    async with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        assert (await conn.execute(select(quarantine.c.checkpoint))).scalar_one() == held

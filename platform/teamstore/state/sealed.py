@@ -310,8 +310,14 @@ class SealedStateStore:
         return await self._opened_row(await self.inner.get(key), key)
 
     async def settle(self, key: SessionKey, *, owner: str) -> StoredSession | None:
-        """See :meth:`StateStore.settle` (the row opened, as :meth:`get` opens it)."""
-        return await self._opened_row(await self.inner.settle(key, owner=owner), key)
+        """See :meth:`StateStore.settle` (the row opened, as :meth:`get` opens it). What the open session's row
+        holds is taken from it: a write left unanswered that landed changed it, and a quarantine sets aside
+        those very bytes."""
+        row = await self.inner.settle(key, owner=owner)
+        where = (key.user_id, key.session_id, owner)
+        if row is not None and where in self._stored:
+            self._stored[where] = (row.state, row.checkpoint)
+        return await self._opened_row(row, key)
 
     async def _opened_row(self, row: StoredSession | None, key: SessionKey) -> StoredSession | None:
         if row is None or (row.state is None and row.checkpoint is None):
