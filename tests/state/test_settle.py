@@ -285,3 +285,84 @@ async def test_a_checkpoint_that_landed_unanswered_is_what_a_quarantine_after_th
     await store.quarantine(settled, owner="w1", reason="checkpoint corrupt", detail="refused", checkpoint_only=True)
     async with store.engine.connect() as conn:  # type: ignore[attr-defined]
         assert (await conn.execute(select(quarantine.c.checkpoint))).scalar_one() == held
+
+
+class _Pooler:
+    """A connection pooler in session mode in front of the server, as far as the settle can tell one: each client
+    has a server connection of its own, and is told a server process id of the pooler's making (PgBouncer's
+    BackendKeyData), not the server's."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._upstream = (host, port)
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(*self._upstream)
+        await asyncio.gather(self._pipe(client_r, server_w), self._from_server(server_r, client_w),
+                             return_exceptions=True)
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+        finally:
+            writer.close()  # a client gone: its server connection is closed too, as a pooler does
+
+    async def _from_server(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:  # the startup's messages, until the server is ready for a query
+            head = await reader.readexactly(5)
+            body = await reader.readexactly(int.from_bytes(head[1:], "big") - 4)
+            if head[:1] == b"K":  # BackendKeyData: the process id, then the cancel key
+                body = (2**30 + int.from_bytes(body[:4], "big")).to_bytes(4, "big") + body[4:]
+            writer.write(head + body)
+            if head[:1] == b"Z":
+                break
+        await self._pipe(reader, writer)
+
+
+@pytest.mark.postgres
+async def test_a_write_cut_off_behind_a_session_mode_pooler_is_settled_by_the_servers_own_process_id(
+    postgres_url: str,
+) -> None:
+    # Behind a pooler the connection reports a process id the server never had: the settle ends the process that
+    # holds the session's lock as the server names it, so the write cut off never lands after the read.
+    await prepare(postgres_url, "lock")
+    server = postgres_url.partition("@")[2].partition("/")[0]
+    host, _, port = server.partition(":")
+    pooler = _Pooler(host, int(port))
+    pooled = postgres_url.replace(server, f"127.0.0.1:{await pooler.start()}") + "?sslmode=disable&gssencmode=disable"
+    engine, admin = create_engine(pooled), create_engine(postgres_url)
+    store = store_for(engine, pool_size=2, lease="lock")
+    try:
+        await acquire(store, KEY)
+        version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+        async with admin.connect() as holder:
+            await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
+            writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
+                                                             record=checkpoint()))
+            pid = await _waiting_on_the_row(admin)
+            assert _in_flight(store).info.backend_pid != pid  # what the pooler told the connection
+            _cut(_in_flight(store))
+            with pytest.raises(StoreUnavailable):
+                await writing
+            settled = await store.settle(KEY, owner="w1")
+            await holder.commit()
+        await _gone(admin, pid)
+        row = await store.get(KEY)
+        assert settled is not None and row is not None
+        assert (row.checkpoint, row.row_version) == (settled.checkpoint, settled.row_version) == (None, version)
+    finally:
+        await store.aclose()
+        await engine.dispose()
+        await admin.dispose()
+        await pooler.close()

@@ -77,6 +77,7 @@ _NOT_ALLOWED = "42501"  # the SQLSTATE of a function the role may not call (insu
 _HOLDER_POLL = 0.1  # how often a lost connection the database would not end is looked for again
 _READ = slice(1, 2 + len(sql.SESSION_COLUMNS))  # where the row's columns and read_at sit in the load's result
 _COUNT = _READ.stop  # then the user's live sessions, if counted
+_PID = _COUNT + 2  # and, after the lease timer, the server process holding the lock
 
 
 @dataclass
@@ -85,7 +86,7 @@ class _Lease:
     cursor: Any
     taken: float
     ttl: float
-    pid: int  # the connection's server process (known from its start: a broken connection may not say)
+    pid: int  # the server process holding the lock (read with it: a broken connection cannot be asked)
 
     @property
     def overdue(self) -> bool:
@@ -136,7 +137,7 @@ class LockLeaseStore(AdminMethods):
                 await self._unlock(conn, cursor, params)
                 raise TooManySessions(counted, max_sessions)
             if locked:
-                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl, conn.info.backend_pid)
+                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl, row[_PID])
                 values = row[_READ]
                 return new_session(key, claim) if values[1] is None else stored(key.user_id, key.session_id, values)
             await self._direct.checkin(conn)

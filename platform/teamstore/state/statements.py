@@ -338,8 +338,10 @@ def acquire_lock() -> Any:
     not_live = (row.c.expires_at > func.now()).is_not(True)  # no row, or an expired one
     count = case((and_(lock.c.locked, LIMIT.is_not(None), not_live), live_count(USER, func.now(), POSTGRES)))
     timer = _lease_timer(case((lock.c.locked, TTL_MS), else_="0"))
+    # Last, the server process holding the lock, as the server knows it: a pooler in front of it (PgBouncer,
+    # session mode) hands its clients a process id of its own making.
     return select(lock.c.locked, *(row.c[name] for name in SESSION_COLUMNS), _read_at(func.now()), count,
-                  timer).select_from(lock.outerjoin(row, true()))
+                  timer, func.pg_backend_pid()).select_from(lock.outerjoin(row, true()))
 
 
 def save_locked(*, existing: bool, release: bool) -> Any:
