@@ -366,3 +366,28 @@ async def test_a_write_cut_off_behind_a_session_mode_pooler_is_settled_by_the_se
         await engine.dispose()
         await admin.dispose()
         await pooler.close()
+
+
+@pytest.mark.postgres
+async def test_a_process_id_the_server_used_again_for_another_workers_lock_is_not_ended(postgres_url: str) -> None:
+    # The connection w1 gave up on has ended, and the server gave its process id to a connection that has taken
+    # the session since (w2). The settle ends a process only if it had started by the time w1 took its lease.
+    await prepare(postgres_url, "lock")
+    engine = create_engine(postgres_url)
+    first, second = (store_for(engine, pool_size=2, lease="lock") for _ in range(2))
+    try:
+        await acquire(first, KEY)
+        lease = first._leases[(KEY, "w1")]
+        async with engine.connect() as conn:  # w1's connection ends (a failover, say); its lock goes with it
+            await conn.execute(text("SELECT pg_terminate_backend(:p, 5000)"), {"p": lease.pid})
+        await _gone(engine, lease.pid)
+        await acquire(second, KEY, owner="w2", timeout=5)
+        taken = second._leases[(KEY, "w2")]
+        first._given_up[(KEY, "w1")] = (taken.pid, lease.read_at)  # as if w2's process had w1's id
+        assert await first.settle(KEY, owner="w1") is None  # nothing of w1's: read as it stands
+        version = await second.checkpoint(KEY, owner="w2", expected_version=0, record=checkpoint())
+        assert version == 1  # w2's connection, and its lock, live on
+    finally:
+        await first.aclose()
+        await second.aclose()
+        await engine.dispose()

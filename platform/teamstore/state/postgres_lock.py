@@ -43,6 +43,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -87,6 +88,7 @@ class _Lease:
     taken: float
     ttl: float
     pid: int  # the server process holding the lock (read with it: a broken connection cannot be asked)
+    read_at: datetime  # the server's time as it took the lock: that process had started by then
 
     @property
     def overdue(self) -> bool:
@@ -117,7 +119,8 @@ class LockLeaseStore(AdminMethods):
             needs="an advisory-lock lease (the server's idle_session_timeout ends a stalled worker's)",
         )
         self._leases: dict[tuple[SessionKey, str], _Lease] = {}
-        self._given_up: dict[tuple[SessionKey, str], int] = {}  # the server process of a checkpoint write cut off
+        # the server process of a checkpoint write cut off, and when its lease was taken
+        self._given_up: dict[tuple[SessionKey, str], tuple[int, datetime]] = {}
 
     async def _execute(self, cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         return await execute(cursor, stmt, params)
@@ -137,8 +140,8 @@ class LockLeaseStore(AdminMethods):
                 await self._unlock(conn, cursor, params)
                 raise TooManySessions(counted, max_sessions)
             if locked:
-                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl, row[_PID])
                 values = row[_READ]
+                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl, row[_PID], values[-1])
                 return new_session(key, claim) if values[1] is None else stored(key.user_id, key.session_id, values)
             await self._direct.checkin(conn)
             if locked is None:
@@ -226,7 +229,7 @@ class LockLeaseStore(AdminMethods):
             row = await self._execute(lease.cursor, _CHECKPOINT[expected_version > 0], params)
         except BaseException as exc:
             self._leases.pop((key, owner), None)
-            self._given_up[(key, owner)] = lease.pid  # what settle() ends, if it still runs
+            self._given_up[(key, owner)] = (lease.pid, lease.read_at)  # what settle() ends, if it still runs
             await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error):
                 raise self._lost(exc, lease, "write the run's checkpoint") from exc
@@ -264,9 +267,10 @@ class LockLeaseStore(AdminMethods):
             StoreUnavailable: The database failed, or that process still held the lock :data:`SETTLE_SECONDS`
                 later: whether its write landed is not known.
         """
-        pid = self._given_up.get((key, owner))
-        if pid is not None:
-            await self._end_lost_holder({"u": key.user_id, "s": key.session_id, "pid": pid,
+        given_up = self._given_up.get((key, owner))
+        if given_up is not None:
+            pid, taken_at = given_up
+            await self._end_lost_holder({"u": key.user_id, "s": key.session_id, "pid": pid, "taken_at": taken_at,
                                          "wait_ms": SETTLE_SECONDS * 1000})
             self._given_up.pop((key, owner), None)
         return await self.get(key)

@@ -278,7 +278,8 @@ def _lock_key(user_id: Any, session_id: Any) -> tuple[Any, Any]:
 PG_LOCKS = table("pg_locks", column("locktype"), column("granted", Boolean), column("objsubid"), column("database"),
                  column("classid"), column("objid"), column("pid"))
 PG_DATABASE = table("pg_database", column("oid"), column("datname"))
-PID, WAIT_MS = Param("pid", BigInteger()), Param("wait_ms", BigInteger())
+PG_STAT_ACTIVITY = table("pg_stat_activity", column("pid"), column("backend_start"))
+PID, WAIT_MS, TAKEN_AT = Param("pid", BigInteger()), Param("wait_ms", BigInteger()), Param("taken_at", _TIME)
 
 
 def held_advisory_locks() -> Any:
@@ -294,9 +295,12 @@ def as_lock_id(value: Any) -> Any:
 
 
 def _lost_holder() -> Any:
-    """The server process ``pid``, if it still holds the session's advisory lock (:func:`_lock_key`)."""
+    """The server process ``pid``, if it still holds the session's advisory lock (:func:`_lock_key`) and had
+    started by ``taken_at`` (the server's time as the lease was taken): a process that took the session later on
+    a process id the server had used again is another worker's."""
     user_hash, session_hash = _lock_key(USER, SESSION)
-    return and_(held_advisory_locks(), PG_LOCKS.c.pid == PID,
+    started = exists().where(PG_STAT_ACTIVITY.c.pid == PID, PG_STAT_ACTIVITY.c.backend_start <= TAKEN_AT)
+    return and_(held_advisory_locks(), PG_LOCKS.c.pid == PID, started,
                 cast(PG_LOCKS.c.classid, BigInteger) == as_lock_id(user_hash),
                 cast(PG_LOCKS.c.objid, BigInteger) == as_lock_id(session_hash))
 
