@@ -801,6 +801,32 @@ async def test_saves_at_once_write_the_snapshot_once(platform: Platform) -> None
         assert "one more thing" in json.dumps(await s.team.save_state())
 
 
+@pytest.mark.parametrize("landed", [True, False], ids=["landed-unanswered", "not-written"])
+async def test_a_mid_session_save_left_unanswered_is_read_back_before_the_next_write(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    # The save lands (or not), but the database's answer is lost: the session does not know the row's version.
+    # Its next write reads the row back first and goes on from there: on the version it held, a save that landed
+    # made the block's exit save find the row changed under it, and the session's last run was lost.
+    real = platform.store.save
+
+    async def answer_lost(*args: Any, **kwargs: Any) -> int:
+        if landed:
+            await real(*args, **kwargs)
+        raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
+
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("message about the ZX-81 router")
+        monkeypatch.setattr(platform.store, "save", answer_lost)
+        with pytest.raises(StoreUnavailable):
+            await s.save()
+        monkeypatch.setattr(platform.store, "save", real)
+        await s.run("and one more thing")
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        assert s.resume is not None and s.resume.outcome == "resumed"
+        assert "one more thing" in json.dumps(await s.team.save_state())
+
+
 async def test_a_save_under_way_as_the_block_exits_lands_before_the_lease_is_given_back(platform: Platform) -> None:
     for steps in range(1, 40):  # the block exits at every step of the event loop of a save the caller left running
         async with platform.session("alice", f"s{steps}", team="support_triage") as s:

@@ -246,7 +246,11 @@ def settle_row(dialect: str) -> Any:
     """Move the row's version on, if ``owner`` still holds its row lease, and read it back, in one statement:
     ``UPDATE .. SET row_version = row_version + 1 WHERE lease_owner = :owner RETURNING`` the row. A write of
     ``owner``'s whose answer was lost and that has not landed yet names the version before, so it can no longer
-    land; one the server is still running holds the row, and this statement waits for it to end first."""
+    land; one the server is still running holds the row, and this statement waits for it to end first.
+
+    Unlike every other write of a session row it carries no erasure hold (:func:`teamstore.db.fence.held`): it
+    writes nothing of the user, and Postgres would judge the hold before reaching the row, so a settle under a
+    hold would skip its wait for the write still running."""
     return (update(sessions).where(*is_key(), sessions.c.lease_owner == OWNER)
             .values(row_version=sessions.c.row_version + 1).returning(*read_columns(now_in(dialect))))
 
