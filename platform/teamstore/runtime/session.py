@@ -14,7 +14,8 @@ what its runs will need of the user (:func:`teamstore.events.notify_opening`), t
 and judges the row (:mod:`teamstore.runtime.opening`) and recalls the user's memory; leaving it waits for the
 last run's audit, then writes the pending snapshot together with the lease release; the platform's close cuts
 off a session still open. What the session does while open (its runs, the snapshot after each, an interrupted
-run continued or abandoned, ``s.save()``) is :mod:`teamstore.runtime.session_runs`.
+run continued or abandoned, ``s.save()``) is :mod:`teamstore.runtime.session_runs`, and what it writes to its row
+:mod:`teamstore.runtime.session_writes`.
 
 A team that keeps user memory gives it to the participants its manifest names as the session opens
 (``s.memory`` says what was given), and the memory writer updates it from what the completed runs said once
@@ -102,7 +103,7 @@ class Session(SessionRuns):
     @property
     def row_version(self) -> int:
         """The stored row's version as of the last load or write."""
-        return self._row_version
+        return self._writes.row_version
 
     @property
     def interrupted(self) -> InterruptedRun | None:
@@ -145,7 +146,7 @@ class Session(SessionRuns):
         except BaseException:
             ready.cancel()  # the team is dropped with the session
             raise
-        self._row_version, self._holds_state = row.row_version, not row.is_new
+        self._writes.row_version, self._writes.holds_state = row.row_version, not row.is_new
         self._keeper = LeaseKeeper(store, self.key, self._owner, limits.lease_ttl_seconds, since=asked_at)
         try:
             await ready
@@ -235,10 +236,10 @@ class Session(SessionRuns):
     async def _judge(self, row: StoredSession) -> Verdict:
         """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
         opened = await open_row(row, self._built, self._deps, self._owner)
-        self._holds_state = not (row.is_new or opened.state_set_aside)
+        self._writes.holds_state = not (row.is_new or opened.state_set_aside)
         if opened.built is not self._built:  # AutoGen refused a state teamstore passed: built afresh
             self._use(opened.built)
-        self._good_states = dict(opened.verdict.states)
+        self._writes.good_states = dict(opened.verdict.states)
         self._checkpoint = opened.checkpoint
         self._interrupted = opened.checkpoint.run if opened.checkpoint else None
         self._given_up = row.checkpoint is not None and opened.checkpoint is None
@@ -286,12 +287,12 @@ class Session(SessionRuns):
             await self._stop_keeping()
         if not self._deps.sessions.closing:  # no next request on a closing platform
             self._deps.build_ahead(self._team_ref)  # the next request's team, built while the save is on its way
-        async with self._writing:  # after a save still under way (one the caller did not await)
+        async with self._writes.lock:  # after a save still under way (one the caller did not await)
             try:
-                if self._pending is not None:
-                    await self._write(release=True)
+                if self._writes.pending:
+                    await self._writes.save(self._built, release=True)
                 else:
-                    if self._drop_checkpoint:
+                    if self._writes.drop_checkpoint:
                         await self.write_checkpoint(None)
                     await self._release()
             except BaseException:  # whatever failed, the lease is given back
@@ -315,13 +316,10 @@ class Session(SessionRuns):
             return  # no lease taken
         await self._stop_running()
         await self._stop_keeping()
-        async with self._writing:
-            self._given_back = True
-            try:
-                # The session may not have read the row yet: then it may hold nothing (the release checks it).
-                await self._deps.store.release(self.key, owner=self._owner, discard_empty=not self._holds_state)
-            except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
-                log.warning("could not give back the lease of a session open as its platform closed: %s", exc)
+        try:
+            await self._writes.give_back()  # after a save under way
+        except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
+            log.warning("could not give back the lease of a session open as its platform closed: %s", exc)
 
     async def _stop_running(self) -> None:
         """Cut off: stop the run in flight at once, and give its audit (or the last completed run's) a while to
@@ -377,7 +375,7 @@ class Session(SessionRuns):
         # A row left holding nothing (no state saved or kept, and no checkpoint: a first run cancelled before its
         # first checkpoint, or abandoned, a refusal set aside) goes with the lease: nothing is stored, so nothing
         # is left for the per-user bound.
-        await self._deps.store.release(self.key, owner=self._owner, discard_empty=not self._holds_state)
+        await self._writes.release()
 
     async def _release_quietly(self) -> None:
         try:

@@ -9,7 +9,8 @@
 
 :class:`SessionRuns` is what a :class:`~teamstore.runtime.session.Session` does between opening and closing;
 the session adds how it opens and closes (its lease, its row judged, the user's memory). Each run is a
-:class:`~teamstore.runtime.runs.Run`, which streams it; this module holds what comes around the runs.
+:class:`~teamstore.runtime.runs.Run`, which streams it; this module holds what comes around the runs, and a
+:class:`~teamstore.runtime.session_writes.SessionWrites` writes the session's row (saves, checkpoints).
 
 ``run()`` and ``run_stream()`` snapshot the opted-in participants' states right after the run completes
 (never while AutoGen's run is in flight) and check them (plain JSON, under the byte cap). The snapshot is
@@ -28,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
@@ -43,9 +44,7 @@ from teamstore.errors import (
     RunInProgress,
     RunInterrupted,
     SessionNotOpen,
-    StaleStateVersion,
     StateRejected,
-    StorageError,
 )
 from teamstore.events import RunContext, RunObserver, RunOutcome
 from teamstore.memory.writer import Said
@@ -54,13 +53,13 @@ from teamstore.runtime.checkpoints import (
     Checkpoint,
     InterruptedRun,
     apply_checkpoint,
-    encode_take_up,
     set_aside_run,
 )
-from teamstore.runtime.deps import LeaseKeeper, SessionDeps, checkpoint_record, save_record
+from teamstore.runtime.deps import LeaseKeeper, SessionDeps
 from teamstore.runtime.memory import MemoryBinding, rebind_memory
 from teamstore.runtime.resume import ResumeOutcome, apply_states, snapshot
 from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, final_result
+from teamstore.runtime.session_writes import SessionWrites
 from teamstore.runtime.tasks import check_task
 from teamstore.runtime.turns import StreamItem
 from teamstore.state.base import SessionKey
@@ -98,19 +97,13 @@ class SessionRuns:
         self._owner = owner
         self._built: BuiltTeam  # set when the session is entered; used only while it is open
         self._team_run_stream: Callable[..., AsyncIterator[Any]]  # AutoGen's own, before s.team was routed
-        self._row_version = 0
-        self._holds_state = False  # the row holds a saved state, as far as the session knows: it stays at release
-        self._pending: str | None = None
-        self._writing = asyncio.Lock()  # one save at a time: two at once would both take the one snapshot
-        self._pending_bytes = 0
-        self._good_states: dict[str, Any] = {}  # what the team holds between runs: rebuilt from after a failure
+        self._writes = SessionWrites(deps, key, owner)  # the row's version, the snapshot to save, the saves
         self._stale = False  # a run failed or was cancelled mid-turn: the team is built again before the next
         self._running = False
         self._run: Run | None = None
         self._open: weakref.ref[AsyncGenerator[Any, None]] | None = None  # the stream whose run is in flight
         self._interrupted: InterruptedRun | None = None
         self._checkpoint: Checkpoint | None = None  # the interrupted run's, judged (read again if None)
-        self._drop_checkpoint = False  # a run that completed, then failed its snapshot, left one: the next write clears it
         self._stopped_by_cancel = False  # the interrupted run stopped in this block because it was cancelled
         self._given_up = False  # the session opened on a run that could not wait (set aside, expired): ended there
         self._phase: Phase = "new"
@@ -120,7 +113,6 @@ class SessionRuns:
         self._memory: MemoryBinding | None = None
         self._said: list[Said] = []  # what the completed runs said since the memory was last written
         self._last_run: tuple[RunContext, RunOutcome] | None = None
-        self._given_back = False  # the platform's close gave the lease back: not even a last checkpoint is written
         self._keeper: LeaseKeeper | None = None  # renews the lease while the session is open
 
     # --- what a run needs of its session (teamstore.runtime.runs.RunHost) ----------------------------------
@@ -154,25 +146,14 @@ class SessionRuns:
         return self._team_run_stream(task=task, cancellation_token=token)
 
     async def write_checkpoint(self, text: str | None, *, last: bool = False) -> None:
-        """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement.
-
-        Args:
-            text: The encoded checkpoint.
-            last: It is the last checkpoint of a run stopped mid-run, carrying the model calls paid since the one
-                before: once the platform has closed, it is still written until the close gives the session's
-                lease back (the close stops the run and waits for it first, and gives the lease back only once
-                this write, begun, has ended), so the attempt that ends the run records those calls with the rest.
+        """Write (``None``: clear) the run's checkpoint under the lease and row version, in one statement
+        (:meth:`SessionWrites.checkpoint <teamstore.runtime.session_writes.SessionWrites.checkpoint>`, where
+        ``last`` is told).
 
         Raises:
             PlatformClosed: The platform closed while the session was open; nothing was written.
         """
-        # The last one holds the session's writes (nothing that holds them waits for a run): a close whose wait for
-        # the stopped run is over gives the lease back, and closes the store, only after it.
-        async with self._writing if last else contextlib.nullcontext():
-            with self._storing(last_word=last and not self._given_back):
-                self._row_version = await self._deps.store.checkpoint(
-                    self.key, owner=self._owner, expected_version=self._row_version,
-                    record=checkpoint_record(self._built, text, self._deps.limits))
+        await self._writes.checkpoint(self._built, text, last=last)
 
     async def checkpoint_landed(self, run_id: str, turn: int) -> bool:
         """Whether the session's row holds run ``run_id``'s checkpoint of ``turn`` once no write of the session's
@@ -184,27 +165,9 @@ class SessionRuns:
         Raises:
             StoreUnavailable: The row could not be read, or a write still running did not end in time.
         """
-        row = await self._deps.store.settle(self.key, owner=self._owner)
-        if row is None:
-            return False
-        self._row_version = row.row_version
-        found = set_aside_run(row)
+        row = await self._writes.settle()
+        found = set_aside_run(row) if row is not None else None
         return found is not None and (found.run.run_id, found.run.last_turn) == (run_id, turn)
-
-    @contextlib.contextmanager
-    def _storing(self, *, last_word: bool = False) -> Iterator[None]:
-        """Around each write of the session to the store: none once its platform has closed under it, and one
-        the closing cut short (its connection closed mid-statement: nothing of it landed) says so too. A stopped
-        run's last checkpoint (``last_word``) is written before the close takes anything away: it fails as it is."""
-        sessions = self._deps.sessions
-        if not last_word:
-            sessions.check()
-        try:
-            yield
-        except (StorageError, StaleStateVersion) as exc:
-            if sessions.closed and not last_word:
-                raise sessions.closed_under() from exc
-            raise
 
     async def _check_lease(self) -> None:
         """Refuse to go on once the session's lease is lost: a run started then (or a memory write handed on)
@@ -311,7 +274,7 @@ class SessionRuns:
         await to_the_end(self._abandon(checkpoint))
 
     async def _abandon(self, checkpoint: Checkpoint) -> None:
-        async with self._writing:
+        async with self._writes.lock:
             await self.write_checkpoint(None)
         self._interrupted = self._checkpoint = None
         self._run_ended("abandoned")
@@ -382,7 +345,7 @@ class SessionRuns:
         elif self._stale:
             await self._rebuild()
         await self.flush_audit()
-        if not continuing and self._built.manifest.checkpoints != "off" and (self._pending or self._drop_checkpoint):
+        if not continuing and self._built.manifest.checkpoints != "off" and (self._writes.pending or self._writes.drop_checkpoint):
             await self.save()  # the checkpoints of this run then build on the last completed one
         self._deps.sessions.check()  # cut off while it got ready
         await self._check_lease()  # last: what the run's audit looks up as it starts is looked up under the lease
@@ -413,26 +376,15 @@ class SessionRuns:
         if self._memory is not None and self._deps.memory is not None:  # every participant's context as it was
             await self._deps.memory.withdraw_forgotten(self._memory, self.key.user_id,
                                                        restored=self._memory.declaration.participants)
-        await self._count_take_up(checkpoint)
+        try:
+            await self._writes.count_take_up(self._built, checkpoint)
+        except BaseException:
+            self._checkpoint = None  # it may have landed: the next take-up or abandonment reads back the row's
+            raise
         self._stale = False  # the continuation runs on the team as the checkpoint left it
         self._interrupted = self._checkpoint = None  # in flight again: a new stop sets it again
         self._run_ended("continued")
         return TakenUp(checkpoint, so_far)
-
-    async def _count_take_up(self, checkpoint: Checkpoint) -> None:
-        """Write the checkpoint back with this take-up counted, before the continuation makes any model call: the
-        ledger keys a run's rows by the attempt (the checkpoint's count of take-ups), and a continuation that
-        recorded the run and died before the save that clears it would otherwise leave the next take-up its own
-        number, that one's calls skipped as recorded. On failure nothing ran and the run is still interrupted.
-        """
-        try:
-            async with self._writing:
-                await to_the_end(self.write_checkpoint(encode_take_up(self._built, checkpoint)))
-        except BaseException:
-            # The write may have landed (cancelled once it had begun, it finished; a store that failed mid-write
-            # cannot say): the next take-up or abandonment reads back the one the row holds.
-            self._checkpoint = None
-            raise
 
     def _run_ended(self, how: str, *, refused: Refusal | None = None) -> None:
         """The interrupted run the session opened with no longer waits: :attr:`resume` says so."""
@@ -446,9 +398,7 @@ class SessionRuns:
         if self._checkpoint is None:  # the run stopped in this block, or a take-up's write failed: read back
             # once nothing written since can still land, and gone on from the version it was read at (a write left
             # unanswered may have landed: a take-up counted, a run's last calls carried)
-            row = await self._deps.store.settle(self.key, owner=self._owner)
-            if row is not None:
-                self._row_version = row.row_version
+            row = await self._writes.settle()
             self._checkpoint = interruptions.read_back(row, self._built)
         return self._checkpoint
 
@@ -464,7 +414,7 @@ class SessionRuns:
             if run.continues and self.resume is not None:  # the run it said was continued waits again
                 self.resume = self.resume.run_stopped(self._interrupted)
         elif run.durable_turn:
-            self._drop_checkpoint = True
+            self._writes.drop_checkpoint = True
 
     async def _settle(self, *, in_flight: bool = True) -> None:
         """Close a stream the caller left open mid-run (it stops the team), and wait for one Python is closing;
@@ -494,7 +444,7 @@ class SessionRuns:
     async def _snapshot(self) -> None:
         taken = await snapshot(self._built, self._deps.limits.state_max_bytes)
         if taken is not None:  # a refused one raised: the last snapshot that fit (if any) still saves
-            (self._pending, self._good_states), self._pending_bytes = taken, len(taken[0].encode())
+            self._writes.hold(taken)
 
     def _remember(self, run: Run, result: TaskResult) -> None:
         """A run completed: what it said joins what the memory writer reads once the block has saved."""
@@ -518,8 +468,8 @@ class SessionRuns:
         self._use(await self._deps.build_team(f"{built.name}@{built.version}"))
         if self._memory is not None:  # the new team's participants are given what the old one's were
             self._memory = await rebind_memory(self._memory, self._built)
-        if self._good_states:
-            await apply_states(self._built, self._good_states)
+        if self._writes.good_states:
+            await apply_states(self._built, self._writes.good_states)
         if self._memory is not None and self._deps.memory is not None:  # what was forgotten stays withdrawn
             await self._deps.memory.withdraw_forgotten(self._memory, self.key.user_id, restored=self._built.persisted)
         self._stale = False
@@ -532,26 +482,5 @@ class SessionRuns:
         """
         self._require_open()
         await self.flush_audit()
-        async with self._writing:
-            if self._pending is not None:
-                # Cancelled mid-write (a request timeout), the write finishes first. Cut short, it may have saved
-                # without the session learning the new row version (its exit save would then conflict with
-                # itself), lost the lock with its connection, or left SQLite's connection holding the write lock.
-                await to_the_end(self._write(release=False))
-            elif self._drop_checkpoint:
-                await to_the_end(self.write_checkpoint(None))
-                self._drop_checkpoint = False
-        return self._row_version
-
-    async def _write(self, *, release: bool) -> None:
-        # Taken before writing: a refused snapshot is reported once, never retried blindly at exit.
-        state, self._pending = self._pending, None
-        assert state is not None
-        with self._storing():
-            self._row_version = await self._deps.store.save(
-                self.key, owner=self._owner, expected_version=self._row_version,
-                record=save_record(self._built, state, self._deps.limits), release=release,
-            )
-        self._drop_checkpoint = False  # a save clears the row's checkpoint
-        self._holds_state = True
-        self._deps.metrics.state_saved(self._pending_bytes)
+        await self._writes.save_pending(self._built)
+        return self._writes.row_version
