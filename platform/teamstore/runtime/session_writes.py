@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from config_registry.types import BuiltTeam
-from teamstore.errors import StaleStateVersion, StorageError
+from teamstore.errors import StaleStateVersion, StorageError, StoreUnavailable
 from teamstore.runtime.checkpoints import Checkpoint, encode_take_up
 from teamstore.runtime.deps import SessionDeps, checkpoint_record, save_record
 from teamstore.state.base import SessionKey, StoredSession
@@ -55,6 +55,7 @@ class SessionWrites:
         self._pending: str | None = None
         self._pending_bytes = 0
         self._given_back = False  # the platform's close gave the lease back: not even a last checkpoint is written
+        self._unsettled = False  # a write was left unanswered: whether it landed, and the row's version, unknown
 
     @property
     def pending(self) -> bool:
@@ -83,6 +84,7 @@ class SessionWrites:
         # the stopped run is over gives the lease back, and closes the store, only after it.
         async with self.lock if last else contextlib.nullcontext():
             with self._storing(last_word=last and not self._given_back):
+                await self._settled_first()
                 self.row_version = await self._deps.store.checkpoint(
                     self._key, owner=self._owner, expected_version=self.row_version,
                     record=checkpoint_record(built, text, self._deps.limits))
@@ -111,7 +113,15 @@ class SessionWrites:
         row = await self._deps.store.settle(self._key, owner=self._owner)
         if row is not None:
             self.row_version = row.row_version
+        self._unsettled = False
         return row
+
+    async def _settled_first(self) -> None:
+        """Before a write, after one left unanswered: the row read back (:meth:`settle`), so the write goes on
+        from the version it is at. On the version the session held, a write that had landed would make this one
+        find the row changed under it (``StaleStateVersion``), and a save the session's last run with it."""
+        if self._unsettled:
+            await self.settle()
 
     async def save_pending(self, built: BuiltTeam) -> None:
         """Write the pending snapshot now, keeping the lease; or, with none, clear a checkpoint left to clear.
@@ -133,6 +143,7 @@ class SessionWrites:
         state, self._pending = self._pending, None
         assert state is not None
         with self._storing():
+            await self._settled_first()
             self.row_version = await self._deps.store.save(
                 self._key, owner=self._owner, expected_version=self.row_version,
                 record=save_record(built, state, self._deps.limits), release=release,
@@ -168,6 +179,7 @@ class SessionWrites:
         try:
             yield
         except (StorageError, StaleStateVersion) as exc:
+            self._unsettled = self._unsettled or isinstance(exc, StoreUnavailable)
             if sessions.closed and not last_word:
                 raise sessions.closed_under() from exc
             raise
