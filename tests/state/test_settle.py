@@ -5,9 +5,11 @@ gave up on can still be running on the server, and a plain read taken then would
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -123,6 +125,34 @@ async def _gone(engine: Any, pid: int) -> None:
     raise AssertionError(f"server process {pid} never ended")
 
 
+@dataclass
+class _CutOff:
+    version: int  # the row's version before the write
+    pid: int  # the write's server process, as the server names it
+    reported_pid: int  # and as the connection was told it (behind a pooler, the pooler's own number)
+    settling: asyncio.Future[Any]  # the settle, begun once the worker has given the write up
+
+
+@contextlib.asynccontextmanager
+async def _cut_off_while_the_row_is_held(store: Any, admin: Any) -> AsyncIterator[_CutOff]:
+    """A checkpoint write of w1's that waits for the row (another transaction holds it) when w1's connection
+    fails, and the settle begun after it; the row comes free as the block ends."""
+    await acquire(store, KEY)
+    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+    async with admin.connect() as holder:
+        await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
+        writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
+                                                         record=checkpoint()))
+        pid = await _waiting_on_the_row(admin)
+        in_flight = _in_flight(store)
+        _cut(in_flight)
+        with pytest.raises(StoreUnavailable):
+            await writing
+        yield _CutOff(version, pid, in_flight.info.backend_pid, asyncio.ensure_future(store.settle(KEY, owner="w1")))
+        await holder.commit()
+    await _gone(admin, pid)  # whatever the write's process was going to do, it has done
+
+
 @pytest.mark.postgres
 async def test_a_checkpoint_write_cut_off_while_the_server_runs_it_is_settled_for_good(pg: tuple[Any, Any]) -> None:
     # The write waits for the row (another transaction holds it) when the worker's connection fails. A plain
@@ -131,24 +161,12 @@ async def test_a_checkpoint_write_cut_off_while_the_server_runs_it_is_settled_fo
     # left; under an advisory lock it ends the write's server process (the lease went with its connection), so
     # the write never lands. Either way what the settle reads is what the row keeps.
     store, engine = pg
-    await acquire(store, KEY)
-    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
-    async with engine.connect() as holder:
-        await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
-        writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
-                                                         record=checkpoint()))
-        pid = await _waiting_on_the_row(engine)
-        _cut(_in_flight(store))
-        with pytest.raises(StoreUnavailable):
-            await writing
-        settling = asyncio.ensure_future(store.settle(KEY, owner="w1"))
-        if store.lease == "lock":
-            settled = await settling  # the write's process ended: nothing to wait for
-        else:
+    async with _cut_off_while_the_row_is_held(store, engine) as cut:
+        if store.lease == "row":
             await asyncio.sleep(0.3)  # the settle waits behind the write, which waits for the row
-        await holder.commit()
-    settled = await settling
-    await _gone(engine, pid)  # whatever the write's process was going to do, it has done
+        else:
+            await cut.settling  # the write's process ended: nothing to wait for
+    settled, version = await cut.settling, cut.version
     row = await store.get(KEY)
     assert settled is not None and row is not None
     assert (row.checkpoint, row.row_version) == (settled.checkpoint, settled.row_version)
@@ -229,22 +247,10 @@ async def test_a_lost_connection_the_role_may_not_end_is_outwaited_and_the_write
     engine, admin = create_engine(unable_to_terminate), create_engine(postgres_url)
     store = store_for(engine, pool_size=2, lease="lock")
     try:
-        await acquire(store, KEY)
-        version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
-        async with admin.connect() as holder:
-            await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
-            writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
-                                                             record=checkpoint()))
-            pid = await _waiting_on_the_row(admin)
-            _cut(_in_flight(store))
-            with pytest.raises(StoreUnavailable):
-                await writing
-            settling = asyncio.ensure_future(store.settle(KEY, owner="w1"))
+        async with _cut_off_while_the_row_is_held(store, admin) as cut:
             await asyncio.sleep(0.3)  # the settle finds it may not end the write's process, and waits for it
-            assert not settling.done()
-            await holder.commit()
-        settled = await settling
-        await _gone(admin, pid)
+            assert not cut.settling.done()
+        settled, version = await cut.settling, cut.version
         row = await store.get(KEY)
         assert settled is not None and row is not None
         assert (row.checkpoint, row.row_version) == (settled.checkpoint, settled.row_version)
@@ -344,20 +350,10 @@ async def test_a_write_cut_off_behind_a_session_mode_pooler_is_settled_by_the_se
     engine, admin = create_engine(pooled), create_engine(postgres_url)
     store = store_for(engine, pool_size=2, lease="lock")
     try:
-        await acquire(store, KEY)
-        version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
-        async with admin.connect() as holder:
-            await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
-            writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
-                                                             record=checkpoint()))
-            pid = await _waiting_on_the_row(admin)
-            assert _in_flight(store).info.backend_pid != pid  # what the pooler told the connection
-            _cut(_in_flight(store))
-            with pytest.raises(StoreUnavailable):
-                await writing
-            settled = await store.settle(KEY, owner="w1")
-            await holder.commit()
-        await _gone(admin, pid)
+        async with _cut_off_while_the_row_is_held(store, admin) as cut:
+            assert cut.reported_pid != cut.pid  # what the pooler told the connection
+            settled = await cut.settling
+        version = cut.version
         row = await store.get(KEY)
         assert settled is not None and row is not None
         assert (row.checkpoint, row.row_version) == (settled.checkpoint, settled.row_version) == (None, version)
