@@ -8,8 +8,8 @@
         repo.write_json("teams/support_triage/manifest.json", {"name": "support_triage"})
         sha = repo.commit(["teams/support_triage"], "register support_triage", author=None)
 
-Everything goes through the ``git`` command line, so the repository is an ordinary one that people can
-clone, review and push. No global git identity is needed: defaults are passed with ``-c``.
+Everything goes through the ``git`` command line (:mod:`config_registry.gitcli` runs it and reads what it
+prints), so the repository is an ordinary one that people can clone, review and push.
 """
 
 from __future__ import annotations
@@ -17,18 +17,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import locale
 import logging
 import os
 import re
 import shlex
 import stat
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, overload
+from typing import IO, Any
 
+from config_registry import gitcli
 from config_registry.errors import (
     RegistryConflict,
     RegistryCorrupt,
@@ -36,12 +35,11 @@ from config_registry.errors import (
     RegistryNotFound,
     folder_failure,
 )
-from config_registry.folders import SHARED, make_folder, umask
+from config_registry.folders import SHARED, make_folder
+from config_registry.gitcli import DEFAULT_NAME, OTHERS_WRITE
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_NAME = "teamstore"
-DEFAULT_EMAIL = "teamstore@localhost"
 LOCK_FILE = "teamstore-registry.lock"
 RECOVER_HINT = (
     "see what is left with `teamstore registry recover`; then `teamstore registry recover --discard` goes back "
@@ -50,7 +48,6 @@ RECOVER_HINT = (
 )
 FILE_MODE = 0o644
 """The mode of the files the registry writes (less the umask); its folders are :data:`SHARED` (0755)."""
-_OTHERS_WRITE = 0o022
 _checked: set[Path] = set()  # registries whose modes this process has checked (and warned of, once)
 _README = """# teamstore registry
 
@@ -58,43 +55,6 @@ Team definitions managed by `teamstore registry`. One folder per team under `tea
 (`component.json`, `manifest.json`); labels under `labels/` (`<team>.json` and an append-only
 `<team>.log.jsonl`). Every change is a commit; edit through the CLI, not by hand.
 """
-
-
-# What 'git rev-parse --local-env-vars' lists: set in the caller's environment (the registry used from a git
-# hook, or a CI step inside another checkout), they point every git command at that other repository,
-# and the registry's commits would land there.
-_REPOSITORY_ENV = frozenset({
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
-    "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
-    "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
-    "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
-})
-
-
-@overload
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]: ...
-
-
-@overload
-def _run(command: list[str], given: bytes) -> subprocess.CompletedProcess[bytes]: ...
-
-
-def _run(command: list[str], given: bytes | None = None) -> subprocess.CompletedProcess[Any]:
-    """Run a git command line with the caller's repository-selecting variables removed; given ``given``, it is
-    the command's input and its output is bytes."""
-    env = {
-        k: v for k, v in os.environ.items()
-        if k not in _REPOSITORY_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
-    }
-    # Git makes the repository's files and folders under the umask: with no write bit for others, whatever the
-    # caller's, so no one else can plant a hook, a config or an object (a umask stricter than that is kept).
-    return subprocess.run(command, capture_output=True, text=given is None, input=given, check=False, env=env,
-                          umask=umask() | _OTHERS_WRITE)
-
-
-def _text(data: bytes) -> str:
-    """A file's bytes as :func:`_run`'s text output gives them: decoded, its line ends made ``\\n``."""
-    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def dump_json(data: Any) -> str:
@@ -169,7 +129,7 @@ class GitRepo:
             os.close(fd)  # closing releases the lock
 
     def _is_toplevel(self) -> bool:
-        result = _run(["git", "-C", str(self.path), "rev-parse", "--show-toplevel"])
+        result = gitcli.run(["git", "-C", str(self.path), "rev-parse", "--show-toplevel"])
         if "dubious ownership" in result.stderr:
             # A registry checked out by another user (a sync job, a deploy user): git refuses to read it.
             # Trusting it here would bypass git's guard against a stranger's repository config running commands.
@@ -198,7 +158,7 @@ class GitRepo:
         if self.path in _checked:
             return
         _checked.add(self.path)
-        loose = 0o002 if self._shared_with_group() else _OTHERS_WRITE
+        loose = 0o002 if self._shared_with_group() else OTHERS_WRITE
         found = [(path, mode) for path, mode in _modes(self.path) if mode & loose]
         if found:
             named = ", ".join(str(path.relative_to(self.path)) for path, _mode in found[:3])
@@ -234,42 +194,16 @@ class GitRepo:
         self.commit(["README.md"], "Create the teamstore registry")
 
     def git(self, *args: str, check: bool = True) -> str:
-        """Run git in the repository and return stdout.
+        """Run git in the repository and return stdout (:func:`gitcli.git`).
 
         Raises:
             RegistryError: git failed (its stderr is in the message).
         """
-        command = [
-            "git",
-            "-c",
-            f"user.name={DEFAULT_NAME}",
-            "-c",
-            f"user.email={DEFAULT_EMAIL}",
-            "-c",
-            "core.quotepath=off",
-            "-C",
-            str(self.path),
-            *args,
-        ]
-        result = _run(command)
-        if check and result.returncode != 0:
-            raise RegistryError(
-                f"git {' '.join(args[:2])} failed in {self.path}: {result.stderr.strip()}",
-                hint="check the repository with 'git status' and 'git log'",
-            )
-        return result.stdout
+        return gitcli.git(self.path, *args, check=check)
 
     def changes(self, paths: Sequence[str]) -> list[tuple[str, str]]:
         """Uncommitted (staged, unstaged or untracked) files under ``paths``: (git's two-letter status, path)."""
-        # -z: paths as they are (no quoting of unusual names); a rename's entry is followed by its old path.
-        fields = iter(self.git("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths).split("\x00"))
-        found = []
-        for entry in fields:
-            if entry:
-                found.append((entry[:2], entry[3:]))
-                if entry[0] in "RC":
-                    next(fields, None)
-        return found
+        return gitcli.changes(self.path, paths)
 
     def dirty(self, paths: Sequence[str]) -> list[str]:
         """Uncommitted (staged, unstaged or untracked) files under ``paths``."""
@@ -437,68 +371,32 @@ class GitRepo:
         self.git("checkout", "-q", "--", *paths, check=False)
         self.git("clean", "-fdq", "--", *paths, check=False)
 
+    # The reads are gitcli's, on this repository: callers (and the registry's checks) hold one object.
+
     def show(self, version: str, relative: str) -> str | None:
         """The text of ``relative`` at ``version``, or ``None`` if it does not exist there."""
-        result = _run(["git", "-C", str(self.path), "show", f"{version}:{relative}"])
-        return result.stdout if result.returncode == 0 else None
+        return gitcli.show(self.path, version, relative)
 
     def show_many(self, wanted: Sequence[tuple[str, str]]) -> list[str | None]:
-        """The text of each ``(version, relative)`` as :meth:`show` gives it, read by one ``git cat-file
-        --batch`` rather than a process a file: a registry of hundreds of teams reads hundreds at once."""
-        # cat-file reads a name a line: one holding a line end (a label hand-edited to one) is read alone.
-        batched = [pair for pair in wanted if not any(end in part for part in pair for end in "\r\n")]
-        found = dict(zip(batched, self._cat(batched), strict=True))
-        return [found[pair] if pair in found else self.show(*pair) for pair in wanted]
-
-    def _cat(self, wanted: Sequence[tuple[str, str]]) -> list[str | None]:
-        if not wanted:
-            return []
-        names = "".join(f"{version}:{relative}\n" for version, relative in wanted).encode()
-        out, at, found = _run(["git", "-C", str(self.path), "cat-file", "--batch"], names).stdout, 0, []
-        for pair in wanted:
-            end = out.find(b"\n", at)
-            if end < 0:  # git stopped short (killed, say): what is left is read as show() reads it
-                found.append(self.show(*pair))
-                continue
-            header, at = out[at:end].split(), end + 1
-            if len(header) != 3:  # "<name> missing" or "ambiguous": show() fails too
-                found.append(None)
-                continue
-            size = int(header[2])
-            body, at = out[at:at + size], at + size + 1  # each object is followed by a newline
-            # A folder (a tree) is given by show() as git's listing of it, not as the tree's bytes.
-            found.append(_text(body) if header[1] == b"blob" else self.show(*pair))
-        return found
+        """The text of each ``(version, relative)`` as :meth:`show` gives it, read by one git process."""
+        return gitcli.show_many(self.path, wanted)
 
     def head(self) -> str:
-        """The commit HEAD is at now (``"HEAD"`` in a repository without commits): reads pinned to it see one
-        state of the registry, whatever a writer commits meanwhile."""
-        return self.git("rev-parse", "--verify", "-q", "HEAD", check=False).strip() or "HEAD"
+        """The commit HEAD is at now (``"HEAD"`` in a repository without commits)."""
+        return gitcli.head(self.path)
 
     def has_commits(self) -> bool:
         """False for a repository created but never committed to (it has no history yet)."""
-        result = _run(["git", "-C", str(self.path), "rev-parse", "--verify", "-q", "HEAD"])
-        return result.returncode == 0
+        return gitcli.has_commits(self.path)
 
     def files(self, version: str, prefix: str) -> list[str]:
         """Paths of the files under ``prefix`` at ``version`` (none in a repository without commits)."""
-        result = _run(["git", "-C", str(self.path), "ls-tree", "-r", "-z", "--name-only", version, "--", prefix])
-        return [p for p in result.stdout.split("\x00") if p] if result.returncode == 0 else []
+        return gitcli.files(self.path, version, prefix)
 
     def log(self, *paths: str, at: str = "HEAD", limit: int | None = None) -> list[dict[str, str]]:
         """Commits touching ``paths`` in the history of ``at`` (the ``limit`` newest), newest first: sha,
         author, ISO time, subject."""
-        # Fields and commits end in NUL, the one character git keeps out of names and messages (any other
-        # separator could sit in a commit message, and that commit would drop out of the history).
-        if not self.has_commits():
-            return []
-        count = [f"-{limit}"] if limit is not None else []
-        out = self.git("log", *count, "-z", "--format=%H%x00%an <%ae>%x00%aI%x00%s", at, "--", *paths)
-        fields = out.split("\x00")
-        return [
-            dict(zip(("commit", "author", "time", "message"), fields[i:i + 4], strict=True))
-            for i in range(0, len(fields) - 3, 4)
-        ]
+        return gitcli.log(self.path, *paths, at=at, limit=limit)
 
 
 def _modes(top: Path) -> Iterator[tuple[Path, int]]:
