@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from teamstore.keys.sealed import is_sealed
 from tests.conftest import fits_with_ids_whole
+from tests.otlp_receiver import OtlpReceiver
 
 
 def _demo(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
@@ -140,3 +142,29 @@ def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> N
     # Nothing was touched: the real bob keeps his session, the label stays where it was.
     assert teamstore("sessions", "show", "--user", "bob", "--session", "real-1").returncode == 0
     assert teamstore("registry", "show", "support_triage@production", "--json").stdout == labelled
+
+
+@pytest.mark.postgres
+def test_demo_runs_on_postgres_s3_kms_and_an_otlp_endpoint(
+    tmp_path: Path, postgres_url: str, s3_bucket: str, kms_key: str, otlp_env: OtlpReceiver
+) -> None:
+    # The same command on a service's stores, through the standard variables: the demo's users' words reach
+    # S3 sealed and the exporter not at all.
+    import boto3
+
+    stores = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "OTEL_", "TEAMSTORE_KMS"))}
+    proc = _demo(tmp_path, COLUMNS="100", TEAMSTORE_DATABASE_URL=postgres_url,
+                 TEAMSTORE_TRANSCRIPTS_URL=f"s3://{s3_bucket}/demo", **stores)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "context came back" in proc.stdout and "sessions left for bob: 0" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    home = tmp_path / "home"  # the registry stays a folder of the home; nothing else is kept there
+    assert not any((home / name).exists() for name in ("teamstore.db", "transcripts", "key-encryption-keys.json"))
+    s3 = boto3.client("s3")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=s3_bucket, Prefix="demo/").get("Contents", [])]
+    assert any(key.endswith(".jsonl.gz") for key in keys), keys
+    assert all(is_sealed(s3.get_object(Bucket=s3_bucket, Key=key)["Body"].read()) for key in keys if
+               key.endswith(".jsonl.gz"))
+    otlp_env.wait_for(lambda spans: any(s["name"].startswith("invoke_agent") for s in spans))
+    for word in (b"alice", b"55102", b"ZX-81"):
+        assert word not in otlp_env.wire()
