@@ -827,6 +827,35 @@ async def test_a_mid_session_save_left_unanswered_is_read_back_before_the_next_w
         assert "one more thing" in json.dumps(await s.team.save_state())
 
 
+async def test_a_read_back_that_fails_before_a_save_keeps_the_snapshot_for_the_next_write(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a save left unanswered, the next save reads the row back first; when that read fails, nothing was
+    # sent, and the run since is still the session's to save (it was dropped, and the block's exit saved nothing).
+    real_save, real_settle = platform.store.save, platform.store.settle
+
+    async def answer_lost(*args: Any, **kwargs: Any) -> int:
+        raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
+
+    async def read_back_fails(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the database is restarting", hint="check the database")
+
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        await s.run("message about the ZX-81 router")
+        monkeypatch.setattr(platform.store, "save", answer_lost)
+        with pytest.raises(StoreUnavailable):
+            await s.save()
+        monkeypatch.setattr(platform.store, "save", real_save)
+        await s.run("and one more thing")
+        monkeypatch.setattr(platform.store, "settle", read_back_fails)
+        with pytest.raises(StoreUnavailable):
+            await s.save()
+        monkeypatch.setattr(platform.store, "settle", real_settle)
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        assert s.resume is not None and s.resume.outcome == "resumed"
+        assert "one more thing" in json.dumps(await s.team.save_state())
+
+
 async def test_a_save_under_way_as_the_block_exits_lands_before_the_lease_is_given_back(platform: Platform) -> None:
     for steps in range(1, 40):  # the block exits at every step of the event loop of a save the caller left running
         async with platform.session("alice", f"s{steps}", team="support_triage") as s:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -164,18 +165,23 @@ def test_cli_shows_and_switches_the_mode(postgres_url: str, monkeypatch: pytest.
     assert json.loads(runner.invoke(app, ["db", "lease-mode", "--json"]).stdout)["from"] == "row"
 
 
-async def _abandon_a_new_session(store: StateStore, key: SessionKey, ttl: float) -> None:
-    """A worker takes a lease on a new session and dies before its first save: a row with no state."""
+async def _abandon_a_new_session(store: StateStore, key: SessionKey, ttl: float, *, settled: bool = False) -> None:
+    """A worker takes a lease on a new session and dies before its first save: a row with no state. ``settled``:
+    its first write's answer was lost and it read the row back (which moves the row's version on) before it
+    died."""
     row = await store.acquire(key, CLAIM, owner="crashed", lease_ttl=ttl, wait_seconds=1)
     assert row.is_new
+    if settled:
+        assert (await store.settle(key, owner="crashed")) is not None
 
 
 @pytest.mark.postgres
-async def test_a_switch_to_locks_clears_new_sessions_a_crashed_row_worker_left(postgres_url: str) -> None:
+@pytest.mark.parametrize("settled", [False, True], ids=["fresh", "settled"])
+async def test_a_switch_to_locks_clears_new_sessions_a_crashed_row_worker_left(postgres_url: str, settled: bool) -> None:
     engine = create_engine(postgres_url)
     await upgrade(engine)
     await set_lease_mode(engine, "row")
-    await _abandon_a_new_session(store_for(engine, lease="row"), KEY, ttl=0.2)
+    await _abandon_a_new_session(store_for(engine, lease="row"), KEY, ttl=0.2, settled=settled)
     await asyncio.sleep(0.3)
     assert await _rows(engine) == 1
     await set_lease_mode(engine, "lock")
@@ -202,11 +208,14 @@ async def test_a_switch_a_killed_row_workers_lease_holds_up_says_when_that_lease
     await engine.dispose()
 
 
-async def test_the_sweep_removes_a_new_session_whose_worker_died_once_its_lease_runs_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("settled", [False, True], ids=["fresh", "settled"])
+async def test_the_sweep_removes_a_new_session_whose_worker_died_once_its_lease_runs_out(
+    tmp_path: Path, settled: bool
+) -> None:
     engine = create_engine(f"sqlite:///{(tmp_path / 'ts.db').as_posix()}")
     await upgrade(engine)
     store = store_for(engine, lease="row")
-    await _abandon_a_new_session(store, KEY, ttl=0.3)
+    await _abandon_a_new_session(store, KEY, ttl=0.3, settled=settled)
     await _abandon_a_new_session(store, SessionKey("alice", "s2"), ttl=60)  # still leased: kept
     assert await sweep_expired_sessions(engine) == 0
     await asyncio.sleep(0.4)

@@ -134,17 +134,22 @@ class _CutOff:
 
 
 @contextlib.asynccontextmanager
-async def _cut_off_while_the_row_is_held(store: Any, admin: Any) -> AsyncIterator[_CutOff]:
-    """A checkpoint write of w1's that waits for the row (another transaction holds it) when w1's connection
-    fails, and the settle begun after it; the row comes free as the block ends."""
-    await acquire(store, KEY)
+async def _cut_off_while_the_row_is_held(
+    store: Any, admin: Any, *, write: str = "checkpoint", ttl: float = 60, cut_after: float = 0
+) -> AsyncIterator[_CutOff]:
+    """A write of w1's (a checkpoint, or a save that keeps the lease) that waits for the row (another
+    transaction holds it) when w1's connection fails ``cut_after`` seconds later, and the settle begun after it;
+    the row comes free as the block ends."""
+    await acquire(store, KEY, ttl=ttl)
     version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
     async with admin.connect() as holder:
         await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
-        writing = asyncio.ensure_future(store.checkpoint(KEY, owner="w1", expected_version=version,
-                                                         record=checkpoint()))
+        writing = asyncio.ensure_future(
+            store.checkpoint(KEY, owner="w1", expected_version=version, record=checkpoint()) if write == "checkpoint"
+            else store.save(KEY, owner="w1", expected_version=version, record=record('{"after":1}'), release=False))
         pid = await _waiting_on_the_row(admin)
         in_flight = _in_flight(store)
+        await asyncio.sleep(cut_after)
         _cut(in_flight)
         with pytest.raises(StoreUnavailable):
             await writing
@@ -178,6 +183,32 @@ async def test_a_checkpoint_write_cut_off_while_the_server_runs_it_is_settled_fo
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("write", ["checkpoint", "save"])
+async def test_a_write_sent_within_the_lease_and_cut_off_past_it_is_settled_like_any_other(
+    pg: tuple[Any, Any], write: str
+) -> None:
+    # The write was sent while the lease held and the network failed only after the lease's time (a statement
+    # waiting on the server keeps the lease's connection busy, and the network's failure can take minutes to
+    # show): whether it landed is not known, and it is settled, not reported as "the lease ended, nothing was
+    # written" (it lands once the row comes free). A save is settled as a checkpoint is.
+    store, engine = pg
+    async with _cut_off_while_the_row_is_held(store, engine, write=write, ttl=1, cut_after=1.2) as cut:
+        if store.lease == "row":
+            await asyncio.sleep(0.3)
+        else:
+            await cut.settling
+    settled, version = await cut.settling, cut.version
+    row = await store.get(KEY)
+    assert settled is not None and row is not None
+    assert (row.state, row.checkpoint, row.row_version) == (settled.state, settled.checkpoint, settled.row_version)
+    if store.lease == "lock":  # the write's process was ended: it never landed
+        assert (row.state, row.checkpoint, row.row_version) == ('{"before":1}', None, version)
+    else:  # the settle waited for it and read what it left
+        landed = ('{"after":1}', None) if write == "save" else ('{"before":1}', '{"turn":1}')
+        assert (row.state, row.checkpoint) == landed and row.row_version == version + 2
+
+
+@pytest.mark.postgres
 async def test_a_row_held_past_the_settles_wait_says_whether_the_write_landed_is_not_known(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,12 +230,54 @@ async def test_a_row_held_past_the_settles_wait_says_whether_the_write_landed_is
             await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
             with pytest.raises(StoreUnavailable) as info:
                 await store.settle(KEY, owner="w1")
-        assert "held the session's row past 1s: whether the checkpoint write left unanswered landed is not known" \
+        assert "held the session's row past 1s: whether the write left unanswered landed is not known" \
             in str(info.value)
         async with engine.connect() as conn:
             assert (await conn.execute(text("SHOW lock_timeout"))).scalar() == before
         row = await store.get(KEY)
         assert row is not None and row.row_version == version and row.checkpoint == '{"turn":1}'
+    finally:
+        await store.aclose()
+        await engine.dispose()
+        await other.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_queue_of_writers_on_the_row_holds_the_settle_no_longer_than_its_wait_in_all(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two transactions hold the row one after the other, each for less than the settle's wait and together for
+    # more: the settle waits for each lock in turn, and gives up once its wait is spent in all (it had waited
+    # its whole wait for each).
+    from teamstore.state import row_lease
+
+    monkeypatch.setattr(row_lease, "SETTLE_SECONDS", 2)
+    await prepare(postgres_url, "row")
+    engine, other = create_engine(postgres_url), create_engine(postgres_url)
+    store = store_for(engine, pool_size=2, lease="row")
+
+    async def hold_the_row(conn: Any, seconds: float) -> None:
+        await conn.execute(text("UPDATE ts_sessions SET updated_at = updated_at WHERE user_id = 'alice'"))
+        await asyncio.sleep(seconds)
+        await conn.commit()
+
+    try:
+        await acquire(store, KEY)
+        version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+        async with other.connect() as first, other.connect() as second:
+            await hold_the_row(first, 0)  # a connection up before the clock starts
+            await first.execute(text("UPDATE ts_sessions SET updated_at = updated_at WHERE user_id = 'alice'"))
+            next_in_line = asyncio.ensure_future(hold_the_row(second, 1.4))  # queued behind the first
+            await asyncio.sleep(0.2)
+            settling = asyncio.ensure_future(store.settle(KEY, owner="w1"))  # queued behind both
+            await asyncio.sleep(1.2)
+            await first.commit()
+            await next_in_line
+            with pytest.raises(StoreUnavailable) as info:
+                await settling
+        assert "held the session's row past 2s: whether the write left unanswered landed is not known" in str(info.value)
+        row = await store.get(KEY)
+        assert row is not None and row.row_version == version
     finally:
         await store.aclose()
         await engine.dispose()

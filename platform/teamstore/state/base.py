@@ -299,7 +299,8 @@ class StateStore(Protocol):
         Raises:
             StaleStateVersion: The row moved on (another worker took the session over, or saved).
             ErasureInProgress: An erasure request holds this user.
-            StoreUnavailable: The database failed; the row holds the checkpoint it held before.
+            StoreUnavailable: The database failed, or its answer was lost: whether the write landed is not
+                known until :meth:`settle` reads the row back.
         """
         ...
 

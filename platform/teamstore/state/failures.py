@@ -63,10 +63,10 @@ def busy(wait_seconds: float, crashed: str) -> SessionBusy:
 
 def landing_unknown(what: str, hint: str | None = None) -> StoreUnavailable:
     """The error for a read-back (:meth:`teamstore.state.base.StateStore.settle`) that gave up on a write still
-    running: ``what`` kept it from knowing, so whether the checkpoint write left unanswered landed is not known;
+    running: ``what`` kept it from knowing, so whether the write left unanswered landed is not known;
     ``hint``, what to do about ``what`` before the usual."""
     return StoreUnavailable(
-        f"{what}: whether the checkpoint write left unanswered landed is not known",
+        f"{what}: whether the write left unanswered landed is not known",
         hint=(f"{hint}; " if hint else "") + "check the database's load and pg_stat_activity; the session's next "
-        "opening reads whichever checkpoint its row holds",
+        "opening reads whatever its row holds",
     )

@@ -48,6 +48,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncRawCursor
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -192,17 +193,19 @@ class LockLeaseStore(AdminMethods):
             StaleStateVersion: The row changed or vanished, or this worker's lease ended (it held the
                 session longer than ``lease_ttl``).
             ErasureInProgress: An erasure request holds this user.
-            StoreUnavailable: The database failed; the previous state is intact.
+            StoreUnavailable: The database failed, or its answer was lost (:meth:`settle` learns whether the
+                write landed).
         """
         lease = self._lease(key, owner)
         params = save_params(key, expected_version, record)
+        late = lease.overdue  # judged as it is sent: an answer lost later says nothing of the lease
         try:
             row = await self._execute(lease.cursor, _SAVE[release, expected_version > 0], params)
         except BaseException as exc:
-            self._leases.pop((key, owner), None)
+            self._give_up(key, owner, lease, late)
             await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error):
-                raise self._lost(exc, lease) from exc
+                raise self._lost(exc, lease, late) from exc
             raise
         if release:
             self._leases.pop((key, owner), None)
@@ -220,19 +223,19 @@ class LockLeaseStore(AdminMethods):
         Raises:
             StaleStateVersion: The row changed or vanished, or this worker's lease ended.
             ErasureInProgress: An erasure request holds this user.
-            StoreUnavailable: The database failed; the row keeps the checkpoint it had. The connection,
-                and with it the lock, is given up: the run stops, and its session must be opened again.
+            StoreUnavailable: The database failed, or its answer was lost (:meth:`settle` learns whether the
+                write landed). The connection, and with it the lock, is given up: the run stops, and its session must be opened again.
         """
         lease = self._lease(key, owner)
         params = checkpoint_params(key, expected_version, record)
+        late = lease.overdue
         try:
             row = await self._execute(lease.cursor, _CHECKPOINT[expected_version > 0], params)
         except BaseException as exc:
-            self._leases.pop((key, owner), None)
-            self._given_up[(key, owner)] = (lease.pid, lease.read_at)  # what settle() ends, if it still runs
+            self._give_up(key, owner, lease, late)
             await self._direct.checkin(lease.conn, discard=True)
             if isinstance(exc, psycopg.Error):
-                raise self._lost(exc, lease, "write the run's checkpoint") from exc
+                raise self._lost(exc, lease, late, "write the run's checkpoint") from exc
             raise
         if row is None or row[0] is None:
             await self.admin.explain_lost_save(key, expected_version)
@@ -247,8 +250,20 @@ class LockLeaseStore(AdminMethods):
             )
         return lease
 
-    def _lost(self, exc: Exception, lease: _Lease, action: str = "save the session state") -> StaleStateVersion | StoreUnavailable:
-        if lease.overdue:
+    def _give_up(self, key: SessionKey, owner: str, lease: _Lease, late: bool) -> None:
+        """Drop the lease of a write that failed; unless it was sent past the lease (the server had closed the
+        connection, and the write could not run), remember its server process: :meth:`settle` ends it if it
+        still runs, so that nothing sent on it can land after the read-back."""
+        self._leases.pop((key, owner), None)
+        if not late:
+            self._given_up[(key, owner)] = (lease.pid, lease.read_at)
+
+    @staticmethod
+    def _lost(exc: Exception, lease: _Lease, late: bool,
+              action: str = "save the session state") -> StaleStateVersion | StoreUnavailable:
+        """The error of a write that failed: the lease's end if it was sent past the lease, else the database's
+        failure (whether the write landed is not known: :meth:`settle` learns it)."""
+        if late:
             return StaleStateVersion(
                 f"the lease ended: the session was held longer than its {lease.ttl:g}s lease and the "
                 "database closed the connection; another worker may have it now. Nothing was written",
@@ -257,8 +272,8 @@ class LockLeaseStore(AdminMethods):
         return unavailable(exc, action)
 
     async def settle(self, key: SessionKey, *, owner: str) -> StoredSession | None:
-        """The row once no write ``owner`` sent can still land: the server process of the connection a checkpoint
-        write was cut off on (its lease went with it) is ended first, if it still holds the session's lock
+        """The row once no write ``owner`` sent can still land: the server process of the connection a write (a
+        checkpoint or a save) was cut off on (its lease went with it) is ended first, if it still holds the session's lock
         (:func:`teamstore.state.statements.end_lost_holder`); one gone already holds nothing that can land. A
         database that will not let the role end it (``pg_terminate_backend`` refused) is waited on instead, for
         that process to end on its own.
@@ -279,21 +294,22 @@ class LockLeaseStore(AdminMethods):
         """End (or else outwait) the server process ``params["pid"]`` while it holds the session's lock."""
         refused = False
         try:
-            async with self.engine.connect() as conn:
+            async with self.engine.connect() as conn:  # a role's shorter statement_timeout would cut the wait short
+                await conn.execute(select(func.set_config("statement_timeout", f"{2 * SETTLE_SECONDS}s", True)))
                 ended = (await conn.execute(_END_LOST_HOLDER, params)).scalar()
         except SQLAlchemyError as exc:
             if getattr(getattr(exc, "orig", None), "sqlstate", None) != _NOT_ALLOWED:
-                raise unavailable(exc, "end the connection the checkpoint write was cut off on") from exc
+                raise unavailable(exc, "end the connection the write was cut off on") from exc
             refused, ended = True, False  # a managed database's role, say, kept from pg_terminate_backend
         if ended is not False or not await self._lost_holder_stays(params, SETTLE_SECONDS if refused else 0):
             return  # ended, or gone by itself (just before the signal, or while outwaited)
         if refused:
             raise landing_unknown(
-                f"the connection the checkpoint write was cut off on still held the session {SETTLE_SECONDS}s "
+                f"the connection the write was cut off on still held the session {SETTLE_SECONDS}s "
                 "later, and the database does not let this role end it (pg_terminate_backend)",
                 hint="grant the role EXECUTE on pg_terminate_backend(integer, bigint), or lease sessions in their "
                      "rows (TEAMSTORE_SESSION_LEASE=row), whose read-back needs no such right")
-        raise landing_unknown(f"the database had not ended the connection the checkpoint write was cut off on "
+        raise landing_unknown(f"the database had not ended the connection the write was cut off on "
                               f"within {SETTLE_SECONDS}s")
 
     async def _lost_holder_stays(self, params: Mapping[str, Any], seconds: float) -> bool:
@@ -305,7 +321,7 @@ class LockLeaseStore(AdminMethods):
                 async with self.engine.connect() as conn:
                     stays = bool((await conn.execute(_LOST_HOLDER_STAYS, params)).scalar())
             except SQLAlchemyError as exc:
-                raise unavailable(exc, "learn whether the connection the checkpoint write was cut off on ended") from exc
+                raise unavailable(exc, "learn whether the connection the write was cut off on ended") from exc
             if not stays or time.monotonic() >= deadline:
                 return stays
             await asyncio.sleep(_HOLDER_POLL)

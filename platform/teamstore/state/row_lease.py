@@ -91,7 +91,7 @@ class RowStatements(Protocol):
 _RENEW = {dialect: sql.renew_row(dialect) for dialect in (sql.SQLITE, sql.POSTGRES)}
 _SETTLE = {dialect: sql.settle_row(dialect) for dialect in (sql.SQLITE, sql.POSTGRES)}
 _RELEASE, _DISCARD = sql.release_row(), sql.discard_row()
-_LOCK_NOT_AVAILABLE = "55P03"  # the SQLSTATE of a Postgres wait cut short by lock_timeout
+_OUT_OF_TIME = {"55P03", "57014"}  # the SQLSTATEs of a Postgres statement cut short by lock_timeout, statement_timeout
 
 
 class RowLeaseStore(AdminMethods):
@@ -195,7 +195,8 @@ class RowLeaseStore(AdminMethods):
         Raises:
             StaleStateVersion: The row changed, vanished, or its lease was taken over.
             ErasureInProgress: An erasure request holds this user.
-            StoreUnavailable: The database failed; the row keeps the checkpoint it had.
+            StoreUnavailable: The database failed, or its answer was lost (:meth:`settle` learns whether the
+                write landed).
         """
         row = await self.statements.checkpoint(checkpoint_params(key, expected_version, record, owner=owner))
         if row is None:
@@ -215,11 +216,12 @@ class RowLeaseStore(AdminMethods):
         params = {"u": key.user_id, "s": key.session_id, "owner": owner, "now": now_utc()}
         try:
             async with self.engine.begin() as conn:
-                if dialect == sql.POSTGRES:
-                    await conn.execute(select(func.set_config("lock_timeout", f"{SETTLE_SECONDS}s", True)))
+                if dialect == sql.POSTGRES:  # the wait for each lock, and for all of them (a queue of writers)
+                    for setting in ("lock_timeout", "statement_timeout"):
+                        await conn.execute(select(func.set_config(setting, f"{SETTLE_SECONDS}s", True)))
                 row = (await conn.execute(_SETTLE[dialect], params)).first()
         except SQLAlchemyError as exc:
-            if getattr(getattr(exc, "orig", None), "sqlstate", None) == _LOCK_NOT_AVAILABLE:  # our lock_timeout, not the role's
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) in _OUT_OF_TIME:  # ours, not the role's
                 raise landing_unknown(f"a write still running held the session's row past {SETTLE_SECONDS}s") from exc
             raise unavailable(exc, "read the session's row back") from exc
         if row is None:

@@ -125,8 +125,10 @@ def is_key(user_id: Any = USER, session_id: Any = SESSION) -> tuple[Any, Any]:
 
 
 def never_saved() -> Any:
-    """A row a row-lease worker made to hold a new session's lease, before the session's first save."""
-    return and_(sessions.c.row_version == 0, sessions.c.state.is_(None))
+    """A row a row-lease worker made to hold a new session's lease, before the session's first write landed:
+    no write has given it an expiry (every save and checkpoint does). A read-back (:func:`settle_row`) may have
+    moved its version on."""
+    return and_(sessions.c.expires_at.is_(None), sessions.c.state.is_(None), sessions.c.checkpoint.is_(None))
 
 
 def holds_nothing() -> Any:
