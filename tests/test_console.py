@@ -87,8 +87,49 @@ def test_a_usage_error_names_the_command_to_ask_for_help(tmp_path: Path) -> None
     assert proc.returncode == 1
     usage, error, fix = proc.stderr.splitlines()
     assert usage.startswith("Usage: ") and usage.endswith("teamstore sessions list [OPTIONS]")
-    assert error == "error: Invalid value for '--limit': Input should be a valid integer, unable to parse string as an integer"
+    assert error.startswith("error: Invalid value for '--limit': it takes an integer from 1 to 100000 (the value ")
     assert fix.startswith("fix: see `") and fix.endswith("teamstore sessions list --help`")
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [(["sessions", "list", "--limit", "alice-7Q3X"], "Invalid value for '--limit': it takes an integer from 1 to 100000"),
+     (["cost", "--format", "alice-7Q3X"], "Invalid value for '--format': it takes one of table, csv, json"),
+     (["keys", "status", "--max-keys", "-7737"], "Invalid value for '--max-keys': it takes an integer of at least 1"),
+     (["sessions", "list", "--limit", "77370000"], "Invalid value for '--limit': it takes an integer from 1 to 100000"),
+     (["sessions", "restore", "alice-7Q3X"], "Invalid value for 'quarantine_id': it takes an integer"),
+     (["erase", "alice-7Q3X"], "No such command: an argument names no command of this group")],
+    ids=["int", "choice", "range-min", "range-max", "int-argument", "command"],
+)
+def test_a_value_an_option_does_not_take_is_refused_naming_the_option_and_what_it_takes_never_the_value(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    # A user's id or words typed in the wrong place land in an option's value; the error line may be logged.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="300")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    usage, said, fix = proc.stderr.splitlines()
+    assert usage.startswith("Usage: ") and said.startswith(f"error: {error}"), proc.stderr
+    assert said.endswith("not repeated here: it may be a user's words)"), proc.stderr
+    assert fix.startswith("fix: see `") and fix.endswith(" --help`"), proc.stderr
+    canary = args[-1]
+    assert canary not in proc.stderr and canary not in proc.stdout, proc.stderr
+    assert not (tmp_path / "home").exists()  # refused before anything was opened
+
+
+def test_an_option_given_without_its_value_reads_as_every_other_usage_error() -> None:
+    # Click's parser raises it with no command to name; typer drew it in a box of its own, without the usage line.
+    from typer.testing import CliRunner
+
+    from teamstore.cli import app
+
+    out = CliRunner().invoke(app, ["sessions", "list", "--limit"], env={"COLUMNS": "200"})
+    assert out.exit_code == 1
+    assert out.stderr.splitlines() == ["Usage: teamstore sessions list [OPTIONS]",
+                                       "error: Option '--limit' requires an argument.",
+                                       "fix: see `teamstore sessions list --help`"]
 
 
 @pytest.mark.parametrize("args", [["sessions", "show", "--user", "\udcff", "--session", "s1"],

@@ -18,7 +18,8 @@ import logging
 import re
 import threading
 import traceback
-from typing import Any, NoReturn
+from datetime import datetime
+from typing import Any, NoReturn, get_args
 
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
@@ -58,15 +59,28 @@ class _FlagsTakeNoValue:
         return params
 
 
-class _Command(_FlagsTakeNoValue, TyperCommand):
+class _UsageErrorsInContext:
+    """A usage error told with the usage line of the command it is about: click's parser raises some (an
+    option given without its value) with no context, which typer would print in a box of its own."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)  # type: ignore[misc,no-any-return]  # mixed into a click command
+        except UsageError as exc:
+            if getattr(exc, "ctx", None) is None:
+                exc.ctx, exc.cmd = ctx, ctx.command  # type: ignore[attr-defined]
+            raise
+
+
+class _Command(_FlagsTakeNoValue, _UsageErrorsInContext, TyperCommand):
     """A command whose help shows flags without a placeholder."""
 
 
-class _Group(_FlagsTakeNoValue, TyperGroup):
+class _Group(_FlagsTakeNoValue, _UsageErrorsInContext, TyperGroup):
     """A group (its callback's options too) whose help shows flags without a placeholder."""
 
 
-class _Commands(_FlagsTakeNoValue, TyperGroup):
+class _Commands(_FlagsTakeNoValue, _UsageErrorsInContext, TyperGroup):
     """Every command's typed errors become a message, a fix and exit status 1, never a traceback; so do
     usage errors (a mistyped option), since status 2 is an outcome of `erase` and `registry check`."""
 
@@ -122,7 +136,53 @@ def _unquoted(exc: Exception, ctx: Any) -> tuple[str, str]:
     if said.startswith("Got unexpected extra argument"):
         said = "more arguments than the command takes (not repeated here: they may be a user's words)"
         return said, "; pass text that holds spaces as one quoted argument, or on stdin (`-`)" if takes_text else ""
+    if said.startswith("No such command") and "Did you mean" not in said:  # `teamstore erase alice`
+        return "No such command: an argument names no command of this group (not repeated here: it may be a " \
+               "user's words)", ""
+    param = getattr(exc, "param", None)
+    if type(exc).__name__ == "BadParameter" and param is not None:  # a value click or typer could not take
+        said = (f"Invalid value for {_option_named(param)}: it takes {_takes(param)} (the value is not repeated "
+                "here: it may be a user's words)")
     return said, ""
+
+
+def _option_named(param: Any) -> str:
+    """An option by its flags (``'--limit'``), an argument by its placeholder (``'USER'``)."""
+    return " / ".join(f"'{name}'" for name in param.opts if name.startswith("-")) or f"'{param.metavar or param.name}'"
+
+
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", datetime: "a date and time (ISO 8601)",
+          "integer": "an integer", "float": "a number", "boolean": "true or false", "datetime": "a date and time"}
+
+
+def _takes(param: Any) -> str:
+    """What a parameter takes, read from its declaration and never from the value given: its choices, its type,
+    its range or formats. A newer typer declares it in ``type_descriptor``, an older one in click's
+    ``type``."""
+    declared, click_type = getattr(param, "type_descriptor", None), getattr(param, "type", None)
+    choices = declared.choices if declared is not None else getattr(click_type, "choices", None)
+    if choices:
+        return "one of " + ", ".join(str(getattr(choice, "value", choice)) for choice in choices)
+    if declared is not None:
+        kind: Any = get_args(declared.annotation)[0] if declared.is_list else declared.annotation
+        formats = declared.parameter_info.formats
+        if declared.is_path or declared.is_file:
+            kind = {"file": "a file", "dir": "a folder"}.get(declared.path_type, "a path")
+            kind += " that exists" if declared.parameter_info.exists else ""
+        low, high = getattr(param, "min", None), getattr(param, "max", None)
+    else:
+        kind = getattr(click_type, "name", "")
+        kind = kind.removesuffix(" range")
+        formats = getattr(click_type, "formats", None)
+        low, high = getattr(click_type, "min", None), getattr(click_type, "max", None)
+    said = _KINDS.get(kind, kind if isinstance(kind, str) else f"a {getattr(kind, '__name__', kind)}")
+    if formats:
+        said = "a date as " + " or ".join(formats)
+    if low is not None and high is not None:
+        return f"{said} from {low} to {high}"
+    if low is not None or high is not None:
+        return f"{said} of at least {low}" if low is not None else f"{said} of at most {high}"
+    return said
 
 
 def _check_text(args: list[str]) -> None:

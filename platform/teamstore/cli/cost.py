@@ -14,6 +14,7 @@ import csv
 import sys
 from collections.abc import Callable, Sequence
 from decimal import Decimal
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 import typer
@@ -41,6 +42,14 @@ NO_MATCH = 3
 FIGURES = ["runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens",
            "output_tokens", "cost", "limited_cost", "unpriced_tokens", "limited_unpriced_tokens"]
 _HEADINGS = ("completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost", "of which limited")
+
+
+class Format(StrEnum):
+    """What ``teamstore cost --format`` prints: a choice, so that help lists it and a usage error names it."""
+
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
 
 
 def _money(value: str | None, unpriced: int) -> str:
@@ -257,6 +266,7 @@ TeamOption = typer.Option(None, "--team", help="One team.")
 ModelOption = typer.Option(None, "--model", help="One model (as the ledger names it).")
 SinceOption = typer.Option(None, "--since", help=f"Runs started at or after: {_WHEN}")
 UntilOption = typer.Option(None, "--until", help=f"Runs started before: {_WHEN}")
+FormatOption = typer.Option(Format.TABLE, "--format", help="A table for people; CSV or JSON for tools.")
 
 
 @cost_app.callback(invoke_without_command=True)
@@ -271,7 +281,7 @@ def cost(
     until: str | None = UntilOption,
     top: int | None = typer.Option(None, "--top", help="Only the N costliest groups (ties by tokens)."),
     pseudonymous: bool = typer.Option(False, "--pseudonymous", help=_PSEUDONYMOUS),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json."),
+    fmt: Format = FormatOption,
 ) -> None:
     """Token usage and cost from the ledger; runs ended by a limit are counted apart from completed ones."""
     if ctx.invoked_subcommand is not None:
@@ -279,8 +289,6 @@ def cost(
             raise ConfigurationError(f"options given before `{ctx.invoked_subcommand}` are not its options",
                                      hint=f"put them after it: teamstore cost {ctx.invoked_subcommand} --since 7d ...")
         return
-    if fmt not in {"table", "csv", "json"}:
-        raise ConfigurationError(f"unknown format {fmt!r}", hint="use table, csv or json")
     from teamstore.analytics.query import CostQuery
 
     query = CostQuery.build(by, user=user, session=session, team=team, model=model, since=since, until=until,
