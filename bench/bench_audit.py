@@ -36,7 +36,7 @@ from autogen_agentchat.base import TaskResult
 from autogen_agentchat.teams import BaseGroupChat
 
 from bench.common import drop_database, otlp_receiver, postgres_database, s3_endpoint
-from teamstore.audit import cost
+from teamstore.audit import cost_sums
 from teamstore.audit.cost import CostFilter, CostStream, query_costs
 from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.observer import TranscriptObserver
@@ -226,12 +226,12 @@ async def cost_query(rows_note: str = "1,000,000") -> dict[str, float]:
 @contextlib.contextmanager
 def _per_day() -> Iterator[None]:
     """The ledger's tokens summed per day instead of per price period: the query as it was before."""
-    period = cost.price_period
-    cost.price_period = lambda periods: (usage, usage.c.day)  # type: ignore[assignment]
+    period = cost_sums.price_period
+    cost_sums.price_period = lambda periods: (usage, usage.c.day)  # type: ignore[assignment]
     try:
         yield
     finally:
-        cost.price_period = period
+        cost_sums.price_period = period
 
 
 async def _session_report(engine: Any, per_day: bool, top: int | None, traced: bool = False) -> float:

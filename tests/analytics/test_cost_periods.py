@@ -25,7 +25,9 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.analytics.query import CostQuery, cost_report
-from teamstore.audit.cost import CostReport, _Rows, costliest, query_costs
+from teamstore.audit.cost import CostReport, query_costs
+from teamstore.audit.cost_report import costliest
+from teamstore.audit.cost_sums import GroupSums
 from teamstore.audit.prices import parse_prices
 from teamstore.audit.schema import subject_sessions, subjects, usage
 from teamstore.audit.subjects import find_subject
@@ -145,13 +147,13 @@ async def test_a_sessions_runs_on_many_days_at_one_price_reach_python_as_one_sum
     await seed_ledger(engine, [(f"r{i}", "alice", "s1", "support", "v1", (start + timedelta(days=i)).isoformat(),
                                 "completed", [("triage", "m-big", 1000 * i, 10 * i, 1)]) for i in range(40)])
     sums: list[object] = []
-    add_tokens = _Rows.add_tokens
+    add_tokens = GroupSums.add_tokens
 
-    def counting(rows: _Rows, values: dict[str, object], figures: tuple[object, object, object]) -> None:
+    def counting(rows: GroupSums, values: dict[str, object], figures: tuple[object, object, object]) -> None:
         sums.append(values["day"])
         add_tokens(rows, values, figures)
 
-    monkeypatch.setattr(_Rows, "add_tokens", counting)
+    monkeypatch.setattr(GroupSums, "add_tokens", counting)
     for top in (None, 1):
         sums.clear()
         report = await query_costs(engine, PRICES, "session", top=top)

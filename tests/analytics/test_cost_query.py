@@ -14,7 +14,9 @@ from sqlalchemy import delete, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.analytics.query import CostQuery, cost_report, parse_when
-from teamstore.audit.cost import CostReport, CostRow, _Rows, costliest, query_costs
+from teamstore.audit.cost import CostReport, CostRow, query_costs
+from teamstore.audit.cost_report import costliest
+from teamstore.audit.cost_sums import GroupSums
 from teamstore.audit.prices import parse_prices
 from teamstore.audit.schema import subject_sessions, subjects, usage
 from teamstore.audit.subjects import find_subject
@@ -211,13 +213,13 @@ async def test_top_sessions_are_priced_one_session_at_a_time_and_agree_with_the_
     await seed_ledger(engine, runs)
     whole = await query_costs(engine, PRICES, "session")
     held: list[int] = []
-    add_tokens = _Rows.add_tokens
+    add_tokens = GroupSums.add_tokens
 
-    def counting(rows: _Rows, values: dict[str, object], sums: tuple[object, object, object]) -> None:
+    def counting(rows: GroupSums, values: dict[str, object], sums: tuple[object, object, object]) -> None:
         held.append(len(rows.groups))
         add_tokens(rows, values, sums)
 
-    monkeypatch.setattr(_Rows, "add_tokens", counting)
+    monkeypatch.setattr(GroupSums, "add_tokens", counting)
     top = await query_costs(engine, PRICES, "session", top=3)
     # A report of millions of sessions held every one of them to keep three.
     assert max(held) <= 2 * 3 + 1
@@ -251,13 +253,13 @@ async def test_top_weeks_and_months_are_priced_one_group_at_a_time_and_hold_at_m
     await _seed_months(engine)
     whole = await query_costs(engine, CHANGING, "session,month")
     held: list[int] = []
-    row = _Rows.row
+    row = GroupSums.row
 
-    def counting(rows: _Rows, values: dict[str, object]) -> CostRow:  # each record's tokens, then its runs
+    def counting(rows: GroupSums, values: dict[str, object]) -> CostRow:  # each record's tokens, then its runs
         held.append(len(rows.groups))
         return row(rows, values)
 
-    monkeypatch.setattr(_Rows, "row", counting)
+    monkeypatch.setattr(GroupSums, "row", counting)
     top = await query_costs(engine, CHANGING, "session,month", top=3)
     # Years of ledger by session and month held every (session, month) to keep three.
     assert len(whole.rows) > 50 and max(held) <= 2 * 3 + 1

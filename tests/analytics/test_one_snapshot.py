@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.analytics.page import report_data
 from teamstore.analytics.query import CostQuery, cost_report
-from teamstore.audit import cost
+from teamstore.audit import cost_sums
 from teamstore.audit.cost import CostReport, query_costs
 from tests.analytics.seed import PRICES, TOTAL, seed_ledger
 
@@ -25,7 +25,7 @@ def land_a_run_before_each_count(engine: AsyncEngine, monkeypatch: pytest.Monkey
     ``top`` report's groups'), a run of a new user is recorded and committed on another connection; returns
     the users whose runs landed."""
     landed: list[str] = []
-    count: Callable[..., Awaitable[list[Any]]] = cost._run_groups
+    count: Callable[..., Awaitable[list[Any]]] = cost_sums.run_groups
 
     async def land_then_count(conn: Any, names: list[str], where: Any, *among: Any) -> list[Any]:
         user = f"late-{len(landed)}"
@@ -34,7 +34,7 @@ def land_a_run_before_each_count(engine: AsyncEngine, monkeypatch: pytest.Monkey
         landed.append(user)
         return await count(conn, names, where, *among)
 
-    monkeypatch.setattr(cost, "_run_groups", land_then_count)
+    monkeypatch.setattr(cost_sums, "run_groups", land_then_count)
     return landed
 
 

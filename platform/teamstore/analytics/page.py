@@ -30,7 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.analytics import svg
 from teamstore.analytics.periods import drawn_scale, periods
 from teamstore.analytics.query import CostQuery, cost_report
-from teamstore.audit.cost import TIME, CostReport, CostRow, money
+from teamstore.audit.cost import TIME
+from teamstore.audit.cost_report import CostReport, CostRow, money
 from teamstore.audit.prices import PriceTable
 from teamstore.db.snapshot import read_snapshot
 from teamstore.errors import ConfigurationError, ReportNotWritten

@@ -125,7 +125,7 @@ def _cell(value: object) -> object:
     if isinstance(value, float):  # plain decimals: 0.0000674, never 6.74e-05
         return f"{value:.12f}".rstrip("0").rstrip(".") or "0"
     if isinstance(value, Decimal):
-        from teamstore.audit.cost import money
+        from teamstore.audit.cost_report import money
 
         return money(value)
     return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value

@@ -28,7 +28,7 @@ prices_app = typer.Typer(help="The versioned price table cost is derived from.",
 @prices_app.command("show")
 def prices_show(as_json: bool = JsonOption) -> None:
     """Print the price table in effect (shipped, or TEAMSTORE_PRICES_PATH)."""
-    from teamstore.audit.cost import money
+    from teamstore.audit.cost_report import money
     from teamstore.audit.prices import is_pattern, load_prices
     from teamstore.settings import Settings
 

@@ -27,7 +27,7 @@ from sqlalchemy import ColumnElement, Select, Table, false, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncResult
 
-from teamstore.audit.cost import money
+from teamstore.audit.cost_report import money
 from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_stores, subjects, usage
 from teamstore.audit.subjects import session_key
 from teamstore.audit.transcripts import record
