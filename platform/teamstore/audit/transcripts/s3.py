@@ -17,11 +17,12 @@ An upload S3 leaves unanswered (a read timeout, a dropped connection) may have b
 it is never sent again by the client's retries (two copies in flight, either of which may land), and it
 fails with ``UploadInDoubt`` so the caller treats it as one that may land.
 
-Versions are listed (``ListObjectVersions``, paged) and deleted (``DeleteObjects``, 1,000 per request) here
-alone, a page at a time (:meth:`S3TranscriptStore.version_pages`: a heavy user's history never sits in memory
-whole): :meth:`S3TranscriptStore.delete`, :meth:`~S3TranscriptStore.delete_prefix` and the capabilities erasure
-uses (:mod:`teamstore.audit.transcripts.capabilities`) share them, and every ``DeleteObjects`` answer's
-``Errors`` list is read: a version S3 refused is reported (``delete_versions``) or raised, never taken as gone.
+Versions are listed (``ListObjectVersions``, paged) and deleted (``DeleteObjects``, 1,000 per request) in one
+place, :mod:`teamstore.audit.transcripts.s3_versions`, a page at a time (:meth:`S3TranscriptStore.version_pages`:
+a heavy user's history never sits in memory whole): :meth:`S3TranscriptStore.delete`,
+:meth:`~S3TranscriptStore.delete_prefix` and the capabilities erasure uses
+(:mod:`teamstore.audit.transcripts.capabilities`) share them, and every ``DeleteObjects`` answer's ``Errors``
+list is read: a version S3 refused is reported (``delete_versions``) or raised, never taken as gone.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ import asyncio
 import functools
 import hashlib
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -47,14 +47,13 @@ from teamstore.audit.transcripts.s3_client import (
     translate,
     without_keys,
 )
-from teamstore.errors import ConfigurationError, TranscriptNotFound, TranscriptUnavailable
+from teamstore.audit.transcripts.s3_versions import BATCH, BucketVersions, read_ahead
+from teamstore.errors import ConfigurationError, TranscriptNotFound
 
 __all__ = ["BATCH", "RULE_ID", "S3TranscriptStore", "lifecycle_rule", "make_client", "rule_id"]
 
 RULE_ID = "teamstore-transcripts-retention"
 """The start of every lifecycle rule's ID teamstore puts; each transcript prefix has its own rule (:func:`rule_id`)."""
-BATCH = 1000
-"""Versions per ``DeleteObjects`` request: S3's limit, and the versions a ``ListObjectVersions`` page holds."""
 GZIP_MAGIC = b"\x1f\x8b"
 """How a transcript written before sealing begins (its content type says gzip; a sealed one's, bytes)."""
 
@@ -105,6 +104,7 @@ class S3TranscriptStore:
         self.prefix = prefix.strip("/")
         self.page_size = page_size
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._bucket_versions = BucketVersions(client, bucket, self.prefix)
         # A request S3 leaves hanging holds its thread until the client's timeouts end, long after the run
         # gave up on it (the upload deadline). Own threads, as many as the client has connections, keep a
         # slow S3 from starving the loop's default executor (registry lookups, DNS, file I/O); requests
@@ -133,11 +133,10 @@ class S3TranscriptStore:
         return cls(make_client(**client_options), parsed.netloc, parsed.path)  # type: ignore[arg-type]
 
     def _full(self, key: str) -> str:
-        check_key(key)
-        return f"{self.prefix}/{key}" if self.prefix else key
+        return self._bucket_versions.full(key)
 
     def _relative(self, full: str) -> str:
-        return full[len(self.prefix) + 1 :] if self.prefix else full
+        return self._bucket_versions.relative(full)
 
     # --- objects ---------------------------------------------------------------------------------------------
     async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
@@ -214,13 +213,7 @@ class S3TranscriptStore:
             TranscriptUnavailable: S3 unreachable, or it refused to delete a version (the others are gone).
         """
         check_key(key)  # here, not on the store's thread: an unsafe key is InvalidIdentifier, not a failed request
-        return int(await self._call("delete", key, self._delete_key, key))
-
-    def _delete_key(self, key: str) -> int:
-        doomed = [v for page in self._version_pages(key) for v in page if v.key == key]
-        if refused := self._delete_batches(doomed):
-            raise _refused(refused, "of a transcript")
-        return len(doomed)
+        return int(await self._call("delete", key, self._bucket_versions.delete_key, key, self.page_size))
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``, including old versions and delete markers.
@@ -233,18 +226,7 @@ class S3TranscriptStore:
                 missing permission): every other version is gone, the refused ones are counted by S3's codes.
         """
         check_key(prefix)
-        return int(await self._call("delete", prefix, self._delete_prefix, prefix))
-
-    def _delete_prefix(self, prefix: str) -> int:
-        removed, refused = 0, []
-        for page in _read_ahead(self._version_pages(prefix)):  # a page at a time: a prefix may hold millions
-            page_refused = self._delete_batches(page)
-            refused += page_refused
-            kept = {r.version for r in page_refused}
-            removed += sum(1 for v in page if not v.delete_marker and v not in kept)
-        if refused:
-            raise _refused(refused, "under the prefix")
-        return removed
+        return int(await self._call("delete", prefix, self._bucket_versions.delete_prefix, prefix, self.page_size))
 
     async def sweep(self, older_than: datetime) -> int:
         """Nothing to do: S3 expires objects through the lifecycle rule (:meth:`apply_retention`)."""
@@ -258,10 +240,7 @@ class S3TranscriptStore:
             TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
         """
         check_key(prefix)
-        return await self._versioned("list object versions", self._list_versions, prefix)
-
-    def _list_versions(self, prefix: str) -> list[ObjectVersion]:
-        return [version for page in self._version_pages(prefix) for version in page]
+        return await self._versioned("list object versions", self._bucket_versions.every, prefix, self.page_size)
 
     async def version_pages(self, prefix: str) -> AsyncIterator[list[ObjectVersion]]:
         """The versions and delete markers under ``prefix``, one ``ListObjectVersions`` page at a time (at least
@@ -272,20 +251,9 @@ class S3TranscriptStore:
             TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
         """
         check_key(prefix)
-        pages = _read_ahead(self._version_pages(prefix))
+        pages = read_ahead(self._bucket_versions.pages(prefix, self.page_size))
         while (page := await self._versioned("list object versions", next, pages, None)) is not None:
             yield page
-
-    def _version_pages(self, prefix: str) -> Iterator[list[ObjectVersion]]:
-        """The versions and delete markers under ``prefix`` (relative keys), one listing page at a time."""
-        paginator = self.client.get_paginator("list_object_versions")
-        pages = paginator.paginate(Bucket=self.bucket, Prefix=self._full(prefix),
-                                   PaginationConfig={"PageSize": self.page_size})
-        for page in pages:
-            yield [ObjectVersion(self._relative(v["Key"]), v["VersionId"], int(v.get("Size", 0)))
-                   for v in page.get("Versions", [])] + [
-                ObjectVersion(self._relative(m["Key"]), m["VersionId"], 0, delete_marker=True)
-                for m in page.get("DeleteMarkers", [])]
 
     async def read_version(self, version: ObjectVersion, *, length: int | None = None) -> bytes:
         """One ``GetObject`` of ``version`` (an export reads every copy S3 still keeps, not only the current);
@@ -297,30 +265,11 @@ class S3TranscriptStore:
         """
         check_key(version.key)
         body = None if version.delete_marker else await self._versioned("read an object version",
-                                                                       self._read_version, version, length)
+                                                                       self._bucket_versions.read, version, length)
         if body is None:
             raise TranscriptNotFound("that transcript version is gone (deleted since it was listed) or is a delete "
                                      "marker", hint="list the versions again; only what is listed now can be read")
         return body
-
-    def _read_version(self, version: ObjectVersion, length: int | None) -> bytes | None:
-        from botocore.exceptions import ClientError
-
-        full = self._full(version.key)
-        ranged = {} if length is None else {"Range": f"bytes=0-{length - 1}"}
-        try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=full, VersionId=version.version_id, **ranged)
-        except ClientError as exc:
-            code = error_code(exc)
-            if code in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
-                return None
-            if code in {"InvalidRange", "416"} and ranged:
-                return b""  # an empty version: no byte for the range to start at
-            if version.version_id != "null" or code not in {"400", "InvalidArgument"}:
-                raise
-            # A bucket that never had versioning (as in _head): its one copy of the key is this version.
-            answer = self.client.get_object(Bucket=self.bucket, Key=full, **ranged)
-        return bytes(answer["Body"].read())
 
     async def delete_versions(self, versions: Sequence[ObjectVersion]) -> list[Refusal]:
         """``DeleteObjects`` for ``versions``, 1,000 per request; every answer's ``Errors`` list is read.
@@ -333,22 +282,7 @@ class S3TranscriptStore:
         """
         for version in versions:
             check_key(version.key)
-        return await self._versioned("delete object versions", self._delete_batches, list(versions))
-
-    def _delete_batches(self, versions: Sequence[ObjectVersion]) -> list[Refusal]:
-        refused: list[Refusal] = []
-        for start in range(0, len(versions), BATCH):
-            batch = versions[start : start + BATCH]
-            objects = [{"Key": self._full(v.key), "VersionId": v.version_id} for v in batch]
-            answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
-            refused += self._refusals(batch, answer.get("Errors", []))
-        return refused
-
-    def _refusals(self, batch: Sequence[ObjectVersion], errors: list[dict[str, Any]]) -> list[Refusal]:
-        # Real S3 names the version of each error; some implementations name only the key.
-        codes = {(self._relative(e["Key"]), e.get("VersionId")): str(e.get("Code") or "unknown") for e in errors}
-        found = ((v, codes.get((v.key, v.version_id)) or codes.get((v.key, None))) for v in batch)
-        return [Refusal(version, code) for version, code in found if code is not None]
+        return await self._versioned("delete object versions", self._bucket_versions.delete, list(versions))
 
     async def hold(self, version: ObjectVersion) -> HoldStatus:
         """Whether Object Lock protects ``version``: a legal hold, or a retention date still ahead on S3's clock
@@ -358,38 +292,7 @@ class S3TranscriptStore:
             TranscriptUnavailable: S3 unreachable or refusing; named by class and error code only.
         """
         check_key(version.key)
-        return await self._versioned("read object lock", self._hold, version)
-
-    def _hold(self, version: ObjectVersion) -> HoldStatus:
-        from botocore.exceptions import ClientError
-
-        # One HEAD gives the legal hold and the retention together. (GetObjectLegalHold answers
-        # NoSuchObjectLockConfiguration for a version under a retention period but no legal hold.)
-        try:
-            head = self._head(version)
-        except ClientError as exc:
-            if error_code(exc) in {"NoSuchKey", "NoSuchVersion", "404", "MethodNotAllowed", "405"}:
-                return HoldStatus.GONE  # deleted after all (the error named the key, not the version), or a marker
-            raise
-        if head.get("ObjectLockLegalHoldStatus") == "ON":
-            return HoldStatus.HELD
-        until = head.get("ObjectLockRetainUntilDate")
-        return HoldStatus.HELD if until and until > _s3_now(head) else HoldStatus.FREE
-
-    def _head(self, version: ObjectVersion) -> dict[str, Any]:
-        from botocore.exceptions import ClientError
-
-        full = self._full(version.key)
-        try:
-            head: dict[str, Any] = self.client.head_object(Bucket=self.bucket, Key=full, VersionId=version.version_id)
-            return head
-        except ClientError as exc:
-            if version.version_id != "null" or error_code(exc) not in {"400", "InvalidArgument"}:
-                raise
-        # A bucket that never had versioning (some S3-compatible servers refuse any version id there): its one
-        # copy of the key is this version, and without versioning nothing is under Object Lock.
-        head = self.client.head_object(Bucket=self.bucket, Key=full)
-        return head
+        return await self._versioned("read object lock", self._bucket_versions.hold, version)
 
     # --- Capability.LIFECYCLE_RULES ----------------------------------------------------------------------------
     async def apply_retention(self, days: int) -> dict[str, Any]:
@@ -452,36 +355,6 @@ class S3TranscriptStore:
         await asyncio.to_thread(self.client.close)
 
 
-def _s3_now(answer: dict[str, Any]) -> datetime:
-    """The time on S3's clock when it gave ``answer`` (its ``Date`` header); this host's when it gave none.
-
-    S3 ends a retention period by its own clock. Judged by this host's, one running ahead took a locked version
-    for free (an erasure or a retention sweep then failed on S3's refusal, "no hold explains it"), and one running
-    behind took a free version for held (kept, and reported retained or unreadable, instead of deleted).
-    """
-    date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    try:
-        said = parsedate_to_datetime(date) if date else None
-    except (TypeError, ValueError):
-        said = None  # not an HTTP date: judged as if none were given
-    if said is None:
-        return datetime.now(UTC)
-    return said.replace(tzinfo=UTC) if said.tzinfo is None else said.astimezone(UTC)
-
-
-def _read_ahead(pages: Iterator[list[ObjectVersion]]) -> Iterator[list[ObjectVersion]]:
-    """``pages``, each handed over once the one after it has been listed.
-
-    The next page is asked for after the last version of this one (``KeyMarker`` and ``VersionIdMarker``): once
-    that version is deleted, S3-compatible servers need not find the place it held (moto, for one, then answers
-    with nothing), and the rest of the prefix would go unlisted. Listed one page ahead, the marker still exists.
-    """
-    ahead = next(pages, None)
-    while ahead is not None:
-        page, ahead = ahead, next(pages, None)
-        yield page
-
-
 def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Whether ``new`` takes the place of the bucket's rule ``old``: the same ID, or the one ID every prefix's
     rule had before each had its own, on the same prefix (another prefix's rule stays)."""
@@ -489,13 +362,3 @@ def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:
         return True
     prefix = (old.get("Filter") or {}).get("Prefix", old.get("Prefix"))
     return old.get("ID") == RULE_ID and prefix == new["Filter"]["Prefix"]
-
-
-def _refused(refused: list[Refusal], where: str) -> TranscriptUnavailable:
-    """The error of a delete S3 refused some versions of, counted and named by S3's codes (never by key)."""
-    codes = ", ".join(sorted({r.code for r in refused}))
-    return TranscriptUnavailable(
-        f"S3 refused to delete {len(refused)} version(s) {where} ({codes})",
-        hint="grant s3:DeleteObjectVersion on the transcript prefix; a version under Object Lock (a legal hold or "
-        "a retention period) stays until the lock is lifted",
-    )
