@@ -116,6 +116,17 @@ async def _waiting_on_the_row(engine: Any) -> int:
     raise AssertionError("the checkpoint write never waited for the row")
 
 
+async def _waiting_for_locks(engine: Any, count: int) -> None:
+    """Once ``count`` statements of this database wait for a lock."""
+    for _ in range(500):
+        async with engine.connect() as conn:
+            if (await conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                        "AND datname = current_database()"))).scalar() >= count:
+                return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{count} statement(s) never waited for a lock")
+
+
 async def _gone(engine: Any, pid: int) -> None:
     for _ in range(500):
         async with engine.connect() as conn:
@@ -267,9 +278,10 @@ async def test_a_queue_of_writers_on_the_row_holds_the_settle_no_longer_than_its
         async with other.connect() as first, other.connect() as second:
             await hold_the_row(first, 0)  # a connection up before the clock starts
             await first.execute(text("UPDATE ts_sessions SET updated_at = updated_at WHERE user_id = 'alice'"))
-            next_in_line = asyncio.ensure_future(hold_the_row(second, 1.4))  # queued behind the first
-            await asyncio.sleep(0.2)
-            settling = asyncio.ensure_future(store.settle(KEY, owner="w1"))  # queued behind both
+            next_in_line = asyncio.ensure_future(hold_the_row(second, 1.4))
+            await _waiting_for_locks(other, 1)  # queued behind the first
+            settling = asyncio.ensure_future(store.settle(KEY, owner="w1"))
+            await _waiting_for_locks(other, 2)  # queued behind both
             await asyncio.sleep(1.2)
             await first.commit()
             await next_in_line
