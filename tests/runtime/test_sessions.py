@@ -611,8 +611,8 @@ async def _lose_the_database(platform: Platform, tmp_path: Path) -> Any:
     async with platform.engine.connect() as conn:
         ended = (await conn.execute(text(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = :name"
-        ), {"name": APPLICATION_NAME})).scalar_one()
+            "WHERE datname = current_database() AND application_name LIKE :name"
+        ), {"name": f"{APPLICATION_NAME} %"})).scalar_one()
     assert ended >= 1
     return name
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -107,3 +108,28 @@ async def test_connections_past_descriptor_1024_are_reused(pool: DirectPool) -> 
     finally:
         for fd in padding:
             os.close(fd)
+
+
+async def _setting(conn: object, name: str) -> str:
+    row = await execute(AsyncRawCursor(conn), Statement(f"SELECT current_setting('{name}')"), {})
+    assert row is not None
+    return str(row[0])
+
+
+async def test_each_connection_is_named_for_itself_and_kept_alive(pool: DirectPool, postgres_url: str) -> None:
+    # Its own name: a server process reads as the connection it serves, even one a pooler handed on; TCP
+    # keepalives: a network that fails silently shows within a minute. What the URL sets is kept.
+    conns = [await pool.checkout(1), await pool.checkout(1)]
+    names = [await _setting(c, "application_name") for c in conns]
+    assert len(set(names)) == 2 and all(re.fullmatch(r"teamstore-state [0-9a-f]{8}", n) for n in names)
+    assert all(c.info.get_parameters().get("keepalives_idle") == "30" for c in conns)  # type: ignore[attr-defined]
+    for conn in conns:
+        await pool.checkin(conn)
+    engine = create_engine(f"{postgres_url}?application_name=billing-api&keepalives_idle=5")
+    own = DirectPool(engine, size=1, holds="sessions")
+    conn = await own.checkout(1)
+    assert await _setting(conn, "application_name") == "billing-api"
+    assert conn.info.get_parameters()["keepalives_idle"] == "5" and conn.info.get_parameters()["keepalives"] == "1"
+    await own.checkin(conn)
+    await own.close()
+    await engine.dispose()

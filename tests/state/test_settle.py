@@ -108,7 +108,7 @@ async def _waiting_on_the_row(engine: Any) -> int:
     for _ in range(500):
         async with engine.connect() as conn:
             pid = (await conn.execute(text(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = 'teamstore-state' "
+                "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'teamstore-state %' "
                 "AND wait_event_type = 'Lock' AND query LIKE 'UPDATE ts_sessions%'"))).scalar()
         if pid is not None:
             return int(pid)
@@ -450,9 +450,14 @@ async def test_a_write_cut_off_behind_a_session_mode_pooler_is_settled_by_the_se
 
 
 @pytest.mark.postgres
-async def test_a_process_id_the_server_used_again_for_another_workers_lock_is_not_ended(postgres_url: str) -> None:
-    # The connection w1 gave up on has ended, and the server gave its process id to a connection that has taken
-    # the session since (w2). The settle ends a process only if it had started by the time w1 took its lease.
+@pytest.mark.parametrize("handed_on", ["process id used again", "pooler's handover"])
+async def test_a_server_process_another_worker_took_the_session_on_since_is_not_ended(
+    postgres_url: str, handed_on: str
+) -> None:
+    # The connection w1 gave up on has ended, and a connection that has taken the session since (w2) is served
+    # by a process with the same id: the server gave the id again to a new process, or a session-mode pooler
+    # (PgBouncer) handed the very process to w2 once w1 had gone. The settle ends a process only if it had
+    # started by the time w1 took its lease and still serves w1's connection (by its application_name).
     await prepare(postgres_url, "lock")
     engine = create_engine(postgres_url)
     first, second = (store_for(engine, pool_size=2, lease="lock") for _ in range(2))
@@ -464,7 +469,11 @@ async def test_a_process_id_the_server_used_again_for_another_workers_lock_is_no
         await _gone(engine, lease.pid)
         await acquire(second, KEY, owner="w2", timeout=5)
         taken = second._leases[(KEY, "w2")]
-        first._given_up[(KEY, "w1")] = (taken.pid, lease.read_at)  # as if w2's process had w1's id
+        assert taken.name != lease.name and taken.name.startswith("teamstore-state ")
+        if handed_on == "process id used again":  # w2's process is newer than w1's lease (the names told apart
+            first._given_up[(KEY, "w1")] = (taken.pid, lease.read_at, taken.name)  # or not, if the URL names one)
+        else:  # the process is as old as w1's, and serves w2's connection now
+            first._given_up[(KEY, "w1")] = (taken.pid, taken.read_at, lease.name)
         assert await first.settle(KEY, owner="w1") is None  # nothing of w1's: read as it stands
         version = await second.checkpoint(KEY, owner="w2", expected_version=0, record=checkpoint())
         assert version == 1  # w2's connection, and its lock, live on

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import select
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +36,13 @@ from sqlalchemy.sql import ClauseElement
 from teamstore.errors import ConfigurationError, StoreUnavailable
 
 _OPEN_SECONDS = 2.0
-APPLICATION_NAME = "teamstore-state"  # the state store's own connections, unless the URL names another
+APPLICATION_NAME = "teamstore-state"
+"""The state store's own connections show in ``pg_stat_activity`` as this, a space and 8 hex digits of their
+own (unless the URL names another ``application_name``): a server process reads as the connection it serves,
+even when a session-mode pooler has handed it from one client to another."""
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+"""A network that fails silently shows within about a minute (TCP alone could take hours on an idle socket),
+unless the URL sets its own."""
 _MIN_SERVER_VERSION = 140000
 _IDLE = TransactionStatus.IDLE
 
@@ -113,8 +120,8 @@ class DirectPool:
         self._url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.size, self._holds, self._needs = size, holds, needs
         self._kwargs: dict[str, Any] = {"autocommit": True}
-        if "application_name" not in engine.url.query:  # so operators can tell these apart in pg_stat_activity
-            self._kwargs["application_name"] = APPLICATION_NAME
+        self._kwargs.update((name, value) for name, value in _KEEPALIVES.items() if name not in engine.url.query)
+        self._named = "application_name" not in engine.url.query
         self._idle: list[psycopg.AsyncConnection[Any]] = []  # a stack: the most recently used goes out first
         self._out: set[psycopg.AsyncConnection[Any]] = set()
         self._slots = asyncio.Semaphore(size)
@@ -157,10 +164,14 @@ class DirectPool:
         self._out.add(conn)
         return conn
 
+    def _name(self) -> dict[str, Any]:
+        """A new connection's ``application_name`` (:data:`APPLICATION_NAME`), unless the URL names one."""
+        return {"application_name": f"{APPLICATION_NAME} {secrets.token_hex(4)}"} if self._named else {}
+
     async def _connect(self, budget: float) -> psycopg.AsyncConnection[Any]:
         try:
             async with asyncio.timeout(max(budget, _OPEN_SECONDS)):
-                conn = await psycopg.AsyncConnection.connect(self._url, **self._kwargs)
+                conn = await psycopg.AsyncConnection.connect(self._url, **self._kwargs, **self._name())
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(
                 "could not connect to the state database",

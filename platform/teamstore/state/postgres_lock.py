@@ -80,6 +80,7 @@ _HOLDER_POLL = 0.1  # how often a lost connection the database would not end is 
 _READ = slice(1, 2 + len(sql.SESSION_COLUMNS))  # where the row's columns and read_at sit in the load's result
 _COUNT = _READ.stop  # then the user's live sessions, if counted
 _PID = _COUNT + 2  # and, after the lease timer, the server process holding the lock
+_NAME = _PID + 1  # and the connection's application_name there
 
 
 @dataclass
@@ -90,6 +91,7 @@ class _Lease:
     ttl: float
     pid: int  # the server process holding the lock (read with it: a broken connection cannot be asked)
     read_at: datetime  # the server's time as it took the lock: that process had started by then
+    name: str  # the connection's application_name as the server had it: a pooler's next client has its own
 
     @property
     def overdue(self) -> bool:
@@ -121,7 +123,7 @@ class LockLeaseStore(AdminMethods):
         )
         self._leases: dict[tuple[SessionKey, str], _Lease] = {}
         # the server process of a checkpoint write cut off, and when its lease was taken
-        self._given_up: dict[tuple[SessionKey, str], tuple[int, datetime]] = {}
+        self._given_up: dict[tuple[SessionKey, str], tuple[int, datetime, str]] = {}
 
     async def _execute(self, cursor: Any, stmt: Statement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         return await execute(cursor, stmt, params)
@@ -142,7 +144,8 @@ class LockLeaseStore(AdminMethods):
                 raise TooManySessions(counted, max_sessions)
             if locked:
                 values = row[_READ]
-                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl, row[_PID], values[-1])
+                self._leases[(key, owner)] = _Lease(conn, cursor, time.monotonic(), lease_ttl, row[_PID], values[-1],
+                                                     row[_NAME])
                 return new_session(key, claim) if values[1] is None else stored(key.user_id, key.session_id, values)
             await self._direct.checkin(conn)
             if locked is None:
@@ -256,7 +259,7 @@ class LockLeaseStore(AdminMethods):
         still runs, so that nothing sent on it can land after the read-back."""
         self._leases.pop((key, owner), None)
         if not late:
-            self._given_up[(key, owner)] = (lease.pid, lease.read_at)
+            self._given_up[(key, owner)] = (lease.pid, lease.read_at, lease.name)
 
     @staticmethod
     def _lost(exc: Exception, lease: _Lease, late: bool,
@@ -284,9 +287,9 @@ class LockLeaseStore(AdminMethods):
         """
         given_up = self._given_up.get((key, owner))
         if given_up is not None:
-            pid, taken_at = given_up
+            pid, taken_at, name = given_up
             await self._end_lost_holder({"u": key.user_id, "s": key.session_id, "pid": pid, "taken_at": taken_at,
-                                         "wait_ms": SETTLE_SECONDS * 1000})
+                                         "name": name, "wait_ms": SETTLE_SECONDS * 1000})
             self._given_up.pop((key, owner), None)
         return await self.get(key)
 

@@ -284,8 +284,9 @@ def _lock_key(user_id: Any, session_id: Any) -> tuple[Any, Any]:
 PG_LOCKS = table("pg_locks", column("locktype"), column("granted", Boolean), column("objsubid"), column("database"),
                  column("classid"), column("objid"), column("pid"))
 PG_DATABASE = table("pg_database", column("oid"), column("datname"))
-PG_STAT_ACTIVITY = table("pg_stat_activity", column("pid"), column("backend_start"))
+PG_STAT_ACTIVITY = table("pg_stat_activity", column("pid"), column("backend_start"), column("application_name"))
 PID, WAIT_MS, TAKEN_AT = Param("pid", BigInteger()), Param("wait_ms", BigInteger()), Param("taken_at", _TIME)
+NAME = Param("name", Text())
 
 
 def held_advisory_locks() -> Any:
@@ -301,11 +302,13 @@ def as_lock_id(value: Any) -> Any:
 
 
 def _lost_holder() -> Any:
-    """The server process ``pid``, if it still holds the session's advisory lock (:func:`_lock_key`) and had
-    started by ``taken_at`` (the server's time as the lease was taken): a process that took the session later on
-    a process id the server had used again is another worker's."""
+    """The server process ``pid``, if it still holds the session's advisory lock (:func:`_lock_key`), had
+    started by ``taken_at`` (the server's time as the lease was taken) and still serves the connection ``name``:
+    a process that took the session later on a process id the server had used again, or that a session-mode
+    pooler handed to another client since (its name is that client's), is another worker's."""
     user_hash, session_hash = _lock_key(USER, SESSION)
-    started = exists().where(PG_STAT_ACTIVITY.c.pid == PID, PG_STAT_ACTIVITY.c.backend_start <= TAKEN_AT)
+    started = exists().where(PG_STAT_ACTIVITY.c.pid == PID, PG_STAT_ACTIVITY.c.backend_start <= TAKEN_AT,
+                             PG_STAT_ACTIVITY.c.application_name == NAME)
     return and_(held_advisory_locks(), PG_LOCKS.c.pid == PID, started,
                 cast(PG_LOCKS.c.classid, BigInteger) == as_lock_id(user_hash),
                 cast(PG_LOCKS.c.objid, BigInteger) == as_lock_id(session_hash))
@@ -348,10 +351,11 @@ def acquire_lock() -> Any:
     not_live = (row.c.expires_at > func.now()).is_not(True)  # no row, or an expired one
     count = case((and_(lock.c.locked, LIMIT.is_not(None), not_live), live_count(USER, func.now(), POSTGRES)))
     timer = _lease_timer(case((lock.c.locked, TTL_MS), else_="0"))
-    # Last, the server process holding the lock, as the server knows it: a pooler in front of it (PgBouncer,
-    # session mode) hands its clients a process id of its own making.
+    # Last, the server process holding the lock, as the server knows it (a pooler in front of it, PgBouncer in
+    # session mode, hands its clients a process id of its own making), and the connection's name there.
     return select(lock.c.locked, *(row.c[name] for name in SESSION_COLUMNS), _read_at(func.now()), count,
-                  timer, func.pg_backend_pid()).select_from(lock.outerjoin(row, true()))
+                  timer, func.pg_backend_pid(), func.current_setting("application_name")
+                  ).select_from(lock.outerjoin(row, true()))
 
 
 def save_locked(*, existing: bool, release: bool) -> Any:
