@@ -119,6 +119,47 @@ def test_a_value_an_option_does_not_take_is_refused_naming_the_option_and_what_i
     assert not (tmp_path / "home").exists()  # refused before anything was opened
 
 
+@pytest.mark.parametrize(
+    ("args", "takes", "example"),
+    [(["cost", "--by", "alice-7Q3X"], "'--by': it takes one or two of session, user, team,", "--by team,model"),
+     (["cost", "--by", "team,alice-7Q3X"], "'--by': it takes one or two of session, user, team,", "--by team,model"),
+     (["cost", "--since", "alice-7Q3X"], "'--since': it takes a date as YYYY-MM-DD, an ISO timestamp", "--since 7d"),
+     (["cost", "--until", "alice-7Q3X"], "'--until': it takes a date as YYYY-MM-DD, an ISO timestamp",
+      "--until 2026-11-01"),
+     (["cost", "--top", "-7737"], "'--top': it takes a number of groups of at least 1", "--top 10"),
+     (["cost", "report", "--every", "alice-7Q3X", "-o", "c.html"], "'--every': it takes one of day, week, month",
+      "--every week"),
+     (["cost", "report", "--top", "7737", "-o", "c.html"], "'--top': it takes a number of sessions to chart from 1 "
+      "to 50", "--top 10"),
+     (["cost", "report", "--since", "alice-7Q3X", "-o", "c.html"], "'--since': it takes a date as YYYY-MM-DD",
+      "--since 7d"),
+     (["erase", "list", "--status", "alice-7Q3X"], "'--status': it takes one of open, ", "--status open"),
+     (["ledger", "export", "--to", "wh", "--since", "alice-7Q3X"], "'--since': it takes a day as YYYY-MM-DD",
+      "--since 2026-11-01"),
+     (["ledger", "export", "--to", "wh", "--until", "alice-7Q3X"], "'--until': it takes a day as YYYY-MM-DD",
+      "--until 2026-11-01"),
+     (["db", "lease-mode", "alice-7Q3X"], "'MODE': it takes lock or row", "teamstore db lease-mode row")],
+    ids=["by", "by-second", "since", "until", "top", "every", "report-top", "report-since", "status", "day-since",
+         "day-until", "lease-mode"],
+)
+def test_a_value_teamstores_own_checks_refuse_is_named_by_its_option_and_what_it_takes_never_repeated(
+    tmp_path: Path, args: list[str], takes: str, example: str
+) -> None:
+    # The checks click cannot make (a grouping, a date, a request status) refuse a value as click's do.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="300")
+    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    said, fix = proc.stderr.splitlines()
+    assert said.startswith(f"error: Invalid value for {takes}"), proc.stderr
+    assert said.endswith("(the value is not repeated here: it may be a user's words)"), proc.stderr
+    assert fix.startswith("fix: ") and "e.g. " in fix and example in fix, proc.stderr
+    canary = "alice-7Q3X" if "alice-7Q3X" in args else "7737"
+    assert canary.lower() not in proc.stderr.lower() and canary.lower() not in proc.stdout.lower(), proc.stderr
+    assert not (tmp_path / "home").exists()  # refused before a database was looked for
+
+
 def test_an_option_given_without_its_value_reads_as_every_other_usage_error() -> None:
     # Click's parser raises it with no command to name; typer drew it in a box of its own, without the usage line.
     from typer.testing import CliRunner
@@ -142,7 +183,8 @@ def test_an_argument_that_is_not_utf8_is_refused_by_name(tmp_path: Path, args: l
     proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr
-    assert "is not valid UTF-8" in proc.stderr and "fix:" in proc.stderr
+    assert "is not valid UTF-8 text (not repeated here" in proc.stderr and "fix:" in proc.stderr
+    assert "\\x" not in proc.stderr and "caf" not in proc.stderr  # the bytes given are not shown either
     assert "Traceback" not in proc.stderr
 
 

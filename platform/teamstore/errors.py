@@ -57,6 +57,24 @@ class ConfigurationError(TeamstoreError):
     """Settings or environment are missing or inconsistent."""
 
 
+def refused_value(*names: str, takes: str) -> str:
+    """The message for a value an option or argument does not take: it names the option and what it takes, never
+    the value. A user's id or words typed in the wrong place land in an option's value, and the error line may be
+    logged or seen by others.
+
+        raise ConfigurationError(refused_value("--every", takes="one of day, week, month or year"), hint=...)
+
+    Args:
+        names: The option's flags (``--since``), or an argument's placeholder (``MODE``).
+        takes: What it takes: its allowed values, or its format.
+
+    Returns:
+        ``Invalid value for '--every': it takes one of ... (the value is not repeated here: ...)``.
+    """
+    named = " / ".join(f"'{name}'" for name in names)
+    return f"Invalid value for {named}: it takes {takes} (the value is not repeated here: it may be a user's words)"
+
+
 class MissingExtra(ConfigurationError):
     """An optional backend needs a package that is not installed."""
 

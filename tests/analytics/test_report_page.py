@@ -655,7 +655,7 @@ def test_more_than_fifty_sessions_are_refused_with_the_command_that_lists_them(l
     page = tmp_path / "cost.html"
     result = runner.invoke(app, ["cost", "report", "--top", "51", "--output", str(page)])
     said = " ".join(result.output.split())
-    assert result.exit_code == 1 and "the page charts 1 to 50 sessions" in said and "--by session --top N" in said
+    assert result.exit_code == 1 and "'--top': it takes a number of sessions to chart from 1 to 50" in said and "--by session --top N" in said
     assert not page.exists()
 
 

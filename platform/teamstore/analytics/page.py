@@ -34,7 +34,7 @@ from teamstore.audit.cost import TIME
 from teamstore.audit.cost_report import CostReport, CostRow, money
 from teamstore.audit.prices import PriceTable
 from teamstore.db.snapshot import read_snapshot
-from teamstore.errors import ConfigurationError, ReportNotWritten
+from teamstore.errors import ConfigurationError, ReportNotWritten, refused_value
 
 OUTCOMES = ("completed", "ended by a limit", "failed")
 # The colours are custom properties, so a dark scheme (on a screen only: a printed page stays light) is the same
@@ -81,6 +81,24 @@ MOST_BARS = min(svg.most_bars(layout) for layout in (svg.WIDE, svg.SMALL))
 :data:`svg.MIN_BAR_WIDTH` wide; a longer span is drawn at a coarser scale (:func:`drawn_scale`)."""
 
 
+def check_page(*, every: str, top: int, **filters: Any) -> None:
+    """Refuse a page that cannot be drawn, before any database is opened: the checks :func:`report_data` makes.
+
+    Raises:
+        ConfigurationError: ``every`` is not day, week, month or year, ``top`` is not 1 to :data:`MOST_TOP`, or
+            a filter is malformed.
+        InvalidIdentifier: A user or session id no run can have.
+    """
+    if every not in TIME:
+        raise ConfigurationError(refused_value("--every", takes="one of day, week, month or year"),
+                                 hint="e.g. --every week")
+    if not 1 <= top <= MOST_TOP:
+        raise ConfigurationError(refused_value("--top", takes=f"a number of sessions to chart from 1 to {MOST_TOP}"),
+                                 hint=f"give --top {MOST_TOP} or fewer, e.g. --top 10; `teamstore cost --by session "
+                                 "--top N` lists more")
+    CostQuery.build(every, **filters)
+
+
 async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "day", top: int = 10,
                       pseudonymous: bool = False, now: datetime | None = None, **filters: Any) -> dict[str, CostReport]:
     """The four reports the page shows, each as ``teamstore cost`` gives it for the same filters, all read in
@@ -95,11 +113,7 @@ async def report_data(engine: AsyncEngine, prices: PriceTable, *, every: str = "
             a filter is malformed.
         NoMatchingUsage: Nothing matches the filters.
     """
-    if every not in TIME:
-        raise ConfigurationError(f"cannot chart costs every {every!r}", hint="use day, week, month or year")
-    if not 1 <= top <= MOST_TOP:
-        raise ConfigurationError(f"--top {top}: the page charts 1 to {MOST_TOP} sessions", hint=(
-            f"give --top {MOST_TOP} or fewer; `teamstore cost --by session --top N` lists more"))
+    check_page(every=every, top=top)
     now = now or datetime.now(UTC)  # one instant for the four: '7d' means the same window in each
 
     def query(by: tuple[str, ...], top: int | None = None) -> CostQuery:

@@ -46,12 +46,13 @@ from teamstore.audit.schema import subjects, usage
 from teamstore.audit.subjects import session_key, subject_of
 from teamstore.db.engine import describe_failure, failure_hint
 from teamstore.db.snapshot import reading
-from teamstore.errors import ConfigurationError, NoMatchingUsage, StoreUnavailable
+from teamstore.errors import ConfigurationError, NoMatchingUsage, StoreUnavailable, refused_value
 from teamstore.ids import check_ids
 
 When = str | date | datetime | None
 _RELATIVE = re.compile(r"^\s*(\d{1,6})\s*([hdw])\s*$")
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
+_FORMATS = "a date as YYYY-MM-DD, an ISO timestamp (UTC unless it says) or a time back from now (24h, 7d, 2w)"
 
 
 def parse_when(value: When, option: str, now: datetime | None = None) -> datetime | None:
@@ -69,21 +70,23 @@ def parse_when(value: When, option: str, now: datetime | None = None) -> datetim
         try:
             moment = (now or datetime.now(UTC)) - timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
         except OverflowError as exc:
-            raise ConfigurationError(f"{option} {value!r} reaches back before year 1",
-                                     hint="give a shorter time back from now, or a date") from exc
+            raise ConfigurationError(refused_value(option, takes=f"{_FORMATS}, no further back than year 1"),
+                                     hint=f"give a shorter time back from now, or a date, e.g. {option} 2026-11-01"
+                                     ) from exc
     else:
         try:
             moment = datetime.fromisoformat(value)
         except ValueError as exc:
-            raise ConfigurationError(f"{option} {value!r} is not a date",
-                                     hint="use YYYY-MM-DD, an ISO timestamp, or a time back from now: 24h, 7d, 2w") from exc
+            raise ConfigurationError(refused_value(option, takes=_FORMATS),
+                                     hint=f"e.g. {option} 2026-11-01, {option} 2026-11-01T09:30+01:00 or {option} 7d"
+                                     ) from exc
     if moment is None:
         return None
     try:  # the instant in UTC now: an offset that moves it past year 9999 or before year 1 has no instant
         return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
     except OverflowError as exc:
-        raise ConfigurationError(f"{option} {value!r} is out of range",
-                                 hint="use a date between years 1 and 9999 in UTC") from exc
+        raise ConfigurationError(refused_value(option, takes=f"{_FORMATS}, between years 1 and 9999 in UTC"),
+                                 hint=f"e.g. {option} 2026-11-01") from exc
 
 
 @dataclass(frozen=True)
@@ -116,11 +119,12 @@ class CostQuery:
         if session is not None and user is None:
             raise ConfigurationError("--session needs --user", hint="session ids are only unique per user")
         if top is not None and top < 1:
-            raise ConfigurationError(f"--top {top} keeps nothing", hint="give --top 1 or more, or leave it out")
+            raise ConfigurationError(refused_value("--top", takes="a number of groups of at least 1"),
+                                     hint="give --top 1 or more, e.g. --top 10, or leave it out")
         start, end = parse_when(since, "--since", now), parse_when(until, "--until", now)
         if start is not None and end is not None and start >= end:
             raise ConfigurationError(
-                f"--since {since!s} is not before --until {until!s}: no run can be in that window",
+                "--since is not before --until: no run can be in that window",
                 hint="swap them (--until is the end, exclusive)")
         given = {k: str(v) for k, v in (("team", team), ("model", model)) if v is not None}
         given |= {k: v.isoformat() for k, v in (("since", start), ("until", end)) if v is not None}

@@ -56,7 +56,7 @@ from teamstore.audit.cost_sums import (
 )
 from teamstore.audit.prices import PriceTable
 from teamstore.db.snapshot import reading
-from teamstore.errors import ConfigurationError
+from teamstore.errors import ConfigurationError, refused_value
 
 __all__ = ["DIMENSIONS", "ERASED", "TIME", "CostFilter", "CostReport", "CostRow", "CostStream", "price_period",
            "query_costs"]
@@ -73,15 +73,15 @@ def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
     unknown = [n for n in names if n not in DIMENSIONS]
     if unknown or not names:
         near = [m for n in unknown for m in difflib.get_close_matches(n, DIMENSIONS, n=1)]
-        raise ConfigurationError(f"cannot group costs by {','.join(unknown) or 'nothing'!r}",
+        raise ConfigurationError(refused_value("--by", takes=f"one or two of {', '.join(DIMENSIONS)}"),
                                  hint=(f"did you mean {' and '.join(map(repr, near))}? " if near else "")
-                                 + f"use one or two of {', '.join(DIMENSIONS)}, e.g. --by team,model")
+                                 + "give one dimension, or two separated by a comma, e.g. --by team,model")
     if len(names) > MAX_DIMENSIONS or len(set(names)) < len(names):
-        raise ConfigurationError(f"cannot group costs by {','.join(names)!r}",
+        raise ConfigurationError(refused_value("--by", takes=f"one or two different ones of {', '.join(DIMENSIONS)}"),
                                  hint="give one dimension or two different ones, e.g. --by team,model")
     if sum(n in TIME for n in names) > 1:
-        raise ConfigurationError(f"cannot group costs by {','.join(names)!r}: two time scales",
-                                 hint="use one of day, week, month or year")
+        raise ConfigurationError(refused_value("--by", takes="one or two dimensions, at most one of them a time scale"),
+                                 hint="give at most one of day, week, month or year, e.g. --by team,week")
     return names
 
 

@@ -41,7 +41,7 @@ from teamstore.cli import (
     transcripts,
 )
 from teamstore.cli._output import JsonOutput, UsageError, err_console, fail
-from teamstore.errors import ConfigurationError, TeamstoreError
+from teamstore.errors import ConfigurationError, TeamstoreError, refused_value
 from teamstore.ids import lone_surrogate
 from teamstore.terminal import plain
 
@@ -141,14 +141,13 @@ def _unquoted(exc: Exception, ctx: Any) -> tuple[str, str]:
                "user's words)", ""
     param = getattr(exc, "param", None)
     if type(exc).__name__ == "BadParameter" and param is not None:  # a value click or typer could not take
-        said = (f"Invalid value for {_option_named(param)}: it takes {_takes(param)} (the value is not repeated "
-                "here: it may be a user's words)")
+        said = refused_value(*_option_named(param), takes=_takes(param))
     return said, ""
 
 
-def _option_named(param: Any) -> str:
-    """An option by its flags (``'--limit'``), an argument by its placeholder (``'USER'``)."""
-    return " / ".join(f"'{name}'" for name in param.opts if name.startswith("-")) or f"'{param.metavar or param.name}'"
+def _option_named(param: Any) -> list[str]:
+    """An option by its flags (``--limit``), an argument by its placeholder (``USER``)."""
+    return [name for name in param.opts if name.startswith("-")] or [param.metavar or param.name]
 
 
 _KINDS = {int: "an integer", float: "a number", bool: "true or false", datetime: "a date and time (ISO 8601)",
@@ -187,17 +186,14 @@ def _takes(param: Any) -> str:
 
 def _check_text(args: list[str]) -> None:
     """Refuse an argument that is not text: bytes the locale could not decode reach Python as lone
-    surrogates, which no database, key or terminal takes (they crashed the first query with a traceback)."""
+    surrogates, which no database, key or terminal takes (they crashed the first query with a traceback).
+    The argument is named by its place and the option before it, never shown: it may be a user's id or words."""
     for position, arg in enumerate(args, start=1):
         if lone_surrogate(arg) is not None:
-            try:  # the bytes as given: b'\xff' reads better than its stand-in '\udcff'
-                raw = arg.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError:
-                raw = arg.encode("utf-8", "backslashreplace")
-            shown = raw.decode("ascii", "backslashreplace")
-            shown = shown if len(shown) <= 40 else shown[:40] + "..."
+            before = args[position - 2] if position > 1 else ""
+            after = f" (after {before})" if before.startswith("-") and lone_surrogate(before) is None else ""
             fail(ConfigurationError(
-                f"argument {position} ({shown}) is not valid UTF-8",
+                f"argument {position}{after} is not valid UTF-8 text (not repeated here: it may be a user's words)",
                 hint="pass ids and text as UTF-8 (check the terminal's and the shell's locale, e.g. LANG=C.UTF-8)",
             ))
 

@@ -19,7 +19,7 @@ import typer
 from teamstore.cli._erase_receipt import render, suggest_near_matches, with_coordinator
 from teamstore.cli._output import JsonOption, emit, err_console
 from teamstore.cli._runner import with_app
-from teamstore.errors import ConfigurationError
+from teamstore.errors import ConfigurationError, refused_value
 from teamstore.ids import check_erasable_id
 from teamstore.people import current_operator
 from teamstore.terminal import console, plain, print_table
@@ -111,8 +111,8 @@ def _status(value: str) -> RequestStatus:
     stored = [s for s in RequestStatus if s is not RequestStatus.DRY_RUN]  # a dry run stores no request
     if value not in stored:
         several = "; give --status once per status: --status open --status failed" if "," in value else ""
-        raise ConfigurationError(f"--status {value!r} is not a request status",
-                                 hint=f"use one of {', '.join(s.value for s in stored)}{several}")
+        raise ConfigurationError(refused_value("--status", takes=f"one of {', '.join(s.value for s in stored)}"),
+                                 hint=f"e.g. --status open{several}")
     return RequestStatus(value)
 
 

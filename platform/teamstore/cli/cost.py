@@ -319,11 +319,12 @@ def cost_report_page(
 ) -> None:
     """Write one self-contained HTML page (no server, nothing fetched): cost over time by team and by model,
     the costliest sessions, tokens per run, and runs ended by a limit."""
-    from teamstore.analytics.page import report_page, report_target, write_page
+    from teamstore.analytics.page import check_page, report_page, report_target, write_page
     from teamstore.audit.prices import load_prices
 
     filters = {"user": user, "session": session, "team": team, "model": model, "since": since, "until": until}
     try:
+        check_page(every=every, top=top, **filters)  # before the database is looked for: the options are wrong
         target = report_target(output)
     except TeamstoreError as exc:
         fail(exc)

@@ -14,7 +14,7 @@ import typer
 
 from teamstore.cli._output import JsonOption, emit
 from teamstore.cli._runner import with_app
-from teamstore.errors import ConfigurationError
+from teamstore.errors import ConfigurationError, refused_value
 from teamstore.terminal import console, plain
 
 # The database, the runtime and AutoGen are imported by the commands that use them, not with the command
@@ -120,8 +120,8 @@ def db_lease_mode(
     again with TEAMSTORE_SESSION_LEASE set to the new mode.
     """
     if mode is not None and mode not in ("lock", "row"):
-        raise ConfigurationError(f"session lease {mode!r} is not one of lock, row",
-                                 hint="give lock or row, or nothing to show the current mode")
+        raise ConfigurationError(refused_value("MODE", takes="lock or row"),
+                                 hint="e.g. `teamstore db lease-mode row`, or give no MODE to show the current mode")
 
     from teamstore.db.engine import redact_url
     from teamstore.db.migrate import require_current

@@ -13,7 +13,7 @@ import typer
 
 from teamstore.cli._output import JsonOption, emit
 from teamstore.cli._runner import with_app
-from teamstore.errors import ConfigurationError
+from teamstore.errors import ConfigurationError, refused_value
 from teamstore.terminal import console, plain, print_table
 
 if TYPE_CHECKING:
@@ -29,8 +29,9 @@ def _day(value: str | None, option: str) -> date | None:
         return date.fromisoformat(value)
     except ValueError:
         raise ConfigurationError(
-            f"{option} {value!r} is not a day",
-            hint="give YYYY-MM-DD: each day is exported whole, as one file (a time of day would cut one short)",
+            refused_value(option, takes="a day as YYYY-MM-DD"),
+            hint=f"e.g. {option} 2026-11-01: each day is exported whole, as one file (a time of day would cut one "
+            "short)",
         ) from None
 
 
@@ -46,7 +47,7 @@ def export(
     day's file whole; pseudonymous keys and token counts only."""
     start, end = _day(since, "--since"), _day(until, "--until")
     if start is not None and end is not None and start >= end:
-        raise ConfigurationError(f"--since {since} is not before --until {until}: no day is in that window",
+        raise ConfigurationError("--since is not before --until: no day is in that window",
                                  hint="swap them (--until is the day after the last one exported)")
     from teamstore.audit.warehouse import destination_from_url, export_ledger
 

@@ -35,7 +35,7 @@ from teamstore.audit.schema import usage
 from teamstore.audit.warehouse.base import PartitionSink
 from teamstore.audit.warehouse.parquet import COLUMNS, PartitionWriter
 from teamstore.db.engine import describe_failure
-from teamstore.errors import ConfigurationError, LedgerExportFailed, StoreUnavailable
+from teamstore.errors import ConfigurationError, LedgerExportFailed, StoreUnavailable, refused_value
 
 BATCH_ROWS = 50_000
 """Rows fetched and written at a time: a day of any size is exported in bounded memory."""
@@ -79,6 +79,9 @@ def partition_key(day: date) -> str:
     return f"day={day.isoformat()}/{PART}"
 
 
+_DESTINATIONS = "a folder, a file:/// URL or s3://bucket/prefix"
+
+
 def destination_from_url(url: str) -> PartitionSink:
     """The destination ``url`` names: ``s3://bucket/prefix``, ``file:///folder`` or a folder's path.
 
@@ -93,7 +96,8 @@ def destination_from_url(url: str) -> PartitionSink:
     parsed = urlparse(url)
     if parsed.scheme == "s3":
         if not parsed.netloc:
-            raise ConfigurationError(f"{url!r} names no bucket", hint="use s3://bucket/prefix")
+            raise ConfigurationError(refused_value("--to", takes=f"{_DESTINATIONS}; this S3 URL names no bucket"),
+                                     hint="e.g. --to s3://warehouse/teamstore/ledger")
         from teamstore.audit.warehouse.s3 import S3Partitions
 
         return S3Partitions.from_url(parsed.netloc, parsed.path)
@@ -102,8 +106,9 @@ def destination_from_url(url: str) -> PartitionSink:
 
         folder = _folder(parsed.netloc, unquote(parsed.path)) if parsed.scheme else url
         return LocalPartitions(Path(folder).expanduser())
-    raise ConfigurationError(f"cannot export to {parsed.scheme}:// URLs",
-                             hint="give a folder, a file:/// URL or s3://bucket/prefix")
+    # Not even its scheme is repeated: `--to alice:x` parses as one, and it may be a user's id.
+    raise ConfigurationError(refused_value("--to", takes=_DESTINATIONS),
+                             hint="e.g. --to ./warehouse/ledger or --to s3://warehouse/teamstore/ledger")
 
 
 def _folder(host: str, path: str) -> str:
