@@ -30,7 +30,7 @@ from teamstore.errors import ConfigurationError, KeyDestroyed, KeyUnavailable
 from teamstore.keys import KeyService, rotation
 from teamstore.keys.rotation import RotationReport, retire, rotate
 from teamstore.keys.schema import data_keys, key_encryption_keys
-from teamstore.keys.status import status
+from teamstore.keys.status import backups_unreadable_by, status
 from teamstore.settings import Settings
 from tests.keys.damaged import damage_wrapped_key
 from tests.keys.outage import Outage
@@ -308,6 +308,24 @@ async def test_retire_names_a_due_key_encryption_key_a_damaged_row_keeps_alive(
     assert retired.kept[0]["destroy_after"] < datetime.now(UTC) + timedelta(days=8)
 
 
+async def test_no_date_bounds_backups_while_a_damaged_row_keeps_a_retired_kek_past_its_destroy_date(
+    keys: KeyService, engine: AsyncEngine
+) -> None:
+    # alice's data key in a backup taken before the rotation is wrapped by the first KEK, which bob's damaged row
+    # keeps alive: erased after the rotation, her words in that backup stay readable until the backup expires.
+    settings = Settings(key_retire_days=0)
+    await _sealed_for_all(keys)
+    assert await backups_unreadable_by(engine, settings) is not None
+    await damage_wrapped_key(engine, "bob")
+    await rotate(keys, retire_days=0)
+    assert await backups_unreadable_by(engine, settings) is None
+    await retire(keys)  # keeps it, as long as bob's row names it
+    assert await backups_unreadable_by(engine, settings) is None
+    async with engine.begin() as conn:  # bob's row goes (erased, or restored and rotated on)
+        await conn.execute(data_keys.delete().where(data_keys.c.user_id == "bob"))
+    assert await backups_unreadable_by(engine, settings) is not None
+
+
 async def test_a_rotation_begun_while_another_makes_its_key_current_joins_that_one(
     keys: KeyService, engine: AsyncEngine
 ) -> None:
@@ -506,6 +524,9 @@ def test_keys_status_warns_of_a_kek_past_its_destroy_date_that_a_damaged_row_kee
     said = " ".join(runner.invoke(app, ["keys", "status"]).stdout.split())
     assert "past its destroy date" in said and "1 data key row(s)" in said
     assert "`teamstore keys retire`" in said and "restore" in said
+    # A backup from before the rotation holds every key it wrapped: no date bounds it while the KEK is kept.
+    assert shown["backups_unreadable_by"] is None
+    assert "stays readable for a user erased now until it expires" in said
 
 
 @pytest.mark.parametrize("as_json", [False, True])

@@ -9,6 +9,7 @@ import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -54,8 +55,9 @@ async def test_a_users_data_key_is_made_once_and_stored_only_wrapped(
     assert recorded.kek_id == row.kek_id and recorded.retired_at is None
 
 
-async def test_a_key_is_unwrapped_once_then_served_from_memory(keys: KeyService, engine: AsyncEngine) -> None:
-    await keys.seal("alice", b"first", "memory/facts")
+async def test_a_key_is_unwrapped_once_then_served_from_memory(engine: AsyncEngine, kek: str) -> None:
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=60))  # the tests' 0.2 s, counted from
+    await keys.seal("alice", b"first", "memory/facts")  # before KMS made the key, may be spent by the loop's end
     seen: list[str] = []
     event.listen(engine.sync_engine, "before_cursor_execute", lambda *args: seen.append(args[2]))
     for n in range(50):
@@ -291,6 +293,45 @@ async def test_kms_unreachable_fails_with_a_typed_error_and_writes_nothing(
     assert [r.user_id for r in await _rows(engine)] == ["alice"]
     kms_outage.down = False
     assert await fresh.open("alice", blob, "state/s1") == b"words"
+
+
+async def test_a_key_read_as_its_erasure_deletes_it_leaves_memory_by_the_end_of_the_erasures_wait(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker reads alice's row just before the erasure deletes it, and its unwrap takes its time (KMS allows
+    # seconds). The erasure then waits the cache's time after its delete before its fence lifts: by then the
+    # worker must have let the key go, or a returning alice's new session is sealed under the destroyed key.
+    import asyncio
+    import threading
+
+    from teamstore.keys import service
+
+    clock = [1000.0]
+    monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: clock[0]))  # the key service's clock
+    await KeyService.from_settings(engine, Settings()).data_key("alice")
+    worker = KeyService.from_settings(engine, Settings(key_cache_seconds=3))
+    unwrapping, go_on, real_get = threading.Event(), threading.Event(), worker.ring.get
+
+    class SlowKek:
+        def __init__(self, kek: Any) -> None:
+            self.kek = kek
+
+        def unwrap(self, wrapped: bytes, key_id: str) -> bytes:
+            unwrapping.set()
+            go_on.wait(10)
+            return self.kek.unwrap(wrapped, key_id)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(worker.ring, "get", lambda kek_id: SlowKek(real_get(kek_id)))
+    reading = asyncio.ensure_future(worker.data_key("alice", create=False))
+    assert await asyncio.to_thread(unwrapping.wait, 10)  # the row is read; the unwrap is under way
+    async with engine.begin() as conn:  # the erasure's key step
+        await conn.execute(data_keys.delete().where(data_keys.c.user_id == "alice"))
+    deleted_at = clock[0]
+    clock[0] += 2  # the unwrap takes two seconds
+    go_on.set()
+    assert await reading is not None
+    clock[0] = deleted_at + 3.001  # the erasure's wait is over: its fence lifts
+    assert worker.in_memory("alice") is None
 
 
 async def test_two_workers_making_the_same_users_first_key_at_once_end_with_one(engine: AsyncEngine) -> None:

@@ -93,8 +93,11 @@ def keys_status(
                     fixed=(1, 2, 3, 4), right=(2,))
         if d["rotation_due"] is not None:
             late = " (OVERDUE: run `teamstore keys rotate`)" if d["overdue"] else ""
-            console.print(f"next rotation due {d['rotation_due']:%Y-%m-%d}{late}; a backup taken now is unreadable "
-                          f"for a user erased now by {d['backups_unreadable_by']:%Y-%m-%d}")
+            bound = d["backups_unreadable_by"]
+            console.print(f"next rotation due {d['rotation_due']:%Y-%m-%d}{late}; " + (
+                f"a backup taken now is unreadable for a user erased now by {bound:%Y-%m-%d}" if bound else
+                "a backup taken now stays readable for a user erased now until it expires: a retired key-encryption "
+                "key is kept past its destroy date (below)"))
         if d["rotation_unfinished"] is not None:
             _warn_unfinished(d["rotation_unfinished"])
         for kept in d["kept_past_destroy"]:

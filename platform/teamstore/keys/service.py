@@ -235,9 +235,10 @@ class KeyService:
             key = await read()
             if key is not None:
                 return key
+            asked_at = time.monotonic()
             made = await self._make(user_id, stored)
             if made is not None:
-                return self._remember(made)
+                return self._remember(made, asked_at)
         raise StoreUnavailable("could not make the user's data key: other writers kept changing it",
                                hint="retry; a key rotation may have been running")
 
@@ -259,9 +260,12 @@ class KeyService:
             return None
         return found[0]
 
-    def _remember(self, key: DataKey) -> DataKey:
+    def _remember(self, key: DataKey, asked_at: float) -> DataKey:
+        """Keep ``key`` in memory for ``cache_seconds`` from ``asked_at``, the moment before its row was read or
+        written: an erasure that deleted the row since waits that long after its delete, and an unwrap that took
+        its time must not stretch the key's stay past that wait."""
         if self.cache_seconds > 0:
-            self._cache[key.user_id] = (key, time.monotonic() + self.cache_seconds)
+            self._cache[key.user_id] = (key, asked_at + self.cache_seconds)
             self._cache.move_to_end(key.user_id)
             while len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -279,8 +283,9 @@ class KeyService:
 
     async def _from_row(self, user_id: str) -> DataKey | None:
         """``user_id``'s key unwrapped from its row, and kept in memory; ``None`` when they have none."""
+        asked_at = time.monotonic()
         row = await self._row(user_id)
-        return self._remember(await self._unwrap(user_id, *row)) if row is not None else None
+        return self._remember(await self._unwrap(user_id, *row), asked_at) if row is not None else None
 
     async def _row(self, user_id: str) -> tuple[str, str, bytes] | None:
         query = select(data_keys.c.key_id, data_keys.c.kek_id, data_keys.c.wrapped).where(

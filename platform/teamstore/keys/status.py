@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,8 +28,13 @@ from teamstore.keys.unrecorded import unrecorded
 from teamstore.settings import Settings
 
 
-async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: datetime | None = None) -> datetime:
-    """The latest time a backup taken now stays readable for a user erased now, given rotations on schedule.
+async def backups_unreadable_by(
+    engine: AsyncEngine, settings: Settings, now: datetime | None = None
+) -> datetime | None:
+    """The latest time a backup taken now stays readable for a user erased now, given rotations on schedule;
+    ``None`` when no schedule bounds it: a retired KEK is kept past its destroy date because data keys still
+    name it (a row a rotation could not move: ``keys status`` lists it in ``kept_past_destroy``), and a backup
+    from before its rotation holds data keys it still opens, the erased user's among them, until it expires.
 
     The user's data key in such a backup is wrapped by the KEK current now (or an older one). That one is
     replaced at the next rotation (due ``key_rotation_days`` after it was made, or now if overdue) and destroyed
@@ -46,10 +51,15 @@ async def backups_unreadable_by(engine: AsyncEngine, settings: Settings, now: da
     """
     now = now or await database_now(engine)
     k = key_encryption_keys.c
+    still_named = exists().where(data_keys.c.kek_id == k.kek_id)  # what keeps ``keys retire`` from destroying it
+    kept = select(exists().where(k.retired_at.is_not(None), k.destroyed_at.is_(None), k.destroy_after <= now,
+                                 still_named))
     try:
         async with engine.connect() as conn:
             made = await conn.scalar(select(k.created_at).where(k.retired_at.is_(None)).order_by(
                 k.created_at.desc()).limit(1))
+            if await conn.scalar(kept):
+                return None
     except SQLAlchemyError as exc:
         raise store_failed(exc, "read the current key-encryption key", AGAIN) from exc
     made = utc(made) or now
