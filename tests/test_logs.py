@@ -6,6 +6,7 @@ and teamstore's own log lines quote no user's words."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import warnings
 from collections.abc import Callable, Iterator
@@ -222,3 +223,89 @@ async def test_autogens_records_leave_failures_out_under_a_record_factory_set_si
         logging.setLogRecordFactory(before)
     (record,) = caplog.records
     assert record.getMessage().startswith("Exception in MCP actor task (ValueError;") and WORDS not in caplog.text
+
+
+class _Event:
+    """An event object as AutoGen logs them: its text is the messages it carries."""
+
+    def __init__(self, said: str) -> None:
+        self.said = said
+
+    def __str__(self) -> str:
+        return f'{{"type": "LLMCall", "messages": [{{"content": "{self.said}"}}]}}'
+
+
+def _raised_from_words() -> None:
+    try:
+        raise RuntimeError(f"the provider refused: {WORDS}")
+    except RuntimeError as cause:
+        raise ValueError("the tool failed") from cause
+
+
+def _cancelled_while_handling_words() -> None:
+    try:
+        raise RuntimeError(f"the provider refused: {WORDS}")
+    except RuntimeError:
+        raise asyncio.CancelledError()  # noqa: B904 - its context holds the words, as a cancelled handler's does
+
+
+def _log_while_failing(fail: Callable[[], None], log: Callable[[BaseException], None]) -> None:
+    try:
+        fail()
+    except BaseException as failure:  # a cancellation too, as AutoGen's handlers see one
+        log(failure)
+
+
+def _key_error() -> None:
+    raise KeyError(WORDS)
+
+
+ERROR_LOG = logging.getLogger("autogen_ext.tools.mcp._actor")
+QUOTES: dict[str, Callable[[], None]] = {
+    # each logs while handling a failure whose words reach the record some other way than its own text
+    "its cause, quoted": lambda: _log_while_failing(_raised_from_words,
+                                                    lambda e: ERROR_LOG.error(f"Tool failed: {e.__cause__}")),
+    "its cause, quoted, with its traceback": lambda: _log_while_failing(
+        _raised_from_words, lambda e: ERROR_LOG.exception(f"Tool failed: {e.__cause__}")),
+    "an argument of its, quoted": lambda: _log_while_failing(_key_error,
+                                                             lambda e: ERROR_LOG.error(f"missing {e.args[0]}")),
+    "a cancellation's traceback": lambda: _log_while_failing(
+        _cancelled_while_handling_words, lambda e: ERROR_LOG.exception("Exception in MCP actor task")),
+    "an event object": lambda: _log_while_failing(_raised_from_words, lambda e: ERROR_LOG.exception(_Event(WORDS))),
+}
+
+
+@pytest.mark.parametrize("quote", list(QUOTES))
+async def test_a_failure_reaching_autogens_record_some_other_way_is_left_out_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, quote: str
+) -> None:
+    await open_platform(Settings(home=tmp_path / "home", registry_path=Registry(tmp_path / "r", create=True).path)
+                        ).aclose()
+    with caplog.at_level(logging.ERROR, "autogen_ext"):
+        QUOTES[quote]()
+    (record,) = caplog.records
+    assert WORDS not in caplog.text and record.exc_info is None, caplog.text
+    assert "may quote users' words" in record.getMessage()
+
+
+async def test_a_hosts_own_factory_that_drops_tracebacks_is_not_taken_for_teamstores(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A host's factory set before the platform opens, keeping log lines to one line by dropping tracebacks: the
+    # platform's check took it for its own (a record came back without its traceback) and installed nothing.
+    before = logging.getLogRecordFactory()
+
+    def one_line(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = before(*args, **kwargs)
+        record.exc_info = None
+        return record
+
+    logging.setLogRecordFactory(one_line)
+    try:
+        await open_platform(Settings(home=tmp_path / "home", registry_path=Registry(tmp_path / "r", create=True).path)
+                            ).aclose()
+        with caplog.at_level(logging.ERROR, "autogen_ext"):
+            _log_while_failing(_raised_from_words, lambda e: ERROR_LOG.error(f"Failed to add content: {e.__cause__}"))
+    finally:
+        logging.setLogRecordFactory(before)
+    assert WORDS not in caplog.text, caplog.text

@@ -131,7 +131,15 @@ class _AutoGenRecords:
         record = self.made_by(*args, **kwargs)
         if _is_autogens(record.name):
             _leave_content_out(record)
+            setattr(record, _MARK, True)
         return record
+
+
+_MARK = "teamstore_content_left_out"
+"""The attribute each AutoGen record this module has seen carries: how a factory is known to chain to it (a
+factory of the host's that drops tracebacks by itself must not pass for it)."""
+_FAILURE = "teamstore_failure"
+"""The type of the failure a record reported, kept once its traceback is left out (a filter reads it)."""
 
 
 def _leaves_content_out(factory: Callable[..., logging.LogRecord]) -> bool:
@@ -139,7 +147,7 @@ def _leaves_content_out(factory: Callable[..., logging.LogRecord]) -> bool:
     calls ours (a factory set since, that chains)."""
     probe = ValueError("probe")
     record = factory("autogen_core", logging.ERROR, __file__, 0, "probe", None, (ValueError, probe, None))
-    return record.exc_info is None
+    return bool(getattr(record, _MARK, False))
 
 
 def _leave_content_out(record: logging.LogRecord) -> None:
@@ -149,14 +157,17 @@ def _leave_content_out(record: logging.LogRecord) -> None:
     A failure is the record's own exception (``exc_info``), or, for a record that has none, the exception
     being handled as it is logged, when the record's message holds that exception's text: autogen-ext's
     ChromaDB and mem0 memories log ``f"Failed to add content to ChromaDB: {e}"`` at ERROR, Azure AI Search
-    ``f"Error processing search document: {e}"`` at WARNING. A cancellation is left as it is: it says nothing,
-    and :class:`_CancelledIsNotAnError` drops autogen-core's record of one."""
+    ``f"Error processing search document: {e}"`` at WARNING. A cancellation is a failure like any other (what it
+    interrupted, in its context, may quote users' words); :class:`_CancelledIsNotAnError` drops autogen-core's
+    record of one by the type kept on the record."""
     try:
         traced = record.exc_info[1] if record.exc_info else None
         error = traced
         if error is None and isinstance(record.msg, str):  # an event object (the metering tap reads them) stays
             error = sys.exc_info()[1]
-        if error is not None and not isinstance(error, asyncio.CancelledError):
+        if traced is not None:
+            setattr(record, _FAILURE, type(traced))
+        if error is not None:
             _type_only(record, error, traced=traced is not None)
         _part_left_out(record)
     except Exception:  # a record whose message does not format: a handler would report it, never the caller
@@ -169,15 +180,34 @@ def _type_only(record: logging.LogRecord, error: BaseException, *, traced: bool)
     """The record with ``error``'s type in place of its message (wherever the record's message quotes it) and of
     its traceback. An exception's message often quotes users' words: a structured output the model got wrong is
     a pydantic error holding the model's reply, a tool's failure its arguments, a provider's refusal the request."""
-    message = shown = record.getMessage()
-    for said in (repr(error), str(error)):  # autogen-core puts some exceptions' text in the message itself
-        if said:
-            shown = shown.replace(said, "...")
+    # An event object's text is its messages: it is named by its type.
+    message = shown = record.getMessage() if isinstance(record.msg, str) else type(record.msg).__name__
+    for said in _texts_of(error):  # autogen-core puts some exceptions' text in the message itself
+        shown = shown.replace(said, "...")
     if not traced and shown == message:  # logged while handling a failure it does not quote
         return
     what = "its message and traceback are left out: they" if traced else "its message is left out: it"
     record.msg = f"{shown} ({type(error).__name__}; {what} may quote users' words)"
     record.args, record.exc_info, record.exc_text = None, None, None
+
+
+def _texts_of(error: BaseException) -> list[str]:
+    """What a message may quote of ``error``: the text and repr of it, of the failures it was raised from or
+    while handling (``__cause__``, ``__context__``) and of an exception group's members, and each of their text
+    arguments; longest first, so a quote of one that holds another goes whole."""
+    texts: set[str] = set()
+    seen: set[int] = set()
+    pending = [error]
+    while pending and len(seen) < 32:
+        each = pending.pop()
+        if id(each) in seen:
+            continue
+        seen.add(id(each))
+        texts.update((repr(each), str(each), *(str(a) for a in each.args if isinstance(a, str))))
+        pending.extend(e for e in (each.__cause__, each.__context__) if e is not None)
+        if isinstance(each, BaseExceptionGroup):
+            pending.extend(each.exceptions)
+    return sorted((t for t in texts if len(t) > 2), key=len, reverse=True)
 
 
 _COULD_NOT_CONVERT = ("Could not convert ", " to string, skipping.")
@@ -202,7 +232,7 @@ class _CancelledIsNotAnError(logging.Filter):
     recorded as it went (its transcript's ``error`` names the cancellation); real errors are still logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        kind = record.exc_info[0] if record.exc_info else None
+        kind = getattr(record, _FAILURE, None) or (record.exc_info[0] if record.exc_info else None)
         return not (kind is not None and issubclass(kind, asyncio.CancelledError))
 
 
