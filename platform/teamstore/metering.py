@@ -131,7 +131,7 @@ class _ResponseModelTap(logging.Filter):
             model = response.get("model") if isinstance(response, dict) else None
             if isinstance(model, str) and model:
                 found.append(model)
-        if not self.enabled_by_tap or self.logger.level != logging.INFO or self.logger.parent is None:
+        if not self.enabled_by_tap or self.logger.level != _TAPS_LEVEL or self.logger.parent is None:
             return True
         return record.levelno >= self.logger.parent.getEffectiveLevel()
 
@@ -144,10 +144,15 @@ class _ResponseModelTap(logging.Filter):
         """
         if (
             isinstance(msg, LLMCallEvent)
-            or self.logger.level != logging.INFO
+            or self.logger.level != _TAPS_LEVEL
             or (self.logger.parent is not None and self.logger.parent.isEnabledFor(logging.INFO))
         ):
             logging.Logger.info(self.logger, msg, *args, **kwargs)
+
+
+_TAPS_LEVEL = logging.INFO - 1
+"""The level the tap sets on AutoGen's events logger for itself: INFO's records pass it, and a level a host sets
+since (INFO included) is told apart from it."""
 
 
 @functools.cache
@@ -156,7 +161,7 @@ def _tap_response_models() -> _ResponseModelTap:
     tap = _ResponseModelTap(logger)
     logger.addFilter(tap)
     if logger.level == logging.NOTSET and not logger.isEnabledFor(logging.INFO):
-        logger.setLevel(logging.INFO)
+        logger.setLevel(_TAPS_LEVEL)
         tap.enabled_by_tap = True
         logger.info = tap.info  # type: ignore[method-assign]
     return tap

@@ -95,10 +95,16 @@ async def test_a_call_records_the_model_that_answered_and_why_it_stopped_without
     assert not any(WORDS in r.getMessage() for r in root_at_debug.records)
 
 
-async def test_a_host_that_logs_autogens_events_still_gets_them(server: ModelServer, root_at_debug: _Kept) -> None:
+@pytest.mark.parametrize("level", [logging.DEBUG, logging.INFO], ids=["debug", "info"])
+async def test_a_host_that_logs_autogens_events_still_gets_them(
+    server: ModelServer, root_at_debug: _Kept, level: int
+) -> None:
+    # INFO too, as AutoGen's documentation suggests: it was taken for the level the tap had set for itself.
+    with metered_run():  # the tap is in place
+        await MeteredChatCompletionClient(_openai(server), "triage").create([UserMessage(content="hi", source="u")])
     events = logging.getLogger(EVENT_LOGGER_NAME)
     before = events.level
-    events.setLevel(logging.DEBUG)  # the host asked for AutoGen's events
+    events.setLevel(level)  # the host asked for AutoGen's events
     try:
         with metered_run() as meter:
             await MeteredChatCompletionClient(_openai(server), "triage").create([UserMessage(content="hi", source="u")])

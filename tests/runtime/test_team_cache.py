@@ -5,6 +5,7 @@ of time for a label."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -258,4 +259,23 @@ async def test_only_the_definitions_built_most_recently_keep_a_team_built_ahead(
     await teams.build(refs[1])  # taken: the slot is free for the next
     await _built_ahead(teams, refs[0])
     assert [teams._entries[ref].spare is not None for ref in refs] == [True, False, True]
+    await teams.aclose()
+
+
+async def test_a_team_built_ahead_that_fails_is_logged_by_its_failures_type(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A build's error may quote what it was given, a secret among them: at DEBUG the failure is named by its type.
+    teams = TeamBuilder(registry, refresh_seconds=60)
+    ref = f"{TRIAGE}@production"
+    for _ in range(2):
+        await teams.build(ref)
+
+    def failing(self: registry_build.PreparedDefinition, env: Any = None) -> Any:
+        raise ValueError("api_key='sk-live-CANARY' was refused")
+
+    monkeypatch.setattr(registry_build.PreparedDefinition, "build", failing)
+    with caplog.at_level(logging.DEBUG, "teamstore.runtime.teams"):
+        await _built_ahead(teams, ref)
+    assert "ahead failed: ValueError" in caplog.text and "CANARY" not in caplog.text
     await teams.aclose()

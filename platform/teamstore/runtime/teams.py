@@ -156,7 +156,8 @@ class TeamBuilder:
             with self.spans():
                 built = prepared.build()
         except Exception as exc:  # the request that needs it builds it itself, and gets the error then
-            log.debug("building %s ahead failed: %s", entry.definition.name, exc)
+            # By its type: a build's error may quote the definition's values, a secret's among them.
+            log.debug("building %s ahead failed: %s", entry.definition.name, type(exc).__name__)
             return
         finally:
             entry.restocking = False
