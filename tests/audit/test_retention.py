@@ -10,6 +10,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -508,6 +509,35 @@ async def test_a_user_returning_while_the_sweep_forgets_them_waits_and_starts_af
     assert after != before and await _holds(engine) == []
     async with engine.connect() as conn:
         assert (await conn.execute(select(sessions.c.session_id).where(sessions.c.user_id == "quiet-user"))).all()
+
+
+async def test_a_sweep_lifts_the_holds_a_stopped_sweep_left_up_only_once_the_workers_caches_have_expired(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sweep killed while it outwaited the workers' caches of the keys it had destroyed left its holds up; the
+    # next sweep lifted them at once, and a user opening a session meanwhile could be served the destroyed key
+    # from a worker's memory. It waits the cache's time again first.
+    from teamstore.erasure import quiet
+
+    async with engine.begin() as conn:
+        await conn.execute(insert(user_holds).values(user_id="quiet-user", reason=RETENTION,
+                                                     created_at=datetime.now(UTC)))
+    said: list[str] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        async with engine.connect() as conn:
+            held = (await conn.execute(select(user_holds.c.user_id))).scalars().all()
+        said.append(f"slept {seconds:g} with {list(held)} held")
+        await real_sleep(0)
+
+    monkeypatch.setattr(quiet, "asyncio", SimpleNamespace(sleep=sleep))
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=7))
+    await forget_quiet_users(engine, LocalTranscriptStore(tmp_path / "t"), keys, grace_seconds=0)
+    assert said[0] == "slept 7 with ['quiet-user'] held" and await _holds(engine) == []
+    said.clear()
+    await forget_quiet_users(engine, LocalTranscriptStore(tmp_path / "t"), keys, grace_seconds=0)
+    assert said == []  # none left up: no wait
 
 
 def support_registry(path: Path) -> Registry:

@@ -136,7 +136,7 @@ async def forget_quiet_users(
     """
     before = (now or datetime.now(UTC)) - NEW_SUBJECT
     forgotten = kept = 0
-    await _lift_stale_holds(engine)
+    await _lift_stale_holds(engine, keys.cache_seconds)
     after: str | None = None  # a user kept is not fenced again by this pass: it goes on past them, in id order
     while True:
         batch, after = await _fence(engine, before, after)
@@ -167,10 +167,17 @@ async def _forget_all(engine: AsyncEngine, store: TranscriptStore, keys: KeyServ
     return len(quiet)
 
 
-async def _lift_stale_holds(engine: AsyncEngine) -> None:
+async def _lift_stale_holds(engine: AsyncEngine, cache_seconds: float) -> None:
     """Lift the holds an earlier sweep left up when it stopped mid-way (killed, the database gone): the users it
-    had not forgotten yet are considered afresh."""
+    had not forgotten yet are considered afresh. That sweep may have stopped as it outwaited the workers' caches
+    of the keys it had destroyed: a user opening a session meanwhile would be served a destroyed key from memory,
+    and their new state sealed under it. So the wait is made again before the holds are lifted."""
+    stale = select(exists().where(user_holds.c.reason == RETENTION))
     try:
+        async with engine.connect() as conn:
+            left_up = bool(await conn.scalar(stale))
+        if left_up and cache_seconds > 0:
+            await asyncio.sleep(cache_seconds)
         async with engine.begin() as conn:
             await conn.execute(delete(user_holds).where(user_holds.c.reason == RETENTION))
     except SQLAlchemyError as exc:
