@@ -221,7 +221,7 @@ async def test_autogens_records_leave_failures_out_under_a_record_factory_set_si
                 logging.getLogger("autogen_ext.tools.mcp._actor").exception("Exception in MCP actor task")
     finally:
         logging.setLogRecordFactory(before)
-    (record,) = caplog.records
+    (record,) = [r for r in caplog.records if r.name.startswith("autogen")]  # and teamstore's word of the factory
     assert record.getMessage().startswith("Exception in MCP actor task (ValueError;") and WORDS not in caplog.text
 
 
@@ -309,3 +309,32 @@ async def test_a_hosts_own_factory_that_drops_tracebacks_is_not_taken_for_teamst
     finally:
         logging.setLogRecordFactory(before)
     assert WORDS not in caplog.text, caplog.text
+
+
+async def test_a_factory_that_replaced_teamstores_while_the_platform_runs_is_replaced_at_the_next_session(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A host's factory set after the platform opened, not calling the one it replaced: AutoGen's records quoted
+    # users' words until the next platform opened. The next session's opening sets teamstore's again, and says so.
+    registry = Registry(tmp_path / "registry", create=True)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    before = logging.getLogRecordFactory()
+    def plain(*args: Any, **kwargs: Any) -> logging.LogRecord:  # the host's own, calling none before it
+        return logging.LogRecord(*args, **kwargs)
+
+    async with open_platform(Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)) as p:
+        logging.setLogRecordFactory(plain)
+        try:
+            with caplog.at_level(logging.WARNING):
+                async with p.session("alice", "s1", team="support_triage"):
+                    pass
+                async with p.session("alice", "s2", team="support_triage"):
+                    pass
+                _log_while_failing(_raised_from_words,
+                                   lambda e: ERROR_LOG.error(f"Failed to add content: {e.__cause__}"))
+        finally:
+            logging.setLogRecordFactory(before)
+    assert WORDS not in caplog.text, caplog.text
+    said = [r.getMessage() for r in caplog.records if r.name == "teamstore.logs"]
+    assert len(said) == 1 and "did not call the one it replaced" in said[0]

@@ -104,9 +104,30 @@ def keep_content_out_of_logs() -> None:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
+    still_content_left_out()
+
+
+_ours_set = False  # whether this process has set the factory once (a later replacement is then news)
+_said_replaced: object = None  # the last factory found to have replaced ours unchained: said once each
+
+
+def still_content_left_out() -> bool:
+    """Install :class:`_AutoGenRecords` again if the record factory in place does not leave content out: one set
+    since that did not call the one it replaced (a Platform checks at each session's opening). Returns whether
+    it had to; the first time it replaces a factory set since, it says so at WARNING."""
+    global _ours_set, _said_replaced
     current = logging.getLogRecordFactory()
-    if not _leaves_content_out(current):
-        logging.setLogRecordFactory(_AutoGenRecords(current))
+    if _leaves_content_out(current):
+        return False
+    if _ours_set and _said_replaced is not current:
+        _said_replaced = current
+        logging.getLogger("teamstore.logs").warning(
+            "a log record factory set since teamstore's did not call the one it replaced; teamstore's is set "
+            "again on top of it, so that AutoGen's records leave users' words out (a factory should call the one "
+            "it replaces)")
+    _ours_set = True
+    logging.setLogRecordFactory(_AutoGenRecords(current))
+    return True
 
 
 def _is_autogens(name: str) -> bool:

@@ -50,6 +50,7 @@ from teamstore.logs import (
     keep_content_out_of_logs,
     keep_query_values_out_of_logs,
     keep_request_bodies_out_of_logs,
+    still_content_left_out,
 )
 from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import Forgotten, MemoryStore
@@ -260,6 +261,8 @@ class Platform:
         and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
+        if not self.settings.capture_message_content:
+            still_content_left_out()  # a host's record factory set since, that replaced teamstore's
         return Session(self._session_deps(), user_id, session_id, team, timeout, continuing)
 
     def _session_deps(self) -> SessionDeps:
