@@ -79,14 +79,33 @@ _CONTENT_WARNINGS = (
 )
 
 
+_SAID = ("Tool call function arguments field is not a string",
+         "Pydantic serializer warnings:\n  PydanticSerializationUnexpectedValue(Expected `str` - serialized value "
+         "may not be as expected [field_name='arguments'")
+"""How each of :data:`_CONTENT_WARNINGS` begins, to tell which filter would take it first."""
+
+
 def keep_content_out_of_warnings() -> None:
-    """Ignore the warnings of :data:`_CONTENT_WARNINGS` (process-wide, as Python's warning filters are).
+    """Ignore the warnings of :data:`_CONTENT_WARNINGS` (process-wide, as Python's warning filters are), unless
+    their ignore filters already come before any other that would take them: a filter the application puts first
+    since (``warnings.simplefilter("default")``) is found at the next session's opening, and they are put first
+    again.
 
     A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message content
     in telemetry.
     """
-    for message in _CONTENT_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    for message, said in zip(_CONTENT_WARNINGS, _SAID, strict=True):
+        if not _ignored_first(message, said):
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
+
+
+def _ignored_first(message: str, said: str) -> bool:
+    for action, regex, category, module, _ in warnings.filters:
+        if action == "ignore" and regex is not None and regex.pattern == message and category is UserWarning:
+            return True
+        if issubclass(UserWarning, category) and module is None and (regex is None or regex.match(said)):
+            return False  # another filter takes it first
+    return False
 
 
 class Platform:
@@ -261,8 +280,9 @@ class Platform:
         and ``StoreUnavailable``.
         """
         timeout = self.settings.lease_timeout_seconds if lease_timeout is None else lease_timeout
-        if not self.settings.capture_message_content:
-            still_content_left_out()  # a host's record factory set since, that replaced teamstore's
+        if not self.settings.capture_message_content:  # a host's record factory or warning filter set since
+            still_content_left_out()
+            keep_content_out_of_warnings()
         return Session(self._session_deps(), user_id, session_id, team, timeout, continuing)
 
     def _session_deps(self) -> SessionDeps:
