@@ -14,6 +14,15 @@ from typing import Any
 import pytest
 
 
+def _teamstore(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``teamstore ARGS`` in a process of its own, on a home of the test's, with no stores, keys or exporter of
+    the environment's (``env`` adds to it)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
+    clean.update(TEAMSTORE_HOME=str(tmp_path / "home"), **env)
+    return subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=clean,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -29,10 +38,7 @@ import pytest
     ],
 )
 def test_a_typed_error_is_a_message_and_a_status(tmp_path: Path, args: list[str], message: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
-    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, *args, OPENAI_API_KEY="")
     assert proc.returncode == 1, proc.stderr
     assert message in proc.stderr and "fix:" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -49,10 +55,7 @@ def test_a_typed_error_is_a_message_and_a_status(tmp_path: Path, args: list[str]
 def test_a_typed_error_under_json_is_stdouts_one_document(tmp_path: Path, args: list[str], kind: str,
                                                           code: int) -> None:
     # A script reading stdout gets the error to read, as it would a result; people still read stderr.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
-    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, *args, OPENAI_API_KEY="")
     assert proc.returncode == code, proc.stderr
     error = json.loads(proc.stdout)["error"]
     assert (error["type"], error["exit_code"]) == (kind, code)
@@ -61,29 +64,20 @@ def test_a_typed_error_under_json_is_stdouts_one_document(tmp_path: Path, args: 
 
 
 def test_an_error_without_json_writes_nothing_to_stdout(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
-    proc = subprocess.run([sys.executable, "-m", "teamstore", "sessions", "show", "--user", "a", "--session", "s"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, "sessions", "show", "--user", "a", "--session", "s", OPENAI_API_KEY="")
     assert proc.returncode == 1 and proc.stdout == "" and "error:" in proc.stderr
 
 
 @pytest.mark.parametrize("args", [["erase", "--usr", "alice"], ["registry", "check", "t", "--form", "a", "--to", "b"]])
 def test_a_usage_error_exits_1_not_the_2_that_erase_and_check_give_an_outcome(tmp_path: Path, args: list[str]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"))
-    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, *args)
     assert proc.returncode == 1 and "error: No such option" in proc.stderr
     assert f"teamstore {args[0]}" in proc.stderr.splitlines()[-1]  # read like every other failure, not a box
     assert proc.stderr.splitlines()[-1].startswith("fix: see `")
 
 
 def test_a_usage_error_names_the_command_to_ask_for_help(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-m", "teamstore", "sessions", "list", "--limit", "many"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, "sessions", "list", "--limit", "many", COLUMNS="200")
     assert proc.returncode == 1
     usage, error, fix = proc.stderr.splitlines()
     assert usage.startswith("Usage: ") and usage.endswith("teamstore sessions list [OPTIONS]")
@@ -105,10 +99,7 @@ def test_a_value_an_option_does_not_take_is_refused_naming_the_option_and_what_i
     tmp_path: Path, args: list[str], error: str
 ) -> None:
     # A user's id or words typed in the wrong place land in an option's value; the error line may be logged.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="300")
-    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, *args, COLUMNS="300")
     assert proc.returncode == 1, proc.stderr
     usage, said, fix = proc.stderr.splitlines()
     assert usage.startswith("Usage: ") and said.startswith(f"error: {error}"), proc.stderr
@@ -146,10 +137,7 @@ def test_a_value_teamstores_own_checks_refuse_is_named_by_its_option_and_what_it
     tmp_path: Path, args: list[str], takes: str, example: str
 ) -> None:
     # The checks click cannot make (a grouping, a date, a request status) refuse a value as click's do.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"), COLUMNS="300")
-    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, *args, COLUMNS="300")
     assert proc.returncode == 1, proc.stderr
     said, fix = proc.stderr.splitlines()
     assert said.startswith(f"error: Invalid value for {takes}"), proc.stderr
@@ -178,10 +166,7 @@ def test_an_option_given_without_its_value_reads_as_every_other_usage_error() ->
                                   ["transcripts", "show", "--user", "alice", "--session", "\udcff"]])
 def test_an_argument_that_is_not_utf8_is_refused_by_name(tmp_path: Path, args: list[str]) -> None:
     # A shell passes the bytes as they are; Python decodes b'\xff' to a lone surrogate no database takes.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
-    env.update(TEAMSTORE_HOME=str(tmp_path / "home"))
-    proc = subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = _teamstore(tmp_path, *args)
     assert proc.returncode == 1, proc.stderr
     assert "is not valid UTF-8 text (not repeated here" in proc.stderr and "fix:" in proc.stderr
     assert "\\x" not in proc.stderr and "caf" not in proc.stderr  # the bytes given are not shown either

@@ -801,13 +801,10 @@ async def test_saves_at_once_write_the_snapshot_once(platform: Platform) -> None
         assert "one more thing" in json.dumps(await s.team.save_state())
 
 
-@pytest.mark.parametrize("landed", [True, False], ids=["landed-unanswered", "not-written"])
-async def test_a_mid_session_save_left_unanswered_is_read_back_before_the_next_write(
-    platform: Platform, monkeypatch: pytest.MonkeyPatch, landed: bool
+async def _a_save_left_unanswered(
+    platform: Platform, s: Session, monkeypatch: pytest.MonkeyPatch, *, landed: bool
 ) -> None:
-    # The save lands (or not), but the database's answer is lost: the session does not know the row's version.
-    # Its next write reads the row back first and goes on from there: on the version it held, a save that landed
-    # made the block's exit save find the row changed under it, and the session's last run was lost.
+    """A run, then a mid-session save whose answer the database lost (it ``landed``, or not), then another run."""
     real = platform.store.save
 
     async def answer_lost(*args: Any, **kwargs: Any) -> int:
@@ -815,13 +812,23 @@ async def test_a_mid_session_save_left_unanswered_is_read_back_before_the_next_w
             await real(*args, **kwargs)
         raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
 
+    await s.run("message about the ZX-81 router")
+    monkeypatch.setattr(platform.store, "save", answer_lost)
+    with pytest.raises(StoreUnavailable):
+        await s.save()
+    monkeypatch.setattr(platform.store, "save", real)
+    await s.run("and one more thing")
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed-unanswered", "not-written"])
+async def test_a_mid_session_save_left_unanswered_is_read_back_before_the_next_write(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    # The save lands (or not), but the database's answer is lost: the session does not know the row's version.
+    # Its next write reads the row back first and goes on from there: on the version it held, a save that landed
+    # made the block's exit save find the row changed under it, and the session's last run was lost.
     async with platform.session("alice", "s1", team="support_triage") as s:
-        await s.run("message about the ZX-81 router")
-        monkeypatch.setattr(platform.store, "save", answer_lost)
-        with pytest.raises(StoreUnavailable):
-            await s.save()
-        monkeypatch.setattr(platform.store, "save", real)
-        await s.run("and one more thing")
+        await _a_save_left_unanswered(platform, s, monkeypatch, landed=landed)
     async with platform.session("alice", "s1", team="support_triage") as s:
         assert s.resume is not None and s.resume.outcome == "resumed"
         assert "one more thing" in json.dumps(await s.team.save_state())
@@ -832,21 +839,13 @@ async def test_a_read_back_that_fails_before_a_save_keeps_the_snapshot_for_the_n
 ) -> None:
     # After a save left unanswered, the next save reads the row back first; when that read fails, nothing was
     # sent, and the run since is still the session's to save (it was dropped, and the block's exit saved nothing).
-    real_save, real_settle = platform.store.save, platform.store.settle
-
-    async def answer_lost(*args: Any, **kwargs: Any) -> int:
-        raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
+    real_settle = platform.store.settle
 
     async def read_back_fails(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("the database is restarting", hint="check the database")
 
     async with platform.session("alice", "s1", team="support_triage") as s:
-        await s.run("message about the ZX-81 router")
-        monkeypatch.setattr(platform.store, "save", answer_lost)
-        with pytest.raises(StoreUnavailable):
-            await s.save()
-        monkeypatch.setattr(platform.store, "save", real_save)
-        await s.run("and one more thing")
+        await _a_save_left_unanswered(platform, s, monkeypatch, landed=False)
         monkeypatch.setattr(platform.store, "settle", read_back_fails)
         with pytest.raises(StoreUnavailable):
             await s.save()

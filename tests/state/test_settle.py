@@ -219,6 +219,28 @@ async def test_a_write_sent_within_the_lease_and_cut_off_past_it_is_settled_like
         assert (row.state, row.checkpoint) == landed and row.row_version == version + 2
 
 
+@contextlib.asynccontextmanager
+async def _checkpointed_under_a_row_lease(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, *, settle_seconds: int
+) -> AsyncIterator[tuple[Any, Any, int]]:
+    """A row-lease store (its engine pooling one connection) whose settle waits ``settle_seconds``, w1 holding
+    alice's session with a checkpoint written; an engine of its own for the other transactions; the row's
+    version."""
+    from teamstore.state import row_lease
+
+    monkeypatch.setattr(row_lease, "SETTLE_SECONDS", settle_seconds)
+    await prepare(postgres_url, "row")
+    engine, other = create_engine(postgres_url, pool_size=1, max_overflow=0), create_engine(postgres_url)
+    store = store_for(engine, pool_size=2, lease="row")
+    try:
+        await acquire(store, KEY)
+        yield store, other, await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    finally:
+        await store.aclose()
+        await engine.dispose()
+        await other.dispose()
+
+
 @pytest.mark.postgres
 async def test_a_row_held_past_the_settles_wait_says_whether_the_write_landed_is_not_known(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
@@ -226,17 +248,10 @@ async def test_a_row_held_past_the_settles_wait_says_whether_the_write_landed_is
     # Under a row lease the settle waits for whatever holds the row (a write still running) up to its own
     # lock_timeout: past it, the error says what is not known, not that the role's lock_timeout refused a
     # statement; and that lock_timeout stays the settle's (the pooled connection keeps the one it had).
-    from teamstore.state import row_lease
-
-    monkeypatch.setattr(row_lease, "SETTLE_SECONDS", 1)
-    await prepare(postgres_url, "row")
-    engine, other = create_engine(postgres_url, pool_size=1, max_overflow=0), create_engine(postgres_url)
-    store = store_for(engine, pool_size=2, lease="row")
-    try:
+    async with _checkpointed_under_a_row_lease(postgres_url, monkeypatch, settle_seconds=1) as (store, other, version):
+        engine = store.engine
         async with engine.connect() as conn:
             before = (await conn.execute(text("SHOW lock_timeout"))).scalar()
-        await acquire(store, KEY)
-        version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
         async with other.connect() as holder:
             await holder.execute(text("SELECT 1 FROM ts_sessions WHERE user_id = 'alice' FOR UPDATE"))
             with pytest.raises(StoreUnavailable) as info:
@@ -247,10 +262,6 @@ async def test_a_row_held_past_the_settles_wait_says_whether_the_write_landed_is
             assert (await conn.execute(text("SHOW lock_timeout"))).scalar() == before
         row = await store.get(KEY)
         assert row is not None and row.row_version == version and row.checkpoint == '{"turn":1}'
-    finally:
-        await store.aclose()
-        await engine.dispose()
-        await other.dispose()
 
 
 @pytest.mark.postgres
@@ -260,21 +271,12 @@ async def test_a_queue_of_writers_on_the_row_holds_the_settle_no_longer_than_its
     # Two transactions hold the row one after the other, each for less than the settle's wait and together for
     # more: the settle waits for each lock in turn, and gives up once its wait is spent in all (it had waited
     # its whole wait for each).
-    from teamstore.state import row_lease
-
-    monkeypatch.setattr(row_lease, "SETTLE_SECONDS", 2)
-    await prepare(postgres_url, "row")
-    engine, other = create_engine(postgres_url), create_engine(postgres_url)
-    store = store_for(engine, pool_size=2, lease="row")
-
     async def hold_the_row(conn: Any, seconds: float) -> None:
         await conn.execute(text("UPDATE ts_sessions SET updated_at = updated_at WHERE user_id = 'alice'"))
         await asyncio.sleep(seconds)
         await conn.commit()
 
-    try:
-        await acquire(store, KEY)
-        version = await store.checkpoint(KEY, owner="w1", expected_version=0, record=checkpoint())
+    async with _checkpointed_under_a_row_lease(postgres_url, monkeypatch, settle_seconds=2) as (store, other, version):
         async with other.connect() as first, other.connect() as second:
             await hold_the_row(first, 0)  # a connection up before the clock starts
             await first.execute(text("UPDATE ts_sessions SET updated_at = updated_at WHERE user_id = 'alice'"))
@@ -290,10 +292,6 @@ async def test_a_queue_of_writers_on_the_row_holds_the_settle_no_longer_than_its
         assert "held the session's row past 2s: whether the write left unanswered landed is not known" in str(info.value)
         row = await store.get(KEY)
         assert row is not None and row.row_version == version
-    finally:
-        await store.aclose()
-        await engine.dispose()
-        await other.dispose()
 
 
 @pytest.fixture
