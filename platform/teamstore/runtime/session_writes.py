@@ -139,12 +139,15 @@ class SessionWrites:
     async def save(self, built: BuiltTeam, *, release: bool) -> None:
         """Write the pending snapshot (there is one: :attr:`pending`), and give the lease back with it if
         ``release``. Hold :attr:`lock` around it."""
-        with self._storing():
-            await self._settled_first()  # first: a read-back that fails sends nothing, and keeps the snapshot
         # Taken before writing: a refused snapshot is reported once, never retried blindly at exit.
         state, self._pending = self._pending, None
         assert state is not None
         with self._storing():
+            try:
+                await self._settled_first()
+            except BaseException:
+                self._pending = state  # the read-back failed: nothing was sent, the snapshot is still to save
+                raise
             self.row_version = await self._deps.store.save(
                 self._key, owner=self._owner, expected_version=self.row_version,
                 record=save_record(built, state, self._deps.limits), release=release,
