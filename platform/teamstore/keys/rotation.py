@@ -16,8 +16,16 @@ is unreadable for the erased user at most ``key_rotation_days + key_retire_days`
 A rotation stopped half-way (KMS unreachable, a killed process, Ctrl-C) is resumed by running it again: while
 some live data key is still to move to the current KEK, ``rotate`` finishes that one instead of making another.
 One stopped between making its new KEK and recording it leaves that KEK unused (nothing names it), and its rerun
-makes another; ``retire`` destroys a key file's such entry once it is old enough (:mod:`teamstore.keys.unrecorded`). A KEK is destroyed only once no data key names it; a damaged row keeps its KEK alive, and is
-reported (it holds back no later rotation).
+makes another; ``retire`` destroys a key file's such entry once it is old enough (:mod:`teamstore.keys.unrecorded`).
+A KEK is destroyed only once no data key names it; a damaged row keeps its KEK alive, and is reported (it holds
+back no later rotation).
+
+Nothing is written under a KEK once its retirement is committed: a new user's key and a rotation's batch are each
+written only while their KEK is current, checked in the writing transaction (on Postgres under a share lock on the
+KEK's row, :func:`~teamstore.keys.schema.hold_current`). So a rotation's last batch read finds every key still to
+move, no straggler makes the next rotation take itself for an unfinished one, and ``retire``'s count of the keys
+under a KEK cannot be overtaken by a write before it destroys the KEK. A rotation whose KEK another rotation
+retired goes on under that one's.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from teamstore.keys.failures import AGAIN, RETIRE_AGAIN, store_failed
 from teamstore.keys.kek import KMS
 from teamstore.keys.kms import DELETION_WINDOW_DAYS
 from teamstore.keys.marks import mark, refusal
-from teamstore.keys.schema import data_keys, key_encryption_keys
+from teamstore.keys.schema import data_keys, hold_current, is_current, key_encryption_keys
 from teamstore.keys.service import KeyService
 from teamstore.keys.unrecorded import Unrecorded, retire_unrecorded
 
@@ -261,8 +269,13 @@ async def _rewrap_all(keys: KeyService, current: str, report: RotationReport, ba
     while rows := await _batch(keys.engine, current, after, batch):
         if on_batch is not None:
             await on_batch()
-        await _rewrap_batch(keys, current, report, rows)
-        after = rows[-1][0]
+        if await _rewrap_batch(keys, current, report, rows):
+            after = rows[-1][0]
+        else:
+            # Another rotation retired ``current`` meanwhile: nothing of this batch was stored under it. Go on
+            # under the KEK that one made current, from the start (it moves the same keys; each is stored once).
+            current = report.kek_id = await keys.current_kek()
+            after = ""
 
 
 async def _batch(engine: AsyncEngine, current: str, after: str, size: int) -> list[_Row]:
@@ -305,9 +318,9 @@ def _rewrap_on_thread(keys: KeyService, current: str, rows: list[_Row]) -> _Rewr
     return done
 
 
-async def _rewrap_batch(keys: KeyService, current: str, report: RotationReport, rows: list[_Row]) -> None:
+async def _rewrap_batch(keys: KeyService, current: str, report: RotationReport, rows: list[_Row]) -> bool:
     """Re-wrap ``rows`` and store them; the report counts what was stored. A KEK that could not be used raises once
-    what was re-wrapped before it is stored."""
+    what was re-wrapped before it is stored. False, and nothing stored, when ``current`` is current no longer."""
     done = await asyncio.to_thread(_rewrap_on_thread, keys, current, rows)
     report.damaged += done.damaged
     report.unusable += done.unusable
@@ -317,31 +330,44 @@ async def _rewrap_batch(keys: KeyService, current: str, report: RotationReport, 
         # report saying it was not).
         storing = asyncio.ensure_future(_store(keys.engine, current, done.moved))
         try:
-            moved, gone = await asyncio.shield(storing)
+            counts = await asyncio.shield(storing)
         except asyncio.CancelledError:
-            moved, gone = await storing
-            report.rewrapped, report.gone = report.rewrapped + moved, report.gone + gone
+            _count(report, await storing)
             raise
-        report.rewrapped, report.gone = report.rewrapped + moved, report.gone + gone
+        if counts is None:
+            return False
+        _count(report, counts)
     if done.stopped is not None:
         raise done.stopped
+    return True
 
 
-async def _store(engine: AsyncEngine, current: str, moved: list[tuple[_Row, bytes]]) -> tuple[int, int]:
+def _count(report: RotationReport, counts: tuple[int, int] | None) -> None:
+    if counts is not None:
+        report.rewrapped, report.gone = report.rewrapped + counts[0], report.gone + counts[1]
+
+
+async def _store(engine: AsyncEngine, current: str, moved: list[tuple[_Row, bytes]]) -> tuple[int, int] | None:
     """Store re-wrapped data keys in one transaction; how many were stored, and how many were gone (deleted by an
-    erasure after being read; a key neither stored nor gone was moved by another rotation running meanwhile)."""
+    erasure after being read; a key neither stored nor gone was moved by another rotation running meanwhile).
+    ``None``, and nothing stored, when another rotation has retired ``current``: a key stored under a retired KEK
+    could land after ``retire`` counted none left under it, and be lost with it."""
     d = data_keys.c
     # Each over the row as read only: one an erasure deleted meanwhile stays deleted (no upsert can bring it back).
     stmt = update(data_keys).where(d.user_id == bindparam("row_user"), d.key_id == bindparam("row_key"),
-                                   d.kek_id == bindparam("row_kek")).values(
+                                   d.kek_id == bindparam("row_kek"), is_current(current)).values(
         kek_id=current, wrapped=bindparam("rewrapped"), wrapped_at=datetime.now(UTC))
     params = [{"row_user": user_id, "row_key": key_id, "row_kek": kek_id, "rewrapped": rewrapped}
               for (user_id, key_id, kek_id, _), rewrapped in moved]
     try:
         async with engine.begin() as conn:
+            if not await hold_current(conn, current):
+                return None
             stored = (await conn.execute(stmt, params)).rowcount
             if stored == len(moved):
                 return stored, 0
+            if not stored and not await conn.scalar(select(is_current(current))):
+                return None  # SQLite: retired before this transaction wrote
             key_ids = [row[1] for row, _ in moved]
             left = await conn.scalar(select(func.count()).select_from(data_keys).where(d.key_id.in_(key_ids)))
     except SQLAlchemyError as exc:

@@ -12,7 +12,10 @@ Created by migration ``0015`` (``teamstore db upgrade``).
 
 from __future__ import annotations
 
-from sqlalchemy import Column, DateTime, Index, LargeBinary, String, Table
+from typing import Any
+
+from sqlalchemy import Column, ColumnElement, DateTime, Index, LargeBinary, String, Table, exists, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from teamstore.db.metadata import metadata
 from teamstore.ids import MAX_ID_CHARS
@@ -42,3 +45,26 @@ data_keys = Table(
     Column("wrapped_at", DateTime(timezone=True), nullable=False),
     Index("ix_ts_data_keys_kek_id", "kek_id"),
 )
+
+
+def is_current(kek_id: Any) -> ColumnElement[bool]:
+    """``EXISTS`` ``kek_id`` as the current key-encryption key (recorded and not retired)."""
+    k = key_encryption_keys.c
+    return exists().where(k.kek_id == kek_id, k.retired_at.is_(None))
+
+
+async def hold_current(conn: AsyncConnection, kek_id: str) -> bool:
+    """Whether ``kek_id`` is current, kept so until ``conn``'s transaction ends; call it first in a transaction that
+    writes data keys under ``kek_id``, whose statements also carry :func:`is_current`.
+
+    On Postgres the KEK's row is locked ``FOR SHARE``: a rotation retiring it waits for this transaction to commit
+    and then reads what it wrote, and this waits for a retirement under way and then sees it. Without the lock a
+    data key written under a KEK just as a rotation retired it would commit after the rotation read it, and stay
+    under the retired KEK. SQLite writes one transaction at a time, so the check in the writing statement is
+    enough there.
+    """
+    if conn.dialect.name != "postgresql":
+        return True
+    k = key_encryption_keys.c
+    query = select(k.kek_id).where(k.kek_id == kek_id, k.retired_at.is_(None)).with_for_update(read=True)
+    return (await conn.execute(query)).first() is not None

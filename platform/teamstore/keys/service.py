@@ -50,7 +50,7 @@ from teamstore.keys import sealed
 from teamstore.keys.kek import KMS
 from teamstore.keys.marks import mark
 from teamstore.keys.ring import KeyRing
-from teamstore.keys.schema import data_keys, key_encryption_keys
+from teamstore.keys.schema import data_keys, hold_current, is_current, key_encryption_keys
 from teamstore.settings import Settings
 
 _CACHE_SIZE = 10_000
@@ -312,15 +312,16 @@ class KeyService:
         key_id, material = secrets.token_hex(16), os.urandom(32)
         wrapped = await asyncio.to_thread(lambda: self.ring.get(kek_id).wrap(material, key_id))
         now = datetime.now(UTC)
-        current = exists().where(key_encryption_keys.c.kek_id == kek_id, key_encryption_keys.c.retired_at.is_(None))
         row = {"user_id": literal(user_id, data_keys.c.user_id.type), "key_id": literal(key_id),
                "kek_id": literal(kek_id, data_keys.c.kek_id.type), "wrapped": literal(wrapped, data_keys.c.wrapped.type),
                "created_at": literal(now, data_keys.c.created_at.type), "wrapped_at": literal(now, data_keys.c.wrapped_at.type)}
-        guards = [~held(user_id), current, *([stored] if stored is not None else [])]
+        guards = [~held(user_id), is_current(kek_id), *([stored] if stored is not None else [])]
         source = select(*(value.label(name) for name, value in row.items())).where(*guards)
         stmt = insert_new(self.engine.dialect.name, data_keys).from_select(list(row), source)
         try:
             async with self.engine.begin() as conn:
+                if not await hold_current(conn, kek_id):
+                    return None  # a rotation retired it: read the current one again
                 if (await conn.execute(stmt.returning(data_keys.c.key_id))).first() is not None:
                     return DataKey(user_id, key_id, AESGCM(material))
                 fenced = await conn.scalar(select(held(user_id)))
