@@ -65,6 +65,14 @@ def test_encode_decode_round_trip_is_gzip_json_lines() -> None:
     assert decode(body) == (header, [{**items[0]}])
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_a_message_holding_a_character_text_may_break_lines_at_reads_back_whole(separator: str) -> None:
+    # Pasted from a PDF or a web page: JSON leaves these unescaped inside a string, and the line must not end there.
+    items = [item_record(0, TextMessage(source="user", content=f"copied{separator}from a page"), NOW)]
+    _, (line,) = decode(encode({"kind": "run", "run_id": "r1"}, items))
+    assert line["message"]["content"] == f"copied{separator}from a page"
+
+
 def test_a_lone_surrogate_is_replaced_and_the_rest_of_the_message_kept() -> None:
     # What a JSON request body holding "\ud800" decodes to: UTF-8 cannot hold it, and it must not cost the transcript.
     items = [item_record(0, TextMessage(source="user", content="hello \ud800 SURROGATE-CANARY é"), NOW)]

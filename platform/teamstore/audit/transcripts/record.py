@@ -202,7 +202,9 @@ def decode(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         AuditError: The bytes are not a transcript (corrupt, truncated or another format).
     """
     try:
-        lines = [json.loads(line) for line in gzip.decompress(body).decode("utf-8").splitlines() if line]
+        # Lines end at "\n" alone: JSON escapes it inside strings, not U+2028, U+2029 or U+0085, which
+        # str.splitlines would also break at (a message pasted from a PDF or a web page holds them).
+        lines = [json.loads(line) for line in gzip.decompress(body).decode("utf-8").split("\n") if line]
     except (OSError, EOFError, ValueError) as exc:
         raise AuditError(
             f"the transcript object is not readable: {type(exc).__name__}: {exc}",
