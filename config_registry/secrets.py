@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from config_registry.connections import connection_pairs, oracle_password, split_url
 from config_registry.errors import DefinitionInvalid, SecretUnavailable
 
 MASK = "**********"
@@ -80,7 +81,6 @@ _KEY_SHAPE = re.compile(
 )
 # detect-secrets detectors left out: a public IP address in an endpoint is no secret.
 _NOT_CREDENTIAL_DETECTORS = frozenset({"IPPublicDetector"})
-_CONNECTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _.-]{0,40}")
 # A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
 # ``--token`` followed by the value.
 _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
@@ -90,8 +90,6 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 # ... unless its value is left for the program to expand from its own environment (``${AUTH_TOKEN}``).
 _PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
-# A value that is one URL and nothing else (a tool's source code quoting a URL is not one).
-_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+\Z")
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
 # How a header or variable is written as a JSON object of its own: {"name": "X-Api-Key", "value": "..."}.
@@ -127,19 +125,28 @@ def is_secret_field(key: str) -> bool:
 
 
 def url_credential(value: str) -> str | None:
-    """What makes a URL hold a credential: a user part (``https://u:pw@host``, or a token alone as in
-    ``https://ghp_...@github.com``) or a query or fragment parameter with a secret-looking name
-    (``?api_key=``, ``?sig=``, ``#access_token=``), also in a path given without its host
-    (``/v1/search?key=...``); ``None`` for any other string.
+    """What makes a URL hold a credential: a user part (``https://u:pw@host``, ``redis://:pw@host``, or a
+    token alone as in ``https://ghp_...@github.com``) or a query or fragment parameter with a secret-looking
+    name (``?api_key=``, ``?sig=``, ``?password=``, ``#access_token=``), also in a path given without its host
+    (``/v1/search?key=...``), in a JDBC URL (``jdbc:postgresql://db/app?password=...``, SQL Server's
+    ``jdbc:sqlserver://db;password=...``, Oracle's ``jdbc:oracle:thin:app/pw@db``); ``None`` for any other
+    string, and for a value that is not one URL and nothing else (a tool's source code quoting one).
 
     A ``base_url`` or ``endpoint`` is not a secret-looking field, but a proxy URL with a password in it is
     a secret all the same.
     """
     value = value.strip()
-    if not _URL.match(value) and not _URL_PATH.match(value):
+    if oracle_password(value):
+        return "a password in its user part"
+    split = split_url(value)
+    if split is None and not _URL_PATH.match(value):
         return None
+    url, properties = split or (value, [])
+    found = next((name for name, text in properties if text and is_secret_field(name)), None)
+    if found is not None:
+        return f"the connection property {found!r}"
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(url)
         password, username = parts.password, parts.username
     except ValueError:  # not a URL after all (an invalid port, say)
         return None
@@ -157,8 +164,8 @@ def value_credential(value: str) -> str | None:
     """What makes a string a credential whatever its field is called: an authorization value
     (``Bearer ...``, also a bearer token quoted in other text), a known credential shape anywhere in it
     (detect-secrets' detectors: AWS, GitHub, GitLab, Slack, Stripe, JWTs, private-key blocks ...; and
-    ``sk-...``, ``AIza...``, ``hf_...``), or a secret part of a connection string (``...;Password=...;``);
-    ``None`` for any other string."""
+    ``sk-...``, ``AIza...``, ``hf_...``), or a secret part of a connection string (``...;Password=...;``,
+    libpq's ``host=db password=...``); ``None`` for any other string."""
     authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
     if authorization and _looks_random(value.split()[-1]):
         return "an HTTP authorization value"
@@ -167,12 +174,11 @@ def value_credential(value: str) -> str | None:
     shape = known_shape(value)
     if shape is not None:
         return f"what looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape}"
-    pairs = [part.partition("=") for part in value.split(";") if part.strip()] if ";" in value else []
-    # A connection string is name=value pairs and nothing else; a prompt that explains one is prose.
-    if pairs and all(equals and _CONNECTION_NAME.fullmatch(name.strip()) for name, equals, _ in pairs):
-        for name, _, secret in pairs:
-            if secret.strip() and is_secret_field(name.strip()):
-                return f"a connection string's {name.strip()!r}"
+    # A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
+    # the program expands from its environment (password=${PGPASSWORD}) holds no secret.
+    for name, secret in connection_pairs(value) or ():
+        if secret and is_secret_field(name) and not _PLACEHOLDER.fullmatch(secret):
+            return f"a connection string's {name!r}"
     return None
 
 

@@ -564,3 +564,86 @@ def test_settings_names_and_urls_that_hold_no_credential_are_stored(registry: Re
     stored = registry.resolve("support_triage").component["config"]["model_client"]["config"]
     assert stored["default_headers"]["X-Auth-Email"] == "ops@example.com"
     assert stored["default_headers"]["eos_token"] == "</s>" and stored["max_tokens"] == 1000
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "what"),
+    [
+        ("PG_DSN", "host=db.internal user=app password=hunter2 dbname=teamstore", "connection string's 'password'"),
+        ("PG_DSN", "host = db.internal password = 'hunter2 with spaces' sslmode=require",
+         "connection string's 'password'"),
+        ("dsn", "host=db user=app sslpassword=hunter2 sslmode=verify-full", "connection string's 'sslpassword'"),
+        ("connection_string", "Driver={ODBC Driver 18};Server=db;Pwd={hunter2;x};", "connection string's 'Pwd'"),
+        ("DB_URL", "jdbc:postgresql://db:5432/app?user=app&password=hunter2", "query parameter 'password'"),
+        ("DB_URL", "jdbc:mysql://app:hunter2@db:3306/app", "password in its user part"),
+        ("DB_URL", "jdbc:sqlserver://db:1433;databaseName=app;user=sa;password=hunter2",
+         "connection property 'password'"),
+        ("DB_URL", "jdbc:sqlserver://db;user=sa;password={hunter2;x}", "connection property 'password'"),
+        ("DB_URL", "jdbc:oracle:thin:app/hunter2@db:1521:orcl", "password in its user part"),
+        ("MONGO_URL", "mongodb+srv://app:hunter2@cluster0.example.net/app", "password in its user part"),
+        ("REDIS_URL", "redis://:hunter2@cache:6379/0", "password in its user part"),
+        ("BROKER_URL", "amqp://app:hunter2@mq.internal/vhost", "password in its user part"),
+        ("PG_URL", "postgresql://db/app?sslmode=require&sslpassword=hunter2", "query parameter 'sslpassword'"),
+        ("HOOK_URL", "https://hooks.example/run?secret=hunter2", "query parameter 'secret'"),
+        ("FEED_URL", "wss://feed.example/stream?token=hunter2", "query parameter 'token'"),
+        ("SEARCH_URL", "https://search.example/v1?q=x&api_key=hunter2", "query parameter 'api_key'"),
+    ],
+)
+def test_a_database_password_in_any_common_connection_string_form_is_refused_whatever_the_variable(
+    registry: Registry, variable: str, value: str, what: str
+) -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_stdio_server(["-y", "db-mcp"])]
+    component["config"]["workbench"][0]["config"]["server_params"]["env"] = {"LOG_LEVEL": "info", variable: value}
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, manifest, "database tool")
+    assert caught.value.field == f"config.workbench.0.config.server_params.env.{variable}"
+    assert what in caught.value.message and "never stores secrets" in caught.value.message
+    assert f"--secret workbench.0.config.server_params.env.{variable}=env:" in (caught.value.hint or "")
+    assert "hunter2" not in str(caught.value) and "hunter2" not in _everything(registry)
+
+
+def test_a_connection_string_in_a_components_own_config_is_refused(registry: Registry) -> None:
+    # A custom memory or tool keeps its DSN under a name that is no credential word.
+    component = dump(_openai_agent())
+    component["config"]["model_client"]["config"]["dsn"] = "host=db user=app password=hunter2 dbname=x"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "dsn")
+    assert caught.value.field == "config.model_client.config.dsn"
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "host=db.internal port=5432 user=app dbname=teamstore sslmode=require",
+        "host=db user=app password=${PGPASSWORD} dbname=x",
+        "jdbc:postgresql://db:5432/app?user=app&ssl=true",
+        "jdbc:sqlserver://db:1433;databaseName=app;encrypt=true",
+        "Server=db;Database=app;Trusted_Connection=yes;",
+        "postgresql://db/app?sslmode=require",
+        "https://example.com/docs;version=2",
+        "mode=fast retries=3 token_limit=4096",
+        "key=value",
+    ],
+)
+def test_a_connection_string_or_setting_without_a_password_is_stored(value: str) -> None:
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [_stdio_server(["-y", "db-mcp"])]
+    component["config"]["workbench"][0]["config"]["server_params"]["env"] = {"DB": value}
+    stored = apply_references(component, {KEY_PATH: "env:K"})
+    assert stored["config"]["workbench"][0]["config"]["server_params"]["env"] == {"DB": value}
+
+
+def test_prose_that_mentions_a_password_setting_is_stored(registry: Registry) -> None:
+    prose = ("Never type password=hunter2 into the chat; ask the user to reset it. "
+             "The password= field stays blank when the user signs in with SSO.")
+    agent = AssistantAgent(
+        "researcher",
+        model_client=OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="sk-live-123"),
+        model_context=BoundedChatCompletionContext(20),
+        system_message=prose,
+    )
+    registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "prose")
+    assert registry.resolve("support_triage").component["config"]["system_message"] == prose
