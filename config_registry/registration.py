@@ -23,13 +23,21 @@ from autogen_core import ComponentModel
 from pydantic import ValidationError
 
 from config_registry.errors import DefinitionInvalid, validation_message
-from config_registry.gitrepo import GitRepo
+from config_registry.gitrepo import GitRepo, dump_json
 from config_registry.manifest import Manifest, MemoryDeclaration, shown, validate_name
 from config_registry.secrets import check_free_text, known_shape, walk
 from config_registry.validate import check_nothing_dropped, validate_definition
 
 TRACKED = ("teams", "labels")
 """The folders registrations and label moves write; nothing else in the repository is theirs."""
+
+MAX_DEFINITION_BYTES = 1024 * 1024
+"""The most bytes a definition's ``component.json`` may hold (1 MiB; teamstore's example teams take
+about 9 KB). Every worker reads and parses it at each cache refresh and builds it for each session, and
+registration scans every string in it for secrets: a definition that large carries data, not settings."""
+SIZE_HINT = ("keep documents, examples and data out of the definition (a prompt is sent with every model call): "
+             "give them to the team at run time, through its memory or a tool that reads them")
+"""How to fix a definition over :data:`MAX_DEFINITION_BYTES`."""
 
 
 def check_commit(message: str, author: str | None) -> None:
@@ -227,9 +235,25 @@ def component_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, A
     """``component`` (a component, its model or its JSON) as AutoGen component JSON.
 
     Raises:
-        DefinitionInvalid: It is not a component, or it is a team object whose dump leaves out what decides
-            how it behaves (:func:`~config_registry.validate.check_nothing_dropped`).
+        DefinitionInvalid: It is not a component, it is a team object whose dump leaves out what decides
+            how it behaves (:func:`~config_registry.validate.check_nothing_dropped`), or its JSON, written
+            as the registry stores it, is over :data:`MAX_DEFINITION_BYTES`.
     """
+    data = _component_json(component)
+    # Measured before the secret scan, which runs every detector over every string and is what makes an
+    # oversized definition slow to refuse.
+    size = len(dump_json(data).encode())
+    if size > MAX_DEFINITION_BYTES:
+        raise DefinitionInvalid(
+            f"is {size:,} bytes of JSON as stored, over the {MAX_DEFINITION_BYTES:,}-byte (1 MiB) limit on a "
+            "team definition",
+            field="component",
+            hint=SIZE_HINT,
+        )
+    return data
+
+
+def _component_json(component: Mapping[str, Any] | ComponentModel) -> dict[str, Any]:
     if hasattr(component, "dump_component"):
         check_nothing_dropped(component)
         component = component.dump_component()

@@ -296,3 +296,25 @@ def test_unknown_team(registry: Registry) -> None:
     with pytest.raises(UnknownTeam) as caught:
         registry.resolve("nobody")
     assert "nobody" in caught.value.message
+
+
+def test_a_definition_over_the_size_limit_is_refused_naming_the_limit_and_its_size(registry: Registry) -> None:
+    from config_registry.registration import MAX_DEFINITION_BYTES
+
+    prompt = "word " * (MAX_DEFINITION_BYTES // 5 + 1)
+    team = RoundRobinGroupChat([AssistantAgent("triage", OfflineChatCompletionClient(), system_message=prompt)],
+                               termination_condition=MaxMessageTermination(3))
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("big", team, Manifest(name="big"), "a prompt of a megabyte")
+    assert caught.value.field == "component"
+    size = len(json.dumps(dump(team), sort_keys=True, indent=2, ensure_ascii=False).encode()) + 1  # its newline
+    assert f"is {size:,} bytes of JSON as stored, over the 1,048,576-byte (1 MiB) limit" in caught.value.message
+    assert "word word" not in str(caught.value)
+    assert "memory or a tool" in (caught.value.hint or "")
+    # As JSON, as a dump, and a hundred kilobytes of prompt is no problem.
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid, match="1 MiB"):
+        registry.add("big", dump(team), Manifest(name="big"), "a prompt of a megabyte")
+    fits = RoundRobinGroupChat([AssistantAgent("triage", OfflineChatCompletionClient(), system_message="word " * 20_000)],
+                               termination_condition=MaxMessageTermination(3))
+    registry.add("big", fits, Manifest(name="big"), "a long prompt")
+    assert len(registry.resolve("big").component["config"]["participants"][0]["config"]["system_message"]) == 100_000

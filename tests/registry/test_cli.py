@@ -504,3 +504,18 @@ def test_every_argument_of_the_registry_commands_says_what_it_takes(command: str
     arguments = shown.stdout.split("Arguments")[1].split("╰")[0]
     assert "[required]" in arguments
     assert re.search(r"<str>\s+\[required\]", arguments) is None, arguments  # an argument with no help
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_parsed(registry_path: Path, tmp_path: Path) -> None:
+    from config_registry.registration import MAX_DEFINITION_BYTES
+
+    component = triage_json()
+    component["config"]["participants"][0]["config"]["system_message"] = "word " * (MAX_DEFINITION_BYTES // 5)
+    team_file = tmp_path / "team.json"
+    team_file.write_text(json.dumps(component))
+    result = invoke(*ADD, "--file", str(team_file))
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert f"is {team_file.stat().st_size:,} bytes, over the 1,048,576-byte (1 MiB) limit on a team definition" in said
+    assert "word word" not in said and "Traceback" not in said
+    assert not registry_path.exists()

@@ -78,10 +78,16 @@ def parse_memory(value: str | None) -> dict[str, Any] | None:
 
 
 def read_component(path: Path) -> dict[str, Any]:
+    """The JSON object in the ``--file`` at ``path``, read only up to the registry's size limit.
+
+    Raises:
+        DefinitionInvalid: Naming ``file``: it cannot be read, is over
+            :data:`~config_registry.registration.MAX_DEFINITION_BYTES`, is not UTF-8 JSON, or holds no object.
+    """
     from config_registry.registration import parse_json
 
     try:  # utf-8-sig: a byte order mark, as some Windows editors write, is read past (RFC 8259 allows it)
-        data = parse_json(path.read_text(encoding="utf-8-sig"))
+        data = parse_json(_read_bounded(path).decode("utf-8-sig"))
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8 text
         raise DefinitionInvalid(
             f"cannot read {path}: {exc}" if not isinstance(exc, RecursionError)
@@ -92,6 +98,28 @@ def read_component(path: Path) -> dict[str, Any]:
         ) from exc
     if not isinstance(data, dict):
         raise DefinitionInvalid(f"{path} does not hold a JSON object", field="file")
+    return data
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of ``path``, refused unread past the limit: a 20 MB file is neither held in memory nor parsed.
+
+    Raises:
+        DefinitionInvalid: The file is over the limit.
+        OSError: It cannot be read.
+    """
+    from config_registry.registration import MAX_DEFINITION_BYTES, SIZE_HINT
+
+    with path.open("rb") as handle:
+        data = handle.read(MAX_DEFINITION_BYTES + 1)
+        size = os.fstat(handle.fileno()).st_size  # 0 for a pipe, whose size is known only by reading it
+    if len(data) > MAX_DEFINITION_BYTES:
+        said = f"is {size:,} bytes" if size > MAX_DEFINITION_BYTES else f"holds more than {MAX_DEFINITION_BYTES:,} bytes"
+        raise DefinitionInvalid(
+            f"{path} {said}, over the {MAX_DEFINITION_BYTES:,}-byte (1 MiB) limit on a team definition",
+            field="file",
+            hint=SIZE_HINT,
+        )
     return data
 
 
