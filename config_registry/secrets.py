@@ -174,8 +174,13 @@ def value_credential(value: str) -> str | None:
     shape = known_shape(value)
     if shape is not None:
         return f"what looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape}"
-    # A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
-    # the program expands from its environment (password=${PGPASSWORD}) holds no secret.
+    return _connection_credential(value)
+
+
+def _connection_credential(value: str) -> str | None:
+    """The secret part of a connection string (:func:`~config_registry.connections.connection_pairs`), if any.
+    A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
+    the program expands from its environment (``password=${PGPASSWORD}``) holds no secret."""
     for name, secret in connection_pairs(value) or ():
         if secret and is_secret_field(name) and not _PLACEHOLDER.fullmatch(secret):
             return f"a connection string's {name!r}"
@@ -250,6 +255,8 @@ def command_line_credential(text: str) -> str | None:
     if len(words) < 2:
         return None
     found = next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
+    # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL).
+    found = found or next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
     return f"{found}, inside a command line" if found else None
 
 

@@ -283,6 +283,22 @@ def test_a_secret_flag_inside_one_shell_string_of_an_mcp_server_is_refused(
 
 
 @pytest.mark.parametrize(
+    ("command", "what"),
+    [
+        ("postgres-mcp --dsn 'host=db user=app password=hunter2-SECRET'", "a connection string's 'password'"),
+        ("db-mcp jdbc:postgresql://db/app?user=app&password=hunter2-SECRET", "the query parameter 'password'"),
+    ],
+)
+def test_a_connection_string_inside_one_shell_string_of_an_mcp_server_is_refused(
+    registry: Registry, command: str, what: str
+) -> None:
+    refused = _refused_mcp_args(registry, ["-c", command])
+    assert refused.field == "config.workbench.0.config.server_params.args.1"
+    assert f"plaintext secret ({what}, inside a command line)" in refused.message
+    assert "hunter2" not in str(refused)
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ["-y", "server-github", "--token", "${GITHUB_TOKEN}"],
