@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, Interval, func, literal, select
+from sqlalchemy import DateTime, Float, func, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,11 +23,12 @@ from teamstore.errors import StoreUnavailable
 
 
 def utc(value: datetime | None) -> datetime | None:
-    """``value`` as an aware UTC datetime: SQLite hands back naive datetimes; every time teamstore stores is
-    UTC."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
+    """``value`` as an aware UTC datetime: SQLite hands back naive datetimes, which hold UTC (every time
+    teamstore stores is UTC); an aware one is converted, as a Postgres session in another time zone would
+    hand it back (teamstore's sessions are pinned to UTC: :data:`teamstore.db.engine.UTC_SESSION`)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def now_utc() -> datetime:
@@ -60,7 +61,9 @@ def shared_later(dialect: str, length: timedelta) -> Any:
     claim's end, a retirement's date; a negative ``length`` is that long before, a window's start): on Postgres
     the server's ``now()`` plus it."""
     if dialect == "postgresql":
-        return func.now() + literal(length, Interval())
+        # In seconds, not days: Postgres adds an interval's days by the session zone's calendar (a day across a
+        # daylight-saving change is 23 or 25 hours), SQLite's 30 days are 720 hours.
+        return func.now() + func.make_interval(0, 0, 0, 0, 0, 0, literal(length.total_seconds(), Float()))
     return literal(now_utc() + length, DateTime(timezone=True))
 
 

@@ -23,7 +23,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.schema import subject_stores
-from teamstore.db.clock import shared_now
+from teamstore.db.clock import shared_now, utc
 from teamstore.db.fence import user_holds
 from teamstore.db.statements import dialect_insert
 from teamstore.erasure.receipt import (
@@ -35,7 +35,7 @@ from teamstore.erasure.receipt import (
     StepStatus,
     StoreResult,
 )
-from teamstore.erasure.requests import RequestRow, db, taken_over, utc
+from teamstore.erasure.requests import RequestRow, db, taken_over
 from teamstore.erasure.schema import erasure_attempts, erasure_requests, erasure_steps
 
 

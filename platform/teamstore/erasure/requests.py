@@ -27,7 +27,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from teamstore.db.clock import shared_later, shared_now
+from teamstore.db.clock import shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import ERASURE, user_holds
 from teamstore.db.statements import insert_new
@@ -65,13 +65,6 @@ class RequestRow:
     def effective_due_at(self) -> datetime:
         """The due date in force: the extended one if the request was extended."""
         return self.extension.due_at if self.extension is not None else self.due_at
-
-
-def utc(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; every stored time is UTC."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
 
 
 def check_request_id(request_id: str) -> str:

@@ -146,9 +146,10 @@ async def add_json_rows(archive: Archive, name: str, data: dict[str, Any], key: 
 
 
 def _default(value: object) -> object:
-    if isinstance(value, datetime) and value.tzinfo is None:
-        # Every stored time is UTC; SQLite hands it back without its zone, which a reader would take for local.
-        return value.replace(tzinfo=UTC).isoformat()
+    if isinstance(value, datetime):
+        # Every stored time is UTC; SQLite hands it back without its zone, which a reader would take for local,
+        # and a Postgres session in another zone (teamstore pins its own to UTC) in that zone.
+        return (value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)).isoformat()
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, bytes | bytearray | memoryview):

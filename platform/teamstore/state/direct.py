@@ -33,6 +33,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
 
+from teamstore.db.engine import utc_options
 from teamstore.errors import ConfigurationError, StoreUnavailable
 
 _OPEN_SECONDS = 2.0
@@ -119,7 +120,8 @@ class DirectPool:
     def __init__(self, engine: AsyncEngine, size: int, holds: str, needs: str | None = None) -> None:
         self._url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.size, self._holds, self._needs = size, holds, needs
-        self._kwargs: dict[str, Any] = {"autocommit": True}
+        # The session's time zone pinned to UTC, as the engine's are (teamstore.db.engine.UTC_SESSION).
+        self._kwargs: dict[str, Any] = {"autocommit": True, "options": utc_options(engine.url)}
         self._kwargs.update((name, value) for name, value in _KEEPALIVES.items() if name not in engine.url.query)
         self._named = "application_name" not in engine.url.query
         self._idle: list[psycopg.AsyncConnection[Any]] = []  # a stack: the most recently used goes out first
