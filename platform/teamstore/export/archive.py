@@ -13,7 +13,9 @@
 Files are written under a temporary name beside the target (``.alice.zip.<random>.partial``), created
 owner-only (``0600``; folders ``0700``), and moved to the target only once every store has been read and
 the manifest written: a failed export leaves nothing, never a partial archive that looks complete. The
-target is never overwritten. What an exporter spools (``archive.spool()``) is in a file beside them that
+target is never overwritten. A commit puts every byte on disk (the files, then the folder that holds the
+archive) before it returns, so the export may be recorded done only once its archive will outlive a power
+loss; an ``abort()`` after a commit removes the archive placed. What an exporter spools (``archive.spool()``) is in a file beside them that
 has no name (``tempfile.TemporaryFile``, owner-only): it is gone once the exporter is done with it, or once the
 process ends, however it ends.
 """
@@ -117,6 +119,8 @@ class _Recorded:
         self.target = target
         self.temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
         self.files: dict[str, FileEntry] = {}
+        self.placed = False
+        """Whether the archive is at its target (committed): an abort then removes it from there."""
 
     def add(self, name: str, data: bytes, records: int = 0) -> Section:
         """Write one file; its size and SHA-256 go into the manifest.
@@ -200,6 +204,12 @@ class _Recorded:
                 raise taken(self.target) from exc
             raise ExportFailed(f"could not move the finished archive to {self.target}: {exc.strerror or exc}",
                                hint="check the permissions of the folder, then export again") from exc
+        self.placed = True
+        try:  # the new name itself on disk: until then a power loss could undo the move
+            _fsync_folder(self.target.parent)
+        except OSError as exc:
+            raise ExportFailed(f"could not flush the folder {self.target.parent} to disk: {exc.strerror or exc}",
+                               hint="check the disk where the archive goes, then export again") from exc
 
     def _move(self) -> None:
         raise NotImplementedError
@@ -259,7 +269,7 @@ class ZipArchive(_Recorded):
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
-            self._place()
+            self._place()  # and the folder flushed: the new name and the temporary one's removal on disk
         except (ExportTargetExists, ExportFailed):
             self.abort()
             raise
@@ -269,13 +279,16 @@ class ZipArchive(_Recorded):
                                hint="check the space where the archive goes, then export again") from exc
 
     def abort(self) -> None:
-        """Remove the temporary file: nothing of the export is left."""
+        """Remove the temporary file, or the archive placed by a commit: nothing of the export is left."""
         for closing in (self._zip.close, self._file.close):
             try:
                 closing()
             except (OSError, ValueError):  # already closed, or the disk failed: the file goes either way
                 continue
         self.temporary.unlink(missing_ok=True)
+        if self.placed:
+            self.target.unlink(missing_ok=True)
+            self.placed = False
 
 
 class FolderArchive(_Recorded):
@@ -303,22 +316,37 @@ class FolderArchive(_Recorded):
         self._claim_and_rename(lambda path: path.mkdir(mode=FOLDER_MODE), Path.rmdir)
 
     def commit(self) -> None:
-        """Move the folder into place.
+        """Put every file and folder of the archive on disk, then move the folder into place.
 
         Raises:
             ExportTargetExists: Something appeared at the target meanwhile (the temporary folder is removed).
-            ExportFailed: It could not be moved.
+            ExportFailed: It could not be flushed to disk or moved.
         """
         try:
-            self._place()
+            self._flush_all()
+            self._place()  # and the folder holding it flushed: the new name on disk
         except (ExportTargetExists, ExportFailed):
             self.abort()
             raise
 
+    def _flush_all(self) -> None:
+        """fsync every file, then every folder (deepest first), of the temporary folder."""
+        try:
+            for folder, _, names in os.walk(self.temporary, topdown=False):
+                for name in names:
+                    _fsync_file(Path(folder) / name)
+                _fsync_folder(Path(folder))
+        except OSError as exc:
+            raise ExportFailed(f"could not flush the archive {self.temporary} to disk: {exc.strerror or exc}",
+                               hint="check the disk where the archive goes, then export again") from exc
+
     def abort(self) -> None:
-        """Remove the temporary folder: nothing of the export is left."""
+        """Remove the temporary folder, or the archive placed by a commit: nothing of the export is left."""
         if self.temporary.exists():
             shutil.rmtree(self.temporary)
+        if self.placed:
+            shutil.rmtree(self.target, ignore_errors=True)
+            self.placed = False
 
 
 Writable = ZipArchive | FolderArchive
@@ -385,6 +413,23 @@ def _create(path: Path) -> BinaryIO:
     except OSError as exc:
         raise _unwritable(path, exc) from exc
     return os.fdopen(fd, "wb")
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(path: Path) -> None:
+    """Put a folder's entries (names made, renamed or removed in it) on disk."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _create_empty(path: Path) -> None:

@@ -178,7 +178,8 @@ class ExportCoordinator:
 
     async def _write(self, ctx: ExportContext, archive: Writable, started: datetime, operator: str,
                      requested_by: str | None) -> Manifest:
-        """Every store, then the manifest, then the archive moved into place; a failure is recorded."""
+        """Every store, then the manifest, then the archive moved into place, then the record; a failure is
+        recorded (and removes an archive placed, by the caller's abort)."""
         store = "the archive"
         try:
             stores: dict[str, Section] = {}
@@ -187,11 +188,13 @@ class ExportCoordinator:
                 stores[store] = await exporter.export(ctx, archive)
             store = "the archive"
             manifest = await self._manifest(ctx, stores, archive, started, (operator, requested_by))
-            await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"))
             if manifest.status == "exported":
+                # On disk and in place before the record says so: a process killed before the record is written
+                # leaves it `running`, where the documented clean-up looks (an abort after this removes it).
                 archive.commit()
             else:
                 archive.abort()
+            await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"))
         except _STOPS:
             await self._stopped(ctx.export_id, f"while reading {store}")
             raise
