@@ -48,7 +48,7 @@ from teamstore.errors import AuditError, ExportFailed, ExportTargetExists, Inval
 from teamstore.export import ExportCoordinator, Section, store_exporters
 from teamstore.export.base import to_json
 from teamstore.export.guide import OTHER
-from teamstore.export.requests import get_export, open_export
+from teamstore.export.requests import get_export, open_export, without_pseudonyms
 from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
@@ -448,6 +448,50 @@ async def test_a_folder_store_hands_over_a_write_a_killed_writer_left(engine: As
     (entry,) = loaded(unpack(done.path), "transcripts/index.json")["runs"]
     assert entry["copy"] == "partial_write" and done.manifest.stores["transcripts"].records == 1
     assert b"CANARY-gil" in unpack(done.path)[entry["file"]]
+    # Named by the run it was written for, in a file a folder archive shows (not a dotfile).
+    assert entry["run_id"] == "run1"
+    assert entry["file"] == f"transcripts/{'s' * 32}/run1.partial.jsonl"
+
+
+async def test_an_erasure_leaves_no_run_id_of_a_partial_write_in_the_export_record_it_unlinks(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "gil")
+    folder = tmp_path / "t" / subject_prefix(subject) / "sessions" / ("s" * 32) / "runs"
+    folder.mkdir(parents=True)
+    await store.put(f"{subject_prefix(subject)}sessions/{'s' * 32}/runs/RUNID123.jsonl.gz",
+                    gzip.compress(b'{"kind": "run"}\n'))
+    (folder / ".tmp-RUNID123.jsonl.gz.k1ll3d").write_bytes(gzip.compress(b'{"kind": "run", "text": "x"}\n'))
+    done = await exporter(engine, store).run("gil", tmp_path / "gil.zip", operator="o")
+    assert sorted(done.manifest.stores["transcripts"].files) == [
+        "transcripts/index.json", f"transcripts/{'s' * 32}/RUNID123.2.partial.jsonl",
+        f"transcripts/{'s' * 32}/RUNID123.jsonl"]
+
+    assert (await coordinator(engine, store).run("gil", "req-1")).status == RequestStatus.COMPLETED
+    kept = await get_export(engine, done.manifest.export_id)
+    assert kept is not None and kept["subject_key"] is None
+    said = json.dumps(kept["manifest"])
+    assert "RUNID123" not in said and "s" * 32 not in said and "tmp" not in said
+    assert sorted(kept["manifest"]["stores"]["transcripts"]["files"]) == [
+        "transcripts/index.json", "transcripts/run-1.2.partial.jsonl", "transcripts/run-1.jsonl"]
+
+
+def test_a_record_unlinked_keeps_no_part_of_a_transcript_file_name_but_its_copy_and_format() -> None:
+    session = "s" * 32
+    names = [f"transcripts/{session}/r1.jsonl", f"transcripts/{session}/r1.2.jsonl",
+             f"transcripts/{session}/r1.3.partial.jsonl", f"transcripts/{session}/r2.unreadable.json",
+             # as exports before partial writes were named by their run wrote it: the whole name goes
+             f"transcripts/{session}/.tmp-RUNID123.jsonl.gz.k1ll3d.unreadable.json",
+             f"transcripts/{session}/oddly.named", "transcripts/index.json"]
+    manifest = {"files": {name: {"bytes": 1, "sha256": "x"} for name in names},
+                "stores": {"transcripts": {"files": names}}}
+    unlinked = without_pseudonyms(manifest)
+    assert unlinked is not None
+    assert unlinked["stores"]["transcripts"]["files"] == list(unlinked["files"]) == [
+        "transcripts/run-3.jsonl", "transcripts/run-3.2.jsonl", "transcripts/run-3.3.partial.jsonl",
+        "transcripts/run-4.unreadable.json", "transcripts/run-1.unreadable.json", "transcripts/run-2",
+        "transcripts/index.json"]
 
 
 async def test_a_symlink_planted_in_a_users_transcript_folder_hands_over_nothing_it_points_at(

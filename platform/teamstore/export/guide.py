@@ -42,8 +42,9 @@ ABOUT: dict[str, str] = {
                     "(\"session_id\") each file belongs to. In each .jsonl file every line is one entry: the "
                     "first describes the exchange, each one after it is a message (who said it, and what). A "
                     "file ending .2.jsonl (.3.jsonl, ...) is another copy of the same exchange that we still "
-                    "keep, such as an earlier version; one ending .unreadable.json is a copy we could not read, "
-                    "with the reason.",
+                    "keep, such as an earlier version; one ending .partial.jsonl is what had been saved of an "
+                    "exchange when its saving was cut short; one ending .unreadable.json is a copy we could not "
+                    "read, with the reason.",
     "outbox.json": "Records of exchanges that were waiting to be filed with the others when this copy was made.",
     "keys.json": "Whether an encryption key exists for your data, and when it was made: we store everything of "
                  "yours locked with it. The key itself is not included.",

@@ -13,6 +13,7 @@ where it stopped; only one killed outright (SIGKILL, a crash) leaves its record 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -126,8 +127,9 @@ def without_pseudonyms(manifest: dict[str, Any] | None) -> dict[str, Any] | None
     named = {name for name in manifest.get("files", {}) if _names_a_run(name)} | {
         name for store in manifest.get("stores", {}).values() for name in store.get("files", []) if _names_a_run(name)}
     # Numbered by run, so that the copies of one run (<run_id>.2.jsonl, ...) still read as one run's.
-    order = {stem: n for n, stem in enumerate(sorted({name.partition(".")[0] for name in named}), start=1)}
-    renamed = {name: f"transcripts/run-{order[name.partition('.')[0]]}.{name.partition('.')[2]}" for name in named}
+    split = {name: _run_and_ending(name) for name in named}
+    order = {run: n for n, run in enumerate(sorted({run for run, _ in split.values()}), start=1)}
+    renamed = {name: f"transcripts/run-{order[run]}{ending}" for name, (run, ending) in split.items()}
     stores = {store_name: {**store, "files": [renamed.get(name, name) for name in store.get("files", [])]}
               for store_name, store in manifest.get("stores", {}).items()}
     files = {renamed.get(name, name): entry for name, entry in manifest.get("files", {}).items()}
@@ -136,4 +138,16 @@ def without_pseudonyms(manifest: dict[str, Any] | None) -> dict[str, Any] | None
 
 def _names_a_run(name: str) -> bool:
     return name.startswith("transcripts/") and name.count("/") == 2
+
+
+# The endings the transcript exporter gives a run's files (teamstore.export.transcripts): which copy
+# (.2, .3, ...), a partial write, and the format. Only these are kept: whatever else a name holds goes with it.
+_ENDING = re.compile(r"(?:\.[0-9]+)?(?:\.partial)?(?:\.jsonl|\.unreadable\.json)\Z")
+
+
+def _run_and_ending(name: str) -> tuple[str, str]:
+    """``transcripts/<session_key>/<run_id>.2.jsonl`` -> (everything before the ending, ``.2.jsonl``); a name
+    whose ending is none of those the exporter gives is all run (an older record's ``.tmp-<run_id>...`` too)."""
+    found = _ENDING.search(name, name.rindex("/") + 2)  # the file's name is never only its ending
+    return (name[:found.start()], found[0]) if found is not None else (name, "")
 

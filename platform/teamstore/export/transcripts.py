@@ -14,7 +14,8 @@ retention removed stays a version until the bucket's rule expires it), and one t
 ``Capability.PARTIAL_WRITES`` (the local folder) the temporary files a writer killed mid-write left. A copy
 whose bytes another copy of the same run already gave is written once; each other copy gets a file of its
 own (``<run_id>.2.jsonl``, ...) and says in the index what it is (``current``, ``earlier_version``,
-``partial_write``).
+``partial_write``). A partial write is named by the run it was being written for, its file marked
+(``<run_id>.partial.jsonl``).
 
 No copy waits in memory for another: earlier versions are listed a page at a time (two pages held,
 :meth:`~teamstore.audit.transcripts.capabilities.Versions.version_pages`) and each copy is written as it is read;
@@ -43,6 +44,8 @@ from teamstore.export.database import known_sessions
 
 Copy = Literal["current", "earlier_version", "partial_write"]
 INDEX = "transcripts/index.json"
+PARTIAL = ".partial"
+"""Marks the file of a write a killed writer left unfinished: ``<run_id>.partial.jsonl``."""
 
 
 @dataclass
@@ -170,17 +173,19 @@ def _run_file(key: str, body: bytes, copy: Copy, unopened: str | None = None) ->
     stored when they do not open or decode, e.g. a write cut short)."""
     parts = key.split("/")
     session = parts[3] if len(parts) > 4 and parts[2] == "sessions" else "unknown"
-    run = parts[-1] if copy == "partial_write" else run_id_of(key)
+    # A killed writer's temporary file is named by the run it was written for, not its own (hidden) name.
+    run = run_id_of(_sealed_for(key, copy))
+    marked = PARTIAL if copy == "partial_write" else ""
     entry: dict[str, Any] = {"session_key": session, "run_id": run, "copy": copy, "stem": f"transcripts/{session}/{run}"}
     try:
         if unopened is not None:
             raise AuditError(unopened)
         header, items = record.decode(body)
     except AuditError as exc:
-        entry.update(suffix=".unreadable.json", unreadable=exc.message)
+        entry.update(suffix=f"{marked}.unreadable.json", unreadable=exc.message)
         data = {**as_stored(body), "why": exc.message}
         return entry, json.dumps(data, indent=2).encode("utf-8")
-    entry.update(suffix=".jsonl", started_at=header.get("started_at"), items=len(items))
+    entry.update(suffix=f"{marked}.jsonl", started_at=header.get("started_at"), items=len(items))
     lines = [json.dumps(line, ensure_ascii=False, sort_keys=True) for line in (header, *items)]
     return entry, ("\n".join(lines) + "\n").encode("utf-8")
 
