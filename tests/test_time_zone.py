@@ -1,6 +1,6 @@
 """Every teamstore connection to Postgres reads time in UTC, whatever time zone the server or the database
 is set to (a server built by initdb takes the OS's): the engine's, the synchronous reader's and the state
-store's own pool's; a URL's own ``options`` are kept. Run on a real Postgres database set to another zone."""
+store's own pool's, pinned as each connection opens; a URL's own ``options`` are left as they are. Run on a real Postgres database set to another zone."""
 
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ async def test_the_engine_the_reader_and_the_state_pool_read_time_in_utc_on_a_da
         assert (await conn.execute(text("SHOW TimeZone"))).scalar_one() == "UTC"
         now = (await conn.execute(text("SELECT now()"))).scalar_one()
         assert now.utcoffset() == timedelta(0)
+    async with engine.connect() as again:  # the same connection, back from the pool's rollback at check-in
+        assert (await again.execute(text("SHOW TimeZone"))).scalar_one() == "UTC"
+    assert engine.pool.checkedin() == 1
     with create_reader(engine).connect() as sync:
         assert sync.execute(text("SHOW TimeZone")).scalar_one() == "UTC"
     pool = DirectPool(engine, size=1, holds="statements")

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, text
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -313,27 +313,25 @@ def _not_created(database: Path) -> SchemaNotReady:
     )
 
 
-UTC_SESSION = "-c TimeZone=UTC"
-"""Added to the libpq ``options`` of every teamstore connection to Postgres. The server hands ``timestamptz``
-values back in the session's time zone, which is the server's (the OS zone ``initdb`` found) unless set: a
-receipt or an export would show local times, and ``now() + interval '30 days'`` would follow that zone's
-daylight-saving changes. Pinned to UTC, every time reads as SQLite's do."""
+UTC_SESSION = "SET TIME ZONE 'UTC'"
+"""Run as every teamstore connection to Postgres opens. The server hands ``timestamptz`` values back in the
+session's time zone, which is the server's (the OS zone ``initdb`` found) unless set: a receipt or an export would
+show local times. Pinned to UTC, every time reads as SQLite's do. A statement, not libpq's ``options`` (which
+PgBouncer refused before 1.20); a pooler tracks ``TimeZone`` and sets it again on whichever server connection it
+hands the client, in transaction mode too."""
 
 
-def utc_options(url: URL, given: Any = None) -> str:
-    """libpq's ``options`` for a connection to ``url``: those ``given`` (a caller's ``connect_args``) or else
-    the URL's own, followed by :data:`UTC_SESSION` (a later ``-c`` for the same setting wins)."""
-    options = given if given is not None else url.query.get("options")
-    if isinstance(options, tuple):  # ?options=..&options=..: libpq keeps the last
-        options = options[-1] if options else None
-    return f"{options} {UTC_SESSION}" if options else UTC_SESSION
-
-
-def _pin_utc(url: URL, kwargs: dict[str, Any]) -> None:
-    """Put :func:`utc_options` into an engine's ``connect_args`` (which replace the URL's own ``options``)."""
-    connect_args = dict(kwargs.get("connect_args") or {})
-    connect_args["options"] = utc_options(url, connect_args.get("options"))
-    kwargs["connect_args"] = connect_args
+def _utc_session(dbapi_connection: Any, _record: Any) -> None:
+    """Pin a new connection's session to UTC (:data:`UTC_SESSION`), outside any transaction: a ``SET`` in one the
+    pool rolls back on check-in would be undone with it."""
+    autocommit = dbapi_connection.autocommit
+    dbapi_connection.autocommit = True
+    try:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(UTC_SESSION)
+        cursor.close()
+    finally:
+        dbapi_connection.autocommit = autocommit
 
 
 def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> AsyncEngine:
@@ -376,8 +374,9 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
         # A pooled connection the server ended (a restart, a failover) is replaced before use, so the first
         # audit write after a restart is not lost. The sessions' hot path has its own pool (state/direct.py).
         kwargs.setdefault("pool_pre_ping", True)
-        _pin_utc(parsed, kwargs)
-        return create_async_engine(async_url, **kwargs)
+        engine = create_async_engine(async_url, **kwargs)
+        event.listen(engine.sync_engine, "connect", _utc_session)
+        return engine
     if parsed.get_backend_name() == "sqlite":
         engine = create_async_engine(async_url, **kwargs)
         if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
@@ -417,8 +416,10 @@ def create_reader(engine: AsyncEngine) -> Engine:
                                     logging_name=_hide_row_values())
         event.listen(reader, "connect", _busy_timeout)
         return reader
-    return create_sync_engine(url.set(drivername="postgresql+psycopg"), poolclass=NullPool, hide_parameters=True,
-                              logging_name=_hide_row_values(), connect_args={"options": utc_options(url)})
+    reader = create_sync_engine(url.set(drivername="postgresql+psycopg"), poolclass=NullPool, hide_parameters=True,
+                                logging_name=_hide_row_values())
+    event.listen(reader, "connect", _utc_session)
+    return reader
 
 
 def _busy_timeout(dbapi_connection: Any, _record: Any) -> None:

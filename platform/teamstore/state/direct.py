@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
 
-from teamstore.db.engine import utc_options
+from teamstore.db.engine import UTC_SESSION
 from teamstore.errors import ConfigurationError, StoreUnavailable
 
 _OPEN_SECONDS = 2.0
@@ -118,10 +118,13 @@ class DirectPool:
     """
 
     def __init__(self, engine: AsyncEngine, size: int, holds: str, needs: str | None = None) -> None:
-        self._url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        # The URL's query goes to libpq as keywords: rendered back into the URL, a space in a value (``options=-c
+        # statement_timeout=5s``) would come out as "+", which libpq does not read as one.
+        self._url = engine.url.set(drivername="postgresql", query={}).render_as_string(hide_password=False)
         self.size, self._holds, self._needs = size, holds, needs
-        # The session's time zone pinned to UTC, as the engine's are (teamstore.db.engine.UTC_SESSION).
-        self._kwargs: dict[str, Any] = {"autocommit": True, "options": utc_options(engine.url)}
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        self._kwargs.update((name, value[-1] if isinstance(value, tuple) else value)
+                            for name, value in engine.url.query.items())
         self._kwargs.update((name, value) for name, value in _KEEPALIVES.items() if name not in engine.url.query)
         self._named = "application_name" not in engine.url.query
         self._idle: list[psycopg.AsyncConnection[Any]] = []  # a stack: the most recently used goes out first
@@ -174,6 +177,7 @@ class DirectPool:
         try:
             async with asyncio.timeout(max(budget, _OPEN_SECONDS)):
                 conn = await psycopg.AsyncConnection.connect(self._url, **self._kwargs, **self._name())
+                await conn.execute(UTC_SESSION)  # as the engine's connections are
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(
                 "could not connect to the state database",
