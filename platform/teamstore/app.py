@@ -225,16 +225,16 @@ class App:
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress,
                                    keys=self.keys, notice=notice)
 
-    async def forget_quiet_users(self, now: datetime) -> tuple[int, int]:
+    async def forget_quiet_users(self, now: datetime) -> tuple[int, int] | None:
         """Forget the users nothing is left of (:func:`teamstore.erasure.quiet.forget_quiet_users`), under the
-        erasure's fence grace; how many it forgot, and how many it found quiet but kept. The retention sweep's last
-        step."""
+        erasure's fence grace; how many it forgot, and how many it found quiet but kept (``None``: another sweep is
+        forgetting them). The retention sweep's last step."""
         from teamstore.erasure.quiet import forget_quiet_users
         from teamstore.erasure.settings import ErasureSettings
 
         quiet = await forget_quiet_users(self.engine, self.transcript_store, self.keys,
                                          grace_seconds=ErasureSettings().fence_grace_seconds, now=now)
-        return quiet.forgotten, quiet.kept
+        return None if quiet.busy else (quiet.forgotten, quiet.kept)
 
     def exporter(self) -> ExportCoordinator:
         """The export coordinator over every store: those below it, and the erasure requests.

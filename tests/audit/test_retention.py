@@ -619,3 +619,106 @@ async def test_a_sweep_of_a_folder_written_to_that_this_machine_lacks_or_another
     (tmp_path / "workers-disk" / ".teamstore-folder").unlink()  # made by hand: taken as ours, and marked
     assert (await sweep_all(Settings(), engine, store)).transcripts == 0
     assert await store.owner() == await database_id(engine)
+
+
+async def _cache_wait_then(
+    engine: AsyncEngine, store: LocalTranscriptStore, monkeypatch: pytest.MonkeyPatch, meanwhile: Any,
+) -> quiet.Quiet:
+    """Forget ``u1`` (a subject and a data key, a day old) with a 5 s key cache, running ``meanwhile`` as the
+    sweep outwaits the workers' caches of the key it destroyed."""
+    await ensure_subject(engine, "u1")
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=5))
+    await keys.data_key("u1", create=True)
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        if seconds == 5:
+            await meanwhile()
+        await real_sleep(0)
+
+    monkeypatch.setattr(quiet, "asyncio", SimpleNamespace(sleep=sleep))
+    return await forget_quiet_users(engine, store, keys, grace_seconds=0,
+                                    now=await database_now(engine) + timedelta(days=1))
+
+
+async def _session_row(engine: AsyncEngine, user_id: str) -> None:
+    """A stored session of the user's (its lease taken), as a session opening for them makes it."""
+    at = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await conn.execute(insert(sessions).values(
+            user_id=user_id, session_id="back", team="t", team_version="v", schema_version=1,
+            agentchat_version="0.7.5", fingerprints={}, state='{"x":1}', state_bytes=7, row_version=1,
+            created_at=at, updated_at=at, expires_at=at + timedelta(days=7)))
+
+
+async def test_a_sweep_started_while_another_forgets_leaves_it_the_users_and_lifts_none_of_its_holds(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Overlapping sweeps (a CronJob's default concurrencyPolicy): the second took the first one's live holds for
+    # a stopped sweep's and lifted them; a session waiting on them opened, and the first sweep then deleted the
+    # user's subject mapping all the same, so what that session wrote sat under a subject no mapping named.
+    store = LocalTranscriptStore(tmp_path / "t")
+    second: list[quiet.Quiet] = []
+
+    async def another_sweep() -> None:
+        keys = KeyService.from_settings(engine, Settings(key_cache_seconds=5))
+        second.append(await forget_quiet_users(engine, store, keys, grace_seconds=0,
+                                               now=await database_now(engine) + timedelta(days=1)))
+        assert await _holds(engine) == [("u1", RETENTION)]  # the first sweep's hold still stands
+
+    first = await _cache_wait_then(engine, store, monkeypatch, another_sweep)
+    assert second == [quiet.Quiet(0, 0, busy=True)] and (first.forgotten, first.kept) == (1, 0)
+    # The lock goes with the sweep: the next one forgets again (none left to forget).
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
+    assert await forget_quiet_users(engine, store, keys, grace_seconds=0) == quiet.Quiet(0, 0)
+
+
+async def test_a_user_whose_hold_went_while_the_sweep_outwaited_the_caches_keeps_their_ids(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hold lifted by another (an operator, a sweep that lost its lock with its connection) and a session of
+    # the user's stored meanwhile: the sweep deleted their subject mapping anyway.
+    store = LocalTranscriptStore(tmp_path / "t")
+    before = (await ensure_subject(engine, "u1")).key
+
+    async def hold_lifted_and_user_back() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(delete(user_holds))
+        await _session_row(engine, "u1")
+
+    report = await _cache_wait_then(engine, store, monkeypatch, hold_lifted_and_user_back)
+    assert (report.forgotten, report.kept) == (0, 1) and (await ensure_subject(engine, "u1")).key == before
+
+
+async def test_a_user_stored_again_under_the_sweeps_hold_keeps_their_ids_and_the_hold_is_lifted(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write that passed the fence's check before the hold went up and landed after the grace: the mapping stays
+    # (checked again as the hold is lifted), and the hold goes all the same, so the user's sessions open.
+    store = LocalTranscriptStore(tmp_path / "t")
+    before = (await ensure_subject(engine, "u1")).key
+    report = await _cache_wait_then(engine, store, monkeypatch, lambda: _session_row(engine, "u1"))
+    assert (report.forgotten, report.kept) == (0, 1) and await _holds(engine) == []
+    assert (await ensure_subject(engine, "u1")).key == before
+
+
+async def test_a_sweep_whose_forgetting_another_sweep_holds_says_it_skipped_that_step(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    from teamstore.db.exclusive import exclusive
+
+    store = LocalTranscriptStore(tmp_path / "t")
+    await ensure_subject(engine, "u1")
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
+    later = await database_now(engine) + timedelta(days=1)
+
+    async def forget(now: datetime) -> tuple[int, int] | None:
+        quiet = await forget_quiet_users(engine, store, keys, grace_seconds=0, now=now)
+        return None if quiet.busy else (quiet.forgotten, quiet.kept)
+
+    async with exclusive(engine, quiet.LOCK) as mine:
+        assert mine
+        report = await sweep_all(Settings(), engine, store, now=later, keys=keys, forget=forget)
+    assert report.forgotten_users is None and "another retention sweep" in report.skipped_steps["forget_quiet_users"]
+    report = await sweep_all(Settings(), engine, store, now=later, keys=keys, forget=forget)
+    assert (report.forgotten_users, report.skipped_steps) == (1, {})

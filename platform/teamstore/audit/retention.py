@@ -18,7 +18,7 @@ retention, else ``memory_retention_days``, after the last update), and facts lef
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -58,18 +58,22 @@ class SweepReport:
     quarantine_cutoff: datetime
     held_transcripts: int
     """Transcripts written again to S3, past retention, that a hold (Object Lock) keeps until a later sweep."""
-    forgotten_users: int = 0
+    forgotten_users: int | None = 0
     """Users nothing was left of, whose subject mapping, data key and transcript-store record went
     (:mod:`teamstore.erasure.quiet`)."""
-    quiet_users_kept: int = 0
+    quiet_users_kept: int | None = 0
     """Users the forgetting found quiet in the database but kept: a session opened meanwhile, a transcript is
     still in the store, or another transcript store is recorded for them (run the sweep with that one too)."""
+    skipped_steps: dict[str, str] = field(default_factory=dict)
+    """The steps not run, each with why (their counts are ``None``): ``forget_quiet_users`` while another sweep
+    forgets them."""
 
 
-Forget = Callable[[datetime], Awaitable[tuple[int, int]]]
+Forget = Callable[[datetime], Awaitable[tuple[int, int] | None]]
 """Forgets the users nothing is left of, once the rest is swept (given the sweep's reference time); how many it
-forgot, and how many it found quiet but kept (the composition root hands in
-:func:`teamstore.erasure.quiet.forget_quiet_users`)."""
+forgot, and how many it found quiet but kept, or ``None`` when another sweep is forgetting them (the
+composition root hands in :func:`teamstore.erasure.quiet.forget_quiet_users`)."""
+BUSY = "another retention sweep is forgetting quiet users: this one left them to it"
 
 
 async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[str, Any]:
@@ -148,7 +152,8 @@ async def sweep_all(
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
     quarantined = await sweep_quarantine(engine, quarantine_cutoff)
     memory = await MemoryStore(engine).sweep(now)
-    forgotten, kept = await forget(now) if forget is not None else (0, 0)
+    quiet = await forget(now) if forget is not None else (0, 0)
+    forgotten, kept = quiet if quiet is not None else (None, None)
     return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, memory.memories,
                        memory.facts, memory.leftover_facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff,
-                       held, forgotten, kept)
+                       held, forgotten, kept, {} if quiet is not None else {"forget_quiet_users": BUSY})

@@ -108,11 +108,18 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
             f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts), "
             f"{d['memory_leftover_facts']} leftover memory facts"
             + (f"; {d['held_transcripts']} transcripts past retention kept by a hold" if d["held_transcripts"] else "")
-            + f"; forgot {d['forgotten_users']} users nothing was left of"
-            + (f" ({d['quiet_users_kept']} kept: a session opened meanwhile, a transcript still stored, or another "
-               "transcript store recorded for them)" if d["quiet_users_kept"] else "")
+            + _forgetting(d)
         ),
     )
+
+
+def _forgetting(d: dict[str, Any]) -> str:
+    """The forgetting's part of the sweep's sentence: what it did, or why it did not run."""
+    if (why := d["skipped_steps"].get("forget_quiet_users")) is not None:
+        return f"; forgot no one: {why}"
+    return (f"; forgot {d['forgotten_users']} users nothing was left of"
+            + (f" ({d['quiet_users_kept']} kept: a session opened meanwhile, a transcript still stored, or another "
+               "transcript store recorded for them)" if d["quiet_users_kept"] else ""))
 
 
 def register(app: typer.Typer) -> None:

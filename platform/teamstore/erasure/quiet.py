@@ -21,6 +21,12 @@ keeps its user: the sweep backs off and lifts that hold). The data keys are dele
 workers' key caches as an erasure does, and the mappings go with the holds, one transaction per user. A session
 opening for the user meanwhile waits for the hold to go (:data:`teamstore.db.fence.RETENTION`), then starts the
 user afresh (a new subject and data key). Nothing of the users is recorded: the sweep reports how many it forgot.
+
+One sweep forgets at a time (:func:`teamstore.db.exclusive.exclusive`, held for the whole pass): a second one
+started meanwhile (a CronJob's overlapping run) skips this step rather than take the first one's live holds for a
+stopped sweep's and lift them. So the holds found up by the sweep holding the lock are truly a stopped sweep's.
+Each user's mapping goes only while the sweep's own hold still stands and nothing of theirs is stored, checked
+again in the transaction that lifts it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_s
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.capabilities import holds_any
 from teamstore.db.engine import describe_failure
+from teamstore.db.exclusive import exclusive
 from teamstore.db.fence import RETENTION, forgetting, user_holds
 from teamstore.db.statements import insert_new
 from teamstore.erasure.schema import erasure_requests
@@ -59,6 +66,8 @@ EXPORT_RUNS = timedelta(days=1)
 its user from being forgotten."""
 BATCH = 200
 """Users fenced, checked and forgotten together (one grace and one key-cache wait per batch)."""
+LOCK = "retention-forgetting"
+"""The lock one sweep's forgetting holds (:func:`teamstore.db.exclusive.exclusive`)."""
 log = logging.getLogger(__name__)
 
 
@@ -69,6 +78,8 @@ class Quiet:
 
     forgotten: int
     kept: int
+    busy: bool = False
+    """Another sweep was forgetting quiet users: this one left them to it (nothing was done)."""
 
 
 @dataclass(frozen=True)
@@ -130,10 +141,25 @@ async def forget_quiet_users(
         now: The reference time (default: now): only a subject or key made :data:`NEW_SUBJECT` before it is
             considered.
 
+    Returns:
+        How many users were forgotten and kept; ``busy`` when another sweep holds the forgetting's lock (this one
+        then does nothing: that one forgets them).
+
     Raises:
         StoreUnavailable: The database failed (a hold of the sweep's may stay up: the next sweep lifts it).
         TranscriptUnavailable: The store could not be listed.
     """
+    async with exclusive(engine, LOCK) as mine:
+        if not mine:
+            log.warning("retention sweep: another sweep is forgetting quiet users; this one leaves them to it")
+            return Quiet(0, 0, busy=True)
+        return await _forget_quiet(engine, store, keys, grace_seconds, now)
+
+
+async def _forget_quiet(
+    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, grace_seconds: float, now: datetime | None,
+) -> Quiet:
+    """:func:`forget_quiet_users`, under the forgetting's lock."""
     before = (now or datetime.now(UTC)) - NEW_SUBJECT
     forgotten = kept = 0
     await _lift_stale_holds(engine, keys.cache_seconds)
@@ -144,9 +170,9 @@ async def forget_quiet_users(
             if grace_seconds > 0:
                 await asyncio.sleep(grace_seconds)
             quiet = [user for user in batch if await _still_quiet(engine, store, user, before)]
-            kept += len(batch) - len(quiet)
             await _lift(engine, [user.user_id for user in batch if user not in quiet])
-            forgotten += await _forget_all(engine, store, keys, quiet)
+            gone = await _forget_all(engine, store, keys, quiet, before)
+            forgotten, kept = forgotten + gone, kept + len(batch) - gone
         if after is None:
             break
     if forgotten or kept:
@@ -154,22 +180,23 @@ async def forget_quiet_users(
     return Quiet(forgotten, kept)
 
 
-async def _forget_all(engine: AsyncEngine, store: TranscriptStore, keys: KeyService, quiet: list[_User]) -> int:
+async def _forget_all(
+    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, quiet: list[_User], before: datetime,
+) -> int:
     """Destroy the data keys of ``quiet`` (fenced, checked again), outwait the workers' key caches, then forget
-    each user; how many were forgotten."""
+    each user still quiet under the sweep's hold; how many were forgotten."""
     destroyed = await _destroy_keys(engine, quiet)
     for user in quiet:
         keys.forget(user.user_id)
     if destroyed and keys.cache_seconds > 0:
         await asyncio.sleep(keys.cache_seconds)  # the fleet's caches: one setting, the same everywhere
-    for user in quiet:
-        await _forget(engine, store, user)
-    return len(quiet)
+    return sum([await _forget(engine, store, user, before) for user in quiet])
 
 
 async def _lift_stale_holds(engine: AsyncEngine, cache_seconds: float) -> None:
     """Lift the holds an earlier sweep left up when it stopped mid-way (killed, the database gone): the users it
-    had not forgotten yet are considered afresh. That sweep may have stopped as it outwaited the workers' caches
+    had not forgotten yet are considered afresh. No other sweep is forgetting (this one holds the lock), so every
+    hold of the reason is a stopped sweep's. That sweep may have stopped as it outwaited the workers' caches
     of the keys it had destroyed: a user opening a session meanwhile would be served a destroyed key from memory,
     and their new state sealed under it. So the wait is made again before the holds are lifted."""
     stale = select(exists().where(user_holds.c.reason == RETENTION))
@@ -249,17 +276,24 @@ async def _destroy_keys(engine: AsyncEngine, users: list[_User]) -> int:
     return destroyed
 
 
-async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User) -> None:
-    """Delete the user's subject mapping and transcript-store record, unlink their export records, and lift the
-    hold: one transaction, so a user is forgotten whole or not at all."""
+async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User, before: datetime) -> bool:
+    """Lift the sweep's hold on the user and, in the same transaction, delete their subject mapping and
+    transcript-store record and unlink their export records: only while that hold still stands and nothing of
+    theirs is stored (a write refused by the hold until the commit cannot land in between). Whether the user was
+    forgotten; one kept has their hold lifted all the same, so a session waiting on it opens."""
+    u = literal(user.user_id, user_holds.c.user_id.type)
+    s = literal(user.subject_key, subjects.c.subject_key.type)
     try:
         async with engine.begin() as conn:
+            lifted = await conn.execute(delete(user_holds).where(user_holds.c.user_id == user.user_id,
+                                                                 user_holds.c.reason == RETENTION))
+            if not lifted.rowcount or not await conn.scalar(select(_nothing_stored(u, s, before, fenced=True))):
+                return False  # the hold was lifted by another, or the user came back: their ids stay
             if user.subject_key is not None:
                 ctx = StepContext(engine, store, "", user.user_id, user.subject_key)
                 await exports_step().rows.delete(conn, ctx)
                 await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == user.subject_key))
                 await conn.execute(delete(subjects).where(subjects.c.subject_key == user.subject_key))
-            await conn.execute(delete(user_holds).where(user_holds.c.user_id == user.user_id,
-                                                        user_holds.c.reason == RETENTION))
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "forget a quiet user") from exc
+    return True
