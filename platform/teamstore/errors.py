@@ -291,6 +291,14 @@ class TranscriptFolderElsewhere(TranscriptUnavailable):
     disk, or not mounted here), or was made for another state database."""
 
 
+class RetentionIncomplete(AuditError):
+    """A retention sweep ran every step it could, but one or more failed (``report``: what the others did)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, report: object | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.report = report
+
+
 class UnknownPrice(AuditError):
     """A model is missing from the price table."""
 

@@ -573,3 +573,21 @@ def test_an_id_no_run_can_have_is_refused_by_name_not_answered_with_nothing() ->
                           (["sessions", "list", "--user", ""], "user_id is empty")):
         result = runner.invoke(app, args)
         assert result.exit_code == 1 and message in result.output and "fix:" in result.output, args
+
+
+def test_retention_sweep_runs_every_step_past_a_failing_transcript_store_and_exits_2_naming_it() -> None:
+    # The transcript step's failure stopped the whole sweep: the ledger, quarantine and memory were never swept.
+    _populate(1)
+    folder = Path(Settings().home) / "transcripts"
+    (folder / "subjects").rename(folder / "subjects-real")
+    (folder / "subjects").symlink_to(folder / "subjects-real")  # the sweep refuses to walk through a link
+    swept = runner.invoke(app, ["retention", "sweep", "--json"])
+    assert swept.exit_code == 2, swept.output
+    report = json.loads(swept.stdout)
+    assert list(report["failed_steps"]) == ["transcripts"] and report["transcripts"] is None
+    assert (report["ledger_rows"], report["quarantined"], report["forgotten_users"]) == (0, 0, None)
+    assert "forget_quiet_users" in report["skipped_steps"]
+    assert "error: the retention sweep's step(s) transcripts failed" in " ".join(swept.stderr.split())
+    said = runner.invoke(app, ["retention", "sweep"], env={"COLUMNS": "300"})
+    assert said.exit_code == 2 and "removed 0 queued transcripts" in said.stdout
+    assert "failed: transcripts" in said.stdout and "forgot no one: the transcript step failed" in said.stdout

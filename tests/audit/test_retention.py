@@ -24,7 +24,7 @@ from teamstore.audit.ledger import sweep_ledger, sweep_session_ids
 from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
-from teamstore.audit.retention import apply_transcript_retention, sweep_all
+from teamstore.audit.retention import SweepReport, apply_transcript_retention, sweep_all
 from teamstore.audit.rewrites import needs_record, record_rewrite
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, rewrites, subject_sessions, subject_stores, usage
 from teamstore.audit.schema import outbox as outbox_table
@@ -42,6 +42,7 @@ from teamstore.erasure.quiet import forget_quiet_users
 from teamstore.errors import (
     ErasureConflict,
     ErasureInProgress,
+    RetentionIncomplete,
     StorageError,
     StoreUnavailable,
     TranscriptFolderElsewhere,
@@ -722,3 +723,39 @@ async def test_a_sweep_whose_forgetting_another_sweep_holds_says_it_skipped_that
     assert report.forgotten_users is None and "another retention sweep" in report.skipped_steps["forget_quiet_users"]
     report = await sweep_all(Settings(), engine, store, now=later, keys=keys, forget=forget)
     assert (report.forgotten_users, report.skipped_steps) == (1, {})
+
+
+async def test_a_transcript_store_that_fails_its_sweep_leaves_the_other_stores_swept_and_no_one_forgotten(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # The steps ran one after another: the transcript step's failure (here ``subjects/`` a symbolic link, which
+    # the sweep refuses to walk) stopped the sweep, and quarantined states, memory and the ledger stayed past
+    # their retention every day until the transcript store was fixed.
+    now = await database_now(engine)
+    async with engine.begin() as conn:
+        await conn.execute(insert(quarantine).values(
+            user_id="alice", session_id="old", reason="corrupt", detail="test", team="t", team_version="v",
+            schema_version=1, agentchat_version="0.7.5", fingerprints={}, state="{}", state_bytes=2,
+            row_version=1, quarantined_at=now - timedelta(days=300)))
+    subject = (await ensure_subject(engine, "quiet-user")).key
+    store = LocalTranscriptStore(tmp_path / "t")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / SUBJECTS).symlink_to(tmp_path / "elsewhere")
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
+
+    async def forget(at: datetime) -> tuple[int, int]:
+        quiet = await forget_quiet_users(engine, store, keys, grace_seconds=0, now=at)
+        return quiet.forgotten, quiet.kept
+
+    with pytest.raises(RetentionIncomplete, match="step\\(s\\) transcripts failed") as caught:
+        await sweep_all(Settings(), engine, store, now=now + timedelta(days=1), keys=keys, forget=forget)
+    report = caught.value.report
+    assert isinstance(report, SweepReport) and report.quarantined == 1 and report.ledger_rows == 0
+    assert list(report.failed_steps) == ["transcripts"] and (report.transcripts, report.held_transcripts) == (None,
+                                                                                                             None)
+    assert "transcript step failed" in report.skipped_steps["forget_quiet_users"] and report.forgotten_users is None
+    assert "then run `teamstore retention sweep` again" in (caught.value.hint or "")
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(quarantine.c.session_id))).all() == []
+    assert (await ensure_subject(engine, "quiet-user")).key == subject  # not forgotten: the store did not answer

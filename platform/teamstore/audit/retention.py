@@ -17,10 +17,11 @@ retention, else ``memory_retention_days``, after the last update), and facts lef
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -33,6 +34,7 @@ from teamstore.audit.subjects import store_ever_written
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import capability
 from teamstore.db.clock import database_now
+from teamstore.errors import RetentionIncomplete, TeamstoreError
 from teamstore.keys.service import KeyService
 from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
@@ -42,21 +44,21 @@ from teamstore.state.sweep import sweep_expired_sessions, sweep_quarantine
 
 @dataclass(frozen=True)
 class SweepReport:
-    """What one sweep removed."""
+    """What one sweep removed; ``None`` for the counts of a step that failed or did not run."""
 
-    transcripts: int
-    outbox: int
-    ledger_rows: int
-    session_ids: int
-    sessions: int
-    quarantined: int
-    memories: int
-    memory_facts: int
-    memory_leftover_facts: int
+    transcripts: int | None
+    outbox: int | None
+    ledger_rows: int | None
+    session_ids: int | None
+    sessions: int | None
+    quarantined: int | None
+    memories: int | None
+    memory_facts: int | None
+    memory_leftover_facts: int | None
     transcript_cutoff: datetime
     ledger_cutoff: datetime
     quarantine_cutoff: datetime
-    held_transcripts: int
+    held_transcripts: int | None
     """Transcripts written again to S3, past retention, that a hold (Object Lock) keeps until a later sweep."""
     forgotten_users: int | None = 0
     """Users nothing was left of, whose subject mapping, data key and transcript-store record went
@@ -66,7 +68,10 @@ class SweepReport:
     still in the store, or another transcript store is recorded for them (run the sweep with that one too)."""
     skipped_steps: dict[str, str] = field(default_factory=dict)
     """The steps not run, each with why (their counts are ``None``): ``forget_quiet_users`` while another sweep
-    forgets them."""
+    forgets them, or once the transcript step failed."""
+    failed_steps: dict[str, str] = field(default_factory=dict)
+    """The steps that failed, each with its error's message (their counts are ``None``): what they sweep was left
+    as it was, and :class:`teamstore.errors.RetentionIncomplete` is raised once the others ran."""
 
 
 Forget = Callable[[datetime], Awaitable[tuple[int, int] | None]]
@@ -74,6 +79,9 @@ Forget = Callable[[datetime], Awaitable[tuple[int, int] | None]]
 forgot, and how many it found quiet but kept, or ``None`` when another sweep is forgetting them (the
 composition root hands in :func:`teamstore.erasure.quiet.forget_quiet_users`)."""
 BUSY = "another retention sweep is forgetting quiet users: this one left them to it"
+FORGET = "forget_quiet_users"
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 async def apply_transcript_retention(store: TranscriptStore, days: int) -> dict[str, Any]:
@@ -124,10 +132,15 @@ async def sweep_all(
             records is on the same clocks as the rest.
         forget: Forgets the users nothing is left of, last, once the rest is swept.
 
+    Each step runs on its own: one that fails (a transcript store refusing its deletes, a database error) is
+    recorded and the next still runs, so one store's outage never keeps the others' data past retention.
+
     Returns:
         Counts per store and the cutoffs used.
 
     Raises:
+        RetentionIncomplete: One or more steps failed (typed errors of theirs), once the others ran; its
+            ``report`` is the :class:`SweepReport` of what ran, naming the steps that failed or were skipped.
         TranscriptFolderElsewhere: Transcripts were ever written to the folder (:func:`store_ever_written`) and
             this machine does not have it, or it was made for another database (nothing is swept: a sweep here
             would report a clean 0 and leave the folder as is).
@@ -137,23 +150,81 @@ async def sweep_all(
         # recorded there now. One never written to has nothing to sweep anywhere: 0 is the truth.
         await check_here(store, engine, doing="sweep")
     now = now or await database_now(engine)
-    sessions = await sweep_expired_sessions(engine, keys=keys, ending=ending)
+    steps = _Steps()
+    sessions = await steps.run("sessions", lambda: sweep_expired_sessions(engine, keys=keys, ending=ending))
     transcript_cutoff = now - timedelta(days=settings.transcript_retention_days)
     ledger_cutoff = now - timedelta(days=settings.ledger_retention_days)
-    if Capability.LOCAL_SWEEP in store.capabilities:
-        transcripts, held = await store.sweep(transcript_cutoff), 0
-    else:
-        rewritten = await sweep_rewrites(engine, store, transcript_cutoff, now)
-        transcripts, held = rewritten.removed, rewritten.held
-    queued = await sweep_outbox(engine, transcript_cutoff)
-    await purge_settled(engine)  # records of uploads that can no longer land: no transcript, not counted
-    ledger_rows = await sweep_ledger(engine, ledger_cutoff)
-    session_ids = await sweep_session_ids(engine, ledger_cutoff)  # the sessions no ledger row names any more
+    transcripts = await steps.run("transcripts", lambda: _sweep_transcripts(engine, store, transcript_cutoff, now))
+    queued = await steps.run("outbox", lambda: sweep_outbox(engine, transcript_cutoff))
+    # Records of uploads that can no longer land: no transcript, not counted.
+    await steps.run("settled_uploads", lambda: purge_settled(engine))
+    ledger_rows = await steps.run("ledger", lambda: sweep_ledger(engine, ledger_cutoff))
+    # The sessions no ledger row names any more.
+    session_ids = await steps.run("session_ids", lambda: sweep_session_ids(engine, ledger_cutoff))
     quarantine_cutoff = now - timedelta(days=settings.quarantine_retention_days)
-    quarantined = await sweep_quarantine(engine, quarantine_cutoff)
-    memory = await MemoryStore(engine).sweep(now)
-    quiet = await forget(now) if forget is not None else (0, 0)
-    forgotten, kept = quiet if quiet is not None else (None, None)
-    return SweepReport(transcripts, queued, ledger_rows, session_ids, sessions, quarantined, memory.memories,
-                       memory.facts, memory.leftover_facts, transcript_cutoff, ledger_cutoff, quarantine_cutoff,
-                       held, forgotten, kept, {} if quiet is not None else {"forget_quiet_users": BUSY})
+    quarantined = await steps.run("quarantine", lambda: sweep_quarantine(engine, quarantine_cutoff))
+    memory = await steps.run("memory", lambda: MemoryStore(engine).sweep(now))
+    forgotten, kept = await _forget_step(steps, forget, now)
+    removed, held = transcripts if transcripts is not None else (None, None)
+    memories, facts, leftover = ((memory.memories, memory.facts, memory.leftover_facts) if memory is not None
+                                 else (None, None, None))
+    report = SweepReport(removed, queued, ledger_rows, session_ids, sessions, quarantined, memories, facts, leftover,
+                         transcript_cutoff, ledger_cutoff, quarantine_cutoff, held, forgotten, kept, steps.skipped,
+                         steps.failed)
+    if steps.errors:
+        raise _incomplete(steps, report)
+    return report
+
+
+async def _sweep_transcripts(
+    engine: AsyncEngine, store: TranscriptStore, cutoff: datetime, now: datetime,
+) -> tuple[int, int]:
+    """The transcripts past retention: a folder's, or on S3 those written again; how many went, and how many a
+    hold (Object Lock) keeps."""
+    if Capability.LOCAL_SWEEP in store.capabilities:
+        return await store.sweep(cutoff), 0
+    rewritten = await sweep_rewrites(engine, store, cutoff, now)
+    return rewritten.removed, rewritten.held
+
+
+async def _forget_step(steps: _Steps, forget: Forget | None, now: datetime) -> tuple[int | None, int | None]:
+    """Forget the quiet users, last; skipped when the transcript step failed (whether a user's transcripts are
+    gone is known from that store) or when another sweep is forgetting them."""
+    if forget is None:
+        return 0, 0
+    if "transcripts" in steps.failed:
+        steps.skipped[FORGET] = "the transcript step failed: no user is forgotten until the store answers"
+        return None, None
+    quiet = await steps.run(FORGET, lambda: forget(now))
+    if quiet is None and FORGET not in steps.failed:
+        steps.skipped[FORGET] = BUSY
+    return quiet if quiet is not None else (None, None)
+
+
+class _Steps:
+    """Runs each step on its own: one that fails is recorded (its count ``None``) and the next still runs."""
+
+    def __init__(self) -> None:
+        self.failed: dict[str, str] = {}
+        self.skipped: dict[str, str] = {}
+        self.errors: list[TeamstoreError] = []
+
+    async def run(self, name: str, step: Callable[[], Awaitable[T]]) -> T | None:
+        try:
+            return await step()
+        except TeamstoreError as exc:  # recorded, and raised at the end in RetentionIncomplete
+            log.error("retention sweep: the %s step failed: %s", name, exc.message)
+            self.failed[name] = exc.message
+            self.errors.append(exc)
+            return None
+
+
+def _incomplete(steps: _Steps, report: SweepReport) -> RetentionIncomplete:
+    failed = "; ".join(f"{name}: {message}" for name, message in steps.failed.items())
+    skipped = f" ({FORGET} skipped)" if FORGET in steps.skipped and steps.skipped[FORGET] != BUSY else ""
+    fixes = list(dict.fromkeys(exc.hint for exc in steps.errors if exc.hint))
+    return RetentionIncomplete(
+        f"the retention sweep's step(s) {', '.join(steps.failed)} failed, the others ran{skipped}: {failed}",
+        hint="; ".join([*fixes, "then run `teamstore retention sweep` again (it takes up what is left)"]),
+        report=report,
+    )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from teamstore.cli._output import JsonOption, emit
+from teamstore.cli._output import JsonOption, emit, fail
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError
 from teamstore.limits import MAX_DAYS
@@ -81,42 +81,62 @@ def _days_not_the_setting(days: int, setting: int, *, lifecycle: bool) -> Config
     )
 
 
+INCOMPLETE = 2
+"""``retention sweep``'s exit status when a step failed and the others ran (:class:`RetentionIncomplete`)."""
+_COUNTS = (("transcripts", "transcripts"), ("outbox", "queued transcripts"), ("ledger_rows", "ledger rows"),
+           ("session_ids", "session ids"), ("sessions", "expired sessions"), ("quarantined", "quarantined states"),
+           ("memories", "expired user memories"), ("memory_facts", "of their facts"),
+           ("memory_leftover_facts", "leftover memory facts"))
+
+
 @retention_app.command("sweep")
 def retention_sweep(as_json: bool = JsonOption) -> None:
     """Remove transcripts past retention (local ones, and on S3 those written again), queued transcripts, ledger
     rows and quarantined states past retention, expired sessions, expired user memory and memory facts left
-    with no memory written; then forget the users nothing is left of (their ids and data key)."""
-    from teamstore.audit.retention import sweep_all
-    from teamstore.events import drain_observers
-    from teamstore.runtime.interruptions import ending
+    with no memory written; then forget the users nothing is left of (their ids and data key). A step that fails
+    leaves the others to run; the command then exits 2 naming it."""
+    from teamstore.audit.retention import SweepReport, sweep_all
+    from teamstore.errors import RetentionIncomplete
 
-    async def go(app: App) -> dict[str, Any]:
+    async def go(app: App) -> tuple[dict[str, Any], RetentionIncomplete | None]:
+        from teamstore.events import drain_observers
+        from teamstore.runtime.interruptions import ending
+
         observers = app.audit_observers()  # an expired session's interrupted run is recorded as it goes
         try:
             return asdict(await sweep_all(app.settings, app.engine, app.transcript_store, keys=app.keys,
                                           ending=ending(observers, "expired"),
-                                          forget=app.forget_quiet_users))
+                                          forget=app.forget_quiet_users)), None
+        except RetentionIncomplete as exc:  # the others ran: what they did is printed, then the failure
+            assert isinstance(exc.report, SweepReport)
+            return asdict(exc.report), exc
         finally:
             await drain_observers(observers)
 
-    emit(
-        with_app(go, must_exist=True),  # from a cron job, 'removed 0' would hide a mistyped TEAMSTORE_HOME
-        as_json=as_json,
-        render=lambda d: console.print(
-            f"removed {d['transcripts']} transcripts, {d['outbox']} queued transcripts, {d['ledger_rows']} ledger "
-            f"rows, {d['session_ids']} session ids, {d['sessions']} expired sessions, {d['quarantined']} "
-            f"quarantined states, {d['memories']} expired user memories ({d['memory_facts']} facts), "
-            f"{d['memory_leftover_facts']} leftover memory facts"
-            + (f"; {d['held_transcripts']} transcripts past retention kept by a hold" if d["held_transcripts"] else "")
-            + _forgetting(d)
-        ),
-    )
+    # from a cron job, 'removed 0' would hide a mistyped TEAMSTORE_HOME: must_exist
+    swept, incomplete = with_app(go, must_exist=True)
+    emit(swept, as_json=as_json, render=lambda d: console.print(_swept(d)))
+    if incomplete is not None:
+        fail(incomplete, INCOMPLETE)
+
+
+def _swept(d: dict[str, Any]) -> str:
+    """The sweep's sentence: the counts of the steps that ran, the steps that failed or did not run."""
+    counts = [f"{d[key]} {label}" for key, label in _COUNTS if d[key] is not None]
+    said = "removed " + ", ".join(counts) if counts else "removed nothing"
+    if d["held_transcripts"]:
+        said += f"; {d['held_transcripts']} transcripts past retention kept by a hold"
+    if d["failed_steps"]:
+        said += f"; failed: {', '.join(d['failed_steps'])} (what they sweep was left as it was)"
+    return said + _forgetting(d)
 
 
 def _forgetting(d: dict[str, Any]) -> str:
     """The forgetting's part of the sweep's sentence: what it did, or why it did not run."""
     if (why := d["skipped_steps"].get("forget_quiet_users")) is not None:
         return f"; forgot no one: {why}"
+    if d["forgotten_users"] is None:
+        return ""  # it failed: named above
     return (f"; forgot {d['forgotten_users']} users nothing was left of"
             + (f" ({d['quiet_users_kept']} kept: a session opened meanwhile, a transcript still stored, or another "
                "transcript store recorded for them)" if d["quiet_users_kept"] else ""))
