@@ -759,3 +759,27 @@ async def test_a_transcript_store_that_fails_its_sweep_leaves_the_other_stores_s
     async with engine.connect() as conn:
         assert (await conn.execute(select(quarantine.c.session_id))).all() == []
     assert (await ensure_subject(engine, "quiet-user")).key == subject  # not forgotten: the store did not answer
+
+
+async def test_a_sweep_stopped_while_it_forgets_leaves_its_holds_but_not_its_lock(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stopped mid-way (cancelled, as Ctrl-C or SIGTERM stop the command), the sweep's lock goes with it: the next
+    # sweep is not turned away, and lifts the holds left up once the workers' caches have expired.
+    store = LocalTranscriptStore(tmp_path / "t")
+    waiting = asyncio.Event()
+
+    async def stopped_here() -> None:
+        waiting.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    stopped = asyncio.create_task(_cache_wait_then(engine, store, monkeypatch, stopped_here))
+    await waiting.wait()
+    stopped.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopped
+    assert await _holds(engine) == [("u1", RETENTION)]
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
+    assert await forget_quiet_users(engine, store, keys, grace_seconds=0,
+                                    now=await database_now(engine) + timedelta(days=1)) == quiet.Quiet(1, 0)
+    assert await _holds(engine) == []

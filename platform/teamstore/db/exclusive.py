@@ -8,7 +8,7 @@ however it ends (a killed process's lock is free at once: nothing to expire, no 
             ...   # no other process holds it until the block ends
 
 On Postgres it is a session-level advisory lock on a connection of its own, in autocommit (so never idle in a
-transaction for the run's hours); the server frees it when that connection ends. An SQLite database is one
+transaction for the run's hours), closed at the end; the server frees the lock when that connection ends. An SQLite database is one
 machine's: the lock is an ``flock`` on a file beside it (``<database>.<name>.lock``, owner-only, left in place
 since removing a lock file races with the next holder), freed by the kernel when the process ends. An in-memory
 SQLite database is this process's alone: the lock is this process's record.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sqlalchemy import BigInteger, func, literal, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import describe_failure
 from teamstore.errors import StoreUnavailable
@@ -75,12 +75,15 @@ async def exclusive(engine: AsyncEngine, name: str) -> AsyncIterator[bool]:
 
 @contextlib.asynccontextmanager
 async def _advisory(engine: AsyncEngine, name: str) -> AsyncIterator[bool]:
-    """A session-level advisory lock, on a connection held (autocommit) for the block's life."""
+    """A session-level advisory lock, on a connection held (autocommit) for the block's life. Its connection is
+    closed for good at the end rather than pooled: the lock goes with it whatever ended the block (an unlock
+    skipped by a cancellation would leave a pooled connection holding it)."""
     key = literal(_advisory_key(name), BigInteger)
     try:
         conn = await engine.connect()
     except SQLAlchemyError as exc:
         raise _refused(exc) from exc
+    mine = False
     try:
         try:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -88,16 +91,10 @@ async def _advisory(engine: AsyncEngine, name: str) -> AsyncIterator[bool]:
         except SQLAlchemyError as exc:
             raise _refused(exc) from exc
         yield mine
-        if mine:
-            await _unlock(conn, key)
     finally:
+        if mine:
+            await conn.invalidate()  # closes the server session: the lock is released with it
         await conn.close()
-
-
-async def _unlock(conn: AsyncConnection, key: object) -> None:
-    """Release the lock; a connection the server ended meanwhile released it already, and closing it is all."""
-    with contextlib.suppress(SQLAlchemyError):  # the lock cannot outlive its connection, closed next
-        await conn.scalar(select(func.pg_advisory_unlock(key)))
 
 
 @contextlib.contextmanager
