@@ -8,12 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, insert
+from sqlalchemy import delete, insert, update
 
 from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, QuarantineNotFound, SessionBusy, StaleStateVersion
-from teamstore.state.base import SessionKey, StateStore
-from teamstore.state.schema import sessions
+from teamstore.state.base import SessionKey, StateStore, StoredSession
+from teamstore.state.schema import quarantine, sessions
+from tests.state.test_checkpoint_conformance import checkpoint
 from tests.state.test_store_conformance import acquire, record
 
 KEY = SessionKey("alice", "s1")
@@ -28,6 +29,23 @@ async def _quarantined(store: StateStore, state: str = '{"old":1}') -> int:
     qid = await store.quarantine(row, owner="w2", reason="definition_changed", detail="researcher: removed")
     await store.release(KEY, owner="w2", discard_empty=False)
     return qid
+
+
+async def _interrupted(store: StateStore, turn: int = 7) -> None:
+    """The session ran on and its worker died mid-run: the row holds that run's checkpoint."""
+    row = await acquire(store, KEY, owner="w3")
+    await store.checkpoint(KEY, owner="w3", expected_version=row.row_version, record=checkpoint(f'{{"turn":{turn}}}'))
+    await store.release(KEY, owner="w3", discard_empty=False)
+
+
+class Endings:
+    """An ``ending`` that keeps what it was handed."""
+
+    def __init__(self) -> None:
+        self.rows: list[StoredSession] = []
+
+    async def __call__(self, row: StoredSession) -> None:
+        self.rows.append(row)
 
 
 async def test_a_restored_state_is_back_and_leaves_quarantine(store: StateStore) -> None:
@@ -124,3 +142,61 @@ async def test_a_restored_state_keeps_the_users_words_out_of_its_repr(store: Sta
     assert f"state_bytes={restored.session.state_bytes}" in repr(restored)  # its size says what was restored
     row = await acquire(store, KEY, owner="w3")  # opened by the sealed store (a copy made through __dict__)
     assert "CANARY-5150" in row.state and "CANARY-5150" not in repr(row)
+
+
+async def test_a_session_holding_an_interrupted_run_is_not_restored_into_unless_replaced(store: StateStore) -> None:
+    # The session went on fresh after its state was refused, and its worker died mid-run: the restore saved over
+    # the row without --replace, and that save cleared the run's checkpoint, recorded nowhere.
+    qid = await _quarantined(store)
+    await _interrupted(store)
+    ended = Endings()
+    with pytest.raises(StaleStateVersion, match="interrupted run") as refused:
+        await store.restore_quarantined(qid, ttl=TTL, ending=ended)
+    assert "--replace" in (refused.value.hint or "")
+    kept = await store.get(KEY)
+    assert kept is not None and kept.checkpoint == '{"turn":7}' and kept.state is None
+    assert [q.id for q in await store.list_quarantined()] == [qid] and ended.rows == []
+
+    restored = await store.restore_quarantined(qid, ttl=TTL, replace=True, ending=ended)
+    (gone,) = ended.rows  # the run is recorded before the save clears its checkpoint, opened as a delete's is
+    assert gone.checkpoint == '{"turn":7}'
+    assert restored.session.state == '{"old":1}' and restored.session.checkpoint is None
+    (aside,) = await store.list_quarantined()
+    assert aside.id == restored.replaced_by and aside.reason == "replaced"
+    assert aside.checkpoint_bytes > 0 and aside.state_bytes == 0  # the run's checkpoint, kept
+
+
+async def test_a_replaced_state_and_checkpoint_come_back_together_and_the_run_can_go_on(store: StateStore) -> None:
+    qid = await _quarantined(store)
+    row = await acquire(store, KEY, owner="w3")  # fresh: it saved a state, then a run of it stopped mid-way
+    await store.save(KEY, owner="w3", expected_version=row.row_version, record=record('{"new":1}'), release=False)
+    await store.checkpoint(KEY, owner="w3", expected_version=row.row_version + 1, record=checkpoint('{"turn":4}'))
+    await store.release(KEY, owner="w3", discard_empty=False)
+    with pytest.raises(StaleStateVersion, match=r"state saved at version .* and an interrupted run"):
+        await store.restore_quarantined(qid, ttl=TTL)
+    ended = Endings()
+    first = await store.restore_quarantined(qid, ttl=TTL, replace=True, ending=ended)
+    assert [r.checkpoint for r in ended.rows] == ['{"turn":4}']
+    assert first.replaced_by is not None
+
+    # Restoring what was replaced puts the run back beside the state it ran on: nothing of it was lost.
+    again = await store.restore_quarantined(first.replaced_by, ttl=TTL, replace=True, ending=ended)
+    assert again.session.state == '{"new":1}' and again.session.checkpoint == '{"turn":4}'
+    assert len(ended.rows) == 1  # the state it replaced held no run
+    assert [q.state_bytes > 0 for q in await store.list_quarantined()] == [True]  # the first state, set aside
+    resumed = await acquire(store, KEY, owner="w4")  # the next worker finds the run interrupted
+    assert resumed.state == '{"new":1}' and resumed.checkpoint == '{"turn":4}'
+    assert resumed.expires_at is not None and resumed.expires_at > datetime.now(UTC) + timedelta(days=2.9)
+
+
+async def test_a_state_past_the_quarantines_retention_is_not_restored(store: StateStore) -> None:
+    qid = await _quarantined(store)
+    async with store.engine.begin() as conn:  # set aside 31 days ago; the sweep has not run since
+        await conn.execute(update(quarantine).values(quarantined_at=datetime.now(UTC) - timedelta(days=31)))
+    with pytest.raises(QuarantineNotFound, match="due for deletion"):
+        await store.restore_quarantined(qid, ttl=TTL, retention=timedelta(days=30))
+    assert [q.id for q in await store.list_quarantined()] == [qid]
+    left = await store.get(KEY)
+    assert left is None or left.state is None
+    restored = await store.restore_quarantined(qid, ttl=TTL, retention=timedelta(days=32))
+    assert restored.session.state == '{"old":1}'

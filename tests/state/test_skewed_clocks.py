@@ -150,3 +150,19 @@ async def test_a_state_quarantined_on_a_host_whose_clock_runs_behind_is_stamped_
     async with engine.connect() as conn:
         age = (await conn.execute(select(func.now() - quarantine.c.quarantined_at))).scalar_one()
     assert timedelta(0) <= age < timedelta(seconds=5)
+
+
+@pytest.mark.parametrize("offset", [-SKEW, SKEW], ids=["behind", "ahead"])
+async def test_a_state_restored_on_a_skewed_host_expires_and_ages_on_the_database_clock(
+    engine: AsyncEngine, worker: StateStore, offset: timedelta
+) -> None:
+    row = await worker.acquire(KEY, CLAIM, owner="a", lease_ttl=LEASE_TTL, wait_seconds=0)
+    await worker.save(KEY, owner="a", expected_version=0, record=record(), release=False)
+    qid = await worker.quarantine(await worker.get(KEY) or row, owner="a", reason="corrupt", detail="test")
+    await worker.release(KEY, owner="a", discard_empty=False)
+    retention = timedelta(minutes=3)  # the state was set aside just now, by the database's clock
+    with host_clock(offset):
+        await worker.restore_quarantined(qid, ttl=timedelta(minutes=10), retention=retention)
+    async with engine.connect() as conn:
+        left = (await conn.execute(select(sessions.c.expires_at - func.now()))).scalar_one()
+    assert timedelta(minutes=10) - timedelta(seconds=5) < left <= timedelta(minutes=10)

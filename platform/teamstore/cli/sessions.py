@@ -213,24 +213,27 @@ def delete_session(
 @sessions_app.command("restore")
 def restore_quarantined(
     quarantine_id: int = typer.Argument(..., help="The id 'teamstore sessions quarantine' shows."),
-    replace: bool = typer.Option(False, "--replace", help="Quarantine the state the session saved since."),
+    replace: bool = typer.Option(False, "--replace", help="Quarantine what the session holds now: a state it "
+                                 "saved since, an interrupted run (recorded as ended, its checkpoint kept)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Put a quarantined state back as its session's state; the next run validates it again. Its sizes are
-    given as `sessions show` gives them: stored (what `sessions quarantine` lists) and opened."""
+    """Put a quarantined state back as its session's state (with the interrupted run it held, which can then be
+    continued); the next run validates it again. Its sizes are given as `sessions show` gives them: stored
+    (what `sessions quarantine` lists) and opened."""
 
     from teamstore.runtime.inspect import describe_session
 
     async def go(app: App) -> dict[str, Any]:
-        # The registry, which gives the team's TTL, is only read (a missing one is said, not made); no audit.
-        async with app.platform(audit=False) as platform:
+        # The registry, which gives the team's TTL, is only read (a missing one is said, not made). The audit
+        # records an interrupted run that --replace ends.
+        async with app.platform() as platform:
             restored = await platform.restore_quarantined(quarantine_id, replace=replace)
         row = restored.session
         shown = describe_session(row)
         return {"restored": quarantine_id, "user_id": row.user_id, "session_id": row.session_id, "team": row.team,
                 "team_version": row.team_version, "row_version": row.row_version,
                 "state_bytes": shown["state_bytes"], "opened_state_bytes": shown["opened_state_bytes"],
-                "replaced_by": restored.replaced_by}
+                "checkpoint": shown["checkpoint"], "replaced_by": restored.replaced_by}
 
     # Only a database that exists holds quarantined states; the platform checks the schema as it opens.
     data = with_app_stoppable(go, must_exist=True, migrate=False, said="the session's lease was given back; "
@@ -241,8 +244,13 @@ def restore_quarantined(
         console.print(plain(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
                              f"{d['session_id']!r} ({d['team']}@{d['team_version']}, {_sizes(d)}, "
                              f"row version {d['row_version']})"))
+        ran = d["checkpoint"]
+        if ran is not None:
+            after = f"stopped after turn {ran['last_turn']}" if isinstance(ran, dict) else ran
+            console.print(plain(f"with the run it had interrupted ({after}): 'teamstore run --continue' continues "
+                                "it, '--abandon' gives it up"))
         if d["replaced_by"] is not None:
-            console.print(f"the state it replaced is quarantined as {d['replaced_by']}")
+            console.print(f"what it replaced is quarantined as {d['replaced_by']}")
 
     emit(data, as_json=as_json, render=render)
 

@@ -147,9 +147,10 @@ async def report_set_aside(observers: Sequence[RunObserver], row: StoredSession,
 _SET_ASIDE = "its checkpoint is in the quarantine; it continues only on the version that ran it"
 
 
-def ending(observers: Sequence[RunObserver], how: Literal["deleted", "expired"]) -> Ending:
-    """What a delete (``deleted``) or the sweep of expired rows (``expired``) hands a row holding an
-    interrupted run's checkpoint before the row goes: :func:`report_gone` (awaited to its end)."""
+def ending(observers: Sequence[RunObserver], how: Literal["deleted", "expired", "replaced"]) -> Ending:
+    """What a delete (``deleted``), the sweep of expired rows (``expired``) or a restore that replaces what the
+    session holds (``replaced``) hands a row holding an interrupted run's checkpoint before the row goes (or
+    the checkpoint, to the quarantine): :func:`report_gone` (awaited to its end)."""
 
     async def end(row: StoredSession) -> None:
         await to_the_end(report_gone(observers, row, how))

@@ -304,9 +304,14 @@ class Platform:
         refused it. The next session validates it again against the team it builds, and refuses it
         again (back to quarantine) if it still does not fit.
 
+        A quarantined copy of the checkpoint of a run the state had interrupted goes back with it, so the run
+        can be continued; with ``replace``, an interrupted run the session holds now is recorded first, as
+        deleting its session would record it, and its checkpoint quarantined with the session's state.
+
         Args:
             quarantine_id: The quarantined row (``store.list_quarantined()``).
-            replace: Quarantine the state the session saved since, instead of refusing.
+            replace: Quarantine what the session holds now (a state saved since, an interrupted run's
+                checkpoint), instead of refusing.
 
         Raises:
             QuarantineNotFound, StaleStateVersion, SessionBusy, ErasureInProgress, StoreUnavailable: see
@@ -319,6 +324,8 @@ class Platform:
         return await self.store.restore_quarantined(
             quarantine_id, ttl=timedelta(days=ttl_days), replace=replace,
             wait_seconds=self.settings.lease_timeout_seconds,
+            retention=timedelta(days=self.settings.quarantine_retention_days),
+            ending=interruptions.ending(self.observers, "replaced"),
         )
 
     async def _ttl_days(self, team: str, version: str) -> float:

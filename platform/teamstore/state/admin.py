@@ -21,11 +21,11 @@ from contextlib import asynccontextmanager
 from datetime import UTC, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import ColumnElement, Row, case, delete, exists, insert, literal, select, update
+from sqlalchemy import ColumnElement, Row, RowMapping, case, delete, exists, insert, literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.db.clock import now_utc, shared_now
+from teamstore.db.clock import now_utc, shared_now, shared_now_as, utc
 from teamstore.db.fence import held
 from teamstore.errors import (
     ErasureInProgress,
@@ -37,6 +37,7 @@ from teamstore.errors import (
 from teamstore.ids import check_id
 from teamstore.state import statements as sql
 from teamstore.state.base import (
+    CheckpointRecord,
     Claim,
     Ending,
     QuarantinedRow,
@@ -211,28 +212,69 @@ class SessionAdmin:
         )
 
     async def restore_quarantined(
-        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0,
+        retention: timedelta | None = None, ending: Ending | None = None,
     ) -> Restored:
         """Put a quarantined state back as its session's state; the next load validates it again.
 
         The session's lease is taken as a run would take it, so a restore never overlaps a run, and
-        nothing is lost on the way: with ``replace``, the state the session holds now is quarantined in
-        turn (reason ``replaced``) before the old one goes back; the quarantine row is deleted only after
-        the save, and before the lease is given back, so two restores of one state restore it once.
+        nothing is lost on the way. What the session holds now (a state it saved since, or an interrupted
+        run's checkpoint) is kept unless ``replace`` is given; with it, that is quarantined in turn (reason
+        ``replaced``), the interrupted run handed to ``ending`` first, as a delete hands it. A quarantined
+        copy of an interrupted run's checkpoint goes back with its state, so that run can be continued. The
+        quarantine row is deleted only after the writes, and before the lease is given back, so two restores
+        of one state restore it once.
 
         Args:
             quarantine_id: The row to restore (``teamstore sessions quarantine`` lists them).
             ttl: How long the restored state lives without a save.
-            replace: Set aside a state the session saved since; without it, such a session is refused.
+            replace: Set aside what the session holds now; without it, a session holding a state or a
+                checkpoint is refused.
             wait_seconds: How long to wait for an open session.
+            retention: How long the quarantine keeps a row: one set aside longer ago is due for deletion
+                by the next sweep, and is not restored.
+            ending: Handed the session's row, under the lease, if ``replace`` sets aside an interrupted run's
+                checkpoint (the runtime records the run as ended).
 
         Raises:
-            QuarantineNotFound: No quarantined state has this id.
-            StaleStateVersion: The session holds a state of its own and ``replace`` is off.
+            QuarantineNotFound: No quarantined state has this id, or it is past ``retention``.
+            StaleStateVersion: The session holds a state or an interrupted run's checkpoint of its own and
+                ``replace`` is off.
             SessionBusy: The session stayed open past ``wait_seconds``.
             ErasureInProgress: An erasure request holds the user.
-            StoreUnavailable: The database failed. The session keeps what it held, or, if only the last
-                step failed, holds the restored state while the quarantined copy stays too.
+            StoreUnavailable: The database failed. The session keeps what it held, or, if a later step
+                failed, holds the restored state while the quarantined copy stays too.
+        """
+        q = await self._quarantined_state(quarantine_id)
+        key = SessionKey(q["user_id"], q["session_id"])
+        saved_as = (q["team"], q["team_version"], q["schema_version"], q["agentchat_version"],
+                    dict(q["fingerprints"] or {}))
+        async with self.held_briefly(key, Claim(*saved_as), "restore", wait_seconds) as (row, owner):
+            await self._still_restorable(quarantine_id, retention)
+            replaced_by = await self._set_aside_for_restore(row, owner, quarantine_id, replace, ending)
+            # On this host's clock, as every save's: the statement writes it as a length from the database's now.
+            expires_at = now_utc() + ttl
+            version = await self.store.save(key, owner=owner, expected_version=row.row_version, release=False,
+                                            record=SaveRecord(*saved_as, q["state"], expires_at))
+            if q["checkpoint"] is not None:  # the save cleared the row's: the run goes back beside its state
+                await self.store.checkpoint(key, owner=owner, expected_version=version,
+                                            record=CheckpointRecord(*saved_as, q["checkpoint"], expires_at))
+            # Still under the lease, so a second restore waiting on it finds the row gone, not restores it again.
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.execute(delete(quarantine).where(quarantine.c.id == quarantine_id))
+            except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
+                raise unavailable(exc, "remove the restored row from quarantine") from exc
+            await self.store.release(key, owner=owner, discard_empty=False)
+        restored = await self.get(key)
+        assert restored is not None
+        return Restored(restored, replaced_by)
+
+    async def _quarantined_state(self, quarantine_id: int) -> RowMapping:
+        """The quarantine row ``quarantine_id``, if it holds a state to restore.
+
+        Raises:
+            QuarantineNotFound: No row has this id, or it holds only a checkpoint.
         """
         by_id = quarantine.c.id == quarantine_id
         rows = await self._fetch(select(quarantine).where(by_id)) if _valid_quarantine_id(quarantine_id) else []
@@ -248,34 +290,50 @@ class SessionAdmin:
                 "no state to restore (a checkpoint applies only to the run and version that wrote it)",
                 hint="delete it with the session, or leave it to the quarantine's retention",
             )
-        key, fingerprints = SessionKey(q["user_id"], q["session_id"]), dict(q["fingerprints"] or {})
-        claim = Claim(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"], fingerprints)
-        async with self.held_briefly(key, claim, "restore", wait_seconds) as (row, owner):
-            if not await self._fetch(select(quarantine.c.id).where(by_id)):
-                raise QuarantineNotFound(f"quarantined state {quarantine_id} was restored or erased meanwhile")
-            replaced_by = None
-            if row.state is not None:
-                if not replace:
-                    raise StaleStateVersion(
-                        f"session holds a state saved at version {row.row_version}, after this one was set aside",
-                        hint="pass --replace (replace=True) to quarantine that state and restore this one",
-                    )
-                replaced_by = await self.store.quarantine(
-                    row, owner=owner, reason="replaced", detail=f"set aside to restore quarantined state {quarantine_id}"
-                )
-            record = SaveRecord(q["team"], q["team_version"], q["schema_version"], q["agentchat_version"],
-                                fingerprints, q["state"], now_utc() + ttl)
-            await self.store.save(key, owner=owner, expected_version=row.row_version, record=record, release=False)
-            # Still under the lease, so a second restore waiting on it finds the row gone, not restores it again.
-            try:
-                async with self.engine.begin() as conn:
-                    await conn.execute(delete(quarantine).where(by_id))
-            except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
-                raise unavailable(exc, "remove the restored row from quarantine") from exc
-            await self.store.release(key, owner=owner, discard_empty=False)
-        restored = await self.get(key)
-        assert restored is not None
-        return Restored(restored, replaced_by)
+        return q
+
+    async def _still_restorable(self, quarantine_id: int, retention: timedelta | None) -> None:
+        """Check, under the session's lease, that the quarantine row is still there and, on the database's
+        clock (on which it was stamped, and the sweep judges it), within ``retention``.
+
+        Raises:
+            QuarantineNotFound: It was restored or erased meanwhile, or it is due for deletion.
+        """
+        now = shared_now_as(self.engine.dialect.name, quarantine.c.quarantined_at.type).label("now")
+        rows = await self._fetch(select(quarantine.c.quarantined_at, now).where(quarantine.c.id == quarantine_id),
+                                 "read the quarantined state")
+        if not rows:
+            raise QuarantineNotFound(f"quarantined state {quarantine_id} was restored or erased meanwhile")
+        found = rows[0]._mapping
+        set_aside, at = utc(found["quarantined_at"]), utc(found["now"])
+        assert set_aside is not None and at is not None
+        if retention is not None and set_aside < at - retention:
+            raise QuarantineNotFound(
+                f"quarantined state {quarantine_id} was set aside on {set_aside:%Y-%m-%d %H:%M} UTC, longer ago "
+                f"than the quarantine keeps a state ({retention.days} days): it is due for deletion by the next "
+                "sweep and is not restored",
+                hint="raise TEAMSTORE_QUARANTINE_RETENTION_DAYS above its age before the next "
+                "'teamstore retention sweep' to keep it, then restore it again",
+            )
+
+    async def _set_aside_for_restore(
+        self, row: StoredSession, owner: str, quarantine_id: int, replace: bool, ending: Ending | None
+    ) -> int | None:
+        """Quarantine what the session's row holds (a state, an interrupted run's checkpoint) before a restore
+        saves over it, the run handed to ``ending`` first; ``None`` if it holds neither.
+
+        Raises:
+            StaleStateVersion: It holds something and ``replace`` is off: nothing was set aside.
+        """
+        if row.state is None and row.checkpoint is None:
+            return None
+        if not replace:
+            raise _kept_for_restore(row)
+        if ending is not None and row.checkpoint is not None:  # the restore's save would clear it: the run ends
+            await ending(row)
+        return await self.store.quarantine(
+            row, owner=owner, reason="replaced", detail=f"set aside to restore quarantined state {quarantine_id}"
+        )
 
     async def delete_session(
         self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None
@@ -419,6 +477,20 @@ class SessionAdmin:
         )
 
 
+def _kept_for_restore(row: StoredSession) -> StaleStateVersion:
+    """Why a restore without ``replace`` leaves the session's ``row`` as it is."""
+    holds = [f"a state saved at version {row.row_version}, after this one was set aside"] if row.state is not None else []
+    if row.checkpoint is not None:
+        holds.append("an interrupted run's checkpoint (a run that stopped mid-way and can still be continued)")
+    return StaleStateVersion(
+        f"the session holds {' and '.join(holds)}: nothing was restored",
+        hint="continue or abandon the run first ('teamstore run --continue' or '--abandon'), or pass --replace "
+        "(replace=True) to quarantine what the session holds (its run recorded as ended, its checkpoint kept "
+        "in the quarantine) and restore this state" if row.checkpoint is not None else
+        "pass --replace (replace=True) to quarantine that state and restore this one",
+    )
+
+
 def _quarantine_source(
     row: StoredSession, state: str | None, checkpoint_only: bool, reason: str, detail: str, now: Any, kept: Any
 ) -> tuple[list[str], Any]:
@@ -451,10 +523,12 @@ class AdminMethods:
                                            checkpoint_only=checkpoint_only)
 
     async def restore_quarantined(
-        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0,
+        retention: timedelta | None = None, ending: Ending | None = None,
     ) -> Restored:
         """See :meth:`SessionAdmin.restore_quarantined`."""
-        return await self.admin.restore_quarantined(quarantine_id, ttl=ttl, replace=replace, wait_seconds=wait_seconds)
+        return await self.admin.restore_quarantined(quarantine_id, ttl=ttl, replace=replace, wait_seconds=wait_seconds,
+                                                    retention=retention, ending=ending)
 
     async def delete_session(
         self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None

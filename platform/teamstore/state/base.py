@@ -338,9 +338,13 @@ class StateStore(Protocol):
         ...
 
     async def restore_quarantined(
-        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0,
+        retention: timedelta | None = None, ending: Ending | None = None,
     ) -> Restored:
-        """Put a quarantined state back as its session's state, under the session's lease."""
+        """Put a quarantined state back as its session's state (and the checkpoint of the run it had
+        interrupted, if its copy holds one), under the session's lease. What the session holds now is refused
+        unless ``replace``, then quarantined in turn, an interrupted run's row handed to ``ending`` first. A
+        row set aside longer than ``retention`` ago is refused: the next sweep deletes it."""
         ...
 
     async def delete_session(

@@ -289,12 +289,14 @@ class SealedStateStore:
         return seal_text(data_key.seal(text.encode("utf-8"), where, compress=True))
 
     async def restore_quarantined(
-        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0
+        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0,
+        retention: timedelta | None = None, ending: Ending | None = None,
     ) -> Restored:
         """See :meth:`StateStore.restore_quarantined` (the sealed copy goes back as it is; the session it
-        returns is opened, as :meth:`get` opens it)."""
+        returns is opened, as :meth:`get` opens it, and so is the row ``ending`` gets)."""
         restored = await self.inner.restore_quarantined(quarantine_id, ttl=ttl, replace=replace,
-                                                        wait_seconds=wait_seconds)
+                                                        wait_seconds=wait_seconds, retention=retention,
+                                                        ending=self._opening(ending))
         row = restored.session
         opened = await self._opened(row, await self.keys.data_key(row.user_id, create=False))
         return Restored(opened, restored.replaced_by)
