@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from typer.testing import CliRunner
 
 from config_registry import Registry
@@ -27,7 +27,7 @@ from teamstore.db.engine import create_engine
 from teamstore.db.migrate import head_revision
 from teamstore.runtime.inspect import SEALED, describe_agents, describe_checkpoint
 from teamstore.settings import Settings
-from teamstore.state.base import StoredSession
+from teamstore.state.base import Claim, SessionKey, StoredSession
 from teamstore.state.factory import store_for
 from teamstore.state.schema import sessions
 from tests.conftest import fits_with_ids_whole
@@ -650,3 +650,79 @@ def test_abandoning_a_run_the_moved_label_cannot_continue_gives_it_up_as_the_ref
     assert (data["messages"][0]["content"] == message) if message else (data["abandoned"] is None)
     again = runner.invoke(app, ["run", *ids, "--abandon"])  # given up once: nothing is left to abandon
     assert again.exit_code == 1 and "no interrupted run" in again.output
+
+
+async def _drop_session_rows() -> None:
+    engine = create_engine(Settings().resolved_database_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(delete(sessions))
+    finally:
+        await engine.dispose()
+
+
+def test_a_restore_over_an_interrupted_run_records_the_run_and_keeps_its_checkpoint(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo's sequence: a state refused after a rename, the session going on fresh with a run that stopped
+    # mid-way, then the rollback's restore. The restore saved over that run's checkpoint, which went unrecorded.
+    v1 = registry.resolve("support_triage@production").version
+    _run("My router ZX-81 drops every evening")
+    registry.add("support_triage", examples.support_triage_v2_renamed().dump_component(), renamed_manifest(),
+                 "rename researcher", label="production", allow_incompatible=True)
+    assert _run("hello again")["resume"]["outcome"] == "definition_changed"
+    registry.label("support_triage", v1, "production", reason="roll back the rename")
+    (kept,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
+    asyncio.run(_drop_session_rows())  # the fresh session saved nothing before its run stopped
+    _stop_a_run(registry, monkeypatch)
+
+    refused = runner.invoke(app, ["sessions", "restore", str(kept["id"])])
+    assert refused.exit_code == 1 and "interrupted run" in refused.output and "--replace" in refused.output
+    assert runner.invoke(app, ["sessions", "show", "--user", "alice", "--session", "s1", "--json"]).exit_code == 0
+    done = runner.invoke(app, ["sessions", "restore", str(kept["id"]), "--replace", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["checkpoint"] is None
+    shown = runner.invoke(app, ["transcripts", "show", "--user", "alice", "--session", "s1", "--json"])
+    (run,) = [r for r in json.loads(shown.stdout)["runs"] if r["run"]["team"] == TEAM]
+    assert run["run"]["error"] == "RunInterrupted" and run["run"]["stop_reason"] == "replaced after turn 2"
+    assert len(run["items"]) == 3 and run["run"]["totals"]["model_calls"] == 3
+    (aside,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
+    assert aside["reason"] == "replaced" and aside["checkpoint_bytes"] > 0
+
+
+async def _set_aside_whole_row() -> None:
+    """Quarantine alice's session row, its state and its interrupted run's checkpoint, as a refusal at opening
+    does."""
+    engine = create_engine(Settings().resolved_database_url)
+    store = store_for(engine)
+    try:
+        (row,) = await store.list_sessions()
+        claim = Claim(row.team, row.team_version, row.schema_version, row.agentchat_version, row.fingerprints)
+        held = await store.acquire(SessionKey("alice", "s1"), claim, owner="w9", lease_ttl=60, wait_seconds=0)
+        await store.quarantine(held, owner="w9", reason="definition_changed", detail="test")
+        await store.release(SessionKey("alice", "s1"), owner="w9", discard_empty=True)
+    finally:
+        await store.aclose()
+        await engine.dispose()
+
+
+def test_a_state_restored_with_the_run_it_had_interrupted_lets_that_run_go_on(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Restoring such a row put back its state alone and deleted the row, the run's checkpoint copy with it.
+    register(registry)
+    ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
+    with counted_calls(monkeypatch) as calls:
+        assert runner.invoke(app, ["run", *ids, "My line drops"]).exit_code == 0  # a state saved
+        calls.fail_at = calls.made + 3
+        assert runner.invoke(app, ["run", *ids, "again"]).exit_code == 1  # a checkpoint beside it
+        asyncio.run(_set_aside_whole_row())
+        (kept,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
+        done = runner.invoke(app, ["sessions", "restore", str(kept["id"])], env={"COLUMNS": "200"})
+        assert done.exit_code == 0, done.output
+        assert "with the run it had interrupted (stopped after turn 2): 'teamstore run --continue'" in done.output
+        assert json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout) == []
+        calls.fail_at = None
+        continued = runner.invoke(app, ["run", *ids, "--continue", "--json"])
+    assert continued.exit_code == 0, continued.output
+    assert json.loads(continued.stdout)["continued"]["last_turn"] == 2
