@@ -172,7 +172,7 @@ async def test_a_replaced_state_and_checkpoint_come_back_together_and_the_run_ca
     await store.save(KEY, owner="w3", expected_version=row.row_version, record=record('{"new":1}'), release=False)
     await store.checkpoint(KEY, owner="w3", expected_version=row.row_version + 1, record=checkpoint('{"turn":4}'))
     await store.release(KEY, owner="w3", discard_empty=False)
-    with pytest.raises(StaleStateVersion, match=r"state saved at version .* and an interrupted run"):
+    with pytest.raises(StaleStateVersion, match=r"a state saved after .*, and an interrupted run"):
         await store.restore_quarantined(qid, ttl=TTL)
     ended = Endings()
     first = await store.restore_quarantined(qid, ttl=TTL, replace=True, ending=ended)

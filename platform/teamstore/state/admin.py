@@ -479,11 +479,11 @@ class SessionAdmin:
 
 def _kept_for_restore(row: StoredSession) -> StaleStateVersion:
     """Why a restore without ``replace`` leaves the session's ``row`` as it is."""
-    holds = [f"a state saved at version {row.row_version}, after this one was set aside"] if row.state is not None else []
+    holds = [] if row.state is None else [f"a state saved after this one was set aside (row version {row.row_version})"]
     if row.checkpoint is not None:
         holds.append("an interrupted run's checkpoint (a run that stopped mid-way and can still be continued)")
     return StaleStateVersion(
-        f"the session holds {' and '.join(holds)}: nothing was restored",
+        f"the session holds {', and '.join(holds)}: nothing was restored",
         hint="continue or abandon the run first ('teamstore run --continue' or '--abandon'), or pass --replace "
         "(replace=True) to quarantine what the session holds (its run recorded as ended, its checkpoint kept "
         "in the quarantine) and restore this state" if row.checkpoint is not None else
