@@ -79,6 +79,14 @@ class ModelCall:
     """Which attempt at its run made it: 0 the first, ``n`` the run's ``n``-th continuation from a checkpoint. The
     ledger keys its rows by it, so a call recorded by an earlier attempt is never counted again by a later one."""
 
+    @property
+    def usage_known(self) -> bool:
+        """Whether its tokens are what the provider counted: not for a call that failed or was cancelled, nor for
+        one answered without usage (no tokens at all, as AutoGen's OpenAI client reports a stream whose request
+        did not ask for usage: a real call always reads its prompt). Its tokens are then 0, and its cost unknown.
+        """
+        return self.error is None and (self.input_tokens > 0 or self.output_tokens > 0)
+
 
 @dataclass(frozen=True)
 class RunContext:

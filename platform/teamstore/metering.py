@@ -41,6 +41,7 @@ from pydantic import BaseModel
 from teamstore.events import ModelCall
 
 PROVIDER = "teamstore.metering.MeteredChatCompletionClient"
+log = logging.getLogger(__name__)
 
 
 class Meter:
@@ -200,6 +201,7 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         self._agent = agent
         self._purpose = purpose
         self._provider = provider_name(inner)
+        self._warned = False
         _tap_response_models()
 
     @property
@@ -207,12 +209,15 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         """The wrapped client."""
         return self._inner
 
-    def _model_name(self) -> str:
+    def _requested_model(self) -> str | None:
         name = getattr(self._inner, "model", None) or getattr(self._inner, "_model", None)
         if not name:
             raw = getattr(self._inner, "_raw_config", None)
             name = raw.get("model") if isinstance(raw, dict) else None
-        return str(name or type(self._inner).__name__)
+        return str(name) if name else None
+
+    def _model_name(self) -> str:
+        return self._requested_model() or type(self._inner).__name__
 
     def _record(
         self, started: datetime, t0: float, result: CreateResult | None, error: str | None, answered: list[str],
@@ -221,22 +226,26 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         if meter is None:
             return
         usage = result.usage if result is not None else None
-        meter.record(
-            ModelCall(
-                agent=self._agent,
-                model=self._model_name(),
-                input_tokens=usage.prompt_tokens if usage else 0,
-                output_tokens=usage.completion_tokens if usage else 0,
-                started_at=started,
-                duration_s=time.perf_counter() - t0,
-                purpose=self._purpose,
-                error=error,
-                provider=self._provider,
-                response_model=answered[-1] if answered else None,
-                finish_reason=str(result.finish_reason) if result is not None and error is None else None,
-                attempt=meter.attempt,
-            )
+        # A stream's end event names no model (AutoGen's CreateResult carries none): the one asked for stands in.
+        answering = answered[-1] if answered else self._requested_model() if result is not None else None
+        call = ModelCall(
+            agent=self._agent,
+            model=self._model_name(),
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+            started_at=started,
+            duration_s=time.perf_counter() - t0,
+            purpose=self._purpose,
+            error=error,
+            provider=self._provider,
+            response_model=answering,
+            finish_reason=str(result.finish_reason) if result is not None and error is None else None,
+            attempt=meter.attempt,
         )
+        if error is None and not call.usage_known and not self._warned:
+            self._warned = True  # once per client: each of its calls says the same
+            _warn_usage_missing(call)
+        meter.record(call)
 
     async def create(
         self,
@@ -281,11 +290,15 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         cancellation_token: CancellationToken | None = None,
     ) -> AsyncGenerator[str | CreateResult, None]:
         """Delegate the stream; record usage from the final result (a stream cancelled, or left by its reader,
-        before its final result is on record with the error type, as :meth:`create` records a failed call)."""
+        before its final result is on record with the error type, as :meth:`create` records a failed call).
+
+        AutoGen's OpenAI clients report a stream's usage only when the request asks for it: unless the caller
+        chose (``stream_options`` in ``extra_create_args`` or the client's config), it is asked for."""
         started, t0 = datetime.now(UTC), time.perf_counter()
+        extra_create_args = _asking_for_usage(self._inner, extra_create_args)
         meter = _current.get()  # the run that asked: a stream left unread is closed from wherever it is collected
         final: CreateResult | None = None
-        answered: list[str] = []  # a stream's end event carries no model: it stays unknown
+        answered: list[str] = []  # a stream's end event carries no model: the one asked for is recorded
         try:
             async for chunk in self._inner.create_stream(
                 messages,
@@ -345,6 +358,37 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
     def _from_config(cls, config: MeteredChatCompletionClientConfig) -> Self:
         inner = ChatCompletionClient.load_component(config.inner)
         return cls(inner=inner, agent=config.agent, purpose=config.purpose)
+
+
+_OPENAI_CLIENTS = {"BaseOpenAIChatCompletionClient", "OpenAIChatCompletionClient", "AzureOpenAIChatCompletionClient"}
+"""AutoGen's clients of the OpenAI API (and of the endpoints compatible with it), whose streams report usage only
+when asked (``stream_options``), by class name: a subclass keeps its base's."""
+
+
+def _asking_for_usage(client: ChatCompletionClient, extra_create_args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``extra_create_args`` asking an OpenAI client's stream for its usage, unless the caller said either way.
+
+    AutoGen 0.7's ``include_usage`` argument asks for usage even when given ``False``, and is not part of the
+    interface a wrapped client is called through; ``stream_options`` is the request's own field. A client's
+    configured ``stream_options`` is replaced whole by one in ``extra_create_args``, so its other options are
+    kept in the one added.
+    """
+    if not any(k.__name__ in _OPENAI_CLIENTS for k in type(client).__mro__):
+        return extra_create_args
+    configured = getattr(client, "_create_args", None)
+    options = (extra_create_args if "stream_options" in extra_create_args
+               else configured if isinstance(configured, Mapping) else {}).get("stream_options") or {}
+    if not isinstance(options, Mapping) or "include_usage" in options:
+        return extra_create_args  # the caller's choice
+    return {**extra_create_args, "stream_options": {**options, "include_usage": True}}
+
+
+def _warn_usage_missing(call: ModelCall) -> None:
+    """Say that an answered call reported no usage (it counts as unknown): the model, never the call's words."""
+    log.warning(
+        "a call to %s (%s) was answered without its token usage: it counts as a call of unknown usage, and its "
+        "cost is unknown; if the client streams, have it ask for usage (OpenAI: stream_options include_usage)",
+        call.model, call.provider)
 
 
 def _wrap(client: dict[str, Any], agent: str, purpose: str) -> dict[str, Any]:

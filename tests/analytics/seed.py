@@ -45,8 +45,8 @@ TOTAL = Decimal("0.01491")
 
 
 async def seed_ledger(engine: AsyncEngine, runs: list[Any] | None = None) -> None:
-    """Write the five runs (or ``runs``, of their shape): subjects, ledger rows and the session ids beside
-    their keys."""
+    """Write the five runs (or ``runs``, of their shape; a row may end with its calls of unknown usage):
+    subjects, ledger rows and the session ids beside their keys."""
     for run_id, user, session, team, version, day, ended, rows in RUNS if runs is None else runs:
         subject, secret = await ensure_subject(engine, user)
         started = datetime.fromisoformat(day).replace(hour=10, tzinfo=UTC)
@@ -55,5 +55,5 @@ async def seed_ledger(engine: AsyncEngine, runs: list[Any] | None = None) -> Non
                   "ended_by_limit": ended == "limited", "run_failed": ended == "failed", "started_at": started,
                   "finished_at": started, "day": started.date(), "purpose": "agent", "failed_calls": 0}
         await record_usage(engine, [{**common, "agent": agent, "model": model, "input_tokens": tokens_in,
-                                     "output_tokens": tokens_out, "calls": calls}
-                                    for agent, model, tokens_in, tokens_out, calls in rows], session)
+                                     "output_tokens": tokens_out, "calls": calls, "failed_calls": sum(unknown)}
+                                    for agent, model, tokens_in, tokens_out, calls, *unknown in rows], session)

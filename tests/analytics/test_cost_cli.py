@@ -165,6 +165,26 @@ async def test_a_limited_run_with_unpriced_tokens_shows_its_limited_cost_as_part
     assert line.rstrip().endswith("0.0033 + unknown")  # the limited part, not only its priced share
 
 
+async def test_calls_of_unknown_usage_show_a_cost_partly_unknown_in_every_format(ledger_env: AsyncEngine) -> None:
+    # The triage's one call was answered without its usage (a stream that did not ask for it): never a cost of 0.
+    from tests.analytics.seed import seed_ledger
+
+    await seed_ledger(ledger_env, [("r6", "erin", "e1", "streams", "v1", "2026-11-10", "completed",
+                                    [("triage", "m-big", 0, 0, 1, 1), ("researcher", "m-big", 100, 0, 1)])])
+    status, out, _ = await asyncio.to_thread(_cost, "--team", "streams", "--by", "agent", "--format", "json")
+    report = json.loads(out)
+    rows = {r["key"]: (r["cost"], r["unknown_usage_calls"]) for r in report["rows"]}
+    assert status == 0 and rows == {"triage": (None, 1), "researcher": ("0.0003", 0)}
+    assert (report["total"]["cost"], report["total"]["unknown_usage_calls"]) == ("0.0003", 1)
+    status, out, _ = await asyncio.to_thread(_cost, "--team", "streams", "--by", "agent", "--format", "csv")
+    *_, total = csv.DictReader(io.StringIO(out))
+    assert (total["cost"], total["unknown_usage_calls"]) == ("0.0003", "1")
+    status, table, _ = await asyncio.to_thread(_cost, "--team", "streams", "--by", "agent")
+    lines = {line.split()[0]: line.rstrip() for line in table.splitlines() if line.strip()}
+    assert lines["triage"].endswith("unknown") and "0.0003 + unknown" in lines["total"]
+    assert "1 of the calls have unknown usage" in table
+
+
 async def test_a_live_user_named_erased_reads_apart_from_the_erased_in_the_table_and_csv(
     ledger_env: AsyncEngine,
 ) -> None:

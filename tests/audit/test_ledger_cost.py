@@ -350,3 +350,31 @@ def test_a_misspelt_grouping_is_refused_with_the_one_it_meant() -> None:
     with pytest.raises(ConfigurationError) as caught:
         parse_by("team,sesion")
     assert caught.value.hint is not None and caught.value.hint.startswith("did you mean 'session'?")
+
+
+async def test_a_streamed_call_answered_without_usage_counts_as_unknown_never_as_free(engine: AsyncEngine) -> None:
+    # A stream whose request did not ask for usage ends with 0 tokens: its cost used to read as exactly 0.
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+
+    from teamstore.metering import MeteredChatCompletionClient
+    from tests.openai_endpoint import OpenAIEndpoint
+
+    endpoint = OpenAIEndpoint()
+    clients = {"triage": endpoint.client(stream_options={"include_usage": False}),  # the caller's choice stands
+               "researcher": endpoint.client()}  # asked for usage by the metering
+    team = RoundRobinGroupChat(
+        [AssistantAgent(name, model_client=MeteredChatCompletionClient(client, name), model_client_stream=True)
+         for name, client in clients.items()], termination_condition=MaxMessageTermination(3))
+    await observe_run([LedgerObserver(engine, Pseudonyms(engine))], team, context())
+    rows = {r["agent"]: r for r in await _rows(engine)}
+    assert [(rows[a]["calls"], rows[a]["failed_calls"], rows[a]["input_tokens"]) for a in clients] == [
+        (1, 1, 0), (1, 0, 12)]
+    prices = parse_prices({"version": "t", "models": {"gpt-4o": [
+        {"effective_from": "2020-01-01", "input": 2.5, "output": 10}]}})
+    report = await query_costs(engine, prices, by="agent")
+    by_agent = {r.key: r for r in report.rows}
+    assert (by_agent["triage"].cost, by_agent["triage"].unknown_usage_calls) == (None, 1)  # unknown, not 0
+    assert (by_agent["researcher"].cost, by_agent["researcher"].unknown_usage_calls) == (Decimal("0.00008"), 0)
+    assert (report.total.cost, report.total.unknown_usage_calls, report.total.calls) == (Decimal("0.00008"), 1, 2)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
@@ -19,6 +21,7 @@ from typer.testing import CliRunner
 
 from config_registry import Manifest, Registry
 from teamstore.cli import app
+from teamstore.events import ModelCall
 from teamstore.metering import (
     PROVIDER,
     MeteredChatCompletionClient,
@@ -28,6 +31,7 @@ from teamstore.metering import (
 )
 from teamstore.offline import OfflineChatCompletionClient
 from tests.conftest import prepare
+from tests.openai_endpoint import OpenAIEndpoint
 from tests.otlp_receiver import OtlpReceiver
 
 
@@ -217,3 +221,53 @@ def test_a_team_on_the_replay_client_has_ledger_rows_chat_spans_and_a_cost(
     assert report["total"]["runs_completed"] + report["total"]["runs_limited"] == 1
     assert (report["total"]["calls"], report["total"]["input_tokens"]) == (2, usage["input_tokens"])
     assert report["total"]["output_tokens"] == usage["output_tokens"]
+
+
+HI = [UserMessage(content="CANARY-WORDS-4711 hi", source="user")]
+
+
+async def _streamed(client: ChatCompletionClient, **kwargs: Any) -> ModelCall:
+    with metered_run() as meter:
+        chunks = [chunk async for chunk in client.create_stream(HI, **kwargs)]
+    await client.close()
+    assert chunks[0] == "Hello"
+    (call,) = meter.calls
+    return call
+
+
+@pytest.mark.parametrize("kind", ["openai", "azure"])
+async def test_a_streamed_openai_call_asks_for_its_usage_and_is_recorded_with_its_tokens(kind: str) -> None:
+    # Unasked, AutoGen's OpenAI clients end a stream with 0 tokens, which used to be recorded as a free call.
+    endpoint = OpenAIEndpoint()
+    inner = endpoint.client() if kind == "openai" else endpoint.azure_client()
+    call = await _streamed(MeteredChatCompletionClient(inner, agent="triage"))
+    assert endpoint.requests[-1]["stream_options"] == {"include_usage": True}
+    assert (call.input_tokens, call.output_tokens, call.error, call.finish_reason) == (12, 5, None, "stop")
+    assert call.usage_known and call.model == "gpt-4o"
+    assert call.response_model == "gpt-4o"  # a stream names no answering model: the one asked for stands in
+
+
+@pytest.mark.parametrize("where", ["extra_create_args", "config"])
+async def test_a_callers_choice_not_to_ask_for_stream_usage_stands_and_its_call_counts_as_of_unknown_usage(
+    where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    endpoint = OpenAIEndpoint()
+    choice = {"stream_options": {"include_usage": False}}
+    inner = endpoint.client(**choice) if where == "config" else endpoint.client()
+    client = MeteredChatCompletionClient(inner, agent="triage")
+    with caplog.at_level(logging.WARNING, logger="teamstore.metering"):
+        call = await _streamed(client, extra_create_args=choice if where == "extra_create_args" else {})
+    assert endpoint.requests[-1]["stream_options"] == {"include_usage": False}
+    assert (call.input_tokens, call.output_tokens, call.error, call.finish_reason) == (0, 0, None, "stop")
+    assert not call.usage_known  # answered, but what it cost is not known: never a call that cost 0
+    assert "without its token usage" in caplog.text and "gpt-4o" in caplog.text
+    assert "CANARY-WORDS-4711" not in caplog.text
+
+
+async def test_other_stream_options_the_caller_set_are_kept_beside_the_usage_asked_for() -> None:
+    endpoint = OpenAIEndpoint()
+    client = MeteredChatCompletionClient(endpoint.client(), agent="triage")
+    call = await _streamed(client, extra_create_args={"stream_options": {"include_obfuscation": False}})
+    assert endpoint.requests[-1]["stream_options"] == {"include_obfuscation": False, "include_usage": True}
+    assert call.usage_known
+

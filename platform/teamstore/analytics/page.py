@@ -134,8 +134,9 @@ def _amount(value: Decimal | None) -> float:
 
 
 def _shown(row: CostRow) -> str:
-    """The row's cost as read: ``unknown`` when no token of it has a price, ``+ unknown`` when some have none."""
-    return _said(row.cost, row.unpriced_tokens > 0)
+    """The row's cost as read: ``unknown`` when no token of it has a price, ``+ unknown`` when some have none or
+    some calls' usage is unknown."""
+    return _said(row.cost, row.unpriced_tokens > 0 or row.unknown_usage_calls > 0)
 
 
 def _said(cost: Decimal | None, unpriced: bool) -> str:
@@ -162,7 +163,7 @@ def _cost_bars(report: CostReport, every: str, series: str, ranked: list[str]) -
     for period, rows in rest.items():
         priced = [r.cost for r in rows if r.cost is not None]
         cost = sum(priced, Decimal(0)) if priced else None
-        bars.append(svg.Bar(period, folded, _amount(cost), _said(cost, any(r.unpriced_tokens for r in rows))))
+        bars.append(svg.Bar(period, folded, _amount(cost), _said(cost, any(r.unpriced_tokens or r.unknown_usage_calls for r in rows))))
     return bars, [*kept, folded]
 
 
@@ -187,6 +188,9 @@ def _no_cost(total: CostRow) -> str:
     """What a cost chart with nothing above 0 says, and what to do about it."""
     if total.unpriced_tokens:
         return "No cost to draw: these runs' models have no price. Add them to the price table (named below)."
+    if total.unknown_usage_calls:
+        return ("No cost to draw: these runs' calls were answered without their usage, or failed. Have streaming "
+                "clients ask for usage (docs/analysts.md).")
     return "No cost to draw: every run here cost 0 (free models, or no tokens)."
 
 

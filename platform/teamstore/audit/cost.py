@@ -127,7 +127,7 @@ async def _sum_top(conn: AsyncConnection, rows: GroupSums, where: CostFilter, to
                 groups, current = groups + 1, raw
                 if len(rows.groups) >= 2 * top:
                     rows.keep(top)
-            rows.add_tokens(values, (record[-3], record[-2], record[-1]))
+            rows.add_tokens(values, (record[-4], record[-3], record[-2], record[-1]))
     rows.keep(top)
     await sum_runs(conn, rows, where, [rows.matches(raw) for raw in rows.groups])
     return groups
@@ -232,7 +232,7 @@ class CostStream:
         return select(groups, *names).select_from(source).order_by(*keys, *own, groups.c.kind)
 
     async def __aiter__(self) -> AsyncIterator[CostRow]:
-        width = len(self._group) + 8  # the group's columns, the kind and the seven figures; then the names
+        width = len(self._group) + 9  # the group's columns, the kind and the eight figures; then the names
         current: tuple[tuple[Any, ...], ...] | None = None
         names: Sequence[Any] = ()
         result = await self.conn.stream(await self._query())
@@ -251,12 +251,12 @@ class CostStream:
     def _add(self, record: Any) -> dict[str, Any]:
         """Add a record of :func:`~teamstore.audit.cost_sql.group_rows` to its group and the total."""
         values = dict(zip(self._group, record, strict=False))
-        kind, model, day, limited, failed, a, b, c = record[len(self._group):len(self._group) + 8]
+        kind, model, day, limited, failed, a, b, c, d = record[len(self._group):len(self._group) + 9]
         if kind == RUNS:
             add_runs(self._rows.row(values), bool(limited), bool(failed), int(a), int(b))
             return values
         values |= {"model": model, "day": BEFORE_ANY_PRICE if day is None else day, "ended_by_limit": limited}
-        self._rows.add_tokens(values, (a, b, c))
+        self._rows.add_tokens(values, (a, b, c, d))
         return values
 
     def _done(self, raw: tuple[tuple[Any, ...], ...], names: Sequence[Any]) -> CostRow:

@@ -34,6 +34,9 @@ class CostRow:
         limited_cost: The part of ``cost`` spent in runs ended by a limit (``None`` when ``cost`` is).
         limited_unpriced_tokens: Of ``unpriced_tokens``, those spent in runs ended by a limit: when any, the
             limited cost is ``limited_cost`` plus an unknown part.
+        unknown_usage_calls: Of ``calls``, those whose usage is unknown (failed, cancelled, or answered without
+            their usage): counted with no tokens, so when any, the cost is ``cost`` plus an unknown part
+            (``cost`` is ``None`` when no call of the group has known tokens).
         raw: The ledger's values per dimension (keys, not ids), for the readable names.
     """
 
@@ -52,11 +55,12 @@ class CostRow:
     unpriced_tokens: int = 0
     unpriced_models: list[str] = field(default_factory=list)
     limited_unpriced_tokens: int = 0
+    unknown_usage_calls: int = 0
     raw: tuple[tuple[Any, ...], ...] = field(default=(), repr=False, compare=False)
 
     FIGURES: ClassVar[tuple[str, ...]] = (
         "runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens", "output_tokens", "cost",
-        "limited_cost", "unpriced_tokens", "unpriced_models", "limited_unpriced_tokens")
+        "limited_cost", "unpriced_tokens", "unpriced_models", "limited_unpriced_tokens", "unknown_usage_calls")
 
     @property
     def runs(self) -> int:

@@ -127,24 +127,25 @@ def token_sums(dims: Sequence[str], where: CostFilter, ledger: FromClause,
     """The ledger's tokens summed per group of ``dims``, model, price day and whether a limit ended the run: a
     report's time dimension sums them per day, any other per price ``period`` of the joined ``ledger`` (a few
     rows per group and model, however many days its runs span). Returns the query (its sums named ``calls``,
-    ``input_tokens``, ``output_tokens``) and its group's columns."""
+    ``input_tokens``, ``output_tokens``, then ``failed_calls``: its calls of unknown usage) and its group's
+    columns."""
     token_cols = columns(dims, "model", "day", "ended_by_limit")
     day = usage.c.day if set(TIME) & set(dims) else period
     # A subquery, so that GROUP BY names the period's column, not the expression that finds it.
     picked = [usage.c[n] for n in token_cols if n != "day"]
     rows = filtered(select(*picked, day.label("day"), usage.c.calls, usage.c.input_tokens,
-                           usage.c.output_tokens).select_from(ledger), where).subquery()
+                           usage.c.output_tokens, usage.c.failed_calls).select_from(ledger), where).subquery()
     cols = [rows.c[n] for n in token_cols]
-    sums = [func.sum(rows.c[n]).label(n) for n in ("calls", "input_tokens", "output_tokens")]
+    sums = [func.sum(rows.c[n]).label(n) for n in ("calls", "input_tokens", "output_tokens", "failed_calls")]
     return select(*cols, *sums).group_by(*cols), token_cols
 
 
 def group_rows(dims: Sequence[str], where: CostFilter, ledger: FromClause, period: ColumnElement[Any]) -> Subquery:
     """Every group's token sums and run counts as the rows of one table, so that one ordered read brings each
     group's rows together: the group's ledger columns (:func:`columns`), ``kind`` (:data:`TOKENS` or
-    :data:`RUNS`), then ``priced_model``, ``price_day``, ``limited``, ``failed``, ``a``, ``b``, ``c``: a token
-    row's model, price day, whether a limit ended its runs, and calls, input and output tokens; a run row's
-    ended-by-limit and failed, then runs and interrupted runs."""
+    :data:`RUNS`), then ``priced_model``, ``price_day``, ``limited``, ``failed``, ``a``, ``b``, ``c``, ``d``: a
+    token row's model, price day, whether a limit ended its runs, and calls, input and output tokens, and calls of
+    unknown usage; a run row's ended-by-limit and failed, then runs and interrupted runs."""
     group = columns(dims)
     tokens = token_sums(dims, where, ledger, period)[0].subquery()
     runs = run_counts(columns(dims, "ended_by_limit", "run_failed"), where).subquery()
@@ -152,9 +153,10 @@ def group_rows(dims: Sequence[str], where: CostFilter, ledger: FromClause, perio
         select(*(tokens.c[n] for n in group), literal_column(str(TOKENS)).label("kind"),
                tokens.c.model.label("priced_model"), tokens.c.day.label("price_day"),
                tokens.c.ended_by_limit.label("limited"), null().label("failed"), tokens.c.calls.label("a"),
-               tokens.c.input_tokens.label("b"), tokens.c.output_tokens.label("c")),
+               tokens.c.input_tokens.label("b"), tokens.c.output_tokens.label("c"),
+               tokens.c.failed_calls.label("d")),
         select(*(runs.c[n] for n in group), literal_column(str(RUNS)), null(), null(), runs.c.ended_by_limit,
-               runs.c.run_failed, runs.c.runs, runs.c.interrupted, null()),
+               runs.c.run_failed, runs.c.runs, runs.c.interrupted, null(), null()),
     ).subquery("groups")
 
 

@@ -6,7 +6,7 @@ settled once every record of it is in. The order the ledger is read in, and whic
     from teamstore.audit.cost_sums import GroupSums, settle, sum_runs
 
     sums = GroupSums(("team", "model"), prices)
-    sums.add_tokens(values, (calls, tokens_in, tokens_out))     # a record of cost_sql.token_sums
+    sums.add_tokens(values, (calls, tokens_in, tokens_out, unknown))   # a record of cost_sql.token_sums
     await sum_runs(conn, sums, where, [sums.matches(raw) for raw in sums.groups])
     for row in (*sums.groups.values(), sums.total):
         settle(row)
@@ -82,12 +82,13 @@ class GroupSums:
             self.groups[raw] = CostRow(key=" / ".join(group.values()), group=group, raw=raw)
         return self.groups[raw]
 
-    def add_tokens(self, values: dict[str, Any], sums: tuple[Any, Any, Any]) -> None:
-        calls, tokens_in, tokens_out = (int(v or 0) for v in sums)
+    def add_tokens(self, values: dict[str, Any], sums: tuple[Any, Any, Any, Any]) -> None:
+        calls, tokens_in, tokens_out, unknown = (int(v or 0) for v in sums)
         price = self.prices.lookup(values["model"], as_date(values["day"]))
         amount = None if price is None else price.cost(tokens_in, tokens_out)
         for row in (self.row(values), self.total):
             row.calls += calls
+            row.unknown_usage_calls += unknown
             row.input_tokens += tokens_in
             row.output_tokens += tokens_out
             if amount is None:
@@ -116,8 +117,10 @@ def add_runs(row: CostRow, limited: bool, failed: bool, runs: int, interrupted: 
 def settle(row: CostRow) -> None:
     """A row once every record of it is in: its unpriced models in order, its costs known or unknown."""
     row.unpriced_models.sort()  # in the order the database gave, else
-    if row.cost is None and row.unpriced_tokens == 0:
-        row.cost = Decimal(0)  # no tokens at all (an empty report's total): nothing was spent, which is known
+    if row.tokens == 0:
+        # No tokens at all (an empty report's total): nothing was spent, which is known; unless a call's usage is
+        # unknown (it failed, or was answered without its usage), which the provider may have billed.
+        row.cost = None if row.unknown_usage_calls else Decimal(0)
     # Unknown when the cost is (no priced tokens at all), like the cost; else 0 when no limit spent any.
     row.limited_cost = None if row.cost is None else (row.limited_cost or Decimal(0))
 

@@ -62,7 +62,7 @@ def usage_rows(ctx: RunContext, outcome: RunOutcome, keys: RunKeys) -> list[dict
         group = (call.attempt, ledger_name(call.agent), ledger_name(call.model), call.purpose)
         entry = totals.setdefault(group, [0, 0, 0, 0])
         entry[0] += 1
-        entry[1] += 1 if call.error else 0
+        entry[1] += 0 if call.usage_known else 1  # failed, cancelled, or answered without usage
         entry[2] += call.input_tokens
         entry[3] += call.output_tokens
     common = {

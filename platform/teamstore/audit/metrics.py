@@ -119,7 +119,7 @@ class MetricsObserver:
         """Metrics come from the metered calls, not the stream."""
 
     async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
-        """Record each call's duration, and its tokens when it succeeded (a fenced user's too: nothing in a
+        """Record each call's duration, and its tokens when they are known (a fenced user's too: nothing in a
         metric identifies anyone)."""
         self._record(ctx, outcome.model_calls)
 
@@ -131,7 +131,7 @@ class MetricsObserver:
         for call in calls:
             attributes = call_attributes(call, ctx.team)
             self.duration.record(call.duration_s, attributes)
-            if call.error is None:
+            if call.usage_known:  # a call of unknown usage has no tokens to record, not 0
                 self.tokens.record(call.input_tokens, {**attributes, "gen_ai.token.type": "input"})
                 self.tokens.record(call.output_tokens, {**attributes, "gen_ai.token.type": "output"})
 

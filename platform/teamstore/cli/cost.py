@@ -40,7 +40,7 @@ NO_MATCH = 3
 """``teamstore cost``'s exit status when its filters match nothing (0: matched, even at cost 0; 1: an error)."""
 
 FIGURES = ["runs_completed", "runs_limited", "runs_failed", "runs_interrupted", "calls", "input_tokens",
-           "output_tokens", "cost", "limited_cost", "unpriced_tokens", "limited_unpriced_tokens"]
+           "output_tokens", "cost", "limited_cost", "unpriced_tokens", "limited_unpriced_tokens", "unknown_usage_calls"]
 _HEADINGS = ("completed", "limited", "failed", "interrupted", "calls", "in", "out", "cost", "of which limited")
 
 
@@ -63,7 +63,8 @@ def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
                                                                          for f in report.fields]
     figures = row.figures()
     return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
-            str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens), _money(figures["cost"], row.unpriced_tokens),
+            str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens),
+            _money(figures["cost"], row.unpriced_tokens + row.unknown_usage_calls),
             _money(figures["limited_cost"], row.limited_unpriced_tokens)]
 
 
@@ -104,6 +105,11 @@ def _table_notes(report: CostReport, prices: PriceTable) -> None:
         console.print(
             f"[yellow]no price for {plain(', '.join(unknown))}: their tokens are counted, their cost is "
             "unknown[/]"
+        )
+    if report.total.unknown_usage_calls:
+        console.print(
+            f"[yellow]{report.total.unknown_usage_calls} of the calls have unknown usage (they failed, or were "
+            "answered without their usage): their tokens and cost are not in the figures[/]"
         )
 
 
