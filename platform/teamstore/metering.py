@@ -292,8 +292,9 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         """Delegate the stream; record usage from the final result (a stream cancelled, or left by its reader,
         before its final result is on record with the error type, as :meth:`create` records a failed call).
 
-        AutoGen's OpenAI clients report a stream's usage only when the request asks for it: unless the caller
-        chose (``stream_options`` in ``extra_create_args`` or the client's config), it is asked for."""
+        AutoGen's OpenAI clients report a stream's usage only when the request asks for it: on OpenAI's API and
+        Azure OpenAI's, unless the caller chose (``stream_options`` in ``extra_create_args`` or the client's
+        config), it is asked for."""
         started, t0 = datetime.now(UTC), time.perf_counter()
         extra_create_args = _asking_for_usage(self._inner, extra_create_args)
         meter = _current.get()  # the run that asked: a stream left unread is closed from wherever it is collected
@@ -360,9 +361,8 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         return cls(inner=inner, agent=config.agent, purpose=config.purpose)
 
 
-_OPENAI_CLIENTS = {"BaseOpenAIChatCompletionClient", "OpenAIChatCompletionClient", "AzureOpenAIChatCompletionClient"}
-"""AutoGen's clients of the OpenAI API (and of the endpoints compatible with it), whose streams report usage only
-when asked (``stream_options``), by class name: a subclass keeps its base's."""
+_AZURE_STREAM_OPTIONS_SINCE = "2024-09-01"
+"""The first Azure OpenAI API version that takes ``stream_options``: an earlier one refuses a request that has it."""
 
 
 def _asking_for_usage(client: ChatCompletionClient, extra_create_args: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -371,9 +371,9 @@ def _asking_for_usage(client: ChatCompletionClient, extra_create_args: Mapping[s
     AutoGen 0.7's ``include_usage`` argument asks for usage even when given ``False``, and is not part of the
     interface a wrapped client is called through; ``stream_options`` is the request's own field. A client's
     configured ``stream_options`` is replaced whole by one in ``extra_create_args``, so its other options are
-    kept in the one added.
+    kept in the one added. Only an endpoint known to take the field is asked (:func:`_takes_stream_options`).
     """
-    if not any(k.__name__ in _OPENAI_CLIENTS for k in type(client).__mro__):
+    if not _takes_stream_options(client):
         return extra_create_args
     configured = getattr(client, "_create_args", None)
     options = (extra_create_args if "stream_options" in extra_create_args
@@ -381,6 +381,21 @@ def _asking_for_usage(client: ChatCompletionClient, extra_create_args: Mapping[s
     if not isinstance(options, Mapping) or "include_usage" in options:
         return extra_create_args  # the caller's choice
     return {**extra_create_args, "stream_options": {**options, "include_usage": True}}
+
+
+def _takes_stream_options(client: ChatCompletionClient) -> bool:
+    """Whether an AutoGen OpenAI client reaches an endpoint that takes ``stream_options``: OpenAI's own, or Azure
+    OpenAI from API version 2024-09-01. An OpenAI-compatible server (``base_url``) may refuse a field it does not
+    know, failing every streamed call, so it is not asked: the caller asks in its configuration."""
+    names = {k.__name__ for k in type(client).__mro__}
+    api = getattr(client, "_client", None)  # the openai SDK client AutoGen's holds
+    if "AzureOpenAIChatCompletionClient" in names:
+        version = str(getattr(api, "_api_version", None) or "")
+        return version[:4].isdigit() and version[:10] >= _AZURE_STREAM_OPTIONS_SINCE
+    if "BaseOpenAIChatCompletionClient" in names:
+        base_url = getattr(api, "base_url", None)
+        return urlparse(str(base_url or "")).hostname == "api.openai.com"
+    return False
 
 
 def _warn_usage_missing(call: ModelCall) -> None:

@@ -264,6 +264,19 @@ async def test_a_callers_choice_not_to_ask_for_stream_usage_stands_and_its_call_
     assert "CANARY-WORDS-4711" not in caplog.text
 
 
+@pytest.mark.parametrize("kind", ["compatible", "azure-2024-06-01"])
+async def test_an_endpoint_not_known_to_take_stream_options_is_not_asked_and_its_stream_counts_as_unknown(
+    kind: str
+) -> None:
+    # An OpenAI-compatible server, or Azure before 2024-09-01, may refuse the field: every stream would fail.
+    endpoint = OpenAIEndpoint()
+    inner = (endpoint.client(base_url="http://127.0.0.1:11434/v1") if kind == "compatible"
+             else endpoint.azure_client(api_version="2024-06-01"))
+    call = await _streamed(MeteredChatCompletionClient(inner, agent="triage"))
+    assert "stream_options" not in endpoint.requests[-1]
+    assert (call.input_tokens, call.output_tokens, call.error, call.usage_known) == (0, 0, None, False)
+
+
 async def test_other_stream_options_the_caller_set_are_kept_beside_the_usage_asked_for() -> None:
     endpoint = OpenAIEndpoint()
     client = MeteredChatCompletionClient(endpoint.client(), agent="triage")
