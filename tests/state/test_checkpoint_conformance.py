@@ -4,6 +4,7 @@ write, under the session's lease and row version, beside the state from before t
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -47,6 +48,23 @@ async def test_each_checkpoint_moves_the_row_version_and_keeps_the_state_from_be
     row = await store.get(KEY)
     assert row is not None and row.row_version == version == 4
     assert row.state == '{"before":1}' and row.checkpoint == '{"turn":3}'
+
+
+async def test_a_checkpoint_write_told_the_state_expired_clears_it_with_the_checkpoint_or_without(
+    store: StateStore,
+) -> None:
+    await acquire(store, KEY)
+    version = await store.save(KEY, owner="w1", expected_version=0, record=record('{"before":1}'), release=False)
+    expired = replace(checkpoint(None), state_expired=True)  # the clearing of an old run's checkpoint, say
+    version = await store.checkpoint(KEY, owner="w1", expected_version=version, record=expired)
+    row = await store.get(KEY)
+    assert row is not None and row.state is None and row.state_bytes == 0 and row.checkpoint is None
+    version = await store.save(KEY, owner="w1", expected_version=version, record=record('{"again":1}'),
+                               release=False)
+    version = await store.checkpoint(KEY, owner="w1", expected_version=version,
+                                     record=replace(checkpoint(), state_expired=True))
+    row = await store.get(KEY)
+    assert row is not None and row.state is None and row.checkpoint == '{"turn":1}' and row.row_version == version
 
 
 async def test_the_save_after_the_run_clears_the_checkpoint(store: StateStore) -> None:

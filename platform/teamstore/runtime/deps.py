@@ -311,9 +311,11 @@ def save_record(built: BuiltTeam, state: str, limits: SessionLimits) -> SaveReco
                       expires_at=expires_at, expiry_slack=slack)
 
 
-def checkpoint_record(built: BuiltTeam, text: str | None, limits: SessionLimits) -> CheckpointRecord:
-    """What a run's checkpoint write (``None``: its clearing) writes."""
+def checkpoint_record(built: BuiltTeam, text: str | None, limits: SessionLimits, *,
+                      state_expired: bool = False) -> CheckpointRecord:
+    """What a run's checkpoint write (``None``: its clearing) writes (``state_expired``: and the expired state it
+    clears)."""
     expires_at, slack = _expiry(built, limits)
     return CheckpointRecord(team=built.name, team_version=built.version, schema_version=SCHEMA_VERSION,
                             agentchat_version=AGENTCHAT_VERSION, fingerprints=built.fingerprints, checkpoint=text,
-                            expires_at=expires_at, expiry_slack=slack)
+                            expires_at=expires_at, expiry_slack=slack, state_expired=state_expired)

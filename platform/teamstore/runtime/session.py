@@ -236,14 +236,17 @@ class Session(SessionRuns):
     async def _judge(self, row: StoredSession) -> Verdict:
         """Judge the stored state (and an interrupted run's checkpoint) and load what passes."""
         opened = await open_row(row, self._built, self._deps, self._owner)
-        self._writes.holds_state = not (row.is_new or opened.state_set_aside)
+        expired = opened.verdict.outcome.outcome == "expired"
+        # An expired state is gone for good: the session's first checkpoint write clears it (a save replaces it).
+        self._writes.holds_state = not (row.is_new or opened.state_set_aside or expired)
+        self._writes.state_expired = expired and row.state is not None
         if opened.built is not self._built:  # AutoGen refused a state teamstore passed: built afresh
             self._use(opened.built)
         self._writes.good_states = dict(opened.verdict.states)
         self._checkpoint = opened.checkpoint
         self._interrupted = opened.checkpoint.run if opened.checkpoint else None
         self._given_up = row.checkpoint is not None and opened.checkpoint is None
-        if row.checkpoint is not None and opened.verdict.outcome.outcome == "expired":
+        if row.checkpoint is not None and expired:
             # Its run cannot continue past the session's TTL: it ends here, recorded as a sweep would record it.
             await to_the_end(self._end_expired(row))
         return opened.verdict

@@ -42,6 +42,9 @@ class SessionWrites:
         good_states: What the team holds between runs (the last snapshot taken, or the state loaded as the session
             opened): a team built again after a failed run is given it.
         drop_checkpoint: A run that completed, then failed its snapshot, left its checkpoint: the next write clears it.
+        state_expired: The row's state had expired as the session opened, and no write of the session's is known to
+            have cleared it yet: the next checkpoint write clears it (a save replaces it), so the expiry that write
+            moves on never brings the expired state back.
         lock: One write of the session's at a time: two saves at once would both take the one snapshot.
     """
 
@@ -51,6 +54,7 @@ class SessionWrites:
         self.holds_state = False
         self.good_states: dict[str, Any] = {}
         self.drop_checkpoint = False
+        self.state_expired = False
         self.lock = asyncio.Lock()
         self._pending: str | None = None
         self._pending_bytes = 0
@@ -87,7 +91,8 @@ class SessionWrites:
                 await self._settled_first()
                 self.row_version = await self._deps.store.checkpoint(
                     self._key, owner=self._owner, expected_version=self.row_version,
-                    record=checkpoint_record(built, text, self._deps.limits))
+                    record=checkpoint_record(built, text, self._deps.limits, state_expired=self.state_expired))
+                self.state_expired = False  # once landed: after one left unanswered, the next write clears it again
 
     async def count_take_up(self, built: BuiltTeam, checkpoint: Checkpoint) -> None:
         """Write ``checkpoint`` back with this take-up of its run counted, before the continuation makes any model
@@ -152,7 +157,7 @@ class SessionWrites:
                 self._key, owner=self._owner, expected_version=self.row_version,
                 record=save_record(built, state, self._deps.limits), release=release,
             )
-        self.drop_checkpoint = False  # a save clears the row's checkpoint
+        self.drop_checkpoint = self.state_expired = False  # a save clears the row's checkpoint, replaces its state
         self.holds_state = True
         self._deps.metrics.state_saved(self._pending_bytes)
 

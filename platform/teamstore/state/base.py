@@ -192,6 +192,8 @@ class CheckpointRecord:
 
     The team and version fields are those of the state the row holds (a session's first write, under
     advisory-lock leases, makes the row with them); the checkpoint's own version lives inside it.
+    ``state_expired``: the state the row holds had expired as the session opened (it started afresh); the write
+    clears it, so the expiry it moves on never gives the expired state a new TTL.
     """
 
     team: str
@@ -202,6 +204,7 @@ class CheckpointRecord:
     checkpoint: str | None = field(repr=False)  # the run's messages so far: never in a repr (a log line)
     expires_at: datetime
     expiry_slack: timedelta = timedelta(0)
+    state_expired: bool = False
 
     @property
     def expires_latest(self) -> datetime:

@@ -155,5 +155,5 @@ def checkpoint_params(
         "v_team": record.team, "v_team_version": record.team_version, "v_schema_version": record.schema_version,
         "v_agentchat_version": record.agentchat_version, "v_fingerprints": _fingerprints(record.fingerprints),
         "v_checkpoint": text, "v_checkpoint_bytes": len(text.encode()) if text is not None else 0,
-        **_expiry(now, record),
+        "v_state_expired": record.state_expired, **_expiry(now, record),
     }

@@ -94,6 +94,8 @@ CHECKPOINTED = ("checkpoint", "checkpoint_bytes")
 """What a checkpoint write sets (each as the parameter ``v_<column>``); a save clears both."""
 VALUE = {name: Param(f"v_{name}", sessions.c[name].type) for name in (*SAVED, *CHECKPOINTED, "expires_at")}
 EXPIRES_LATEST = Param("v_expires_latest", sessions.c.expires_at.type)
+STATE_EXPIRED = Param("v_state_expired", Boolean())
+"""A checkpoint write's: the state the row holds had expired as the session opened, so the write clears it."""
 LENGTHS = {UNTIL.key: Param("lease_for", Interval()), "v_expires_at": Param("v_expires_in", Interval()),
            "v_expires_latest": Param("v_expires_latest_in", Interval())}
 """A lease's end and the expiry window's ends as lengths from the caller's now, by the name of the time they
@@ -218,9 +220,12 @@ def _saved_values(dialect: str) -> dict[str, Any]:
 
 
 def _checkpointed_values(dialect: str) -> dict[str, Any]:
-    """A checkpoint write's new values: the checkpoint alone (NULL clears it); the state stays the one from
-    before the run."""
-    return {**{name: VALUE[name] for name in CHECKPOINTED}, **_moved_on(dialect)}
+    """A checkpoint write's new values: the checkpoint (NULL clears it); the state stays the one from before the
+    run, unless it had expired as the session opened (``v_state_expired``): then it goes with this write, which
+    moves the expiry on (a write that kept it would give the expired words a new TTL)."""
+    expired = {"state": case((STATE_EXPIRED, null()), else_=sessions.c.state),
+               "state_bytes": case((STATE_EXPIRED, literal(0)), else_=sessions.c.state_bytes)}
+    return {**{name: VALUE[name] for name in CHECKPOINTED}, **expired, **_moved_on(dialect)}
 
 
 def save_row(dialect: str, *, release: bool) -> Any:
