@@ -311,10 +311,9 @@ class SessionRuns:
             async with contextlib.aclosing(run.stream()) as items:
                 async for item in items:
                     if isinstance(item, TaskResult):
-                        self._audit = run.audit
-                        await _head_start()  # the audit's statement goes out before the snapshot's work
-                        await self._snapshot()
-                        self._remember(run, item)
+                        # The run is on record as completed: a cancel landing here (a request's timeout, a client
+                        # gone) waits for its snapshot, which the block's exit then saves, and goes through after.
+                        await to_the_end(self._completed(run, item))
                     elif skip:
                         skip -= 1
                         continue
@@ -440,6 +439,13 @@ class SessionRuns:
             finally:
                 if future.done():
                     self._audit = None
+
+    async def _completed(self, run: Run, result: TaskResult) -> None:
+        """A run completed: its audit given a head start, then the team's snapshot held for the next save."""
+        self._audit = run.audit
+        await _head_start()  # the audit's statement goes out before the snapshot's work
+        await self._snapshot()
+        self._remember(run, result)
 
     async def _snapshot(self) -> None:
         taken = await snapshot(self._built, self._deps.limits.state_max_bytes)

@@ -1,0 +1,72 @@
+"""A run the team completed stays completed, on SQLite and Postgres with both kinds of lease: a cancel landing
+between its end and the session's snapshot (a request's timeout, a client gone) still has its state saved."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from autogen_agentchat.base import TaskResult
+
+from config_registry import Registry
+from teamstore.events import RunContext, RunOutcome
+from teamstore.runtime.platform import Platform
+from teamstore.runtime.turns import StreamItem
+from teamstore.state.base import SessionKey
+from tests.runtime.checkpoint_teams import TEAM, register
+
+TASK = "My line drops every evening since the storm."
+KEY = SessionKey("alice", "s1")
+
+
+class _CancelAsItIsRecorded:
+    """An audit observer that cancels the request running the session (``victim``) as its completed run is put on
+    record: before the session has taken the run's snapshot."""
+
+    def __init__(self) -> None:
+        self.victim: asyncio.Future[TaskResult] | None = None
+        self.finished: list[RunOutcome] = []
+
+    async def run_started(self, ctx: RunContext) -> None:
+        """Nothing to do."""
+
+    async def on_item(self, ctx: RunContext, item: StreamItem) -> None:
+        """Nothing to do."""
+
+    async def run_finished(self, ctx: RunContext, outcome: RunOutcome) -> None:
+        self.finished.append(outcome)
+        if self.victim is not None:
+            self.victim.cancel()
+
+
+async def _remembers(platform: Platform, text: str) -> tuple[str, bool]:
+    """Open the session again: its resume outcome, and whether its team holds ``text``."""
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None
+        return s.resume.outcome, text in str(await s.team.save_state())
+
+
+@pytest.mark.parametrize("checkpoints", ["every_turn", "off"])
+async def test_a_run_cancelled_after_the_team_finished_is_saved_as_completed(
+    platform: Platform, registry: Registry, checkpoints: str
+) -> None:
+    register(registry, checkpoints=checkpoints)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run("first request")
+    before = await platform.store.get(KEY)
+    assert before is not None
+    observer = _CancelAsItIsRecorded()
+    platform.observers.append(observer)
+    try:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            observer.victim = request = asyncio.ensure_future(s.run(TASK))
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            assert s.interrupted is None
+    finally:
+        platform.observers.remove(observer)
+    assert [outcome.error for outcome in observer.finished] == [None]  # on record as completed
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None and row.row_version > before.row_version
+    assert row.state != before.state
+    assert await _remembers(platform, TASK) == ("resumed", True)
