@@ -1,5 +1,6 @@
 """A run the team completed stays completed, on SQLite and Postgres with both kinds of lease: a cancel landing
-between its end and the session's snapshot (a request's timeout, a client gone) still has its state saved."""
+between its end and the session's snapshot (a request's timeout, a client gone) still has its state saved, and a
+caller that leaves the stream at the ``TaskResult`` goes straight on with the session."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from teamstore.events import RunContext, RunOutcome
 from teamstore.runtime.platform import Platform
 from teamstore.runtime.turns import StreamItem
 from teamstore.state.base import SessionKey
-from tests.runtime.checkpoint_teams import TEAM, register
+from tests.runtime.checkpoint_teams import TEAM, TURNS, register
 
 TASK = "My line drops every evening since the storm."
 KEY = SessionKey("alice", "s1")
@@ -69,4 +70,37 @@ async def test_a_run_cancelled_after_the_team_finished_is_saved_as_completed(
     row = await platform.store.get(KEY)
     assert row is not None and row.checkpoint is None and row.row_version > before.row_version
     assert row.state != before.state
+    assert await _remembers(platform, TASK) == ("resumed", True)
+
+
+async def test_leaving_the_stream_at_its_result_lets_the_next_run_start_at_once(
+    platform: Platform, registry: Registry
+) -> None:
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        async for item in s.run_stream(TASK):
+            if isinstance(item, TaskResult):
+                assert len(item.messages) == TURNS + 1
+                break
+        result = await s.run("next request")
+        assert result.messages[0].to_text() == "next request" and s.interrupted is None
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is None
+    assert await _remembers(platform, TASK) == ("resumed", True)
+    assert await _remembers(platform, "next request") == ("resumed", True)
+
+
+@pytest.mark.parametrize("then", ["continue_run", "abandon_run"])
+async def test_leaving_the_stream_at_its_result_leaves_nothing_to_continue_or_abandon(
+    platform: Platform, registry: Registry, then: str
+) -> None:
+    from teamstore.errors import NoInterruptedRun
+
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        async for item in s.run_stream(TASK):
+            if isinstance(item, TaskResult):
+                break
+        with pytest.raises(NoInterruptedRun):
+            await getattr(s, then)()
     assert await _remembers(platform, TASK) == ("resumed", True)

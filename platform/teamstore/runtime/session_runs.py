@@ -219,7 +219,8 @@ class SessionRuns:
         as it comes, then the ``TaskResult``. The same checks, audit, checkpoints and snapshot as :meth:`run`
         (and its errors, raised while iterating). A consumer that stops early (closes the stream, or is
         cancelled) stops the team at once, and nothing of the run is saved; leaving the loop does not close it
-        (``contextlib.aclosing`` does: docs/checkpoints.md). Without a checkpoint of the run (a
+        (``contextlib.aclosing`` does: docs/checkpoints.md). Once the ``TaskResult`` is yielded the run is over (its
+        snapshot held): a consumer may leave the loop there, and the session's next step goes on at once. Without a checkpoint of the run (a
         team without checkpoints, or stopped in its first turn), the run is recorded as it went and the session
         goes on from the state it had before it; after one, the run is interrupted, as if its worker had died
         (:attr:`interrupted`: continue or abandon it). So does one that leaves the stream suspended at an item and
@@ -319,11 +320,18 @@ class SessionRuns:
                         continue
                     yield item
         except BaseException:
-            if run is not None:
+            if run is not None and self._in_flight(me[0]):  # not once its snapshot is held: the run is over
                 self._after_failure(run)
             raise
         finally:
-            self._running = False
+            if self._in_flight(me[0]):
+                self._running = False
+
+    def _in_flight(self, stream: weakref.ref[AsyncGenerator[Any, None]]) -> bool:
+        """Whether ``stream``'s run is the session's run in flight: a completed run's is over once its snapshot is
+        held, and whatever becomes of its stream after (its caller leaves it at the ``TaskResult``, and Python
+        closes it later, when the session's next run may be under way) is nothing to the session."""
+        return self._running and self._open is stream
 
     async def _start(self, task: Task, continuing: bool, linked: CancellationToken | None) -> Run:
         """What comes before a run: the team as it should be, the last run's audit written, and, with
@@ -446,6 +454,7 @@ class SessionRuns:
         await _head_start()  # the audit's statement goes out before the snapshot's work
         await self._snapshot()
         self._remember(run, result)
+        self._running = False  # over: the session's next step need not wait for the stream to be closed
 
     async def _snapshot(self) -> None:
         taken = await snapshot(self._built, self._deps.limits.state_max_bytes)
