@@ -14,7 +14,7 @@ from teamstore.events import RunContext, RunOutcome
 from teamstore.runtime.platform import Platform
 from teamstore.runtime.turns import StreamItem
 from teamstore.state.base import SessionKey
-from tests.runtime.checkpoint_teams import TEAM, TURNS, register
+from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
 
 TASK = "My line drops every evening since the storm."
 KEY = SessionKey("alice", "s1")
@@ -104,3 +104,26 @@ async def test_leaving_the_stream_at_its_result_leaves_nothing_to_continue_or_ab
         with pytest.raises(NoInterruptedRun):
             await getattr(s, then)()
     assert await _remembers(platform, TASK) == ("resumed", True)
+
+
+async def test_a_stream_left_at_its_result_and_closed_later_leaves_the_next_runs_checkpoint_alone(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(registry)
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            first = s.run_stream(TASK)
+            async for item in first:
+                if isinstance(item, TaskResult):
+                    break  # the stream is still referenced: closed only below, after the next run
+            calls.fail_at = calls.made + 3
+            with pytest.raises(RuntimeError):
+                await s.run("next request")
+            interrupted = s.interrupted
+            assert interrupted is not None
+            await first.aclose()
+            assert s.interrupted is interrupted
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is not None
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.interrupted is not None and s.interrupted.run_id == interrupted.run_id
