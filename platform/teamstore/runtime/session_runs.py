@@ -220,12 +220,12 @@ class SessionRuns:
         (and its errors, raised while iterating). A consumer that stops early (closes the stream, or is
         cancelled) stops the team at once, and nothing of the run is saved; leaving the loop does not close it
         (``contextlib.aclosing`` does: docs/checkpoints.md). Once the ``TaskResult`` is yielded the run is over (its
-        snapshot held): a consumer may leave the loop there, and the session's next step goes on at once. Without a checkpoint of the run (a
-        team without checkpoints, or stopped in its first turn), the run is recorded as it went and the session
-        goes on from the state it had before it; after one, the run is interrupted, as if its worker had died
-        (:attr:`interrupted`: continue or abandon it). So does one that leaves the stream suspended at an item and
-        starts another run of the session, or leaves its block: the first stream then ends where it was (its
-        iteration yields nothing more, no ``TaskResult``)."""
+        snapshot held): a consumer may leave the loop there, and the session's next step goes on at once. Without a
+        checkpoint of the run (a team without checkpoints, or stopped in its first turn), the run is recorded as it
+        went and the session goes on from the state it had before it; after one, the run is interrupted, as if its
+        worker had died (:attr:`interrupted`: continue or abandon it). So does one that leaves the stream suspended
+        at an item and starts another run of the session, or leaves its block: the first stream then ends where it
+        was (its iteration yields nothing more, no ``TaskResult``)."""
         return self._streamed(task)
 
     async def continue_run(self) -> TaskResult:
