@@ -237,6 +237,8 @@ class UserMemory:
         leftover: The facts are kept with no memory written (no row, or one holding only a failure): left over
             from a memory that no longer exists, never given to a session or a writer, and deleted by the next
             write of the scope or the retention sweep. Listed only where everything held is (an export).
+        created_at: When its row was made (``None`` for leftover facts): a memory forgotten in full and written
+            again since is another row, made later.
     """
 
     user_id: str
@@ -252,6 +254,7 @@ class UserMemory:
     damaged: list[DamagedFact] = field(default_factory=list)
     failure: WriterFailure | None = None
     leftover: bool = False
+    created_at: datetime | None = None
 
     @property
     def written(self) -> bool:
@@ -265,8 +268,8 @@ class UserMemory:
         return {
             "user_id": self.user_id, "scope": self.scope, "summary": self.summary, "version": self.version,
             "team": self.team, "team_version": self.team_version, "source_run_id": self.source_run_id,
-            "updated_at": _iso(self.updated_at), "expires_at": _iso(self.expires_at),
-            "facts": [f.to_dict() for f in self.facts.values()],
+            "created_at": _iso(self.created_at), "updated_at": _iso(self.updated_at),
+            "expires_at": _iso(self.expires_at), "facts": [f.to_dict() for f in self.facts.values()],
             "damaged": [{"name": d.name, "reason": d.reason, "stored": d.stored} for d in self.damaged],
             "failure": None if failure is None else {"reason": failure.reason, "at": _iso(failure.at),
                                                       "count": failure.count},

@@ -43,6 +43,7 @@ def memory_of(row: Mapping[str, Any], fact_rows: list[Mapping[str, Any]]) -> Use
         updated_at=_moment(row["updated_at"], "updated_at", damaged),
         expires_at=_moment(row["expires_at"], "expires_at", damaged),
         facts=_facts(fact_rows, damaged), damaged=damaged,
+        created_at=_moment(row["created_at"], "created_at", damaged),
         failure=None if failure is None else WriterFailure(
             str(failure), _moment(row["failed_at"], "failed_at", damaged),
             row["failures"] if type(row["failures"]) is int else 0),

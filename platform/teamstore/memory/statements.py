@@ -78,13 +78,15 @@ def left_over(*among: ColumnElement[bool]) -> ColumnElement[bool]:
 
 def row_write(
     dialect: str, user_id: str, scope: str, row: dict[str, Any], expected: int, now: Any,
-    alive: ColumnElement[bool],
+    alive: ColumnElement[bool], made_at: datetime | None = None,
 ) -> Any:
     """The version-checked, fenced write of the memory row (while ``alive`` holds), returning its new version:
-    no row if refused."""
+    no row if refused. ``made_at``: when the row read was made; another row, made since, is refused too."""
     if expected > 0:
+        same_row = [] if made_at is None else [memories.c.created_at == made_at]
         return (update(memories)
                 .where(*of_user(memories, user_id, scope), memories.c.version == expected, ~held(user_id), alive,
+                       *same_row,
                        memories.c.expires_at > now)  # past it, the memory is gone: read again, start afresh
                 .values(**row, version=expected + 1).returning(memories.c.version))
     # A first write: a new row, or the row that holds only a failure (version 0).

@@ -209,7 +209,7 @@ class MemoryStore:
     async def write(
         self, user_id: str, scope: str, update: MemoryUpdate, *, types: Mapping[str, str], expected_version: int,
         run_id: str, team: str, team_version: str, retention_days: float, now: datetime | None = None,
-        key: DataKey | None = None, declared: Collection[str] | None = None,
+        key: DataKey | None = None, declared: Collection[str] | None = None, made_at: datetime | None = None,
     ) -> int:
         """Store ``update`` if the memory is still at ``expected_version``; returns the new version.
 
@@ -227,9 +227,12 @@ class MemoryStore:
                 current one if not given.
             declared: The facts some team still declares under ``scope``; this write deletes the user's others
                 of the scope (``None``: it deletes none).
+            made_at: When the row read was made (:attr:`UserMemory.created_at`): a memory forgotten in full and
+                written again since is another row, which this write is refused on whatever its version.
 
         Raises:
-            StaleMemory: Another write landed since ``expected_version`` was read; nothing was written.
+            StaleMemory: Another write landed since ``expected_version`` was read, or the row read is gone;
+                nothing was written.
             ErasureInProgress: An erasure fences the user, or erased them since ``key`` was taken; nothing was
                 written.
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was written.
@@ -243,7 +246,7 @@ class MemoryStore:
                "updated_at": at, "expires_at": expires}
         try:
             async with self.engine.begin() as conn:
-                stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive)
+                stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive, made_at)
                 if (await conn.execute(stmt)).scalar() is None:
                     if await conn.scalar(select(held(user_id))):
                         raise _fenced()

@@ -5,7 +5,7 @@
     outcome = await write_memory(store, client, user_id="alice", team="support_triage", team_version=v,
                                  declaration=manifest.memory, run_id=run_id, retention_days=180,
                                  messages=[Said("user", "My router ZX-81 drops (ticket 55102)"), ...])
-    print(outcome.status, outcome.reason)      # "written" / "failed" / "fenced"
+    print(outcome.status, outcome.reason)      # "written" / "failed" / "fenced" / "forgotten"
 
 It is incremental: the model is sent the stored summary and facts and the messages the session's runs
 added since the last write (the newest :data:`MAX_INPUT_CHARS` of them), never a whole transcript. Its
@@ -17,7 +17,8 @@ request is one system message and one user message holding a JSON object::
 and it must answer with ``{"summary": "...", "facts": {"ticket_id": "55102"}}`` (facts the new messages
 state or confirm). A reply that is not that, a fact that fails its type, a summary over its budget or a
 failed call is refused: the stored memory stays as it was and the failure is recorded on it. A write that
-finds another landed first reads the memory again and asks again, at most :data:`ATTEMPTS` times.
+finds another landed first reads the memory again and asks again, at most :data:`ATTEMPTS` times; one that finds
+the user forgot what it read meanwhile writes nothing (its messages were said before the forget).
 """
 
 from __future__ import annotations
@@ -52,12 +53,17 @@ class Said:
     content: str
 
 
+FORGOTTEN = ("the memory this write read was forgotten (or went past its expiry) while the writer ran: nothing was "
+             "written, as the messages it was written from were said before")
+
+
 @dataclass(frozen=True)
 class WriteOutcome:
-    """How a write ended: ``written`` (with the new version), ``failed`` (with the reason recorded) or
-    ``fenced`` (an erasure holds the user, or erased them while the writer ran; nothing written)."""
+    """How a write ended: ``written`` (with the new version), ``failed`` (with the reason recorded), ``fenced``
+    (an erasure holds the user, or erased them while the writer ran; nothing written) or ``forgotten`` (the user
+    forgot what the writer read while it ran; nothing written, nothing recorded)."""
 
-    status: Literal["written", "failed", "fenced"]
+    status: Literal["written", "failed", "fenced", "forgotten"]
     version: int | None = None
     reason: str | None = None
 
@@ -176,9 +182,15 @@ async def write_memory(
             version = await store.write(
                 user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
                 run_id=run_id, team=team, team_version=team_version, retention_days=retention_days, key=key,
-                declared=None if declared is None else {*declared, *declaration.facts})
+                declared=None if declared is None else {*declared, *declaration.facts},
+                made_at=previous.created_at if previous else None)
         except StaleMemory:
-            continue  # another session wrote first: read what it stored, and write from that
+            # Another session wrote first: write again from what it stored; unless the user forgot what this
+            # write read meanwhile. Its messages were said before the forget: asked again, the model would
+            # bring back what was forgotten.
+            if _forgotten_since(previous, await store.load(user_id, scope), {*(declared or ()), *declaration.facts}):
+                return WriteOutcome("forgotten", reason=FORGOTTEN)
+            continue
         except ErasureInProgress:
             return WriteOutcome("fenced")
         except MemoryWriteRefused as exc:
@@ -186,6 +198,19 @@ async def write_memory(
         return WriteOutcome("written", version=version)
     reason = f"{ATTEMPTS} other writes of this user's memory landed while this one was written"
     return await _record(store, user_id, scope, reason, team, team_version, retention_days, key)
+
+
+def _forgotten_since(read: UserMemory | None, now: UserMemory | None, declared: Collection[str]) -> bool:
+    """Whether the memory a write read (``read``) was forgotten, in full or a fact of it, by the time it is read
+    again (``now``): it is gone, or it is another row, made since (forgotten in full, then written by another
+    session), or a fact it held is gone that is still ``declared``, which no write deletes (a write deletes
+    only the facts no team declares)."""
+    if read is None:
+        return False  # nothing was read, so nothing read was forgotten
+    if now is None or now.created_at != read.created_at:
+        return True
+    held = set(now.facts) | {d.name for d in now.damaged}
+    return any(name not in held and name in declared for name in read.facts)
 
 
 async def _record(

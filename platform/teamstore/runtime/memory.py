@@ -298,3 +298,5 @@ def _log(ctx: RunContext, result: WriteOutcome) -> None:
         log.warning("memory of team %s not updated for run %s: %s", ctx.team, ctx.run_id, result.reason)
     elif result.status == "fenced":
         log.info("memory of team %s not written for run %s: an erasure holds or erased its user", ctx.team, ctx.run_id)
+    elif result.status == "forgotten":
+        log.info("memory of team %s not written for run %s: %s", ctx.team, ctx.run_id, result.reason)
