@@ -78,6 +78,23 @@ async def test_a_held_memory_message_is_rewritten_in_place_only_once_it_gives_wh
     assert [type(m).__name__ for m in await context.get_messages()] == ["UserMessage", "UserMessage"]
 
 
+async def test_a_held_memory_message_giving_a_value_no_longer_kept_is_rewritten_though_its_fact_is_kept() -> None:
+    given = memory(home_address="str")
+    given.recall(stored(home_address=("str", "12 Secret Lane")))
+    context = UnboundedChatCompletionContext()
+    await given.update_context(context)
+    await context.add_message(UserMessage(content="hi", source="user"))
+    # home_address forgotten, then learnt again with another value; confirmed since (a later day): the held
+    # message stays only while each value it gives is still kept, whenever it was confirmed
+    later = stored(home_address=("str", "12 Secret Lane"))
+    confirmed = datetime(2026, 12, 1, tzinfo=UTC)
+    later.facts["home_address"] = Fact("home_address", "str", "12 Secret Lane", "run-1", NOW, confirmed)
+    assert not await memory(home_address="str").withdraw_forgotten(context, later)
+    assert await memory(home_address="str").withdraw_forgotten(context, stored(home_address=("str", "99 New Road")))
+    held = [str(m.content) for m in await context.get_messages()]
+    assert "12 Secret Lane" not in "\n".join(held) and '- home_address: "99 New Road"' in held[0]
+    assert len(held) == 2  # in its place, one copy
+
 def test_it_gives_each_fact_as_its_json_reads_true_false_numbers_and_quoted_dates_and_text() -> None:
     given = memory(replaced="bool", escalated="bool", visits="int", speed="float", visited_on="date",
                    ticket_id="str")

@@ -191,6 +191,25 @@ async def test_a_resumed_session_stops_giving_what_the_user_forgot_and_keeps_one
     assert (await stored_state(platform, "alice", "s2"))[1] == []
 
 
+async def test_a_resumed_session_stops_giving_a_forgotten_value_once_the_fact_is_learnt_again(
+    platform: Platform, channel: str
+) -> None:
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    await talk(platform, "alice", "s2", "Hello, any news?")  # the researcher's stored context holds ticket 55102
+    await platform.drain_memory()
+    assert any('- ticket_id: "55102"' in m for m in (await stored_state(platform, "alice", "s2"))[1])
+    await platform.forget_memory("alice", fact="ticket_id")
+    await talk(platform, "alice", "s3", "A new fault today (ticket 77001).")  # learnt again, another value
+    await platform.drain_memory()
+    since = len(CALLS[channel])
+    await talk(platform, "alice", "s2", "Still there?")
+    calls = [call for call in CALLS[channel][since:] if "You are researcher" in str(call[0].content)]
+    (held,) = memory_messages(calls[0])
+    # (a forget of one fact keeps the summary, and the offline writer's summary quotes what was said)
+    assert '- ticket_id: "55102"' not in held and '- ticket_id: "77001"' in held
+    assert [m for m in (await stored_state(platform, "alice", "s2"))[1] if '- ticket_id: "55102"' in m] == []
+
 async def _interrupted_after_triages_turn(
     platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -37,7 +37,8 @@ from teamstore.memory.facts import UserMemory, cut_to_budget, fact_text, shown
 
 PROVIDER = "teamstore.memory.component.TeamstoreMemory"
 HEADER = "What this team knows about the user from earlier sessions (kept memory; it may be out of date):"
-_FACT_LINE = re.compile(r"^- ([^:\s]+): ", re.MULTILINE)
+# A fact's line: its name and value, then when it was last confirmed (which moves without the fact changing).
+_FACT_LINE = re.compile(r"^- ([^:\s]+): (.*?)(?: \(last confirmed [^()\n]*\))?$", re.MULTILINE)
 
 
 def _is_memory(message: LLMMessage) -> TypeGuard[SystemMessage]:
@@ -62,9 +63,9 @@ async def _rewrite_held(model_context: ChatCompletionContext, rewrite: Callable[
     return True
 
 
-def _gives(text: str) -> tuple[bool, set[str]]:
-    """Whether a memory message gives a summary, and the facts it gives by name (a summary line that reads like
-    a fact counts as one: both sides of a comparison count it alike)."""
+def _gives(text: str) -> tuple[bool, set[tuple[str, str]]]:
+    """Whether a memory message gives a summary, and the facts it gives, each by name and value as given (a
+    summary line that reads like a fact counts as one: both sides of a comparison count it alike)."""
     return text.startswith(f"{HEADER}\nSummary: "), set(_FACT_LINE.findall(text))
 
 
@@ -170,11 +171,13 @@ class TeamstoreMemory(Memory, Component[TeamstoreMemoryConfig]):
 
     async def withdraw_forgotten(self, model_context: ChatCompletionContext, memory: UserMemory | None) -> bool:
         """Rewrite a memory message ``model_context`` holds that gives what is no longer kept (a fact forgotten or
-        no longer given, a summary forgotten) to what is kept now, in its place, or drop it when nothing is.
+        no longer given, a fact's value no longer kept (forgotten, then learnt again), a summary forgotten) to
+        what is kept now, in its place, or drop it when nothing is.
 
         A persisted participant of a resumed session is not given the memory again: its stored context holds
-        the message it was given. One that still gives only what is kept stays as it is, however the memory
-        moved on since, so the stored context (and a provider's prompt cache) is rewritten only after a forget.
+        the message it was given. One that still gives only what is kept (each fact by name and value) stays as
+        it is, however the memory moved on since (a new summary, a fact confirmed again, a fact learnt), so the
+        stored context (and a provider's prompt cache) is rewritten only once what it gives is no longer kept.
 
         Args:
             model_context: The participant's context, as the session restored it.
