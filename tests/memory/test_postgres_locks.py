@@ -1,6 +1,7 @@
 """What only Postgres needs of the memory store: writers and the retention sweep that take the same fact rows
-never wait for each other in a circle (Postgres would abort one of them as a deadlock), and each batch of the
-sweep reads only the facts it looks at, and their memory rows, whatever Postgres plans."""
+never wait for each other in a circle (Postgres would abort one of them as a deadlock), each batch of the
+sweep reads only the facts it looks at, and their memory rows, whatever Postgres plans, and an erasure waits
+for a first write already in its transaction (whose new rows its delete would neither see nor wait for)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ import pytest
 from sqlalchemy import event, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+import teamstore.memory.store as memory_store
 from teamstore.db.engine import create_engine
+from teamstore.erasure.requests import open_request
+from teamstore.erasure.steps import StepContext
+from teamstore.erasure.steps.database import memory_step
+from teamstore.erasure.steps.keys import KeyStep
 from teamstore.keys import KeyService
+from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import facts
 from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
@@ -73,6 +80,51 @@ async def test_the_sweep_and_a_first_write_replacing_the_same_leftover_facts_bot
     (kept,) = await store.show("alice", held=True)
     assert not kept.leftover and {n: f.value for n, f in kept.facts.items()} == {"ticket_id": "60001"}
 
+
+@pytest.mark.parametrize("failure", [False, True])
+async def test_an_erasure_waits_for_a_first_write_already_in_its_transaction_and_leaves_nothing_of_it(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, failure: bool
+) -> None:
+    store = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
+    key = await store.writer_key("alice")
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def paused(conn: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        """The write's transaction, paused right after the statement that inserted its new memory row."""
+        result = await real_execute(conn, statement, *args, **kwargs)
+        if getattr(statement, "table", None) is memory_store.memories and not inside.is_set():
+            inside.set()
+            await release.wait()
+        return result
+
+    real_execute = AsyncConnection.execute
+    monkeypatch.setattr(AsyncConnection, "execute", paused)
+    if failure:  # a writer's first failure makes a row too
+        writing = asyncio.create_task(store.record_failure(
+            "alice", "helpdesk", "the model call failed", team="helpdesk", team_version="v1", retention_days=30,
+            key=key))
+    else:
+        writing = asyncio.create_task(store.write(
+            "alice", "helpdesk", MemoryUpdate("alice's summary", {"ticket_id": "55102"}), types={"ticket_id": "str"},
+            expected_version=0, run_id="run-1", team="helpdesk", team_version="v1", retention_days=30, key=key))
+    await inside.wait()
+    monkeypatch.setattr(AsyncConnection, "execute", real_execute)
+    ctx = StepContext(engine, None, "er-1", "alice", None)  # type: ignore[arg-type]
+    await open_request(engine, "er-1", "alice", "test", 30)  # the fence: up after the write's check
+
+    async def erase() -> tuple[int, int]:  # the coordinator's order: the key, then (after others) the memory
+        keys = await KeyStep().erase(ctx, prior=None)
+        memory = await memory_step().erase(ctx, prior=None)
+        return keys.counts.rows, memory.counts.rows
+
+    async with engine.connect() as monitor:
+        erasing = asyncio.create_task(erase())
+        await waiting_for_locks(monitor, erasing)
+        assert not erasing.done()  # the key's delete waits for the write
+        release.set()
+        assert await writing in (1, True)  # it landed: it began before the fence went up
+        assert await erasing == (1, 1 if failure else 2)  # and the erasure deleted what it wrote
+    assert (await memory_step().remaining(ctx)).rows == 0 and await store.show("alice", held=True) == []
 
 def _scans(node: dict[str, Any]) -> Iterator[tuple[str, int]]:
     """Each table a plan node read, with how many rows it read there (kept, or removed by its filter)."""

@@ -8,8 +8,11 @@ connection.
         ...                                                 # erasure records the step, then commits
 
 Rows are matched by the exact user id, every scope. Erasure fences the user first
-(:mod:`teamstore.db.fence`), so no memory write begins while it deletes; one that began before may still
-add a fact, which the delete removes and counts with the rest.
+(:mod:`teamstore.db.fence`), so no memory write begins while it deletes. One that began before holds the user's
+memory writes lock shared until it commits (:func:`teamstore.memory.statements.writes_lock`, Postgres), and the
+erasure's first step (``keys``) takes it alone: it waits for the write, so by this step the write's rows (a
+first write's new ones too, which this step's delete would neither see nor wait for) are committed, and deleted
+and counted with the rest.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ class UserMemoryRows:
         """Delete ``user_id``'s summaries and facts (committed with the caller's transaction); how many rows
         it deleted, and their bytes, as :meth:`count` gives them.
 
-        The memory rows first, as a write takes them: a write that began before the fence finishes first, and
-        the facts it added are deleted with the rest (taken the other way round, they stayed behind). What
-        was deleted is counted from the deletes themselves, so those facts are on the receipt too.
+        The memory rows first, as a write takes them: a write of an existing row that began before the fence
+        finishes first, and the facts it added are deleted with the rest (taken the other way round, they
+        stayed behind). A first write's new row is not waited for here: the key step, before this one, waited
+        for it (see the module's docstring). What was deleted is counted from the deletes themselves, so those
+        facts are on the receipt too.
         """
         total_rows = total_bytes = 0
         for table, size in ((memories, memories.c.summary), (facts, facts.c.value)):

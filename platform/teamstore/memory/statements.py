@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, exists, literal, select, true, tuple_, update
+from sqlalchemy import ColumnElement, Text, delete, exists, func, literal, select, true, tuple_, update
 
 from teamstore.db.clock import shared_later, shared_now
 from teamstore.db.fence import held
@@ -46,6 +46,21 @@ def key_alive(user_id: str, key: DataKey | None) -> ColumnElement[bool]:
     if key is None:
         return true()
     return exists().where(data_keys.c.user_id == user_id, data_keys.c.key_id == key.key_id)
+
+
+WRITES_LOCK_SEED = 7_460_617_270_002
+"""Seeds the hash of a user id that keys the advisory lock on their memory writes (Postgres): a one-number key,
+which no session's two-number lease lock can be."""
+
+
+def writes_lock(user_id: str, *, shared: bool) -> Any:
+    """Take the advisory lock on ``user_id``'s memory writes until the transaction ends (Postgres): each write
+    takes it shared, an erasure's key step alone before it deletes the user's data key. A first write's new
+    rows are invisible to the erasure's delete until they commit, and it would not wait for them: the key step
+    waits for every write under way instead, so by the memory step they are committed and deleted. An advisory
+    lock needs no grant beyond the workers' own, as a row lock on ``ts_data_keys`` (UPDATE) would."""
+    take = func.pg_advisory_xact_lock_shared if shared else func.pg_advisory_xact_lock
+    return select(take(func.hashtextextended(literal(user_id, Text()), WRITES_LOCK_SEED)))
 
 
 def write_times(dialect: str, now: datetime | None, retention: timedelta) -> tuple[Any, Any]:

@@ -16,7 +16,9 @@ A write is one transaction whose first statement writes the memory row only if i
 the one the writer read and no erasure fences the user (:func:`teamstore.db.fence.held`, in the same
 statement, as every writer does): two writers of one user never lose each other's update (the second
 is told :class:`StaleMemory` and writes again from what the first stored), and nothing is written for a
-user being erased. Facts a write does not name stay as they are; a fact written with the value it had is confirmed
+user being erased. Before it, on Postgres, the transaction takes the user's memory writes lock shared
+(:func:`teamstore.memory.statements.writes_lock`), which an erasure's first step takes alone: an erasure that
+fenced the user after the write's check waits for it to commit, and then deletes what it wrote. Facts a write does not name stay as they are; a fact written with the value it had is confirmed
 (its time moves, its source run stays).
 
 With ``keys`` (as the composition root builds it), the summary and each fact's value are sealed under the
@@ -67,6 +69,7 @@ from teamstore.memory.statements import (
     read_at,
     row_write,
     write_times,
+    writes_lock,
 )
 
 FAILURE_CHARS = 512
@@ -246,6 +249,7 @@ class MemoryStore:
                "updated_at": at, "expires_at": expires}
         try:
             async with self.engine.begin() as conn:
+                await self._hold_writes(conn, user_id)
                 stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive, made_at)
                 if (await conn.execute(stmt)).scalar() is None:
                     if await conn.scalar(select(held(user_id))):
@@ -268,6 +272,12 @@ class MemoryStore:
             raise _unavailable(exc, "write the user's memory") from exc
         return expected_version + 1
 
+    async def _hold_writes(self, conn: AsyncConnection, user_id: str) -> None:
+        """Take the user's memory writes lock shared for ``conn``'s transaction (Postgres; SQLite runs one
+        writer at a time): an erasure's key step waits for this write."""
+        if self._dialect == "postgresql":
+            await conn.execute(writes_lock(user_id, shared=True))
+
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
         now: datetime | None = None, key: DataKey | None = None,
@@ -286,6 +296,7 @@ class MemoryStore:
         stmt = failure_upsert(self._dialect, user_id, values, key_alive(user_id, key), at)
         try:
             async with self.engine.begin() as conn:
+                await self._hold_writes(conn, user_id)  # a new row, like a first write's: erasure waits for it
                 return (await conn.execute(stmt)).first() is not None
         except SQLAlchemyError as exc:
             raise _unavailable(exc, "record the memory writer's failure") from exc

@@ -4,7 +4,8 @@
 
     result = await KeyStep().erase(ctx, prior=None)     # delete + step record: one transaction
 
-It runs right after the fence and before every delete: once it is done, every copy of the user's sealed data
+It runs right after the fence and before every delete (on Postgres first waiting for the user's memory writes
+under way: :func:`teamstore.memory.statements.writes_lock`): once it is done, every copy of the user's sealed data
 (transcript versions under Object Lock or a legal hold, backups of the database once the key-encryption key of
 their time is destroyed) is unreadable, whatever the later steps manage. The row is deleted in the same
 transaction as the step's record, so a kill leaves both or neither; a rerun finds nothing more and carries the
@@ -36,6 +37,7 @@ from teamstore.erasure.record import start_wait, wait_started, write_step
 from teamstore.erasure.steps.base import StepContext, seconds
 from teamstore.errors import StoreUnavailable
 from teamstore.keys.schema import data_keys
+from teamstore.memory.statements import writes_lock
 
 
 def _unavailable(exc: SQLAlchemyError) -> StoreUnavailable:
@@ -71,6 +73,10 @@ class KeyStep:
         if ctx.user_id is not None:
             try:
                 async with ctx.engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":
+                        # Memory writes under way (they passed the fence's check before it went up) finish
+                        # first: the rows a first write inserts are then there for the memory step to delete.
+                        await conn.execute(writes_lock(ctx.user_id, shared=False))
                     result = await conn.execute(delete(data_keys).where(data_keys.c.user_id == ctx.user_id))
                     found = Counts(rows=int(result.rowcount or 0))
                     counts = found.plus(prior.counts) if prior is not None else found
