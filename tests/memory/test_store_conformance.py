@@ -10,13 +10,20 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, insert, select, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.erasure.receipt import StepStatus
 from teamstore.erasure.requests import open_request
 from teamstore.erasure.steps import StepContext
 from teamstore.erasure.steps.database import memory_step
-from teamstore.errors import ErasureInProgress, InvalidIdentifier, MemoryNotFound, StaleMemory
+from teamstore.errors import (
+    ErasureInProgress,
+    InvalidIdentifier,
+    MemoryNotFound,
+    StaleMemory,
+    StoreUnavailable,
+)
 from teamstore.keys.schema import data_keys
 from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import facts, memories
@@ -174,6 +181,48 @@ async def test_forgetting_while_a_write_is_under_way_leaves_nothing_of_what_it_f
         (memory,) = kept
         assert set(memory.facts) == {"router_model"} and memory.damaged == [] and memory.version == 3
 
+
+async def test_a_change_whose_commit_went_unanswered_says_whether_it_landed_is_not_known(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await put(store, facts_={"ticket_id": "55102"})
+
+    def answer_lost(conn: Any) -> None:  # the commit reaches the database; its answer never comes back
+        conn.connection.dbapi_connection.commit()
+        raise OperationalError("COMMIT", {}, ConnectionResetError("connection reset by peer"))
+
+    event.listen(engine.sync_engine, "commit", answer_lost)
+    try:
+        with pytest.raises(StoreUnavailable) as forgetting:
+            await store.forget("alice")
+        with pytest.raises(StoreUnavailable) as writing:
+            await put(store, "after the forget", {"visits": 2}, scope="billing")
+    finally:
+        event.remove(engine.sync_engine, "commit", answer_lost)
+    for raised in (forgetting.value, writing.value):
+        assert "whether the write left unanswered landed is not known" in raised.message
+        assert "no memory was changed" not in (raised.hint or "") and "teamstore memory show" in (raised.hint or "")
+    assert [kept.scope for kept in await store.show("alice")] == ["billing"]  # both had landed
+
+
+async def test_a_change_the_database_refused_says_no_memory_was_changed(store: MemoryStore, engine: AsyncEngine) -> None:
+    await put(store, facts_={"ticket_id": "55102"})
+
+    class Canceled(Exception):
+        sqlstate = "57014"  # the statement was cancelled (a statement_timeout): the database is there
+
+    def refuse(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE FROM TS_USER_MEMORY_FACTS"):
+            raise OperationalError(statement, {}, Canceled())
+
+    event.listen(engine.sync_engine, "before_cursor_execute", refuse)
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            await store.forget("alice")
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", refuse)
+    assert "no memory was changed" in (raised.value.hint or "") and "not known" not in raised.value.message
+    assert len(await store.show("alice")) == 1  # rolled back: the summary is still kept
 
 async def test_retention_sweeps_memory_past_its_expiry_with_its_facts(store: MemoryStore) -> None:
     await put(store, facts_={"ticket_id": "1"}, retention=1)

@@ -37,7 +37,8 @@ The statements are :mod:`teamstore.memory.statements`; rows are read into memori
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,7 +48,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.db.clock import shared_now, utc
-from teamstore.db.engine import describe_failure, failure_hint
+from teamstore.db.engine import describe_failure, failure_hint, unreachable
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
 from teamstore.ids import check_erasable_id, check_id
@@ -96,6 +97,31 @@ class Swept:
 def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
     return StoreUnavailable(f"could not {action}: {describe_failure(exc)}",
                             hint=f"{failure_hint(exc)}; no memory was changed")
+
+
+def _landing_unknown(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"could not {action}: {describe_failure(exc)}; whether the write left unanswered landed is not known",
+        hint=f"{failure_hint(exc)}; then see what is kept: `teamstore memory show --user ...` "
+        "(platform.show_memory), and run it again if it did not land")
+
+
+@asynccontextmanager
+async def _changing(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
+    """A transaction that changes memory, committed as the block ends. A database failure is raised as
+    :class:`StoreUnavailable`, saying nothing was changed only when that is known: not when it came as the
+    transaction committed (the commit may have reached the database, its answer not come back), nor when the
+    connection was lost once the transaction had begun."""
+    began = committing = False
+    try:
+        async with engine.begin() as conn:
+            began = True
+            yield conn
+            committing = True
+    except SQLAlchemyError as exc:
+        if committing or (began and unreachable(exc)):
+            raise _landing_unknown(exc, action) from exc
+        raise _unavailable(exc, action) from exc
 
 
 def _fenced() -> ErasureInProgress:
@@ -239,7 +265,8 @@ class MemoryStore:
             ErasureInProgress: An erasure fences the user, or erased them since ``key`` was taken; nothing was
                 written.
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was written.
-            StoreUnavailable: The database failed; nothing was written.
+            StoreUnavailable: The database failed: nothing was written, unless the error says whether the write
+                landed is not known (it failed as it committed, or the connection was lost during it).
         """
         at, expires = write_times(self._dialect, now, timedelta(days=retention_days))
         data_key = key or await self.writer_key(user_id)
@@ -247,29 +274,26 @@ class MemoryStore:
         summary = sealed(data_key, update.summary, summary_context(scope))
         row = {"summary": summary, "team": team, "team_version": team_version, "source_run_id": run_id,
                "updated_at": at, "expires_at": expires}
-        try:
-            async with self.engine.begin() as conn:
-                await self._hold_writes(conn, user_id)
-                stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive, made_at)
-                if (await conn.execute(stmt)).scalar() is None:
-                    if await conn.scalar(select(held(user_id))):
-                        raise _fenced()
-                    if not await conn.scalar(select(alive)):
-                        raise _erased()
-                    raise StaleMemory("another write of this user's memory landed first",
-                                      hint="read the memory again and write from what it holds now")
-                kept = await _facts_before(conn, user_id, scope, data_key, first=expected_version == 0)
-                for name, value in update.facts.items():
-                    text = encode_value(value)
-                    same = kept.get(name) == (types[name], text)  # compared opened: each seal is different bytes
-                    stored = sealed(data_key, text, fact_context(scope, name))
-                    await conn.execute(fact_upsert(self._dialect, user_id, scope, name, types[name], stored, same,
-                                                   run_id, at))
-                if declared is not None:
-                    await conn.execute(delete(facts).where(*of_user(facts, user_id, scope),
-                                                           facts.c.name.not_in(sorted({*declared, *update.facts}))))
-        except SQLAlchemyError as exc:
-            raise _unavailable(exc, "write the user's memory") from exc
+        async with _changing(self.engine, "write the user's memory") as conn:
+            await self._hold_writes(conn, user_id)
+            stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive, made_at)
+            if (await conn.execute(stmt)).scalar() is None:
+                if await conn.scalar(select(held(user_id))):
+                    raise _fenced()
+                if not await conn.scalar(select(alive)):
+                    raise _erased()
+                raise StaleMemory("another write of this user's memory landed first",
+                                  hint="read the memory again and write from what it holds now")
+            kept = await _facts_before(conn, user_id, scope, data_key, first=expected_version == 0)
+            for name, value in update.facts.items():
+                text = encode_value(value)
+                same = kept.get(name) == (types[name], text)  # compared opened: each seal is different bytes
+                stored = sealed(data_key, text, fact_context(scope, name))
+                await conn.execute(fact_upsert(self._dialect, user_id, scope, name, types[name], stored, same,
+                                               run_id, at))
+            if declared is not None:
+                await conn.execute(delete(facts).where(*of_user(facts, user_id, scope),
+                                                       facts.c.name.not_in(sorted({*declared, *update.facts}))))
         return expected_version + 1
 
     async def _hold_writes(self, conn: AsyncConnection, user_id: str) -> None:
@@ -294,12 +318,9 @@ class MemoryStore:
                   "team_version": team_version, "created_at": at, "updated_at": at, "expires_at": expires,
                   "failure": reason[:FAILURE_CHARS], "failed_at": at, "failures": 1}
         stmt = failure_upsert(self._dialect, user_id, values, key_alive(user_id, key), at)
-        try:
-            async with self.engine.begin() as conn:
-                await self._hold_writes(conn, user_id)  # a new row, like a first write's: erasure waits for it
-                return (await conn.execute(stmt)).first() is not None
-        except SQLAlchemyError as exc:
-            raise _unavailable(exc, "record the memory writer's failure") from exc
+        async with _changing(self.engine, "record the memory writer's failure") as conn:
+            await self._hold_writes(conn, user_id)  # a new row, like a first write's: erasure waits for it
+            return (await conn.execute(stmt)).first() is not None
 
     # --- forgetting --------------------------------------------------------------------------------------
     async def forget(self, user_id: str, *, scope: str | None = None, fact: str | None = None) -> Forgotten:
@@ -313,23 +334,21 @@ class MemoryStore:
                 can declare.
             MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those :meth:`show`
                 lists or, with none, says whether a summary or only the writer's last failure is kept).
-            StoreUnavailable: The database failed; nothing was forgotten.
+            StoreUnavailable: The database failed: nothing was forgotten, unless the error says whether the
+                forget landed is not known (it failed as it committed, or the connection was lost during it).
         """
         check_id("user_id", user_id)
         check_names(scope, fact)
-        try:
-            async with self.engine.begin() as conn:
-                # The memory rows first, as a write takes them: a write under way finishes before the forget
-                # goes on, and what it wrote is forgotten too (taken the other way round, the facts it added
-                # stayed without their row, or the two waited for each other until the database gave up).
-                if fact is not None:
-                    await conn.execute(select(memories.c.scope).where(*of_user(memories, user_id, scope))
-                                       .with_for_update())
-                    return await self._forget_fact(conn, user_id, scope, fact)
-                gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
-                dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
-        except SQLAlchemyError as exc:
-            raise _unavailable(exc, "forget the user's memory") from exc
+        async with _changing(self.engine, "forget the user's memory") as conn:
+            # The memory rows first, as a write takes them: a write under way finishes before the forget
+            # goes on, and what it wrote is forgotten too (taken the other way round, the facts it added
+            # stayed without their row, or the two waited for each other until the database gave up).
+            if fact is not None:
+                await conn.execute(select(memories.c.scope).where(*of_user(memories, user_id, scope))
+                                   .with_for_update())
+                return await self._forget_fact(conn, user_id, scope, fact)
+            gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
+            dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
         return Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
 
     async def _forget_fact(self, conn: AsyncConnection, user_id: str, scope: str | None, fact: str) -> Forgotten:
@@ -356,7 +375,8 @@ class MemoryStore:
                 leftovers.
 
         Raises:
-            StoreUnavailable: The database failed; the batches deleted before it stay deleted.
+            StoreUnavailable: The database failed; the batches deleted before it stay deleted (and the one it
+                failed in too, when it failed as that batch committed: the error then says it is not known).
         """
         expired = await self._sweep(now if now is not None else shared_now(self._dialect), batch_size, [])
         return Swept(expired.memories, expired.facts, await self._sweep_leftovers(batch_size))
@@ -374,13 +394,10 @@ class MemoryStore:
         """
         total, after = 0, None
         while True:
-            try:
-                async with self.engine.begin() as conn:
-                    window = [tuple(key) for key in (await conn.execute(leftover_window(after, batch_size))).all()]
-                    upto = window[0] if len(window) > 1 else None  # none past it: this batch runs to the end
-                    result = await conn.execute(delete_leftovers(after, upto, batch_size))
-            except SQLAlchemyError as exc:
-                raise _unavailable(exc, "sweep leftover memory facts") from exc
+            async with _changing(self.engine, "sweep leftover memory facts") as conn:
+                window = [tuple(key) for key in (await conn.execute(leftover_window(after, batch_size))).all()]
+                upto = window[0] if len(window) > 1 else None  # none past it: this batch runs to the end
+                result = await conn.execute(delete_leftovers(after, upto, batch_size))
             total += int(result.rowcount or 0)
             if upto is None:
                 return total
@@ -391,12 +408,9 @@ class MemoryStore:
         holds, with their facts."""
         total = Forgotten(0, 0)
         while True:
-            try:
-                async with self.engine.begin() as conn:
-                    keys = (await conn.execute(delete_expired(now, batch_size, where))).all()
-                    dropped = await _delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
-            except SQLAlchemyError as exc:
-                raise _unavailable(exc, "sweep expired memory") from exc
+            async with _changing(self.engine, "sweep expired memory") as conn:
+                keys = (await conn.execute(delete_expired(now, batch_size, where))).all()
+                dropped = await _delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
             total = Forgotten(total.memories + len(keys), total.facts + dropped)
             if len(keys) < batch_size:
                 return total
