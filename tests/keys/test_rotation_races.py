@@ -6,6 +6,7 @@ the bound erasure receipts give for backups."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import boto3
 import psycopg
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.engine import create_engine
@@ -131,3 +132,36 @@ async def test_a_rotation_whose_new_kek_another_rotation_retires_meanwhile_moves
     for user, blob in sealed.items():
         assert await KeyService.from_settings(engine, Settings()).open(user, blob, "memory/facts") == \
             f"{user}'s words".encode()
+
+
+@pytest.mark.postgres
+async def test_a_worker_granted_only_select_and_insert_on_the_key_tables_makes_a_new_users_key_beside_rotations(
+    postgres_url: str
+) -> None:
+    # The grants operations.md gives workers on the key tables (and the fence's table, read): a row lock on the
+    # key-encryption key (FOR SHARE) would need UPDATE; the lock a rotation waits on needs none.
+    admin = create_engine(postgres_url)
+    await upgrade(admin)
+    await KeyService.from_settings(admin, Settings()).seal("alice", b"her words", "memory/facts")
+    role = f"ts_key_worker_{os.getpid()}"
+    async with admin.begin() as conn:
+        await conn.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        await conn.execute(text(f"GRANT USAGE ON SCHEMA public TO {role}"))
+        await conn.execute(text(f"GRANT SELECT, INSERT ON ts_data_keys, ts_key_encryption_keys TO {role}"))
+        await conn.execute(text(f"GRANT SELECT ON ts_user_holds TO {role}"))
+    scheme, _, rest = postgres_url.partition("://")
+    worker = create_engine(f"{scheme}://{role}@{rest.partition('@')[2]}")
+    try:
+        keys = KeyService.from_settings(worker, Settings())
+        blob = await keys.seal("dave", b"his words", "memory/facts")
+        rotated = await rotate(KeyService.from_settings(admin, Settings()), retire_days=7)
+        assert await keys.seal("erin", b"hers", "memory/facts")
+        assert await _keks(admin) == dict.fromkeys(("alice", "dave", "erin"), rotated.kek_id)
+        assert await KeyService.from_settings(admin, Settings()).open("dave", blob, "memory/facts") == b"his words"
+    finally:
+        await worker.dispose()
+        async with admin.begin() as conn:
+            await conn.execute(text(f"DROP OWNED BY {role}"))
+            await conn.execute(text(f"DROP ROLE {role}"))
+        await admin.dispose()

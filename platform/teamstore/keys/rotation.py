@@ -21,8 +21,8 @@ A KEK is destroyed only once no data key names it; a damaged row keeps its KEK a
 back no later rotation).
 
 Nothing is written under a KEK once its retirement is committed: a new user's key and a rotation's batch are each
-written only while their KEK is current, checked in the writing transaction (on Postgres under a share lock on the
-KEK's row, :func:`~teamstore.keys.schema.hold_current`). So a rotation's last batch read finds every key still to
+written only while their KEK is current, checked in the writing transaction (on Postgres under an advisory lock a
+retirement takes alone, :func:`~teamstore.keys.schema.hold_current`). So a rotation's last batch read finds every key still to
 move, no straggler makes the next rotation take itself for an unfinished one, and ``retire``'s count of the keys
 under a KEK cannot be overtaken by a write before it destroys the KEK. A rotation whose KEK another rotation
 retired goes on under that one's.
@@ -55,7 +55,7 @@ from teamstore.keys.failures import AGAIN, RETIRE_AGAIN, store_failed
 from teamstore.keys.kek import KMS
 from teamstore.keys.kms import DELETION_WINDOW_DAYS
 from teamstore.keys.marks import mark, refusal
-from teamstore.keys.schema import data_keys, hold_current, is_current, key_encryption_keys
+from teamstore.keys.schema import data_keys, hold_current, is_current, key_encryption_keys, retiring
 from teamstore.keys.service import KeyService
 from teamstore.keys.unrecorded import Unrecorded, retire_unrecorded
 
@@ -229,6 +229,7 @@ async def _make_current(engine: AsyncEngine, current: str, kek_id: str, retire_d
     now = shared_now(dialect)
     try:
         async with engine.begin() as conn:
+            await retiring(conn)
             retired = await conn.execute(update(key_encryption_keys).where(
                 k.retired_at.is_(None), k.kek_id == current).values(
                 retired_at=now, destroy_after=shared_later(dialect, timedelta(days=retire_days))))

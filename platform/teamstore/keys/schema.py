@@ -14,7 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Column, ColumnElement, DateTime, Index, LargeBinary, String, Table, exists, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ColumnElement,
+    DateTime,
+    Index,
+    LargeBinary,
+    String,
+    Table,
+    exists,
+    func,
+    literal,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from teamstore.db.metadata import metadata
@@ -53,18 +66,30 @@ def is_current(kek_id: Any) -> ColumnElement[bool]:
     return exists().where(k.kek_id == kek_id, k.retired_at.is_(None))
 
 
+KEK_LOCK = 7_460_617_270_003
+"""The advisory lock key (Postgres) that writes of data keys take shared and a rotation takes alone as it retires a
+key-encryption key (:func:`hold_current`, :func:`retiring`)."""
+
+
 async def hold_current(conn: AsyncConnection, kek_id: str) -> bool:
     """Whether ``kek_id`` is current, kept so until ``conn``'s transaction ends; call it first in a transaction that
     writes data keys under ``kek_id``, whose statements also carry :func:`is_current`.
 
-    On Postgres the KEK's row is locked ``FOR SHARE``: a rotation retiring it waits for this transaction to commit
-    and then reads what it wrote, and this waits for a retirement under way and then sees it. Without the lock a
-    data key written under a KEK just as a rotation retired it would commit after the rotation read it, and stay
-    under the retired KEK. SQLite writes one transaction at a time, so the check in the writing statement is
-    enough there.
+    On Postgres it takes :data:`KEK_LOCK` shared, which a rotation takes alone to retire a KEK (:func:`retiring`):
+    the rotation waits for this transaction to commit and then reads what it wrote, and this waits for a
+    retirement under way and then sees it. Without the lock a data key written under a KEK just as a rotation
+    retired it would commit after the rotation read it, and stay under the retired KEK. An advisory lock needs no
+    grant beyond the workers' SELECT and INSERT, as a row lock on the KEK (``FOR SHARE``: UPDATE) would. SQLite
+    writes one transaction at a time, so the check in the writing statement is enough there.
     """
     if conn.dialect.name != "postgresql":
         return True
-    k = key_encryption_keys.c
-    query = select(k.kek_id).where(k.kek_id == kek_id, k.retired_at.is_(None)).with_for_update(read=True)
-    return (await conn.execute(query)).first() is not None
+    await conn.execute(select(func.pg_advisory_xact_lock_shared(literal(KEK_LOCK, BigInteger()))))
+    return bool(await conn.scalar(select(is_current(kek_id))))  # a statement of its own: it sees a retirement
+
+
+async def retiring(conn: AsyncConnection) -> None:
+    """Wait for every write of data keys under way, and hold new ones back, until ``conn``'s transaction ends
+    (Postgres; :func:`hold_current`): call it first in the transaction that retires a key-encryption key."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(select(func.pg_advisory_xact_lock(literal(KEK_LOCK, BigInteger()))))
