@@ -28,6 +28,14 @@ async def _expire(platform: Platform) -> None:
         await conn.execute(update(sessions).values(expires_at=datetime.now(UTC) - timedelta(days=1)))
 
 
+async def _saved_then_expired(platform: Platform, registry: Registry) -> None:
+    """The team registered, the first request's state saved, and its TTL run out."""
+    register(registry)
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        await s.run(FIRST)
+    await _expire(platform)
+
+
 async def _knows_the_secret(platform: Platform) -> tuple[str, bool]:
     """Open the session again: its resume outcome, and whether its team holds the expired words."""
     async with platform.session("alice", "s1", team=TEAM) as s:
@@ -57,10 +65,7 @@ async def test_an_expired_session_whose_old_run_is_ended_as_it_opens_does_not_re
 async def test_a_run_abandoned_in_an_expired_session_goes_on_from_nothing(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register(registry)
-    async with platform.session("alice", "s1", team=TEAM) as s:
-        await s.run(FIRST)
-    await _expire(platform)
+    await _saved_then_expired(platform, registry)
     assert await _knows_the_secret(platform) == ("expired", False)  # only opened: nothing written, still expired
     with counted_calls(monkeypatch) as calls:
         calls.fail_at = 3
@@ -81,10 +86,7 @@ async def test_a_run_abandoned_in_an_expired_session_goes_on_from_nothing(
 async def test_a_run_abandoned_in_the_block_that_found_the_session_expired_goes_on_from_nothing(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register(registry)
-    async with platform.session("alice", "s1", team=TEAM) as s:
-        await s.run(FIRST)
-    await _expire(platform)
+    await _saved_then_expired(platform, registry)
     with counted_calls(monkeypatch) as calls:
         calls.fail_at = 3
         async with platform.session("alice", "s1", team=TEAM) as s:

@@ -31,7 +31,7 @@ from teamstore.state.base import Claim, SessionKey, StoredSession
 from teamstore.state.factory import store_for
 from teamstore.state.schema import sessions
 from tests.conftest import fits_with_ids_whole
-from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
+from tests.runtime.checkpoint_teams import TEAM, TURNS, Calls, counted_calls, register
 from tests.runtime.conftest import renamed_manifest, without_memory
 
 runner = CliRunner()
@@ -488,6 +488,13 @@ async def _listed_rows() -> list[StoredSession]:
         await engine.dispose()
 
 
+def _saved_then_interrupted(calls: Calls, ids: list[str]) -> None:
+    """A state saved, then a run that stops after its first turns: its checkpoint beside the state."""
+    assert runner.invoke(app, ["run", *ids, "My line drops"]).exit_code == 0
+    calls.fail_at = calls.made + 3
+    assert runner.invoke(app, ["run", *ids, "again"]).exit_code == 1
+
+
 def test_a_listing_says_a_sealed_state_was_not_opened_and_show_opens_it(
     registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -495,9 +502,7 @@ def test_a_listing_says_a_sealed_state_was_not_opened_and_show_opens_it(
     register(registry)
     ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
     with counted_calls(monkeypatch) as calls:
-        assert runner.invoke(app, ["run", *ids, "My line drops"]).exit_code == 0  # a state saved
-        calls.fail_at = calls.made + 3
-        assert runner.invoke(app, ["run", *ids, "again"]).exit_code == 1  # a checkpoint beside it
+        _saved_then_interrupted(calls, ids)
     (listed,) = json.loads(runner.invoke(app, ["sessions", "list", "--json"]).stdout)
     assert listed["agents"] == SEALED and listed["checkpoint"] == SEALED
     shown = runner.invoke(app, ["sessions", "show", "--user", "alice", "--session", "s1", "--json"])
@@ -713,9 +718,7 @@ def test_a_state_restored_with_the_run_it_had_interrupted_lets_that_run_go_on(
     register(registry)
     ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
     with counted_calls(monkeypatch) as calls:
-        assert runner.invoke(app, ["run", *ids, "My line drops"]).exit_code == 0  # a state saved
-        calls.fail_at = calls.made + 3
-        assert runner.invoke(app, ["run", *ids, "again"]).exit_code == 1  # a checkpoint beside it
+        _saved_then_interrupted(calls, ids)
         asyncio.run(_set_aside_whole_row())
         (kept,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
         done = runner.invoke(app, ["sessions", "restore", str(kept["id"])], env={"COLUMNS": "200"})
