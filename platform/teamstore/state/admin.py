@@ -10,7 +10,8 @@ It runs SQLAlchemy Core statements on the engine (both databases); what differs 
 lease comes in as :class:`teamstore.state.statements.LeaseRules`. Leases and expiries are compared on
 the clock they were written on (:func:`teamstore.db.clock.shared_now`: on Postgres, the server's). A
 restore or a delete takes the session's lease through the store that holds this admin, as a run takes it,
-so neither ever overlaps a run. The backends expose these methods through :class:`AdminMethods`.
+so neither ever overlaps a run. The backends expose these methods through
+:class:`teamstore.state.admin_methods.AdminMethods`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from teamstore.state.base import (
     StateStore,
     StoredSession,
 )
-from teamstore.state.failures import check_key, erased_in_flight, erasure_open, unavailable
+from teamstore.state.failures import check_key, erased_in_flight, erasure_open, kept_for_restore, unavailable
 from teamstore.state.lease_mode import LeaseModeCheck
 from teamstore.state.listing import cursor_of, listing, position
 from teamstore.state.rows import quarantined, stored
@@ -328,7 +329,7 @@ class SessionAdmin:
         if row.state is None and row.checkpoint is None:
             return None
         if not replace:
-            raise _kept_for_restore(row)
+            raise kept_for_restore(row)
         if ending is not None and row.checkpoint is not None:  # the restore's save would clear it: the run ends
             await ending(row)
         return await self.store.quarantine(
@@ -477,20 +478,6 @@ class SessionAdmin:
         )
 
 
-def _kept_for_restore(row: StoredSession) -> StaleStateVersion:
-    """Why a restore without ``replace`` leaves the session's ``row`` as it is."""
-    holds = [] if row.state is None else [f"a state saved after this one was set aside (row version {row.row_version})"]
-    if row.checkpoint is not None:
-        holds.append("an interrupted run's checkpoint (a run that stopped mid-way and can still be continued)")
-    return StaleStateVersion(
-        f"the session holds {', and '.join(holds)}: nothing was restored",
-        hint="continue or abandon the run first ('teamstore run --continue' or '--abandon'), or pass --replace "
-        "(replace=True) to quarantine what the session holds (its run recorded as ended, its checkpoint kept "
-        "in the quarantine) and restore this state" if row.checkpoint is not None else
-        "pass --replace (replace=True) to quarantine that state and restore this one",
-    )
-
-
 def _quarantine_source(
     row: StoredSession, state: str | None, checkpoint_only: bool, reason: str, detail: str, now: Any, kept: Any
 ) -> tuple[list[str], Any]:
@@ -507,66 +494,3 @@ def _quarantine_source(
     values = [(v if isinstance(v, ColumnElement) else literal(v, q[name].type)).label(name)
               for name, v in record.items()]
     return list(record), select(*values).where(kept, ~held(row.user_id))
-
-
-class AdminMethods:
-    """The maintenance methods of :class:`teamstore.state.base.StateStore`, forwarded to the backend's
-    :class:`SessionAdmin` (so each backend writes only its hot path)."""
-
-    admin: SessionAdmin
-
-    async def quarantine(
-        self, row: StoredSession, *, owner: str, reason: str, detail: str, checkpoint_only: bool = False
-    ) -> int:
-        """See :meth:`SessionAdmin.quarantine`."""
-        return await self.admin.quarantine(row, owner=owner, reason=reason, detail=detail,
-                                           checkpoint_only=checkpoint_only)
-
-    async def restore_quarantined(
-        self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0,
-        retention: timedelta | None = None, ending: Ending | None = None,
-    ) -> Restored:
-        """See :meth:`SessionAdmin.restore_quarantined`."""
-        return await self.admin.restore_quarantined(quarantine_id, ttl=ttl, replace=replace, wait_seconds=wait_seconds,
-                                                    retention=retention, ending=ending)
-
-    async def delete_session(
-        self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None
-    ) -> bool:
-        """See :meth:`SessionAdmin.delete_session`."""
-        return await self.admin.delete_session(key, wait_seconds=wait_seconds, ending=ending)
-
-    async def get(self, key: SessionKey) -> StoredSession | None:
-        """See :meth:`SessionAdmin.get`."""
-        return await self.admin.get(key)
-
-    async def list_sessions(self, user_id: str | None = None, limit: int = 100) -> list[StoredSession]:
-        """See :meth:`SessionAdmin.list_sessions`."""
-        return await self.admin.list_sessions(user_id, limit)
-
-    async def list_sessions_page(
-        self, user_id: str | None = None, limit: int = 100, *, after: str | None = None
-    ) -> SessionPage:
-        """See :meth:`SessionAdmin.list_sessions_page`."""
-        return await self.admin.list_sessions_page(user_id, limit, after=after)
-
-    async def live_sessions(self, user_id: str) -> int:
-        """See :meth:`SessionAdmin.live_sessions`."""
-        return await self.admin.live_sessions(user_id)
-
-    async def list_quarantined(self, user_id: str | None = None, limit: int = 100) -> list[QuarantinedRow]:
-        """See :meth:`SessionAdmin.list_quarantined`."""
-        return await self.admin.list_quarantined(user_id, limit)
-
-    async def get_quarantined(self, quarantine_id: int) -> QuarantinedRow | None:
-        """See :meth:`SessionAdmin.get_quarantined`."""
-        return await self.admin.get_quarantined(quarantine_id)
-
-    async def sweep_expired(self, *, batch_size: int = 500, ending: Ending | None = None) -> int:
-        """See :meth:`SessionAdmin.sweep_expired`."""
-        return await self.admin.sweep_expired(batch_size=batch_size, ending=ending)
-
-    async def check_lease_mode(self) -> None:
-        """Refuse to lease sessions on a database that records the other kind of lease or another migration (see
-        :class:`teamstore.state.lease_mode.LeaseModeCheck`)."""
-        await self.admin.check()

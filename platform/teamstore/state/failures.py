@@ -9,9 +9,9 @@
 from __future__ import annotations
 
 from teamstore.db.engine import describe_failure, failure_hint
-from teamstore.errors import ErasureInProgress, SessionBusy, StoreUnavailable
+from teamstore.errors import ErasureInProgress, SessionBusy, StaleStateVersion, StoreUnavailable
 from teamstore.ids import check_id
-from teamstore.state.base import SessionKey
+from teamstore.state.base import SessionKey, StoredSession
 
 
 def check_key(key: SessionKey) -> None:
@@ -69,4 +69,18 @@ def landing_unknown(what: str, hint: str | None = None) -> StoreUnavailable:
         f"{what}: whether the write left unanswered landed is not known",
         hint=(f"{hint}; " if hint else "") + "check the database's load and pg_stat_activity; the session's next "
         "opening reads whatever its row holds",
+    )
+
+
+def kept_for_restore(row: StoredSession) -> StaleStateVersion:
+    """Why a restore without ``replace`` leaves the session's ``row`` as it is."""
+    holds = [] if row.state is None else [f"a state saved after this one was set aside (row version {row.row_version})"]
+    if row.checkpoint is not None:
+        holds.append("an interrupted run's checkpoint (a run that stopped mid-way and can still be continued)")
+    return StaleStateVersion(
+        f"the session holds {', and '.join(holds)}: nothing was restored",
+        hint="continue or abandon the run first ('teamstore run --continue' or '--abandon'), or pass --replace "
+        "(replace=True) to quarantine what the session holds (its run recorded as ended, its checkpoint kept "
+        "in the quarantine) and restore this state" if row.checkpoint is not None else
+        "pass --replace (replace=True) to quarantine that state and restore this one",
     )

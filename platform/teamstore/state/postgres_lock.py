@@ -54,7 +54,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.errors import StaleStateVersion, StoreUnavailable, TooManySessions
 from teamstore.state import statements as sql
-from teamstore.state.admin import AdminMethods, SessionAdmin
+from teamstore.state.admin import SessionAdmin
+from teamstore.state.admin_methods import AdminMethods
 from teamstore.state.base import (
     SETTLE_SECONDS,
     CheckpointRecord,

@@ -37,7 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import now_utc
 from teamstore.state import statements as sql
-from teamstore.state.admin import AdminMethods, SessionAdmin
+from teamstore.state.admin import SessionAdmin
+from teamstore.state.admin_methods import AdminMethods
 from teamstore.state.base import (
     SETTLE_SECONDS,
     CheckpointRecord,
