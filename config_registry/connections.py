@@ -55,13 +55,14 @@ def connection_pairs(value: str) -> list[tuple[str, str]] | None:
 def split_url(value: str) -> tuple[str, list[tuple[str, str]]] | None:
     """A URL without its JDBC prefix, and the ``;``-separated properties SQL Server's JDBC driver reads after
     its host (``jdbc:sqlserver://db:1433;user=sa;password=pw``); ``None`` when ``value`` is not one URL.
-    A ``;`` that does not start such properties (a path parameter) stays in the URL."""
+    Only a JDBC URL has such properties: elsewhere a ``;`` starts a path parameter
+    (``https://host/v1;jsessionid=...?api_key=...``), and the URL, its query and fragment included, stays whole."""
     match = _URL.match(value)
     if match is None:
         return None
     url = match.group(1)
     head, semicolon, tail = url.partition(";")
-    properties = _parse(_SEMICOLON_PAIR, tail) if semicolon else None
+    properties = _parse(_SEMICOLON_PAIR, tail) if semicolon and value[:5].lower() == "jdbc:" else None
     return (head, properties) if properties is not None else (url, [])
 
 

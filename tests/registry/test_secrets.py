@@ -603,6 +603,9 @@ def test_settings_names_and_urls_that_hold_no_credential_are_stored(registry: Re
         ("HOOK_URL", "https://hooks.example/run?secret=hunter2", "query parameter 'secret'"),
         ("FEED_URL", "wss://feed.example/stream?token=hunter2", "query parameter 'token'"),
         ("SEARCH_URL", "https://search.example/v1?q=x&api_key=hunter2", "query parameter 'api_key'"),
+        # A path parameter before the query or the fragment: no JDBC properties, the URL is read whole.
+        ("API_URL", "https://api.example.com/v1;jsessionid=abc123?api_key=hunter2", "query parameter 'api_key'"),
+        ("API_URL", "https://api.example.com/v1;v=2#access_token=hunter2", "query parameter 'access_token'"),
     ],
 )
 def test_a_database_password_in_any_common_connection_string_form_is_refused_whatever_the_variable(

@@ -78,7 +78,8 @@ Forget = Callable[[datetime], Awaitable[tuple[int, int] | None]]
 """Forgets the users nothing is left of, once the rest is swept (given the sweep's reference time); how many it
 forgot, and how many it found quiet but kept, or ``None`` when another sweep is forgetting them (the
 composition root hands in :func:`teamstore.erasure.quiet.forget_quiet_users`)."""
-BUSY = "another retention sweep is forgetting quiet users: this one left them to it"
+BUSY = ("another retention sweep is forgetting quiet users: this one left them to it (if none runs, the sweep's "
+        "lock was left on a server connection of a transaction-mode pooler: run the sweep on a direct connection)")
 FORGET = "forget_quiet_users"
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -177,7 +177,11 @@ class DirectPool:
         try:
             async with asyncio.timeout(max(budget, _OPEN_SECONDS)):
                 conn = await psycopg.AsyncConnection.connect(self._url, **self._kwargs, **self._name())
-                await conn.execute(UTC_SESSION)  # as the engine's connections are
+                try:
+                    await conn.execute(UTC_SESSION)  # as the engine's connections are
+                except BaseException:
+                    await conn.close()  # not left open on the server until it is collected
+                    raise
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreUnavailable(
                 "could not connect to the state database",
