@@ -392,6 +392,17 @@ async def test_a_new_request_id_that_is_blank_or_has_spaces_around_it_is_refused
     assert (await coordinator(engine, folder).status(" REQ-8")).status is RequestStatus.COMPLETED
 
 
+@pytest.mark.parametrize("field, value", [("request_id", 4711), ("request_id", b"REQ-7"), ("reason", 17)])
+async def test_a_request_id_or_reason_given_as_no_string_through_the_api_is_refused_by_its_type(
+    engine: AsyncEngine, folder: LocalTranscriptStore, field: str, value: Any
+) -> None:
+    await get_or_create_subject(engine, "ivy")
+    given = {"request_id": "REQ-7", field: value}
+    with pytest.raises(InvalidIdentifier, match=f"is a string, not {type(value).__name__}"):
+        await coordinator(engine, folder).run("ivy", **given)
+    assert await list_requests(engine) == [] and await find_subject(engine, "ivy") is not None
+
+
 async def test_text_kept_with_a_request_that_names_its_user_is_refused_before_anything_is_written(
     engine: AsyncEngine, folder: LocalTranscriptStore
 ) -> None:

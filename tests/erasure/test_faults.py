@@ -523,6 +523,27 @@ async def test_a_held_request_finishes_on_its_rerun_after_the_user_started_over(
     await store.close()
 
 
+@pytest.mark.s3
+async def test_a_held_request_whose_rerun_failed_still_finishes_once_the_user_started_over(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    store, subject, _, held = await _with_first_held(engine, "erin", 2)
+    assert (await coordinator(engine, store).run("erin", request_id="req-held")).status is RequestStatus.RETAINED_UNDER_HOLD
+    await get_or_create_subject(engine, "erin")  # erin comes back
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    unreachable = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{free_port()}", config=Config(
+        connect_timeout=0.3, read_timeout=0.3, retries={"total_max_attempts": 1}))
+    failed = await coordinator(engine, S3TranscriptStore(unreachable, store.bucket, "audit")).run(
+        "erin", request_id="req-held")  # S3 out for the rerun
+    assert failed.status is RequestStatus.FAILED
+
+    after = await coordinator(engine, store).run("erin", request_id="req-held")  # was refused as "finished"
+
+    assert after.ok and after.stores["transcripts"].status is StepStatus.ERASED
+    assert await store.list_keys(subject_prefix(subject)) == []
+    await store.close()
+
+
 @pytest.mark.postgres
 async def test_a_rerun_that_meets_an_open_session_keeps_the_counts_of_what_was_erased_before(
     postgres_url: str, registry: Registry, folder: LocalTranscriptStore

@@ -194,7 +194,9 @@ class DeletionCoordinator:
         Raises:
             ErasureConflict: The request is finished and ``user_id`` has data it does not cover.
         """
-        held = row.status is RequestStatus.RETAINED_UNDER_HOLD  # its rerun only finishes its own subject
+        # A held request (or one whose rerun after the hold failed, the fence lifted and the user forgotten
+        # already) only finishes its own subject: the user's data since is not its business.
+        held = row.status is RequestStatus.RETAINED_UNDER_HOLD or row.status not in FINISHED
         if row.user_id is None and not held and await self._holds_data(user_id, row.subject_key):
             # A finished request forgot whose it was. Its receipt would not cover this data (another
             # user's, or this user's since the erasure), so it is not handed out as if it did.

@@ -71,8 +71,12 @@ def check_request_id(request_id: str) -> str:
     """Refuse request ids that cannot be stored exactly.
 
     Raises:
-        InvalidIdentifier: Empty, longer than 128 characters, holding control characters, or not UTF-8.
+        InvalidIdentifier: Not a string, empty, longer than 128 characters, holding control characters, or not
+            UTF-8.
     """
+    if not isinstance(request_id, str):
+        raise InvalidIdentifier(f"a request id is a string, not {type(request_id).__name__}",
+                                hint="give the request id as text, as `teamstore erase` prints it")
     if (not request_id or len(request_id) > REQUEST_ID or any(ord(c) < 32 for c in request_id)
             or lone_surrogate(request_id) is not None):
         raise InvalidIdentifier(
@@ -111,10 +115,14 @@ def check_reason(reason: str | None) -> str | None:
     text; no driver sends a lone surrogate).
 
     Raises:
-        InvalidIdentifier: The reason is blank, too long, or holds NUL or undecodable bytes (a lone surrogate).
+        InvalidIdentifier: The reason is not a string, is blank, too long, or holds NUL or undecodable bytes (a
+            lone surrogate).
     """
     if reason is None:
         return None
+    if not isinstance(reason, str):
+        raise InvalidIdentifier(f"the reason is a string, not {type(reason).__name__}",
+                                hint="give the reason as a line of text, or leave it out")
     if not reason.strip() or len(reason) > MAX_REASON_CHARS:
         raise InvalidIdentifier(
             "the reason is blank" if not reason.strip() else
