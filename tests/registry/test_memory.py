@@ -157,8 +157,10 @@ def test_the_command_line_declares_memory_and_refuses_json_that_is_not_an_object
     result = runner.invoke(app, [*add, "--memory", json.dumps(MEMORY), "--json"])
     assert result.exit_code == 0, result.output
     shown = runner.invoke(app, ["registry", "show", "support_triage"])
-    assert "memory: on, scope support_triage, given to triage, researcher, written by triage's model" in \
-        " ".join(shown.stdout.split())
+    said = " ".join(shown.stdout.split())
+    assert "memory: on, scope support_triage, given to triage, researcher, written by triage's model" in said
+    assert said.endswith("retention the runtime default") or "retention the runtime default " in said
+    assert "default days" not in said and "None" not in said
     for bad, says in (("[1]", "--memory is not a JSON object"), ('{"writer": "triage"}', "participants"),
                       ('{"participants": ["triage"], "writer": "triage",}', "--memory is not JSON: Expecting "
                        "property name"),

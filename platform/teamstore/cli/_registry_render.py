@@ -65,7 +65,7 @@ def render_definition(data: dict[str, Any]) -> None:
     )
     console.print(
         f"persist: {plain(', '.join(manifest['persist']) or '-')}   "
-        f"context_bound: {manifest['context_bound']}   "
+        f"context_bound: {manifest['context_bound'] if manifest['context_bound'] is not None else '-'}   "
         f"state_ttl_days: {manifest['state_ttl_days'] or 'the runtime default'}   "
         f"checkpoints: {manifest['checkpoints']}"
     )
@@ -95,7 +95,7 @@ def _render_memory(name: str, memory: dict[str, Any] | None) -> None:
         f"memory: {'on' if memory['enabled'] else 'off'}, scope {memory['scope'] or name}, given to "
         f"{', '.join(memory['participants'])}, written by {memory['writer']}'s model client, summary "
         f"{memory['summary_tokens']} tokens, facts {facts}, retention "
-        f"{memory['retention_days'] or 'the runtime default'} days"))
+        f"{str(memory['retention_days']) + ' days' if memory['retention_days'] else 'the runtime default'}"))
 
 
 def render_history(rows: list[dict[str, Any]]) -> None:
