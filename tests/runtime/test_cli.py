@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, update
+from sqlalchemy import delete, insert, select, update
 from typer.testing import CliRunner
 
 from config_registry import Registry
@@ -29,7 +29,7 @@ from teamstore.runtime.inspect import SEALED, describe_agents, describe_checkpoi
 from teamstore.settings import Settings
 from teamstore.state.base import Claim, SessionKey, StoredSession
 from teamstore.state.factory import store_for
-from teamstore.state.schema import sessions
+from teamstore.state.schema import quarantine, sessions
 from tests.conftest import fits_with_ids_whole
 from tests.runtime.checkpoint_teams import TEAM, TURNS, Calls, counted_calls, register
 from tests.runtime.conftest import renamed_manifest, without_memory
@@ -686,7 +686,7 @@ def test_a_restore_over_an_interrupted_run_records_the_run_and_keeps_its_checkpo
     assert runner.invoke(app, ["sessions", "show", "--user", "alice", "--session", "s1", "--json"]).exit_code == 0
     done = runner.invoke(app, ["sessions", "restore", str(kept["id"]), "--replace", "--json"])
     assert done.exit_code == 0, done.output
-    assert json.loads(done.stdout)["checkpoint"] is None
+    assert json.loads(done.stdout)["checkpoint_kept"] is False
     shown = runner.invoke(app, ["transcripts", "show", "--user", "alice", "--session", "s1", "--json"])
     (run,) = [r for r in json.loads(shown.stdout)["runs"] if r["run"]["team"] == TEAM]
     assert run["run"]["error"] == "RunInterrupted" and run["run"]["stop_reason"] == "replaced after turn 2"
@@ -711,10 +711,11 @@ async def _set_aside_whole_row() -> None:
         await engine.dispose()
 
 
-def test_a_state_restored_with_the_run_it_had_interrupted_lets_that_run_go_on(
+def test_a_state_restored_from_beside_an_interrupted_run_comes_back_alone_and_its_checkpoint_stays_aside(
     registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Restoring such a row put back its state alone and deleted the row, the run's checkpoint copy with it.
+    # The restore put the run's checkpoint back beside its state, to be continued: a run recorded as ended when it
+    # was set aside, whose continuation no transcript would then take.
     register(registry)
     ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
     with counted_calls(monkeypatch) as calls:
@@ -723,9 +724,62 @@ def test_a_state_restored_with_the_run_it_had_interrupted_lets_that_run_go_on(
         (kept,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
         done = runner.invoke(app, ["sessions", "restore", str(kept["id"])], env={"COLUMNS": "200"})
         assert done.exit_code == 0, done.output
-        assert "with the run it had interrupted (stopped after turn 2): 'teamstore run --continue'" in done.output
-        assert json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout) == []
+        assert (f"the checkpoint of the run it had interrupted (recorded as ended) stays in quarantine as "
+                f"{kept['id']}") in done.output and "--continue" not in done.output
+        (still,) = json.loads(runner.invoke(app, ["sessions", "quarantine", "--json"]).stdout)
+        assert still["id"] == kept["id"] and still["state_bytes"] == 0
+        assert still["checkpoint_bytes"] == kept["checkpoint_bytes"] > 0
+        again = runner.invoke(app, ["sessions", "restore", str(kept["id"])])
+        assert again.exit_code == 1 and "its state was restored already" in " ".join(again.output.split())
         calls.fail_at = None
-        continued = runner.invoke(app, ["run", *ids, "--continue", "--json"])
-    assert continued.exit_code == 0, continued.output
-    assert json.loads(continued.stdout)["continued"]["last_turn"] == 2
+        refused = runner.invoke(app, ["run", *ids, "--continue"])
+        assert refused.exit_code == 1 and "no interrupted run" in refused.output
+        resumed = runner.invoke(app, ["run", *ids, "and now?", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["resume"]["outcome"] == "resumed"
+
+
+async def _copy_state_to_quarantine() -> int:
+    """Set a copy of alice's saved state aside (as if refused), leaving her session as it is."""
+    engine = create_engine(Settings().resolved_database_url)
+    try:
+        async with engine.begin() as conn:
+            (row,) = (await conn.execute(select(sessions))).mappings().all()
+            copied = {name: row[name] for name in ("user_id", "session_id", "team", "team_version", "schema_version",
+                                                   "agentchat_version", "fingerprints", "state", "state_bytes",
+                                                   "row_version")}
+            added = await conn.execute(insert(quarantine).values(
+                **copied, reason="corrupt", detail="a copy", quarantined_at=datetime.now(UTC)))
+            return int(added.inserted_primary_key[0])
+    finally:
+        await engine.dispose()
+
+
+def test_a_run_ended_by_a_restore_is_not_continued_once_the_state_it_replaced_is_restored(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Restoring the replaced row put the run back, and `run --continue` completed it, while its transcript stayed
+    # the one the replace wrote ("replaced after turn 2"): the later turns and the result were in no transcript.
+    register(registry)
+    ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
+    with counted_calls(monkeypatch) as calls:
+        assert runner.invoke(app, ["run", *ids, "My line drops"]).exit_code == 0
+        copy = asyncio.run(_copy_state_to_quarantine())
+        calls.fail_at = calls.made + 3
+        assert runner.invoke(app, ["run", *ids, "again"]).exit_code == 1  # stopped after its second turn
+        first = runner.invoke(app, ["sessions", "restore", str(copy), "--replace", "--json"])
+        assert first.exit_code == 0, first.output
+        replaced = json.loads(first.stdout)["replaced_by"]
+        back = runner.invoke(app, ["sessions", "restore", str(replaced), "--replace", "--json"])
+        assert back.exit_code == 0, back.output
+        assert json.loads(back.stdout)["checkpoint_kept"] is True
+        calls.fail_at = None
+        refused = runner.invoke(app, ["run", *ids, "--continue"])
+    assert refused.exit_code == 1 and "no interrupted run" in refused.output
+    shown = runner.invoke(app, ["transcripts", "show", "--user", "alice", "--session", "s1", "--json"])
+    runs = [r["run"] for r in json.loads(shown.stdout)["runs"] if r["run"]["team"] == TEAM]
+    assert sorted((r["error"], r["stop_reason"]) for r in runs if r["error"] is not None) == [
+        ("RunInterrupted", "replaced after turn 2")]
+    assert len(runs) == 2  # the first run, complete, and the replaced one, ended: no continuation of it
+    (ended,) = [r for r in json.loads(shown.stdout)["runs"] if r["run"]["error"] is not None]
+    assert len(ended["items"]) == 3

@@ -166,7 +166,9 @@ async def test_a_session_holding_an_interrupted_run_is_not_restored_into_unless_
     assert aside.checkpoint_bytes > 0 and aside.state_bytes == 0  # the run's checkpoint, kept
 
 
-async def test_a_replaced_state_and_checkpoint_come_back_together_and_the_run_can_go_on(store: StateStore) -> None:
+async def _replaced_with_its_run(store: StateStore) -> tuple[int, Endings]:
+    """A state refused, the session going on fresh with a state and a run that stopped mid-way, then the first
+    state restored over them (``--replace``): returns the quarantine id now holding the fresh state and run."""
     qid = await _quarantined(store)
     row = await acquire(store, KEY, owner="w3")  # fresh: it saved a state, then a run of it stopped mid-way
     await store.save(KEY, owner="w3", expected_version=row.row_version, record=record('{"new":1}'), release=False)
@@ -176,17 +178,54 @@ async def test_a_replaced_state_and_checkpoint_come_back_together_and_the_run_ca
         await store.restore_quarantined(qid, ttl=TTL)
     ended = Endings()
     first = await store.restore_quarantined(qid, ttl=TTL, replace=True, ending=ended)
-    assert [r.checkpoint for r in ended.rows] == ['{"turn":4}']
+    assert [r.checkpoint for r in ended.rows] == ['{"turn":4}'] and not first.checkpoint_kept
     assert first.replaced_by is not None
+    return first.replaced_by, ended
 
-    # Restoring what was replaced puts the run back beside the state it ran on: nothing of it was lost.
-    again = await store.restore_quarantined(first.replaced_by, ttl=TTL, replace=True, ending=ended)
-    assert again.session.state == '{"new":1}' and again.session.checkpoint == '{"turn":4}'
+
+async def test_a_replaced_state_comes_back_alone_and_its_ended_runs_checkpoint_stays_in_quarantine(
+    store: StateStore,
+) -> None:
+    # The restore put the checkpoint back beside the state: the run, recorded as ended when it was replaced, was
+    # then continued, and that continuation's turns and result went into no transcript.
+    replaced_by, ended = await _replaced_with_its_run(store)
+    again = await store.restore_quarantined(replaced_by, ttl=TTL, replace=True, ending=ended)
+    assert again.session.state == '{"new":1}' and again.session.checkpoint is None and again.checkpoint_kept
     assert len(ended.rows) == 1  # the state it replaced held no run
-    assert [q.state_bytes > 0 for q in await store.list_quarantined()] == [True]  # the first state, set aside
-    resumed = await acquire(store, KEY, owner="w4")  # the next worker finds the run interrupted
-    assert resumed.state == '{"new":1}' and resumed.checkpoint == '{"turn":4}'
+    kept = await store.get_quarantined(replaced_by)  # the run's checkpoint, kept until the retention removes it
+    assert kept is not None and kept.state_bytes == 0 and kept.checkpoint_bytes > 0
+    assert kept.reason == "replaced" and "its state was restored" in kept.detail
+    assert {q.id for q in await store.list_quarantined()} == {replaced_by, again.replaced_by}
+    resumed = await acquire(store, KEY, owner="w4")  # the next worker resumes the state, with no run to continue
+    assert resumed.state == '{"new":1}' and resumed.checkpoint is None
     assert resumed.expires_at is not None and resumed.expires_at > datetime.now(UTC) + timedelta(days=2.9)
+    await store.release(KEY, owner="w4", discard_empty=False)
+    with pytest.raises(QuarantineNotFound, match="its state was restored already"):
+        await store.restore_quarantined(replaced_by, ttl=TTL, replace=True, ending=ended)
+    assert (await store.get(KEY)).state == '{"new":1}'  # type: ignore[union-attr]
+
+
+async def test_two_restores_of_a_state_beside_a_checkpoint_restore_it_once(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its quarantine row stays for the checkpoint: the restore waiting on the lease must find its state gone.
+    replaced_by, ended = await _replaced_with_its_run(store)
+    save = store.save
+
+    async def slow_save(*args: Any, **kwargs: Any) -> int:
+        version = await save(*args, **kwargs)
+        await asyncio.sleep(0.3)
+        return version
+
+    monkeypatch.setattr(store, "save", slow_save)
+    first, second = await asyncio.gather(
+        store.restore_quarantined(replaced_by, ttl=TTL, replace=True, wait_seconds=5, ending=ended),
+        store.restore_quarantined(replaced_by, ttl=TTL, replace=True, wait_seconds=5, ending=ended),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in (first, second)) == ["QuarantineNotFound", "Restored"]
+    assert (await store.get(KEY)).state == '{"new":1}'  # type: ignore[union-attr]
+    assert len(await store.list_quarantined()) == 2  # the first state, set aside once; the run's checkpoint
 
 
 async def test_a_state_past_the_quarantines_retention_is_not_restored(store: StateStore) -> None:

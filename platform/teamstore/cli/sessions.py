@@ -217,9 +217,9 @@ def restore_quarantined(
                                  "saved since, an interrupted run (recorded as ended, its checkpoint kept)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Put a quarantined state back as its session's state (with the interrupted run it held, which can then be
-    continued); the next run validates it again. Its sizes are given as `sessions show` gives them: stored
-    (what `sessions quarantine` lists) and opened."""
+    """Put a quarantined state back as its session's state; the next run validates it again. The checkpoint of
+    a run it had interrupted stays in the quarantine (that run was recorded as ended when it was set aside).
+    Its sizes are given as `sessions show` gives them: stored (what `sessions quarantine` lists) and opened."""
 
     from teamstore.runtime.inspect import describe_session
 
@@ -233,22 +233,20 @@ def restore_quarantined(
         return {"restored": quarantine_id, "user_id": row.user_id, "session_id": row.session_id, "team": row.team,
                 "team_version": row.team_version, "row_version": row.row_version,
                 "state_bytes": shown["state_bytes"], "opened_state_bytes": shown["opened_state_bytes"],
-                "checkpoint": shown["checkpoint"], "replaced_by": restored.replaced_by}
+                "checkpoint_kept": restored.checkpoint_kept, "replaced_by": restored.replaced_by}
 
     # Only a database that exists holds quarantined states; the platform checks the schema as it opens.
     data = with_app_stoppable(go, must_exist=True, migrate=False, said="the session's lease was given back; "
-                              "`teamstore sessions quarantine` lists the state if it was not restored",
-                              fix="restore it again if it is still listed")
+                              "`teamstore sessions quarantine` still lists its state (stored bytes above 0) if it "
+                              "was not restored", fix="restore it again if its state is still listed")
 
     def render(d: dict[str, Any]) -> None:
         console.print(plain(f"restored quarantined state {d['restored']} to user {d['user_id']!r} session "
                              f"{d['session_id']!r} ({d['team']}@{d['team_version']}, {_sizes(d)}, "
                              f"row version {d['row_version']})"))
-        ran = d["checkpoint"]
-        if ran is not None:
-            after = f"stopped after turn {ran['last_turn']}" if isinstance(ran, dict) else ran
-            console.print(plain(f"with the run it had interrupted ({after}): 'teamstore run --continue' continues "
-                                "it, '--abandon' gives it up"))
+        if d["checkpoint_kept"]:
+            console.print(f"the checkpoint of the run it had interrupted (recorded as ended) stays in quarantine as "
+                          f"{d['restored']}, until the quarantine's retention deletes it")
         if d["replaced_by"] is not None:
             console.print(f"what it replaced is quarantined as {d['replaced_by']}")
 

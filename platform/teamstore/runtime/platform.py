@@ -304,9 +304,10 @@ class Platform:
         refused it. The next session validates it again against the team it builds, and refuses it
         again (back to quarantine) if it still does not fit.
 
-        A quarantined copy of the checkpoint of a run the state had interrupted goes back with it, so the run
-        can be continued; with ``replace``, an interrupted run the session holds now is recorded first, as
-        deleting its session would record it, and its checkpoint quarantined with the session's state.
+        The state goes back alone: a copy of the checkpoint of a run it had interrupted stays in the quarantine
+        (the run was recorded as ended when it was set aside, so it is not continued). With ``replace``, an
+        interrupted run the session holds now is recorded first, as deleting its session would record it, and
+        its checkpoint quarantined with the session's state.
 
         Args:
             quarantine_id: The quarantined row (``store.list_quarantined()``).

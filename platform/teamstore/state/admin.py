@@ -38,7 +38,6 @@ from teamstore.errors import (
 from teamstore.ids import check_id
 from teamstore.state import statements as sql
 from teamstore.state.base import (
-    CheckpointRecord,
     Claim,
     Ending,
     QuarantinedRow,
@@ -221,10 +220,10 @@ class SessionAdmin:
         The session's lease is taken as a run would take it, so a restore never overlaps a run, and
         nothing is lost on the way. What the session holds now (a state it saved since, or an interrupted
         run's checkpoint) is kept unless ``replace`` is given; with it, that is quarantined in turn (reason
-        ``replaced``), the interrupted run handed to ``ending`` first, as a delete hands it. A quarantined
-        copy of an interrupted run's checkpoint goes back with its state, so that run can be continued. The
-        quarantine row is deleted only after the writes, and before the lease is given back, so two restores
-        of one state restore it once.
+        ``replaced``), the interrupted run handed to ``ending`` first, as a delete hands it. The state goes back
+        alone: a run's checkpoint beside it stays in the quarantine row (that run ended as it was set aside).
+        The row is deleted (or its state cleared) only after the save, and before the lease is given back, so
+        two restores of one state restore it once.
 
         Args:
             quarantine_id: The row to restore (``teamstore sessions quarantine`` lists them).
@@ -255,27 +254,36 @@ class SessionAdmin:
             replaced_by = await self._set_aside_for_restore(row, owner, quarantine_id, replace, ending)
             # On this host's clock, as every save's: the statement writes it as a length from the database's now.
             expires_at = now_utc() + ttl
-            version = await self.store.save(key, owner=owner, expected_version=row.row_version, release=False,
-                                            record=SaveRecord(*saved_as, q["state"], expires_at))
-            if q["checkpoint"] is not None:  # the save cleared the row's: the run goes back beside its state
-                await self.store.checkpoint(key, owner=owner, expected_version=version,
-                                            record=CheckpointRecord(*saved_as, q["checkpoint"], expires_at))
-            # Still under the lease, so a second restore waiting on it finds the row gone, not restores it again.
-            try:
-                async with self.engine.begin() as conn:
-                    await conn.execute(delete(quarantine).where(quarantine.c.id == quarantine_id))
-            except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
-                raise unavailable(exc, "remove the restored row from quarantine") from exc
+            await self.store.save(key, owner=owner, expected_version=row.row_version, release=False,
+                                  record=SaveRecord(*saved_as, q["state"], expires_at))
+            # Still under the lease, so a second restore waiting on it finds the state gone, not restores it again.
+            await self._take_out_of_quarantine(q)
             await self.store.release(key, owner=owner, discard_empty=False)
         restored = await self.get(key)
         assert restored is not None
-        return Restored(restored, replaced_by)
+        return Restored(restored, replaced_by, checkpoint_kept=q["checkpoint"] is not None)
+
+    async def _take_out_of_quarantine(self, q: RowMapping) -> None:
+        """Delete the restored state's quarantine row ``q``; one holding a checkpoint (of a run ended as it was
+        set aside: recorded then, and not continued) is kept, its state cleared, until the retention removes it.
+
+        Raises:
+            StoreUnavailable: The database failed: the state is restored, and its quarantined copy stays too.
+        """
+        by_id = quarantine.c.id == q["id"]
+        stmt = delete(quarantine).where(by_id) if q["checkpoint"] is None else update(quarantine).where(by_id).values(
+            state=None, state_bytes=0, detail=f"{q['detail']}; its state was restored, its run's checkpoint kept")
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(stmt)
+        except SQLAlchemyError as exc:  # restored all the same; the quarantined copy stays behind
+            raise unavailable(exc, "remove the restored state from quarantine") from exc
 
     async def _quarantined_state(self, quarantine_id: int) -> RowMapping:
         """The quarantine row ``quarantine_id``, if it holds a state to restore.
 
         Raises:
-            QuarantineNotFound: No row has this id, or it holds only a checkpoint.
+            QuarantineNotFound: No row has this id, or it holds no state (only a checkpoint).
         """
         by_id = quarantine.c.id == quarantine_id
         rows = await self._fetch(select(quarantine).where(by_id)) if _valid_quarantine_id(quarantine_id) else []
@@ -287,9 +295,11 @@ class SessionAdmin:
         q = rows[0]._mapping
         if q["state"] is None:
             raise QuarantineNotFound(
-                f"quarantined row {quarantine_id} holds an interrupted run's checkpoint and no state: there is "
-                "no state to restore (a checkpoint applies only to the run and version that wrote it)",
-                hint="delete it with the session, or leave it to the quarantine's retention",
+                f"quarantined row {quarantine_id} holds no state to restore, only an interrupted run's checkpoint "
+                "(its state was restored already, or the checkpoint was set aside alone): that run ended when it "
+                "was set aside, and its checkpoint is not put back",
+                hint="leave it to the quarantine's retention (TEAMSTORE_QUARANTINE_RETENTION_DAYS), which "
+                "deletes it; 'teamstore sessions quarantine' lists the states that can be restored",
             )
         return q
 
@@ -301,8 +311,9 @@ class SessionAdmin:
             QuarantineNotFound: It was restored or erased meanwhile, or it is due for deletion.
         """
         now = shared_now_as(self.engine.dialect.name, quarantine.c.quarantined_at.type).label("now")
-        rows = await self._fetch(select(quarantine.c.quarantined_at, now).where(quarantine.c.id == quarantine_id),
-                                 "read the quarantined state")
+        # Its state, not only the row: a row that keeps a checkpoint stays once its state was restored.
+        rows = await self._fetch(select(quarantine.c.quarantined_at, now).where(
+            quarantine.c.id == quarantine_id, quarantine.c.state.is_not(None)), "read the quarantined state")
         if not rows:
             raise QuarantineNotFound(f"quarantined state {quarantine_id} was restored or erased meanwhile")
         found = rows[0]._mapping

@@ -235,6 +235,9 @@ class Restored:
 
     session: StoredSession
     replaced_by: int | None  # the quarantine id now holding the state the restore set aside, if any
+    checkpoint_kept: bool = False
+    """Whether the restored row stays in the quarantine, its state cleared, with the checkpoint of the run its
+    state had interrupted: that run was recorded as ended when it was set aside, and is not put back."""
 
 
 Ending = Callable[[StoredSession], Awaitable[None]]
@@ -344,10 +347,11 @@ class StateStore(Protocol):
         self, quarantine_id: int, *, ttl: timedelta, replace: bool = False, wait_seconds: float = 0.0,
         retention: timedelta | None = None, ending: Ending | None = None,
     ) -> Restored:
-        """Put a quarantined state back as its session's state (and the checkpoint of the run it had
-        interrupted, if its copy holds one), under the session's lease. What the session holds now is refused
-        unless ``replace``, then quarantined in turn, an interrupted run's row handed to ``ending`` first. A
-        row set aside longer than ``retention`` ago is refused: the next sweep deletes it."""
+        """Put a quarantined state back as its session's state, under the session's lease, without the
+        checkpoint of a run it had interrupted (that stays in the quarantine row: the run was recorded as
+        ended). What the session holds now is refused unless ``replace``, then quarantined in turn, an
+        interrupted run's row handed to ``ending`` first. A row set aside longer than ``retention`` ago is
+        refused: the next sweep deletes it."""
         ...
 
     async def delete_session(

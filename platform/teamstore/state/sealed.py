@@ -299,7 +299,7 @@ class SealedStateStore:
                                                         ending=self._opening(ending))
         row = restored.session
         opened = await self._opened(row, await self.keys.data_key(row.user_id, create=False))
-        return Restored(opened, restored.replaced_by)
+        return Restored(opened, restored.replaced_by, restored.checkpoint_kept)
 
     async def delete_session(
         self, key: SessionKey, *, wait_seconds: float = 0.0, ending: Ending | None = None
