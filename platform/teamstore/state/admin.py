@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import ColumnElement, Row, RowMapping, case, delete, exists, insert, literal, select, update
+from sqlalchemy import Row, RowMapping, case, delete, exists, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -51,7 +51,7 @@ from teamstore.state.base import (
 from teamstore.state.failures import check_key, erased_in_flight, erasure_open, kept_for_restore, unavailable
 from teamstore.state.lease_mode import LeaseModeCheck
 from teamstore.state.listing import cursor_of, listing, position
-from teamstore.state.rows import quarantined, stored
+from teamstore.state.rows import quarantine_source, quarantined, stored
 from teamstore.state.schema import quarantine, sessions
 
 _BRIEF_LEASE_SECONDS = 60.0  # a restore or a delete holds the session for a few statements (held_briefly)
@@ -174,7 +174,7 @@ class SessionAdmin:
         key = SessionKey(row.user_id, row.session_id)
         state = None if checkpoint_only else row.state
         kept = exists().where(*sql.is_key(key.user_id, key.session_id), *self.rules.owned(owner))
-        stmt = insert(quarantine).from_select(*_quarantine_source(row, state, checkpoint_only, reason, detail,
+        stmt = insert(quarantine).from_select(*quarantine_source(row, state, checkpoint_only, reason, detail,
                                                                   self._now(), kept)).returning(quarantine.c.id)
         cleared: dict[str, Any] = {"checkpoint": None, "checkpoint_bytes": 0}
         if not checkpoint_only:
@@ -488,20 +488,3 @@ class SessionAdmin:
             hint="reload the session and run again; raise lease_ttl_seconds if runs outlive the lease",
         )
 
-
-def _quarantine_source(
-    row: StoredSession, state: str | None, checkpoint_only: bool, reason: str, detail: str, now: Any, kept: Any
-) -> tuple[list[str], Any]:
-    """The columns of ``row``'s quarantine copy, and the one-row ``SELECT`` of their values that
-    :meth:`SessionAdmin.quarantine` inserts: none unless ``kept`` holds and no erasure holds the user."""
-    q = quarantine.c
-    record: dict[str, Any] = {
-        "user_id": row.user_id, "session_id": row.session_id, "reason": reason[:64], "detail": detail,
-        "team": row.team, "team_version": row.team_version, "schema_version": row.schema_version,
-        "agentchat_version": row.agentchat_version, "fingerprints": dict(row.fingerprints or {}),
-        "state": state, "state_bytes": 0 if checkpoint_only else row.state_bytes,
-        "row_version": row.row_version, "quarantined_at": now, "checkpoint": row.checkpoint,
-    }
-    values = [(v if isinstance(v, ColumnElement) else literal(v, q[name].type)).label(name)
-              for name, v in record.items()]
-    return list(record), select(*values).where(kept, ~held(row.user_id))

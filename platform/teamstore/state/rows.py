@@ -1,4 +1,5 @@
-"""Rows to records and records to parameters, once for every backend. Pure: nothing here touches a database.
+"""Rows to records and records to parameters (a row to its quarantine copy too), once for every backend.
+Pure: nothing here touches a database.
 
     from teamstore.state.rows import save_params, stored
 
@@ -17,9 +18,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import RowMapping
+from sqlalchemy import ColumnElement, RowMapping, literal, select
 
 from teamstore.db.clock import now_utc, utc
+from teamstore.db.fence import held
 from teamstore.state.base import (
     CheckpointRecord,
     Claim,
@@ -30,7 +32,7 @@ from teamstore.state.base import (
     checked,
     read_fingerprints,
 )
-from teamstore.state.schema import DAMAGED, JsonText
+from teamstore.state.schema import DAMAGED, JsonText, quarantine
 
 _STAND_INS: dict[str, Any] = {"schema_version": 0, "state_bytes": 0, "row_version": 0, "created_at": None,
                               "updated_at": None, "expires_at": None}
@@ -157,3 +159,22 @@ def checkpoint_params(
         "v_checkpoint": text, "v_checkpoint_bytes": len(text.encode()) if text is not None else 0,
         "v_state_expired": record.state_expired, **_expiry(now, record),
     }
+
+
+def quarantine_source(
+    row: StoredSession, state: str | None, checkpoint_only: bool, reason: str, detail: str, now: Any, kept: Any
+) -> tuple[list[str], Any]:
+    """The columns of ``row``'s quarantine copy, and the one-row ``SELECT`` of their values that
+    :meth:`teamstore.state.admin.SessionAdmin.quarantine` inserts: none unless ``kept`` holds and no erasure
+    holds the user."""
+    q = quarantine.c
+    record: dict[str, Any] = {
+        "user_id": row.user_id, "session_id": row.session_id, "reason": reason[:64], "detail": detail,
+        "team": row.team, "team_version": row.team_version, "schema_version": row.schema_version,
+        "agentchat_version": row.agentchat_version, "fingerprints": dict(row.fingerprints or {}),
+        "state": state, "state_bytes": 0 if checkpoint_only else row.state_bytes,
+        "row_version": row.row_version, "quarantined_at": now, "checkpoint": row.checkpoint,
+    }
+    values = [(v if isinstance(v, ColumnElement) else literal(v, q[name].type)).label(name)
+              for name, v in record.items()]
+    return list(record), select(*values).where(kept, ~held(row.user_id))
