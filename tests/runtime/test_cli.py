@@ -22,10 +22,13 @@ from typer.testing import CliRunner
 
 from config_registry import Registry
 from teamstore import examples
+from teamstore.app import App
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import head_revision
+from teamstore.events import drain_observers
 from teamstore.runtime.inspect import SEALED, describe_agents, describe_checkpoint
+from teamstore.runtime.interruptions import report_set_aside
 from teamstore.settings import Settings
 from teamstore.state.base import Claim, SessionKey, StoredSession
 from teamstore.state.factory import store_for
@@ -696,19 +699,28 @@ def test_a_restore_over_an_interrupted_run_records_the_run_and_keeps_its_checkpo
 
 
 async def _set_aside_whole_row() -> None:
-    """Quarantine alice's session row, its state and its interrupted run's checkpoint, as a refusal at opening
-    does."""
-    engine = create_engine(Settings().resolved_database_url)
-    store = store_for(engine)
+    """Quarantine alice's session row, its state and its interrupted run's checkpoint, and record that run as
+    ended, as a refusal at opening does."""
+    app = App()
+    observers = app.audit_observers()
+    store = app.state_store
     try:
         (row,) = await store.list_sessions()
         claim = Claim(row.team, row.team_version, row.schema_version, row.agentchat_version, row.fingerprints)
         held = await store.acquire(SessionKey("alice", "s1"), claim, owner="w9", lease_ttl=60, wait_seconds=0)
         await store.quarantine(held, owner="w9", reason="definition_changed", detail="test")
+        await report_set_aside(observers, held, "definition_changed", "w9")
         await store.release(SessionKey("alice", "s1"), owner="w9", discard_empty=True)
     finally:
-        await store.aclose()
-        await engine.dispose()
+        await drain_observers(observers)
+        await app.aclose()
+
+
+def _ended_run() -> dict[str, Any]:
+    """The transcript of alice's one run that did not complete (set aside, or replaced)."""
+    shown = runner.invoke(app, ["transcripts", "show", "--user", "alice", "--session", "s1", "--json"])
+    (ended,) = [r for r in json.loads(shown.stdout)["runs"] if r["run"]["error"] is not None]
+    return ended  # type: ignore[no-any-return]
 
 
 def test_a_state_restored_from_beside_an_interrupted_run_comes_back_alone_and_its_checkpoint_stays_aside(
@@ -737,6 +749,7 @@ def test_a_state_restored_from_beside_an_interrupted_run_comes_back_alone_and_it
         resumed = runner.invoke(app, ["run", *ids, "and now?", "--json"])
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["resume"]["outcome"] == "resumed"
+    assert _ended_run()["run"]["stop_reason"] == "set aside after turn 2"  # as recorded when set aside
 
 
 async def _copy_state_to_quarantine() -> int:
@@ -781,5 +794,4 @@ def test_a_run_ended_by_a_restore_is_not_continued_once_the_state_it_replaced_is
     assert sorted((r["error"], r["stop_reason"]) for r in runs if r["error"] is not None) == [
         ("RunInterrupted", "replaced after turn 2")]
     assert len(runs) == 2  # the first run, complete, and the replaced one, ended: no continuation of it
-    (ended,) = [r for r in json.loads(shown.stdout)["runs"] if r["run"]["error"] is not None]
-    assert len(ended["items"]) == 3
+    assert len(_ended_run()["items"]) == 3
