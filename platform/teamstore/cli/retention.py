@@ -85,8 +85,7 @@ INCOMPLETE = 2
 """``retention sweep``'s exit status when a step failed and the others ran (:class:`RetentionIncomplete`)."""
 _COUNTS = (("transcripts", "transcripts"), ("outbox", "queued transcripts"), ("ledger_rows", "ledger rows"),
            ("session_ids", "session ids"), ("sessions", "expired sessions"), ("quarantined", "quarantined states"),
-           ("memories", "expired user memories"), ("memory_facts", "of their facts"),
-           ("memory_leftover_facts", "leftover memory facts"))
+           ("memories", "expired user memories"), ("memory_leftover_facts", "leftover memory facts"))
 
 
 @retention_app.command("sweep")
@@ -122,7 +121,8 @@ def retention_sweep(as_json: bool = JsonOption) -> None:
 
 def _swept(d: dict[str, Any]) -> str:
     """The sweep's sentence: the counts of the steps that ran, the steps that failed or did not run."""
-    counts = [f"{d[key]} {label}" for key, label in _COUNTS if d[key] is not None]
+    counts = [f"{d[key]} {label}" + (f" ({d['memory_facts']} facts)" if key == "memories" else "")
+              for key, label in _COUNTS if d[key] is not None]
     said = "removed " + ", ".join(counts) if counts else "removed nothing"
     if d["held_transcripts"]:
         said += f"; {d['held_transcripts']} transcripts past retention kept by a hold"
