@@ -22,7 +22,7 @@ import pkgutil
 import re
 import shlex
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
@@ -90,6 +90,18 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 # ... unless its value is left for the program to expand from its own environment (``${AUTH_TOKEN}``).
 _PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
+# A value that sets variables for a command, as the shell writes it ("PGPASSWORD=pw psql -h db", "env
+# MYSQL_PWD=pw mysql", or the assignment alone): the names are an environment's, in upper case, as
+# "token=abc" in a sentence is not ...
+_ENVIRONMENT_PREFIX = re.compile(r"\s*(?:(?:env|export)\s+)?[A-Z_][A-Z0-9_]*=")
+_ENVIRONMENT_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_SETTERS = frozenset({"env", "export"})
+# ... and a password glued to the MySQL and MariaDB clients' -p ("mysql -uapp -ppw", "mysqldump -ppw"; a bare
+# -p asks for it), where other programs' -p is a port ("redis-cli -p6379"): read only after one of them.
+_MYSQL_PROGRAM = re.compile(r"(?:.*/)?(?:mysql|mariadb)(?:-?[a-z]+)?(?:\.exe)?", re.IGNORECASE)
+_MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
+_COMMAND_SEPARATORS = frozenset({";", "&&", "||", "|", "&"})
+_GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
 # How a header or variable is written as a JSON object of its own: {"name": "X-Api-Key", "value": "..."}.
@@ -164,8 +176,9 @@ def value_credential(value: str) -> str | None:
     """What makes a string a credential whatever its field is called: an authorization value
     (``Bearer ...``, also a bearer token quoted in other text), a known credential shape anywhere in it
     (detect-secrets' detectors: AWS, GitHub, GitLab, Slack, Stripe, JWTs, private-key blocks ...; and
-    ``sk-...``, ``AIza...``, ``hf_...``), or a secret part of a connection string (``...;Password=...;``,
-    libpq's ``host=db password=...``); ``None`` for any other string."""
+    ``sk-...``, ``AIza...``, ``hf_...``), a secret part of a connection string (``...;Password=...;``,
+    libpq's ``host=db password=...``), or a secret variable the value sets as the shell does
+    (``PGPASSWORD=...``, alone or before a command); ``None`` for any other string."""
     authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
     if authorization and _looks_random(value.split()[-1]):
         return "an HTTP authorization value"
@@ -174,7 +187,34 @@ def value_credential(value: str) -> str | None:
     shape = known_shape(value)
     if shape is not None:
         return f"what looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape}"
-    return _connection_credential(value)
+    return _connection_credential(value) or _environment_credential(value)
+
+
+def _environment_credential(value: str) -> str | None:
+    """A secret variable among those ``value`` sets before its command, as the shell writes them
+    (``PGPASSWORD=... psql -h db``, ``env MYSQL_PWD=... mysql``), or as the whole of it (``PGPASSWORD=...``).
+    Only upper-case names count: ``token=abc`` in a sentence is prose, and ``set PGPASSWORD in your env``
+    sets nothing."""
+    if not _ENVIRONMENT_PREFIX.match(value):
+        return None
+    words = _shell_words(value)
+    for word in words[1:] if words[0] in _SETTERS else words:
+        assignment = _ASSIGNMENT.fullmatch(word)
+        if assignment is None:  # the command: what follows is its arguments
+            return None
+        if _ENVIRONMENT_NAME.fullmatch(assignment.group(1)):
+            found = _argument_credential(word)
+            if found is not None:
+                return found
+    return None
+
+
+def _shell_words(text: str) -> list[str]:
+    """``text`` split as a POSIX shell splits it; at its spaces when a quote is left unclosed."""
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
 
 
 def _connection_credential(value: str) -> str | None:
@@ -230,11 +270,14 @@ def _looks_random(text: str) -> bool:
 
 def flag_credential(items: list[Any], index: int) -> str | None:
     """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
-    the item after a bare ``--token``; or sets a secret variable or header (``API_KEY=VALUE``,
+    the item after a bare ``--token``, or ``-pVALUE`` after a MySQL or MariaDB client (``mysql``,
+    ``mysqldump``, ``mariadb-dump`` ...); or sets a secret variable or header (``API_KEY=VALUE``,
     ``Authorization: Bearer VALUE``); ``None`` otherwise, and for a ``${VAR}`` the server expands."""
     item = items[index]
     if not isinstance(item, str) or not item:
         return None
+    if _mysql_password(items, index):
+        return _GLUED_PASSWORD
     match = _FLAG.fullmatch(item)
     if match and match.group(2) and is_secret_field(match.group(1)) and not _PLACEHOLDER.fullmatch(match.group(2)):
         return f"the value of the flag '--{match.group(1)}'"
@@ -248,16 +291,27 @@ def flag_credential(items: list[Any], index: int) -> str | None:
 def command_line_credential(text: str) -> str | None:
     """What :func:`flag_credential` finds in any word of one argument that holds a whole command line
     (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it; ``None`` otherwise."""
-    try:
-        words = shlex.split(text)
-    except ValueError:  # an unclosed quote: the words as they stand
-        words = text.split()
+    words = _shell_words(text)
     if len(words) < 2:
         return None
     found = next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
     # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL).
     found = found or next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
     return f"{found}, inside a command line" if found else None
+
+
+def _mysql_password(items: list[Any], index: int) -> bool:
+    """Whether item ``index`` is a password glued to ``-p`` (``-phunter2``, not ``-p${DB_PASSWORD}``) in the
+    arguments of a MySQL or MariaDB client named before it in the same command."""
+    glued = _MYSQL_PASSWORD.fullmatch(items[index])
+    if glued is None or _PLACEHOLDER.fullmatch(glued.group(1)):
+        return False
+    for before in reversed(items[:index]):
+        if not isinstance(before, str) or before in _COMMAND_SEPARATORS:
+            return False
+        if _MYSQL_PROGRAM.fullmatch(before):
+            return True
+    return False
 
 
 def _argument_credential(text: str) -> str | None:
@@ -362,17 +416,36 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
     if found is None and isinstance(value, str) and _is_argument(path, parent):
         found = command_line_credential(value)
     if found is not None:
-        raise DefinitionInvalid(
-            f"holds a plaintext secret ({found}); the registry never stores secrets",
-            field=f"config.{path}",
-            hint=f"take the value from the environment: --secret {path}=env:VARIABLE",
-        )
+        _refuse_plaintext(path, found)
+
+
+def _refuse_plaintext(path: str, found: str) -> NoReturn:
+    raise DefinitionInvalid(
+        f"holds a plaintext secret ({found}); the registry never stores secrets",
+        field=f"config.{path}",
+        hint=f"take the value from the environment: --secret {path}=env:VARIABLE",
+    )
 
 
 def _is_argument(path: str, parent: Any) -> bool:
     """An item of an ``args`` list (an MCP stdio server's), where one item may be a whole command line for a
-    shell (``["-c", "tool --api-key VALUE serve"]``); other lists hold prose that may mention a flag."""
+    shell (``["-c", "tool --api-key VALUE serve"]``), or the ``command`` beside such a list, which may be a
+    whole command line itself; other lists and fields hold prose that may mention a flag."""
+    if isinstance(parent, dict):
+        return path.rsplit(".", 1)[-1] == "command" and isinstance(parent.get("args"), list)
     return isinstance(parent, list) and path.rsplit(".", 2)[-2:-1] == ["args"]
+
+
+def _check_program_arguments(path: str, key: str, value: Any, parent: Any, secrets: Mapping[str, str]) -> None:
+    """Refuse what an argument means only after the server's ``command`` (``"command": "mysql", "args":
+    ["-uapp", "-pVALUE"]``), unless a reference is declared in its place."""
+    command = parent.get("command") if isinstance(parent, dict) and key == "args" else None
+    if not isinstance(command, str) or not isinstance(value, list):
+        return
+    words = [command, *value]
+    for index in range(len(value)):
+        if f"{path}.{index}" not in secrets and isinstance(value[index], str) and _mysql_password(words, index + 1):
+            _refuse_plaintext(f"{path}.{index}", _GLUED_PASSWORD)
 
 
 def _check_key(path: str, key: str, parent: Any) -> None:
@@ -431,6 +504,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
             _set(parent, key, {REFERENCE_KEY: secrets[path]})
         else:
             _check_undeclared(path, key, value, parent)
+            _check_program_arguments(path, key, value, parent, secrets)
     missing = sorted(set(secrets) - found)
     if missing:
         raise DefinitionInvalid(

@@ -287,6 +287,8 @@ def test_a_secret_flag_inside_one_shell_string_of_an_mcp_server_is_refused(
     [
         ("postgres-mcp --dsn 'host=db user=app password=hunter2-SECRET'", "a connection string's 'password'"),
         ("db-mcp jdbc:postgresql://db/app?user=app&password=hunter2-SECRET", "the query parameter 'password'"),
+        ("psql 'password=hunter2-SECRET' -c 'select 1'", "the value of the variable 'password'"),
+        ("mysql --password=hunter2-SECRET -e 'select 1'", "the value of the flag '--password'"),
     ],
 )
 def test_a_connection_string_inside_one_shell_string_of_an_mcp_server_is_refused(
@@ -296,6 +298,100 @@ def test_a_connection_string_inside_one_shell_string_of_an_mcp_server_is_refused
     assert refused.field == "config.workbench.0.config.server_params.args.1"
     assert f"plaintext secret ({what}, inside a command line)" in refused.message
     assert "hunter2" not in str(refused)
+
+
+def _refused_server(registry: Registry, command: str, args: list[str], env: dict[str, str] | None = None
+                    ) -> DefinitionInvalid:
+    """The error registering an agent whose MCP stdio server runs ``command`` with ``args`` and ``env`` raises."""
+    server = _stdio_server(args)
+    server["config"]["server_params"] |= {"command": command, "env": env or {}}  # type: ignore[index]
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [server]
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, manifest, "database tool")
+    assert "hunter2" not in str(caught.value) and "hunter2" not in _everything(registry)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "field"),
+    [
+        ("mysql", ["-h", "db", "-u", "app", "-phunter2-SECRET", "crm"], "args.4"),
+        ("/usr/bin/mysqldump", ["-uapp", "-phunter2-SECRET", "crm"], "args.1"),
+        ("docker", ["exec", "db", "mariadb-dump", "-phunter2-SECRET", "crm"], "args.3"),
+        ("sh", ["-c", "mysql -h db -uapp -phunter2-SECRET crm < /srv/schema.sql"], "args.1"),
+        ("sh", ["-c", "cd /srv && mysqladmin -phunter2-SECRET status"], "args.1"),
+        ("mysql -h db -uapp -phunter2-SECRET crm", [], "command"),
+    ],
+)
+def test_a_password_glued_to_a_mysql_clients_p_is_refused(
+    registry: Registry, command: str, args: list[str], field: str
+) -> None:
+    refused = _refused_server(registry, command, args)
+    assert refused.field == f"config.workbench.0.config.server_params.{field}"
+    assert "plaintext secret (a password glued to the MySQL client's '-p'" in refused.message
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "field", "variable"),
+    [
+        ("db-mcp", {"LOG_LEVEL": "info", "SETUP": "PGPASSWORD=hunter2-SECRET"}, "env.SETUP", "PGPASSWORD"),
+        ("db-mcp", {"SETUP": "MYSQL_PWD=hunter2-SECRET"}, "env.SETUP", "MYSQL_PWD"),
+        ("db-mcp", {"SETUP": "export MYSQL_PWD='hunter2 SECRET'"}, "env.SETUP", "MYSQL_PWD"),
+        ("PGPASSWORD=hunter2-SECRET psql -h db -U app", {}, "command", "PGPASSWORD"),
+        ("env PGHOST=db MYSQL_PWD=hunter2-SECRET mysql -h db", {}, "command", "MYSQL_PWD"),
+    ],
+)
+def test_a_lone_database_password_variable_or_one_set_before_a_command_is_refused(
+    registry: Registry, command: str, env: dict[str, str], field: str, variable: str
+) -> None:
+    refused = _refused_server(registry, command, [], env)
+    assert refused.field == f"config.workbench.0.config.server_params.{field}"
+    assert f"plaintext secret (the value of the variable {variable!r}" in refused.message
+
+
+def test_a_password_in_a_system_message_set_as_the_shell_sets_it_is_refused(registry: Registry) -> None:
+    component = dump(_openai_agent())
+    component["config"]["system_message"] = "PGPASSWORD=hunter2-SECRET"
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "v1")
+    assert caught.value.field == "config.system_message"
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "env"),
+    [
+        ("redis-cli", ["-h", "cache", "-p6379"], {}),  # -p is a port here
+        ("sh", ["-c", "mysql -h db -e 'select 1' ; redis-cli -p6379 ping"], {}),
+        ("mysql", ["-h", "db", "-u", "app", "-p", "crm"], {}),  # a bare -p asks for the password
+        ("mysql", ["-uapp", "-p${MYSQL_PASSWORD}"], {}),
+        ("sh", ["-c", "PGPASSFILE=/run/secrets/pgpass psql -h db"], {"PGPASSFILE": "/run/secrets/pgpass"}),
+        ("PGPASSWORD=${DB_PASSWORD} psql -h db", [], {"HELP": "set PGPASSWORD in your env, or MYSQL_PWD"}),
+        ("db-mcp", [], {"SETUP": "PGHOST=db PGUSER=app", "NOTE": "password=hunter2 is what the docs say"}),
+    ],
+)
+def test_database_commands_that_leave_the_password_out_are_stored(
+    command: str, args: list[str], env: dict[str, str]
+) -> None:
+    server = _stdio_server(args)
+    server["config"]["server_params"] |= {"command": command, "env": env}  # type: ignore[index]
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [server]
+    component["config"]["description"] = "Set PGPASSWORD in your env before the team starts; psql reads it."
+    stored = apply_references(component, {KEY_PATH: "env:K"})  # what registration stores, before it loads the server
+    assert stored["config"]["workbench"][0]["config"]["server_params"] == server["config"]["server_params"]  # type: ignore[index]
+
+
+def test_a_declared_reference_stands_in_for_a_mysql_password_argument() -> None:
+    server = _stdio_server(["-uapp", "-phunter2-SECRET"])
+    server["config"]["server_params"]["command"] = "mysql"  # type: ignore[index]
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [server]
+    path = "workbench.0.config.server_params.args.1"
+    stored = apply_references(component, {KEY_PATH: "env:K", path: "env:MYSQL_PASSWORD_ARGUMENT"})
+    assert stored["config"]["workbench"][0]["config"]["server_params"]["args"][1] == {
+        "$secret": "env:MYSQL_PASSWORD_ARGUMENT"}
 
 
 @pytest.mark.parametrize(
