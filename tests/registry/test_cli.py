@@ -506,16 +506,40 @@ def test_every_argument_of_the_registry_commands_says_what_it_takes(command: str
     assert re.search(r"<str>\s+\[required\]", arguments) is None, arguments  # an argument with no help
 
 
-def test_a_file_over_the_size_limit_is_refused_before_it_is_parsed(registry_path: Path, tmp_path: Path) -> None:
-    from config_registry.registration import MAX_DEFINITION_BYTES
+def test_a_file_over_the_reading_bound_is_refused_before_it_is_parsed(registry_path: Path, tmp_path: Path) -> None:
+    from teamstore.cli._registry_options import MAX_FILE_BYTES
 
     component = triage_json()
-    component["config"]["participants"][0]["config"]["system_message"] = "word " * (MAX_DEFINITION_BYTES // 5)
+    component["config"]["participants"][0]["config"]["system_message"] = "word " * (MAX_FILE_BYTES // 5)
     team_file = tmp_path / "team.json"
     team_file.write_text(json.dumps(component))
     result = invoke(*ADD, "--file", str(team_file))
     assert result.exit_code == 1, result.output
     said = " ".join(result.output.split())
-    assert f"is {team_file.stat().st_size:,} bytes, over the 1,048,576-byte (1 MiB) limit on a team definition" in said
+    assert f"is {team_file.stat().st_size:,} bytes, over the 8,388,608-byte (8 MiB) limit on a definition file" in said
+    assert "the definition itself may take 1,048,576 bytes (1 MiB) as the registry stores it" in said
     assert "word word" not in said and "Traceback" not in said
     assert not registry_path.exists()
+
+
+def test_a_file_is_held_to_the_size_limit_by_its_definition_as_stored_as_registry_add_is(
+    registry_path: Path, tmp_path: Path
+) -> None:
+    from config_registry.registration import MAX_DEFINITION_BYTES
+
+    team_file = tmp_path / "team.json"
+    # Under 1 MiB as written, one line; over it as stored, each item on a line of its own.
+    component = triage_json()
+    component["config"]["participants"][0]["config"]["metadata"] = {"ids": [0] * (MAX_DEFINITION_BYTES // 8)}
+    team_file.write_text(json.dumps(component, separators=(",", ":")))
+    assert team_file.stat().st_size < MAX_DEFINITION_BYTES
+    result = invoke(*ADD, "--file", str(team_file))
+    assert result.exit_code == 1, result.output
+    assert "bytes of JSON as stored, over the 1,048,576-byte (1 MiB) limit" in " ".join(result.output.split())
+    assert not registry_path.exists()
+    # Over 1 MiB as written, an editor's wide indentation; a few KB as stored.
+    team_file.write_text(json.dumps(triage_json(), indent=" " * 4000))
+    assert team_file.stat().st_size > MAX_DEFINITION_BYTES
+    result = invoke(*ADD, "--file", str(team_file))
+    assert result.exit_code == 0, result.output
+    assert "registered support_triage" in result.stdout

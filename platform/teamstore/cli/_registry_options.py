@@ -25,6 +25,13 @@ if TYPE_CHECKING:
     from config_registry import Manifest
 
 
+MAX_FILE_BYTES = 8 * 1024 * 1024
+"""The most bytes ``registry add --file`` reads (8 MiB). The limit on a definition, 1 MiB, is on its JSON as the
+registry stores it (:data:`~config_registry.registration.MAX_DEFINITION_BYTES`), as for ``Registry.add``, and is
+checked once the file is parsed: a file indented wider than the registry's two spaces, or writing characters as
+``\\u`` escapes, holds more bytes than is stored. A file past this bound is refused unread."""
+
+
 def parse_secrets(values: list[str]) -> dict[str, str]:
     pairs: dict[str, str] = {}
     for value in values:
@@ -81,8 +88,8 @@ def read_component(path: Path) -> dict[str, Any]:
     """The JSON object in the ``--file`` at ``path``, read only up to the registry's size limit.
 
     Raises:
-        DefinitionInvalid: Naming ``file``: it cannot be read, is over
-            :data:`~config_registry.registration.MAX_DEFINITION_BYTES`, is not UTF-8 JSON, or holds no object.
+        DefinitionInvalid: Naming ``file``: it cannot be read, is over :data:`MAX_FILE_BYTES`, is not UTF-8
+            JSON, or holds no object. (Its definition over the registry's limit is refused when it is added.)
     """
     from config_registry.registration import parse_json
 
@@ -102,21 +109,23 @@ def read_component(path: Path) -> dict[str, Any]:
 
 
 def _read_bounded(path: Path) -> bytes:
-    """The bytes of ``path``, refused unread past the limit: a 20 MB file is neither held in memory nor parsed.
+    """The bytes of ``path``, refused unread past :data:`MAX_FILE_BYTES`: a 20 MB file is neither held in memory
+    nor parsed.
 
     Raises:
-        DefinitionInvalid: The file is over the limit.
+        DefinitionInvalid: The file is over the bound.
         OSError: It cannot be read.
     """
     from config_registry.registration import MAX_DEFINITION_BYTES, SIZE_HINT
 
     with path.open("rb") as handle:
-        data = handle.read(MAX_DEFINITION_BYTES + 1)
+        data = handle.read(MAX_FILE_BYTES + 1)
         size = os.fstat(handle.fileno()).st_size  # 0 for a pipe, whose size is known only by reading it
-    if len(data) > MAX_DEFINITION_BYTES:
-        said = f"is {size:,} bytes" if size > MAX_DEFINITION_BYTES else f"holds more than {MAX_DEFINITION_BYTES:,} bytes"
+    if len(data) > MAX_FILE_BYTES:
+        said = f"is {size:,} bytes" if size > MAX_FILE_BYTES else f"holds more than {MAX_FILE_BYTES:,} bytes"
         raise DefinitionInvalid(
-            f"{path} {said}, over the {MAX_DEFINITION_BYTES:,}-byte (1 MiB) limit on a team definition",
+            f"{path} {said}, over the {MAX_FILE_BYTES:,}-byte (8 MiB) limit on a definition file; the definition "
+            f"itself may take {MAX_DEFINITION_BYTES:,} bytes (1 MiB) as the registry stores it",
             field="file",
             hint=SIZE_HINT,
         )
