@@ -237,6 +237,30 @@ async def test_the_view_sums_costs_in_exact_decimals_on_postgres(engine: AsyncEn
         assert cost == pytest.approx(0.3)
 
 
+async def test_the_view_counts_a_sessions_calls_of_unknown_usage(engine: AsyncEngine) -> None:
+    # A session whose only calls failed or came back without usage, on a priced model: the view gave cost 0 and
+    # nothing said why.
+    prices = parse_prices({"version": "2026-11-30", "models": {
+        "tenth-model": [{"effective_from": "2020-01-01", "input": 0.1, "output": 0.0}]}})
+    await sync_prices(engine, prices)
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        for run, calls, failed, tokens, key in (("r1", 2, 2, 0, "unknown"), ("r2", 3, 1, 1_000_000, "partly"),
+                                                ("r3", 1, 0, 1_000_000, "known")):
+            await conn.execute(usage.insert().values(
+                run_id=run, agent="a", model="tenth-model", purpose="reply", calls=calls, failed_calls=failed,
+                input_tokens=tokens, output_tokens=0, team="t", team_version="v", session_key=key,
+                subject_key="s", stop_reason=None, ended_by_limit=False, run_failed=False, started_at=now,
+                finished_at=now, day=now.date()))
+    async with engine.connect() as conn:
+        rows = {r.session_key: r for r in (await conn.execute(text(
+            "SELECT session_key, model_calls, unknown_usage_calls, cost FROM session_costs"))).all()}
+    assert {k: (r.model_calls, r.unknown_usage_calls) for k, r in rows.items()} == {
+        "unknown": (2, 2), "partly": (3, 1), "known": (1, 0)}
+    assert [float(rows[k].cost) for k in ("unknown", "partly", "known")] == [0, pytest.approx(0.1),
+                                                                             pytest.approx(0.1)]
+
+
 def test_an_unknown_dimension_is_a_typed_error() -> None:
     with pytest.raises(ConfigurationError):
         import asyncio

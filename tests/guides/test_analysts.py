@@ -81,7 +81,7 @@ def test_every_command_of_the_guide_runs(ledger: Shell, s3_bucket: str) -> None:
 
 def test_the_session_costs_sql_runs_on_the_database(ledger: Shell) -> None:
     statements = _sql("session_costs")
-    assert len(statements) == 2
+    assert len(statements) == 3
 
     async def answered() -> list[list[Any]]:
         app = App(Settings())
@@ -91,11 +91,12 @@ def test_the_session_costs_sql_runs_on_the_database(ledger: Shell) -> None:
         finally:
             await app.aclose()
 
-    costliest, per_version = asyncio.run(answered())
+    costliest, per_version, unknown = asyncio.run(answered())
     assert len(costliest) == 6  # November's five sessions and alice's s1, the costliest first, unpriced last
     costs = [row.cost for row in costliest]
     assert costs[0] is not None and costs[-1] is None and costs.index(None) == len(costs) - costs.count(None)
     assert {(row.team, row.team_version) for row in per_version} >= {("support", "v1"), ("sales", "v2")}
+    assert all(row.unknown_usage_calls > 0 for row in unknown)
 
 
 DRAWN: list[tuple[Any, str]] = []
