@@ -6,15 +6,18 @@ nothing in a later opening, or in a run abandoned there, brings its words back."
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from autogen_agentchat.messages import TextMessage
 from sqlalchemy import update
 
 from config_registry import Registry
+from teamstore.errors import StoreUnavailable
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
 from teamstore.state.schema import sessions
-from tests.runtime.checkpoint_teams import TEAM, counted_calls, register
+from tests.runtime.checkpoint_teams import TEAM, TURNS, counted_calls, register
 
 TASK = "My line drops every evening since the storm."
 KEY = SessionKey("alice", "s1")
@@ -96,3 +99,45 @@ async def test_a_run_abandoned_in_the_block_that_found_the_session_expired_goes_
             await s.abandon_run()
             assert SECRET not in str(await s.team.save_state())
     assert await _knows_the_secret(platform) == ("new", False)
+
+
+def _one_turn(text: str) -> list[TextMessage]:
+    """A task of ``text`` and the earlier messages it quotes: the team's run stops after its first turn (at its
+    seventh message), so the run writes no checkpoint."""
+    quoted = [TextMessage(content=f"earlier note {i}", source="user") for i in range(1, TURNS)]
+    return [*quoted, TextMessage(content=text, source="user")]
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed-unanswered", "not-written"])
+async def test_a_save_left_unanswered_in_an_expired_session_keeps_what_it_saved_and_never_the_expired_state(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    # The session opens expired, and its first write is a save whose answer the database lost (it landed, or
+    # not). The next checkpoint write reads the row back first: a save that landed replaced the expired state,
+    # and that write keeps it; one that did not left the expired state, and that write clears it still.
+    await _saved_then_expired(platform, registry)
+    real = platform.store.save
+
+    async def answer_lost(*args: Any, **kwargs: Any) -> int:
+        if landed:
+            await real(*args, **kwargs)
+        raise StoreUnavailable("the connection closed before the commit's answer", hint="check the database")
+
+    with counted_calls(monkeypatch) as calls:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            assert s.resume is not None and s.resume.outcome == "expired"
+            await s.run(_one_turn("second request: my ticket is 7373"))
+            monkeypatch.setattr(platform.store, "save", answer_lost)
+            with pytest.raises(StoreUnavailable):
+                await s.save()
+            monkeypatch.setattr(platform.store, "save", real)
+            calls.fail_at = calls.made + 3
+            with pytest.raises(RuntimeError):
+                await s.run(TASK)  # two turns made durable, one checkpoint write each, then the model fails
+            assert s.interrupted is not None
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.outcome == "interrupted"
+        assert s.resume.restored == (("researcher",) if landed else ())
+        await s.abandon_run()
+        kept = str(await s.team.save_state())
+        assert ("7373" in kept) is landed and SECRET not in kept

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from config_registry.types import BuiltTeam
+from teamstore.db.clock import now_utc
 from teamstore.errors import StaleStateVersion, StorageError, StoreUnavailable
 from teamstore.runtime.checkpoints import Checkpoint, encode_take_up
 from teamstore.runtime.deps import SessionDeps, checkpoint_record, save_record
@@ -44,7 +45,8 @@ class SessionWrites:
         drop_checkpoint: A run that completed, then failed its snapshot, left its checkpoint: the next write clears it.
         state_expired: The row's state had expired as the session opened, and no write of the session's is known to
             have cleared it yet: the next checkpoint write clears it (a save replaces it), so the expiry that write
-            moves on never brings the expired state back.
+            moves on never brings the expired state back. After a write left unanswered, the read-back
+            (:meth:`settle`) says whether the row still holds that state.
         lock: One write of the session's at a time: two saves at once would both take the one snapshot.
     """
 
@@ -92,7 +94,7 @@ class SessionWrites:
                 self.row_version = await self._deps.store.checkpoint(
                     self._key, owner=self._owner, expected_version=self.row_version,
                     record=checkpoint_record(built, text, self._deps.limits, state_expired=self.state_expired))
-                self.state_expired = False  # once landed: after one left unanswered, the next write clears it again
+                self.state_expired = False  # once landed: after one left unanswered, the read-back judges the row
 
     async def count_take_up(self, built: BuiltTeam, checkpoint: Checkpoint) -> None:
         """Write ``checkpoint`` back with this take-up of its run counted, before the continuation makes any model
@@ -118,6 +120,9 @@ class SessionWrites:
         row = await self._deps.store.settle(self._key, owner=self._owner)
         if row is not None:
             self.row_version = row.row_version
+        # A write of the session's that landed moved the expiry on: a save's state is then fresh, a checkpoint
+        # write's cleared the expired one. Only a state still expired is the one the session opened with.
+        self.state_expired = self.state_expired and row is not None and _still_expired(row)
         self._unsettled = False
         return row
 
@@ -192,3 +197,9 @@ class SessionWrites:
             if sessions.closed and not last_word:
                 raise sessions.closed_under() from exc
             raise
+
+
+def _still_expired(row: StoredSession) -> bool:
+    """Whether ``row`` holds a state past its expiry, judged as the opening judges it (on the clock the expiry was
+    written on, :attr:`~teamstore.state.base.StoredSession.read_at`)."""
+    return row.state is not None and row.expires_at is not None and row.expires_at <= (row.read_at or now_utc())
