@@ -1,6 +1,7 @@
 """The migrations on SQLite and a real Postgres: they build exactly the declared schema, come down to
 nothing and go up again, on Postgres store session states with lz4 (migration 0006), and keep erasure requests
-filed as twins before request ids were unique as twins compare them (migration 0022)."""
+filed as twins before request ids were unique as twins compare them (migration 0022), and keep quarantined states
+with their ids while never giving an id again (migration 0025)."""
 
 from __future__ import annotations
 
@@ -271,4 +272,36 @@ async def test_request_ids_filed_as_twins_before_0022_keep_resuming_and_the_olde
             await conn.execute(text(
                 "INSERT INTO ts_erasure_requests (request_id, status, received_at, due_at, updated_at, folded_id) "
                 "VALUES ('rEq-7', 'open', :now, :now, :now, 'req-7')"), {"now": now})
+    await engine.dispose()
+
+
+_SET_ASIDE = text(
+    "INSERT INTO ts_quarantine (user_id, session_id, reason, detail, team, team_version, schema_version, "
+    "agentchat_version, fingerprints, state, state_bytes, row_version, quarantined_at) VALUES (:user, 's1', "
+    "'definition_changed', 'researcher: removed', 'support_triage', 'v1', 1, '0.7', '{}', :state, 9, 1, :now)")
+
+
+async def _set_aside(engine: Any, user: str) -> int:
+    async with engine.begin() as conn:
+        await conn.execute(_SET_ASIDE, {"user": user, "state": f'{{"of":"{user}"}}', "now": datetime.now(UTC)})
+        return int((await conn.execute(text("SELECT MAX(id) FROM ts_quarantine"))).scalar_one())
+
+
+async def test_quarantined_states_set_aside_before_0025_keep_their_ids_and_no_id_is_given_again(
+    database_url: str,
+) -> None:
+    # Migration 0025 rebuilds SQLite's quarantine with AUTOINCREMENT: its rows and index stay, and once they are
+    # gone the next state set aside takes a new id, never one `sessions restore` from old notes could name.
+    engine = create_engine(database_url)
+    await upgrade(engine, "0024")
+    before = {await _set_aside(engine, user): user for user in ("ann", "bob", "cy")}
+    assert await upgrade(engine) == head_revision()
+    async with engine.connect() as conn:
+        kept = dict((await conn.execute(text("SELECT id, user_id FROM ts_quarantine"))).all())
+        assert await conn.run_sync(lambda c: [i["name"] for i in inspect(c).get_indexes("ts_quarantine")]) == [
+            "ix_ts_quarantine_user"]
+    assert kept == before
+    async with engine.begin() as conn:  # restored or swept, all of them
+        await conn.execute(text("DELETE FROM ts_quarantine"))
+    assert await _set_aside(engine, "dee") > max(before)
     await engine.dispose()

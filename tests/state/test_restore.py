@@ -14,6 +14,7 @@ from teamstore.db.fence import user_holds
 from teamstore.errors import ErasureInProgress, QuarantineNotFound, SessionBusy, StaleStateVersion
 from teamstore.state.base import SessionKey, StateStore, StoredSession
 from teamstore.state.schema import quarantine, sessions
+from teamstore.state.sweep import sweep_quarantine
 from tests.state.test_checkpoint_conformance import checkpoint
 from tests.state.test_store_conformance import acquire, record
 
@@ -23,8 +24,8 @@ TTL = timedelta(days=3)
 
 async def _quarantined(store: StateStore, state: str = '{"old":1}') -> int:
     """A session that saved ``state``, then had it refused and set aside, as a failed resume does."""
-    await acquire(store, KEY, owner="w1")
-    await store.save(KEY, owner="w1", expected_version=0, record=record(state), release=True)
+    row = await acquire(store, KEY, owner="w1")
+    await store.save(KEY, owner="w1", expected_version=row.row_version, record=record(state), release=True)
     row = await acquire(store, KEY, owner="w2")
     qid = await store.quarantine(row, owner="w2", reason="definition_changed", detail="researcher: removed")
     await store.release(KEY, owner="w2", discard_empty=False)
@@ -239,3 +240,17 @@ async def test_a_state_past_the_quarantines_retention_is_not_restored(store: Sta
     assert left is None or left.state is None
     restored = await store.restore_quarantined(qid, ttl=TTL, retention=timedelta(days=32))
     assert restored.session.state == '{"old":1}'
+
+
+async def test_an_id_is_never_given_again_once_its_state_is_restored_or_swept(store: StateStore) -> None:
+    first = await _quarantined(store, '{"first":1}')
+    await store.restore_quarantined(first, ttl=TTL)  # the quarantine is empty again
+    second = await _quarantined(store, '{"second":1}')
+    assert second > first
+    assert await sweep_quarantine(store.engine, datetime.now(UTC) + timedelta(seconds=1)) == 1  # empty again
+    third = await _quarantined(store, '{"third":1}')
+    assert third > second
+    for gone in (first, second):  # a restore run from old notes finds nothing, never the newest state
+        with pytest.raises(QuarantineNotFound):
+            await store.restore_quarantined(gone, ttl=TTL, replace=True)
+    assert [q.id for q in await store.list_quarantined()] == [third]

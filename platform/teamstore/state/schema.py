@@ -169,6 +169,9 @@ quarantine = Table(
     Column("row_version", BigInteger, nullable=False),
     Column("quarantined_at", DateTime(timezone=True), nullable=False),
     Column("checkpoint", Text, nullable=True),  # an interrupted run's checkpoint set aside with the row or alone
+    # An id is never handed out twice (migration 0025): `sessions restore N` from old notes finds nothing rather
+    # than another state. Postgres's sequence never does; SQLite's rowid would, once the newest rows were gone.
+    sqlite_autoincrement=True,
 )
 Index("ix_ts_quarantine_user", quarantine.c.user_id, quarantine.c.session_id)
 
