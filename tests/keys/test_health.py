@@ -219,3 +219,22 @@ def test_keys_status_refuses_a_kms_key_the_database_never_used_as_every_worker_w
     monkeypatch.delenv("TEAMSTORE_KMS_KEY_ID")
     as_json, shown, _ = _status()
     assert as_json.exit_code == 0 and shown["healthy"] and shown["configured"] is None
+
+
+@pytest.mark.s3
+def test_keys_status_before_the_first_user_checks_the_kms_key_their_data_key_will_be_wrapped_by(
+    database_url: str, kms_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A deploy's health check, run before anyone used the service: no KEK is recorded yet, and the first user's
+    # session would meet a TEAMSTORE_KMS_KEY_ID KMS does not have (a typo in an alias).
+    _home(database_url, monkeypatch)
+    as_json, shown, text = _status()
+    assert as_json.exit_code == 0 and shown["healthy"] and shown["keks"] == [], as_json.output
+    monkeypatch.setenv("TEAMSTORE_KMS_KEY_ID", "alias/teamstore-typo")
+    as_json, shown, text = _status()
+    assert as_json.exit_code == 2 and text.exit_code == 2, as_json.output + text.output
+    assert not shown["healthy"] and shown["keks"] == [] and shown["configured"]["error"] == "ConfigurationError"
+    err = " ".join(text.stderr.split())
+    assert "error: KMS has no key 'alias/teamstore-typo'" in err and "fix: name a symmetric KMS key" in err, err
+    assert "no key-encryption key yet" in text.stdout
+    assert not asyncio.run(_rows()) and not Settings().resolved_key_file.exists()

@@ -45,6 +45,19 @@ def probe(ring: KeyRing, kek_id: str) -> None:
     kek.unwrap(kek.wrap(os.urandom(32), PROBE_KEY_ID), PROBE_KEY_ID)
 
 
+def probe_first(ring: KeyRing) -> None:
+    """Probe the KMS key a database with no KEK yet starts with (``TEAMSTORE_KMS_KEY_ID``'s), if one is named:
+    otherwise its first user's session is the first to meet a key KMS does not have, refuses or cannot reach.
+    The key file is left alone: probing it would make it (its first key is made with the first data key).
+
+    Raises:
+        KeyUnavailable, ConfigurationError: As that first session would meet them.
+    """
+    kek_id = ring.configured()
+    if kek_id is not None:
+        probe(ring, kek_id)
+
+
 async def check(keys: KeyService, kek_ids: list[str]) -> dict[str, EncryptionError | ConfigurationError]:
     """Probe each KEK of ``kek_ids``, whatever the others answer: each says what is wrong with it.
 
@@ -68,15 +81,18 @@ async def with_health(keys: KeyService, shown: dict[str, Any]) -> dict[str, Any]
     """``shown`` (:func:`teamstore.keys.status.status`'s) with each KEK's ``health`` (``ok``, ``unusable``, or
     ``unchecked``: not in use) and ``problem`` (``None``, or the ``error``, ``message`` and ``hint`` of why it
     cannot be used); ``configured``, the same for the KEK the settings name (``TEAMSTORE_KMS_KEY_ID``: one this
-    database never used is refused by every worker); and ``healthy``: whether all of them can be used."""
+    database never used is refused by every worker; with no KEK recorded yet, one that cannot wrap the first data
+    key); and ``healthy``: whether all of them can be used."""
     checked = in_use(shown["keks"])
     unusable = await check(keys, checked)
     keks = [{**k, "health": _health(k["kek_id"], checked, unusable), "problem": _problem(unusable.get(k["kek_id"]))}
             for k in shown["keks"]]
+    configured: EncryptionError | ConfigurationError | None = None
     try:  # a TEAMSTORE_KMS_KEY_ID this database never used: every worker refuses to start on it
         await keys.check_configured()
-        configured = None
-    except ConfigurationError as exc:
+        if not shown["keks"]:
+            await asyncio.to_thread(probe_first, keys.ring)
+    except (EncryptionError, ConfigurationError) as exc:
         configured = exc
     return {**shown, "keks": keks, "configured": _problem(configured), "healthy": not unusable and configured is None}
 
