@@ -72,6 +72,23 @@ def test_a_database_url_that_does_not_parse_is_a_configuration_error_that_hides_
         assert info.value.__suppress_context__
 
 
+@pytest.mark.parametrize(("url", "driver"), [
+    ("postgresql+asyncpg://app:s3cret-pw@db.internal/teamstore", "'asyncpg': teamstore connects to Postgres"),
+    ("postgresql+pg8000://app:s3cret-pw@db.internal/teamstore", "'pg8000': teamstore connects to Postgres"),
+    ("sqlite+pysqlite:///teamstore.db", "'pysqlite': teamstore connects to SQLite"),
+])
+def test_a_database_url_naming_another_driver_is_a_configuration_error_saying_which_scheme_to_write(
+    url: str, driver: str
+) -> None:
+    # A URL copied from another service's settings: SQLAlchemy failed on the missing package (or on a sync
+    # driver) with a traceback and no fix.
+    with pytest.raises(ConfigurationError) as info:
+        create_engine(url)
+    assert f"the database URL names the driver {driver}" in info.value.message, info.value.message
+    assert "s3cret-pw" not in str(info.value) and "TEAMSTORE_DATABASE_URL" in (info.value.hint or "")
+    assert url.partition("+")[0] + "://" in (info.value.hint or "")
+
+
 @pytest.mark.parametrize("variable", ["TEAMSTORE_HOME", "TEAMSTORE_REGISTRY_PATH", "TEAMSTORE_KEY_FILE",
                                       "TEAMSTORE_PRICES_PATH", "TEAMSTORE_DATABASE_URL", "TEAMSTORE_KMS_KEY_ID",
                                       "TEAMSTORE_STATE_TTL_DAYS", "TEAMSTORE_AUTO_MIGRATE"])

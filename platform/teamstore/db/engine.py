@@ -349,7 +349,7 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
 
     Raises:
         MissingExtra: The Postgres driver is not installed.
-        ConfigurationError: The URL names a database teamstore does not support.
+        ConfigurationError: The URL names a database, or a driver, teamstore does not support.
         SchemaNotReady: ``must_exist`` and the SQLite file does not exist.
     """
     try:
@@ -360,6 +360,7 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
             "the database URL is not a URL (it does not parse as scheme://user:password@host/database)",
             hint="set TEAMSTORE_DATABASE_URL to a postgresql:// URL, or unset it for the embedded SQLite default",
         ) from None
+    _refuse_other_driver(parsed.drivername)
     # Bound values (user ids, session ids, whole states) stay out of error messages and SQL logs: an
     # exception chained under a typed error, or logged with its traceback, carries only the SQL.
     kwargs.setdefault("hide_parameters", True)
@@ -398,6 +399,23 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
         f"unsupported database {redact_url(url)!r}",
         hint="use a postgresql:// URL, or unset TEAMSTORE_DATABASE_URL for the embedded SQLite default",
     )
+
+
+_OUR_DRIVERS = {"postgresql": "postgresql+psycopg", "sqlite": "sqlite+aiosqlite"}
+"""The one driver teamstore connects to each database with (what :func:`to_async_url` puts in place of none)."""
+
+
+def _refuse_other_driver(drivername: str) -> None:
+    """Refuse a URL that names another driver (``postgresql+asyncpg://``, copied from another service's
+    settings): SQLAlchemy would fail on the missing package, or a sync one, with a traceback and no fix."""
+    backend = drivername.partition("+")[0]
+    ours = _OUR_DRIVERS.get(backend)
+    if ours is not None and drivername != ours:
+        raise ConfigurationError(
+            f"the database URL names the driver {drivername.partition('+')[2]!r}: teamstore connects to "
+            f"{'Postgres with psycopg 3' if backend == 'postgresql' else 'SQLite with aiosqlite'}",
+            hint=f"write the URL's scheme as {backend}:// (teamstore picks its driver) in TEAMSTORE_DATABASE_URL",
+        )
 
 
 def create_reader(engine: AsyncEngine) -> Engine:
