@@ -104,7 +104,7 @@ def refused_settings(what: str, variables: tuple[str, ...], rule: str, exc: Valu
     given = ", ".join(f"{name}={os.environ[name]!r}" for name in variables if name in os.environ)
     return ConfigurationError(
         f"the OpenTelemetry SDK refuses the {what}'s settings ({given or 'its defaults'}): {exc}",
-        hint=f"set {' and '.join(variables)} to {rule}, or unset them",
+        hint=f"set {' and '.join(variables)} to {rule}, or unset {'them' if len(variables) > 1 else 'it'}",
     )
 
 
