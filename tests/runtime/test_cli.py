@@ -227,6 +227,10 @@ def test_db_current_check_fails_a_deploy_check_on_a_schema_behind_or_ahead_of_th
     def check(*flags: str) -> Any:
         return runner.invoke(app, ["db", "current", "--check", *flags], env={"COLUMNS": "300"})
 
+    if database == "sqlite":  # no file there: it could not tell (a typo in the path), and makes none
+        missing = check()
+        assert missing.exit_code == 1 and "does not exist yet" in missing.stderr, missing.output
+        assert not (tmp_path / "deploy.db").exists()
     asyncio.run(migrate_to(revision_before(head_revision()) or ""))
     behind = check()
     assert behind.exit_code == 2 and "then run `teamstore db upgrade`" in behind.stdout, behind.output
