@@ -90,6 +90,11 @@ class Command:
         return "teamstore " + shlex.join(self.args) + (f" > {self.output}" if self.output else "")
 
 
+def queries(guide: str) -> list[str]:
+    """The guide's ``sql`` blocks, in order, each as the reader would paste it into ``psql``."""
+    return [block["code"] for block in _blocks(guide) if block["lang"] == "sql"]
+
+
 def commands(guide: str) -> list[Command]:
     """Every ``teamstore`` command line of the guide's shell blocks (``bash``, or unlabelled), in order: lines
     joined at a trailing backslash or an open quote, comments dropped. Other lines (an error a command prints,

@@ -5,13 +5,16 @@ switch to row leases) on what that run and a second one left."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
 import boto3
+import psycopg
 import pytest
 
-from tests.guides.guide import Command, Shell, commands
+from teamstore.app import open_platform
+from tests.guides.guide import Command, Shell, commands, queries
 
 GUIDE = "operations.md"
 
@@ -89,3 +92,35 @@ def test_every_command_of_the_guide_runs_as_it_says(operator: tuple[Shell, str])
 
     (switch,) = lines["db lease-mode"]
     shell.line(switch, said="session lease")
+
+
+@pytest.mark.postgres
+def test_the_guides_queries_show_the_sessions_open_and_who_is_nearest_the_bound(
+    shell: Shell, postgres_url: str, postgres_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lock query listed every advisory lock of the server: another database's, and teamstore's own locks
+    # that are no session's (a retention sweep's, a migration's), as sessions open here.
+    monkeypatch.setenv("TEAMSTORE_DATABASE_URL", postgres_url)
+    shell.json("db", "upgrade")
+    shell.json("registry", "add", "support_triage", "--factory", "teamstore.examples:support_triage",
+               "--persist", "researcher", "-m", "first version", "--label", "production")
+    _run(shell, "s1")
+    nearest, opened = queries(GUIDE)
+    with psycopg.connect(postgres_url, autocommit=True) as here, \
+            psycopg.connect(postgres_server, autocommit=True) as elsewhere:
+        here.execute("SELECT pg_advisory_lock(42)")  # one number: no session's
+        elsewhere.execute("SELECT pg_advisory_lock(1, 2)")  # another database's
+        assert here.execute(nearest).fetchall() == [("alice", 1)]
+        assert here.execute(opened).fetchall() == []
+        assert len(asyncio.run(_open_session_sees(postgres_url, opened))) == 1
+
+
+async def _open_session_sees(url: str, query: str) -> list[tuple[object, ...]]:
+    """What ``query`` lists while alice's session is open on a worker (``lock`` leases, the default)."""
+    platform = open_platform()
+    try:
+        async with platform.session("alice", "s2", team="support_triage"), \
+                await psycopg.AsyncConnection.connect(url) as conn:
+            return await (await conn.execute(query)).fetchall()
+    finally:
+        await platform.aclose()
