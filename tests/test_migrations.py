@@ -6,6 +6,7 @@ with their ids while never giving an id again (migration 0025)."""
 from __future__ import annotations
 
 import importlib
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, make_url, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -240,6 +241,33 @@ async def test_an_upgrade_a_view_of_ones_own_stops_names_the_migration_and_the_v
         await conn.execute(text("DROP VIEW my_costs"))
     assert await upgrade(engine) == head_revision()
     await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_an_upgrade_by_a_role_that_may_not_create_tables_says_to_run_it_as_their_owner(
+    postgres_url: str,
+) -> None:
+    # A workers' role, on a database whose public schema lets no other role create (PostgreSQL 15's default):
+    # the fix spoke of a view of one's own, which was not the cause.
+    role, password = f"ts_workers_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    owner = create_engine(postgres_url)
+    async with owner.begin() as conn:
+        await conn.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'"))
+        await conn.execute(text("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
+    workers = create_engine(make_url(postgres_url).set(username=role, password=password)
+                            .render_as_string(hide_password=False))
+    try:
+        with pytest.raises(SchemaNotReady) as caught:
+            await upgrade(workers)
+        assert "migration 0001 stopped" in caught.value.message and "InsufficientPrivilege" in caught.value.message
+        assert "may not create or change teamstore's tables" in caught.value.hint
+        assert "GRANT CREATE ON SCHEMA public TO <role>" in caught.value.hint and "view" not in caught.value.hint
+        assert await upgrade(owner) == head_revision()
+    finally:
+        await workers.dispose()
+        async with owner.begin() as conn:
+            await conn.execute(text(f"DROP ROLE {role}"))
+        await owner.dispose()
 
 
 async def test_request_ids_filed_as_twins_before_0022_keep_resuming_and_the_oldest_keeps_their_folded_id(

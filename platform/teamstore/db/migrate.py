@@ -144,10 +144,20 @@ def _stopped(exc: SQLAlchemyError, before: str | None, applied: list[str]) -> St
     return SchemaNotReady(
         f"migration {failed} stopped: {describe_failure(exc)}{_own_words(exc)}; the upgrade was undone whole, and "
         f"the database is still at {f'migration {before}' if before else 'no migration'}",
-        hint=f"read what docs/operations.md (Database tables) says of migration {failed}: an object of your own "
+        hint=_NOT_ALLOWED if getattr(getattr(exc, "orig", None), "sqlstate", None) == "42501" else
+        f"read what docs/operations.md (Database tables) says of migration {failed}: an object of your own "
         "that depends on a table or view it rebuilds (a view over session_costs or ts_usage) stops it; drop it, "
         "run `teamstore db upgrade` again, then create it again. Otherwise check what the database allows this "
         "role (its grants, statement_timeout, lock_timeout)")
+
+
+_NOT_ALLOWED = (
+    "the role TEAMSTORE_DATABASE_URL names may not create or change teamstore's tables: run `teamstore db upgrade` "
+    "with a URL naming the role that owns them (the database's owner, or a role granted CREATE on its schema: "
+    "`GRANT CREATE ON SCHEMA public TO <role>`, which PostgreSQL 15 and newer no longer give every role)")
+"""The fix for a migration the database refused for want of a privilege (SQLSTATE ``42501``): a workers' role
+with only the grants the tables need, or a PostgreSQL 15 database whose ``public`` schema no longer lets every
+role create in it. A view of the operator's own is not the cause then."""
 
 
 def _own_words(exc: SQLAlchemyError) -> str:
