@@ -141,6 +141,49 @@ async def test_the_description_never_quotes_the_servers_message(postgres_url: st
     await engine.dispose()
 
 
+@pytest.mark.postgres
+def test_a_role_granted_as_the_guide_says_runs_sessions_and_one_missing_a_grant_is_told_the_table(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fix said only "check what the database allows this role (its statement_timeout, lock_timeout, grants)".
+    import uuid
+
+    import psycopg
+    from typer.testing import CliRunner
+
+    from teamstore.cli import app
+
+    asyncio.run(upgrade_database(postgres_url))
+    role, password = f"ts_workers_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    grants = ["USAGE ON SCHEMA public", "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public",
+              "USAGE ON ALL SEQUENCES IN SCHEMA public"]  # docs/operations.md, Database tables
+    with psycopg.connect(postgres_url, autocommit=True) as owner:
+        owner.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        for grant in grants:
+            owner.execute(f"GRANT {grant} TO {role}")
+        try:
+            monkeypatch.setenv("TEAMSTORE_DATABASE_URL", make_url(postgres_url).set(username=role, password=password)
+                               .render_as_string(hide_password=False))
+            monkeypatch.setenv("TEAMSTORE_HOME", str(tmp_path / "home"))
+            monkeypatch.setenv("OPENAI_API_KEY", "")
+            cli = CliRunner()
+            assert cli.invoke(app, ["registry", "add", "support_triage", "--factory",
+                                    "teamstore.examples:support_triage", "-m", "v1"]).exit_code == 0
+            for _ in range(2):  # a new session, then its resume
+                ran = cli.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "hi"])
+                assert ran.exit_code == 0, ran.output
+            assert cli.invoke(app, ["retention", "sweep"]).exit_code == 0
+            owner.execute(f"REVOKE SELECT ON ts_sessions FROM {role}")
+            refused = cli.invoke(app, ["sessions", "list"], env={"COLUMNS": "300"})
+            assert refused.exit_code == 1
+            assert ("the database refused the statement: permission denied for table ts_sessions "
+                    "(InsufficientPrivilege, SQLSTATE 42501)") in refused.stderr, refused.output
+            assert "fix: grant the role TEAMSTORE_DATABASE_URL names what" in refused.stderr
+        finally:
+            owner.execute(f"DROP OWNED BY {role}")
+            owner.execute(f"DROP ROLE {role}")
+
+
 HBA_ROLES = {"ts_hba_password": "scram-sha-256", "ts_hba_rejected": "reject"}
 """Roles the server's pg_hba.conf gets lines of their own for, while a test needs them (no one else logs in
 as them)."""

@@ -202,7 +202,20 @@ def failure_hint(exc: BaseException) -> str:
         if connect is not None:
             return connect[1]
         return "check TEAMSTORE_DATABASE_URL and that the server is up"
+    if _denied(exc) is not None:
+        return ("grant the role TEAMSTORE_DATABASE_URL names what teamstore's commands and workers need on that "
+                "object (docs/operations.md, Database tables), or connect as a role that has it")
     return "check what the database allows this role (its statement_timeout, lock_timeout, grants)"
+
+
+def _denied(exc: BaseException) -> str | None:
+    """Postgres's own words for a privilege the role lacks (SQLSTATE ``42501``: ``permission denied for table
+    ts_sessions``): they name an object of the schema, never a value, and tell the operator which grant is missing."""
+    orig = getattr(exc, "orig", None) or exc
+    diag = getattr(orig, "diag", None)
+    if getattr(orig, "sqlstate", None) != "42501" or diag is None or not diag.message_primary:
+        return None
+    return str(diag.message_primary)
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -225,7 +238,8 @@ def describe_failure(exc: BaseException) -> str:
         return f"could not reach the database ({name})"
     state = getattr(orig, "sqlstate", None)
     code = f"SQLSTATE {state}" if state else getattr(orig, "sqlite_errorname", "")
-    return f"the database refused the statement ({name}, {code})"
+    denied = _denied(exc)
+    return f"the database refused the statement{f': {denied}' if denied else ''} ({name}, {code})"
 
 
 async def empty_sqlite_log(engine: AsyncEngine, after: str) -> bool:
