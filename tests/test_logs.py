@@ -1,6 +1,6 @@
 """The AWS SDK's loggers are held at INFO wherever teamstore makes a boto3 client, unless the application set
 their level itself (tests/canary/test_key_logs.py follows a user's data key through every log at DEBUG);
-SQLAlchemy at DEBUG logs teamstore's rows without their values; no Python warning quotes a tool call's
+SQLAlchemy at DEBUG logs teamstore's rows without their values, and aiosqlite its statements; no Python warning quotes a tool call's
 arguments, nor AutoGen's warning a message part; httpx's and urllib3's request lines hide their query's values;
 and teamstore's own log lines quote no user's words."""
 
@@ -93,6 +93,22 @@ async def test_sqlalchemy_at_debug_logs_the_rows_teamstore_reads_without_their_v
     rows = {r.getMessage() for r in caplog.records if r.getMessage().startswith("Row")}
     assert rows == {"Row [values hidden: they hold users' ids and keys]"}
     assert subject_key not in caplog.text and repr(bytes(wrapped))[2:-1] not in caplog.text
+
+
+async def test_aiosqlite_at_debug_logs_the_calls_teamstore_makes_without_their_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = Registry(tmp_path / "registry", create=True)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)
+    with caplog.at_level(logging.DEBUG, "aiosqlite"):
+        platform = open_platform(settings)
+        async with platform, platform.session("alice-CANARY@example.com", "s-CANARY", team="support_triage") as s:
+            await s.run("My router keeps dropping")
+    calls = [r.getMessage() for r in caplog.records if r.name == "aiosqlite"]
+    assert any(c.startswith("executing Connection.execute(...) [arguments hidden") for c in calls), calls
+    assert "CANARY" not in caplog.text and "SELECT" not in caplog.text
 
 
 async def lookup(query: str) -> str:

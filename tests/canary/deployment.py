@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from tests.canary.host import QUIET_AT_DEBUG
 from tests.canary.receiver import CanaryReceiver
 from tests.canary.sinks import (
     CLI_STDERR,
@@ -192,28 +191,24 @@ class Deployment:
 
     @contextmanager
     def recording_logs(self) -> Iterator[None]:
-        """Every log record of this process at DEBUG into the ``python logging`` sink, the database
-        drivers held at INFO as the documentation asks (see ``tests.canary.host``). pytest's own capture
-        is set aside meanwhile: it would print every DEBUG line of the block with a failure."""
+        """Every log record of this process at DEBUG into the ``python logging`` sink, the database drivers'
+        included. pytest's own capture is set aside meanwhile: it would print every DEBUG line of the block
+        with a failure."""
         root = logging.getLogger()
         parked = [h for h in root.handlers if type(h).__module__ == "_pytest.logging"]
-        before = root.level, {name: logging.getLogger(name).level for name in QUIET_AT_DEBUG}
+        before = root.level
         handler = RecordingHandler(self.log_records)
         for pytest_handler in parked:
             root.removeHandler(pytest_handler)
         root.addHandler(handler)
         root.setLevel(logging.DEBUG)
-        for name in QUIET_AT_DEBUG:
-            logging.getLogger(name).setLevel(logging.INFO)
         try:
             yield
         finally:
             root.removeHandler(handler)
             for pytest_handler in parked:
                 root.addHandler(pytest_handler)
-            root.setLevel(before[0])
-            for name, level in before[1].items():
-                logging.getLogger(name).setLevel(level)
+            root.setLevel(before)
 
     def sinks(self) -> list[Sink]:
         """Every sink of this deployment. Files come first: reading an SQLite file through sqlite3 could

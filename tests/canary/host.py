@@ -6,9 +6,7 @@ crash at one chosen point.
     python -m tests.canary.host --path-taken-after-the-look -- export ...   # its --output appears meanwhile
 
 The root logger gets a stderr handler at the level (the command line itself only prints warnings), so
-every record the CLI, the library and AutoGen let through is in the captured stderr. The database
-drivers' loggers stay at INFO: at DEBUG they print every bound parameter, and docs/operations.md tells
-operators to keep them above DEBUG.
+every record the CLI, the library, AutoGen and the database drivers let through is in the captured stderr.
 """
 
 from __future__ import annotations
@@ -17,9 +15,6 @@ import logging
 import os
 import signal
 import sys
-
-QUIET_AT_DEBUG = ("aiosqlite", "psycopg")
-"""Loggers held at INFO whatever the level: the documented exception (docs/operations.md)."""
 
 
 def _crash_before_rename() -> None:
@@ -57,8 +52,6 @@ def main(argv: list[str]) -> None:
     if "--log-level" in options:
         level = logging.getLevelName(options[options.index("--log-level") + 1])
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    for name in QUIET_AT_DEBUG:
-        logging.getLogger(name).setLevel(max(level, logging.INFO))
     os.umask(0o022)  # the usual umask: modes are checked as most hosts would make them
     if "--crash-before-rename" in options:
         _crash_before_rename()

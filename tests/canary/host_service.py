@@ -1,21 +1,27 @@
 """A host service in this process, as a FastAPI app that embeds teamstore is: its own global OpenTelemetry
-tracer and meter providers (exporting to a real OTLP receiver and kept in memory), and a Platform whose
-sessions it runs.
+tracer, meter and logger providers (spans and log records exported to a real OTLP receiver, spans and metrics
+kept in memory too), the logger provider's handler on the root logger, and a Platform whose sessions it runs.
 
-    with host_telemetry(deployment, host_receiver):  # adds the host's spans and metrics to the sinks
+    with host_telemetry(deployment, host_receiver):  # adds the host's spans, metrics and logs to the sinks
         async with open_platform() as platform:
             ...
+    with host_telemetry(deployment, host_receiver, scrubbed=True):  # its span exporter wrapped in teamstore's
+        ...                                                          # scrubber, as docs/operations.md offers
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import _internal as metrics_state
+from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -24,9 +30,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
+from teamstore.audit.telemetry import ScrubbingSpanExporter
 from tests.canary.deployment import Deployment
 from tests.canary.receiver import CanaryReceiver
-from tests.canary.sinks import HOST_SPANS, MemoryMetrics, MemorySpans, OtlpWire
+from tests.canary.sinks import HOST_LOGS, HOST_SPANS, CapturedText, MemoryMetrics, MemorySpans, OtlpWire
 
 
 def _set_globals(tracer_provider: Any, meter_provider: Any) -> tuple[Any, Any]:
@@ -45,23 +52,48 @@ def _set_globals(tracer_provider: Any, meter_provider: Any) -> tuple[Any, Any]:
     return before
 
 
+class _HostLogs(LoggingHandler):
+    """OpenTelemetry's logging handler, as a host puts it on its root logger; silent while the suite scans (its
+    own reads log too, as :class:`CapturedText` is paused for)."""
+
+    def __init__(self, provider: LoggerProvider, paused_with: CapturedText) -> None:
+        super().__init__(logger_provider=provider)
+        self.paused_with = paused_with
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.paused_with.paused:
+            super().emit(record)
+
+
 @contextmanager
-def host_telemetry(deployment: Deployment, receiver: CanaryReceiver) -> Iterator[InMemorySpanExporter]:
-    """The host's global providers for the length of the block; their spans (over OTLP to ``receiver``, the
-    host's own collector, and in memory) and metrics become sinks of ``deployment``."""
+def host_telemetry(deployment: Deployment, receiver: CanaryReceiver, *,
+                   scrubbed: bool = False) -> Iterator[InMemorySpanExporter]:
+    """The host's global providers for the length of the block, and its logger provider's handler on the root
+    logger; their spans (over OTLP to ``receiver``, the host's own collector, and in memory), metrics and log
+    records become sinks of ``deployment``. ``scrubbed``: the host's span exporters are wrapped in teamstore's
+    :class:`ScrubbingSpanExporter`."""
     memory = InMemorySpanExporter()
+    wire = OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")
     tracer_provider = TracerProvider(resource=Resource.create({"service.name": "host-service"}))
-    tracer_provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(ScrubbingSpanExporter(memory) if scrubbed else memory))
+    tracer_provider.add_span_processor(BatchSpanProcessor(ScrubbingSpanExporter(wire) if scrubbed else wire))
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
+    logger_provider = LoggerProvider(resource=Resource.create({"service.name": "host-service"}))
+    logger_provider.add_log_record_processor(
+        BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{receiver.endpoint}/v1/logs")))
+    handler = _HostLogs(logger_provider, deployment.log_records)
+    logging.getLogger().addHandler(handler)
     before = _set_globals(tracer_provider, meter_provider)
-    deployment.extra_sinks += [MemorySpans(HOST_SPANS, memory), OtlpWire(HOST_SPANS, receiver, tracer_provider.force_flush),
-                              MemoryMetrics(reader)]
+    deployment.extra_sinks += [
+        MemorySpans(HOST_SPANS, memory), OtlpWire(HOST_SPANS, receiver, tracer_provider.force_flush, ("/v1/traces",)),
+        OtlpWire(HOST_LOGS, receiver, logger_provider.force_flush, ("/v1/logs",)), MemoryMetrics(reader)]
     try:
         yield memory
     finally:
+        logging.getLogger().removeHandler(handler)
         tracer_provider.force_flush()
         _set_globals(*before)
         tracer_provider.shutdown()
         meter_provider.shutdown()
+        logger_provider.shutdown()

@@ -36,7 +36,7 @@ Blob = tuple[str, bytes]
 
 FILES, GIT, DATABASE, SERVER_LOG, S3 = "files", "git", "database", "postgres server log", "s3"
 SPANS, HOST_SPANS, METRICS = "spans (teamstore's provider)", "spans (host's global provider)", "metrics"
-CLI_STDERR, PY_LOGGING = "cli stderr", "python logging"
+CLI_STDERR, PY_LOGGING, HOST_LOGS = "cli stderr", "python logging", "logs (host's logger provider)"
 EXPORTS = "ledger exports (parquet, decoded)"
 
 

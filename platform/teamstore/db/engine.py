@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -348,6 +349,35 @@ def _utc_session(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.autocommit = autocommit
 
 
+class _DriverCallValuesHidden(logging.Filter):
+    """Logs each call aiosqlite hands its connection's thread by the function's name, without its arguments.
+
+    At DEBUG (the root logger at DEBUG is enough: ``aiosqlite``'s level is its parent's) aiosqlite logs
+    ``executing <call>`` and ``operation <call> completed`` for every statement, the call being a
+    ``functools.partial`` whose text holds the SQL and every bound value: users' and sessions' ids, subject
+    keys, wrapped data keys. ``hide_parameters`` does not reach the driver's own log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, functools.partial) for a in record.args):
+            record.args = tuple(_call_named(a) if isinstance(a, functools.partial) else a for a in record.args)
+        return True
+
+
+def _call_named(call: functools.partial[Any]) -> str:
+    name = getattr(call.func, "__qualname__", type(call.func).__name__)
+    return f"{name}(...) [arguments hidden: they hold users' ids and keys]"
+
+
+_DRIVER_CALLS_HIDDEN = _DriverCallValuesHidden()
+
+
+def _hide_driver_call_values() -> None:
+    """Install :class:`_DriverCallValuesHidden` on aiosqlite's logger (once), whatever its level."""
+    logger = logging.getLogger("aiosqlite")
+    if _DRIVER_CALLS_HIDDEN not in logger.filters:
+        logger.addFilter(_DRIVER_CALLS_HIDDEN)
+
+
 def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> AsyncEngine:
     """Build an async engine for ``url``, swapping in the async driver when needed.
 
@@ -379,6 +409,7 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
     # exception chained under a typed error, or logged with its traceback, carries only the SQL.
     kwargs.setdefault("hide_parameters", True)
     kwargs.setdefault("logging_name", _hide_row_values())  # and the rows' values
+    _hide_driver_call_values()  # and aiosqlite's own DEBUG lines, which hold each statement's values
     if parsed.get_backend_name() == "postgresql":
         try:
             import psycopg  # noqa: F401
