@@ -2,7 +2,8 @@
 
     from teamstore.logs import keep_query_values_out_of_logs, keep_request_bodies_out_of_logs
 
-    keep_request_bodies_out_of_logs()    # botocore, boto3 and s3transfer held at INFO, unless set already
+    keep_request_bodies_out_of_logs()    # botocore, boto3 and s3transfer held at INFO, unless set already;
+                                         # KMS's bodies out of botocore's DEBUG lines, whatever its level
     keep_query_values_out_of_logs()      # httpx's and urllib3's request lines without their query's values
     keep_content_out_of_logs()           # AutoGen's loggers at WARNING, their failures by type only
 
@@ -26,16 +27,52 @@ AWS_SDK_LOGGERS = ("botocore", "boto3", "s3transfer")
 
 
 def keep_request_bodies_out_of_logs() -> None:
-    """Raise each of :data:`AWS_SDK_LOGGERS` to INFO, unless the application has set its level itself.
+    """Raise each of :data:`AWS_SDK_LOGGERS` to INFO, unless the application has set its level itself, and
+    install :class:`_KmsBodiesHidden` (once per process), whatever their level.
 
     An application that sets one to DEBUG on purpose (``logging.getLogger("botocore").setLevel(logging.DEBUG)``)
-    keeps that level, and with it users' data keys in its logs: docs/operations.md, *No message content in
-    logs*, says when that is acceptable.
+    keeps that level, and sees every request's and answer's body but KMS's, which hold users' data keys in
+    plain: docs/operations.md, *No message content in logs*, says when that is acceptable.
     """
     for name in AWS_SDK_LOGGERS:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
+    for name in _BODY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _KMS_BODIES_HIDDEN not in logger.filters:
+            logger.addFilter(_KMS_BODIES_HIDDEN)
+
+
+_BODY_LOGGERS = ("botocore.endpoint", "botocore.parsers")
+"""Where botocore logs bodies at DEBUG: each request's parameters, its body included, and each answer's body."""
+_BODY_HIDDEN = b"[KMS body hidden: it holds a data key in plain]"
+
+
+class _KmsBodiesHidden(logging.Filter):
+    """Keeps the body of every KMS request and answer out of botocore's DEBUG lines: ``Encrypt``'s request and
+    ``Decrypt``'s answer carry a user's data key in plain (``Plaintext``), which would open that user's sealed
+    data for whoever keeps the log, long after an erasure destroyed the key. Other services' bodies stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not isinstance(record.args, tuple):
+            return True
+        if record.name == "botocore.endpoint" and len(record.args) == 2 and _is_kms(record.args[0]):
+            operation, request = record.args
+            if isinstance(request, dict) and "body" in request:
+                record.args = (operation, {**request, "body": _BODY_HIDDEN})
+        elif record.name == "botocore.parsers" and any(
+                isinstance(a, bytes) and b'"Plaintext"' in a for a in record.args):
+            record.args = tuple(_BODY_HIDDEN if isinstance(a, bytes) else a for a in record.args)
+        return True
+
+
+def _is_kms(operation: object) -> bool:
+    service = getattr(getattr(operation, "service_model", None), "service_name", None)
+    return service == "kms"
+
+
+_KMS_BODIES_HIDDEN = _KmsBodiesHidden()
 
 
 URL_LOGGERS = ("httpx", "httpx2", "urllib3.connectionpool")
