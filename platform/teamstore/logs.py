@@ -196,8 +196,9 @@ class _AutoGenRecords:
 _MARK = "teamstore_content_left_out"
 """The attribute each AutoGen record this module has seen carries: how a factory is known to chain to it (a
 factory of the host's that drops tracebacks by itself must not pass for it)."""
-_FAILURE = "teamstore_failure"
-"""The type of the failure a record reported, kept once its traceback is left out (a filter reads it)."""
+_WAS_CANCELLED = "teamstore_cancelled"
+"""Whether the failure a record reported was a cancellation, kept once its traceback is left out (a filter reads
+it). A bool: OpenTelemetry's logging handler sends a record's extra attributes as they are, and warns on a type."""
 
 
 def _leaves_content_out(factory: Callable[..., logging.LogRecord]) -> bool:
@@ -224,7 +225,7 @@ def _leave_content_out(record: logging.LogRecord) -> None:
         if error is None and isinstance(record.msg, str):  # an event object (the metering tap reads them) stays
             error = sys.exc_info()[1]
         if traced is not None:
-            setattr(record, _FAILURE, type(traced))
+            setattr(record, _WAS_CANCELLED, isinstance(traced, asyncio.CancelledError))
         if error is not None:
             _type_only(record, error, traced=traced is not None)
         _part_left_out(record)
@@ -290,8 +291,9 @@ class _CancelledIsNotAnError(logging.Filter):
     recorded as it went (its transcript's ``error`` names the cancellation); real errors are still logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        kind = getattr(record, _FAILURE, None) or (record.exc_info[0] if record.exc_info else None)
-        return not (kind is not None and issubclass(kind, asyncio.CancelledError))
+        kind = record.exc_info[0] if record.exc_info else None
+        cancelled = kind is not None and issubclass(kind, asyncio.CancelledError)
+        return not (cancelled or getattr(record, _WAS_CANCELLED, False))
 
 
 _CANCELLED = _CancelledIsNotAnError()

@@ -10,6 +10,7 @@ the exception's type.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 from teamstore.app import open_platform
-from tests.canary.canaries import CanaryBook
+from tests.canary.canaries import CanaryBook, Kind
 from tests.canary.conftest import MakeDeployment
 from tests.canary.deployment import Deployment
 from tests.canary.flows import TRIAGE, User, gateway_env, register_teams
@@ -101,3 +102,27 @@ async def test_a_failed_runs_exception_reaches_a_hosts_scrubbed_span_by_its_type
     (event,) = span.events
     assert event.attributes is not None and event.attributes["exception.type"] == "openai.BadRequestError"
     assert not {"exception.message", "exception.stacktrace"} & set(event.attributes)
+
+
+async def test_autogens_failure_records_reach_a_hosts_logger_provider_by_type_without_a_warning_of_its_own(
+    make_deployment: MakeDeployment, book: CanaryBook, model_server: ModelServer, host_receiver: CanaryReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    deployment = make_deployment("sqlite+local")
+    words = book.plant(Kind.MESSAGE, "bob's words in a handler's failure", owner="bob", shape="my router {} drops")
+    register_teams(deployment.registry, model_server.base_url)
+    deployment.apply(monkeypatch)
+    with deployment.recording_logs(), host_telemetry(deployment, host_receiver):
+        async with open_platform():
+            for failure in (RuntimeError(f"the tool said: {words}"), asyncio.CancelledError(words)):
+                try:
+                    raise failure
+                except BaseException:
+                    logging.getLogger("autogen_core").exception("Error processing publish message for desk")
+        leaks = judge(scan(deployment.sinks(), book))
+        logged = [text for _, text in deployment.log_records.read()]
+        sent = b"".join(body for sink in deployment.extra_sinks if sink.name == HOST_LOGS for _, body in sink.read())
+    assert not leaks, report(leaks)
+    assert b"RuntimeError; its message and traceback are left out" in sent, "the failure reached the collector"
+    assert b"CancelledError" not in sent, "a cancellation is no error"
+    assert not [text for text in logged if text.startswith(b"WARNING opentelemetry.attributes")], logged
