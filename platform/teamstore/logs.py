@@ -5,7 +5,8 @@
     keep_request_bodies_out_of_logs()    # botocore, boto3 and s3transfer held at INFO, unless set already;
                                          # KMS's bodies out of botocore's DEBUG lines, whatever its level
     keep_query_values_out_of_logs()      # httpx's and urllib3's request lines without their query's values
-    keep_content_out_of_logs()           # AutoGen's loggers at WARNING, their failures by type only
+    keep_content_out_of_logs()           # AutoGen's loggers at WARNING, their failures by type only, and
+                                         # the model SDKs' DEBUG record of each request without its body
 
 At DEBUG botocore logs the body of every request it sends and every answer it parses. KMS's ``Encrypt``
 and ``Decrypt`` carry a user's data key in plain (their ``Plaintext``), so a service logging at DEBUG would
@@ -132,7 +133,8 @@ and log users' words: messages and tool calls at INFO and DEBUG, failures whose 
 def keep_content_out_of_logs() -> None:
     """Raise each of :data:`AUTOGEN_PACKAGES`' loggers to WARNING, unless the application has set its level itself,
     and install :class:`_AutoGenRecords` (once per process), which leaves out what the records it lets through may
-    quote of users' words, on every logger of those packages, those made later included.
+    quote of users' words, on every logger of those packages, those made later included; and
+    :class:`_RequestOptionsLeftOut` on :data:`MODEL_SDK_LOGGERS`, whatever their level.
 
     A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message content
     in telemetry, so a service logging at INFO (or DEBUG) does not write its users' messages to its logs.
@@ -142,6 +144,31 @@ def keep_content_out_of_logs() -> None:
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
     still_content_left_out()
+    for name in MODEL_SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        if _REQUESTS_LEFT_OUT not in logger.filters:
+            logger.addFilter(_REQUESTS_LEFT_OUT)
+
+
+MODEL_SDK_LOGGERS = ("openai._base_client", "anthropic._base_client")
+"""Where the model providers' SDKs log each request they build at DEBUG (``Request options: {...}``), its
+``json_data`` holding every message sent: openai 1.x and 2.x, which autogen-ext's ``openai`` extra allows,
+and the anthropic SDK. (openai 3 logs no body.)"""
+
+
+class _RequestOptionsLeftOut(logging.Filter):
+    """The SDKs' ``Request options`` record with the request's method and path only: its body and query are
+    the messages sent to the model and its parameters, users' words among them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Request options"):
+            options = record.args if isinstance(record.args, dict) else {}
+            record.msg = "Request options: %s %s (the rest is left out: it holds the messages sent)"
+            record.args = (options.get("method", "?"), hide_query_values(str(options.get("url", "?"))))
+        return True
+
+
+_REQUESTS_LEFT_OUT = _RequestOptionsLeftOut()
 
 
 _ours_set = False  # whether this process has set the factory once (a later replacement is then news)

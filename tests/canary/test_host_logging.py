@@ -126,3 +126,27 @@ async def test_autogens_failure_records_reach_a_hosts_logger_provider_by_type_wi
     assert b"RuntimeError; its message and traceback are left out" in sent, "the failure reached the collector"
     assert b"CancelledError" not in sent, "a cancellation is no error"
     assert not [text for text in logged if text.startswith(b"WARNING opentelemetry.attributes")], logged
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+async def test_a_model_sdks_debug_record_of_a_request_reaches_a_host_without_the_messages_sent(
+    make_deployment: MakeDeployment, book: CanaryBook, model_server: ModelServer, host_receiver: CanaryReceiver,
+    monkeypatch: pytest.MonkeyPatch, sdk: str,
+) -> None:
+    """openai 1.x and 2.x (autogen-ext's ``openai`` extra allows them; this environment has openai 3, which logs
+    no body) and the anthropic SDK log each request at DEBUG as ``Request options: %s`` with the options dumped:
+    the record is logged here exactly so."""
+    deployment = make_deployment("sqlite+local")
+    words = book.plant(Kind.MESSAGE, f"bob's words in {sdk}'s request", owner="bob", shape="my router {} drops")
+    register_teams(deployment.registry, model_server.base_url)
+    deployment.apply(monkeypatch)
+    options = {"method": "post", "url": "/chat/completions", "headers": {"Idempotency-Key": "stainless-1"},
+               "json_data": {"messages": [{"role": "user", "content": words}], "model": "gpt-4o-mini"}}
+    with deployment.recording_logs(), host_telemetry(deployment, host_receiver):
+        async with open_platform():
+            logging.getLogger(f"{sdk}._base_client").debug("Request options: %s", options)
+        leaks = judge(scan(deployment.sinks(), book))
+        logged = [text for where, text in deployment.log_records.read() if where.startswith(f"logger {sdk}.")]
+    assert not leaks, report(leaks)
+    assert logged == [f"DEBUG {sdk}._base_client: Request options: post /chat/completions (the rest is left out: "
+                      "it holds the messages sent)".encode()]
