@@ -174,7 +174,7 @@ async def test_a_gateway_key_in_the_model_clients_base_url_is_in_no_request_line
     assert "GATEWAY-S3CRET" not in caplog.text
 
 
-def test_a_url_logged_by_urllib3_or_httpx_keeps_its_query_names_and_hides_their_values(
+def test_a_url_logged_by_urllib3_httpx_or_a_model_sdk_keeps_its_query_names_and_hides_their_values(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     keep_query_values_out_of_logs()
@@ -185,9 +185,13 @@ def test_a_url_logged_by_urllib3_or_httpx_keeps_its_query_names_and_hides_their_
         logging.getLogger("urllib3.connectionpool").debug(
             '%s://%s:%s "%s %s %s" %s %s', "https", "collector", 443, "POST", "/v1/traces?code=COLLECTOR-S3CRET",
             "HTTP/1.1", 200, 2)
-    retry, request = (r.getMessage() for r in caplog.records)
+        logging.getLogger("openai._base_client").debug(  # as openai 1.x and 2.x log each answer
+            'HTTP Response: %s %s "%i %s" %s', "POST", "https://gw.example/v1/chat/completions?api-key=GW-S3CRET", 200,
+            "OK", "Headers({'content-type': 'application/json'})")
+    retry, request, answer = (r.getMessage() for r in caplog.records)
     assert retry == "Retrying ('Retry(total=1)') after connection broken by ''ConnectTimeout()'': /v1/traces?code=***&region=***"
     assert request == 'https://collector:443 "POST /v1/traces?code=*** HTTP/1.1" 200 2'
+    assert answer.startswith('HTTP Response: POST https://gw.example/v1/chat/completions?api-key=*** "200 OK"')
 
 
 async def test_the_openai_clients_warning_of_a_part_it_cannot_count_leaves_the_part_out(

@@ -76,10 +76,11 @@ def _is_kms(operation: object) -> bool:
 _KMS_BODIES_HIDDEN = _KmsBodiesHidden()
 
 
-URL_LOGGERS = ("httpx", "httpx2", "urllib3.connectionpool")
+URL_LOGGERS = ("httpx", "httpx2", "urllib3.connectionpool", "openai._base_client", "anthropic._base_client")
 """Loggers that quote the URLs of the requests they send: httpx's at INFO (``HTTP Request: POST <url> ...``,
 for every model call; ``httpx2`` where the OpenAI SDK is built on that fork of it), urllib3's at WARNING (a
-retry) and DEBUG (each request), under botocore and the OTLP exporter."""
+retry) and DEBUG (each request), under botocore and the OTLP exporter, and the OpenAI (before version 3) and
+Anthropic SDKs' at DEBUG (``HTTP Response: POST <url> "200 OK" ...``)."""
 
 # A query's (or fragment's) value, and a password in the user part of a URL.
 _QUERY_VALUE = re.compile(r"([?&;#][^=&;#?\s\"']*=)[^&;#\s\"']*")
