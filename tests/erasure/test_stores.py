@@ -24,7 +24,7 @@ from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, subject_stores, usage
-from teamstore.audit.subjects import find_subject, get_or_create_subject, recorded_stores
+from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store, recorded_stores
 from teamstore.audit.transcripts import TranscriptStore, subject_prefix, transcript_store_from_settings
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
@@ -172,6 +172,41 @@ async def test_transcripts_written_to_two_stores_are_erased_from_each_before_the
     assert receipt.status is RequestStatus.COMPLETED
     assert receipt.stores["transcripts"].counts.objects == 3  # both stores' transcripts are counted
     assert await second.list_keys(subject_prefix(subject)) == []
+
+
+@pytest.mark.s3
+async def test_versions_held_in_one_of_two_stores_are_counted_once_when_the_request_comes_back_to_it(
+    engine: AsyncEngine, s3_env: str, tmp_path: Path
+) -> None:
+    # The locked store is listed on its first pass and again when the request comes back to it to finish: its
+    # held version was counted on both.
+    locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    folder = LocalTranscriptStore(tmp_path / "moved")
+    subject = await get_or_create_subject(engine, USER)
+    for store, runs in ((locked, 3), (folder, 1)):
+        await record_store(engine, subject, store.url)
+        for n in range(runs):
+            await store.put(f"{subject_prefix(subject)}sessions/s{n}/runs/r{n}.jsonl.gz", b"transcript")
+    held = {"Bucket": locked.bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
+    locked.client.put_object_legal_hold(**held, LegalHold={"Status": "ON"})
+
+    with pytest.raises(TranscriptStoreMismatch) as first:
+        await coordinator(engine, locked).run(USER, request_id="req-held-two")
+    assert first.value.stores == (folder.url,)
+    with pytest.raises(TranscriptStoreMismatch) as second:  # the locked store still holds a version
+        await coordinator(engine, folder).run(USER, request_id="req-held-two")
+    assert second.value.stores == (locked.url,)
+    receipt = await coordinator(engine, locked).run(USER, request_id="req-held-two")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+    assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.retained) == (4, 4, 1)
+    assert transcripts.counts.bytes == 4 * len(b"transcript")
+    assert (await coordinator(engine, locked).status("req-held-two")).stores["transcripts"] == transcripts
+    locked.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, locked).run(USER, request_id="req-held-two")
+    assert after.ok and after.stores["transcripts"].counts.versions == 4, after
+    await locked.close()
 
 
 async def test_a_transcript_delivered_from_the_outbox_records_the_store_it_went_to(

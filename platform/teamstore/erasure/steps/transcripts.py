@@ -88,24 +88,30 @@ class Tally:
 @dataclass
 class Kept:
     """The versions the store refused to delete, page after page: how many a hold explains (still readable, or
-    sealed under a destroyed key), and how many nothing explains, by the store's error codes."""
+    sealed under a destroyed key), counted as a listing counts them too (``held``), and how many nothing explains,
+    by the store's error codes."""
 
     retained: int = 0
     unreadable: int = 0
     unexplained: int = 0
     codes: set[str] = field(default_factory=set)
+    held: Tally = field(default_factory=Tally)
 
     async def add(self, ctx: StepContext, view: View, refused: dict[ObjectVersion, str]) -> None:
         """Ask about each version refused on one page."""
+        held: list[ObjectVersion] = []
         for version, code in refused.items():
             state = await view.held(version)
             if state is HoldStatus.FREE:
                 self.unexplained += 1
                 self.codes.add(code)
             elif state is HoldStatus.HELD:
+                held.append(version)
                 beyond_use = await _beyond_use(ctx, view, version)
                 self.unreadable += beyond_use
                 self.retained += not beyond_use
+        if held:
+            self.held.add(held)
 
     def check(self) -> None:
         """Fail when a refusal no hold explains (once every page had its deletable versions deleted).
@@ -323,7 +329,7 @@ class TranscriptStep:
         kept.check()
         result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(
             update={"retained": kept.retained, "unreadable": kept.unreadable}))
-        await self._other_stores(ctx, result)
+        await self._other_stores(ctx, result, kept.held)
         return result
 
     async def _erase_pages(self, ctx: StepContext, view: VersionedObjects, prefix: str, counted: int, kept: Kept
@@ -343,11 +349,13 @@ class TranscriptStep:
             await view.delete_folder(prefix)
             ctx.progress(self.name, counted, counted)
 
-    async def _other_stores(self, ctx: StepContext, result: StoreResult) -> None:
+    async def _other_stores(self, ctx: StepContext, result: StoreResult, held: Tally) -> None:
         """Stop the request, open, while another store still holds some of the subject's transcripts.
 
         This store is marked emptied once a listing finds nothing left in it, and the step is recorded as
-        deleted (not verified), so the rerun against the next store adds what it finds to these counts.
+        deleted (not verified), so the rerun against the next store adds what it finds to these counts. What a
+        hold kept here (``held``) is left out of them: this store is not emptied, so the request comes back to
+        it, and that pass, which finds them again, counts them.
 
         Raises:
             TranscriptStoreMismatch: Another recorded store still holds some; it names them.
@@ -358,7 +366,8 @@ class TranscriptStep:
             return
         if not await _rerunnable(holds_any(ctx.transcripts, subject_prefix(ctx.subject_key))):
             await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
-        await record_step(ctx.engine, ctx.request_id, self.name, result, ctx.owner)
+        await record_step(ctx.engine, ctx.request_id, self.name, result.model_copy(
+            update={"counts": _without(result.counts, held)}), ctx.owner)
         raise mismatch(ctx, others, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
                        "store")
 
@@ -400,6 +409,14 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
         return found.plus(prior.counts.model_copy(update=left_over))
     # enumerated or failed earlier: what is listed now is a subset of what was recorded then
     return found.widest(prior.counts.model_copy(update=left_over))
+
+
+def _without(counts: Counts, held: Tally) -> Counts:
+    """``counts`` without the versions a hold kept in the store (the pass that finishes there counts them), nor
+    what remains: only what was removed."""
+    left = held.counts()
+    removed = {name: getattr(counts, name) - getattr(left, name) for name in ("objects", "versions", "bytes")}
+    return counts.model_copy(update={**removed, "retained": 0, "unreadable": 0})
 
 
 async def _beyond_use(ctx: StepContext, view: View, version: ObjectVersion) -> bool:
