@@ -39,7 +39,7 @@ from teamstore.audit.subjects import (
 from teamstore.audit.transcripts import record
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
-from teamstore.audit.transcripts.s3 import S3TranscriptStore
+from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.db.fence import user_holds
 from teamstore.erasure import RequestStatus, requests
 from teamstore.erasure.desk import extend_request
@@ -58,7 +58,7 @@ from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state import envelope
 from teamstore.state.schema import quarantine, sessions
-from tests.erasure.conftest import coordinator
+from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import audited_platform, seed_user
 from tests.services import free_port
 
@@ -248,6 +248,30 @@ async def test_an_export_record_written_while_an_erasure_fences_the_user_or_afte
                       operator="dpo")
     bob = await get_export(engine, "ex-bob")
     assert bob is not None and bob["subject_key"] == await find_subject(engine, "bob")  # linked, as ever
+
+
+@pytest.mark.s3
+async def test_a_request_held_after_forgetting_the_user_id_is_in_that_users_export_alone(
+    engine: AsyncEngine, s3_env: str, tmp_path: Path
+) -> None:
+    store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    subject = await get_or_create_subject(engine, "erin")
+    key = f"{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"
+    await store.put(key, b"transcript")
+    store.client.put_object_legal_hold(Bucket=store.bucket, Key=f"audit/{key}", LegalHold={"Status": "ON"})
+    held = await coordinator(engine, store).run("erin", request_id="req-held", requested_by="ticket 9")
+    assert held.status is RequestStatus.RETAINED_UNDER_HOLD
+    await get_or_create_subject(engine, "erin")  # she comes back, and so does bob
+    await get_or_create_subject(engine, "bob")
+
+    erins = unpack((await exporter(engine, store).run("erin", tmp_path / "erin.zip", operator="dpo")).path)
+    bobs = unpack((await exporter(engine, store).run("bob", tmp_path / "bob.zip", operator="dpo")).path)
+
+    (request,) = loaded(erins, "erasure_requests.json")["requests"]
+    assert (request["request_id"], request["status"], request["requested_by"]) == ("req-held", "retained_under_hold",
+                                                                                   "ticket 9")
+    assert loaded(bobs, "erasure_requests.json")["requests"] == []
+    await store.close()
 
 
 async def test_an_id_that_matches_nothing_is_said_to_have_a_near_twin_when_one_holds_data(

@@ -17,6 +17,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from pydantic import SecretStr
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -47,7 +48,7 @@ from teamstore.errors import (
 )
 from tests.audit.fault_server import HoldingProxy
 from tests.conftest import undeletable
-from tests.erasure.conftest import coordinator, versioned_bucket
+from tests.erasure.conftest import KNOBS, coordinator, versioned_bucket
 from tests.erasure.seed import all_versions, audited_platform, counts, scan_database, seed_user
 from tests.services import free_port
 
@@ -520,6 +521,84 @@ async def test_a_held_request_finishes_on_its_rerun_after_the_user_started_over(
     assert await store.list_keys(subject_prefix(subject)) == []
     assert len(await store.list_keys(subject_prefix(again))) == 1  # her data since is another request's
     assert await find_subject(engine, "erin") == again
+    await store.close()
+
+
+async def _stored_request(engine: AsyncEngine, request_id: str) -> requests.RequestRow:
+    row = await requests.get_request(engine, request_id)
+    assert row is not None
+    return row
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("other_has_data", [True, False])
+async def test_a_held_request_rerun_under_another_user_id_is_refused_and_touches_nothing(
+    engine: AsyncEngine, s3_env: str, other_has_data: bool
+) -> None:
+    # It had forgotten erin's id, so it ran for any id given: finished its own subject and said `completed` for
+    # bob, whose data stayed.
+    store, subject, keys, held = await _with_first_held(engine, "erin", 2)
+    assert (await coordinator(engine, store).run("erin", request_id="req-held")).status is RequestStatus.RETAINED_UNDER_HOLD
+    row = await _stored_request(engine, "req-held")
+    assert row.user_id is None and row.user_hash is not None and "erin" not in row.user_hash
+    if other_has_data:
+        bobs = await get_or_create_subject(engine, "bob")
+        await store.put(f"{subject_prefix(bobs)}sessions/b1/runs/r1.jsonl.gz", b"bob's transcript")
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+
+    with pytest.raises(ErasureConflict) as info:
+        await coordinator(engine, store).run("bob", request_id="req-held")
+
+    assert "'req-held' was filed for another user id" in info.value.message
+    assert "bob" not in str(info.value) and "erin" not in str(info.value)
+    assert (await _stored_request(engine, "req-held")).status is RequestStatus.RETAINED_UNDER_HOLD
+    assert await store.list_keys(subject_prefix(subject)) == [keys[0]]  # nothing of its own subject touched
+    if other_has_data:
+        assert await find_subject(engine, "bob") == bobs and len(await store.list_keys(subject_prefix(bobs))) == 1
+    after = await coordinator(engine, store).run("erin", request_id="req-held")  # its own user's rerun finishes
+    assert after.ok and await store.list_keys(subject_prefix(subject)) == []
+    done = await _stored_request(engine, "req-held")
+    assert (done.user_id, done.subject_key, done.user_hash) == (None, None, None)  # forgotten with the subject
+    await store.close()
+
+
+@pytest.mark.s3
+async def test_a_request_held_before_the_hash_key_was_set_is_still_rerun_by_its_own_user_alone(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    store, subject, _, held = await _with_first_held(engine, "erin", 2)
+    assert (await coordinator(engine, store).run("erin", request_id="req-held")).status is RequestStatus.RETAINED_UNDER_HOLD
+    keyed = {"hash_key": SecretStr("the deployment's erasure hash key")}  # TEAMSTORE_ERASURE_HASH_KEY set since
+    unkeyed = await _stored_request(engine, "req-held")
+    assert unkeyed.user_hash is not None
+    assert unkeyed.user_hash not in await requests.user_hashes(engine, KNOBS.model_copy(update=keyed), "bob")
+    assert (await requests.user_hashes(engine, KNOBS.model_copy(update=keyed), "erin"))[0] != unkeyed.user_hash
+
+    with pytest.raises(ErasureConflict, match="filed for another user id"):
+        await coordinator(engine, store, **keyed).run("bob", request_id="req-held")
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, store, **keyed).run("erin", request_id="req-held")
+    assert after.ok and await store.list_keys(subject_prefix(subject)) == []
+    await store.close()
+
+
+@pytest.mark.s3
+async def test_a_request_filed_before_the_user_hash_takes_it_on_its_run_and_one_held_without_it_runs_as_before(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    store, subject, _keys, held = await _with_first_held(engine, "erin", 2)
+    await requests.open_request(engine, "req-old", "erin", None, 30)  # as filed before migration 0026: no hash
+    assert (await _stored_request(engine, "req-old")).user_hash is None
+    assert (await coordinator(engine, store).run("erin", request_id="req-old")).status is RequestStatus.RETAINED_UNDER_HOLD
+    with pytest.raises(ErasureConflict, match="filed for another user id"):  # its run, still knowing erin, kept it
+        await coordinator(engine, store).run("bob", request_id="req-old")
+
+    async with engine.begin() as conn:  # held before migration 0026: nothing says whose it was
+        await conn.execute(erasure_requests.update().where(erasure_requests.c.request_id == "req-old")
+                           .values(user_hash=None))
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, store).run("bob", request_id="req-old")  # accepted, as docs/erasure.md says
+    assert after.ok and await store.list_keys(subject_prefix(subject)) == []
     await store.close()
 
 

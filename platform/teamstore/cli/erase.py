@@ -254,7 +254,7 @@ async def _earlier(coordinator: DeletionCoordinator, request_id: str | None, use
         if (other := await requests.open_request_of(coordinator.engine, user)) is not None:
             raise requests.already_open(other)
         return None
-    requests.same_user(row, user)
+    requests.same_user(row, user, await requests.user_hashes(coordinator.engine, coordinator.knobs, user))
     return await coordinator.status(row.request_id)
 
 

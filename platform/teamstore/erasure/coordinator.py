@@ -140,7 +140,8 @@ class DeletionCoordinator:
                 exactly, or the reason, requested_by or a new request's id names the user, or (for a new request
                 or a dry run) the user id is one no session can have now and nothing is stored under it.
             ErasureConflict: Another request is open for the user, or another process runs this one, or a new
-                request's id differs from a stored request's only in letter case or surrounding spaces.
+                request's id differs from a stored request's only in letter case or surrounding spaces, or the
+                request was filed for another user (a held one too: it keeps a keyed hash of the id).
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
         check_erasable_id(user_id)
@@ -156,7 +157,8 @@ class DeletionCoordinator:
                 await requests.check_new_request(self.engine, request_id, user_id)  # as the run would refuse it
             return await self._dry_run(user_id, reason, requested_by)
         ran_by = current_operator(operator)
-        row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by)
+        row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by,
+                                          hashes=await requests.user_hashes(self.engine, self.knobs, user_id))
         if (finished := await self._finished(row, user_id)) is not None:
             return finished
         owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

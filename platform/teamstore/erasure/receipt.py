@@ -209,6 +209,26 @@ def subject_hash(subject_key: str | None, knobs: ErasureSettings) -> str | None:
     return hmac.new(key, subject_key.encode(), hashlib.sha256).hexdigest()
 
 
+def user_hash(user_id: str, key: str) -> str:
+    """A keyed hash of the raw user id, which a request keeps once it has forgotten the id (held under a legal
+    hold), so that a rerun under another id is told apart and refused.
+
+    Keyed, never a bare hash: user ids are guessable (an email address), and a plain SHA-256 of one could be
+    checked against a list of them by anyone. Under its own label, so it never equals a :func:`subject_hash`
+    made under the same key.
+
+    Args:
+        user_id: The raw user id, exactly as given.
+        key: ``TEAMSTORE_ERASURE_HASH_KEY`` when set, else the database's own id
+            (:func:`teamstore.db.identity.database_id`).
+
+    Returns:
+        64 hex characters: HMAC-SHA256.
+    """
+    message = b"teamstore-erasure-user\x00" + user_id.encode("utf-8", "surrogatepass")
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
 def remains_elsewhere(
     received_at: datetime, knobs: ErasureSettings, content_captured: bool, backups_unreadable_by: datetime | None = None,
     *, now: datetime, matched: bool = True, unlinked: bool = True, planned: bool = False,

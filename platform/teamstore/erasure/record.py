@@ -180,9 +180,10 @@ async def finish(
     """Store the receipt; unless failed, lift the fence and forget the raw user id.
 
     A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
-    the legal hold is lifted, and the record of the subject's transcript stores, so the rerun talks to
-    them. A ``failed`` request keeps all of it and its fence: rerun it to resume. A completed (or
-    ``no_match``) one forgets the subject's stores with its key.
+    the legal hold is lifted, the keyed hash of the user id, so that rerun is its user's alone, and the record
+    of the subject's transcript stores, so the rerun talks to them. A ``failed`` request keeps all of it and
+    its fence: rerun it to resume. A completed (or ``no_match``) one forgets the subject's stores, its key and
+    the hash.
 
     Args:
         engine: The state database.
@@ -203,8 +204,8 @@ async def finish(
                               "updated_at": shared_now(engine.dialect.name), "completed_at": receipt.completed_at}
     if receipt.status is not RequestStatus.FAILED:
         values["user_id"] = None
-        if receipt.status in FINISHED:
-            values["subject_key"] = None
+        if receipt.status in FINISHED:  # the hash of the user id goes with the subject key: both only serve a rerun
+            values["subject_key"] = values["user_hash"] = None
     r = erasure_requests.c
     async with db(engine, "finish the erasure request") as conn:
         stored = await conn.execute(update(erasure_requests)

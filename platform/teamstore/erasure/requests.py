@@ -30,9 +30,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from teamstore.db.clock import shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import ERASURE, user_holds
+from teamstore.db.identity import database_id
 from teamstore.db.statements import insert_new
-from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
+from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus, user_hash
 from teamstore.erasure.schema import REQUEST_ID, erasure_requests, folded_id
+from teamstore.erasure.settings import ErasureSettings
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, InvalidIdentifier, StoreUnavailable
 from teamstore.export.nearby import check_stored_if_unusable
 from teamstore.ids import invisible, lone_surrogate
@@ -60,6 +62,7 @@ class RequestRow:
     created_now: bool = False
     requested_by: str | None = None
     extension: Extension | None = None
+    user_hash: str | None = None
 
     @property
     def effective_due_at(self) -> datetime:
@@ -159,7 +162,7 @@ def row_of(mapping: Any, created_now: bool = False) -> RequestRow:
         status=RequestStatus(mapping["status"]), received_at=utc(mapping["received_at"]) or datetime.now(UTC),
         due_at=utc(mapping["due_at"]) or datetime.now(UTC), completed_at=utc(mapping["completed_at"]),
         receipt=mapping["receipt"], created_now=created_now, requested_by=mapping["requested_by"],
-        extension=extension_of(mapping),
+        extension=extension_of(mapping), user_hash=mapping["user_hash"],
     )
 
 
@@ -247,9 +250,22 @@ def twin_of(request_id: str, twins: list[str]) -> ErasureConflict:
     )
 
 
+async def user_hashes(engine: AsyncEngine, knobs: ErasureSettings, user_id: str) -> tuple[str, ...]:
+    """The keyed hashes of ``user_id`` a request may keep (:func:`teamstore.erasure.receipt.user_hash`): first the
+    one a request keeps from now on, under ``TEAMSTORE_ERASURE_HASH_KEY`` when it is set, else under the database's
+    own id; then, with the key set, the one under the database's id, which a request filed while it was unset keeps.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    ours = await database_id(engine)
+    keys = [knobs.hash_key.get_secret_value(), ours] if knobs.hash_key else [ours]
+    return tuple(user_hash(user_id, key) for key in keys)
+
+
 async def open_request(
     engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int,
-    requested_by: str | None = None,
+    requested_by: str | None = None, *, hashes: tuple[str, ...] = (),
 ) -> RequestRow:
     """Create the request and fence the user, or return the request already stored under this id.
 
@@ -262,6 +278,9 @@ async def open_request(
         requested_by: Who asked (free text); recorded when the request is created, or on a rerun of a
             request that has none yet. Like ``reason``, a request's first one is kept: a rerun giving another
             changes nothing (the receipt shows the stored one, and the command line says it was kept).
+        hashes: :func:`user_hashes` of ``user_id``: a new request keeps the first, and so does one still naming
+            the user that has none (filed before migration 0026); one that has forgotten its user must keep one
+            of them (:func:`same_user`). Without them a request keeps no hash.
 
     Returns:
         The request; ``created_now`` says whether this call created it.
@@ -270,22 +289,26 @@ async def open_request(
         InvalidIdentifier: The id cannot be stored, or a new request may not take it (:func:`check_new_request`:
             one naming the user among them), or the user id is one no session can have and nothing is stored
             under it.
-        ErasureConflict: The id belongs to another user's request, or differs from a stored request's only in
-            letter case or spaces (a new one), or another request is open for the user.
+        ErasureConflict: The id belongs to another user's request (also one that has forgotten its user id but
+            keeps a hash of it), or differs from a stored request's only in letter case or spaces (a new one), or
+            another request is open for the user.
         StoreUnavailable: The database could not be reached.
     """
     existing = await get_request(engine, check_request_id(request_id))
     if existing is not None:
-        same_user(existing, user_id)
+        same_user(existing, user_id, hashes)
         if existing.status in FINISHED:
             return existing
         missing = {name: given for name, given in (("requested_by", requested_by), ("reason", reason))
                    if given is not None and getattr(existing, name) is None}
+        if hashes and existing.user_id == user_id and existing.user_hash is None:
+            missing["user_hash"] = hashes[0]  # filed before migration 0026: it still knows its user, so may take it
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
         return RequestRow(**{**existing.__dict__, **missing})
     await check_new_request(engine, request_id, user_id)  # a twin filed meanwhile is refused by the insert
-    if not await _insert_request(engine, request_id, user_id, reason, due_days, requested_by):
+    if not await _insert_request(engine, request_id, (user_id, hashes[0] if hashes else None), reason, due_days,
+                                 requested_by):
         raise await _conflict(engine, request_id, user_id)
     created = await get_request(engine, request_id)
     assert created is not None
@@ -301,7 +324,7 @@ async def _fill_in(engine: AsyncEngine, request_id: str, column: str, value: str
 
 
 async def _insert_request(
-    engine: AsyncEngine, request_id: str, user_id: str, reason: str | None, due_days: int,
+    engine: AsyncEngine, request_id: str, user: tuple[str, str | None], reason: str | None, due_days: int,
     requested_by: str | None = None,
 ) -> bool:
     """Insert the request and the user's hold in one transaction; False (and nothing written) if either key
@@ -316,9 +339,10 @@ async def _insert_request(
     """
     # On the database's clock (on Postgres the server's): the fence's grace counts from received_at, on whichever
     # host resumes the request (:meth:`teamstore.erasure.waits.Waits.fence_grace`).
-    dialect = engine.dialect.name
+    dialect, (user_id, hashed) = engine.dialect.name, user
     now = shared_now(dialect)
-    values = {"request_id": request_id, "user_id": user_id, "reason": reason, "status": RequestStatus.OPEN,
+    values = {"request_id": request_id, "user_id": user_id, "user_hash": hashed, "reason": reason,
+              "status": RequestStatus.OPEN,
               "received_at": now, "due_at": shared_later(dialect, timedelta(days=due_days)), "updated_at": now,
               "requested_by": requested_by, "folded_id": folded_id(request_id)}
     hold = {"user_id": user_id, "reason": ERASURE, "request_id": request_id, "created_at": now}
@@ -340,16 +364,27 @@ async def _insert_request(
     return True
 
 
-def same_user(row: RequestRow, user_id: str) -> RequestRow:
-    """``row`` if it may be run for ``user_id``: it is unfinished for that user, or has forgotten its user.
+def same_user(row: RequestRow, user_id: str, hashes: tuple[str, ...] = ()) -> RequestRow:
+    """``row`` if it may be run for ``user_id``: it names that user, or has forgotten its user and keeps a hash
+    of the id among ``hashes`` (:func:`user_hashes` of ``user_id``), or keeps none (finished, or held since
+    before migration 0026).
 
     Raises:
-        ErasureConflict: The request is open, failed or held for another user.
+        ErasureConflict: The request is open, failed or held for another user (named by neither id).
     """
     if row.user_id is not None and row.user_id != user_id:
         raise ErasureConflict(
             f"request {row.request_id!r} erases another user",
             hint="use a new request id for this user (omit --request-id to get one)",
+        )
+    if row.user_id is None and row.user_hash is not None and row.user_hash not in hashes:
+        # Run under another id, it would finish its own subject and report `completed` for this one.
+        raise ErasureConflict(
+            f"request {row.request_id!r} was filed for another user id; it has forgotten the id, and keeps only "
+            "a keyed hash of it, which this one does not match",
+            hint="to finish that request, give the user id it was filed for, exactly (the ticket says), with "
+            "TEAMSTORE_ERASURE_HASH_KEY as it was then; to erase this user, use a new request id (omit "
+            "--request-id to get one)",
         )
     return row
 

@@ -11,7 +11,8 @@ and only a keyed hash of the subject stays, in the stored receipt. ``user_id`` i
 has at most one open request (completed requests have ``NULL`` there). Created by migration
 ``0003_erasure`` (``teamstore db upgrade``), never implicitly; migration ``0012`` adds who asked, the one
 extension of the due date, and ``ts_erasure_attempts`` (who ran each attempt of a request); ``0021`` when a
-step began its wait; ``0022`` the folded id twins share (:func:`folded_id`), unique.
+step began its wait; ``0022`` the folded id twins share (:func:`folded_id`), unique; ``0026`` a keyed hash of the
+user id, kept as long as the subject key.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ erasure_requests = Table(
     Column("user_id", String(MAX_ID_CHARS), nullable=True, unique=True),  # cleared on completion
     Column("subject_key", String(KEY), nullable=True),  # cleared on completion (kept while objects are held)
     Column("subject_hash", String(KEY), nullable=True),
+    # A keyed hash of the user id (receipt.user_hash, migration 0026): kept while the subject key is, so a request
+    # that has forgotten its user id (held) is rerun for its own user alone; cleared on completion.
+    Column("user_hash", String(KEY), nullable=True),
     Column("reason", Text, nullable=True),
     Column("status", String(32), nullable=False),
     Column("received_at", DateTime(timezone=True), nullable=False),

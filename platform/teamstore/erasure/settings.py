@@ -57,5 +57,6 @@ class ErasureSettings(TypedSettings):
         default=120.0, gt=0, le=86_400, description="A request's lease; a killed coordinator's lease expires after it."
     )
     hash_key: SecretStr | None = Field(
-        default=None, description="Key of the subject hash in receipts; unset uses a fixed label."
+        default=None, description="Key of the subject hash in receipts (unset: a fixed label) and of the hash of "
+        "the user id a held request keeps (unset: the database's own id).",
     )
