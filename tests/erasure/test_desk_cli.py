@@ -270,6 +270,41 @@ async def _open(request_id: str, user: str, reason: str | None = None) -> None:
         await engine.dispose()
 
 
+async def _held(request_id: str, user: str) -> None:
+    """A request a legal hold stopped: the user id forgotten, the subject key and the hash of the id kept."""
+    from sqlalchemy import delete, update
+
+    from teamstore.db.fence import user_holds
+    from teamstore.erasure import ErasureSettings, RequestStatus, requests
+    from teamstore.erasure.schema import erasure_requests
+
+    engine = create_engine(Settings().resolved_database_url)
+    try:
+        await upgrade(engine)
+        hashes = await requests.user_hashes(engine, ErasureSettings(), user)
+        await requests.open_request(engine, request_id, user, None, 30, hashes=hashes)
+        async with engine.begin() as conn:
+            await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id).values(
+                status=RequestStatus.RETAINED_UNDER_HOLD, user_id=None, subject_key="5" * 32))
+            await conn.execute(delete(user_holds).where(user_holds.c.request_id == request_id))
+    finally:
+        await engine.dispose()
+
+
+def test_a_held_request_is_refused_under_another_user_id_before_anything_is_shown_or_run() -> None:
+    _populate("hal")
+    asyncio.run(_held("req-884", "ida"))
+
+    status, _out, shown = _on_a_terminal("y", "erase", "--user", "hal", "--request-id", "req-884")
+    assert status == 1 and "request 'req-884' was filed for another user id" in shown, shown
+    assert "this resumes" not in shown and "cannot be undone" not in shown and "erasure dry run" not in shown
+    scripted = cli("erase", "--user", "hal", "--request-id", "req-884", "--yes")
+    assert scripted.exit_code == 1 and "was filed for another user id" in scripted.stderr, scripted.output
+    assert not re.search(r"\b(hal|ida)\b", scripted.stderr)  # named by neither id
+    (row,) = _requests()
+    assert row["status"] == "retained_under_hold" and row["operators"] == []  # never run for hal
+
+
 async def _stored_by_an_earlier_release(request_id: str, user: str) -> None:
     """An open request under an id no new request may take now."""
     from teamstore.erasure.schema import erasure_requests
