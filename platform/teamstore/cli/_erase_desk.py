@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 StatusOption = typer.Option([], "--status", metavar="STATUS", help="Only requests in this status (repeatable): open, failed, completed, "
                             "no_match, retained_under_hold.")
 # Lists, so that one given twice is refused (_one) rather than the last winning unseen.
-UserOption = typer.Option([], "--user", metavar="USER_ID", help="Only the open or failed request of this exact user id (never printed; "
-                          "finished requests have forgotten it).")
+UserOption = typer.Option([], "--user", metavar="USER_ID", help="Only the requests of this exact user id: open or failed, or held by "
+                          "its keyed hash (never printed; finished requests have forgotten it).")
 AfterOption = typer.Option([], "--after", metavar="REQUEST_ID", help="The next page: the requests after this request id, the last one a "
                            "page listed (the footer and `next` in --json name it).")
 DEFAULT_LIMIT = 100
@@ -53,6 +53,8 @@ def list_(
 ) -> None:
     """List erasure requests: received, due (and extended due), status, who asked and who ran them."""
     from teamstore.erasure.desk import list_requests, near_user_match
+    from teamstore.erasure.requests import user_hashes
+    from teamstore.erasure.settings import ErasureSettings
 
     statuses = _statuses(status_, overdue=overdue, user=bool(user))
     one_user, cursor = _one("--user", user), _one("--after", after)
@@ -62,8 +64,9 @@ def list_(
     async def listing(engine: AsyncEngine) -> tuple[list[RequestSummary], str | None]:
         # One more than shown, to know whether the limit cut the list (newest first, it cuts the oldest requests;
         # with --overdue, longest overdue first, the ones that fell due last).
-        found = await list_requests(engine, statuses=statuses, overdue=overdue, user_id=one_user, after=cursor,
-                                    limit=limit + 1)
+        hashes = await user_hashes(engine, ErasureSettings(), one_user) if one_user is not None else ()
+        found = await list_requests(engine, statuses=statuses, overdue=overdue, user_id=one_user,
+                                    user_hashes=hashes, after=cursor, limit=limit + 1)
         near = await near_user_match(engine, one_user) if one_user is not None and not found else None
         return found, near
 
@@ -90,12 +93,15 @@ def _one(option: str, given: list[str]) -> str | None:
 def _statuses(given: list[str], *, overdue: bool, user: bool) -> list[RequestStatus]:
     """The ``--status`` values, refused when one could never be listed with ``--overdue`` or ``--user`` (only an
     open or failed request is overdue, or keeps its user's id): the empty list would read as "none exist"."""
+    from teamstore.erasure import RequestStatus
     from teamstore.erasure.desk import UNFINISHED
 
     statuses = list(dict.fromkeys(_status(value) for value in given))
-    never = [str(s) for s in statuses if s not in UNFINISHED]
-    for given_with, flag, why in ((overdue, "--overdue", "only an open or failed request can be overdue"),
-                                  (user, "--user", "only an open or failed request keeps its user's id")):
+    for given_with, flag, listed, why in (
+            (overdue, "--overdue", UNFINISHED, "only an open or failed request can be overdue"),
+            (user, "--user", (*UNFINISHED, RequestStatus.RETAINED_UNDER_HOLD),
+             "only an open, failed or held request keeps its user's id, or its hash")):
+        never = [str(s) for s in statuses if s not in listed]
         if never and given_with:
             raise ConfigurationError(
                 f"--status {', '.join(never)} with {flag} can list nothing: {why}",

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, FromClause, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, FromClause, and_, false, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, shared_now
@@ -88,7 +88,8 @@ def overdue_clause(now: Any) -> ColumnElement[bool]:
 
 async def list_requests(
     engine: AsyncEngine, *, statuses: Collection[RequestStatus] = (), overdue: bool = False,
-    user_id: str | None = None, after: str | None = None, limit: int = 100, now: datetime | None = None,
+    user_id: str | None = None, user_hashes: Collection[str] = (), after: str | None = None, limit: int = 100,
+    now: datetime | None = None,
 ) -> list[RequestSummary]:
     """Requests, newest first; with ``overdue``, the longest overdue first (the desk's queue, in the order to
     work it: what ``limit`` leaves out is what falls due last). Requests received (or due) at the same moment
@@ -99,7 +100,9 @@ async def list_requests(
         engine: The state database.
         statuses: Only these (all when empty).
         overdue: Only unfinished requests (open or failed) whose due date in force has passed.
-        user_id: Only the request open or failed for this exact id (finished requests forget the id).
+        user_id: Only the request open or failed for this exact id (finished requests forget the id), and with
+            ``user_hashes`` (:func:`teamstore.erasure.requests.user_hashes` of the id) a held one keeping its hash.
+        user_hashes: The keyed hashes of ``user_id`` a held request may keep; ignored without ``user_id``.
         after: Only the requests after this one in the listing's order (the last request id of the page
             before); it need not match the filters (it may have finished since its page was read).
         limit: At most this many.
@@ -122,7 +125,8 @@ async def list_requests(
     if overdue:
         query = query.where(overdue_clause(now))
     if user_id is not None:
-        query = query.where(r.user_id == user_id)
+        held = and_(r.user_id.is_(None), r.user_hash.in_(list(user_hashes))) if user_hashes else false()
+        query = query.where(or_(r.user_id == user_id, held))
     if after is not None:
         query = query.where(_after(after, overdue))
     async with requests.db(engine, "list the erasure requests") as conn:
