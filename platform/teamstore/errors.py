@@ -267,6 +267,10 @@ class StaleMemory(UserMemoryError):
     """Another write of the same user's memory landed between this writer's read and its write."""
 
 
+class MemoryForgotten(UserMemoryError):
+    """The user forgot memory under the scope after the messages a write comes from were said: nothing written."""
+
+
 class MemoryNotFound(UserMemoryError):
     """No stored memory matches (the user, the scope, or the fact named)."""
 

@@ -191,6 +191,22 @@ async def test_a_resumed_session_stops_giving_what_the_user_forgot_and_keeps_one
     assert (await stored_state(platform, "alice", "s2"))[1] == []
 
 
+async def test_a_forget_while_a_session_is_open_leaves_its_writer_nothing_said_before_to_write(
+    platform: Platform,
+) -> None:
+    await talk(platform, "alice", "s1", FIRST)
+    await platform.drain_memory()
+    async with platform.session("alice", "s2", team=TEAM) as s:
+        await s.run(FIRST)  # said again, in a session whose writer has not read the memory yet
+        await platform.forget_memory("alice")
+    await platform.drain_memory()  # its writer reads the memory only now, after the forget
+    assert await platform.show_memory("alice") == []
+    await talk(platform, "alice", "s3", FIRST)  # a session opened after the forget: its words are kept
+    await platform.drain_memory()
+    (kept,) = await platform.show_memory("alice")
+    assert kept.facts["ticket_id"].value == "55102"
+
+
 async def test_a_resumed_session_stops_giving_a_forgotten_value_once_the_fact_is_learnt_again(
     platform: Platform, channel: str
 ) -> None:

@@ -1,12 +1,13 @@
 """The memory writer against the store, on SQLite and a real Postgres: a write still asking its model when the
-user forgets what it read writes nothing from messages said before the forget, while one that only lost the
-race to another session's write asks again and lands."""
+user forgets what it read, or one that first reads the memory after a forget, writes nothing from messages said
+before the forget, while one that only lost the race to another session's write asks again and lands."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from autogen_ext.models.replay import ReplayChatCompletionClient
 
 from config_registry.manifest import MemoryDeclaration
 from teamstore.memory.facts import MemoryUpdate
+from teamstore.memory.statements import FORGETS_KEPT
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.memory.writer import FORGOTTEN, Said, WriteOutcome, write_memory
 
@@ -53,11 +55,78 @@ async def stored(store: MemoryStore, user: str = "alice", **facts: str) -> int:
 async def held_write(store: MemoryStore, client: HeldClient) -> asyncio.Task[WriteOutcome]:
     """A session's writer, started and held in its model call."""
     key = await store.writer_key("alice")
-    task = asyncio.create_task(write_memory(
-        store, client, user_id="alice", team="helpdesk", team_version="v1", declaration=DECLARATION,
-        run_id="run-1", messages=SAID, retention_days=30, key=key, declared=set(DECLARATION.facts)))
+    task = asyncio.create_task(writer(store, client, await store.clock(), key=key))
     await client.asked.wait()
     return task
+
+
+async def writer(store: MemoryStore, client: Any, said_after: datetime, **given: Any) -> WriteOutcome:
+    """A session's writer of :data:`SAID`, said after ``said_after``."""
+    return await write_memory(
+        store, client, user_id="alice", team="helpdesk", team_version="v1", declaration=DECLARATION,
+        run_id="run-1", messages=SAID, retention_days=30, declared=set(DECLARATION.facts), said_after=said_after,
+        **given)
+
+
+def answering() -> ReplayChatCompletionClient:
+    return ReplayChatCompletionClient([REPLY] * 4, model_info=INFO)
+
+
+def kept_facts(memory: Any) -> dict[str, Any]:
+    return {name: fact.value for name, fact in memory.facts.items()}
+
+
+@pytest.mark.parametrize("kept_before", [True, False], ids=["memory kept", "nothing kept yet"])
+async def test_a_writer_that_first_reads_after_the_user_forgot_everything_writes_nothing_said_before(
+    store: MemoryStore, kept_before: bool
+) -> None:
+    if kept_before:
+        await stored(store, home_address="12 Secret Lane")
+    opened = await store.clock()  # the session opens; the user says SAID in it
+    await store.forget("alice")  # then forgets everything, before its writer has read the memory
+    assert await writer(store, answering(), opened) == WriteOutcome("forgotten", reason=FORGOTTEN)
+    assert await store.show("alice") == []
+
+
+async def test_a_writer_that_first_reads_after_the_user_forgot_a_fact_writes_nothing_said_before(
+    store: MemoryStore,
+) -> None:
+    await stored(store, home_address="12 Secret Lane", ticket_id="55102")
+    opened = await store.clock()
+    await store.forget("alice", fact="home_address")
+    assert (await writer(store, answering(), opened)).status == "forgotten"
+    (kept,) = await store.show("alice")
+    assert kept_facts(kept) == {"ticket_id": "55102"} and kept.version == 2
+
+
+async def test_a_writer_whose_messages_were_said_after_the_forget_or_under_another_scope_writes(
+    store: MemoryStore,
+) -> None:
+    await stored(store, home_address="12 Secret Lane")
+    await store.forget("alice")
+    assert (await writer(store, answering(), await store.clock())).status == "written"  # opened after it
+    opened = await store.clock()
+    await store.forget("alice", scope="billing")  # another scope's memory: this writer's is not touched
+    assert await writer(store, answering(), opened) == WriteOutcome("written", version=2)
+    (kept,) = await store.show("alice")
+    assert kept_facts(kept) == {"home_address": "12 Secret Lane", "ticket_id": "55102"}
+
+
+async def test_a_forget_is_recorded_per_scope_until_no_writer_can_need_it_and_a_writer_older_than_that_writes_nothing(
+    store: MemoryStore,
+) -> None:
+    await store.forget("alice", scope="helpdesk")
+    await store.forget("alice")
+    recorded = await store.forgets("alice")
+    assert [f.scope for f in recorded] == [None, "helpdesk"]  # None: every scope
+    assert all(f.forgotten_at is not None for f in recorded)
+    now = await store.clock()
+    assert (await store.sweep(now=now)).forgets == 0  # kept while a writer it stops may still run
+    assert (await store.sweep(now=now + FORGETS_KEPT + timedelta(minutes=1))).forgets == 2
+    assert await store.forgets("alice") == []
+    # A session open longer than forgets are kept may have seen one that is no longer known: it writes nothing.
+    assert (await writer(store, answering(), now - FORGETS_KEPT - timedelta(minutes=1))).status == "forgotten"
+    assert await store.show("alice") == []
 
 
 async def test_forgetting_everything_while_a_writer_asks_its_model_is_not_undone_by_that_writer(

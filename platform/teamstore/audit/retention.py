@@ -66,6 +66,8 @@ class SweepReport:
     quiet_users_kept: int | None = 0
     """Users the forgetting found quiet in the database but kept: a session opened meanwhile, a transcript is
     still in the store, or another transcript store is recorded for them (run the sweep with that one too)."""
+    memory_forgets: int | None = 0
+    """Records of when a user forgot memory, dropped once no writer they stop can still run (docs/memory.md)."""
     skipped_steps: dict[str, str] = field(default_factory=dict)
     """The steps not run, each with why (their counts are ``None``): ``forget_quiet_users`` while another sweep
     forgets them, or once the transcript step failed."""
@@ -167,11 +169,11 @@ async def sweep_all(
     memory = await steps.run("memory", lambda: MemoryStore(engine).sweep(now))
     forgotten, kept = await _forget_step(steps, forget, now)
     removed, held = transcripts if transcripts is not None else (None, None)
-    memories, facts, leftover = ((memory.memories, memory.facts, memory.leftover_facts) if memory is not None
-                                 else (None, None, None))
+    memories, facts, leftover, forgets = ((memory.memories, memory.facts, memory.leftover_facts, memory.forgets)
+                                          if memory is not None else (None, None, None, None))
     report = SweepReport(removed, queued, ledger_rows, session_ids, sessions, quarantined, memories, facts, leftover,
-                         transcript_cutoff, ledger_cutoff, quarantine_cutoff, held, forgotten, kept, steps.skipped,
-                         steps.failed)
+                         transcript_cutoff, ledger_cutoff, quarantine_cutoff, held, forgotten, kept, forgets,
+                         steps.skipped, steps.failed)
     if steps.errors:
         raise _incomplete(steps, report)
     return report

@@ -85,7 +85,8 @@ INCOMPLETE = 2
 """``retention sweep``'s exit status when a step failed and the others ran (:class:`RetentionIncomplete`)."""
 _COUNTS = (("transcripts", "transcripts"), ("outbox", "queued transcripts"), ("ledger_rows", "ledger rows"),
            ("session_ids", "session ids"), ("sessions", "expired sessions"), ("quarantined", "quarantined states"),
-           ("memories", "expired user memories"), ("memory_leftover_facts", "leftover memory facts"))
+           ("memories", "expired user memories"), ("memory_leftover_facts", "leftover memory facts"),
+           ("memory_forgets", "old records of forgotten memory"))
 
 
 @retention_app.command("sweep")

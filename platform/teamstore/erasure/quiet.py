@@ -55,7 +55,7 @@ from teamstore.errors import StoreUnavailable
 from teamstore.export.schema import export_requests
 from teamstore.keys.schema import data_keys
 from teamstore.keys.service import KeyService
-from teamstore.memory.schema import facts, memories
+from teamstore.memory.schema import facts, forgets, memories
 from teamstore.state.schema import quarantine, sessions
 
 NEW_SUBJECT = timedelta(hours=1)
@@ -95,7 +95,8 @@ def _nothing_stored(
     request naming them, no export of theirs under way (one still ``running`` that began less than
     :data:`EXPORT_RUNS` before ``before``; an older one was killed), and no hold on them (``fenced``: none but
     the sweep's)."""
-    by_user = [exists().where(table.c.user_id == user_id) for table in (sessions, quarantine, memories, facts)]
+    by_user = [exists().where(table.c.user_id == user_id)
+               for table in (sessions, quarantine, memories, facts, forgets)]
     by_subject = [exists().where(table.c.subject_key == subject_key)
                   for table in (outbox, usage, subject_sessions, rewrites)]
     requests = exists().where(or_(erasure_requests.c.user_id == user_id, erasure_requests.c.subject_key == subject_key))

@@ -158,19 +158,21 @@ class StateRows:
 
 class MemoryRows:
     """What teams keep about the user between sessions: each scope's summary and facts (value, type, the run
-    it came from, when last confirmed), anything damaged (counted among the records: still held about the user), the memory writer's last failure, and facts still held
-    though the memory they belonged to no longer exists (``leftover``)."""
+    it came from, when last confirmed), anything damaged (counted among the records: still held about the user), the memory writer's last failure, facts still held
+    though the memory they belonged to no longer exists (``leftover``), and when the user last forgot memory, per
+    scope (``forgets``; scope ``null``: every scope), while that is kept."""
 
     name = "memory"
 
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
-        """Write the user's memory, every scope."""
+        """Write the user's memory, every scope, and the forgets recorded."""
+        store = MemoryStore(ctx.engine, keys=ctx.keys)
         # Opened (plain values); past its expiry and leftover facts too: held until swept, so the user's to see.
-        kept = await MemoryStore(ctx.engine, keys=ctx.keys).show(ctx.user_id, held=True)
-        found = [m.to_dict() for m in kept]
-        return archive.add_json("memory.json", {"user_id": ctx.user_id, "memory": found},
+        found = [m.to_dict() for m in await store.show(ctx.user_id, held=True)]
+        forgot = [f.to_dict() for f in await store.forgets(ctx.user_id)]
+        return archive.add_json("memory.json", {"user_id": ctx.user_id, "memory": found, "forgets": forgot},
                                 records=sum((0 if m["leftover"] else 1) + len(m["facts"]) + len(m["damaged"])
-                                            for m in found))
+                                            for m in found) + len(forgot))
 
 
 class OutboxRows:

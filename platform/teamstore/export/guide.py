@@ -36,7 +36,8 @@ ABOUT: dict[str, str] = {
                        "example after an assistant was changed), kept for a while in case they can be put back. "
                        "Each says why it was set aside.",
     "memory.json": "What the assistants remember about you from one conversation to the next: short summaries "
-                   "and facts, with when each was last confirmed.",
+                   "and facts, with when each was last confirmed, and when you last asked them to forget "
+                   "(\"forgets\"), which we keep for a while so that nothing said before is remembered again.",
     "transcripts/": "The full record of every exchange (a \"run\"). Each folder in it is one conversation; its name "
                     "is a code, not the conversation's name. transcripts/index.json says which conversation "
                     "(\"session_id\") each file belongs to. In each .jsonl file every line is one entry: the "

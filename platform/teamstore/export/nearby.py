@@ -39,11 +39,11 @@ from teamstore.db.engine import describe_failure
 from teamstore.errors import InvalidIdentifier, StoreUnavailable
 from teamstore.ids import refusal
 from teamstore.keys.schema import data_keys
-from teamstore.memory.schema import facts, memories
+from teamstore.memory.schema import facts, forgets, memories
 from teamstore.state.schema import quarantine, sessions
 
 TABLES: tuple[Table, ...] = (subjects, sessions, quarantine)
-KEYED_BY_USER: tuple[Table, ...] = (subjects, sessions, quarantine, data_keys, memories, facts)
+KEYED_BY_USER: tuple[Table, ...] = (subjects, sessions, quarantine, data_keys, memories, facts, forgets)
 """Every store keyed by the raw user id. The rest (transcripts, outbox, ledger, exports) are keyed by the user's
 subject, whose mapping (``ts_subjects``) an erasure deletes last: none holds anything once it is gone."""
 _MOST = 20  # twins read per table: enough to say what kind of difference, never listed

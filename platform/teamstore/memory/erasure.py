@@ -1,5 +1,5 @@
-"""User memory as erasure reaches it: a user's summaries and facts, counted and deleted on erasure's
-connection.
+"""User memory as erasure reaches it: a user's summaries and facts, and the records of when they forgot
+memory, counted and deleted on erasure's connection.
 
     from teamstore.memory.erasure import USER_MEMORY
 
@@ -17,27 +17,34 @@ and counted with the rest.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select
+from typing import Any
+
+from sqlalchemy import delete, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from teamstore.memory.schema import facts, memories
+from teamstore.memory.schema import facts, forgets, memories
+
+# Each table with the size its rows are counted by: the summary's, a fact value's, none for a forget's time.
+_SIZED: tuple[tuple[Any, Any], ...] = (
+    (memories, func.length(memories.c.summary)), (facts, func.length(facts.c.value)), (forgets, literal_column("0")))
 
 
 class UserMemoryRows:
-    """A user's rows in both memory tables: the facts (their values' bytes) and the summaries."""
+    """A user's rows in the memory tables: the facts (their values' bytes), the summaries, and the records of when
+    they forgot memory (no bytes of theirs: a scope and a time)."""
 
     async def count(self, conn: AsyncConnection, user_id: str) -> tuple[int, int]:
-        """How many rows ``user_id`` has in the two tables, and the bytes of their values and summaries."""
+        """How many rows ``user_id`` has in the three tables, and the bytes of their values and summaries."""
         total_rows = total_bytes = 0
-        for table, size in ((facts, facts.c.value), (memories, memories.c.summary)):
+        for table, size in _SIZED:
             rows, nbytes = (await conn.execute(
-                select(func.count(), func.coalesce(func.sum(func.length(size)), 0))
+                select(func.count(), func.coalesce(func.sum(size), 0))
                 .select_from(table).where(table.c.user_id == user_id))).one()
             total_rows, total_bytes = total_rows + int(rows), total_bytes + int(nbytes or 0)
         return total_rows, total_bytes
 
     async def delete(self, conn: AsyncConnection, user_id: str) -> tuple[int, int]:
-        """Delete ``user_id``'s summaries and facts (committed with the caller's transaction); how many rows
+        """Delete ``user_id``'s summaries, facts and forgets (committed with the caller's transaction); how many rows
         it deleted, and their bytes, as :meth:`count` gives them.
 
         The memory rows first, as a write takes them: a write of an existing row that began before the fence
@@ -47,12 +54,12 @@ class UserMemoryRows:
         facts are on the receipt too.
         """
         total_rows = total_bytes = 0
-        for table, size in ((memories, memories.c.summary), (facts, facts.c.value)):
+        for table, size in _SIZED:  # the memory rows first (below)
             sizes = (await conn.execute(
-                delete(table).where(table.c.user_id == user_id).returning(func.length(size)))).scalars().all()
+                delete(table).where(table.c.user_id == user_id).returning(size))).scalars().all()
             total_rows, total_bytes = total_rows + len(sizes), total_bytes + sum(int(n or 0) for n in sizes)
         return total_rows, total_bytes
 
 
 USER_MEMORY = UserMemoryRows()
-"""Everything kept about a user between sessions: summaries and facts, every scope."""
+"""Everything kept about a user between sessions: summaries and facts, every scope, and when they forgot."""

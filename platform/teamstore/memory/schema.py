@@ -1,11 +1,14 @@
-"""The user-memory tables (SQLAlchemy Core), shared by SQLite and Postgres; created by migration ``0013``.
+"""The user-memory tables (SQLAlchemy Core), shared by SQLite and Postgres; created by migrations ``0013`` and
+``0027`` (the forgets).
 
-    from teamstore.memory.schema import memories, facts
+    from teamstore.memory.schema import memories, facts, forgets
 
 One row per (user, scope) in ``ts_user_memory``: the bounded summary, the row version every write checks,
 the expiry its retention sets, and the writer's last failure. One row per (user, scope, fact) in
 ``ts_user_memory_facts``: the fact's declared type, its value (JSON text), the run it came from and when a
-run last confirmed it. The scope is the team's name, or the name several teams share their memory under.
+run last confirmed it. One row per (user, scope) in ``ts_user_memory_forgets``: when the user last forgot
+memory under that scope (a fact or everything; the scope ``""``: every scope), so that a writer whose messages
+were said before it writes nothing. The scope is the team's name, or the name several teams share their memory under.
 Timestamps and counts read a damaged value (SQLite keeps whatever is written) as ``DAMAGED``, so a row
 edited by hand is reported, never a crash while read.
 """
@@ -57,3 +60,17 @@ facts = Table(
     Column("confirmed_at", Timestamp, nullable=False),
     PrimaryKeyConstraint("user_id", "scope", "name"),
 )
+
+EVERY_SCOPE = ""
+"""The scope of a forget that named none: every scope (no team's name is empty)."""
+
+forgets = Table(
+    "ts_user_memory_forgets",
+    metadata,
+    Column("user_id", String(MAX_ID_CHARS), nullable=False),
+    Column("scope", String(SCOPE), nullable=False),  # EVERY_SCOPE: a forget of every scope
+    # The last forget's time on the database's clock: a writer whose session opened before it writes nothing.
+    Column("forgotten_at", Timestamp, nullable=False),
+    PrimaryKeyConstraint("user_id", "scope"),
+)
+Index("ix_ts_user_memory_forgets_forgotten_at", forgets.c.forgotten_at)

@@ -22,14 +22,28 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Text, delete, exists, func, literal, select, true, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Text,
+    and_,
+    delete,
+    exists,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    tuple_,
+    update,
+)
 
-from teamstore.db.clock import shared_later, shared_now
+from teamstore.db.clock import now_utc, shared_later, shared_now
 from teamstore.db.fence import held
 from teamstore.db.statements import dialect_insert
 from teamstore.keys.schema import data_keys
 from teamstore.keys.service import DataKey
-from teamstore.memory.schema import facts, memories
+from teamstore.memory.schema import EVERY_SCOPE, facts, forgets, memories
 from teamstore.state.schema import Timestamp
 
 
@@ -91,22 +105,65 @@ def left_over(*among: ColumnElement[bool]) -> ColumnElement[bool]:
                            memories.c.version != 0, *among)
 
 
+FORGETS_KEPT = timedelta(days=30)
+"""How long a forget's time is kept (``ts_user_memory_forgets``): the retention sweep drops it after this. A writer
+whose session opened longer ago than this before its write writes nothing (:func:`forgotten_after`): a forget
+of that time may be dropped already."""
+
+
+def forget_time(dialect: str) -> Any:
+    """When a forget happened, on the clock a writer's bound is read on (:func:`teamstore.db.clock.shared_now`),
+    as late as the forget can say: on Postgres the server's clock as its last statement runs (not ``now()``, its
+    transaction's start), so a session opened while the forget ran is judged as opened before it."""
+    return func.clock_timestamp() if dialect == "postgresql" else now_utc()
+
+
+def forget_record(dialect: str, user_id: str, scope: str | None) -> Any:
+    """Record that ``user_id`` forgot memory under ``scope`` (``None``: every scope) now: the row's time moves on."""
+    stmt = dialect_insert(dialect)(forgets).values(user_id=user_id, scope=EVERY_SCOPE if scope is None else scope,
+                                                   forgotten_at=forget_time(dialect))
+    return stmt.on_conflict_do_update(index_elements=[forgets.c.user_id, forgets.c.scope],
+                                      set_={"forgotten_at": stmt.excluded.forgotten_at})
+
+
+def forgotten_after(dialect: str, user_id: str, scope: str, said_after: datetime | None) -> ColumnElement[bool]:
+    """The user forgot memory under ``scope`` (or every scope) at or after ``said_after``, the earliest time the
+    messages a write comes from can have been said (``None``: not known, so any forget still kept); or
+    ``said_after`` is older than :data:`FORGETS_KEPT`, and a forget after it may no longer be kept."""
+    after = [] if said_after is None else [forgets.c.forgotten_at >= said_after]
+    forgot = exists().where(forgets.c.user_id == user_id, forgets.c.scope.in_([scope, EVERY_SCOPE]), *after)
+    if said_after is None:
+        return forgot
+    if dialect != "postgresql":  # one machine's clock (shared_now): judged here
+        return or_(forgot, true() if said_after < now_utc() - FORGETS_KEPT else false())
+    return or_(forgot, literal(said_after, Timestamp()) < shared_later(dialect, -FORGETS_KEPT))
+
+
+def delete_old_forgets(dialect: str, now: datetime | None) -> Any:
+    """Delete the forgets older than :data:`FORGETS_KEPT` at ``now`` (``None``: the database's clock): no writer
+    they could still stop is left (one whose session opened before them writes nothing anyway)."""
+    cutoff = shared_later(dialect, -FORGETS_KEPT) if now is None else now - FORGETS_KEPT
+    return delete(forgets).where(forgets.c.forgotten_at < cutoff)
+
+
 def row_write(
     dialect: str, user_id: str, scope: str, row: dict[str, Any], expected: int, now: Any,
-    alive: ColumnElement[bool], made_at: datetime | None = None,
+    alive: ColumnElement[bool], made_at: datetime | None = None, forgot: ColumnElement[bool] | None = None,
 ) -> Any:
-    """The version-checked, fenced write of the memory row (while ``alive`` holds), returning its new version:
-    no row if refused. ``made_at``: when the row read was made; another row, made since, is refused too."""
+    """The version-checked, fenced write of the memory row (while ``alive`` holds, and unless ``forgot``, a
+    forget after its messages, does), returning its new version: no row if refused. ``made_at``: when the row read
+    was made; another row, made since, is refused too."""
+    checks = [alive] if forgot is None else [alive, ~forgot]
     if expected > 0:
         same_row = [] if made_at is None else [memories.c.created_at == made_at]
         return (update(memories)
-                .where(*of_user(memories, user_id, scope), memories.c.version == expected, ~held(user_id), alive,
+                .where(*of_user(memories, user_id, scope), memories.c.version == expected, ~held(user_id), *checks,
                        *same_row,
                        memories.c.expires_at > now)  # past it, the memory is gone: read again, start afresh
                 .values(**row, version=expected + 1).returning(memories.c.version))
     # A first write: a new row, or the row that holds only a failure (version 0).
     values = {"user_id": user_id, "scope": scope, **row, "version": 1, "created_at": now, "failures": 0}
-    stmt = fenced_insert(dialect, user_id, values, alive)
+    stmt = fenced_insert(dialect, user_id, values, and_(*checks))
     return stmt.on_conflict_do_update(
         index_elements=[memories.c.user_id, memories.c.scope],
         set_={**{k: stmt.excluded[k] for k in row}, "version": 1}, where=memories.c.version == 0,

@@ -47,22 +47,25 @@ from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from teamstore.db.clock import shared_now, utc
+from teamstore.db.clock import database_now, shared_now, utc
 from teamstore.db.engine import describe_failure, failure_hint, unreachable
 from teamstore.db.fence import held
-from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory, StoreUnavailable
+from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryNotFound, StaleMemory, StoreUnavailable
 from teamstore.ids import check_erasable_id, check_id
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.facts import MemoryUpdate, UserMemory, check_names, encode_value
 from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
-from teamstore.memory.schema import facts, memories
+from teamstore.memory.schema import facts, forgets, memories
 from teamstore.memory.sealing import fact_context, opened, opened_under, sealed, summary_context
 from teamstore.memory.statements import (
     delete_expired,
     delete_leftovers,
+    delete_old_forgets,
     expired_memory,
     fact_upsert,
     failure_upsert,
+    forget_record,
+    forgotten_after,
     key_alive,
     left_over,
     leftover_window,
@@ -92,6 +95,23 @@ class Swept:
     memories: int
     facts: int
     leftover_facts: int
+    forgets: int = 0
+    """Records of when a user forgot, dropped once older than :data:`~teamstore.memory.statements.FORGETS_KEPT`."""
+
+
+@dataclass(frozen=True)
+class ForgetRecord:
+    """When ``user_id`` last forgot memory under ``scope`` (``None``: every scope): kept a while, so that a writer
+    whose messages were said before it writes nothing."""
+
+    user_id: str
+    scope: str | None
+    forgotten_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (an export's ``memory.json``)."""
+        at = self.forgotten_at
+        return {"scope": self.scope, "forgotten_at": at.isoformat() if isinstance(at, datetime) else None}
 
 
 def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
@@ -127,6 +147,13 @@ async def _changing(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConn
 def _fenced() -> ErasureInProgress:
     return ErasureInProgress("an erasure request is open for this user: no memory is written for them",
                              hint="nothing to do: the erasure removes the user's memory with the rest")
+
+
+def _forgotten() -> MemoryForgotten:
+    return MemoryForgotten(
+        "the user forgot memory under this scope after the messages this write comes from were said (or they were "
+        "said longer ago than forgets are kept): nothing was written",
+        hint="nothing to do: the user's next session writes its memory from what is said after the forget")
 
 
 def _erased() -> ErasureInProgress:
@@ -239,6 +266,7 @@ class MemoryStore:
         self, user_id: str, scope: str, update: MemoryUpdate, *, types: Mapping[str, str], expected_version: int,
         run_id: str, team: str, team_version: str, retention_days: float, now: datetime | None = None,
         key: DataKey | None = None, declared: Collection[str] | None = None, made_at: datetime | None = None,
+        said_after: datetime | None = None,
     ) -> int:
         """Store ``update`` if the memory is still at ``expected_version``; returns the new version.
 
@@ -258,12 +286,17 @@ class MemoryStore:
                 of the scope (``None``: it deletes none).
             made_at: When the row read was made (:attr:`UserMemory.created_at`): a memory forgotten in full and
                 written again since is another row, which this write is refused on whatever its version.
+            said_after: The earliest time the messages the update comes from can have been said, on the
+                database's clock (:meth:`clock`): a forget of the scope (or of every scope) at or after it refuses
+                the write, as does a time older than forgets are kept. ``None``: no forget is checked (an update
+                from no one's messages).
 
         Raises:
             StaleMemory: Another write landed since ``expected_version`` was read, or the row read is gone;
                 nothing was written.
             ErasureInProgress: An erasure fences the user, or erased them since ``key`` was taken; nothing was
                 written.
+            MemoryForgotten: The user forgot memory of the scope since ``said_after``; nothing was written.
             KeyUnavailable, DataKeyDamaged: The user's data key cannot be had; nothing was written.
             StoreUnavailable: The database failed: nothing was written, unless the error says whether the write
                 landed is not known (it failed as it committed, or the connection was lost during it).
@@ -276,12 +309,15 @@ class MemoryStore:
                "updated_at": at, "expires_at": expires}
         async with _changing(self.engine, "write the user's memory") as conn:
             await self._hold_writes(conn, user_id)
-            stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive, made_at)
+            forgot = None if said_after is None else forgotten_after(self._dialect, user_id, scope, said_after)
+            stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive, made_at, forgot)
             if (await conn.execute(stmt)).scalar() is None:
                 if await conn.scalar(select(held(user_id))):
                     raise _fenced()
                 if not await conn.scalar(select(alive)):
                     raise _erased()
+                if forgot is not None and await conn.scalar(select(forgot)):
+                    raise _forgotten()
                 raise StaleMemory("another write of this user's memory landed first",
                                   hint="read the memory again and write from what it holds now")
             kept = await _facts_before(conn, user_id, scope, data_key, first=expected_version == 0)
@@ -296,11 +332,22 @@ class MemoryStore:
                                                        facts.c.name.not_in(sorted({*declared, *update.facts}))))
         return expected_version + 1
 
-    async def _hold_writes(self, conn: AsyncConnection, user_id: str) -> None:
-        """Take the user's memory writes lock shared for ``conn``'s transaction (Postgres; SQLite runs one
-        writer at a time): an erasure's key step waits for this write."""
+    async def _hold_writes(self, conn: AsyncConnection, user_id: str, *, alone: bool = False) -> None:
+        """Take the user's memory writes lock for ``conn``'s transaction (Postgres; SQLite runs one writer at a
+        time): shared for a write, which an erasure's key step waits for; ``alone`` for a forget, which waits for
+        the writes under way (a first write's new row too, which its delete would neither see nor wait for), and
+        which a write that starts meanwhile waits for, then finds the forget recorded."""
         if self._dialect == "postgresql":
-            await conn.execute(writes_lock(user_id, shared=True))
+            await conn.execute(writes_lock(user_id, shared=not alone))
+
+    async def clock(self) -> datetime:
+        """The database's clock now (on Postgres the server's, one round trip): the time a writer's bound
+        (``said_after``) is read on, as a session opens, before any of its messages is said.
+
+        Raises:
+            StoreUnavailable: The database could not be reached.
+        """
+        return await database_now(self.engine)
 
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
@@ -328,6 +375,8 @@ class MemoryStore:
 
         Forgetting a fact moves the memory's version on, so a writer that read it before cannot write it back
         from what it read. The summary is kept: it may still mention the fact (forget everything to drop it).
+        Either records when (``ts_user_memory_forgets``, per scope, or for every scope): a writer whose session
+        opened before then writes nothing, whenever it first reads the memory.
 
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id, ``scope`` no scope or ``fact`` no fact name a team
@@ -340,16 +389,37 @@ class MemoryStore:
         check_id("user_id", user_id)
         check_names(scope, fact)
         async with _changing(self.engine, "forget the user's memory") as conn:
-            # The memory rows first, as a write takes them: a write under way finishes before the forget
-            # goes on, and what it wrote is forgotten too (taken the other way round, the facts it added
-            # stayed without their row, or the two waited for each other until the database gave up).
+            # The writes under way first (their lock, then the memory rows, as a write takes them): each finishes
+            # before the forget goes on, and what it wrote is forgotten too (taken the other way round, the facts
+            # it added stayed without their row, or the two waited for each other until the database gave up).
+            await self._hold_writes(conn, user_id, alone=True)
             if fact is not None:
                 await conn.execute(select(memories.c.scope).where(*of_user(memories, user_id, scope))
                                    .with_for_update())
-                return await self._forget_fact(conn, user_id, scope, fact)
-            gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
-            dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
-        return Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
+                forgotten = await self._forget_fact(conn, user_id, scope, fact)
+            else:
+                gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
+                dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
+                forgotten = Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
+            # Last, so its time is as late as the forget can say (statements.forget_time).
+            await conn.execute(forget_record(self._dialect, user_id, scope))
+        return forgotten
+
+    async def forgets(self, user_id: str) -> list[ForgetRecord]:
+        """When ``user_id`` last forgot memory, per scope (``None``: every scope), while it is kept: what an export
+        lists. The caller checks ``user_id`` (an export's may be one no session can have now).
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        query = select(forgets.c.scope, forgets.c.forgotten_at).where(forgets.c.user_id == user_id)
+        try:
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(query.order_by(forgets.c.scope))).all()
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "read when the user forgot their memory") from exc
+        return [ForgetRecord(user_id, str(scope) or None, utc(at) if isinstance(at, datetime) else None)
+                for scope, at in rows]
 
     async def _forget_fact(self, conn: AsyncConnection, user_id: str, scope: str | None, fact: str) -> Forgotten:
         where = [*of_user(facts, user_id, scope), facts.c.name == fact]
@@ -366,7 +436,8 @@ class MemoryStore:
     # --- retention -----------------------------------------------------------------------------------------
     async def sweep(self, now: datetime | None = None, batch_size: int = 500) -> Swept:
         """Delete memories past their expiry (their retention after the last update), with their facts, then
-        the leftover facts: those kept with no memory written.
+        the leftover facts: those kept with no memory written; then the records of forgets older than
+        :data:`~teamstore.memory.statements.FORGETS_KEPT`.
 
         Args:
             now: The time to judge expiry at; by default the database's (on Postgres the server's ``now()``,
@@ -379,7 +450,10 @@ class MemoryStore:
                 failed in too, when it failed as that batch committed: the error then says it is not known).
         """
         expired = await self._sweep(now if now is not None else shared_now(self._dialect), batch_size, [])
-        return Swept(expired.memories, expired.facts, await self._sweep_leftovers(batch_size))
+        leftovers = await self._sweep_leftovers(batch_size)
+        async with _changing(self.engine, "sweep old records of forgotten memory") as conn:
+            dropped = (await conn.execute(delete_old_forgets(self._dialect, now))).rowcount
+        return Swept(expired.memories, expired.facts, leftovers, int(dropped or 0))
 
     async def _sweep_leftovers(self, batch_size: int) -> int:
         """Delete the facts kept with no memory written, in batches; how many.

@@ -2,8 +2,10 @@
 
     from teamstore.memory.writer import Said, write_memory
 
+    opened = await store.clock()                # as the session opens, before anything is said in it
+    ...
     outcome = await write_memory(store, client, user_id="alice", team="support_triage", team_version=v,
-                                 declaration=manifest.memory, run_id=run_id, retention_days=180,
+                                 declaration=manifest.memory, run_id=run_id, retention_days=180, said_after=opened,
                                  messages=[Said("user", "My router ZX-81 drops (ticket 55102)"), ...])
     print(outcome.status, outcome.reason)      # "written" / "failed" / "fenced" / "forgotten"
 
@@ -19,6 +21,12 @@ state or confirm). A reply that is not that, a fact that fails its type, a summa
 failed call is refused: the stored memory stays as it was and the failure is recorded on it. A write that
 finds another landed first reads the memory again and asks again, at most :data:`ATTEMPTS` times; one that finds
 the user forgot what it read meanwhile writes nothing (its messages were said before the forget).
+
+Nor does a writer whose messages were said before a forget it never saw, one that ran before the writer first
+read the memory: a forget records when it ran, and the write checks it against ``said_after``, the earliest
+time the messages can have been said. A session gives the database's clock as it opened (before any run of it;
+an interrupted run it continues began earlier, and gives its own start): the messages' own times and the runs'
+are this host's clock, which need not agree with the one the forget is dated by (the database server's).
 """
 
 from __future__ import annotations
@@ -27,12 +35,13 @@ import asyncio
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from autogen_core.models import ChatCompletionClient, LLMMessage, SystemMessage, UserMessage
 
 from config_registry.manifest import MemoryDeclaration
-from teamstore.errors import ErasureInProgress, MemoryWriteRefused, StaleMemory
+from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryWriteRefused, StaleMemory
 from teamstore.keys.service import DataKey
 from teamstore.memory.facts import CHARS_PER_TOKEN, MemoryUpdate, UserMemory, parse_update, shown
 from teamstore.memory.store import MemoryStore
@@ -53,15 +62,17 @@ class Said:
     content: str
 
 
-FORGOTTEN = ("the memory this write read was forgotten (or went past its expiry) while the writer ran: nothing was "
-             "written, as the messages it was written from were said before")
+FORGOTTEN = ("the memory this write read was forgotten (or went past its expiry) while the writer ran, or the user "
+             "forgot it after the messages it was written from were said: nothing was written, as they were said "
+             "before")
 
 
 @dataclass(frozen=True)
 class WriteOutcome:
     """How a write ended: ``written`` (with the new version), ``failed`` (with the reason recorded), ``fenced``
     (an erasure holds the user, or erased them while the writer ran; nothing written) or ``forgotten`` (the user
-    forgot what the writer read while it ran; nothing written, nothing recorded)."""
+    forgot what the writer read while it ran, or forgot memory of the scope after ``said_after``; nothing
+    written, nothing recorded)."""
 
     status: Literal["written", "failed", "fenced", "forgotten"]
     version: int | None = None
@@ -143,7 +154,7 @@ def _call_failed(why: str) -> MemoryWriteRefused:
 async def write_memory(
     store: MemoryStore, client: ChatCompletionClient, *, user_id: str, team: str, team_version: str,
     declaration: MemoryDeclaration, run_id: str, messages: Sequence[Said], retention_days: float,
-    call_seconds: float = 60.0, key: DataKey | None = None, declared: Collection[str] | None = None,
+    said_after: datetime, call_seconds: float = 60.0, key: DataKey | None = None, declared: Collection[str] | None = None,
 ) -> WriteOutcome:
     """Update the user's memory from ``messages``; a refusal is recorded on the memory, never raised.
 
@@ -155,6 +166,9 @@ async def write_memory(
         run_id: The run the messages end with: the source of the values written.
         messages: What the runs added since the last write.
         retention_days: How long the memory lives after this write.
+        said_after: The earliest time ``messages`` can have been said, on the database's clock
+            (:meth:`MemoryStore.clock`, read as the session opened): a forget of the scope since refuses the
+            write (``forgotten``).
         call_seconds: The longest one model call may take.
         key: The data key to seal under, taken by the session that started the writer as it opened; none is
             made then, and nothing lands once it is gone. Without it, the user's key is taken now (made for a
@@ -183,7 +197,7 @@ async def write_memory(
                 user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
                 run_id=run_id, team=team, team_version=team_version, retention_days=retention_days, key=key,
                 declared=None if declared is None else {*declared, *declaration.facts},
-                made_at=previous.created_at if previous else None)
+                made_at=previous.created_at if previous else None, said_after=said_after)
         except StaleMemory:
             # Another session wrote first: write again from what it stored; unless the user forgot what this
             # write read meanwhile. Its messages were said before the forget: asked again, the model would
@@ -191,6 +205,8 @@ async def write_memory(
             if _forgotten_since(previous, await store.load(user_id, scope), {*(declared or ()), *declaration.facts}):
                 return WriteOutcome("forgotten", reason=FORGOTTEN)
             continue
+        except MemoryForgotten:  # before or while it ran: its messages were said before the forget
+            return WriteOutcome("forgotten", reason=FORGOTTEN)
         except ErasureInProgress:
             return WriteOutcome("fenced")
         except MemoryWriteRefused as exc:

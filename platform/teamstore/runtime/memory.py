@@ -4,7 +4,8 @@
     binding = bind_memory(built)                       # None: the team keeps no memory
     recall = await memory.recall(binding, "alice", fresh=True, persisted=built.persisted)
     key = await memory.writer_key("alice")            # as the session opens, under its lease
-    memory.schedule(binding, ctx, outcome, said, key, observers=..., limits=...)   # when the session's block exits
+    since = await memory.said_after(interrupted)      # as it opens too: its writer's messages come after
+    memory.schedule(binding, ctx, outcome, said, key, observers=..., limits=..., said_after=since)  # at block exit
     await memory.drain()                               # before the process ends (Platform.aclose does it)
 
 When it is read: a participant is given the memory when its model context starts empty, in a new or
@@ -44,6 +45,7 @@ from teamstore.memory.facts import UserMemory
 from teamstore.memory.store import MemoryStore
 from teamstore.memory.writer import Said, WriteOutcome, write_memory
 from teamstore.metering import MeteredChatCompletionClient, metered_run
+from teamstore.runtime.checkpoints import InterruptedRun
 
 log = logging.getLogger("teamstore.memory")
 
@@ -227,15 +229,27 @@ class MemoryService:
         """
         return await self.store.writer_key(user_id, create=False)
 
+    async def said_after(self, interrupted: InterruptedRun | None) -> datetime:
+        """The earliest time what a session's runs say can have been said, read as it opens: the database's clock
+        (the one a forget is dated by; this host's need not agree), or an earlier start of the ``interrupted``
+        run it continues, whose first messages were said then (on its host's clock: the best it has).
+
+        Raises:
+            StoreUnavailable: The database could not be reached.
+        """
+        opened = await self.store.clock()
+        return opened if interrupted is None else min(opened, interrupted.started_at)
+
     def schedule(
         self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: Sequence[Said],
-        key: DataKey | None, *, observers: Sequence[RunObserver], limits: MemoryLimits,
+        key: DataKey | None, *, observers: Sequence[RunObserver], limits: MemoryLimits, said_after: datetime,
     ) -> None:
         """Write the user's memory from ``said`` in the background (the run ``ctx`` is the last they end with),
         sealed under ``key`` (:meth:`writer_key`, as the session opened): the write lands only while that key
-        exists, and no key is made for it."""
+        exists, and no key is made for it; nor when the user forgot memory of the scope after ``said_after``
+        (:meth:`said_after`, as the session opened)."""
         task = asyncio.get_running_loop().create_task(
-            self._write(binding, ctx, outcome, list(said), key, observers, limits))
+            self._write(binding, ctx, outcome, list(said), key, observers, limits, said_after))
         self._writes.add(task)
         task.add_done_callback(self._done)
 
@@ -254,7 +268,7 @@ class MemoryService:
 
     async def _write(
         self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: list[Said], key: DataKey | None,
-        observers: Sequence[RunObserver], limits: MemoryLimits,
+        observers: Sequence[RunObserver], limits: MemoryLimits, said_after: datetime,
     ) -> None:
         started = datetime.now(UTC)
         retention = binding.declaration.retention_days or limits.memory_retention_days
@@ -264,7 +278,8 @@ class MemoryService:
                 result = await write_memory(
                     self.store, binding.writer, user_id=ctx.user_id, team=ctx.team, team_version=ctx.team_version,
                     declaration=binding.declaration, run_id=ctx.run_id, messages=said, retention_days=retention,
-                    call_seconds=limits.memory_writer_timeout_seconds, key=key, declared=declared)
+                    call_seconds=limits.memory_writer_timeout_seconds, key=key, declared=declared,
+                    said_after=said_after)
             except TeamstoreError as exc:  # the database failed: not even the failure could be recorded
                 result = WriteOutcome("failed", reason=exc.message)
             except Exception as exc:  # a fault of the writer itself: logged (the type only: its message may

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import time
 import uuid
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,7 @@ class Session(SessionRuns):
         self._acquiring: asyncio.Future[StoredSession] | None = None  # the lease asked for, once it is
         self.memory: MemoryRecall | None = None
         self._memory_key: DataKey | None = None  # the user's, as the session opened: the memory writer's
+        self._said_after: datetime | None = None  # no message the writer is given was said before it
 
     @property
     def team(self) -> TeamOrAgent:
@@ -261,6 +263,8 @@ class Session(SessionRuns):
         service = self._deps.memory
         self._memory = bind_memory(self._built) if service is not None else None
         if service is not None and self._memory is not None:
+            # Before anything is said in it (nor recalled): a forget since then stops its writer.
+            self._said_after = await service.said_after(self._interrupted)
             self.memory = await service.recall(self._memory, self.key.user_id, fresh=fresh,
                                                persisted=self._built.persisted)
             # Taken under the lease, never made (the opening made it, before the lease): neither this session nor
@@ -367,10 +371,10 @@ class Session(SessionRuns):
         """Once the block saved: have the memory writer update the user's memory from what the runs said."""
         service, binding, said, last = self._deps.memory, self._memory, self._said, self._last_run
         self._said = []
-        if service is None or binding is None or not said or last is None:
+        if service is None or binding is None or not said or last is None or self._said_after is None:
             return
         service.schedule(binding, *last, said, self._memory_key, observers=self._deps.observers,
-                         limits=self._deps.limits)
+                         limits=self._deps.limits, said_after=self._said_after)
 
     async def _release(self) -> None:
         if self._deps.sessions.closed:  # the platform gave the lease back as it closed (_cut_off)
