@@ -25,7 +25,7 @@ pytestmark = pytest.mark.otlp
 
 def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServer) -> tuple[User, User]:
     """Register, two users' sessions, resumes in new processes (one on a breaking version: quarantined), a
-    tool's output, secrets from the environment, a transcript shown, cost, the ledger exported as Parquet:
+    tool's output, secrets from the environment, a memory forget, a transcript shown, cost, the ledger exported as Parquet:
     every step after registration a CLI process of its own."""
     alice, bob = User.plant(book, "alice"), User.plant(book, "bob")
     register_teams(deployment.registry, model_server.base_url)
@@ -47,6 +47,8 @@ def _main_job(deployment: Deployment, book: CanaryBook, model_server: ModelServe
     assert status in resumed[2]["reply"], "the tool ran and its output came back"
     unsent = [v for v in secrets.values() if not any(v in sent for h in model_server.headers for sent in h.values())]
     assert not unsent, "every secret went out to the model endpoint, through the run's whole path"
+    for user in (alice, bob):  # memory of a scope they keep none under: the forget's record holds their id
+        deployment.cli("memory", "forget", "--user", user.user_id, "--all", "--team", "order_desk")
 
     shown = deployment.start("transcripts", "show", "--user", alice.user_id, "--session", alice.sessions[0], "--json")
     cost = deployment.start("cost", "--user", bob.user_id, "--format", "json")
@@ -83,6 +85,9 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
         "the support team's memory keeps a fact taken from bob's words (his router), sealed: the scan reaches "
         "its row (by his id), and the erasure must"
     )
+    assert any("ts_user_memory_forgets" in h.location and h.canary.owner == "bob" for h in before), (
+        "bob's forget is recorded by his id: the erasure must delete it"
+    )
 
     handed_over = deployment.home.parent / "handed-over"
     handed_over.mkdir()
@@ -106,7 +111,7 @@ def test_the_main_job_leaves_canaries_only_where_declared_and_none_of_an_erased_
 EXPORTED_AS = (
     (r"\bts_sessions\b", "resume_state.json"),
     (r"\bts_quarantine\b", "quarantine.json"),
-    (r"\bts_user_memory\b|\bts_user_memory_facts\b", "memory.json"),
+    (r"\bts_user_memory\b|\bts_user_memory_facts\b|\bts_user_memory_forgets\b", "memory.json"),
     (r"\bts_subjects\b|\bts_subject_sessions\b", "subject.json"),
     (r"\bts_transcript_outbox\b", "outbox.json"),
     (r"\bts_usage\b", "ledger.json"),

@@ -54,6 +54,7 @@ from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
 from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import facts, memories
+from teamstore.memory.statements import FORGETS_KEPT
 from teamstore.memory.store import MemoryStore
 from teamstore.settings import Settings
 from teamstore.state import envelope
@@ -583,6 +584,28 @@ async def test_memory_facts_left_without_their_memory_row_are_exported_as_left_o
     await store.sweep()
     swept = await exporter(engine, folder).run("hal", tmp_path / "swept.zip", operator="o")
     assert loaded(unpack(swept.path), "memory.json")["memory"] == []
+
+
+async def test_an_export_says_when_the_user_forgot_their_memory_while_that_is_kept(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    store, folder = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings())), LocalTranscriptStore(tmp_path)
+    await get_or_create_subject(engine, "hal")
+    await store.write("hal", "helpdesk", MemoryUpdate("line fault", {"ticket_id": "55102"}), types={"ticket_id": "str"},
+                      expected_version=0, run_id="run-1", team="helpdesk", team_version="v1", retention_days=180)
+    await store.forget("hal", fact="ticket_id", scope="helpdesk")
+    await store.forget("hal", scope="billing")
+
+    done = await exporter(engine, folder).run("hal", tmp_path / "hal.zip", operator="o")
+
+    exported = loaded(unpack(done.path), "memory.json")
+    assert [f["scope"] for f in exported["forgets"]] == ["billing", "helpdesk"]
+    assert all(datetime.fromisoformat(f["forgotten_at"]) for f in exported["forgets"])
+    (memory,) = exported["memory"]  # the summary, its fact forgotten
+    assert memory["facts"] == [] and done.manifest.stores["memory"].records == 1 + 2
+    await store.sweep(now=datetime.now(UTC) + FORGETS_KEPT + timedelta(days=1))
+    swept = await exporter(engine, folder).run("hal", tmp_path / "swept.zip", operator="o")
+    assert loaded(unpack(swept.path), "memory.json")["forgets"] == []
 
 
 def test_the_composition_root_exports_from_every_store_it_builds(

@@ -31,6 +31,7 @@ from teamstore.erasure.requests import open_request
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.events import RunObserver
 from teamstore.keys.schema import data_keys
+from teamstore.memory.schema import forgets
 from teamstore.memory.store import MemoryStore
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
@@ -110,18 +111,23 @@ async def test_a_writer_that_fails_unexpectedly_still_has_its_call_metered(
     assert any("failed unexpectedly (RuntimeError)" in r.getMessage() for r in caplog.records)
 
 
-async def test_erasing_a_user_removes_their_memory_with_counts_in_the_receipt(
+async def test_erasing_a_user_removes_their_memory_and_the_record_of_their_forgets_with_counts_in_the_receipt(
     engine: AsyncEngine, registry: Registry, tmp_path: Path
 ) -> None:
     async with audited(engine, registry, tmp_path) as platform:
         await talk(platform, "alice", "s1", FIRST)
         await talk(platform, "bob", "s1", "My router QX-7 is fine (ticket 77)")
+        for user in ("alice", "bob"):  # each forgets memory of another scope: a record holding their id
+            await platform.forget_memory(user, team="billing")
     coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "transcripts"),
                                       knobs=ErasureSettings(fence_grace_seconds=0))
     receipt = await coordinator.run("alice", reason="test")
     assert receipt.ok, receipt
     memory = receipt.stores["memory"]
-    assert memory.status is StepStatus.ERASED and memory.counts.rows == 3  # the summary and two facts
+    assert memory.status is StepStatus.ERASED and memory.counts.rows == 4  # the summary, two facts, the forget
+    assert memory.verified_at is not None
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(forgets.c.user_id))).scalars().all() == ["bob"]
     async with make_platform(engine, registry, tmp_path) as platform:
         assert await platform.show_memory("alice") == []
         assert [m.user_id for m in await platform.show_memory("bob")] == ["bob"]
