@@ -1,7 +1,8 @@
 """What only Postgres needs of the memory store: writers and the retention sweep that take the same fact rows
 never wait for each other in a circle (Postgres would abort one of them as a deadlock), each batch of the
-sweep reads only the facts it looks at, and their memory rows, whatever Postgres plans, and an erasure waits
-for a first write already in its transaction (whose new rows its delete would neither see nor wait for)."""
+sweep reads only the facts it looks at, and their memory rows, whatever Postgres plans, and an erasure or a
+forget waits for a first write already in its transaction (whose new rows its delete would neither see nor wait
+for)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,39 @@ async def test_an_erasure_waits_for_a_first_write_already_in_its_transaction_and
         assert await writing in (1, True)  # it landed: it began before the fence went up
         assert await erasing == (1, 1 if failure else 2)  # and the erasure deleted what it wrote
     assert (await memory_step().remaining(ctx)).rows == 0 and await store.show("alice", held=True) == []
+
+async def test_a_forget_waits_for_a_first_write_already_in_its_transaction_and_leaves_nothing_of_it(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
+    key, opened = await store.writer_key("alice"), await store.clock()
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def paused(conn: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        """The write's transaction, paused right after the statement that inserted its new memory row."""
+        result = await real_execute(conn, statement, *args, **kwargs)
+        if getattr(statement, "table", None) is memory_store.memories and not inside.is_set():
+            inside.set()
+            await release.wait()
+        return result
+
+    real_execute = AsyncConnection.execute
+    monkeypatch.setattr(AsyncConnection, "execute", paused)
+    writing = asyncio.create_task(store.write(
+        "alice", "helpdesk", MemoryUpdate("alice's summary", {"ticket_id": "55102"}), types={"ticket_id": "str"},
+        expected_version=0, run_id="run-1", team="helpdesk", team_version="v1", retention_days=30, key=key,
+        said_after=opened))
+    await inside.wait()
+    monkeypatch.setattr(AsyncConnection, "execute", real_execute)
+    async with engine.connect() as monitor:
+        forgetting = asyncio.create_task(store.forget("alice"))
+        await waiting_for_locks(monitor, forgetting)
+        assert not forgetting.done()  # the forget waits for the write under way
+        release.set()
+        assert await writing == 1  # it landed: it was past its checks before the forget began
+        gone = await forgetting
+    assert (gone.memories, gone.facts) == (1, 1) and await store.show("alice", held=True) == []
+
 
 def _scans(node: dict[str, Any]) -> Iterator[tuple[str, int]]:
     """Each table a plan node read, with how many rows it read there (kept, or removed by its filter)."""
