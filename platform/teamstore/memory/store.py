@@ -37,18 +37,19 @@ over** from a memory that no longer exists (its row deleted by hand, or by an ol
 that raced a write). No session or writer is given them, ``show`` lists them only for an export, the next write
 of the scope starts without them, and the retention sweep deletes them.
 
-The statements are :mod:`teamstore.memory.statements`; rows are read into memories by :mod:`teamstore.memory.rows`.
+The statements are :mod:`teamstore.memory.statements`; rows are read into memories by :mod:`teamstore.memory.rows`;
+what a write keeps and a forget names is read by :mod:`teamstore.memory.kept`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, tuple_, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -59,20 +60,19 @@ from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryNotFound,
 from teamstore.ids import check_erasable_id, check_id
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.facts import MemoryUpdate, UserMemory, check_names, encode_value
+from teamstore.memory.kept import delete_facts_of, facts_before, what_is_kept
 from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
 from teamstore.memory.schema import facts, forgets, memories
-from teamstore.memory.sealing import fact_context, opened, opened_under, sealed, summary_context
+from teamstore.memory.sealing import fact_context, opened, sealed, summary_context
 from teamstore.memory.statements import (
     delete_expired,
     delete_leftovers,
     delete_old_forgets,
-    expired_memory,
     fact_upsert,
     failure_upsert,
     forget_record,
     forgotten_after,
     key_alive,
-    left_over,
     leftover_window,
     of_user,
     read_at,
@@ -325,7 +325,7 @@ class MemoryStore:
                     raise _forgotten()
                 raise StaleMemory("another write of this user's memory landed first",
                                   hint="read the memory again and write from what it holds now")
-            kept = await _facts_before(conn, user_id, scope, data_key, first=expected_version == 0)
+            kept = await facts_before(conn, user_id, scope, data_key, first=expected_version == 0)
             for name, value in update.facts.items():
                 text = encode_value(value)
                 same = kept.get(name) == (types[name], text)  # compared opened: each seal is different bytes
@@ -431,7 +431,7 @@ class MemoryStore:
         scopes = (await conn.execute(select(facts.c.scope).where(*where))).scalars().all()
         if not scopes:
             raise MemoryNotFound(f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
-                                 hint=await _what_is_kept(conn, user_id, scope))
+                                 hint=await what_is_kept(conn, user_id, scope))
         await conn.execute(delete(facts).where(*where))
         await conn.execute(update(memories).where(memories.c.user_id == user_id, memories.c.scope.in_(scopes),
                                                   memories.c.version > 0)
@@ -489,54 +489,7 @@ class MemoryStore:
         while True:
             async with _changing(self.engine, "sweep expired memory") as conn:
                 keys = (await conn.execute(delete_expired(now, batch_size, where))).all()
-                dropped = await _delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
+                dropped = await delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
             total = Forgotten(total.memories + len(keys), total.facts + dropped)
             if len(keys) < batch_size:
                 return total
-
-
-async def _what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) -> str:
-    """What :meth:`MemoryStore.show` lists of the user's memory, said when a fact named is not kept: the facts;
-    else whether a summary (or only the writer's last failure) is, which forgetting everything still removes."""
-    now = shared_now(conn.dialect.name)  # the clock show judges expiry by
-    # Not a leftover fact (the user cannot see it), nor one of a memory past its expiry.
-    shown = select(facts.c.name).where(*of_user(facts, user_id, scope), ~left_over(), ~expired_memory(now))
-    kept = sorted(set((await conn.execute(shown)).scalars().all()))
-    if kept:
-        return f"the facts kept are: {', '.join(kept)}"
-    rows = select(memories.c.version).where(*of_user(memories, user_id, scope), memories.c.expires_at > now)
-    versions = (await conn.execute(rows)).scalars().all()
-    under = f" under {scope!r}" if scope else ""
-    if any(version != 0 for version in versions):
-        return f"no fact is kept about this user{under}, only a summary: forgetting everything (--all) drops it"
-    if versions:  # rows of version 0 only: the writer failed before it ever wrote
-        return f"nothing is kept about this user{under} but the memory writer's last failure"
-    return f"nothing is kept about this user{under}"
-
-
-async def _facts_before(
-    conn: AsyncConnection, user_id: str, scope: str, data_key: DataKey | None, *, first: bool
-) -> dict[str, tuple[str, str | None]]:
-    """The facts a write keeps beside those it names (:func:`_kept_facts`). A first write keeps none: facts kept
-    with no memory written are left over from one that no longer exists, and go (merged in, they would come
-    back as the user's memory)."""
-    if first:
-        await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))
-        return {}
-    return await _kept_facts(conn, user_id, scope, data_key)
-
-
-async def _kept_facts(
-    conn: AsyncConnection, user_id: str, scope: str, data_key: DataKey | None
-) -> dict[str, tuple[str, str | None]]:
-    """Each fact kept under ``scope``: its type and its value's JSON text, opened (``None``: it does not open)."""
-    query = select(facts.c.name, facts.c.type, facts.c.value).where(*of_user(facts, user_id, scope))
-    return {str(name): (str(kind), opened_under(data_key, value, fact_context(scope, str(name))))
-            for name, kind, value in (await conn.execute(query)).all()}
-
-
-async def _delete_facts_of(conn: AsyncConnection, keys: Sequence[tuple[str, str]]) -> int:
-    if not keys:
-        return 0
-    result = await conn.execute(delete(facts).where(tuple_(facts.c.user_id, facts.c.scope).in_(keys)))
-    return int(result.rowcount or 0)
