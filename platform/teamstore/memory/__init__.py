@@ -13,7 +13,7 @@ A service has these on its platform: ``platform.show_memory("alice")``, ``platfo
 A team declares its memory in its manifest (``config_registry.manifest.MemoryDeclaration``); the runtime
 gives it to the participants named there through :class:`teamstore.memory.component.TeamstoreMemory`,
 and the memory writer (:mod:`teamstore.memory.writer`) updates it after a session's runs are saved. The
-tables are :mod:`teamstore.memory.schema` (migrations 0013 and 0024), in the state database. Erasure, retention
+tables are :mod:`teamstore.memory.schema` (migrations 0013 and 0027), in the state database. Erasure, retention
 (``teamstore retention sweep``) and ``teamstore memory show|forget`` reach it; see docs/memory.md.
 """
 
