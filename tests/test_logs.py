@@ -194,6 +194,26 @@ def test_a_url_logged_by_urllib3_httpx_or_a_model_sdk_keeps_its_query_names_and_
     assert answer.startswith('HTTP Response: POST https://gw.example/v1/chat/completions?api-key=*** "200 OK"')
 
 
+def test_a_failed_requests_exception_logged_by_a_model_sdk_hides_the_urls_query_values(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # openai 1.x/2.x and anthropic log each 4xx/5xx with the httpx error attached, whose message holds the URL.
+    import httpx
+
+    keep_query_values_out_of_logs()
+    url = "https://gw.example/v1/chat/completions?api-key=GW-S3CRET"
+    request = httpx.Request("POST", url)
+    try:
+        httpx.Response(401, request=request).raise_for_status()
+    except httpx.HTTPStatusError:
+        with caplog.at_level(logging.DEBUG):
+            logging.getLogger("openai._base_client").debug("Encountered httpx.HTTPStatusError", exc_info=True)
+    (record,) = caplog.records
+    written = logging.Formatter().format(record)
+    assert "GW-S3CRET" not in written and "api-key=***" in written and "401 Unauthorized" in written
+    assert "Traceback" in written and "HTTPStatusError" in written
+
+
 async def test_the_openai_clients_warning_of_a_part_it_cannot_count_leaves_the_part_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -96,14 +96,26 @@ def hide_query_values(text: str) -> str:
 
 class _QueryValuesHidden(logging.Filter):
     """Hides the query values (:func:`hide_query_values`) of a URL a record quotes, in its message or its
-    arguments (httpx passes its ``URL`` object, which is formatted only when a handler writes the line)."""
+    arguments (httpx passes its ``URL`` object, which is formatted only when a handler writes the line), and in
+    the exception it carries: the OpenAI (before version 3) and Anthropic SDKs log each failed request's
+    ``httpx.HTTPStatusError``, whose message holds the URL. The exception then reaches handlers as text only
+    (``exc_text``, which formatters print in its place): a handler reading the exception itself (OpenTelemetry's
+    ``LoggingHandler``) would take its message whole."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple) and record.args:
             record.args = tuple(_hidden(arg) for arg in record.args)
         elif isinstance(record.msg, str):  # a message already formatted (one with arguments is a format)
             record.msg = hide_query_values(record.msg)
+        if record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = hide_query_values(_TRACEBACKS.formatException(record.exc_info))
+            record.exc_info = None
+        elif record.exc_text:
+            record.exc_text = hide_query_values(record.exc_text)
         return True
+
+
+_TRACEBACKS = logging.Formatter()
 
 
 def _hidden(arg: object) -> object:
