@@ -551,6 +551,8 @@ async def test_a_held_request_rerun_under_another_user_id_is_refused_and_touches
 
     assert "'req-held' was filed for another user id" in info.value.message
     assert "bob" not in str(info.value) and "erin" not in str(info.value)
+    with pytest.raises(ErasureConflict, match="filed for another user id"):  # a dry run printed a plan for bob
+        await coordinator(engine, store).run("bob", request_id="req-held", dry_run=True)
     assert (await _stored_request(engine, "req-held")).status is RequestStatus.RETAINED_UNDER_HOLD
     assert await store.list_keys(subject_prefix(subject)) == [keys[0]]  # nothing of its own subject touched
     if other_has_data:
@@ -576,6 +578,11 @@ async def test_a_request_held_before_the_hash_key_was_set_is_still_rerun_by_its_
 
     with pytest.raises(ErasureConflict, match="filed for another user id"):
         await coordinator(engine, store, **keyed).run("bob", request_id="req-held")
+    # Its own user's rerun under the key keeps the hash under it from then on, not the database's id's.
+    still = await coordinator(engine, store, **keyed).run("erin", request_id="req-held")
+    assert still.status is RequestStatus.RETAINED_UNDER_HOLD
+    rekeyed = (await requests.user_hashes(engine, KNOBS.model_copy(update=keyed), "erin"))[0]
+    assert (await _stored_request(engine, "req-held")).user_hash == rekeyed
     store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
     after = await coordinator(engine, store, **keyed).run("erin", request_id="req-held")
     assert after.ok and await store.list_keys(subject_prefix(subject)) == []

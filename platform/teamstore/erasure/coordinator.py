@@ -152,9 +152,12 @@ class DeletionCoordinator:
         check_person("requested_by", requested_by)
         check_not_naming("reason", reason, user_id)
         check_not_naming("requested_by", requested_by, user_id)
-        if dry_run:
-            if request_id is None or await requests.get_request(self.engine, rid) is None:
-                await requests.check_new_request(self.engine, request_id, user_id)  # as the run would refuse it
+        if dry_run:  # refused as the run would refuse it
+            stored = None if request_id is None else await requests.get_request(self.engine, rid)
+            if stored is None:
+                await requests.check_new_request(self.engine, request_id, user_id)
+            else:
+                requests.same_user(stored, user_id, await requests.user_hashes(self.engine, self.knobs, user_id))
             return await self._dry_run(user_id, reason, requested_by)
         ran_by = current_operator(operator)
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by,

@@ -305,6 +305,11 @@ async def open_request(
             missing["user_hash"] = hashes[0]  # filed before migration 0026: it still knows its user, so may take it
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
+        if hashes and existing.user_hash not in (None, hashes[0]):
+            # Kept under the database's id, filed before TEAMSTORE_ERASURE_HASH_KEY was set: under the key from now
+            # on, so that a copy of the database alone cannot test a guessed id against it.
+            await _rekey(engine, request_id, existing.user_hash, hashes[0])
+            missing["user_hash"] = hashes[0]
         return RequestRow(**{**existing.__dict__, **missing})
     await check_new_request(engine, request_id, user_id)  # a twin filed meanwhile is refused by the insert
     if not await _insert_request(engine, request_id, (user_id, hashes[0] if hashes else None), reason, due_days,
@@ -321,6 +326,14 @@ async def _fill_in(engine: AsyncEngine, request_id: str, column: str, value: str
         await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id,
                                                           erasure_requests.c[column].is_(None))
                            .values({column: value}))
+
+
+async def _rekey(engine: AsyncEngine, request_id: str, was: str | None, user_hash: str) -> None:
+    """Keep ``user_hash`` in place of ``was`` on the request (left as it is if another run changed it)."""
+    async with db(engine, "record the erasure request's user hash") as conn:
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id,
+                                                          erasure_requests.c.user_hash == was)
+                           .values(user_hash=user_hash))
 
 
 async def _insert_request(
