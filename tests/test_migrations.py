@@ -315,6 +315,22 @@ async def _set_aside(engine: Any, user: str) -> int:
         return int((await conn.execute(text("SELECT MAX(id) FROM ts_quarantine"))).scalar_one())
 
 
+async def test_the_quarantines_rebuild_on_sqlite_keeps_an_operators_trigger_on_it(tmp_path: Any) -> None:
+    # SQLite's rebuild for AUTOINCREMENT dropped the old table, and an operator's trigger on it with it, unsaid.
+    # (Postgres rebuilds nothing: its ids come from a sequence.)
+    engine = create_engine(f"sqlite:///{tmp_path / 'state.db'}")
+    await upgrade(engine, "0024")
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE ops_set_aside (id INTEGER)"))
+        await conn.execute(text("CREATE TRIGGER ops_count AFTER INSERT ON ts_quarantine "
+                                "BEGIN INSERT INTO ops_set_aside VALUES (NEW.id); END"))
+    assert await upgrade(engine) == head_revision()
+    set_aside = await _set_aside(engine, "ann")
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT id FROM ops_set_aside"))).scalars().all() == [set_aside]
+    await engine.dispose()
+
+
 async def test_quarantined_states_set_aside_before_0025_keep_their_ids_and_no_id_is_given_again(
     database_url: str,
 ) -> None:
