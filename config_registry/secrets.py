@@ -20,13 +20,14 @@ import importlib
 import inspect
 import pkgutil
 import re
-import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
 from config_registry.errors import DefinitionInvalid, SecretUnavailable
+from config_registry.shell import command_word, simple_commands
+from config_registry.shell import words as shell_words
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
@@ -90,17 +91,26 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 # ... unless its value is left for the program to expand from its own environment (``${AUTH_TOKEN}``).
 _PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
-# A value that sets variables for a command, as the shell writes it ("PGPASSWORD=pw psql -h db", "env
-# MYSQL_PWD=pw mysql", or the assignment alone): the names are an environment's, in upper case, as
-# "token=abc" in a sentence is not ...
-_ENVIRONMENT_PREFIX = re.compile(r"\s*(?:(?:env|export)\s+)?[A-Z_][A-Z0-9_]*=")
-_ENVIRONMENT_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-_SETTERS = frozenset({"env", "export"})
-# ... and a password glued to the MySQL and MariaDB clients' -p ("mysql -uapp -ppw", "mysqldump -ppw"; a bare
-# -p asks for it), where other programs' -p is a port ("redis-cli -p6379"): read only after one of them.
-_MYSQL_PROGRAM = re.compile(r"(?:.*/)?(?:mysql|mariadb)(?:-?[a-z]+)?(?:\.exe)?", re.IGNORECASE)
+# ... or written as an example of what goes there ("PGPASSWORD=...", "TOKEN=<your token>").
+_EXAMPLE_VALUE = re.compile(r"\.{3,}|\u2026|<[^<>]*>")
+# A variable set as a shell sets it, before a command or alone ("PGPASSWORD=pw psql -h db", "env -i
+# MYSQL_PWD=pw mysql", "export PGPASSWORD=pw", Windows' "set PGPASSWORD=pw", PowerShell's
+# "$env:PGPASSWORD='pw'"), also after another command ("cd /srv && PGPASSWORD=pw psql"): the names are an
+# environment's, in upper case, as "token=abc" in a sentence is not ...
+_SETS_VARIABLE = re.compile(r"(?:^|[\s;&|\"'])(?i:\$env:)?[A-Z_][A-Z0-9_]*=")
+_SHELL_ASSIGNMENT = re.compile(r"(?i:\$env:)?([A-Z_][A-Z0-9_]*=.*)", re.DOTALL)
+_SETTERS = frozenset({"export", "set"})
+# ... and the working directories a shell keeps, which only look like a password's "PWD".
+_NOT_SECRET_VARIABLES = frozenset({"PWD", "OLDPWD"})
+# A password glued to the MySQL and MariaDB clients' -p ("mysql -uapp -ppw", "mysqldump -ppw"; a bare -p asks
+# for it), where other programs' -p is a port ("redis-cli -p6379", "docker run -p3306:3306 mysql"): read only
+# in a command these clients run, named as its program (a path and Windows' ".exe" allowed).
+_MYSQL_CLIENT = re.compile(
+    r"(?:.*[/\\])?(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlsh|mariadb|"
+    r"mariadb-dump|mariadb-admin|mariadb-import|mariadb-check)(?:\.exe)?",
+    re.IGNORECASE | re.DOTALL,
+)
 _MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
-_COMMAND_SEPARATORS = frozenset({";", "&&", "||", "|", "&"})
 _GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
@@ -191,30 +201,21 @@ def value_credential(value: str) -> str | None:
 
 
 def _environment_credential(value: str) -> str | None:
-    """A secret variable among those ``value`` sets before its command, as the shell writes them
-    (``PGPASSWORD=... psql -h db``, ``env MYSQL_PWD=... mysql``), or as the whole of it (``PGPASSWORD=...``).
+    """A secret variable that ``value`` sets as a shell does, in any of its commands: before the program
+    (``PGPASSWORD=... psql -h db``, ``env -i MYSQL_PWD=... mysql``, ``cd /srv && PGPASSWORD=... psql``), with
+    ``export`` or Windows' ``set``, in PowerShell's ``$env:PGPASSWORD=...``, or alone (``PGPASSWORD=...``).
     Only upper-case names count: ``token=abc`` in a sentence is prose, and ``set PGPASSWORD in your env``
     sets nothing."""
-    if not _ENVIRONMENT_PREFIX.match(value):
+    if not _SETS_VARIABLE.search(value):
         return None
-    words = _shell_words(value)
-    for word in words[1:] if words[0] in _SETTERS else words:
-        assignment = _ASSIGNMENT.fullmatch(word)
-        if assignment is None:  # the command: what follows is its arguments
-            return None
-        if _ENVIRONMENT_NAME.fullmatch(assignment.group(1)):
-            found = _argument_credential(word)
+    for words in simple_commands(value):
+        assigned = words[1:] if words[0].lower() in _SETTERS else words[: command_word(words)]
+        for word in assigned:
+            assignment = _SHELL_ASSIGNMENT.fullmatch(word)
+            found = _argument_credential(assignment.group(1)) if assignment else None
             if found is not None:
                 return found
     return None
-
-
-def _shell_words(text: str) -> list[str]:
-    """``text`` split as a POSIX shell splits it; at its spaces when a quote is left unclosed."""
-    try:
-        return shlex.split(text)
-    except ValueError:
-        return text.split()
 
 
 def _connection_credential(value: str) -> str | None:
@@ -222,7 +223,7 @@ def _connection_credential(value: str) -> str | None:
     A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
     the program expands from its environment (``password=${PGPASSWORD}``) holds no secret."""
     for name, secret in connection_pairs(value) or ():
-        if secret and is_secret_field(name) and not _PLACEHOLDER.fullmatch(secret):
+        if secret and is_secret_field(name) and not _left_out(secret):
             return f"a connection string's {name!r}"
     return None
 
@@ -270,48 +271,52 @@ def _looks_random(text: str) -> bool:
 
 def flag_credential(items: list[Any], index: int) -> str | None:
     """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
-    the item after a bare ``--token``, or ``-pVALUE`` after a MySQL or MariaDB client (``mysql``,
-    ``mysqldump``, ``mariadb-dump`` ...); or sets a secret variable or header (``API_KEY=VALUE``,
+    the item after a bare ``--token``; or sets a secret variable or header (``API_KEY=VALUE``,
     ``Authorization: Bearer VALUE``); ``None`` otherwise, and for a ``${VAR}`` the server expands."""
     item = items[index]
     if not isinstance(item, str) or not item:
         return None
-    if _mysql_password(items, index):
-        return _GLUED_PASSWORD
     match = _FLAG.fullmatch(item)
-    if match and match.group(2) and is_secret_field(match.group(1)) and not _PLACEHOLDER.fullmatch(match.group(2)):
+    if match and match.group(2) and is_secret_field(match.group(1)) and not _left_out(match.group(2)):
         return f"the value of the flag '--{match.group(1)}'"
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
     if (previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item)
-            and not _PLACEHOLDER.fullmatch(item)):
+            and not _left_out(item)):
         return f"the value of the flag '--{previous.group(1)}'"
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
 
 
 def command_line_credential(text: str) -> str | None:
     """What :func:`flag_credential` finds in any word of one argument that holds a whole command line
-    (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it; ``None`` otherwise."""
-    words = _shell_words(text)
+    (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it, or a password glued to a
+    MySQL client's ``-p`` in any of its commands; ``None`` otherwise."""
+    words = shell_words(text)
     if len(words) < 2:
         return None
-    found = next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
+    found = _GLUED_PASSWORD if any(map(_mysql_passwords, simple_commands(text))) else None
+    found = found or next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
     # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL).
     found = found or next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
     return f"{found}, inside a command line" if found else None
 
 
-def _mysql_password(items: list[Any], index: int) -> bool:
-    """Whether item ``index`` is a password glued to ``-p`` (``-phunter2``, not ``-p${DB_PASSWORD}``) in the
-    arguments of a MySQL or MariaDB client named before it in the same command."""
-    glued = _MYSQL_PASSWORD.fullmatch(items[index])
-    if glued is None or _PLACEHOLDER.fullmatch(glued.group(1)):
-        return False
-    for before in reversed(items[:index]):
-        if not isinstance(before, str) or before in _COMMAND_SEPARATORS:
-            return False
-        if _MYSQL_PROGRAM.fullmatch(before):
-            return True
-    return False
+def _mysql_passwords(words: list[str]) -> list[int]:
+    """The indexes of passwords glued to ``-p`` (``-phunter2``, not ``-p${DB_PASSWORD}``) in one command
+    whose program is a MySQL or MariaDB client (``mysql``, ``sudo -u app mysqldump``, ``docker exec db
+    mysql``); none in other programs' commands, where ``-p`` is a port."""
+    program = command_word(words)
+    if program is None or not _MYSQL_CLIENT.fullmatch(words[program]):
+        return []
+    return [
+        index for index in range(program + 1, len(words))
+        if (glued := _MYSQL_PASSWORD.fullmatch(words[index])) and not _left_out(glued.group(1))
+    ]
+
+
+def _left_out(value: str) -> bool:
+    """Whether a value leaves the secret out: a ``${VAR}`` the program expands from its environment, or an
+    example of what goes there (``...``, ``<your token>``)."""
+    return bool(_PLACEHOLDER.fullmatch(value) or _EXAMPLE_VALUE.fullmatch(value))
 
 
 def _argument_credential(text: str) -> str | None:
@@ -320,7 +325,9 @@ def _argument_credential(text: str) -> str | None:
     for pattern, what in ((_ASSIGNMENT, "variable"), (_HEADER_LINE, "header")):
         found = pattern.fullmatch(text)
         value = found.group(2).strip() if found else ""
-        if found and value and is_secret_field(found.group(1)) and not _PLACEHOLDER.fullmatch(value):
+        if what == "variable" and found and found.group(1) in _NOT_SECRET_VARIABLES:
+            continue
+        if found and value and is_secret_field(found.group(1)) and not _left_out(value):
             return f"the value of the {what} {found.group(1)!r}"
     return None
 
@@ -442,10 +449,9 @@ def _check_program_arguments(path: str, key: str, value: Any, parent: Any, secre
     command = parent.get("command") if isinstance(parent, dict) and key == "args" else None
     if not isinstance(command, str) or not isinstance(value, list):
         return
-    words = [command, *value]
-    for index in range(len(value)):
-        if f"{path}.{index}" not in secrets and isinstance(value[index], str) and _mysql_password(words, index + 1):
-            _refuse_plaintext(f"{path}.{index}", _GLUED_PASSWORD)
+    for index in _mysql_passwords([command, *(item if isinstance(item, str) else "" for item in value)]):
+        if f"{path}.{index - 1}" not in secrets:
+            _refuse_plaintext(f"{path}.{index - 1}", _GLUED_PASSWORD)
 
 
 def _check_key(path: str, key: str, parent: Any) -> None:

@@ -323,6 +323,12 @@ def _refused_server(registry: Registry, command: str, args: list[str], env: dict
         ("sh", ["-c", "mysql -h db -uapp -phunter2-SECRET crm < /srv/schema.sql"], "args.1"),
         ("sh", ["-c", "cd /srv && mysqladmin -phunter2-SECRET status"], "args.1"),
         ("mysql -h db -uapp -phunter2-SECRET crm", [], "command"),
+        ("mysql", ["-u", "root", "-phunter2-SECRET"], "args.2"),
+        ("sh", ["-c", "docker exec db mysql -phunter2-SECRET"], "args.1"),
+        ("sudo", ["-u", "app", "mysqldump", "-phunter2-SECRET", "crm"], "args.3"),
+        ("kubectl", ["exec", "-n", "db", "mysql-0", "--", "mysql", "-phunter2-SECRET"], "args.6"),
+        ("C:\\Program Files\\MySQL\\bin\\mysql.exe", ["-uroot", "-phunter2-SECRET"], "args.1"),
+        ("cmd", ["/c", "C:\\mysql\\bin\\mysql.exe -uroot -phunter2-SECRET crm"], "args.1"),
     ],
 )
 def test_a_password_glued_to_a_mysql_clients_p_is_refused(
@@ -341,6 +347,12 @@ def test_a_password_glued_to_a_mysql_clients_p_is_refused(
         ("db-mcp", {"SETUP": "export MYSQL_PWD='hunter2 SECRET'"}, "env.SETUP", "MYSQL_PWD"),
         ("PGPASSWORD=hunter2-SECRET psql -h db -U app", {}, "command", "PGPASSWORD"),
         ("env PGHOST=db MYSQL_PWD=hunter2-SECRET mysql -h db", {}, "command", "MYSQL_PWD"),
+        ("db-mcp", {"SETUP": "set PGPASSWORD=hunter2-SECRET"}, "env.SETUP", "PGPASSWORD"),  # Windows' cmd
+        ("set PGPASSWORD=hunter2-SECRET", {}, "command", "PGPASSWORD"),
+        ("db-mcp", {"SETUP": "env -i PGPASSWORD=hunter2-SECRET psql"}, "env.SETUP", "PGPASSWORD"),
+        ("db-mcp", {"SETUP": "env -u HOME PGPASSWORD=hunter2-SECRET psql"}, "env.SETUP", "PGPASSWORD"),
+        ("db-mcp", {"SETUP": "cd /srv && PGPASSWORD=hunter2-SECRET psql -h db"}, "env.SETUP", "PGPASSWORD"),
+        ("db-mcp", {"SETUP": "cd /srv\nMYSQL_PWD=hunter2-SECRET mysql"}, "env.SETUP", "MYSQL_PWD"),
     ],
 )
 def test_a_lone_database_password_variable_or_one_set_before_a_command_is_refused(
@@ -349,6 +361,35 @@ def test_a_lone_database_password_variable_or_one_set_before_a_command_is_refuse
     refused = _refused_server(registry, command, [], env)
     assert refused.field == f"config.workbench.0.config.server_params.{field}"
     assert f"plaintext secret (the value of the variable {variable!r}" in refused.message
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("cmd", ["/c", "set PGPASSWORD=hunter2-SECRET&& psql -h db"]),
+        ("cmd", ["/c", "set \"PGPASSWORD=hunter2-SECRET\" && psql -h db"]),
+        ("pwsh", ["-Command", "$env:PGPASSWORD='hunter2-SECRET'; psql -h db"]),
+        ("sh", ["-c", "cd /srv&&PGPASSWORD=hunter2-SECRET psql -h db"]),
+    ],
+)
+def test_a_database_password_variable_set_by_windows_or_powershell_or_after_another_command_is_refused(
+    registry: Registry, command: str, args: list[str]
+) -> None:
+    refused = _refused_server(registry, command, args)
+    assert refused.field == "config.workbench.0.config.server_params.args.1"
+    assert "plaintext secret (the value of the variable 'PGPASSWORD'" in refused.message
+
+
+def test_a_database_password_variable_set_as_a_servers_whole_command_without_args_is_refused() -> None:
+    server = _stdio_server([])
+    del server["config"]["server_params"]["args"]  # type: ignore[index]
+    server["config"]["server_params"]["command"] = "set PGPASSWORD=hunter2-SECRET"  # type: ignore[index]
+    component = dump(_openai_agent())
+    component["config"]["workbench"] = [server]
+    with pytest.raises(DefinitionInvalid) as caught:
+        apply_references(component, {KEY_PATH: "env:K"})
+    assert caught.value.field == "config.workbench.0.config.server_params.command"
+    assert "hunter2" not in str(caught.value)
 
 
 def test_a_password_in_a_system_message_set_as_the_shell_sets_it_is_refused(registry: Registry) -> None:
@@ -369,6 +410,20 @@ def test_a_password_in_a_system_message_set_as_the_shell_sets_it_is_refused(regi
         ("sh", ["-c", "PGPASSFILE=/run/secrets/pgpass psql -h db"], {"PGPASSFILE": "/run/secrets/pgpass"}),
         ("PGPASSWORD=${DB_PASSWORD} psql -h db", [], {"HELP": "set PGPASSWORD in your env, or MYSQL_PWD"}),
         ("db-mcp", [], {"SETUP": "PGHOST=db PGUSER=app", "NOTE": "password=hunter2 is what the docs say"}),
+        # -p is a port, or another option, in a command whose program is no MySQL client
+        ("sh", ["-c", "mysql -h db -e 'select 1'; redis-cli -p6379 ping"], {}),
+        ("sh", ["-c", "mysql -h db -e 'select 1'\nredis-cli -p6379 ping"], {}),
+        ("sh", ["-c", "mysqldump crm|ssh -p2222 backup 'cat > d.sql'"], {}),
+        ("sh", ["-c", "mysqladmin -h db ping&&psql -h db -p5432"], {}),
+        ("sh", ["-c", "pg_isready -h mysql-replica -p5432"], {}),
+        ("tar", ["-C", "/var/lib/mysql", "-pxf", "b.tar"], {}),
+        ("docker", ["run", "--name", "mysql", "-p3306:3306", "mysql:8"], {}),
+        ("mysql-mcp", ["-p8080"], {}),
+        ("uvx", ["mysql_mcp_server", "-p8080"], {}),
+        # the shell's working directories, and values written as examples
+        ("db-mcp", [], {"SETUP": "PWD=/srv ./run.sh", "BACK": "OLDPWD=/srv cd -"}),
+        ("db-mcp", [], {"NOTE": "TOKEN=<your token> goes in the header", "SETUP": "PGPASSWORD=..."}),
+        ("db-mcp", [], {"NOTE": "Set PGPASSWORD=... in your shell", "HELP": "set PGPASSWORD in your env"}),
     ],
 )
 def test_database_commands_that_leave_the_password_out_are_stored(
@@ -401,6 +456,7 @@ def test_a_declared_reference_stands_in_for_a_mysql_password_argument() -> None:
         ["-y", "server-github", "--token", "$GITHUB_TOKEN"],
         ["-y", "server-search", "--api-key=${SEARCH_API_KEY}"],
         ["-c", "tool --api-key \"${SEARCH_API_KEY}\" serve"],
+        ["-y", "server-github", "--token", "<your token>"],  # an example of what goes there
     ],
 )
 def test_a_secret_flag_whose_value_the_server_expands_from_its_environment_is_stored(args: list[str]) -> None:
