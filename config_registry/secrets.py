@@ -91,8 +91,9 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 # ... unless its value is left for the program to expand from its own environment (``${AUTH_TOKEN}``).
 _PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
-# ... or written as an example of what goes there ("PGPASSWORD=...", "TOKEN=<your token>").
-_EXAMPLE_VALUE = re.compile(r"\.{3,}|\u2026|<[^<>]*>")
+# ... or read by the shell when the command runs ("PGPASSWORD=$(cat /run/secrets/pg)"), or written as an
+# example of what goes there ("PGPASSWORD=...", "TOKEN=<your token>").
+_EXAMPLE_VALUE = re.compile(r"\$\(.*|`.*|\.{3,}|\u2026|<[^<>]*>", re.DOTALL)
 # A variable set as a shell sets it, before a command or alone ("PGPASSWORD=pw psql -h db", "env -i
 # MYSQL_PWD=pw mysql", "export PGPASSWORD=pw", Windows' "set PGPASSWORD=pw", PowerShell's
 # "$env:PGPASSWORD='pw'"), also after another command ("cd /srv && PGPASSWORD=pw psql"): the names are an
@@ -314,8 +315,8 @@ def _mysql_passwords(words: list[str]) -> list[int]:
 
 
 def _left_out(value: str) -> bool:
-    """Whether a value leaves the secret out: a ``${VAR}`` the program expands from its environment, or an
-    example of what goes there (``...``, ``<your token>``)."""
+    """Whether a value leaves the secret out: a ``${VAR}`` the program expands from its environment, a
+    ``$(command)`` the shell runs, or an example of what goes there (``...``, ``<your token>``)."""
     return bool(_PLACEHOLDER.fullmatch(value) or _EXAMPLE_VALUE.fullmatch(value))
 
 

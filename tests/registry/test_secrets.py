@@ -423,6 +423,7 @@ def test_a_password_in_a_system_message_set_as_the_shell_sets_it_is_refused(regi
         # the shell's working directories, and values written as examples
         ("db-mcp", [], {"SETUP": "PWD=/srv ./run.sh", "BACK": "OLDPWD=/srv cd -"}),
         ("db-mcp", [], {"NOTE": "TOKEN=<your token> goes in the header", "SETUP": "PGPASSWORD=..."}),
+        ("sh", ["-c", "PGPASSWORD=$(cat /run/secrets/pg) psql -h db"], {"SETUP": "MYSQL_PWD=`cat /run/pw` mysql"}),
         ("db-mcp", [], {"NOTE": "Set PGPASSWORD=... in your shell", "HELP": "set PGPASSWORD in your env"}),
     ],
 )
