@@ -1,6 +1,7 @@
 """The memory writer's model calls are metered like every other call: ledger rows under the run they follow,
 spans (to a real OTLP receiver) and ``teamstore cost`` as the memory writer's. Its memory is erased with the
-user (counts in the receipt), fenced while an erasure is open, and swept by retention on its own clock."""
+user (counts in the receipt), fenced while an erasure is open (a forget then deletes, and records nothing of the
+user, nor once they are erased), and swept by retention on its own clock."""
 
 from __future__ import annotations
 
@@ -32,12 +33,13 @@ from teamstore.erasure.settings import ErasureSettings
 from teamstore.events import RunObserver
 from teamstore.keys.schema import data_keys
 from teamstore.memory.schema import forgets
-from teamstore.memory.store import MemoryStore
+from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.memory.conftest import make_platform
 from tests.memory.team import GATES, TEAM, helpdesk, helpdesk_manifest
 from tests.memory.test_sessions import FIRST, talk
+from tests.memory.test_writer import stored
 from tests.otlp_receiver import OtlpReceiver
 
 
@@ -144,6 +146,35 @@ async def test_no_memory_is_written_for_a_user_an_erasure_fences(
         await GATES[channel].wait()
         await platform.drain_memory()
         assert await platform.show_memory("alice") == []  # neither the memory nor a failure was written
+
+
+async def _forgetters(engine: AsyncEngine) -> list[str]:
+    """The user ids the records of forgets hold."""
+    async with engine.connect() as conn:
+        return sorted((await conn.execute(select(forgets.c.user_id))).scalars().all())
+
+
+async def test_a_forget_while_an_erasure_fences_the_user_deletes_their_memory_and_records_nothing_of_them(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    await stored(store, home_address="12 Secret Lane")
+    await open_request(engine, "er-fence", "alice", "test", 30)  # its memory step may have run already
+    assert await store.forget("alice") == Forgotten(memories=1, facts=1)  # e.g. the app's forget button
+    assert await store.forget("alice", scope="billing") == Forgotten(memories=0, facts=0)
+    assert await store.show("alice", held=True) == [] and await _forgetters(engine) == []
+
+
+async def test_a_forget_after_the_user_was_erased_records_nothing_of_them(
+    store: MemoryStore, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    for user in ("alice", "bob"):
+        await stored(store, user, home_address="12 Secret Lane")
+    coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "transcripts"),
+                                      knobs=ErasureSettings(fence_grace_seconds=0))
+    assert (await coordinator.run("alice", reason="test")).ok
+    assert await store.forget("alice") == Forgotten(memories=0, facts=0)  # a forget that came late
+    assert await store.forget("bob") == Forgotten(memories=1, facts=1)
+    assert await _forgetters(engine) == ["bob"]  # the erased id is nowhere, as the receipt says
 
 
 async def _ledger(engine: AsyncEngine) -> list[Any]:

@@ -131,7 +131,7 @@ async def test_a_forget_waits_for_a_first_write_already_in_its_transaction_and_l
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
-    key, opened = await store.writer_key("alice"), await store.clock()
+    key, opened = await store.writer_key("alice"), await store.clock("alice")
     inside, release = asyncio.Event(), asyncio.Event()
 
     async def paused(conn: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:

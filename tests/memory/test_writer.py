@@ -1,6 +1,7 @@
 """The memory writer against the store, on SQLite and a real Postgres: a write still asking its model when the
 user forgets what it read, or one that first reads the memory after a forget, writes nothing from messages said
-before the forget, while one that only lost the race to another session's write asks again and lands."""
+before the forget, while one that only lost the race to another session's write asks again and lands. A session
+opening while a forget runs reads its writer's bound and its memory once the forget has committed."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from typing import Any
 import pytest
 from autogen_core.models import CreateResult, LLMMessage
 from autogen_ext.models.replay import ReplayChatCompletionClient
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config_registry.manifest import MemoryDeclaration
-from teamstore.memory.facts import MemoryUpdate
+from teamstore.memory.facts import MemoryUpdate, UserMemory
+from teamstore.memory.schema import forgets
 from teamstore.memory.statements import FORGETS_KEPT
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.memory.writer import FORGOTTEN, Said, WriteOutcome, write_memory
+from tests.memory.test_postgres_locks import waiting_for_locks
 
 DECLARATION = MemoryDeclaration(participants=["triage"], writer="triage",
                                 facts={"home_address": "str", "ticket_id": "str"})
@@ -55,7 +59,7 @@ async def stored(store: MemoryStore, user: str = "alice", **facts: str) -> int:
 async def held_write(store: MemoryStore, client: HeldClient) -> asyncio.Task[WriteOutcome]:
     """A session's writer, started and held in its model call."""
     key = await store.writer_key("alice")
-    task = asyncio.create_task(writer(store, client, await store.clock(), key=key))
+    task = asyncio.create_task(writer(store, client, await store.clock("alice"), key=key))
     await client.asked.wait()
     return task
 
@@ -82,9 +86,10 @@ async def test_a_writer_that_first_reads_after_the_user_forgot_everything_writes
 ) -> None:
     if kept_before:
         await stored(store, home_address="12 Secret Lane")
-    opened = await store.clock()  # the session opens; the user says SAID in it
+    key = await store.writer_key("alice")  # the session opens: the user's data key (made if none), then its bound
+    opened = await store.clock("alice")  # the user says SAID in it
     await store.forget("alice")  # then forgets everything, before its writer has read the memory
-    assert await writer(store, answering(), opened) == WriteOutcome("forgotten", reason=FORGOTTEN)
+    assert await writer(store, answering(), opened, key=key) == WriteOutcome("forgotten", reason=FORGOTTEN)
     assert await store.show("alice") == []
 
 
@@ -92,7 +97,7 @@ async def test_a_writer_that_first_reads_after_the_user_forgot_a_fact_writes_not
     store: MemoryStore,
 ) -> None:
     await stored(store, home_address="12 Secret Lane", ticket_id="55102")
-    opened = await store.clock()
+    opened = await store.clock("alice")
     await store.forget("alice", fact="home_address")
     assert (await writer(store, answering(), opened)).status == "forgotten"
     (kept,) = await store.show("alice")
@@ -104,8 +109,8 @@ async def test_a_writer_whose_messages_were_said_after_the_forget_or_under_anoth
 ) -> None:
     await stored(store, home_address="12 Secret Lane")
     await store.forget("alice")
-    assert (await writer(store, answering(), await store.clock())).status == "written"  # opened after it
-    opened = await store.clock()
+    assert (await writer(store, answering(), await store.clock("alice"))).status == "written"  # opened after it
+    opened = await store.clock("alice")
     await store.forget("alice", scope="billing")  # another scope's memory: this writer's is not touched
     assert await writer(store, answering(), opened) == WriteOutcome("written", version=2)
     (kept,) = await store.show("alice")
@@ -115,12 +120,13 @@ async def test_a_writer_whose_messages_were_said_after_the_forget_or_under_anoth
 async def test_a_forget_is_recorded_per_scope_until_no_writer_can_need_it_and_a_writer_older_than_that_writes_nothing(
     store: MemoryStore,
 ) -> None:
+    await store.writer_key("alice")  # a session of hers made her data key
     await store.forget("alice", scope="helpdesk")
     await store.forget("alice")
     recorded = await store.forgets("alice")
     assert [f.scope for f in recorded] == [None, "helpdesk"]  # None: every scope
     assert all(f.forgotten_at is not None for f in recorded)
-    now = await store.clock()
+    now = await store.clock("alice")
     assert (await store.sweep(now=now)).forgets == 0  # kept while a writer it stops may still run
     assert (await store.sweep(now=now + FORGETS_KEPT + timedelta(minutes=1))).forgets == 2
     assert await store.forgets("alice") == []
@@ -186,3 +192,59 @@ async def test_a_writer_that_lost_the_race_to_another_sessions_write_asks_again_
     assert {name: fact.value for name, fact in kept.facts.items()} == {"home_address": "12 Secret Lane",
                                                                         "ticket_id": "55102"}
 
+
+
+async def paused_forget(store: MemoryStore, monkeypatch: pytest.MonkeyPatch,
+                        release: asyncio.Event) -> asyncio.Task[Forgotten]:
+    """A forget of everything of alice's, paused once it has deleted and recorded its time, before it commits,
+    until ``release`` is set."""
+    recorded = asyncio.Event()
+
+    async def paused(conn: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await real_execute(conn, statement, *args, **kwargs)
+        if getattr(statement, "table", None) is forgets and not recorded.is_set():
+            recorded.set()
+            await release.wait()
+        return result
+
+    real_execute = AsyncConnection.execute
+    monkeypatch.setattr(AsyncConnection, "execute", paused)
+    forgetting = asyncio.create_task(store.forget("alice"))
+    await recorded.wait()
+    monkeypatch.setattr(AsyncConnection, "execute", real_execute)
+    return forgetting
+
+
+async def settled(engine: AsyncEngine, task: asyncio.Task[Any]) -> None:
+    """Return once ``task`` is done or waits for a lock (on SQLite, whose busy wait nothing shows, once it had a
+    moment to finish)."""
+    if engine.dialect.name != "postgresql":
+        await asyncio.wait({task}, timeout=1)
+        return
+    async with engine.connect() as monitor:
+        await waiting_for_locks(monitor, task)
+
+
+async def test_a_session_opening_while_a_forget_runs_is_given_nothing_it_forgets_and_counts_as_opened_after_it(
+    store: MemoryStore, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forget is dated before it commits, and its deletes are seen only then: a session that read its bound
+    and its memory in between was given what was being forgotten and judged as opened after the forget, so its
+    writer wrote it back. It reads them once the forget has committed."""
+    await stored(store, home_address="12 Secret Lane")
+    release = asyncio.Event()
+    forgetting = await paused_forget(store, monkeypatch, release)
+
+    async def opens() -> tuple[datetime, UserMemory | None]:  # as a session's recall: its bound, then its memory
+        said_after = await store.clock("alice")
+        return said_after, await store.load("alice", "helpdesk")
+
+    opening = asyncio.create_task(opens())
+    await settled(engine, opening)
+    assert not opening.done()  # it waits for the forget to commit
+    release.set()
+    assert await forgetting == Forgotten(memories=1, facts=1)
+    said_after, recalled = await opening
+    assert recalled is None
+    (record,) = await store.forgets("alice")
+    assert record.forgotten_at is not None and said_after > record.forgotten_at

@@ -112,16 +112,36 @@ of that time may be dropped already."""
 
 
 def forget_time(dialect: str) -> Any:
-    """When a forget happened, on the clock a writer's bound is read on (:func:`teamstore.db.clock.shared_now`),
-    as late as the forget can say: on Postgres the server's clock as its last statement runs (not ``now()``, its
-    transaction's start), so a session opened while the forget ran is judged as opened before it."""
+    """When a forget happened, on the clock a session's bound (``said_after``) is read on: on Postgres the server's
+    clock as its last statement runs (not ``now()``, its transaction's start), on SQLite this machine's as it is
+    built. The forget is seen only once it commits, later: a session reads its bound only after any forget of its
+    user under way has committed (:func:`bound_clock`), so one opened while the forget ran reads a later time,
+    and the memory the forget left."""
     return func.clock_timestamp() if dialect == "postgresql" else now_utc()
 
 
-def forget_record(dialect: str, user_id: str, scope: str | None) -> Any:
-    """Record that ``user_id`` forgot memory under ``scope`` (``None``: every scope) now: the row's time moves on."""
-    stmt = dialect_insert(dialect)(forgets).values(user_id=user_id, scope=EVERY_SCOPE if scope is None else scope,
-                                                   forgotten_at=forget_time(dialect))
+def bound_clock(user_id: str) -> list[Any]:
+    """What a session runs in one transaction to read its writer's bound (Postgres): ``user_id``'s memory writes lock
+    shared, which waits for a forget (or an erasure's key step) holding it alone to commit, then the clock a forget is
+    dated by (:func:`forget_time`), read after that wait."""
+    return [writes_lock(user_id, shared=True), select(forget_time("postgresql"))]
+
+
+def user_keyed(user_id: str) -> ColumnElement[bool]:
+    """The user has a data key: one an erasure destroyed is gone, so a store sealing memory records nothing of an
+    erased user."""
+    return exists().where(data_keys.c.user_id == user_id)
+
+
+def forget_record(dialect: str, user_id: str, scope: str | None, known: ColumnElement[bool]) -> Any:
+    """Record that ``user_id`` forgot memory under ``scope`` (``None``: every scope) now: the row's time moves on.
+    Fenced like a write: nothing is recorded while an erasure holds the user (its memory step may have run
+    already), nor unless ``known`` (the user's data key still exists, :func:`user_keyed`): the record holds the
+    raw user id, which an erasure's receipt says is gone."""
+    columns = [forgets.c.user_id, forgets.c.scope, forgets.c.forgotten_at]
+    values = (user_id, EVERY_SCOPE if scope is None else scope, forget_time(dialect))
+    chosen = select(*(_value(v, c.type) for v, c in zip(values, columns, strict=True))).where(~held(user_id), known)
+    stmt = dialect_insert(dialect)(forgets).from_select(columns, chosen)
     return stmt.on_conflict_do_update(index_elements=[forgets.c.user_id, forgets.c.scope],
                                       set_={"forgotten_at": stmt.excluded.forgotten_at})
 

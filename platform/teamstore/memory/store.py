@@ -49,11 +49,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select, true, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from teamstore.db.clock import database_now, shared_now, utc
+from teamstore.db.clock import now_utc, shared_now, utc
 from teamstore.db.engine import describe_failure, failure_hint, unreachable
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryNotFound, StaleMemory, StoreUnavailable
@@ -65,6 +65,7 @@ from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
 from teamstore.memory.schema import facts, forgets, memories
 from teamstore.memory.sealing import fact_context, opened, sealed, summary_context
 from teamstore.memory.statements import (
+    bound_clock,
     delete_expired,
     delete_leftovers,
     delete_old_forgets,
@@ -77,6 +78,7 @@ from teamstore.memory.statements import (
     of_user,
     read_at,
     row_write,
+    user_keyed,
     write_times,
     writes_lock,
 )
@@ -345,14 +347,28 @@ class MemoryStore:
         if self._dialect == "postgresql":
             await conn.execute(writes_lock(user_id, shared=not alone))
 
-    async def clock(self) -> datetime:
-        """The database's clock now (on Postgres the server's, one round trip): the time a writer's bound
-        (``said_after``) is read on, as a session opens, before any of its messages is said.
+    async def clock(self, user_id: str) -> datetime:
+        """The database's clock now, once no forget of ``user_id``'s memory is under way: the time a writer's bound
+        (``said_after``) is read on, as a session opens, before any of its messages is said or its memory read.
+        A forget is dated before it commits: read while it ran, the time would be after it, and the memory read
+        next the one it is deleting. So on Postgres the user's writes lock is taken shared first (a forget holds
+        it alone until it commits), on SQLite the file's write lock (a forget holds it from its first delete).
 
         Raises:
             StoreUnavailable: The database could not be reached.
         """
-        return await database_now(self.engine)
+        try:
+            async with self.engine.connect() as conn:  # its transaction ends, rolled back, as the block does
+                if self._dialect != "postgresql":
+                    # pysqlite opens no transaction before a SELECT: this one waits for the writer holding the file.
+                    await conn.exec_driver_sql("BEGIN IMMEDIATE")
+                    return now_utc()
+                lock, now = bound_clock(user_id)
+                await conn.execute(lock)
+                at: datetime = (await conn.execute(now)).scalar_one()  # the session's zone is UTC
+                return at
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "read the database's clock as the session opens") from exc
 
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
@@ -406,8 +422,10 @@ class MemoryStore:
                 gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
                 dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
                 forgotten = Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
-            # Last, so its time is as late as the forget can say (statements.forget_time).
-            await conn.execute(forget_record(self._dialect, user_id, scope))
+            # Last, so its time is as late as the forget can say (statements.forget_time); the deletes run whether
+            # or not it is recorded (not while an erasure holds the user, nor once it erased their key).
+            known = true() if self.keys is None else user_keyed(user_id)
+            await conn.execute(forget_record(self._dialect, user_id, scope, known))
         return forgotten
 
     async def forgets(self, user_id: str) -> list[ForgetRecord]:

@@ -2,7 +2,7 @@
 
     from teamstore.memory.writer import Said, write_memory
 
-    opened = await store.clock()                # as the session opens, before anything is said in it
+    opened = await store.clock("alice")         # as the session opens, before anything is said or read
     ...
     outcome = await write_memory(store, client, user_id="alice", team="support_triage", team_version=v,
                                  declaration=manifest.memory, run_id=run_id, retention_days=180, said_after=opened,

@@ -4,7 +4,7 @@
     binding = bind_memory(built)                       # None: the team keeps no memory
     recall = await memory.recall(binding, "alice", fresh=True, persisted=built.persisted)
     key = await memory.writer_key("alice")            # as the session opens, under its lease
-    since = await memory.said_after(interrupted)      # as it opens too: its writer's messages come after
+    since = await memory.said_after("alice", interrupted)  # before the recall: its writer's messages come after
     memory.schedule(binding, ctx, outcome, said, key, observers=..., limits=..., said_after=since)  # at block exit
     await memory.drain()                               # before the process ends (Platform.aclose does it)
 
@@ -229,15 +229,16 @@ class MemoryService:
         """
         return await self.store.writer_key(user_id, create=False)
 
-    async def said_after(self, interrupted: InterruptedRun | None) -> datetime:
-        """The earliest time what a session's runs say can have been said, read as it opens: the database's clock
-        (the one a forget is dated by; this host's need not agree), or an earlier start of the ``interrupted``
-        run it continues, whose first messages were said then (on its host's clock: the best it has).
+    async def said_after(self, user_id: str, interrupted: InterruptedRun | None) -> datetime:
+        """The earliest time what a session's runs say can have been said, read as it opens, before its recall: the
+        database's clock once no forget of ``user_id``'s memory is under way (:meth:`MemoryStore.clock`: the clock
+        a forget is dated by; this host's need not agree), or an earlier start of the ``interrupted`` run it
+        continues, whose first messages were said then (on its host's clock: the best it has).
 
         Raises:
             StoreUnavailable: The database could not be reached.
         """
-        opened = await self.store.clock()
+        opened = await self.store.clock(user_id)
         return opened if interrupted is None else min(opened, interrupted.started_at)
 
     def schedule(

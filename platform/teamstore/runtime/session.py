@@ -263,8 +263,9 @@ class Session(SessionRuns):
         service = self._deps.memory
         self._memory = bind_memory(self._built) if service is not None else None
         if service is not None and self._memory is not None:
-            # Before anything is said in it (nor recalled): a forget since then stops its writer.
-            self._said_after = await service.said_after(self._interrupted)
+            # Before anything is said in it (nor recalled), and once a forget under way has committed: a forget
+            # since then stops its writer, and the recall below reads what one before it left.
+            self._said_after = await service.said_after(self.key.user_id, self._interrupted)
             self.memory = await service.recall(self._memory, self.key.user_id, fresh=fresh,
                                                persisted=self._built.persisted)
             # Taken under the lease, never made (the opening made it, before the lease): neither this session nor
