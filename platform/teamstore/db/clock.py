@@ -7,6 +7,7 @@
     stmt = update(outbox).values(claimed_until=shared_later(engine.dialect.name, timedelta(seconds=80)))
     row = select(shared_now_as(engine.dialect.name, outbox.c.created_at.type).label("created_at"), ...)
     cutoff = await database_now(engine) - timedelta(days=30)
+    opened = await committed_now(engine, lock)   # after the writers holding ``lock`` committed
 """
 
 from __future__ import annotations
@@ -79,6 +80,29 @@ async def database_now(engine: AsyncEngine) -> datetime:
     try:
         async with engine.connect() as conn:
             now: datetime = (await conn.execute(select(func.now()))).scalar_one()
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"could not read the database's clock: {describe_failure(exc)}",
+                               hint="check the database, then run the command again") from exc
+    return now
+
+
+async def committed_now(engine: AsyncEngine, lock: Any) -> datetime:
+    """The current time on the clock :func:`shared_now` reads, once the writers ``lock`` waits for have committed:
+    a time that must come after theirs, which they took before committing. On Postgres ``lock`` (a statement
+    taking a lock they hold until they commit) runs first, and the server's clock is read after it in the same
+    transaction (``clock_timestamp()``: its ``now()`` is the transaction's start, before the wait); on SQLite, one
+    machine's file, :func:`now_utc` inside ``BEGIN IMMEDIATE``, which waits for the file's writer.
+
+    Raises:
+        StoreUnavailable: The database could not be reached, or the wait outlasted its timeout.
+    """
+    try:
+        async with engine.connect() as conn:  # its transaction is rolled back as the block ends
+            if engine.dialect.name != "postgresql":
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")  # pysqlite would open no transaction for a SELECT
+                return now_utc()
+            await conn.execute(lock)
+            now: datetime = (await conn.execute(select(func.clock_timestamp()))).scalar_one()
     except SQLAlchemyError as exc:
         raise StoreUnavailable(f"could not read the database's clock: {describe_failure(exc)}",
                                hint="check the database, then run the command again") from exc

@@ -114,17 +114,10 @@ of that time may be dropped already."""
 def forget_time(dialect: str) -> Any:
     """When a forget happened, on the clock a session's bound (``said_after``) is read on: on Postgres the server's
     clock as its last statement runs (not ``now()``, its transaction's start), on SQLite this machine's as it is
-    built. The forget is seen only once it commits, later: a session reads its bound only after any forget of its
-    user under way has committed (:func:`bound_clock`), so one opened while the forget ran reads a later time,
-    and the memory the forget left."""
+    built. The forget is seen only once it commits, later: a session reads its bound once any forget of its user
+    under way has committed (:meth:`teamstore.memory.store.MemoryStore.clock`), so one opened while the forget ran
+    reads a later time, and the memory the forget left."""
     return func.clock_timestamp() if dialect == "postgresql" else now_utc()
-
-
-def bound_clock(user_id: str) -> list[Any]:
-    """What a session runs in one transaction to read its writer's bound (Postgres): ``user_id``'s memory writes lock
-    shared, which waits for a forget (or an erasure's key step) holding it alone to commit, then the clock a forget is
-    dated by (:func:`forget_time`), read after that wait."""
-    return [writes_lock(user_id, shared=True), select(forget_time("postgresql"))]
 
 
 def user_keyed(user_id: str) -> ColumnElement[bool]:

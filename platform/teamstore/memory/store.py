@@ -27,9 +27,9 @@ beside the ids, scopes, fact names and types. Rows written before sealing read a
 sealed by their next write (or ``teamstore keys migrate``). A value that does not open (sealed under a key an
 erasure destroyed, as in a restored backup) is listed as damaged, never given to a model.
 
-A forget records when it ran (per scope, or for every scope): a write given ``said_after``, the earliest time
-its messages can have been said, is refused while a forget of its scope is recorded at or after it
-(:class:`MemoryForgotten`), whatever it read. The records are dropped after
+A forget records when it ran (per scope, or all; fenced like a write): a write given ``said_after``, the earliest
+time its messages can have been said (:meth:`MemoryStore.clock`), is refused while a forget of its scope is
+recorded at or after it (:class:`MemoryForgotten`), whatever it read. The records are dropped after
 :data:`~teamstore.memory.statements.FORGETS_KEPT`.
 
 Facts belong to a written memory: those kept with none (no row, or one holding only a failure) are **left
@@ -53,7 +53,7 @@ from sqlalchemy import delete, select, true, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from teamstore.db.clock import now_utc, shared_now, utc
+from teamstore.db.clock import committed_now, shared_now, utc
 from teamstore.db.engine import describe_failure, failure_hint, unreachable
 from teamstore.db.fence import held
 from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryNotFound, StaleMemory, StoreUnavailable
@@ -65,7 +65,6 @@ from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
 from teamstore.memory.schema import facts, forgets, memories
 from teamstore.memory.sealing import fact_context, opened, sealed, summary_context
 from teamstore.memory.statements import (
-    bound_clock,
     delete_expired,
     delete_leftovers,
     delete_old_forgets,
@@ -348,27 +347,16 @@ class MemoryStore:
             await conn.execute(writes_lock(user_id, shared=not alone))
 
     async def clock(self, user_id: str) -> datetime:
-        """The database's clock now, once no forget of ``user_id``'s memory is under way: the time a writer's bound
-        (``said_after``) is read on, as a session opens, before any of its messages is said or its memory read.
-        A forget is dated before it commits: read while it ran, the time would be after it, and the memory read
-        next the one it is deleting. So on Postgres the user's writes lock is taken shared first (a forget holds
-        it alone until it commits), on SQLite the file's write lock (a forget holds it from its first delete).
+        """The database's clock now, once no forget of ``user_id``'s memory is under way: a writer's bound
+        (``said_after``), read as a session opens, once it has the user's data key (:meth:`writer_key`), before any
+        of its messages is said or its memory read. A forget takes its time before it commits: read meanwhile, the
+        time would be after it, and the memory read next the one being forgotten. So it waits for the user's
+        writes lock shared (Postgres; a forget holds it alone), or the file's write lock (SQLite).
 
         Raises:
             StoreUnavailable: The database could not be reached.
         """
-        try:
-            async with self.engine.connect() as conn:  # its transaction ends, rolled back, as the block does
-                if self._dialect != "postgresql":
-                    # pysqlite opens no transaction before a SELECT: this one waits for the writer holding the file.
-                    await conn.exec_driver_sql("BEGIN IMMEDIATE")
-                    return now_utc()
-                lock, now = bound_clock(user_id)
-                await conn.execute(lock)
-                at: datetime = (await conn.execute(now)).scalar_one()  # the session's zone is UTC
-                return at
-        except SQLAlchemyError as exc:
-            raise _unavailable(exc, "read the database's clock as the session opens") from exc
+        return await committed_now(self.engine, writes_lock(user_id, shared=True))
 
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
@@ -397,7 +385,8 @@ class MemoryStore:
         Forgetting a fact moves the memory's version on, so a writer that read it before cannot write it back
         from what it read. The summary is kept: it may still mention the fact (forget everything to drop it).
         Either records when (``ts_user_memory_forgets``, per scope, or for every scope): a writer whose session
-        opened before then writes nothing, whenever it first reads the memory.
+        opened before then writes nothing, whenever it first reads the memory. Not while an erasure fences the user,
+        nor (with ``keys``) while they have no data key (erased, or no session to stop): what it names is deleted.
 
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id, ``scope`` no scope or ``fact`` no fact name a team
@@ -422,8 +411,7 @@ class MemoryStore:
                 gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
                 dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
                 forgotten = Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
-            # Last, so its time is as late as the forget can say (statements.forget_time); the deletes run whether
-            # or not it is recorded (not while an erasure holds the user, nor once it erased their key).
+            # Last, so its time is as late as the forget can say (statements.forget_time).
             known = true() if self.keys is None else user_keyed(user_id)
             await conn.execute(forget_record(self._dialect, user_id, scope, known))
         return forgotten
