@@ -1,5 +1,5 @@
 """How database connection strings are written, read into their named parts, so that
-:mod:`config_registry.secrets` can ask of each name whether it means a credential.
+:mod:`config_registry.credentials` can ask of each name whether it means a credential.
 
     from config_registry.connections import connection_pairs, split_url
 

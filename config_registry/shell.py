@@ -1,5 +1,5 @@
 """How a shell command line is read: its simple commands, and the word in each that names the program run,
-so that :mod:`config_registry.secrets` can ask what a program's arguments mean.
+so that :mod:`config_registry.credentials` can ask what a program's arguments mean.
 
     from config_registry.shell import command_word, simple_commands, words
 

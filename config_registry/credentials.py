@@ -1,0 +1,329 @@
+"""What in a definition reads as a credential: a name that means one, or a value that holds one whatever
+its field is called, so that :mod:`config_registry.secrets` can refuse it.
+
+    from config_registry.credentials import command_line_credential, is_secret_field, url_credential, value_credential
+
+    is_secret_field("openaiApiKey")                         # True; "max_tokens" and "cache_key" are not
+    url_credential("https://app:pw@db.internal/app")        # "a password in its user part"
+    value_credential("Bearer 9f8e7d6c5b4a39281706")         # "an HTTP authorization value"
+    command_line_credential("tool --api-key 1a2b3c4d serve")  # "the value of the flag '--api-key', inside a command line"
+
+A credential is recognised by its name (a field, header, variable or flag that means a credential,
+:func:`is_secret_field`), by its shape (:func:`known_shape`: detect-secrets' detectors and a few of our own),
+in a URL (:func:`url_credential`), in a connection string or a variable set as a shell sets it
+(:func:`value_credential`), or in a command line (:func:`flag_credential`, :func:`command_line_credential`).
+Each answers with what it found, for the error message, or ``None``; nothing here refuses or walks a definition.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import pkgutil
+import re
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from config_registry.connections import connection_pairs, oracle_password, split_url
+from config_registry.shell import command_word, simple_commands
+from config_registry.shell import words as shell_words
+
+# A config key, HTTP header, environment variable or connection-string part names a credential when, case
+# and separators ignored, one of these is anywhere in it ("clientsecret", "DBPASSWORD", "webhook_secret_b64") ...
+_CREDENTIAL_TEXT = ("secret", "password", "passwd", "passphrase", "credential")
+# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD"),
+# unless "key" follows an identifier's word or "token" a count's (below) ...
+_CREDENTIAL_LAST = frozenset({
+    "key", "keys", "apikey", "apikeys", "token", "tokens", "pwd", "auth", "authorization", "bearer", "cookie",
+    "cookies", "signature", "session",
+})
+# ... or its last word ends with one of these compounds written as one word ("x-accesstoken", "privatekey",
+# "XAPIKEY"), or it has the word "apikey" anywhere ("apikey_header"). Names are split into words at '-',
+# '_', '.', spaces and camelCase boundaries ("XApiKey": x, api, key); trailing numbers are dropped.
+_CREDENTIAL_COMPOUNDS = tuple(
+    compound + plural
+    for compound in (
+        "apikey", "accesskey", "privatekey", "authkey", "signingkey", "sessionkey", "accesstoken", "authtoken",
+        "apitoken", "bearertoken", "idtoken", "refreshtoken", "sessiontoken", "securitytoken", "csrftoken",
+        "xsrftoken", "oauthtoken", "bearer", "authorization",
+    )
+    for plural in ("", "s")
+)
+# After these words "key" names an identifier ("cache_key", "public_key", "sort_key") ...
+_IDENTIFIER_KEY = frozenset({
+    "public", "cache", "sort", "primary", "partition", "foreign", "idempotency", "dedup", "routing", "lookup",
+    "index", "group", "row", "shard", "object", "state", "result", "message", "map", "dict", "field", "column",
+})
+# ... and "token" a count, a limit or a model's special token ("max_tokens", "token_limit" ends otherwise,
+# "max_total_token", "eos_token", "stop_tokens").
+_TOKEN_NOT_CREDENTIAL = frozenset({
+    "max", "min", "total", "num", "number", "count", "limit", "budget", "usage", "prompt", "completion",
+    "input", "output", "reasoning", "remaining", "cached", "stop", "eos", "bos", "pad", "unk", "sep", "cls",
+    "mask", "special", "start", "end",
+})
+_WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD_SEPARATOR = re.compile(r"[^A-Za-z0-9]+")
+# Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
+# Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
+_SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
+# Values that are a credential whatever the field is called: an HTTP authorization value, and the key
+# shapes detect-secrets does not know (its OpenAI detector knows only keys with the 'T3BlbkFJ' marker):
+# OpenAI and Anthropic ``sk-``, Google ``AIza``, Hugging Face ``hf_``, GitHub's fine-grained tokens.
+_AUTHORIZATION_VALUE = re.compile(r"(bearer|basic|token)\s+\S{8,}", re.IGNORECASE)
+# A bearer token quoted inside other text (a prompt telling a tool which header to send, a commit message):
+# 16+ token characters with a digit in them ("the Bearer of bad news" is prose).
+_BEARER_IN_TEXT = re.compile(r"(?<![A-Za-z])bearer\s+([A-Za-z0-9._~+/-]{16,}=*)(?![A-Za-z0-9._~+/=-])", re.IGNORECASE)
+_KEY_SHAPE = re.compile(
+    r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|github_pat_[A-Za-z0-9_]{30,}|AIza[0-9A-Za-z_-]{35}|"
+    r"hf_[A-Za-z0-9]{30,})"
+)
+# detect-secrets detectors left out: a public IP address in an endpoint is no secret.
+_NOT_CREDENTIAL_DETECTORS = frozenset({"IPPublicDetector"})
+# A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
+# ``--token`` followed by the value.
+_FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
+# An argument that sets a variable (docker's ``-e API_KEY=VALUE``, ``env API_KEY=VALUE server``) or writes a
+# header (mcp-remote's ``--header "Authorization: Bearer VALUE"``) ...
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+_HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
+# ... unless its value is left for the program to expand from its own environment (``${AUTH_TOKEN}``).
+_PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
+# ... or read by the shell when the command runs ("PGPASSWORD=$(cat /run/secrets/pg)"), or written as an
+# example of what goes there ("PGPASSWORD=...", "TOKEN=<your token>").
+_EXAMPLE_VALUE = re.compile(r"\$\(.*|`.*|\.{3,}|\u2026|<[^<>]*>", re.DOTALL)
+# A variable set as a shell sets it, before a command or alone ("PGPASSWORD=pw psql -h db", "env -i
+# MYSQL_PWD=pw mysql", "export PGPASSWORD=pw", Windows' "set PGPASSWORD=pw", PowerShell's
+# "$env:PGPASSWORD='pw'"), also after another command ("cd /srv && PGPASSWORD=pw psql"): the names are an
+# environment's, in upper case, as "token=abc" in a sentence is not ...
+_SETS_VARIABLE = re.compile(r"(?:^|[\s;&|\"'])(?i:\$env:)?[A-Z_][A-Z0-9_]*=")
+_SHELL_ASSIGNMENT = re.compile(r"(?i:\$env:)?([A-Z_][A-Z0-9_]*=.*)", re.DOTALL)
+_SETTERS = frozenset({"export", "set"})
+# ... and the working directories a shell keeps, which only look like a password's "PWD".
+_NOT_SECRET_VARIABLES = frozenset({"PWD", "OLDPWD"})
+# A password glued to the MySQL and MariaDB clients' -p ("mysql -uapp -ppw", "mysqldump -ppw"; a bare -p asks
+# for it), where other programs' -p is a port ("redis-cli -p6379", "docker run -p3306:3306 mysql"): read only
+# in a command these clients run, named as its program (a path and Windows' ".exe" allowed).
+_MYSQL_CLIENT = re.compile(
+    r"(?:.*[/\\])?(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlsh|mariadb|"
+    r"mariadb-dump|mariadb-admin|mariadb-import|mariadb-check)(?:\.exe)?",
+    re.IGNORECASE | re.DOTALL,
+)
+_MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
+GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
+# A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
+_URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
+
+
+def _words(name: str) -> list[str]:
+    words = [w.lower() for w in _WORD_SEPARATOR.split(_WORD_BOUNDARY.sub("_", name)) if w]
+    while words and words[-1].isdigit():
+        words.pop()
+    return words
+
+
+def is_secret_field(key: str) -> bool:
+    """True for names that mean a credential: config keys (``api_key``, ``azure_ad_token``, ``openaiApiKey``,
+    ``clientsecret``), HTTP headers (``Authorization``, ``x-functions-key``, ``X-Auth-Key``, ``x-accesstoken``,
+    ``Cookie``), environment variables (``DB_PWD``, ``DBPASSWORD``) and connection-string parts
+    (``AccountKey``). Counts and limits (``max_tokens``, ``token_limit``) and identifiers (``cache_key``,
+    ``public_key``, ``key_id``) are not."""
+    words = _words(key)
+    if not words:
+        return False
+    if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
+        return True
+    last, before = words[-1], set(words[:-1])
+    if last not in _CREDENTIAL_LAST:
+        return last.endswith(_CREDENTIAL_COMPOUNDS)
+    if last in ("key", "keys"):
+        return not before & _IDENTIFIER_KEY
+    if last in ("token", "tokens"):
+        return not before & _TOKEN_NOT_CREDENTIAL
+    return True
+
+
+def url_credential(value: str) -> str | None:
+    """What makes a URL hold a credential: a user part (``https://u:pw@host``, ``redis://:pw@host``, or a
+    token alone as in ``https://ghp_...@github.com``) or a query or fragment parameter with a secret-looking
+    name (``?api_key=``, ``?sig=``, ``?password=``, ``#access_token=``), also in a path given without its host
+    (``/v1/search?key=...``), in a JDBC URL (``jdbc:postgresql://db/app?password=...``, SQL Server's
+    ``jdbc:sqlserver://db;password=...``, Oracle's ``jdbc:oracle:thin:app/pw@db``); ``None`` for any other
+    string, and for a value that is not one URL and nothing else (a tool's source code quoting one).
+
+    A ``base_url`` or ``endpoint`` is not a secret-looking field, but a proxy URL with a password in it is
+    a secret all the same.
+    """
+    value = value.strip()
+    if oracle_password(value):
+        return "a password in its user part"
+    split = split_url(value)
+    if split is None and not _URL_PATH.match(value):
+        return None
+    url, properties = split or (value, [])
+    found = next((name for name, text in properties if text and is_secret_field(name)), None)
+    if found is not None:
+        return f"the connection property {found!r}"
+    try:
+        parts = urlsplit(url)
+        password, username = parts.password, parts.username
+    except ValueError:  # not a URL after all (an invalid port, say)
+        return None
+    if password:
+        return "a password in its user part"
+    if username and parts.scheme.lower() in {"http", "https", "ws", "wss"}:  # ssh://git@host is no secret
+        return "a user part, where URLs carry tokens"
+    for name, _value in parse_qsl(parts.query, keep_blank_values=False) + parse_qsl(parts.fragment):
+        if _SECRET_QUERY.fullmatch(name) or is_secret_field(name):
+            return f"the query parameter {name!r}"
+    return None
+
+
+def value_credential(value: str) -> str | None:
+    """What makes a string a credential whatever its field is called: an authorization value
+    (``Bearer ...``, also a bearer token quoted in other text), a known credential shape anywhere in it
+    (detect-secrets' detectors: AWS, GitHub, GitLab, Slack, Stripe, JWTs, private-key blocks ...; and
+    ``sk-...``, ``AIza...``, ``hf_...``), a secret part of a connection string (``...;Password=...;``,
+    libpq's ``host=db password=...``), or a secret variable the value sets as the shell does
+    (``PGPASSWORD=...``, alone or before a command); ``None`` for any other string."""
+    authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
+    if authorization and _looks_random(value.split()[-1]):
+        return "an HTTP authorization value"
+    if any(any(c.isdigit() for c in token) for token in _BEARER_IN_TEXT.findall(value)):
+        return "a bearer token"
+    shape = known_shape(value)
+    if shape is not None:
+        return f"what looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape}"
+    return _connection_credential(value) or _environment_credential(value)
+
+
+def _environment_credential(value: str) -> str | None:
+    """A secret variable that ``value`` sets as a shell does, in any of its commands: before the program
+    (``PGPASSWORD=... psql -h db``, ``env -i MYSQL_PWD=... mysql``, ``cd /srv && PGPASSWORD=... psql``), with
+    ``export`` or Windows' ``set``, in PowerShell's ``$env:PGPASSWORD=...``, or alone (``PGPASSWORD=...``).
+    Only upper-case names count: ``token=abc`` in a sentence is prose, and ``set PGPASSWORD in your env``
+    sets nothing."""
+    if not _SETS_VARIABLE.search(value):
+        return None
+    for words in simple_commands(value):
+        assigned = words[1:] if words[0].lower() in _SETTERS else words[: command_word(words)]
+        for word in assigned:
+            assignment = _SHELL_ASSIGNMENT.fullmatch(word)
+            found = _argument_credential(assignment.group(1)) if assignment else None
+            if found is not None:
+                return found
+    return None
+
+
+def _connection_credential(value: str) -> str | None:
+    """The secret part of a connection string (:func:`~config_registry.connections.connection_pairs`), if any.
+    A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
+    the program expands from its environment (``password=${PGPASSWORD}``) holds no secret."""
+    for name, secret in connection_pairs(value) or ():
+        if secret and is_secret_field(name) and not _left_out(secret):
+            return f"a connection string's {name!r}"
+    return None
+
+
+def known_shape(value: str) -> str | None:
+    """The kind of credential ``value`` holds by its shape (``"GitHub Token"``, ``"JSON Web Token"``,
+    ``"Private Key"``, ``"API key"`` ...), or ``None``.
+
+    The shapes are detect-secrets' regex detectors (its entropy and keyword detectors are made for source
+    files: they flag ordinary prose and miss header names), plus the few key shapes it lacks.
+    """
+    for detector in _detectors():
+        if next(iter(detector.analyze_string(value)), None) is not None:
+            return str(detector.secret_type)
+    # Random keys have digits; 'sk-learn-compatible-...' in a prompt is a word.
+    if any(not key.startswith("sk-") or any(c.isdigit() for c in key) for key in _KEY_SHAPE.findall(value)):
+        return "API key"
+    return None
+
+
+@functools.cache
+def _detectors() -> tuple[Any, ...]:
+    """One instance of every regex detector detect-secrets ships (imported on first use: only
+    registration needs them). Its detectors keep no state and read no settings."""
+    import detect_secrets.plugins
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    for module in pkgutil.iter_modules(detect_secrets.plugins.__path__):
+        importlib.import_module(f"detect_secrets.plugins.{module.name}")
+    found: list[type[RegexBasedDetector]] = []
+    pending = list(RegexBasedDetector.__subclasses__())
+    while pending:
+        detector = pending.pop(0)
+        pending.extend(detector.__subclasses__())
+        if detector.__name__ not in _NOT_CREDENTIAL_DETECTORS and not inspect.isabstract(detector):
+            found.append(detector)
+    return tuple(detector() for detector in sorted(found, key=lambda d: d.__name__))
+
+
+def _looks_random(text: str) -> bool:
+    """A token rather than a word: a digit or a base64/url-safe symbol in it, or 24+ characters
+    ('Basic information' and 'sk-learn-compatible' are words)."""
+    return len(text) >= 24 or (len(text) >= 8 and any(c.isdigit() or c in "+/=_." for c in text))
+
+
+def flag_credential(items: list[Any], index: int) -> str | None:
+    """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
+    the item after a bare ``--token``; or sets a secret variable or header (``API_KEY=VALUE``,
+    ``Authorization: Bearer VALUE``); ``None`` otherwise, and for a ``${VAR}`` the server expands."""
+    item = items[index]
+    if not isinstance(item, str) or not item:
+        return None
+    match = _FLAG.fullmatch(item)
+    if match and match.group(2) and is_secret_field(match.group(1)) and not _left_out(match.group(2)):
+        return f"the value of the flag '--{match.group(1)}'"
+    previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
+    if (previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item)
+            and not _left_out(item)):
+        return f"the value of the flag '--{previous.group(1)}'"
+    return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
+
+
+def command_line_credential(text: str) -> str | None:
+    """What :func:`flag_credential` finds in any word of one argument that holds a whole command line
+    (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it, or a password glued to a
+    MySQL client's ``-p`` in any of its commands; ``None`` otherwise."""
+    words = shell_words(text)
+    if len(words) < 2:
+        return None
+    found = GLUED_PASSWORD if any(map(mysql_passwords, simple_commands(text))) else None
+    found = found or next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
+    # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL).
+    found = found or next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
+    return f"{found}, inside a command line" if found else None
+
+
+def mysql_passwords(words: list[str]) -> list[int]:
+    """The indexes of passwords glued to ``-p`` (``-phunter2``, not ``-p${DB_PASSWORD}``) in one command
+    whose program is a MySQL or MariaDB client (``mysql``, ``sudo -u app mysqldump``, ``docker exec db
+    mysql``); none in other programs' commands, where ``-p`` is a port."""
+    program = command_word(words)
+    if program is None or not _MYSQL_CLIENT.fullmatch(words[program]):
+        return []
+    return [
+        index for index in range(program + 1, len(words))
+        if (glued := _MYSQL_PASSWORD.fullmatch(words[index])) and not _left_out(glued.group(1))
+    ]
+
+
+def _left_out(value: str) -> bool:
+    """Whether a value leaves the secret out: a ``${VAR}`` the program expands from its environment, a
+    ``$(command)`` the shell runs, or an example of what goes there (``...``, ``<your token>``)."""
+    return bool(_PLACEHOLDER.fullmatch(value) or _EXAMPLE_VALUE.fullmatch(value))
+
+
+def _argument_credential(text: str) -> str | None:
+    """Whether an argument (or a flag's ``=`` value: ``--env=API_KEY=VALUE``) sets a variable or writes a
+    header whose name means a credential, to a value that is not a ``${VAR}`` for the program to expand."""
+    for pattern, what in ((_ASSIGNMENT, "variable"), (_HEADER_LINE, "header")):
+        found = pattern.fullmatch(text)
+        value = found.group(2).strip() if found else ""
+        if what == "variable" and found and found.group(1) in _NOT_SECRET_VARIABLES:
+            continue
+        if found and value and is_secret_field(found.group(1)) and not _left_out(value):
+            return f"the value of the {what} {found.group(1)!r}"
+    return None
