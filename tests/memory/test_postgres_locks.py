@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -82,24 +82,32 @@ async def test_the_sweep_and_a_first_write_replacing_the_same_leftover_facts_bot
     assert not kept.leftover and {n: f.value for n, f in kept.facts.items()} == {"ticket_id": "60001"}
 
 
-@pytest.mark.parametrize("failure", [False, True])
-async def test_an_erasure_waits_for_a_first_write_already_in_its_transaction_and_leaves_nothing_of_it(
-    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, failure: bool
-) -> None:
-    store = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
-    key = await store.writer_key("alice")
+def _paused_after_its_memory_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[asyncio.Event, asyncio.Event, Callable[[], None]]:
+    """A write's transaction paused right after the statement that inserted its new memory row: set ``inside``
+    once there, it goes on once ``release`` is; the third puts the connection's ``execute`` back for others."""
     inside, release = asyncio.Event(), asyncio.Event()
+    real_execute = AsyncConnection.execute
 
     async def paused(conn: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:
-        """The write's transaction, paused right after the statement that inserted its new memory row."""
         result = await real_execute(conn, statement, *args, **kwargs)
         if getattr(statement, "table", None) is memory_store.memories and not inside.is_set():
             inside.set()
             await release.wait()
         return result
 
-    real_execute = AsyncConnection.execute
     monkeypatch.setattr(AsyncConnection, "execute", paused)
+    return inside, release, lambda: monkeypatch.setattr(AsyncConnection, "execute", real_execute)
+
+
+@pytest.mark.parametrize("failure", [False, True])
+async def test_an_erasure_waits_for_a_first_write_already_in_its_transaction_and_leaves_nothing_of_it(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, failure: bool
+) -> None:
+    store = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
+    key = await store.writer_key("alice")
+    inside, release, unpause = _paused_after_its_memory_row(monkeypatch)
     if failure:  # a writer's first failure makes a row too
         writing = asyncio.create_task(store.record_failure(
             "alice", "helpdesk", "the model call failed", team="helpdesk", team_version="v1", retention_days=30,
@@ -109,7 +117,7 @@ async def test_an_erasure_waits_for_a_first_write_already_in_its_transaction_and
             "alice", "helpdesk", MemoryUpdate("alice's summary", {"ticket_id": "55102"}), types={"ticket_id": "str"},
             expected_version=0, run_id="run-1", team="helpdesk", team_version="v1", retention_days=30, key=key))
     await inside.wait()
-    monkeypatch.setattr(AsyncConnection, "execute", real_execute)
+    unpause()
     ctx = StepContext(engine, None, "er-1", "alice", None)  # type: ignore[arg-type]
     await open_request(engine, "er-1", "alice", "test", 30)  # the fence: up after the write's check
 
@@ -127,29 +135,19 @@ async def test_an_erasure_waits_for_a_first_write_already_in_its_transaction_and
         assert await erasing == (1, 1 if failure else 2)  # and the erasure deleted what it wrote
     assert (await memory_step().remaining(ctx)).rows == 0 and await store.show("alice", held=True) == []
 
+
 async def test_a_forget_waits_for_a_first_write_already_in_its_transaction_and_leaves_nothing_of_it(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = MemoryStore(engine, keys=KeyService.from_settings(engine, Settings()))
     key, opened = await store.writer_key("alice"), await store.clock("alice")
-    inside, release = asyncio.Event(), asyncio.Event()
-
-    async def paused(conn: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:
-        """The write's transaction, paused right after the statement that inserted its new memory row."""
-        result = await real_execute(conn, statement, *args, **kwargs)
-        if getattr(statement, "table", None) is memory_store.memories and not inside.is_set():
-            inside.set()
-            await release.wait()
-        return result
-
-    real_execute = AsyncConnection.execute
-    monkeypatch.setattr(AsyncConnection, "execute", paused)
+    inside, release, unpause = _paused_after_its_memory_row(monkeypatch)
     writing = asyncio.create_task(store.write(
         "alice", "helpdesk", MemoryUpdate("alice's summary", {"ticket_id": "55102"}), types={"ticket_id": "str"},
         expected_version=0, run_id="run-1", team="helpdesk", team_version="v1", retention_days=30, key=key,
         said_after=opened))
     await inside.wait()
-    monkeypatch.setattr(AsyncConnection, "execute", real_execute)
+    unpause()
     async with engine.connect() as monitor:
         forgetting = asyncio.create_task(store.forget("alice"))
         await waiting_for_locks(monitor, forgetting)
