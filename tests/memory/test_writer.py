@@ -17,6 +17,7 @@ from autogen_ext.models.replay import ReplayChatCompletionClient
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from config_registry.manifest import MemoryDeclaration
+from teamstore.errors import MemoryNotFound
 from teamstore.memory.facts import MemoryUpdate, UserMemory
 from teamstore.memory.schema import forgets
 from teamstore.memory.statements import FORGETS_KEPT
@@ -172,6 +173,23 @@ async def test_forgetting_a_fact_while_a_writer_asks_its_model_is_not_undone_by_
     assert (await writing).status == "forgotten"
     (kept,) = await store.show("alice")
     assert set(kept.facts) == {"ticket_id"} and kept.version == 2 and client.calls == 1
+
+
+@pytest.mark.parametrize("kept_before", [True, False], ids=["a summary kept", "nothing kept yet"])
+async def test_forgetting_a_fact_not_kept_yet_stops_a_writer_that_would_write_it(
+    store: MemoryStore, kept_before: bool
+) -> None:
+    if kept_before:
+        await stored(store, ticket_id="55101")
+    client = HeldClient()
+    writing = await held_write(store, client)  # it will learn the home address from its session's messages
+    with pytest.raises(MemoryNotFound, match="no fact 'home_address'") as refused:
+        await store.forget("alice", fact="home_address")
+    assert ("ticket_id" in refused.value.hint) is kept_before  # what is kept, as before
+    client.release.set()
+    assert (await writing).status == "forgotten"
+    assert all("home_address" not in kept.facts for kept in await store.show("alice"))
+    assert [record.scope for record in await store.forgets("alice")] == [None]
 
 
 @pytest.mark.parametrize("writes", [1, 2])

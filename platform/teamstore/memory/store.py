@@ -392,7 +392,8 @@ class MemoryStore:
             InvalidIdentifier: ``user_id`` is not a usable id, ``scope`` no scope or ``fact`` no fact name a team
                 can declare.
             MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those :meth:`show`
-                lists or, with none, says whether a summary or only the writer's last failure is kept).
+                lists or, with none, says whether a summary or only the writer's last failure is kept). The
+                forget is recorded all the same, so a writer under way does not write the fact after it.
             StoreUnavailable: The database failed: nothing was forgotten, unless the error says whether the
                 forget landed is not known (it failed as it committed, or the connection was lost during it).
         """
@@ -403,10 +404,15 @@ class MemoryStore:
             # before the forget goes on, and what it wrote is forgotten too (taken the other way round, the facts
             # it added stayed without their row, or the two waited for each other until the database gave up).
             await self._hold_writes(conn, user_id, alone=True)
+            missing: MemoryNotFound | None = None
             if fact is not None:
                 await conn.execute(select(memories.c.scope).where(*of_user(memories, user_id, scope))
                                    .with_for_update())
                 forgotten = await self._forget_fact(conn, user_id, scope, fact)
+                if not forgotten.facts:  # recorded all the same: a writer under way may be about to write it
+                    missing = MemoryNotFound(
+                        f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
+                        hint=await what_is_kept(conn, user_id, scope))
             else:
                 gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
                 dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
@@ -414,6 +420,8 @@ class MemoryStore:
             # Last, so its time is as late as the forget can say (statements.forget_time).
             known = true() if self.keys is None else user_keyed(user_id)
             await conn.execute(forget_record(self._dialect, user_id, scope, known))
+        if missing is not None:
+            raise missing
         return forgotten
 
     async def forgets(self, user_id: str) -> list[ForgetRecord]:
@@ -436,8 +444,7 @@ class MemoryStore:
         where = [*of_user(facts, user_id, scope), facts.c.name == fact]
         scopes = (await conn.execute(select(facts.c.scope).where(*where))).scalars().all()
         if not scopes:
-            raise MemoryNotFound(f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
-                                 hint=await what_is_kept(conn, user_id, scope))
+            return Forgotten(memories=0, facts=0)
         await conn.execute(delete(facts).where(*where))
         await conn.execute(update(memories).where(memories.c.user_id == user_id, memories.c.scope.in_(scopes),
                                                   memories.c.version > 0)
