@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import warnings
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -21,18 +22,24 @@ from autogen_agentchat.messages import TextMessage, ToolCallExecutionEvent
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.tools import FunctionTool
 from autogen_ext.models.openai import OpenAIChatCompletionClient
-from sqlalchemy import select
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from config_registry import Manifest, Registry
 from teamstore import examples
 from teamstore.app import open_platform
+from teamstore.audit.otlp import span_exporter
 from teamstore.audit.schema import subjects
 from teamstore.audit.transcripts.s3_client import make_client as s3_client
 from teamstore.db.engine import create_engine
 from teamstore.events import RunContext, notify_observers
 from teamstore.keys.kms import make_client as kms_client
 from teamstore.keys.schema import data_keys
-from teamstore.logs import AWS_SDK_LOGGERS, keep_query_values_out_of_logs
+from teamstore.logs import AWS_SDK_LOGGERS, hide_query_values, keep_query_values_out_of_logs
+from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.canary.model_server import ModelServer
 
@@ -109,6 +116,59 @@ async def test_aiosqlite_at_debug_logs_the_calls_teamstore_makes_without_their_v
     calls = [r.getMessage() for r in caplog.records if r.name == "aiosqlite"]
     assert any(c.startswith("executing Connection.execute(...) [arguments hidden") for c in calls), calls
     assert "CANARY" not in caplog.text and "SELECT" not in caplog.text
+
+
+async def test_a_platform_on_an_engine_the_host_built_logs_and_raises_nothing_of_its_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = Registry(tmp_path / "registry", create=True)
+    registry.add("support_triage", examples.support_triage().dump_component(),
+                 examples.example_manifest("support_triage"), "v1", label="production")
+    settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'host.db'}")  # the host's own: no options
+    with caplog.at_level(logging.DEBUG, "aiosqlite"), caplog.at_level(logging.DEBUG, "sqlalchemy.engine"):
+        platform = Platform(engine, registry, settings=settings)
+        async with platform, platform.session("alice-CANARY@example.com", "s-CANARY", team="support_triage") as s:
+            await s.run("My router keeps dropping")
+    assert any(r.name == "aiosqlite" for r in caplog.records) and any(
+        r.getMessage().startswith("Row") for r in caplog.records)  # logged, without their values
+    assert "CANARY" not in caplog.text
+    with pytest.raises(IntegrityError) as failed:  # an error the engine raises quotes no bound value
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (a TEXT UNIQUE)"))
+            await conn.execute(text("INSERT INTO t VALUES (:a), (:a)"), {"a": "alice-CANARY"})
+    assert "CANARY" not in str(failed.value)
+    await engine.dispose()
+
+
+def test_an_otlp_exporter_that_cannot_reach_its_collector_logs_no_value_of_the_urls_query(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as free:  # a port no collector listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{port}/v1/traces?code=COLLECTOR-S3CRET")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2")
+    exporter = span_exporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with caplog.at_level(logging.DEBUG):
+        provider.get_tracer("test").start_span("run").end()
+    provider.shutdown()
+    failures = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter.otlp")]
+    assert failures and any("?code=***" in r.getMessage() for r in failures), [r.getMessage() for r in failures]
+    assert "COLLECTOR-S3CRET" not in caplog.text
+
+
+@pytest.mark.parametrize(("said", "logged"), [
+    ("/v1?api-key=abc;def&region=eu", "/v1?api-key=***&region=***"),  # a ";" in a value is the value's
+    ("https://gw.example/v1?SECRETTOKEN", "https://gw.example/v1?***"),  # a query of a bare value
+    ("https://gw.example/v1?a=1&SECRETTOKEN", "https://gw.example/v1?a=***&***"),
+    ("https://user:p@ss@gw.example/v1", "https://user:***@gw.example/v1"),  # an "@" in the password
+    ("What? Nothing.", "What? Nothing."),
+])
+def test_a_url_query_hides_every_value_it_can_carry(said: str, logged: str) -> None:
+    assert hide_query_values(said) == logged
 
 
 async def lookup(query: str) -> str:

@@ -76,22 +76,30 @@ def _is_kms(operation: object) -> bool:
 _KMS_BODIES_HIDDEN = _KmsBodiesHidden()
 
 
-URL_LOGGERS = ("httpx", "httpx2", "urllib3.connectionpool", "openai._base_client", "anthropic._base_client")
+_OTLP = "opentelemetry.exporter.otlp"
+URL_LOGGERS = ("httpx", "httpx2", "urllib3.connectionpool", "openai._base_client", "anthropic._base_client",
+               f"{_OTLP}.common.http", f"{_OTLP}.proto.http._common", f"{_OTLP}.proto.http.trace_exporter",
+               f"{_OTLP}.proto.http.metric_exporter", f"{_OTLP}.proto.http._log_exporter",
+               f"{_OTLP}.proto.grpc.exporter", f"{_OTLP}.proto.grpc.trace_exporter",
+               f"{_OTLP}.proto.grpc.metric_exporter")
 """Loggers that quote the URLs of the requests they send: httpx's at INFO (``HTTP Request: POST <url> ...``,
 for every model call; ``httpx2`` where the OpenAI SDK is built on that fork of it), urllib3's at WARNING (a
-retry) and DEBUG (each request), under botocore and the OTLP exporter, and the OpenAI (before version 3) and
-Anthropic SDKs' at DEBUG (``HTTP Response: POST <url> "200 OK" ...``)."""
+retry) and DEBUG (each request), under botocore and the OTLP exporter, the OpenAI (before version 3) and
+Anthropic SDKs' at DEBUG (``HTTP Response: POST <url> "200 OK" ...``), and the OTLP exporters' at WARNING and
+ERROR (a failed export quotes its request's error, and with it the collector's URL)."""
 
-# A query's (or fragment's) value, and a password in the user part of a URL.
-_QUERY_VALUE = re.compile(r"([?&;#][^=&;#?\s\"']*=)[^&;#\s\"']*")
-_PASSWORD = re.compile(r"(//[^/@\s:\"']*:)[^/@\s\"']*@")
+# A query's (or fragment's) value (up to the next parameter: a ";" is taken as part of it), a query of a bare
+# value, and a password in the user part of a URL (up to its last "@", which a password may hold).
+_QUERY_VALUE = re.compile(r"([?&;#][^=&;#?\s\"']*=)[^&#\s\"']*")
+_BARE_QUERY = re.compile(r"([?&])[^=&#?\s\"']+(?=[&#\s\"']|$)")
+_PASSWORD = re.compile(r"(//[^/@\s:\"']*:)[^/\s\"']*@")
 
 
 def hide_query_values(text: str) -> str:
-    """``text`` with the value of every URL query parameter, and a URL's password, replaced by ``***``: an
-    OpenAI-compatible gateway may take its key in the ``base_url`` (``?api-key=...``, ``?key=...``, ``?code=...``),
-    which the client sends with every request."""
-    return _PASSWORD.sub(r"\1***@", _QUERY_VALUE.sub(r"\1***", text))
+    """``text`` with the value of every URL query parameter (a bare ``?token`` too), and a URL's password,
+    replaced by ``***``: an OpenAI-compatible gateway may take its key in the ``base_url`` (``?api-key=...``,
+    ``?key=...``, ``?code=...``), which the client sends with every request."""
+    return _PASSWORD.sub(r"\1***@", _BARE_QUERY.sub(r"\1***", _QUERY_VALUE.sub(r"\1***", text)))
 
 
 class _QueryValuesHidden(logging.Filter):

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
 from teamstore.errors import ConfigurationError, MissingExtra
+from teamstore.logs import keep_query_values_out_of_logs
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter
@@ -175,6 +176,7 @@ def _exporter(signal: Signal, what: str) -> Any:
         exporter = getattr(importlib.import_module(f"opentelemetry.exporter.otlp.proto.{package}.{module}"), name)
     except ImportError as exc:
         raise _missing(f"OTLP {what} export over {chosen}") from exc
+    keep_query_values_out_of_logs()  # a failed export's line quotes the collector's URL, a key in its query too
     return exporter(timeout=export_timeout(signal))
 
 

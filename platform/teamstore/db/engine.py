@@ -378,6 +378,19 @@ def _hide_driver_call_values() -> None:
         logger.addFilter(_DRIVER_CALLS_HIDDEN)
 
 
+def protect_engine(engine: AsyncEngine) -> None:
+    """Keep the values of ``engine``'s statements and rows out of its errors and logs, as :func:`create_engine`
+    does for its own: for an engine the caller built and hands teamstore (``Platform(my_engine, ...)``). Its
+    ``hide_parameters`` is turned on, the rows its logger (shared with the caller's other engines of the same
+    logging name) would print at DEBUG lose their values, and aiosqlite's DEBUG lines their arguments."""
+    engine.sync_engine.hide_parameters = True
+    logger: Any = engine.sync_engine.logger  # a Logger, or SQLAlchemy's InstanceLogger around one (echo set)
+    named = logging.getLogger(getattr(logger, "logger", logger).name)
+    if _ROWS_HIDDEN not in named.filters:
+        named.addFilter(_ROWS_HIDDEN)
+    _hide_driver_call_values()
+
+
 def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> AsyncEngine:
     """Build an async engine for ``url``, swapping in the async driver when needed.
 

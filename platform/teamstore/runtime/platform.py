@@ -40,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from config_registry.errors import RegistryError
 from config_registry.types import BuiltTeam
+from teamstore.db.engine import protect_engine
 from teamstore.db.fence import forgetting
 from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver, drain_observers
@@ -151,6 +152,7 @@ class Platform:
         create_tables: bool = True,
     ) -> None:
         self.engine = engine
+        protect_engine(engine)  # one the caller built too: its statements' values hold users' ids and states
         self._create_tables = create_tables
         self.registry = registry
         self._settings = settings = settings or Settings()
