@@ -11,7 +11,8 @@ its field is called, so that :mod:`config_registry.secrets` can refuse it.
 A credential is recognised by its name (a field, header, variable or flag that means a credential,
 :func:`is_secret_field`), by its shape (:func:`known_shape`: detect-secrets' detectors and a few of our own),
 in a URL (:func:`url_credential`), in a connection string or a variable set as a shell sets it
-(:func:`value_credential`), or in a command line (:func:`flag_credential`, :func:`command_line_credential`).
+(:func:`value_credential`), or in a command line (:func:`flag_credential`, :func:`command_line_credential`,
+and one kept in an environment variable: :func:`environment_value_credential`).
 Each answers with what it found, for the error message, or ``None``; nothing here refuses or walks a definition.
 """
 
@@ -38,10 +39,18 @@ _CREDENTIAL_LAST = frozenset({
     "key", "keys", "apikey", "apikeys", "token", "tokens", "pwd", "auth", "authorization", "bearer", "cookie",
     "cookies", "signature", "session",
 })
+# ... or its last word is "pass" after another word ("DB_PASS", rclone's "RCLONE_CONFIG_PASS", RabbitMQ's
+# "RABBITMQ_DEFAULT_PASS"), unless that word is a count's or an order's ("first_pass", "num_pass"); alone it
+# may be a number (ffmpeg's "-pass 1") ...
+_PASS_NOT_CREDENTIAL = frozenset({
+    "first", "second", "third", "final", "last", "next", "single", "multi", "one", "two", "num", "number", "max",
+    "min", "count", "each", "per",
+})
 # ... or its last word ends with one of these compounds written as one word ("x-accesstoken", "privatekey",
-# "XAPIKEY"), or it has the word "apikey" anywhere ("apikey_header"). Names are split into words at '-',
-# '_', '.', spaces and camelCase boundaries ("XApiKey": x, api, key); trailing numbers are dropped.
-_CREDENTIAL_COMPOUNDS = tuple(
+# "XAPIKEY", sshpass's "SSHPASS"), or it has the word "apikey" anywhere ("apikey_header"). Names are split
+# into words at '-', '_', '.', spaces and camelCase boundaries ("XApiKey": x, api, key); trailing numbers are
+# dropped. No other word ending in "pass" is one: git's "GIT_ASKPASS" names a program, "bypass" a setting.
+_CREDENTIAL_COMPOUNDS = (*(
     compound + plural
     for compound in (
         "apikey", "accesskey", "privatekey", "authkey", "signingkey", "sessionkey", "accesstoken", "authtoken",
@@ -49,7 +58,7 @@ _CREDENTIAL_COMPOUNDS = tuple(
         "xsrftoken", "oauthtoken", "bearer", "authorization",
     )
     for plural in ("", "s")
-)
+), "sshpass")
 # After these words "key" names an identifier ("cache_key", "public_key", "sort_key") ...
 _IDENTIFIER_KEY = frozenset({
     "public", "cache", "sort", "primary", "partition", "foreign", "idempotency", "dedup", "routing", "lookup",
@@ -111,6 +120,9 @@ _MYSQL_CLIENT = re.compile(
 )
 _MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
 GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
+# An environment variable whose name's last word says it holds a command line ("CMD", "INIT_COMMAND",
+# "SETUP_SCRIPT"): its value is read as a shell string, as an MCP server's "-c" argument is.
+_COMMAND_NAMES = frozenset({"cmd", "cmdline", "command", "commands", "commandline", "script", "exec", "entrypoint"})
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
 
@@ -126,14 +138,18 @@ def is_secret_field(key: str) -> bool:
     """True for names that mean a credential: config keys (``api_key``, ``azure_ad_token``, ``openaiApiKey``,
     ``clientsecret``), HTTP headers (``Authorization``, ``x-functions-key``, ``X-Auth-Key``, ``x-accesstoken``,
     ``Cookie``), environment variables (``DB_PWD``, ``DBPASSWORD``) and connection-string parts
-    (``AccountKey``). Counts and limits (``max_tokens``, ``token_limit``) and identifiers (``cache_key``,
-    ``public_key``, ``key_id``) are not."""
+    (``AccountKey``), also those the tools that read a password from the environment name (``SSHPASS``,
+    ``RCLONE_CONFIG_PASS``, ``MYSQL_PWD``, ``REDISCLI_AUTH``). Counts and limits (``max_tokens``,
+    ``token_limit``, ``first_pass``), identifiers (``cache_key``, ``public_key``, ``key_id``) and where a secret is
+    read from (``SSHPASS_FILE``, ``PGPASSFILE``, ``GIT_ASKPASS``) are not."""
     words = _words(key)
     if not words:
         return False
     if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
         return True
     last, before = words[-1], set(words[:-1])
+    if last == "pass":
+        return bool(before) and words[-2] not in _PASS_NOT_CREDENTIAL
     if last not in _CREDENTIAL_LAST:
         return last.endswith(_CREDENTIAL_COMPOUNDS)
     if last in ("key", "keys"):
@@ -186,6 +202,13 @@ def value_credential(value: str) -> str | None:
     ``sk-...``, ``AIza...``, ``hf_...``), a secret part of a connection string (``...;Password=...;``,
     libpq's ``host=db password=...``), or a secret variable the value sets as the shell does
     (``PGPASSWORD=...``, alone or before a command); ``None`` for any other string."""
+    return shape_credential(value) or _connection_credential(value) or _environment_credential(value)
+
+
+def shape_credential(value: str) -> str | None:
+    """What in ``value`` is a credential by its shape alone, wherever it stands in the text: an authorization
+    value (``Bearer ...``, also a bearer token quoted in other text) or a :func:`known_shape`; ``None``
+    otherwise."""
     authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
     if authorization and _looks_random(value.split()[-1]):
         return "an HTTP authorization value"
@@ -194,7 +217,7 @@ def value_credential(value: str) -> str | None:
     shape = known_shape(value)
     if shape is not None:
         return f"what looks like {'an' if shape[0] in 'AEIOU' else 'a'} {shape}"
-    return _connection_credential(value) or _environment_credential(value)
+    return None
 
 
 def _environment_credential(value: str) -> str | None:
@@ -290,11 +313,28 @@ def command_line_credential(text: str) -> str | None:
     words = shell_words(text)
     if len(words) < 2:
         return None
-    found = GLUED_PASSWORD if any(map(mysql_passwords, simple_commands(text))) else None
-    found = found or next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
+    found = next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
     # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL).
     found = found or next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
-    return f"{found}, inside a command line" if found else None
+    return glued_password(text) or (f"{found}, inside a command line" if found else None)
+
+
+def glued_password(text: str) -> str | None:
+    """A password glued to a MySQL client's ``-p`` in any command of the shell string ``text``
+    (:func:`mysql_passwords`), said as :func:`command_line_credential` says it; ``None`` otherwise."""
+    return f"{GLUED_PASSWORD}, inside a command line" if any(map(mysql_passwords, simple_commands(text))) else None
+
+
+def environment_value_credential(name: str, value: str) -> str | None:
+    """What the value of the environment variable ``name`` holds as a command line: any value is read for a
+    MySQL client's glued password (``"INIT": "mysql -uroot -pVALUE crm"``), which names its program; a value
+    whose name says it holds a command (``CMD``, ``PRE_START_COMMAND``, ``SETUP_SCRIPT``) is read whole, as
+    one of an MCP server's ``args`` holding a shell string is (:func:`command_line_credential`). Other values
+    are settings or prose, where ``-p3306`` is a port and ``password=...`` may be a sentence's."""
+    words = _words(name)
+    if words and words[-1] in _COMMAND_NAMES:
+        return command_line_credential(value)
+    return glued_password(value)
 
 
 def mysql_passwords(words: list[str]) -> list[int]:
@@ -319,11 +359,18 @@ def _left_out(value: str) -> bool:
 def _argument_credential(text: str) -> str | None:
     """Whether an argument (or a flag's ``=`` value: ``--env=API_KEY=VALUE``) sets a variable or writes a
     header whose name means a credential, to a value that is not a ``${VAR}`` for the program to expand."""
-    for pattern, what in ((_ASSIGNMENT, "variable"), (_HEADER_LINE, "header")):
-        found = pattern.fullmatch(text)
-        value = found.group(2).strip() if found else ""
-        if what == "variable" and found and found.group(1) in _NOT_SECRET_VARIABLES:
-            continue
-        if found and value and is_secret_field(found.group(1)) and not _left_out(value):
-            return f"the value of the {what} {found.group(1)!r}"
-    return None
+    variable = _ASSIGNMENT.fullmatch(text)
+    found = variable_credential(variable.group(1), variable.group(2)) if variable else None
+    header = _HEADER_LINE.fullmatch(text)
+    if found is None and header and header.group(2).strip() and is_secret_field(header.group(1)):
+        found = None if _left_out(header.group(2).strip()) else f"the value of the header {header.group(1)!r}"
+    return found
+
+
+def variable_credential(name: str, value: str) -> str | None:
+    """Whether setting the variable ``name`` to ``value`` sets a secret: a name that means a credential (not
+    the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`)."""
+    value = value.strip()
+    if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or _left_out(value):
+        return None
+    return f"the value of the variable {name!r}"

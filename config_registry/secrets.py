@@ -8,7 +8,8 @@
 Paths are dotted, relative to the root component's ``config``; list items are addressed by index.
 
 Anywhere else, a credential is refused: this module walks a definition (and the text stored beside it) and
-refuses what :mod:`config_registry.credentials` reads as a credential, by its name or in its value.
+refuses what :mod:`config_registry.credentials` reads as a credential, by its name or in its value, and
+what :mod:`config_registry.source` reads as one in a ``FunctionTool``'s source.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, NoReturn
 from config_registry.credentials import (
     GLUED_PASSWORD,
     command_line_credential,
+    environment_value_credential,
     flag_credential,
     is_secret_field,
     mysql_passwords,
@@ -27,11 +29,14 @@ from config_registry.credentials import (
     value_credential,
 )
 from config_registry.errors import DefinitionInvalid, SecretUnavailable
+from config_registry.source import source_credential
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
 # How a header or variable is written as a JSON object of its own: {"name": "X-Api-Key", "value": "..."}.
 _PAIR_NAMES = ("name", "key", "header")
+# A reference would stand for a FunctionTool's whole source: the tool reads its secret when it runs instead.
+_SOURCE_HINT = 'read it from the environment when the tool runs (os.environ["VARIABLE"]) and set VARIABLE where the team runs'
 
 
 def is_reference(value: Any) -> bool:
@@ -119,21 +124,40 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
             field=f"config.{path}",
             hint=f"take the whole URL from the environment: --secret {path}=env:VARIABLE",
         )
+    if isinstance(value, str) and key == "source_code":
+        found = source_credential(value)
+        if found is not None:
+            _refuse_plaintext(path, found, hint=_SOURCE_HINT)
+        return
+    found = _found_in_value(path, key, value, parent)
+    if found is not None:
+        _refuse_plaintext(path, found)
+
+
+def _found_in_value(path: str, key: str, value: Any, parent: Any) -> str | None:
+    """What a value holds as a credential whatever its field, as an argument of a command line, or as a
+    command line kept in an environment variable."""
     found = value_credential(value) if isinstance(value, str) else None
     if found is None and isinstance(parent, list):
         found = flag_credential(parent, int(key))
     if found is None and isinstance(value, str) and _is_argument(path, parent):
         found = command_line_credential(value)
-    if found is not None:
-        _refuse_plaintext(path, found)
+    if found is None and isinstance(value, str) and _is_environment(path, parent):
+        found = environment_value_credential(key, value)
+    return found
 
 
-def _refuse_plaintext(path: str, found: str) -> NoReturn:
+def _refuse_plaintext(path: str, found: str, hint: str | None = None) -> NoReturn:
     raise DefinitionInvalid(
         f"holds a plaintext secret ({found}); the registry never stores secrets",
         field=f"config.{path}",
-        hint=f"take the value from the environment: --secret {path}=env:VARIABLE",
+        hint=hint or f"take the value from the environment: --secret {path}=env:VARIABLE",
     )
+
+
+def _is_environment(path: str, parent: Any) -> bool:
+    """A value of an ``env`` mapping (an MCP stdio server's): the variables the program starts with."""
+    return isinstance(parent, dict) and path.rsplit(".", 2)[-2:-1] == ["env"]
 
 
 def _is_argument(path: str, parent: Any) -> bool:
