@@ -120,6 +120,11 @@ _MYSQL_CLIENT = re.compile(
 )
 _MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
 GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
+# sshpass runs a command (ssh, rsync, scp) with the password its "-p" gives ("sshpass -p PW ssh host", "-pPW");
+# "-f FILE", "-d FD" and "-e" (the SSHPASS variable) leave it off the command line. Its options come first.
+_SSHPASS = re.compile(r"(?:.*[/\\])?sshpass(?:\.exe)?", re.IGNORECASE | re.DOTALL)
+_SSHPASS_VALUE_OPTIONS = frozenset({"-f", "-d", "-P"})
+SSHPASS_PASSWORD = "a password given to sshpass's '-p'"
 # An environment variable whose name's last word says it holds a command line ("CMD", "INIT_COMMAND",
 # "SETUP_SCRIPT"): its value is read as a shell string, as an MCP server's "-c" argument is.
 _COMMAND_NAMES = frozenset({"cmd", "cmdline", "command", "commands", "commandline", "script", "exec", "entrypoint"})
@@ -308,46 +313,63 @@ def flag_credential(items: list[Any], index: int) -> str | None:
 
 def command_line_credential(text: str) -> str | None:
     """What :func:`flag_credential` finds in any word of one argument that holds a whole command line
-    (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it, or a password glued to a
-    MySQL client's ``-p`` in any of its commands; ``None`` otherwise."""
+    (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it, or a password given to a
+    program in any of its commands (:func:`program_passwords`); ``None`` otherwise."""
     words = shell_words(text)
     if len(words) < 2:
         return None
     found = next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
     # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL).
     found = found or next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
-    return glued_password(text) or (f"{found}, inside a command line" if found else None)
+    return program_password(text) or (f"{found}, inside a command line" if found else None)
 
 
-def glued_password(text: str) -> str | None:
-    """A password glued to a MySQL client's ``-p`` in any command of the shell string ``text``
-    (:func:`mysql_passwords`), said as :func:`command_line_credential` says it; ``None`` otherwise."""
-    return f"{GLUED_PASSWORD}, inside a command line" if any(map(mysql_passwords, simple_commands(text))) else None
+def program_password(text: str) -> str | None:
+    """A password given on the command line in any command of the shell string ``text``
+    (:func:`program_passwords`), said as :func:`command_line_credential` says it; ``None`` otherwise."""
+    found = next((what for words in simple_commands(text) for what in program_passwords(words).values()), None)
+    return f"{found}, inside a command line" if found else None
 
 
 def environment_value_credential(name: str, value: str) -> str | None:
     """What the value of the environment variable ``name`` holds as a command line: any value is read for a
-    MySQL client's glued password (``"INIT": "mysql -uroot -pVALUE crm"``), which names its program; a value
+    password given to a program on its command line (:func:`program_passwords`: ``"INIT": "mysql -uroot
+    -pVALUE crm"``, ``"SYNC": "sshpass -p VALUE rsync ..."``), which names its program; a value
     whose name says it holds a command (``CMD``, ``PRE_START_COMMAND``, ``SETUP_SCRIPT``) is read whole, as
     one of an MCP server's ``args`` holding a shell string is (:func:`command_line_credential`). Other values
     are settings or prose, where ``-p3306`` is a port and ``password=...`` may be a sentence's."""
     words = _words(name)
     if words and words[-1] in _COMMAND_NAMES:
         return command_line_credential(value)
-    return glued_password(value)
+    return program_password(value)
 
 
-def mysql_passwords(words: list[str]) -> list[int]:
-    """The indexes of passwords glued to ``-p`` (``-phunter2``, not ``-p${DB_PASSWORD}``) in one command
-    whose program is a MySQL or MariaDB client (``mysql``, ``sudo -u app mysqldump``, ``docker exec db
-    mysql``); none in other programs' commands, where ``-p`` is a port."""
+def program_passwords(words: list[str]) -> dict[int, str]:
+    """The indexes of the passwords one command gives its program on its command line, each with what it is
+    (for the error message): a MySQL or MariaDB client's glued to ``-p`` (``mysql -uapp -pVALUE``, ``sudo -u
+    app mysqldump``, ``docker exec db mysql``), sshpass's after its ``-p`` (``sshpass -p VALUE ssh host``,
+    ``-pVALUE``); none in other programs' commands, where ``-p`` is a port, nor for a ``-p${DB_PASSWORD}``."""
     program = command_word(words)
-    if program is None or not _MYSQL_CLIENT.fullmatch(words[program]):
-        return []
-    return [
-        index for index in range(program + 1, len(words))
-        if (glued := _MYSQL_PASSWORD.fullmatch(words[index])) and not _left_out(glued.group(1))
-    ]
+    if program is not None and _MYSQL_CLIENT.fullmatch(words[program]):
+        return {
+            index: GLUED_PASSWORD for index in range(program + 1, len(words))
+            if (glued := _MYSQL_PASSWORD.fullmatch(words[index])) and not _left_out(glued.group(1))
+        }
+    if program is not None and _SSHPASS.fullmatch(words[program]):
+        index = _sshpass_password(words, program + 1)
+        return {} if index is None else {index: SSHPASS_PASSWORD}
+    return {}
+
+
+def _sshpass_password(words: list[str], index: int) -> int | None:
+    """The index of the password among sshpass's options (before the command it runs), if one is given."""
+    while index < len(words) and words[index].startswith("-") and words[index] != "-p":
+        if words[index].startswith("-p"):
+            return None if _left_out(words[index][2:]) else index
+        index += 2 if words[index] in _SSHPASS_VALUE_OPTIONS else 1
+    if index + 1 < len(words) and words[index] == "-p" and not _left_out(words[index + 1]):
+        return index + 1
+    return None
 
 
 def _left_out(value: str) -> bool:

@@ -19,12 +19,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
 from config_registry.credentials import (
-    GLUED_PASSWORD,
     command_line_credential,
     environment_value_credential,
     flag_credential,
     is_secret_field,
-    mysql_passwords,
+    program_passwords,
     url_credential,
     value_credential,
 )
@@ -175,9 +174,9 @@ def _check_program_arguments(path: str, key: str, value: Any, parent: Any, secre
     command = parent.get("command") if isinstance(parent, dict) and key == "args" else None
     if not isinstance(command, str) or not isinstance(value, list):
         return
-    for index in mysql_passwords([command, *(item if isinstance(item, str) else "" for item in value)]):
+    for index, what in program_passwords([command, *(item if isinstance(item, str) else "" for item in value)]).items():
         if f"{path}.{index - 1}" not in secrets:
-            _refuse_plaintext(f"{path}.{index - 1}", GLUED_PASSWORD)
+            _refuse_plaintext(f"{path}.{index - 1}", what)
 
 
 def _check_key(path: str, key: str, parent: Any) -> None:

@@ -10,10 +10,11 @@ line, so that :mod:`config_registry.secrets` can refuse it.
 A credential in source is a string literal: one given to an upper-case name that means a credential (an
 assignment, spaced or not, ``os.environ["TOKEN"] = ...``, a keyword argument, a dict key), anything a
 string literal or comment holds that a definition's other strings are refused for (a known shape, a
-connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), or a password glued to
-a MySQL client's ``-p`` in a string or a list of strings (``["mysql", "-pVALUE"]``). What the code reads
-when it runs (``os.getenv("API_KEY")``, ``os.environ["TOKEN"]``, a call) holds none. Source that does not
-parse is read as any other string is.
+connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), or a password a
+command line gives its program (:func:`~config_registry.credentials.program_passwords`: a MySQL client's
+``-pVALUE``, sshpass's ``-p VALUE``) in a string or a list of strings (``["mysql", "-pVALUE"]``). What the
+code reads when it runs (``os.getenv("API_KEY")``, ``os.environ["TOKEN"]``, a call) holds none. Source
+that does not parse is read as any other string is.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ import tokenize
 from collections.abc import Iterator
 
 from config_registry.credentials import (
-    GLUED_PASSWORD,
-    glued_password,
-    mysql_passwords,
+    program_password,
+    program_passwords,
     shape_credential,
     value_credential,
     variable_credential,
@@ -54,8 +54,9 @@ def source_credential(source: str) -> str | None:
     found = shape_credential(source)  # comments too
     found = found or next(filter(None, (variable_credential(n, v) for n, v in _given_literals(tree))), None)
     found = found or next(filter(None, map(value_credential, _strings(tree, source))), None)
-    found = found or next(filter(None, map(glued_password, _strings(tree, source))), None)
-    return found or (f"{GLUED_PASSWORD}, inside a command line" if any(map(mysql_passwords, _lists(tree))) else None)
+    found = found or next(filter(None, map(program_password, _strings(tree, source))), None)
+    listed = next((what for items in _lists(tree) for what in program_passwords(items).values()), None)
+    return found or (f"{listed}, inside a command line" if listed else None)
 
 
 def _given_literals(tree: ast.AST) -> Iterator[tuple[str, str]]:
@@ -64,7 +65,7 @@ def _given_literals(tree: ast.AST) -> Iterator[tuple[str, str]]:
         pairs: list[tuple[ast.expr | str | None, ast.expr | None]] = []
         if isinstance(node, ast.Assign):
             pairs = [(target, node.value) for target in node.targets]
-        elif isinstance(node, ast.AnnAssign):
+        elif isinstance(node, ast.AnnAssign | ast.NamedExpr):
             pairs = [(node.target, node.value)]
         elif isinstance(node, ast.keyword):
             pairs = [(node.arg, node.value)]
@@ -72,8 +73,11 @@ def _given_literals(tree: ast.AST) -> Iterator[tuple[str, str]]:
             pairs = list(zip(node.keys, node.values, strict=True))
         for target, value in pairs:
             name = _name(target)
-            if name and _UPPER_NAME.fullmatch(name) and isinstance(value, ast.Constant) and isinstance(value.value, str):
-                yield name, value.value
+            literal = value.value if isinstance(value, ast.Constant) else None
+            if isinstance(literal, bytes):
+                literal = literal.decode("latin-1")
+            if name and _UPPER_NAME.fullmatch(name) and isinstance(literal, str):
+                yield name, literal
 
 
 def _name(target: ast.expr | str | None) -> str | None:

@@ -110,6 +110,30 @@ def test_where_a_tool_reads_its_password_from_and_a_pass_that_is_no_password_are
 
 
 @pytest.mark.parametrize(
+    ("command", "args", "env", "field"),
+    [
+        ("sshpass", ["-p", "hunter2-SECRET", "ssh", "backup@host"], {}, "args.1"),
+        ("/usr/bin/sshpass", ["-v", "-phunter2-SECRET", "rsync", "-a", "/srv", "backup@host:/b"], {}, "args.1"),
+        ("sh", ["-c", "cd /srv && sshpass -p 'hunter2 SECRET' scp d.sql backup@host:"], {}, "args.1"),
+        ("sshpass -p hunter2-SECRET ssh backup@host", [], {}, "command"),
+        ("db-mcp", [], {"SYNC_CMD": "sshpass -p hunter2-SECRET rsync -a /srv backup@host:/b"}, "env.SYNC_CMD"),
+    ],
+)
+def test_a_password_given_to_sshpass_on_its_command_line_is_refused(
+    registry: Registry, command: str, args: list[str], env: dict[str, str], field: str
+) -> None:
+    refused = _refused(registry, _team(command, args, env))
+    assert refused.field == f"config.{SERVER}.{field}"
+    assert "plaintext secret (a password given to sshpass's '-p'" in refused.message
+
+
+def test_sshpass_reading_its_password_elsewhere_and_ssh_s_port_are_stored() -> None:
+    args = ["-c", "sshpass -e ssh -p 2222 backup@host; sshpass -f /run/secrets/ssh ssh -p2222 backup@host;"
+                  " sshpass -p ${SSH_PASSWORD} ssh backup@host; sshpass -d 3 scp -P 2222 d.sql backup@host:"]
+    assert _server_stored(_team("sh", args))["args"] == args
+
+
+@pytest.mark.parametrize(
     ("env", "what"),
     [
         ({"CMD": "mysql -uroot -phunter2-SECRET db"}, "a password glued to the MySQL client's '-p'"),
@@ -174,6 +198,9 @@ def test_tool_source_reading_a_secret_from_the_environment_is_stored(registry: R
         ('subprocess.run(["mysql", "-uroot", "-phunter2", "crm"])', "a password glued to the MySQL client's '-p'"),
         ('subprocess.run("mysql -uroot -phunter2 crm", shell=True)', "a password glued to the MySQL client's '-p'"),
         ("pass  # PGPASSWORD=hunter2 psql -h db", "the value of the variable 'PGPASSWORD'"),
+        ('API_KEY = b"abc123hunter2"', "the value of the variable 'API_KEY'"),
+        ('print(TOKEN := "abc123hunter2")', "the value of the variable 'TOKEN'"),
+        ('subprocess.run(("sshpass", "-p", "hunter2", "ssh", "h"))', "a password given to sshpass's '-p'"),
         ('KEY = "sk-proj-hunter20123456789abcdefg"', "what looks like an API key"),
     ],
 )
