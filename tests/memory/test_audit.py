@@ -95,6 +95,30 @@ async def test_the_writers_calls_are_in_the_ledger_spans_and_cost_as_the_memory_
     tracer.shutdown()
 
 
+@pytest.mark.otlp
+async def test_a_writer_that_asks_no_model_as_its_user_forgot_records_no_call_in_the_ledger_or_its_span(
+    engine: AsyncEngine, registry: Registry, tmp_path: Path, otlp: OtlpReceiver
+) -> None:
+    tracer = setup_tracing(Settings())
+    assert tracer is not None
+    async with audited(engine, registry, tmp_path, tracer) as platform:
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            await s.run(FIRST)
+            await platform.forget_memory("alice")  # said before the forget: the writer must write none of it
+        await platform.drain_memory()
+        assert await platform.show_memory("alice") == []
+    tracer.force_flush()
+    async with engine.connect() as conn:
+        purposes = (await conn.execute(select(usage.c.purpose))).scalars().all()
+    assert purposes and "memory_writer" not in purposes  # the run's calls only: the writer paid for none
+    spans = otlp.wait_for(lambda s: any(x["name"] == "memory_writer helpdesk" for x in s))
+    (writer,) = [x for x in spans if x["name"] == "memory_writer helpdesk"]
+    assert writer["attributes"]["teamstore.model_calls"] == 0 and "error.type" not in writer["attributes"]
+    assert writer["attributes"]["gen_ai.usage.input_tokens"] == 0
+    assert [x for x in spans if x.get("parent_span_id") == writer["span_id"]] == []  # no chat span
+    tracer.shutdown()
+
+
 async def test_a_writer_that_fails_unexpectedly_still_has_its_call_metered(
     engine: AsyncEngine, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,

@@ -50,6 +50,18 @@ class HeldClient(ReplayChatCompletionClient):
         return await super().create(messages, *args, **kwargs)
 
 
+class CountedClient(ReplayChatCompletionClient):
+    """Answers :data:`REPLY` every time, counting its calls (each a paid call with a real model)."""
+
+    def __init__(self) -> None:
+        super().__init__([REPLY] * 4, model_info=INFO)
+        self.calls = 0
+
+    async def create(self, messages: Sequence[LLMMessage], *args: Any, **kwargs: Any) -> CreateResult:
+        self.calls += 1
+        return await super().create(messages, *args, **kwargs)
+
+
 async def stored(store: MemoryStore, user: str = "alice", **facts: str) -> int:
     key = await store.writer_key(user)
     return await store.write(user, "helpdesk", MemoryUpdate("Alice lives at 12 Secret Lane.", facts),
@@ -134,6 +146,29 @@ async def test_a_forget_is_recorded_per_scope_until_no_writer_can_need_it_and_a_
     # A session open longer than forgets are kept may have seen one that is no longer known: it writes nothing.
     assert (await writer(store, answering(), now - FORGETS_KEPT - timedelta(minutes=1))).status == "forgotten"
     assert await store.show("alice") == []
+
+
+@pytest.mark.parametrize("forget", ["everything", "a fact", "kept no longer"])
+async def test_a_writer_whose_user_forgot_since_its_session_opened_asks_no_model_and_writes_nothing(
+    store: MemoryStore, forget: str
+) -> None:
+    await stored(store, home_address="12 Secret Lane", ticket_id="55102")
+    key = await store.writer_key("alice")
+    opened = await store.clock("alice")
+    if forget == "everything":
+        await store.forget("alice")
+    elif forget == "a fact":
+        await store.forget("alice", fact="home_address")
+    else:  # a session open longer than forgets are kept: one after it may be dropped already
+        opened -= FORGETS_KEPT + timedelta(minutes=1)
+    client = CountedClient()
+    assert await writer(store, client, opened, key=key) == WriteOutcome("forgotten", reason=FORGOTTEN)
+    assert client.calls == 0  # the write would be refused: its model call is not paid for
+    kept = {m.scope: kept_facts(m) for m in await store.show("alice")}
+    assert kept == {"everything": {}, "a fact": {"helpdesk": {"ticket_id": "55102"}},
+                    "kept no longer": {"helpdesk": {"home_address": "12 Secret Lane", "ticket_id": "55102"}}}[forget]
+    opened = await store.clock("alice")  # a session opened after the forget asks, and writes
+    assert (await writer(store, client, opened, key=key)).status == "written" and client.calls == 1
 
 
 async def test_forgetting_everything_while_a_writer_asks_its_model_is_not_undone_by_that_writer(

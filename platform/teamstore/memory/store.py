@@ -358,6 +358,21 @@ class MemoryStore:
         """
         return await committed_now(self.engine, writes_lock(user_id, shared=True))
 
+    async def forgotten_since(self, user_id: str, scope: str, said_after: datetime) -> bool:
+        """Whether the user forgot memory under ``scope`` (or every scope) at or after ``said_after``, or a forget
+        after it may no longer be kept: what :meth:`write` refuses a write for, read before a writer asks its model,
+        so that it pays no call for a write that would be refused. Only a forget committed by now is seen: the
+        write checks again as it lands.
+
+        Raises:
+            StoreUnavailable: The database failed.
+        """
+        try:
+            async with self.engine.connect() as conn:
+                return bool(await conn.scalar(select(forgotten_after(self._dialect, user_id, scope, said_after))))
+        except SQLAlchemyError as exc:
+            raise _unavailable(exc, "read when the user last forgot their memory") from exc
+
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
         now: datetime | None = None, key: DataKey | None = None,

@@ -26,7 +26,9 @@ Nor does a writer whose messages were said before a forget it never saw, one tha
 read the memory: a forget records when it ran, and the write checks it against ``said_after``, the earliest
 time the messages can have been said. A session gives the database's clock as it opened (before any run of it;
 an interrupted run it continues began earlier, and gives its own start): the messages' own times and the runs'
-are this host's clock, which need not agree with the one the forget is dated by (the database server's).
+are this host's clock, which need not agree with the one the forget is dated by (the database server's). A forget
+recorded by the time the writer would ask its model ends it there, with no call made
+(:meth:`MemoryStore.forgotten_since`); the write checks again, for one made meanwhile.
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ async def write_memory(
         retention_days: How long the memory lives after this write.
         said_after: The earliest time ``messages`` can have been said, on the database's clock
             (:meth:`MemoryStore.clock`, read as the session opened): a forget of the scope since refuses the
-            write (``forgotten``).
+            write (``forgotten``), before the model is asked when it is recorded by then.
         call_seconds: The longest one model call may take.
         key: The data key to seal under, taken by the session that started the writer as it opened; none is
             made then, and nothing lands once it is gone. Without it, the user's key is taken now (made for a
@@ -192,6 +194,8 @@ async def write_memory(
             if previous is not None and previous.version < 0:
                 raise MemoryWriteRefused("the stored memory row is damaged (its version is not a number)",
                                          hint="forget it: `teamstore memory forget --user ... --all`")
+            if await store.forgotten_since(user_id, scope, said_after):  # the write would be refused: ask no model
+                return WriteOutcome("forgotten", reason=FORGOTTEN)
             update = await ask_writer(client, previous, messages, declaration, call_seconds)
             version = await store.write(
                 user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
