@@ -26,6 +26,7 @@ from teamstore.memory.schema import facts, memories
 from teamstore.runtime.memory import MemoryRecall
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
+from teamstore.state.envelope import decode, encode
 from teamstore.state.schema import sessions
 from tests.memory.conftest import make_platform
 from tests.memory.team import (
@@ -268,6 +269,35 @@ async def test_a_continued_run_gives_the_memory_as_it_is_now_in_place_of_the_cop
         await s.continue_run()
     held = [memory_messages(call) for call in CALLS[channel][since:]]
     assert len(held) == 3 and all(len(h) == 1 and "77777" in h[0] for h in held), held
+
+
+async def test_a_run_whose_checkpoint_predates_the_kept_bound_continues_and_its_writer_is_bounded_by_its_start(
+    platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch, engine: AsyncEngine
+) -> None:
+    registry.add(TEAM, helpdesk(channel, messages=5).dump_component(),
+                 helpdesk_manifest().model_copy(update={"checkpoints": "every_turn"}), "checkpoints", label="production")
+    with counted_calls(monkeypatch) as calls:
+        calls.fail_at = 2
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(FIRST)
+    row = await platform.store.get(SessionKey("alice", "s1"))
+    assert row is not None and row.checkpoint is not None
+    payload = decode(row.checkpoint)
+    assert payload["schema"] == 2 and payload["said_after"] is not None
+    payload["schema"] = 1  # as a release that kept no bound wrote it (unsealed, as before sealing)
+    del payload["said_after"]
+    old = encode(payload)
+    async with engine.begin() as conn:
+        await conn.execute(update(sessions).where(sessions.c.user_id == "alice")
+                           .values(checkpoint=old, checkpoint_bytes=len(old.encode())))
+    await platform.forget_memory("alice")
+    async with platform.session("alice", "s1", team=TEAM, continuing=True) as s:
+        assert s.interrupted is not None and s.interrupted.said_after is None
+        result = await s.continue_run()
+    assert len(result.messages) == 5  # it read, and continued to its end
+    await platform.drain_memory()
+    assert await platform.show_memory("alice") == []  # bounded by the run's start, before the forget
 
 
 @pytest.mark.parametrize("mode", WRITER_MODES)

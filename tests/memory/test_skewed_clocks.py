@@ -1,6 +1,8 @@
 """User memory on hosts whose clocks disagree with the database's (Postgres): a memory's expiry is written, judged
-at recall and at the next write, and swept on the server's clock. A skewed host is this process with its clock
-moved (:func:`tests.clocks.host_clock`); the memory is written before the move."""
+at recall and at the next write, and swept on the server's clock, and a run continued after a forget is bounded by
+the server's clock as the session it started in opened, not by its start on a worker's clock running ahead. A
+skewed host is this process with its clock moved (:func:`tests.clocks.host_clock`); the memory is written before
+the move."""
 
 from __future__ import annotations
 
@@ -11,14 +13,20 @@ import pytest
 from sqlalchemy import Interval, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config_registry import Registry
 from teamstore.db.engine import create_engine
 from teamstore.errors import MemoryNotFound, StaleMemory
 from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import facts, memories
 from teamstore.memory.store import MemoryStore
+from teamstore.offline import _memory_request
+from teamstore.runtime.platform import Platform
 from tests.clocks import host_clock
 from tests.conftest import prepare
+from tests.memory.team import CALLS, TEAM, helpdesk, helpdesk_manifest
+from tests.memory.test_sessions import FIRST
 from tests.memory.test_store_conformance import TYPES
+from tests.runtime.checkpoint_teams import counted_calls
 
 pytestmark = pytest.mark.postgres
 SKEW = timedelta(minutes=6)
@@ -122,3 +130,33 @@ async def test_a_memory_written_on_a_skewed_host_is_stamped_and_expires_on_the_d
     for age, left in kept:  # the memory, and the row holding only the billing writer's failure
         assert timedelta(0) <= age < timedelta(seconds=5) and retention - timedelta(seconds=5) < left <= retention
     assert timedelta(0) <= confirmed[0] < timedelta(seconds=5)
+
+
+async def test_a_run_continued_after_a_forget_writes_nothing_said_before_it_though_its_workers_clock_ran_ahead(
+    platform: Platform, registry: Registry, channel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run starts on a worker whose clock runs ahead, so by that clock it started after the forget that came
+    next; its continuation, in a later session, is bounded by the server's clock as the first session opened."""
+    registry.add(TEAM, helpdesk(channel, messages=5).dump_component(),
+                 helpdesk_manifest().model_copy(update={"checkpoints": "every_turn"}), "checkpoints", label="production")
+    with host_clock(SKEW), counted_calls(monkeypatch) as calls:
+        calls.fail_at = 2  # triage's turn is checkpointed, the researcher's call fails
+        async with platform.session("alice", "s1", team=TEAM) as s:
+            with pytest.raises(RuntimeError):
+                await s.run(FIRST)
+            run = s.interrupted
+    assert run is not None and run.said_after is not None
+    assert run.said_after < run.started_at - SKEW + timedelta(minutes=1)  # the server's clock, not the worker's
+    await platform.forget_memory("alice")  # after the run began, before its worker's clock said it did
+    async with platform.session("alice", "s1", team=TEAM, continuing=True) as s:
+        assert s.interrupted is not None and s.interrupted.said_after == run.said_after  # kept in its checkpoint
+        await s.continue_run()
+    await platform.drain_memory()
+    assert await platform.show_memory("alice") == []  # FIRST was said before the forget
+    writers = [c for c in CALLS.get(channel, []) if c and _memory_request(str(c[-1].content)) is not None]
+    assert writers == []  # nor was its writer's model asked
+    async with platform.session("alice", "s2", team=TEAM) as s:  # a session opened after the forget: kept
+        await s.run(FIRST)
+    await platform.drain_memory()
+    (kept,) = await platform.show_memory("alice")
+    assert kept.facts["ticket_id"].value == "55102"

@@ -23,6 +23,7 @@ from teamstore.errors import (
 )
 from teamstore.runtime.platform import Platform
 from teamstore.state.base import SessionKey
+from teamstore.state.envelope import decode, encode
 from teamstore.state.schema import sessions
 from tests.runtime.checkpoint_teams import TEAM, counted_calls, long_triage, manifest, register, said
 from tests.runtime.test_sessions import _allow_connections, _lose_the_database
@@ -71,6 +72,27 @@ async def test_a_checkpoint_damaged_by_hand_is_set_aside_and_the_state_before_th
     assert result.messages[0].to_text() == "a new request"
     (kept,) = await platform.store.list_quarantined("alice")
     assert kept.reason.startswith("checkpoint ") and kept.state_bytes == 0 and kept.checkpoint_bytes > 0
+
+
+@pytest.mark.parametrize(("changes", "why"), [
+    ({"said_after": "soon"}, "said_after is not a time"),
+    ({"said_after": "2026-12-06T16:00:00"}, "said_after has no time zone"),
+    ({"schema": 3}, "layout 3, this code reads 1, 2"),
+], ids=["not-a-time", "no-time-zone", "unknown-layout"])
+async def test_a_checkpoint_whose_layout_or_memory_bound_does_not_read_is_set_aside(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], why: str
+) -> None:
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is not None
+    payload = decode(row.checkpoint)
+    assert payload["schema"] == 2 and payload["said_after"] is None  # its team keeps no memory: no bound read
+    text = encode({**payload, **changes})
+    await _damage(platform, checkpoint=text, checkpoint_bytes=len(text.encode()))
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.interrupted is None and s.resume is not None and s.resume.quarantined
+        assert s.resume.checkpoint_refused in ("corrupt", "schema_mismatch") and why in (s.resume.detail or "")
 
 
 async def test_a_new_sessions_checkpoint_set_aside_as_corrupt_leaves_no_row_the_bound_counts(

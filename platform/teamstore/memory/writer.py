@@ -25,8 +25,8 @@ the user forgot what it read meanwhile writes nothing (its messages were said be
 Nor does a writer whose messages were said before a forget it never saw, one that ran before the writer first
 read the memory: a forget records when it ran, and the write checks it against ``said_after``, the earliest
 time the messages can have been said. A session gives the database's clock as it opened (before any run of it;
-an interrupted run it continues began earlier, and gives its own start): the messages' own times and the runs'
-are this host's clock, which need not agree with the one the forget is dated by (the database server's). A forget
+an interrupted run it continues began in an earlier session, and gives the bound that one read, kept in its
+checkpoint): the messages' own times and the runs' are this host's clock, which need not agree with the one the forget is dated by (the database server's). A forget
 recorded by the time the writer would ask its model ends it there, with no call made
 (:meth:`MemoryStore.forgotten_since`); the write checks again, for one made meanwhile.
 """

@@ -34,8 +34,12 @@ from teamstore.state.base import StoredSession
 from teamstore.state.envelope import check_json, decode, encode
 from teamstore.state.validate import validate_participant
 
-CHECKPOINT_SCHEMA = 1
-"""Version of the checkpoint's layout; one written under another is refused."""
+CHECKPOINT_SCHEMA = 2
+"""Version of the checkpoint's layout written now; one written under a layout not in :data:`READ_SCHEMAS` is
+refused."""
+READ_SCHEMAS = (1, 2)
+"""The layouts read: 1 holds no ``said_after`` (written before it was kept), and its run's memory writer is bounded
+by the run's start instead (:meth:`teamstore.runtime.memory.MemoryService.said_after`)."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,12 @@ class InterruptedRun:
         run_id: The run's id (the one its transcript, ledger rows and spans carry).
         last_turn: The last turn it completed (1 for the first turn after the task).
         interruptions: How many times it was taken up again before (0: it was interrupted once, now).
-        started_at: When the run started.
+        started_at: When the run started (on the clock of the worker that started it).
         team_version: The definition version that ran it (and alone can continue it).
+        said_after: The database's clock as the session the run started in opened, before anything of the run was
+            said: the bound of that session's memory writer, and of the one of a session that continues the run.
+            ``None`` when its session read none (its team keeps no memory) or its checkpoint was written before
+            the bound was kept (layout 1).
     """
 
     run_id: str
@@ -55,10 +63,12 @@ class InterruptedRun:
     interruptions: int
     started_at: datetime
     team_version: str
+    said_after: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready view."""
-        return {**asdict(self), "started_at": self.started_at.isoformat()}
+        """A JSON-ready view (without ``said_after``, the memory writer's business)."""
+        return {"run_id": self.run_id, "last_turn": self.last_turn, "interruptions": self.interruptions,
+                "started_at": self.started_at.isoformat(), "team_version": self.team_version}
 
 
 @dataclass
@@ -73,6 +83,8 @@ class Progress:
             block come before them).
         turn_ends: Where the task ends in this run's thread, then where each completed turn ends.
         carried: Model calls paid before the run was last continued (from its checkpoint).
+        said_after: The memory writer's bound of the session the run started in (:attr:`InterruptedRun.said_after`),
+            kept in each checkpoint so that a continuation in a later session is bounded by it.
     """
 
     run_id: str
@@ -81,6 +93,7 @@ class Progress:
     offset: int = 0
     turn_ends: list[int] = field(default_factory=list)
     carried: list[ModelCall] = field(default_factory=list)
+    said_after: datetime | None = None
 
 
 @dataclass
@@ -96,7 +109,7 @@ class Checkpoint:
     def progress(self) -> Progress:
         """The run's progress as the continuation takes it up."""
         return Progress(self.run.run_id, self.run.started_at, self.run.interruptions + 1, 0, list(self.turn_ends),
-                        list(self.calls))
+                        list(self.calls), said_after=self.run.said_after)
 
 
 def _call_record(call: ModelCall) -> dict[str, Any]:
@@ -126,6 +139,7 @@ def encode_checkpoint(
     payload = {
         "kind": "checkpoint", "schema": CHECKPOINT_SCHEMA, "run_id": progress.run_id,
         "started_at": progress.started_at.isoformat(), "interruptions": progress.interruptions, "turn": turn,
+        "said_after": progress.said_after.isoformat() if progress.said_after is not None else None,
         "team": built.name, "team_version": built.version, "fingerprints": dict(built.fingerprints),
         "agent_states": agent_states, "turn_ends": list(progress.turn_ends),
         "calls": [_call_record(c) for c in (*progress.carried, *calls)],
@@ -170,9 +184,9 @@ def _payload(row: StoredSession) -> Mapping[str, Any]:
     payload = decode(text)
     if payload.get("kind") != "checkpoint":
         raise StateRejected("corrupt", "the stored checkpoint is not a run's checkpoint")
-    if payload.get("schema") != CHECKPOINT_SCHEMA:
+    if payload.get("schema") not in READ_SCHEMAS:
         raise StateRejected("schema_mismatch", f"checkpoint written under layout {payload.get('schema')!r}, "
-                                               f"this code reads {CHECKPOINT_SCHEMA}")
+                                               f"this code reads {', '.join(map(str, READ_SCHEMAS))}")
     return payload
 
 
@@ -239,12 +253,27 @@ def _checkpoint(row: StoredSession, built: BuiltTeam, agentchat_version: str) ->
 
 def _run(payload: Mapping[str, Any], turn: int) -> InterruptedRun:
     """The run the checkpoint ``payload`` stopped after ``turn``."""
+    return InterruptedRun(_field(payload, "run_id", str), turn, _field(payload, "interruptions", int),
+                          _time(payload, "started_at"), _field(payload, "team_version", str), _said_after(payload))
+
+
+def _time(payload: Mapping[str, Any], name: str, *, aware: bool = False) -> datetime:
+    """The time the checkpoint's field ``name`` holds (ISO 8601); with ``aware``, one with its offset."""
     try:
-        started = datetime.fromisoformat(_field(payload, "started_at", str))
+        found = datetime.fromisoformat(_field(payload, name, str))
     except ValueError:
-        raise StateRejected("corrupt", "the checkpoint's started_at is not a time") from None
-    return InterruptedRun(_field(payload, "run_id", str), turn, _field(payload, "interruptions", int), started,
-                          _field(payload, "team_version", str))
+        raise StateRejected("corrupt", f"the checkpoint's {name} is not a time") from None
+    if aware and found.tzinfo is None:  # compared with the database's clock, which has one
+        raise StateRejected("corrupt", f"the checkpoint's {name} has no time zone")
+    return found
+
+
+def _said_after(payload: Mapping[str, Any]) -> datetime | None:
+    """The memory writer's bound the checkpoint keeps: none in layout 1 (written before it was kept), and ``null``
+    in a later one whose session read none."""
+    if payload.get("schema") == 1 or payload.get("said_after", False) is None:
+        return None
+    return _time(payload, "said_after", aware=True)
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def stopped(run: Run) -> InterruptedRun:
     """The run that just stopped mid-run, as the session reports it until it is continued or abandoned."""
     progress = run.progress
     return InterruptedRun(progress.run_id, run.durable_turn, progress.interruptions, progress.started_at,
-                          run.ctx.team_version)
+                          run.ctx.team_version, progress.said_after)
 
 
 async def report_abandoned(session: RunHost, checkpoint: Checkpoint, *, resumed: bool) -> None:

@@ -232,14 +232,20 @@ class MemoryService:
     async def said_after(self, user_id: str, interrupted: InterruptedRun | None) -> datetime:
         """The earliest time what a session's runs say can have been said, read as it opens, before its recall: the
         database's clock once no forget of ``user_id``'s memory is under way (:meth:`MemoryStore.clock`: the clock
-        a forget is dated by; this host's need not agree), or an earlier start of the ``interrupted`` run it
-        continues, whose first messages were said then (on its host's clock: the best it has).
+        a forget is dated by; this host's need not agree), or the earlier bound of the ``interrupted`` run it may
+        continue, whose first messages were said in an earlier session: the bound that session read as it opened,
+        kept in the run's checkpoint (:attr:`InterruptedRun.said_after`, on the same clock). A checkpoint written
+        before it was kept gives the run's start instead, on the clock of the host that started it: the best it
+        has, and one that misses a forget made while that clock ran ahead.
 
         Raises:
             StoreUnavailable: The database could not be reached.
         """
         opened = await self.store.clock(user_id)
-        return opened if interrupted is None else min(opened, interrupted.started_at)
+        if interrupted is None:
+            return opened
+        began = interrupted.said_after if interrupted.said_after is not None else interrupted.started_at
+        return min(opened, began)
 
     def schedule(
         self, binding: MemoryBinding, ctx: RunContext, outcome: RunOutcome, said: Sequence[Said],

@@ -82,6 +82,12 @@ def ended_by_limit(stop_reason: str | None) -> bool:
     )
 
 
+def _earliest(*times: datetime | None) -> datetime | None:
+    """The earliest of ``times`` that are known (``None``: none is)."""
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
 def task_messages(task: Task) -> int:
     """How many messages ``task`` puts at the head of the run (AutoGen's own reading of it)."""
     if task is None:
@@ -97,6 +103,11 @@ class RunHost(Protocol):
     @property
     def opening(self) -> str:
         """The session's opening, as the observers were told of it (:attr:`RunContext.opening`)."""
+        ...
+
+    @property
+    def said_after(self) -> datetime | None:
+        """The session's memory writer's bound, read as it opened (``None``: its team keeps no memory)."""
         ...
 
     @property
@@ -153,6 +164,9 @@ class Run:
                  linked: CancellationToken | None = None) -> None:
         self._host, self._task, self._taken_up = host, task, taken_up
         self.progress = taken_up.checkpoint.progress if taken_up else Progress(uuid.uuid4().hex, datetime.now(UTC))
+        # Kept in its checkpoints: a session that continues the run later bounds its writer by it, on the database's
+        # clock, not by the run's start on this host's (which may run ahead of the clock a forget is dated by).
+        self.progress.said_after = _earliest(self.progress.said_after, host.said_after)
         built, p = host.built, self.progress
         self.ctx = RunContext(run_id=p.run_id, user_id=host.key.user_id, session_id=host.key.session_id,
                               team=built.name, team_version=built.version, started_at=p.started_at, resumed=resumed,

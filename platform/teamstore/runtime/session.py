@@ -28,7 +28,6 @@ import asyncio
 import logging
 import time
 import uuid
-from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -83,7 +82,6 @@ class Session(SessionRuns):
         self._acquiring: asyncio.Future[StoredSession] | None = None  # the lease asked for, once it is
         self.memory: MemoryRecall | None = None
         self._memory_key: DataKey | None = None  # the user's, as the session opened: the memory writer's
-        self._said_after: datetime | None = None  # no message the writer is given was said before it
 
     @property
     def team(self) -> TeamOrAgent:

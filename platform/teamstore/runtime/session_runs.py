@@ -31,6 +31,7 @@ import contextlib
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Literal
 
 from autogen_agentchat.base import TaskResult
@@ -111,6 +112,7 @@ class SessionRuns:
         self._audit: asyncio.Future[None] | None = None
         self.last_run_id: str | None = None
         self._memory: MemoryBinding | None = None
+        self._said_after: datetime | None = None  # no message the memory writer is given was said before it
         self._said: list[Said] = []  # what the completed runs said since the memory was last written
         self._last_run: tuple[RunContext, RunOutcome] | None = None
         self._keeper: LeaseKeeper | None = None  # renews the lease while the session is open
@@ -136,6 +138,12 @@ class SessionRuns:
     def opening(self) -> str:
         """This opening of the session (its lease owner), as the observers were told of it as it opened."""
         return self._owner
+
+    @property
+    def said_after(self) -> datetime | None:
+        """The memory writer's bound: the database's clock as the session opened, or the bound an interrupted run it
+        found kept from the session that run started in, if earlier (``None``: its team keeps no memory)."""
+        return self._said_after
 
     def autogen_spans(self) -> AbstractContextManager[None]:
         """The block in which AutoGen's spans go where the platform sends them."""
