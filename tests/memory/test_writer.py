@@ -38,8 +38,8 @@ class HeldClient(ReplayChatCompletionClient):
     """Answers :data:`REPLY` every time; its first call waits until ``release`` is set, and ``asked`` is set
     once it has started."""
 
-    def __init__(self) -> None:
-        super().__init__([REPLY] * 4, model_info=INFO)
+    def __init__(self, reply: str = REPLY) -> None:
+        super().__init__([reply] * 4, model_info=INFO)
         self.asked, self.release, self.calls = asyncio.Event(), asyncio.Event(), 0
 
     async def create(self, messages: Sequence[LLMMessage], *args: Any, **kwargs: Any) -> CreateResult:
@@ -208,6 +208,16 @@ async def test_forgetting_a_fact_while_a_writer_asks_its_model_is_not_undone_by_
     assert (await writing).status == "forgotten"
     (kept,) = await store.show("alice")
     assert set(kept.facts) == {"ticket_id"} and kept.version == 2 and client.calls == 1
+
+
+async def test_a_writer_failing_after_the_user_forgot_everything_leaves_no_row_behind(store: MemoryStore) -> None:
+    await stored(store, home_address="12 Secret Lane")
+    client = HeldClient("Sure! Alice lives at 12 Secret Lane.")  # prose: the write is refused, a failure
+    writing = await held_write(store, client)
+    await store.forget("alice")
+    client.release.set()
+    assert await writing == WriteOutcome("forgotten", reason=FORGOTTEN)
+    assert await store.show("alice") == []  # no failure row for a user who forgot everything
 
 
 @pytest.mark.parametrize("kept_before", [True, False], ids=["a summary kept", "nothing kept yet"])

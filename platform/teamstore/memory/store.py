@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, true, update
+from sqlalchemy import and_, delete, select, true, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -375,11 +375,12 @@ class MemoryStore:
 
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
-        now: datetime | None = None, key: DataKey | None = None,
+        now: datetime | None = None, key: DataKey | None = None, said_after: datetime | None = None,
     ) -> bool:
         """Record the writer's failure on the user's memory, its summary and facts untouched; ``False`` when
-        an erasure fences the user, or erased them since ``key`` (:meth:`writer_key`) was taken (nothing
-        recorded).
+        an erasure fences the user, or erased them since ``key`` (:meth:`writer_key`) was taken, or the user
+        forgot memory of the scope since ``said_after`` (as :meth:`write` checks it): nothing recorded, so a
+        forget leaves no row behind a writer that ran through it.
 
         Raises:
             StoreUnavailable: The database failed.
@@ -388,7 +389,10 @@ class MemoryStore:
         values = {"user_id": user_id, "scope": scope, "summary": "", "version": 0, "team": team,
                   "team_version": team_version, "created_at": at, "updated_at": at, "expires_at": expires,
                   "failure": reason[:FAILURE_CHARS], "failed_at": at, "failures": 1}
-        stmt = failure_upsert(self._dialect, user_id, values, key_alive(user_id, key), at)
+        alive = key_alive(user_id, key)
+        if said_after is not None:
+            alive = and_(alive, ~forgotten_after(self._dialect, user_id, scope, said_after))
+        stmt = failure_upsert(self._dialect, user_id, values, alive, at)
         async with _changing(self.engine, "record the memory writer's failure") as conn:
             await self._hold_writes(conn, user_id)  # a new row, like a first write's: erasure waits for it
             return (await conn.execute(stmt)).first() is not None

@@ -214,10 +214,11 @@ async def write_memory(
         except ErasureInProgress:
             return WriteOutcome("fenced")
         except MemoryWriteRefused as exc:
-            return await _record(store, user_id, scope, exc.message, team, team_version, retention_days, key)
+            return await _record(store, user_id, scope, exc.message, team, team_version, retention_days, key,
+                                 said_after)
         return WriteOutcome("written", version=version)
     reason = f"{ATTEMPTS} other writes of this user's memory landed while this one was written"
-    return await _record(store, user_id, scope, reason, team, team_version, retention_days, key)
+    return await _record(store, user_id, scope, reason, team, team_version, retention_days, key, said_after)
 
 
 def _forgotten_since(read: UserMemory | None, now: UserMemory | None, declared: Collection[str]) -> bool:
@@ -235,8 +236,13 @@ def _forgotten_since(read: UserMemory | None, now: UserMemory | None, declared: 
 
 async def _record(
     store: MemoryStore, user_id: str, scope: str, reason: str, team: str, team_version: str, retention_days: float,
-    key: DataKey | None,
+    key: DataKey | None, said_after: datetime,
 ) -> WriteOutcome:
-    recorded = await store.record_failure(user_id, scope, reason, team=team, team_version=team_version,
-                                          retention_days=retention_days, key=key)
-    return WriteOutcome("failed", reason=reason) if recorded else WriteOutcome("fenced")
+    """Record the writer's failure, unless the user forgot memory of the scope since ``said_after`` (a forget
+    while the model was asked: outcome ``forgotten``, no row left) or an erasure fences or erased them."""
+    if await store.record_failure(user_id, scope, reason, team=team, team_version=team_version,
+                                  retention_days=retention_days, key=key, said_after=said_after):
+        return WriteOutcome("failed", reason=reason)
+    if await store.forgotten_since(user_id, scope, said_after):
+        return WriteOutcome("forgotten", reason=FORGOTTEN)
+    return WriteOutcome("fenced")
