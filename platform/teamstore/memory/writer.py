@@ -43,9 +43,11 @@ from typing import Literal
 from autogen_core.models import ChatCompletionClient, LLMMessage, SystemMessage, UserMessage
 
 from config_registry.manifest import MemoryDeclaration
+from teamstore.db.clock import now_utc
 from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryWriteRefused, StaleMemory
 from teamstore.keys.service import DataKey
 from teamstore.memory.facts import CHARS_PER_TOKEN, MemoryUpdate, UserMemory, parse_update, shown
+from teamstore.memory.statements import FORGETS_KEPT
 from teamstore.memory.store import MemoryStore
 
 MAX_INPUT_CHARS = 24_000
@@ -67,6 +69,8 @@ class Said:
 FORGOTTEN = ("the memory this write read was forgotten (or went past its expiry) while the writer ran, or the user "
              "forgot it after the messages it was written from were said: nothing was written, as they were said "
              "before")
+OUTLIVED = ("the session this write comes from opened longer ago than forgets are kept (30 days): a forget since "
+            "then may no longer be known, so nothing was written")
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ async def write_memory(
                 raise MemoryWriteRefused("the stored memory row is damaged (its version is not a number)",
                                          hint="forget it: `teamstore memory forget --user ... --all`")
             if await store.forgotten_since(user_id, scope, said_after):  # the write would be refused: ask no model
-                return WriteOutcome("forgotten", reason=FORGOTTEN)
+                return _forgotten(said_after)
             update = await ask_writer(client, previous, messages, declaration, call_seconds)
             version = await store.write(
                 user_id, scope, update, types=declaration.facts, expected_version=previous.version if previous else 0,
@@ -210,7 +214,7 @@ async def write_memory(
                 return WriteOutcome("forgotten", reason=FORGOTTEN)
             continue
         except MemoryForgotten:  # before or while it ran: its messages were said before the forget
-            return WriteOutcome("forgotten", reason=FORGOTTEN)
+            return _forgotten(said_after)
         except ErasureInProgress:
             return WriteOutcome("fenced")
         except MemoryWriteRefused as exc:
@@ -219,6 +223,13 @@ async def write_memory(
         return WriteOutcome("written", version=version)
     reason = f"{ATTEMPTS} other writes of this user's memory landed while this one was written"
     return await _record(store, user_id, scope, reason, team, team_version, retention_days, key, said_after)
+
+
+def _forgotten(said_after: datetime) -> WriteOutcome:
+    """The outcome of a write the user's forget refuses, saying when it is refused because its session is older
+    than any forget still kept (:data:`~teamstore.memory.statements.FORGETS_KEPT`) rather than for a forget."""
+    outlived = said_after < now_utc() - FORGETS_KEPT
+    return WriteOutcome("forgotten", reason=OUTLIVED if outlived else FORGOTTEN)
 
 
 def _forgotten_since(read: UserMemory | None, now: UserMemory | None, declared: Collection[str]) -> bool:
@@ -244,5 +255,5 @@ async def _record(
                                   retention_days=retention_days, key=key, said_after=said_after):
         return WriteOutcome("failed", reason=reason)
     if await store.forgotten_since(user_id, scope, said_after):
-        return WriteOutcome("forgotten", reason=FORGOTTEN)
+        return _forgotten(said_after)
     return WriteOutcome("fenced")
