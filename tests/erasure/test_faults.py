@@ -36,7 +36,7 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.db.fence import user_holds
-from teamstore.erasure import RequestStatus, StepStatus, requests
+from teamstore.erasure import RequestStatus, StepStatus, desk, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
 from teamstore.errors import (
@@ -585,6 +585,37 @@ async def test_a_request_held_before_the_hash_key_was_set_is_still_rerun_by_its_
     assert (await _stored_request(engine, "req-held")).user_hash == rekeyed
     store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
     after = await coordinator(engine, store, **keyed).run("erin", request_id="req-held")
+    assert after.ok and await store.list_keys(subject_prefix(subject)) == []
+    await store.close()
+
+
+@pytest.mark.s3
+async def test_a_request_held_under_the_hash_key_before_the_current_one_is_found_and_rekeyed_by_its_own_user(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    old, new = SecretStr("the erasure hash key of last year"), SecretStr("this year's erasure hash key")
+    store, subject, _, held = await _with_first_held(engine, "erin", 2)
+    assert (await coordinator(engine, store, hash_key=old).run("erin", request_id="req-held")).status \
+        is RequestStatus.RETAINED_UNDER_HOLD
+    rotated = KNOBS.model_copy(update={"hash_key": new})
+    listed = await desk.list_requests(engine, user_id="erin",
+                                      user_hashes=await requests.user_hashes(engine, rotated, "erin"))
+    assert listed == []  # the key changed, the old one not given: neither listed nor rerun
+    with pytest.raises(ErasureConflict, match="TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS"):
+        await coordinator(engine, store, hash_key=new).run("erin", request_id="req-held")
+
+    both = KNOBS.model_copy(update={"hash_key": new, "hash_key_previous": old})
+    listed = await desk.list_requests(engine, user_id="erin",
+                                      user_hashes=await requests.user_hashes(engine, both, "erin"))
+    assert [r.request_id for r in listed] == ["req-held"]
+    with pytest.raises(ErasureConflict, match="filed for another user id"):
+        await coordinator(engine, store, hash_key=new, hash_key_previous=old).run("bob", request_id="req-held")
+    still = await coordinator(engine, store, hash_key=new, hash_key_previous=old).run("erin", request_id="req-held")
+    assert still.status is RequestStatus.RETAINED_UNDER_HOLD
+    assert (await _stored_request(engine, "req-held")).user_hash == (
+        await requests.user_hashes(engine, rotated, "erin"))[0]  # under the current key: the old one may go
+    store.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, store, hash_key=new).run("erin", request_id="req-held")
     assert after.ok and await store.list_keys(subject_prefix(subject)) == []
     await store.close()
 

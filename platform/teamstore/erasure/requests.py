@@ -253,13 +253,16 @@ def twin_of(request_id: str, twins: list[str]) -> ErasureConflict:
 async def user_hashes(engine: AsyncEngine, knobs: ErasureSettings, user_id: str) -> tuple[str, ...]:
     """The keyed hashes of ``user_id`` a request may keep (:func:`teamstore.erasure.receipt.user_hash`): first the
     one a request keeps from now on, under ``TEAMSTORE_ERASURE_HASH_KEY`` when it is set, else under the database's
-    own id; then, with the key set, the one under the database's id, which a request filed while it was unset keeps.
+    own id; then the one under ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` (the key before, while requests held under
+    it remain), and, with the key set, the one under the database's id, which a request filed while it was unset
+    keeps.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
     ours = await database_id(engine)
-    keys = [knobs.hash_key.get_secret_value(), ours] if knobs.hash_key else [ours]
+    given = [secret.get_secret_value() for secret in (knobs.hash_key, knobs.hash_key_previous) if secret]
+    keys = dict.fromkeys([*given, ours])  # in that order, each once
     return tuple(user_hash(user_id, key) for key in keys)
 
 
@@ -306,8 +309,8 @@ async def open_request(
         for name, given in missing.items():
             await _fill_in(engine, request_id, name, given)
         if hashes and existing.user_hash not in (None, hashes[0]):
-            # Kept under the database's id, filed before TEAMSTORE_ERASURE_HASH_KEY was set: under the key from now
-            # on, so that a copy of the database alone cannot test a guessed id against it.
+            # Kept under the database's id, filed before TEAMSTORE_ERASURE_HASH_KEY was set (or under the key before
+            # it): under the key from now on, so that a copy of the database alone cannot test a guessed id against it.
             await _rekey(engine, request_id, existing.user_hash, hashes[0])
             missing["user_hash"] = hashes[0]
         return RequestRow(**{**existing.__dict__, **missing})
@@ -396,8 +399,8 @@ def same_user(row: RequestRow, user_id: str, hashes: tuple[str, ...] = ()) -> Re
             f"request {row.request_id!r} was filed for another user id; it has forgotten the id, and keeps only "
             "a keyed hash of it, which this one does not match",
             hint="to finish that request, give the user id it was filed for, exactly (the ticket says), with "
-            "TEAMSTORE_ERASURE_HASH_KEY as it was then; to erase this user, use a new request id (omit "
-            "--request-id to get one)",
+            "TEAMSTORE_ERASURE_HASH_KEY as it was then (or that key as TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS); to "
+            "erase this user, use a new request id (omit --request-id to get one)",
         )
     return row
 

@@ -60,3 +60,7 @@ class ErasureSettings(TypedSettings):
         default=None, description="Key of the subject hash in receipts (unset: a fixed label) and of the hash of "
         "the user id a held request keeps (unset: the database's own id).",
     )
+    hash_key_previous: SecretStr | None = Field(
+        default=None, description="The hash key before the current one, while requests held under it remain: they "
+        "are still matched (their own user's rerun keeps the hash under the current key from then on).",
+    )
