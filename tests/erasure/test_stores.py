@@ -40,8 +40,15 @@ from teamstore.state.schema import store_settings
 from tests.audit.teams import context, observe_run, triage_team
 from tests.clocks import host_clock
 from tests.erasure.conftest import coordinator, versioned_bucket
+from tests.erasure.seed import all_versions
 
 USER = "erin@example.com"
+
+
+class Killed(BaseException):
+    """Stands in for the process dying: not an Exception, so nothing on the way out handles it."""
+
+
 Stores = Callable[[pytest.FixtureRequest, Path], Awaitable[tuple[TranscriptStore, TranscriptStore]]]
 
 
@@ -174,39 +181,111 @@ async def test_transcripts_written_to_two_stores_are_erased_from_each_before_the
     assert await second.list_keys(subject_prefix(subject)) == []
 
 
-@pytest.mark.s3
-async def test_versions_held_in_one_of_two_stores_are_counted_once_when_the_request_comes_back_to_it(
-    engine: AsyncEngine, s3_env: str, tmp_path: Path
+async def test_a_run_killed_in_one_store_and_resumed_in_another_counts_what_each_held(
+    engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    # The locked store is listed on its first pass and again when the request comes back to it to finish: its
-    # held version was counted on both.
-    locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
-    folder = LocalTranscriptStore(tmp_path / "moved")
+    """Killed once the first store's transcripts were counted and deleted, before the step said so, the request
+    was resumed against the second: the larger of the two stores' counts stood for both, one store's lost."""
+    first, second = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
+    subject = await _write_runs(engine, first, runs=3)
+    await _write_runs(engine, second, runs=1)
+
+    def die(step: str, done: int, total: int | None) -> None:
+        if step == "transcripts":
+            raise Killed("after the deletes")
+
+    with pytest.raises(Killed):
+        await coordinator(engine, first, progress=die).run(USER, request_id="req-killed-two")
+    assert await first.list_keys(subject_prefix(subject)) == []
+    assert (await coordinator(engine, first).status("req-killed-two")).stores["transcripts"].status is (
+        StepStatus.ENUMERATED)
+    with pytest.raises(TranscriptStoreMismatch) as info:  # the first store was never said to be emptied
+        await coordinator(engine, second).run(USER, request_id="req-killed-two")
+    assert info.value.stores == (first.url,)
+    receipt = await coordinator(engine, first).run(USER, request_id="req-killed-two")
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 4  # three from the first store, one from the second
+
+
+async def _held_in(engine: AsyncEngine, stores: dict[TranscriptStore, int]) -> dict[S3TranscriptStore, dict[str, str]]:
+    """The user's transcripts written to each store (so many in each), the first under a legal hold in each S3
+    one; those held, as ``put_object_legal_hold`` names them."""
     subject = await get_or_create_subject(engine, USER)
-    for store, runs in ((locked, 3), (folder, 1)):
+    held = {}
+    for store, runs in stores.items():
         await record_store(engine, subject, store.url)
         for n in range(runs):
             await store.put(f"{subject_prefix(subject)}sessions/s{n}/runs/r{n}.jsonl.gz", b"transcript")
-    held = {"Bucket": locked.bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
-    locked.client.put_object_legal_hold(**held, LegalHold={"Status": "ON"})
+        if isinstance(store, S3TranscriptStore):
+            key = f"{store.prefix}/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"
+            held[store] = {"Bucket": store.bucket, "Key": key}
+            store.client.put_object_legal_hold(**held[store], LegalHold={"Status": "ON"})
+    return held
+
+
+@pytest.mark.s3
+async def test_versions_held_in_one_of_two_stores_end_the_request_after_one_pass_on_each(
+    engine: AsyncEngine, s3_env: str, tmp_path: Path
+) -> None:
+    # The request came back to the locked store once the other was empty, to count its held version there.
+    locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    folder = LocalTranscriptStore(tmp_path / "moved")
+    held = await _held_in(engine, {locked: 3, folder: 1})
 
     with pytest.raises(TranscriptStoreMismatch) as first:
         await coordinator(engine, locked).run(USER, request_id="req-held-two")
     assert first.value.stores == (folder.url,)
-    with pytest.raises(TranscriptStoreMismatch) as second:  # the locked store still holds a version
-        await coordinator(engine, folder).run(USER, request_id="req-held-two")
-    assert second.value.stores == (locked.url,)
-    receipt = await coordinator(engine, locked).run(USER, request_id="req-held-two")
+    receipt = await coordinator(engine, folder).run(USER, request_id="req-held-two")
 
     transcripts = receipt.stores["transcripts"]
     assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
     assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.retained) == (4, 4, 1)
     assert transcripts.counts.bytes == 4 * len(b"transcript")
+    assert f"1 in {locked.url}" in (transcripts.detail or "")  # where it is, though this pass did not list it
     assert (await coordinator(engine, locked).status("req-held-two")).stores["transcripts"] == transcripts
-    locked.client.put_object_legal_hold(**held, LegalHold={"Status": "OFF"})
-    after = await coordinator(engine, locked).run(USER, request_id="req-held-two")
+    locked.client.put_object_legal_hold(**held[locked], LegalHold={"Status": "OFF"})
+    after = await coordinator(engine, locked).run(USER, request_id="req-held-two")  # the folder is not asked for
     assert after.ok and after.stores["transcripts"].counts.versions == 4, after
     await locked.close()
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("layout", ["two buckets", "two prefixes"])
+async def test_versions_held_in_two_stores_end_the_request_after_one_pass_on_each(
+    engine: AsyncEngine, s3_env: str, layout: str
+) -> None:
+    """Each store kept a held version, so neither was ever emptied: each pass named the other, forever."""
+    bucket = versioned_bucket(lock=True)
+    first = S3TranscriptStore(make_client(), bucket, "audit")
+    second = S3TranscriptStore(make_client(), versioned_bucket(lock=True) if layout == "two buckets" else bucket,
+                               "moved")
+    held = await _held_in(engine, {first: 3, second: 2})
+
+    with pytest.raises(TranscriptStoreMismatch) as named:
+        await coordinator(engine, first).run(USER, request_id="req-held-both")
+    assert named.value.stores == (second.url,)
+    receipt = await coordinator(engine, second).run(USER, request_id="req-held-both")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+    # Each store's held version counted once: the first's as its pass found it, the second's as verified now.
+    assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.retained) == (5, 5, 2)
+    assert transcripts.counts.bytes == 5 * len(b"transcript")
+    assert f"1 in {first.url}" in (transcripts.detail or "") and second.url not in (transcripts.detail or "")
+    assert await find_subject(engine, USER) is None  # as for any held request: the mapping goes, the fence lifts
+
+    for store in (first, second):
+        store.client.put_object_legal_hold(**held[store], LegalHold={"Status": "OFF"})
+    with pytest.raises(TranscriptStoreMismatch) as again:  # the rerun goes to each store a hold kept some in
+        await coordinator(engine, first).run(USER, request_id="req-held-both")
+    assert again.value.stores == (second.url,)
+    after = await coordinator(engine, second).run(USER, request_id="req-held-both")
+    assert after.status is RequestStatus.COMPLETED, after
+    counts = after.stores["transcripts"].counts
+    assert (counts.objects, counts.versions, counts.retained, counts.unreadable) == (5, 5, 0, 0)
+    for store in (first, second):
+        assert all_versions(store.client, store.bucket) == []
+        await store.close()
 
 
 async def test_a_transcript_delivered_from_the_outbox_records_the_store_it_went_to(
@@ -243,10 +322,6 @@ async def test_runs_from_before_stores_were_recorded_need_a_store_that_holds_the
         await coordinator(engine, other).run(USER, request_id="req-old")
     receipt = await coordinator(engine, service).run(USER, request_id="req-old")
     assert receipt.status is RequestStatus.COMPLETED and receipt.stores["transcripts"].counts.objects == 2
-
-
-class Killed(BaseException):
-    """Stands in for the process dying after a step."""
 
 
 async def test_a_request_for_runs_from_before_stores_were_recorded_resumes_with_the_store_it_began_with(

@@ -16,10 +16,11 @@ stores the receipt and, unless the request failed, lifts the fence its opening r
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.schema import subject_stores
@@ -117,15 +118,65 @@ async def record_step(
         await write_step(conn, request_id, store, result, owner)
 
 
+PART = "@"
+"""Between a step's name and its part's digest in the record of one part (:func:`part_name`)."""
+
+
+def part_name(step: str, part: str) -> str:
+    """The record of one part of a step (one transcript store of several): the step's name, ``@`` and a digest of
+    ``part`` (the store's URL, kept in the record's ``detail``), short enough for the steps' store column."""
+    return f"{step}{PART}{hashlib.sha256(part.encode()).hexdigest()[:16]}"
+
+
 async def load_steps(engine: AsyncEngine, request_id: str) -> dict[str, StoreResult]:
-    """Every recorded step of the request, by store name."""
+    """Every recorded step of the request, by store name (not the records of their parts)."""
+    s = erasure_steps.c
     async with db(engine, "read the erasure steps") as conn:
-        rows = (await conn.execute(select(erasure_steps).where(erasure_steps.c.request_id == request_id))).all()
-    return {
-        r.store: StoreResult(status=StepStatus(r.status), counts=Counts(**r.counts), detail=r.detail,
-                             verified_at=utc(r.verified_at))
-        for r in rows
-    }
+        rows = (await conn.execute(select(erasure_steps).where(s.request_id == request_id,
+                                                               ~s.store.contains(PART, autoescape=True)))).all()
+    return {r.store: _result(r) for r in rows}
+
+
+async def load_parts(engine: AsyncEngine, request_id: str, step: str) -> dict[str, StoreResult]:
+    """Every recorded part of the request's ``step`` (:func:`record_part`), by the part it is (its store's URL).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    s = erasure_steps.c
+    async with db(engine, "read the erasure step's parts") as conn:
+        rows = (await conn.execute(select(erasure_steps).where(
+            s.request_id == request_id, s.store.startswith(step + PART, autoescape=True)))).all()
+    return {str(r.detail): _result(r).model_copy(update={"detail": None}) for r in rows}
+
+
+async def record_part(
+    engine: AsyncEngine, request_id: str, step: str, part: str, result: StoreResult, owner: str | None = None
+) -> None:
+    """Record what ``step`` found and did in one ``part`` (its store's URL), apart from the step's own record.
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now.
+        StoreUnavailable: The database could not be reached.
+    """
+    await record_step(engine, request_id, part_name(step, part), result.model_copy(update={"detail": part}), owner)
+
+
+def _result(row: Any) -> StoreResult:
+    return StoreResult(status=StepStatus(row.status), counts=Counts(**row.counts), detail=row.detail,
+                       verified_at=utc(row.verified_at))
+
+
+async def _close_parts(conn: AsyncConnection, request_id: str, status: RequestStatus) -> None:
+    """A finished request needs its parts' records no more; a held one's rerun, once the hold is lifted, goes back
+    to each part a hold kept readable versions in (its counts kept: the rerun lists a subset of them)."""
+    s = erasure_steps.c
+    parts = and_(s.request_id == request_id, s.store.contains(PART, autoescape=True))
+    if status in FINISHED:
+        await conn.execute(delete(erasure_steps).where(parts))
+    elif status is RequestStatus.RETAINED_UNDER_HOLD:
+        await conn.execute(update(erasure_steps).where(parts, s.status == str(StepStatus.RETAINED_UNDER_HOLD))
+                           .values(status=str(StepStatus.ENUMERATED)))
 
 
 async def start_attempt(engine: AsyncEngine, request_id: str, operator: str) -> int:
@@ -181,9 +232,9 @@ async def finish(
 
     A ``retained_under_hold`` request keeps the subject key (not the user id) so it can be rerun once
     the legal hold is lifted, the keyed hash of the user id, so that rerun is its user's alone, and the record
-    of the subject's transcript stores, so the rerun talks to them. A ``failed`` request keeps all of it and
-    its fence: rerun it to resume. A completed (or ``no_match``) one forgets the subject's stores, its key and
-    the hash.
+    of the subject's transcript stores, so the rerun talks to them (to each one a hold kept readable versions in
+    again: :func:`_close_parts`). A ``failed`` request keeps all of it and its fence: rerun it to resume. A
+    completed (or ``no_match``) one forgets the subject's stores, its key and the hash.
 
     Args:
         engine: The state database.
@@ -217,6 +268,7 @@ async def finish(
                 user_holds.c.user_id == row.user_id, user_holds.c.request_id == row.request_id))
         if receipt.status in FINISHED and subject_key is not None:
             await conn.execute(delete(subject_stores).where(subject_stores.c.subject_key == subject_key))
+        await _close_parts(conn, row.request_id, receipt.status)
         if attempt is not None:
             await _end_attempt(conn, row.request_id, attempt, receipt.status)
     return True

@@ -8,7 +8,8 @@ An erasure talks to one transcript store, the one its settings name. Every write
 subject before its first transcript goes there (``ts_subject_stores``, migration 0010), so the
 coordinator knows each store that holds some: it refuses to run while one of them is not its own, unless
 its own holds some all the same (listed under the subject's prefix: a file no record names, restored or copied
-back), and never completes, or drops the subject mapping, while a store it has not emptied still holds some. For
+back), and never completes, or drops the subject mapping, while a store it has not emptied still holds some (one
+its pass left holding only versions a hold keeps counts as done: :func:`held_stores`). For
 runs from before stores were recorded, the ledger says they happened: unless they are older than the
 transcript retention, the store talked to must hold some of the subject's transcripts.
 """
@@ -26,16 +27,41 @@ from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.capabilities import holds_any, missing_here
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
+from teamstore.erasure.receipt import StepStatus, StoreResult
+from teamstore.erasure.record import load_parts
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
 from teamstore.state.schema import store_settings
 
+TRANSCRIPTS = "transcripts"
+"""The step whose parts are the transcript stores (:func:`teamstore.erasure.record.record_part`)."""
+HELD = frozenset({StepStatus.RETAINED_UNDER_HOLD, StepStatus.SHREDDED})
+"""A store's part in these: the pass there left only versions a hold keeps (readable, or under a destroyed key)."""
+
 
 async def pending_stores(ctx: StepContext) -> list[str]:
-    """The recorded stores of the subject that no erasure has emptied yet, sorted."""
+    """The recorded stores of the subject still to empty, sorted: neither emptied by an erasure nor left by this
+    request's pass holding only versions a hold keeps (:func:`held_stores`)."""
     if ctx.subject_key is None:
         return []
-    return sorted(store for store, erased in (await recorded_stores(ctx.engine, ctx.subject_key)).items() if not erased)
+    held = await held_stores(ctx)
+    recorded = await recorded_stores(ctx.engine, ctx.subject_key)
+    return sorted(store for store, erased in recorded.items() if not erased and store not in held)
+
+
+async def held_stores(ctx: StepContext) -> dict[str, StoreResult]:
+    """The stores this request's pass left holding only versions a hold keeps, each with what that pass found
+    there (``counts.retained`` and ``unreadable``: the held versions). Such a store is done for the request (as
+    an emptied one is) until the request ends held, and stays recorded as holding the subject's transcripts, so a
+    rerun against it lists it again.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    if not ctx.request_id:
+        return {}
+    parts = await load_parts(ctx.engine, ctx.request_id, TRANSCRIPTS)
+    return {store: part for store, part in parts.items() if part.status in HELD}
 
 
 async def check_store(ctx: StepContext, retention_days: int) -> None:
@@ -57,9 +83,10 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
     if ctx.subject_key is None:
         return  # the user never ran: no transcript anywhere
     recorded = await recorded_stores(ctx.engine, ctx.subject_key)
-    pending = sorted(store for store, erased in recorded.items() if not erased)
+    held = await held_stores(ctx)
+    pending = sorted(store for store, erased in recorded.items() if not erased and store not in held)
     ours = ctx.transcripts.url
-    if pending and ours not in pending:
+    if pending and ours not in pending and ours not in held:
         # Asked of the store, under the subject's prefix: it may hold some no record names (a file restored or
         # copied back, a folder a request emptied filled again). Erased here first, the step then names the others.
         if await holds_any(ctx.transcripts, subject_prefix(ctx.subject_key)):

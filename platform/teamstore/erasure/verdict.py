@@ -59,14 +59,16 @@ def verdict(deleted: StoreResult, left: Counts, now: datetime) -> StoreResult:
         return StoreResult(status=StepStatus.FAILED, counts=counts, verified_at=now,
                            detail=f"verification found {unexpected} item(s) left after deletion; "
                            "rerun the same request id")
+    # Where they are, when the step says (held versions in stores this verification did not list).
+    where = f"; {deleted.detail}" if deleted.detail else ""
     if left.retained:
         return StoreResult(status=StepStatus.RETAINED_UNDER_HOLD, counts=counts, verified_at=now,
                            detail=f"{left.retained} object version(s) under S3 Object Lock or a legal hold, written "
-                           "before sealing (readable); rerun the same request id once the hold is lifted")
+                           f"before sealing (readable){where}; rerun the same request id once the hold is lifted")
     if left.unreadable:
         return StoreResult(status=StepStatus.SHREDDED, counts=counts, verified_at=now,
                            detail=f"{left.unreadable} object version(s) remain under S3 Object Lock or a legal hold "
-                           "until it ends, sealed under the user's destroyed data key: unreadable by anyone")
+                           f"until it ends, sealed under the user's destroyed data key: unreadable by anyone{where}")
     status = StepStatus.NO_MATCH if counts.total == 0 else StepStatus.ERASED
     return StoreResult(status=status, counts=counts, verified_at=now)
 

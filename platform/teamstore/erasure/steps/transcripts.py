@@ -22,7 +22,7 @@ listed again and deleted, so a rerun after a kill reports what the first attempt
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -39,9 +39,9 @@ from teamstore.audit.transcripts.capabilities import (
     holds_any,
 )
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.record import record_step
+from teamstore.erasure.record import load_parts, record_part, record_step
 from teamstore.erasure.steps.base import HeldVersions, StepContext
-from teamstore.erasure.stores import mismatch, pending_stores
+from teamstore.erasure.stores import HELD, held_stores, mismatch, pending_stores
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 from teamstore.keys.sealed import HEADER_BYTES, key_id_of
 
@@ -306,10 +306,13 @@ class TranscriptStep:
 
         Counting first costs one more listing request per 1,000 versions, and keeps a rerun's counts whole: a
         record written page by page, as each was deleted, would leave a rerun after a kill both the pages deleted
-        before it (recorded) and those left (found), never the page being deleted.
+        before it (recorded) and those left (found), never the page being deleted. Each store's counts are
+        recorded apart (a part of the step, by its URL) and the step's are their sum, so a rerun against another
+        store adds to a store's counts, and one against the same store takes the larger of its own.
 
         Raises:
             TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold.
+            TranscriptStoreMismatch: Another recorded store still holds some; it names them.
         """
         if ctx.subject_key is None:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
@@ -317,20 +320,28 @@ class TranscriptStep:
         # to this store again, even for transcripts written before stores were recorded.
         await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url, erasing=True)
         view, prefix = view_of(ctx.transcripts, ctx.held), subject_prefix(ctx.subject_key)
+        others, before = await _parts(ctx, prior)
         tally = await _tallied(view, prefix)
-        counts = _carry(tally.counts(), prior)
-        await record_step(ctx.engine, ctx.request_id, self.name, StoreResult(status=StepStatus.ENUMERATED, counts=counts),
-                          ctx.owner)
+        counts = _carry(tally.counts(), before)
+        await self._record(ctx, StepStatus.ENUMERATED, counts, others)
         kept = Kept()
         if isinstance(view, PlainObjects):
             await self._erase_folder(ctx, view, prefix, tally.listed)
         else:
             counts = counts.widest(await self._erase_pages(ctx, view, prefix, tally.listed, kept))
         kept.check()
-        result = StoreResult(status=StepStatus.DELETED, counts=counts.model_copy(
-            update={"retained": kept.retained, "unreadable": kept.unreadable}))
-        await self._other_stores(ctx, result, kept.held)
-        return result
+        await self._other_stores(ctx, counts, kept, others)
+        held = {store: part for store, part in others.items() if part.status in HELD}
+        return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others.values(), held=False),
+                           detail=_held_elsewhere(held))
+
+    async def _record(self, ctx: StepContext, status: StepStatus, counts: Counts, others: dict[str, StoreResult]
+                      ) -> None:
+        """Record this store's part, and the step with every store's counts added up."""
+        await record_part(ctx.engine, ctx.request_id, self.name, ctx.transcripts.url,
+                          StoreResult(status=status, counts=counts), ctx.owner)
+        await record_step(ctx.engine, ctx.request_id, self.name,
+                          StoreResult(status=status, counts=_sum(counts, others.values())), ctx.owner)
 
     async def _erase_pages(self, ctx: StepContext, view: VersionedObjects, prefix: str, counted: int, kept: Kept
                            ) -> Counts:
@@ -349,30 +360,44 @@ class TranscriptStep:
             await view.delete_folder(prefix)
             ctx.progress(self.name, counted, counted)
 
-    async def _other_stores(self, ctx: StepContext, result: StoreResult, held: Tally) -> None:
-        """Stop the request, open, while another store still holds some of the subject's transcripts.
+    async def _other_stores(self, ctx: StepContext, counts: Counts, kept: Kept, others: dict[str, StoreResult]
+                            ) -> None:
+        """Record what this pass left in this store, and stop the request, open, while another store still holds
+        some of the subject's transcripts.
 
-        This store is marked emptied once a listing finds nothing left in it, and the step is recorded as
-        deleted (not verified), so the rerun against the next store adds what it finds to these counts. What a
-        hold kept here (``held``) is left out of them: this store is not emptied, so the request comes back to
-        it, and that pass, which finds them again, counts them.
+        A store is marked emptied once a listing finds nothing left in it, while another store is still to empty
+        or holds versions a hold keeps (the last one alone, the verification lists). One left holding only versions a hold keeps is done for this request
+        too: its part records them (``retained``, ``unreadable``), so no pass comes back to it, and the one that
+        ends the request counts them once (:func:`teamstore.erasure.stores.held_stores`). The step is recorded
+        as deleted (not verified): the rerun against the next store adds to these counts.
 
         Raises:
             TranscriptStoreMismatch: Another recorded store still holds some; it names them.
         """
         assert ctx.subject_key is not None  # erase() returned earlier without one
-        others = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
-        if not others:
-            return
-        if not await _rerunnable(holds_any(ctx.transcripts, subject_prefix(ctx.subject_key))):
+        pending = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
+        if kept.held.listed:
+            status = StepStatus.RETAINED_UNDER_HOLD if kept.retained else StepStatus.SHREDDED
+            counts = counts.model_copy(update={"retained": kept.retained, "unreadable": kept.unreadable})
+        elif not pending and not any(part.status in HELD for part in others.values()):
+            status = StepStatus.DELETED  # the one store left: the verification lists it, and a rerun talks to it
+        elif not await _rerunnable(holds_any(ctx.transcripts, subject_prefix(ctx.subject_key))):
+            status = StepStatus.DELETED  # a held request's rerun goes back to the stores holds kept some in, not here
             await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
-        await record_step(ctx.engine, ctx.request_id, self.name, result.model_copy(
-            update={"counts": _without(result.counts, held)}), ctx.owner)
-        raise mismatch(ctx, others, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
+        else:  # something came since the deletes: not emptied, so named again
+            status = StepStatus.ENUMERATED
+        await record_part(ctx.engine, ctx.request_id, self.name, ctx.transcripts.url,
+                          StoreResult(status=status, counts=counts), ctx.owner)
+        if not pending:
+            return
+        await record_step(ctx.engine, ctx.request_id, self.name,
+                          StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others.values())), ctx.owner)
+        raise mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
                        "store")
 
     async def remaining(self, ctx: StepContext) -> Counts:
-        """List again, counting versions still under a hold as retained.
+        """List again, counting versions still under a hold as retained; and add the versions a hold keeps in the
+        other stores this request's passes left so (as those passes found them: this one cannot list them).
 
         Raises:
             TranscriptStoreMismatch: Another store recorded for the subject still holds some (recorded
@@ -390,7 +415,9 @@ class TranscriptStep:
                 if await view.held(version) is HoldStatus.HELD:
                     held += 1
                     beyond_use += await _beyond_use(ctx, view, version)
-        return left.counts(retained=held - beyond_use, unreadable=beyond_use)
+        here = left.counts(retained=held - beyond_use, unreadable=beyond_use)
+        elsewhere = [part for store, part in (await held_stores(ctx)).items() if store != ctx.transcripts.url]
+        return here.plus(_sum(Counts(), (_as_left(part.counts) for part in elsewhere)))
 
 
 async def _tallied(view: View, prefix: str) -> Tally:
@@ -401,22 +428,53 @@ async def _tallied(view: View, prefix: str) -> Tally:
     return tally
 
 
+async def _parts(ctx: StepContext, prior: StoreResult | None) -> tuple[dict[str, StoreResult], StoreResult | None]:
+    """What earlier passes of the request recorded: every other store's part, by URL, and this store's own.
+
+    A request an earlier release began recorded no parts, only the step: what it recorded was deleted from stores
+    emptied since when it is ``deleted`` (a part of its own, added), else this store's, found again now.
+    """
+    parts = await load_parts(ctx.engine, ctx.request_id, TranscriptStep.name)
+    if not parts and prior is not None:
+        if prior.status is StepStatus.DELETED:
+            return {"": prior}, None
+        return {}, prior
+    return parts, parts.pop(ctx.transcripts.url, None)
+
+
 def _carry(found: Counts, prior: StoreResult | None) -> Counts:
+    """One store's counts: what this pass found, with what earlier passes there recorded."""
     if prior is None:
         return found
     left_over = {"retained": 0, "unreadable": 0}
-    if prior.status is StepStatus.DELETED:
+    if prior.status is StepStatus.DELETED:  # emptied: anything found now came since, and adds to it
         return found.plus(prior.counts.model_copy(update=left_over))
-    # enumerated or failed earlier: what is listed now is a subset of what was recorded then
+    # enumerated, held or failed earlier: what is listed now is a subset of what was recorded then
     return found.widest(prior.counts.model_copy(update=left_over))
 
 
-def _without(counts: Counts, held: Tally) -> Counts:
-    """``counts`` without the versions a hold kept in the store (the pass that finishes there counts them), nor
-    what remains: only what was removed."""
-    left = held.counts()
-    removed = {name: getattr(counts, name) - getattr(left, name) for name in ("objects", "versions", "bytes")}
-    return counts.model_copy(update={**removed, "retained": 0, "unreadable": 0})
+def _sum(counts: Counts, parts: Iterable[StoreResult] | Iterable[Counts], *, held: bool = True) -> Counts:
+    """``counts`` and every part's added up; without ``held``, what the parts' holds keep is left out of
+    ``retained`` and ``unreadable`` (the verification adds it)."""
+    total = counts
+    for part in parts:
+        add = part.counts if isinstance(part, StoreResult) else part
+        total = total.plus(add if held else add.model_copy(update={"retained": 0, "unreadable": 0}))
+    return total
+
+
+def _as_left(counts: Counts) -> Counts:
+    """What a held store's part says remains there: its held versions, each retained or unreadable."""
+    return Counts(versions=counts.retained + counts.unreadable, retained=counts.retained,
+                  unreadable=counts.unreadable)
+
+
+def _held_elsewhere(held: dict[str, StoreResult]) -> str | None:
+    """Where the held versions this pass did not list are, for the receipt."""
+    if not held:
+        return None
+    where = ", ".join(f"{part.counts.retained + part.counts.unreadable} in {store}" for store, part in sorted(held.items()))
+    return f"held in stores this verification did not list, as this request's pass there found them: {where}"
 
 
 async def _beyond_use(ctx: StepContext, view: View, version: ObjectVersion) -> bool:
