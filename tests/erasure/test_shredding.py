@@ -21,7 +21,7 @@ from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.record import sealed_context
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import RequestStatus, StepStatus
-from teamstore.errors import KeyDestroyed, PayloadUnreadable
+from teamstore.errors import KeyDestroyed, PayloadUnreadable, TranscriptStoreMismatch
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
 from teamstore.keys.sealed import HEADER_BYTES, is_sealed, key_id_of, open_sealed
@@ -129,6 +129,33 @@ async def test_a_held_long_transcript_is_judged_unreadable_from_its_header_alone
     assert locked["Size"] > 100_000 and asked == [f"bytes=0-{HEADER_BYTES - 1}"]
     assert set(got) == {HEADER_BYTES}
     await store.close()
+
+
+@pytest.mark.s3
+async def test_versions_under_compliance_mode_in_two_stores_are_shredded_after_one_pass_on_each(
+    engine: AsyncEngine, registry: Registry, s3_env: str
+) -> None:
+    """Neither store could ever be emptied, so each pass named the other and the request never completed."""
+    first, second = (S3TranscriptStore(make_client(), _compliance_bucket(), "audit") for _ in range(2))
+    for store, runs in ((first, 2), (second, 1)):  # the service moved its transcripts to another bucket
+        platform = audited_platform(engine, registry, store)
+        async with platform.session("zoe", f"s-{runs}", team="support_triage") as s:
+            for n in range(runs):
+                await s.run(f"{CANARY} run {n}")
+        await platform.aclose()
+
+    with pytest.raises(TranscriptStoreMismatch) as named:
+        await coordinator(engine, first).run("zoe", request_id="req-two-locked")
+    assert named.value.stores == (second.url,)
+    receipt = await coordinator(engine, second).run("zoe", request_id="req-two-locked")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.ok and receipt.status is RequestStatus.COMPLETED, receipt
+    assert transcripts.status is StepStatus.SHREDDED and transcripts.counts.versions == 3
+    assert (transcripts.counts.unreadable, transcripts.counts.retained) == (3, 0)  # each store's, once
+    assert f"2 in {first.url}" in (transcripts.detail or "")
+    for store in (first, second):
+        await store.close()
 
 
 async def _subject(engine: AsyncEngine, user: str) -> str:

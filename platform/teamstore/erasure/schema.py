@@ -87,6 +87,8 @@ erasure_attempts = Table(
     PrimaryKeyConstraint("request_id", "attempt"),
 )
 
+# A step's parts have rows of their own (``transcripts@<digest of the store's URL>``, the URL in ``detail``: what
+# the step found and did in each transcript store, teamstore.erasure.record.record_part), gone once it finishes.
 erasure_steps = Table(
     "ts_erasure_steps",
     metadata,

@@ -18,6 +18,8 @@ too, then the subject's folder is removed at once.
 
 The counts are recorded (status ``enumerated``) before anything is deleted: every page is counted first, then
 listed again and deleted, so a rerun after a kill reports what the first attempt found, not just what was left.
+Each transcript store's counts are recorded apart (a part of the step) and the step's are their sum: a request
+whose transcripts went to several stores counts each once, whichever store a rerun talks to.
 """
 
 from __future__ import annotations
@@ -392,8 +394,9 @@ class TranscriptStep:
             return
         await record_step(ctx.engine, ctx.request_id, self.name,
                           StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others.values())), ctx.owner)
-        raise mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url} and talks to no other "
-                       "store")
+        but = f", but for {kept.held.listed} version(s) a hold keeps there," if kept.held.listed else ""
+        raise mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url}{but} and talks to no "
+                       "other store")
 
     async def remaining(self, ctx: StepContext) -> Counts:
         """List again, counting versions still under a hold as retained; and add the versions a hold keeps in the
