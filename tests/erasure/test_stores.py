@@ -33,6 +33,7 @@ from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import RequestStatus, StepStatus
+from teamstore.erasure.schema import erasure_steps
 from teamstore.errors import TranscriptStoreMismatch
 from teamstore.events import drain_observers
 from teamstore.settings import Settings
@@ -205,6 +206,25 @@ async def test_a_run_killed_in_one_store_and_resumed_in_another_counts_what_each
     receipt = await coordinator(engine, first).run(USER, request_id="req-killed-two")
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert receipt.stores["transcripts"].counts.objects == 4  # three from the first store, one from the second
+
+
+async def test_a_request_an_earlier_release_began_in_one_store_counts_it_to_the_end(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """An earlier release recorded the step's counts alone, not each store's: they are kept as a part of their
+    own, so the passes after the next one still add them up."""
+    first, second, third = (LocalTranscriptStore(tmp_path / name) for name in ("first", "second", "third"))
+    await _write_runs(engine, first, runs=2)
+    for store in (second, third):
+        await _write_runs(engine, store, runs=1)
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first).run(USER, request_id="req-earlier")
+    async with engine.begin() as conn:  # as the earlier release left it: no record of each store's counts
+        await conn.execute(delete(erasure_steps).where(erasure_steps.c.store.like("transcripts@%")))
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, second).run(USER, request_id="req-earlier")
+    receipt = await coordinator(engine, third).run(USER, request_id="req-earlier")
+    assert receipt.status is RequestStatus.COMPLETED and receipt.stores["transcripts"].counts.objects == 4, receipt
 
 
 async def _held_in(engine: AsyncEngine, stores: dict[TranscriptStore, int]) -> dict[S3TranscriptStore, dict[str, str]]:

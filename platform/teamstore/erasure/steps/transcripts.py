@@ -439,9 +439,11 @@ async def _parts(ctx: StepContext, prior: StoreResult | None) -> tuple[dict[str,
     """
     parts = await load_parts(ctx.engine, ctx.request_id, TranscriptStep.name)
     if not parts and prior is not None:
-        if prior.status is StepStatus.DELETED:
-            return {"": prior}, None
-        return {}, prior
+        if prior.status is not StepStatus.DELETED:
+            return {}, prior
+        # Kept as a part of its own (no store's), for the passes after this one to add up too.
+        await record_part(ctx.engine, ctx.request_id, TranscriptStep.name, "", prior, ctx.owner)
+        return {"": prior}, None
     return parts, parts.pop(ctx.transcripts.url, None)
 
 
