@@ -368,10 +368,11 @@ class TranscriptStep:
         some of the subject's transcripts.
 
         A store is marked emptied once a listing finds nothing left in it, while another store is still to empty
-        or holds versions a hold keeps (the last one alone, the verification lists). One left holding only versions a hold keeps is done for this request
-        too: its part records them (``retained``, ``unreadable``), so no pass comes back to it, and the one that
-        ends the request counts them once (:func:`teamstore.erasure.stores.held_stores`). The step is recorded
-        as deleted (not verified): the rerun against the next store adds to these counts.
+        or holds versions a hold keeps (the last one alone, the verification lists). One left holding only
+        versions a hold keeps is done for this request too: its part records them (``retained``, ``unreadable``),
+        so no pass comes back to it, and the one that ends the request counts them once
+        (:func:`teamstore.erasure.stores.held_stores`). The step is recorded as deleted (not verified): the rerun
+        against the next store adds to these counts.
 
         Raises:
             TranscriptStoreMismatch: Another recorded store still holds some; it names them.
@@ -418,9 +419,11 @@ class TranscriptStep:
                 if await view.held(version) is HoldStatus.HELD:
                     held += 1
                     beyond_use += await _beyond_use(ctx, view, version)
-        here = left.counts(retained=held - beyond_use, unreadable=beyond_use)
-        elsewhere = [part for store, part in (await held_stores(ctx)).items() if store != ctx.transcripts.url]
-        return here.plus(_sum(Counts(), (_as_left(part.counts) for part in elsewhere)))
+        total = left.counts(retained=held - beyond_use, unreadable=beyond_use)
+        for store, part in (await held_stores(ctx)).items():
+            if store != ctx.transcripts.url:
+                total = total.plus(_as_left(part.counts))
+        return total
 
 
 async def _tallied(view: View, prefix: str) -> Tally:
@@ -458,13 +461,12 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
     return found.widest(prior.counts.model_copy(update=left_over))
 
 
-def _sum(counts: Counts, parts: Iterable[StoreResult] | Iterable[Counts], *, held: bool = True) -> Counts:
+def _sum(counts: Counts, parts: Iterable[StoreResult], *, held: bool = True) -> Counts:
     """``counts`` and every part's added up; without ``held``, what the parts' holds keep is left out of
     ``retained`` and ``unreadable`` (the verification adds it)."""
     total = counts
     for part in parts:
-        add = part.counts if isinstance(part, StoreResult) else part
-        total = total.plus(add if held else add.model_copy(update={"retained": 0, "unreadable": 0}))
+        total = total.plus(part.counts if held else part.counts.model_copy(update={"retained": 0, "unreadable": 0}))
     return total
 
 
@@ -478,7 +480,8 @@ def _held_elsewhere(held: dict[str, StoreResult]) -> str | None:
     """Where the held versions this pass did not list are, for the receipt."""
     if not held:
         return None
-    where = ", ".join(f"{part.counts.retained + part.counts.unreadable} in {store}" for store, part in sorted(held.items()))
+    where = ", ".join(f"{part.counts.retained + part.counts.unreadable} in {store}"
+                      for store, part in sorted(held.items()))
     return f"held in stores this verification did not list, as this request's pass there found them: {where}"
 
 
