@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent, SocietyOfMindAgent
+from autogen_agentchat.base import TaskResult
 from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.messages import TextMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import CancellationToken
 from autogen_core.models import ModelInfo
@@ -1129,6 +1131,20 @@ async def test_a_refused_task_runs_nothing_and_the_session_goes_on(platform: Pla
         assert await stored_state(platform, "alice", "s1") == before
         result = await s.run("still broken")  # the same session goes on, from the state it had
     assert "ZX-81" in researcher_reply(result)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_stream"])
+async def test_a_tuple_of_messages_runs_as_the_list_autogen_takes(platform: Platform, streamed: bool) -> None:
+    task = (TextMessage(source="user", content="My router ZX-81 drops every evening"),)
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        if streamed:
+            result = [item async for item in s.run_stream(task)][-1]
+            assert isinstance(result, TaskResult)
+        else:
+            result = await s.run(task)
+    assert "ZX-81" in researcher_reply(result)
+    async with platform.session("alice", "s1", team="support_triage") as s:
+        assert s.resume.outcome == "resumed"  # saved as any run is
 
 
 async def test_an_empty_task_is_refused_however_the_team_is_run(platform: Platform) -> None:

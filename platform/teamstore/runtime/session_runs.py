@@ -61,7 +61,7 @@ from teamstore.runtime.memory import MemoryBinding, rebind_memory
 from teamstore.runtime.resume import ResumeOutcome, apply_states, snapshot
 from teamstore.runtime.runs import Run, TakenUp, Task, TeamRoute, final_result
 from teamstore.runtime.session_writes import SessionWrites
-from teamstore.runtime.tasks import check_task
+from teamstore.runtime.tasks import as_run_takes, check_task
 from teamstore.runtime.turns import StreamItem
 from teamstore.state.base import SessionKey
 from teamstore.state.cancellation import to_the_end
@@ -311,6 +311,7 @@ class SessionRuns:
         await self._settle(in_flight=False)
         if not continuing:
             check_task(task, self._deps.limits.task_max_bytes)
+            task = as_run_takes(task)
         if self._running:
             raise RunInProgress("this session is already running a task", hint="await the first run before the next")
         self._running, self._open = True, me[0]  # before the first await: a second run meanwhile is refused

@@ -2,14 +2,15 @@
 
     import sys
 
-    from teamstore.runtime.tasks import check_task, read_task
+    from teamstore.runtime.tasks import as_run_takes, check_task, read_task
 
     check_task("My router keeps dropping", max_bytes=262_144)   # returns None
     check_task(b"bytes", max_bytes=262_144)                      # raises InvalidTask
+    task = as_run_takes((message_1, message_2))                  # [message_1, message_2]
     text = read_task(sys.stdin.buffer, max_bytes=262_144)        # a message piped in (`teamstore run -`)
 
-A task is what AutoGen's ``run()`` takes: text, one AgentChat message, a list of them, or ``None`` to
-continue without a new one. Text must say something (empty or only whitespace, what an unset shell
+A task is what AutoGen's ``run()`` takes: text, one AgentChat message, a list of them (another sequence, a
+tuple say, is handed to the team as a list: :func:`as_run_takes`), or ``None`` to continue without a new one. Text must say something (empty or only whitespace, what an unset shell
 variable gives, would spend the team's model calls on no request; so would messages that are all text
 messages of no text), be valid Unicode (a lone surrogate, what
 a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model) and be at most
@@ -28,6 +29,14 @@ from teamstore.errors import InvalidTask
 from teamstore.ids import lone_surrogate
 
 _TOO_LARGE_HINT = "send a shorter task (a summary, or a link to the document), or raise TEAMSTORE_TASK_MAX_BYTES"
+
+
+def as_run_takes(task: Any) -> Any:
+    """``task`` as AutoGen's ``run()`` takes it: a sequence of messages other than a list (a tuple) as a list,
+    which alone it accepts; anything else as it is."""
+    if isinstance(task, Sequence) and not isinstance(task, str | bytes | list):
+        return list(task)
+    return task
 
 
 def check_task(task: Any, max_bytes: int) -> None:
