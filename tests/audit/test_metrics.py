@@ -292,7 +292,8 @@ def test_an_exporters_timeout_is_its_signals_variable_else_the_general_one_else_
 @pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                                       "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"])
 @pytest.mark.parametrize("value", ["otel-collector:4318", "ftp://u:S3cretPW@collector", "http://u:S3cretPW@[::1",
-                                   "http://collector:notaport", "http://"])
+                                   "http://collector:notaport", "http://", "http://u:S3cretPW@bad host:4318",
+                                   "http://collector\t:4318/v1", "http://coll<ector>:4318"])
 def test_an_http_endpoint_that_is_no_url_stops_the_platform_at_start(
     tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
 ) -> None:
@@ -308,6 +309,16 @@ def test_a_grpc_endpoint_may_be_host_and_port(monkeypatch: pytest.MonkeyPatch) -
     check_endpoint("traces", "grpc")  # gRPC's exporter takes it as it is
     with pytest.raises(ConfigurationError):
         check_endpoint("traces", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "otel collector:4317")
+    with pytest.raises(ConfigurationError, match="a space or a control character"):
+        check_endpoint("traces", "grpc")
+
+
+@pytest.mark.parametrize("value", ["http://otel_collector:4318", "https://[::1]:4318/v1/traces", "http://10.0.0.7",
+                                   "https://u:p%40ss@collector.example.com/otlp?code=x"])
+def test_an_http_endpoint_of_any_host_a_url_may_name_is_taken(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", value)
+    check_endpoint("traces", "http/protobuf")
 
 
 def test_a_signals_own_protocol_variable_overrides_the_general_one(monkeypatch: pytest.MonkeyPatch) -> None:

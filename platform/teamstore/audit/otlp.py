@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
@@ -80,11 +81,20 @@ def check_endpoint(signal: Signal, chosen: Protocol) -> None:
     name = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
     variable = name if os.environ.get(name) else "OTEL_EXPORTER_OTLP_ENDPOINT"
     value = os.environ.get(variable, "").strip()
-    if not value or chosen == "grpc":
+    if not value:
+        return
+    if _UNSENDABLE.search(value):  # a space, a tab, a control character: no client sends it
+        raise ConfigurationError(
+            f"{variable} holds a space or a control character, so {signal} would not be exported",
+            hint="set it to the collector's URL, e.g. http://otel-collector:4318 (URL-encode what its path or "
+            "query needs), or unset it",
+        )
+    if chosen == "grpc":
         return
     try:
         parts = urlsplit(value)
-        fine = parts.scheme.lower() in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        fine = (parts.scheme.lower() in ("http", "https") and bool(parts.hostname) and parts.port != 0
+                and _HOST.fullmatch(parts.hostname or "") is not None)
     except ValueError:  # a port that is not a number, an unclosed [
         fine = False
     if not fine:
@@ -92,6 +102,11 @@ def check_endpoint(signal: Signal, chosen: Protocol) -> None:
             f"{variable} is not an http:// or https:// URL with a host, so {signal} would not be exported",
             hint="set it to the collector's URL, e.g. http://otel-collector:4318, or unset it",
         )
+
+
+_UNSENDABLE = re.compile(r"[\s\x00-\x1f\x7f]")
+# A host name, an IPv4 address or (without its brackets) an IPv6 one, as a URL may give it.
+_HOST = re.compile(r"[A-Za-z0-9._~%-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9._~-]+)?")
 
 
 def refused_settings(what: str, variables: tuple[str, ...], rule: str, exc: ValueError) -> ConfigurationError:
