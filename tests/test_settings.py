@@ -61,6 +61,18 @@ def test_a_bad_erasure_setting_is_a_configuration_error_naming_it(
         ErasureSettings()
 
 
+def test_a_mistyped_setting_given_in_code_is_refused_with_the_name_it_may_mean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ConfigurationError, match="Settings has no setting 'sate_ttl_days'") as refused:
+        Settings(sate_ttl_days=1)
+    assert refused.value.hint == "did you mean 'state_ttl_days'?"
+    with pytest.raises(ConfigurationError, match="no setting 'hash_keys'"):
+        ErasureSettings(hash_keys="k")
+    monkeypatch.setenv("TEAMSTORE_SATE_TTL_DAYS", "1")  # the environment's other variables are not teamstore's
+    assert Settings(state_ttl_days=2).state_ttl_days == 2
+
+
 def test_a_database_url_that_does_not_parse_is_a_configuration_error_that_hides_it() -> None:
     with pytest.raises(ConfigurationError) as info:
         create_engine("app:s3cret-pw@db.internal/teamstore")  # the scheme forgotten

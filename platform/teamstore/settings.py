@@ -14,6 +14,7 @@ variables (read by the OpenTelemetry SDK).
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,14 @@ class TypedSettings(BaseSettings):
     naming the variable, like every other teamstore error, instead of pydantic's ``ValidationError``."""
 
     def __init__(self, **values: Any) -> None:
+        if unknown := sorted(set(values) - set(type(self).model_fields)):
+            # The environment's other variables are ignored (extra="ignore"); a keyword given in code is a typo.
+            near = difflib.get_close_matches(unknown[0], type(self).model_fields, n=1)
+            raise ConfigurationError(
+                f"{type(self).__name__} has no setting {unknown[0]!r}"
+                + (f" (and {len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""),
+                hint=f"did you mean {near[0]!r}?" if near else "see the settings table in the README",
+            )
         try:
             super().__init__(**values)
         except ValidationError as exc:
