@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
-from config_registry.shell import command_word, simple_commands
+from config_registry.shell import command_word, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
 # A config key, HTTP header, environment variable or connection-string part names a credential when, case
@@ -96,16 +96,32 @@ _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
 # header (mcp-remote's ``--header "Authorization: Bearer VALUE"``) ...
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
-# ... unless its value is left for the program to expand from its own environment (``${AUTH_TOKEN}``).
-_PLACEHOLDER = re.compile(r"((bearer|basic|token)\s+)?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", re.IGNORECASE)
-# ... or read by the shell when the command runs ("PGPASSWORD=$(cat /run/secrets/pg)"), or written as an
-# example of what goes there ("PGPASSWORD=...", "TOKEN=<your token>").
-_EXAMPLE_VALUE = re.compile(r"\$\(.*|`.*|\.{3,}|\u2026|<[^<>]*>", re.DOTALL)
+# ... unless its value is left for the program to expand from its own environment: ``${AUTH_TOKEN}``,
+# cmd's ``%AUTH_TOKEN%`` and ``!AUTH_TOKEN!``, PowerShell's ``$env:AUTH_TOKEN`` ...
+_AUTHORIZATION_SCHEME = re.compile(r"(?:bearer|basic|token)\s+", re.IGNORECASE)
+_PLACEHOLDER = re.compile(
+    r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%|![A-Za-z_][A-Za-z0-9_]*!|"
+    r"(?i:\$env:)[A-Za-z_][A-Za-z0-9_]*"
+)
+# ... also with what the shell does when it is unset (``${DB_PASSWORD:?}``, ``${DB_PASSWORD:-}``): an error's
+# message is no value, but a default is one, and must itself leave the secret out ...
+_EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?\?[^{}]*|:?[-=+](.*))\}", re.DOTALL)
+# ... or read by the shell when the command runs, a whole value ("PGPASSWORD=$(cat /run/secrets/pg)"), PowerShell's "(Get-Content C:\secrets\pg.txt)" or "(Get-Secret pg -AsPlainText)"), or
+# written as an example of what goes there ("PGPASSWORD=...", "TOKEN=<your token>").
+_EXAMPLE_VALUE = re.compile(
+    r"\$\((?:[^()]|\([^()]*\))*\)|`[^`]*`|\.{3,}|\u2026|<[^<>]*>|"
+    r"\(\s*(?i:get-content|gc|cat|type|get-secret|get-azkeyvaultsecret)\s[^();&|]*\)(?:\.Trim\(\))?",
+    re.DOTALL,
+)
+# A variable that names a credential with "_FILE" after it gives the path of a file that holds the
+# credential (Docker secrets' convention: "POSTGRES_PASSWORD_FILE=/run/secrets/pg").
+_FILE_VARIABLE = re.compile(r".+_FILE", re.IGNORECASE | re.DOTALL)
+_PATH = re.compile(r"(?:/|\./|\.\./|~/|[A-Za-z]:[\\/]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/)[^\s;&|<>]*")
 # A variable set as a shell sets it, before a command or alone ("PGPASSWORD=pw psql -h db", "env -i
 # MYSQL_PWD=pw mysql", "export PGPASSWORD=pw", Windows' "set PGPASSWORD=pw", PowerShell's
 # "$env:PGPASSWORD='pw'"), also after another command ("cd /srv && PGPASSWORD=pw psql"): the names are an
 # environment's, in upper case, as "token=abc" in a sentence is not ...
-_SETS_VARIABLE = re.compile(r"(?:^|[\s;&|\"'])(?i:\$env:)?[A-Z_][A-Z0-9_]*=")
+_SETS_VARIABLE = re.compile(r"(?:^|[\s;&|\"'(){}])(?:(?i:\$env:)[A-Z_][A-Z0-9_]*\s*|[A-Z_][A-Z0-9_]*)=")
 _SHELL_ASSIGNMENT = re.compile(r"(?i:\$env:)?([A-Z_][A-Z0-9_]*=.*)", re.DOTALL)
 _SETTERS = frozenset({"export", "set"})
 # ... and the working directories a shell keeps, which only look like a password's "PWD".
@@ -248,7 +264,7 @@ def _connection_credential(value: str) -> str | None:
     A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
     the program expands from its environment (``password=${PGPASSWORD}``) holds no secret."""
     for name, secret in connection_pairs(value) or ():
-        if secret and is_secret_field(name) and not _left_out(secret):
+        if secret and is_secret_field(name) and not _left_out(secret) and not is_file_setting(name, secret):
             return f"a connection string's {name!r}"
     return None
 
@@ -314,19 +330,23 @@ def flag_credential(items: list[Any], index: int) -> str | None:
 def command_line_credential(text: str) -> str | None:
     """What :func:`flag_credential` finds in any word of one argument that holds a whole command line
     (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it, or a password given to a
-    program in any of its commands (:func:`program_passwords`); ``None`` otherwise."""
-    words = shell_words(text)
-    if len(words) < 2:
+    program in any of its commands (:func:`program_passwords`), those of the scripts its shells run included
+    (``bash -lc '...'``); ``None`` otherwise."""
+    if len(shell_words(text)) < 2:
         return None
-    found = next(filter(None, (flag_credential(words, index) for index in range(len(words)))), None)
-    # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL).
-    found = found or next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
+    # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL), read with
+    # the '&' and ';' a shell would split it at when it is not quoted.
+    words = [word for script in scripts(text) for word in shell_words(script)]
+    found = next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
+    flags = (flag_credential(command, index) for command in simple_commands(text) for index in range(len(command)))
+    found = found or next(filter(None, flags), None)
     return program_password(text) or (f"{found}, inside a command line" if found else None)
 
 
 def program_password(text: str) -> str | None:
-    """A password given on the command line in any command of the shell string ``text``
-    (:func:`program_passwords`), said as :func:`command_line_credential` says it; ``None`` otherwise."""
+    """A password given on the command line in any command of the shell string ``text``, those of the
+    scripts its shells run included (:func:`program_passwords`), said as :func:`command_line_credential` says
+    it; ``None`` otherwise."""
     found = next((what for words in simple_commands(text) for what in program_passwords(words).values()), None)
     return f"{found}, inside a command line" if found else None
 
@@ -373,9 +393,29 @@ def _sshpass_password(words: list[str], index: int) -> int | None:
 
 
 def _left_out(value: str) -> bool:
-    """Whether a value leaves the secret out: a ``${VAR}`` the program expands from its environment, a
-    ``$(command)`` the shell runs, or an example of what goes there (``...``, ``<your token>``)."""
+    """Whether a value leaves the secret out: a ``${VAR}`` (``%VAR%``, ``$env:VAR``) the program expands from
+    its environment, with no default or one that leaves it out in turn (``${VAR:?}``, ``${VAR:-$OTHER}``), a
+    ``$(command)`` the shell runs, or an example of what goes there (``...``, ``<your token>``); also as the
+    first word of a command line's rest (``PGPASSWORD=${DB_PASSWORD:?} psql``), but not with text glued to it
+    (``$(cat /x)pw``)."""
+    first = shell_words(value)[:1]
+    return _left_out_word(value) or (first != [value] and bool(first) and _left_out_word(first[0])
+                                     and value.lstrip().startswith(first[0]))
+
+
+def _left_out_word(value: str) -> bool:
+    scheme = _AUTHORIZATION_SCHEME.match(value)
+    value = value[scheme.end():] if scheme else value
+    expansion = _EXPANSION.fullmatch(value)
+    if expansion is not None:
+        return not expansion.group(1) or _left_out_word(expansion.group(1))
     return bool(_PLACEHOLDER.fullmatch(value) or _EXAMPLE_VALUE.fullmatch(value))
+
+
+def is_file_setting(name: str, value: str) -> bool:
+    """Whether a variable named for a credential with ``_FILE`` after it (``POSTGRES_PASSWORD_FILE``) is
+    given a path, as Docker secrets' convention has it, rather than the credential itself."""
+    return bool(_FILE_VARIABLE.fullmatch(name) and _PATH.fullmatch(value.strip()))
 
 
 def _argument_credential(text: str) -> str | None:
@@ -391,8 +431,9 @@ def _argument_credential(text: str) -> str | None:
 
 def variable_credential(name: str, value: str) -> str | None:
     """Whether setting the variable ``name`` to ``value`` sets a secret: a name that means a credential (not
-    the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`)."""
+    the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`), nor a
+    path given to a ``_FILE`` variable (:func:`is_file_setting`)."""
     value = value.strip()
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or _left_out(value):
         return None
-    return f"the value of the variable {name!r}"
+    return None if is_file_setting(name, value) else f"the value of the variable {name!r}"

@@ -7,89 +7,301 @@ so that :mod:`config_registry.credentials` can ask what a program's arguments me
     simple_commands("cd /srv && PGPASSWORD=pw psql -h db")   # [["cd", "/srv"], ["PGPASSWORD=pw", "psql", "-h", "db"]]
     command_word(["sudo", "-u", "app", "env", "-i", "A=1", "mysql", "-uapp"])   # 6: "mysql"
 
-A script is split into lines, and each line into words as a POSIX shell splits it, where ``;``, ``&&``,
-``||``, ``|`` and ``&`` end a command whether or not spaces stand around them (``crm|ssh``, ``x&& psql``).
-Nothing here decides what a secret is.
+A script is split into words as a POSIX shell splits it, a backslash at a line's end joining it to the
+next, where a new line, ``;``, ``&&``, ``||``, ``|`` and ``&`` end a command whether or not spaces stand
+around them (``crm|ssh``, ``x&& psql``), and a subshell's or group's ``(``, ``)``, ``{`` and ``}`` too. The
+script a shell runs from a string (``bash -lc '...'``) is read as well. Nothing here decides what a secret is.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 
-# Where one command ends and the next begins ("a; b", "a && b", "a | b", "a & b").
-_SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;"})
+# Where one command ends and the next begins ("a; b", "a && b", "a | b", "a & b", a new line), and where a
+# subshell or a group of commands opens and closes ("(A=1 psql)", "{ A=1 psql; }").
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;", "\n", "(", ")", "{", "}"})
 # Characters the splitter reads as operators: the separators' and redirections' ("2>&1" stays out of them).
 _OPERATOR_CHARACTERS = ";&|<>"
 # A backslash before an ordinary character means nothing to a POSIX shell, so one there ("C:\mysql\bin")
 # is a Windows path's, kept as written.
 _WINDOWS_BACKSLASH = re.compile(r"\\[^\s\"'$`\\]")
+# PowerShell's variable, which it sets with spaces around '=' as often as not ("$env:PGPASSWORD = 'pw'").
+_POWERSHELL_VARIABLE = re.compile(r"\$env:[A-Za-z_][A-Za-z0-9_]*=?", re.IGNORECASE)
 # A shell assignment before the command ("PGHOST=db psql"), or PowerShell's ("$env:PGHOST='db'").
 _ASSIGNMENT = re.compile(r"(?:\$env:)?[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL | re.IGNORECASE)
-# Programs that run the command after their own options and assignments, and the options among theirs that
-# take a value ("env -u NAME", "sudo -u USER").
-_WRAPPERS = frozenset({"env", "sudo", "exec", "command", "nice", "nohup", "time", "doas"})
-_WRAPPER_VALUE_OPTIONS = frozenset({"-u", "--unset", "-C", "--chdir", "-g", "--group", "--user", "-n", "-S"})
-# ``docker exec [options] CONTAINER COMMAND ...`` (podman's too): the options that take a value.
+# Programs that run the command after their own options (and assignments), each with the options among its
+# own that take a value ("env -u NAME", "sudo -u USER", "timeout -s KILL") and how many words it reads
+# before the command ("timeout 30 CMD").
+_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
+    "env": (frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}), 0),
+    "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "--close-from", "-D", "--chdir", "-h", "--host",
+                        "-p", "--prompt", "-r", "--role", "-t", "--type", "-U", "--other-user", "-T",
+                        "--command-timeout"}), 0),
+    "doas": (frozenset({"-u", "-C"}), 0),
+    "exec": (frozenset({"-a"}), 0),
+    "command": (frozenset(), 0),
+    "time": (frozenset({"-f", "--format", "-o", "--output"}), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "nohup": (frozenset(), 0),
+    "setsid": (frozenset(), 0),
+    "stdbuf": (frozenset({"-i", "--input", "-o", "--output", "-e", "--error"}), 0),
+    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    "xargs": (frozenset({"-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "--max-lines", "-n",
+                         "--max-args", "-P", "--max-procs", "-s", "--max-chars", "--process-slot-var"}), 0),
+}
+# Container tools that run a command in a container: ``docker exec [options] CONTAINER COMMAND ...``,
+# ``docker run [options] IMAGE COMMAND ...``, ``docker compose exec|run [options] SERVICE COMMAND ...``
+# (podman's and nerdctl's too), and the options among theirs and their global ones that take a value.
+_CONTAINER_TOOLS = frozenset({"docker", "podman", "nerdctl"})
+_COMPOSE_TOOLS = frozenset({"docker-compose", "podman-compose"})
+_CONTAINER_RUNS = frozenset({"exec", "run"})
 _CONTAINER_VALUE_OPTIONS = frozenset({
     "-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir", "--detach-keys", "-c", "--container",
-    "-n", "--namespace",
+    "-n", "--namespace", "-p", "--publish", "-v", "--volume", "--name", "--network", "--net", "--entrypoint",
+    "-m", "--memory", "--cpus", "-h", "--hostname", "--mount", "--platform", "--restart", "-l", "--label",
+    "--add-host", "--cap-add", "--cap-drop", "--device", "--dns", "--gpus", "--ulimit", "--log-driver",
+    "--log-opt", "--pull", "--shm-size", "--tmpfs", "--link", "--expose", "--security-opt", "--pid", "--ipc",
+    "--cidfile", "--stop-signal", "--stop-timeout", "-a", "--attach", "--index", "-H", "--host", "--context",
+    "--config", "--log-level", "-f", "--file", "--project-name", "--profile", "--project-directory",
 })
+# Shells that run a script given as a string, and how it is given: POSIX shells after an option holding
+# 'c' ("sh -c", "bash -lc"), cmd after "/c" or "/k", PowerShell after "-Command" or its abbreviations.
+_POSIX_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "busybox"})
+_POSIX_SHELL_VALUE_OPTIONS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+_POWERSHELLS = frozenset({"pwsh", "powershell"})
+_POWERSHELL_COMMAND = re.compile(r"[-/]c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?", re.IGNORECASE)
+# How deep scripts run by shells in scripts are read ("bash -lc \"sh -c '...'\"").
+_MAX_NESTING = 4
 
 
 def simple_commands(text: str) -> list[list[str]]:
-    """The words of each simple command in ``text``, line by line, without the separators between them."""
-    commands: list[list[str]] = []
-    for line in text.splitlines():
-        current: list[str] = []
-        for word in split_words(line):
-            if word in _SEPARATORS:
-                commands.append(current)
-                current = []
-            else:
-                current.append(word)
-        commands.append(current)
+    """The words of each simple command in ``text`` and in the scripts its shells run (:func:`scripts`),
+    without the separators between them."""
+    return [command for script in scripts(text) for command in _commands(script)]
+
+
+def scripts(text: str) -> list[str]:
+    """``text`` and each script a shell in it runs from a string (``bash -lc '...'``, ``cmd /c ...``,
+    ``pwsh -Command ...``), and theirs in turn, up to four deep."""
+    found: list[str] = []
+    pending = [(text, 0)]
+    while pending:
+        script, depth = pending.pop(0)
+        found.append(script)
+        if depth < _MAX_NESTING:
+            inner = (shell_script(command) for command in _commands(script))
+            pending.extend((each, depth + 1) for each in inner if each is not None)
+    return found
+
+
+def _commands(text: str) -> list[list[str]]:
+    commands: list[list[str]] = [[]]
+    for word in split_words(text):
+        if word in _SEPARATORS:
+            commands.append([])
+        else:
+            commands[-1].append(word)
     return [command for command in commands if command]
+
+
+def shell_script(words: list[str]) -> str | None:
+    """The script a command gives a shell to run as a string (``bash -lc SCRIPT``, ``cmd /c SCRIPT``,
+    ``pwsh -NoProfile -Command SCRIPT``), also after a wrapper (``kubectl exec POD -- sh -c SCRIPT``);
+    ``None`` for any other command."""
+    index = command_word(words)
+    program = _program(words[index]) if index is not None else ""
+    rest = words[index + 1:] if index is not None else []
+    if program in _POSIX_SHELLS:
+        return _posix_shell_script(rest)
+    marker = (re.compile(r"/[ck]", re.IGNORECASE) if program == "cmd"
+              else _POWERSHELL_COMMAND if program in _POWERSHELLS else None)
+    start = next((i for i, word in enumerate(rest) if marker and marker.fullmatch(word)), None)
+    return " ".join(rest[start + 1:]) if start is not None and rest[start + 1:] else None
+
+
+def _posix_shell_script(arguments: list[str]) -> str | None:
+    index, given = 0, False
+    while index < len(arguments) and arguments[index][:1] in "-+" and arguments[index] not in ("-", "--"):
+        option = arguments[index]
+        given = given or (not option.startswith("--") and "c" in option[1:])
+        index += 2 if option in _POSIX_SHELL_VALUE_OPTIONS else 1
+    index += arguments[index:index + 1] == ["--"]
+    return arguments[index] if given and index < len(arguments) else None
 
 
 def words(text: str) -> list[str]:
     """``text`` split at its spaces as a POSIX shell splits it, operators left inside words (a URL's
     ``?a=1&b=2`` is one word, whatever a shell would make of it); at spaces when a quote is left unclosed."""
     try:
-        return shlex.split(text)
+        return _Splitter(text, operators=False).split()
     except ValueError:
         return text.split()
 
 
-def split_words(line: str) -> list[str]:
-    """One line split as a POSIX shell splits it, separators and redirections as words of their own; at
-    spaces and separators when a quote is left unclosed."""
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=_OPERATOR_CHARACTERS)
-    lexer.whitespace_split = True
-    if _WINDOWS_BACKSLASH.search(line):
-        lexer.escape = ""
+def split_words(text: str) -> list[str]:
+    """``text`` split as a POSIX shell splits it, separators (a new line among them) and redirections as
+    words of their own, a line continued by a backslash joined to the next; at spaces and separators when a
+    quote is left unclosed."""
     try:
-        return list(lexer)
+        return _Splitter(text, operators=True).split()
     except ValueError:
-        return re.findall(r"[;&|]+|[^\s;&|]+", line)
+        return [word for line in text.splitlines() for word in [*re.findall(r"[;&|]+|[()]|[^\s;&|()]+", line), ";"]]
+
+
+class _Splitter:
+    """Reads words as a POSIX shell does: quotes, a backslash's escape and line continuation, and a
+    ``$(...)``, ``${...}``, backquoted command or ``NAME=(...)`` kept whole inside its word; PowerShell's
+    ``$env:NAME = value`` read as one word."""
+
+    def __init__(self, text: str, *, operators: bool) -> None:
+        self.text, self.operators = text, operators
+        self.escape = "" if _WINDOWS_BACKSLASH.search(text) else "\\"
+        self.words: list[str] = []
+        self.word: list[str] | None = None
+        self.at = 0
+
+    def split(self) -> list[str]:
+        text = self.text
+        while self.at < len(text):
+            char = text[self.at]
+            if self.escape and text.startswith("\\\n", self.at):
+                self.at += 2
+            elif char.isspace():
+                self._space(char)
+            elif self.operators and char in _OPERATOR_CHARACTERS + "()" and not (char == "(" and self.word):
+                self._operator(char)
+            else:
+                self._add(self._piece(char))
+        self._end()
+        return self.words
+
+    def _space(self, char: str) -> None:
+        word = "".join(self.word or ())
+        if _POWERSHELL_VARIABLE.fullmatch(word):
+            following = self.text[self.at:].lstrip(" \t")
+            if word.endswith("=") or following.startswith("="):  # "$env:A = 1" is "$env:A=1"
+                self.at = len(self.text) - len(following)
+                return
+        self._end()
+        if char == "\n" and self.operators:
+            self.words.append("\n")
+        self.at += 1
+
+    def _operator(self, char: str) -> None:
+        self._end()
+        end = self.at + 1
+        while char not in "()" and end < len(self.text) and self.text[end] in _OPERATOR_CHARACTERS:
+            end += 1
+        self.words.append(self.text[self.at:end])
+        self.at = end
+
+    def _piece(self, char: str) -> str:
+        """The text the character at ``self.at`` starts, as it stands in the word; moves past it."""
+        text, start = self.text, self.at
+        if char == self.escape:
+            self.at += 2
+            return text[start + 1:start + 2]
+        if char == "'":
+            self.at = _closing(text, start, "'") + 1
+            return text[start + 1:self.at - 1]
+        if char == '"':
+            return self._double_quoted()
+        if char == "`":
+            self.at = _closing(text, start, "`") + 1
+        elif char == "(" or (char == "$" and text[start + 1:start + 2] in ("(", "{")):
+            self.at = _group_end(text, start + (char == "$")) or start + 1  # unclosed: a character like another
+        else:
+            self.at += 1
+        return text[start:self.at]
+
+    def _double_quoted(self) -> str:
+        text, pieces = self.text, []
+        self.at += 1
+        while self.at < len(text) and text[self.at] != '"':
+            char, following = text[self.at], text[self.at + 1:self.at + 2]
+            if self.escape and char == "\\" and following in ('"', "\\", "$", "`", "\n"):
+                pieces.append(following.strip("\n"))
+                self.at += 2
+            elif char == "`" or (char == "$" and following in ("(", "{")):
+                pieces.append(self._piece(char))
+            else:
+                pieces.append(char)
+                self.at += 1
+        if self.at >= len(text):
+            raise ValueError("no closing quotation")
+        self.at += 1
+        return "".join(pieces)
+
+    def _add(self, piece: str) -> None:
+        self.word = [*(self.word or ()), piece]
+
+    def _end(self) -> None:
+        if self.word is not None:
+            self.words.append("".join(self.word))
+        self.word = None
+
+
+def _closing(text: str, start: int, quote: str) -> int:
+    end = text.find(quote, start + 1)
+    if end < 0:
+        raise ValueError("no closing quotation")
+    return end
+
+
+def _group_end(text: str, start: int) -> int | None:
+    """The index past the bracket that closes the one at ``start`` (``(`` or ``{``), quotes skipped; ``None``
+    when none does."""
+    opening = text[start]
+    closing, depth, at = {"(": ")", "{": "}"}[opening], 0, start
+    while at < len(text):
+        char = text[at]
+        if char in "'\"`":
+            at = _closing(text, at, char)
+        elif char == "\\":
+            at += 1
+        depth += (char == opening) - (char == closing)
+        if depth == 0:
+            return at + 1
+        at += 1
+    return None
 
 
 def command_word(words: list[str]) -> int | None:
     """The index of the word that names the program ``words`` runs: the first after its assignments, or the
-    command that ``env``, ``sudo`` or ``exec`` runs after their options, or that ``docker exec`` and
-    ``kubectl exec`` run in a container; ``None`` when the words only set variables."""
+    command that a wrapper (``env``, ``sudo``, ``exec``, ``timeout 30``, ``nice``, ``xargs`` ...) runs after
+    its options, or that ``docker exec``/``run``, ``docker compose exec``/``run`` and ``kubectl exec ... --``
+    run in a container; ``None`` when the words only set variables."""
     index = _after_assignments(words, 0)
     while index < len(words):
-        program = re.split(r"[/\\]", words[index])[-1].lower().removesuffix(".exe")
+        program = _program(words[index])
         if program in _WRAPPERS:
-            index = _after_assignments(words, _after_options(words, index + 1, _WRAPPER_VALUE_OPTIONS))
-        elif program in {"docker", "podman"} and words[index + 1:index + 2] == ["exec"]:
-            index = _after_options(words, index + 2, _CONTAINER_VALUE_OPTIONS) + 1  # past the container
+            takes_value, operands = _WRAPPERS[program]
+            index = _after_assignments(words, _after_options(words, index + 1, takes_value) + operands)
+        elif program in _CONTAINER_TOOLS | _COMPOSE_TOOLS:
+            index = _container_command(words, index)
         elif program in {"kubectl", "oc"} and "exec" in words[index + 1:] and "--" in words[index + 1:]:
             index = words.index("--", index + 1) + 1
         else:
             return index
     return None
+
+
+def _program(word: str) -> str:
+    return re.split(r"[/\\]", word)[-1].lower().removesuffix(".exe")
+
+
+def _container_command(words: list[str], index: int) -> int:
+    """Where the command a container tool at ``index`` runs starts (past its image, container or service),
+    or past the end when it runs none."""
+    compose = _program(words[index]) in _COMPOSE_TOOLS
+    index = _after_options(words, index + 1, _CONTAINER_VALUE_OPTIONS)
+    if not compose and words[index:index + 1] == ["compose"]:
+        compose, index = True, _after_options(words, index + 1, _CONTAINER_VALUE_OPTIONS)
+    elif not compose and words[index:index + 1] == ["container"]:
+        index += 1
+    if words[index:index + 1] and words[index] in _CONTAINER_RUNS:
+        return _after_options(words, index + 1, _CONTAINER_VALUE_OPTIONS) + 1
+    return len(words)
 
 
 def _after_assignments(words: list[str], index: int) -> int:

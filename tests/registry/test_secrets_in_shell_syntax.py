@@ -1,0 +1,117 @@
+"""A secret in an MCP server's command line is refused however the shell syntax around it is written, and
+a value that only names where the secret lives (a variable, a file, a secret store) is stored."""
+
+from __future__ import annotations
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+from config_registry import DefinitionInvalid, Registry
+from config_registry.secrets import apply_references
+from tests.registry.conftest import dump, left_unchanged, triage_manifest
+
+KEY_PATH = "model_client.config.api_key"
+SERVER = "config.workbench.0.config.server_params"
+
+
+def _agent_with_server(command: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
+    agent = AssistantAgent("researcher", model_client=OpenAIChatCompletionClient(model="gpt-4o-mini", api_key="sk-1"))
+    component = dump(agent)
+    component["config"]["workbench"] = [{
+        "provider": "autogen_ext.tools.mcp.McpWorkbench", "component_type": "workbench",
+        "config": {"server_params": {"type": "StdioServerParams", "command": command, "args": args, "env": env or {}}},
+    }]
+    return component
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "field", "what"),
+    [
+        # a backslash at a line's end continues the command
+        ("sh", ["-c", "mysql -h db -u app \\\n  -phunter2-SECRET app"], "args.1", "glued to the MySQL"),
+        ("sh", ["-c", "PGHOST=db \\\nPGPASSWORD=hunter2-SECRET psql"], "args.1", "variable 'PGPASSWORD'"),
+        # a shell run by a shell
+        ("bash -lc 'mysql -uapp -phunter2-SECRET app'", [], "command", "glued to the MySQL"),
+        ("sh", ["-c", "bash -lc 'mysql -uapp -phunter2-SECRET app'"], "args.1", "glued to the MySQL"),
+        ("sh", ["-c", "sh -c 'export PGPASSWORD=hunter2-SECRET; psql'"], "args.1", "variable 'PGPASSWORD'"),
+        ("sh", ["-c", "kubectl exec -n db mysql-0 -- sh -c 'mysql -phunter2-SECRET'"], "args.1", "glued to the MySQL"),
+        ("sh", ["-c", "bash -c \"sh -c 'tool --api-key hunter2-SECRET serve'\""], "args.1", "flag '--api-key'"),
+        ("sh", ["-c", "cmd /c set PGPASSWORD=hunter2-SECRET"], "args.1", "variable 'PGPASSWORD'"),
+        ("sh", ["-c", "pwsh -NoProfile -c \"$env:PGPASSWORD='hunter2-SECRET'; psql\""], "args.1",
+         "variable 'PGPASSWORD'"),
+        # a subshell or a group of commands
+        ("sh", ["-c", "(PGPASSWORD=hunter2-SECRET psql -h db)"], "args.1", "variable 'PGPASSWORD'"),
+        ("sh", ["-c", "{ PGPASSWORD=hunter2-SECRET psql; }"], "args.1", "variable 'PGPASSWORD'"),
+        # a program run by a wrapper or in a container
+        ("sh", ["-c", "timeout 30 mysql -phunter2-SECRET"], "args.1", "glued to the MySQL"),
+        ("timeout", ["-s", "KILL", "30", "mysql", "-phunter2-SECRET"], "args.4", "glued to the MySQL"),
+        ("nice", ["-n", "5", "stdbuf", "-oL", "setsid", "mysql", "-phunter2-SECRET"], "args.6", "glued to the MySQL"),
+        ("sh", ["-c", "echo crm | xargs -n 1 mysqldump -phunter2-SECRET"], "args.1", "glued to the MySQL"),
+        ("docker", ["run", "--rm", "-p", "3306:3306", "mysql:8", "mysql", "-uapp", "-phunter2-SECRET"], "args.7",
+         "glued to the MySQL"),
+        ("sh", ["-c", "docker compose exec db mysql -phunter2-SECRET"], "args.1", "glued to the MySQL"),
+        ("docker-compose", ["-f", "dev.yml", "exec", "-T", "db", "mysql", "-phunter2-SECRET"], "args.6",
+         "glued to the MySQL"),
+        ("podman", ["run", "--rm", "mysql:8", "mysql", "-phunter2-SECRET"], "args.4", "glued to the MySQL"),
+        # PowerShell's spacing around '='
+        ("pwsh", ["-Command", "$env:PGPASSWORD = 'hunter2-SECRET'; psql"], "args.1", "variable 'PGPASSWORD'"),
+        ("db-mcp", [], "env.SETUP", "variable 'OPENAI_API_KEY'"),
+        # a value that only starts with a substitution, or whose default is a literal
+        ("sh", ["-c", "PGPASSWORD=$(cat /run/secrets/pg)hunter2-SECRET psql"], "args.1", "variable 'PGPASSWORD'"),
+        ("sh", ["-c", "PGPASSWORD=`cat /x`hunter2-SECRET psql"], "args.1", "variable 'PGPASSWORD'"),
+        ("sh", ["-c", "PGPASSWORD=${DB_PASSWORD:-hunter2-SECRET} psql"], "args.1", "variable 'PGPASSWORD'"),
+        ("mysql", ["-uapp", "-p${MYSQL_PASSWORD:=hunter2-SECRET}"], "args.1", "glued to the MySQL"),
+        ("sh", ["-c", "PGPASSWORD=(hunter2-SECRET) psql"], "args.1", "variable 'PGPASSWORD'"),
+    ],
+)
+def test_a_secret_inside_shell_syntax_is_refused_naming_its_field_and_rule(
+    registry: Registry, command: str, args: list[str], field: str, what: str
+) -> None:
+    env = {"SETUP": '$env:OPENAI_API_KEY = "hunter2SECRET0"'} if field == "env.SETUP" else {}
+    component = _agent_with_server(command, args, env)
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, manifest, "database tool")
+    assert caught.value.field == f"{SERVER}.{field}"
+    assert "holds a plaintext secret" in caught.value.message and what in caught.value.message
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "env"),
+    [
+        # Windows' and PowerShell's references, and what a shell does when the variable is unset
+        ("cmd", ["/c", "set PGPASSWORD=%DB_PASSWORD%&& psql -h db"], {}),
+        ("cmd", ["/v:on", "/c", "set PGPASSWORD=!DB_PASSWORD!&& psql -h db"], {}),
+        ("pwsh", ["-Command", "$env:PGPASSWORD=$env:DB_PASSWORD; psql -h db"], {}),
+        ("pwsh", ["-Command", "$env:PGPASSWORD = (Get-Content C:\\secrets\\pg.txt); psql -h db"], {}),
+        ("pwsh", ["-Command", "$env:PGPASSWORD=(Get-Secret -Name pg -AsPlainText); psql"], {}),
+        ("sh", ["-c", "PGPASSWORD=${DB_PASSWORD:?} psql -h db"], {"SETUP": "PGPASSWORD=${DB_PASSWORD:-} psql"}),
+        ("mysql", ["-uapp", "-p${MYSQL_PASSWORD:?set MYSQL_PASSWORD}"], {}),
+        ("sh", ["-c", "mysql -p${MYSQL_PASSWORD:?} app"], {"SETUP": "PGPASSWORD=${DB_PASSWORD:-$FALLBACK}"}),
+        ("sh", ["-c", "PGPASSWORD=$(cat /run/secrets/pg) psql -h db"], {}),
+        # Docker secrets' "_FILE" variables name a file
+        ("sh", ["-c", "export PGPASSWORD_FILE=/run/secrets/pg; psql -h db"], {}),
+        ("docker", ["run", "-e", "POSTGRES_PASSWORD_FILE=/run/secrets/pg", "postgres:16"], {}),
+        ("db-mcp", [], {"POSTGRES_PASSWORD_FILE": "/run/secrets/pg"}),
+        # options that only look like a secret's
+        ("docker", ["run", "--rm", "-p3306:3306", "mysql:8"], {}),
+        ("sh", ["-c", "timeout 30 docker compose exec db mysql -uapp -p app"], {}),
+    ],
+)
+def test_a_value_that_names_where_the_secret_lives_is_stored(command: str, args: list[str], env: dict[str, str]) -> None:
+    component = _agent_with_server(command, args, env)
+    component["config"]["description"] = "Runs mysql -p${MYSQL_PASSWORD:?} with PGPASSWORD=${DB_PASSWORD:?} set."
+    stored = apply_references(component, {KEY_PATH: "env:K"})  # what registration stores, before it loads the server
+    assert stored["config"]["workbench"][0]["config"]["server_params"] == {
+        "type": "StdioServerParams", "command": command, "args": args, "env": env}
+    assert stored["config"]["description"] == component["config"]["description"]
+
+
+def test_a_file_variable_given_a_secret_rather_than_a_path_is_refused() -> None:
+    component = _agent_with_server("db-mcp", [], {"POSTGRES_PASSWORD_FILE": "hunter2-SECRET"})
+    with pytest.raises(DefinitionInvalid) as caught:
+        apply_references(component, {KEY_PATH: "env:K"})
+    assert caught.value.field == f"{SERVER}.env.POSTGRES_PASSWORD_FILE"
+    assert "hunter2" not in str(caught.value)
