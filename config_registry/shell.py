@@ -145,7 +145,8 @@ def split_words(text: str) -> list[str]:
     try:
         return _Splitter(text, operators=True).split()
     except ValueError:
-        return [word for line in text.splitlines() for word in [*re.findall(r"[;&|]+|[()]|[^\s;&|()]+", line), ";"]]
+        lines = text.replace("\\\n", "").splitlines()
+        return [word for line in lines for word in [*re.findall(r"[;&|]+|[()]|[^\s;&|()]+", line), ";"]]
 
 
 class _Splitter:
@@ -164,7 +165,8 @@ class _Splitter:
         text = self.text
         while self.at < len(text):
             char = text[self.at]
-            if self.escape and text.startswith("\\\n", self.at):
+            # Joined even where a backslash is a Windows path's: read as one, a command is checked as a whole.
+            if text.startswith("\\\n", self.at):
                 self.at += 2
             elif char.isspace():
                 self._space(char)

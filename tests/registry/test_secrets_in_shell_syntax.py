@@ -31,6 +31,8 @@ def _agent_with_server(command: str, args: list[str], env: dict[str, str] | None
         # a backslash at a line's end continues the command
         ("sh", ["-c", "mysql -h db -u app \\\n  -phunter2-SECRET app"], "args.1", "glued to the MySQL"),
         ("sh", ["-c", "PGHOST=db \\\nPGPASSWORD=hunter2-SECRET psql"], "args.1", "variable 'PGPASSWORD'"),
+        ("cmd", ["/c", "mysql.exe -u app \\\n-phunter2-SECRET --socket=C:\\mysql\\run"], "args.1", "glued to the MySQL"),
+        ("sh", ["-c", "mysql -u app \\\n-phunter2-SECRET 'unclosed"], "args.1", "glued to the MySQL"),
         # a shell run by a shell
         ("bash -lc 'mysql -uapp -phunter2-SECRET app'", [], "command", "glued to the MySQL"),
         ("sh", ["-c", "bash -lc 'mysql -uapp -phunter2-SECRET app'"], "args.1", "glued to the MySQL"),
