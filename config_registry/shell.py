@@ -82,15 +82,30 @@ def simple_commands(text: str) -> list[list[str]]:
 
 def scripts(text: str) -> list[str]:
     """``text`` and each script a shell in it runs from a string (``bash -lc '...'``, ``cmd /c ...``,
-    ``pwsh -Command ...``), and theirs in turn, up to four deep."""
+    ``pwsh -Command ...``) or a word's ``$(...)`` or backquotes run, and theirs in turn, up to four deep."""
     found: list[str] = []
     pending = [(text, 0)]
     while pending:
         script, depth = pending.pop(0)
         found.append(script)
         if depth < _MAX_NESTING:
-            inner = (shell_script(command) for command in _commands(script))
-            pending.extend((each, depth + 1) for each in inner if each is not None)
+            for command in _commands(script):
+                inner = [shell_script(command), *(each for word in command for each in _substitutions(word))]
+                pending.extend((each, depth + 1) for each in inner if each is not None)
+    return found
+
+
+def _substitutions(word: str) -> list[str]:
+    """The commands in a word's ``$(...)`` and backquotes (not those nested in them), which the shell runs."""
+    found: list[str] = []
+    at = 0
+    while starts := [i for i in (word.find("$(", at), word.find("`", at)) if i >= 0]:
+        start = min(starts)
+        end = word.find("`", start + 1) + 1 if word[start] == "`" else _group_end(word, start + 1) or 0
+        if end <= start:
+            return found
+        found.append(word[start + 1:end - 1] if word[start] == "`" else word[start + 2:end - 1])
+        at = end
     return found
 
 

@@ -43,6 +43,8 @@ def _agent_with_server(command: str, args: list[str], env: dict[str, str] | None
         ("sh", ["-c", "pwsh -NoProfile -c \"$env:PGPASSWORD='hunter2-SECRET'; psql\""], "args.1",
          "variable 'PGPASSWORD'"),
         # a subshell or a group of commands
+        ("sh", ["-c", "echo $(PGPASSWORD=hunter2-SECRET psql -tc 'select 1')"], "args.1", "variable 'PGPASSWORD'"),
+        ("sh", ["-c", "X=`mysql -phunter2-SECRET -e 'select 1'` tool"], "args.1", "glued to the MySQL"),
         ("sh", ["-c", "(PGPASSWORD=hunter2-SECRET psql -h db)"], "args.1", "variable 'PGPASSWORD'"),
         ("sh", ["-c", "{ PGPASSWORD=hunter2-SECRET psql; }"], "args.1", "variable 'PGPASSWORD'"),
         # a program run by a wrapper or in a container
