@@ -121,8 +121,11 @@ def _commands(text: str) -> list[list[str]]:
 
 def shell_script(words: list[str]) -> str | None:
     """The script a command gives a shell to run as a string (``bash -lc SCRIPT``, ``cmd /c SCRIPT``,
-    ``pwsh -NoProfile -Command SCRIPT``), also after a wrapper (``kubectl exec POD -- sh -c SCRIPT``);
-    ``None`` for any other command."""
+    ``pwsh -NoProfile -Command SCRIPT``), also after a wrapper (``kubectl exec POD -- sh -c SCRIPT``), or
+    the command ``env -S STRING`` runs; ``None`` for any other command."""
+    split = _env_split_string(words)
+    if split is not None:
+        return split
     index = command_word(words)
     program = _program(words[index]) if index is not None else ""
     rest = words[index + 1:] if index is not None else []
@@ -132,6 +135,19 @@ def shell_script(words: list[str]) -> str | None:
               else _POWERSHELL_COMMAND if program in _POWERSHELLS else None)
     start = next((i for i, word in enumerate(rest) if marker and marker.fullmatch(word)), None)
     return " ".join(rest[start + 1:]) if start is not None and rest[start + 1:] else None
+
+
+def _env_split_string(words: list[str]) -> str | None:
+    """The command ``env -S 'PROGRAM ARGS'`` splits from one string and runs, with the words after it."""
+    start = next((i for i, word in enumerate(words) if _program(word) == "env"), len(words))
+    for index in range(start + 1, len(words)):
+        if words[index] in ("-S", "--split-string"):
+            return " ".join(words[index + 1:]) or None
+        if words[index].startswith("--split-string="):
+            return " ".join([words[index].partition("=")[2], *words[index + 1:]])
+        if not words[index].startswith("-"):
+            return None
+    return None
 
 
 def _posix_shell_script(arguments: list[str]) -> str | None:

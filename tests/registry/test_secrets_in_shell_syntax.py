@@ -40,6 +40,7 @@ def _agent_with_server(command: str, args: list[str], env: dict[str, str] | None
         ("sh", ["-c", "kubectl exec -n db mysql-0 -- sh -c 'mysql -phunter2-SECRET'"], "args.1", "glued to the MySQL"),
         ("sh", ["-c", "bash -c \"sh -c 'tool --api-key hunter2-SECRET serve'\""], "args.1", "flag '--api-key'"),
         ("sh", ["-c", "cmd /c set PGPASSWORD=hunter2-SECRET"], "args.1", "variable 'PGPASSWORD'"),
+        ("sh", ["-c", "env -S 'mysql -uapp -phunter2-SECRET' crm"], "args.1", "glued to the MySQL"),
         ("sh", ["-c", "pwsh -NoProfile -c \"$env:PGPASSWORD='hunter2-SECRET'; psql\""], "args.1",
          "variable 'PGPASSWORD'"),
         # a subshell or a group of commands
