@@ -10,11 +10,13 @@ so that :mod:`config_registry.credentials` can ask what a program's arguments me
 A script is split into words as a POSIX shell splits it, a backslash at a line's end joining it to the
 next, where a new line, ``;``, ``&&``, ``||``, ``|`` and ``&`` end a command whether or not spaces stand
 around them (``crm|ssh``, ``x&& psql``), and a subshell's or group's ``(``, ``)``, ``{`` and ``}`` too. The
-script a shell runs from a string (``bash -lc '...'``) is read as well. Nothing here decides what a secret is.
+script a shell runs from a string (``bash -lc '...'``) or a ``$(...)`` is read as well. Nothing here decides
+what a secret is.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Where one command ends and the next begins ("a; b", "a && b", "a | b", "a & b", a new line), and where a
@@ -77,22 +79,28 @@ _MAX_NESTING = 4
 def simple_commands(text: str) -> list[list[str]]:
     """The words of each simple command in ``text`` and in the scripts its shells run (:func:`scripts`),
     without the separators between them."""
-    return [command for script in scripts(text) for command in _commands(script)]
+    return [list(command) for _script, commands in _read(text) for command in commands]
 
 
 def scripts(text: str) -> list[str]:
     """``text`` and each script a shell in it runs from a string (``bash -lc '...'``, ``cmd /c ...``,
     ``pwsh -Command ...``) or a word's ``$(...)`` or backquotes run, and theirs in turn, up to four deep."""
-    found: list[str] = []
+    return [script for script, _commands in _read(text)]
+
+
+@functools.lru_cache(maxsize=8)  # one value is read for its commands and its scripts, one after the other
+def _read(text: str) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
+    found: list[tuple[str, tuple[tuple[str, ...], ...]]] = []
     pending = [(text, 0)]
     while pending:
         script, depth = pending.pop(0)
-        found.append(script)
+        commands = tuple(tuple(command) for command in _commands(script))
+        found.append((script, commands))
         if depth < _MAX_NESTING:
-            for command in _commands(script):
-                inner = [shell_script(command), *(each for word in command for each in _substitutions(word))]
+            for command in commands:
+                inner = [shell_script(list(command)), *(each for word in command for each in _substitutions(word))]
                 pending.extend((each, depth + 1) for each in inner if each is not None)
-    return found
+    return tuple(found)
 
 
 def _substitutions(word: str) -> list[str]:
@@ -211,9 +219,11 @@ class _Splitter:
     def _space(self, char: str) -> None:
         word = "".join(self.word or ())
         if _POWERSHELL_VARIABLE.fullmatch(word):
-            following = self.text[self.at:].lstrip(" \t")
-            if word.endswith("=") or following.startswith("="):  # "$env:A = 1" is "$env:A=1"
-                self.at = len(self.text) - len(following)
+            following = self.at
+            while self.text[following:following + 1] in (" ", "\t"):
+                following += 1
+            if word.endswith("=") or self.text.startswith("=", following):  # "$env:A = 1" is "$env:A=1"
+                self.at = following
                 return
         self._end()
         if char == "\n" and self.operators:
@@ -242,7 +252,10 @@ class _Splitter:
         if char == "`":
             self.at = _closing(text, start, "`") + 1
         elif char == "(" or (char == "$" and text[start + 1:start + 2] in ("(", "{")):
-            self.at = _group_end(text, start + (char == "$")) or start + 1  # unclosed: a character like another
+            end = _group_end(text, start + (char == "$"))
+            if end is None:  # read as a shell reads it, a script with this left open does not run
+                raise ValueError("no closing bracket")
+            self.at = end
         else:
             self.at += 1
         return text[start:self.at]
@@ -266,7 +279,9 @@ class _Splitter:
         return "".join(pieces)
 
     def _add(self, piece: str) -> None:
-        self.word = [*(self.word or ()), piece]
+        if self.word is None:
+            self.word = []
+        self.word.append(piece)
 
     def _end(self) -> None:
         if self.word is not None:
