@@ -395,21 +395,22 @@ def _sshpass_password(words: list[str], index: int) -> int | None:
 def _left_out(value: str) -> bool:
     """Whether a value leaves the secret out: a ``${VAR}`` (``%VAR%``, ``$env:VAR``) the program expands from
     its environment, with no default or one that leaves it out in turn (``${VAR:?}``, ``${VAR:-$OTHER}``), a
-    ``$(command)`` the shell runs, or an example of what goes there (``...``, ``<your token>``); also as the
-    first word of a command line's rest (``PGPASSWORD=${DB_PASSWORD:?} psql``), but not with text glued to it
-    (``$(cat /x)pw``)."""
-    first = shell_words(value)[:1]
-    return _left_out_word(value) or (first != [value] and bool(first) and _left_out_word(first[0])
-                                     and value.lstrip().startswith(first[0]))
-
-
-def _left_out_word(value: str) -> bool:
+    ``$(command)`` the shell runs, or an example of what goes there (``...``, ``<your token>``)."""
     scheme = _AUTHORIZATION_SCHEME.match(value)
     value = value[scheme.end():] if scheme else value
     expansion = _EXPANSION.fullmatch(value)
     if expansion is not None:
-        return not expansion.group(1) or _left_out_word(expansion.group(1))
+        return not expansion.group(1) or _left_out(expansion.group(1))
     return bool(_PLACEHOLDER.fullmatch(value) or _EXAMPLE_VALUE.fullmatch(value))
+
+
+def _variable_left_out(value: str) -> bool:
+    """Whether a variable's value leaves the secret out (:func:`_left_out`), also when a command follows it
+    in one argument that is a whole command line (``PGPASSWORD=${DB_PASSWORD:?} psql``), but not with text
+    glued to it (``$(cat /x)pw``)."""
+    first = shell_words(value)[:1]
+    return _left_out(value) or (bool(first) and first != [value] and value.startswith(first[0])
+                                and _left_out(first[0]))
 
 
 def is_file_setting(name: str, value: str) -> bool:
@@ -422,18 +423,21 @@ def _argument_credential(text: str) -> str | None:
     """Whether an argument (or a flag's ``=`` value: ``--env=API_KEY=VALUE``) sets a variable or writes a
     header whose name means a credential, to a value that is not a ``${VAR}`` for the program to expand."""
     variable = _ASSIGNMENT.fullmatch(text)
-    found = variable_credential(variable.group(1), variable.group(2)) if variable else None
+    found = variable_credential(variable.group(1), variable.group(2), command_may_follow=True) if variable else None
     header = _HEADER_LINE.fullmatch(text)
     if found is None and header and header.group(2).strip() and is_secret_field(header.group(1)):
         found = None if _left_out(header.group(2).strip()) else f"the value of the header {header.group(1)!r}"
     return found
 
 
-def variable_credential(name: str, value: str) -> str | None:
+def variable_credential(name: str, value: str, *, command_may_follow: bool = False) -> str | None:
     """Whether setting the variable ``name`` to ``value`` sets a secret: a name that means a credential (not
     the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`), nor a
-    path given to a ``_FILE`` variable (:func:`is_file_setting`)."""
+    path given to a ``_FILE`` variable (:func:`is_file_setting`). With ``command_may_follow`` the value is
+    the rest of a command line, and a value that leaves the secret out may be followed by the command it is
+    set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`_variable_left_out`."""
     value = value.strip()
-    if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or _left_out(value):
+    left_out = _variable_left_out if command_may_follow else _left_out
+    if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):
         return None
     return None if is_file_setting(name, value) else f"the value of the variable {name!r}"
