@@ -118,12 +118,17 @@ def _substitutions(word: str) -> list[str]:
 
 
 def _commands(text: str) -> list[list[str]]:
+    """The simple commands of ``text`` read whole, as a shell reads it, and of each of its lines read alone:
+    prose with an apostrophe on one line and another lines below (a system message) is no quoted string
+    hiding the lines between."""
+    lines = text.replace("\\\n", "").splitlines()
     commands: list[list[str]] = [[]]
-    for word in split_words(text):
-        if word in _SEPARATORS:
-            commands.append([])
-        else:
-            commands[-1].append(word)
+    for reading in [text, *lines] if len(lines) > 1 else [text]:
+        for word in [*split_words(reading), ";"]:
+            if word in _SEPARATORS:
+                commands.append([])
+            else:
+                commands[-1].append(word)
     return [command for command in commands if command]
 
 

@@ -120,3 +120,13 @@ def test_a_file_variable_given_a_secret_rather_than_a_path_is_refused() -> None:
         apply_references(component, {KEY_PATH: "env:K"})
     assert caught.value.field == f"{SERVER}.env.POSTGRES_PASSWORD_FILE"
     assert "hunter2" not in str(caught.value)
+
+
+def test_a_password_set_between_two_lines_of_prose_with_apostrophes_is_refused(registry: Registry) -> None:
+    component = _agent_with_server("db-mcp", [])
+    del component["config"]["workbench"]
+    component["config"]["system_message"] = "Don't ask for it.\nPGPASSWORD=hunter2-SECRET psql -h db\nIt's set."
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "prose")
+    assert caught.value.field == "config.system_message"
+    assert "variable 'PGPASSWORD'" in caught.value.message and "hunter2" not in str(caught.value)
