@@ -158,6 +158,78 @@ async def test_versions_under_compliance_mode_in_two_stores_are_shredded_after_o
         await store.close()
 
 
+def _restore(store: S3TranscriptStore, subject: str) -> None:
+    """A copy of one of the user's transcripts put back from a backup: readable (written before sealing)."""
+    store.client.put_object(Bucket=store.bucket, Key=f"{store.prefix}/subjects/{subject}/sessions/restored/runs/r",
+                            Body=b"readable restored transcript")
+
+
+async def _two_stores(engine: AsyncEngine, registry: Registry, lock: bool) -> tuple[S3TranscriptStore, ...]:
+    """Zoe's transcripts in two buckets, two runs in the first and one in the second, each bucket under
+    compliance mode (``lock``) or not."""
+    stores = tuple(S3TranscriptStore(make_client(), _compliance_bucket() if lock else versioned_bucket(), "audit")
+                   for _ in range(2))
+    for store, runs in zip(stores, (2, 1), strict=True):
+        platform = audited_platform(engine, registry, store)
+        async with platform.session("zoe", f"s-{runs}", team="support_triage") as s:
+            for n in range(runs):
+                await s.run(f"{CANARY} run {n}")
+        await platform.aclose()
+    return stores
+
+
+@pytest.mark.s3
+async def test_a_transcript_restored_into_a_held_store_during_its_pass_brings_the_request_back_to_it(
+    engine: AsyncEngine, registry: Registry, s3_env: str
+) -> None:
+    """Left holding its held versions and a restored copy, the first store was taken as holding only what the hold
+    kept: done for the request, which completed with the readable copy there, never listed."""
+    first, second = await _two_stores(engine, registry, lock=True)
+    subject = await _subject(engine, "zoe")
+
+    def restored(step: str, done: int, total: int | None) -> None:
+        if step == "transcripts":  # after the pass's deletes in the first store
+            _restore(first, subject)
+
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first, progress=restored).run("zoe", request_id="req-restored")
+    with pytest.raises(TranscriptStoreMismatch) as named:
+        await coordinator(engine, second).run("zoe", request_id="req-restored")
+    assert named.value.stores == (first.url,)
+    receipt = await coordinator(engine, first).run("zoe", request_id="req-restored")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt  # the copy is readable, and held too
+    assert (transcripts.counts.objects, transcripts.counts.versions) == (4, 4)
+    assert (transcripts.counts.retained, transcripts.counts.unreadable) == (1, 3)
+    assert f"1 in {second.url}" in (transcripts.detail or "")
+    for store in (first, second):
+        await store.close()
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("lock", [True, False], ids=["held", "emptied"])
+async def test_a_transcript_restored_into_a_store_after_its_pass_is_left_there_whether_a_hold_kept_some_or_not(
+    engine: AsyncEngine, registry: Registry, s3_env: str, lock: bool
+) -> None:
+    """A request talks to one store at a time: the pass against the second does not list the first again, done
+    for the request whether emptied or left holding what a hold keeps, and the request completes."""
+    first, second = await _two_stores(engine, registry, lock)
+    subject = await _subject(engine, "zoe")
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first).run("zoe", request_id="req-restored-after")
+    _restore(first, subject)
+
+    receipt = await coordinator(engine, second).run("zoe", request_id="req-restored-after")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.versions == 3  # as the passes found the stores
+    left = _versions(first.bucket, f"audit/subjects/{subject}/")
+    assert len(left) == (3 if lock else 1)  # the restored copy, beside what the hold keeps
+    for store in (first, second):
+        await store.close()
+
+
 async def _subject(engine: AsyncEngine, user: str) -> str:
     subject = await find_subject(engine, user)
     assert subject is not None

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from teamstore import erase_user
-from teamstore.audit import outbox
+from teamstore.audit import claims, outbox
 from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
@@ -34,7 +34,7 @@ from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.schema import erasure_steps
-from teamstore.errors import TranscriptStoreMismatch
+from teamstore.errors import ErasureInProgress, TranscriptStoreMismatch
 from teamstore.events import drain_observers
 from teamstore.settings import Settings
 from teamstore.state.schema import store_settings
@@ -206,6 +206,100 @@ async def test_a_run_killed_in_one_store_and_resumed_in_another_counts_what_each
     receipt = await coordinator(engine, first).run(USER, request_id="req-killed-two")
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert receipt.stores["transcripts"].counts.objects == 4  # three from the first store, one from the second
+
+
+async def test_a_transcript_written_to_a_store_after_its_deletes_is_counted_when_the_request_comes_back_to_it(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """Found since its deletes, the first store was named again; but its pass there took the larger of its two
+    counts, as if it listed a subset of what the first found, and the transcript that came was never counted."""
+    first, second = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
+    subject = await _write_runs(engine, first, runs=3)
+    await _write_runs(engine, second, runs=1)
+    late = first.root.joinpath(*f"{subject_prefix(subject)}sessions/late/runs/r9.jsonl.gz".split("/"))
+
+    def restored(step: str, done: int, total: int | None) -> None:
+        if step == "transcripts":  # once the folder is deleted: a copy put back
+            late.parent.mkdir(parents=True)
+            late.write_bytes(b"restored transcript")
+
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first, progress=restored).run(USER, request_id="req-late")
+    with pytest.raises(TranscriptStoreMismatch) as info:
+        await coordinator(engine, second).run(USER, request_id="req-late")
+    assert info.value.stores == (first.url,)
+    receipt = await coordinator(engine, first).run(USER, request_id="req-late")
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert await first.list_keys(subject_prefix(subject)) == []
+    assert receipt.stores["transcripts"].counts.objects == 5  # three and the late one in the first, one in the second
+
+
+class DiesDeleting(LocalTranscriptStore):
+    """A folder whose first delete the process dies in, before anything goes."""
+
+    died = False
+
+    async def delete_prefix(self, prefix: str) -> int:
+        if not self.died:
+            self.died = True
+            raise Killed("before the deletes")
+        return await super().delete_prefix(prefix)
+
+
+@pytest.mark.parametrize(("stopped", "counted"), [("after the deletes", 3), ("before the deletes", 4)])
+async def test_a_request_an_earlier_release_stopped_in_one_store_and_resumed_in_another_counts_no_more_than_it_deleted(
+    engine: AsyncEngine, tmp_path: Path, stopped: str, counted: int
+) -> None:
+    """That release recorded the step's counts alone, not which store they were of: taken for the next store's,
+    they were counted again when the first store's pass found its transcripts still there (six for four). They
+    count as the store whose pass found the most, so the receipt may say fewer than were deleted (three, though
+    the first store's were gone), never more."""
+    first, second = DiesDeleting(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
+    subject = await _write_runs(engine, first, runs=3)
+    await _write_runs(engine, second, runs=1)
+
+    def die(step: str, done: int, total: int | None) -> None:
+        if step == "transcripts":
+            raise Killed("after the deletes")
+
+    if stopped == "after the deletes":
+        first.died = True
+    with pytest.raises(Killed, match=stopped):
+        await coordinator(engine, first, progress=die).run(USER, request_id="req-earlier-killed")
+    assert len(await first.list_keys(subject_prefix(subject))) == (3 if stopped == "before the deletes" else 0)
+    async with engine.begin() as conn:  # as the earlier release left it: no record of each store's counts
+        await conn.execute(delete(erasure_steps).where(erasure_steps.c.store.like("transcripts@%")))
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, second).run(USER, request_id="req-earlier-killed")
+    receipt = await coordinator(engine, first).run(USER, request_id="req-earlier-killed")
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == counted
+
+
+async def test_a_request_an_earlier_release_began_keeps_its_count_through_a_failure_before_the_next_store(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """Failed early (an upload of the user's may still land), the request recorded the step as failed with the
+    earlier release's count, which the next store's pass then took for its own: the larger of the two stood for
+    both."""
+    first, second = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
+    subject = await _write_runs(engine, first, runs=2)
+    await _write_runs(engine, second, runs=1)
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first).run(USER, request_id="req-earlier-failed")
+    async with engine.begin() as conn:  # as the earlier release left it: no record of each store's counts
+        await conn.execute(delete(erasure_steps).where(erasure_steps.c.store.like("transcripts@%")))
+    key = f"{subject_prefix(subject)}sessions/s0/runs/r-late.jsonl.gz"
+    with pytest.raises(ErasureInProgress):  # an upload S3 left unanswered: on record all the same, without its body
+        await outbox.enqueue(engine, "r-late", key, subject, b"body", "S3 left it unanswered",
+                             claim=outbox.Claim("worker-1", timedelta(minutes=5)))
+
+    failed = await coordinator(engine, second, upload_wait_seconds=0).run(USER, request_id="req-earlier-failed")
+    assert failed.status is RequestStatus.FAILED and failed.stores["transcripts"].counts.objects == 2, failed
+    await claims.settle(engine, "r-late", "worker-1", None)  # S3 answered: it cannot land
+    receipt = await coordinator(engine, second).run(USER, request_id="req-earlier-failed")
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 3
 
 
 async def test_a_request_an_earlier_release_began_in_one_store_counts_it_to_the_end(

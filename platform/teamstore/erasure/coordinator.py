@@ -50,7 +50,7 @@ from teamstore.erasure.receipt import (
 )
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Notice, Progress, Step, StepContext, build_steps
-from teamstore.erasure.stores import check_store
+from teamstore.erasure.stores import TRANSCRIPTS, check_store, transcript_parts
 from teamstore.erasure.verdict import key_destroyed, receipt_of, request_status, stored_receipt, verdict
 from teamstore.erasure.waits import Waits
 from teamstore.errors import (
@@ -259,6 +259,7 @@ class DeletionCoordinator:
         await waits.fence_grace(row.received_at)
         ctx = await self._context(row, owner)
         recorded = await record.load_steps(self.engine, row.request_id)
+        await transcript_parts(ctx, recorded.get(TRANSCRIPTS))  # before a failure below rewrites the step
         if row.user_id is not None and (still_open := await waits.sessions(row.user_id)):
             # A run that began before the fence may still write when it ends: not while the fence stands.
             ends = await waits.sessions_end(row.user_id)
@@ -271,7 +272,7 @@ class DeletionCoordinator:
                 f"refused while it is open{dead}. Rerun the same request id once they end"))
         if ctx.subject_key is not None and (lands_by := await waits.uploads(ctx.subject_key)):
             # Listed now, the transcripts could miss an upload that lands afterwards, with no one to delete it.
-            return await self._fail_early(row, ctx, recorded, (owner, attempt), "transcripts", (
+            return await self._fail_early(row, ctx, recorded, (owner, attempt), TRANSCRIPTS, (
                 f"an upload of the user's transcripts may still land until {lands_by:%Y-%m-%dT%H:%M:%SZ} (S3 left "
                 f"it unanswered, or it was still on its way after {self.knobs.upload_wait_seconds:g}s). Rerun the "
                 "same request id after that time"))

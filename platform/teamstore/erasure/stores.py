@@ -28,7 +28,7 @@ from teamstore.audit.transcripts.capabilities import holds_any, missing_here
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import StepStatus, StoreResult
-from teamstore.erasure.record import load_parts
+from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
 from teamstore.state.schema import store_settings
@@ -37,6 +37,8 @@ TRANSCRIPTS = "transcripts"
 """The step whose parts are the transcript stores (:func:`teamstore.erasure.record.record_part`)."""
 HELD = frozenset({StepStatus.RETAINED_UNDER_HOLD, StepStatus.SHREDDED})
 """A store's part in these: the pass there left only versions a hold keeps (readable, or under a destroyed key)."""
+EARLIER = ""
+"""The part of no store: the transcript counts a request an earlier release began recorded for the step alone."""
 
 
 async def pending_stores(ctx: StepContext) -> list[str]:
@@ -62,6 +64,29 @@ async def held_stores(ctx: StepContext) -> dict[str, StoreResult]:
         return {}
     parts = await load_parts(ctx.engine, ctx.request_id, TRANSCRIPTS)
     return {store: part for store, part in parts.items() if part.status in HELD}
+
+
+async def transcript_parts(ctx: StepContext, prior: StoreResult | None) -> dict[str, StoreResult]:
+    """The transcript step's parts (each store's counts, by URL); a request an earlier release began, which
+    recorded the step's counts alone (``prior``), is given a part of them first (:data:`EARLIER`).
+
+    Called before anything records the step again: a failure rewrites it as ``failed``, and its counts would then
+    pass for the next store's. That part is ``deleted`` when the step was (taken from stores emptied since, and
+    added), else ``enumerated``: a pass stopped in a store the record does not name, counted as the store whose
+    passes since found the most (:func:`teamstore.erasure.steps.transcripts.TranscriptStep.erase`).
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now.
+        StoreUnavailable: The database could not be reached.
+    """
+    parts = await load_parts(ctx.engine, ctx.request_id, TRANSCRIPTS)
+    if parts or prior is None or not ctx.request_id:
+        return parts
+    status = StepStatus.DELETED if prior.status is StepStatus.DELETED else StepStatus.ENUMERATED
+    # What a hold kept is left to the verification, which lists it again.
+    part = StoreResult(status=status, counts=prior.counts.model_copy(update={"retained": 0, "unreadable": 0}))
+    await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, EARLIER, part, ctx.owner)
+    return {EARLIER: part}
 
 
 async def check_store(ctx: StepContext, retention_days: int) -> None:

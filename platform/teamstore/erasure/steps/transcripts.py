@@ -24,7 +24,8 @@ whose transcripts went to several stores counts each once, whichever store a rer
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Awaitable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -41,9 +42,9 @@ from teamstore.audit.transcripts.capabilities import (
     holds_any,
 )
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.record import load_parts, record_part, record_step
+from teamstore.erasure.record import record_part, record_step
 from teamstore.erasure.steps.base import HeldVersions, StepContext
-from teamstore.erasure.stores import HELD, held_stores, mismatch, pending_stores
+from teamstore.erasure.stores import EARLIER, HELD, held_stores, mismatch, pending_stores, transcript_parts
 from teamstore.errors import TeamstoreError, TranscriptNotFound, TranscriptUnavailable
 from teamstore.keys.sealed import HEADER_BYTES, key_id_of
 
@@ -310,7 +311,10 @@ class TranscriptStep:
         record written page by page, as each was deleted, would leave a rerun after a kill both the pages deleted
         before it (recorded) and those left (found), never the page being deleted. Each store's counts are
         recorded apart (a part of the step, by its URL) and the step's are their sum, so a rerun against another
-        store adds to a store's counts, and one against the same store takes the larger of its own.
+        store adds to a store's counts, and one against the same store takes the larger of its own (it lists a
+        subset of what the last pass there found), or adds to them when that pass found something come since its
+        deletes. The counts of a pass an earlier release stopped in a store it did not name count as the store
+        whose passes found the most: the sum may be short of what was deleted, never beyond it.
 
         Raises:
             TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold.
@@ -332,9 +336,9 @@ class TranscriptStep:
         else:
             counts = counts.widest(await self._erase_pages(ctx, view, prefix, tally.listed, kept))
         kept.check()
-        await self._other_stores(ctx, counts, kept, others)
+        await self._other_stores(ctx, view, counts, kept, others)
         held = {store: part for store, part in others.items() if part.status in HELD}
-        return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others.values(), held=False),
+        return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others, held=False),
                            detail=_held_elsewhere(held))
 
     async def _record(self, ctx: StepContext, status: StepStatus, counts: Counts, others: dict[str, StoreResult]
@@ -343,7 +347,7 @@ class TranscriptStep:
         await record_part(ctx.engine, ctx.request_id, self.name, ctx.transcripts.url,
                           StoreResult(status=status, counts=counts), ctx.owner)
         await record_step(ctx.engine, ctx.request_id, self.name,
-                          StoreResult(status=status, counts=_sum(counts, others.values())), ctx.owner)
+                          StoreResult(status=status, counts=_sum(counts, others)), ctx.owner)
 
     async def _erase_pages(self, ctx: StepContext, view: VersionedObjects, prefix: str, counted: int, kept: Kept
                            ) -> Counts:
@@ -362,8 +366,8 @@ class TranscriptStep:
             await view.delete_folder(prefix)
             ctx.progress(self.name, counted, counted)
 
-    async def _other_stores(self, ctx: StepContext, counts: Counts, kept: Kept, others: dict[str, StoreResult]
-                            ) -> None:
+    async def _other_stores(self, ctx: StepContext, view: View, counts: Counts, kept: Kept,
+                            others: dict[str, StoreResult]) -> None:
         """Record what this pass left in this store, and stop the request, open, while another store still holds
         some of the subject's transcripts.
 
@@ -371,33 +375,43 @@ class TranscriptStep:
         or holds versions a hold keeps (the last one alone, the verification lists). One left holding only
         versions a hold keeps is done for this request too: its part records them (``retained``, ``unreadable``),
         so no pass comes back to it, and the one that ends the request counts them once
-        (:func:`teamstore.erasure.stores.held_stores`). The step is recorded as deleted (not verified): the rerun
-        against the next store adds to these counts.
+        (:func:`teamstore.erasure.stores.held_stores`). One where anything came since the deletes is neither: the
+        next pass there adds what it finds to what this one deleted. The step is recorded as deleted (not
+        verified): the rerun against the next store adds to these counts.
 
         Raises:
             TranscriptStoreMismatch: Another recorded store still holds some; it names them.
         """
-        assert ctx.subject_key is not None  # erase() returned earlier without one
         pending = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
-        if kept.held.listed:
-            status = StepStatus.RETAINED_UNDER_HOLD if kept.retained else StepStatus.SHREDDED
-            counts = counts.model_copy(update={"retained": kept.retained, "unreadable": kept.unreadable})
-        elif not pending and not any(part.status in HELD for part in others.values()):
-            status = StepStatus.DELETED  # the one store left: the verification lists it, and a rerun talks to it
-        elif not await _rerunnable(holds_any(ctx.transcripts, subject_prefix(ctx.subject_key))):
-            status = StepStatus.DELETED  # a held request's rerun goes back to the stores holds kept some in, not here
-            await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
-        else:  # something came since the deletes: not emptied, so named again
-            status = StepStatus.ENUMERATED
+        last = not pending and not any(part.status in HELD for part in others.values())
+        status, counts = await self._left_here(ctx, view, counts, kept, last=last)
         await record_part(ctx.engine, ctx.request_id, self.name, ctx.transcripts.url,
                           StoreResult(status=status, counts=counts), ctx.owner)
         if not pending:
             return
         await record_step(ctx.engine, ctx.request_id, self.name,
-                          StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others.values())), ctx.owner)
+                          StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others)), ctx.owner)
         but = f", but for {kept.held.listed} version(s) a hold keeps there," if kept.held.listed else ""
         raise mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url}{but} and talks to no "
                        "other store")
+
+    async def _left_here(self, ctx: StepContext, view: View, counts: Counts, kept: Kept, *, last: bool
+                         ) -> tuple[StepStatus, Counts]:
+        """This store's part after the deletes: its status, and its counts. ``last``: no other store is to empty
+        or holds versions a hold keeps (the verification lists this one)."""
+        assert ctx.subject_key is not None  # erase() returned earlier without one
+        prefix = subject_prefix(ctx.subject_key)
+        if kept.held.listed and (last or not await _beyond_held(view, prefix)):
+            status = StepStatus.RETAINED_UNDER_HOLD if kept.retained else StepStatus.SHREDDED
+            return status, counts.model_copy(update={"retained": kept.retained, "unreadable": kept.unreadable})
+        if kept.held.listed:  # something came since the deletes: named again, the held versions counted then
+            return StepStatus.DELETED, _beyond(counts, kept.held.counts())
+        if not last and not await _rerunnable(holds_any(ctx.transcripts, prefix)):
+            # A held request's rerun goes back to the stores holds kept some in, not here.
+            await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
+        # Emptied, or the one store left (the verification lists it, and a rerun talks to it), or something came
+        # since the deletes: not emptied, so named again, and the next pass there adds what it finds.
+        return StepStatus.DELETED, counts
 
     async def remaining(self, ctx: StepContext) -> Counts:
         """List again, counting versions still under a hold as retained; and add the versions a hold keeps in the
@@ -435,19 +449,20 @@ async def _tallied(view: View, prefix: str) -> Tally:
 
 
 async def _parts(ctx: StepContext, prior: StoreResult | None) -> tuple[dict[str, StoreResult], StoreResult | None]:
-    """What earlier passes of the request recorded: every other store's part, by URL, and this store's own.
-
-    A request an earlier release began recorded no parts, only the step: what it recorded was deleted from stores
-    emptied since when it is ``deleted`` (a part of its own, added), else this store's, found again now.
-    """
-    parts = await load_parts(ctx.engine, ctx.request_id, TranscriptStep.name)
-    if not parts and prior is not None:
-        if prior.status is not StepStatus.DELETED:
-            return {}, prior
-        # Kept as a part of its own (no store's), for the passes after this one to add up too.
-        await record_part(ctx.engine, ctx.request_id, TranscriptStep.name, "", prior, ctx.owner)
-        return {"": prior}, None
+    """What earlier passes of the request recorded: every other store's part, by URL, and this store's own."""
+    parts = await transcript_parts(ctx, prior)
     return parts, parts.pop(ctx.transcripts.url, None)
+
+
+async def _beyond_held(view: View, prefix: str) -> bool:
+    """Whether the store holds, under ``prefix``, a version or delete marker this attempt did not find held:
+    one that came since its deletes."""
+    held = view.seen.held if isinstance(view, VersionedObjects) else set()  # nothing holds a plain object
+    async with aclosing(view.pages(prefix)) as pages:
+        async for page in pages:
+            if any(version not in held for version in page):
+                return True
+    return False
 
 
 def _carry(found: Counts, prior: StoreResult | None) -> Counts:
@@ -455,19 +470,35 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
     if prior is None:
         return found
     left_over = {"retained": 0, "unreadable": 0}
-    if prior.status is StepStatus.DELETED:  # emptied: anything found now came since, and adds to it
+    if prior.status is StepStatus.DELETED:  # emptied, or what came since: anything found now adds to it
         return found.plus(prior.counts.model_copy(update=left_over))
     # enumerated, held or failed earlier: what is listed now is a subset of what was recorded then
     return found.widest(prior.counts.model_copy(update=left_over))
 
 
-def _sum(counts: Counts, parts: Iterable[StoreResult], *, held: bool = True) -> Counts:
-    """``counts`` and every part's added up; without ``held``, what the parts' holds keep is left out of
-    ``retained`` and ``unreadable`` (the verification adds it)."""
-    total = counts
-    for part in parts:
-        total = total.plus(part.counts if held else part.counts.model_copy(update={"retained": 0, "unreadable": 0}))
+def _sum(counts: Counts, others: dict[str, StoreResult], *, held: bool = True) -> Counts:
+    """This store's ``counts`` and every other part's added up; without ``held``, what the other parts' holds
+    keep is left out of ``retained`` and ``unreadable`` (the verification adds it).
+
+    The counts of a pass an earlier release stopped in a store it did not name (:data:`EARLIER`, not
+    ``deleted``) are of one of the stores: they count as the store whose counts are the largest, adding only what
+    they exceed it by (a field at a time).
+    """
+    total, largest = counts, counts
+    for store, part in others.items():
+        if store == EARLIER and part.status is not StepStatus.DELETED:
+            continue
+        found = part.counts if held else part.counts.model_copy(update={"retained": 0, "unreadable": 0})
+        total, largest = total.plus(found), largest.widest(found)
+    earlier = others.get(EARLIER)
+    if earlier is not None and earlier.status is not StepStatus.DELETED:
+        total = total.plus(_beyond(earlier.counts, largest))
     return total
+
+
+def _beyond(counts: Counts, less: Counts) -> Counts:
+    """What ``counts`` exceeds ``less`` by, a field at a time (none where it does not)."""
+    return Counts(**{k: max(0, getattr(counts, k) - getattr(less, k)) for k in Counts.model_fields})
 
 
 def _as_left(counts: Counts) -> Counts:
