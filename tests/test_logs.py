@@ -102,13 +102,18 @@ async def test_sqlalchemy_at_debug_logs_the_rows_teamstore_reads_without_their_v
     assert subject_key not in caplog.text and repr(bytes(wrapped))[2:-1] not in caplog.text
 
 
-async def test_aiosqlite_at_debug_logs_the_calls_teamstore_makes_without_their_values(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _embedded(tmp_path: Path) -> tuple[Registry, Settings]:
+    """A registry with the support team, and settings for the embedded default on it."""
     registry = Registry(tmp_path / "registry", create=True)
     registry.add("support_triage", examples.support_triage().dump_component(),
                  examples.example_manifest("support_triage"), "v1", label="production")
-    settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)
+    return registry, Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)
+
+
+async def test_aiosqlite_at_debug_logs_the_calls_teamstore_makes_without_their_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, settings = _embedded(tmp_path)
     with caplog.at_level(logging.DEBUG, "aiosqlite"):
         platform = open_platform(settings)
         async with platform, platform.session("alice-CANARY@example.com", "s-CANARY", team="support_triage") as s:
@@ -121,10 +126,7 @@ async def test_aiosqlite_at_debug_logs_the_calls_teamstore_makes_without_their_v
 async def test_a_platform_on_an_engine_the_host_built_logs_and_raises_nothing_of_its_values(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    registry = Registry(tmp_path / "registry", create=True)
-    registry.add("support_triage", examples.support_triage().dump_component(),
-                 examples.example_manifest("support_triage"), "v1", label="production")
-    settings = Settings(home=tmp_path / "home", registry_path=registry.path, auto_migrate=True)
+    registry, settings = _embedded(tmp_path)
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'host.db'}")  # the host's own: no options
     with caplog.at_level(logging.DEBUG, "aiosqlite"), caplog.at_level(logging.DEBUG, "sqlalchemy.engine"):
         platform = Platform(engine, registry, settings=settings)

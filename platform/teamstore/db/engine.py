@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import re
@@ -30,6 +29,7 @@ from sqlalchemy.util import await_only
 
 from config_registry.errors import folder_failure
 from config_registry.folders import PRIVATE, make_folder
+from teamstore.db.hidden import hide_driver_call_values, hide_row_values
 from teamstore.errors import ConfigurationError, MissingExtra, SchemaNotReady
 from teamstore.settings import to_async_url
 
@@ -39,34 +39,6 @@ _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*@")
 # libpq also takes the password (and the client key's passphrase) as a query parameter:
 # postgresql://app@db/teamstore?password=...
 _QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
-
-
-LOGGING_NAME = "teamstore"
-"""The ``logging_name`` of teamstore's engines: SQLAlchemy logs them on ``sqlalchemy.engine.Engine.teamstore``."""
-
-
-class _RowValuesHidden(logging.Filter):
-    """Logs each row SQLAlchemy reads without its values, as ``hide_parameters`` logs statements.
-
-    At DEBUG (``sqlalchemy.engine`` set to DEBUG, or ``echo="debug"``) SQLAlchemy logs every row it reads, and
-    teamstore's rows hold user and session ids, subject keys and wrapped data keys: a log that kept a user's
-    wrapped key would open that user's data after an erasure destroyed the key."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg == "Row %r":
-            record.msg, record.args = "Row [values hidden: they hold users' ids and keys]", None
-        return True
-
-
-_ROWS_HIDDEN = _RowValuesHidden()
-
-
-def _hide_row_values() -> str:
-    """Install :class:`_RowValuesHidden` on the logger of teamstore's engines (once); returns their logging name."""
-    logger = logging.getLogger(f"sqlalchemy.engine.Engine.{LOGGING_NAME}")
-    if _ROWS_HIDDEN not in logger.filters:
-        logger.addFilter(_ROWS_HIDDEN)
-    return LOGGING_NAME
 
 
 def redact_url(url: str) -> str:
@@ -349,48 +321,6 @@ def _utc_session(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.autocommit = autocommit
 
 
-class _DriverCallValuesHidden(logging.Filter):
-    """Logs each call aiosqlite hands its connection's thread by the function's name, without its arguments.
-
-    At DEBUG (the root logger at DEBUG is enough: ``aiosqlite``'s level is its parent's) aiosqlite logs
-    ``executing <call>`` and ``operation <call> completed`` for every statement, the call being a
-    ``functools.partial`` whose text holds the SQL and every bound value: users' and sessions' ids, subject
-    keys, wrapped data keys. ``hide_parameters`` does not reach the driver's own log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(isinstance(a, functools.partial) for a in record.args):
-            record.args = tuple(_call_named(a) if isinstance(a, functools.partial) else a for a in record.args)
-        return True
-
-
-def _call_named(call: functools.partial[Any]) -> str:
-    name = getattr(call.func, "__qualname__", type(call.func).__name__)
-    return f"{name}(...) [arguments hidden: they hold users' ids and keys]"
-
-
-_DRIVER_CALLS_HIDDEN = _DriverCallValuesHidden()
-
-
-def _hide_driver_call_values() -> None:
-    """Install :class:`_DriverCallValuesHidden` on aiosqlite's logger (once), whatever its level."""
-    logger = logging.getLogger("aiosqlite")
-    if _DRIVER_CALLS_HIDDEN not in logger.filters:
-        logger.addFilter(_DRIVER_CALLS_HIDDEN)
-
-
-def protect_engine(engine: AsyncEngine) -> None:
-    """Keep the values of ``engine``'s statements and rows out of its errors and logs, as :func:`create_engine`
-    does for its own: for an engine the caller built and hands teamstore (``Platform(my_engine, ...)``). Its
-    ``hide_parameters`` is turned on, the rows its logger (shared with the caller's other engines of the same
-    logging name) would print at DEBUG lose their values, and aiosqlite's DEBUG lines their arguments."""
-    engine.sync_engine.hide_parameters = True
-    logger: Any = engine.sync_engine.logger  # a Logger, or SQLAlchemy's InstanceLogger around one (echo set)
-    named = logging.getLogger(getattr(logger, "logger", logger).name)
-    if _ROWS_HIDDEN not in named.filters:
-        named.addFilter(_ROWS_HIDDEN)
-    _hide_driver_call_values()
-
-
 def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> AsyncEngine:
     """Build an async engine for ``url``, swapping in the async driver when needed.
 
@@ -421,8 +351,8 @@ def create_engine(url: str, *, must_exist: bool = False, **kwargs: Any) -> Async
     # Bound values (user ids, session ids, whole states) stay out of error messages and SQL logs: an
     # exception chained under a typed error, or logged with its traceback, carries only the SQL.
     kwargs.setdefault("hide_parameters", True)
-    kwargs.setdefault("logging_name", _hide_row_values())  # and the rows' values
-    _hide_driver_call_values()  # and aiosqlite's own DEBUG lines, which hold each statement's values
+    kwargs.setdefault("logging_name", hide_row_values())  # and the rows' values
+    hide_driver_call_values()  # and aiosqlite's own DEBUG lines, which hold each statement's values
     if parsed.get_backend_name() == "postgresql":
         try:
             import psycopg  # noqa: F401
@@ -489,11 +419,11 @@ def create_reader(engine: AsyncEngine) -> Engine:
         database = url.database or ":memory:"
         sync_url = url.set(drivername="sqlite", database=f"file:{database}", query={"mode": "ro", "uri": "true"})
         reader = create_sync_engine(sync_url, poolclass=NullPool, hide_parameters=True,
-                                    logging_name=_hide_row_values())
+                                    logging_name=hide_row_values())
         event.listen(reader, "connect", _busy_timeout)
         return reader
     reader = create_sync_engine(url.set(drivername="postgresql+psycopg"), poolclass=NullPool, hide_parameters=True,
-                                logging_name=_hide_row_values())
+                                logging_name=hide_row_values())
     event.listen(reader, "connect", _utc_session)
     return reader
 

@@ -40,8 +40,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from config_registry import Registry
 from config_registry.errors import RegistryError
 from config_registry.types import BuiltTeam
-from teamstore.db.engine import protect_engine
 from teamstore.db.fence import forgetting
+from teamstore.db.hidden import protect_engine
 from teamstore.db.migrate import ensure_current
 from teamstore.events import RunObserver, drain_observers
 from teamstore.ids import check_id
