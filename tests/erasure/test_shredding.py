@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
 from teamstore.audit.subjects import find_subject
+from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import sealed_context
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import RequestStatus, StepStatus
@@ -228,6 +230,46 @@ async def test_a_transcript_restored_into_a_store_after_its_pass_is_left_there_w
     assert len(left) == (3 if lock else 1)  # the restored copy, beside what the hold keeps
     for store in (first, second):
         await store.close()
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("rerun", ["same store", "another store"])
+async def test_a_copy_restored_into_the_last_store_during_its_pass_is_found_counted_and_keeps_the_request_open(
+    engine: AsyncEngine, registry: Registry, s3_env: str, tmp_path: Path, rerun: str
+) -> None:
+    """The last store, left holding held versions and a restored copy, was taken as done: its verification found
+    the copy and failed the request, whose rerun against another (empty) store then completed with the copy there,
+    or whose rerun against it took the larger of two counts and left the copy out."""
+    store = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    platform = audited_platform(engine, registry, store)
+    async with platform.session("zoe", "s-1", team="support_triage") as s:
+        for n in range(3):
+            await s.run(f"{CANARY} run {n}")
+    await platform.aclose()
+    subject = await _subject(engine, "zoe")
+    (held, *_) = _versions(store.bucket, f"audit/subjects/{subject}/")
+    store.client.put_object_legal_hold(Bucket=store.bucket, Key=held["Key"], VersionId=held["VersionId"],
+                                       LegalHold={"Status": "ON"})
+    restored: list[bool] = []
+
+    def restoring(step: str, done: int, total: int | None) -> None:
+        if step == "transcripts" and not restored:  # after the pass's deletes
+            restored.append(True)
+            _restore(store, subject)
+
+    first = await coordinator(engine, store, progress=restoring).run("zoe", request_id="req-restored")
+    assert first.status is RequestStatus.FAILED  # the verification found the copy
+    if rerun == "another store":
+        with pytest.raises(TranscriptStoreMismatch) as named:  # the held store still has the copy to delete
+            await coordinator(engine, LocalTranscriptStore(tmp_path / "other")).run("zoe", request_id="req-restored")
+        assert named.value.stores == (store.url,)
+    store.client.put_object_legal_hold(Bucket=store.bucket, Key=held["Key"], VersionId=held["VersionId"],
+                                       LegalHold={"Status": "OFF"})
+    receipt = await coordinator(engine, store).run("zoe", request_id="req-restored")
+    assert receipt.status is RequestStatus.COMPLETED
+    assert receipt.stores["transcripts"].counts.versions == 4  # three runs and the copy, each counted once
+    assert _versions(store.bucket, f"audit/subjects/{subject}/") == []
+    await store.close()
 
 
 async def _subject(engine: AsyncEngine, user: str) -> str:

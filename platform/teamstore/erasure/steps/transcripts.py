@@ -401,7 +401,7 @@ class TranscriptStep:
         or holds versions a hold keeps (the verification lists this one)."""
         assert ctx.subject_key is not None  # erase() returned earlier without one
         prefix = subject_prefix(ctx.subject_key)
-        if kept.held.listed and (last or not await _beyond_held(view, prefix)):
+        if kept.held.listed and not await _beyond_held(view, prefix):  # the last store too: a rerun adds to it
             status = StepStatus.RETAINED_UNDER_HOLD if kept.retained else StepStatus.SHREDDED
             return status, counts.model_copy(update={"retained": kept.retained, "unreadable": kept.unreadable})
         if kept.held.listed:  # something came since the deletes: named again, the held versions counted then
