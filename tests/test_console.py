@@ -173,6 +173,86 @@ def test_an_argument_that_is_not_utf8_is_refused_by_name(tmp_path: Path, args: l
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "option", "next_word"),
+    [(["erase", "--user", "--json", "--yes"], "--user", "--json"),
+     (["sessions", "list", "--user", "--json"], "--user", "--json"),
+     (["sessions", "show", "--user", "alice", "--session", "--json"], "--session", "--json"),
+     (["erase", "--request-id", "--user", "alice", "--json", "--yes"], "--request-id", "--user"),
+     (["cost", "--user", "--format", "json"], "--user", "--format")],
+    ids=["erase", "sessions-list", "session", "request-id", "cost"],
+)
+def test_an_id_option_whose_value_is_missing_refuses_the_next_option_as_its_value(
+    tmp_path: Path, args: list[str], option: str, next_word: str
+) -> None:
+    # `--user $U --json` with U unset: click took "--json" for the user id, and `erase` erased a user so named.
+    assert _teamstore(tmp_path, "db", "upgrade").returncode == 0
+    proc = _teamstore(tmp_path, *args)
+    assert proc.returncode == 1, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["type"] == "OptionValueMissing" and error["exit_code"] == 1
+    assert error["message"] == f"{option} got no value: the next word, {next_word}, is an option"
+    assert "unset or empty" in error["fix"] and f"{option}=VALUE" in error["fix"]
+    assert f"error: {error['message']}" in proc.stderr
+    listed = json.loads(_teamstore(tmp_path, "erase", "list", "--json").stdout)
+    assert listed["requests"] == []  # refused before a request was stored
+
+
+def test_an_id_option_followed_by_a_word_that_starts_with_two_dashes_is_refused_without_repeating_it(
+    tmp_path: Path,
+) -> None:
+    proc = _teamstore(tmp_path, "sessions", "list", "--user", "--alice-7Q3X")
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert "error: --user got no value: the next word starts with '--'" in proc.stderr
+    assert "7Q3X" not in proc.stderr and not (tmp_path / "home").exists()
+
+
+def test_an_id_that_starts_with_two_dashes_is_still_taken_joined_to_its_option(tmp_path: Path) -> None:
+    proc = _teamstore(tmp_path, "sessions", "list", "--user=--json", "--json")
+    assert "OptionValueMissing" not in proc.stdout and "got no value" not in proc.stderr
+    assert json.loads(proc.stdout)["error"]["type"] == "SchemaNotReady"  # the id was taken: the lookup ran
+
+
+@pytest.mark.parametrize(
+    ("args", "kind", "message"),
+    [(["sessions", "list", "--user", "alice", "--limit", "0", "--json"], "UsageError",
+      "Invalid value for '--limit': it takes an integer from 1 to 100000"),
+     (["cost", "--by", "bogus-7Q3X", "--format", "json"], "ConfigurationError", "Invalid value for '--by'"),
+     (["cost", "--since", "yesterday-7Q3X", "--format", "json"], "ConfigurationError", "Invalid value for '--since'"),
+     (["cost", "--format", "json", "--top", "many-7Q3X"], "UsageError", "Invalid value for '--top'"),
+     (["erase", "list", "--status", "7Q3X", "--json"], "ConfigurationError", "Invalid value for '--status'"),
+     (["sessions", "list", "--user", "\udcff", "--json"], "ConfigurationError", "argument 4 (after --user) is not"),
+     (["sessions", "list", "--jsno", "--json"], "UsageError", "No such option: --jsno")],
+    ids=["click-range", "by", "since", "click-int-format-json", "status", "not-utf8", "unknown-option"],
+)
+def test_every_failure_under_json_is_stdouts_one_error_document(tmp_path: Path, args: list[str], kind: str,
+                                                              message: str) -> None:
+    proc = _teamstore(tmp_path, *args, COLUMNS="300")
+    assert proc.returncode == 1, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["type"] == kind and error["exit_code"] == 1 and error["message"].startswith(message), error
+    assert error["fix"] and f"error: {error['message']}" in proc.stderr
+    assert "7Q3X" not in proc.stdout and "7Q3X" not in proc.stderr
+
+
+@pytest.mark.parametrize("top", [[], ["--top", "3"]], ids=["listing", "top"])
+def test_a_cost_query_that_matches_nothing_under_format_json_writes_its_report_and_no_second_document(
+    tmp_path: Path, top: list[str]
+) -> None:
+    assert _teamstore(tmp_path, "db", "upgrade").returncode == 0
+    proc = _teamstore(tmp_path, "cost", "--format", "json", *top)
+    assert proc.returncode == 3, proc.stderr
+    assert json.loads(proc.stdout)["rows"] == []  # one document: the error is told on stderr only
+    assert "error: the ledger holds no run" in proc.stderr
+
+
+def test_a_usage_error_without_json_still_writes_nothing_to_stdout(tmp_path: Path) -> None:
+    proc = _teamstore(tmp_path, "sessions", "list", "--limit", "0")
+    assert proc.returncode == 1 and proc.stdout == "" and "error: Invalid value for '--limit'" in proc.stderr
+    proc = _teamstore(tmp_path, "run", "--team", "t", "--user", "u", "--session", "s", "--limit", "--", "--json")
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr  # a message after `--` asks for nothing
+
+
 def test_a_run_whose_model_endpoint_is_down_is_an_error_line_not_tracebacks(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_", "OPENAI_"))}
     env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="sk-test",

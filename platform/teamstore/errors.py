@@ -75,6 +75,11 @@ def refused_value(*names: str, takes: str) -> str:
     return f"Invalid value for {named}: it takes {takes} (the value is not repeated here: it may be a user's words)"
 
 
+class OptionValueMissing(ConfigurationError):
+    """A command-line option got no value of its own: the next word, an option, would have been taken as it
+    (``--user $U --json`` with ``U`` unset or empty). Refused before the command reads or stores anything."""
+
+
 class MissingExtra(ConfigurationError):
     """An optional backend needs a package that is not installed."""
 

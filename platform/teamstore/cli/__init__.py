@@ -40,8 +40,8 @@ from teamstore.cli import (
     sessions,
     transcripts,
 )
-from teamstore.cli._output import JsonOutput, UsageError, err_console, fail
-from teamstore.errors import ConfigurationError, TeamstoreError, refused_value
+from teamstore.cli._output import JsonOutput, UsageError, err_console, fail, json_error
+from teamstore.errors import ConfigurationError, OptionValueMissing, TeamstoreError, refused_value
 from teamstore.ids import lone_surrogate
 from teamstore.terminal import plain
 
@@ -64,6 +64,7 @@ class _UsageErrorsInContext:
     option given without its value) with no context, which typer would print in a box of its own."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _refuse_an_option_as_a_value(ctx, args)
         try:
             return super().parse_args(ctx, args)  # type: ignore[misc,no-any-return]  # mixed into a click command
         except UsageError as exc:
@@ -85,6 +86,8 @@ class _Commands(_FlagsTakeNoValue, _UsageErrorsInContext, TyperGroup):
     usage errors (a mistyped option), since status 2 is an outcome of `erase` and `registry check`."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        JsonOutput.reset()  # one command per process, but a test's runner invokes many
+        JsonOutput.asked = _asks_for_json(args)  # before any option is read: a usage error may come first
         _check_text(args)
         try:
             return super().parse_args(ctx, args)
@@ -92,7 +95,6 @@ class _Commands(_FlagsTakeNoValue, _UsageErrorsInContext, TyperGroup):
             _usage_failed(exc)
 
     def invoke(self, ctx: Any) -> Any:
-        JsonOutput.reset()  # one command per process, but a test's runner invokes many
         try:
             return super().invoke(ctx)
         except TeamstoreError as exc:
@@ -108,10 +110,66 @@ def _usage_failed(exc: Exception) -> NoReturn:
     if type(exc).__name__ == "NoArgsIsHelpError" or ctx is None:
         raise exc  # a bare group prints its help
     said, fix = _unquoted(exc, ctx)
+    fix = f"see `{ctx.command_path} --help`{fix}"
+    json_error("UsageError", said, fix, 1)
     err_console.print(plain(ctx.get_usage()), highlight=False)
     err_console.print(f"[bold red]error[/]: {plain(said)}")
-    err_console.print(f"[yellow]fix[/]: {plain(f'see `{ctx.command_path} --help`{fix}')}")
+    err_console.print(f"[yellow]fix[/]: {plain(fix)}")
     raise typer.Exit(1)
+
+
+def _asks_for_json(args: list[str]) -> bool:
+    """Whether the command line asks for JSON (``--json``, ``--format json``): read from the words as given,
+    before click has read any option, so that a usage error, or ``--json`` taken as another option's value,
+    still answers with the JSON error document. Words after ``--`` are a message, not options."""
+    words = args[: args.index("--")] if "--" in args else args
+    pairs = zip(words, [*words[1:], ""], strict=True)
+    return any(word == "--json" or word == "--format=json" or (word, after) == ("--format", "json")
+               for word, after in pairs)
+
+
+# Options whose value is an id (a user's, a session's, a request's, a team's...): no id starts with "--", so
+# such a word after one is the next option, the id having been lost (`--user $U` with U unset).
+_ID_OPTIONS = frozenset({"--user", "--session", "--request-id", "--run", "--team", "--model", "--after",
+                         "--requested-by", "--operator", "--who"})
+
+
+def _refuse_an_option_as_a_value(ctx: Any, args: list[str]) -> None:
+    """Refuse an option whose value is missing and which would take the next option as its value (click does):
+    `--user $U --json` with ``U`` unset ran the command for a user named ``--json``. The next word is one of
+    the command's own options, or, after an id option, starts with ``--``. ``--user=--x`` still gives such a
+    value on purpose.
+
+    Raises:
+        OptionValueMissing: Before the command has read or stored anything.
+    """
+    options = {name: param for param in ctx.command.get_params(ctx) if param.param_type_name == "option"
+               for name in (*param.opts, *param.secondary_opts)}
+    group = hasattr(ctx.command, "commands")
+    at = 0
+    while at < len(args) and args[at] != "--":
+        word, after = args[at], args[at + 1] if at + 1 < len(args) else None
+        if group and not word.startswith("-"):
+            return  # a subcommand's name: what follows is its own to read
+        param = options.get(word)
+        if param is None or param.is_flag or param.count or after is None:
+            at += 1
+            continue
+        if after in options or (word in _ID_OPTIONS and after.startswith("--")):
+            _option_without_value(word, after if after in options else None)
+        at += 2
+
+
+def _option_without_value(option: str, next_option: str | None) -> NoReturn:
+    """Raise :class:`OptionValueMissing` for ``option``: the next word is shown only when it is an option."""
+    said = (f"the next word, {next_option}, is an option" if next_option is not None
+            else "the next word starts with '--' as an option does (not repeated here: it may be a user's words)")
+    raise OptionValueMissing(
+        f"{option} got no value: {said}",
+        hint=f"give {option} its value; a shell variable that is unset or empty gives none (`{option} $ID` with ID "
+        f"empty): check it, and quote it (`{option} \"$ID\"`) so that an empty one is refused as empty; a value "
+        f"that starts with '--' goes as {option}=VALUE",
+    )
 
 
 # An unknown option is named when it is one letter, or a typo of one of the command's own (click suggests it).

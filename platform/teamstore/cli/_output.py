@@ -32,8 +32,9 @@ err_console = Console(stderr=True, emoji=False)  # ":x:" in a message is text, a
 
 
 class JsonOutput:
-    """What the command running asked of stdout: whether ``--json`` was given, and whether its document was
-    written, so that a failure under ``--json`` is itself one JSON document (:func:`fail`) and never a second one."""
+    """What the command running asked of stdout: whether ``--json`` (or ``--format json``) was given, and whether
+    its document was written, so that a failure under ``--json`` is itself one JSON document (:func:`fail`) and
+    never a second one."""
 
     asked = False
     written = False
@@ -84,13 +85,18 @@ def emit(data: Any, *, as_json: bool, render: Callable[[Any], None]) -> None:
         render(data)
 
 
+def json_error(kind: str, message: str, fix: str | None, code: int) -> None:
+    """Under ``--json`` (or ``--format json``), when the command wrote no document yet, write the failure as
+    stdout's one document: ``{"error": {"type", "message", "fix", "exit_code"}}``."""
+    if JsonOutput.asked and not JsonOutput.written:
+        sys.stdout.write(dumps({"error": {"type": kind, "message": message, "fix": fix, "exit_code": code}}) + "\n")
+        JsonOutput.written = True
+
+
 def fail(exc: TeamstoreError, code: int = 1) -> NoReturn:
     """Print a typed error with its fix and exit non-zero. Under ``--json``, when the command wrote no document
     yet, the error is also stdout's one document: ``{"error": {"type", "message", "fix", "exit_code"}}``."""
-    if JsonOutput.asked and not JsonOutput.written:
-        sys.stdout.write(dumps({"error": {"type": type(exc).__name__, "message": exc.message, "fix": exc.hint,
-                                          "exit_code": code}}) + "\n")
-        JsonOutput.written = True
+    json_error(type(exc).__name__, exc.message, exc.hint, code)
     # The message quotes ids as the user gave them: printed as text, never read as rich markup.
     err_console.print(f"[bold red]error[/]: {plain(exc.message)}")
     if exc.hint:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import typer
 
-from teamstore.cli._output import dumps, fail
+from teamstore.cli._output import JsonOutput, dumps, fail
 from teamstore.cli._registry_render import short
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, NoMatchingUsage, TeamstoreError
@@ -174,6 +174,7 @@ class _Json:
     def __init__(self, report: CostReport, prices: PriceTable) -> None:
         self.report, self.rows = report, 0
         sys.stdout.write(self._around()[0] + '\n  "rows": [')
+        JsonOutput.written = True  # the document a later failure (nothing matched: exit 3) must not follow
 
     def row(self, row: CostRow) -> None:
         item = dumps({**row.group, "key": row.key, **row.figures()}).replace("\n", "\n    ")
