@@ -63,6 +63,14 @@ def test_a_typed_error_under_json_is_stdouts_one_document(tmp_path: Path, args: 
     assert "Traceback" not in proc.stderr
 
 
+def test_a_session_that_is_not_stored_is_named_by_its_own_error_type(tmp_path: Path) -> None:
+    assert _teamstore(tmp_path, "db", "upgrade").returncode == 0
+    proc = _teamstore(tmp_path, "sessions", "show", "--user", "alice", "--session", "nosuch", "--json")
+    assert proc.returncode == 1, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["type"] == "SessionNotFound" and error["message"] == "no stored session for that user and session id"
+
+
 def test_an_error_without_json_writes_nothing_to_stdout(tmp_path: Path) -> None:
     proc = _teamstore(tmp_path, "sessions", "show", "--user", "a", "--session", "s", OPENAI_API_KEY="")
     assert proc.returncode == 1 and proc.stdout == "" and "error:" in proc.stderr
@@ -264,10 +272,11 @@ def test_a_run_whose_model_endpoint_is_down_is_an_error_line_not_tracebacks(tmp_
                            capture_output=True, text=True, timeout=120, check=False)
     assert added.returncode == 0, added.stderr
     proc = subprocess.run([sys.executable, "-m", "teamstore", "run", "--team", "support_triage_openai",
-                           "--user", "alice", "--session", "s1", "hi"], cwd=tmp_path, env=env,
+                           "--user", "alice", "--session", "s1", "hi", "--json"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 1
     assert "error: the team's run raised RuntimeError (an agent's APIConnectionError, at " in proc.stderr
+    assert json.loads(proc.stdout)["error"]["type"] == "TeamRunFailed"  # a script can tell it from a refusal
     assert "fix:" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -218,6 +218,16 @@ class QuarantineNotFound(StateError):
     """No quarantined state has the given id (never, or it was restored or erased)."""
 
 
+class SessionNotFound(StateError):
+    """No stored session has the given user and session id: never saved, or deleted, expired and swept, or
+    erased."""
+
+
+class TeamRunFailed(StateError):
+    """The team's own run failed (a model endpoint down, a tool raising) and left no run to continue: the
+    session keeps what it saved before the run. The message names the exception and where it was raised."""
+
+
 class RunInProgress(StateError):
     """State cannot be saved or loaded while ``run_stream`` is in flight."""
 

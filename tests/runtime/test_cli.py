@@ -348,8 +348,9 @@ def test_a_run_that_stops_mid_run_says_it_can_be_continued_and_is(
     ids = ["--team", TEAM, "--user", "alice", "--session", "s1"]
     with counted_calls(monkeypatch) as calls:
         calls.fail_at = 3
-        out = runner.invoke(app, ["run", *ids, "My line drops every evening"])
+        out = runner.invoke(app, ["run", *ids, "My line drops every evening", "--json"])
         assert out.exit_code == 1
+        assert json.loads(out.stdout)["error"]["type"] == "RunInterrupted"  # a script's cue to --continue
         said = " ".join(out.output.split())  # the console wraps lines
         assert "stopped after turn 2 and can be continued" in said and "--continue" in said
         assert "raised RuntimeError (an agent's ConnectionError, at checkpoint_teams.py:" in said

@@ -17,7 +17,7 @@ import typer
 
 from teamstore.cli._output import JsonOption, emit, fail
 from teamstore.cli._runner import with_app_stoppable
-from teamstore.errors import InvalidTask, NoInterruptedRun, TeamstoreError
+from teamstore.errors import InvalidTask, NoInterruptedRun, RunInterrupted, TeamRunFailed, TeamstoreError
 from teamstore.ids import check_ids
 from teamstore.terminal import console, plain
 
@@ -124,12 +124,12 @@ async def _run_once(
         said, see = _team_failure(exc, with_message=platform.settings.capture_message_content)
         stopped = opened.interrupted if opened is not None else None
         if stopped is not None:  # its checkpoint keeps the turns it completed; its transcript waits for its end
-            raise TeamstoreError(
+            raise RunInterrupted(
                 f"{said}; the run stopped after turn {stopped.last_turn} and can be continued",
                 hint="once the model client answers again: teamstore run --team T --user U --session S --continue "
                 f"(or --abandon){see}",
             ) from exc
-        raise TeamstoreError(
+        raise TeamRunFailed(
             said,
             hint="check the model client's endpoint, key and quota; `teamstore transcripts show --user ... "
             f"--session ...` shows the run up to the failure{see}",

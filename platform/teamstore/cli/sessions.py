@@ -15,7 +15,7 @@ import typer
 
 from teamstore.cli._output import JsonOption, emit
 from teamstore.cli._runner import with_app, with_app_stoppable
-from teamstore.errors import TeamstoreError
+from teamstore.errors import SessionNotFound
 from teamstore.ids import check_ids
 from teamstore.terminal import console, plain, print_table
 
@@ -122,7 +122,7 @@ def show_session(
 
     data = _stored(go)
     if data is None:
-        raise TeamstoreError("no stored session for that user and session id",
+        raise SessionNotFound("no stored session for that user and session id",
                              hint="check the ids with `teamstore sessions list --user ...`")
     emit(data, as_json=as_json, render=_render_session)
 
