@@ -119,19 +119,31 @@ def test_an_empty_request_id_is_refused_not_replaced_by_a_fresh_one() -> None:
     # `--request-id "$TICKET"` with the variable unset: erasing under an id nobody holds loses the idempotency key.
     _populate(1)
     result = runner.invoke(app, ["erase", "--user", USER, "--request-id", "", "--json"])
-    assert result.exit_code == 1 and "error: request id of length 0" in result.output and "fix:" in result.output
+    assert result.exit_code == 1 and "error: request id is empty" in result.output and "fix:" in result.output
     plan = runner.invoke(app, ["erase", "--user", USER, "--dry-run", "--json"])
     assert json.loads(plan.stdout)["stores"]["transcripts"]["status"] == "would_erase"  # nothing was erased
 
 
 def test_a_blank_request_id_or_one_with_spaces_around_it_is_refused_with_exit_1() -> None:
     _populate(1)
-    for bad in ("   ", "REQ-7 "):
+    for bad, said in (("   ", "request id is blank: it holds only spaces or invisible characters"),
+                      ("REQ-7 ", "request id has U+0020, a space or an invisible character, at its end"),
+                      ("REQ\x7f7", "request id holds the control character U+007F")):
         for extra in ([], ["--dry-run"]):
             result = runner.invoke(app, ["erase", "--user", USER, "--request-id", bad, "--yes", *extra])
-            assert result.exit_code == 1 and "error: request id" in result.output and "fix:" in result.output
+            assert result.exit_code == 1 and f"error: {said}" in result.output and "fix:" in result.output
+            assert "REQ" not in result.output  # what is wrong is said; the id given is not repeated
     listed = runner.invoke(app, ["erase", "list", "--json"])
     assert json.loads(listed.stdout)["requests"] == []  # no request was opened
+
+
+def test_a_request_id_no_request_can_have_is_refused_saying_what_is_wrong_with_it() -> None:
+    _populate(1)
+    for bad, said in (("er-\x01x", "request id holds the control character U+0001"),
+                      ("r" * 129, "request id is 129 characters long; the limit is 128")):
+        result = runner.invoke(app, ["erase", "status", bad])
+        assert result.exit_code == 1 and f"error: {said}" in result.output, result.output
+        assert "fix: a request id is 1..128 printable UTF-8 characters" in " ".join(result.output.split())
 
 
 def test_ids_that_look_like_markup_are_printed_as_given() -> None:

@@ -327,8 +327,10 @@ async def test_a_page_after_an_unknown_or_malformed_request_id_is_refused_naming
     assert unknown.value.hint is not None and "last request id a page listed" in unknown.value.hint
     with pytest.raises(ErasureRequestNotFound, match="did you mean 'req-04'"):
         await list_requests(engine, after="REQ-04")
-    for malformed in ("", "x" * 129, "req\n04"):
-        with pytest.raises(InvalidIdentifier, match="--after: request id of length"):
+    for malformed, said in (("", "is empty"), ("x" * 129, "is 129 characters long; the limit is 128"),
+                            ("req\n04", "holds the control character U\\+000A"),
+                            ("req\udcff", "contains the lone surrogate U\\+DCFF")):
+        with pytest.raises(InvalidIdentifier, match=f"^--after: request id {said}"):
             await list_requests(engine, after=malformed)
 
 

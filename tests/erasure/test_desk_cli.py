@@ -648,7 +648,7 @@ def test_the_desk_reads_every_page_of_a_listing_by_the_command_each_page_names(
     last = json.loads(cli("erase", "list", "--limit", "4", "--after", oldest, "--json").stdout)
     assert last == {"requests": [], "more": False, "next": None, "near_match": None}  # the oldest: nothing after it
     for cursor, said in (("req-99", "--after 'req-99' names no erasure request"), ("REQ-01", "did you mean 'req-01'?"),
-                         ("", "--after: request id of length 0 cannot be used")):
+                         ("", "--after: request id is empty")):
         refused = cli("erase", "list", "--after", cursor)
         assert refused.exit_code == 1 and said in " ".join(refused.stderr.split()), refused.output
 

@@ -37,7 +37,7 @@ from teamstore.erasure.schema import REQUEST_ID, erasure_requests, folded_id
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.errors import ErasureConflict, ErasureRequestNotFound, InvalidIdentifier, StoreUnavailable
 from teamstore.export.nearby import check_stored_if_unusable
-from teamstore.ids import invisible, lone_surrogate
+from teamstore.ids import lone_surrogate, refusal
 from teamstore.people import check_not_naming
 
 MAX_REASON_CHARS = 1000
@@ -71,7 +71,8 @@ class RequestRow:
 
 
 def check_request_id(request_id: str) -> str:
-    """Refuse request ids that cannot be stored exactly.
+    """Refuse request ids that cannot be stored exactly. The message says what is wrong, never the id: one
+    refused may hold anything pasted.
 
     Raises:
         InvalidIdentifier: Not a string, empty, longer than 128 characters, holding control characters, or not
@@ -80,33 +81,47 @@ def check_request_id(request_id: str) -> str:
     if not isinstance(request_id, str):
         raise InvalidIdentifier(f"a request id is a string, not {type(request_id).__name__}",
                                 hint="give the request id as text, as `teamstore erase` prints it")
-    if (not request_id or len(request_id) > REQUEST_ID or any(ord(c) < 32 for c in request_id)
-            or lone_surrogate(request_id) is not None):
+    said = _unstorable(request_id)
+    if said is not None:
         raise InvalidIdentifier(
-            f"request id of length {len(request_id)} cannot be used",
+            said,
             hint=f"a request id is 1..{REQUEST_ID} printable UTF-8 characters, as `teamstore erase` prints it "
             "(a new request without --request-id gets a fresh one)",
         )
     return request_id
 
 
+def _unstorable(request_id: str) -> str | None:
+    """Why no request can be stored under ``request_id``, said as :func:`teamstore.ids.check_id` says it."""
+    if not request_id:
+        return "request id is empty"
+    if len(request_id) > REQUEST_ID:
+        return f"request id is {len(request_id)} characters long; the limit is {REQUEST_ID}"
+    bad = next((c for c in request_id if ord(c) < 32), None)  # DEL is refused in new ids only: see below
+    if bad is not None:
+        return f"request id holds the control character U+{ord(bad):04X}"
+    surrogate = lone_surrogate(request_id)
+    if surrogate is not None:
+        return f"request id contains the lone surrogate U+{ord(surrogate):04X}, which is not text"
+    return None
+
+
 def check_new_request_id(request_id: str, user_id: str) -> str:
     """Refuse an id a new request for ``user_id`` may not take: :func:`check_request_id`'s, a blank one, one
-    with spaces or invisible characters around it (:func:`teamstore.ids.invisible`: U+FEFF, U+200B) or a DEL, and one naming the user (:func:`teamstore.people.check_not_naming`: the id
-    is kept, and printed by ``erase list``, after the user's erasure). A pasted ``"REQ-7 "`` would open a
-    second request beside ``REQ-7``, and a blank one lists as nothing. A request already stored under such an
-    id (by an earlier release) is still reached, to resume or report it.
+    with spaces or invisible characters around it (:func:`teamstore.ids.invisible`: U+FEFF, U+200B) or a DEL,
+    and one naming the user (:func:`teamstore.people.check_not_naming`: the id is kept, and printed by ``erase
+    list``, after the user's erasure). A pasted ``"REQ-7 "`` would open a second request beside ``REQ-7``, and
+    a blank one lists as nothing. A request already stored under such an id (by an earlier release) is still
+    reached, to resume or report it. The message says what is wrong (:func:`teamstore.ids.refusal`), never
+    the id.
 
     Raises:
         InvalidIdentifier: The id breaks a rule.
     """
     check_request_id(request_id)
-    if invisible(request_id[0]) or invisible(request_id[-1]) or "\x7f" in request_id:
-        raise InvalidIdentifier(
-            f"request id {request_id!r} is blank, has spaces (or invisible characters) around it or holds a "
-            "control character",
-            hint="give --request-id as the ticket number alone, without spaces around it",
-        )
+    refused = refusal("request id", request_id)
+    if refused is not None:
+        raise refused
     check_not_naming("request_id", request_id, user_id)
     return request_id
 
