@@ -42,7 +42,7 @@ from config_registry.layout import (
     team_names,
     versions,
 )
-from config_registry.manifest import Manifest, shown, validate_name
+from config_registry.manifest import Manifest, validate_name
 from config_registry.participants import kind_of
 from config_registry.registration import (
     TRACKED,
@@ -417,7 +417,7 @@ class Registry:
         if len(matches) == 1:
             return matches[0]
         raise UnknownVersion(
-            f"{shown(selector)} is not a label or a unique version (7+ hex digits) of team {name!r}"
+            f"what follows '@' is not a label or a unique version (7+ hex digits) of team {name!r}"
             + (" (ambiguous prefix)" if matches else ""),
             hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
         )

@@ -85,8 +85,8 @@ def test_pseudonymous_reports_hold_no_user_or_session_id(ledger_env: AsyncEngine
 
 
 @pytest.mark.parametrize(("args", "error", "fix"), [
-    (["--team", "suport"], "no team named 'suport' is in the ledger", "did you mean 'support'?"),
-    (["--model", "m-bgi"], "no model named 'm-bgi' is in the ledger", "did you mean 'm-big'?"),
+    (["--team", "suport"], "the ledger holds no run of the team given with --team", "did you mean 'support'?"),
+    (["--model", "m-bgi"], "the ledger holds no run of the model given with --model", "did you mean 'm-big'?"),
     (["--user", "nobody"], "the ledger holds no run of the user given with --user", "matched exactly"),
     (["--user", "alice", "--session", "s9"], "the ledger holds no run of that session of the user", "unique per user"),
     (["--since", "2026-12-02"], "no run matching these filters started in", "widen --since/--until"),
@@ -100,6 +100,8 @@ def test_a_filter_that_matches_nothing_exits_3_and_says_why(
         assert code == 3, (args, fmt, err)
         assert f"error: {error}" in err and "fix:" in err and fix in err
         assert "nobody" not in err and "bob" not in err and "carol" not in err  # no id, given or other
+        assert args[0] not in ("--team", "--model") or args[1] not in err  # nor a name given: a user's words
+        # typed in the wrong place land there
     empty = json.loads(_cost(*args, "--format", "json")[1])
     assert empty["rows"] == [] and empty["total"]["cost"] == "0"
 
@@ -130,6 +132,56 @@ def test_a_filter_that_matches_runs_that_cost_nothing_exits_0(ledger_env: AsyncE
     assert code == 0, err
     report = json.loads(out)
     assert report["total"]["cost"] == "0" and report["rows"][0]["user"] == "erin"
+
+
+async def _run_of(url: str, user: str) -> None:
+    engine = create_engine(url)
+    subject, secret = await ensure_subject(engine, user)
+    started = datetime(2026, 11, 20, 10, tzinfo=UTC)
+    await record_usage(engine, [{
+        "run_id": "odd", "team": "odd", "team_version": "v1", "subject_key": subject,
+        "session_key": session_key(secret, "o1"), "stop_reason": None, "ended_by_limit": False, "run_failed": False,
+        "started_at": started, "finished_at": started, "day": started.date(), "purpose": "agent", "failed_calls": 0,
+        "agent": "triage", "model": "m-free", "input_tokens": 10, "output_tokens": 5, "calls": 1}], "o1")
+    await engine.dispose()
+
+
+def _on_a_terminal(*args: str) -> str:
+    """``teamstore ARGS``'s stdout when it is a terminal (a pseudo-terminal the test reads)."""
+    import os
+    import subprocess
+    import sys
+
+    reading, writing = os.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "teamstore", *args], stdout=writing, stderr=subprocess.PIPE,
+                              timeout=120, check=False)
+    finally:
+        os.close(writing)
+    assert done.returncode == 0, done.stderr
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(reading, 65536)
+        except OSError:  # the terminal's other end closed: all of it was read
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(reading)
+    return shown.decode("utf-8")
+
+
+def test_csv_on_a_terminal_shows_the_characters_a_terminal_acts_on_escaped_and_a_pipe_gets_them_as_stored(
+    ledger_env: AsyncEngine, database_url: str
+) -> None:
+    # U+009B is a C1 control: CSI, on a terminal the start of an escape sequence (ESC [); U+202E turns text around.
+    asyncio.run(_run_of(database_url, "mal\x9b2J\u202elory"))
+    shown = _on_a_terminal("cost", "--team", "odd", "--by", "user", "--format", "csv")
+    assert "\x9b" not in shown and "\u202e" not in shown, repr(shown)
+    assert "mal\\x9b2J\\u202elory" in shown  # as the table shows it
+    code, piped, _ = _cost("--team", "odd", "--by", "user", "--format", "csv")
+    assert code == 0 and next(iter(csv.DictReader(io.StringIO(piped))))["user"] == "mal\x9b2J\u202elory"
 
 
 def test_an_empty_ledger_exits_3(engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -282,8 +282,8 @@ async def test_top_weeks_and_months_alone_or_with_another_dimension_are_the_whol
 @pytest.mark.parametrize(("filters", "message", "suggestions"), [
     ({"user": "alicia"}, "the ledger holds no run of the user given with --user", ()),
     ({"user": "alice", "session": "s9"}, "the ledger holds no run of that session of the user", ()),
-    ({"team": "suport"}, "no team named 'suport' is in the ledger", ("support",)),
-    ({"model": "m-bgi"}, "no model named 'm-bgi' is in the ledger", ("m-big",)),
+    ({"team": "suport"}, "the ledger holds no run of the team given with --team", ("support",)),
+    ({"model": "m-bgi"}, "the ledger holds no run of the model given with --model", ("m-big",)),
     ({"team": "sales", "model": "m-big"}, "no run matches these filters together (each matches runs on its own)", ()),
     ({"since": "2026-12-02"}, "no run matching these filters started in [2026-12-02T00:00:00+00:00, ...)", ()),
     ({"since": "2099-01-01"}, "--since 2099-01-01T00:00:00+00:00 is in the future: no run has started since", ()),

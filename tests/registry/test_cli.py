@@ -55,6 +55,26 @@ def test_add_show_list_history_in_json(registry_path: Path) -> None:
     assert [row["kind"] for row in history] == ["label", "version"]
 
 
+@pytest.mark.parametrize(
+    ("team", "said"),
+    [("support triage-7Q3X", "team name is not allowed: it holds U+0020 (' ')"),
+     ("Support-7Q3X", "team name is not allowed: it starts with U+0053 ('S')"),
+     ("x" * 65 + "7Q3X", "team name is not allowed: it is 69 characters long; the limit is 64"),
+     ("support_triage@zz-7Q3X", "what follows '@' is not a label or a unique version (7+ hex digits) of team "
+      "'support_triage'")],
+    ids=["space", "uppercase", "long", "selector"],
+)
+def test_a_team_reference_that_names_no_team_says_what_is_wrong_without_repeating_it(
+    registry_path: Path, team: str, said: str
+) -> None:
+    # A user's words given as --team (`--team "$INPUT"`) would otherwise reach the error line, and a log.
+    as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "production", "-m", "first")
+    for args in (["run", "--team", team, "--user", "u", "--session", "s", "hi"], ["registry", "show", team]):
+        result = invoke(*args)
+        assert result.exit_code == 1 and said in " ".join(result.stderr.split()), result.output
+        assert "7Q3X" not in result.output
+
+
 def test_adding_the_latest_definition_again_says_no_version_was_made(registry_path: Path) -> None:
     first = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "-m", "first")
     assert first["new"] is True

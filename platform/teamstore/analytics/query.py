@@ -296,8 +296,10 @@ async def _unknown_name(conn: AsyncConnection, name: str, value: str, report: Co
     else:
         shown = ", ".join(repr(n) for n in known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
         hint = f"the ledger's {name}s: {shown}"
-    return NoMatchingUsage(f"no {name} named {value!r} is in the ledger", hint=hint, suggestions=near,
-                           report=report)
+    # The name given is not repeated (a user's words typed in the wrong place land in it); the near names are
+    # the ledger's own.
+    return NoMatchingUsage(f"the ledger holds no run of the {name} given with --{name}", hint=hint,
+                           suggestions=near, report=report)
 
 
 async def _empty_window(conn: AsyncConnection, query: CostQuery, where: CostFilter,

@@ -23,7 +23,7 @@ from teamstore.cli._output import JsonOutput, dumps, fail
 from teamstore.cli._registry_render import short
 from teamstore.cli._runner import with_app
 from teamstore.errors import ConfigurationError, NoMatchingUsage, TeamstoreError
-from teamstore.terminal import console, plain, print_table
+from teamstore.terminal import console, inert, plain, print_table
 
 # The database, the cost query and the price table are imported by the commands that use them, not with the
 # command line: `teamstore --help` starts without them.
@@ -148,18 +148,23 @@ class _Output(Protocol):
 
 
 class _Csv:
-    """One line per group, then the total (its first group column reads ``total``); money as exact text."""
+    """One line per group, then the total (its first group column reads ``total``); money as exact text. On a
+    terminal, the characters it would act on (C0 and C1 controls, bidirectional overrides) in a name or an id
+    are shown escaped, as the table shows them; a file or a pipe gets the CSV as stored."""
 
     def __init__(self, report: CostReport, prices: PriceTable | None = None) -> None:
         self.report, self.writer = report, csv.writer(sys.stdout, lineterminator="\n")
+        self.on_terminal = sys.stdout.isatty()
         self.writer.writerow([*report.fields, *FIGURES, "unpriced_models", "currency", "price_version"])
+
+    def _write(self, cells: list[object]) -> None:
+        self.writer.writerow([inert(c) if self.on_terminal and isinstance(c, str) else c for c in cells])
 
     def row(self, row: CostRow, group: Sequence[str] | None = None) -> None:
         figures = row.figures()
         cells = [_cell(v) for v in group or [row.group.get(f, "") for f in self.report.fields]]
         cells += [_cell(figures[c]) for c in FIGURES]
-        self.writer.writerow([*cells, _cell(";".join(row.unpriced_models)), self.report.currency,
-                              self.report.price_version])
+        self._write([*cells, _cell(";".join(row.unpriced_models)), self.report.currency, self.report.price_version])
 
     def end(self) -> None:
         self.row(self.report.total, ["total", *[""] * (len(self.report.fields) - 1)])

@@ -222,7 +222,8 @@ def extended_due(due_at: datetime, by: str) -> datetime:
     found = _BY.match(by)
     if found is None or int(found.group(1)) == 0:
         raise ExtensionRefused(
-            f"--by {by!r} is not a length of time",
+            "--by is not a length of time: it takes a positive number of days, weeks or months (the value is not "
+            "repeated here: it may be a user's words)",
             hint="give days, weeks or months: --by 30d, --by 6w or --by 2m (two months at most)",
         )
     amount, unit = int(found.group(1)), found.group(2)
