@@ -35,14 +35,20 @@ def shown(value: str) -> str:
     return repr(value) if len(value) <= 80 else f"{value[:60]!r}... ({len(value):,} characters)"
 
 
-def _misnamed(value: str) -> str:
-    """What makes ``value`` no name, never the name itself: a team name given may be a user's words typed
-    in the wrong place (``--team "$USER_INPUT"``), and the error line may be logged."""
+def name_problem(value: str, pattern: re.Pattern[str] = NAME_PATTERN) -> str:
+    """What makes ``value`` no name by ``pattern`` (a team's, by default; a fact's is :data:`FACT_NAME`), never
+    the name itself: a name given may be a user's words typed in the wrong place (``--team "$INPUT"``), and the
+    error line may be logged.
+
+    Returns:
+        ``it is empty``, ``it is 70 characters long; the limit is 64``, or the first character it may not hold
+        (``it holds U+0020 (' ')``, ``it starts with U+005F ('_')``).
+    """
     if not value:
         return "it is empty"
     if len(value) > 64:
         return f"it is {len(value):,} characters long; the limit is 64"
-    bad = next(c for i, c in enumerate(value) if not NAME_PATTERN.fullmatch("a" + c if i else c))
+    bad = next((c for i, c in enumerate(value) if not pattern.fullmatch("a" + c if i else c)), value[0])
     where = "starts with" if value.index(bad) == 0 else "holds"
     return f"it {where} U+{ord(bad):04X}" + (f" ({bad!r})" if bad.isascii() and bad.isprintable() else "")
 
@@ -64,7 +70,7 @@ def validate_name(value: str, *, what: str = "team name", field: str = "name") -
     """
     if not NAME_PATTERN.fullmatch(value):  # fullmatch: '$' alone would also let a trailing newline through
         raise DefinitionInvalid(
-            f"{what} is not allowed: {_misnamed(value)}",
+            f"{what} is not allowed: {name_problem(value)}",
             field=field,
             hint="use 1-64 lowercase letters, digits, '_' or '-', starting with a letter or digit",
         )

@@ -134,13 +134,15 @@ def test_forget_one_fact_then_everything(ran: dict[str, Any]) -> None:
     (("--user", "alice", "--fact", "ticket_id", "--all"), "say what to forget"),
     (("--user", "alice", "--fact", "mood"), "no fact 'mood' is kept about this user"),
     (("--user", "a\tb", "--all"), "user_id"),
-    (("--user", "alice", "--team", "", "--all"), "scope '' is no memory scope"),
-    (("--user", "alice", "--team", "Support Triage", "--all"), "is no memory scope"),
-    (("--user", "alice", "--fact", ""), "fact '' is no fact name"),
+    (("--user", "alice", "--team", "", "--all"), "scope is no memory scope (it is empty)"),
+    (("--user", "alice", "--team", "Support Triage", "--all"), "scope is no memory scope (it starts with U+0053 ('S'))"),
+    (("--user", "alice", "--fact", ""), "fact is no fact name a team can declare (it is empty)"),
+    (("--user", "alice", "--fact", "Mood Diary"), "fact is no fact name a team can declare (it starts with U+004D"),
 ])
 def test_forget_says_what_is_wrong_and_exits_one(ran: dict[str, Any], args: tuple[str, ...], says: str) -> None:
     result = runner.invoke(app, ["memory", "forget", *args])
-    assert result.exit_code == 1 and says in result.stderr and "fix:" in result.stderr
+    assert result.exit_code == 1 and says in " ".join(result.stderr.split()) and "fix:" in result.stderr
+    assert "Triage" not in result.output and "Diary" not in result.output  # a refused name is not repeated
     assert "Traceback" not in result.output
 
 

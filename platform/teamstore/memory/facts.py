@@ -21,7 +21,7 @@ from datetime import date, datetime
 from itertools import takewhile
 from typing import Any
 
-from config_registry.manifest import FACT_NAME, NAME_PATTERN, FactType, MemoryDeclaration
+from config_registry.manifest import FACT_NAME, NAME_PATTERN, FactType, MemoryDeclaration, name_problem
 from teamstore.errors import InvalidIdentifier, MemoryWriteRefused
 from teamstore.ids import control_character
 
@@ -121,18 +121,19 @@ def check_names(scope: str | None = None, fact: str | None = None) -> None:
     """
     if scope is not None and not (isinstance(scope, str) and NAME_PATTERN.fullmatch(scope)):
         raise InvalidIdentifier(
-            f"scope {_shown(scope)} is no memory scope: a scope is a team's name or the one teams declare they share",
+            f"scope is no memory scope ({_problem(scope, NAME_PATTERN)}): a scope is a team's name or the one teams "
+            "declare they share",
             hint="use 1-64 lowercase letters, digits, '_' or '-' (`teamstore memory show --user ...` lists the scopes)")
     if fact is not None and not (isinstance(fact, str) and FACT_NAME.fullmatch(fact)):
         raise InvalidIdentifier(
-            f"fact {_shown(fact)} is no fact name a team can declare",
+            f"fact is no fact name a team can declare ({_problem(fact, FACT_NAME)})",
             hint="use 1-64 lowercase letters, digits or '_', starting with a letter "
             "(`teamstore memory show --user ...` lists the facts kept)")
 
 
-def _shown(name: object) -> str:
-    """A refused scope or fact name as a message quotes it: text cut to 80 characters, anything else by its type."""
-    return repr(name[:80]) if isinstance(name, str) else f"of type {type(name).__name__}"
+def _problem(name: object, pattern: re.Pattern[str]) -> str:
+    """What is wrong with a refused scope or fact name, never the name: one given may be a user's words."""
+    return name_problem(name, pattern) if isinstance(name, str) else f"it is of type {type(name).__name__}"
 
 
 def unicode(text: str) -> bool:
