@@ -469,11 +469,11 @@ async def test_a_scope_no_team_can_declare_is_refused_not_answered_with_nothing(
 @pytest.mark.parametrize("name", [3, b"helpdesk", ["helpdesk"]])
 async def test_a_scope_or_fact_name_that_is_no_string_is_an_invalid_identifier(store: MemoryStore, name: object) -> None:
     await put(store, facts_={"ticket_id": "55102"})
-    with pytest.raises(InvalidIdentifier, match=f"scope of type {type(name).__name__} is no memory scope"):
+    with pytest.raises(InvalidIdentifier, match=rf"scope is no memory scope \(it is of type {type(name).__name__}\)"):
         await store.show("alice", name)  # type: ignore[arg-type]
     with pytest.raises(InvalidIdentifier, match="no memory scope"):
         await store.forget("alice", scope=name)  # type: ignore[arg-type]
-    with pytest.raises(InvalidIdentifier, match=f"fact of type {type(name).__name__} is no fact name"):
+    with pytest.raises(InvalidIdentifier, match=rf"fact is no fact name a team can declare \(it is of type {type(name).__name__}\)"):
         await store.forget("alice", fact=name)  # type: ignore[arg-type]
     assert [m.scope for m in await store.show("alice")] == ["helpdesk"]  # nothing was forgotten
 
