@@ -356,12 +356,12 @@ def test_on_a_detached_head_the_fix_names_the_registrys_own_branch(registry: Reg
     assert git(registry.path, "branch", "--show-current").strip() == "master"
 
 
-def test_a_long_ref_is_not_echoed_whole(registry: Registry) -> None:
+def test_a_long_ref_is_not_echoed(registry: Registry) -> None:
     registry.add("support_triage", triage_json(), triage_manifest(), "v1")
     for ref in (f"support_triage@{'a' * 10_000}", f"{'x' * 10_000}@"):
         with pytest.raises((UnknownVersion, DefinitionInvalid)) as caught:
             registry.resolve(ref)
-        assert "10,00" in caught.value.message
+        assert "a" * 10 not in caught.value.message and "x" * 10 not in caught.value.message  # nor in part
         assert len(caught.value.message) < 300
 
 
