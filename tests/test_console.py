@@ -254,6 +254,15 @@ def test_a_cost_query_that_matches_nothing_under_format_json_writes_its_report_a
     assert "error: the ledger holds no run" in proc.stderr
 
 
+@pytest.mark.parametrize("formats", [["--format", "json", "--format", "csv"], ["--format=json", "--format=table"]],
+                         ids=["csv", "table"])
+def test_a_cost_query_whose_last_format_is_not_json_writes_no_json_error(tmp_path: Path, formats: list[str]) -> None:
+    assert _teamstore(tmp_path, "db", "upgrade").returncode == 0
+    proc = _teamstore(tmp_path, "cost", *formats)  # a wrapper's `--format json "$@"` given another: click keeps it
+    assert proc.returncode == 3, proc.stderr
+    assert '"error"' not in proc.stdout and "error: the ledger holds no run" in proc.stderr
+
+
 def test_a_usage_error_without_json_still_writes_nothing_to_stdout(tmp_path: Path) -> None:
     proc = _teamstore(tmp_path, "sessions", "list", "--limit", "0")
     assert proc.returncode == 1 and proc.stdout == "" and "error: Invalid value for '--limit'" in proc.stderr

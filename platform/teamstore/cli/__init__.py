@@ -123,9 +123,11 @@ def _asks_for_json(args: list[str]) -> bool:
     before click has read any option, so that a usage error, or ``--json`` taken as another option's value,
     still answers with the JSON error document. Words after ``--`` are a message, not options."""
     words = args[: args.index("--")] if "--" in args else args
-    pairs = zip(words, [*words[1:], ""], strict=True)
-    return any(word == "--json" or word == "--format=json" or (word, after) == ("--format", "json")
-               for word, after in pairs)
+    pairs = list(zip(words, [*words[1:], ""], strict=True))
+    formats = [word.removeprefix("--format=") if word.startswith("--format=") else after
+               for word, after in pairs if word == "--format" or word.startswith("--format=")]
+    # The last --format given is the one click keeps: `--format json --format csv` writes CSV, and no JSON.
+    return "--json" in words or (bool(formats) and formats[-1] == "json")
 
 
 # Options whose value is an id (a user's, a session's, a request's, a team's...): no id starts with "--", so
