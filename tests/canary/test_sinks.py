@@ -113,7 +113,8 @@ def test_a_canary_put_straight_into_each_sink_is_found_there(
     expected = {plant("a table added later"): DATABASE, plant("a gzip'd blob in that table"): DATABASE,
                 plant("a temporary file"): FILES, plant("a gzip'd file"): FILES, plant("a git commit since "
                 "overwritten"): GIT, plant("a dangling git object"): GIT, plant("a span"): SPANS,
-                plant("a CLI's stderr"): "cli stderr", plant("a log record"): "python logging",
+                book.plant(Kind.MESSAGE, "a CLI's stderr", owner="probe", shape="probe_{}"): "cli stderr",
+                plant("a log record"): "python logging",
                 plant("a metric's attribute"): METRICS, plant("a Parquet file"): EXPORTS}
     tokens = list(expected)
     _plant_in_database(deployment, tokens[0], tokens[1])
@@ -122,7 +123,8 @@ def test_a_canary_put_straight_into_each_sink_is_found_there(
     (deployment.home / "stray.gz").write_bytes(gzip.compress(tokens[3].encode()))
     _plant_in_git(deployment.registry, tokens[4], tokens[5])
     _export_span(deployment, tokens[6])
-    deployment.cli("registry", "show", tokens[7], ok=(1,), level="INFO")  # the error names what it looked for
+    # The error names what it looked for: a team name that may be one (one that may not is never repeated).
+    deployment.cli("registry", "show", tokens[7], ok=(1,), level="INFO")
     with deployment.recording_logs():
         logging.getLogger("canary.probe").debug("seen %s", tokens[8])
     _export_metric(deployment, tokens[9])
