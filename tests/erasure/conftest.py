@@ -113,3 +113,12 @@ class KeyWaits:
 
     async def rerun(self, user: str, request_id: str) -> Receipt:
         return await self.coordinator().run(user, request_id=request_id)
+
+    def waited_only_what_was_left(self, stopped_after: float) -> bool:
+        """Whether the rerun waited no more than what was left of the first attempt's wait, stopped
+        ``stopped_after`` seconds into it, by what each said it would wait (not by the time it took, which a loaded
+        machine stretches): the whole wait began once, and a rerun's wait, if any, was under what was left (and a
+        little, for the time between the notice and the wait's recorded start)."""
+        whole = [line for _, line in self.said if line.startswith("data key destroyed; waiting")]
+        left = [float(line.split("waiting the ")[1].split(" ")[0]) for _, line in self.said if "left of" in line]
+        return len(whole) == 1 and all(wait < self.cache_seconds - stopped_after + 0.2 for wait in left)
