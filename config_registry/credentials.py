@@ -113,9 +113,19 @@ _EXAMPLE_VALUE = re.compile(
     r"\(\s*(?i:get-content|gc|cat|type|get-secret|get-azkeyvaultsecret)\s[^();&|]*\)(?:\.Trim\(\))?",
     re.DOTALL,
 )
-# A variable that names a credential with "_FILE" after it gives the path of a file that holds the
-# credential (Docker secrets' convention: "POSTGRES_PASSWORD_FILE=/run/secrets/pg").
-_FILE_VARIABLE = re.compile(r".+_FILE", re.IGNORECASE | re.DOTALL)
+# A name whose last word says its value names, locates or describes a credential rather than holding it is a
+# reference, not a credential's name: "PASSWORD_PROMPT", "TOKEN_URL", "SECRET_NAME" (a secret store's name
+# for it), "VAULT_SECRET_PATH", "API_KEY_HEADER", "API_KEY_ENV". Its value is still read for a credential's
+# shape. A name that says it holds a command line ("PASSWORD_COMMAND") is read as one (_COMMAND_NAMES).
+_REFERENCE_WORDS = frozenset({
+    "prompt", "url", "uri", "name", "path", "label", "header", "field", "env", "var", "variable", "hint",
+    "placeholder",
+})
+# A name that names a credential with "file" after it gives the path of a file that holds the credential
+# (Docker secrets' "POSTGRES_PASSWORD_FILE=/run/secrets/pg", "--password-file /run/secrets/pw"), and so does
+# Google's GOOGLE_APPLICATION_CREDENTIALS: a reference only when given a path, since a secret put there by
+# mistake is as easy to make as it is with the others.
+_FILE_WORDS = frozenset({"file", "credentials"})
 _PATH = re.compile(r"(?:/|\./|\.\./|~/|[A-Za-z]:[\\/]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/)[^\s;&|<>]*")
 # A variable set as a shell sets it, before a command or alone ("PGPASSWORD=pw psql -h db", "env -i
 # MYSQL_PWD=pw mysql", "export PGPASSWORD=pw", Windows' "set PGPASSWORD=pw", PowerShell's
@@ -135,6 +145,7 @@ _MYSQL_CLIENT = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
+_INSIDE = ", inside a command line"
 GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
 # sshpass runs a command (ssh, rsync, scp) with the password its "-p" gives ("sshpass -p PW ssh host", "-pPW");
 # "-f FILE", "-d FD" and "-e" (the SSHPASS variable) leave it off the command line. Its options come first.
@@ -162,9 +173,11 @@ def is_secret_field(key: str) -> bool:
     (``AccountKey``), also those the tools that read a password from the environment name (``SSHPASS``,
     ``RCLONE_CONFIG_PASS``, ``MYSQL_PWD``, ``REDISCLI_AUTH``). Counts and limits (``max_tokens``,
     ``token_limit``, ``first_pass``), identifiers (``cache_key``, ``public_key``, ``key_id``) and where a secret is
-    read from (``SSHPASS_FILE``, ``PGPASSFILE``, ``GIT_ASKPASS``) are not."""
+    read from (``SSHPASS_FILE``, ``PGPASSFILE``, ``GIT_ASKPASS``) are not, nor is a reference whose last word
+    says what it holds is not the credential (``PASSWORD_PROMPT``, ``TOKEN_URL``, ``SECRET_NAME``,
+    ``PASSWORD_COMMAND``: :data:`_REFERENCE_WORDS`, :data:`_COMMAND_NAMES`)."""
     words = _words(key)
-    if not words:
+    if not words or words[-1] in _REFERENCE_WORDS | _COMMAND_NAMES:
         return False
     if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
         return True
@@ -318,13 +331,18 @@ def flag_credential(items: list[Any], index: int) -> str | None:
     if not isinstance(item, str) or not item:
         return None
     match = _FLAG.fullmatch(item)
-    if match and match.group(2) and is_secret_field(match.group(1)) and not _left_out(match.group(2)):
+    if match and match.group(2) and _secret_flag(match.group(1), match.group(2)):
         return f"the value of the flag '--{match.group(1)}'"
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
-    if (previous and previous.group(2) is None and is_secret_field(previous.group(1)) and not _FLAG.fullmatch(item)
-            and not _left_out(item)):
+    if previous and previous.group(2) is None and _secret_flag(previous.group(1), item) and not _FLAG.fullmatch(item):
         return f"the value of the flag '--{previous.group(1)}'"
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
+
+
+def _secret_flag(flag: str, value: str) -> bool:
+    """Whether the flag ``flag`` given ``value`` gives a secret: a flag named for one, given neither a value
+    that leaves it out nor a path to a ``file`` flag (``--password-file /run/secrets/pw``)."""
+    return is_secret_field(flag) and not _left_out(value) and not is_file_setting(flag, value)
 
 
 def command_line_credential(text: str) -> str | None:
@@ -340,7 +358,9 @@ def command_line_credential(text: str) -> str | None:
     found = next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
     flags = (flag_credential(command, index) for command in simple_commands(text) for index in range(len(command)))
     found = found or next(filter(None, flags), None)
-    return program_password(text) or (f"{found}, inside a command line" if found else None)
+    # A variable that holds a command line in turn ("PASSWORD_CMD='tool --token VALUE'") said it already.
+    inside = found if found is None or found.endswith(_INSIDE) else f"{found}{_INSIDE}"
+    return program_password(text) or inside
 
 
 def program_password(text: str) -> str | None:
@@ -348,7 +368,7 @@ def program_password(text: str) -> str | None:
     scripts its shells run included (:func:`program_passwords`), said as :func:`command_line_credential` says
     it; ``None`` otherwise."""
     found = next((what for words in simple_commands(text) for what in program_passwords(words).values()), None)
-    return f"{found}, inside a command line" if found else None
+    return f"{found}{_INSIDE}" if found else None
 
 
 def environment_value_credential(name: str, value: str) -> str | None:
@@ -414,9 +434,11 @@ def _variable_left_out(value: str) -> bool:
 
 
 def is_file_setting(name: str, value: str) -> bool:
-    """Whether a variable named for a credential with ``_FILE`` after it (``POSTGRES_PASSWORD_FILE``) is
-    given a path, as Docker secrets' convention has it, rather than the credential itself."""
-    return bool(_FILE_VARIABLE.fullmatch(name) and _PATH.fullmatch(value.strip()))
+    """Whether a name whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) or
+    ``credentials`` (``GOOGLE_APPLICATION_CREDENTIALS``) is given a path, as Docker secrets' and Google's
+    conventions have it, rather than the credential itself."""
+    words = _words(name)
+    return bool(words) and words[-1] in _FILE_WORDS and bool(_PATH.fullmatch(value.strip()))
 
 
 def _argument_credential(text: str) -> str | None:
@@ -435,8 +457,11 @@ def variable_credential(name: str, value: str, *, command_may_follow: bool = Fal
     the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`), nor a
     path given to a ``_FILE`` variable (:func:`is_file_setting`). With ``command_may_follow`` the value is
     the rest of a command line, and a value that leaves the secret out may be followed by the command it is
-    set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`_variable_left_out`."""
+    set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`_variable_left_out`. A variable whose name says it
+    holds a command line (``PASSWORD_COMMAND``) is read as one (:func:`command_line_credential`)."""
     value = value.strip()
+    if _words(name)[-1:] and _words(name)[-1] in _COMMAND_NAMES:  # "DB_PASSWORD_COMMAND=pass show db"
+        return command_line_credential(value)
     left_out = _variable_left_out if command_may_follow else _left_out
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):
         return None

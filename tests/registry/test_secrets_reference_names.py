@@ -1,0 +1,110 @@
+"""A name whose last word says its value names, locates or describes a credential (``PASSWORD_PROMPT``,
+``TOKEN_URL``, ``SECRET_NAME``) is a reference, read alike in a field, an environment, a command line and a
+tool's source: its value is stored unless its shape gives a secret away. A command kept under a secret's name
+(``DB_PASSWORD_COMMAND``) is read as a command line, and a path given for a credentials file is stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from config_registry import DefinitionInvalid
+from config_registry.secrets import apply_references
+
+SERVER = "workbench.0.config.server_params"
+SOURCE = "tools.0.config.source_code"
+REFERENCES = {
+    "PASSWORD_PROMPT": "Enter your password",
+    "TOKEN_URL": "https://auth.example.com/oauth/token",
+    "PASSWORD_RESET_URL": "https://crm.example.com/reset",
+    "SECRET_NAME": "prod/db",
+    "VAULT_SECRET_PATH": "secret/data/crm",
+    "API_KEY_HEADER": "X-Api-Key",
+    "API_KEY_ENV": "OPENAI_API_KEY",
+    "PASSWORD_LABEL": "Database password",
+    "PASSWORD_FIELD": "#password",
+    "DB_PASSWORD_COMMAND": "pass show db/crm",
+    "GOOGLE_APPLICATION_CREDENTIALS": "/run/secrets/gcp.json",
+}
+
+
+def _component(env: dict[str, str] | None = None, args: list[str] | None = None, source: str | None = None,
+               fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An agent-like component with an MCP server started with ``args`` and ``env``, a tool whose source is
+    ``source``, and ``fields`` among its own; registration walks it as JSON whatever its provider."""
+    params = {"type": "StdioServerParams", "command": "sh", "args": args or [], "env": env or {}}
+    tool = {"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source or "def f(): pass\n"}}
+    config = {"workbench": [{"config": {"server_params": params}}], "tools": [tool], **(fields or {})}
+    return {"provider": "autogen_agentchat.agents.AssistantAgent", "config": config}
+
+
+def _refused(component: dict[str, Any]) -> DefinitionInvalid:
+    with pytest.raises(DefinitionInvalid) as caught:
+        apply_references(component, {})
+    assert "hunter2" not in f"{caught.value.message} {caught.value.hint}"
+    assert "never stores secrets" in caught.value.message
+    return caught.value
+
+
+def test_references_named_for_a_secret_are_stored_as_fields_and_environment_variables() -> None:
+    component = _component(env=REFERENCES, fields={name.lower(): value for name, value in REFERENCES.items()})
+    assert apply_references(component, {}) == component
+
+
+def test_references_named_for_a_secret_are_stored_in_a_command_line() -> None:
+    args = ["-c", "PASSWORD_PROMPT='Enter your password' GOOGLE_APPLICATION_CREDENTIALS=/run/secrets/gcp.json "
+                  "tool --password-file /run/secrets/pw --secret-name prod/db --token-url https://auth.example.com"
+                  " && DB_PASSWORD_COMMAND='pass show db/crm' sync"]
+    component = _component(args=args)
+    assert apply_references(component, {}) == component
+
+
+def test_references_named_for_a_secret_are_stored_in_tool_source() -> None:
+    body = "".join(f"    {name} = {value!r}\n" for name, value in REFERENCES.items())
+    source = f"def lookup(query: str) -> str:\n{body}    connect(secret_name='prod/db', token_url=TOKEN_URL)\n"
+    component = _component(source=source)
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "what"),
+    [
+        ({"DB_PASSWORD_COMMAND": "mysql -uroot -phunter2-SECRET crm"}, [], "glued to the MySQL client's '-p'"),
+        ({"SECRET_SCRIPT": "tool --token hunter2-SECRET serve"}, [], "the value of the flag '--token'"),
+        ({}, ["-c", "PASSWORD_CMD='tool --token hunter2-SECRET' sync"], "the value of the flag '--token'"),
+        ({}, ["-c", "export DB_PASSWORD_COMMAND='sshpass -p hunter2-SECRET ssh h'"], "sshpass's '-p'"),
+    ],
+)
+def test_a_command_line_kept_under_a_secrets_name_is_read_as_one(
+    env: dict[str, str], args: list[str], what: str
+) -> None:
+    refused = _refused(_component(env=env, args=args))
+    assert refused.field == f"config.{SERVER}." + (f"env.{next(iter(env))}" if env else "args.1")
+    assert f"{what}, inside a command line)" in refused.message
+
+
+def test_a_command_line_kept_under_a_secrets_name_in_tool_source_is_read_as_one() -> None:
+    refused = _refused(_component(source='PASSWORD_COMMAND = "tool --api-key hunter2-SECRET serve"\n'))
+    assert refused.field == f"config.{SOURCE}"
+    assert "the value of the flag '--api-key', inside a command line" in refused.message
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "what"),
+    [
+        ({"GOOGLE_APPLICATION_CREDENTIALS": "hunter2-SECRET"}, [], "'GOOGLE_APPLICATION_CREDENTIALS'"),
+        ({"TOKEN_URL": "https://app:hunter2-SECRET@auth.example.com/token"}, [], "a URL with a credential"),
+        ({"API_KEY_HEADER": "Bearer hunter2SECRET0123456789"}, [], "authorization value"),
+        ({"SECRET_NAME": "sk-proj-hunter2SECRET0123456789"}, [], "API key"),
+        ({}, ["-c", "tool --password-file hunter2-SECRET"], "the value of the flag '--password-file'"),
+        ({}, ["-c", "GOOGLE_APPLICATION_CREDENTIALS=hunter2-SECRET tool"], "'GOOGLE_APPLICATION_CREDENTIALS'"),
+    ],
+)
+def test_a_secret_given_to_a_reference_by_mistake_is_still_refused(
+    env: dict[str, str], args: list[str], what: str
+) -> None:
+    refused = _refused(_component(env=env, args=args))
+    assert refused.field == f"config.{SERVER}." + (f"env.{next(iter(env))}" if env else "args.1")
+    assert what in refused.message
+    assert "--secret" in (refused.hint or "")
