@@ -7,8 +7,10 @@ line, so that :mod:`config_registry.secrets` can refuse it.
     source_credential('def f():\\n    API_KEY="q7Rz9LmX2vPk"\\n')                     # "the value of the variable 'API_KEY'"
     source_credential('def f():\\n    run("PGPASSWORD=pw psql", shell=True)\\n')      # "the value of the variable 'PGPASSWORD'"
 
-A credential in source is a string literal: one given to an upper-case name that means a credential (an
-assignment, spaced or not, ``os.environ["TOKEN"] = ...``, a keyword argument, a dict key), anything a
+A credential in source is a string literal: one given to a name that means a credential (an assignment,
+spaced or not, ``os.environ["TOKEN"] = ...``, ``self.secret = ...``, a keyword argument, a dict key, a
+parameter's default), in lower or mixed case only when the name is more than a bare generic word (``key``,
+``auth``) and the value is one token rather than prose (:func:`_given_credential`), anything a
 string literal or comment holds that a definition's other strings are refused for (a known shape, a
 connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), or a password a
 command line gives its program (:func:`~config_registry.credentials.program_passwords`: a MySQL client's
@@ -33,9 +35,11 @@ from config_registry.credentials import (
     variable_credential,
 )
 
-# The names a literal is refused under: an environment's or a constant's, in upper case, as the shell rule
-# reads them; "token = 'abc'" in lower case may be a placeholder or a word.
+# A name in upper case is an environment's or a constant's, read as the shell rule reads it; one in lower or
+# mixed case is code's, where a bare generic word names something else (a dict's key, an auth scheme, a
+# session's name, a cookie's name), and where a value with spaces is prose (_given_credential).
 _UPPER_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_GENERIC_NAMES = frozenset({"key", "keys", "auth", "session", "signature", "cookie", "cookies"})
 
 
 def source_credential(source: str) -> str | None:
@@ -52,41 +56,65 @@ def source_credential(source: str) -> str | None:
     except (SyntaxError, ValueError):  # ValueError: a null byte
         return value_credential(source)
     found = shape_credential(source)  # comments too
-    found = found or next(filter(None, (variable_credential(n, v) for n, v in _given_literals(tree))), None)
+    found = found or next(filter(None, (_given_credential(n, v) for n, v in _given_literals(tree))), None)
     found = found or next(filter(None, map(value_credential, _strings(tree, source))), None)
     found = found or next(filter(None, map(program_password, _strings(tree, source))), None)
     listed = next((what for items in _lists(tree) for what in program_passwords(items).values()), None)
     return found or (f"{listed}, inside a command line" if listed else None)
 
 
+def _given_credential(name: str, literal: str) -> str | None:
+    """Whether ``literal`` given to ``name`` is a credential: under an upper-case name, as a variable set in a
+    shell is read; under a lower- or mixed-case one, where code may mean a word (``auth = "basic"``, ``key =
+    "id"``, ``password_hint = "Ask IT"``), only when the name is more than a bare generic word and the value
+    is one token, as a key or password is, rather than prose."""
+    if _UPPER_NAME.fullmatch(name):
+        return variable_credential(name, literal)
+    if name.lower() in _GENERIC_NAMES or any(c.isspace() for c in literal.strip()):
+        return None
+    return variable_credential(name, literal)
+
+
 def _given_literals(tree: ast.AST) -> Iterator[tuple[str, str]]:
-    """``(name, literal)`` for each string literal given to an upper-case name."""
+    """``(name, literal)`` for each string literal given to a name."""
     for node in ast.walk(tree):
-        pairs: list[tuple[ast.expr | str | None, ast.expr | None]] = []
-        if isinstance(node, ast.Assign):
-            pairs = [(target, node.value) for target in node.targets]
-        elif isinstance(node, ast.AnnAssign | ast.NamedExpr):
-            pairs = [(node.target, node.value)]
-        elif isinstance(node, ast.keyword):
-            pairs = [(node.arg, node.value)]
-        elif isinstance(node, ast.Dict):
-            pairs = list(zip(node.keys, node.values, strict=True))
-        for target, value in pairs:
+        for target, value in _given(node):
             name = _name(target)
             literal = value.value if isinstance(value, ast.Constant) else None
             if isinstance(literal, bytes):
                 literal = literal.decode("latin-1")
-            if name and _UPPER_NAME.fullmatch(name) and isinstance(literal, str):
+            if name and isinstance(literal, str):
                 yield name, literal
 
 
+def _given(node: ast.AST) -> list[tuple[ast.expr | str | None, ast.expr | None]]:
+    """What ``node`` gives a value to and the value: an assignment's targets (``api_key = ...``, ``self.secret
+    = ...``), a keyword argument, a dict's keys, a function's parameters with their defaults."""
+    if isinstance(node, ast.Assign):
+        return [(target, node.value) for target in node.targets]
+    if isinstance(node, ast.AnnAssign | ast.NamedExpr):
+        return [(node.target, node.value)]
+    if isinstance(node, ast.keyword):
+        return [(node.arg, node.value)]
+    if isinstance(node, ast.Dict):
+        return list(zip(node.keys, node.values, strict=True))
+    if isinstance(node, ast.arguments):
+        positional = [*node.posonlyargs, *node.args]
+        defaults = zip(positional[len(positional) - len(node.defaults):], node.defaults, strict=True)
+        keywords = zip(node.kwonlyargs, node.kw_defaults, strict=True)
+        return [(argument.arg, default) for argument, default in [*defaults, *keywords]]
+    return []
+
+
 def _name(target: ast.expr | str | None) -> str | None:
-    """The name a value is given to: a variable's, a keyword's, a dict key's or a subscript's
-    (``os.environ["TOKEN"]``)."""
+    """The name a value is given to: a variable's, an attribute's (``self.secret``), a keyword's, a dict key's
+    or a subscript's (``os.environ["TOKEN"]``)."""
     if isinstance(target, ast.Subscript):
         target = target.slice
     if isinstance(target, ast.Name):
         return target.id
+    if isinstance(target, ast.Attribute):
+        return target.attr
     if isinstance(target, ast.Constant) and isinstance(target.value, str):
         return target.value
     return target if isinstance(target, str) else None

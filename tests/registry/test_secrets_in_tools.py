@@ -175,6 +175,19 @@ def test_a_declared_reference_stands_in_for_a_command_line_in_the_environment() 
         "DB_PASS=secrets_client.read('db')",
         'PASSWORD: str = os.environ["PASSWORD"]',
         'HELP = "set PGPASSWORD=... before psql, and TOKEN=<your token>"',
+        # lower-case names given nothing, an example, what the code reads when it runs, or prose
+        'password = ""',
+        'api_key = "<your key>"',
+        'db_token: str = "..."',
+        'api_key = os.environ["API_KEY"]',
+        'password = getpass.getpass()',
+        "token = None",
+        'self.secret = os.getenv("SECRET")',
+        'connect(host="db", password=os.environ["PGPASSWORD"])',
+        'options = {"key": "id", "auth": "basic", "session": "default", "cookie": "sid"}',
+        'password = input("Enter your password: ")',
+        'hint = dict(password="Ask the on-call engineer for it")',
+        "def inner(password=None, *, token=''): return password",
     ],
 )
 def test_tool_source_reading_a_secret_from_the_environment_is_stored(registry: Registry, body: str) -> None:
@@ -202,6 +215,16 @@ def test_tool_source_reading_a_secret_from_the_environment_is_stored(registry: R
         ('print(TOKEN := "abc123hunter2")', "the value of the variable 'TOKEN'"),
         ('subprocess.run(("sshpass", "-p", "hunter2", "ssh", "h"))', "a password given to sshpass's '-p'"),
         ('KEY = "sk-proj-hunter20123456789abcdefg"', "what looks like an API key"),
+        # lower- and mixed-case names: assignments, keyword arguments, dict keys, attributes, defaults
+        ('api_key = "abc123hunter2"', "the value of the variable 'api_key'"),
+        ('password = "hunter2-real"', "the value of the variable 'password'"),
+        ('db_token: str = "hunter2abc"', "the value of the variable 'db_token'"),
+        ('conn = connect(host="db", password="hunter2-real")', "the value of the variable 'password'"),
+        ('headers = {"api_key": "hunter2-real"}', "the value of the variable 'api_key'"),
+        ('self.secret = "hunter2-real"', "the value of the variable 'secret'"),
+        ('client.dbPassword = "hunter2-real"', "the value of the variable 'dbPassword'"),
+        ("def inner(user, password='hunter2-real'): return user", "the value of the variable 'password'"),
+        ("def inner(*, apiKey='hunter2-real'): return apiKey", "the value of the variable 'apiKey'"),
     ],
 )
 def test_tool_source_holding_a_secret_literal_is_refused(registry: Registry, body: str, what: str) -> None:
