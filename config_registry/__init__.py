@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         RegistryCorrupt,
         RegistryError,
         RegistryNotFound,
+        ScriptUnreadable,
         SecretUnavailable,
         UnknownTeam,
         UnknownVersion,
@@ -53,8 +54,8 @@ _HOMES = {
     "TeamSummary": "types",
     **dict.fromkeys(
         ("DefinitionInvalid", "ExtensionInvalid", "FactoryInvalid", "HintedError", "RegistryConflict",
-         "RegistryCorrupt", "RegistryError", "RegistryNotFound", "SecretUnavailable", "UnknownTeam",
-         "UnknownVersion"),
+         "RegistryCorrupt", "RegistryError", "RegistryNotFound", "ScriptUnreadable", "SecretUnavailable",
+         "UnknownTeam", "UnknownVersion"),
         "errors",
     ),
 }
@@ -74,6 +75,7 @@ __all__ = [
     "RegistryCorrupt",
     "RegistryError",
     "RegistryNotFound",
+    "ScriptUnreadable",
     "SecretUnavailable",
     "SemanticDiff",
     "TeamDefinition",

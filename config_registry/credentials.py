@@ -358,6 +358,9 @@ def command_line_credential(text: str) -> str | None:
     found = next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
     flags = (flag_credential(command, index) for command in simple_commands(text) for index in range(len(command)))
     found = found or next(filter(None, flags), None)
+    # A variable a shell inside sets, read in the script's own text: one PowerShell is given encoded shows
+    # nowhere in the outer text that value_credential reads.
+    found = found or next(filter(None, map(_environment_credential, scripts(text)[1:])), None)
     # A variable that holds a command line in turn ("PASSWORD_CMD='tool --token VALUE'") said it already.
     inside = found if found is None or found.endswith(_INSIDE) else f"{found}{_INSIDE}"
     return program_password(text) or inside

@@ -51,6 +51,11 @@ class DefinitionInvalid(RegistryError):
         self.field = field
 
 
+class ScriptUnreadable(DefinitionInvalid):
+    """A script a shell in the definition runs cannot be read, so a secret in it could not be looked for: a
+    PowerShell ``-EncodedCommand`` that does not decode, or shells nested deeper than the registry reads."""
+
+
 class RegistryCorrupt(RegistryError):
     """The registry repository is not a git repository, has uncommitted edits or lock files a killed git
     command left, is on a detached HEAD, or holds malformed files."""

@@ -14,6 +14,7 @@ what :mod:`config_registry.source` reads as one in a ``FunctionTool``'s source.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
@@ -28,7 +29,8 @@ from config_registry.credentials import (
     url_credential,
     value_credential,
 )
-from config_registry.errors import DefinitionInvalid, SecretUnavailable
+from config_registry.errors import DefinitionInvalid, ScriptUnreadable, SecretUnavailable
+from config_registry.shell import decoded_script, encoded_script_at
 from config_registry.source import source_credential
 
 MASK = "**********"
@@ -175,9 +177,24 @@ def _check_program_arguments(path: str, key: str, value: Any, parent: Any, secre
     command = parent.get("command") if isinstance(parent, dict) and key == "args" else None
     if not isinstance(command, str) or not isinstance(value, list):
         return
-    for index, what in program_passwords([command, *(item if isinstance(item, str) else "" for item in value)]).items():
+    words = [command, *(item if isinstance(item, str) else "" for item in value)]
+    for index, what in program_passwords(words).items():
         if f"{path}.{index - 1}" not in secrets:
             _refuse_plaintext(f"{path}.{index - 1}", what)
+    _check_encoded_script(path, words, secrets)
+
+
+def _check_encoded_script(path: str, words: list[str], secrets: Mapping[str, str]) -> None:
+    """Refuse a secret in the script PowerShell is given encoded as one of the ``args`` (``["-enc",
+    "BASE64"]``), read as a command line once decoded, unless a reference is declared in its place."""
+    at = encoded_script_at(words)
+    if at is None or f"{path}.{at - 1}" in secrets:
+        return
+    with _naming(f"config.{path}.{at - 1}"):
+        script = decoded_script(words[at])
+    found = value_credential(script) or command_line_credential(script)
+    if found is not None:
+        _refuse_plaintext(f"{path}.{at - 1}", f"{found}, in PowerShell's -EncodedCommand")
 
 
 def _check_key(path: str, key: str, parent: Any) -> None:
@@ -200,7 +217,8 @@ def check_free_text(field: str, value: str) -> None:
     Raises:
         DefinitionInvalid: Naming ``field``.
     """
-    found = value_credential(value) or next(filter(None, map(url_credential, value.split())), None)
+    with _naming(field):
+        found = value_credential(value) or next(filter(None, map(url_credential, value.split())), None)
     if found is not None:
         raise DefinitionInvalid(
             f"holds a plaintext secret ({found}); the registry never stores secrets, and this text goes "
@@ -227,7 +245,8 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
     result = copy.deepcopy(dict(component))
     found: set[str] = set()
     for path, key, value, parent in list(walk(result.get("config"))):
-        _check_key(path, key, parent)
+        with _naming(f"config.{path}"):
+            _check_key(path, key, parent)
         if path in secrets:
             _check_one_value(path, value)
             # Whatever the definition holds there (the mask, a reference, or the key itself, as in a header
@@ -235,8 +254,9 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
             found.add(path)
             _set(parent, key, {REFERENCE_KEY: secrets[path]})
         else:
-            _check_undeclared(path, key, value, parent)
-            _check_program_arguments(path, key, value, parent, secrets)
+            with _naming(f"config.{path}"):
+                _check_undeclared(path, key, value, parent)
+                _check_program_arguments(path, key, value, parent, secrets)
     missing = sorted(set(secrets) - found)
     if missing:
         raise DefinitionInvalid(
@@ -245,6 +265,17 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
             hint="give the dotted path under the component's 'config', as printed by 'teamstore registry show'",
         )
     return result
+
+
+@contextlib.contextmanager
+def _naming(field: str) -> Iterator[None]:
+    """Name ``field`` in a :class:`ScriptUnreadable` raised where the script was read, which knows no field."""
+    try:
+        yield
+    except ScriptUnreadable as exc:
+        if exc.field is not None:
+            raise
+        raise ScriptUnreadable(exc.message, field=field, hint=exc.hint) from None
 
 
 def _check_one_value(path: str, value: Any) -> None:

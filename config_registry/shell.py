@@ -10,14 +10,19 @@ so that :mod:`config_registry.credentials` can ask what a program's arguments me
 A script is split into words as a POSIX shell splits it, a backslash at a line's end joining it to the
 next, where a new line, ``;``, ``&&``, ``||``, ``|`` and ``&`` end a command whether or not spaces stand
 around them (``crm|ssh``, ``x&& psql``), and a subshell's or group's ``(``, ``)``, ``{`` and ``}`` too. The
-script a shell runs from a string (``bash -lc '...'``) or a ``$(...)`` is read as well. Nothing here decides
-what a secret is.
+script a shell runs from a string (``bash -lc '...'``, PowerShell's ``-EncodedCommand`` decoded) or a
+``$(...)`` is read as well, four deep; one deeper, or an encoded one that does not decode, is
+:class:`~config_registry.errors.ScriptUnreadable`. Nothing here decides what a secret is.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import re
+
+from config_registry.errors import ScriptUnreadable
 
 # Where one command ends and the next begins ("a; b", "a && b", "a | b", "a & b", a new line), and where a
 # subshell or a group of commands opens and closes ("(A=1 psql)", "{ A=1 psql; }").
@@ -48,6 +53,8 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "setsid": (frozenset(), 0),
     "stdbuf": (frozenset({"-i", "--input", "-o", "--output", "-e", "--error"}), 0),
     "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    # busybox runs the applet its first word names ("busybox sh -c '...'", "busybox ash -c", "busybox env").
+    "busybox": (frozenset(), 0),
     "xargs": (frozenset({"-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "--max-lines", "-n",
                          "--max-args", "-P", "--max-procs", "-s", "--max-chars", "--process-slot-var"}), 0),
 }
@@ -67,12 +74,17 @@ _CONTAINER_VALUE_OPTIONS = frozenset({
     "--config", "--log-level", "-f", "--file", "--project-name", "--profile", "--project-directory",
 })
 # Shells that run a script given as a string, and how it is given: POSIX shells after an option holding
-# 'c' ("sh -c", "bash -lc"), cmd after "/c" or "/k", PowerShell after "-Command" or its abbreviations.
-_POSIX_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "busybox"})
+# 'c' ("sh -c", "bash -lc"), cmd after "/c" or "/k", PowerShell after "-Command" or its abbreviations, or
+# base64 of its UTF-16LE text after "-EncodedCommand", any prefix of it down to "-e", or its alias "-ec".
+_POSIX_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "hush"})
 _POSIX_SHELL_VALUE_OPTIONS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+_CMD_RUNS = re.compile(r"/[ck]", re.IGNORECASE)
 _POWERSHELLS = frozenset({"pwsh", "powershell"})
 _POWERSHELL_COMMAND = re.compile(r"[-/]c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?", re.IGNORECASE)
-# How deep scripts run by shells in scripts are read ("bash -lc \"sh -c '...'\"").
+_POWERSHELL_ENCODED = re.compile(r"[-/](?:ec|e(?:n(?:c(?:o(?:d(?:e(?:d(?:c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?)?)?)?)?)?)?)?)",
+                                 re.IGNORECASE)
+# How deep scripts run by shells in scripts are read ("bash -lc \"sh -c '...'\""); a script deeper still is
+# refused rather than stored unread.
 _MAX_NESTING = 4
 
 
@@ -84,7 +96,12 @@ def simple_commands(text: str) -> list[list[str]]:
 
 def scripts(text: str) -> list[str]:
     """``text`` and each script a shell in it runs from a string (``bash -lc '...'``, ``cmd /c ...``,
-    ``pwsh -Command ...``) or a word's ``$(...)`` or backquotes run, and theirs in turn, up to four deep."""
+    ``pwsh -Command ...``, ``pwsh -EncodedCommand ...``) or a word's ``$(...)`` or backquotes run, and theirs
+    in turn, up to four deep.
+
+    Raises:
+        ScriptUnreadable: A script nested deeper, or an encoded one that does not decode (no field named).
+    """
     return [script for script, _commands in _read(text)]
 
 
@@ -96,11 +113,23 @@ def _read(text: str) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
         script, depth = pending.pop(0)
         commands = tuple(tuple(command) for command in _commands(script))
         found.append((script, commands))
-        if depth < _MAX_NESTING:
-            for command in commands:
-                inner = [shell_script(list(command)), *(each for word in command for each in _substitutions(word))]
-                pending.extend((each, depth + 1) for each in inner if each is not None)
+        for command in commands:
+            inner = [each for each in (shell_script(list(command)), *(each for word in command
+                                                                     for each in _substitutions(word)))
+                     if each is not None]
+            if inner and depth == _MAX_NESTING:
+                raise _too_deep()
+            pending.extend((each, depth + 1) for each in inner)
     return tuple(found)
+
+
+def _too_deep() -> ScriptUnreadable:
+    return ScriptUnreadable(
+        f"runs a script nested more than {_MAX_NESTING} shells deep, which the registry does not read, so a "
+        "secret in it could not be looked for",
+        hint="run the innermost script directly, or from a script file the tool ships, instead of through one "
+             "shell inside another",
+    )
 
 
 def _substitutions(word: str) -> list[str]:
@@ -134,8 +163,13 @@ def _commands(text: str) -> list[list[str]]:
 
 def shell_script(words: list[str]) -> str | None:
     """The script a command gives a shell to run as a string (``bash -lc SCRIPT``, ``cmd /c SCRIPT``,
-    ``pwsh -NoProfile -Command SCRIPT``), also after a wrapper (``kubectl exec POD -- sh -c SCRIPT``), or
-    the command ``env -S STRING`` runs; ``None`` for any other command."""
+    ``pwsh -NoProfile -Command SCRIPT``, ``powershell -enc BASE64`` decoded), also after a wrapper (``kubectl
+    exec POD -- sh -c SCRIPT``, ``busybox sh -c SCRIPT``), or the command ``env -S STRING`` runs; ``None``
+    for any other command.
+
+    Raises:
+        ScriptUnreadable: An ``-EncodedCommand`` that does not decode (no field named: the caller knows it).
+    """
     split = _env_split_string(words)
     if split is not None:
         return split
@@ -144,10 +178,54 @@ def shell_script(words: list[str]) -> str | None:
     rest = words[index + 1:] if index is not None else []
     if program in _POSIX_SHELLS:
         return _posix_shell_script(rest)
-    marker = (re.compile(r"/[ck]", re.IGNORECASE) if program == "cmd"
-              else _POWERSHELL_COMMAND if program in _POWERSHELLS else None)
-    start = next((i for i, word in enumerate(rest) if marker and marker.fullmatch(word)), None)
+    if program in _POWERSHELLS:
+        return _powershell_script(rest)
+    start = next((i for i, word in enumerate(rest) if program == "cmd" and _CMD_RUNS.fullmatch(word)), None)
     return " ".join(rest[start + 1:]) if start is not None and rest[start + 1:] else None
+
+
+def _powershell_script(arguments: list[str]) -> str | None:
+    """The script PowerShell runs: the words after ``-Command``, or the one after ``-EncodedCommand`` decoded
+    (base64 of UTF-16LE text, the form PowerShell reads there)."""
+    for index, word in enumerate(arguments):
+        if _POWERSHELL_COMMAND.fullmatch(word):
+            return " ".join(arguments[index + 1:]) or None
+        if _POWERSHELL_ENCODED.fullmatch(word):
+            return decoded_script(arguments[index + 1]) if index + 1 < len(arguments) else None
+    return None
+
+
+def encoded_script_at(words: list[str]) -> int | None:
+    """The index of the word holding the script the PowerShell that ``words`` runs is given encoded (``pwsh
+    -NoProfile -enc BASE64``: decode it with :func:`decoded_script`); ``None`` for any other command. An
+    argument list keeps it in a word of its own, which read alone says nothing."""
+    program = command_word(words)
+    if program is None or _program(words[program]) not in _POWERSHELLS:
+        return None
+    for index in range(program + 1, len(words) - 1):
+        if _POWERSHELL_COMMAND.fullmatch(words[index]):
+            return None
+        if _POWERSHELL_ENCODED.fullmatch(words[index]):
+            return index + 1
+    return None
+
+
+def decoded_script(encoded: str) -> str:
+    """The text of a PowerShell ``-EncodedCommand``.
+
+    Raises:
+        ScriptUnreadable: It is not base64 of UTF-16LE text (PowerShell refuses it too), so what it holds
+            cannot be read; no field named, the caller knows it.
+    """
+    try:
+        return base64.b64decode(encoded.strip(), validate=True).decode("utf-16-le")
+    except (binascii.Error, UnicodeDecodeError):
+        raise ScriptUnreadable(
+            "runs PowerShell with an -EncodedCommand that is not base64 of UTF-16LE text, so the script it runs "
+            "could not be read for a secret",
+            hint="give PowerShell the script as text with -Command, or encode it as PowerShell does: "
+                 "[Convert]::ToBase64String([Text.Encoding]::Unicode.GetBytes($script))",
+        ) from None
 
 
 def _env_split_string(words: list[str]) -> str | None:

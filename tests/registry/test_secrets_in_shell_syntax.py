@@ -3,16 +3,36 @@ a value that only names where the secret lives (a variable, a file, a secret sto
 
 from __future__ import annotations
 
+import base64
+import shlex
+
 import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from config_registry import DefinitionInvalid, Registry
-from config_registry.secrets import apply_references
+from config_registry import DefinitionInvalid, Registry, ScriptUnreadable
+from config_registry.secrets import apply_references, check_free_text
 from tests.registry.conftest import dump, left_unchanged, triage_manifest
 
 KEY_PATH = "model_client.config.api_key"
 SERVER = "config.workbench.0.config.server_params"
+
+
+def _encoded(script: str) -> str:
+    """``script`` as PowerShell's -EncodedCommand takes it: base64 of its UTF-16LE text."""
+    return base64.b64encode(script.encode("utf-16-le")).decode()
+
+
+def _shells(depth: int, innermost: str) -> str:
+    """``sh -c`` running ``sh -c`` running ..., ``depth`` shells, the last running ``innermost``."""
+    for _ in range(depth):
+        innermost = f"sh -c {shlex.quote(innermost)}"
+    return innermost
+
+
+def _nested(depth: int, innermost: str) -> str:
+    """A command whose ``$(...)`` runs a command whose ``$(...)`` runs ..., ``depth`` deep, ``innermost`` last."""
+    return "echo " + "".join(f"$(echo {n} " for n in range(depth - 1)) + f"$({innermost})" + ")" * (depth - 1)
 
 
 def _agent_with_server(command: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
@@ -68,6 +88,20 @@ def _agent_with_server(command: str, args: list[str], env: dict[str, str] | None
         ("sh", ["-c", "PGPASSWORD=${DB_PASSWORD:-hunter2-SECRET} psql"], "args.1", "variable 'PGPASSWORD'"),
         ("mysql", ["-uapp", "-p${MYSQL_PASSWORD:=hunter2-SECRET}"], "args.1", "glued to the MySQL"),
         ("sh", ["-c", "PGPASSWORD=(hunter2-SECRET) psql"], "args.1", "variable 'PGPASSWORD'"),
+        # busybox's shells
+        ("sh", ["-c", "busybox sh -c 'export PGPASSWORD=hunter2-SECRET; psql'"], "args.1", "variable 'PGPASSWORD'"),
+        ("busybox ash -c 'mysql -uapp -phunter2-SECRET app'", [], "command", "glued to the MySQL"),
+        # PowerShell's -EncodedCommand, decoded, under each name PowerShell accepts for it
+        ("pwsh", ["-NoProfile", "-EncodedCommand", _encoded("$env:PGPASSWORD='hunter2-SECRET'; psql")], "args.2",
+         "variable 'PGPASSWORD', in PowerShell's -EncodedCommand"),
+        ("powershell.exe", ["-enc", _encoded("mysql -uapp -phunter2-SECRET app")], "args.1", "glued to the MySQL"),
+        ("powershell", ["-e", _encoded("tool --api-key hunter2-SECRET serve")], "args.1", "flag '--api-key'"),
+        ("sh", ["-c", "pwsh -NoLogo -ec " + _encoded('$env:PGPASSWORD = "hunter2-SECRET"; psql')], "args.1",
+         "variable 'PGPASSWORD'"),
+        (f"powershell -EncodedCom {_encoded('mysql -phunter2-SECRET')}", [], "command", "glued to the MySQL"),
+        # four shells deep is read
+        ("sh", ["-c", _nested(4, "PGPASSWORD=hunter2-SECRET psql")], "args.1", "variable 'PGPASSWORD'"),
+        (_shells(4, "mysql -phunter2-SECRET"), [], "command", "glued to the MySQL"),
     ],
 )
 def test_a_secret_inside_shell_syntax_is_refused_naming_its_field_and_rule(
@@ -103,6 +137,10 @@ def test_a_secret_inside_shell_syntax_is_refused_naming_its_field_and_rule(
         # options that only look like a secret's
         ("docker", ["run", "--rm", "-p3306:3306", "mysql:8"], {}),
         ("sh", ["-c", "timeout 30 docker compose exec db mysql -uapp -p app"], {}),
+        # busybox's shells and PowerShell's encoded script, read as any other
+        ("busybox", ["sh", "-c", "PGPASSWORD=${DB_PASSWORD:?} psql -h db"], {}),
+        ("pwsh", ["-NoProfile", "-enc", _encoded("$env:PGPASSWORD=$env:DB_PASSWORD; psql -h db")], {}),
+        ("sh", ["-c", _nested(4, "echo hi")], {}),
     ],
 )
 def test_a_value_that_names_where_the_secret_lives_is_stored(command: str, args: list[str], env: dict[str, str]) -> None:
@@ -130,3 +168,47 @@ def test_a_password_set_between_two_lines_of_prose_with_apostrophes_is_refused(r
         registry.add("support_triage", component, triage_manifest(secrets={KEY_PATH: "env:K"}), "prose")
     assert caught.value.field == "config.system_message"
     assert "variable 'PGPASSWORD'" in caught.value.message and "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "field"),
+    [
+        ("pwsh", ["-NoProfile", "-EncodedCommand", "hunter2-SECRET"], "args.2"),  # not base64
+        ("powershell", ["-e", base64.b64encode(b"hunter2").decode()], "args.1"),  # an odd number of bytes
+        ("powershell", ["-enc", base64.b64encode(b"\x00\xd8").decode()], "args.1"),  # half a surrogate pair
+        ("sh", ["-c", "pwsh -ec hunter2-SECRET"], "args.1"),
+        ("powershell -encodedcommand hunter2-SECRET", [], "command"),
+    ],
+)
+def test_an_encoded_powershell_script_that_does_not_decode_is_refused_unread(
+    registry: Registry, command: str, args: list[str], field: str
+) -> None:
+    component = _agent_with_server(command, args)
+    manifest = triage_manifest(secrets={KEY_PATH: "env:K"}, allow_source_code_tools=True)
+    with left_unchanged(registry.path), pytest.raises(ScriptUnreadable) as caught:
+        registry.add("support_triage", component, manifest, "encoded")
+    assert caught.value.field == f"{SERVER}.{field}"
+    assert "-EncodedCommand that is not base64 of UTF-16LE text" in caught.value.message
+    assert "-Command" in (caught.value.hint or "")
+    assert "hunter2" not in str(caught.value) and base64.b64encode(b"hunter2").decode() not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "field"),
+    [
+        ("sh", ["-c", _nested(5, "echo hi")], "args.1"),
+        (_shells(5, "echo hi"), [], "command"),
+    ],
+)
+def test_a_script_nested_past_four_shells_is_refused_unread(command: str, args: list[str], field: str) -> None:
+    with pytest.raises(ScriptUnreadable) as caught:
+        apply_references(_agent_with_server(command, args), {KEY_PATH: "env:K"})
+    assert caught.value.field == f"{SERVER}.{field}"
+    assert "nested more than 4 shells deep" in caught.value.message
+    assert "run the innermost script directly" in (caught.value.hint or "")
+
+
+def test_an_unreadable_script_in_text_stored_beside_the_definition_names_that_text() -> None:
+    with pytest.raises(ScriptUnreadable) as caught:
+        check_free_text("message", "Deploy the CRM sync.\n\nPGPASSWORD=${DB_PASSWORD:?} pwsh -enc hunter2-SECRET")
+    assert caught.value.field == "message" and "hunter2" not in str(caught.value)
