@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
-from config_registry.shell import command_word, scripts, simple_commands
+from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
 # A config key, HTTP header, environment variable or connection-string part names a credential when, case
@@ -358,12 +358,17 @@ def command_line_credential(text: str) -> str | None:
     found = next(filter(None, (url_credential(word) or _connection_credential(word) for word in words)), None)
     flags = (flag_credential(command, index) for command in simple_commands(text) for index in range(len(command)))
     found = found or next(filter(None, flags), None)
-    # A variable a shell inside sets, read in the script's own text: one PowerShell is given encoded shows
-    # nowhere in the outer text that value_credential reads.
-    found = found or next(filter(None, map(_environment_credential, scripts(text)[1:])), None)
+    found = found or inner_script_credential(text)
     # A variable that holds a command line in turn ("PASSWORD_CMD='tool --token VALUE'") said it already.
     inside = found if found is None or found.endswith(_INSIDE) else f"{found}{_INSIDE}"
     return program_password(text) or inside
+
+
+def inner_script_credential(text: str) -> str | None:
+    """A secret variable set as a shell sets it in a script a shell in ``text`` runs, read in that script's
+    own text: one PowerShell is given encoded (``pwsh -enc BASE64``) shows nowhere in the outer text that
+    :func:`value_credential` reads; ``None`` otherwise."""
+    return next(filter(None, map(_environment_credential, scripts(text)[1:])), None)
 
 
 def program_password(text: str) -> str | None:
@@ -381,10 +386,27 @@ def environment_value_credential(name: str, value: str) -> str | None:
     whose name says it holds a command (``CMD``, ``PRE_START_COMMAND``, ``SETUP_SCRIPT``) is read whole, as
     one of an MCP server's ``args`` holding a shell string is (:func:`command_line_credential`). Other values
     are settings or prose, where ``-p3306`` is a port and ``password=...`` may be a sentence's."""
+    return command_line_credential(value) if holds_command_line(name) else program_password(value)
+
+
+def encoded_script_credential(words: list[str]) -> str | None:
+    """What the script PowerShell is given encoded as a word of its own holds (``["pwsh", "-enc",
+    "BASE64"]``), read once decoded as any value and as a command line; ``None`` otherwise.
+
+    Raises:
+        ScriptUnreadable: The encoded word does not decode (no field named: the caller knows it).
+    """
+    at = encoded_script_at(words)
+    script = decoded_script(words[at]) if at is not None else None
+    found = (value_credential(script) or command_line_credential(script)) if script is not None else None
+    return f"{found}, in PowerShell's -EncodedCommand" if found else None
+
+
+def holds_command_line(name: str) -> bool:
+    """Whether the name's last word says its value is a command line (``CMD``, ``PRE_START_COMMAND``,
+    ``SETUP_SCRIPT``, ``DB_PASSWORD_COMMAND``), which is then read as one rather than as a credential."""
     words = _words(name)
-    if words and words[-1] in _COMMAND_NAMES:
-        return command_line_credential(value)
-    return program_password(value)
+    return bool(words) and words[-1] in _COMMAND_NAMES
 
 
 def program_passwords(words: list[str]) -> dict[int, str]:
@@ -463,7 +485,7 @@ def variable_credential(name: str, value: str, *, command_may_follow: bool = Fal
     set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`_variable_left_out`. A variable whose name says it
     holds a command line (``PASSWORD_COMMAND``) is read as one (:func:`command_line_credential`)."""
     value = value.strip()
-    if _words(name)[-1:] and _words(name)[-1] in _COMMAND_NAMES:  # "DB_PASSWORD_COMMAND=pass show db"
+    if holds_command_line(name):  # "DB_PASSWORD_COMMAND=pass show db"
         return command_line_credential(value)
     left_out = _variable_left_out if command_may_follow else _left_out
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from config_registry.credentials import (
     command_line_credential,
+    encoded_script_credential,
     environment_value_credential,
     flag_credential,
     is_file_setting,
@@ -30,7 +31,7 @@ from config_registry.credentials import (
     value_credential,
 )
 from config_registry.errors import DefinitionInvalid, ScriptUnreadable, SecretUnavailable
-from config_registry.shell import decoded_script, encoded_script_at
+from config_registry.shell import encoded_script_at
 from config_registry.source import source_credential
 
 MASK = "**********"
@@ -191,10 +192,9 @@ def _check_encoded_script(path: str, words: list[str], secrets: Mapping[str, str
     if at is None or f"{path}.{at - 1}" in secrets:
         return
     with _naming(f"config.{path}.{at - 1}"):
-        script = decoded_script(words[at])
-    found = value_credential(script) or command_line_credential(script)
+        found = encoded_script_credential(words)
     if found is not None:
-        _refuse_plaintext(f"{path}.{at - 1}", f"{found}, in PowerShell's -EncodedCommand")
+        _refuse_plaintext(f"{path}.{at - 1}", found)
 
 
 def _check_key(path: str, key: str, parent: Any) -> None:

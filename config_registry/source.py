@@ -14,7 +14,8 @@ parameter's default), in lower or mixed case only when the name is more than a b
 string literal or comment holds that a definition's other strings are refused for (a known shape, a
 connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), or a password a
 command line gives its program (:func:`~config_registry.credentials.program_passwords`: a MySQL client's
-``-pVALUE``, sshpass's ``-p VALUE``) in a string or a list of strings (``["mysql", "-pVALUE"]``). What the
+``-pVALUE``, sshpass's ``-p VALUE``) in a string or a list of strings (``["mysql", "-pVALUE"]``), and what
+PowerShell's encoded script in either holds (``["pwsh", "-enc", "BASE64"]``). What the
 code reads when it runs (``os.getenv("API_KEY")``, ``os.environ["TOKEN"]``, a call) holds none. Source
 that does not parse is read as any other string is.
 """
@@ -28,6 +29,9 @@ import tokenize
 from collections.abc import Iterator
 
 from config_registry.credentials import (
+    encoded_script_credential,
+    holds_command_line,
+    inner_script_credential,
     program_password,
     program_passwords,
     shape_credential,
@@ -50,6 +54,10 @@ def source_credential(source: str) -> str | None:
 
     Returns:
         What was found, for the error message (never the value), or ``None``.
+
+    Raises:
+        ScriptUnreadable: A PowerShell encoded script that does not decode, or shells nested past four, in a
+            string or a list (no field named: the caller knows it).
     """
     try:
         tree = ast.parse(source)
@@ -59,8 +67,10 @@ def source_credential(source: str) -> str | None:
     found = found or next(filter(None, (_given_credential(n, v) for n, v in _given_literals(tree))), None)
     found = found or next(filter(None, map(value_credential, _strings(tree, source))), None)
     found = found or next(filter(None, map(program_password, _strings(tree, source))), None)
+    found = found or next(filter(None, map(inner_script_credential, _strings(tree, source))), None)
     listed = next((what for items in _lists(tree) for what in program_passwords(items).values()), None)
-    return found or (f"{listed}, inside a command line" if listed else None)
+    encoded = next(filter(None, map(encoded_script_credential, _lists(tree))), None)
+    return found or (f"{listed}, inside a command line" if listed else None) or encoded
 
 
 def _given_credential(name: str, literal: str) -> str | None:
@@ -69,6 +79,8 @@ def _given_credential(name: str, literal: str) -> str | None:
     "id"``, ``password_hint = "Ask IT"``), only when the name is more than a bare generic word and the value
     is one token, as a key or password is, rather than prose."""
     if _UPPER_NAME.fullmatch(name):
+        return variable_credential(name, literal)
+    if holds_command_line(name):  # "password_command = 'pass show db'" is read as a command line
         return variable_credential(name, literal)
     if name.lower() in _GENERIC_NAMES or any(c.isspace() for c in literal.strip()):
         return None

@@ -3,6 +3,7 @@ server's environment, and a FunctionTool's Python source, read as Python."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core.tools import FunctionTool
 
-from config_registry import DefinitionInvalid, Registry
+from config_registry import DefinitionInvalid, Registry, ScriptUnreadable
 from config_registry.secrets import apply_references
 from teamstore.context import BoundedChatCompletionContext
 from tests.conftest import git
@@ -20,6 +21,11 @@ from tests.registry.conftest import calling_client, dump, left_unchanged, triage
 SERVER = "participants.0.config.workbench.1.config.server_params"
 SOURCE = "participants.0.config.workbench.0.config.tools.0.config.source_code"
 MANIFEST = {"name": "tooled", "persist": ["researcher"], "context_bound": 20, "allow_source_code_tools": True}
+
+
+def _encoded(script: str) -> str:
+    """``script`` as PowerShell's -EncodedCommand takes it."""
+    return base64.b64encode(script.encode("utf-16-le")).decode()
 
 
 def lookup(query: str) -> str:
@@ -188,6 +194,7 @@ def test_a_declared_reference_stands_in_for_a_command_line_in_the_environment() 
         'password = input("Enter your password: ")',
         'hint = dict(password="Ask the on-call engineer for it")',
         "def inner(password=None, *, token=''): return password",
+        'subprocess.run(["pwsh", "-enc", "' + _encoded("$env:PGPASSWORD=$env:DB_PASSWORD; psql") + '"])',
     ],
 )
 def test_tool_source_reading_a_secret_from_the_environment_is_stored(registry: Registry, body: str) -> None:
@@ -225,6 +232,12 @@ def test_tool_source_reading_a_secret_from_the_environment_is_stored(registry: R
         ('client.dbPassword = "hunter2-real"', "the value of the variable 'dbPassword'"),
         ("def inner(user, password='hunter2-real'): return user", "the value of the variable 'password'"),
         ("def inner(*, apiKey='hunter2-real'): return apiKey", "the value of the variable 'apiKey'"),
+        # a command line kept under a secret's name, and PowerShell's encoded script
+        ('password_command = "tool --token hunter2-real serve"', "the value of the flag '--token', inside"),
+        ('subprocess.run(["powershell", "-enc", "' + _encoded("$env:PGPASSWORD='hunter2'; psql") + '"])',
+         "the value of the variable 'PGPASSWORD', in PowerShell's -EncodedCommand"),
+        ('subprocess.run("pwsh -enc ' + _encoded("$env:PGPASSWORD = 'hunter2'; psql") + '", shell=True)',
+         "the value of the variable 'PGPASSWORD'"),
     ],
 )
 def test_tool_source_holding_a_secret_literal_is_refused(registry: Registry, body: str, what: str) -> None:
@@ -233,3 +246,11 @@ def test_tool_source_holding_a_secret_literal_is_refused(registry: Registry, bod
     assert refused.field == f"config.{SOURCE}"
     assert f"plaintext secret ({what}" in refused.message
     assert "os.environ" in (refused.hint or "")
+
+
+def test_tool_source_running_an_encoded_powershell_script_that_does_not_decode_is_refused(registry: Registry) -> None:
+    source = 'def lookup(query: str) -> str:\n    subprocess.run(["pwsh", "-enc", "hunter2!"])\n    return query\n'
+    with left_unchanged(registry.path), pytest.raises(ScriptUnreadable) as caught:
+        registry.add("tooled", _team(source=source), triage_manifest(**MANIFEST), "tool")
+    assert caught.value.field == f"config.{SOURCE}"
+    assert "-EncodedCommand" in caught.value.message and "hunter2" not in str(caught.value)
