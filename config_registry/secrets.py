@@ -200,9 +200,10 @@ def _check_encoded_script(path: str, words: list[str], secrets: Mapping[str, str
 def _check_key(path: str, key: str, parent: Any) -> None:
     """Refuse a credential as an object's key (``"metadata": {"ghp_...": "ci"}``): a key is stored as it is,
     and no reference can stand in for it. The error names the object, not the key."""
-    found = (value_credential(key) or url_credential(key)) if isinstance(parent, dict) else None
+    owner = path[: -len(key) - 1]  # the key may hold dots itself
+    with _naming(f"config.{owner}" if owner else "config"):
+        found = (value_credential(key) or url_credential(key)) if isinstance(parent, dict) else None
     if found is not None:
-        owner = path[: -len(key) - 1]  # the key may hold dots itself
         raise DefinitionInvalid(
             f"has a key that holds a plaintext secret ({found}); the registry never stores secrets",
             field=f"config.{owner}" if owner else "config",
@@ -245,8 +246,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
     result = copy.deepcopy(dict(component))
     found: set[str] = set()
     for path, key, value, parent in list(walk(result.get("config"))):
-        with _naming(f"config.{path}"):
-            _check_key(path, key, parent)
+        _check_key(path, key, parent)
         if path in secrets:
             _check_one_value(path, value)
             # Whatever the definition holds there (the mask, a reference, or the key itself, as in a header

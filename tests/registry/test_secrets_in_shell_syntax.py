@@ -212,3 +212,11 @@ def test_an_unreadable_script_in_text_stored_beside_the_definition_names_that_te
     with pytest.raises(ScriptUnreadable) as caught:
         check_free_text("message", "Deploy the CRM sync.\n\nPGPASSWORD=${DB_PASSWORD:?} pwsh -enc hunter2-SECRET")
     assert caught.value.field == "message" and "hunter2" not in str(caught.value)
+
+
+def test_an_unreadable_script_in_an_objects_key_names_the_object() -> None:
+    component = _agent_with_server("db-mcp", [])
+    component["config"]["metadata"] = {"PGPASSWORD=${DB_PASSWORD:?} pwsh -enc hunter2-SECRET": "setup"}
+    with pytest.raises(ScriptUnreadable) as caught:
+        apply_references(component, {KEY_PATH: "env:K"})
+    assert caught.value.field == "config.metadata" and "hunter2" not in str(caught.value)
