@@ -155,6 +155,7 @@ SSHPASS_PASSWORD = "a password given to sshpass's '-p'"
 # An environment variable whose name's last word says it holds a command line ("CMD", "INIT_COMMAND",
 # "SETUP_SCRIPT"): its value is read as a shell string, as an MCP server's "-c" argument is.
 _COMMAND_NAMES = frozenset({"cmd", "cmdline", "command", "commands", "commandline", "script", "exec", "entrypoint"})
+_NOT_A_CREDENTIALS_NAME = _REFERENCE_WORDS | _COMMAND_NAMES
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
 
@@ -175,9 +176,9 @@ def is_secret_field(key: str) -> bool:
     ``token_limit``, ``first_pass``), identifiers (``cache_key``, ``public_key``, ``key_id``) and where a secret is
     read from (``SSHPASS_FILE``, ``PGPASSFILE``, ``GIT_ASKPASS``) are not, nor is a reference whose last word
     says what it holds is not the credential (``PASSWORD_PROMPT``, ``TOKEN_URL``, ``SECRET_NAME``,
-    ``PASSWORD_COMMAND``: :data:`_REFERENCE_WORDS`, :data:`_COMMAND_NAMES`)."""
+    ``PASSWORD_COMMAND``: :data:`_NOT_A_CREDENTIALS_NAME`)."""
     words = _words(key)
-    if not words or words[-1] in _REFERENCE_WORDS | _COMMAND_NAMES:
+    if not words or words[-1] in _NOT_A_CREDENTIALS_NAME:
         return False
     if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
         return True
