@@ -1,13 +1,15 @@
 """The migrations on SQLite and a real Postgres: they build exactly the declared schema, come down to
 nothing and go up again, on Postgres store session states with lz4 (migration 0006), and keep erasure requests
 filed as twins before request ids were unique as twins compare them (migration 0022), and keep quarantined states
-with their ids while never giving an id again (migration 0025)."""
+with their ids while never giving an id again (migration 0025), and count the calls an earlier release recorded as
+answered with no tokens as calls of unknown usage (migration 0028)."""
 
 from __future__ import annotations
 
 import importlib
 import uuid
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -23,6 +25,8 @@ import teamstore.db.fence
 import teamstore.erasure.schema
 import teamstore.keys.schema
 import teamstore.state.schema  # noqa: F401  (each registers its tables on the metadata)
+from teamstore.audit.cost import query_costs
+from teamstore.audit.prices import parse_prices
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.subjects import new_subject_key
 from teamstore.audit.transcripts.record import RunKeys
@@ -349,3 +353,34 @@ async def test_quarantined_states_set_aside_before_0025_keep_their_ids_and_no_id
         await conn.execute(text("DELETE FROM ts_quarantine"))
     assert await _set_aside(engine, "dee") > max(before)
     await engine.dispose()
+
+
+_OLD_USAGE_ROW = text(
+    "INSERT INTO ts_usage (run_id, agent, model, purpose, calls, failed_calls, input_tokens, output_tokens, team, "
+    "team_version, session_key, subject_key, stop_reason, ended_by_limit, run_failed, started_at, finished_at, day, "
+    "interruptions, attempt) VALUES (:run, 'writer', 'tenth-model', 'agent', :calls, :failed, :tokens, 0, 'support', "
+    "'v1', :session, 'subject', NULL, FALSE, FALSE, :now, :now, :day, 0, 0)")
+
+
+async def test_calls_an_earlier_release_recorded_as_answered_with_no_tokens_count_as_of_unknown_usage(
+    database_url: str,
+) -> None:
+    # Migration 0028: before calls answered without usage counted as unknown, a stream that did not ask for its
+    # usage was written as calls that succeeded with no tokens, and the report priced them as 0.
+    engine = create_engine(database_url)
+    await upgrade(engine, "0027")
+    now = datetime.now(UTC)
+    rows = (("streamed", 2, 0, 0), ("failed", 1, 1, 0), ("partly-failed", 3, 1, 10**6), ("known", 1, 0, 10**6))
+    async with engine.begin() as conn:  # as the ledger before 0028 holds them
+        for session, calls, failed, tokens in rows:
+            await conn.execute(_OLD_USAGE_ROW, {"run": f"run-{session}", "calls": calls, "failed": failed,
+                                                "tokens": tokens, "session": session, "now": now, "day": now.date()})
+    assert await upgrade(engine) == head_revision()
+    prices = parse_prices({"version": "2026-11-30", "models": {
+        "tenth-model": [{"effective_from": "2020-01-01", "input": 0.1, "output": 0.0}]}})
+    report = await query_costs(engine, prices, by="session")
+    await engine.dispose()
+    found = {row.group["session_key"]: (row.calls, row.unknown_usage_calls, row.cost) for row in report.rows}
+    assert found == {"streamed": (2, 2, None), "failed": (1, 1, None),
+                     "partly-failed": (3, 1, Decimal("0.1")), "known": (1, 0, Decimal("0.1"))}
+    assert (report.total.unknown_usage_calls, report.total.cost) == (4, Decimal("0.2"))
