@@ -18,7 +18,7 @@ import functools
 import importlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal, Self
@@ -39,6 +39,7 @@ from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel
 
 from teamstore.events import ModelCall
+from teamstore.stream_usage import asking_for_usage, endpoint_hosts
 
 PROVIDER = "teamstore.metering.MeteredChatCompletionClient"
 log = logging.getLogger(__name__)
@@ -181,25 +182,41 @@ def metered_run(attempt: int = 0) -> Iterator[Meter]:
 
 
 class MeteredChatCompletionClientConfig(BaseModel):
-    """The wrapped client and the participant it serves."""
+    """The wrapped client, the participant it serves, and whether its streams are asked for their usage
+    (``stream_usage``: see :class:`MeteredChatCompletionClient`)."""
 
     inner: ComponentModel
     agent: str
     purpose: str = "agent"
+    stream_usage: bool | None = None
 
 
 class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCompletionClientConfig]):
-    """Delegates to ``inner`` and records each call's usage on the current :class:`Meter`."""
+    """Delegates to ``inner`` and records each call's usage on the current :class:`Meter`.
+
+    Args:
+        inner: The client called.
+        agent: The agent or team it serves.
+        purpose: What its calls are for (``agent``, ``speaker_selection``, ``memory_writer``).
+        stream_usage: Whether an AutoGen OpenAI or Azure OpenAI client's streams ask for their usage
+            (``stream_options`` ``include_usage``): ``None`` only where the endpoint is known to take the field
+            (OpenAI's API, Azure OpenAI from API version 2024-09-01); ``True`` wherever the client points (an
+            OpenAI-compatible server or an Azure API version the operator knows takes it); ``False`` never. The
+            call's or the client's own ``include_usage`` always stands.
+    """
 
     component_type = "model"
     component_config_schema = MeteredChatCompletionClientConfig
     component_provider_override = PROVIDER
     component_version = 1
 
-    def __init__(self, inner: ChatCompletionClient, agent: str, purpose: str = "agent") -> None:
+    def __init__(
+        self, inner: ChatCompletionClient, agent: str, purpose: str = "agent", *, stream_usage: bool | None = None
+    ) -> None:
         self._inner = inner
         self._agent = agent
         self._purpose = purpose
+        self._stream_usage = stream_usage
         self._provider = provider_name(inner)
         self._warned = False
         _tap_response_models()
@@ -293,10 +310,10 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         before its final result is on record with the error type, as :meth:`create` records a failed call).
 
         AutoGen's OpenAI clients report a stream's usage only when the request asks for it: on OpenAI's API and
-        Azure OpenAI's, unless the caller chose (``stream_options`` in ``extra_create_args`` or the client's
-        config), it is asked for."""
+        Azure OpenAI's, or wherever ``stream_usage`` says, unless the caller chose (``stream_options`` in
+        ``extra_create_args`` or the client's config), it is asked for."""
         started, t0 = datetime.now(UTC), time.perf_counter()
-        extra_create_args = _asking_for_usage(self._inner, extra_create_args)
+        extra_create_args = asking_for_usage(self._inner, extra_create_args, self._stream_usage)
         meter = _current.get()  # the run that asked: a stream left unread is closed from wherever it is collected
         final: CreateResult | None = None
         answered: list[str] = []  # a stream's end event carries no model: the one asked for is recorded
@@ -352,50 +369,14 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
 
     def _to_config(self) -> MeteredChatCompletionClientConfig:
         return MeteredChatCompletionClientConfig(
-            inner=self._inner.dump_component(), agent=self._agent, purpose=self._purpose
+            inner=self._inner.dump_component(), agent=self._agent, purpose=self._purpose,
+            stream_usage=self._stream_usage,
         )
 
     @classmethod
     def _from_config(cls, config: MeteredChatCompletionClientConfig) -> Self:
         inner = ChatCompletionClient.load_component(config.inner)
-        return cls(inner=inner, agent=config.agent, purpose=config.purpose)
-
-
-_AZURE_STREAM_OPTIONS_SINCE = "2024-09-01"
-"""The first Azure OpenAI API version that takes ``stream_options``: an earlier one refuses a request that has it."""
-
-
-def _asking_for_usage(client: ChatCompletionClient, extra_create_args: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``extra_create_args`` asking an OpenAI client's stream for its usage, unless the caller said either way.
-
-    AutoGen 0.7's ``include_usage`` argument asks for usage even when given ``False``, and is not part of the
-    interface a wrapped client is called through; ``stream_options`` is the request's own field. A client's
-    configured ``stream_options`` is replaced whole by one in ``extra_create_args``, so its other options are
-    kept in the one added. Only an endpoint known to take the field is asked (:func:`_takes_stream_options`).
-    """
-    if not _takes_stream_options(client):
-        return extra_create_args
-    configured = getattr(client, "_create_args", None)
-    options = (extra_create_args if "stream_options" in extra_create_args
-               else configured if isinstance(configured, Mapping) else {}).get("stream_options") or {}
-    if not isinstance(options, Mapping) or "include_usage" in options:
-        return extra_create_args  # the caller's choice
-    return {**extra_create_args, "stream_options": {**options, "include_usage": True}}
-
-
-def _takes_stream_options(client: ChatCompletionClient) -> bool:
-    """Whether an AutoGen OpenAI client reaches an endpoint that takes ``stream_options``: OpenAI's own, or Azure
-    OpenAI from API version 2024-09-01. An OpenAI-compatible server (``base_url``) may refuse a field it does not
-    know, failing every streamed call, so it is not asked: the caller asks in its configuration."""
-    names = {k.__name__ for k in type(client).__mro__}
-    api = getattr(client, "_client", None)  # the openai SDK client AutoGen's holds
-    if "AzureOpenAIChatCompletionClient" in names:
-        version = str(getattr(api, "_api_version", None) or "")
-        return version[:4].isdigit() and version[:10] >= _AZURE_STREAM_OPTIONS_SINCE
-    if "BaseOpenAIChatCompletionClient" in names:
-        base_url = getattr(api, "base_url", None)
-        return urlparse(str(base_url or "")).hostname == "api.openai.com"
-    return False
+        return cls(inner=inner, agent=config.agent, purpose=config.purpose, stream_usage=config.stream_usage)
 
 
 def _warn_usage_missing(call: ModelCall) -> None:
@@ -406,19 +387,18 @@ def _warn_usage_missing(call: ModelCall) -> None:
         call.model, call.provider)
 
 
-def _wrap(client: dict[str, Any], agent: str, purpose: str) -> dict[str, Any]:
+def _wrap(client: dict[str, Any], agent: str, purpose: str, stream_usage_hosts: Collection[str]) -> dict[str, Any]:
     if client.get("provider") == PROVIDER:
         return client
-    return {
-        "provider": PROVIDER,
-        "component_type": "model",
-        "version": 1,
-        "component_version": 1,
-        "config": {"inner": client, "agent": agent, "purpose": purpose},
-    }
+    config: dict[str, Any] = {"inner": client, "agent": agent, "purpose": purpose}
+    if stream_usage_hosts and endpoint_hosts(client.get("config")) & set(stream_usage_hosts):
+        config["stream_usage"] = True
+    return {"provider": PROVIDER, "component_type": "model", "version": 1, "component_version": 1, "config": config}
 
 
-def wrap_model_clients(component: dict[str, Any], owner: tuple[str, str] | None = None) -> dict[str, Any]:
+def wrap_model_clients(
+    component: dict[str, Any], owner: tuple[str, str] | None = None, *, stream_usage_hosts: Collection[str] = (),
+) -> dict[str, Any]:
     """Return a copy of a team or agent component JSON with every model client metered.
 
     Every model client in the tree is wrapped, wherever it sits: an agent's own, a group chat's
@@ -435,26 +415,30 @@ def wrap_model_clients(component: dict[str, Any], owner: tuple[str, str] | None 
     Args:
         component: The component JSON (``dump_component().model_dump()``).
         owner: The (name, component type) of the agent or team around ``component``, when nested.
+        stream_usage_hosts: Hosts (``host`` or ``host:port``, lower-case) of OpenAI-compatible servers and Azure
+            OpenAI resources that take ``stream_options``: a client whose ``base_url`` or ``azure_endpoint``
+            points at one has its streams asked for their usage (``stream_usage``).
     """
     node = dict(component)
     config = dict(node.get("config") or {})
     if node.get("component_type") in ("agent", "team"):
         owner = (str(config.get("name") or node.get("label") or "team"), str(node["component_type"]))
-    node["config"] = {key: _metered(value, owner or ("team", "team")) for key, value in config.items()}
+    node["config"] = {key: _metered(value, owner or ("team", "team"), stream_usage_hosts)
+                      for key, value in config.items()}
     return node
 
 
-def _metered(value: Any, owner: tuple[str, str]) -> Any:
+def _metered(value: Any, owner: tuple[str, str], hosts: Collection[str]) -> Any:
     if isinstance(value, list):
-        return [_metered(item, owner) for item in value]
+        return [_metered(item, owner, hosts) for item in value]
     if not _is_component(value):
         return value  # plain configuration, never a component
     if value.get("provider") == PROVIDER:
         return value  # metered already
     if is_model_client(value) and not _holds_model_client(value.get("config")):
         name, kind = owner
-        return _wrap(value, name, "speaker_selection" if kind == "team" else "agent")
-    return wrap_model_clients(value, owner)
+        return _wrap(value, name, "speaker_selection" if kind == "team" else "agent", hosts)
+    return wrap_model_clients(value, owner, stream_usage_hosts=hosts)
 
 
 def _is_component(value: Any) -> bool:

@@ -18,6 +18,7 @@ import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -168,6 +169,12 @@ class Settings(TypedSettings):
     auto_migrate: bool | None = Field(
         default=None, description="Create/upgrade tables on open; defaults to on for SQLite only."
     )
+    stream_usage_urls: str | None = Field(
+        default=None,
+        description="Comma-separated base URLs (`http://llm.internal:8000/v1`) or hosts (`llm.internal`, "
+        "`127.0.0.1:8000`) of OpenAI-compatible servers and Azure OpenAI resources that take `stream_options`: a "
+        "streamed call to one asks for its usage.",
+    )
 
     @field_validator("home", "registry_path", "prices_path", "key_file", mode="after")
     @classmethod
@@ -184,6 +191,19 @@ class Settings(TypedSettings):
             raise ValueError("an in-memory SQLite database keeps nothing past one connection; name a file, e.g. "
                              "sqlite:////srv/teamstore/teamstore.db, or unset it for $TEAMSTORE_HOME/teamstore.db")
         return value
+
+    @field_validator("stream_usage_urls", mode="after")
+    @classmethod
+    def _hosts(cls, value: str | None) -> str | None:
+        for entry in filter(None, (part.strip() for part in (value or "").split(","))):
+            _host(entry)  # a bad entry is refused when the settings are read, not at the first stream
+        return value
+
+    @property
+    def stream_usage_hosts(self) -> frozenset[str]:
+        """The hosts of ``stream_usage_urls``, each ``host`` or ``host:port``, lower-cased (a URL's path is not
+        compared: a client's ``base_url`` on such a host is asked)."""
+        return frozenset(_host(entry.strip()) for entry in (self.stream_usage_urls or "").split(",") if entry.strip())
 
     @property
     def resolved_registry_path(self) -> Path:
@@ -231,6 +251,26 @@ class Settings(TypedSettings):
         """Operator opt-in to message content in telemetry (the GenAI semantic-convention variable)."""
         value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "false")
         return value.strip().lower() in {"1", "true", "yes"}
+
+
+def _host(entry: str) -> str:
+    """``entry``'s ``host`` or ``host:port``, lower-cased: a base URL's, or the entry itself. An entry is never
+    repeated in an error: a URL may hold a gateway's key.
+
+    Raises:
+        ValueError: It names no host, or holds more than a host, a port and (in a URL) a path.
+    """
+    try:
+        parsed = urlparse(entry if "://" in entry else f"//{entry}")
+        host, port = parsed.hostname or "", parsed.port
+    except ValueError:
+        host, port = "", None
+    if "@" in entry:  # a user or password: neither is needed, and one is never repeated
+        raise ValueError("an entry names a user or a password: give only the host, or the base URL without them")
+    if not host or (parsed.path and "://" not in entry):
+        raise ValueError("an entry names no host: give each as llm.internal, 127.0.0.1:8000 or a base URL such as "
+                         "http://llm.internal:8000/v1, separated by commas")
+    return f"{host}:{port}" if port else host
 
 
 def otlp_exports(signal: Literal["traces", "metrics"]) -> bool:

@@ -17,10 +17,16 @@ from autogen_core import InMemoryStore
 from autogen_core.models import ChatCompletionClient, UserMessage
 from autogen_ext.models.cache import ChatCompletionCache
 from autogen_ext.models.replay import ReplayChatCompletionClient
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from config_registry import Manifest, Registry
+from teamstore.audit.ledger_observer import LedgerObserver
+from teamstore.audit.pseudonyms import Pseudonyms
+from teamstore.audit.schema import usage
 from teamstore.cli import app
+from teamstore.errors import ConfigurationError
 from teamstore.events import ModelCall
 from teamstore.metering import (
     PROVIDER,
@@ -30,6 +36,9 @@ from teamstore.metering import (
     wrap_model_clients,
 )
 from teamstore.offline import OfflineChatCompletionClient
+from teamstore.settings import Settings
+from tests.audit.teams import context as audit_context
+from tests.audit.teams import observe_run
 from tests.conftest import prepare
 from tests.openai_endpoint import OpenAIEndpoint
 from tests.otlp_receiver import OtlpReceiver
@@ -284,3 +293,65 @@ async def test_other_stream_options_the_caller_set_are_kept_beside_the_usage_ask
     assert endpoint.requests[-1]["stream_options"] == {"include_obfuscation": False, "include_usage": True}
     assert call.usage_known
 
+
+
+def test_clients_on_the_hosts_said_to_take_stream_options_are_wrapped_to_ask_and_keep_it_through_a_round_trip(
+) -> None:
+    def client(**config: str) -> dict[str, Any]:
+        return {"provider": "autogen_ext.models.openai.OpenAIChatCompletionClient", "component_type": "model",
+                "config": {"model": "gpt-4o", "api_key": "not-a-key", **config}}
+    team = RoundRobinGroupChat([
+        AssistantAgent("local", model_client=OfflineChatCompletionClient()),
+    ]).dump_component().model_dump()
+    agents = [{**team["config"]["participants"][0], "config": {
+        **team["config"]["participants"][0]["config"], "name": name, "model_client": model_client}}
+        for name, model_client in (("vllm", client(base_url="http://VLLM.internal:8000/v1")),
+                                   ("ollama", client(base_url="http://127.0.0.1:11434/v1")),
+                                   ("openai", client()))]
+    team["config"]["participants"] = agents
+    wrapped = wrap_model_clients(team, stream_usage_hosts={"vllm.internal:8000", "api.openai.com"})
+    asked = {p["config"]["name"]: p["config"]["model_client"]["config"].get("stream_usage")
+             for p in wrapped["config"]["participants"]}
+    assert asked == {"vllm": True, "ollama": None, "openai": None}  # OpenAI's own is asked by default anyway
+    metered = ChatCompletionClient.load_component(wrapped["config"]["participants"][0]["config"]["model_client"])
+    assert isinstance(metered, MeteredChatCompletionClient)
+    assert metered.dump_component().config["stream_usage"] is True
+    assert wrap_model_clients(wrapped, stream_usage_hosts={"vllm.internal:8000"}) == wrapped
+
+
+@pytest.mark.parametrize("kind", ["compatible", "azure-preview"])
+async def test_an_endpoint_the_operator_says_takes_stream_options_is_asked_and_its_usage_reaches_the_ledger(
+    kind: str, engine: AsyncEngine
+) -> None:
+    # Unknown to teamstore (a vLLM server, Azure's unnumbered API versions), so not asked unless the operator says.
+    endpoint = OpenAIEndpoint()
+    inner = (endpoint.client(base_url="http://127.0.0.1:8000/v1") if kind == "compatible"
+             else endpoint.azure_client(api_version="preview"))
+    writer = AssistantAgent("writer", model_client_stream=True,
+                            model_client=MeteredChatCompletionClient(inner, "writer", stream_usage=True))
+    team = RoundRobinGroupChat([writer], termination_condition=MaxMessageTermination(2))
+    await observe_run([LedgerObserver(engine, Pseudonyms(engine))], team, audit_context())
+    assert endpoint.requests[-1]["stream_options"] == {"include_usage": True}
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(usage.c.calls, usage.c.failed_calls, usage.c.input_tokens,
+                                          usage.c.output_tokens))).all()
+    assert [tuple(row) for row in rows] == [(1, 0, 12, 5)]
+
+
+async def test_a_client_told_not_to_ask_for_stream_usage_never_asks_even_openai() -> None:
+    endpoint = OpenAIEndpoint()
+    call = await _streamed(MeteredChatCompletionClient(endpoint.client(), agent="triage", stream_usage=False))
+    assert "stream_options" not in endpoint.requests[-1]
+    assert not call.usage_known
+
+
+def test_stream_usage_urls_are_read_as_hosts_and_an_entry_naming_none_is_refused_without_repeating_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_STREAM_USAGE_URLS", " http://VLLM.internal:8000/v1 , llm.lan, 10.0.0.5:11434,")
+    assert Settings().stream_usage_hosts == {"vllm.internal:8000", "llm.lan", "10.0.0.5:11434"}
+    for bad in ("llm.lan/v1", "http://user:SECRET-4711@llm.lan/v1", "http:///v1?key=SECRET-4711"):
+        monkeypatch.setenv("TEAMSTORE_STREAM_USAGE_URLS", f"llm.lan,{bad}")
+        with pytest.raises(ConfigurationError, match="TEAMSTORE_STREAM_USAGE_URLS") as refused:
+            Settings()
+        assert "SECRET-4711" not in str(refused.value) + str(refused.value.hint)

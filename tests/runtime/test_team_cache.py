@@ -1,6 +1,6 @@
 """The definition cache: a definition is checked once and each build loads it afresh; a changed definition is
 never built from the checks of another; one registry lookup serves every request that needs it, made ahead
-of time for a label."""
+of time for a label; a client on a host said to take stream_options is built asking for stream usage."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from config_registry import DefinitionInvalid, Registry, SecretUnavailable, TeamDefinition
+from config_registry import DefinitionInvalid, Manifest, Registry, SecretUnavailable, TeamDefinition
 from config_registry import build as registry_build
 from teamstore import examples
 from teamstore.metering import MeteredChatCompletionClient
@@ -279,3 +281,18 @@ async def test_a_team_built_ahead_that_fails_is_logged_by_its_failures_type(
         await _built_ahead(teams, ref)
     assert "ahead failed: ValueError" in caplog.text and "CANARY" not in caplog.text
     await teams.aclose()
+
+
+async def test_a_team_built_for_a_host_said_to_take_stream_options_has_its_client_there_asking_for_stream_usage(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DESK_KEY", "not-a-key")
+    agents = [AssistantAgent(name, model_client=OpenAIChatCompletionClient(model="gpt-4o", api_key="k", base_url=url))
+              for name, url in (("vllm", "http://vllm.internal:8000/v1"), ("other", "http://other.internal/v1"))]
+    secrets = {f"participants.{n}.config.model_client.config.api_key": "env:DESK_KEY" for n in range(2)}
+    registry.add("desk", RoundRobinGroupChat(agents, max_turns=1).dump_component().model_dump(),
+                 Manifest(name="desk", secrets=secrets), "v1")
+    built = await TeamBuilder(registry, refresh_seconds=0, stream_usage_hosts={"vllm.internal:8000"}).build("desk")
+    asked = {name: agent._model_client.dump_component().config.get("stream_usage")
+             for name, agent in built.participants.items()}
+    assert asked == {"vllm": True, "other": None}

@@ -181,7 +181,7 @@ class Platform:
             install()  # here, not at the first run: an autogen-core it cannot route fails at start
         turns.install()  # the point between two turns (checkpoints, the tools' idempotency key), likewise
         self.teams = TeamBuilder(registry, refresh_seconds=self.settings.registry_refresh_seconds,
-                                 spans=self.autogen_spans)
+                                 spans=self.autogen_spans, stream_usage_hosts=self.settings.stream_usage_hosts)
         if not self.settings.capture_message_content:
             keep_content_out_of_logs()
             keep_content_out_of_warnings()

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -81,13 +81,16 @@ class TeamBuilder:
         refresh_seconds: How long a NAME or NAME@LABEL resolution is trusted.
         spans: The block AutoGen objects are created in, so the runtimes built keep its span route.
         spares: The most teams built ahead it keeps (:data:`SPARES`).
+        stream_usage_hosts: Hosts whose OpenAI-compatible endpoints take ``stream_options``: a model client
+            pointed at one has its streams asked for their usage (``Settings.stream_usage_hosts``).
     """
 
     def __init__(
         self, registry: Registry, *, refresh_seconds: float, spans: SpanRoute = contextlib.nullcontext,
-        spares: int = SPARES,
+        spares: int = SPARES, stream_usage_hosts: Collection[str] = (),
     ) -> None:
         self.registry = registry
+        self.stream_usage_hosts = frozenset(stream_usage_hosts)
         self.refresh_seconds = refresh_seconds
         self.spans = spans
         self.spares = spares
@@ -137,15 +140,14 @@ class TeamBuilder:
         self._restocks.add(task)
         task.add_done_callback(self._restocks.discard)
 
-    @staticmethod
-    def _prepared(entry: _Entry) -> PreparedDefinition:
+    def _prepared(self, entry: _Entry) -> PreparedDefinition:
         if entry.prepared is None:
             # Checked on the first build only; a definition that fails is not kept as checked, so every
             # build of it fails the same way.
-            memory, name = entry.definition.manifest.memory, entry.definition.name
+            memory, name, hosts = entry.definition.manifest.memory, entry.definition.name, self.stream_usage_hosts
 
             def transform(component: dict[str, Any]) -> dict[str, Any]:
-                return attach_memory(wrap_model_clients(component), memory, name)
+                return attach_memory(wrap_model_clients(component, stream_usage_hosts=hosts), memory, name)
 
             entry.prepared = prepare(entry.definition, transform=transform)
         return entry.prepared
