@@ -15,6 +15,8 @@
 5. The full listing as ``teamstore cost`` prints it, streamed (each row let go once printed), against the
    whole report in memory, on SQLite with one run per session: peak memory at 20,000 and 200,000 sessions
    (bounded: the two streamed peaks alike, the whole report's growing with the sessions).
+6. A transcript's write to the local folder flushed to the disk (``fsync``, the store's default) against the
+   same write left in the page cache, alternating in one process: median per write and their ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -35,7 +38,7 @@ from typing import Any
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.teams import BaseGroupChat
 
-from bench.common import drop_database, otlp_receiver, postgres_database, s3_endpoint
+from bench.common import drop_database, env_number, otlp_receiver, postgres_database, s3_endpoint
 from teamstore.audit import cost_sums
 from teamstore.audit.cost import CostFilter, CostStream, query_costs
 from teamstore.audit.ledger_observer import LedgerObserver
@@ -57,6 +60,9 @@ from tests.audit.teams import context, open_session
 from tests.otlp_receiver import OtlpReceiver
 
 RUNS = 200
+TRANSCRIPT_BYTES = 6 * 1024
+"""A few KB, as a short run's gzipped transcript is (random bytes: the write is timed, not its compression); an
+``fsync`` of so little costs the disk's flush, whatever the size."""
 
 
 def _team(metered: bool) -> Any:
@@ -102,8 +108,6 @@ async def _bare_run(team: Any) -> float:
 
 async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
     """Transcript uploads to moto over HTTP; every botocore request counted."""
-    import os
-
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench",
         AWS_SECRET_ACCESS_KEY="bench",
@@ -126,8 +130,6 @@ async def s3_requests_per_run(tmp: Path, runs: int = 20) -> float:
 
 async def overhead(tmp: Path, database_url: str, receiver: OtlpReceiver, runs: int = RUNS) -> dict[str, float]:
     """Median and mean run time, audited vs bare, alternating in one process; spans go to ``receiver``."""
-    import os
-
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
     provider = setup_tracing(Settings())
     assert provider is not None
@@ -165,6 +167,39 @@ async def overhead(tmp: Path, database_url: str, receiver: OtlpReceiver, runs: i
         "ratio_mean": statistics.fmean(audited) / statistics.fmean(bare),
         "spans_received": float(len(receiver.spans)),
     }
+
+
+async def transcript_writes(folder: Path, rounds: int, writes: int) -> dict[str, float]:
+    """Per-write seconds of ``put`` flushed (durable) and not, ``writes`` of each per round, alternating (which goes
+    first rotating); into one session's folder, as a session's runs are, made before the first round."""
+    stores = {durable: LocalTranscriptStore(folder / "transcripts", durable=durable) for durable in (True, False)}
+    body, session = os.urandom(TRANSCRIPT_BYTES), f"subjects/{'a' * 32}/sessions/{'b' * 32}/runs"
+    await stores[False].put(f"{session}/warm.jsonl.gz", body)
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    for round_ in range(rounds):
+        for durable in ((True, False) if round_ % 2 == 0 else (False, True)):
+            times = []
+            for write in range(writes):
+                started = time.perf_counter()
+                await stores[durable].put(f"{session}/{durable}-{round_}-{write}.jsonl.gz", body)
+                times.append(time.perf_counter() - started)
+            medians[durable].append(statistics.median(times))
+    return {
+        "fsync_ms": statistics.median(medians[True]) * 1000,
+        "page_cache_ms": statistics.median(medians[False]) * 1000,
+        "ratio": statistics.median(d / p for d, p in zip(medians[True], medians[False], strict=True)),
+    }
+
+
+def print_transcript_writes() -> None:
+    """Measure and print :func:`transcript_writes` (``BENCH_TRANSCRIPT_ROUNDS`` rounds of
+    ``BENCH_TRANSCRIPT_WRITES`` writes each way), in a folder on the disk the temporary files go to."""
+    rounds, writes = int(env_number("BENCH_TRANSCRIPT_ROUNDS", 15)), int(env_number("BENCH_TRANSCRIPT_WRITES", 40))
+    with tempfile.TemporaryDirectory() as folder:
+        found = asyncio.run(transcript_writes(Path(folder), rounds, writes))
+    print(f"a {TRANSCRIPT_BYTES // 1024} KB transcript to the local folder ({rounds} rounds of {writes} writes each "
+          f"way, alternating): flushed (fsync) {found['fsync_ms']:.2f} ms, page cache only "
+          f"{found['page_cache_ms']:.3f} ms per write; {found['ratio']:.1f}x", flush=True)
 
 
 FILL = """
@@ -348,6 +383,7 @@ def _md5(text: str) -> str:
 def main() -> None:
     """Print the three figures."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    print_transcript_writes()
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         per_run = asyncio.run(s3_requests_per_run(tmp))

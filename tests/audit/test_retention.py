@@ -51,6 +51,7 @@ from teamstore.events import drain_observers
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine, sessions, store_settings
+from tests.audit import inotify
 from tests.audit.teams import context, observe_run, triage_team
 from tests.audit.transcript_backends import Backend, S3Backend
 from tests.conftest import refusing, upgrade_database
@@ -314,28 +315,52 @@ async def test_the_session_id_sweep_reads_the_old_ones_through_their_index_not_t
     assert "ix_ts_subject_sessions_created_at" in plan and "Seq Scan on ts_subject_sessions" not in plan, plan
 
 
-@pytest.mark.parametrize("size", [100, INLINE_WRITE_BYTES + 1])
-async def test_a_transcript_lands_whole_and_private_written_on_the_loop_or_off_it(tmp_path: Path, size: int) -> None:
-    # A small one is written on the event loop (quicker than a thread); a large one in a thread, so the
-    # loop's other sessions go on meanwhile. Either lands whole, owner-only, in a root folder made private.
-    store = LocalTranscriptStore(tmp_path / "transcripts")
+@pytest.mark.parametrize(("size", "durable"), [(100, True), (100, False), (INLINE_WRITE_BYTES + 1, False)])
+async def test_a_transcript_lands_whole_and_private_written_on_the_loop_or_off_it(
+    tmp_path: Path, size: int, durable: bool
+) -> None:
+    # A small one a store that does not flush writes on the event loop (quicker than a thread); a large one, or any
+    # one flushed to the disk, in a thread, so the loop's other sessions go on meanwhile. Either lands whole,
+    # owner-only, in a root folder made private.
+    store = LocalTranscriptStore(tmp_path / "transcripts", durable=durable)
     key = run_key(RunKeys("a" * 32, "b" * 32), "r1")
     body = os.urandom(size)
     threads: list[int] = []
     original = LocalTranscriptStore._put
 
-    def spying(path: Path, data: bytes, root: Path, stamp: float | None = None) -> None:
+    def spying(path: Path, data: bytes, root: Path, stamp: float | None = None, *, durable: bool = False) -> None:
         threads.append(threading.get_ident())
-        original(path, data, root, stamp)
+        original(path, data, root, stamp, durable=durable)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LocalTranscriptStore, "_put", staticmethod(spying))
         await store.put(key, body)
     assert await store.get(key) == body
-    assert (threads == [threading.get_ident()]) == (size <= INLINE_WRITE_BYTES)
+    assert (threads == [threading.get_ident()]) == (size <= INLINE_WRITE_BYTES and not durable)
     written = (tmp_path / "transcripts").joinpath(*key.split("/"))
     assert stat.S_IMODE(written.stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "transcripts").stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(not inotify.AVAILABLE, reason="inotify is Linux's")
+async def test_a_transcript_is_flushed_under_a_temporary_name_renamed_into_place_and_its_folders_flushed_after(
+    tmp_path: Path,
+) -> None:
+    # A power loss in the seconds after a run could lose a transcript only renamed into place (in the page cache).
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    first = run_key(RunKeys("a" * 32, "b" * 32), "r1")
+    await store.put(first, b"first")  # makes the subject's folders
+    runs = (tmp_path / "transcripts").joinpath(*first.split("/")).parent
+    subjects = tmp_path / "transcripts" / "subjects"
+    with inotify.FolderWatch(runs) as in_runs, inotify.FolderWatch(subjects) as in_subjects:
+        await store.put(run_key(RunKeys("a" * 32, "b" * 32), "r2"), b"second")
+        await store.put(run_key(RunKeys("c" * 32, "d" * 32), "r3"), b"a new subject's")
+        seen, made = in_runs.events(), in_subjects.events()
+    temporary = seen[0][1]
+    assert temporary.startswith(".tmp-r2.jsonl.gz.")
+    assert seen == [("create", temporary), ("close_write", temporary), ("moved_from", temporary),
+                    ("moved_to", "r2.jsonl.gz"), ("open", "")]  # the folder opened after the rename: its fsync
+    assert made == [("create", "c" * 32), ("open", "")]  # the new subject's folder flushed into its parent
 
 
 async def _queued(engine: AsyncEngine, run: str, key: str, subject: str, at: datetime) -> None:

@@ -9,7 +9,9 @@
 Writes go to a temporary file and are renamed into place, so a reader never sees half an object. The
 temporary file sits beside its object, inside the subject's folder, and is named after it
 (``.tmp-<run>.jsonl.gz.<random>``): a writer killed before the rename leaves it there, where erasure finds it
-(:meth:`LocalTranscriptStore.partial_writes`) and the retention sweep removes it once it is an hour old.
+(:meth:`LocalTranscriptStore.partial_writes`) and the retention sweep removes it once it is an hour old. The file
+is flushed to the disk (``fsync``) before the rename, and its folder after it (with the folders the write made),
+so a transcript ``put`` returned for survives a power loss or the host's crash, not only a killed process.
 
 teamstore makes no symbolic link below the root (the root itself may be one), and follows none there: a link
 planted in a user's folder would hand whatever file it points at to that user's export, or take a write out of
@@ -47,9 +49,10 @@ or erasure sees it)."""
 STALE_TMP_SECONDS = 3600
 """A temporary file this old belongs to a writer that died: a write takes seconds, never an hour."""
 INLINE_WRITE_BYTES = 64 * 1024
-"""An object up to this size is written on the event loop: a write to the page cache and a rename take tens of
-microseconds, less than handing it to a thread (the GIL reaches that thread only when the loop next waits);
-a larger one in a thread."""
+"""A store that does not flush (``durable=False``) writes an object up to this size on the event loop: a write to
+the page cache and a rename take tens of microseconds, less than handing it to a thread (the GIL reaches that
+thread only when the loop next waits); a larger one in a thread. A flushing store writes every object in a thread:
+an ``fsync`` waits for the disk, milliseconds the loop's other sessions would wait too."""
 _PAGE = 1000  # objects a scan reads from the folder per step, as an S3 listing page holds
 
 
@@ -58,13 +61,16 @@ class LocalTranscriptStore:
 
     Args:
         root: The folder; created on first write.
+        durable: Flush each transcript, and the folders its write changed, to the disk before ``put`` returns.
+            ``False`` only to measure what that costs, or for data a host's crash may lose.
     """
 
     capabilities = frozenset({Capability.LOCAL_SWEEP, Capability.PARTIAL_WRITES, Capability.HOST_LOCAL})
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
         self.root = root
         self.url = root.resolve().as_uri()
+        self.durable = durable
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
@@ -151,9 +157,9 @@ class LocalTranscriptStore:
             json.dump({"database_id": database_id}, handle)
 
     async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
-        """Write ``body`` atomically at ``key``; a new root folder is its owner's only (0700). Up to
-        :data:`INLINE_WRITE_BYTES`, on the event loop. With ``written_at``, the file's modified time is that
-        (the sweep counts retention from it), set before the file takes its name.
+        """Write ``body`` atomically, and durably unless the store is not, at ``key``; a new root folder is its
+        owner's only (0700). In a thread (:data:`INLINE_WRITE_BYTES`). With ``written_at``, the file's modified
+        time is that (the sweep counts retention from it), set before the file takes its name.
 
         Raises:
             StorageError: The folder is not writable, or a folder on the way is a symbolic link.
@@ -161,28 +167,28 @@ class LocalTranscriptStore:
         stamp = written_at.timestamp() if written_at is not None else None
         path = self._path(key)
         self._no_link(path.parent)  # a few lstat calls, on the loop: as cheap as the stat in _put
-        if len(body) <= INLINE_WRITE_BYTES:
+        if len(body) <= INLINE_WRITE_BYTES and not self.durable:
             self._put(path, body, self.root, stamp)
         else:
-            await asyncio.to_thread(self._put, path, body, self.root, stamp)
+            await asyncio.to_thread(self._put, path, body, self.root, stamp, durable=self.durable)
 
     @staticmethod
-    def _put(path: Path, body: bytes, root: Path, stamp: float | None = None) -> None:
+    def _put(path: Path, body: bytes, root: Path, stamp: float | None = None, *, durable: bool = False) -> None:
         tmp: str | None = None
         try:
-            # Objects are 0600 (mkstemp) and every folder 0700, whatever the umask: the folders' names are
-            # subject keys, and on a shared host other users need not list whose transcripts exist or how many
-            # runs each has, nor put files in them (a root an operator made keeps its own mode).
-            if not root.is_dir():
-                make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
-            if not path.parent.is_dir():  # a stat: cheaper than the mkdir that fails on every write after the first
-                make_folder(path.parent, PRIVATE)
+            made = _folders_made(path.parent, root)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
+                if durable:  # before the rename: else a crash could leave the new name on an empty file
+                    handle.flush()
+                    os.fsync(handle.fileno())
             if stamp is not None:
                 os.utime(tmp, (stamp, stamp))
             os.replace(tmp, path)
+            if durable:  # the new name, and each folder made on the way, in the folder that holds it
+                for folder in (path.parent, *made):
+                    _fsync_folder(folder)
         except OSError as exc:
             if tmp is not None:  # half a transcript (disk full, say) must not outlive the failed write
                 with contextlib.suppress(OSError):
@@ -369,6 +375,32 @@ class LocalTranscriptStore:
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _folders_made(folder: Path, root: Path) -> list[Path]:
+    """Make ``folder`` (and the root, and those between) if missing; return the folders whose entries changed
+    making them: the parent of each folder made, deepest first (empty when ``folder`` was there).
+
+    Objects are 0600 (mkstemp) and every folder 0700, whatever the umask: the folders' names are subject keys,
+    and on a shared host other users need not list whose transcripts exist or how many runs each has, nor put
+    files in them (a root an operator made keeps its own mode).
+    """
+    if folder.is_dir():  # a stat: cheaper than the mkdir that fails on every write after the first
+        return []
+    missing = list(itertools.takewhile(lambda step: not step.is_dir(), (folder, *folder.parents)))
+    if not root.is_dir():
+        make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
+    make_folder(folder, PRIVATE)
+    return [step.parent for step in missing]
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Put a folder's entries (names made or renamed in it) on the disk."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _not_a_folder(root: Path) -> StorageError:
