@@ -26,12 +26,17 @@ from teamstore.audit.schema import subjects, usage
 from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.db.clock import database_now
 from teamstore.erasure.coordinator import DeletionCoordinator
+from teamstore.erasure.quiet import forget_quiet_users
 from teamstore.erasure.receipt import StepStatus
 from teamstore.erasure.requests import open_request
 from teamstore.erasure.settings import ErasureSettings
+from teamstore.errors import ErasureInProgress, MemoryNotFound
 from teamstore.events import RunObserver
+from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
+from teamstore.memory.facts import MemoryUpdate
 from teamstore.memory.schema import forgets
 from teamstore.memory.store import Forgotten, MemoryStore
 from teamstore.runtime.platform import Platform
@@ -199,6 +204,30 @@ async def test_a_forget_after_the_user_was_erased_records_nothing_of_them(
     assert await store.forget("alice") == Forgotten(memories=0, facts=0)  # a forget that came late
     assert await store.forget("bob") == Forgotten(memories=1, facts=1)
     assert await _forgetters(engine) == ["bob"]  # the erased id is nowhere, as the receipt says
+
+
+async def test_a_quiet_user_who_forgot_memory_is_forgotten_with_the_record_and_their_writer_under_way_writes_nothing(
+    store: MemoryStore, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """The record of a forget no longer keeps a user's ids (and its own) for its 30 days: it goes with their data key,
+    which stops the writer it was kept to stop."""
+    key = await store.writer_key("alice")  # a session's, which opened before the forget
+    said_after = await store.clock("alice")
+    with pytest.raises(MemoryNotFound):
+        await store.forget("alice", fact="home_address")  # nothing kept yet: recorded all the same
+    assert await _forgetters(engine) == ["alice"]
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
+    later = await database_now(engine) + timedelta(days=1)  # past the hour a new user's key is spared
+    quiet = await forget_quiet_users(engine, LocalTranscriptStore(tmp_path / "t"), keys, grace_seconds=0, now=later)
+    assert (quiet.forgotten, quiet.kept) == (1, 0)
+    assert await _forgetters(engine) == []
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(data_keys.c.user_id))).all() == []
+    with pytest.raises(ErasureInProgress, match="erased"):  # its key is gone: nothing lands
+        await store.write("alice", "helpdesk", MemoryUpdate("", {"home_address": "12 Secret Lane"}),
+                          types={"home_address": "str"}, expected_version=0, run_id="r", team="helpdesk",
+                          team_version="v1", retention_days=30, key=key, said_after=said_after)
+    assert await store.show("alice", held=True) == []
 
 
 async def _ledger(engine: AsyncEngine) -> list[Any]:

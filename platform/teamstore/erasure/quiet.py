@@ -11,8 +11,9 @@ process talks to (listed under the subject's prefix, as an erasure verifies it),
 their transcripts went to. A user an erasure or export request is open for, or was ever asked for by a request
 that still names them, is left alone. For a quiet user the subject mapping (``ts_subjects``: the raw id and the
 subject key), the data key (``ts_data_keys``: the raw id, so any copy left in a backup or under Object Lock is
-beyond use) and the record of their transcript stores go, and the records of their exports are unlinked as an
-erasure unlinks them.
+beyond use), the record of their transcript stores and the records of when they forgot memory
+(``ts_user_memory_forgets``: kept to stop their writers, which the key's destruction stops) go, and the records
+of their exports are unlinked as an erasure unlinks them.
 
 It reuses the erasure's fence (:mod:`teamstore.db.fence`), with a hold of its own reason and no request: the
 holds go up only while nothing remains (checked in the insert's statement), then, after ``grace_seconds`` for
@@ -95,8 +96,9 @@ def _nothing_stored(
     request naming them, no export of theirs under way (one still ``running`` that began less than
     :data:`EXPORT_RUNS` before ``before``; an older one was killed), and no hold on them (``fenced``: none but
     the sweep's)."""
-    by_user = [exists().where(table.c.user_id == user_id)
-               for table in (sessions, quarantine, memories, facts, forgets)]
+    # Not the record of a forget (ts_user_memory_forgets): it goes with the user's ids (_forget), once the data key
+    # every writer of theirs seals under is destroyed, so no writer it was kept to stop can still write.
+    by_user = [exists().where(table.c.user_id == user_id) for table in (sessions, quarantine, memories, facts)]
     by_subject = [exists().where(table.c.subject_key == subject_key)
                   for table in (outbox, usage, subject_sessions, rewrites)]
     requests = exists().where(or_(erasure_requests.c.user_id == user_id, erasure_requests.c.subject_key == subject_key))
@@ -278,8 +280,8 @@ async def _destroy_keys(engine: AsyncEngine, users: list[_User]) -> int:
 
 
 async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User, before: datetime) -> bool:
-    """Lift the sweep's hold on the user and, in the same transaction, delete their subject mapping and
-    transcript-store record and unlink their export records: only while that hold still stands and nothing of
+    """Lift the sweep's hold on the user and, in the same transaction, delete their subject mapping, transcript-store
+    record and records of forgotten memory and unlink their export records: only while that hold still stands and nothing of
     theirs is stored (a write refused by the hold until the commit cannot land in between). Whether the user was
     forgotten; one kept has their hold lifted all the same, so a session waiting on it opens."""
     u = literal(user.user_id, user_holds.c.user_id.type)
@@ -290,6 +292,7 @@ async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User, befo
                                                                  user_holds.c.reason == RETENTION))
             if not lifted.rowcount or not await conn.scalar(select(_nothing_stored(u, s, before, fenced=True))):
                 return False  # the hold was lifted by another, or the user came back: their ids stay
+            await conn.execute(delete(forgets).where(forgets.c.user_id == user.user_id))
             if user.subject_key is not None:
                 ctx = StepContext(engine, store, "", user.user_id, user.subject_key)
                 await exports_step().rows.delete(conn, ctx)
