@@ -24,6 +24,7 @@ from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.retention import sweep_all
 from teamstore.audit.schema import subjects, usage
 from teamstore.audit.span_observer import SpanObserver
+from teamstore.audit.subjects import ensure_subject
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.clock import database_now
@@ -188,22 +189,38 @@ async def test_a_forget_while_an_erasure_fences_the_user_deletes_their_memory_an
 ) -> None:
     await stored(store, home_address="12 Secret Lane")
     await open_request(engine, "er-fence", "alice", "test", 30)  # its memory step may have run already
-    assert await store.forget("alice") == Forgotten(memories=1, facts=1)  # e.g. the app's forget button
-    assert await store.forget("alice", scope="billing") == Forgotten(memories=0, facts=0)
+    gone = await store.forget("alice")  # e.g. the app's forget button
+    assert (gone.memories, gone.facts) == (1, 1) and gone.unrecorded is not None
+    assert gone.unrecorded.startswith("nothing was recorded of the forget: an erasure")
+    assert (await store.forget("alice", scope="billing")).unrecorded == gone.unrecorded
     assert await store.show("alice", held=True) == [] and await _forgetters(engine) == []
 
 
-async def test_a_forget_after_the_user_was_erased_records_nothing_of_them(
-    store: MemoryStore, engine: AsyncEngine, tmp_path: Path
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "unsealed"])
+async def test_a_forget_after_the_user_was_erased_records_nothing_of_them_and_says_so(
+    store: MemoryStore, engine: AsyncEngine, tmp_path: Path, sealed: bool
 ) -> None:
+    """Sealed, the erased user has no data key; unsealed (a store built without a key service), nothing of theirs
+    is stored: either way the forget deletes what it names and records nothing, where a live user's is recorded."""
+    store = store if sealed else MemoryStore(engine)
     for user in ("alice", "bob"):
         await stored(store, user, home_address="12 Secret Lane")
+    await store.writer_key("carol")  # opening a session: nothing of hers kept yet, her writer may be under way
     coordinator = DeletionCoordinator(engine, LocalTranscriptStore(tmp_path / "transcripts"),
                                       knobs=ErasureSettings(fence_grace_seconds=0))
     assert (await coordinator.run("alice", reason="test")).ok
-    assert await store.forget("alice") == Forgotten(memories=0, facts=0)  # a forget that came late
+    if not sealed:
+        await ensure_subject(engine, "carol")  # the audit's, made as her session opened
+    late = await store.forget("alice")  # a forget that came late
+    assert (late.memories, late.facts) == (0, 0) and late.unrecorded is not None
+    assert late.unrecorded.startswith("nothing was recorded of the forget: the user is erased")
+    with pytest.raises(MemoryNotFound, match="the user is erased"):
+        await store.forget("alice", fact="home_address")
     assert await store.forget("bob") == Forgotten(memories=1, facts=1)
-    assert await _forgetters(engine) == ["bob"]  # the erased id is nowhere, as the receipt says
+    with pytest.raises(MemoryNotFound) as refused:
+        await store.forget("carol", fact="home_address")
+    assert "nothing was recorded" not in (refused.value.hint or "")
+    assert await _forgetters(engine) == ["bob", "carol"]  # the erased id is nowhere, as the receipt says
 
 
 async def test_a_quiet_user_who_forgot_memory_is_forgotten_with_the_record_and_their_writer_under_way_writes_nothing(

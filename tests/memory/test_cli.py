@@ -122,11 +122,19 @@ def test_a_new_session_run_says_what_memory_it_was_given(ran: dict[str, Any]) ->
 
 
 def test_forget_one_fact_then_everything(ran: dict[str, Any]) -> None:
-    assert as_json("memory", "forget", "--user", "alice", "--fact", "ticket_id") == {"memories": 0, "facts": 1}
+    assert as_json("memory", "forget", "--user", "alice", "--fact", "ticket_id") == {
+        "memories": 0, "facts": 1, "unrecorded": None}
     (memory,) = as_json("memory", "show", "--user", "alice")["memories"]
     assert [f["name"] for f in memory["facts"]] == ["router_model"] and memory["summary"] == FIRST
-    assert as_json("memory", "forget", "--user", "alice", "--all") == {"memories": 1, "facts": 1}
+    assert as_json("memory", "forget", "--user", "alice", "--all") == {"memories": 1, "facts": 1, "unrecorded": None}
     assert as_json("memory", "show", "--user", "alice")["memories"] == []
+
+
+def test_a_forget_of_a_user_with_no_data_key_says_nothing_was_recorded(ran: dict[str, Any]) -> None:
+    said = as_json("memory", "forget", "--user", "carol", "--all")["unrecorded"]
+    assert said.startswith("nothing was recorded of the forget: the user is erased")
+    table = runner.invoke(app, ["memory", "forget", "--user", "carol", "--all"])
+    assert table.exit_code == 0 and "nothing was recorded" in " ".join(table.stdout.split())
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -128,11 +128,13 @@ async def test_forgetting_a_fact_of_a_user_with_no_facts_says_what_is_kept_inste
     await store.record_failure("bob", "helpdesk", "the writer returned prose", team="helpdesk", team_version="v1",
                                retention_days=180)
     await put(store, "old", user="carol", retention=0.5)  # past its expiry (at T0 + 12h): shown as nothing
-    hints = {}
+    hints, unrecorded = {}, []
     for user in ("alice", "bob", "carol", "dave"):
         with pytest.raises(MemoryNotFound) as raised:
             await store.forget(user, fact="ticket_id")
-        hints[user] = raised.value.hint
+        hints[user], _, note = (raised.value.hint or "").partition("; nothing was recorded of the forget: ")
+        unrecorded += [user] if note.startswith("the user is erased") else []
+    assert unrecorded == ["bob", "dave"]  # no data key: no session opened, none whose writer the record could stop
     assert hints == {
         "alice": "no fact is kept about this user, only a summary: forgetting everything (--all) drops it",
         "bob": "nothing is kept about this user but the memory writer's last failure",

@@ -92,10 +92,14 @@ def forget(
 
     async def go(app: App) -> dict[str, Any]:
         gone = await app.memory_store.forget(user, scope=team, fact=fact)
-        return {"memories": gone.memories, "facts": gone.facts}
+        return {"memories": gone.memories, "facts": gone.facts, "unrecorded": gone.unrecorded}
 
-    emit(with_app(go, must_exist=True), as_json=as_json,
-         render=lambda d: console.print(f"forgot {d['facts']} fact(s) and {d['memories']} summary row(s)"))
+    def render(d: dict[str, Any]) -> None:
+        console.print(f"forgot {d['facts']} fact(s) and {d['memories']} summary row(s)")
+        if d["unrecorded"] is not None:
+            console.print(d["unrecorded"], style="yellow")
+
+    emit(with_app(go, must_exist=True), as_json=as_json, render=render)
 
 
 def register(root: typer.Typer) -> None:

@@ -1,5 +1,5 @@
-"""What the memory tables hold of a user, read (and a first write's leftover facts deleted) on the caller's
-connection, inside the store's transactions.
+"""What the memory tables hold of a user, read (and a first write's leftover facts deleted, a forget recorded) on
+the caller's connection, inside the store's transactions.
 
     from teamstore.memory.kept import facts_before, what_is_kept
 
@@ -12,14 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select, tuple_
+from sqlalchemy import delete, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from teamstore.db.clock import shared_now
+from teamstore.db.fence import held
 from teamstore.keys.service import DataKey
 from teamstore.memory.schema import facts, memories
 from teamstore.memory.sealing import fact_context, opened_under
-from teamstore.memory.statements import expired_memory, left_over, of_user
+from teamstore.memory.statements import (
+    expired_memory,
+    forget_record,
+    left_over,
+    of_user,
+    user_keyed,
+    user_stored,
+)
 
 
 async def what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) -> str:
@@ -39,6 +47,29 @@ async def what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) -
     if versions:  # rows of version 0 only: the writer failed before it ever wrote
         return f"nothing is kept about this user{under} but the memory writer's last failure"
     return f"nothing is kept about this user{under}"
+
+
+async def record_forget(conn: AsyncConnection, user_id: str, scope: str | None, *, sealed: bool, removed: bool
+                        ) -> str | None:
+    """Record a forget of ``user_id``'s memory under ``scope``, unless an erasure holds the user or erased them; why
+    it was not recorded (``None``: it was), said to whoever asked for the forget.
+
+    An erased user is told by what an erasure removes and a session makes before it reads its writer's bound: with
+    ``sealed`` memory, the data key (:func:`~teamstore.memory.statements.user_keyed`); without, anything of theirs
+    stored (:func:`~teamstore.memory.statements.user_stored`), or ``removed``: the forget itself deleted some (which,
+    read after its deletes, would be gone).
+    """
+    if sealed:
+        known, why = user_keyed(user_id), "they have no data key"
+    else:
+        known, why = (true() if removed else user_stored(user_id)), "nothing of theirs is stored"
+    if (await conn.execute(forget_record(conn.dialect.name, user_id, scope, known))).first() is not None:
+        return None
+    if await conn.scalar(select(held(user_id))):
+        return ("nothing was recorded of the forget: an erasure (or the retention sweep forgetting the user) holds "
+                "them, and a record would keep their id past it")
+    return (f"nothing was recorded of the forget: the user is erased, or has yet to open a session ({why}), and a "
+            "record would keep the id an erasure removed")
 
 
 async def facts_before(

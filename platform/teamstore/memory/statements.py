@@ -38,13 +38,14 @@ from sqlalchemy import (
     update,
 )
 
+from teamstore.audit.schema import subjects
 from teamstore.db.clock import now_utc, shared_later, shared_now
 from teamstore.db.fence import held
 from teamstore.db.statements import dialect_insert
 from teamstore.keys.schema import data_keys
 from teamstore.keys.service import DataKey
 from teamstore.memory.schema import EVERY_SCOPE, facts, forgets, memories
-from teamstore.state.schema import Timestamp
+from teamstore.state.schema import Timestamp, quarantine, sessions
 
 
 def of_user(table: Any, user_id: str, scope: str | None) -> list[Any]:
@@ -126,17 +127,25 @@ def user_keyed(user_id: str) -> ColumnElement[bool]:
     return exists().where(data_keys.c.user_id == user_id)
 
 
+def user_stored(user_id: str) -> ColumnElement[bool]:
+    """The database holds something of the user that a session makes or leaves: a data key, an audit subject, a
+    stored or quarantined session, memory, or a record of a forget. An erasure leaves none of them, so a store that
+    does not seal memory (no data key to judge by) records nothing of an erased user either."""
+    return or_(*(exists().where(table.c.user_id == user_id)
+                 for table in (data_keys, subjects, sessions, quarantine, memories, facts, forgets)))
+
+
 def forget_record(dialect: str, user_id: str, scope: str | None, known: ColumnElement[bool]) -> Any:
-    """Record that ``user_id`` forgot memory under ``scope`` (``None``: every scope) now: the row's time moves on.
-    Fenced like a write: nothing is recorded while an erasure holds the user (its memory step may have run
-    already), nor unless ``known`` (the user's data key still exists, :func:`user_keyed`): the record holds the
-    raw user id, which an erasure's receipt says is gone."""
+    """Record that ``user_id`` forgot memory under ``scope`` (``None``: every scope) now: the row's time moves on;
+    returns the user id, no row when nothing was recorded. Fenced like a write: nothing is recorded while an
+    erasure holds the user (its memory step may have run already), nor unless ``known`` (:func:`user_keyed`,
+    :func:`user_stored`): the record holds the raw user id, which an erasure's receipt says is gone."""
     columns = [forgets.c.user_id, forgets.c.scope, forgets.c.forgotten_at]
     values = (user_id, EVERY_SCOPE if scope is None else scope, forget_time(dialect))
     chosen = select(*(_value(v, c.type) for v, c in zip(values, columns, strict=True))).where(~held(user_id), known)
     stmt = dialect_insert(dialect)(forgets).from_select(columns, chosen)
     return stmt.on_conflict_do_update(index_elements=[forgets.c.user_id, forgets.c.scope],
-                                      set_={"forgotten_at": stmt.excluded.forgotten_at})
+                                      set_={"forgotten_at": stmt.excluded.forgotten_at}).returning(forgets.c.user_id)
 
 
 def forgotten_after(dialect: str, user_id: str, scope: str, said_after: datetime | None) -> ColumnElement[bool]:

@@ -45,11 +45,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, select, true, update
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -60,7 +60,7 @@ from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryNotFound,
 from teamstore.ids import check_erasable_id, check_id
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.facts import MemoryUpdate, UserMemory, check_names, encode_value
-from teamstore.memory.kept import delete_facts_of, facts_before, what_is_kept
+from teamstore.memory.kept import delete_facts_of, facts_before, record_forget, what_is_kept
 from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
 from teamstore.memory.schema import facts, forgets, memories
 from teamstore.memory.sealing import fact_context, opened, sealed, summary_context
@@ -70,14 +70,12 @@ from teamstore.memory.statements import (
     delete_old_forgets,
     fact_upsert,
     failure_upsert,
-    forget_record,
     forgotten_after,
     key_alive,
     leftover_window,
     of_user,
     read_at,
     row_write,
-    user_keyed,
     write_times,
     writes_lock,
 )
@@ -91,6 +89,8 @@ class Forgotten:
 
     memories: int
     facts: int
+    unrecorded: str | None = None
+    """Why no record of the forget was kept (``None``: it was): an erasure holds the user, or erased them."""
 
 
 @dataclass(frozen=True)
@@ -405,14 +405,16 @@ class MemoryStore:
         from what it read. The summary is kept: it may still mention the fact (forget everything to drop it).
         Either records when (``ts_user_memory_forgets``, per scope, or for every scope): a writer whose session
         opened before then writes nothing, whenever it first reads the memory. Not while an erasure fences the user,
-        nor (with ``keys``) while they have no data key (erased, or no session to stop): what it names is deleted.
+        nor once it erased them (:func:`~teamstore.memory.kept.record_forget`): what it names is deleted all the same,
+        and ``unrecorded`` says why nothing was recorded.
 
         Raises:
             InvalidIdentifier: ``user_id`` is not a usable id, ``scope`` no scope or ``fact`` no fact name a team
                 can declare.
             MemoryNotFound: ``fact`` is named and no such fact is kept (the hint lists those :meth:`show`
                 lists or, with none, says whether a summary or only the writer's last failure is kept). The
-                forget is recorded all the same, so a writer under way does not write the fact after it.
+                forget is recorded all the same, so a writer under way does not write the fact after it (unless
+                the user is fenced or erased: the hint then says nothing was recorded).
             StoreUnavailable: The database failed: nothing was forgotten, unless the error says whether the
                 forget landed is not known (it failed as it committed, or the connection was lost during it).
         """
@@ -423,25 +425,24 @@ class MemoryStore:
             # before the forget goes on, and what it wrote is forgotten too (taken the other way round, the facts
             # it added stayed without their row, or the two waited for each other until the database gave up).
             await self._hold_writes(conn, user_id, alone=True)
-            missing: MemoryNotFound | None = None
+            missing: str | None = None  # what is kept, when the fact named is not
             if fact is not None:
                 await conn.execute(select(memories.c.scope).where(*of_user(memories, user_id, scope))
                                    .with_for_update())
                 forgotten = await self._forget_fact(conn, user_id, scope, fact)
                 if not forgotten.facts:  # recorded all the same: a writer under way may be about to write it
-                    missing = MemoryNotFound(
-                        f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
-                        hint=await what_is_kept(conn, user_id, scope))
+                    missing = await what_is_kept(conn, user_id, scope)
             else:
                 gone = (await conn.execute(delete(memories).where(*of_user(memories, user_id, scope)))).rowcount
                 dropped = (await conn.execute(delete(facts).where(*of_user(facts, user_id, scope)))).rowcount
                 forgotten = Forgotten(memories=int(gone or 0), facts=int(dropped or 0))
             # Last, so its time is as late as the forget can say (statements.forget_time).
-            known = true() if self.keys is None else user_keyed(user_id)
-            await conn.execute(forget_record(self._dialect, user_id, scope, known))
+            unrecorded = await record_forget(conn, user_id, scope, sealed=self.keys is not None,
+                                             removed=bool(forgotten.memories or forgotten.facts))
         if missing is not None:
-            raise missing
-        return forgotten
+            raise MemoryNotFound(f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
+                                 hint=missing if unrecorded is None else f"{missing}; {unrecorded}")
+        return replace(forgotten, unrecorded=unrecorded)
 
     async def forgets(self, user_id: str) -> list[ForgetRecord]:
         """When ``user_id`` last forgot memory, per scope (``None``: every scope), while it is kept: what an export
