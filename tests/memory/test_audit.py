@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
@@ -28,12 +28,13 @@ from teamstore.audit.subjects import ensure_subject
 from teamstore.audit.telemetry import setup_tracing
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.clock import database_now
+from teamstore.db.fence import RETENTION, user_holds
 from teamstore.erasure.coordinator import DeletionCoordinator
 from teamstore.erasure.quiet import forget_quiet_users
 from teamstore.erasure.receipt import StepStatus
 from teamstore.erasure.requests import open_request
 from teamstore.erasure.settings import ErasureSettings
-from teamstore.errors import ErasureInProgress, MemoryNotFound
+from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryNotFound
 from teamstore.events import RunObserver
 from teamstore.keys import KeyService
 from teamstore.keys.schema import data_keys
@@ -241,6 +242,27 @@ async def test_a_quiet_user_who_forgot_memory_is_forgotten_with_the_record_and_t
     async with engine.connect() as conn:
         assert (await conn.execute(select(data_keys.c.user_id))).all() == []
     with pytest.raises(ErasureInProgress, match="erased"):  # its key is gone: nothing lands
+        await store.write("alice", "helpdesk", MemoryUpdate("", {"home_address": "12 Secret Lane"}),
+                          types={"home_address": "str"}, expected_version=0, run_id="r", team="helpdesk",
+                          team_version="v1", retention_days=30, key=key, said_after=said_after)
+    assert await store.show("alice", held=True) == []
+
+
+async def test_a_forget_while_the_retention_sweep_holds_the_user_is_recorded_and_stops_their_writer_when_it_backs_off(
+    store: MemoryStore, engine: AsyncEngine
+) -> None:
+    """The sweep's hold, unlike an erasure's, ends with the user kept when a session of theirs turns up: a forget it
+    refused to record let that session's writer write what the user said before it."""
+    key = await store.writer_key("alice")  # a session's, which opened before the forget
+    said_after = await store.clock("alice")
+    async with engine.begin() as conn:  # the sweep found alice quiet and holds her
+        await conn.execute(insert(user_holds).values(user_id="alice", reason=RETENTION, created_at=datetime.now(UTC)))
+    with pytest.raises(MemoryNotFound) as refused:
+        await store.forget("alice", fact="home_address")
+    assert "nothing was recorded" not in (refused.value.hint or "") and await _forgetters(engine) == ["alice"]
+    async with engine.begin() as conn:  # it backs off: her session took its lease meanwhile
+        await conn.execute(delete(user_holds).where(user_holds.c.user_id == "alice"))
+    with pytest.raises(MemoryForgotten):
         await store.write("alice", "helpdesk", MemoryUpdate("", {"home_address": "12 Secret Lane"}),
                           types={"home_address": "str"}, expected_version=0, run_id="r", team="helpdesk",
                           team_version="v1", retention_days=30, key=key, said_after=said_after)

@@ -45,6 +45,11 @@ def forgetting(user_id: Any) -> ColumnElement[bool]:
     return exists().where(user_holds.c.user_id == user_id, user_holds.c.reason == RETENTION)
 
 
+def erasing(user_id: Any) -> ColumnElement[bool]:
+    """``EXISTS`` a hold on ``user_id`` other than the retention sweep's: an erasure request's."""
+    return exists().where(user_holds.c.user_id == user_id, user_holds.c.reason != RETENTION)
+
+
 def held(user_id: Any) -> ColumnElement[bool]:
     """``EXISTS`` a hold on ``user_id``: true while an erasure request fences the user.
 

@@ -16,7 +16,7 @@ from sqlalchemy import delete, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from teamstore.db.clock import shared_now
-from teamstore.db.fence import held
+from teamstore.db.fence import erasing
 from teamstore.keys.service import DataKey
 from teamstore.memory.schema import facts, memories
 from teamstore.memory.sealing import fact_context, opened_under
@@ -65,9 +65,9 @@ async def record_forget(conn: AsyncConnection, user_id: str, scope: str | None, 
         known, why = (true() if removed else user_stored(user_id)), "nothing of theirs is stored"
     if (await conn.execute(forget_record(conn.dialect.name, user_id, scope, known))).first() is not None:
         return None
-    if await conn.scalar(select(held(user_id))):
-        return ("nothing was recorded of the forget: an erasure (or the retention sweep forgetting the user) holds "
-                "them, and a record would keep their id past it")
+    if await conn.scalar(select(erasing(user_id))):
+        return ("nothing was recorded of the forget: an erasure request holds the user, and a record would keep "
+                "their id past it")
     return (f"nothing was recorded of the forget: the user is erased, or has yet to open a session ({why}), and a "
             "record would keep the id an erasure removed")
 

@@ -40,7 +40,7 @@ from sqlalchemy import (
 
 from teamstore.audit.schema import subjects
 from teamstore.db.clock import now_utc, shared_later, shared_now
-from teamstore.db.fence import held
+from teamstore.db.fence import erasing, held
 from teamstore.db.statements import dialect_insert
 from teamstore.keys.schema import data_keys
 from teamstore.keys.service import DataKey
@@ -137,12 +137,14 @@ def user_stored(user_id: str) -> ColumnElement[bool]:
 
 def forget_record(dialect: str, user_id: str, scope: str | None, known: ColumnElement[bool]) -> Any:
     """Record that ``user_id`` forgot memory under ``scope`` (``None``: every scope) now: the row's time moves on;
-    returns the user id, no row when nothing was recorded. Fenced like a write: nothing is recorded while an
-    erasure holds the user (its memory step may have run already), nor unless ``known`` (:func:`user_keyed`,
-    :func:`user_stored`): the record holds the raw user id, which an erasure's receipt says is gone."""
+    returns the user id, no row when nothing was recorded. Nothing is recorded while an erasure holds the user (its
+    memory step may have run already), nor unless ``known`` (:func:`user_keyed`, :func:`user_stored`): the record
+    holds the raw user id, which an erasure's receipt says is gone. The retention sweep's hold does not stop it: the
+    sweep deletes the record with the user's ids once their data key is gone (which stops every writer of theirs),
+    and one that backs off (the user came back) leaves it to stop the writer of the session that kept them."""
     columns = [forgets.c.user_id, forgets.c.scope, forgets.c.forgotten_at]
     values = (user_id, EVERY_SCOPE if scope is None else scope, forget_time(dialect))
-    chosen = select(*(_value(v, c.type) for v, c in zip(values, columns, strict=True))).where(~held(user_id), known)
+    chosen = select(*(_value(v, c.type) for v, c in zip(values, columns, strict=True))).where(~erasing(user_id), known)
     stmt = dialect_insert(dialect)(forgets).from_select(columns, chosen)
     return stmt.on_conflict_do_update(index_elements=[forgets.c.user_id, forgets.c.scope],
                                       set_={"forgotten_at": stmt.excluded.forgotten_at}).returning(forgets.c.user_id)
