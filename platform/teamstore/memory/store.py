@@ -27,10 +27,10 @@ beside the ids, scopes, fact names and types. Rows written before sealing read a
 sealed by their next write (or ``teamstore keys migrate``). A value that does not open (sealed under a key an
 erasure destroyed, as in a restored backup) is listed as damaged, never given to a model.
 
-A forget records when it ran (per scope, or all; fenced like a write): a write given ``said_after``, the earliest
-time its messages can have been said (:meth:`MemoryStore.clock`), is refused while a forget of its scope is
-recorded at or after it (:class:`MemoryForgotten`), whatever it read. The records are dropped after
-:data:`~teamstore.memory.statements.FORGETS_KEPT`.
+A forget records when it ran (per scope, or all; not while an erasure holds the user, nor once it erased them): a
+write given ``said_after``, the earliest time its messages can have been said (:meth:`MemoryStore.clock`), is
+refused while a forget of its scope is recorded at or after it (:class:`MemoryForgotten`), whatever it read. The
+records are dropped after :data:`~teamstore.memory.statements.FORGETS_KEPT`.
 
 Facts belong to a written memory: those kept with none (no row, or one holding only a failure) are **left
 over** from a memory that no longer exists (its row deleted by hand, or by an older release's forget or erasure
