@@ -67,7 +67,8 @@ POLICY: tuple[Allowance, ...] = (
               "router model), is sealed (no words in the column)"),
     Allowance(DATABASE, r"\bts_user_memory_forgets\b, column user_id\b", frozenset({Kind.USER_ID}),
               "when the user forgot memory, keyed by the raw user id (a scope and a time beside it, no words), so a "
-              "writer of messages said before writes nothing; erasure deletes it, the sweep drops it after 30 days"),
+              "writer of messages said before writes nothing; erasure deletes it, the sweep drops it after 30 days or "
+              "with a quiet user's ids"),
     Allowance(DATABASE, r"\bts_user_holds\b", frozenset({Kind.USER_ID}),
               "the erasure fence names the user while a request is open"),
     Allowance(DATABASE, r"\bts_erasure_requests\b, column user_id", frozenset({Kind.USER_ID}),
