@@ -36,6 +36,11 @@ class OpenAIEndpoint:
             "model": "gpt-4o", "azure_deployment": "gpt-4o", "api_version": "2024-10-21", "api_key": "not-a-key",
             "azure_endpoint": "https://example.openai.azure.com", **self._http(), **config})
 
+    def serve(self, client: OpenAIChatCompletionClient) -> None:
+        """Have an AutoGen OpenAI client built elsewhere (from its JSON, say) send to this endpoint, its SDK client's
+        base URL kept as the client resolved it."""
+        client._client = client._client.with_options(**self._http())  # type: ignore[attr-defined]
+
     def _http(self) -> dict[str, Any]:
         return {"http_client": httpx.AsyncClient(transport=httpx.MockTransport(self._answer)), "max_retries": 0}
 

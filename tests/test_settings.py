@@ -201,3 +201,15 @@ def test_the_readme_settings_table_names_every_variable_with_the_default_the_cod
         if isinstance(default, int | float):
             default = int(default) if float(default).is_integer() else default
         assert shown[variable] == f"`{default}`", f"{variable}: README shows {shown[variable]}, the code {default}"
+
+
+def test_stream_usage_hosts_keep_an_ipv6_host_in_brackets_and_one_written_bare_is_refused_saying_how_to_write_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_STREAM_USAGE_URLS", "[::1]:8000, [::1:8000], http://[FD00::5]/v1, LLM.internal.")
+    assert Settings().stream_usage_hosts == {"[::1]:8000", "[::1:8000]", "[fd00::5]", "llm.internal"}
+    for bare in ("::1", "fd00::5:8000", "http://::1/v1"):
+        monkeypatch.setenv("TEAMSTORE_STREAM_USAGE_URLS", bare)
+        with pytest.raises(ConfigurationError, match="TEAMSTORE_STREAM_USAGE_URLS") as refused:
+            Settings()
+        assert "[fd00::5]:8000" in str(refused.value) + str(refused.value.hint)

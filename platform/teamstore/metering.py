@@ -36,10 +36,10 @@ from autogen_core.models import (
     RequestUsage,
 )
 from autogen_core.tools import Tool, ToolSchema
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from teamstore.events import ModelCall
-from teamstore.stream_usage import asking_for_usage, endpoint_hosts
+from teamstore.stream_usage import asking_for_usage
 
 PROVIDER = "teamstore.metering.MeteredChatCompletionClient"
 log = logging.getLogger(__name__)
@@ -183,12 +183,13 @@ def metered_run(attempt: int = 0) -> Iterator[Meter]:
 
 class MeteredChatCompletionClientConfig(BaseModel):
     """The wrapped client, the participant it serves, and whether its streams are asked for their usage
-    (``stream_usage``: see :class:`MeteredChatCompletionClient`)."""
+    (``stream_usage``, ``stream_usage_hosts``: see :class:`MeteredChatCompletionClient`)."""
 
     inner: ComponentModel
     agent: str
     purpose: str = "agent"
     stream_usage: bool | None = None
+    stream_usage_hosts: list[str] = Field(default_factory=list)
 
 
 class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCompletionClientConfig]):
@@ -203,6 +204,9 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
             (OpenAI's API, Azure OpenAI from API version 2024-09-01); ``True`` wherever the client points (an
             OpenAI-compatible server or an Azure API version the operator knows takes it); ``False`` never. The
             call's or the client's own ``include_usage`` always stands.
+        stream_usage_hosts: With ``stream_usage`` ``None``, hosts (``host`` or ``host:port``) said to take the
+            field too (``TEAMSTORE_STREAM_USAGE_URLS``, which :func:`wrap_model_clients` adds): matched at each
+            call against the base URL the OpenAI SDK client resolved (from a secret or ``OPENAI_BASE_URL`` too).
     """
 
     component_type = "model"
@@ -211,12 +215,14 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
     component_version = 1
 
     def __init__(
-        self, inner: ChatCompletionClient, agent: str, purpose: str = "agent", *, stream_usage: bool | None = None
+        self, inner: ChatCompletionClient, agent: str, purpose: str = "agent", *, stream_usage: bool | None = None,
+        stream_usage_hosts: Collection[str] = (),
     ) -> None:
         self._inner = inner
         self._agent = agent
         self._purpose = purpose
         self._stream_usage = stream_usage
+        self._stream_usage_hosts = frozenset(stream_usage_hosts)
         self._provider = provider_name(inner)
         self._warned = False
         _tap_response_models()
@@ -313,7 +319,8 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
         Azure OpenAI's, or wherever ``stream_usage`` says, unless the caller chose (``stream_options`` in
         ``extra_create_args`` or the client's config), it is asked for."""
         started, t0 = datetime.now(UTC), time.perf_counter()
-        extra_create_args = asking_for_usage(self._inner, extra_create_args, self._stream_usage)
+        extra_create_args = asking_for_usage(
+            self._inner, extra_create_args, self._stream_usage, self._stream_usage_hosts)
         meter = _current.get()  # the run that asked: a stream left unread is closed from wherever it is collected
         final: CreateResult | None = None
         answered: list[str] = []  # a stream's end event carries no model: the one asked for is recorded
@@ -370,13 +377,14 @@ class MeteredChatCompletionClient(ChatCompletionClient, Component[MeteredChatCom
     def _to_config(self) -> MeteredChatCompletionClientConfig:
         return MeteredChatCompletionClientConfig(
             inner=self._inner.dump_component(), agent=self._agent, purpose=self._purpose,
-            stream_usage=self._stream_usage,
+            stream_usage=self._stream_usage, stream_usage_hosts=sorted(self._stream_usage_hosts),
         )
 
     @classmethod
     def _from_config(cls, config: MeteredChatCompletionClientConfig) -> Self:
         inner = ChatCompletionClient.load_component(config.inner)
-        return cls(inner=inner, agent=config.agent, purpose=config.purpose, stream_usage=config.stream_usage)
+        return cls(inner=inner, agent=config.agent, purpose=config.purpose, stream_usage=config.stream_usage,
+                   stream_usage_hosts=config.stream_usage_hosts)
 
 
 def _warn_usage_missing(call: ModelCall) -> None:
@@ -388,12 +396,20 @@ def _warn_usage_missing(call: ModelCall) -> None:
 
 
 def _wrap(client: dict[str, Any], agent: str, purpose: str, stream_usage_hosts: Collection[str]) -> dict[str, Any]:
-    if client.get("provider") == PROVIDER:
-        return client
     config: dict[str, Any] = {"inner": client, "agent": agent, "purpose": purpose}
-    if stream_usage_hosts and endpoint_hosts(client.get("config")) & set(stream_usage_hosts):
-        config["stream_usage"] = True
-    return {"provider": PROVIDER, "component_type": "model", "version": 1, "component_version": 1, "config": config}
+    return _asking_on(
+        {"provider": PROVIDER, "component_type": "model", "version": 1, "component_version": 1, "config": config},
+        stream_usage_hosts)
+
+
+def _asking_on(metered: dict[str, Any], hosts: Collection[str]) -> dict[str, Any]:
+    """``metered`` with ``hosts`` among its ``stream_usage_hosts``. Only hosts are written, not whether the client
+    is on one: its base URL may be a secret reference, or come from ``OPENAI_BASE_URL``, until it is built."""
+    config = dict(metered.get("config") or {})
+    if not hosts or config.get("stream_usage") is not None:
+        return metered  # nothing listed, or the definition said either way itself
+    config["stream_usage_hosts"] = sorted({*(config.get("stream_usage_hosts") or ()), *hosts})
+    return {**metered, "config": config}
 
 
 def wrap_model_clients(
@@ -415,9 +431,10 @@ def wrap_model_clients(
     Args:
         component: The component JSON (``dump_component().model_dump()``).
         owner: The (name, component type) of the agent or team around ``component``, when nested.
-        stream_usage_hosts: Hosts (``host`` or ``host:port``, lower-case) of OpenAI-compatible servers and Azure
-            OpenAI resources that take ``stream_options``: a client whose ``base_url`` or ``azure_endpoint``
-            points at one has its streams asked for their usage (``stream_usage``).
+        stream_usage_hosts: Hosts (``host`` or ``host:port``, as ``Settings.stream_usage_hosts`` gives them) of
+            OpenAI-compatible servers and Azure OpenAI resources that take ``stream_options``: every metered client
+            whose ``stream_usage`` is unset, one metered in the definition too, asks for a stream's usage when its
+            OpenAI client sends to one (``stream_usage_hosts``).
     """
     node = dict(component)
     config = dict(node.get("config") or {})
@@ -434,7 +451,7 @@ def _metered(value: Any, owner: tuple[str, str], hosts: Collection[str]) -> Any:
     if not _is_component(value):
         return value  # plain configuration, never a component
     if value.get("provider") == PROVIDER:
-        return value  # metered already
+        return _asking_on(value, hosts)  # metered already
     if is_model_client(value) and not _holds_model_client(value.get("config")):
         name, kind = owner
         return _wrap(value, name, "speaker_selection" if kind == "team" else "agent", hosts)

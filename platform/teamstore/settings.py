@@ -201,8 +201,8 @@ class Settings(TypedSettings):
 
     @property
     def stream_usage_hosts(self) -> frozenset[str]:
-        """The hosts of ``stream_usage_urls``, each ``host`` or ``host:port``, lower-cased (a URL's path is not
-        compared: a client's ``base_url`` on such a host is asked)."""
+        """The hosts of ``stream_usage_urls``, each ``host`` or ``host:port`` (:func:`host_key`; a URL's path is not
+        compared: a client's ``base_url`` on such a host, and port when the entry names one, is asked)."""
         return frozenset(_host(entry.strip()) for entry in (self.stream_usage_urls or "").split(",") if entry.strip())
 
     @property
@@ -254,23 +254,35 @@ class Settings(TypedSettings):
 
 
 def _host(entry: str) -> str:
-    """``entry``'s ``host`` or ``host:port``, lower-cased: a base URL's, or the entry itself. An entry is never
-    repeated in an error: a URL may hold a gateway's key.
+    """``entry``'s ``host`` or ``host:port`` (:func:`host_key`): a base URL's, or the entry itself. An entry is
+    never repeated in an error: a URL may hold a gateway's key.
 
     Raises:
-        ValueError: It names no host, or holds more than a host, a port and (in a URL) a path.
+        ValueError: It names no host, an IPv6 host outside brackets, or more than a host, a port and (in a URL)
+            a path.
     """
+    parsed = urlparse(entry if "://" in entry else f"//{entry}")
+    if "@" in entry:  # a user or password: neither is needed, and one is never repeated
+        raise ValueError("an entry names a user or a password: give only the host, or the base URL without them")
+    if parsed.netloc.count(":") > 1 and "[" not in parsed.netloc:  # else "::1" reads as host ":" and port 1
+        raise ValueError("an entry names an IPv6 host outside brackets: write it as [fd00::5], [fd00::5]:8000 or "
+                         "http://[fd00::5]:8000/v1")
     try:
-        parsed = urlparse(entry if "://" in entry else f"//{entry}")
         host, port = parsed.hostname or "", parsed.port
     except ValueError:
         host, port = "", None
-    if "@" in entry:  # a user or password: neither is needed, and one is never repeated
-        raise ValueError("an entry names a user or a password: give only the host, or the base URL without them")
     if not host or (parsed.path and "://" not in entry):
         raise ValueError("an entry names no host: give each as llm.internal, 127.0.0.1:8000 or a base URL such as "
                          "http://llm.internal:8000/v1, separated by commas")
-    return f"{host}:{port}" if port else host
+    return host_key(host, port)
+
+
+def host_key(host: str, port: int | None = None) -> str:
+    """How a host, and a port when given, are compared: lower-case, without a final dot, an IPv6 address in
+    brackets (``[::1]:8000`` and ``[::1:8000]`` are different endpoints)."""
+    host = host.lower().rstrip(".")
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if port is not None else host
 
 
 def otlp_exports(signal: Literal["traces", "metrics"]) -> bool:

@@ -16,6 +16,7 @@ from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat
 from autogen_core import InMemoryStore
 from autogen_core.models import ChatCompletionClient, UserMessage
 from autogen_ext.models.cache import ChatCompletionCache
+from autogen_ext.models.openai import OpenAIChatCompletionClient
 from autogen_ext.models.replay import ReplayChatCompletionClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -295,28 +296,58 @@ async def test_other_stream_options_the_caller_set_are_kept_beside_the_usage_ask
 
 
 
-def test_clients_on_the_hosts_said_to_take_stream_options_are_wrapped_to_ask_and_keep_it_through_a_round_trip(
+@pytest.mark.parametrize(("listed", "base_url", "asked"), [
+    ("http://VLLM.internal:8000/v1", "http://vllm.internal:8000/v1", True),
+    ("vllm.internal", "http://vllm.internal:8000/v1", True),  # a host without a port: any port
+    ("vllm.internal:8001", "http://vllm.internal:8000/v1", False),
+    ("http://llm.internal:80/v1", "http://llm.internal/v1", True),  # a default port named on one side only
+    ("llm.internal:443", "https://llm.internal/v1", True),
+    ("llm.internal:80", "https://llm.internal/v1", False),
+    ("llm.internal.", "http://llm.internal/v1", True),
+    ("[::1]:8000", "http://[::1]:8000/v1", True),
+    ("[::1:8000]", "http://[::1]:8000/v1", False),  # another address, not ::1's port 8000
+    ("[::1]:8000", "http://[::1:8000]/v1", False),
+    ("[fd00::5]", "http://[FD00::5]:8000/v1", True),
+])
+async def test_a_stream_to_a_host_said_to_take_stream_options_asks_for_its_usage_and_one_elsewhere_does_not(
+    listed: str, base_url: str, asked: bool, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def client(**config: str) -> dict[str, Any]:
-        return {"provider": "autogen_ext.models.openai.OpenAIChatCompletionClient", "component_type": "model",
-                "config": {"model": "gpt-4o", "api_key": "not-a-key", **config}}
-    team = RoundRobinGroupChat([
-        AssistantAgent("local", model_client=OfflineChatCompletionClient()),
-    ]).dump_component().model_dump()
-    agents = [{**team["config"]["participants"][0], "config": {
-        **team["config"]["participants"][0]["config"], "name": name, "model_client": model_client}}
-        for name, model_client in (("vllm", client(base_url="http://VLLM.internal:8000/v1")),
-                                   ("ollama", client(base_url="http://127.0.0.1:11434/v1")),
-                                   ("openai", client()))]
-    team["config"]["participants"] = agents
-    wrapped = wrap_model_clients(team, stream_usage_hosts={"vllm.internal:8000", "api.openai.com"})
-    asked = {p["config"]["name"]: p["config"]["model_client"]["config"].get("stream_usage")
-             for p in wrapped["config"]["participants"]}
-    assert asked == {"vllm": True, "ollama": None, "openai": None}  # OpenAI's own is asked by default anyway
-    metered = ChatCompletionClient.load_component(wrapped["config"]["participants"][0]["config"]["model_client"])
-    assert isinstance(metered, MeteredChatCompletionClient)
-    assert metered.dump_component().config["stream_usage"] is True
+    monkeypatch.setenv("TEAMSTORE_STREAM_USAGE_URLS", listed)
+    endpoint = OpenAIEndpoint()
+    inner = endpoint.client(base_url=base_url)
+    call = await _streamed(MeteredChatCompletionClient(inner, "vllm", stream_usage_hosts=Settings().stream_usage_hosts))
+    assert endpoint.requests[-1].get("stream_options") == ({"include_usage": True} if asked else None)
+    assert call.usage_known is asked
+
+
+async def test_a_base_url_the_openai_sdk_reads_from_its_environment_is_matched_against_the_hosts_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://vllm.internal:8000/v1")
+    endpoint = OpenAIEndpoint()
+    call = await _streamed(MeteredChatCompletionClient(
+        endpoint.client(), "vllm", stream_usage_hosts={"vllm.internal:8000"}))
+    assert endpoint.requests[-1]["stream_options"] == {"include_usage": True} and call.usage_known
+
+
+@pytest.mark.parametrize("stream_usage", [None, False])
+async def test_a_client_metered_in_its_definition_asks_on_a_listed_host_unless_it_said_either_way(
+    stream_usage: bool | None,
+) -> None:
+    inner = OpenAIChatCompletionClient(model="gpt-4o", api_key="not-a-key", base_url="http://vllm.internal:8000/v1")
+    metered = MeteredChatCompletionClient(inner, "vllm", stream_usage=stream_usage).dump_component().model_dump()
+    agent = AssistantAgent("vllm", model_client=OfflineChatCompletionClient()).dump_component().model_dump()
+    agent["config"]["model_client"] = metered
+    wrapped = wrap_model_clients(agent, stream_usage_hosts={"vllm.internal:8000"})
     assert wrap_model_clients(wrapped, stream_usage_hosts={"vllm.internal:8000"}) == wrapped
+    client = ChatCompletionClient.load_component(wrapped["config"]["model_client"])
+    assert isinstance(client, MeteredChatCompletionClient)
+    assert ChatCompletionClient.load_component(client.dump_component()).dump_component() == client.dump_component()
+    endpoint = OpenAIEndpoint()
+    endpoint.serve(client.inner)  # type: ignore[arg-type]
+    call = await _streamed(client)
+    assert ("stream_options" in endpoint.requests[-1]) is (stream_usage is None)
+    assert call.usage_known is (stream_usage is None)
 
 
 @pytest.mark.parametrize("kind", ["compatible", "azure-preview"])

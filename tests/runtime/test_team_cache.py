@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core.models import UserMessage
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from config_registry import DefinitionInvalid, Manifest, Registry, SecretUnavailable, TeamDefinition
@@ -20,6 +21,7 @@ from teamstore import examples
 from teamstore.metering import MeteredChatCompletionClient
 from teamstore.runtime.teams import TeamBuilder
 from tests.conftest import git
+from tests.openai_endpoint import OpenAIEndpoint
 
 TRIAGE = "support_triage"
 
@@ -286,13 +288,22 @@ async def test_a_team_built_ahead_that_fails_is_logged_by_its_failures_type(
 async def test_a_team_built_for_a_host_said_to_take_stream_options_has_its_client_there_asking_for_stream_usage(
     registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The base URLs are secret references: only the built client knows where it sends.
     monkeypatch.setenv("DESK_KEY", "not-a-key")
-    agents = [AssistantAgent(name, model_client=OpenAIChatCompletionClient(model="gpt-4o", api_key="k", base_url=url))
-              for name, url in (("vllm", "http://vllm.internal:8000/v1"), ("other", "http://other.internal/v1"))]
-    secrets = {f"participants.{n}.config.model_client.config.api_key": "env:DESK_KEY" for n in range(2)}
+    monkeypatch.setenv("VLLM_URL", "http://vllm.internal:8000/v1")
+    monkeypatch.setenv("OTHER_URL", "http://other.internal/v1")
+    agents = [AssistantAgent(name, model_client=OpenAIChatCompletionClient(model="gpt-4o", api_key="k", base_url="x"))
+              for name in ("vllm", "other")]
+    secrets = {f"participants.{n}.config.model_client.config.{field}": ref for n, url in enumerate(("VLLM", "OTHER"))
+               for field, ref in (("api_key", "env:DESK_KEY"), ("base_url", f"env:{url}_URL"))}
     registry.add("desk", RoundRobinGroupChat(agents, max_turns=1).dump_component().model_dump(),
                  Manifest(name="desk", secrets=secrets), "v1")
     built = await TeamBuilder(registry, refresh_seconds=0, stream_usage_hosts={"vllm.internal:8000"}).build("desk")
-    asked = {name: agent._model_client.dump_component().config.get("stream_usage")
-             for name, agent in built.participants.items()}
-    assert asked == {"vllm": True, "other": None}
+    asked = {}
+    for name, agent in built.participants.items():
+        client, endpoint = agent._model_client, OpenAIEndpoint()  # type: ignore[attr-defined]
+        assert isinstance(client, MeteredChatCompletionClient)
+        endpoint.serve(client.inner)  # type: ignore[arg-type]
+        _ = [chunk async for chunk in client.create_stream([UserMessage(content="hi", source="user")])]
+        asked[name] = endpoint.requests[-1].get("stream_options")
+    assert asked == {"vllm": {"include_usage": True}, "other": None}
