@@ -320,6 +320,14 @@ async def test_a_stream_to_a_host_said_to_take_stream_options_asks_for_its_usage
     assert call.usage_known is asked
 
 
+async def test_an_azure_resource_listed_by_its_endpoint_is_asked_whatever_its_api_version() -> None:
+    endpoint = OpenAIEndpoint()
+    inner = endpoint.azure_client(api_version="preview", azure_endpoint="https://My-Resource.openai.azure.com")
+    call = await _streamed(MeteredChatCompletionClient(
+        inner, "writer", stream_usage_hosts={"my-resource.openai.azure.com:443"}))
+    assert endpoint.requests[-1]["stream_options"] == {"include_usage": True} and call.usage_known
+
+
 async def test_a_base_url_the_openai_sdk_reads_from_its_environment_is_matched_against_the_hosts_listed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
