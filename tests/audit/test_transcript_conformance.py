@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from teamstore.audit.transcripts import Capability, TranscriptStore, run_key, session_prefix, subject_prefix
+from teamstore.audit.transcripts import (
+    Capability,
+    TranscriptStore,
+    run_key,
+    session_prefix,
+    store_beside,
+    subject_prefix,
+)
 from teamstore.audit.transcripts.base import run_id_of
 from teamstore.audit.transcripts.capabilities import PROTOCOLS, HoldStatus, ObjectVersion, capability
 from teamstore.audit.transcripts.local import LocalTranscriptStore
@@ -165,6 +172,27 @@ async def test_a_store_on_one_machines_disk_says_whether_this_machine_has_it(
     assert await local.owner() == "a" * 32 and await store.list_keys("") == [run_key(A, "r1")]
     await elsewhere.make_here("c" * 32)
     assert await elsewhere.present() and await elsewhere.owner() == "c" * 32
+
+
+async def test_another_store_is_reached_by_its_url_with_this_stores_settings(
+    store: TranscriptStore, tmp_path: Path
+) -> None:
+    assert store_beside(store, store.url) is store
+    folder = store_beside(store, (tmp_path / "beside").resolve().as_uri())  # a folder needs no settings
+    assert isinstance(folder, LocalTranscriptStore) and folder.root == tmp_path / "beside"
+    siblings = capability(store, Capability.SIBLINGS)
+    if siblings is None:
+        assert store_beside(store, "s3://another-bucket/audit") is None  # no client to reach it with
+        return
+    assert siblings.sibling(folder.url) is None and siblings.sibling("s3://not a bucket/audit") is None
+    beside = store_beside(store, f"{store.url}/beside")
+    assert beside is not None and beside.url == f"{store.url}/beside"
+    await beside.put(run_key(A, "r1"), body("r1"))
+    await beside.close()  # the client is this store's: still open
+    await store.put(run_key(B, "r2"), body("r2"))
+    assert await store.list_keys(subject_prefix(A.subject_key)) == []  # another store's, not this one's
+    again = store_beside(store, beside.url)
+    assert again is not None and decode(await again.get(run_key(A, "r1")))[0]["run_id"] == "r1"
 
 
 async def test_versions_lists_every_copy_under_a_prefix_and_nothing_beside_it(

@@ -35,6 +35,7 @@ __all__ = [
     "capability",
     "run_key",
     "session_prefix",
+    "store_beside",
     "subject_prefix",
     "transcript_store_from_settings",
     "transcript_store_from_url",
@@ -84,6 +85,31 @@ def _folder(host: str, path: str) -> Path:
             hint="set TEAMSTORE_TRANSCRIPTS_URL to file:///srv/teamstore/transcripts, or a plain path",
         )
     return Path(path)
+
+
+def store_beside(store: TranscriptStore, url: str) -> TranscriptStore | None:
+    """The store ``url`` names, reached with what ``store`` is reached with, or ``None`` when it cannot be.
+
+    A folder (``file://``) is opened by its URL alone (whether this machine has it is for the caller to ask:
+    ``Capability.HOST_LOCAL``); another store is reached through ``store``'s client when ``store`` declares
+    ``Capability.SIBLINGS`` and is of its kind (S3: another bucket or prefix, the same endpoint and credentials).
+
+    Args:
+        store: The store the caller talks to.
+        url: A recorded store's URL.
+
+    Returns:
+        ``store`` itself for its own URL; a new store (the caller closes it) or ``None``.
+
+    Raises:
+        ConfigurationError: ``url`` is a ``file://`` URL that names no folder.
+    """
+    if url == store.url:
+        return store
+    if urlparse(url).scheme == "file":
+        return transcript_store_from_url(url)
+    siblings = capability(store, Capability.SIBLINGS)
+    return siblings.sibling(url) if siblings is not None else None
 
 
 def transcript_store_from_settings(settings: Settings) -> TranscriptStore:

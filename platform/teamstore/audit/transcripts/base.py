@@ -46,6 +46,7 @@ class Capability(StrEnum):
     LOCAL_SWEEP = "local_sweep"  # expiry is enforced by sweep()
     PARTIAL_WRITES = "partial_writes"  # a writer killed mid-write leaves a temporary file: partial_writes() lists them
     HOST_LOCAL = "host_local"  # kept on one machine's disk: present() says whether this machine has it
+    SIBLINGS = "siblings"  # sibling() reaches another store of its kind with the same client (another bucket/prefix)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ reaches into a backend's client, bucket or folder.
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
 | ``PARTIAL_WRITES`` | :class:`PartialWrites`: temporary files a killed writer left | no (a PUT is whole or absent) | yes |
 | ``HOST_LOCAL`` | :class:`HostLocal`: whether this machine has the store at all, and which database it belongs to | no (reached from anywhere) | yes |
+| ``SIBLINGS`` | :class:`Siblings`: another store of the same kind, by its URL, reached with this one's client | yes (another bucket or prefix, same endpoint and credentials) | no (a folder is opened by its URL alone) |
 """
 
 from __future__ import annotations
@@ -207,6 +208,16 @@ async def _first(items: AsyncIterator[T]) -> T | None:
             await close()
 
 
+@runtime_checkable
+class Siblings(Protocol):
+    """``Capability.SIBLINGS``: a store reached through a client (endpoint, credentials) reaches other stores of
+    its kind through the same one, so a caller holding it can open another store a record names."""
+
+    def sibling(self, url: str) -> TranscriptStore | None:
+        """The store ``url`` names, through this store's client; ``None`` when ``url`` is not of this kind (or
+        names no valid one). Closing it leaves the client open: this store owns it."""
+
+
 PROTOCOLS: dict[Capability, type] = {
     Capability.VERSIONS: Versions,
     Capability.BATCH_DELETE: BatchDelete,
@@ -214,6 +225,7 @@ PROTOCOLS: dict[Capability, type] = {
     Capability.LIFECYCLE_RULES: Lifecycle,
     Capability.PARTIAL_WRITES: PartialWrites,
     Capability.HOST_LOCAL: HostLocal,
+    Capability.SIBLINGS: Siblings,
 }
 """The protocol each capability with methods of its own stands for."""
 
@@ -230,6 +242,8 @@ def capability(store: TranscriptStore, which: Literal[Capability.LIFECYCLE_RULES
 def capability(store: TranscriptStore, which: Literal[Capability.PARTIAL_WRITES]) -> PartialWrites | None: ...
 @overload
 def capability(store: TranscriptStore, which: Literal[Capability.HOST_LOCAL]) -> HostLocal | None: ...
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.SIBLINGS]) -> Siblings | None: ...
 def capability(store: TranscriptStore, which: Capability) -> object | None:
     """``store`` typed as the protocol of ``which``, or ``None`` when the store does not declare it.
 

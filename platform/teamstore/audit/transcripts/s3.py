@@ -91,15 +91,18 @@ class S3TranscriptStore:
         prefix: Key prefix inside the bucket, without a trailing slash ("" for the bucket root).
         page_size: Versions per ``ListObjectVersions`` page (S3 gives at most 1,000, its default); a listing, and
             an erasure deleting as it lists, holds two pages at most.
+        owns_client: Whether :meth:`close` closes the client (a sibling's is its parent's).
     """
 
     capabilities = frozenset({
         Capability.VERSIONED_DELETE, Capability.VERSIONS, Capability.BATCH_DELETE, Capability.HOLDS,
-        Capability.LIFECYCLE_RULES,
+        Capability.LIFECYCLE_RULES, Capability.SIBLINGS,
     })
 
-    def __init__(self, client: Any, bucket: str, prefix: str = "", *, page_size: int = BATCH) -> None:
+    def __init__(self, client: Any, bucket: str, prefix: str = "", *, page_size: int = BATCH,
+                 owns_client: bool = True) -> None:
         self.client = client
+        self._owns_client = owns_client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.page_size = page_size
@@ -131,6 +134,14 @@ class S3TranscriptStore:
                 hint="e.g. s3://audit/teamstore",
             )
         return cls(make_client(**client_options), parsed.netloc, parsed.path)  # type: ignore[arg-type]
+
+    def sibling(self, url: str) -> S3TranscriptStore | None:
+        """The store ``s3://bucket/prefix`` names, through this store's client (same endpoint, credentials and
+        timeouts); ``None`` for a URL of another scheme or with no valid bucket. Closing it leaves the client open."""
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not _BUCKET.fullmatch(parsed.netloc):
+            return None
+        return S3TranscriptStore(self.client, parsed.netloc, parsed.path, page_size=self.page_size, owns_client=False)
 
     def _full(self, key: str) -> str:
         return self._bucket_versions.full(key)
@@ -348,11 +359,13 @@ class S3TranscriptStore:
             raise without_keys(exc, action, self.bucket) from exc
 
     async def close(self) -> None:
-        """Close the client's connection pool; requests not yet started are dropped, none is waited for."""
+        """Close the client's connection pool (a sibling leaves it to its parent); requests not yet started are
+        dropped, none is waited for."""
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
-        await asyncio.to_thread(self.client.close)
+        if self._owns_client:
+            await asyncio.to_thread(self.client.close)
 
 
 def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:
