@@ -211,11 +211,12 @@ async def test_a_transcript_restored_into_a_held_store_during_its_pass_brings_th
 
 @pytest.mark.s3
 @pytest.mark.parametrize("lock", [True, False], ids=["held", "emptied"])
-async def test_a_transcript_restored_into_a_store_after_its_pass_is_left_there_whether_a_hold_kept_some_or_not(
+async def test_a_transcript_restored_into_a_store_after_its_pass_is_counted_by_the_pass_that_ends_the_request(
     engine: AsyncEngine, registry: Registry, s3_env: str, lock: bool
 ) -> None:
-    """A request talks to one store at a time: the pass against the second does not list the first again, done
-    for the request whether emptied or left holding what a hold keeps, and the request completes."""
+    """The pass against the second store did not list the first again, done for the request whether emptied or
+    left holding what a hold keeps, and the request completed with the restored copy there, uncounted. Now that
+    pass erases it, or, where the bucket's lock keeps it too, counts it as held (readable: retained)."""
     first, second = await _two_stores(engine, registry, lock)
     subject = await _subject(engine, "zoe")
     with pytest.raises(TranscriptStoreMismatch):
@@ -224,10 +225,12 @@ async def test_a_transcript_restored_into_a_store_after_its_pass_is_left_there_w
 
     receipt = await coordinator(engine, second).run("zoe", request_id="req-restored-after")
 
-    assert receipt.status is RequestStatus.COMPLETED, receipt
-    assert receipt.stores["transcripts"].counts.versions == 3  # as the passes found the stores
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is (RequestStatus.RETAINED_UNDER_HOLD if lock else RequestStatus.COMPLETED), receipt
+    assert transcripts.counts.versions == 4  # as the passes found the stores, and the restored copy
+    assert (transcripts.counts.retained, transcripts.counts.unreadable) == ((1, 3) if lock else (0, 0))
     left = _versions(first.bucket, f"audit/subjects/{subject}/")
-    assert len(left) == (3 if lock else 1)  # the restored copy, beside what the hold keeps
+    assert len(left) == (3 if lock else 0)  # the restored copy beside what the hold keeps, or nothing
     for store in (first, second):
         await store.close()
 

@@ -121,9 +121,9 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
         # Listed here it would give nothing: the receipt would say no_match while the transcripts stay there.
         raise TranscriptStoreMismatch(
             f"this user's transcripts were written to {ours}, a folder this machine does not have (another "
-            f"machine's disk, or not mounted here). {_what_stays(ctx)}",
+            f"machine's disk, or not mounted here). {what_stays(ctx)}",
             hint=f"run erase on the machine whose folder that is (or where it is mounted at the same path) with "
-            f"{_same_request(ctx)}; if the folder is gone for good, create it empty here and rerun",
+            f"{same_request(ctx)}; if the folder is gone for good, create it empty here and rerun",
             stores=(ours,),
         )
     if not recorded:
@@ -138,9 +138,9 @@ async def _check_unrecorded(ctx: StepContext, subject_key: str, retention_days: 
         raise TranscriptStoreMismatch(
             f"the ledger holds {runs} run(s) of this user from before teamstore recorded where transcripts go, "
             f"and {ctx.transcripts.url} holds none of their transcripts: they were written to another store. "
-            f"{_what_stays(ctx)}",
+            f"{what_stays(ctx)}",
             hint="run erase with TEAMSTORE_TRANSCRIPTS_URL set as the service that ran them had it, and "
-            f"{_same_request(ctx)}",
+            f"{same_request(ctx)}",
         )
 
 
@@ -152,19 +152,21 @@ def mismatch(ctx: StepContext, stores: list[str], why: str) -> TranscriptStoreMi
     """The refusal naming the stores still to empty; the request stays open."""
     names = " and ".join(stores)
     return TranscriptStoreMismatch(
-        f"this user's transcripts were written to {names}; {why}. {_what_stays(ctx)}",
-        hint=f"run erase with TEAMSTORE_TRANSCRIPTS_URL={stores[0]} and {_same_request(ctx)}",
+        f"this user's transcripts were written to {names}; {why}. {what_stays(ctx)}",
+        hint=f"run erase with TEAMSTORE_TRANSCRIPTS_URL={stores[0]} and {same_request(ctx)}",
         stores=tuple(stores),
     )
 
 
-def _what_stays(ctx: StepContext) -> str:
+def what_stays(ctx: StepContext) -> str:
+    """What a refusal leaves as it was: the request open, or (a dry run) nothing shown."""
     if not ctx.request_id:
         return "A dry run here would show no transcript to erase"
     return "The request stays open (the user fenced, the subject mapping kept) until each store is emptied"
 
 
-def _same_request(ctx: StepContext) -> str:
+def same_request(ctx: StepContext) -> str:
+    """How a refusal's fix names the rerun: the same request id (a dry run: the same user)."""
     return f"the same --request-id {ctx.request_id}" if ctx.request_id else "the same user"
 
 

@@ -59,7 +59,7 @@ def verdict(deleted: StoreResult, left: Counts, now: datetime) -> StoreResult:
         return StoreResult(status=StepStatus.FAILED, counts=counts, verified_at=now,
                            detail=f"verification found {unexpected} item(s) left after deletion; "
                            "rerun the same request id")
-    # Where they are, when the step says (held versions in stores this verification did not list).
+    # Where they are, when the step says (held versions other passes counted, in other stores).
     where = f"; {deleted.detail}" if deleted.detail else ""
     if left.retained:
         return StoreResult(status=StepStatus.RETAINED_UNDER_HOLD, counts=counts, verified_at=now,

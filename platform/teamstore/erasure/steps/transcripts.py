@@ -19,7 +19,8 @@ too, then the subject's folder is removed at once.
 The counts are recorded (status ``enumerated``) before anything is deleted: every page is counted first, then
 listed again and deleted, so a rerun after a kill reports what the first attempt found, not just what was left.
 Each transcript store's counts are recorded apart (a part of the step) and the step's are their sum: a request
-whose transcripts went to several stores counts each once, whichever store a rerun talks to.
+whose transcripts went to several stores counts each once, whichever store a rerun talks to. The pass that ends
+such a request, and its verification, list the other stores again (:mod:`teamstore.erasure.steps.done_stores`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import record_part, record_step
 from teamstore.erasure.steps.base import StepContext
+from teamstore.erasure.steps.done_stores import left_in_done, sweep_done
 from teamstore.erasure.steps.views import (
     Kept,
     PlainObjects,
@@ -44,7 +46,7 @@ from teamstore.erasure.steps.views import (
     view_of,
 )
 from teamstore.erasure.stores import EARLIER, HELD, held_stores, mismatch, pending_stores, transcript_parts
-from teamstore.errors import TranscriptUnavailable
+from teamstore.errors import TranscriptStoreMismatch, TranscriptUnavailable
 
 
 class TranscriptStep:
@@ -85,7 +87,9 @@ class TranscriptStep:
 
         Raises:
             TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold.
-            TranscriptStoreMismatch: Another recorded store still holds some; it names them.
+            TranscriptStoreMismatch: Another recorded store still holds some, or one done for the request cannot
+                be reached to erase what came back there (:mod:`~teamstore.erasure.steps.done_stores`); it names
+                them.
         """
         if ctx.subject_key is None:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
@@ -104,6 +108,7 @@ class TranscriptStep:
             counts = counts.widest(await self._erase_pages(ctx, view, prefix, tally.listed, kept))
         kept.check()
         await self._other_stores(ctx, view, counts, kept, others)
+        others = await self._done_elsewhere(ctx, counts, others)
         held = {store: part for store, part in others.items() if part.status in HELD}
         return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others, held=False),
                            detail=_held_elsewhere(held))
@@ -162,6 +167,26 @@ class TranscriptStep:
         raise mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url}{but} and talks to no "
                        "other store")
 
+    async def _done_elsewhere(self, ctx: StepContext, counts: Counts, others: dict[str, StoreResult]
+                              ) -> dict[str, StoreResult]:
+        """No store is left to empty: erase what came back into the ones done for the request
+        (:func:`~teamstore.erasure.steps.done_stores.sweep_done`), and return their parts. One it cannot reach
+        stops the request, open, naming it: this store, emptied, is then done for the request as well, so the pass
+        there ends it.
+
+        Raises:
+            TranscriptStoreMismatch: A done store cannot be reached or listed from here; it names it.
+        """
+        try:
+            return await sweep_done(ctx, others)
+        except TranscriptStoreMismatch:
+            assert ctx.subject_key is not None  # erase() returned earlier without one
+            if not await rerunnable(holds_any(ctx.transcripts, subject_prefix(ctx.subject_key))):
+                await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
+            await record_step(ctx.engine, ctx.request_id, self.name,
+                              StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others)), ctx.owner)
+            raise
+
     async def _left_here(self, ctx: StepContext, view: View, counts: Counts, kept: Kept, *, last: bool
                          ) -> tuple[StepStatus, Counts]:
         """This store's part after the deletes: its status, and its counts. ``last``: no other store is to empty
@@ -181,12 +206,14 @@ class TranscriptStep:
         return StepStatus.DELETED, counts
 
     async def remaining(self, ctx: StepContext) -> Counts:
-        """List again, counting versions still under a hold as retained; and add the versions a hold keeps in the
-        other stores this request's passes left so (as those passes found them: this one cannot list them).
+        """List again, counting versions still under a hold as retained; add the versions a hold keeps in the
+        other stores this request's passes left so (as those passes found them, so each is counted once), and
+        whatever no hold keeps in the other stores done for the request, listed again
+        (:func:`~teamstore.erasure.steps.done_stores.left_in_done`).
 
         Raises:
             TranscriptStoreMismatch: Another store recorded for the subject still holds some (recorded
-                after the erasure began): this one cannot vouch for them.
+                after the erasure began): this one cannot vouch for them; or a done store cannot be reached.
         """
         if ctx.subject_key is None:
             return Counts()
@@ -204,7 +231,7 @@ class TranscriptStep:
         for store, part in (await held_stores(ctx)).items():
             if store != ctx.transcripts.url:
                 total = total.plus(_as_left(part.counts))
-        return total
+        return total.plus(await left_in_done(ctx))
 
 
 async def _parts(ctx: StepContext, prior: StoreResult | None) -> tuple[dict[str, StoreResult], StoreResult | None]:
@@ -267,9 +294,9 @@ def _as_left(counts: Counts) -> Counts:
 
 
 def _held_elsewhere(held: dict[str, StoreResult]) -> str | None:
-    """Where the held versions this pass did not list are, for the receipt."""
+    """Where the held versions other passes counted are, for the receipt."""
     if not held:
         return None
     where = ", ".join(f"{part.counts.retained + part.counts.unreadable} in {store}"
                       for store, part in sorted(held.items()))
-    return f"held in stores this verification did not list, as this request's pass there found them: {where}"
+    return f"held in other stores, counted as this request's pass there found them: {where}"

@@ -1,0 +1,183 @@
+"""Before a request completes, the erasure lists again every transcript store it judged done, not only its own.
+
+A request whose transcripts went to two stores emptied the first, then ran against the second: a copy restored
+into the first meanwhile was never listed again, and the request completed with it there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store
+from teamstore.audit.transcripts import TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.erasure import RequestStatus, StepStatus
+from teamstore.errors import TranscriptStoreMismatch
+from tests.erasure.conftest import coordinator, versioned_bucket
+from tests.erasure.seed import all_versions
+
+USER = "rosa@example.com"
+RESTORED = "sessions/late/runs/r9.jsonl.gz"
+
+Pair = Callable[[pytest.FixtureRequest, Path], Awaitable[tuple[TranscriptStore, TranscriptStore]]]
+
+
+async def _two_folders(request: pytest.FixtureRequest, tmp: Path) -> tuple[TranscriptStore, TranscriptStore]:
+    return LocalTranscriptStore(tmp / "first"), LocalTranscriptStore(tmp / "second")
+
+
+async def _two_buckets(request: pytest.FixtureRequest, tmp: Path) -> tuple[TranscriptStore, TranscriptStore]:
+    request.getfixturevalue("s3_env")
+    return S3TranscriptStore(make_client(), versioned_bucket(), "audit"), S3TranscriptStore(
+        make_client(), versioned_bucket(), "moved")
+
+
+async def _folder_then_bucket(request: pytest.FixtureRequest, tmp: Path) -> tuple[TranscriptStore, TranscriptStore]:
+    request.getfixturevalue("s3_env")
+    return LocalTranscriptStore(tmp / "first"), S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+
+
+PAIRS: dict[str, Pair] = {"two folders": _two_folders, "two buckets": _two_buckets,
+                          "a folder, then a bucket": _folder_then_bucket}
+
+
+async def _written(engine: AsyncEngine, stores: dict[TranscriptStore, int]) -> str:
+    """So many transcripts of the user in each store, each store recorded first (as writers do); the subject."""
+    subject = await get_or_create_subject(engine, USER)
+    for store, runs in stores.items():
+        await record_store(engine, subject, store.url)
+        for n in range(runs):
+            await store.put(f"{subject_prefix(subject)}sessions/s{n}/runs/r{n}.jsonl.gz", b"transcript")
+    return subject
+
+
+async def _emptied_first(engine: AsyncEngine, first: TranscriptStore, second: TranscriptStore, request_id: str
+                         ) -> str:
+    """The request's pass against ``first`` (named ``second`` to empty next), then a copy restored into ``first``."""
+    subject = await _written(engine, {first: 2, second: 1})
+    with pytest.raises(TranscriptStoreMismatch) as named:
+        await coordinator(engine, first).run(USER, request_id=request_id)
+    assert named.value.stores == (second.url,) and await first.list_keys(subject_prefix(subject)) == []
+    await first.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+    return subject
+
+
+@pytest.mark.parametrize("pair", list(PAIRS))
+async def test_a_copy_restored_into_an_emptied_store_is_erased_and_counted_by_the_pass_that_ends_the_request(
+    engine: AsyncEngine, request: pytest.FixtureRequest, tmp_path: Path, pair: str
+) -> None:
+    first, second = await PAIRS[pair](request, tmp_path)
+    subject = await _emptied_first(engine, first, second, "req-restored")
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-restored")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    transcripts = receipt.stores["transcripts"]
+    assert transcripts.status is StepStatus.ERASED
+    assert transcripts.counts.objects == 4  # two and the restored one in the first store, one in the second
+    assert transcripts.counts.bytes == 3 * len(b"transcript") + len(b"restored transcript")
+    for store in (first, second):
+        assert await store.list_keys(subject_prefix(subject)) == []
+        if isinstance(store, S3TranscriptStore):
+            assert all_versions(store.client, store.bucket) == []  # no version or delete marker left either
+            await store.close()
+
+
+async def test_a_copy_restored_after_the_last_pass_fails_the_final_verification_and_is_erased_by_the_rerun(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    first, second = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
+    subject = await _written(engine, {first: 2, second: 1})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first).run(USER, request_id="req-late-copy")
+    restored = first.root.joinpath(*f"{subject_prefix(subject)}{RESTORED}".split("/"))
+
+    def restore_once_verified(step: str) -> None:
+        if step == "transcripts" and not restored.exists():  # after the step's own verification: the final one
+            restored.parent.mkdir(parents=True)
+            restored.write_bytes(b"restored transcript")
+
+    last = coordinator(engine, second)
+    last.after_step = restore_once_verified
+    failed = await last.run(USER, request_id="req-late-copy")
+    assert failed.status is RequestStatus.FAILED, failed
+    assert failed.stores["transcripts"].status is StepStatus.FAILED
+    assert "verification found 1 item(s)" in (failed.stores["transcripts"].detail or "")
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-late-copy")
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 4
+    assert not restored.exists()
+
+
+async def test_an_emptied_folder_this_machine_does_not_have_keeps_the_request_open_naming_it(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """Listed from here, the folder would give nothing: the request would complete with the copy in it."""
+    first = LocalTranscriptStore(tmp_path / "workers" / "transcripts")
+    second = LocalTranscriptStore(tmp_path / "second")
+    subject = await _emptied_first(engine, first, second, "req-away")
+    (tmp_path / "workers").rename(tmp_path / "away")  # the first folder is not mounted here
+
+    with pytest.raises(TranscriptStoreMismatch, match="a folder this machine does not have") as named:
+        await coordinator(engine, second).run(USER, request_id="req-away")
+    assert named.value.stores == (first.url,)
+    assert "on the machine whose folder that is" in (named.value.hint or "")
+    left_open = await coordinator(engine, second).status("req-away")
+    assert left_open.status is RequestStatus.OPEN and await find_subject(engine, USER) == subject
+
+    (tmp_path / "away").rename(tmp_path / "workers")  # run where the folder is
+    receipt = await coordinator(engine, second).run(USER, request_id="req-away")
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 4
+    assert await first.list_keys(subject_prefix(subject)) == []
+
+
+@pytest.mark.s3
+async def test_a_store_the_erasure_cannot_reach_keeps_the_request_open_until_a_pass_there_erases_the_copy(
+    engine: AsyncEngine, s3_env: str, tmp_path: Path
+) -> None:
+    """A pass against a folder has no S3 client: the bucket it emptied is named, never judged clean."""
+    bucket = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+    folder = LocalTranscriptStore(tmp_path / "moved")
+    subject = await _emptied_first(engine, bucket, folder, "req-unreached")
+
+    with pytest.raises(TranscriptStoreMismatch, match="cannot reach that store with its settings") as named:
+        await coordinator(engine, folder).run(USER, request_id="req-unreached")
+    assert named.value.stores == (bucket.url,)
+    assert f"TEAMSTORE_TRANSCRIPTS_URL={bucket.url}" in (named.value.hint or "")
+    assert (await coordinator(engine, folder).status("req-unreached")).status is RequestStatus.OPEN
+
+    receipt = await coordinator(engine, bucket).run(USER, request_id="req-unreached")  # it reaches the folder
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 4
+    assert all_versions(bucket.client, bucket.bucket) == []
+    assert await folder.list_keys(subject_prefix(subject)) == []
+    await bucket.close()
+
+
+@pytest.mark.s3
+async def test_a_copy_restored_beside_versions_a_hold_keeps_is_erased_and_the_held_version_counted_once(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    bucket = versioned_bucket(lock=True)
+    locked, moved = S3TranscriptStore(make_client(), bucket, "audit"), S3TranscriptStore(make_client(), bucket, "moved")
+    subject = await _written(engine, {locked: 3, moved: 1})
+    hold = {"Bucket": bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
+    locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "ON"})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, locked).run(USER, request_id="req-held-copy")
+    await locked.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+
+    receipt = await coordinator(engine, moved).run(USER, request_id="req-held-copy")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+    assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.retained) == (5, 5, 1)
+    assert await locked.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"]
+    await locked.close()
