@@ -162,6 +162,26 @@ async def test_a_store_the_erasure_cannot_reach_keeps_the_request_open_until_a_p
 
 
 @pytest.mark.s3
+async def test_an_emptied_bucket_that_cannot_be_listed_again_keeps_the_request_open_naming_it(
+    engine: AsyncEngine, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Reached with the same client, the bucket is gone (or refuses): it is not taken for empty."""
+    first, second = await _two_buckets(request, tmp_path)
+    await _emptied_first(engine, first, second, "req-gone")
+    assert isinstance(first, S3TranscriptStore) and isinstance(second, S3TranscriptStore)
+    for version in all_versions(first.client, first.bucket):
+        first.client.delete_object(Bucket=first.bucket, Key=version["Key"], VersionId=version["VersionId"])
+    first.client.delete_bucket(Bucket=first.bucket)
+
+    with pytest.raises(TranscriptStoreMismatch, match="listing that store again") as named:
+        await coordinator(engine, second).run(USER, request_id="req-gone")
+    assert named.value.stores == (first.url,) and "create the bucket" in named.value.message
+    assert (await coordinator(engine, second).status("req-gone")).status is RequestStatus.OPEN
+    await first.close()
+    await second.close()
+
+
+@pytest.mark.s3
 async def test_a_copy_restored_beside_versions_a_hold_keeps_is_erased_and_the_held_version_counted_once(
     engine: AsyncEngine, s3_env: str
 ) -> None:

@@ -94,8 +94,9 @@ async def _reached(ctx: StepContext, url: str) -> AsyncIterator[TranscriptStore]
             raise _folder_missing(ctx, url)
         yield store
     except TranscriptUnavailable as exc:
+        fix = f" (fix: {exc.hint})" if exc.hint else ""
         raise mismatch(ctx, [url], f"listing that store again (a pass of this request emptied it) failed: "
-                       f"{exc.message}") from exc
+                       f"{exc.message}{fix}") from exc
     finally:
         if store is not ctx.transcripts:
             await store.close()
