@@ -41,8 +41,8 @@ async def sweep_done(ctx: StepContext, others: dict[str, StoreResult]) -> dict[s
         The parts, each store where something was found grown by it (and recorded so).
 
     Raises:
-        TranscriptStoreMismatch: A done store cannot be reached or listed from here; it is named.
-        TranscriptUnavailable: A version no hold explains was refused.
+        TranscriptStoreMismatch: A done store cannot be reached or listed from here, or refused a delete no hold
+            explains; it is named.
     """
     for url in await _done_stores(ctx, others):
         async with _reached(ctx, url) as store:
@@ -88,14 +88,14 @@ async def _reached(ctx: StepContext, url: str) -> AsyncIterator[TranscriptStore]
     store = store_beside(ctx.transcripts, url)
     if store is None:
         raise mismatch(ctx, [url], f"this erasure, talking to {ctx.transcripts.url}, cannot reach that store with "
-                       "its settings, and must list it again (a pass of this request emptied it) before it completes")
+                       "its settings, and must list it again (a store this request is done with) before it completes")
     try:
         if await missing_here(store):
             raise _folder_missing(ctx, url)
         yield store
     except TranscriptUnavailable as exc:
         fix = f" (fix: {exc.hint})" if exc.hint else ""
-        raise mismatch(ctx, [url], f"listing that store again (a pass of this request emptied it) failed: "
+        raise mismatch(ctx, [url], f"listing that store again (a store this request is done with) failed: "
                        f"{exc.message}{fix}") from exc
     finally:
         if store is not ctx.transcripts:
@@ -104,8 +104,8 @@ async def _reached(ctx: StepContext, url: str) -> AsyncIterator[TranscriptStore]
 
 def _folder_missing(ctx: StepContext, url: str) -> TranscriptStoreMismatch:
     return TranscriptStoreMismatch(
-        f"this user's transcripts were written to {url}, which a pass of this request emptied and which must be "
-        f"listed again before it completes, but it is a folder this machine does not have (another machine's "
+        f"this user's transcripts were written to {url}, which this request is done with and must list again "
+        f"before it completes, but it is a folder this machine does not have (another machine's "
         f"disk, or not mounted here). {what_stays(ctx)}",
         hint=f"run erase with {same_request(ctx)} on the machine whose folder that is (or where it is mounted at the "
         "same path); if the folder is gone for good, create it empty here and rerun",
