@@ -26,6 +26,7 @@ from sqlalchemy import (
     ColumnElement,
     Text,
     and_,
+    column,
     delete,
     exists,
     false,
@@ -37,8 +38,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy import table as table_clause
 
-from teamstore.audit.schema import subjects
 from teamstore.db.clock import now_utc, shared_later, shared_now
 from teamstore.db.fence import erasing, held
 from teamstore.db.statements import dialect_insert
@@ -46,6 +47,10 @@ from teamstore.keys.schema import data_keys
 from teamstore.keys.service import DataKey
 from teamstore.memory.schema import EVERY_SCOPE, facts, forgets, memories
 from teamstore.state.schema import Timestamp, quarantine, sessions
+
+_SUBJECTS = table_clause("ts_subjects", column("user_id"))
+"""The audit's subjects (``teamstore.audit.schema.subjects``), named by their table alone: audit sits above
+memory, and :func:`user_stored` asks only whether the user has one."""
 
 
 def of_user(table: Any, user_id: str, scope: str | None) -> list[Any]:
@@ -132,7 +137,7 @@ def user_stored(user_id: str) -> ColumnElement[bool]:
     stored or quarantined session, memory, or a record of a forget. An erasure leaves none of them, so a store that
     does not seal memory (no data key to judge by) records nothing of an erased user either."""
     return or_(*(exists().where(table.c.user_id == user_id)
-                 for table in (data_keys, subjects, sessions, quarantine, memories, facts, forgets)))
+                 for table in (data_keys, _SUBJECTS, sessions, quarantine, memories, facts, forgets)))
 
 
 def forget_record(dialect: str, user_id: str, scope: str | None, known: ColumnElement[bool]) -> Any:
