@@ -17,10 +17,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import _internal as metrics_state
-from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -52,17 +53,35 @@ def _set_globals(tracer_provider: Any, meter_provider: Any) -> tuple[Any, Any]:
     return before
 
 
-class _HostLogs(LoggingHandler):
-    """OpenTelemetry's logging handler, as a host puts it on its root logger; silent while the suite scans (its
-    own reads log too, as :class:`CapturedText` is paused for)."""
+# What a record's own attributes are; any other is an ``extra`` the host's handler sends as an attribute.
+_RECORD_FIELDS = frozenset((*vars(logging.makeLogRecord({})), "message", "asctime"))
+_SEVERITIES = ((logging.CRITICAL, SeverityNumber.FATAL), (logging.ERROR, SeverityNumber.ERROR),
+               (logging.WARNING, SeverityNumber.WARN), (logging.INFO, SeverityNumber.INFO))
+
+
+class _HostLogs(logging.Handler):
+    """A host's bridge from Python logging to its logger provider, on its root logger, built on the Logs API's
+    ``Logger.emit`` as OpenTelemetry now has it (the SDK's own ``LoggingHandler`` is deprecated for the one in
+    opentelemetry-instrumentation-logging, which is not installed here): each record's message as the body,
+    its extra attributes as attributes, and its exception (``exc_info``) as the SDK records one: its type,
+    message and stacktrace. Silent while the suite scans (its own reads log too, as :class:`CapturedText` is
+    paused for)."""
 
     def __init__(self, provider: LoggerProvider, paused_with: CapturedText) -> None:
-        super().__init__(logger_provider=provider)
-        self.paused_with = paused_with
+        super().__init__()
+        self.provider, self.paused_with = provider, paused_with
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not self.paused_with.paused:
-            super().emit(record)
+        if self.paused_with.paused:
+            return
+        try:
+            severity = next((n for level, n in _SEVERITIES if record.levelno >= level), SeverityNumber.DEBUG)
+            extra = {k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS}
+            self.provider.get_logger(record.name).emit(
+                body=record.getMessage(), severity_number=severity, severity_text=record.levelname,
+                attributes=extra, exception=record.exc_info[1] if record.exc_info else None)
+        except Exception:
+            self.handleError(record)
 
 
 @contextmanager
