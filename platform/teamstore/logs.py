@@ -5,8 +5,10 @@
     keep_request_bodies_out_of_logs()    # botocore, boto3 and s3transfer held at INFO, unless set already;
                                          # KMS's bodies out of botocore's DEBUG lines, whatever its level
     keep_query_values_out_of_logs()      # httpx's and urllib3's request lines without their query's values
-    keep_content_out_of_logs()           # AutoGen's loggers at WARNING, their failures by type only, and
-                                         # the model SDKs' DEBUG record of each request without its body
+    keep_content_out_of_logs()           # AutoGen's loggers at WARNING, their failures by type only, asyncio's
+                                         # records of unhandled failures without the task, callback or failure
+                                         # they quote, and the model SDKs' DEBUG record of each request without
+                                         # its body
 
 At DEBUG botocore logs the body of every request it sends and every answer it parses. KMS's ``Encrypt``
 and ``Decrypt`` carry a user's data key in plain (their ``Plaintext``), so a service logging at DEBUG would
@@ -154,7 +156,7 @@ and log users' words: messages and tool calls at INFO and DEBUG, failures whose 
 def keep_content_out_of_logs() -> None:
     """Raise each of :data:`AUTOGEN_PACKAGES`' loggers to WARNING, unless the application has set its level itself,
     and install :class:`_AutoGenRecords` (once per process), which leaves out what the records it lets through may
-    quote of users' words, on every logger of those packages, those made later included; and
+    quote of users' words, on every logger of those packages, those made later included, and on asyncio's; and
     :class:`_RequestOptionsLeftOut` on :data:`MODEL_SDK_LOGGERS`, whatever their level.
 
     A Platform does this unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to message content
@@ -221,7 +223,9 @@ def _is_autogens(name: str) -> bool:
 
 class _AutoGenRecords:
     """The log record factory (:func:`logging.setLogRecordFactory`) that passes each record of an AutoGen logger
-    through :func:`_leave_content_out`, and makes every other as the factory it replaced does.
+    through :func:`_leave_content_out`, and each of asyncio's through :func:`_asyncio_left_out` (asyncio logs from
+    wherever the collector runs, so no filter of the caller's sees it first), and makes every other as the
+    factory it replaced does.
 
     A logger's filters see only the records logged on that very logger, and AutoGen logs on dozens, some made
     only once a team's component is loaded (``autogen_ext.tools.mcp._actor``, ``autogen_ext.memory.*``); the
@@ -238,6 +242,8 @@ class _AutoGenRecords:
         if _is_autogens(record.name):
             _leave_content_out(record)
             setattr(record, _MARK, True)
+        elif record.name.partition(".")[0] == "asyncio":
+            _asyncio_left_out(record)
         return record
 
 
@@ -315,6 +321,35 @@ def _texts_of(error: BaseException) -> list[str]:
         if isinstance(each, BaseExceptionGroup):
             pending.extend(each.exceptions)
     return sorted((t for t in texts if len(t) > 2), key=len, reverse=True)
+
+
+# Where the first line of an asyncio record starts quoting an object (a callback with its arguments, a task).
+_QUOTE_STARTS = re.compile(r"""[(<'"{\[=]""")
+
+
+def _asyncio_left_out(record: logging.LogRecord) -> None:
+    """Keep an asyncio ``record`` to what asyncio itself says, without the objects it quotes: "Task exception was
+    never retrieved" and "Exception in callback" records carry the task's or the callback's repr (a callback's
+    arguments, a coroutine's, may be users' words) and the failure with its message and traceback, logged
+    whenever the garbage collector finds a task nobody awaited. The failure is named by its type; an object
+    passed as an argument (``Executing %s took ...``) by its type too."""
+    try:
+        said = record.getMessage()
+        first = _QUOTE_STARTS.split(said.partition("\n")[0], maxsplit=1)[0].rstrip(" :")
+        if isinstance(record.args, tuple) and record.args:  # a format of asyncio's own: its arguments are quoted
+            record.args = tuple(a if isinstance(a, int | float) else f"<{type(a).__name__}>" for a in record.args)
+            said = first = record.getMessage()
+        error = record.exc_info[1] if record.exc_info else None
+        if first == said and error is None:
+            return
+        kind = f"{type(error).__name__}; " if error is not None else ""
+        record.msg = f"{first} ({kind}what asyncio quoted of the task, callback or failure is left out: it may " \
+                     "quote users' words)"
+        record.args, record.exc_info, record.exc_text = None, None, None
+    except Exception:  # a record whose message does not format: a handler would report it, never the caller
+        record.msg, record.args, record.exc_info, record.exc_text = (
+            "a record of asyncio's whose message could not be read (left out: it may quote users' words)",
+            None, None, None)
 
 
 _COULD_NOT_CONVERT = ("Could not convert ", " to string, skipping.")
