@@ -243,6 +243,22 @@ def test_every_failure_under_json_is_stdouts_one_error_document(tmp_path: Path, 
     assert "7Q3X" not in proc.stdout and "7Q3X" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "command", "option"),
+    [(["demo", "--json"], "demo", "--json"),
+     (["cost", "report", "--output", "page.html", "--json"], "cost report", "--json"),
+     (["erase", "--user", "alice", "--format", "json"], "erase", "--format")],
+    ids=["demo", "cost-report", "erase-format"],
+)
+def test_json_asked_of_a_command_that_does_not_take_it_is_the_ordinary_usage_error(
+    tmp_path: Path, args: list[str], command: str, option: str
+) -> None:
+    proc = _teamstore(tmp_path, *args, COLUMNS="300")
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout  # no JSON document: nothing asked for one
+    said = f"error: No such option: {option} (`python -m teamstore {command}` does not take it; other commands do)"
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("top", [[], ["--top", "3"]], ids=["listing", "top"])
 def test_a_cost_query_that_matches_nothing_under_format_json_writes_its_report_and_no_second_document(
     tmp_path: Path, top: list[str]

@@ -87,7 +87,8 @@ class _Commands(_FlagsTakeNoValue, _UsageErrorsInContext, TyperGroup):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         JsonOutput.reset()  # one command per process, but a test's runner invokes many
-        JsonOutput.asked = _asks_for_json(args)  # before any option is read: a usage error may come first
+        JsonOutput.asked_by = _asking_for_json(args)  # before any option is read: a usage error may come first
+        JsonOutput.asked = bool(JsonOutput.asked_by)
         _check_text(args)
         try:
             return super().parse_args(ctx, args)
@@ -109,6 +110,9 @@ def _usage_failed(exc: Exception) -> NoReturn:
     ctx = getattr(exc, "ctx", None)
     if type(exc).__name__ == "NoArgsIsHelpError" or ctx is None:
         raise exc  # a bare group prints its help
+    no_such_command = exc.format_message().startswith("No such command")  # type: ignore[attr-defined]
+    if not (no_such_command or _takes_json(ctx.command)):
+        JsonOutput.asked = False  # `demo --json`: its --json is the unknown option, and asks for nothing
     said, fix = _unquoted(exc, ctx)
     fix = f"see `{ctx.command_path} --help`{fix}"
     json_error("UsageError", said, fix, 1)
@@ -118,16 +122,26 @@ def _usage_failed(exc: Exception) -> NoReturn:
     raise typer.Exit(1)
 
 
-def _asks_for_json(args: list[str]) -> bool:
-    """Whether the command line asks for JSON (``--json``, ``--format json``): read from the words as given,
-    before click has read any option, so that a usage error, or ``--json`` taken as another option's value,
-    still answers with the JSON error document. Words after ``--`` are a message, not options."""
+def _asking_for_json(args: list[str]) -> frozenset[str]:
+    """Which options of the command line ask for JSON (``--json``, ``--format`` when its last value is json):
+    read from the words as given, before click has read any option, so that a usage error, or ``--json`` taken
+    as another option's value, still answers with the JSON error document. Words after ``--`` are a message,
+    not options."""
     words = args[: args.index("--")] if "--" in args else args
     pairs = list(zip(words, [*words[1:], ""], strict=True))
     formats = [word.removeprefix("--format=") if word.startswith("--format=") else after
                for word, after in pairs if word == "--format" or word.startswith("--format=")]
     # The last --format given is the one click keeps: `--format json --format csv` writes CSV, and no JSON.
-    return "--json" in words or (bool(formats) and formats[-1] == "json")
+    asking = {"--json"} if "--json" in words else set()
+    return frozenset(asking | ({"--format"} if formats and formats[-1] == "json" else set()))
+
+
+def _takes_json(command: Any) -> bool:
+    """Whether ``command`` itself takes the option that asked for JSON: ``--json``, or a ``--format`` with
+    ``json`` among its choices. Only then is a usage error about it told as the JSON error document."""
+    return any(("--json" in JsonOutput.asked_by and "--json" in param.opts)
+               or ("--format" in JsonOutput.asked_by and "--format" in param.opts and "json" in _choices(param))
+               for param in command.params)
 
 
 # Options whose value is an id (a user's, a session's, a request's, a team's...): no id starts with "--", so
@@ -188,7 +202,9 @@ def _unquoted(exc: Exception, ctx: Any) -> tuple[str, str]:
     takes_text = any(p.name == "text" for p in ctx.command.params)  # a user's message (teamstore run)
     if type(exc).__name__ == "NoSuchOption":
         option, close = getattr(exc, "option_name", ""), getattr(exc, "possibilities", None)
-        if not (close or _ONE_LETTER.fullmatch(option)):
+        if option in _options_of(ctx.find_root().command):  # another command's: a name of ours, not words
+            said = f"No such option: {option} (`{ctx.command_path}` does not take it; other commands do)"
+        elif not (close or _ONE_LETTER.fullmatch(option)):
             said = ("No such option: an argument starts with '-' and is no option of this command (not repeated "
                     "here: it may be a user's words)")
         dashes = f"; text that starts with '-' goes after `--` (`{ctx.command_path} [OPTIONS] -- TEXT`), or on stdin (`-`)"
@@ -205,6 +221,15 @@ def _unquoted(exc: Exception, ctx: Any) -> tuple[str, str]:
     return said, ""
 
 
+def _options_of(command: Any) -> set[str]:
+    """Every option name of ``command`` and of the commands below it."""
+    names = {name for param in command.params for name in (*param.opts, *param.secondary_opts)
+             if name.startswith("-")}
+    for sub in getattr(command, "commands", {}).values():
+        names |= _options_of(sub)
+    return names
+
+
 def _option_named(param: Any) -> list[str]:
     """An option by its flags (``--limit``), an argument by its placeholder (``USER``)."""
     return [name for name in param.opts if name.startswith("-")] or [param.metavar or param.name]
@@ -219,9 +244,9 @@ def _takes(param: Any) -> str:
     its range or formats. A newer typer declares it in ``type_descriptor``, an older one in click's
     ``type``."""
     declared, click_type = getattr(param, "type_descriptor", None), getattr(param, "type", None)
-    choices = declared.choices if declared is not None else getattr(click_type, "choices", None)
+    choices = _choices(param)
     if choices:
-        return "one of " + ", ".join(str(getattr(choice, "value", choice)) for choice in choices)
+        return "one of " + ", ".join(choices)
     if declared is not None:
         kind: Any = get_args(declared.annotation)[0] if declared.is_list else declared.annotation
         formats = declared.parameter_info.formats
@@ -242,6 +267,14 @@ def _takes(param: Any) -> str:
     if low is not None or high is not None:
         return f"{said} of at least {low}" if low is not None else f"{said} of at most {high}"
     return said
+
+
+def _choices(param: Any) -> list[str]:
+    """The values a parameter is limited to (none for one that takes any): a newer typer declares them in
+    ``type_descriptor``, an older one in click's ``type``."""
+    declared = getattr(param, "type_descriptor", None)
+    choices = declared.choices if declared is not None else getattr(getattr(param, "type", None), "choices", None)
+    return [str(getattr(choice, "value", choice)) for choice in choices or ()]
 
 
 def _check_text(args: list[str]) -> None:

@@ -38,10 +38,12 @@ class JsonOutput:
 
     asked = False
     written = False
+    asked_by: frozenset[str] = frozenset()  # the options that asked: "--json", "--format" (json)
 
     @classmethod
     def reset(cls) -> None:
         cls.asked = cls.written = False
+        cls.asked_by = frozenset()
 
 
 def _asked_for_json(value: bool) -> bool:
