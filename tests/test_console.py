@@ -221,6 +221,22 @@ def test_an_id_that_starts_with_two_dashes_is_still_taken_joined_to_its_option(t
     assert json.loads(proc.stdout)["error"]["type"] == "SchemaNotReady"  # the id was taken: the lookup ran
 
 
+def test_free_text_that_reads_as_an_option_is_refused_saying_how_to_join_it_and_is_taken_joined(
+    tmp_path: Path,
+) -> None:
+    # Click would take `--json` as the reason, and an unset variable (`--reason $WHY --json`) reads the same.
+    assert _teamstore(tmp_path, "db", "upgrade").returncode == 0
+    proc = _teamstore(tmp_path, "erase", "--user", "alice", "--reason", "--json", "--yes")
+    error = json.loads(proc.stdout)["error"]
+    assert proc.returncode == 1 and error["type"] == "OptionValueMissing", proc.stderr
+    assert error["fix"].startswith("to give --reason the text --json itself, join them: --reason=--json;")
+    assert "`--reason \"$TEXT\"`" in error["fix"]
+    proc = _teamstore(tmp_path, "erase", "--user", "alice", "--reason=--json", "--yes", "--json",
+                      TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS="0")
+    assert proc.returncode == 3, proc.stderr  # no store held alice: `no_match`, the request stored as given
+    assert json.loads(proc.stdout)["reason"] == "--json"
+
+
 @pytest.mark.parametrize(
     ("args", "kind", "message"),
     [(["sessions", "list", "--user", "alice", "--limit", "0", "--json"], "UsageError",

@@ -172,19 +172,35 @@ def _refuse_an_option_as_a_value(ctx: Any, args: list[str]) -> None:
             at += 1
             continue
         if after in options or (word in _ID_OPTIONS and after.startswith("--")):
-            _option_without_value(word, after if after in options else None)
+            _option_without_value(word, after if after in options else None, free_text=_free_text(param, word))
         at += 2
 
 
-def _option_without_value(option: str, next_option: str | None) -> NoReturn:
-    """Raise :class:`OptionValueMissing` for ``option``: the next word is shown only when it is an option."""
+def _free_text(param: Any, option: str) -> bool:
+    """Whether ``option`` takes any text (a reason, notes, a commit message), rather than an id, a number, a
+    path or a choice: such text may itself read as an option, and is given joined (``--reason=--json``)."""
+    declared = getattr(param, "type_descriptor", None)  # a newer typer's; an older one's is click's ``type``
+    text = (declared.annotation is str and not declared.is_path) if declared is not None \
+        else getattr(getattr(param, "type", None), "name", "") == "text"
+    return option not in _ID_OPTIONS and text and not _choices(param)
+
+
+def _option_without_value(option: str, next_option: str | None, *, free_text: bool = False) -> NoReturn:
+    """Raise :class:`OptionValueMissing` for ``option``: the next word is shown only when it is an option.
+
+    Click would take that option as the value; it is refused even for free text, since an unset variable
+    (``--reason $WHY --json``) reads the same, and would record ``--json`` as the reason and lose the JSON
+    output. Text meant to read as an option is given joined to its option, as argparse and getopt want it."""
     said = (f"the next word, {next_option}, is an option" if next_option is not None
             else "the next word starts with '--' as an option does (not repeated here: it may be a user's words)")
+    name = "ID" if option in _ID_OPTIONS else "TEXT" if free_text else "VALUE"
+    joined = (f"to give {option} the text {next_option} itself, join them: {option}={next_option}"
+              if free_text and next_option is not None else f"a value that starts with '--' goes as {option}=VALUE")
     raise OptionValueMissing(
         f"{option} got no value: {said}",
-        hint=f"give {option} its value; a shell variable that is unset or empty gives none (`{option} $ID` with ID "
-        f"empty): check it, and quote it (`{option} \"$ID\"`) so that an empty one is refused as empty; a value "
-        f"that starts with '--' goes as {option}=VALUE",
+        hint=f"{joined}; otherwise give {option} its value: a shell variable that is unset or empty gives none "
+        f"(`{option} ${name}` with {name} empty): check it, and quote it (`{option} \"${name}\"`) so that an empty "
+        "one is refused as empty",
     )
 
 
