@@ -14,6 +14,7 @@ wrote it (a hand edit) is :class:`RegistryCorrupt`, with how to repair it.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -53,11 +54,21 @@ def versions(repo: GitRepo, name: str, *, at: str = "HEAD") -> list[dict[str, st
     validate_name(name)
     rows = repo.log(f"teams/{name}/", at=at)
     if not rows:
-        raise UnknownTeam(
-            f"no team named {name!r} is registered",
-            hint=f"see 'teamstore registry list'; known: {', '.join(team_names(repo)) or 'none'}",
-        )
+        raise unknown_team(repo, name)
     return rows
+
+
+def unknown_team(repo: GitRepo, name: str) -> UnknownTeam:
+    """The refusal of a team name no team has. The name given is not repeated (a user's id or words typed in the
+    wrong place land in it); the registry's own names are, as the fix: the nearest, or all of them."""
+    known = team_names(repo)
+    near = difflib.get_close_matches(name, known, n=3)
+    listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+    return UnknownTeam(
+        "no team of the name given is registered (not repeated here: it may be a user's words)",
+        hint=(f"did you mean {' or '.join(near)}? " if near else "")
+        + f"see 'teamstore registry list'; registered: {listed or 'none'}",
+    )
 
 
 def read_json(repo: GitRepo, version: str, relative: str, *, missing_ok: bool = False) -> Any:

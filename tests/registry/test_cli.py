@@ -318,7 +318,7 @@ def test_a_secret_path_given_twice_with_two_references_is_refused(registry: Regi
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (("registry", "show", "nobody"), "no team named 'nobody'"),
+        (("registry", "show", "nobody"), "no team of the name given is registered"),
         (("registry", "add", "x"), "exactly one of --factory or --file"),
         (("registry", "add", "x", "--factory", "teamstore.examples:nope"), "cannot import factory"),
         (
@@ -335,7 +335,7 @@ def test_a_secret_path_given_twice_with_two_references_is_refused(registry: Regi
         ),
         (("registry", "add", "Bad/Name", "--factory", "teamstore.examples:single_assistant"),
          "name: use 1-64 lowercase letters"),  # the validator's own words, no "Value error, " before them
-        (("registry", "history", "nobody"), "no team named"),
+        (("registry", "history", "nobody"), "no team of the name given is registered"),
     ],
 )
 def test_typed_errors_exit_one_with_a_fix(registry: Registry, args: tuple[str, ...], fragment: str) -> None:
@@ -343,6 +343,18 @@ def test_typed_errors_exit_one_with_a_fix(registry: Registry, args: tuple[str, .
     assert result.exit_code == 1
     assert fragment in " ".join(result.output.split())
     assert "fix" in result.output
+
+
+@pytest.mark.usefixtures("registry")
+def test_a_team_name_no_team_has_is_not_repeated_and_the_fix_names_the_registrys_own() -> None:
+    assert invoke(*ADD, "--factory", "teamstore.examples:support_triage").exit_code == 0
+    for command in ("show", "history"):
+        result = invoke("registry", command, "alice-7q3x")  # a user's id given in the wrong place
+        said = " ".join(result.output.split())
+        assert result.exit_code == 1 and "no team of the name given is registered (not repeated" in said, said
+        assert "7q3x" not in said and "registered: support_triage" in said
+    near = " ".join(invoke("registry", "show", "support_triag").output.split())
+    assert "did you mean support_triage?" in near
 
 
 @pytest.mark.parametrize("days", ["0", "-1", "3651", "inf", "nan"])
