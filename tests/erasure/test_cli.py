@@ -100,7 +100,7 @@ def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypat
     assert json.loads(failed.stdout)["stores"]["transcripts"]["status"] == "failed"
     status = runner.invoke(app, ["erase", "status", "cli-2", "--json"], env={"COLUMNS": "300"})
     assert status.exit_code == 2 and json.loads(status.stdout)["status"] == "failed"
-    assert "error: erasure cli-2 is failed" in status.output  # read like every other failure
+    assert "error: the erasure is failed" in status.output  # read like every other failure
     assert "fix: read the detail lines above, fix the cause, then rerun" in status.output
 
 
@@ -111,8 +111,9 @@ def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:
     assert empty.exit_code == 1 and "error: user_id is empty" in empty.output
     assert "does not exist yet" not in empty.output
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
-    missing = runner.invoke(app, ["erase", "status", "no-such"])
-    assert missing.exit_code == 1 and "no erasure request" in missing.output
+    missing = runner.invoke(app, ["erase", "status", "alice-7Q3X"])  # a user's id given in the wrong place
+    assert missing.exit_code == 1 and "the request id given names no erasure request" in missing.output
+    assert "7Q3X" not in missing.output
 
 
 def test_an_empty_request_id_is_refused_not_replaced_by_a_fresh_one() -> None:
@@ -154,7 +155,8 @@ def test_ids_that_look_like_markup_are_printed_as_given() -> None:
     shown = runner.invoke(app, ["erase", "status", "REQ[/]7"])
     assert shown.exit_code == 0 and "REQ[/]7" in shown.stdout
     missing = runner.invoke(app, ["erase", "status", "REQ[bold]8"])
-    assert missing.exit_code == 1 and "REQ[bold]8" in missing.output
+    assert missing.exit_code == 1 and "the request id given names no erasure request" in missing.output
+    assert "REQ[bold]8" not in missing.output and "8" not in missing.output.split("fix:")[0]  # never repeated
 
 
 def test_status_of_a_request_that_is_still_open_is_not_success() -> None:

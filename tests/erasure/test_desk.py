@@ -323,7 +323,8 @@ async def test_a_page_after_an_unknown_or_malformed_request_id_is_refused_naming
     await desk_queue(engine)
     with pytest.raises(ErasureRequestNotFound) as unknown:
         await list_requests(engine, after="req-99")
-    assert unknown.value.message == "--after 'req-99' names no erasure request"
+    assert unknown.value.message == ("the id given as --after names no erasure request (not repeated here: it may "
+                                     "be a user's words)")
     assert unknown.value.hint is not None and "last request id a page listed" in unknown.value.hint
     with pytest.raises(ErasureRequestNotFound, match="did you mean 'req-04'"):
         await list_requests(engine, after="REQ-04")

@@ -123,14 +123,16 @@ def finish(receipt: Receipt, as_json: bool, suggest_for: str | None = None) -> N
             suggest_near_matches(suggest_for)
         raise typer.Exit(NO_MATCH)
     if not receipt.ok:
-        rerun = f"`teamstore erase --user ... --request-id {receipt.request_id}`"
+        # The receipt just written names the request: the error does not repeat its id (one given may be a
+        # user's id typed in the wrong place).
+        rerun = "`teamstore erase --user ... --request-id ...` with the request id the receipt names"
         hint = {
             RequestStatus.RETAINED_UNDER_HOLD: f"a legal hold keeps some data (docs/erasure.md); rerun {rerun} once "
             "it is lifted",
             RequestStatus.OPEN: f"it is still running, or its coordinator stopped: rerun {rerun} to resume",
         }.get(receipt.status, f"read the detail lines above, fix the cause, then rerun {rerun} to resume")
         late = f", and overdue (due {receipt.effective_due_at:%Y-%m-%d})" if receipt.overdue else ""
-        fail(ErasureIncomplete(f"erasure {receipt.request_id} is {receipt.status}{late}", hint=hint), INCOMPLETE)
+        fail(ErasureIncomplete(f"the erasure is {receipt.status}{late}", hint=hint), INCOMPLETE)
 
 
 def suggest_near_matches(user: str, tables: Sequence[Table] | None = None) -> None:

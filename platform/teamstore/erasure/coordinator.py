@@ -206,10 +206,10 @@ class DeletionCoordinator:
             # A finished request forgot whose it was. Its receipt would not cover this data (another
             # user's, or this user's since the erasure), so it is not handed out as if it did.
             raise ErasureConflict(
-                f"request {row.request_id!r} is finished and this user has data now: a finished request is "
-                "never run again",
-                hint=f"use a new request id to erase it (omit --request-id to get one); "
-                f"`teamstore erase status {row.request_id}` prints the old receipt",
+                "the request given is finished and this user has data now: a finished request is never run "
+                "again",
+                hint="use a new request id to erase it (omit --request-id to get one); `teamstore erase status` "
+                "with the old id prints its receipt",
             )
         if row.status in FINISHED and row.receipt is not None:
             return stored_receipt(row)  # already done: report, never act twice
@@ -423,7 +423,7 @@ class DeletionCoordinator:
 
 def _busy(request_id: str) -> ErasureConflict:
     return ErasureConflict(
-        f"erasure request {request_id!r} is being run by another coordinator right now",
-        hint=f"wait for it (`teamstore erase status {request_id}`); a killed run's lease expires after "
+        "the erasure request is being run by another coordinator right now",
+        hint="wait for it (`teamstore erase status` with the same id tells); a killed run's lease expires after "
         "the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same request id",
     )

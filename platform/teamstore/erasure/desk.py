@@ -312,8 +312,8 @@ async def _unfinished(engine: AsyncEngine, request_id: str) -> requests.RequestR
         raise await requests.not_found(engine, request_id)
     if row.status in FINISHED or row.status is RequestStatus.RETAINED_UNDER_HOLD:
         raise ExtensionRefused(
-            f"request {request_id!r} is {row.status}: only an open or failed request can be extended",
-            hint=f"nothing is left to do by a due date; `teamstore erase status {request_id}` prints its receipt",
+            f"the request is {row.status}: only an open or failed request can be extended",
+            hint="nothing is left to do by a due date; `teamstore erase status` with the same id prints its receipt",
         )
     return row
 
@@ -338,22 +338,22 @@ def _refusal(row: requests.RequestRow, now: datetime, busy: bool = False) -> Ext
     if row.extension is not None:
         ext = row.extension
         return ExtensionRefused(
-            f"request {row.request_id!r} was extended already, on {ext.extended_at:%Y-%m-%d} by {ext.operator} to "
+            f"the request was extended already, on {ext.extended_at:%Y-%m-%d} by {ext.operator} to "
             f"{ext.due_at:%Y-%m-%d}: a request is extended once",
             hint="GDPR art. 12(3) allows one extension; answer the request by its extended due date",
         )
     if now > row.due_at:
         return ExtensionRefused(
-            f"request {row.request_id!r} was due on {row.due_at:%Y-%m-%d}: too late to extend it",
+            f"the request was due on {row.due_at:%Y-%m-%d}: too late to extend it",
             hint="an extension is decided, and told to the data subject, within the first month; finish the "
-            f"request now (`teamstore erase --user ... --request-id {row.request_id}`)",
+            "request now (`teamstore erase --user ... --request-id ...` with its user and id)",
         )
     if busy:
         return ExtensionRefused(
-            f"request {row.request_id!r} is being run by a coordinator right now",
-            hint=f"extend it once the run ends (`teamstore erase status {row.request_id}`)",
+            "the request is being run by a coordinator right now",
+            hint="extend it once the run ends (`teamstore erase status` with the same id tells)",
         )
-    return ExtensionRefused(f"request {row.request_id!r} could not be extended", hint="run the command again")
+    return ExtensionRefused("the request could not be extended", hint="run the command again")
 
 
 def extension_note(extension: Extension | None) -> str | None:

@@ -41,6 +41,7 @@ from teamstore.ids import lone_surrogate, refusal
 from teamstore.people import check_not_naming
 
 MAX_REASON_CHARS = 1000
+_NOT_REPEATED = "not repeated here: it may be a user's words"
 """The longest reason an erasure or an extension records, in characters."""
 log = logging.getLogger(__name__)
 
@@ -231,8 +232,9 @@ async def not_found(
     """
     if near := await near_ids(engine, request_id):
         hint = f"did you mean {' or '.join(repr(found) for found in near)}? Request ids match exactly"
-    given = f"{given_as} {request_id!r} names no erasure request" if given_as else f"no erasure request {request_id!r}"
-    return ErasureRequestNotFound(given, hint=hint)
+    # The id given is not repeated (a user's id or words typed in the wrong place land in it); near ids are stored.
+    given = f"the id given as {given_as}" if given_as else "the request id given"
+    return ErasureRequestNotFound(f"{given} names no erasure request ({_NOT_REPEATED})", hint=hint)
 
 
 async def check_new_request(engine: AsyncEngine, request_id: str | None, user_id: str) -> None:
@@ -258,7 +260,7 @@ def twin_of(request_id: str, twins: list[str]) -> ErasureConflict:
     """The refusal of a new request id that differs from the stored ``twins`` only in letter case or spaces."""
     named = " and ".join(repr(twin) for twin in twins)
     return ErasureConflict(
-        f"request id {request_id!r} differs from the stored request {named} only in letter case or surrounding "
+        f"the request id given differs from the stored request {named} only in letter case or surrounding "
         "spaces: it would open a second request beside it",
         hint=f"to resume or report that request, give its id exactly as stored (`teamstore erase status "
         f"{shlex.quote(twins[0])}`); for another request, choose an id that differs in more than letter case",
@@ -405,13 +407,13 @@ def same_user(row: RequestRow, user_id: str, hashes: tuple[str, ...] = ()) -> Re
     """
     if row.user_id is not None and row.user_id != user_id:
         raise ErasureConflict(
-            f"request {row.request_id!r} erases another user",
+            "the request given erases another user",
             hint="use a new request id for this user (omit --request-id to get one)",
         )
     if row.user_id is None and row.user_hash is not None and row.user_hash not in hashes:
         # Run under another id, it would finish its own subject and report `completed` for this one.
         raise ErasureConflict(
-            f"request {row.request_id!r} was filed for another user id; it has forgotten the id, and keeps only "
+            "the request given was filed for another user id; it has forgotten the id, and keeps only "
             "a keyed hash of it, which this one does not match",
             hint="to finish that request, give the user id it was filed for, exactly (the ticket says), with "
             "TEAMSTORE_ERASURE_HASH_KEY as it was then (or that key as TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS); to "
@@ -425,7 +427,7 @@ async def _conflict(engine: AsyncEngine, request_id: str, user_id: str) -> Erasu
     raced = await get_request(engine, request_id)
     if raced is not None and raced.user_id == user_id:
         return ErasureConflict(
-            f"request {request_id!r} was opened by another process at the same moment",
+            "the request given was opened by another process at the same moment",
             hint="let that process finish; `teamstore erase status` shows it",
         )
     if twins := await near_ids(engine, request_id):
@@ -498,8 +500,8 @@ async def set_subject(engine: AsyncEngine, request_id: str, subject_key: str | N
 def taken_over(request_id: str) -> ErasureConflict:
     """The error for a coordinator that finds another one holds its request's lease now."""
     return ErasureConflict(
-        f"erasure request {request_id!r} was taken over by another coordinator (this one could not renew "
-        "its lease in time); this one stopped without writing a receipt",
-        hint=f"`teamstore erase status {request_id}` shows the other run; rerun the same request id if it "
+        "the erasure request was taken over by another coordinator (this one could not renew its lease in "
+        "time); this one stopped without writing a receipt",
+        hint="`teamstore erase status` with the same request id shows the other run; rerun that request id if it "
         "is no longer running",
     )
