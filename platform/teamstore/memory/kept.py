@@ -41,7 +41,7 @@ async def what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) -
         return f"the facts kept are: {', '.join(kept)}"
     rows = select(memories.c.version).where(*of_user(memories, user_id, scope), memories.c.expires_at > now)
     versions = (await conn.execute(rows)).scalars().all()
-    under = f" under {scope!r}" if scope else ""
+    under = " under the scope given" if scope else ""
     if any(version != 0 for version in versions):
         return f"no fact is kept about this user{under}, only a summary: forgetting everything (--all) drops it"
     if versions:  # rows of version 0 only: the writer failed before it ever wrote

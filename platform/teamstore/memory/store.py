@@ -440,7 +440,11 @@ class MemoryStore:
             unrecorded = await record_forget(conn, user_id, scope, sealed=self.keys is not None,
                                              removed=bool(forgotten.memories or forgotten.facts))
         if missing is not None:
-            raise MemoryNotFound(f"no fact {fact!r} is kept about this user" + (f" under {scope!r}" if scope else ""),
+            # The names given are not repeated (a user's words typed in the wrong place land in them); the hint
+            # names the facts kept, the team's own names.
+            raise MemoryNotFound("no fact of the name given is kept about this user"
+                                 + (" under the scope given" if scope else "")
+                                 + " (not repeated here: it may be a user's words)",
                                  hint=missing if unrecorded is None else f"{missing}; {unrecorded}")
         return replace(forgotten, unrecorded=unrecorded)
 
