@@ -122,11 +122,12 @@ def test_one_run_is_found_by_a_unique_prefix_of_its_id_as_the_demo_prints_it() -
     one = runner.invoke(app, [*show, run_ids[1][:12]])
     assert one.exit_code == 0, one.output
     assert [r["run"]["run_id"] for r in json.loads(one.stdout)["runs"]] == [run_ids[1]]
-    for run, message in (("", "--run is empty"), ("nope", "no run 'nope' in that session"),
+    for run, message in (("", "--run is empty"), ("nope-7Q3X", "no run of that session has the run id given"),
                          (run_ids[0][:-1] + "x", "no run")):
         result = runner.invoke(app, [*show, run])
         assert result.exit_code == 1 and f"error: {message}" in result.output and "fix:" in result.output, run
         assert "subjects/" not in result.output  # the store's key is no help to the reader
+        assert "7Q3X" not in result.output  # the run id given is not repeated
     damaged = next((Path(Settings().home) / "transcripts").rglob(f"{run_ids[0]}.jsonl.gz"))
     damaged.write_bytes(b"not gzip")
     result = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", SESSION], env={"COLUMNS": "300"})

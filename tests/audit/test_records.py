@@ -96,12 +96,14 @@ def test_run_ids_that_are_not_plain_segments_are_hashed_never_used_as_paths(run_
     assert safe_segment(run_id) == safe_segment(run_id)
 
 
-def test_unsafe_keys_are_refused() -> None:
-    for key in ("../x.jsonl.gz", "/abs.jsonl.gz", "a//b.jsonl.gz", "a/./b"):
-        with pytest.raises(InvalidIdentifier):
+def test_unsafe_keys_are_refused_without_repeating_them() -> None:
+    for key in ("../alice.jsonl.gz", "/alice.jsonl.gz", "alice//b.jsonl.gz", "alice/./b"):
+        with pytest.raises(InvalidIdentifier) as refused:
             check_key(key)
-    with pytest.raises(InvalidIdentifier):
-        run_key(RunKeys("../x", "y"), "r")
+        assert "alice" not in refused.value.message
+    with pytest.raises(InvalidIdentifier) as refused:  # a raw user id where a pseudonymous key belongs
+        run_key(RunKeys("alice@example.com", "y"), "r")
+    assert "alice" not in refused.value.message and "is not a pseudonymous key" in refused.value.message
 
 
 @pytest.mark.usefixtures("nothing_left_running")

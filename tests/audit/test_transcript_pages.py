@@ -61,9 +61,9 @@ async def test_one_run_by_id_or_unique_prefix_with_the_total(store: TranscriptSt
     assert ids(await one_run(store, KEYS, "abd")) == ["abd456"]
     exact = await one_run(store, KEYS, "abc")  # an exact id wins over the longer id it prefixes
     assert (exact.total, ids(exact)) == (3, ["abc"])
-    with pytest.raises(TranscriptNotFound, match="3 runs of that session start with 'ab'"):
+    with pytest.raises(TranscriptNotFound, match="3 runs of that session start with the run id given"):
         await one_run(store, KEYS, "ab")
-    with pytest.raises(TranscriptNotFound, match="no run 'x'"):
+    with pytest.raises(TranscriptNotFound, match="no run of that session has the run id given"):
         await one_run(store, KEYS, "x")
 
 

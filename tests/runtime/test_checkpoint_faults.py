@@ -53,7 +53,7 @@ _BARE = '{"envelope":1,"codec":"json","data":{"kind":"checkpoint"}}'
 
 @pytest.mark.parametrize(("damage", "why"), [
     ({"checkpoint": "{not json", "checkpoint_bytes": 9}, "not valid JSON"),
-    ({"checkpoint": _BARE, "checkpoint_bytes": len(_BARE)}, "layout None"),
+    ({"checkpoint": _BARE, "checkpoint_bytes": len(_BARE)}, "written under no layout"),
     ({"checkpoint_bytes": 3}, "checkpoint_bytes 3"),
 ], ids=["not-json", "no-fields", "wrong-size"])
 async def test_a_checkpoint_damaged_by_hand_is_set_aside_and_the_state_before_the_run_resumes(
@@ -93,6 +93,24 @@ async def test_a_checkpoint_whose_layout_or_memory_bound_does_not_read_is_set_as
     async with platform.session("alice", "s1", team=TEAM) as s:
         assert s.interrupted is None and s.resume is not None and s.resume.quarantined
         assert s.resume.checkpoint_refused in ("corrupt", "schema_mismatch") and why in (s.resume.detail or "")
+
+
+@pytest.mark.parametrize(("changes", "why"), [
+    ({"team": "Jane Doe 7Q3X"}, "written by another team or another version of it"),
+    ({"schema": "Jane Doe 7Q3X"}, "written under a layout that is no number, this code reads 1, 2"),
+], ids=["team", "layout"])
+async def test_what_a_damaged_checkpoint_holds_is_not_quoted_in_the_reason_it_is_set_aside(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], why: str
+) -> None:
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is not None
+    text = encode({**decode(row.checkpoint), **changes})
+    await _damage(platform, checkpoint=text, checkpoint_bytes=len(text.encode()))
+    async with platform.session("alice", "s1", team=TEAM) as s:
+        assert s.resume is not None and s.resume.quarantined and why in (s.resume.detail or "")
+        assert "7Q3X" not in (s.resume.detail or "")
 
 
 async def test_a_new_sessions_checkpoint_set_aside_as_corrupt_leaves_no_row_the_bound_counts(

@@ -185,8 +185,12 @@ def _payload(row: StoredSession) -> Mapping[str, Any]:
     if payload.get("kind") != "checkpoint":
         raise StateRejected("corrupt", "the stored checkpoint is not a run's checkpoint")
     if payload.get("schema") not in READ_SCHEMAS:
-        raise StateRejected("schema_mismatch", f"checkpoint written under layout {payload.get('schema')!r}, "
-                                               f"this code reads {', '.join(map(str, READ_SCHEMAS))}")
+        # A layout is a number: anything else the stored payload holds there is not quoted (it is damaged).
+        schema = payload.get("schema")
+        layout = (f"layout {schema}" if type(schema) is int else "no layout" if schema is None
+                  else "a layout that is no number")
+        raise StateRejected("schema_mismatch", f"checkpoint written under {layout}, this code reads "
+                                               f"{', '.join(map(str, READ_SCHEMAS))}")
     return payload
 
 
@@ -198,8 +202,8 @@ def _fits(payload: Mapping[str, Any], built: BuiltTeam, agentchat_version: str, 
     version = _field(payload, "team_version", str)
     if _field(payload, "team", str) != built.name or version != built.version:
         raise StateRejected("definition_changed",
-                            f"written by {payload.get('team')!r} version {version[:12]}; the team is now "
-                            f"version {built.version[:12]}, and a run continues only on the version that ran it")
+                            f"written by another team or another version of it; the team is now version "
+                            f"{built.version[:12]}, and a run continues only on the version that ran it")
     if payload.get("fingerprints") != dict(built.fingerprints):
         raise StateRejected("definition_changed", "the checkpoint's persisted participants are not the team's")
 

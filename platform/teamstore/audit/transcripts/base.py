@@ -128,7 +128,7 @@ def run_id_of(key: str) -> str:
 def _checked(segment: str) -> str:
     if not _SEGMENT.fullmatch(segment):
         raise InvalidIdentifier(
-            f"{segment!r} is not a pseudonymous key",
+            "a transcript key's segment is not a pseudonymous key (not repeated here: it may be a user's id)",
             hint="build keys with teamstore.audit.subjects, never from raw user or session ids",
         )
     return segment
@@ -138,5 +138,6 @@ def check_key(key: str) -> str:
     """Refuse keys that could escape the store's root (``..``, absolute paths, empty segments)."""
     parts = key.split("/")
     if key.startswith("/") or "\\" in key or "" in parts[:-1] or any(p in (".", "..") for p in parts):
-        raise InvalidIdentifier(f"unsafe transcript key {key!r}", hint="use keys built by run_key()")
+        raise InvalidIdentifier("unsafe transcript key: it is absolute, or has an empty, '.' or '..' segment or a "
+                                "backslash (not repeated here: it may hold a user's id)", hint="use keys built by run_key()")
     return key

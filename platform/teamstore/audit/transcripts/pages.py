@@ -121,11 +121,13 @@ async def one_run(store: TranscriptStore, keys: RunKeys, run: str, *, opener: Op
             found, matches = found or stored.key, matches + 1
     if not total:
         raise _no_transcript()
+    # The run id given is not repeated: a user's id or words typed in the wrong place land in it.
     if matches > 1:
-        raise TranscriptNotFound(f"{matches} runs of that session start with {run!r}", hint="give more of the run id")
+        raise TranscriptNotFound(f"{matches} runs of that session start with the run id given",
+                                 hint="give more of the run id")
     if found is None:
         raise TranscriptNotFound(
-            f"no run {run!r} in that session",
+            "no run of that session has the run id given (not repeated here: it may be a user's words)",
             hint="check the run id (run_id in `teamstore run --json`), or omit --run for the newest runs",
         )
     return RunPage(total, [await _read(store, found, opener)])
