@@ -6,7 +6,8 @@ inside functions included):
 - ``config_registry`` imports nothing of ``teamstore``.
 - A teamstore module imports modules of its own package, or of packages in a lower layer; never one of
   its own layer's other packages, never one above. Bottom to top: ``errors``, ``limits``; ``ids``, ``settings``,
-  ``terminal``, ``logs``; ``db``, ``events`` (the run's contract), ``context``, ``offline``, ``people``, ``stream_usage``; ``keys`` (users' data keys,
+  ``terminal``, ``logs``, ``aws``, ``disk`` (a file or folder flushed to the disk); ``db``, ``events`` (the
+  run's contract), ``context``, ``offline``, ``people``, ``stream_usage``; ``keys`` (users' data keys,
   which every store seals through); ``state``, ``migrations``, ``examples``; ``memory`` (it writes under the
   state's erasure fence; retention and erasure reach it); ``audit``, ``metering``; ``runtime``; ``export``;
   ``erasure``; ``app`` (the composition root); ``demo``, ``analytics`` (the Python API for notebooks);
@@ -35,7 +36,7 @@ CONFIG_REGISTRY = ROOT / "config_registry"
 
 LAYERS: list[set[str]] = [
     {"errors", "limits"},
-    {"ids", "settings", "terminal", "logs", "aws"},
+    {"ids", "settings", "terminal", "logs", "aws", "disk"},
     {"db", "events", "context", "offline", "people", "stream_usage"},
     {"keys"},
     {"state", "migrations", "examples"},

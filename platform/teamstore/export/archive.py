@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+from teamstore.disk import fsync_file, fsync_folder
 from teamstore.errors import ExportFailed, ExportTargetExists, ExportTargetInStore
 from teamstore.export.base import FileEntry, Section, to_json
 
@@ -206,7 +207,7 @@ class _Recorded:
                                hint="check the permissions of the folder, then export again") from exc
         self.placed = True
         try:  # the new name itself on disk: until then a power loss could undo the move
-            _fsync_folder(self.target.parent)
+            fsync_folder(self.target.parent)
         except OSError as exc:
             raise ExportFailed(f"could not flush the folder {self.target.parent} to disk: {exc.strerror or exc}",
                                hint="check the disk where the archive goes, then export again") from exc
@@ -334,8 +335,8 @@ class FolderArchive(_Recorded):
         try:
             for folder, _, names in os.walk(self.temporary, topdown=False):
                 for name in names:
-                    _fsync_file(Path(folder) / name)
-                _fsync_folder(Path(folder))
+                    fsync_file(Path(folder) / name)
+                fsync_folder(Path(folder))
         except OSError as exc:
             raise ExportFailed(f"could not flush the archive {self.temporary} to disk: {exc.strerror or exc}",
                                hint="check the disk where the archive goes, then export again") from exc
@@ -413,23 +414,6 @@ def _create(path: Path) -> BinaryIO:
     except OSError as exc:
         raise _unwritable(path, exc) from exc
     return os.fdopen(fd, "wb")
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_folder(path: Path) -> None:
-    """Put a folder's entries (names made, renamed or removed in it) on disk."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _create_empty(path: Path) -> None:

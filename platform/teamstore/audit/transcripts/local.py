@@ -40,6 +40,7 @@ from pathlib import Path
 
 from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
+from teamstore.disk import fsync_folder
 from teamstore.errors import StorageError, TranscriptNotFound
 
 TMP_PREFIX = ".tmp-"
@@ -188,7 +189,7 @@ class LocalTranscriptStore:
             os.replace(tmp, path)
             if durable:  # the new name, and each folder made on the way, in the folder that holds it
                 for folder in (path.parent, *made):
-                    _fsync_folder(folder)
+                    fsync_folder(folder)
         except OSError as exc:
             if tmp is not None:  # half a transcript (disk full, say) must not outlive the failed write
                 with contextlib.suppress(OSError):
@@ -392,15 +393,6 @@ def _folders_made(folder: Path, root: Path) -> list[Path]:
         make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
     make_folder(folder, PRIVATE)
     return [step.parent for step in missing]
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Put a folder's entries (names made or renamed in it) on the disk."""
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _not_a_folder(root: Path) -> StorageError:
