@@ -1,10 +1,11 @@
 """Putting a file, or a folder's entries, on the disk before saying a write, rename or delete is done.
 
-    from teamstore.disk import fsync_file, fsync_folder
+    from teamstore.disk import fsync_file, fsync_folder, fsync_folders
 
     fsync_file(tmp)                                     # its bytes, before it takes its name
     os.replace(tmp, path)
     fsync_folder(path.parent)                           # the new name survives a power loss
+    fsync_folders(changed, within=root)                 # after a batch of deletes: each folder once
 
 A file's bytes reach the disk with an ``fsync`` of the file; its name (made, renamed or removed) is an entry of
 its folder, and reaches the disk only with an ``fsync`` of that folder. Until then a power loss or the host's
@@ -14,6 +15,7 @@ crash can bring back a name removed, or lose one made, whatever the process was 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -42,3 +44,30 @@ def fsync_folder(path: Path) -> None:
     finally:
         os.close(fd)
 
+
+def fsync_folders(folders: Iterable[Path], *, within: Path) -> None:
+    """Put the entries of each folder a batch changed on the disk, each once, deepest first.
+
+    A folder removed since (emptied by the batch, or by another process) cannot be flushed, and need not be:
+    the folder above it, whose entry for it went, is flushed instead, and so on up to ``within``.
+
+    Args:
+        folders: The folders whose entries changed, repeats and all; each at or below ``within``.
+        within: The highest folder to flush (where the batch's changes stop).
+
+    Raises:
+        OSError: A folder could not be flushed (the first one; none after it was tried).
+        ValueError: A folder is not at or below ``within``.
+    """
+    flushed: set[Path] = set()
+    for folder in sorted(set(folders), key=lambda path: len(path.parts), reverse=True):
+        steps = [folder, *folder.parents][: len(folder.relative_to(within).parts) + 1]
+        for step in steps:
+            if step in flushed:
+                break
+            try:
+                fsync_folder(step)
+            except FileNotFoundError:
+                continue  # removed: its removal is an entry of the folder above
+            flushed.add(step)
+            break

@@ -1,11 +1,13 @@
-"""What happens in a folder, as Linux's inotify reports it: names made, written, renamed, and the folder opened.
+"""What happens in a folder, as Linux's inotify reports it: names made, written, renamed, removed, and the folder
+opened.
 
     with FolderWatch(folder) as watch:
         ...                                  # write into the folder
     watch.events()                           # [("create", ".tmp-r1..."), ..., ("moved_to", "r1.jsonl.gz")]
 
 A folder is opened (``("open", "")``) to list it, or to ``fsync`` its entries: a writer that lists nothing and
-opens its folder after a rename is flushing that rename to the disk.
+opens its folder after a rename (or a remover after its last ``("delete", name)``) is flushing that change to the
+disk.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-_KINDS = {0x08: "close_write", 0x20: "open", 0x40: "moved_from", 0x80: "moved_to", 0x100: "create"}
+_KINDS = {0x08: "close_write", 0x20: "open", 0x40: "moved_from", 0x80: "moved_to", 0x100: "create", 0x200: "delete"}
 _ISDIR = 0x40000000
 _HEAD = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name, NUL-padded
 

@@ -11,7 +11,9 @@ temporary file sits beside its object, inside the subject's folder, and is named
 (``.tmp-<run>.jsonl.gz.<random>``): a writer killed before the rename leaves it there, where erasure finds it
 (:meth:`LocalTranscriptStore.partial_writes`) and the retention sweep removes it once it is an hour old. The file
 is flushed to the disk (``fsync``) before the rename, and its folder after it (with the folders the write made),
-so a transcript ``put`` returned for survives a power loss or the host's crash, not only a killed process.
+so a transcript ``put`` returned for survives a power loss or the host's crash, not only a killed process. A
+delete, an erasure's or the sweep's, flushes each folder it changed (once, however many files went from it;
+the folder above one it removed) before it returns, so a power loss cannot bring back what it said is gone.
 
 teamstore makes no symbolic link below the root (the root itself may be one), and follows none there: a link
 planted in a user's folder would hand whatever file it points at to that user's export, or take a write out of
@@ -40,7 +42,7 @@ from pathlib import Path
 
 from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
-from teamstore.disk import fsync_folder
+from teamstore.disk import fsync_folder, fsync_folders
 from teamstore.errors import StorageError, TranscriptNotFound
 
 TMP_PREFIX = ".tmp-"
@@ -62,8 +64,9 @@ class LocalTranscriptStore:
 
     Args:
         root: The folder; created on first write.
-        durable: Flush each transcript, and the folders its write changed, to the disk before ``put`` returns.
-            ``False`` only to measure what that costs, or for data a host's crash may lose.
+        durable: Flush each transcript, and the folders its write changed, to the disk before ``put`` returns
+            (the marker too). ``False`` only to measure what that costs, or for data a host's crash may lose.
+            Deletes are flushed either way: what an erasure said is gone must not come back.
     """
 
     capabilities = frozenset({Capability.LOCAL_SWEEP, Capability.PARTIAL_WRITES, Capability.HOST_LOCAL})
@@ -144,18 +147,23 @@ class LocalTranscriptStore:
 
     def _make_here(self, database_id: str) -> None:
         try:
-            if not self._present():
-                make_folder(self.root, PRIVATE)
+            made = [] if self._present() else _folders_made(self.root, self.root)
             fd = os.open(self.root / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except FileExistsError:
             return
         except OSError as exc:
-            raise StorageError(
-                f"could not make the transcript folder {self.root}: {exc.strerror or exc}",
-                hint="check that TEAMSTORE_TRANSCRIPTS_URL names a folder this user may create and write",
-            ) from exc
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"database_id": database_id}, handle)
+            raise _unmade(self.root, exc) from exc
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"database_id": database_id}, handle)
+                if self.durable:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            if self.durable:  # the marker's name, and the root's if it was made here, in their folders
+                for folder in (self.root, *made):
+                    fsync_folder(folder)
+        except OSError as exc:
+            raise _unmade(self.root, exc) from exc
 
     async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
         """Write ``body`` atomically, and durably unless the store is not, at ``key``; a new root folder is its
@@ -302,20 +310,19 @@ class LocalTranscriptStore:
 
     def _delete(self, path: Path) -> int:
         try:
-            path.unlink()
-        except FileNotFoundError:
-            return 0
+            found = _unlink(path)
+            if found:
+                # The folders are named by subject and session keys: none is left empty to say the run was there.
+                for folder in itertools.takewhile(lambda step: step != self.root, path.parents):
+                    _remove_if_empty(os.fspath(folder))
+            # Flushed even when it was gone: a delete killed before its flush is made good by its rerun.
+            fsync_folders([path.parent], within=self.root)
         except OSError as exc:
             raise StorageError(
                 f"could not delete transcript {path.name}: {exc.strerror or exc}",
                 hint="check that this user may delete files under TEAMSTORE_TRANSCRIPTS_URL",
             ) from exc
-        # The folders are named by subject and session keys: none is left empty to say the run was there.
-        for folder in path.parents:
-            if folder == self.root:
-                break
-            _remove_if_empty(os.fspath(folder))
-        return 1
+        return int(found)
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix`` and the folder itself. A prefix with nothing under it any more
@@ -333,6 +340,9 @@ class LocalTranscriptStore:
         removed = sum(1 for entry in self._files(prefix) if entry.name.endswith(SUFFIX))  # counted, not kept
         try:
             _remove_tree(base)
+            # Its removal from the folder above (the files and folders below went with it), flushed even when
+            # it was gone already: an erasure killed before this flush is made good by its rerun.
+            fsync_folders([base.parent], within=self.root)
         except OSError as exc:
             raise StorageError(
                 f"could not delete the transcripts under {prefix}: {exc.strerror or type(exc).__name__}",
@@ -356,23 +366,23 @@ class LocalTranscriptStore:
         return await asyncio.to_thread(self._sweep, older_than.astimezone(UTC).timestamp())
 
     def _sweep(self, cutoff: float) -> int:
-        removed, stale = 0, max(cutoff, time.time() - STALE_TMP_SECONDS)
+        swept = _Swept(cutoff, max(cutoff, time.time() - STALE_TMP_SECONDS))
         self._present()  # a file at the root's path would be swept as an empty folder: "removed 0"
         self._no_link(self.root / SUBJECTS)  # os.walk follows its top: the sweep would unlink files elsewhere
         try:
             # Bottom-up, so each folder is looked at after its contents; os.walk skips folders that vanish.
             for folder, _dirs, files in os.walk(self.root / SUBJECTS, topdown=False):
-                for name in files:
-                    is_object, is_tmp = name.endswith(SUFFIX), name.startswith(TMP_PREFIX)
-                    if (is_object or is_tmp) and _remove_older(os.path.join(folder, name), stale if is_tmp else cutoff):
-                        removed += is_object
-                _remove_if_empty(folder)
+                swept.folder(folder, files)
+            # Each folder once however many files went from it, not a flush per file. A sweep that stops before
+            # this flushes nothing: what a power loss brings back is past retention still, and the next sweep
+            # removes it again.
+            fsync_folders(swept.changed, within=self.root)
         except OSError as exc:
             raise StorageError(
-                f"the transcript sweep stopped after removing {removed} objects: {exc.strerror or exc}",
+                f"the transcript sweep stopped after removing {swept.removed} objects: {exc.strerror or exc}",
                 hint="check that the sweeping user may delete files under TEAMSTORE_TRANSCRIPTS_URL",
             ) from exc
-        return removed
+        return swept.removed
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -393,6 +403,34 @@ def _folders_made(folder: Path, root: Path) -> list[Path]:
         make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
     make_folder(folder, PRIVATE)
     return [step.parent for step in missing]
+
+
+class _Swept:
+    """What a sweep removed so far, and the folders whose entries that changed (flushed once it is done)."""
+
+    def __init__(self, cutoff: float, stale: float) -> None:
+        self.cutoff, self.stale = cutoff, stale
+        self.removed = 0
+        self.changed: set[Path] = set()
+
+    def folder(self, folder: str, files: list[str]) -> None:
+        """Remove the objects past the cutoff and the stale temporary files in ``folder``, then the folder if
+        that left it empty."""
+        for name in files:
+            is_object, is_tmp = name.endswith(SUFFIX), name.startswith(TMP_PREFIX)
+            limit = self.stale if is_tmp else self.cutoff
+            if (is_object or is_tmp) and _remove_older(os.path.join(folder, name), limit):
+                self.removed += is_object
+                self.changed.add(Path(folder))
+        if _remove_if_empty(folder):
+            self.changed.add(Path(folder).parent)
+
+
+def _unmade(root: Path, exc: OSError) -> StorageError:
+    return StorageError(
+        f"could not make the transcript folder {root}: {exc.strerror or exc}",
+        hint="check that TEAMSTORE_TRANSCRIPTS_URL names a folder this user may create and write",
+    )
 
 
 def _not_a_folder(root: Path) -> StorageError:
@@ -427,6 +465,15 @@ def _remove_tree(base: Path) -> None:
         raise failed[0]
 
 
+def _unlink(path: Path) -> bool:
+    """Unlink ``path``; False if it was gone already."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _remove_older(path: str, cutoff: float) -> bool:
     """Unlink ``path`` if it was last written before ``cutoff``; False if it is newer or already gone."""
     try:
@@ -438,10 +485,13 @@ def _remove_older(path: str, cutoff: float) -> bool:
     return True
 
 
-def _remove_if_empty(folder: str) -> None:
+def _remove_if_empty(folder: str) -> bool:
+    """Remove ``folder`` if it is empty; whether this removed it."""
     try:
         os.rmdir(folder)
     except OSError as exc:
         # Gone already (another sweep), or not empty (a writer just put an object there): both are fine.
         if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
             raise
+        return False
+    return True

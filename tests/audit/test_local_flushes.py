@@ -1,0 +1,132 @@
+"""What the local transcript folder flushes to the disk before it says a delete, a sweep or its marker is done,
+watched with inotify: a folder opened after its last change, by a store that lists nothing then, is its ``fsync``.
+
+Until a folder is flushed, a power loss or the host's crash can bring back a name removed from it: an erased
+user's transcript the receipt says is gone, or one the sweep counted as past retention.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from teamstore.audit.transcripts.base import run_key, subject_prefix
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.record import RunKeys
+from tests.audit import inotify
+
+pytestmark = pytest.mark.skipif(not inotify.AVAILABLE, reason="inotify is Linux's")
+
+ALICE, BOB = RunKeys("a" * 32, "b" * 32), RunKeys("c" * 32, "d" * 32)
+
+
+def _folder(store: LocalTranscriptStore, key: str) -> Path:
+    return store.root.joinpath(*key.split("/")).parent
+
+
+def _kinds(events: list[tuple[str, str]]) -> list[str]:
+    return [kind for kind, _ in events]
+
+
+def _removed(events: list[tuple[str, str]]) -> set[str]:
+    return {name for kind, name in events if kind == "delete"}
+
+
+async def _aged(store: LocalTranscriptStore, key: str, days: int) -> None:
+    await store.put(key, b"x", written_at=datetime.now(UTC) - timedelta(days=days))
+
+
+async def test_an_erasures_delete_flushes_the_folder_that_held_the_subject_once_not_each_file(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    for run in ("r1", "r2"):
+        await store.put(run_key(ALICE, run), b"alice's words")
+    await store.put(run_key(BOB, "r3"), b"bob's")
+    runs, subjects = _folder(store, run_key(ALICE, "r1")), store.root / "subjects"
+    with inotify.FolderWatch(runs) as in_runs, inotify.FolderWatch(subjects) as in_subjects:
+        assert await store.delete_prefix(subject_prefix(ALICE.subject_key)) == 2
+        removed, above = in_runs.events(), in_subjects.events()
+    # The files went with their folder (it is listed, then emptied): no flush of each.
+    assert _kinds(removed) == ["open", "delete", "delete"] and _removed(removed) == {"r1.jsonl.gz", "r2.jsonl.gz"}
+    assert above == [("delete", ALICE.subject_key), ("open", "")]  # the subject's folder gone, then flushed
+    assert await store.list_keys("subjects/") == [run_key(BOB, "r3")]
+
+
+async def test_an_erasure_rerun_after_its_delete_flushes_again(tmp_path: Path) -> None:
+    # A delete killed between the removal and its flush is rerun: finding nothing, it still flushes.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await store.put(run_key(ALICE, "r1"), b"alice's words")
+    await store.put(run_key(BOB, "r2"), b"bob's")
+    await store.delete_prefix(subject_prefix(ALICE.subject_key))
+    with inotify.FolderWatch(store.root / "subjects") as in_subjects:
+        assert await store.delete_prefix(subject_prefix(ALICE.subject_key)) == 0
+        assert in_subjects.events() == [("open", "")]
+
+
+async def test_a_deleted_transcript_is_flushed_from_the_nearest_folder_left(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    kept, gone = run_key(ALICE, "r1"), run_key(RunKeys(ALICE.subject_key, "e" * 32), "r2")
+    await store.put(kept, b"kept")
+    await store.put(gone, b"late")
+    sessions = _folder(store, gone).parent.parent
+    with inotify.FolderWatch(sessions) as in_sessions:
+        assert await store.delete(gone) == 1
+        # Its session's folders went empty and were removed: the folder holding them is flushed.
+        assert in_sessions.events() == [("delete", "e" * 32), ("open", "")]
+    assert await store.list_keys("subjects/") == [kept]
+
+
+async def test_the_sweep_flushes_each_folder_it_changed_once_after_its_removals(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    for run in ("r1", "r2"):
+        await _aged(store, run_key(ALICE, run), days=100)
+    await _aged(store, run_key(ALICE, "r3"), days=1)
+    await _aged(store, run_key(BOB, "r4"), days=100)  # bob's only run: his folders go with it
+    runs, subjects = _folder(store, run_key(ALICE, "r1")), store.root / "subjects"
+    with inotify.FolderWatch(runs) as in_runs, inotify.FolderWatch(subjects) as in_subjects:
+        assert await store.sweep(datetime.now(UTC) - timedelta(days=90)) == 3
+        swept, above = in_runs.events(), in_subjects.events()
+    # Listed, two removed, flushed once: not a flush per file.
+    assert _kinds(swept) == ["open", "delete", "delete", "open"] and _removed(swept) == {"r1.jsonl.gz", "r2.jsonl.gz"}
+    assert above == [("open", ""), ("delete", BOB.subject_key), ("open", "")]  # listed; bob's folder gone, flushed
+    assert await store.list_keys("subjects/") == [run_key(ALICE, "r3")]
+
+
+async def test_a_sweep_that_removes_nothing_flushes_nothing(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await _aged(store, run_key(ALICE, "r1"), days=1)
+    with inotify.FolderWatch(_folder(store, run_key(ALICE, "r1"))) as in_runs:
+        assert await store.sweep(datetime.now(UTC) - timedelta(days=90)) == 0
+        assert in_runs.events() == [("open", "")]  # listed only
+
+
+async def test_a_stale_temporary_file_the_sweep_removes_is_flushed_too(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await _aged(store, run_key(ALICE, "r1"), days=1)
+    runs = _folder(store, run_key(ALICE, "r1"))
+    left = runs / ".tmp-r2.jsonl.gz.abc"  # a killed writer's: a whole transcript
+    left.write_bytes(b"alice's words")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(left, (hours_ago, hours_ago))
+    with inotify.FolderWatch(runs) as in_runs:
+        assert await store.sweep(datetime.now(UTC) - timedelta(days=90)) == 0  # uncounted: no reader saw it
+        assert in_runs.events() == [("open", ""), ("delete", left.name), ("open", "")]
+
+
+async def test_the_folders_marker_is_flushed_into_the_folder_and_a_root_made_for_it_into_its_parent(
+    tmp_path: Path,
+) -> None:
+    made = LocalTranscriptStore(tmp_path / "made")
+    with inotify.FolderWatch(tmp_path) as in_home:
+        await made.make_here("db-1")
+        assert in_home.events() == [("create", "made"), ("open", "")]
+    there = LocalTranscriptStore(tmp_path / "there")
+    there.root.mkdir()
+    with inotify.FolderWatch(there.root) as in_root:
+        await there.make_here("db-1")
+        assert in_root.events() == [("create", ".teamstore-folder"), ("close_write", ".teamstore-folder"),
+                                    ("open", "")]
+    assert await made.owner() == await there.owner() == "db-1"
