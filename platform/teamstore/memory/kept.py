@@ -16,7 +16,7 @@ from sqlalchemy import delete, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from teamstore.db.clock import shared_now
-from teamstore.db.fence import erasing
+from teamstore.db.fence import erasing, forgetting
 from teamstore.keys.service import DataKey
 from teamstore.memory.schema import facts, memories
 from teamstore.memory.sealing import fact_context, opened_under
@@ -51,8 +51,9 @@ async def what_is_kept(conn: AsyncConnection, user_id: str, scope: str | None) -
 
 async def record_forget(conn: AsyncConnection, user_id: str, scope: str | None, *, sealed: bool, removed: bool
                         ) -> str | None:
-    """Record a forget of ``user_id``'s memory under ``scope``, unless an erasure holds the user or erased them; why
-    it was not recorded (``None``: it was), said to whoever asked for the forget.
+    """Record a forget of ``user_id``'s memory under ``scope``, unless an erasure holds the user or erased them, or
+    the retention sweep holding them destroyed their data key; why it was not recorded (``None``: it was), said to
+    whoever asked for the forget.
 
     An erased user is told by what an erasure removes and a session makes before it reads its writer's bound: with
     ``sealed`` memory, the data key (:func:`~teamstore.memory.statements.user_keyed`); without, anything of theirs
@@ -68,6 +69,9 @@ async def record_forget(conn: AsyncConnection, user_id: str, scope: str | None, 
     if await conn.scalar(select(erasing(user_id))):
         return ("nothing was recorded of the forget: an erasure request holds the user, and a record would keep "
                 "their id past it")
+    if await conn.scalar(select(forgetting(user_id))):
+        return ("nothing was recorded of the forget: the retention sweep is forgetting the user, as nothing of "
+                f"theirs is kept ({why}: no writer of theirs can write), and a record would keep the id it removes")
     return (f"nothing was recorded of the forget: the user is erased, or has yet to open a session ({why}), and a "
             "record would keep the id an erasure removed")
 
