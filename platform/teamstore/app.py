@@ -233,7 +233,8 @@ class App:
         from teamstore.erasure.settings import ErasureSettings
 
         quiet = await forget_quiet_users(self.engine, self.transcript_store, self.keys,
-                                         grace_seconds=ErasureSettings().fence_grace_seconds, now=now)
+                                         grace_seconds=ErasureSettings().fence_grace_seconds, now=now,
+                                         memory_sealed=True)  # memory_store seals, as every writer it builds
         return None if quiet.busy else (quiet.forgotten, quiet.kept)
 
     def exporter(self) -> ExportCoordinator:

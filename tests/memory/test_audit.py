@@ -236,7 +236,8 @@ async def test_a_quiet_user_who_forgot_memory_is_forgotten_with_the_record_and_t
     assert await _forgetters(engine) == ["alice"]
     keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
     later = await database_now(engine) + timedelta(days=1)  # past the hour a new user's key is spared
-    quiet = await forget_quiet_users(engine, LocalTranscriptStore(tmp_path / "t"), keys, grace_seconds=0, now=later)
+    quiet = await forget_quiet_users(engine, LocalTranscriptStore(tmp_path / "t"), keys, grace_seconds=0, now=later,
+                                     memory_sealed=True)
     assert (quiet.forgotten, quiet.kept) == (1, 0)
     assert await _forgetters(engine) == []
     async with engine.connect() as conn:

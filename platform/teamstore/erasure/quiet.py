@@ -11,9 +11,12 @@ process talks to (listed under the subject's prefix, as an erasure verifies it),
 their transcripts went to. A user an erasure or export request is open for, or was ever asked for by a request
 that still names them, is left alone. For a quiet user the subject mapping (``ts_subjects``: the raw id and the
 subject key), the data key (``ts_data_keys``: the raw id, so any copy left in a backup or under Object Lock is
-beyond use), the record of their transcript stores and the records of when they forgot memory
-(``ts_user_memory_forgets``: kept to stop their writers, which the key's destruction stops) go, and the records
-of their exports are unlinked as an erasure unlinks them.
+beyond use) and the record of their transcript stores go, and the records of their exports are unlinked as an
+erasure unlinks them. The records of when they forgot memory (``ts_user_memory_forgets``, kept to stop the writer
+of a session opened before the forget) go too when the caller says every memory writer seals (``memory_sealed``:
+the key's destruction stops them); otherwise such a record keeps its user until its own 30 days are out. A forget
+under way as the sweep destroys the key or forgets the user commits first (the sweep takes the user's memory
+writes lock alone, on Postgres), so its record goes too.
 
 It reuses the erasure's fence (:mod:`teamstore.db.fence`), with a hold of its own reason and no request: the
 holds go up only while nothing remains (checked in the insert's statement), then, after ``grace_seconds`` for
@@ -40,7 +43,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, exists, literal, not_, or_, select, union
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.schema import outbox, rewrites, subject_sessions, subject_stores, subjects, usage
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
@@ -57,6 +60,7 @@ from teamstore.export.schema import export_requests
 from teamstore.keys.schema import data_keys
 from teamstore.keys.service import KeyService
 from teamstore.memory.schema import facts, forgets, memories
+from teamstore.memory.statements import writes_lock
 from teamstore.state.schema import quarantine, sessions
 
 NEW_SUBJECT = timedelta(hours=1)
@@ -84,40 +88,53 @@ class Quiet:
 
 
 @dataclass(frozen=True)
+class _Rule:
+    """What makes a user quiet in this pass: a subject and key made before ``before``, and nothing stored, a record
+    of a forget counted unless ``memory_sealed`` (every memory writer seals under the data key the sweep destroys)."""
+
+    before: datetime
+    memory_sealed: bool
+
+
+@dataclass(frozen=True)
 class _User:
     user_id: str
     subject_key: str | None
 
 
 def _nothing_stored(
-    user_id: ColumnElement[str], subject_key: ColumnElement[str | None], before: datetime, *, fenced: bool = False
+    user_id: ColumnElement[str], subject_key: ColumnElement[str | None], rule: _Rule, *, fenced: bool = False
 ) -> ColumnElement[bool]:
     """Nothing of the user left in any table of the database (transcript stores are listed apart), no erasure
     request naming them, no export of theirs under way (one still ``running`` that began less than
-    :data:`EXPORT_RUNS` before ``before``; an older one was killed), and no hold on them (``fenced``: none but
+    :data:`EXPORT_RUNS` before ``rule.before``; an older one was killed), and no hold on them (``fenced``: none but
     the sweep's)."""
-    # Not the record of a forget (ts_user_memory_forgets): it goes with the user's ids (_forget), once the data key
-    # every writer of theirs seals under is destroyed, so no writer it was kept to stop can still write.
-    by_user = [exists().where(table.c.user_id == user_id) for table in (sessions, quarantine, memories, facts)]
+    # The record of a forget (ts_user_memory_forgets) stops the writer of a session opened before it. A writer that
+    # seals stops once the sweep destroys its data key, so with ``memory_sealed`` the record goes with the user's
+    # ids (_forget); a writer without a key (a store built without a key service) only the record stops: it keeps
+    # the user until the record's own 30 days are out.
+    kept = (sessions, quarantine, memories, facts) if rule.memory_sealed else (sessions, quarantine, memories, facts,
+                                                                               forgets)
+    by_user = [exists().where(table.c.user_id == user_id) for table in kept]
     by_subject = [exists().where(table.c.subject_key == subject_key)
                   for table in (outbox, usage, subject_sessions, rewrites)]
     requests = exists().where(or_(erasure_requests.c.user_id == user_id, erasure_requests.c.subject_key == subject_key))
     exporting = exists().where(export_requests.c.subject_key == subject_key, export_requests.c.status == "running",
-                       export_requests.c.started_at >= before - EXPORT_RUNS)
+                       export_requests.c.started_at >= rule.before - EXPORT_RUNS)
     holds = exists().where(user_holds.c.user_id == user_id, *([user_holds.c.reason != RETENTION] if fenced else []))
     return not_(or_(*by_user, *by_subject, requests, exporting, holds))
 
 
-def _candidates(before: datetime, limit: int, after: str | None) -> Any:
+def _candidates(rule: _Rule, limit: int, after: str | None) -> Any:
     """The first ``limit`` users after ``after`` (in id order) with a subject mapping or a data key and nothing
     stored, whose subject and key are older than ``before`` (a first session makes them just before its lease:
     not yet a quiet user)."""
     subject = select(subjects.c.subject_key).where(subjects.c.user_id == data_keys.c.user_id).scalar_subquery()
     with_subject = select(subjects.c.user_id, subjects.c.subject_key).where(
-        subjects.c.created_at < before, _nothing_stored(subjects.c.user_id, subjects.c.subject_key, before))
+        subjects.c.created_at < rule.before, _nothing_stored(subjects.c.user_id, subjects.c.subject_key, rule))
     key_only = select(data_keys.c.user_id, literal(None, subjects.c.subject_key.type)).where(
-        data_keys.c.created_at < before, subject.is_(None),
-        _nothing_stored(data_keys.c.user_id, literal(None, subjects.c.subject_key.type), before))
+        data_keys.c.created_at < rule.before, subject.is_(None),
+        _nothing_stored(data_keys.c.user_id, literal(None, subjects.c.subject_key.type), rule))
     found = union(with_subject, key_only).subquery()
     later = [found.c.user_id > after] if after is not None else []
     return select(found).where(*later).order_by(found.c.user_id).limit(limit)
@@ -130,6 +147,7 @@ def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
 
 async def forget_quiet_users(
     engine: AsyncEngine, store: TranscriptStore, keys: KeyService, *, grace_seconds: float, now: datetime | None = None,
+    memory_sealed: bool = False,
 ) -> Quiet:
     """Forget every quiet user (see the module): subject mapping, data key, transcript-store record.
 
@@ -143,6 +161,10 @@ async def forget_quiet_users(
             (``TEAMSTORE_ERASURE_FENCE_GRACE_SECONDS``).
         now: The reference time (default: now): only a subject or key made :data:`NEW_SUBJECT` before it is
             considered.
+        memory_sealed: Every memory store writing to ``engine`` seals under users' data keys (as the composition
+            root builds it): a writer the record of a forget was kept to stop is stopped by its key's destruction,
+            so the record goes with the user. Without it (a store built with no key service writes), a user with
+            a forget recorded is kept until the record's 30 days are out.
 
     Returns:
         How many users were forgotten and kept; ``busy`` when another sweep holds the forgetting's lock (this one
@@ -156,25 +178,25 @@ async def forget_quiet_users(
         if not mine:
             log.warning("retention sweep: another sweep is forgetting quiet users; this one leaves them to it")
             return Quiet(0, 0, busy=True)
-        return await _forget_quiet(engine, store, keys, grace_seconds, now)
+        return await _forget_quiet(engine, store, keys, grace_seconds,
+                                   _Rule((now or datetime.now(UTC)) - NEW_SUBJECT, memory_sealed))
 
 
 async def _forget_quiet(
-    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, grace_seconds: float, now: datetime | None,
+    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, grace_seconds: float, rule: _Rule,
 ) -> Quiet:
     """:func:`forget_quiet_users`, under the forgetting's lock."""
-    before = (now or datetime.now(UTC)) - NEW_SUBJECT
     forgotten = kept = 0
     await _lift_stale_holds(engine, keys.cache_seconds)
     after: str | None = None  # a user kept is not fenced again by this pass: it goes on past them, in id order
     while True:
-        batch, after = await _fence(engine, before, after)
+        batch, after = await _fence(engine, rule, after)
         if batch:
             if grace_seconds > 0:
                 await asyncio.sleep(grace_seconds)
-            quiet = [user for user in batch if await _still_quiet(engine, store, user, before)]
+            quiet = [user for user in batch if await _still_quiet(engine, store, user, rule)]
             await _lift(engine, [user.user_id for user in batch if user not in quiet])
-            gone = await _forget_all(engine, store, keys, quiet, before)
+            gone = await _forget_all(engine, store, keys, quiet, rule)
             forgotten, kept = forgotten + gone, kept + len(batch) - gone
         if after is None:
             break
@@ -184,7 +206,7 @@ async def _forget_quiet(
 
 
 async def _forget_all(
-    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, quiet: list[_User], before: datetime,
+    engine: AsyncEngine, store: TranscriptStore, keys: KeyService, quiet: list[_User], rule: _Rule,
 ) -> int:
     """Destroy the data keys of ``quiet`` (fenced, checked again), outwait the workers' key caches, then forget
     each user still quiet under the sweep's hold; how many were forgotten."""
@@ -193,7 +215,7 @@ async def _forget_all(
         keys.forget(user.user_id)
     if destroyed and keys.cache_seconds > 0:
         await asyncio.sleep(keys.cache_seconds)  # the fleet's caches: one setting, the same everywhere
-    return sum([await _forget(engine, store, user, before) for user in quiet])
+    return sum([await _forget(engine, store, user, rule) for user in quiet])
 
 
 async def _lift_stale_holds(engine: AsyncEngine, cache_seconds: float) -> None:
@@ -214,13 +236,13 @@ async def _lift_stale_holds(engine: AsyncEngine, cache_seconds: float) -> None:
         raise _unavailable(exc, "lift the holds of an earlier sweep") from exc
 
 
-async def _fence(engine: AsyncEngine, before: datetime, after: str | None) -> tuple[list[_User], str | None]:
+async def _fence(engine: AsyncEngine, rule: _Rule, after: str | None) -> tuple[list[_User], str | None]:
     """Put the sweep's hold on the quiet users among the next :data:`BATCH` after ``after``, each only while
     nothing of theirs is stored (checked in the insert's own statement); the users fenced, and the last id looked
     at (``None``: there are no more)."""
     try:
         async with engine.begin() as conn:
-            found = (await conn.execute(_candidates(before, BATCH, after))).all()
+            found = (await conn.execute(_candidates(rule, BATCH, after))).all()
             fenced: list[_User] = []
             for user_id, subject_key in found:
                 row = {"user_id": literal(user_id, user_holds.c.user_id.type),
@@ -228,7 +250,7 @@ async def _fence(engine: AsyncEngine, before: datetime, after: str | None) -> tu
                        "created_at": literal(datetime.now(UTC), user_holds.c.created_at.type)}
                 source = select(*(value.label(name) for name, value in row.items())).where(
                     _nothing_stored(literal(user_id, user_holds.c.user_id.type),
-                                    literal(subject_key, subjects.c.subject_key.type), before))
+                                    literal(subject_key, subjects.c.subject_key.type), rule))
                 stmt = insert_new(engine.dialect.name, user_holds).from_select(list(row), source)
                 if (await conn.execute(stmt.returning(user_holds.c.user_id))).first() is not None:
                     fenced.append(_User(str(user_id), None if subject_key is None else str(subject_key)))
@@ -237,7 +259,7 @@ async def _fence(engine: AsyncEngine, before: datetime, after: str | None) -> tu
     return fenced, str(found[-1][0]) if len(found) == BATCH else None
 
 
-async def _still_quiet(engine: AsyncEngine, store: TranscriptStore, user: _User, before: datetime) -> bool:
+async def _still_quiet(engine: AsyncEngine, store: TranscriptStore, user: _User, rule: _Rule) -> bool:
     """Whether nothing of the user is stored now that the hold is up (a lease taken just before it is seen
     here): in the database, in the recorded transcript stores, and under the subject's prefix of ``store``."""
     u = literal(user.user_id, user_holds.c.user_id.type)
@@ -246,7 +268,7 @@ async def _still_quiet(engine: AsyncEngine, store: TranscriptStore, user: _User,
                             subject_stores.c.erased_at.is_(None))
     try:
         async with engine.connect() as conn:
-            if not await conn.scalar(select(and_(_nothing_stored(u, s, before, fenced=True), ~others))):
+            if not await conn.scalar(select(and_(_nothing_stored(u, s, rule, fenced=True), ~others))):
                 return False
     except SQLAlchemyError as exc:
         raise _unavailable(exc, "check the quiet users again") from exc
@@ -266,11 +288,14 @@ async def _lift(engine: AsyncEngine, user_ids: list[str]) -> None:
 
 
 async def _destroy_keys(engine: AsyncEngine, users: list[_User]) -> int:
-    """Delete the users' data keys while the sweep's hold stands; how many it deleted."""
+    """Delete the users' data keys while the sweep's hold stands; how many it deleted. On Postgres each after the
+    user's memory writes and forgets under way (their lock, taken alone): a forget that recorded itself while the
+    key stood commits first, and its record is there for :func:`_forget` to delete."""
     destroyed = 0
     try:
         async with engine.begin() as conn:
-            for user in users:
+            for user in users:  # in id order, as the batch is: two sweeps' locks never cross (one sweep at a time)
+                await _hold_writes(conn, user.user_id)
                 result = await conn.execute(delete(data_keys).where(data_keys.c.user_id == user.user_id,
                                                                     forgetting(user.user_id)))
                 destroyed += int(result.rowcount or 0)
@@ -279,7 +304,14 @@ async def _destroy_keys(engine: AsyncEngine, users: list[_User]) -> int:
     return destroyed
 
 
-async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User, before: datetime) -> bool:
+async def _hold_writes(conn: AsyncConnection, user_id: str) -> None:
+    """Take the user's memory writes lock alone until ``conn``'s transaction ends (Postgres; SQLite runs one writer
+    at a time), as an erasure's key step does: a forget holds it alone from before its record to its commit."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(writes_lock(user_id, shared=False))
+
+
+async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User, rule: _Rule) -> bool:
     """Lift the sweep's hold on the user and, in the same transaction, delete their subject mapping, transcript-store
     record and records of forgotten memory and unlink their export records: only while that hold still stands and nothing of
     theirs is stored (a write refused by the hold until the commit cannot land in between). Whether the user was
@@ -288,9 +320,12 @@ async def _forget(engine: AsyncEngine, store: TranscriptStore, user: _User, befo
     s = literal(user.subject_key, subjects.c.subject_key.type)
     try:
         async with engine.begin() as conn:
+            # A forget under way commits first, and its record is deleted below; one after finds the ids gone and
+            # records nothing (statements.forget_record): either way no raw id is left behind.
+            await _hold_writes(conn, user.user_id)
             lifted = await conn.execute(delete(user_holds).where(user_holds.c.user_id == user.user_id,
                                                                  user_holds.c.reason == RETENTION))
-            if not lifted.rowcount or not await conn.scalar(select(_nothing_stored(u, s, before, fenced=True))):
+            if not lifted.rowcount or not await conn.scalar(select(_nothing_stored(u, s, rule, fenced=True))):
                 return False  # the hold was lifted by another, or the user came back: their ids stay
             await conn.execute(delete(forgets).where(forgets.c.user_id == user.user_id))
             if user.subject_key is not None:
