@@ -38,14 +38,14 @@ that raced a write). No session or writer is given them, ``show`` lists them onl
 of the scope starts without them, and the retention sweep deletes them.
 
 The statements are :mod:`teamstore.memory.statements`; rows are read into memories by :mod:`teamstore.memory.rows`;
-what a write keeps and a forget names is read by :mod:`teamstore.memory.kept`.
+what a write keeps and a forget names is read by :mod:`teamstore.memory.kept`; what the calls return and raise is
+:mod:`teamstore.memory.results`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -54,13 +54,22 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.db.clock import committed_now, shared_now, utc
-from teamstore.db.engine import describe_failure, failure_hint, unreachable
 from teamstore.db.fence import held
-from teamstore.errors import ErasureInProgress, MemoryForgotten, MemoryNotFound, StaleMemory, StoreUnavailable
+from teamstore.errors import ErasureInProgress, MemoryNotFound, StaleMemory
 from teamstore.ids import check_erasable_id, check_id
 from teamstore.keys.service import DataKey, KeyService
 from teamstore.memory.facts import MemoryUpdate, UserMemory, check_names, encode_value
 from teamstore.memory.kept import delete_facts_of, facts_before, record_forget, what_is_kept
+from teamstore.memory.results import ForgetRecord as ForgetRecord  # re-exported: the store's public results
+from teamstore.memory.results import Forgotten as Forgotten
+from teamstore.memory.results import Swept as Swept
+from teamstore.memory.results import (
+    changing,
+    erased_error,
+    fenced_error,
+    forgotten_error,
+    unavailable,
+)
 from teamstore.memory.rows import leftovers_of, memory_of, past_expiry
 from teamstore.memory.schema import facts, forgets, memories
 from teamstore.memory.sealing import fact_context, opened, sealed, summary_context
@@ -81,90 +90,6 @@ from teamstore.memory.statements import (
 )
 
 FAILURE_CHARS = 512
-
-
-@dataclass(frozen=True)
-class Forgotten:
-    """What a forget removed: memory rows (summaries) and facts."""
-
-    memories: int
-    facts: int
-    unrecorded: str | None = None
-    """Why no record of the forget was kept (``None``: it was): an erasure holds the user, or erased them."""
-
-
-@dataclass(frozen=True)
-class Swept:
-    """What the retention sweep removed: memories past their expiry (``memories``) with their ``facts``, and
-    ``leftover_facts``, facts kept with no memory written (what is left of a memory that no longer exists)."""
-
-    memories: int
-    facts: int
-    leftover_facts: int
-    forgets: int = 0
-    """Records of when a user forgot, dropped once older than :data:`~teamstore.memory.statements.FORGETS_KEPT`."""
-
-
-@dataclass(frozen=True)
-class ForgetRecord:
-    """When ``user_id`` last forgot memory under ``scope`` (``None``: every scope): kept a while, so that a writer
-    whose messages were said before it writes nothing."""
-
-    user_id: str
-    scope: str | None
-    forgotten_at: datetime | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view (an export's ``memory.json``)."""
-        at = self.forgotten_at
-        return {"scope": self.scope, "forgotten_at": at.isoformat() if isinstance(at, datetime) else None}
-
-
-def _unavailable(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
-    return StoreUnavailable(f"could not {action}: {describe_failure(exc)}",
-                            hint=f"{failure_hint(exc)}; no memory was changed")
-
-
-def _landing_unknown(exc: SQLAlchemyError, action: str) -> StoreUnavailable:
-    return StoreUnavailable(
-        f"could not {action}: {describe_failure(exc)}; whether the write left unanswered landed is not known",
-        hint=f"{failure_hint(exc)}; then see what is kept: `teamstore memory show --user ...` "
-        "(platform.show_memory), and run it again if it did not land")
-
-
-@asynccontextmanager
-async def _changing(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection]:
-    """A transaction that changes memory, committed as the block ends. A database failure is raised as
-    :class:`StoreUnavailable`, saying nothing was changed only when that is known: not when it came as the
-    transaction committed (the commit may have reached the database, its answer not come back), nor when the
-    connection was lost once the transaction had begun."""
-    began = committing = False
-    try:
-        async with engine.begin() as conn:
-            began = True
-            yield conn
-            committing = True
-    except SQLAlchemyError as exc:
-        if committing or (began and unreachable(exc)):
-            raise _landing_unknown(exc, action) from exc
-        raise _unavailable(exc, action) from exc
-
-
-def _fenced() -> ErasureInProgress:
-    return ErasureInProgress("an erasure request is open for this user: no memory is written for them",
-                             hint="nothing to do: the erasure removes the user's memory with the rest")
-
-
-def _forgotten() -> MemoryForgotten:
-    return MemoryForgotten(
-        "the user forgot memory under this scope after the messages this write comes from were said (or they were "
-        "said longer ago than forgets are kept): nothing was written",
-        hint="nothing to do: the user's next session writes its memory from what is said after the forget")
-
-
-def _erased() -> ErasureInProgress:
-    return ErasureInProgress("the user was erased while their memory was being written: nothing was written",
-                             hint="nothing to do: an erasure removed the user's memory with the rest")
 
 
 class MemoryStore:
@@ -226,7 +151,7 @@ class MemoryStore:
                 found_facts = (await conn.execute(select(facts).where(*of_user(facts, user_id, scope))
                                                   .order_by(facts.c.scope, facts.c.name))).mappings().all()
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "read the user's memory") from exc
+            raise unavailable(exc, "read the user's memory") from exc
         rows = [{**row, "summary": await opened(self.keys, user_id, row["summary"], summary_context(str(row["scope"])))}
                 for row in found_rows]
         kept = [{**row, "value": await opened(self.keys, user_id, row["value"],
@@ -313,17 +238,17 @@ class MemoryStore:
         summary = sealed(data_key, update.summary, summary_context(scope))
         row = {"summary": summary, "team": team, "team_version": team_version, "source_run_id": run_id,
                "updated_at": at, "expires_at": expires}
-        async with _changing(self.engine, "write the user's memory") as conn:
+        async with changing(self.engine, "write the user's memory") as conn:
             await self._hold_writes(conn, user_id)
             forgot = None if said_after is None else forgotten_after(self._dialect, user_id, scope, said_after)
             stmt = row_write(self._dialect, user_id, scope, row, expected_version, at, alive, made_at, forgot)
             if (await conn.execute(stmt)).scalar() is None:
                 if await conn.scalar(select(held(user_id))):
-                    raise _fenced()
+                    raise fenced_error()
                 if not await conn.scalar(select(alive)):
-                    raise _erased()
+                    raise erased_error()
                 if forgot is not None and await conn.scalar(select(forgot)):
-                    raise _forgotten()
+                    raise forgotten_error()
                 raise StaleMemory("another write of this user's memory landed first",
                                   hint="read the memory again and write from what it holds now")
             kept = await facts_before(conn, user_id, scope, data_key, first=expected_version == 0)
@@ -371,7 +296,7 @@ class MemoryStore:
             async with self.engine.connect() as conn:
                 return bool(await conn.scalar(select(forgotten_after(self._dialect, user_id, scope, said_after))))
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "read when the user last forgot their memory") from exc
+            raise unavailable(exc, "read when the user last forgot their memory") from exc
 
     async def record_failure(
         self, user_id: str, scope: str, reason: str, *, team: str, team_version: str, retention_days: float,
@@ -393,7 +318,7 @@ class MemoryStore:
         if said_after is not None:
             alive = and_(alive, ~forgotten_after(self._dialect, user_id, scope, said_after))
         stmt = failure_upsert(self._dialect, user_id, values, alive, at)
-        async with _changing(self.engine, "record the memory writer's failure") as conn:
+        async with changing(self.engine, "record the memory writer's failure") as conn:
             await self._hold_writes(conn, user_id)  # a new row, like a first write's: erasure waits for it
             return (await conn.execute(stmt)).first() is not None
 
@@ -420,7 +345,7 @@ class MemoryStore:
         """
         check_id("user_id", user_id)
         check_names(scope, fact)
-        async with _changing(self.engine, "forget the user's memory") as conn:
+        async with changing(self.engine, "forget the user's memory") as conn:
             # The writes under way first (their lock, then the memory rows, as a write takes them): each finishes
             # before the forget goes on, and what it wrote is forgotten too (taken the other way round, the facts
             # it added stayed without their row, or the two waited for each other until the database gave up).
@@ -460,7 +385,7 @@ class MemoryStore:
             async with self.engine.connect() as conn:
                 rows = (await conn.execute(query.order_by(forgets.c.scope))).all()
         except SQLAlchemyError as exc:
-            raise _unavailable(exc, "read when the user forgot their memory") from exc
+            raise unavailable(exc, "read when the user forgot their memory") from exc
         return [ForgetRecord(user_id, str(scope) or None, utc(at) if isinstance(at, datetime) else None)
                 for scope, at in rows]
 
@@ -493,7 +418,7 @@ class MemoryStore:
         """
         expired = await self._sweep(now if now is not None else shared_now(self._dialect), batch_size, [])
         leftovers = await self._sweep_leftovers(batch_size)
-        async with _changing(self.engine, "sweep old records of forgotten memory") as conn:
+        async with changing(self.engine, "sweep old records of forgotten memory") as conn:
             dropped = (await conn.execute(delete_old_forgets(self._dialect, now))).rowcount
         return Swept(expired.memories, expired.facts, leftovers, int(dropped or 0))
 
@@ -510,7 +435,7 @@ class MemoryStore:
         """
         total, after = 0, None
         while True:
-            async with _changing(self.engine, "sweep leftover memory facts") as conn:
+            async with changing(self.engine, "sweep leftover memory facts") as conn:
                 window = [tuple(key) for key in (await conn.execute(leftover_window(after, batch_size))).all()]
                 upto = window[0] if len(window) > 1 else None  # none past it: this batch runs to the end
                 result = await conn.execute(delete_leftovers(after, upto, batch_size))
@@ -524,7 +449,7 @@ class MemoryStore:
         holds, with their facts."""
         total = Forgotten(0, 0)
         while True:
-            async with _changing(self.engine, "sweep expired memory") as conn:
+            async with changing(self.engine, "sweep expired memory") as conn:
                 keys = (await conn.execute(delete_expired(now, batch_size, where))).all()
                 dropped = await delete_facts_of(conn, [(str(u), str(s)) for u, s in keys])
             total = Forgotten(total.memories + len(keys), total.facts + dropped)
