@@ -29,7 +29,8 @@ class Forgotten:
     memories: int
     facts: int
     unrecorded: str | None = None
-    """Why no record of the forget was kept (``None``: it was): an erasure holds the user, or erased them."""
+    """Why no record of the forget was kept (``None``: it was): an erasure holds the user, or erased them, or the
+    retention sweep forgetting them destroyed their data key."""
 
 
 @dataclass(frozen=True)

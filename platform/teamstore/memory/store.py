@@ -27,7 +27,8 @@ beside the ids, scopes, fact names and types. Rows written before sealing read a
 sealed by their next write (or ``teamstore keys migrate``). A value that does not open (sealed under a key an
 erasure destroyed, as in a restored backup) is listed as damaged, never given to a model.
 
-A forget records when it ran (per scope, or all; not while an erasure holds the user, nor once it erased them): a
+A forget records when it ran (per scope, or all; not while an erasure holds the user, nor once it erased them or
+the retention sweep destroyed their data key): a
 write given ``said_after``, the earliest time its messages can have been said (:meth:`MemoryStore.clock`), is
 refused while a forget of its scope is recorded at or after it (:class:`MemoryForgotten`), whatever it read. The
 records are dropped after :data:`~teamstore.memory.statements.FORGETS_KEPT`.
@@ -330,7 +331,8 @@ class MemoryStore:
         from what it read. The summary is kept: it may still mention the fact (forget everything to drop it).
         Either records when (``ts_user_memory_forgets``, per scope, or for every scope): a writer whose session
         opened before then writes nothing, whenever it first reads the memory. Not while an erasure fences the user,
-        nor once it erased them (:func:`~teamstore.memory.kept.record_forget`): what it names is deleted all the same,
+        nor once it erased them, nor once the retention sweep forgetting them destroyed their data key
+        (:func:`~teamstore.memory.kept.record_forget`): what it names is deleted all the same,
         and ``unrecorded`` says why nothing was recorded.
 
         Raises:
