@@ -18,7 +18,6 @@ script a shell runs from a string (``bash -lc '...'``, PowerShell's ``-EncodedCo
 from __future__ import annotations
 
 import base64
-import binascii
 import functools
 import re
 
@@ -83,6 +82,11 @@ _POWERSHELLS = frozenset({"pwsh", "powershell"})
 _POWERSHELL_COMMAND = re.compile(r"[-/]c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?", re.IGNORECASE)
 _POWERSHELL_ENCODED = re.compile(r"[-/](?:ec|e(?:n(?:c(?:o(?:d(?:e(?:d(?:c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?)?)?)?)?)?)?)?)",
                                  re.IGNORECASE)
+# Where PowerShell's own options end: "-File" and any prefix of it down to "-f" (the words after are the
+# script file's and its parameters'), and the options among its own that take a value.
+_POWERSHELL_FILE = re.compile(r"[-/]f(?:i(?:l(?:e)?)?)?", re.IGNORECASE)
+_POWERSHELL_VALUE_OPTIONS = re.compile(r"[-/](?:config\w*|cus\w*|w\w*|o\w*|inp\w*|if|ex\w*|ep|settings\w*)",
+                                       re.IGNORECASE)
 # How deep scripts run by shells in scripts are read ("bash -lc \"sh -c '...'\""); a script deeper still is
 # refused rather than stored unread.
 _MAX_NESTING = 4
@@ -187,27 +191,48 @@ def shell_script(words: list[str]) -> str | None:
 def _powershell_script(arguments: list[str]) -> str | None:
     """The script PowerShell runs: the words after ``-Command``, or the one after ``-EncodedCommand`` decoded
     (base64 of UTF-16LE text, the form PowerShell reads there)."""
-    for index, word in enumerate(arguments):
-        if _POWERSHELL_COMMAND.fullmatch(word):
-            return " ".join(arguments[index + 1:]) or None
-        if _POWERSHELL_ENCODED.fullmatch(word):
-            return decoded_script(arguments[index + 1]) if index + 1 < len(arguments) else None
+    found = _powershell_script_option(arguments)
+    if found is None:
+        return None
+    encoded, index = found
+    if encoded:
+        return decoded_script(arguments[index + 1]) if index + 1 < len(arguments) else None
+    return " ".join(arguments[index + 1:]) or None
+
+
+def _powershell_script_option(arguments: list[str]) -> tuple[bool, int] | None:
+    """Whether PowerShell's options give it a script encoded (``True``) or as text, and the index of the
+    option that does; ``None`` when they give none. PowerShell reads its own options up to ``-File`` or the
+    first word that is none of them: the words after are a script file's and its parameters (``-File
+    deploy.ps1 -e prod``), not PowerShell's."""
+    index = 0
+    while index < len(arguments):
+        word = arguments[index]
+        if _POWERSHELL_COMMAND.fullmatch(word) or _POWERSHELL_ENCODED.fullmatch(word):
+            return bool(_POWERSHELL_ENCODED.fullmatch(word)), index
+        if _POWERSHELL_FILE.fullmatch(word) or word[:1] not in ("-", "/"):
+            return None
+        index += 2 if _POWERSHELL_VALUE_OPTIONS.fullmatch(word) else 1
     return None
 
 
 def encoded_script_at(words: list[str]) -> int | None:
     """The index of the word holding the script the PowerShell that ``words`` runs is given encoded (``pwsh
-    -NoProfile -enc BASE64``: decode it with :func:`decoded_script`); ``None`` for any other command. An
-    argument list keeps it in a word of its own, which read alone says nothing."""
+    -NoProfile -enc BASE64``: decode it with :func:`decoded_script`), also when a ``cmd /c`` in the same words
+    runs that PowerShell (``cmd /c powershell -enc BASE64``); ``None`` for any other command. An argument
+    list keeps it in a word of its own, which read alone says nothing."""
     program = command_word(words)
-    if program is None or _program(words[program]) not in _POWERSHELLS:
+    name = _program(words[program]) if program is not None else ""
+    if program is not None and name == "cmd":
+        start = next((i for i in range(program + 1, len(words)) if _CMD_RUNS.fullmatch(words[i])), None)
+        inner = encoded_script_at(words[start + 1:]) if start is not None else None
+        return None if inner is None or start is None else start + 1 + inner
+    if program is None or name not in _POWERSHELLS:
         return None
-    for index in range(program + 1, len(words) - 1):
-        if _POWERSHELL_COMMAND.fullmatch(words[index]):
-            return None
-        if _POWERSHELL_ENCODED.fullmatch(words[index]):
-            return index + 1
-    return None
+    found = _powershell_script_option(words[program + 1:])
+    if found is None or not found[0] or program + 2 + found[1] >= len(words):
+        return None
+    return program + 2 + found[1]
 
 
 def decoded_script(encoded: str) -> str:
@@ -219,7 +244,7 @@ def decoded_script(encoded: str) -> str:
     """
     try:
         return base64.b64decode(encoded.strip(), validate=True).decode("utf-16-le")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, UnicodeDecodeError, and a word that is not ASCII ("-enc é")
         raise ScriptUnreadable(
             "runs PowerShell with an -EncodedCommand that is not base64 of UTF-16LE text, so the script it runs "
             "could not be read for a secret",

@@ -99,6 +99,11 @@ def _agent_with_server(command: str, args: list[str], env: dict[str, str] | None
         ("sh", ["-c", "pwsh -NoLogo -ec " + _encoded('$env:PGPASSWORD = "hunter2-SECRET"; psql')], "args.1",
          "variable 'PGPASSWORD'"),
         (f"powershell -EncodedCom {_encoded('mysql -phunter2-SECRET')}", [], "command", "glued to the MySQL"),
+        # after PowerShell's options that take a value, and run by cmd /c in the same argument list
+        ("pwsh", ["-ExecutionPolicy", "Bypass", "-enc", _encoded("$env:PGPASSWORD='hunter2-SECRET'; psql")],
+         "args.3", "variable 'PGPASSWORD'"),
+        ("cmd", ["/c", "powershell", "-NoProfile", "-enc", _encoded("$env:PGPASSWORD='hunter2-SECRET'; psql -h db")],
+         "args.4", "variable 'PGPASSWORD'"),
         # four shells deep is read
         ("sh", ["-c", _nested(4, "PGPASSWORD=hunter2-SECRET psql")], "args.1", "variable 'PGPASSWORD'"),
         (_shells(4, "mysql -phunter2-SECRET"), [], "command", "glued to the MySQL"),
@@ -140,6 +145,11 @@ def test_a_secret_inside_shell_syntax_is_refused_naming_its_field_and_rule(
         # busybox's shells and PowerShell's encoded script, read as any other
         ("busybox", ["sh", "-c", "PGPASSWORD=${DB_PASSWORD:?} psql -h db"], {}),
         ("pwsh", ["-NoProfile", "-enc", _encoded("$env:PGPASSWORD=$env:DB_PASSWORD; psql -h db")], {}),
+        # a script file's own parameters after -File, which PowerShell does not read as its options
+        ("pwsh", ["-NoProfile", "-File", "deploy.ps1", "-e", "prod"], {}),
+        ("powershell", ["-ExecutionPolicy", "Bypass", "-f", "deploy.ps1", "-enc", "utf8"], {}),
+        ("pwsh", ["deploy.ps1", "-e", "prod"], {}),
+        ("sh", ["-c", "pwsh -File deploy.ps1 -e prod"], {}),
         ("sh", ["-c", _nested(4, "echo hi")], {}),
     ],
 )
@@ -178,6 +188,10 @@ def test_a_password_set_between_two_lines_of_prose_with_apostrophes_is_refused(r
         ("powershell", ["-enc", base64.b64encode(b"\x00\xd8").decode()], "args.1"),  # half a surrogate pair
         ("sh", ["-c", "pwsh -ec hunter2-SECRET"], "args.1"),
         ("powershell -encodedcommand hunter2-SECRET", [], "command"),
+        # not ASCII, which base64 cannot be
+        ("pwsh", ["-enc", "hunter2-SECRET\u00e9"], "args.1"),
+        ("sh", ["-c", "pwsh -enc hunter2-SECRET\u00e9"], "args.1"),
+        ("cmd", ["/c", "powershell", "-enc", "hunter2-SECRET\u00e9"], "args.3"),
     ],
 )
 def test_an_encoded_powershell_script_that_does_not_decode_is_refused_unread(
@@ -212,6 +226,37 @@ def test_an_unreadable_script_in_text_stored_beside_the_definition_names_that_te
     with pytest.raises(ScriptUnreadable) as caught:
         check_free_text("message", "Deploy the CRM sync.\n\nPGPASSWORD=${DB_PASSWORD:?} pwsh -enc hunter2-SECRET")
     assert caught.value.field == "message" and "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'import subprocess\nsubprocess.run(["pwsh", "-enc", "hunter2-SECRET\u00e9"])\n',
+        'import subprocess\nsubprocess.run("pwsh -enc hunter2-SECRET\u00e9", shell=True)\n',
+    ],
+)
+def test_an_encoded_script_that_is_not_ascii_in_tool_source_is_refused_unread_naming_the_source(source: str) -> None:
+    component = _agent_with_server("db-mcp", [])
+    component["config"]["tools"] = [{"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source}}]
+    with pytest.raises(ScriptUnreadable) as caught:
+        apply_references(component, {KEY_PATH: "env:K"})
+    assert caught.value.field == "config.tools.0.config.source_code" and "hunter2" not in str(caught.value)
+
+
+def test_an_encoded_script_that_is_not_ascii_in_a_commit_message_is_refused_unread() -> None:
+    with pytest.raises(ScriptUnreadable) as caught:
+        check_free_text("message", "PGPASSWORD=${DB_PASSWORD:?} pwsh -enc hunter2-SECRET\u00e9")
+    assert caught.value.field == "message" and "hunter2" not in str(caught.value)
+
+
+def test_an_encoded_script_run_by_cmd_in_tool_source_is_read() -> None:
+    script = _encoded("$env:PGPASSWORD='hunter2-SECRET'; psql -h db")
+    component = _agent_with_server("db-mcp", [])
+    source = f'import subprocess\nsubprocess.run(["cmd", "/c", "powershell", "-enc", "{script}"])\n'
+    component["config"]["tools"] = [{"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source}}]
+    with pytest.raises(DefinitionInvalid, match="variable 'PGPASSWORD'") as caught:
+        apply_references(component, {KEY_PATH: "env:K"})
+    assert "hunter2" not in str(caught.value)
 
 
 def test_an_unreadable_script_in_an_objects_key_names_the_object() -> None:
