@@ -1,15 +1,14 @@
 """What in a definition reads as a credential: a name that means one, or a value that holds one whatever
 its field is called, so that :mod:`config_registry.secrets` can refuse it.
 
-    from config_registry.credentials import command_line_credential, is_secret_field, url_credential, value_credential
+    from config_registry.credentials import command_line_credential, url_credential, value_credential
 
-    is_secret_field("openaiApiKey")                         # True; "max_tokens" and "cache_key" are not
     url_credential("https://app:pw@db.internal/app")        # "a password in its user part"
     value_credential("Bearer 9f8e7d6c5b4a39281706")         # "an HTTP authorization value"
     command_line_credential("tool --api-key 1a2b3c4d serve")  # "the value of the flag '--api-key', inside a command line"
 
 A credential is recognised by its name (a field, header, variable or flag that means a credential,
-:func:`is_secret_field`), by its shape (:func:`known_shape`: detect-secrets' detectors and a few of our own),
+:func:`~config_registry.names.is_secret_field`), by its shape (:func:`known_shape`: detect-secrets' detectors and a few of our own),
 in a URL (:func:`url_credential`), in a connection string or a variable set as a shell sets it
 (:func:`value_credential`), or in a command line (:func:`flag_credential`, :func:`command_line_credential`,
 and one kept in an environment variable: :func:`environment_value_credential`).
@@ -27,52 +26,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
+from config_registry.names import holds_command_line, is_secret_field, name_words
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
-# A config key, HTTP header, environment variable or connection-string part names a credential when, case
-# and separators ignored, one of these is anywhere in it ("clientsecret", "DBPASSWORD", "webhook_secret_b64") ...
-_CREDENTIAL_TEXT = ("secret", "password", "passwd", "passphrase", "credential")
-# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD"),
-# unless "key" follows an identifier's word or "token" a count's (below) ...
-_CREDENTIAL_LAST = frozenset({
-    "key", "keys", "apikey", "apikeys", "token", "tokens", "pwd", "auth", "authorization", "bearer", "cookie",
-    "cookies", "signature", "session",
-})
-# ... or its last word is "pass" after another word ("DB_PASS", rclone's "RCLONE_CONFIG_PASS", RabbitMQ's
-# "RABBITMQ_DEFAULT_PASS"), unless that word is a count's or an order's ("first_pass", "num_pass"); alone it
-# may be a number (ffmpeg's "-pass 1") ...
-_PASS_NOT_CREDENTIAL = frozenset({
-    "first", "second", "third", "final", "last", "next", "single", "multi", "one", "two", "num", "number", "max",
-    "min", "count", "each", "per",
-})
-# ... or its last word ends with one of these compounds written as one word ("x-accesstoken", "privatekey",
-# "XAPIKEY", sshpass's "SSHPASS"), or it has the word "apikey" anywhere ("apikey_header"). Names are split
-# into words at '-', '_', '.', spaces and camelCase boundaries ("XApiKey": x, api, key); trailing numbers are
-# dropped. No other word ending in "pass" is one: git's "GIT_ASKPASS" names a program, "bypass" a setting.
-_CREDENTIAL_COMPOUNDS = (*(
-    compound + plural
-    for compound in (
-        "apikey", "accesskey", "privatekey", "authkey", "signingkey", "sessionkey", "accesstoken", "authtoken",
-        "apitoken", "bearertoken", "idtoken", "refreshtoken", "sessiontoken", "securitytoken", "csrftoken",
-        "xsrftoken", "oauthtoken", "bearer", "authorization",
-    )
-    for plural in ("", "s")
-), "sshpass")
-# After these words "key" names an identifier ("cache_key", "public_key", "sort_key") ...
-_IDENTIFIER_KEY = frozenset({
-    "public", "cache", "sort", "primary", "partition", "foreign", "idempotency", "dedup", "routing", "lookup",
-    "index", "group", "row", "shard", "object", "state", "result", "message", "map", "dict", "field", "column",
-})
-# ... and "token" a count, a limit or a model's special token ("max_tokens", "token_limit" ends otherwise,
-# "max_total_token", "eos_token", "stop_tokens").
-_TOKEN_NOT_CREDENTIAL = frozenset({
-    "max", "min", "total", "num", "number", "count", "limit", "budget", "usage", "prompt", "completion",
-    "input", "output", "reasoning", "remaining", "cached", "stop", "eos", "bos", "pad", "unk", "sep", "cls",
-    "mask", "special", "start", "end",
-})
-_WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_WORD_SEPARATOR = re.compile(r"[^A-Za-z0-9]+")
 # Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
 # Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
 _SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
@@ -113,14 +70,6 @@ _EXAMPLE_VALUE = re.compile(
     r"\(\s*(?i:get-content|gc|cat|type|get-secret|get-azkeyvaultsecret)\s[^();&|]*\)(?:\.Trim\(\))?",
     re.DOTALL,
 )
-# A name whose last word says its value names, locates or describes a credential rather than holding it is a
-# reference, not a credential's name: "PASSWORD_PROMPT", "TOKEN_URL", "SECRET_NAME" (a secret store's name
-# for it), "VAULT_SECRET_PATH", "API_KEY_HEADER", "API_KEY_ENV". Its value is still read for a credential's
-# shape. A name that says it holds a command line ("PASSWORD_COMMAND") is read as one (_COMMAND_NAMES).
-_REFERENCE_WORDS = frozenset({
-    "prompt", "url", "uri", "name", "path", "label", "header", "field", "env", "var", "variable", "hint",
-    "placeholder",
-})
 # A name that names a credential with "file" after it gives the path of a file that holds the credential
 # (Docker secrets' "POSTGRES_PASSWORD_FILE=/run/secrets/pg", "--password-file /run/secrets/pw"), and so does
 # Google's GOOGLE_APPLICATION_CREDENTIALS: a reference only when given a path, since a secret put there by
@@ -152,46 +101,8 @@ GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
 _SSHPASS = re.compile(r"(?:.*[/\\])?sshpass(?:\.exe)?", re.IGNORECASE | re.DOTALL)
 _SSHPASS_VALUE_OPTIONS = frozenset({"-f", "-d", "-P"})
 SSHPASS_PASSWORD = "a password given to sshpass's '-p'"
-# An environment variable whose name's last word says it holds a command line ("CMD", "INIT_COMMAND",
-# "SETUP_SCRIPT"): its value is read as a shell string, as an MCP server's "-c" argument is.
-_COMMAND_NAMES = frozenset({"cmd", "cmdline", "command", "commands", "commandline", "script", "exec", "entrypoint"})
-_NOT_A_CREDENTIALS_NAME = _REFERENCE_WORDS | _COMMAND_NAMES
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
-
-
-def _words(name: str) -> list[str]:
-    words = [w.lower() for w in _WORD_SEPARATOR.split(_WORD_BOUNDARY.sub("_", name)) if w]
-    while words and words[-1].isdigit():
-        words.pop()
-    return words
-
-
-def is_secret_field(key: str) -> bool:
-    """True for names that mean a credential: config keys (``api_key``, ``azure_ad_token``, ``openaiApiKey``,
-    ``clientsecret``), HTTP headers (``Authorization``, ``x-functions-key``, ``X-Auth-Key``, ``x-accesstoken``,
-    ``Cookie``), environment variables (``DB_PWD``, ``DBPASSWORD``) and connection-string parts
-    (``AccountKey``), also those the tools that read a password from the environment name (``SSHPASS``,
-    ``RCLONE_CONFIG_PASS``, ``MYSQL_PWD``, ``REDISCLI_AUTH``). Counts and limits (``max_tokens``,
-    ``token_limit``, ``first_pass``), identifiers (``cache_key``, ``public_key``, ``key_id``) and where a secret is
-    read from (``SSHPASS_FILE``, ``PGPASSFILE``, ``GIT_ASKPASS``) are not, nor is a reference whose last word
-    says what it holds is not the credential (``PASSWORD_PROMPT``, ``TOKEN_URL``, ``SECRET_NAME``,
-    ``PASSWORD_COMMAND``: :data:`_NOT_A_CREDENTIALS_NAME`)."""
-    words = _words(key)
-    if not words or words[-1] in _NOT_A_CREDENTIALS_NAME:
-        return False
-    if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
-        return True
-    last, before = words[-1], set(words[:-1])
-    if last == "pass":
-        return bool(before) and words[-2] not in _PASS_NOT_CREDENTIAL
-    if last not in _CREDENTIAL_LAST:
-        return last.endswith(_CREDENTIAL_COMPOUNDS)
-    if last in ("key", "keys"):
-        return not before & _IDENTIFIER_KEY
-    if last in ("token", "tokens"):
-        return not before & _TOKEN_NOT_CREDENTIAL
-    return True
 
 
 def url_credential(value: str) -> str | None:
@@ -403,13 +314,6 @@ def encoded_script_credential(words: list[str]) -> str | None:
     return f"{found}, in PowerShell's -EncodedCommand" if found else None
 
 
-def holds_command_line(name: str) -> bool:
-    """Whether the name's last word says its value is a command line (``CMD``, ``PRE_START_COMMAND``,
-    ``SETUP_SCRIPT``, ``DB_PASSWORD_COMMAND``), which is then read as one rather than as a credential."""
-    words = _words(name)
-    return bool(words) and words[-1] in _COMMAND_NAMES
-
-
 def program_passwords(words: list[str]) -> dict[int, str]:
     """The indexes of the passwords one command gives its program on its command line, each with what it is
     (for the error message): a MySQL or MariaDB client's glued to ``-p`` (``mysql -uapp -pVALUE``, ``sudo -u
@@ -463,7 +367,7 @@ def is_file_setting(name: str, value: str) -> bool:
     """Whether a name whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) or
     ``credentials`` (``GOOGLE_APPLICATION_CREDENTIALS``) is given a path, as Docker secrets' and Google's
     conventions have it, rather than the credential itself."""
-    words = _words(name)
+    words = name_words(name)
     return bool(words) and words[-1] in _FILE_WORDS and bool(_PATH.fullmatch(value.strip()))
 
 

@@ -25,12 +25,12 @@ from config_registry.credentials import (
     environment_value_credential,
     flag_credential,
     is_file_setting,
-    is_secret_field,
     program_passwords,
     url_credential,
     value_credential,
 )
 from config_registry.errors import DefinitionInvalid, ScriptUnreadable, SecretUnavailable
+from config_registry.names import is_secret_field
 from config_registry.shell import encoded_script_at
 from config_registry.source import source_credential
 

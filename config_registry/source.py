@@ -30,7 +30,6 @@ from collections.abc import Iterator
 
 from config_registry.credentials import (
     encoded_script_credential,
-    holds_command_line,
     inner_script_credential,
     program_password,
     program_passwords,
@@ -38,6 +37,7 @@ from config_registry.credentials import (
     value_credential,
     variable_credential,
 )
+from config_registry.names import holds_command_line
 
 # A name in upper case is an environment's or a constant's, read as the shell rule reads it; one in lower or
 # mixed case is code's, where a bare generic word names something else (a dict's key, an auth scheme, a

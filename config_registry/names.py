@@ -1,0 +1,113 @@
+"""What a name says of its value: a credential (a field, header, variable or flag that means one), a reference
+to one, or a command line, so that :mod:`config_registry.credentials` and :mod:`config_registry.source` read
+names one way.
+
+    from config_registry.names import holds_command_line, is_secret_field
+
+    is_secret_field("openaiApiKey")            # True; "max_tokens", "cache_key" and "TOKEN_URL" are not
+    holds_command_line("DB_PASSWORD_COMMAND")  # True: its value is read as a command line
+
+Nothing here reads a value.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A config key, HTTP header, environment variable or connection-string part names a credential when, case
+# and separators ignored, one of these is anywhere in it ("clientsecret", "DBPASSWORD", "webhook_secret_b64") ...
+_CREDENTIAL_TEXT = ("secret", "password", "passwd", "passphrase", "credential")
+# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD"),
+# unless "key" follows an identifier's word or "token" a count's (below) ...
+_CREDENTIAL_LAST = frozenset({
+    "key", "keys", "apikey", "apikeys", "token", "tokens", "pwd", "auth", "authorization", "bearer", "cookie",
+    "cookies", "signature", "session",
+})
+# ... or its last word is "pass" after another word ("DB_PASS", rclone's "RCLONE_CONFIG_PASS", RabbitMQ's
+# "RABBITMQ_DEFAULT_PASS"), unless that word is a count's or an order's ("first_pass", "num_pass"); alone it
+# may be a number (ffmpeg's "-pass 1") ...
+_PASS_NOT_CREDENTIAL = frozenset({
+    "first", "second", "third", "final", "last", "next", "single", "multi", "one", "two", "num", "number", "max",
+    "min", "count", "each", "per",
+})
+# ... or its last word ends with one of these compounds written as one word ("x-accesstoken", "privatekey",
+# "XAPIKEY", sshpass's "SSHPASS"), or it has the word "apikey" anywhere ("apikey_header"). Names are split
+# into words at '-', '_', '.', spaces and camelCase boundaries ("XApiKey": x, api, key); trailing numbers are
+# dropped. No other word ending in "pass" is one: git's "GIT_ASKPASS" names a program, "bypass" a setting.
+_CREDENTIAL_COMPOUNDS = (*(
+    compound + plural
+    for compound in (
+        "apikey", "accesskey", "privatekey", "authkey", "signingkey", "sessionkey", "accesstoken", "authtoken",
+        "apitoken", "bearertoken", "idtoken", "refreshtoken", "sessiontoken", "securitytoken", "csrftoken",
+        "xsrftoken", "oauthtoken", "bearer", "authorization",
+    )
+    for plural in ("", "s")
+), "sshpass")
+# After these words "key" names an identifier ("cache_key", "public_key", "sort_key") ...
+_IDENTIFIER_KEY = frozenset({
+    "public", "cache", "sort", "primary", "partition", "foreign", "idempotency", "dedup", "routing", "lookup",
+    "index", "group", "row", "shard", "object", "state", "result", "message", "map", "dict", "field", "column",
+})
+# ... and "token" a count, a limit or a model's special token ("max_tokens", "token_limit" ends otherwise,
+# "max_total_token", "eos_token", "stop_tokens").
+_TOKEN_NOT_CREDENTIAL = frozenset({
+    "max", "min", "total", "num", "number", "count", "limit", "budget", "usage", "prompt", "completion",
+    "input", "output", "reasoning", "remaining", "cached", "stop", "eos", "bos", "pad", "unk", "sep", "cls",
+    "mask", "special", "start", "end",
+})
+_WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD_SEPARATOR = re.compile(r"[^A-Za-z0-9]+")
+# A name whose last word says its value names, locates or describes a credential rather than holding it is a
+# reference, not a credential's name: "PASSWORD_PROMPT", "TOKEN_URL", "SECRET_NAME" (a secret store's name
+# for it), "VAULT_SECRET_PATH", "API_KEY_HEADER", "API_KEY_ENV". Its value is still read for a credential's
+# shape. A name that says it holds a command line ("PASSWORD_COMMAND") is read as one (_COMMAND_NAMES).
+_REFERENCE_WORDS = frozenset({
+    "prompt", "url", "uri", "name", "path", "label", "header", "field", "env", "var", "variable", "hint",
+    "placeholder",
+})
+# An environment variable whose name's last word says it holds a command line ("CMD", "INIT_COMMAND",
+# "SETUP_SCRIPT"): its value is read as a shell string, as an MCP server's "-c" argument is.
+_COMMAND_NAMES = frozenset({"cmd", "cmdline", "command", "commands", "commandline", "script", "exec", "entrypoint"})
+_NOT_A_CREDENTIALS_NAME = _REFERENCE_WORDS | _COMMAND_NAMES
+
+
+def name_words(name: str) -> list[str]:
+    """``name``'s words in lower case, split at separators and camelCase boundaries, trailing numbers dropped."""
+    words = [w.lower() for w in _WORD_SEPARATOR.split(_WORD_BOUNDARY.sub("_", name)) if w]
+    while words and words[-1].isdigit():
+        words.pop()
+    return words
+
+
+def is_secret_field(key: str) -> bool:
+    """True for names that mean a credential: config keys (``api_key``, ``azure_ad_token``, ``openaiApiKey``,
+    ``clientsecret``), HTTP headers (``Authorization``, ``x-functions-key``, ``X-Auth-Key``, ``x-accesstoken``,
+    ``Cookie``), environment variables (``DB_PWD``, ``DBPASSWORD``) and connection-string parts
+    (``AccountKey``), also those the tools that read a password from the environment name (``SSHPASS``,
+    ``RCLONE_CONFIG_PASS``, ``MYSQL_PWD``, ``REDISCLI_AUTH``). Counts and limits (``max_tokens``,
+    ``token_limit``, ``first_pass``), identifiers (``cache_key``, ``public_key``, ``key_id``) and where a secret is
+    read from (``SSHPASS_FILE``, ``PGPASSFILE``, ``GIT_ASKPASS``) are not, nor is a reference whose last word
+    says what it holds is not the credential (``PASSWORD_PROMPT``, ``TOKEN_URL``, ``SECRET_NAME``,
+    ``PASSWORD_COMMAND``: :data:`_NOT_A_CREDENTIALS_NAME`)."""
+    words = name_words(key)
+    if not words or words[-1] in _NOT_A_CREDENTIALS_NAME:
+        return False
+    if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
+        return True
+    last, before = words[-1], set(words[:-1])
+    if last == "pass":
+        return bool(before) and words[-2] not in _PASS_NOT_CREDENTIAL
+    if last not in _CREDENTIAL_LAST:
+        return last.endswith(_CREDENTIAL_COMPOUNDS)
+    if last in ("key", "keys"):
+        return not before & _IDENTIFIER_KEY
+    if last in ("token", "tokens"):
+        return not before & _TOKEN_NOT_CREDENTIAL
+    return True
+
+
+def holds_command_line(name: str) -> bool:
+    """Whether the name's last word says its value is a command line (``CMD``, ``PRE_START_COMMAND``,
+    ``SETUP_SCRIPT``, ``DB_PASSWORD_COMMAND``), which is then read as one rather than as a credential."""
+    words = name_words(name)
+    return bool(words) and words[-1] in _COMMAND_NAMES
