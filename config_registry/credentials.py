@@ -60,6 +60,9 @@ _PLACEHOLDER = re.compile(
     r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%|![A-Za-z_][A-Za-z0-9_]*!|"
     r"(?i:\$env:)[A-Za-z_][A-Za-z0-9_]*"
 )
+# ... or a parameter code fills in when it runs: SQL's ("password_hash=?", "%s", "%(pw)s", ":pw", "$1") and
+# Python's str.format ("PGPASSWORD={} psql") ...
+_CODE_PARAMETER = re.compile(r"\?|%s|%\([A-Za-z_]\w*\)s|:[A-Za-z_]\w*|\$\d+|\{[A-Za-z_]?\w*\}")
 # ... also with what the shell does when it is unset (``${DB_PASSWORD:?}``, ``${DB_PASSWORD:-}``): an error's
 # message is no value, but a default is one, and must itself leave the secret out ...
 _EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?\?[^{}]*|:?[-=+](.*))\}", re.DOTALL)
@@ -345,13 +348,14 @@ def _sshpass_password(words: list[str], index: int) -> int | None:
 def _left_out(value: str) -> bool:
     """Whether a value leaves the secret out: a ``${VAR}`` (``%VAR%``, ``$env:VAR``) the program expands from
     its environment, with no default or one that leaves it out in turn (``${VAR:?}``, ``${VAR:-$OTHER}``), a
-    ``$(command)`` the shell runs, or an example of what goes there (``...``, ``<your token>``)."""
+    ``$(command)`` the shell runs, a parameter code fills in (SQL's ``?``), or an example of what goes there
+    (``...``, ``<your token>``)."""
     scheme = _AUTHORIZATION_SCHEME.match(value)
     value = value[scheme.end():] if scheme else value
     expansion = _EXPANSION.fullmatch(value)
     if expansion is not None:
         return not expansion.group(1) or _left_out(expansion.group(1))
-    return bool(_PLACEHOLDER.fullmatch(value) or _EXAMPLE_VALUE.fullmatch(value))
+    return any(pattern.fullmatch(value) for pattern in (_PLACEHOLDER, _CODE_PARAMETER, _EXAMPLE_VALUE))
 
 
 def _variable_left_out(value: str) -> bool:

@@ -69,6 +69,18 @@ _REFERENCE_WORDS = frozenset({
 # "SETUP_SCRIPT"): its value is read as a shell string, as an MCP server's "-c" argument is.
 _COMMAND_NAMES = frozenset({"cmd", "cmdline", "command", "commands", "commandline", "script", "exec", "entrypoint"})
 _NOT_A_CREDENTIALS_NAME = _REFERENCE_WORDS | _COMMAND_NAMES
+# In code, where a name is a variable's, a parameter's or a dict key's, only a name whose last word is one of
+# these holds a credential ("password", "db_passwd", "client_secret", "auth_token", "credentials") ...
+_CODE_CREDENTIAL_LAST = frozenset({
+    "password", "passwords", "passwd", "passphrase", "pwd", "pass", "secret", "secrets", "token", "tokens",
+    "credential", "credentials", "apikey", "apikeys",
+})
+# ... or whose last word is "key" after one of these ("api_key", "access_key", "private_key"): after any other
+# word a key names what it is kept under ("memory_key", "s3_key", "env_key", "input_key").
+_CODE_KEY_KINDS = frozenset({
+    "api", "access", "private", "secret", "signing", "auth", "encryption", "master", "client", "license",
+    "subscription",
+})
 
 
 def name_words(name: str) -> list[str]:
@@ -111,3 +123,16 @@ def holds_command_line(name: str) -> bool:
     ``SETUP_SCRIPT``, ``DB_PASSWORD_COMMAND``), which is then read as one rather than as a credential."""
     words = name_words(name)
     return bool(words) and words[-1] in _COMMAND_NAMES
+
+
+def names_credential_in_code(name: str) -> bool:
+    """Whether a lower- or mixed-case name in code names a credential: one :func:`is_secret_field` says does,
+    whose last word says it holds one (``password``, ``client_secret``, ``auth_token``, ``api_key``,
+    ``privateKey``), not a name that says what the credential's value is kept under or described by
+    (``memory_key``, ``password_hash``, ``password_policy``, ``csrf_cookie``, ``secret_type``)."""
+    words = name_words(name)
+    if not words or not is_secret_field(name):
+        return False
+    if words[-1] in ("key", "keys"):
+        return len(words) > 1 and words[-2] in _CODE_KEY_KINDS
+    return words[-1] in _CODE_CREDENTIAL_LAST or words[-1].endswith(_CREDENTIAL_COMPOUNDS)

@@ -9,8 +9,8 @@ line, so that :mod:`config_registry.secrets` can refuse it.
 
 A credential in source is a string literal: one given to a name that means a credential (an assignment,
 spaced or not, ``os.environ["TOKEN"] = ...``, ``self.secret = ...``, a keyword argument, a dict key, a
-parameter's default), in lower or mixed case only when the name is more than a bare generic word (``key``,
-``auth``) and the value is one token rather than prose (:func:`_given_credential`), anything a
+parameter's default; a dict key or subscript only when it is a name), in lower or mixed case only when the
+name's last word says it holds a credential and the value looks like one (:func:`_given_credential`), anything a
 string literal or comment holds that a definition's other strings are refused for (a known shape, a
 connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), or a password a
 command line gives its program (:func:`~config_registry.credentials.program_passwords`: a MySQL client's
@@ -37,13 +37,17 @@ from config_registry.credentials import (
     value_credential,
     variable_credential,
 )
-from config_registry.names import holds_command_line
+from config_registry.names import holds_command_line, names_credential_in_code
 
 # A name in upper case is an environment's or a constant's, read as the shell rule reads it; one in lower or
-# mixed case is code's, where a bare generic word names something else (a dict's key, an auth scheme, a
-# session's name, a cookie's name), and where a value with spaces is prose (_given_credential).
+# mixed case is code's, where a name like a credential's may name something else (memory_key, password_hash)
+# and a value given to one may be a word, a type or a mask ("string", "[REDACTED]"): _given_credential.
 _UPPER_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-_GENERIC_NAMES = frozenset({"key", "keys", "auth", "session", "signature", "cookie", "cookies"})
+# What a dict key or a subscript names a value by, when it is a name: an identifier, or a header's name
+# ("X-Api-Key"). Any other string is data, perhaps a secret itself, and never a name to repeat.
+_NAME_LIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z][A-Za-z0-9-]*")
+# A value that hides or stands for a secret rather than holding it: a mask ("***", "********").
+_MASK_CHARACTERS = frozenset("*\u2022xX")
 
 
 def source_credential(source: str) -> str | None:
@@ -75,16 +79,27 @@ def source_credential(source: str) -> str | None:
 
 def _given_credential(name: str, literal: str) -> str | None:
     """Whether ``literal`` given to ``name`` is a credential: under an upper-case name, as a variable set in a
-    shell is read; under a lower- or mixed-case one, where code may mean a word (``auth = "basic"``, ``key =
-    "id"``, ``password_hint = "Ask IT"``), only when the name is more than a bare generic word and the value
-    is one token, as a key or password is, rather than prose."""
-    if _UPPER_NAME.fullmatch(name):
+    shell is read; under a lower- or mixed-case one, where code may mean a word, a type or a mask
+    (``auth = "basic"``, ``{"password": "string"}``, ``rec["api_key"] = "[REDACTED]"``), only when the name
+    says it holds a credential (:func:`~config_registry.names.names_credential_in_code`) and the value looks
+    like one (:func:`_looks_secret`). A name that holds a command line is read as one."""
+    if _UPPER_NAME.fullmatch(name) or holds_command_line(name):
         return variable_credential(name, literal)
-    if holds_command_line(name):  # "password_command = 'pass show db'" is read as a command line
-        return variable_credential(name, literal)
-    if name.lower() in _GENERIC_NAMES or any(c.isspace() for c in literal.strip()):
+    if not names_credential_in_code(name) or not _looks_secret(literal):
         return None
     return variable_credential(name, literal)
+
+
+def _looks_secret(literal: str) -> bool:
+    """Whether a literal is one token that could be a key or a password: 8 or more characters with a digit or
+    a symbol in them (``hunter2-real``), or 16 or more; not prose, a word or a type's name (``Passwort``,
+    ``string``, ``INTEGER``), a mask (``***``) or a bracketed placeholder (``[REDACTED]``, ``[PAD]``)."""
+    value = literal.strip()
+    if not value or any(c.isspace() for c in value) or set(value) <= _MASK_CHARACTERS:
+        return False
+    if value[0] + value[-1] in ("[]", "<>"):
+        return False
+    return len(value) >= 16 or (len(value) >= 8 and any(not c.isalpha() for c in value))
 
 
 def _given_literals(tree: ast.AST) -> Iterator[tuple[str, str]]:
@@ -120,7 +135,7 @@ def _given(node: ast.AST) -> list[tuple[ast.expr | str | None, ast.expr | None]]
 
 def _name(target: ast.expr | str | None) -> str | None:
     """The name a value is given to: a variable's, an attribute's (``self.secret``), a keyword's, a dict key's
-    or a subscript's (``os.environ["TOKEN"]``)."""
+    or a subscript's (``os.environ["TOKEN"]``) when it is a name (:data:`_NAME_LIKE`), else ``None``."""
     if isinstance(target, ast.Subscript):
         target = target.slice
     if isinstance(target, ast.Name):
@@ -128,7 +143,7 @@ def _name(target: ast.expr | str | None) -> str | None:
     if isinstance(target, ast.Attribute):
         return target.attr
     if isinstance(target, ast.Constant) and isinstance(target.value, str):
-        return target.value
+        return target.value if _NAME_LIKE.fullmatch(target.value) else None
     return target if isinstance(target, str) else None
 
 

@@ -254,3 +254,51 @@ def test_tool_source_running_an_encoded_powershell_script_that_does_not_decode_i
         registry.add("tooled", _team(source=source), triage_manifest(**MANIFEST), "tool")
     assert caught.value.field == f"config.{SOURCE}"
     assert "-EncodedCommand" in caught.value.message and "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # names whose last word says what a value is kept under or described by, not a credential
+        'memory_key = "chat_history"',
+        'chain = load(input_key="question", text_key="content", s3_key="reports/latest.csv")',
+        'env_key = "OPENAI_API_KEY"',
+        'password_selector = "#password"',
+        'csrf_cookie = "csrftoken"',
+        'password_policy = "strict"',
+        'secret_type = "api_key"',
+        'http_auth = "basic"',
+        'schema = {"id": "INTEGER", "password_hash": "TEXT"}',
+        'command = "UPDATE users SET password_hash=? WHERE id=?"',
+        # a credential's name given a mask, a type, a word or a placeholder
+        'rec = {}\n    rec["password"] = "[REDACTED]"\n    rec["api_key"] = "***"',
+        'schema = {"username": "string", "password": "string"}',
+        'labels = {"password": "Passwort", "invalid_token": "E401", "padding_token": "[PAD]"}',
+        'separator_token = "|"',
+        "def search(query, token='default'): return query",
+        # a string as a dict key is data, not a name
+        'answers = {"what is the admin password? It is Tr0ub4dor": "no"}',
+    ],
+)
+def test_ordinary_tool_code_under_names_like_a_credentials_is_stored(body: str) -> None:
+    source = f"def lookup(query: str) -> str:\n    {body}\n    return query\n"
+    stored = apply_references(_team(source=source), {})
+    assert stored["config"]["participants"][0]["config"]["workbench"][0]["config"]["tools"][0]["config"][
+        "source_code"] == source
+
+
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        ('LABELS = {"host=db user=app password=Tr0ub4dor": "primary"}', "a connection string's 'password'"),
+        ('access_key = "Tr0ub4dor-AKIA"', "the value of the variable 'access_key'"),
+        ('cfg = {"X-Api-Key": "Tr0ub4dor-9f8e"}', "the value of the variable 'X-Api-Key'"),
+        ('auth_token = "Tr0ub4dor9f8e7d6c"', "the value of the variable 'auth_token'"),
+    ],
+)
+def test_a_secret_in_tool_code_is_refused_without_repeating_what_is_no_name(body: str, what: str) -> None:
+    source = f"def lookup(query: str) -> str:\n    {body}\n    return query\n"
+    with pytest.raises(DefinitionInvalid) as caught:
+        apply_references(_team(source=source), {})
+    assert f"plaintext secret ({what})" in caught.value.message
+    assert "Tr0ub4dor" not in str(caught.value)
