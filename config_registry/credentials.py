@@ -53,6 +53,8 @@ _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
 # header (mcp-remote's ``--header "Authorization: Bearer VALUE"``) ...
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
+# A header's name, its words of letters ("X-Api-Key", "X-Hub-Signature-256"), which a random token is not.
+_HEADER_NAME = re.compile(r"[A-Za-z]+(?:-[A-Za-z0-9]+)*")
 # ... unless its value is left for the program to expand from its own environment: ``${AUTH_TOKEN}``,
 # cmd's ``%AUTH_TOKEN%`` and ``!AUTH_TOKEN!``, PowerShell's ``$env:AUTH_TOKEN`` ...
 _AUTHORIZATION_SCHEME = re.compile(r"(?:bearer|basic|token)\s+", re.IGNORECASE)
@@ -192,7 +194,7 @@ def _connection_credential(value: str) -> str | None:
     A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
     the program expands from its environment (``password=${PGPASSWORD}``) holds no secret."""
     for name, secret in connection_pairs(value) or ():
-        if secret and is_secret_field(name) and not _left_out(secret) and not is_file_setting(name, secret):
+        if secret and is_secret_field(name) and not _left_out(secret) and not is_reference_setting(name, secret):
             return f"a connection string's {name!r}"
     return None
 
@@ -257,7 +259,7 @@ def flag_credential(items: list[Any], index: int) -> str | None:
 def _secret_flag(flag: str, value: str) -> bool:
     """Whether the flag ``flag`` given ``value`` gives a secret: a flag named for one, given neither a value
     that leaves it out nor a path to a ``file`` flag (``--password-file /run/secrets/pw``)."""
-    return is_secret_field(flag) and not _left_out(value) and not is_file_setting(flag, value)
+    return is_secret_field(flag) and not _left_out(value) and not is_reference_setting(flag, value)
 
 
 def command_line_credential(text: str) -> str | None:
@@ -367,12 +369,25 @@ def _variable_left_out(value: str) -> bool:
                                 and _left_out(first[0]))
 
 
-def is_file_setting(name: str, value: str) -> bool:
-    """Whether a name whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) or
-    ``credentials`` (``GOOGLE_APPLICATION_CREDENTIALS``) is given a path, as Docker secrets' and Google's
-    conventions have it, rather than the credential itself."""
+def is_reference_setting(name: str, value: str) -> bool:
+    """Whether a credential's name says where the credential is rather than holding it, as its value shows:
+    one whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) or ``credentials``
+    (``GOOGLE_APPLICATION_CREDENTIALS``) given a path, as Docker secrets' and Google's conventions have it;
+    one whose last word is ``header`` (``API_KEY_HEADER``) given a header's name (``X-Api-Key``), or a header
+    line whose value is no secret's (:func:`_header_left_out`), rather than the credential itself."""
     words = name_words(name)
+    if words[-1:] in (["header"], ["headers"]):
+        return _header_left_out(value.strip())
     return bool(words) and words[-1] in _FILE_WORDS and bool(_PATH.fullmatch(value.strip()))
+
+
+def _header_left_out(value: str) -> bool:
+    """Whether a header setting holds no secret: a header's name alone (``X-Api-Key``), or a header line
+    (``X-Webhook-Secret: ${SECRET}``) whose name is no credential's or whose value leaves it out."""
+    if _HEADER_NAME.fullmatch(value):
+        return True
+    line = _HEADER_LINE.fullmatch(value)
+    return line is not None and (not is_secret_field(line.group(1)) or _left_out(line.group(2).strip()))
 
 
 def _argument_credential(text: str) -> str | None:
@@ -389,7 +404,7 @@ def _argument_credential(text: str) -> str | None:
 def variable_credential(name: str, value: str, *, command_may_follow: bool = False) -> str | None:
     """Whether setting the variable ``name`` to ``value`` sets a secret: a name that means a credential (not
     the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`), nor a
-    path given to a ``_FILE`` variable (:func:`is_file_setting`). With ``command_may_follow`` the value is
+    path given to a ``_FILE`` variable (:func:`is_reference_setting`). With ``command_may_follow`` the value is
     the rest of a command line, and a value that leaves the secret out may be followed by the command it is
     set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`_variable_left_out`. A variable whose name says it
     holds a command line (``PASSWORD_COMMAND``) is read as one (:func:`command_line_credential`)."""
@@ -399,4 +414,4 @@ def variable_credential(name: str, value: str, *, command_may_follow: bool = Fal
     left_out = _variable_left_out if command_may_follow else _left_out
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):
         return None
-    return None if is_file_setting(name, value) else f"the value of the variable {name!r}"
+    return None if is_reference_setting(name, value) else f"the value of the variable {name!r}"

@@ -59,8 +59,12 @@ _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD_SEPARATOR = re.compile(r"[^A-Za-z0-9]+")
 # A name whose last word says its value names, locates or describes a credential rather than holding it is a
 # reference, not a credential's name: "PASSWORD_PROMPT", "TOKEN_URL", "SECRET_NAME" (a secret store's name
-# for it), "VAULT_SECRET_PATH", "API_KEY_HEADER", "API_KEY_ENV". Its value is still read for a credential's
-# shape. A name that says it holds a command line ("PASSWORD_COMMAND") is read as one (_COMMAND_NAMES).
+# for it), "VAULT_SECRET_PATH", "API_KEY_ENV". Its value is still read for a credential's shape. Two words
+# after a credential's name leave it one, since the value may be the secret: a URL that "secret" says is one
+# ("CALENDAR_SECRET_URL", where "TOKEN_URL" is the endpoint that serves a token), and a header
+# ("API_KEY_HEADER", "PASSWORD_HEADER"), a reference only when given a header's name rather than its value
+# (credentials.is_reference_setting). A name that says it holds a command line ("PASSWORD_COMMAND") is read
+# as one (_COMMAND_NAMES).
 _REFERENCE_WORDS = frozenset({
     "prompt", "url", "uri", "name", "path", "label", "header", "field", "env", "var", "variable", "hint",
     "placeholder",
@@ -69,6 +73,7 @@ _REFERENCE_WORDS = frozenset({
 # "SETUP_SCRIPT"): its value is read as a shell string, as an MCP server's "-c" argument is.
 _COMMAND_NAMES = frozenset({"cmd", "cmdline", "command", "commands", "commandline", "script", "exec", "entrypoint"})
 _NOT_A_CREDENTIALS_NAME = _REFERENCE_WORDS | _COMMAND_NAMES
+_HEADER_WORDS = frozenset({"header", "headers"})
 # In code, where a name is a variable's, a parameter's or a dict key's, only a name whose last word is one of
 # these holds a credential ("password", "db_passwd", "client_secret", "auth_token", "credentials") ...
 _CODE_CREDENTIAL_LAST = frozenset({
@@ -100,10 +105,19 @@ def is_secret_field(key: str) -> bool:
     ``token_limit``, ``first_pass``), identifiers (``cache_key``, ``public_key``, ``key_id``) and where a secret is
     read from (``SSHPASS_FILE``, ``PGPASSFILE``, ``GIT_ASKPASS``) are not, nor is a reference whose last word
     says what it holds is not the credential (``PASSWORD_PROMPT``, ``TOKEN_URL``, ``SECRET_NAME``,
-    ``PASSWORD_COMMAND``: :data:`_NOT_A_CREDENTIALS_NAME`)."""
+    ``PASSWORD_COMMAND``: :data:`_NOT_A_CREDENTIALS_NAME`); a ``SECRET_URL`` and a credential's ``_HEADER``
+    are (:data:`_REFERENCE_WORDS`)."""
     words = name_words(key)
+    if words[-1:] in (["url"], ["uri"]) and words[-2:-1] in (["secret"], ["secrets"]):
+        return True  # "CALENDAR_SECRET_URL": "secret" says what the URL is; "TOKEN_URL" says what it serves
+    if len(words) > 1 and words[-1] in _HEADER_WORDS:
+        return _names_credential(words[:-1])  # a header name or line; the value says which (credentials.py)
     if not words or words[-1] in _NOT_A_CREDENTIALS_NAME:
         return False
+    return _names_credential(words)
+
+
+def _names_credential(words: list[str]) -> bool:
     if any(text in "".join(words) for text in _CREDENTIAL_TEXT) or "apikey" in words:
         return True
     last, before = words[-1], set(words[:-1])

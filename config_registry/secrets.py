@@ -24,7 +24,7 @@ from config_registry.credentials import (
     encoded_script_credential,
     environment_value_credential,
     flag_credential,
-    is_file_setting,
+    is_reference_setting,
     program_passwords,
     url_credential,
     value_credential,
@@ -79,7 +79,7 @@ def _set(parent: Any, key: str, value: Any) -> None:
 
 
 def _check_plaintext(path: str, key: str, value: Any) -> None:
-    if isinstance(value, str) and value and value != MASK and is_secret_field(key) and not is_file_setting(key, value):
+    if isinstance(value, str) and value and value != MASK and is_secret_field(key) and not is_reference_setting(key, value):
         raise DefinitionInvalid(
             f"holds a plaintext secret (its name, {key!r}, means a credential); the registry never stores "
             "secrets",

@@ -1,6 +1,7 @@
 """A name whose last word says its value names, locates or describes a credential (``PASSWORD_PROMPT``,
 ``TOKEN_URL``, ``SECRET_NAME``) is a reference, read alike in a field, an environment, a command line and a
-tool's source: its value is stored unless its shape gives a secret away. A command kept under a secret's name
+tool's source: its value is stored unless its shape gives a secret away. A ``SECRET_URL`` is no reference, nor
+is a credential's ``_HEADER`` given more than a header's name. A command kept under a secret's name
 (``DB_PASSWORD_COMMAND``) is read as a command line, and a path given for a credentials file is stored."""
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def test_a_command_line_kept_under_a_secrets_name_in_tool_source_is_read_as_one(
     [
         ({"GOOGLE_APPLICATION_CREDENTIALS": "hunter2-SECRET"}, [], "'GOOGLE_APPLICATION_CREDENTIALS'"),
         ({"TOKEN_URL": "https://app:hunter2-SECRET@auth.example.com/token"}, [], "a URL with a credential"),
-        ({"API_KEY_HEADER": "Bearer hunter2SECRET0123456789"}, [], "authorization value"),
+        ({"PASSWORD_PROMPT": "Bearer hunter2SECRET0123456789"}, [], "authorization value"),
         ({"SECRET_NAME": "sk-proj-hunter2SECRET0123456789"}, [], "API key"),
         ({}, ["-c", "tool --password-file hunter2-SECRET"], "the value of the flag '--password-file'"),
         ({}, ["-c", "GOOGLE_APPLICATION_CREDENTIALS=hunter2-SECRET tool"], "'GOOGLE_APPLICATION_CREDENTIALS'"),
@@ -108,3 +109,35 @@ def test_a_secret_given_to_a_reference_by_mistake_is_still_refused(
     assert refused.field == f"config.{SERVER}." + (f"env.{next(iter(env))}" if env else "args.1")
     assert what in refused.message
     assert "--secret" in (refused.hint or "")
+
+
+WEBHOOK = "https://outlook.office.com/webhook/a1b2/IncomingWebhook/hunter2SECRET9f8e7d6c/c3d4"
+
+
+@pytest.mark.parametrize(
+    ("env", "fields"),
+    [
+        ({"CALENDAR_SECRET_URL": "https://calendar.google.com/calendar/ical/x%40example.com/"
+                                 "private-hunter2SECRET9f8e7d6c5b4a3928/basic.ics"}, {}),
+        ({"TEAMS_WEBHOOK_SECRET_URL": WEBHOOK}, {}),
+        ({}, {"webhook_secret_url": "https://discord.com/api/webhooks/123/hunter2SECRETabcdef"}),
+        ({"WEBHOOK_SECRET_HEADER": "X-Webhook-Secret: hunter2SECRET9f8e"}, {}),
+        ({"PASSWORD_HEADER": "Basic aHVudGVyMjpwYXNz"}, {}),
+        ({"API_KEY_HEADER": "hunter2SECRET9f8e"}, {}),
+    ],
+)
+def test_a_url_that_secret_says_is_one_and_a_credentials_header_value_are_refused(
+    env: dict[str, str], fields: dict[str, str]
+) -> None:
+    refused = _refused(_component(env=env, fields=fields))
+    name = next(iter(env or fields))
+    assert refused.field == (f"config.{SERVER}.env.{name}" if env else f"config.{name}")
+    assert f"its name, {name!r}, means a credential" in refused.message
+
+
+def test_a_header_named_for_a_credential_is_stored_given_the_headers_name_or_a_line_leaving_it_out() -> None:
+    env = {"API_KEY_HEADER": "X-Api-Key", "WEBHOOK_SECRET_HEADER": "X-Webhook-Secret: ${WEBHOOK_SECRET}",
+           "AUTH_HEADER": "Authorization", "SIGNATURE_HEADER": "X-Hub-Signature-256"}
+    args = ["-c", "tool --api-key-header X-Api-Key --token-url https://auth.example.com/token"]
+    component = _component(env=env, args=args, fields={"api_key_header": "X-Api-Key"})
+    assert apply_references(component, {}) == component
