@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
-from config_registry.names import holds_command_line, is_secret_field, name_words
+from config_registry.names import holds_command_line, holds_secret_command, is_secret_field, name_words
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
@@ -100,6 +100,10 @@ _MYSQL_CLIENT = re.compile(
 )
 _MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
 _INSIDE = ", inside a command line"
+# The programs that print their arguments, which a command that gives a secret may print it with.
+_PRINTS = re.compile(r"(?:.*[/\\])?(?:echo|printf)(?:\.exe)?", re.IGNORECASE | re.DOTALL)
+# A redirection's operator ("> /dev/null", "2>&1"), whose target is no argument.
+_REDIRECTION = re.compile(r"\d*[<>]+&?\d*")
 GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
 # sshpass runs a command (ssh, rsync, scp) with the password its "-p" gives ("sshpass -p PW ssh host", "-pPW");
 # "-f FILE", "-d FD" and "-e" (the SSHPASS variable) leave it off the command line. Its options come first.
@@ -248,12 +252,53 @@ def flag_credential(items: list[Any], index: int) -> str | None:
     if not isinstance(item, str) or not item:
         return None
     match = _FLAG.fullmatch(item)
+    command = _flag_command_credential(match, items[index - 1] if index else None, item)
+    if command is not None:
+        return command
     if match and match.group(2) and _secret_flag(match.group(1), match.group(2)):
         return f"the value of the flag '--{match.group(1)}'"
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
     if previous and previous.group(2) is None and _secret_flag(previous.group(1), item) and not _FLAG.fullmatch(item):
         return f"the value of the flag '--{previous.group(1)}'"
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
+
+
+def _flag_command_credential(match: re.Match[str] | None, previous: Any, item: str) -> str | None:
+    """What a command line given to a flag that says it holds one holds (``--password-command "echo VALUE"``,
+    ``--password-command=...``), read as :func:`kept_command_credential` reads it."""
+    if match and match.group(2) is not None and holds_command_line(match.group(1)):
+        return kept_command_credential(match.group(1), match.group(2))
+    flag = _FLAG.fullmatch(previous) if isinstance(previous, str) else None
+    if flag and flag.group(2) is None and holds_command_line(flag.group(1)) and not match:
+        return kept_command_credential(flag.group(1), item)
+    return None
+
+
+def kept_command_credential(name: str, value: str) -> str | None:
+    """What a command line kept under a name that says it holds one holds (``INIT_COMMAND``,
+    ``--password-command``), read as one (:func:`command_line_credential`); under a credential's name
+    (``DB_PASSWORD_CMD``: :func:`~config_registry.names.holds_secret_command`) the command prints the secret,
+    so one that prints a literal (``echo VALUE``, ``printf %s VALUE``) holds it."""
+    found = command_line_credential(value)
+    if found is None and holds_secret_command(name) and _prints_literal(value):
+        return "a literal that a command kept under a secret's name prints, which is the secret itself"
+    return found
+
+
+def _prints_literal(text: str) -> bool:
+    """Whether a command in ``text`` is ``echo`` or ``printf`` given a literal (``printf`` past its format when
+    it has more), not a ``$VAR`` or ``$(command)`` (:func:`_left_out`) or a redirection's target."""
+    for words in simple_commands(text):
+        at = command_word(words)
+        if at is None or not _PRINTS.fullmatch(words[at]):
+            continue
+        given = [word for index, word in enumerate(words[at + 1:], at + 1)
+                 if not word.startswith("-") and not _REDIRECTION.match(word)
+                 and not _REDIRECTION.fullmatch(words[index - 1])]
+        given = given[1:] if words[at].lower().endswith("printf") and len(given) > 1 else given
+        if any(not _left_out(word) for word in given):
+            return True
+    return False
 
 
 def _secret_flag(flag: str, value: str) -> bool:
@@ -303,7 +348,7 @@ def environment_value_credential(name: str, value: str) -> str | None:
     whose name says it holds a command (``CMD``, ``PRE_START_COMMAND``, ``SETUP_SCRIPT``) is read whole, as
     one of an MCP server's ``args`` holding a shell string is (:func:`command_line_credential`). Other values
     are settings or prose, where ``-p3306`` is a port and ``password=...`` may be a sentence's."""
-    return command_line_credential(value) if holds_command_line(name) else program_password(value)
+    return kept_command_credential(name, value) if holds_command_line(name) else program_password(value)
 
 
 def encoded_script_credential(words: list[str]) -> str | None:
@@ -410,7 +455,7 @@ def variable_credential(name: str, value: str, *, command_may_follow: bool = Fal
     holds a command line (``PASSWORD_COMMAND``) is read as one (:func:`command_line_credential`)."""
     value = value.strip()
     if holds_command_line(name):  # "DB_PASSWORD_COMMAND=pass show db"
-        return command_line_credential(value)
+        return kept_command_credential(name, value)
     left_out = _variable_left_out if command_may_follow else _left_out
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):
         return None

@@ -150,3 +150,11 @@ def names_credential_in_code(name: str) -> bool:
     if words[-1] in ("key", "keys"):
         return len(words) > 1 and words[-2] in _CODE_KEY_KINDS
     return words[-1] in _CODE_CREDENTIAL_LAST or words[-1].endswith(_CREDENTIAL_COMPOUNDS)
+
+
+def holds_secret_command(name: str) -> bool:
+    """Whether the name says its value is the command line that gives a credential (``DB_PASSWORD_CMD``,
+    ``secret_script``, ``--password-command``): a command name after a credential's, whose command prints
+    the secret, so an ``echo`` of a literal there is the secret itself."""
+    words = name_words(name)
+    return len(words) > 1 and words[-1] in _COMMAND_NAMES and _names_credential(words[:-1])

@@ -25,12 +25,13 @@ from config_registry.credentials import (
     environment_value_credential,
     flag_credential,
     is_reference_setting,
+    kept_command_credential,
     program_passwords,
     url_credential,
     value_credential,
 )
 from config_registry.errors import DefinitionInvalid, ScriptUnreadable, SecretUnavailable
-from config_registry.names import is_secret_field
+from config_registry.names import holds_secret_command, is_secret_field
 from config_registry.shell import encoded_script_at
 from config_registry.source import source_credential
 
@@ -147,6 +148,8 @@ def _found_in_value(path: str, key: str, value: Any, parent: Any) -> str | None:
         found = command_line_credential(value)
     if found is None and isinstance(value, str) and _is_environment(path, parent):
         found = environment_value_credential(key, value)
+    if found is None and isinstance(value, str) and holds_secret_command(key):  # "db_password_cmd": "..."
+        found = kept_command_credential(key, value)
     return found
 
 

@@ -234,6 +234,7 @@ def test_tool_source_reading_a_secret_from_the_environment_is_stored(registry: R
         ("def inner(*, apiKey='hunter2-real'): return apiKey", "the value of the variable 'apiKey'"),
         # a command line kept under a secret's name, and PowerShell's encoded script
         ('password_command = "tool --token hunter2-real serve"', "the value of the flag '--token', inside"),
+        ('password_command = "echo hunter2-real"', "a literal that a command kept under a secret's name prints"),
         ('subprocess.run(["powershell", "-enc", "' + _encoded("$env:PGPASSWORD='hunter2'; psql") + '"])',
          "the value of the variable 'PGPASSWORD', in PowerShell's -EncodedCommand"),
         ('subprocess.run("pwsh -enc ' + _encoded("$env:PGPASSWORD = 'hunter2'; psql") + '", shell=True)',

@@ -141,3 +141,36 @@ def test_a_header_named_for_a_credential_is_stored_given_the_headers_name_or_a_l
     args = ["-c", "tool --api-key-header X-Api-Key --token-url https://auth.example.com/token"]
     component = _component(env=env, args=args, fields={"api_key_header": "X-Api-Key"})
     assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "fields", "field", "what"),
+    [
+        ({}, [], {"db_password_cmd": "sshpass -p hunter2 ssh host"}, "db_password_cmd", "sshpass's '-p'"),
+        ({}, [], {"secret_script": "mysql -uroot -phunter2 crm"}, "secret_script", "glued to the MySQL"),
+        ({}, [], {"password_command": "echo hunter2"}, "password_command", "prints"),
+        ({}, ["--password-command", "echo hunter2"], {}, f"{SERVER}.args.1", "prints"),
+        ({}, ["--password-command=echo hunter2"], {}, f"{SERVER}.args.0", "prints"),
+        ({}, ["-c", "tool --password-command 'mysql -uroot -phunter2 crm'"], {}, f"{SERVER}.args.1", "glued"),
+        ({}, ["-c", "tool --secret-cmd 'echo -n hunter2'"], {}, f"{SERVER}.args.1", "prints"),
+        ({"RCLONE_PASSWORD_COMMAND": "echo hunter2"}, [], {}, f"{SERVER}.env.RCLONE_PASSWORD_COMMAND", "prints"),
+        ({"RCLONE_PASSWORD_COMMAND": "printf %s hunter2&3"}, [], {}, f"{SERVER}.env.RCLONE_PASSWORD_COMMAND",
+         "prints"),
+    ],
+)
+def test_a_command_kept_under_a_secrets_name_in_a_field_flag_or_variable_is_read_as_one(
+    env: dict[str, str], args: list[str], fields: dict[str, str], field: str, what: str
+) -> None:
+    refused = _refused(_component(env=env, args=args, fields=fields))
+    assert refused.field == f"config.{field}"
+    assert what in refused.message
+
+
+def test_a_command_kept_under_a_secrets_name_that_prints_no_literal_is_stored() -> None:
+    env = {"RCLONE_PASSWORD_COMMAND": "echo $RCLONE_PW > /dev/null", "DB_PASSWORD_CMD": "printf '%s' \"$PW\"",
+           "INIT_COMMAND": "echo starting", "PASSWORD_COMMAND": "pass show db/crm"}
+    args = ["--password-command", "cat /run/secrets/pw", "--command", "echo ready"]
+    fields = {"password_command": "echo ${DB_PASSWORD:?}", "secret_script": "vault kv get -field=pw secret/db"}
+    source = 'password_command = "printf %s \\"$(pass show db)\\""\n'
+    component = _component(env=env, args=args, fields=fields, source=source)
+    assert apply_references(component, {}) == component
