@@ -107,13 +107,12 @@ async def test_a_forget_racing_the_sweeps_last_transaction_leaves_no_raw_id_behi
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 async def test_a_forget_recorded_as_the_sweep_destroys_the_key_commits_first_and_its_record_goes_with_the_user(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The forget records itself while the key stands and commits late, after the key's destruction: the sweep waits
     for it (SQLite runs one writer at a time, so only Postgres can interleave them)."""
-    if engine.dialect.name != "postgresql":
-        pytest.skip("only Postgres runs two writers at once")
     keys = _keys(engine)
     store = MemoryStore(engine, keys=keys)
     await _opened(engine, keys)

@@ -295,7 +295,8 @@ def test_not_a_team_component_is_refused(registry: Registry) -> None:
 def test_unknown_team(registry: Registry) -> None:
     with pytest.raises(UnknownTeam) as caught:
         registry.resolve("nobody")
-    assert "nobody" in caught.value.message
+    assert "no team of the name given is registered" in caught.value.message
+    assert "nobody" not in str(caught.value)  # a name given may be a user's words: never repeated
 
 
 def test_a_definition_over_the_size_limit_is_refused_naming_the_limit_and_its_size(registry: Registry) -> None:
