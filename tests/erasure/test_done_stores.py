@@ -10,13 +10,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store
+from teamstore.audit.subjects import get_or_create_subject, record_store
 from teamstore.audit.transcripts import TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.capabilities import ObjectVersion
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import RequestStatus, StepStatus
+from teamstore.erasure.schema import erasure_requests
+from teamstore.erasure.steps.views import PlainObjects, VersionedObjects
 from teamstore.errors import TranscriptStoreMismatch
 from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import all_versions
@@ -115,57 +119,54 @@ async def test_a_copy_restored_after_the_last_pass_fails_the_final_verification_
     assert not restored.exists()
 
 
-async def test_an_emptied_folder_this_machine_does_not_have_keeps_the_request_open_naming_it(
+async def test_two_machines_each_with_its_own_folder_complete_the_request_on_the_second_pass(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    """Listed from here, the folder would give nothing: the request would complete with the copy in it."""
-    first = LocalTranscriptStore(tmp_path / "workers" / "transcripts")
-    second = LocalTranscriptStore(tmp_path / "second")
-    subject = await _emptied_first(engine, first, second, "req-away")
-    (tmp_path / "workers").rename(tmp_path / "away")  # the first folder is not mounted here
+    """Neither machine has the other's folder: each pass naming the other store would keep the request open."""
+    first = LocalTranscriptStore(tmp_path / "host1" / "transcripts")
+    second = LocalTranscriptStore(tmp_path / "host2" / "transcripts")
+    subject = await _written(engine, {first: 2, second: 1})
+    (tmp_path / "host2").rename(tmp_path / "host2-away")  # on the first machine
+    with pytest.raises(TranscriptStoreMismatch) as named:
+        await coordinator(engine, first).run(USER, request_id="req-hosts")
+    assert named.value.stores == (second.url,)
 
-    with pytest.raises(TranscriptStoreMismatch, match="a folder this machine does not have") as named:
-        await coordinator(engine, second).run(USER, request_id="req-away")
-    assert named.value.stores == (first.url,)
-    assert "on the machine whose folder that is" in (named.value.hint or "")
-    left_open = await coordinator(engine, second).status("req-away")
-    assert left_open.status is RequestStatus.OPEN and await find_subject(engine, USER) == subject
+    (tmp_path / "host1").rename(tmp_path / "host1-away")  # on the second machine
+    (tmp_path / "host2-away").rename(tmp_path / "host2")
+    receipt = await coordinator(engine, second).run(USER, request_id="req-hosts")
 
-    (tmp_path / "away").rename(tmp_path / "workers")  # run where the folder is
-    receipt = await coordinator(engine, second).run(USER, request_id="req-away")
     assert receipt.status is RequestStatus.COMPLETED, receipt
-    assert receipt.stores["transcripts"].counts.objects == 4
-    assert await first.list_keys(subject_prefix(subject)) == []
+    transcripts = receipt.stores["transcripts"]
+    assert transcripts.counts.objects == 3
+    assert f"not listed again, so a copy restored there since this request's pass is not erased: {first.url} " \
+        "(a folder this machine does not have)" in (transcripts.detail or "")
+    assert await second.list_keys(subject_prefix(subject)) == []
 
 
 @pytest.mark.s3
-async def test_a_store_the_erasure_cannot_reach_keeps_the_request_open_until_a_pass_there_erases_the_copy(
+async def test_a_bucket_the_erasure_cannot_reach_is_reported_as_not_listed_again_and_the_request_completes(
     engine: AsyncEngine, s3_env: str, tmp_path: Path
 ) -> None:
-    """A pass against a folder has no S3 client: the bucket it emptied is named, never judged clean."""
+    """A pass against a folder has no S3 client: the bucket it emptied is reported, never judged clean."""
     bucket = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
     folder = LocalTranscriptStore(tmp_path / "moved")
-    subject = await _emptied_first(engine, bucket, folder, "req-unreached")
+    await _emptied_first(engine, bucket, folder, "req-unreached")
 
-    with pytest.raises(TranscriptStoreMismatch, match="cannot reach that store with its settings") as named:
-        await coordinator(engine, folder).run(USER, request_id="req-unreached")
-    assert named.value.stores == (bucket.url,)
-    assert f"TEAMSTORE_TRANSCRIPTS_URL={bucket.url}" in (named.value.hint or "")
-    assert (await coordinator(engine, folder).status("req-unreached")).status is RequestStatus.OPEN
+    receipt = await coordinator(engine, folder).run(USER, request_id="req-unreached")
 
-    receipt = await coordinator(engine, bucket).run(USER, request_id="req-unreached")  # it reaches the folder
     assert receipt.status is RequestStatus.COMPLETED, receipt
-    assert receipt.stores["transcripts"].counts.objects == 4
-    assert all_versions(bucket.client, bucket.bucket) == []
-    assert await folder.list_keys(subject_prefix(subject)) == []
+    assert receipt.stores["transcripts"].counts.objects == 3  # the restored copy was never listed
+    assert f"{bucket.url} (this erasure, talking to {folder.url}, cannot reach that kind of store)" in (
+        receipt.stores["transcripts"].detail or "")
+    assert len(all_versions(bucket.client, bucket.bucket)) == 1
     await bucket.close()
 
 
 @pytest.mark.s3
-async def test_an_emptied_bucket_that_cannot_be_listed_again_keeps_the_request_open_naming_it(
+async def test_an_emptied_bucket_since_deleted_is_reported_as_not_listed_again_and_the_request_completes(
     engine: AsyncEngine, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """Reached with the same client, the bucket is gone (or refuses): it is not taken for empty."""
+    """Reached with the same client, the bucket is gone: it is not taken for empty, nor waited for."""
     first, second = await _two_buckets(request, tmp_path)
     await _emptied_first(engine, first, second, "req-gone")
     assert isinstance(first, S3TranscriptStore) and isinstance(second, S3TranscriptStore)
@@ -173,12 +174,92 @@ async def test_an_emptied_bucket_that_cannot_be_listed_again_keeps_the_request_o
         first.client.delete_object(Bucket=first.bucket, Key=version["Key"], VersionId=version["VersionId"])
     first.client.delete_bucket(Bucket=first.bucket)
 
-    with pytest.raises(TranscriptStoreMismatch, match="listing that store again") as named:
-        await coordinator(engine, second).run(USER, request_id="req-gone")
-    assert named.value.stores == (first.url,) and "create the bucket" in named.value.message
-    assert (await coordinator(engine, second).status("req-gone")).status is RequestStatus.OPEN
+    receipt = await coordinator(engine, second).run(USER, request_id="req-gone")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert f"{first.url} (it could not be listed from here: " in (receipt.stores["transcripts"].detail or "")
     await first.close()
     await second.close()
+
+
+async def test_a_kill_after_a_done_folder_is_swept_keeps_what_the_sweep_found_for_the_rerun(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
+    subject = await _emptied_first(engine, first, second, "req-kill")
+    delete_folder = PlainObjects.delete_folder
+
+    async def killed_after(view: PlainObjects, prefix: str) -> None:
+        await delete_folder(view, prefix)
+        if view.store.url == first.url:
+            raise KeyboardInterrupt  # the process killed before the sweep records what it deleted
+    monkeypatch.setattr(PlainObjects, "delete_folder", killed_after)
+    with pytest.raises(KeyboardInterrupt):
+        await coordinator(engine, second).run(USER, request_id="req-kill")
+    assert await first.list_keys(subject_prefix(subject)) == []
+    monkeypatch.setattr(PlainObjects, "delete_folder", delete_folder)
+    async with engine.begin() as conn:  # the killed process's lease, run out
+        await conn.execute(update(erasure_requests).values(owner=None))
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-kill")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 4  # two and the restored one in the first, one here
+
+
+@pytest.mark.s3
+async def test_a_delete_a_done_bucket_refuses_fails_the_step_saying_so_and_the_rerun_keeps_what_was_deleted(
+    engine: AsyncEngine, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = await _two_buckets(request, tmp_path)
+    subject = await _emptied_first(engine, first, second, "req-refused")
+    await first.put(f"{subject_prefix(subject)}sessions/late/runs/r8.jsonl.gz", b"restored transcript")
+    delete = VersionedObjects.delete
+
+    async def refusing_r9(view: VersionedObjects, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
+        refused = [version for version in batch if version.key.endswith("r9.jsonl.gz")]
+        return {**await delete(view, [v for v in batch if v not in refused]), **dict.fromkeys(refused, "AccessDenied")}
+    monkeypatch.setattr(VersionedObjects, "delete", refusing_r9)
+    failed = await coordinator(engine, second).run(USER, request_id="req-refused")
+    assert failed.status is RequestStatus.FAILED, failed
+    assert "S3 refused to delete 1 object version(s) of the subject (AccessDenied)" in (
+        failed.stores["transcripts"].detail or "")
+    assert "s3:DeleteObjectVersion" in (failed.stores["transcripts"].detail or "")
+    monkeypatch.setattr(VersionedObjects, "delete", delete)
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-refused")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 5  # two, r8 (deleted before the refusal), r9, one here
+    assert await first.list_keys(subject_prefix(subject)) == []
+    await first.close()
+    await second.close()
+
+
+@pytest.mark.s3
+async def test_a_hold_lifted_after_its_store_s_pass_is_not_counted_twice_nor_claimed_held(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    bucket = versioned_bucket(lock=True)
+    locked, moved = S3TranscriptStore(make_client(), bucket, "audit"), S3TranscriptStore(make_client(), bucket, "moved")
+    subject = await _written(engine, {locked: 3, moved: 1})
+    hold = {"Bucket": bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
+    locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "ON"})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, locked).run(USER, request_id="req-lifted")
+    locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "OFF"})  # the hold ends meanwhile
+
+    receipt = await coordinator(engine, moved).run(USER, request_id="req-lifted")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.retained) == (4, 4, 0)
+    assert not (transcripts.detail or "").startswith("held in other stores")
+    assert all_versions(locked.client, bucket) == []
+    rerun = await coordinator(engine, locked).run(USER, request_id="req-lifted")
+    assert rerun.stores["transcripts"].counts == transcripts.counts
+    await locked.close()
+    await moved.close()
 
 
 @pytest.mark.s3

@@ -70,7 +70,8 @@ def verdict(deleted: StoreResult, left: Counts, now: datetime) -> StoreResult:
                            detail=f"{left.unreadable} object version(s) remain under S3 Object Lock or a legal hold "
                            f"until it ends, sealed under the user's destroyed data key: unreadable by anyone{where}")
     status = StepStatus.NO_MATCH if counts.total == 0 else StepStatus.ERASED
-    return StoreResult(status=status, counts=counts, verified_at=now)
+    # The step's word kept (a store it could not list again is named): erased here says nothing of it.
+    return StoreResult(status=status, counts=counts, verified_at=now, detail=deleted.detail)
 
 
 def request_status(results: dict[str, StoreResult]) -> RequestStatus:

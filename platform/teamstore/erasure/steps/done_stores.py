@@ -2,70 +2,89 @@
 
     from teamstore.erasure.steps.done_stores import left_in_done, sweep_done
 
-    others = await sweep_done(ctx, others)     # the last store's pass: what came back elsewhere, erased
-    left = await left_in_done(ctx)             # its verification: what no hold keeps there, still found
+    others, unlisted = await sweep_done(ctx, others)  # the last store's pass: what came back elsewhere, erased
+    left = await left_in_done(ctx)                     # its verification: what no hold keeps there, still found
 
 A request whose transcripts went to several stores empties one per pass, and a store it emptied (or left
 holding only versions a hold keeps) is done for it. Something restored into such a store after its pass would
 otherwise stay there once the request completes: so the pass that ends the request lists every store recorded
 for the subject, and every store a pass of this request counted, besides its own. Each is reached with the
 erasure's own settings (:func:`teamstore.audit.transcripts.store_beside`: a folder this machine has, or another
-bucket or prefix through the configured S3 client); what no hold keeps there is deleted and added to that
-store's part, and the verification lists them once more. A store it cannot reach is never judged clean: the
-request stays open, naming it (``TranscriptStoreMismatch``), as for a store still to empty. The versions a hold
-keeps are left as the store's pass counted them, once; held versions beyond that count (a copy restored under a
-lock) are added to it.
+bucket or prefix through the configured S3 client); what no hold keeps there is counted and recorded (status
+``enumerated``), then deleted, and the verification lists them once more. A done store this pass cannot reach
+(a folder this machine lacks, an S3 store of another endpoint or account, a bucket gone or refusing to list)
+does not hold the request open: each pass would name another store forever when the stores are two machines'
+folders or two endpoints. It is reported, with why, as not listed again.
+
+A store's part is grown by the main step's rule: what a pass stopped after counting (``enumerated``) recorded is
+a superset of what is found since; held versions its pass counted and now found free (a hold lifted) are not
+counted twice, and held versions beyond them (a copy restored under a lock) are added.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
-from teamstore.audit.subjects import recorded_stores
+from teamstore.audit.subjects import mark_store_erased, recorded_stores
 from teamstore.audit.transcripts import store_beside
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
-from teamstore.audit.transcripts.capabilities import HoldStatus, missing_here
+from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any, missing_here
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.steps.base import StepContext
-from teamstore.erasure.steps.views import Kept, PlainObjects, Tally, VersionedObjects, View, tallied, view_of
-from teamstore.erasure.stores import EARLIER, TRANSCRIPTS, mismatch, same_request, what_stays
-from teamstore.errors import TranscriptStoreMismatch, TranscriptUnavailable
+from teamstore.erasure.steps.views import Kept, PlainObjects, Tally, VersionedObjects, View, view_of
+from teamstore.erasure.stores import EARLIER, HELD, TRANSCRIPTS
+from teamstore.errors import StorageError, TranscriptUnavailable
 
 
-async def sweep_done(ctx: StepContext, others: dict[str, StoreResult]) -> dict[str, StoreResult]:
+async def sweep_done(ctx: StepContext, others: dict[str, StoreResult]
+                     ) -> tuple[dict[str, StoreResult], dict[str, str]]:
     """Erase what no hold keeps in every other store done for the request; ``others``: the other stores' parts.
 
     Returns:
-        The parts, each store where something was found grown by it (and recorded so).
+        The parts, each store where something was found grown by it (and recorded so); and the done stores this
+        pass could not reach, each with why.
 
     Raises:
-        TranscriptStoreMismatch: A done store cannot be reached or listed from here, or refused a delete no hold
-            explains; it is named.
+        TranscriptUnavailable: A done store refused a delete no hold explains, or failed during the deletes;
+            what was found there is recorded first, so the rerun keeps its count.
     """
+    unlisted: dict[str, str] = {}
     for url in await _done_stores(ctx, others):
-        async with _reached(ctx, url) as store:
-            grown = await _sweep(ctx, store, others.get(url))
+        store = await _reached(ctx, url)
+        if isinstance(store, str):
+            unlisted[url] = store
+            continue
+        try:
+            grown = await _sweep(ctx, url, store, others.get(url))
+        finally:
+            await _close(ctx, store)
         if grown is not None:
-            await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url, grown, ctx.owner)
             others = {**others, url: grown}
-    return others
+    return others, unlisted
 
 
 async def left_in_done(ctx: StepContext) -> Counts:
-    """What no hold keeps in the other stores done for the request, listed again (each an unexpected version).
-
-    Raises:
-        TranscriptStoreMismatch: A done store cannot be reached or listed from here; it is named.
-    """
+    """What no hold keeps in the other stores done for the request and reachable from here, listed again (each
+    an unexpected version); one the pass could not reach is reported by the step, as not listed again."""
     parts = await load_parts(ctx.engine, ctx.request_id, TRANSCRIPTS) if ctx.request_id else {}
     left = Counts()
     for url in await _done_stores(ctx, parts):
-        async with _reached(ctx, url) as store:
-            free = await _free(view_of(store, ctx.held), _prefix(ctx))
-        left = left.plus(free.counts())
+        store = await _reached(ctx, url)
+        if isinstance(store, str):
+            continue
+        try:
+            left = left.plus((await _free(view_of(store, ctx.held), _prefix(ctx))).counts())
+        finally:
+            await _close(ctx, store)
     return left
+
+
+def not_listed_again(unlisted: dict[str, str]) -> str | None:
+    """The receipt's words for the done stores a pass could not reach."""
+    if not unlisted:
+        return None
+    where = "; ".join(f"{url} ({why})" for url, why in sorted(unlisted.items()))
+    return (f"not listed again, so a copy restored there since this request's pass is not erased: {where}; "
+            "to list one, rerun the same request id against it before the request completes")
 
 
 async def _done_stores(ctx: StepContext, parts: dict[str, StoreResult]) -> list[str]:
@@ -76,75 +95,86 @@ async def _done_stores(ctx: StepContext, parts: dict[str, StoreResult]) -> list[
     return sorted((set(recorded) | set(parts)) - {ctx.transcripts.url, EARLIER})
 
 
-def _prefix(ctx: StepContext) -> str:
+def _subject(ctx: StepContext) -> str:
     assert ctx.subject_key is not None  # _done_stores names none without one
-    return subject_prefix(ctx.subject_key)
+    return ctx.subject_key
 
 
-@asynccontextmanager
-async def _reached(ctx: StepContext, url: str) -> AsyncIterator[TranscriptStore]:
-    """The store ``url`` names, reached with the erasure's settings, closed after; what it could not list is
-    told as the store to rerun against, never as a failure a rerun here would repeat."""
+def _prefix(ctx: StepContext) -> str:
+    return subject_prefix(_subject(ctx))
+
+
+async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
+    """The store ``url`` names, reached with the erasure's settings and listed once (the caller closes it); or
+    why it cannot be (a store another pass talks to, where this one has no client, disk or permission)."""
     store = store_beside(ctx.transcripts, url)
     if store is None:
-        raise mismatch(ctx, [url], f"this erasure, talking to {ctx.transcripts.url}, cannot reach that store with "
-                       "its settings, and must list it again (a store this request is done with) before it completes")
+        return f"this erasure, talking to {ctx.transcripts.url}, cannot reach that kind of store"
     try:
-        if await missing_here(store):
-            raise _folder_missing(ctx, url)
-        yield store
-    except TranscriptUnavailable as exc:
-        fix = f" (fix: {exc.hint})" if exc.hint else ""
-        raise mismatch(ctx, [url], f"listing that store again (a store this request is done with) failed: "
-                       f"{exc.message}{fix}") from exc
-    finally:
-        if store is not ctx.transcripts:
-            await store.close()
+        if not await missing_here(store):
+            await holds_any(store, _prefix(ctx))
+            return store
+        why = "a folder this machine does not have"
+    except (TranscriptUnavailable, StorageError) as exc:  # gone, another endpoint's, or refusing to list
+        why = f"it could not be listed from here: {exc.message}"
+    await _close(ctx, store)
+    return why
 
 
-def _folder_missing(ctx: StepContext, url: str) -> TranscriptStoreMismatch:
-    return TranscriptStoreMismatch(
-        f"this user's transcripts were written to {url}, which this request is done with and must list again "
-        f"before it completes, but it is a folder this machine does not have (another machine's "
-        f"disk, or not mounted here). {what_stays(ctx)}",
-        hint=f"run erase with {same_request(ctx)} on the machine whose folder that is (or where it is mounted at the "
-        "same path); if the folder is gone for good, create it empty here and rerun",
-        stores=(url,),
-    )
+async def _close(ctx: StepContext, store: TranscriptStore) -> None:
+    if store is not ctx.transcripts:
+        await store.close()
 
 
-async def _sweep(ctx: StepContext, store: TranscriptStore, part: StoreResult | None) -> StoreResult | None:
-    """Delete what no hold keeps in a done ``store``; its ``part`` grown by what was found, or None if nothing was."""
+async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: StoreResult | None
+                 ) -> StoreResult | None:
+    """Count what no hold keeps in a done ``store``, record it (``enumerated``), then delete it; the store's
+    ``part`` grown by what was found, or None if nothing was.
+
+    Raises:
+        TranscriptUnavailable: A delete was refused and no hold explains it, or failed.
+    """
     view, prefix = view_of(store, ctx.held), _prefix(ctx)
-    if isinstance(view, PlainObjects):
-        found = await tallied(view, prefix)
-        if found.listed:
-            await view.delete_folder(prefix)
-        return _grown(part, found.counts()) if found.listed else None
-    found, kept, holding = await _erase_free(ctx, view, prefix)
-    kept.check()
-    # Held versions beyond those the store's pass counted came since (a copy restored under a lock): counted too.
-    before = part.counts if part is not None else Counts()
-    extra = Counts(retained=max(0, holding.retained - before.retained),
-                   unreadable=max(0, holding.unreadable - before.unreadable))
-    extra = extra.model_copy(update={"versions": extra.retained + extra.unreadable})
-    if not found.listed and not extra.versions:
+    free, holding = await _listed(ctx, view, prefix)
+    counts = _grown(part, free.counts(), holding)
+    if counts is None:
         return None
-    return _grown(part, found.counts(retained=kept.retained, unreadable=kept.unreadable).plus(extra))
+    await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url,
+                      StoreResult(status=StepStatus.ENUMERATED, counts=counts), ctx.owner)
+    kept = Kept()
+    if isinstance(view, PlainObjects):
+        if free.listed:
+            await view.delete_folder(prefix)
+    else:
+        await _erase_free(ctx, view, prefix, kept)
+    kept.check()
+    counts = counts.model_copy(update={"retained": counts.retained + kept.retained,
+                                       "unreadable": counts.unreadable + kept.unreadable})
+    grown = _result(counts)
+    await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url, grown, ctx.owner)
+    if part is not None and part.status in HELD and grown.status not in HELD:
+        # Its hold lifted, it is emptied now: no longer a store this request left holding, nor one to empty.
+        await mark_store_erased(ctx.engine, _subject(ctx), url)
+    return grown
 
 
-async def _erase_free(ctx: StepContext, view: VersionedObjects, prefix: str) -> tuple[Tally, Kept, Kept]:
-    """Delete, a page at a time, the versions no hold keeps: what they were, what the store refused of them, and
-    the versions found held (each asked about once: the attempt keeps what it found held)."""
-    found, kept, holding = Tally(), Kept(), Kept()
+async def _listed(ctx: StepContext, view: View, prefix: str) -> tuple[Tally, Kept]:
+    """What no hold keeps under ``prefix``, and the versions a hold keeps (each asked about once: the attempt
+    keeps what it found held)."""
+    free, holding = Tally(), Kept()
     async for page in view.pages(prefix):
         held = {version for version in page if await view.held(version) is HoldStatus.HELD}
-        free = [version for version in page if version not in held]
-        found.add(free)
+        free.add([version for version in page if version not in held])
         await holding.add(ctx, view, dict.fromkeys(held, "held"))
+    return free, holding
+
+
+async def _erase_free(ctx: StepContext, view: VersionedObjects, prefix: str, kept: Kept) -> None:
+    """Delete, a page at a time, the versions no hold keeps; ``kept``: what the store refused of them."""
+    async for page in view.pages(prefix):
+        free = [version for version in page if await view.held(version) is not HoldStatus.HELD]
         if free:
             await kept.add(ctx, view, await view.delete(free))
-    return found, kept, holding
 
 
 async def _free(view: View, prefix: str) -> Tally:
@@ -155,10 +185,40 @@ async def _free(view: View, prefix: str) -> Tally:
     return free
 
 
-def _grown(part: StoreResult | None, found: Counts) -> StoreResult:
-    """A store's part with what a later pass found there added: held if its versions are (a hold that came with
-    a restored copy too), else deleted, as a pass that found something since its deletes records it."""
-    counts = found if part is None else part.counts.plus(found)
+def _grown(part: StoreResult | None, found: Counts, holding: Kept) -> Counts | None:
+    """A done store's counts with what a later pass found there (``found``: free; ``holding``: held), by the
+    main step's rule; None when they stay as they are.
+
+    After a pass stopped there once it had counted (``enumerated``), what is found is a subset of its count. Held
+    versions the part counted and now found free (a hold lifted) are counted already; held versions beyond
+    those (a copy restored under a lock) are added.
+    """
+    held = {"retained": holding.retained, "unreadable": holding.unreadable}
+    if part is None:
+        total = found.plus(holding.held.counts())
+        return total.model_copy(update=held) if total.versions or total.delete_markers else None
+    if part.status is not StepStatus.DELETED and part.status not in HELD:
+        return part.counts.widest(found).model_copy(update=held)
+    before = part.counts.retained + part.counts.unreadable
+    now = holding.retained + holding.unreadable
+    freed, extra = max(0, before - now), max(0, now - before)
+    if not (found.versions or found.delete_markers) and not freed and not extra:
+        return None
+    return part.counts.plus(_less(found, freed)).plus(Counts(versions=extra)).model_copy(update=held)
+
+
+def _less(found: Counts, freed: int) -> Counts:
+    """``found`` without ``freed`` of its versions (each of an object, its bytes a share of theirs): the ones
+    counted held before."""
+    if not freed or not found.versions:
+        return found
+    versions = max(0, found.versions - freed)
+    return found.model_copy(update={"versions": versions, "objects": max(0, found.objects - freed),
+                                    "bytes": found.bytes * versions // found.versions})
+
+
+def _result(counts: Counts) -> StoreResult:
+    """A done store's part: held if some of its versions are, else deleted."""
     if not counts.retained and not counts.unreadable:
         return StoreResult(status=StepStatus.DELETED, counts=counts)
     status = StepStatus.RETAINED_UNDER_HOLD if counts.retained else StepStatus.SHREDDED

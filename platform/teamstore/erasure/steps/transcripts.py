@@ -33,7 +33,7 @@ from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import record_part, record_step
 from teamstore.erasure.steps.base import StepContext
-from teamstore.erasure.steps.done_stores import left_in_done, sweep_done
+from teamstore.erasure.steps.done_stores import left_in_done, not_listed_again, sweep_done
 from teamstore.erasure.steps.views import (
     Kept,
     PlainObjects,
@@ -46,7 +46,7 @@ from teamstore.erasure.steps.views import (
     view_of,
 )
 from teamstore.erasure.stores import EARLIER, HELD, held_stores, mismatch, pending_stores, transcript_parts
-from teamstore.errors import TranscriptStoreMismatch, TranscriptUnavailable
+from teamstore.errors import TranscriptUnavailable
 
 
 class TranscriptStep:
@@ -86,10 +86,9 @@ class TranscriptStep:
         whose passes found the most: the sum may be short of what was deleted, never beyond it.
 
         Raises:
-            TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold.
-            TranscriptStoreMismatch: Another recorded store still holds some, or one done for the request cannot
-                be reached to erase what came back there (:mod:`~teamstore.erasure.steps.done_stores`); it names
-                them.
+            TranscriptUnavailable: The store could not be reached or refused for a reason other than a hold,
+                here or in a store done for the request (:mod:`~teamstore.erasure.steps.done_stores`).
+            TranscriptStoreMismatch: Another recorded store still holds some; it names them.
         """
         if ctx.subject_key is None:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
@@ -108,10 +107,10 @@ class TranscriptStep:
             counts = counts.widest(await self._erase_pages(ctx, view, prefix, tally.listed, kept))
         kept.check()
         await self._other_stores(ctx, view, counts, kept, others)
-        others = await self._done_elsewhere(ctx, counts, others)
+        others, unlisted = await sweep_done(ctx, others)
         held = {store: part for store, part in others.items() if part.status in HELD}
-        return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others, held=False),
-                           detail=_held_elsewhere(held))
+        detail = "; ".join(filter(None, [_held_elsewhere(held), not_listed_again(unlisted)]))
+        return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others, held=False), detail=detail or None)
 
     async def _record(self, ctx: StepContext, status: StepStatus, counts: Counts, others: dict[str, StoreResult]
                       ) -> None:
@@ -167,26 +166,6 @@ class TranscriptStep:
         raise mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url}{but} and talks to no "
                        "other store")
 
-    async def _done_elsewhere(self, ctx: StepContext, counts: Counts, others: dict[str, StoreResult]
-                              ) -> dict[str, StoreResult]:
-        """No store is left to empty: erase what came back into the ones done for the request
-        (:func:`~teamstore.erasure.steps.done_stores.sweep_done`), and return their parts. One it cannot reach
-        stops the request, open, naming it: this store, emptied, is then done for the request as well, so the pass
-        there ends it.
-
-        Raises:
-            TranscriptStoreMismatch: A done store cannot be reached or listed from here; it names it.
-        """
-        try:
-            return await sweep_done(ctx, others)
-        except TranscriptStoreMismatch:
-            assert ctx.subject_key is not None  # erase() returned earlier without one
-            if not await rerunnable(holds_any(ctx.transcripts, subject_prefix(ctx.subject_key))):
-                await mark_store_erased(ctx.engine, ctx.subject_key, ctx.transcripts.url)
-            await record_step(ctx.engine, ctx.request_id, self.name,
-                              StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others)), ctx.owner)
-            raise
-
     async def _left_here(self, ctx: StepContext, view: View, counts: Counts, kept: Kept, *, last: bool
                          ) -> tuple[StepStatus, Counts]:
         """This store's part after the deletes: its status, and its counts. ``last``: no other store is to empty
@@ -213,7 +192,7 @@ class TranscriptStep:
 
         Raises:
             TranscriptStoreMismatch: Another store recorded for the subject still holds some (recorded
-                after the erasure began): this one cannot vouch for them; or a done store cannot be reached.
+                after the erasure began): this one cannot vouch for them.
         """
         if ctx.subject_key is None:
             return Counts()
