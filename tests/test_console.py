@@ -275,6 +275,41 @@ def test_json_asked_of_a_command_that_does_not_take_it_is_the_ordinary_usage_err
     assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [(["cost", "report", "--user", "--json"], "error: --user got no value"),
+     (["cost", "report", "--output", "x.html", "--team", "--format", "json"], "error: --team got no value"),
+     (["demo", "--json", "\udcff"], "error: argument 3 (after --json) is not valid UTF-8 text")],
+    ids=["missing-value", "missing-value-format", "not-utf8"],
+)
+def test_json_asked_of_a_command_that_does_not_take_it_writes_no_json_for_any_error(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    # Each of these errors is told before click reads --json or --format: the command's own options decide.
+    proc = _teamstore(tmp_path, *args, COLUMNS="300")
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_short_free_text_option_is_told_to_join_its_long_flag_and_a_date_is_called_a_value(tmp_path: Path) -> None:
+    proc = _teamstore(tmp_path, "registry", "recover", "-m", "--json")
+    error = json.loads(proc.stdout)["error"]
+    assert error["fix"].startswith("to give -m the text --json itself, join them: --message=--json;"), error
+    proc = _teamstore(tmp_path, "cost", "--since", "--format", "json")
+    error = json.loads(proc.stdout)["error"]
+    assert error["fix"].startswith("a value that starts with '--' goes as --since=VALUE;"), error
+    assert "TEXT" not in error["fix"] and "the text" not in error["fix"]
+
+
+def test_the_joined_long_flag_the_fix_names_gives_the_text_as_written() -> None:
+    import typer
+
+    from teamstore.cli import app
+
+    recover = typer.main.get_command(app).commands["registry"].commands["recover"]  # type: ignore[attr-defined]
+    assert recover.make_context("recover", ["--message=--json"]).params["message"] == "--json"
+
+
 @pytest.mark.parametrize("top", [[], ["--top", "3"]], ids=["listing", "top"])
 def test_a_cost_query_that_matches_nothing_under_format_json_writes_its_report_and_no_second_document(
     tmp_path: Path, top: list[str]

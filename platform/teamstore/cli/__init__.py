@@ -64,6 +64,7 @@ class _UsageErrorsInContext:
     option given without its value) with no context, which typer would print in a box of its own."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _json_only_where_taken(ctx.command, args)
         _refuse_an_option_as_a_value(ctx, args)
         try:
             return super().parse_args(ctx, args)  # type: ignore[misc,no-any-return]  # mixed into a click command
@@ -89,6 +90,7 @@ class _Commands(_FlagsTakeNoValue, _UsageErrorsInContext, TyperGroup):
         JsonOutput.reset()  # one command per process, but a test's runner invokes many
         JsonOutput.asked_by = _asking_for_json(args)  # before any option is read: a usage error may come first
         JsonOutput.asked = bool(JsonOutput.asked_by)
+        _json_only_where_taken(ctx.command, args)
         _check_text(args)
         try:
             return super().parse_args(ctx, args)
@@ -144,6 +146,32 @@ def _takes_json(command: Any) -> bool:
                for param in command.params)
 
 
+def _json_only_where_taken(group: Any, args: list[str]) -> None:
+    """Ask for no JSON when the command ``args`` name does not take the option that asked for it (``demo
+    --json``): every error before it runs, a missing value or an argument that is no text too, is then told on
+    stderr only, as the usage error about that option is. Read before any error can be raised."""
+    command = _command_named(group, args)
+    if command is not None and JsonOutput.asked and not _takes_json(command):
+        JsonOutput.asked = False
+
+
+def _command_named(group: Any, args: list[str]) -> Any:
+    """The command ``args`` run from ``group`` (``cost report``), read word by word down its groups; None when a
+    word names no command of a group (that error is told as asked)."""
+    command, words = group, iter(args)
+    for word in words:
+        if word == "--" or not hasattr(command, "commands"):
+            break
+        if word.startswith("-"):
+            if any(word in p.opts and not (p.is_flag or p.count) for p in command.params):
+                next(words, None)  # the option's value, never a command's name
+            continue
+        command = command.commands.get(word)
+        if command is None:
+            return None
+    return command
+
+
 # Options whose value is an id (a user's, a session's, a request's, a team's...): no id starts with "--", so
 # such a word after one is the next option, the id having been lost (`--user $U` with U unset).
 _ID_OPTIONS = frozenset({"--user", "--session", "--request-id", "--run", "--team", "--model", "--after",
@@ -172,30 +200,41 @@ def _refuse_an_option_as_a_value(ctx: Any, args: list[str]) -> None:
             at += 1
             continue
         if after in options or (word in _ID_OPTIONS and after.startswith("--")):
-            _option_without_value(word, after if after in options else None, free_text=_free_text(param, word))
+            _option_without_value(word, after if after in options else None, free_text=_free_text(param, word),
+                                  joined_as=_long_flag(param, word))
         at += 2
 
 
+# Options that take words a person writes (why, what for, a fact to forget): such text may itself read as an
+# option. Dates, paths, names and amounts are values, though typed as text too.
+_FREE_TEXT_OPTIONS = frozenset({"--reason", "--notes", "--message", "--description", "--fact"})
+
+
 def _free_text(param: Any, option: str) -> bool:
-    """Whether ``option`` takes any text (a reason, notes, a commit message), rather than an id, a number, a
-    path or a choice: such text may itself read as an option, and is given joined (``--reason=--json``)."""
-    declared = getattr(param, "type_descriptor", None)  # a newer typer's; an older one's is click's ``type``
-    text = (declared.annotation is str and not declared.is_path) if declared is not None \
-        else getattr(getattr(param, "type", None), "name", "") == "text"
-    return option not in _ID_OPTIONS and text and not _choices(param)
+    """Whether ``option`` (of ``param``) takes words a person writes (a reason, notes, a commit message), rather
+    than an id, a date, a path or a choice: such text is given joined (``--reason=--json``)."""
+    return _long_flag(param, option) in _FREE_TEXT_OPTIONS and not _choices(param)
 
 
-def _option_without_value(option: str, next_option: str | None, *, free_text: bool = False) -> NoReturn:
+def _long_flag(param: Any, option: str) -> str:
+    """``param``'s long flag (``--message`` for ``-m``): ``-m=--json`` would give ``-m`` the text ``=--json``."""
+    return next((name for name in param.opts if name.startswith("--")), option)
+
+
+def _option_without_value(option: str, next_option: str | None, *, free_text: bool = False,
+                          joined_as: str | None = None) -> NoReturn:
     """Raise :class:`OptionValueMissing` for ``option``: the next word is shown only when it is an option.
 
     Click would take that option as the value; it is refused even for free text, since an unset variable
     (``--reason $WHY --json``) reads the same, and would record ``--json`` as the reason and lose the JSON
-    output. Text meant to read as an option is given joined to its option, as argparse and getopt want it."""
+    output. Text meant to read as an option is given joined to its option's long flag (``joined_as``), as
+    argparse and getopt want it: click reads ``-m=--json`` as the text ``=--json``."""
     said = (f"the next word, {next_option}, is an option" if next_option is not None
             else "the next word starts with '--' as an option does (not repeated here: it may be a user's words)")
     name = "ID" if option in _ID_OPTIONS else "TEXT" if free_text else "VALUE"
-    joined = (f"to give {option} the text {next_option} itself, join them: {option}={next_option}"
-              if free_text and next_option is not None else f"a value that starts with '--' goes as {option}=VALUE")
+    flag = joined_as or option
+    joined = (f"to give {option} the text {next_option} itself, join them: {flag}={next_option}"
+              if free_text and next_option is not None else f"a value that starts with '--' goes as {flag}=VALUE")
     raise OptionValueMissing(
         f"{option} got no value: {said}",
         hint=f"{joined}; otherwise give {option} its value: a shell variable that is unset or empty gives none "
