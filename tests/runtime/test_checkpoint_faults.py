@@ -187,6 +187,26 @@ async def test_opened_to_continue_with_a_team_its_run_did_not_use_it_is_refused_
         await s.continue_run()
 
 
+@pytest.mark.parametrize(("changes", "ref"), [
+    ({"team": "Jane Doe 7Q3X"}, "NAME@"),
+    ({"team_version": "Jane Doe 7Q3X"}, f"{TEAM}@VERSION"),
+], ids=["team", "version"])
+async def test_continuing_a_run_whose_checkpoint_holds_no_team_name_does_not_quote_it_in_the_fix(
+    platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], ref: str
+) -> None:
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is not None
+    text = encode({**decode(row.checkpoint), **changes})
+    await _damage(platform, checkpoint=text, checkpoint_bytes=len(text.encode()))
+    with pytest.raises(RunCannotContinue) as refused:
+        async with platform.session("alice", "s1", team=TEAM, continuing=True):
+            pass
+    assert f"(--team {ref}" in (refused.value.hint or "")
+    assert "7Q3X" not in refused.value.message + (refused.value.hint or "")
+
+
 async def test_a_second_worker_cannot_continue_a_run_the_first_still_holds(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from autogen_agentchat.messages import MessageFactory
 from autogen_agentchat.teams import BaseGroupChat
 
+from config_registry.manifest import NAME_PATTERN, VERSION_LIKE
 from config_registry.types import BuiltTeam
 from teamstore.errors import RunCannotContinue, RunInterrupted, StateRejected
 from teamstore.events import ModelCall, RunContext, RunObserver, RunOutcome, StreamItem, notify_observers
@@ -72,14 +73,22 @@ def refuse_to_continue(row: StoredSession, built: BuiltTeam, agentchat_version: 
     if isinstance(found, Checkpoint) or found[0] == "corrupt":
         return
     reason, why = found
-    ran = set_aside_run(row)  # it reads: a damaged one was left to the opening
-    ref = f"{ran.team}@{ran.run.team_version[:12]}" if ran is not None else "NAME@VERSION"
     raise RunCannotContinue(
         f"the session's interrupted run cannot continue on {built.name}@{built.version[:12]}: {why}; "
         "nothing was set aside",
-        hint=f"continue it with the team and version that ran it (--team {ref}), or abandon it"
+        hint=f"continue it with the team and version that ran it (--team {_ran_by(row)}), or abandon it"
         if reason == "definition_changed" else
         "continue it on a worker with the autogen-agentchat and teamstore versions that ran it, or abandon it")
+
+
+def _ran_by(row: StoredSession) -> str:
+    """The team and version that ran ``row``'s checkpoint (``NAME@VERSION``), each repeated only when it is one
+    the registry could have written (a team's name, a version's hex): what a damaged checkpoint holds there
+    instead may be anything, a user's words included."""
+    ran = set_aside_run(row)  # it reads: a damaged one was left to the opening
+    team = ran.team if ran is not None and NAME_PATTERN.fullmatch(ran.team) else "NAME"
+    version = ran.run.team_version[:12] if ran is not None else ""
+    return f"{team}@{version if VERSION_LIKE.fullmatch(version) else 'VERSION'}"
 
 
 def read_back(row: StoredSession | None, built: BuiltTeam) -> Checkpoint:
