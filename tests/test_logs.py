@@ -38,7 +38,12 @@ from teamstore.db.engine import create_engine
 from teamstore.events import RunContext, notify_observers
 from teamstore.keys.kms import make_client as kms_client
 from teamstore.keys.schema import data_keys
-from teamstore.logs import AWS_SDK_LOGGERS, hide_query_values, keep_query_values_out_of_logs
+from teamstore.logs import (
+    AWS_SDK_LOGGERS,
+    hide_query_values,
+    keep_content_out_of_logs,
+    keep_query_values_out_of_logs,
+)
 from teamstore.runtime.platform import Platform
 from teamstore.settings import Settings
 from tests.canary.model_server import ModelServer
@@ -55,6 +60,17 @@ def unset_sdk_loggers() -> Iterator[None]:
     yield
     for name, level in before.items():
         logging.getLogger(name).setLevel(level)
+
+
+def test_a_record_made_empty_by_make_log_record_is_made_and_an_autogen_one_rebuilt_is_left_out_of() -> None:
+    # logging.makeLogRecord({}) makes a record of no logger (name None); a socket receiver's holds a traceback
+    # as text, sent by another process that may not leave content out.
+    keep_content_out_of_logs()
+    assert logging.makeLogRecord({}).name is None
+    record = logging.makeLogRecord({"name": "autogen_core", "msg": "handler failed", "levelno": logging.ERROR,
+                                    "exc_text": "Traceback ...\nValueError: about CANARY-Jane-Doe"})
+    shown = logging.Formatter("%(message)s").format(record)
+    assert shown.startswith("handler failed (its traceback is left out") and "CANARY" not in shown, shown
 
 
 @pytest.mark.usefixtures("unset_sdk_loggers")

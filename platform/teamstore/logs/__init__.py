@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from teamstore.logs.event_loop import asyncio_left_out
+
 AWS_SDK_LOGGERS = ("botocore", "boto3", "s3transfer")
 """The AWS SDK's loggers: at DEBUG they log requests' and answers' bodies and parameters."""
 
@@ -223,7 +225,7 @@ def _is_autogens(name: str) -> bool:
 
 class _AutoGenRecords:
     """The log record factory (:func:`logging.setLogRecordFactory`) that passes each record of an AutoGen logger
-    through :func:`_leave_content_out`, and each of asyncio's through :func:`_asyncio_left_out` (asyncio logs from
+    through :func:`_leave_content_out`, and each of asyncio's through :func:`~teamstore.logs.event_loop.asyncio_left_out` (asyncio logs from
     wherever the collector runs, so no filter of the caller's sees it first), and makes every other as the
     factory it replaced does.
 
@@ -239,12 +241,39 @@ class _AutoGenRecords:
 
     def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
         record = self.made_by(*args, **kwargs)
-        if _is_autogens(record.name):
-            _leave_content_out(record)
-            setattr(record, _MARK, True)
-        elif record.name.partition(".")[0] == "asyncio":
-            _asyncio_left_out(record)
+        if record.name is None and type(record) is logging.LogRecord:  # logging.makeLogRecord's: filled in after
+            record.__class__ = _RebuiltRecord
+        else:
+            content_left_out(record)
         return record
+
+
+def content_left_out(record: logging.LogRecord) -> None:
+    """Leave out of ``record`` what it may quote of users' words, by the logger it is of: AutoGen's
+    (:func:`_leave_content_out`) and asyncio's (:func:`asyncio_left_out`); any other's is left as it is."""
+    name = record.name if isinstance(record.name, str) else ""
+    if _is_autogens(name):
+        if record.exc_text and not record.exc_info:  # rebuilt from another process: its traceback as text
+            record.exc_text = None
+            record.msg = f"{record.msg} (its traceback is left out: it may quote users' words)"
+        _leave_content_out(record)
+        setattr(record, _MARK, True)
+    elif name.partition(".")[0] == "asyncio":
+        asyncio_left_out(record)
+
+
+class _RebuiltRecord(logging.LogRecord):
+    """A record :func:`logging.makeLogRecord` makes (what a socket log receiver rebuilds from another process's):
+    its name, message and failure are set only once the factory has made it, so its content is left out when
+    it is first read, as every handler's formatter reads it (:meth:`getMessage`)."""
+
+    teamstore_read = False
+
+    def getMessage(self) -> str:
+        if not self.teamstore_read:
+            self.teamstore_read = True
+            content_left_out(self)
+        return super().getMessage()
 
 
 _MARK = "teamstore_content_left_out"
@@ -321,35 +350,6 @@ def _texts_of(error: BaseException) -> list[str]:
         if isinstance(each, BaseExceptionGroup):
             pending.extend(each.exceptions)
     return sorted((t for t in texts if len(t) > 2), key=len, reverse=True)
-
-
-# Where the first line of an asyncio record starts quoting an object (a callback with its arguments, a task).
-_QUOTE_STARTS = re.compile(r"""[(<'"{\[=]""")
-
-
-def _asyncio_left_out(record: logging.LogRecord) -> None:
-    """Keep an asyncio ``record`` to what asyncio itself says, without the objects it quotes: "Task exception was
-    never retrieved" and "Exception in callback" records carry the task's or the callback's repr (a callback's
-    arguments, a coroutine's, may be users' words) and the failure with its message and traceback, logged
-    whenever the garbage collector finds a task nobody awaited. The failure is named by its type; an object
-    passed as an argument (``Executing %s took ...``) by its type too."""
-    try:
-        said = record.getMessage()
-        first = _QUOTE_STARTS.split(said.partition("\n")[0], maxsplit=1)[0].rstrip(" :")
-        if isinstance(record.args, tuple) and record.args:  # a format of asyncio's own: its arguments are quoted
-            record.args = tuple(a if isinstance(a, int | float) else f"<{type(a).__name__}>" for a in record.args)
-            said = first = record.getMessage()
-        error = record.exc_info[1] if record.exc_info else None
-        if first == said and error is None:
-            return
-        kind = f"{type(error).__name__}; " if error is not None else ""
-        record.msg = f"{first} ({kind}what asyncio quoted of the task, callback or failure is left out: it may " \
-                     "quote users' words)"
-        record.args, record.exc_info, record.exc_text = None, None, None
-    except Exception:  # a record whose message does not format: a handler would report it, never the caller
-        record.msg, record.args, record.exc_info, record.exc_text = (
-            "a record of asyncio's whose message could not be read (left out: it may quote users' words)",
-            None, None, None)
 
 
 _COULD_NOT_CONVERT = ("Could not convert ", " to string, skipping.")
