@@ -7,7 +7,8 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
 from teamstore.audit.observer import TranscriptObserver, build_audit_observers
@@ -16,6 +17,8 @@ from teamstore.audit.subjects import get_or_create_subject, new_session_secret, 
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
+from teamstore.erasure import requests
+from teamstore.erasure.schema import erasure_requests
 from teamstore.settings import Settings
 from tests.audit.teams import context, observe_run, triage_team
 from tests.services import free_port
@@ -102,6 +105,36 @@ def test_a_failed_erasure_exits_non_zero_and_status_says_how_to_resume(monkeypat
     assert status.exit_code == 2 and json.loads(status.stdout)["status"] == "failed"
     assert "error: the erasure is failed" in status.output  # read like every other failure
     assert "fix: read the detail lines above, fix the cause, then rerun" in status.output
+
+
+def test_a_request_id_teamstore_made_is_named_when_another_coordinator_takes_the_request_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The operator gave no --request-id: the id is teamstore's own, and the only way back to the request.
+    _populate(1)
+    real_claim, calls = requests.claim, []
+
+    async def taken_after_the_first_step(engine: AsyncEngine, request_id: str, owner: str, lease: float) -> bool:
+        calls.append(request_id)
+        if len(calls) == 2:  # another coordinator holds the lease once the first step is done
+            async with engine.begin() as conn:
+                await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id)
+                                   .values(owner="another-coordinator"))
+        return await real_claim(engine, request_id, owner, lease)
+
+    monkeypatch.setattr(requests, "claim", taken_after_the_first_step)
+    result = runner.invoke(app, ["erase", "--user", USER, "--yes", "--json"], env={"COLUMNS": "300"})
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    made = calls[0]
+    assert made.startswith("er-") and error["message"].startswith(f"the erasure request {made} was taken over"), error
+    assert f"`teamstore erase status {made}`" in error["fix"] and f"--request-id {made}" in error["fix"]
+
+
+def test_a_request_id_the_operator_gave_is_not_repeated_when_another_coordinator_takes_it_over() -> None:
+    refused = requests.taken_over("TICKET-jane-doe")
+    assert "jane" not in refused.message + (refused.hint or "")
+    assert requests.made_by_teamstore("er-" + "0" * 23 + "G") is None  # only teamstore's own shape is named
 
 
 def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:

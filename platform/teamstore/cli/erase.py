@@ -117,7 +117,7 @@ def erase(
     # names any near twin itself, and what a rerun keeps, before it asks
     noted = _confirm(user, request_id, reason, requested_by) if asked else False
     if request_id is None and not dry_run:  # made here, not by the run: a stop must be able to name it
-        from teamstore.erasure.coordinator import new_request_id
+        from teamstore.erasure.requests import new_request_id
 
         request_id = new_request_id()
     # SIGTERM (a job cancelled, `kill`) and SIGHUP (the ssh session dropped) too: the request's lease is given

@@ -10,8 +10,9 @@ See :class:`DeletionCoordinator` for the engine/store-owning form and docs/erasu
 
 from __future__ import annotations
 
-from teamstore.erasure.coordinator import DeletionCoordinator, new_request_id
+from teamstore.erasure.coordinator import DeletionCoordinator
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
+from teamstore.erasure.requests import new_request_id
 from teamstore.erasure.settings import ErasureSettings
 
 __all__ = [

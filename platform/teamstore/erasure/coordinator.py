@@ -70,9 +70,6 @@ from teamstore.state.erasure import stored_sessions
 log = logging.getLogger(__name__)
 
 
-def new_request_id() -> str:
-    """A fresh request id (``er-`` and 24 hex characters)."""
-    return f"er-{uuid.uuid4().hex[:24]}"
 
 
 class DeletionCoordinator:
@@ -147,7 +144,7 @@ class DeletionCoordinator:
         check_erasable_id(user_id)
         # An empty id is refused, not replaced: the caller meant one (an unset variable, say) and would never
         # learn the fresh id to rerun or to ask about.
-        rid = requests.check_request_id(new_request_id() if request_id is None else request_id)
+        rid = requests.check_request_id(requests.new_request_id() if request_id is None else request_id)
         requests.check_reason(reason)
         check_person("requested_by", requested_by)
         check_not_naming("reason", reason, user_id)
@@ -422,8 +419,10 @@ class DeletionCoordinator:
 
 
 def _busy(request_id: str) -> ErasureConflict:
+    made = requests.made_by_teamstore(request_id)  # an id the operator gave is not repeated: it may be a user's
     return ErasureConflict(
-        "the erasure request is being run by another coordinator right now",
-        hint="wait for it (`teamstore erase status` with the same id tells); a killed run's lease expires after "
-        "the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same request id",
+        f"the erasure request{f' {made}' if made else ''} is being run by another coordinator right now",
+        hint=f"wait for it (`teamstore erase status {made or '...'}`{'' if made else ' with the same id'} tells); a "
+        "killed run's lease expires after the TEAMSTORE_ERASURE_LEASE_SECONDS it started with, then rerun the same "
+        "request id",
     )

@@ -16,7 +16,9 @@ types only.
 from __future__ import annotations
 
 import logging
+import re
 import shlex
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -498,10 +500,27 @@ async def set_subject(engine: AsyncEngine, request_id: str, subject_key: str | N
 
 
 def taken_over(request_id: str) -> ErasureConflict:
-    """The error for a coordinator that finds another one holds its request's lease now."""
+    """The error for a coordinator that finds another one holds its request's lease now: a request id teamstore
+    made is named (:func:`made_by_teamstore`), since the operator may never have seen it."""
+    made = made_by_teamstore(request_id)
     return ErasureConflict(
-        "the erasure request was taken over by another coordinator (this one could not renew its lease in "
-        "time); this one stopped without writing a receipt",
-        hint="`teamstore erase status` with the same request id shows the other run; rerun that request id if it "
-        "is no longer running",
+        f"the erasure request{f' {made}' if made else ''} was taken over by another coordinator (this one could "
+        "not renew its lease in time); this one stopped without writing a receipt",
+        hint=f"`teamstore erase status {made}` shows the other run; rerun it (--request-id {made}) if it is no "
+        "longer running" if made else "`teamstore erase status` with the same request id shows the other run; "
+        "rerun that request id if it is no longer running",
     )
+
+
+_MADE_BY_TEAMSTORE = re.compile(r"er-[0-9a-f]{24}")
+
+
+def new_request_id() -> str:
+    """A fresh request id (``er-`` and 24 hex characters)."""
+    return f"er-{uuid.uuid4().hex[:24]}"
+
+
+def made_by_teamstore(request_id: str) -> str | None:
+    """``request_id`` when it is of the shape :func:`new_request_id` gives (``er-`` and 24 hex characters), which
+    holds no one's words: an error may name it, unlike an id the operator gave (a ticket, perhaps a user's)."""
+    return request_id if _MADE_BY_TEAMSTORE.fullmatch(request_id) else None
