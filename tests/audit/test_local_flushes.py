@@ -130,3 +130,25 @@ async def test_the_folders_marker_is_flushed_into_the_folder_and_a_root_made_for
         assert in_root.events() == [("create", ".teamstore-folder"), ("close_write", ".teamstore-folder"),
                                     ("open", "")]
     assert await made.owner() == await there.owner() == "db-1"
+
+
+async def test_a_transcript_whose_folder_cannot_be_flushed_after_its_rename_is_in_doubt_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was told as a failed write while it sat under its name: the run kept no claim, so an erasure that listed
+    # the subject's folder before the rename never learnt of it. A disk that fails the flush is simulated: the
+    # folder's flush is teamstore's own call, the rename before it the real one.
+    from teamstore.audit.transcripts import local
+    from teamstore.errors import UploadInDoubt
+
+    def failing(folder: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    key = run_key(ALICE, "r1")
+    monkeypatch.setattr(local, "fsync_folder", failing)
+    with pytest.raises(UploadInDoubt) as caught:
+        await store.put(key, b"alice's words")
+    assert "may or may not survive a power loss" in caught.value.message
+    assert await store.get(key) == b"alice's words"  # it is there: one that may land, for the run's claim
+    assert await store.partial_writes("subjects/") == []  # and no temporary file left beside it

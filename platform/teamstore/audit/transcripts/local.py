@@ -43,7 +43,7 @@ from pathlib import Path
 from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
 from teamstore.disk import fsync_folder, fsync_folders
-from teamstore.errors import StorageError, TranscriptNotFound
+from teamstore.errors import StorageError, TranscriptNotFound, UploadInDoubt
 
 TMP_PREFIX = ".tmp-"
 MARKER = ".teamstore-folder"
@@ -172,6 +172,8 @@ class LocalTranscriptStore:
 
         Raises:
             StorageError: The folder is not writable, or a folder on the way is a symbolic link.
+            UploadInDoubt: The transcript took its name, but its folder could not be flushed to the disk: it is
+                there now, and may or may not be after a power loss.
         """
         stamp = written_at.timestamp() if written_at is not None else None
         path = self._path(key)
@@ -184,6 +186,7 @@ class LocalTranscriptStore:
     @staticmethod
     def _put(path: Path, body: bytes, root: Path, stamp: float | None = None, *, durable: bool = False) -> None:
         tmp: str | None = None
+        renamed = False
         try:
             made = _folders_made(path.parent, root)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
@@ -195,10 +198,17 @@ class LocalTranscriptStore:
             if stamp is not None:
                 os.utime(tmp, (stamp, stamp))
             os.replace(tmp, path)
+            tmp, renamed = None, True
             if durable:  # the new name, and each folder made on the way, in the folder that holds it
                 for folder in (path.parent, *made):
                     fsync_folder(folder)
         except OSError as exc:
+            if renamed:  # under its name already: readable, and an erasure that listed before it must know
+                raise UploadInDoubt(
+                    f"transcript {path.name} is in its folder, but flushing the folder failed: "
+                    f"{exc.strerror or exc}; it may or may not survive a power loss",
+                    hint="check the disk under TEAMSTORE_TRANSCRIPTS_URL; the transcript counts as one that may land",
+                ) from exc
             if tmp is not None:  # half a transcript (disk full, say) must not outlive the failed write
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
