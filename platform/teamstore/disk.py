@@ -25,11 +25,7 @@ def fsync_file(path: Path) -> None:
     Raises:
         OSError: It could not be opened or flushed.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(path, getattr(os, "O_NOFOLLOW", 0))
 
 
 def fsync_folder(path: Path) -> None:
@@ -38,7 +34,11 @@ def fsync_folder(path: Path) -> None:
     Raises:
         OSError: It could not be opened or flushed.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    _fsync(path, getattr(os, "O_DIRECTORY", 0))
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:

@@ -240,13 +240,7 @@ async def test_a_delete_a_done_bucket_refuses_fails_the_step_saying_so_and_the_r
 async def test_a_hold_lifted_after_its_store_s_pass_is_not_counted_twice_nor_claimed_held(
     engine: AsyncEngine, s3_env: str
 ) -> None:
-    bucket = versioned_bucket(lock=True)
-    locked, moved = S3TranscriptStore(make_client(), bucket, "audit"), S3TranscriptStore(make_client(), bucket, "moved")
-    subject = await _written(engine, {locked: 3, moved: 1})
-    hold = {"Bucket": bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
-    locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "ON"})
-    with pytest.raises(TranscriptStoreMismatch):
-        await coordinator(engine, locked).run(USER, request_id="req-lifted")
+    bucket, locked, moved, _, hold = await _held_pass(engine, "req-lifted")
     locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "OFF"})  # the hold ends meanwhile
 
     receipt = await coordinator(engine, moved).run(USER, request_id="req-lifted")
@@ -266,13 +260,7 @@ async def test_a_hold_lifted_after_its_store_s_pass_is_not_counted_twice_nor_cla
 async def test_a_copy_restored_beside_versions_a_hold_keeps_is_erased_and_the_held_version_counted_once(
     engine: AsyncEngine, s3_env: str
 ) -> None:
-    bucket = versioned_bucket(lock=True)
-    locked, moved = S3TranscriptStore(make_client(), bucket, "audit"), S3TranscriptStore(make_client(), bucket, "moved")
-    subject = await _written(engine, {locked: 3, moved: 1})
-    hold = {"Bucket": bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
-    locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "ON"})
-    with pytest.raises(TranscriptStoreMismatch):
-        await coordinator(engine, locked).run(USER, request_id="req-held-copy")
+    _, locked, moved, subject, _ = await _held_pass(engine, "req-held-copy")
     await locked.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
 
     receipt = await coordinator(engine, moved).run(USER, request_id="req-held-copy")
@@ -282,3 +270,17 @@ async def test_a_copy_restored_beside_versions_a_hold_keeps_is_erased_and_the_he
     assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.retained) == (5, 5, 1)
     assert await locked.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"]
     await locked.close()
+
+
+async def _held_pass(engine: AsyncEngine, request_id: str) -> tuple[str, S3TranscriptStore, S3TranscriptStore, str,
+                                                                     dict[str, str]]:
+    """Three transcripts in a locked bucket's ``audit`` (one under a legal hold), one in its ``moved``; the request's
+    pass against ``audit`` leaves the held version and sends the operator to ``moved``."""
+    bucket = versioned_bucket(lock=True)
+    locked, moved = S3TranscriptStore(make_client(), bucket, "audit"), S3TranscriptStore(make_client(), bucket, "moved")
+    subject = await _written(engine, {locked: 3, moved: 1})
+    hold = {"Bucket": bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
+    locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "ON"})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, locked).run(USER, request_id=request_id)
+    return bucket, locked, moved, subject, hold
