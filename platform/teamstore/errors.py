@@ -305,6 +305,11 @@ class UploadInDoubt(TranscriptUnavailable):
     longer), never as one that failed."""
 
 
+class TranscriptStoreGone(TranscriptUnavailable):
+    """The transcript store no longer exists (its S3 bucket was deleted): nothing is listed, kept or restored in
+    it until it is made again. Any other failure to list a store may pass; this one does not."""
+
+
 class TranscriptFolderElsewhere(TranscriptUnavailable):
     """The transcript folder a command would write into or sweep is not on this machine (another machine's
     disk, or not mounted here), or was made for another state database."""

@@ -20,8 +20,9 @@ from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.schema import erasure_requests
+from teamstore.erasure.steps import done_stores
 from teamstore.erasure.steps.views import PlainObjects, VersionedObjects
-from teamstore.errors import TranscriptStoreMismatch
+from teamstore.errors import TranscriptStoreMismatch, TranscriptUnavailable
 from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import all_versions
 
@@ -177,7 +178,40 @@ async def test_an_emptied_bucket_since_deleted_is_reported_as_not_listed_again_a
     receipt = await coordinator(engine, second).run(USER, request_id="req-gone")
 
     assert receipt.status is RequestStatus.COMPLETED, receipt
-    assert f"{first.url} (it could not be listed from here: " in (receipt.stores["transcripts"].detail or "")
+    assert f"{first.url} (it no longer exists: " in (receipt.stores["transcripts"].detail or "")
+    await first.close()
+    await second.close()
+
+
+@pytest.mark.s3
+async def test_a_done_bucket_that_fails_to_list_for_a_while_fails_the_step_and_the_rerun_erases_what_came_back(
+    engine: AsyncEngine, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timeout (or refused credentials, the wrong region) may pass: only a store beyond reach for good may be
+    left unlisted, or a copy restored there stays once the request completes."""
+    first, second = await PAIRS["two buckets"](request, tmp_path)
+    subject = await _emptied_first(engine, first, second, "req-slow")
+    holds_any = done_stores.holds_any
+
+    async def timing_out(store: TranscriptStore, prefix: str) -> bool:
+        if store.url == first.url:  # what the S3 store raises for a read timeout (no moto endpoint stalls)
+            raise TranscriptUnavailable("could not list object versions in bucket: S3 unreachable or too slow "
+                                        "(ReadTimeoutError)", hint="check AWS_ENDPOINT_URL_S3 and the network")
+        return await holds_any(store, prefix)
+    monkeypatch.setattr(done_stores, "holds_any", timing_out)
+    failed = await coordinator(engine, second).run(USER, request_id="req-slow")
+    assert failed.status is RequestStatus.FAILED, failed
+    said = failed.stores["transcripts"].detail or ""
+    assert f"could not list {first.url}, a transcript store done for this request, again" in said
+    assert "ReadTimeoutError" in said and "check AWS_ENDPOINT_URL_S3 and the network" in said
+    assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]
+    monkeypatch.setattr(done_stores, "holds_any", holds_any)
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-slow")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 4
+    assert await first.list_keys(subject_prefix(subject)) == []
     await first.close()
     await second.close()
 

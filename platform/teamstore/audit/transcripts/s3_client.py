@@ -21,6 +21,7 @@ from teamstore.errors import (
     MissingExtra,
     StorageError,
     TranscriptNotFound,
+    TranscriptStoreGone,
     TranscriptUnavailable,
     UploadInDoubt,
 )
@@ -148,8 +149,10 @@ def describe(exc: BaseException) -> str:
 
 
 def without_keys(exc: Exception, action: str, bucket: str) -> TranscriptUnavailable:
-    """A failed version-level request (``action``: "list object versions", ...) as an error naming no key."""
-    return TranscriptUnavailable(f"could not {action} in bucket {bucket!r}: {describe(exc)}",
+    """A failed version-level request (``action``: "list object versions", ...) as an error naming no key; a
+    bucket that does not exist is :class:`~teamstore.errors.TranscriptStoreGone`."""
+    kind = TranscriptStoreGone if error_code(exc) == "NoSuchBucket" else TranscriptUnavailable
+    return kind(f"could not {action} in bucket {bucket!r}: {describe(exc)}",
                                  hint=fix_for(exc, VERSIONS_NEED))
 
 
@@ -220,7 +223,7 @@ def _answered(exc: Exception, action: str, bucket: str, key: str, queued: str) -
     if code in _NOT_FOUND:
         return TranscriptNotFound(f"no transcript at {key}", hint="check the user, session and run id")
     if code == "NoSuchBucket":
-        return TranscriptUnavailable(
+        return TranscriptStoreGone(
             f"could not {action} transcripts: bucket {bucket!r} does not exist",
             hint="create the bucket or fix TEAMSTORE_TRANSCRIPTS_URL",
         )

@@ -12,9 +12,10 @@ for the subject, and every store a pass of this request counted, besides its own
 erasure's own settings (:func:`teamstore.audit.transcripts.store_beside`: a folder this machine has, or another
 bucket or prefix through the configured S3 client); what no hold keeps there is counted and recorded (status
 ``enumerated``), then deleted, and the verification lists them once more. A done store this pass cannot reach
-(a folder this machine lacks, an S3 store of another endpoint or account, a bucket gone or refusing to list)
-does not hold the request open: each pass would name another store forever when the stores are two machines'
-folders or two endpoints. It is reported, with why, as not listed again.
+for good (a folder this machine lacks, an S3 store where it talks to folders or the reverse, a bucket that no
+longer exists) does not hold the request open: each pass would name another store forever when the stores are
+two machines' folders. It is reported, with why, as not listed again. Any other failure to list one (a timeout,
+refused credentials, the wrong region) may pass: it fails the step, and a rerun lists the store.
 
 A store's part is grown by the main step's rule: what a pass stopped after counting (``enumerated``) recorded is
 a superset of what is found since; held versions its pass counted and now found free (a hold lifted) are not
@@ -32,7 +33,7 @@ from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.views import Kept, PlainObjects, Tally, VersionedObjects, View, view_of
 from teamstore.erasure.stores import EARLIER, HELD, TRANSCRIPTS
-from teamstore.errors import StorageError, TranscriptUnavailable
+from teamstore.errors import StorageError, TranscriptStoreGone, TranscriptUnavailable
 
 
 async def sweep_done(ctx: StepContext, others: dict[str, StoreResult]
@@ -106,7 +107,12 @@ def _prefix(ctx: StepContext) -> str:
 
 async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
     """The store ``url`` names, reached with the erasure's settings and listed once (the caller closes it); or
-    why it cannot be (a store another pass talks to, where this one has no client, disk or permission)."""
+    why it is beyond this pass for good (no client for its kind, a folder this machine lacks, a bucket gone).
+
+    Raises:
+        TranscriptUnavailable: It could not be listed for another reason (a timeout, refused credentials or
+            access, the wrong region): one that may pass, so the request stays open and a rerun lists it.
+    """
     store = store_beside(ctx.transcripts, url)
     if store is None:
         return f"this erasure, talking to {ctx.transcripts.url}, cannot reach that kind of store"
@@ -115,8 +121,13 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
             await holds_any(store, _prefix(ctx))
             return store
         why = "a folder this machine does not have"
-    except (TranscriptUnavailable, StorageError) as exc:  # gone, another endpoint's, or refusing to list
-        why = f"it could not be listed from here: {exc.message}"
+    except TranscriptStoreGone as exc:
+        why = f"it no longer exists: {exc.message}"
+    except (TranscriptUnavailable, StorageError) as exc:
+        await _close(ctx, store)
+        raise TranscriptUnavailable(
+            f"could not list {url}, a transcript store done for this request, again: {exc.message}",
+            hint=f"{exc.hint or 'fix that store'}, then rerun the same request id") from exc
     await _close(ctx, store)
     return why
 
