@@ -22,7 +22,7 @@ from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import done_stores
 from teamstore.erasure.steps.views import PlainObjects, VersionedObjects
-from teamstore.errors import TranscriptStoreMismatch, TranscriptUnavailable
+from teamstore.errors import StorageError, TranscriptStoreMismatch, TranscriptUnavailable
 from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import all_versions
 
@@ -239,6 +239,38 @@ async def test_a_kill_after_a_done_folder_is_swept_keeps_what_the_sweep_found_fo
 
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert receipt.stores["transcripts"].counts.objects == 4  # two and the restored one in the first, one here
+
+
+async def test_a_done_folder_whose_sweep_did_not_finish_stops_the_request_while_this_machine_lacks_it(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy the sweep counted and failed to delete is still there: the receipt must not call it erased."""
+    first = LocalTranscriptStore(tmp_path / "host" / "first")
+    second = LocalTranscriptStore(tmp_path / "second")
+    subject = await _emptied_first(engine, first, second, "req-unswept")
+    delete_folder = PlainObjects.delete_folder
+
+    async def read_only(view: PlainObjects, prefix: str) -> None:
+        if view.store.url == first.url:  # a real read-only mount needs privileges tests do not have
+            raise StorageError("could not remove transcripts: Read-only file system", hint="remount it writable")
+        await delete_folder(view, prefix)
+    monkeypatch.setattr(PlainObjects, "delete_folder", read_only)
+    failed = await coordinator(engine, second).run(USER, request_id="req-unswept")
+    assert failed.status is RequestStatus.FAILED, failed
+    monkeypatch.setattr(PlainObjects, "delete_folder", delete_folder)
+    (tmp_path / "host").rename(tmp_path / "host-away")  # not mounted on this machine any more
+
+    with pytest.raises(TranscriptStoreMismatch) as named:
+        await coordinator(engine, second).run(USER, request_id="req-unswept")
+    assert named.value.stores == (first.url,)
+    assert "did not finish deleting them" in str(named.value) and "a folder this machine does not have" in str(
+        named.value)
+
+    (tmp_path / "host-away").rename(tmp_path / "host")
+    receipt = await coordinator(engine, second).run(USER, request_id="req-unswept")
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 4
+    assert await first.list_keys(subject_prefix(subject)) == []
 
 
 @pytest.mark.s3

@@ -14,8 +14,10 @@ bucket or prefix through the configured S3 client); what no hold keeps there is 
 ``enumerated``), then deleted, and the verification lists them once more. A done store this pass cannot reach
 for good (a folder this machine lacks, an S3 store where it talks to folders or the reverse, a bucket that no
 longer exists) does not hold the request open: each pass would name another store forever when the stores are
-two machines' folders. It is reported, with why, as not listed again. Any other failure to list one (a timeout,
-refused credentials, the wrong region) may pass: it fails the step, and a rerun lists the store.
+two machines' folders. It is reported, with why, as not listed again, once its last sweep finished (one that
+counted versions there and did not delete them all stops the request, naming it, as a store still to empty).
+Any other failure to list one (a timeout, refused credentials, the wrong region) may pass: it fails the step,
+and a rerun lists the store.
 
 A store's part is grown by the main step's rule: what a pass stopped after counting (``enumerated``) recorded is
 a superset of what is found since; held versions its pass counted and now found free (a hold lifted) are not
@@ -32,7 +34,7 @@ from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.views import Kept, PlainObjects, Tally, VersionedObjects, View, view_of
-from teamstore.erasure.stores import EARLIER, HELD, TRANSCRIPTS
+from teamstore.erasure.stores import EARLIER, HELD, TRANSCRIPTS, mismatch
 from teamstore.errors import StorageError, TranscriptStoreGone, TranscriptUnavailable
 
 
@@ -52,7 +54,7 @@ async def sweep_done(ctx: StepContext, others: dict[str, StoreResult]
     for url in await _done_stores(ctx, others):
         store = await _reached(ctx, url)
         if isinstance(store, str):
-            unlisted[url] = store
+            unlisted[url] = _left_unlisted(ctx, url, others.get(url), store)
             continue
         try:
             grown = await _sweep(ctx, url, store, others.get(url))
@@ -71,6 +73,7 @@ async def left_in_done(ctx: StepContext) -> Counts:
     for url in await _done_stores(ctx, parts):
         store = await _reached(ctx, url)
         if isinstance(store, str):
+            _left_unlisted(ctx, url, parts.get(url), store)
             continue
         try:
             left = left.plus((await _free(view_of(store, ctx.held), _prefix(ctx))).counts())
@@ -130,6 +133,20 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
             hint=f"{exc.hint or 'fix that store'}, then rerun the same request id") from exc
     await _close(ctx, store)
     return why
+
+
+def _left_unlisted(ctx: StepContext, url: str, part: StoreResult | None, why: str) -> str:
+    """``why`` the done store ``url`` is not listed again, if its last sweep finished (``part``: emptied, or left
+    holding only held versions).
+
+    Raises:
+        TranscriptStoreMismatch: A sweep there counted versions and did not finish deleting them (``enumerated``,
+            ``failed``): reported as erased, they would stay there. It is to be reached, as a store still to empty.
+    """
+    if part is None or part.status is StepStatus.DELETED or part.status in HELD:
+        return why
+    raise mismatch(ctx, [url], f"a pass of this request counted some there and did not finish deleting them, and "
+                   f"this erasure cannot reach it ({why})")
 
 
 async def _close(ctx: StepContext, store: TranscriptStore) -> None:
