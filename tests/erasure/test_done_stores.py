@@ -139,9 +139,17 @@ async def test_two_machines_each_with_its_own_folder_complete_the_request_on_the
     assert receipt.status is RequestStatus.COMPLETED, receipt
     transcripts = receipt.stores["transcripts"]
     assert transcripts.counts.objects == 3
-    assert f"not listed again, so a copy restored there since this request's pass is not erased: {first.url} " \
+    assert "nor can a later request for the user reach one" in (transcripts.detail or "")
+    assert f"not listed again by this request, so a copy restored there since its pass there is not erased by it: " \
+        f"{first.url} " \
         "(a folder this machine does not have)" in (transcripts.detail or "")
     assert await second.list_keys(subject_prefix(subject)) == []
+
+    (tmp_path / "host1-away").rename(tmp_path / "host1")  # a copy restored on the first machine afterwards
+    await first.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+    later = await coordinator(engine, first).run(USER, request_id="req-hosts-later")
+    assert later.stores["transcripts"].status is StepStatus.NO_MATCH  # as the receipt says: no subject, no folder
+    assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]
 
 
 @pytest.mark.s3

@@ -356,7 +356,8 @@ async def test_versions_held_in_one_of_two_stores_end_the_request_in_the_pass_ag
     assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
     assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.retained) == (4, 4, 1)
     assert transcripts.counts.bytes == 4 * len(b"transcript")
-    assert f"not listed again, so a copy restored there since this request's pass is not erased: {locked.url}" in (
+    assert f"not listed again by this request, so a copy restored there since its pass there is not erased by it: " \
+        f"{locked.url}" in (
         transcripts.detail or "")
     assert (await coordinator(engine, folder).status("req-held-two")).stores["transcripts"] == transcripts
     locked.client.put_object_legal_hold(**held[locked], LegalHold={"Status": "OFF"})

@@ -87,8 +87,12 @@ def not_listed_again(unlisted: dict[str, str]) -> str | None:
     if not unlisted:
         return None
     where = "; ".join(f"{url} ({why})" for url, why in sorted(unlisted.items()))
-    return (f"not listed again, so a copy restored there since this request's pass is not erased: {where}; "
-            "to list one, rerun the same request id against it before the request completes")
+    # Once the request completes no later one reaches these stores: the subject mapping that names the folder
+    # to list there is deleted with it, so a new request for the user finds no subject.
+    return (f"not listed again by this request, so a copy restored there since its pass there is not erased by it: "
+            f"{where}; nor can a later request for the user reach one (the erasure deletes the subject mapping "
+            "that names its folder): one sealed under the user's data key stays beyond use (the key is destroyed), "
+            "and the transcript retention (TEAMSTORE_TRANSCRIPT_RETENTION_DAYS) removes any copy there in time")
 
 
 async def _done_stores(ctx: StepContext, parts: dict[str, StoreResult]) -> list[str]:
